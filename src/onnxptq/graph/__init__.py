@@ -1,0 +1,1 @@
+"""Graph plumbing: load/save (``io``), input checks (``check``) and rewrite passes (``passes``)."""

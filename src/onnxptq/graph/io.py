@@ -1,0 +1,131 @@
+"""Loading and saving models: path or ModelProto in, atomic writes out, never over the input.
+
+Why atomic: a quantization that fails half way must leave no half-written model where a user (or
+a deployment script) would pick it up. We write to a temporary file in the destination folder and
+``os.replace`` it, which is atomic on POSIX and Windows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+import onnx
+
+log = logging.getLogger(__name__)
+
+#: The highest IR version we write. onnxruntime 1.20 reads IR ≤ 10 and opset ≤ 21; onnx ≥ 1.23
+#: writes IR 12+ by default, which older runtimes refuse, so every model we emit is pinned here.
+ORT_MAX_IR_VERSION = 10
+#: The default-domain opset we raise models to when a format needs it (int16/int4/blocked Q/DQ).
+TARGET_OPSET = 21
+#: Protobuf's hard limit: larger models must keep tensors as external data.
+PROTOBUF_LIMIT = 2**31 - 1
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+
+
+class ModelLoadError(ValueError):
+    """The input model file is missing or is not an ONNX model."""
+
+
+def load_model(model: ModelLike, *, load_external_data: bool = True) -> onnx.ModelProto:
+    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched)."""
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    path = Path(model)
+    if not path.exists():
+        raise FileNotFoundError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelLoadError(f"model path is a folder, not an ONNX file: {path}")
+    try:
+        proto = onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning, ... depending on version
+        raise ModelLoadError(f"{path} is not a readable ONNX model: {exc}") from exc
+    if not proto.graph.node and not proto.graph.output:
+        raise ModelLoadError(f"{path} is not an ONNX model (it holds no graph)")
+    return proto
+
+
+def same_file(a: ModelLike, b: ModelLike) -> bool:
+    """True when two paths name the same file (also through symlinks); False for ModelProtos."""
+    if isinstance(a, onnx.ModelProto) or isinstance(b, onnx.ModelProto):
+        return False
+    pa, pb = Path(a), Path(b)
+    if pa.exists() and pb.exists():
+        return os.path.samefile(pa, pb)
+    return pa.resolve() == pb.resolve()
+
+
+def check_output_path(output: str | os.PathLike, inputs: tuple[ModelLike, ...] = ()) -> Path:
+    """Validate an output path before any work is done, so a long run cannot fail at the end."""
+    out = Path(output)
+    for source in inputs:
+        if same_file(source, out):
+            raise ValueError(f"output path {out} is the input model; refusing to overwrite the input")
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.exists():
+        raise FileNotFoundError(f"output folder does not exist: {folder}")
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(f"output folder is not writable: {folder}")
+    if out.is_dir():
+        raise IsADirectoryError(f"output path is a folder, not a file: {out}")
+    return out
+
+
+def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_data: bool | None = None) -> Path:
+    """Write ``model`` to ``output`` atomically; tensors go to ``<name>.data`` past the 2 GB limit."""
+    out = check_output_path(output)
+    if external_data is None:
+        external_data = model.ByteSize() > PROTOBUF_LIMIT
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    data_name = f"{out.name}.data"
+    tmp_data = out.parent / f".{data_name}.{os.getpid()}.tmp"
+    try:
+        if external_data:
+            onnx.save_model(
+                model,
+                tmp,
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=tmp_data.name,
+                size_threshold=1024,
+            )
+            # The model refers to its data file by name: rewrite the location to the final name.
+            final = onnx.load(tmp, load_external_data=False)
+            for tensor in _all_tensors(final):
+                for entry in tensor.external_data:
+                    if entry.key == "location":
+                        entry.value = data_name
+            onnx.save_model(final, tmp)
+            os.replace(tmp_data, out.parent / data_name)
+        else:
+            onnx.save_model(model, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        for leftover in (Path(tmp), tmp_data):
+            if leftover.exists():
+                leftover.unlink()
+        raise
+    log.info("saved %s", out)
+    return out
+
+
+def _all_tensors(model: onnx.ModelProto):
+    """Every TensorProto held by the model: initializers and Constant attributes, subgraphs included."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    return _get_all_tensors(model)
+
+
+def pin_versions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Pin the IR version to one that onnxruntime 1.20+ accepts (in place; returns the model)."""
+    if model.ir_version > ORT_MAX_IR_VERSION or model.ir_version < 7:
+        model.ir_version = ORT_MAX_IR_VERSION
+    return model
