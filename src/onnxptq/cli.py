@@ -1,0 +1,55 @@
+"""The ``onnxptq`` command. Each subcommand lives in its own module and registers itself here.
+
+A command module exposes ``add_parser(subparsers)``, which adds its parser and sets
+``func(args) -> int`` as the parser default. Library code logs; only this layer prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+#: Modules that provide subcommands, in the order ``--help`` lists them.
+COMMAND_MODULES = (
+    "onnxptq.commands.quantize",
+    "onnxptq.commands.inspect",
+    "onnxptq.commands.convert",
+    "onnxptq.commands.evaluate",
+    "onnxptq.commands.infer",
+    "onnxptq.commands.report",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onnxptq", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that command is not built yet
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose + 1, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (FileNotFoundError, ValueError, PermissionError, IsADirectoryError, NotImplementedError) as exc:
+        print(f"onnxptq {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

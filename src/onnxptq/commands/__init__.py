@@ -1,0 +1,1 @@
+"""Subcommands of the ``onnxptq`` CLI, one module each (see onnxptq.cli)."""
