@@ -1,0 +1,231 @@
+"""The typed configuration of a quantization: what each kind of tensor becomes, and how.
+
+Everything the pipeline does is decided from a :class:`QuantConfig`. The Quark-compatible surface
+(:mod:`onnxptq.compat`) and the presets (:mod:`onnxptq.config.presets`) only *build* one; the
+planner (:mod:`onnxptq.plan`) only *reads* one. Validation happens here, once, with errors that
+name the field at fault, so a bad option fails before any model is touched.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+from ..formats.base import ALL_FORMATS, INTEGER_FORMATS, MX_ELEMENT_DTYPES
+
+ScaleKind = Literal["float", "pow2", "int16"]
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution")
+
+#: Attributes of the ``bfp`` format and their defaults (the reference tool's op defaults).
+BFP_DEFAULTS: dict[str, Any] = {
+    "bfp_method": "to_bfp",
+    "axis": 1,
+    "bit_width": 16,
+    "block_size": 8,
+    "rounding_mode": 0,
+    "sub_block_size": 2,
+    "sub_block_shift_bits": 1,
+    "convert_to_bfloat_before_bfp": 0,
+    "use_compiler_version_cpu_kernel": 0,
+}
+#: Attributes of the ``mx`` format and their defaults.
+MX_DEFAULTS: dict[str, Any] = {"element_dtype": "int8", "axis": 1, "block_size": 32, "rounding_mode": 0, "scale_search": 0}
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the valid choices."""
+
+
+def suggest(name: str, valid: Any) -> str:
+    """' (did you mean X?)' for the closest valid name, or '' when nothing is close."""
+    close = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class TensorQuant:
+    """How one tensor is quantized: the format plus granularity, symmetry, scale and calibration.
+
+    ``format`` is a name of :data:`onnxptq.formats.ALL_FORMATS`. Integer formats use
+    ``symmetric``, ``per_channel``/``axis``, ``block_size``, ``scale_kind`` and ``reduce_range``;
+    float element formats use ``scaled`` (a real scale instead of 1, e.g. BF16 mapped into
+    [−2, 2]) and ``saturate``; ``bfp``/``mx`` use ``attrs`` (BFPAttributes / MXAttributes).
+    ``calibration`` is the activation range method (weights use their exact min/max unless
+    ``weight_method`` says ``minmse``).
+    """
+
+    format: str
+    symmetric: bool = True
+    per_channel: bool = False
+    axis: int | None = None
+    block_size: int | None = None
+    scale_kind: ScaleKind = "float"
+    reduce_range: bool = False
+    calibration: str = "minmax"
+    percentile: float = 99.999
+    scaled: bool = False
+    saturate: bool = False
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.format not in ALL_FORMATS:
+            raise ConfigError(f"unknown format {self.format!r}{suggest(self.format, ALL_FORMATS)}; valid: {', '.join(ALL_FORMATS)}")
+        if self.calibration not in CALIBRATION_METHODS:
+            raise ConfigError(
+                f"unknown calibration method {self.calibration!r}{suggest(self.calibration, CALIBRATION_METHODS)}; "
+                f"valid: {', '.join(CALIBRATION_METHODS)}"
+            )
+        if self.scale_kind not in ("float", "pow2", "int16"):
+            raise ConfigError(f"scale_kind must be 'float', 'pow2' or 'int16', not {self.scale_kind!r}")
+        if not 0.0 < self.percentile <= 100.0:
+            raise ConfigError(f"percentile must be in (0, 100], not {self.percentile}")
+        if self.block_size is not None and self.block_size < 1:
+            raise ConfigError(f"block_size must be positive, not {self.block_size}")
+        if self.format == "bfp":
+            _check_attrs(self.attr_dict, BFP_DEFAULTS, "BFPAttributes")
+        elif self.format == "mx":
+            attrs = self.attr_dict
+            _check_attrs(attrs, MX_DEFAULTS, "MXAttributes")
+            dtype = attrs.get("element_dtype", "int8")
+            if dtype not in MX_ELEMENT_DTYPES:
+                raise ConfigError(f"MXAttributes element_dtype {dtype!r}{suggest(dtype, MX_ELEMENT_DTYPES)} is not one of {MX_ELEMENT_DTYPES}")
+        elif self.attrs:
+            raise ConfigError(f"format {self.format!r} takes no block attributes, got {dict(self.attrs)}")
+
+    @property
+    def attr_dict(self) -> dict[str, Any]:
+        """The block-format attributes, defaults filled in."""
+        base = BFP_DEFAULTS if self.format == "bfp" else MX_DEFAULTS if self.format == "mx" else {}
+        return {**base, **dict(self.attrs)}
+
+    @property
+    def is_integer(self) -> bool:
+        return self.format in INTEGER_FORMATS
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Integer activations need a range; float formats only when a real scale is asked for."""
+        return self.is_integer or (self.format in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2") and self.scaled)
+
+    def with_(self, **changes: Any) -> "TensorQuant":
+        if "attrs" in changes and isinstance(changes["attrs"], dict):
+            changes["attrs"] = tuple(sorted(changes["attrs"].items()))
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """A short human label, e.g. 'int8 sym per-channel' or 'bfp(to_bfp,16,8)'."""
+        if self.format == "bfp":
+            a = self.attr_dict
+            return f"bfp({a['bfp_method']},bw{a['bit_width']},bs{a['block_size']})"
+        if self.format == "mx":
+            a = self.attr_dict
+            return f"mx({a['element_dtype']},bs{a['block_size']})"
+        parts = [self.format]
+        if self.is_integer:
+            parts.append("sym" if self.symmetric else "asym")
+            if self.per_channel:
+                parts.append("per-channel")
+            if self.block_size:
+                parts.append(f"block{self.block_size}")
+            if self.scale_kind != "float":
+                parts.append(self.scale_kind)
+        elif self.scaled:
+            parts.append("scaled")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["attrs"] = dict(self.attrs)
+        return data
+
+
+def make_tensor_quant(format: str, **kwargs: Any) -> TensorQuant:
+    """Build a :class:`TensorQuant`, accepting ``attrs`` as a dict."""
+    attrs = kwargs.pop("attrs", None) or {}
+    return TensorQuant(format=format, attrs=tuple(sorted(dict(attrs).items())), **kwargs)
+
+
+def _check_attrs(attrs: dict[str, Any], defaults: dict[str, Any], what: str) -> None:
+    for key in attrs:
+        if key not in defaults:
+            raise ConfigError(f"unknown {what} key {key!r}{suggest(key, defaults)}; valid: {', '.join(defaults)}")
+
+
+@dataclass
+class CalibrationOptions:
+    """How the one streaming calibration pass runs."""
+
+    data_size: int | None = None  # use at most this many samples (None: all)
+    batch_size: int = 1  # samples per onnxruntime run
+    num_bins: int = 2048
+    moving_average: bool = False
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    progress: bool = True
+
+
+@dataclass
+class QuantConfig:
+    """A whole quantization: global activation/weight/bias rules plus layer- and tensor-wise overrides.
+
+    Precedence (later wins): ``activation``/``weight`` → ``op_type_overrides`` (layer-wise, per op
+    type) → ``tensor_overrides`` (tensor-wise, per tensor name) → exclusions.
+    ``activation=None`` means weight-only quantization; ``weight=None`` leaves weights float.
+    ``bias`` is ``"int32"`` (integer weights: scale = input scale × weight scale), ``"weight"``
+    (quantized like a weight) or ``None`` (kept float).
+    """
+
+    activation: TensorQuant | None
+    weight: TensorQuant | None
+    bias: Literal["int32", "weight"] | None = "int32"
+    op_types: tuple[str, ...] | None = None  # None: the default quantizable set
+    extra_op_types: tuple[str, ...] = ()
+    quantize_all_op_types: bool = False
+    nodes_to_quantize: tuple[str, ...] = ()
+    nodes_to_exclude: tuple[str, ...] = ()  # names, or regexes starting with '^' containing '.*'
+    op_type_overrides: dict[str, tuple[TensorQuant | None, TensorQuant | None]] = field(default_factory=dict)
+    tensor_overrides: dict[str, TensorQuant] = field(default_factory=dict)
+    #: quantize pass-through ops (MaxPool, Reshape, ...) even when their input is not quantized
+    force_quantize_no_input_check: bool = True
+    #: no Q/DQ between a Conv/MatMul/Add/... and a single following Relu/Clip (fused on hardware)
+    fuse_activations: bool = True
+    align_concat: bool = False
+    align_slice: bool = False
+    align_eltwise_quant_type: bool = False
+    fold_relu: bool = False
+    #: weights in float formats (bf16/bfp/mx/fp8) are fake-quantized once at quantize time,
+    #: leaving no runtime op; False keeps a runtime quantizer node on each weight.
+    fold_weights: bool = True
+    #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
+    store_int_weights: bool = True
+    bf16_qdq_to_cast: bool = True
+    dedicated_qdq_pair: bool = False
+    refine_block_axis: bool = True
+    weight_minmse: bool = False
+    calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    opset: int | None = None
+    optimize: bool = True
+    fold_batchnorm: bool = True
+    #: extra data kept for tools that read the config (e.g. the compat layer's original options)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.activation is None and self.weight is None:
+            raise ConfigError("QuantConfig needs an activation or a weight format (both are None)")
+        if self.bias not in ("int32", "weight", None):
+            raise ConfigError(f"bias must be 'int32', 'weight' or None, not {self.bias!r}")
+        for op, pair in self.op_type_overrides.items():
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ConfigError(f"op_type_overrides[{op!r}] must be an (activation, weight) pair")
+
+    def describe(self) -> str:
+        act = self.activation.describe() if self.activation else "float"
+        wt = self.weight.describe() if self.weight else "float"
+        return f"activations {act}, weights {wt}, bias {self.bias or 'float'}"
+
+    def replace(self, **changes: Any) -> "QuantConfig":
+        return replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
