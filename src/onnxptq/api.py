@@ -1,0 +1,203 @@
+"""``quantize(model, config, data) -> QuantizationResult``: the one entry point of the pipeline.
+
+load → check → prepare → plan → calibrate → solve → emit → finish → save → report. Each step is a
+function of the previous step's output; nothing reaches back. The compatible API
+(:mod:`onnxptq.compat`), the CLI and the tools all end up here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import onnx
+
+from .calibration import readers
+from .config.presets import get_preset
+from .config.schema import QuantConfig
+from .emit import QParams, emit
+from .graph import check, io
+from .graph.passes import prepare
+from .plan import Plan, make_plan
+from .solve import solve
+
+log = logging.getLogger(__name__)
+
+#: Samples kept in memory during calibration to measure the quantized model against the float one.
+#: Bounded, so memory stays flat however long the calibration data is.
+DEFAULT_EVAL_SAMPLES = 8
+
+
+class NothingToQuantizeError(ValueError):
+    """The configuration selects no tensor of the model."""
+
+
+@dataclass
+class QuantizationResult:
+    """What a quantization produced: the model, the decisions, the figures."""
+
+    model: onnx.ModelProto
+    plan: Plan
+    params: dict[str, QParams]
+    config: QuantConfig
+    output_path: Path | None = None
+    #: per graph output: cosine similarity, L2 (mean squared error), PSNR vs the float model
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    calibration_samples: int = 0
+
+    def summary(self) -> str:
+        lines = [f"quantized {len(self.plan.nodes)} nodes, {len(self.plan.tensors)} tensors: {self.config.describe()}"]
+        for out, m in self.metrics.items():
+            lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB")
+        lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
+        return "\n".join(lines)
+
+
+def _resolve_config(config: QuantConfig | str) -> QuantConfig:
+    if isinstance(config, QuantConfig):
+        return config
+    if isinstance(config, str):
+        return get_preset(config)
+    raise TypeError(f"config must be a QuantConfig or a preset name, not {type(config).__name__}")
+
+
+def _source_name(model: Any) -> str:
+    return str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<ModelProto>")
+
+
+def quantize(
+    model: io.ModelLike,
+    config: QuantConfig | str = "A8W8",
+    data: Any = None,
+    output: str | os.PathLike | None = None,
+    *,
+    eval_samples: int = DEFAULT_EVAL_SAMPLES,
+) -> QuantizationResult:
+    """Quantize ``model`` as ``config`` says, calibrating on ``data``; save to ``output`` if given.
+
+    ``data``: an object with ``get_next()`` (onnxruntime CalibrationDataReader), an iterable of
+    feed dicts, a folder of .npy/.npz files, a .npz keyed by input name, or an array for a
+    single-input model. It is read once, streaming. The first ``eval_samples`` samples are also
+    used to report how far the quantized outputs are from the float ones.
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    cfg = _resolve_config(config)
+    source = _source_name(model)
+    if output is not None:
+        io.check_output_path(output, (model,))
+    proto = io.load_model(model)
+    check.check_model(proto, source)
+    inputs = readers.ModelInput.from_model(proto)
+
+    prepared = prepare(proto, opset=max(cfg.opset or 0, io.TARGET_OPSET, _opset(proto)),
+                       fold_batchnorm=cfg.fold_batchnorm, fold_constants=cfg.optimize)
+    timings["prepare"] = time.perf_counter() - t0
+
+    plan = make_plan(prepared, cfg)
+    if not plan.tensors:
+        raise NothingToQuantizeError(
+            f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
+            f"op types present: {sorted({n.op_type for n in prepared.graph.node})})"
+        )
+
+    t1 = time.perf_counter()
+    kept: list[dict[str, np.ndarray]] = []
+    stats: dict[str, Any] = {}
+    samples = 0
+    if data is not None or plan.needs_calibration():
+        if data is None:
+            raise ValueError(
+                f"{source}: {len(plan.needs_calibration())} activations need calibration data "
+                f"({cfg.activation.describe() if cfg.activation else ''}); pass data="
+            )
+        feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
+        if cfg.calibration.data_size is not None:
+            feeds = itertools.islice(feeds, cfg.calibration.data_size)
+        feeds, counter = _keep_first(feeds, kept, eval_samples)
+        stats = _calibrate(prepared, plan, feeds, cfg)
+        samples = counter()
+        if samples == 0:
+            raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
+    timings["calibrate"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    params = solve(prepared, plan, stats)
+    quantized = emit(prepared, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights)
+    quantized = finish(quantized, source)
+    timings["emit"] = time.perf_counter() - t2
+
+    metrics = {}
+    if kept:
+        t3 = time.perf_counter()
+        from .evaluate import compare_models
+
+        metrics = compare_models(prepared, quantized, kept)
+        timings["evaluate"] = time.perf_counter() - t3
+    saved = None
+    if output is not None:
+        saved = io.save_model(quantized, output)
+    timings["total"] = time.perf_counter() - t0
+    result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, samples)
+    log.info("%s", result.summary())
+    return result
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), io.TARGET_OPSET)
+
+
+def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
+    """Pass feeds through, keeping the first ``n`` for evaluation and counting them all."""
+    count = 0
+
+    def gen() -> Iterator[dict[str, np.ndarray]]:
+        nonlocal count
+        for feed in feeds:
+            if len(kept) < n:
+                kept.append(feed)
+            count += 1
+            yield feed
+
+    return gen(), lambda: count
+
+
+def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.ndarray]], cfg: QuantConfig) -> dict[str, Any]:
+    """One streaming pass: a collector per planned activation that needs statistics."""
+    from .calibration import collectors, runner
+
+    wanted = {}
+    for name in plan.needs_calibration():
+        method = plan.tensors[name].quant.calibration
+        wanted[name] = collectors.factory_for(method, num_bins=cfg.calibration.num_bins)
+    if not wanted:
+        # Nothing needs statistics, but the feeds still validate the data and give eval samples.
+        for _ in feeds:
+            pass
+        return {}
+    return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress)
+
+
+def finish(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load."""
+    import onnxruntime as ort
+
+    io.pin_versions(model)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
+    try:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
+    return model

@@ -1,0 +1,248 @@
+"""Emit: write the plan into the model as Q/DQ pairs, Cast pairs, function nodes and folded weights.
+
+Input: a prepared model, its :class:`~onnxptq.plan.Plan` and the solved :class:`QParams`.
+Output: a new model. Every quantizer comes from :func:`onnxptq.formats.build_qdq`, the same
+builders the format property tests hold bit-exact against the NumPy references, so what ships is
+what was tested. Weights in float formats are fake-quantized once here (no runtime op); integer
+weights are stored as integers behind a DequantizeLinear, the form every ONNX backend recognises.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .formats import build_qdq, fake_quantize
+from .formats.base import DOMAIN, QDQNodes
+from .plan import Plan, TensorPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QParams:
+    """Solved parameters of one tensor: scale and zero point (integer formats, scaled floats)."""
+
+    scale: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(a):
+            return None if a is None else np.asarray(a).astype(np.float64).tolist()
+
+        return {"scale": plain(self.scale), "zero_point": plain(self.zero_point)}
+
+
+def _safe(name: str) -> str:
+    """A node-name stem derived from a tensor name (ONNX allows any string, but keep them readable)."""
+    return re.sub(r"[^0-9A-Za-z_.:/-]", "_", name)
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    raise ValueError("model has no default-domain opset import")
+
+
+def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
+    """Keyword arguments for :func:`build_qdq` / :func:`fake_quantize` for this tensor."""
+    quant = plan.quant
+    if quant.format in ("bfp", "mx"):
+        attrs = dict(quant.attr_dict)
+        if plan.axis is not None:
+            attrs["axis"] = plan.axis
+        return attrs
+    if quant.is_integer:
+        assert params is not None and params.scale is not None, f"no scale solved for {plan.name}"
+        attrs = {"scale": params.scale, "zero_point": params.zero_point}
+        if np.ndim(params.scale) > 0 and np.size(params.scale) > 1:
+            attrs["axis"] = plan.axis
+        if quant.block_size:
+            attrs["block_size"] = quant.block_size
+        return attrs
+    attrs = {}
+    if params is not None and params.scale is not None:
+        attrs["scale"] = float(np.asarray(params.scale).reshape(-1)[0])
+    if quant.saturate:
+        attrs["saturate"] = True
+    return attrs
+
+
+class _Builder:
+    """Accumulates the rewritten graph: nodes in order, initializers, functions, opset imports."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.opset = _opset(model)
+        self.initializers = {t.name: t for t in model.graph.initializer}
+        self.functions: dict[tuple[str, str, str], onnx.FunctionProto] = {
+            (f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions
+        }
+        self.imports: dict[str, int] = {imp.domain: imp.version for imp in model.opset_import}
+        self.min_opset = self.opset
+        self.taken = set(self.initializers)
+        for node in model.graph.node:
+            self.taken.update(node.output)
+        self.taken.update(i.name for i in model.graph.input)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+    def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
+        for init in frag.initializers:
+            self.initializers[init.name] = init
+            self.taken.add(init.name)
+        for fn in frag.functions:
+            self.functions.setdefault((fn.domain, fn.name, getattr(fn, "overload", "")), fn)
+        for domain, version in frag.opset_imports.items():
+            if domain not in ("", "ai.onnx"):
+                self.imports[domain] = max(self.imports.get(domain, 0), version)
+        self.min_opset = max(self.min_opset, frag.min_opset)
+        for node in frag.nodes:
+            self.taken.update(node.output)
+        return list(frag.nodes)
+
+
+def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
+         store_int_weights: bool = True) -> onnx.ModelProto:
+    """Return a copy of ``model`` with every planned tensor quantized as the plan says."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    b = _Builder(out)
+    graph = out.graph
+    graph_outputs = {o.name for o in graph.output}
+
+    # Where each quantized tensor is read from after the rewrite, and the fragments to insert
+    # after the node that produces the original (None: at the top of the graph).
+    replacement: dict[str, str] = {}
+    inserts: dict[str | None, list[onnx.NodeProto]] = {}
+    renamed_outputs: dict[str, str] = {}
+    producer = {o: n.name for n in graph.node for o in n.output if o}
+
+    for tplan in plan.tensors.values():
+        name = tplan.name
+        tparams = params.get(name)
+        if tplan.role in ("weight", "bias") and name in b.initializers:
+            nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement)
+            inserts.setdefault(None, []).extend(nodes)
+            continue
+        source = name
+        target = f"{name}_DequantizeLinear_Output"
+        if name in graph_outputs:
+            # The graph output keeps its name and now carries the quantized value.
+            source = b.fresh(f"{name}_QuantizeLinear_Input")
+            renamed_outputs[name] = source
+            target = name
+        else:
+            target = b.fresh(target)
+        frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset,
+                         **quantizer_attrs(tplan, tparams))
+        inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
+        if name not in graph_outputs:
+            replacement[name] = target
+
+    # Rename producers of quantized graph outputs, then rewire consumers to the quantized values.
+    new_nodes: list[onnx.NodeProto] = list(inserts.get(None, []))
+    for node in graph.node:
+        for i, o in enumerate(node.output):
+            if o in renamed_outputs:
+                node.output[i] = renamed_outputs[o]
+        for i, inp in enumerate(node.input):
+            if inp in replacement:
+                node.input[i] = replacement[inp]
+        new_nodes.append(node)
+        new_nodes.extend(inserts.get(node.name, []))
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+    used = {i for n in graph.node for i in n.input} | _subgraph_inputs(graph)
+    del graph.initializer[:]
+    graph.initializer.extend(t for name, t in b.initializers.items() if name in used or name in graph_outputs)
+    # Drop graph inputs that named initializers we removed, and stale value_info.
+    kept_inits = {t.name for t in graph.initializer}
+    all_init_names = set(b.initializers)
+    inputs = [i for i in graph.input if i.name not in all_init_names or i.name in kept_inits]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    value_info = [v for v in graph.value_info if v.name not in renamed_outputs]
+    del graph.value_info[:]
+    graph.value_info.extend(value_info)
+
+    del out.functions[:]
+    out.functions.extend(b.functions.values())
+    del out.opset_import[:]
+    b.imports[""] = max(b.imports.get("", b.opset), b.min_opset)
+    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(b.imports.items()))
+    if b.min_opset > b.opset:
+        raise ValueError(
+            f"a quantizer needs opset {b.min_opset} but the prepared model has opset {b.opset}; "
+            "prepare the model at that opset (QuantConfig.opset)"
+        )
+    return out
+
+
+def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,
+                   replacement: dict[str, str]) -> list[onnx.NodeProto]:
+    """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
+    name = tplan.name
+    tensor = b.initializers[name]
+    values = numpy_helper.to_array(tensor)
+    quant = tplan.quant
+    attrs = quantizer_attrs(tplan, params)
+    if quant.is_integer and store_int:
+        from .formats import integer
+
+        q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
+                             attrs.get("axis"), attrs.get("block_size"))
+        q_name = b.fresh(f"{name}_quantized")
+        b.initializers[q_name] = numpy_helper.from_array(q, q_name)
+        target = b.fresh(f"{name}_DequantizeLinear_Output")
+        from .onnx_ops import integer as int_ops
+
+        frag = int_ops.build_dequantize(quant.format, q_name, target, name=_safe(name), opset=b.opset,
+                                        scale=attrs["scale"], zero_point=attrs["zero_point"],
+                                        axis=attrs.get("axis"), block_size=attrs.get("block_size"))
+        if values.dtype == np.float16:
+            cast_out = b.fresh(f"{target}_fp16")
+            frag.nodes.append(onnx.helper.make_node("Cast", [target], [cast_out], to=onnx.TensorProto.FLOAT16,
+                                                    name=f"{_safe(name)}_CastFp16"))
+            target = cast_out
+        replacement[name] = target
+        return b.absorb(frag)
+    if fold:
+        folded = fake_quantize(values, quant.format, **attrs)
+        new_name = b.fresh(f"{name}_{quant.format}")
+        b.initializers[new_name] = numpy_helper.from_array(np.asarray(folded, dtype=values.dtype), new_name)
+        replacement[name] = new_name
+        return []
+    target = b.fresh(f"{name}_DequantizeLinear_Output")
+    frag = build_qdq(quant.format, name, target, name=_safe(name), opset=b.opset, **attrs)
+    replacement[name] = target
+    return b.absorb(frag)
+
+
+def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
+    """Names read inside If/Loop/Scan bodies (outer-scope references must stay defined)."""
+    names: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                for inner in sub.node:
+                    names.update(inner.input)
+                names |= _subgraph_inputs(sub)
+    return names
+
+
+__all__ = ["QParams", "emit", "quantizer_attrs", "DOMAIN"]

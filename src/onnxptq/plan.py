@@ -1,0 +1,383 @@
+"""Plan: which tensor gets which format. A pure function of (prepared model, config).
+
+The plan is the one place where "what is quantized, how" is decided. Later steps only execute it:
+calibration measures exactly the activations the plan lists, the solver turns their statistics
+into scales, and the emitter writes the nodes. The plan serialises to JSON so users can read it
+(``onnxptq inspect``) and tests can assert on it without running anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal
+
+import numpy as np
+import onnx
+
+from .config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+
+log = logging.getLogger(__name__)
+
+Role = Literal["activation", "weight", "bias"]
+
+#: Op types quantized by default (the reference tool's extended set, spec §4.6).
+DEFAULT_OP_TYPES = frozenset(
+    """Add ArgMax AveragePool Clip Concat Conv ConvTranspose Gather Gelu Gemm GlobalAveragePool
+    InstanceNormalization LayerNormalization LeakyRelu MatMul MaxPool Mul Pad Relu Reshape Resize Sigmoid
+    Softmax Split Squeeze Tanh Transpose Unsqueeze Where DepthToSpace Div Erf HardSigmoid HardSwish
+    LpNormalization Max Min PRelu ReduceMean Slice SpaceToDepth Sub""".split()
+)
+#: Ops whose output only rearranges or selects input values: quantized only when forced or when
+#: their input already is (their range is their input's).
+PASS_THROUGH = frozenset(
+    "MaxPool Reshape Squeeze Unsqueeze Transpose Resize Slice Split Gather Pad DepthToSpace SpaceToDepth Flatten".split()
+)
+#: For these ops only the listed input positions carry data; the others are shapes, indices, limits.
+DATA_INPUTS: dict[str, tuple[int, ...]] = {
+    "Clip": (0,), "Pad": (0,), "Resize": (0,), "Reshape": (0,), "Slice": (0,), "Split": (0,), "Squeeze": (0,),
+    "Unsqueeze": (0,), "Gather": (0,), "Transpose": (0,), "Expand": (0,), "Tile": (0,), "ReduceMean": (0,),
+    "LayerNormalization": (0,), "InstanceNormalization": (0,), "BatchNormalization": (0,), "Where": (1, 2),
+    "ArgMax": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,), "LpNormalization": (0,), "Softmax": (0,),
+}
+#: (op type, input index) of weights and biases whose layout we know.
+WEIGHT_INPUTS = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 0), ("Gemm", 1), ("MatMul", 0), ("MatMul", 1), ("PRelu", 1)}
+BIAS_INPUTS = {("Conv", 2), ("ConvTranspose", 2), ("Gemm", 2)}
+#: Producers whose single following activation is fused on every backend: no Q/DQ between them.
+FUSIBLE_PRODUCERS = frozenset("Conv ConvTranspose Gemm MatMul Add MaxPool AveragePool GlobalAveragePool".split())
+FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu".split())
+#: Ops without an output quantizer of their own: ArgMax gives indices, Shape-like ops give ints.
+NO_OUTPUT_QUANT = frozenset("ArgMax".split())
+FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+
+
+@dataclass
+class TensorPlan:
+    """The decision for one tensor."""
+
+    name: str
+    role: Role
+    quant: TensorQuant
+    #: per-channel axis (integer weights) or block axis (bfp/mx); None for per-tensor
+    axis: int | None = None
+    #: for int32 biases: the (activation, weight) tensors whose scales multiply into the bias scale
+    bias_of: tuple[str, str] | None = None
+    #: tensors that must share this tensor's scale and zero point (AlignConcat, AlignSlice)
+    share_with: str | None = None
+    #: nodes (by name) that read this tensor as a quantized input
+    consumers: list[str] = field(default_factory=list)
+    producer: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "format": self.quant.describe(),
+            "quant": self.quant.to_json(),
+            "axis": self.axis,
+            "bias_of": list(self.bias_of) if self.bias_of else None,
+            "share_with": self.share_with,
+            "consumers": self.consumers,
+            "producer": self.producer,
+        }
+
+
+@dataclass
+class Plan:
+    """Every tensor to quantize, in a deterministic order, plus the nodes that were selected."""
+
+    tensors: dict[str, TensorPlan]
+    nodes: list[str]
+    skipped_nodes: dict[str, str] = field(default_factory=dict)
+
+    def activations(self) -> list[TensorPlan]:
+        return [t for t in self.tensors.values() if t.role == "activation"]
+
+    def needs_calibration(self) -> list[str]:
+        """Activation tensors whose scale comes from data (integer, or float formats with a real scale)."""
+        return [t.name for t in self.activations() if t.quant.needs_calibration]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "skipped_nodes": self.skipped_nodes,
+            "tensors": [t.to_json() for t in self.tensors.values()],
+        }
+
+    def summary(self) -> dict[str, int]:
+        """Count of planned tensors per (role, format) — what ``inspect`` prints."""
+        counts: dict[str, int] = defaultdict(int)
+        for t in self.tensors.values():
+            counts[f"{t.role}: {t.quant.describe()}"] += 1
+        return dict(sorted(counts.items()))
+
+
+class _Graph:
+    """Read-only indexes over a model's main graph."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.nodes = list(graph.node)
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = [i.name for i in graph.input if i.name not in self.initializers]
+        self.outputs = {o.name for o in graph.output}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+        for node in self.nodes:
+            for out in node.output:
+                if out:
+                    self.producer[out] = node
+            for name in node.input:
+                if name:
+                    self.consumers[name].append(node)
+        self.elem_type: dict[str, int] = {}
+        for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+            if vi.type.HasField("tensor_type"):
+                self.elem_type[vi.name] = vi.type.tensor_type.elem_type
+        for init in graph.initializer:
+            self.elem_type[init.name] = init.data_type
+        self.rank: dict[str, int] = {}
+        for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+            if vi.type.tensor_type.HasField("shape"):
+                self.rank[vi.name] = len(vi.type.tensor_type.shape.dim)
+        for init in graph.initializer:
+            self.rank[init.name] = len(init.dims)
+
+    def is_float(self, name: str) -> bool:
+        return self.elem_type.get(name) in FLOAT_TYPES
+
+
+def node_names(model: onnx.ModelProto) -> list[str]:
+    """Ensure every node has a unique name (planning refers to nodes by name); returns them."""
+    seen: set[str] = set()
+    names = []
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
+        seen.add(node.name)
+        names.append(node.name)
+    return names
+
+
+def _excluded(name: str, patterns: Iterable[str]) -> bool:
+    for pattern in patterns:
+        if pattern == name:
+            return True
+        if pattern.startswith("^") and ".*" in pattern and re.match(pattern, name):
+            return True
+    return False
+
+
+def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
+    """Output-channel axis of a weight for per-channel integer quantization."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Conv" and index == 1:
+        return 0
+    if node.op_type == "ConvTranspose" and index == 1:
+        return 1
+    if node.op_type == "Gemm" and index == 1:
+        return 0 if attrs.get("transB", 0) else 1
+    if node.op_type == "MatMul" and index == 1 and rank >= 2:
+        return rank - 1
+    return None
+
+
+def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: bool, default: int) -> int:
+    """The axis BFP/MX blocks run along: the reduction (K) dimension of a matrix product (§4.4)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "MatMul":
+        if index == 0:
+            return (rank - 1) if (is_weight and rank) else -1
+        return (rank - 2) if (is_weight and rank and rank >= 2) else -2
+    if node.op_type == "Gemm":
+        if index == 0:
+            return 0 if attrs.get("transA", 0) else 1
+        if index == 1:
+            return 1 if attrs.get("transB", 0) else 0
+    if node.op_type == "Softmax" and index == 0:
+        return int(attrs.get("axis", -1))
+    if rank == 1:
+        return 0
+    return default
+
+
+def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
+    """Decide the format of every tensor of ``model`` (a prepared model, nodes named)."""
+    g = _Graph(model)
+    node_names(model)
+    op_types = set(config.op_types) if config.op_types is not None else set(DEFAULT_OP_TYPES)
+    op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
+    if config.quantize_all_op_types:
+        op_types |= {n.op_type for n in g.nodes}
+    all_names = {n.name for n in g.nodes}
+    for name in config.nodes_to_quantize:
+        if name not in all_names:
+            raise ConfigError(f"nodes_to_quantize names {name!r}, which is not a node of the model{suggest(name, all_names)}")
+
+    selected: list[onnx.NodeProto] = []
+    skipped: dict[str, str] = {}
+    quantized_tensors: set[str] = set()
+    for node in g.nodes:
+        reason = _skip_reason(node, g, config, op_types, quantized_tensors)
+        if reason:
+            skipped[node.name] = reason
+            continue
+        selected.append(node)
+        quantized_tensors.update(i for i in node.input if i)
+        quantized_tensors.update(o for o in node.output if o)
+
+    tensors: dict[str, TensorPlan] = {}
+    selected_names = {n.name for n in selected}
+
+    def spec_for(node: onnx.NodeProto, role: Role) -> TensorQuant | None:
+        act, weight = config.activation, config.weight
+        if node.op_type in config.op_type_overrides:
+            act, weight = config.op_type_overrides[node.op_type]
+        if role == "activation":
+            return act
+        if role == "weight":
+            return weight
+        return weight if config.bias == "weight" else None
+
+    def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None):
+        if quant is None or not g.is_float(name):
+            return
+        existing = tensors.get(name)
+        if existing is None:
+            tensors[name] = TensorPlan(name, role, quant, axis=axis, bias_of=bias_of, producer=g.producer[name].name if name in g.producer else None)
+            existing = tensors[name]
+        elif consumer and existing.consumers == [] and existing.quant != quant:
+            # The consumer's format governs what it reads; a producer-side choice yields to it.
+            existing.quant, existing.axis = quant, axis
+        elif existing.axis != axis and axis is not None and existing.role == "activation" and not existing.quant.is_integer:
+            log.debug("tensor %s: block axis %s (was %s) for %s", name, axis, existing.axis, node.name)
+            existing.axis = axis
+        if consumer and node.name not in existing.consumers:
+            existing.consumers.append(node.name)
+
+    for node in selected:
+        data_positions = DATA_INPUTS.get(node.op_type)
+        for index, name in enumerate(node.input):
+            if not name or (data_positions is not None and index not in data_positions):
+                continue
+            is_init = name in g.initializers
+            if (node.op_type, index) in BIAS_INPUTS and is_init:
+                weight_name = node.input[1] if len(node.input) > 1 else ""
+                quant = spec_for(node, "bias")
+                act_quant = spec_for(node, "activation")
+                wt_quant = spec_for(node, "weight")
+                if config.bias == "int32" and wt_quant is not None and wt_quant.is_integer and act_quant is not None and act_quant.is_integer:
+                    add(name, "bias", wt_quant.with_(format="int32", per_channel=wt_quant.per_channel, symmetric=True),
+                        node, consumer=True, axis=0 if wt_quant.per_channel else None, bias_of=(node.input[0], weight_name))
+                elif quant is not None:
+                    add(name, "bias", quant, node, consumer=True, axis=_block_axis(node, index, 1, True, 0) if not quant.is_integer else None)
+                continue
+            if is_init:
+                quant = spec_for(node, "weight")
+                if quant is None:
+                    continue
+                rank = len(g.initializers[name].dims)
+                if quant.is_integer:
+                    axis = _weight_axis(node, index, rank) if quant.per_channel else None
+                    if quant.per_channel and axis is None:
+                        quant = quant.with_(per_channel=False)
+                else:
+                    axis = _block_axis(node, index, rank, True, quant.attr_dict.get("axis", 1)) if quant.format in ("bfp", "mx") else None
+                add(name, "weight", quant, node, consumer=True, axis=axis)
+            else:
+                quant = spec_for(node, "activation")
+                if quant is None:
+                    continue
+                axis = None
+                if quant.format in ("bfp", "mx"):
+                    default = quant.attr_dict.get("axis", 1)
+                    axis = _block_axis(node, index, g.rank.get(name), False, default) if config.refine_block_axis else default
+                add(name, "activation", quant, node, consumer=True, axis=axis)
+        if node.op_type in NO_OUTPUT_QUANT:
+            continue
+        quant = spec_for(node, "activation")
+        for out in node.output:
+            if not out or quant is None:
+                continue
+            if config.fuse_activations and _feeds_fused_activation(node, out, g, selected_names):
+                continue
+            axis = None
+            if quant.format in ("bfp", "mx"):
+                default = quant.attr_dict.get("axis", 1)
+                first_input = node.input[0] if node.input else ""
+                axis = tensors[first_input].axis if (node.op_type == "MatMul" and first_input in tensors) else default
+                if g.rank.get(out) == 1:
+                    axis = 0
+            add(out, "activation", quant, node, consumer=False, axis=axis)
+
+    _apply_tensor_overrides(tensors, config, g)
+    _apply_alignment(tensors, selected, config)
+    plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
+    log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
+    return plan
+
+
+def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quantized: set[str]) -> str | None:
+    if config.nodes_to_quantize and node.name not in config.nodes_to_quantize:
+        return "not in nodes_to_quantize"
+    if _excluded(node.name, config.nodes_to_exclude):
+        return "excluded"
+    if node.op_type not in op_types:
+        return f"op type {node.op_type} not quantized"
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain {node.domain}"
+    if not any(g.is_float(i) for i in node.input if i) and not any(g.is_float(o) for o in node.output if o):
+        return "no float tensors"
+    if node.op_type in PASS_THROUGH and not config.force_quantize_no_input_check:
+        if not node.input or node.input[0] not in quantized:
+            return "pass-through op whose input is not quantized"
+    if any(i in g.initializers and _all_inf(g.initializers[i]) for i in node.input if i):
+        return "an initializer input is entirely ±inf"
+    return None
+
+
+def _all_inf(tensor: onnx.TensorProto) -> bool:
+    if tensor.data_type not in FLOAT_TYPES:
+        return False
+    values = onnx.numpy_helper.to_array(tensor)
+    return values.size > 0 and bool(np.all(np.isinf(values)))
+
+
+def _feeds_fused_activation(node, out: str, g: _Graph, selected: set[str]) -> bool:
+    if node.op_type not in FUSIBLE_PRODUCERS or out in g.outputs:
+        return False
+    consumers = g.consumers.get(out, [])
+    return len(consumers) == 1 and consumers[0].op_type in FUSIBLE_ACTIVATIONS and consumers[0].name in selected
+
+
+def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:
+    known = set(g.producer) | set(g.initializers) | set(g.inputs)
+    for name, quant in config.tensor_overrides.items():
+        if name not in known:
+            raise ConfigError(f"tensor-wise precision names tensor {name!r}, which is not in the model{suggest(name, known)}")
+        if name in tensors:
+            plan = tensors[name]
+            axis = plan.axis if (quant.format == plan.quant.format or quant.format in ("bfp", "mx")) else None
+            if quant.is_integer and plan.role == "weight" and quant.per_channel:
+                axis = plan.axis if plan.quant.per_channel else None
+            tensors[name] = TensorPlan(name, plan.role, quant, axis=axis, bias_of=plan.bias_of, consumers=plan.consumers, producer=plan.producer)
+        else:
+            role: Role = "weight" if name in g.initializers else "activation"
+            tensors[name] = TensorPlan(name, role, quant, consumers=[n.name for n in g.consumers.get(name, [])],
+                                       producer=g.producer[name].name if name in g.producer else None)
+
+
+def _apply_alignment(tensors: dict[str, TensorPlan], nodes: list[onnx.NodeProto], config: QuantConfig) -> None:
+    """Concat inputs share the output's scale (AlignConcat); Slice outputs share the input's (AlignSlice)."""
+    for node in nodes:
+        if config.align_concat and node.op_type == "Concat" and node.output[0] in tensors:
+            out = tensors[node.output[0]]
+            for name in node.input:
+                if name in tensors and tensors[name].role == "activation" and tensors[name].quant == out.quant:
+                    tensors[name].share_with = out.name
+        if config.align_slice and node.op_type == "Slice" and node.input[0] in tensors:
+            for name in node.output:
+                if name in tensors and tensors[name].quant == tensors[node.input[0]].quant:
+                    tensors[name].share_with = node.input[0]

@@ -1,0 +1,118 @@
+"""Solve: statistics and weight values → scale and zero point of every planned tensor.
+
+Activation ranges come from the calibration collectors (:mod:`onnxptq.calibration.methods` turns a
+collector into a range by the tensor's method); weight ranges from the weight values themselves
+(per channel where planned). The range → (scale, zero point) rule of each format lives in
+:mod:`onnxptq.formats`; this module only routes each tensor to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .calibration import methods
+from .emit import QParams
+from .formats import floating, integer
+from .plan import Plan, TensorPlan
+
+log = logging.getLogger(__name__)
+
+
+class CalibrationMissingError(RuntimeError):
+    """A planned activation has no statistics (calibration skipped or tensor never computed)."""
+
+
+def activation_range(tplan: TensorPlan, collector: Any) -> tuple[float, float]:
+    """The calibrated (rmin, rmax) of an activation by its plan's method."""
+    quant = tplan.quant
+    options: dict[str, Any] = {"symmetric": quant.symmetric}
+    if quant.calibration == "percentile":
+        options["percentile"] = quant.percentile
+    if quant.is_integer:
+        qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
+        options.update(qmin=qmin, qmax=qmax)
+    rmin, rmax = methods.compute_range(collector, quant.calibration, **options)
+    return float(rmin), float(rmax)
+
+
+def _weight_range(values: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    values = values.astype(np.float32)
+    if axis is None:
+        return np.asarray(values.min() if values.size else 0.0), np.asarray(values.max() if values.size else 0.0)
+    reduce = tuple(i for i in range(values.ndim) if i != axis % values.ndim)
+    return values.min(axis=reduce), values.max(axis=reduce)
+
+
+def _integer_params(quant, rmin, rmax) -> QParams:
+    scale, zero_point = integer.compute_scale_zp(
+        rmin, rmax, quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range, scale_kind=quant.scale_kind
+    )
+    return QParams(scale=np.asarray(scale, dtype=np.float32), zero_point=np.asarray(zero_point))
+
+
+def _float_params(quant, rmin, rmax) -> QParams:
+    scale = floating.compute_float_scale(rmin, rmax, quant.format, scaled=quant.scaled, symmetric=quant.symmetric)
+    return QParams(scale=np.asarray(scale, dtype=np.float32))
+
+
+def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[str, QParams]:
+    """Scale and zero point for every planned tensor that has them (bfp/mx and unscaled floats don't)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    params: dict[str, QParams] = {}
+    ranges: dict[str, tuple[float, float]] = {}
+
+    for tplan in plan.tensors.values():
+        if tplan.role != "activation" or not tplan.quant.needs_calibration:
+            continue
+        if tplan.name not in stats:
+            raise CalibrationMissingError(f"activation {tplan.name!r} was planned for {tplan.quant.describe()} but got no calibration statistics")
+        ranges[tplan.name] = activation_range(tplan, stats[tplan.name])
+
+    for tplan in plan.tensors.values():
+        if tplan.role != "activation" or tplan.name not in ranges:
+            continue
+        root = tplan
+        seen = {root.name}
+        while root.share_with and root.share_with in plan.tensors and root.share_with not in seen:
+            root = plan.tensors[root.share_with]
+            seen.add(root.name)
+        rmin, rmax = ranges.get(root.name, ranges[tplan.name])
+        quant = tplan.quant
+        params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+
+    for tplan in plan.tensors.values():
+        if tplan.role != "weight" or tplan.name not in inits:
+            continue
+        quant = tplan.quant
+        if not (quant.is_integer or quant.scaled):
+            continue
+        values = numpy_helper.to_array(inits[tplan.name])
+        axis = tplan.axis if quant.is_integer and quant.per_channel else None
+        rmin, rmax = _weight_range(values, axis)
+        params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+
+    for tplan in plan.tensors.values():
+        if tplan.role != "bias" or tplan.name not in inits:
+            continue
+        quant = tplan.quant
+        if tplan.bias_of is not None:
+            act, weight = tplan.bias_of
+            if act not in params or weight not in params:
+                raise CalibrationMissingError(
+                    f"int32 bias {tplan.name!r} needs the scales of {act!r} and {weight!r}; one was not quantized"
+                )
+            scale = (params[act].scale.astype(np.float64) * params[weight].scale.astype(np.float64)).astype(np.float32)
+            scale = np.where(scale == 0, np.float32(1.0), scale).astype(np.float32)
+            if scale.size == 1:
+                scale = scale.reshape(())
+            params[tplan.name] = QParams(scale=scale, zero_point=np.zeros(scale.shape, dtype=np.int32))
+        elif quant.is_integer or quant.scaled:
+            values = numpy_helper.to_array(inits[tplan.name])
+            rmin, rmax = _weight_range(values, None)
+            params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+    return params
