@@ -1,0 +1,41 @@
+"""``onnxptq quantize MODEL -o OUT --preset A8W8 --data PATH``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="quantize a float ONNX model", description=__doc__)
+    p.add_argument("model", help="float ONNX model (fp32 or fp16)")
+    p.add_argument("-o", "--output", required=True, help="quantized model to write (never the input)")
+    p.add_argument("--preset", default="A8W8", help="configuration preset (default A8W8; see `onnxptq inspect --presets`)")
+    p.add_argument("--data", help="calibration data: a folder of .npy/.npz, or one .npz keyed by input name (samples on axis 0)")
+    p.add_argument("--calib-size", type=int, default=None, help="use at most this many calibration samples")
+    p.add_argument("--batch-size", type=int, default=1, help="samples per onnxruntime run during calibration")
+    p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
+    p.add_argument("--plan", help="also write the quantization plan (JSON) here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import quantize
+    from ..config.presets import get_preset
+
+    config = get_preset(args.preset)
+    config.calibration.data_size = args.calib_size
+    config.calibration.batch_size = args.batch_size
+    config.calibration.progress = not args.no_progress
+    if args.exclude:
+        config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
+    result = quantize(args.model, config, data=args.data, output=args.output)
+    if args.plan:
+        with open(args.plan, "w", encoding="utf-8") as fh:
+            json.dump(result.plan.to_json(), fh, indent=1)
+    print(result.summary())
+    print(f"wrote {result.output_path}")
+    logging.getLogger(__name__).debug("timings %s", result.timings)
+    return 0
