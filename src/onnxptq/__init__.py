@@ -9,6 +9,25 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # --- our own API -------------------------------------------------------------------------------
-from .api import QuantizationResult, quantize  # noqa: E402
-from .config.presets import get_preset, preset_names  # noqa: E402
-from .config.schema import CalibrationOptions, QuantConfig, TensorQuant  # noqa: E402
+# Imported lazily: ``import onnxptq.formats`` must not pull in the whole pipeline (and onnxruntime
+# sessions, tqdm, ...) for users who only want the format references.
+_LAZY = {
+    "quantize": ("api", "quantize"),
+    "QuantizationResult": ("api", "QuantizationResult"),
+    "get_preset": ("config.presets", "get_preset"),
+    "preset_names": ("config.presets", "preset_names"),
+    "QuantConfig": ("config.schema", "QuantConfig"),
+    "TensorQuant": ("config.schema", "TensorQuant"),
+    "CalibrationOptions": ("config.schema", "CalibrationOptions"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{module}", __name__), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnxptq' has no attribute {name!r}")
