@@ -1,0 +1,138 @@
+"""Shared plumbing for the prepare passes: ModelProto <-> onnx-ir conversion and small IR helpers.
+
+Why one place: every public pass is a ``ModelProto -> ModelProto`` function (so callers and tests
+never see the IR), while ``prepare`` composes the same work as onnx-ir passes on one in-memory model
+(so a large model is converted once, not once per pass). Both paths go through these helpers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnxptq.graph.io import pin_versions
+
+log = logging.getLogger(__name__)
+
+
+def to_ir(model: onnx.ModelProto) -> ir.Model:
+    """Deserialize a copy of ``model`` into onnx-ir, so the caller's proto is never modified.
+
+    The copy is needed: onnx-ir wraps the proto's TensorProtos lazily instead of copying them, and
+    some passes rename those tensors in place (the Constant lifter names a tensor after its
+    initializer), which would otherwise write through into the caller's model.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return ir.from_proto(copy)
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """Serialize ``model`` back to a ModelProto with an IR version onnxruntime accepts."""
+    return pin_versions(ir.to_proto(model))
+
+
+def run_passes(model: onnx.ModelProto, *passes: ir.passes.PassBase) -> onnx.ModelProto:
+    """Run onnx-ir ``passes`` in order on a copy of ``model`` and return a new ModelProto."""
+    ir_model = to_ir(model)
+    for p in passes:
+        ir_model = p(ir_model).model
+    return to_proto(ir_model)
+
+
+def default_opset(model: ir.Model) -> int:
+    """The model's default-domain opset version (ONNX treats a missing import as an error)."""
+    version = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if version is None:
+        raise ValueError("model imports no default-domain ('') opset")
+    return int(version)
+
+
+def is_onnx_domain(domain: str) -> bool:
+    """True for the default ONNX operator domain, however it is spelt."""
+    return domain in ("", "ai.onnx", "onnx.ai")
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The NumPy value of ``value`` when it is a true constant (an initializer that no feed overrides).
+
+    An initializer that is also a graph input (IR < 4 style) can be replaced by the caller at run
+    time, so it is not constant and folding it would change the model's meaning.
+    """
+    if value is None or not value.is_initializer() or value.is_graph_input():
+        return None
+    tensor = value.const_value
+    if tensor is None:
+        return None
+    return tensor.numpy()
+
+
+def has_subgraph(node: ir.Node) -> bool:
+    """True when ``node`` carries a graph attribute (If/Loop/Scan bodies)."""
+    return any(
+        attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()
+    )
+
+
+def all_graphs(model: ir.Model) -> Iterator[ir.Graph]:
+    """The main graph and every subgraph, recursively (onnx-ir's ``Model.graphs``)."""
+    return iter(model.graphs())
+
+
+def unique_name(model_names: set[str], base: str) -> str:
+    """A name not in ``model_names`` derived from ``base``; the name is reserved on return."""
+    name = base
+    i = 1
+    while name in model_names:
+        name = f"{base}_{i}"
+        i += 1
+    model_names.add(name)
+    return name
+
+
+def collect_names(model: ir.Model) -> set[str]:
+    """Every value name and node name in the model, subgraphs included (for collision-free naming)."""
+    names: set[str] = set()
+    for graph in model.graphs():
+        for v in list(graph.inputs) + list(graph.outputs) + list(graph.initializers.values()):
+            if v.name:
+                names.add(v.name)
+        for node in graph:
+            if node.name:
+                names.add(node.name)
+            for out in node.outputs:
+                if out.name:
+                    names.add(out.name)
+    return names
+
+
+def make_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    """Register ``array`` as a new initializer ``name`` of ``graph`` and return its value."""
+    tensor = ir.tensor(array, name=name)
+    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+    graph.register_initializer(value)
+    return value
+
+
+def replace_output(old: ir.Value, new: ir.Value) -> None:
+    """Point every consumer of ``old`` (subgraphs included) and any graph output at ``new``.
+
+    When ``old`` was a graph output, ``new`` takes its name so the model's interface is unchanged;
+    call this after the producer of ``old`` has released the name (removed or renamed).
+    """
+    was_output = old.is_graph_output()
+    name = old.name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+    if was_output:
+        old.name = None
+        new.name = name
+
+
+def count_ops(model: onnx.ModelProto, op_types: Iterable[str] | None = None) -> int:
+    """Number of nodes in the main graph (only those of ``op_types`` when given)."""
+    wanted = set(op_types) if op_types is not None else None
+    return sum(1 for n in model.graph.node if wanted is None or n.op_type in wanted)

@@ -1,0 +1,95 @@
+"""Remove ``Identity`` and inference-mode ``Dropout`` nodes, keeping graph output names intact.
+
+Why: both are no-ops at inference, but they split a producer from its consumer, which hides
+patterns (Conv→BatchNorm, MatMul→Add) from the later passes and adds a tensor the planner would
+otherwise consider for quantization. onnx-ir's ``IdentityEliminationPass`` does the rewiring; we
+turn eligible Dropouts into Identities first, and guard two cases where that pass would rename a
+value the model's interface depends on.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import onnx_ir as ir
+from onnx_ir.passes.common import IdentityEliminationPass
+
+from onnxptq.graph.passes._common import constant_array, is_onnx_domain, run_passes
+
+log = logging.getLogger(__name__)
+
+
+def _dropout_is_inference(node: ir.Node) -> bool:
+    """True when ``node`` is a Dropout that is statically the identity on its first output.
+
+    Dropout is the identity unless ``training_mode`` (opset 12+) is given and not a constant
+    ``False``; before opset 7 the ``is_test`` attribute decides. A used ``mask`` output has no
+    identity replacement, so such a Dropout stays.
+    """
+    if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+        return False
+    is_test = node.attributes.get("is_test")
+    if is_test is not None and is_test.type == ir.AttributeType.INT and is_test.as_int() == 0:
+        return False
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        mode = constant_array(node.inputs[2])
+        if mode is None or bool(mode.reshape(-1)[0]):
+            return False
+    return True
+
+
+class DropoutToIdentityPass(ir.passes.InPlacePass):
+    """Replace inference-mode Dropout nodes by Identity (main graph, subgraphs and functions)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
+        for graph in graphs:
+            for node in list(graph):
+                if node.op_type != "Dropout" or not is_onnx_domain(node.domain):
+                    continue
+                if not _dropout_is_inference(node):
+                    log.debug("Dropout %s kept: training mode or mask is used", node.name)
+                    continue
+                identity = ir.node("Identity", inputs=[node.inputs[0]], name=node.name)
+                graph.insert_before(node, identity)
+                old = node.outputs[0]
+                name = old.name
+                ir.convenience.replace_all_uses_with(old, identity.outputs[0], replace_graph_outputs=True)
+                graph.remove(node, safe=True)
+                identity.outputs[0].name = name
+                identity.outputs[0].shape = old.shape
+                identity.outputs[0].type = old.type
+                count += 1
+        if count:
+            log.info("replaced %d inference Dropout node(s) by Identity", count)
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+class SafeIdentityEliminationPass(IdentityEliminationPass):
+    """onnx-ir's IdentityEliminationPass, minus two renames that would break the interface.
+
+    When ``y = Identity(x)`` and ``y`` is a graph output, the base pass renames ``x`` to ``y``.
+    That is wrong when ``x`` is itself a graph output (its own output name would vanish) or when
+    ``x`` lives in an outer scope (a subgraph would rename a main-graph tensor). Those Identities
+    stay; every other one goes.
+    """
+
+    def _try_eliminate_identity_node(self, node: ir.Node) -> bool:  # noqa: D401 - override
+        if node.op_type == "Identity" and node.domain == "" and len(node.inputs) == 1 and node.outputs:
+            x, y = node.inputs[0], node.outputs[0]
+            if x is not None and y.is_graph_output():
+                if x.is_graph_output() or x.graph is not node.graph:
+                    return False
+        return super()._try_eliminate_identity_node(node)
+
+
+def eliminate_identity_passes() -> list[ir.passes.PassBase]:
+    """The onnx-ir passes removing Dropout (as Identity) and Identity nodes, in order."""
+    return [DropoutToIdentityPass(), SafeIdentityEliminationPass()]
+
+
+def eliminate_identity(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Return a copy of ``model`` without Identity and inference-mode Dropout nodes."""
+    return run_passes(model, *eliminate_identity_passes())

@@ -1,0 +1,185 @@
+"""Constant folding: evaluate nodes whose inputs are all constants and store their results.
+
+Why: Paddle exports compute shapes and scales at run time from constants (Cast/Div/Mul on
+constants, Shape→Slice→Concat→Reshape chains). Left in place, the planner would see those
+computed tensors as activations to calibrate, weights would sit behind a Cast the quantizer cannot
+see through, and each run would recompute them. onnx-ir has no general folder, so this pass
+evaluates one node at a time with ``onnx.reference.ReferenceEvaluator`` (the ONNX reference
+semantics, no session start-up per node) and replaces it with initializers.
+
+What is never folded: random ops (each run must draw anew), Q/DQ nodes (folding a weight's
+DequantizeLinear would silently de-quantize a model), nodes with subgraphs, nodes of other domains,
+graph outputs, and results above ``size_limit`` elements (folding an Expand/Tile of a small
+constant into a huge initializer trades a cheap op for model size). ``Shape``/``Size`` of a tensor
+whose shape inference gave fully static dims are folded too; that needs shapes, so run shape
+inference first (``fold_constants`` does).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx.reference import ReferenceEvaluator
+from onnx_ir.passes.common import ShapeInferencePass
+
+from onnxptq.graph.passes._common import (
+    constant_array,
+    default_opset,
+    has_subgraph,
+    is_onnx_domain,
+    run_passes,
+)
+
+log = logging.getLogger(__name__)
+
+#: Ops whose result must not be computed once: they are random, or carry a quantization format.
+NEVER_FOLD = frozenset(
+    {
+        "RandomUniform",
+        "RandomNormal",
+        "RandomUniformLike",
+        "RandomNormalLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",  # with a training_mode input it is random; inference ones are removed elsewhere
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+    }
+)
+#: Default cap on the elements of a folded result (4 Mi elements = 16 MB of fp32).
+DEFAULT_SIZE_LIMIT = 1 << 22
+
+
+def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """The value's shape when every dimension is a known integer, else None."""
+    if value is None or value.shape is None:
+        return None
+    dims = []
+    for d in value.shape:
+        if not isinstance(d, int):
+            return None
+        dims.append(d)
+    return tuple(dims)
+
+
+def _fold_shape_op(node: ir.Node) -> list[np.ndarray] | None:
+    """Evaluate Shape/Size from a statically known input shape (the input itself need not be constant)."""
+    shape = _static_shape(node.inputs[0] if node.inputs else None)
+    if shape is None:
+        return None
+    if node.op_type == "Size":
+        return [np.array(math.prod(shape), dtype=np.int64)]
+    rank = len(shape)
+    start_attr = node.attributes.get("start")
+    end_attr = node.attributes.get("end")
+    start = start_attr.as_int() if start_attr is not None else 0
+    end = end_attr.as_int() if end_attr is not None else rank
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return [np.array(shape[start:end], dtype=np.int64)]
+
+
+class FoldConstantsPass(ir.passes.InPlacePass):
+    """Fold constant nodes of the main graph into initializers (subgraphs are left alone)."""
+
+    def __init__(self, size_limit: int = DEFAULT_SIZE_LIMIT, exclude_ops: frozenset[str] = NEVER_FOLD) -> None:
+        super().__init__()
+        self.size_limit = size_limit
+        self.exclude_ops = exclude_ops
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        opset = default_opset(model)
+        count = 0
+        # Topological order lets one sweep fold whole chains: a folded node's result is an
+        # initializer by the time its consumers are visited.
+        graph.sort()
+        for node in list(graph):
+            results = self._evaluate(node, opset)
+            if results is None:
+                continue
+            self._replace(graph, node, results)
+            count += 1
+        if count:
+            log.info("folded %d constant node(s)", count)
+        return ir.passes.PassResult(model, modified=bool(count))
+
+    def _foldable(self, node: ir.Node) -> bool:
+        if not is_onnx_domain(node.domain) or node.op_type in self.exclude_ops or has_subgraph(node):
+            return False
+        if not node.inputs or any(out.is_graph_output() for out in node.outputs):
+            return False
+        return any(out.uses() for out in node.outputs)
+
+    def _evaluate(self, node: ir.Node, opset: int) -> list[np.ndarray] | None:
+        if not self._foldable(node):
+            return None
+        if node.op_type in ("Shape", "Size"):
+            return _fold_shape_op(node)
+        feeds: dict[str, np.ndarray] = {}
+        for value in node.inputs:
+            if value is None:
+                continue
+            array = constant_array(value)
+            if array is None:
+                return None
+            feeds[value.name] = array
+        for out in node.outputs:
+            shape = _static_shape(out)
+            if shape is not None and math.prod(shape) > self.size_limit:
+                log.debug("not folding %s (%s): %s elements > %d", node.name, node.op_type, shape, self.size_limit)
+                return None
+        proto = ir.serde.serialize_node(node)
+        try:
+            results = ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
+        except Exception as exc:  # the reference lacks an op or rejects an attribute: keep the node
+            log.debug("not folding %s (%s): reference evaluation failed: %s", node.name, node.op_type, exc)
+            return None
+        arrays = [np.asarray(r) for r in results]
+        for out, array in zip(node.outputs, arrays):
+            if array.size > self.size_limit:
+                log.debug("not folding %s (%s): %d elements > %d", node.name, node.op_type, array.size, self.size_limit)
+                return None
+            if out.dtype is not None:
+                try:
+                    expected = out.dtype.numpy()
+                except Exception:  # an ONNX type with no NumPy equivalent
+                    return None
+                if array.dtype != expected:
+                    log.debug("not folding %s: reference gave %s, graph says %s", node.name, array.dtype, expected)
+                    return None
+        return arrays
+
+    @staticmethod
+    def _replace(graph: ir.Graph, node: ir.Node, arrays: list[np.ndarray]) -> None:
+        replacements: list[tuple[ir.Value, ir.Value]] = []
+        for out, array in zip(node.outputs, arrays):
+            if not out.uses():
+                continue
+            tensor = ir.tensor(array, name=out.name)
+            value = ir.Value(shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+            ir.convenience.replace_all_uses_with(out, value)
+            replacements.append((out, value))
+        graph.remove(node, safe=True)
+        for out, value in replacements:
+            value.name = out.name
+            graph.register_initializer(value)
+
+
+def fold_constants_passes(size_limit: int = DEFAULT_SIZE_LIMIT) -> list[ir.passes.PassBase]:
+    """Shape inference (for Shape/Size folding) followed by the folding pass."""
+    return [ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True), FoldConstantsPass(size_limit)]
+
+
+def fold_constants(model: onnx.ModelProto, *, size_limit: int = DEFAULT_SIZE_LIMIT) -> onnx.ModelProto:
+    """Return a copy of ``model`` with constant subexpressions replaced by initializers.
+
+    Constants held in ``Constant`` nodes are not seen as constants here; lift them first
+    (``lift_constants``), as ``prepare`` does.
+    """
+    return run_passes(model, *fold_constants_passes(size_limit))

@@ -1,0 +1,92 @@
+"""Raise a model's default-domain opset with ``onnx.version_converter``.
+
+Why: several formats need newer operators than old exports use (int16/int4/blocked Q/DQ need
+opset 21), and onnxruntime checks a model-local function's body against the *model's* opset, so a
+function written for opset 21 fails inside an opset-11 model. Both PP-OCR models (opset 11 and 12)
+convert to 21 and run. Model-local functions are not touched by the converter; their default-domain
+import is raised with the model when every op they use has the same definition at both versions,
+and a clear error names the function and op otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import onnx.version_converter
+
+from onnxptq.graph.io import ORT_MAX_IR_VERSION, TARGET_OPSET, load_model, pin_versions
+
+log = logging.getLogger(__name__)
+
+
+class OpsetUpgradeError(ValueError):
+    """The model (or one of its functions) cannot be converted to the requested opset."""
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    """The default-domain opset the model imports."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise OpsetUpgradeError("model imports no default-domain ('') opset")
+
+
+def _changed_ops(op_types: set[str], old: int, new: int) -> list[str]:
+    """The ops among ``op_types`` whose schema differs between opsets ``old`` and ``new``."""
+    changed = []
+    for op in sorted(op_types):
+        try:
+            if onnx.defs.get_schema(op, old).since_version != onnx.defs.get_schema(op, new).since_version:
+                changed.append(op)
+        except onnx.defs.SchemaError:
+            changed.append(op)
+    return changed
+
+
+def _upgrade_functions(model: onnx.ModelProto, target: int) -> None:
+    """Raise each model-local function's default-domain import to ``target`` where that is exact."""
+    for function in model.functions:
+        imports = {e.domain: e for e in function.opset_import}
+        entry = imports.get("") or imports.get("ai.onnx")
+        if entry is None or entry.version == target:
+            continue
+        ops = {n.op_type for n in function.node if n.domain in ("", "ai.onnx")}
+        changed = _changed_ops(ops, entry.version, target)
+        if changed:
+            raise OpsetUpgradeError(
+                f"function {function.domain}::{function.name} uses ops whose definition changed between "
+                f"opset {entry.version} and {target}: {', '.join(changed)}; rebuild the function for opset {target}"
+            )
+        entry.version = target
+
+
+def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.ModelProto:
+    """Return a copy of ``model`` converted to default-domain opset ``target``.
+
+    A model already at ``target`` is returned as a copy; a model above it raises (a downgrade
+    loses operators and is not what a quantizer should do silently).
+    """
+    current = model_opset(model)
+    if current == target:
+        return pin_versions(load_model(model))
+    if current > target:
+        raise OpsetUpgradeError(f"model opset {current} is above the target opset {target}; downgrading is not supported")
+    try:
+        converted = onnx.version_converter.convert_version(model, target)
+    except Exception as exc:
+        ops = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
+        hint = ", ".join(_changed_ops(ops, current, target)) or "none"
+        raise OpsetUpgradeError(
+            f"onnx.version_converter could not convert the model from opset {current} to {target}: {exc} "
+            f"(ops whose definition changed in between: {hint})"
+        ) from exc
+    if model_opset(converted) != target:
+        raise OpsetUpgradeError(f"version converter returned opset {model_opset(converted)}, expected {target}")
+    _upgrade_functions(converted, target)
+    # The converter keeps the old IR version; newer opsets come with a minimum IR version
+    # (opset 21 -> IR 10), which the checker and onnxruntime enforce.
+    needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
+    converted.ir_version = min(max(converted.ir_version, needed), ORT_MAX_IR_VERSION)
+    log.info("upgraded model opset %d -> %d", current, target)
+    return pin_versions(converted)
