@@ -43,16 +43,13 @@ __all__ = [
 
 def _family(fmt: str):
     """The (reference module, onnx_ops module) pair that owns ``fmt``."""
-    from .. import onnx_ops
-    from . import bfp, floating, integer, mx
+    # Import only the family asked for, so one family's modules never depend on another's.
+    import importlib
 
-    if fmt in INTEGER_FORMATS:
-        return integer, onnx_ops.integer
-    if fmt in FLOAT_FORMATS:
-        return floating, onnx_ops.floating
-    if fmt == "bfp":
-        return bfp, onnx_ops.bfp
-    return mx, onnx_ops.mx
+    family = "integer" if fmt in INTEGER_FORMATS else "floating" if fmt in FLOAT_FORMATS else fmt
+    reference = importlib.import_module(f"{__package__}.{family}")
+    builder = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.onnx_ops.{family}")
+    return reference, builder
 
 
 def fake_quantize(x: np.ndarray, fmt: str, **attrs: Any) -> np.ndarray:

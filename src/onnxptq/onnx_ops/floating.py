@@ -1,0 +1,112 @@
+"""ONNX realisation of the float element formats (reference: :mod:`onnxptq.formats.floating`).
+
+- bf16 / fp16 with scale 1 and zero point 0: ``Cast(to=BFLOAT16|FLOAT16) → Cast(to=FLOAT)``, with a
+  ``Clip`` to ± the largest finite value in front when saturating (fp16 by default).
+- bf16 / fp16 with a scale (``WeightScaled`` / ``ActivationScaled``) or a zero point: the model-local
+  function ``onnxptq.FloatQuantizeDequantize(x, scale, zero_point, bound) -> y`` with attribute ``to``
+  (the ONNX element type, 16 = BFLOAT16, 10 = FLOAT16); body
+  ``Div → Sub(0 − zp) → Clip(±bound) → Cast(to) → Cast(FLOAT) → Sub(zp) → Mul``; ``bound`` is the
+  largest finite value when saturating, +Inf otherwise.
+- fp8_e4m3 (E4M3FN) / fp8_e5m2: standard ``QuantizeLinear`` (``saturate`` attribute) →
+  ``DequantizeLinear`` with a float8 zero point 0 and a float32 scale; opset 19.
+
+Inputs of any float dtype go through the float32 core exactly as in :mod:`onnx_ops.integer`
+(``dtype=None``: ``CastLike`` on both sides, opset 15; ``"float32"``: nothing; ``"float16"``: ``Cast``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
+from ..formats.floating import check_params, float_type, resolve_saturate
+from .integer import FragmentBuilder
+
+FUNCTION_NAME = "FloatQuantizeDequantize"
+
+
+def float_function(opset: int) -> onnx.FunctionProto:
+    """``onnxptq.FloatQuantizeDequantize(x, scale, zero_point, bound) -> y``, attribute ``to``.
+
+    All float32. ``x/scale − (0 − zp)`` is ``x/scale + zp`` except that it keeps −0 when zp = 0.
+    """
+    to_ref = helper.make_attribute_ref("to", onnx.AttributeProto.INT)
+    cast = helper.make_node("Cast", ["clipped"], ["element"])
+    cast.attribute.append(to_ref)
+    nodes = [
+        helper.make_node("Constant", [], ["zero"], value=onnx.numpy_helper.from_array(np.array(0, np.float32))),
+        helper.make_node("Sub", ["zero", "zero_point"], ["neg_zp"]),
+        helper.make_node("Div", ["x", "scale"], ["ratio"]),
+        helper.make_node("Sub", ["ratio", "neg_zp"], ["shifted"]),
+        helper.make_node("Neg", ["bound"], ["neg_bound"]),
+        helper.make_node("Clip", ["shifted", "neg_bound", "bound"], ["clipped"]),
+        cast,
+        helper.make_node("Cast", ["element"], ["element_f"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["element_f", "zero_point"], ["centred"]),
+        helper.make_node("Mul", ["centred", "scale"], ["y"]),
+    ]
+    return helper.make_function(
+        DOMAIN, FUNCTION_NAME, ["x", "scale", "zero_point", "bound"], ["y"], nodes,
+        opset_imports=[helper.make_opsetid("", opset)], attributes=["to"],
+        doc_string="scaled bf16/fp16 quantize-dequantize (onnxptq.formats.floating.fake_quantize)",
+    )
+
+
+def build(
+    fmt: str,
+    x: str,
+    y: str,
+    *,
+    name: str,
+    opset: int,
+    scale: Any = 1.0,
+    zero_point: Any = 0.0,
+    saturate: bool | None = None,
+    dtype: Any = None,
+) -> QDQNodes:
+    """The fragment ``y = fake_quantize(x, fmt, scale=…, zero_point=…, saturate=…)``."""
+    t = float_type(fmt)
+    s, z = check_params(fmt, scale, zero_point)
+    sat = resolve_saturate(fmt, saturate)
+    b = FragmentBuilder(name, dtype)
+    x32 = b.to_float32(x)
+    functions: list[onnx.FunctionProto] = []
+    imports: dict[str, int] = {}
+    if t.is_fp8:
+        min_opset = max(19, b.cast_opset)
+        s_name = b.init("scale", np.asarray(s, np.float32))
+        zp_name = b.init("zero_point", np.zeros((), t.dtype))
+        q = b.node("QuantizeLinear", [x32, s_name, zp_name], "QuantizeLinear_Output", saturate=int(sat))
+        b.nodes[-1].name = f"{name}_QuantizeLinear"
+        y32 = b.node("DequantizeLinear", [q, s_name, zp_name], "DequantizeLinear_Output")
+        b.nodes[-1].name = f"{name}_DequantizeLinear"
+    elif s == 1 and z == 0:
+        min_opset = max(13, b.cast_opset)
+        v = x32
+        if sat:
+            lo = b.init("lower", np.array(-t.max, np.float32))
+            hi = b.init("upper", np.array(t.max, np.float32))
+            v = b.node("Clip", [v, lo, hi], "Saturate")
+        q = b.node("Cast", [v], "QuantizeLinear_Output", to=t.onnx_type)
+        b.nodes[-1].name = f"{name}_QuantizeLinear"
+        y32 = b.node("Cast", [q], "DequantizeLinear_Output", to=TensorProto.FLOAT)
+        b.nodes[-1].name = f"{name}_DequantizeLinear"
+    else:
+        min_opset = max(13, b.cast_opset)
+        inputs = [
+            x32,
+            b.init("scale", np.asarray(s, np.float32)),
+            b.init("zero_point", np.asarray(z, np.float32)),
+            b.init("bound", np.asarray(t.max if sat else np.inf, np.float32)),
+        ]
+        y32 = b.node(FUNCTION_NAME, inputs, "DequantizeLinear_Output", domain=DOMAIN, to=t.onnx_type)
+        b.nodes[-1].name = f"{name}_DequantizeLinear"
+        functions.append(float_function(max(opset, min_opset)))
+        imports[DOMAIN] = DOMAIN_VERSION
+    b.from_float32(y32, x, y)
+    return QDQNodes(nodes=b.nodes, initializers=b.initializers, functions=functions, opset_imports=imports,
+                    min_opset=min_opset)
