@@ -1,0 +1,19 @@
+"""``python -m onnxptq.tools.convert_fp32_to_bf16 --input IN --output OUT [--format with_cast]``.
+
+Converts a float32 model to BF16 without calibration data (see :mod:`onnxptq.bf16` for the formats).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from onnxptq.tools._convert_cli import main as _main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return _main(argv, source="fp32", prog="python -m onnxptq.tools.convert_fp32_to_bf16")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
