@@ -174,7 +174,7 @@ def _result_files(folder: Path, role: str) -> list[str]:
     if not folder.exists():
         raise FileNotFoundError(f"{role} results folder not found: {folder}")
     if not folder.is_dir():
-        raise NotADirectoryError(f"{role} results path is not a folder: {folder}")
+        raise EvaluateError(f"{role} results path is not a folder: {folder}")
     return sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
 
 
