@@ -95,7 +95,7 @@ def quantize(
         io.check_output_path(output, (model,))
     proto = io.load_model(model)
     check.check_model(proto, source)
-    inputs = readers.ModelInput.from_model(proto)
+    inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare(proto, opset=max(cfg.opset or 0, io.TARGET_OPSET, _opset(proto)),
                        fold_batchnorm=cfg.fold_batchnorm, fold_constants=cfg.optimize)

@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="A8W8", help="configuration preset (default A8W8; see `onnxptq inspect --presets`)")
     p.add_argument("--data", help="calibration data: a folder of .npy/.npz, or one .npz keyed by input name (samples on axis 0)")
     p.add_argument("--calib-size", type=int, default=None, help="use at most this many calibration samples")
-    p.add_argument("--batch-size", type=int, default=1, help="samples per onnxruntime run during calibration")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per onnxruntime run during calibration (default: as the data comes)")
     p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -157,7 +157,7 @@ class CalibrationOptions:
     """How the one streaming calibration pass runs."""
 
     data_size: int | None = None  # use at most this many samples (None: all)
-    batch_size: int = 1  # samples per onnxruntime run
+    batch_size: int | None = None  # samples per onnxruntime run (None: as the data comes)
     num_bins: int = 2048
     moving_average: bool = False
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
