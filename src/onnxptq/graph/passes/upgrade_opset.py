@@ -3,7 +3,8 @@
 Why: several formats need newer operators than old exports use (int16/int4/blocked Q/DQ need
 opset 21), and onnxruntime checks a model-local function's body against the *model's* opset, so a
 function written for opset 21 fails inside an opset-11 model. Both PP-OCR models (opset 11 and 12)
-convert to 21 and run. Model-local functions are not touched by the converter; their default-domain
+convert to 21 and run. The converter drops model-local functions (onnx 1.23); we restore them and
+raise their default-domain
 import is raised with the model when every op they use has the same definition at both versions,
 and a clear error names the function and op otherwise.
 """
@@ -83,6 +84,10 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
         ) from exc
     if model_opset(converted) != target:
         raise OpsetUpgradeError(f"version converter returned opset {model_opset(converted)}, expected {target}")
+    if len(converted.functions) != len(model.functions):
+        # onnx.version_converter drops model-local functions; put them back, then raise their opset.
+        del converted.functions[:]
+        converted.functions.extend(model.functions)
     _upgrade_functions(converted, target)
     # The converter keeps the old IR version; newer opsets come with a minimum IR version
     # (opset 21 -> IR 10), which the checker and onnxruntime enforce.

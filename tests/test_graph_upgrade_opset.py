@@ -1,0 +1,74 @@
+"""Tests for upgrade_opset: conversion runs, functions follow the model opset, errors are clear."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.graph.passes import OpsetUpgradeError, model_opset, upgrade_opset
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _model(opset: int = 11, functions: list[onnx.FunctionProto] = ()) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
+        helper.make_node("ReduceSum", ["c"], ["s"], axes=[1], keepdims=1),  # axes moved to an input in 13
+        helper.make_node("Squeeze", ["s"], ["sq"], axes=[1]),
+    ]
+    if functions:
+        nodes.append(helper.make_node("Twice", ["sq"], ["y"], domain="onnxptq"))
+    else:
+        nodes.append(helper.make_node("Relu", ["sq"], ["y"]))
+    inits = [numpy_helper.from_array(np.float32(-1), "lo"), numpy_helper.from_array(np.float32(1), "hi")]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        inits,
+    )
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("onnxptq", 1)] if functions else [])
+    return helper.make_model(graph, opset_imports=imports, ir_version=7, functions=list(functions))
+
+
+def _function(op: str) -> onnx.FunctionProto:
+    inputs = ["a", "a"] if op == "Add" else ["a"]
+    return helper.make_function("onnxptq", "Twice", ["a"], ["b"], [helper.make_node(op, inputs, ["b"])], [helper.make_opsetid("", 11)])
+
+
+def test_upgrade_to_21_runs_and_matches() -> None:
+    model = _model()
+    up = upgrade_opset(model, 21)
+    assert model_opset(up) == 21 and model_opset(model) == 11
+    assert up.ir_version == 10
+    onnx.checker.check_model(up)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_run(up, {"x": x})[0], _run(model, {"x": x})[0])
+
+
+def test_function_opset_follows_model() -> None:
+    model = _model(functions=[_function("Add")])  # Add changed at 13/14 -> must error
+    with pytest.raises(OpsetUpgradeError, match="function onnxptq::Twice .*Add"):
+        upgrade_opset(model, 21)
+    model = _model(functions=[_function("Softsign")])  # Softsign: one definition from opset 1 to 21
+    up = upgrade_opset(model, 21)
+    assert [f.name for f in up.functions] == ["Twice"]  # the converter drops them; we keep them
+    assert up.functions[0].opset_import[0].version == 21
+    onnx.checker.check_model(up)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_run(up, {"x": x})[0], _run(model, {"x": x})[0])
+
+
+def test_downgrade_and_bad_model_raise() -> None:
+    with pytest.raises(OpsetUpgradeError, match="above the target"):
+        upgrade_opset(_model(17), 13)
+    bad = _model()
+    bad.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(OpsetUpgradeError, match="from opset 11 to 21"):
+        upgrade_opset(bad, 21)
