@@ -5,6 +5,8 @@
   16- and 4-bit types and every blocked form need opset 21.
 - int32/uint32: standard QuantizeLinear has no 32-bit output, so the pair is the model-local
   function ``onnxptq.Int32QuantizeDequantize`` / ``onnxptq.UInt32QuantizeDequantize``
+  (the same body, with the type's bounds, also serves a blocked or per-axis int4 fragment whose
+  scales span more than 2^13, see ``_GUARD_MAX_RATIO``)
   ``(x: float32, scale: float32, zero_point: int32|uint32) -> float32`` built from Div, Round,
   Cast, Add, Clip, IsNaN, Where, Sub, Mul. Its scale/zero point must already broadcast against
   ``x``; per-axis and blocked fragments reshape (``Reshape`` to ``[1,…,C,…,1]``) or expand
@@ -31,8 +33,22 @@ from onnx import TensorProto, helper, numpy_helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.integer import int_type
 
-#: Function names in the :data:`DOMAIN` domain, per 32-bit type.
-FUNCTION_NAMES = {"int32": "Int32QuantizeDequantize", "uint32": "UInt32QuantizeDequantize"}
+#: Function names in the :data:`DOMAIN` domain (the 32-bit types always use them; the others only in
+#: the rare case described in :func:`build`).
+FUNCTION_NAMES = {
+    "int4": "Int4QuantizeDequantize", "uint4": "UInt4QuantizeDequantize",
+    "int8": "Int8QuantizeDequantize", "uint8": "UInt8QuantizeDequantize",
+    "int16": "Int16QuantizeDequantize", "uint16": "UInt16QuantizeDequantize",
+    "int32": "Int32QuantizeDequantize", "uint32": "UInt32QuantizeDequantize",
+}
+
+#: onnxruntime 1.31's blocked QuantizeLinear (every type) and per-axis int4/uint4 QuantizeLinear
+#: convert ``x/scale`` to int32 before saturating, so |x/scale| >= 2^31 (and ±Inf) come out as qmin.
+#: NaN likewise becomes INT_MIN + zero_point (wrapping to qmax when zp < 0).
+#: The fragment maps NaN to the lower bound and clips x to ±(min scale)·2^30 first, which keeps every such value saturating the
+#: right way as long as max/min scale <= 2^13 (then ±bound/scale is still beyond any 16-bit range).
+_GUARD_EXP = 30
+_GUARD_MAX_RATIO = 2.0**13
 
 _STANDARD_Q = ("int4", "uint4", "int8", "uint8", "int16", "uint16")
 
@@ -182,11 +198,11 @@ def _broadcast(b: FragmentBuilder, ref: str, params: list[str], kind: str, axis:
 # --------------------------------------------------------------------------------------------
 
 
-def int32_function(fmt: str, opset: int) -> onnx.FunctionProto:
-    """``onnxptq.(U)Int32QuantizeDequantize(x, scale, zero_point) -> y`` with a body for ``opset``.
+def int_function(fmt: str, opset: int) -> onnx.FunctionProto:
+    """``onnxptq.<Fmt>QuantizeDequantize(x, scale, zero_point) -> y`` with a body for ``opset``.
 
     ``r = Round(x/scale)`` (float32, half to even); ``q = clip(double(r) + zp, qmin, qmax)`` exactly in
-    float64, NaN → qmin (as QuantizeLinear); ``y = float32(q − zp) · scale``.
+    float64, NaN → qmin (as QuantizeLinear); ``y = float32(int64(q) − zp) · scale``.
     """
     t = int_type(fmt)
     dbl = TensorProto.DOUBLE
@@ -202,7 +218,11 @@ def int32_function(fmt: str, opset: int) -> onnx.FunctionProto:
         helper.make_node("Clip", ["shifted", "qmin", "qmax"], ["clipped"]),
         helper.make_node("IsNaN", ["rounded"], ["is_nan"]),
         helper.make_node("Where", ["is_nan", "qmin", "clipped"], ["q"]),
-        helper.make_node("Sub", ["q", "zp_d"], ["centred"]),
+        # Back through int64: exact, and turns Round's −0 into 0 (onnxruntime drops "+ 0" as a no-op,
+        # so float arithmetic alone would leak −0 where QuantizeLinear gives +0).
+        helper.make_node("Cast", ["q"], ["q_i"], to=TensorProto.INT64),
+        helper.make_node("Cast", ["zero_point"], ["zp_i"], to=TensorProto.INT64),
+        helper.make_node("Sub", ["q_i", "zp_i"], ["centred"]),
         helper.make_node("Cast", ["centred"], ["centred_f"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["centred_f", "scale"], ["y"]),
     ]
@@ -246,18 +266,29 @@ def build(
         attrs["block_size"] = int(block_size)
     functions: list[onnx.FunctionProto] = []
     imports: dict[str, int] = {}
-    if t.name in _STANDARD_Q:
+    needs_guard = kind == "block" or (kind == "axis" and t.bits == 4)
+    s_min, s_max = float(s.min()), float(s.max())
+    standard = t.name in _STANDARD_Q and not (needs_guard and s_max / s_min > _GUARD_MAX_RATIO)
+    if standard:
+        if needs_guard:
+            bound = np.float32(s_min) * np.float32(2.0**_GUARD_EXP)
+            lo = b.init("guard_lower", np.array(-bound, np.float32))
+            hi = b.init("guard_upper", np.array(bound, np.float32))
+            # NaN too: those kernels turn it into INT_MIN + zero_point, which wraps for zp < 0.
+            nan = b.node("IsNaN", [x32], "GuardIsNaN")
+            x32 = b.node("Where", [nan, lo, b.node("Clip", [x32, lo, hi], "GuardClip")], "Guard")
         zp_name = b.init("zero_point", zp)
         q = b.node("QuantizeLinear", [x32, s_name, zp_name], "QuantizeLinear_Output", **attrs)
         b.nodes[-1].name = f"{name}_QuantizeLinear"
         y32 = b.node("DequantizeLinear", [q, s_name, zp_name], "DequantizeLinear_Output", **attrs)
         b.nodes[-1].name = f"{name}_DequantizeLinear"
     else:
-        zp_name = b.init("zero_point", zp)
+        # Shape ops have no int4 kernels in onnxruntime: narrow zero points travel as int32 (exact).
+        zp_name = b.init("zero_point", zp if t.bits == 32 else zp.astype(np.int32))
         s_b, zp_b = _broadcast(b, x32, [s_name, zp_name], kind, axis, block_size)
         y32 = b.node(FUNCTION_NAMES[t.name], [x32, s_b, zp_b], "DequantizeLinear_Output", domain=DOMAIN)
         b.nodes[-1].name = f"{name}_DequantizeLinear"
-        functions.append(int32_function(t.name, body_opset))
+        functions.append(int_function(t.name, body_opset))
         imports[DOMAIN] = DOMAIN_VERSION
     b.from_float32(y32, x, y)
     return QDQNodes(nodes=b.nodes, initializers=b.initializers, functions=functions, opset_imports=imports,

@@ -1,0 +1,50 @@
+"""Shared helpers for the format tests: test data, running a fragment in onnxruntime, bit comparison."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+F32 = np.finfo(np.float32)
+
+#: Values every format must handle: zeros, fp32 subnormals, infinities, NaN, normal extremes.
+EDGE_VALUES = np.array(
+    [0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.1754942e-38, F32.tiny, -F32.tiny, F32.max, -F32.max,
+     np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0, 0.5, -0.5, 65504.0, 65520.0, -65520.0, 448.0, 464.0,
+     57344.0, 61440.0, 3.3895314e38, 3.39e38],
+    dtype=np.float32,
+)
+
+
+def log_uniform(n: int, seed: int = 0) -> np.ndarray:
+    """``n`` float32 values with magnitudes log-uniform over 1e-6…1e6 and random signs."""
+    rng = np.random.default_rng(seed)
+    mag = np.exp(rng.uniform(np.log(1e-6), np.log(1e6), n))
+    return (mag * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+
+
+def sample_values(n: int = 100_000, seed: int = 0) -> np.ndarray:
+    """Log-uniform values with the edge cases placed at the front (total length ``n``)."""
+    x = log_uniform(n, seed)
+    x[: EDGE_VALUES.size] = EDGE_VALUES
+    return x
+
+
+def run_model(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """Run a one-input model ``x -> y`` in a plain onnxruntime CPU session."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def assert_same_bits(got: np.ndarray, want: np.ndarray, context: str = "") -> None:
+    """Equal dtype, shape and bit patterns; NaN only needs to be NaN in both (payloads may differ)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{context}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{context}: shape {got.shape} != {want.shape}"
+    gn, wn = np.isnan(got), np.isnan(want)
+    np.testing.assert_array_equal(gn, wn, err_msg=f"{context}: NaN positions differ")
+    view = np.uint32 if got.dtype == np.float32 else np.uint16
+    g = np.where(gn, 0, got).view(view) if got.dtype.kind == "f" else got
+    w = np.where(wn, 0, want).view(view) if want.dtype.kind == "f" else want
+    np.testing.assert_array_equal(g, w, err_msg=f"{context}: bit patterns differ")
