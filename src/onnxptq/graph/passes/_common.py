@@ -8,8 +8,6 @@ never see the IR), while ``prepare`` composes the same work as onnx-ir passes on
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -78,11 +76,6 @@ def has_subgraph(node: ir.Node) -> bool:
     )
 
 
-def all_graphs(model: ir.Model) -> Iterator[ir.Graph]:
-    """The main graph and every subgraph, recursively (onnx-ir's ``Model.graphs``)."""
-    return iter(model.graphs())
-
-
 def unique_name(model_names: set[str], base: str) -> str:
     """A name not in ``model_names`` derived from ``base``; the name is reserved on return."""
     name = base
@@ -116,23 +109,3 @@ def make_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
     graph.register_initializer(value)
     return value
-
-
-def replace_output(old: ir.Value, new: ir.Value) -> None:
-    """Point every consumer of ``old`` (subgraphs included) and any graph output at ``new``.
-
-    When ``old`` was a graph output, ``new`` takes its name so the model's interface is unchanged;
-    call this after the producer of ``old`` has released the name (removed or renamed).
-    """
-    was_output = old.is_graph_output()
-    name = old.name
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-    if was_output:
-        old.name = None
-        new.name = name
-
-
-def count_ops(model: onnx.ModelProto, op_types: Iterable[str] | None = None) -> int:
-    """Number of nodes in the main graph (only those of ``op_types`` when given)."""
-    wanted = set(op_types) if op_types is not None else None
-    return sum(1 for n in model.graph.node if wanted is None or n.op_type in wanted)
