@@ -171,12 +171,15 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
 
 def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.ndarray]], cfg: QuantConfig) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics."""
-    from .calibration import collectors, runner
+    from .calibration import runner
 
-    wanted = {}
+    wanted: dict[str, Any] = {}
     for name in plan.needs_calibration():
-        method = plan.tensors[name].quant.calibration
-        wanted[name] = collectors.factory_for(method, num_bins=cfg.calibration.num_bins)
+        quant = plan.tensors[name].quant
+        spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
+        if cfg.calibration.num_bins is not None:
+            spec["num_bins"] = cfg.calibration.num_bins
+        wanted[name] = spec
     if not wanted:
         # Nothing needs statistics, but the feeds still validate the data and give eval samples.
         for _ in feeds:

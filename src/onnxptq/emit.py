@@ -129,6 +129,7 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     inserts: dict[str | None, list[onnx.NodeProto]] = {}
     renamed_outputs: dict[str, str] = {}
     producer = {o: n.name for n in graph.node for o in n.output if o}
+    elem_types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.input) + list(graph.output)}
 
     for tplan in plan.tensors.values():
         name = tplan.name
@@ -146,8 +147,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             target = name
         else:
             target = b.fresh(target)
-        frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset,
-                         **quantizer_attrs(tplan, tparams))
+        attrs = quantizer_attrs(tplan, tparams)
+        if tplan.quant.format not in ("bfp", "mx"):
+            # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
+            attrs["dtype"] = "float16" if elem_types.get(name) == onnx.TensorProto.FLOAT16 else "float32"
+        frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset, **attrs)
         inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
         if name not in graph_outputs:
             replacement[name] = target

@@ -263,6 +263,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             if not name or (data_positions is not None and index not in data_positions):
                 continue
             is_init = name in g.initializers
+            if config.fuse_activations and index == 0 and node.op_type in FUSIBLE_ACTIVATIONS and name in g.producer:
+                producer = g.producer[name]
+                if producer.name in selected_names and _feeds_fused_activation(producer, name, g, selected_names):
+                    continue  # fused with its producer: no quantizer in between
             if (node.op_type, index) in BIAS_INPUTS and is_init:
                 weight_name = node.input[1] if len(node.input) > 1 else ""
                 quant = spec_for(node, "bias")

@@ -56,8 +56,8 @@ def _integer_params(quant, rmin, rmax) -> QParams:
 
 
 def _float_params(quant, rmin, rmax) -> QParams:
-    scale = floating.compute_float_scale(rmin, rmax, quant.format, scaled=quant.scaled, symmetric=quant.symmetric)
-    return QParams(scale=np.asarray(scale, dtype=np.float32))
+    scale, zero_point = floating.compute_float_scale(rmin, rmax, quant.format, scaled=quant.scaled, symmetric=quant.symmetric)
+    return QParams(scale=np.asarray(scale, dtype=np.float32), zero_point=np.asarray(zero_point, dtype=np.float32))
 
 
 def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[str, QParams]:

@@ -158,7 +158,7 @@ class CalibrationOptions:
 
     data_size: int | None = None  # use at most this many samples (None: all)
     batch_size: int | None = None  # samples per onnxruntime run (None: as the data comes)
-    num_bins: int = 2048
+    num_bins: int | None = None  # None: each method's own default (percentile 2048, entropy 128)
     moving_average: bool = False
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     progress: bool = True
