@@ -79,6 +79,12 @@ SHAPE_INPUTS = frozenset(
 #: Ops whose outputs describe shapes, not data: float values derived only from them stay float.
 SHAPE_SOURCES = frozenset({"Shape", "Size"})
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: Ops that a BF16 device runs on its matrix engine: with ``activations="compute_inputs"`` only their
+#: float activation inputs are rounded (weights always are).
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
+#: Where activations are rounded in with_cast/customqdq: after every op ("all", the reference
+#: tool's layout) or only where a matrix op reads them ("compute_inputs").
+ACTIVATION_MODES = ("all", "compute_inputs")
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +252,7 @@ class _Context:
     names: _Names
     fmt: str
     target: int = BFLOAT16
+    activations: str = "all"
     stats: dict[str, int] = field(default_factory=lambda: {"weights": 0, "rounding_points": 0, "float_islands": 0})
 
     def is_float(self, name: str) -> bool:
@@ -343,7 +350,8 @@ def _insert_rounding(ctx: _Context, graph: onnx.GraphProto, exact: set[str], sca
     """Add rounding points to ``graph`` (recursively) for with_cast / customqdq / simulate_bf16."""
     head = _convert_weights_rounded(ctx, graph, scale_name)
     weights = {i.name for i in graph.initializer if i.data_type == FLOAT} | {n.output[0] for n in head}
-    exact = set(exact) | weights | {i.name for i in graph.input if not top}
+    carried = {i.name for i in graph.input} if not top and ctx.activations == "all" else set()
+    exact = set(exact) | weights | carried
     nodes: list[onnx.NodeProto] = list(head)
     if top:
         for inp in graph.input:
@@ -353,12 +361,25 @@ def _insert_rounding(ctx: _Context, graph: onnx.GraphProto, exact: set[str], sca
             _rename_uses(graph, inp.name, rounded)
             nodes.extend(_rounding_nodes(ctx, inp.name, rounded, scale_name))
             exact.add(rounded)
+    rounded_for_compute: dict[str, str] = {}
     for node in list(graph.node):
         for sub in _subgraphs(node):
             _insert_rounding(ctx, sub, exact, scale_name, top=False)
-        nodes.append(node)
         if ctx.fmt == "simulate_bf16":
+            nodes.append(node)
             continue
+        if ctx.activations == "compute_inputs":
+            if node.op_type in COMPUTE_OPS and node.domain in ("", "ai.onnx"):
+                for idx, name in enumerate(node.input):
+                    if not name or name in exact or not ctx.is_float(name):
+                        continue
+                    if name not in rounded_for_compute:
+                        rounded_for_compute[name] = ctx.names(f"{name}_bf16_rounded")
+                        nodes.extend(_rounding_nodes(ctx, name, rounded_for_compute[name], scale_name))
+                    node.input[idx] = rounded_for_compute[name]
+            nodes.append(node)
+            continue
+        nodes.append(node)
         float_inputs = [i for i in node.input if i and ctx.types.get(i) in (FLOAT, None)]
         closed = node.op_type in BF16_CLOSED_OPS and all(i in exact for i in float_inputs)
         for idx, out in enumerate(node.output):
@@ -421,6 +442,26 @@ def has_cpu_kernel(node: onnx.NodeProto, input_types: list[int | None], output_t
     return ok
 
 
+def _make_island(
+    ctx: _Context, node: onnx.NodeProto, nodes: list[onnx.NodeProto], low: set[str], widened: dict[str, str], float_outs: list[str]
+) -> None:
+    """Append ``node`` to run in float32: Casts widen its low-precision inputs and narrow its outputs."""
+    ctx.stats["float_islands"] += 1
+    for idx, name in enumerate(node.input):
+        if name in low:
+            if name not in widened:
+                widened[name] = ctx.names(f"{name}_fp32")
+                nodes.append(helper.make_node("Cast", [name], [widened[name]], name=widened[name], to=FLOAT))
+            node.input[idx] = widened[name]
+    nodes.append(node)
+    for idx, out in enumerate(node.output):
+        if out in float_outs:
+            produced = ctx.names(f"{out}_fp32")
+            node.output[idx] = produced
+            nodes.append(helper.make_node("Cast", [produced], [out], name=ctx.names(f"{out}_cast"), to=ctx.target))
+            low.add(out)
+
+
 def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool, opsets: dict[str, int]) -> None:
     """Convert ``graph`` (recursively) to real ``ctx.target`` tensors with float islands."""
     T = ctx.target
@@ -455,10 +496,11 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
     for node in list(graph.node):
         float_outs = [o for o in node.output if o and ctx.is_float(o)]
         if any(True for _ in _subgraphs(node)):
+            # onnxruntime's If/Loop/Scan kernels take no bfloat16 state, so the node is a float
+            # island: float in and out, its bodies bf16 inside with Casts at their own borders.
             for sub in _subgraphs(node):
-                _retype_bf16(ctx, sub, low, top=False, opsets=opsets)
-            nodes.append(node)
-            low.update(float_outs)
+                _retype_bf16(ctx, sub, low, top=True, opsets=opsets)
+            _make_island(ctx, node, nodes, low, widened, float_outs)
             continue
         if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
             to = next(a for a in node.attribute if a.name == "to")
@@ -477,20 +519,7 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
             nodes.append(node)
             low.update(float_outs)
             continue
-        ctx.stats["float_islands"] += 1
-        for idx, name in enumerate(node.input):
-            if name in low:
-                if name not in widened:
-                    widened[name] = ctx.names(f"{name}_fp32")
-                    nodes.append(helper.make_node("Cast", [name], [widened[name]], name=widened[name], to=FLOAT))
-                node.input[idx] = widened[name]
-        nodes.append(node)
-        for idx, out in enumerate(node.output):
-            if out in float_outs:
-                produced = ctx.names(f"{out}_fp32")
-                node.output[idx] = produced
-                nodes.append(helper.make_node("Cast", [produced], [out], name=ctx.names(f"{out}_cast"), to=T))
-                low.add(out)
+        _make_island(ctx, node, nodes, low, widened, float_outs)
     del graph.node[:]
     graph.node.extend(nodes)
     if top:
@@ -524,6 +553,7 @@ def convert_float_to_bf16(
     *,
     optimize: bool = True,
     merge_matmuls: bool = True,
+    activations: str = "compute_inputs",
     target: int = BFLOAT16,
 ) -> onnx.ModelProto:
     """Convert a float32 model to one of the BF16 layouts (see the module docstring).
@@ -540,7 +570,10 @@ def convert_float_to_bf16(
     work.CopyFrom(model)
     _check_float_model(work)
     work = prepare_graph(work, optimize=optimize, merge_matmuls=merge_matmuls)
+    if activations not in ACTIVATION_MODES:
+        raise ValueError(f"unknown activations mode {activations!r}; expected one of {', '.join(ACTIVATION_MODES)}")
     ctx = _analyse(work, fmt, target)
+    ctx.activations = activations
     opsets = {o.domain or "": o.version for o in work.opset_import}
     if fmt == "bf16":
         _retype_bf16(ctx, work.graph, set(), top=True, opsets=opsets)
@@ -671,6 +704,7 @@ def convert_model(
     keep_io_types: bool = True,
     optimize: bool = True,
     merge_matmuls: bool = True,
+    activations: str = "compute_inputs",
 ) -> onnx.ModelProto:
     """Convert an fp32 (``source="fp32"``) or fp16 (``source="fp16"``) model to BF16 in memory.
 
@@ -687,14 +721,17 @@ def convert_model(
     if source == "fp32":
         if _has_type(model, FLOAT16) and not _has_type(model, FLOAT):
             raise ValueError("the input model is float16; use convert_fp16_to_bf16 (onnxptq convert --from fp16)")
-        converted = convert_float_to_bf16(model, fmt, optimize=optimize, merge_matmuls=merge_matmuls)
+        converted = convert_float_to_bf16(
+            model, fmt, optimize=optimize, merge_matmuls=merge_matmuls, activations=activations
+        )
     else:
         from onnxptq.fp16 import convert_float16_to_float
 
         if not _has_type(model, FLOAT16):
             log.warning("the input model holds no float16 tensors; converting it as a float32 model")
         converted = convert_float_to_bf16(
-            convert_float16_to_float(model), fmt, optimize=optimize, merge_matmuls=merge_matmuls
+            convert_float16_to_float(model), fmt, optimize=optimize, merge_matmuls=merge_matmuls,
+            activations=activations,
         )
         if keep_io_types:
             set_io_types(converted, {k: v for k, v in declared.items() if v == FLOAT16})
@@ -713,6 +750,7 @@ def convert_file(
     keep_io_types: bool = True,
     optimize: bool = True,
     merge_matmuls: bool = True,
+    activations: str = "compute_inputs",
 ) -> str:
     """Load ``input_path``, convert it (see :func:`convert_model`) and write ``output_path`` atomically.
 
@@ -726,7 +764,8 @@ def convert_file(
     check_output_path(output_path, (input_path,))
     model = load_model(input_path)
     converted = convert_model(
-        model, fmt, source=source, keep_io_types=keep_io_types, optimize=optimize, merge_matmuls=merge_matmuls
+        model, fmt, source=source, keep_io_types=keep_io_types, optimize=optimize, merge_matmuls=merge_matmuls,
+        activations=activations,
     )
     save_model(converted, output_path, external_data=True if save_as_external_data else None)
     return str(output_path)

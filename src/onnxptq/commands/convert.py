@@ -11,7 +11,7 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from onnxptq.bf16 import FORMATS
+    from onnxptq.bf16 import ACTIVATION_MODES, FORMATS
 
     p = sub.add_parser("convert", help="convert a float32/float16 model to bfloat16", description=__doc__)
     p.add_argument("model", nargs="?", help="input ONNX model (or --input)")
@@ -22,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save_as_external_data", action="store_true", help="write tensors to <output>.data")
     p.add_argument("--no-optimize", action="store_true", help="skip constant folding, CSE, BN folding, MatMul merge")
     p.add_argument("--no-merge-matmuls", action="store_true", help="keep MatMuls that share an input separate")
+    p.add_argument("--activations", default="compute_inputs", choices=ACTIVATION_MODES,
+                   help="round activations at matrix-op inputs (default) or after every op (all)")
     p.add_argument("--float-io", action="store_true", help="float32 inputs/outputs for an fp16 model")
     p.set_defaults(func=run)
 
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         keep_io_types=not args.float_io,
         optimize=not args.no_optimize,
         merge_matmuls=not args.no_merge_matmuls,
+        activations=args.activations,
     )
     print(f"converted {source_path} ({source}) to bfloat16 ({args.format}): {out}")
     return 0

@@ -1,7 +1,7 @@
 """Argument handling shared by ``convert_fp32_to_bf16`` and ``convert_fp16_to_bf16``.
 
 The flags are the reference tool's (spec §6.4/§6.5): ``--input``, ``--output``, ``--format``,
-``--save_as_external_data``; plus ours: ``--no_optimize``, ``--no_merge_matmuls`` and, for fp16
+``--save_as_external_data``; plus ours: ``--activations``, ``--no_optimize``, ``--no_merge_matmuls`` and, for fp16
 models, ``--float_io``. The reference silently ignores unknown arguments; we warn about them, so a
 typo in a flag is seen but scripts written for the reference keep working.
 """
@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Sequence
 
-from onnxptq.bf16 import FORMATS, convert_file
+from onnxptq.bf16 import ACTIVATION_MODES, FORMATS, convert_file
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser, *, fp16_flag: bool) -> None:
@@ -33,6 +33,13 @@ def add_convert_arguments(parser: argparse.ArgumentParser, *, fp16_flag: bool) -
     )
     parser.add_argument(
         "--no_merge_matmuls", action="store_true", help="keep MatMuls that share an input separate"
+    )
+    parser.add_argument(
+        "--activations",
+        default="compute_inputs",
+        choices=ACTIVATION_MODES,
+        help="with_cast/customqdq: round activations where Conv/MatMul/Gemm read them (compute_inputs, "
+        "default, about float speed) or after every op as the reference tool does (all, slower)",
     )
     if fp16_flag:
         parser.add_argument(
@@ -55,6 +62,7 @@ def run_conversion(args: argparse.Namespace, source: str) -> int:
         keep_io_types=not getattr(args, "float_io", False),
         optimize=not args.no_optimize,
         merge_matmuls=not args.no_merge_matmuls,
+        activations=args.activations,
     )
     print(f"Converted {args.input} ({source}) to bfloat16 ({args.format}): {out}")
     return 0
