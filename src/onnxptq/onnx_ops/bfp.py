@@ -115,51 +115,67 @@ class _Graph:
             return self.op(op_type, x, self.i64(*axes), keepdims=keepdims)
         return self.op(op_type, x, axes=axes, keepdims=keepdims)
 
-    def if_(self, cond: str, then: "_Graph", then_out: str, other: "_Graph", other_out: str) -> str:
-        def graph(g: _Graph, out: str, tag: str) -> onnx.GraphProto:
-            return helper.make_graph(g.nodes, self.fresh(tag), [], [helper.make_tensor_value_info(out, _F, None)])
+    def if_(
+        self, cond: str, then: "_Graph", then_out: str, other: "_Graph", other_out: str, out: str | None = None
+    ) -> str:
+        def graph(g: _Graph, name: str, tag: str) -> onnx.GraphProto:
+            return helper.make_graph(g.nodes, self.fresh(tag), [], [helper.make_tensor_value_info(name, _F, None)])
 
-        return self.op("If", cond, then_branch=graph(then, then_out, "then"), else_branch=graph(other, other_out, "else"))
+        out = out or self.fresh("if")
+        self.nodes.append(
+            helper.make_node(
+                "If", [cond], [out], then_branch=graph(then, then_out, "then"), else_branch=graph(other, other_out, "else")
+            )
+        )
+        return out
 
 
 # ------------------------------------------------------------------------------- building blocks
 
 
 def _pow2_floor(g: _Graph, a: str) -> str:
-    """``2^floor(log2 a)`` for finite ``a >= 2^-127``, exactly.
+    """``2^floor(log2 a)`` for finite ``a >= 2^-127``, exactly, with arithmetic only.
 
-    Veltkamp split in float64: ``c = a·(2^52+1)``, ``h = c - (c - a)`` is ``a`` rounded to one
-    significant bit, i.e. ``2^e`` or ``2^(e+1)``; halve where it rounded up. float64 keeps
-    ``a·(2^52+1)`` finite and float32 subnormals normal, so no special cases remain.
+    In float64, ``b = a·(3/4 + 2^-40)`` lies strictly inside ``(0.75·2^e, 1.5·2^e)`` for
+    ``a`` in ``[2^e, 2^(e+1))`` (a float32 has 24 bits, so the product's rounding error is far
+    below the margins), and rounding ``b`` to one significant bit gives ``2^e`` with no tie. The
+    rounding is a Veltkamp split: ``c = b·(2^52+1)``, ``h = c - (c - b)``. float64 keeps every
+    step finite and float32 subnormals normal; no Where/compare (slow in onnxruntime) is needed.
     """
-    ad = g.op("Cast", a, to=TensorProto.DOUBLE)
-    c = g.op("Mul", ad, g.const(2.0**52 + 1.0, np.float64))
-    h = g.op("Sub", c, g.op("Sub", c, ad))
-    p = g.op("Where", g.op("Greater", h, ad), g.op("Mul", h, g.const(0.5, np.float64)), h)
-    return g.op("Cast", p, to=_F)
+    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const(0.75 + 2.0**-40, np.float64))
+    c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
+    h = g.op("Sub", c, g.op("Sub", c, b))
+    return g.op("Cast", h, to=_F)
 
 
 def _round(g: _Graph, v: str, mode: int, py3_zero: bool, zero: str) -> str:
-    """Round ``v`` (float32 codes) the way the reference does.
+    """Round ``v`` (float32 codes) the way the reference does, signs of zero included.
 
-    mode 2: half to even. With ``py3_zero`` (``to_bfp``), v in [-0.5, 0) gives +0 and v = -0
-    stays -0, like the tool's ``py3_round``: ``Round(v) + zero`` turns every -0 into +0 (``zero``
-    is a runtime +0 tensor, so graph optimisers cannot drop the Add as a no-op) and a Where puts
-    back the exact zeros of ``v``.
-    mode 1: half towards +inf: ties that Round sent down (``v - Round(v) == 0.5``) go up.
-    mode 0: half away from zero: at a tie (``|v - Round(v)| == 0.5``) take ``v + sign(v)/2``.
-    ``v - Round(v)`` is exact in float32, so the tie tests are exact.
+    Full-tensor ``Where`` is ~20x slower than arithmetic in onnxruntime, so corrections are
+    written as ``q - c``: subtracting ``c = +0`` leaves ``q`` (and a -0) untouched, while
+    ``c = -0`` turns a -0 into +0 and ``c = ∓1`` moves a tie.
+
+    mode 2: half to even (``Round``). With ``py3_zero`` (``to_bfp``) v in [-0.5, 0) gives +0
+    while v = -0 stays -0, like the tool's ``py3_round``: ``c = (v + 0)·0`` is -0 exactly for
+    negative non-zero v (``zero`` is a runtime +0 tensor, so optimisers cannot drop the Add).
+    mode 1: half towards +inf: ties that Round sent down (``t = v - Round(v) = 0.5``) go up:
+    ``c = 0 - [t == 0.5]``.
+    mode 0: half away from zero: ties Round sent towards zero have ``t·sign(v) = 0.5``:
+    ``c = 0 - [t·sign(v) == 0.5]·sign(v)``. ``t`` is exact in float32, so the tests are exact.
     """
     q = g.op("Round", v)
     if mode == 2:
         if not py3_zero:
             return q
-        return g.op("Where", g.op("Equal", v, g.const(0.0)), v, g.op("Add", q, zero))
+        c = g.op("Mul", g.op("Add", v, zero), g.const(0.0))
+        return g.op("Sub", q, c)
     t = g.op("Sub", v, q)
     if mode == 1:
-        return g.op("Where", g.op("Equal", t, g.const(0.5)), g.op("Add", q, g.const(1.0)), q)
-    away = g.op("Add", v, g.op("Mul", g.op("Sign", v), g.const(0.5)))
-    return g.op("Where", g.op("Equal", g.op("Abs", t), g.const(0.5)), away, q)
+        hit = g.op("Cast", g.op("Equal", t, g.const(0.5)), to=_F)
+        return g.op("Sub", q, g.op("Sub", g.const(0.0), hit))
+    sign = g.op("Sign", v)
+    hit = g.op("Cast", g.op("Equal", g.op("Mul", t, sign), g.const(0.5)), to=_F)
+    return g.op("Sub", q, g.op("Sub", g.const(0.0), g.op("Mul", hit, sign)))
 
 
 def _nonfinite(g: _Graph, x: str) -> str:
@@ -198,14 +214,16 @@ def _bfp_quant(g: _Graph, x4: str, a: dict[str, Any]) -> str:
     return g.op("Mul", q, s)
 
 
-def _bfp_body(g: _Graph, x4: str, a: dict[str, Any]) -> str:
+def _bfp_body(g: _Graph, x4: str, a: dict[str, Any], tiny: str) -> str:
+    """to_bfp on ``x4`` (pre, nb, bs, post); ``tiny``: the tensor has < 2 elements (→ unchanged)."""
     fast = g.sub()
     fast_y = _bfp_quant(fast, x4, a)
     slow = g.sub()
-    bad = _nonfinite(slow, x4)
-    xz = slow.op("Where", bad, slow.const(0.0), x4)
-    slow_y = slow.op("Where", bad, x4, _bfp_quant(slow, xz, a))
-    return g.if_(_all_finite(g, x4), fast, fast_y, slow, slow_y)
+    keep = slow.op("Or", _nonfinite(slow, x4), tiny)
+    xz = slow.op("Where", keep, slow.const(0.0), x4)
+    slow_y = slow.op("Where", keep, x4, _bfp_quant(slow, xz, a))
+    ok = g.op("And", _all_finite(g, x4), g.op("Not", tiny))
+    return g.if_(ok, fast, fast_y, slow, slow_y)
 
 
 # ------------------------------------------------------------------------------ to_bfp_prime
@@ -222,11 +240,11 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
     dmax = (1 << a["sub_block_shift_bits"]) - 1
     ps = _pow2_floor(g, g.op("Max", bmax, g.const(floor)))
     if chain:
-        factor = g.const(2.0 ** (-dmax + 1 - m))
-        for i in range(dmax - 1, -1, -1):
-            hit = g.op("GreaterOrEqual", sbmax, g.op("Mul", ps, g.const(2.0**-i)))
-            factor = g.op("Where", hit, g.const(2.0 ** (-i + 1 - m)), factor)
-        s = g.op("Mul", ps, factor)
+        # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
+        s = g.op("Mul", ps, g.const(2.0 ** (-dmax + 1 - m)))
+        for i in range(dmax):
+            hit = g.op("Cast", g.op("GreaterOrEqual", sbmax, g.op("Mul", ps, g.const(2.0**-i))), to=_F)
+            s = g.op("Mul", s, g.op("Add", hit, g.const(1.0)))
     else:
         pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
         base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
@@ -236,8 +254,9 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
-def _prime_body(g: _Graph, x4: str, shape4: dict[str, str], a: dict[str, Any]) -> str:
-    """to_bfp_prime on ``x4`` (pre, nb, bs, post); returns (pre, nb, bs, post)."""
+def _prime_body(g: _Graph, x4: str, dims: dict[str, str], a: dict[str, Any], tiny: str) -> str:
+    """to_bfp_prime on ``x4`` (pre, nb, bs, post); returns the same elements in the same order
+    (as a 5-D or 4-D tensor); ``tiny``: the tensor has < 2 elements (→ unchanged)."""
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     nsb = -(-bs // k)
     m = a["bit_width"] - 9
@@ -245,17 +264,17 @@ def _prime_body(g: _Graph, x4: str, shape4: dict[str, str], a: dict[str, Any]) -
     xk = x4
     if nsb * k != bs:  # a shorter last sub-block: zero-pad every block (zeros never win a max)
         xk = g.op("Pad", x4, g.i64(0, 0, 0, 0, 0, 0, nsb * k - bs, 0))
-    shape5 = g.op("Concat", shape4["pre"], shape4["nb"], g.i64(nsb, k), shape4["post"], axis=0)
+    shape5 = g.op("Concat", dims["pre"], dims["nb"], g.i64(nsb, k), dims["post"], axis=0)
     x5 = g.op("Reshape", xk, shape5)
 
     # Blocks whose exponent is at least T need no subnormal flush: |subnormal|/scale < 1/4.
     threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
     sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [3])
     bmax = g.reduce("ReduceMax", sbmax, [2])
-    small = g.reduce(
-        "ReduceMin", g.op("Where", g.op("Equal", bmax, g.const(0.0)), g.const(np.inf), bmax), None, keepdims=0
-    )
-    ok = g.op("And", _all_finite(g, x5), g.op("GreaterOrEqual", small, g.const(threshold)))
+    low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
+    any_low = g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0)
+    ok = g.op("And", _all_finite(g, x5), g.op("Equal", any_low, g.const(0.0)))
+    ok = g.op("And", ok, g.op("Not", tiny))
 
     fast = g.sub()
     fast_y = _prime_quant(fast, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
@@ -269,12 +288,12 @@ def _prime_body(g: _Graph, x4: str, shape4: dict[str, str], a: dict[str, Any]) -
     s_sbmax = slow.reduce("ReduceMax", az, [3])
     s_bmax = slow.reduce("ReduceMax", s_sbmax, [2])
     yq = _prime_quant(slow, flushed, s_sbmax, s_bmax, a, 2.0**-127, chain=False)
-    slow_y = slow.op("Where", bad, slow.const(np.nan), yq)
+    slow_y = slow.op("Where", tiny, x5, slow.op("Where", bad, slow.const(np.nan), yq))
 
     y5 = g.if_(ok, fast, fast_y, slow, slow_y)
     if nsb * k == bs:
-        return g.op("Reshape", y5, shape4["shape"])
-    padded4 = g.op("Concat", shape4["pre"], shape4["nb"], g.i64(nsb * k), shape4["post"], axis=0)
+        return y5
+    padded4 = g.op("Concat", dims["pre"], dims["nb"], g.i64(nsb * k), dims["post"], axis=0)
     y4p = g.op("Reshape", y5, padded4)
     return g.op("Slice", y4p, g.i64(0), g.i64(bs), g.i64(2))
 
@@ -282,22 +301,24 @@ def _prime_body(g: _Graph, x4: str, shape4: dict[str, str], a: dict[str, Any]) -
 # ------------------------------------------------------------------------------------ function
 
 
-def _blocked(g: _Graph, x3: str, dims: dict[str, str], a: dict[str, Any]) -> str:
-    """Quantize ``x3`` (pre, Cp, post), Cp a multiple of block_size; same shape out."""
+def _blocked(g: _Graph, x3: str, dims: dict[str, str], a: dict[str, Any], tiny: str) -> str:
+    """Quantize ``x3`` (pre, Cp, post), Cp a multiple of block_size.
+
+    Returns the result in (pre, Cp, post) element order but in whatever shape the last op made
+    (the caller reshapes once, outside every If: a Reshape that is a branch output costs a copy).
+    """
     shape4 = g.op("Concat", dims["pre"], dims["nb"], g.i64(a["block_size"]), dims["post"], axis=0)
     x4 = g.op("Reshape", x3, shape4)
     if a["bfp_method"] == "to_bfp":
-        y4 = _bfp_body(g, x4, a)
-    else:
-        y4 = _prime_body(g, x4, {**dims, "shape": shape4}, a)
-    return g.op("Reshape", y4, g.op("Concat", dims["pre"], dims["cp"], dims["post"], axis=0))
+        return _bfp_body(g, x4, a, tiny)
+    return _prime_body(g, x4, dims, a, tiny)
 
 
 def _function(a: dict[str, Any], opset: int, name: str) -> onnx.FunctionProto:
     g = _Graph(itertools.count(), opset)
     bs = a["block_size"]
 
-    main = g.sub()
+    main = g
     xf = main.op("Cast", "x", to=_F)
     if a["convert_to_bfloat_before_bfp"]:
         xf = main.op("Cast", main.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
@@ -315,26 +336,19 @@ def _function(a: dict[str, Any], opset: int, name: str) -> onnx.FunctionProto:
     dims = {"pre": pre, "nb": nb, "post": post, "cp": cp}
     x3 = main.op("Reshape", xf, main.op("Concat", pre, chan, post, axis=0))
 
+    # A tensor of < 2 elements is returned unchanged; the exact (slow) paths handle it.
+    tiny = main.op("Less", main.op("Size", "x"), main.const(2, np.int64))
     exact = main.sub()
-    exact_y = _blocked(exact, x3, dims, a)
+    exact_y = _blocked(exact, x3, dims, a, tiny)
     ragged = main.sub()
     pads = ragged.op("Concat", ragged.i64(0, 0, 0, 0), ragged.op("Sub", cp, chan), ragged.i64(0), axis=0)
-    yp = _blocked(ragged, ragged.op("Pad", x3, pads), dims, a)
-    ragged_y = ragged.op("Slice", yp, ragged.i64(0), chan, ragged.i64(1))
+    yp = _blocked(ragged, ragged.op("Pad", x3, pads), dims, a, tiny)
+    yp3 = ragged.op("Reshape", yp, ragged.op("Concat", pre, cp, post, axis=0))
+    ragged_y = ragged.op("Slice", yp3, ragged.i64(0), chan, ragged.i64(1))
     fits = main.op("Squeeze", main.op("Equal", chan, cp), main.i64(0))
     y3 = main.if_(fits, exact, exact_y, ragged, ragged_y)
-    main_y = main.op("CastLike", main.op("Reshape", y3, shape), "x")
-
-    single = g.sub()
-    single_y = single.op("Identity", "x")
-    tiny = g.op("Less", g.op("Size", "x"), g.const(2, np.int64))
-    out = g.if_(tiny, single, single_y, main, main_y)
-    # Inner branches are float32; these two return the input's type (float32 or float16), so
-    # their declared output type is left unset.
-    for attr in g.nodes[-1].attribute:
-        for vi in attr.g.output:
-            vi.type.Clear()
-    g.nodes.append(helper.make_node("Identity", [out], ["y"]))
+    # float32 inside; for float32 inputs onnxruntime drops both Casts (unless y is a graph output).
+    main.nodes.append(helper.make_node("CastLike", [main.op("Reshape", y3, shape), "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
         name,
