@@ -22,7 +22,10 @@ non-representable value through; we treat it as a block of one). Rank-1 tensors 
 ``scale_search=1`` (our extension, off by default) tries, per block, the spec exponent ``X`` and
 ``X + 1`` (when ``X + 1 <= 127``) and keeps the one with the smaller squared error; ties keep
 ``X``. The comparison sums ``(y1 - y0) * ((y1 + y0) - 2x)`` in float64 in order along the block,
-which is the difference of the two squared errors; the ONNX function computes the same terms.
+which is the difference of the two squared errors, with ``y0``/``y1`` the values as returned (in
+the input dtype, so a candidate that overflows to Inf is never chosen); the ONNX function
+computes the same terms with a float64 ``ReduceSum``, whose summation order could differ from ours
+only by rounding in the last bits of a sum that is a near-exact tie.
 """
 
 from __future__ import annotations
@@ -176,14 +179,17 @@ def fake_quantize(
     exp = shared_exponent(amax, fmt)
     y = _dequant(xb, exp, fmt, rounding_mode)
     if scale_search:
+        # Candidates are compared as the values we would return (in the input's dtype), so one
+        # that overflows float32 or float16 has an infinite error and is never chosen.
         exp1 = np.where(exp + 1 <= E8M0_MAX, exp + 1, exp)
-        y0 = y.astype(np.float32).astype(np.float64)
-        y1 = _dequant(xb, exp1, fmt, rounding_mode).astype(np.float32).astype(np.float64)
-        delta = np.where(finite, (y1 - y0) * ((y1 + y0) - 2.0 * xb), 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y0 = y.astype(np.float32).astype(x.dtype).astype(np.float64)
+            y1 = _dequant(xb, exp1, fmt, rounding_mode).astype(np.float32).astype(x.dtype).astype(np.float64)
+            delta = np.where(finite, (y1 - y0) * ((y1 + y0) - 2.0 * xb), 0.0)
         total = np.zeros(delta.shape[:-1] + (1,), np.float64)
         for i in range(block_size):  # in order along the block, like the ONNX ReduceSum
             total = total + delta[..., i : i + 1]
-        y = np.where(total < 0, y1, y0)
+        y = np.where(total < 0, _dequant(xb, exp1, fmt, rounding_mode), y)
     y = np.where(finite, y, xb).astype(np.float32)
     y = y.reshape(xp.shape)[..., :n]
     out = np.moveaxis(y, -1, ax).reshape(x.shape)

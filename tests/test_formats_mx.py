@@ -1,0 +1,351 @@
+"""OCP MX formats: the ONNX function is bit-exact to the NumPy reference, which follows the spec.
+
+Differences from the reference tool asserted here on purpose: -0 stays -0 for FP elements, MXINT8
+codes are symmetric (no -128), a one-element tensor is quantized, and the shared exponent is
+clamped to the E8M0 range.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from _format_testing import EDGE_VALUES, assert_same_bits, log_uniform, sample_values
+from onnxptq.formats import MX_ELEMENT_DTYPES, build_qdq, fake_quantize, qdq_model
+from onnxptq.formats import mx as ref
+from onnxptq.onnx_ops import mx as onnx_mx
+
+FP_ELEMENTS = [e for e in MX_ELEMENT_DTYPES if e != "int8"]
+ML_DTYPES = {
+    "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp6_e3m2": ml_dtypes.float6_e3m2fn,
+    "fp6_e2m3": ml_dtypes.float6_e2m3fn,
+    "fp4_e2m1": ml_dtypes.float4_e2m1fn,
+}
+VARIANTS = [("int8", 0), ("int8", 1), ("int8", 2)] + [(e, 2) for e in FP_ELEMENTS]
+
+
+@functools.lru_cache(maxsize=None)
+def _session(rank: int, dtype: str, opset: int = 21, **attrs) -> ort.InferenceSession:
+    model = qdq_model("mx", [None] * rank, np.dtype(dtype), opset=opset, **attrs)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def onnx_mx_run(x: np.ndarray, **attrs) -> np.ndarray:
+    """Run the ONNX function on ``x`` (sessions cached per rank, dtype and attributes)."""
+    return _session(x.ndim, x.dtype.name, **attrs).run(None, {"x": x})[0]
+
+
+def check(x: np.ndarray, context: str = "", **attrs) -> np.ndarray:
+    """ONNX == reference bit for bit; return the reference."""
+    want = fake_quantize(x, "mx", **attrs)
+    assert_same_bits(onnx_mx_run(x, **attrs), want, f"{context} {attrs}")
+    return want
+
+
+# --------------------------------------------------------------------------------------------
+# (1) ONNX == reference
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
+def test_random_and_edge_values_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    x = sample_values(100_000, seed=1).reshape(10, 100, 100)  # 100 = 3·32 + 4: ragged blocks
+    for axis in (1, 0, -1):
+        check(x, f"axis {axis}", element_dtype=element_dtype, axis=axis, block_size=32,
+              rounding_mode=rounding_mode)
+
+
+def _edge_blocks(block: int = 8) -> np.ndarray:
+    """Blocks that hit every special path; one block per row (axis -1, block_size ``block``)."""
+    rows = []
+    tiny = np.float32(2.0**-149)
+    for amax_exp in (-149, -140, -135, -130, -128, -127, -126, -125, -120, -118, -112, -100, 0, 100,
+                     120, 126, 127):
+        base = np.float32(2.0**amax_exp)
+        r = np.array([1.0, -0.75, 0.5, -0.3, 0.127, 1.99, -1.999, 0.0], np.float64) * float(base)
+        rows.append(np.clip(r, -3.4e38, 3.4e38))
+    rows.append([tiny, -tiny, 3 * tiny, -5 * tiny, 0.0, -0.0, 7 * tiny, 2 * tiny])  # all fp32 subnormals
+    rows.append([np.finfo(np.float32).max, -np.finfo(np.float32).max, 1.0, -1.0, 3e38, 1e38, 0, -0.0])
+    rows.append([0.0, -0.0, 0.0, -0.0, 0.0, 0.0, -0.0, 0.0])
+    rows.append([np.inf, -np.inf, np.nan, np.inf, np.nan, -np.inf, np.inf, np.nan])
+    rows.append([np.inf, 1.0, np.nan, -0.0, -1.75, 1.9921875, 1.99, -2.0])
+    rows.append([-0.001, -1e-30, -0.0, 0.001, 1e-30, 1.0, -1.0, 1e-45])
+    rows.append([np.finfo(np.float32).tiny, -np.finfo(np.float32).tiny, 1e-38, -1e-39, 0, 0, 0, 0])
+    # exact int8 ties with block max 1 (X = 0): (k + 0.5) / 64
+    rows.append(np.array([64, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5], np.float64) / 64)
+    rows.append(np.array([-127.5, 63.5, -63.5, 100.5, -100.5, 127.49, 0.49, -0.5], np.float64) / 64)
+    out = np.array(rows, dtype=np.float32)
+    return out if block == 8 else out.reshape(-1, block)
+
+
+def _element_ties(element_dtype: str) -> np.ndarray:
+    """Midpoints between neighbouring element values (and the values), blocks anchored at X = 0."""
+    fmt = ref.ELEMENT_FORMATS[element_dtype]
+    grid = np.unique(ref.quantize_elements(np.linspace(0, fmt.max_norm, 20001), fmt, 2))
+    mids = (grid[1:] + grid[:-1]) / 2
+    vals = np.concatenate([grid, mids, mids * (1 + 2**-20), mids * (1 - 2**-20),
+                           [fmt.max_norm * 1.01, 2.0 ** (fmt.emax + 1) * (1 - 2**-23)]])
+    vals = np.concatenate([vals, -vals])
+    n = -(-vals.size // 7) * 7
+    vals = np.resize(vals, n).reshape(-1, 7)
+    anchor = np.full((vals.shape[0], 1), 2.0**fmt.emax)  # fixes the block max to 2**emax -> X = 0
+    return np.concatenate([anchor, vals], axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
+def test_edge_blocks_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=-1, block_size=8)
+    check(_edge_blocks(), "edge blocks", **attrs)
+    check(_element_ties(element_dtype), "element ties", **attrs)
+    check(_element_ties("int8"), "int8-grid ties", **attrs)
+
+
+@pytest.mark.parametrize("element_dtype", MX_ELEMENT_DTYPES)
+def test_ranks_axes_block_sizes_bit_exact(element_dtype: str) -> None:
+    x = sample_values(3 * 5 * 6 * 7 * 9, seed=2)
+    shapes = [(945,), (35, 27), (5, 7, 27), (5, 7, 3, 9), (3, 5, 6, 7, 3)]
+    for shape in shapes:
+        xs = x[: int(np.prod(shape))].reshape(shape)
+        for axis in range(-len(shape), len(shape)):
+            for bs in (4, 32, 7):
+                check(xs, f"shape {shape}", element_dtype=element_dtype, axis=axis, block_size=bs,
+                      rounding_mode=2)
+    check(x[:1].copy(), "one element", element_dtype=element_dtype, axis=1, block_size=32)
+    check(x[:40].reshape(40), "rank 1 ignores axis", element_dtype=element_dtype, axis=3, block_size=32)
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
+def test_float16_input(element_dtype: str, rounding_mode: int) -> None:
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(20_000) * np.exp(rng.uniform(-12, 10, 20_000))).astype(np.float16)
+    edges = np.array([0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504, -65504, np.inf, -np.inf, np.nan, 1, -1],
+                     np.float16)
+    x[: edges.size] = edges
+    got = check(x.reshape(20, 1000), "float16", element_dtype=element_dtype, axis=1, block_size=32,
+                rounding_mode=rounding_mode)
+    assert got.dtype == np.float16
+    big = np.array([[65504, -65504, 60000, 1.0]], np.float16)
+    for search in (0, 1):  # the X + 1 candidate would give 65536 -> inf in float16: never chosen
+        got = check(big, "float16 max", element_dtype=element_dtype, axis=1, block_size=4,
+                    rounding_mode=rounding_mode, scale_search=search)
+        assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("element_dtype", ["int8", "fp8_e4m3", "fp4_e2m1"])
+def test_scale_search_bit_exact(element_dtype: str) -> None:
+    x = sample_values(20_000, seed=4).reshape(20, 1000)
+    for bs in (4, 32):
+        check(x, "scale_search", element_dtype=element_dtype, axis=1, block_size=bs, scale_search=1,
+              rounding_mode=2)
+    check(_edge_blocks(), "scale_search edges", element_dtype=element_dtype, axis=-1, block_size=8,
+          scale_search=1, rounding_mode=0)
+
+
+def test_variants_coexist_in_one_model() -> None:
+    """Distinct function names per variant; one model holds several; body opset follows the model."""
+    frags = [build_qdq("mx", "x", "y1", name="a", opset=21, element_dtype="int8", rounding_mode=2),
+             build_qdq("mx", "x", "y2", name="b", opset=21, element_dtype="fp4_e2m1", block_size=4)]
+    names = {f.functions[0].name for f in frags}
+    assert len(names) == 2 and all(n.startswith("MXQuantizeDequantize") for n in names)
+    node = frags[0].nodes[0]
+    assert node.domain == "onnxptq" and {a.name for a in node.attribute} == set(onnx_mx.ATTRIBUTES)
+    assert frags[0].functions[0].opset_import[0].version == 21
+    graph = helper.make_graph(
+        [n for f in frags for n in f.nodes], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [2, 8]) for y in ("y1", "y2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("onnxptq", 1)],
+                              functions=[f.functions[0] for f in frags])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    x = log_uniform(16, seed=5).reshape(2, 8)
+    y1, y2 = ort.InferenceSession(model.SerializeToString(),
+                                  providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert_same_bits(y1, fake_quantize(x, "mx", element_dtype="int8", rounding_mode=2))
+    assert_same_bits(y2, fake_quantize(x, "mx", element_dtype="fp4_e2m1", block_size=4))
+    low = build_qdq("mx", "x", "y", name="q", opset=11)
+    assert low.min_opset == onnx_mx.MIN_OPSET and low.functions[0].opset_import[0].version == onnx_mx.MIN_OPSET
+
+
+def test_onnx_axis_out_of_range_fails() -> None:
+    x = np.ones((2, 8), np.float32)
+    for axis in (2, -3):
+        with pytest.raises(Exception):
+            onnx_mx_run(x, element_dtype="int8", axis=axis, block_size=4)
+
+
+# --------------------------------------------------------------------------------------------
+# (2) spec test vectors B
+# --------------------------------------------------------------------------------------------
+
+TV_IN = [3.0, 0.7, 0.2, 0.11, -1.3, 0.05, 0.013, -0.3, 100.0, 5e-5, -7.77, 0.0]
+TV_OUT = {
+    "int8": [3.0, 0.6875, 0.1875, 0.125, -1.296875, 0.046875, 0.015625, -0.296875, 100.0, 0.0, -8.0, 0.0],
+    "fp8_e4m3": [3.0, 0.6875, 0.203125, 0.109375, -1.25, 0.05078125, 0.0126953125, -0.3125, 96.0, 0.0, -8.0, 0.0],
+    "fp8_e5m2": [3.0, 0.75, 0.1875, 0.109375, -1.25, 0.046875, 0.013671875, -0.3125, 96.0,
+                 5.340576171875e-05, -8.0, 0.0],
+    "fp6_e3m2": [3.0, 0.75, 0.1875, 0.109375, -1.25, 0.046875, 0.01171875, -0.3125, 96.0, 0.0, -8.0, 0.0],
+    "fp6_e2m3": [3.0, 0.6875, 0.1875, 0.125, -1.25, 0.0625, 0.0, -0.3125, 96.0, 0.0, -8.0, 0.0],
+    "fp4_e2m1": [3.0, 0.75, 0.25, 0.0, -1.5, 0.0, 0.0, -0.25, 96.0, 0.0, -8.0, 0.0],
+}
+
+
+@pytest.mark.parametrize("element_dtype", MX_ELEMENT_DTYPES)
+@pytest.mark.parametrize("rounding_mode", [0, 2])
+def test_spec_vectors_b(element_dtype: str, rounding_mode: int) -> None:
+    x = np.array([TV_IN], np.float32)
+    got = check(x, "TV B", element_dtype=element_dtype, block_size=4, axis=1, rounding_mode=rounding_mode)
+    assert_same_bits(got, np.array([TV_OUT[element_dtype]], np.float32))
+
+
+def test_spec_vectors_b_int8_ties() -> None:
+    x = np.array([[1.0, 1.0078125, -1.0078125, 0.0234375]], np.float32)
+    want = {0: [1.0, 1.015625, -1.015625, 0.03125], 1: [1.0, 1.015625, -1.0, 0.03125],
+            2: [1.0, 1.0, -1.0, 0.03125]}
+    for rm, w in want.items():
+        got = check(x, "ties", element_dtype="int8", block_size=4, rounding_mode=rm)
+        assert_same_bits(got, np.array([w], np.float32))
+
+
+def test_spec_vectors_b_specials() -> None:
+    x = np.array([[np.inf, 1.0, np.nan, -0.0, -1.75, 1.9921875, 1.99, -2.0]], np.float32)
+    got = check(x, "specials", element_dtype="int8", block_size=4, rounding_mode=2)
+    assert_same_bits(got, np.array([[np.inf, 1.0, np.nan, -0.0, -1.75, 2.0, 2.0, -2.0]], np.float32))
+    got = check(x, "specials", element_dtype="fp4_e2m1", block_size=4, rounding_mode=2)
+    # The reference tool gives +0.0 for the -0.0 input; we keep the sign (deliberate difference).
+    assert_same_bits(got, np.array([[np.inf, 1.0, np.nan, -0.0, -2.0, 2.0, 2.0, -2.0]], np.float32))
+
+
+def test_int8_is_symmetric_unlike_reference_tool() -> None:
+    """OCP MXINT8 leaves -128 unused: -1.999 in a block with max |x| in [1, 2) clamps to -127/64."""
+    x = np.array([[-1.999, 0.5, 0.25, 1.0]], np.float32)
+    got = check(x, "int8 -128", element_dtype="int8", block_size=4, rounding_mode=2)
+    assert got[0, 0] == np.float32(-127 / 64)  # the reference tool gives -2.0 (code -128)
+
+
+def test_one_element_tensor_is_quantized() -> None:
+    """The reference tool returns a 1-element tensor unchanged; we quantize it as a block of one."""
+    x = np.array([3.14159], np.float32)
+    assert_same_bits(check(x, "1 elem", element_dtype="fp4_e2m1"), np.array([3.0], np.float32))
+    assert_same_bits(check(x, "1 elem", element_dtype="int8"), np.array([3.15625], np.float32))
+
+
+def test_shared_exponent_clamps_to_e8m0() -> None:
+    fmt = ref.ELEMENT_FORMATS["fp8_e5m2"]
+    amax = np.array([0.0, 2.0**-149, 2.0**-112, 2.0**-111, 2.0**127])
+    np.testing.assert_array_equal(ref.shared_exponent(amax, fmt), [-127, -127, -127, -126, 112])
+    np.testing.assert_array_equal(ref.shared_exponent(np.array([2.0**127]), ref.ELEMENT_FORMATS["int8"]), [127])
+    # A block of fp32 subnormals in MXFP4: scale 2**-127, elements 0.5/1/1.5... of it
+    x = np.array([[2.0**-127, 2.0**-128, 2.0**-129, -(2.0**-130)]], np.float32)
+    assert_same_bits(check(x, "subnormal block", element_dtype="fp4_e2m1", block_size=4),
+                     np.array([[2.0**-127, 2.0**-128, 0.0, -0.0]], np.float32))
+
+
+# --------------------------------------------------------------------------------------------
+# (3) element rounding agrees with ml_dtypes casts
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("element_dtype", FP_ELEMENTS)
+def test_element_rounding_matches_ml_dtypes(element_dtype: str) -> None:
+    fmt = ref.ELEMENT_FORMATS[element_dtype]
+    rng = np.random.default_rng(6)
+    lim = 2.0 ** (fmt.emax + 1)
+    vals = np.concatenate([rng.uniform(-lim, lim, 60_000),
+                           np.exp2(rng.uniform(fmt.emin - fmt.mbits - 3, fmt.emax + 1, 60_000))
+                           * rng.choice([-1, 1], 60_000),
+                           _element_ties(element_dtype)[:, 1:].ravel()]).astype(np.float32)
+    vals = vals[np.abs(vals) < lim]
+    n = vals.size // 31 * 31
+    x = np.concatenate([np.full((n // 31, 1), 2.0**fmt.emax, np.float32), vals[:n].reshape(-1, 31)], axis=1)
+    got = check(x, "ml_dtypes", element_dtype=element_dtype, axis=1, block_size=32)[:, 1:].ravel()
+    v = x[:, 1:].ravel()
+    inside = np.abs(v) <= fmt.max_norm
+    cast = v[inside].astype(ML_DTYPES[element_dtype]).astype(np.float32)
+    assert_same_bits(got[inside], cast, "inside range")
+    # Saturation: beyond max normal the element clamps, keeping the sign (ml_dtypes may give inf/NaN).
+    np.testing.assert_array_equal(got[~inside], np.copysign(fmt.max_norm, v[~inside]).astype(np.float32))
+    assert (~inside).any() and inside.sum() > 50_000
+
+
+def test_int8_element_rounding_modes() -> None:
+    """INT8 elements: (k + 0.5)/64 ties go half away / half up / half even; codes clamp at ±127."""
+    k = np.arange(-127, 127, dtype=np.float64)
+    v = (k + 0.5) / 64
+    x = np.concatenate([np.ones((v.size, 1)), v[:, None]], axis=1).astype(np.float32)
+    want = {0: np.where(k >= 0, k + 1, k), 1: k + 1, 2: 2 * np.round((k + 0.5) / 2)}
+    for rm, codes in want.items():
+        got = check(x, f"int8 rm{rm}", element_dtype="int8", axis=1, block_size=2, rounding_mode=rm)[:, 1]
+        codes = np.clip(codes, -127, 127)
+        np.testing.assert_array_equal(got, (codes / 64).astype(np.float32))
+        assert np.signbit(got[k == -1]).all()  # -0.5/64 rounds to -0 in every mode
+
+
+# --------------------------------------------------------------------------------------------
+# (4) scale_search never increases the per-block squared error
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("element_dtype", MX_ELEMENT_DTYPES)
+def test_scale_search_never_worse(element_dtype: str) -> None:
+    x = sample_values(32_000, seed=7)
+    x = x[np.isfinite(x)]
+    x = x[: x.size // 32 * 32].reshape(-1, 32)
+    rng = np.random.default_rng(8)
+    x = np.concatenate([x, rng.standard_normal((500, 32)).astype(np.float32)])
+    attrs = dict(element_dtype=element_dtype, axis=1, block_size=32, rounding_mode=2)
+    y0 = fake_quantize(x, "mx", **attrs).astype(np.float64)
+    y1 = fake_quantize(x, "mx", scale_search=1, **attrs).astype(np.float64)
+    e0 = ((y0 - x) ** 2).sum(axis=1)
+    e1 = ((y1 - x) ** 2).sum(axis=1)
+    assert (e1 <= e0 * (1 + 1e-12)).all()
+    if element_dtype in ("fp4_e2m1", "fp8_e4m3", "int8"):
+        assert (e1 < e0).any(), "the search should help some blocks"
+    assert_same_bits(onnx_mx_run(x, scale_search=1, **attrs), y1.astype(np.float32), "search onnx")
+
+
+# --------------------------------------------------------------------------------------------
+# attributes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "attrs,match",
+    [
+        (dict(element_dtype="fp8"), "element_dtype"),
+        (dict(element_dtype="int8", rounding_mode=3), "rounding_mode"),
+        (dict(element_dtype="int8", block_size=0), "block_size"),
+        (dict(element_dtype="int8", scale_search=2), "scale_search"),
+        (dict(element_dtype="int8", axis=1.5), "axis"),
+        (dict(element_dtype="int8", axis=2), "axis"),
+    ],
+)
+def test_bad_attributes(attrs: dict, match: str) -> None:
+    x = np.ones((2, 8), np.float32)
+    with pytest.raises((ValueError, TypeError), match=match):
+        fake_quantize(x, "mx", **attrs)
+    if "axis" not in attrs or isinstance(attrs["axis"], float):
+        with pytest.raises((ValueError, TypeError), match=match):
+            build_qdq("mx", "x", "y", name="q", opset=21, **attrs)
+
+
+def test_bad_input_dtype() -> None:
+    with pytest.raises(TypeError, match="float32 or float16"):
+        fake_quantize(np.ones(4, np.float64), "mx")
+
+
+def test_edge_values_constant_is_covered() -> None:
+    """Every shared edge value passes through the random test's first block unchanged in kind."""
+    y = fake_quantize(EDGE_VALUES, "mx", element_dtype="fp8_e4m3")
+    assert np.isnan(y[np.isnan(EDGE_VALUES)]).all() and np.isinf(y[np.isinf(EDGE_VALUES)]).all()
