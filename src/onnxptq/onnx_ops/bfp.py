@@ -182,6 +182,16 @@ def _nonfinite(g: _Graph, x: str) -> str:
     return g.op("Or", g.op("IsNaN", x), g.op("IsInf", x))
 
 
+def _keep_tiny(g: _Graph, x: str, tiny: str) -> str:
+    """Where a one-element tensor must be passed through: its non-zero element.
+
+    onnxruntime's ``Where`` returns +0 for a -0 taken from its *then* input (the else input keeps
+    it), so every Where here has ±0 only in the else slot; a zero needs no pass-through anyway
+    (quantization maps ±0 to itself).
+    """
+    return g.op("And", tiny, g.op("Not", g.op("Equal", x, g.const(0.0))))
+
+
 def _all_finite(g: _Graph, x: str) -> str:
     """A scalar bool: no Inf/NaN in ``x`` (a sum propagates both; an overflowing sum of finite
     values only sends the tensor down the exact path, which is still correct)."""
@@ -219,7 +229,7 @@ def _bfp_body(g: _Graph, x4: str, a: dict[str, Any], tiny: str) -> str:
     fast = g.sub()
     fast_y = _bfp_quant(fast, x4, a)
     slow = g.sub()
-    keep = slow.op("Or", _nonfinite(slow, x4), tiny)
+    keep = slow.op("Or", _nonfinite(slow, x4), _keep_tiny(slow, x4, tiny))
     xz = slow.op("Where", keep, slow.const(0.0), x4)
     slow_y = slow.op("Where", keep, x4, _bfp_quant(slow, xz, a))
     ok = g.op("And", _all_finite(g, x4), g.op("Not", tiny))
@@ -283,12 +293,13 @@ def _prime_body(g: _Graph, x4: str, dims: dict[str, str], a: dict[str, Any], tin
     bad_el = _nonfinite(slow, x5)
     bad = slow.op("Greater", slow.reduce("ReduceMax", slow.op("Cast", bad_el, to=_F), [2, 3]), slow.const(0.0))
     ax = slow.op("Abs", x5)
-    flushed = slow.op("Where", slow.op("Less", ax, slow.const(2.0**-126)), slow.op("Mul", x5, slow.const(0.0)), x5)
+    normal = slow.op("GreaterOrEqual", ax, slow.const(2.0**-126))
+    flushed = slow.op("Where", normal, x5, slow.op("Mul", x5, slow.const(0.0)))  # ±0 in the else slot
     az = slow.op("Where", bad_el, slow.const(0.0), slow.op("Abs", flushed))
     s_sbmax = slow.reduce("ReduceMax", az, [3])
     s_bmax = slow.reduce("ReduceMax", s_sbmax, [2])
     yq = _prime_quant(slow, flushed, s_sbmax, s_bmax, a, 2.0**-127, chain=False)
-    slow_y = slow.op("Where", tiny, x5, slow.op("Where", bad, slow.const(np.nan), yq))
+    slow_y = slow.op("Where", _keep_tiny(slow, x5, tiny), x5, slow.op("Where", bad, slow.const(np.nan), yq))
 
     y5 = g.if_(ok, fast, fast_y, slow, slow_y)
     if nsb * k == bs:
