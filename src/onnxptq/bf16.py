@@ -5,9 +5,11 @@ Four layouts, named as the reference tool names them (``--format``):
 ``with_cast`` (default)
     The graph keeps computing in float32. Weights are saturated to the BF16 range and stored as
     BFLOAT16 initializers followed by ``Cast(to=FLOAT)`` (onnxruntime folds that Cast once at session
-    start, so it costs nothing per run and the file is half the size). Every activation that is not
-    already BF16-exact passes through a ``Cast(to=BFLOAT16) -> Cast(to=FLOAT)`` pair, so each tensor
-    holds exactly the value a BF16 device would store. Why not compute in bfloat16: onnxruntime's CPU
+    start, so it costs nothing per run and the file is half the size). Activations pass through
+    ``Cast(to=BFLOAT16) -> Cast(to=FLOAT)`` pairs: by default (``activations="compute_inputs"``)
+    where Conv/MatMul/Gemm read them, i.e. the operands a BF16 matrix engine sees, at about float
+    speed; with ``activations="all"`` after every op that is not already BF16-exact, the reference
+    tool's layout (1.7-1.9x float on PP-OCR rec: onnxruntime's Cast is not cheap). Why not compute in bfloat16: onnxruntime's CPU
     provider has no bfloat16 kernel for MatMul, Conv, Add, Mul, Softmax, ... (probed below), so a
     "real" BF16 graph is float compute plus casts anyway, only with more of them.
 ``customqdq``
