@@ -101,22 +101,47 @@ def tiny_blocks(x: np.ndarray, rng) -> np.ndarray:
     return (mag * rng.choice([-1.0, 1.0], x.shape)).astype(np.float32)
 
 
+def binade_edges(rng) -> np.ndarray:
+    """(4, 16, 279): block maxima at 2^e, just below 2^e and at the top of a binade for every
+    float32 exponent e (subnormal to max), the rest of each block random below its max — the
+    exponent extraction's hardest inputs."""
+    e = np.arange(-149, 128)
+    tops = np.stack([np.exp2(e), np.nextafter(np.exp2(e), 0), np.exp2(e) * (2 - 2.0**-23)]).astype(np.float32)
+    tops = np.nan_to_num(tops, posinf=F32.max)[:, None, :]  # (3, 1, 277)
+    x = (rng.uniform(0, 1, (4, 16, 277)) * rng.choice([-1, 1], (4, 16, 277))).astype(np.float32)
+    x[:3] *= tops
+    x[:3, ::2] = tops * rng.choice([-1, 1], (3, 8, 277))  # a max in every block of 2, 4, 8, 16
+    x[3] = np.exp2(rng.integers(-149, 128, (16, 277))).astype(np.float32)
+    return np.concatenate([x, x[:, :, :2]], axis=2)
+
+
 def ties(shape, attrs: dict, rng) -> np.ndarray:
     """Blocks (along axis 1) whose elements are exact rounding ties ±(k + 1/2)·scale.
 
-    Every block gets the max 1.5·2^E (so its scale is known) and ties against every possible
-    (sub-)block scale 2^(E - s + 1 - m), s = 0..D, including ±scale/2 (zero results).
+    Each block gets a random exponent E and the max 1.5·2^E. For to_bfp every element is a tie
+    of the block scale 2^(E+1-m); for to_bfp_prime sub-block j gets a shift s_j in 0..D, its first
+    element lies in [2^(E-s_j), 2^(E-s_j+1)) (so the shift really is s_j) and every element is a
+    tie of 2^(E-s_j+1-m). k = 0 gives ±scale/2, i.e. zero results and their signs.
     """
     m = attrs.get("bit_width", 16) - 9
-    d = (1 << attrs.get("sub_block_shift_bits", 1)) - 1 if attrs.get("bfp_method") == "to_bfp_prime" else 0
-    e = rng.integers(-20, 20, shape)
-    s = rng.integers(0, d + 1, shape)
-    k = rng.integers(0, 2 ** max(m - 1 - d, 1), shape)
-    x = ((k + 0.5) * np.exp2(e - s + 1.0 - m) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
     bs = attrs.get("block_size", 8)
-    head = np.moveaxis(x, 1, -1)  # view: write the block maxima along axis 1
-    head[..., ::bs] = (1.5 * np.exp2(np.moveaxis(e, 1, -1)[..., ::bs])).astype(np.float32)
-    return x
+    prime = attrs.get("bfp_method") == "to_bfp_prime"
+    d = (1 << attrs.get("sub_block_shift_bits", 1)) - 1 if prime else 0
+    k_sub = min(attrs.get("sub_block_size", 2), bs) if prime else bs
+    rows, c, cols = shape
+    nb = c // bs
+    e = rng.integers(-20, 20, (rows, cols, nb, 1))
+    pos = np.arange(bs)
+    sub = pos // k_sub
+    s = rng.integers(0, d + 1, (rows, cols, nb, -(-bs // k_sub)))
+    s[..., 0] = 0
+    s_el = s[..., sub]
+    k = rng.integers(0, 2**m - 1, (rows, cols, nb, bs))
+    first = (pos % k_sub) == 0
+    k = np.where(first, rng.integers(2 ** (m - 1), 2**m - 1, k.shape), k) if prime else k
+    x = (k + 0.5) * np.exp2(e - s_el + 1.0 - m) * rng.choice([-1.0, 1.0], k.shape)
+    x[..., 0] = 1.5 * np.exp2(e[..., 0])
+    return np.moveaxis(x.reshape(rows, cols, nb * bs).astype(np.float32), -1, 1).copy()
 
 
 # ---------------------------------------------------------------------- 1. ONNX == reference
@@ -162,6 +187,7 @@ def test_onnx_matches_reference(attrs):
     check(with_specials(fits[:2], rng), "specials", **a)
     check(tiny_blocks(fits[:1], rng), "tiny exponents", **a)
     check(ties((4, 48, 64), a, rng), "exact ties", **a)
+    check(binade_edges(rng), "binade edges", **a)
 
 
 @pytest.mark.parametrize("method", ["to_bfp", "to_bfp_prime"])
