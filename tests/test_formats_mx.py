@@ -59,10 +59,15 @@ def check(x: np.ndarray, context: str = "", **attrs) -> np.ndarray:
 
 @pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
 def test_random_and_edge_values_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    attrs = dict(element_dtype=element_dtype, block_size=32, rounding_mode=rounding_mode)
     x = sample_values(100_000, seed=1).reshape(10, 100, 100)  # 100 = 3·32 + 4: ragged blocks
     for axis in (1, 0, -1):
-        check(x, f"axis {axis}", element_dtype=element_dtype, axis=axis, block_size=32,
-              rounding_mode=rounding_mode)
+        check(x, f"axis {axis}", axis=axis, **attrs)  # with Inf/NaN: the masked path
+    # Without Inf/NaN the function takes its fast path; (32, 3125) is not ragged along axis 0.
+    finite = log_uniform(100_000, seed=9)
+    finite[:12] = [0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.1754942e-38, -3.4e38, 3.4e38, 1, -1, 0.5]
+    check(finite.reshape(10, 100, 100), "finite, ragged", axis=1, **attrs)
+    check(finite.reshape(32, 3125), "finite, not ragged", axis=0, **attrs)
 
 
 def _edge_blocks(block: int = 8) -> np.ndarray:

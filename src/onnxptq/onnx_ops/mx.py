@@ -10,10 +10,12 @@ they are part of the function name (``MXQuantizeDequantize_fp8_e4m3``,
 How the body stays fast and exact (see DESIGN.md's measurements):
 - blocks are formed by a Reshape to ``(pre, n_blocks, block_size, post)`` around the block axis —
   no Transpose — after zero-padding a ragged axis;
-- the exponent math runs on the block maxima only (``1/block_size`` of the elements):
-  ``floor(log2(amax))`` is estimated with ``Log`` and corrected exactly by comparing with powers of
-  two looked up in a constant table (``Gather``), so no libm result is trusted to be exact and no
-  opset-24 E8M0 ``Cast`` is needed;
+- the exponent math runs on the block maxima only (``1/block_size`` of the elements) and is
+  exact by construction: ``2**floor(log2(amax))`` by Veltkamp splitting to one bit (no ``Log`` or
+  ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather`` table lookup,
+  which measured 0.2 ms per use on 25k block maxima);
+- ``If`` nodes skip the Pad/Slice copies when the axis is not ragged and the Inf/NaN masking when
+  the tensor has none;
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -42,9 +44,6 @@ OP_BASE = "MXQuantizeDequantize"
 MIN_OPSET = 18
 ATTRIBUTES = ("element_dtype", "axis", "block_size", "rounding_mode", "scale_search")
 
-#: Powers of two 2**(i - _POW2_BIAS) for every float32 exponent (subnormals included).
-_POW2_BIAS = 149
-_POW2_TABLE = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
 _FLT_MAX = float(np.finfo(np.float32).max)
 
 
@@ -59,10 +58,14 @@ def function_name(element_dtype: str, rounding_mode: int, scale_search: int) -> 
 
 
 class _Body:
-    """Collects the nodes of a function body with fresh value names."""
+    """Collects the nodes of a function body (or of an ``If`` branch) with fresh value names.
 
-    def __init__(self) -> None:
+    Branches share their parent's name counter: names must be unique across the whole body.
+    """
+
+    def __init__(self, parent: "_Body | None" = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
+        self._root = parent._root if parent is not None else self
         self._count = 0
 
     def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: Any) -> str:
@@ -88,76 +91,133 @@ class _Body:
         self.nodes.append(node)
         return name
 
+    def branch(self) -> "_Body":
+        return _Body(self)
+
+    def graph(self, output: str, elem_type: int = TensorProto.FLOAT) -> onnx.GraphProto:
+        """This body as an ``If`` branch returning ``output``."""
+        final = self._fresh("out")
+        self.nodes.append(helper.make_node("Identity", [output], [final]))
+        return helper.make_graph(self.nodes, self._fresh("branch"), [],
+                                 [helper.make_tensor_value_info(final, elem_type, None)])
+
+    def if_(self, cond: str, then: onnx.GraphProto, orelse: onnx.GraphProto) -> str:
+        return self.op("If", cond, then_branch=then, else_branch=orelse)
+
     def _fresh(self, hint: str) -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
+        self._root._count += 1
+        return f"{hint}_{self._root._count}"
 
 
-def _pow2(b: _Body, table: str, exponent: str, offset: float = 0.0) -> str:
-    """``2**(exponent + offset)`` exactly, for integer-valued float ``exponent`` (table lookup)."""
-    e = b.op("Add", exponent, b.const(offset + _POW2_BIAS))
-    return b.op("Gather", table, b.op("Cast", e, to=TensorProto.INT64))
+def _block_scale(b: _Body, amax: str, fmt: ElementFormat) -> str:
+    """The E8M0 block scale ``2**max(floor(log2(amax)) - emax, -127)`` (amax finite, ≥ 0), exactly.
 
-
-def _block_exponent(b: _Body, table: str, amax: str, fmt: ElementFormat) -> str:
-    """E8M0 shared exponent ``max(floor(log2(amax)) - emax, -127)`` as float (amax finite ≥ 0)."""
-    am = b.op("Max", amax, b.const(2.0**-126))
-    est = b.op("Floor", b.op("Mul", b.op("Log", am), b.const(1.0 / math.log(2.0))))
-    est = b.op("Clip", est, b.const(-126.0), b.const(127.0))
-    p = _pow2(b, table, est)
-    too_big = b.op("Cast", b.op("Greater", p, amax), to=TensorProto.FLOAT)
-    too_small = b.op("Cast", b.op("LessOrEqual", b.op("Add", p, p), amax), to=TensorProto.FLOAT)
-    e = b.op("Add", b.op("Sub", est, too_big), too_small)
-    return b.op("Max", b.op("Sub", e, b.const(float(fmt.emax))), b.const(float(E8M0_MIN)))
+    ``2**floor(log2(s))`` comes from Veltkamp splitting to one bit, ``hi = c - (c - s)`` with
+    ``c = s·(2^23 + 1)``, which lands on ``2**k`` or ``2**(k+1)``; one comparison picks ``2**k``.
+    ``s`` is ``amax`` moved by 2^±64 into [2^-62, 2^96) so that ``c`` neither overflows nor
+    underflows; every step multiplies by powers of two, so nothing rounds. Maxima below 2^-126
+    all give the clamped E8M0 minimum 2^-127 (their exponent minus emax is below -127 anyway).
+    Runs on the block maxima only, so its dozen small ops cost little.
+    """
+    a1 = b.op("Max", amax, b.const(2.0**-126))
+    big = b.op("GreaterOrEqual", a1, b.const(2.0**32))
+    s = b.op("Mul", a1, b.op("Where", big, b.const(2.0**-64), b.const(2.0**64)))
+    c = b.op("Mul", s, b.const(2.0**23 + 1.0))
+    hi = b.op("Sub", c, b.op("Sub", c, s))
+    p = b.op("Where", b.op("Greater", hi, s), b.op("Mul", hi, b.const(0.5)), hi)
+    p = b.op("Mul", p, b.op("Where", big, b.const(2.0**64), b.const(2.0**-64)))
+    p = b.op("Where", b.op("Less", amax, b.const(2.0**-126)), b.const(2.0**-127), p)
+    return b.op("Max", b.op("Mul", p, b.const(2.0**-fmt.emax)), b.const(2.0**E8M0_MIN))
 
 
 def _round_int(b: _Body, w: str, rounding_mode: int) -> str:
     """Round to integer: 0 half away, 1 half up, 2 half even; ties found exactly, -0 kept.
 
-    ``Round`` is RNE; at a tie the other modes may need one more step ``t``, added as ``r + t``
-    with ``t = -0.0`` where no step is needed, because ``-0 + -0 = -0`` keeps the sign of zero
-    (``r + 0.0`` would not). The ``-0.0`` sits in ``Where``'s else branch on purpose (see
-    :func:`_quantize`).
+    ``Round`` is RNE (and keeps the sign of zero). The other modes differ only at exact ties,
+    found as ``w - Round(w) = ±0.5`` (exact: ``Round(w)`` is within a factor 2 of ``w``), where
+    one more step is taken. ``r`` sits in ``Where``'s else branch on purpose: it may be -0, and
+    onnxruntime's CPU Where returns +0 for a -0 from its then branch (see :func:`_quantize`).
     """
     r = b.op("Round", w)
     if rounding_mode == 2:
         return r
-    d = b.op("Sub", w, r)  # exact: |w - r| <= 0.5 and r within a factor 2 of w
+    d = b.op("Sub", w, r)
     if rounding_mode == 1:
-        step = b.op("Where", b.op("Equal", d, b.const(0.5)), b.const(1.0), b.const(-0.0))
-    else:
-        sign = b.op("Sign", w)
-        toward_zero = b.op("Equal", b.op("Mul", d, sign), b.const(0.5))
-        step = b.op("Where", toward_zero, sign, b.const(-0.0))
-    return b.op("Add", r, step)
+        return b.op("Where", b.op("Equal", d, b.const(0.5)), b.op("Add", r, b.const(1.0)), r)
+    sign = b.op("Sign", w)
+    toward_zero = b.op("Equal", b.op("Mul", d, sign), b.const(0.5))  # false for w = ±0
+    return b.op("Where", toward_zero, b.op("Add", r, sign), r)
 
 
-def _quantize(b: _Body, table: str, x4: str, a: str, exp: str, fmt: ElementFormat, rounding_mode: int) -> str:
-    """Fake-quantize the blocked tensor ``x4`` with per-block exponent ``exp`` (no Inf/NaN care)."""
-    v = b.op("Mul", x4, _pow2(b, table, b.op("Neg", exp)))
+def _quantize(b: _Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> str:
+    """Fake-quantize the blocked tensor ``x4`` with per-block scale ``scale`` = 2**X.
+
+    Finite inputs only; an Inf input gives a finite value here (the caller restores it).
+    """
+    v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     if fmt.is_int:
-        w = b.op("Mul", v, b.const(64.0))
+        w = b.op("Mul", v, b.const(64.0))  # separate: 2**(6 - X) overflows for X < -121
         w = b.op("Clip", w, b.const(-127.0), b.const(127.0))
-        return b.op("Mul", _round_int(b, w, rounding_mode), _pow2(b, table, exp, -6.0))
+        return b.op("Mul", _round_int(b, w, rounding_mode), b.op("Mul", scale, b.const(2.0**-6)))
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
     c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
     hi = b.op("Sub", c, b.op("Sub", c, vc))
     sub = b.op("Round", b.op("Mul", vc, b.const(2.0 ** (fmt.mbits - fmt.emin))))
-    y_norm = b.op("Mul", hi, _pow2(b, table, exp))
-    y_sub = b.op("Mul", sub, _pow2(b, table, exp, float(fmt.emin - fmt.mbits)))
+    y_norm = b.op("Mul", hi, scale)
+    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.const(2.0 ** (fmt.emin - fmt.mbits))))
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
-    normal = b.op("GreaterOrEqual", a, _pow2(b, table, exp, float(fmt.emin)))
+    normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
     return b.op("Where", normal, y_norm, y_sub)
+
+
+def _fake_quantize_blocks(
+    b: _Body, x4: str, a: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
+) -> str:
+    """The quantized blocked tensor. ``finite``: the caller knows ``x4`` holds no Inf/NaN."""
+    axes = b.const([2], np.int64)
+    if finite:
+        amax = b.op("ReduceMax", a, axes, keepdims=1)
+    else:
+        ok = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
+        amax = b.op("ReduceMax", b.op("Where", ok, a, b.const(0.0)), axes, keepdims=1)
+    scale = _block_scale(b, amax, fmt)
+    yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
+    if scale_search:
+        scale1 = b.op("Min", b.op("Mul", scale, b.const(2.0)), b.const(2.0**E8M0_MAX))
+        y1 = _quantize(b, x4, a, scale1, fmt, rounding_mode)
+        # Compare the values as returned (input dtype), so a candidate overflowing to Inf loses.
+        d0 = b.op("Cast", b.op("CastLike", yq, "x"), to=TensorProto.DOUBLE)
+        d1 = b.op("Cast", b.op("CastLike", y1, "x"), to=TensorProto.DOUBLE)
+        dx = b.op("Cast", x4, to=TensorProto.DOUBLE)
+        two_x = b.op("Mul", dx, b.const(2.0, np.float64))
+        delta = b.op("Mul", b.op("Sub", d1, d0), b.op("Sub", b.op("Add", d1, d0), two_x))
+        if not finite:
+            delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+        total = b.op("ReduceSum", delta, axes, keepdims=1)
+        # Choose per block, then quantize once more: selecting elements with Where would lose -0.
+        scale = b.op("Where", b.op("Less", total, b.const(0.0, np.float64)), scale1, scale)
+        yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
+    if finite:
+        return yq
+    # Inf/NaN pass through: yq - (clip(x) - x) is yq where x is finite (clip(x) - x = +0 and
+    # yq - +0 keeps -0) and x itself where x is ±Inf or NaN. No Where: onnxruntime's Where
+    # turns a -0 from its then branch into +0 and its Not+Where fusion swaps branches.
+    xc = b.op("Clip", x4, b.const(-_FLT_MAX), b.const(_FLT_MAX))
+    return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int
 ) -> onnx.FunctionProto:
-    """The FunctionProto for one variant; the body imports the default domain at ``opset``."""
+    """The FunctionProto for one variant; the body imports the default domain at ``opset``.
+
+    Two ``If`` nodes keep the common case lean: a tensor whose axis length is a multiple of
+    ``block_size`` is blocked by Reshape alone (no Pad/Slice copies), and a tensor without Inf/NaN
+    (checked with one ReduceSum, which propagates both) skips the masking that Inf/NaN need.
+    """
     fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
     b = _Body()
-    table = b.const(_POW2_TABLE)
     xf = b.op("Cast", "x", to=TensorProto.FLOAT)
     shp = b.op("Shape", "x")
     rank = b.op("Size", shp)
@@ -177,38 +237,30 @@ def make_function(
     nb = b.op("Div", b.op("Sub", b.op("Add", n, bs), one1), bs)
     padded = b.op("Mul", nb, bs)
     npad = b.op("Sub", padded, n)
-    x3 = b.op("Reshape", xf, b.op("Concat", pre, n, post, axis=0))
-    pads = b.op("Concat", b.const([0, 0, 0, 0], np.int64), npad, b.const([0], np.int64), axis=0)
-    xp = b.op("Pad", x3, pads)
-    x4 = b.op("Reshape", xp, b.op("Concat", pre, nb, bs, post, axis=0))
+    blocked_shape = b.op("Concat", pre, nb, bs, post, axis=0)
+    ragged = b.op("Squeeze", b.op("Greater", npad, b.const([0], np.int64)), b.const([0], np.int64))
+
+    pad = b.branch()  # ragged axis: zero-pad the end (zeros never raise a block's scale)
+    x3 = pad.op("Reshape", xf, pad.op("Concat", pre, n, post, axis=0))
+    pads = pad.op("Concat", pad.const([0, 0, 0, 0], np.int64), npad, pad.const([0], np.int64), axis=0)
+    x4_pad = pad.op("Reshape", pad.op("Pad", x3, pads), blocked_shape)
+    plain = b.branch()
+    x4_plain = plain.op("Reshape", xf, blocked_shape)
+    x4 = b.if_(ragged, pad.graph(x4_pad), plain.graph(x4_plain))
 
     a = b.op("Abs", x4)
-    finite = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
-    amax = b.op("ReduceMax", b.op("Where", finite, a, b.const(0.0)), b.const([2], np.int64), keepdims=1)
-    exp = _block_exponent(b, table, amax, fmt)
-    yq = _quantize(b, table, x4, a, exp, fmt, rounding_mode)
-    if scale_search:
-        exp1 = b.op("Min", b.op("Add", exp, b.const(1.0)), b.const(float(E8M0_MAX)))
-        y1 = _quantize(b, table, x4, a, exp1, fmt, rounding_mode)
-        # Compare the values as returned (input dtype), so a candidate overflowing to Inf loses.
-        d0 = b.op("Cast", b.op("CastLike", yq, "x"), to=TensorProto.DOUBLE)
-        d1 = b.op("Cast", b.op("CastLike", y1, "x"), to=TensorProto.DOUBLE)
-        dx = b.op("Cast", x4, to=TensorProto.DOUBLE)
-        two_x = b.op("Mul", dx, b.const(2.0, np.float64))
-        delta = b.op("Mul", b.op("Sub", d1, d0), b.op("Sub", b.op("Add", d1, d0), two_x))
-        delta = b.op("Where", finite, delta, b.const(0.0, np.float64))
-        total = b.op("ReduceSum", delta, b.const([2], np.int64), keepdims=1)
-        # Choose per block, then quantize once more: selecting elements with Where would lose -0.
-        exp = b.op("Where", b.op("Less", total, b.const(0.0, np.float64)), exp1, exp)
-        yq = _quantize(b, table, x4, a, exp, fmt, rounding_mode)
-    # Inf/NaN pass through: yq - (clip(x) - x) is yq where x is finite (clip(x) - x = +0 and
-    # yq - +0 keeps -0) and x itself where x is ±Inf or NaN. No Where: onnxruntime's Where
-    # turns a -0 from its then branch into +0 and its Not+Where fusion swaps branches.
-    xc = b.op("Clip", x4, b.const(-_FLT_MAX), b.const(_FLT_MAX))
-    y4 = b.op("Sub", yq, b.op("Sub", xc, x4))
-    y3 = b.op("Reshape", y4, b.op("Concat", pre, padded, post, axis=0))
-    ys = b.op("Slice", y3, b.const([0], np.int64), n, one1)
-    y = b.op("Reshape", ys, shp)
+    all_finite = b.op("Less", b.op("ReduceSum", a, keepdims=0), b.const(np.inf))
+    fast, slow = b.branch(), b.branch()
+    y_fast = _fake_quantize_blocks(fast, x4, a, fmt, rounding_mode, scale_search, finite=True)
+    y_slow = _fake_quantize_blocks(slow, x4, a, fmt, rounding_mode, scale_search, finite=False)
+    y4 = b.if_(all_finite, fast.graph(y_fast), slow.graph(y_slow))
+
+    cut = b.branch()  # drop the padding again
+    y3 = cut.op("Reshape", y4, cut.op("Concat", pre, padded, post, axis=0))
+    y_cut = cut.op("Reshape", cut.op("Slice", y3, cut.const([0], np.int64), n, one1), shp)
+    keep = b.branch()
+    y_keep = keep.op("Reshape", y4, shp)
+    y = b.if_(ragged, cut.graph(y_cut), keep.graph(y_keep))
     b.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
