@@ -104,7 +104,8 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
                     if entry.key == "location":
                         entry.value = data_name
             onnx.save_model(final, tmp)
-            os.replace(tmp_data, out.parent / data_name)
+            if tmp_data.exists():  # no data file when every tensor is under size_threshold
+                os.replace(tmp_data, out.parent / data_name)
         else:
             onnx.save_model(model, tmp)
         os.replace(tmp, out)
