@@ -31,3 +31,30 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'onnxptq' has no attribute {name!r}")
+
+# --- Quark-compatible API (onnxptq.compat): `from quark.onnx import X` -> `from onnxptq import X` ---
+_LAZY.update(
+    {
+        name: ("compat", name)
+        for name in (
+            "ModelQuantizer",
+            "Config",
+            "QuantizationConfig",
+            "QuantType",
+            "QuantFormat",
+            "CalibrationMethod",
+            "CalibrationDataReader",
+            "ExtendedQuantType",
+            "ExtendedQuantFormat",
+            "VitisQuantType",
+            "VitisQuantFormat",
+            "PowerOfTwoMethod",
+            "Int16Method",
+            "LayerWiseMethod",
+            "ExtendedCalibrationMethod",
+            "RandomDataReader",
+            "get_library_path",
+        )
+    }
+)
+# --- end of the Quark-compatible API ------------------------------------------------------------

@@ -1,0 +1,819 @@
+"""Translation of a legacy :class:`QuantizationConfig` (fields + ``extra_options``) into a QuantConfig.
+
+This is the one place where the reference tool's vocabulary meets ours. The rules:
+
+* every ``QuantizationConfig`` field and every ``extra_options`` key of the reference tool
+  (spec §1.3, §2, §7.1, §8.1) is known here; an unknown key is a :class:`ConfigError` (a
+  ``ValueError``) naming the nearest valid key, where the reference tool ignores it silently;
+* a key that maps onto :class:`~onnxptq.config.schema.QuantConfig` is *honoured*;
+* a key whose documented effect is nothing for us (our models need no custom-op library, our
+  calibration never spills to disk, ...) is a *no-op* and accepted with any value;
+* a documented key that we have not built raises ``NotImplementedError`` naming the key, unless its
+  value asks for exactly what we do anyway (e.g. ``ConvertBNToConv: False``) — those values are
+  listed per key as *inert*.
+
+Defaults follow the reference tool where a key is absent (``ForceQuantizeNoInputCheck`` False,
+``BF16QDQToCast`` False, ``Int32Bias`` only for integer weights, ...), so a hand-written config
+means what the reference documents say. Two absent-key defaults are ours, because the two
+realisations compute the same numbers: weights of float formats are fake-quantized once at
+quantize time (``AddQDQPairToWeight`` absent ≠ the reference tool's runtime Q/DQ on BF16/BFP/MX
+weights), and integer weights are stored as integers + DequantizeLinear.
+
+The complete key table (generated from :data:`EXTRA_OPTIONS`, so it cannot drift) is appended to
+this docstring; ``python -c "import onnxptq.compat.options as o; print(o.options_table())"``
+prints it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal
+
+from ..config.schema import CalibrationOptions, ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..formats.base import INTEGER_FORMATS
+from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
+from .legacy import QuantizationConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AMP_KEYS",
+    "EXTRA_OPTIONS",
+    "FAST_FINETUNE_DEFAULTS",
+    "OptionKey",
+    "RunOptions",
+    "fast_finetune_settings",
+    "options_table",
+    "parse",
+    "to_quant_config",
+]
+
+Status = Literal["honoured", "no-op", "not implemented"]
+
+
+@dataclass(frozen=True)
+class OptionKey:
+    """One ``extra_options`` key: what we do with it and, for unbuilt features, which values are inert."""
+
+    name: str
+    status: Status
+    meaning: str
+    #: values of a not-implemented key that request our existing behaviour and are therefore accepted
+    inert: tuple[Any, ...] = ()
+
+
+def _h(name: str, meaning: str) -> OptionKey:
+    return OptionKey(name, "honoured", meaning)
+
+
+def _n(name: str, meaning: str) -> OptionKey:
+    return OptionKey(name, "no-op", meaning)
+
+
+def _x(name: str, meaning: str, *inert: Any) -> OptionKey:
+    return OptionKey(name, "not implemented", meaning, tuple(inert))
+
+
+_DPU = "DPU-exact op approximation (NPU simulation)"
+_CLE = "cross-layer equalization"
+
+#: Every extra_options key of the reference tool (spec §2), in the spec's order.
+EXTRA_OPTIONS: dict[str, OptionKey] = {
+    k.name: k
+    for k in [
+        # §2.1 pre-processing
+        _h("SkipPreprocess", "True: no graph optimisation before quantization (QuantConfig.optimize/fold_batchnorm False)"),
+        _x("ShapeShifterYaml", "YAML pre/post-processing passes", None),
+        _x("PreprocessYAML", "YAML pre/post-processing passes (deprecated alias of ShapeShifterYaml)", None),
+        _h("ConvertOpsetVersion", "convert the model to this opset first (QuantConfig.opset)"),
+        _h("SimplifyModel", "False: skip graph simplification; our prepare stage is one unit, so optimize=False"),
+        _x("SimplifyModelOptions", "onnxslim keyword arguments", None, {}),
+        _x("RemoveInputInit", "False: keep initializers that are also graph inputs", True),
+        _x("CopySharedInit", "duplicate shared initializers", None),
+        _x("CopyBiasInit", "duplicate shared bias initializers", ["Conv", "ConvTranspose", "Gemm"]),
+        _h("OptimizeModel", "spelling of the field optimize_model (QuantConfig.optimize)"),
+        _h("FoldBatchNorm", "fold BatchNormalization into the neighbouring Conv/Gemm (QuantConfig.fold_batchnorm)"),
+        _x("FuseInstanceNorm", "fuse decomposed InstanceNormalization", False),
+        _x("FuseL2Norm", "fuse decomposed L2 normalisation", False),
+        _x("FuseLayerNorm", "fuse decomposed LayerNormalization", False),
+        _x("FuseGelu", "fuse decomposed Gelu", False),
+        _x("ConvertBNToConv", "BatchNormalization -> depthwise Conv", False),
+        _x("ConvertReduceMeanToGlobalAvgPool", "ReduceMean -> GlobalAveragePool", False),
+        _x("SplitLargeKernelPool", "split large GlobalAveragePool", False),
+        _x("ConvertSplitToSlice", "Split -> Slice", False),
+        _x("ConvertClipToRelu", "Clip -> Relu", False),
+        _x("ReplaceClip6Relu", "Clip(0,6) -> Relu", False),
+        _x("FixShapes", "fix input/output shapes", None, ""),
+        _x("ConvertFP16ToFP32", "convert an FP16 model to FP32 first", False),
+        _x("ConvertNCHWToNHWC", "transpose 4-D inputs to NHWC", False),
+        _h("FoldRelu", "absorb Relu/Clip into the following quantizer's range (QuantConfig.fold_relu)"),
+        # §2.2 target selection
+        _h("OpTypesToQuantize", "spelling of the field op_types_to_quantize (QuantConfig.op_types)"),
+        _h("NodesToQuantize", "spelling of the field nodes_to_quantize"),
+        _h("ExtraOpTypesToQuantize", "spelling of the field extra_op_types_to_quantize"),
+        _x("InputNodes", "start quantization at these nodes", None, []),
+        _x("OutputNodes", "stop quantization after these nodes", None, []),
+        _h("ExecutionProviders", "spelling of the field execution_providers (calibration providers)"),
+        _h("QuantizeAllOpTypes", "quantize every op type present (QuantConfig.quantize_all_op_types)"),
+        _h("ForceQuantizeNoInputCheck", "quantize pass-through ops with unquantized input (default False, as in the reference)"),
+        _x("MatMulConstBOnly", "skip MatMul whose B is not constant", False),
+        _h("WeightsOnly", "True: quantize weights only (QuantConfig.activation=None)"),
+        _x("EnableSubgraph", "quantize If/Loop subgraphs", False),
+        _x("OpTypesToExcludeOutputQuantization", "no Q/DQ on outputs of these op types", [], None),
+        _x("NodesToExcludeOutputQuantization", "no Q/DQ on outputs of these nodes", [], None),
+        _x("CalibPassthroughOpTypes", "calibration pass-through op types", [], None),
+        # §2.3 Q/DQ management
+        _h("AddQDQPairToWeight", "True: runtime quantizer on every weight (fold_weights/store_int_weights False)"),
+        _h("DedicatedQDQPair", "one Q/DQ pair per consumer (QuantConfig.dedicated_qdq_pair)"),
+        _x("QDQOpTypePerChannelSupportToAxis", "per-op-type per-channel axis", {}, None),
+        _x("UseQDQContribOps", "Q/DQ in the com.microsoft domain", False),
+        _h("RemoveQDQConvRelu", "no Q/DQ between a producer and its Relu (QuantConfig.fuse_activations; the four keys must agree)"),
+        _h("RemoveQDQConvClip", "same for Clip (QuantConfig.fuse_activations)"),
+        _h("RemoveQDQConvLeakyRelu", "same for LeakyRelu (QuantConfig.fuse_activations)"),
+        _h("RemoveQDQConvPRelu", "same for PRelu (QuantConfig.fuse_activations)"),
+        _x("RemoveQDQConvGelu", "no Q/DQ between a producer and its Gelu", False),
+        _x("RemoveQDQInstanceNorm", "InstanceNormalization as a fusing producer", False),
+        _x("RemoveFusedQDQ", "remove BFP/MX nodes between a producer and its activation", False),
+        _x("RemoveQDQMulAdd", "drop Q/DQ between Mul and Add", False),
+        _x("RemoveQDQBetweenOps", "drop Q/DQ between given op-type pairs", None, []),
+        _x("EnableDualQuantNodePairs", "dual quantizer nodes at precision boundaries", False),
+        _x("DedicateDQNode", "one DequantizeLinear per consumer", False),
+        # §2.4 calibration
+        _h("CalibDataSize", "calibrate on at most this many samples (CalibrationOptions.data_size)"),
+        _x("CalibTensorRangeSymmetric", "calibrator-side symmetric ranges"),
+        _h("CalibMovingAverage", "average per-batch min/max (CalibrationOptions.moving_average)"),
+        _x("CalibMovingAverageConstant", "moving-average constant", 0.01),
+        _h("Percentile", "percentile of the Percentile method (TensorQuant.percentile)"),
+        _h("NumBins", "histogram bins (CalibrationOptions.num_bins)"),
+        _x("NumQuantizedBins", "Entropy quantized bins"),
+        _x("Scenario", "Distribution scenario", "same"),
+        _x("LWPMetric", "layer-wise percentile metric"),
+        _x("PercentileCandidates", "layer-wise percentile candidates"),
+        _x("LWPUseHistogram", "layer-wise percentile on histograms"),
+        _x("MinMSEModePof2Scale", "power-of-two MinMSE mode"),
+        _n("CalibOptimizeMem", "the reference tool caches activations on disk; our calibration streams (O(tensors x bins) memory)"),
+        _n("CalibWorkerNum", "worker processes for the reference calibrator; ours is one streaming pass"),
+        _x("SaveTensorHistFig", "save histogram figures", False),
+        _h("UseRandomData", "calibrate on one random sample when no data is given (ModelQuantizer)"),
+        _h("RandomDataReaderInputShape", "shapes of the random sample (ModelQuantizer)"),
+        _h("RandomDataReaderInputDataRange", "value ranges of the random sample (ModelQuantizer)"),
+        _h("WeightCalibrateMethod", "ExtendedCalibrationMethod.MinMSE: MSE weight ranges (QuantConfig.weight_minmse)"),
+        _x("MinMSEModeFloatScale", "float-scale MinMSE candidate mode", None, "Percentile"),
+        _h("TensorQuantOverrides", "per-tensor type/symmetry/axis (QuantConfig.tensor_overrides)"),
+        _x("SaveAndRestore", "save and reuse calibrated ranges", None),
+        _x("TensorsRangeFile", "save and reuse calibrated ranges (deprecated alias)", None),
+        _x("QuantizationPreference", "accuracy/speed presets of options", None),
+        # §2.5 symmetry, scale, types
+        _h("ActivationSymmetric", "symmetric activation ranges (TensorQuant.symmetric)"),
+        _h("WeightSymmetric", "symmetric weight ranges (TensorQuant.symmetric)"),
+        _h("UsePowerOf2Scale", "False: power-of-two methods keep float scales (TensorQuant.scale_kind)"),
+        _h("Int16Scale", "scales of the form M/2^N (TensorQuant.scale_kind='int16', MinMax ranges)"),
+        _h("WeightScaled", "FP16/BF16/FP8 weights get a real scale (TensorQuant.scaled)"),
+        _h("ActivationScaled", "FP16/BF16/FP8 activations get a real scale (TensorQuant.scaled)"),
+        _x("QuantizeFP16", "quantize a pure FP16 model in FP16", False),
+        _x("UseFP32Scale", "FP16 scales -> FP32 + Cast", False),
+        _x("UseUnsignedReLU", "QOperator unsigned ReLU", False),
+        _x("MinimumRealRange", "onnxruntime minimum real range", None),
+        _x("ActivationRestrictedAsymmetric", "onnxruntime restricted asymmetric activations", False),
+        _x("QDQKeepRemovableActivations", "onnxruntime: keep removable activations", False),
+        _x("QDQDisableWeightAdjustForInt32Bias", "onnxruntime: no weight adjustment for int32 bias", False),
+        # §2.6 bias
+        _h("QuantizeBias", "False: biases stay float (QuantConfig.bias=None)"),
+        _h("Int32Bias", "int32 bias with scale = input x weight scale (QuantConfig.bias='int32'), else like a weight"),
+        _x("Int16Bias", "int16 bias", False),
+        _x("AdjustBiasScale", "False: keep a misaligned int32 bias scale", True),
+        _x("AdjustWeightScaleForInt32Bias", "enlarge weight scales against int32 bias overflow", False),
+        # §2.7 block formats
+        _h("BFPAttributes", "attributes of BFP / Microexponents (TensorQuant.attrs of format 'bfp')"),
+        _h("MXAttributes", "attributes of OCP Microscaling (TensorQuant.attrs of format 'mx')"),
+        # §2.8 NPU / alignment
+        _h("AlignConcat", "Concat inputs share the output's scale (QuantConfig.align_concat)"),
+        _h("AlignSlice", "Slice outputs share the input's scale (QuantConfig.align_slice)"),
+        _x("AlignPool", "pool outputs share the input's scale", False),
+        _x("AlignPad", "Pad input shares the output's scale", False),
+        _x("AlignTranspose", "Transpose input shares the output's scale", False),
+        _x("AlignReshape", "Reshape input shares the output's scale", False),
+        _h("AlignEltwiseQuantType", "eltwise constant inputs take the activation type (QuantConfig.align_eltwise_quant_type)"),
+        _n("SimulateDPU", "only acts together with the Convert*ToDPUVersion keys, which are not implemented"),
+        _x("ConvertLeakyReluToDPUVersion", _DPU, False),
+        _x("ConvertSigmoidToHardSigmoid", "Sigmoid -> HardSigmoid", False),
+        _x("ConvertHardSigmoidToDPUVersion", _DPU, False),
+        _x("ConvertAvgPoolToDPUVersion", _DPU, False),
+        _x("ConvertReduceMeanToDPUVersion", _DPU, False),
+        _x("ConvertSoftmaxToDPUVersion", _DPU, False),
+        _x("ConvertInstanceNormToDPUVersion", _DPU, False),
+        _x("ConvertClipToDPUVersion", _DPU, False),
+        _x("NPULimitationCheck", "False: skip the alignment pass", True),
+        _n("MaxLoopNum", "bounds the reference tool's iterative NPU alignment loop; ours does not iterate"),
+        _n("AdjustShiftCut", "NPU (enable_npu_cnn) shift adjustment; enable_npu_cnn is not implemented"),
+        _n("AdjustShiftBias", "NPU shift adjustment (see AdjustShiftCut)"),
+        _n("AdjustShiftRead", "NPU shift adjustment (see AdjustShiftCut)"),
+        _n("AdjustShiftWrite", "NPU shift adjustment (see AdjustShiftCut)"),
+        _n("AdjustShiftSwish", "NPU shift adjustment (see AdjustShiftCut)"),
+        _n("AdjustHardSigmoid", "NPU shift adjustment (see AdjustShiftCut)"),
+        _x("EnableNPUCnn", "the NPU-CNN (XINT8) quantizer", False),
+        # §2.9 BF16 post-processing
+        _h("BF16QDQToCast", "BF16 quantizers as Cast pairs (QuantConfig.bf16_qdq_to_cast; default False as in the reference)"),
+        _x("EnableVaimlBF16", "VAIML BF16 layout", False),
+        _h("BF16WithClip", "clip BF16 activations to the finite BF16 range (TensorQuant.saturate)"),
+        _h("RefineBlockAxis", "BFP/MX block axis follows the reduction axis (QuantConfig.refine_block_axis)"),
+        # §2.10 mixed precision
+        _h("MixedPrecisionTensor", "{type: [tensor names]} (QuantConfig.tensor_overrides)"),
+        _h("SpecificTensorPrecision", "spelling of the field specific_tensor_precision"),
+        _n("NodesWithMixedPrecision", "the reference tool's internal bookkeeping; we derive precision boundaries ourselves"),
+        _h("AutoMixprecision", "layer-wise TargetOpType + TargetQuantType (QuantConfig.op_type_overrides); automatic keys not implemented"),
+        # §2.11 LLM weight-only
+        _x("UseMatMulNBits", "MatMulNBits 4-bit weights", False),
+        _x("MatMulNBitsParams", "MatMulNBits settings"),
+        _x("UseGPTQ", "GPTQ", False),
+        _x("GPTQParams", "GPTQ settings"),
+        # §2.12 algorithms
+        _x("CLESteps", _CLE),
+        _x("CLEBalanceMethod", _CLE),
+        _x("CLEWeightThreshold", _CLE),
+        _x("CLEScaleAppendBias", _CLE),
+        _x("CLEScaleUseThreshold", _CLE),
+        _x("CLETotalLayerDiffThreshold", _CLE),
+        _x("SmoothAlpha", "SmoothQuant"),
+        _x("RMatrixDim", "QuaRot rotation"),
+        _x("UseRandomHad", "QuaRot rotation"),
+        _x("RConfigPath", "QuaRot rotation"),
+        _x("BiasCorrection", "bias correction", False),
+        _x("FastFinetune", "fast finetuning (AdaRound / AdaQuant)"),
+        # §2.13 runtime / debug
+        _n("TmpDir", "root of the reference tool's temporary files; calibration runs in memory and outputs are written atomically beside the target"),
+        _h("UserCustomOpLibPath", "None or our get_library_path(): no-op (our models need no library); another library: not implemented"),
+        _n("EncryptionAlgorithm", "crypto mode: we keep everything in memory and write no intermediate files to encrypt"),
+        _h("CryptoMode", "spelling of the field crypto_mode (ModelProto in, ModelProto out, nothing written)"),
+        _h("DebugMode", "spelling of the field debug_mode (DEBUG logging during the call)"),
+        _h("PrintSummary", "spelling of the field print_summary (op-type table logged at the end)"),
+        _h("IgnoreWarnings", "spelling of the field ignore_warnings (UserWarning/ResourceWarning hidden during the call)"),
+        _x("EvalMetrics", "float-vs-quantized metrics after quantization"),
+        _x("EvalDataReader", "data for EvalMetrics", None),
+        _x("FillAllValueInfo", "record every tensor shape in value_info", False),
+    ]
+}
+
+#: AutoMixprecision keys: 0.13's (§8.1) and the user documents' pre-0.13 spellings. Layer-wise keys
+#: are honoured; automatic (sensitivity-driven) ones raise NotImplementedError.
+AMP_LAYERWISE_KEYS = ("TargetOpType", "TargetQuantType", "ActTargetQuantType", "WeightTargetQuantType")
+#: AMP keys without effect unless an automatic target is given (they only steer the sensitivity search).
+AMP_SEARCH_ONLY_KEYS = ("OutputIndex", "MetricOutputIndex", "DataSize", "WorkerNum", "MetricDefault")
+AMP_AUTOMATIC_KEYS = (
+    "L2Target", "Top1AccTarget", "EvaluateFunction", "NumTarget", "TargetTensors", "TargetIndices", "ExcludeIndices",
+    "AutoMixUseFastFT", "TargetLayerConfig", "IncludeLayers", "ExcludeLayers", "SubgraphJson", "MetricDistanceFn",
+    "MetricEvaluateFn", "MetricThreshold", "MetricOptimizeObject", "SensitivityCacheFile",
+)
+#: AMP keys for features of the layer-wise path we have not built, with their inert values.
+AMP_UNBUILT: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "DualQuantNodes": ("dual quantizer nodes at precision boundaries", (False,)),
+    "NoInputQDQShared": ("skipping nodes with shared input Q/DQ", (False, True)),
+    "SharedParamMode": ("shared scale handling", ("propagate",)),
+    "BiasTargetQuantType": ("a bias type per op type", ()),
+}
+AMP_KEYS = AMP_LAYERWISE_KEYS + AMP_SEARCH_ONLY_KEYS + AMP_AUTOMATIC_KEYS + tuple(AMP_UNBUILT)
+#: Op types the layer-wise AMP path targets when TargetOpType is absent.
+AMP_DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+#: FastFinetune keys (§7.1) with the legacy defaults; LearningRate depends on the algorithm.
+FAST_FINETUNE_DEFAULTS: dict[str, Any] = {
+    "OptimAlgorithm": "adaround",
+    "NumIterations": 1000,
+    "LearningRate": None,
+    "BatchSize": 1,
+    "NumBatches": 1,
+    "DataSize": None,
+    "FixedSeed": 1705472343,
+    "OptimDevice": "cpu",
+    "InferDevice": "cpu",
+    "EarlyStop": False,
+    "UpdateBias": True,
+    "LRAdjust": (),
+    "RegParam": 0.01,
+    "BetaRange": (20, 2),
+    "WarmStart": 0.2,
+    "DropRatio": 1.0,
+    "LogPeriod": None,
+    "TargetOpType": ("Conv", "ConvTranspose", "InstanceNormalization", "LayerNormalization", "Gemm", "MatMul"),
+    "OutputQDQ": False,
+    "SelectiveUpdate": False,
+    "OutputIndex": None,
+    "RefModelPath": None,
+    "MemOptLevel": 1,
+    "Parallel": False,
+    "DynamicBatch": False,
+    "SelectMaxMemLayer": False,
+    "NumWorkers": 1,
+    "PinMemory": False,
+    "UseGDS": False,
+    "CacheDir": None,
+}
+
+#: (field, extra_options spelling) pairs that name the same setting.
+_FIELD_KEYS = {
+    "optimize_model": "OptimizeModel",
+    "execution_providers": "ExecutionProviders",
+    "op_types_to_quantize": "OpTypesToQuantize",
+    "nodes_to_quantize": "NodesToQuantize",
+    "extra_op_types_to_quantize": "ExtraOpTypesToQuantize",
+    "input_nodes": "InputNodes",
+    "output_nodes": "OutputNodes",
+    "specific_tensor_precision": "SpecificTensorPrecision",
+    "convert_fp16_to_fp32": "ConvertFP16ToFP32",
+    "convert_nchw_to_nhwc": "ConvertNCHWToNHWC",
+    "enable_npu_cnn": "EnableNPUCnn",
+    "debug_mode": "DebugMode",
+    "crypto_mode": "CryptoMode",
+    "print_summary": "PrintSummary",
+    "ignore_warnings": "IgnoreWarnings",
+}
+
+#: Boolean fields that ask for an unbuilt feature when True.
+_UNBUILT_FIELDS = {
+    "use_dynamic_quant": "dynamic quantization",
+    "convert_fp16_to_fp32": "FP16 -> FP32 conversion before quantization",
+    "convert_nchw_to_nhwc": "NCHW -> NHWC conversion",
+    "include_sq": "SmoothQuant",
+    "include_rotation": "QuaRot rotation",
+    "include_cle": "cross-layer equalization (CLE; default False in onnxptq, True in the reference tool)",
+    "enable_npu_cnn": "the NPU-CNN (XINT8, power-of-two DPU) quantizer",
+    "enable_npu_transformer": "the NPU transformer quantizer",
+}
+
+_FLOAT_ELEMENT_FORMATS = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
+_TQO_KEYS = ("quant_type", "symmetric", "reduce_range", "axis", "scale", "zero_point", "rmin", "rmax", "convert")
+
+
+@dataclass
+class RunOptions:
+    """Settings that steer a ModelQuantizer run rather than the quantization itself."""
+
+    use_random_data: bool = False
+    random_input_shape: dict[str, list[int]] = field(default_factory=dict)
+    random_input_range: dict[str, list[float]] | None = None
+    use_external_data_format: bool = False
+    crypto_mode: bool = False
+    debug_mode: bool = False
+    print_summary: bool = True
+    ignore_warnings: bool = True
+
+
+def options_table() -> str:
+    """The extra_options key table as fixed-width text: key, status, meaning."""
+    width = max(len(k) for k in EXTRA_OPTIONS) + 2
+    lines = [f"{'Key':<{width}}{'Status':<17}Meaning here / inert values", f"{'-' * (width - 2):<{width}}{'-' * 15:<17}{'-' * 40}"]
+    for key in EXTRA_OPTIONS.values():
+        note = key.meaning
+        if key.status == "not implemented" and key.inert:
+            note += f" (accepted: {', '.join(repr(v) for v in key.inert)})"
+        lines.append(f"{key.name:<{width}}{key.status:<17}{note}")
+    return "\n".join(lines)
+
+
+__doc__ = (__doc__ or "") + "\nextra_options keys\n==================\n\n" + options_table() + "\n"
+
+
+def _same(value: Any, accepted: Iterable[Any]) -> bool:
+    """Value equality that keeps bools apart from ints and lists equal to tuples."""
+    for ok in accepted:
+        if isinstance(value, bool) != isinstance(ok, bool):
+            continue
+        if isinstance(value, (list, tuple)) and isinstance(ok, (list, tuple)):
+            if list(value) == list(ok):
+                return True
+        elif type(value) is type(ok) or (isinstance(value, (int, float)) and isinstance(ok, (int, float))):
+            if value == ok:
+                return True
+    return False
+
+
+def _not_built(key: str, meaning: str, where: str = "extra_options key") -> NotImplementedError:
+    return NotImplementedError(f"{where} {key!r} ({meaning}) is not implemented yet")
+
+
+def _check_keys(extra: dict[str, Any]) -> None:
+    """Unknown keys first (ValueError with a suggestion), then keys of unbuilt features."""
+    for key in extra:
+        if not isinstance(key, str) or key not in EXTRA_OPTIONS:
+            raise ConfigError(f"unknown extra_options key {key!r}{suggest(key, EXTRA_OPTIONS)}")
+    for key, value in extra.items():
+        spec = EXTRA_OPTIONS[key]
+        if spec.status == "not implemented" and key != "FastFinetune" and not _same(value, spec.inert):
+            raise _not_built(key, spec.meaning)
+
+
+def _bool(extra: dict[str, Any], key: str, default: bool) -> bool:
+    value = extra.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"extra_options[{key!r}] must be True or False, not {value!r}")
+    return value
+
+
+def _setting(cfg: QuantizationConfig, name: str, extra: dict[str, Any]) -> Any:
+    """A field's value, or its extra_options spelling when given; both given and different is an error."""
+    value = getattr(cfg, name)
+    key = _FIELD_KEYS[name]
+    if key not in extra:
+        return value
+    default = QuantizationConfig.__dataclass_fields__[name]
+    default_value = default.default_factory() if callable(default.default_factory) else default.default  # type: ignore[misc]
+    if value != default_value and value != extra[key]:
+        raise ConfigError(f"field {name}={value!r} and extra_options[{key!r}]={extra[key]!r} disagree; set one of them")
+    return extra[key]
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what} must be a list of names, not {value!r}")
+    return tuple(value)
+
+
+@dataclass
+class _Rules:
+    """What builds a TensorQuant for a role; also records which format-specific options took effect."""
+
+    method: str
+    scale_kind: str
+    percentile: float
+    act_symmetric: bool
+    weight_symmetric: bool
+    reduce_range: bool
+    per_channel: bool
+    act_scaled: bool
+    weight_scaled: bool
+    bf16_clip: bool
+    bfp_attrs: dict[str, Any]
+    mx_attrs: dict[str, Any]
+    used: set[str] = field(default_factory=set)
+
+    def spec(self, fmt: str, role: Literal["activation", "weight", "tensor"]) -> TensorQuant:
+        """The TensorQuant of format ``fmt`` for an activation, a weight, or a named tensor of either kind.
+
+        A named tensor (MixedPrecisionTensor / TensorQuantOverrides) follows the activation rules:
+        weights ignore the calibration fields, and per-channel needs an explicit ``axis``.
+        """
+        self.used.add(fmt)
+        if fmt in ("bfp", "mx"):
+            attrs = self.bfp_attrs if fmt == "bfp" else self.mx_attrs
+            kw: dict[str, Any] = {"calibration": self.method, "percentile": self.percentile} if role != "weight" else {}
+            return make_tensor_quant(fmt, attrs=attrs, **kw)
+        if fmt in _FLOAT_ELEMENT_FORMATS:
+            scaled = self.weight_scaled if role == "weight" else self.act_scaled
+            saturate = self.bf16_clip and role != "weight" and fmt == "bf16"
+            self.used.add(f"{role}-float")
+            if role == "weight":
+                return TensorQuant(format=fmt, scaled=scaled)
+            return TensorQuant(format=fmt, scaled=scaled, saturate=saturate, calibration=self.method, percentile=self.percentile)
+        # integer formats
+        if role == "weight":
+            self.used.add("weight-int")
+            return TensorQuant(
+                format=fmt,
+                symmetric=self.weight_symmetric,
+                per_channel=self.per_channel,
+                scale_kind=self.scale_kind,  # type: ignore[arg-type]
+                reduce_range=self.reduce_range,
+            )
+        return TensorQuant(
+            format=fmt,
+            symmetric=self.act_symmetric,
+            scale_kind=self.scale_kind,  # type: ignore[arg-type]
+            reduce_range=self.reduce_range,
+            calibration=self.method,
+            percentile=self.percentile,
+        )
+
+
+def _dict_option(extra: dict[str, Any], key: str) -> dict[str, Any]:
+    value = extra.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"extra_options[{key!r}] must be a dict, not {type(value).__name__}")
+    return dict(value)
+
+
+def fast_finetune_settings(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The FastFinetune dict checked and completed with the legacy defaults of spec §7.1.
+
+    Unknown keys raise with the nearest valid one; ``OptimAlgorithm`` is lower-cased and must be
+    'adaround' or 'adaquant'; ``LearningRate`` defaults to 0.1 (adaround) or 1e-5 (adaquant).
+    """
+    options = dict(options or {})
+    for key in options:
+        if key not in FAST_FINETUNE_DEFAULTS:
+            raise ConfigError(f"unknown FastFinetune key {key!r}{suggest(key, FAST_FINETUNE_DEFAULTS)}")
+    settings = {**FAST_FINETUNE_DEFAULTS, **options}
+    algo = str(settings["OptimAlgorithm"]).lower()
+    if algo not in ("adaround", "adaquant"):
+        raise ConfigError(f"FastFinetune OptimAlgorithm must be 'adaround' or 'adaquant', not {settings['OptimAlgorithm']!r}")
+    settings["OptimAlgorithm"] = algo
+    if settings["LearningRate"] is None:
+        settings["LearningRate"] = 0.1 if algo == "adaround" else 1e-5
+    if settings["LogPeriod"] is None:
+        settings["LogPeriod"] = max(1, int(settings["NumIterations"]) // 10)
+    return settings
+
+
+def _amp_overrides(amp: dict[str, Any], rules: _Rules, act_fmt: str | None, weight_fmt: str) -> dict[str, tuple]:
+    """Layer-wise mixed precision: every op of TargetOpType gets the target activation/weight types."""
+    for key in amp:
+        if key not in AMP_KEYS:
+            raise ConfigError(f"unknown AutoMixprecision key {key!r}{suggest(key, AMP_KEYS)}")
+    for key in AMP_AUTOMATIC_KEYS:
+        if key in amp and amp[key] is not None:
+            raise _not_built(key, "automatic mixed precision driven by sensitivity analysis", "AutoMixprecision key")
+    for key, (meaning, inert) in AMP_UNBUILT.items():
+        if key in amp and not _same(amp[key], inert):
+            raise _not_built(key, meaning, "AutoMixprecision key")
+    target, act_t, weight_t = amp.get("TargetQuantType"), amp.get("ActTargetQuantType"), amp.get("WeightTargetQuantType")
+    if target is None and act_t is None and weight_t is None:
+        raise ConfigError(
+            "AutoMixprecision needs TargetQuantType (or ActTargetQuantType / WeightTargetQuantType): "
+            "the type the TargetOpType layers are quantized to"
+        )
+    # The user documents' rule: with neither role-specific type, both take TargetQuantType; with one,
+    # the other keeps the global type.
+    if act_t is None and weight_t is None:
+        act_fmt_t = weight_fmt_t = format_of(target, "AutoMixprecision TargetQuantType")
+    else:
+        act_fmt_t = format_of(act_t, "AutoMixprecision ActTargetQuantType") if act_t is not None else act_fmt
+        weight_fmt_t = format_of(weight_t, "AutoMixprecision WeightTargetQuantType") if weight_t is not None else weight_fmt
+    ops = amp.get("TargetOpType", AMP_DEFAULT_OP_TYPES)
+    ops = _names(list(ops) if isinstance(ops, (set, frozenset)) else ops, "AutoMixprecision TargetOpType")
+    act_spec = rules.spec(act_fmt_t, "activation") if act_fmt_t is not None else None
+    weight_spec = rules.spec(weight_fmt_t, "weight")
+    return {op: (act_spec, weight_spec) for op in ops}
+
+
+def _tensor_overrides(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules, specific: bool) -> dict[str, TensorQuant]:
+    overrides: dict[str, TensorQuant] = {}
+    mpt = _dict_option(extra, "MixedPrecisionTensor")
+    if mpt and not specific:
+        log.warning(
+            "extra_options['MixedPrecisionTensor'] is given but specific_tensor_precision is False; applying it "
+            "(the reference tool would ignore the key)"
+        )
+    for qtype, names in mpt.items():
+        fmt = format_of(qtype, "MixedPrecisionTensor key")
+        for name in _names(names, f"MixedPrecisionTensor[{qtype}]"):
+            if name in overrides:
+                raise ConfigError(f"MixedPrecisionTensor names tensor {name!r} twice")
+            overrides[name] = rules.spec(fmt, "tensor")
+    for name, entries in _dict_option(extra, "TensorQuantOverrides").items():
+        where = f"TensorQuantOverrides[{name!r}]"
+        if isinstance(entries, dict):
+            entries = [entries]
+        if not isinstance(entries, (list, tuple)) or not entries:
+            raise ConfigError(f"{where} must be a list with one dict of settings, not {entries!r}")
+        if len(entries) > 1:
+            raise _not_built(where, "per-channel / per-consumer lists of overrides", "extra_options entry")
+        entry = entries[0]
+        for key in entry:
+            if key not in _TQO_KEYS:
+                raise ConfigError(f"unknown {where} key {key!r}{suggest(key, _TQO_KEYS)}")
+            if key in ("scale", "zero_point", "rmin", "rmax", "convert"):
+                raise _not_built(f"{where}[{key!r}]", "fixed scales, ranges and type conversions", "extra_options entry")
+        if "quant_type" not in entry:
+            raise _not_built(where, "an override without quant_type (symmetry/range only)", "extra_options entry")
+        spec = rules.spec(format_of(entry["quant_type"], f"{where}['quant_type']"), "tensor")
+        changes: dict[str, Any] = {}
+        if "symmetric" in entry:
+            changes["symmetric"] = bool(entry["symmetric"])
+        if "reduce_range" in entry:
+            changes["reduce_range"] = bool(entry["reduce_range"])
+        if "axis" in entry and entry["axis"] is not None:
+            if not spec.is_integer:
+                raise ConfigError(f"{where}: per-channel ('axis') overrides are for integer types only, not {spec.format}")
+            changes.update(per_channel=True, axis=int(entry["axis"]))
+        if name in overrides and overrides[name] != spec.with_(**changes):
+            raise ConfigError(f"tensor {name!r} is given different types by MixedPrecisionTensor and TensorQuantOverrides")
+        overrides[name] = spec.with_(**changes) if changes else spec
+    return overrides
+
+
+def _check_user_lib(value: Any) -> None:
+    """A custom-op library path is only inert when it is ours (which registers nothing)."""
+    if not value:
+        return
+    from .library import is_own_library
+
+    paths = [value] if isinstance(value, str) else list(value)
+    for path in paths:
+        if not is_own_library(path):
+            raise _not_built(
+                "UserCustomOpLibPath", f"registering the custom-op library {path!r} in calibration sessions"
+            )
+
+
+def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
+    """Translate ``cfg`` into our QuantConfig plus the ModelQuantizer run options; raise on anything we cannot honour."""
+    if not isinstance(cfg, QuantizationConfig):
+        raise ConfigError(f"expected a QuantizationConfig, got {type(cfg).__name__}")
+    if not isinstance(cfg.extra_options, dict):
+        raise ConfigError(f"extra_options must be a dict, not {type(cfg.extra_options).__name__}")
+    extra = dict(cfg.extra_options)
+    _check_keys(extra)
+    _check_user_lib(extra.get("UserCustomOpLibPath"))
+
+    # Fields of unbuilt features, in both spellings.
+    for name, feature in _UNBUILT_FIELDS.items():
+        value = _setting(cfg, name, extra) if name in _FIELD_KEYS else getattr(cfg, name)
+        if value:
+            raise _not_built(name, feature, "QuantizationConfig field")
+    for name in ("input_nodes", "output_nodes"):
+        if _setting(cfg, name, extra):
+            raise _not_built(name, "quantizing only between given start/end nodes", "QuantizationConfig field")
+    if cfg.subgraphs_to_exclude:
+        raise _not_built("subgraphs_to_exclude", "excluding the nodes between start and end nodes", "QuantizationConfig field")
+    if cfg.log_severity_level is not None:
+        log.warning("QuantizationConfig.log_severity_level is deprecated and unused (as in the reference tool)")
+
+    fmt_kind, forced = quant_format_of(cfg.quant_format)
+    if fmt_kind == "qoperator":
+        raise _not_built("quant_format", "QOperator format (QLinear* operators); use QuantFormat.QDQ", "QuantizationConfig field")
+
+    act_fmt = forced or format_of(cfg.activation_type, "activation_type")
+    weight_fmt = forced or format_of(cfg.weight_type, "weight_type")
+
+    # Calibration method and scale kind.
+    method, scale_kind = calibration_of(cfg.calibrate_method)
+    if scale_kind == "pow2" and not _bool(extra, "UsePowerOf2Scale", True):
+        scale_kind = "float"
+    if _bool(extra, "Int16Scale", False):
+        method, scale_kind = "minmax", "int16"
+    weight_method = extra.get("WeightCalibrateMethod")
+    if weight_method is ExtendedCalibrationMethod.MinMSE or (isinstance(weight_method, str) and weight_method.lower() == "minmse"):
+        weight_minmse = True
+    elif weight_method in (None, CalibrationMethod.MinMax) or (isinstance(weight_method, str) and weight_method.lower() == "minmax"):
+        # The reference tool also searches power-of-two weight scales by MSE under PowerOfTwoMethod.MinMSE.
+        weight_minmse = method == "minmse" and scale_kind == "pow2"
+    else:
+        raise ConfigError(
+            f"extra_options['WeightCalibrateMethod'] must be ExtendedCalibrationMethod.MinMSE or CalibrationMethod.MinMax, "
+            f"not {weight_method!r}"
+        )
+
+    float_like = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "bfp", "mx")
+    percentile = extra.get("Percentile", 99.999)
+    if not isinstance(percentile, (int, float)) or isinstance(percentile, bool):
+        raise ConfigError(f"extra_options['Percentile'] must be a number, not {percentile!r}")
+    rules = _Rules(
+        method=method,
+        scale_kind=scale_kind,
+        percentile=float(percentile),
+        act_symmetric=_bool(extra, "ActivationSymmetric", act_fmt in float_like),
+        weight_symmetric=_bool(extra, "WeightSymmetric", not weight_fmt.startswith("u")),
+        reduce_range=bool(cfg.reduce_range),
+        per_channel=bool(cfg.per_channel),
+        act_scaled=_bool(extra, "ActivationScaled", False),
+        weight_scaled=_bool(extra, "WeightScaled", False),
+        bf16_clip=_bool(extra, "BF16WithClip", False),
+        bfp_attrs=_dict_option(extra, "BFPAttributes"),
+        mx_attrs=_dict_option(extra, "MXAttributes"),
+    )
+
+    weights_only = _bool(extra, "WeightsOnly", False)
+    activation = None if weights_only else rules.spec(act_fmt, "activation")
+    weight = rules.spec(weight_fmt, "weight")
+
+    # Layer-wise mixed precision.
+    amp = extra.get("AutoMixprecision")
+    op_type_overrides: dict[str, tuple] = {}
+    if cfg.include_auto_mp and amp is None:
+        raise ConfigError("include_auto_mp=True needs extra_options['AutoMixprecision'] (TargetOpType + TargetQuantType)")
+    if amp is not None:
+        if not isinstance(amp, dict):
+            raise ConfigError(f"extra_options['AutoMixprecision'] must be a dict, not {type(amp).__name__}")
+        if not cfg.include_auto_mp:
+            log.warning("extra_options['AutoMixprecision'] is given but include_auto_mp is False; applying it as asked")
+        op_type_overrides = _amp_overrides(amp, rules, None if weights_only else act_fmt, weight_fmt)
+
+    specific = bool(_setting(cfg, "specific_tensor_precision", extra))
+    tensor_overrides = _tensor_overrides(cfg, extra, rules, specific)
+
+    # Fast finetuning: checked, then refused until the feature lands.
+    if cfg.include_fast_ft or "FastFinetune" in extra:
+        ft = fast_finetune_settings(_dict_option(extra, "FastFinetune"))
+        if not cfg.include_fast_ft:
+            log.warning("extra_options['FastFinetune'] is given but include_fast_ft is False; treating it as a request to finetune")
+        raise _not_built("FastFinetune", f"fast finetuning, OptimAlgorithm={ft['OptimAlgorithm']!r}")
+
+    # Bias.
+    quantize_bias = _bool(extra, "QuantizeBias", True)
+    int_weights = weight.is_integer
+    int_acts = activation is not None and activation.is_integer
+    int32 = _bool(extra, "Int32Bias", int_weights)
+    if int32 and not (int_weights and int_acts):
+        if "Int32Bias" in extra:
+            log.warning("Int32Bias needs integer activations and weights; biases are quantized like weights instead")
+        int32 = False
+    bias = None if not quantize_bias else ("int32" if int32 else "weight")
+
+    # Activation fusion: the four keys drive one switch.
+    fuse_keys = ("RemoveQDQConvRelu", "RemoveQDQConvClip", "RemoveQDQConvLeakyRelu", "RemoveQDQConvPRelu")
+    fuse_values = {k: _bool(extra, k, True) for k in fuse_keys}
+    if len(set(fuse_values.values())) > 1:
+        odd = next(k for k, v in fuse_values.items() if v != fuse_values["RemoveQDQConvRelu"])
+        raise _not_built(odd, "setting RemoveQDQConv* keys independently; give all four the same value")
+    fuse = fuse_values["RemoveQDQConvRelu"]
+
+    # Weight storage: absent key -> our defaults (see the module docstring).
+    kwargs: dict[str, Any] = {}
+    if "AddQDQPairToWeight" in extra:
+        runtime_q = _bool(extra, "AddQDQPairToWeight", False)
+        kwargs.update(fold_weights=not runtime_q, store_int_weights=not runtime_q)
+
+    # BF16QDQToCast only means something when BF16 is used; otherwise the schema default stands, so
+    # configs that never touch BF16 compare equal regardless of the key.
+    if "bf16" in rules.used:
+        kwargs["bf16_qdq_to_cast"] = _bool(extra, "BF16QDQToCast", False)
+    else:
+        _bool(extra, "BF16QDQToCast", False)
+
+    optimize = bool(_setting(cfg, "optimize_model", extra)) and _bool(extra, "SimplifyModel", True)
+    if _bool(extra, "SkipPreprocess", False):
+        optimize = False
+    fold_bn = _bool(extra, "FoldBatchNorm", optimize)
+
+    opset = extra.get("ConvertOpsetVersion")
+    if opset is not None and (not isinstance(opset, int) or isinstance(opset, bool) or opset < 7):
+        raise ConfigError(f"extra_options['ConvertOpsetVersion'] must be an opset number >= 7, not {opset!r}")
+
+    calib_kwargs: dict[str, Any] = {
+        "providers": tuple(_names(_setting(cfg, "execution_providers", extra), "execution_providers")) or ("CPUExecutionProvider",),
+        "moving_average": _bool(extra, "CalibMovingAverage", False),
+    }
+    size = extra.get("CalibDataSize")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ConfigError(f"extra_options['CalibDataSize'] must be a positive integer, not {size!r}")
+        calib_kwargs["data_size"] = size
+    if "NumBins" in extra:
+        bins = extra["NumBins"]
+        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 2:
+            raise ConfigError(f"extra_options['NumBins'] must be an integer >= 2, not {bins!r}")
+        calib_kwargs["num_bins"] = bins
+
+    _warn_unused(cfg, extra, rules)
+
+    op_types = _names(_setting(cfg, "op_types_to_quantize", extra), "op_types_to_quantize")
+    config = QuantConfig(
+        activation=activation,
+        weight=weight,
+        bias=bias,
+        op_types=op_types or None,
+        extra_op_types=_names(_setting(cfg, "extra_op_types_to_quantize", extra), "extra_op_types_to_quantize"),
+        quantize_all_op_types=_bool(extra, "QuantizeAllOpTypes", False),
+        nodes_to_quantize=_names(_setting(cfg, "nodes_to_quantize", extra), "nodes_to_quantize"),
+        nodes_to_exclude=_names(cfg.nodes_to_exclude, "nodes_to_exclude"),
+        op_type_overrides=op_type_overrides,
+        tensor_overrides=tensor_overrides,
+        force_quantize_no_input_check=_bool(extra, "ForceQuantizeNoInputCheck", False),
+        fuse_activations=fuse,
+        align_concat=_bool(extra, "AlignConcat", False),
+        align_slice=_bool(extra, "AlignSlice", False),
+        align_eltwise_quant_type=_bool(extra, "AlignEltwiseQuantType", False),
+        fold_relu=_bool(extra, "FoldRelu", False),
+        dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
+        refine_block_axis=_bool(extra, "RefineBlockAxis", True),
+        weight_minmse=weight_minmse,
+        calibration=CalibrationOptions(**calib_kwargs),
+        opset=opset,
+        optimize=optimize,
+        fold_batchnorm=fold_bn,
+        **kwargs,
+    )
+    run = RunOptions(
+        use_random_data=_bool(extra, "UseRandomData", False),
+        random_input_shape=_dict_option(extra, "RandomDataReaderInputShape"),
+        random_input_range=extra.get("RandomDataReaderInputDataRange"),
+        use_external_data_format=bool(cfg.use_external_data_format),
+        crypto_mode=bool(_setting(cfg, "crypto_mode", extra)),
+        debug_mode=bool(_setting(cfg, "debug_mode", extra)),
+        print_summary=bool(_setting(cfg, "print_summary", extra)),
+        ignore_warnings=bool(_setting(cfg, "ignore_warnings", extra)),
+    )
+    return config, run
+
+
+def _warn_unused(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules) -> None:
+    """Options that only act on formats this config does not use: said aloud, never dropped silently."""
+    checks = [
+        ("BFPAttributes", "BFPAttributes" in extra, "bfp" in rules.used, "no tensor uses ExtendedQuantType.QBFP"),
+        ("MXAttributes", "MXAttributes" in extra, "mx" in rules.used, "no tensor uses ExtendedQuantType.QMX"),
+        ("per_channel", cfg.per_channel, "weight-int" in rules.used, "no weight has an integer type"),
+        ("WeightScaled", rules.weight_scaled, "weight-float" in rules.used, "no weight has a float type"),
+        ("ActivationScaled", rules.act_scaled, "activation-float" in rules.used or "tensor-float" in rules.used,
+         "no activation has a float type"),
+        ("BF16WithClip", rules.bf16_clip, "bf16" in rules.used, "nothing is BF16"),
+    ]
+    for name, given, effective, why in checks:
+        if given and not effective:
+            log.warning("%s has no effect on this configuration: %s", name, why)
+
+
+def to_quant_config(cfg: QuantizationConfig) -> QuantConfig:
+    """Our :class:`QuantConfig` for a legacy :class:`QuantizationConfig` (see the module docstring)."""
+    return parse(cfg)[0]
