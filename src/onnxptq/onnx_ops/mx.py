@@ -27,7 +27,6 @@ How the body stays fast and exact (see DESIGN.md's measurements):
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import numpy as np
