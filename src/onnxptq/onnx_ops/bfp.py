@@ -8,15 +8,18 @@ so a reader sees the format; the body is specialised to them (constants folded i
 variant suffix: several variants can live in one model.
 
 Why the body looks the way it does (measured on one core, 1×64×112×112 float32; a plain copy of
-the tensor is ~0.12 ms and every extra full-tensor op costs about that much):
+the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs about that much):
 
 * **No Transpose.** The tensor is viewed as ``(pre, C/bs, bs, post)`` by Reshape (free in
   onnxruntime) and reduced over the block axis; scales broadcast back. A transpose to put the
   channel axis last doubled the cost in earlier measurements.
-* **Exponent math on block maxima only.** ``2^floor(log2 amax)`` is found exactly with a
-  Veltkamp split in float64 (round to one significant bit, halve if it rounded up) on the
-  ``1/block_size``-sized tensor of maxima — no Log/Pow, no bit casts (ONNX has none below opset
-  26).
+* **Exponent math on block maxima only.** ``2^floor(log2 amax)`` is found exactly on the
+  ``1/block_size``-sized tensor of maxima by a Veltkamp split in float64 (round
+  ``amax·(3/4 + 2^-40)`` to one significant bit) — no Log/Pow, no compare/Where, no bit casts
+  (ONNX has none below opset 26).
+* **No full-tensor Where.** It is ~20× slower than an arithmetic op in onnxruntime, and it turns
+  a -0 taken from its *then* input into +0; the fast paths use none, the exact paths keep every
+  possible -0 in the *else* slot.
 * **Fast path / exact path via If.** ``ReduceMax`` in onnxruntime does not propagate NaN reliably
   (a NaN can silently drop out of, or corrupt, a vectorised max), so one ``ReduceSum`` over the
   tensor (which does propagate NaN/Inf) decides: all finite → the short path; otherwise the exact
