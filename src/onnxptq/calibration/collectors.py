@@ -1,0 +1,403 @@
+"""Per-tensor streaming statistics for calibration.
+
+Calibration is one pass over the data (see DESIGN.md): each batch a tensor produces is folded into
+a fixed-size summary and dropped, so memory is O(tensors x bins) and never O(samples). Every
+collector here therefore has
+
+- ``update(batch)``: fold one array in (any shape, any float dtype; NaN and +-Inf are *counted*
+  and otherwise ignored, because one bad value would otherwise poison a whole range), and
+- ``merge(other)``: fold another collector of the same kind in, so calibration can be split over
+  workers and the partial results combined.
+
+Two kinds exist:
+
+:class:`MinMaxCollector`
+    running min/max plus the sums of per-batch minima/maxima (the reference tool's "moving
+    average" is the mean of per-batch extremes) and the finite-value count. No moments: their
+    float64 pass over every tensor cost more than the min/max themselves on PP-OCRv4 rec, and the
+    Distribution method takes them from the histogram as the reference does.
+
+:class:`HistogramCollector`
+    everything :class:`MinMaxCollector` keeps plus one *signed* histogram on a grid that is
+    symmetric about zero with zero on a bin edge. That single layout serves every histogram method:
+    folding it at zero gives exactly the histogram of ``|x|`` that the reference Percentile method
+    uses (same bin width), and it is exactly onnxruntime's signed histogram for Entropy. The grid
+    grows by whole bins of the same width on both sides when a later batch exceeds it (as
+    onnxruntime does), and once it would exceed ``max_bins`` adjacent bins are merged in pairs (the
+    width doubles), which is exact and keeps the size bounded however wide later data is.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Collector",
+    "CollectorFactory",
+    "HistogramCollector",
+    "MinMaxCollector",
+    "SignedHistogram",
+    "as_float_array",
+    "factory_for",
+]
+
+
+def as_float_array(batch: Any, name: str = "tensor") -> np.ndarray:
+    """Return ``batch`` flattened as a float32/float64 array (float16 is widened to float32).
+
+    Why: NumPy reductions on float16 are slow and lose precision; integer or bool tensors have no
+    meaningful quantization range, so they are refused with the tensor named.
+    """
+    arr = np.asarray(batch)
+    if arr.dtype == np.float64 or arr.dtype == np.float32:
+        return arr.reshape(-1)
+    if arr.dtype.kind == "f" or arr.dtype.name in ("bfloat16",):
+        return arr.astype(np.float32).reshape(-1)
+    raise TypeError(f"calibration of {name!r}: expected a floating-point array, got dtype {arr.dtype}")
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """What the runner and :func:`onnxptq.calibration.methods.compute_range` rely on."""
+
+    count: int
+    nan_count: int
+    inf_count: int
+
+    def update(self, batch: np.ndarray) -> None:
+        """Fold one batch of values in."""
+
+    def merge(self, other: Any) -> None:
+        """Fold another collector of the same kind in (in place)."""
+
+
+class CollectorFactory(Protocol):
+    """A callable returning a fresh collector (the runner makes one per tensor)."""
+
+    def __call__(self) -> Collector: ...
+
+
+class MinMaxCollector:
+    """Running extremes and per-batch extreme sums of the finite values seen.
+
+    ``min``/``max`` are ``+inf``/``-inf`` until a finite value is seen. ``batch_min_sum`` and
+    ``batch_max_sum`` over ``batches`` (batches that held at least one finite value) give the
+    reference tool's moving-average range without storing per-batch values.
+    """
+
+    def __init__(self, name: str = "tensor") -> None:
+        self.name = name
+        self.min = math.inf
+        self.max = -math.inf
+        self.count = 0
+        self.nan_count = 0
+        self.inf_count = 0
+        self.batches = 0
+        self.batch_min_sum = 0.0
+        self.batch_max_sum = 0.0
+        self.skipped_batches = 0
+
+    # -- updating ---------------------------------------------------------------------------
+    def update(self, batch: np.ndarray) -> None:
+        """Fold ``batch`` in; NaN/Inf are counted and skipped."""
+        self._update_finite(self._finite(batch))
+
+    def _finite(self, batch: np.ndarray) -> np.ndarray:
+        """Flattened finite values of ``batch``; counts the others.
+
+        The min/max of the raw array reveal non-finite values (NaN propagates, Inf is extreme), so
+        the usual all-finite case costs no extra mask pass.
+        """
+        x = as_float_array(batch, self.name)
+        if x.size == 0:
+            return x
+        lo, hi = x.min(), x.max()
+        if np.isfinite(lo) and np.isfinite(hi):
+            return x
+        nan = np.isnan(x)
+        inf = np.isinf(x)
+        self.nan_count += int(nan.sum())
+        self.inf_count += int(inf.sum())
+        return x[~(nan | inf)]
+
+    def _update_finite(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        self.update_extremes(float(x.min()), float(x.max()), count=int(x.size))
+
+    def update_extremes(self, lo: float, hi: float, count: int = 0) -> None:
+        """Fold in a batch known only by its extremes (in-graph ReduceMin/ReduceMax).
+
+        Non-finite extremes mean the batch held NaN/Inf; without the tensor its finite values are
+        unknown, so the whole batch is skipped and counted in ``skipped_batches``.
+        """
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            self.skipped_batches += 1
+            return
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
+        self.batch_min_sum += lo
+        self.batch_max_sum += hi
+        self.batches += 1
+        self.count += count
+
+    def merge(self, other: MinMaxCollector) -> None:
+        """Fold ``other`` in: extremes, sums and counts all combine exactly."""
+        if not isinstance(other, MinMaxCollector):
+            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__} ({self.name!r})")
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        self.count += other.count
+        self.nan_count += other.nan_count
+        self.inf_count += other.inf_count
+        self.batches += other.batches
+        self.batch_min_sum += other.batch_min_sum
+        self.batch_max_sum += other.batch_max_sum
+        self.skipped_batches += other.skipped_batches
+
+    # -- results ----------------------------------------------------------------------------
+    @property
+    def empty(self) -> bool:
+        """True when no finite value has been seen."""
+        return self.batches == 0
+
+    @property
+    def abs_max(self) -> float:
+        return max(abs(self.min), abs(self.max)) if not self.empty else 0.0
+
+    def nbytes(self) -> int:
+        """Bytes held by array state (none: this collector is a handful of scalars)."""
+        return 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, min={self.min}, max={self.max}, count={self.count})"
+
+
+def _is_pow2_ratio(ratio: float) -> bool:
+    """True when ``ratio`` is (to float precision) a power of two >= 1."""
+    if ratio < 1.0:
+        return False
+    e = math.log2(ratio)
+    return abs(e - round(e)) < 1e-9
+
+
+class SignedHistogram:
+    """Counts on the grid ``edges[j] = (j - half) * width``, ``j = 0 .. 2*half``.
+
+    Zero is always the middle edge, so the histogram folds exactly into a histogram of ``|x|``
+    with the same width. Counts are float64 (merged counts of billions of values stay exact up to
+    2**53). ``width == 0`` means "not yet initialised": zeros seen before any non-zero value are
+    kept in ``pending_zeros`` and placed once the grid exists.
+    """
+
+    def __init__(self, num_bins: int, max_bins: int) -> None:
+        if num_bins < 2 or num_bins % 2:
+            raise ValueError(f"num_bins must be an even number >= 2, got {num_bins}")
+        if max_bins < num_bins:
+            raise ValueError(f"max_bins ({max_bins}) must be >= num_bins ({num_bins})")
+        self.num_bins = num_bins
+        self.max_bins = max_bins
+        self.width = 0.0
+        self.counts = np.zeros(0, dtype=np.float64)
+        self.pending_zeros = 0.0
+
+    # -- geometry ---------------------------------------------------------------------------
+    @property
+    def half(self) -> int:
+        return self.counts.size // 2
+
+    @property
+    def threshold(self) -> float:
+        """Outer edge: the grid spans ``[-threshold, threshold]``."""
+        return self.half * self.width
+
+    @property
+    def edges(self) -> np.ndarray:
+        return (np.arange(self.counts.size + 1, dtype=np.float64) - self.half) * self.width
+
+    @property
+    def centres(self) -> np.ndarray:
+        return (np.arange(self.counts.size, dtype=np.float64) - self.half + 0.5) * self.width
+
+    @property
+    def total(self) -> float:
+        return float(self.counts.sum()) + self.pending_zeros
+
+    # -- growth -----------------------------------------------------------------------------
+    def _init(self, amax: float) -> None:
+        self.width = 2.0 * amax / self.num_bins
+        self.counts = np.zeros(self.num_bins, dtype=np.float64)
+        if self.pending_zeros:
+            self.counts[self.half] += self.pending_zeros
+            self.pending_zeros = 0.0
+
+    def _coarsen(self) -> None:
+        """Merge bins in pairs (width doubles); pad one empty bin per side if ``half`` is odd."""
+        counts = self.counts
+        if self.half % 2:
+            counts = np.concatenate(([0.0], counts, [0.0]))
+        self.counts = counts.reshape(-1, 2).sum(axis=1)
+        self.width *= 2.0
+
+    def _extend(self, k: int) -> None:
+        pad = np.zeros(k, dtype=np.float64)
+        self.counts = np.concatenate((pad, self.counts, pad))
+
+    def cover(self, amax: float, exact_edge: bool = False) -> None:
+        """Grow the grid so that ``[-amax, amax]`` lies inside it.
+
+        Same growth rule as onnxruntime (``floor((amax - T) / width) + 1`` whole bins per side), so
+        results agree with it while the grid is below ``max_bins``; beyond, coarsen first.
+        ``exact_edge=True`` (merging grids) adds no extra bin when ``amax`` falls on an edge.
+        """
+        if amax <= 0.0:
+            return
+        if self.width == 0.0:
+            self._init(amax)
+            return
+        if amax <= self.threshold:
+            return
+        while True:
+            if exact_edge:
+                k = max(math.ceil((amax - self.threshold) / self.width - 1e-9), 1)
+            else:
+                k = int((amax - self.threshold) // self.width) + 1
+            while (self.half + k) * self.width < amax:  # guard against float rounding
+                k += 1
+            if self.counts.size + 2 * k <= self.max_bins:
+                self._extend(k)
+                return
+            self._coarsen()
+
+    # -- counting ---------------------------------------------------------------------------
+    def add(self, x: np.ndarray, amax: float) -> None:
+        """Count finite values ``x`` whose largest magnitude is ``amax``."""
+        if x.size == 0:
+            return
+        self.cover(amax)
+        if self.width == 0.0:  # all zeros so far
+            self.pending_zeros += float(x.size)
+            return
+        t = self.threshold
+        hist, _ = np.histogram(x, bins=self.counts.size, range=(-t, t))
+        self.counts += hist
+
+    def merge(self, other: SignedHistogram) -> None:
+        """Fold ``other`` in.
+
+        Grids that share a width up to a power of two merge exactly (coarsen the finer one, pad
+        the narrower one). Otherwise the other histogram is re-binned by linear interpolation of
+        its cumulative counts (uniform density within a bin), an error below one bin.
+        """
+        if other.width == 0.0:
+            if self.width == 0.0:
+                self.pending_zeros += other.pending_zeros
+            else:
+                self.counts[self.half] += other.pending_zeros
+            return
+        other_counts = other.counts.copy()
+        other_width = other.width
+        if self.width == 0.0:
+            zeros = self.pending_zeros
+            self.width, self.counts, self.pending_zeros = other.width, other.counts.copy(), 0.0
+            self.max_bins = max(self.max_bins, other.max_bins)
+            self.counts[self.half] += zeros
+            return
+        # Make our grid cover other's range (may coarsen); coarsen further when the other grid is
+        # coarser by a power of two, so the merge stays exact.
+        self.cover(other.threshold, exact_edge=True)
+        while other_width / self.width > 1.5 and _is_pow2_ratio(other_width / self.width):
+            self._coarsen()
+        ratio = self.width / other_width
+        if ratio >= 1 and _is_pow2_ratio(ratio):
+            factor = int(round(ratio))
+            ohalf = other_counts.size // 2
+            pad = (-ohalf) % factor
+            if pad:
+                other_counts = np.concatenate((np.zeros(pad), other_counts, np.zeros(pad)))
+            merged = other_counts.reshape(-1, factor).sum(axis=1)
+            mhalf = merged.size // 2
+            self.counts[self.half - mhalf : self.half + mhalf] += merged
+            return
+        o_edges = (np.arange(other_counts.size + 1, dtype=np.float64) - other_counts.size // 2) * other_width
+        cum = np.concatenate(([0.0], np.cumsum(other_counts)))
+        at = np.interp(self.edges, o_edges, cum)
+        self.counts += np.diff(at)
+
+    # -- derived histograms -----------------------------------------------------------------
+    def folded(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts, edges)`` of ``|x|`` on ``[0, threshold]`` with the same width (exact)."""
+        h = self.half
+        counts = self.counts[h:] + self.counts[:h][::-1]
+        if self.pending_zeros and counts.size:
+            counts = counts.copy()
+            counts[0] += self.pending_zeros
+        edges = np.arange(h + 1, dtype=np.float64) * self.width
+        return counts, edges
+
+    def nbytes(self) -> int:
+        return int(self.counts.nbytes)
+
+
+class HistogramCollector(MinMaxCollector):
+    """:class:`MinMaxCollector` plus a bounded, growing :class:`SignedHistogram`.
+
+    ``num_bins`` is the number of signed bins the first non-zero batch is spread over (on
+    ``[-max|x|, max|x|]``). ``max_bins`` (default ``4 * num_bins``) bounds the memory: past it the
+    grid coarsens instead of growing.
+    """
+
+    def __init__(self, num_bins: int = 2048, max_bins: int | None = None, name: str = "tensor") -> None:
+        super().__init__(name)
+        self.hist = SignedHistogram(num_bins, max_bins if max_bins is not None else 4 * num_bins)
+
+    @property
+    def num_bins(self) -> int:
+        return self.hist.num_bins
+
+    def update(self, batch: np.ndarray) -> None:
+        """Fold ``batch`` in: extremes, moments and histogram counts."""
+        x = self._finite(batch)
+        if x.size == 0:
+            return
+        self._update_finite(x)
+        self.hist.add(x, max(abs(float(x.min())), abs(float(x.max()))))
+
+    def merge(self, other: MinMaxCollector) -> None:
+        if not isinstance(other, HistogramCollector):
+            raise TypeError(
+                f"cannot merge {type(other).__name__} into HistogramCollector ({self.name!r}): "
+                "a histogram cannot be rebuilt from extremes"
+            )
+        super().merge(other)
+        self.hist.merge(other.hist)
+
+    def nbytes(self) -> int:
+        return self.hist.nbytes()
+
+    def __repr__(self) -> str:
+        return (
+            f"HistogramCollector({self.name!r}, min={self.min}, max={self.max}, count={self.count}, "
+            f"bins={self.hist.counts.size}, width={self.hist.width:.6g})"
+        )
+
+
+def factory_for(method: Any, **options: Any) -> CollectorFactory:
+    """A no-argument factory of the collector ``method`` needs (see ``methods.make_collector``).
+
+    Lives here for callers that think in collectors; the sizing rules are in ``methods``.
+    """
+    from onnxptq.calibration.methods import make_collector, resolve_method
+
+    resolve_method(method)  # fail now, naming the method, rather than per tensor later
+
+    def factory() -> Collector:
+        return make_collector(method, **options)
+
+    return factory

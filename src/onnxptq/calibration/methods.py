@@ -1,0 +1,561 @@
+"""From collected statistics to a calibrated range ``(rmin, rmax)``, one function per method.
+
+The quantizer calls :func:`make_collector` (through the runner) for each tensor, then
+:func:`compute_range` on what was collected. Methods follow the reference tool (spec §5) so that
+the same data gives the same ranges, with the differences listed in :data:`DIFFERENCES`:
+
+- ``minmax``: exact extremes (``symmetric`` -> +-max|x|, ``moving_average`` -> mean of per-batch
+  extremes).
+- ``percentile``: symmetric = histogram of ``|x|`` (2048 bins), threshold at the left edge of the
+  bin where the CDF reaches ``p/100``, then clamped to the data's min/max (so a ReLU output gives
+  ``(0, t)``); asymmetric = signed histogram cut ``(100-p)/200`` on each side, clamped.
+- ``entropy``: onnxruntime's KL-divergence search over windows centred on zero (128/128 bins),
+  vectorised per candidate so that 2048-bin histograms stay fast; ``ort_compatible=False`` drops
+  onnxruntime's integer truncation of the expanded ``q`` and its unbalanced last bin.
+- ``minmse``: power of two (the reference ``PowerOfTwoMethod.MinMSE``): from the min/max
+  power-of-two scale ``2^-pos`` try ``2^-(pos-1) .. 2^-(pos+3)`` keeping the zero point, minimise
+  ``sum count * (centre - fq(centre))**2`` over the histogram; float scale: shrink the window
+  ``[f*rmin, f*rmax]`` (``f`` in ``(0, 1]``) and minimise the same error.
+- ``nonoverflow``: the smallest power-of-two scale that does **not** clip ``[min, max]`` (the
+  reference rounds the exponent to nearest and may clip: spec §9.6 item 3).
+- ``distribution``: +-max|x|; :func:`distribution_stats` gives the histogram mean/std.
+- ``layerwise_percentile``: percentile per candidate ``p``, keep the candidate whose asymmetric
+  float-scale fake quantization has the smallest mean error (``mae``/``mse``) on the histogram.
+
+Methods that depend on the target integer grid take it as ``qmin``/``qmax`` (or ``qtype`` with
+``reduce_range``), plus ``symmetric``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DIFFERENCES",
+    "Method",
+    "REFERENCE_NAMES",
+    "compute_range",
+    "distribution_stats",
+    "entropy_threshold",
+    "fake_quantize",
+    "make_collector",
+    "pow2_scale",
+    "qrange",
+    "resolve_method",
+    "scale_zero_point",
+]
+
+FLT_MIN = float(np.finfo(np.float32).tiny)
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+class Method(str, Enum):
+    """Calibration methods; the values are the names accepted everywhere as plain strings."""
+
+    MINMAX = "minmax"
+    PERCENTILE = "percentile"
+    ENTROPY = "entropy"
+    MINMSE = "minmse"
+    NONOVERFLOW = "nonoverflow"
+    DISTRIBUTION = "distribution"
+    LAYERWISE_PERCENTILE = "layerwise_percentile"
+
+
+#: Reference-tool enum names -> (our method, the options that name implies, with its defaults).
+#: Both the bare member name ("MinMax") and the qualified one ("CalibrationMethod.MinMax") work.
+REFERENCE_NAMES: dict[str, tuple[Method, dict[str, Any]]] = {
+    "CalibrationMethod.MinMax": (Method.MINMAX, {"symmetric": False, "moving_average": False}),
+    "CalibrationMethod.Entropy": (Method.ENTROPY, {"symmetric": False, "num_bins": 128, "num_quantized_bins": 128}),
+    "CalibrationMethod.Percentile": (Method.PERCENTILE, {"symmetric": True, "num_bins": 2048, "percentile": 99.999}),
+    "CalibrationMethod.Distribution": (Method.DISTRIBUTION, {"num_bins": 2048, "scenario": "same"}),
+    "PowerOfTwoMethod.NonOverflow": (Method.NONOVERFLOW, {"symmetric": True}),
+    "PowerOfTwoMethod.MinMSE": (Method.MINMSE, {"symmetric": True, "power_of_two": True, "num_bins": 2048}),
+    "ExtendedCalibrationMethod.MinMSE": (Method.MINMSE, {"power_of_two": False, "num_bins": 2048}),
+    "LayerWiseMethod.LayerWisePercentile": (
+        Method.LAYERWISE_PERCENTILE,
+        {
+            "symmetric": True,
+            "num_bins": 2048,
+            "percentile_candidates": (99.99, 99.999, 99.99999),
+            "metric": "mae",
+        },
+    ),
+}
+_SHORT = {key.split(".", 1)[1]: value for key, value in REFERENCE_NAMES.items()}
+_SHORT["MinMSE"] = REFERENCE_NAMES["PowerOfTwoMethod.MinMSE"]  # the reference's calibrate_method MinMSE
+
+#: Default histogram sizes when the caller gives none (number of |x| bins for symmetric
+#: percentile, signed bins otherwise), following spec §5.
+_DEFAULT_BINS = {
+    Method.PERCENTILE: 2048,
+    Method.ENTROPY: 128,
+    Method.MINMSE: 2048,
+    Method.DISTRIBUTION: 2048,
+    Method.LAYERWISE_PERCENTILE: 2048,
+}
+
+#: Where we knowingly differ from the reference tool (also in the module docstring).
+DIFFERENCES = (
+    "nonoverflow: scale exponent rounded up, never clips (reference rounds to nearest and may clip).",
+    "nonoverflow/minmse with a target grid return the power-of-two grid range [(qmin-zp)s, (qmax-zp)s].",
+    "percentile: |x| histogram starts at 0 (onnxruntime starts at the first batch's min|x|).",
+    "distribution: range is exactly +-max|x| (reference: outer histogram edges, up to one bin wider).",
+    "histograms coarsen (bin pairs merge) instead of growing past max_bins, so memory stays bounded.",
+    "NaN/Inf are counted and ignored (reference: nanmin/nanmax, Inf kept).",
+)
+
+
+def resolve_method(name: str | Method) -> tuple[Method, dict[str, Any]]:
+    """Map our names or the reference tool's names to ``(Method, implied options)``.
+
+    Accepts ``"minmax"``, ``Method.MINMAX``, ``"MinMax"``, ``"CalibrationMethod.MinMax"``,
+    ``"PowerOfTwoMethod.MinMSE"``, ... (case-sensitive for the reference names, as in its enums).
+    """
+    if isinstance(name, Method):
+        return name, {}
+    text = str(name).strip()
+    try:
+        return Method(text.lower()), {}
+    except ValueError:
+        pass
+    if text in REFERENCE_NAMES:
+        method, opts = REFERENCE_NAMES[text]
+        return method, dict(opts)
+    if text in _SHORT:
+        method, opts = _SHORT[text]
+        return method, dict(opts)
+    choices = [m.value for m in Method] + sorted(REFERENCE_NAMES)
+    raise ValueError(f"unknown calibration method {name!r}; expected one of {', '.join(choices)}")
+
+
+def make_collector(
+    method: str | Method,
+    *,
+    num_bins: int | None = None,
+    symmetric: bool | None = None,
+    max_bins: int | None = None,
+    name: str = "tensor",
+    **_ignored: Any,
+) -> MinMaxCollector:
+    """The collector ``method`` needs, sized as the reference tool sizes it.
+
+    MinMax and NonOverflow need only extremes; the rest need a histogram. Symmetric Percentile
+    (the default) and LayerWisePercentile count ``num_bins`` bins of ``|x|``, which the signed
+    histogram provides by folding, so it gets ``2 * num_bins`` signed bins. Extra options (e.g.
+    ``percentile``) are accepted and ignored so one option dict can serve both this function and
+    :func:`compute_range`.
+    """
+    m, implied = resolve_method(method)
+    if m in (Method.MINMAX, Method.NONOVERFLOW):
+        return MinMaxCollector(name=name)
+    bins = int(num_bins if num_bins is not None else implied.get("num_bins", _DEFAULT_BINS[m]))
+    if bins < 1:
+        raise ValueError(f"calibration of {name!r}: num_bins must be >= 1, got {bins}")
+    sym = symmetric if symmetric is not None else implied.get("symmetric", m is not Method.ENTROPY)
+    if m is Method.DISTRIBUTION and bins < 512:
+        raise ValueError(f"distribution calibration of {name!r}: num_bins must be >= 512, got {bins}")
+    if m in (Method.PERCENTILE, Method.LAYERWISE_PERCENTILE) and sym:
+        bins *= 2
+    bins += bins % 2  # the signed grid needs zero on an edge
+    return HistogramCollector(num_bins=bins, max_bins=max_bins if max_bins is None else max(max_bins, bins), name=name)
+
+
+# -- integer grids ------------------------------------------------------------------------------
+_QTYPES = {
+    "int8": (-128, 127, -127, (-64, 64)),
+    "uint8": (0, 255, 0, (0, 127)),
+    "int16": (-32768, 32767, -32767, (-16384, 16384)),
+    "uint16": (0, 65535, 0, (0, 32767)),
+    "int32": (-(2**31), 2**31 - 1, -(2**31 - 1), (-(2**30), 2**30)),
+    "uint32": (0, 2**32 - 1, 0, (0, 2**31 - 1)),
+}
+
+
+def qrange(qtype: str, symmetric: bool = False, reduce_range: bool = False) -> tuple[int, int]:
+    """``(qmin, qmax)`` for an integer type, spec §3.1 (``reduce_range`` has priority)."""
+    key = str(qtype).lower().removeprefix("q")
+    if key not in _QTYPES:
+        raise ValueError(f"qtype {qtype!r} has no integer range; expected one of {', '.join(_QTYPES)}")
+    lo, hi, sym_lo, reduced = _QTYPES[key]
+    if reduce_range:
+        return reduced
+    return (sym_lo, hi) if symmetric else (lo, hi)
+
+
+def scale_zero_point(rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool) -> tuple[float, int]:
+    """Float scale and zero point for ``[rmin, rmax]`` on ``[qmin, qmax]`` (spec §3.1 steps 1-5).
+
+    Used here to evaluate candidate ranges exactly as the quantizer will realise them.
+    """
+    rmin = max(min(float(rmin), 0.0), -FLT_MAX / 2)
+    rmax = min(max(float(rmax), 0.0), FLT_MAX / 2)
+    if symmetric:
+        a = max(abs(rmin), abs(rmax))
+        rmin, rmax = -a, a
+    scale = (rmax - rmin) / (qmax - qmin)
+    if math.isnan(scale):
+        raise ValueError(f"scale is NaN for range [{rmin}, {rmax}]")
+    if scale < FLT_MIN:
+        return 1.0, 0
+    zp = int(np.rint(qmin - rmin / scale))
+    return float(np.float32(scale)), zp
+
+
+def fake_quantize(x: np.ndarray, scale: float | np.ndarray, zp: float | np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """``(clip(rint(x / s) + zp, qmin, qmax) - zp) * s`` (round half to even, like QuantizeLinear)."""
+    return (np.clip(np.rint(x / scale) + zp, qmin, qmax) - zp) * scale
+
+
+def pow2_scale(
+    rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool, rounding: str = "ceil"
+) -> tuple[float, int]:
+    """Power-of-two scale and zero point for ``[rmin, rmax]``.
+
+    ``rounding="nearest"`` is the reference rule (exponent rounded half-to-even; may clip).
+    ``rounding="ceil"`` returns the smallest power of two whose grid, with some integer zero point,
+    covers ``[min(rmin,0), max(rmax,0)]`` - it never clips. Symmetric grids keep the zero point
+    at the middle (0 for signed, 128 for uint8).
+    """
+    scale, zp = scale_zero_point(rmin, rmax, qmin, qmax, symmetric)
+    if rounding == "nearest":
+        pos = int(np.rint(-math.log2(min(max(scale, 2.0**-127), 2.0**127))))
+        return 2.0**-pos, zp
+    if rounding != "ceil":
+        raise ValueError(f"pow2 rounding must be 'ceil' or 'nearest', got {rounding!r}")
+    lo, hi = min(float(rmin), 0.0), max(float(rmax), 0.0)
+    if symmetric:
+        a = max(-lo, hi)
+        lo, hi = -a, a
+        zp = 0 if qmin < 0 else (qmin + qmax + 1) // 2
+    if hi - lo < FLT_MIN:
+        return 1.0, zp
+    e = math.ceil(math.log2(max(scale, 2.0**-127)))
+    for _ in range(4):
+        s = 2.0**e
+        if symmetric:
+            z_ok = (qmin - zp) * s <= lo and (qmax - zp) * s >= hi
+        else:
+            z_lo, z_hi = math.ceil(qmin - lo / s), math.floor(qmax - hi / s)
+            z_ok = z_lo <= z_hi
+            if z_ok:
+                zp = int(min(max(int(np.rint(qmin - lo / s)), z_lo), z_hi))
+        if z_ok:
+            return s, zp
+        e += 1
+    raise ValueError(f"no power-of-two grid on [{qmin}, {qmax}] covers [{rmin}, {rmax}]")
+
+
+# -- entropy -------------------------------------------------------------------------------------
+def _smooth(p: np.ndarray, eps: float, dtype: type) -> np.ndarray | None:
+    """onnxruntime's ``smooth_distribution``: move ``eps`` mass onto the empty bins."""
+    zeros = p == 0
+    n_zeros = int(zeros.sum())
+    n_nonzeros = p.size - n_zeros
+    if not n_nonzeros:
+        return None
+    eps1 = eps * n_zeros / n_nonzeros
+    out = p.astype(dtype) + np.where(zeros, dtype(eps), dtype(-eps1)).astype(dtype)
+    if (out <= 0).any():  # onnxruntime asserts here; a candidate that cannot be smoothed loses
+        return None
+    return out
+
+
+def _kl(p: np.ndarray, q: np.ndarray, dtype: type) -> float:
+    p = p / p.sum()
+    q = q / q.sum()
+    return float(np.sum(p * np.log(p / q), dtype=dtype))
+
+
+def entropy_threshold(
+    counts: np.ndarray, edges: np.ndarray, num_quantized_bins: int = 128, ort_compatible: bool = True
+) -> tuple[float, float]:
+    """onnxruntime's KL-divergence threshold search on a signed histogram centred on zero.
+
+    Candidate ``i`` (``num_quantized_bins//2 .. num_bins//2``) is the window of bins
+    ``[zero - i, zero + i + 1)``; outliers are folded into its end bins (``p``), the window is
+    merged into ``num_quantized_bins`` bins and expanded back (``q``); the window with the smallest
+    KL(p || q) wins (first on ties). Each candidate is vectorised, so 2048 bins cost about a
+    thousand small NumPy passes instead of onnxruntime's per-bin Python loops.
+
+    ``ort_compatible=True`` keeps onnxruntime's quirks (``q`` truncated to integers and spread over
+    empty bins too, leftover bins all added to the last merged bin but not expanded, float32 KL).
+    ``False`` spreads the window evenly over the merged bins, keeps ``q`` fractional, puts mass
+    only where ``p`` is non-zero and sums in float64 - sound for any bin count.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.size
+    zero = n // 2
+    nq_half = num_quantized_bins // 2
+    if zero < nq_half:
+        # Fewer bins than quantized bins: the whole histogram is the only sensible window.
+        return float(edges[0]), float(edges[-1])
+    dtype = np.float32 if ort_compatible else np.float64
+    cum = np.concatenate(([0.0], np.cumsum(counts)))
+    total = cum[-1]
+    best_i, best_kl = nq_half, math.inf
+    for i in range(nq_half, zero + 1):
+        start, end = zero - i, min(zero + i + 1, n)
+        sliced = counts[start:end]
+        p = sliced.copy()
+        p[0] += cum[start]
+        p[-1] += total - cum[end]
+        nonzero = p != 0
+        size = sliced.size
+        if ort_compatible:
+            m = size // num_quantized_bins
+            body = num_quantized_bins * m
+            merged = sliced[:body].reshape(num_quantized_bins, m).sum(axis=1)
+            merged[-1] += sliced[body:].sum()
+            norm = nonzero[:body].reshape(num_quantized_bins, m).sum(axis=1)
+            per_bin = np.where(norm != 0, np.floor(merged / np.maximum(norm, 1)), 0.0)
+            q = np.zeros(size)
+            q[:body] = np.repeat(per_bin, m)
+        else:
+            bounds = np.linspace(0, size, num_quantized_bins + 1).astype(np.int64)
+            group = np.repeat(np.arange(num_quantized_bins), np.diff(bounds))
+            merged = np.bincount(group, weights=sliced, minlength=num_quantized_bins)
+            norm = np.bincount(group, weights=nonzero.astype(np.float64), minlength=num_quantized_bins)
+            per_bin = np.where(norm != 0, merged / np.maximum(norm, 1), 0.0)
+            q = np.where(nonzero, per_bin[group], 0.0)
+        ps = _smooth(p, 0.0001, dtype)
+        qs = _smooth(q, 0.0001, dtype)
+        kl = math.inf if ps is None or qs is None else _kl(ps, qs, dtype)
+        if ort_compatible:
+            kl = float(np.float32(kl))
+        if kl < best_kl:
+            best_i, best_kl = i, kl
+    start, end = zero - best_i, min(zero + best_i + 1, n)
+    return float(edges[start]), float(edges[end])
+
+
+# -- helpers on collectors -------------------------------------------------------------------------
+def _need_hist(collector: Collector, method: Method) -> HistogramCollector:
+    if not isinstance(collector, HistogramCollector):
+        raise TypeError(
+            f"{method.value} calibration of {getattr(collector, 'name', 'tensor')!r} needs a histogram; "
+            f"got {type(collector).__name__} (create it with make_collector({method.value!r}))"
+        )
+    return collector
+
+
+def _grid(options: dict[str, Any], method: Method, name: str) -> tuple[int, int, bool]:
+    """``(qmin, qmax, symmetric)`` from ``qmin``/``qmax`` or ``qtype`` (+ ``reduce_range``)."""
+    symmetric = bool(options.get("symmetric", True))
+    if options.get("qmin") is not None and options.get("qmax") is not None:
+        qmin, qmax = int(options["qmin"]), int(options["qmax"])
+    elif options.get("qtype") is not None:
+        qmin, qmax = qrange(options["qtype"], symmetric, bool(options.get("reduce_range", False)))
+    else:
+        raise ValueError(
+            f"{method.value} calibration of {name!r} needs the target integer grid: pass qmin= and qmax= "
+            "(or qtype=, e.g. 'int8')"
+        )
+    if qmin >= qmax:
+        raise ValueError(f"{method.value} calibration of {name!r}: qmin ({qmin}) must be < qmax ({qmax})")
+    return qmin, qmax, symmetric
+
+
+def _percentile_range(h: HistogramCollector, percentile: float, symmetric: bool, clamp: bool) -> tuple[float, float]:
+    if not 0.0 <= percentile <= 100.0:
+        raise ValueError(f"percentile calibration of {h.name!r}: percentile must be in [0, 100], got {percentile}")
+    if symmetric:
+        counts, edges = h.hist.folded()
+        cdf = np.cumsum(counts / counts.sum())
+        t = float(edges[min(int(np.searchsorted(cdf, percentile / 100.0)), edges.size - 1)])
+        lo, hi = -t, t
+    else:
+        counts, edges = h.hist.counts, h.hist.edges
+        cdf = np.cumsum(counts / counts.sum())
+        cut = (100.0 - percentile) / 200.0
+        lo = float(edges[min(int(np.searchsorted(cdf, cut)), edges.size - 1)])
+        hi = float(edges[min(int(np.searchsorted(cdf, 1.0 - cut)), edges.size - 1)])
+    if clamp:
+        lo, hi = max(lo, h.min), min(hi, h.max)
+    return lo, hi
+
+
+def _weighted_errors(
+    centres: np.ndarray, counts: np.ndarray, scales: np.ndarray, zps: np.ndarray, qmin: int, qmax: int, power: int
+) -> np.ndarray:
+    """Sum of ``count * |c - fq(c)|**power`` for each candidate (rows), vectorised."""
+    keep = counts > 0
+    c, w = centres[keep], counts[keep]
+    fq = fake_quantize(c[None, :], scales[:, None], zps[:, None], qmin, qmax)
+    err = np.abs(c[None, :] - fq)
+    return (err**power * w[None, :]).sum(axis=1)
+
+
+def _finish(lo: float, hi: float, method: Method, symmetric: bool) -> tuple[float, float]:
+    if symmetric:
+        a = max(abs(lo), abs(hi))
+        return -a, a
+    return lo, hi
+
+
+def compute_range(collector: Collector, method: str | Method, **options: Any) -> tuple[float, float]:
+    """Calibrated ``(rmin, rmax)`` of one tensor from its collector.
+
+    Options (unknown ones raise ``TypeError``; defaults are the reference tool's, spec §5, where a
+    reference name such as ``"PowerOfTwoMethod.MinMSE"`` is given its implied options apply):
+
+    - minmax: ``symmetric=False``, ``moving_average=False``
+    - percentile: ``percentile=99.999``, ``symmetric=True``, ``clamp=True``
+    - entropy: ``num_quantized_bins=128``, ``symmetric=False``, ``ort_compatible=True``
+    - minmse: ``qmin``/``qmax`` or ``qtype`` (+``reduce_range``), ``symmetric=True``,
+      ``power_of_two=False`` (True for ``PowerOfTwoMethod.MinMSE``), ``num_candidates=100``
+      (float scale), ``percentile=None`` (drop the tail beyond it first, the reference
+      "Percentile" mode)
+    - nonoverflow: ``qmin``/``qmax`` or ``qtype``, ``symmetric=True``
+    - distribution: no options (``scenario`` accepted, see :func:`distribution_stats`)
+    - layerwise_percentile: ``qmin``/``qmax`` or ``qtype`` (the *full* activation range, as the
+      reference uses), ``percentile_candidates=(99.99, 99.999, 99.99999)``, ``metric="mae"``,
+      ``symmetric=True`` (of the percentile histogram)
+
+    The grid options (``qmin``, ``qmax``, ``qtype``, ``reduce_range``, ``symmetric``) are accepted by
+    every method, so a caller can pass the same target description whatever the method;
+    ``num_bins``/``max_bins`` are accepted and ignored (they size the collector, see
+    :func:`make_collector`). A collector that saw no finite value gives ``(0.0, 0.0)`` with a
+    warning.
+    """
+    m, implied = resolve_method(method)
+    opts = {**implied, **options}
+    opts.pop("num_bins", None)
+    opts.pop("max_bins", None)
+    name = getattr(collector, "name", "tensor")
+    grid = {"qmin", "qmax", "qtype", "reduce_range", "symmetric"}
+    allowed = grid | {
+        Method.MINMAX: {"moving_average", "moving_average_constant"},
+        Method.PERCENTILE: {"percentile", "clamp"},
+        Method.ENTROPY: {"num_quantized_bins", "ort_compatible"},
+        Method.MINMSE: {"power_of_two", "num_candidates", "percentile"},
+        Method.NONOVERFLOW: set(),
+        Method.DISTRIBUTION: {"scenario"},
+        Method.LAYERWISE_PERCENTILE: {"percentile_candidates", "metric"},
+    }[m]
+    unknown = set(opts) - allowed
+    if unknown:
+        raise TypeError(
+            f"{m.value} calibration of {name!r}: unknown option(s) {', '.join(sorted(unknown))}; "
+            f"accepted: {', '.join(sorted(allowed))}"
+        )
+    if not isinstance(collector, MinMaxCollector):
+        raise TypeError(f"calibration of {name!r}: expected a collector from make_collector, got {type(collector).__name__}")
+    if collector.empty:
+        log.warning("tensor %r: no finite value was collected; its range is (0, 0)", name)
+        return 0.0, 0.0
+
+    if m is Method.MINMAX:
+        if opts.get("moving_average", False):
+            lo, hi = collector.batch_min_sum / collector.batches, collector.batch_max_sum / collector.batches
+        else:
+            lo, hi = collector.min, collector.max
+        return _finish(lo, hi, m, bool(opts.get("symmetric", False)))
+
+    if m is Method.DISTRIBUTION:
+        a = collector.abs_max
+        return -a, a
+
+    if m is Method.NONOVERFLOW:
+        qmin, qmax, symmetric = _grid(opts, m, name)
+        s, zp = pow2_scale(collector.min, collector.max, qmin, qmax, symmetric, rounding="ceil")
+        return (qmin - zp) * s, (qmax - zp) * s
+
+    h = _need_hist(collector, m)
+    if m is Method.PERCENTILE:
+        return _percentile_range(
+            h, float(opts.get("percentile", 99.999)), bool(opts.get("symmetric", True)), bool(opts.get("clamp", True))
+        )
+
+    if m is Method.ENTROPY:
+        lo, hi = entropy_threshold(
+            h.hist.counts, h.hist.edges, int(opts.get("num_quantized_bins", 128)), bool(opts.get("ort_compatible", True))
+        )
+        lo, hi = max(lo, h.min), min(hi, h.max)
+        return _finish(lo, hi, m, bool(opts.get("symmetric", False)))
+
+    if m is Method.MINMSE:
+        return _minmse(h, opts, name)
+
+    return _layerwise_percentile(h, opts, name)
+
+
+def _minmse(h: HistogramCollector, opts: dict[str, Any], name: str) -> tuple[float, float]:
+    qmin, qmax, symmetric = _grid(opts, Method.MINMSE, name)
+    centres, counts = h.hist.centres, h.hist.counts.copy()
+    lo, hi = h.min, h.max
+    pct = opts.get("percentile")
+    if pct is not None:
+        # Reference "Percentile" mode: drop the tail beyond the percentile, then search.
+        lo, hi = _percentile_range(h, float(pct), symmetric, clamp=True)
+        counts[(centres < lo) | (centres > hi)] = 0.0
+    if opts.get("power_of_two", False):
+        s0, zp = pow2_scale(lo, hi, qmin, qmax, symmetric, rounding="nearest")
+        pos = -round(math.log2(s0))
+        scales = np.array([2.0 ** -(pos + k) for k in (-1, 0, 1, 2, 3)])
+        errors = _weighted_errors(centres, counts, scales, np.full(5, zp), qmin, qmax, 2)
+        s = float(scales[int(np.argmin(errors))])
+        return (qmin - zp) * s, (qmax - zp) * s
+    k = int(opts.get("num_candidates", 100))
+    if k < 1:
+        raise ValueError(f"minmse calibration of {name!r}: num_candidates must be >= 1, got {k}")
+    fractions = np.arange(k, 0, -1, dtype=np.float64) / k  # 1 first: ties keep the widest window
+    pairs = [scale_zero_point(f * lo, f * hi, qmin, qmax, symmetric) for f in fractions]
+    scales = np.array([p[0] for p in pairs])
+    zps = np.array([p[1] for p in pairs], dtype=np.float64)
+    errors = _weighted_errors(centres, counts, scales, zps, qmin, qmax, 2)
+    f = float(fractions[int(np.argmin(errors))])
+    return _finish(f * min(lo, 0.0), f * max(hi, 0.0), Method.MINMSE, symmetric)
+
+
+def _layerwise_percentile(h: HistogramCollector, opts: dict[str, Any], name: str) -> tuple[float, float]:
+    qmin, qmax, _ = _grid({**opts, "symmetric": False}, Method.LAYERWISE_PERCENTILE, name)
+    metric = str(opts.get("metric", "mae")).lower()
+    if metric not in ("mae", "mse"):
+        raise ValueError(f"layerwise_percentile calibration of {name!r}: metric must be 'mae' or 'mse', got {metric!r}")
+    candidates = [float(p) for p in opts.get("percentile_candidates", (99.99, 99.999, 99.99999))]
+    if not candidates:
+        raise ValueError(f"layerwise_percentile calibration of {name!r}: percentile_candidates is empty")
+    ranges = [_percentile_range(h, p, bool(opts.get("symmetric", True)), clamp=True) for p in candidates]
+    pairs = [scale_zero_point(lo, hi, qmin, qmax, symmetric=False) for lo, hi in ranges]
+    errors = _weighted_errors(
+        h.hist.centres,
+        h.hist.counts,
+        np.array([p[0] for p in pairs]),
+        np.array([p[1] for p in pairs], dtype=np.float64),
+        qmin,
+        qmax,
+        1 if metric == "mae" else 2,
+    )
+    return ranges[int(np.argmin(errors))]
+
+
+def distribution_stats(collector: Collector, scenario: str = "same") -> tuple[float, float]:
+    """Histogram mean and standard deviation, as the reference Distribution method stores them.
+
+    ``scenario="same"`` uses the bin centres, ``"p3"`` their signed cube roots. Why a histogram
+    and not exact running moments: the reference computes them this way, ``p3`` needs a
+    distribution rather than two sums, and a float64 moment pass per tensor is not free.
+    """
+    h = _need_hist(collector, Method.DISTRIBUTION)
+    counts, centres = h.hist.counts, h.hist.centres
+    total = counts.sum()
+    if total == 0:
+        return 0.0, 0.0
+    if scenario == "same":
+        values = centres
+    elif scenario == "p3":
+        values = np.cbrt(centres)
+    else:
+        raise ValueError(f"distribution calibration of {h.name!r}: scenario must be 'same' or 'p3', got {scenario!r}")
+    avg = float((counts * values).sum() / total)
+    std = float(math.sqrt(max((counts * values**2).sum() / total - avg**2, 0.0)))
+    return avg, std
