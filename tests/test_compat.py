@@ -40,7 +40,7 @@ from onnxptq.compat import (
 )
 from onnxptq.compat.defaults import ADAQUANT_PARAMS, ADAROUND_PARAMS
 from onnxptq.config import presets
-from onnxptq.config.schema import ConfigError, TensorQuant
+from onnxptq.config.schema import TensorQuant
 
 USER_DOCS = Path("/work/shared/spec/user-docs")
 if not USER_DOCS.is_dir():  # the repository's own copy, when the shared folder is absent

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
 from ..config.schema import CalibrationOptions, ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
-from ..formats.base import INTEGER_FORMATS
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .legacy import QuantizationConfig
 
