@@ -126,10 +126,12 @@ class MinMaxCollector:
         self.inf_count += int(inf.sum())
         return x[~(nan | inf)]
 
-    def _update_finite(self, x: np.ndarray) -> None:
+    def _update_finite(self, x: np.ndarray, lo: float | None = None, hi: float | None = None) -> None:
         if x.size == 0:
             return
-        self.update_extremes(float(x.min()), float(x.max()), count=int(x.size))
+        if lo is None or hi is None:
+            lo, hi = float(x.min()), float(x.max())
+        self.update_extremes(lo, hi, count=int(x.size))
 
     def update_extremes(self, lo: float, hi: float, count: int = 0) -> None:
         """Fold in a batch known only by its extremes (in-graph ReduceMin/ReduceMax).
@@ -284,9 +286,17 @@ class SignedHistogram:
         if self.width == 0.0:  # all zeros so far
             self.pending_zeros += float(x.size)
             return
+        # One multiply-add, a truncating cast and a bincount: several times faster than
+        # np.histogram, which dominated calibration time. The values are finite and inside
+        # [-t, t] (cover() saw amax), so the index only needs clipping at the right edge, where
+        # np.histogram also counts the edge into the last bin.
+        n = self.counts.size
         t = self.threshold
-        hist, _ = np.histogram(x, bins=self.counts.size, range=(-t, t))
-        self.counts += hist
+        pos = x.astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
+        idx = pos.astype(np.int32)
+        np.minimum(idx, n - 1, out=idx)
+        np.maximum(idx, 0, out=idx)
+        self.counts += np.bincount(idx.ravel(), minlength=n)[:n]
 
     def merge(self, other: SignedHistogram) -> None:
         """Fold ``other`` in.
@@ -366,8 +376,9 @@ class HistogramCollector(MinMaxCollector):
         x = self._finite(batch)
         if x.size == 0:
             return
-        self._update_finite(x)
-        self.hist.add(x, max(abs(float(x.min())), abs(float(x.max()))))
+        lo, hi = float(x.min()), float(x.max())
+        self._update_finite(x, lo, hi)
+        self.hist.add(x, max(abs(lo), abs(hi)))
 
     def merge(self, other: MinMaxCollector) -> None:
         if not isinstance(other, HistogramCollector):
