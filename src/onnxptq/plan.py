@@ -47,7 +47,7 @@ WEIGHT_INPUTS = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 0), ("Gemm", 1), ("
 BIAS_INPUTS = {("Conv", 2), ("ConvTranspose", 2), ("Gemm", 2)}
 #: Producers whose single following activation is fused on every backend: no Q/DQ between them.
 FUSIBLE_PRODUCERS = frozenset("Conv ConvTranspose Gemm MatMul Add MaxPool AveragePool GlobalAveragePool".split())
-FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu".split())
+FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu HardSwish".split())
 #: Ops without an output quantizer of their own: ArgMax gives indices, Shape-like ops give ints.
 NO_OUTPUT_QUANT = frozenset("ArgMax".split())
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
@@ -184,6 +184,16 @@ def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
     return None
 
 
+def _vector_axis(tensor: onnx.TensorProto) -> int | None:
+    """The one non-singleton axis of a per-channel constant (an elementwise op's scale or offset).
+
+    Such constants are per-channel parameters (a folded-away BatchNorm or a learnable affine);
+    quantizing them per tensor lets one large channel erase the small ones.
+    """
+    big = [i for i, d in enumerate(tensor.dims) if d != 1]
+    return big[0] if len(big) == 1 else None
+
+
 def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: bool, default: int) -> int:
     """The axis BFP/MX blocks run along: the reduction (K) dimension of a matrix product (§4.4)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -285,6 +295,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
                     axis = _weight_axis(node, index, rank) if quant.per_channel else None
+                    if quant.per_channel and axis is None and (node.op_type, index) not in WEIGHT_INPUTS:
+                        axis = _vector_axis(g.initializers[name])
                     if quant.per_channel and axis is None:
                         quant = quant.with_(per_channel=False)
                 else:

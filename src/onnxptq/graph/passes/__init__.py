@@ -36,6 +36,7 @@ from onnxptq.graph.passes.cleanup import (
     topological_sort,
 )
 from onnxptq.graph.passes.eliminate_identity import eliminate_identity, eliminate_identity_passes
+from onnxptq.graph.passes.fuse_patterns import fuse_patterns_passes
 from onnxptq.graph.passes.fold_batchnorm import FoldBatchNormPass, fold_batchnorm
 from onnxptq.graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass, fold_constants
 from onnxptq.graph.passes.lift_constants import lift_constants, lift_constants_pass
@@ -76,6 +77,7 @@ def prepare(
     fold_constants: bool = True,
     fold_batchnorm: bool = True,
     merge_matmuls: bool = False,
+    fuse: bool = True,
     cse: bool = True,
     infer_shapes: bool = True,
     fold_size_limit: int = DEFAULT_SIZE_LIMIT,
@@ -91,6 +93,8 @@ def prepare(
         fold_constants: evaluate all-constant nodes (and Shape of static shapes) into initializers.
         fold_batchnorm: fold BatchNormalization into a preceding Conv/ConvTranspose/Gemm.
         merge_matmuls: merge MatMuls/Gemms sharing input A into one MatMul + Split.
+        fuse: fold constant Mul/Add after Conv/Gemm into weights, fuse HardSwish and LayerNorm
+            decompositions (see ``fuse_patterns``): fewer, truer quantization points.
         cse: merge duplicate nodes.
         infer_shapes: annotate intermediate tensors with inferred dtypes/shapes.
         fold_size_limit: largest folded result, in elements.
@@ -112,6 +116,8 @@ def prepare(
         steps.append(("BatchNorm folding", FoldBatchNormPass()))
     if merge_matmuls:
         steps.append(("MatMul merging", MergeMatMulsPass()))
+    if fuse:
+        steps += [(f"fusion {type(p).__name__}", p) for p in fuse_patterns_passes()]
     steps += [("unused removal", p) for p in remove_unused_passes()]
     steps.append(("topological sort", TopologicalSortPass()))
     if infer_shapes:
