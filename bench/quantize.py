@@ -1,0 +1,344 @@
+"""Cost of quantizing, and latency of the block-format models, on the real PP-OCR models.
+
+**Quantize** (wall time and peak RSS). A8W8 (``onnxptq.quantize``) on PP-OCRv4 rec with 64 and
+with 512 calibration lines, beside ``onnxruntime.quantization.quantize_static`` (QuantFormat.QDQ,
+MinMax, U8S8, per-channel and per-tensor weights) on the same data in the same run. The lines are
+rendered once (``onnxptq.testing.ocr.render_lines``) into one uncompressed ``.npz``; rendering is
+not counted. Every job runs in its own fresh Python process, so its peak RSS is its own:
+
+* **wall s** — ``time.perf_counter`` around the quantize call alone (imports, reading the model
+  path and starting the process are outside it; writing the output model is inside it);
+* **peak RSS MiB** — ``VmHWM`` from ``/proc/self/status`` at the end of the child (the whole
+  process: Python, numpy, onnxruntime, the model, the data in flight);
+* **base MiB** — ``VmRSS`` just before the call (interpreter + imports), so the call's own
+  growth is peak − base.
+
+Both tools get the data through the same ``CalibrationDataReader`` subclass, which streams one
+line at a time out of the ``.npz`` (a zip member read row by row), so neither pays for holding
+all the lines. Jobs run ``--repeats`` times in round-robin order; the table gives the median and
+every run, and the ratios against the targets.
+
+**Latency** of the BFP16 and MX9 fake-quant models (presets ``BFP16`` and ``MX9``: weights folded
+at quantize time, activations through ``onnxptq`` functions) vs the float model, onnxruntime CPU,
+``intra_op_num_threads = inter_op_num_threads = 1``, default graph optimisation, one rendered
+line as input: cls 1×3×48×192, rec 1×3×48×320. Variants are timed in round-robin rounds (a load
+drift hits all alike); each figure is the median over ``--runs`` rounds of wall time
+(``perf_counter``) and CPU time of the calling thread (``thread_time``: onnxruntime runs a
+one-thread graph on the caller's thread, so on a shared machine it is the work itself).
+
+    python bench/quantize.py [--repeats 2] [--runs 30] [--only quantize|latency] [--lines 64,512]
+
+Child mode (used by the parent): ``python bench/quantize.py --job TOOL:LINES --npz PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: (job id, description) of the quantize jobs; run for each line count.
+JOBS: tuple[tuple[str, str], ...] = (
+    ("onnxptq", "onnxptq A8W8 (per-channel int8 weights, Percentile int8 activations)"),
+    ("ort_pc", "onnxruntime quantize_static QDQ U8S8 MinMax, per-channel"),
+    ("ort_pt", "onnxruntime quantize_static QDQ U8S8 MinMax, per-tensor"),
+)
+
+TARGET_WALL = 0.5  # ours / onnxruntime's
+TARGET_RSS = 0.7  # ours / onnxruntime's
+TARGET_RSS_GROWTH = 1.1  # ours at the largest line count / ours at the smallest
+TARGET_LATENCY = {"cls": 8.0, "rec": 3.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+class NpzLineReader:
+    """A ``CalibrationDataReader`` yielding ``{"x": [1,3,48,W]}`` feeds streamed from an .npz.
+
+    Reads the ``x.npy`` member's header, then one row per ``get_next`` — memory O(one line).
+    Subclasses onnxruntime's ``CalibrationDataReader`` (so ``quantize_static`` takes it) and has
+    ``rewind`` (onnxruntime calls it between passes for some calibrators).
+    """
+
+    def __init__(self, path: str | os.PathLike, limit: int | None = None, input_name: str = "x") -> None:
+        self.path = str(path)
+        self.limit = limit
+        self.input_name = input_name
+        self._open()
+
+    def _open(self) -> None:
+        self._zip = zipfile.ZipFile(self.path)
+        self._file = self._zip.open(f"{self.input_name}.npy")
+        version = np.lib.format.read_magic(self._file)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, self._dtype = read_header(self._file)
+        self._row_shape = tuple(shape[1:])
+        self._row_bytes = int(np.prod(self._row_shape)) * self._dtype.itemsize
+        self._left = shape[0] if self.limit is None else min(shape[0], self.limit)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self._left <= 0:
+            return None
+        buf = self._file.read(self._row_bytes)
+        self._left -= 1
+        return {self.input_name: np.frombuffer(buf, self._dtype).reshape((1, *self._row_shape)).copy()}
+
+    def rewind(self) -> None:
+        self._file.close()
+        self._zip.close()
+        self._open()
+
+
+def _reader_class() -> type:
+    """NpzLineReader as a subclass of onnxruntime's CalibrationDataReader (imported lazily)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    return type("NpzCalibrationDataReader", (NpzLineReader, CalibrationDataReader), {})
+
+
+def render_npz(path: Path, n: int, seed: int = 1234) -> float:
+    """Render ``n`` rec lines into ``path`` (uncompressed .npz keyed ``x``); return the seconds taken."""
+    from onnxptq.testing import ocr
+    from onnxptq.testing.models import model_path
+
+    t0 = time.perf_counter()
+    images, _ = ocr.render_lines(n, seed, characters=ocr.load_characters(model_path("rec")))
+    ocr.save_npz(path, images, "x")
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# child: one quantize job
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
+    """Run one quantize job in this process and return its figures (the child's whole work)."""
+    import logging
+
+    logging.disable(logging.WARNING)  # onnxruntime's quantizer logs a line per tensor at INFO
+    from onnxptq.testing.models import model_path
+
+    model = str(model_path("rec"))
+    reader = _reader_class()(npz, limit=lines)
+    output = os.path.join(out_dir, f"{job}_{lines}.onnx")
+    if job == "onnxptq":
+        import onnxptq
+        from onnxptq.config.presets import get_preset
+
+        cfg = get_preset("A8W8")
+        cfg.calibration.progress = False
+        base = _status_kib("VmRSS")
+        t0 = time.perf_counter()
+        result = onnxptq.quantize(model, cfg, reader, output)
+        wall = time.perf_counter() - t0
+        extra = {"samples": result.calibration_samples, "timings": result.timings}
+    else:
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        base = _status_kib("VmRSS")
+        t0 = time.perf_counter()
+        quantize_static(
+            model, output, reader, quant_format=QuantFormat.QDQ, per_channel=(job == "ort_pc"),
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+        )
+        wall = time.perf_counter() - t0
+        extra = {}
+    return {"job": job, "lines": lines, "wall_s": wall, "peak_mib": _status_kib("VmHWM") / 1024,
+            "base_mib": base / 1024, "output_mib": os.path.getsize(output) / 2**20, **extra}
+
+
+def spawn_job(job: str, lines: int, npz: Path, out_dir: str) -> dict[str, Any]:
+    """Run ``job`` in a fresh interpreter; its last stdout line is the JSON result."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--job", f"{job}:{lines}", "--npz", str(npz), "--out-dir", out_dir],
+        capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"job {job}:{lines} failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - t0
+    return result
+
+
+def bench_quantize(lines_list: list[int], repeats: int, workdir: Path) -> str:
+    npz = workdir / f"rec_lines_{max(lines_list)}.npz"
+    render_s = render_npz(npz, max(lines_list))
+    print(f"rendered {max(lines_list)} lines into {npz} ({npz.stat().st_size / 2**20:.0f} MiB) in {render_s:.1f} s "
+          "(not counted)", file=sys.stderr)
+    results: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rep in range(repeats):
+        for lines in lines_list:
+            for job, _ in JOBS:
+                r = spawn_job(job, lines, npz, str(workdir))
+                print(f"  [{rep + 1}/{repeats}] {job:8s} {lines:4d} lines: {r['wall_s']:7.2f} s  "
+                      f"peak {r['peak_mib']:7.1f} MiB  (base {r['base_mib']:.0f})", file=sys.stderr)
+                results.setdefault((job, lines), []).append(r)
+
+    def med(job: str, lines: int, key: str) -> float:
+        return statistics.median(r[key] for r in results[(job, lines)])
+
+    out = ["| job | lines | wall s (median) | wall s (runs) | peak RSS MiB (median) | peak RSS MiB (runs) | base MiB |",
+           "|---|---:|---:|---|---:|---|---:|"]
+    for lines in lines_list:
+        for job, desc in JOBS:
+            rs = results[(job, lines)]
+            out.append(f"| {desc} | {lines} | {med(job, lines, 'wall_s'):.2f} | "
+                       f"{', '.join('%.2f' % r['wall_s'] for r in rs)} | {med(job, lines, 'peak_mib'):.0f} | "
+                       f"{', '.join('%.0f' % r['peak_mib'] for r in rs)} | {med(job, lines, 'base_mib'):.0f} |")
+    ours_t = {lines: statistics.median(r["wall_s"] for r in results[("onnxptq", lines)]) for lines in lines_list}
+    stages = []
+    for lines in lines_list:
+        t = results[("onnxptq", lines)][0].get("timings", {})
+        stages.append(f"{lines} lines: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    out += ["", "onnxptq stage timings (first run): " + "; ".join(stages), "",
+            "| ratio | lines | value | target | met |", "|---|---:|---:|---:|---|"]
+    for lines in lines_list:
+        for job, label in (("ort_pc", "per-channel"), ("ort_pt", "per-tensor")):
+            w = ours_t[lines] / med(job, lines, "wall_s")
+            m = med("onnxptq", lines, "peak_mib") / med(job, lines, "peak_mib")
+            out.append(f"| wall ours / onnxruntime {label} | {lines} | {w:.2f} | ≤ {TARGET_WALL} | {'yes' if w <= TARGET_WALL else 'NO'} |")
+            out.append(f"| peak RSS ours / onnxruntime {label} | {lines} | {m:.2f} | ≤ {TARGET_RSS} | {'yes' if m <= TARGET_RSS else 'NO'} |")
+    lo, hi = min(lines_list), max(lines_list)
+    g = med("onnxptq", hi, "peak_mib") / med("onnxptq", lo, "peak_mib")
+    out.append(f"| peak RSS ours {hi} / ours {lo} | {hi} | {g:.2f} | ≤ {TARGET_RSS_GROWTH} | {'yes' if g <= TARGET_RSS_GROWTH else 'NO'} |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# latency of the BFP16 / MX9 models
+
+
+def _session(model: Any):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _fake_quant_models(name: str) -> dict[str, Any]:
+    import onnx
+
+    import onnxptq
+    from onnxptq.testing.models import model_path
+
+    path = model_path(name)
+    models: dict[str, Any] = {"float": onnx.load(str(path))}
+    for preset in ("BFP16", "MX9"):
+        models[preset] = onnxptq.quantize(str(path), preset, None).model
+    return models
+
+
+def bench_latency(runs: int, warmup: int = 3) -> str:
+    from onnxptq.testing import ocr
+    from onnxptq.testing.models import model_path
+
+    inputs = {
+        "cls": ocr.render_cls(1, seed=7)[0],
+        "rec": ocr.render_lines(1, seed=7, characters=ocr.load_characters(model_path("rec")))[0],
+    }
+    rows = ["| model | input | variant | functions | wall ms (median) | cpu ms (median) | × float (wall) | × float (cpu) | target | met |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, x in inputs.items():
+        models = _fake_quant_models(name)
+        sessions = {k: _session(m) for k, m in models.items()}
+        feeds = {k: {s.get_inputs()[0].name: x} for k, s in sessions.items()}
+        for k, s in sessions.items():
+            for _ in range(warmup):
+                s.run(None, feeds[k])
+        wall: dict[str, list[float]] = {k: [] for k in sessions}
+        cpu: dict[str, list[float]] = {k: [] for k in sessions}
+        for _ in range(runs):
+            for k, s in sessions.items():
+                c0, w0 = time.thread_time(), time.perf_counter()
+                s.run(None, feeds[k])
+                wall[k].append((time.perf_counter() - w0) * 1e3)
+                cpu[k].append((time.thread_time() - c0) * 1e3)
+        fw, fc = statistics.median(wall["float"]), statistics.median(cpu["float"])
+        for k in sessions:
+            w, c = statistics.median(wall[k]), statistics.median(cpu[k])
+            n_fn = sum(1 for n in models[k].graph.node if n.domain == "onnxptq")
+            if k == "float":
+                target = met = "—"
+            else:
+                target = f"≤ {TARGET_LATENCY[name]:g}×"
+                met = "yes" if c / fc <= TARGET_LATENCY[name] else "NO"
+            rows.append(f"| {name} | {'×'.join(map(str, x.shape))} | {k} | {n_fn} | {w:.2f} | {c:.2f} | "
+                        f"{w / fw:.2f} | {c / fc:.2f} | {target} | {met} |")
+    rows.append("")
+    rows.append("'met' is judged on the cpu ratio (thread time; wall time on this shared machine includes waiting for a core).")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _versions() -> str:
+    import onnx
+    import onnxruntime
+
+    import onnxptq
+
+    return (f"python {platform.python_version()}, onnxptq {getattr(onnxptq, '__version__', '?')}, "
+            f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; "
+            f"{platform.machine()}, {os.cpu_count()} CPUs")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=2, help="runs of each quantize job (round-robin)")
+    p.add_argument("--runs", type=int, default=30, help="latency rounds (median taken)")
+    p.add_argument("--lines", default="64,512", help="calibration line counts")
+    p.add_argument("--only", choices=("quantize", "latency"))
+    p.add_argument("--workdir", help="where the .npz and the outputs go (default: a temporary folder)")
+    p.add_argument("--job", help=argparse.SUPPRESS)
+    p.add_argument("--npz", help=argparse.SUPPRESS)
+    p.add_argument("--out-dir", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.job:  # child
+        job, lines = args.job.split(":")
+        print(json.dumps(run_job(job, int(lines), args.npz, args.out_dir)))
+        return
+
+    print(f"<!-- {datetime.datetime.now().isoformat(timespec='seconds')}; {_versions()} -->")
+    with tempfile.TemporaryDirectory(prefix="onnxptq_bench_") as tmp:
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if args.only in (None, "quantize"):
+            lines_list = sorted(int(v) for v in args.lines.split(","))
+            print(f"\n### Quantize: PP-OCRv4 rec, {args.repeats} runs per job\n")
+            print(bench_quantize(lines_list, args.repeats, workdir))
+        if args.only in (None, "latency"):
+            print(f"\n### Latency: fake-quant models, one thread, median of {args.runs} rounds\n")
+            print(bench_latency(args.runs))
+
+
+if __name__ == "__main__":
+    main()
