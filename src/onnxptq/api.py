@@ -7,6 +7,7 @@ function of the previous step's output; nothing reaches back. The compatible API
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -171,11 +172,15 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
 
 def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.ndarray]], cfg: QuantConfig) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics."""
-    from .calibration import runner
+    from .calibration import collectors, runner
 
     wanted: dict[str, Any] = {}
     for name in plan.needs_calibration():
-        quant = plan.tensors[name].quant
+        tplan = plan.tensors[name]
+        quant = tplan.quant
+        if quant.per_channel and tplan.axis is not None:
+            wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, tplan.axis)
+            continue
         spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
         if cfg.calibration.num_bins is not None:
             spec["num_bins"] = cfg.calibration.num_bins
@@ -198,9 +203,9 @@ def finish(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
     try:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
+        # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model

@@ -328,6 +328,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
+    if config.depthwise_input_per_channel:
+        _per_channel_depthwise_inputs(tensors, g)
     _apply_tensor_overrides(tensors, config, g)
     _apply_alignment(tensors, selected, config)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
@@ -366,6 +368,71 @@ def _feeds_fused_activation(node, out: str, g: _Graph, selected: set[str]) -> bo
         return False
     consumers = g.consumers.get(out, [])
     return len(consumers) == 1 and consumers[0].op_type in FUSIBLE_ACTIVATIONS and consumers[0].name in selected
+
+
+def _is_depthwise(node: onnx.NodeProto, g: _Graph) -> bool:
+    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.initializers:
+        return False
+    group = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+    dims = g.initializers[node.input[1]].dims
+    return group > 1 and len(dims) >= 2 and dims[1] == 1 and dims[0] == group
+
+
+def _channelwise_constant(name: str, g: _Graph) -> bool:
+    """A constant that an NCHW tensor broadcasts per channel: a scalar, [C,1,1] or [1,C,1,1]."""
+    tensor = g.initializers.get(name)
+    if tensor is None:
+        return False
+    dims = list(tensor.dims)
+    if all(d == 1 for d in dims):
+        return True
+    return len(dims) in (3, 4) and all(d == 1 for i, d in enumerate(dims) if i != len(dims) - 3)
+
+
+def _per_channel_depthwise_inputs(tensors: dict[str, TensorPlan], g: _Graph) -> None:
+    """Integer activations on a channel-wise path into depthwise convolutions go per channel.
+
+    A tensor qualifies when each reader is a depthwise Conv (as its data input) or a channel-wise
+    affine (Mul/Add/Sub/Div by a scalar or per-channel constant) whose own output qualifies: along
+    such a path every value keeps its channel, so per-channel scales fold into the affine
+    constants and finally into the depthwise weights — no extra cost on hardware.
+    """
+    candidates = {
+        name for name, t in tensors.items()
+        if t.role == "activation" and t.quant.is_integer and name not in g.outputs and g.rank.get(name) == 4
+    }
+    accepted: set[str] = set()
+
+    def reader_ok(node: onnx.NodeProto, name: str) -> bool:
+        if _is_depthwise(node, g):
+            return node.input[0] == name and name not in node.input[1:]
+        if node.op_type in ("Mul", "Add", "Sub", "Div") and len(node.input) == 2:
+            other = node.input[1] if node.input[0] == name else node.input[0]
+            if other == name or not _channelwise_constant(other, g) or (node.op_type in ("Sub", "Div") and node.input[0] != name):
+                return False
+            out = node.output[0]
+            return out in accepted or (out not in tensors and out not in g.outputs)
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name in sorted(candidates - accepted):
+            readers = g.consumers.get(name, [])
+            if readers and all(reader_ok(n, name) for n in readers):
+                accepted.add(name)
+                changed = True
+    for name in accepted:
+        tensors[name].quant = tensors[name].quant.with_(per_channel=True)
+        tensors[name].axis = 1
+        # The affine's constant stays float: it folds into the per-channel requantization on
+        # hardware, and onnxruntime's QDQ fusion would otherwise turn DQ→Mul→Q into a QLinearMul,
+        # which rejects per-channel scales at session creation.
+        for node in g.consumers.get(name, []):
+            if node.op_type in ("Mul", "Add", "Sub", "Div"):
+                for other in node.input:
+                    if other != name and other in tensors and tensors[other].role == "weight":
+                        del tensors[other]
 
 
 def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:

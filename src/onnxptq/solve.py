@@ -64,14 +64,18 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
     """Scale and zero point for every planned tensor that has them (bfp/mx and unscaled floats don't)."""
     inits = {t.name: t for t in model.graph.initializer}
     params: dict[str, QParams] = {}
-    ranges: dict[str, tuple[float, float]] = {}
+    ranges: dict[str, tuple[Any, Any]] = {}
 
     for tplan in plan.tensors.values():
         if tplan.role != "activation" or not tplan.quant.needs_calibration:
             continue
         if tplan.name not in stats:
             raise CalibrationMissingError(f"activation {tplan.name!r} was planned for {tplan.quant.describe()} but got no calibration statistics")
-        ranges[tplan.name] = activation_range(tplan, stats[tplan.name])
+        collector = stats[tplan.name]
+        if tplan.quant.per_channel and getattr(collector, "channel_min", None) is not None:
+            ranges[tplan.name] = (collector.channel_min, collector.channel_max)
+        else:
+            ranges[tplan.name] = activation_range(tplan, collector)
 
     for tplan in plan.tensors.values():
         if tplan.role != "activation" or tplan.name not in ranges:

@@ -412,3 +412,60 @@ def factory_for(method: Any, **options: Any) -> CollectorFactory:
         return make_collector(method, **options)
 
     return factory
+
+
+class PerChannelMinMaxCollector(MinMaxCollector):
+    """Running min/max per channel (along ``axis``), plus the global extremes of the base class.
+
+    Used for activations quantized per channel: those read only by depthwise convolutions, where
+    a per-channel input scale folds exactly into the depthwise weights, so hardware pays nothing
+    for it. Memory is two vectors of the channel count, whatever the number of batches.
+    """
+
+    def __init__(self, axis: int = 1, name: str = "tensor") -> None:
+        super().__init__(name)
+        self.axis = axis
+        self.channel_min: np.ndarray | None = None
+        self.channel_max: np.ndarray | None = None
+
+    def update(self, batch: np.ndarray) -> None:
+        arr = np.asarray(batch)
+        x = as_float_array(arr, self.name).reshape(arr.shape)
+        if x.size == 0:
+            return
+        if x.ndim <= self.axis:
+            raise ValueError(f"per-channel calibration of {self.name!r}: rank {x.ndim} has no axis {self.axis}")
+        moved = np.moveaxis(x, self.axis, 0).reshape(x.shape[self.axis], -1)
+        if not np.all(np.isfinite(moved)):
+            finite = np.isfinite(moved)
+            self.nan_count += int(np.isnan(moved).sum())
+            self.inf_count += int(np.isinf(moved).sum())
+            lo = np.where(finite, moved, np.inf).min(axis=1)
+            hi = np.where(finite, moved, -np.inf).max(axis=1)
+        else:
+            lo, hi = moved.min(axis=1), moved.max(axis=1)
+        if self.channel_min is None:
+            self.channel_min, self.channel_max = lo.astype(np.float64), hi.astype(np.float64)
+        else:
+            if lo.shape != self.channel_min.shape:
+                raise ValueError(f"per-channel calibration of {self.name!r}: {lo.size} channels after {self.channel_min.size}")
+            np.minimum(self.channel_min, lo, out=self.channel_min)
+            np.maximum(self.channel_max, hi, out=self.channel_max)
+        finite_lo, finite_hi = lo[np.isfinite(lo)], hi[np.isfinite(hi)]
+        if finite_lo.size:
+            self.update_extremes(float(finite_lo.min()), float(finite_hi.max()), count=int(x.size))
+
+    def merge(self, other: MinMaxCollector) -> None:
+        if not isinstance(other, PerChannelMinMaxCollector):
+            raise TypeError(f"cannot merge {type(other).__name__} into PerChannelMinMaxCollector ({self.name!r})")
+        super().merge(other)
+        if other.channel_min is None:
+            return
+        if self.channel_min is None:
+            self.channel_min, self.channel_max = other.channel_min.copy(), other.channel_max.copy()
+        else:
+            np.minimum(self.channel_min, other.channel_min, out=self.channel_min)
+            np.maximum(self.channel_max, other.channel_max, out=self.channel_max)
+
+    def nbytes(self) -> int:
+        return 0 if self.channel_min is None else self.channel_min.nbytes * 2

@@ -9,6 +9,7 @@ name the field at fault, so a bad option fails before any model is touched.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -164,6 +165,102 @@ class CalibrationOptions:
     progress: bool = True
 
 
+#: Layer op types fast finetuning optimises by default (spec §7.1 ``TargetOpType``; the norm layers
+#: of the reference list have no weight quantizer here, so they are never found).
+FINETUNE_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+@dataclass
+class FinetuneOptions:
+    """Fast finetuning (AdaRound / AdaQuant, spec §7): the reference tool's FastFinetune keys.
+
+    Defaults are the reference tool's legacy defaults, except ``data_size`` (None: every
+    calibration sample, but see below) and ``learning_rate`` (None: 0.1 for AdaRound, 1e-5 for
+    AdaQuant). The calibration samples used are kept in memory for the refine step, so
+    ``data_size`` bounds that memory: None keeps at most :data:`FINETUNE_MAX_SAMPLES`.
+    ``memory_level``, ``num_workers``, ``pin_memory``, ``use_gds``, ``cache_dir``, ``dynamic_batch``,
+    ``parallel`` and ``select_max_mem_layer`` are accepted for compatibility; the refine step
+    always works per layer in RAM (the reference tool's MemOptLevel 1).
+    """
+
+    algorithm: Literal["adaround", "adaquant"] = "adaround"
+    num_iterations: int = 1000
+    learning_rate: float | None = None
+    batch_size: int = 1
+    num_batches: int = 1
+    data_size: int | None = None
+    fixed_seed: int | None = 1705472343
+    optim_device: str = "cpu"
+    infer_device: str = "cpu"
+    early_stop: bool = False
+    update_bias: bool = True
+    lr_adjust: tuple[float, float] | tuple[()] = ()
+    reg_param: float = 0.01
+    beta_range: tuple[float, float] = (20.0, 2.0)
+    warm_start: float = 0.2
+    drop_ratio: float = 1.0
+    log_period: int | None = None
+    target_op_types: tuple[str, ...] = FINETUNE_OP_TYPES
+    output_qdq: bool = False
+    selective_update: bool = False
+    output_index: int | None = None
+    ref_model_path: str | None = None
+    memory_level: int = 1
+    parallel: bool = False
+    dynamic_batch: bool = False
+    select_max_mem_layer: bool = False
+    num_workers: int = 1
+    pin_memory: bool = False
+    use_gds: bool = False
+    cache_dir: str | None = None
+    #: fraction of the kept samples held out to decide "never worse" (at least one sample)
+    holdout_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        self.algorithm = str(self.algorithm).lower()  # type: ignore[assignment]
+        if self.algorithm not in ("adaround", "adaquant"):
+            raise ConfigError(f"finetune algorithm must be 'adaround' or 'adaquant', not {self.algorithm!r}")
+        if int(self.num_iterations) < 0:
+            raise ConfigError(f"finetune num_iterations must be >= 0, not {self.num_iterations}")
+        if self.batch_size is None or int(self.batch_size) < 1:
+            self.batch_size = 1  # the reference tool treats invalid values as 1
+        if self.data_size is not None and int(self.data_size) < 1:
+            raise ConfigError(f"finetune data_size must be >= 1 (or None), not {self.data_size}")
+        if self.learning_rate is not None and not float(self.learning_rate) > 0:
+            raise ConfigError(f"finetune learning_rate must be > 0, not {self.learning_rate}")
+        if not 0.0 <= float(self.warm_start) < 1.0:
+            raise ConfigError(f"finetune warm_start must be in [0, 1), not {self.warm_start}")
+        if not 0.0 <= float(self.drop_ratio) <= 1.0:
+            raise ConfigError(f"finetune drop_ratio must be in [0, 1], not {self.drop_ratio}")
+        if not 0.0 <= float(self.holdout_fraction) < 1.0:
+            raise ConfigError(f"finetune holdout_fraction must be in [0, 1), not {self.holdout_fraction}")
+        if len(tuple(self.beta_range)) != 2:
+            raise ConfigError(f"finetune beta_range must be (start, end), not {self.beta_range!r}")
+        if self.lr_adjust and len(tuple(self.lr_adjust)) != 2:
+            raise ConfigError(f"finetune lr_adjust must be () or (threshold, lr), not {self.lr_adjust!r}")
+        for name in ("optim_device", "infer_device"):
+            value = str(getattr(self, name)).strip().lower()
+            if not re.fullmatch(r"cpu|(cuda|hip)(:\d+(,\d+)*)?", value):
+                raise ConfigError(f"finetune {name} must be 'cpu', 'cuda', 'cuda:N' or 'hip:N', not {getattr(self, name)!r}")
+            setattr(self, name, value)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate, the algorithm's default filled in."""
+        if self.learning_rate is not None:
+            return float(self.learning_rate)
+        return 0.1 if self.algorithm == "adaround" else 1e-5
+
+    @property
+    def max_samples(self) -> int:
+        """How many calibration samples the refine step keeps in memory."""
+        return int(self.data_size) if self.data_size is not None else FINETUNE_MAX_SAMPLES
+
+
+#: Calibration samples kept for finetuning when ``data_size`` is None (memory stays bounded).
+FINETUNE_MAX_SAMPLES = 256
+
+
 @dataclass
 class QuantConfig:
     """A whole quantization: global activation/weight/bias rules plus layer- and tensor-wise overrides.
@@ -201,8 +298,14 @@ class QuantConfig:
     bf16_qdq_to_cast: bool = True
     dedicated_qdq_pair: bool = False
     refine_block_axis: bool = True
+    #: integer activations read only by depthwise convolutions are quantized per channel: the
+    #: per-channel input scale folds exactly into the depthwise weights, so it costs hardware
+    #: nothing, and it removes the channel-range imbalance that per-tensor int8 cannot hold.
+    depthwise_input_per_channel: bool = True
     weight_minmse: bool = False
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    #: fast finetuning (AdaRound / AdaQuant) between solve and emit; None: off
+    finetune: FinetuneOptions | None = None
     opset: int | None = None
     optimize: bool = True
     fold_batchnorm: bool = True
