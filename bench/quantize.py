@@ -305,7 +305,13 @@ def _versions() -> str:
 
     import onnxptq
 
-    return (f"python {platform.python_version()}, onnxptq {getattr(onnxptq, '__version__', '?')}, "
+    src = Path(onnxptq.__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    return (f"python {platform.python_version()}, onnxptq {getattr(onnxptq, '__version__', '?')} from {src}"
+            f"{' (git ' + rev + ')' if rev else ''}, "
             f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; "
             f"{platform.machine()}, {os.cpu_count()} CPUs")
 
