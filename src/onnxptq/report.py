@@ -1,0 +1,810 @@
+"""Per-tensor error report: where a quantized model loses accuracy against its float model.
+
+For every quantized tensor ``T`` the report runs both models on the same samples and compares the
+float model's ``T`` with the value the quantized model's consumers read in its place (a
+DequantizeLinear, Cast or ``onnxptq`` function output, or a folded weight). Two errors per tensor:
+
+- **vs float** (``sqnr_db``, ``cosine``, ``max_abs_err``, ``mse``): the quantized model's value
+  against the float model's. It includes every error made upstream, so it is what the user sees at
+  that point of the graph — but one bad layer drags down everything after it.
+- **local** (``local_sqnr_db``, ``local_max_abs_err``): the tensor's own quantizer, its input
+  against its output inside the quantized model. This names the quantizer that *adds* the noise,
+  so the table is sorted worst-first on it by default (``sort="local"``); ``sort="model"`` sorts on
+  the vs-float SQNR. For weights and biases both are the same thing (their input is the float
+  constant).
+
+Tensors are matched structurally, not by naming convention, so a model from another quantizer works
+too: a node present in both models (same name, or same op type producing the same output) that
+reads ``R`` in the quantized model where it read ``T`` in the float model makes ``R`` the quantized
+form of ``T``; a node whose output ``T`` was renamed (a quantized graph output) makes the renamed
+tensor the quantizer's input and ``T`` its output. With a plan (``onnxptq.quantize(...,
+report_path=...)``) roles and formats come from the plan; without one they are read from the
+inserted nodes.
+
+Memory: samples are streamed one feed at a time into per-tensor running sums (signal power, noise
+power, dot product, maxima), so it is O(tensors), never O(samples × tensors). Sessions run with
+graph optimizations off: the report measures the model's ONNX semantics, not the integer kernels a
+backend may fuse Q/DQ pairs into (exposing every tensor would block most fusions anyway).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .plan import BIAS_INPUTS, Plan
+
+log = logging.getLogger(__name__)
+
+SortKey = Literal["local", "model"]
+#: SQNR shown for an exact match (no error at all); keeps JSON finite and charts bounded.
+EXACT_DB = 200.0
+
+
+@dataclass
+class TensorMatch:
+    """Where one float tensor lives in the quantized model."""
+
+    name: str
+    #: the tensor the quantized model's consumers read instead of ``name``
+    quantized: str
+    #: the quantizer's input inside the quantized model (None: the float constant itself, or no
+    #: tensor of the quantized model computes the float value; local error is then the vs-float one)
+    pre: str | None
+    #: the node (by name, in the float model) that reads it first, and its op type
+    consumer: str | None = None
+    consumer_op: str | None = None
+    #: inserted nodes between ``pre`` and ``quantized`` (the quantizer), producer-first
+    chain: list[onnx.NodeProto] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class TensorError:
+    """The error of one quantized tensor over all samples, worst-first in :class:`Report`."""
+
+    name: str
+    role: str
+    op_type: str
+    node: str | None
+    format: str
+    quantized_name: str
+    elements: int
+    sqnr_db: float
+    cosine: float
+    max_abs_err: float
+    mse: float
+    local_sqnr_db: float
+    local_max_abs_err: float
+    max_abs_ref: float
+    nonfinite: int = 0
+    #: position of the tensor in the float graph (inputs and constants first): the chart's x axis
+    graph_index: int = 0
+
+
+@dataclass
+class Report:
+    """Everything :func:`write_report` writes: per-tensor errors, per-output figures, misses."""
+
+    float_model: str
+    quantized_model: str
+    samples: int
+    sort: SortKey
+    tensors: list[TensorError]
+    #: per graph output: cosine, SQNR and PSNR of the quantized output vs the float one
+    outputs: dict[str, dict[str, float]]
+    #: planned tensors the structural match could not find, with the reason
+    unmatched: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "float_model": self.float_model,
+            "quantized_model": self.quantized_model,
+            "samples": self.samples,
+            "sort": self.sort,
+            "outputs": self.outputs,
+            "unmatched": self.unmatched,
+            "tensors": [asdict(t) for t in self.tensors],
+            "notes": {
+                "sqnr_db": "10*log10(sum ref^2 / sum (ref - quantized)^2) over all samples, quantized model vs float model",
+                "local_sqnr_db": "the same between the tensor's quantizer input and output inside the quantized model",
+                "exact": f"{EXACT_DB} dB stands for no error at all",
+            },
+        }
+
+    def table(self, top: int | None = None) -> str:
+        """A plain-text table of the worst ``top`` tensors (what the command prints)."""
+        rows = self.tensors if top is None else self.tensors[:top]
+        width = max([len("tensor")] + [len(t.name) for t in rows])
+        lines = [f"{'tensor':<{width}}  {'role':<10} {'op':<18} {'local dB':>9} {'SQNR dB':>8} {'cosine':>9} {'max|err|':>10}  format"]
+        for t in rows:
+            lines.append(
+                f"{t.name:<{width}}  {t.role:<10} {t.op_type:<18} {t.local_sqnr_db:>9.2f} {t.sqnr_db:>8.2f} "
+                f"{t.cosine:>9.6f} {t.max_abs_err:>10.4g}  {t.format}"
+            )
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# structural matching
+
+
+def _node_key(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"{node.op_type}#{index}"
+
+
+def _pair_nodes(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """Nodes present in both models: by name where names agree, else by an output they share."""
+    qnodes = list(quant_model.graph.node)
+    by_name = {n.name: n for n in qnodes if n.name}
+    by_output = {o: n for n in qnodes for o in n.output if o}
+    pairs: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    for fnode in float_model.graph.node:
+        qnode = by_name.get(fnode.name) if fnode.name else None
+        if qnode is None or qnode.op_type != fnode.op_type:
+            qnode = next((by_output[o] for o in fnode.output if o in by_output), None)
+            if qnode is None or qnode.op_type != fnode.op_type or qnode.domain != fnode.domain:
+                continue
+        pairs.append((fnode, qnode))
+    return pairs
+
+
+def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> dict[str, TensorMatch]:
+    """Map every float tensor that the quantized model reads in quantized form to that form."""
+    pairs = _pair_nodes(float_model, quant_model)
+    paired_q = {id(q) for _, q in pairs}
+    q_producer = {o: n for n in quant_model.graph.node for o in n.output if o}
+    float_names = _defined_names(float_model)
+    q_inits = {t.name for t in quant_model.graph.initializer}
+    matches: dict[str, TensorMatch] = {}
+
+    def chain_from(name: str) -> list[onnx.NodeProto]:
+        """Inserted nodes that compute ``name``, walked back until tensors the float model knows."""
+        nodes: list[onnx.NodeProto] = []
+        stack, seen = [name], set()
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            node = q_producer.get(current)
+            if node is None or id(node) in paired_q:
+                continue
+            nodes.append(node)
+            stack.extend(i for i in node.input if i and i not in float_names)
+        return nodes[::-1]
+
+    f_producer = {o: n for n in float_model.graph.node for o in n.output if o}
+    counterpart = {id(f): q for f, q in pairs}
+    f_inputs = {i.name for i in float_model.graph.input} - _initializer_names(float_model)
+
+    def same_tensor(name: str) -> bool:
+        """Whether ``name`` in the quantized model is the float model's ``name`` computed the same way
+        (same producing node, or the same graph input): only then is it the quantizer's input. Another
+        quantizer may drop a node (onnxruntime removes a Relu after a Conv and lets the Q/DQ clamp),
+        leaving the name on a different value."""
+        if name in f_inputs:
+            return name in {i.name for i in quant_model.graph.input}
+        fnode, qnode = f_producer.get(name), q_producer.get(name)
+        return fnode is not None and qnode is not None and counterpart.get(id(fnode)) is qnode
+
+    renamed: dict[str, str] = {}
+    for fnode, qnode in pairs:
+        for f_out, q_out in zip(fnode.output, qnode.output):
+            if f_out and q_out and f_out != q_out:
+                renamed[f_out] = q_out
+    for fnode, qnode in pairs:
+        for f_in, q_in in zip(fnode.input, qnode.input):
+            if not f_in or not q_in or f_in == q_in or f_in in matches:
+                continue
+            if q_in in float_names and q_in not in q_inits and q_in not in q_producer:
+                continue  # rewired to another float tensor: not a quantizer
+            if q_in in q_producer and id(q_producer[q_in]) in paired_q:
+                continue  # read from a different original node: a graph rewrite, not a quantizer
+            pre = renamed.get(f_in) or (f_in if same_tensor(f_in) else None)
+            matches[f_in] = TensorMatch(f_in, q_in, pre, _node_key(fnode, 0), fnode.op_type, chain_from(q_in))
+    # Quantized in place: the quantized model computes a float tensor's own name with inserted nodes.
+    # onnxptq does this for graph outputs (the producer writes a renamed tensor, a quantizer writes
+    # the output); onnxruntime also for biases (``B_quantized`` -> DequantizeLinear -> ``B``).
+    f_consumer: dict[str, tuple[str, str]] = {}
+    for index, fnode in enumerate(float_model.graph.node):
+        for name in fnode.input:
+            f_consumer.setdefault(name, (_node_key(fnode, index), fnode.op_type))
+    for name in sorted(float_names, key=lambda n: (n not in renamed, n)):
+        qnode = q_producer.get(name)
+        if name in matches or qnode is None or id(qnode) in paired_q:
+            continue
+        consumer, op = f_consumer.get(name, (None, None))
+        matches[name] = TensorMatch(name, name, renamed.get(name), consumer, op, chain_from(name))
+    return matches
+
+
+def _initializer_names(model: onnx.ModelProto) -> set[str]:
+    return {t.name for t in model.graph.initializer}
+
+
+def _defined_names(model: onnx.ModelProto) -> set[str]:
+    names = _initializer_names(model) | {i.name for i in model.graph.input}
+    names.update(o for n in model.graph.node for o in n.output if o)
+    return names
+
+
+# ---------------------------------------------------------------------------------------------
+# formats read from the inserted nodes (no plan)
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # bfloat16/float8 have no plain NumPy dtype in every onnx version
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def describe_chain(match: TensorMatch, quant_model: onnx.ModelProto) -> str:
+    """A format description from the quantizer nodes alone (used when no plan is given)."""
+    inits = {t.name: t for t in quant_model.graph.initializer}
+    producers = {o: n for n in quant_model.graph.node for o in n.output if o}
+    for node in match.chain:
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft"):
+            source = node.input[0]
+            dtype = None
+            if source in inits:
+                dtype = _dtype_name(inits[source].data_type)
+            elif source in producers and producers[source].op_type == "QuantizeLinear":
+                q = producers[source]
+                attrs = {a.name: onnx.helper.get_attribute_value(a) for a in q.attribute}
+                if len(q.input) > 2 and q.input[2] in inits:
+                    dtype = _dtype_name(inits[q.input[2]].data_type)
+                elif "output_dtype" in attrs:
+                    dtype = _dtype_name(int(attrs["output_dtype"]))
+                else:
+                    dtype = "uint8"
+            scale = inits.get(node.input[1]) if len(node.input) > 1 else None
+            size = int(np.prod(scale.dims)) if scale is not None and scale.dims else 1
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            grain = "blocked" if attrs.get("block_size") else ("per-channel" if size > 1 else "per-tensor")
+            return f"{dtype or '?'} {grain}"
+    for node in match.chain:
+        if node.domain not in ("", "ai.onnx"):
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            keep = ("bfp_method", "bit_width", "element_dtype", "block_size")
+            detail = ", ".join(f"{k}={_plain(attrs[k])}" for k in keep if k in attrs)
+            return f"{node.op_type}({detail})" if detail else node.op_type
+    casts = [n for n in match.chain if n.op_type == "Cast"]
+    if casts:
+        to = next(a.i for a in casts[0].attribute if a.name == "to")
+        return f"cast {_dtype_name(to)}"
+    if not match.chain and match.quantized in inits:
+        suffix = match.quantized[len(match.name) + 1:] if match.quantized.startswith(match.name + "_") else ""
+        return f"{suffix} (folded)" if suffix else "folded"
+    return "+".join(n.op_type for n in match.chain) or "?"
+
+
+def _plain(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming accumulation
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b in float64 without BLAS: OpenBLAS's thread pool spinning against onnxruntime's on a
+    busy machine made ``np.dot`` 7× slower here than this single-threaded loop."""
+    return float(np.einsum("i,i->", a, b))
+
+
+class _Accumulator:
+    """Running sums for one tensor: enough for SQNR, cosine, MSE and maxima, O(1) memory."""
+
+    __slots__ = ("n", "ref2", "q2", "dot", "err2", "max_err", "max_ref", "pre2", "lerr2", "lmax", "nonfinite")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.ref2 = self.q2 = self.dot = self.err2 = self.max_err = self.max_ref = 0.0
+        self.pre2 = self.lerr2 = self.lmax = 0.0
+        self.nonfinite = 0
+
+    def add(self, name: str, ref: np.ndarray, quant: np.ndarray, pre: np.ndarray | None) -> None:
+        ref = np.asarray(ref, dtype=np.float64).ravel()
+        quant = np.asarray(quant, dtype=np.float64).ravel()
+        if ref.shape != quant.shape:
+            raise ValueError(f"tensor {name!r}: float value has {ref.size} elements, quantized value {quant.size}")
+        pre_arr = None if pre is None else np.asarray(pre, dtype=np.float64).ravel()
+        if pre_arr is not None and pre_arr.shape != quant.shape:
+            raise ValueError(f"tensor {name!r}: quantizer input has {pre_arr.size} elements, its output {quant.size}")
+        ref2, q2 = _dot(ref, ref), _dot(quant, quant)
+        if not (math.isfinite(ref2) and math.isfinite(q2)):
+            # Rare path: mask NaN/Inf out of the sums and count them (the checks above cost nothing).
+            finite = np.isfinite(ref) & np.isfinite(quant)
+            self.nonfinite += int(finite.size - np.count_nonzero(finite))
+            ref, quant = ref[finite], quant[finite]
+            pre_arr = None if pre_arr is None else pre_arr[finite]
+            ref2, q2 = _dot(ref, ref), _dot(quant, quant)
+        err = ref - quant
+        self.n += ref.size
+        self.ref2 += ref2
+        self.q2 += q2
+        self.dot += _dot(ref, quant)
+        self.err2 += _dot(err, err)
+        if ref.size:
+            self.max_err = max(self.max_err, float(err.max()), -float(err.min()))
+            self.max_ref = max(self.max_ref, float(ref.max()), -float(ref.min()))
+        if pre_arr is None:
+            self.pre2, self.lerr2, self.lmax = self.ref2, self.err2, self.max_err
+            return
+        np.subtract(pre_arr, quant, out=err)
+        self.pre2 += _dot(pre_arr, pre_arr)
+        self.lerr2 += _dot(err, err)
+        if err.size:
+            self.lmax = max(self.lmax, float(err.max()), -float(err.min()))
+
+    @staticmethod
+    def _sqnr(signal: float, noise: float) -> float:
+        if noise <= 0.0:
+            return EXACT_DB
+        if signal <= 0.0:
+            return -EXACT_DB
+        return min(EXACT_DB, 10.0 * math.log10(signal / noise))
+
+    def figures(self) -> dict[str, float]:
+        denom = math.sqrt(self.ref2 * self.q2)
+        cos = 1.0 if (self.ref2 == 0 and self.q2 == 0) else (self.dot / denom if denom > 0 else 0.0)
+        sqnr, local = self._sqnr(self.ref2, self.err2), self._sqnr(self.pre2, self.lerr2)
+        if self.nonfinite:
+            sqnr = local = -EXACT_DB  # a NaN or Inf the float model does not have: the worst there is
+        return {
+            "elements": self.n,
+            "sqnr_db": sqnr,
+            "cosine": cos,
+            "max_abs_err": self.max_err,
+            "mse": self.err2 / self.n if self.n else 0.0,
+            "local_sqnr_db": local,
+            "local_max_abs_err": self.lmax,
+            "max_abs_ref": self.max_ref,
+            "nonfinite": self.nonfinite,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# running both models
+
+
+def _session(model: onnx.ModelProto, wanted: Iterable[str]):
+    """A CPU session on a copy of ``model`` whose outputs include ``wanted`` (optimizations off)."""
+    import onnxruntime as ort
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    present = {o.name for o in copy.graph.output}
+    for name in wanted:
+        if name not in present:
+            copy.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+class _Values:
+    """Where a model's tensor values come from: constants once, graph inputs from the feed, the
+    rest from session outputs."""
+
+    def __init__(self, model: onnx.ModelProto, label: str) -> None:
+        self.label = label
+        self.model = model
+        self.inits = {t.name: t for t in model.graph.initializer}
+        self.inputs = {i.name for i in model.graph.input} - set(self.inits)
+        self.defined = _defined_names(model)
+        self.consts: dict[str, np.ndarray] = {}
+
+    def check(self, name: str) -> None:
+        if name not in self.defined:
+            raise ValueError(f"{self.label}: tensor {name!r} is not defined in the model")
+
+    def const(self, name: str) -> np.ndarray:
+        if name not in self.consts:
+            self.consts[name] = numpy_helper.to_array(self.inits[name])
+        return self.consts[name]
+
+    def needs_run(self, name: str) -> bool:
+        return name not in self.inits and name not in self.inputs
+
+
+def compute_report(
+    float_model: onnx.ModelProto,
+    quant_model: onnx.ModelProto,
+    data: Iterable[Mapping[str, np.ndarray]],
+    *,
+    plan: Plan | None = None,
+    sort: SortKey = "local",
+    max_samples: int | None = None,
+    float_label: str = "float",
+    quant_label: str = "quantized",
+) -> Report:
+    """Per-tensor error of ``quant_model`` against ``float_model`` over the feeds in ``data``.
+
+    ``float_model`` must be the model the quantizer rewrote (for onnxptq: the *prepared* model —
+    :func:`report_files` prepares a user's float model the same way). ``data`` yields feed dicts
+    for the float model's inputs; it is read once, one feed at a time.
+    """
+    if sort not in ("local", "model"):
+        raise ValueError(f"sort must be 'local' or 'model', not {sort!r}")
+    matches = match_tensors(float_model, quant_model)
+    unmatched: dict[str, str] = {}
+    if plan is not None:
+        for name in plan.tensors:
+            if name not in matches:
+                reason = "no node of the quantized model reads a quantized form of it"
+                unmatched[name] = reason
+                log.warning("report: planned tensor %r not found in %s: %s", name, quant_label, reason)
+    fvals, qvals = _Values(float_model, float_label), _Values(quant_model, quant_label)
+    for m in matches.values():
+        fvals.check(m.name)
+        qvals.check(m.quantized)
+        if m.pre is not None:
+            qvals.check(m.pre)
+
+    # Names each session must expose. Constants (weights) are fetched from the first feed only.
+    float_outputs = [o.name for o in float_model.graph.output]
+    static = {n for n, m in matches.items() if n in fvals.inits}
+    f_every = [n for n, m in matches.items() if n not in static and fvals.needs_run(n)]
+    q_every = sorted({x for n, m in matches.items() if n not in static
+                      for x in (m.quantized, m.pre) if x is not None and qvals.needs_run(x)})
+    q_once = sorted({m.quantized for n, m in matches.items() if n in static and qvals.needs_run(m.quantized)})
+    q_graph_outputs = [o.name for o in quant_model.graph.output if o.name in set(float_outputs)]
+    fsess = _session(float_model, f_every)
+    qsess = _session(quant_model, q_every + q_once)
+    f_names = list(dict.fromkeys(float_outputs + f_every))
+    q_names_every = list(dict.fromkeys(q_graph_outputs + q_every))
+    q_names_first = list(dict.fromkeys(q_names_every + q_once))
+
+    accs = {n: _Accumulator() for n in matches}
+    out_accs = {n: _Accumulator() for n in q_graph_outputs}
+    out_peak = {n: 0.0 for n in q_graph_outputs}
+    samples = 0
+    for feed in data:
+        if max_samples is not None and samples >= max_samples:
+            break
+        feed = dict(feed)
+        fres = dict(zip(f_names, fsess.run(f_names, feed)))
+        q_names = q_names_first if samples == 0 else q_names_every
+        qres = dict(zip(q_names, qsess.run(q_names, feed)))
+
+        def fval(name: str) -> np.ndarray:
+            return feed[name] if name in fvals.inputs else (fvals.const(name) if name in fvals.inits else fres[name])
+
+        def qval(name: str) -> np.ndarray:
+            return feed[name] if name in qvals.inputs else (qvals.const(name) if name in qvals.inits else qres[name])
+
+        for name, m in matches.items():
+            if name in static and samples > 0:
+                continue
+            accs[name].add(name, fval(name), qval(m.quantized), None if m.pre is None else qval(m.pre))
+        for name in q_graph_outputs:
+            out_accs[name].add(name, fres[name], qres[name], None)
+            out_peak[name] = max(out_peak[name], float(np.max(np.abs(fres[name]))) if np.size(fres[name]) else 0.0)
+        samples += 1
+        del fres, qres
+    if samples == 0:
+        raise ValueError(f"report of {quant_label}: the data yielded no sample")
+
+    float_index = _graph_order(float_model)
+    rows = []
+    for name, m in matches.items():
+        tplan = plan.tensors.get(name) if plan is not None else None
+        role = tplan.role if tplan is not None else _role(name, m, fvals)
+        op_type, node = _op_of(name, m, float_model, role)
+        fmt = tplan.quant.describe() if tplan is not None else describe_chain(m, quant_model)
+        if tplan is not None and tplan.axis is not None and tplan.quant.is_integer and tplan.quant.per_channel:
+            fmt += f" axis {tplan.axis}"
+        figures = accs[name].figures()
+        rows.append(TensorError(name=name, role=role, op_type=op_type, node=node, format=fmt,
+                                quantized_name=m.quantized, graph_index=float_index.get(name, 0), **figures))
+    key = (lambda t: (t.local_sqnr_db, t.sqnr_db)) if sort == "local" else (lambda t: (t.sqnr_db, t.local_sqnr_db))
+    rows.sort(key=lambda t: (*key(t), t.graph_index))
+    outputs = {}
+    for name, acc in out_accs.items():
+        fig = acc.figures()
+        mse = fig["mse"]
+        peak = out_peak[name]
+        psnr = EXACT_DB if mse == 0 else (10.0 * math.log10(peak * peak / mse) if peak > 0 else -EXACT_DB)
+        outputs[name] = {"cosine": fig["cosine"], "sqnr_db": fig["sqnr_db"], "psnr_db": min(psnr, EXACT_DB),
+                         "max_abs_err": fig["max_abs_err"]}
+    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched)
+
+
+def _graph_order(model: onnx.ModelProto) -> dict[str, int]:
+    """Position of every tensor in the float graph (inputs and constants first): the chart's x axis."""
+    order: dict[str, int] = {}
+    for name in [i.name for i in model.graph.input] + [t.name for t in model.graph.initializer]:
+        order.setdefault(name, len(order))
+    for node in model.graph.node:
+        for name in list(node.input) + list(node.output):
+            if name:
+                order.setdefault(name, len(order))
+    return order
+
+
+def _role(name: str, m: TensorMatch, fvals: _Values) -> str:
+    if name not in fvals.inits:
+        return "activation"
+    for node in fvals.model.graph.node:
+        for index, inp in enumerate(node.input):
+            if inp == name and (node.op_type, index) in BIAS_INPUTS:
+                return "bias"
+    return "weight"
+
+
+def _op_of(name: str, m: TensorMatch, model: onnx.ModelProto, role: str) -> tuple[str, str | None]:
+    """Activations: the producer's op type (``input`` for graph inputs); constants: the consumer's."""
+    if role == "activation":
+        for index, node in enumerate(model.graph.node):
+            if name in node.output:
+                return node.op_type, _node_key(node, index)
+        return "input", None
+    return (m.consumer_op or "?"), m.consumer
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def write_report(report: Report, path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``path`` (HTML, self-contained) and the same data as JSON beside it; returns both."""
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        raise ValueError(f"{path}: give the HTML path; the JSON is written beside it")
+    json_path = path.with_suffix(".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
+    path.write_text(render_html(report), encoding="utf-8")
+    log.info("report: wrote %s and %s (%d tensors, %d samples)", path, json_path, len(report.tensors), report.samples)
+    return path, json_path
+
+
+_ROLE_COLOURS = {"activation": "#3b6fb6", "weight": "#d9822b", "bias": "#7a9a3a"}
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    if value >= EXACT_DB:
+        return "exact"
+    if value <= -EXACT_DB:
+        return "NaN/Inf"
+    return f"{value:.{digits}f}"
+
+
+def _bar_chart(rows: list[TensorError], key: str, title: str) -> str:
+    """Horizontal bars, one per tensor, length = SQNR (clipped to 0..120 dB); shorter is worse."""
+    if not rows:
+        return ""
+    label_w, bar_w, row_h, top = 300, 420, 16, 28
+    height = top + row_h * len(rows) + 24
+    cap = 120.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}" '
+             f'role="img" aria-label="{html.escape(title)}">',
+             f'<text x="4" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>']
+    for dbv in range(0, int(cap) + 1, 20):
+        x = label_w + bar_w * dbv / cap
+        parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{height - 20}" stroke="#ddd"/>')
+        parts.append(f'<text x="{x:.1f}" y="{height - 6}" font-size="10" text-anchor="middle">{dbv} dB</text>')
+    for i, t in enumerate(rows):
+        value = getattr(t, key)
+        y = top + i * row_h
+        w = bar_w * max(0.0, min(value, cap)) / cap
+        label = t.name if len(t.name) <= 44 else "…" + t.name[-43:]
+        colour = _ROLE_COLOURS.get(t.role, "#888")
+        tip = html.escape(f"{t.name} ({t.role}, {t.op_type}, {t.format}): {_fmt(value)} dB")
+        parts.append(f'<g><title>{tip}</title>'
+                     f'<text x="{label_w - 6}" y="{y + 12}" font-size="11" text-anchor="end">{html.escape(label)}</text>'
+                     f'<rect x="{label_w}" y="{y + 2}" width="{w:.1f}" height="{row_h - 4}" fill="{colour}"/>'
+                     f'<text x="{label_w + w + 4:.1f}" y="{y + 12}" font-size="10">{_fmt(value, 1)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _line_chart(rows: list[TensorError]) -> str:
+    """SQNR vs float of the activations in graph order: where the error builds up."""
+    acts = sorted((t for t in rows if t.role == "activation"), key=lambda t: t.graph_index)
+    if len(acts) < 2:
+        return ""
+    w, h, left, bottom, top = 860, 260, 46, 30, 24
+    values = [max(-10.0, min(t.sqnr_db, 120.0)) for t in acts]
+    local_values = [max(-10.0, min(t.local_sqnr_db, 120.0)) for t in acts]
+    lo, hi = min(0.0, min(values + local_values)), max(40.0, max(values + local_values))
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        x = left + (w - left - 10) * i / (len(acts) - 1)
+        y = top + (h - top - bottom) * (1 - (v - lo) / (hi - lo))
+        return x, y
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+             'aria-label="SQNR vs float along the graph">',
+             '<text x="4" y="16" font-size="13" font-weight="bold">Activations: SQNR vs float (blue) and local '
+             '(grey) in graph order</text>']
+    step = 20 if hi - lo > 60 else 10
+    for dbv in range(int(math.ceil(lo / step) * step), int(hi) + 1, step):
+        _, y = xy(0, dbv)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - 10}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+                     f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{dbv}</text>')
+    local = " ".join("%.1f,%.1f" % xy(i, v) for i, v in enumerate(local_values))
+    model = " ".join("%.1f,%.1f" % xy(i, v) for i, v in enumerate(values))
+    parts.append(f'<polyline points="{local}" fill="none" stroke="#aaa" stroke-width="1"/>')
+    parts.append(f'<polyline points="{model}" fill="none" stroke="#3b6fb6" stroke-width="1.5"/>')
+    for i, (t, v) in enumerate(zip(acts, values)):
+        x, y = xy(i, v)
+        tip = html.escape(f"#{i} {t.name} ({t.op_type}): {_fmt(t.sqnr_db)} dB vs float, {_fmt(t.local_sqnr_db)} dB local")
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2" fill="#3b6fb6"><title>{tip}</title></circle>')
+    parts.append(f'<text x="{w / 2:.0f}" y="{h - 6}" font-size="10" text-anchor="middle">activation tensors, '
+                 'input → output</text></svg>')
+    return "".join(parts)
+
+
+_SCRIPT = """
+(function () {
+  var status = document.getElementById('status');
+  window.addEventListener('error', function (e) {
+    status.textContent = 'script error: ' + e.message;
+    document.documentElement.setAttribute('data-report-ready', 'error');
+  });
+  var table = document.getElementById('tensors');
+  var heads = table.tHead.rows[0].cells;
+  function sortBy(col, numeric) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var asc = table.getAttribute('data-col') !== String(col) || table.getAttribute('data-dir') !== 'asc';
+    rows.sort(function (a, b) {
+      var x = a.cells[col].getAttribute('data-v'), y = b.cells[col].getAttribute('data-v');
+      var c = numeric ? parseFloat(x) - parseFloat(y) : (x < y ? -1 : x > y ? 1 : 0);
+      return asc ? c : -c;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+    table.setAttribute('data-col', String(col));
+    table.setAttribute('data-dir', asc ? 'asc' : 'desc');
+  }
+  for (var i = 0; i < heads.length; i++) {
+    (function (col, numeric) {
+      heads[col].addEventListener('click', function () { sortBy(col, numeric); });
+    })(i, heads[i].getAttribute('data-num') === '1');
+  }
+  status.textContent = table.tBodies[0].rows.length + ' tensors; click a column to sort';
+  document.documentElement.setAttribute('data-report-ready', 'ok');
+})();
+"""
+
+_STYLE = """
+body{font-family:sans-serif;margin:16px;color:#222}
+table{border-collapse:collapse;font-size:12px}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right}
+th{background:#f0f0f0;cursor:pointer;position:sticky;top:0}
+td.l{text-align:left;font-family:monospace}
+tr.bad td{background:#fbe3e3}
+.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
+.small{color:#666;font-size:12px}
+"""
+
+
+def render_html(report: Report, chart_rows: int = 40) -> str:
+    """The report as one HTML page: inline CSS, inline SVG charts, a small inline sort script."""
+    esc = html.escape
+    key = "local_sqnr_db" if report.sort == "local" else "sqnr_db"
+    worst = report.tensors[:chart_rows]
+    out_rows = "".join(
+        f"<tr><td class='l'>{esc(n)}</td><td>{m['cosine']:.6f}</td><td>{_fmt(m['sqnr_db'])}</td>"
+        f"<td>{_fmt(m['psnr_db'])}</td><td>{m['max_abs_err']:.4g}</td></tr>"
+        for n, m in report.outputs.items()
+    )
+    body_rows = []
+    threshold = 30.0
+    for rank, t in enumerate(report.tensors, 1):
+        bad = " class='bad'" if getattr(t, key) < threshold else ""
+        body_rows.append(
+            f"<tr{bad}><td data-v='{rank}'>{rank}</td>"
+            f"<td class='l' data-v='{esc(t.name, quote=True)}'>{esc(t.name)}</td>"
+            f"<td class='l' data-v='{esc(t.role)}'>{esc(t.role)}</td>"
+            f"<td class='l' data-v='{esc(t.op_type)}'>{esc(t.op_type)}</td>"
+            f"<td class='l' data-v='{esc(t.format, quote=True)}'>{esc(t.format)}</td>"
+            f"<td data-v='{t.local_sqnr_db:.6g}'>{_fmt(t.local_sqnr_db)}</td>"
+            f"<td data-v='{t.sqnr_db:.6g}'>{_fmt(t.sqnr_db)}</td>"
+            f"<td data-v='{t.cosine:.9g}'>{t.cosine:.6f}</td>"
+            f"<td data-v='{t.max_abs_err:.6g}'>{t.max_abs_err:.4g}</td>"
+            f"<td data-v='{t.mse:.6g}'>{t.mse:.3e}</td>"
+            f"<td data-v='{t.max_abs_ref:.6g}'>{t.max_abs_ref:.4g}</td>"
+            f"<td data-v='{t.elements}'>{t.elements}</td></tr>"
+        )
+    unmatched = ""
+    if report.unmatched:
+        items = "".join(f"<li><code>{esc(n)}</code>: {esc(r)}</li>" for n, r in report.unmatched.items())
+        unmatched = f"<h2>Planned tensors not found</h2><ul>{items}</ul>"
+    legend = "".join(f"<span style='background:{c}'></span>{r}" for r, c in _ROLE_COLOURS.items())
+    sort_word = "local SQNR (the tensor's own quantizer)" if report.sort == "local" else "SQNR vs the float model"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>onnxptq per-tensor error report</title>
+<style>{_STYLE}</style></head>
+<body>
+<h1>Per-tensor quantization error</h1>
+<p>Float model <code>{esc(report.float_model)}</code> vs quantized model <code>{esc(report.quantized_model)}</code>,
+{report.samples} sample(s), {len(report.tensors)} quantized tensors, sorted worst-first by {sort_word}.</p>
+<p class="small">SQNR = 10·log10(Σref² / Σ(ref − quantized)²) over all samples. <b>vs float</b>: the quantized model's
+value against the float model's (includes upstream error). <b>local</b>: the tensor's quantizer input against its output
+inside the quantized model (the noise this quantizer adds). Weights: both are the same. Rows under {threshold:.0f} dB
+are shaded.</p>
+<h2>Graph outputs</h2>
+<table><thead><tr><th>output</th><th>cosine</th><th>SQNR dB</th><th>PSNR dB</th><th>max |err|</th></tr></thead>
+<tbody>{out_rows}</tbody></table>
+<h2>Worst tensors</h2>
+<div class="legend small">{legend}</div>
+{_bar_chart(worst, key, f"{sort_word}: worst {len(worst)} (dB, longer is better)")}
+{_line_chart(report.tensors)}
+{unmatched}
+<h2>All quantized tensors</h2>
+<p id="status" class="small">(sorting needs JavaScript)</p>
+<table id="tensors"><thead><tr>
+<th data-num="1">rank</th><th>tensor</th><th>role</th><th>op type</th><th>format</th>
+<th data-num="1">local SQNR dB</th><th data-num="1">SQNR vs float dB</th><th data-num="1">cosine</th>
+<th data-num="1">max |err|</th><th data-num="1">MSE</th><th data-num="1">max |ref|</th><th data-num="1">elements</th>
+</tr></thead>
+<tbody>
+{"".join(body_rows)}
+</tbody></table>
+<script>{_SCRIPT}</script>
+</body></html>
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# files in, files out (the command)
+
+
+def report_files(
+    float_path: str | os.PathLike,
+    quant_path: str | os.PathLike,
+    data: Any,
+    output: str | os.PathLike,
+    *,
+    prepare_float: bool = True,
+    sort: SortKey = "local",
+    max_samples: int | None = None,
+) -> Report:
+    """``onnxptq report FLOAT QUANT --data PATH -o report.html``.
+
+    onnxptq quantizes the *prepared* float model (constants lifted, BatchNorm folded, …), so the
+    float model is prepared the same way first (``prepare_float``) for its tensors to line up with
+    the quantized model's; turn it off for a float model that a quantizer used as it is.
+    """
+    from .calibration import readers
+    from .graph import io
+    from .graph.passes import prepare
+    from .plan import node_names
+
+    fmodel = io.load_model(float_path)
+    qmodel = io.load_model(quant_path)
+    inputs = readers.ModelInputs.from_model(fmodel)
+    if prepare_float:
+        opset = next((i.version for i in fmodel.opset_import if i.domain in ("", "ai.onnx")), io.TARGET_OPSET)
+        fmodel = prepare(fmodel, opset=max(io.TARGET_OPSET, opset))
+        node_names(fmodel)
+    feeds = readers.as_feed_iterator(data, inputs)
+    report = compute_report(fmodel, qmodel, feeds, sort=sort, max_samples=max_samples,
+                            float_label=str(float_path), quant_label=str(quant_path))
+    if not report.tensors:
+        raise ValueError(f"{quant_path}: no quantized tensor of {float_path} found (is it a quantized form of that model? "
+                         "try --no-prepare if the float model was quantized as it is)")
+    write_report(report, output)
+    return report
+
+
+__all__ = ["Report", "TensorError", "TensorMatch", "compute_report", "describe_chain", "match_tensors",
+           "render_html", "report_files", "write_report"]
