@@ -80,18 +80,23 @@ def quantize(
     output: str | os.PathLike | None = None,
     *,
     eval_samples: int = DEFAULT_EVAL_SAMPLES,
+    report_path: str | os.PathLike | None = None,
 ) -> QuantizationResult:
     """Quantize ``model`` as ``config`` says, calibrating on ``data``; save to ``output`` if given.
 
     ``data``: an object with ``get_next()`` (onnxruntime CalibrationDataReader), an iterable of
     feed dicts, a folder of .npy/.npz files, a .npz keyed by input name, or an array for a
     single-input model. It is read once, streaming. The first ``eval_samples`` samples are also
-    used to report how far the quantized outputs are from the float ones.
+    used to report how far the quantized outputs are from the float ones; with ``report_path``
+    the same samples give a per-tensor error report there (HTML, JSON beside it; see
+    :mod:`onnxptq.report`).
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = _resolve_config(config)
     source = _source_name(model)
+    if report_path is not None and (data is None or eval_samples < 1):
+        raise ValueError(f"{source}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     if output is not None:
         io.check_output_path(output, (model,))
     proto = io.load_model(model)
@@ -142,6 +147,13 @@ def quantize(
 
         metrics = compare_models(prepared, quantized, kept)
         timings["evaluate"] = time.perf_counter() - t3
+    if report_path is not None:
+        t4 = time.perf_counter()
+        from .report import compute_report, write_report
+
+        write_report(compute_report(prepared, quantized, kept[:eval_samples], plan=plan, float_label=source,
+                                    quant_label=str(output) if output is not None else "<quantized>"), report_path)
+        timings["report"] = time.perf_counter() - t4
     saved = None
     if output is not None:
         saved = io.save_model(quantized, output)
