@@ -1,0 +1,546 @@
+"""Side-by-side benchmark: onnxptq presets vs onnxruntime.quantization vs amd-quark on real models.
+
+One command quantizes PP-OCRv4 rec and PP-OCR mobile cls (``onnxptq.testing.models.model_path``),
+plus any ONNX model given on the command line, with
+
+* **onnxptq**: every canonical preset (``--presets`` to choose), ``onnxptq.quantize``;
+* **onnxruntime**: ``quantize_static``, QuantFormat.QDQ, MinMax calibration, U8S8 / S8S8 / A16W8
+  (QInt16 activations, QInt8 weights), each per-tensor and per-channel;
+* **amd-quark**: its documented API (``ModelQuantizer(Config(global_quant_config=
+  get_default_config(preset)))``, inference with its custom-op library registered) when
+  ``import quark.onnx`` works; otherwise one row per model records "not installed".
+
+Every backend runs in the same invocation on the same rendered data (calibration and evaluation
+sets are rendered once, by ``onnxptq.testing.ocr``, and saved as ``.npy``). Each job runs in its
+own Python process, so its figures are its own:
+
+* **valid**: ``onnx.checker.check_model`` on the saved file and an onnxruntime CPU session load;
+* **quantize s**: wall time of the quantize call alone (onnxptq's includes its own 8-sample
+  output check; imports and data loading are outside);
+* **peak RSS MiB**: ``VmHWM`` of the job process read right after quantizing (interpreter and
+  imports included; ``base`` is ``VmRSS`` before the call), cross-checked by the parent with
+  ``os.wait4``'s per-child ``ru_maxrss`` (which also covers evaluation);
+* **size MB**: the saved model (plus external data);
+* **task metric**: CER on the rendered lines for rec (greedy CTC, normalized text), top-1 accuracy
+  for cls, none for a model given on the command line;
+* **cosine / PSNR**: of the quantized model's first output against the float model's over the
+  whole evaluation set (cosine of the flattened outputs; PSNR with the float output's peak);
+* **latency ms**: onnxruntime CPU, ``intra_op_num_threads = inter_op_num_threads = 1``, default
+  graph optimizations, one sample, median of ``--latency-runs`` (≥ 20) after 3 warm-up runs.
+
+Failures (quantize, checker, load, evaluation, timeouts, crashes) are recorded with their error
+and the run goes on. Writes ``bench/RESULTS_run.md`` (and the raw ``bench/RESULTS_run.json``) with
+the command and package versions.
+
+    python bench/run.py                 # full: rec 32/100 lines, cls 64/200, all presets
+    python bench/run.py --quick         # smoke run: 4 presets, 2 onnxruntime configs, fewer lines
+    python bench/run.py extra.onnx      # also a model of your own (random-normal inputs)
+
+Child mode (used by the parent): ``python bench/run.py --job JOB.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+#: onnxruntime quantize_static configurations: name -> (activation type, weight type, per-channel)
+ORT_CONFIGS: dict[str, tuple[str, str, bool]] = {
+    "U8S8 per-tensor": ("QUInt8", "QInt8", False),
+    "U8S8 per-channel": ("QUInt8", "QInt8", True),
+    "S8S8 per-tensor": ("QInt8", "QInt8", False),
+    "S8S8 per-channel": ("QInt8", "QInt8", True),
+    "A16W8 per-tensor": ("QInt16", "QInt8", False),
+    "A16W8 per-channel": ("QInt16", "QInt8", True),
+}
+QUICK_PRESETS = ("A8W8", "A16W8", "BF16", "BFP16", "MXINT8")
+QUICK_ORT = ("U8S8 per-channel", "A16W8 per-channel")
+#: (calibration, evaluation) samples per task
+FULL_SIZES = {"rec": (32, 100), "cls": (64, 200), "other": (16, 16)}
+QUICK_SIZES = {"rec": (8, 24), "cls": (16, 48), "other": (4, 8)}
+
+
+# ---------------------------------------------------------------------------------------------
+# child: one job
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class _NpyReader:
+    """A CalibrationDataReader over an .npy file, one sample per feed (memory-mapped)."""
+
+    def __init__(self, path: str, input_name: str) -> None:
+        self.data = np.load(path, mmap_mode="r")
+        self.name = input_name
+        self.i = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.i >= len(self.data):
+            return None
+        self.i += 1
+        return {self.name: np.ascontiguousarray(self.data[self.i - 1 : self.i])}
+
+    def rewind(self) -> None:
+        self.i = 0
+
+
+def _ort_reader(path: str, input_name: str):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(_NpyReader, CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            _NpyReader.__init__(self, path, input_name)
+
+    return Reader()
+
+
+def _quantize(job: dict[str, Any]) -> None:
+    """Quantize ``job['model']`` to ``job['output']`` with the job's backend and config."""
+    backend, config, model, out = job["backend"], job["config"], job["model"], job["output"]
+    if backend == "onnxptq":
+        from onnxptq.api import quantize
+        from onnxptq.config.presets import get_preset
+
+        cfg = get_preset(config)
+        cfg.calibration.progress = False
+        quantize(model, cfg, data=_NpyReader(job["calib"], job["input_name"]), output=out)
+    elif backend == "onnxruntime":
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        act, weight, per_channel = ORT_CONFIGS[config]
+        quantize_static(model, out, _ort_reader(job["calib"], job["input_name"]), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, activation_type=getattr(QuantType, act),
+                        weight_type=getattr(QuantType, weight), calibrate_method=CalibrationMethod.MinMax)
+    elif backend == "quark":
+        from quark.onnx import ModelQuantizer
+        from quark.onnx.quantization.config import Config, get_default_config
+
+        quantizer = ModelQuantizer(Config(global_quant_config=get_default_config(config)))
+        quantizer.quantize_model(model, out, calibration_data_reader=_NpyReader(job["calib"], job["input_name"]))
+    else:
+        raise ValueError(f"unknown backend {backend!r}")
+
+
+def _session_options(backend: str, threads: int | None):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = threads
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if backend == "quark":
+        from quark.onnx import get_library_path
+
+        opts.register_custom_ops_library(get_library_path())
+    return opts
+
+
+def _model_size(path: str) -> int:
+    """Bytes of the model file plus any external-data files it names."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    size = os.path.getsize(path)
+    proto = onnx.load(path, load_external_data=False)
+    files = {e.value for t in proto.graph.initializer if uses_external_data(t) for e in t.external_data if e.key == "location"}
+    return size + sum(os.path.getsize(Path(path).parent / f) for f in files)
+
+
+def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
+    """Validity, task metric, cosine/PSNR vs float, one-thread latency of ``job['output']``."""
+    import onnx
+    import onnxruntime as ort
+
+    path, backend = job["output"], job["backend"]
+    result["size_bytes"] = _model_size(path)
+    try:
+        onnx.checker.check_model(path)
+        sess = ort.InferenceSession(path, _session_options(backend, None), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        result["valid"] = False
+        result["error"] = f"invalid: {type(exc).__name__}: {_short(exc)}"
+        return
+    result["valid"] = True
+
+    images = np.load(job["eval"], mmap_mode="r")
+    name = sess.get_inputs()[0].name
+    batch = job.get("eval_batch", 16)
+    outs = [sess.run(None, {name: np.ascontiguousarray(images[i : i + batch])})[0] for i in range(0, len(images), batch)]
+    out = np.concatenate(outs)
+    ref = np.load(job["float_out"], mmap_mode="r")
+    from onnxptq.evaluate import cosine, psnr
+
+    if out.shape != ref.shape:
+        result["error"] = f"output shape {out.shape} differs from the float model's {ref.shape}"
+    else:
+        result["cosine"] = cosine(ref, out)
+        result["psnr_db"] = psnr(np.asarray(ref), out)
+    task = job["task"]
+    if task == "rec":
+        from onnxptq.testing.ocr import cer, ctc_greedy_decode, normalize_text
+
+        chars = json.loads(Path(job["characters"]).read_text(encoding="utf-8"))
+        texts = json.loads(Path(job["labels"]).read_text(encoding="utf-8"))
+        preds = [normalize_text(p) for p in ctc_greedy_decode(out, chars)]
+        result["metric"] = cer(preds, [normalize_text(t) for t in texts])
+    elif task == "cls":
+        labels = np.load(job["labels"])
+        result["metric"] = float((out.argmax(axis=1) == labels).mean())
+    del outs, out, ref, sess
+
+    lat = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
+    one = {name: np.ascontiguousarray(images[:1])}
+    for _ in range(3):
+        lat.run(None, one)
+    times = []
+    for _ in range(job["latency_runs"]):
+        t = time.perf_counter()
+        lat.run(None, one)
+        times.append(time.perf_counter() - t)
+    result["latency_ms"] = 1e3 * statistics.median(times)
+
+
+def _short(exc: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def run_job(job_path: str) -> int:
+    """Child entry point: run one job, write its result JSON (even on failure)."""
+    job = json.loads(Path(job_path).read_text())
+    result: dict[str, Any] = {"valid": None}
+    try:
+        import onnx  # noqa: F401  (imports outside the timed call)
+        import onnxruntime  # noqa: F401
+
+        if job["backend"] == "onnxptq":
+            import onnxptq.api  # noqa: F401
+        elif job["backend"] == "onnxruntime":
+            import onnxruntime.quantization  # noqa: F401
+        if job["backend"] != "float":
+            result["base_rss_kib"] = _status_kib("VmRSS")
+            t = time.perf_counter()
+            try:
+                _quantize(job)
+            except Exception as exc:
+                result["quantize_s"] = time.perf_counter() - t
+                result["peak_rss_kib"] = _status_kib("VmHWM")
+                result["error"] = f"quantize failed: {type(exc).__name__}: {_short(exc)}"
+                result["traceback"] = traceback.format_exc()[-3000:]
+                return 0
+            result["quantize_s"] = time.perf_counter() - t
+            result["peak_rss_kib"] = _status_kib("VmHWM")
+        _evaluate(job, result)
+    except Exception as exc:
+        result["error"] = f"evaluation failed: {type(exc).__name__}: {_short(exc)}"
+        result["traceback"] = traceback.format_exc()[-3000:]
+    finally:
+        Path(job["result"]).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# parent: data, jobs, table
+
+
+def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """Render (or draw) the calibration and evaluation sets once and the float outputs on them."""
+    import onnxruntime as ort
+
+    from onnxptq.testing import ocr
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    d = work / name
+    d.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {"name": name, "model": str(path), "input_name": inp.name, "dir": str(d)}
+    if name == "rec":
+        n_cal, n_eval = sizes["rec"]
+        chars = ocr.load_characters(str(path))
+        cal, _ = ocr.render_lines(n_cal, seed=101, characters=chars)
+        ev, texts = ocr.render_lines(n_eval, seed=202, characters=chars)
+        (d / "chars.json").write_text(json.dumps(chars, ensure_ascii=False), encoding="utf-8")
+        (d / "labels.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+        info.update(task="rec", characters=str(d / "chars.json"), labels=str(d / "labels.json"))
+    elif name == "cls":
+        n_cal, n_eval = sizes["cls"]
+        cal, _ = ocr.render_cls(n_cal, seed=303)
+        ev, labels = ocr.render_cls(n_eval, seed=404)
+        np.save(d / "labels.npy", labels)
+        info.update(task="cls", labels=str(d / "labels.npy"))
+    else:
+        n_cal, n_eval = sizes["other"]
+        if len(sess.get_inputs()) != 1:
+            raise ValueError(f"{path}: bench/run.py feeds models with one input; this one has {len(sess.get_inputs())}")
+        shape = [d_ if isinstance(d_, int) and d_ > 0 else 1 for d_ in inp.shape]
+        rng = np.random.default_rng(505)
+        cal = rng.standard_normal([n_cal] + shape[1:]).astype(np.float32)
+        ev = rng.standard_normal([n_eval] + shape[1:]).astype(np.float32)
+        info.update(task="other")
+    np.save(d / "calib.npy", cal)
+    np.save(d / "eval.npy", ev)
+    outs = [sess.run(None, {inp.name: ev[i : i + 16]})[0] for i in range(0, len(ev), 16)]
+    np.save(d / "float_out.npy", np.concatenate(outs))
+    info.update(calib=str(d / "calib.npy"), eval=str(d / "eval.npy"), float_out=str(d / "float_out.npy"),
+                n_calib=len(cal), n_eval=len(ev))
+    return info
+
+
+def _run_child(job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one job in a fresh process; per-child rusage from ``os.wait4``; never raises."""
+    job_file = Path(job["result"]).with_suffix(".job.json")
+    job_file.write_text(json.dumps(job))
+    log_file = Path(job["result"]).with_suffix(".log")
+    t0 = time.perf_counter()
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--job", str(job_file)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+        deadline = time.monotonic() + timeout
+        status, usage, timed_out = 0, None, False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.2)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    result: dict[str, Any] = {}
+    if Path(job["result"]).exists():
+        result = json.loads(Path(job["result"]).read_text())
+    if timed_out:
+        result.setdefault("error", f"timed out after {timeout:.0f} s")
+    elif proc.returncode != 0 or not result:
+        tail = " ".join(log_file.read_text(errors="replace").split()[-60:])
+        result.setdefault("error", f"job process exited with {proc.returncode}: {tail[-400:]}")
+    result["job_wall_s"] = time.perf_counter() - t0
+    result["job_maxrss_kib"] = usage.ru_maxrss if usage is not None else None
+    return result
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+
+    import onnxptq
+
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "onnx": onnx.__version__,
+                "onnxruntime": onnxruntime.__version__, "onnxptq": getattr(onnxptq, "__version__", "?")}
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        versions["onnxptq"] += f" (git {rev}{', uncommitted changes in the tree' if dirty else ''})"
+    except OSError:
+        pass
+    try:
+        import quark  # noqa: F401
+
+        from importlib.metadata import version
+
+        versions["amd-quark"] = version("amd-quark")
+    except Exception as exc:
+        versions["amd-quark"] = f"not installed ({type(exc).__name__}: {_short(exc, 120)})"
+    return versions
+
+
+def _quark_available() -> str | None:
+    """None when ``import quark.onnx`` works, else why not."""
+    try:
+        import quark.onnx  # noqa: F401
+    except Exception as exc:
+        return f"not installed: import quark.onnx: {type(exc).__name__}: {_short(exc, 160)}"
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _table(rows: list[dict[str, Any]], task: str, runs: int) -> list[str]:
+    metric = {"rec": "CER ↓", "cls": "accuracy ↑"}.get(task, "metric")
+    lines = [f"| backend | config | valid | quantize s | peak RSS MiB (base) | size MB | {metric} | cosine | PSNR dB | "
+             f"latency ms (1 thr, median of {runs}) | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        valid = {True: "yes", False: "**no**", None: "–"}[r.get("valid")]
+        rss = "–" if r.get("peak_rss_kib") is None else f"{r['peak_rss_kib'] / 1024:.0f} ({r.get('base_rss_kib', 0) / 1024:.0f})"
+        size = "–" if r.get("size_bytes") is None else f"{r['size_bytes'] / 1e6:.2f}"
+        metric_fmt = ".4f" if task in ("rec", "cls") else ".4f"
+        err = (r.get("error") or "").replace("|", "\\|")
+        lines.append(
+            f"| {r['backend']} | {r['config']} | {valid} | {_fmt(r.get('quantize_s'), '.1f')} | {rss} | {size} | "
+            f"{_fmt(r.get('metric'), metric_fmt)} | {_fmt(r.get('cosine'), '.5f')} | {_fmt(r.get('psnr_db'), '.2f')} | "
+            f"{_fmt(r.get('latency_ms'), '.2f')} | {err} |"
+        )
+    return lines
+
+
+def _write_results(path: Path, models: list[dict[str, Any]], results: list[dict[str, Any]], args: argparse.Namespace,
+                   versions: dict[str, str], started: str, wall: float) -> None:
+    cmd = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    lines = [
+        "# bench/run.py: onnxptq vs onnxruntime.quantization vs amd-quark",
+        "",
+        f"Command: `{cmd.strip()}` — started {started}, {wall / 60:.1f} min in all.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+        f"Machine: {_cpu_name()}, {os.cpu_count()} CPUs (shared with other work while this ran: latencies and times "
+        "are indicative, compare within one table).",
+        "",
+        "How each figure is measured is in the docstring of `bench/run.py`. Every job is its own process; peak RSS is "
+        "`VmHWM` right after quantizing (base = `VmRSS` before the call: interpreter + imports). onnxruntime: "
+        "`quantize_static`, QDQ, MinMax, no pre-processing. onnxptq: the preset as shipped (its integer presets "
+        "calibrate with Percentile and per-channel weights). Errors are cut to 400 characters; the JSON beside this "
+        "file has the full tracebacks.",
+        "",
+    ]
+    for model in models:
+        rows = [r for r in results if r["model_name"] == model["name"]]
+        lines.append(f"## {model['name']}: `{Path(model['model']).name}`")
+        lines.append("")
+        if model.get("error"):
+            lines += [f"Data preparation failed: {model['error']}", ""]
+            continue
+        data = {"rec": "rendered text lines (`render_lines`, model alphabet)", "cls": "rendered lines, half rotated 180° (`render_cls`)"}
+        lines.append(f"Data: {model['n_calib']} calibration and {model['n_eval']} evaluation samples, "
+                     f"{data.get(model['task'], 'random-normal inputs')}; the same for every backend.")
+        lines.append("")
+        lines += _table(rows, model["task"], args.latency_runs)
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.with_suffix(".json").write_text(json.dumps({"command": cmd, "versions": versions, "models": models,
+                                                      "results": results}, indent=1, ensure_ascii=False))
+
+
+def _canonical_presets() -> list[str]:
+    from onnxptq.config.presets import canonical_name, preset_names, split_finetune
+
+    return [n for n in preset_names() if canonical_name(n) == n and split_finetune(n)[1] is None]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="extra ONNX models to benchmark beside rec and cls")
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="smoke run: few presets and samples")
+    parser.add_argument("--only", default="rec,cls", help="built-in models to run (comma list of rec, cls; '' for none)")
+    parser.add_argument("--presets", help="onnxptq presets, comma-separated (default: every canonical preset)")
+    parser.add_argument("--ort-configs", help=f"onnxruntime configs, comma-separated from: {', '.join(ORT_CONFIGS)}")
+    parser.add_argument("--backends", default="onnxptq,onnxruntime,quark", help="backends to run")
+    parser.add_argument("--latency-runs", type=int, default=20, help="timed runs per latency median (>= 20)")
+    parser.add_argument("--job-timeout", type=float, default=1200.0, help="seconds before a job is killed and recorded as failed")
+    parser.add_argument("--workdir", help="where data, models and logs go (default: a temporary folder, kept)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS_run.md"), help="results table (Markdown; JSON beside it)")
+    args = parser.parse_args(argv)
+    if args.job:
+        return run_job(args.job)
+    if args.latency_runs < 20:
+        parser.error("--latency-runs must be at least 20")
+
+    from onnxptq.testing.models import model_path
+
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    t_start = time.perf_counter()
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    presets = args.presets.split(",") if args.presets else (list(QUICK_PRESETS) if args.quick else _canonical_presets())
+    ort_configs = args.ort_configs.split(",") if args.ort_configs else (list(QUICK_ORT) if args.quick else list(ORT_CONFIGS))
+    for c in ort_configs:
+        if c not in ORT_CONFIGS:
+            parser.error(f"unknown onnxruntime config {c!r}; valid: {', '.join(ORT_CONFIGS)}")
+    backends = args.backends.split(",")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="onnxptq-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work folder {work}", flush=True)
+
+    sources = [(n, model_path(n)) for n in args.only.split(",") if n]
+    sources += [(Path(p).stem, Path(p)) for p in args.models]
+    models: list[dict[str, Any]] = []
+    for name, path in sources:
+        try:
+            models.append(_prepare_data(name, Path(path), work, sizes))
+        except Exception as exc:
+            models.append({"name": name, "model": str(path), "error": f"{type(exc).__name__}: {_short(exc)}"})
+
+    quark_missing = _quark_available()
+    jobs: list[dict[str, Any]] = []
+    for m in models:
+        if m.get("error"):
+            continue
+        planned = [("float", "fp32 (reference)")]
+        if "onnxptq" in backends:
+            planned += [("onnxptq", p) for p in presets]
+        if "onnxruntime" in backends:
+            planned += [("onnxruntime", c) for c in ort_configs]
+        if "quark" in backends and quark_missing is None:
+            planned += [("quark", p) for p in presets]
+        for backend, config in planned:
+            slug = f"{m['name']}__{backend}__{config}".replace(" ", "_").replace("/", "_")
+            out = m["model"] if backend == "float" else str(work / "models" / f"{slug}.onnx")
+            jobs.append({**{k: m[k] for k in ("model", "input_name", "calib", "eval", "float_out", "task")},
+                         "characters": m.get("characters"), "labels": m.get("labels"), "model_name": m["name"],
+                         "backend": backend, "config": config, "output": out,
+                         "result": str(work / "results" / f"{slug}.json"), "latency_runs": args.latency_runs})
+    (work / "models").mkdir(exist_ok=True)
+    (work / "results").mkdir(exist_ok=True)
+
+    versions = _versions()
+    results: list[dict[str, Any]] = []
+    for m in models:
+        if "quark" in backends and quark_missing is not None and not m.get("error"):
+            results.append({"model_name": m["name"], "backend": "amd-quark", "config": "all presets", "valid": None,
+                            "error": quark_missing})
+    for i, job in enumerate(jobs, 1):
+        print(f"[{i}/{len(jobs)}] {job['model_name']} {job['backend']} {job['config']} …", end=" ", flush=True)
+        result = _run_child(job, args.job_timeout)
+        result.update(model_name=job["model_name"], backend=job["backend"], config=job["config"])
+        results.append(result)
+        print(f"{result.get('error') or 'ok'} ({result['job_wall_s']:.0f} s)", flush=True)
+        # Rewrite the table after every job, so a long run leaves usable results if interrupted.
+        ordered = sorted(results, key=lambda r: (r["model_name"], ["float", "onnxptq", "onnxruntime", "quark", "amd-quark"].index(r["backend"])))
+        _write_results(Path(args.out), models, ordered, args, versions, started, time.perf_counter() - t_start)
+    if not jobs:
+        _write_results(Path(args.out), models, results, args, versions, started, time.perf_counter() - t_start)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
