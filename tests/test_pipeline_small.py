@@ -145,3 +145,73 @@ def test_input_model_object_untouched(small_cnn):
     before = small_cnn.SerializeToString()
     quantize(small_cnn, "A8W8", small_cnn_feeds())
     assert small_cnn.SerializeToString() == before
+
+
+def _if_model() -> onnx.ModelProto:
+    """Conv, then an If whose branches use an outer-scope tensor, then a Gemm-free tail."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "W")
+    then_g = helper.make_graph([helper.make_node("Relu", ["c"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Sigmoid", ["c"], ["e_out"])], "else", [],
+                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["cond"], name="gt"),
+        helper.make_node("If", ["cond"], ["branch"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Add", ["branch", "c"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(nodes, "if_model", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              initializer=[w, numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_model_with_if_subgraph_stays_valid():
+    model = _if_model()
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
+    result = quantize(model, "A8W8", feeds)
+    assert any(n.op_type == "If" for n in result.model.graph.node)
+    assert "conv" in result.plan.nodes
+    for feed in feeds:
+        ref, got = _run(model, feed), _run(result.model, feed)
+        assert np.abs(ref - got).max() < 0.1 * np.abs(ref).max()
+
+
+def test_fp16_model_comes_out_valid_with_fp16_io(small_cnn):
+    from onnxptq.fp16 import convert_float_to_float16
+
+    model16 = convert_float_to_float16(small_cnn)
+    assert model16.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    feeds = [{"x": f["x"].astype(np.float16)} for f in small_cnn_feeds(4)]
+    for preset in ("A8W8", "BF16", "BFP16"):
+        result = quantize(model16, preset, feeds)
+        assert result.model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+        out = _run(result.model, feeds[0])
+        assert out.dtype == np.float16 and np.all(np.isfinite(out))
+        assert result.metrics["y"]["cosine"] > 0.98, (preset, result.metrics)
+
+
+def test_cli_quantize_and_inspect(tmp_path, small_cnn_path, capsys):
+    from onnxptq.cli import main
+
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=np.concatenate([f["x"] for f in small_cnn_feeds(6)]))
+    out = tmp_path / "q.onnx"
+    plan = tmp_path / "plan.json"
+    assert main(["quantize", str(small_cnn_path), "-o", str(out), "--preset", "A8W8", "--data", str(data),
+                 "--plan", str(plan), "--no-progress"]) == 0
+    assert out.exists() and plan.exists()
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert "cosine" in capsys.readouterr().out
+    assert main(["inspect", str(small_cnn_path), "--preset", "BFP16"]) == 0
+    text = capsys.readouterr().out
+    assert "Conv ×2" in text and "bfp(to_bfp,bw16,bs8)" in text
+    assert main(["quantize", str(small_cnn_path), "-o", str(small_cnn_path), "--data", str(data)]) == 2
+    assert "input" in capsys.readouterr().err

@@ -127,7 +127,8 @@ def quantize(
         feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
         if cfg.calibration.data_size is not None:
             feeds = itertools.islice(feeds, cfg.calibration.data_size)
-        feeds, counter = _keep_first(feeds, kept, eval_samples)
+        # Fast finetuning trains on calibration samples: keep up to its DataSize of them (bounded).
+        feeds, counter = _keep_first(feeds, kept, max(eval_samples, cfg.finetune.max_samples) if cfg.finetune else eval_samples)
         stats = _calibrate(prepared, plan, feeds, cfg)
         samples = counter()
         if samples == 0:
@@ -136,7 +137,14 @@ def quantize(
 
     t2 = time.perf_counter()
     params = solve(prepared, plan, stats)
-    quantized = emit(prepared, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights)
+    weights = prepared
+    if cfg.finetune is not None:
+        from .algorithms.finetune import refine, with_weights
+
+        weights = with_weights(prepared, refine(prepared, plan, params, kept, cfg.finetune))
+        timings["refine"] = time.perf_counter() - t2
+    quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
+                     bf16_qdq_to_cast=cfg.bf16_qdq_to_cast)
     quantized = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2
 
@@ -145,7 +153,7 @@ def quantize(
         t3 = time.perf_counter()
         from .evaluate import compare_models
 
-        metrics = compare_models(prepared, quantized, kept)
+        metrics = compare_models(prepared, quantized, kept[:eval_samples])
         timings["evaluate"] = time.perf_counter() - t3
     if report_path is not None:
         t4 = time.perf_counter()

@@ -91,6 +91,7 @@ class _Builder:
         for node in model.graph.node:
             self.taken.update(node.output)
         self.taken.update(i.name for i in model.graph.input)
+        self.node_names = {n.name for n in model.graph.node if n.name}
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -111,11 +112,17 @@ class _Builder:
         self.min_opset = max(self.min_opset, frag.min_opset)
         for node in frag.nodes:
             self.taken.update(node.output)
+            if node.name in self.node_names:  # node names must be unique too (onnxruntime checks)
+                base, i = node.name, 1
+                while f"{base}_{i}" in self.node_names:
+                    i += 1
+                node.name = f"{base}_{i}"
+            self.node_names.add(node.name)
         return list(frag.nodes)
 
 
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
-         store_int_weights: bool = True) -> onnx.ModelProto:
+         store_int_weights: bool = True, bf16_qdq_to_cast: bool = True) -> onnx.ModelProto:
     """Return a copy of ``model`` with every planned tensor quantized as the plan says."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -139,7 +146,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             inserts.setdefault(None, []).extend(nodes)
             continue
         source = name
-        target = f"{name}_DequantizeLinear_Output"
+        is_fp16 = elem_types.get(name) == onnx.TensorProto.FLOAT16
+        # fp16 fragments end in a Cast after the DequantizeLinear, whose own output already
+        # takes the conventional name.
+        target = f"{name}_DequantizeLinear_Output" + ("_fp16" if is_fp16 else "")
         if name in graph_outputs:
             # The graph output keeps its name and now carries the quantized value.
             source = b.fresh(f"{name}_QuantizeLinear_Input")
@@ -150,7 +160,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         attrs = quantizer_attrs(tplan, tparams)
         if tplan.quant.format not in ("bfp", "mx"):
             # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
-            attrs["dtype"] = "float16" if elem_types.get(name) == onnx.TensorProto.FLOAT16 else "float32"
+            attrs["dtype"] = "float16" if is_fp16 else "float32"
+        if tplan.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
+            attrs["cast_form"] = False
         frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset, **attrs)
         inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
         if name not in graph_outputs:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .schema import ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from .schema import ConfigError, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
 
 #: Activation calibration for the integer presets; chosen on PP-OCR rec/cls (see docs/presets.md).
 INT_ACTIVATION_METHOD = "percentile"
-INT_PERCENTILE = 99.999
+INT_PERCENTILE = 99.9999
 
 BFP16_ATTRS = {"bfp_method": "to_bfp", "axis": 1, "bit_width": 16, "block_size": 8, "rounding_mode": 2}
 MX_PRIME_ATTRS = {
@@ -143,15 +143,39 @@ def split_finetune(name: str) -> tuple[str, str | None]:
     return key, None
 
 
+def finetune_preset(algorithm: str) -> FinetuneOptions:
+    """The FastFinetune settings of the reference tool's *_ADAROUND / *_ADAQUANT presets (spec §1.5).
+
+    ADAROUND_P / ADAQUANT_P: 1000 samples, batch 2, 1000 iterations per layer, early stop, on CPU;
+    learning rate 0.1 (AdaRound) or 1e-5 (AdaQuant).
+    """
+    return FinetuneOptions(
+        algorithm=algorithm,  # type: ignore[arg-type]
+        num_iterations=1000,
+        learning_rate=0.1 if algorithm == "adaround" else 1e-5,
+        batch_size=2,
+        data_size=1000,
+        fixed_seed=1705472343,
+        optim_device="cpu",
+        infer_device="cpu",
+        early_stop=True,
+    )
+
+
 def get_preset(name: str) -> QuantConfig:
     """A fresh :class:`QuantConfig` for preset ``name``.
 
-    Finetune variants (``*_ADAROUND``, ``*_ADAQUANT``) raise NotImplementedError until fast
-    finetuning lands; an unknown name raises with the closest valid one.
+    Finetune variants (``*_ADAROUND``, ``*_ADAQUANT``) are the base preset plus
+    :func:`finetune_preset`; AdaRound needs integer weights, so ``BF16_ADAROUND`` and the like are
+    refused. An unknown name raises with the closest valid one.
     """
     base, finetune = split_finetune(name)
     if base not in _PRESETS:
         raise ConfigError(f"unknown preset {name!r}{suggest(base, preset_names())}; valid: {', '.join(sorted(_PRESETS))}")
+    cfg = _PRESETS[base]()
     if finetune is not None:
-        raise NotImplementedError(f"preset {name!r} needs fast finetuning ({finetune}), which is not built yet")
-    return _PRESETS[base]()
+        if finetune == "adaround" and not (cfg.weight is not None and cfg.weight.is_integer):
+            raise ConfigError(f"preset {name!r}: AdaRound learns integer rounding, but {base} weights are "
+                              f"{cfg.weight.describe() if cfg.weight else 'float'}; use {base}_ADAQUANT")
+        cfg.finetune = finetune_preset(finetune)
+    return cfg

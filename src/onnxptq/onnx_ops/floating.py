@@ -67,8 +67,13 @@ def build(
     zero_point: Any = 0.0,
     saturate: bool | None = None,
     dtype: Any = None,
+    cast_form: bool = True,
 ) -> QDQNodes:
-    """The fragment ``y = fake_quantize(x, fmt, scale=…, zero_point=…, saturate=…)``."""
+    """The fragment ``y = fake_quantize(x, fmt, scale=…, zero_point=…, saturate=…)``.
+
+    ``cast_form=False`` keeps the quantize/dequantize function form for bf16/fp16 even at scale 1
+    (the layout without the reference tool's ``BF16QDQToCast``); the numbers are identical.
+    """
     t = float_type(fmt)
     s, z = check_params(fmt, scale, zero_point)
     sat = resolve_saturate(fmt, saturate)
@@ -84,7 +89,7 @@ def build(
         b.nodes[-1].name = f"{name}_QuantizeLinear"
         y32 = b.node("DequantizeLinear", [q, s_name, zp_name], "DequantizeLinear_Output")
         b.nodes[-1].name = f"{name}_DequantizeLinear"
-    elif s == 1 and z == 0:
+    elif s == 1 and z == 0 and cast_form:
         min_opset = max(13, b.cast_opset)
         v = x32
         if sat:

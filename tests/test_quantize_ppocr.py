@@ -1,0 +1,121 @@
+"""The quantizer on the real PP-OCR models: task accuracy against float, validity in plain onnxruntime.
+
+Data: text lines rendered with Pillow and DejaVu (onnxptq.testing.ocr). Calibration uses 64 lines
+(seed 1), evaluation 200 other lines (seed 3). Bounds (issue 3): A8W8 rec CER ≤ float + 0.02,
+A16W8 ≤ float + 0.01, cls A8W8 within 1 point; the float formats' bounds are stated per preset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from onnxptq import get_preset, quantize
+from onnxptq.testing import ocr
+from onnxptq.testing.models import model_path
+
+pytestmark = pytest.mark.slow
+
+CALIB_LINES = 64
+EVAL_LINES = 200
+
+
+def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
+    return [{"x": images[i : i + size]} for i in range(0, len(images), size)]
+
+
+def _plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """A default onnxruntime CPU session: nothing registered, all graph optimizations on."""
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def rec():
+    path = model_path("rec")
+    chars = ocr.load_characters(onnx.load(path))
+    calib, _ = ocr.render_lines(CALIB_LINES, seed=1, characters=chars)
+    images, texts = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
+    float_cer = ocr.rec_cer(str(path), images, texts, characters=chars)
+    return {"path": path, "chars": chars, "calib": calib, "images": images, "texts": texts, "float": float_cer}
+
+
+@pytest.fixture(scope="module")
+def cls():
+    path = model_path("cls")
+    calib, _ = ocr.render_cls(CALIB_LINES, seed=1)
+    images, labels = ocr.render_cls(EVAL_LINES, seed=3)
+    return {"path": path, "calib": calib, "images": images, "labels": labels,
+            "float": ocr.cls_accuracy(str(path), images, labels)}
+
+
+def _rec_cer(rec, preset: str, **changes) -> tuple[float, object]:
+    config = get_preset(preset)
+    config.calibration.progress = False
+    if changes:
+        config = config.replace(**changes)
+    result = quantize(rec["path"], config, _batches(rec["calib"]))
+    session = _plain_session(result.model)
+    cer = ocr.rec_cer(session, rec["images"], rec["texts"], characters=rec["chars"])
+    return cer, result
+
+
+def test_a8w8_rec_within_002_cer_of_float(rec):
+    cer, result = _rec_cer(rec, "A8W8")
+    print(f"rec A8W8 CER {cer:.4f} (float {rec['float']:.4f})")
+    assert rec["float"] < 0.08
+    assert cer <= rec["float"] + 0.02
+    ops = {n.op_type for n in result.model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    weights = [t for t in result.model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert len(weights) >= 40, "Conv/MatMul weights are stored as int8"
+
+
+def test_a16w8_rec_within_001_cer_of_float(rec):
+    cer, result = _rec_cer(rec, "A16W8")
+    print(f"rec A16W8 CER {cer:.4f} (float {rec['float']:.4f})")
+    assert cer <= rec["float"] + 0.01
+    zero_points = [t for t in result.model.graph.initializer if t.name.endswith("_zero_point") and t.data_type == onnx.TensorProto.INT16]
+    assert zero_points, "activations are int16"
+
+
+#: (preset, extra config changes, CER bound above float) for the float formats on rec.
+FLOAT_FORMATS_REC = [
+    ("BF16", {}, 0.005),
+    ("BF16", {"bf16_qdq_to_cast": False}, 0.005),
+    ("BFP16", {}, 0.01),
+    ("MX9", {}, 0.01),
+    ("MXINT8", {}, 0.02),
+    ("MXFP8_E4M3", {}, 0.03),
+]
+
+
+@pytest.mark.parametrize("preset,changes,bound", FLOAT_FORMATS_REC, ids=lambda v: str(v) if not isinstance(v, dict) else ("qdq" if v else "default"))
+def test_float_formats_rec(rec, preset, changes, bound):
+    cer, result = _rec_cer(rec, preset, **changes)
+    print(f"rec {preset} {changes} CER {cer:.4f} (float {rec['float']:.4f})")
+    assert cer <= rec["float"] + bound
+    ops = {(n.domain, n.op_type) for n in result.model.graph.node}
+    if preset == "BF16" and not changes:
+        assert ("", "Cast") in ops and not any(d == "onnxptq" for d, _ in ops)
+    if changes.get("bf16_qdq_to_cast") is False:
+        assert any(d == "onnxptq" for d, _ in ops), "Q/DQ form uses the embedded function"
+    if preset in ("BFP16", "MX9"):
+        assert any(op.startswith("BFPQuantizeDequantize") for _, op in ops)
+    if preset.startswith("MX") and preset != "MX9":
+        assert any(op.startswith("MXQuantizeDequantize") for _, op in ops)
+
+
+#: (preset, accuracy points allowed below float) on cls.
+CLS_PRESETS = [("A8W8", 1.0), ("A16W8", 1.0), ("BF16", 0.5), ("BFP16", 1.0), ("MX9", 1.0), ("MXINT8", 2.0), ("MXFP8_E4M3", 2.0)]
+
+
+@pytest.mark.parametrize("preset,points", CLS_PRESETS)
+def test_cls_presets(cls, preset, points):
+    config = get_preset(preset)
+    config.calibration.progress = False
+    result = quantize(cls["path"], config, _batches(cls["calib"]))
+    acc = ocr.cls_accuracy(_plain_session(result.model), cls["images"], cls["labels"])
+    print(f"cls {preset} accuracy {acc:.4f} (float {cls['float']:.4f})")
+    assert acc >= cls["float"] - points / 100
