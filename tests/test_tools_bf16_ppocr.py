@@ -68,7 +68,8 @@ def test_rec_bf16(rec, source):
     floor = 0.995 if source == "fp32" else 0.988  # see the module docstring
     assert cosine_similarity(_outputs(float_sess, images), _outputs(bf16_sess, images)) >= floor
     noise = np.random.default_rng(0).uniform(-1, 1, (4, 3, 48, 320)).astype(images.dtype)
-    assert cosine_similarity(_outputs(float_sess, noise), _outputs(bf16_sess, noise)) >= 0.999
+    # fp16 sources compare fp16 outputs, whose own rounding costs about 1e-3 of cosine here.
+    assert cosine_similarity(_outputs(float_sess, noise), _outputs(bf16_sess, noise)) >= (0.999 if source == "fp32" else 0.998)
 
 
 @pytest.mark.parametrize("source", ["fp32", "fp16"])

@@ -145,7 +145,7 @@ def quantize(
         timings["refine"] = time.perf_counter() - t2
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast)
-    quantized = finish(quantized, source)
+    quantized, session = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2
 
     metrics = {}
@@ -213,8 +213,12 @@ def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress)
 
 
-def finish(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
-    """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load."""
+def finish(model: onnx.ModelProto, source: str):
+    """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
+
+    Returns ``(model, session)``; the session is reused for the report, because creating one for a
+    model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
+    """
     import onnxruntime as ort
 
     io.pin_versions(model)
@@ -225,7 +229,7 @@ def finish(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
     try:
         # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
         # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
-        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
-    return model
+    return model, session

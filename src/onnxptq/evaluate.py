@@ -51,9 +51,10 @@ def _session(model: onnx.ModelProto):
 
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
-                   feeds: Iterable[dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
+                   feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None) -> dict[str, dict[str, float]]:
     """Per graph output of ``reference``: mean cosine, mean L2 (MSE) and PSNR over ``feeds``."""
-    ref_sess, cand_sess = _session(reference), _session(candidate)
+    ref_sess = _session(reference)
+    cand_sess = candidate_session if candidate_session is not None else _session(candidate)
     names = [o.name for o in ref_sess.get_outputs()]
     sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "psnr": 0.0} for n in names}
     count = 0

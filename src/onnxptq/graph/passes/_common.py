@@ -109,3 +109,26 @@ def make_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
     graph.register_initializer(value)
     return value
+
+
+def set_node_constant(graph: ir.Graph, node: ir.Node, index: int, array: np.ndarray, names: set[str], suffix: str) -> ir.Value:
+    """Give input ``index`` of ``node`` the constant ``array``, keeping the tensor's name when possible.
+
+    Why keep the name: users name weights in tensor-wise precision settings and reports by the
+    names their exporter gave; a fold that renames every weight it touches would break those.
+    The existing initializer is rewritten in place when this node is its only reader; otherwise
+    (shared or absent) a new initializer ``<base>_<suffix>`` is created.
+    """
+    value = node.inputs[index] if index < len(node.inputs) else None
+    if (value is not None and value.is_initializer() and not value.is_graph_input() and len(value.uses()) == 1
+            and value.name):
+        value.const_value = ir.tensor(array, name=value.name)
+        value.shape = ir.Shape(array.shape)
+        value.type = ir.TensorType(value.const_value.dtype)
+        return value
+    base = (value.name if value is not None and value.name else node.name) or "folded"
+    new = make_initializer(graph, unique_name(names, f"{base}_{suffix}"), array)
+    if index >= len(node.inputs):
+        node.resize_inputs(index + 1)
+    node.replace_input_with(index, new)
+    return new

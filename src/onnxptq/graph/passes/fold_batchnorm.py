@@ -28,6 +28,7 @@ from onnxptq.graph.passes._common import (
     is_onnx_domain,
     make_initializer,
     run_passes,
+    set_node_constant,
     unique_name,
 )
 
@@ -106,7 +107,6 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         if weight is None or (bias_value is not None and bias is None) or weight.dtype.kind != "f":
             log.debug("BatchNorm %s not folded: %s %s has non-constant weights", bn.name, producer.op_type, producer.name)
             return False
-        base = producer.name or producer.outputs[0].name or "folded"
         if producer.op_type in ("Conv", "ConvTranspose"):
             transpose = producer.op_type == "ConvTranspose"
             group_attr = producer.attributes.get("group")
@@ -128,14 +128,8 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
             new_w = w.astype(weight.dtype)
             new_b = ((np.float64(np.float32(beta)) * c) * scale + shift).astype(weight.dtype)
             producer.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
-        w_value = make_initializer(graph, unique_name(names, f"{base}_W_bnfold"), new_w)
-        b_value = make_initializer(graph, unique_name(names, f"{base}_B_bnfold"), new_b)
-        producer.replace_input_with(1, w_value)
-        if len(producer.inputs) > 2:
-            producer.replace_input_with(2, b_value)
-        else:
-            producer.resize_inputs(3)
-            producer.replace_input_with(2, b_value)
+        set_node_constant(graph, producer, 1, new_w, names, "bnfold")
+        set_node_constant(graph, producer, 2, new_b, names, "bnfold")
         y, x = bn.outputs[0], producer.outputs[0]
         y_name, y_was_output = y.name, y.is_graph_output()
         ir.convenience.replace_all_uses_with(y, x, replace_graph_outputs=True)

@@ -30,6 +30,7 @@ from onnxptq.graph.passes._common import (
     is_onnx_domain,
     make_initializer,
     run_passes,
+    set_node_constant,
     unique_name,
 )
 from onnxptq.graph.passes.fold_batchnorm import _fold_conv
@@ -63,9 +64,15 @@ def _scalar(array: np.ndarray | None) -> float | None:
 
 
 def _replace(graph: ir.Graph, old_out: ir.Value, new_out: ir.Value) -> None:
-    name, was_output = old_out.name, old_out.is_graph_output()
+    """Route every use of ``old_out`` to ``new_out``, which takes over the old tensor name.
+
+    Keeping the name matters: users refer to activations by the exporter's names (tensor-wise
+    precision, reports), and the fused op computes the same tensor.
+    """
+    name = old_out.name
     ir.convenience.replace_all_uses_with(old_out, new_out, replace_graph_outputs=True)
-    if was_output:
+    old_out.name = f"{name}__unfused" if name else None
+    if name:
         new_out.name = name
 
 
@@ -149,13 +156,8 @@ class FoldAffinePass(ir.passes.InPlacePass):
         else:
             group = node.attributes["group"].as_int() if "group" in node.attributes else 1
             new_w, new_b = _fold_conv(weight, bias, scale, shift, node.op_type == "ConvTranspose", group)
-        base = node.name or out.name or "folded"
-        w_value = make_initializer(graph, unique_name(names, f"{base}_W_affine"), new_w)
-        b_value = make_initializer(graph, unique_name(names, f"{base}_B_affine"), new_b)
-        node.replace_input_with(1, w_value)
-        if len(node.inputs) < 3:
-            node.resize_inputs(3)
-        node.replace_input_with(2, b_value)
+        set_node_constant(graph, node, 1, new_w, names, "affine")
+        set_node_constant(graph, node, 2, new_b, names, "affine")
         _replace(graph, user.outputs[0], out)
         graph.remove(user, safe=True)
         return True
