@@ -434,8 +434,7 @@ def test_layer_wise_mixed_precision_maps_to_op_type_overrides():
     assert act.format == "bfp" and weight.format == "bfp"
     assert got.activation.format == "bf16"
     assert _doc_layerwise(ExtendedQuantType.QMX).op_type_overrides["Gemm"][1].format == "mx"
-    with pytest.raises(NotImplementedError, match="DualQuantNodes"):
-        _doc_layerwise(ExtendedQuantType.QBFP, DualQuantNodes=True)
+    assert _doc_layerwise(ExtendedQuantType.QBFP, DualQuantNodes=True).dual_quant_nodes is True
 
 
 def test_layer_wise_role_specific_types():

@@ -7,7 +7,7 @@ PP-OCR cls model, a temporary output and a few random samples in its input range
 only build ``quant_config`` are quantized with the documents' own ModelQuantizer lines. Each output
 must load in a plain onnxruntime CPU session with nothing registered.
 
-Examples that need a feature not built yet (FastFinetune, DualQuantNodes, automatic mixed
+Examples that need a feature not built yet (FastFinetune, automatic mixed
 precision) must raise NotImplementedError naming it; they are strict xfails, so the day the
 feature lands this file says so.
 """
@@ -28,7 +28,7 @@ USER_DOCS = Path("/work/shared/spec/user-docs")
 MODEL = Path("/work/shared/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")
 
 #: Features the examples use that raise NotImplementedError until they are built.
-UNBUILT = ("FastFinetune", "DualQuantNodes", "L2Target")
+UNBUILT = ("FastFinetune", "L2Target")
 #: The tensor-wise example's placeholder names -> tensors of the cls model that survive preparation.
 TENSOR_NAMES = {
     "weight_tensor_name1": "conv2_se_1_weights",

@@ -197,7 +197,8 @@ def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.
     wanted: dict[str, Any] = {}
     for name in plan.needs_calibration():
         tplan = plan.tensors[name]
-        quant = tplan.quant
+        # A dual-quant boundary whose consumer side needs no statistics calibrates for its producer side.
+        quant = tplan.quant if tplan.quant.needs_calibration or tplan.producer_quant is None else tplan.producer_quant
         if quant.per_channel and tplan.axis is not None:
             wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, tplan.axis)
             continue

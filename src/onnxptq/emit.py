@@ -51,6 +51,11 @@ def _opset(model: onnx.ModelProto) -> int:
     raise ValueError("model has no default-domain opset import")
 
 
+def producer_params_key(name: str) -> str:
+    """Key in the solved params of a tensor's producer-side quantizer (DualQuantNodes)."""
+    return f"{name}::producer"
+
+
 def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
     """Keyword arguments for :func:`build_qdq` / :func:`fake_quantize` for this tensor."""
     quant = plan.quant
@@ -138,6 +143,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     producer = {o: n.name for n in graph.node for o in n.output if o}
     elem_types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.input) + list(graph.output)}
 
+    # DualQuantNodes: (consumer node, tensor) -> the value after the producer-side quantizer.
+    node_replacement: dict[tuple[str, str], str] = {}
+
     for tplan in plan.tensors.values():
         name = tplan.name
         tparams = params.get(name)
@@ -163,6 +171,19 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             attrs["dtype"] = "float16" if is_fp16 else "float32"
         if tplan.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
             attrs["cast_form"] = False
+        first = tplan.producer_view() if name not in graph_outputs else None
+        if first is not None:
+            # Both quantizers in sequence: the producer's format, then the consumers' (spec §4.5).
+            mid = b.fresh(f"{name}_{first.quant.format}_DequantizeLinear_Output")
+            first_attrs = quantizer_attrs(first, params.get(producer_params_key(name)))
+            if first.quant.format not in ("bfp", "mx"):
+                first_attrs["dtype"] = "float16" if is_fp16 else "float32"
+            if first.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
+                first_attrs["cast_form"] = False
+            frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
+            inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
+            node_replacement.update({(consumer, name): mid for consumer in tplan.producer_consumers})
+            source = mid
         frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset, **attrs)
         inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
         if name not in graph_outputs:
@@ -175,7 +196,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             if o in renamed_outputs:
                 node.output[i] = renamed_outputs[o]
         for i, inp in enumerate(node.input):
-            if inp in replacement:
+            if (node.name, inp) in node_replacement:
+                node.input[i] = node_replacement[(node.name, inp)]
+            elif inp in replacement:
                 node.input[i] = replacement[inp]
         new_nodes.append(node)
         new_nodes.extend(inserts.get(node.name, []))
@@ -261,4 +284,4 @@ def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-__all__ = ["QParams", "emit", "quantizer_attrs", "DOMAIN"]
+__all__ = ["QParams", "emit", "quantizer_attrs", "producer_params_key", "DOMAIN"]

@@ -69,6 +69,18 @@ class TensorPlan:
     #: nodes (by name) that read this tensor as a quantized input
     consumers: list[str] = field(default_factory=list)
     producer: str | None = None
+    #: DualQuantNodes: the producer's own output format when a consumer reads another one (spec
+    #: §4.5). The tensor then passes through this quantizer, then ``quant``; the consumers listed in
+    #: ``producer_consumers`` read the value after the first one only.
+    producer_quant: TensorQuant | None = None
+    producer_axis: int | None = None
+    producer_consumers: list[str] = field(default_factory=list)
+
+    def producer_view(self) -> "TensorPlan | None":
+        """This tensor as the producer-side quantizer sees it (None without dual quant nodes)."""
+        if self.producer_quant is None:
+            return None
+        return TensorPlan(self.name, self.role, self.producer_quant, axis=self.producer_axis, producer=self.producer)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +93,8 @@ class TensorPlan:
             "share_with": self.share_with,
             "consumers": self.consumers,
             "producer": self.producer,
+            **({"producer_format": self.producer_quant.describe(), "producer_axis": self.producer_axis,
+                "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
         }
 
 
@@ -97,7 +111,8 @@ class Plan:
 
     def needs_calibration(self) -> list[str]:
         """Activation tensors whose scale comes from data (integer, or float formats with a real scale)."""
-        return [t.name for t in self.activations() if t.quant.needs_calibration]
+        return [t.name for t in self.activations()
+                if t.quant.needs_calibration or (t.producer_quant is not None and t.producer_quant.needs_calibration)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -251,9 +266,18 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             return weight
         return weight if config.bias == "weight" else None
 
+    # DualQuantNodes bookkeeping: each activation's producer-side and per-consumer (format, axis).
+    producer_side: dict[str, tuple[TensorQuant, int | None]] = {}
+    consumer_side: dict[str, dict[str, tuple[TensorQuant, int | None]]] = defaultdict(dict)
+
     def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None):
         if quant is None or not g.is_float(name):
             return
+        if config.dual_quant_nodes and role == "activation":
+            if consumer:
+                consumer_side[name].setdefault(node.name, (quant, axis))
+            elif name not in tensors:
+                producer_side[name] = (quant, axis)
         existing = tensors.get(name)
         if existing is None:
             tensors[name] = TensorPlan(name, role, quant, axis=axis, bias_of=bias_of, producer=g.producer[name].name if name in g.producer else None)
@@ -328,6 +352,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
+    if config.dual_quant_nodes:
+        _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel:
         _per_channel_depthwise_inputs(tensors, g)
     _apply_tensor_overrides(tensors, config, g)
@@ -433,6 +459,29 @@ def _per_channel_depthwise_inputs(tensors: dict[str, TensorPlan], g: _Graph) -> 
                 for other in node.input:
                     if other != name and other in tensors and tensors[other].role == "weight":
                         del tensors[other]
+
+
+def _dual_quant_nodes(tensors: dict[str, TensorPlan], producer_side: dict[str, tuple[TensorQuant, int | None]],
+                      consumer_side: dict[str, dict[str, tuple[TensorQuant, int | None]]], g: _Graph) -> None:
+    """Precision boundaries get both quantizers: the producer's, then the consumers' (spec §4.5).
+
+    Without this, one quantizer per tensor serves every reader (the first consumer's format wins).
+    With it, a tensor whose producer writes format P and some consumer reads format C != P is
+    quantized P then C; consumers that read P take the value after the first quantizer, the
+    others after the second. Graph outputs keep a single quantizer (their name carries one value).
+    """
+    for name, (pquant, paxis) in producer_side.items():
+        tplan = tensors.get(name)
+        if tplan is None or tplan.role != "activation" or name in g.outputs:
+            continue
+        readers = consumer_side.get(name, {})
+        boundary = [(q, ax) for q, ax in readers.values() if (q, ax) != (pquant, paxis)]
+        if not boundary:
+            continue
+        tplan.quant, tplan.axis = boundary[0]
+        tplan.producer_quant, tplan.producer_axis = pquant, paxis
+        tplan.producer_consumers = [n for n, qa in readers.items() if qa == (pquant, paxis)]
+        log.debug("tensor %s: dual quant nodes %s -> %s", name, pquant.describe(), tplan.quant.describe())
 
 
 def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from .calibration import methods
-from .emit import QParams
+from .emit import QParams, producer_params_key
 from .formats import floating, integer
 from .plan import Plan, TensorPlan
 
@@ -88,6 +88,19 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
         rmin, rmax = ranges.get(root.name, ranges[tplan.name])
         quant = tplan.quant
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+
+    for tplan in plan.tensors.values():
+        # DualQuantNodes: the producer-side quantizer of a boundary tensor, from the same statistics.
+        first = tplan.producer_view()
+        if first is None or not first.quant.needs_calibration:
+            continue
+        if tplan.name not in stats:
+            raise CalibrationMissingError(f"activation {tplan.name!r} (producer side, {first.quant.describe()}) got no calibration statistics")
+        rmin, rmax = activation_range(first, stats[tplan.name])
+        quant = first.quant
+        params[producer_params_key(tplan.name)] = (
+            _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+        )
 
     for tplan in plan.tensors.values():
         if tplan.role != "weight" or tplan.name not in inits:

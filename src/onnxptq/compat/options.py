@@ -136,7 +136,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("RemoveFusedQDQ", "remove BFP/MX nodes between a producer and its activation", False),
         _x("RemoveQDQMulAdd", "drop Q/DQ between Mul and Add", False),
         _x("RemoveQDQBetweenOps", "drop Q/DQ between given op-type pairs", None, []),
-        _x("EnableDualQuantNodePairs", "dual quantizer nodes at precision boundaries", False),
+        _h("EnableDualQuantNodePairs", "both quantizers on precision-boundary tensors (QuantConfig.dual_quant_nodes)"),
         _x("DedicateDQNode", "one DequantizeLinear per consumer", False),
         # §2.4 calibration
         _h("CalibDataSize", "calibrate on at most this many samples (CalibrationOptions.data_size)"),
@@ -256,7 +256,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
 
 #: AutoMixprecision keys: 0.13's (§8.1) and the user documents' pre-0.13 spellings. Layer-wise keys
 #: are honoured; automatic (sensitivity-driven) ones raise NotImplementedError.
-AMP_LAYERWISE_KEYS = ("TargetOpType", "TargetQuantType", "ActTargetQuantType", "WeightTargetQuantType")
+AMP_LAYERWISE_KEYS = ("TargetOpType", "TargetQuantType", "ActTargetQuantType", "WeightTargetQuantType", "DualQuantNodes")
 #: AMP keys without effect unless an automatic target is given (they only steer the sensitivity search).
 AMP_SEARCH_ONLY_KEYS = ("OutputIndex", "MetricOutputIndex", "DataSize", "WorkerNum", "MetricDefault")
 AMP_AUTOMATIC_KEYS = (
@@ -266,7 +266,6 @@ AMP_AUTOMATIC_KEYS = (
 )
 #: AMP keys for features of the layer-wise path we have not built, with their inert values.
 AMP_UNBUILT: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "DualQuantNodes": ("dual quantizer nodes at precision boundaries", (False,)),
     "NoInputQDQShared": ("skipping nodes with shared input Q/DQ", (False, True)),
     "SharedParamMode": ("shared scale handling", ("propagate",)),
     "BiasTargetQuantType": ("a bias type per op type", ()),
@@ -688,6 +687,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         if not cfg.include_auto_mp:
             log.warning("extra_options['AutoMixprecision'] is given but include_auto_mp is False; applying it as asked")
         op_type_overrides = _amp_overrides(amp, rules, None if weights_only else act_fmt, weight_fmt)
+    dual_quant_nodes = _bool(extra, "EnableDualQuantNodePairs", False) or bool((amp or {}).get("DualQuantNodes", False))
 
     specific = bool(_setting(cfg, "specific_tensor_precision", extra))
     tensor_overrides = _tensor_overrides(cfg, extra, rules, specific)
@@ -777,6 +777,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         fold_relu=_bool(extra, "FoldRelu", False),
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),
+        dual_quant_nodes=dual_quant_nodes,
         weight_minmse=weight_minmse,
         calibration=CalibrationOptions(**calib_kwargs),
         opset=opset,

@@ -298,6 +298,9 @@ class QuantConfig:
     bf16_qdq_to_cast: bool = True
     dedicated_qdq_pair: bool = False
     refine_block_axis: bool = True
+    #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
+    #: both quantizers in sequence, producer's first, so each reader sees its own format.
+    dual_quant_nodes: bool = False
     #: integer activations read only by depthwise convolutions are quantized per channel: the
     #: per-channel input scale folds exactly into the depthwise weights, so it costs hardware
     #: nothing, and it removes the channel-range imbalance that per-tensor int8 cannot hold.
