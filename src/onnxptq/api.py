@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -91,14 +91,41 @@ def quantize(
     the same samples give a per-tensor error report there (HTML, JSON beside it; see
     :mod:`onnxptq.report`).
     """
+    cfg = _resolve_config(config)
+    if report_path is not None and (data is None or eval_samples < 1):
+        raise ValueError(f"{_source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
+    if output is not None:
+        io.check_output_path(output, (model,))
+    calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
+    return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+
+
+@dataclass
+class Calibrated:
+    """The pipeline up to calibration, done once: the prepared model, its statistics, kept samples.
+
+    :func:`complete` turns it into a quantized model for any config whose planned activations the
+    statistics cover, so a search over configs (automatic mixed precision) calibrates only once.
+    """
+
+    source: str
+    prepared: onnx.ModelProto
+    stats: dict[str, Any]
+    #: the first samples of the data, for evaluation (and finetuning)
+    kept: list[dict[str, np.ndarray]]
+    samples: int
+    timings: dict[str, float]
+    started: float
+
+
+def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+                   also_for: Sequence[QuantConfig] = ()) -> Calibrated:
+    """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
+    and those of every config in ``also_for`` (same preparation settings as ``config``)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = _resolve_config(config)
     source = _source_name(model)
-    if report_path is not None and (data is None or eval_samples < 1):
-        raise ValueError(f"{source}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
-    if output is not None:
-        io.check_output_path(output, (model,))
     proto = io.load_model(model)
     check.check_model(proto, source)
     inputs = readers.ModelInputs.from_model(proto)
@@ -113,12 +140,13 @@ def quantize(
             f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
             f"op types present: {sorted({n.op_type for n in prepared.graph.node})})"
         )
+    plans = [plan] + [make_plan(prepared, other) for other in also_for]
 
     t1 = time.perf_counter()
     kept: list[dict[str, np.ndarray]] = []
     stats: dict[str, Any] = {}
     samples = 0
-    if data is not None or plan.needs_calibration():
+    if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
             raise ValueError(
                 f"{source}: {len(plan.needs_calibration())} activations need calibration data "
@@ -129,22 +157,40 @@ def quantize(
             feeds = itertools.islice(feeds, cfg.calibration.data_size)
         # Fast finetuning trains on calibration samples: keep up to its DataSize of them (bounded).
         feeds, counter = _keep_first(feeds, kept, max(eval_samples, cfg.finetune.max_samples) if cfg.finetune else eval_samples)
-        stats = _calibrate(prepared, plan, feeds, cfg)
+        stats = _calibrate(prepared, plans, feeds, cfg)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
+    return Calibrated(source, prepared, stats, kept, samples, timings, t0)
 
-    t2 = time.perf_counter()
-    params = solve(prepared, plan, stats)
+
+def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[str, QParams], onnx.ModelProto]:
+    """plan → solve → refine → emit on calibrated statistics (no checks, no session: see :func:`complete`)."""
+    prepared = calibrated.prepared
+    plan = make_plan(prepared, cfg)
+    params = solve(prepared, plan, calibrated.stats)
     weights = prepared
     if cfg.finetune is not None:
         from .algorithms.finetune import refine, with_weights
 
-        weights = with_weights(prepared, refine(prepared, plan, params, kept, cfg.finetune))
-        timings["refine"] = time.perf_counter() - t2
+        t = time.perf_counter()
+        weights = with_weights(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
+        calibrated.timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast)
+    return plan, params, quantized
+
+
+def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os.PathLike | None = None, *,
+             eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
+    """solve → refine → emit → finish → evaluate → save → report for one config, on calibrated data."""
+    cfg = _resolve_config(config)
+    source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
+    timings = dict(calibrated.timings)
+    t2 = time.perf_counter()
+    plan, params, quantized = build_model(calibrated, cfg)
+    timings.update({k: v for k, v in calibrated.timings.items() if k == "refine"})
     quantized, session = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2
 
@@ -165,8 +211,8 @@ def quantize(
     saved = None
     if output is not None:
         saved = io.save_model(quantized, output)
-    timings["total"] = time.perf_counter() - t0
-    result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, samples)
+    timings["total"] = time.perf_counter() - calibrated.started
+    result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, calibrated.samples)
     log.info("%s", result.summary())
     return result
 
@@ -190,12 +236,16 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
     return gen(), lambda: count
 
 
-def _calibrate(model: onnx.ModelProto, plan: Plan, feeds: Iterable[dict[str, np.ndarray]], cfg: QuantConfig) -> dict[str, Any]:
-    """One streaming pass: a collector per planned activation that needs statistics."""
+def _calibrate(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iterable[dict[str, np.ndarray]],
+               cfg: QuantConfig) -> dict[str, Any]:
+    """One streaming pass: a collector per planned activation that needs statistics (first plan wins
+    where several plans need the same tensor)."""
     from .calibration import collectors, runner
 
     wanted: dict[str, Any] = {}
-    for name in plan.needs_calibration():
+    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
+        if name in wanted:
+            continue
         tplan = plan.tensors[name]
         # A dual-quant boundary whose consumer side needs no statistics calibrates for its producer side.
         quant = tplan.quant if tplan.quant.needs_calibration or tplan.producer_quant is None else tplan.producer_quant

@@ -240,6 +240,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     for name in config.nodes_to_quantize:
         if name not in all_names:
             raise ConfigError(f"nodes_to_quantize names {name!r}, which is not a node of the model{suggest(name, all_names)}")
+    for name in config.node_overrides:
+        if name not in all_names:
+            raise ConfigError(f"node_overrides names {name!r}, which is not a node of the model{suggest(name, all_names)}")
 
     selected: list[onnx.NodeProto] = []
     skipped: dict[str, str] = {}
@@ -260,6 +263,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         act, weight = config.activation, config.weight
         if node.op_type in config.op_type_overrides:
             act, weight = config.op_type_overrides[node.op_type]
+        if node.name in config.node_overrides:
+            act, weight = config.node_overrides[node.name]
         if role == "activation":
             return act
         if role == "weight":

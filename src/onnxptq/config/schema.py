@@ -266,7 +266,8 @@ class QuantConfig:
     """A whole quantization: global activation/weight/bias rules plus layer- and tensor-wise overrides.
 
     Precedence (later wins): ``activation``/``weight`` → ``op_type_overrides`` (layer-wise, per op
-    type) → ``tensor_overrides`` (tensor-wise, per tensor name) → exclusions.
+    type) → ``node_overrides`` (per node name) → ``tensor_overrides`` (tensor-wise, per tensor
+    name) → exclusions.
     ``activation=None`` means weight-only quantization; ``weight=None`` leaves weights float.
     ``bias`` is ``"int32"`` (integer weights: scale = input scale × weight scale), ``"weight"``
     (quantized like a weight) or ``None`` (kept float).
@@ -282,6 +283,9 @@ class QuantConfig:
     nodes_to_exclude: tuple[str, ...] = ()  # names, or regexes starting with '^' containing '.*'
     op_type_overrides: dict[str, tuple[TensorQuant | None, TensorQuant | None]] = field(default_factory=dict)
     tensor_overrides: dict[str, TensorQuant] = field(default_factory=dict)
+    #: layer-wise by node name, after op_type_overrides: {node name: (activation, weight)}; what
+    #: automatic mixed precision flips, one layer at a time
+    node_overrides: dict[str, tuple[TensorQuant | None, TensorQuant | None]] = field(default_factory=dict)
     #: quantize pass-through ops (MaxPool, Reshape, ...) even when their input is not quantized
     force_quantize_no_input_check: bool = True
     #: no Q/DQ between a Conv/MatMul/Add/... and a single following Relu/Clip (fused on hardware)
@@ -323,6 +327,9 @@ class QuantConfig:
         for op, pair in self.op_type_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"op_type_overrides[{op!r}] must be an (activation, weight) pair")
+        for node, pair in self.node_overrides.items():
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")
 
     def describe(self) -> str:
         act = self.activation.describe() if self.activation else "float"
