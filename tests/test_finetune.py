@@ -1,0 +1,239 @@
+"""Fast finetuning (AdaRound / AdaQuant) on a small synthetic model: exactness, never-worse, devices.
+
+The real-model checks (PP-OCR cls task metric) are in test_finetune_ppocr.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.api import quantize
+from onnxptq.config.presets import get_preset
+from onnxptq.config.schema import ConfigError, FinetuneOptions
+from onnxptq.formats import fake_quantize, integer
+
+torch = pytest.importorskip("torch")
+
+from onnxptq.algorithms import finetune  # noqa: E402
+from onnxptq.algorithms.finetune import extract  # noqa: E402
+from onnxptq.algorithms.finetune.layer import make_forward  # noqa: E402
+
+
+def _model(seed: int = 0) -> onnx.ModelProto:
+    """Every layer form the refine step handles: strided grouped Conv with asymmetric pads + HardSwish,
+    ConvTranspose + Relu, depthwise Conv + Clip, Gemm(transB) and a MatMul with a constant weight."""
+    rng = np.random.default_rng(seed)
+    arrays = {
+        "W1": rng.normal(0, 0.3, (8, 2, 3, 3)), "B1": rng.normal(0, 0.1, (8,)),
+        "WT": rng.normal(0, 0.2, (8, 6, 2, 2)), "BT": rng.normal(0, 0.1, (6,)),
+        "WD": rng.normal(0, 0.4, (6, 1, 3, 3)), "BD": rng.normal(0, 0.1, (6,)),
+        "WG": rng.normal(0, 0.3, (12, 6)), "BG": rng.normal(0, 0.1, (12,)),
+        "WM": rng.normal(0, 0.3, (12, 5)),
+        "lo": np.array(0.0), "hi": np.array(4.0),
+    }
+    inits = [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in arrays.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1", strides=[2, 2], pads=[0, 1, 1, 0], group=2),
+        helper.make_node("HardSwish", ["c1"], ["h1"], name="hswish"),
+        helper.make_node("ConvTranspose", ["h1", "WT", "BT"], ["t1"], name="deconv", strides=[2, 2]),
+        helper.make_node("Relu", ["t1"], ["r1"], name="relu"),
+        helper.make_node("Conv", ["r1", "WD", "BD"], ["d1"], name="dw", pads=[1, 1, 1, 1], group=6),
+        helper.make_node("Clip", ["d1", "lo", "hi"], ["k1"], name="clip"),
+        helper.make_node("GlobalAveragePool", ["k1"], ["g1"], name="gap"),
+        helper.make_node("Flatten", ["g1"], ["f1"], name="flatten"),
+        helper.make_node("Gemm", ["f1", "WG", "BG"], ["fc"], name="fc", transB=1),
+        helper.make_node("MatMul", ["fc", "WM"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(nodes, "ft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _feeds(n: int = 16, seed: int = 1) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0, 1, (1, 4, 12, 12)).astype(np.float32)} for _ in range(n)]
+
+
+def _options(**kw) -> FinetuneOptions:
+    return FinetuneOptions(**{"num_iterations": 150, "batch_size": 4, **kw})
+
+
+class _Spy:
+    """Wraps finetune.refine to keep its arguments, result and per-layer report."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[dict] = []
+        real = finetune.refine
+
+        def spy(prepared, plan, params, samples, options, **kw):
+            report: list = []
+            out = real(prepared, plan, params, samples, options, report=report)
+            self.calls.append(dict(prepared=prepared, plan=plan, params=params, options=options, result=out, report=report))
+            return out
+
+        monkeypatch.setattr(finetune, "refine", spy)
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_torch_layers_match_onnxruntime():
+    """make_forward reproduces each ONNX layer (attributes and fused activation included)."""
+    model = _model()
+    plan = __import__("onnxptq.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
+    layers = extract.find_layers(model, plan, FinetuneOptions().target_op_types)
+    assert [l.name for l in layers] == ["conv1", "deconv", "dw", "fc", "mm"]
+    assert [l.activation for l in layers] == ["HardSwish", "Relu", "Clip", None, None]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    probe = extract.float_probe(model, [l.input for l in layers if l.input != "x"] + [l.output for l in layers])
+    sess = _session(probe)
+    feed = _feeds(2)[0]
+    for layer in layers:
+        x = feed["x"] if layer.input == "x" else sess.run([layer.input], feed)[0]
+        y = sess.run([layer.output], feed)[0]
+        bias = torch.from_numpy(inits[layer.bias].copy()) if layer.bias else None
+        got = make_forward(layer)(torch.from_numpy(x.copy()), torch.from_numpy(inits[layer.weight].copy()), bias)
+        np.testing.assert_allclose(got.numpy(), y, rtol=1e-5, atol=1e-5, err_msg=layer.name)
+
+
+def test_adaround_returns_grid_values_that_emit_reproduces(monkeypatch):
+    """AdaRound's weights are exactly (q − zp)·s; emit's re-quantization gives back exactly q, and q is
+    floor or ceil of w/s (the learned rounding), differing from round-to-nearest somewhere."""
+    spy = _Spy(monkeypatch)
+    cfg = get_preset("A8W8").replace(finetune=_options(algorithm="adaround", holdout_fraction=0.25))
+    result = quantize(_model(), cfg, _feeds())
+    call = spy.calls[0]
+    assert call["result"], "AdaRound improved no layer of the synthetic model"
+    inits_q = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
+    float_inits = {t.name: numpy_helper.to_array(t) for t in call["prepared"].graph.initializer}
+    changed = 0
+    for name, value in call["result"].items():
+        p, axis = call["params"][name], call["plan"].tensors[name].axis
+        q = integer.quantize(value, "int8", p.scale, p.zero_point, axis)
+        np.testing.assert_array_equal(integer.dequantize(q, p.scale, p.zero_point, axis).view(np.uint32), value.view(np.uint32))
+        np.testing.assert_array_equal(inits_q[f"{name}_quantized"], q)
+        w_div = float_inits[name] / integer.broadcast_param(p.scale, value.shape, axis, None)
+        assert np.all((q == np.floor(w_div)) | (q == np.ceil(w_div)) | (np.abs(q) == 127))
+        changed += int((q != integer.quantize(float_inits[name], "int8", p.scale, p.zero_point, axis)).sum())
+    assert changed > 0, "learned rounding chose round-to-nearest everywhere"
+    for r in call["report"]:
+        assert (r.layer in {l for l in result.plan.nodes}) and (r.kept == (r.after < r.before))
+    kept_weights = {w for w in call["result"]}
+    assert len(kept_weights) == sum(r.kept for r in call["report"])
+
+
+def test_selective_update_never_worse_on_held_out_output():
+    """With selective_update the model's output error on the held-out samples cannot rise."""
+    feeds = _feeds(24)
+    held_out = feeds[-6:]  # holdout_fraction 0.25 of 24
+    base = quantize(_model(), "A8W8", feeds)
+    cfg = get_preset("A8W8").replace(finetune=_options(algorithm="adaround", selective_update=True))
+    tuned = quantize(_model(), cfg, feeds)
+
+    def l2(model):
+        sess, ref = _session(model), _session(_model())
+        return sum(float(np.mean((sess.run(None, f)[0] - ref.run(None, f)[0]) ** 2)) for f in held_out)
+
+    assert l2(tuned.model) <= l2(base.model)
+
+
+@pytest.mark.parametrize("preset", ["BF16", "MX9", "A8W8"])
+def test_adaquant_emits_what_it_trained(monkeypatch, preset):
+    """AdaQuant: float formats hand back learned floats that emit fake-quantizes (folded initializers
+    equal the reference fake quantization of them); integer formats hand back grid values."""
+    spy = _Spy(monkeypatch)
+    cfg = get_preset(preset).replace(finetune=_options(algorithm="adaquant", learning_rate=1e-3 if preset != "BF16" else 1e-4))
+    result = quantize(_model(), cfg, _feeds())
+    call = spy.calls[0]
+    assert call["report"], "no layer was considered"
+    sess = _session(result.model)
+    assert np.all(np.isfinite(sess.run(None, _feeds(1, seed=9)[0])[0]))
+    from onnxptq.emit import quantizer_attrs
+
+    inits_q = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
+    for name, value in call["result"].items():
+        tplan = call["plan"].tensors[name]
+        expected = fake_quantize(value, tplan.quant.format, **quantizer_attrs(tplan, call["params"].get(name)))
+        if tplan.quant.is_integer:
+            np.testing.assert_array_equal(expected, value)  # already on the grid
+        else:
+            folded = next(v for k, v in inits_q.items() if k.startswith(f"{name}_{tplan.quant.format}"))
+            np.testing.assert_array_equal(folded, expected)
+
+
+def test_bias_learned_by_adaquant(monkeypatch):
+    spy = _Spy(monkeypatch)
+    cfg = get_preset("MX4").replace(finetune=_options(algorithm="adaquant", learning_rate=1e-3, update_bias=True))
+    quantize(_model(), cfg, _feeds())
+    assert any(k.startswith("B") for k in spy.calls[0]["result"]), "no bias was learned"
+
+
+def test_presets_and_compat_mapping():
+    cfg = get_preset("A8W8_ADAROUND")
+    assert cfg.finetune.algorithm == "adaround" and cfg.finetune.lr == 0.1 and cfg.finetune.batch_size == 2
+    assert cfg.finetune.early_stop and cfg.finetune.data_size == 1000
+    assert get_preset("MX9_ADAQUANT").finetune.lr == 1e-5
+    with pytest.raises(ConfigError, match="AdaRound"):
+        get_preset("BF16_ADAROUND")
+    from onnxptq.compat import get_default_config
+    from onnxptq.compat.options import to_quant_config
+
+    for name in ("A8W8_ADAROUND", "A16W8_ADAQUANT", "BF16_ADAQUANT", "MX9_ADAQUANT"):
+        assert to_quant_config(get_default_config(name)) == get_preset(name)
+
+
+def test_options_validation():
+    assert FinetuneOptions(algorithm="AdaQuant").lr == 1e-5
+    assert FinetuneOptions(batch_size=0).batch_size == 1
+    for bad in (dict(algorithm="adam"), dict(optim_device="gpu"), dict(infer_device="cuda:x"), dict(warm_start=1.0)):
+        with pytest.raises(ConfigError):
+            FinetuneOptions(**bad)
+
+
+def test_devices_never_fall_back_to_cpu(monkeypatch):
+    assert finetune.torch_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="sees no GPU"):
+            finetune.torch_device("cuda:0")
+    if not getattr(torch.version, "hip", None):
+        with pytest.raises(RuntimeError, match="ROCm build of torch"):
+            finetune.torch_device("hip:0")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(RuntimeError, match="CUDAExecutionProvider"):
+            extract.providers_for("cuda:0")
+    if "ROCMExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(RuntimeError, match="ROCMExecutionProvider"):
+            extract.providers_for("hip:0")
+
+
+def test_without_torch_the_error_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match=r"pip install onnxptq\[finetune\]"):
+        finetune.require_torch()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA GPU")
+def test_cuda_optim_device(monkeypatch):
+    spy = _Spy(monkeypatch)
+    cfg = get_preset("A8W8").replace(finetune=_options(algorithm="adaround", optim_device="cuda:0"))
+    result = quantize(_model(), cfg, _feeds())
+    assert spy.calls[0]["report"]
+    assert np.all(np.isfinite(_session(result.model).run(None, _feeds(1)[0])[0]))
+    # the same torch quantizers on the GPU are bit-exact with the NumPy references too
+    from onnxptq.algorithms.finetune import torch_formats as tf
+
+    w = np.random.default_rng(0).normal(0, 1, (16, 32)).astype(np.float32)
+    for fmt, attrs in (("bf16", {}), ("bfp", dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, rounding_mode=2)),
+                       ("mx", dict(element_dtype="fp4_e2m1", block_size=32, rounding_mode=2))):
+        got = tf.fake_quantize(torch.from_numpy(w).cuda(), fmt, **attrs).cpu().numpy()
+        np.testing.assert_array_equal(got, fake_quantize(w, fmt, **attrs))
