@@ -165,9 +165,9 @@ class CalibrationOptions:
     progress: bool = True
 
 
-#: Layer op types fast finetuning optimises by default (spec §7.1 ``TargetOpType``; the norm layers
-#: of the reference list have no weight quantizer here, so they are never found).
-FINETUNE_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+#: Layer op types fast finetuning optimises by default (spec §7.1 ``TargetOpType``). The norm
+#: layers have no weight quantizer in our plans, so in practice Conv/ConvTranspose/Gemm/MatMul.
+FINETUNE_OP_TYPES = ("Conv", "ConvTranspose", "InstanceNormalization", "LayerNormalization", "Gemm", "MatMul")
 
 
 @dataclass
@@ -238,6 +238,10 @@ class FinetuneOptions:
             raise ConfigError(f"finetune beta_range must be (start, end), not {self.beta_range!r}")
         if self.lr_adjust and len(tuple(self.lr_adjust)) != 2:
             raise ConfigError(f"finetune lr_adjust must be () or (threshold, lr), not {self.lr_adjust!r}")
+        if self.log_period is None:
+            self.log_period = max(1, int(self.num_iterations) // 10)
+        self.target_op_types = tuple(self.target_op_types)
+        self.beta_range = tuple(float(b) for b in self.beta_range)  # type: ignore[assignment]
         for name in ("optim_device", "infer_device"):
             value = str(getattr(self, name)).strip().lower()
             if not re.fullmatch(r"cpu|(cuda|hip)(:\d+(,\d+)*)?", value):
