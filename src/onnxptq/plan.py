@@ -453,6 +453,10 @@ def _per_channel_depthwise_inputs(tensors: dict[str, TensorPlan], g: _Graph) -> 
             if readers and all(reader_ok(n, name) for n in readers):
                 accepted.add(name)
                 changed = True
+    for t in tensors.values():
+        # An int32 bias scale is input scale x weight scale: per channel now, along the bias.
+        if t.role == "bias" and t.bias_of is not None and t.bias_of[0] in accepted:
+            t.axis = 0
     for name in accepted:
         tensors[name].quant = tensors[name].quant.with_(per_channel=True)
         tensors[name].axis = 1
