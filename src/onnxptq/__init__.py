@@ -19,6 +19,10 @@ _LAZY = {
     "QuantConfig": ("config.schema", "QuantConfig"),
     "TensorQuant": ("config.schema", "TensorQuant"),
     "CalibrationOptions": ("config.schema", "CalibrationOptions"),
+    "auto_mixed_precision": ("algorithms.mixed_precision", "auto_mixed_precision"),
+    "L2Target": ("algorithms.mixed_precision", "L2Target"),
+    "Top1Target": ("algorithms.mixed_precision", "Top1Target"),
+    "AutoMixedPrecisionOptions": ("config.schema", "AutoMixedPrecisionOptions"),
 }
 
 

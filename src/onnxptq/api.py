@@ -96,6 +96,10 @@ def quantize(
         raise ValueError(f"{_source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     if output is not None:
         io.check_output_path(output, (model,))
+    if cfg.auto_mixed_precision is not None:
+        from .algorithms.mixed_precision import quantize_auto
+
+        return quantize_auto(model, cfg, data, output).result
     calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
     return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
 

@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from ..config.schema import CalibrationOptions, ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .legacy import QuantizationConfig
 
@@ -259,8 +259,10 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
 AMP_LAYERWISE_KEYS = ("TargetOpType", "TargetQuantType", "ActTargetQuantType", "WeightTargetQuantType", "DualQuantNodes")
 #: AMP keys without effect unless an automatic target is given (they only steer the sensitivity search).
 AMP_SEARCH_ONLY_KEYS = ("OutputIndex", "MetricOutputIndex", "DataSize", "WorkerNum", "MetricDefault")
+#: The user documents' automatic targets: with one of them the layers are searched (QuantConfig.auto_mixed_precision).
+AMP_TARGET_KEYS = ("L2Target", "Top1AccTarget", "EvaluateFunction")
 AMP_AUTOMATIC_KEYS = (
-    "L2Target", "Top1AccTarget", "EvaluateFunction", "NumTarget", "TargetTensors", "TargetIndices", "ExcludeIndices",
+    "NumTarget", "TargetTensors", "TargetIndices", "ExcludeIndices",
     "AutoMixUseFastFT", "TargetLayerConfig", "IncludeLayers", "ExcludeLayers", "SubgraphJson", "MetricDistanceFn",
     "MetricEvaluateFn", "MetricThreshold", "MetricOptimizeObject", "SensitivityCacheFile",
 )
@@ -270,7 +272,7 @@ AMP_UNBUILT: dict[str, tuple[str, tuple[Any, ...]]] = {
     "SharedParamMode": ("shared scale handling", ("propagate",)),
     "BiasTargetQuantType": ("a bias type per op type", ()),
 }
-AMP_KEYS = AMP_LAYERWISE_KEYS + AMP_SEARCH_ONLY_KEYS + AMP_AUTOMATIC_KEYS + tuple(AMP_UNBUILT)
+AMP_KEYS = AMP_LAYERWISE_KEYS + AMP_SEARCH_ONLY_KEYS + AMP_TARGET_KEYS + AMP_AUTOMATIC_KEYS + tuple(AMP_UNBUILT)
 #: Op types the layer-wise AMP path targets when TargetOpType is absent.
 AMP_DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -514,8 +516,13 @@ def fast_finetune_settings(options: dict[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def _amp_overrides(amp: dict[str, Any], rules: _Rules, act_fmt: str | None, weight_fmt: str) -> dict[str, tuple]:
-    """Layer-wise mixed precision: every op of TargetOpType gets the target activation/weight types."""
+def _amp_overrides(amp: dict[str, Any], rules: _Rules, act_fmt: str | None,
+                   weight_fmt: str) -> tuple[dict[str, tuple], AutoMixedPrecisionOptions | None]:
+    """Layer-wise mixed precision: every op of TargetOpType gets the target activation/weight types.
+
+    With an automatic target (L2Target, or Top1AccTarget with EvaluateFunction) the target types
+    go only to the layers the search picks: no overrides, and the search options instead.
+    """
     for key in amp:
         if key not in AMP_KEYS:
             raise ConfigError(f"unknown AutoMixprecision key {key!r}{suggest(key, AMP_KEYS)}")
@@ -542,7 +549,22 @@ def _amp_overrides(amp: dict[str, Any], rules: _Rules, act_fmt: str | None, weig
     ops = _names(list(ops) if isinstance(ops, (set, frozenset)) else ops, "AutoMixprecision TargetOpType")
     act_spec = rules.spec(act_fmt_t, "activation") if act_fmt_t is not None else None
     weight_spec = rules.spec(weight_fmt_t, "weight")
-    return {op: (act_spec, weight_spec) for op in ops}
+    l2, top1 = amp.get("L2Target"), amp.get("Top1AccTarget")
+    if l2 is None and top1 is None:
+        if amp.get("EvaluateFunction") is not None:
+            raise ConfigError("AutoMixprecision EvaluateFunction needs Top1AccTarget (the tolerated accuracy drop)")
+        return {op: (act_spec, weight_spec) for op in ops}, None
+    metric = amp.get("MetricDefault")
+    if metric is not None and str(metric).lower() != ("l2" if l2 is not None else "top1"):
+        raise _not_built("MetricDefault", f"the {metric!r} metric (L2Target measures l2)", "AutoMixprecision key")
+    workers = amp.get("WorkerNum")
+    auto = AutoMixedPrecisionOptions(
+        activation=act_spec, weight=weight_spec, op_types=ops,
+        l2_target=float(l2) if l2 is not None else None, top1_target=float(top1) if top1 is not None else None,
+        evaluate=amp.get("EvaluateFunction"), output_index=int(amp.get("OutputIndex", amp.get("MetricOutputIndex", 0)) or 0),
+        samples=int(amp.get("DataSize") or 16), workers=int(workers) if workers else None,
+    )
+    return {}, auto
 
 
 def _tensor_overrides(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules, specific: bool) -> dict[str, TensorQuant]:
@@ -679,6 +701,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
     # Layer-wise mixed precision.
     amp = extra.get("AutoMixprecision")
     op_type_overrides: dict[str, tuple] = {}
+    auto_mp = None
     if cfg.include_auto_mp and amp is None:
         raise ConfigError("include_auto_mp=True needs extra_options['AutoMixprecision'] (TargetOpType + TargetQuantType)")
     if amp is not None:
@@ -686,7 +709,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
             raise ConfigError(f"extra_options['AutoMixprecision'] must be a dict, not {type(amp).__name__}")
         if not cfg.include_auto_mp:
             log.warning("extra_options['AutoMixprecision'] is given but include_auto_mp is False; applying it as asked")
-        op_type_overrides = _amp_overrides(amp, rules, None if weights_only else act_fmt, weight_fmt)
+        op_type_overrides, auto_mp = _amp_overrides(amp, rules, None if weights_only else act_fmt, weight_fmt)
     dual_quant_nodes = _bool(extra, "EnableDualQuantNodePairs", False) or bool((amp or {}).get("DualQuantNodes", False))
 
     specific = bool(_setting(cfg, "specific_tensor_precision", extra))
@@ -778,6 +801,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),
         dual_quant_nodes=dual_quant_nodes,
+        auto_mixed_precision=auto_mp,
         weight_minmse=weight_minmse,
         calibration=CalibrationOptions(**calib_kwargs),
         opset=opset,

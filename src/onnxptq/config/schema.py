@@ -266,6 +266,34 @@ FINETUNE_MAX_SAMPLES = 256
 
 
 @dataclass
+class AutoMixedPrecisionOptions:
+    """Automatic mixed precision (spec §8): flip ``op_types`` layers to (``activation``, ``weight``)
+    from the least to the most sensitive while the target holds; see
+    :mod:`onnxptq.algorithms.mixed_precision`. Exactly one target: ``l2_target`` (mean
+    ‖float − quantized‖₂ of output ``output_index``) or ``top1_target`` (tolerated drop of
+    ``evaluate(outputs)``, e.g. top-1 accuracy; ``evaluate`` is required with it). A ``None``
+    side of the low precision keeps the config's own format."""
+
+    activation: TensorQuant | None
+    weight: TensorQuant | None
+    op_types: tuple[str, ...] = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+    l2_target: float | None = None
+    top1_target: float | None = None
+    evaluate: Any = None
+    output_index: int = 0
+    samples: int = 16
+    workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.l2_target is None) == (self.top1_target is None):
+            raise ConfigError("automatic mixed precision needs exactly one target: l2_target or top1_target")
+        if self.top1_target is not None and not callable(self.evaluate):
+            raise ConfigError("a top1_target needs an evaluation function (evaluate=f, f(outputs) -> accuracy)")
+        if int(self.samples) < 1:
+            raise ConfigError(f"automatic mixed precision samples must be >= 1, not {self.samples}")
+
+
+@dataclass
 class QuantConfig:
     """A whole quantization: global activation/weight/bias rules plus layer- and tensor-wise overrides.
 
@@ -315,6 +343,8 @@ class QuantConfig:
     depthwise_input_per_channel: bool = True
     weight_minmse: bool = False
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
+    #: automatic mixed precision: :func:`onnxptq.api.quantize` runs the search; None: off
+    auto_mixed_precision: AutoMixedPrecisionOptions | None = None
     #: fast finetuning (AdaRound / AdaQuant) between solve and emit; None: off
     finetune: FinetuneOptions | None = None
     opset: int | None = None

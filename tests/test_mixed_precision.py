@@ -1,0 +1,202 @@
+"""Mixed precision: the user document's layer-wise, tensor-wise and automatic examples on PP-OCR cls
+(precision of each layer read back from the graph), and the automatic search's guarantees: the
+final metric meets the target, and no single further layer can be flipped without breaking it
+(checked by building each such model independently of the search's switch model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from _graph_precision import GraphIndex
+from conftest import make_small_cnn, small_cnn_feeds
+from onnxptq import (CalibrationMethod, Config, ExtendedQuantFormat, ExtendedQuantType, ModelQuantizer,
+                     QuantizationConfig, QuantType, get_preset)
+from onnxptq.algorithms.mixed_precision import L2Target, Top1Target, auto_mixed_precision
+from onnxptq.api import build_model, calibrate_once
+from onnxptq.testing.models import model_path
+
+LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def _l2(reference_model, model, feeds, index=0) -> float:
+    """Mean over samples of ||float - quantized||_2, computed here, independently of the search."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ref = ort.InferenceSession(reference_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    got = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    norms = []
+    for feed in feeds:
+        r, q = ref.run(None, feed)[index], got.run(None, feed)[index]
+        norms.extend(float(np.linalg.norm((a.astype(np.float64) - b).ravel())) for a, b in zip(r, q))
+    return float(np.mean(norms))
+
+
+def _check_greedy(model, high, low_pair, feeds, result, target):
+    """Final L2 within the target; every layer left high breaks it when flipped alone on top."""
+    cal = calibrate_once(model, high, feeds, eval_samples=len(feeds))
+    flipped = set(result.report.flipped)
+
+    def build(names):
+        return build_model(cal, high.replace(node_overrides={n: low_pair for n in names}))[2]
+
+    final = _l2(cal.prepared, build(flipped), feeds)
+    assert final <= target
+    assert final == pytest.approx(result.report.final_metric, rel=1e-5, abs=1e-9)
+    for layer in result.report.layers:
+        if layer.precision == "high":
+            assert _l2(cal.prepared, build(flipped | {layer.name}), feeds) > target, layer.name
+    return final
+
+
+def test_small_cnn_a16w8_to_a8w8_greedy_property(tmp_path):
+    high = get_preset("A16W8")
+    high.calibration.progress = False
+    low = get_preset("A8W8")
+    feeds = small_cnn_feeds(8)
+    probe = auto_mixed_precision(make_small_cnn(), high, low, feeds, L2Target(1.0), workers=2)
+    all_high, all_low = probe.report.baseline, probe.report.all_low
+    assert probe.report.flipped and len(probe.report.flipped) == 3, "a loose target flips everything"
+    target = all_high + 0.5 * (all_low - all_high)
+    out = tmp_path / "amp.onnx"
+    result = auto_mixed_precision(make_small_cnn(), high, low, feeds, L2Target(target), out, workers=2)
+    assert 0 < len(result.report.flipped) < 3
+    _check_greedy(make_small_cnn(), high, (low.activation, low.weight), feeds, result, target)
+    saved = json.loads((tmp_path / "amp.onnx.amp.json").read_text())
+    assert saved["flipped"] == result.report.flipped and saved["metric"] == "l2"
+    assert {layer["name"] for layer in saved["layers"]} == {"conv1", "conv2", "fc"}
+    g = GraphIndex(result.model)
+    for layer in result.report.layers:
+        assert g.input_chain(layer.name, 0)[-1] == ("int8" if layer.precision == "low" else "int16")
+
+
+def test_top1_target_uses_the_evaluation_function():
+    feeds = small_cnn_feeds(8)
+    high = get_preset("A16W8")
+    high.calibration.progress = False
+    calls = []
+
+    def accuracy(outputs):
+        calls.append(len(outputs))
+        return float(np.mean([np.argmax(o, axis=-1).mean() for o in outputs]))
+
+    result = auto_mixed_precision(make_small_cnn(), high, "A8W8", feeds, Top1Target(1e9, accuracy), workers=1)
+    assert calls and all(n == 8 for n in calls)
+    assert len(result.report.flipped) == 3 and result.report.metric == "top1_drop"
+
+
+# --- the user document on PP-OCR cls --------------------------------------------------------------
+
+CLS = model_path("cls")
+
+
+def _cls_feeds(n=4):
+    from onnxptq.testing import ocr
+
+    images, _ = ocr.render_cls(n, seed=1)
+    return [{"x": images[i : i + 1]} for i in range(n)]
+
+
+class _Reader:
+    def __init__(self, feeds):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _doc_quantize(tmp_path, **fields):
+    out = tmp_path / "q.onnx"
+    cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ, **fields)
+    ModelQuantizer(Config(global_quant_config=cfg)).quantize_model(str(CLS), str(out), _Reader(_cls_feeds()))
+    import onnx
+
+    model = onnx.load(out)
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    return model
+
+
+def _layers(model):
+    return [n for n in model.graph.node if n.op_type in LAYER_OPS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, label, dual", [(ExtendedQuantType.QBFP, "bfp", False), (ExtendedQuantType.QBFP, "bfp", True),
+                                                 (ExtendedQuantType.QMX, "mx", False)])
+def test_doc_layer_wise_on_cls(tmp_path, target, label, dual):
+    amp = {"TargetOpType": list(LAYER_OPS), "TargetQuantType": target, **({"DualQuantNodes": True} if dual else {})}
+    model = _doc_quantize(tmp_path, activation_type=ExtendedQuantType.QBFloat16, weight_type=ExtendedQuantType.QBFloat16,
+                          include_auto_mp=True, extra_options={"AutoMixprecision": amp})
+    g = GraphIndex(model)
+    for node in _layers(model):
+        chain = g.input_chain(node.name, 0)
+        assert chain[-1] == label, (node.name, chain)
+        if node.op_type == "Conv":
+            assert g.input_chain(node.name, 1) == [label], node.name
+    others = [n for n in model.graph.node if n.op_type in ("HardSwish", "Add", "Mul", "GlobalAveragePool")]
+    chains = [c for c in (g.input_chain(n.name, 0) for n in others) if c]  # fused activations read no quantizer
+    ends = [c[-1] for c in chains]
+    assert ends.count("bf16") > len(ends) // 2
+    if dual:
+        assert set(ends) == {"bf16"}, "with dual quant nodes every BF16 reader sees BF16 last"
+    boundary = [n for n in _layers(model) if g.input_chain(n.name, 0) == ["bf16", label]]
+    assert bool(boundary) == dual, "dual quant nodes put BF16 then the target type on boundary tensors"
+
+
+@pytest.mark.slow
+def test_doc_tensor_wise_on_cls(tmp_path):
+    model = _doc_quantize(tmp_path, activation_type=ExtendedQuantType.QBFP, weight_type=ExtendedQuantType.QBFP,
+                          specific_tensor_precision=True,
+                          extra_options={"MixedPrecisionTensor": {ExtendedQuantType.QBFloat16: ["conv2_se_1_weights", "hardswish_0.tmp_0"],
+                                                                  ExtendedQuantType.QInt16: ["conv2_se_2_weights", "relu_0.tmp_0"]}})
+    g = GraphIndex(model)
+    expect = {"hardswish_0.tmp_0": "bf16", "conv2_se_1_weights": "bf16", "conv2_se_2_weights": "int16", "relu_0.tmp_0": "int16"}
+    for tensor, label in expect.items():
+        reads = [g.chain(i) for n in model.graph.node if n.domain != "onnxptq" and n.op_type not in ("Cast", "QuantizeLinear", "DequantizeLinear")
+                 for i in n.input if i.startswith(tensor)]
+        assert reads and all(chain == [label] for chain in reads), (tensor, reads)
+    with pytest.raises(ValueError, match="no_such_tensor"):
+        _doc_quantize(tmp_path, activation_type=ExtendedQuantType.QBFP, weight_type=ExtendedQuantType.QBFP,
+                      specific_tensor_precision=True,
+                      extra_options={"MixedPrecisionTensor": {ExtendedQuantType.QBFloat16: ["no_such_tensor"]}})
+
+
+@pytest.mark.slow
+def test_doc_automatic_on_cls_greedy_property(tmp_path):
+    """The document's automatic example as written (A16W8 -> A8W8, L2Target 0.1 on output 0),
+    then a tighter target where the search has to choose, with the greedy property checked."""
+    model = _doc_quantize(tmp_path, activation_type=ExtendedQuantType.QInt16, weight_type=QuantType.QInt8, include_auto_mp=True,
+                          extra_options={"AutoMixprecision": {"TargetOpType": list(LAYER_OPS), "ActTargetQuantType": QuantType.QInt8,
+                                                              "WeightTargetQuantType": QuantType.QInt8, "OutputIndex": 0,
+                                                              "L2Target": 0.1}})
+    report = json.loads((tmp_path / "q.onnx.amp.json").read_text())
+    assert report["final_metric"] <= 0.1
+    g = GraphIndex(model)
+    low = set(report["flipped"])
+    for node in _layers(model):
+        assert g.input_chain(node.name, 0)[-1] == ("int8" if node.name in low else "int16"), node.name
+
+    from onnxptq.compat.options import to_quant_config
+    from onnxptq.testing import ocr
+
+    # The same configuration through our API, with a target between all-A16 and all-A8.
+    doc_cfg = to_quant_config(QuantizationConfig(
+        calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ, activation_type=ExtendedQuantType.QInt16,
+        weight_type=QuantType.QInt8, include_auto_mp=True,
+        extra_options={"AutoMixprecision": {"ActTargetQuantType": QuantType.QInt8, "L2Target": 0.1}}))
+    options = doc_cfg.auto_mixed_precision
+    high = doc_cfg.replace(auto_mixed_precision=None)
+    target = report["baseline"] + 0.4 * (report["all_low"] - report["baseline"])
+    feeds = _cls_feeds()
+    result = auto_mixed_precision(str(CLS), high, (options.activation, options.weight), feeds, L2Target(target), workers=2)
+    assert 0 < len(result.report.flipped) < len(result.report.layers)
+    _check_greedy(str(CLS), high, (options.activation, options.weight), feeds, result, target)
+    images, labels = ocr.render_cls(100, seed=3)
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    acc, float_acc = ocr.cls_accuracy(session, images, labels), ocr.cls_accuracy(str(CLS), images, labels)
+    print(f"cls A16W8->A8W8 L2 target {target:.4g}: final {result.report.final_metric:.4g}, "
+          f"{len(result.report.flipped)}/{len(result.report.layers)} layers int8, accuracy {acc:.3f} (float {float_acc:.3f})")
+    assert acc >= float_acc - 0.05
