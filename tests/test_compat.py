@@ -444,15 +444,20 @@ def test_layer_wise_role_specific_types():
     assert act.format == "int16" and weight.format == "int16"
 
 
-def test_automatic_mixed_precision_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="L2Target"):
-        mapped(activation_type=ExtendedQuantType.QInt16, include_auto_mp=True,
-               extra_options={"AutoMixprecision": {"TargetOpType": ["Conv"], "ActTargetQuantType": OrtType.QInt8,
-                                                   "WeightTargetQuantType": OrtType.QInt8, "OutputIndex": 0,
-                                                   "L2Target": 0.1}})
-    with pytest.raises(NotImplementedError, match="Top1AccTarget"):
+def test_automatic_mixed_precision_maps_to_search_options():
+    got = mapped(activation_type=ExtendedQuantType.QInt16, include_auto_mp=True,
+                 extra_options={"AutoMixprecision": {"TargetOpType": ["Conv"], "ActTargetQuantType": OrtType.QInt8,
+                                                     "WeightTargetQuantType": OrtType.QInt8, "OutputIndex": 0,
+                                                     "L2Target": 0.1}})
+    amp = got.auto_mixed_precision
+    assert got.op_type_overrides == {} and amp.l2_target == 0.1 and amp.op_types == ("Conv",)
+    assert amp.activation.format == "int8" and amp.weight.format == "int8" and got.activation.format == "int16"
+    with pytest.raises(ValueError, match="evaluation function"):
         mapped(include_auto_mp=True, extra_options={"AutoMixprecision": {"TargetQuantType": OrtType.QInt8,
                                                                          "Top1AccTarget": 0.01}})
+    top1 = mapped(include_auto_mp=True, extra_options={"AutoMixprecision": {"TargetQuantType": OrtType.QInt8,
+                                                                            "Top1AccTarget": 0.01, "EvaluateFunction": len}})
+    assert top1.auto_mixed_precision.top1_target == 0.01
 
 
 def test_mixed_precision_errors():
