@@ -124,7 +124,7 @@ _BF16 = ExtendedQuantType.QBFloat16
 
 #: Canonical preset name -> legacy description of our preset.
 _BUILDERS: dict[str, Callable[[], QuantizationConfig]] = {
-    "A8W8": lambda: _integer(QuantType.QInt8, QuantType.QInt8, **_AS, **_NPU_ALIGN),
+    "A8W8": lambda: _integer(QuantType.QInt8, QuantType.QInt8, ActivationSymmetric=False, **_NPU_ALIGN),
     "A16W8": lambda: _integer(ExtendedQuantType.QInt16, QuantType.QInt8, **_AS, **_NPU_ALIGN, AlignEltwiseQuantType=True),
     "U8S8": lambda: _integer(QuantType.QUInt8, QuantType.QInt8),
     "S8S8": lambda: _integer(QuantType.QInt8, QuantType.QInt8, **_AS),

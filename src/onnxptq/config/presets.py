@@ -57,7 +57,10 @@ BF16 = TensorQuant(format="bf16")
 FP16 = TensorQuant(format="fp16")
 
 _PRESETS: dict[str, Callable[[], QuantConfig]] = {
-    "A8W8": lambda: _integer("int8", align_concat=True, fold_relu=True),
+    # Asymmetric int8 activations: most activations are post-ReLU/HardSwish and nearly one-signed,
+    # so a symmetric grid wastes half its codes; on PP-OCR cls that is 0.88 vs 0.955 accuracy
+    # (float 0.9575). The reference tool's A8W8 is symmetric (see docs/presets.md).
+    "A8W8": lambda: _integer("int8", act_symmetric=False, align_concat=True, fold_relu=True),
     "A16W8": lambda: _integer("int16", align_concat=True, fold_relu=True, align_eltwise_quant_type=True),
     "U8S8": lambda: _integer("uint8", act_symmetric=False),
     "S8S8": lambda: _integer("int8"),
