@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .legacy import QuantizationConfig
 
@@ -309,6 +309,20 @@ FAST_FINETUNE_DEFAULTS: dict[str, Any] = {
     "UseGDS": False,
     "CacheDir": None,
 }
+
+#: FastFinetune key -> FinetuneOptions field.
+_FINETUNE_FIELDS = {
+    "OptimAlgorithm": "algorithm", "NumIterations": "num_iterations", "LearningRate": "learning_rate",
+    "BatchSize": "batch_size", "NumBatches": "num_batches", "DataSize": "data_size", "FixedSeed": "fixed_seed",
+    "OptimDevice": "optim_device", "InferDevice": "infer_device", "EarlyStop": "early_stop",
+    "UpdateBias": "update_bias", "LRAdjust": "lr_adjust", "RegParam": "reg_param", "BetaRange": "beta_range",
+    "WarmStart": "warm_start", "DropRatio": "drop_ratio", "LogPeriod": "log_period", "TargetOpType": "target_op_types",
+    "OutputQDQ": "output_qdq", "SelectiveUpdate": "selective_update", "OutputIndex": "output_index",
+    "RefModelPath": "ref_model_path", "MemOptLevel": "memory_level", "Parallel": "parallel",
+    "DynamicBatch": "dynamic_batch", "SelectMaxMemLayer": "select_max_mem_layer", "NumWorkers": "num_workers",
+    "PinMemory": "pin_memory", "UseGDS": "use_gds", "CacheDir": "cache_dir",
+}
+assert set(_FINETUNE_FIELDS) == set(FAST_FINETUNE_DEFAULTS)
 
 #: (field, extra_options spelling) pairs that name the same setting.
 _FIELD_KEYS = {
@@ -715,12 +729,13 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
     specific = bool(_setting(cfg, "specific_tensor_precision", extra))
     tensor_overrides = _tensor_overrides(cfg, extra, rules, specific)
 
-    # Fast finetuning: checked, then refused until the feature lands.
+    # Fast finetuning: the FastFinetune keys map one to one onto FinetuneOptions.
+    finetune = None
     if cfg.include_fast_ft or "FastFinetune" in extra:
         ft = fast_finetune_settings(_dict_option(extra, "FastFinetune"))
         if not cfg.include_fast_ft:
             log.warning("extra_options['FastFinetune'] is given but include_fast_ft is False; treating it as a request to finetune")
-        raise _not_built("FastFinetune", f"fast finetuning, OptimAlgorithm={ft['OptimAlgorithm']!r}")
+        finetune = FinetuneOptions(**{_FINETUNE_FIELDS[k]: (tuple(v) if isinstance(v, list) else v) for k, v in ft.items()})
 
     # Bias.
     quantize_bias = _bool(extra, "QuantizeBias", True)
@@ -807,6 +822,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         opset=opset,
         optimize=optimize,
         fold_batchnorm=fold_bn,
+        finetune=finetune,
         **kwargs,
     )
     run = RunOptions(
