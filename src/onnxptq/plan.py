@@ -199,6 +199,13 @@ def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
     return None
 
 
+def _size(tensor: onnx.TensorProto) -> int:
+    size = 1
+    for d in tensor.dims:
+        size *= d
+    return size
+
+
 def _vector_axis(tensor: onnx.TensorProto) -> int | None:
     """The one non-singleton axis of a per-channel constant (an elementwise op's scale or offset).
 
@@ -321,6 +328,11 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 quant = spec_for(node, "weight")
                 if quant is None:
                     continue
+                if quant.format in ("bfp", "mx") and _size(g.initializers[name]) <= 1:
+                    # A block of one: the reference tool's kernels return such tensors unchanged,
+                    # and a scalar scale (e.g. a learnable activation gain) loses up to 12% under
+                    # the OCP scale rule, which alone breaks PP-OCRv4 rec at MXFP8.
+                    continue
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
                     axis = _weight_axis(node, index, rank) if quant.per_channel else None
@@ -427,10 +439,15 @@ def _per_channel_depthwise_inputs(tensors: dict[str, TensorPlan], g: _Graph) -> 
     affine (Mul/Add/Sub/Div by a scalar or per-channel constant) whose own output qualifies: along
     such a path every value keeps its channel, so per-channel scales fold into the affine
     constants and finally into the depthwise weights — no extra cost on hardware.
+
+    Unsigned activations stay per tensor: onnxruntime 1.31's CPU QDQ fusion turns the producer of
+    a uint8 per-channel tensor into a QLinearConv/QLinearAdd that requires scalar output
+    parameters, and the session fails to load (signed types are not fused there).
     """
     candidates = {
         name for name, t in tensors.items()
-        if t.role == "activation" and t.quant.is_integer and name not in g.outputs and g.rank.get(name) == 4
+        if t.role == "activation" and t.quant.is_integer and not t.quant.format.startswith("u")
+        and name not in g.outputs and g.rank.get(name) == 4
     }
     accepted: set[str] = set()
 

@@ -82,12 +82,17 @@ def build(
     functions: list[onnx.FunctionProto] = []
     imports: dict[str, int] = {}
     if t.is_fp8:
+        # Div → Cast(float8, saturate) → Cast → Mul is exactly QuantizeLinear/DequantizeLinear with a
+        # float8 zero point of 0 (x/scale, RNE, saturation; q·scale). We do not emit the Q/DQ pair:
+        # onnxruntime 1.31's CPU QDQ fusion turns DQ(fp8)→Conv→Q(fp8) into a QLinearConv, which
+        # has no float8 kernel, and the session then fails to load.
         min_opset = max(19, b.cast_opset)
         s_name = b.init("scale", np.asarray(s, np.float32))
-        zp_name = b.init("zero_point", np.zeros((), t.dtype))
-        q = b.node("QuantizeLinear", [x32, s_name, zp_name], "QuantizeLinear_Output", saturate=int(sat))
+        v = b.node("Div", [x32, s_name], "Scaled")
+        q = b.node("Cast", [v], "QuantizeLinear_Output", to=t.onnx_type, saturate=int(sat))
         b.nodes[-1].name = f"{name}_QuantizeLinear"
-        y32 = b.node("DequantizeLinear", [q, s_name, zp_name], "DequantizeLinear_Output")
+        back = b.node("Cast", [q], "Float", to=TensorProto.FLOAT)
+        y32 = b.node("Mul", [back, s_name], "DequantizeLinear_Output")
         b.nodes[-1].name = f"{name}_DequantizeLinear"
     elif s == 1 and z == 0 and cast_form:
         min_opset = max(13, b.cast_opset)
