@@ -215,3 +215,30 @@ def test_cli_quantize_and_inspect(tmp_path, small_cnn_path, capsys):
     assert "Conv ×2" in text and "bfp(to_bfp,bw16,bs8)" in text
     assert main(["quantize", str(small_cnn_path), "-o", str(small_cnn_path), "--data", str(data)]) == 2
     assert "input" in capsys.readouterr().err
+
+
+def test_fold_relu_removes_relu_and_keeps_numbers(small_cnn):
+    feeds = small_cnn_feeds(4)
+    base = get_preset("U8S8").replace(fuse_activations=True)
+    kept = quantize(small_cnn, base.replace(fold_relu=False), feeds)
+    folded = quantize(small_cnn, base.replace(fold_relu=True), feeds)
+    assert sum(n.op_type == "Relu" for n in kept.model.graph.node) == 1
+    assert sum(n.op_type == "Relu" for n in folded.model.graph.node) == 0
+    for feed in small_cnn_feeds(2, seed=9):
+        np.testing.assert_allclose(_run(folded.model, feed), _run(kept.model, feed), atol=1e-6)
+
+
+def test_align_eltwise_quant_type_gives_constants_the_activation_type(small_cnn):
+    from onnx import TensorProto, helper
+
+    model = make_small_cnn()
+    # The residual sum is scaled by a constant before pooling: a Mul with a constant operand
+    # (after an Add, so no fold absorbs it).
+    gap = next(n for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    gap.input[0] = "scaled"
+    model.graph.node.insert(list(model.graph.node).index(gap), helper.make_node("Mul", ["a1", "half"], ["scaled"], name="scale"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([0.5], np.float32), "half"))
+    on = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=True), small_cnn_feeds(2))
+    off = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=False), small_cnn_feeds(2))
+    assert on.plan.tensors["half"].quant.format == "int16"
+    assert off.plan.tensors["half"].quant.format == "int8"

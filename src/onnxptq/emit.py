@@ -127,8 +127,13 @@ class _Builder:
 
 
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
-         store_int_weights: bool = True, bf16_qdq_to_cast: bool = True) -> onnx.ModelProto:
-    """Return a copy of ``model`` with every planned tensor quantized as the plan says."""
+         store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False) -> onnx.ModelProto:
+    """Return a copy of ``model`` with every planned tensor quantized as the plan says.
+
+    ``fold_relu``: a Relu whose output is quantized on an asymmetric integer grid starting at 0
+    (zero point = qmin) is removed and its quantizer reads the Relu's input instead: saturation
+    at qmin is exactly the Relu, so the result is unchanged and one node lighter (FoldRelu).
+    """
     out = onnx.ModelProto()
     out.CopyFrom(model)
     b = _Builder(out)
@@ -145,6 +150,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
 
     # DualQuantNodes: (consumer node, tensor) -> the value after the producer-side quantizer.
     node_replacement: dict[tuple[str, str], str] = {}
+    folded_relus = _foldable_relus(graph, plan, params) if fold_relu else {}
+    removed_nodes = {relu.name for relu in folded_relus.values()}
 
     for tplan in plan.tensors.values():
         name = tplan.name
@@ -154,6 +161,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             inserts.setdefault(None, []).extend(nodes)
             continue
         source = name
+        if name in folded_relus:
+            source = folded_relus[name].input[0]
+            producer[name] = producer.get(source)
         is_fp16 = elem_types.get(name) == onnx.TensorProto.FLOAT16
         # fp16 fragments end in a Cast after the DequantizeLinear, whose own output already
         # takes the conventional name.
@@ -192,6 +202,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     # Rename producers of quantized graph outputs, then rewire consumers to the quantized values.
     new_nodes: list[onnx.NodeProto] = list(inserts.get(None, []))
     for node in graph.node:
+        if node.name in removed_nodes:
+            new_nodes.extend(inserts.get(node.name, []))
+            continue
         for i, o in enumerate(node.output):
             if o in renamed_outputs:
                 node.output[i] = renamed_outputs[o]
@@ -269,6 +282,34 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     frag = build_qdq(quant.format, name, target, name=_safe(name), opset=b.opset, **attrs)
     replacement[name] = target
     return b.absorb(frag)
+
+
+def _foldable_relus(graph: onnx.GraphProto, plan: Plan, params: dict[str, QParams]) -> dict[str, onnx.NodeProto]:
+    """Relu nodes whose output quantizer already clamps at 0: {Relu output: Relu node}."""
+    from .formats import integer
+
+    outputs = {o.name for o in graph.output}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    found = {}
+    for node in graph.node:
+        if node.op_type != "Relu" or node.domain not in ("", "ai.onnx"):
+            continue
+        out, inp = node.output[0], node.input[0]
+        tplan = plan.tensors.get(out)
+        if tplan is None or not tplan.quant.is_integer or tplan.quant.symmetric or out in outputs or inp in outputs:
+            continue
+        if inp in plan.tensors or readers.get(inp, 0) != 1 or getattr(tplan, "producer_quant", None) is not None:
+            continue
+        qp = params.get(out)
+        if qp is None or qp.zero_point is None:
+            continue
+        qmin, _ = integer.qrange(tplan.quant.format, symmetric=False, reduce_range=tplan.quant.reduce_range)
+        if np.all(np.asarray(qp.zero_point).astype(np.int64) == qmin):
+            found[out] = node
+    return found
 
 
 def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:

@@ -51,6 +51,8 @@ FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu HardSwish".split())
 #: Ops without an output quantizer of their own: ArgMax gives indices, Shape-like ops give ints.
 NO_OUTPUT_QUANT = frozenset("ArgMax".split())
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+#: Elementwise ops whose constant operands AlignEltwiseQuantType moves to the activation type.
+ELTWISE_OPS = frozenset("Mul Add Sub Div Min Max".split())
 
 
 @dataclass
@@ -275,6 +277,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         if role == "activation":
             return act
         if role == "weight":
+            if config.align_eltwise_quant_type and node.op_type in ELTWISE_OPS and act is not None and act.is_integer:
+                # AlignEltwiseQuantType: an elementwise op's constant takes the activation type
+                # (int16 under A16W8), so both operands share one precision.
+                return act.with_(per_channel=False, symmetric=True)
             return weight
         return weight if config.bias == "weight" else None
 
