@@ -178,9 +178,12 @@ class FinetuneOptions:
     calibration sample, but see below) and ``learning_rate`` (None: 0.1 for AdaRound, 1e-5 for
     AdaQuant). The calibration samples used are kept in memory for the refine step, so
     ``data_size`` bounds that memory: None keeps at most :data:`FINETUNE_MAX_SAMPLES`.
-    ``memory_level``, ``num_workers``, ``pin_memory``, ``use_gds``, ``cache_dir``, ``dynamic_batch``,
-    ``parallel`` and ``select_max_mem_layer`` are accepted for compatibility; the refine step
-    always works per layer in RAM (the reference tool's MemOptLevel 1).
+    ``selective_update`` (keep a layer only if the whole model's output on the held-out samples
+    got closer to float, ``output_index`` picks the output) and ``parallel`` (every layer's data in
+    one pass, ignoring earlier updates) work as in the reference tool. ``memory_level``,
+    ``num_workers``, ``pin_memory``, ``use_gds``, ``cache_dir``, ``dynamic_batch``,
+    ``select_max_mem_layer``, ``output_qdq`` and ``ref_model_path`` are accepted for compatibility
+    and not used: the refine step always works per layer in RAM (the reference tool's MemOptLevel 1).
     """
 
     algorithm: Literal["adaround", "adaquant"] = "adaround"

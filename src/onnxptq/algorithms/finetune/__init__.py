@@ -198,6 +198,14 @@ def refine(
         return sum(float(np.mean((qrun.fetch(n, check, feeds) - float_final[n]) ** 2)) for n in watched)
 
     current = model_error(weight_feeds) if watched else 0.0
+    # Parallel: every layer's data in one pass of each model, before any update (faster: one
+    # forward instead of one per layer; the later layers do not see the earlier layers' updates).
+    cache_q: dict[str, np.ndarray] = {}
+    cache_f: dict[str, np.ndarray] = {}
+    if options.parallel:
+        wanted = [reads[l.name] for l in layers if reads[l.name] not in samples[0]]
+        cache_q = qrun.fetch_many(wanted, samples, weight_feeds) if wanted and qrun is not None else {}
+        cache_f = frun.fetch_many([l.output for l in layers], samples)
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(TORCH_THREADS)
@@ -210,9 +218,11 @@ def refine(
             read = reads[layer.name]
             if read in samples[0]:  # the layer reads a graph input directly
                 x_q = np.concatenate([s[read] for s in samples], axis=0)
+            elif options.parallel:
+                x_q = cache_q[read]
             else:
                 x_q = qrun.fetch(read, samples, weight_feeds)
-            y_f = frun.fetch(layer.output, samples)
+            y_f = cache_f.pop(layer.output) if options.parallel else frun.fetch(layer.output, samples)
             x_f = frun.fetch(layer.input, samples) if options.drop_ratio < 1.0 else None
             # Rows: samples × their batch; the held-out rows are the last samples' rows.
             rows_per_sample = x_q.shape[0] // len(samples)

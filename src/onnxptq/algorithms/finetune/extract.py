@@ -210,40 +210,48 @@ class Runner:
 
     def fetch(self, name: str, feeds: Sequence[dict[str, np.ndarray]], extra: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """``name`` for every sample of ``feeds``, concatenated along axis 0."""
+        return self.fetch_many([name], feeds, extra)[name]
+
+    def fetch_many(self, names: Sequence[str], feeds: Sequence[dict[str, np.ndarray]],
+                   extra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Every tensor of ``names`` for every sample of ``feeds`` (one pass), concatenated along axis 0."""
         extra = extra or {}
+        names = list(dict.fromkeys(names))
         if self.batched is not False:
             try:
-                out = self._fetch_batched(name, feeds, extra)
+                out = self._fetch_batched(names, feeds, extra)
                 self.batched = True
                 return out
             except _NotBatchable as exc:
                 log.debug("finetune: samples run one by one (%s)", exc)
                 self.batched = False
-        return np.concatenate([self._run(name, {**f, **extra}) for f in feeds], axis=0)
+        runs = [self._run(names, {**f, **extra}) for f in feeds]
+        return {n: np.concatenate([r[i] for r in runs], axis=0) for i, n in enumerate(names)}
 
-    def _run(self, name: str, feed: dict[str, np.ndarray]) -> np.ndarray:
+    def _run(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         feed = {k: v for k, v in feed.items() if k in self.input_names}
-        return np.asarray(self.session.run([name], feed)[0])
+        return [np.asarray(a) for a in self.session.run(names, feed)]
 
-    def _fetch_batched(self, name: str, feeds: Sequence[dict[str, np.ndarray]], extra: dict[str, np.ndarray]) -> np.ndarray:
+    def _fetch_batched(self, names: list[str], feeds: Sequence[dict[str, np.ndarray]], extra: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         data_names = [k for k in feeds[0] if k in self.input_names]
         if any(set(f) != set(feeds[0]) or any(f[k].shape[1:] != feeds[0][k].shape[1:] or f[k].ndim == 0 for k in data_names) for f in feeds):
             raise _NotBatchable("samples differ in shape")
-        parts = []
+        parts: list[list[np.ndarray]] = []
         for start in range(0, len(feeds), CHUNK):
             chunk = feeds[start : start + CHUNK]
             rows = sum(f[data_names[0]].shape[0] for f in chunk)
             feed = {k: np.concatenate([f[k] for f in chunk], axis=0) for k in data_names}
             try:
-                out = self._run(name, {**feed, **extra})
+                outs = self._run(names, {**feed, **extra})
             except Exception as exc:  # a fixed batch dimension: onnxruntime refuses the shape
                 if self.batched:
                     raise
                 raise _NotBatchable(str(exc).splitlines()[0]) from exc
-            if out.ndim == 0 or out.shape[0] != rows:
-                raise _NotBatchable(f"{name} has no batch axis")
-            parts.append(out)
-        return np.concatenate(parts, axis=0)
+            for n, out in zip(names, outs):
+                if out.ndim == 0 or out.shape[0] != rows:
+                    raise _NotBatchable(f"{n} has no batch axis")
+            parts.append(outs)
+        return {n: np.concatenate([p[i] for p in parts], axis=0) for i, n in enumerate(names)}
 
 
 class _NotBatchable(Exception):

@@ -1,0 +1,80 @@
+"""Wall time of fast finetuning: A8W8 + AdaRound on PP-OCR cls, and what it buys.
+
+    python bench/finetune.py [--iterations 1000] [--samples 32] [--test 400] [--no-early-stop]
+
+Quantizes the angle classifier with the A8W8 preset, then with A8W8 + AdaRound (the reference
+tool's ADAROUND_P settings: batch 2, lr 0.1, early stop, NumIterations as given) on the same
+rendered calibration lines, and prints a Markdown table: the finetune step's wall time, the whole
+quantization's, the accuracy on held-out lines and the output cosine against float. The machine's
+load average is printed too, because the CI machine's 2 cores are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnxptq.api import quantize
+from onnxptq.config.presets import get_preset
+from onnxptq.evaluate import cosine
+from onnxptq.testing import ocr
+from onnxptq.testing.models import model_path
+
+log = logging.getLogger("bench.finetune")
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=32, help="calibration (and finetune) lines")
+    parser.add_argument("--test", type=int, default=400, help="held-out lines for accuracy and cosine")
+    parser.add_argument("--no-early-stop", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in ("onnxptq.calibration", "onnxptq.plan", "onnxptq.graph", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    model = str(model_path("cls"))
+    images, _ = ocr.render_cls(args.samples, seed=11)
+    test_images, test_labels = ocr.render_cls(args.test, seed=12)
+    calib = [{"x": images[i : i + 1]} for i in range(args.samples)]
+    float_out = _session(onnx.load(model)).run(None, {"x": test_images})[0]
+
+    rows = []
+    cfg = get_preset("A8W8_ADAROUND")
+    cfg.finetune.num_iterations = args.iterations
+    cfg.finetune.log_period = max(1, args.iterations // 10)
+    cfg.finetune.early_stop = not args.no_early_stop
+    for label, config in (("A8W8", "A8W8"), (f"A8W8 + AdaRound ({args.iterations} it.)", cfg)):
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        result = quantize(model, config, calib)
+        total = time.perf_counter() - t0
+        sess = _session(result.model)
+        acc = ocr.cls_accuracy(sess, test_images, test_labels)
+        cos = cosine(sess.run(None, {"x": test_images})[0], float_out)
+        rows.append((label, result.timings.get("refine", 0.0), total, acc, cos, load))
+    float_acc = ocr.cls_accuracy(_session(onnx.load(model)), test_images, test_labels)
+
+    print(f"\nPP-OCR cls, {args.samples} calibration lines, {args.test} held-out lines, "
+          f"early stop {'off' if args.no_early_stop else 'on'}; {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores; float accuracy {float_acc:.4f}\n")
+    print("| configuration | finetune wall (s) | quantize wall (s) | accuracy | output cosine vs float | load avg at start |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, refine, total, acc, cos, load in rows:
+        print(f"| {label} | {refine:.1f} | {total:.1f} | {acc:.4f} | {cos:.6f} | {load:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
