@@ -48,7 +48,7 @@ class QuantizationResult:
     params: dict[str, QParams]
     config: QuantConfig
     output_path: Path | None = None
-    #: per graph output: cosine similarity, L2 (mean squared error), PSNR vs the float model
+    #: per graph output: cosine similarity, L2 loss, MSE and PSNR vs the float model (metrics.py)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     calibration_samples: int = 0

@@ -1,8 +1,8 @@
 """Report: how far a quantized model's outputs are from the float model's, on held-out samples.
 
 Honest figures are a product promise: every quantization reports, per graph output, the cosine
-similarity, the L2 error (mean squared error) and the PSNR of the quantized outputs against the
-float outputs on the same inputs.
+similarity, the L2 loss, the mean squared error and the PSNR of the quantized outputs against
+the float outputs on the same inputs, with the evaluate tool's definitions.
 """
 
 from __future__ import annotations
@@ -12,34 +12,15 @@ from typing import Iterable
 import numpy as np
 import onnx
 
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity of two flattened arrays (1.0 when both are all zero)."""
-    a = np.asarray(a, dtype=np.float64).ravel()
-    b = np.asarray(b, dtype=np.float64).ravel()
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 and nb == 0:
-        return 1.0
-    if na == 0 or nb == 0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
+from .metrics import cosine_similarity as cosine  # one definition for every tool
+from .metrics import l2_loss, psnr
 
 
 def mse(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean squared error (float64)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return float(np.mean((a - b) ** 2)) if a.size else 0.0
-
-
-def psnr(reference: np.ndarray, test: np.ndarray) -> float:
-    """Peak signal-to-noise ratio in dB, the peak being the reference's largest magnitude."""
-    err = mse(reference, test)
-    peak = float(np.max(np.abs(reference))) if np.size(reference) else 0.0
-    if err == 0:
-        return float("inf")
-    if peak == 0:
-        return float("-inf")
-    return float(10.0 * np.log10(peak * peak / err))
 
 
 def _session(model: onnx.ModelProto):
@@ -52,18 +33,23 @@ def _session(model: onnx.ModelProto):
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
                    feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None) -> dict[str, dict[str, float]]:
-    """Per graph output of ``reference``: mean cosine, mean L2 (MSE) and PSNR over ``feeds``."""
+    """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``.
+
+    The definitions are those of the evaluate tool (:mod:`onnxptq.metrics`, spec §6.6), so the
+    figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
+    """
     ref_sess = _session(reference)
     cand_sess = candidate_session if candidate_session is not None else _session(candidate)
     names = [o.name for o in ref_sess.get_outputs()]
-    sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "psnr": 0.0} for n in names}
+    sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "mse": 0.0, "psnr": 0.0} for n in names}
     count = 0
     for feed in feeds:
         ref_out = ref_sess.run(names, feed)
         cand_out = cand_sess.run(names, feed)
         for name, r, c in zip(names, ref_out, cand_out):
             sums[name]["cosine"] += cosine(r, c)
-            sums[name]["l2"] += mse(r, c)
+            sums[name]["l2"] += l2_loss(r, c)
+            sums[name]["mse"] += mse(r, c)
             sums[name]["psnr"] += min(psnr(r, c), 200.0)
         count += 1
     if count == 0:
