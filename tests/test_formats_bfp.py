@@ -208,6 +208,53 @@ def test_ranks_and_axes(method, shape, axis):
         assert_bits(fake_quantize(np.take(x, perm, axis=other), "bfp", **attrs), np.take(y, perm, axis=other))
 
 
+def run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
+    """The body specialised to ``x.shape`` (as the emitter builds it), in a model with that static
+    input shape; returns the result and the function's name."""
+    frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=x.shape, **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0], frag.functions[0].name
+
+
+@pytest.mark.parametrize("attrs", [GRID[2], GRID[4], GRID[7], GRID[10], GRID[12], GRID[14], GRID[19], GRID[24], GRID[-1]],
+                         ids=_id)
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((3, 48, 70), 1), ((3, 50, 37), 1), ((5, 7, 33), -1), ((33, 40), 0), ((2, 3, 17, 6), -2), ((1, 1), 1)],
+)
+def test_static_shape_bodies_match_reference(attrs, shape, axis):
+    """Bodies specialised to a known block-axis length (no Pad/Slice, or constant ones), as the
+    emitter builds them from shape inference: bit-exact on random data, specials and tiny blocks."""
+    rng = np.random.default_rng(len(shape) * 10 + axis)
+    a = dict(attrs, axis=axis)
+    n = shape[axis]
+    specials = with_specials(log_uniform(shape, rng), rng) if np.prod(shape) >= 48 else np.full(shape, np.inf, np.float32)
+    for what, x in (("log-uniform", log_uniform(shape, rng)), ("specials", specials),
+                    ("tiny exponents", tiny_blocks(log_uniform(shape, rng), rng))):
+        got, name = run_static(x, **a)
+        assert name.endswith(f"_p{-n % a['block_size']}"), name
+        assert_bits(got, fake_quantize(x, "bfp", **a), f"{what} shape {shape} axis {axis} {name}")
+    x16 = (log_uniform(shape, rng) * 0.01).astype(np.float16)  # within float16 range
+    assert_bits(run_static(x16, **a)[0], fake_quantize(x16, "bfp", **a), f"float16 shape {shape}")
+
+
+def test_static_shape_falls_back_to_generic_body():
+    """Unknown block-axis length, rank 1 or an axis out of range: the generic body (no suffix)."""
+    for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
+        frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=shape, **dict(MX["BFP16"], axis=axis))
+        assert frag.functions[0].name == ops.function_name(ref.normalize_attrs(**dict(MX["BFP16"], axis=axis)), 21)
+    assert build_qdq("bfp", "x", "y", name="q", opset=21, shape=(2, 16, None), **MX["BFP16"]).functions[0].name.endswith("_p0")
+
+
 @pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6", "MX4"])
 def test_float16_inputs(preset):
     rng = np.random.default_rng(7)

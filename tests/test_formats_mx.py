@@ -183,6 +183,56 @@ def test_variants_coexist_in_one_model() -> None:
     assert low.min_opset == onnx_mx.MIN_OPSET and low.functions[0].opset_import[0].version == onnx_mx.MIN_OPSET
 
 
+def _run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
+    """The body specialised to ``x.shape`` (as the emitter builds it), in a model with that static
+    input shape; returns the result and the function's name."""
+    frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=x.shape, **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0], frag.functions[0].name
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode,scale_search",
+                         [("int8", 0, 0), ("int8", 2, 1), ("fp8_e4m3", 2, 0), ("fp6_e2m3", 2, 1), ("fp4_e2m1", 2, 0)])
+@pytest.mark.parametrize("shape,axis,block_size",
+                         [((3, 64, 20), 1, 32), ((3, 50, 9), 1, 32), ((4, 7, 30), -1, 8), ((33, 6), 0, 4),
+                          ((2, 3, 10, 5), -2, 4), ((1, 1), 1, 32)])
+def test_static_shape_bodies_bit_exact(element_dtype, rounding_mode, scale_search, shape, axis, block_size) -> None:
+    """Bodies specialised to a known block-axis length (no Pad/Slice, or constant ones), as the
+    emitter builds them from shape inference; random values with the edge values mixed in."""
+    attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, scale_search=scale_search, axis=axis,
+                 block_size=block_size)
+    rng = np.random.default_rng(sum(shape) + axis)
+    x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
+    for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng))):
+        got, name = _run_static(data, **attrs)
+        assert name.endswith(f"_b{block_size}_a{axis if axis >= 0 else f'm{-axis}'}_p{-shape[axis] % block_size}")
+        assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} axis {axis} {name}")
+    x16 = (x * 0.01).astype(np.float16)  # within float16 range
+    assert_same_bits(_run_static(x16, **attrs)[0], fake_quantize(x16, "mx", **attrs), f"float16 {shape}")
+
+
+def _with_edges(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    y = x.copy().ravel()
+    idx = rng.choice(y.size, size=min(y.size, 40), replace=False)
+    y[idx] = rng.choice(EDGE_VALUES, idx.size)
+    return y.reshape(x.shape)
+
+
+def test_static_shape_falls_back_to_generic_body() -> None:
+    """Unknown block-axis length, rank 1 or an axis out of range: the generic body."""
+    for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, axis=axis, element_dtype="int8")
+        assert frag.functions[0].name == onnx_mx.function_name("int8", 0, 0)
+
+
 def test_onnx_axis_out_of_range_fails() -> None:
     x = np.ones((2, 8), np.float32)
     for axis in (2, -3):

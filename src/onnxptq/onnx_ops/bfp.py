@@ -10,24 +10,36 @@ variant suffix: several variants can live in one model.
 Why the body looks the way it does (measured on one core, 1×64×112×112 float32; a plain copy of
 the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs about that much):
 
-* **No Transpose.** The tensor is viewed as ``(pre, C/bs, bs, post)`` by Reshape (free in
+* **No Transpose.** The tensor is viewed as ``(rows, bs, post)`` by Reshape (free in
   onnxruntime) and reduced over the block axis; scales broadcast back. A transpose to put the
   channel axis last doubled the cost in earlier measurements.
 * **Exponent math on block maxima only.** ``2^floor(log2 amax)`` is found exactly on the
   ``1/block_size``-sized tensor of maxima by a Veltkamp split in float64 (round
   ``amax·(3/4 + 2^-40)`` to one significant bit) — no Log/Pow, no compare/Where, no bit casts
   (ONNX has none below opset 26).
-* **No full-tensor Where.** It is ~20× slower than an arithmetic op in onnxruntime, and it turns
-  a -0 taken from its *then* input into +0; the fast paths use none, the exact paths keep every
-  possible -0 in the *else* slot.
-* **Fast path / exact path via If.** ``ReduceMax`` in onnxruntime does not propagate NaN reliably
-  (a NaN can silently drop out of, or corrupt, a vectorised max), so one ``ReduceSum`` over the
-  tensor (which does propagate NaN/Inf) decides: all finite → the short path; otherwise the exact
-  path masks Inf/NaN explicitly (``to_bfp``: pass through; ``to_bfp_prime``: block → NaN).
-  ``to_bfp_prime`` also needs the exact path when a block's exponent is so small that a subnormal
-  input (which the reference flushes to zero) could round to a non-zero code.
-* **Ragged rows via If.** Only when ``C % block_size != 0`` is the row zero-padded (Pad) and
-  sliced back; otherwise no copy is made.
+* **No full-tensor Where.** It is ~5–20× slower than an arithmetic op in onnxruntime, and it
+  turns a -0 taken from its *then* input into +0; the formula for finite data uses none, the
+  exact formulas keep every possible -0 in the *else* slot.
+* **Exact rows by Compress/ScatterND, not If.** ``ReduceMax`` in onnxruntime does not propagate
+  NaN reliably (a NaN can silently drop out of, or corrupt, a vectorised max), so a
+  ``ReduceSum`` per row of blocks (which does propagate NaN/Inf) flags the rows holding Inf/NaN
+  (``to_bfp_prime`` also flags rows with a block whose exponent is so small that a subnormal
+  input, which the reference flushes to zero, could round to a non-zero code). ``Compress``
+  picks those rows — usually none, so the exact formula runs on an empty tensor — and
+  ``ScatterND`` writes them back (``to_bfp``: their block maxima are recomputed without Inf/NaN
+  and the Inf/NaN put back; ``to_bfp_prime``: Inf/NaN turn the block into NaN).
+* **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
+  inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
+  a constant Pad/Slice (``_p<k>``). Without it, the generic body always pads by a computed
+  amount (0 when it divides) and slices back: two copies, no branch.
+* **Session creation.** Loading must stay cheap with hundreds of calls (one per activation):
+  every node costs onnxruntime time when it inlines the function and optimises the graph (so
+  constants are shared and the node count is kept low), and its allocation planner scans all
+  freed buffers for every new tensor of known rank — quadratic when the main graph collects
+  never-reused tensors from every call. So the body sits in one ``If`` on the element count
+  (a tensor of < 2 elements is returned unchanged), whose subgraph gets its own planner, and
+  the rows ``Compress`` picks are given an unknown rank. 80 chained calls load in < 1 s
+  (was 10–20 s).
 * Rounding: mode 2 is ``Round`` (half to even); for ``to_bfp`` it also reproduces the
   reference's ``py3_round`` zero sign (v in [-0.5, 0) → +0, v = -0 stays -0). Modes 0 and 1 are
   ``Round`` plus an exact tie correction (``v - Round(v)`` is exact), a few more passes.
@@ -65,8 +77,9 @@ _F = TensorProto.FLOAT
 _I64_MAX = np.iinfo(np.int64).max
 
 
-def function_name(attrs: dict[str, Any], opset: int) -> str:
-    """The variant name: every attribute that shapes the body, and the body's opset."""
+def function_name(attrs: dict[str, Any], opset: int, pad: int | None = None) -> str:
+    """The variant name: every attribute that shapes the body, the body's opset, and the static
+    padding of the block axis when the body is specialised to it (see :func:`build`)."""
     a = attrs
     axis = f"m{-a['axis']}" if a["axis"] < 0 else str(a["axis"])
     name = f"{OP_TYPE}__{'prime' if a['bfp_method'] == 'to_bfp_prime' else 'bfp'}_w{a['bit_width']}_b{a['block_size']}"
@@ -77,19 +90,18 @@ def function_name(attrs: dict[str, Any], opset: int) -> str:
         name += "_bf"
     if a["use_compiler_version_cpu_kernel"] and a["bfp_method"] == "to_bfp":
         name += "_cc"
-    return f"{name}_o{opset}"
+    name += f"_o{opset}"
+    return name if pad is None else f"{name}_p{pad}"
 
 
 class _Graph:
-    """A list of nodes with SSA names; sub-graphs (If branches) share the name counter."""
+    """A list of nodes with SSA names."""
 
     def __init__(self, counter: itertools.count, opset: int) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.counter = counter
         self.opset = opset
-
-    def sub(self) -> "_Graph":
-        return _Graph(self.counter, self.opset)
+        self._consts: dict[tuple, str] = {}
 
     def fresh(self, hint: str) -> str:
         return f"{hint}_{next(self.counter)}"
@@ -100,8 +112,12 @@ class _Graph:
         return out
 
     def const(self, value: Any, dtype: Any = np.float32) -> str:
+        """A Constant node, one per distinct value (every node costs session-creation time)."""
         arr = np.asarray(value, dtype=dtype)
-        out = self.fresh("c")
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key in self._consts:
+            return self._consts[key]
+        out = self._consts[key] = self.fresh("c")
         self.nodes.append(
             helper.make_node("Constant", [], [out], value=onnx.numpy_helper.from_array(arr, out))
         )
@@ -110,6 +126,10 @@ class _Graph:
     def i64(self, *values: int) -> str:
         return self.const(list(values), np.int64)
 
+    def i64s(self, value: int) -> str:
+        """A scalar (rank 0) int64 constant."""
+        return self.const(value, np.int64)
+
     def reduce(self, op_type: str, x: str, axes: list[int] | None, keepdims: int = 1) -> str:
         """Reduce over ``axes`` (None: all), with axes as input from opset 18 (13 for ReduceSum)."""
         if axes is None:
@@ -117,20 +137,6 @@ class _Graph:
         if op_type == "ReduceSum" or self.opset >= 18:
             return self.op(op_type, x, self.i64(*axes), keepdims=keepdims)
         return self.op(op_type, x, axes=axes, keepdims=keepdims)
-
-    def if_(
-        self, cond: str, then: "_Graph", then_out: str, other: "_Graph", other_out: str, out: str | None = None
-    ) -> str:
-        def graph(g: _Graph, name: str, tag: str) -> onnx.GraphProto:
-            return helper.make_graph(g.nodes, self.fresh(tag), [], [helper.make_tensor_value_info(name, _F, None)])
-
-        out = out or self.fresh("if")
-        self.nodes.append(
-            helper.make_node(
-                "If", [cond], [out], then_branch=graph(then, then_out, "then"), else_branch=graph(other, other_out, "else")
-            )
-        )
-        return out
 
 
 # ------------------------------------------------------------------------------- building blocks
@@ -185,68 +191,62 @@ def _nonfinite(g: _Graph, x: str) -> str:
     return g.op("Or", g.op("IsNaN", x), g.op("IsInf", x))
 
 
-def _keep_tiny(g: _Graph, x: str, tiny: str) -> str:
-    """Where a one-element tensor must be passed through: its non-zero element.
-
-    onnxruntime's ``Where`` returns +0 for a -0 taken from its *then* input (the else input keeps
-    it), so every Where here has ±0 only in the else slot; a zero needs no pass-through anyway
-    (quantization maps ±0 to itself).
-    """
-    return g.op("And", tiny, g.op("Not", g.op("Equal", x, g.const(0.0))))
-
-
-def _all_finite(g: _Graph, x: str) -> str:
-    """A scalar bool: no Inf/NaN in ``x`` (a sum propagates both; an overflowing sum of finite
-    values only sends the tensor down the exact path, which is still correct)."""
-    total = g.reduce("ReduceSum", x, None, keepdims=0)
-    return g.op("Not", g.op("Or", g.op("IsNaN", total), g.op("IsInf", total)))
-
-
 # ------------------------------------------------------------------------------------ to_bfp
 
 
-def _bfp_quant(g: _Graph, x4: str, a: dict[str, Any]) -> str:
-    """to_bfp on finite ``x4`` of shape (pre, nb, bs, post)."""
+def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any]) -> str:
+    """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| (and of x, for the
+    compiler kernel) over its finite elements; finite elements come out right."""
     m = a["bit_width"] - 9
-    amax = g.reduce("ReduceMax", g.op("Abs", x4), [2])
     p = _pow2_floor(g, g.op("Max", amax, g.const(2.0**-127)))
     s = g.op("Mul", p, g.const(2.0 ** (1 - m)))
     zero = g.op("Sub", s, s)
     rm = a["rounding_mode"]
-    if a["use_compiler_version_cpu_kernel"]:
+    if smax is not None:
         # The largest rounded code of a block is R(max(x)/s) (R is monotone); if it reaches 2^m
         # the block's exponent goes up once. The clamp of that kernel can never bind afterwards.
-        top = _round(g, g.op("Div", g.reduce("ReduceMax", x4, [2]), s), rm, True, zero)
+        top = _round(g, g.op("Div", smax, s), rm, True, zero)
         s = g.op("Where", g.op("GreaterOrEqual", top, g.const(2.0**m)), g.op("Mul", s, g.const(2.0)), s)
         zero = g.op("Sub", s, s)
-        q = _round(g, g.op("Div", x4, s), rm, True, zero)
+        q = _round(g, g.op("Div", xr, s), rm, True, zero)
     else:
         qmax = float(2**m - 1)
-        v = g.op("Clip", g.op("Div", x4, s), g.const(-qmax), g.const(qmax))
+        v = g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax))
         q = _round(g, v, rm, True, zero)
     return g.op("Mul", q, s)
 
 
-def _bfp_body(g: _Graph, x4: str, a: dict[str, Any], tiny: str) -> str:
-    """to_bfp on ``x4`` (pre, nb, bs, post); ``tiny``: the tensor has < 2 elements (→ unchanged)."""
-    fast = g.sub()
-    fast_y = _bfp_quant(fast, x4, a)
-    slow = g.sub()
-    keep = slow.op("Or", _nonfinite(slow, x4), _keep_tiny(slow, x4, tiny))
-    xz = slow.op("Where", keep, slow.const(0.0), x4)
-    slow_y = slow.op("Where", keep, x4, _bfp_quant(slow, xz, a))
-    ok = g.op("And", _all_finite(g, x4), g.op("Not", tiny))
-    return g.if_(ok, fast, fast_y, slow, slow_y)
+def _bfp_rows(g: _Graph, xr: str, a: dict[str, Any]) -> str:
+    """to_bfp on ``xr`` (rows, bs, post).
+
+    The block maxima of the rows holding Inf/NaN are recomputed without them (on those rows
+    only, usually none), then one formula runs everywhere, and the Inf/NaN of those rows are
+    put back.
+    """
+    ax = g.op("Abs", xr)
+    amax = g.reduce("ReduceMax", ax, [1])
+    compiler = bool(a["use_compiler_version_cpu_kernel"])
+    smax = g.reduce("ReduceMax", xr, [1]) if compiler else None
+    bad, idx, xs = _bad_rows(g, xr, ax, [1, 2])
+    special = _nonfinite(g, xs)
+    xz = g.op("Where", special, g.const(0.0), xs)
+    amax = g.op("ScatterND", amax, idx, g.reduce("ReduceMax", g.op("Abs", xz), [1]))
+    if compiler:
+        smax = g.op("ScatterND", smax, idx, g.reduce("ReduceMax", xz, [1]))
+    y = _bfp_quant(g, xr, amax, smax, a)
+    # Inf/NaN pass through. A result that may be -0 sits in Where's else slot: onnxruntime's
+    # Where turns a -0 taken from its then slot into +0.
+    return g.op("ScatterND", y, idx, g.op("Where", special, xs, g.op("Compress", y, bad, axis=0)))
 
 
 # ------------------------------------------------------------------------------ to_bfp_prime
 
 
 def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """to_bfp_prime on ``x5`` (pre, nb, nsb, k, post) given sub-block and block |max|.
+    """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|.
 
     The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1): with ``chain`` the
-    shift is found by comparing the sub-block max with ``Ps·2^-i`` (D ≤ 3: a few Where on the
+    shift is found by comparing the sub-block max with ``Ps·2^-i`` (D ≤ 3: a few compares on the
     sub-block maxima), otherwise by taking the sub-block exponent too.
     """
     m = a["bit_width"] - 9
@@ -267,131 +267,214 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
-def _prime_body(g: _Graph, x4: str, dims: dict[str, str], a: dict[str, Any], tiny: str) -> str:
-    """to_bfp_prime on ``x4`` (pre, nb, bs, post); returns the same elements in the same order
-    (as a 5-D or 4-D tensor); ``tiny``: the tensor has < 2 elements (→ unchanged)."""
+def _prime_exact(g: _Graph, x5: str, a: dict[str, Any]) -> str:
+    """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
+    Inf/NaN becomes NaN."""
+    bad_el = _nonfinite(g, x5)
+    bad = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", bad_el, to=_F), [1, 2]), g.const(0.0))
+    ax = g.op("Abs", x5)
+    normal = g.op("GreaterOrEqual", ax, g.const(2.0**-126))
+    flushed = g.op("Where", normal, x5, g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot
+    az = g.op("Where", bad_el, g.const(0.0), g.op("Abs", flushed))
+    sbmax = g.reduce("ReduceMax", az, [2])
+    bmax = g.reduce("ReduceMax", sbmax, [1])
+    yq = _prime_quant(g, flushed, sbmax, bmax, a, 2.0**-127, chain=False)
+    return g.op("Where", bad, g.const(np.nan), yq)
+
+
+def _prime_rows(g: _Graph, xr: str, post: str, a: dict[str, Any]) -> str:
+    """to_bfp_prime on ``xr`` (rows, bs, post); the result has the same elements in order.
+
+    Rows where the fast formula might differ from the reference — Inf/NaN present, or a block
+    whose exponent is so small that a subnormal (which the reference flushes) could round to a
+    non-zero code — are recomputed exactly, on those rows only.
+    """
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     nsb = -(-bs // k)
     m = a["bit_width"] - 9
     dmax = (1 << a["sub_block_shift_bits"]) - 1
-    xk = x4
+    xk = xr
     if nsb * k != bs:  # a shorter last sub-block: zero-pad every block (zeros never win a max)
-        xk = g.op("Pad", x4, g.i64(0, 0, 0, 0, 0, 0, nsb * k - bs, 0))
-    shape5 = g.op("Concat", dims["pre"], dims["nb"], g.i64(nsb, k), dims["post"], axis=0)
-    x5 = g.op("Reshape", xk, shape5)
+        xk = g.op("Pad", xr, g.i64(0, 0, 0, 0, nsb * k - bs, 0))
+    x5 = g.op("Reshape", xk, g.op("Concat", g.i64(-1, nsb, k), post, axis=0))
 
     # Blocks whose exponent is at least T need no subnormal flush: |subnormal|/scale < 1/4.
     threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
-    sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [3])
-    bmax = g.reduce("ReduceMax", sbmax, [2])
+    ax = g.op("Abs", x5)
+    sbmax = g.reduce("ReduceMax", ax, [2])
+    bmax = g.reduce("ReduceMax", sbmax, [1])
+    fast = _prime_quant(g, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
     low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
-    any_low = g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0)
-    ok = g.op("And", _all_finite(g, x5), g.op("Equal", any_low, g.const(0.0)))
-    ok = g.op("And", ok, g.op("Not", tiny))
-
-    fast = g.sub()
-    fast_y = _prime_quant(fast, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
-
-    slow = g.sub()
-    bad_el = _nonfinite(slow, x5)
-    bad = slow.op("Greater", slow.reduce("ReduceMax", slow.op("Cast", bad_el, to=_F), [2, 3]), slow.const(0.0))
-    ax = slow.op("Abs", x5)
-    normal = slow.op("GreaterOrEqual", ax, slow.const(2.0**-126))
-    flushed = slow.op("Where", normal, x5, slow.op("Mul", x5, slow.const(0.0)))  # ±0 in the else slot
-    az = slow.op("Where", bad_el, slow.const(0.0), slow.op("Abs", flushed))
-    s_sbmax = slow.reduce("ReduceMax", az, [3])
-    s_bmax = slow.reduce("ReduceMax", s_sbmax, [2])
-    yq = _prime_quant(slow, flushed, s_sbmax, s_bmax, a, 2.0**-127, chain=False)
-    slow_y = slow.op("Where", _keep_tiny(slow, x5, tiny), x5, slow.op("Where", bad, slow.const(np.nan), yq))
-
-    y5 = g.if_(ok, fast, fast_y, slow, slow_y)
+    any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), [1, 2, 3], keepdims=0), g.const(0.0))
+    _, idx, xs = _bad_rows(g, x5, ax, [1, 2, 3], any_low)
+    y5 = g.op("ScatterND", fast, idx, _prime_exact(g, xs, a))
     if nsb * k == bs:
         return y5
-    padded4 = g.op("Concat", dims["pre"], dims["nb"], g.i64(nsb * k), dims["post"], axis=0)
-    y4p = g.op("Reshape", y5, padded4)
-    return g.op("Slice", y4p, g.i64(0), g.i64(bs), g.i64(2))
+    yk = g.op("Reshape", y5, g.op("Concat", g.i64(-1, nsb * k), post, axis=0))
+    return g.op("Slice", yk, g.i64(0), g.i64(bs), g.i64(1))
 
 
 # ------------------------------------------------------------------------------------ function
 
 
-def _blocked(g: _Graph, x3: str, dims: dict[str, str], a: dict[str, Any], tiny: str) -> str:
-    """Quantize ``x3`` (pre, Cp, post), Cp a multiple of block_size.
+def _bad_rows(g: _Graph, x: str, ax: str, axes: list[int], extra: str | None = None) -> tuple[str, str, str]:
+    """The rows (first axis) of ``x`` that hold Inf/NaN (``ax = |x|``) or are flagged in
+    ``extra``: the flags, their indices (k, 1) for ScatterND, and those rows of ``x``.
 
-    Returns the result in (pre, Cp, post) element order but in whatever shape the last op made
-    (the caller reshapes once, outside every If: a Reshape that is a branch output costs a copy).
+    A sum propagates Inf and NaN whatever its order (ReduceMax may drop a NaN); a finite sum that
+    overflows only sends its row down the exact path, which is still correct. Usually no row is
+    flagged and the exact formula runs on an empty tensor: a branch-free stand-in for an If.
     """
-    shape4 = g.op("Concat", dims["pre"], dims["nb"], g.i64(a["block_size"]), dims["post"], axis=0)
-    x4 = g.op("Reshape", x3, shape4)
-    if a["bfp_method"] == "to_bfp":
-        return _bfp_body(g, x4, a, tiny)
-    return _prime_body(g, x4, dims, a, tiny)
+    total = g.reduce("ReduceSum", ax, axes, keepdims=0)
+    bad = g.op("Not", g.op("Less", total, g.const(np.inf)))
+    if extra is not None:
+        bad = g.op("Or", bad, extra)
+    idx = g.op("Transpose", g.op("NonZero", bad), perm=[1, 0])
+    return bad, idx, _unranked(g, g.op("Compress", x, bad, axis=0))
 
 
-def _function(a: dict[str, Any], opset: int, name: str) -> onnx.FunctionProto:
-    g = _Graph(itertools.count(), opset)
+def _unranked(g: _Graph, t: str) -> str:
+    """``t`` unchanged, but of a rank shape inference cannot know.
+
+    onnxruntime's allocation planner compares every new tensor of known rank with every freed
+    buffer still waiting for reuse (a linear scan per tensor), and a tensor whose rank is known
+    but whose dims are not (the rows ``Compress`` picks) is never reused: a few of them per
+    quantizer make session creation quadratic in the number of quantizers. A tensor of unknown
+    rank is never compared. ``Compress`` with a condition computed at run time has an unknown
+    length, so the Reshape target below has one too.
+    """
+    sh = g.op("Shape", t)
+    return g.op("Reshape", t, g.op("Compress", sh, g.op("Greater", sh, g.i64(-1)), axis=0))
+
+
+def static_pad(a: dict[str, Any], shape: Any) -> int | None:
+    """Zero-padding the block axis needs, when ``shape`` (static dims; None/str unknown) tells it;
+    None for rank < 2 (rank 1 ignores ``axis``) or an out-of-range axis (the generic body then
+    fails loudly at run time)."""
+    if shape is None:
+        return None
+    dims = list(shape)
+    rank = len(dims)
+    if rank < 2 or not -rank <= a["axis"] < rank:
+        return None
+    n = dims[a["axis"] % rank]
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        return None
+    return (-int(n)) % a["block_size"]
+
+
+def _view_static(g: _Graph, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
+    """(rows, bs, post) view of ``xf`` (``x`` flattened; rank >= 2) for a known padding of the block axis; the
+    result's ``restore`` undoes it. Inside the body the tensor has >= 2 elements, so -1 in a
+    Reshape target is safe."""
+    post = g.i64(1) if axis == -1 else g.reduce("ReduceProd", g.op("Shape", "x", start=axis + 1), None)
+    if pad == 0:
+        xr = g.op("Reshape", xf, g.op("Concat", g.i64(-1, bs), post, axis=0))
+        return xr, post, lambda y: y
+    chan = g.op("Shape", "x", start=axis) if axis == -1 else g.op("Shape", "x", start=axis, end=axis + 1)
+    x3 = g.op("Reshape", xf, g.op("Concat", g.i64(-1), chan, post, axis=0))
+    xr = g.op("Reshape", g.op("Pad", x3, g.i64(0, 0, 0, 0, pad, 0)), g.op("Concat", g.i64(-1, bs), post, axis=0))
+
+    def restore(y: str) -> str:
+        y3 = g.op("Reshape", y, g.op("Concat", g.i64(-1), g.op("Add", chan, g.i64(pad)), post, axis=0))
+        return g.op("Slice", y3, g.i64(0), g.i64(-pad), g.i64(1))
+
+    return xr, post, restore
+
+
+def _view_generic(g: _Graph, xf: str, axis: int, bs: int) -> tuple[str, str, Any]:
+    """(rows, bs, post) view of ``xf`` (``x`` flattened) of any shape: the axis is always padded
+    (by 0 when it divides) and sliced back — two copies, no branch."""
+    shape = g.op("Shape", "x")
+    rank = g.op("Size", shape)
+    norm = g.i64s(axis) if axis >= 0 else g.op("Add", rank, g.i64s(axis))
+    ax = g.op("Where", g.op("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
+    ax = g.op("Where", g.op("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
+    chan = g.op("Gather", shape, ax)
+    ax1 = g.op("Unsqueeze", g.op("Add", ax, g.i64s(1)), g.i64(0))
+    post = g.reduce("ReduceProd", g.op("Slice", shape, ax1, g.i64(_I64_MAX)), None)
+    cp = g.op("Mul", g.op("Div", g.op("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
+    chan1, cp1 = g.op("Unsqueeze", chan, g.i64(0)), g.op("Unsqueeze", cp, g.i64(0))
+    x3 = g.op("Reshape", xf, g.op("Concat", g.i64(-1), chan1, post, axis=0))
+    pads = g.op("Concat", g.i64(0, 0, 0, 0), g.op("Sub", cp1, chan1), g.i64(0), axis=0)
+    xr = g.op("Reshape", g.op("Pad", x3, pads), g.op("Concat", g.i64(-1, bs), post, axis=0))
+
+    def restore(y: str) -> str:
+        y3 = g.op("Reshape", y, g.op("Concat", g.i64(-1), cp1, post, axis=0))
+        return g.op("Slice", y3, g.i64(0), chan1, g.i64(1))
+
+    return xr, post, restore
+
+
+def _function(a: dict[str, Any], opset: int, name: str, pad: int | None = None) -> onnx.FunctionProto:
+    """The body; ``pad``: the block axis needs that many zeros (known statically), or None.
+
+    One ``If`` on the element count: a tensor of < 2 elements is returned unchanged, any other
+    goes through the branch-free quantizer. The If is there for onnxruntime's session creation:
+    the nodes of a subgraph get their own allocation planner, whose cost grows with the square
+    of the number of values it plans (see :func:`_unranked`), so hundreds of quantizers stay
+    cheap to load. With static shapes onnxruntime folds the If away.
+    """
+    top = _Graph(itertools.count(), opset)
+    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
+    # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
+    x32 = top.op("Reshape", top.op("Cast", "x", to=_F), top.i64(-1))
+    g = _Graph(top.counter, opset)
     bs = a["block_size"]
-
-    main = g
-    xf = main.op("Cast", "x", to=_F)
+    xf = x32
     if a["convert_to_bfloat_before_bfp"]:
-        xf = main.op("Cast", main.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
-    shape = main.op("Shape", xf)
-    rank = main.op("Shape", shape)
-    axis = a["axis"]
-    norm = main.i64(axis) if axis >= 0 else main.op("Add", rank, main.i64(axis))
-    ax = main.op("Where", main.op("Equal", rank, main.i64(1)), main.i64(0), norm)
-    ax1 = main.op("Add", ax, main.i64(1))
-    pre = main.reduce("ReduceProd", main.op("Slice", shape, main.i64(0), ax), None)
-    chan = main.op("Slice", shape, ax, ax1)
-    post = main.reduce("ReduceProd", main.op("Slice", shape, ax1, main.i64(_I64_MAX)), None)
-    nb = main.op("Div", main.op("Add", chan, main.i64(bs - 1)), main.i64(bs))
-    cp = main.op("Mul", nb, main.i64(bs))
-    dims = {"pre": pre, "nb": nb, "post": post, "cp": cp}
-    x3 = main.op("Reshape", xf, main.op("Concat", pre, chan, post, axis=0))
+        xf = g.op("Cast", g.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
+    if pad is None:
+        xr, post, restore = _view_generic(g, xf, a["axis"], bs)
+    else:
+        xr, post, restore = _view_static(g, xf, a["axis"], bs, pad)
+    if a["bfp_method"] == "to_bfp":
+        yr = _bfp_rows(g, xr, a)
+    else:
+        yr = _prime_rows(g, xr, post, a)
+    body_y = restore(yr)
 
-    # A tensor of < 2 elements is returned unchanged; the exact (slow) paths handle it.
-    tiny = main.op("Less", main.op("Size", "x"), main.const(2, np.int64))
-    exact = main.sub()
-    exact_y = _blocked(exact, x3, dims, a, tiny)
-    ragged = main.sub()
-    pads = ragged.op("Concat", ragged.i64(0, 0, 0, 0), ragged.op("Sub", cp, chan), ragged.i64(0), axis=0)
-    yp = _blocked(ragged, ragged.op("Pad", x3, pads), dims, a, tiny)
-    yp3 = ragged.op("Reshape", yp, ragged.op("Concat", pre, cp, post, axis=0))
-    ragged_y = ragged.op("Slice", yp3, ragged.i64(0), chan, ragged.i64(1))
-    fits = main.op("Squeeze", main.op("Equal", chan, cp), main.i64(0))
-    y3 = main.if_(fits, exact, exact_y, ragged, ragged_y)
-    # float32 inside; for float32 inputs onnxruntime drops both Casts (unless y is a graph output).
-    main.nodes.append(helper.make_node("CastLike", [main.op("Reshape", y3, shape), "x"], ["y"]))
+    # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
+    keep_y = top.fresh("keep")
+    keep = helper.make_graph([helper.make_node("Identity", [x32], [keep_y])], top.fresh("tiny"), [],
+                             [helper.make_tensor_value_info(keep_y, _F, None)])
+    body = helper.make_graph(g.nodes, top.fresh("quantize"), [], [helper.make_tensor_value_info(body_y, _F, None)])
+    tiny = top.op("Less", top.op("Size", "x"), top.const(2, np.int64))
+    y = top.op("Reshape", top.op("If", tiny, then_branch=keep, else_branch=body), top.op("Shape", "x"))
+    top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
         name,
         ["x"],
         ["y"],
-        g.nodes,
+        top.nodes,
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=list(_ATTR_ORDER),
         doc_string=f"BFP quantize-dequantize ({a['bfp_method']}), attributes {a}; see onnxptq.formats.bfp.",
     )
 
 
-def build(fmt: str, x: str, y: str, *, name: str, opset: int, **attrs: Any) -> QDQNodes:
+def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None, **attrs: Any) -> QDQNodes:
     """One ``BFPQuantizeDequantize`` node (domain ``onnxptq``) mapping ``x`` to its BFP value ``y``.
 
     ``attrs`` are the BFPAttributes (validated by :func:`onnxptq.formats.bfp.normalize_attrs`).
-    The function body is built for ``max(opset, 15)``; ``min_opset`` tells the caller to raise the
-    model to that opset first.
+    ``shape``: the static shape of ``x`` when known (ints; None or a name for an unknown dim):
+    when it tells the block axis's length, the body has no Pad/Slice (the axis divides) or
+    constant ones; the function name says which (``_p0``, ``_p3``, …); the generic body has no
+    suffix. The function body is built for ``max(opset, 15)``; ``min_opset`` tells the caller
+    to raise the model to that opset first.
     """
     if fmt != "bfp":
         raise ValueError(f"onnx_ops.bfp builds the 'bfp' format, not {fmt!r}")
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
-    fname = function_name(a, body_opset)
+    pad = static_pad(a, shape)
+    fname = function_name(a, body_opset, pad)
     node_attrs = {k: a[k] for k in _ATTR_ORDER}
     node = helper.make_node(fname, [x], [y], name=name, domain=DOMAIN, **node_attrs)
     return QDQNodes(
         nodes=[node],
-        functions=[_function(a, body_opset, fname)],
+        functions=[_function(a, body_opset, fname, pad)],
         opset_imports={DOMAIN: DOMAIN_VERSION},
         min_opset=MIN_OPSET,
     )

@@ -8,14 +8,19 @@ they are part of the function name (``MXQuantizeDequantize_fp8_e4m3``,
 ``MXQuantizeDequantize_int8_rm2_ss``, …) and variants coexist in one model.
 
 How the body stays fast and exact (see DESIGN.md's measurements):
-- blocks are formed by a Reshape to ``(pre, n_blocks, block_size, post)`` around the block axis —
-  no Transpose — after zero-padding a ragged axis;
+- blocks are formed by a Reshape to ``(rows, block_size, post)`` around the block axis — no
+  Transpose — after zero-padding a ragged axis (only when it is ragged, when ``build(shape=...)``
+  tells the axis length; the body is then specialised to axis, block size and padding, and says
+  so in its name, e.g. ``MXQuantizeDequantize_int8_rm2_b32_a1_p0``);
 - the exponent math runs on the block maxima only (``1/block_size`` of the elements) and is
   exact by construction: ``2**floor(log2(amax))`` by Veltkamp splitting to one bit (no ``Log`` or
   ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather`` table lookup,
   which measured 0.2 ms per use on 25k block maxima);
-- ``If`` nodes skip the Pad/Slice copies when the axis is not ragged and the Inf/NaN masking when
-  the tensor has none;
+- no branch on the data: the rows of blocks holding Inf/NaN (one ReduceSum per row, which
+  propagates both) are picked by ``Compress`` — usually none — recomputed with the masking they
+  need and written back by ``ScatterND``; one ``If`` (an empty tensor is returned unchanged)
+  keeps the body's tensors in a subgraph for onnxruntime's session creation (see
+  :func:`onnxptq.onnx_ops.bfp._function`);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -46,13 +51,19 @@ ATTRIBUTES = ("element_dtype", "axis", "block_size", "rounding_mode", "scale_sea
 _FLT_MAX = float(np.finfo(np.float32).max)
 
 
-def function_name(element_dtype: str, rounding_mode: int, scale_search: int) -> str:
-    """Name of the body variant: element type, int8 rounding mode and search change its ops."""
+def function_name(
+    element_dtype: str, rounding_mode: int, scale_search: int, static: tuple[int, int, int] | None = None
+) -> str:
+    """Name of the body variant: element type, int8 rounding mode and search change its ops; a
+    body specialised to a known padding of the block axis also carries axis and block size."""
     name = f"{OP_BASE}_{element_dtype}"
     if element_dtype == "int8":
         name += f"_rm{rounding_mode}"
     if scale_search:
         name += "_ss"
+    if static is not None:
+        axis, block_size, pad = static
+        name += f"_b{block_size}_a{axis if axis >= 0 else f'm{-axis}'}_p{pad}"
     return name
 
 
@@ -66,6 +77,7 @@ class _Body:
         self.nodes: list[onnx.NodeProto] = []
         self._root = parent._root if parent is not None else self
         self._count = 0
+        self._consts: dict[tuple, str] = {}
 
     def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: Any) -> str:
         outs = [self._fresh(op_type) for _ in range(n_out)]
@@ -73,8 +85,12 @@ class _Body:
         return outs[0]
 
     def const(self, value: Any, dtype: Any = np.float32) -> str:
+        """A Constant node, one per distinct value (every node costs session-creation time)."""
         arr = np.asarray(value, dtype=dtype)
-        name = self._fresh("c")
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key in self._consts:
+            return self._consts[key]
+        name = self._consts[key] = self._fresh("c")
         self.nodes.append(
             helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name))
         )
@@ -174,7 +190,7 @@ def _fake_quantize_blocks(
     b: _Body, x4: str, a: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
 ) -> str:
     """The quantized blocked tensor. ``finite``: the caller knows ``x4`` holds no Inf/NaN."""
-    axes = b.const([2], np.int64)
+    axes = b.const([1], np.int64)
     if finite:
         amax = b.op("ReduceMax", a, axes, keepdims=1)
     else:
@@ -206,18 +222,31 @@ def _fake_quantize_blocks(
     return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
-def make_function(
-    element_dtype: str, rounding_mode: int, scale_search: int, opset: int
-) -> onnx.FunctionProto:
-    """The FunctionProto for one variant; the body imports the default domain at ``opset``.
+def _unranked(b: _Body, t: str) -> str:
+    """``t`` unchanged, of a rank shape inference cannot know (see :func:`onnxptq.onnx_ops.bfp._unranked`:
+    onnxruntime's allocation planner never compares such a tensor with its free buffers)."""
+    sh = b.op("Shape", t)
+    return b.op("Reshape", t, b.op("Compress", sh, b.op("Greater", sh, b.const([-1], np.int64)), axis=0))
 
-    Two ``If`` nodes keep the common case lean: a tensor whose axis length is a multiple of
-    ``block_size`` is blocked by Reshape alone (no Pad/Slice copies), and a tensor without Inf/NaN
-    (checked with one ReduceSum, which propagates both) skips the masking that Inf/NaN need.
-    """
-    fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
-    b = _Body()
-    xf = b.op("Cast", "x", to=TensorProto.FLOAT)
+
+def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
+    """Zero-padding the block axis needs when ``shape`` (static dims; None/str unknown) tells it;
+    None for rank < 2, an out-of-range axis or an unknown length (the generic body is used)."""
+    if shape is None:
+        return None
+    dims = list(shape)
+    rank = len(dims)
+    if rank < 2 or not -rank <= axis < rank:
+        return None
+    n = dims[axis % rank]
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        return None
+    return (-int(n)) % block_size
+
+
+def _view_generic(b: _Body, xf: str):
+    """(rows, block_size, post) view of ``xf`` for any shape, axis and block size (attribute
+    references): the axis is always padded (by 0 when it divides) and sliced back."""
     shp = b.op("Shape", "x")
     rank = b.op("Size", shp)
     zero, one = b.const(0, np.int64), b.const(1, np.int64)
@@ -229,44 +258,93 @@ def make_function(
     ax1 = b.op("Unsqueeze", ax, b.const([0], np.int64))
     n = b.op("Gather", shp, ax1)
     one1 = b.const([1], np.int64)
-    pre = b.op("ReduceProd", b.op("Concat", one1, b.op("Slice", shp, b.const([0], np.int64), ax1), axis=0),
-               keepdims=1)
     tail = b.op("Slice", shp, b.op("Add", ax1, one1), b.const([np.iinfo(np.int64).max], np.int64))
     post = b.op("ReduceProd", b.op("Concat", one1, tail, axis=0), keepdims=1)
-    nb = b.op("Div", b.op("Sub", b.op("Add", n, bs), one1), bs)
-    padded = b.op("Mul", nb, bs)
-    npad = b.op("Sub", padded, n)
-    blocked_shape = b.op("Concat", pre, nb, bs, post, axis=0)
-    ragged = b.op("Squeeze", b.op("Greater", npad, b.const([0], np.int64)), b.const([0], np.int64))
+    padded = b.op("Mul", b.op("Div", b.op("Sub", b.op("Add", n, bs), one1), bs), bs)
+    minus1 = b.const([-1], np.int64)
+    x3 = b.op("Reshape", xf, b.op("Concat", minus1, n, post, axis=0))
+    pads = b.op("Concat", b.const([0, 0, 0, 0], np.int64), b.op("Sub", padded, n), b.const([0], np.int64), axis=0)
+    xr = b.op("Reshape", b.op("Pad", x3, pads), b.op("Concat", minus1, bs, post, axis=0))
 
-    pad = b.branch()  # ragged axis: zero-pad the end (zeros never raise a block's scale)
-    x3 = pad.op("Reshape", xf, pad.op("Concat", pre, n, post, axis=0))
-    pads = pad.op("Concat", pad.const([0, 0, 0, 0], np.int64), npad, pad.const([0], np.int64), axis=0)
-    x4_pad = pad.op("Reshape", pad.op("Pad", x3, pads), blocked_shape)
-    plain = b.branch()
-    x4_plain = plain.op("Reshape", xf, blocked_shape)
-    x4 = b.if_(ragged, pad.graph(x4_pad), plain.graph(x4_plain))
+    def restore(y: str) -> str:
+        y3 = b.op("Reshape", y, b.op("Concat", minus1, padded, post, axis=0))
+        return b.op("Slice", y3, b.const([0], np.int64), n, one1)
 
+    return xr, restore
+
+
+def _view_static(b: _Body, xf: str, axis: int, block_size: int, pad: int):
+    """(rows, block_size, post) view of ``xf`` (rank >= 2) for a known padding of the axis."""
+    if axis == -1:
+        post = b.const([1], np.int64)
+    else:
+        post = b.op("ReduceProd", b.op("Shape", "x", start=axis + 1), keepdims=1)
+    target = b.op("Concat", b.const([-1, block_size], np.int64), post, axis=0)
+    if pad == 0:
+        return b.op("Reshape", xf, target), lambda y: y
+    chan = b.op("Shape", "x", start=axis) if axis == -1 else b.op("Shape", "x", start=axis, end=axis + 1)
+    x3 = b.op("Reshape", xf, b.op("Concat", b.const([-1], np.int64), chan, post, axis=0))
+    xr = b.op("Reshape", b.op("Pad", x3, b.const([0, 0, 0, 0, pad, 0], np.int64)), target)
+
+    def restore(y: str) -> str:
+        cp = b.op("Add", chan, b.const([pad], np.int64))
+        y3 = b.op("Reshape", y, b.op("Concat", b.const([-1], np.int64), cp, post, axis=0))
+        return b.op("Slice", y3, b.const([0], np.int64), b.const([-pad], np.int64), b.const([1], np.int64))
+
+    return xr, restore
+
+
+def make_function(
+    element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
+    static: tuple[int, int, int] | None = None,
+) -> onnx.FunctionProto:
+    """The FunctionProto for one variant; the body imports the default domain at ``opset``.
+
+    ``static``: ``(axis, block_size, pad)`` when the block axis's length is known (see
+    :func:`build`): the body is built for them (no Pad/Slice when ``pad`` is 0, constant ones
+    otherwise) and the name says so; without it ``axis`` and ``block_size`` come from the node's
+    attributes and any shape is handled.
+
+    No branch on the data: the formula for finite inputs runs on every row of blocks, and the
+    rows holding Inf/NaN (found with one ReduceSum, which propagates both) are picked out with
+    Compress — usually none — and recomputed with the masking they need, then written back with
+    ScatterND. One ``If`` returns an empty tensor unchanged; it exists for onnxruntime's session
+    creation (see :func:`onnxptq.onnx_ops.bfp._function`) and is folded away for static shapes.
+    """
+    fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
+    top = _Body()
+    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
+    # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
+    xf = top.op("Reshape", top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
+    b = _Body(top)
+    if static is None:
+        x4, restore = _view_generic(b, xf)
+    else:
+        x4, restore = _view_static(b, xf, *static)
     a = b.op("Abs", x4)
-    all_finite = b.op("Less", b.op("ReduceSum", a, keepdims=0), b.const(np.inf))
-    fast, slow = b.branch(), b.branch()
-    y_fast = _fake_quantize_blocks(fast, x4, a, fmt, rounding_mode, scale_search, finite=True)
-    y_slow = _fake_quantize_blocks(slow, x4, a, fmt, rounding_mode, scale_search, finite=False)
-    y4 = b.if_(all_finite, fast.graph(y_fast), slow.graph(y_slow))
+    y_fast = _fake_quantize_blocks(b, x4, a, fmt, rounding_mode, scale_search, finite=True)
+    total = b.op("ReduceSum", a, b.const([1, 2], np.int64), keepdims=0)
+    bad = b.op("Not", b.op("Less", total, b.const(np.inf)))
+    idx = b.op("Transpose", b.op("NonZero", bad), perm=[1, 0])
+    xs = _unranked(b, b.op("Compress", x4, bad, axis=0))
+    y_slow = _fake_quantize_blocks(b, xs, b.op("Abs", xs), fmt, rounding_mode, scale_search, finite=False)
+    body_y = restore(b.op("ScatterND", y_fast, idx, y_slow))
 
-    cut = b.branch()  # drop the padding again
-    y3 = cut.op("Reshape", y4, cut.op("Concat", pre, padded, post, axis=0))
-    y_cut = cut.op("Reshape", cut.op("Slice", y3, cut.const([0], np.int64), n, one1), shp)
-    keep = b.branch()
-    y_keep = keep.op("Reshape", y4, shp)
-    y = b.if_(ragged, cut.graph(y_cut), keep.graph(y_keep))
-    b.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
+    # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
+    keep_y = top._fresh("keep")
+    keep = helper.make_graph([helper.make_node("Identity", [xf], [keep_y])], top._fresh("empty"),
+                             [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
+    body = helper.make_graph(b.nodes, top._fresh("quantize"), [],
+                             [helper.make_tensor_value_info(body_y, TensorProto.FLOAT, None)])
+    empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
+    y = top.op("Reshape", top.if_(empty, keep, body), top.op("Shape", "x"))
+    top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
-        function_name(fmt.name, rounding_mode, scale_search),
+        function_name(fmt.name, rounding_mode, scale_search, static),
         ["x"],
         ["y"],
-        b.nodes,
+        top.nodes,
         [helper.make_opsetid("", opset)],
         attributes=list(ATTRIBUTES),
         doc_string=f"OCP MX fake quantization, element {fmt.name} (see onnxptq.formats.mx).",
@@ -285,18 +363,23 @@ def build(
     block_size: int = 32,
     rounding_mode: int = 0,
     scale_search: int = 0,
+    shape: Any = None,
 ) -> QDQNodes:
     """One ``MXQuantizeDequantize_*`` node computing ``y = formats.mx.fake_quantize(x, ...)``.
 
     ``opset`` is the model's default-domain opset; the body is emitted for it (onnxruntime checks a
     function body against the model's opset). Below :data:`MIN_OPSET` the fragment is built for
     :data:`MIN_OPSET` and says so in ``min_opset``: the caller raises the model first.
+    ``shape``: the static shape of ``x`` when known (ints; None or a name for an unknown dim);
+    when it tells the block axis's length the body is specialised to it (see :func:`make_function`).
     """
     if fmt != "mx":
         raise ValueError(f"onnx_ops.mx builds the 'mx' format, not {fmt!r}")
     elem = check_attributes(element_dtype, axis, block_size, rounding_mode, scale_search)
     body_opset = max(int(opset), MIN_OPSET)
-    function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset)
+    pad = static_pad(int(axis), int(block_size), shape)
+    static = None if pad is None else (int(axis), int(block_size), pad)
+    function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static)
     node = helper.make_node(
         function.name,
         [x],
