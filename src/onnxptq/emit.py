@@ -147,6 +147,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     renamed_outputs: dict[str, str] = {}
     producer = {o: n.name for n in graph.node for o in n.output if o}
     elem_types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.input) + list(graph.output)}
+    # Static shapes from shape inference (None for an unknown dim): block-format bodies are
+    # specialised to the block axis's length when it is known (no Pad/Slice).
+    static_shapes = {v.name: _static_shape(v) for v in list(graph.value_info) + list(graph.input) + list(graph.output)
+                     if v.type.tensor_type.HasField("shape")}
 
     # DualQuantNodes: (consumer node, tensor) -> the value after the producer-side quantizer.
     node_replacement: dict[tuple[str, str], str] = {}
@@ -179,6 +183,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         if tplan.quant.format not in ("bfp", "mx"):
             # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
             attrs["dtype"] = "float16" if is_fp16 else "float32"
+        else:
+            attrs["shape"] = static_shapes.get(name)
         if tplan.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
             attrs["cast_form"] = False
         first = tplan.producer_view() if name not in graph_outputs else None
@@ -188,6 +194,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             first_attrs = quantizer_attrs(first, params.get(producer_params_key(name)))
             if first.quant.format not in ("bfp", "mx"):
                 first_attrs["dtype"] = "float16" if is_fp16 else "float32"
+            else:
+                first_attrs["shape"] = static_shapes.get(name)
             if first.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
                 first_attrs["cast_form"] = False
             frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
@@ -244,6 +252,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     return out
 
 
+def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
+    """The dims of ``value`` (None where unknown or symbolic)."""
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim)
+
+
 def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,
                    replacement: dict[str, str]) -> list[onnx.NodeProto]:
     """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
@@ -279,6 +292,8 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         replacement[name] = new_name
         return []
     target = b.fresh(f"{name}_DequantizeLinear_Output")
+    if quant.format in ("bfp", "mx"):
+        attrs["shape"] = tuple(values.shape)
     frag = build_qdq(quant.format, name, target, name=_safe(name), opset=b.opset, **attrs)
     replacement[name] = target
     return b.absorb(frag)
