@@ -42,7 +42,8 @@ from onnxptq.compat.defaults import ADAQUANT_PARAMS, ADAROUND_PARAMS
 from onnxptq.config import presets
 from onnxptq.config.schema import TensorQuant
 
-USER_DOCS = Path("/work/shared/spec/user-docs")
+#: The user documents live in ../shared beside the checkout (as on CI).
+USER_DOCS = Path(__file__).resolve().parents[2] / "shared" / "spec" / "user-docs"
 if not USER_DOCS.is_dir():  # the repository's own copy, when the shared folder is absent
     USER_DOCS = Path(__file__).resolve().parents[1] / "spec" / "user-docs"
 
