@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector
+from onnxptq.formats import integer
 
 log = logging.getLogger(__name__)
 
@@ -170,25 +171,13 @@ def make_collector(
 
 
 # -- integer grids ------------------------------------------------------------------------------
-_QTYPES = {
-    "int8": (-128, 127, -127, (-64, 64)),
-    "uint8": (0, 255, 0, (0, 127)),
-    "int16": (-32768, 32767, -32767, (-16384, 16384)),
-    "uint16": (0, 65535, 0, (0, 32767)),
-    "int32": (-(2**31), 2**31 - 1, -(2**31 - 1), (-(2**30), 2**30)),
-    "uint32": (0, 2**32 - 1, 0, (0, 2**31 - 1)),
-}
-
-
 def qrange(qtype: str, symmetric: bool = False, reduce_range: bool = False) -> tuple[int, int]:
-    """``(qmin, qmax)`` for an integer type, spec §3.1 (``reduce_range`` has priority)."""
+    """``(qmin, qmax)`` of an integer type (``"int8"``, ``"QUInt8"``, ...): the formats' one rule."""
     key = str(qtype).lower().removeprefix("q")
-    if key not in _QTYPES:
-        raise ValueError(f"qtype {qtype!r} has no integer range; expected one of {', '.join(_QTYPES)}")
-    lo, hi, sym_lo, reduced = _QTYPES[key]
-    if reduce_range:
-        return reduced
-    return (sym_lo, hi) if symmetric else (lo, hi)
+    try:
+        return integer.qrange(key, symmetric, reduce_range)
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"qtype {qtype!r} has no integer range: {exc}") from exc
 
 
 def scale_zero_point(rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool) -> tuple[float, int]:
