@@ -22,7 +22,8 @@ import onnx
 from .calibration import readers
 from .config.presets import get_preset
 from .config.schema import QuantConfig
-from .emit import QParams, emit
+from .emit import emit
+from .solve import QParams
 from .graph import check, io
 from .graph.passes import prepare
 from .plan import Plan, make_plan

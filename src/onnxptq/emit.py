@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,23 +19,11 @@ from onnx import numpy_helper
 
 from .formats import build_qdq, fake_quantize
 from .formats.base import DOMAIN, QDQNodes
+from .graph.walk import subgraph_nodes
 from .plan import Plan, TensorPlan
+from .solve import QParams, producer_params_key  # the solve step's output, read here
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class QParams:
-    """Solved parameters of one tensor: scale and zero point (integer formats, scaled floats)."""
-
-    scale: np.ndarray | None = None
-    zero_point: np.ndarray | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        def plain(a):
-            return None if a is None else np.asarray(a).astype(np.float64).tolist()
-
-        return {"scale": plain(self.scale), "zero_point": plain(self.zero_point)}
 
 
 def _safe(name: str) -> str:
@@ -49,11 +36,6 @@ def _opset(model: onnx.ModelProto) -> int:
         if imp.domain in ("", "ai.onnx"):
             return imp.version
     raise ValueError("model has no default-domain opset import")
-
-
-def producer_params_key(name: str) -> str:
-    """Key in the solved params of a tensor's producer-side quantizer (DualQuantNodes)."""
-    return f"{name}::producer"
 
 
 def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
@@ -226,7 +208,7 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     del graph.node[:]
     graph.node.extend(new_nodes)
 
-    used = {i for n in graph.node for i in n.input} | _subgraph_inputs(graph)
+    used = {i for n in graph.node for i in n.input} | {i for n in subgraph_nodes(graph) for i in n.input}
     del graph.initializer[:]
     graph.initializer.extend(t for name, t in b.initializers.items() if name in used or name in graph_outputs)
     # Drop graph inputs that named initializers we removed, and stale value_info.
@@ -325,19 +307,6 @@ def _foldable_relus(graph: onnx.GraphProto, plan: Plan, params: dict[str, QParam
         if np.all(np.asarray(qp.zero_point).astype(np.int64) == qmin):
             found[out] = node
     return found
-
-
-def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
-    """Names read inside If/Loop/Scan bodies (outer-scope references must stay defined)."""
-    names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                for inner in sub.node:
-                    names.update(inner.input)
-                names |= _subgraph_inputs(sub)
-    return names
 
 
 __all__ = ["QParams", "emit", "quantizer_attrs", "producer_params_key", "DOMAIN"]

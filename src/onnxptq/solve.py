@@ -9,6 +9,7 @@ collector into a range by the tensor's method); weight ranges from the weight va
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -16,11 +17,29 @@ import onnx
 from onnx import numpy_helper
 
 from .calibration import methods
-from .emit import QParams, producer_params_key
 from .formats import floating, integer
 from .plan import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class QParams:
+    """Solved parameters of one tensor: scale and zero point (integer formats, scaled floats)."""
+
+    scale: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(a):
+            return None if a is None else np.asarray(a).astype(np.float64).tolist()
+
+        return {"scale": plain(self.scale), "zero_point": plain(self.zero_point)}
+
+
+def producer_params_key(name: str) -> str:
+    """Key in the solved params of a tensor's producer-side quantizer (DualQuantNodes)."""
+    return f"{name}::producer"
 
 
 class CalibrationMissingError(RuntimeError):

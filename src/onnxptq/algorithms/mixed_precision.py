@@ -52,7 +52,8 @@ from onnx import helper
 
 from ..api import DEFAULT_EVAL_SAMPLES, Calibrated, QuantizationResult, _resolve_config, calibrate_once, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
-from ..emit import QParams, emit
+from ..emit import emit
+from ..solve import QParams
 from ..graph import io
 from ..plan import Plan, TensorPlan, make_plan
 from ..solve import solve

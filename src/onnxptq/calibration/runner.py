@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import onnx
+
+from ..graph.walk import subgraph_nodes
 from onnx import helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector
@@ -70,18 +72,6 @@ def _main_graph_names(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     inputs = {i.name for i in graph.input} - inits
     produced = {o for n in graph.node for o in n.output if o}
     return inputs, produced | inits
-
-
-def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
-    """Names produced only inside If/Loop/Scan bodies (for a helpful error)."""
-    names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                names.update(o for n in sub.node for o in n.output)
-                names.update(_subgraph_names(sub))
-    return names
 
 
 def augment_model(
@@ -205,7 +195,7 @@ its default, all cores).
     inputs, others = _main_graph_names(graph)
     missing = [n for n in tensors if n not in inputs and n not in others]
     if missing:
-        inner = _subgraph_names(graph)
+        inner = {o for n in subgraph_nodes(graph) for o in n.output if o}
         where = [f"{n!r} (inside an If/Loop/Scan body; only main-graph tensors can be calibrated)" if n in inner
                  else repr(n) for n in missing]
         raise KeyError(f"tensors not found in the main graph: {', '.join(where)}")
