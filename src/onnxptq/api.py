@@ -258,6 +258,8 @@ def _calibrate(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iter
             wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, tplan.axis)
             continue
         spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
+        if quant.calibration == "percentile":
+            spec["percentile"] = quant.percentile
         if cfg.calibration.num_bins is not None:
             spec["num_bins"] = cfg.calibration.num_bins
         wanted[name] = spec

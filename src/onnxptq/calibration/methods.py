@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector
+from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector, TailCollector
 from onnxptq.formats import integer
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,11 @@ __all__ = [
     "resolve_method",
     "scale_zero_point",
 ]
+
+#: Percentiles whose tail (per side) is at most this fraction of the values are collected as a
+#: tail (:class:`TailCollector`): 1e-5 is the reference default 99.999 symmetric; deeper tails
+#: would need buffers that outgrow a histogram.
+TAIL_MAX_FRACTION = 1e-5
 
 FLT_MIN = float(np.finfo(np.float32).tiny)
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -144,6 +149,7 @@ def make_collector(
     num_bins: int | None = None,
     symmetric: bool | None = None,
     max_bins: int | None = None,
+    percentile: float | None = None,
     name: str = "tensor",
     **_ignored: Any,
 ) -> MinMaxCollector:
@@ -154,6 +160,10 @@ def make_collector(
     histogram provides by folding, so it gets ``2 * num_bins`` signed bins. Extra options (e.g.
     ``percentile``) are accepted and ignored so one option dict can serve both this function and
     :func:`compute_range`.
+
+    Percentile given a ``percentile`` whose tail is at most :data:`TAIL_MAX_FRACTION` of the
+    values gets a :class:`TailCollector` instead: the same range from the retained tail, at a
+    fraction of the cost (see its docstring); lower percentiles keep the histogram.
     """
     m, implied = resolve_method(method)
     if m in (Method.MINMAX, Method.NONOVERFLOW):
@@ -167,6 +177,13 @@ def make_collector(
     if m in (Method.PERCENTILE, Method.LAYERWISE_PERCENTILE) and sym:
         bins *= 2
     bins += bins % 2  # the signed grid needs zero on an edge
+    if m is Method.PERCENTILE and percentile is not None:
+        fraction = (100.0 - float(percentile)) / 100.0 / (1.0 if sym else 2.0)
+        if 0.0 <= fraction <= TAIL_MAX_FRACTION * (1 + 1e-9):  # 99.999 is not exact in binary
+            return TailCollector(
+                num_bins=bins, max_bins=max_bins if max_bins is None else max(max_bins, bins),
+                tail_fraction=fraction, name=name,
+            )
     return HistogramCollector(num_bins=bins, max_bins=max_bins if max_bins is None else max(max_bins, bins), name=name)
 
 
@@ -372,6 +389,84 @@ def _percentile_range(h: HistogramCollector, percentile: float, symmetric: bool,
     return lo, hi
 
 
+def _cdf_index(counts: np.ndarray, q: float) -> int:
+    """First bin where the normalised cumulative count reaches ``q`` (the histogram rule)."""
+    return int(np.searchsorted(np.cumsum(counts / counts.sum()), q))
+
+
+def _signed_bins(c: TailCollector, values: np.ndarray) -> np.ndarray:
+    """Signed-grid bin of each value, computed as :meth:`SignedHistogram.add` computes it."""
+    n, t = c.grid.counts.size, c.grid.threshold
+    pos = values.astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
+    return np.minimum(pos.astype(np.int32), n - 1)
+
+
+def _tail_percentile_range(c: TailCollector, percentile: float, symmetric: bool, clamp: bool) -> tuple[float, float]:
+    """:func:`_percentile_range` of the histogram ``c`` would have built, from its tails.
+
+    Bins beyond the collector's completeness levels get their exact counts from the tail values;
+    all other values are lumped into the bin at the level. The cumulative search therefore lands
+    where the full histogram's would whenever it lands beyond the level (checked); otherwise the
+    result is the nearest bound the tail supports, and a warning names the tensor.
+    """
+    if not 0.0 <= percentile <= 100.0:
+        raise ValueError(f"percentile calibration of {c.name!r}: percentile must be in [0, 100], got {percentile}")
+    g = c.grid
+    total = float(c.count)
+    if g.width == 0.0 or total == 0.0:  # only zeros seen
+        lo, hi = 0.0, 0.0
+        return (max(lo, c.min), min(hi, c.max)) if clamp else (lo, hi)
+    n, half = g.counts.size, g.half
+    inexact = []
+    if symmetric:
+        pos = c.top[c.top >= 0]
+        neg = c.bottom[c.bottom < 0]
+        fold_pos = _signed_bins(c, pos) - half
+        fold_neg = half - 1 - _signed_bins(c, neg)
+        level = -1
+        if c.top_floor >= 0:
+            level = max(level, int(_signed_bins(c, np.array([c.top_floor]))[0]) - half)
+        if c.bottom_ceiling < 0:
+            level = max(level, half - 1 - int(_signed_bins(c, np.array([c.bottom_ceiling]))[0]))
+        folded = np.concatenate((fold_pos, fold_neg))
+        counts = np.bincount(folded[folded > level], minlength=half).astype(np.float64)
+        counts[max(level, 0)] += total - counts.sum()
+        idx = _cdf_index(counts, percentile / 100.0)
+        # At the level bin itself the answer stands if the known values from there up already
+        # exceed the tail; below it, it is only a bound.
+        if idx < level or (idx == level and not np.count_nonzero(folded >= level) > (1.0 - percentile / 100.0) * total):
+            inexact.append("upper")
+        t = float(min(idx, half) * g.width)
+        lo, hi = -t, t
+    else:
+        cut = (100.0 - percentile) / 200.0
+        edges = (np.arange(n + 1, dtype=np.float64) - half) * g.width
+        top_level = int(_signed_bins(c, np.array([c.top_floor]))[0]) if math.isfinite(c.top_floor) else -1
+        top_bins = _signed_bins(c, c.top)
+        counts = np.bincount(top_bins[top_bins > top_level], minlength=n).astype(np.float64)
+        counts[max(top_level, 0)] += total - counts.sum()
+        hi_idx = _cdf_index(counts, 1.0 - cut)
+        if hi_idx < top_level or (hi_idx == top_level and not np.count_nonzero(top_bins >= top_level) > cut * total):
+            inexact.append("upper")
+        bottom_level = int(_signed_bins(c, np.array([c.bottom_ceiling]))[0]) if math.isfinite(c.bottom_ceiling) else n
+        bottom_bins = _signed_bins(c, c.bottom)
+        counts = np.bincount(bottom_bins[bottom_bins < bottom_level], minlength=n).astype(np.float64)
+        counts[min(bottom_level, n - 1)] += total - counts.sum()
+        lo_idx = _cdf_index(counts, cut)
+        if lo_idx > bottom_level or (lo_idx == bottom_level and not np.count_nonzero(bottom_bins <= bottom_level) >= cut * total):
+            inexact.append("lower")
+        lo, hi = float(edges[min(lo_idx, n)]), float(edges[min(hi_idx, n)])
+    if inexact:
+        log.warning(
+            "percentile %.6g of %r: the %s threshold lies deeper than the %d values per side kept of %d; "
+            "using the nearest bound the kept tail supports (a histogram method, e.g. percentile < %.6g, is exact)",
+            percentile, c.name, " and ".join(inexact), c.capacity, int(total), 100.0 - 100.0 * TAIL_MAX_FRACTION,
+        )
+    if clamp:
+        lo, hi = max(lo, c.min), min(hi, c.max)
+    return lo, hi
+
+
 def _weighted_errors(
     centres: np.ndarray, counts: np.ndarray, scales: np.ndarray, zps: np.ndarray, qmin: int, qmax: int, power: int
 ) -> np.ndarray:
@@ -438,6 +533,11 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
         )
     if not isinstance(collector, MinMaxCollector):
         raise TypeError(f"calibration of {name!r}: expected a collector from make_collector, got {type(collector).__name__}")
+    if isinstance(collector, TailCollector) and m in (Method.ENTROPY, Method.MINMSE, Method.LAYERWISE_PERCENTILE):
+        raise TypeError(
+            f"{m.value} calibration of {name!r} needs a histogram; the collector holds only the tails "
+            "(make_collector gives one to high percentiles alone)"
+        )
     if collector.empty:
         log.warning("tensor %r: no finite value was collected; its range is (0, 0)", name)
         return 0.0, 0.0
@@ -458,6 +558,10 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
         s, zp = pow2_scale(collector.min, collector.max, qmin, qmax, symmetric, rounding="ceil")
         return (qmin - zp) * s, (qmax - zp) * s
 
+    if isinstance(collector, TailCollector) and m is Method.PERCENTILE:
+        return _tail_percentile_range(
+            collector, float(opts.get("percentile", 99.999)), bool(opts.get("symmetric", True)), bool(opts.get("clamp", True))
+        )
     h = _need_hist(collector, m)
     if m is Method.PERCENTILE:
         return _percentile_range(

@@ -7,9 +7,11 @@ we ask for), and folds every fetched array into its tensor's collector before th
 nothing is kept between feeds: memory is O(tensors x bins), not O(samples).
 
 Tensors that are graph inputs are read straight from the feed (no round trip through the session).
-Tensors whose collector is a plain :class:`MinMaxCollector` can instead be reduced inside the graph
-(``minmax_in_graph=True``: ``ReduceMin``/``ReduceMax`` to scalars), which saves fetching and
-scanning the full tensor; see the measurement in the module's tests/report for when that pays.
+With ``minmax_in_graph=True`` (the default) every collector that needs less than the whole tensor
+is fed by reductions inside the graph, so the full tensor never crosses into Python: a plain
+:class:`MinMaxCollector` gets ``ReduceMin``/``ReduceMax`` scalars, a
+:class:`PerChannelMinMaxCollector` the same per channel, a :class:`TailCollector` its extremes,
+element count and ``TopK`` largest/smallest values. Only histogram collectors fetch tensors.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +30,7 @@ import onnx
 from ..graph.walk import subgraph_nodes
 from onnx import helper
 
-from onnxptq.calibration.collectors import Collector, MinMaxCollector
+from onnxptq.calibration.collectors import Collector, MinMaxCollector, PerChannelMinMaxCollector, TailCollector
 from onnxptq.calibration.methods import Method, make_collector
 
 log = logging.getLogger(__name__)
@@ -74,16 +77,97 @@ def _main_graph_names(graph: onnx.GraphProto) -> tuple[set[str], set[str]]:
     return inputs, produced | inits
 
 
+@dataclass
+class Reduction:
+    """Nodes that reduce one tensor inside the graph, their outputs, and how to fold the results."""
+
+    nodes: list[onnx.NodeProto]
+    outputs: list[str]
+    fold: Callable[[Sequence[np.ndarray]], None]
+
+
+def _model_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
+
+
+def _reduce_node(op: str, x: str, out: str, axes: Sequence[int] | None, opset: int, extra: list[onnx.NodeProto]) -> onnx.NodeProto:
+    """``ReduceMin``/``ReduceMax`` with ``keepdims=0`` over ``axes`` (None: all), in the opset's form."""
+    if axes is None:
+        return helper.make_node(op, [x], [out], keepdims=0, name=out)
+    if opset >= 18:
+        axes_name = out + "__axes"
+        extra.append(helper.make_node("Constant", [], [axes_name], name=axes_name,
+                                      value=helper.make_tensor(axes_name, onnx.TensorProto.INT64, [len(axes)], list(axes))))
+        return helper.make_node(op, [x, axes_name], [out], keepdims=0, name=out)
+    return helper.make_node(op, [x], [out], keepdims=0, axes=list(axes), name=out)
+
+
+def _const(name: str, values: Sequence[int]) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], name=name,
+                            value=helper.make_tensor(name, onnx.TensorProto.INT64, [len(values)], list(values)))
+
+
+def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None) -> Reduction | None:
+    """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor."""
+    if type(collector) is MinMaxCollector:
+        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        nodes = [_reduce_node("ReduceMin", name, lo, None, opset, []), _reduce_node("ReduceMax", name, hi, None, opset, [])]
+        return Reduction(nodes, [lo, hi], lambda out: collector.update_extremes(float(out[0]), float(out[1])))
+    if type(collector) is PerChannelMinMaxCollector:
+        # [d0 .. d_axis, rest]: reduce every axis but the channel one, whatever the rank.
+        axis = collector.axis
+        if axis < 0:
+            return None
+        shaped, shape = name + "__onnxptq_pc", name + "__onnxptq_pc_shape"
+        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        nodes = [_const(shape, [0] * (axis + 1) + [-1]), helper.make_node("Reshape", [name, shape], [shaped], name=shaped)]
+        axes = [i for i in range(axis + 2) if i != axis]
+        extra: list[onnx.NodeProto] = []
+        reds = [_reduce_node("ReduceMin", shaped, lo, axes, opset, extra), _reduce_node("ReduceMax", shaped, hi, axes, opset, extra)]
+        return Reduction(nodes + extra + reds, [lo, hi], lambda out: collector.update_channel_extremes(out[0], out[1]))
+    if type(collector) is TailCollector:
+        p = name + "__onnxptq_tail"
+        nodes: list[onnx.NodeProto] = []
+        src = name
+        if elem_type != onnx.TensorProto.FLOAT:  # TopK has no float16/bfloat16 CPU kernel
+            src = p + "_f32"
+            nodes.append(helper.make_node("Cast", [name], [src], to=onnx.TensorProto.FLOAT, name=src))
+        nodes += [
+            _const(p + "_flat_shape", [-1]),
+            helper.make_node("Reshape", [src, p + "_flat_shape"], [p + "_flat"], name=p + "_flat"),
+            helper.make_node("Size", [src], [p + "_n"], name=p + "_n"),
+            _const(p + "_div", [collector.batch_divisor]),
+            _const(p + "_kmin", [collector.min_batch_k]),
+            helper.make_node("Div", [p + "_n", p + "_div"], [p + "_share"], name=p + "_share"),
+            helper.make_node("Max", [p + "_share", p + "_kmin"], [p + "_kwant"], name=p + "_kwant"),
+            helper.make_node("Min", [p + "_kwant", p + "_n"], [p + "_k"], name=p + "_k"),
+            helper.make_node("TopK", [p + "_flat", p + "_k"], [p + "_top", p + "_top_i"], largest=1, sorted=0, name=p + "_top"),
+            helper.make_node("TopK", [p + "_flat", p + "_k"], [p + "_bot", p + "_bot_i"], largest=0, sorted=0, name=p + "_bot"),
+        ]
+        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        nodes += [_reduce_node("ReduceMin", src, lo, None, opset, []), _reduce_node("ReduceMax", src, hi, None, opset, [])]
+
+        def fold(out: Sequence[np.ndarray]) -> None:
+            collector.update_tails(out[0], out[1], int(out[2]), float(out[3]), float(out[4]))
+
+        return Reduction(nodes, [p + "_top", p + "_bot", p + "_n", lo, hi], fold)
+    return None
+
+
 def augment_model(
-    model: onnx.ModelProto, fetch: Sequence[str], reduce: Sequence[str] = ()
+    model: onnx.ModelProto,
+    fetch: Sequence[str],
+    reduce: Sequence[str] = (),
+    reductions: Mapping[str, Reduction] | None = None,
 ) -> tuple[onnx.ModelProto, list[str]]:
-    """A copy of ``model`` whose outputs are ``fetch`` plus min/max scalars for ``reduce``.
+    """A copy of ``model`` whose outputs are ``fetch``, min/max scalars for ``reduce`` and the
+    outputs of ``reductions`` (tensor name -> :class:`Reduction`).
 
     Returns the model and the output names in order: ``fetch`` first, then ``<t>_min, <t>_max``
-    pairs. Original outputs are dropped (they would be computed and transferred for nothing)
-    unless requested. Types come from the model's value_info/outputs when known; other outputs
-    are left untyped, which onnxruntime accepts (it infers them), so no shape-inference pass over
-    a possibly large model is needed.
+    pairs, then each reduction's outputs. Original outputs are dropped (they would be computed and
+    transferred for nothing) unless requested. Types come from the model's value_info/outputs when
+    known; other outputs are left untyped, which onnxruntime accepts (it infers them), so no
+    shape-inference pass over a possibly large model is needed.
     """
     aug = onnx.ModelProto()
     aug.CopyFrom(model)
@@ -105,19 +189,22 @@ def augment_model(
     after: dict[str, list[onnx.NodeProto]] = {}
     first: list[onnx.NodeProto] = []
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    opset = _model_opset(model)
+    todo: list[tuple[str, list[onnx.NodeProto], list[str]]] = []
     for name in reduce:
         lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
-        pair = [
-            helper.make_node("ReduceMin", [name], [lo], keepdims=0, name=lo),
-            helper.make_node("ReduceMax", [name], [hi], keepdims=0, name=hi),
-        ]
+        todo.append((name, [_reduce_node("ReduceMin", name, lo, None, opset, []),
+                            _reduce_node("ReduceMax", name, hi, None, opset, [])], [lo, hi]))
+    for name, red in (reductions or {}).items():
+        todo.append((name, red.nodes, red.outputs))
+    for name, nodes, outs in todo:
         if name in producer:
-            after.setdefault(graph.node[producer[name]].name + f"#{producer[name]}", []).extend(pair)
+            after.setdefault(graph.node[producer[name]].name + f"#{producer[name]}", []).extend(nodes)
         else:
-            first.extend(pair)
-        graph.output.extend([onnx.ValueInfoProto(name=lo), onnx.ValueInfoProto(name=hi)])
-        names += [lo, hi]
-    if reduce:
+            first.extend(nodes)
+        graph.output.extend([onnx.ValueInfoProto(name=o) for o in outs])
+        names += outs
+    if todo:
         nodes = list(first)
         for i, node in enumerate(graph.node):
             nodes.append(node)
@@ -203,14 +290,23 @@ its default, all cores).
     collectors: dict[str, Collector] = {name: _make(name, spec) for name, spec in tensors.items()}
     from_feed = [n for n in collectors if n in inputs]
     graph_tensors = [n for n in collectors if n not in inputs]
-    reduce = [n for n in graph_tensors if minmax_in_graph and type(collectors[n]) is MinMaxCollector]
-    fetch = [n for n in graph_tensors if n not in set(reduce)]
+    opset = _model_opset(model)
+    elem_types = {vi.name: vi.type.tensor_type.elem_type
+                  for vi in list(graph.value_info) + list(graph.output) + list(graph.input) if vi.type.HasField("tensor_type")}
+    elem_types.update({t.name: t.data_type for t in graph.initializer})
+    reductions: dict[str, Reduction] = {}
+    if minmax_in_graph:
+        for n in graph_tensors:
+            red = plan_reduction(n, collectors[n], opset, elem_types.get(n))
+            if red is not None:
+                reductions[n] = red
+    fetch = [n for n in graph_tensors if n not in reductions]
 
     session = None
     out_names: list[str] = []
     with tempfile.TemporaryDirectory(prefix="onnxptq-calib-") as tmpdir:
-        if fetch or reduce:
-            aug, out_names = augment_model(model, fetch, reduce)
+        if fetch or reductions:
+            aug, out_names = augment_model(model, fetch, reductions=reductions)
             t0 = time.perf_counter()
             session = _session(aug, providers, tmpdir, intra_op_num_threads)
             del aug
@@ -246,10 +342,10 @@ its default, all cores).
                     outputs = session.run(out_names, run_feed)
                     for name, value in zip(fetch, outputs):
                         collectors[name].update(value)
-                    for j, name in enumerate(reduce):
-                        lo = outputs[len(fetch) + 2 * j]
-                        hi = outputs[len(fetch) + 2 * j + 1]
-                        collectors[name].update_extremes(float(lo), float(hi))
+                    at = len(fetch)
+                    for red in reductions.values():
+                        red.fold(outputs[at : at + len(red.outputs)])
+                        at += len(red.outputs)
                     del outputs
                 batches += 1
                 if bar is not None:
