@@ -106,6 +106,52 @@ def test_torch_layers_match_onnxruntime():
         np.testing.assert_allclose(got.numpy(), y, rtol=1e-5, atol=1e-5, err_msg=layer.name)
 
 
+@pytest.mark.parametrize("activation", [None, "Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"])
+def test_hand_written_gradient_matches_autograd(activation):
+    """grad.LayerGrad (the optimisers' hand-written backward) gives autograd's loss and weight/bias
+    gradients through make_forward, for every layer form of the synthetic model and every fused activation."""
+    from onnxptq.algorithms.finetune.grad import Adam, LayerGrad, reference_loss_and_grad
+
+    model = _model()
+    plan = __import__("onnxptq.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
+    layers = extract.find_layers(model, plan, FinetuneOptions().target_op_types)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    probe = _session(extract.float_probe(model, [l.input for l in layers if l.input != "x"]))
+    feed = {"x": np.concatenate([f["x"] for f in _feeds(3)], axis=0)}
+    gen = torch.Generator().manual_seed(0)
+    attrs = {"LeakyRelu": {"alpha": 0.1}, "Clip": {"min": -0.5, "max": 0.7}, "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
+    for layer in layers:
+        layer = extract.Layer(**{**layer.__dict__, "activation": activation, "activation_attrs": attrs.get(activation, {})})
+        x = torch.from_numpy(feed["x"] if layer.input == "x" else probe.run([layer.input], feed)[0])
+        w = torch.from_numpy(inits[layer.weight].copy())
+        b = torch.from_numpy(inits[layer.bias].copy()) if layer.bias else None
+        forward = make_forward(layer)
+        y = forward(x, w, b).detach() + 0.1 * torch.randn(forward(x, w, b).shape, generator=gen)
+        for channels_last in (False, True):
+            xx, yy = x, y
+            if channels_last and x.dim() == 4:
+                xx, yy = x.contiguous(memory_format=torch.channels_last), y.contiguous(memory_format=torch.channels_last)
+            step = LayerGrad(layer, want_bias=b is not None)
+            loss, gw, gb = step.loss_and_grad(step.prepare(xx, w.shape), w, b, yy)
+            ref_loss, ref_gw, ref_gb = reference_loss_and_grad(forward, step.channel_dim, xx, w, b, yy, want_bias=b is not None)
+            assert step.manual
+            np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-5, err_msg=layer.name)
+            np.testing.assert_allclose(gw.numpy(), ref_gw.numpy(), rtol=1e-4, atol=1e-6, err_msg=layer.name)
+            assert gw.is_contiguous()
+            if b is not None:
+                np.testing.assert_allclose(gb.numpy(), ref_gb.numpy(), rtol=1e-4, atol=1e-6, err_msg=layer.name)
+    # the fused Adam step is torch.optim.Adam's, also for a gradient in another memory format
+    p1 = torch.randn(8, 3, 3, 3, generator=gen)
+    p2 = p1.clone()
+    ours, theirs = Adam(p1, lr=0.1), torch.optim.Adam([p2], lr=0.1)
+    for _ in range(5):
+        g = torch.randn(8, 3, 3, 3, generator=gen)
+        ours.step(g.contiguous(memory_format=torch.channels_last))
+        p2.grad = g
+        theirs.step()
+    np.testing.assert_allclose(p1.numpy(), p2.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_adaround_returns_grid_values_that_emit_reproduces(monkeypatch):
     """AdaRound's weights are exactly (q − zp)·s; emit's re-quantization gives back exactly q, and q is
     floor or ceil of w/s (the learned rounding), differing from round-to-nearest somewhere."""

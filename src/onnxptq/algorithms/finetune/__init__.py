@@ -74,6 +74,9 @@ def torch_device(spec: str) -> Any:
     return torch.device(f"cuda:{index}")
 
 
+#: Bytes of layer data one pass of a model may fetch ahead (per model: quantized inputs, float targets).
+FETCH_BUDGET = 256 * 2**20
+
 #: torch CPU threads while optimising. The per-layer problems are small (a batch of 2 through one
 #: convolution), so threads mostly synchronise: on the 2-core CI machine one thread ran a depthwise
 #: conv step 4-30x faster than two under load, and no slower idle.
@@ -192,20 +195,21 @@ def refine(
     # SelectiveUpdate: a layer is also kept only if the whole model's outputs on the held-out
     # samples got closer to float (per-layer gains do not always add up).
     check = samples[len(samples) - holdout:] if holdout else samples
-    float_final = {n: frun.fetch(n, check) for n in watched}
+    float_final = frun.fetch_many(watched, check) if watched else {}
 
     def model_error(feeds: dict[str, np.ndarray]) -> float:
-        return sum(float(np.mean((qrun.fetch(n, check, feeds) - float_final[n]) ** 2)) for n in watched)
+        out = qrun.fetch_many(watched, check, feeds)
+        return sum(float(np.mean((out[n] - float_final[n]) ** 2)) for n in watched)
 
     current = model_error(weight_feeds) if watched else 0.0
-    # Parallel: every layer's data in one pass of each model, before any update (faster: one
-    # forward instead of one per layer; the later layers do not see the earlier layers' updates).
-    cache_q: dict[str, np.ndarray] = {}
-    cache_f: dict[str, np.ndarray] = {}
-    if options.parallel:
-        wanted = [reads[l.name] for l in layers if reads[l.name] not in samples[0]]
-        cache_q = qrun.fetch_many(wanted, samples, weight_feeds) if wanted and qrun is not None else {}
-        cache_f = frun.fetch_many([l.output for l in layers], samples)
+    # Layer data, fetched ahead: one pass of each model fills every layer that fits the memory
+    # budget. The float targets never change; the quantized inputs are fetched again only after a
+    # layer's new weights were kept (a reverted layer leaves the model as it was). Parallel: all
+    # quantized inputs come from the model before any update (the reference tool's option).
+    q_order = [reads[l.name] for l in layers if reads[l.name] not in samples[0]]
+    f_order = [n for l in layers for n in ([l.output] + ([l.input] if options.drop_ratio < 1.0 and l.input not in samples[0] else []))]
+    qcache = extract.Prefetch(qrun, q_order, samples, FETCH_BUDGET, weight_feeds) if qrun is not None and q_order else None
+    fcache = extract.Prefetch(frun, f_order, samples, FETCH_BUDGET)
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(TORCH_THREADS)
@@ -216,14 +220,20 @@ def refine(
         for i, layer in enumerate(layers, 1):
             t0 = time.perf_counter()
             read = reads[layer.name]
+            later = layers[i:]
             if read in samples[0]:  # the layer reads a graph input directly
                 x_q = np.concatenate([s[read] for s in samples], axis=0)
-            elif options.parallel:
-                x_q = cache_q[read]
             else:
-                x_q = qrun.fetch(read, samples, weight_feeds)
-            y_f = cache_f.pop(layer.output) if options.parallel else frun.fetch(layer.output, samples)
-            x_f = frun.fetch(layer.input, samples) if options.drop_ratio < 1.0 else None
+                x_q = qcache.get(read, q_order.index(read))
+            y_f = fcache.get(layer.output, f_order.index(layer.output))
+            if options.drop_ratio < 1.0:
+                x_f = (np.concatenate([s[layer.input] for s in samples], axis=0) if layer.input in samples[0]
+                       else fcache.get(layer.input, f_order.index(layer.input)))
+            else:
+                x_f = None
+            fcache.release([n for l in later for n in (l.output, l.input)])
+            if qcache is not None:
+                qcache.release([reads[l.name] for l in later])
             # Rows: samples × their batch; the held-out rows are the last samples' rows.
             rows_per_sample = x_q.shape[0] // len(samples)
             split = x_q.shape[0] - holdout * rows_per_sample if holdout else x_q.shape[0]
@@ -265,6 +275,8 @@ def refine(
             if kept:
                 improved += 1
                 weight_feeds = trial
+                if qcache is not None and not options.parallel:
+                    qcache.refeed(weight_feeds)
                 result[layer.weight] = new_w
                 if new_b is not None:
                     result[layer.bias] = new_b
@@ -273,7 +285,8 @@ def refine(
                      layer.op_type, before, after, "kept" if kept else "reverted to plain rounding", seconds)
             if report is not None:
                 report.append(LayerResult(layer.name, layer.op_type, before, after, kept, seconds))
-        log.info("finetune: %d of %d layer(s) improved in %.1fs", improved, len(layers), time.perf_counter() - t_all)
+        log.info("finetune: %d of %d layer(s) improved in %.1fs (%d + %d passes of the quantized and float models)", improved,
+                 len(layers), time.perf_counter() - t_all, qcache.passes if qcache is not None else 0, fcache.passes)
         return result
     finally:
         torch.set_num_threads(threads)

@@ -195,15 +195,22 @@ def _prune(graph: onnx.GraphProto) -> None:
 
 
 class Runner:
-    """An onnxruntime session that fetches one tensor for every kept sample, batched when it can."""
+    """An onnxruntime session that fetches one tensor for every kept sample, batched when it can.
 
-    def __init__(self, model: onnx.ModelProto, providers: list[Any], threads: int | None = None) -> None:
+    Its threads do not spin between runs (``spin``): the refine step alternates onnxruntime passes
+    with torch work, and spinning threads would take the cores torch needs (on the 2-core machine,
+    spinning doubled the CPU time of a pass and its wall time under load).
+    """
+
+    def __init__(self, model: onnx.ModelProto, providers: list[Any], threads: int | None = None, spin: bool = False) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if threads:
             options.intra_op_num_threads = threads
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.batched: bool | None = None  # decided on the first fetch
@@ -252,6 +259,63 @@ class Runner:
                     raise _NotBatchable(f"{n} has no batch axis")
             parts.append(outs)
         return {n: np.concatenate([p[i] for p in parts], axis=0) for i, n in enumerate(names)}
+
+
+class Prefetch:
+    """Tensors of one :class:`Runner` for every sample, fetched ahead: one pass fills many layers.
+
+    onnxruntime computes the whole graph whatever is fetched, so asking for one layer's tensor
+    costs as much as asking for all of them. ``get(name, at)`` therefore fetches, in the same
+    pass, the tensors of ``order[at:]`` not yet cached, as many as fit in ``budget`` bytes (sizes
+    taken from a one-sample pass). :meth:`refeed` changes the extra feeds (the refined weights) and
+    drops what was computed with the old ones; :meth:`release` frees what no later layer reads.
+    """
+
+    def __init__(self, runner: Runner, order: Sequence[str], samples: Sequence[dict[str, np.ndarray]],
+                 budget: int, extra: dict[str, np.ndarray] | None = None) -> None:
+        self.runner = runner
+        self.order = list(order)
+        self.samples = samples
+        self.budget = int(budget)
+        self.extra = dict(extra or {})
+        self.cache: dict[str, np.ndarray] = {}
+        self.passes = 0
+        self._bytes: dict[str, int] | None = None
+
+    def _sizes(self) -> dict[str, int]:
+        if self._bytes is None:
+            names = list(dict.fromkeys(self.order))
+            one = self.runner.fetch_many(names, self.samples[:1], self.extra) if names else {}
+            self._bytes = {n: int(a.nbytes) * len(self.samples) for n, a in one.items()}
+        return self._bytes
+
+    def get(self, name: str, at: int = 0) -> np.ndarray:
+        """``name`` for every sample; on a miss, also the tensors of ``order[at:]`` that fit the budget."""
+        if name in self.cache:
+            return self.cache[name]
+        sizes = self._sizes()
+        group, total = [name], sizes.get(name, 0)
+        for other in dict.fromkeys(self.order[at:]):
+            if other in self.cache or other == name:
+                continue
+            if total + sizes.get(other, 0) > self.budget:
+                break
+            group.append(other)
+            total += sizes.get(other, 0)
+        self.cache.update(self.runner.fetch_many(group, self.samples, self.extra))
+        self.passes += 1
+        return self.cache[name]
+
+    def refeed(self, extra: dict[str, np.ndarray]) -> None:
+        """New extra feeds: everything cached was computed with the old ones and is dropped."""
+        self.extra = dict(extra)
+        self.cache.clear()
+
+    def release(self, keep: Sequence[str]) -> None:
+        """Free the cached tensors not in ``keep``."""
+        wanted = set(keep)
+        for n in [n for n in self.cache if n not in wanted]:
+            del self.cache[n]
 
 
 class _NotBatchable(Exception):
