@@ -73,6 +73,39 @@ def test_small_cnn_a16w8_to_a8w8_greedy_property(tmp_path):
         assert g.input_chain(layer.name, 0)[-1] == ("int8" if layer.precision == "low" else "int16")
 
 
+def test_incremental_evaluation_matches_whole_runs():
+    """Candidates run from a cut (suffix models fed the kept tensors of a set already run) score
+    exactly what whole runs of the switch model score, on every flip set of the small CNN."""
+    from itertools import combinations
+
+    from onnxptq.algorithms.mixed_precision import _Evaluator
+
+    high = get_preset("A16W8")
+    high.calibration.progress = False
+    low = get_preset("A8W8")
+    pair = (low.activation, low.weight)
+    feeds = small_cnn_feeds(8)
+    cal = calibrate_once(make_small_cnn(), high, feeds, eval_samples=8,
+                         also_for=[high.replace(op_type_overrides={op: pair for op in LAYER_OPS})])
+    layers = ["conv1", "conv2", "fc"]
+
+    def config_for(flipped):
+        return high.replace(node_overrides={n: pair for n in flipped})
+
+    sets = [frozenset(c) for k in range(4) for c in combinations(layers, k)]
+    sets = sets[1:] + sets[::-1]  # every set, then again in another order (other kept bases)
+    incremental = _Evaluator(cal, config_for, layers, L2Target(1.0), 2, incremental=True)
+    whole = _Evaluator(cal, config_for, layers, L2Target(1.0), 2, incremental=False)
+    try:
+        assert incremental.suffixes is not None and len(incremental.suffixes.cuts) > 1
+        got = [incremental._evaluate(s) for s in sets]
+        assert got == [whole._evaluate(s) for s in sets]
+        assert max(incremental.suffixes.starts) > 0, "some runs started past the first cut"
+    finally:
+        incremental.close()
+        whole.close()
+
+
 def test_top1_target_uses_the_evaluation_function():
     feeds = small_cnn_feeds(8)
     high = get_preset("A16W8")

@@ -30,6 +30,14 @@ emitted model for that candidate computes; a candidate whose plan holds a varian
 model lacks falls back to emitting and running its own model. Candidates run on a thread pool
 (onnxruntime releases the GIL; one intra-op thread per run).
 
+Runs are incremental (:class:`_Suffixes`): up to the first node where a candidate's switches
+change a data value, it computes what a set already run computed. The switch model is cut at
+points spaced by compute, each cut a suffix model fed the tensors live across it; every run keeps
+its cut tensors (for the most recently used sets and the all-high set), and a candidate runs from
+the latest cut before its divergence from the closest kept set. A sensitivity run starts at its
+layer, a greedy run at the layer it adds to the accepted set: on PP-OCRv4 rec about half the
+compute of a whole run. The values are the same (same nodes, same inputs).
+
 Evaluation sessions use onnxruntime's basic graph optimizations only, so Q/DQ pairs compute the
 format's reference values; a default session may fuse integer Q/DQ into integer kernels whose
 rounding differs slightly.
@@ -37,6 +45,7 @@ rounding differs slightly.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import logging
@@ -50,7 +59,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..api import DEFAULT_EVAL_SAMPLES, Calibrated, QuantizationResult, _resolve_config, calibrate_once, complete
+from ..api import DEFAULT_EVAL_SAMPLES, Calibrated, QuantizationResult, _resolve_config, build_model, calibrate_once, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
 from ..emit import emit
 from ..solve import QParams
@@ -64,6 +73,12 @@ log = logging.getLogger(__name__)
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 #: Samples the metric is measured on by default (the first ones of the calibration data).
 DEFAULT_AMP_SAMPLES = 16
+#: Most cut points of the incremental evaluation (one onnxruntime session each; see :class:`_Suffixes`).
+MAX_CUTS = 16
+#: Memory the incremental evaluation may fill with kept cut tensors.
+CACHE_BYTES = 384 * 2**20
+#: Op types counted to space the cut points (where the compute is).
+_HEAVY = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "Attention"})
 
 LowSpec = tuple[TensorQuant | None, TensorQuant | None]
 
@@ -107,7 +122,7 @@ Target = L2Target | Top1Target
 
 
 def _per_sample(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Split batched outputs into samples along axis 0 (tagged by :meth:`_Evaluator._run`)."""
+    """Split batched outputs into samples along axis 0 (tagged by :meth:`_Evaluator._collect`)."""
     out: list[np.ndarray] = []
     for a in arrays:
         batch = getattr(a, "_amp_batch", None)
@@ -161,6 +176,8 @@ class MixedPrecisionReport:
     samples: int
     workers: int
     timings: dict[str, float] = field(default_factory=dict)
+    #: the user's ``task_metric`` of the float, all-high, final and all-low models, when given
+    task_metric: dict[str, float] | None = None
 
     @property
     def flipped(self) -> list[str]:
@@ -184,6 +201,8 @@ class MixedPrecisionReport:
             f"final {self.final_metric:.6g}; {len(self.flipped)} of {len(self.layers)} layers low "
             f"({self.evaluations} evaluations on {self.samples} samples, {self.workers} workers)"
         )
+        if self.task_metric:
+            lines.append("task metric: " + ", ".join(f"{k.replace('_', ' ')} {v:.6g}" for k, v in self.task_metric.items()))
         return "\n".join(lines)
 
 
@@ -226,6 +245,7 @@ def auto_mixed_precision(
     samples: int = DEFAULT_AMP_SAMPLES,
     workers: int | None = None,
     report_path: str | os.PathLike | None = None,
+    task_metric: Callable[[onnx.ModelProto], float] | None = None,
 ) -> MixedPrecisionResult:
     """Quantize ``model`` in ``high`` precision with as many ``op_types`` layers in ``low`` as ``target`` allows.
 
@@ -234,8 +254,13 @@ def auto_mixed_precision(
     the high format. ``data`` is read once (calibration); the first ``samples`` samples measure
     the metric. ``workers``: threads evaluating candidates (default: all cores). The report JSON
     goes to ``report_path``, else beside ``output`` as ``<output>.amp.json``.
+
+    ``task_metric``: optional, not used by the search: a function scoring a model on the user's
+    task (e.g. CER of a recogniser on labelled data); it is applied to the float (prepared) model,
+    the all-high, the final and the all-low model, and the four values go into the report.
     """
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     high_cfg = _resolve_config(high).replace(dual_quant_nodes=False)
     final_dual = _resolve_config(high).dual_quant_nodes
     low_act, low_weight = _low_spec(low)
@@ -282,7 +307,22 @@ def auto_mixed_precision(
     final_metric = evaluator.exact(result.model)
     evaluator.close()
     timings["final"] = time.perf_counter() - t4
+    task_scores = None
+    if task_metric is not None:
+        t5 = time.perf_counter()
+        final_score = float(task_metric(result.model))
+
+        def score_of(flips: frozenset[str]) -> float:
+            if flips == flipped:
+                return final_score
+            return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
+
+        task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
+                       "final": final_score, "all_low": score_of(frozenset(candidates))}
+        log.info("mixed precision: task metric float %.6g, all high %.6g, final %.6g, all low %.6g", *task_scores.values())
+        timings["task metric"] = time.perf_counter() - t5
     timings["total"] = time.perf_counter() - t0
+    timings["cpu"] = time.process_time() - cpu0
 
     rank = {name: i + 1 for i, name in enumerate(order)}
     op_of = {n.name: n.op_type for n in calibrated.prepared.graph.node}
@@ -298,6 +338,7 @@ def auto_mixed_precision(
         low=f"activations {_describe(low_pair[0])}, weights {_describe(low_pair[1])}", baseline=baseline,
         all_low=everything, final_metric=final_metric, layers=layers, evaluations=evaluator.evaluations,
         fallbacks=evaluator.fallbacks, samples=len(calibrated.kept), workers=workers, timings=timings,
+        task_metric=task_scores,
     )
     log.info("automatic mixed precision:\n%s", report.table())
     if final_metric > target.value and flipped:
@@ -411,7 +452,7 @@ class _Evaluator:
     """Scores candidate flip sets on the kept samples through one switch model (see module doc)."""
 
     def __init__(self, calibrated: Calibrated, config_for: Callable[[frozenset[str]], QuantConfig],
-                 candidates: list[str], target: Target, workers: int) -> None:
+                 candidates: list[str], target: Target, workers: int, incremental: bool = True) -> None:
         import onnxruntime as ort
 
         self.calibrated = calibrated
@@ -430,12 +471,15 @@ class _Evaluator:
         self.options.inter_op_num_threads = 1
         self.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         self.options.log_severity_level = 3
+        # Up to MAX_CUTS + 3 sessions: an arena each would keep each one's peak (GBs on PP-OCR rec).
+        self.options.enable_cpu_mem_arena = False
         n_outputs = len(self.prepared.graph.output)
         if not 0 <= target.output_index < n_outputs:
             raise ConfigError(f"output index {target.output_index} is out of range: the model has {n_outputs} outputs")
         float_sess = self._session(self.prepared)
         self.output_name = float_sess.get_outputs()[target.output_index].name
         self.stacked = _stack(self.feeds)
+        self.reference: list[np.ndarray] | None = None
         if self.stacked is not None:
             # One run over all samples instead of one per feed (several times faster on small
             # models); only when the model takes the stacked batch and gives one row per sample.
@@ -443,9 +487,14 @@ class _Evaluator:
                 out = float_sess.run([self.output_name], self.stacked[0])[0]
                 if np.ndim(out) == 0 or out.shape[0] != sum(self.stacked[1]):
                     self.stacked = None
+                else:
+                    self.reference = self._collect([out])
             except Exception:  # noqa: BLE001 - a fixed batch size: run per feed
                 self.stacked = None
-        self.reference = self._outputs(float_sess)
+        if self.reference is None:
+            self.reference = self._outputs(float_sess)
+        if isinstance(target, L2Target):  # converted once, not at every score
+            self.reference = [_tag(np.asarray(r, np.float64), bool(r._amp_batch)) for r in self.reference]
 
         # Variants per tensor, seeded from all-high, all-low and every single flip.
         seeds = [frozenset(), frozenset(candidates)] + [frozenset([c]) for c in candidates]
@@ -470,23 +519,37 @@ class _Evaluator:
         self.index = {name: {key: i for i, key in enumerate(keys)} for name, keys in self.variants.items()}
         self.switched = {name for name, keys in self.variants.items() if len(keys) > 1}
         model = self._switch_model()
-        t = time.perf_counter()
-        self.session = self._session(model)
-        log.info("mixed precision: switch model with %d switched tensors, session in %.2fs",
-                 len(self.switched), time.perf_counter() - t)
         for flipped, got in zip(seeds, solved):
             self._flags_cache[flipped] = self._flags(*got)
+        self.session = None
+        self.suffixes: _Suffixes | None = None
+        t = time.perf_counter()
+        if incremental:
+            flags = self._flags_cache[frozenset()]
+            try:
+                costs = _node_costs(self.prepared, self._units()[0], self._session)
+                self.suffixes = _Suffixes(model, target.output_index, self._units(), sorted(flags), self._session, self.pool,
+                                          costs=costs, min_kept=workers + 2)
+            except _NotIncremental as exc:
+                log.info("mixed precision: candidates run the whole switch model (%s)", exc)
+            else:
+                # The all-high set runs whole: its cut tensors are the first base of every candidate.
+                self.cache[frozenset()] = self._score_outputs(self._collect(self.suffixes.run(frozenset(), flags, pin=True)))
+                self.evaluations += 1
+                self.suffixes.build_sessions()
+                log.info("mixed precision: switch model with %d switched tensors, cut at %d points (%.1f MiB of cut "
+                         "tensors per set kept, up to %d sets kept); sessions in %.2fs", len(self.switched),
+                         len(self.suffixes.cuts) - 1, self.suffixes.entry_bytes / 2**20, self.suffixes.capacity,
+                         time.perf_counter() - t)
+        if self.suffixes is None:
+            self.session = self._session(model)
+            log.info("mixed precision: switch model with %d switched tensors, session in %.2fs",
+                     len(self.switched), time.perf_counter() - t)
 
     def _session(self, model: onnx.ModelProto):
         import onnxruntime as ort
 
         return ort.InferenceSession(model.SerializeToString(), self.options, providers=["CPUExecutionProvider"])
-
-    def _run(self, session, feed: dict[str, np.ndarray], output: str, extra: dict[str, np.ndarray] | None = None) -> np.ndarray:
-        out = session.run([output], {**feed, **(extra or {})})[0]
-        first = next(iter(feed.values()))
-        batched = np.ndim(first) > 0 and np.ndim(out) > 0 and first.shape[0] > 1 and out.shape[0] == first.shape[0]
-        return _tag(out, batched)
 
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)
@@ -576,22 +639,34 @@ class _Evaluator:
             flags = self._flags(*self._plan(flipped))
         if flags is None:
             # A variant the switch model lacks: emit this candidate's own model (exact, slower).
-            from ..api import build_model
-
             self.fallbacks += 1
             _, _, model = build_model(self.calibrated, self.config_for(flipped))
             return self.exact(model)
+        if self.suffixes is not None:
+            return self._score_outputs(self._collect(self.suffixes.run(flipped, flags)))
         return self._score_outputs(self._outputs(self.session, flags))
+
+    def _units(self) -> list[dict[str, np.ndarray]]:
+        """The feeds one evaluation runs: the stacked batch, or every kept feed."""
+        return [self.stacked[0]] if self.stacked is not None else list(self.feeds)
+
+    def _collect(self, outs: list[np.ndarray]) -> list[np.ndarray]:
+        """Per-unit outputs (see :meth:`_units`) as one tagged array per feed, in feed order."""
+        if self.stacked is None:
+            tagged = []
+            for feed, out in zip(self.feeds, outs):
+                first = next(iter(feed.values()))
+                tagged.append(_tag(out, np.ndim(first) > 0 and np.ndim(out) > 0 and first.shape[0] > 1
+                                   and out.shape[0] == first.shape[0]))
+            return tagged
+        sizes = self.stacked[1]
+        pieces = np.split(outs[0], np.cumsum(sizes)[:-1])
+        return [_tag(p, n > 1) for p, n in zip(pieces, sizes)]
 
     def _outputs(self, session, extra: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """Output ``output_index`` per feed (feed order), from one stacked run when possible."""
         name = session.get_outputs()[self.target.output_index].name
-        if self.stacked is None:
-            return [self._run(session, feed, name, extra) for feed in self.feeds]
-        stacked, sizes = self.stacked
-        out = session.run([name], {**stacked, **(extra or {})})[0]
-        pieces = np.split(out, np.cumsum(sizes)[:-1])
-        return [_tag(p, n > 1) for p, n in zip(pieces, sizes)]
+        return self._collect([session.run([name], {**unit, **(extra or {})})[0] for unit in self._units()])
 
     def exact(self, model: onnx.ModelProto) -> float:
         """The metric of a real emitted model (same session settings as the search)."""
@@ -607,6 +682,267 @@ class _Evaluator:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        self.suffixes = None  # its sessions and kept tensors
+        self.session = None
+
+
+class _NotIncremental(Exception):
+    """The switch model cannot be cut (not topologically sorted, subgraphs, ...)."""
+
+
+@dataclass
+class _Kept:
+    """A flip set already run: its switch inputs and, per run unit, the tensors live across the cuts."""
+
+    flags: dict[str, np.ndarray]
+    acts: list[dict[str, np.ndarray]]
+
+
+@dataclass
+class _Suffix:
+    start: int
+    body: list[int]  # indices of the nodes it runs: data nodes from ``start`` on, and the constant nodes they read
+    inputs: list[str]  # cut tensors fed from the base set
+    graph_inputs: list[str]  # model inputs and switches the suffix reads
+    outputs: list[str]  # cut tensors of later cuts it computes
+    session: Any = None
+
+
+class _Suffixes:
+    """Incremental evaluation: a candidate runs from where it first differs from a set already run.
+
+    *Data nodes* depend on a model input; the others (weight dequantization, bias selection) only
+    on initializers and switches, and are cheap. A switch first changes a data value at the first
+    data node that reads it, directly or through constant nodes; before the earliest such node of
+    the switches two flip sets set differently, the switch model computes the same data values
+    for both. The model is cut before up to :data:`MAX_CUTS` such nodes (spaced by compute); the
+    suffix model of a cut runs the data nodes after it, and every constant node they read, from
+    the data tensors live across the cut: the same nodes on the same values as a whole run. Every
+    run also returns the data tensors live across its later cuts, kept for the most recently used
+    sets (the all-high set always) within :data:`CACHE_BYTES`. A candidate runs from the latest cut
+    before its divergence from the kept set it shares the longest prefix with: a sensitivity run
+    starts at the flipped layer, a greedy run at the layer added to the accepted set.
+    """
+
+    def __init__(self, model: onnx.ModelProto, output_index: int, units: list[dict[str, np.ndarray]],
+                 flag_names: list[str], make_session: Callable[[onnx.ModelProto], Any],
+                 pool: concurrent.futures.Executor, *, costs: dict[str, float] | None = None, max_cuts: int | None = None,
+                 cache_bytes: int | None = None, min_kept: int = 2) -> None:
+        import threading
+
+        graph = model.graph
+        nodes = list(graph.node)
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in nodes for a in n.attribute):
+            raise _NotIncremental("nodes with subgraphs")
+        flags = set(flag_names)
+        model_inputs = [i.name for i in graph.input]
+        known = set(model_inputs) | {t.name for t in graph.initializer} | {""}
+        data = {n for n in model_inputs if n not in flags}  # tensors that depend on a model input
+        reach: dict[str, frozenset[str]] = {f: frozenset([f]) for f in flags}  # switches a constant tensor depends on
+        produced: dict[str, int] = {}
+        self.is_data: list[bool] = []
+        self.first_use: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            for t in node.input:
+                if t not in known and t not in produced:
+                    raise _NotIncremental(f"node {node.name!r} reads {t!r} before it is produced")
+            is_data = any(t in data for t in node.input)
+            self.is_data.append(is_data)
+            switches = frozenset().union(*(reach.get(t, frozenset()) for t in node.input))
+            for o in node.output:
+                if o:
+                    produced[o] = i
+                    if is_data:
+                        data.add(o)
+                    elif switches:
+                        reach[o] = switches
+            if is_data:
+                for f in switches:
+                    self.first_use.setdefault(f, i)
+        self.output = graph.output[output_index].name
+        if self.output not in data or self.output not in produced:
+            raise _NotIncremental("the output is not computed from the model inputs")
+        missing = flags - set(self.first_use)
+        if missing:
+            raise _NotIncremental(f"switches that change no data value: {sorted(missing)[:3]}")
+        last_use: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if self.is_data[i]:
+                for t in node.input:
+                    last_use[t] = i
+        for o in graph.output:
+            last_use[o.name] = len(nodes)
+
+        # Cut points spaced by compute: multiply-accumulates per node when measured, else heavy nodes.
+        weight = np.cumsum([0.0] + [float((costs or {}).get(n.name, 0.0)) for n in nodes])
+        if weight[-1] <= 0:
+            weight = np.cumsum([0.0] + [float(n.op_type in _HEAVY) for n in nodes])
+        if weight[-1] <= 0:
+            weight = np.arange(len(nodes) + 1, dtype=np.float64)
+        cuts_wanted = float(max_cuts or MAX_CUTS)
+        step, node_step = weight[-1] / cuts_wanted, len(nodes) / cuts_wanted
+        # Data tensors live across each position: a cut is moved back, within the nodes since the
+        # previous switch, to where the fewest are (before a tensor's quantized variants are made).
+        span = np.zeros(len(nodes) + 2, np.int64)
+        for t in data:
+            if t in produced and last_use.get(t, -1) > produced[t]:
+                span[produced[t] + 1] += 1
+                span[last_use[t] + 1] -= 1
+        live_count = np.cumsum(span)
+        self.cuts = [0]
+        previous = 0
+        for pos in sorted(set(self.first_use.values())):
+            if 0 < pos <= produced[self.output]:
+                window = np.arange(previous + 1, pos + 1)
+                c = int(window[np.flatnonzero(live_count[window] == live_count[window].min())[-1]])
+                worth = weight[c] - weight[self.cuts[-1]] >= step or c - self.cuts[-1] >= node_step
+                if worth and any(self.is_data[self.cuts[-1]:c]):
+                    self.cuts.append(c)
+            previous = pos
+        if len(self.cuts) < 2:
+            raise _NotIncremental("no cut point")
+        live = {c: sorted((t for t in data if t in produced and produced[t] < c and last_use.get(t, -1) >= c), key=produced.get)
+                for c in self.cuts[1:]}
+        self.cut_tensors = sorted({t for ts in live.values() for t in ts}, key=produced.get)
+        self.suffixes: list[_Suffix] = []
+        for c in self.cuts:
+            body = set(i for i in range(c, len(nodes)) if self.is_data[i])
+            todo = [t for i in body for t in nodes[i].input]
+            while todo:  # the constant nodes the body reads, wherever they sit
+                t = todo.pop()
+                i = produced.get(t)
+                if i is not None and not self.is_data[i] and i not in body:
+                    body.add(i)
+                    todo.extend(nodes[i].input)
+            reads = {t for i in body for t in nodes[i].input}
+            self.suffixes.append(_Suffix(
+                start=c, body=sorted(body), inputs=live.get(c, []), graph_inputs=[n for n in model_inputs if n in reads],
+                outputs=[t for t in self.cut_tensors if produced[t] >= c]))
+        self.model, self.nodes, self.units = model, nodes, units
+        self.make_session, self.pool = make_session, pool
+        self.cache_bytes = cache_bytes or CACHE_BYTES
+        self.min_kept = min_kept
+        self.kept: "collections.OrderedDict[frozenset[str], _Kept]" = collections.OrderedDict()
+        self.pinned: set[frozenset[str]] = set()
+        self.entry_bytes = 0
+        self.capacity = 1
+        self.lock = threading.Lock()
+        self.starts: list[int] = []  # cut index of every run (for the log and tests)
+        self.suffixes[0].session = make_session(self._suffix_model(self.suffixes[0], {}))
+
+    def _suffix_model(self, suffix: _Suffix, dtypes: dict[str, np.dtype]) -> onnx.ModelProto:
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        graph = model.graph
+        body = [self.nodes[i] for i in suffix.body]
+        reads = {t for n in body for t in n.input}
+        del graph.node[:]
+        graph.node.extend(body)
+        inputs = [i for i in graph.input if i.name in suffix.graph_inputs]
+        inputs += [helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(dtypes[t]), None) for t in suffix.inputs]
+        target = next(o for o in graph.output if o.name == self.output)
+        outputs = [target] + [onnx.ValueInfoProto(name=t) for t in suffix.outputs]
+        del graph.input[:]
+        graph.input.extend(inputs)
+        del graph.output[:]
+        graph.output.extend(outputs)
+        io_names = set(suffix.inputs) | set(suffix.outputs)
+        info = [v for v in graph.value_info if v.name not in io_names]
+        del graph.value_info[:]
+        graph.value_info.extend(info)
+        inits = [t for t in graph.initializer if t.name in reads]
+        del graph.initializer[:]
+        graph.initializer.extend(inits)
+        return model
+
+    def build_sessions(self) -> None:
+        """Sessions of the suffix models (after the first run, which gives the cut tensors' types)."""
+        first = next(iter(self.kept.values())).acts[0]
+        dtypes = {t: a.dtype for t, a in first.items()}
+        todo = self.suffixes[1:]
+        for suffix, session in zip(todo, self.pool.map(lambda s: self.make_session(self._suffix_model(s, dtypes)), todo)):
+            suffix.session = session
+
+    def _divergence(self, flags: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> int:
+        """Index of the first node whose value differs between the two switch settings."""
+        return min((self.first_use[f] for f, v in flags.items() if bool(v) != bool(other[f])), default=len(self.nodes))
+
+    def run(self, key: frozenset[str], flags: dict[str, np.ndarray], *, pin: bool = False) -> list[np.ndarray]:
+        """The output for ``flags`` per run unit; keeps its cut tensors under ``key``."""
+        with self.lock:
+            base_key, start = None, 0
+            for k, kept in self.kept.items():
+                d = self._divergence(flags, kept.flags)
+                if d > start or base_key is None:
+                    base_key, start = k, d
+            base = self.kept[base_key] if base_key is not None else None
+            if base_key is not None:
+                self.kept.move_to_end(base_key)
+        index = 0
+        if base is not None:
+            index = max(i for i, c in enumerate(self.cuts) if c <= start)
+        suffix = self.suffixes[index]
+        outs, acts = [], []
+        for u, unit in enumerate(self.units):
+            feed = {t: unit[t] if t in unit else flags[t] for t in suffix.graph_inputs if t in unit or t in flags}
+            if base is not None:
+                feed.update({t: base.acts[u][t] for t in suffix.inputs})
+            got = suffix.session.run([self.output] + suffix.outputs, feed)
+            outs.append(got[0])
+            acts.append({**(base.acts[u] if base is not None else {}), **dict(zip(suffix.outputs, got[1:]))})
+        with self.lock:
+            self.starts.append(index)
+            if not self.entry_bytes:
+                self.entry_bytes = max(1, sum(a.nbytes for unit in acts for a in unit.values()))
+                self.capacity = max(self.min_kept, self.cache_bytes // self.entry_bytes)
+            self.kept[key] = _Kept(flags, acts)
+            if pin:
+                self.pinned.add(key)
+            while len(self.kept) > self.capacity + len(self.pinned):
+                oldest = next(k for k in self.kept if k not in self.pinned)
+                del self.kept[oldest]
+        return outs
+
+
+def _node_costs(model: onnx.ModelProto, feed: dict[str, np.ndarray],
+                make_session: Callable[[onnx.ModelProto], Any]) -> dict[str, float]:
+    """Multiply-accumulates of each heavy node per sample, from shapes seen in one run of one sample.
+
+    Used only to space the cut points of :class:`_Suffixes`; empty when it cannot be measured."""
+    try:
+        graph = model.graph
+        inits = {t.name: tuple(t.dims) for t in graph.initializer}
+        heavy = [n for n in graph.node if n.op_type in _HEAVY and n.output and n.output[0]]
+        have = {o.name for o in graph.output} | {i.name for i in graph.input}
+        wanted = list(dict.fromkeys(t for n in heavy for t in [n.output[0], *n.input[:2]] if t and t not in inits))
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in wanted if t not in have)
+        one = {k: (v[:1] if np.ndim(v) > 0 else v) for k, v in feed.items()}
+        session = make_session(probe)
+        names = [o.name for o in session.get_outputs()]
+        shapes = {n: np.shape(a) for n, a in zip(names, session.run(names, one))}
+        shapes.update({k: np.shape(v) for k, v in one.items()})
+        shapes.update(inits)
+        costs: dict[str, float] = {}
+        for n in heavy:
+            out, a = shapes.get(n.output[0]), shapes.get(n.input[0])
+            b = shapes.get(n.input[1]) if len(n.input) > 1 else None
+            if out is None:
+                continue
+            if n.op_type == "Conv" and b is not None:
+                costs[n.name] = float(np.prod(out)) * float(np.prod(b[1:]))
+            elif n.op_type == "ConvTranspose" and a is not None and b is not None:
+                costs[n.name] = float(np.prod(a)) * float(np.prod(b[1:]))
+            elif n.op_type in ("MatMul", "Gemm") and a is not None and len(a) > 0:
+                trans = n.op_type == "Gemm" and any(x.name == "transA" and x.i for x in n.attribute)
+                costs[n.name] = float(np.prod(out)) * float(a[0] if trans else a[-1])
+            else:
+                costs[n.name] = float(np.prod(out))
+        return costs
+    except Exception as exc:  # noqa: BLE001 - only a hint for the cut points
+        log.debug("mixed precision: node costs not measured (%s)", exc)
+        return {}
 
 
 def _stack(feeds: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]] | None:
