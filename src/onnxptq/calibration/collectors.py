@@ -530,7 +530,7 @@ class TailCollector(MinMaxCollector):
         num_bins: int = 2048,
         max_bins: int | None = None,
         tail_fraction: float = 1e-5,
-        min_batch_k: int = 256,
+        min_batch_k: int = 64,
         capacity: int = 8192,
         name: str = "tensor",
     ) -> None:
