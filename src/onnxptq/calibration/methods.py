@@ -117,6 +117,8 @@ DIFFERENCES = (
     "distribution: range is exactly +-max|x| (reference: outer histogram edges, up to one bin wider).",
     "histograms coarsen (bin pairs merge) instead of growing past max_bins, so memory stays bounded.",
     "NaN/Inf are counted and ignored (reference: nanmin/nanmax, Inf kept).",
+    "percentile >= 99.999 is computed from exact streamed tails (TailCollector): the histogram's range, "
+    "except one bin where its float CDF rounds at an integer rank.",
 )
 
 
