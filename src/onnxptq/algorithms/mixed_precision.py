@@ -77,6 +77,9 @@ DEFAULT_AMP_SAMPLES = 16
 MAX_CUTS = 16
 #: Memory the incremental evaluation may fill with kept cut tensors.
 CACHE_BYTES = 384 * 2**20
+#: Candidates run incrementally (:class:`_Suffixes`); False runs every candidate through the whole
+#: switch model (for comparison in bench/amp.py).
+INCREMENTAL = True
 #: Op types counted to space the cut points (where the compute is).
 _HEAVY = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "Attention"})
 
@@ -357,7 +360,7 @@ def _search(calibrated: Calibrated, config_for: Callable[[frozenset[str]], Quant
             target: Target, workers: int, timings: dict[str, float]):
     """Sensitivity analysis then the greedy flip; returns the flipped set and what was measured."""
     t1 = time.perf_counter()
-    evaluator = _Evaluator(calibrated, config_for, candidates, target, workers)
+    evaluator = _Evaluator(calibrated, config_for, candidates, target, workers, incremental=INCREMENTAL)
     timings["switch model"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
