@@ -77,9 +77,9 @@ _F = TensorProto.FLOAT
 _I64_MAX = np.iinfo(np.int64).max
 
 
-def function_name(attrs: dict[str, Any], opset: int, pad: int | None = None) -> str:
-    """The variant name: every attribute that shapes the body, the body's opset, and the static
-    padding of the block axis when the body is specialised to it (see :func:`build`)."""
+def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) -> str:
+    """The variant name: every attribute that shapes the body, the body's opset, and the view of
+    the block axis the body is specialised to (see :func:`variant`), if any."""
     a = attrs
     axis = f"m{-a['axis']}" if a["axis"] < 0 else str(a["axis"])
     name = f"{OP_TYPE}__{'prime' if a['bfp_method'] == 'to_bfp_prime' else 'bfp'}_w{a['bit_width']}_b{a['block_size']}"
@@ -91,17 +91,33 @@ def function_name(attrs: dict[str, Any], opset: int, pad: int | None = None) -> 
     if a["use_compiler_version_cpu_kernel"] and a["bfp_method"] == "to_bfp":
         name += "_cc"
     name += f"_o{opset}"
-    return name if pad is None else f"{name}_p{pad}"
+    return name if view is None else f"{name}_{view}"
 
 
 class _Graph:
     """A list of nodes with SSA names."""
 
-    def __init__(self, counter: itertools.count, opset: int) -> None:
+    def __init__(self, counter: itertools.count, opset: int, root: "_Graph | None" = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.counter = counter
         self.opset = opset
         self._consts: dict[tuple, str] = {}
+        #: Constants go to the function's top level, shared by every subgraph (fewer nodes).
+        self.root = root if root is not None else self
+
+    def shp(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """An op on shapes (of ``x`` and constants only), placed once at the function's top level
+        and shared by every branch that asks for it (fewer nodes to load)."""
+        root = self.root
+        key = (op_type, inputs, tuple(sorted((k, repr(v)) for k, v in attrs.items())))
+        memo = root.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = root.op(op_type, *inputs, **attrs)
+        return memo[key]
+
+    def sub(self) -> "_Graph":
+        """A subgraph's node list (an If branch built before its If node is added)."""
+        return _Graph(self.counter, self.opset, self.root)
 
     def fresh(self, hint: str) -> str:
         return f"{hint}_{next(self.counter)}"
@@ -113,6 +129,8 @@ class _Graph:
 
     def const(self, value: Any, dtype: Any = np.float32) -> str:
         """A Constant node, one per distinct value (every node costs session-creation time)."""
+        if self.root is not self:
+            return self.root.const(value, dtype)
         arr = np.asarray(value, dtype=dtype)
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key in self._consts:
@@ -142,16 +160,19 @@ class _Graph:
 # ------------------------------------------------------------------------------- building blocks
 
 
-def _pow2_floor(g: _Graph, a: str) -> str:
-    """``2^floor(log2 a)`` for finite ``a >= 2^-127``, exactly, with arithmetic only.
+def _pow2_floor(g: _Graph, a: str, scale: float = 1.0) -> str:
+    """``2^floor(log2 a)·scale`` for finite ``a >= 2^-127`` and a power of two ``scale``, exactly,
+    with arithmetic only.
 
     In float64, ``b = a·(3/4 + 2^-40)`` lies strictly inside ``(0.75·2^e, 1.5·2^e)`` for
     ``a`` in ``[2^e, 2^(e+1))`` (a float32 has 24 bits, so the product's rounding error is far
     below the margins), and rounding ``b`` to one significant bit gives ``2^e`` with no tie. The
     rounding is a Veltkamp split: ``c = b·(2^52+1)``, ``h = c - (c - b)``. float64 keeps every
     step finite and float32 subnormals normal; no Where/compare (slow in onnxruntime) is needed.
+    ``scale`` rides along in the first product (a power of two commutes with every rounding in
+    float64's range), which saves an op on the block maxima.
     """
-    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const(0.75 + 2.0**-40, np.float64))
+    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const((0.75 + 2.0**-40) * scale, np.float64))
     c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
     h = g.op("Sub", c, g.op("Sub", c, b))
     return g.op("Cast", h, to=_F)
@@ -194,20 +215,20 @@ def _nonfinite(g: _Graph, x: str) -> str:
 # ------------------------------------------------------------------------------------ to_bfp
 
 
-def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any]) -> str:
-    """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| (and of x, for the
-    compiler kernel) over its finite elements; finite elements come out right."""
+def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any], zero: str | None = None) -> str:
+    """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| clamped below at 2^-127
+    (and the maxima of x, for the compiler kernel) over its finite elements; finite elements come
+    out right. ``zero``: a runtime +0 scalar, if the caller has one (a scalar broadcasts faster)."""
     m = a["bit_width"] - 9
-    p = _pow2_floor(g, g.op("Max", amax, g.const(2.0**-127)))
-    s = g.op("Mul", p, g.const(2.0 ** (1 - m)))
-    zero = g.op("Sub", s, s)
+    s = _pow2_floor(g, amax, 2.0 ** (1 - m))
+    if zero is None:
+        zero = g.op("Sub", s, s)
     rm = a["rounding_mode"]
     if smax is not None:
         # The largest rounded code of a block is R(max(x)/s) (R is monotone); if it reaches 2^m
         # the block's exponent goes up once. The clamp of that kernel can never bind afterwards.
         top = _round(g, g.op("Div", smax, s), rm, True, zero)
         s = g.op("Where", g.op("GreaterOrEqual", top, g.const(2.0**m)), g.op("Mul", s, g.const(2.0)), s)
-        zero = g.op("Sub", s, s)
         q = _round(g, g.op("Div", xr, s), rm, True, zero)
     else:
         qmax = float(2**m - 1)
@@ -216,27 +237,16 @@ def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any
     return g.op("Mul", q, s)
 
 
-def _bfp_rows(g: _Graph, xr: str, a: dict[str, Any]) -> str:
-    """to_bfp on ``xr`` (rows, bs, post).
-
-    The block maxima of the rows holding Inf/NaN are recomputed without them (on those rows
-    only, usually none), then one formula runs everywhere, and the Inf/NaN of those rows are
-    put back.
-    """
-    ax = g.op("Abs", xr)
-    amax = g.reduce("ReduceMax", ax, [1])
-    compiler = bool(a["use_compiler_version_cpu_kernel"])
-    smax = g.reduce("ReduceMax", xr, [1]) if compiler else None
-    bad, idx, xs = _bad_rows(g, xr, ax, [1, 2])
-    special = _nonfinite(g, xs)
-    xz = g.op("Where", special, g.const(0.0), xs)
-    amax = g.op("ScatterND", amax, idx, g.reduce("ReduceMax", g.op("Abs", xz), [1]))
-    if compiler:
-        smax = g.op("ScatterND", smax, idx, g.reduce("ReduceMax", xz, [1]))
+def _bfp_exact(g: _Graph, xr: str, a: dict[str, Any]) -> str:
+    """to_bfp on any ``xr`` (rows, bs, post): block maxima without Inf/NaN, which pass through."""
+    special = _nonfinite(g, xr)
+    xz = g.op("Where", special, g.const(0.0), xr)
+    amax = g.op("Max", g.reduce("ReduceMax", g.op("Abs", xz), [1]), g.const(2.0**-127))
+    smax = g.reduce("ReduceMax", xz, [1]) if a["use_compiler_version_cpu_kernel"] else None
     y = _bfp_quant(g, xr, amax, smax, a)
-    # Inf/NaN pass through. A result that may be -0 sits in Where's else slot: onnxruntime's
-    # Where turns a -0 taken from its then slot into +0.
-    return g.op("ScatterND", y, idx, g.op("Where", special, xs, g.op("Compress", y, bad, axis=0)))
+    # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
+    # from its then slot into +0.
+    return g.op("Where", special, xr, y)
 
 
 # ------------------------------------------------------------------------------ to_bfp_prime
@@ -256,7 +266,8 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
         # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
         s = g.op("Mul", ps, g.const(2.0 ** (-dmax + 1 - m)))
         for i in range(dmax):
-            hit = g.op("Cast", g.op("GreaterOrEqual", sbmax, g.op("Mul", ps, g.const(2.0**-i))), to=_F)
+            bound = ps if i == 0 else g.op("Mul", ps, g.const(2.0**-i))
+            hit = g.op("Cast", g.op("GreaterOrEqual", sbmax, bound), to=_F)
             s = g.op("Mul", s, g.op("Add", hit, g.const(1.0)))
     else:
         pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
@@ -267,116 +278,135 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
-def _prime_exact(g: _Graph, x5: str, a: dict[str, Any]) -> str:
+def _prime_exact(g: _Graph, x5: str, a: dict[str, Any], finite: bool = False) -> str:
     """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
-    Inf/NaN becomes NaN."""
-    bad_el = _nonfinite(g, x5)
-    bad = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", bad_el, to=_F), [1, 2]), g.const(0.0))
+    Inf/NaN becomes NaN (``finite``: the caller knows there is none)."""
     ax = g.op("Abs", x5)
     normal = g.op("GreaterOrEqual", ax, g.const(2.0**-126))
     flushed = g.op("Where", normal, x5, g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot
-    az = g.op("Where", bad_el, g.const(0.0), g.op("Abs", flushed))
+    if finite:
+        az = g.op("Abs", flushed)
+    else:
+        bad_el = _nonfinite(g, x5)
+        bad = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", bad_el, to=_F), [1, 2]), g.const(0.0))
+        az = g.op("Where", bad_el, g.const(0.0), g.op("Abs", flushed))
     sbmax = g.reduce("ReduceMax", az, [2])
     bmax = g.reduce("ReduceMax", sbmax, [1])
     yq = _prime_quant(g, flushed, sbmax, bmax, a, 2.0**-127, chain=False)
-    return g.op("Where", bad, g.const(np.nan), yq)
+    return yq if finite else g.op("Where", bad, g.const(np.nan), yq)
 
 
-def _prime_rows(g: _Graph, xr: str, post: str, a: dict[str, Any]) -> str:
-    """to_bfp_prime on ``xr`` (rows, bs, post); the result has the same elements in order.
+# --------------------------------------------------------------------------------- fast paths
 
-    Rows where the fast formula might differ from the reference — Inf/NaN present, or a block
-    whose exponent is so small that a subnormal (which the reference flushes) could round to a
-    non-zero code — are recomputed exactly, on those rows only.
-    """
+
+def _bfp_fast(g: _Graph, xr: str, a: dict[str, Any], zero: str) -> str:
+    """to_bfp on ``xr`` (rows, bs, post), all finite. The block maxima of |x| come from the
+    maxima and minima of x (two reads, where Abs would write a whole tensor)."""
+    smax = g.reduce("ReduceMax", xr, [1])
+    amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.const(2.0**-127))
+    return _bfp_quant(g, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
+
+
+def _prime_view(g: _Graph, xr: str, post: str | None, a: dict[str, Any]) -> tuple[str, Any]:
+    """(rows, nsb, k, post) sub-block view of ``xr`` (rows, bs, post), and its inverse."""
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     nsb = -(-bs // k)
-    m = a["bit_width"] - 9
-    dmax = (1 << a["sub_block_shift_bits"]) - 1
     xk = xr
     if nsb * k != bs:  # a shorter last sub-block: zero-pad every block (zeros never win a max)
         xk = g.op("Pad", xr, g.i64(0, 0, 0, 0, nsb * k - bs, 0))
-    x5 = g.op("Reshape", xk, g.op("Concat", g.i64(-1, nsb, k), post, axis=0))
-
-    # Blocks whose exponent is at least T need no subnormal flush: |subnormal|/scale < 1/4.
-    threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
-    ax = g.op("Abs", x5)
-    sbmax = g.reduce("ReduceMax", ax, [2])
-    bmax = g.reduce("ReduceMax", sbmax, [1])
-    fast = _prime_quant(g, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
-    low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
-    any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), [1, 2, 3], keepdims=0), g.const(0.0))
-    _, idx, xs = _bad_rows(g, x5, ax, [1, 2, 3], any_low)
-    y5 = g.op("ScatterND", fast, idx, _prime_exact(g, xs, a))
+    # post None: the (1, bs, blocks) view of :func:`_view_last`.
+    x5 = g.op("Reshape", xk, g.i64(1, nsb, k, -1) if post is None else g.shp("Concat", g.i64(-1, nsb, k), post, axis=0))
     if nsb * k == bs:
-        return y5
-    yk = g.op("Reshape", y5, g.op("Concat", g.i64(-1, nsb * k), post, axis=0))
-    return g.op("Slice", yk, g.i64(0), g.i64(bs), g.i64(1))
+        return x5, lambda y: y
+
+    def restore(y5: str) -> str:
+        yk = g.op("Reshape", y5, g.i64(1, nsb * k, -1) if post is None else g.shp("Concat", g.i64(-1, nsb * k), post, axis=0))
+        return g.op("Slice", yk, g.i64(0), g.i64(bs), g.i64(1))
+
+    return x5, restore
 
 
-# ------------------------------------------------------------------------------------ function
+def _prime_fast(g: _Graph, xr: str, post: str, a: dict[str, Any]) -> str:
+    """to_bfp_prime on ``xr`` (rows, bs, post), all finite.
 
-
-def _bad_rows(g: _Graph, x: str, ax: str, axes: list[int], extra: str | None = None) -> tuple[str, str, str]:
-    """The rows (first axis) of ``x`` that hold Inf/NaN (``ax = |x|``) or are flagged in
-    ``extra``: the flags, their indices (k, 1) for ScatterND, and those rows of ``x``.
-
-    A sum propagates Inf and NaN whatever its order (ReduceMax may drop a NaN); a finite sum that
-    overflows only sends its row down the exact path, which is still correct. Usually no row is
-    flagged and the exact formula runs on an empty tensor: a branch-free stand-in for an If.
+    A block whose exponent is so small that a subnormal input (which the reference flushes to
+    zero) could round to a non-zero code sends the tensor through the exact formula, in a nested
+    ``If`` (never taken on real activations); blocks of exponent at least T need no flush: there
+    |subnormal|/scale < 1/4.
     """
-    total = g.reduce("ReduceSum", ax, axes, keepdims=0)
-    bad = g.op("Not", g.op("Less", total, g.const(np.inf)))
-    if extra is not None:
-        bad = g.op("Or", bad, extra)
-    idx = g.op("Transpose", g.op("NonZero", bad), perm=[1, 0])
-    return bad, idx, _unranked(g, g.op("Compress", x, bad, axis=0))
-
-
-def _unranked(g: _Graph, t: str) -> str:
-    """``t`` unchanged, but of a rank shape inference cannot know.
-
-    onnxruntime's allocation planner compares every new tensor of known rank with every freed
-    buffer still waiting for reuse (a linear scan per tensor), and a tensor whose rank is known
-    but whose dims are not (the rows ``Compress`` picks) is never reused: a few of them per
-    quantizer make session creation quadratic in the number of quantizers. A tensor of unknown
-    rank is never compared. ``Compress`` with a condition computed at run time has an unknown
-    length, so the Reshape target below has one too.
-    """
-    sh = g.op("Shape", t)
-    return g.op("Reshape", t, g.op("Compress", sh, g.op("Greater", sh, g.i64(-1)), axis=0))
+    m = a["bit_width"] - 9
+    dmax = (1 << a["sub_block_shift_bits"]) - 1
+    x5, restore = _prime_view(g, xr, post, a)
+    threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
+    sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
+    bmax = g.reduce("ReduceMax", sbmax, [1])
+    low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
+    any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0), g.const(0.0))
+    exact, fast = g.sub(), g.sub()
+    exact_y = _prime_exact(exact, x5, a, finite=True)
+    fast_y = _prime_quant(fast, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
+    y5 = g.op("If", any_low, then_branch=_branch(exact, exact_y, g.fresh("flush")),
+              else_branch=_branch(fast, fast_y, g.fresh("quant")))
+    return restore(y5)
 
 
 def static_pad(a: dict[str, Any], shape: Any) -> int | None:
     """Zero-padding the block axis needs, when ``shape`` (static dims; None/str unknown) tells it;
     None for rank < 2 (rank 1 ignores ``axis``) or an out-of-range axis (the generic body then
     fails loudly at run time)."""
-    if shape is None:
+    n = _axis_length(a, shape)
+    return None if n is None else (-n) % a["block_size"]
+
+
+def _axis_length(a: dict[str, Any], shape: Any) -> int | None:
+    if not _known_rank(a, shape):
         return None
     dims = list(shape)
-    rank = len(dims)
-    if rank < 2 or not -rank <= a["axis"] < rank:
-        return None
-    n = dims[a["axis"] % rank]
+    n = dims[a["axis"] % len(dims)]
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
         return None
-    return (-int(n)) % a["block_size"]
+    return int(n)
+
+
+def _known_rank(a: dict[str, Any], shape: Any) -> bool:
+    """``shape`` has a known rank >= 2 and ``axis`` is in range for it."""
+    if shape is None:
+        return False
+    rank = len(list(shape))
+    return rank >= 2 and -rank <= a["axis"] < rank
+
+
+def variant(a: dict[str, Any], shape: Any) -> str | None:
+    """The body variant for an input of ``shape``: ``"p<k>"`` (block axis of known length, padded
+    by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
+    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), or None (the
+    generic body: any shape, the axis padded by a computed amount and sliced back)."""
+    n = _axis_length(a, shape)
+    if n is None:
+        return None
+    bs = a["block_size"]
+    k = min(a["sub_block_size"], bs)
+    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
+    last = "l" if a["axis"] == len(list(shape)) - 1 else ""
+    if 0 < n < bs and (a["bfp_method"] == "to_bfp" or n % k == 0):
+        return f"c{n}{last}"
+    return f"p{(-n) % bs}{last}"
 
 
 def _view_static(g: _Graph, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
     """(rows, bs, post) view of ``xf`` (``x`` flattened; rank >= 2) for a known padding of the block axis; the
     result's ``restore`` undoes it. Inside the body the tensor has >= 2 elements, so -1 in a
-    Reshape target is safe."""
-    post = g.i64(1) if axis == -1 else g.reduce("ReduceProd", g.op("Shape", "x", start=axis + 1), None)
+    Reshape target is safe. The shape arithmetic sits at the top level, shared by the branches."""
+    post = g.i64(1) if axis == -1 else g.shp("ReduceProd", g.shp("Shape", "x", start=axis + 1), keepdims=1)
+    target = g.shp("Concat", g.i64(-1, bs), post, axis=0)
     if pad == 0:
-        xr = g.op("Reshape", xf, g.op("Concat", g.i64(-1, bs), post, axis=0))
-        return xr, post, lambda y: y
-    chan = g.op("Shape", "x", start=axis) if axis == -1 else g.op("Shape", "x", start=axis, end=axis + 1)
-    x3 = g.op("Reshape", xf, g.op("Concat", g.i64(-1), chan, post, axis=0))
-    xr = g.op("Reshape", g.op("Pad", x3, g.i64(0, 0, 0, 0, pad, 0)), g.op("Concat", g.i64(-1, bs), post, axis=0))
+        return g.op("Reshape", xf, target), post, lambda y: y
+    chan = g.shp("Shape", "x", start=axis) if axis == -1 else g.shp("Shape", "x", start=axis, end=axis + 1)
+    x3 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan, post, axis=0))
+    xr = g.op("Reshape", g.op("Pad", x3, g.i64(0, 0, 0, 0, pad, 0)), target)
 
     def restore(y: str) -> str:
-        y3 = g.op("Reshape", y, g.op("Concat", g.i64(-1), g.op("Add", chan, g.i64(pad)), post, axis=0))
+        y3 = g.op("Reshape", y, g.shp("Concat", g.i64(-1), g.shp("Add", chan, g.i64(pad)), post, axis=0))
         return g.op("Slice", y3, g.i64(0), g.i64(-pad), g.i64(1))
 
     return xr, post, restore
@@ -384,63 +414,133 @@ def _view_static(g: _Graph, xf: str, axis: int, bs: int, pad: int) -> tuple[str,
 
 def _view_generic(g: _Graph, xf: str, axis: int, bs: int) -> tuple[str, str, Any]:
     """(rows, bs, post) view of ``xf`` (``x`` flattened) of any shape: the axis is always padded
-    (by 0 when it divides) and sliced back — two copies, no branch."""
-    shape = g.op("Shape", "x")
-    rank = g.op("Size", shape)
-    norm = g.i64s(axis) if axis >= 0 else g.op("Add", rank, g.i64s(axis))
-    ax = g.op("Where", g.op("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
-    ax = g.op("Where", g.op("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
-    chan = g.op("Gather", shape, ax)
-    ax1 = g.op("Unsqueeze", g.op("Add", ax, g.i64s(1)), g.i64(0))
-    post = g.reduce("ReduceProd", g.op("Slice", shape, ax1, g.i64(_I64_MAX)), None)
-    cp = g.op("Mul", g.op("Div", g.op("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
-    chan1, cp1 = g.op("Unsqueeze", chan, g.i64(0)), g.op("Unsqueeze", cp, g.i64(0))
-    x3 = g.op("Reshape", xf, g.op("Concat", g.i64(-1), chan1, post, axis=0))
-    pads = g.op("Concat", g.i64(0, 0, 0, 0), g.op("Sub", cp1, chan1), g.i64(0), axis=0)
-    xr = g.op("Reshape", g.op("Pad", x3, pads), g.op("Concat", g.i64(-1, bs), post, axis=0))
+    (by 0 when it divides) and sliced back — two copies, no branch. The shape arithmetic sits at
+    the top level, shared by the branches."""
+    shape = g.shp("Shape", "x")
+    rank = g.shp("Size", shape)
+    norm = g.i64s(axis) if axis >= 0 else g.shp("Add", rank, g.i64s(axis))
+    ax = g.shp("Where", g.shp("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
+    ax = g.shp("Where", g.shp("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
+    chan = g.shp("Gather", shape, ax)
+    ax1 = g.shp("Unsqueeze", g.shp("Add", ax, g.i64s(1)), g.i64(0))
+    post = g.shp("ReduceProd", g.shp("Slice", shape, ax1, g.i64(_I64_MAX)), keepdims=1)
+    cp = g.shp("Mul", g.shp("Div", g.shp("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
+    chan1, cp1 = g.shp("Unsqueeze", chan, g.i64(0)), g.shp("Unsqueeze", cp, g.i64(0))
+    x3 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan1, post, axis=0))
+    pads = g.shp("Concat", g.i64(0, 0, 0, 0), g.shp("Sub", cp1, chan1), g.i64(0), axis=0)
+    xr = g.op("Reshape", g.op("Pad", x3, pads), g.shp("Concat", g.i64(-1, bs), post, axis=0))
 
     def restore(y: str) -> str:
-        y3 = g.op("Reshape", y, g.op("Concat", g.i64(-1), cp1, post, axis=0))
+        y3 = g.op("Reshape", y, g.shp("Concat", g.i64(-1), cp1, post, axis=0))
         return g.op("Slice", y3, g.i64(0), chan1, g.i64(1))
 
     return xr, post, restore
 
 
-def _function(a: dict[str, Any], opset: int, name: str, pad: int | None = None) -> onnx.FunctionProto:
-    """The body; ``pad``: the block axis needs that many zeros (known statically), or None.
+def _branch(g: _Graph, y: str, name: str) -> onnx.GraphProto:
+    return helper.make_graph(g.nodes, name, [], [helper.make_tensor_value_info(y, _F, None)])
 
-    One ``If`` on the element count: a tensor of < 2 elements is returned unchanged, any other
-    goes through the branch-free quantizer. The If is there for onnxruntime's session creation:
-    the nodes of a subgraph get their own allocation planner, whose cost grows with the square
-    of the number of values it plans (see :func:`_unranked`), so hundreds of quantizers stay
-    cheap to load. With static shapes onnxruntime folds the If away.
+
+def _view_last(g: _Graph, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
+    """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
+
+    With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
+    runs of ``bs`` elements, which onnxruntime loops over one by one (about 10x the cost per
+    element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
+    zero-padding of the axis, or None to compute it.
     """
-    top = _Graph(itertools.count(), opset)
-    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
-    # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
-    x32 = top.op("Reshape", top.op("Cast", "x", to=_F), top.i64(-1))
-    g = _Graph(top.counter, opset)
-    bs = a["block_size"]
-    xf = x32
-    if a["convert_to_bfloat_before_bfp"]:
-        xf = g.op("Cast", g.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
+    chan = g.shp("Shape", "x", start=-1)
     if pad is None:
-        xr, post, restore = _view_generic(g, xf, a["axis"], bs)
+        cp = g.shp("Mul", g.shp("Div", g.shp("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
+        pads = g.shp("Concat", g.i64(0, 0, 0), g.shp("Sub", cp, chan), axis=0)
     else:
-        xr, post, restore = _view_static(g, xf, a["axis"], bs, pad)
-    if a["bfp_method"] == "to_bfp":
-        yr = _bfp_rows(g, xr, a)
-    else:
-        yr = _prime_rows(g, xr, post, a)
-    body_y = restore(yr)
+        cp = g.shp("Add", chan, g.i64(pad)) if pad else chan
+        pads = g.i64(0, 0, 0, pad) if pad else None
+    x2 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan, axis=0))
+    if pads is not None:
+        x2 = g.op("Pad", x2, pads)
+    xt = g.op("Transpose", g.op("Reshape", x2, g.i64(-1, bs)), perm=[1, 0])
+    xr = g.op("Reshape", xt, g.i64(1, bs, -1))
 
-    # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
+    def restore(y: str) -> str:
+        yt = g.op("Transpose", g.op("Reshape", y, g.i64(bs, -1)), perm=[1, 0])
+        y2 = g.op("Reshape", yt, g.shp("Concat", g.i64(-1), cp, axis=0))
+        return y2 if pads is None else g.op("Slice", y2, g.i64(0), chan, g.i64(1), g.i64(1))
+
+    return xr, None, restore
+
+
+def _view(g: _Graph, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:
+    """The (rows, bs, post) view for ``view`` (see :func:`variant`), its inverse, and the
+    attributes the formulas see (a ``"c<n>"`` view has blocks of n)."""
+    bs = a["block_size"]
+    if a["axis"] == -1 or (view or "").endswith("l"):
+        if view is not None and view.startswith("c"):
+            a = dict(a, block_size=int(view[1:].rstrip("l")))
+            return (*_view_last(g, xf, a["block_size"], 0), a)
+        return (*_view_last(g, xf, bs, None if view is None else int(view[1:].rstrip("l"))), a)
+    if view is None:
+        return (*_view_generic(g, xf, a["axis"], bs), a)
+    if view.startswith("c"):
+        a = dict(a, block_size=int(view[1:]))
+        return (*_view_static(g, xf, a["axis"], a["block_size"], 0), a)
+    return (*_view_static(g, xf, a["axis"], bs, int(view[1:])), a)
+
+
+def _exact_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, x32: str) -> onnx.GraphProto:
+    """Any input (Inf/NaN, < 2 elements): a tensor of < 2 elements unchanged, any other through
+    the formulas that mask Inf/NaN (and, for to_bfp_prime, flush subnormals). Rarely taken: it
+    is written for few nodes (session creation), not speed. ``x32``: the input before any
+    bfloat16 rounding, which a tiny tensor returns."""
+    g, body = top.sub(), top.sub()
+    xr, post, restore, a = _view(body, xf, a, view)
+    if a["bfp_method"] == "to_bfp":
+        yr = _bfp_exact(body, xr, a)
+    else:
+        x5, restore5 = _prime_view(body, xr, post, a)
+        yr = restore5(_prime_exact(body, x5, a))
     keep_y = top.fresh("keep")
     keep = helper.make_graph([helper.make_node("Identity", [x32], [keep_y])], top.fresh("tiny"), [],
                              [helper.make_tensor_value_info(keep_y, _F, None)])
-    body = helper.make_graph(g.nodes, top.fresh("quantize"), [], [helper.make_tensor_value_info(body_y, _F, None)])
-    tiny = top.op("Less", top.op("Size", "x"), top.const(2, np.int64))
-    y = top.op("Reshape", top.op("If", tiny, then_branch=keep, else_branch=body), top.op("Shape", "x"))
+    tiny = g.op("Less", g.op("Size", "x"), g.const(2, np.int64))
+    y = g.op("If", tiny, then_branch=keep, else_branch=_branch(body, restore(yr), top.fresh("masked")))
+    return _branch(g, y, top.fresh("exact"))
+
+
+def _fast_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, zero: str) -> onnx.GraphProto:
+    """Finite input of >= 2 elements (the caller checked): the plain formulas, nothing masked."""
+    g = top.sub()
+    xr, post, restore, a = _view(g, xf, a, view)
+    yr = _bfp_fast(g, xr, a, zero) if a["bfp_method"] == "to_bfp" else _prime_fast(g, xr, post, a)
+    return _branch(g, restore(yr), top.fresh("fast"))
+
+
+def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None) -> onnx.FunctionProto:
+    """The body for ``view`` (see :func:`variant`; None: any shape).
+
+    The top level only decides: a tensor of >= 2 elements whose sum is finite (a sum propagates
+    Inf and NaN whatever its order; a finite sum that overflows only sends the tensor down the
+    exact path, which is still correct) takes the fast branch — the plain formulas on the
+    blocked view; anything else the exact branch. Each branch is an ``If`` subgraph, with its own
+    allocation planner in onnxruntime (whose cost grows with the square of the values it plans),
+    so hundreds of quantizers stay cheap to load.
+    """
+    top = _Graph(itertools.count(), opset)
+    attrs = a
+    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
+    # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
+    x32 = xf = top.op("Reshape", top.op("Cast", "x", to=_F), top.i64(-1))
+    if a["convert_to_bfloat_before_bfp"]:
+        # Rounded before the finiteness test: a finite float32 may round to a bfloat16 Inf.
+        xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
+        a = dict(a, convert_to_bfloat_before_bfp=0)
+    total = top.op("ReduceSum", xf, keepdims=0)
+    ok = top.op("And", top.op("Greater", top.op("Size", "x"), top.const(1, np.int64)),
+                top.op("Less", top.op("Abs", total), top.const(np.inf)))
+    zero = top.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
+    y = top.op("If", ok, then_branch=_fast_graph(top, xf, a, view, zero), else_branch=_exact_graph(top, xf, a, view, x32))
+    # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
+    y = top.op("Reshape", y, top.op("Shape", "x"))
     top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
@@ -450,7 +550,7 @@ def _function(a: dict[str, Any], opset: int, name: str, pad: int | None = None) 
         top.nodes,
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=list(_ATTR_ORDER),
-        doc_string=f"BFP quantize-dequantize ({a['bfp_method']}), attributes {a}; see onnxptq.formats.bfp.",
+        doc_string=f"BFP quantize-dequantize ({attrs['bfp_method']}), attributes {attrs}; see onnxptq.formats.bfp.",
     )
 
 
@@ -468,13 +568,13 @@ def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None,
         raise ValueError(f"onnx_ops.bfp builds the 'bfp' format, not {fmt!r}")
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
-    pad = static_pad(a, shape)
-    fname = function_name(a, body_opset, pad)
+    view = variant(a, shape)
+    fname = function_name(a, body_opset, view)
     node_attrs = {k: a[k] for k in _ATTR_ORDER}
     node = helper.make_node(fname, [x], [y], name=name, domain=DOMAIN, **node_attrs)
     return QDQNodes(
         nodes=[node],
-        functions=[_function(a, body_opset, fname, pad)],
+        functions=[_function(a, body_opset, fname, view)],
         opset_imports={DOMAIN: DOMAIN_VERSION},
         min_opset=MIN_OPSET,
     )
