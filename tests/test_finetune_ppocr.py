@@ -1,5 +1,7 @@
 """Fast finetuning on the real PP-OCR angle classifier: the task metric holds, the output gets closer.
 
+(The recogniser's check, CER with no tolerance, is in test_finetune_ppocr_rec.py.)
+
 Small NumIterations keep this fast; the data is rendered text lines (onnxptq.testing.ocr). The
 comparison is against the same preset without finetuning, on held-out lines.
 """
@@ -55,8 +57,13 @@ def _check(cls_data, preset: str, options: FinetuneOptions, *, cosine_must_rise:
     acc0, cos0 = _score(base, test_images, test_labels, float_out)
     acc1, cos1 = _score(tuned, test_images, test_labels, float_out)
     print(f"{preset} + {options.algorithm}: accuracy {acc0:.4f} -> {acc1:.4f}, output cosine {cos0:.6f} -> {cos1:.6f}")
-    # One line of TEST is within noise: AdaRound on A8W8 measured 0.9625 -> 0.95625 here (one line)
-    # while the output cosine rose 0.99625 -> 0.99870; the accuracy is held to that, no looser.
+    # One line of TEST is within noise, and on cls it cannot honestly be tightened: A8W8 (asymmetric
+    # activations) already reads as well as float here (1000 lines: float 0.953, A8W8 0.949-0.953 by
+    # calibration size), and the coarse int8 logits leave ~1% of lines on a tie-or-flip boundary.
+    # AdaRound moves the output towards float (cosine 0.99625 -> 0.99870 here, agreement with the float
+    # decision 0.969 -> 0.988) but then loses the lines A8W8 got right by luck: 0.9625 -> 0.95625 here,
+    # and -1 to -7 lines in 1000 across 24/48/64 calibration lines and 60/200 iterations. The rec test
+    # (test_finetune_ppocr_rec.py) holds AdaRound to a CER no higher than A8W8's, with no tolerance.
     assert acc1 >= acc0 - 1.0 / TEST - 1e-9, f"{options.algorithm} lowered the accuracy: {acc0} -> {acc1}"
     if cosine_must_rise:
         assert cos1 > cos0, f"{options.algorithm} did not bring the output closer to float: {cos0} -> {cos1}"
