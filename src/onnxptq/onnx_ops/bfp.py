@@ -299,14 +299,6 @@ def _prime_exact(g: _Graph, x5: str, a: dict[str, Any], finite: bool = False) ->
 # --------------------------------------------------------------------------------- fast paths
 
 
-def _bfp_fast(g: _Graph, xr: str, a: dict[str, Any], zero: str) -> str:
-    """to_bfp on ``xr`` (rows, bs, post), all finite. The block maxima of |x| come from the
-    maxima and minima of x (two reads, where Abs would write a whole tensor)."""
-    smax = g.reduce("ReduceMax", xr, [1])
-    amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.const(2.0**-127))
-    return _bfp_quant(g, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
-
-
 def _prime_view(g: _Graph, xr: str, post: str | None, a: dict[str, Any]) -> tuple[str, Any]:
     """(rows, nsb, k, post) sub-block view of ``xr`` (rows, bs, post), and its inverse."""
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
@@ -324,30 +316,6 @@ def _prime_view(g: _Graph, xr: str, post: str | None, a: dict[str, Any]) -> tupl
         return g.op("Slice", yk, g.i64(0), g.i64(bs), g.i64(1))
 
     return x5, restore
-
-
-def _prime_fast(g: _Graph, xr: str, post: str, a: dict[str, Any]) -> str:
-    """to_bfp_prime on ``xr`` (rows, bs, post), all finite.
-
-    A block whose exponent is so small that a subnormal input (which the reference flushes to
-    zero) could round to a non-zero code sends the tensor through the exact formula, in a nested
-    ``If`` (never taken on real activations); blocks of exponent at least T need no flush: there
-    |subnormal|/scale < 1/4.
-    """
-    m = a["bit_width"] - 9
-    dmax = (1 << a["sub_block_shift_bits"]) - 1
-    x5, restore = _prime_view(g, xr, post, a)
-    threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
-    sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
-    bmax = g.reduce("ReduceMax", sbmax, [1])
-    low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
-    any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0), g.const(0.0))
-    exact, fast = g.sub(), g.sub()
-    exact_y = _prime_exact(exact, x5, a, finite=True)
-    fast_y = _prime_quant(fast, x5, sbmax, bmax, a, threshold, chain=dmax <= 3)
-    y5 = g.op("If", any_low, then_branch=_branch(exact, exact_y, g.fresh("flush")),
-              else_branch=_branch(fast, fast_y, g.fresh("quant")))
-    return restore(y5)
 
 
 def static_pad(a: dict[str, Any], shape: Any) -> int | None:
@@ -487,43 +455,49 @@ def _view(g: _Graph, xf: str, a: dict[str, Any], view: str | None) -> tuple[str,
     return (*_view_static(g, xf, a["axis"], bs, int(view[1:])), a)
 
 
-def _exact_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, x32: str) -> onnx.GraphProto:
-    """Any input (Inf/NaN, < 2 elements): a tensor of < 2 elements unchanged, any other through
-    the formulas that mask Inf/NaN (and, for to_bfp_prime, flush subnormals). Rarely taken: it
-    is written for few nodes (session creation), not speed. ``x32``: the input before any
-    bfloat16 rounding, which a tiny tensor returns."""
-    g, body = top.sub(), top.sub()
-    xr, post, restore, a = _view(body, xf, a, view)
-    if a["bfp_method"] == "to_bfp":
-        yr = _bfp_exact(body, xr, a)
-    else:
-        x5, restore5 = _prime_view(body, xr, post, a)
-        yr = restore5(_prime_exact(body, x5, a))
-    keep_y = top.fresh("keep")
-    keep = helper.make_graph([helper.make_node("Identity", [x32], [keep_y])], top.fresh("tiny"), [],
-                             [helper.make_tensor_value_info(keep_y, _F, None)])
-    tiny = g.op("Less", g.op("Size", "x"), g.const(2, np.int64))
-    y = g.op("If", tiny, then_branch=keep, else_branch=_branch(body, restore(yr), top.fresh("masked")))
-    return _branch(g, y, top.fresh("exact"))
-
-
-def _fast_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, zero: str) -> onnx.GraphProto:
-    """Finite input of >= 2 elements (the caller checked): the plain formulas, nothing masked."""
+def _main_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, finite: str, zero: str) -> onnx.GraphProto:
+    """A tensor of >= 2 elements: the blocked view, the block maxima, then an ``If``: the plain
+    formulas when ``finite`` (and, for to_bfp_prime, no block is so small that a subnormal input,
+    which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
+    least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
+    Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
+    (session creation), not speed."""
     g = top.sub()
     xr, post, restore, a = _view(g, xf, a, view)
-    yr = _bfp_fast(g, xr, a, zero) if a["bfp_method"] == "to_bfp" else _prime_fast(g, xr, post, a)
-    return _branch(g, restore(yr), top.fresh("fast"))
+    quant, exact = g.sub(), g.sub()
+    if a["bfp_method"] == "to_bfp":
+        # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
+        smax = g.reduce("ReduceMax", xr, [1])
+        amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.const(2.0**-127))
+        quant_y = _bfp_quant(quant, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
+        exact_y = _bfp_exact(exact, xr, a)
+        yr = g.op("If", finite, then_branch=_branch(quant, quant_y, g.fresh("quant")),
+                  else_branch=_branch(exact, exact_y, g.fresh("masked")))
+    else:
+        m = a["bit_width"] - 9
+        x5, restore5 = _prime_view(g, xr, post, a)
+        threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
+        sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
+        bmax = g.reduce("ReduceMax", sbmax, [1])
+        low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
+        any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0), g.const(0.0))
+        quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=(1 << a["sub_block_shift_bits"]) - 1 <= 3)
+        exact_y = _prime_exact(exact, x5, a)
+        y5 = g.op("If", g.op("And", finite, g.op("Not", any_low)), then_branch=_branch(quant, quant_y, g.fresh("quant")),
+                  else_branch=_branch(exact, exact_y, g.fresh("masked")))
+        yr = restore5(y5)
+    return _branch(g, restore(yr), top.fresh("main"))
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None) -> onnx.FunctionProto:
     """The body for ``view`` (see :func:`variant`; None: any shape).
 
-    The top level only decides: a tensor of >= 2 elements whose sum is finite (a sum propagates
-    Inf and NaN whatever its order; a finite sum that overflows only sends the tensor down the
-    exact path, which is still correct) takes the fast branch — the plain formulas on the
-    blocked view; anything else the exact branch. Each branch is an ``If`` subgraph, with its own
-    allocation planner in onnxruntime (whose cost grows with the square of the values it plans),
-    so hundreds of quantizers stay cheap to load.
+    A tensor of < 2 elements is returned unchanged; any other goes through :func:`_main_graph`,
+    which picks its formulas by whether the tensor's sum is finite (a sum propagates Inf and NaN
+    whatever its order; a finite sum that overflows only takes the masked formulas, which are
+    still right). The work sits in ``If`` subgraphs, each with its own allocation planner in
+    onnxruntime (whose cost grows with the square of the values it plans), so hundreds of
+    quantizers stay cheap to load.
     """
     top = _Graph(itertools.count(), opset)
     attrs = a
@@ -535,10 +509,13 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None)
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
     total = top.op("ReduceSum", xf, keepdims=0)
-    ok = top.op("And", top.op("Greater", top.op("Size", "x"), top.const(1, np.int64)),
-                top.op("Less", top.op("Abs", total), top.const(np.inf)))
+    finite = top.op("Less", top.op("Abs", total), top.const(np.inf))
     zero = top.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
-    y = top.op("If", ok, then_branch=_fast_graph(top, xf, a, view, zero), else_branch=_exact_graph(top, xf, a, view, x32))
+    keep_y = top.fresh("keep")
+    keep = helper.make_graph([helper.make_node("Identity", [x32], [keep_y])], top.fresh("tiny"), [],
+                             [helper.make_tensor_value_info(keep_y, _F, None)])
+    tiny = top.op("Less", top.op("Size", "x"), top.const(2, np.int64))
+    y = top.op("If", tiny, then_branch=keep, else_branch=_main_graph(top, xf, a, view, finite, zero))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
     y = top.op("Reshape", y, top.op("Shape", "x"))
     top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
