@@ -283,3 +283,28 @@ def test_cuda_optim_device(monkeypatch):
                        ("mx", dict(element_dtype="fp4_e2m1", block_size=32, rounding_mode=2))):
         got = tf.fake_quantize(torch.from_numpy(w).cuda(), fmt, **attrs).cpu().numpy()
         np.testing.assert_array_equal(got, fake_quantize(w, fmt, **attrs))
+
+
+def test_adaround_early_exit_once_decided_changes_nothing(monkeypatch):
+    """AdaRound stops once every h(α) is clipped with Adam's momentum pointing outwards; running
+    every iteration instead gives exactly the same weights."""
+    from onnxptq.algorithms.finetune import adaround
+
+    calls = []
+    real = adaround._decided
+
+    def spy(alpha, opt):
+        calls.append(real(alpha, opt))
+        return calls[-1]
+
+    cfg = get_preset("A8W8").replace(finetune=_options(algorithm="adaround", num_iterations=400))
+    monkeypatch.setattr(adaround, "_decided", spy)
+    early = quantize(_model(), cfg, _feeds())
+    assert any(calls), "no layer reached the exit (the test would prove nothing)"
+    monkeypatch.setattr(adaround, "_decided", lambda alpha, opt: False)
+    full = quantize(_model(), cfg, _feeds())
+    a = {t.name: numpy_helper.to_array(t) for t in early.model.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in full.model.graph.initializer}
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)

@@ -26,7 +26,11 @@ pytest.importorskip("PIL")
 pytestmark = pytest.mark.slow
 
 CALIBRATION = 24
-TEST = 160
+#: Held-out lines. 1000, not a few hundred: the effect under test is a few lines either way (see _check),
+#: and at 160 lines one random stream's worth of borderline flips (±2 lines = ±1.25 points) hides it.
+TEST = 1000
+#: Accuracy noise allowed, in points of accuracy: 5 lines of 1000 (the old bound was 1 line of 160 = 0.625).
+ACCURACY_NOISE = 0.005
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +61,15 @@ def _check(cls_data, preset: str, options: FinetuneOptions, *, cosine_must_rise:
     acc0, cos0 = _score(base, test_images, test_labels, float_out)
     acc1, cos1 = _score(tuned, test_images, test_labels, float_out)
     print(f"{preset} + {options.algorithm}: accuracy {acc0:.4f} -> {acc1:.4f}, output cosine {cos0:.6f} -> {cos1:.6f}")
-    # One line of TEST is within noise, and on cls it cannot honestly be tightened: A8W8 (asymmetric
-    # activations) already reads as well as float here (1000 lines: float 0.953, A8W8 0.949-0.953 by
-    # calibration size), and the coarse int8 logits leave ~1% of lines on a tie-or-flip boundary.
-    # AdaRound moves the output towards float (cosine 0.99625 -> 0.99870 here, agreement with the float
-    # decision 0.969 -> 0.988) but then loses the lines A8W8 got right by luck: 0.9625 -> 0.95625 here,
-    # and -1 to -7 lines in 1000 across 24/48/64 calibration lines and 60/200 iterations. The rec test
+    # Not "acc1 >= acc0" on cls, honestly: A8W8 (asymmetric activations) already reads as well as
+    # float on these lines (1000 lines: float 0.953, A8W8 0.949-0.953 by calibration size), and its
+    # coarse int8 logits leave ~1% of lines on a tie-or-flip boundary. AdaRound moves the output
+    # towards float (cosine up, agreement with the float decision 0.986 -> 0.988-0.991) and then gains
+    # or loses lines that A8W8 got right or wrong by luck: measured -7 to +3 lines in 1000 across
+    # 24/48/64 calibration lines, 60/200 iterations and two random streams; with this test's settings
+    # -2 and +2. At 160 lines the same runs read 0.9625 -> 0.95625 or -> 0.95. The rec test
     # (test_finetune_ppocr_rec.py) holds AdaRound to a CER no higher than A8W8's, with no tolerance.
-    assert acc1 >= acc0 - 1.0 / TEST - 1e-9, f"{options.algorithm} lowered the accuracy: {acc0} -> {acc1}"
+    assert acc1 >= acc0 - ACCURACY_NOISE - 1e-9, f"{options.algorithm} lowered the accuracy: {acc0} -> {acc1}"
     if cosine_must_rise:
         assert cos1 > cos0, f"{options.algorithm} did not bring the output closer to float: {cos0} -> {cos1}"
     else:

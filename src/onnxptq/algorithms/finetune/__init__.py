@@ -140,7 +140,7 @@ def refine(
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed if seed is not None else 0)
+    base_seed = seed if seed is not None else 0
 
     layers = extract.find_layers(prepared, plan, options.target_op_types)
     if options.algorithm == "adaround":
@@ -254,6 +254,9 @@ def refine(
 
             before = error(wq(problem.weight), problem.bias_value())
             try:
+                # Each layer draws its batches from its own stream: a layer that stops early (early stop,
+                # every rounding decided) leaves the later layers' batches as they were.
+                gen = torch.Generator().manual_seed(base_seed + i)
                 new_w, new_b = algorithm(problem, options, gen)
             except (RuntimeError, ValueError) as exc:  # one layer's failure (e.g. out of memory) skips that layer
                 log.warning("finetune: layer %s skipped: %s", layer.name, exc)
