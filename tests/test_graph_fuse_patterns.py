@@ -69,3 +69,38 @@ def test_real_models_fuse_exactly(which, width, expect):
         assert ops[op] == count, (op, ops)
     x = {"x": np.random.default_rng(0).uniform(-1, 1, (2, 3, 48, width)).astype(np.float32)}
     np.testing.assert_allclose(_run(prepared, x), _run(original, x), atol=2e-5)
+
+
+@pytest.mark.parametrize("pads,expect", [
+    ([0, 0, 0, 0], Counter({"Relu": 1, "Conv": 1})),  # no padding: scale into W, shift into the bias
+    ([1, 1, 1, 1], Counter({"Relu": 1, "Add": 1, "Conv": 1})),  # padding: c·(t + d/c), the Add stays
+])
+@pytest.mark.parametrize("group", [1, 4])
+def test_scalar_affine_folds_into_the_next_conv(pads, expect, group):
+    rng = np.random.default_rng(group)
+    k = 1 if pads == [0, 0, 0, 0] else 3
+    inits = {"W": rng.normal(0, 0.3, (8, 4 // group, k, k)).astype(np.float32), "B": rng.normal(0, 0.1, (8,)).astype(np.float32),
+             "c": np.array([1.7], np.float32), "d": np.array(-0.4, np.float32)}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Mul", ["r", "c"], ["m"]),
+        helper.make_node("Add", ["d", "m"], ["a"]),
+        helper.make_node("Conv", ["a", "W", "B"], ["y"], pads=pads, group=group, strides=[2, 2]),
+    ]
+    model = _model(nodes, inits, [1, 4, 9, 9], None)
+    fused = fuse_patterns(model)
+    assert Counter(n.op_type for n in fused.graph.node) == expect
+    x = {"x": rng.normal(0, 1, (1, 4, 9, 9)).astype(np.float32)}
+    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_scalar_affine_with_other_readers_is_kept():
+    rng = np.random.default_rng(3)
+    inits = {"W": rng.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32), "c": np.array(2.0, np.float32),
+             "v": rng.normal(0, 1, (1, 4, 1, 1)).astype(np.float32)}
+    # m is read twice (Conv and the residual Add); a per-channel Mul is not a scalar: both stay.
+    nodes = [helper.make_node("Mul", ["x", "c"], ["m"]), helper.make_node("Conv", ["m", "W"], ["cv"]),
+             helper.make_node("Add", ["cv", "m"], ["s"]), helper.make_node("Mul", ["s", "v"], ["mv"]),
+             helper.make_node("Conv", ["mv", "W"], ["y"])]
+    model = _model(nodes, inits, [1, 4, 5, 5], None)
+    assert Counter(n.op_type for n in fuse_patterns(model).graph.node) == Counter({"Mul": 2, "Conv": 2, "Add": 1})

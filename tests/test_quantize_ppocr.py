@@ -127,3 +127,16 @@ def test_cls_presets(cls, preset, points):
     acc = ocr.cls_accuracy(_plain_session(result.model), cls["images"], cls["labels"])
     print(f"cls {preset} accuracy {acc:.4f} (float {cls['float']:.4f})")
     assert acc >= cls["float"] - points / 100
+
+
+@pytest.mark.parametrize("preset", ["U8S8", "U8U8", "S8S8", "S16S8", "U16S8"])
+def test_every_integer_type_combination_loads_in_plain_onnxruntime(cls, preset):
+    """Unsigned per-channel parameters on elementwise ops once made onnxruntime's CPU QDQ fusion
+    emit QLinearAdd with vector scales, which it then refuses to load (U8U8 on both models)."""
+    config = get_preset(preset)
+    config.calibration.progress = False
+    result = quantize(cls["path"], config, _batches(cls["calib"][:16]), eval_samples=0)
+    session = _plain_session(result.model)
+    out = session.run(None, {"x": cls["images"][:8]})[0]
+    assert np.isfinite(out).all()
+    assert ocr.cls_accuracy(session, cls["images"], cls["labels"]) >= 0.8

@@ -342,7 +342,11 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
                     axis = _weight_axis(node, index, rank) if quant.per_channel else None
-                    if quant.per_channel and axis is None and (node.op_type, index) not in WEIGHT_INPUTS:
+                    if (quant.per_channel and axis is None and (node.op_type, index) not in WEIGHT_INPUTS
+                            and quant.format.startswith("int")):
+                        # Per-channel elementwise constants only for signed types: onnxruntime 1.31's
+                        # CPU QDQ fusion turns Add/Mul with an unsigned per-channel constant into
+                        # QLinearAdd/QLinearMul, which require scalar parameters (load fails).
                         axis = _vector_axis(g.initializers[name])
                     if quant.per_channel and axis is None:
                         quant = quant.with_(per_channel=False)
