@@ -3,7 +3,7 @@
 One command quantizes PP-OCRv4 rec and PP-OCR mobile cls (``onnxptq.testing.models.model_path``),
 plus any ONNX model given on the command line, with
 
-* **onnxptq**: every canonical preset (``--presets`` to choose), ``onnxptq.quantize``;
+* **onnxptq**: every canonical preset plus the finetuning presets of ``FINETUNE_PRESETS`` (``--presets`` to choose; ``--finetune-iterations`` to bound their NumIterations), ``onnxptq.quantize``;
 * **onnxruntime**: ``quantize_static``, QuantFormat.QDQ, MinMax calibration, U8S8 / S8S8 / A16W8
   (QInt16 activations, QInt8 weights), each per-tensor and per-channel;
 * **amd-quark**: its documented API (``ModelQuantizer(Config(global_quant_config=
@@ -126,6 +126,8 @@ def _quantize(job: dict[str, Any]) -> None:
 
         cfg = get_preset(config)
         cfg.calibration.progress = False
+        if cfg.finetune is not None and job.get("finetune_iterations"):
+            cfg.finetune.num_iterations = int(job["finetune_iterations"])
         quantize(model, cfg, data=_NpyReader(job["calib"], job["input_name"]), output=out)
     elif backend == "onnxruntime":
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -450,10 +452,16 @@ def _write_results(path: Path, models: list[dict[str, Any]], results: list[dict[
                                                       "results": results}, indent=1, ensure_ascii=False))
 
 
+#: The finetuning presets issue 3 names (every other X_ADAROUND / X_ADAQUANT is the same algorithm
+#: on another base preset, and each costs minutes on rec).
+FINETUNE_PRESETS = ("A8W8_ADAROUND", "A8W8_ADAQUANT", "A16W8_ADAROUND", "A16W8_ADAQUANT", "BF16_ADAQUANT")
+
+
 def _canonical_presets() -> list[str]:
+    """Every canonical preset without finetuning, then :data:`FINETUNE_PRESETS`."""
     from onnxptq.config.presets import canonical_name, preset_names, split_finetune
 
-    return [n for n in preset_names() if canonical_name(n) == n and split_finetune(n)[1] is None]
+    return [n for n in preset_names() if canonical_name(n) == n and split_finetune(n)[1] is None] + list(FINETUNE_PRESETS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: few presets and samples")
     parser.add_argument("--only", default="rec,cls", help="built-in models to run (comma list of rec, cls; '' for none)")
     parser.add_argument("--presets", help="onnxptq presets, comma-separated (default: every canonical preset)")
+    parser.add_argument("--finetune-iterations", type=int, default=None,
+                        help="NumIterations for the finetuning presets (default: the preset's, 1000)")
     parser.add_argument("--ort-configs", help=f"onnxruntime configs, comma-separated from: {', '.join(ORT_CONFIGS)}")
     parser.add_argument("--backends", default="onnxptq,onnxruntime,quark", help="backends to run")
     parser.add_argument("--latency-runs", type=int, default=20, help="timed runs per latency median (>= 20)")
@@ -517,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append({**{k: m[k] for k in ("model", "input_name", "calib", "eval", "float_out", "task")},
                          "characters": m.get("characters"), "labels": m.get("labels"), "model_name": m["name"],
                          "backend": backend, "config": config, "output": out,
-                         "result": str(work / "results" / f"{slug}.json"), "latency_runs": args.latency_runs})
+                         "result": str(work / "results" / f"{slug}.json"), "latency_runs": args.latency_runs,
+                         "finetune_iterations": args.finetune_iterations})
     (work / "models").mkdir(exist_ok=True)
     (work / "results").mkdir(exist_ok=True)
 
