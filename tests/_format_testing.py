@@ -48,3 +48,24 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, context: str = "") -> No
     g = np.where(gn, 0, got).view(view) if got.dtype.kind == "f" else got
     w = np.where(wn, 0, want).view(view) if want.dtype.kind == "f" else want
     np.testing.assert_array_equal(g, w, err_msg=f"{context}: bit patterns differ")
+
+
+def run_static(fmt: str, x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
+    """Run ``fmt``'s body specialised to ``x.shape`` (as the emitter builds it) in a model with that
+    static input shape; returns the result and the function's name."""
+    from onnx import helper
+
+    from onnxptq.formats import build_qdq
+
+    frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=x.shape, **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0], frag.functions[0].name

@@ -23,6 +23,7 @@ import pytest
 from onnx import helper
 
 from onnxptq.formats import bfp as ref
+import _format_testing
 from onnxptq.formats import build_qdq, fake_quantize, qdq_model
 from onnxptq.onnx_ops import bfp as ops
 
@@ -218,20 +219,7 @@ def test_ranks_and_axes(method, shape, axis):
 
 
 def run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
-    """The body specialised to ``x.shape`` (as the emitter builds it), in a model with that static
-    input shape; returns the result and the function's name."""
-    frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=x.shape, **attrs)
-    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                              [helper.make_tensor_value_info("y", elem, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                              functions=frag.functions)
-    model.ir_version = 10
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})[0], frag.functions[0].name
+    return _format_testing.run_static("bfp", x, **attrs)
 
 
 @pytest.mark.parametrize("attrs", [GRID[2], GRID[4], GRID[7], GRID[10], GRID[12], GRID[14], GRID[19], GRID[24], GRID[-1]],

@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
+import _format_testing
 from _format_testing import EDGE_VALUES, assert_same_bits, log_uniform, sample_values
 from onnxptq.formats import MX_ELEMENT_DTYPES, build_qdq, fake_quantize, qdq_model
 from onnxptq.formats import mx as ref
@@ -184,19 +185,7 @@ def test_variants_coexist_in_one_model() -> None:
 
 
 def _run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
-    """The body specialised to ``x.shape`` (as the emitter builds it), in a model with that static
-    input shape; returns the result and the function's name."""
-    frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=x.shape, **attrs)
-    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                              [helper.make_tensor_value_info("y", elem, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                              functions=frag.functions)
-    model.ir_version = 10
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})[0], frag.functions[0].name
+    return _format_testing.run_static("mx", x, **attrs)
 
 
 @pytest.mark.parametrize("element_dtype,rounding_mode,scale_search",
