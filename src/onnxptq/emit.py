@@ -161,25 +161,13 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             target = name
         else:
             target = b.fresh(target)
-        attrs = quantizer_attrs(tplan, tparams)
-        if tplan.quant.format not in ("bfp", "mx"):
-            # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
-            attrs["dtype"] = "float16" if is_fp16 else "float32"
-        else:
-            attrs["shape"] = static_shapes.get(name)
-        if tplan.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
-            attrs["cast_form"] = False
+        attrs = _activation_attrs(tplan, tparams, is_fp16, static_shapes.get(name), bf16_qdq_to_cast)
         first = tplan.producer_view() if name not in graph_outputs else None
         if first is not None:
             # Both quantizers in sequence: the producer's format, then the consumers' (spec §4.5).
             mid = b.fresh(f"{name}_{first.quant.format}_DequantizeLinear_Output")
-            first_attrs = quantizer_attrs(first, params.get(producer_params_key(name)))
-            if first.quant.format not in ("bfp", "mx"):
-                first_attrs["dtype"] = "float16" if is_fp16 else "float32"
-            else:
-                first_attrs["shape"] = static_shapes.get(name)
-            if first.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
-                first_attrs["cast_form"] = False
+            first_attrs = _activation_attrs(first, params.get(producer_params_key(name)), is_fp16,
+                                            static_shapes.get(name), bf16_qdq_to_cast)
             frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
             inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
             node_replacement.update({(consumer, name): mid for consumer in tplan.producer_consumers})
@@ -237,6 +225,20 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
 def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
     """The dims of ``value`` (None where unknown or symbolic)."""
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim)
+
+
+def _activation_attrs(view: TensorPlan, params: QParams | None, is_fp16: bool, shape: Any,
+                      bf16_qdq_to_cast: bool) -> dict[str, Any]:
+    """``build_qdq`` attributes of one activation quantizer (a tensor's plan or its producer view)."""
+    attrs = quantizer_attrs(view, params)
+    if view.quant.format not in ("bfp", "mx"):
+        # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
+        attrs["dtype"] = "float16" if is_fp16 else "float32"
+    else:
+        attrs["shape"] = shape
+    if view.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
+        attrs["cast_form"] = False
+    return attrs
 
 
 def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,

@@ -455,16 +455,20 @@ class PerChannelMinMaxCollector(MinMaxCollector):
             hi = np.where(finite, moved, -np.inf).max(axis=1)
         else:
             lo, hi = moved.min(axis=1), moved.max(axis=1)
-        if self.channel_min is None:
-            self.channel_min, self.channel_max = lo.astype(np.float64), hi.astype(np.float64)
-        else:
-            if lo.shape != self.channel_min.shape:
-                raise ValueError(f"per-channel calibration of {self.name!r}: {lo.size} channels after {self.channel_min.size}")
-            np.minimum(self.channel_min, lo, out=self.channel_min)
-            np.maximum(self.channel_max, hi, out=self.channel_max)
+        self._fold_channels(lo, hi)
         finite_lo, finite_hi = lo[np.isfinite(lo)], hi[np.isfinite(hi)]
         if finite_lo.size:
             self.update_extremes(float(finite_lo.min()), float(finite_hi.max()), count=int(x.size))
+
+    def _fold_channels(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Fold one batch's per-channel extremes into the running ones (same channel count)."""
+        if self.channel_min is None:
+            self.channel_min, self.channel_max = lo.astype(np.float64), hi.astype(np.float64)
+            return
+        if lo.shape != self.channel_min.shape:
+            raise ValueError(f"per-channel calibration of {self.name!r}: {lo.size} channels after {self.channel_min.size}")
+        np.minimum(self.channel_min, lo, out=self.channel_min)
+        np.maximum(self.channel_max, hi, out=self.channel_max)
 
     def update_channel_extremes(self, lo: np.ndarray, hi: np.ndarray) -> None:
         """Fold in one batch known by its per-channel extremes (in-graph ReduceMin/ReduceMax).
@@ -478,19 +482,9 @@ class PerChannelMinMaxCollector(MinMaxCollector):
         if not ok.all():
             self.skipped_batches += 1
             lo, hi = np.where(ok, lo, np.inf), np.where(ok, hi, -np.inf)
-        if self.channel_min is None:
-            self.channel_min, self.channel_max = lo.copy(), hi.copy()
-        else:
-            if lo.shape != self.channel_min.shape:
-                raise ValueError(f"per-channel calibration of {self.name!r}: {lo.size} channels after {self.channel_min.size}")
-            np.minimum(self.channel_min, lo, out=self.channel_min)
-            np.maximum(self.channel_max, hi, out=self.channel_max)
+        self._fold_channels(lo, hi)
         if ok.any():
-            self.min = min(self.min, float(lo[ok].min()))
-            self.max = max(self.max, float(hi[ok].max()))
-            self.batch_min_sum += float(lo[ok].min())
-            self.batch_max_sum += float(hi[ok].max())
-            self.batches += 1
+            self.update_extremes(float(lo[ok].min()), float(hi[ok].max()))
 
     def merge(self, other: MinMaxCollector) -> None:
         if not isinstance(other, PerChannelMinMaxCollector):

@@ -377,15 +377,13 @@ def _percentile_range(h: HistogramCollector, percentile: float, symmetric: bool,
         raise ValueError(f"percentile calibration of {h.name!r}: percentile must be in [0, 100], got {percentile}")
     if symmetric:
         counts, edges = h.hist.folded()
-        cdf = np.cumsum(counts / counts.sum())
-        t = float(edges[min(int(np.searchsorted(cdf, percentile / 100.0)), edges.size - 1)])
+        t = float(edges[min(_cdf_index(counts, percentile / 100.0), edges.size - 1)])
         lo, hi = -t, t
     else:
         counts, edges = h.hist.counts, h.hist.edges
-        cdf = np.cumsum(counts / counts.sum())
         cut = (100.0 - percentile) / 200.0
-        lo = float(edges[min(int(np.searchsorted(cdf, cut)), edges.size - 1)])
-        hi = float(edges[min(int(np.searchsorted(cdf, 1.0 - cut)), edges.size - 1)])
+        lo = float(edges[min(_cdf_index(counts, cut), edges.size - 1)])
+        hi = float(edges[min(_cdf_index(counts, 1.0 - cut), edges.size - 1)])
     if clamp:
         lo, hi = max(lo, h.min), min(hi, h.max)
     return lo, hi
@@ -399,8 +397,12 @@ def _cdf_index(counts: np.ndarray, q: float) -> int:
 def _signed_bins(c: TailCollector, values: np.ndarray) -> np.ndarray:
     """Signed-grid bin of each value, computed as :meth:`SignedHistogram.add` computes it."""
     n, t = c.grid.counts.size, c.grid.threshold
-    pos = values.astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
+    pos = np.asarray(values).astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
     return np.minimum(pos.astype(np.int32), n - 1)
+
+
+def _signed_bin(c: TailCollector, value: float) -> int:
+    return int(_signed_bins(c, np.array([value]))[0])
 
 
 def _tail_percentile_range(c: TailCollector, percentile: float, symmetric: bool, clamp: bool) -> tuple[float, float]:
@@ -427,9 +429,9 @@ def _tail_percentile_range(c: TailCollector, percentile: float, symmetric: bool,
         fold_neg = half - 1 - _signed_bins(c, neg)
         level = -1
         if c.top_floor >= 0:
-            level = max(level, int(_signed_bins(c, np.array([c.top_floor]))[0]) - half)
+            level = max(level, _signed_bin(c, c.top_floor) - half)
         if c.bottom_ceiling < 0:
-            level = max(level, half - 1 - int(_signed_bins(c, np.array([c.bottom_ceiling]))[0]))
+            level = max(level, half - 1 - _signed_bin(c, c.bottom_ceiling))
         folded = np.concatenate((fold_pos, fold_neg))
         counts = np.bincount(folded[folded > level], minlength=half).astype(np.float64)
         counts[max(level, 0)] += total - counts.sum()
@@ -443,14 +445,14 @@ def _tail_percentile_range(c: TailCollector, percentile: float, symmetric: bool,
     else:
         cut = (100.0 - percentile) / 200.0
         edges = (np.arange(n + 1, dtype=np.float64) - half) * g.width
-        top_level = int(_signed_bins(c, np.array([c.top_floor]))[0]) if math.isfinite(c.top_floor) else -1
+        top_level = _signed_bin(c, c.top_floor) if math.isfinite(c.top_floor) else -1
         top_bins = _signed_bins(c, c.top)
         counts = np.bincount(top_bins[top_bins > top_level], minlength=n).astype(np.float64)
         counts[max(top_level, 0)] += total - counts.sum()
         hi_idx = _cdf_index(counts, 1.0 - cut)
         if hi_idx < top_level or (hi_idx == top_level and not np.count_nonzero(top_bins >= top_level) > cut * total):
             inexact.append("upper")
-        bottom_level = int(_signed_bins(c, np.array([c.bottom_ceiling]))[0]) if math.isfinite(c.bottom_ceiling) else n
+        bottom_level = _signed_bin(c, c.bottom_ceiling) if math.isfinite(c.bottom_ceiling) else n
         bottom_bins = _signed_bins(c, c.bottom)
         counts = np.bincount(bottom_bins[bottom_bins < bottom_level], minlength=n).astype(np.float64)
         counts[min(bottom_level, n - 1)] += total - counts.sum()

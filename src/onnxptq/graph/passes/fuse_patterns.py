@@ -387,12 +387,12 @@ class FoldScalarAffineIntoConvPass(ir.passes.InPlacePass):
             return True
         # Padded: move the scale across the Add (c·t + d = c·(t + d/c)) when a scalar Mul feeds it.
         t = add[0]
-        inner = self._scalar_input(t.producer(), "Mul") if not t.is_graph_output() and len(t.uses()) == 1 else None
-        if inner is None or inner[2].dtype != weight.dtype or float(inner[2].reshape(-1)[0]) == 0.0:
+        mul_node = t.producer() if not t.is_graph_output() and len(t.uses()) == 1 else None
+        inner = self._scalar_input(mul_node, "Mul")
+        if inner is None or mul_node.graph is not graph or inner[2].dtype != weight.dtype:
             return False
         scale = float(inner[2].reshape(-1)[0])
-        mul_node = t.producer()
-        if mul_node is None or mul_node.graph is not graph:
+        if scale == 0.0:
             return False
         index = 1 if producer.inputs[1] is add[1] else 0
         set_node_constant(graph, producer, index, np.asarray(shift / scale, dtype=weight.dtype).reshape(add[2].shape),
