@@ -7,7 +7,7 @@ the float outputs on the same inputs, with the evaluate tool's definitions.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -32,19 +32,26 @@ def _session(model: onnx.ModelProto):
 
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
-                   feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None) -> dict[str, dict[str, float]]:
+                   feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None,
+                   reference_outputs: Sequence[dict[str, np.ndarray]] = ()) -> dict[str, dict[str, float]]:
     """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``.
 
     The definitions are those of the evaluate tool (:mod:`onnxptq.metrics`, spec §6.6), so the
     figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
+    ``reference_outputs[i]`` (``{output name: array}``), where given, is the reference model's
+    output on feed ``i``, already computed; the reference model is run only for the feeds beyond.
     """
-    ref_sess = _session(reference)
+    names = [o.name for o in reference.graph.output]
+    ref_sess = None
     cand_sess = candidate_session if candidate_session is not None else _session(candidate)
-    names = [o.name for o in ref_sess.get_outputs()]
     sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "mse": 0.0, "psnr": 0.0} for n in names}
     count = 0
-    for feed in feeds:
-        ref_out = ref_sess.run(names, feed)
+    for i, feed in enumerate(feeds):
+        if i < len(reference_outputs) and all(n in reference_outputs[i] for n in names):
+            ref_out = [reference_outputs[i][n] for n in names]
+        else:
+            ref_sess = ref_sess if ref_sess is not None else _session(reference)
+            ref_out = ref_sess.run(names, feed)
         cand_out = cand_sess.run(names, feed)
         for name, r, c in zip(names, ref_out, cand_out):
             sums[name]["cosine"] += cosine(r, c)
