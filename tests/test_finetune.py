@@ -308,3 +308,115 @@ def test_adaround_early_exit_once_decided_changes_nothing(monkeypatch):
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+# ------------------------------------------------------------------------------------ model check
+
+
+def _gain_model(gain_on: int) -> onnx.ModelProto:
+    """x [N, 3] → Gemm ``fc1`` (2 channels) → MatMul ``out`` → y [N, 2]; channel ``gain_on`` of fc1 reaches
+    y ×100, the other ×0.001. In grid steps (s = 1/127), fc1's rows round to nearest with errors
+    (0, −0.3, 0) and (0, −0.4, −0.4): fed equal inputs, channel errors −0.3 and −0.8 (see _flip_fc1)."""
+    w1 = np.array([[127.0, 20.3, 30.0], [127.0, 20.4, 30.4]]) / 127.0
+    wm = np.diag([100.0 if c == gain_on else 0.001 for c in range(2)])
+    inits = [numpy_helper.from_array(np.asarray(w1, np.float32), "W1"), numpy_helper.from_array(np.asarray(wm, np.float32), "WM")]
+    nodes = [helper.make_node("Gemm", ["x", "W1"], ["h"], name="fc1", transB=1),
+             helper.make_node("MatMul", ["h", "WM"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "gain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _gain_feeds(n: int = 16) -> list[dict[str, np.ndarray]]:
+    """Equal inputs x = t·(1, 1, 1): a channel's output error is t × the sum of its rounding errors."""
+    t = np.random.default_rng(3).uniform(0.5, 1.0, n)
+    return [{"x": np.full((1, 3), v, np.float32)} for v in t]
+
+
+def _flip_fc1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-layer algorithm, replaced: fc1 gets the other rounding of its middle column, which moves
+    channel 0's error −0.3 → +0.7 steps and channel 1's −0.8 → +0.2 (per-layer squared error 0.73 → 0.53:
+    it passes the per-layer check); every other layer gets its float weight back (nothing changes)."""
+    from onnxptq.algorithms.finetune import adaround
+    from onnxptq.algorithms.finetune import torch_formats as tf
+
+    def optimise(problem, options, gen):
+        w = problem.weight
+        if problem.layer.name != "fc1":
+            return w.cpu().numpy().copy(), None
+        a = problem.weight_q.attrs
+        s, zp, _, _, _ = tf.integer_grid(w, problem.weight_q.format, a["scale"], a["zero_point"], a.get("axis"), a.get("block_size"))
+        w_div = (w / s).double()
+        q = torch.round(w_div)
+        q[:, 1] += torch.sign(w_div[:, 1] - q[:, 1])
+        return (q.float() * s).cpu().numpy(), None
+
+    monkeypatch.setattr(adaround, "optimise", optimise)
+
+
+def _output_error(model: onnx.ModelProto, reference: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> float:
+    """Output MSE of ``model`` vs ``reference`` over ``feeds`` (the refine step's model error)."""
+    sess, ref = _session(model), _session(reference)
+    return float(np.mean([np.mean((sess.run(None, f)[0] - ref.run(None, f)[0]) ** 2) for f in feeds]))
+
+
+@pytest.mark.parametrize("gain_on, hurts", [(0, True), (1, False)])
+def test_model_check_drops_weights_that_raise_the_model_error(monkeypatch, gain_on, hurts):
+    """fc1's new rounding passes the per-layer check either way; the model check keeps it only when the
+    model's held-out output error falls (gain on channel 1) and drops it, report and all, when it rises."""
+    _flip_fc1(monkeypatch)
+    real_refine = finetune.refine
+    spy = _Spy(monkeypatch)
+    feeds = _gain_feeds()
+    # A16W8: int16 activations keep their rounding far below fc1's weight steps, so the errors are the designed ones.
+    cfg = get_preset("A16W8").replace(finetune=_options(algorithm="adaround"))
+    assert cfg.finetune.model_check  # the default
+    tuned = quantize(_gain_model(gain_on), cfg, feeds)
+    plain = quantize(_gain_model(gain_on), "A16W8", feeds)
+    call = spy.calls[0]
+    report = {r.layer: r for r in call["report"]}
+    assert set(report) == {"fc1", "out"}
+    assert report["fc1"].after < report["fc1"].before, "the stub's rounding did not pass the per-layer check"
+    assert not report["out"].kept and report["out"].dropped is None  # unchanged weights: reverted per layer
+    err_tuned, err_plain = (_output_error(m.model, _gain_model(gain_on), feeds[-4:]) for m in (tuned, plain))
+    if hurts:
+        assert call["result"] == {}
+        assert not report["fc1"].kept and report["fc1"].dropped.startswith("model check")
+        assert err_tuned == err_plain
+        # entries already in the caller's report list are not this call's to drop
+        earlier = finetune.LayerResult("earlier", "Conv", 2.0, 1.0, True, 0.0)
+        report = [earlier]
+        assert real_refine(call["prepared"], call["plan"], call["params"], feeds, call["options"], report=report) == {}
+        assert earlier.kept and earlier.dropped is None
+        assert [(r.layer, r.kept, r.dropped is not None) for r in report[1:]] == [("fc1", False, True), ("out", False, False)]
+    else:
+        assert set(call["result"]) == {"W1"}
+        assert report["fc1"].kept and report["fc1"].dropped is None
+        assert err_tuned < err_plain
+
+
+def test_without_model_check_the_per_layer_gains_are_kept(monkeypatch):
+    """model_check=False: the old behaviour. fc1's per-layer gain is kept although it raises the model's
+    held-out output error (what the check is for), and the probe watches no model output."""
+    _flip_fc1(monkeypatch)
+    spy = _Spy(monkeypatch)
+    probes = []
+    real_probe = extract.build_probe
+
+    def build_probe(quantized, layers, keep_outputs=()):
+        probes.append(list(keep_outputs))
+        return real_probe(quantized, layers, keep_outputs=keep_outputs)
+
+    monkeypatch.setattr(extract, "build_probe", build_probe)
+    feeds = _gain_feeds()
+    cfg = get_preset("A16W8").replace(finetune=_options(algorithm="adaround", model_check=False))
+    tuned = quantize(_gain_model(0), cfg, feeds)
+    plain = quantize(_gain_model(0), "A16W8", feeds)
+    call = spy.calls[0]
+    assert set(call["result"]) == {"W1"}
+    assert [(r.layer, r.kept, r.dropped) for r in call["report"]] == [("fc1", True, None), ("out", False, None)]
+    assert probes == [[]]
+    assert _output_error(tuned.model, _gain_model(0), feeds[-4:]) > _output_error(plain.model, _gain_model(0), feeds[-4:])

@@ -180,7 +180,11 @@ class FinetuneOptions:
     ``data_size`` bounds that memory: None keeps at most :data:`FINETUNE_MAX_SAMPLES`.
     ``selective_update`` (keep a layer only if the whole model's output on the held-out samples
     got closer to float, ``output_index`` picks the output) and ``parallel`` (every layer's data in
-    one pass, ignoring earlier updates) work as in the reference tool. ``memory_level``,
+    one pass, ignoring earlier updates) work as in the reference tool. Two safeguards are ours, not
+    the reference tool's: a layer is kept only if its reconstruction error on the held-out samples
+    (``holdout_fraction``) fell, and ``model_check`` (on by default) drops every refined weight if
+    the whole model's output error vs float on the held-out samples (``output_index``: that output
+    only) did not fall; neither has a FastFinetune key. ``memory_level``,
     ``num_workers``, ``pin_memory``, ``use_gds``, ``cache_dir``, ``dynamic_batch``,
     ``select_max_mem_layer``, ``output_qdq`` and ``ref_model_path`` are accepted for compatibility
     and not used: the refine step always works per layer in RAM (the reference tool's MemOptLevel 1).
@@ -218,6 +222,10 @@ class FinetuneOptions:
     cache_dir: str | None = None
     #: fraction of the kept samples held out to decide "never worse" (at least one sample)
     holdout_fraction: float = 0.25
+    #: after the last layer, keep the refined weights only if the whole model's output error vs
+    #: float (MSE summed over the outputs) on the held-out samples fell, else return none of them
+    #: (layer-wise gains do not always add up end to end); implied by ``selective_update``
+    model_check: bool = True
 
     def __post_init__(self) -> None:
         self.algorithm = str(self.algorithm).lower()  # type: ignore[assignment]

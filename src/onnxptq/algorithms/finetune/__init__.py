@@ -5,7 +5,9 @@ bias) initializers of the prepared model; the caller puts them in place of the o
 as usual. Layers are visited in graph order. Each one is optimised in torch on inputs taken from
 the quantized model *as refined so far* and targets taken from the float model, then kept only if
 its reconstruction error on held-out calibration samples went down — so finetuning never makes a
-layer worse than plain rounding, on data it did not train on.
+layer worse than plain rounding, on data it did not train on. Per-layer gains do not always add up
+end to end, so at the end (``model_check``) the whole model's output error vs float on the held-out
+samples is compared with plain rounding's, and every refined weight is dropped if it did not fall.
 
 The solved scales and zero points are not changed: the optimisation trains against them
 (clipping included), and the values returned reproduce, through emit, exactly the forward pass
@@ -97,7 +99,12 @@ def _to_torch(a: np.ndarray | None, device: Any, channels_last: bool = False) ->
 
 @dataclass
 class LayerResult:
-    """What the refine step did to one layer: held-out reconstruction error before and after."""
+    """What the refine step did to one layer: held-out reconstruction error before and after.
+
+    ``kept``: the layer's new weights are in the result. ``skipped``: why the layer was not
+    optimised (then ``after == before``). ``dropped``: why weights that passed the per-layer check
+    were dropped afterwards (the model check); ``kept`` is then False.
+    """
 
     layer: str
     op_type: str
@@ -106,6 +113,7 @@ class LayerResult:
     kept: bool
     seconds: float
     skipped: str | None = None
+    dropped: str | None = None
 
 
 def refine(
@@ -173,7 +181,9 @@ def refine(
 
     # The probe: the quantized model with layer weights as inputs and layer inputs as outputs.
     quantized = emit(prepared, plan, params)
-    watched = [o.name for o in prepared.graph.output] if options.selective_update else []
+    # The model's outputs (OutputIndex: that one only) are watched for SelectiveUpdate (per layer)
+    # and for the model check (after the last layer).
+    watched = [o.name for o in prepared.graph.output] if options.selective_update or options.model_check else []
     if watched and options.output_index is not None:
         watched = [watched[int(options.output_index)]]
     probe, reads = extract.build_probe(quantized, layers, keep_outputs=watched)
@@ -192,8 +202,9 @@ def refine(
              options.algorithm, len(layers), len(samples), holdout, options.num_iterations, options.batch_size,
              options.lr, device)
     algorithm = adaround.optimise if options.algorithm == "adaround" else adaquant.optimise
-    # SelectiveUpdate: a layer is also kept only if the whole model's outputs on the held-out
-    # samples got closer to float (per-layer gains do not always add up).
+    # SelectiveUpdate (per layer) and the model check (once, at the end): the refined weights are
+    # kept only if the whole model's outputs on the held-out samples got closer to float (per-layer
+    # gains do not always add up). Without a held-out sample, on every sample.
     check = samples[len(samples) - holdout:] if holdout else samples
     float_final = frun.fetch_many(watched, check) if watched else {}
 
@@ -202,6 +213,7 @@ def refine(
         return sum(float(np.mean((out[n] - float_final[n]) ** 2)) for n in watched)
 
     current = model_error(weight_feeds) if watched else 0.0
+    plain_error = current
     # Layer data, fetched ahead: one pass of each model fills every layer that fits the memory
     # budget. The float targets never change; the quantized inputs are fetched again only after a
     # layer's new weights were kept (a reverted layer leaves the model as it was). Parallel: all
@@ -215,6 +227,7 @@ def refine(
         torch.set_num_threads(TORCH_THREADS)
     try:
         result: dict[str, np.ndarray] = {}
+        first_entry = len(report) if report is not None else 0
         t_all = time.perf_counter()
         improved = 0
         for i, layer in enumerate(layers, 1):
@@ -270,7 +283,7 @@ def refine(
             trial[extract.WEIGHT_INPUT.format(layer.name)] = feed_value(layer.weight, new_w)
             if new_b is not None:
                 trial[extract.BIAS_INPUT.format(layer.name)] = feed_value(layer.bias, new_b)
-            if kept and watched:
+            if kept and options.selective_update:
                 candidate = model_error(trial)
                 log.debug("finetune %s: model output error %.4g -> %.4g", layer.name, current, candidate)
                 kept = candidate < current
@@ -290,6 +303,20 @@ def refine(
                 report.append(LayerResult(layer.name, layer.op_type, before, after, kept, seconds))
         log.info("finetune: %d of %d layer(s) improved in %.1fs (%d + %d passes of the quantized and float models)", improved,
                  len(layers), time.perf_counter() - t_all, qcache.passes if qcache is not None else 0, fcache.passes)
+        if result and options.model_check:
+            # (With SelectiveUpdate every kept layer already lowered it: the check cannot fail.)
+            refined_error = current if options.selective_update else model_error(weight_feeds)
+            which = f"{len(check)} held-out" if holdout else f"{len(check)} (none held out)"
+            if not refined_error < plain_error:
+                why = (f"model check: the refined layers did not lower the model's output error vs float on the "
+                       f"{which} sample(s) ({plain_error:.4g} -> {refined_error:.4g})")
+                log.warning("finetune: %s; keeping plain rounding for every layer", why)
+                if report is not None:
+                    for entry in report[first_entry:]:
+                        if entry.kept:
+                            entry.kept, entry.dropped = False, why
+                return {}
+            log.info("finetune: model output error vs float on the %s sample(s) %.4g -> %.4g", which, plain_error, refined_error)
         return result
     finally:
         torch.set_num_threads(threads)
