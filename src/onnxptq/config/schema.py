@@ -183,7 +183,7 @@ class FinetuneOptions:
     one pass, ignoring earlier updates) work as in the reference tool. Two safeguards are ours, not
     the reference tool's: a layer is kept only if its reconstruction error on the held-out samples
     (``holdout_fraction``) fell, and ``model_check`` (on by default) drops every refined weight if
-    the whole model's output error vs float on the held-out samples (``output_index``: that output
+    the whole model's output error vs float on every kept sample (``output_index``: that output
     only) did not fall; neither has a FastFinetune key. ``memory_level``,
     ``num_workers``, ``pin_memory``, ``use_gds``, ``cache_dir``, ``dynamic_batch``,
     ``select_max_mem_layer``, ``output_qdq`` and ``ref_model_path`` are accepted for compatibility
@@ -223,8 +223,8 @@ class FinetuneOptions:
     #: fraction of the kept samples held out to decide "never worse" (at least one sample)
     holdout_fraction: float = 0.25
     #: after the last layer, keep the refined weights only if the whole model's output error vs
-    #: float (MSE summed over the outputs) on the held-out samples fell, else return none of them
-    #: (layer-wise gains do not always add up end to end); implied by ``selective_update``
+    #: float (MSE summed over the outputs) on every kept sample fell, else return none of them
+    #: (layer-wise gains do not always add up end to end)
     model_check: bool = True
 
     def __post_init__(self) -> None:
