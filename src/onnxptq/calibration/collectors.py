@@ -511,11 +511,13 @@ class _ValueBuffer:
     at 512 lines). Copying into one buffer does neither.
     """
 
-    __slots__ = ("_data", "size")
+    __slots__ = ("_data", "size", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self._data = np.empty(0, dtype=np.float32)
         self.size = 0
+        #: the size the owner trims at: growth stops there unless one append needs more
+        self.limit = int(limit)
 
     @property
     def values(self) -> np.ndarray:
@@ -524,7 +526,7 @@ class _ValueBuffer:
     def append(self, values: np.ndarray) -> None:
         end = self.size + values.size
         if end > self._data.size:
-            grown = np.empty(max(end, 2 * self._data.size, 256), dtype=np.float32)
+            grown = np.empty(max(end, min(max(2 * self._data.size, 256), self.limit)), dtype=np.float32)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
         self._data[self.size : end] = values
@@ -581,8 +583,8 @@ class TailCollector(MinMaxCollector):
         self.tail_fraction = float(tail_fraction)
         self.min_batch_k = int(min_batch_k)
         self.capacity = int(capacity)
-        self._top = _ValueBuffer()
-        self._bottom = _ValueBuffer()
+        self._top = _ValueBuffer(2 * self.capacity + 2 * self.min_batch_k)
+        self._bottom = _ValueBuffer(2 * self.capacity + 2 * self.min_batch_k)
         self.top_floor = -math.inf
         self.bottom_ceiling = math.inf
 
@@ -621,23 +623,34 @@ class TailCollector(MinMaxCollector):
         """The retained smallest values (unordered)."""
         return self._bottom.values
 
-    def update_tails(self, largest: np.ndarray, smallest: np.ndarray, n: int, lo: float, hi: float) -> None:
+    def update_tails(self, largest: np.ndarray, smallest: np.ndarray, n: int, lo: float | None = None,
+                     hi: float | None = None, *, ordered: bool = False) -> None:
         """Fold in one batch known by its ``n``, extremes and (up to) ``k`` largest/smallest values.
 
-        ``largest``/``smallest`` hold the whole batch when they have ``n`` values. Non-finite
-        extremes mean the batch held NaN/Inf: skipped whole, as in-graph min/max does.
+        ``largest``/``smallest`` hold the whole batch when they have ``n`` values. ``lo``/``hi``
+        default to the extremes of the tails. ``ordered=True`` says ``largest`` is descending and
+        ``smallest`` ascending (TopK ``sorted=1``), so extremes and levels are read at the ends.
+        Non-finite extremes mean the batch held NaN/Inf: skipped whole, as in-graph min/max does.
         """
+        largest = np.asarray(largest, dtype=np.float32).reshape(-1)
+        smallest = np.asarray(smallest, dtype=np.float32).reshape(-1)
+        if ordered:
+            lo = float(smallest[0]) if lo is None else lo
+            hi = float(largest[0]) if hi is None else hi
+            if np.isnan(largest).any() or np.isnan(smallest).any():  # TopK may place a NaN anywhere
+                lo = math.nan
+        else:
+            lo = float(smallest.min()) if lo is None else lo
+            hi = float(largest.max()) if hi is None else hi
         if not (math.isfinite(lo) and math.isfinite(hi)):
             self.skipped_batches += 1
             return
         self.update_extremes(lo, hi, count=int(n))
         self.grid.cover(max(-lo, hi, 0.0))
-        largest = np.asarray(largest, dtype=np.float32).reshape(-1)
-        smallest = np.asarray(smallest, dtype=np.float32).reshape(-1)
         if largest.size < n:
-            self.top_floor = max(self.top_floor, float(largest.min()))
+            self.top_floor = max(self.top_floor, float(largest[-1] if ordered else largest.min()))
         if smallest.size < n:
-            self.bottom_ceiling = min(self.bottom_ceiling, float(smallest.max()))
+            self.bottom_ceiling = min(self.bottom_ceiling, float(smallest[-1] if ordered else smallest.max()))
         self._top.append(largest)
         self._bottom.append(smallest)
         self._trim()

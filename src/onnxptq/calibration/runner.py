@@ -1,17 +1,19 @@
-"""The streaming calibration pass: one augmented model, one session, one run per feed.
+"""The streaming calibration pass: one augmented model, one session, runs over groups of feeds.
 
-:func:`collect` exposes exactly the requested main-graph tensors as extra graph outputs (typed
-when the model knows the type, untyped otherwise - onnxruntime infers it), creates one session with
-graph optimisations *disabled* (fusions would otherwise remove or rename the intermediate tensors
-we ask for), and folds every fetched array into its tensor's collector before the next run, so
-nothing is kept between feeds: memory is O(tensors x bins), not O(samples).
+:func:`collect` exposes exactly the requested main-graph tensors to reductions added to the graph
+(or, for collectors that need whole tensors, as extra graph outputs, typed when the model knows
+the type, untyped otherwise - onnxruntime infers it), creates one session with full graph
+optimisation (a tensor the statistics read has a consumer, so no fusion removes it), and folds
+every run's results into the collectors before the next run, so nothing is kept between feeds:
+memory is O(tensors x bins), not O(samples).
 
 Tensors that are graph inputs are read straight from the feed (no round trip through the session).
 With ``minmax_in_graph=True`` (the default) every collector that needs less than the whole tensor
 is fed by reductions inside the graph, so the full tensor never crosses into Python: a plain
-:class:`MinMaxCollector` gets ``ReduceMin``/``ReduceMax`` scalars, a
-:class:`PerChannelMinMaxCollector` the same per channel, a :class:`TailCollector` its extremes,
-element count and ``TopK`` largest/smallest values. Only histogram collectors fetch tensors.
+:class:`MinMaxCollector` gets ``ReduceMin``/``ReduceMax``, a :class:`PerChannelMinMaxCollector` the
+same per channel, a :class:`TailCollector` its element count and sorted ``TopK`` largest/smallest
+values. Only histogram collectors fetch tensors. Every reduction works per feed (one row per feed),
+so consecutive feeds of equal shapes run together (:class:`_Runs`) with unchanged statistics.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ __all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
 #: :func:`~onnxptq.calibration.methods.make_collector` arguments (``{"method": "percentile", ...}``).
 TensorSpec = Callable[[], Collector] | Collector | str | Method | Mapping[str, Any]
 
+#: Graph input of the augmented model: ``[G, -1]``, the shape that views a tensor as one row per
+#: feed when a run carries ``G`` feeds concatenated on axis 0 (``[1, -1]`` for a single feed).
+ROWS_INPUT = "__onnxptq_calib_rows"
+SHAPE_SUFFIX = "__onnxptq_shape"
 _MIN_SUFFIX = "__onnxptq_calib_min"
 _MAX_SUFFIX = "__onnxptq_calib_max"
 #: Above this serialized size the augmented model goes to a temporary file with external data.
@@ -83,7 +89,11 @@ class Reduction:
 
     nodes: list[onnx.NodeProto]
     outputs: list[str]
-    fold: Callable[[Sequence[np.ndarray]], None]
+    #: ``fold(outputs, groups)``: the outputs of one run over ``groups`` feeds concatenated on
+    #: axis 0 (see :data:`ROWS_INPUT`), folded into the collector feed by feed
+    fold: Callable[[Sequence[np.ndarray], int], None]
+    #: False when the statistics cannot be told apart per feed in a run over several feeds
+    groupable: bool = True
 
 
 def _model_opset(model: onnx.ModelProto) -> int:
@@ -117,51 +127,100 @@ def _scalar(name: str, value: int) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], name=name, value=helper.make_tensor(name, onnx.TensorProto.INT64, [], [value]))
 
 
-def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None) -> Reduction | None:
-    """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor."""
+def _feed_rows(value: np.ndarray, groups: int, name: str) -> int:
+    """Rows of ``value`` (axis 0) per feed of a run over ``groups`` feeds."""
+    if groups == 1:
+        return int(value.shape[0])
+    if value.ndim == 0 or value.shape[0] % groups:
+        raise ValueError(f"tensor {name!r}: axis 0 of {value.shape} does not split into {groups} feeds")
+    return int(value.shape[0]) // groups
+
+
+def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None, batch_axis: int = 0,
+                   rank: int | None = None) -> Reduction | None:
+    """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor.
+
+    Each reduction first views the tensor as ``[G, -1]`` (:data:`ROWS_INPUT`) and reduces each
+    row, so one run over ``G`` concatenated feeds yields every feed's own statistics: the same
+    numbers, batch by batch, as ``G`` runs (a moving average or a histogram's growth depends on
+    how the data was batched; the caller's batching is kept). A tensor whose samples lie on
+    ``batch_axis`` > 0 (of ``rank`` axes) is transposed to bring them first.
+    """
+    rows = name + "__onnxptq_rows"
+    src = name
+    front: list[onnx.NodeProto] = []
+    if batch_axis:
+        if rank is None or not 0 < batch_axis < rank:
+            raise ValueError(f"tensor {name!r}: batch axis {batch_axis} needs a rank above it, got {rank}")
+        src = name + "__onnxptq_batch_first"
+        perm = [batch_axis] + [i for i in range(rank) if i != batch_axis]
+        front.append(helper.make_node("Transpose", [name], [src], perm=perm, name=src))
+    as_rows = helper.make_node("Reshape", [src, ROWS_INPUT], [rows], name=rows)
     if type(collector) is MinMaxCollector:
-        nodes, outputs = _minmax_nodes(name, name, opset)
-        return Reduction(nodes, outputs, lambda out: collector.update_extremes(float(out[0]), float(out[1])))
+        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        extra: list[onnx.NodeProto] = []
+        reds = [_reduce_node("ReduceMin", rows, lo, [1], opset, extra), _reduce_node("ReduceMax", rows, hi, [1], opset, extra)]
+
+        def fold_minmax(out: Sequence[np.ndarray], groups: int) -> None:
+            for lo_g, hi_g in zip(out[0].tolist(), out[1].tolist()):
+                collector.update_extremes(lo_g, hi_g)
+
+        return Reduction([*front, as_rows, *extra, *reds], [lo, hi], fold_minmax)
     if type(collector) is PerChannelMinMaxCollector:
-        # [d0 .. d_axis, rest]: reduce every axis but the channel one, whatever the rank.
+        # [d0 .. d_axis, rest]: reduce every axis but the channel one and axis 0, whatever the
+        # rank; the feeds' rows are then told apart on axis 0 (not possible when it is the
+        # channel axis).
         axis = collector.axis
         if axis < 0:
             return None
         shaped, shape = name + "__onnxptq_pc", name + "__onnxptq_pc_shape"
         lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
         nodes = [_const(shape, [0] * (axis + 1) + [-1]), helper.make_node("Reshape", [name, shape], [shaped], name=shaped)]
-        axes = [i for i in range(axis + 2) if i != axis]
-        extra: list[onnx.NodeProto] = []
+        axes = [i for i in range(axis + 2) if i not in (0, axis)]
+        extra = []
         reds = [_reduce_node("ReduceMin", shaped, lo, axes, opset, extra), _reduce_node("ReduceMax", shaped, hi, axes, opset, extra)]
-        return Reduction(nodes + extra + reds, [lo, hi], lambda out: collector.update_channel_extremes(out[0], out[1]))
+
+        def fold_channels(out: Sequence[np.ndarray], groups: int) -> None:
+            lo_all, hi_all = out[0], out[1]
+            if axis == 0:
+                collector.update_channel_extremes(lo_all, hi_all)
+                return
+            r = _feed_rows(lo_all, groups, name)
+            for g in range(groups):
+                collector.update_channel_extremes(lo_all[g * r : (g + 1) * r].min(axis=0), hi_all[g * r : (g + 1) * r].max(axis=0))
+
+        return Reduction(nodes + extra + reds, [lo, hi], fold_channels, groupable=axis != 0 and batch_axis == 0)
     if type(collector) is TailCollector:
         p = name + "__onnxptq_tail"
-        nodes: list[onnx.NodeProto] = []
-        src = name
+        nodes = []
         if elem_type != onnx.TensorProto.FLOAT:  # TopK has no float16/bfloat16 CPU kernel
-            src = p + "_f32"
-            nodes.append(helper.make_node("Cast", [name], [src], to=onnx.TensorProto.FLOAT, name=src))
-        nodes += [
-            _const(p + "_flat_shape", [-1]),
-            helper.make_node("Reshape", [src, p + "_flat_shape"], [p + "_flat"], name=p + "_flat"),
-            helper.make_node("Size", [src], [p + "_n"], name=p + "_n"),
+            nodes.append(helper.make_node("Cast", [rows], [p + "_f32"], to=onnx.TensorProto.FLOAT, name=p + "_f32"))
+            rows_f = p + "_f32"
+        else:
+            rows_f = rows
+        nodes = [*front, as_rows, *nodes,
+            helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
+            _scalar(p + "_one", 1),
+            helper.make_node("Gather", [p + "_shape", p + "_one"], [p + "_n"], axis=0, name=p + "_n"),
             _const(p + "_div", [collector.batch_divisor]),
             _scalar(p + "_kmin", collector.min_batch_k),
             helper.make_node("Div", [p + "_n", p + "_div"], [p + "_share"], name=p + "_share"),
-            # k = min(n, max(kmin, n // div)): Clip sets everything to its max when min > max.
+            # k = min(n, max(kmin, n // div)) per feed: Clip sets everything to its max when min > max.
             helper.make_node("Clip", [p + "_share", p + "_kmin", p + "_n"], [p + "_k"], name=p + "_k"),
-            helper.make_node("TopK", [p + "_flat", p + "_k"], [p + "_top", p + "_top_i"], largest=1, sorted=0, name=p + "_top"),
-            helper.make_node("TopK", [p + "_flat", p + "_k"], [p + "_bot", p + "_bot_i"], largest=0, sorted=0, name=p + "_bot"),
+            # Sorted, so that each feed's extremes and tail levels are the rows' ends: no ReduceMin /
+            # ReduceMax pass over the tensor and no reduction in Python.
+            helper.make_node("TopK", [rows_f, p + "_k"], [p + "_top", p + "_top_i"], axis=-1, largest=1, sorted=1, name=p + "_top"),
+            helper.make_node("TopK", [rows_f, p + "_k"], [p + "_bot", p + "_bot_i"], axis=-1, largest=0, sorted=1, name=p + "_bot"),
         ]
 
-        def fold(out: Sequence[np.ndarray]) -> None:
+        def fold_tails(out: Sequence[np.ndarray], groups: int) -> None:
             top, bottom, n = out[0], out[1], int(out[2])
             if n == 0:
                 return
-            # The extremes are the tails' own: no ReduceMin/ReduceMax pass over the tensor.
-            collector.update_tails(top, bottom, n, float(bottom.min()), float(top.max()))
+            for g in range(top.shape[0]):
+                collector.update_tails(top[g], bottom[g], n, ordered=True)
 
-        return Reduction(nodes, [p + "_top", p + "_bot", p + "_n"], fold)
+        return Reduction(nodes, [p + "_top", p + "_bot", p + "_n"], fold_tails)
     return None
 
 
@@ -171,6 +230,7 @@ def augment_model(
     reduce: Sequence[str] = (),
     reductions: Mapping[str, Reduction] | None = None,
     keep_outputs: Sequence[str] = (),
+    shapes: Sequence[str] = (),
 ) -> tuple[onnx.ModelProto, list[str]]:
     """A copy of ``model`` whose outputs are ``fetch``, min/max scalars for ``reduce`` and the
     outputs of ``reductions`` (tensor name -> :class:`Reduction`).
@@ -178,7 +238,8 @@ def augment_model(
     Returns the model and the output names in order: ``fetch`` first, then ``<t>_min, <t>_max``
     pairs, then each reduction's outputs. Original outputs are dropped (they would be computed and
     transferred for nothing) unless requested in ``fetch`` or kept by ``keep_outputs`` (left
-    graph outputs but not in the returned names: fetch them by name when wanted). Types come from the model's value_info/outputs when
+    graph outputs but not in the returned names: fetch them by name when wanted). Each tensor in
+    ``shapes`` gets a ``Shape`` output ``<t>__onnxptq_shape`` (also not in the names). Types come from the model's value_info/outputs when
     known; other outputs are left untyped, which onnxruntime accepts (it infers them), so no
     shape-inference pass over a possibly large model is needed.
     """
@@ -210,6 +271,10 @@ def augment_model(
         todo.append((name, *_minmax_nodes(name, name, opset)))
     for name, red in (reductions or {}).items():
         todo.append((name, red.nodes, red.outputs))
+    for name in shapes:
+        out = name + SHAPE_SUFFIX
+        todo.append((name, [helper.make_node("Shape", [name], [out], name=out)], []))
+        graph.output.append(onnx.ValueInfoProto(name=out))
     for name, nodes, outs in todo:
         if name in producer:
             after.setdefault(graph.node[producer[name]].name + f"#{producer[name]}", []).extend(nodes)
@@ -217,6 +282,8 @@ def augment_model(
             first.extend(nodes)
         graph.output.extend([onnx.ValueInfoProto(name=o) for o in outs])
         names += outs
+    if any(ROWS_INPUT in n.input for _, nodes_, _ in todo for n in nodes_):
+        graph.input.append(helper.make_tensor_value_info(ROWS_INPUT, onnx.TensorProto.INT64, [2]))
     if todo:
         nodes = list(first)
         for i, node in enumerate(graph.node):
@@ -225,6 +292,159 @@ def augment_model(
         del graph.node[:]
         graph.node.extend(nodes)
     return aug, names
+
+
+#: Most feeds one calibration run carries (see :func:`collect`), and the most input bytes.
+MAX_GROUP = 8
+_GROUP_BYTES = 8 * 2**20  # activation memory grows with the group: large inputs run alone
+
+
+class _Runs:
+    """The calibration session and its runs: one feed or a group of feeds each, folded per feed.
+
+    Feeds run one at a time until two have; then a probe runs those two together and compares.
+    The ``Shape`` of every calibrated tensor, alone and doubled, tells which axis holds the
+    samples (a Transpose may move them off axis 0: PP-OCRv4 rec's attention has them on axis 1);
+    tensors with the samples elsewhere than axis 0 get a reduction that transposes them first (the
+    session is rebuilt once), and the grouped statistics must equal the single runs' before any
+    group runs. A model that mixes samples (a Reshape with a fixed batch, a reduction over the
+    batch) fails the probe and runs one feed at a time.
+    """
+
+    def __init__(self, model: onnx.ModelProto, fetch: list[str], collectors: Mapping[str, Collector],
+                 reduced: list[str], final: list[str], record: bool, providers: Sequence[Any], tmpdir: str,
+                 threads: int | None, max_group: int) -> None:
+        self.model, self.fetch, self.collectors, self.reduced = model, fetch, collectors, reduced
+        self.final, self.record = final, record
+        self.providers, self.tmpdir, self.threads = providers, tmpdir, threads
+        self.max_group = max(1, int(max_group))
+        graph = model.graph
+        self.opset = _model_opset(model)
+        self.elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)
+                           + list(graph.input) if vi.type.HasField("tensor_type")}
+        self.elem_types.update({t.name: t.data_type for t in graph.initializer})
+        self.session: Any = None
+        self.names: list[str] = []
+        self.reductions: dict[str, Reduction] = {}
+        self.batch_axes: dict[str, tuple[int, int]] = {}  # tensor -> (axis, rank) where not axis 0
+        self._build()
+        #: None until probed; then whether feeds run in groups
+        self.grouping: bool | None = None if self.max_group > 1 and self.session is not None else False
+        self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray], list[np.ndarray]]] = []
+
+    @property
+    def _watched(self) -> list[str]:
+        return list(self.fetch) + list(self.reduced)
+
+    def _build(self) -> None:
+        self.reductions = {}
+        for n in self.reduced:
+            axis, rank = self.batch_axes.get(n, (0, None))
+            red = plan_reduction(n, self.collectors[n], self.opset, self.elem_types.get(n), axis, rank)
+            assert red is not None  # the caller chose ``reduced`` by plan_reduction
+            self.reductions[n] = red
+        if not (self.fetch or self.reductions or self.record):
+            return
+        probing = self.max_group > 1 and self.session is None
+        aug, self.names = augment_model(self.model, self.fetch, reductions=self.reductions,
+                                        keep_outputs=self.final if self.record else (),
+                                        shapes=self._watched if probing else ())
+        t0 = time.perf_counter()
+        self.session = _session(aug, self.providers, self.tmpdir, self.threads)
+        log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
+
+    def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
+        rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.reductions else {}
+        return self.session.run(self.names + list(extra), {**feed, **rows})
+
+    def _fold(self, outputs: Sequence[np.ndarray], groups: int) -> None:
+        for name, value in zip(self.fetch, outputs):
+            if groups == 1:
+                self.collectors[name].update(value)
+                continue
+            axis = self.batch_axes.get(name, (0, 0))[0]
+            for part in np.split(value, groups, axis=axis):
+                self.collectors[name].update(part)
+        at = len(self.fetch)
+        for red in self.reductions.values():
+            red.fold(outputs[at : at + len(red.outputs)], groups)
+            at += len(red.outputs)
+
+    def run(self, group: list[dict[str, np.ndarray]]) -> None:
+        """Run ``group`` (feeds of identical shapes) in one session run and fold it feed by feed."""
+        if len(group) == 1:
+            self._fold(self._run(group[0], 1), 1)
+            return
+        joined = {k: np.concatenate([f[k] for f in group], axis=0) for k in group[0]}
+        self._fold(self._run(joined, len(group)), len(group))
+
+    def run_single(self, feed: dict[str, np.ndarray], final: Sequence[str] = ()) -> dict[str, np.ndarray]:
+        """Run one feed alone, fold it, keep it for the probe; return the model outputs ``final``."""
+        extra = [o for o in final if o not in self.names]
+        shapes = [n + SHAPE_SUFFIX for n in self._watched] if self.grouping is None else []
+        outputs = self._run(feed, 1, [*extra, *shapes])
+        mine = outputs[: len(self.names)]
+        self._fold(mine, 1)
+        if self.grouping is None:
+            self._probe.append((feed, mine, outputs[len(outputs) - len(shapes) :]))
+            if len(self._probe) == 2:
+                self.grouping, why = self._probe_grouping()
+                self._probe.clear()
+                log.debug("calibration: %s", why)
+        got = dict(zip(self.names + extra, outputs))
+        return {o: got[o] for o in final}
+
+    def _probe_grouping(self) -> tuple[bool, str]:
+        """Whether two feeds run together give each feed's statistics as their own runs did."""
+        (f0, out0, shapes0), (f1, out1, _) = self._probe
+        if not self.same_shapes(f0, f1):
+            return False, "feeds run one at a time (the first two feeds differ in shape)"
+        joined = {k: np.concatenate([f0[k], f1[k]], axis=0) for k in f0}
+        try:
+            together = self._run(joined, 2, [n + SHAPE_SUFFIX for n in self._watched])
+        except Exception as exc:  # onnxruntime rejects the doubled batch: the model fixes it
+            return False, f"feeds run one at a time (the model does not take two feeds on axis 0: {exc})"
+        shapes2 = together[len(self.names) :]
+        axes: dict[str, tuple[int, int]] = {}
+        for name, one, two in zip(self._watched, shapes0, shapes2):
+            one, two = [int(d) for d in one], [int(d) for d in two]
+            moved = [i for i, (a, b) in enumerate(zip(one, two)) if a != b]
+            if len(one) != len(two) or len(moved) != 1 or two[moved[0]] != 2 * one[moved[0]]:
+                return False, f"feeds run one at a time ({name!r} is {one} for one feed, {two} for two)"
+            if moved[0]:
+                axes[name] = (moved[0], len(one))
+        if axes:
+            self.batch_axes = axes
+            self._build()
+            if not all(r.groupable for r in self.reductions.values()):
+                return False, "feeds run one at a time (a per-channel statistic has its channels on the sample axis)"
+            out0 = self._run(f0, 1)
+            out1 = self._run(f1, 1)
+            together = self._run(joined, 2)
+        elif not all(r.groupable for r in self.reductions.values()):
+            return False, "feeds run one at a time (a per-channel statistic has its channels on the sample axis)"
+        fetched = len(self.fetch)
+        for i, (name, a, b0, b1) in enumerate(zip(self.names, together, out0, out1)):
+            axis = self.batch_axes.get(name, (0, 0))[0] if i < fetched else 0
+            expected = b0 if np.ndim(b0) == 0 else np.concatenate([np.asarray(b0), np.asarray(b1)], axis=axis)
+            a = np.asarray(a)
+            if a.shape != np.shape(expected):
+                return False, f"feeds run one at a time ({name!r}: {a.shape} for two feeds, {np.shape(expected)} expected)"
+            scale = float(np.nanmax(np.abs(expected))) if a.size and np.isfinite(expected).any() else 0.0
+            if a.size and not np.allclose(a, expected, rtol=1e-4, atol=1e-5 * scale, equal_nan=True):
+                return False, f"feeds run one at a time ({name!r} differs when two feeds run together)"
+        moved = f"; samples on another axis than 0 in {len(self.batch_axes)} tensor(s)" if self.batch_axes else ""
+        return True, f"feeds run up to {self.max_group} at a time{moved}"
+
+    @staticmethod
+    def same_shapes(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+        return a.keys() == b.keys() and all(
+            np.ndim(a[k]) >= 1 and np.shape(a[k]) == np.shape(b[k]) and np.asarray(a[k]).dtype == np.asarray(b[k]).dtype for k in a
+        )
+
+    def group_size(self, feed: Mapping[str, np.ndarray]) -> int:
+        size = sum(np.asarray(v).nbytes for v in feed.values())
+        return max(1, min(self.max_group, _GROUP_BYTES // max(size, 1)))
 
 
 def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
@@ -281,6 +501,7 @@ def collect(
     intra_op_num_threads: int | None = None,
     model_outputs: list[dict[str, np.ndarray]] | None = None,
     model_output_batches: int = 0,
+    max_group: int = MAX_GROUP,
 ) -> dict[str, Collector]:
     """Run ``model`` on every feed once and return one filled collector per requested tensor.
 
@@ -298,6 +519,13 @@ def collect(
     its default, all cores). ``model_outputs``, when given, receives the model's own outputs
     (``{name: array}``) of the first ``model_output_batches`` feeds: the float reference of the
     quantization report, computed in the same runs instead of by a second session.
+
+    Consecutive feeds of identical shapes run up to ``max_group`` at a time, concatenated on axis
+    0, once a probe showed that the model treats axis 0 as independent samples (the grouped run
+    of the first two feeds gives each feed's statistics as its own run did); each reduction still
+    reports per feed, so the statistics are the ones ``max_group=1`` gives. PP-OCRv4 rec, 2
+    threads, 256 lines: 36-40 -> 26-33 ms per line (the convolutions and the row-wise TopK use both
+    cores better, and per-node and per-run overheads are paid once per group).
 
     Raises ``KeyError`` naming tensors that are not in the main graph (If/Loop bodies included),
     ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
@@ -318,25 +546,13 @@ def collect(
     elem_types = {vi.name: vi.type.tensor_type.elem_type
                   for vi in list(graph.value_info) + list(graph.output) + list(graph.input) if vi.type.HasField("tensor_type")}
     elem_types.update({t.name: t.data_type for t in graph.initializer})
-    reductions: dict[str, Reduction] = {}
-    if minmax_in_graph:
-        for n in graph_tensors:
-            red = plan_reduction(n, collectors[n], opset, elem_types.get(n))
-            if red is not None:
-                reductions[n] = red
-    fetch = [n for n in graph_tensors if n not in reductions]
+    reduced = [n for n in graph_tensors if minmax_in_graph and plan_reduction(n, collectors[n], opset, elem_types.get(n)) is not None]
+    fetch = [n for n in graph_tensors if n not in reduced]
     final = [o.name for o in graph.output]
     record = model_outputs is not None and model_output_batches > 0
 
-    session = None
-    out_names: list[str] = []
     with tempfile.TemporaryDirectory(prefix="onnxptq-calib-") as tmpdir:
-        if fetch or reductions or record:
-            aug, out_names = augment_model(model, fetch, reductions=reductions, keep_outputs=final if record else ())
-            t0 = time.perf_counter()
-            session = _session(aug, providers, tmpdir, intra_op_num_threads)
-            del aug
-            log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(out_names))
+        runs = _Runs(model, fetch, collectors, reduced, final, record, providers, tmpdir, intra_op_num_threads, max_group)
         needed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
 
         total = None
@@ -353,7 +569,16 @@ def collect(
             bar = tqdm(total=total, desc="Calibrating", unit="batch")
 
         batches = 0
+        pending: list[dict[str, np.ndarray]] = []
         t_start = time.perf_counter()
+
+        def flush() -> None:
+            if pending:
+                runs.run(pending)
+                if bar is not None:
+                    bar.update(len(pending))
+                pending.clear()
+
         try:
             for feed in iterate_feeds(feeds):
                 if max_batches is not None and batches >= max_batches:
@@ -363,26 +588,31 @@ def collect(
                     raise ValueError(f"feed #{batches} lacks model input(s) {sorted(absent)}; it has {sorted(feed)}")
                 for name in from_feed:
                     collectors[name].update(feed[name])
-                if session is not None:
+                if runs.session is not None:
                     run_feed = {k: v for k, v in feed.items() if k in needed}
-                    wanted_final = record and batches < model_output_batches
-                    extra = [o for o in final if o not in out_names] if wanted_final else []
-                    outputs = session.run(out_names + extra, run_feed)
-                    if wanted_final:
-                        got = dict(zip(out_names + extra, outputs))
-                        model_outputs.append({o: got[o] for o in final})  # type: ignore[union-attr]
-                    for name, value in zip(fetch, outputs):
-                        collectors[name].update(value)
-                    at = len(fetch)
-                    for red in reductions.values():
-                        red.fold(outputs[at : at + len(red.outputs)])
-                        at += len(red.outputs)
-                    del outputs
-                batches += 1
-                if bar is not None:
+                    if (record and batches < model_output_batches) or runs.grouping is None:
+                        flush()
+                        got = runs.run_single(run_feed, final if record and batches < model_output_batches else ())
+                        if got:
+                            model_outputs.append(got)  # type: ignore[union-attr]
+                        if bar is not None:
+                            bar.update(1)
+                    elif runs.grouping:
+                        if pending and not runs.same_shapes(pending[0], run_feed):
+                            flush()
+                        pending.append(run_feed)
+                        if len(pending) >= runs.group_size(run_feed):
+                            flush()
+                    else:
+                        runs.run([run_feed])
+                        if bar is not None:
+                            bar.update(1)
+                elif bar is not None:
                     bar.update(1)
-                elif log_every and batches % log_every == 0:
+                batches += 1
+                if bar is None and log_every and batches % log_every == 0:
                     log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
+            flush()
         finally:
             if bar is not None:
                 bar.close()
