@@ -18,6 +18,7 @@ so consecutive feeds of equal shapes run together (:class:`_Runs`) with unchange
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -302,56 +303,56 @@ _GROUP_BYTES = 8 * 2**20  # activation memory grows with the group: large inputs
 class _Runs:
     """The calibration session and its runs: one feed or a group of feeds each, folded per feed.
 
-    Feeds run one at a time until two have; then a probe runs those two together and compares.
-    The ``Shape`` of every calibrated tensor, alone and doubled, tells which axis holds the
-    samples (a Transpose may move them off axis 0: PP-OCRv4 rec's attention has them on axis 1);
-    tensors with the samples elsewhere than axis 0 get a reduction that transposes them first (the
-    session is rebuilt once), and the grouped statistics must equal the single runs' before any
-    group runs. A model that mixes samples (a Reshape with a fixed batch, a reduction over the
-    batch) fails the probe and runs one feed at a time.
+    Before the session is built, :func:`sample_axes` finds on which axis each calibrated tensor
+    holds the samples (a Transpose may move them off axis 0: PP-OCRv4 rec's attention has them on
+    axis 1), so those tensors get a reduction that transposes them first. Feeds then run one at a
+    time until two have; a run of those two together must give each its own statistics again
+    before any group runs. A model that mixes samples (a Reshape with a fixed batch, a reduction
+    over the batch) fails one of the two checks and runs one feed at a time.
     """
 
     def __init__(self, model: onnx.ModelProto, fetch: list[str], collectors: Mapping[str, Collector],
                  reduced: list[str], final: list[str], record: bool, providers: Sequence[Any], tmpdir: str,
-                 threads: int | None, max_group: int) -> None:
-        self.model, self.fetch, self.collectors, self.reduced = model, fetch, collectors, reduced
-        self.final, self.record = final, record
-        self.providers, self.tmpdir, self.threads = providers, tmpdir, threads
+                 threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]]) -> None:
+        self.fetch, self.collectors = fetch, collectors
         self.max_group = max(1, int(max_group))
         graph = model.graph
-        self.opset = _model_opset(model)
-        self.elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)
-                           + list(graph.input) if vi.type.HasField("tensor_type")}
-        self.elem_types.update({t.name: t.data_type for t in graph.initializer})
+        opset = _model_opset(model)
+        elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)
+                      + list(graph.input) if vi.type.HasField("tensor_type")}
+        elem_types.update({t.name: t.data_type for t in graph.initializer})
         self.session: Any = None
         self.names: list[str] = []
+        #: tensor -> (axis, rank) where the samples are not on axis 0
+        self.batch_axes: dict[str, tuple[int, int]] = {}
+        #: None until decided; then whether feeds run in groups
+        self.grouping: bool | None = None if self.max_group > 1 else False
+        why = "feeds run one at a time (max_group=1)"
+        if self.grouping is None and (fetch or reduced):
+            if len(first) < 2 or not self.same_shapes(first[0], first[1]):
+                self.grouping, why = False, "feeds run one at a time (fewer than two feeds, or the first two differ in shape)"
+            else:
+                axes, why = sample_axes(model, fetch + reduced, first[0], providers, tmpdir, threads)
+                if axes is None:
+                    self.grouping = False
+                else:
+                    self.batch_axes = axes
         self.reductions: dict[str, Reduction] = {}
-        self.batch_axes: dict[str, tuple[int, int]] = {}  # tensor -> (axis, rank) where not axis 0
-        self._build()
-        #: None until probed; then whether feeds run in groups
-        self.grouping: bool | None = None if self.max_group > 1 and self.session is not None else False
-        self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray], list[np.ndarray]]] = []
-
-    @property
-    def _watched(self) -> list[str]:
-        return list(self.fetch) + list(self.reduced)
-
-    def _build(self) -> None:
-        self.reductions = {}
-        for n in self.reduced:
+        for n in reduced:
             axis, rank = self.batch_axes.get(n, (0, None))
-            red = plan_reduction(n, self.collectors[n], self.opset, self.elem_types.get(n), axis, rank)
+            red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank)
             assert red is not None  # the caller chose ``reduced`` by plan_reduction
             self.reductions[n] = red
-        if not (self.fetch or self.reductions or self.record):
-            return
-        probing = self.max_group > 1 and self.session is None
-        aug, self.names = augment_model(self.model, self.fetch, reductions=self.reductions,
-                                        keep_outputs=self.final if self.record else (),
-                                        shapes=self._watched if probing else ())
-        t0 = time.perf_counter()
-        self.session = _session(aug, self.providers, self.tmpdir, self.threads)
-        log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
+        if self.grouping is None and not all(r.groupable for r in self.reductions.values()):
+            self.grouping, why = False, "feeds run one at a time (a per-channel statistic cannot be told apart per feed)"
+        if self.grouping is False:
+            log.debug("calibration: %s", why)
+        self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray]]] = []
+        if fetch or self.reductions or record:
+            aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else ())
+            t0 = time.perf_counter()
+            self.session = _session(aug, providers, tmpdir, threads)
+            log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
         rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.reductions else {}
@@ -381,12 +382,11 @@ class _Runs:
     def run_single(self, feed: dict[str, np.ndarray], final: Sequence[str] = ()) -> dict[str, np.ndarray]:
         """Run one feed alone, fold it, keep it for the probe; return the model outputs ``final``."""
         extra = [o for o in final if o not in self.names]
-        shapes = [n + SHAPE_SUFFIX for n in self._watched] if self.grouping is None else []
-        outputs = self._run(feed, 1, [*extra, *shapes])
+        outputs = self._run(feed, 1, extra)
         mine = outputs[: len(self.names)]
         self._fold(mine, 1)
         if self.grouping is None:
-            self._probe.append((feed, mine, outputs[len(outputs) - len(shapes) :]))
+            self._probe.append((feed, mine))
             if len(self._probe) == 2:
                 self.grouping, why = self._probe_grouping()
                 self._probe.clear()
@@ -396,33 +396,13 @@ class _Runs:
 
     def _probe_grouping(self) -> tuple[bool, str]:
         """Whether two feeds run together give each feed's statistics as their own runs did."""
-        (f0, out0, shapes0), (f1, out1, _) = self._probe
+        (f0, out0), (f1, out1) = self._probe
         if not self.same_shapes(f0, f1):
             return False, "feeds run one at a time (the first two feeds differ in shape)"
-        joined = {k: np.concatenate([f0[k], f1[k]], axis=0) for k in f0}
         try:
-            together = self._run(joined, 2, [n + SHAPE_SUFFIX for n in self._watched])
+            together = self._run({k: np.concatenate([f0[k], f1[k]], axis=0) for k in f0}, 2)
         except Exception as exc:  # onnxruntime rejects the doubled batch: the model fixes it
             return False, f"feeds run one at a time (the model does not take two feeds on axis 0: {exc})"
-        shapes2 = together[len(self.names) :]
-        axes: dict[str, tuple[int, int]] = {}
-        for name, one, two in zip(self._watched, shapes0, shapes2):
-            one, two = [int(d) for d in one], [int(d) for d in two]
-            moved = [i for i, (a, b) in enumerate(zip(one, two)) if a != b]
-            if len(one) != len(two) or len(moved) != 1 or two[moved[0]] != 2 * one[moved[0]]:
-                return False, f"feeds run one at a time ({name!r} is {one} for one feed, {two} for two)"
-            if moved[0]:
-                axes[name] = (moved[0], len(one))
-        if axes:
-            self.batch_axes = axes
-            self._build()
-            if not all(r.groupable for r in self.reductions.values()):
-                return False, "feeds run one at a time (a per-channel statistic has its channels on the sample axis)"
-            out0 = self._run(f0, 1)
-            out1 = self._run(f1, 1)
-            together = self._run(joined, 2)
-        elif not all(r.groupable for r in self.reductions.values()):
-            return False, "feeds run one at a time (a per-channel statistic has its channels on the sample axis)"
         fetched = len(self.fetch)
         for i, (name, a, b0, b1) in enumerate(zip(self.names, together, out0, out1)):
             axis = self.batch_axes.get(name, (0, 0))[0] if i < fetched else 0
@@ -447,6 +427,34 @@ class _Runs:
         return max(1, min(self.max_group, _GROUP_BYTES // max(size, 1)))
 
 
+def sample_axes(model: onnx.ModelProto, tensors: Sequence[str], feed: dict[str, np.ndarray], providers: Sequence[Any],
+                tmpdir: str, threads: int | None) -> tuple[dict[str, tuple[int, int]] | None, str]:
+    """On which axis each of ``tensors`` holds the samples: ``({tensor: (axis, rank)} for those
+    not on axis 0, why)``, or ``(None, why)`` when some tensor has no such axis.
+
+    One run of ``feed`` and one of ``feed`` twice over, in a session that computes only the
+    ``Shape`` of every tensor (no optimisation, so it is quick to build): the samples are on the
+    one axis that doubled.
+    """
+    aug, _ = augment_model(model, [], shapes=tensors)  # its outputs: the shapes only
+    session = _session(aug, providers, tmpdir, threads, optimize=False)
+    names = [n + SHAPE_SUFFIX for n in tensors]
+    try:
+        one = session.run(names, feed)
+        two = session.run(names, {k: np.concatenate([v, v], axis=0) for k, v in feed.items()})
+    except Exception as exc:  # onnxruntime rejects the doubled batch: the model fixes it
+        return None, f"feeds run one at a time (the model does not take two feeds on axis 0: {exc})"
+    axes: dict[str, tuple[int, int]] = {}
+    for name, a, b in zip(tensors, one, two):
+        a, b = [int(d) for d in a], [int(d) for d in b]
+        moved = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if len(a) != len(b) or len(moved) != 1 or b[moved[0]] != 2 * a[moved[0]]:
+            return None, f"feeds run one at a time ({name!r} is {a} for one feed, {b} for two)"
+        if moved[0]:
+            axes[name] = (moved[0], len(a))
+    return axes, f"samples on another axis than 0 in {len(axes)} tensor(s)"
+
+
 def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     """Yield feed dicts from an iterable or from a reader with ``get_next()`` (onnxruntime style)."""
     if hasattr(feeds, "get_next") and not isinstance(feeds, Mapping):
@@ -461,7 +469,7 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     yield from feeds
 
 
-def _session(model: onnx.ModelProto, providers: Sequence[Any], tmpdir: str, threads: int | None) -> Any:
+def _session(model: onnx.ModelProto, providers: Sequence[Any], tmpdir: str, threads: int | None, optimize: bool = True) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -471,7 +479,7 @@ def _session(model: onnx.ModelProto, providers: Sequence[Any], tmpdir: str, thre
     # Full optimisation, as the float model would run: fusions cannot remove a tensor the
     # statistics read (it has a consumer), and the NCHWc convolutions cost what they save in
     # reorders. PP-OCRv4 rec, 2 threads: 50 -> 41 ms per line (bare float model 20 -> 13 ms).
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     # The default execution order kept every in-graph-reduced tensor alive to the end of the run
     # (PP-OCRv4 rec, batch 8: peak RSS 3.3 GiB); priority-based order frees them as it goes (221 MiB)
@@ -551,9 +559,13 @@ def collect(
     final = [o.name for o in graph.output]
     record = model_outputs is not None and model_output_batches > 0
 
+    needed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    stream = iterate_feeds(feeds)
+    first = list(itertools.islice(stream, 2 if max_batches is None else min(2, max_batches)))
     with tempfile.TemporaryDirectory(prefix="onnxptq-calib-") as tmpdir:
-        runs = _Runs(model, fetch, collectors, reduced, final, record, providers, tmpdir, intra_op_num_threads, max_group)
-        needed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        usable = [{k: v for k, v in f.items() if k in needed} for f in first if needed <= set(f)]
+        runs = _Runs(model, fetch, collectors, reduced, final, record, providers, tmpdir, intra_op_num_threads, max_group,
+                     usable if len(usable) == len(first) else [])
 
         total = None
         try:
@@ -580,7 +592,7 @@ def collect(
                 pending.clear()
 
         try:
-            for feed in iterate_feeds(feeds):
+            for feed in itertools.chain(first, stream):
                 if max_batches is not None and batches >= max_batches:
                     break
                 absent = needed - set(feed)
