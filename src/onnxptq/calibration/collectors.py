@@ -564,7 +564,8 @@ class TailCollector(MinMaxCollector):
     those levels are exact, which is all the percentile needs when it falls there; when it does
     not, :func:`~onnxptq.calibration.methods.compute_range` says so in a warning.
 
-    Memory: at most ``2 * capacity`` values per side, whatever the number of batches.
+    Memory: at most ``1.25 * capacity`` values per side (plus one batch's), whatever the number
+    of batches.
     """
 
     def __init__(
@@ -583,8 +584,9 @@ class TailCollector(MinMaxCollector):
         self.tail_fraction = float(tail_fraction)
         self.min_batch_k = int(min_batch_k)
         self.capacity = int(capacity)
-        self._top = _ValueBuffer(2 * self.capacity + 2 * self.min_batch_k)
-        self._bottom = _ValueBuffer(2 * self.capacity + 2 * self.min_batch_k)
+        self._trim_at = self.capacity + self.capacity // 4
+        self._top = _ValueBuffer(self._trim_at + 2 * self.min_batch_k)
+        self._bottom = _ValueBuffer(self._trim_at + 2 * self.min_batch_k)
         self.top_floor = -math.inf
         self.bottom_ceiling = math.inf
 
@@ -656,11 +658,12 @@ class TailCollector(MinMaxCollector):
         self._trim()
 
     def _trim(self) -> None:
-        """Keep at most ``capacity`` values per side once a side holds twice that (amortised)."""
+        """Keep at most ``capacity`` values per side once a side holds a quarter more (amortised:
+        a partition of ``1.25 * capacity`` values every ``capacity / 4`` appended)."""
         cap = self.capacity
-        if self._top.size > 2 * cap:
+        if self._top.size > self._trim_at:
             self.top_floor = max(self.top_floor, self._top.keep_largest(cap))
-        if self._bottom.size > 2 * cap:
+        if self._bottom.size > self._trim_at:
             self.bottom_ceiling = min(self.bottom_ceiling, self._bottom.keep_smallest(cap))
 
     def merge(self, other: MinMaxCollector) -> None:
