@@ -17,7 +17,7 @@ from onnx import helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector, PerChannelMinMaxCollector, TailCollector
 
-__all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "model_opset", "plan_reduction"]
+__all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "model_opset", "plan_reduction", "reducible"]
 
 #: Graph input of the augmented model: ``[G, -1]``, the shape that views a tensor as one row per
 #: feed when a run carries ``G`` feeds concatenated on axis 0 (``[1, -1]`` for a single feed).
@@ -79,6 +79,14 @@ def _feed_rows(value: np.ndarray, groups: int, name: str) -> int:
     return int(value.shape[0]) // groups
 
 
+def reducible(collector: Collector) -> bool:
+    """Whether :func:`plan_reduction` has in-graph statistics for ``collector`` (else it needs the
+    whole tensor)."""
+    if type(collector) is PerChannelMinMaxCollector:
+        return collector.axis >= 0
+    return type(collector) in (MinMaxCollector, TailCollector)
+
+
 def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None, batch_axis: int = 0,
                    rank: int | None = None) -> Reduction | None:
     """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor.
@@ -114,7 +122,7 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         # rank; the feeds' rows are then told apart on axis 0 (not possible when it is the
         # channel axis).
         axis = collector.axis
-        if axis < 0:
+        if not reducible(collector):
             return None
         shaped, shape = name + "__onnxptq_pc", name + "__onnxptq_pc_shape"
         lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX

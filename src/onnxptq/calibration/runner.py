@@ -34,7 +34,7 @@ from onnx import helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector
 from onnxptq.calibration.methods import Method, make_collector
-from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, model_opset, plan_reduction
+from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, model_opset, plan_reduction, reducible
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class _Runs:
         for n in reduced:
             axis, rank = self.batch_axes.get(n, (0, None))
             red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank)
-            assert red is not None  # the caller chose ``reduced`` by plan_reduction
+            assert red is not None  # the caller chose ``reduced`` by reducible()
             self.reductions[n] = red
         if self.grouping is None and not all(r.groupable for r in self.reductions.values()):
             self.grouping, why = False, "feeds run one at a time (a per-channel statistic cannot be told apart per feed)"
@@ -404,11 +404,7 @@ def collect(
     collectors: dict[str, Collector] = {name: _make(name, spec) for name, spec in tensors.items()}
     from_feed = [n for n in collectors if n in inputs]
     graph_tensors = [n for n in collectors if n not in inputs]
-    opset = model_opset(model)
-    elem_types = {vi.name: vi.type.tensor_type.elem_type
-                  for vi in list(graph.value_info) + list(graph.output) + list(graph.input) if vi.type.HasField("tensor_type")}
-    elem_types.update({t.name: t.data_type for t in graph.initializer})
-    reduced = [n for n in graph_tensors if minmax_in_graph and plan_reduction(n, collectors[n], opset, elem_types.get(n)) is not None]
+    reduced = [n for n in graph_tensors if minmax_in_graph and reducible(collectors[n])]
     fetch = [n for n in graph_tensors if n not in reduced]
     final = [o.name for o in graph.output]
     record = model_outputs is not None and model_output_batches > 0
