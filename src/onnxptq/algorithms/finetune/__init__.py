@@ -203,9 +203,9 @@ def refine(
              options.algorithm, len(layers), len(samples), holdout, options.num_iterations, options.batch_size,
              options.lr, device)
     algorithm = adaround.optimise if options.algorithm == "adaround" else adaquant.optimise
-    # SelectiveUpdate (per layer) and the model check (once, at the end): the refined weights are
-    # kept only if the whole model's outputs on the held-out samples got closer to float (per-layer
-    # gains do not always add up). Without a held-out sample, on every sample.
+    # SelectiveUpdate: a layer is also kept only if the whole model's outputs on the held-out
+    # samples (without one, every sample) got closer to float (per-layer gains do not always add
+    # up). The model check (output_errors, after the last layer) uses every kept sample.
     check = samples[len(samples) - holdout:] if holdout else samples
     float_final = frun.fetch_many(watched, check) if options.selective_update else {}
 
@@ -327,17 +327,17 @@ def refine(
                  len(layers), time.perf_counter() - t_all, qcache.passes if qcache is not None else 0, fcache.passes)
         if result and options.model_check:
             plain_error, refined_error = output_errors([plain_feeds, weight_feeds])
-            which = f"{len(samples)}"
             if not refined_error < plain_error:
                 why = (f"model check: the refined layers did not lower the model's output error vs float on the "
-                       f"{which} sample(s) ({plain_error:.4g} -> {refined_error:.4g})")
+                       f"{len(samples)} sample(s) ({plain_error:.4g} -> {refined_error:.4g})")
                 log.warning("finetune: %s; keeping plain rounding for every layer", why)
                 if report is not None:
                     for entry in report[first_entry:]:
                         if entry.kept:
                             entry.kept, entry.dropped = False, why
                 return {}
-            log.info("finetune: model output error vs float on the %s sample(s) %.4g -> %.4g", which, plain_error, refined_error)
+            log.info("finetune: model output error vs float on the %d sample(s) %.4g -> %.4g", len(samples), plain_error,
+                     refined_error)
         return result
     finally:
         torch.set_num_threads(threads)
