@@ -242,3 +242,20 @@ def test_align_eltwise_quant_type_gives_constants_the_activation_type(small_cnn)
     off = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=False), small_cnn_feeds(2))
     assert on.plan.tensors["half"].quant.format == "int16"
     assert off.plan.tensors["half"].quant.format == "int8"
+
+
+def test_report_metrics_use_recorded_float_outputs_and_match_a_fresh_comparison(small_cnn):
+    """The float side of the report comes from the calibration runs: the figures must equal those of
+    running both models afresh on the same samples, and the recorded outputs must be the float model's."""
+    from onnxptq.api import calibrate_once
+    from onnxptq.evaluate import compare_models
+
+    feeds = small_cnn_feeds(12)
+    calibrated = calibrate_once(small_cnn, "A8W8", feeds, eval_samples=5)
+    assert len(calibrated.float_outputs) == 5
+    for recorded, feed in zip(calibrated.float_outputs, feeds):
+        np.testing.assert_allclose(recorded["y"], _run(calibrated.prepared, feed), rtol=1e-5, atol=1e-6)
+    result = quantize(small_cnn, "A8W8", feeds, eval_samples=5)
+    fresh = compare_models(small_cnn, result.model, feeds[:5])
+    for key, value in fresh["y"].items():
+        assert result.metrics["y"][key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
