@@ -79,6 +79,21 @@ def _feed_rows(value: np.ndarray, groups: int, name: str) -> int:
     return int(value.shape[0]) // groups
 
 
+def _rows_view(name: str, batch_axis: int, rank: int | None) -> tuple[list[onnx.NodeProto], str]:
+    """Nodes viewing ``name`` as ``[G, -1]``, one row per feed (:data:`ROWS_INPUT`), and the view's
+    name; a tensor whose samples lie on ``batch_axis`` > 0 (of ``rank`` axes) is transposed first."""
+    src, nodes = name, []
+    if batch_axis:
+        if rank is None or not 0 < batch_axis < rank:
+            raise ValueError(f"tensor {name!r}: batch axis {batch_axis} needs a rank above it, got {rank}")
+        src = name + "__onnxptq_batch_first"
+        perm = [batch_axis] + [i for i in range(rank) if i != batch_axis]
+        nodes.append(helper.make_node("Transpose", [name], [src], perm=perm, name=src))
+    rows = name + "__onnxptq_rows"
+    nodes.append(helper.make_node("Reshape", [src, ROWS_INPUT], [rows], name=rows))
+    return nodes, rows
+
+
 def reducible(collector: Collector) -> bool:
     """Whether :func:`plan_reduction` has in-graph statistics for ``collector`` (else it needs the
     whole tensor)."""
@@ -97,17 +112,8 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
     how the data was batched; the caller's batching is kept). A tensor whose samples lie on
     ``batch_axis`` > 0 (of ``rank`` axes) is transposed to bring them first.
     """
-    rows = name + "__onnxptq_rows"
-    src = name
-    front: list[onnx.NodeProto] = []
-    if batch_axis:
-        if rank is None or not 0 < batch_axis < rank:
-            raise ValueError(f"tensor {name!r}: batch axis {batch_axis} needs a rank above it, got {rank}")
-        src = name + "__onnxptq_batch_first"
-        perm = [batch_axis] + [i for i in range(rank) if i != batch_axis]
-        front.append(helper.make_node("Transpose", [name], [src], perm=perm, name=src))
-    as_rows = helper.make_node("Reshape", [src, ROWS_INPUT], [rows], name=rows)
     if type(collector) is MinMaxCollector:
+        view, rows = _rows_view(name, batch_axis, rank)
         lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
         extra: list[onnx.NodeProto] = []
         reds = [_reduce_node("ReduceMin", rows, lo, [1], opset, extra), _reduce_node("ReduceMax", rows, hi, [1], opset, extra)]
@@ -116,7 +122,7 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
             for lo_g, hi_g in zip(out[0].tolist(), out[1].tolist()):
                 collector.update_extremes(lo_g, hi_g)
 
-        return Reduction([*front, as_rows, *extra, *reds], [lo, hi], fold_minmax)
+        return Reduction([*view, *extra, *reds], [lo, hi], fold_minmax)
     if type(collector) is PerChannelMinMaxCollector:
         # [d0 .. d_axis, rest]: reduce every axis but the channel one and axis 0, whatever the
         # rank; the feeds' rows are then told apart on axis 0 (not possible when it is the
@@ -143,13 +149,11 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         return Reduction(nodes + extra + reds, [lo, hi], fold_channels, groupable=axis != 0 and batch_axis == 0)
     if type(collector) is TailCollector:
         p = name + "__onnxptq_tail"
-        nodes = []
+        nodes, rows_f = _rows_view(name, batch_axis, rank)
         if elem_type != onnx.TensorProto.FLOAT:  # TopK has no float16/bfloat16 CPU kernel
-            nodes.append(helper.make_node("Cast", [rows], [p + "_f32"], to=onnx.TensorProto.FLOAT, name=p + "_f32"))
+            nodes.append(helper.make_node("Cast", [rows_f], [p + "_f32"], to=onnx.TensorProto.FLOAT, name=p + "_f32"))
             rows_f = p + "_f32"
-        else:
-            rows_f = rows
-        nodes = [*front, as_rows, *nodes,
+        nodes += [
             helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
             _scalar(p + "_one", 1),
             helper.make_node("Gather", [p + "_shape", p + "_one"], [p + "_n"], axis=0, name=p + "_n"),

@@ -383,8 +383,9 @@ def collect(
     quantization report, computed in the same runs instead of by a second session.
 
     Consecutive feeds of identical shapes run up to ``max_group`` at a time, concatenated on axis
-    0, once a probe showed that the model treats axis 0 as independent samples (the grouped run
-    of the first two feeds gives each feed's statistics as its own run did); each reduction still
+    0, once two checks showed that the model keeps its samples apart (:func:`sample_axes` finds
+    each tensor's sample axis; the grouped run of the first two feeds gives each feed's statistics
+    as its own run did, see :class:`_Runs`); each reduction still
     reports per feed, so the statistics are the ones ``max_group=1`` gives. PP-OCRv4 rec, 2
     threads, 256 lines: 36-40 -> 26-33 ms per line (the convolutions and the row-wise TopK use both
     cores better, and per-node and per-run overheads are paid once per group).
