@@ -58,7 +58,8 @@ def _rec(args) -> None:
     import onnx
     import onnxruntime as ort
 
-    from onnxptq.api import build_model, calibrate_once
+    from onnxptq.pipeline.build import build_model
+    from onnxptq.pipeline.calibrate import calibrate_once
 
     path = str(model_path("rec"))
     chars = ocr.load_characters(onnx.load(path))

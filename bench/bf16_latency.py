@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.bf16 import convert_float_to_bf16
+from onnxptq.conversion.bf16 import convert_float_to_bf16
 from onnxptq.testing.models import model_path
 
 #: (label, format, options) of the BF16 variants measured.

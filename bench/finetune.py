@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
-from onnxptq.evaluate import cosine
+from onnxptq.analysis.compare import cosine
 from onnxptq.testing import ocr
 from onnxptq.testing.models import model_path
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--no-early-stop", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for name in ("onnxptq.calibration", "onnxptq.plan", "onnxptq.graph", "onnx_ir"):
+    for name in ("onnxptq.calibration", "onnxptq.pipeline", "onnxptq.graph", "onnx_ir"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
     model = str(model_path("cls"))

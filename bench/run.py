@@ -195,7 +195,7 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     outs = [sess.run(None, {name: np.ascontiguousarray(images[i : i + batch])})[0] for i in range(0, len(images), batch)]
     out = np.concatenate(outs)
     ref = np.load(job["float_out"], mmap_mode="r")
-    from onnxptq.evaluate import cosine, psnr
+    from onnxptq.analysis.compare import cosine, psnr
 
     if out.shape != ref.shape:
         result["error"] = f"output shape {out.shape} differs from the float model's {ref.shape}"

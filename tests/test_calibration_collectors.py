@@ -15,7 +15,8 @@ import math
 import numpy as np
 import pytest
 
-from onnxptq.calibration.collectors import HistogramCollector, MinMaxCollector, factory_for
+from onnxptq.calibration.collectors import HistogramCollector, MinMaxCollector
+from onnxptq.calibration.methods import factory_for
 from onnxptq.calibration.methods import (
     Method,
     compute_range,

@@ -151,18 +151,16 @@ def test_models_that_mix_samples_run_one_feed_at_a_time(make, reason, caplog):
 
 def test_groups_on_pp_ocr_rec_equal_single_runs(caplog):
     """The real model: its attention keeps the samples on axis 1 for 8 tensors."""
-    from onnxptq.api import _opset
     from onnxptq.config.presets import get_preset
     from onnxptq.graph import io
-    from onnxptq.graph.passes import prepare
-    from onnxptq.plan import make_plan
+    from onnxptq.pipeline.plan import make_plan
+    from onnxptq.pipeline.prepare import prepare_for_quantization
     from onnxptq.testing import ocr
     from onnxptq.testing.models import model_path
 
     cfg = get_preset("A8W8")
     proto = io.load_model(str(model_path("rec")))
-    prepared = prepare(proto, opset=max(io.TARGET_OPSET, _opset(proto)), fold_batchnorm=cfg.fold_batchnorm,
-                       fold_constants=cfg.optimize)
+    prepared = prepare_for_quantization(proto, cfg)
     plan = make_plan(prepared, cfg)
     names = sorted(plan.needs_calibration())
     specs = {n: {"method": "percentile", "percentile": 99.999} for n in names[::2]}

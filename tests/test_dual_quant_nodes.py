@@ -56,7 +56,7 @@ def test_integer_dual_nodes_each_with_its_own_scale():
     assert g.input_chain("conv2", 0) == ["int16", "int8"]
     assert g.input_chain("add1", 1) == ["int16"]
     assert g.input_chain("add1", 0) == ["int8", "int16"]
-    from onnxptq.solve import producer_params_key
+    from onnxptq.pipeline.solve import producer_params_key
 
     first, second = result.params[producer_params_key("r1")], result.params["r1"]
     # Same calibrated range [0, amax] (r1 is a Relu output): int16 symmetric steps amax/32767,

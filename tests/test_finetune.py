@@ -90,7 +90,7 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
 def test_torch_layers_match_onnxruntime():
     """make_forward reproduces each ONNX layer (attributes and fused activation included)."""
     model = _model()
-    plan = __import__("onnxptq.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
+    plan = __import__("onnxptq.pipeline.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
     layers = extract.find_layers(model, plan, FinetuneOptions().target_op_types)
     assert [l.name for l in layers] == ["conv1", "deconv", "dw", "fc", "mm"]
     assert [l.activation for l in layers] == ["HardSwish", "Relu", "Clip", None, None]
@@ -113,7 +113,7 @@ def test_hand_written_gradient_matches_autograd(activation):
     from onnxptq.algorithms.finetune.grad import Adam, LayerGrad, reference_loss_and_grad
 
     model = _model()
-    plan = __import__("onnxptq.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
+    plan = __import__("onnxptq.pipeline.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
     layers = extract.find_layers(model, plan, FinetuneOptions().target_op_types)
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     probe = _session(extract.float_probe(model, [l.input for l in layers if l.input != "x"]))
@@ -204,7 +204,7 @@ def test_adaquant_emits_what_it_trained(monkeypatch, preset):
     assert call["report"], "no layer was considered"
     sess = _session(result.model)
     assert np.all(np.isfinite(sess.run(None, _feeds(1, seed=9)[0])[0]))
-    from onnxptq.emit import quantizer_attrs
+    from onnxptq.pipeline.emit import quantizer_attrs
 
     inits_q = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}
     for name, value in call["result"].items():

@@ -16,7 +16,7 @@ import pytest
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import FinetuneOptions
-from onnxptq.evaluate import cosine
+from onnxptq.analysis.compare import cosine
 from onnxptq.testing import ocr
 from onnxptq.testing.models import model_path
 

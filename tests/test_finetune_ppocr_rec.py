@@ -15,10 +15,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from onnxptq.api import calibrate_once, complete
+from onnxptq.pipeline.calibrate import calibrate_once
+from onnxptq.pipeline.complete import complete
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import FinetuneOptions
-from onnxptq.evaluate import cosine
+from onnxptq.analysis.compare import cosine
 from onnxptq.testing import ocr
 from onnxptq.testing.models import model_path
 

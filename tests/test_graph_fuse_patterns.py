@@ -10,9 +10,16 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.graph.passes import prepare
-from onnxptq.graph.passes.fuse_patterns import fuse_patterns
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+from onnxptq.graph.passes._common import run_passes
+from onnxptq.pipeline.prepare import fusion_passes, prepare
 from onnxptq.testing.models import model_path
+
+
+def fuse_patterns(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The four fusion passes in prepare's order, then dead-node removal."""
+    return run_passes(model, *fusion_passes(), RemoveUnusedNodesPass())
 
 
 def _run(model, feed):

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.graph.passes import prepare
+from onnxptq.pipeline.prepare import prepare
 from onnxptq.testing.models import model_path
 
 

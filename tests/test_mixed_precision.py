@@ -16,7 +16,8 @@ from conftest import make_small_cnn, small_cnn_feeds
 from onnxptq import (CalibrationMethod, Config, ExtendedQuantFormat, ExtendedQuantType, ModelQuantizer,
                      QuantizationConfig, QuantType, get_preset)
 from onnxptq.algorithms.mixed_precision import L2Target, Top1Target, auto_mixed_precision
-from onnxptq.api import build_model, calibrate_once
+from onnxptq.pipeline.build import build_model
+from onnxptq.pipeline.calibrate import calibrate_once
 from onnxptq.testing.models import model_path
 
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")

@@ -24,8 +24,9 @@ import pytest
 from _graph_precision import GraphIndex
 from onnxptq import get_preset
 from onnxptq.algorithms.mixed_precision import L2Target, auto_mixed_precision
-from onnxptq.api import build_model, calibrate_once
-from onnxptq.plan import make_plan
+from onnxptq.pipeline.build import build_model
+from onnxptq.pipeline.calibrate import calibrate_once
+from onnxptq.pipeline.plan import make_plan
 from onnxptq.testing import ocr
 from onnxptq.testing.models import model_path
 

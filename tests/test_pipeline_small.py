@@ -185,7 +185,7 @@ def test_model_with_if_subgraph_stays_valid():
 
 
 def test_fp16_model_comes_out_valid_with_fp16_io(small_cnn):
-    from onnxptq.fp16 import convert_float_to_float16
+    from onnxptq.conversion.fp16 import convert_float_to_float16
 
     model16 = convert_float_to_float16(small_cnn)
     assert model16.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
@@ -247,8 +247,8 @@ def test_align_eltwise_quant_type_gives_constants_the_activation_type(small_cnn)
 def test_report_metrics_use_recorded_float_outputs_and_match_a_fresh_comparison(small_cnn):
     """The float side of the report comes from the calibration runs: the figures must equal those of
     running both models afresh on the same samples, and the recorded outputs must be the float model's."""
-    from onnxptq.api import calibrate_once
-    from onnxptq.evaluate import compare_models
+    from onnxptq.pipeline.calibrate import calibrate_once
+    from onnxptq.analysis.compare import compare_models
 
     feeds = small_cnn_feeds(12)
     calibrated = calibrate_once(small_cnn, "A8W8", feeds, eval_samples=5)

@@ -20,9 +20,10 @@ from onnxptq.api import quantize
 from onnxptq.cli import main as cli_main
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import QuantConfig, TensorQuant
-from onnxptq.graph.passes import prepare
-from onnxptq.plan import node_names
-from onnxptq.report import EXACT_DB, compute_report, match_tensors, render_html, write_report
+from onnxptq.pipeline.prepare import prepare
+from onnxptq.analysis.report import EXACT_DB, compute_report, match_tensors
+from onnxptq.analysis.report_html import render_html, write_report
+from onnxptq.pipeline.plan import node_names
 
 
 def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:

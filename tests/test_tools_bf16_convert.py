@@ -10,16 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import cli
-from onnxptq.bf16 import (
-    BF16_MAX,
-    FLT_MIN,
-    FORMATS,
-    convert_float_to_bf16,
-    convert_model,
-    round_bf16,
-    saturate,
-)
-from onnxptq.fp16 import convert_float16_to_float, convert_float_to_float16
+from onnxptq.conversion.bf16 import BF16_MAX, FLT_MIN, FORMATS, convert_float_to_bf16, round_bf16, saturate
+from onnxptq.conversion.convert import convert_model
+from onnxptq.conversion.fp16 import convert_float16_to_float, convert_float_to_float16
 from onnxptq.tools import convert_fp16_to_bf16, convert_fp32_to_bf16
 
 

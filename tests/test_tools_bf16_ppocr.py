@@ -19,9 +19,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from onnxptq.bf16 import convert_model
-from onnxptq.fp16 import convert_float_to_float16
-from onnxptq.metrics import cosine_similarity
+from onnxptq.analysis.metrics import cosine_similarity
+from onnxptq.conversion.convert import convert_model
+from onnxptq.conversion.fp16 import convert_float_to_float16
 from onnxptq.testing.models import model_path
 from onnxptq.testing.ocr import cls_accuracy, load_characters, render_cls, render_lines, rec_cer
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from onnxptq import cli
-from onnxptq.metrics import (
+from onnxptq.analysis.metrics import (
     EmptyFolderError,
     MissingFileError,
     ShapeMismatchError,

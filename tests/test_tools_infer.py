@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxptq import cli
-from onnxptq.infer import run_and_save
+from onnxptq.analysis.infer import run_and_save
 
 
 @pytest.fixture

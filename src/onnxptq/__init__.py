@@ -8,6 +8,10 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+from . import _moved  # noqa: E402  (old module paths, e.g. onnxptq.bf16, keep importing)
+
+_moved.install()
+
 # --- our own API -------------------------------------------------------------------------------
 # Imported lazily: ``import onnxptq.formats`` must not pull in the whole pipeline (and onnxruntime
 # sessions, tqdm, ...) for users who only want the format references.

@@ -58,12 +58,15 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..api import Calibrated, QuantizationResult, _resolve_config, build_model, calibrate_once, complete
+from ..config.presets import resolve_config
+from ..pipeline.build import build_model
+from ..pipeline.calibrate import Calibrated, calibrate_once
+from ..pipeline.complete import QuantizationResult, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
-from ..emit import emit
+from ..pipeline.emit import emit
 from ..graph import io
-from ..plan import Plan, TensorPlan, make_plan
-from ..solve import QParams, solve
+from ..pipeline.plan import Plan, TensorPlan, make_plan
+from ..pipeline.solve import QParams, solve
 from .suffix_runs import NotIncremental, Suffixes, node_costs
 
 log = logging.getLogger(__name__)
@@ -217,7 +220,7 @@ class MixedPrecisionResult:
 
 def _low_spec(low: QuantConfig | LowSpec | str) -> LowSpec:
     if isinstance(low, str):
-        low = _resolve_config(low)
+        low = resolve_config(low)
     if isinstance(low, QuantConfig):
         return (low.activation, low.weight)
     if isinstance(low, tuple) and len(low) == 2:
@@ -257,8 +260,8 @@ def auto_mixed_precision(
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    high_cfg = _resolve_config(high).replace(dual_quant_nodes=False)
-    final_dual = _resolve_config(high).dual_quant_nodes
+    high_cfg = resolve_config(high).replace(dual_quant_nodes=False)
+    final_dual = resolve_config(high).dual_quant_nodes
     low_act, low_weight = _low_spec(low)
     if not isinstance(target, (L2Target, Top1Target)):
         raise ConfigError(f"target must be an L2Target or a Top1Target, not {type(target).__name__}")

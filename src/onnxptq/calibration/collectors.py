@@ -53,7 +53,6 @@ __all__ = [
     "SignedHistogram",
     "TailCollector",
     "as_float_array",
-    "factory_for",
 ]
 
 
@@ -408,21 +407,6 @@ class HistogramCollector(MinMaxCollector):
             f"HistogramCollector({self.name!r}, min={self.min}, max={self.max}, count={self.count}, "
             f"bins={self.hist.counts.size}, width={self.hist.width:.6g})"
         )
-
-
-def factory_for(method: Any, **options: Any) -> CollectorFactory:
-    """A no-argument factory of the collector ``method`` needs (see ``methods.make_collector``).
-
-    Lives here for callers that think in collectors; the sizing rules are in ``methods``.
-    """
-    from onnxptq.calibration.methods import make_collector, resolve_method
-
-    resolve_method(method)  # fail now, naming the method, rather than per tensor later
-
-    def factory() -> Collector:
-        return make_collector(method, **options)
-
-    return factory
 
 
 class PerChannelMinMaxCollector(MinMaxCollector):

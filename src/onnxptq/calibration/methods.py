@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector, TailCollector
+from onnxptq.calibration.collectors import Collector, CollectorFactory, HistogramCollector, MinMaxCollector, TailCollector
 from onnxptq.formats import integer
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,19 @@ def make_collector(
 
 
 # -- integer grids ------------------------------------------------------------------------------
+def factory_for(method: Any, **options: Any) -> CollectorFactory:
+    """A no-argument factory of the collector ``method`` needs (see :func:`make_collector`).
+
+    The method is resolved now, so a bad name fails here, naming it, rather than per tensor later.
+    """
+    resolve_method(method)
+
+    def factory() -> Collector:
+        return make_collector(method, **options)
+
+    return factory
+
+
 def qrange(qtype: str, symmetric: bool = False, reduce_range: bool = False) -> tuple[int, int]:
     """``(qmin, qmax)`` of an integer type (``"int8"``, ``"QUInt8"``, ...): the formats' one rule."""
     key = str(qtype).lower().removeprefix("q")

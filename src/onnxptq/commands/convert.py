@@ -11,7 +11,7 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from onnxptq.bf16 import ACTIVATION_MODES, FORMATS
+    from onnxptq.conversion.bf16 import ACTIVATION_MODES, FORMATS
 
     p = sub.add_parser("convert", help="convert a float32/float16 model to bfloat16", description=__doc__)
     p.add_argument("model", nargs="?", help="input ONNX model (or --input)")
@@ -29,7 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnxptq.bf16 import FLOAT, FLOAT16, _has_type, convert_file
+    from onnxptq.conversion.bf16 import FLOAT, FLOAT16
+    from onnxptq.conversion.convert import convert_file
+    from onnxptq.conversion.interface import has_type
     from onnxptq.graph.io import load_model
 
     source_path = args.input_flag or args.model
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     source = args.source
     if source == "auto":
         model = load_model(source_path, load_external_data=False)
-        source = "fp16" if _has_type(model, FLOAT16) and not _has_type(model, FLOAT) else "fp32"
+        source = "fp16" if has_type(model, FLOAT16) and not has_type(model, FLOAT) else "fp32"
     out = convert_file(
         source_path,
         args.output,

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnxptq.infer import run_and_save
+    from onnxptq.analysis.infer import run_and_save
 
     written = run_and_save(
         args.model, args.data, args.output, batch_size=args.batch_size, threads=args.threads, overwrite=args.overwrite

@@ -25,9 +25,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         raise ValueError("inspect needs a MODEL (or --presets)")
     from ..graph import check, io
-    from ..graph.passes import prepare
-    from ..plan import make_plan
-    from ..api import _opset
+    from ..pipeline.prepare import prepare_for_quantization
+    from ..pipeline.plan import make_plan
 
     model = io.load_model(args.model)
     check.check_model(model, str(args.model))
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     ops = Counter(n.op_type for n in model.graph.node)
     print("  ops: " + ", ".join(f"{op} ×{n}" for op, n in ops.most_common()))
     config = get_preset(args.preset)
-    prepared = prepare(model, opset=max(io.TARGET_OPSET, _opset(model)))
+    prepared = prepare_for_quantization(model, config)
     plan = make_plan(prepared, config)
     print(f"preset {args.preset}: {config.describe()}")
     print(f"  {len(plan.nodes)} nodes quantized, {len(plan.skipped_nodes)} left in float")

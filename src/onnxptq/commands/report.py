@@ -7,6 +7,11 @@ beside it (``report.json``), and prints the worst tensors.
 from __future__ import annotations
 
 import argparse
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..analysis.report import Report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +32,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..report import report_files
-
     report = report_files(args.float_model, args.quant_model, args.data, args.output,
                           prepare_float=not args.no_prepare, sort=args.sort, max_samples=args.samples)
     print(f"{len(report.tensors)} quantized tensors over {report.samples} samples, worst first:")
@@ -39,3 +42,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"not found: {', '.join(report.unmatched)}")
     print(f"wrote {args.output} and {Path(args.output).with_suffix('.json')}")
     return 0
+
+
+def report_files(
+    float_path: str | os.PathLike,
+    quant_path: str | os.PathLike,
+    data: Any,
+    output: str | os.PathLike,
+    *,
+    prepare_float: bool = True,
+    sort: str = "local",
+    max_samples: int | None = None,
+) -> Report:
+    """``onnxptq report FLOAT QUANT --data PATH -o report.html``.
+
+    onnxptq quantizes the *prepared* float model (constants lifted, BatchNorm folded, …), so the
+    float model is prepared the same way first (``prepare_float``) for its tensors to line up with
+    the quantized model's; turn it off for a float model that a quantizer used as it is.
+    """
+    from ..analysis.report import compute_report
+    from ..analysis.report_html import write_report
+    from ..calibration import readers
+    from ..graph import io
+    from ..pipeline.plan import node_names
+    from ..pipeline.prepare import prepare_for_quantization
+
+    fmodel = io.load_model(float_path)
+    qmodel = io.load_model(quant_path)
+    inputs = readers.ModelInputs.from_model(fmodel)
+    if prepare_float:
+        fmodel = prepare_for_quantization(fmodel)
+        node_names(fmodel)
+    feeds = readers.as_feed_iterator(data, inputs)
+    report = compute_report(fmodel, qmodel, feeds, sort=sort, max_samples=max_samples,
+                            float_label=str(float_path), quant_label=str(quant_path))
+    if not report.tensors:
+        raise ValueError(f"{quant_path}: no quantized tensor of {float_path} found (is it a quantized form of that model? "
+                         "try --no-prepare if the float model was quantized as it is)")
+    write_report(report, output)
+    return report

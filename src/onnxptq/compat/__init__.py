@@ -1,8 +1,9 @@
 """The Quark-compatible API: a script written for ``quark.onnx`` runs with ``onnxptq`` in its imports.
 
 One job per module: :mod:`.enums` (type/format/method enums and their translation),
-:mod:`.legacy` (``Config``, ``QuantizationConfig``), :mod:`.options` (fields and ``extra_options``
-→ our :class:`~onnxptq.config.schema.QuantConfig`), :mod:`.defaults` (``get_default_config``),
+:mod:`.legacy` (``Config``, ``QuantizationConfig``), :mod:`.keys` (the table of every
+``extra_options`` key and what we do with it), :mod:`.options` (fields and ``extra_options`` →
+our :class:`~onnxptq.config.schema.QuantConfig`, by that table), :mod:`.defaults` (``get_default_config``),
 :mod:`.quantizer` (``ModelQuantizer``), :mod:`.readers` (``RandomDataReader``) and
 :mod:`.library` (``get_library_path``).
 """

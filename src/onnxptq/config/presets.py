@@ -182,3 +182,12 @@ def get_preset(name: str) -> QuantConfig:
                               f"{cfg.weight.describe() if cfg.weight else 'float'}; use {base}_ADAQUANT")
         cfg.finetune = finetune_preset(finetune)
     return cfg
+
+
+def resolve_config(config: QuantConfig | str) -> QuantConfig:
+    """A config object as given, or the preset of that name: what every entry point accepts."""
+    if isinstance(config, QuantConfig):
+        return config
+    if isinstance(config, str):
+        return get_preset(config)
+    raise TypeError(f"config must be a QuantConfig or a preset name, not {type(config).__name__}")

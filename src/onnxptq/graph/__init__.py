@@ -1,1 +1,3 @@
-"""Graph plumbing: load/save (``io``), input checks (``check``) and rewrite passes (``passes``)."""
+"""Graph plumbing: load/save (``io``), input checks (``check``), the subgraph walker (``walk``) and
+rewrite passes (``passes``, one a file; the pipeline's prepare stage chooses which run).
+"""

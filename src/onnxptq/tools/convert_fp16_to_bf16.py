@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from onnxptq.tools._convert_cli import main as _main
+from onnxptq.conversion.cli import main as _main
 
 
 def main(argv: Sequence[str] | None = None) -> int:

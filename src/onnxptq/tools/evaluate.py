@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Sequence
 
-from onnxptq.metrics import EvaluateError, FolderComparison, compare_folders
+from onnxptq.analysis.metrics import EvaluateError, FolderComparison, compare_folders
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:

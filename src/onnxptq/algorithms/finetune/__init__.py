@@ -28,7 +28,7 @@ import onnx
 from onnx import numpy_helper
 
 from ...config.schema import FinetuneOptions
-from ...plan import Plan
+from ...pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def refine(
     :class:`LayerResult` per layer considered.
     """
     torch = require_torch()
-    from ...emit import emit, quantizer_attrs
+    from ...pipeline.emit import emit, quantizer_attrs
     from ...formats import fake_quantize
     from . import adaquant, adaround, extract
     from .layer import channel_dim, make_forward

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...plan import Plan
+from ...pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
 

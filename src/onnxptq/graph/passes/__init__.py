@@ -1,54 +1,38 @@
-"""The prepare stage: rewrite a float model into the form the planner and emitter expect.
+"""Graph rewrites of a float model, one pass a file (onnx-ir style), each ``ModelProto -> ModelProto``.
 
-Every pass is a ``ModelProto -> ModelProto`` function in its own module (input untouched, result
-pinned to an IR version onnxruntime accepts). ``prepare`` runs the same work as onnx-ir passes on
-one in-memory model, so a large model is deserialized once rather than once per pass.
+Each pass leaves its input untouched and pins its result to an IR version onnxruntime accepts; its
+test sits beside the others in ``tests/test_graph_<pass>.py``. Which passes run, in which order and
+why, is decided in one place: :func:`onnxptq.pipeline.prepare.prepare`.
 
-Order, and why:
-1. opset upgrade (optional) first, on the proto: later passes create nodes for the final opset
-   (Split's signature changed at 13) and function bodies are checked against it;
-2. lift ``Constant`` nodes: Paddle weights become initializers, which every later pass looks for;
-3. remove Dropout/Identity: they hide Conv→BatchNorm and MatMul→Add patterns;
-4. CSE: repeated Shape/Cast chains collapse before folding evaluates them;
-5. shape inference + constant folding: static shapes let Shape nodes fold, constant chains become
-   initializers;
-6. BatchNorm folding into Conv/ConvTranspose/Gemm;
-7. MatMul merging (off by default: it changes which tensors exist, which only some tools want);
-8. dead-node / unused-initializer / unused-function removal, topological sort;
-9. shape inference again, so every tensor the planner sees carries a dtype where one can be known;
-10. the ONNX checker on the result, so a broken rewrite fails here and not in a user's session.
+The fusions (``fold_affine``, ``fold_scalar_affine``, ``fuse_hardswish``, ``fuse_layernorm``) exist
+for quantization: exporters spell HardSwish as ``Add → Clip → Mul → Div``, LayerNorm as nine
+elementwise ops and a learnable affine as ``Mul → Add``, and a quantizer puts a quantizer on every
+tensor between quantized ops, so each decomposition multiplies the rounding points. Hardware runs
+them as one op, so quantizing them as one op is also the honest simulation. Each rewrite is exact in
+structure and numerically equal to float rounding.
 """
 
 from __future__ import annotations
 
-import logging
-
-import onnx
-import onnx_ir as ir
-from onnx_ir.passes.common import TopologicalSortPass
-
-from onnxptq.graph.passes._common import to_ir, to_proto
-from onnxptq.graph.passes.cleanup import (
-    cse_pass,
-    eliminate_common_subexpressions,
-    remove_unused,
-    remove_unused_passes,
-    topological_sort,
-)
-from onnxptq.graph.passes.eliminate_identity import eliminate_identity, eliminate_identity_passes
-from onnxptq.graph.passes.fuse_patterns import fuse_patterns_passes
-from onnxptq.graph.passes.fold_batchnorm import FoldBatchNormPass, fold_batchnorm
-from onnxptq.graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass, fold_constants
-from onnxptq.graph.passes.lift_constants import lift_constants, lift_constants_pass
-from onnxptq.graph.passes.merge_matmuls import MergeMatMulsPass, merge_matmuls
-from onnxptq.graph.passes.shape_inference import infer_shapes, shape_inference_pass
+from onnxptq.graph.passes.cleanup import eliminate_common_subexpressions, remove_unused, topological_sort
+from onnxptq.graph.passes.eliminate_identity import eliminate_identity
+from onnxptq.graph.passes.fold_affine import FoldAffinePass
+from onnxptq.graph.passes.fold_batchnorm import fold_batchnorm
+from onnxptq.graph.passes.fold_constants import fold_constants
+from onnxptq.graph.passes.fold_scalar_affine import FoldScalarAffineIntoConvPass
+from onnxptq.graph.passes.fuse_hardswish import FuseHardSwishPass
+from onnxptq.graph.passes.fuse_layernorm import FuseLayerNormPass
+from onnxptq.graph.passes.lift_constants import lift_constants
+from onnxptq.graph.passes.merge_matmuls import merge_matmuls
+from onnxptq.graph.passes.shape_inference import infer_shapes
 from onnxptq.graph.passes.upgrade_opset import OpsetUpgradeError, model_opset, upgrade_opset
 
-log = logging.getLogger(__name__)
-
 __all__ = [
+    "FoldAffinePass",
+    "FoldScalarAffineIntoConvPass",
+    "FuseHardSwishPass",
+    "FuseLayerNormPass",
     "OpsetUpgradeError",
-    "PrepareError",
     "eliminate_common_subexpressions",
     "eliminate_identity",
     "fold_batchnorm",
@@ -57,84 +41,17 @@ __all__ = [
     "lift_constants",
     "merge_matmuls",
     "model_opset",
-    "prepare",
     "remove_unused",
     "topological_sort",
     "upgrade_opset",
 ]
 
 
-class PrepareError(RuntimeError):
-    """A prepare step failed or produced a model the ONNX checker rejects."""
+def __getattr__(name: str):
+    # ``prepare`` (the pass list) moved to the pipeline; kept importable from here for old callers
+    # without importing the pipeline at import time (it imports these passes: that would be a cycle).
+    if name in ("prepare", "PrepareError"):
+        import importlib
 
-
-def prepare(
-    model: onnx.ModelProto,
-    *,
-    opset: int | None = None,
-    lift_constants: bool = True,
-    eliminate_identity: bool = True,
-    fold_constants: bool = True,
-    fold_batchnorm: bool = True,
-    merge_matmuls: bool = False,
-    fuse: bool = True,
-    cse: bool = True,
-    infer_shapes: bool = True,
-    fold_size_limit: int = DEFAULT_SIZE_LIMIT,
-    check: bool = True,
-) -> onnx.ModelProto:
-    """Return a prepared copy of ``model`` (the input is not modified).
-
-    Args:
-        model: a float ONNX model.
-        opset: raise the default-domain opset to this version first (None keeps the model's).
-        lift_constants: turn ``Constant`` nodes into initializers.
-        eliminate_identity: remove Identity and inference Dropout nodes.
-        fold_constants: evaluate all-constant nodes (and Shape of static shapes) into initializers.
-        fold_batchnorm: fold BatchNormalization into a preceding Conv/ConvTranspose/Gemm.
-        merge_matmuls: merge MatMuls/Gemms sharing input A into one MatMul + Split.
-        fuse: fold constant Mul/Add after Conv/Gemm into weights, fuse HardSwish and LayerNorm
-            decompositions (see ``fuse_patterns``): fewer, truer quantization points.
-        cse: merge duplicate nodes.
-        infer_shapes: annotate intermediate tensors with inferred dtypes/shapes.
-        fold_size_limit: largest folded result, in elements.
-        check: run the ONNX checker on the result.
-    """
-    if opset is not None and opset != model_opset(model):
-        model = upgrade_opset(model, opset)
-    steps: list[tuple[str, ir.passes.PassBase]] = []
-    if lift_constants:
-        steps.append(("lift constants", lift_constants_pass()))
-    if eliminate_identity:
-        steps += [("eliminate Identity/Dropout", p) for p in eliminate_identity_passes()]
-    if cse:
-        steps.append(("common-subexpression elimination", cse_pass()))
-    if fold_constants:
-        steps.append(("shape inference", shape_inference_pass()))
-        steps.append(("constant folding", FoldConstantsPass(fold_size_limit)))
-    if fold_batchnorm:
-        steps.append(("BatchNorm folding", FoldBatchNormPass()))
-    if merge_matmuls:
-        steps.append(("MatMul merging", MergeMatMulsPass()))
-    if fuse:
-        steps += [(f"fusion {type(p).__name__}", p) for p in fuse_patterns_passes()]
-    steps += [("unused removal", p) for p in remove_unused_passes()]
-    steps.append(("topological sort", TopologicalSortPass()))
-    if infer_shapes:
-        steps.append(("shape inference", shape_inference_pass()))
-
-    ir_model = to_ir(model)
-    before = ir_model.graph.num_nodes()
-    for name, step in steps:
-        try:
-            ir_model = step(ir_model).model
-        except Exception as exc:
-            raise PrepareError(f"prepare step '{name}' failed: {exc}") from exc
-    result = to_proto(ir_model)
-    if check:
-        try:
-            onnx.checker.check_model(result)
-        except onnx.checker.ValidationError as exc:
-            raise PrepareError(f"the prepared model fails the ONNX checker: {exc}") from exc
-    log.info("prepare: %d -> %d nodes", before, len(result.graph.node))
-    return result
+        return getattr(importlib.import_module("onnxptq.pipeline.prepare"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

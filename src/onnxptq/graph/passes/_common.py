@@ -132,3 +132,55 @@ def set_node_constant(graph: ir.Graph, node: ir.Node, index: int, array: np.ndar
         node.resize_inputs(index + 1)
     node.replace_input_with(index, new)
     return new
+
+
+def sole_user(value: ir.Value, op_type: str) -> ir.Node | None:
+    """The single consumer of ``value`` when it is an ``op_type`` node and value is no graph output."""
+    uses = list(value.uses())
+    if len(uses) != 1 or value.is_graph_output():
+        return None
+    node = uses[0][0] if isinstance(uses[0], tuple) else uses[0].node
+    return node if node.op_type == op_type and is_onnx_domain(node.domain) else None
+
+
+def const_operand(node: ir.Node, value: ir.Value) -> np.ndarray | None:
+    """For a binary node reading ``value``, the constant on its other input (None if not constant)."""
+    if len(node.inputs) != 2:
+        return None
+    other = node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+    if node.inputs[0] is not value and node.inputs[1] is not value:
+        return None
+    return constant_array(other)
+
+
+def scalar_value(array: np.ndarray | None) -> float | None:
+    """The value of a one-element array, else None."""
+    if array is None or array.size != 1:
+        return None
+    return float(array.reshape(-1)[0])
+
+
+def replace_output(graph: ir.Graph, old_out: ir.Value, new_out: ir.Value) -> None:
+    """Route every use of ``old_out`` to ``new_out``, which takes over the old tensor name.
+
+    Keeping the name matters: users refer to activations by the exporter's names (tensor-wise
+    precision, reports), and the fused op computes the same tensor.
+    """
+    name = old_out.name
+    ir.convenience.replace_all_uses_with(old_out, new_out, replace_graph_outputs=True)
+    old_out.name = f"{name}__unfused" if name else None
+    if name:
+        new_out.name = name
+
+
+def onnx_nodes(graph: ir.Graph, *op_types: str) -> list[ir.Node]:
+    """The default-domain nodes of ``graph`` itself (not of its subgraphs) with one of ``op_types``,
+    as a list taken now, so a pass may rewrite the graph while it walks them."""
+    return [n for n in graph if n.op_type in op_types and is_onnx_domain(n.domain) and n.graph is graph]
+
+
+def rewrite_result(model: ir.Model, count: int, what: str) -> ir.passes.PassResult:
+    """A pass's result after ``count`` rewrites, logged as ``what`` (with ``%d`` for the count)."""
+    if count:
+        log.info(what, count)
+    return ir.passes.PassResult(model, modified=bool(count))

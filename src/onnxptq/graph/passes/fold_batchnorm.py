@@ -26,10 +26,8 @@ from onnxptq.graph.passes._common import (
     collect_names,
     constant_array,
     is_onnx_domain,
-    make_initializer,
     run_passes,
     set_node_constant,
-    unique_name,
 )
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,6 @@
-"""Mirror of ``quark.onnx.quantization.config``: ``get_default_config``, ``Config``, ``QuantizationConfig``."""
+"""Mirror of ``quark.onnx.quantization.config``: the import path ported scripts use for
+``get_default_config``, ``Config`` and ``QuantizationConfig`` (re-exported from onnxptq.compat).
+"""
 
 from __future__ import annotations
 

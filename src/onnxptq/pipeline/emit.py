@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .formats import build_qdq, fake_quantize
-from .formats.base import DOMAIN, QDQNodes
-from .graph.walk import subgraph_nodes
+from ..formats import build_qdq, fake_quantize
+from ..formats.base import DOMAIN, QDQNodes
+from ..graph.walk import subgraph_nodes
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 
@@ -250,14 +250,14 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     quant = tplan.quant
     attrs = quantizer_attrs(tplan, params)
     if quant.is_integer and store_int:
-        from .formats import integer
+        from ..formats import integer
 
         q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
                              attrs.get("axis"), attrs.get("block_size"))
         q_name = b.fresh(f"{name}_quantized")
         b.initializers[q_name] = numpy_helper.from_array(q, q_name)
         target = b.fresh(f"{name}_DequantizeLinear_Output")
-        from .onnx_ops import integer as int_ops
+        from ..onnx_ops import integer as int_ops
 
         frag = int_ops.build_dequantize(quant.format, q_name, target, name=_safe(name), opset=b.opset,
                                         scale=attrs["scale"], zero_point=attrs["zero_point"],
@@ -285,7 +285,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
 
 def _foldable_relus(graph: onnx.GraphProto, plan: Plan, params: dict[str, QParams]) -> dict[str, onnx.NodeProto]:
     """Relu nodes whose output quantizer already clamps at 0: {Relu output: Relu node}."""
-    from .formats import integer
+    from ..formats import integer
 
     outputs = {o.name for o in graph.output}
     readers: dict[str, int] = {}

@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .calibration import methods
-from .formats import floating, integer
+from ..calibration import methods
+from ..formats import floating, integer
 from .plan import Plan, TensorPlan
 
 log = logging.getLogger(__name__)

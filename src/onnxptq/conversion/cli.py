@@ -13,7 +13,8 @@ import logging
 import sys
 from typing import Sequence
 
-from onnxptq.bf16 import ACTIVATION_MODES, FORMATS, convert_file
+from .bf16 import ACTIVATION_MODES, FORMATS
+from .convert import convert_file
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser, *, fp16_flag: bool) -> None:

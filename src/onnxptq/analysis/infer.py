@@ -42,8 +42,8 @@ def run_and_save(
     """
     import onnxruntime as ort
 
-    from onnxptq.calibration.readers import ModelInputs, as_feed_iterator
-    from onnxptq.graph.io import load_model
+    from ..calibration.readers import ModelInputs, as_feed_iterator
+    from ..graph.io import load_model
 
     model_path = Path(model_path)
     folder = Path(output_folder)

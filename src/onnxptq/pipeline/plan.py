@@ -17,7 +17,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import onnx
 
-from .config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 
 log = logging.getLogger(__name__)
 

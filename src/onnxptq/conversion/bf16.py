@@ -40,14 +40,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
 
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION
+from ..formats.base import DOMAIN, DOMAIN_VERSION
+from ..graph.passes.upgrade_opset import model_opset
+from ..graph.walk import FreshNames, all_graphs, rename_uses, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -127,11 +128,11 @@ def round_bf16(values: np.ndarray) -> np.ndarray:
 def prepare_graph(model: onnx.ModelProto, *, optimize: bool = True, merge_matmuls: bool = True) -> onnx.ModelProto:
     """Run the shared preparation passes and raise the opset to at least :data:`MIN_OPSET`.
 
-    The passes live in :mod:`onnxptq.graph.passes` (Constant lifting, constant folding, BN folding,
+    The passes live in :mod:`onnxptq.graph.passes`, run by :func:`onnxptq.pipeline.prepare.prepare` (Constant lifting, constant folding, BN folding,
     CSE, MatMul merge). ``optimize=False`` keeps the graph as it is apart from the opset and the
     lifting of Constant weights, which the conversion needs to find them.
     """
-    from onnxptq.graph.passes import model_opset, prepare
+    from ..pipeline.prepare import prepare
 
     opset = max(model_opset(model), MIN_OPSET)
     if not optimize:
@@ -147,21 +148,6 @@ def prepare_graph(model: onnx.ModelProto, *, optimize: bool = True, merge_matmul
 # --------------------------------------------------------------------------------------------
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
-
-
-def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for sub in _subgraphs(node):
-            yield from _all_graphs(sub)
-
-
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every named tensor in every graph, from ONNX type inference."""
     try:
@@ -170,7 +156,7 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
         log.warning("type inference failed (%s); using declared types only", exc)
         inferred = model
     types: dict[str, int] = {}
-    for graph in _all_graphs(inferred.graph):
+    for graph in all_graphs(inferred.graph):
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 types[vi.name] = vi.type.tensor_type.elem_type
@@ -194,7 +180,7 @@ def _shape_derived(graph: onnx.GraphProto, inherited: set[str], initializers: se
             i in derived or i in initializers for i in inputs
         ):
             derived.update(node.output)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             derived |= _shape_derived(sub, derived, initializers)
     return derived
 
@@ -202,45 +188,12 @@ def _shape_derived(graph: onnx.GraphProto, inherited: set[str], initializers: se
 def _uses(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
     """Consumers of every name, subgraph references (implicit inputs) included."""
     uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for g in _all_graphs(graph):
+    for g in all_graphs(graph):
         for node in g.node:
             for idx, name in enumerate(node.input):
                 if name:
                     uses.setdefault(name, []).append((node, idx))
     return uses
-
-
-def _rename_uses(graph: onnx.GraphProto, old: str, new: str, skip: Iterable[onnx.NodeProto] = ()) -> None:
-    """Point every consumer of ``old`` (in ``graph`` and its subgraphs) at ``new``."""
-    skip_ids = {id(n) for n in skip}
-    for g in _all_graphs(graph):
-        for node in g.node:
-            if id(node) in skip_ids:
-                continue
-            for idx, name in enumerate(node.input):
-                if name == old:
-                    node.input[idx] = new
-
-
-class _Names:
-    """Fresh tensor names that collide with nothing in the model."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.taken: set[str] = set()
-        for g in _all_graphs(model.graph):
-            self.taken.update(i.name for i in g.input)
-            self.taken.update(i.name for i in g.initializer)
-            for n in g.node:
-                self.taken.update(n.input)
-                self.taken.update(n.output)
-                self.taken.add(n.name)  # node names must be unique too; one pool serves both
-
-    def __call__(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
 
 
 @dataclass
@@ -251,7 +204,7 @@ class _Context:
     types: dict[str, int]
     shape_derived: set[str]
     excluded_weights: set[str]
-    names: _Names
+    names: FreshNames
     fmt: str
     target: int = BFLOAT16
     activations: str = "all"
@@ -263,7 +216,7 @@ class _Context:
 
 def _analyse(model: onnx.ModelProto, fmt: str, target: int = BFLOAT16) -> _Context:
     types = _elem_types(model)
-    inits = {i.name for g in _all_graphs(model.graph) for i in g.initializer}
+    inits = {i.name for g in all_graphs(model.graph) for i in g.initializer}
     derived = _shape_derived(model.graph, set(), inits)
     uses = _uses(model.graph)
     excluded = {
@@ -271,7 +224,7 @@ def _analyse(model: onnx.ModelProto, fmt: str, target: int = BFLOAT16) -> _Conte
         for name in inits
         if any((node.op_type, idx) in SHAPE_INPUTS for node, idx in uses.get(name, []))
     }
-    return _Context(model, types, derived, excluded, _Names(model), fmt, target)
+    return _Context(model, types, derived, excluded, FreshNames(model), fmt, target)
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,12 +313,12 @@ def _insert_rounding(ctx: _Context, graph: onnx.GraphProto, exact: set[str], sca
             if not ctx.is_float(inp.name) or inp.name in weights:
                 continue
             rounded = ctx.names(f"{inp.name}_bf16_rounded")
-            _rename_uses(graph, inp.name, rounded)
+            rename_uses(graph, inp.name, rounded)
             nodes.extend(_rounding_nodes(ctx, inp.name, rounded, scale_name))
             exact.add(rounded)
     rounded_for_compute: dict[str, str] = {}
     for node in list(graph.node):
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             _insert_rounding(ctx, sub, exact, scale_name, top=False)
         if ctx.fmt == "simulate_bf16":
             nodes.append(node)
@@ -483,7 +436,7 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
         for inp in graph.input:
             if ctx.is_float(inp.name) and inp.name not in low:
                 cast = ctx.names(f"{inp.name}_cast")
-                _rename_uses(graph, inp.name, cast)
+                rename_uses(graph, inp.name, cast)
                 nodes.append(helper.make_node("Cast", [inp.name], [cast], name=cast, to=T))
                 low.add(cast)
     else:  # subgraph inputs (loop-carried values, iteration state) follow the outer types
@@ -497,10 +450,10 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
 
     for node in list(graph.node):
         float_outs = [o for o in node.output if o and ctx.is_float(o)]
-        if any(True for _ in _subgraphs(node)):
+        if any(True for _ in subgraphs(node)):
             # onnxruntime's If/Loop/Scan kernels take no bfloat16 state, so the node is a float
             # island: float in and out, its bodies bf16 inside with Casts at their own borders.
-            for sub in _subgraphs(node):
+            for sub in subgraphs(node):
                 _retype_bf16(ctx, sub, low, top=True, opsets=opsets)
             _make_island(ctx, node, nodes, low, widened, float_outs)
             continue
@@ -533,7 +486,7 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
                     for idx, o in enumerate(n.output):
                         if o == out.name:
                             n.output[idx] = lowp
-                _rename_uses(graph, out.name, lowp)
+                rename_uses(graph, out.name, lowp)
                 tail.append(helper.make_node("Cast", [lowp], [out.name], name=ctx.names(f"{out.name}_cast_back"), to=FLOAT))
         graph.node.extend(tail)
     else:
@@ -588,7 +541,7 @@ def convert_float_to_bf16(
             work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
             ctx.excluded_weights.add(scale_name)  # the Q/DQ scale is not a weight to round
         _insert_rounding(ctx, work.graph, set(), scale_name, top=True)
-        for g in _all_graphs(work.graph):
+        for g in all_graphs(work.graph):
             del g.value_info[:]
     log.info(
         "bf16 conversion (%s): %d weights, %d rounding points, %d float islands",
@@ -608,166 +561,3 @@ def _check_float_model(model: onnx.ModelProto) -> None:
         raise ValueError("model has no float32 inputs or weights: nothing to convert to bf16")
 
 
-def set_io_types(model: onnx.ModelProto, wanted: dict[str, int]) -> onnx.ModelProto:
-    """Give graph inputs/outputs the element types in ``wanted`` (name -> TensorProto type), in place.
-
-    Inserts a Cast after a retyped input (or retargets the Casts that already read it) and before a
-    retyped output (or retargets the Cast that produces it). Used to give an fp16 model back its
-    declared fp16 interface after conversion.
-    """
-    graph = model.graph
-    names = _Names(model)
-    new_head: list[onnx.NodeProto] = []
-    for inp in graph.input:
-        want = wanted.get(inp.name)
-        have = inp.type.tensor_type.elem_type
-        if want is None or want == have:
-            continue
-        inp.type.tensor_type.elem_type = want
-        consumers = [n for n in graph.node if inp.name in n.input]
-        if consumers and all(n.op_type == "Cast" and not n.domain for n in consumers) and all(
-            len([i for i in n.input if i]) == 1 for n in consumers
-        ):
-            continue  # a Cast reads any numeric type: nothing to insert
-        wide = names(f"{inp.name}_cast")
-        _rename_uses(graph, inp.name, wide)
-        new_head.append(helper.make_node("Cast", [inp.name], [wide], name=wide, to=have))
-    tail: list[onnx.NodeProto] = []
-    for out in graph.output:
-        want = wanted.get(out.name)
-        have = out.type.tensor_type.elem_type
-        if want is None or want == have:
-            continue
-        out.type.tensor_type.elem_type = want
-        producer = next((n for n in graph.node if out.name in n.output), None)
-        other_uses = any(out.name in n.input for g in _all_graphs(graph) for n in g.node)
-        if producer is not None and producer.op_type == "Cast" and not producer.domain and not other_uses:
-            next(a for a in producer.attribute if a.name == "to").i = want
-            continue
-        inner = names(f"{out.name}_{onnx.helper.tensor_dtype_to_np_dtype(have).name}")
-        if producer is not None:
-            producer.output[list(producer.output).index(out.name)] = inner
-        _rename_uses(graph, out.name, inner)
-        tail.append(helper.make_node("Cast", [inner], [out.name], name=names(f"{out.name}_cast"), to=want))
-    nodes = new_head + list(graph.node) + tail
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return model
-
-
-def io_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Declared element types of the graph's inputs and outputs."""
-    return {vi.name: vi.type.tensor_type.elem_type for vi in list(model.graph.input) + list(model.graph.output)}
-
-
-# --------------------------------------------------------------------------------------------
-# File-level conversions (what the tools and ``onnxptq convert`` call)
-# --------------------------------------------------------------------------------------------
-
-
-def _has_type(model: onnx.ModelProto, elem_type: int) -> bool:
-    for graph in _all_graphs(model.graph):
-        if any(i.data_type == elem_type for i in graph.initializer):
-            return True
-        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            if vi.type.tensor_type.elem_type == elem_type:
-                return True
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == elem_type:
-                    return True
-    return False
-
-
-def verify_runs(model: onnx.ModelProto, what: str = "converted model") -> None:
-    """Run the ONNX checker and open an onnxruntime CPU session: a model we write must load."""
-    import onnxruntime as ort
-
-    try:
-        onnx.checker.check_model(model, full_check=False)
-    except onnx.checker.ValidationError as exc:
-        raise RuntimeError(f"the {what} fails the ONNX checker (a bug in onnxptq, please report): {exc}") from exc
-    if model.ByteSize() >= 2**31 - 1:
-        log.info("skipping the onnxruntime load check of a >2 GB model in memory")
-        return
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    try:
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise RuntimeError(f"onnxruntime refuses the {what} (a bug in onnxptq, please report): {exc}") from exc
-
-
-def convert_model(
-    model: onnx.ModelProto,
-    fmt: str = "with_cast",
-    *,
-    source: str = "fp32",
-    keep_io_types: bool = True,
-    optimize: bool = True,
-    merge_matmuls: bool = True,
-    activations: str = "compute_inputs",
-) -> onnx.ModelProto:
-    """Convert an fp32 (``source="fp32"``) or fp16 (``source="fp16"``) model to BF16 in memory.
-
-    fp16 models are widened to fp32 first (exact), converted, and given back their declared fp16
-    inputs/outputs unless ``keep_io_types`` is False (then they are float32).
-    """
-    from onnxptq.graph.io import pin_versions
-
-    if source not in ("fp32", "fp16"):
-        raise ValueError(f"source must be 'fp32' or 'fp16', got {source!r}")
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    declared = io_types(model)
-    if source == "fp32":
-        if _has_type(model, FLOAT16) and not _has_type(model, FLOAT):
-            raise ValueError("the input model is float16; use convert_fp16_to_bf16 (onnxptq convert --from fp16)")
-        converted = convert_float_to_bf16(
-            model, fmt, optimize=optimize, merge_matmuls=merge_matmuls, activations=activations
-        )
-    else:
-        from onnxptq.fp16 import convert_float16_to_float
-
-        if not _has_type(model, FLOAT16):
-            log.warning("the input model holds no float16 tensors; converting it as a float32 model")
-        converted = convert_float_to_bf16(
-            convert_float16_to_float(model), fmt, optimize=optimize, merge_matmuls=merge_matmuls,
-            activations=activations,
-        )
-        if keep_io_types:
-            set_io_types(converted, {k: v for k, v in declared.items() if v == FLOAT16})
-    pin_versions(converted)
-    verify_runs(converted)
-    return converted
-
-
-def convert_file(
-    input_path: str,
-    output_path: str,
-    fmt: str = "with_cast",
-    *,
-    source: str = "fp32",
-    save_as_external_data: bool = False,
-    keep_io_types: bool = True,
-    optimize: bool = True,
-    merge_matmuls: bool = True,
-    activations: str = "compute_inputs",
-) -> str:
-    """Load ``input_path``, convert it (see :func:`convert_model`) and write ``output_path`` atomically.
-
-    The output path is checked before any work (never the input, folder must exist), so a long
-    conversion cannot fail at the very end for a reason known at the start.
-    """
-    from onnxptq.graph.io import check_output_path, load_model, save_model
-
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown --format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    check_output_path(output_path, (input_path,))
-    model = load_model(input_path)
-    converted = convert_model(
-        model, fmt, source=source, keep_io_types=keep_io_types, optimize=optimize, merge_matmuls=merge_matmuls,
-        activations=activations,
-    )
-    save_model(converted, output_path, external_data=True if save_as_external_data else None)
-    return str(output_path)

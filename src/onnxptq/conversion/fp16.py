@@ -14,7 +14,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from onnxptq.bf16 import _all_graphs, convert_float_to_bf16, set_io_types
+from ..graph.walk import all_graphs
+from .bf16 import convert_float_to_bf16
+from .interface import set_io_types
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ def convert_float16_to_float(model: onnx.ModelProto) -> onnx.ModelProto:
     work = onnx.ModelProto()
     work.CopyFrom(model)
     changed = 0
-    for graph in _all_graphs(work.graph):
+    for graph in all_graphs(work.graph):
         for init in graph.initializer:
             if init.data_type == TensorProto.FLOAT16:
                 _widen_tensor(init)

@@ -1,0 +1,10 @@
+"""The quantization pipeline's stages, in data-flow order, one module each.
+
+prepare (the pass list) → plan (which tensor gets which format) → calibrate (the driver of one
+streaming pass; the statistics themselves come from :mod:`onnxptq.calibration`) → solve
+(statistics → scales) → build (plan, solve, refine, emit on calibrated statistics) → emit (Q/DQ,
+Cast and function nodes) → finish (checker + a real onnxruntime session) → complete (evaluate,
+report, save; :class:`~.complete.QuantizationResult`). Each stage reads what the one before it
+produced and nothing later: :func:`onnxptq.quantize` and the algorithms (mixed precision,
+finetuning) compose these functions and are never imported by them.
+"""

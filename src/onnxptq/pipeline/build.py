@@ -1,0 +1,35 @@
+"""plan → solve → refine → emit on calibrated statistics: the quantized graph, unchecked.
+
+Kept apart from :mod:`.complete` (which checks, opens a session, measures and saves) because the
+mixed-precision search builds many candidate models and only completes the one it keeps.
+"""
+
+from __future__ import annotations
+
+import time
+
+import onnx
+
+from ..config.schema import QuantConfig
+from .calibrate import Calibrated
+from .emit import emit
+from .plan import Plan, make_plan
+from .solve import QParams, solve
+
+
+def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[str, QParams], onnx.ModelProto]:
+    """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
+    prepared = calibrated.prepared
+    plan = make_plan(prepared, cfg)
+    params = solve(prepared, plan, calibrated.stats)
+    weights = prepared
+    if cfg.finetune is not None:
+        # Refinement needs torch (an optional extra): imported only when a config asks for it.
+        from ..algorithms.finetune import refine, with_weights
+
+        t = time.perf_counter()
+        weights = with_weights(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
+        calibrated.timings["refine"] = time.perf_counter() - t
+    quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
+                     bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu)
+    return plan, params, quantized

@@ -1,0 +1,153 @@
+"""The calibrate stage's driver: load → check → prepare → plan → one streaming calibration pass.
+
+:func:`calibrate_once` returns a :class:`Calibrated`: the prepared model, the statistics of every
+planned activation and the first samples of the data. Everything after it (solve, refine, emit,
+finish) is a function of that object and a config, so a search over configs (automatic mixed
+precision) calibrates only once. The statistics themselves are gathered by
+:mod:`onnxptq.calibration` (collectors, in-graph reductions, the runner).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import onnx
+
+from ..calibration import collectors, readers, runner
+from ..config.presets import resolve_config
+from ..config.schema import QuantConfig
+from ..graph import check, io
+from .plan import Plan, make_plan
+from .prepare import prepare_for_quantization
+
+#: Samples kept in memory during calibration to measure the quantized model against the float one.
+#: Bounded, so memory stays flat however long the calibration data is.
+DEFAULT_EVAL_SAMPLES = 8
+
+
+class NothingToQuantizeError(ValueError):
+    """The configuration selects no tensor of the model."""
+
+
+@dataclass
+class Calibrated:
+    """The pipeline up to calibration, done once: the prepared model, its statistics, kept samples.
+
+    :func:`onnxptq.pipeline.complete.complete` turns it into a quantized model for any config whose
+    planned activations the statistics cover, so a search over configs (automatic mixed precision)
+    calibrates only once.
+    """
+
+    source: str
+    prepared: onnx.ModelProto
+    stats: dict[str, Any]
+    #: the first samples of the data, for evaluation (and finetuning)
+    kept: list[dict[str, np.ndarray]]
+    samples: int
+    timings: dict[str, float]
+    started: float
+    #: the prepared model's outputs on the first kept samples, recorded by the calibration runs
+    float_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+
+def source_name(model: Any) -> str:
+    """How errors and reports name the model: its path, or the graph name of an in-memory model."""
+    return str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<ModelProto>")
+
+
+def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+                   also_for: Sequence[QuantConfig] = ()) -> Calibrated:
+    """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
+    and those of every config in ``also_for`` (same preparation settings as ``config``)."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    cfg = resolve_config(config)
+    source = source_name(model)
+    proto = io.load_model(model)
+    check.check_model(proto, source)
+    inputs = readers.ModelInputs.from_model(proto)
+
+    prepared = prepare_for_quantization(proto, cfg)
+    timings["prepare"] = time.perf_counter() - t0
+
+    plan = make_plan(prepared, cfg)
+    if not plan.tensors:
+        raise NothingToQuantizeError(
+            f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
+            f"op types present: {sorted({n.op_type for n in prepared.graph.node})})"
+        )
+    plans = [plan] + [make_plan(prepared, other) for other in also_for]
+
+    t1 = time.perf_counter()
+    kept: list[dict[str, np.ndarray]] = []
+    float_outputs: list[dict[str, np.ndarray]] = []
+    stats: dict[str, Any] = {}
+    samples = 0
+    if data is not None or any(p.needs_calibration() for p in plans):
+        if data is None:
+            raise ValueError(
+                f"{source}: {len(plan.needs_calibration())} activations need calibration data "
+                f"({cfg.activation.describe() if cfg.activation else ''}); pass data="
+            )
+        feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
+        if cfg.calibration.data_size is not None:
+            feeds = itertools.islice(feeds, cfg.calibration.data_size)
+        # Fast finetuning trains on calibration samples: keep up to its DataSize of them (bounded).
+        feeds, counter = _keep_first(feeds, kept, max(eval_samples, cfg.finetune.max_samples) if cfg.finetune else eval_samples)
+        stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
+        samples = counter()
+        if samples == 0:
+            raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
+    timings["calibrate"] = time.perf_counter() - t1
+    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
+
+
+def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
+    """Pass feeds through, keeping the first ``n`` for evaluation and counting them all."""
+    count = 0
+
+    def gen() -> Iterator[dict[str, np.ndarray]]:
+        nonlocal count
+        for feed in feeds:
+            if len(kept) < n:
+                kept.append(feed)
+            count += 1
+            yield feed
+
+    return gen(), lambda: count
+
+
+def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iterable[dict[str, np.ndarray]],
+                       cfg: QuantConfig, *, float_outputs: list[dict[str, np.ndarray]] | None = None,
+                       eval_samples: int = 0) -> dict[str, Any]:
+    """One streaming pass: a collector per planned activation that needs statistics (first plan wins
+    where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
+    the first ``eval_samples`` feeds."""
+    wanted: dict[str, Any] = {}
+    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
+        if name in wanted:
+            continue
+        tplan = plan.tensors[name]
+        # A dual-quant boundary whose consumer side needs no statistics calibrates for its producer side.
+        quant = tplan.quant if tplan.quant.needs_calibration or tplan.producer_quant is None else tplan.producer_quant
+        if quant.per_channel and tplan.axis is not None:
+            wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, tplan.axis)
+            continue
+        spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
+        if quant.calibration == "percentile":
+            spec["percentile"] = quant.percentile
+        if cfg.calibration.num_bins is not None:
+            spec["num_bins"] = cfg.calibration.num_bins
+        wanted[name] = spec
+    if not wanted:
+        # Nothing needs statistics, but the feeds still validate the data and give eval samples.
+        for _ in feeds:
+            pass
+        return {}
+    return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
+                          model_outputs=float_outputs, model_output_batches=eval_samples)

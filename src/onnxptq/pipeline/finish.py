@@ -1,0 +1,32 @@
+"""The finish stage: pin versions, run the checker, open a real onnxruntime session on the result.
+
+What we ship must load in stock onnxruntime; a model that does not is our bug, reported as such.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from ..graph import io
+
+
+def finish(model: onnx.ModelProto, source: str):
+    """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
+
+    Returns ``(model, session)``; the session is reused for the report, because creating one for a
+    model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
+    """
+    import onnxruntime as ort
+
+    io.pin_versions(model)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
+    try:
+        # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
+        # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
+    return model, session

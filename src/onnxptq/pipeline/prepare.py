@@ -1,0 +1,146 @@
+"""The prepare stage: rewrite a float model into the form the planner and emitter expect.
+
+Every pass is a ``ModelProto -> ModelProto`` function in its own module (input untouched, result
+pinned to an IR version onnxruntime accepts). ``prepare`` runs the same work as onnx-ir passes on
+one in-memory model, so a large model is deserialized once rather than once per pass.
+
+Order, and why:
+1. opset upgrade (optional) first, on the proto: later passes create nodes for the final opset
+   (Split's signature changed at 13) and function bodies are checked against it;
+2. lift ``Constant`` nodes: Paddle weights become initializers, which every later pass looks for;
+3. remove Dropout/Identity: they hide Conv→BatchNorm and MatMul→Add patterns;
+4. CSE: repeated Shape/Cast chains collapse before folding evaluates them;
+5. shape inference + constant folding: static shapes let Shape nodes fold, constant chains become
+   initializers;
+6. BatchNorm folding into Conv/ConvTranspose/Gemm;
+7. MatMul merging (off by default: it changes which tensors exist, which only some tools want);
+8. dead-node / unused-initializer / unused-function removal, topological sort;
+9. shape inference again, so every tensor the planner sees carries a dtype where one can be known;
+10. the ONNX checker on the result, so a broken rewrite fails here and not in a user's session.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import onnx_ir as ir
+from onnx_ir.passes.common import TopologicalSortPass
+
+from ..config.schema import QuantConfig
+from ..graph import io
+from ..graph.passes._common import to_ir, to_proto
+from ..graph.passes.cleanup import cse_pass, remove_unused_passes
+from ..graph.passes.eliminate_identity import eliminate_identity_passes
+from ..graph.passes.fold_batchnorm import FoldBatchNormPass
+from ..graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass
+from ..graph.passes.fold_affine import FoldAffinePass
+from ..graph.passes.fold_scalar_affine import FoldScalarAffineIntoConvPass
+from ..graph.passes.fuse_hardswish import FuseHardSwishPass
+from ..graph.passes.fuse_layernorm import FuseLayerNormPass
+from ..graph.passes.lift_constants import lift_constants_pass
+from ..graph.passes.merge_matmuls import MergeMatMulsPass
+from ..graph.passes.shape_inference import shape_inference_pass
+from ..graph.passes.upgrade_opset import model_opset, upgrade_opset
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PrepareError", "fusion_passes", "prepare", "prepare_for_quantization", "quantization_opset"]
+
+
+def fusion_passes() -> list[ir.passes.PassBase]:
+    """The fusions in the order they run: affine folds first (they expose clean HardSwish inputs),
+    the scalar affine into the next Conv last, once HardSwish is whole."""
+    return [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(), FoldScalarAffineIntoConvPass()]
+
+
+class PrepareError(RuntimeError):
+    """A prepare step failed or produced a model the ONNX checker rejects."""
+
+
+def prepare(
+    model: onnx.ModelProto,
+    *,
+    opset: int | None = None,
+    lift_constants: bool = True,
+    eliminate_identity: bool = True,
+    fold_constants: bool = True,
+    fold_batchnorm: bool = True,
+    merge_matmuls: bool = False,
+    fuse: bool = True,
+    cse: bool = True,
+    infer_shapes: bool = True,
+    fold_size_limit: int = DEFAULT_SIZE_LIMIT,
+    check: bool = True,
+) -> onnx.ModelProto:
+    """Return a prepared copy of ``model`` (the input is not modified).
+
+    Args:
+        model: a float ONNX model.
+        opset: raise the default-domain opset to this version first (None keeps the model's).
+        lift_constants: turn ``Constant`` nodes into initializers.
+        eliminate_identity: remove Identity and inference Dropout nodes.
+        fold_constants: evaluate all-constant nodes (and Shape of static shapes) into initializers.
+        fold_batchnorm: fold BatchNormalization into a preceding Conv/ConvTranspose/Gemm.
+        merge_matmuls: merge MatMuls/Gemms sharing input A into one MatMul + Split.
+        fuse: fold constant Mul/Add after Conv/Gemm into weights, fuse HardSwish and LayerNorm
+            decompositions (see :func:`fusion_passes`): fewer, truer quantization points.
+        cse: merge duplicate nodes.
+        infer_shapes: annotate intermediate tensors with inferred dtypes/shapes.
+        fold_size_limit: largest folded result, in elements.
+        check: run the ONNX checker on the result.
+    """
+    if opset is not None and opset != model_opset(model):
+        model = upgrade_opset(model, opset)
+    steps: list[tuple[str, ir.passes.PassBase]] = []
+    if lift_constants:
+        steps.append(("lift constants", lift_constants_pass()))
+    if eliminate_identity:
+        steps += [("eliminate Identity/Dropout", p) for p in eliminate_identity_passes()]
+    if cse:
+        steps.append(("common-subexpression elimination", cse_pass()))
+    if fold_constants:
+        steps.append(("shape inference", shape_inference_pass()))
+        steps.append(("constant folding", FoldConstantsPass(fold_size_limit)))
+    if fold_batchnorm:
+        steps.append(("BatchNorm folding", FoldBatchNormPass()))
+    if merge_matmuls:
+        steps.append(("MatMul merging", MergeMatMulsPass()))
+    if fuse:
+        steps += [(f"fusion {type(p).__name__}", p) for p in fusion_passes()]
+    steps += [("unused removal", p) for p in remove_unused_passes()]
+    steps.append(("topological sort", TopologicalSortPass()))
+    if infer_shapes:
+        steps.append(("shape inference", shape_inference_pass()))
+
+    ir_model = to_ir(model)
+    before = ir_model.graph.num_nodes()
+    for name, step in steps:
+        try:
+            ir_model = step(ir_model).model
+        except Exception as exc:
+            raise PrepareError(f"prepare step '{name}' failed: {exc}") from exc
+    result = to_proto(ir_model)
+    if check:
+        try:
+            onnx.checker.check_model(result)
+        except onnx.checker.ValidationError as exc:
+            raise PrepareError(f"the prepared model fails the ONNX checker: {exc}") from exc
+    log.info("prepare: %d -> %d nodes", before, len(result.graph.node))
+    return result
+
+
+def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> int:
+    """The opset the quantizer prepares ``model`` for: the model's own, raised to at least
+    :data:`~onnxptq.graph.io.TARGET_OPSET` (every quantizer we emit exists there) and ``requested``."""
+    own = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), io.TARGET_OPSET)
+    return max(requested or 0, io.TARGET_OPSET, own)
+
+
+def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:
+    """``prepare`` as the quantizer runs it: the opset of :func:`quantization_opset`, BatchNorm and
+    constant folding as ``config`` says (defaults without one, as ``onnxptq inspect`` shows)."""
+    if config is None:
+        return prepare(model, opset=quantization_opset(model))
+    return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
+                   fold_constants=config.optimize)
