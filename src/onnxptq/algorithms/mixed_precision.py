@@ -67,6 +67,7 @@ from ..pipeline.emit import emit
 from ..graph import io
 from ..pipeline.plan import Plan, TensorPlan, make_plan
 from ..pipeline.solve import QParams, solve
+from ..sessions import open_session
 from .suffix_runs import NotIncremental, Suffixes, node_costs
 
 log = logging.getLogger(__name__)
@@ -452,8 +453,6 @@ class _Evaluator:
 
     def __init__(self, calibrated: Calibrated, config_for: Callable[[frozenset[str]], QuantConfig],
                  candidates: list[str], target: Target, workers: int, incremental: bool = True) -> None:
-        import onnxruntime as ort
-
         self.calibrated = calibrated
         self.prepared = calibrated.prepared
         self.config_for = config_for
@@ -465,13 +464,6 @@ class _Evaluator:
         self.cache: dict[frozenset[str], float] = {}
         self._flags_cache: dict[frozenset[str], dict[str, np.ndarray] | None] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-        self.options = ort.SessionOptions()
-        self.options.intra_op_num_threads = 1
-        self.options.inter_op_num_threads = 1
-        self.options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        self.options.log_severity_level = 3
-        # Up to MAX_CUTS + 3 sessions: an arena each would keep each one's peak (GBs on PP-OCR rec).
-        self.options.enable_cpu_mem_arena = False
         n_outputs = len(self.prepared.graph.output)
         if not 0 <= target.output_index < n_outputs:
             raise ConfigError(f"output index {target.output_index} is out of range: the model has {n_outputs} outputs")
@@ -546,9 +538,10 @@ class _Evaluator:
                      len(self.switched), time.perf_counter() - t)
 
     def _session(self, model: onnx.ModelProto):
-        import onnxruntime as ort
-
-        return ort.InferenceSession(model.SerializeToString(), self.options, providers=["CPUExecutionProvider"])
+        # One thread each (the pool runs several), basic optimisation (fast to create), and no
+        # arena: up to MAX_CUTS + 3 sessions live at once, and an arena each would keep each
+        # one's peak (GBs on PP-OCR rec).
+        return open_session(model, threads=1, inter_op_threads=1, optimization="basic", memory_arena=False)
 
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)

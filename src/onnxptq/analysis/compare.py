@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import onnx
 
+from ..sessions import open_session
 from .metrics import cosine_similarity as cosine  # one definition for every tool
 from .metrics import l2_loss, psnr
 
@@ -24,11 +25,7 @@ def mse(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return open_session(model)
 
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,

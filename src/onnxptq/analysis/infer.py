@@ -40,9 +40,8 @@ def run_and_save(
     one that already holds ``.npy`` files is refused unless ``overwrite``, because results of two
     runs mixed in one folder would be compared as if they were one.
     """
-    import onnxruntime as ort
-
     from ..calibration.readers import ModelInputs, as_feed_iterator
+    from ..sessions import open_session
     from ..graph.io import load_model
 
     model_path = Path(model_path)
@@ -53,10 +52,7 @@ def run_and_save(
         raise ValueError(f"output folder {folder} already holds .npy files; use an empty folder or --overwrite")
     model = load_model(model_path, load_external_data=False)
     inputs = ModelInputs.from_model(model)
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    session = open_session(model_path, threads=threads, log_severity=2)
     names = [o.name for o in session.get_outputs()]
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

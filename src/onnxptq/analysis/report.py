@@ -40,7 +40,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..graph.opsets import is_onnx_domain
 from ..pipeline.plan import BIAS_INPUTS, Plan
+from ..sessions import open_session
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +254,7 @@ def describe_chain(match: TensorMatch, quant_model: onnx.ModelProto) -> str:
     inits = {t.name: t for t in quant_model.graph.initializer}
     producers = {o: n for n in quant_model.graph.node for o in n.output if o}
     for node in match.chain:
-        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft"):
+        if node.op_type == "DequantizeLinear" and (is_onnx_domain(node.domain) or node.domain == "com.microsoft"):
             source = node.input[0]
             dtype = None
             if source in inits:
@@ -272,7 +274,7 @@ def describe_chain(match: TensorMatch, quant_model: onnx.ModelProto) -> str:
             grain = "blocked" if attrs.get("block_size") else ("per-channel" if size > 1 else "per-tensor")
             return f"{dtype or '?'} {grain}"
     for node in match.chain:
-        if node.domain not in ("", "ai.onnx"):
+        if not is_onnx_domain(node.domain):
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             keep = ("bfp_method", "bit_width", "element_dtype", "block_size")
             detail = ", ".join(f"{k}={_plain(attrs[k])}" for k in keep if k in attrs)
@@ -379,8 +381,6 @@ class _Accumulator:
 
 def _session(model: onnx.ModelProto, wanted: Iterable[str]):
     """A CPU session on a copy of ``model`` whose outputs include ``wanted`` (optimizations off)."""
-    import onnxruntime as ort
-
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     present = {o.name for o in copy.graph.output}
@@ -388,10 +388,7 @@ def _session(model: onnx.ModelProto, wanted: Iterable[str]):
         if name not in present:
             copy.graph.output.append(onnx.ValueInfoProto(name=name))
             present.add(name)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return open_session(copy, optimization="none")
 
 
 class _Values:

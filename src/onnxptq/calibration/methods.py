@@ -35,8 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from onnxptq.calibration.collectors import Collector, CollectorFactory, HistogramCollector, MinMaxCollector, TailCollector
+from onnxptq.calibration.collectors import Collector, HistogramCollector, MinMaxCollector, TailCollector
 from onnxptq.formats import integer
+from onnxptq.formats.integer import grid_fake_quantize as fake_quantize
+from onnxptq.formats.integer import grid_pow2_scale as pow2_scale
+from onnxptq.formats.integer import grid_scale_zero_point as scale_zero_point
 
 log = logging.getLogger(__name__)
 
@@ -190,19 +193,6 @@ def make_collector(
 
 
 # -- integer grids ------------------------------------------------------------------------------
-def factory_for(method: Any, **options: Any) -> CollectorFactory:
-    """A no-argument factory of the collector ``method`` needs (see :func:`make_collector`).
-
-    The method is resolved now, so a bad name fails here, naming it, rather than per tensor later.
-    """
-    resolve_method(method)
-
-    def factory() -> Collector:
-        return make_collector(method, **options)
-
-    return factory
-
-
 def qrange(qtype: str, symmetric: bool = False, reduce_range: bool = False) -> tuple[int, int]:
     """``(qmin, qmax)`` of an integer type (``"int8"``, ``"QUInt8"``, ...): the formats' one rule."""
     key = str(qtype).lower().removeprefix("q")
@@ -210,69 +200,6 @@ def qrange(qtype: str, symmetric: bool = False, reduce_range: bool = False) -> t
         return integer.qrange(key, symmetric, reduce_range)
     except (KeyError, ValueError) as exc:
         raise ValueError(f"qtype {qtype!r} has no integer range: {exc}") from exc
-
-
-def scale_zero_point(rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool) -> tuple[float, int]:
-    """Float scale and zero point for ``[rmin, rmax]`` on ``[qmin, qmax]`` (spec §3.1 steps 1-5).
-
-    Used here to evaluate candidate ranges exactly as the quantizer will realise them.
-    """
-    rmin = max(min(float(rmin), 0.0), -FLT_MAX / 2)
-    rmax = min(max(float(rmax), 0.0), FLT_MAX / 2)
-    if symmetric:
-        a = max(abs(rmin), abs(rmax))
-        rmin, rmax = -a, a
-    scale = (rmax - rmin) / (qmax - qmin)
-    if math.isnan(scale):
-        raise ValueError(f"scale is NaN for range [{rmin}, {rmax}]")
-    if scale < FLT_MIN:
-        return 1.0, 0
-    zp = int(np.rint(qmin - rmin / scale))
-    return float(np.float32(scale)), zp
-
-
-def fake_quantize(x: np.ndarray, scale: float | np.ndarray, zp: float | np.ndarray, qmin: int, qmax: int) -> np.ndarray:
-    """``(clip(rint(x / s) + zp, qmin, qmax) - zp) * s`` (round half to even, like QuantizeLinear)."""
-    return (np.clip(np.rint(x / scale) + zp, qmin, qmax) - zp) * scale
-
-
-def pow2_scale(
-    rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool, rounding: str = "ceil"
-) -> tuple[float, int]:
-    """Power-of-two scale and zero point for ``[rmin, rmax]``.
-
-    ``rounding="nearest"`` is the reference rule (exponent rounded half-to-even; may clip).
-    ``rounding="ceil"`` returns the smallest power of two whose grid, with some integer zero point,
-    covers ``[min(rmin,0), max(rmax,0)]`` - it never clips. Symmetric grids keep the zero point
-    at the middle (0 for signed, 128 for uint8).
-    """
-    scale, zp = scale_zero_point(rmin, rmax, qmin, qmax, symmetric)
-    if rounding == "nearest":
-        pos = int(np.rint(-math.log2(min(max(scale, 2.0**-127), 2.0**127))))
-        return 2.0**-pos, zp
-    if rounding != "ceil":
-        raise ValueError(f"pow2 rounding must be 'ceil' or 'nearest', got {rounding!r}")
-    lo, hi = min(float(rmin), 0.0), max(float(rmax), 0.0)
-    if symmetric:
-        a = max(-lo, hi)
-        lo, hi = -a, a
-        zp = 0 if qmin < 0 else (qmin + qmax + 1) // 2
-    if hi - lo < FLT_MIN:
-        return 1.0, zp
-    e = math.ceil(math.log2(max(scale, 2.0**-127)))
-    for _ in range(4):
-        s = 2.0**e
-        if symmetric:
-            z_ok = (qmin - zp) * s <= lo and (qmax - zp) * s >= hi
-        else:
-            z_lo, z_hi = math.ceil(qmin - lo / s), math.floor(qmax - hi / s)
-            z_ok = z_lo <= z_hi
-            if z_ok:
-                zp = int(min(max(int(np.rint(qmin - lo / s)), z_lo), z_hi))
-        if z_ok:
-            return s, zp
-        e += 1
-    raise ValueError(f"no power-of-two grid on [{qmin}, {qmax}] covers [{rmin}, {rmax}]")
 
 
 # -- entropy -------------------------------------------------------------------------------------

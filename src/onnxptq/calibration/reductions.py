@@ -17,7 +17,7 @@ from onnx import helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector, PerChannelMinMaxCollector, TailCollector
 
-__all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "model_opset", "plan_reduction", "reducible"]
+__all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "plan_reduction", "reducible"]
 
 #: Graph input of the augmented model: ``[G, -1]``, the shape that views a tensor as one row per
 #: feed when a run carries ``G`` feeds concatenated on axis 0 (``[1, -1]`` for a single feed).
@@ -37,10 +37,6 @@ class Reduction:
     fold: Callable[[Sequence[np.ndarray], int], None]
     #: False when the statistics cannot be told apart per feed in a run over several feeds
     groupable: bool = True
-
-
-def model_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
 
 
 def _reduce_node(op: str, x: str, out: str, axes: Sequence[int] | None, opset: int, extra: list[onnx.NodeProto]) -> onnx.NodeProto:

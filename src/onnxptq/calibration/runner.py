@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -29,12 +27,15 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..graph.walk import subgraph_nodes
 from onnx import helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector
 from onnxptq.calibration.methods import Method, make_collector
-from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, model_opset, plan_reduction, reducible
+from onnxptq.graph.walk import subgraph_nodes
+from onnxptq.sessions import open_session
+from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, plan_reduction, reducible
+from onnxptq.graph.io import TARGET_OPSET
+from onnxptq.graph.opsets import model_opset
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,6 @@ __all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
 TensorSpec = Callable[[], Collector] | Collector | str | Method | Mapping[str, Any]
 
 SHAPE_SUFFIX = "__onnxptq_shape"
-#: Above this serialized size the augmented model goes to a temporary file with external data.
-_PROTO_LIMIT = 1_800_000_000
-
 
 def _make(name: str, spec: TensorSpec) -> Collector:
     """Turn one ``TensorSpec`` into a collector, naming the tensor on errors."""
@@ -120,7 +118,7 @@ def augment_model(
     after: dict[str, list[onnx.NodeProto]] = {}
     first: list[onnx.NodeProto] = []
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
-    opset = model_opset(model)
+    opset = model_opset(model, default=TARGET_OPSET)
     todo: list[tuple[str, list[onnx.NodeProto], list[str]]] = []
     for name in reduce:
         todo.append((name, *minmax_nodes(name, name, opset)))
@@ -166,12 +164,12 @@ class _Runs:
     """
 
     def __init__(self, model: onnx.ModelProto, fetch: list[str], collectors: Mapping[str, Collector],
-                 reduced: list[str], final: list[str], record: bool, providers: Sequence[Any], tmpdir: str,
+                 reduced: list[str], final: list[str], record: bool, providers: Sequence[Any],
                  threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]]) -> None:
         self.fetch, self.collectors = fetch, collectors
         self.max_group = max(1, int(max_group))
         graph = model.graph
-        opset = model_opset(model)
+        opset = model_opset(model, default=TARGET_OPSET)
         elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)
                       + list(graph.input) if vi.type.HasField("tensor_type")}
         elem_types.update({t.name: t.data_type for t in graph.initializer})
@@ -186,7 +184,7 @@ class _Runs:
             if len(first) < 2 or not self.same_shapes(first[0], first[1]):
                 self.grouping, why = False, "feeds run one at a time (fewer than two feeds, or the first two differ in shape)"
             else:
-                axes, why = sample_axes(model, fetch + reduced, first[0], providers, tmpdir, threads)
+                axes, why = sample_axes(model, fetch + reduced, first[0], providers, threads)
                 if axes is None:
                     self.grouping = False
                 else:
@@ -205,7 +203,7 @@ class _Runs:
         if fetch or self.reductions or record:
             aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else ())
             t0 = time.perf_counter()
-            self.session = _session(aug, providers, tmpdir, threads)
+            self.session = _session(aug, providers, threads)
             log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
@@ -282,7 +280,7 @@ class _Runs:
 
 
 def sample_axes(model: onnx.ModelProto, tensors: Sequence[str], feed: dict[str, np.ndarray], providers: Sequence[Any],
-                tmpdir: str, threads: int | None) -> tuple[dict[str, tuple[int, int]] | None, str]:
+                threads: int | None) -> tuple[dict[str, tuple[int, int]] | None, str]:
     """On which axis each of ``tensors`` holds the samples: ``({tensor: (axis, rank)} for those
     not on axis 0, why)``, or ``(None, why)`` when some tensor has no such axis.
 
@@ -291,7 +289,7 @@ def sample_axes(model: onnx.ModelProto, tensors: Sequence[str], feed: dict[str, 
     one axis that doubled.
     """
     aug, _ = augment_model(model, [], shapes=tensors)  # its outputs: the shapes only
-    session = _session(aug, providers, tmpdir, threads, optimize=False)
+    session = _session(aug, providers, threads, optimize=False)
     names = [n + SHAPE_SUFFIX for n in tensors]
     try:
         one = session.run(names, feed)
@@ -323,31 +321,17 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     yield from feeds
 
 
-def _session(model: onnx.ModelProto, providers: Sequence[Any], tmpdir: str, threads: int | None, optimize: bool = True) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    # Full optimisation, as the float model would run: fusions cannot remove a tensor the
-    # statistics read (it has a consumer), and the NCHWc convolutions cost what they save in
-    # reorders. PP-OCRv4 rec, 2 threads: 50 -> 41 ms per line (bare float model 20 -> 13 ms).
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    # The default execution order kept every in-graph-reduced tensor alive to the end of the run
-    # (PP-OCRv4 rec, batch 8: peak RSS 3.3 GiB); priority-based order frees them as it goes (221 MiB)
-    # at the same speed.
-    options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    # The augmented graph is mostly small single-threaded reductions; idle pool threads spinning
-    # between them doubled the CPU time and, on a busy machine, the wall time (PP-OCRv4 rec, 96
-    # lines, 2 cores under load: 18-21 s -> 9-11 s wall, 13 s -> 7 s CPU).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if model.ByteSize() > _PROTO_LIMIT:
-        path = os.path.join(tmpdir, "augmented.onnx")
-        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="augmented.data")
-        return ort.InferenceSession(path, options, providers=list(providers))
-    return ort.InferenceSession(model.SerializeToString(), options, providers=list(providers))
+def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | None, optimize: bool = True) -> Any:
+    """The calibration session. Full optimisation, as the float model would run: fusions cannot
+    remove a tensor the statistics read (it has a consumer), and the NCHWc convolutions cost what
+    they save in reorders (PP-OCRv4 rec, 2 threads: 50 -> 41 ms per line; bare float model 20 ->
+    13 ms). Priority-based execution order: the default kept every in-graph-reduced tensor alive to
+    the end of the run (PP-OCRv4 rec, batch 8: peak RSS 3.3 GiB -> 221 MiB at the same speed). No
+    spinning: the augmented graph is mostly small single-threaded reductions, and idle pool threads
+    spinning between them doubled the CPU time and, on a busy machine, the wall time (PP-OCRv4 rec,
+    96 lines, 2 cores under load: 18-21 s -> 9-11 s wall, 13 s -> 7 s CPU)."""
+    return open_session(model, providers=providers, threads=threads, inter_op_threads=1 if threads else None,
+                        optimization="all" if optimize else "none", spinning=False, priority_order=True)
 
 
 def collect(
@@ -413,72 +397,71 @@ def collect(
     needed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     stream = iterate_feeds(feeds)
     first = list(itertools.islice(stream, 2 if max_batches is None else min(2, max_batches)))
-    with tempfile.TemporaryDirectory(prefix="onnxptq-calib-") as tmpdir:
-        usable = [{k: v for k, v in f.items() if k in needed} for f in first if needed <= set(f)]
-        runs = _Runs(model, fetch, collectors, reduced, final, record, providers, tmpdir, intra_op_num_threads, max_group,
-                     usable if len(usable) == len(first) else [])
+    usable = [{k: v for k, v in f.items() if k in needed} for f in first if needed <= set(f)]
+    runs = _Runs(model, fetch, collectors, reduced, final, record, providers, intra_op_num_threads, max_group,
+                 usable if len(usable) == len(first) else [])
 
-        total = None
-        try:
-            total = len(feeds)  # type: ignore[arg-type]
-        except TypeError:
-            pass
-        if max_batches is not None and total is not None:
-            total = min(total, max_batches)
-        bar = None
-        if progress and total is not None:
-            from tqdm.auto import tqdm
+    total = None
+    try:
+        total = len(feeds)  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    if max_batches is not None and total is not None:
+        total = min(total, max_batches)
+    bar = None
+    if progress and total is not None:
+        from tqdm.auto import tqdm
 
-            bar = tqdm(total=total, desc="Calibrating", unit="batch")
+        bar = tqdm(total=total, desc="Calibrating", unit="batch")
 
-        batches = 0
-        pending: list[dict[str, np.ndarray]] = []
-        t_start = time.perf_counter()
+    batches = 0
+    pending: list[dict[str, np.ndarray]] = []
+    t_start = time.perf_counter()
 
-        def flush() -> None:
-            if pending:
-                runs.run(pending)
-                if bar is not None:
-                    bar.update(len(pending))
-                pending.clear()
-
-        try:
-            for feed in itertools.chain(first, stream):
-                if max_batches is not None and batches >= max_batches:
-                    break
-                absent = needed - set(feed)
-                if absent:
-                    raise ValueError(f"feed #{batches} lacks model input(s) {sorted(absent)}; it has {sorted(feed)}")
-                for name in from_feed:
-                    collectors[name].update(feed[name])
-                if runs.session is not None:
-                    run_feed = {k: v for k, v in feed.items() if k in needed}
-                    if (record and batches < model_output_batches) or runs.grouping is None:
-                        flush()
-                        got = runs.run_single(run_feed, final if record and batches < model_output_batches else ())
-                        if got:
-                            model_outputs.append(got)  # type: ignore[union-attr]
-                        if bar is not None:
-                            bar.update(1)
-                    elif runs.grouping:
-                        if pending and not runs.same_shapes(pending[0], run_feed):
-                            flush()
-                        pending.append(run_feed)
-                        if len(pending) >= runs.group_size(run_feed):
-                            flush()
-                    else:
-                        runs.run([run_feed])
-                        if bar is not None:
-                            bar.update(1)
-                elif bar is not None:
-                    bar.update(1)
-                batches += 1
-                if bar is None and log_every and batches % log_every == 0:
-                    log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
-            flush()
-        finally:
+    def flush() -> None:
+        if pending:
+            runs.run(pending)
             if bar is not None:
-                bar.close()
+                bar.update(len(pending))
+            pending.clear()
+
+    try:
+        for feed in itertools.chain(first, stream):
+            if max_batches is not None and batches >= max_batches:
+                break
+            absent = needed - set(feed)
+            if absent:
+                raise ValueError(f"feed #{batches} lacks model input(s) {sorted(absent)}; it has {sorted(feed)}")
+            for name in from_feed:
+                collectors[name].update(feed[name])
+            if runs.session is not None:
+                run_feed = {k: v for k, v in feed.items() if k in needed}
+                if (record and batches < model_output_batches) or runs.grouping is None:
+                    flush()
+                    got = runs.run_single(run_feed, final if record and batches < model_output_batches else ())
+                    if got:
+                        model_outputs.append(got)  # type: ignore[union-attr]
+                    if bar is not None:
+                        bar.update(1)
+                elif runs.grouping:
+                    if pending and not runs.same_shapes(pending[0], run_feed):
+                        flush()
+                    pending.append(run_feed)
+                    if len(pending) >= runs.group_size(run_feed):
+                        flush()
+                else:
+                    runs.run([run_feed])
+                    if bar is not None:
+                        bar.update(1)
+            elif bar is not None:
+                bar.update(1)
+            batches += 1
+            if bar is None and log_every and batches % log_every == 0:
+                log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
+        flush()
+    finally:
+        if bar is not None:
+            bar.close()
     if batches == 0:
         raise ValueError("calibration got no feed: the data iterable/reader was empty")
     log.info("calibration: %d batches, %d tensors, %.1fs", batches, len(collectors), time.perf_counter() - t_start)

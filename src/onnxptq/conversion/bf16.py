@@ -46,16 +46,18 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..formats import floating
 from ..formats.base import DOMAIN, DOMAIN_VERSION
-from ..graph.passes.upgrade_opset import model_opset
+from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import FreshNames, all_graphs, rename_uses, subgraphs
+from ..sessions import open_session
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("with_cast", "customqdq", "simulate_bf16", "bf16")
 #: Largest finite bfloat16 and smallest normal float32: the saturation bounds of spec §3.2.
-BF16_MAX = np.float32(3.38953139e38)
-FLT_MIN = np.float32(1.17549435e-38)
+BF16_MAX = np.float32(floating.BF16_MAX)
+FLT_MIN = np.float32(floating.FLT_MIN)
 #: ``Cast`` to BFLOAT16 exists from opset 13 on.
 MIN_OPSET = 13
 
@@ -111,13 +113,14 @@ def saturate(weights: np.ndarray) -> np.ndarray:
 
 
 def to_bf16(values: np.ndarray) -> np.ndarray:
-    """Round float32 to bfloat16, nearest-even, overflow to inf (ONNX ``Cast`` semantics)."""
-    return np.asarray(values, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    """Round float32 to bfloat16, nearest-even, overflow to inf (ONNX ``Cast`` semantics), stored
+    as bfloat16. The rounding is the BF16 format's reference (:func:`onnxptq.formats.floating.round_element`)."""
+    return round_bf16(values).astype(ml_dtypes.bfloat16)
 
 
 def round_bf16(values: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 -> float32: the value a BF16 tensor holds, as float32."""
-    return to_bf16(values).astype(np.float32)
+    """float32 -> bfloat16 -> float32: the value a BF16 tensor holds, as float32 (no saturation)."""
+    return floating.round_element(values, "bf16", saturate=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,7 +327,7 @@ def _insert_rounding(ctx: _Context, graph: onnx.GraphProto, exact: set[str], sca
             nodes.append(node)
             continue
         if ctx.activations == "compute_inputs":
-            if node.op_type in COMPUTE_OPS and node.domain in ("", "ai.onnx"):
+            if node.op_type in COMPUTE_OPS and is_onnx_domain(node.domain):
                 for idx, name in enumerate(node.input):
                     if not name or name in exact or not ctx.is_float(name):
                         continue
@@ -362,8 +365,6 @@ def has_cpu_kernel(node: onnx.NodeProto, input_types: list[int | None], output_t
     Asked of onnxruntime itself by building a one-node model: the kernel tables change between
     releases, and a hard-coded list would go stale silently.
     """
-    import onnxruntime as ort
-
     key = (node.domain, node.op_type, opsets.get(node.domain, 0), tuple(input_types), tuple(output_types))
     if key in _PROBE_CACHE:
         return _PROBE_CACHE[key]
@@ -385,11 +386,8 @@ def has_cpu_kernel(node: onnx.NodeProto, input_types: list[int | None], output_t
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
         model.ir_version = 8
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         try:
-            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            open_session(model, optimization="none", log_severity=4)
             ok = True
         except Exception:
             ok = False
@@ -457,7 +455,7 @@ def _retype_bf16(ctx: _Context, graph: onnx.GraphProto, low: set[str], top: bool
                 _retype_bf16(ctx, sub, low, top=True, opsets=opsets)
             _make_island(ctx, node, nodes, low, widened, float_outs)
             continue
-        if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Cast" and is_onnx_domain(node.domain):
             to = next(a for a in node.attribute if a.name == "to")
             if to.i == FLOAT and float_outs:
                 to.i = T

@@ -12,6 +12,7 @@ import logging
 import onnx
 
 from ..graph.io import check_output_path, load_model, pin_versions, save_model
+from ..sessions import open_session
 from .bf16 import FLOAT, FLOAT16, FORMATS, convert_float_to_bf16
 from .fp16 import convert_float16_to_float
 from .interface import has_type, io_types, set_io_types
@@ -21,8 +22,6 @@ log = logging.getLogger(__name__)
 
 def verify_runs(model: onnx.ModelProto, what: str = "converted model") -> None:
     """Run the ONNX checker and open an onnxruntime CPU session: a model we write must load."""
-    import onnxruntime as ort
-
     try:
         onnx.checker.check_model(model, full_check=False)
     except onnx.checker.ValidationError as exc:
@@ -30,10 +29,8 @@ def verify_runs(model: onnx.ModelProto, what: str = "converted model") -> None:
     if model.ByteSize() >= 2**31 - 1:
         log.info("skipping the onnxruntime load check of a >2 GB model in memory")
         return
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
     try:
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        open_session(model)
     except Exception as exc:
         raise RuntimeError(f"onnxruntime refuses the {what} (a bug in onnxptq, please report): {exc}") from exc
 

@@ -20,6 +20,7 @@ power-of-two scales are rounded *up* by default so that "NonOverflow" never clip
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -267,6 +268,32 @@ def int16_scale(scale: Any, rounding: Literal["ceil", "nearest"] = "ceil") -> np
     return best
 
 
+def _grid_scale_zp(rmin: Any, rmax: Any, qmin: int, qmax: int, symmetric: bool, *,
+                   warn: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Spec §3.1 steps 1-5 on float64 arrays: the range widened to hold 0, clamped to ±FLT_MAX/2,
+    made symmetric if asked; ``scale = (hi − lo)/(qmax − qmin)``; ``zp = rint(qmin − lo/scale)``.
+    Returns ``(scale, zp, tiny)``, ``tiny`` marking scales below FLT_MIN (their zp is 0): the one
+    place a range becomes a scale, for every caller."""
+    lo = np.minimum(np.asarray(rmin, dtype=np.float64), 0.0)
+    hi = np.maximum(np.asarray(rmax, dtype=np.float64), 0.0)
+    if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
+        raise ValueError(f"range contains NaN: rmin={rmin!r}, rmax={rmax!r}")
+    if np.any(lo < -FLT_MAX / 2) or np.any(hi > FLT_MAX / 2):
+        if warn:
+            logger.warning("range [%s, %s] exceeds ±FLT_MAX/2 and is clamped", np.min(lo), np.max(hi))
+        lo = np.maximum(lo, -FLT_MAX / 2)
+        hi = np.minimum(hi, FLT_MAX / 2)
+    if symmetric:
+        a = np.maximum(np.abs(lo), np.abs(hi))
+        lo, hi = -a, a
+    scale = (hi - lo) / float(qmax - qmin)
+    if np.any(np.isnan(scale)):
+        raise ValueError(f"scale is NaN for range [{rmin!r}, {rmax!r}]")
+    tiny = scale < FLT_MIN
+    zp = np.where(tiny, 0.0, np.rint(qmin - lo / np.where(tiny, 1.0, scale)))
+    return scale, zp, tiny
+
+
 def compute_scale_zp(
     rmin: Any,
     rmax: Any,
@@ -291,24 +318,9 @@ def compute_scale_zp(
     """
     t = int_type(fmt)
     qmin, qmax = qrange(fmt, symmetric, reduce_range)
-    lo = np.minimum(np.asarray(rmin, dtype=np.float64), 0.0)
-    hi = np.maximum(np.asarray(rmax, dtype=np.float64), 0.0)
-    if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
-        raise ValueError(f"range contains NaN: rmin={rmin!r}, rmax={rmax!r}")
-    if np.any(lo < -FLT_MAX / 2) or np.any(hi > FLT_MAX / 2):
-        logger.warning("range [%s, %s] exceeds ±FLT_MAX/2 and is clamped", np.min(lo), np.max(hi))
-        lo = np.maximum(lo, -FLT_MAX / 2)
-        hi = np.minimum(hi, FLT_MAX / 2)
-    if symmetric:
-        a = np.maximum(np.abs(lo), np.abs(hi))
-        lo, hi = -a, a
-    scale = (hi - lo) / float(qmax - qmin)
-    if np.any(np.isnan(scale)):
-        raise ValueError(f"scale is NaN for range [{rmin!r}, {rmax!r}]")
-    tiny = scale < FLT_MIN
+    scale, zp, tiny = _grid_scale_zp(rmin, rmax, qmin, qmax, symmetric)
     safe = np.where(tiny, 1.0, scale)
-    zp = np.where(tiny, 0.0, np.rint(qmin - lo / safe))
-    scale = np.where(tiny, 1.0, scale)
+    scale = safe
     if scale_kind == "pow2":
         scale = np.where(tiny, 1.0, pow2_scale(scale, pow2_rounding))
     elif scale_kind == "int16":
@@ -321,16 +333,72 @@ def compute_scale_zp(
     return np.asarray(scale, dtype=np.float32), np.asarray(zp).astype(np.int64).astype(t.dtype)
 
 
+def grid_scale_zero_point(rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool) -> tuple[float, int]:
+    """Float scale and zero point for ``[rmin, rmax]`` on the grid ``[qmin, qmax]`` (spec §3.1
+    steps 1-5): the rule of :func:`compute_scale_zp` before its scale-kind rounding and zero-point
+    clipping, for one range. Range searches (MinMSE, percentile grids) evaluate their candidates
+    with it exactly as the quantizer will realise them.
+    """
+    scale, zp, tiny = _grid_scale_zp(rmin, rmax, qmin, qmax, symmetric, warn=False)
+    if tiny:
+        return 1.0, 0
+    return float(np.float32(scale)), int(zp)
+
+
+def grid_fake_quantize(x: np.ndarray, scale: float | np.ndarray, zp: float | np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """In float64, for range searches: ``(clip(rint(x / s) + zp, qmin, qmax) - zp) * s`` (round half to even, like QuantizeLinear)."""
+    return (np.clip(np.rint(x / scale) + zp, qmin, qmax) - zp) * scale
+
+
+def grid_pow2_scale(
+    rmin: float, rmax: float, qmin: int, qmax: int, symmetric: bool, rounding: str = "ceil"
+) -> tuple[float, int]:
+    """Power-of-two scale and zero point for ``[rmin, rmax]`` on the grid ``[qmin, qmax]``.
+
+    ``rounding="nearest"`` is the reference rule (exponent rounded half-to-even; may clip).
+    ``rounding="ceil"`` returns the smallest power of two whose grid, with some integer zero point,
+    covers ``[min(rmin,0), max(rmax,0)]`` - it never clips. Symmetric grids keep the zero point
+    at the middle (0 for signed, 128 for uint8).
+    """
+    scale, zp = grid_scale_zero_point(rmin, rmax, qmin, qmax, symmetric)
+    if rounding == "nearest":
+        return float(pow2_scale(scale, "nearest")), zp
+    if rounding != "ceil":
+        raise ValueError(f"pow2 rounding must be 'ceil' or 'nearest', got {rounding!r}")
+    lo, hi = min(float(rmin), 0.0), max(float(rmax), 0.0)
+    if symmetric:
+        a = max(-lo, hi)
+        lo, hi = -a, a
+        zp = 0 if qmin < 0 else (qmin + qmax + 1) // 2
+    if hi - lo < FLT_MIN:
+        return 1.0, zp
+    e = math.ceil(math.log2(max(scale, 2.0**-127)))
+    for _ in range(4):
+        s = 2.0**e
+        if symmetric:
+            z_ok = (qmin - zp) * s <= lo and (qmax - zp) * s >= hi
+        else:
+            z_lo, z_hi = math.ceil(qmin - lo / s), math.floor(qmax - hi / s)
+            z_ok = z_lo <= z_hi
+            if z_ok:
+                zp = int(min(max(int(np.rint(qmin - lo / s)), z_lo), z_hi))
+        if z_ok:
+            return s, zp
+        e += 1
+    raise ValueError(f"no power-of-two grid on [{qmin}, {qmax}] covers [{rmin}, {rmax}]")
+
+
 # --------------------------------------------------------------------------------------------
 # Weights and biases
 # --------------------------------------------------------------------------------------------
 
 
 def weight_range(w: Any, axis: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(min, max)`` of ``w`` (float64), over the whole tensor or per slice along ``axis``."""
+    """``(min, max)`` of ``w`` (float64), over the whole tensor or per slice along ``axis``; an
+    empty tensor has the range ``(0, 0)``."""
     arr = np.asarray(w, dtype=np.float64)
     if axis is None:
-        return np.asarray(arr.min()), np.asarray(arr.max())
+        return (np.asarray(arr.min()), np.asarray(arr.max())) if arr.size else (np.asarray(0.0), np.asarray(0.0))
     ax = _normalise_axis(int(axis), arr.ndim)
     others = tuple(i for i in range(arr.ndim) if i != ax)
     return arr.min(axis=others), arr.max(axis=others)

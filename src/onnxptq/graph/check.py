@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto
 
 from onnxptq.graph.io import PROTOBUF_LIMIT
+from onnxptq.graph.opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
     for tensor in model.graph.initializer:
         yield "initializer", tensor.name, tensor.data_type
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and is_onnx_domain(node.domain):
             for attr in node.attribute:
                 if attr.name == "value":
                     yield "constant", node.output[0], attr.t.data_type

@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
+from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import subgraph_nodes
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
@@ -29,13 +30,6 @@ log = logging.getLogger(__name__)
 def _safe(name: str) -> str:
     """A node-name stem derived from a tensor name (ONNX allows any string, but keep them readable)."""
     return re.sub(r"[^0-9A-Za-z_.:/-]", "_", name)
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    raise ValueError("model has no default-domain opset import")
 
 
 def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
@@ -67,7 +61,7 @@ class _Builder:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
-        self.opset = _opset(model)
+        self.opset = model_opset(model)
         self.initializers = {t.name: t for t in model.graph.initializer}
         self.functions: dict[tuple[str, str, str], onnx.FunctionProto] = {
             (f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions
@@ -94,7 +88,7 @@ class _Builder:
         for fn in frag.functions:
             self.functions.setdefault((fn.domain, fn.name, getattr(fn, "overload", "")), fn)
         for domain, version in frag.opset_imports.items():
-            if domain not in ("", "ai.onnx"):
+            if not is_onnx_domain(domain):
                 self.imports[domain] = max(self.imports.get(domain, 0), version)
         self.min_opset = max(self.min_opset, frag.min_opset)
         for node in frag.nodes:
@@ -294,7 +288,7 @@ def _foldable_relus(graph: onnx.GraphProto, plan: Plan, params: dict[str, QParam
             readers[name] = readers.get(name, 0) + 1
     found = {}
     for node in graph.node:
-        if node.op_type != "Relu" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "Relu" or not is_onnx_domain(node.domain):
             continue
         out, inp = node.output[0], node.input[0]
         tplan = plan.tensors.get(out)

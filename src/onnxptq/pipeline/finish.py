@@ -8,6 +8,7 @@ from __future__ import annotations
 import onnx
 
 from ..graph import io
+from ..sessions import open_session
 
 
 def finish(model: onnx.ModelProto, source: str):
@@ -16,8 +17,6 @@ def finish(model: onnx.ModelProto, source: str):
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
     model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
     """
-    import onnxruntime as ort
-
     io.pin_versions(model)
     try:
         onnx.checker.check_model(model)
@@ -26,7 +25,7 @@ def finish(model: onnx.ModelProto, source: str):
     try:
         # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
         # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = open_session(model, log_severity=2)
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+from ..graph.opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,8 @@ class _Graph:
 
 
 def node_names(model: onnx.ModelProto) -> list[str]:
-    """Ensure every node has a unique name (planning refers to nodes by name); returns them."""
+    """Give every main-graph node of ``model`` a unique name, in place (prepare's last step: plans
+    refer to nodes by name); returns the names."""
     seen: set[str] = set()
     names = []
     for i, node in enumerate(model.graph.node):
@@ -237,10 +239,26 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
     return default
 
 
+def check_node_names(model: onnx.ModelProto) -> None:
+    """Plans refer to nodes by name: every node of the main graph needs a unique one.
+
+    :func:`onnxptq.pipeline.prepare.prepare` gives them (:func:`node_names`); a model that skipped
+    it is refused here, naming the node, rather than renamed behind the caller's back.
+    """
+    seen: set[str] = set()
+    for index, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            why = "has no name" if not node.name else f"repeats the name {node.name!r}"
+            raise ValueError(f"node {index} ({node.op_type}) {why}: plans refer to nodes by unique name; "
+                             "prepare the model first (onnxptq.pipeline.prepare.prepare names every node)")
+        seen.add(node.name)
+
+
 def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
-    """Decide the format of every tensor of ``model`` (a prepared model, nodes named)."""
+    """Decide the format of every tensor of ``model``: a prepared model (every node named). A pure
+    function: the model is read, never changed."""
+    check_node_names(model)
     g = _Graph(model)
-    node_names(model)
     op_types = set(config.op_types) if config.op_types is not None else set(DEFAULT_OP_TYPES)
     op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
     if config.quantize_all_op_types:
@@ -397,7 +415,7 @@ def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quant
         return "excluded"
     if node.op_type not in op_types:
         return f"op type {node.op_type} not quantized"
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return f"domain {node.domain}"
     if not any(g.is_float(i) for i in node.input if i) and not any(g.is_float(o) for o in node.output if o):
         return "no float tensors"

@@ -41,7 +41,9 @@ from ..graph.passes.fuse_layernorm import FuseLayerNormPass
 from ..graph.passes.lift_constants import lift_constants_pass
 from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
-from ..graph.passes.upgrade_opset import model_opset, upgrade_opset
+from ..graph.opsets import model_opset
+from ..graph.passes.upgrade_opset import upgrade_opset
+from .plan import node_names
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,7 @@ def prepare(
         except Exception as exc:
             raise PrepareError(f"prepare step '{name}' failed: {exc}") from exc
     result = to_proto(ir_model)
+    node_names(result)  # plans refer to nodes by name: the prepared model has a unique one each
     if check:
         try:
             onnx.checker.check_model(result)
@@ -133,8 +136,7 @@ def prepare(
 def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> int:
     """The opset the quantizer prepares ``model`` for: the model's own, raised to at least
     :data:`~onnxptq.graph.io.TARGET_OPSET` (every quantizer we emit exists there) and ``requested``."""
-    own = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), io.TARGET_OPSET)
-    return max(requested or 0, io.TARGET_OPSET, own)
+    return max(requested or 0, io.TARGET_OPSET, model_opset(model, default=io.TARGET_OPSET))
 
 
 def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:

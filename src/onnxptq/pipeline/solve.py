@@ -59,14 +59,6 @@ def activation_range(tplan: TensorPlan, collector: Any) -> tuple[float, float]:
     return float(rmin), float(rmax)
 
 
-def _weight_range(values: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
-    values = values.astype(np.float32)
-    if axis is None:
-        return np.asarray(values.min() if values.size else 0.0), np.asarray(values.max() if values.size else 0.0)
-    reduce = tuple(i for i in range(values.ndim) if i != axis % values.ndim)
-    return values.min(axis=reduce), values.max(axis=reduce)
-
-
 def _integer_params(quant, rmin, rmax) -> QParams:
     scale, zero_point = integer.compute_scale_zp(
         rmin, rmax, quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range, scale_kind=quant.scale_kind
@@ -129,7 +121,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
             continue
         values = numpy_helper.to_array(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
-        rmin, rmax = _weight_range(values, axis)
+        rmin, rmax = integer.weight_range(values, axis)
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 
     for tplan in plan.tensors.values():
@@ -149,6 +141,6 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
             params[tplan.name] = QParams(scale=scale, zero_point=np.zeros(scale.shape, dtype=np.int32))
         elif quant.is_integer or quant.scaled:
             values = numpy_helper.to_array(inits[tplan.name])
-            rmin, rmax = _weight_range(values, None)
+            rmin, rmax = integer.weight_range(values)
             params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
     return params

@@ -468,12 +468,9 @@ def _session(obj: SessionLike, threads: int | None = None) -> ort.InferenceSessi
     """Use a session as given, or open a CPU session on a model path."""
     if hasattr(obj, "run") and hasattr(obj, "get_inputs"):
         return obj  # type: ignore[return-value]
-    import onnxruntime as ort
+    from ..sessions import open_session
 
-    opts = ort.SessionOptions()
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-    return ort.InferenceSession(str(obj), opts, providers=["CPUExecutionProvider"])
+    return open_session(str(obj), threads=threads)
 
 
 def _run_batches(sess: ort.InferenceSession, images: np.ndarray, batch_size: int) -> list[np.ndarray]:

@@ -23,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 from ...pipeline.plan import Plan
+from ...sessions import open_session
 
 log = logging.getLogger(__name__)
 
@@ -203,15 +204,7 @@ class Runner:
     """
 
     def __init__(self, model: onnx.ModelProto, providers: list[Any], threads: int | None = None, spin: bool = False) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        if not spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+        self.session = open_session(model, providers=providers, threads=threads, spinning=spin)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.batched: bool | None = None  # decided on the first fetch
 

@@ -13,6 +13,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxptq.graph.io import pin_versions
+from onnxptq.graph.opsets import is_onnx_domain, model_opset  # noqa: F401  (re-exported to the passes)
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +41,6 @@ def run_passes(model: onnx.ModelProto, *passes: ir.passes.PassBase) -> onnx.Mode
     for p in passes:
         ir_model = p(ir_model).model
     return to_proto(ir_model)
-
-
-def default_opset(model: ir.Model) -> int:
-    """The model's default-domain opset version (ONNX treats a missing import as an error)."""
-    version = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-    if version is None:
-        raise ValueError("model imports no default-domain ('') opset")
-    return int(version)
-
-
-def is_onnx_domain(domain: str) -> bool:
-    """True for the default ONNX operator domain, however it is spelt."""
-    return domain in ("", "ai.onnx", "onnx.ai")
 
 
 def constant_array(value: ir.Value | None) -> np.ndarray | None:

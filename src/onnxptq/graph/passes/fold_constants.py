@@ -28,7 +28,7 @@ from onnx_ir.passes.common import ShapeInferencePass
 
 from onnxptq.graph.passes._common import (
     constant_array,
-    default_opset,
+    model_opset,
     has_subgraph,
     is_onnx_domain,
     run_passes,
@@ -94,7 +94,7 @@ class FoldConstantsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        opset = default_opset(model)
+        opset = model_opset(model)
         count = 0
         # Topological order lets one sweep fold whole chains: a folded node's result is an
         # initializer by the time its consumers are visited.

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxptq.graph.passes._common import (
     const_operand,
     constant_array,
-    default_opset,
+    model_opset,
     onnx_nodes,
     replace_output,
     rewrite_result,
@@ -22,7 +22,7 @@ class FuseHardSwishPass(ir.passes.InPlacePass):
     """``Mul(x, Clip(Add(x, 3), 0, 6)) / 6`` (or ``· (1/6)``) → ``HardSwish(x)``."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        if default_opset(model) < 14:
+        if model_opset(model) < 14:
             return ir.passes.PassResult(model, modified=False)
         graph = model.graph
         count = 0

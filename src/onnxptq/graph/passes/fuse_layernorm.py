@@ -14,7 +14,7 @@ from onnxptq.graph.passes._common import (
     collect_names,
     const_operand,
     constant_array,
-    default_opset,
+    model_opset,
     make_initializer,
     onnx_nodes,
     replace_output,
@@ -28,7 +28,7 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
     """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add] over the last axis → LayerNormalization."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        if default_opset(model) < 17:
+        if model_opset(model) < 17:
             return ir.passes.PassResult(model, modified=False)
         graph = model.graph
         names = collect_names(model)

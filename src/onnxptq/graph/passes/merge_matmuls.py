@@ -27,7 +27,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxptq.graph.passes._common import (
     collect_names,
     constant_array,
-    default_opset,
+    model_opset,
     is_onnx_domain,
     make_initializer,
     run_passes,
@@ -115,7 +115,7 @@ class MergeMatMulsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
-        opset = default_opset(model)
+        opset = model_opset(model)
         names = collect_names(model)
         groups: dict[tuple, list[_Member]] = defaultdict(list)
         for node in graph:

@@ -16,7 +16,9 @@ import logging
 import onnx
 import onnx.version_converter
 
+from onnxptq.graph import opsets
 from onnxptq.graph.io import ORT_MAX_IR_VERSION, TARGET_OPSET, load_model, pin_versions
+from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +29,10 @@ class OpsetUpgradeError(ValueError):
 
 def model_opset(model: onnx.ModelProto) -> int:
     """The default-domain opset the model imports."""
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    raise OpsetUpgradeError("model imports no default-domain ('') opset")
+    try:
+        return opsets.model_opset(model)
+    except ValueError as exc:
+        raise OpsetUpgradeError(str(exc)) from None
 
 
 def _changed_ops(op_types: set[str], old: int, new: int) -> list[str]:
@@ -49,10 +51,10 @@ def _upgrade_functions(model: onnx.ModelProto, target: int) -> None:
     """Raise each model-local function's default-domain import to ``target`` where that is exact."""
     for function in model.functions:
         imports = {e.domain: e for e in function.opset_import}
-        entry = imports.get("") or imports.get("ai.onnx")
+        entry = next((imports[d] for d in sorted(ONNX_DOMAINS) if d in imports), None)
         if entry is None or entry.version == target:
             continue
-        ops = {n.op_type for n in function.node if n.domain in ("", "ai.onnx")}
+        ops = {n.op_type for n in function.node if is_onnx_domain(n.domain)}
         changed = _changed_ops(ops, entry.version, target)
         if changed:
             raise OpsetUpgradeError(
@@ -76,7 +78,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
     try:
         converted = onnx.version_converter.convert_version(model, target)
     except Exception as exc:
-        ops = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
+        ops = {n.op_type for n in model.graph.node if is_onnx_domain(n.domain)}
         hint = ", ".join(_changed_ops(ops, current, target)) or "none"
         raise OpsetUpgradeError(
             f"onnx.version_converter could not convert the model from opset {current} to {target}: {exc} "

@@ -1,0 +1,108 @@
+"""The one place an onnxruntime ``InferenceSession`` is opened: providers, options, thread counts.
+
+Every stage that runs a model (calibration, the finish check, evaluation, the report, mixed
+precision, finetuning, the tools) asks here, each saying what it needs rather than building
+``SessionOptions`` itself, so a provider choice, a thread policy or a custom-op library is decided
+once. A test (``tests/test_one_home.py``) keeps ``InferenceSession(`` out of every other module.
+
+Models over protobuf's 2 GB limit cannot be passed as bytes: they are written with external data
+into a temporary folder that lives as long as the session.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import onnx
+
+__all__ = ["CPU", "Optimization", "open_session", "optimization_level"]
+
+#: The provider every session uses unless the caller names others.
+CPU = ("CPUExecutionProvider",)
+
+Optimization = Literal["all", "extended", "basic", "none"]
+
+#: Serialized size above which a model is handed to onnxruntime as a file with external data.
+PROTO_LIMIT = 2**31 - 2**24
+
+
+def optimization_level(name: Optimization) -> Any:
+    """onnxruntime's ``GraphOptimizationLevel`` for one of our names."""
+    import onnxruntime as ort
+
+    levels = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }
+    try:
+        return levels[name]
+    except KeyError:
+        raise ValueError(f"graph optimization must be one of {', '.join(levels)}, not {name!r}") from None
+
+
+def open_session(
+    model: onnx.ModelProto | str | os.PathLike,
+    *,
+    providers: Sequence[Any] | None = None,
+    threads: int | None = None,
+    inter_op_threads: int | None = None,
+    optimization: Optimization = "all",
+    spinning: bool = True,
+    memory_arena: bool = True,
+    priority_order: bool = False,
+    log_severity: int = 3,
+    custom_op_libraries: Sequence[str | os.PathLike] = (),
+    optimized_model_path: str | os.PathLike | None = None,
+) -> Any:
+    """An ``InferenceSession`` on ``model`` (a ``ModelProto`` or a path).
+
+    Args:
+        providers: execution providers, as onnxruntime takes them; the CPU provider by default.
+        threads: intra-op threads (onnxruntime's default, one per core, when None).
+        inter_op_threads: inter-op threads (default: onnxruntime's).
+        optimization: graph optimization level; ``"all"`` is what a user's session does by default.
+        spinning: let idle pool threads spin; off where onnxruntime alternates with other work
+            (calibration reductions, torch steps) and spinning threads would take its cores.
+        memory_arena: the CPU memory arena; off where many sessions live at once.
+        priority_order: priority-based execution order (frees intermediate tensors sooner).
+        log_severity: onnxruntime's log level (3 = errors only: our own log says what matters).
+        custom_op_libraries: onnxruntime custom-op libraries to register (models with nodes of a
+            custom domain can then be calibrated; what we emit never needs one).
+        optimized_model_path: where onnxruntime writes the graph it actually runs (the runtime view).
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = log_severity
+    options.graph_optimization_level = optimization_level(optimization)
+    if threads:
+        options.intra_op_num_threads = threads
+    if inter_op_threads:
+        options.inter_op_num_threads = inter_op_threads
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not memory_arena:
+        options.enable_cpu_mem_arena = False
+    if priority_order:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    for library in custom_op_libraries:
+        options.register_custom_ops_library(str(library))
+    if optimized_model_path is not None:
+        options.optimized_model_filepath = str(optimized_model_path)
+    chosen = list(providers) if providers else list(CPU)
+    if not isinstance(model, onnx.ModelProto):
+        return ort.InferenceSession(str(model), options, providers=chosen)
+    if model.ByteSize() <= PROTO_LIMIT:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=chosen)
+    folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
+    path = Path(folder.name) / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data")
+    session = ort.InferenceSession(str(path), options, providers=chosen)
+    weakref.finalize(session, folder.cleanup)
+    return session
