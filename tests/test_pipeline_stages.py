@@ -180,3 +180,15 @@ def test_emit_writes_qdq_pairs_node_by_node():
 
     ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": np.zeros((1, 3, 8, 8), np.float32)})
+
+
+def test_the_plan_decides_each_tensors_calibration():
+    """Calibration (which collector) and solve (how to read it) both take their options from the plan."""
+    config = QuantConfig(activation=make_tensor_quant("uint8", symmetric=False, calibration="percentile", percentile=99.9),
+                         weight=make_tensor_quant("int8", symmetric=True, per_channel=True))
+    plan = make_plan(conv_relu_concat(), config)
+    x = plan.tensors["x"]
+    assert x.collector_spec(512) == {"method": "percentile", "symmetric": False, "percentile": 99.9, "num_bins": 512}
+    assert x.range_options() == {"method": "percentile", "symmetric": False, "percentile": 99.9, "qmin": 0, "qmax": 255}
+    per_channel = make_plan(conv_relu_concat(), int8_config(True)).tensors["x"]
+    assert per_channel.collector_spec() == {"method": "minmax", "symmetric": True}

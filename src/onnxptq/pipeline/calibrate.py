@@ -132,18 +132,11 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
         if name in wanted:
             continue
-        tplan = plan.tensors[name]
-        # A dual-quant boundary whose consumer side needs no statistics calibrates for its producer side.
-        quant = tplan.quant if tplan.quant.needs_calibration or tplan.producer_quant is None else tplan.producer_quant
-        if quant.per_channel and tplan.axis is not None:
-            wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, tplan.axis)
-            continue
-        spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
-        if quant.calibration == "percentile":
-            spec["percentile"] = quant.percentile
-        if cfg.calibration.num_bins is not None:
-            spec["num_bins"] = cfg.calibration.num_bins
-        wanted[name] = spec
+        spec = plan.tensors[name].collector_spec(cfg.calibration.num_bins)
+        if "per_channel_axis" in spec:
+            wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, spec["per_channel_axis"])
+        else:
+            wanted[name] = spec
     if not wanted:
         # Nothing needs statistics, but the feeds still validate the data and give eval samples.
         for _ in feeds:

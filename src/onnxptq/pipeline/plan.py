@@ -79,6 +79,39 @@ class TensorPlan:
     producer_axis: int | None = None
     producer_consumers: list[str] = field(default_factory=list)
 
+    def statistics_quant(self) -> TensorQuant:
+        """The format this tensor's calibration statistics serve: its own, or at a dual-quant
+        boundary whose consumer side needs none, the producer side's."""
+        if self.quant.needs_calibration or self.producer_quant is None:
+            return self.quant
+        return self.producer_quant
+
+    def collector_spec(self, num_bins: int | None = None) -> dict[str, Any]:
+        """What the calibration collector of this tensor must gather (``calibration.methods.
+        make_collector`` arguments), or ``{"per_channel_axis": axis}`` for per-channel min/max."""
+        quant = self.statistics_quant()
+        if quant.per_channel and self.axis is not None:
+            return {"per_channel_axis": self.axis}
+        spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
+        if quant.calibration == "percentile":
+            spec["percentile"] = quant.percentile
+        if num_bins is not None:
+            spec["num_bins"] = num_bins
+        return spec
+
+    def range_options(self) -> dict[str, Any]:
+        """How solve turns this tensor's statistics into a range (``calibration.methods.compute_range``
+        arguments besides the collector): the method, symmetry, percentile and integer grid."""
+        quant = self.quant
+        options: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
+        if quant.calibration == "percentile":
+            options["percentile"] = quant.percentile
+        if quant.is_integer:
+            from ..formats.integer import qrange
+
+            options["qmin"], options["qmax"] = qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
+        return options
+
     def producer_view(self) -> "TensorPlan | None":
         """This tensor as the producer-side quantizer sees it (None without dual quant nodes)."""
         if self.producer_quant is None:

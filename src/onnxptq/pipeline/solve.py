@@ -48,14 +48,8 @@ class CalibrationMissingError(RuntimeError):
 
 def activation_range(tplan: TensorPlan, collector: Any) -> tuple[float, float]:
     """The calibrated (rmin, rmax) of an activation by its plan's method."""
-    quant = tplan.quant
-    options: dict[str, Any] = {"symmetric": quant.symmetric}
-    if quant.calibration == "percentile":
-        options["percentile"] = quant.percentile
-    if quant.is_integer:
-        qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
-        options.update(qmin=qmin, qmax=qmax)
-    rmin, rmax = methods.compute_range(collector, quant.calibration, **options)
+    options = tplan.range_options()
+    rmin, rmax = methods.compute_range(collector, options.pop("method"), **options)
     return float(rmin), float(rmax)
 
 
