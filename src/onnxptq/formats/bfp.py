@@ -42,6 +42,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .blocks import from_blocks, to_blocks
+
 log = logging.getLogger(__name__)
 
 #: Method names accepted; "to_bfp_prime_shared" is the tool's legacy spelling of "to_bfp_prime".
@@ -282,17 +284,10 @@ def fake_quantize(
     if a["convert_to_bfloat_before_bfp"]:
         xf = xf.astype(ml_dtypes.bfloat16).astype(np.float32)
 
-    bs = a["block_size"]
-    moved = np.moveaxis(xf, ax, -1)
-    n = moved.shape[-1]
-    nb = -(-n // bs)
-    padded = np.zeros(moved.shape[:-1] + (nb * bs,), np.float32)
-    padded[..., :n] = moved
-    blocks = padded.reshape(moved.shape[:-1] + (nb, bs))
+    blocks, view = to_blocks(xf, ax, a["block_size"])
     m = a["bit_width"] - 9
     if a["bfp_method"] == "to_bfp":
         out = _to_bfp_blocks(blocks, m, a["rounding_mode"], bool(a["use_compiler_version_cpu_kernel"]))
     else:
         out = _to_bfp_prime_blocks(blocks, m, a["sub_block_size"], a["sub_block_shift_bits"], a["rounding_mode"])
-    out = out.reshape(padded.shape)[..., :n]
-    return np.ascontiguousarray(np.moveaxis(out, -1, ax)).astype(x.dtype)
+    return np.ascontiguousarray(from_blocks(out, view)).astype(x.dtype)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import MX_ELEMENT_DTYPES
+from .blocks import from_blocks, to_blocks
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,8 @@ def fake_quantize(
     if x.size == 0:
         return x.copy()
     ax = normalize_axis(int(axis), x.ndim)
-    xf = np.moveaxis(np.atleast_1d(x).astype(np.float32), ax, -1)
-    n = xf.shape[-1]
-    nb = -(-n // block_size)
-    pad = nb * block_size - n
-    xp = np.concatenate([xf, np.zeros(xf.shape[:-1] + (pad,), np.float32)], axis=-1) if pad else xf
-    xb = xp.reshape(xf.shape[:-1] + (nb, block_size)).astype(np.float64)
+    blocks, view = to_blocks(np.atleast_1d(x).astype(np.float32), ax, block_size)
+    xb = blocks.astype(np.float64)
 
     finite = np.isfinite(xb)
     a = np.where(finite, np.abs(xb), 0.0)
@@ -191,6 +188,4 @@ def fake_quantize(
             total = total + delta[..., i : i + 1]
         y = np.where(total < 0, _dequant(xb, exp1, fmt, rounding_mode), y)
     y = np.where(finite, y, xb).astype(np.float32)
-    y = y.reshape(xp.shape)[..., :n]
-    out = np.moveaxis(y, -1, ax).reshape(x.shape)
-    return out.astype(x.dtype)
+    return from_blocks(y, view).reshape(x.shape).astype(x.dtype)

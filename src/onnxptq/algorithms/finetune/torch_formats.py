@@ -23,6 +23,7 @@ import torch
 from ...formats import bfp as bfp_ref
 from ...formats import mx as mx_ref
 from ...formats.base import FLOAT_FORMATS, INTEGER_FORMATS, check_format
+from ...formats.blocks import from_blocks, to_blocks
 from ...formats.floating import float_type, resolve_saturate
 from ...formats.integer import int_type
 
@@ -222,19 +223,13 @@ def fake_quantize_bfp(x: torch.Tensor, **attrs: Any) -> torch.Tensor:
     xf = x.to(torch.float32)
     if a["convert_to_bfloat_before_bfp"]:
         xf = xf.to(torch.bfloat16).to(torch.float32)
-    bs = a["block_size"]
-    moved = torch.movedim(xf, ax, -1)
-    n = moved.shape[-1]
-    nb = -(-n // bs)
-    padded = torch.nn.functional.pad(moved, (0, nb * bs - n)) if nb * bs != n else moved
-    blocks = padded.reshape(moved.shape[:-1] + (nb, bs))
+    blocks, view = to_blocks(xf, ax, a["block_size"])
     m = a["bit_width"] - 9
     if a["bfp_method"] == "to_bfp":
         out = _to_bfp_blocks(blocks, m, a["rounding_mode"], bool(a["use_compiler_version_cpu_kernel"]))
     else:
         out = _to_bfp_prime_blocks(blocks, m, a["sub_block_size"], a["sub_block_shift_bits"], a["rounding_mode"])
-    out = out.reshape(padded.shape)[..., :n]
-    return torch.movedim(out, -1, ax).contiguous().to(x.dtype)
+    return from_blocks(out, view).contiguous().to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------ MX
@@ -281,12 +276,8 @@ def fake_quantize_mx(x: torch.Tensor, *, element_dtype: str = "int8", axis: int 
     if x.numel() == 0:
         return x.clone()
     ax = mx_ref.normalize_axis(int(axis), x.dim())
-    xf = torch.movedim(torch.atleast_1d(x).to(torch.float32), ax, -1)
-    n = xf.shape[-1]
-    nb = -(-n // block_size)
-    pad = nb * block_size - n
-    xp = torch.nn.functional.pad(xf, (0, pad)) if pad else xf
-    xb = xp.reshape(xf.shape[:-1] + (nb, block_size)).to(torch.float64)
+    blocks, view = to_blocks(torch.atleast_1d(x).to(torch.float32), ax, block_size)
+    xb = blocks.to(torch.float64)
     finite = torch.isfinite(xb)
     a = torch.where(finite, torch.abs(xb), torch.zeros_like(xb))
     amax = a.amax(dim=-1, keepdim=True)
@@ -304,8 +295,7 @@ def fake_quantize_mx(x: torch.Tensor, *, element_dtype: str = "int8", axis: int 
             total = total + delta[..., i : i + 1]
         y = torch.where(total < 0, y1_raw, y)
     y = torch.where(finite, y, xb).to(torch.float32)
-    y = y.reshape(xp.shape)[..., :n]
-    return torch.movedim(y, -1, ax).reshape(x.shape).to(x.dtype)
+    return from_blocks(y, view).reshape(x.shape).to(x.dtype)
 
 
 # ------------------------------------------------------------------------------------ dispatch
