@@ -54,7 +54,6 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -63,6 +62,7 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
+from .body import Body, view_static
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -101,73 +101,10 @@ def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) ->
     return name if view is None else f"{name}_{view}"
 
 
-class _Graph:
-    """A list of nodes with SSA names."""
-
-    def __init__(self, counter: itertools.count, opset: int, root: "_Graph | None" = None) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.counter = counter
-        self.opset = opset
-        self._consts: dict[tuple, str] = {}
-        #: Constants go to the function's top level, shared by every subgraph (fewer nodes).
-        self.root = root if root is not None else self
-
-    def shp(self, op_type: str, *inputs: str, **attrs: Any) -> str:
-        """An op on shapes (of ``x`` and constants only), placed once at the function's top level
-        and shared by every branch that asks for it (fewer nodes to load)."""
-        root = self.root
-        key = (op_type, inputs, tuple(sorted((k, repr(v)) for k, v in attrs.items())))
-        memo = root.__dict__.setdefault("_memo", {})
-        if key not in memo:
-            memo[key] = root.op(op_type, *inputs, **attrs)
-        return memo[key]
-
-    def sub(self) -> "_Graph":
-        """A subgraph's node list (an If branch built before its If node is added)."""
-        return _Graph(self.counter, self.opset, self.root)
-
-    def fresh(self, hint: str) -> str:
-        return f"{hint}_{next(self.counter)}"
-
-    def op(self, op_type: str, *inputs: str, hint: str | None = None, **attrs: Any) -> str:
-        out = self.fresh(hint or op_type.lower())
-        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
-        return out
-
-    def const(self, value: Any, dtype: Any = np.float32) -> str:
-        """A Constant node, one per distinct value (every node costs session-creation time)."""
-        if self.root is not self:
-            return self.root.const(value, dtype)
-        arr = np.asarray(value, dtype=dtype)
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
-        if key in self._consts:
-            return self._consts[key]
-        out = self._consts[key] = self.fresh("c")
-        self.nodes.append(
-            helper.make_node("Constant", [], [out], value=onnx.numpy_helper.from_array(arr, out))
-        )
-        return out
-
-    def i64(self, *values: int) -> str:
-        return self.const(list(values), np.int64)
-
-    def i64s(self, value: int) -> str:
-        """A scalar (rank 0) int64 constant."""
-        return self.const(value, np.int64)
-
-    def reduce(self, op_type: str, x: str, axes: list[int] | None, keepdims: int = 1) -> str:
-        """Reduce over ``axes`` (None: all), with axes as input from opset 18 (13 for ReduceSum)."""
-        if axes is None:
-            return self.op(op_type, x, keepdims=keepdims)
-        if op_type == "ReduceSum" or self.opset >= 18:
-            return self.op(op_type, x, self.i64(*axes), keepdims=keepdims)
-        return self.op(op_type, x, axes=axes, keepdims=keepdims)
-
-
 # ------------------------------------------------------------------------------- building blocks
 
 
-def _pow2_floor(g: _Graph, a: str, scale: float = 1.0) -> str:
+def _pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
     """``2^floor(log2 a)·scale`` for finite ``a >= 2^-127`` and a power of two ``scale``, exactly,
     with arithmetic only.
 
@@ -185,7 +122,7 @@ def _pow2_floor(g: _Graph, a: str, scale: float = 1.0) -> str:
     return g.op("Cast", h, to=_F)
 
 
-def _round(g: _Graph, v: str, mode: int, py3_zero: bool, zero: str) -> str:
+def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
     """Round ``v`` (float32 codes) the way the reference does, signs of zero included.
 
     Full-tensor ``Where`` is ~20x slower than arithmetic in onnxruntime, so corrections are
@@ -215,14 +152,14 @@ def _round(g: _Graph, v: str, mode: int, py3_zero: bool, zero: str) -> str:
     return g.op("Sub", q, g.op("Sub", g.const(0.0), g.op("Mul", hit, sign)))
 
 
-def _nonfinite(g: _Graph, x: str) -> str:
+def _nonfinite(g: Body, x: str) -> str:
     return g.op("Or", g.op("IsNaN", x), g.op("IsInf", x))
 
 
 # ------------------------------------------------------------------------------------ to_bfp
 
 
-def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any], zero: str | None = None) -> str:
+def _bfp_quant(g: Body, xr: str, amax: str, smax: str | None, a: dict[str, Any], zero: str | None = None) -> str:
     """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| clamped below at 2^-127
     (and the maxima of x, for the compiler kernel) over its finite elements; finite elements come
     out right. ``zero``: a runtime +0 scalar, if the caller has one (a scalar broadcasts faster)."""
@@ -244,7 +181,7 @@ def _bfp_quant(g: _Graph, xr: str, amax: str, smax: str | None, a: dict[str, Any
     return g.op("Mul", q, s)
 
 
-def _bfp_exact(g: _Graph, xr: str, a: dict[str, Any]) -> str:
+def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
     """to_bfp on any ``xr`` (rows, bs, post): block maxima without Inf/NaN, which pass through."""
     special = _nonfinite(g, xr)
     xz = g.op("Where", special, g.const(0.0), xr)
@@ -259,7 +196,7 @@ def _bfp_exact(g: _Graph, xr: str, a: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ to_bfp_prime
 
 
-def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
+def _prime_quant(g: Body, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
     """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|.
 
     The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1): with ``chain`` the
@@ -285,7 +222,7 @@ def _prime_quant(g: _Graph, x5: str, sbmax: str, bmax: str, a: dict[str, Any], f
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
-def _prime_exact(g: _Graph, x5: str, a: dict[str, Any], finite: bool = False) -> str:
+def _prime_exact(g: Body, x5: str, a: dict[str, Any], finite: bool = False) -> str:
     """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
     Inf/NaN becomes NaN (``finite``: the caller knows there is none)."""
     ax = g.op("Abs", x5)
@@ -306,7 +243,7 @@ def _prime_exact(g: _Graph, x5: str, a: dict[str, Any], finite: bool = False) ->
 # --------------------------------------------------------------------------------- fast paths
 
 
-def _prime_view(g: _Graph, xr: str, post: str | None, a: dict[str, Any]) -> tuple[str, Any]:
+def _prime_view(g: Body, xr: str, post: str | None, a: dict[str, Any]) -> tuple[str, Any]:
     """(rows, nsb, k, post) sub-block view of ``xr`` (rows, bs, post), and its inverse."""
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     nsb = -(-bs // k)
@@ -314,12 +251,12 @@ def _prime_view(g: _Graph, xr: str, post: str | None, a: dict[str, Any]) -> tupl
     if nsb * k != bs:  # a shorter last sub-block: zero-pad every block (zeros never win a max)
         xk = g.op("Pad", xr, g.i64(0, 0, 0, 0, nsb * k - bs, 0))
     # post None: the (1, bs, blocks) view of :func:`_view_last`.
-    x5 = g.op("Reshape", xk, g.i64(1, nsb, k, -1) if post is None else g.shp("Concat", g.i64(-1, nsb, k), post, axis=0))
+    x5 = g.op("Reshape", xk, g.i64(1, nsb, k, -1) if post is None else g.shared("Concat", g.i64(-1, nsb, k), post, axis=0))
     if nsb * k == bs:
         return x5, lambda y: y
 
     def restore(y5: str) -> str:
-        yk = g.op("Reshape", y5, g.i64(1, nsb * k, -1) if post is None else g.shp("Concat", g.i64(-1, nsb * k), post, axis=0))
+        yk = g.op("Reshape", y5, g.i64(1, nsb * k, -1) if post is None else g.shared("Concat", g.i64(-1, nsb * k), post, axis=0))
         return g.op("Slice", yk, g.i64(0), g.i64(bs), g.i64(1))
 
     return x5, restore
@@ -368,55 +305,32 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}"
 
 
-def _view_static(g: _Graph, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
-    """(rows, bs, post) view of ``xf`` (``x`` flattened; rank >= 2) for a known padding of the block axis; the
-    result's ``restore`` undoes it. Inside the body the tensor has >= 2 elements, so -1 in a
-    Reshape target is safe. The shape arithmetic sits at the top level, shared by the branches."""
-    post = g.i64(1) if axis == -1 else g.shp("ReduceProd", g.shp("Shape", "x", start=axis + 1), keepdims=1)
-    target = g.shp("Concat", g.i64(-1, bs), post, axis=0)
-    if pad == 0:
-        return g.op("Reshape", xf, target), post, lambda y: y
-    chan = g.shp("Shape", "x", start=axis) if axis == -1 else g.shp("Shape", "x", start=axis, end=axis + 1)
-    x3 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan, post, axis=0))
-    xr = g.op("Reshape", g.op("Pad", x3, g.i64(0, 0, 0, 0, pad, 0)), target)
-
-    def restore(y: str) -> str:
-        y3 = g.op("Reshape", y, g.shp("Concat", g.i64(-1), g.shp("Add", chan, g.i64(pad)), post, axis=0))
-        return g.op("Slice", y3, g.i64(0), g.i64(-pad), g.i64(1))
-
-    return xr, post, restore
-
-
-def _view_generic(g: _Graph, xf: str, axis: int, bs: int) -> tuple[str, str, Any]:
+def _view_generic(g: Body, xf: str, axis: int, bs: int) -> tuple[str, str, Any]:
     """(rows, bs, post) view of ``xf`` (``x`` flattened) of any shape: the axis is always padded
     (by 0 when it divides) and sliced back — two copies, no branch. The shape arithmetic sits at
     the top level, shared by the branches."""
-    shape = g.shp("Shape", "x")
-    rank = g.shp("Size", shape)
-    norm = g.i64s(axis) if axis >= 0 else g.shp("Add", rank, g.i64s(axis))
-    ax = g.shp("Where", g.shp("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
-    ax = g.shp("Where", g.shp("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
-    chan = g.shp("Gather", shape, ax)
-    ax1 = g.shp("Unsqueeze", g.shp("Add", ax, g.i64s(1)), g.i64(0))
-    post = g.shp("ReduceProd", g.shp("Slice", shape, ax1, g.i64(_I64_MAX)), keepdims=1)
-    cp = g.shp("Mul", g.shp("Div", g.shp("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
-    chan1, cp1 = g.shp("Unsqueeze", chan, g.i64(0)), g.shp("Unsqueeze", cp, g.i64(0))
-    x3 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan1, post, axis=0))
-    pads = g.shp("Concat", g.i64(0, 0, 0, 0), g.shp("Sub", cp1, chan1), g.i64(0), axis=0)
-    xr = g.op("Reshape", g.op("Pad", x3, pads), g.shp("Concat", g.i64(-1, bs), post, axis=0))
+    shape = g.shared("Shape", "x")
+    rank = g.shared("Size", shape)
+    norm = g.i64s(axis) if axis >= 0 else g.shared("Add", rank, g.i64s(axis))
+    ax = g.shared("Where", g.shared("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
+    ax = g.shared("Where", g.shared("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
+    chan = g.shared("Gather", shape, ax)
+    ax1 = g.shared("Unsqueeze", g.shared("Add", ax, g.i64s(1)), g.i64(0))
+    post = g.shared("ReduceProd", g.shared("Slice", shape, ax1, g.i64(_I64_MAX)), keepdims=1)
+    cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
+    chan1, cp1 = g.shared("Unsqueeze", chan, g.i64(0)), g.shared("Unsqueeze", cp, g.i64(0))
+    x3 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan1, post, axis=0))
+    pads = g.shared("Concat", g.i64(0, 0, 0, 0), g.shared("Sub", cp1, chan1), g.i64(0), axis=0)
+    xr = g.op("Reshape", g.op("Pad", x3, pads), g.shared("Concat", g.i64(-1, bs), post, axis=0))
 
     def restore(y: str) -> str:
-        y3 = g.op("Reshape", y, g.shp("Concat", g.i64(-1), cp1, post, axis=0))
+        y3 = g.op("Reshape", y, g.shared("Concat", g.i64(-1), cp1, post, axis=0))
         return g.op("Slice", y3, g.i64(0), chan1, g.i64(1))
 
     return xr, post, restore
 
 
-def _branch(g: _Graph, y: str, name: str) -> onnx.GraphProto:
-    return helper.make_graph(g.nodes, name, [], [helper.make_tensor_value_info(y, _F, None)])
-
-
-def _view_last(g: _Graph, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
+def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
     """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
 
     With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
@@ -424,14 +338,14 @@ def _view_last(g: _Graph, xf: str, bs: int, pad: int | None) -> tuple[str, str, 
     element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
     zero-padding of the axis, or None to compute it.
     """
-    chan = g.shp("Shape", "x", start=-1)
+    chan = g.shared("Shape", "x", start=-1)
     if pad is None:
-        cp = g.shp("Mul", g.shp("Div", g.shp("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
-        pads = g.shp("Concat", g.i64(0, 0, 0), g.shp("Sub", cp, chan), axis=0)
+        cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
+        pads = g.shared("Concat", g.i64(0, 0, 0), g.shared("Sub", cp, chan), axis=0)
     else:
-        cp = g.shp("Add", chan, g.i64(pad)) if pad else chan
+        cp = g.shared("Add", chan, g.i64(pad)) if pad else chan
         pads = g.i64(0, 0, 0, pad) if pad else None
-    x2 = g.op("Reshape", xf, g.shp("Concat", g.i64(-1), chan, axis=0))
+    x2 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan, axis=0))
     if pads is not None:
         x2 = g.op("Pad", x2, pads)
     xt = g.op("Transpose", g.op("Reshape", x2, g.i64(-1, bs)), perm=[1, 0])
@@ -439,13 +353,13 @@ def _view_last(g: _Graph, xf: str, bs: int, pad: int | None) -> tuple[str, str, 
 
     def restore(y: str) -> str:
         yt = g.op("Transpose", g.op("Reshape", y, g.i64(bs, -1)), perm=[1, 0])
-        y2 = g.op("Reshape", yt, g.shp("Concat", g.i64(-1), cp, axis=0))
+        y2 = g.op("Reshape", yt, g.shared("Concat", g.i64(-1), cp, axis=0))
         return y2 if pads is None else g.op("Slice", y2, g.i64(0), chan, g.i64(1), g.i64(1))
 
     return xr, None, restore
 
 
-def _view(g: _Graph, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:
+def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:
     """The (rows, bs, post) view for ``view`` (see :func:`variant`), its inverse, and the
     attributes the formulas see (a ``"c<n>"`` view has blocks of n)."""
     bs = a["block_size"]
@@ -458,28 +372,28 @@ def _view(g: _Graph, xf: str, a: dict[str, Any], view: str | None) -> tuple[str,
         return (*_view_generic(g, xf, a["axis"], bs), a)
     if view.startswith("c"):
         a = dict(a, block_size=int(view[1:]))
-        return (*_view_static(g, xf, a["axis"], a["block_size"], 0), a)
-    return (*_view_static(g, xf, a["axis"], bs, int(view[1:])), a)
+        return (*view_static(g, xf, a["axis"], a["block_size"], 0), a)
+    return (*view_static(g, xf, a["axis"], bs, int(view[1:])), a)
 
 
-def _main_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, finite: str, zero: str) -> onnx.GraphProto:
+def _main_graph(top: Body, xf: str, a: dict[str, Any], view: str | None, finite: str, zero: str) -> onnx.GraphProto:
     """A tensor of >= 2 elements: the blocked view, the block maxima, then an ``If``: the plain
     formulas when ``finite`` (and, for to_bfp_prime, no block is so small that a subnormal input,
     which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
     least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
     (session creation), not speed."""
-    g = top.sub()
+    g = top.branch()
     xr, post, restore, a = _view(g, xf, a, view)
-    quant, exact = g.sub(), g.sub()
+    quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp":
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
         smax = g.reduce("ReduceMax", xr, [1])
         amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.const(2.0**-127))
         quant_y = _bfp_quant(quant, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
         exact_y = _bfp_exact(exact, xr, a)
-        yr = g.op("If", finite, then_branch=_branch(quant, quant_y, g.fresh("quant")),
-                  else_branch=_branch(exact, exact_y, g.fresh("masked")))
+        yr = g.op("If", finite, then_branch=quant.graph(quant_y, g.fresh("quant")),
+                  else_branch=exact.graph(exact_y, g.fresh("masked")))
     else:
         m = a["bit_width"] - 9
         x5, restore5 = _prime_view(g, xr, post, a)
@@ -490,10 +404,10 @@ def _main_graph(top: _Graph, xf: str, a: dict[str, Any], view: str | None, finit
         any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0), g.const(0.0))
         quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=(1 << a["sub_block_shift_bits"]) - 1 <= 3)
         exact_y = _prime_exact(exact, x5, a)
-        y5 = g.op("If", g.op("And", finite, g.op("Not", any_low)), then_branch=_branch(quant, quant_y, g.fresh("quant")),
-                  else_branch=_branch(exact, exact_y, g.fresh("masked")))
+        y5 = g.op("If", g.op("And", finite, g.op("Not", any_low)), then_branch=quant.graph(quant_y, g.fresh("quant")),
+                  else_branch=exact.graph(exact_y, g.fresh("masked")))
         yr = restore5(y5)
-    return _branch(g, restore(yr), top.fresh("main"))
+    return g.graph(restore(yr), top.fresh("main"))
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None) -> onnx.FunctionProto:
@@ -506,7 +420,7 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None)
     onnxruntime (whose cost grows with the square of the values it plans), so hundreds of
     quantizers stay cheap to load.
     """
-    top = _Graph(itertools.count(), opset)
+    top = Body(opset)
     attrs = a
     # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
     # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.

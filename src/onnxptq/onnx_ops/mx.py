@@ -40,6 +40,7 @@ from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
+from onnxptq.onnx_ops.body import Body, view_static
 
 log = logging.getLogger(__name__)
 
@@ -67,64 +68,7 @@ def function_name(
     return name
 
 
-class _Body:
-    """Collects the nodes of a function body (or of an ``If`` branch) with fresh value names.
-
-    Branches share their parent's name counter: names must be unique across the whole body.
-    """
-
-    def __init__(self, parent: "_Body | None" = None) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self._root = parent._root if parent is not None else self
-        self._count = 0
-        self._consts: dict[tuple, str] = {}
-
-    def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs: Any) -> str:
-        outs = [self._fresh(op_type) for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
-        return outs[0]
-
-    def const(self, value: Any, dtype: Any = np.float32) -> str:
-        """A Constant node, one per distinct value (every node costs session-creation time)."""
-        arr = np.asarray(value, dtype=dtype)
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
-        if key in self._consts:
-            return self._consts[key]
-        name = self._consts[key] = self._fresh("c")
-        self.nodes.append(
-            helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name))
-        )
-        return name
-
-    def attr_int(self, attr: str) -> str:
-        """A scalar int64 holding the calling node's attribute ``attr``."""
-        name = self._fresh(attr)
-        node = helper.make_node("Constant", [], [name])
-        node.attribute.append(
-            onnx.AttributeProto(name="value_int", ref_attr_name=attr, type=onnx.AttributeProto.INT)
-        )
-        self.nodes.append(node)
-        return name
-
-    def branch(self) -> "_Body":
-        return _Body(self)
-
-    def graph(self, output: str, elem_type: int = TensorProto.FLOAT) -> onnx.GraphProto:
-        """This body as an ``If`` branch returning ``output``."""
-        final = self._fresh("out")
-        self.nodes.append(helper.make_node("Identity", [output], [final]))
-        return helper.make_graph(self.nodes, self._fresh("branch"), [],
-                                 [helper.make_tensor_value_info(final, elem_type, None)])
-
-    def if_(self, cond: str, then: onnx.GraphProto, orelse: onnx.GraphProto) -> str:
-        return self.op("If", cond, then_branch=then, else_branch=orelse)
-
-    def _fresh(self, hint: str) -> str:
-        self._root._count += 1
-        return f"{hint}_{self._root._count}"
-
-
-def _block_scale(b: _Body, amax: str, fmt: ElementFormat) -> str:
+def _block_scale(b: Body, amax: str, fmt: ElementFormat) -> str:
     """The E8M0 block scale ``2**max(floor(log2(amax)) - emax, -127)`` (amax finite, ≥ 0), exactly.
 
     ``2**floor(log2(s))`` comes from Veltkamp splitting to one bit, ``hi = c - (c - s)`` with
@@ -145,7 +89,7 @@ def _block_scale(b: _Body, amax: str, fmt: ElementFormat) -> str:
     return b.op("Max", b.op("Mul", p, b.const(2.0**-fmt.emax)), b.const(2.0**E8M0_MIN))
 
 
-def _round_int(b: _Body, w: str, rounding_mode: int) -> str:
+def _round_int(b: Body, w: str, rounding_mode: int) -> str:
     """Round to integer: 0 half away, 1 half up, 2 half even; ties found exactly, -0 kept.
 
     ``Round`` is RNE (and keeps the sign of zero). The other modes differ only at exact ties,
@@ -164,7 +108,7 @@ def _round_int(b: _Body, w: str, rounding_mode: int) -> str:
     return b.op("Where", toward_zero, b.op("Add", r, sign), r)
 
 
-def _quantize(b: _Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> str:
+def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> str:
     """Fake-quantize the blocked tensor ``x4`` with per-block scale ``scale`` = 2**X.
 
     Finite inputs only; an Inf input gives a finite value here (the caller restores it).
@@ -187,7 +131,7 @@ def _quantize(b: _Body, x4: str, a: str, scale: str, fmt: ElementFormat, roundin
 
 
 def _fake_quantize_blocks(
-    b: _Body, x4: str, a: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
+    b: Body, x4: str, a: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
 ) -> str:
     """The quantized blocked tensor. ``finite``: the caller knows ``x4`` holds no Inf/NaN."""
     axes = b.const([1], np.int64)
@@ -222,7 +166,7 @@ def _fake_quantize_blocks(
     return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
-def _unranked(b: _Body, t: str) -> str:
+def _unranked(b: Body, t: str) -> str:
     """``t`` unchanged, of a rank shape inference cannot know (see :func:`onnxptq.onnx_ops.bfp._unranked`:
     onnxruntime's allocation planner never compares such a tensor with its free buffers)."""
     sh = b.op("Shape", t)
@@ -244,7 +188,7 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
     return (-int(n)) % block_size
 
 
-def _view_generic(b: _Body, xf: str):
+def _view_generic(b: Body, xf: str):
     """(rows, block_size, post) view of ``xf`` for any shape, axis and block size (attribute
     references): the axis is always padded (by 0 when it divides) and sliced back."""
     shp = b.op("Shape", "x")
@@ -273,27 +217,6 @@ def _view_generic(b: _Body, xf: str):
     return xr, restore
 
 
-def _view_static(b: _Body, xf: str, axis: int, block_size: int, pad: int):
-    """(rows, block_size, post) view of ``xf`` (rank >= 2) for a known padding of the axis."""
-    if axis == -1:
-        post = b.const([1], np.int64)
-    else:
-        post = b.op("ReduceProd", b.op("Shape", "x", start=axis + 1), keepdims=1)
-    target = b.op("Concat", b.const([-1, block_size], np.int64), post, axis=0)
-    if pad == 0:
-        return b.op("Reshape", xf, target), lambda y: y
-    chan = b.op("Shape", "x", start=axis) if axis == -1 else b.op("Shape", "x", start=axis, end=axis + 1)
-    x3 = b.op("Reshape", xf, b.op("Concat", b.const([-1], np.int64), chan, post, axis=0))
-    xr = b.op("Reshape", b.op("Pad", x3, b.const([0, 0, 0, 0, pad, 0], np.int64)), target)
-
-    def restore(y: str) -> str:
-        cp = b.op("Add", chan, b.const([pad], np.int64))
-        y3 = b.op("Reshape", y, b.op("Concat", b.const([-1], np.int64), cp, post, axis=0))
-        return b.op("Slice", y3, b.const([0], np.int64), b.const([-pad], np.int64), b.const([1], np.int64))
-
-    return xr, restore
-
-
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None,
@@ -312,15 +235,15 @@ def make_function(
     creation (see :func:`onnxptq.onnx_ops.bfp._function`) and is folded away for static shapes.
     """
     fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
-    top = _Body()
+    top = Body()
     # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
     # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
     xf = top.op("Reshape", top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
-    b = _Body(top)
+    b = top.branch()
     if static is None:
         x4, restore = _view_generic(b, xf)
     else:
-        x4, restore = _view_static(b, xf, *static)
+        x4, _, restore = view_static(b, xf, *static)
     a = b.op("Abs", x4)
     y_fast = _fake_quantize_blocks(b, x4, a, fmt, rounding_mode, scale_search, finite=True)
     total = b.op("ReduceSum", a, b.const([1, 2], np.int64), keepdims=0)
@@ -331,13 +254,12 @@ def make_function(
     body_y = restore(b.op("ScatterND", y_fast, idx, y_slow))
 
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
-    keep_y = top._fresh("keep")
-    keep = helper.make_graph([helper.make_node("Identity", [xf], [keep_y])], top._fresh("empty"),
+    keep_y = top.fresh("keep")
+    keep = helper.make_graph([helper.make_node("Identity", [xf], [keep_y])], top.fresh("empty"),
                              [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
-    body = helper.make_graph(b.nodes, top._fresh("quantize"), [],
-                             [helper.make_tensor_value_info(body_y, TensorProto.FLOAT, None)])
+    body = b.graph(body_y, top.fresh("quantize"))
     empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
-    y = top.op("Reshape", top.if_(empty, keep, body), top.op("Shape", "x"))
+    y = top.op("Reshape", top.op("If", empty, then_branch=keep, else_branch=body), top.op("Shape", "x"))
     top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     return helper.make_function(
         DOMAIN,

@@ -1,0 +1,113 @@
+"""The builder of our ONNX function bodies (nodes with fresh SSA names, shared constants, branches)
+and the block view both block families use.
+
+The BFP and MX functions are built with :class:`Body`, and view a tensor as blocks with
+:func:`view_static` when the padding is known at build time (the ONNX counterpart of
+:func:`onnxptq.formats.blocks.to_blocks`). Names are unique across the whole body (its ``If``
+branches share the top level's counter); constants and shape arithmetic go to the top level once
+and every branch reads them from there, because each node costs onnxruntime session-creation time
+and a value computed in two branches would be computed and planned twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+
+class Body:
+    """A list of nodes (a function body, or one ``If`` branch of it via :meth:`branch`)."""
+
+    def __init__(self, opset: int = 0, parent: "Body | None" = None) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.root: Body = parent.root if parent is not None else self
+        self.opset = parent.opset if parent is not None else opset
+        if parent is None:
+            self._counter = itertools.count()
+            self._consts: dict[tuple, str] = {}
+            self._shared: dict[tuple, str] = {}
+
+    def fresh(self, hint: str) -> str:
+        """A name no other value of the body has."""
+        return f"{hint}_{next(self.root._counter)}"
+
+    def op(self, op_type: str, *inputs: str, n_out: int = 1, hint: str | None = None, **attrs: Any) -> str:
+        """Append ``op_type(*inputs)``; returns its (first) output."""
+        outs = [self.fresh(hint or op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
+        return outs[0]
+
+    def shared(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """An op on shapes and constants only, placed once at the top level for every branch."""
+        key = (op_type, inputs, tuple(sorted((k, repr(v)) for k, v in attrs.items())))
+        if key not in self.root._shared:
+            self.root._shared[key] = self.root.op(op_type, *inputs, **attrs)
+        return self.root._shared[key]
+
+    def const(self, value: Any, dtype: Any = np.float32) -> str:
+        """A Constant node at the top level, one per distinct value."""
+        root = self.root
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in root._consts:
+            name = root._consts[key] = self.fresh("c")
+            root.nodes.append(helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name)))
+        return root._consts[key]
+
+    def i64(self, *values: int) -> str:
+        """A 1-D int64 constant."""
+        return self.const(list(values), np.int64)
+
+    def i64s(self, value: int) -> str:
+        """A scalar (rank 0) int64 constant."""
+        return self.const(value, np.int64)
+
+    def attr_int(self, attr: str) -> str:
+        """A scalar int64 holding the calling node's attribute ``attr`` (a function attribute)."""
+        name = self.fresh(attr)
+        node = helper.make_node("Constant", [], [name])
+        node.attribute.append(onnx.AttributeProto(name="value_int", ref_attr_name=attr, type=onnx.AttributeProto.INT))
+        self.nodes.append(node)
+        return name
+
+    def reduce(self, op_type: str, x: str, axes: list[int] | None, keepdims: int = 1) -> str:
+        """Reduce over ``axes`` (None: all), with axes as input from opset 18 (13 for ReduceSum)."""
+        if axes is None:
+            return self.op(op_type, x, keepdims=keepdims)
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return self.op(op_type, x, self.i64(*axes), keepdims=keepdims)
+        return self.op(op_type, x, axes=axes, keepdims=keepdims)
+
+    def branch(self) -> "Body":
+        """An empty ``If`` branch of this body (built before its ``If`` node is added)."""
+        return Body(parent=self)
+
+    def graph(self, output: str, name: str | None = None, elem_type: int = TensorProto.FLOAT) -> onnx.GraphProto:
+        """This branch as an ``If`` branch graph returning ``output``."""
+        return helper.make_graph(self.nodes, name or self.fresh("branch"), [],
+                                 [helper.make_tensor_value_info(output, elem_type, None)])
+
+
+def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
+    """The (rows, bs, post) block view of ``xf`` (the function input ``x`` flattened, rank >= 2)
+    for a block axis whose zero padding ``pad`` is known when the function is built; returns the
+    view, ``post`` (the elements after the axis) and ``restore``, which undoes it. Shared by the
+    BFP and MX functions. Where it runs the tensor has >= 2 elements, so -1 in a Reshape target is
+    safe; the shape arithmetic sits at the top level, shared by the branches."""
+    post = g.i64(1) if axis == -1 else g.shared("ReduceProd", g.shared("Shape", "x", start=axis + 1), keepdims=1)
+    target = g.shared("Concat", g.i64(-1, bs), post, axis=0)
+    if pad == 0:
+        return g.op("Reshape", xf, target), post, lambda y: y
+    chan = g.shared("Shape", "x", start=axis) if axis == -1 else g.shared("Shape", "x", start=axis, end=axis + 1)
+    x3 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan, post, axis=0))
+    xr = g.op("Reshape", g.op("Pad", x3, g.i64(0, 0, 0, 0, pad, 0)), target)
+
+    def restore(y: str) -> str:
+        y3 = g.op("Reshape", y, g.shared("Concat", g.i64(-1), g.shared("Add", chan, g.i64(pad)), post, axis=0))
+        return g.op("Slice", y3, g.i64(0), g.i64(-pad), g.i64(1))
+
+    return xr, post, restore
