@@ -34,6 +34,7 @@ from typing import Any, BinaryIO, Callable, Union, overload
 
 import numpy as np
 import onnx
+from onnxptq.errors import OnnxptqError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ CASTABLE: frozenset[tuple[np.dtype, np.dtype]] = frozenset({(np.dtype(np.float32
 # errors
 
 
-class CalibrationDataError(ValueError):
+class CalibrationDataError(OnnxptqError, ValueError):
     """Calibration data that cannot feed the model. A ValueError, so the CLI reports it plainly."""
 
 

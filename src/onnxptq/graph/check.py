@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto
 
 from onnxptq.graph.io import PROTOBUF_LIMIT
+from onnxptq.errors import OnnxptqError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 FLOAT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
-class ModelCheckError(ValueError):
+class ModelCheckError(OnnxptqError, ValueError):
     """The model cannot be quantized as given; the message names the source and the cause."""
 
 

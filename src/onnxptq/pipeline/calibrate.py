@@ -21,6 +21,7 @@ import onnx
 from ..calibration import collectors, readers, runner
 from ..config.presets import resolve_config
 from ..config.schema import QuantConfig
+from ..errors import OnnxptqError
 from ..graph import check, io
 from .plan import Plan, make_plan
 from .prepare import prepare_for_quantization
@@ -30,7 +31,7 @@ from .prepare import prepare_for_quantization
 DEFAULT_EVAL_SAMPLES = 8
 
 
-class NothingToQuantizeError(ValueError):
+class NothingToQuantizeError(OnnxptqError, ValueError):
     """The configuration selects no tensor of the model."""
 
 
@@ -67,6 +68,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = resolve_config(config)
+    cfg.calibration.check()
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source)
