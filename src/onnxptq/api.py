@@ -17,6 +17,7 @@ from .graph import io
 from .pipeline.build import build_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
 from .pipeline.complete import QuantizationResult, complete
+from .sessions import custom_op_libraries
 
 __all__ = [
     "DEFAULT_EVAL_SAMPLES",
@@ -52,12 +53,13 @@ def quantize(
     if report_path is not None and (data is None or eval_samples < 1):
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     _check_paths(model, data, output, report_path)
-    if cfg.auto_mixed_precision is not None:
-        from .algorithms.mixed_precision import quantize_auto
+    with custom_op_libraries(cfg.calibration.custom_op_libraries):
+        if cfg.auto_mixed_precision is not None:
+            from .algorithms.mixed_precision import quantize_auto
 
-        return quantize_auto(model, cfg, data, output).result
-    calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
-    return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+            return quantize_auto(model, cfg, data, output).result
+        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
+        return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
 
 
 def _check_paths(model: Any, data: Any, output: Any, report_path: Any) -> None:

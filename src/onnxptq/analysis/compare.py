@@ -26,7 +26,9 @@ def mse(a: np.ndarray, b: np.ndarray) -> float:
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    from onnxptq.sessions import session_options
+
+    options = session_options()
     options.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 

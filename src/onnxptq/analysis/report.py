@@ -381,6 +381,8 @@ def _session(model: onnx.ModelProto, wanted: Iterable[str]):
     """A CPU session on a copy of ``model`` whose outputs include ``wanted`` (optimizations off)."""
     import onnxruntime as ort
 
+    from onnxptq.sessions import session_options
+
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     present = {o.name for o in copy.graph.output}
@@ -388,7 +390,7 @@ def _session(model: onnx.ModelProto, wanted: Iterable[str]):
         if name not in present:
             copy.graph.output.append(onnx.ValueInfoProto(name=name))
             present.add(name)
-    options = ort.SessionOptions()
+    options = session_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -36,6 +36,8 @@ from onnxptq.calibration.collectors import Collector, MinMaxCollector
 from onnxptq.calibration.methods import Method, make_collector
 from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, model_opset, plan_reduction, reducible
 
+from onnxptq.sessions import session_options
+
 log = logging.getLogger(__name__)
 
 __all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
@@ -326,7 +328,7 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
 def _session(model: onnx.ModelProto, providers: Sequence[Any], tmpdir: str, threads: int | None, optimize: bool = True) -> Any:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    options = session_options()
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

@@ -18,6 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calib-size", type=positive_int, default=None, help="use at most this many calibration samples")
     p.add_argument("--batch-size", type=positive_int, default=None, help="samples per onnxruntime run during calibration (default: as the data comes)")
     p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="onnxruntime custom-op library for models with custom-domain nodes, registered in every session; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -32,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.data_size = args.calib_size
     config.calibration.batch_size = args.batch_size
     config.calibration.progress = not args.no_progress
+    config.calibration.custom_op_libraries = tuple(args.custom_op_library)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

@@ -165,6 +165,8 @@ class CalibrationOptions:
     moving_average: bool = False
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     progress: bool = True
+    #: onnxruntime custom-op libraries registered in every session (models with custom-domain nodes)
+    custom_op_libraries: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.check()

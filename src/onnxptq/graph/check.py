@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -62,17 +63,94 @@ def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
                     yield "constant", node.output[0], TensorProto.FLOAT
 
 
-def check_model(model: onnx.ModelProto, source: str) -> None:
+class AlreadyQuantizedError(ModelCheckError):
+    """The model already holds quantization nodes; quantizing it again would stack a second one."""
+
+
+class CustomOpError(ModelCheckError):
+    """The model has nodes of a custom domain that stock onnxruntime cannot run."""
+
+
+#: Op types that only a quantized model holds (standard, onnxruntime's com.microsoft, ours).
+QUANTIZED_OP_TYPES = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    "MatMulNBits", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QGemm",
+    "QAttention", "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedGelu", "QOrderedLayerNormalization",
+    "DequantizeBFP", "QuantizeBFP", "GatherBlockQuantized",
+    # our own functions (onnxptq domain) and the reference tool's custom ops
+    "BFPQuantizeDequantize", "MXQuantizeDequantize", "ExtendedQuantizeLinear", "ExtendedDequantizeLinear",
+    "BFPFixNeuron", "MXFixNeuron", "VitisQuantizeLinear", "VitisDequantizeLinear",
+})
+#: Domains stock onnxruntime runs (besides functions the model defines itself).
+RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training"})
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The graph's nodes and those of every If/Loop/Scan body inside it."""
+    from onnxptq.graph.walk import subgraph_nodes
+
+    yield from graph.node
+    yield from subgraph_nodes(graph)
+
+
+def quantized_node_counts(model: onnx.ModelProto) -> Counter[str]:
+    """How many nodes of each quantization op type the model holds (``QLinear*`` included)."""
+    return Counter(n.op_type for n in _all_nodes(model.graph)
+                   if n.op_type in QUANTIZED_OP_TYPES or n.op_type.startswith("QLinear"))
+
+
+def check_not_quantized(model: onnx.ModelProto, source: str) -> None:
+    """Refuse a model that is already quantized, counting its quantization nodes by op type."""
+    counts = quantized_node_counts(model)
+    if counts:
+        listed = ", ".join(f"{n} {op}" for op, n in counts.most_common())
+        raise AlreadyQuantizedError(
+            f"{source}: the model is already quantized ({sum(counts.values())} quantization nodes: {listed}); "
+            "quantize the float model it came from"
+        )
+
+
+def check_custom_domains(model: onnx.ModelProto, source: str, custom_op_libraries: Sequence[str] = ()) -> None:
+    """Refuse nodes of domains onnxruntime cannot run, unless custom-op libraries are given for them.
+
+    Calibration runs the model in onnxruntime, so a node it cannot run fails there with a message
+    about the session. Functions the model defines itself are runnable; so are the standard and
+    onnxruntime (com.microsoft) domains.
+    """
+    local = {(f.domain, f.name) for f in model.functions}
+    custom = [n for n in _all_nodes(model.graph) if n.domain not in RUNTIME_DOMAINS and (n.domain, n.op_type) not in local]
+    if not custom or custom_op_libraries:
+        if custom:
+            log.info("%s: %d custom-domain node(s) to be run with %s", source, len(custom), list(custom_op_libraries))
+        return
+    shown = "; ".join(f"node {n.name or '(unnamed)'!r}: op {n.op_type!r} of domain {n.domain!r}" for n in custom[:5])
+    more = f" and {len(custom) - 5} more" if len(custom) > 5 else ""
+    raise CustomOpError(
+        f"{source}: {len(custom)} node(s) of a custom domain that stock onnxruntime cannot run ({shown}{more}); "
+        "calibration runs the model in onnxruntime: pass the custom-op library that implements them "
+        "(CLI --custom-op-library PATH; API CalibrationOptions(custom_op_libraries=(PATH,)); "
+        "compatible API extra_options={'UserCustomOpLibPath': PATH}), or replace those nodes with standard ops first"
+    )
+
+
+def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Sequence[str] = (),
+                runs: bool = True) -> None:
     """Raise ModelCheckError unless ``model`` passes the checker, has nodes and float tensors.
 
     Args:
         model: the loaded model.
         source: where it came from (a path, or a label such as ``"<ModelProto>"``), used in messages.
+        custom_op_libraries: onnxruntime custom-op libraries the caller registers; custom-domain
+            nodes are refused without them.
+        runs: False for callers that never run the model (``inspect``): custom domains pass then.
     """
     if not isinstance(model, onnx.ModelProto):
         raise ModelCheckError(f"{source}: expected an onnx.ModelProto, got {type(model).__name__}")
     if not model.graph.node:
         raise ModelCheckError(f"{source}: the model's graph has no nodes; there is nothing to quantize")
+    check_not_quantized(model, source)
+    if runs:
+        check_custom_domains(model, source, custom_op_libraries)
     _run_checker(model, source)
     kinds = {kind for kind, _, elem in _float_tensors(model) if elem in FLOAT_TYPES}
     if not kinds:

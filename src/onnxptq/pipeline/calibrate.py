@@ -23,6 +23,7 @@ from ..config.presets import resolve_config
 from ..config.schema import QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
+from ..sessions import active_libraries
 from .plan import Plan, make_plan
 from .prepare import prepare_for_quantization
 
@@ -71,7 +72,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     cfg.calibration.check()
     source = source_name(model)
     proto = io.load_model(model)
-    check.check_model(proto, source)
+    check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
     inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare_for_quantization(proto, cfg)

@@ -18,6 +18,8 @@ def finish(model: onnx.ModelProto, source: str):
     """
     import onnxruntime as ort
 
+    from ..sessions import session_options
+
     io.pin_versions(model)
     try:
         onnx.checker.check_model(model)
@@ -26,7 +28,7 @@ def finish(model: onnx.ModelProto, source: str):
     try:
         # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
         # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
