@@ -52,5 +52,14 @@ class InputNotFoundError(OnnxptqError, FileNotFoundError):
     """A file the command reads does not exist."""
 
 
+class ModelRuntimeError(OnnxptqError, ValueError):
+    """onnxruntime refuses to load or to run the (float) model: a model the ONNX checker accepts can
+    still hold shapes that do not fit together, or an opset onnxruntime does not implement."""
+
+
+class NonFiniteStatisticsError(OnnxptqError, ValueError):
+    """A tensor held no finite value on any calibration batch: the float model overflows (NaN/Inf)."""
+
+
 #: What a caller (the CLI, the fuzz tests) may expect from any bad input; anything else is a bug.
 DOCUMENTED_ERRORS: tuple[type[BaseException], ...] = (OnnxptqError,)

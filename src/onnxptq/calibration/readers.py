@@ -28,6 +28,7 @@ import logging
 import os
 import zipfile
 import zlib
+from tokenize import TokenError
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -437,7 +438,7 @@ def _npz_feeds(path: Path, inputs: ModelInputs, rows: int, desc: str) -> Iterato
         for name, member in members.items():
             try:
                 streams[name] = _NpyStream(archive.open(member), f"{desc}[{name}]")
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
                 for opened in streams.values():
                     opened.file.close()
                 raise CalibrationDataError(f"{desc}[{name}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
@@ -504,7 +505,7 @@ def _load_numpy(path: Path, desc: str, **kwargs: Any) -> Any:
     """``np.load`` without pickles; a file that is not NumPy data is an error naming the file."""
     try:
         return np.load(path, allow_pickle=False, **kwargs)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+    except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
         raise CalibrationDataError(f"{desc}: not NumPy .npy/.npz data ({' '.join(str(exc).split())})") from exc
 
 
@@ -514,7 +515,7 @@ def _read_members(data: Any, desc: str) -> Feed:
     for key in data.files:
         try:
             feed[key] = data[key]
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
             raise CalibrationDataError(f"{desc}[{key}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
     return feed
 

@@ -12,10 +12,11 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import onnx
+from google.protobuf.message import Message
 from onnx import TensorProto
 
 from onnxptq.graph.io import PROTOBUF_LIMIT
@@ -41,7 +42,7 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
                 onnx.checker.check_model(str(path))
         else:
             onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
+    except (onnx.checker.ValidationError, UnicodeDecodeError, RuntimeError) as exc:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
 
@@ -133,6 +134,65 @@ def check_custom_domains(model: onnx.ModelProto, source: str, custom_op_librarie
     )
 
 
+def _is_repeated(desc: Any) -> bool:
+    """Whether a protobuf field is repeated (``is_repeated`` in protobuf >= 6, ``label`` before)."""
+    flag = getattr(desc, "is_repeated", None)
+    return bool(flag) if flag is not None else desc.label == desc.LABEL_REPEATED
+
+
+def _bad_strings(message: Message, where: str) -> Iterator[str]:
+    """Where ``message`` holds a string field that is not valid UTF-8 (protobuf hands it over as bytes)."""
+    for desc, value in message.ListFields():
+        repeated = _is_repeated(desc)
+        if desc.type == desc.TYPE_STRING:
+            values = value if repeated else [value]
+            if any(not isinstance(v, str) for v in values):
+                yield f"{where}.{desc.name}"
+        elif desc.type == desc.TYPE_MESSAGE:
+            items = value if repeated else [value]
+            for i, item in enumerate(items):
+                yield from _bad_strings(item, f"{where}.{desc.name}[{i}]" if repeated else f"{where}.{desc.name}")
+
+
+#: Bytes per element of the fixed-size tensor types (sub-byte and string types are not checked).
+_ITEMSIZE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).itemsize for t in (
+    TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16, TensorProto.INT8,
+    TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32,
+    TensorProto.INT64, TensorProto.UINT64, TensorProto.BOOL)}
+
+
+def _tensor_problem(tensor: onnx.TensorProto) -> str | None:
+    """Why a stored tensor cannot be read (unknown type, data size not matching its dims), or None."""
+    if tensor.data_type not in TensorProto.DataType.values() or tensor.data_type == TensorProto.UNDEFINED:
+        return f"unknown element type {tensor.data_type}"
+    if tensor.data_location == TensorProto.EXTERNAL or any(d < 0 for d in tensor.dims):
+        return None if not any(d < 0 for d in tensor.dims) else f"negative dimension in {list(tensor.dims)}"
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+    if tensor.HasField("raw_data") and tensor.data_type in _ITEMSIZE:
+        if len(tensor.raw_data) != count * _ITEMSIZE[tensor.data_type]:
+            return f"{len(tensor.raw_data)} bytes of data for shape {list(tensor.dims)}"
+    return None
+
+
+def check_wellformed(model: onnx.ModelProto, source: str) -> None:
+    """Refuse what a damaged file can hold and the checker lets through: names that are not UTF-8,
+    tensors of an unknown element type or whose data does not fill their shape."""
+    bad = next(_bad_strings(model, "model"), None)
+    if bad is not None:
+        raise ModelCheckError(f"{source}: the model is damaged: {bad} is not valid UTF-8 text")
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and not 1 <= entry.version <= newest:
+            raise ModelCheckError(f"{source}: the model imports opset {entry.version} of the default domain; "
+                                  f"the installed onnx knows opsets 1 to {newest}")
+    for kind, tensor in [("initializer", t) for t in model.graph.initializer] + [
+        ("Constant", a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+    ]:
+        problem = _tensor_problem(tensor)
+        if problem:
+            raise ModelCheckError(f"{source}: the model is damaged: {kind} {tensor.name!r} has {problem}")
+
+
 def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Sequence[str] = (),
                 runs: bool = True) -> None:
     """Raise ModelCheckError unless ``model`` passes the checker, has nodes and float tensors.
@@ -148,6 +208,7 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
         raise ModelCheckError(f"{source}: expected an onnx.ModelProto, got {type(model).__name__}")
     if not model.graph.node:
         raise ModelCheckError(f"{source}: the model's graph has no nodes; there is nothing to quantize")
+    check_wellformed(model, source)
     check_not_quantized(model, source)
     if runs:
         check_custom_domains(model, source, custom_op_libraries)

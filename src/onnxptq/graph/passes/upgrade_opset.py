@@ -20,8 +20,10 @@ from onnxptq.graph.io import ORT_MAX_IR_VERSION, TARGET_OPSET, load_model, pin_v
 
 log = logging.getLogger(__name__)
 
+from onnxptq.errors import OnnxptqError
 
-class OpsetUpgradeError(ValueError):
+
+class OpsetUpgradeError(OnnxptqError, ValueError):
     """The model (or one of its functions) cannot be converted to the requested opset."""
 
 
