@@ -257,7 +257,6 @@ def test_default_config_maps_like_onnxruntime_defaults():
         ("input_nodes", ["conv1"], "input_nodes"),
         ("subgraphs_to_exclude", [(["a"], ["b"])], "subgraphs_to_exclude"),
         ("quant_format", OrtFormat.QOperator, "QOperator"),
-        ("calibrate_method", LayerWiseMethod.LayerWisePercentile, "LayerWisePercentile"),
     ],
 )
 def test_unbuilt_fields_raise_not_implemented(field, value, match):

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ..formats.base import ALL_FORMATS, INTEGER_FORMATS, MX_ELEMENT_DTYPES
 
 ScaleKind = Literal["float", "pow2", "int16"]
-CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution")
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution", "layerwise_percentile")
 
 #: Attributes of the ``bfp`` format and their defaults (the reference tool's op defaults).
 BFP_DEFAULTS: dict[str, Any] = {

@@ -7,7 +7,9 @@ or caller-given label) and the tensor at fault.
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -266,3 +268,58 @@ def check_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source:
                     raise ModelCheckError(
                         f"{source}: input '{name}' expects size {dim.dim_value} on axis {axis}, the data reader gave shape {array.shape}"
                     )
+
+
+# ---------------------------------------------------------------------------------------------
+# names the configuration refers to
+
+
+def _regex(pattern: str) -> bool:
+    """Whether an exclusion entry is a regex (the reference tool's rule: starts with '^', has '.*')."""
+    return pattern.startswith("^") and ".*" in pattern
+
+
+def _all_op_types() -> set[str]:
+    """Every op type of every domain onnx and onnxruntime-contrib schemas know."""
+    return {schema.name for schema in onnx.defs.get_all_schemas_with_history()}
+
+
+def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
+    """Raise UnknownNameError for a node, op type or regex in ``config`` that matches nothing.
+
+    Why: an exclusion with a typo silently quantizes the layer the user meant to keep in float.
+    ``models`` are the model as given and as prepared (nodes named), so names a user read in
+    either (``inspect``, the plan JSON, Netron) are known. Tensor-wise and per-node settings are
+    checked by the planner; here: ``nodes_to_exclude`` (names and regexes), ``op_types``,
+    ``extra_op_types`` and ``op_type_overrides`` (op types ONNX does not define; op types absent
+    from this model are fine, presets apply to any model). Each error lists the nearest names.
+    """
+    from onnxptq.config.schema import suggest
+    from onnxptq.errors import UnknownNameError
+
+    node_names = {n.name for m in models for n in _all_nodes(m.graph) if n.name}
+    problems: list[str] = []
+    for pattern in getattr(config, "nodes_to_exclude", ()):
+        if _regex(pattern):
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"nodes_to_exclude regex {pattern!r} is not a valid regular expression ({exc})")
+                continue
+            if not any(compiled.match(name) for name in node_names):
+                problems.append(f"nodes_to_exclude regex {pattern!r} matches no node of the model"
+                                f"{suggest(pattern.lstrip('^').replace('.*', ''), node_names)}")
+        elif pattern not in node_names:
+            near = difflib.get_close_matches(pattern, sorted(node_names), n=3, cutoff=0.5)
+            hint = f" (nearest: {', '.join(near)})" if near else ""
+            problems.append(f"nodes_to_exclude names {pattern!r}, which is not a node of the model{hint}")
+    known_ops: set[str] | None = None
+    for where in ("op_types", "extra_op_types", "op_type_overrides"):
+        for op in getattr(config, where, None) or ():
+            known_ops = known_ops if known_ops is not None else _all_op_types() | {n.op_type for m in models for n in _all_nodes(m.graph)}
+            if op not in known_ops:
+                near = difflib.get_close_matches(op, sorted(known_ops), n=3, cutoff=0.6)
+                hint = f" (nearest: {', '.join(near)})" if near else ""
+                problems.append(f"{where} names op type {op!r}, which ONNX does not define{hint}")
+    if problems:
+        raise UnknownNameError("; ".join(problems))

@@ -24,7 +24,7 @@ from ..config.schema import QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
 from ..sessions import active_libraries
-from .plan import Plan, make_plan
+from .plan import Plan, make_plan, node_names
 from .prepare import prepare_for_quantization
 
 #: Samples kept in memory during calibration to measure the quantized model against the float one.
@@ -77,6 +77,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
 
     prepared = prepare_for_quantization(proto, cfg)
     timings["prepare"] = time.perf_counter() - t0
+    node_names(prepared)  # the names the plan (and the user, in inspect or the plan JSON) uses
+    check.check_config_names(cfg, proto, prepared)
 
     plan = make_plan(prepared, cfg)
     if not plan.tensors:

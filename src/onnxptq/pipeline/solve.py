@@ -52,6 +52,10 @@ def activation_range(tplan: TensorPlan, collector: Any) -> tuple[float, float]:
     options: dict[str, Any] = {"symmetric": quant.symmetric}
     if quant.calibration == "percentile":
         options["percentile"] = quant.percentile
+    if quant.calibration == "minmse":
+        # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
+        # rounded to a power of two afterwards (which can land on a worse scale than the search's).
+        options["power_of_two"] = quant.scale_kind == "pow2"
     if quant.is_integer:
         qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
         options.update(qmin=qmin, qmax=qmax)
