@@ -504,6 +504,14 @@ class _FolderSource(_Source):
 def _load_numpy(path: Path, desc: str, **kwargs: Any) -> Any:
     """``np.load`` without pickles; a file that is not NumPy data is an error naming the file."""
     try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise CalibrationDataError(f"{desc}: cannot be read ({exc.strerror or exc})") from exc
+    if not (head.startswith(b"\x93NUMPY") or head.startswith(b"PK")):
+        kind = ".npz (zip)" if path.suffix == ".npz" else ".npy"
+        raise CalibrationDataError(f"{desc}: not NumPy data (no {kind} header; write it with numpy.save / numpy.savez)")
+    try:
         return np.load(path, allow_pickle=False, **kwargs)
     except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
         raise CalibrationDataError(f"{desc}: not NumPy .npy/.npz data ({' '.join(str(exc).split())})") from exc
