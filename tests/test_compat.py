@@ -257,7 +257,6 @@ def test_default_config_maps_like_onnxruntime_defaults():
         ("input_nodes", ["conv1"], "input_nodes"),
         ("subgraphs_to_exclude", [(["a"], ["b"])], "subgraphs_to_exclude"),
         ("quant_format", OrtFormat.QOperator, "QOperator"),
-        ("calibrate_method", LayerWiseMethod.LayerWisePercentile, "LayerWisePercentile"),
     ],
 )
 def test_unbuilt_fields_raise_not_implemented(field, value, match):
@@ -326,10 +325,10 @@ def test_no_op_keys_are_accepted(key):
     assert mapped(extra_options={key: 3}) == mapped()
 
 
-def test_own_library_is_an_inert_custom_op_path(tmp_path):
-    mapped(extra_options={"UserCustomOpLibPath": get_library_path("CPU")})
-    with pytest.raises(NotImplementedError, match="UserCustomOpLibPath"):
-        mapped(extra_options={"UserCustomOpLibPath": str(tmp_path / "libother.so")})
+def test_own_library_is_dropped_and_others_are_registered(tmp_path):
+    assert mapped(extra_options={"UserCustomOpLibPath": get_library_path("CPU")}).calibration.custom_op_libraries == ()
+    other = str(tmp_path / "libother.so")
+    assert mapped(extra_options={"UserCustomOpLibPath": other}).calibration.custom_op_libraries == (other,)
 
 
 def test_bool_keys_reject_other_types():
@@ -343,7 +342,7 @@ def test_honoured_keys_map_onto_quant_config():
         extra_options={
             "ActivationSymmetric": True, "WeightSymmetric": False, "AlignConcat": True, "AlignSlice": True,
             "AlignEltwiseQuantType": True, "FoldRelu": True, "QuantizeAllOpTypes": True,
-            "ForceQuantizeNoInputCheck": True, "DedicatedQDQPair": True, "CalibDataSize": 5, "NumBins": 512,
+            "ForceQuantizeNoInputCheck": True, "CalibDataSize": 5, "NumBins": 512,
             "CalibMovingAverage": True, "Percentile": 99.9, "ConvertOpsetVersion": 17, "RefineBlockAxis": False,
             "ExecutionProviders": ["CPUExecutionProvider"],
         },
@@ -352,7 +351,9 @@ def test_honoured_keys_map_onto_quant_config():
     assert got.activation == TensorQuant("int8", symmetric=True, calibration="percentile", percentile=99.9)
     assert got.weight == TensorQuant("int8", symmetric=False, per_channel=True)
     assert got.align_concat and got.align_slice and got.align_eltwise_quant_type and got.fold_relu
-    assert got.quantize_all_op_types and got.force_quantize_no_input_check and got.dedicated_qdq_pair
+    assert got.quantize_all_op_types and got.force_quantize_no_input_check
+    with pytest.raises(NotImplementedError, match="DedicatedQDQPair"):  # accepted and never read before issue 18
+        mapped(extra_options={"DedicatedQDQPair": True})
     assert (got.calibration.data_size, got.calibration.num_bins, got.calibration.moving_average) == (5, 512, True)
     assert got.opset == 17 and got.refine_block_axis is False
 

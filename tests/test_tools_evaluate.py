@@ -32,7 +32,8 @@ def test_metric_definitions_by_hand():
     assert l2_loss(a, b) == pytest.approx(1.0)
     assert psnr(a, b) == pytest.approx(30 * math.log10(3), rel=1e-12)
     # identical arrays: mse -> 1e-10; non-positive peak -> 1e-10
-    assert psnr(a, a) == pytest.approx(20 * math.log10(3) + 100)
+    assert psnr(a, a) == math.inf  # identical: infinite, whatever the peak (issue 18)
+    assert psnr(np.zeros(4), np.zeros(4)) == math.inf
     assert psnr(-a, -b) == pytest.approx(-200 - 10 * math.log10(1 / 3))
     assert cosine_similarity(np.zeros(3), np.zeros(3)) == 1.0
     assert cosine_similarity(np.zeros(3), a) == 0.0
@@ -55,8 +56,8 @@ def test_npy_folders(tmp_path):
     assert result.mean_cosine == pytest.approx((cos0 + 1.0) / 2)
     assert result.min_cosine == pytest.approx(cos0)
     assert result.mean_l2 == pytest.approx(0.5) and result.max_l2 == pytest.approx(1.0)
-    psnr1 = 20 * math.log10(4) + 100
-    assert result.mean_psnr == pytest.approx((30 * math.log10(3) + psnr1) / 2)
+    assert result.pairs[1].psnr == math.inf
+    assert result.mean_psnr == pytest.approx(30 * math.log10(3))  # identical pairs left out of the mean
     assert result.min_psnr == pytest.approx(30 * math.log10(3))
 
 

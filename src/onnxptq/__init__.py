@@ -62,6 +62,7 @@ _LAZY.update(
             "ExtendedCalibrationMethod",
             "RandomDataReader",
             "get_library_path",
+            "get_default_config",
         )
     }
 )

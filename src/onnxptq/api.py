@@ -17,6 +17,7 @@ from .graph import io
 from .pipeline.build import build_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
 from .pipeline.complete import QuantizationResult, complete
+from .sessions import custom_op_libraries
 
 __all__ = [
     "DEFAULT_EVAL_SAMPLES",
@@ -51,11 +52,22 @@ def quantize(
     cfg = resolve_config(config)
     if report_path is not None and (data is None or eval_samples < 1):
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
-    if output is not None:
-        io.check_output_path(output, (model,))
-    if cfg.auto_mixed_precision is not None:
-        from .algorithms.mixed_precision import quantize_auto
+    _check_paths(model, data, output, report_path)
+    with custom_op_libraries(cfg.calibration.custom_op_libraries):
+        if cfg.auto_mixed_precision is not None:
+            from .algorithms.mixed_precision import quantize_auto
 
-        return quantize_auto(model, cfg, data, output).result
-    calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
-    return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+            return quantize_auto(model, cfg, data, output).result
+        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
+        return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+
+
+def _check_paths(model: Any, data: Any, output: Any, report_path: Any) -> None:
+    """Before any work: no output (the model, the report and its JSON) replaces an input or another output."""
+    from pathlib import Path
+
+    from . import outputs
+
+    report_json = Path(report_path).with_suffix(".json") if report_path is not None else None
+    outputs.check_io({"output": output, "report": report_path, "report JSON": report_json},
+                     models={"the input model": model}, data={"the calibration data": data} if data is not None else {})

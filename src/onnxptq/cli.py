@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import Sequence
 
+from .errors import OnnxptqError
+
 #: Modules that provide subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "onnxptq.commands.quantize",
@@ -46,9 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (FileNotFoundError, ValueError, PermissionError, IsADirectoryError, NotImplementedError) as exc:
-        print(f"onnxptq {args.command}: error: {exc}", file=sys.stderr)
+    except (OnnxptqError, ValueError, OSError, NotImplementedError) as exc:
+        # Documented errors (onnxptq.errors) and the builtins they stand in for: one line, no
+        # traceback. OSError covers a file system refusing a read (disk errors, permissions).
+        print(f"onnxptq {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message on one line (checker and onnxruntime messages span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":  # pragma: no cover

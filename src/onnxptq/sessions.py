@@ -7,19 +7,35 @@ once. A test (``tests/test_one_home.py``) keeps ``InferenceSession(`` out of eve
 
 Models over protobuf's 2 GB limit cannot be passed as bytes: they are written with external data
 into a temporary folder that lives as long as the session.
+
+Custom-op libraries: a model with nodes of a custom domain (a user's own op, built as an
+onnxruntime custom-op library) can be calibrated only if every session that runs it registers that
+library: the calibration runs, the check of the quantized model, the report. A context variable set
+once by :func:`onnxptq.api.quantize` (from ``CalibrationOptions.custom_op_libraries``, with
+:func:`custom_op_libraries`) reaches every session opened here without threading one more argument
+through every signature; it stays correct across threads started inside it only where they copy
+the context (ours do not start any that open sessions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
 import os
 import tempfile
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import onnx
 
-__all__ = ["CPU", "Optimization", "open_session", "optimization_level"]
+from .errors import InputNotFoundError, UsageError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -28,6 +44,38 @@ Optimization = Literal["all", "extended", "basic", "none"]
 
 #: Serialized size above which a model is handed to onnxruntime as a file with external data.
 PROTO_LIMIT = 2**31 - 2**24
+
+
+_LIBRARIES: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("onnxptq_custom_op_libraries", default=())
+
+
+def check_libraries(paths: Sequence[str | os.PathLike]) -> tuple[str, ...]:
+    """The paths as strings, each an existing file (else an error naming it)."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise InputNotFoundError(f"custom-op library not found: {p}")
+        if not p.is_file():
+            raise UsageError(f"custom-op library {p} is not a file")
+        out.append(str(p))
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def custom_op_libraries(paths: Sequence[str | os.PathLike]) -> Iterator[tuple[str, ...]]:
+    """Register ``paths`` (onnxruntime custom-op shared libraries) in every session opened inside."""
+    libs = check_libraries(paths)
+    token = _LIBRARIES.set(tuple(dict.fromkeys(_LIBRARIES.get() + libs)))
+    try:
+        yield libs
+    finally:
+        _LIBRARIES.reset(token)
+
+
+def active_libraries() -> tuple[str, ...]:
+    """The custom-op libraries in force here."""
+    return _LIBRARIES.get()
 
 
 def optimization_level(name: Optimization) -> Any:
@@ -72,8 +120,9 @@ def open_session(
         memory_arena: the CPU memory arena; off where many sessions live at once.
         priority_order: priority-based execution order (frees intermediate tensors sooner).
         log_severity: onnxruntime's log level (3 = errors only: our own log says what matters).
-        custom_op_libraries: onnxruntime custom-op libraries to register (models with nodes of a
-            custom domain can then be calibrated; what we emit never needs one).
+        custom_op_libraries: onnxruntime custom-op libraries to register besides those in force
+            (:func:`custom_op_libraries`): models with nodes of a custom domain can then be run;
+            what we emit never needs one.
         optimized_model_path: where onnxruntime writes the graph it actually runs (the runtime view).
     """
     import onnxruntime as ort
@@ -91,8 +140,11 @@ def open_session(
         options.enable_cpu_mem_arena = False
     if priority_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    for library in custom_op_libraries:
-        options.register_custom_ops_library(str(library))
+    for library in dict.fromkeys([*_LIBRARIES.get(), *map(str, custom_op_libraries)]):
+        try:
+            options.register_custom_ops_library(library)
+        except Exception as exc:  # onnxruntime raises its own Fail/RuntimeException types
+            raise UsageError(f"onnxruntime cannot load the custom-op library {library}: {' '.join(str(exc).split())}") from exc
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
     chosen = list(providers) if providers else list(CPU)

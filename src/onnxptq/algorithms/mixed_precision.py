@@ -546,7 +546,8 @@ class _Evaluator:
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)
         plan = make_plan(self.prepared, cfg)
-        return plan, solve(self.prepared, plan, self.calibrated.stats)
+        return plan, solve(self.prepared, plan, self.calibrated.stats, moving_average=cfg.calibration.moving_average,
+                           weight_minmse=cfg.weight_minmse)
 
     def _flags(self, plan: Plan, params: dict[str, QParams]) -> dict[str, np.ndarray] | None:
         """Switch inputs selecting this plan's variants; None when the switch model lacks one."""

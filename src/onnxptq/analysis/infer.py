@@ -24,6 +24,29 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "output"
 
 
+def file_suffixes(names: list[str]) -> list[str]:
+    """The file-name suffix of each output: ``""`` for a single output, ``_<safe name>`` otherwise.
+
+    Why: ``a/b`` and ``a_b`` (or names differing only in case, on case-insensitive file systems)
+    would map to one file and overwrite each other; those get their output index too
+    (``_0_a_b``, ``_1_a_b``), the same in every run of the same model, so ``evaluate`` still pairs them.
+    """
+    if len(names) == 1:
+        return [""]
+    safe = [_safe(n) for n in names]
+    counts: dict[str, int] = {}
+    for s in safe:
+        counts[s.lower()] = counts.get(s.lower(), 0) + 1
+    suffixes = []
+    for i, (name, s) in enumerate(zip(names, safe)):
+        if counts[s.lower()] > 1:
+            log.warning("output %r maps to the same file name as another output; its files are named _%d_%s", name, i, s)
+            suffixes.append(f"_{i}_{s}")
+        else:
+            suffixes.append(f"_{s}")
+    return suffixes
+
+
 def run_and_save(
     model_path: str | os.PathLike,
     data: Any,
@@ -54,13 +77,13 @@ def run_and_save(
     inputs = ModelInputs.from_model(model)
     session = open_session(model_path, threads=threads, log_severity=2)
     names = [o.name for o in session.get_outputs()]
+    suffixes = file_suffixes(names)
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for index, feed in enumerate(as_feed_iterator(data, inputs, batch_size)):
         outputs = session.run(None, feed)
-        for name, value in zip(names, outputs):
-            stem = f"{index:05d}" if len(names) == 1 else f"{index:05d}_{_safe(name)}"
-            path = folder / f"{stem}.npy"
+        for suffix, value in zip(suffixes, outputs):
+            path = folder / f"{index:05d}{suffix}.npy"
             np.save(path, np.asarray(value))
             written.append(path)
     log.info("wrote %d output files to %s", len(written), folder)

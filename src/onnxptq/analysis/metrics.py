@@ -6,8 +6,11 @@ Definitions follow the reference tool (spec §6.6) so figures can be compared wi
   float64 for a stable sum, and return 1.0 for two all-zero arrays and 0.0 when only one is zero
   (the reference divides by zero there);
 * L2 loss: ``|a - b|_2``, the Frobenius norm of the float32 difference (a distance, not averaged);
-* PSNR: ``mse = mean((ref - x)^2)`` (0 -> 1e-10), ``peak = max(ref)`` (<= 0 -> 1e-10),
-  ``20 log10(peak) - 10 log10(mse)``: the peak is the baseline's maximum, not 255.
+* PSNR: ``mse = mean((ref - x)^2)``, ``peak = max(ref)`` (<= 0 -> 1e-10),
+  ``20 log10(peak) - 10 log10(mse)``: the peak is the baseline's maximum, not 255. Identical
+  arrays (``mse == 0``, all-zero ones included) give ``inf``, where the reference's
+  ``mse -> 1e-10`` gave a number that depends on the peak (−100 dB for two zero arrays, lower than
+  for any real difference). ``mean_psnr`` averages the finite values (``inf`` when all are).
 
 Images (.png, .jpg, .jpeg) are read with Pillow as RGB uint8 (the reference reads BGR with OpenCV;
 the channel order changes none of the three metrics). Pillow is the ``images`` extra and is imported
@@ -72,7 +75,8 @@ def psnr(reference: np.ndarray, test: np.ndarray) -> float:
     x = np.asarray(test, dtype=np.float32).astype(np.float64)
     mse = float(np.mean((ref - x) ** 2)) if ref.size else 0.0
     peak = float(ref.max()) if ref.size else 0.0
-    mse = mse if mse > 0 else _TINY
+    if mse == 0.0:
+        return math.inf
     peak = peak if peak > 0 else _TINY
     return 20.0 * math.log10(peak) - 10.0 * math.log10(mse)
 
@@ -114,7 +118,10 @@ class FolderComparison:
 
     @property
     def mean_psnr(self) -> float:
-        return float(np.mean(self._values("psnr")))
+        """Mean over the pairs that differ; identical pairs (inf) would make every mean inf."""
+        values = np.asarray(self._values("psnr"), dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        return float(np.mean(finite)) if finite.size else (math.inf if values.size else math.nan)
 
     @property
     def min_psnr(self) -> float:

@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 
+from .. import outputs
 from .report import EXACT_DB, Report, TensorError
 
 log = logging.getLogger(__name__)
@@ -25,8 +26,9 @@ def write_report(report: Report, path: str | os.PathLike) -> tuple[Path, Path]:
         raise ValueError(f"{path}: give the HTML path; the JSON is written beside it")
     json_path = path.with_suffix(".json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report.to_json(), indent=1), encoding="utf-8")
-    path.write_text(render_html(report), encoding="utf-8")
+    outputs.check_outputs({"report": path, "report JSON": json_path}, {})
+    outputs.write_text(json_path, json.dumps(report.to_json(), indent=1), label="report JSON")
+    outputs.write_text(path, render_html(report), label="report")
     log.info("report: wrote %s and %s (%d tensors, %d samples)", path, json_path, len(report.tensors), report.samples)
     return path, json_path
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import zipfile
+import zlib
+from tokenize import TokenError
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from typing import Any, BinaryIO, Callable, Union, overload
 
 import numpy as np
 import onnx
+from onnxptq.errors import OnnxptqError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ CASTABLE: frozenset[tuple[np.dtype, np.dtype]] = frozenset({(np.dtype(np.float32
 # errors
 
 
-class CalibrationDataError(ValueError):
+class CalibrationDataError(OnnxptqError, ValueError):
     """Calibration data that cannot feed the model. A ValueError, so the CLI reports it plainly."""
 
 
@@ -290,7 +293,10 @@ class _NpyStream:
         nbytes = k * self.row_items * self.dtype.itemsize
         buf = bytearray()
         while len(buf) < nbytes:
-            chunk = self.file.read(nbytes - len(buf))
+            try:
+                chunk = self.file.read(nbytes - len(buf))
+            except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
+                raise CalibrationDataError(f"{self.desc}: corrupt .npz member ({exc})") from exc
             if not chunk:
                 raise CalibrationDataError(f"{self.desc}: truncated .npy data")
             buf += chunk
@@ -307,6 +313,8 @@ class _Source:
 
     desc: str
     reiterable: bool = True
+    #: what the feed being yielded came from (a folder's file); messages about values name it
+    current: str = ""
 
     def feeds(self, inputs: ModelInputs, batch_size: int | None) -> Iterator[Feed]:
         """Yield checked feeds; ``batch_size`` is a hint that stacked sources slice by."""
@@ -426,12 +434,19 @@ def _npz_feeds(path: Path, inputs: ModelInputs, rows: int, desc: str) -> Iterato
     with archive:
         members = {m[:-4] if m.endswith(".npy") else m: m for m in archive.namelist()}
         _check_names(members.keys(), inputs, desc)
-        streams = {name: _NpyStream(archive.open(member), f"{desc}[{name}]") for name, member in members.items()}
+        streams = {}
+        for name, member in members.items():
+            try:
+                streams[name] = _NpyStream(archive.open(member), f"{desc}[{name}]")
+            except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+                for opened in streams.values():
+                    opened.file.close()
+                raise CalibrationDataError(f"{desc}[{name}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
         try:
             if any(s.fortran for s in streams.values()):
                 # Fortran-ordered rows are not contiguous in the file: fall back to whole arrays.
-                with np.load(path, allow_pickle=False) as data:
-                    whole = {name: data[name] for name in members}
+                with _load_numpy(path, desc) as data:
+                    whole = _read_members(data, desc)
                 yield from _StackedSource(whole, desc).feeds(inputs, rows)
                 return
             n, to_cast = _check_stacked({k: (s.dtype, s.shape) for k, s in streams.items()}, inputs, desc)
@@ -472,17 +487,45 @@ class _FolderSource(_Source):
     def feeds(self, inputs: ModelInputs, batch_size: int | None) -> Iterator[Feed]:
         for path in self._files():
             desc = f"file {path}"
+            self.current = desc
             if path.suffix == ".npy":
                 spec = _single_input(inputs, desc)
-                feed = {spec.name: np.load(path, allow_pickle=False)}
+                feed = {spec.name: _load_numpy(path, desc)}
             else:
-                with np.load(path, allow_pickle=False) as data:
-                    feed = {k: data[k] for k in data.files}
+                with _load_numpy(path, desc) as data:
+                    feed = _read_members(data, desc)
             for name, array in feed.items():
                 spec_rank = inputs.by_name(name).rank if name in inputs.names else None
                 if spec_rank is not None and array.ndim == spec_rank - 1:
                     feed[name] = array[np.newaxis]
             yield check_feed(feed, inputs, desc)
+
+
+def _load_numpy(path: Path, desc: str, **kwargs: Any) -> Any:
+    """``np.load`` without pickles; a file that is not NumPy data is an error naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError as exc:
+        raise CalibrationDataError(f"{desc}: cannot be read ({exc.strerror or exc})") from exc
+    if not (head.startswith(b"\x93NUMPY") or head.startswith(b"PK")):
+        kind = ".npz (zip)" if path.suffix == ".npz" else ".npy"
+        raise CalibrationDataError(f"{desc}: not NumPy data (no {kind} header; write it with numpy.save / numpy.savez)")
+    try:
+        return np.load(path, allow_pickle=False, **kwargs)
+    except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+        raise CalibrationDataError(f"{desc}: not NumPy .npy/.npz data ({' '.join(str(exc).split())})") from exc
+
+
+def _read_members(data: Any, desc: str) -> Feed:
+    """Every member of an open ``.npz``; a corrupt member is an error naming the file and member."""
+    feed = {}
+    for key in data.files:
+        try:
+            feed[key] = data[key]
+        except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+            raise CalibrationDataError(f"{desc}[{key}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
+    return feed
 
 
 def _open(data: Any, inputs: ModelInputs) -> _Source:
@@ -499,7 +542,7 @@ def _open(data: Any, inputs: ModelInputs) -> _Source:
             return _NpzSource(path)
         if path.suffix == ".npy":
             spec = _single_input(inputs, f"file {path}")
-            return _StackedSource(lambda: {spec.name: np.load(path, mmap_mode="r", allow_pickle=False)}, f"file {path}")
+            return _StackedSource(lambda: {spec.name: _load_numpy(path, f"file {path}", mmap_mode="r")}, f"file {path}")
         raise CalibrationDataError(
             f"calibration data {path}: unsupported file type {path.suffix!r}; expected a folder of "
             ".npy/.npz files, one .npz keyed by input name, or one .npy"
@@ -580,6 +623,7 @@ def _iterate(source: _Source, inputs: ModelInputs, batch_size: int | None) -> It
     if batch_size is not None and not stacked:
         feeds = _rebatch(feeds, batch_size, source.desc)
     empty = True
+    watch = _FiniteWatch()
     for feed in feeds:
         if batch_size is not None and fixed is not None and _rows(feed, source.desc) != fixed:
             log.warning(
@@ -588,9 +632,55 @@ def _iterate(source: _Source, inputs: ModelInputs, batch_size: int | None) -> It
             )
             continue
         empty = False
+        watch.add(feed, source.current or source.desc)
         yield feed
     if empty:
         raise EmptyCalibrationDataError(f"calibration data is empty: {source.desc} yielded no samples")
+    watch.finish(source.desc)
+
+
+class NonFiniteDataError(CalibrationDataError):
+    """An input's calibration data holds no finite value at all (every value NaN or ±Inf)."""
+
+
+class _FiniteWatch:
+    """Counts NaN/Inf per float input over a pass.
+
+    Why: statistics ignore non-finite values, so data that is all NaN would calibrate nothing and
+    give scale 1.0 and a NaN report without a word. All non-finite is an error naming the input
+    and where the data came from; some non-finite values are a warning with the count.
+    """
+
+    def __init__(self) -> None:
+        self.total: dict[str, int] = {}
+        self.bad: dict[str, int] = {}
+        self.where: dict[str, list[str]] = {}
+
+    def add(self, feed: Feed, where: str) -> None:
+        for name, array in feed.items():
+            if array.dtype.kind != "f" or array.size == 0:
+                continue
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            self.total[name] = self.total.get(name, 0) + array.size
+            if bad:
+                self.bad[name] = self.bad.get(name, 0) + bad
+                places = self.where.setdefault(name, [])
+                if where not in places:
+                    places.append(where)
+
+    def finish(self, desc: str) -> None:
+        for name, bad in self.bad.items():
+            places = self.where[name]
+            shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+            if bad == self.total[name]:
+                raise NonFiniteDataError(
+                    f"calibration data for input {name!r} is all NaN/Inf ({bad} values) in {shown}; "
+                    "no statistics can be computed from it"
+                )
+            log.warning(
+                "calibration data for input %r holds %d NaN/Inf values of %d (%.3g%%) in %s; statistics ignore them",
+                name, bad, self.total[name], 100.0 * bad / self.total[name], shown,
+            )
 
 
 def as_feed_iterator(data: Any, model_inputs: InputsLike, batch_size: int | None = None) -> Iterator[Feed]:

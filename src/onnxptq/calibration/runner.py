@@ -37,6 +37,8 @@ from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, 
 from onnxptq.graph.io import TARGET_OPSET
 from onnxptq.graph.opsets import model_opset
 
+from onnxptq.errors import ModelRuntimeError, NonFiniteStatisticsError, UsageError
+
 log = logging.getLogger(__name__)
 
 __all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
@@ -208,7 +210,10 @@ class _Runs:
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
         rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.reductions else {}
-        return self.session.run(self.names + list(extra), {**feed, **rows})
+        try:
+            return self.session.run(self.names + list(extra), {**feed, **rows})
+        except Exception as exc:  # the data fits the inputs' declared shapes, but not the model's nodes
+            raise ModelRuntimeError(f"onnxruntime failed running the model on the calibration data: {_one_line(exc)}") from exc
 
     def _fold(self, outputs: Sequence[np.ndarray], groups: int) -> None:
         for name, value in zip(self.fetch, outputs):
@@ -262,7 +267,8 @@ class _Runs:
             a = np.asarray(a)
             if a.shape != np.shape(expected):
                 return False, f"feeds run one at a time ({name!r}: {a.shape} for two feeds, {np.shape(expected)} expected)"
-            scale = float(np.nanmax(np.abs(expected))) if a.size and np.isfinite(expected).any() else 0.0
+            finite = np.isfinite(expected) if a.size else np.zeros(0, bool)
+            scale = float(np.max(np.abs(np.asarray(expected)[finite]))) if finite.any() else 0.0
             if a.size and not np.allclose(a, expected, rtol=1e-4, atol=1e-5 * scale, equal_nan=True):
                 return False, f"feeds run one at a time ({name!r} differs when two feeds run together)"
         moved = f"; samples on another axis than 0 in {len(self.batch_axes)} tensor(s)" if self.batch_axes else ""
@@ -330,8 +336,32 @@ def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | No
     spinning: the augmented graph is mostly small single-threaded reductions, and idle pool threads
     spinning between them doubled the CPU time and, on a busy machine, the wall time (PP-OCRv4 rec,
     96 lines, 2 cores under load: 18-21 s -> 9-11 s wall, 13 s -> 7 s CPU)."""
-    return open_session(model, providers=providers, threads=threads, inter_op_threads=1 if threads else None,
-                        optimization="all" if optimize else "none", spinning=False, priority_order=True)
+    try:
+        return open_session(model, providers=providers, threads=threads, inter_op_threads=1 if threads else None,
+                            optimization="all" if optimize else "none", spinning=False, priority_order=True)
+    except UsageError:
+        raise  # a custom-op library that does not load: named by the factory
+    except Exception as exc:  # onnxruntime's Fail / InvalidGraph / ... derive from Exception only
+        raise ModelRuntimeError(f"onnxruntime cannot load the model for calibration: {_one_line(exc)}") from exc
+
+
+def _check_some_finite(name: str, c: Collector) -> None:
+    """Raise when a tensor's statistics saw NaN/Inf and no finite value at all: its range would be
+    a made-up default and the quantized model would compute garbage (or fail in onnxruntime)."""
+    troubled = c.nan_count or c.inf_count or getattr(c, "skipped_batches", 0)
+    lo, hi = getattr(c, "min", None), getattr(c, "max", None)
+    if not troubled or lo is None or hi is None:
+        return
+    if not (np.isfinite(np.asarray(lo, np.float64)).any() or np.isfinite(np.asarray(hi, np.float64)).any()):
+        raise NonFiniteStatisticsError(
+            f"tensor {name!r} held no finite value on any calibration batch (NaN/Inf: the float model overflows on "
+            "this data, e.g. from huge weights or fp16 range); no quantization range can be computed for it"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    """onnxruntime's message without its source-file prefix noise, on one line."""
+    return " ".join(str(exc).split())
 
 
 def collect(
@@ -466,6 +496,7 @@ def collect(
         raise ValueError("calibration got no feed: the data iterable/reader was empty")
     log.info("calibration: %d batches, %d tensors, %.1fs", batches, len(collectors), time.perf_counter() - t_start)
     for name, c in collectors.items():
+        _check_some_finite(name, c)
         if c.nan_count or c.inf_count:
             log.warning("tensor %r: ignored %d NaN and %d Inf values during calibration", name, c.nan_count, c.inf_count)
         if c.skipped_batches:

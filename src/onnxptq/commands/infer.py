@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import positive_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("infer", help="run a model over data and save the outputs as .npy", description=__doc__)
     p.add_argument("model", help="ONNX model")
     p.add_argument("--data", required=True, help=".npz keyed by input name, or a folder of .npy/.npz")
     p.add_argument("-o", "--output", required=True, help="folder for the .npy results")
-    p.add_argument("--batch-size", type=int, default=None, help="samples per run (default: one per sample/file)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="samples per run (default: one per sample/file)")
+    p.add_argument("--threads", type=positive_int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--overwrite", action="store_true", help="write into a folder that already holds .npy files")
     p.set_defaults(func=run)
 

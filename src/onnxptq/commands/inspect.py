@@ -15,6 +15,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _dim(dim) -> str:
+    """A dimension as users wrote it: its size, its symbolic name (``N``, ``seq``), or ``?`` when unset."""
+    if dim.HasField("dim_value"):
+        return str(dim.dim_value)
+    if dim.HasField("dim_param") and dim.dim_param:
+        return dim.dim_param
+    return "?"
+
+
+def describe_value(value) -> str:
+    """``float32 [N, 3, 224, 224]`` for a tensor ValueInfo (``?`` for what is unknown)."""
+    import onnx
+
+    if not value.type.HasField("tensor_type"):
+        return f"non-tensor ({value.type.WhichOneof('value')})"
+    t = value.type.tensor_type
+    try:
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)) if t.elem_type else "?"
+    except (KeyError, TypeError, ValueError):
+        dtype = onnx.TensorProto.DataType.Name(t.elem_type).lower()
+    shape = "[" + ", ".join(_dim(d) for d in t.shape.dim) + "]" if t.HasField("shape") else "(rank unknown)"
+    return f"{dtype} {shape}"
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config.presets import get_preset, preset_names
 
@@ -29,15 +53,13 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline.plan import make_plan
 
     model = io.load_model(args.model)
-    check.check_model(model, str(args.model))
+    check.check_model(model, str(args.model), runs=False)
     print(f"model {args.model}: ir {model.ir_version}, opsets " + ", ".join(f"{i.domain or 'ai.onnx'}:{i.version}" for i in model.opset_import))
     inits = {t.name for t in model.graph.initializer}
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        t = inp.type.tensor_type
-        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
-        print(f"  input {inp.name}: {t.elem_type and __import__('onnx').helper.tensor_dtype_to_np_dtype(t.elem_type)} {dims}")
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for value in values:
+            if value.name not in inits:
+                print(f"  {kind} {value.name}: {describe_value(value)}")
     ops = Counter(n.op_type for n in model.graph.node)
     print("  ops: " + ", ".join(f"{op} ×{n}" for op, n in ops.most_common()))
     config = get_preset(args.preset)

@@ -6,6 +6,8 @@ import argparse
 import json
 import logging
 
+from ._args import positive_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="quantize a float ONNX model", description=__doc__)
@@ -13,15 +15,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="quantized model to write (never the input)")
     p.add_argument("--preset", default="A8W8", help="configuration preset (default A8W8; see `onnxptq inspect --presets`)")
     p.add_argument("--data", help="calibration data: a folder of .npy/.npz, or one .npz keyed by input name (samples on axis 0)")
-    p.add_argument("--calib-size", type=int, default=None, help="use at most this many calibration samples")
-    p.add_argument("--batch-size", type=int, default=None, help="samples per onnxruntime run during calibration (default: as the data comes)")
+    p.add_argument("--calib-size", type=positive_int, default=None, help="use at most this many calibration samples")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="samples per onnxruntime run during calibration (default: as the data comes)")
     p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
+    p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
+                   help="onnxruntime custom-op library for models with custom-domain nodes, registered in every session; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import outputs
     from ..api import quantize
     from ..config.presets import get_preset
 
@@ -29,12 +34,17 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.data_size = args.calib_size
     config.calibration.batch_size = args.batch_size
     config.calibration.progress = not args.no_progress
+    config.calibration.custom_op_libraries = tuple(args.custom_op_library)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
+    # Every output against every input and each other, before any work: a --plan equal to -o,
+    # to the model or to a data file, or into a missing folder, fails now, not after calibrating.
+    outputs.check_io({"-o": args.output, "--plan": args.plan},
+                     models={"the input model": args.model},
+                     data={"the calibration data": args.data} if args.data else {})
     result = quantize(args.model, config, data=args.data, output=args.output)
     if args.plan:
-        with open(args.plan, "w", encoding="utf-8") as fh:
-            json.dump(result.plan.to_json(), fh, indent=1)
+        outputs.write_text(args.plan, json.dumps(result.plan.to_json(), indent=1), label="plan")
     print(result.summary())
     print(f"wrote {result.output_path}")
     logging.getLogger(__name__).debug("timings %s", result.timings)

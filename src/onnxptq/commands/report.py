@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..analysis.report import Report
+
+from ._args import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,12 +23,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("quant_model", metavar="QUANT", help="the quantized ONNX model")
     p.add_argument("--data", required=True, help="samples: a folder of .npy/.npz, or one .npz keyed by input name (samples on axis 0)")
     p.add_argument("-o", "--output", required=True, help="HTML report to write; the JSON goes beside it")
-    p.add_argument("--samples", type=int, default=None, help="use at most this many samples (feeds)")
+    p.add_argument("--samples", type=positive_int, default=None, help="use at most this many samples (feeds)")
     p.add_argument("--sort", choices=("local", "model"), default="local",
                    help="rank by the tensor's own quantizer error (local, default) or by the error vs the float model")
     p.add_argument("--no-prepare", action="store_true",
                    help="compare with FLOAT as it is (default: prepare it as onnxptq does before quantizing)")
-    p.add_argument("--top", type=int, default=15, help="tensors to print (default 15)")
+    p.add_argument("--top", type=positive_int, default=15, help="tensors to print (default 15)")
     p.set_defaults(func=run)
 
 
@@ -60,6 +63,7 @@ def report_files(
     float model is prepared the same way first (``prepare_float``) for its tensors to line up with
     the quantized model's; turn it off for a float model that a quantizer used as it is.
     """
+    from .. import outputs
     from ..analysis.report import compute_report
     from ..analysis.report_html import write_report
     from ..calibration import readers
@@ -67,6 +71,13 @@ def report_files(
     from ..pipeline.plan import node_names
     from ..pipeline.prepare import prepare_for_quantization
 
+    output = Path(output)
+    if output.suffix.lower() == ".json":
+        raise ValueError(f"{output}: give the HTML path; the JSON is written beside it")
+    output.parent.mkdir(parents=True, exist_ok=True)  # a report folder is made, as write_report does
+    outputs.check_io({"report": output, "report JSON": output.with_suffix(".json")},
+                     models={"the float model": float_path, "the quantized model": quant_path},
+                     data={"the data": data})
     fmodel = io.load_model(float_path)
     qmodel = io.load_model(quant_path)
     inputs = readers.ModelInputs.from_model(fmodel)

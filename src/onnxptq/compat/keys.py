@@ -103,7 +103,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("CalibPassthroughOpTypes", "calibration pass-through op types", [], None),
         # §2.3 Q/DQ management
         _h("AddQDQPairToWeight", "True: runtime quantizer on every weight (fold_weights/store_int_weights False)"),
-        _h("DedicatedQDQPair", "one Q/DQ pair per consumer (QuantConfig.dedicated_qdq_pair)"),
+        _x("DedicatedQDQPair", "one Q/DQ pair per consumer of a tensor", False),
         _x("QDQOpTypePerChannelSupportToAxis", "per-op-type per-channel axis", {}, None),
         _x("UseQDQContribOps", "Q/DQ in the com.microsoft domain", False),
         _h("RemoveQDQConvRelu", "no Q/DQ between a producer and its Relu (QuantConfig.fuse_activations; the four keys must agree)"),
@@ -221,7 +221,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("FastFinetune", "fast finetuning (AdaRound / AdaQuant)"),
         # §2.13 runtime / debug
         _n("TmpDir", "root of the reference tool's temporary files; calibration runs in memory and outputs are written atomically beside the target"),
-        _h("UserCustomOpLibPath", "None or our get_library_path(): no-op (our models need no library); another library: not implemented"),
+        _h("UserCustomOpLibPath", "custom-op libraries registered in every session (CalibrationOptions.custom_op_libraries); ours is dropped"),
         _n("EncryptionAlgorithm", "crypto mode: we keep everything in memory and write no intermediate files to encrypt"),
         _h("CryptoMode", "spelling of the field crypto_mode (ModelProto in, ModelProto out, nothing written)"),
         _h("DebugMode", "spelling of the field debug_mode (DEBUG logging during the call)"),

@@ -27,6 +27,7 @@ The key table itself lives in :mod:`.keys`; it is appended to this docstring (ge
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
@@ -122,6 +123,9 @@ def _check_keys(extra: dict[str, Any]) -> None:
         spec = EXTRA_OPTIONS[key]
         if spec.status == "not implemented" and key != "FastFinetune" and not _same(value, spec.inert):
             raise _not_built(key, spec.meaning)
+        if spec.status == "no-op":
+            # Accepted, so ported scripts run, but never silently: what the key would do is nothing here.
+            log.warning("extra_options key %r has no effect in onnxptq: %s", key, spec.meaning)
 
 
 def _bool(extra: dict[str, Any], key: str, default: bool) -> bool:
@@ -292,10 +296,11 @@ def _tensor_overrides(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Ru
     overrides: dict[str, TensorQuant] = {}
     mpt = _dict_option(extra, "MixedPrecisionTensor")
     if mpt and not specific:
-        log.warning(
-            "extra_options['MixedPrecisionTensor'] is given but specific_tensor_precision is False; applying it "
-            "(the reference tool would ignore the key)"
-        )
+        # As the reference tool: the key acts only with specific_tensor_precision (or its
+        # extra_options spelling SpecificTensorPrecision), which otherwise would do nothing.
+        log.warning("extra_options['MixedPrecisionTensor'] is ignored: specific_tensor_precision is False "
+                    "(set it, or extra_options['SpecificTensorPrecision'], to True)")
+        mpt = {}
     for qtype, names in mpt.items():
         fmt = format_of(qtype, "MixedPrecisionTensor key")
         for name in _names(names, f"MixedPrecisionTensor[{qtype}]"):
@@ -334,18 +339,29 @@ def _tensor_overrides(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Ru
     return overrides
 
 
-def _check_user_lib(value: Any) -> None:
-    """A custom-op library path is only inert when it is ours (which registers nothing)."""
+def _providers(value: Any) -> tuple[str, ...]:
+    """Execution providers, each one this onnxruntime has: onnxruntime itself only warns about an
+    unknown name and runs on the CPU, so a typo would be accepted and ignored."""
+    import onnxruntime as ort
+
+    names = tuple(_names(value, "execution_providers")) or ("CPUExecutionProvider",)
+    available = ort.get_available_providers()
+    for name in names:
+        if name not in available:
+            raise ConfigError(f"execution provider {name!r} is not available in this onnxruntime{suggest(name, available)}; "
+                              f"available: {', '.join(available)}")
+    return names
+
+
+def _user_libs(value: Any) -> tuple[str, ...]:
+    """``UserCustomOpLibPath``: the custom-op libraries to register in every session (ours, which
+    registers nothing, is dropped: our models need no library)."""
     if not value:
-        return
+        return ()
     from .library import is_own_library
 
-    paths = [value] if isinstance(value, str) else list(value)
-    for path in paths:
-        if not is_own_library(path):
-            raise _not_built(
-                "UserCustomOpLibPath", f"registering the custom-op library {path!r} in calibration sessions"
-            )
+    paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    return tuple(str(p) for p in paths if not is_own_library(p))
 
 
 def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
@@ -356,7 +372,6 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         raise ConfigError(f"extra_options must be a dict, not {type(cfg.extra_options).__name__}")
     extra = dict(cfg.extra_options)
     _check_keys(extra)
-    _check_user_lib(extra.get("UserCustomOpLibPath"))
 
     # Fields of unbuilt features, in both spellings.
     for name, feature in UNBUILT_FIELDS.items():
@@ -486,8 +501,9 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         raise ConfigError(f"extra_options['ConvertOpsetVersion'] must be an opset number >= 7, not {opset!r}")
 
     calib_kwargs: dict[str, Any] = {
-        "providers": tuple(_names(_setting(cfg, "execution_providers", extra), "execution_providers")) or ("CPUExecutionProvider",),
+        "providers": _providers(_setting(cfg, "execution_providers", extra)),
         "moving_average": _bool(extra, "CalibMovingAverage", False),
+        "custom_op_libraries": _user_libs(extra.get("UserCustomOpLibPath")),
     }
     size = extra.get("CalibDataSize")
     if size is not None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from ..formats.base import ALL_FORMATS, INTEGER_FORMATS, MX_ELEMENT_DTYPES
 
 ScaleKind = Literal["float", "pow2", "int16"]
-CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution")
+CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution", "layerwise_percentile")
 
 #: Attributes of the ``bfp`` format and their defaults (the reference tool's op defaults).
 BFP_DEFAULTS: dict[str, Any] = {
@@ -33,8 +33,10 @@ BFP_DEFAULTS: dict[str, Any] = {
 #: Attributes of the ``mx`` format and their defaults.
 MX_DEFAULTS: dict[str, Any] = {"element_dtype": "int8", "axis": 1, "block_size": 32, "rounding_mode": 0, "scale_search": 0}
 
+from onnxptq.errors import UsageError
 
-class ConfigError(ValueError):
+
+class ConfigError(UsageError):
     """A configuration value is invalid; the message names the field and the valid choices."""
 
 
@@ -163,6 +165,19 @@ class CalibrationOptions:
     moving_average: bool = False
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     progress: bool = True
+    #: onnxruntime custom-op libraries registered in every session (models with custom-domain nodes)
+    custom_op_libraries: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ConfigError for counts that can never work. Called again by the pipeline, since
+        the CLI and the compatible API set fields after construction."""
+        for name in ("data_size", "batch_size", "num_bins"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"calibration {name} must be a whole number >= 1 (or None for the default), not {value!r}")
 
 
 #: Layer op types fast finetuning optimises by default (spec §7.1 ``TargetOpType``). The norm

@@ -7,18 +7,23 @@ or caller-given label) and the tensor at fault.
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import onnx
+from google.protobuf.message import Message
 from onnx import TensorProto
 
 from onnxptq.graph.io import PROTOBUF_LIMIT
-from onnxptq.graph.opsets import is_onnx_domain
+from onnxptq.errors import OnnxptqError
+from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +31,7 @@ log = logging.getLogger(__name__)
 FLOAT_TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
-class ModelCheckError(ValueError):
+class ModelCheckError(OnnxptqError, ValueError):
     """The model cannot be quantized as given; the message names the source and the cause."""
 
 
@@ -40,7 +45,7 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
                 onnx.checker.check_model(str(path))
         else:
             onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
+    except (onnx.checker.ValidationError, UnicodeDecodeError, RuntimeError) as exc:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
 
@@ -62,17 +67,154 @@ def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
                     yield "constant", node.output[0], TensorProto.FLOAT
 
 
-def check_model(model: onnx.ModelProto, source: str) -> None:
+class AlreadyQuantizedError(ModelCheckError):
+    """The model already holds quantization nodes; quantizing it again would stack a second one."""
+
+
+class CustomOpError(ModelCheckError):
+    """The model has nodes of a custom domain that stock onnxruntime cannot run."""
+
+
+#: Op types that only a quantized model holds (standard, onnxruntime's com.microsoft, ours).
+QUANTIZED_OP_TYPES = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+    "MatMulNBits", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QGemm",
+    "QAttention", "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedGelu", "QOrderedLayerNormalization",
+    "DequantizeBFP", "QuantizeBFP", "GatherBlockQuantized",
+    # our own functions (onnxptq domain) and the reference tool's custom ops
+    "BFPQuantizeDequantize", "MXQuantizeDequantize", "ExtendedQuantizeLinear", "ExtendedDequantizeLinear",
+    "BFPFixNeuron", "MXFixNeuron", "VitisQuantizeLinear", "VitisDequantizeLinear",
+})
+#: Domains stock onnxruntime runs (besides functions the model defines itself).
+RUNTIME_DOMAINS = ONNX_DOMAINS | {"ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training"}
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The graph's nodes and those of every If/Loop/Scan body inside it."""
+    from onnxptq.graph.walk import subgraph_nodes
+
+    yield from graph.node
+    yield from subgraph_nodes(graph)
+
+
+def quantized_node_counts(model: onnx.ModelProto) -> Counter[str]:
+    """How many nodes of each quantization op type the model holds (``QLinear*`` included)."""
+    return Counter(n.op_type for n in _all_nodes(model.graph)
+                   if n.op_type in QUANTIZED_OP_TYPES or n.op_type.startswith("QLinear"))
+
+
+def check_not_quantized(model: onnx.ModelProto, source: str) -> None:
+    """Refuse a model that is already quantized, counting its quantization nodes by op type."""
+    counts = quantized_node_counts(model)
+    if counts:
+        listed = ", ".join(f"{n} {op}" for op, n in counts.most_common())
+        raise AlreadyQuantizedError(
+            f"{source}: the model is already quantized ({sum(counts.values())} quantization nodes: {listed}); "
+            "quantize the float model it came from"
+        )
+
+
+def check_custom_domains(model: onnx.ModelProto, source: str, custom_op_libraries: Sequence[str] = ()) -> None:
+    """Refuse nodes of domains onnxruntime cannot run, unless custom-op libraries are given for them.
+
+    Calibration runs the model in onnxruntime, so a node it cannot run fails there with a message
+    about the session. Functions the model defines itself are runnable; so are the standard and
+    onnxruntime (com.microsoft) domains.
+    """
+    local = {(f.domain, f.name) for f in model.functions}
+    custom = [n for n in _all_nodes(model.graph) if n.domain not in RUNTIME_DOMAINS and (n.domain, n.op_type) not in local]
+    if not custom or custom_op_libraries:
+        if custom:
+            log.info("%s: %d custom-domain node(s) to be run with %s", source, len(custom), list(custom_op_libraries))
+        return
+    shown = "; ".join(f"node {n.name or '(unnamed)'!r}: op {n.op_type!r} of domain {n.domain!r}" for n in custom[:5])
+    more = f" and {len(custom) - 5} more" if len(custom) > 5 else ""
+    raise CustomOpError(
+        f"{source}: {len(custom)} node(s) of a custom domain that stock onnxruntime cannot run ({shown}{more}); "
+        "calibration runs the model in onnxruntime: pass the custom-op library that implements them "
+        "(CLI --custom-op-library PATH; API CalibrationOptions(custom_op_libraries=(PATH,)); "
+        "compatible API extra_options={'UserCustomOpLibPath': PATH}), or replace those nodes with standard ops first"
+    )
+
+
+def _is_repeated(desc: Any) -> bool:
+    """Whether a protobuf field is repeated (``is_repeated`` in protobuf >= 6, ``label`` before)."""
+    flag = getattr(desc, "is_repeated", None)
+    return bool(flag) if flag is not None else desc.label == desc.LABEL_REPEATED
+
+
+def _bad_strings(message: Message, where: str) -> Iterator[str]:
+    """Where ``message`` holds a string field that is not valid UTF-8 (protobuf hands it over as bytes)."""
+    for desc, value in message.ListFields():
+        repeated = _is_repeated(desc)
+        if desc.type == desc.TYPE_STRING:
+            values = value if repeated else [value]
+            if any(not isinstance(v, str) for v in values):
+                yield f"{where}.{desc.name}"
+        elif desc.type == desc.TYPE_MESSAGE:
+            items = value if repeated else [value]
+            for i, item in enumerate(items):
+                yield from _bad_strings(item, f"{where}.{desc.name}[{i}]" if repeated else f"{where}.{desc.name}")
+
+
+#: Bytes per element of the fixed-size tensor types (sub-byte and string types are not checked).
+_ITEMSIZE = {t: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t)).itemsize for t in (
+    TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16, TensorProto.INT8,
+    TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32,
+    TensorProto.INT64, TensorProto.UINT64, TensorProto.BOOL)}
+
+
+def _tensor_problem(tensor: onnx.TensorProto) -> str | None:
+    """Why a stored tensor cannot be read (unknown type, data size not matching its dims), or None."""
+    if tensor.data_type not in TensorProto.DataType.values() or tensor.data_type == TensorProto.UNDEFINED:
+        return f"unknown element type {tensor.data_type}"
+    if tensor.data_location == TensorProto.EXTERNAL or any(d < 0 for d in tensor.dims):
+        return None if not any(d < 0 for d in tensor.dims) else f"negative dimension in {list(tensor.dims)}"
+    count = int(np.prod(tensor.dims, dtype=np.int64)) if tensor.dims else 1
+    if tensor.HasField("raw_data") and tensor.data_type in _ITEMSIZE:
+        if len(tensor.raw_data) != count * _ITEMSIZE[tensor.data_type]:
+            return f"{len(tensor.raw_data)} bytes of data for shape {list(tensor.dims)}"
+    return None
+
+
+def check_wellformed(model: onnx.ModelProto, source: str) -> None:
+    """Refuse what a damaged file can hold and the checker lets through: names that are not UTF-8,
+    tensors of an unknown element type or whose data does not fill their shape."""
+    bad = next(_bad_strings(model, "model"), None)
+    if bad is not None:
+        raise ModelCheckError(f"{source}: the model is damaged: {bad} is not valid UTF-8 text")
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if is_onnx_domain(entry.domain) and not 1 <= entry.version <= newest:
+            raise ModelCheckError(f"{source}: the model imports opset {entry.version} of the default domain; "
+                                  f"the installed onnx knows opsets 1 to {newest}")
+    for kind, tensor in [("initializer", t) for t in model.graph.initializer] + [
+        ("Constant", a.t) for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+    ]:
+        problem = _tensor_problem(tensor)
+        if problem:
+            raise ModelCheckError(f"{source}: the model is damaged: {kind} {tensor.name!r} has {problem}")
+
+
+def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Sequence[str] = (),
+                runs: bool = True) -> None:
     """Raise ModelCheckError unless ``model`` passes the checker, has nodes and float tensors.
 
     Args:
         model: the loaded model.
         source: where it came from (a path, or a label such as ``"<ModelProto>"``), used in messages.
+        custom_op_libraries: onnxruntime custom-op libraries the caller registers; custom-domain
+            nodes are refused without them.
+        runs: False for callers that never run the model (``inspect``): custom domains pass then.
     """
     if not isinstance(model, onnx.ModelProto):
         raise ModelCheckError(f"{source}: expected an onnx.ModelProto, got {type(model).__name__}")
     if not model.graph.node:
         raise ModelCheckError(f"{source}: the model's graph has no nodes; there is nothing to quantize")
+    check_wellformed(model, source)
+    check_not_quantized(model, source)
+    if runs:
+        check_custom_domains(model, source, custom_op_libraries)
     _run_checker(model, source)
     kinds = {kind for kind, _, elem in _float_tensors(model) if elem in FLOAT_TYPES}
     if not kinds:
@@ -127,3 +269,58 @@ def check_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source:
                     raise ModelCheckError(
                         f"{source}: input '{name}' expects size {dim.dim_value} on axis {axis}, the data reader gave shape {array.shape}"
                     )
+
+
+# ---------------------------------------------------------------------------------------------
+# names the configuration refers to
+
+
+def _regex(pattern: str) -> bool:
+    """Whether an exclusion entry is a regex (the reference tool's rule: starts with '^', has '.*')."""
+    return pattern.startswith("^") and ".*" in pattern
+
+
+def _all_op_types() -> set[str]:
+    """Every op type of every domain onnx and onnxruntime-contrib schemas know."""
+    return {schema.name for schema in onnx.defs.get_all_schemas_with_history()}
+
+
+def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
+    """Raise UnknownNameError for a node, op type or regex in ``config`` that matches nothing.
+
+    Why: an exclusion with a typo silently quantizes the layer the user meant to keep in float.
+    ``models`` are the model as given and as prepared (nodes named), so names a user read in
+    either (``inspect``, the plan JSON, Netron) are known. Tensor-wise and per-node settings are
+    checked by the planner; here: ``nodes_to_exclude`` (names and regexes), ``op_types``,
+    ``extra_op_types`` and ``op_type_overrides`` (op types ONNX does not define; op types absent
+    from this model are fine, presets apply to any model). Each error lists the nearest names.
+    """
+    from onnxptq.config.schema import suggest
+    from onnxptq.errors import UnknownNameError
+
+    node_names = {n.name for m in models for n in _all_nodes(m.graph) if n.name}
+    problems: list[str] = []
+    for pattern in getattr(config, "nodes_to_exclude", ()):
+        if _regex(pattern):
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"nodes_to_exclude regex {pattern!r} is not a valid regular expression ({exc})")
+                continue
+            if not any(compiled.match(name) for name in node_names):
+                problems.append(f"nodes_to_exclude regex {pattern!r} matches no node of the model"
+                                f"{suggest(pattern.lstrip('^').replace('.*', ''), node_names)}")
+        elif pattern not in node_names:
+            near = difflib.get_close_matches(pattern, sorted(node_names), n=3, cutoff=0.5)
+            hint = f" (nearest: {', '.join(near)})" if near else ""
+            problems.append(f"nodes_to_exclude names {pattern!r}, which is not a node of the model{hint}")
+    known_ops: set[str] | None = None
+    for where in ("op_types", "extra_op_types", "op_type_overrides"):
+        for op in getattr(config, where, None) or ():
+            known_ops = known_ops if known_ops is not None else _all_op_types() | {n.op_type for m in models for n in _all_nodes(m.graph)}
+            if op not in known_ops:
+                near = difflib.get_close_matches(op, sorted(known_ops), n=3, cutoff=0.6)
+                hint = f" (nearest: {', '.join(near)})" if near else ""
+                problems.append(f"{where} names op type {op!r}, which ONNX does not define{hint}")
+    if problems:
+        raise UnknownNameError("; ".join(problems))

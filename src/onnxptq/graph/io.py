@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Union
 
 import onnx
+
+from .. import outputs
+from ..errors import InputNotFoundError, OnnxptqError
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ PROTOBUF_LIMIT = 2**31 - 1
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(OnnxptqError, ValueError):
     """The input model file is missing or is not an ONNX model."""
 
 
@@ -40,7 +42,7 @@ def load_model(model: ModelLike, *, load_external_data: bool = True) -> onnx.Mod
         return copy
     path = Path(model)
     if not path.exists():
-        raise FileNotFoundError(f"model file not found: {path}")
+        raise InputNotFoundError(f"model file not found: {path}")
     if path.is_dir():
         raise ModelLoadError(f"model path is a folder, not an ONNX file: {path}")
     try:
@@ -56,64 +58,54 @@ def same_file(a: ModelLike, b: ModelLike) -> bool:
     """True when two paths name the same file (also through symlinks); False for ModelProtos."""
     if isinstance(a, onnx.ModelProto) or isinstance(b, onnx.ModelProto):
         return False
-    pa, pb = Path(a), Path(b)
-    if pa.exists() and pb.exists():
-        return os.path.samefile(pa, pb)
-    return pa.resolve() == pb.resolve()
+    return outputs.same_path(a, b)
 
 
-def check_output_path(output: str | os.PathLike, inputs: tuple[ModelLike, ...] = ()) -> Path:
-    """Validate an output path before any work is done, so a long run cannot fail at the end."""
-    out = Path(output)
-    for source in inputs:
-        if same_file(source, out):
-            raise ValueError(f"output path {out} is the input model; refusing to overwrite the input")
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.exists():
-        raise FileNotFoundError(f"output folder does not exist: {folder}")
-    if not os.access(folder, os.W_OK):
-        raise PermissionError(f"output folder is not writable: {folder}")
-    if out.is_dir():
-        raise IsADirectoryError(f"output path is a folder, not a file: {out}")
-    return out
+def check_output_path(output: str | os.PathLike, inputs: tuple[ModelLike, ...] = (), *,
+                      data: object = None, label: str = "output") -> Path:
+    """Validate an output path before any work is done, so a long run cannot fail at the end.
+
+    The output may replace none of ``inputs`` (models: the file and its external-data files) nor
+    the calibration files of ``data``; see :func:`onnxptq.outputs.check_outputs`.
+    """
+    models = {("the input model" if i == 0 else f"input model #{i + 1}"): m for i, m in enumerate(inputs)}
+    return outputs.check_io({label: output}, models=models, data={"the calibration data": data} if data is not None else {})[label]
 
 
 def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_data: bool | None = None) -> Path:
-    """Write ``model`` to ``output`` atomically; tensors go to ``<name>.data`` past the 2 GB limit."""
-    out = check_output_path(output)
+    """Write ``model`` to ``output`` atomically; tensors go to ``<name>.data`` past the 2 GB limit.
+
+    A failure leaves nothing behind and raises :class:`onnxptq.errors.SaveError` (path and cause in
+    one line); the file gets the mode ``open()`` would give it (see :mod:`onnxptq.outputs`).
+    """
+    out = outputs.resolve_output(output, "output")
     if external_data is None:
         external_data = model.ByteSize() > PROTOBUF_LIMIT
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
     data_name = f"{out.name}.data"
-    tmp_data = out.parent / f".{data_name}.{os.getpid()}.tmp"
-    try:
+    with outputs.atomic_files("model", output) as files:
+        tmp = files.temp(out)
         if external_data:
+            tmp_data = files.temp(out.parent / data_name)
+            tmp_data.unlink()  # onnx appends to the data file: start from none
             onnx.save_model(
                 model,
-                tmp,
+                str(tmp),
                 save_as_external_data=True,
                 all_tensors_to_one_file=True,
                 location=tmp_data.name,
                 size_threshold=1024,
             )
             # The model refers to its data file by name: rewrite the location to the final name.
-            final = onnx.load(tmp, load_external_data=False)
+            final = onnx.load(str(tmp), load_external_data=False)
             for tensor in _all_tensors(final):
                 for entry in tensor.external_data:
                     if entry.key == "location":
                         entry.value = data_name
-            onnx.save_model(final, tmp)
-            if tmp_data.exists():  # no data file when every tensor is under size_threshold
-                os.replace(tmp_data, out.parent / data_name)
+            onnx.save_model(final, str(tmp))
+            if not tmp_data.exists():  # no data file when every tensor is under size_threshold
+                files.pending = [(t, f) for t, f in files.pending if t != tmp_data]
         else:
-            onnx.save_model(model, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        for leftover in (Path(tmp), tmp_data):
-            if leftover.exists():
-                leftover.unlink()
-        raise
+            onnx.save_model(model, str(tmp))
     log.info("saved %s", out)
     return out
 

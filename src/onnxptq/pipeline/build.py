@@ -21,7 +21,8 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
-    params = solve(prepared, plan, calibrated.stats)
+    params = solve(prepared, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,
+                   weight_minmse=cfg.weight_minmse)
     weights = prepared
     if cfg.finetune is not None:
         # Refinement needs torch (an optional extra): imported only when a config asks for it.

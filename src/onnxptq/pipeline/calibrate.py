@@ -21,8 +21,10 @@ import onnx
 from ..calibration import collectors, readers, runner
 from ..config.presets import resolve_config
 from ..config.schema import QuantConfig
+from ..errors import OnnxptqError
 from ..graph import check, io
-from .plan import Plan, make_plan
+from ..sessions import active_libraries
+from .plan import Plan, make_plan, node_names
 from .prepare import prepare_for_quantization
 
 #: Samples kept in memory during calibration to measure the quantized model against the float one.
@@ -30,7 +32,7 @@ from .prepare import prepare_for_quantization
 DEFAULT_EVAL_SAMPLES = 8
 
 
-class NothingToQuantizeError(ValueError):
+class NothingToQuantizeError(OnnxptqError, ValueError):
     """The configuration selects no tensor of the model."""
 
 
@@ -67,13 +69,16 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = resolve_config(config)
+    cfg.calibration.check()
     source = source_name(model)
     proto = io.load_model(model)
-    check.check_model(proto, source)
+    check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
     inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare_for_quantization(proto, cfg)
     timings["prepare"] = time.perf_counter() - t0
+    node_names(prepared)  # the names the plan (and the user, in inspect or the plan JSON) uses
+    check.check_config_names(cfg, proto, prepared)
 
     plan = make_plan(prepared, cfg)
     if not plan.tensors:

@@ -272,6 +272,10 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     target = b.fresh(f"{name}_DequantizeLinear_Output")
     if quant.format in ("bfp", "mx"):
         attrs["shape"] = tuple(values.shape)
+    # The weight's dtype is known: without it the fragment is the generic CastLike-wrapped form,
+    # whose inner DequantizeLinear output took the target's name too (AddQDQPairToWeight failed
+    # the checker: "'W_DequantizeLinear_Output' used as output names multiple times").
+    attrs["dtype"] = "float16" if values.dtype == np.float16 else "float32"
     frag = build_qdq(quant.format, name, target, name=_safe(name), opset=b.opset, **attrs)
     replacement[name] = target
     return b.absorb(frag)

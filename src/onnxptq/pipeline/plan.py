@@ -106,6 +106,10 @@ class TensorPlan:
         options: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
         if quant.calibration == "percentile":
             options["percentile"] = quant.percentile
+        if quant.calibration == "minmse":
+            # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
+            # rounded to a power of two afterwards (which can land on a worse scale than the search's).
+            options["power_of_two"] = quant.scale_kind == "pow2"
         if quant.is_integer:
             from ..formats.integer import qrange
 

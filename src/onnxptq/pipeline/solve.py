@@ -46,11 +46,31 @@ class CalibrationMissingError(RuntimeError):
     """A planned activation has no statistics (calibration skipped or tensor never computed)."""
 
 
-def activation_range(tplan: TensorPlan, collector: Any) -> tuple[float, float]:
+def activation_range(tplan: TensorPlan, collector: Any, *, moving_average: bool = False) -> tuple[float, float]:
     """The calibrated (rmin, rmax) of an activation by its plan's method."""
     options = tplan.range_options()
+    if options["method"] == "minmax" and moving_average:
+        options["moving_average"] = True
     rmin, rmax = methods.compute_range(collector, options.pop("method"), **options)
     return float(rmin), float(rmax)
+
+
+def _weight_range_minmse(values: np.ndarray, axis: int | None, quant: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Weight ranges by the MinMSE search over each channel's (or the whole tensor's) histogram."""
+    qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
+    options = {"symmetric": quant.symmetric, "qmin": qmin, "qmax": qmax, "power_of_two": quant.scale_kind == "pow2"}
+    values = values.astype(np.float32)
+    rows = [values] if axis is None else [np.take(values, i, axis=axis) for i in range(values.shape[axis])]
+    lows, highs = [], []
+    for i, row in enumerate(rows):
+        collector = methods.make_collector("minmse", name=f"{name}[{i}]") if axis is not None else methods.make_collector("minmse", name=name)
+        collector.update(row)
+        lo, hi = methods.compute_range(collector, "minmse", **options)
+        lows.append(lo)
+        highs.append(hi)
+    if axis is None:
+        return np.asarray(lows[0]), np.asarray(highs[0])
+    return np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64)
 
 
 def _integer_params(quant, rmin, rmax) -> QParams:
@@ -65,8 +85,15 @@ def _float_params(quant, rmin, rmax) -> QParams:
     return QParams(scale=np.asarray(scale, dtype=np.float32), zero_point=np.asarray(zero_point, dtype=np.float32))
 
 
-def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[str, QParams]:
-    """Scale and zero point for every planned tensor that has them (bfp/mx and unscaled floats don't)."""
+def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, moving_average: bool = False,
+          weight_minmse: bool = False) -> dict[str, QParams]:
+    """Scale and zero point for every planned tensor that has them (bfp/mx and unscaled floats don't).
+
+    ``moving_average`` (``CalibMovingAverage``): MinMax activation ranges are the mean of the
+    per-batch extremes, not the extremes of all batches. ``weight_minmse``
+    (``WeightCalibrateMethod: MinMSE``): integer weight ranges minimise the quantization MSE of the
+    weight values (per channel where the weight is per channel) instead of spanning min..max.
+    """
     inits = {t.name: t for t in model.graph.initializer}
     params: dict[str, QParams] = {}
     ranges: dict[str, tuple[Any, Any]] = {}
@@ -80,7 +107,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
         if tplan.quant.per_channel and getattr(collector, "channel_min", None) is not None:
             ranges[tplan.name] = (collector.channel_min, collector.channel_max)
         else:
-            ranges[tplan.name] = activation_range(tplan, collector)
+            ranges[tplan.name] = activation_range(tplan, collector, moving_average=moving_average)
 
     for tplan in plan.tensors.values():
         if tplan.role != "activation" or tplan.name not in ranges:
@@ -115,7 +142,10 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[
             continue
         values = numpy_helper.to_array(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
-        rmin, rmax = integer.weight_range(values, axis)
+        if weight_minmse and quant.is_integer:
+            rmin, rmax = _weight_range_minmse(values, axis, quant, tplan.name)
+        else:
+            rmin, rmax = integer.weight_range(values, axis)
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 
     for tplan in plan.tensors.values():

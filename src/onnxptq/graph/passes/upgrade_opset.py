@@ -22,8 +22,10 @@ from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
 log = logging.getLogger(__name__)
 
+from onnxptq.errors import OnnxptqError
 
-class OpsetUpgradeError(ValueError):
+
+class OpsetUpgradeError(OnnxptqError, ValueError):
     """The model (or one of its functions) cannot be converted to the requested opset."""
 
 

@@ -1,0 +1,65 @@
+"""The documented error classes: every bad input a user can give ends in one of these.
+
+Why a module of its own: the CLI prints any :class:`OnnxptqError` as one line and exits 2, the
+fuzz tests assert that nothing else escapes, and ``docs/errors.md`` lists which input raises which.
+Each class also derives from the builtin a caller would have caught before it existed
+(``ValueError``, ``FileNotFoundError``, ``PermissionError``, ...), so no ``except`` clause written
+against earlier releases stops matching.
+
+This module imports nothing from the package, so every other module can import it.
+"""
+
+from __future__ import annotations
+
+
+class OnnxptqError(Exception):
+    """Base of every error onnxptq raises on purpose for input it cannot use."""
+
+
+class UsageError(OnnxptqError, ValueError):
+    """An option or argument with a value that can never work (``--calib-size 0``, a bad regex)."""
+
+
+class UnknownNameError(UsageError):
+    """A node, tensor or op type named in the configuration does not exist in the model."""
+
+
+class OutputPathError(OnnxptqError, ValueError):
+    """An output path that cannot be written as given; decided before any work is done."""
+
+
+class OutputCollisionError(OutputPathError):
+    """An output would replace one of the command's inputs, or another of its outputs."""
+
+
+class OutputFolderMissingError(OutputPathError, FileNotFoundError):
+    """The folder an output goes into does not exist."""
+
+
+class OutputNotWritableError(OutputPathError, PermissionError):
+    """The folder an output goes into is not writable."""
+
+
+class OutputIsFolderError(OutputPathError, IsADirectoryError):
+    """An output path names a folder (or ends with a path separator) where a file is written."""
+
+
+class SaveError(OnnxptqError, OSError):
+    """Writing an output failed (disk full, permissions changed, killed); nothing partial is left."""
+
+
+class InputNotFoundError(OnnxptqError, FileNotFoundError):
+    """A file the command reads does not exist."""
+
+
+class ModelRuntimeError(OnnxptqError, ValueError):
+    """onnxruntime refuses to load or to run the (float) model: a model the ONNX checker accepts can
+    still hold shapes that do not fit together, or an opset onnxruntime does not implement."""
+
+
+class NonFiniteStatisticsError(OnnxptqError, ValueError):
+    """A tensor held no finite value on any calibration batch: the float model overflows (NaN/Inf)."""
+
+
+#: What a caller (the CLI, the fuzz tests) may expect from any bad input; anything else is a bug.
+DOCUMENTED_ERRORS: tuple[type[BaseException], ...] = (OnnxptqError,)

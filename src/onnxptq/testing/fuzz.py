@@ -1,0 +1,282 @@
+"""Fuzzing the pipeline: random small valid graphs, corrupted model bytes, corrupted data files.
+
+Shared by the bounded property tests (``tests/test_fuzz.py``, fixed seed, run in the suite) and the
+long run (``bench/fuzz.py``, thousands of examples, findings in ``bench/RESULTS.md``). Needs
+``hypothesis`` (the ``test`` extra).
+
+The contract checked (issue 18, item 13): ``quantize`` either returns a model that the ONNX checker
+accepts and stock onnxruntime runs, with outputs within the format's expected error of the float
+model's, or raises one of the documented error classes (:mod:`onnxptq.errors`) — never a raw
+``KeyError``, ``IndexError``, protobuf ``EncodeError`` or checker exception.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.errors import DOCUMENTED_ERRORS
+
+#: One preset per distinct configuration, finetuning ones left out (they need torch and minutes).
+FUZZ_PRESETS = ("A8W8", "A16W8", "U8S8", "S8S8", "U8U8", "U16S8", "A8W4", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2",
+                "BFP16", "MX4", "MX6", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP8_E5M2", "MXFP6_E3M2", "MXFP6_E2M3",
+                "MXFP4", "BF16_BFP16", "BF16_MXINT8", "MX9_INT8")
+
+#: Largest relative L2 error ``|q - f| / |f|`` of an output, by preset; chains of up to eight
+#: random layers with random weights compound the error, so these are loose (a broken emission
+#: gives errors near or above 1). 4-bit and 6-bit element formats are the loosest.
+_LOOSE = {"A8W4": 0.9, "MX4": 0.9, "MXFP4": 0.9, "MX6": 0.6, "MXFP6_E3M2": 0.6, "MXFP6_E2M3": 0.6,
+          "FP8_E5M2": 0.6, "MXFP8_E5M2": 0.6}
+
+
+def max_relative_error(preset: str) -> float:
+    """The loosest output error accepted for ``preset`` in the fuzz contract."""
+    return _LOOSE.get(preset, 0.35)
+
+
+@dataclass
+class RandomGraph:
+    """A drawn model and what to feed it."""
+
+    model: onnx.ModelProto
+    input_shape: tuple[int, ...]
+    dtype: Any
+    ops: list[str] = field(default_factory=list)
+
+    def feeds(self, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        return [{"x": rng.normal(0, 1, self.input_shape).astype(self.dtype)} for _ in range(n)]
+
+
+class _Builder:
+    """Appends nodes to a graph while tracking every tensor's shape (all shapes are static)."""
+
+    def __init__(self, rng: random.Random, elem: int, opset: int) -> None:
+        self.rng = rng
+        self.elem = elem
+        self.np_dtype = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.ops: list[str] = []
+        self.count = 0
+
+    def name(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def weight(self, shape: tuple[int, ...], scale: float = 0.5) -> str:
+        name = self.name("w")
+        values = np.asarray(np.random.default_rng(self.rng.randrange(2**31)).normal(0, scale, shape), self.np_dtype)
+        self.inits.append(numpy_helper.from_array(values, name))
+        return name
+
+    def const_i64(self, values: list[int]) -> str:
+        name = self.name("k")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    def const_f32(self, values: list[float]) -> str:
+        name = self.name("f")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.float32), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], shape: tuple[int, ...], n_out: int = 1, **attrs: Any) -> list[str]:
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op, inputs, outs, name=self.name(f"n_{op}_"), **attrs))
+        for out in outs:
+            self.shapes[out] = shape
+        self.ops.append(op)
+        return outs
+
+    # -- one step: an op applied to a tensor (and maybe a second one of the same shape) --------
+
+    def step(self, op: str, x: str, other: str | None) -> str | None:
+        """Apply ``op`` to ``x``; None when ``op`` does not fit ``x``'s shape."""
+        s = self.shapes[x]
+        r = self.rng
+        if op == "Conv" and len(s) == 4:
+            cout, k = r.randint(1, 6), r.choice([1, 3])
+            inputs = [x, self.weight((cout, s[1], k, k))] + ([self.weight((cout,), 0.1)] if r.random() < 0.7 else [])
+            return self.node("Conv", inputs, (s[0], cout, s[2], s[3]), pads=[k // 2] * 4)[0]
+        if op == "MatMul":
+            dout = r.randint(1, 8)
+            return self.node("MatMul", [x, self.weight((s[-1], dout))], (*s[:-1], dout))[0]
+        if op == "Gemm" and len(s) == 2:
+            dout = r.randint(1, 8)
+            return self.node("Gemm", [x, self.weight((dout, s[1])), self.weight((dout,), 0.1)], (s[0], dout), transB=1)[0]
+        if op in ("Add", "Mul"):
+            operand = other if other is not None and self.shapes[other] == s else self.weight((s[-1],), 1.0)
+            return self.node(op, [x, operand], s)[0]
+        if op in ("Relu", "Sigmoid"):
+            return self.node(op, [x], s)[0]
+        if op == "Softmax":
+            return self.node("Softmax", [x], s, axis=-1)[0]
+        if op == "Concat":
+            operand = other if other is not None and self.shapes[other] == s else x
+            axis = len(s) - 1
+            return self.node("Concat", [x, operand], (*s[:-1], 2 * s[-1]), axis=axis)[0]
+        if op == "Reshape" and len(s) > 2:
+            flat = int(np.prod(s[1:]))
+            return self.node("Reshape", [x, self.const_i64([s[0], flat])], (s[0], flat))[0]
+        if op == "Transpose" and len(s) >= 2:
+            perm = list(range(len(s)))
+            perm[-1], perm[-2] = perm[-2], perm[-1]
+            return self.node("Transpose", [x], tuple(s[p] for p in perm), perm=perm)[0]
+        if op == "Split" and s[-1] % 2 == 0 and s[-1] >= 2:
+            half = (*s[:-1], s[-1] // 2)
+            if self.opset >= 18:
+                a, b = self.node("Split", [x], half, n_out=2, axis=-1, num_outputs=2)
+            else:
+                a, b = self.node("Split", [x, self.const_i64([s[-1] // 2] * 2)], half, n_out=2, axis=-1)
+            return self.node("Add", [a, b], half)[0]
+        if op == "Resize" and len(s) == 4 and s[2] * 2 <= 16:
+            scales = self.const_f32([1.0, 1.0, 2.0, 2.0])
+            return self.node("Resize", [x, "", scales], (s[0], s[1], 2 * s[2], 2 * s[3]), mode="nearest")[0]
+        if op == "LayerNormalization" and self.opset >= 17:
+            return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
+        return None
+
+
+FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
+            "Resize", "Softmax", "LayerNormalization")
+
+
+@st.composite
+def random_graphs(draw: Callable[..., Any]) -> RandomGraph:
+    """A small valid model: 1-8 random layers in a chain with branches that join again."""
+    opset = draw(st.integers(13, 21))
+    fp16 = draw(st.booleans())
+    rank4 = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31 - 1))
+    ops = draw(st.lists(st.sampled_from(FUZZ_OPS), min_size=1, max_size=8))
+    branch_p = draw(st.sampled_from([0.0, 0.3, 0.6]))
+    elem = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
+    b = _Builder(random.Random(seed), elem, opset)
+    if rank4:
+        shape: tuple[int, ...] = (1, draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    else:
+        shape = (draw(st.integers(1, 3)), draw(st.integers(1, 8)))
+    b.shapes["x"] = shape
+    current, earlier = "x", ["x"]
+    for op in ops:
+        other = b.rng.choice(earlier) if b.rng.random() < branch_p else None
+        out = b.step(op, current, other)
+        if out is not None:
+            current = out
+            earlier.append(out)
+    if not b.nodes:  # nothing fitted: one MatMul always does
+        current = b.step("MatMul", current, None)  # type: ignore[assignment]
+    graph = helper.make_graph(
+        b.nodes, "fuzz", [helper.make_tensor_value_info("x", elem, list(shape))],
+        [helper.make_tensor_value_info(current, elem, list(b.shapes[current]))], initializer=b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return RandomGraph(model, shape, b.np_dtype, b.ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# the contract
+
+
+@dataclass
+class Outcome:
+    """What one quantization did: ``ok`` with its worst output error, or a documented error."""
+
+    preset: str
+    ok: bool
+    error: str = ""
+    relative_error: float = 0.0
+
+
+def _run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from ..sessions import open_session
+
+    return open_session(model).run(None, feed)
+
+
+def relative_error(reference: np.ndarray, value: np.ndarray) -> float:
+    """``|value - reference| / |reference|`` in float64 (0 for two zero tensors)."""
+    ref = np.asarray(reference, np.float64)
+    val = np.asarray(value, np.float64)
+    denom = float(np.linalg.norm(ref))
+    diff = float(np.linalg.norm(val - ref))
+    if denom < 1e-6:
+        return 0.0 if diff < 1e-3 else diff
+    return diff / denom
+
+
+def check_quantize(graph: RandomGraph, preset: str, seed: int = 0) -> Outcome:
+    """Quantize ``graph`` with ``preset``; assert the contract; return what happened.
+
+    Raises AssertionError (the fuzz failure) for an undocumented exception, a model the checker
+    or onnxruntime refuses, or outputs further from float than :func:`max_relative_error`.
+    """
+    from onnxptq.api import quantize
+
+    calib = graph.feeds(4, seed)
+    try:
+        result = quantize(graph.model, preset, calib, eval_samples=0)
+    except DOCUMENTED_ERRORS as exc:
+        return Outcome(preset, False, f"{type(exc).__name__}: {exc}")
+    onnx.checker.check_model(result.model)
+    # Judged on a calibration sample: the contract is about emission, not about how well four
+    # samples of a tiny tensor predict a fifth (clipping of an unseen sample is not a defect).
+    feed = calib[0]
+    expected = _run(graph.model, feed)
+    got = _run(result.model, feed)
+    worst = 0.0
+    for ref, val in zip(expected, got):
+        assert ref.shape == val.shape, f"{preset}: output shape {val.shape} != float {ref.shape}"
+        finite = np.isfinite(np.asarray(ref, np.float64))
+        if not finite.all():
+            continue  # the float model itself overflows (fp16); nothing to compare against
+        assert np.isfinite(np.asarray(val, np.float64)).all(), f"{preset}: non-finite outputs where float is finite"
+        worst = max(worst, relative_error(ref, val))
+    assert worst <= max_relative_error(preset), f"{preset}: relative output error {worst:.3f} > {max_relative_error(preset)} ({graph.ops})"
+    return Outcome(preset, True, relative_error=worst)
+
+
+# ---------------------------------------------------------------------------------------------
+# corrupted files
+
+
+@st.composite
+def corruptions(draw: Callable[..., Any], size: int) -> tuple[str, list[tuple[int, int]] | int]:
+    """A way to damage ``size`` bytes: ``("truncate", n)`` or ``("flip", [(offset, xor mask), ...])``."""
+    if draw(st.booleans()):
+        return "truncate", draw(st.integers(0, max(0, size - 1)))
+    flips = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(1, 255)), min_size=1, max_size=8))
+    return "flip", flips
+
+
+def corrupt(data: bytes, how: tuple[str, Any]) -> bytes:
+    """``data`` damaged as :func:`corruptions` drew."""
+    kind, arg = how
+    if kind == "truncate":
+        return data[:arg]
+    out = bytearray(data)
+    for offset, mask in arg:
+        out[offset] ^= mask
+    return bytes(out)
+
+
+def check_corrupt_model(path: Path, data: Any) -> str:
+    """Quantize a (corrupted) model file: fine, or a documented error; returns what happened."""
+    from onnxptq.api import quantize
+
+    try:
+        quantize(path, "A8W8", data, eval_samples=1)
+    except DOCUMENTED_ERRORS as exc:
+        return type(exc).__name__
+    return "ok"

@@ -1,0 +1,79 @@
+"""Issue 18 item 13: property-based fuzzing of the whole pipeline, bounded for the suite.
+
+Fixed seed (``derandomize``), no example database, a bounded number of examples: the same inputs on
+every run, about a minute in all on two shared cores. ``bench/fuzz.py`` runs the same properties
+for thousands of examples; what it found is in ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from conftest import make_small_cnn, small_cnn_feeds  # noqa: E402
+from onnxptq.testing.fuzz import FUZZ_PRESETS, check_corrupt_model, check_quantize, corrupt, corruptions, random_graphs  # noqa: E402
+
+_SETTINGS = dict(derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    """Warnings about NaN data and dropped samples are expected here; keep the output readable."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@settings(max_examples=12, **_SETTINGS)
+@given(graph=random_graphs())
+def test_random_graphs_under_every_preset_give_a_valid_model_or_a_documented_error(graph):
+    outcomes = [check_quantize(graph, preset) for preset in FUZZ_PRESETS]
+    # A graph with a Conv/MatMul/Gemm always has something to quantize under the integer presets.
+    if any(op in graph.ops for op in ("Conv", "MatMul", "Gemm")):
+        assert outcomes[0].ok, outcomes[0].error
+
+
+_MODEL = make_small_cnn().SerializeToString()
+
+
+def _npz() -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, x=np.concatenate([f["x"] for f in small_cnn_feeds(3)]))
+    return buf.getvalue()
+
+
+def _npy() -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, small_cnn_feeds(1)[0]["x"])
+    return buf.getvalue()
+
+
+_FILES = {"model": _MODEL, "npz": _npz(), "npy": _npy()}
+
+
+@settings(max_examples=150, **_SETTINGS)
+@given(kind=st.sampled_from(sorted(_FILES)), data=st.data())
+def test_corrupted_model_bytes_and_calibration_files_give_a_documented_error(tmp_path_factory, kind, data):
+    how = data.draw(corruptions(len(_FILES[kind])))
+    damaged = corrupt(_FILES[kind], how)
+    folder = tmp_path_factory.mktemp("fuzz")
+    good_model, good_data = folder / "m.onnx", folder / "d.npz"
+    good_model.write_bytes(_MODEL)
+    good_data.write_bytes(_FILES["npz"])
+    if kind == "model":
+        (folder / "bad.onnx").write_bytes(damaged)
+        check_corrupt_model(folder / "bad.onnx", good_data)
+    elif kind == "npz":
+        (folder / "bad.npz").write_bytes(damaged)
+        check_corrupt_model(good_model, folder / "bad.npz")
+    else:
+        (folder / "calib").mkdir()
+        (folder / "calib" / "0.npy").write_bytes(damaged)
+        check_corrupt_model(good_model, folder / "calib")
