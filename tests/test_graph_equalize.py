@@ -9,7 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.graph.passes.equalize import EqualizationOptions, equalize, find_pairs
+from onnxptq.config.schema import EqualizationOptions
+from onnxptq.graph.passes.equalize import equalize, find_pairs
 from onnxptq.graph.passes._common import to_ir
 
 RNG = np.random.default_rng(0)

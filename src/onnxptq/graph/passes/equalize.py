@@ -52,6 +52,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxptq.config.schema import EqualizationOptions
 from onnxptq.graph.passes._common import (
     collect_names,
     constant_array,
@@ -73,29 +74,6 @@ HOMOGENEOUS = frozenset({"Relu", "LeakyRelu", "PRelu", "Identity", "MaxPool", "A
                          "GlobalMaxPool", "Clip", "Pad", "Mul", "Div", "Add", "Sub"})
 #: of those, the ops that are affine per channel, so a constant offset passes through them exactly
 AFFINE = frozenset({"Identity", "Mul", "Div", "Add", "Sub", "GlobalAveragePool", "MaxPool", "GlobalMaxPool"})
-
-
-@dataclass(frozen=True)
-class EqualizationOptions:
-    """The reference tool's CLE keys (``CLESteps``, ``CLEBalanceMethod``, ``CLEWeightThreshold``,
-    ``CLEScaleAppendBias``, ``CLEScaleUseThreshold``, ``CLETotalLayerDiffThreshold``) plus
-    ``absorb_bias`` (ours: exact bias absorption, see the module docstring)."""
-
-    steps: int = 1
-    balance_method: str = "max"
-    weight_threshold: float = 0.5
-    scale_append_bias: bool = True
-    scale_use_threshold: bool = True
-    total_layer_diff_threshold: float = 2e-7
-    absorb_bias: bool = True
-
-    def __post_init__(self) -> None:
-        if self.balance_method != "max":
-            raise ValueError(f"CLE balance method must be 'max' (the only one the method defines), not {self.balance_method!r}")
-        if int(self.steps) == 0 or int(self.steps) < -1:
-            raise ValueError(f"CLE steps must be >= 1 or -1 (until converged), not {self.steps}")
-        if float(self.weight_threshold) < 0 or float(self.total_layer_diff_threshold) < 0:
-            raise ValueError("CLE thresholds must be >= 0")
 
 
 @dataclass
