@@ -623,9 +623,11 @@ def test_cle_keys_map_onto_equalization_options():
     assert got.equalize is True and got.bias_correction is True
     assert got.equalization == EqualizationOptions(steps=-1, weight_threshold=0.1, scale_append_bias=False,
                                                    scale_use_threshold=False, total_layer_diff_threshold=1e-6)
-    # absent keys: the reference tool's defaults; include_cle absent: automatic
+    # absent keys: the reference tool's defaults, except include_cle and BiasCorrection: automatic
     plain = mapped()
-    assert plain.equalize is None and plain.equalization == EqualizationOptions() and plain.bias_correction is False
+    assert plain.equalize is None and plain.equalization == EqualizationOptions() and plain.bias_correction is None
+    assert mapped(per_channel=False).bias_correction_active() and not mapped(per_channel=True).bias_correction_active()
+    assert mapped(per_channel=False, extra_options={"BiasCorrection": False}).bias_correction_active() is False
     assert mapped(include_cle=False).equalize is False
 
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.config.schema import EqualizationOptions
-from onnxptq.graph.passes.equalize import equalize, find_pairs
+from onnxptq.graph.passes.equalize import BIAS_SHRINK, equalize, find_pairs
 from onnxptq.graph.passes._common import to_ir
 
 RNG = np.random.default_rng(0)
@@ -200,3 +200,36 @@ def test_bad_options_raise():
         EqualizationOptions(balance_method="mean")
     with pytest.raises(ValueError, match="steps"):
         EqualizationOptions(steps=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the real PP-OCR models
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, pairs", [("rec", 3), ("cls", 15)])
+def test_real_models_float_outputs_unchanged(name, pairs):
+    """Equalized as the quantizer does (after BatchNorm folding and the fusions): outputs equal
+    within float rounding. rec has only 3 equalizable pairs: every other Conv→Conv link in it goes
+    through HardSwish, which no positive scale passes exactly."""
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+    from onnxptq.testing import ocr
+    from onnxptq.testing.models import model_path
+
+    prepared = prepare_for_quantization(onnx.load(model_path(name)))
+    assert len(find_pairs(to_ir(prepared).graph)) == pairs
+    out = equalize(prepared, EqualizationOptions(steps=-1))
+    images = ocr.render_lines(8, seed=5)[0] if name == "rec" else ocr.render_cls(8, seed=5)[0]
+    feeds = {"x": images}
+    ref = _run(prepared, feeds)[0]
+    delta = _max_delta(prepared, out, feeds)
+    print(f"{name}: max |Δ| {delta:.3g} on outputs of max {np.abs(ref).max():.3g}")
+    assert delta <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+    # converged: every pair's scaled channels have equal head and tail ranges (the fixed point of
+    # s = sqrt(r_tail / r_head)), within the convergence threshold of the last round
+    for p in find_pairs(to_ir(out).graph):
+        r0, r1 = p.head.out_range(), p.tail.in_range()
+        scaled = (r0 + r1 >= EqualizationOptions().weight_threshold) & (r0 > 0) & (r1 > 0)
+        if p.head.bias is not None:  # the appended bias column can be the head's range instead
+            scaled &= np.abs(p.head.bias.reshape(-1)[: r0.size]) / BIAS_SHRINK <= r0
+        np.testing.assert_allclose(r0[scaled], r1[scaled], rtol=1e-3)

@@ -217,7 +217,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("RMatrixDim", "QuaRot rotation"),
         _x("UseRandomHad", "QuaRot rotation"),
         _x("RConfigPath", "QuaRot rotation"),
-        _h("BiasCorrection", "empirical bias correction of integer weights on the kept calibration samples (QuantConfig.bias_correction)"),
+        _h("BiasCorrection", "empirical bias correction of integer weights on the kept calibration samples (QuantConfig.bias_correction; absent: automatic, on where weights are per tensor)"),
         _x("FastFinetune", "fast finetuning (AdaRound / AdaQuant)"),
         # §2.13 runtime / debug
         _n("TmpDir", "root of the reference tool's temporary files; calibration runs in memory and outputs are written atomically beside the target"),

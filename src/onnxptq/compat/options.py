@@ -534,7 +534,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         finetune=finetune,
         equalize=equalize,
         equalization=equalization,
-        bias_correction=_bool(extra, "BiasCorrection", False),
+        bias_correction=_bool(extra, "BiasCorrection", False) if "BiasCorrection" in extra else None,
         **kwargs,
     )
     run = RunOptions(

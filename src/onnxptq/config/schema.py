@@ -398,8 +398,9 @@ class QuantConfig:
     equalize: bool | None = None
     equalization: EqualizationOptions = field(default_factory=EqualizationOptions)
     #: empirical bias correction of integer weights (BiasCorrection): each layer's bias absorbs
-    #: the mean output shift its rounded weights cause on the kept calibration samples
-    bias_correction: bool = False
+    #: the mean output shift its rounded weights cause on the kept calibration samples; None:
+    #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
+    bias_correction: bool | None = None
     #: extra data kept for tools that read the config (e.g. the compat layer's original options)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -420,6 +421,16 @@ class QuantConfig:
         of this config (global, per op type, per node) is per tensor."""
         if self.equalize is not None:
             return bool(self.equalize)
+        return self._per_tensor_integer_weights()
+
+    def bias_correction_active(self) -> bool:
+        """Whether the build corrects biases: ``bias_correction`` when set, else whether any
+        integer weight format of this config is per tensor (there it lowers the error most)."""
+        if self.bias_correction is not None:
+            return bool(self.bias_correction)
+        return self._per_tensor_integer_weights()
+
+    def _per_tensor_integer_weights(self) -> bool:
         weights = [self.weight] + [pair[1] for pair in (*self.op_type_overrides.values(), *self.node_overrides.values())]
         return any(w is not None and w.is_integer and not w.per_channel for w in weights)
 

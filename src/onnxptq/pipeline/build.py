@@ -23,7 +23,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     plan = make_plan(prepared, cfg)
     params = solve(prepared, plan, calibrated.stats)
     weights = prepared
-    if cfg.bias_correction:
+    if cfg.bias_correction_active():
         from ..algorithms.bias_correction import correct_biases, with_values
 
         t = time.perf_counter()

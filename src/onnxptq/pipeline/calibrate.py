@@ -113,7 +113,7 @@ def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:
     n = eval_samples
     if cfg.finetune is not None:
         n = max(n, cfg.finetune.max_samples)
-    if cfg.bias_correction:
+    if cfg.bias_correction_active():
         n = max(n, BIAS_CORRECTION_SAMPLES)
     return n
 
