@@ -3,7 +3,10 @@
 One command quantizes PP-OCRv4 rec and PP-OCR mobile cls (``onnxptq.testing.models.model_path``),
 plus any ONNX model given on the command line, with
 
-* **onnxptq**: every canonical preset plus the finetuning presets of ``FINETUNE_PRESETS`` (``--presets`` to choose; ``--finetune-iterations`` to bound their NumIterations), ``onnxptq.quantize``;
+* **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
+  per-tensor``: ``per_channel=False``; ``no-cle`` / ``no-bc`` turn equalization / bias correction
+  off), plus the finetuning presets of ``FINETUNE_PRESETS`` (``--presets`` to choose;
+  ``--finetune-iterations`` to bound their NumIterations), ``onnxptq.quantize``;
 * **onnxruntime**: ``quantize_static``, QuantFormat.QDQ, MinMax calibration, U8S8 / S8S8 / A16W8
   (QInt16 activations, QInt8 weights), each per-tensor and per-channel;
 * **amd-quark**: its documented API (``ModelQuantizer(Config(global_quant_config=
@@ -117,15 +120,40 @@ def _ort_reader(path: str, input_name: str):
     return Reader()
 
 
+#: Per-tensor weight rows (issue 15): the preset with ``per_channel=False`` as shipped (cross-layer
+#: equalization and bias correction on, automatically), and the same without them (the "before").
+PER_TENSOR_ROWS = ("A8W8 per-tensor", "A8W8 per-tensor no-cle no-bc", "A16W8 per-tensor", "A16W8 per-tensor no-cle no-bc")
+
+
+def _onnxptq_config(config: str):
+    """``PRESET[ per-tensor][ no-cle][ no-bc]``: a preset, its integer weights per tensor, and
+    equalization / bias correction forced off."""
+    import dataclasses
+
+    from onnxptq.config.presets import get_preset
+
+    name, *flags = config.split()
+    unknown = set(flags) - {"per-tensor", "no-cle", "no-bc"}
+    if unknown:
+        raise ValueError(f"unknown onnxptq config flags {sorted(unknown)} in {config!r}")
+    cfg = get_preset(name)
+    cfg.calibration.progress = False
+    if "per-tensor" in flags:
+        cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
+    if "no-cle" in flags:
+        cfg = cfg.replace(equalize=False)
+    if "no-bc" in flags:
+        cfg = cfg.replace(bias_correction=False)
+    return cfg
+
+
 def _quantize(job: dict[str, Any]) -> None:
     """Quantize ``job['model']`` to ``job['output']`` with the job's backend and config."""
     backend, config, model, out = job["backend"], job["config"], job["model"], job["output"]
     if backend == "onnxptq":
         from onnxptq.api import quantize
-        from onnxptq.config.presets import get_preset
 
-        cfg = get_preset(config)
-        cfg.calibration.progress = False
+        cfg = _onnxptq_config(config)
         if cfg.finetune is not None and job.get("finetune_iterations"):
             cfg.finetune.num_iterations = int(job["finetune_iterations"])
         quantize(model, cfg, data=_NpyReader(job["calib"], job["input_name"]), output=out)
@@ -461,7 +489,8 @@ def _canonical_presets() -> list[str]:
     """Every canonical preset without finetuning, then :data:`FINETUNE_PRESETS`."""
     from onnxptq.config.presets import canonical_name, preset_names, split_finetune
 
-    return [n for n in preset_names() if canonical_name(n) == n and split_finetune(n)[1] is None] + list(FINETUNE_PRESETS)
+    return ([n for n in preset_names() if canonical_name(n) == n and split_finetune(n)[1] is None] + list(PER_TENSOR_ROWS)
+            + list(FINETUNE_PRESETS))
 
 
 def main(argv: list[str] | None = None) -> int:

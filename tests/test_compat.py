@@ -232,7 +232,7 @@ def test_quantization_config_defaults():
     assert cfg.calibrate_method is OrtMethod.MinMax and cfg.quant_format is OrtFormat.QDQ
     assert cfg.activation_type is OrtType.QInt8 and cfg.weight_type is OrtType.QInt8
     assert cfg.execution_providers == ["CPUExecutionProvider"] and cfg.extra_options == {}
-    assert cfg.include_cle is False, "CLE is not built: its default must not claim it runs"
+    assert cfg.include_cle is None, "ours is automatic (CLE where weights are per tensor), not the reference's always-on"
     assert QuantizationConfig().extra_options is not cfg.extra_options
 
 
@@ -247,7 +247,6 @@ def test_default_config_maps_like_onnxruntime_defaults():
 @pytest.mark.parametrize(
     "field, value, match",
     [
-        ("include_cle", True, "include_cle"),
         ("include_sq", True, "SmoothQuant"),
         ("include_rotation", True, "include_rotation"),
         ("use_dynamic_quant", True, "use_dynamic_quant"),
@@ -610,3 +609,44 @@ def test_random_data_reader_recipe(small_cnn):
     assert 5.0 <= ranged.min() and ranged.max() <= 6.0
     with pytest.raises(ValueError, match="no input 'X'"):
         RandomDataReader(small_cnn, input_shape={"X": [1, 3, 16, 16]})
+
+
+# ------------------------------------------------------------------------------------------------
+# cross-layer equalization and bias correction (issue 15)
+
+
+def test_cle_keys_map_onto_equalization_options():
+    from onnxptq.config.schema import EqualizationOptions
+
+    got = mapped(include_cle=True, extra_options={"CLESteps": -1, "CLEBalanceMethod": "max", "CLEWeightThreshold": 0.1,
+                                                  "CLEScaleAppendBias": False, "CLEScaleUseThreshold": False,
+                                                  "CLETotalLayerDiffThreshold": 1e-6, "BiasCorrection": True})
+    assert got.equalize is True and got.bias_correction is True
+    assert got.equalization == EqualizationOptions(steps=-1, weight_threshold=0.1, scale_append_bias=False,
+                                                   scale_use_threshold=False, total_layer_diff_threshold=1e-6)
+    # absent keys: the reference tool's defaults, except include_cle and BiasCorrection: automatic
+    plain = mapped()
+    assert plain.equalize is None and plain.equalization == EqualizationOptions() and plain.bias_correction is None
+    assert mapped(per_channel=False).bias_correction_active() and not mapped(per_channel=True).bias_correction_active()
+    assert mapped(per_channel=False, extra_options={"BiasCorrection": False}).bias_correction_active() is False
+    assert mapped(include_cle=False).equalize is False
+
+
+def test_cle_automatic_default_follows_weight_granularity():
+    assert mapped(per_channel=False).equalization_active()
+    assert not mapped(per_channel=True).equalization_active()
+    assert not mapped(per_channel=False, include_cle=False).equalization_active()
+    assert mapped(per_channel=True, include_cle=True).equalization_active()
+    assert not to_quant_config(get_default_config("BF16")).equalization_active(), "float weights: nothing to equalize"
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"CLEBalanceMethod": "mean"}, "balance method"),
+    ({"CLESteps": 0}, "steps"),
+    ({"CLESteps": 1.5}, "CLESteps"),
+    ({"CLEScaleAppendBias": "yes"}, "bool"),
+    ({"BiasCorrection": 1}, "BiasCorrection"),
+])
+def test_bad_cle_values_raise(extra, match):
+    with pytest.raises(ValueError, match=match):
+        mapped(extra_options=extra)

@@ -63,6 +63,34 @@ def _probe_model() -> onnx.ModelProto:
 
 
 MODEL = _probe_model()
+
+
+def _chain_model() -> onnx.ModelProto:
+    """Conv -> Relu -> Conv -> Relu -> Conv, channels of very unequal range: every CLE key has pairs
+    to balance (the probe model's Conv outputs also feed a Concat, which equalization must not scale)."""
+    rng = np.random.default_rng(1)
+    spread = np.array([0.05, 0.3, 2.0, 6.0], np.float32)
+
+    def w(name, *shape, scale=0.5):
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    w1 = numpy_helper.from_array((rng.normal(0, 0.5, (4, 3, 3, 3)) * spread[:, None, None, None]).astype(np.float32), "W1")
+    inits = [w1, w("B1", 4, scale=0.2), w("W2", 4, 4, 3, 3), w("B2", 4, scale=0.2), w("W3", 2, 4, 1, 1), w("B3", 2, scale=0.2)]
+    nodes = [
+        helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "W3", "B3"], ["y"], name="conv3"),
+    ]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 8, 8])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+CHAIN = _chain_model()
 _rng = np.random.default_rng(1)
 FEEDS = [{"x": (_rng.normal(0, 1, (1, 3, 8, 8)) * (1 + 2 * i)).astype(np.float32)} for i in range(4)]
 
@@ -95,6 +123,13 @@ PROBES: dict[str, tuple] = {
     "EnableDualQuantNodePairs": (True, {"extra": {"SpecificTensorPrecision": True, "MixedPrecisionTensor": {ExtendedQuantType.QBFloat16: ["m"]}}}),
     "CalibDataSize": (1, {}),
     "CalibMovingAverage": (True, {}),
+    "BiasCorrection": (False, {}),
+    "CLESteps": (-1, {"model": CHAIN}),
+    "CLEBalanceMethod": ("min", {"model": CHAIN}),
+    "CLEWeightThreshold": (100.0, {"model": CHAIN}),
+    "CLEScaleAppendBias": (False, {"model": CHAIN}),
+    "CLEScaleUseThreshold": (False, {"model": CHAIN, "extra": {"CLEWeightThreshold": 100.0}}),
+    "CLETotalLayerDiffThreshold": (10.0, {"model": CHAIN, "extra": {"CLESteps": -1}}),
     "Percentile": (90.0, PERCENTILE),
     "NumBins": (16, PERCENTILE),
     "UseRandomData": (True, {}),
@@ -130,12 +165,12 @@ PROBES: dict[str, tuple] = {
 
 
 def _config(base: dict, extra: dict) -> QuantizationConfig:
-    fields = {k: v for k, v in base.items() if k != "extra"}
+    fields = {k: v for k, v in base.items() if k not in ("extra", "model")}
     return QuantizationConfig(**fields, extra_options={**base.get("extra", {}), **extra})
 
 
-def _fingerprint(cfg) -> tuple:
-    result = quantize(MODEL, cfg, FEEDS, eval_samples=0)
+def _fingerprint(cfg, model: onnx.ModelProto = MODEL) -> tuple:
+    result = quantize(model, cfg, FEEDS, eval_samples=0)
     params = tuple(sorted((k, np.asarray(p.scale).tobytes(), np.asarray(p.zero_point).tobytes()) for k, p in result.params.items()))
     return result.model.SerializeToString(), params, result.calibration_samples
 
@@ -147,7 +182,7 @@ def _baseline(base: dict):
     key = repr(sorted((k, repr(v)) for k, v in base.items()))
     if key not in _BASELINES:
         cfg, run = parse(_config(base, {}))
-        _BASELINES[key] = (run, _fingerprint(cfg))
+        _BASELINES[key] = (run, _fingerprint(cfg, base.get("model", MODEL)))
     return _BASELINES[key]
 
 
@@ -172,7 +207,7 @@ def test_honoured_key_changes_the_result_or_raises(key):
         cfg, run = parse(_config(base, {key: value}))
         if run != base_run:
             return  # a ModelQuantizer run option: read by the quantizer, not the pipeline
-        changed = _fingerprint(cfg) != base_print
+        changed = _fingerprint(cfg, base.get("model", MODEL)) != base_print
     except (NotImplementedError, OnnxptqError, ValueError):
         return  # refused for this value, with a message
     assert changed, f"extra_options[{key!r}]={value!r} was accepted and changed nothing"

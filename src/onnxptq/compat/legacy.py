@@ -4,9 +4,10 @@ These are plain containers with the reference tool's field names and defaults (s
 mean nothing until :func:`onnxptq.compat.options.to_quant_config` translates them into our typed
 :class:`~onnxptq.config.schema.QuantConfig`, which is where every field and option is checked.
 
-One deliberate difference: ``include_cle`` defaults to **False** here (True in the reference
-tool). Cross-layer equalization is not built yet, and a default we cannot honour must not pass
-unnoticed; setting it True explicitly raises NotImplementedError when the config is used.
+One deliberate difference: ``include_cle`` defaults to **None** here (True in the reference
+tool): None is our automatic choice, cross-layer equalization exactly where some integer weight is
+quantized per tensor (it is what makes per-tensor weights work, and per-channel weights gain
+nothing from it, see docs/presets.md). True or False forces it on or off, as in the reference tool.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class QuantizationConfig:
     convert_nchw_to_nhwc: bool = False
     include_sq: bool = False
     include_rotation: bool = False
-    #: False here, True in the reference tool: CLE is not built yet (see the module docstring).
-    include_cle: bool = False
+    #: None (automatic: where weights are per tensor) here, True in the reference tool (see the module docstring).
+    include_cle: bool | None = None
     include_auto_mp: bool = False
     include_fast_ft: bool = False
     enable_npu_cnn: bool = False

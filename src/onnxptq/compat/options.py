@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, EqualizationOptions, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .keys import (
     AMP_AUTOMATIC_KEYS,
@@ -459,6 +459,8 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
             log.warning("extra_options['FastFinetune'] is given but include_fast_ft is False; treating it as a request to finetune")
         finetune = FinetuneOptions(**{_FINETUNE_FIELDS[k]: (tuple(v) if isinstance(v, list) else v) for k, v in ft.items()})
 
+    equalize, equalization = _equalization(cfg, extra)
+
     # Bias.
     quantize_bias = _bool(extra, "QuantizeBias", True)
     int_weights = weight.is_integer
@@ -546,6 +548,9 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         optimize=optimize,
         fold_batchnorm=fold_bn,
         finetune=finetune,
+        equalize=equalize,
+        equalization=equalization,
+        bias_correction=_bool(extra, "BiasCorrection", False) if "BiasCorrection" in extra else None,
         **kwargs,
     )
     run = RunOptions(
@@ -559,6 +564,27 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         ignore_warnings=bool(_setting(cfg, "ignore_warnings", extra)),
     )
     return config, run
+
+
+#: CLE keys -> EqualizationOptions fields
+_CLE_FIELDS = {"CLESteps": "steps", "CLEBalanceMethod": "balance_method", "CLEWeightThreshold": "weight_threshold",
+               "CLEScaleAppendBias": "scale_append_bias", "CLEScaleUseThreshold": "scale_use_threshold",
+               "CLETotalLayerDiffThreshold": "total_layer_diff_threshold"}
+
+
+def _equalization(cfg: QuantizationConfig, extra: dict[str, Any]) -> tuple[bool | None, EqualizationOptions]:
+    """``include_cle`` (None: automatic, see :mod:`.legacy`) and the CLE keys."""
+    if cfg.include_cle not in (None, True, False):
+        raise ConfigError(f"include_cle must be True, False or None (automatic), not {cfg.include_cle!r}")
+    given = {field_: extra[key] for key, field_ in _CLE_FIELDS.items() if key in extra}
+    for name in ("scale_append_bias", "scale_use_threshold"):
+        if name in given and not isinstance(given[name], bool):
+            raise ConfigError(f"extra_options CLE key for {name} must be a bool, not {given[name]!r}")
+    if "steps" in given and (isinstance(given["steps"], bool) or not isinstance(given["steps"], int)):
+        raise ConfigError(f"extra_options['CLESteps'] must be an integer (>= 1, or -1), not {given['steps']!r}")
+    if given and cfg.include_cle is False:
+        log.warning("CLE keys are given but include_cle is False: cross-layer equalization does not run")
+    return cfg.include_cle, EqualizationOptions(**given)
 
 
 def _warn_unused(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules) -> None:

@@ -287,6 +287,9 @@ class FinetuneOptions:
         return int(self.data_size) if self.data_size is not None else FINETUNE_MAX_SAMPLES
 
 
+#: Calibration samples kept for bias correction: enough for stable channel means, bounded memory.
+BIAS_CORRECTION_SAMPLES = 32
+
 #: Calibration samples kept for finetuning when ``data_size`` is None (memory stays bounded).
 FINETUNE_MAX_SAMPLES = 256
 
@@ -317,6 +320,34 @@ class AutoMixedPrecisionOptions:
             raise ConfigError("a top1_target needs an evaluation function (evaluate=f, f(outputs) -> accuracy)")
         if int(self.samples) < 1:
             raise ConfigError(f"automatic mixed precision samples must be >= 1, not {self.samples}")
+
+
+@dataclass(frozen=True)
+class EqualizationOptions:
+    """Cross-layer equalization (:mod:`onnxptq.graph.passes.equalize`), the reference tool's CLE keys:
+    ``steps`` (CLESteps: rounds over all layer pairs, −1 until the largest |log scale| of a round
+    is below ``total_layer_diff_threshold``), ``balance_method`` (CLEBalanceMethod: "max", the
+    only one the method defines), ``weight_threshold`` (CLEWeightThreshold: channels whose head
+    and tail ranges add up to less are not scaled), ``scale_append_bias`` (CLEScaleAppendBias: the
+    head bias counts in its channel range), ``scale_use_threshold`` (CLEScaleUseThreshold),
+    ``total_layer_diff_threshold`` (CLETotalLayerDiffThreshold); ``absorb_bias`` is ours (move a
+    head bias into the tail where that is exact)."""
+
+    steps: int = 1
+    balance_method: str = "max"
+    weight_threshold: float = 0.5
+    scale_append_bias: bool = True
+    scale_use_threshold: bool = True
+    total_layer_diff_threshold: float = 2e-7
+    absorb_bias: bool = True
+
+    def __post_init__(self) -> None:
+        if str(self.balance_method).lower() != "max":
+            raise ConfigError(f"CLE balance method must be 'max' (the only one the method defines), not {self.balance_method!r}")
+        if isinstance(self.steps, bool) or int(self.steps) == 0 or int(self.steps) < -1:
+            raise ConfigError(f"CLE steps must be >= 1 or -1 (until converged), not {self.steps!r}")
+        if float(self.weight_threshold) < 0 or float(self.total_layer_diff_threshold) < 0:
+            raise ConfigError("CLE weight_threshold and total_layer_diff_threshold must be >= 0")
 
 
 @dataclass
@@ -376,6 +407,15 @@ class QuantConfig:
     opset: int | None = None
     optimize: bool = True
     fold_batchnorm: bool = True
+    #: cross-layer equalization in prepare: True / False, or None for automatic: on exactly when
+    #: some integer weight is quantized per tensor (where it helps; per-channel scales already fit
+    #: every channel, see docs/presets.md)
+    equalize: bool | None = None
+    equalization: EqualizationOptions = field(default_factory=EqualizationOptions)
+    #: empirical bias correction of integer weights (BiasCorrection): each layer's bias absorbs
+    #: the mean output shift its rounded weights cause on the kept calibration samples; None:
+    #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
+    bias_correction: bool | None = None
     #: extra data kept for tools that read the config (e.g. the compat layer's original options)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -390,6 +430,24 @@ class QuantConfig:
         for node, pair in self.node_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")
+
+    def equalization_active(self) -> bool:
+        """Whether prepare equalizes: ``equalize`` when set, else whether any integer weight format
+        of this config (global, per op type, per node) is per tensor."""
+        if self.equalize is not None:
+            return bool(self.equalize)
+        return self._per_tensor_integer_weights()
+
+    def bias_correction_active(self) -> bool:
+        """Whether the build corrects biases: ``bias_correction`` when set, else whether any
+        integer weight format of this config is per tensor (there it lowers the error most)."""
+        if self.bias_correction is not None:
+            return bool(self.bias_correction)
+        return self._per_tensor_integer_weights()
+
+    def _per_tensor_integer_weights(self) -> bool:
+        weights = [self.weight] + [pair[1] for pair in (*self.op_type_overrides.values(), *self.node_overrides.values())]
+        return any(w is not None and w.is_integer and not w.per_channel for w in weights)
 
     def describe(self) -> str:
         act = self.activation.describe() if self.activation else "float"

@@ -21,9 +21,23 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
-    params = solve(prepared, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,
-                   weight_minmse=cfg.weight_minmse)
+
+    def solved(model: onnx.ModelProto) -> dict[str, QParams]:
+        return solve(model, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,
+                     weight_minmse=cfg.weight_minmse)
+
+    params = solved(prepared)
     weights = prepared
+    if cfg.bias_correction_active():
+        from ..algorithms.bias_correction import correct_biases, with_values
+
+        t = time.perf_counter()
+        corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers)
+        if corrected:
+            # Weight scales do not depend on biases; a bias quantized on its own range does: solve again.
+            weights = prepared = with_values(prepared, corrected)
+            params = solved(prepared)
+        calibrated.timings["bias correction"] = time.perf_counter() - t
     if cfg.finetune is not None:
         # Refinement needs torch (an optional extra): imported only when a config asks for it.
         from ..algorithms.finetune import refine, with_weights

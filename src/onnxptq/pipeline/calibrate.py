@@ -20,7 +20,7 @@ import onnx
 
 from ..calibration import collectors, readers, runner
 from ..config.presets import resolve_config
-from ..config.schema import QuantConfig
+from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
 from ..sessions import active_libraries
@@ -102,14 +102,25 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
         feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
         if cfg.calibration.data_size is not None:
             feeds = itertools.islice(feeds, cfg.calibration.data_size)
-        # Fast finetuning trains on calibration samples: keep up to its DataSize of them (bounded).
-        feeds, counter = _keep_first(feeds, kept, max(eval_samples, cfg.finetune.max_samples) if cfg.finetune else eval_samples)
+        feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples))
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
     return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
+
+
+def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:
+    """How many first samples calibration keeps in memory: the evaluation's, or more for the refine
+    steps that learn from them (fast finetuning: its DataSize; bias correction: its bounded
+    sample count). Bounded either way, so memory does not grow with the data."""
+    n = eval_samples
+    if cfg.finetune is not None:
+        n = max(n, cfg.finetune.max_samples)
+    if cfg.bias_correction_active():
+        n = max(n, BIAS_CORRECTION_SAMPLES)
+    return n
 
 
 def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):

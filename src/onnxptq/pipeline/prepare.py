@@ -14,6 +14,8 @@ Order, and why:
    initializers;
 6. BatchNorm folding into Conv/ConvTranspose/Gemm;
 7. MatMul merging (off by default: it changes which tensors exist, which only some tools want);
+7b. cross-layer equalization (when asked; the quantizer asks where weights are per tensor): last
+   of the rewrites that touch weights, so it balances the weights the quantizer will round;
 8. dead-node / unused-initializer / unused-function removal, topological sort;
 9. shape inference again, so every tensor the planner sees carries a dtype where one can be known;
 10. the ONNX checker on the result, so a broken rewrite fails here and not in a user's session.
@@ -27,10 +29,11 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import TopologicalSortPass
 
-from ..config.schema import QuantConfig
+from ..config.schema import EqualizationOptions, QuantConfig
 from ..graph import io
 from ..graph.passes._common import to_ir, to_proto
 from ..graph.passes.cleanup import cse_pass, remove_unused_passes
+from ..graph.passes.equalize import EqualizePass
 from ..graph.passes.eliminate_identity import eliminate_identity_passes
 from ..graph.passes.fold_batchnorm import FoldBatchNormPass
 from ..graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass
@@ -74,6 +77,7 @@ def prepare(
     infer_shapes: bool = True,
     fold_size_limit: int = DEFAULT_SIZE_LIMIT,
     check: bool = True,
+    equalize: EqualizationOptions | None = None,
 ) -> onnx.ModelProto:
     """Return a prepared copy of ``model`` (the input is not modified).
 
@@ -91,6 +95,7 @@ def prepare(
         infer_shapes: annotate intermediate tensors with inferred dtypes/shapes.
         fold_size_limit: largest folded result, in elements.
         check: run the ONNX checker on the result.
+        equalize: cross-layer equalization with these options (None: not run).
     """
     if opset is not None and opset != model_opset(model):
         model = upgrade_opset(model, opset)
@@ -110,6 +115,8 @@ def prepare(
         steps.append(("MatMul merging", MergeMatMulsPass()))
     if fuse:
         steps += [(f"fusion {type(p).__name__}", p) for p in fusion_passes()]
+    if equalize is not None:
+        steps.append(("cross-layer equalization", EqualizePass(equalize)))
     steps += [("unused removal", p) for p in remove_unused_passes()]
     steps.append(("topological sort", TopologicalSortPass()))
     if infer_shapes:
@@ -141,8 +148,10 @@ def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> 
 
 def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:
     """``prepare`` as the quantizer runs it: the opset of :func:`quantization_opset`, BatchNorm and
-    constant folding as ``config`` says (defaults without one, as ``onnxptq inspect`` shows)."""
+    constant folding and cross-layer equalization as ``config`` says (defaults without one, as
+    ``onnxptq inspect`` shows: no equalization, which only a weight format decides)."""
     if config is None:
         return prepare(model, opset=quantization_opset(model))
     return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
-                   fold_constants=config.optimize)
+                   fold_constants=config.optimize,
+                   equalize=config.equalization if config.equalization_active() else None)

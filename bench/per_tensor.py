@@ -1,0 +1,55 @@
+"""Per-tensor integer weights on PP-OCR (issue 15): task metric with cross-layer equalization and
+bias correction on or off, on the data of tests/test_quantize_ppocr.py (64 calibration lines,
+seed 1; 200 evaluation lines, seed 3). Prints one JSON line.
+
+    python bench/per_tensor.py rec A16W8 pt                               # as shipped (CLE + BC automatic)
+    python bench/per_tensor.py rec A16W8 pt equalize=False bias_correction=False   # before
+    python bench/per_tensor.py cls A8W8 pc equalize=True                   # per-channel, CLE forced on
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+
+import onnx
+import onnxruntime as ort
+
+from onnxptq import get_preset, quantize
+from onnxptq.testing import ocr
+from onnxptq.testing.models import model_path
+
+
+def main(argv: list[str]) -> int:
+    task, preset, granularity = argv[:3]
+    changes = {k: {"True": True, "False": False, "None": None}[v] for k, v in (a.split("=", 1) for a in argv[3:])}
+    cfg = get_preset(preset)
+    cfg.calibration.progress = False
+    if granularity == "pt":
+        cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
+    cfg = cfg.replace(**changes)
+    path = model_path(task)
+    t = time.perf_counter()
+    if task == "rec":
+        chars = ocr.load_characters(onnx.load(path))
+        calib, _ = ocr.render_lines(64, seed=1, characters=chars)
+        images, texts = ocr.render_lines(200, seed=3, characters=chars)
+        result = quantize(path, cfg, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)])
+        session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        metric, ref = ocr.rec_cer(session, images, texts, characters=chars), ocr.rec_cer(str(path), images, texts, characters=chars)
+    else:
+        calib, _ = ocr.render_cls(64, seed=1)
+        images, labels = ocr.render_cls(200, seed=3)
+        result = quantize(path, cfg, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)])
+        session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        metric, ref = ocr.cls_accuracy(session, images, labels), ocr.cls_accuracy(str(path), images, labels)
+    print(json.dumps({"task": task, "preset": preset, "weights": granularity, "changes": changes,
+                      "equalize": cfg.equalization_active(), "bias_correction": cfg.bias_correction_active(),
+                      "metric": metric, "float": ref, "seconds": round(time.perf_counter() - t, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

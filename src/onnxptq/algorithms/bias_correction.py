@@ -1,0 +1,153 @@
+"""Empirical bias correction (Nagel et al., ICCV 2019, §4.2; the reference tool's ``BiasCorrection``).
+
+Why: rounding a weight tensor to a coarse grid gives ``W̃ = W + ΔW``, and a layer's output then
+carries the error ``ΔW x``. Its mean per output channel, ``ΔW E[x]``, is not zero in general (a
+per-tensor grid rounds whole small channels the same way), so it shifts every activation after it
+and the errors of later layers add to it. Subtracting ``E[ΔW x]`` from the bias removes that shift
+at no cost. Per-tensor weights gain most; per-channel ones are already fine-grained.
+
+How: the paper's analytic form needs ``E[x]`` from BatchNorm statistics, which are gone once
+BatchNorm is folded, so ``E[ΔW x]`` is measured on the calibration samples kept by
+:func:`onnxptq.pipeline.calibrate.calibrate_once` (:data:`~onnxptq.config.schema.BIAS_CORRECTION_SAMPLES`
+of them, bounded): one probe
+model computes, for every corrected layer, the layer's own op applied to its float input with
+``ΔW`` as the weight and no bias, reduced to a per-channel mean in the graph (padding, strides and
+groups are then exactly those of the layer). Only the means leave onnxruntime, so memory is one
+vector per layer, whatever the sample count.
+
+Scope: Conv and Gemm (1-D bias, ``transA`` 0) with integer weights, a constant bias that only
+this node reads (a shared bias would move under another layer), in the main graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from ..formats import fake_quantize
+from ..pipeline.emit import quantizer_attrs
+from ..pipeline.plan import Plan
+from ..pipeline.solve import QParams
+
+log = logging.getLogger(__name__)
+
+
+
+def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np.ndarray, str]]:
+    """(node, float weight, bias name) of every layer this correction applies to."""
+    inits = {t.name: t for t in model.graph.initializer}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    out = []
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "Gemm") or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
+            continue
+        w_name, b_name = node.input[1], node.input[2]
+        tplan = plan.tensors.get(w_name)
+        if tplan is None or tplan.role != "weight" or not tplan.quant.is_integer:
+            continue
+        if w_name not in inits or b_name not in inits or readers.get(b_name, 0) != 1:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Gemm" and (attrs.get("transA", 0) or numpy_helper.to_array(inits[b_name]).ndim != 1):
+            continue
+        out.append((node, numpy_helper.to_array(inits[w_name]), b_name))
+    return out
+
+
+def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.ndarray, str]],
+           deltas: Sequence[np.ndarray]) -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` plus, per layer, its op on its float input with weight ΔW, reduced to channel means."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    graph = probe.graph
+    outputs = []
+    opset = next(i.version for i in probe.opset_import if i.domain in ("", "ai.onnx"))
+    for i, ((node, _, _), delta) in enumerate(zip(layers, deltas)):
+        w_name, y_name, m_name = f"__bc_dw_{i}", f"__bc_y_{i}", f"__bc_mean_{i}"
+        graph.initializer.append(numpy_helper.from_array(delta, w_name))
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Gemm":
+            attrs["beta"] = 0.0
+        graph.node.append(helper.make_node(node.op_type, [node.input[0], w_name], [y_name], **attrs))
+        # Mean over every axis but the channel one (1 for both Conv and 2-D Gemm output).
+        rank = 2 if node.op_type == "Gemm" else delta.ndim
+        axes = [0] + list(range(2, rank))
+        if opset >= 18:
+            graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), f"__bc_axes_{i}"))
+            graph.node.append(helper.make_node("ReduceMean", [y_name, f"__bc_axes_{i}"], [m_name], keepdims=0))
+        else:
+            graph.node.append(helper.make_node("ReduceMean", [y_name], [m_name], keepdims=0, axes=axes))
+        graph.output.append(helper.make_tensor_value_info(m_name, onnx.TensorProto.FLOAT, None))
+        outputs.append(m_name)
+    return probe, outputs
+
+
+def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams],
+                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",)) -> dict[str, np.ndarray]:
+    """New values of the biases of ``model``'s integer-weight Conv/Gemm layers: each minus the
+    mean output shift ``E[ΔW x]`` its rounded weights cause on ``samples`` (see the module doc).
+
+    Returns {bias tensor name: corrected bias}; empty when nothing applies or no sample is given.
+    """
+    if not samples:
+        log.warning("bias correction skipped: no calibration samples were kept")
+        return {}
+    layers = _layers(model, plan)
+    if not layers:
+        return {}
+    deltas = []
+    for node, w, _ in layers:
+        tplan = plan.tensors[node.input[1]]
+        wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **quantizer_attrs(tplan, params.get(node.input[1])))
+        deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
+    probe, names = _probe(model, layers, deltas)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), opts, providers=list(providers))
+    sums = [np.zeros(w.shape[0] if n.op_type == "Conv" else d.shape[0] if _trans_b(n) else d.shape[1], np.float64)
+            for (n, w, _), d in zip(layers, deltas)]
+    weights = 0
+    for feed in samples:
+        batch = int(next(iter(feed.values())).shape[0]) if feed else 1
+        for k, value in enumerate(session.run(names, feed)):
+            sums[k] += np.asarray(value, np.float64) * batch
+        weights += batch
+    inits = {t.name: t for t in model.graph.initializer}
+    out: dict[str, np.ndarray] = {}
+    for (node, _, b_name), total in zip(layers, sums):
+        bias = numpy_helper.to_array(inits[b_name])
+        shift = total / weights
+        if node.op_type == "Gemm":
+            beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
+            if beta == 0.0:
+                continue
+            shift = shift / beta
+        out[b_name] = (bias.astype(np.float64) - shift).astype(bias.dtype)
+    log.info("bias correction: %d layer(s) on %d sample(s)", len(out), weights)
+    return out
+
+
+def _trans_b(node: onnx.NodeProto) -> bool:
+    return any(a.name == "transB" and a.i for a in node.attribute)
+
+
+def with_values(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers named in ``values`` hold those values (dtype kept);
+    ``model`` itself when there is nothing to change."""
+    if not values:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        if init.name in values:
+            dtype = numpy_helper.to_array(init).dtype
+            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
+    return out

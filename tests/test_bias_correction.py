@@ -1,0 +1,119 @@
+"""Empirical bias correction: it removes the mean output shift of rounded weights, and it lowers the
+quantized model's output error against float on held-out data."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq import get_preset, quantize
+from onnxptq.algorithms.bias_correction import correct_biases
+from onnxptq.pipeline.plan import make_plan, node_names
+from onnxptq.pipeline.solve import solve
+
+RNG = np.random.default_rng(7)
+
+
+def _gains(n: int) -> np.ndarray:
+    return np.exp(RNG.uniform(np.log(1e-2), 0, n)) * 3
+
+
+def _model() -> onnx.ModelProto:
+    """Conv(3→16) → Relu → Conv(16→16) → Relu → GlobalAveragePool → Flatten → Gemm(16→10), with
+    channel ranges 100x apart, as after BatchNorm folding: per-tensor int8 rounds small channels coarsely."""
+    w1 = RNG.standard_normal((16, 3, 3, 3)) * _gains(16).reshape(-1, 1, 1, 1)
+    w2 = RNG.standard_normal((16, 16, 3, 3)) * _gains(16).reshape(-1, 1, 1, 1) * 0.3
+    wg = RNG.standard_normal((16, 10)) * 0.5
+    inits = {"W1": w1, "B1": RNG.standard_normal(16) * 0.1, "W2": w2, "B2": RNG.standard_normal(16) * 0.1,
+             "WG": wg, "BG": RNG.standard_normal(10) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "WG", "BG"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "bc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    node_names(model)  # plans refer to nodes by name (prepare names them in the pipeline)
+    return model
+
+
+def _data(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)  # non-zero mean inputs: E[x] ≠ 0, so ΔW E[x] ≠ 0
+    return [{"x": rng.uniform(0, 1, (4, 3, 12, 12)).astype(np.float32)} for _ in range(n)]
+
+
+def _config(**changes):
+    cfg = get_preset("A16W8")  # 16-bit activations: the weight rounding is the error that is left
+    cfg.calibration.progress = False
+    return cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), equalize=False, **changes)
+
+
+def _error(model: onnx.ModelProto, reference: onnx.ModelProto, data) -> float:
+    a = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(reference.SerializeToString(), providers=["CPUExecutionProvider"])
+    return float(np.mean([np.mean((a.run(None, f)[0] - b.run(None, f)[0]) ** 2) for f in data]))
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    model = _model()
+    calib = _data(8, 1)
+    return model, {flag: quantize(model, _config(bias_correction=flag), calib, eval_samples=0).model for flag in (False, True)}
+
+
+def test_lowers_output_error_on_held_out_data(quantized):
+    model, q = quantized
+    held_out = _data(8, 2)
+    before, after = _error(q[False], model, held_out), _error(q[True], model, held_out)
+    print(f"output MSE vs float, held out: {before:.3g} without, {after:.3g} with bias correction")
+    assert after < 0.7 * before, (before, after)
+
+
+def test_biases_change_and_weights_do_not(quantized):
+    _, q = quantized
+    def inits(m):
+        return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    a, b = inits(q[False]), inits(q[True])
+    weights = [n for n in a if a[n].dtype == np.int8]
+    assert weights and all(np.array_equal(a[n], b[n]) for n in weights)
+    biases = [n for n in a if a[n].dtype == np.int32]
+    assert biases and any(not np.array_equal(a[n], b[n]) for n in biases)
+
+
+def test_correction_cancels_the_mean_shift_of_the_first_layer():
+    """After correction, conv1 with rounded weights has the float conv1's mean output per channel."""
+    model = _model()
+    cfg = _config()
+    plan = make_plan(model, cfg)
+    # solve weights only: activations are not needed for the weight-rounding shift
+    weight_plan = dataclasses.replace(plan, tensors={k: v for k, v in plan.tensors.items() if v.role == "weight"})
+    params = solve(model, weight_plan, {})
+    samples = _data(4, 3)
+    new = correct_biases(model, weight_plan, params, samples)
+    assert set(new) >= {"B1", "B2", "BG"}
+    from onnxptq.formats import fake_quantize
+    from onnxptq.pipeline.emit import quantizer_attrs
+
+    w1 = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "W1"))
+    wq = fake_quantize(w1, "int8", **quantizer_attrs(weight_plan.tensors["W1"], params["W1"]))
+    probe = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])], "p",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None), helper.make_tensor_value_info("W", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("B", TensorProto.FLOAT, None)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    s = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    b1 = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "B1"))
+    def mean(w, b):
+        return np.mean([s.run(None, {"x": f["x"], "W": w, "B": b})[0].mean(axis=(0, 2, 3)) for f in samples], axis=0)
+    float_mean, rounded, corrected = mean(w1, b1), mean(wq, b1), mean(wq, new["B1"])
+    assert np.abs(rounded - float_mean).max() > 1e-3
+    np.testing.assert_allclose(corrected, float_mean, atol=1e-5)
