@@ -38,6 +38,8 @@ def _l2(reference_model, model, feeds, index=0) -> float:
 
 def _check_greedy(model, high, low_pair, feeds, result, target):
     """Final L2 within the target; every layer left high breaks it when flipped alone on top."""
+    if high.bias_correction is None:
+        high = high.replace(bias_correction=False)  # as the search builds (see auto_mixed_precision)
     cal = calibrate_once(model, high, feeds, eval_samples=len(feeds))
     flipped = set(result.report.flipped)
 
@@ -222,8 +224,12 @@ def test_doc_automatic_on_cls_greedy_property(tmp_path):
         weight_type=QuantType.QInt8, include_auto_mp=True,
         extra_options={"AutoMixprecision": {"ActTargetQuantType": QuantType.QInt8, "L2Target": 0.1}}))
     options = doc_cfg.auto_mixed_precision
-    high = doc_cfg.replace(auto_mixed_precision=None)
-    target = report["baseline"] + 0.4 * (report["all_low"] - report["baseline"])
+    # Without equalization: with it (automatic for these per-tensor weights) all-int8 scores below
+    # all-int16 on cls (L2 0.028 vs 0.051, both far below 0.125 / 0.096 without), so no target
+    # lies between them and the greedy property has nothing to order.
+    high = doc_cfg.replace(auto_mixed_precision=None, equalize=False)
+    baseline = auto_mixed_precision(str(CLS), high, (options.activation, options.weight), _cls_feeds(), L2Target(1e9), workers=2).report
+    target = baseline.baseline + 0.4 * (baseline.all_low - baseline.baseline)
     feeds = _cls_feeds()
     result = auto_mixed_precision(str(CLS), high, (options.activation, options.weight), feeds, L2Target(target), workers=2)
     assert 0 < len(result.report.flipped) < len(result.report.layers)
@@ -234,3 +240,18 @@ def test_doc_automatic_on_cls_greedy_property(tmp_path):
     print(f"cls A16W8->A8W8 L2 target {target:.4g}: final {result.report.final_metric:.4g}, "
           f"{len(result.report.flipped)}/{len(result.report.layers)} layers int8, accuracy {acc:.3f} (float {float_acc:.3f})")
     assert acc >= float_acc - 0.05
+
+
+def test_search_refuses_explicit_bias_correction_and_turns_automatic_off(small_cnn):
+    """Candidates are scored on a switch model of solved parameters, which cannot follow per-candidate
+    bias corrections: asking for both is refused, and automatic correction is off in the search."""
+    from onnxptq.config.schema import ConfigError
+
+    high = get_preset("A16W8").replace(bias_correction=True)
+    with pytest.raises(ConfigError, match="bias_correction=False"):
+        auto_mixed_precision(small_cnn, high, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1.0))
+    per_tensor = get_preset("A16W8")
+    per_tensor = per_tensor.replace(weight=per_tensor.weight.with_(per_channel=False))
+    assert per_tensor.bias_correction_active()
+    result = auto_mixed_precision(small_cnn, per_tensor, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1e9))
+    assert result.result.config.bias_correction is False

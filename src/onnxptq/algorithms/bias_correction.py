@@ -26,13 +26,14 @@ from typing import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from ..graph.opsets import is_onnx_domain, model_opset
 from ..formats import fake_quantize
 from ..pipeline.emit import quantizer_attrs
 from ..pipeline.plan import Plan
 from ..pipeline.solve import QParams
+from ..sessions import open_session
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np
             readers[name] = readers.get(name, 0) + 1
     out = []
     for node in model.graph.node:
-        if node.op_type not in ("Conv", "Gemm") or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
+        if node.op_type not in ("Conv", "Gemm") or not is_onnx_domain(node.domain) or len(node.input) < 3:
             continue
         w_name, b_name = node.input[1], node.input[2]
         tplan = plan.tensors.get(w_name)
@@ -69,7 +70,7 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
     probe.CopyFrom(model)
     graph = probe.graph
     outputs = []
-    opset = next(i.version for i in probe.opset_import if i.domain in ("", "ai.onnx"))
+    opset = model_opset(probe)
     for i, ((node, _, _), delta) in enumerate(zip(layers, deltas)):
         w_name, y_name, m_name = f"__bc_dw_{i}", f"__bc_y_{i}", f"__bc_mean_{i}"
         graph.initializer.append(numpy_helper.from_array(delta, w_name))
@@ -109,9 +110,7 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **quantizer_attrs(tplan, params.get(node.input[1])))
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
     probe, names = _probe(model, layers, deltas)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), opts, providers=list(providers))
+    session = open_session(probe, providers=providers)
     sums = [np.zeros(w.shape[0] if n.op_type == "Conv" else d.shape[0] if _trans_b(n) else d.shape[1], np.float64)
             for (n, w, _), d in zip(layers, deltas)]
     weights = 0

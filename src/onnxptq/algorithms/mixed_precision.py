@@ -263,6 +263,14 @@ def auto_mixed_precision(
     cpu0 = time.process_time()
     high_cfg = resolve_config(high).replace(dual_quant_nodes=False)
     final_dual = resolve_config(high).dual_quant_nodes
+    if high_cfg.bias_correction is None:
+        # The search scores candidates on one switch model built from solved parameters; bias
+        # correction changes biases per candidate, which that model cannot switch. Automatic bias
+        # correction is therefore off here, so the scores are those of the model delivered.
+        high_cfg = high_cfg.replace(bias_correction=False)
+    elif high_cfg.bias_correction:
+        raise ConfigError("automatic mixed precision cannot search with bias correction yet (candidates are scored "
+                          "without it); set bias_correction=False (BiasCorrection: False)")
     low_act, low_weight = _low_spec(low)
     if not isinstance(target, (L2Target, Top1Target)):
         raise ConfigError(f"target must be an L2Target or a Top1Target, not {type(target).__name__}")
