@@ -83,9 +83,9 @@ def test_custom_op_library_is_registered_in_every_session(tmp_path, small_cnn_pa
     registered: list[str] = []
     real = sessions.register
 
-    def spy(options):
+    def spy(options, *extra):
         registered.extend(sessions.active_libraries())
-        return real(options)
+        return real(options, *extra)
 
     monkeypatch.setattr(sessions, "register", spy)
     out = tmp_path / "q.onnx"

@@ -35,7 +35,7 @@ from .errors import InputNotFoundError, UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level"]
+__all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level", "register"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -76,6 +76,18 @@ def custom_op_libraries(paths: Sequence[str | os.PathLike]) -> Iterator[tuple[st
 def active_libraries() -> tuple[str, ...]:
     """The custom-op libraries in force here."""
     return _LIBRARIES.get()
+
+
+def register(options: Any, extra: Sequence[str | os.PathLike] = ()) -> Any:
+    """Register the custom-op libraries in force (and ``extra``) on ``options`` (an onnxruntime
+    ``SessionOptions``); returns it. A library onnxruntime cannot load is a :class:`UsageError`
+    naming it."""
+    for library in dict.fromkeys([*_LIBRARIES.get(), *map(str, extra)]):
+        try:
+            options.register_custom_ops_library(library)
+        except Exception as exc:  # onnxruntime raises its own Fail/RuntimeException types
+            raise UsageError(f"onnxruntime cannot load the custom-op library {library}: {' '.join(str(exc).split())}") from exc
+    return options
 
 
 def optimization_level(name: Optimization) -> Any:
@@ -140,11 +152,7 @@ def open_session(
         options.enable_cpu_mem_arena = False
     if priority_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    for library in dict.fromkeys([*_LIBRARIES.get(), *map(str, custom_op_libraries)]):
-        try:
-            options.register_custom_ops_library(library)
-        except Exception as exc:  # onnxruntime raises its own Fail/RuntimeException types
-            raise UsageError(f"onnxruntime cannot load the custom-op library {library}: {' '.join(str(exc).split())}") from exc
+    register(options, custom_op_libraries)
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
     chosen = list(providers) if providers else list(CPU)
