@@ -50,15 +50,19 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
 
 
 def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
-    """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph)."""
+    """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph
+    inputs; weights of the main graph and of every If/Loop/Scan body, where silero keeps them)."""
+    from .scopes import walk_scopes
+
     init_names = {t.name for t in model.graph.initializer}
     for value in model.graph.input:
         if value.name in init_names:
             continue  # IR < 4 lists initializers as inputs too; count them once, as weights
         yield "input", value.name, value.type.tensor_type.elem_type
-    for tensor in model.graph.initializer:
+    graphs = [s.graph for s in walk_scopes(model.graph)]
+    for tensor in (t for g in graphs for t in g.initializer):
         yield "initializer", tensor.name, tensor.data_type
-    for node in model.graph.node:
+    for node in (n for g in graphs for n in g.node):
         if node.op_type == "Constant" and is_onnx_domain(node.domain):
             for attr in node.attribute:
                 if attr.name == "value":

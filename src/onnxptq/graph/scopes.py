@@ -24,6 +24,12 @@ class Scope:
     attribute: str | None = None
     parent: "Scope | None" = None
     children: list["Scope"] = field(default_factory=list)
+    #: the graph's nodes, read once: protobuf hands out a new wrapper on each access, so identity
+    #: (``id``) is only stable for wrappers kept alive here
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.nodes = list(self.graph.node)
 
     @property
     def is_main(self) -> bool:
@@ -65,7 +71,7 @@ def walk_scopes(graph: onnx.GraphProto) -> list[Scope]:
     order = [root]
 
     def visit(scope: Scope) -> None:
-        for node in scope.graph.node:
+        for node in scope.nodes:
             for attr, body in body_graphs(node):
                 child = Scope(body, node, attr, scope)
                 scope.children.append(child)
@@ -80,7 +86,9 @@ class ScopeIndex:
     """Homes of the tensors and nodes of a model, over all its graphs.
 
     ``home[name]``: the scope defining tensor ``name``; ``node_scope[id(node)]``: the scope
-    holding a node (nodes are keyed by identity: names may be empty before planning names them).
+    holding a node (nodes are keyed by identity: names may be empty before planning names them;
+    use the node objects of :meth:`nodes` / ``Scope.nodes``, which the index keeps alive).
+    Build a new index after changing the model's nodes.
     """
 
     def __init__(self, model: onnx.ModelProto | onnx.GraphProto) -> None:
@@ -93,7 +101,7 @@ class ScopeIndex:
             g = scope.graph
             for name in [t.name for t in g.initializer] + [i.name for i in g.input]:
                 self.home.setdefault(name, scope)
-            for node in g.node:
+            for node in scope.nodes:
                 self.node_scope[id(node)] = scope
                 for out in node.output:
                     if out:
@@ -110,7 +118,7 @@ class ScopeIndex:
             children = {id(c.owner): [] for c in scope.children}
             for c in scope.children:
                 children[id(c.owner)].append(c)
-            for node in scope.graph.node:
+            for node in scope.nodes:
                 yield node
                 for child in children.get(id(node), ()):
                     yield from visit(child)
