@@ -110,6 +110,15 @@ def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
         for body in chain:
             owner = body.owner
             assert owner is not None
+            if current in {o.name for o in body.graph.output} | {i.name for i in body.graph.input}:
+                # Already an output (a branch result, a loop-carried value) or a body input: a copy
+                # under a new name leaves, so no name repeats among the outputs, a Loop stacks
+                # every step, and onnxruntime's Scan (which fails on an input passed straight
+                # through as a scan output) gets a produced value.
+                counter += 1
+                copy = f"{name}{_OUTER}_copy{counter}"
+                body.graph.node.append(helper.make_node("Identity", [current], [copy], name=copy))
+                current = copy
             _append_output(body.graph, current, elem_type)
             if owner.op_type == "If":
                 sibling = _sibling(body)
