@@ -128,7 +128,7 @@ class _NpzReader:
         if self.i >= self.n:
             return None
         self.i += 1
-        return {k: v[self.i - 1] for k, v in self.data.items()}
+        return {k: np.asarray(v[self.i - 1]) for k, v in self.data.items()}  # a 0-d array, not a NumPy scalar
 
     def rewind(self) -> None:
         self.i = 0

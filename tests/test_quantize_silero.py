@@ -90,3 +90,18 @@ def test_silero_8k_branch_left_float_with_warning(floats, caplog):
         quantize(path, config, calib_feeds[:8], eval_samples=1)
     messages = [r.getMessage() for r in caplog.records if "not run by the calibration data" in r.getMessage()]
     assert any("If_0" in m for m in messages), [r.getMessage() for r in caplog.records]
+
+
+def test_silero_half_convert_fp16_to_fp32(floats, clips):
+    """ConvertFP16ToFP32 widens the fp16 model first: the result holds no fp16 tensor and agrees."""
+    path, calib_feeds, reference = floats[SILERO_HALF]
+    config = get_preset("A16W8").replace(convert_fp16_to_fp32=True)
+    config.calibration.progress = False
+    result = quantize(path, config, calib_feeds, eval_samples=1)
+    from onnxptq.graph.scopes import walk_scopes
+
+    fp16 = [t.name for s in walk_scopes(result.model.graph) for t in s.graph.initializer
+            if t.data_type == onnx.TensorProto.FLOAT16]
+    assert not fp16, fp16[:5]
+    probs, _ = audio.run_vad(_plain_session(result.model), clips[1])
+    assert audio.compare_probs(reference, probs)["agreement"] >= 0.97

@@ -300,3 +300,16 @@ def test_nothing_to_quantize_names_what_it_found():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(NothingToQuantizeError, match="Neg"):
         quantize(model, _config("A8W8"), [{"x": np.ones(2, np.float32), "c": np.array(True)}])
+
+
+def test_compat_enable_subgraph_maps_to_quantize_subgraphs():
+    """EnableSubgraph (the reference tool's key) switches body quantization; absent, it is on."""
+    from onnxptq.compat import QuantizationConfig, to_quant_config
+
+    assert to_quant_config(QuantizationConfig()).quantize_subgraphs is True
+    off = to_quant_config(QuantizationConfig(extra_options={"EnableSubgraph": False}))
+    assert off.quantize_subgraphs is False
+    model = make_if_model()
+    config = _config("A8W8").replace(quantize_subgraphs=False)
+    with pytest.raises(NothingToQuantizeError, match="Conv.*not searched"):
+        quantize(model, config, _if_feeds(2, 1, (True,)))

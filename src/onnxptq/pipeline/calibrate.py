@@ -74,6 +74,10 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
+    if cfg.convert_fp16_to_fp32:
+        from ..conversion.fp16 import convert_float16_to_float
+
+        proto = convert_float16_to_float(proto)
     inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare_for_quantization(proto, cfg)
