@@ -98,7 +98,7 @@ def test_silero_half_convert_fp16_to_fp32(floats, clips):
     config = get_preset("A16W8").replace(convert_fp16_to_fp32=True)
     config.calibration.progress = False
     result = quantize(path, config, calib_feeds, eval_samples=1)
-    from onnxptq.graph.scopes import walk_scopes
+    from onnxptq.graph.walk import walk_scopes
 
     fp16 = [t.name for s in walk_scopes(result.model.graph) for t in s.graph.initializer
             if t.data_type == onnx.TensorProto.FLOAT16]

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq import get_preset, quantize
 from onnxptq.api import NothingToQuantizeError
 from onnxptq.calibration import runner
-from onnxptq.graph.scopes import ScopeIndex
+from onnxptq.graph.walk import ScopeIndex
 
 PRESETS = ("A8W8", "A16W8", "BF16", "BFP16", "MX9", "MXINT8")
 #: Least cosine vs float per preset: int8 weights (A8W8, A16W8) and the 8-bit-mantissa block

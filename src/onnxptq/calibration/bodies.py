@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper
 
-from ..graph.scopes import Scope, ScopeIndex
+from ..graph.walk import Scope, ScopeIndex
 
 log = logging.getLogger(__name__)
 

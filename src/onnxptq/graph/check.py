@@ -52,7 +52,7 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
 def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
     """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph
     inputs; weights of the main graph and of every If/Loop/Scan body, where silero keeps them)."""
-    from .scopes import walk_scopes
+    from .walk import walk_scopes
 
     init_names = {t.name for t in model.graph.initializer}
     for value in model.graph.input:

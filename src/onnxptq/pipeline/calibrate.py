@@ -23,7 +23,7 @@ from ..config.presets import resolve_config
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
-from ..graph.scopes import ScopeIndex
+from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
 from .plan import Plan, make_plan, node_names
 from .prepare import prepare_for_quantization

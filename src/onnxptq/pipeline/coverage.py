@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx
 
-from ..graph.scopes import Scope, ScopeIndex
+from ..graph.walk import Scope, ScopeIndex
 from .plan import Plan
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.opsets import is_onnx_domain, model_opset
-from ..graph.scopes import Scope, ScopeIndex, walk_scopes
+from ..graph.walk import Scope, ScopeIndex, walk_scopes
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 

@@ -19,7 +19,7 @@ import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
-from ..graph.scopes import ScopeIndex
+from ..graph.walk import ScopeIndex
 
 log = logging.getLogger(__name__)
 

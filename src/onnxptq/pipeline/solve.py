@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from ..calibration import methods
 from ..formats import floating, integer
-from ..graph.scopes import walk_scopes
+from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
