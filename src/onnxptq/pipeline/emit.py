@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.opsets import is_onnx_domain, model_opset
-from ..graph.walk import Scope, ScopeIndex, walk_scopes
+from ..graph.walk import Scope, ScopeIndex, all_graphs
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 
@@ -187,6 +187,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     # Rename producers of quantized graph outputs, then rewire consumers to the quantized values,
     # in every graph (names are unique across scopes). Innermost bodies first: replacing a
     # graph's nodes copies them, so a body must be final before its owner node is copied.
+    original = {id(s): {t.name for t in s.graph.initializer} for s in index.scopes}
+    body_originals = {n for s in index.scopes[1:] for n in original[id(s)]}
     for scope in reversed(index.scopes):
         sub = scope.graph
         new_nodes: list[onnx.NodeProto] = list(inserts.get(_top(scope), []))
@@ -209,14 +211,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         value_info = [v for v in sub.value_info if v.name not in renamed_outputs]
         del sub.value_info[:]
         sub.value_info.extend(value_info)
-
-    # Initializers: the main graph keeps its own and every new one; a body keeps its own. Each
-    # only while something (in its graph or a body under it) still reads it.
-    used = {i for s in walk_scopes(graph) for n in s.graph.node for i in n.input} | graph_outputs
-    original = {id(s): {t.name for t in s.graph.initializer} for s in index.scopes}
-    for scope in index.scopes:
-        sub = scope.graph
-        mine = set(b.initializers) - {n for s in index.scopes[1:] for n in original[id(s)]} if scope.is_main else original[id(scope)]
+        # Initializers: a body keeps its own, the main graph its own and every new one; each only
+        # while something in this graph or a body under it still reads it. Pruned here, before the
+        # owner node is copied into its parent graph.
+        used = {i for g in all_graphs(sub) for n in g.node for i in n.input} | graph_outputs
+        mine = (set(b.initializers) - body_originals) if scope.is_main else original[id(scope)]
         del sub.initializer[:]
         sub.initializer.extend(t for name, t in b.initializers.items() if name in mine and name in used)
     # Drop graph inputs that named initializers we removed.

@@ -110,6 +110,12 @@ class FoldConstantsPass(ir.passes.InPlacePass):
                     continue
                 self._replace(graph, node, results)
                 count += 1
+            if graph is not model.graph:
+                # The main graph's leftovers go in the cleanup pass; a body's would stay (and
+                # onnxruntime warns about each unused body initializer at every session).
+                for name, value in list(graph.initializers.items()):
+                    if not value.uses() and not value.is_graph_output():
+                        graph.initializers.pop(name)
         if count:
             log.info("folded %d constant node(s)", count)
         return ir.passes.PassResult(model, modified=bool(count))
