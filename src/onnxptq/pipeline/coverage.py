@@ -61,10 +61,15 @@ def drop_uncalibrated_bodies(model: onnx.ModelProto, plan: Plan, stats: Mapping[
     drop = {n for n in plan.tensors if (s := index.home.get(n)) is not None and id(s) in dropped_scopes}
     # An int32 bias scale needs its input's and weight's scales: it goes with either.
     drop |= {n for n, t in plan.tensors.items() if t.bias_of is not None and set(t.bias_of) & drop}
-    for scope, names in bodies:
-        inside = sorted(n for n in drop if index.home.get(n) is scope)
-        log.warning("%s: not run by the calibration data (no statistics for %d activation(s), e.g. %s); its %d planned "
-                    "tensor(s) stay float", scope.label, len(names), ", ".join(repr(n) for n in names[:3]), len(inside))
+    # One warning naming the outermost such bodies (a body inside one is dropped with it).
+    outermost = [(s, names) for s, names in bodies if not any(id(a) in {id(b) for b, _ in bodies} for a in s.ancestors())]
+    parts = []
+    for scope, names in outermost:
+        inside = [n for n in drop if (h := index.home.get(n)) is not None and (h is scope or scope in list(h.ancestors()))]
+        parts.append(f"{scope.label} ({len(inside)} planned tensor(s); no statistics for e.g. {names[0]!r})")
+    shown = "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more" if len(parts) > 6 else "")
+    log.warning("%d If/Loop/Scan bod%s not run by the calibration data stay float: %s", len(parts),
+                "y" if len(parts) == 1 else "ies", shown)
     dropped_nodes = {n.name for s in index.scopes if id(s) in dropped_scopes for n in s.nodes}
     tensors = {n: t for n, t in plan.tensors.items() if n not in drop}
     for t in tensors.values():
