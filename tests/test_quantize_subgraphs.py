@@ -313,3 +313,13 @@ def test_compat_enable_subgraph_maps_to_quantize_subgraphs():
     config = _config("A8W8").replace(quantize_subgraphs=False)
     with pytest.raises(NothingToQuantizeError, match="Conv.*not searched"):
         quantize(model, config, _if_feeds(2, 1, (True,)))
+
+
+def test_mixed_precision_names_the_layers_it_cannot_search():
+    """The search flips main-graph layers only; a model whose layers all sit in bodies says so."""
+    from onnxptq.config.schema import AutoMixedPrecisionOptions, ConfigError
+
+    low = get_preset("A8W8")
+    config = _config("A16W8").replace(auto_mixed_precision=AutoMixedPrecisionOptions(low.activation, low.weight, l2_target=0.5))
+    with pytest.raises(ConfigError, match="3 are inside If/Loop/Scan bodies"):
+        quantize(make_if_model(), config, _if_feeds(4, 1, (True, False)))
