@@ -85,7 +85,10 @@ def child(args: argparse.Namespace) -> int:
         onnxptq.quantize(args.model, args.preset, feeds, output=args.output, eval_samples=1)
         result["ok"] = True
     except BaseException as exc:  # MemoryError included: it is what we measure
-        result.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}")
+        import traceback
+
+        where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)[-6:]]
+        result.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}", where=where)
     result["quantize_s"] = time.perf_counter() - t
     result["peak_rss_kib"] = _peak_rss_kib()
     print(json.dumps(result), flush=True)

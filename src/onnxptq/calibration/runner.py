@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import bodies
 from onnx import helper
+
+from . import bodies
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector
 from onnxptq.calibration.methods import Method, make_collector

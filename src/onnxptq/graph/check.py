@@ -21,7 +21,7 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto
 
-from onnxptq.graph.io import PROTOBUF_LIMIT
+from onnxptq.graph.io import exceeds_protobuf_limit
 from onnxptq.errors import OnnxptqError
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
@@ -38,7 +38,7 @@ class ModelCheckError(OnnxptqError, ValueError):
 def _run_checker(model: onnx.ModelProto, source: str) -> None:
     """``onnx.checker`` on the model; beyond protobuf's 2 GB limit it must be given a path."""
     try:
-        if model.ByteSize() > PROTOBUF_LIMIT:
+        if exceeds_protobuf_limit(model):
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "model.onnx"
                 onnx.save_model(model, str(path), save_as_external_data=True, location="model.onnx.data")
