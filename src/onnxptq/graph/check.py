@@ -21,7 +21,7 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto
 
-from onnxptq.graph.io import exceeds_protobuf_limit
+from onnxptq.graph.io import exceeds_protobuf_limit, write_externalized
 from onnxptq.errors import OnnxptqError
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
@@ -35,16 +35,25 @@ class ModelCheckError(OnnxptqError, ValueError):
     """The model cannot be quantized as given; the message names the source and the cause."""
 
 
+def onnx_checker(model: onnx.ModelProto) -> None:
+    """``onnx.checker.check_model`` for a model of any size (raises its ValidationError).
+
+    Beyond protobuf's 2 GB limit the checker must be given a path: the model is written to a
+    temporary folder with external data by :func:`~onnxptq.graph.io.write_externalized`, which
+    leaves the model intact (``onnx.save_model(save_as_external_data=True)`` would strip the
+    caller's tensors and point them at a file deleted right after).
+    """
+    if not exceeds_protobuf_limit(model):
+        onnx.checker.check_model(model)
+        return
+    with tempfile.TemporaryDirectory(prefix="onnxptq-check-") as folder:
+        onnx.checker.check_model(str(write_externalized(model, folder)))
+
+
 def _run_checker(model: onnx.ModelProto, source: str) -> None:
-    """``onnx.checker`` on the model; beyond protobuf's 2 GB limit it must be given a path."""
+    """``onnx.checker`` on the model, with the source named on failure."""
     try:
-        if exceeds_protobuf_limit(model):
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "model.onnx"
-                onnx.save_model(model, str(path), save_as_external_data=True, location="model.onnx.data")
-                onnx.checker.check_model(str(path))
-        else:
-            onnx.checker.check_model(model)
+        onnx_checker(model)
     except (onnx.checker.ValidationError, UnicodeDecodeError, RuntimeError) as exc:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
