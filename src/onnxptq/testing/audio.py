@@ -177,12 +177,9 @@ def _session(model: Any) -> Any:
     """An onnxruntime CPU session for a path, a ModelProto or an existing session."""
     if hasattr(model, "run") and hasattr(model, "get_inputs"):
         return model
-    import onnxruntime as ort
+    from ..sessions import open_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return open_session(model)
 
 
 def _feed(names: Sequence[str], chunk: np.ndarray, state: np.ndarray) -> dict[str, np.ndarray]:
