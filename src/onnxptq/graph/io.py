@@ -129,8 +129,11 @@ def write_externalized(model: onnx.ModelProto, folder: str | os.PathLike, *, thr
 
     For a model past protobuf's 2 GB limit that must be checked or loaded by path. Unlike
     ``onnx.save_model(save_as_external_data=True)``, which strips the tensors of the model it is
-    given, each tensor's bytes are moved out and back one at a time, so memory grows by one tensor
-    at most instead of by a copy of the model.
+    given (and leaves them pointing at a file the caller may delete), each tensor's bytes are moved
+    to the file and read back. Memory: with the upb protobuf runtime a cleared field's bytes stay in
+    the message's arena, so reading them back allocates the tensors' size again (measured on a
+    2.25 GiB model in bench/large_model.py: the process ended under its address-space cap here);
+    a lighter way needs the tensors kept outside the message (see bench/RESULTS.md).
     """
     folder = Path(folder)
     data_name = "model.onnx.data"
