@@ -313,7 +313,6 @@ FIELD_KEYS = {
 #: Boolean fields that ask for an unbuilt feature when True.
 UNBUILT_FIELDS = {
     "use_dynamic_quant": "dynamic quantization",
-    "convert_fp16_to_fp32": "FP16 -> FP32 conversion before quantization",
     "convert_nchw_to_nhwc": "NCHW -> NHWC conversion",
     "include_sq": "SmoothQuant",
     "include_rotation": "QuaRot rotation",

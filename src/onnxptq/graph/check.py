@@ -13,7 +13,6 @@ import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
