@@ -1,7 +1,8 @@
 """Side-by-side benchmark: onnxptq presets vs onnxruntime.quantization vs amd-quark on real models.
 
-One command quantizes PP-OCRv4 rec and PP-OCR mobile cls (``onnxptq.testing.models.model_path``),
-plus any ONNX model given on the command line, with
+One command quantizes PP-OCRv4 rec, PP-OCR mobile cls and the three silero VAD models (If
+branches, LSTM, fp16; ``onnxptq.testing.models.model_path``), plus any ONNX model given on the
+command line, with
 
 * **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
   per-tensor``: ``per_channel=False``; ``no-cle`` / ``no-bc`` turn equalization / bias correction
@@ -25,7 +26,9 @@ own Python process, so its figures are its own:
   ``os.wait4``'s per-child ``ru_maxrss`` (which also covers evaluation);
 * **size MB**: the saved model (plus external data);
 * **task metric**: CER on the rendered lines for rec (greedy CTC, normalized text), top-1 accuracy
-  for cls, none for a model given on the command line;
+  for cls, for the silero models (task ``vad``) the share of 512-sample windows whose speech
+  decision (probability > 0.5) agrees with float, streaming a speech/noise/silence clip with each
+  model's own recurrent state (``onnxptq.testing.audio``); none for a model given on the command line;
 * **cosine / PSNR**: of the quantized model's first output against the float model's over the
   whole evaluation set (cosine of the flattened outputs; PSNR with the float output's peak);
 * **latency ms**: onnxruntime CPU, ``intra_op_num_threads = inter_op_num_threads = 1``, default
@@ -74,8 +77,10 @@ ORT_CONFIGS: dict[str, tuple[str, str, bool]] = {
 QUICK_PRESETS = ("A8W8", "A16W8", "BF16", "BFP16", "MXINT8")
 QUICK_ORT = ("U8S8 per-channel", "A16W8 per-channel")
 #: (calibration, evaluation) samples per task
-FULL_SIZES = {"rec": (32, 100), "cls": (64, 200), "other": (16, 16)}
-QUICK_SIZES = {"rec": (8, 24), "cls": (16, 48), "other": (4, 8)}
+FULL_SIZES = {"rec": (32, 100), "cls": (64, 200), "other": (16, 16), "vad": (2, 8)}
+QUICK_SIZES = {"rec": (8, 24), "cls": (16, 48), "other": (4, 8), "vad": (1, 3)}
+#: the built-in models whose task is voice activity (sizes in seconds of audio, not samples)
+VAD_MODELS = ("silero", "silero_ifless", "silero_half")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,12 +115,37 @@ class _NpyReader:
         self.i = 0
 
 
+class _NpzReader:
+    """A CalibrationDataReader over an .npz of per-input arrays stacked on axis 0 (multi-input feeds)."""
+
+    def __init__(self, path: str, input_name: str = "") -> None:
+        with np.load(path) as data:
+            self.data = {k: data[k] for k in data.files}
+        self.n = len(next(iter(self.data.values())))
+        self.i = 0
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.i >= self.n:
+            return None
+        self.i += 1
+        return {k: np.asarray(v[self.i - 1]) for k, v in self.data.items()}  # a 0-d array, not a NumPy scalar
+
+    def rewind(self) -> None:
+        self.i = 0
+
+
+def _reader(path: str, input_name: str) -> _NpyReader | _NpzReader:
+    return _NpzReader(path) if path.endswith(".npz") else _NpyReader(path, input_name)
+
+
 def _ort_reader(path: str, input_name: str):
     from onnxruntime.quantization import CalibrationDataReader
 
-    class Reader(_NpyReader, CalibrationDataReader):  # type: ignore[misc]
+    base = _NpzReader if path.endswith(".npz") else _NpyReader
+
+    class Reader(base, CalibrationDataReader):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
-            _NpyReader.__init__(self, path, input_name)
+            base.__init__(self, path, input_name)
 
     return Reader()
 
@@ -156,7 +186,7 @@ def _quantize(job: dict[str, Any]) -> None:
         cfg = _onnxptq_config(config)
         if cfg.finetune is not None and job.get("finetune_iterations"):
             cfg.finetune.num_iterations = int(job["finetune_iterations"])
-        quantize(model, cfg, data=_NpyReader(job["calib"], job["input_name"]), output=out)
+        quantize(model, cfg, data=_reader(job["calib"], job["input_name"]), output=out)
     elif backend == "onnxruntime":
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -169,7 +199,7 @@ def _quantize(job: dict[str, Any]) -> None:
         from quark.onnx.quantization.config import Config, get_default_config
 
         quantizer = ModelQuantizer(Config(global_quant_config=get_default_config(config)))
-        quantizer.quantize_model(model, out, calibration_data_reader=_NpyReader(job["calib"], job["input_name"]))
+        quantizer.quantize_model(model, out, calibration_data_reader=_reader(job["calib"], job["input_name"]))
     else:
         raise ValueError(f"unknown backend {backend!r}")
 
@@ -216,6 +246,9 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         result["error"] = f"invalid: {type(exc).__name__}: {_short(exc)}"
         return
     result["valid"] = True
+    if job["task"] == "vad":
+        _evaluate_vad(job, result, sess, path, backend)
+        return
 
     images = np.load(job["eval"], mmap_mode="r")
     name = sess.get_inputs()[0].name
@@ -253,6 +286,45 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         lat.run(None, one)
         times.append(time.perf_counter() - t)
     result["latency_ms"] = 1e3 * statistics.median(times)
+
+
+def _evaluate_vad(job: dict[str, Any], result: dict[str, Any], sess: Any, path: str, backend: str) -> None:
+    """Streaming VAD on the evaluation clip: agreement of speech decisions, cosine of probabilities."""
+    import onnxruntime as ort
+
+    from onnxptq.evaluate import psnr
+    from onnxptq.testing import audio
+
+    probs, _ = audio.run_vad(sess, np.load(job["eval"]))
+    ref = np.load(job["float_out"])
+    figures = audio.compare_probs(ref, probs)
+    result.update(cosine=figures["cosine"], psnr_db=psnr(ref, probs), metric=figures["agreement"])
+    lat = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
+    one = _NpzReader(job["calib"]).get_next()
+    for _ in range(3):
+        lat.run(None, one)
+    times = []
+    for _ in range(job["latency_runs"]):
+        t = time.perf_counter()
+        lat.run(None, one)
+        times.append(time.perf_counter() - t)
+    result["latency_ms"] = 1e3 * statistics.median(times)
+
+
+def _prepare_vad(name: str, path: Path, d: Path, seconds: tuple[float, float]) -> dict[str, Any]:
+    """Speech/noise/silence clips, the float model's calibration feeds (.npz) and probabilities."""
+    from onnxptq.testing import audio
+
+    calib, _ = audio.speech_mix(seed=606, seconds=seconds[0])
+    clip, _ = audio.speech_mix(seed=707, seconds=seconds[1])
+    feeds = audio.vad_feeds(str(path), calib)
+    np.savez(d / "calib.npz", **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    np.save(d / "eval.npy", clip)
+    probs, _ = audio.run_vad(str(path), clip)
+    np.save(d / "float_out.npy", probs)
+    return {"name": name, "model": str(path), "input_name": "input", "dir": str(d), "task": "vad",
+            "calib": str(d / "calib.npz"), "eval": str(d / "eval.npy"), "float_out": str(d / "float_out.npy"),
+            "n_calib": len(feeds), "n_eval": len(probs)}
 
 
 def _short(exc: BaseException, limit: int = 400) -> str:
@@ -304,10 +376,12 @@ def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int,
 
     from onnxptq.testing import ocr
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
+    if name in VAD_MODELS:
+        return _prepare_vad(name, path, d, sizes["vad"])
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
     info: dict[str, Any] = {"name": name, "model": str(path), "input_name": inp.name, "dir": str(d)}
     if name == "rec":
         n_cal, n_eval = sizes["rec"]
@@ -425,7 +499,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]], task: str, runs: int) -> list[str]:
-    metric = {"rec": "CER ↓", "cls": "accuracy ↑"}.get(task, "metric")
+    metric = {"rec": "CER ↓", "cls": "accuracy ↑", "vad": "decisions agreeing ↑"}.get(task, "metric")
     lines = [f"| backend | config | valid | quantize s | peak RSS MiB (base) | size MB | {metric} | cosine | PSNR dB | "
              f"latency ms (1 thr, median of {runs}) | error |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -433,7 +507,7 @@ def _table(rows: list[dict[str, Any]], task: str, runs: int) -> list[str]:
         valid = {True: "yes", False: "**no**", None: "–"}[r.get("valid")]
         rss = "–" if r.get("peak_rss_kib") is None else f"{r['peak_rss_kib'] / 1024:.0f} ({r.get('base_rss_kib', 0) / 1024:.0f})"
         size = "–" if r.get("size_bytes") is None else f"{r['size_bytes'] / 1e6:.2f}"
-        metric_fmt = ".4f" if task in ("rec", "cls") else ".4f"
+        metric_fmt = ".4f"
         err = (r.get("error") or "").replace("|", "\\|")
         lines.append(
             f"| {r['backend']} | {r['config']} | {valid} | {_fmt(r.get('quantize_s'), '.1f')} | {rss} | {size} | "
@@ -469,7 +543,8 @@ def _write_results(path: Path, models: list[dict[str, Any]], results: list[dict[
         if model.get("error"):
             lines += [f"Data preparation failed: {model['error']}", ""]
             continue
-        data = {"rec": "rendered text lines (`render_lines`, model alphabet)", "cls": "rendered lines, half rotated 180° (`render_cls`)"}
+        data = {"rec": "rendered text lines (`render_lines`, model alphabet)", "cls": "rendered lines, half rotated 180° (`render_cls`)",
+                "vad": "512-sample windows of speech (espeak-ng) mixed with noise and silence (`speech_mix`), streamed with state"}
         lines.append(f"Data: {model['n_calib']} calibration and {model['n_eval']} evaluation samples, "
                      f"{data.get(model['task'], 'random-normal inputs')}; the same for every backend.")
         lines.append("")
@@ -498,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", help="extra ONNX models to benchmark beside rec and cls")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smoke run: few presets and samples")
-    parser.add_argument("--only", default="rec,cls", help="built-in models to run (comma list of rec, cls; '' for none)")
+    parser.add_argument("--only", default="rec,cls," + ",".join(VAD_MODELS),
+                        help=f"built-in models to run (comma list of rec, cls, {', '.join(VAD_MODELS)}; '' for none)")
     parser.add_argument("--presets", help="onnxptq presets, comma-separated (default: every canonical preset)")
     parser.add_argument("--finetune-iterations", type=int, default=None,
                         help="NumIterations for the finetuning presets (default: the preset's, 1000)")

@@ -18,7 +18,7 @@ def small_model(opset: int) -> onnx.ModelProto:
     """x -> Relu -> r -> Mul(w) -> m -> If(cond){ inner = Neg(m) } else { inner2 = Abs(m) } -> y.
 
     ``r``/``m`` have no value_info (intermediate, untyped), ``w`` is an initializer, ``cond`` a
-    graph input that is not float, the If bodies hold tensors that must not be exposed.
+    graph input that is not float, the If bodies hold tensors that only extra outputs can pass out.
     """
     then_g = helper.make_graph(
         [helper.make_node("Neg", ["m"], ["inner"])], "then", [], [helper.make_tensor_value_info("inner", TensorProto.FLOAT, None)]
@@ -94,10 +94,22 @@ def test_augment_model_exposes_exactly_requested():
     assert ops == ["Relu", "Mul", "ReduceMin", "ReduceMax", "If"]  # reductions right after the producer
 
 
+def test_if_branch_tensors_are_collected_and_a_branch_never_taken_stays_empty():
+    """Body tensors leave their branch as extra outputs; the other branch yields an empty one."""
+    model = small_model(13)
+    feeds = make_feeds(4)  # cond alternates: True, False, True, False
+    stats = collect(model, {"inner": "minmax", "inner2": "minmax"}, feeds)
+    w = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    ms = [np.maximum(f["x"], 0) * w for f in feeds]
+    assert stats["inner"].min == pytest.approx(float(min((-m).min() for m in ms[0::2])))
+    assert stats["inner"].max == pytest.approx(float(max((-m).max() for m in ms[0::2])))
+    assert stats["inner2"].max == pytest.approx(float(max(np.abs(m).max() for m in ms[1::2])))
+    only_then = collect(model, {"inner2": "minmax"}, feeds[0::2])
+    assert only_then["inner2"].empty  # never computed: no range is made up
+
+
 def test_errors_name_the_tensor_or_feed():
     model = small_model(13)
-    with pytest.raises(KeyError, match="'inner'.*If/Loop"):
-        collect(model, {"inner": "minmax"}, make_feeds(1))
     with pytest.raises(KeyError, match="'nope'"):
         collect(model, {"nope": "minmax"}, make_feeds(1))
     with pytest.raises(ValueError, match="lacks model input.*cond"):

@@ -91,6 +91,47 @@ def _chain_model() -> onnx.ModelProto:
 
 
 CHAIN = _chain_model()
+
+
+def _if_model() -> onnx.ModelProto:
+    """Conv, then an If (constant condition) whose then branch holds another Conv: EnableSubgraph acts there."""
+    rng = np.random.default_rng(2)
+    then_g = helper.make_graph([helper.make_node("Conv", ["c", "WT"], ["t"], name="then_conv", pads=[1, 1, 1, 1])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                               initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (4, 4, 3, 3)).astype(np.float32), "WT")])
+    else_g = helper.make_graph([helper.make_node("Relu", ["c"], ["e"], name="else_relu")], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["N", 4, 8, 8])])
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Constant", [], ["cond"], name="cond", value=numpy_helper.from_array(np.array(True), "cond_value")),
+        helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
+    ]
+    graph = helper.make_graph(nodes, "if_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                              initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "W1")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _fp16_model() -> onnx.ModelProto:
+    """float32 in and out, fp16 inside (a Conv on fp16 weights), as silero_vad_half.onnx is built."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], name="to_fp16", to=TensorProto.FLOAT16),
+        helper.make_node("Conv", ["x16", "W16"], ["c16"], name="conv16", pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["c16"], ["y"], name="to_fp32", to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(nodes, "fp16_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                              initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float16), "W16")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+IF_MODEL = _if_model()
+FP16_MODEL = _fp16_model()
 _rng = np.random.default_rng(1)
 FEEDS = [{"x": (_rng.normal(0, 1, (1, 3, 8, 8)) * (1 + 2 * i)).astype(np.float32)} for i in range(4)]
 
@@ -121,6 +162,8 @@ PROBES: dict[str, tuple] = {
     "RemoveQDQConvLeakyRelu": (False, {}),
     "RemoveQDQConvPRelu": (False, {}),
     "EnableDualQuantNodePairs": (True, {"extra": {"SpecificTensorPrecision": True, "MixedPrecisionTensor": {ExtendedQuantType.QBFloat16: ["m"]}}}),
+    "EnableSubgraph": (False, {"model": IF_MODEL}),
+    "ConvertFP16ToFP32": (True, {"model": FP16_MODEL}),
     "CalibDataSize": (1, {}),
     "CalibMovingAverage": (True, {}),
     "BiasCorrection": (False, {}),

@@ -72,3 +72,23 @@ def test_downgrade_and_bad_model_raise() -> None:
     bad.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(OpsetUpgradeError, match="from opset 11 to 21"):
         upgrade_opset(bad, 21)
+
+
+def test_unchanged_ops_raise_the_import_without_the_converter(monkeypatch):
+    """MatMul/Relu are the same at opset 17 and 21: no converter call (it cannot take >2 GB models)."""
+    import onnx.version_converter
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the converter was called")
+
+    monkeypatch.setattr(onnx.version_converter, "convert_version", refuse)
+    upgraded = upgrade_opset(model, 21)
+    assert model_opset(upgraded) == 21 and model_opset(model) == 17
+    onnx.checker.check_model(upgraded)

@@ -32,6 +32,7 @@ from typing import Any, Literal, Sequence
 import onnx
 
 from .errors import InputNotFoundError, UsageError
+from .graph.io import exceeds_protobuf_limit, write_externalized
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +159,12 @@ def open_session(
     chosen = list(providers) if providers else list(CPU)
     if not isinstance(model, onnx.ModelProto):
         return ort.InferenceSession(str(model), options, providers=chosen)
-    if model.ByteSize() <= PROTO_LIMIT:
+    if not exceeds_protobuf_limit(model, PROTO_LIMIT):
         return ort.InferenceSession(model.SerializeToString(), options, providers=chosen)
+    # upb's ByteSize raises past 2 GB (exceeds_protobuf_limit asks safely), and onnx.save with
+    # external data would strip the caller's tensors: write_externalized leaves them in place.
     folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
-    path = Path(folder.name) / "model.onnx"
-    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location="model.data")
+    path = write_externalized(model, folder.name)
     session = ort.InferenceSession(str(path), options, providers=chosen)
     weakref.finalize(session, folder.cleanup)
     return session

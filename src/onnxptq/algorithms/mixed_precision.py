@@ -65,6 +65,7 @@ from ..pipeline.complete import QuantizationResult, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
 from ..pipeline.emit import emit
 from ..graph import io
+from ..graph.walk import subgraph_nodes
 from ..pipeline.plan import Plan, TensorPlan, make_plan
 from ..pipeline.solve import QParams, solve
 from ..sessions import open_session
@@ -289,10 +290,17 @@ def auto_mixed_precision(
     timings = {"prepare+calibrate": time.perf_counter() - t0}
 
     # Candidates: the quantized layers of the target op types in the high plan, in graph order.
+    # Main graph only: the suffix runs re-execute main-graph nodes; layers inside If/Loop/Scan
+    # bodies keep the high format (docs/subgraphs.md).
     selected = set(make_plan(calibrated.prepared, high_cfg).nodes)
     candidates = [n.name for n in calibrated.prepared.graph.node if n.op_type in set(op_types) and n.name in selected]
+    in_bodies = sum(1 for n in subgraph_nodes(calibrated.prepared.graph) if n.op_type in set(op_types) and n.name in selected)
+    if in_bodies:
+        log.info("automatic mixed precision: %d layer(s) inside If/Loop/Scan bodies are not searched (they keep %s)",
+                 in_bodies, high_cfg.describe())
     if not candidates:
-        raise ConfigError(f"no quantized layer of op types {list(op_types)} to search in this model")
+        where = f"; {in_bodies} are inside If/Loop/Scan bodies, which the search does not cover" if in_bodies else ""
+        raise ConfigError(f"no quantized main-graph layer of op types {list(op_types)} to search in this model{where}")
 
     def config_for(flipped: frozenset[str]) -> QuantConfig:
         overrides = dict(high_cfg.node_overrides)

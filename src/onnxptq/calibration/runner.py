@@ -29,9 +29,10 @@ import onnx
 
 from onnx import helper
 
+from . import bodies
+
 from onnxptq.calibration.collectors import Collector, MinMaxCollector
 from onnxptq.calibration.methods import Method, make_collector
-from onnxptq.graph.walk import subgraph_nodes
 from onnxptq.sessions import open_session
 from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, plan_reduction, reducible
 from onnxptq.graph.io import TARGET_OPSET
@@ -167,8 +168,11 @@ class _Runs:
 
     def __init__(self, model: onnx.ModelProto, fetch: list[str], collectors: Mapping[str, Collector],
                  reduced: list[str], final: list[str], record: bool, providers: Sequence[Any],
-                 threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]]) -> None:
+                 threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]],
+                 stacked: Mapping[str, int] | None = None) -> None:
         self.fetch, self.collectors = fetch, collectors
+        #: fetched body tensors (see bodies.expose): leading iteration axes to fold into the samples
+        self.stacked = dict(stacked or {})
         self.max_group = max(1, int(max_group))
         graph = model.graph
         opset = model_opset(model, default=TARGET_OPSET)
@@ -217,6 +221,14 @@ class _Runs:
 
     def _fold(self, outputs: Sequence[np.ndarray], groups: int) -> None:
         for name, value in zip(self.fetch, outputs):
+            if name in self.stacked:
+                # A body tensor: empty when its If branch did not run (no statistics, never
+                # invented ones); Loop/Scan iterations stacked in front fold into the samples.
+                if np.size(value) == 0:
+                    continue
+                k = self.stacked[name]
+                if k and np.ndim(value) > k:
+                    value = np.reshape(value, (-1, *np.shape(value)[k + 1 :]))
             if groups == 1:
                 self.collectors[name].update(value)
                 continue
@@ -404,32 +416,42 @@ def collect(
     threads, 256 lines: 36-40 -> 26-33 ms per line (the convolutions and the row-wise TopK use both
     cores better, and per-node and per-run overheads are paid once per group).
 
-    Raises ``KeyError`` naming tensors that are not in the main graph (If/Loop bodies included),
-    ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
+    Tensors inside If/Loop/Scan bodies are read through extra outputs (:mod:`.bodies`): fetched
+    whole, one feed per run; a branch that never runs leaves its tensors' collectors empty, and a
+    tensor that cannot be passed out (an If inside a Loop body) is warned about and stays empty.
+
+    Raises ``KeyError`` naming tensors that are nowhere in the model, ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
     """
     graph = model.graph
     inputs, others = _main_graph_names(graph)
-    missing = [n for n in tensors if n not in inputs and n not in others]
-    if missing:
-        inner = {o for n in subgraph_nodes(graph) for o in n.output if o}
-        where = [f"{n!r} (inside an If/Loop/Scan body; only main-graph tensors can be calibrated)" if n in inner
-                 else repr(n) for n in missing]
-        raise KeyError(f"tensors not found in the main graph: {', '.join(where)}")
-
+    inner = [n for n in tensors if n not in inputs and n not in others]
     collectors: dict[str, Collector] = {name: _make(name, spec) for name, spec in tensors.items()}
-    from_feed = [n for n in collectors if n in inputs]
-    graph_tensors = [n for n in collectors if n not in inputs]
-    reduced = [n for n in graph_tensors if minmax_in_graph and reducible(collectors[n])]
-    fetch = [n for n in graph_tensors if n not in reduced]
     final = [o.name for o in graph.output]
+    stacked: dict[str, int] = {}
+    outer: dict[str, str] = {}
+    if inner:
+        # Body tensors leave their bodies as extra outputs (raises KeyError for unknown names).
+        exposed = bodies.expose(model, inner)
+        for name, why in exposed.unreachable.items():
+            log.warning("tensor %r cannot be calibrated: %s", name, why)
+        model, graph, outer = exposed.model, exposed.model.graph, exposed.outer
+        stacked = {outer[n]: exposed.stacked[n] for n in outer}
+        # Whole tensors are fetched (an untaken branch gives an empty one, which a reduction
+        # cannot tell from data), and feeds run one at a time (iterations stack on axis 0).
+        max_group = 1
+    from_feed = [n for n in collectors if n in inputs]
+    graph_tensors = [n for n in collectors if n not in inputs and n not in inner]
+    reduced = [n for n in graph_tensors if minmax_in_graph and reducible(collectors[n])]
+    fetch = [n for n in graph_tensors if n not in reduced] + list(outer.values())
+    run_collectors = {**collectors, **{o: collectors[n] for n, o in outer.items()}}
     record = model_outputs is not None and model_output_batches > 0
 
     needed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     stream = iterate_feeds(feeds)
     first = list(itertools.islice(stream, 2 if max_batches is None else min(2, max_batches)))
     usable = [{k: v for k, v in f.items() if k in needed} for f in first if needed <= set(f)]
-    runs = _Runs(model, fetch, collectors, reduced, final, record, providers, intra_op_num_threads, max_group,
-                 usable if len(usable) == len(first) else [])
+    runs = _Runs(model, fetch, run_collectors, reduced, final, record, providers, intra_op_num_threads, max_group,
+                 usable if len(usable) == len(first) else [], stacked)
 
     total = None
     try:

@@ -83,7 +83,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("ConvertClipToRelu", "Clip -> Relu", False),
         _x("ReplaceClip6Relu", "Clip(0,6) -> Relu", False),
         _x("FixShapes", "fix input/output shapes", None, ""),
-        _x("ConvertFP16ToFP32", "convert an FP16 model to FP32 first", False),
+        _h("ConvertFP16ToFP32", "convert an FP16 model to FP32 first (QuantConfig.convert_fp16_to_fp32)"),
         _x("ConvertNCHWToNHWC", "transpose 4-D inputs to NHWC", False),
         _h("FoldRelu", "absorb Relu/Clip into the following quantizer's range (QuantConfig.fold_relu)"),
         # §2.2 target selection
@@ -97,7 +97,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _h("ForceQuantizeNoInputCheck", "quantize pass-through ops with unquantized input (default False, as in the reference)"),
         _x("MatMulConstBOnly", "skip MatMul whose B is not constant", False),
         _h("WeightsOnly", "True: quantize weights only (QuantConfig.activation=None)"),
-        _x("EnableSubgraph", "quantize If/Loop subgraphs", False),
+        _h("EnableSubgraph", "quantize inside If/Loop/Scan bodies (QuantConfig.quantize_subgraphs; on unless set False, "
+           "where the reference defaults to off)"),
         _x("OpTypesToExcludeOutputQuantization", "no Q/DQ on outputs of these op types", [], None),
         _x("NodesToExcludeOutputQuantization", "no Q/DQ on outputs of these nodes", [], None),
         _x("CalibPassthroughOpTypes", "calibration pass-through op types", [], None),
@@ -149,7 +150,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _h("Int16Scale", "scales of the form M/2^N (TensorQuant.scale_kind='int16', MinMax ranges)"),
         _h("WeightScaled", "FP16/BF16/FP8 weights get a real scale (TensorQuant.scaled)"),
         _h("ActivationScaled", "FP16/BF16/FP8 activations get a real scale (TensorQuant.scaled)"),
-        _x("QuantizeFP16", "quantize a pure FP16 model in FP16", False),
+        _n("QuantizeFP16", "quantize a pure FP16 model in FP16: fp16 models always are (docs/subgraphs.md)"),
         _x("UseFP32Scale", "FP16 scales -> FP32 + Cast", False),
         _x("UseUnsignedReLU", "QOperator unsigned ReLU", False),
         _x("MinimumRealRange", "onnxruntime minimum real range", None),
@@ -312,7 +313,6 @@ FIELD_KEYS = {
 #: Boolean fields that ask for an unbuilt feature when True.
 UNBUILT_FIELDS = {
     "use_dynamic_quant": "dynamic quantization",
-    "convert_fp16_to_fp32": "FP16 -> FP32 conversion before quantization",
     "convert_nchw_to_nhwc": "NCHW -> NHWC conversion",
     "include_sq": "SmoothQuant",
     "include_rotation": "QuaRot rotation",

@@ -538,6 +538,8 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         align_slice=_bool(extra, "AlignSlice", False),
         align_eltwise_quant_type=_bool(extra, "AlignEltwiseQuantType", False),
         fold_relu=_bool(extra, "FoldRelu", False),
+        quantize_subgraphs=_bool(extra, "EnableSubgraph", True),
+        convert_fp16_to_fp32=bool(_setting(cfg, "convert_fp16_to_fp32", extra)),
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),
         dual_quant_nodes=dual_quant_nodes,

@@ -399,6 +399,13 @@ class QuantConfig:
     #: nothing, and it removes the channel-range imbalance that per-tensor int8 cannot hold.
     depthwise_input_per_channel: bool = True
     weight_minmse: bool = False
+    #: quantize inside If/Loop/Scan bodies too (the compatible API's EnableSubgraph). Body tensors
+    #: are calibrated through extra outputs; a body the calibration data never runs keeps float
+    #: wherever a format needs statistics (see docs/subgraphs.md).
+    quantize_subgraphs: bool = True
+    #: widen an fp16 model to fp32 before anything else (exact), so the result computes in fp32
+    #: (the compatible API's ConvertFP16ToFP32); by default fp16 models are quantized as fp16
+    convert_fp16_to_fp32: bool = False
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
     #: automatic mixed precision: :func:`onnxptq.api.quantize` runs the search; None: off
     auto_mixed_precision: AutoMixedPrecisionOptions | None = None

@@ -11,7 +11,7 @@ import logging
 
 import onnx
 
-from ..graph.io import check_output_path, load_model, pin_versions, save_model
+from ..graph.io import check_output_path, exceeds_protobuf_limit, load_model, pin_versions, save_model
 from ..sessions import open_session
 from .bf16 import FLOAT, FLOAT16, FORMATS, convert_float_to_bf16
 from .fp16 import convert_float16_to_float
@@ -26,7 +26,7 @@ def verify_runs(model: onnx.ModelProto, what: str = "converted model") -> None:
         onnx.checker.check_model(model, full_check=False)
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"the {what} fails the ONNX checker (a bug in onnxptq, please report): {exc}") from exc
-    if model.ByteSize() >= 2**31 - 1:
+    if exceeds_protobuf_limit(model):
         log.info("skipping the onnxruntime load check of a >2 GB model in memory")
         return
     try:

@@ -13,7 +13,6 @@ import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -21,7 +20,7 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto
 
-from onnxptq.graph.io import PROTOBUF_LIMIT
+from onnxptq.graph.io import exceeds_protobuf_limit, write_externalized
 from onnxptq.errors import OnnxptqError
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
 
@@ -35,30 +34,43 @@ class ModelCheckError(OnnxptqError, ValueError):
     """The model cannot be quantized as given; the message names the source and the cause."""
 
 
+def onnx_checker(model: onnx.ModelProto) -> None:
+    """``onnx.checker.check_model`` for a model of any size (raises its ValidationError).
+
+    Beyond protobuf's 2 GB limit the checker must be given a path: the model is written to a
+    temporary folder with external data by :func:`~onnxptq.graph.io.write_externalized`, which
+    leaves the model intact (``onnx.save_model(save_as_external_data=True)`` would strip the
+    caller's tensors and point them at a file deleted right after).
+    """
+    if not exceeds_protobuf_limit(model):
+        onnx.checker.check_model(model)
+        return
+    with tempfile.TemporaryDirectory(prefix="onnxptq-check-") as folder:
+        onnx.checker.check_model(str(write_externalized(model, folder)))
+
+
 def _run_checker(model: onnx.ModelProto, source: str) -> None:
-    """``onnx.checker`` on the model; beyond protobuf's 2 GB limit it must be given a path."""
+    """``onnx.checker`` on the model, with the source named on failure."""
     try:
-        if model.ByteSize() > PROTOBUF_LIMIT:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "model.onnx"
-                onnx.save_model(model, str(path), save_as_external_data=True, location="model.onnx.data")
-                onnx.checker.check_model(str(path))
-        else:
-            onnx.checker.check_model(model)
+        onnx_checker(model)
     except (onnx.checker.ValidationError, UnicodeDecodeError, RuntimeError) as exc:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
 
 def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
-    """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph)."""
+    """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph
+    inputs; weights of the main graph and of every If/Loop/Scan body, where silero keeps them)."""
+    from .walk import walk_scopes
+
     init_names = {t.name for t in model.graph.initializer}
     for value in model.graph.input:
         if value.name in init_names:
             continue  # IR < 4 lists initializers as inputs too; count them once, as weights
         yield "input", value.name, value.type.tensor_type.elem_type
-    for tensor in model.graph.initializer:
+    graphs = [s.graph for s in walk_scopes(model.graph)]
+    for tensor in (t for g in graphs for t in g.initializer):
         yield "initializer", tensor.name, tensor.data_type
-    for node in model.graph.node:
+    for node in (n for g in graphs for n in g.node):
         if node.op_type == "Constant" and is_onnx_domain(node.domain):
             for attr in node.attribute:
                 if attr.name == "value":

@@ -27,6 +27,19 @@ TARGET_OPSET = 21
 #: Protobuf's hard limit: larger models must keep tensors as external data.
 PROTOBUF_LIMIT = 2**31 - 1
 
+
+def exceeds_protobuf_limit(model: onnx.ModelProto, limit: int = PROTOBUF_LIMIT) -> bool:
+    """Whether ``model`` is too large to serialize as one protobuf.
+
+    ``ByteSize()`` itself raises ``EncodeError`` past 2 GB with the upb protobuf runtime (it
+    serializes to measure), so the question must be asked this way, not as ``ByteSize() > limit``.
+    """
+    try:
+        return model.ByteSize() > limit
+    except Exception:  # google.protobuf.message.EncodeError: "Failed to serialize proto"
+        return True
+
+
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 
 
@@ -80,7 +93,7 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
     """
     out = outputs.resolve_output(output, "output")
     if external_data is None:
-        external_data = model.ByteSize() > PROTOBUF_LIMIT
+        external_data = exceeds_protobuf_limit(model)
     data_name = f"{out.name}.data"
     with outputs.atomic_files("model", output) as files:
         tmp = files.temp(out)
@@ -108,6 +121,47 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
             onnx.save_model(model, str(tmp))
     log.info("saved %s", out)
     return out
+
+
+def write_externalized(model: onnx.ModelProto, folder: str | os.PathLike, *, threshold: int = 1024) -> Path:
+    """Write ``model`` to ``folder``/model.onnx with its large tensors in model.onnx.data, return the
+    path, and leave ``model`` as it was.
+
+    For a model past protobuf's 2 GB limit that must be checked or loaded by path. Unlike
+    ``onnx.save_model(save_as_external_data=True)``, which strips the tensors of the model it is
+    given (and leaves them pointing at a file the caller may delete), each tensor's bytes are moved
+    to the file and read back. Memory: with the upb protobuf runtime a cleared field's bytes stay in
+    the message's arena, so reading them back allocates the tensors' size again (measured on a
+    2.25 GiB model in bench/large_model.py: the process ended under its address-space cap here);
+    a lighter way needs the tensors kept outside the message (see bench/RESULTS.md).
+    """
+    folder = Path(folder)
+    data_name = "model.onnx.data"
+    moved: list[tuple[onnx.TensorProto, int, int]] = []
+    try:
+        with open(folder / data_name, "wb") as data:
+            for tensor in _all_tensors(model):
+                if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.raw_data) < threshold:
+                    continue
+                offset = data.tell()
+                data.write(tensor.raw_data)
+                length = data.tell() - offset
+                tensor.ClearField("raw_data")
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(length))):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, value
+                moved.append((tensor, offset, length))
+        path = folder / "model.onnx"
+        onnx.save_model(model, str(path))
+    finally:
+        with open(folder / data_name, "rb") as data:
+            for tensor, offset, length in moved:
+                data.seek(offset)
+                tensor.raw_data = data.read(length)
+                tensor.ClearField("data_location")
+                tensor.ClearField("external_data")
+    return path
 
 
 def _all_tensors(model: onnx.ModelProto):

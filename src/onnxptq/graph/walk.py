@@ -6,10 +6,17 @@ float conversions) walks them through these functions.
 Passes that rewrite the main graph must still see what the bodies read from the outer scope
 (an initializer read only inside an If is in use) and what they produce (a name produced only
 in a body cannot be calibrated from the main graph).
+
+Quantizing inside bodies needs, for every tensor, its *home*: the graph where it is defined (a
+node output, an initializer or a graph input of that graph). :class:`ScopeIndex` gives it: a
+quantizer is inserted in the tensor's home, so every reader (in the home graph or in a body nested
+in it, which reads it through the outer scope) sees the quantized value. ONNX keeps names unique
+across a model's scopes (SSA including the bodies), which is what lets one map cover them all.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import onnx
@@ -73,3 +80,119 @@ class FreshNames:
             name, k = f"{base}_{k}", k + 1
         self.taken.add(name)
         return name
+
+
+@dataclass(eq=False)
+class Scope:
+    """One graph of a model: the main graph (no owner) or the body held by ``owner.attribute``."""
+
+    graph: onnx.GraphProto
+    owner: onnx.NodeProto | None = None
+    attribute: str | None = None
+    parent: "Scope | None" = None
+    children: list["Scope"] = field(default_factory=list)
+    #: the graph's nodes, read once: protobuf hands out a new wrapper on each access, so identity
+    #: (``id``) is only stable for wrappers kept alive here
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.nodes = list(self.graph.node)
+
+    @property
+    def is_main(self) -> bool:
+        return self.owner is None
+
+    @property
+    def label(self) -> str:
+        """How a message names this graph: ``main graph`` or ``If 'name' then_branch``."""
+        if self.owner is None:
+            return "main graph"
+        return f"{self.owner.op_type} {self.owner.name!r} {self.attribute}"
+
+    def ancestors(self) -> Iterator["Scope"]:
+        """This scope's enclosing scopes, innermost first."""
+        scope = self.parent
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+    def inside_loop(self) -> bool:
+        """Whether this body or an enclosing one runs per iteration (a Loop or Scan body)."""
+        chain = [self, *self.ancestors()]
+        return any(s.owner is not None and s.owner.op_type in ("Loop", "Scan") for s in chain)
+
+
+def body_graphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """(attribute name, graph) of every graph attribute of ``node`` (:func:`subgraphs` with names)."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            for g in attr.graphs:
+                yield attr.name, g
+
+
+def walk_scopes(graph: onnx.GraphProto) -> list[Scope]:
+    """Every graph under ``graph`` (itself first), depth first in node order."""
+    root = Scope(graph)
+    order = [root]
+
+    def visit(scope: Scope) -> None:
+        for node in scope.nodes:
+            for attr, body in body_graphs(node):
+                child = Scope(body, node, attr, scope)
+                scope.children.append(child)
+                order.append(child)
+                visit(child)
+
+    visit(root)
+    return order
+
+
+class ScopeIndex:
+    """Homes of the tensors and nodes of a model, over all its graphs.
+
+    ``home[name]``: the scope defining tensor ``name``; ``node_scope[id(node)]``: the scope
+    holding a node (nodes are keyed by identity: names may be empty before planning names them;
+    use the node objects of :meth:`nodes` / ``Scope.nodes``, which the index keeps alive).
+    Build a new index after changing the model's nodes.
+    """
+
+    def __init__(self, model: onnx.ModelProto | onnx.GraphProto) -> None:
+        graph = model.graph if isinstance(model, onnx.ModelProto) else model
+        self.scopes = walk_scopes(graph)
+        self.main = self.scopes[0]
+        self.home: dict[str, Scope] = {}
+        self.node_scope: dict[int, Scope] = {}
+        for scope in self.scopes:
+            g = scope.graph
+            for name in [t.name for t in g.initializer] + [i.name for i in g.input]:
+                self.home.setdefault(name, scope)
+            for node in scope.nodes:
+                self.node_scope[id(node)] = scope
+                for out in node.output:
+                    if out:
+                        self.home.setdefault(out, scope)
+
+    def nodes(self) -> Iterator[onnx.NodeProto]:
+        """Every node, each graph's nodes before those of the bodies it holds, in order.
+
+        Outer-scope values a body reads come before the node owning the body, so producers still
+        come before their readers in this order.
+        """
+
+        def visit(scope: Scope) -> Iterator[onnx.NodeProto]:
+            children = {id(c.owner): [] for c in scope.children}
+            for c in scope.children:
+                children[id(c.owner)].append(c)
+            for node in scope.nodes:
+                yield node
+                for child in children.get(id(node), ()):
+                    yield from visit(child)
+
+        return visit(self.main)
+
+    def in_body(self, name: str) -> bool:
+        """Whether tensor ``name`` is defined inside an If/Loop/Scan body."""
+        scope = self.home.get(name)
+        return scope is not None and not scope.is_main

@@ -1,4 +1,4 @@
-"""plan → solve → refine → emit on calibrated statistics: the quantized graph, unchecked.
+"""plan → (coverage) → solve → refine → emit on calibrated statistics: the quantized graph, unchecked.
 
 Kept apart from :mod:`.complete` (which checks, opens a session, measures and saves) because the
 mixed-precision search builds many candidate models and only completes the one it keeps.
@@ -12,6 +12,7 @@ import onnx
 
 from ..config.schema import QuantConfig
 from .calibrate import Calibrated
+from .coverage import drop_uncalibrated_bodies
 from .emit import emit
 from .plan import Plan, make_plan
 from .solve import QParams, solve
@@ -21,6 +22,9 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
+    if cfg.quantize_subgraphs:
+        # A body no calibration sample ran has no statistics: it stays float (coverage.py).
+        plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
 
     def solved(model: onnx.ModelProto) -> dict[str, QParams]:
         return solve(model, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,

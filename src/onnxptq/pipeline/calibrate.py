@@ -23,6 +23,7 @@ from ..config.presets import resolve_config
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
+from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
 from .plan import Plan, make_plan, node_names
 from .prepare import prepare_for_quantization
@@ -73,6 +74,10 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
+    if cfg.convert_fp16_to_fp32:
+        from ..conversion.fp16 import convert_float16_to_float
+
+        proto = convert_float16_to_float(proto)
     inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare_for_quantization(proto, cfg)
@@ -82,9 +87,14 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
 
     plan = make_plan(prepared, cfg)
     if not plan.tensors:
+        index = ScopeIndex(prepared)
+        inner = sorted({n.op_type for s in index.scopes[1:] for n in s.nodes})
+        where = f"; op types inside {len(index.scopes) - 1} If/Loop/Scan bodies: {inner}" if inner else ""
+        if inner and not cfg.quantize_subgraphs:
+            where += " (not searched: quantize_subgraphs / EnableSubgraph is off)"
         raise NothingToQuantizeError(
             f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
-            f"op types present: {sorted({n.op_type for n in prepared.graph.node})})"
+            f"op types present: {sorted({n.op_type for n in prepared.graph.node})}{where})"
         )
     plans = [plan] + [make_plan(prepared, other) for other in also_for]
 

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.opsets import is_onnx_domain, model_opset
-from ..graph.walk import subgraph_nodes
+from ..graph.walk import Scope, ScopeIndex, all_graphs
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 
@@ -59,20 +59,22 @@ def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
 class _Builder:
     """Accumulates the rewritten graph: nodes in order, initializers, functions, opset imports."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, index: ScopeIndex) -> None:
         self.model = model
         self.opset = model_opset(model)
-        self.initializers = {t.name: t for t in model.graph.initializer}
+        #: every graph's initializers (names are unique across scopes); new ones go to the main graph
+        self.initializers = {t.name: t for s in index.scopes for t in s.graph.initializer}
         self.functions: dict[tuple[str, str, str], onnx.FunctionProto] = {
             (f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions
         }
         self.imports: dict[str, int] = {imp.domain: imp.version for imp in model.opset_import}
         self.min_opset = self.opset
         self.taken = set(self.initializers)
-        for node in model.graph.node:
-            self.taken.update(node.output)
-        self.taken.update(i.name for i in model.graph.input)
-        self.node_names = {n.name for n in model.graph.node if n.name}
+        for scope in index.scopes:
+            for node in scope.graph.node:
+                self.taken.update(node.output)
+            self.taken.update(i.name for i in scope.graph.input)
+        self.node_names = {n.name for n in index.nodes() if n.name}
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -112,25 +114,35 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    b = _Builder(out)
+    index = ScopeIndex(out)
+    b = _Builder(out, index)
     graph = out.graph
-    graph_outputs = {o.name for o in graph.output}
+    # Quantizers go into each tensor's home graph (where it is defined), so readers there and in
+    # the bodies nested in it (through the outer scope) all see the quantized value. A tensor
+    # that is an output of its home graph keeps its name there and carries the quantized value.
+    graph_outputs = {o.name for s in index.scopes for o in s.graph.output if index.home.get(o.name) is s}
 
     # Where each quantized tensor is read from after the rewrite, and the fragments to insert
-    # after the node that produces the original (None: at the top of the graph).
+    # after the node that produces the original (a _top key: at the top of that graph).
     replacement: dict[str, str] = {}
-    inserts: dict[str | None, list[onnx.NodeProto]] = {}
+    inserts: dict[str | tuple[str, int], list[onnx.NodeProto]] = {}
     renamed_outputs: dict[str, str] = {}
-    producer = {o: n.name for n in graph.node for o in n.output if o}
-    elem_types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.input) + list(graph.output)}
+    producer = {o: n.name for n in index.nodes() for o in n.output if o}
+    infos = [v for s in index.scopes for v in list(s.graph.value_info) + list(s.graph.input) + list(s.graph.output)]
+    elem_types = {v.name: v.type.tensor_type.elem_type for v in infos}
     # Static shapes from shape inference (None for an unknown dim): block-format bodies are
     # specialised to the block axis's length when it is known (no Pad/Slice).
-    static_shapes = {v.name: _static_shape(v) for v in list(graph.value_info) + list(graph.input) + list(graph.output)
-                     if v.type.tensor_type.HasField("shape")}
+    static_shapes = {v.name: _static_shape(v) for v in infos if v.type.tensor_type.HasField("shape")}
+
+    def at(name: str) -> str | tuple[str, int]:
+        """The insert key of ``name``'s quantizer: after its producer, or the top of its home graph."""
+        if name in producer:
+            return producer[name]
+        return _top(index.home.get(name, index.main))
 
     # DualQuantNodes: (consumer node, tensor) -> the value after the producer-side quantizer.
     node_replacement: dict[tuple[str, str], str] = {}
-    folded_relus = _foldable_relus(graph, plan, params) if fold_relu else {}
+    folded_relus = _foldable_relus([s.graph for s in index.scopes], plan, params) if fold_relu else {}
     removed_nodes = {relu.name for relu in folded_relus.values()}
 
     for tplan in plan.tensors.values():
@@ -138,12 +150,13 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         tparams = params.get(name)
         if tplan.role in ("weight", "bias") and name in b.initializers:
             nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement)
-            inserts.setdefault(None, []).extend(nodes)
+            inserts.setdefault(at(name), []).extend(nodes)
             continue
         source = name
+        where = at(name)
         if name in folded_relus:
             source = folded_relus[name].input[0]
-            producer[name] = producer.get(source)
+            where = at(source)
         is_fp16 = elem_types.get(name) == onnx.TensorProto.FLOAT16
         # fp16 fragments end in a Cast after the DequantizeLinear, whose own output already
         # takes the conventional name.
@@ -163,45 +176,54 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             first_attrs = _activation_attrs(first, params.get(producer_params_key(name)), is_fp16,
                                             static_shapes.get(name), bf16_qdq_to_cast)
             frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
-            inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
+            inserts.setdefault(where, []).extend(b.absorb(frag))
             node_replacement.update({(consumer, name): mid for consumer in tplan.producer_consumers})
             source = mid
         frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset, **attrs)
-        inserts.setdefault(producer.get(name), []).extend(b.absorb(frag))
+        inserts.setdefault(where, []).extend(b.absorb(frag))
         if name not in graph_outputs:
             replacement[name] = target
 
-    # Rename producers of quantized graph outputs, then rewire consumers to the quantized values.
-    new_nodes: list[onnx.NodeProto] = list(inserts.get(None, []))
-    for node in graph.node:
-        if node.name in removed_nodes:
+    # Rename producers of quantized graph outputs, then rewire consumers to the quantized values,
+    # in every graph (names are unique across scopes). Innermost bodies first: replacing a
+    # graph's nodes copies them, so a body must be final before its owner node is copied.
+    original = {id(s): {t.name for t in s.graph.initializer} for s in index.scopes}
+    body_originals = {n for s in index.scopes[1:] for n in original[id(s)]}
+    for scope in reversed(index.scopes):
+        sub = scope.graph
+        new_nodes: list[onnx.NodeProto] = list(inserts.get(_top(scope), []))
+        for node in sub.node:
+            if node.name in removed_nodes:
+                new_nodes.extend(inserts.get(node.name, []))
+                continue
+            for i, o in enumerate(node.output):
+                if o in renamed_outputs:
+                    node.output[i] = renamed_outputs[o]
+            for i, inp in enumerate(node.input):
+                if (node.name, inp) in node_replacement:
+                    node.input[i] = node_replacement[(node.name, inp)]
+                elif inp in replacement:
+                    node.input[i] = replacement[inp]
+            new_nodes.append(node)
             new_nodes.extend(inserts.get(node.name, []))
-            continue
-        for i, o in enumerate(node.output):
-            if o in renamed_outputs:
-                node.output[i] = renamed_outputs[o]
-        for i, inp in enumerate(node.input):
-            if (node.name, inp) in node_replacement:
-                node.input[i] = node_replacement[(node.name, inp)]
-            elif inp in replacement:
-                node.input[i] = replacement[inp]
-        new_nodes.append(node)
-        new_nodes.extend(inserts.get(node.name, []))
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-
-    used = {i for n in graph.node for i in n.input} | {i for n in subgraph_nodes(graph) for i in n.input}
-    del graph.initializer[:]
-    graph.initializer.extend(t for name, t in b.initializers.items() if name in used or name in graph_outputs)
-    # Drop graph inputs that named initializers we removed, and stale value_info.
+        del sub.node[:]
+        sub.node.extend(new_nodes)
+        value_info = [v for v in sub.value_info if v.name not in renamed_outputs]
+        del sub.value_info[:]
+        sub.value_info.extend(value_info)
+        # Initializers: a body keeps its own, the main graph its own and every new one; each only
+        # while something in this graph or a body under it still reads it. Pruned here, before the
+        # owner node is copied into its parent graph.
+        used = {i for g in all_graphs(sub) for n in g.node for i in n.input} | graph_outputs
+        mine = (set(b.initializers) - body_originals) if scope.is_main else original[id(scope)]
+        del sub.initializer[:]
+        sub.initializer.extend(t for name, t in b.initializers.items() if name in mine and name in used)
+    # Drop graph inputs that named initializers we removed.
     kept_inits = {t.name for t in graph.initializer}
     all_init_names = set(b.initializers)
     inputs = [i for i in graph.input if i.name not in all_init_names or i.name in kept_inits]
     del graph.input[:]
     graph.input.extend(inputs)
-    value_info = [v for v in graph.value_info if v.name not in renamed_outputs]
-    del graph.value_info[:]
-    graph.value_info.extend(value_info)
 
     del out.functions[:]
     out.functions.extend(b.functions.values())
@@ -214,6 +236,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             "prepare the model at that opset (QuantConfig.opset)"
         )
     return out
+
+
+def _top(scope: Scope) -> tuple[str, int]:
+    """The insert key for the top of ``scope``'s graph."""
+    return ("_top", id(scope))
 
 
 def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
@@ -281,17 +308,21 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     return b.absorb(frag)
 
 
-def _foldable_relus(graph: onnx.GraphProto, plan: Plan, params: dict[str, QParams]) -> dict[str, onnx.NodeProto]:
-    """Relu nodes whose output quantizer already clamps at 0: {Relu output: Relu node}."""
+def _foldable_relus(graphs: list[onnx.GraphProto], plan: Plan, params: dict[str, QParams]) -> dict[str, onnx.NodeProto]:
+    """Relu nodes whose output quantizer already clamps at 0: {Relu output: Relu node}.
+
+    ``graphs``: the main graph and every body, so a reader inside a body counts too.
+    """
     from ..formats import integer
 
-    outputs = {o.name for o in graph.output}
+    outputs = {o.name for g in graphs for o in g.output}
     readers: dict[str, int] = {}
-    for node in graph.node:
+    nodes = [n for g in graphs for n in g.node]
+    for node in nodes:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
     found = {}
-    for node in graph.node:
+    for node in nodes:
         if node.op_type != "Relu" or not is_onnx_domain(node.domain):
             continue
         out, inp = node.output[0], node.input[0]

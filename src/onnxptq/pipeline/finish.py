@@ -5,6 +5,8 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 
 from __future__ import annotations
 
+import tempfile
+
 import onnx
 
 from ..graph import io
@@ -18,14 +20,19 @@ def finish(model: onnx.ModelProto, source: str):
     model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
     """
     io.pin_versions(model)
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
-        raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
-    try:
-        # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
-        # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
-        session = open_session(model, log_severity=2)
-    except Exception as exc:
-        raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
+        # Past protobuf's 2 GB limit neither the checker nor onnxruntime takes the model in
+        # memory: both read one temporary copy with external data (the model itself is untouched).
+        large = io.exceeds_protobuf_limit(model)
+        path = str(io.write_externalized(model, folder)) if large else None
+        try:
+            onnx.checker.check_model(path) if large else onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as exc:
+            raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
+        try:
+            # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
+            # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
+            session = open_session(path if large else model, log_severity=2)
+        except Exception as exc:
+            raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session

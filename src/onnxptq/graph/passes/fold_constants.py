@@ -7,6 +7,10 @@ see through, and each run would recompute them. onnx-ir has no general folder, s
 evaluates one node at a time with ``onnx.reference.ReferenceEvaluator`` (the ONNX reference
 semantics, no session start-up per node) and replaces it with initializers.
 
+Bodies of If/Loop/Scan nodes are folded too, each into its own initializers: exporters build
+weights there as well (silero's LSTM weights are Slice/Concat/Unsqueeze chains over constants in
+an If branch), and the quantizer only sees weights that are initializers.
+
 What is never folded: random ops (each run must draw anew), Q/DQ nodes (folding a weight's
 DequantizeLinear would silently de-quantize a model), nodes with subgraphs, nodes of other domains,
 graph outputs, and results above ``size_limit`` elements (folding an Expand/Tile of a small
@@ -85,7 +89,7 @@ def _fold_shape_op(node: ir.Node) -> list[np.ndarray] | None:
 
 
 class FoldConstantsPass(ir.passes.InPlacePass):
-    """Fold constant nodes of the main graph into initializers (subgraphs are left alone)."""
+    """Fold constant nodes into initializers, in the main graph and in every If/Loop/Scan body."""
 
     def __init__(self, size_limit: int = DEFAULT_SIZE_LIMIT, exclude_ops: frozenset[str] = NEVER_FOLD) -> None:
         super().__init__()
@@ -93,18 +97,25 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         self.exclude_ops = exclude_ops
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        graph = model.graph
         opset = model_opset(model)
         count = 0
-        # Topological order lets one sweep fold whole chains: a folded node's result is an
-        # initializer by the time its consumers are visited.
-        graph.sort()
-        for node in list(graph):
-            results = self._evaluate(node, opset)
-            if results is None:
-                continue
-            self._replace(graph, node, results)
-            count += 1
+        # Outer graphs first (model.graphs() order): a body reading an outer constant folds
+        # against its initializer. Topological order lets one sweep fold whole chains: a folded
+        # node's result is an initializer by the time its consumers are visited.
+        for graph in list(model.graphs()):
+            graph.sort()
+            for node in list(graph):
+                results = self._evaluate(node, opset)
+                if results is None:
+                    continue
+                self._replace(graph, node, results)
+                count += 1
+            if graph is not model.graph:
+                # The main graph's leftovers go in the cleanup pass; a body's would stay (and
+                # onnxruntime warns about each unused body initializer at every session).
+                for name, value in list(graph.initializers.items()):
+                    if not value.uses() and not value.is_graph_output():
+                        graph.initializers.pop(name)
         if count:
             log.info("folded %d constant node(s)", count)
         return ir.passes.PassResult(model, modified=bool(count))

@@ -6,7 +6,10 @@ function written for opset 21 fails inside an opset-11 model. Both PP-OCR models
 convert to 21 and run. The converter drops model-local functions (onnx 1.23); we restore them and
 raise their default-domain
 import is raised with the model when every op they use has the same definition at both versions,
-and a clear error names the function and op otherwise.
+and a clear error names the function and op otherwise. When no op of the model itself (bodies
+included) changed definition between the two opsets, the import is raised without the converter:
+exact, cheaper, and possible for a model past protobuf's 2 GB limit, which the converter (it
+serializes the model) cannot take.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import onnx.version_converter
 from onnxptq.graph import opsets
 from onnxptq.graph.io import ORT_MAX_IR_VERSION, TARGET_OPSET, load_model, pin_versions
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
+from onnxptq.graph.walk import all_graphs
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +81,24 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
         return pin_versions(load_model(model))
     if current > target:
         raise OpsetUpgradeError(f"model opset {current} is above the target opset {target}; downgrading is not supported")
-    try:
-        converted = onnx.version_converter.convert_version(model, target)
-    except Exception as exc:
-        ops = {n.op_type for n in model.graph.node if is_onnx_domain(n.domain)}
-        hint = ", ".join(_changed_ops(ops, current, target)) or "none"
-        raise OpsetUpgradeError(
-            f"onnx.version_converter could not convert the model from opset {current} to {target}: {exc} "
-            f"(ops whose definition changed in between: {hint})"
-        ) from exc
+    every_op = {n.op_type for g in all_graphs(model.graph) for n in g.node if is_onnx_domain(n.domain)}
+    if not _changed_ops(every_op, current, target):
+        # No op of the model (bodies included) changed definition in between: raising the import
+        # is exact, and needs neither the converter nor a serialized model (which a model past
+        # protobuf's 2 GB limit cannot be).
+        converted = load_model(model)
+        for entry in converted.opset_import:
+            if is_onnx_domain(entry.domain):
+                entry.version = target
+    else:
+        try:
+            converted = onnx.version_converter.convert_version(model, target)
+        except Exception as exc:
+            hint = ", ".join(_changed_ops(every_op, current, target)) or "none"
+            raise OpsetUpgradeError(
+                f"onnx.version_converter could not convert the model from opset {current} to {target}: {exc} "
+                f"(ops whose definition changed in between: {hint})"
+            ) from exc
     if model_opset(converted) != target:
         raise OpsetUpgradeError(f"version converter returned opset {model_opset(converted)}, expected {target}")
     if len(converted.functions) != len(model.functions):

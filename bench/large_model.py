@@ -1,0 +1,144 @@
+"""A model over protobuf's 2 GB limit through the whole pipeline: peak RSS against the weights' size.
+
+Issue 13 asks that a model whose weights live in external data (over 2 GB) loads, calibrates,
+quantizes and saves (external data, written atomically) with peak RSS at most about 2.5x the
+weights. This script builds such a model without ever holding a >2 GB protobuf: a chain
+``x -> MatMul(W0) -> Relu -> MatMul(W1) -> ... `` of ``--layers`` square ``--dim`` x ``--dim`` fp32
+weights (default 9 x 8192^2 x 4 B = 2.25 GiB), written straight into one external-data file. Then
+a child process quantizes it with ``onnxptq.quantize(path, preset, feeds, output=...)`` under an
+address-space cap (``--cap-gib``, so a runaway cannot take the shared machine down) and reports
+``VmHWM``, the wall time and, when it succeeds, the cosine of the saved model's output against
+float on one feed (both run by onnxruntime from their paths).
+
+    python bench/large_model.py --preset BF16
+    python bench/large_model.py --preset A8W8 --dim 4096 --layers 4   # a small rehearsal (256 MiB)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def build(folder: Path, dim: int, layers: int, seed: int = 0) -> Path:
+    """Write the chain model and its weights (one external file) into ``folder``; return its path."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    data_name = "weights.bin"
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    offset = 0
+    with open(folder / data_name, "wb") as data:
+        for i in range(layers):
+            w = (rng.standard_normal((dim, dim), dtype=np.float32) / np.sqrt(dim)).astype(np.float32)
+            data.write(w.tobytes())
+            t = TensorProto(name=f"W{i}", data_type=TensorProto.FLOAT, dims=[dim, dim])
+            t.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(w.nbytes))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+            offset += w.nbytes
+            inits.append(t)
+            src = "x" if i == 0 else f"r{i - 1}"
+            out = "y" if i == layers - 1 else f"m{i}"
+            nodes.append(helper.make_node("MatMul", [src, f"W{i}"], [out], name=f"matmul{i}"))
+            if i < layers - 1:
+                nodes.append(helper.make_node("Relu", [out], [f"r{i}"], name=f"relu{i}"))
+            del w
+    graph = helper.make_graph(nodes, "large_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", dim])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "large.onnx"
+    onnx.save(model, str(path))  # the proto holds no tensor bytes: far below 2 GB
+    return path
+
+
+def _peak_rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return -1
+
+
+def child(args: argparse.Namespace) -> int:
+    """Quantize the model in this process (capped) and print a JSON line of figures."""
+    cap = int(args.cap_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    import onnxptq
+
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((1, args.dim)).astype(np.float32)} for _ in range(4)]
+    result: dict = {"preset": args.preset}
+    t = time.perf_counter()
+    try:
+        onnxptq.quantize(args.model, args.preset, feeds, output=args.output, eval_samples=1)
+        result["ok"] = True
+    except BaseException as exc:  # MemoryError included: it is what we measure
+        import traceback
+
+        where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)[-6:]]
+        result.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}", where=where)
+    result["quantize_s"] = time.perf_counter() - t
+    result["peak_rss_kib"] = _peak_rss_kib()
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="BF16")
+    parser.add_argument("--dim", type=int, default=8192)
+    parser.add_argument("--layers", type=int, default=9)
+    parser.add_argument("--cap-gib", type=float, default=12.0, help="address-space cap of the quantizing process")
+    parser.add_argument("--workdir", help="where the model and its quantized copy go (default: a temporary folder)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--output", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args)
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="onnxptq-large-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    path = build(work, args.dim, args.layers)
+    weights = args.dim * args.dim * 4 * args.layers
+    print(f"built {path} ({weights / 2**30:.2f} GiB of weights) in {time.perf_counter() - t:.0f} s", flush=True)
+    out = work / f"large_{args.preset}.onnx"
+    cmd = [sys.executable, __file__, "--child", "--model", str(path), "--output", str(out), "--preset", args.preset,
+           "--dim", str(args.dim), "--cap-gib", str(args.cap_gib)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": f"child exited {proc.returncode}: {proc.stderr[-400:]}"}
+    result.update(weights_gib=weights / 2**30, dim=args.dim, layers=args.layers, cap_gib=args.cap_gib)
+    if result.get("peak_rss_kib", -1) > 0:
+        result["rss_over_weights"] = result["peak_rss_kib"] * 1024 / weights
+    if result.get("ok"):
+        import onnxruntime as ort
+
+        feed = {"x": np.random.default_rng(2).standard_normal((1, args.dim)).astype(np.float32)}
+        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        result["cosine"] = _cosine(ref, got)
+        result["saved_files"] = sorted(p.name for p in work.iterdir() if p.name.startswith(out.stem))
+    print(json.dumps(result, indent=1))
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

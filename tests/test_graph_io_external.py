@@ -1,0 +1,41 @@
+"""Models past protobuf's 2 GB limit: how the size is asked, and a by-path copy that leaves the
+model intact (the >2 GB round trip itself is measured by bench/large_model.py: too slow here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from google.protobuf.message import EncodeError
+
+from conftest import make_small_cnn
+from onnxptq.graph import io
+
+
+class _TooLarge:
+    """Stands for a >2 GB ModelProto: upb's ByteSize raises instead of returning the size."""
+
+    def ByteSize(self) -> int:
+        raise EncodeError("Failed to serialize proto")
+
+
+def test_exceeds_protobuf_limit_when_byte_size_raises():
+    assert io.exceeds_protobuf_limit(_TooLarge()) is True  # type: ignore[arg-type]
+    model = make_small_cnn()
+    assert io.exceeds_protobuf_limit(model) is False
+    assert io.exceeds_protobuf_limit(model, limit=16) is True
+
+
+def test_write_externalized_leaves_the_model_intact_and_loads_by_path(tmp_path):
+    model = make_small_cnn()
+    before = model.SerializeToString()
+    path = io.write_externalized(model, tmp_path, threshold=64)
+    assert model.SerializeToString() == before
+    on_disk = onnx.load(str(path), load_external_data=False)
+    external = [t.name for t in on_disk.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert "W2" in external and (tmp_path / "model.onnx.data").stat().st_size > 0
+    onnx.checker.check_model(str(path))
+    x = np.random.default_rng(0).normal(size=(1, 3, 16, 16)).astype(np.float32)
+    by_path = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    in_memory = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(by_path, in_memory)

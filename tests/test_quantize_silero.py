@@ -1,0 +1,119 @@
+"""The quantizer on the real silero VAD models: compute inside If branches, LSTMs, an fp16 model.
+
+silero-vad 6.2.3's three ONNX files (fetched with ``pip download`` like the PP-OCR ones):
+``silero_vad.onnx`` holds all its work in the two branches of one If (8 vs 16 kHz) with an LSTM
+in nested Ifs; ``silero_vad_op18_ifless.onnx`` the same with the LSTM cell decomposed into
+Gemm/Sigmoid/Tanh; ``silero_vad_half.onnx`` computes in fp16 with its LSTMs in If branches.
+
+Data: speech-like audio made here (:mod:`onnxptq.testing.audio`: espeak-ng speech, noise bursts,
+silence). Calibration streams a 1.5 s clip (seed 1) through the float model; evaluation streams an
+5 s clip (seed 2) through each model with its own recurrent state, as a VAD runs. Bounds (issue
+13): cosine of the speech probabilities >= 0.99 and speech decisions (0.5) agreeing on >= 97 % of
+windows for A16W8, BF16, BFP16, MX9; A8W8 and MXINT8 are reported (looser sanity bounds here).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import onnxruntime as ort
+import pytest
+
+from onnxptq import get_preset, quantize
+from onnxptq.testing import audio
+from onnxptq.testing.models import SILERO, SILERO_HALF, SILERO_IFLESS, model_path
+
+from test_quantize_subgraphs import quantizers_in_bodies
+
+pytestmark = pytest.mark.slow
+log = logging.getLogger(__name__)
+
+MODELS = (SILERO, SILERO_IFLESS, SILERO_HALF)
+PRESETS = ("A8W8", "A16W8", "BF16", "BFP16", "MX9", "MXINT8")
+#: (least cosine, least share of agreeing decisions): the issue's bound for A16W8/BF16/BFP16/MX9;
+#: for A8W8 and MXINT8, whose figures are reported, guards well below what they reach (A8W8:
+#: 0.94/0.84-0.97/0.92, limited by the STFT magnitude in 8 bits; MXINT8: 0.999/0.99-1.0).
+BOUNDS = {"A16W8": (0.99, 0.97), "BF16": (0.99, 0.97), "BFP16": (0.99, 0.97), "MX9": (0.99, 0.97),
+          "A8W8": (0.85, 0.75), "MXINT8": (0.99, 0.95)}
+CALIB_SECONDS = 1.5
+EVAL_SECONDS = 5.0
+
+
+@pytest.fixture(scope="module")
+def clips():
+    calib, _ = audio.speech_mix(seed=1, seconds=CALIB_SECONDS)
+    evaluation, _ = audio.speech_mix(seed=2, seconds=EVAL_SECONDS)
+    return calib, evaluation
+
+
+@pytest.fixture(scope="module")
+def floats(clips):
+    """Per model: (path, calibration feeds, float probabilities on the evaluation clip)."""
+    calib, evaluation = clips
+    out = {}
+    for name in MODELS:
+        path = model_path(name)
+        out[name] = (path, audio.vad_feeds(str(path), calib), audio.run_vad(str(path), evaluation)[0])
+    return out
+
+
+def _plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _assert_every_initializer_read(model: onnx.ModelProto) -> None:
+    """No graph keeps an initializer that nothing in it (or in a body under it) reads: a replaced
+    weight left behind in a body doubled silero's size and made onnxruntime warn once per tensor."""
+    from onnxptq.graph.walk import all_graphs
+
+    for graph in all_graphs(model.graph):
+        read = {i for g in all_graphs(graph) for n in g.node for i in n.input} | {o.name for o in graph.output}
+        unread = [t.name for t in graph.initializer if t.name not in read]
+        assert not unread, f"{graph.name}: unread initializers {unread[:5]}"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("name", MODELS)
+def test_silero_quantized(name, preset, floats, clips):
+    path, calib_feeds, reference = floats[name]
+    config = get_preset(preset)
+    config.calibration.progress = False
+    result = quantize(path, config, calib_feeds, eval_samples=4)
+    onnx.checker.check_model(result.model)
+    _assert_every_initializer_read(result.model)
+    inside = quantizers_in_bodies(result.model)
+    assert inside > 0, f"{name} {preset}: no quantizer inside the If/LSTM bodies"
+    probs, _ = audio.run_vad(_plain_session(result.model), clips[1])
+    figures = audio.compare_probs(reference, probs)
+    log.warning("silero %s %s: cosine %.5f, agreement %.4f, max |dp| %.4f, %d quantizers in bodies, %d planned tensors",
+                name, preset, figures["cosine"], figures["agreement"], figures["max_abs"], inside, len(result.plan.tensors))
+    least_cosine, least_agreement = BOUNDS[preset]
+    assert figures["cosine"] >= least_cosine, (name, preset, figures)
+    assert figures["agreement"] >= least_agreement, (name, preset, figures)
+
+
+def test_silero_8k_branch_left_float_with_warning(floats, caplog):
+    """16 kHz calibration never runs the 8 kHz branch: integer activations there get no range."""
+    path, calib_feeds, _ = floats[SILERO]
+    config = get_preset("A16W8")
+    config.calibration.progress = False
+    with caplog.at_level(logging.WARNING, logger="onnxptq"):
+        quantize(path, config, calib_feeds[:8], eval_samples=1)
+    messages = [r.getMessage() for r in caplog.records if "not run by the calibration data" in r.getMessage()]
+    assert any("If_0" in m for m in messages), [r.getMessage() for r in caplog.records]
+
+
+def test_silero_half_convert_fp16_to_fp32(floats, clips):
+    """ConvertFP16ToFP32 widens the fp16 model first: the result holds no fp16 tensor and agrees."""
+    path, calib_feeds, reference = floats[SILERO_HALF]
+    config = get_preset("A16W8").replace(convert_fp16_to_fp32=True)
+    config.calibration.progress = False
+    result = quantize(path, config, calib_feeds, eval_samples=1)
+    from onnxptq.graph.walk import walk_scopes
+
+    fp16 = [t.name for s in walk_scopes(result.model.graph) for t in s.graph.initializer
+            if t.data_type == onnx.TensorProto.FLOAT16]
+    assert not fp16, fp16[:5]
+    probs, _ = audio.run_vad(_plain_session(result.model), clips[1])
+    assert audio.compare_probs(reference, probs)["agreement"] >= 0.97
