@@ -19,6 +19,7 @@ import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
+from . import runtime
 
 log = logging.getLogger(__name__)
 
@@ -307,24 +308,27 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     selected: list[onnx.NodeProto] = []
     skipped: dict[str, str] = {}
     quantized_tensors: set[str] = set()
+    selected_outputs: set[str] = set()
     for node in g.nodes:
-        reason = _skip_reason(node, g, config, op_types, quantized_tensors)
+        reason = _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs)
         if reason:
             skipped[node.name] = reason
             continue
         selected.append(node)
         quantized_tensors.update(i for i in node.input if i)
         quantized_tensors.update(o for o in node.output if o)
+        selected_outputs.update(o for o in node.output if o)
 
     tensors: dict[str, TensorPlan] = {}
     selected_names = {n.name for n in selected}
 
     def spec_for(node: onnx.NodeProto, role: Role) -> TensorQuant | None:
-        act, weight = config.activation, config.weight
-        if node.op_type in config.op_type_overrides:
-            act, weight = config.op_type_overrides[node.op_type]
-        if node.name in config.node_overrides:
-            act, weight = config.node_overrides[node.name]
+        act, weight = _node_formats(node, config)
+        if runtime.integer_placement(config, act):
+            assert act is not None
+            act = runtime.cpu_activation(act)
+            if role == "weight" and node.op_type in ("Add", "Mul"):
+                return runtime.cpu_constant(act)
         if role == "activation":
             return act
         if role == "weight":
@@ -366,9 +370,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             if not name or (data_positions is not None and index not in data_positions):
                 continue
             is_init = name in g.initializers
-            if config.fuse_activations and index == 0 and node.op_type in FUSIBLE_ACTIVATIONS and name in g.producer:
+            if config.fuse_activations and index == 0 and node.op_type in _fused_activations(config) and name in g.producer:
                 producer = g.producer[name]
-                if producer.name in selected_names and _feeds_fused_activation(producer, name, g, selected_names):
+                if producer.name in selected_names and _feeds_fused_activation(producer, name, g, selected_names, config):
                     continue  # fused with its producer: no quantizer in between
             if (node.op_type, index) in BIAS_INPUTS and is_init:
                 weight_name = node.input[1] if len(node.input) > 1 else ""
@@ -419,7 +423,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         for out in node.output:
             if not out or quant is None:
                 continue
-            if config.fuse_activations and _feeds_fused_activation(node, out, g, selected_names):
+            if config.fuse_activations and _feeds_fused_activation(node, out, g, selected_names, config):
                 continue
             axis = None
             if quant.format in ("bfp", "mx"):
@@ -432,10 +436,14 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
 
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
-    if config.depthwise_input_per_channel:
+    if config.depthwise_input_per_channel and not runtime.is_cpu(config):
+        # onnxruntime's QLinearConv takes one scalar input scale: a per-channel input would keep
+        # the depthwise convolution float behind a DequantizeLinear.
         _per_channel_depthwise_inputs(tensors, g)
     _apply_tensor_overrides(tensors, config, g)
     _apply_alignment(tensors, selected, config)
+    if runtime.is_cpu(config):
+        _share_through_data_movement(tensors, selected, config)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
@@ -460,6 +468,63 @@ def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quant
     return None
 
 
+def _node_formats(node: onnx.NodeProto, config: QuantConfig) -> tuple[TensorQuant | None, TensorQuant | None]:
+    """(activation, weight) formats the config gives ``node``, before any runtime adjustment."""
+    act, weight = config.activation, config.weight
+    if node.op_type in config.op_type_overrides:
+        act, weight = config.op_type_overrides[node.op_type]
+    if node.name in config.node_overrides:
+        act, weight = config.node_overrides[node.name]
+    return act, weight
+
+
+def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs: set[str]) -> str | None:
+    """Why the CPU target leaves ``node`` float although the op-type rules select it.
+
+    A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
+    converts back and forth; data-movement ops and fused activations are worth quantizing only
+    behind an integer producer (they then run on its integer output). Explicit op-type choices
+    (``op_types``, ``extra_op_types``, overrides, ``quantize_all_op_types``, ``nodes_to_quantize``)
+    are the user's and are honoured.
+    """
+    if not runtime.integer_placement(config, _node_formats(node, config)[0]):
+        return None
+    explicit = (config.op_types is not None or config.quantize_all_op_types or node.op_type in config.extra_op_types
+                or node.op_type in config.op_type_overrides or node.name in config.nodes_to_quantize)
+    if explicit:
+        return None
+    if node.op_type not in runtime.CPU_OP_TYPES:
+        return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
+    if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
+        if not node.input or node.input[0] not in selected_outputs:
+            return f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"
+    return None
+
+
+def _fused_activations(config: QuantConfig) -> frozenset[str]:
+    """Activations that take no quantizer between them and their producer on this target."""
+    return runtime.CPU_FUSED_ACTIVATIONS if runtime.is_cpu(config) else FUSIBLE_ACTIVATIONS
+
+
+def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onnx.NodeProto], config: QuantConfig) -> None:
+    """Data-movement outputs take their input's scale and zero point on the CPU target.
+
+    onnxruntime drops the DequantizeLinear/QuantizeLinear around Reshape, Transpose, MaxPool, ...
+    (runs them on the integer values) only when both carry equal parameters; a separately
+    calibrated output scale would leave the op float between a DQ and a Q.
+    """
+    for node in nodes:
+        if node.op_type not in runtime.CPU_DATA_MOVEMENT or not node.input:
+            continue
+        source = tensors.get(node.input[0])
+        if source is None or source.role != "activation" or not source.quant.is_integer:
+            continue
+        for out in node.output:
+            t = tensors.get(out)
+            if t is not None and t.role == "activation" and t.quant == source.quant and t.share_with is None:
+                t.share_with = source.name
+
+
 def _all_inf(tensor: onnx.TensorProto) -> bool:
     if tensor.data_type not in FLOAT_TYPES:
         return False
@@ -467,11 +532,12 @@ def _all_inf(tensor: onnx.TensorProto) -> bool:
     return values.size > 0 and bool(np.all(np.isinf(values)))
 
 
-def _feeds_fused_activation(node, out: str, g: _Graph, selected: set[str]) -> bool:
+def _feeds_fused_activation(node, out: str, g: _Graph, selected: set[str], config: QuantConfig) -> bool:
     if node.op_type not in FUSIBLE_PRODUCERS or out in g.outputs:
         return False
     consumers = g.consumers.get(out, [])
-    return len(consumers) == 1 and consumers[0].op_type in FUSIBLE_ACTIVATIONS and consumers[0].name in selected
+    return (len(consumers) == 1 and consumers[0].op_type in _fused_activations(config)
+            and consumers[0].name in selected)
 
 
 def _is_depthwise(node: onnx.NodeProto, g: _Graph) -> bool:
