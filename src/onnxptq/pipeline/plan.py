@@ -79,6 +79,9 @@ class TensorPlan:
     producer_quant: TensorQuant | None = None
     producer_axis: int | None = None
     producer_consumers: list[str] = field(default_factory=list)
+    #: (low, high) outside which every reader saturates (e.g. HardSwish is 0 below -3), so values
+    #: there need no codes: the solver clamps the calibrated range to it. None: unbounded.
+    limits: tuple[float | None, float | None] | None = None
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -132,6 +135,7 @@ class TensorPlan:
             "producer": self.producer,
             **({"producer_format": self.producer_quant.describe(), "producer_axis": self.producer_axis,
                 "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
+            **({"limits": list(self.limits)} if self.limits is not None else {}),
         }
 
 
@@ -444,6 +448,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     _apply_alignment(tensors, selected, config)
     if runtime.is_cpu(config):
         _share_through_data_movement(tensors, selected, config)
+    _saturation_limits(tensors, g)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
@@ -523,6 +528,53 @@ def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onn
             t = tensors.get(out)
             if t is not None and t.role == "activation" and t.quant == source.quant and t.share_with is None:
                 t.share_with = source.name
+
+
+def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, float | None] | None:
+    """The input interval outside which ``node``'s output no longer changes, or None if unknown."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "HardSwish":
+        return (-3.0, None)
+    if node.op_type == "HardSigmoid":
+        alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+        if alpha <= 0:
+            return None
+        return (-beta / alpha, (1.0 - beta) / alpha)
+    if node.op_type == "Relu":
+        return (0.0, None)
+    if node.op_type == "Clip":
+        bounds: list[float | None] = [attrs.get("min"), attrs.get("max")]
+        for i in (1, 2):
+            if len(node.input) > i and node.input[i]:
+                init = g.initializers.get(node.input[i])
+                if init is None:
+                    return None
+                bounds[i - 1] = float(onnx.numpy_helper.to_array(init).reshape(-1)[0])
+        return (bounds[0], bounds[1])
+    return None
+
+
+def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph) -> None:
+    """Integer activations read only by saturating ops get the union of those ops' live intervals.
+
+    A Conv output read only by a HardSwish keeps its negative tail below -3 in the calibration
+    statistics, although HardSwish maps all of it to 0: clamping the range there spends the
+    codes on values that change the result (exact: the reader's output is unchanged).
+    """
+    for t in tensors.values():
+        if t.role != "activation" or not t.quant.is_integer or t.name in g.outputs or t.producer_quant is not None:
+            continue
+        readers = g.consumers.get(t.name, [])
+        bounds = [_saturation_bounds(n, g) if n.input and n.input[0] == t.name and t.name not in n.input[1:] else None
+                  for n in readers]
+        if not readers or any(b is None for b in bounds):
+            continue
+        lows = [b[0] for b in bounds if b is not None]
+        highs = [b[1] for b in bounds if b is not None]
+        low = None if any(v is None for v in lows) else min(v for v in lows if v is not None)
+        high = None if any(v is None for v in highs) else max(v for v in highs if v is not None)
+        if low is not None or high is not None:
+            t.limits = (low, high)
 
 
 def _all_inf(tensor: onnx.TensorProto) -> bool:
