@@ -17,6 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per onnxruntime run during calibration (default: as the data comes)")
     p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
+    p.add_argument("--runtime", choices=("cpu", "npu"), default="cpu",
+                   help="where the model will run: cpu (onnxruntime's CPU provider: integer kernels, uint8 activations; "
+                        "default) or npu (Q/DQ on every quantizable op, per-channel depthwise inputs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -29,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.data_size = args.calib_size
     config.calibration.batch_size = args.batch_size
     config.calibration.progress = not args.no_progress
+    config = config.replace(runtime=args.runtime)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     result = quantize(args.model, config, data=args.data, output=args.output)

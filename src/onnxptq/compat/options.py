@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..config.schema import RUNTIMES, AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .keys import (
     AMP_AUTOMATIC_KEYS,
@@ -521,6 +521,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         align_eltwise_quant_type=_bool(extra, "AlignEltwiseQuantType", False),
         fold_relu=_bool(extra, "FoldRelu", False),
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
+        runtime=_runtime(extra),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),
         dual_quant_nodes=dual_quant_nodes,
         auto_mixed_precision=auto_mp,
@@ -543,6 +544,19 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         ignore_warnings=bool(_setting(cfg, "ignore_warnings", extra)),
     )
     return config, run
+
+
+def _runtime(extra: dict[str, Any]) -> str:
+    """``TargetRuntime``: ours, absent in the reference tool, whose placement is the NPU one.
+
+    Absent, the config targets onnxruntime's CPU provider like every other entry point
+    (``to_quant_config(get_default_config(n)) == get_preset(n)``); ``"npu"`` asks for the
+    reference tool's placement.
+    """
+    value = extra.get("TargetRuntime", "cpu")
+    if value not in RUNTIMES:
+        raise ConfigError(f"extra_options['TargetRuntime'] must be one of {', '.join(RUNTIMES)}, not {value!r}")
+    return value
 
 
 def _warn_unused(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules) -> None:

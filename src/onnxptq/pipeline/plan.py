@@ -448,7 +448,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     _apply_alignment(tensors, selected, config)
     if runtime.is_cpu(config):
         _share_through_data_movement(tensors, selected, config)
-    _saturation_limits(tensors, g)
+    _saturation_limits(tensors, g, config)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
@@ -554,12 +554,19 @@ def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, f
     return None
 
 
-def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph) -> None:
+def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph, config: QuantConfig) -> None:
     """Integer activations read only by saturating ops get the union of those ops' live intervals.
 
     A Conv output read only by a HardSwish keeps its negative tail below -3 in the calibration
     statistics, although HardSwish maps all of it to 0: clamping the range there spends the
     codes on values that change the result (exact: the reader's output is unchanged).
+
+    On the CPU target such a tensor is a quantization point the NPU placement does not have (the
+    activation is fused there): onnxruntime needs a QuantizeLinear right after the Conv for
+    QLinearConv. Its range is then chosen by MinMSE rather than by the preset's outlier-keeping
+    percentile: the rare extremes of a pre-activation cost every other value resolution twice
+    (here and after the activation). PP-OCRv4 rec A8W8: CER 0.069 with the percentile range,
+    0.054 with MinMSE (float 0.039).
     """
     for t in tensors.values():
         if t.role != "activation" or not t.quant.is_integer or t.name in g.outputs or t.producer_quant is not None:
@@ -575,6 +582,9 @@ def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph) -> None:
         high = None if any(v is None for v in highs) else max(v for v in highs if v is not None)
         if low is not None or high is not None:
             t.limits = (low, high)
+        if (runtime.integer_placement(config, t.quant) and t.quant.calibration == "percentile"
+                and all(n.op_type not in runtime.CPU_OP_TYPES for n in readers)):
+            t.quant = t.quant.with_(calibration="minmse")
 
 
 def _all_inf(tensor: onnx.TensorProto) -> bool:
