@@ -494,7 +494,14 @@ def compute_report(
         for name, m in matches.items():
             if name in static and samples > 0:
                 continue
-            accs[name].add(name, fval(name), qval(m.quantized), None if m.pre is None else qval(m.pre))
+            ref, pre = fval(name), None if m.pre is None else qval(m.pre)
+            tplan = plan.tensors.get(name) if plan is not None else None
+            if tplan is not None and tplan.limits is not None:
+                # Values beyond the readers' saturation points are clipped on purpose and change
+                # nothing downstream (TensorPlan.limits): not counted as error.
+                ref = np.clip(ref, *tplan.limits)
+                pre = None if pre is None else np.clip(pre, *tplan.limits)
+            accs[name].add(name, ref, qval(m.quantized), pre)
         for name in q_graph_outputs:
             out_accs[name].add(name, fres[name], qres[name], None)
             out_peak[name] = max(out_peak[name], float(np.max(np.abs(fres[name]))) if np.size(fres[name]) else 0.0)

@@ -66,7 +66,8 @@ def cpu_activation(quant: TensorQuant) -> TensorQuant:
     activations QLinearConv and QLinearMatMul run a slower S8S8 path (PP-OCRv4 rec: 49 ms vs
     12.5 ms for onnxruntime's own models). An asymmetric int8 grid and the asymmetric uint8 grid
     over the same range hold the same values (only the zero point moves), so accuracy is
-    unchanged; a symmetric int8 grid becomes uint8 with zero point 128, also the same values.
+    unchanged; a symmetric int8 grid becomes the symmetric uint8 grid (zero point 128, 255 steps
+    over [-max, max] instead of 254).
     """
     if quant.format == "int8":
         return quant.with_(format="uint8")
