@@ -166,6 +166,7 @@ PROBES: dict[str, tuple] = {
     "ConvertFP16ToFP32": (True, {"model": FP16_MODEL}),
     "CalibDataSize": (1, {}),
     "CalibMovingAverage": (True, {}),
+    "TargetRuntime": ("npu", {}),
     "BiasCorrection": (False, {}),
     "CLESteps": (-1, {"model": CHAIN}),
     "CLEBalanceMethod": ("min", {"model": CHAIN}),
@@ -192,7 +193,9 @@ PROBES: dict[str, tuple] = {
     "MXAttributes": ({"element_dtype": "fp8_e4m3"}, MX),
     "AlignConcat": (True, {}),
     "AlignSlice": (True, {}),
-    "AlignEltwiseQuantType": (True, {"activation_type": ExtendedQuantType.QUInt8, "weight_type": ExtendedQuantType.QInt8}),
+    # On the CPU target elementwise constants already take the activation type: the key acts on the NPU placement.
+    "AlignEltwiseQuantType": (True, {"activation_type": ExtendedQuantType.QUInt8, "weight_type": ExtendedQuantType.QInt8,
+                                     "extra": {"TargetRuntime": "npu"}}),
     "BF16QDQToCast": (True, BF16),
     "BF16WithClip": (True, BF16),
     "RefineBlockAxis": (False, MX),

@@ -14,9 +14,11 @@ from onnxptq.config.presets import get_preset
 
 
 def _mixed(base: str, target: str, **changes):
-    """``base`` everywhere, Conv layers in ``target`` (activation and weight)."""
+    """``base`` everywhere, Conv layers in ``target`` (activation and weight), placed for an
+    NPU-style target as the reference tool's DualQuantNodes are (signed int8 kept as the preset says)."""
     cfg, low = get_preset(base), get_preset(target)
     cfg.calibration.progress = False
+    changes.setdefault("runtime", "npu")
     return cfg.replace(op_type_overrides={"Conv": (low.activation, low.weight)}, **changes)
 
 

@@ -29,7 +29,9 @@ def _inits(model):
 def test_a8w8_minmax_per_tensor_matches_reference_params(small_cnn):
     """Spec test vector F: input scale = max|input|/127, weight scale = max|W1|/127, bias = product."""
     feeds = small_cnn_feeds()
-    config = QuantConfig(activation=TensorQuant("int8", calibration="minmax"), weight=TensorQuant("int8"), bias="int32")
+    # The reference tool's placement (signed activations as configured): the NPU target.
+    config = QuantConfig(activation=TensorQuant("int8", calibration="minmax"), weight=TensorQuant("int8"), bias="int32",
+                         runtime="npu")
     result = quantize(small_cnn, config, feeds)
     amax = max(float(np.abs(f["x"]).max()) for f in feeds)
     w1 = numpy_helper.to_array(next(t for t in small_cnn.graph.initializer if t.name == "W1"))
@@ -238,8 +240,8 @@ def test_align_eltwise_quant_type_gives_constants_the_activation_type(small_cnn)
     gap.input[0] = "scaled"
     model.graph.node.insert(list(model.graph.node).index(gap), helper.make_node("Mul", ["a1", "half"], ["scaled"], name="scale"))
     model.graph.initializer.append(numpy_helper.from_array(np.array([0.5], np.float32), "half"))
-    on = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=True), small_cnn_feeds(2))
-    off = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=False), small_cnn_feeds(2))
+    on = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=True, runtime="npu"), small_cnn_feeds(2))
+    off = quantize(model, get_preset("A16W8").replace(align_eltwise_quant_type=False, runtime="npu"), small_cnn_feeds(2))
     assert on.plan.tensors["half"].quant.format == "int16"
     assert off.plan.tensors["half"].quant.format == "int8"
 

@@ -47,6 +47,9 @@ def conv_relu_concat() -> onnx.ModelProto:
 
 
 def int8_config(per_channel: bool, **kw) -> QuantConfig:
+    """Signed int8 everywhere, placed for an NPU-style target (the CPU target turns 8-bit
+    activations into uint8 for onnxruntime's kernels; tests/test_runtime_target.py covers it)."""
+    kw.setdefault("runtime", "npu")
     return QuantConfig(
         activation=make_tensor_quant("int8", symmetric=True),
         weight=make_tensor_quant("int8", symmetric=True, per_channel=per_channel),
@@ -185,7 +188,7 @@ def test_emit_writes_qdq_pairs_node_by_node():
 def test_the_plan_decides_each_tensors_calibration():
     """Calibration (which collector) and solve (how to read it) both take their options from the plan."""
     config = QuantConfig(activation=make_tensor_quant("uint8", symmetric=False, calibration="percentile", percentile=99.9),
-                         weight=make_tensor_quant("int8", symmetric=True, per_channel=True))
+                         weight=make_tensor_quant("int8", symmetric=True, per_channel=True), runtime="npu")
     plan = make_plan(conv_relu_concat(), config)
     x = plan.tensors["x"]
     assert x.collector_spec(512) == {"method": "percentile", "symmetric": False, "percentile": 99.9, "num_bins": 512}

@@ -123,7 +123,8 @@ def test_cli_report_without_plan_finds_the_same_tensors(small_cnn, small_cnn_pat
     data = json.loads(out.with_suffix(".json").read_text())
     assert {t["name"] for t in data["tensors"]} == set(result.plan.tensors)
     formats = {t["name"]: t["format"] for t in data["tensors"]}
-    assert formats["W1"] == "int8 per-channel" and formats["x"] == "int8 per-tensor" and formats["B1"].startswith("int32")
+    # uint8: the default target runtime (onnxruntime CPU) runs activations as uint8.
+    assert formats["W1"] == "int8 per-channel" and formats["x"] == "uint8 per-tensor" and formats["B1"].startswith("int32")
 
 
 def test_onnxruntime_quantized_model_is_matched(small_cnn, tmp_path):

@@ -43,6 +43,8 @@ from onnx import numpy_helper
 from ..graph.opsets import is_onnx_domain
 from ..pipeline.plan import BIAS_INPUTS, Plan
 from ..sessions import open_session
+from .runtime_view import NodeKernel, runtime_kernels
+from .runtime_view import summary as runtime_summary
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,9 @@ class Report:
     outputs: dict[str, dict[str, float]]
     #: planned tensors the structural match could not find, with the reason
     unmatched: dict[str, str] = field(default_factory=dict)
+    #: per node of the quantized model: what onnxruntime's CPU provider runs it as
+    #: (:mod:`onnxptq.analysis.runtime_view`); empty when not computed
+    runtime: list[NodeKernel] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,10 +119,14 @@ class Report:
             "outputs": self.outputs,
             "unmatched": self.unmatched,
             "tensors": [asdict(t) for t in self.tensors],
+            "runtime": [asdict(r) for r in self.runtime],
+            "runtime_summary": runtime_summary(self.runtime),
             "notes": {
                 "sqnr_db": "10*log10(sum ref^2 / sum (ref - quantized)^2) over all samples, quantized model vs float model",
                 "local_sqnr_db": "the same between the tensor's quantizer input and output inside the quantized model",
                 "exact": f"{EXACT_DB} dB stands for no error at all",
+                "runtime": "per node: 'integer' (onnxruntime CPU ran an integer kernel, or moved integer values), "
+                           "'float' (a float op between DequantizeLinear and QuantizeLinear) or 'removed' (folded)",
             },
         }
 
@@ -485,7 +494,14 @@ def compute_report(
         for name, m in matches.items():
             if name in static and samples > 0:
                 continue
-            accs[name].add(name, fval(name), qval(m.quantized), None if m.pre is None else qval(m.pre))
+            ref, pre = fval(name), None if m.pre is None else qval(m.pre)
+            tplan = plan.tensors.get(name) if plan is not None else None
+            if tplan is not None and tplan.limits is not None:
+                # Values beyond the readers' saturation points are clipped on purpose and change
+                # nothing downstream (TensorPlan.limits): not counted as error.
+                ref = np.clip(ref, *tplan.limits)
+                pre = None if pre is None else np.clip(pre, *tplan.limits)
+            accs[name].add(name, ref, qval(m.quantized), pre)
         for name in q_graph_outputs:
             out_accs[name].add(name, fres[name], qres[name], None)
             out_peak[name] = max(out_peak[name], float(np.max(np.abs(fres[name]))) if np.size(fres[name]) else 0.0)
@@ -516,7 +532,12 @@ def compute_report(
         psnr = EXACT_DB if mse == 0 else (10.0 * math.log10(peak * peak / mse) if peak > 0 else -EXACT_DB)
         outputs[name] = {"cosine": fig["cosine"], "sqnr_db": fig["sqnr_db"], "psnr_db": min(psnr, EXACT_DB),
                          "max_abs_err": fig["max_abs_err"]}
-    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched)
+    try:
+        kernels = runtime_kernels(quant_model)
+    except Exception as exc:  # the listing is informative; a model the runtime view cannot open still gets its report
+        log.warning("report of %s: onnxruntime's optimised graph could not be read (%s)", quant_label, exc)
+        kernels = []
+    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched, kernels)
 
 
 def _graph_order(model: onnx.ModelProto) -> dict[str, int]:

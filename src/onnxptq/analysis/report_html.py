@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import outputs
 from .report import EXACT_DB, Report, TensorError
+from .runtime_view import summary as runtime_summary
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,28 @@ tr.bad td{background:#fbe3e3}
 """
 
 
+def _runtime_section(report: Report) -> str:
+    """What onnxruntime's CPU provider ran: counts per op type, and every node in a fold-out list."""
+    if not report.runtime:
+        return ""
+    esc = html.escape
+    counts = "".join(
+        f"<tr><td class='l'>{esc(op)}</td><td>{k.get('integer', 0)}</td><td>{k.get('float', 0)}</td><td>{k.get('removed', 0)}</td></tr>"
+        for op, k in runtime_summary(report.runtime).items()
+    )
+    nodes = "".join(
+        f"<tr><td class='l'>{esc(r.name)}</td><td class='l'>{esc(r.op_type)}</td><td class='l'>{esc(r.kind)}</td>"
+        f"<td class='l'>{esc(r.kernel)}</td></tr>" for r in report.runtime
+    )
+    return f"""<h2>What onnxruntime ran</h2>
+<p class="small">From the graph onnxruntime's CPU execution provider builds for the quantized model: <b>integer</b>
+nodes became integer kernels (QLinearConv, QLinearMatMul, ...) or moved integer values, <b>float</b> nodes ran in float
+between DequantizeLinear and QuantizeLinear, <b>removed</b> nodes were folded away.</p>
+<table><thead><tr><th>op type</th><th>integer</th><th>float</th><th>removed</th></tr></thead><tbody>{counts}</tbody></table>
+<details><summary>every node</summary><table><thead><tr><th>node</th><th>op type</th><th>runs as</th><th>kernel</th></tr></thead>
+<tbody>{nodes}</tbody></table></details>"""
+
+
 def render_html(report: Report, chart_rows: int = 40) -> str:
     """The report as one HTML page: inline CSS, inline SVG charts, a small inline sort script."""
     esc = html.escape
@@ -186,6 +209,7 @@ def render_html(report: Report, chart_rows: int = 40) -> str:
     if report.unmatched:
         items = "".join(f"<li><code>{esc(n)}</code>: {esc(r)}</li>" for n, r in report.unmatched.items())
         unmatched = f"<h2>Planned tensors not found</h2><ul>{items}</ul>"
+    runtime = _runtime_section(report)
     legend = "".join(f"<span style='background:{c}'></span>{r}" for r, c in _ROLE_COLOURS.items())
     sort_word = "local SQNR (the tensor's own quantizer)" if report.sort == "local" else "SQNR vs the float model"
     return f"""<!DOCTYPE html>
@@ -209,6 +233,7 @@ are shaded.</p>
 {_bar_chart(worst, key, f"{sort_word}: worst {len(worst)} (dB, longer is better)")}
 {_line_chart(report.tensors)}
 {unmatched}
+{runtime}
 <h2>All quantized tensors</h2>
 <p id="status" class="small">(sorting needs JavaScript)</p>
 <table id="tensors"><thead><tr>

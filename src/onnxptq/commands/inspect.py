@@ -1,4 +1,9 @@
-"""``onnxptq inspect MODEL [--preset NAME]``: ops, inputs, and what a preset would quantize."""
+"""``onnxptq inspect MODEL [--preset NAME] [--runtime]``: ops, inputs, and what a preset would quantize.
+
+With ``--runtime`` MODEL is a quantized model, and the listing says per node whether onnxruntime's
+CPU execution provider runs it as an integer kernel, in float, or folded it away (read from the
+graph onnxruntime itself builds; :mod:`onnxptq.analysis.runtime_view`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="A8W8", help="preset whose plan to show (default A8W8)")
     p.add_argument("--presets", action="store_true", help="list the preset names and exit")
     p.add_argument("--tensors", action="store_true", help="list every planned tensor, not just the counts")
+    p.add_argument("--runtime", action="store_true",
+                   help="MODEL is quantized: list per node whether onnxruntime's CPU provider runs it as an integer kernel or in float")
     p.set_defaults(func=run)
 
 
@@ -48,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise ValueError("inspect needs a MODEL (or --presets)")
+    if args.runtime:
+        from ..analysis.runtime_view import format_listing, runtime_kernels
+
+        print(f"model {args.model}: what onnxruntime's CPU execution provider runs")
+        print(format_listing(runtime_kernels(args.model)))
+        return 0
     from ..graph import check, io
     from ..pipeline.prepare import prepare_for_quantization
     from ..pipeline.plan import make_plan

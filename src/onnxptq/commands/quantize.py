@@ -21,6 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--custom-op-library", action="append", default=[], metavar="PATH",
                    help="onnxruntime custom-op library for models with custom-domain nodes, registered in every session; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
+    p.add_argument("--runtime", choices=("cpu", "npu"), default="cpu",
+                   help="where the model will run: cpu (onnxruntime's CPU provider: integer kernels, uint8 activations; "
+                        "default) or npu (Q/DQ on every quantizable op, per-channel depthwise inputs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -35,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.batch_size = args.batch_size
     config.calibration.progress = not args.no_progress
     config.calibration.custom_op_libraries = tuple(args.custom_op_library)
+    config = config.replace(runtime=args.runtime)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-from ..config.schema import AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, EqualizationOptions, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
+from ..config.schema import RUNTIMES, AutoMixedPrecisionOptions, CalibrationOptions, ConfigError, EqualizationOptions, FinetuneOptions, QuantConfig, TensorQuant, make_tensor_quant, suggest
 from .enums import ExtendedCalibrationMethod, CalibrationMethod, calibration_of, format_of, quant_format_of
 from .keys import (
     AMP_AUTOMATIC_KEYS,
@@ -541,6 +541,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         quantize_subgraphs=_bool(extra, "EnableSubgraph", True),
         convert_fp16_to_fp32=bool(_setting(cfg, "convert_fp16_to_fp32", extra)),
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
+        runtime=_runtime(extra),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),
         dual_quant_nodes=dual_quant_nodes,
         auto_mixed_precision=auto_mp,
@@ -587,6 +588,19 @@ def _equalization(cfg: QuantizationConfig, extra: dict[str, Any]) -> tuple[bool 
     if given and cfg.include_cle is False:
         log.warning("CLE keys are given but include_cle is False: cross-layer equalization does not run")
     return cfg.include_cle, EqualizationOptions(**given)
+
+
+def _runtime(extra: dict[str, Any]) -> str:
+    """``TargetRuntime``: ours, absent in the reference tool, whose placement is the NPU one.
+
+    Absent, the config targets onnxruntime's CPU provider like every other entry point
+    (``to_quant_config(get_default_config(n)) == get_preset(n)``); ``"npu"`` asks for the
+    reference tool's placement.
+    """
+    value = extra.get("TargetRuntime", "cpu")
+    if value not in RUNTIMES:
+        raise ConfigError(f"extra_options['TargetRuntime'] must be one of {', '.join(RUNTIMES)}, not {value!r}")
+    return value
 
 
 def _warn_unused(cfg: QuantizationConfig, extra: dict[str, Any], rules: _Rules) -> None:

@@ -16,6 +16,9 @@ from typing import Any, Literal
 from ..formats.base import ALL_FORMATS, INTEGER_FORMATS, MX_ELEMENT_DTYPES
 
 ScaleKind = Literal["float", "pow2", "int16"]
+Runtime = Literal["cpu", "npu"]
+#: The target runtimes a plan can be laid out for (see :attr:`QuantConfig.runtime`).
+RUNTIMES: tuple[str, ...] = ("cpu", "npu")
 CALIBRATION_METHODS = ("minmax", "percentile", "entropy", "minmse", "nonoverflow", "distribution", "layerwise_percentile")
 
 #: Attributes of the ``bfp`` format and their defaults (the reference tool's op defaults).
@@ -406,6 +409,13 @@ class QuantConfig:
     #: widen an fp16 model to fp32 before anything else (exact), so the result computes in fp32
     #: (the compatible API's ConvertFP16ToFP32); by default fp16 models are quantized as fp16
     convert_fp16_to_fp32: bool = False
+    #: where the quantized model will run, which decides the placement of integer quantizers:
+    #: ``"cpu"`` (onnxruntime's CPU execution provider: uint8 activations, scalar activation
+    #: scales, Q/DQ only around ops onnxruntime fuses into integer kernels, so the model runs
+    #: faster than float) or ``"npu"`` (hardware that requantizes per channel for free and runs
+    #: every op in integers: signedness as the preset says, per-channel depthwise inputs, Q/DQ
+    #: on every quantizable op). Float formats (BF16, BFP, MX) are placed alike on both.
+    runtime: Runtime = "cpu"
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
     #: automatic mixed precision: :func:`onnxptq.api.quantize` runs the search; None: off
     auto_mixed_precision: AutoMixedPrecisionOptions | None = None
@@ -429,6 +439,8 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.activation is None and self.weight is None:
             raise ConfigError("QuantConfig needs an activation or a weight format (both are None)")
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
         if self.bias not in ("int32", "weight", None):
             raise ConfigError(f"bias must be 'int32', 'weight' or None, not {self.bias!r}")
         for op, pair in self.op_type_overrides.items():

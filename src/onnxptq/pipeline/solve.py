@@ -74,6 +74,24 @@ def _weight_range_minmse(values: np.ndarray, axis: int | None, quant: Any, name:
     return np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64)
 
 
+def _clamp(bounds: tuple[Any, Any], limits: tuple[float | None, float | None] | None) -> tuple[Any, Any]:
+    """The calibrated range cut to the readers' live interval (see TensorPlan.limits).
+
+    Per-channel ranges are cut elementwise; a cut that would empty the range is not made.
+    """
+    if limits is None:
+        return bounds
+    low, high = limits
+    rmin, rmax = np.asarray(bounds[0], dtype=np.float64), np.asarray(bounds[1], dtype=np.float64)
+    new_min = np.maximum(rmin, low) if low is not None else rmin
+    new_max = np.minimum(rmax, high) if high is not None else rmax
+    if np.any(new_min > new_max):
+        return bounds
+    if np.ndim(bounds[0]) == 0:
+        return float(new_min), float(new_max)
+    return new_min.astype(np.asarray(bounds[0]).dtype), new_max.astype(np.asarray(bounds[1]).dtype)
+
+
 def _integer_params(quant, rmin, rmax) -> QParams:
     scale, zero_point = integer.compute_scale_zp(
         rmin, rmax, quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range, scale_kind=quant.scale_kind
@@ -119,7 +137,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
         while root.share_with and root.share_with in plan.tensors and root.share_with not in seen:
             root = plan.tensors[root.share_with]
             seen.add(root.name)
-        rmin, rmax = ranges.get(root.name, ranges[tplan.name])
+        rmin, rmax = _clamp(ranges.get(root.name, ranges[tplan.name]), root.limits)
         quant = tplan.quant
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 

@@ -1,0 +1,83 @@
+"""What each target runtime runs in integers: the facts the planner lays integer quantizers out by.
+
+Two targets (:attr:`onnxptq.config.schema.QuantConfig.runtime`):
+
+* ``"npu"``: hardware that runs every quantizable op on integers and requantizes per channel for
+  free. Every op of the quantizable set gets Q/DQ, signedness is the preset's, and per-channel
+  activation scales into depthwise convolutions are allowed (they fold into the weights).
+* ``"cpu"``: onnxruntime's CPU execution provider. A Q/DQ pair only pays for itself where
+  onnxruntime's QDQ fusion turns the node it surrounds into an integer kernel; everywhere else
+  it is a float → int → float round trip that costs time and accuracy. On x86 without VNNI the
+  integer kernels are fast for uint8 activations and int8 weights (U8S8) and slow for S8S8, and
+  QLinearConv / QLinearAdd / QLinearMul take one scalar scale per activation.
+
+The tables here mirror onnxruntime's QDQ selectors (``qdq_selector_action_transformer.cc``,
+onnxruntime 1.17–1.32): which ops fuse into an integer kernel when their data inputs come from
+DequantizeLinear and their output goes to QuantizeLinear, and which data-movement ops onnxruntime
+runs on the integer values when the Q/DQ around them carry equal parameters.
+"""
+
+from __future__ import annotations
+
+from ..config.schema import QuantConfig, TensorQuant
+
+#: Ops onnxruntime's CPU provider fuses into an integer kernel: QLinearConv, QLinearMatMul /
+#: MatMulIntegerToFloat, QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearAveragePool,
+#: QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearSigmoid, QLinearSoftmax, QLinearWhere.
+CPU_INTEGER_OPS = frozenset(
+    "Conv MatMul Gemm Add Mul Concat AveragePool GlobalAveragePool LeakyRelu Sigmoid Softmax Where".split()
+)
+#: Ops onnxruntime runs on the integer values when the Q before and after carry equal scale and
+#: zero point (its "drop Q/DQ" rules; Split is rewritten to quantized outputs): their output shares
+#: the input's parameters.
+CPU_DATA_MOVEMENT = frozenset(
+    "Expand Flatten Gather GatherElements MaxPool Reshape Resize Slice Split Squeeze Tile Transpose Unsqueeze".split()
+)
+#: Read through DequantizeLinear only (integer input, index output).
+CPU_DQ_ONLY = frozenset({"ArgMax"})
+#: Activations onnxruntime removes in front of a QuantizeLinear whose range they do not cut
+#: (ReluQuantFusion, ClipQuantFusion), so the producer keeps its fused integer kernel. LeakyRelu,
+#: PRelu and HardSwish are not removed: a quantizer between producer and activation is needed,
+#: else the producer stays float.
+CPU_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip"})
+
+#: Every op the CPU target selects for integer quantization by default.
+CPU_OP_TYPES = CPU_INTEGER_OPS | CPU_DATA_MOVEMENT | CPU_DQ_ONLY | CPU_FUSED_ACTIVATIONS
+
+
+def is_cpu(config: QuantConfig) -> bool:
+    """Whether ``config`` targets onnxruntime's CPU execution provider."""
+    return config.runtime == "cpu"
+
+
+def integer_placement(config: QuantConfig, activation: TensorQuant | None) -> bool:
+    """Whether the CPU integer placement governs a node whose activations are ``activation``.
+
+    Only integer activations are laid out by kernel availability; float formats (BF16, BFP, MX)
+    have no integer kernels to aim at and are placed as on every target.
+    """
+    return is_cpu(config) and activation is not None and activation.is_integer
+
+
+def cpu_activation(quant: TensorQuant) -> TensorQuant:
+    """The activation format the CPU target uses for ``quant``: 8-bit activations become uint8.
+
+    onnxruntime's AVX2/AVX512 integer GEMMs take uint8 activations (U8S8, U8U8); with int8
+    activations QLinearConv and QLinearMatMul run a slower S8S8 path (PP-OCRv4 rec: 49 ms vs
+    12.5 ms for onnxruntime's own models). An asymmetric int8 grid and the asymmetric uint8 grid
+    over the same range hold the same values (only the zero point moves), so accuracy is
+    unchanged; a symmetric int8 grid becomes the symmetric uint8 grid (zero point 128, 255 steps
+    over [-max, max] instead of 254).
+    """
+    if quant.format == "int8":
+        return quant.with_(format="uint8")
+    return quant
+
+
+def cpu_constant(activation: TensorQuant) -> TensorQuant:
+    """The format of an elementwise op's constant operand (Add/Mul) on the CPU target.
+
+    QLinearAdd and QLinearMul take both operands in the activation's type with scalar scales, so
+    the constant is quantized per tensor like an activation (asymmetric, its own min/max).
+    """
+    return activation.with_(per_channel=False, block_size=None, calibration="minmax")

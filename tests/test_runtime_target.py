@@ -1,0 +1,116 @@
+"""Target runtime (issue 16): the CPU placement runs as integer kernels in onnxruntime, the NPU one is kept.
+
+Structural checks only (what onnxruntime's optimised graph contains, what the plan decides);
+latency lives in bench/latency.py. Data: rendered PP-OCR lines (onnxptq.testing.ocr).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxptq import get_preset, quantize
+from onnxptq.analysis.runtime_view import runtime_kernels, summary
+from onnxptq.config.schema import ConfigError
+from onnxptq.pipeline.plan import make_plan
+from onnxptq.pipeline.prepare import prepare_for_quantization
+from onnxptq.testing import ocr
+from onnxptq.testing.models import model_path
+
+MATRIX_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def _plan(name: str, runtime: str):
+    config = get_preset("A8W8").replace(runtime=runtime)
+    prepared = prepare_for_quantization(onnx.load(model_path(name)), config)
+    return prepared, make_plan(prepared, config)
+
+
+def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
+    config = get_preset("A8W8").replace(runtime=runtime)
+    config.calibration.progress = False
+    if name == "rec":
+        images = ocr.render_lines(lines, seed=1, characters=ocr.load_characters(onnx.load(model_path("rec"))))[0]
+    else:
+        images = ocr.render_cls(lines, seed=1)[0]
+    feeds = [{"x": images[i:i + 8]} for i in range(0, lines, 8)]
+    return quantize(model_path(name), config, feeds, eval_samples=0).model
+
+
+def test_unknown_runtime_is_refused_with_the_choices():
+    with pytest.raises(ConfigError, match="cpu, npu"):
+        get_preset("A8W8").replace(runtime="gpu")
+
+
+def test_cpu_plan_uses_uint8_scalar_activations_and_skips_ops_without_integer_kernels():
+    prepared, plan = _plan("cls", "cpu")
+    acts = plan.activations()
+    assert acts and all(t.quant.format == "uint8" and not t.quant.per_channel for t in acts)
+    op_of = {n.name: n.op_type for n in prepared.graph.node}
+    hardswish = [n for n, op in op_of.items() if op == "HardSwish"]
+    assert hardswish and all("no integer HardSwish kernel" in plan.skipped_nodes[n] for n in hardswish)
+    # Every Conv output read only by a HardSwish: range cut at -3, where HardSwish saturates.
+    readers = {}
+    for node in prepared.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node.op_type)
+    cut = [t for t in acts if readers.get(t.name) == ["HardSwish"]]
+    assert cut and all(t.limits == (-3.0, None) for t in cut)
+
+
+def test_npu_plan_keeps_the_signed_per_channel_depthwise_placement():
+    _, plan = _plan("cls", "npu")
+    acts = plan.activations()
+    assert {t.quant.format for t in acts} == {"int8"}
+    assert any(t.quant.per_channel for t in acts), "depthwise inputs per channel"
+    assert "HardSwish" in {n.split("_")[0] for n in plan.nodes} or len(plan.nodes) > len(_plan("cls", "cpu")[1].nodes)
+
+
+def test_compat_target_runtime_key():
+    from onnxptq.compat import get_default_config
+    from onnxptq.compat.options import to_quant_config
+
+    config = get_default_config("A8W8")
+    assert to_quant_config(config).runtime == "cpu"
+    config.extra_options["TargetRuntime"] = "npu"
+    assert to_quant_config(config).runtime == "npu"
+    config.extra_options["TargetRuntime"] = "NPU"
+    with pytest.raises(ConfigError, match="TargetRuntime"):
+        to_quant_config(config)
+
+
+@pytest.mark.slow
+def test_every_matrix_op_of_rec_a8w8_runs_as_an_integer_kernel():
+    model = _quantized("rec", 16)
+    rows = [r for r in runtime_kernels(model) if r.op_type in MATRIX_OPS]
+    assert len([r for r in rows if r.op_type == "Conv"]) == 38
+    assert len([r for r in rows if r.op_type == "MatMul"]) == 13
+    floats = [(r.name, r.kernel) for r in rows if r.kind != "integer"]
+    assert not floats, f"float matrix ops in onnxruntime's optimised graph: {floats}"
+    assert {r.kernel for r in rows} <= {"QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QGemm"}
+
+
+@pytest.mark.slow
+def test_inspect_runtime_lists_cls_nodes(tmp_path, capsys):
+    from onnxptq.cli import main
+
+    path = tmp_path / "cls_a8w8.onnx"
+    onnx.save(_quantized("cls", 16), path)
+    assert main(["inspect", str(path), "--runtime"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines()]
+    nodes = [line for line in lines if len(line) >= 2 and line[1] in ("integer", "float", "removed")]
+    convs = [line for line in nodes if line[0] == "Conv"]
+    assert len(convs) == 53 and all(line[1:3] == ["integer", "QLinearConv"] for line in convs)
+    hardswish = [line for line in nodes if line[0] == "HardSwish"]
+    assert hardswish and all(line[1] == "float" for line in hardswish), "no integer HardSwish kernel in onnxruntime"
+    assert ["Conv", "53", "0", "0"] in lines, "per-op-type counts: integer / float / removed"
+
+
+@pytest.mark.slow
+def test_npu_placement_leaves_depthwise_convs_float_on_cpu():
+    """The listing tells the two placements apart: per-channel depthwise inputs block QLinearConv."""
+    counts = summary(runtime_kernels(_quantized("cls", 16, runtime="npu")))
+    assert counts["Conv"].get("float", 0) > 0
+    np.testing.assert_equal(sum(counts["Conv"].values()), 53)
