@@ -19,6 +19,7 @@ import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
+from ..graph.sentinels import sentinel_tensors
 
 log = logging.getLogger(__name__)
 
@@ -430,6 +431,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
+    _keep_sentinels_float(model, tensors, producer_side, consumer_side)
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel:
@@ -439,6 +441,18 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
+
+
+def _keep_sentinels_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> None:
+    """Drop attention-mask tensors (``graph/sentinels.py``) from the plan: they stay float, so a
+    -3.4e38 or -inf sentinel never sets a range. A ``tensor_overrides`` entry naming one still
+    quantizes it (applied after this): the user's explicit choice wins."""
+    dropped = [name for name in sentinel_tensors(model) if tensors.pop(name, None) is not None]
+    for name in dropped:
+        producer_side.pop(name, None)
+        consumer_side.pop(name, None)
+    if dropped:
+        log.info("plan: %d attention-mask tensors stay float (sentinel values): %s", len(dropped), ", ".join(sorted(dropped)[:6]))
 
 
 def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quantized: set[str]) -> str | None:
