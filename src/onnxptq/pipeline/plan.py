@@ -266,11 +266,23 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
             return 0 if attrs.get("transA", 0) else 1
         if index == 1:
             return 1 if attrs.get("transB", 0) else 0
-    if node.op_type == "Softmax" and index == 0:
+    if node.op_type in ("Softmax", "LayerNormalization") and index == 0:
         return int(attrs.get("axis", -1))
     if rank == 1:
         return 0
     return default
+
+
+#: Readers whose block axis is the axis they reduce over (contract, normalize, softmax): for their
+#: inputs the block axis is a property of the op, not of the tensor's layout.
+_REDUCING_READERS = frozenset({"MatMul", "Gemm", "Softmax", "LayerNormalization"})
+
+
+def _reduces(node: onnx.NodeProto, index: int) -> bool:
+    """Whether ``node`` reads input ``index`` along a reduction axis (see :func:`_block_axis`)."""
+    if node.op_type in ("MatMul", "Gemm"):
+        return index in (0, 1)
+    return node.op_type in _REDUCING_READERS and index == 0
 
 
 def check_node_names(model: onnx.ModelProto) -> None:
@@ -340,9 +352,17 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     producer_side: dict[str, tuple[TensorQuant, int | None]] = {}
     consumer_side: dict[str, dict[str, tuple[TensorQuant, int | None]]] = defaultdict(dict)
 
-    def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None):
+    # Activations whose block axis a reducing reader set (MatMul, Gemm, Softmax, LayerNorm): an
+    # elementwise reader never moves it back to the channel axis (residual Adds read the same
+    # tensors as the next layer's MatMuls).
+    reduced_axis: set[str] = set()
+
+    def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None,
+            reducing: bool = False):
         if quant is None or not g.is_float(name):
             return
+        if reducing and role == "activation" and not quant.is_integer and config.refine_block_axis:
+            reduced_axis.add(name)
         if config.dual_quant_nodes and role == "activation":
             if consumer:
                 consumer_side[name].setdefault(node.name, (quant, axis))
@@ -355,7 +375,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         elif consumer and existing.consumers == [] and existing.quant != quant:
             # The consumer's format governs what it reads; a producer-side choice yields to it.
             existing.quant, existing.axis = quant, axis
-        elif existing.axis != axis and axis is not None and existing.role == "activation" and not existing.quant.is_integer:
+        elif (existing.axis != axis and axis is not None and existing.role == "activation" and not existing.quant.is_integer
+              and (reducing or name not in reduced_axis)):
             log.debug("tensor %s: block axis %s (was %s) for %s", name, axis, existing.axis, node.name)
             existing.axis = axis
         if consumer and node.name not in existing.consumers:
@@ -413,7 +434,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
                     axis = _block_axis(node, index, g.rank.get(name), False, default) if config.refine_block_axis else default
-                add(name, "activation", quant, node, consumer=True, axis=axis)
+                add(name, "activation", quant, node, consumer=True, axis=axis, reducing=_reduces(node, index))
         if node.op_type in NO_OUTPUT_QUANT:
             continue
         quant = spec_for(node, "activation")
@@ -426,7 +447,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             if quant.format in ("bfp", "mx"):
                 default = quant.attr_dict.get("axis", 1)
                 first_input = node.input[0] if node.input else ""
-                axis = tensors[first_input].axis if (node.op_type == "MatMul" and first_input in tensors) else default
+                # A MatMul's output rows are along its last axis, whatever its first input was.
+                axis = -1 if (node.op_type == "MatMul" and config.refine_block_axis) else default
                 if g.rank.get(out) == 1:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
