@@ -20,6 +20,7 @@ import onnx
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
 from ..graph.sentinels import sentinel_tensors
+from .transformer import transformer_float_tensors
 
 log = logging.getLogger(__name__)
 
@@ -467,9 +468,14 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
 
 def _keep_sentinels_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> None:
     """Drop attention-mask tensors (``graph/sentinels.py``) from the plan: they stay float, so a
-    -3.4e38 or -inf sentinel never sets a range. A ``tensor_overrides`` entry naming one still
+    -3.4e38 or -inf sentinel never sets a range; and the transformer placement rules' tensors
+    (``pipeline/transformer.py``: inside a decomposed GELU, the residual sums LayerNorm reads). A ``tensor_overrides`` entry naming one still
     quantizes it (applied after this): the user's explicit choice wins."""
     dropped = [name for name in sentinel_tensors(model) if tensors.pop(name, None) is not None]
+    kept_float = [name for name in transformer_float_tensors(model) if tensors.pop(name, None) is not None]
+    if kept_float:
+        log.info("plan: %d GELU-internal / residual-sum tensors stay float (pipeline/transformer.py)", len(kept_float))
+    dropped += kept_float
     for name in dropped:
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
