@@ -111,6 +111,8 @@ def test_mask_path_sets_no_range_and_output_within_format_error(mask_form, prese
     assert not path & set(calibrated.stats), f"mask-path tensors calibrated: {path & set(calibrated.stats)}"
     result = quantize(model, preset, feeds)
     assert not path & set(result.plan.tensors), "mask-path tensors must stay float"
+    assert {"masked", "add_mask"} & set(result.plan.float_tensors) or mask_form != "finfo"
+    assert result.plan.float_tensors.get("masked") == "attention-mask sentinel", "the plan says why"
     assert "probs" in result.plan.tensors, "Softmax's output (probabilities) is still quantized"
     for name, qp in result.params.items():
         if qp.scale is not None:

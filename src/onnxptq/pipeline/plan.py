@@ -143,6 +143,9 @@ class Plan:
     tensors: dict[str, TensorPlan]
     nodes: list[str]
     skipped_nodes: dict[str, str] = field(default_factory=dict)
+    #: tensors a selected node reads or writes that stay float on purpose, with the reason
+    #: (attention-mask sentinels, transformer placement rules)
+    float_tensors: dict[str, str] = field(default_factory=dict)
 
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
@@ -156,6 +159,7 @@ class Plan:
         return {
             "nodes": self.nodes,
             "skipped_nodes": self.skipped_nodes,
+            "float_tensors": self.float_tensors,
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 
@@ -454,33 +458,39 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
-    _keep_sentinels_float(model, tensors, producer_side, consumer_side)
+    float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel:
         _per_channel_depthwise_inputs(tensors, g)
     _apply_tensor_overrides(tensors, config, g)
     _apply_alignment(tensors, selected, config)
-    plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
+    plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
+                float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
 
 
-def _keep_sentinels_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> None:
-    """Drop attention-mask tensors (``graph/sentinels.py``) from the plan: they stay float, so a
-    -3.4e38 or -inf sentinel never sets a range; and the transformer placement rules' tensors
-    (``pipeline/transformer.py``: inside a decomposed GELU, the residual sums LayerNorm reads). A ``tensor_overrides`` entry naming one still
-    quantizes it (applied after this): the user's explicit choice wins."""
-    dropped = [name for name in sentinel_tensors(model) if tensors.pop(name, None) is not None]
-    kept_float = [name for name in transformer_float_tensors(model) if tensors.pop(name, None) is not None]
-    if kept_float:
-        log.info("plan: %d GELU-internal / residual-sum tensors stay float (pipeline/transformer.py)", len(kept_float))
-    dropped += kept_float
-    for name in dropped:
+def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> dict[str, str]:
+    """Drop from the plan the tensors that stay float, and say why (``Plan.float_tensors``):
+    attention-mask sentinels (``graph/sentinels.py``: a -3.4e38 or -inf value never sets a range)
+    and the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
+    the residual sums LayerNorm reads). A ``tensor_overrides`` entry naming one still quantizes
+    it (applied after this): the user's explicit choice wins."""
+    why: dict[str, str] = {}
+    for name in sentinel_tensors(model):
+        if tensors.pop(name, None) is not None:
+            why[name] = "attention-mask sentinel"
+    for name in transformer_float_tensors(model):
+        if tensors.pop(name, None) is not None:
+            why[name] = "transformer placement (GELU inside or residual sum)"
+    for name in why:
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
-    if dropped:
-        log.info("plan: %d attention-mask tensors stay float (sentinel values): %s", len(dropped), ", ".join(sorted(dropped)[:6]))
+    if why:
+        log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
+                 len(why), ", ".join(sorted(why)[:6]))
+    return why
 
 
 def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quantized: set[str]) -> str | None:
