@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     plan = make_plan(prepared, config)
     print(f"preset {args.preset}: {config.describe()}")
     print(f"  {len(plan.nodes)} nodes quantized, {len(plan.skipped_nodes)} left in float")
+    for reason, count in Counter(plan.float_tensors.values()).most_common():
+        print(f"  {count:5d}  tensors kept float: {reason}")
     for key, count in plan.summary().items():
         print(f"  {count:5d}  {key}")
     if args.tensors:

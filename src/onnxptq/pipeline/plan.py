@@ -21,6 +21,8 @@ from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
+from ..graph.sentinels import sentinel_tensors
+from .transformer import transformer_float_tensors
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,9 @@ class Plan:
     tensors: dict[str, TensorPlan]
     nodes: list[str]
     skipped_nodes: dict[str, str] = field(default_factory=dict)
+    #: tensors a selected node reads or writes that stay float on purpose, with the reason
+    #: (attention-mask sentinels, transformer placement rules)
+    float_tensors: dict[str, str] = field(default_factory=dict)
 
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
@@ -172,6 +177,7 @@ class Plan:
         return {
             "nodes": self.nodes,
             "skipped_nodes": self.skipped_nodes,
+            "float_tensors": self.float_tensors,
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 
@@ -295,11 +301,23 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
         # X [seq, batch, input] and W/R [directions, gates x hidden, input or hidden] meet along
         # their last axis (X·Wᵀ, H·Rᵀ).
         return 2 if is_weight else -1
-    if node.op_type == "Softmax" and index == 0:
+    if node.op_type in ("Softmax", "LayerNormalization") and index == 0:
         return int(attrs.get("axis", -1))
     if rank == 1:
         return 0
     return default
+
+
+#: Readers whose block axis is the axis they reduce over (contract, normalize, softmax): for their
+#: inputs the block axis is a property of the op, not of the tensor's layout.
+_REDUCING_READERS = frozenset({"MatMul", "Gemm", "Softmax", "LayerNormalization"})
+
+
+def _reduces(node: onnx.NodeProto, index: int) -> bool:
+    """Whether ``node`` reads input ``index`` along a reduction axis (see :func:`_block_axis`)."""
+    if node.op_type in ("MatMul", "Gemm"):
+        return index in (0, 1)
+    return node.op_type in _REDUCING_READERS and index == 0
 
 
 def check_node_names(model: onnx.ModelProto) -> None:
@@ -372,9 +390,17 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     producer_side: dict[str, tuple[TensorQuant, int | None]] = {}
     consumer_side: dict[str, dict[str, tuple[TensorQuant, int | None]]] = defaultdict(dict)
 
-    def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None):
+    # Activations whose block axis a reducing reader set (MatMul, Gemm, Softmax, LayerNorm): an
+    # elementwise reader never moves it back to the channel axis (residual Adds read the same
+    # tensors as the next layer's MatMuls).
+    reduced_axis: set[str] = set()
+
+    def add(name: str, role: Role, quant: TensorQuant | None, node: onnx.NodeProto, *, consumer: bool, axis=None, bias_of=None,
+            reducing: bool = False):
         if quant is None or not g.is_float(name):
             return
+        if reducing and role == "activation" and not quant.is_integer and config.refine_block_axis:
+            reduced_axis.add(name)
         if config.dual_quant_nodes and role == "activation":
             if consumer:
                 consumer_side[name].setdefault(node.name, (quant, axis))
@@ -387,7 +413,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         elif consumer and existing.consumers == [] and existing.quant != quant:
             # The consumer's format governs what it reads; a producer-side choice yields to it.
             existing.quant, existing.axis = quant, axis
-        elif existing.axis != axis and axis is not None and existing.role == "activation" and not existing.quant.is_integer:
+        elif (existing.axis != axis and axis is not None and existing.role == "activation" and not existing.quant.is_integer
+              and (reducing or name not in reduced_axis)):
             log.debug("tensor %s: block axis %s (was %s) for %s", name, axis, existing.axis, node.name)
             existing.axis = axis
         if consumer and node.name not in existing.consumers:
@@ -445,7 +472,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
                     axis = _block_axis(node, index, g.rank.get(name), False, default) if config.refine_block_axis else default
-                add(name, "activation", quant, node, consumer=True, axis=axis)
+                add(name, "activation", quant, node, consumer=True, axis=axis, reducing=_reduces(node, index))
         if node.op_type in NO_OUTPUT_QUANT:
             continue
         quant = spec_for(node, "activation")
@@ -457,12 +484,13 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             axis = None
             if quant.format in ("bfp", "mx"):
                 default = quant.attr_dict.get("axis", 1)
-                first_input = node.input[0] if node.input else ""
-                axis = tensors[first_input].axis if (node.op_type == "MatMul" and first_input in tensors) else default
+                # A MatMul's output rows are along its last axis, whatever its first input was.
+                axis = -1 if (node.op_type == "MatMul" and config.refine_block_axis) else default
                 if g.rank.get(out) == 1:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
+    float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel and not runtime.is_cpu(config):
@@ -474,9 +502,32 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     if runtime.is_cpu(config):
         _share_through_data_movement(tensors, selected, config)
     _saturation_limits(tensors, g, config)
-    plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped)
+    plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
+                float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))
     return plan
+
+
+def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> dict[str, str]:
+    """Drop from the plan the tensors that stay float, and say why (``Plan.float_tensors``):
+    attention-mask sentinels (``graph/sentinels.py``: a -3.4e38 or -inf value never sets a range)
+    and the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
+    the residual sums LayerNorm reads). A ``tensor_overrides`` entry naming one still quantizes
+    it (applied after this): the user's explicit choice wins."""
+    why: dict[str, str] = {}
+    for name in sentinel_tensors(model):
+        if tensors.pop(name, None) is not None:
+            why[name] = "attention-mask sentinel"
+    for name in transformer_float_tensors(model):
+        if tensors.pop(name, None) is not None:
+            why[name] = "transformer placement (GELU inside or residual sum)"
+    for name in why:
+        producer_side.pop(name, None)
+        consumer_side.pop(name, None)
+    if why:
+        log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
+                 len(why), ", ".join(sorted(why)[:6]))
+    return why
 
 
 def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quantized: set[str]) -> str | None:

@@ -1,0 +1,86 @@
+"""Transformer-aware placement: which tensors of an exported encoder block stay float, and why.
+
+The planner (``pipeline/plan.py``) quantizes every float tensor an op in its op set reads or
+writes. That is right for CNNs, whose ops are whole (a Conv, a fused HardSwish); exporters write a
+transformer block out of primitive ops, so two patterns end up quantized inside:
+
+- **decomposed GELU** (``x * 0.5 * (1 + erf(x / sqrt(2)))``): the Div, Erf, Add and Mul between
+  the GELU's input and its output are one activation function. Quantizing them one by one puts a
+  rounding step on ``1 + erf(.)`` (values near 0 for negative inputs, near 2 for positive ones in
+  one tensor) and on the half-computed product. We quantize the GELU's input and its output, as
+  a fused ``Gelu`` op would be, and keep the inside float.
+- **the residual stream**: an ``Add`` whose output a ``LayerNormalization`` reads is the residual
+  sum. Its few outlier channels (tens to hundreds of times the others, a known property of
+  BERT-family encoders) set a per-tensor range that leaves the ordinary channels a handful of
+  codes; LayerNorm then divides them by a standard deviation the outliers dominate. The residual
+  sum stays float; LayerNorm's output (normalised, outliers tamed by its scale) is quantized as
+  usual, as are the branch outputs added into the stream.
+
+Both rules follow from the ops, not from one model: a graph without Erf or LayerNormalization
+(every CNN the suite runs) has nothing to keep float.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import onnx
+
+log = logging.getLogger(__name__)
+
+__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors"]
+
+_ELEMENTWISE = frozenset({"Add", "Mul", "Div"})
+
+
+def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    found: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                found[name].append(node)
+    return found
+
+
+def gelu_internals(model: onnx.ModelProto) -> set[str]:
+    """Tensors strictly inside each decomposed erf-GELU: Erf's input and every tensor from Erf's
+    output along single-reader Add/Mul/Div steps, except the last one (the GELU's output)."""
+    graph = model.graph
+    consumers = _consumers(graph)
+    producer = {out: node for node in graph.node for out in node.output if out}
+    inside: set[str] = set()
+    for node in graph.node:
+        if node.op_type != "Erf":
+            continue
+        pre = producer.get(node.input[0])
+        if pre is None or pre.op_type not in ("Div", "Mul"):
+            continue  # not x / sqrt(2): an Erf of its own
+        chain = [node.input[0], node.output[0]]
+        current = node.output[0]
+        while True:
+            readers = consumers.get(current, [])
+            if len(readers) != 1 or readers[0].op_type not in _ELEMENTWISE:
+                break
+            current = readers[0].output[0]
+            chain.append(current)
+        if len(chain) < 4:
+            continue  # Erf -> (1 + .) -> x * . at least; anything shorter is no GELU
+        inside.update(chain[:-1])
+    return inside
+
+
+def residual_sums(model: onnx.ModelProto) -> set[str]:
+    """Outputs of ``Add`` nodes that a ``LayerNormalization`` reads (the residual stream)."""
+    consumers = _consumers(model.graph)
+    return {node.output[0] for node in model.graph.node
+            if node.op_type == "Add" and any(c.op_type == "LayerNormalization" and c.input[0] == node.output[0]
+                                             for c in consumers.get(node.output[0], []))}
+
+
+def transformer_float_tensors(model: onnx.ModelProto) -> set[str]:
+    """Every tensor the transformer placement rules keep float (see the module docstring)."""
+    gelu, residual = gelu_internals(model), residual_sums(model)
+    if gelu or residual:
+        log.debug("transformer placement: %d GELU-internal and %d residual-sum tensors stay float", len(gelu), len(residual))
+    return gelu | residual

@@ -1,0 +1,111 @@
+"""Block formats (BFP, MX) choose their block axis per reader (issue 14): MatMul and Gemm operands
+along their contracted axis, activations and weights alike; Conv along channels; an elementwise
+reader (a residual Add) never moves a contracted tensor's axis back to the channel axis."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.config.presets import resolve_config
+from onnxptq.pipeline.plan import make_plan
+
+S, H, N = 8, 64, 32
+
+
+def _encoder_block() -> onnx.ModelProto:
+    """x[2,S,H] -> LayerNorm -> MatMul(W[H,N]) -> Gemm-free path; LayerNorm output also feeds a
+    residual Add *after* the MatMul in node order (the order that used to win)."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((H, H)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.ones(H, np.float32), "gamma"),
+        numpy_helper.from_array(np.zeros(H, np.float32), "beta"),
+        numpy_helper.from_array(rng.standard_normal((N, H)).astype(np.float32), "G"),
+    ]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1, name="ln"),
+        helper.make_node("MatMul", ["ln", "W"], ["mm"], name="mm"),
+        helper.make_node("Add", ["mm", "ln"], ["res"], name="residual"),
+        helper.make_node("Reshape", ["res", "shape2d"], ["flat"], name="flat"),
+        helper.make_node("Gemm", ["flat", "G"], ["out"], transB=1, name="gemm"),
+    ]
+    inits.append(numpy_helper.from_array(np.array([2 * S, H], np.int64), "shape2d"))
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, S, H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2 * S, N])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _conv() -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 32, 3, 3)).astype(np.float32), "Wc")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "Wc"], ["y"], pads=[1, 1, 1, 1], name="conv")], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _axis(plan, name) -> int:
+    t = plan.tensors[name]
+    return t.axis
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MXINT8", "MXFP8_E4M3"])
+def test_matmul_and_gemm_operands_block_along_the_contracted_axis(preset):
+    plan = make_plan(_encoder_block(), resolve_config(preset))
+    assert _axis(plan, "ln") in (-1, 2), "MatMul activation [batch, seq, hidden]: hidden (last) axis, not seq"
+    assert _axis(plan, "W") == 0, "MatMul weight [K, N]: K"
+    assert _axis(plan, "flat") in (-1, 1), "Gemm A [M, K]: K"
+    assert _axis(plan, "G") == 1, "Gemm B with transB [N, K]: K"
+    assert _axis(plan, "x") in (-1, 2), "LayerNorm input: its normalized axis"
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MXINT8"])
+def test_conv_keeps_channels(preset):
+    plan = make_plan(_conv(), resolve_config(preset))
+    assert _axis(plan, "x") == 1, "Conv activation: channels"
+    assert _axis(plan, "Wc") == 1, "Conv weight [O, I, kh, kw]: the input channels it contracts"
+
+
+def test_refine_block_axis_off_uses_the_users_axis_everywhere():
+    cfg = resolve_config("MXINT8")
+    cfg = dataclasses.replace(cfg, refine_block_axis=False)
+    plan = make_plan(_encoder_block(), cfg)
+    assert _axis(plan, "ln") == 1 and _axis(plan, "x") == 1
+
+
+def test_emitted_matmul_quantizes_its_activation_along_the_hidden_axis():
+    """The emitted graph does what the plan says: a MatMul's [batch, seq, hidden] input is MX
+    quantized in blocks along hidden, so the model equals the NumPy reference along that axis and
+    not along seq (the values differ by block, so the two are told apart)."""
+    import onnxruntime as ort
+    from onnxptq.api import quantize
+    from onnxptq.formats.mx import fake_quantize
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((H, N)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", S * 4, H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", S * 4, N])],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = (rng.standard_normal((1, S * 4, H)) * np.exp(rng.standard_normal((1, S * 4, 1)) * 2)).astype(np.float32)
+    result = quantize(model, "MXINT8", [{"x": x}])
+    got = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    wq = fake_quantize(w, element_dtype="int8", axis=0, block_size=32, rounding_mode=2)
+    def mx(a, axis):
+        return fake_quantize(a, element_dtype="int8", axis=axis, block_size=32, rounding_mode=2)
+    # the MatMul's output is MX quantized too, along its own last axis
+    hidden = mx(mx(x, -1) @ wq, -1)
+    seq = mx(mx(x, 1) @ wq, -1)
+    np.testing.assert_allclose(got, hidden, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(got, seq, rtol=1e-4, atol=1e-4)

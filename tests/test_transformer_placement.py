@@ -1,0 +1,74 @@
+"""Transformer placement rules (pipeline/transformer.py): the inside of a decomposed erf-GELU and
+the residual sums LayerNorm reads stay float; everything around them is planned as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import make_small_cnn
+from onnxptq.api import quantize
+from onnxptq.config.presets import resolve_config
+from onnxptq.pipeline.plan import make_plan
+from onnxptq.pipeline.prepare import prepare
+from onnxptq.pipeline.transformer import gelu_internals, residual_sums, transformer_float_tensors
+
+S, H, F = 8, 32, 64
+
+
+def _ffn_block() -> onnx.ModelProto:
+    """x -> MatMul W1 -> GELU (x/sqrt2, Erf, +1, *x, *0.5) -> MatMul W2 -> Add x (residual) -> LayerNorm."""
+    rng = np.random.default_rng(0)
+    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [c(rng.standard_normal((H, F)) / np.sqrt(H), "W1"), c(rng.standard_normal((F, H)) / np.sqrt(F), "W2"),
+             c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half"), c(np.ones(H), "gamma"), c(np.zeros(H), "beta")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+        helper.make_node("Div", ["h", "sqrt2"], ["h_div"], name="gelu_div"),
+        helper.make_node("Erf", ["h_div"], ["h_erf"], name="gelu_erf"),
+        helper.make_node("Add", ["h_erf", "one"], ["h_add"], name="gelu_add"),
+        helper.make_node("Mul", ["h", "h_add"], ["h_mul"], name="gelu_mul"),
+        helper.make_node("Mul", ["h_mul", "half"], ["gelu"], name="gelu_half"),
+        helper.make_node("MatMul", ["gelu", "W2"], ["y"], name="fc2"),
+        helper.make_node("Add", ["y", "x"], ["res"], name="residual"),
+        helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["out"], axis=-1, name="ln"),
+    ]
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_rules_find_the_gelu_inside_and_the_residual_sum():
+    model = _ffn_block()
+    assert gelu_internals(model) == {"h_div", "h_erf", "h_add", "h_mul"}
+    assert residual_sums(model) == {"res"}
+
+
+@pytest.mark.parametrize("preset", ["A8W8", "MXFP8_E4M3"])
+def test_plan_keeps_them_float_and_quantizes_the_rest(preset):
+    # The NPU placement quantizes every quantizable op, so "the rest" is everything; the CPU one
+    # also leaves ops without an integer kernel (LayerNormalization's output) alone.
+    plan = make_plan(prepare(_ffn_block()), resolve_config(preset).replace(runtime="npu"))
+    assert not {"h_div", "h_erf", "h_add", "h_mul", "res"} & set(plan.tensors)
+    assert {"x", "h", "gelu", "y", "W1", "W2", "out"} <= set(plan.tensors), "GELU input/output and the MatMuls stay quantized"
+    cpu = make_plan(prepare(_ffn_block()), resolve_config(preset))
+    assert not {"h_div", "h_erf", "h_add", "h_mul", "res"} & set(cpu.tensors)
+
+
+def test_quantized_block_runs_and_stays_close():
+    model = _ffn_block()
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(4)]
+    result = quantize(model, "A8W8", feeds)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]  # noqa: E731
+    ref, got = run(model), run(result.model)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
+
+
+def test_cnn_has_nothing_to_keep_float():
+    assert transformer_float_tensors(prepare(make_small_cnn())) == set()
