@@ -119,7 +119,8 @@ def test_rec_a16w8_to_a8w8_l2_target_greedy_property(tmp_path):
     assert saved["flipped"] == report.flipped and saved["metric"] == "l2" and saved["target"] == pytest.approx(target)
     g = GraphIndex(onnx.load(out))
     for layer in saved["layers"]:
-        assert g.input_chain(layer["name"], 0)[-1] == {"low": "int8", "high": "int16"}[layer["precision"]], layer
+        # 8-bit activations are uint8 on the default (onnxruntime CPU) target.
+        assert g.input_chain(layer["name"], 0)[-1] in {"low": ("int8", "uint8"), "high": ("int16",)}[layer["precision"]], layer
     assert {layer["precision"] for layer in saved["layers"]} == {"low", "high"}
 
     # CER reported for the four models; the final one is the saved model's.
