@@ -89,6 +89,8 @@ class TensorError:
     nonfinite: int = 0
     #: position of the tensor in the float graph (inputs and constants first): the chart's x axis
     graph_index: int = 0
+    #: what the range-mismatch guard did to this tensor and why (empty where it did nothing)
+    guard: str = ""
 
 
 @dataclass
@@ -104,6 +106,8 @@ class Report:
     outputs: dict[str, dict[str, float]]
     #: planned tensors the structural match could not find, with the reason
     unmatched: dict[str, str] = field(default_factory=dict)
+    #: the range-mismatch guard's decisions by tensor (also those it left float, which have no row)
+    guard: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +117,7 @@ class Report:
             "sort": self.sort,
             "outputs": self.outputs,
             "unmatched": self.unmatched,
+            "guard": self.guard,
             "tensors": [asdict(t) for t in self.tensors],
             "notes": {
                 "sqnr_db": "10*log10(sum ref^2 / sum (ref - quantized)^2) over all samples, quantized model vs float model",
@@ -495,6 +500,7 @@ def compute_report(
         raise ValueError(f"report of {quant_label}: the data yielded no sample")
 
     float_index = _graph_order(float_model)
+    notes = guard_notes(plan)
     rows = []
     for name, m in matches.items():
         tplan = plan.tensors.get(name) if plan is not None else None
@@ -504,8 +510,11 @@ def compute_report(
         if tplan is not None and tplan.axis is not None and tplan.quant.is_integer and tplan.quant.per_channel:
             fmt += f" axis {tplan.axis}"
         figures = accs[name].figures()
+        note = notes.get(name, "")
+        if note:
+            fmt += f" [{note}]"
         rows.append(TensorError(name=name, role=role, op_type=op_type, node=node, format=fmt,
-                                quantized_name=m.quantized, graph_index=float_index.get(name, 0), **figures))
+                                quantized_name=m.quantized, graph_index=float_index.get(name, 0), guard=note, **figures))
     key = (lambda t: (t.local_sqnr_db, t.sqnr_db)) if sort == "local" else (lambda t: (t.sqnr_db, t.local_sqnr_db))
     rows.sort(key=lambda t: (*key(t), t.graph_index))
     outputs = {}
@@ -516,7 +525,19 @@ def compute_report(
         psnr = EXACT_DB if mse == 0 else (10.0 * math.log10(peak * peak / mse) if peak > 0 else -EXACT_DB)
         outputs[name] = {"cosine": fig["cosine"], "sqnr_db": fig["sqnr_db"], "psnr_db": min(psnr, EXACT_DB),
                          "max_abs_err": fig["max_abs_err"]}
-    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched)
+    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched,
+                  dict(plan.guard) if plan is not None else {})
+
+
+def guard_notes(plan: Plan | None) -> dict[str, str]:
+    """One line per tensor the range guard touched: its own decision, or for the inputs of a split
+    Concat, that they got their own quantizer and why."""
+    notes: dict[str, str] = {}
+    for name, decision in (plan.guard if plan is not None else {}).items():
+        notes[name] = f"guard {decision['action']}: {decision['reason']}"
+        for source in decision.get("inputs", []):
+            notes.setdefault(source, f"guard split at {name}: own quantizer, not the Concat's shared scale ({decision['reason']})")
+    return notes
 
 
 def _graph_order(model: onnx.ModelProto) -> dict[str, int]:

@@ -18,6 +18,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exclude", action="append", default=[], help="node name (or ^regex.*) to leave in float; repeatable")
     p.add_argument("--plan", help="also write the quantization plan (JSON) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--quantize-postprocessing", action="store_true",
+                   help="also quantize the decode arithmetic after the last weighted layer (Sigmoid, Softmax, "
+                        "Concat, Mul/Add by constants, ...), which stays float by default")
+    p.add_argument("--no-range-guard", action="store_true",
+                   help="share one scale (or one block exponent) even where it flushes whole channels")
     p.set_defaults(func=run)
 
 
@@ -29,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.data_size = args.calib_size
     config.calibration.batch_size = args.batch_size
     config.calibration.progress = not args.no_progress
+    if args.quantize_postprocessing or args.no_range_guard:
+        config = config.replace(quantize_postprocessing=args.quantize_postprocessing, range_guard=not args.no_range_guard)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     result = quantize(args.model, config, data=args.data, output=args.output)

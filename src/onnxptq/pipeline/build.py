@@ -13,14 +13,18 @@ import onnx
 from ..config.schema import QuantConfig
 from .calibrate import Calibrated
 from .emit import emit
+from .guard import apply_range_guard
 from .plan import Plan, make_plan
 from .solve import QParams, solve
 
 
 def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[str, QParams], onnx.ModelProto]:
-    """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
+    """plan → guard → solve → refine → emit on calibrated statistics (no checks, no session: see
+    ``complete``). The range guard (:mod:`.guard`) may cut shares, move block axes or drop tensors
+    from the plan before solve turns it into scales."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
+    apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg)
     params = solve(prepared, plan, calibrated.stats)
     weights = prepared
     if cfg.finetune is not None:

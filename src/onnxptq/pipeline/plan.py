@@ -19,6 +19,7 @@ import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ..graph.opsets import is_onnx_domain
+from .tails import TAIL_REASON, postprocessing_tail
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,8 @@ class Plan:
     tensors: dict[str, TensorPlan]
     nodes: list[str]
     skipped_nodes: dict[str, str] = field(default_factory=dict)
+    #: the range-mismatch guard's decisions by tensor (:mod:`onnxptq.pipeline.guard`): action, reason
+    guard: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
@@ -154,6 +157,7 @@ class Plan:
         return {
             "nodes": self.nodes,
             "skipped_nodes": self.skipped_nodes,
+            **({"guard": self.guard} if self.guard else {}),
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 
@@ -307,8 +311,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     selected: list[onnx.NodeProto] = []
     skipped: dict[str, str] = {}
     quantized_tensors: set[str] = set()
+    tail = set() if config.quantize_postprocessing else postprocessing_tail(model)
     for node in g.nodes:
-        reason = _skip_reason(node, g, config, op_types, quantized_tensors)
+        reason = TAIL_REASON if node.name in tail else _skip_reason(node, g, config, op_types, quantized_tensors)
         if reason:
             skipped[node.name] = reason
             continue
