@@ -121,3 +121,19 @@ def test_report_says_where_the_guard_acted_and_why(model, tmp_path):
     assert rows["scores"].guard.startswith("guard split at y") and "[guard split" in rows["scores"].format
     assert "Range-mismatch guard" in (tmp_path / "report.html").read_text()
     assert json.loads(json.dumps(report.to_json()))["guard"]["y"]["inputs"] == ["boxes", "scores"]
+
+
+def test_cli_flags_reach_the_config(model, tmp_path):
+    from onnxptq.cli import main
+
+    onnx.save(model, tmp_path / "head.onnx")
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([d["x"] for d in _data(0, 8)]))
+    plans = {}
+    for flags in ([], ["--quantize-postprocessing"], ["--quantize-postprocessing", "--no-range-guard"]):
+        out = tmp_path / f"plan{len(flags)}.json"
+        assert main(["quantize", str(tmp_path / "head.onnx"), "-o", str(tmp_path / "q.onnx"), "--data",
+                     str(tmp_path / "calib.npz"), "--no-progress", "--plan", str(out), *flags]) == 0
+        plans[len(flags)] = json.loads(out.read_text())
+    assert plans[0]["skipped_nodes"]["concat"] == TAIL_REASON and "guard" not in plans[0]
+    assert plans[1]["guard"]["y"]["action"] == "split"
+    assert "guard" not in plans[2] and "concat" in plans[2]["nodes"]

@@ -37,7 +37,7 @@ import onnx
 from ..config.schema import QuantConfig
 from ..formats import fake_quantize
 from ..sessions import open_session
-from .plan import Plan, TensorPlan
+from .plan import PASS_THROUGH, Plan, TensorPlan
 from .solve import _integer_params, activation_range
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,18 @@ def _shared_axes(tplan: TensorPlan, rank: int) -> list[int]:
     return axes
 
 
-def _candidates(plan: Plan) -> list[TensorPlan]:
-    """Activations with one scale per tensor or one exponent per block (and no dual quantizers)."""
+def _candidates(model: onnx.ModelProto, plan: Plan) -> list[TensorPlan]:
+    """Activations with one scale per tensor or one exponent per block (and no dual quantizers).
+
+    The output of a pass-through op (Reshape, Unsqueeze, Slice, ...) whose input is planned too is
+    left to its input: it holds the same values, and dropping it alone would leave DQ → op → float,
+    which onnxruntime's QDQ propagation rewrites into a Q node it then refuses to load.
+    """
+    rearranged = {out for node in model.graph.node if node.op_type in PASS_THROUGH and node.input
+                  and node.input[0] in plan.tensors for out in node.output}
     out = []
     for t in plan.activations():
-        if t.producer_quant is not None:
+        if t.producer_quant is not None or t.name in rearranged:
             continue
         if t.quant.is_integer and not t.quant.per_channel:
             out.append(t)
@@ -191,9 +198,16 @@ class _Checker:
         return None
 
 
-def _drop(plan: Plan, name: str) -> None:
-    """Leave ``name`` float: its quantizer, the biases scaled by it and shares pointing at it go."""
+def _drop(model: onnx.ModelProto, plan: Plan, name: str) -> None:
+    """Leave ``name`` float: its quantizer, the biases scaled by it and shares pointing at it go,
+    and so do the quantizers of pass-through ops that only rearrange it (their range is its range;
+    a float value reshaped into a Q/DQ pair also trips onnxruntime's QDQ propagation at load)."""
     plan.tensors.pop(name, None)
+    for node in model.graph.node:
+        if node.op_type in PASS_THROUGH and node.input and node.input[0] == name:
+            for out in node.output:
+                if out in plan.tensors and plan.tensors[out].role == "activation":
+                    _drop(model, plan, out)
     for other in list(plan.tensors.values()):
         if other.share_with == name:
             other.share_with = None
@@ -218,7 +232,7 @@ def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, An
     """
     if not config.range_guard:
         return []
-    candidates = _candidates(plan)
+    candidates = _candidates(model, plan)
     if not candidates:
         return []
     if not samples:
@@ -253,7 +267,7 @@ def _decide(model: onnx.ModelProto, plan: Plan, checker: _Checker, t: TensorPlan
         for name in inputs:
             if name in plan.tensors and plan.tensors[name].share_with == t.name:
                 plan.tensors[name].share_with = None
-        _drop(plan, t.name)
+        _drop(model, plan, t.name)
         d.inputs = tuple(inputs)
         d.action, d.detail = "split", f"inputs {', '.join(inputs)} keep their own quantizers; the Concat output stays float"
         return d
@@ -266,6 +280,6 @@ def _decide(model: onnx.ModelProto, plan: Plan, checker: _Checker, t: TensorPlan
                 t.axis = axis
                 d.action, d.detail = "block-axis", f"blocks run along axis {axis} instead of {d.axis}"
                 return d
-    _drop(plan, t.name)
+    _drop(model, plan, t.name)
     d.action, d.detail = "float", "no sharing-free form kept every channel"
     return d
