@@ -273,7 +273,9 @@ def _decide(model: onnx.ModelProto, plan: Plan, checker: _Checker, t: TensorPlan
         return d
     x = checker.values[t.name]
     if t.quant.format in ("bfp", "mx"):
-        for axis in sorted(range(x.ndim), key=lambda a: (a == 0, -a)):
+        # Never along axis 0: for NCHW and [N, C] tensors that is the batch, and a block across
+        # samples would make one sample's values depend on the others in its batch.
+        for axis in range(x.ndim - 1, 0, -1):
             if axis == d.axis or x.shape[axis] < 2:
                 continue
             if checker.check(t, block_axis=axis, axes=[d.axis]) is None:
