@@ -3,7 +3,7 @@
 The wheel is fetched once with pip (the mechanism of :mod:`.models`) and unpacked into the user
 cache; its own preprocessing (``preprocess_bytes``: BGR, 0..255, 3×60×160) and greedy CTC decode
 (``decode``) are imported from there, so the figures are the package's reads, not ours.
-Images come from the ``captcha`` package (the ``test`` extra), seeded, four characters long:
+Images come from the ``captcha`` package (the ``test`` extra; its ``secrets`` draws replaced by a\nseeded generator while they are made), four characters long:
 the float model reads about half of them right, which leaves a clear set to keep.
 """
 
@@ -52,20 +52,38 @@ class Captchas:
     images: np.ndarray  # [N, 3, 60, 160] float32, as the package's preprocessing gives them
 
 
+class _SeededSecrets:
+    """The three ``secrets`` functions the ``captcha`` package draws from, from a seeded generator:
+    captcha 0.7 takes every random choice (font, offsets, warps, noise, colours) from ``secrets``,
+    which cannot be seeded, so the same seed would otherwise give different images each run."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+
+    def randbelow(self, n: int) -> int:
+        return self._rng.randrange(n)
+
+    def randbits(self, k: int) -> int:
+        return self._rng.getrandbits(k)
+
+    def choice(self, seq: Sequence[Any]) -> Any:
+        return self._rng.choice(seq)
+
+
 def make_captchas(count: int, seed: int, length: int = 4) -> Captchas:
     """``count`` seeded captchas from the ``captcha`` package, preprocessed by the reader's own code."""
-    from captcha.image import ImageCaptcha
+    from captcha import image as captcha_image
 
     preprocess = _module("preprocess")
     rng = random.Random(seed)
-    state = random.getstate()
-    random.seed(seed)  # ImageCaptcha draws its noise and warps from the global generator
+    original = captcha_image.secrets
+    captcha_image.secrets = _SeededSecrets(seed)  # type: ignore[assignment]
     try:
-        generator = ImageCaptcha(width=160, height=60)
+        generator = captcha_image.ImageCaptcha(width=160, height=60)
         texts = ["".join(rng.choice(ALPHABET) for _ in range(length)) for _ in range(count)]
         images = np.concatenate([preprocess.preprocess_bytes(generator.generate(t).getvalue()) for t in texts])
     finally:
-        random.setstate(state)
+        captcha_image.secrets = original
     return Captchas(texts, images.astype(np.float32))
 
 
