@@ -105,7 +105,9 @@ def test_layerwise_percentile_is_enabled_and_used(small_cnn):
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(16)]
     feeds[0]["x"][0, 0, 0, 0] = 40.0  # one outlier that the best percentile clips
-    cfg = _with_activation("A8W8", calibration="layerwise_percentile", symmetric=True)
+    # The range guard would keep the outlier-bearing input float (its channels differ 40x in
+    # range); this test is about the calibration method's range, so the guard is off.
+    cfg = _with_activation("A8W8", calibration="layerwise_percentile", symmetric=True).replace(range_guard=False)
     result = quantize(small_cnn, cfg, feeds)
     collector = methods.make_collector("layerwise_percentile")
     for feed in feeds:

@@ -50,6 +50,9 @@ def int8_config(per_channel: bool, **kw) -> QuantConfig:
     """Signed int8 everywhere, placed for an NPU-style target (the CPU target turns 8-bit
     activations into uint8 for onnxruntime's kernels; tests/test_runtime_target.py covers it)."""
     kw.setdefault("runtime", "npu")
+    # The Concat closing this graph is a post-processing tail (float by default, see
+    # test_range_guard.py); these tests check plan/solve/emit on it, so it is quantized here.
+    kw.setdefault("quantize_postprocessing", True)
     return QuantConfig(
         activation=make_tensor_quant("int8", symmetric=True),
         weight=make_tensor_quant("int8", symmetric=True, per_channel=per_channel),

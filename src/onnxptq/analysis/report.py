@@ -91,6 +91,8 @@ class TensorError:
     nonfinite: int = 0
     #: position of the tensor in the float graph (inputs and constants first): the chart's x axis
     graph_index: int = 0
+    #: what the range-mismatch guard did to this tensor and why (empty where it did nothing)
+    guard: str = ""
 
 
 @dataclass
@@ -109,6 +111,8 @@ class Report:
     #: per node of the quantized model: what onnxruntime's CPU provider runs it as
     #: (:mod:`onnxptq.analysis.runtime_view`); empty when not computed
     runtime: list[NodeKernel] = field(default_factory=list)
+    #: the range-mismatch guard's decisions by tensor (also those it left float, which have no row)
+    guard: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +122,7 @@ class Report:
             "sort": self.sort,
             "outputs": self.outputs,
             "unmatched": self.unmatched,
+            "guard": self.guard,
             "tensors": [asdict(t) for t in self.tensors],
             "runtime": [asdict(r) for r in self.runtime],
             "runtime_summary": runtime_summary(self.runtime),
@@ -511,6 +516,7 @@ def compute_report(
         raise ValueError(f"report of {quant_label}: the data yielded no sample")
 
     float_index = _graph_order(float_model)
+    notes = guard_notes(plan)
     rows = []
     for name, m in matches.items():
         tplan = plan.tensors.get(name) if plan is not None else None
@@ -520,8 +526,11 @@ def compute_report(
         if tplan is not None and tplan.axis is not None and tplan.quant.is_integer and tplan.quant.per_channel:
             fmt += f" axis {tplan.axis}"
         figures = accs[name].figures()
+        note = notes.get(name, "")
+        if note:
+            fmt += f" [{note}]"
         rows.append(TensorError(name=name, role=role, op_type=op_type, node=node, format=fmt,
-                                quantized_name=m.quantized, graph_index=float_index.get(name, 0), **figures))
+                                quantized_name=m.quantized, graph_index=float_index.get(name, 0), guard=note, **figures))
     key = (lambda t: (t.local_sqnr_db, t.sqnr_db)) if sort == "local" else (lambda t: (t.sqnr_db, t.local_sqnr_db))
     rows.sort(key=lambda t: (*key(t), t.graph_index))
     outputs = {}
@@ -537,7 +546,19 @@ def compute_report(
     except Exception as exc:  # the listing is informative; a model the runtime view cannot open still gets its report
         log.warning("report of %s: onnxruntime's optimised graph could not be read (%s)", quant_label, exc)
         kernels = []
-    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched, kernels)
+    return Report(float_label, quant_label, samples, sort, rows, outputs, unmatched, kernels,
+                  dict(plan.guard) if plan is not None else {})
+
+
+def guard_notes(plan: Plan | None) -> dict[str, str]:
+    """One line per tensor the range guard touched: its own decision, or for the inputs of a split
+    Concat, that they got their own quantizer and why."""
+    notes: dict[str, str] = {}
+    for name, decision in (plan.guard if plan is not None else {}).items():
+        notes[name] = f"guard {decision['action']}: {decision['reason']}"
+        for source in decision.get("inputs", []):
+            notes.setdefault(source, f"guard split at {name}: own quantizer, not the Concat's shared scale ({decision['reason']})")
+    return notes
 
 
 def _graph_order(model: onnx.ModelProto) -> dict[str, int]:

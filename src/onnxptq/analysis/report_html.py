@@ -210,6 +210,10 @@ def render_html(report: Report, chart_rows: int = 40) -> str:
         items = "".join(f"<li><code>{esc(n)}</code>: {esc(r)}</li>" for n, r in report.unmatched.items())
         unmatched = f"<h2>Planned tensors not found</h2><ul>{items}</ul>"
     runtime = _runtime_section(report)
+    if report.guard:
+        items = "".join(f"<li><code>{esc(n)}</code>: {esc(d['action'])} — {esc(d['reason'])}; {esc(d.get('detail', ''))}</li>"
+                        for n, d in report.guard.items())
+        unmatched += f"<h2>Range-mismatch guard</h2><ul>{items}</ul>"
     legend = "".join(f"<span style='background:{c}'></span>{r}" for r, c in _ROLE_COLOURS.items())
     sort_word = "local SQNR (the tensor's own quantizer)" if report.sort == "local" else "SQNR vs the float model"
     return f"""<!DOCTYPE html>

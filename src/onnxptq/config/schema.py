@@ -416,6 +416,14 @@ class QuantConfig:
     #: every op in integers: signedness as the preset says, per-channel depthwise inputs, Q/DQ
     #: on every quantizable op). Float formats (BF16, BFP, MX) are placed alike on both.
     runtime: Runtime = "cpu"
+    #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
+    #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
+    #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``.
+    range_guard: bool = True
+    range_guard_sqnr_db: float = 6.0
+    #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
+    #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)
+    quantize_postprocessing: bool = False
     calibration: CalibrationOptions = field(default_factory=CalibrationOptions)
     #: automatic mixed precision: :func:`onnxptq.api.quantize` runs the search; None: off
     auto_mixed_precision: AutoMixedPrecisionOptions | None = None

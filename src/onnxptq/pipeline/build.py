@@ -14,17 +14,22 @@ from ..config.schema import QuantConfig
 from .calibrate import Calibrated
 from .coverage import drop_uncalibrated_bodies
 from .emit import emit
+from .guard import apply_range_guard
 from .plan import Plan, make_plan
 from .solve import QParams, solve
 
 
 def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[str, QParams], onnx.ModelProto]:
-    """plan → solve → refine → emit on calibrated statistics (no checks, no session: see ``complete``)."""
+    """plan → guard → solve → refine → emit on calibrated statistics (no checks, no session: see
+    ``complete``). The range guard (:mod:`.guard`) may cut shares, move block axes or drop tensors
+    from the plan before solve turns it into scales."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
     if cfg.quantize_subgraphs:
         # A body no calibration sample ran has no statistics: it stays float (coverage.py).
         plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
+
+    apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg)
 
     def solved(model: onnx.ModelProto) -> dict[str, QParams]:
         return solve(model, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,

@@ -23,6 +23,7 @@ from ..graph.walk import ScopeIndex
 from . import runtime
 from ..graph.sentinels import sentinel_tensors
 from .transformer import transformer_float_tensors
+from .tails import TAIL_REASON, postprocessing_tail
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,8 @@ class Plan:
     #: tensors a selected node reads or writes that stay float on purpose, with the reason
     #: (attention-mask sentinels, transformer placement rules)
     float_tensors: dict[str, str] = field(default_factory=dict)
+    #: the range-mismatch guard's decisions by tensor (:mod:`onnxptq.pipeline.guard`): action, reason
+    guard: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
@@ -178,6 +181,7 @@ class Plan:
             "nodes": self.nodes,
             "skipped_nodes": self.skipped_nodes,
             "float_tensors": self.float_tensors,
+            **({"guard": self.guard} if self.guard else {}),
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 
@@ -356,8 +360,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     skipped: dict[str, str] = {}
     quantized_tensors: set[str] = set()
     selected_outputs: set[str] = set()
+    tail = set() if config.quantize_postprocessing else postprocessing_tail(model)
     for node in g.nodes:
-        reason = _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs)
+        reason = TAIL_REASON if node.name in tail else (
+            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs))
         if reason:
             skipped[node.name] = reason
             continue

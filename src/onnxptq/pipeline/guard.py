@@ -1,0 +1,289 @@
+"""Range-mismatch guard: no shared scale or shared block exponent may flush whole channels.
+
+Between calibration and solve, every activation about to be quantized with one scale for the
+whole tensor (per-tensor integer) or with one exponent per block running across channels (BFP,
+MX) is checked on the calibration samples kept in memory: the planned quantizer is simulated
+with the format's NumPy reference and the signal-to-noise ratio of every channel along the axis
+that shares it is measured. Where a channel that carries signal in float comes out below
+``QuantConfig.range_guard_sqnr_db`` the sharing goes, by one of three actions chosen per case:
+
+``split``
+    the tensor is a Concat output whose inputs hold homogeneous ranges (a detector head's
+    ``Concat(boxes in pixels, Sigmoid(scores))``): the inputs get their own quantizers (no
+    AlignConcat sharing) and the Concat output stays float.
+``block-axis``
+    a block format whose blocks ran across the mismatched channels: blocks run along another
+    axis, where each block holds values of one channel only (checked again before it is kept).
+``float``
+    anything else: the tensor is left unquantized (with int32 biases computed from its scale).
+
+Why simulate rather than compare ranges: the flush depends on the format (a zero point, a block
+of 8 or 32 with sub-block shifts, an element type's exponent range), and the reference
+quantizers are the truth of each format; a per-channel SQNR is also what the report measures.
+A channel whose float range is below ``DEAD_CHANNEL`` of the tensor's peak carries nothing the
+next layer can see and is not counted as flushed (post-ReLU dead channels are common).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from ..config.schema import QuantConfig
+from ..formats import fake_quantize
+from ..sessions import open_session
+from .plan import PASS_THROUGH, Plan, TensorPlan
+from .solve import _integer_params, activation_range
+
+log = logging.getLogger(__name__)
+
+#: channels whose float peak is below this fraction of the tensor's peak count as dead, not flushed
+DEAD_CHANNEL = 1e-4
+#: kept samples the guard runs (the check needs the channel structure, not many samples)
+MAX_SAMPLES = 4
+_EXACT = 200.0
+
+
+@dataclass
+class GuardDecision:
+    """What the guard did to one tensor, and why (shown in the log, the plan JSON and the report)."""
+
+    tensor: str
+    action: str  # "split", "block-axis", "float"
+    axis: int
+    worst_channel: int
+    worst_sqnr_db: float
+    flushed_channels: int
+    channels: int
+    detail: str = ""
+    #: for a split: the Concat inputs that now have quantizers of their own
+    inputs: tuple[str, ...] = ()
+
+    def reason(self) -> str:
+        return (f"{self.flushed_channels}/{self.channels} channels on axis {self.axis} below the SQNR bound "
+                f"(worst: channel {self.worst_channel} at {self.worst_sqnr_db:.1f} dB)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "axis": self.axis, "worst_channel": self.worst_channel,
+                "worst_sqnr_db": round(self.worst_sqnr_db, 2), "flushed_channels": self.flushed_channels,
+                "channels": self.channels, "reason": self.reason(), "detail": self.detail,
+                **({"inputs": list(self.inputs)} if self.inputs else {})}
+
+    def describe(self) -> str:
+        return f"guard {self.action}{' (' + self.detail + ')' if self.detail else ''}: {self.reason()}"
+
+
+def channel_sqnr(x: np.ndarray, q: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel SQNR (dB) of ``q`` against ``x`` along ``axis``, and which channels carry signal."""
+    xm = np.moveaxis(np.asarray(x, dtype=np.float64), axis, 0).reshape(x.shape[axis], -1)
+    qm = np.moveaxis(np.asarray(q, dtype=np.float64), axis, 0).reshape(x.shape[axis], -1)
+    signal = np.sum(xm * xm, axis=1)
+    noise = np.sum((xm - qm) ** 2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sqnr = np.where(noise == 0, _EXACT, 10.0 * np.log10(signal / np.where(noise == 0, 1.0, noise)))
+    peak = np.max(np.abs(xm), axis=1)
+    live = peak > DEAD_CHANNEL * max(float(np.max(peak)) if peak.size else 0.0, 1e-30)
+    return np.minimum(sqnr, _EXACT), live
+
+
+def simulate(x: np.ndarray, tplan: TensorPlan, qparams: Any, axis: int | None = None) -> np.ndarray:
+    """``x`` through the planned quantizer (``axis`` overrides a block format's axis)."""
+    quant = tplan.quant
+    if quant.is_integer:
+        return fake_quantize(x.astype(np.float32), quant.format, scale=qparams.scale, zero_point=qparams.zero_point)
+    attrs = dict(quant.attr_dict)
+    attrs["axis"] = tplan.axis if axis is None else axis
+    return fake_quantize(x.astype(np.float32), quant.format, **attrs)
+
+
+def _shared_axes(tplan: TensorPlan, rank: int) -> list[int]:
+    """The axes along which the quantizer shares its scale between channels."""
+    if tplan.quant.format in ("bfp", "mx"):
+        return [tplan.axis % rank] if tplan.axis is not None else []
+    axes = [1] if rank >= 2 else []
+    if rank >= 3:
+        axes.append(rank - 1)
+    return axes
+
+
+def _candidates(model: onnx.ModelProto, plan: Plan) -> list[TensorPlan]:
+    """Activations with one scale per tensor or one exponent per block (and no dual quantizers).
+
+    The output of a pass-through op (Reshape, Unsqueeze, Slice, ...) whose input is planned too is
+    left to its input: it holds the same values, and dropping it alone would leave DQ → op → float,
+    which onnxruntime's QDQ propagation rewrites into a Q node it then refuses to load.
+    """
+    rearranged = {out for node in model.graph.node if node.op_type in PASS_THROUGH and node.input
+                  and node.input[0] in plan.tensors for out in node.output}
+    out = []
+    for t in plan.activations():
+        if t.producer_quant is not None or t.name in rearranged:
+            continue
+        if t.quant.is_integer and not t.quant.per_channel:
+            out.append(t)
+        elif t.quant.format in ("bfp", "mx") and t.axis is not None:
+            out.append(t)
+    return out
+
+
+def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]]
+                   ) -> dict[str, np.ndarray]:
+    """The float values of ``names`` on ``samples``, concatenated on the first axis."""
+    graph_outputs = {o.name for o in model.graph.output}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(model.graph.value_info) + list(model.graph.output)}
+    for name in names:
+        if name not in graph_outputs:
+            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
+    session = open_session(copy)
+    feeds_names = {i.name for i in session.get_inputs()}
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for feed in samples:
+        values = session.run(list(names), {k: v for k, v in feed.items() if k in feeds_names})
+        for name, value in zip(names, values):
+            parts[name].append(np.asarray(value))
+    out = {}
+    for name, chunks in parts.items():
+        try:
+            out[name] = np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+        except ValueError:  # shapes vary between samples (dynamic axes): check the first one only
+            out[name] = chunks[0]
+    return out
+
+
+class _Checker:
+    """Measures one tensor under one quantizer: the worst channel along each shared axis."""
+
+    def __init__(self, plan: Plan, stats: Mapping[str, Any], values: Mapping[str, np.ndarray], bound_db: float) -> None:
+        self.plan, self.stats, self.values, self.bound_db = plan, stats, values, bound_db
+
+    def _root(self, t: TensorPlan) -> TensorPlan:
+        root, seen = t, {t.name}
+        while root.share_with and root.share_with in self.plan.tensors and root.share_with not in seen:
+            root = self.plan.tensors[root.share_with]
+            seen.add(root.name)
+        return root
+
+    def params(self, t: TensorPlan) -> Any:
+        if not t.quant.is_integer:
+            return None
+        root = self._root(t)
+        source = root if root.name in self.stats else t
+        rmin, rmax = activation_range(source, self.stats[source.name])
+        return _integer_params(t.quant, rmin, rmax)
+
+    def check(self, t: TensorPlan, block_axis: int | None = None, axes: Sequence[int] | None = None) -> GuardDecision | None:
+        """A decision skeleton when some live channel along ``axes`` (default: the axes the
+        quantizer shares along) falls below the bound, else None."""
+        x = self.values.get(t.name)
+        if x is None or x.ndim < 2 or x.size == 0 or not np.all(np.isfinite(x)):
+            return None
+        if t.quant.is_integer and t.name not in self.stats and self._root(t).name not in self.stats:
+            return None
+        q = simulate(x, t, self.params(t), axis=block_axis)
+        for axis in (axes if axes is not None else _shared_axes(t, x.ndim)):
+            if x.shape[axis] < 2:
+                continue
+            sqnr, live = channel_sqnr(x, q, axis)
+            bad = live & (sqnr < self.bound_db)
+            if np.any(bad):
+                worst = int(np.argmin(np.where(live, sqnr, np.inf)))
+                return GuardDecision(t.name, "", axis, worst, float(sqnr[worst]), int(bad.sum()), int(x.shape[axis]))
+        return None
+
+
+def _drop(model: onnx.ModelProto, plan: Plan, name: str) -> None:
+    """Leave ``name`` float: its quantizer, the biases scaled by it and shares pointing at it go,
+    and so do the quantizers of pass-through ops that only rearrange it (their range is its range;
+    a float value reshaped into a Q/DQ pair also trips onnxruntime's QDQ propagation at load)."""
+    plan.tensors.pop(name, None)
+    for node in model.graph.node:
+        if node.op_type in PASS_THROUGH and node.input and node.input[0] == name:
+            for out in node.output:
+                if out in plan.tensors and plan.tensors[out].role == "activation":
+                    _drop(model, plan, out)
+    for other in list(plan.tensors.values()):
+        if other.share_with == name:
+            other.share_with = None
+        if other.role == "bias" and other.bias_of is not None and name in other.bias_of:
+            del plan.tensors[other.name]
+
+
+def _concat_inputs(model: onnx.ModelProto, plan: Plan, t: TensorPlan) -> list[str] | None:
+    producer = next((n for n in model.graph.node if t.producer and n.name == t.producer), None)
+    if producer is None or producer.op_type != "Concat":
+        return None
+    return [i for i in producer.input if i]
+
+
+def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any],
+                      samples: Sequence[Mapping[str, np.ndarray]], config: QuantConfig) -> list[GuardDecision]:
+    """Check every shared-scale activation of ``plan`` and change the plan where channels flush.
+
+    Changes ``plan`` in place (tensors dropped, shares cut, block axes moved), records the
+    decisions in ``plan.guard`` and returns them. Without kept samples nothing can be measured
+    and the plan is left as it is (logged).
+    """
+    if not config.range_guard:
+        return []
+    # Tensors inside If/Loop/Scan bodies cannot be fetched by adding graph outputs; the guard
+    # checks main-graph tensors (body tensors keep their planned quantizers, docs/subgraphs.md).
+    main = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    candidates = [t for t in _candidates(model, plan) if t.name in main]
+    if not candidates:
+        return []
+    if not samples:
+        log.info("range guard: no calibration samples kept, channel ranges not checked")
+        return []
+    values = _tensor_values(model, [t.name for t in candidates], list(samples)[:MAX_SAMPLES])
+    checker = _Checker(plan, stats, values, config.range_guard_sqnr_db)
+    decisions: list[GuardDecision] = []
+    flagged = {t.name: d for t in candidates if (d := checker.check(t)) is not None}
+    # Concat outputs first: splitting one gives its inputs their own scales, which may cure them.
+    order = sorted(flagged, key=lambda n: _concat_inputs(model, plan, plan.tensors[n]) is None)
+    for name in order:
+        if name not in plan.tensors:
+            continue
+        t = plan.tensors[name]
+        if t.share_with is not None and t.share_with in flagged and t.share_with in plan.tensors:
+            continue  # decided with the tensor it shares with (a Concat output, below)
+        # Checked again: an earlier split may have given it its own scale, which may cure it.
+        d = checker.check(t)
+        if d is not None:
+            decisions.append(_decide(model, plan, checker, t, d))
+    plan.guard = {d.tensor: d.to_json() for d in decisions}
+    for d in decisions:
+        log.info("range guard: tensor %s: %s", d.tensor, d.describe())
+    return decisions
+
+
+def _decide(model: onnx.ModelProto, plan: Plan, checker: _Checker, t: TensorPlan, d: GuardDecision) -> GuardDecision:
+    """Pick the action for one flagged tensor and apply it to the plan."""
+    inputs = _concat_inputs(model, plan, t)
+    if inputs is not None and len(inputs) > 1:
+        for name in inputs:
+            if name in plan.tensors and plan.tensors[name].share_with == t.name:
+                plan.tensors[name].share_with = None
+        _drop(model, plan, t.name)
+        d.inputs = tuple(inputs)
+        d.action, d.detail = "split", f"inputs {', '.join(inputs)} keep their own quantizers; the Concat output stays float"
+        return d
+    x = checker.values[t.name]
+    if t.quant.format in ("bfp", "mx"):
+        # Never along axis 0: for NCHW and [N, C] tensors that is the batch, and a block across
+        # samples would make one sample's values depend on the others in its batch.
+        for axis in range(x.ndim - 1, 0, -1):
+            if axis == d.axis or x.shape[axis] < 2:
+                continue
+            if checker.check(t, block_axis=axis, axes=[d.axis]) is None:
+                t.axis = axis
+                d.action, d.detail = "block-axis", f"blocks run along axis {axis} instead of {d.axis}"
+                return d
+    _drop(model, plan, t.name)
+    d.action, d.detail = "float", "no sharing-free form kept every channel"
+    return d

@@ -1,0 +1,139 @@
+"""The range-mismatch guard on a hand-built detector head: Concat(boxes 0–600, Sigmoid scores 0–1).
+
+Without the guard one shared int8 scale (or one BFP/MX exponent per block across the channel axis)
+flushes the score channels; with it every channel keeps an error within its format's bound.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.api import quantize
+from onnxptq.config.presets import get_preset
+from onnxptq.pipeline.guard import channel_sqnr
+from onnxptq.pipeline.tails import TAIL_REASON, postprocessing_tail
+from onnxptq.sessions import open_session
+
+BOX_CHANNELS, SCORE_CHANNELS = 4, 2
+#: largest per-channel error allowed, as a fraction of that channel's float range: a few steps of
+#: an 8-bit grid (or of a 7-bit mantissa) the channel owns, against ≈ 1.0 for a flushed channel
+BOUND = {"A8W8": 4 / 255, "BFP16": 2.0**-5, "MX9": 2.0**-5, "MXINT8": 2.0**-5}
+
+
+def head_model() -> onnx.ModelProto:
+    """x [N,4,8,8] in 0..1 → boxes = Relu(Conv) in 0..600 pixels, scores = Sigmoid(Conv); Concat on axis 1."""
+    rng = np.random.default_rng(0)
+    w_box = rng.uniform(0.0, 150.0, size=(BOX_CHANNELS, 4, 1, 1)).astype(np.float32)
+    w_score = rng.uniform(-2.0, 2.0, size=(SCORE_CHANNELS, 4, 1, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w_box"], ["box_pre"], name="conv_box"),
+        helper.make_node("Relu", ["box_pre"], ["boxes"], name="relu_box"),
+        helper.make_node("Conv", ["x", "w_score"], ["score_pre"], name="conv_score"),
+        helper.make_node("Sigmoid", ["score_pre"], ["scores"], name="sigmoid"),
+        helper.make_node("Concat", ["boxes", "scores"], ["y"], name="concat", axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", BOX_CHANNELS + SCORE_CHANNELS, 8, 8])],
+        [numpy_helper.from_array(w_box, "w_box"), numpy_helper.from_array(w_score, "w_score")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _data(seed: int, n: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.uniform(0.0, 1.0, size=(1, 4, 8, 8)).astype(np.float32)} for _ in range(n)]
+
+
+def _channel_errors(model: onnx.ModelProto, quantized: onnx.ModelProto) -> np.ndarray:
+    """Max |error| of each output channel as a fraction of its float range, over fresh data."""
+    feeds = _data(1, 4)
+    ref = np.concatenate([open_session(model).run(None, f)[0] for f in feeds])
+    got = np.concatenate([open_session(quantized).run(None, f)[0] for f in feeds])
+    err = np.abs(got - ref).max(axis=(0, 2, 3))
+    span = np.abs(ref).max(axis=(0, 2, 3))
+    return err / span
+
+
+@pytest.fixture(scope="module")
+def model() -> onnx.ModelProto:
+    return head_model()
+
+
+@pytest.mark.parametrize("preset", sorted(BOUND))
+def test_guard_keeps_every_channel_of_a_mixed_range_concat(model, preset):
+    # The decode tail is quantized on purpose here: the guard, not the tail rule, must save it.
+    off = get_preset(preset).replace(quantize_postprocessing=True, range_guard=False)
+    on = get_preset(preset).replace(quantize_postprocessing=True)
+    flushed = _channel_errors(model, quantize(model, off, data=_data(0, 8)).model)
+    result = quantize(model, on, data=_data(0, 8))
+    kept = _channel_errors(model, result.model)
+
+    # Without the guard the score channels are lost (error about their whole range)...
+    assert flushed[BOX_CHANNELS:].min() > 0.3, flushed
+    # ...with it every channel, boxes and scores, is within the format's bound.
+    assert kept.max() <= BOUND[preset], kept
+    assert "y" in result.plan.guard, result.plan.guard
+    decision = result.plan.guard["y"]
+    assert decision["action"] in ("split", "block-axis", "float")
+    assert decision["axis"] == 1 and decision["worst_channel"] >= BOX_CHANNELS
+    assert json.loads(json.dumps(result.plan.to_json()))["guard"]["y"]["reason"]
+
+
+def test_guard_off_by_config_changes_nothing(model):
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=False)
+    assert quantize(model, cfg, data=_data(0, 4)).plan.guard == {}
+
+
+def test_tail_rule_leaves_the_decode_float_by_default(model):
+    tail = postprocessing_tail(model)
+    assert tail == {"sigmoid", "concat"}  # Relu is not decode arithmetic; the Convs are weighted
+    plan = quantize(model, "A8W8", data=_data(0, 4)).plan
+    assert plan.skipped_nodes["concat"] == TAIL_REASON and plan.skipped_nodes["sigmoid"] == TAIL_REASON
+    on = quantize(model, get_preset("A8W8").replace(quantize_postprocessing=True), data=_data(0, 4)).plan
+    assert "concat" in on.nodes and "sigmoid" in on.nodes
+
+
+def test_channel_sqnr_names_the_flushed_channel():
+    x = np.stack([np.linspace(0, 600, 50), np.linspace(0, 1, 50)])[None]
+    q = x.copy()
+    q[:, 1] = 0.0
+    sqnr, live = channel_sqnr(x, q, axis=1)
+    assert live.all() and sqnr[0] >= 100 and sqnr[1] <= 0.5
+
+
+def test_report_says_where_the_guard_acted_and_why(model, tmp_path):
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True)
+    result = quantize(model, cfg, data=_data(0, 8), report_path=tmp_path / "report.html")
+    from onnxptq.analysis.report import compute_report
+
+    report = compute_report(model, result.model, _data(2, 2), plan=result.plan)
+    assert report.guard["y"]["action"] == "split" and "below the SQNR bound" in report.guard["y"]["reason"]
+    rows = {t.name: t for t in report.tensors}
+    assert rows["scores"].guard.startswith("guard split at y") and "[guard split" in rows["scores"].format
+    assert "Range-mismatch guard" in (tmp_path / "report.html").read_text()
+    assert json.loads(json.dumps(report.to_json()))["guard"]["y"]["inputs"] == ["boxes", "scores"]
+
+
+def test_cli_flags_reach_the_config(model, tmp_path):
+    from onnxptq.cli import main
+
+    onnx.save(model, tmp_path / "head.onnx")
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([d["x"] for d in _data(0, 8)]))
+    plans = {}
+    for flags in ([], ["--quantize-postprocessing"], ["--quantize-postprocessing", "--no-range-guard"]):
+        out = tmp_path / f"plan{len(flags)}.json"
+        assert main(["quantize", str(tmp_path / "head.onnx"), "-o", str(tmp_path / "q.onnx"), "--data",
+                     str(tmp_path / "calib.npz"), "--no-progress", "--plan", str(out), *flags]) == 0
+        plans[len(flags)] = json.loads(out.read_text())
+    assert plans[0]["skipped_nodes"]["concat"] == TAIL_REASON and "guard" not in plans[0]
+    assert plans[1]["guard"]["y"]["action"] == "split"
+    assert "guard" not in plans[2] and "concat" in plans[2]["nodes"]
