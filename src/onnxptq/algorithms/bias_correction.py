@@ -136,17 +136,3 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
 
 def _trans_b(node: onnx.NodeProto) -> bool:
     return any(a.name == "transB" and a.i for a in node.attribute)
-
-
-def with_values(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of ``model`` whose initializers named in ``values`` hold those values (dtype kept);
-    ``model`` itself when there is nothing to change."""
-    if not values:
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for init in out.graph.initializer:
-        if init.name in values:
-            dtype = numpy_helper.to_array(init).dtype
-            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
-    return out

@@ -419,7 +419,9 @@ class QuantConfig:
     #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``.
-    range_guard: bool = True
+    #: Off by default for now: the automatic mixed-precision search scores candidates without it,
+    #: and with DualQuantNodes it can leave a reader the other side's format (open, issue 20).
+    range_guard: bool = False
     range_guard_sqnr_db: float = 6.0
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)

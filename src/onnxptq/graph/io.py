@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Union
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from .. import outputs
 from ..errors import InputNotFoundError, OnnxptqError
@@ -176,3 +178,18 @@ def pin_versions(model: onnx.ModelProto) -> onnx.ModelProto:
     if model.ir_version > ORT_MAX_IR_VERSION or model.ir_version < 7:
         model.ir_version = ORT_MAX_IR_VERSION
     return model
+
+
+def with_initializers(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers named in ``values`` hold those values (dtype kept);
+    ``model`` itself when there is nothing to change. How refinements (bias correction, AdaRound,
+    AdaQuant) hand their new weights to emit."""
+    if not values:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for init in out.graph.initializer:
+        if init.name in values:
+            dtype = numpy_helper.to_array(init).dtype
+            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
+    return out

@@ -11,6 +11,7 @@ import time
 import onnx
 
 from ..config.schema import QuantConfig
+from ..graph.io import with_initializers
 from .calibrate import Calibrated
 from .coverage import drop_uncalibrated_bodies
 from .emit import emit
@@ -38,21 +39,21 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     params = solved(prepared)
     weights = prepared
     if cfg.bias_correction_active():
-        from ..algorithms.bias_correction import correct_biases, with_values
+        from ..algorithms.bias_correction import correct_biases
 
         t = time.perf_counter()
         corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers)
         if corrected:
             # Weight scales do not depend on biases; a bias quantized on its own range does: solve again.
-            weights = prepared = with_values(prepared, corrected)
+            weights = prepared = with_initializers(prepared, corrected)
             params = solved(prepared)
         calibrated.timings["bias correction"] = time.perf_counter() - t
     if cfg.finetune is not None:
         # Refinement needs torch (an optional extra): imported only when a config asks for it.
-        from ..algorithms.finetune import refine, with_weights
+        from ..algorithms.finetune import refine
 
         t = time.perf_counter()
-        weights = with_weights(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
+        weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
         calibrated.timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu)

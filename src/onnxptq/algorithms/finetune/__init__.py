@@ -32,7 +32,7 @@ from ...pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LayerResult", "refine", "require_torch", "torch_device", "with_weights"]
+__all__ = ["LayerResult", "refine", "require_torch", "torch_device"]
 
 
 def require_torch() -> Any:
@@ -341,16 +341,3 @@ def refine(
         return result
     finally:
         torch.set_num_threads(threads)
-
-
-def with_weights(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of ``model`` whose initializers named in ``values`` hold those values (dtype kept)."""
-    if not values:
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for init in out.graph.initializer:
-        if init.name in values:
-            dtype = numpy_helper.to_array(init).dtype
-            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
-    return out
