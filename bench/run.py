@@ -276,39 +276,34 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         result["metric"] = float((out.argmax(axis=1) == labels).mean())
     del outs, out, ref, sess
 
-    lat = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
-    one = {name: np.ascontiguousarray(images[:1])}
+    result["latency_ms"] = _latency_ms(path, backend, {name: np.ascontiguousarray(images[:1])}, job["latency_runs"])
+
+
+def _latency_ms(path: str, backend: str, feed: dict[str, np.ndarray], runs: int) -> float:
+    """Median one-thread latency of ``path`` on one feed, after three warm-up runs."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
     for _ in range(3):
-        lat.run(None, one)
+        session.run(None, feed)
     times = []
-    for _ in range(job["latency_runs"]):
+    for _ in range(runs):
         t = time.perf_counter()
-        lat.run(None, one)
+        session.run(None, feed)
         times.append(time.perf_counter() - t)
-    result["latency_ms"] = 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(times)
 
 
 def _evaluate_vad(job: dict[str, Any], result: dict[str, Any], sess: Any, path: str, backend: str) -> None:
     """Streaming VAD on the evaluation clip: agreement of speech decisions, cosine of probabilities."""
-    import onnxruntime as ort
-
-    from onnxptq.evaluate import psnr
+    from onnxptq.analysis.compare import psnr
     from onnxptq.testing import audio
 
     probs, _ = audio.run_vad(sess, np.load(job["eval"]))
     ref = np.load(job["float_out"])
     figures = audio.compare_probs(ref, probs)
     result.update(cosine=figures["cosine"], psnr_db=psnr(ref, probs), metric=figures["agreement"])
-    lat = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
-    one = _NpzReader(job["calib"]).get_next()
-    for _ in range(3):
-        lat.run(None, one)
-    times = []
-    for _ in range(job["latency_runs"]):
-        t = time.perf_counter()
-        lat.run(None, one)
-        times.append(time.perf_counter() - t)
-    result["latency_ms"] = 1e3 * statistics.median(times)
+    result["latency_ms"] = _latency_ms(path, backend, _NpzReader(job["calib"]).get_next(), job["latency_runs"])
 
 
 def _prepare_vad(name: str, path: Path, d: Path, seconds: tuple[float, float]) -> dict[str, Any]:

@@ -263,3 +263,21 @@ def test_search_refuses_explicit_bias_correction_and_turns_automatic_off(small_c
     assert per_tensor.bias_correction_active()
     result = auto_mixed_precision(small_cnn, per_tensor, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1e9))
     assert result.result.config.bias_correction is False
+
+
+def test_search_keeps_the_planner_quiet(caplog):
+    """Hundreds of candidate plans would each log an INFO line: the search lowers the planner's own
+    logger to WARNING while it runs (a fixed logger name broke when the planner moved modules)."""
+    import logging
+
+    from onnxptq.pipeline.plan import make_plan
+
+    high = get_preset("A16W8")
+    high.calibration.progress = False
+    with caplog.at_level(logging.INFO):
+        result = auto_mixed_precision(make_small_cnn(), high, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1e9))
+    plan_lines = [r for r in caplog.records if r.name == make_plan.__module__ and r.getMessage().startswith("plan:")]
+    # Only the plans made outside the search are logged (calibration for the high and low configs,
+    # the final build): 4 here, where a logger left at INFO logs every candidate's too (9).
+    assert result.report.evaluations > 3
+    assert len(plan_lines) <= 4, f"{len(plan_lines)} plan lines logged: the search's candidates were not kept quiet"

@@ -134,7 +134,7 @@ def test_trailing_slash_output_never_becomes_a_file(tmp_path, small_cnn_path):
 def test_infer_output_names_that_map_to_one_file_get_distinct_files(tmp_path):
     from onnx import TensorProto, helper
 
-    from onnxptq.infer import run_and_save
+    from onnxptq.analysis.infer import run_and_save
 
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["a/b"]), helper.make_node("Neg", ["x"], ["a_b"])], "g",

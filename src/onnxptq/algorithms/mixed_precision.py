@@ -308,7 +308,7 @@ def auto_mixed_precision(
         return high_cfg.replace(node_overrides=overrides)
 
     # Hundreds of candidate plans: their per-plan INFO lines would drown the log.
-    plan_log = logging.getLogger("onnxptq.plan")
+    plan_log = logging.getLogger(make_plan.__module__)  # the planner's own logger, wherever it lives
     plan_level = plan_log.level
     plan_log.setLevel(max(logging.WARNING, plan_log.getEffectiveLevel()))
     try:

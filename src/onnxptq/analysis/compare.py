@@ -33,7 +33,7 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
                    reference_outputs: Sequence[dict[str, np.ndarray]] = ()) -> dict[str, dict[str, float]]:
     """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``.
 
-    The definitions are those of the evaluate tool (:mod:`onnxptq.metrics`, spec §6.6), so the
+    The definitions are those of the evaluate tool (:mod:`onnxptq.analysis.metrics`, spec §6.6), so the
     figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
     ``reference_outputs[i]`` (``{output name: array}``), where given, is the reference model's
     output on feed ``i``, already computed; the reference model is run only for the feeds beyond.

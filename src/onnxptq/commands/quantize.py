@@ -31,7 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--range-guard", action="store_true",
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which)")
-    p.add_argument("--no-range-guard", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(runtime=args.runtime)
     if args.quantize_postprocessing or args.range_guard:
         config = config.replace(quantize_postprocessing=args.quantize_postprocessing,
-                                range_guard=args.range_guard and not args.no_range_guard)
+                                range_guard=args.range_guard)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

@@ -2,7 +2,7 @@
 
 Everything the pipeline does is decided from a :class:`QuantConfig`. The Quark-compatible surface
 (:mod:`onnxptq.compat`) and the presets (:mod:`onnxptq.config.presets`) only *build* one; the
-planner (:mod:`onnxptq.plan`) only *reads* one. Validation happens here, once, with errors that
+planner (:mod:`onnxptq.pipeline.plan`) only *reads* one. Validation happens here, once, with errors that
 name the field at fault, so a bad option fails before any model is touched.
 """
 

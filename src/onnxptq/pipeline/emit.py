@@ -1,6 +1,6 @@
 """Emit: write the plan into the model as Q/DQ pairs, Cast pairs, function nodes and folded weights.
 
-Input: a prepared model, its :class:`~onnxptq.plan.Plan` and the solved :class:`QParams`.
+Input: a prepared model, its :class:`~onnxptq.pipeline.plan.Plan` and the solved :class:`QParams`.
 Output: a new model. Every quantizer comes from :func:`onnxptq.formats.build_qdq`, the same
 builders the format property tests hold bit-exact against the NumPy references, so what ships is
 what was tested. Weights in float formats are fake-quantized once here (no runtime op); integer

@@ -1,6 +1,6 @@
 """``python -m onnxptq.tools.convert_fp32_to_bf16 --input IN --output OUT [--format with_cast]``.
 
-Converts a float32 model to BF16 without calibration data (see :mod:`onnxptq.bf16` for the formats).
+Converts a float32 model to BF16 without calibration data (see :mod:`onnxptq.conversion.bf16` for the formats).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Prints cosine similarity, L2 loss and PSNR per file pair and their mean and worst values, for
 .npy arrays and .png/.jpg images (images need ``pip install onnxptq[images]``). Definitions:
-:mod:`onnxptq.metrics`.
+:mod:`onnxptq.analysis.metrics`.
 """
 
 from __future__ import annotations

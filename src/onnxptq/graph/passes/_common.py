@@ -13,7 +13,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxptq.graph.io import pin_versions
-from onnxptq.graph.opsets import is_onnx_domain, model_opset  # noqa: F401  (re-exported to the passes)
+from onnxptq.graph.opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
 

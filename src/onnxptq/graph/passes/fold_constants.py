@@ -30,9 +30,9 @@ import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 from onnx_ir.passes.common import ShapeInferencePass
 
+from onnxptq.graph.opsets import model_opset
 from onnxptq.graph.passes._common import (
     constant_array,
-    model_opset,
     has_subgraph,
     is_onnx_domain,
     run_passes,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from onnxptq.graph.opsets import model_opset
 from onnxptq.graph.passes._common import (
     const_operand,
     constant_array,
-    model_opset,
     onnx_nodes,
     replace_output,
     rewrite_result,

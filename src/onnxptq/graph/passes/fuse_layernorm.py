@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from onnxptq.graph.opsets import model_opset
 from onnxptq.graph.passes._common import (
     collect_names,
     const_operand,
     constant_array,
-    model_opset,
     make_initializer,
     onnx_nodes,
     replace_output,

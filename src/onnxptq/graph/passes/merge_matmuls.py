@@ -24,10 +24,10 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from onnxptq.graph.opsets import model_opset
 from onnxptq.graph.passes._common import (
     collect_names,
     constant_array,
-    model_opset,
     is_onnx_domain,
     make_initializer,
     run_passes,
