@@ -15,7 +15,7 @@ from onnxptq.api import quantize
 from onnxptq.calibration.readers import CalibrationDataError, NonFiniteDataError
 from onnxptq.cli import main as cli_main
 from onnxptq.config.schema import CalibrationOptions, ConfigError
-from onnxptq.errors import OnnxptqError
+from onnxptq.errors import OnnxptqError, ScaleOverflowError
 from onnxptq.graph.check import AlreadyQuantizedError, CustomOpError
 
 
@@ -170,3 +170,4 @@ def test_inspect_shows_symbolic_dims_by_name(tmp_path, capsys):
     assert cli_main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "input x: float32 [N, 3, 16, 16]" in out and "output y: float32 [N, 10]" in out
+

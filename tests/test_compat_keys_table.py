@@ -130,10 +130,35 @@ def _fp16_model() -> onnx.ModelProto:
     return model
 
 
+def _sequence_model() -> onnx.ModelProto:
+    """[N, 4, 8] activations through MatMul -> Slice (part of the hidden axis) -> MatMul, as in a
+    transformer: the block axis of a MatMul input is its last (contracted) axis, which
+    RefineBlockAxis chooses over the channel axis 1; a Slice that keeps a part of its input has a
+    narrower range than the input, so AlignSlice changes its scale."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, (8, 6)).astype(np.float32), "WA"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (3, 5)).astype(np.float32), "WB"),
+             numpy_helper.from_array(np.array([0], np.int64), "s0"), numpy_helper.from_array(np.array([3], np.int64), "s1"),
+             numpy_helper.from_array(np.array([2], np.int64), "ax")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "WA"], ["h"], name="mm_a"),
+        helper.make_node("Slice", ["h", "s0", "s1", "ax"], ["part"], name="slice"),
+        helper.make_node("MatMul", ["part", "WB"], ["y"], name="mm_b"),
+    ]
+    graph = helper.make_graph(nodes, "sequence", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 5])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 IF_MODEL = _if_model()
+SEQUENCE_MODEL = _sequence_model()
 FP16_MODEL = _fp16_model()
 _rng = np.random.default_rng(1)
 FEEDS = [{"x": (_rng.normal(0, 1, (1, 3, 8, 8)) * (1 + 2 * i)).astype(np.float32)} for i in range(4)]
+SEQUENCE_FEEDS = [{"x": (_rng.normal(0, 1, (1, 4, 8)) * (1 + 2 * i)).astype(np.float32)} for i in range(4)]
 
 BF16 = {"activation_type": ExtendedQuantType.QBFloat16, "weight_type": ExtendedQuantType.QBFloat16}
 BFP = {"activation_type": ExtendedQuantType.QBFP, "weight_type": ExtendedQuantType.QBFP}
@@ -154,14 +179,17 @@ PROBES: dict[str, tuple] = {
     "ExtraOpTypesToQuantize": (["Sigmoid", "Clip"], {"extra": {"OpTypesToQuantize": ["Conv"]}}),
     "ExecutionProviders": (["NoSuchExecutionProvider"], {}),
     "QuantizeAllOpTypes": (True, {"extra": {"OpTypesToQuantize": ["Conv"]}}),
-    "ForceQuantizeNoInputCheck": (True, {"extra": {"OpTypesToQuantize": ["GlobalAveragePool", "Gemm"]}}),
+    # Slice and Mul have no weight of their own: without the key their input stays float.
+    "ForceQuantizeNoInputCheck": (True, {"extra": {"OpTypesToQuantize": ["Slice", "Mul", "Gemm"]}}),
     "WeightsOnly": (True, {}),
     "AddQDQPairToWeight": (True, {}),
     "RemoveQDQConvRelu": (False, {}),
     "RemoveQDQConvClip": (False, {}),
     "RemoveQDQConvLeakyRelu": (False, {}),
     "RemoveQDQConvPRelu": (False, {}),
-    "EnableDualQuantNodePairs": (True, {"extra": {"SpecificTensorPrecision": True, "MixedPrecisionTensor": {ExtendedQuantType.QBFloat16: ["m"]}}}),
+    # A precision boundary: the Conv layers in BF16, the rest int8 (layer-wise mixed precision).
+    "EnableDualQuantNodePairs": (True, {"extra": {"AutoMixprecision": {"TargetOpType": ["Conv"],
+                                                                       "TargetQuantType": ExtendedQuantType.QBFloat16}}}),
     "EnableSubgraph": (False, {"model": IF_MODEL}),
     "ConvertFP16ToFP32": (True, {"model": FP16_MODEL}),
     "CalibDataSize": (1, {}),
@@ -192,13 +220,14 @@ PROBES: dict[str, tuple] = {
     "BFPAttributes": ({"block_size": 16}, BFP),
     "MXAttributes": ({"element_dtype": "fp8_e4m3"}, MX),
     "AlignConcat": (True, {}),
-    "AlignSlice": (True, {}),
+    # On the CPU target data movement always shares its input's parameters: the key acts on the NPU placement.
+    "AlignSlice": (True, {"model": SEQUENCE_MODEL, "extra": {"TargetRuntime": "npu"}}),
     # On the CPU target elementwise constants already take the activation type: the key acts on the NPU placement.
     "AlignEltwiseQuantType": (True, {"activation_type": ExtendedQuantType.QUInt8, "weight_type": ExtendedQuantType.QInt8,
                                      "extra": {"TargetRuntime": "npu"}}),
     "BF16QDQToCast": (True, BF16),
     "BF16WithClip": (True, BF16),
-    "RefineBlockAxis": (False, MX),
+    "RefineBlockAxis": (False, {**MX, "model": SEQUENCE_MODEL}),
     "MixedPrecisionTensor": ({ExtendedQuantType.QInt16: ["r1"]}, {"extra": {"SpecificTensorPrecision": True}}),
     "SpecificTensorPrecision": (True, {"extra": {"MixedPrecisionTensor": {ExtendedQuantType.QInt16: ["r1"]}}}),
     "AutoMixprecision": ({"TargetOpType": ["Gemm"], "TargetQuantType": ExtendedQuantType.QBFloat16}, {}),
@@ -216,7 +245,7 @@ def _config(base: dict, extra: dict) -> QuantizationConfig:
 
 
 def _fingerprint(cfg, model: onnx.ModelProto = MODEL) -> tuple:
-    result = quantize(model, cfg, FEEDS, eval_samples=0)
+    result = quantize(model, cfg, SEQUENCE_FEEDS if model is SEQUENCE_MODEL else FEEDS, eval_samples=0)
     params = tuple(sorted((k, np.asarray(p.scale).tobytes(), np.asarray(p.zero_point).tobytes()) for k, p in result.params.items()))
     return result.model.SerializeToString(), params, result.calibration_samples
 
@@ -237,15 +266,7 @@ def test_every_honoured_key_has_a_probe():
     assert sorted(PROBES) == honoured
 
 
-#: Keys whose probe does not yet show an effect on the probe model: either the model lacks what
-#: they act on or they are accepted and ignored. Strict xfail: once a probe shows the effect, the
-#: test passes unexpectedly and this list must shrink. Not yet decided (issue 18 follow-up).
-UNPROVEN = {"AlignSlice", "EnableDualQuantNodePairs", "ForceQuantizeNoInputCheck", "RefineBlockAxis"}
-
-
-@pytest.mark.parametrize(
-    "key", [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason="effect not shown yet")) if k in UNPROVEN else k
-            for k in sorted(PROBES)])
+@pytest.mark.parametrize("key", sorted(PROBES))
 def test_honoured_key_changes_the_result_or_raises(key):
     value, base = PROBES[key]
     base_run, base_print = _baseline(base)

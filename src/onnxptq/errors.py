@@ -61,5 +61,15 @@ class NonFiniteStatisticsError(OnnxptqError, ValueError):
     """A tensor held no finite value on any calibration batch: the float model overflows (NaN/Inf)."""
 
 
+class ScaleOverflowError(OnnxptqError, ValueError):
+    """A tensor's values are too large (or not finite) for any float32 scale: a weight near the
+    float32 limit, or an int32 bias whose scale (activation scale × weight scale) overflows."""
+
+
+class CalibrationMissingError(OnnxptqError, RuntimeError):
+    """A planned activation has no statistics: calibration was skipped, or the data never computed
+    the tensor (a branch no sample took)."""
+
+
 #: What a caller (the CLI, the fuzz tests) may expect from any bad input; anything else is a bug.
 DOCUMENTED_ERRORS: tuple[type[BaseException], ...] = (OnnxptqError,)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import OnnxptqError
+
 log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -35,7 +37,7 @@ SUFFIXES = ARRAY_SUFFIXES + IMAGE_SUFFIXES
 _TINY = 1e-10
 
 
-class EvaluateError(ValueError):
+class EvaluateError(OnnxptqError, ValueError):
     """The two result folders cannot be compared (named file or folder at fault)."""
 
 

@@ -61,7 +61,11 @@ def fusion_passes() -> list[ir.passes.PassBase]:
 
 
 class PrepareError(RuntimeError):
-    """A prepare step failed or produced a model the ONNX checker rejects."""
+    """A prepare step failed or produced a model the ONNX checker rejects.
+
+    Deliberately not an :class:`~onnxptq.errors.OnnxptqError`: the input was already checked, so
+    this is a defect of ours, and the fuzz tests must see it as one rather than as a documented
+    answer to bad input."""
 
 
 def prepare(

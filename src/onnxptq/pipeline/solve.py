@@ -17,6 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..calibration import methods
+from ..errors import CalibrationMissingError, ScaleOverflowError
 from ..formats import floating, integer
 from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
@@ -41,10 +42,6 @@ class QParams:
 def producer_params_key(name: str) -> str:
     """Key in the solved params of a tensor's producer-side quantizer (DualQuantNodes)."""
     return f"{name}::producer"
-
-
-class CalibrationMissingError(RuntimeError):
-    """A planned activation has no statistics (calibration skipped or tensor never computed)."""
 
 
 def activation_range(tplan: TensorPlan, collector: Any, *, moving_average: bool = False) -> tuple[float, float]:
@@ -162,6 +159,11 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
             continue
         values = numpy_helper.to_array(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
+        if not np.isfinite(values).all() or (values.size and float(np.max(np.abs(values))) > np.finfo(np.float32).max / 2):
+            raise ScaleOverflowError(
+                f"weight {tplan.name!r} holds non-finite values or values near the float32 limit "
+                f"(max |w| = {float(np.max(np.abs(values.astype(np.float64)))):.3g}); it cannot be quantized (exclude its node)"
+            )
         if weight_minmse and quant.is_integer:
             rmin, rmax = _weight_range_minmse(values, axis, quant, tplan.name)
         else:
@@ -178,7 +180,14 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
                 raise CalibrationMissingError(
                     f"int32 bias {tplan.name!r} needs the scales of {act!r} and {weight!r}; one was not quantized"
                 )
-            scale = (params[act].scale.astype(np.float64) * params[weight].scale.astype(np.float64)).astype(np.float32)
+            wide = params[act].scale.astype(np.float64) * params[weight].scale.astype(np.float64)
+            if not np.all(wide <= np.finfo(np.float32).max):
+                raise ScaleOverflowError(
+                    f"int32 bias {tplan.name!r}: its scale, scale({act!r}) × scale({weight!r}) = "
+                    f"{float(np.max(wide)):.3g}, does not fit float32; the weight or the activation is "
+                    f"far too large to quantize; exclude the node that reads them"
+                )
+            scale = wide.astype(np.float32)
             scale = np.where(scale == 0, np.float32(1.0), scale).astype(np.float32)
             if scale.size == 1:
                 scale = scale.reshape(())
