@@ -50,29 +50,52 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 
 
 def rename_uses(graph: onnx.GraphProto, old: str, new: str, skip: Iterable[onnx.NodeProto] = ()) -> None:
-    """Point every consumer of ``old`` (in ``graph`` and its subgraphs) at ``new``."""
-    skip_ids = {id(n) for n in skip}
+    """Point every consumer of ``old`` (in ``graph`` and its subgraphs) at ``new``.
+
+    ``skip`` nodes are recognised by what they are (op, name, outputs: outputs are unique in SSA),
+    not by ``id()``: protobuf may hand out a new Python wrapper for the same node on each access,
+    and a freed wrapper's id can be reused by another node's."""
+    skip_keys = {_node_key(n) for n in skip}
     for g in all_graphs(graph):
         for node in g.node:
-            if id(node) in skip_ids:
+            if skip_keys and _node_key(node) in skip_keys:
                 continue
             for idx, name in enumerate(node.input):
                 if name == old:
                     node.input[idx] = new
 
 
-class FreshNames:
-    """Fresh tensor and node names that collide with nothing in any graph of the model."""
+def _node_key(node: onnx.NodeProto) -> tuple[str, str, tuple[str, ...]]:
+    return node.op_type, node.name, tuple(node.output)
 
-    def __init__(self, model: onnx.ModelProto) -> None:
-        self.taken: set[str] = set()
-        for g in all_graphs(model.graph):
-            self.taken.update(i.name for i in g.input)
-            self.taken.update(i.name for i in g.initializer)
-            for n in g.node:
-                self.taken.update(n.input)
-                self.taken.update(n.output)
-                self.taken.add(n.name)  # node names must be unique too; one pool serves both
+
+class FreshNames:
+    """Fresh names that collide with nothing already taken: ``base`` itself while free, else
+    ``base_1``, ``base_2``, ...
+
+    ``FreshNames(model)`` pools every tensor and node name of every graph of ``model`` (the
+    conversions name new tensors and nodes from one pool). ``FreshNames(taken=names)`` starts from
+    the given names only: emit keeps tensor names and node names in two pools, because the two
+    namespaces are separate in ONNX and a quantizer's tensor may carry its node's name.
+    """
+
+    def __init__(self, model: onnx.ModelProto | None = None, *, taken: Iterable[str] = ()) -> None:
+        self.taken: set[str] = set(taken)
+        if model is not None:
+            for g in all_graphs(model.graph):
+                self.taken.update(i.name for i in g.input)
+                self.taken.update(i.name for i in g.initializer)
+                for n in g.node:
+                    self.taken.update(n.input)
+                    self.taken.update(n.output)
+                    self.taken.add(n.name)  # node names must be unique too; one pool serves both
+
+    def add(self, names: Iterable[str]) -> None:
+        """Mark ``names`` taken (names a caller created without asking)."""
+        self.taken.update(names)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.taken
 
     def __call__(self, base: str) -> str:
         name, k = base, 1

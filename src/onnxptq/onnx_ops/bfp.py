@@ -62,7 +62,7 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
-from .body import Body, view_static
+from .body import Body, view_generic, view_static
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -305,31 +305,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}"
 
 
-def _view_generic(g: Body, xf: str, axis: int, bs: int) -> tuple[str, str, Any]:
-    """(rows, bs, post) view of ``xf`` (``x`` flattened) of any shape: the axis is always padded
-    (by 0 when it divides) and sliced back — two copies, no branch. The shape arithmetic sits at
-    the top level, shared by the branches."""
-    shape = g.shared("Shape", "x")
-    rank = g.shared("Size", shape)
-    norm = g.i64s(axis) if axis >= 0 else g.shared("Add", rank, g.i64s(axis))
-    ax = g.shared("Where", g.shared("Equal", rank, g.i64s(1)), g.i64s(0), norm)  # rank 1 ignores axis
-    ax = g.shared("Where", g.shared("Less", ax, g.i64s(0)), rank, ax)  # out of range: Gather fails loudly
-    chan = g.shared("Gather", shape, ax)
-    ax1 = g.shared("Unsqueeze", g.shared("Add", ax, g.i64s(1)), g.i64(0))
-    post = g.shared("ReduceProd", g.shared("Slice", shape, ax1, g.i64(_I64_MAX)), keepdims=1)
-    cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
-    chan1, cp1 = g.shared("Unsqueeze", chan, g.i64(0)), g.shared("Unsqueeze", cp, g.i64(0))
-    x3 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan1, post, axis=0))
-    pads = g.shared("Concat", g.i64(0, 0, 0, 0), g.shared("Sub", cp1, chan1), g.i64(0), axis=0)
-    xr = g.op("Reshape", g.op("Pad", x3, pads), g.shared("Concat", g.i64(-1, bs), post, axis=0))
-
-    def restore(y: str) -> str:
-        y3 = g.op("Reshape", y, g.shared("Concat", g.i64(-1), cp1, post, axis=0))
-        return g.op("Slice", y3, g.i64(0), chan1, g.i64(1))
-
-    return xr, post, restore
-
-
 def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
     """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
 
@@ -369,7 +344,7 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
             return (*_view_last(g, xf, a["block_size"], 0), a)
         return (*_view_last(g, xf, bs, None if view is None else int(view[1:].rstrip("l"))), a)
     if view is None:
-        return (*_view_generic(g, xf, a["axis"], bs), a)
+        return (*view_generic(g, xf, a["axis"], bs), a)
     if view.startswith("c"):
         a = dict(a, block_size=int(view[1:]))
         return (*view_static(g, xf, a["axis"], a["block_size"], 0), a)

@@ -2,8 +2,8 @@
 and the block view both block families use.
 
 The BFP and MX functions are built with :class:`Body`, and view a tensor as blocks with
-:func:`view_static` when the padding is known at build time (the ONNX counterpart of
-:func:`onnxptq.formats.blocks.to_blocks`). Names are unique across the whole body (its ``If``
+:func:`view_static` when the padding is known at build time, or :func:`view_generic` for any
+shape (the ONNX counterparts of :func:`onnxptq.formats.blocks.to_blocks`). Names are unique across the whole body (its ``If``
 branches share the top level's counter); constants and shape arithmetic go to the top level once
 and every branch reads them from there, because each node costs onnxruntime session-creation time
 and a value computed in two branches would be computed and planned twice.
@@ -12,7 +12,7 @@ and a value computed in two branches would be computed and planned twice.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -90,6 +90,49 @@ class Body:
         """This branch as an ``If`` branch graph returning ``output``."""
         return helper.make_graph(self.nodes, name or self.fresh("branch"), [],
                                  [helper.make_tensor_value_info(output, elem_type, None)])
+
+
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def view_generic(g: Body, xf: str, axis: int | str, bs: int | str) -> tuple[str, str, Callable[[str], str]]:
+    """The (rows, bs, post) block view of ``xf`` (``x`` flattened) for any shape: the block axis is
+    always padded (by 0 when it divides) and sliced back — two copies, no branch.
+
+    ``axis`` and ``bs`` are ints fixed when the function is built (BFP: one function per attribute
+    set) or names of scalar int64 values computed in the body's top level, e.g. attribute
+    references from :meth:`Body.attr_int` (MX: one function for every axis and block size). The
+    arithmetic is the same either way, so both families share this one view. A rank-1 input
+    ignores ``axis``; an out-of-range axis makes the ``Gather`` fail loudly at run time. Returns
+    the view, ``post`` (elements after the axis) and ``restore``.
+    """
+    shape = g.shared("Shape", "x")
+    rank = g.shared("Size", shape)
+    if isinstance(axis, str):
+        norm = g.shared("Where", g.shared("Less", axis, g.i64s(0)), g.shared("Add", axis, rank), axis)
+    else:
+        norm = g.i64s(axis) if axis >= 0 else g.shared("Add", rank, g.i64s(axis))
+    ax = g.shared("Where", g.shared("Equal", rank, g.i64s(1)), g.i64s(0), norm)
+    ax = g.shared("Where", g.shared("Less", ax, g.i64s(0)), rank, ax)
+    chan = g.shared("Gather", shape, ax)
+    ax1 = g.shared("Unsqueeze", g.shared("Add", ax, g.i64s(1)), g.i64(0))
+    post = g.shared("ReduceProd", g.shared("Slice", shape, ax1, g.i64(_I64_MAX)), keepdims=1)
+    if isinstance(bs, str):
+        bs1 = g.shared("Unsqueeze", bs, g.i64(0))
+        cp = g.shared("Mul", g.shared("Div", g.shared("Sub", g.shared("Add", chan, bs), g.i64s(1)), bs), bs)
+    else:
+        bs1 = g.i64(bs)
+        cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64s(bs - 1)), g.i64s(bs)), g.i64s(bs))
+    chan1, cp1 = g.shared("Unsqueeze", chan, g.i64(0)), g.shared("Unsqueeze", cp, g.i64(0))
+    x3 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan1, post, axis=0))
+    pads = g.shared("Concat", g.i64(0, 0, 0, 0), g.shared("Sub", cp1, chan1), g.i64(0), axis=0)
+    xr = g.op("Reshape", g.op("Pad", x3, pads), g.shared("Concat", g.i64(-1), bs1, post, axis=0))
+
+    def restore(y: str) -> str:
+        y3 = g.op("Reshape", y, g.shared("Concat", g.i64(-1), cp1, post, axis=0))
+        return g.op("Slice", y3, g.i64(0), chan1, g.i64(1))
+
+    return xr, post, restore
 
 
 def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:

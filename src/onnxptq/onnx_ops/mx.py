@@ -40,7 +40,7 @@ from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
-from onnxptq.onnx_ops.body import Body, view_static
+from onnxptq.onnx_ops.body import Body, view_generic, view_static
 
 log = logging.getLogger(__name__)
 
@@ -188,35 +188,6 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
     return (-int(n)) % block_size
 
 
-def _view_generic(b: Body, xf: str):
-    """(rows, block_size, post) view of ``xf`` for any shape, axis and block size (attribute
-    references): the axis is always padded (by 0 when it divides) and sliced back."""
-    shp = b.op("Shape", "x")
-    rank = b.op("Size", shp)
-    zero, one = b.const(0, np.int64), b.const(1, np.int64)
-    ax = b.attr_int("axis")
-    bs = b.op("Unsqueeze", b.attr_int("block_size"), b.const([0], np.int64))
-    ax = b.op("Where", b.op("Less", ax, zero), b.op("Add", ax, rank), ax)
-    ax = b.op("Where", b.op("Equal", rank, one), zero, ax)  # rank 1 ignores axis
-    ax = b.op("Where", b.op("Less", ax, zero), rank, ax)  # out of range -> Gather fails loudly
-    ax1 = b.op("Unsqueeze", ax, b.const([0], np.int64))
-    n = b.op("Gather", shp, ax1)
-    one1 = b.const([1], np.int64)
-    tail = b.op("Slice", shp, b.op("Add", ax1, one1), b.const([np.iinfo(np.int64).max], np.int64))
-    post = b.op("ReduceProd", b.op("Concat", one1, tail, axis=0), keepdims=1)
-    padded = b.op("Mul", b.op("Div", b.op("Sub", b.op("Add", n, bs), one1), bs), bs)
-    minus1 = b.const([-1], np.int64)
-    x3 = b.op("Reshape", xf, b.op("Concat", minus1, n, post, axis=0))
-    pads = b.op("Concat", b.const([0, 0, 0, 0], np.int64), b.op("Sub", padded, n), b.const([0], np.int64), axis=0)
-    xr = b.op("Reshape", b.op("Pad", x3, pads), b.op("Concat", minus1, bs, post, axis=0))
-
-    def restore(y: str) -> str:
-        y3 = b.op("Reshape", y, b.op("Concat", minus1, padded, post, axis=0))
-        return b.op("Slice", y3, b.const([0], np.int64), n, one1)
-
-    return xr, restore
-
-
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None,
@@ -241,7 +212,8 @@ def make_function(
     xf = top.op("Reshape", top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
     b = top.branch()
     if static is None:
-        x4, restore = _view_generic(b, xf)
+        # axis and block size are the calling node's attributes, read once at the top level
+        x4, _, restore = view_generic(b, xf, top.attr_int("axis"), top.attr_int("block_size"))
     else:
         x4, _, restore = view_static(b, xf, *static)
     a = b.op("Abs", x4)

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.opsets import is_onnx_domain, model_opset
-from ..graph.walk import Scope, ScopeIndex, all_graphs
+from ..graph.walk import FreshNames, Scope, ScopeIndex, all_graphs
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 
@@ -69,24 +69,19 @@ class _Builder:
         }
         self.imports: dict[str, int] = {imp.domain: imp.version for imp in model.opset_import}
         self.min_opset = self.opset
-        self.taken = set(self.initializers)
+        tensors = FreshNames(taken=self.initializers)
         for scope in index.scopes:
             for node in scope.graph.node:
-                self.taken.update(node.output)
-            self.taken.update(i.name for i in scope.graph.input)
-        self.node_names = {n.name for n in index.nodes() if n.name}
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
-            name, i = f"{base}_{i}", i + 1
-        self.taken.add(name)
-        return name
+                tensors.add(node.output)
+            tensors.add(i.name for i in scope.graph.input)
+        #: tensor names and node names are separate ONNX namespaces, so two pools
+        self.fresh = tensors
+        self.node_names = FreshNames(taken=(n.name for n in index.nodes() if n.name))
 
     def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
         for init in frag.initializers:
             self.initializers[init.name] = init
-            self.taken.add(init.name)
+            self.fresh.add([init.name])
         for fn in frag.functions:
             self.functions.setdefault((fn.domain, fn.name, getattr(fn, "overload", "")), fn)
         for domain, version in frag.opset_imports.items():
@@ -94,13 +89,10 @@ class _Builder:
                 self.imports[domain] = max(self.imports.get(domain, 0), version)
         self.min_opset = max(self.min_opset, frag.min_opset)
         for node in frag.nodes:
-            self.taken.update(node.output)
-            if node.name in self.node_names:  # node names must be unique too (onnxruntime checks)
-                base, i = node.name, 1
-                while f"{base}_{i}" in self.node_names:
-                    i += 1
-                node.name = f"{base}_{i}"
-            self.node_names.add(node.name)
+            self.fresh.add(node.output)
+            # node names must be unique too (onnxruntime checks): the fragment's name, or name_1, ...
+            node.name = self.node_names(node.name) if node.name in self.node_names else node.name
+            self.node_names.add([node.name])
         return list(frag.nodes)
 
 
