@@ -15,7 +15,7 @@ from onnxptq.api import quantize
 from onnxptq.calibration.readers import CalibrationDataError, NonFiniteDataError
 from onnxptq.cli import main as cli_main
 from onnxptq.config.schema import CalibrationOptions, ConfigError
-from onnxptq.errors import OnnxptqError, ScaleOverflowError
+from onnxptq.errors import OnnxptqError, RuntimeOpsetError
 from onnxptq.graph.check import AlreadyQuantizedError, CustomOpError
 
 
@@ -171,3 +171,26 @@ def test_inspect_shows_symbolic_dims_by_name(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "input x: float32 [N, 3, 16, 16]" in out and "output y: float32 [N, 10]" in out
 
+
+
+# --- an opset onnx defines and onnxruntime does not run quantizers at -------------------------
+
+
+def test_highest_qdq_opset_is_probed_from_onnxruntime():
+    newest = onnx.defs.onnx_opset_version()
+    runnable = sessions.highest_qdq_opset(newest, 13)
+    assert 21 <= runnable <= newest
+    assert sessions.highest_qdq_opset(21, 13) == 21
+
+
+def test_a_model_opset_past_what_onnxruntime_quantizes_at_is_refused_naming_both(monkeypatch):
+    # Found by the corrupted-file fuzzer: a flipped byte stamped opset 28, which onnx 1.23 defines
+    # and onnxruntime 1.32 does not run QuantizeLinear at; the float model calibrated fine and
+    # the quantized model failed to load ("a bug in onnxptq"). Simulated here with opset 22 and an
+    # onnxruntime that stops at 21, so the test does not depend on which versions are installed.
+    from onnxptq.pipeline import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "highest_qdq_opset", lambda upto, floor: 21)
+    model = make_small_cnn(opset=22)
+    with pytest.raises(RuntimeOpsetError, match=r"opset 22 .*only up to opset 21.*convert the model to opset 21"):
+        quantize(model, "A8W8", small_cnn_feeds(2), eval_samples=0)

@@ -339,3 +339,16 @@ def test_method_names_and_errors():
         make_collector("distribution", num_bins=128)
     assert isinstance(make_collector("percentile", num_bins=512), HistogramCollector)
     assert qrange("int8", symmetric=True) == (-127, 127) and qrange("uint16", reduce_range=True) == (0, 32767)
+
+
+def test_histogram_covers_a_value_far_outside_its_grid_in_few_steps():
+    # Found by the corrupted-file fuzzer: a batch holding 2e25 after batches of unit values made
+    # the grid's rounding guard step k past 2**53, where k += 1 changes nothing: it never ended.
+    collector = HistogramCollector(num_bins=2048)
+    rng = np.random.default_rng(0)
+    collector.update(rng.normal(0, 1, 1000).astype(np.float32))
+    collector.update(np.array([2.0e25, -1.0, 0.5], np.float32))
+    hist = collector.hist
+    assert hist.threshold >= 2.0e25
+    assert hist.counts.size <= hist.max_bins
+    assert hist.total == pytest.approx(1003)

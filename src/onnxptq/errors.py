@@ -66,6 +66,10 @@ class ScaleOverflowError(OnnxptqError, ValueError):
     float32 limit, or an int32 bias whose scale (activation scale × weight scale) overflows."""
 
 
+class RuntimeOpsetError(OnnxptqError, ValueError):
+    """The model's opset is newer than the installed onnxruntime runs quantization ops at."""
+
+
 class CalibrationMissingError(OnnxptqError, RuntimeError):
     """A planned activation has no statistics: calibration was skipped, or the data never computed
     the tensor (a branch no sample took)."""

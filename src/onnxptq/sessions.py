@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import tempfile
@@ -168,3 +169,34 @@ def open_session(
     session = ort.InferenceSession(str(path), options, providers=chosen)
     weakref.finalize(session, folder.cleanup)
     return session
+
+
+@functools.lru_cache(maxsize=None)
+def highest_qdq_opset(upto: int, floor: int = 13) -> int:
+    """The highest default-domain opset ``<= upto`` at which this onnxruntime runs
+    QuantizeLinear/DequantizeLinear (``floor`` when none above it does).
+
+    onnx defines opsets before onnxruntime implements them: a model stamped with an opset newer
+    than the installed onnxruntime still runs its float ops (each resolves to the newest version
+    onnxruntime has), but the quantizers we add would be resolved at that opset and fail to load.
+    Probed once per opset by opening a two-node model; cached for the process.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    for opset in range(upto, floor, -1):
+        graph = helper.make_graph(
+            [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+            "qdq_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+            initializer=[numpy_helper.from_array(np.array(1.0, np.float32), "s"), numpy_helper.from_array(np.array(0, np.uint8), "z")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 8
+        try:
+            open_session(model)
+        except Exception:  # noqa: BLE001 - any refusal means "not at this opset"
+            log.debug("onnxruntime does not run QuantizeLinear at opset %d", opset)
+            continue
+        return opset
+    return floor

@@ -278,6 +278,12 @@ class SignedHistogram:
                 k = max(math.ceil((amax - self.threshold) / self.width - 1e-9), 1)
             else:
                 k = int((amax - self.threshold) // self.width) + 1
+            if self.counts.size + 2 * k > self.max_bins:
+                # Coarsen before the rounding guard below: for a value far outside the grid
+                # (1e25 against bins of 1e-3, as damaged data gives) k passes 2**53, where k += 1
+                # no longer changes (half + k) * width and the guard would never end.
+                self._coarsen()
+                continue
             while (self.half + k) * self.width < amax:  # guard against float rounding
                 k += 1
             if self.counts.size + 2 * k <= self.max_bins:

@@ -426,6 +426,11 @@ class _NpzSource(_Source):
         yield from _npz_feeds(self.path, inputs, batch_size or 1, self.desc)
 
 
+#: What numpy's readers raise on damaged bytes: a bad header (a dict literal that no longer parses,
+#: or parses into keys of mixed types: TypeError from sorting them), a short read, a broken zip.
+_DAMAGED_DATA = (ValueError, TypeError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error)
+
+
 def _npz_feeds(path: Path, inputs: ModelInputs, rows: int, desc: str) -> Iterator[Feed]:
     try:
         archive = zipfile.ZipFile(path)
@@ -438,7 +443,7 @@ def _npz_feeds(path: Path, inputs: ModelInputs, rows: int, desc: str) -> Iterato
         for name, member in members.items():
             try:
                 streams[name] = _NpyStream(archive.open(member), f"{desc}[{name}]")
-            except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+            except _DAMAGED_DATA as exc:
                 for opened in streams.values():
                     opened.file.close()
                 raise CalibrationDataError(f"{desc}[{name}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
@@ -513,7 +518,7 @@ def _load_numpy(path: Path, desc: str, **kwargs: Any) -> Any:
         raise CalibrationDataError(f"{desc}: not NumPy data (no {kind} header; write it with numpy.save / numpy.savez)")
     try:
         return np.load(path, allow_pickle=False, **kwargs)
-    except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+    except _DAMAGED_DATA as exc:
         raise CalibrationDataError(f"{desc}: not NumPy .npy/.npz data ({' '.join(str(exc).split())})") from exc
 
 
@@ -523,7 +528,7 @@ def _read_members(data: Any, desc: str) -> Feed:
     for key in data.files:
         try:
             feed[key] = data[key]
-        except (ValueError, OSError, EOFError, SyntaxError, TokenError, zipfile.BadZipFile, zlib.error) as exc:
+        except _DAMAGED_DATA as exc:
             raise CalibrationDataError(f"{desc}[{key}]: not readable NumPy data ({' '.join(str(exc).split())})") from exc
     return feed
 

@@ -30,6 +30,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import TopologicalSortPass
 
 from ..config.schema import EqualizationOptions, QuantConfig
+from ..errors import RuntimeOpsetError
 from ..graph import io
 from ..graph.check import onnx_checker
 from ..graph.passes._common import to_ir, to_proto
@@ -47,6 +48,7 @@ from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
 from ..graph.opsets import model_opset
 from ..graph.passes.upgrade_opset import upgrade_opset
+from ..sessions import highest_qdq_opset
 from .plan import node_names
 
 log = logging.getLogger(__name__)
@@ -147,8 +149,24 @@ def prepare(
 
 def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> int:
     """The opset the quantizer prepares ``model`` for: the model's own, raised to at least
-    :data:`~onnxptq.graph.io.TARGET_OPSET` (every quantizer we emit exists there) and ``requested``."""
-    return max(requested or 0, io.TARGET_OPSET, model_opset(model, default=io.TARGET_OPSET))
+    :data:`~onnxptq.graph.io.TARGET_OPSET` (every quantizer we emit exists there) and ``requested``.
+
+    An opset past the target is checked against the installed onnxruntime: onnx may define opsets
+    onnxruntime does not implement yet, and the model's float ops still run there while the
+    quantizers we add would not (found by the corrupted-file fuzzer: a flipped opset byte).
+    """
+    opset = max(requested or 0, io.TARGET_OPSET, model_opset(model, default=io.TARGET_OPSET))
+    if opset > io.TARGET_OPSET:
+        runnable = highest_qdq_opset(opset, io.TARGET_OPSET)
+        if runnable < opset:
+            import onnxruntime
+
+            raise RuntimeOpsetError(
+                f"the model imports opset {opset} of the default domain, but onnxruntime {onnxruntime.__version__} runs "
+                f"QuantizeLinear/DequantizeLinear only up to opset {runnable}: convert the model to opset {runnable} or "
+                f"below (onnx.version_converter.convert_version), or install a newer onnxruntime"
+            )
+    return opset
 
 
 def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:
