@@ -1,10 +1,11 @@
-"""Per-tensor integer weights on PP-OCR (issue 15): task metric with cross-layer equalization and
-bias correction on or off, on the data of tests/test_quantize_ppocr.py (64 calibration lines,
+"""Per-tensor integer weights on PP-OCR (issue 15): task metric with cross-layer equalization,
+outlier channel splitting and bias correction on or off, on the data of tests/test_quantize_ppocr.py (64 calibration lines,
 seed 1; 200 evaluation lines, seed 3). Prints one JSON line.
 
     python bench/per_tensor.py rec A16W8 pt                               # as shipped (CLE + BC automatic)
     python bench/per_tensor.py rec A16W8 pt equalize=False bias_correction=False   # before
     python bench/per_tensor.py cls A8W8 pc equalize=True                   # per-channel, CLE forced on
+    python bench/per_tensor.py rec A8W8 pt outlier_split.expand_ratio=0.1  # a nested option
 """
 
 from __future__ import annotations
@@ -22,14 +23,29 @@ from onnxptq.testing import ocr
 from onnxptq.testing.models import model_path
 
 
+def _value(text: str) -> object:
+    """A command-line value: True / False / None, a number, or the string itself."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    try:
+        return float(text) if any(c in text for c in ".e") else int(text)
+    except ValueError:
+        return text
+
+
 def main(argv: list[str]) -> int:
     task, preset, granularity = argv[:3]
-    changes = {k: {"True": True, "False": False, "None": None}[v] for k, v in (a.split("=", 1) for a in argv[3:])}
+    changes = {k: _value(v) for k, v in (a.split("=", 1) for a in argv[3:])}
     cfg = get_preset(preset)
     cfg.calibration.progress = False
     if granularity == "pt":
         cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
-    cfg = cfg.replace(**changes)
+    for key, value in changes.items():
+        if "." in key:  # an option of a nested dataclass, e.g. outlier_split.expand_ratio=0.1
+            outer, inner = key.split(".", 1)
+            cfg = cfg.replace(**{outer: dataclasses.replace(getattr(cfg, outer), **{inner: value})})
+        else:
+            cfg = cfg.replace(**{key: value})
     path = model_path(task)
     t = time.perf_counter()
     if task == "rec":
@@ -47,6 +63,7 @@ def main(argv: list[str]) -> int:
         metric, ref = ocr.cls_accuracy(session, images, labels), ocr.cls_accuracy(str(path), images, labels)
     print(json.dumps({"task": task, "preset": preset, "weights": granularity, "changes": changes,
                       "equalize": cfg.equalization_active(), "bias_correction": cfg.bias_correction_active(),
+                      "split_outliers": cfg.outlier_split_active(),
                       "metric": metric, "float": ref, "seconds": round(time.perf_counter() - t, 1)}))
     return 0
 
