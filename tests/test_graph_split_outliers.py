@@ -153,10 +153,12 @@ def test_bad_options_raise():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["rec", "cls"])
-def test_real_models_float_outputs_unchanged(name):
+@pytest.mark.parametrize("name, layers", [("rec", 16), ("cls", 0)])
+def test_real_models_float_outputs_unchanged(name, layers):
     """Split as the quantizer does (per-tensor weights: after folding, fusions and equalization):
-    outputs equal the source model's within float rounding."""
+    outputs equal the source model's within float rounding. rec: 16 layers split, among them the
+    two last-stage pointwise convolutions (max |w| 58.2 → 6.6 and 43.4 → 7.9); cls: after
+    equalization no layer gains twofold within the budget, so it is left as it was."""
     import dataclasses
 
     from onnxptq import get_preset
@@ -171,7 +173,10 @@ def test_real_models_float_outputs_unchanged(name):
     plain = prepare_for_quantization(source, cfg.replace(split_outliers=False))
     split = prepare_for_quantization(source, cfg)
     gathers = sum(n.op_type == "Gather" and n.name.endswith("_ocs_gather") for n in split.graph.node)
-    assert gathers > 0
+    assert gathers == layers
+    if not layers:
+        assert split.graph == plain.graph
+        return
     images = ocr.render_lines(8, seed=5)[0] if name == "rec" else ocr.render_cls(8, seed=5)[0]
     feeds = {"x": images}
     ref = _run(source, feeds)
