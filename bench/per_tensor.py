@@ -6,6 +6,7 @@ seed 1; 200 evaluation lines, seed 3). Prints one JSON line.
     python bench/per_tensor.py rec A16W8 pt equalize=False bias_correction=False   # before
     python bench/per_tensor.py cls A8W8 pc equalize=True                   # per-channel, CLE forced on
     python bench/per_tensor.py rec A8W8 pt outlier_split.expand_ratio=0.1  # a nested option
+    python bench/per_tensor.py captcha A8W8 pt     # captcha reader: share of float-right reads kept
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import onnx
 import onnxruntime as ort
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
+from onnxptq.testing import captcha, ocr
 from onnxptq.testing.models import model_path
 
 
@@ -46,9 +47,15 @@ def main(argv: list[str]) -> int:
             cfg = cfg.replace(**{outer: dataclasses.replace(getattr(cfg, outer), **{inner: value})})
         else:
             cfg = cfg.replace(**{key: value})
-    path = model_path(task)
+    path = captcha.model_path() if task == "captcha" else model_path(task)
     t = time.perf_counter()
-    if task == "rec":
+    if task == "captcha":  # the data of tests/test_quantize_captcha.py; metric: float-right reads kept
+        test, calib = captcha.make_captchas(100, seed=1), captcha.make_captchas(16, seed=2)
+        result = quantize(str(path), cfg, [{"image": calib.images[i:i + 1]} for i in range(len(calib.texts))])
+        float_reads = captcha.read(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), test.images)
+        reads = captcha.read(ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]), test.images)
+        metric, ref = captcha.kept_fraction(float_reads, reads, test.texts)[0], 1.0
+    elif task == "rec":
         chars = ocr.load_characters(onnx.load(path))
         calib, _ = ocr.render_lines(64, seed=1, characters=chars)
         images, texts = ocr.render_lines(200, seed=3, characters=chars)
