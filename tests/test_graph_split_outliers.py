@@ -184,3 +184,21 @@ def test_real_models_float_outputs_unchanged(name, layers):
     base = float(np.abs(_run(plain, feeds) - ref).max())
     print(f"{name}: {gathers} split layer(s); max |Δ| {delta:.3g} (without the split {base:.3g}) on outputs of max {np.abs(ref).max():.3g}")
     assert delta <= 1e-4 * max(1.0, float(np.abs(ref).max()))
+
+
+def test_automatic_only_for_per_tensor_integer_weights():
+    """Every shipped preset keeps its results: splitting runs by itself only where an integer weight
+    is per tensor (as equalization and bias correction), and either way can be forced."""
+    import dataclasses
+
+    from onnxptq.config.presets import _PRESETS, get_preset
+
+    for name in _PRESETS:
+        cfg = get_preset(name)
+        assert cfg.outlier_split_active() == cfg.equalization_active(), name
+        per_tensor = cfg.weight is not None and cfg.weight.is_integer and not cfg.weight.per_channel
+        assert cfg.outlier_split_active() is per_tensor, name
+    a8w8 = get_preset("A8W8")
+    assert not a8w8.outlier_split_active() and a8w8.replace(split_outliers=True).outlier_split_active()
+    pt = a8w8.replace(weight=dataclasses.replace(a8w8.weight, per_channel=False))
+    assert pt.outlier_split_active() and not pt.replace(split_outliers=False).outlier_split_active()
