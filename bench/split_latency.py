@@ -2,13 +2,15 @@
 split, one line (1×3×48×320), one thread; CPU time (``time.process_time``) per run, median of
 ``ROUNDS`` rounds that alternate the two models, so a busy machine slows both alike.
 
-    python bench/split_latency.py
+    python bench/split_latency.py                  # default OutlierSplitOptions
+    python bench/split_latency.py min_gain=4       # OutlierSplitOptions fields as field=value
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 
 import numpy as np
@@ -22,13 +24,15 @@ from onnxptq.testing.models import model_path
 ROUNDS = 30
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    split_options = {k: float(v) for k, v in (a.split("=", 1) for a in argv)}
     path = model_path("rec")
     chars = ocr.load_characters(onnx.load(path))
     calib, _ = ocr.render_lines(16, seed=1, characters=chars)
     base = get_preset("A8W8")
     base.calibration.progress = False
-    base = base.replace(weight=dataclasses.replace(base.weight, per_channel=False))
+    base = base.replace(weight=dataclasses.replace(base.weight, per_channel=False),
+                        outlier_split=dataclasses.replace(base.outlier_split, **split_options))
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     sessions = {}
@@ -46,8 +50,9 @@ def main() -> None:
             t = time.process_time()
             session.run(None, feed)
             times[name].append(time.process_time() - t)
-    print(json.dumps({name: round(1000 * float(np.median(v)), 2) for name, v in times.items()} | {"unit": "ms cpu, median"}))
+    print(json.dumps({name: round(1000 * float(np.median(v)), 2) for name, v in times.items()}
+                     | {"unit": "ms cpu, median", "options": split_options}))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

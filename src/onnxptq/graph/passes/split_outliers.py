@@ -24,8 +24,8 @@ pieces: ``n − 1`` pieces of exactly ``±T`` and the remainder. The pieces equa
 max sit on a symmetric min-max grid exactly (``±q_max`` codes), so only the remainder rounds: the
 split weight keeps the error of one rounding, not ``n`` (the paper's equal halves would round
 identically ``n`` times). Weights ``≤ T`` stay in the first copy untouched. A layer is split only
-when that lowers its max |w| at least ``min_gain`` times (a gain below one bit is not worth the
-extra channels).
+when that lowers its max |w| at least ``min_gain`` times (default 4, two bits: on rec the layers
+that gain less cost Gathers and MACs and buy no accuracy, bench/RESULTS.md).
 
 Not split: grouped and depthwise convolutions (a duplicated channel would break the group
 structure; their per-tensor imbalance is what equalization handles), weights read by more than one
