@@ -5,8 +5,8 @@ by the bulk of the weights instead of by a handful of them.
 
 Why: with one scale per weight tensor, a single weight 30× larger than the others sets the grid
 step, and the bulk rounds to a few levels or to zero (PP-OCRv4 rec: two pointwise convolutions
-with diagonal weights of 58 and 43 (by their place, identity branches re-parameterized into them) against median channel
-maxima of 1.6 and 1.1; per-tensor int8 SQNR 10.8 and 9.4 dB). Cross-layer equalization cannot
+with diagonal weights of 58 and 43, by their place identity branches re-parameterized into them,
+against median channel maxima of 1.6 and 1.1; per-tensor int8 SQNR 10.8 and 9.4 dB). Cross-layer equalization cannot
 help where the layer before is followed by HardSwish (not positively homogeneous), and clipping
 the outlier changes the float function by far more than rounding does.
 
