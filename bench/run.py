@@ -5,8 +5,8 @@ branches, LSTM, fp16; ``onnxptq.testing.models.model_path``), plus any ONNX mode
 command line, with
 
 * **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
-  per-tensor``: ``per_channel=False``; ``no-cle`` / ``no-bc`` turn equalization / bias correction
-  off), plus the finetuning presets of ``FINETUNE_PRESETS`` (``--presets`` to choose;
+  per-tensor``: ``per_channel=False``; ``no-cle`` / ``no-ocs`` / ``no-bc`` turn equalization /
+  outlier channel splitting / bias correction off), plus the finetuning presets of ``FINETUNE_PRESETS`` (``--presets`` to choose;
   ``--finetune-iterations`` to bound their NumIterations), ``onnxptq.quantize``;
 * **onnxruntime**: ``quantize_static``, QuantFormat.QDQ, MinMax calibration, U8S8 / S8S8 / A16W8
   (QInt16 activations, QInt8 weights), each per-tensor and per-channel;
@@ -151,19 +151,21 @@ def _ort_reader(path: str, input_name: str):
 
 
 #: Per-tensor weight rows (issue 15): the preset with ``per_channel=False`` as shipped (cross-layer
-#: equalization and bias correction on, automatically), and the same without them (the "before").
-PER_TENSOR_ROWS = ("A8W8 per-tensor", "A8W8 per-tensor no-cle no-bc", "A16W8 per-tensor", "A16W8 per-tensor no-cle no-bc")
+#: equalization, outlier channel splitting and bias correction on, automatically), and the same
+#: without them (the "before").
+PER_TENSOR_ROWS = ("A8W8 per-tensor", "A8W8 per-tensor no-cle no-ocs no-bc", "A16W8 per-tensor",
+                   "A16W8 per-tensor no-cle no-ocs no-bc")
 
 
 def _onnxptq_config(config: str):
-    """``PRESET[ per-tensor][ no-cle][ no-bc]``: a preset, its integer weights per tensor, and
-    equalization / bias correction forced off."""
+    """``PRESET[ per-tensor][ no-cle][ no-ocs][ no-bc]``: a preset, its integer weights per tensor,
+    and equalization / outlier channel splitting / bias correction forced off."""
     import dataclasses
 
     from onnxptq.config.presets import get_preset
 
     name, *flags = config.split()
-    unknown = set(flags) - {"per-tensor", "no-cle", "no-bc"}
+    unknown = set(flags) - {"per-tensor", "no-cle", "no-ocs", "no-bc"}
     if unknown:
         raise ValueError(f"unknown onnxptq config flags {sorted(unknown)} in {config!r}")
     cfg = get_preset(name)
@@ -172,6 +174,8 @@ def _onnxptq_config(config: str):
         cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
     if "no-cle" in flags:
         cfg = cfg.replace(equalize=False)
+    if "no-ocs" in flags:
+        cfg = cfg.replace(split_outliers=False)
     if "no-bc" in flags:
         cfg = cfg.replace(bias_correction=False)
     return cfg

@@ -14,8 +14,10 @@ Order, and why:
    initializers;
 6. BatchNorm folding into Conv/ConvTranspose/Gemm;
 7. MatMul merging (off by default: it changes which tensors exist, which only some tools want);
-7b. cross-layer equalization (when asked; the quantizer asks where weights are per tensor): last
-   of the rewrites that touch weights, so it balances the weights the quantizer will round;
+7b. cross-layer equalization (when asked; the quantizer asks where weights are per tensor): after
+   the rewrites that fold into weights, so it balances the weights the quantizer will round;
+7c. outlier channel splitting (when asked; likewise automatic for per-tensor weights): last of the
+   weight rewrites, on the equalized weights, since equalization moves the outliers;
 8. dead-node / unused-initializer / unused-function removal, topological sort;
 9. shape inference again, so every tensor the planner sees carries a dtype where one can be known;
 10. the ONNX checker on the result, so a broken rewrite fails here and not in a user's session.
@@ -29,7 +31,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import TopologicalSortPass
 
-from ..config.schema import EqualizationOptions, QuantConfig
+from ..config.schema import EqualizationOptions, OutlierSplitOptions, QuantConfig
 from ..errors import RuntimeOpsetError
 from ..graph import io
 from ..graph.check import onnx_checker
@@ -46,6 +48,7 @@ from ..graph.passes.fuse_layernorm import FuseLayerNormPass
 from ..graph.passes.lift_constants import lift_constants_pass
 from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
+from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.upgrade_opset import upgrade_opset
 from ..sessions import highest_qdq_opset
@@ -85,6 +88,7 @@ def prepare(
     fold_size_limit: int = DEFAULT_SIZE_LIMIT,
     check: bool = True,
     equalize: EqualizationOptions | None = None,
+    split_outliers: OutlierSplitOptions | None = None,
 ) -> onnx.ModelProto:
     """Return a prepared copy of ``model`` (the input is not modified).
 
@@ -103,6 +107,8 @@ def prepare(
         fold_size_limit: largest folded result, in elements.
         check: run the ONNX checker on the result.
         equalize: cross-layer equalization with these options (None: not run).
+        split_outliers: outlier channel splitting with these options, after equalization (None:
+            not run).
     """
     if opset is not None and opset != model_opset(model):
         model = upgrade_opset(model, opset)
@@ -124,6 +130,8 @@ def prepare(
         steps += [(f"fusion {type(p).__name__}", p) for p in fusion_passes()]
     if equalize is not None:
         steps.append(("cross-layer equalization", EqualizePass(equalize)))
+    if split_outliers is not None:
+        steps.append(("outlier channel splitting", SplitOutliersPass(split_outliers)))
     steps += [("unused removal", p) for p in remove_unused_passes()]
     steps.append(("topological sort", TopologicalSortPass()))
     if infer_shapes:
@@ -177,4 +185,5 @@ def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None 
         return prepare(model, opset=quantization_opset(model))
     return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
                    fold_constants=config.optimize,
-                   equalize=config.equalization if config.equalization_active() else None)
+                   equalize=config.equalization if config.equalization_active() else None,
+                   split_outliers=config.outlier_split if config.outlier_split_active() else None)

@@ -1,0 +1,69 @@
+"""Per-tensor integer weights on PP-OCRv4 rec (issue 15): the presets with ``per_channel=False`` as a
+user gets them (cross-layer equalization, outlier channel splitting and bias correction automatic).
+
+Data of tests/test_quantize_ppocr.py: 64 calibration lines (seed 1), 200 evaluation lines (seed 3).
+Bounds: A16W8 CER ≤ float + 0.002 (the issue's target, met); A8W8 per tensor no worse than the
+shipped per-channel A8W8 bound (float + 0.02) and the issue's float + 0.004 on the NPU placement.
+On the CPU placement A8W8 stays above float + 0.004 with per-channel weights too (uint8
+activations before HardSwish; bench/RESULTS.md, issue 16), so that target is not the weights'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx
+import onnxruntime as ort
+import pytest
+
+from onnxptq import get_preset, quantize
+from onnxptq.analysis.runtime_view import runtime_kernels
+from onnxptq.testing import ocr
+from onnxptq.testing.models import model_path
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rec():
+    path = model_path("rec")
+    chars = ocr.load_characters(onnx.load(path))
+    calib, _ = ocr.render_lines(64, seed=1, characters=chars)
+    images, texts = ocr.render_lines(200, seed=3, characters=chars)
+    return {"path": path, "chars": chars, "calib": [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)],
+            "images": images, "texts": texts, "float": ocr.rec_cer(str(path), images, texts, characters=chars)}
+
+
+def _per_tensor(rec, preset: str, **changes):
+    cfg = get_preset(preset)
+    cfg.calibration.progress = False
+    cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), **changes)
+    assert cfg.equalization_active() and cfg.outlier_split_active() and cfg.bias_correction_active()
+    result = quantize(rec["path"], cfg, rec["calib"])
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ocr.rec_cer(session, rec["images"], rec["texts"], characters=rec["chars"]), result
+
+
+def test_a16w8_per_tensor_within_0002_of_float(rec):
+    cer, result = _per_tensor(rec, "A16W8")
+    print(f"rec A16W8 per-tensor CER {cer:.4f} (float {rec['float']:.4f})")
+    assert cer <= rec["float"] + 0.002
+    weights = [t for name, t in result.plan.tensors.items() if t.role == "weight" and name in result.params]
+    assert len(weights) >= 40 and {result.params[t.name].scale.size for t in weights} == {1}, "one scale per weight"
+
+
+def test_a8w8_per_tensor(rec):
+    cer, result = _per_tensor(rec, "A8W8")
+    print(f"rec A8W8 per-tensor (CPU placement) CER {cer:.4f} (float {rec['float']:.4f})")
+    assert cer <= rec["float"] + 0.02
+    # the split layers stay integer kernels: the Gather runs on uint8 values where its input is
+    # quantized, else in float in front of the layer's input quantizer (after a float HardSwish)
+    rows = runtime_kernels(result.model)
+    assert sum(r.name.endswith("_ocs_gather") for r in rows) == 5
+    assert all(r.kind == "integer" for r in rows if r.op_type in ("Conv", "MatMul"))
+
+
+def test_a8w8_per_tensor_npu_within_0004_of_float(rec):
+    cer, _ = _per_tensor(rec, "A8W8", runtime="npu")
+    print(f"rec A8W8 per-tensor (NPU placement) CER {cer:.4f} (float {rec['float']:.4f})")
+    assert cer <= rec["float"] + 0.004
