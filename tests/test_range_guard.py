@@ -72,7 +72,7 @@ def model() -> onnx.ModelProto:
 def test_guard_keeps_every_channel_of_a_mixed_range_concat(model, preset):
     # The decode tail is quantized on purpose here: the guard, not the tail rule, must save it.
     off = get_preset(preset).replace(quantize_postprocessing=True, range_guard=False)
-    on = get_preset(preset).replace(quantize_postprocessing=True, range_guard=True)
+    on = get_preset(preset).replace(quantize_postprocessing=True)  # the guard is on by default
     flushed = _channel_errors(model, quantize(model, off, data=_data(0, 8)).model)
     result = quantize(model, on, data=_data(0, 8))
     kept = _channel_errors(model, result.model)
@@ -111,7 +111,7 @@ def test_channel_sqnr_names_the_flushed_channel():
 
 
 def test_report_says_where_the_guard_acted_and_why(model, tmp_path):
-    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=True)
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True)
     result = quantize(model, cfg, data=_data(0, 8), report_path=tmp_path / "report.html")
     from onnxptq.analysis.report import compute_report
 
@@ -129,13 +129,13 @@ def test_cli_flags_reach_the_config(model, tmp_path):
     onnx.save(model, tmp_path / "head.onnx")
     np.savez(tmp_path / "calib.npz", x=np.concatenate([d["x"] for d in _data(0, 8)]))
     plans = {}
-    for flags in ([], ["--quantize-postprocessing", "--range-guard"], ["--quantize-postprocessing"]):
+    for flags in ([], ["--quantize-postprocessing"], ["--quantize-postprocessing", "--no-range-guard"]):
         key = " ".join(flags)
         out = tmp_path / f"plan{len(plans)}.json"
         assert main(["quantize", str(tmp_path / "head.onnx"), "-o", str(tmp_path / "q.onnx"), "--data",
                      str(tmp_path / "calib.npz"), "--no-progress", "--plan", str(out), *flags]) == 0
         plans[key] = json.loads(out.read_text())
     assert plans[""]["skipped_nodes"]["concat"] == TAIL_REASON and "guard" not in plans[""]
-    assert plans["--quantize-postprocessing --range-guard"]["guard"]["y"]["action"] == "split"
-    off = plans["--quantize-postprocessing"]
-    assert "guard" not in off and "concat" in off["nodes"]  # the guard is opt-in
+    assert plans["--quantize-postprocessing"]["guard"]["y"]["action"] == "split"  # the guard is on by default
+    off = plans["--quantize-postprocessing --no-range-guard"]
+    assert "guard" not in off and "concat" in off["nodes"]

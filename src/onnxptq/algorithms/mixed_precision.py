@@ -25,8 +25,8 @@ inlines every function call), so creating one session per candidate dominates a 
 Instead one *switch model* holds, for every tensor whose quantizer differs between candidates,
 each variant side by side behind a ``Where`` on a boolean graph input; a candidate is evaluated
 by feeding the switches its plan selects. Which variant a tensor gets is read from the real plan
-of the candidate (``make_plan`` + ``solve``), so a switch-model run computes exactly what the
-emitted model for that candidate computes; a candidate whose plan holds a variant the switch
+of the candidate (``guarded_plan``, range guard included, + ``solve``), so a switch-model run
+computes exactly what the emitted model for that candidate computes; a candidate whose plan holds a variant the switch
 model lacks falls back to emitting and running its own model. Candidates run on a thread pool
 (onnxruntime releases the GIL; one intra-op thread per run).
 
@@ -59,7 +59,7 @@ import onnx
 from onnx import helper
 
 from ..config.presets import resolve_config
-from ..pipeline.build import build_model
+from ..pipeline.build import build_model, guarded_plan
 from ..pipeline.calibrate import Calibrated, calibrate_once
 from ..pipeline.complete import QuantizationResult, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
@@ -561,7 +561,7 @@ class _Evaluator:
 
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)
-        plan = make_plan(self.prepared, cfg)
+        plan = guarded_plan(self.calibrated, cfg)  # the guard's decisions, as the delivered model gets them
         return plan, solve(self.prepared, plan, self.calibrated.stats, moving_average=cfg.calibration.moving_average,
                            weight_minmse=cfg.weight_minmse)
 

@@ -421,7 +421,7 @@ class QuantConfig:
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``.
     #: Off by default for now: the automatic mixed-precision search scores candidates without it,
     #: and with DualQuantNodes it can leave a reader the other side's format (open, issue 20).
-    range_guard: bool = False
+    range_guard: bool = True
     range_guard_sqnr_db: float = 6.0
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)
