@@ -60,6 +60,7 @@ from onnx import helper
 
 from ..config.presets import resolve_config
 from ..pipeline.build import build_model, guarded_plan
+from ..pipeline.guard import GuardValues
 from ..pipeline.calibrate import Calibrated, calibrate_once
 from ..pipeline.complete import QuantizationResult, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
@@ -337,6 +338,7 @@ def auto_mixed_precision(
                        "final": final_score, "all_low": score_of(frozenset(candidates))}
         log.info("mixed precision: task metric float %.6g, all high %.6g, final %.6g, all low %.6g", *task_scores.values())
         timings["task metric"] = time.perf_counter() - t5
+    calibrated.guard_values = None  # the search's shared guard activations (see _Evaluator)
     timings["total"] = time.perf_counter() - t0
     timings["cpu"] = time.process_time() - cpu0
 
@@ -477,6 +479,10 @@ class _Evaluator:
         self.evaluations = 0
         self.fallbacks = 0
         self.feeds = calibrated.kept
+        if calibrated.guard_values is None:
+            # Every candidate plan goes through the range guard on the same float activations:
+            # fetched once, shared (auto_mixed_precision lets them go when the search is done).
+            calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
         self.cache: dict[frozenset[str], float] = {}
         self._flags_cache: dict[frozenset[str], dict[str, np.ndarray] | None] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)

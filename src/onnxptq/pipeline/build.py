@@ -6,7 +6,6 @@ mixed-precision search builds many candidate models and only completes the one i
 
 from __future__ import annotations
 
-import threading
 import time
 
 import onnx
@@ -21,25 +20,23 @@ from .plan import Plan, make_plan
 from .solve import QParams, solve
 
 
-_GUARD_VALUES_LOCK = threading.Lock()
-
-
 def guarded_plan(calibrated: Calibrated, cfg: QuantConfig) -> Plan:
     """The plan of ``cfg`` on calibrated statistics as the delivered model gets it: uncalibrated
     bodies dropped, then the range guard's decisions (:mod:`.guard`: shares cut, block axes moved,
     tensors left float). The one way to plan on a calibration, so that the automatic
     mixed-precision search scores each candidate with the same guard decisions as the model it
-    delivers; the guard's float activations are fetched once per calibration and shared."""
+    delivers. A search sets ``calibrated.guard_values`` so the guard's float activations are
+fetched once and shared by all its candidates."""
     prepared = calibrated.prepared
     plan = make_plan(prepared, cfg)
     if cfg.quantize_subgraphs:
         # A body no calibration sample ran has no statistics: it stays float (coverage.py).
         plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
     if cfg.range_guard:
-        with _GUARD_VALUES_LOCK:  # the search plans candidates on a thread pool: one cache per calibration
-            if calibrated.guard_values is None:
-                calibrated.guard_values = GuardValues(prepared, calibrated.kept)
-        apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, calibrated.guard_values)
+        # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
+        # build fetches its values for this plan only and lets them go with it (peak memory).
+        values = calibrated.guard_values if calibrated.guard_values is not None else GuardValues(prepared, calibrated.kept)
+        apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
     return plan
 
 
