@@ -47,6 +47,8 @@ def _letterbox(img: np.ndarray, target: int = 640) -> np.ndarray:
 
 def _tables(count: int, seed: int, generator_cls, player_cls) -> np.ndarray:
     """``count`` seeded tables (8-12 players, random nicknames and scores), letterboxed."""
+    from PIL import Image
+
     rng = random.Random(seed)
     gen = generator_cls()
     out = np.empty((count, 3, 640, 640), dtype=np.float32)
@@ -58,8 +60,6 @@ def _tables(count: int, seed: int, generator_cls, player_cls) -> np.ndarray:
             players = [player_cls("".join(rng.choice(alphabet) for _ in range(rng.randint(3, 12))),
                                   s, rng.randint(-3, 3)) for s in scores]
             path = gen.generate_results_table(players, output_path=os.path.join(tmp, f"t{i}.png"))
-            from PIL import Image
-
             out[i] = _letterbox(np.asarray(Image.open(path).convert("RGB")))
     return out
 
