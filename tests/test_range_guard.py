@@ -72,7 +72,7 @@ def model() -> onnx.ModelProto:
 def test_guard_keeps_every_channel_of_a_mixed_range_concat(model, preset):
     # The decode tail is quantized on purpose here: the guard, not the tail rule, must save it.
     off = get_preset(preset).replace(quantize_postprocessing=True, range_guard=False)
-    on = get_preset(preset).replace(quantize_postprocessing=True, range_guard=True)
+    on = get_preset(preset).replace(quantize_postprocessing=True)  # the guard is on by default
     flushed = _channel_errors(model, quantize(model, off, data=_data(0, 8)).model)
     result = quantize(model, on, data=_data(0, 8))
     kept = _channel_errors(model, result.model)
@@ -111,7 +111,7 @@ def test_channel_sqnr_names_the_flushed_channel():
 
 
 def test_report_says_where_the_guard_acted_and_why(model, tmp_path):
-    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=True)
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True)
     result = quantize(model, cfg, data=_data(0, 8), report_path=tmp_path / "report.html")
     from onnxptq.analysis.report import compute_report
 
@@ -129,13 +129,49 @@ def test_cli_flags_reach_the_config(model, tmp_path):
     onnx.save(model, tmp_path / "head.onnx")
     np.savez(tmp_path / "calib.npz", x=np.concatenate([d["x"] for d in _data(0, 8)]))
     plans = {}
-    for flags in ([], ["--quantize-postprocessing", "--range-guard"], ["--quantize-postprocessing"]):
+    for flags in ([], ["--quantize-postprocessing"], ["--quantize-postprocessing", "--no-range-guard"]):
         key = " ".join(flags)
         out = tmp_path / f"plan{len(plans)}.json"
         assert main(["quantize", str(tmp_path / "head.onnx"), "-o", str(tmp_path / "q.onnx"), "--data",
                      str(tmp_path / "calib.npz"), "--no-progress", "--plan", str(out), *flags]) == 0
         plans[key] = json.loads(out.read_text())
     assert plans[""]["skipped_nodes"]["concat"] == TAIL_REASON and "guard" not in plans[""]
-    assert plans["--quantize-postprocessing --range-guard"]["guard"]["y"]["action"] == "split"
-    off = plans["--quantize-postprocessing"]
-    assert "guard" not in off and "concat" in off["nodes"]  # the guard is opt-in
+    assert plans["--quantize-postprocessing"]["guard"]["y"]["action"] == "split"  # the guard is on by default
+    off = plans["--quantize-postprocessing --no-range-guard"]
+    assert "guard" not in off and "concat" in off["nodes"]
+
+
+def test_mixed_precision_search_scores_with_the_guard_decisions(model):
+    """The automatic search scores every candidate with the guard decisions the delivered model
+    gets: a switch-model score equals the score of the model ``build_model`` emits for that set,
+    also where the guard splits the Concat (A8W8 on the mixed-range Concat) and where it does not
+    (A16W8 keeps the scores: one int16 step of 600 is 0.02)."""
+    from itertools import combinations
+
+    from onnxptq.algorithms.mixed_precision import L2Target, _Evaluator
+    from onnxptq.pipeline.build import build_model
+    from onnxptq.pipeline.calibrate import calibrate_once
+
+    high = get_preset("A16W8").replace(quantize_postprocessing=True)
+    high.calibration.progress = False
+    low = get_preset("A8W8")
+    pair = (low.activation, low.weight)
+    nodes = ["conv_box", "conv_score", "concat"]
+    feeds = _data(0, 6)
+    cal = calibrate_once(model, high, feeds, eval_samples=6, also_for=[high.replace(op_type_overrides={
+        op: pair for op in ("Conv", "Concat", "Sigmoid", "Relu")})])
+
+    def config_for(flipped):
+        return high.replace(node_overrides={n: pair for n in flipped})
+
+    sets = [frozenset(c) for k in range(4) for c in combinations(nodes, k)]
+    evaluator = _Evaluator(cal, config_for, nodes, L2Target(1.0), 2, incremental=False)
+    try:
+        acted = []
+        for s in sets:
+            plan, _, built = build_model(cal, config_for(s))
+            acted.append(bool(plan.guard))
+            assert evaluator._evaluate(s) == pytest.approx(evaluator.exact(built), rel=1e-6, abs=1e-9), sorted(s)
+        assert any(acted) and not all(acted), acted
+    finally:
+        evaluator.close()

@@ -25,8 +25,8 @@ inlines every function call), so creating one session per candidate dominates a 
 Instead one *switch model* holds, for every tensor whose quantizer differs between candidates,
 each variant side by side behind a ``Where`` on a boolean graph input; a candidate is evaluated
 by feeding the switches its plan selects. Which variant a tensor gets is read from the real plan
-of the candidate (``make_plan`` + ``solve``), so a switch-model run computes exactly what the
-emitted model for that candidate computes; a candidate whose plan holds a variant the switch
+of the candidate (``guarded_plan``, range guard included, + ``solve``), so a switch-model run
+computes exactly what the emitted model for that candidate computes; a candidate whose plan holds a variant the switch
 model lacks falls back to emitting and running its own model. Candidates run on a thread pool
 (onnxruntime releases the GIL; one intra-op thread per run).
 
@@ -59,7 +59,8 @@ import onnx
 from onnx import helper
 
 from ..config.presets import resolve_config
-from ..pipeline.build import build_model
+from ..pipeline.build import build_model, guarded_plan
+from ..pipeline.guard import GuardValues
 from ..pipeline.calibrate import Calibrated, calibrate_once
 from ..pipeline.complete import QuantizationResult, complete
 from ..config.schema import ConfigError, QuantConfig, TensorQuant
@@ -337,6 +338,7 @@ def auto_mixed_precision(
                        "final": final_score, "all_low": score_of(frozenset(candidates))}
         log.info("mixed precision: task metric float %.6g, all high %.6g, final %.6g, all low %.6g", *task_scores.values())
         timings["task metric"] = time.perf_counter() - t5
+    calibrated.guard_values = None  # the search's shared guard activations (see _Evaluator)
     timings["total"] = time.perf_counter() - t0
     timings["cpu"] = time.process_time() - cpu0
 
@@ -477,6 +479,10 @@ class _Evaluator:
         self.evaluations = 0
         self.fallbacks = 0
         self.feeds = calibrated.kept
+        if calibrated.guard_values is None:
+            # Every candidate plan goes through the range guard on the same float activations:
+            # fetched once, shared (auto_mixed_precision lets them go when the search is done).
+            calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
         self.cache: dict[frozenset[str], float] = {}
         self._flags_cache: dict[frozenset[str], dict[str, np.ndarray] | None] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
@@ -561,7 +567,7 @@ class _Evaluator:
 
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)
-        plan = make_plan(self.prepared, cfg)
+        plan = guarded_plan(self.calibrated, cfg)  # the guard's decisions, as the delivered model gets them
         return plan, solve(self.prepared, plan, self.calibrated.stats, moving_average=cfg.calibration.moving_average,
                            weight_minmse=cfg.weight_minmse)
 

@@ -28,9 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantize-postprocessing", action="store_true",
                    help="also quantize the decode arithmetic after the last weighted layer (Sigmoid, Softmax, "
                         "Concat, Mul/Add by constants, ...), which stays float by default")
-    p.add_argument("--range-guard", action="store_true",
+    p.add_argument("--range-guard", action=argparse.BooleanOptionalAction, default=None,
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
-                        "the Concat, move the block axis, or keep the tensor float (the plan and report say which)")
+                        "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
+                        "on by default, --no-range-guard turns it off")
     p.set_defaults(func=run)
 
 
@@ -45,9 +46,10 @@ def run(args: argparse.Namespace) -> int:
     config.calibration.progress = not args.no_progress
     config.calibration.custom_op_libraries = tuple(args.custom_op_library)
     config = config.replace(runtime=args.runtime)
-    if args.quantize_postprocessing or args.range_guard:
-        config = config.replace(quantize_postprocessing=args.quantize_postprocessing,
-                                range_guard=args.range_guard)
+    if args.quantize_postprocessing:
+        config = config.replace(quantize_postprocessing=True)
+    if args.range_guard is not None:
+        config = config.replace(range_guard=args.range_guard)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

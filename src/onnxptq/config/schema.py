@@ -437,10 +437,11 @@ class QuantConfig:
     runtime: Runtime = "cpu"
     #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
-    #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``.
-    #: Off by default for now: the automatic mixed-precision search scores candidates without it,
-    #: and with DualQuantNodes it can leave a reader the other side's format (open, issue 20).
-    range_guard: bool = False
+    #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``, and
+    #: the guard acts only on a group of flushed channels (``guard.MISMATCH_FRACTION``). On by
+    #: default: the mixed-precision search plans its candidates through it too (build.guarded_plan);
+    #: DualQuantNodes boundary tensors (two quantizers) are left as planned.
+    range_guard: bool = True
     range_guard_sqnr_db: float = 6.0
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)

@@ -56,6 +56,10 @@ class Calibrated:
     started: float
     #: the prepared model's outputs on the first kept samples, recorded by the calibration runs
     float_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    #: the range guard's float activations on ``kept`` (a :class:`.guard.GuardValues`), set by a
+    #: search over configs (mixed precision) so that every config it plans shares them; None: each
+    #: build fetches its own (:func:`.build.guarded_plan`)
+    guard_values: Any = None
 
 
 def source_name(model: Any) -> str:

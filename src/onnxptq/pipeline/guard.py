@@ -4,7 +4,8 @@ Between calibration and solve, every activation about to be quantized with one s
 whole tensor (per-tensor integer) or with one exponent per block running across channels (BFP,
 MX) is checked on the calibration samples kept in memory: the planned quantizer is simulated
 with the format's NumPy reference and the signal-to-noise ratio of every channel along the axis
-that shares it is measured. Where a channel that carries signal in float comes out below
+that shares it is measured. Where a group of channels that carry signal in float (at least
+``MISMATCH_FRACTION`` of them: a mismatch of ranges, not a stray small channel) comes out below
 ``QuantConfig.range_guard_sqnr_db`` the sharing goes, by one of three actions chosen per case:
 
 ``split``
@@ -27,6 +28,8 @@ next layer can see and is not counted as flushed (post-ReLU dead channels are co
 from __future__ import annotations
 
 import logging
+import threading
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -43,6 +46,13 @@ log = logging.getLogger(__name__)
 
 #: channels whose float peak is below this fraction of the tensor's peak count as dead, not flushed
 DEAD_CHANNEL = 1e-4
+#: a range mismatch is a group of channels: at least this fraction of the live channels along the
+#: shared axis must flush. A detector's scores beside its boxes (2 of 6, or 80 of 84 channels), a
+#: DFL Softmax's far bins beside its peak bin, ordinary channels beside a transformer's outliers
+#: are such groups. One to four stray small channels among a hundred (an LSTM's gate and cell
+#: values; a filter that rarely fires) are not: the next layer mixes them with the rest, and keeping
+#: the tensor float for them cost speed and changed no read on the captcha reader (bench/RESULTS.md).
+MISMATCH_FRACTION = 0.125
 #: kept samples the guard runs (the check needs the channel structure, not many samples)
 MAX_SAMPLES = 4
 _EXACT = 200.0
@@ -156,13 +166,51 @@ def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequen
     return out
 
 
+class GuardValues:
+    """Float values of activations on the first kept samples, fetched once and shared by every plan
+    the guard checks on one prepared model.
+
+    The automatic mixed-precision search plans hundreds of candidate configs on one calibration;
+    its scores only match the delivered model when each candidate goes through the guard too, and
+    the float activations the guard simulates are the same for all of them. Fetching them is a
+    session run (with the tensors added as outputs), so they are fetched once per missing batch of
+    names, and the per-tensor checks (a pure function of the tensor, its quantizer and its scale)
+    are remembered. Thread-safe: the search plans candidates on a thread pool.
+    """
+
+    def __init__(self, model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
+        self.model = model
+        self.samples = list(samples)[:MAX_SAMPLES]
+        self._values: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        #: check results by (tensor, quantizer, scale, block axis, axes)
+        self.checks: dict[tuple, GuardDecision | None] = {}
+
+    def get(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        with self._lock:
+            missing = [n for n in dict.fromkeys(names) if n not in self._values]
+            if missing:
+                self._values.update(_tensor_values(self.model, missing, self.samples))
+        return {n: self._values[n] for n in names if n in self._values}
+
+
+def _key(a: Any) -> Any:
+    if a is None:
+        return None
+    arr = np.asarray(a)
+    return (arr.dtype.str, arr.shape, arr.tobytes())
+
+
 class _Checker:
     """Measures one tensor under one quantizer: the worst channel along each shared axis."""
 
-    def __init__(self, plan: Plan, stats: Mapping[str, Any], values: Mapping[str, np.ndarray], bound_db: float) -> None:
+    def __init__(self, plan: Plan, stats: Mapping[str, Any], values: Mapping[str, np.ndarray], bound_db: float,
+                 memo: dict[tuple, GuardDecision | None] | None = None) -> None:
         self.plan, self.stats, self.values, self.bound_db = plan, stats, values, bound_db
+        self.memo = memo if memo is not None else {}
 
-    def _root(self, t: TensorPlan) -> TensorPlan:
+    def root(self, t: TensorPlan) -> TensorPlan:
+        """The tensor whose scale ``t`` uses (the end of its ``share_with`` chain)."""
         root, seen = t, {t.name}
         while root.share_with and root.share_with in self.plan.tensors and root.share_with not in seen:
             root = self.plan.tensors[root.share_with]
@@ -172,7 +220,7 @@ class _Checker:
     def params(self, t: TensorPlan) -> Any:
         if not t.quant.is_integer:
             return None
-        root = self._root(t)
+        root = self.root(t)
         source = root if root.name in self.stats else t
         rmin, rmax = activation_range(source, self.stats[source.name])
         return _integer_params(t.quant, rmin, rmax)
@@ -183,15 +231,26 @@ class _Checker:
         x = self.values.get(t.name)
         if x is None or x.ndim < 2 or x.size == 0 or not np.all(np.isfinite(x)):
             return None
-        if t.quant.is_integer and t.name not in self.stats and self._root(t).name not in self.stats:
+        if t.quant.is_integer and t.name not in self.stats and self.root(t).name not in self.stats:
             return None
-        q = simulate(x, t, self.params(t), axis=block_axis)
-        for axis in (axes if axes is not None else _shared_axes(t, x.ndim)):
+        params = self.params(t)
+        axes = list(axes if axes is not None else _shared_axes(t, x.ndim))
+        key = (t.name, t.quant, t.axis, block_axis, tuple(axes), self.bound_db,
+               _key(getattr(params, "scale", None)), _key(getattr(params, "zero_point", None)))
+        if key not in self.memo:
+            self.memo[key] = self._measure(t, x, params, block_axis, axes)
+        found = self.memo[key]
+        return None if found is None else dataclasses.replace(found)
+
+    def _measure(self, t: TensorPlan, x: np.ndarray, params: Any, block_axis: int | None,
+                 axes: Sequence[int]) -> GuardDecision | None:
+        q = simulate(x, t, params, axis=block_axis)
+        for axis in axes:
             if x.shape[axis] < 2:
                 continue
             sqnr, live = channel_sqnr(x, q, axis)
             bad = live & (sqnr < self.bound_db)
-            if np.any(bad):
+            if np.any(bad) and int(bad.sum()) >= max(1, int(np.ceil(MISMATCH_FRACTION * int(live.sum())))):
                 worst = int(np.argmin(np.where(live, sqnr, np.inf)))
                 return GuardDecision(t.name, "", axis, worst, float(sqnr[worst]), int(bad.sum()), int(x.shape[axis]))
         return None
@@ -222,12 +281,14 @@ def _concat_inputs(model: onnx.ModelProto, plan: Plan, t: TensorPlan) -> list[st
 
 
 def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any],
-                      samples: Sequence[Mapping[str, np.ndarray]], config: QuantConfig) -> list[GuardDecision]:
+                      samples: Sequence[Mapping[str, np.ndarray]], config: QuantConfig,
+                      values: GuardValues | None = None) -> list[GuardDecision]:
     """Check every shared-scale activation of ``plan`` and change the plan where channels flush.
 
     Changes ``plan`` in place (tensors dropped, shares cut, block axes moved), records the
     decisions in ``plan.guard`` and returns them. Without kept samples nothing can be measured
-    and the plan is left as it is (logged).
+    and the plan is left as it is (logged). ``values`` (a :class:`GuardValues` on ``model`` and
+    ``samples``) shares fetched activations and checks between calls on the same model.
     """
     if not config.range_guard:
         return []
@@ -240,8 +301,9 @@ def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, An
     if not samples:
         log.info("range guard: no calibration samples kept, channel ranges not checked")
         return []
-    values = _tensor_values(model, [t.name for t in candidates], list(samples)[:MAX_SAMPLES])
-    checker = _Checker(plan, stats, values, config.range_guard_sqnr_db)
+    if values is None:
+        values = GuardValues(model, samples)
+    checker = _Checker(plan, stats, values.get([t.name for t in candidates]), config.range_guard_sqnr_db, values.checks)
     decisions: list[GuardDecision] = []
     flagged = {t.name: d for t in candidates if (d := checker.check(t)) is not None}
     # Concat outputs first: splitting one gives its inputs their own scales, which may cure them.
@@ -254,8 +316,18 @@ def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, An
             continue  # decided with the tensor it shares with (a Concat output, below)
         # Checked again: an earlier split may have given it its own scale, which may cure it.
         d = checker.check(t)
-        if d is not None:
-            decisions.append(_decide(model, plan, checker, t, d))
+        if d is None:
+            continue
+        root = checker.root(t)
+        if root is not t and (inputs := _concat_inputs(model, plan, root)) is not None and len(inputs) > 1:
+            # Its scale is a Concat's (AlignConcat): the flush comes from sharing with the other
+            # inputs, so split there and look again with the scale of its own range.
+            split = _decide(model, plan, checker, root, dataclasses.replace(d, tensor=root.name))
+            split.detail += f" (its shared scale flushed input {t.name})"
+            decisions.append(split)
+            if t.name not in plan.tensors or (d := checker.check(t)) is None:
+                continue
+        decisions.append(_decide(model, plan, checker, t, d))
     plan.guard = {d.tensor: d.to_json() for d in decisions}
     for d in decisions:
         log.info("range guard: tensor %s: %s", d.tensor, d.describe())
