@@ -28,6 +28,10 @@ def _plan(name: str, runtime: str):
 
 
 def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
+    return _quantize(name, lines, runtime).model
+
+
+def _quantize(name: str, lines: int, runtime: str = "cpu"):
     config = get_preset("A8W8").replace(runtime=runtime)
     config.calibration.progress = False
     if name == "rec":
@@ -35,7 +39,19 @@ def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
     else:
         images = ocr.render_cls(lines, seed=1)[0]
     feeds = [{"x": images[i:i + 8]} for i in range(0, lines, 8)]
-    return quantize(model_path(name), config, feeds, eval_samples=0).model
+    return quantize(model_path(name), config, feeds, eval_samples=0)
+
+
+def _float_conv_kinds(model: onnx.ModelProto, plan) -> dict[str, str]:
+    """{Conv name: "depthwise" | "stem"} for the Convs the plan leaves float by the CPU cost rule."""
+    kinds = {}
+    for node in model.graph.node:
+        reason = plan.skipped_nodes.get(node.name, "")
+        if node.op_type == "Conv" and reason.startswith("runtime cpu: depthwise"):
+            kinds[node.name] = "depthwise"
+        elif node.op_type == "Conv" and "image stem" in reason:
+            kinds[node.name] = "stem"
+    return kinds
 
 
 def test_unknown_runtime_is_refused_with_the_choices():
@@ -80,15 +96,36 @@ def test_compat_target_runtime_key():
         to_quant_config(config)
 
 
+def test_cpu_plan_leaves_depthwise_and_stem_convs_float_and_npu_quantizes_them():
+    """onnxruntime's CPU provider runs depthwise and image-stem convolutions faster in float
+    (runtime.float_conv_reason); the NPU placement quantizes every Conv, and an explicit op-type
+    choice is the user's and quantizes them on the CPU target too."""
+    prepared, plan = _plan("cls", "cpu")
+    kinds = _float_conv_kinds(prepared, plan)
+    groups = {n.name: next((a.i for a in n.attribute if a.name == "group"), 1) for n in prepared.graph.node if n.op_type == "Conv"}
+    assert sorted(n for n, k in kinds.items() if k == "depthwise") == sorted(n for n, g in groups.items() if g > 1)
+    assert list(kinds.values()).count("stem") == 1, "the one 3-channel stem convolution"
+    assert len(groups) - len(kinds) == 41 and all(n in plan.nodes for n in groups if n not in kinds)
+    _, npu = _plan("cls", "npu")
+    assert all(n in npu.nodes for n in groups)
+    config = get_preset("A8W8").replace(runtime="cpu", op_types=["Conv"])
+    explicit = make_plan(prepare_for_quantization(onnx.load(model_path("cls")), config), config)
+    assert all(n in explicit.nodes for n in groups)
+
+
 @pytest.mark.slow
 def test_every_matrix_op_of_rec_a8w8_runs_as_an_integer_kernel():
-    model = _quantized("rec", 16)
-    rows = [r for r in runtime_kernels(model) if r.op_type in MATRIX_OPS]
+    """Every Conv/MatMul the CPU plan quantizes runs as an integer kernel; the float ones are
+    exactly the depthwise and stem convolutions the plan leaves float for speed."""
+    result = _quantize("rec", 16)
+    float_convs = _float_conv_kinds(result.model, result.plan)
+    assert sorted(float_convs.values()).count("stem") == 1 and len(float_convs) == 15
+    rows = [r for r in runtime_kernels(result.model) if r.op_type in MATRIX_OPS]
     assert len([r for r in rows if r.op_type == "Conv"]) == 38
     assert len([r for r in rows if r.op_type == "MatMul"]) == 13
-    floats = [(r.name, r.kernel) for r in rows if r.kind != "integer"]
-    assert not floats, f"float matrix ops in onnxruntime's optimised graph: {floats}"
-    assert {r.kernel for r in rows} <= {"QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QGemm"}
+    floats = sorted(r.name for r in rows if r.kind != "integer")
+    assert floats == sorted(float_convs), f"float matrix ops in onnxruntime's optimised graph: {floats}"
+    assert {r.kernel for r in rows if r.kind == "integer"} <= {"QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QGemm"}
 
 
 @pytest.mark.slow
@@ -96,16 +133,26 @@ def test_inspect_runtime_lists_cls_nodes(tmp_path, capsys):
     from onnxptq.cli import main
 
     path = tmp_path / "cls_a8w8.onnx"
-    onnx.save(_quantized("cls", 16), path)
+    result = _quantize("cls", 16)
+    onnx.save(result.model, path)
     assert main(["inspect", str(path), "--runtime"]) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines()]
     nodes = [line for line in lines if len(line) >= 2 and line[1] in ("integer", "float", "removed")]
-    convs = [line for line in nodes if line[0] == "Conv"]
-    assert len(convs) == 53 and all(line[1:3] == ["integer", "QLinearConv"] for line in convs)
+    convs = {line[-1]: line[1:3] for line in nodes if line[0] == "Conv"}
+    assert len(convs) == 53
+    # The plan's integer Convs run as QLinearConv; of the depthwise and stem Convs it leaves float,
+    # onnxruntime itself quantizes those between a DequantizeLinear and a QuantizeLinear (its own
+    # weight quantization), the rest run float.
+    selected = [n for n in convs if n in result.plan.nodes]
+    assert len(selected) == 41 and all(convs[n] == ["integer", "QLinearConv"] for n in selected)
+    left = [n for n in convs if n not in result.plan.nodes]
+    floats = [n for n in left if convs[n][0] == "float"]
+    assert len(left) == 12 and len(floats) >= 8
+    counts = next(line for line in lines if line[:1] == ["Conv"] and len(line) == 4 and line[1].isdigit())
+    assert counts == ["Conv", str(53 - len(floats)), str(len(floats)), "0"], "per-op-type counts: integer / float / removed"
     hardswish = [line for line in nodes if line[0] == "HardSwish"]
     assert hardswish and all(line[1] == "float" for line in hardswish), "no integer HardSwish kernel in onnxruntime"
-    assert ["Conv", "53", "0", "0"] in lines, "per-op-type counts: integer / float / removed"
 
 
 @pytest.mark.slow

@@ -363,7 +363,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     tail = set() if config.quantize_postprocessing else postprocessing_tail(model)
     for node in g.nodes:
         reason = TAIL_REASON if node.name in tail else (
-            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs))
+            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, g, config, selected_outputs))
         if reason:
             skipped[node.name] = reason
             continue
@@ -565,12 +565,14 @@ def _node_formats(node: onnx.NodeProto, config: QuantConfig) -> tuple[TensorQuan
     return act, weight
 
 
-def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs: set[str]) -> str | None:
+def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selected_outputs: set[str]) -> str | None:
     """Why the CPU target leaves ``node`` float although the op-type rules select it.
 
     A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
     converts back and forth; data-movement ops and fused activations are worth quantizing only
-    behind an integer producer (they then run on its integer output). Explicit op-type choices
+    behind an integer producer (they then run on its integer output). Convolutions that onnxruntime
+    runs slower as QLinearConv than in float (depthwise layers, image stems:
+    :func:`runtime.float_conv_reason`) stay float. Explicit op-type choices
     (``op_types``, ``extra_op_types``, overrides, ``quantize_all_op_types``, ``nodes_to_quantize``)
     are the user's and are honoured.
     """
@@ -582,6 +584,10 @@ def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs
         return None
     if node.op_type not in runtime.CPU_OP_TYPES:
         return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
+    if node.op_type == "Conv" and len(node.input) > 1 and node.input[1] in g.initializers:
+        reason = runtime.float_conv_reason(node, list(g.initializers[node.input[1]].dims))
+        if reason:
+            return reason
     if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
         if not node.input or node.input[0] not in selected_outputs:
             return f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"

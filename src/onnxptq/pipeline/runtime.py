@@ -19,6 +19,10 @@ runs on the integer values when the Q/DQ around them carry equal parameters.
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import onnx
+
 from ..config.schema import QuantConfig, TensorQuant
 
 #: Ops onnxruntime's CPU provider fuses into an integer kernel: QLinearConv, QLinearMatMul /
@@ -43,6 +47,44 @@ CPU_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip"})
 
 #: Every op the CPU target selects for integer quantization by default.
 CPU_OP_TYPES = CPU_INTEGER_OPS | CPU_DATA_MOVEMENT | CPU_DQ_ONLY | CPU_FUSED_ACTIVATIONS
+
+
+#: A convolution whose input has at most this many channels (an image stem: RGB or gray) runs
+#: faster in float: its integer GEMM has an inner dimension of C·kh·kw ≤ 36, too short for MLAS's
+#: uint8 kernels to pay for the im2col and requantization around them.
+CPU_STEM_MAX_CHANNELS = 4
+
+
+def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -> str | None:
+    """Why the CPU target leaves the Conv ``node`` float although QLinearConv could run it, or None.
+
+    Measured per layer with onnxruntime's profiler (onnxruntime 1.32, x86 AVX2 without VNNI, one
+    thread, bench/RESULTS.md "Kernels onnxruntime runs slower in integers"):
+
+    * depthwise convolutions: MLAS's uint8 depthwise kernel took 2–6× the time of the float
+      blocked kernel on every depthwise layer of PP-OCR cls and rec (3×3 and 5×5, stride 1 and 2).
+      Integer depthwise also costs accuracy on this target, because QLinearConv takes one scalar
+      input scale while depthwise inputs differ in range per channel (rec CER 0.052 → 0.045 with
+      all depthwise layers float, the stems too).
+    * image stems (input channels ≤ :data:`CPU_STEM_MAX_CHANNELS`, kernel larger than 1×1): the
+      integer GEMM is too short (cls stem: 120 µs integer, 43 µs float).
+
+    Where such a Conv sits between a DequantizeLinear and a QuantizeLinear anyway (its input and
+    output quantized for their other readers), onnxruntime 1.32 quantizes its weight itself and
+    runs QLinearConv: the rule then only saves our weight quantizer, not the kernel.
+    """
+    if node.op_type != "Conv" or weight_dims is None or len(weight_dims) < 3:
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    group = int(attrs.get("group", 1))
+    out_channels, in_per_group = int(weight_dims[0]), int(weight_dims[1])
+    if group > 1 and in_per_group == 1 and out_channels % group == 0:
+        return "runtime cpu: depthwise convolutions run faster in float on onnxruntime's CPU provider"
+    kernel = [int(k) for k in weight_dims[2:]]
+    if group == 1 and in_per_group <= CPU_STEM_MAX_CHANNELS and any(k > 1 for k in kernel):
+        return (f"runtime cpu: a convolution over {in_per_group} input channel(s) (an image stem) runs faster "
+                "in float on onnxruntime's CPU provider")
+    return None
 
 
 def is_cpu(config: QuantConfig) -> bool:
