@@ -371,6 +371,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         quantized_tensors.update(i for i in node.input if i)
         quantized_tensors.update(o for o in node.output if o)
         selected_outputs.update(o for o in node.output if o)
+    selected = _drop_isolated_cpu_nodes(selected, skipped, g, config)
 
     tensors: dict[str, TensorPlan] = {}
     selected_names = {n.name for n in selected}
@@ -576,11 +577,7 @@ def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selec
     (``op_types``, ``extra_op_types``, overrides, ``quantize_all_op_types``, ``nodes_to_quantize``)
     are the user's and are honoured.
     """
-    if not runtime.integer_placement(config, _node_formats(node, config)[0]):
-        return None
-    explicit = (config.op_types is not None or config.quantize_all_op_types or node.op_type in config.extra_op_types
-                or node.op_type in config.op_type_overrides or node.name in config.nodes_to_quantize)
-    if explicit:
+    if not runtime.integer_placement(config, _node_formats(node, config)[0]) or _explicit(node, config):
         return None
     if node.op_type not in runtime.CPU_OP_TYPES:
         return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
@@ -592,6 +589,52 @@ def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selec
         if not node.input or node.input[0] not in selected_outputs:
             return f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"
     return None
+
+
+def _explicit(node: onnx.NodeProto, config: QuantConfig) -> bool:
+    """Whether the user chose ``node``'s op type or the node itself for quantization explicitly."""
+    return (config.op_types is not None or config.quantize_all_op_types or node.op_type in config.extra_op_types
+            or node.op_type in config.op_type_overrides or node.name in config.nodes_to_quantize)
+
+
+def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, str], g: _Graph,
+                             config: QuantConfig) -> list[onnx.NodeProto]:
+    """On the CPU target, unselect the cheap integer ops no selected node reads from or writes to.
+
+    An Add/Mul/Concat/pooling/... between float neighbours (e.g. PP-LCNetV3's learnable shift
+    between a HardSwish and a depthwise convolution, both float on this target) would become a
+    QLinear kernel behind a QuantizeLinear and in front of a DequantizeLinear: two extra roundings
+    and two extra nodes for an op that costs next to nothing in float. Conv/MatMul/Gemm are kept
+    (their integer kernel pays for the Q/DQ around it), and so are explicit choices. Data-movement
+    ops and fused activations that lose their integer producer go too; repeated to a fixed point.
+    PP-OCRv4 rec A8W8: 14 such Adds, CER 0.045 → see bench/RESULTS.md (issue 16).
+    """
+    kept = list(selected)
+    while True:
+        names = {n.name for n in kept}
+        produced = {o for n in kept for o in n.output if o}
+        read = {i for n in kept for i in n.input if i}
+        drop = []
+        for node in kept:
+            if (node.op_type in runtime.CPU_MATRIX_OPS or not runtime.integer_placement(config, _node_formats(node, config)[0])
+                    or _explicit(node, config)):
+                continue
+            data = [i for i in node.input if i and i not in g.initializers]
+            if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
+                if not data or data[0] not in produced:
+                    drop.append((node, f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"))
+                continue
+            from_integer = any(i in produced for i in data)
+            to_integer = any(c.name in names for o in node.output if o for c in g.consumers.get(o, []))
+            if not from_integer and not to_integer:
+                drop.append((node, f"runtime cpu: no integer neighbour; an integer {node.op_type} would only add a "
+                                   "QuantizeLinear/DequantizeLinear round trip"))
+        if not drop:
+            return kept
+        for node, reason in drop:
+            skipped[node.name] = reason
+        gone = {id(n) for n, _ in drop}
+        kept = [n for n in kept if id(n) not in gone]
 
 
 def _fused_activations(config: QuantConfig) -> frozenset[str]:

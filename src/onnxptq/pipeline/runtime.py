@@ -31,6 +31,9 @@ from ..config.schema import QuantConfig, TensorQuant
 CPU_INTEGER_OPS = frozenset(
     "Conv MatMul Gemm Add Mul Concat AveragePool GlobalAveragePool LeakyRelu Sigmoid Softmax Where".split()
 )
+#: The integer kernels that pay for the QuantizeLinear/DequantizeLinear around them on their own;
+#: the other CPU_INTEGER_OPS are cheap in float and are worth it only next to an integer neighbour.
+CPU_MATRIX_OPS = frozenset({"Conv", "MatMul", "Gemm"})
 #: Ops onnxruntime runs on the integer values when the Q before and after carry equal scale and
 #: zero point (its "drop Q/DQ" rules; Split is rewritten to quantized outputs): their output shares
 #: the input's parameters.
