@@ -43,7 +43,7 @@ def _quantize(name: str, lines: int, runtime: str = "cpu"):
 
 
 def _float_conv_kinds(model: onnx.ModelProto, plan) -> dict[str, str]:
-    """{Conv name: "depthwise" | "stem"} for the Convs the plan leaves float by the CPU cost rule."""
+    """{Conv name: "depthwise" | "stem"} for the Convs the plan leaves float by the CPU cost rules."""
     kinds = {}
     for node in model.graph.node:
         reason = plan.skipped_nodes.get(node.name, "")
@@ -104,7 +104,7 @@ def test_cpu_plan_leaves_depthwise_and_stem_convs_float_and_npu_quantizes_them()
     kinds = _float_conv_kinds(prepared, plan)
     groups = {n.name: next((a.i for a in n.attribute if a.name == "group"), 1) for n in prepared.graph.node if n.op_type == "Conv"}
     assert sorted(n for n, k in kinds.items() if k == "depthwise") == sorted(n for n, g in groups.items() if g > 1)
-    assert list(kinds.values()).count("stem") == 1, "the one 3-channel stem convolution"
+    assert list(kinds.values()).count("stem") == 1, "the 3-channel stem, read by a float HardSwish"
     assert len(groups) - len(kinds) == 41 and all(n in plan.nodes for n in groups if n not in kinds)
     _, npu = _plan("cls", "npu")
     assert all(n in npu.nodes for n in groups)
@@ -116,7 +116,7 @@ def test_cpu_plan_leaves_depthwise_and_stem_convs_float_and_npu_quantizes_them()
 @pytest.mark.slow
 def test_every_matrix_op_of_rec_a8w8_runs_as_an_integer_kernel():
     """Every Conv/MatMul the CPU plan quantizes runs as an integer kernel; the float ones are
-    exactly the depthwise and stem convolutions the plan leaves float for speed."""
+    exactly the depthwise convolutions and the stem the plan leaves float for speed."""
     result = _quantize("rec", 16)
     float_convs = _float_conv_kinds(result.model, result.plan)
     assert sorted(float_convs.values()).count("stem") == 1 and len(float_convs) == 15
@@ -161,3 +161,39 @@ def test_npu_placement_leaves_depthwise_convs_float_on_cpu():
     counts = summary(runtime_kernels(_quantized("cls", 16, runtime="npu")))
     assert counts["Conv"].get("float", 0) > 0
     np.testing.assert_equal(sum(counts["Conv"].values()), 53)
+
+
+def _chain(nodes, inits) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_cpu_plan_drops_cheap_ops_and_stems_with_no_integer_neighbour():
+    """An Add between float neighbours and a stem read only by float ops get no quantizers on the
+    CPU target; the same Add next to an integer Conv, and both on the NPU target, keep them."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    inits = {"W0": rng.normal(size=(8, 3, 3, 3)).astype(np.float32), "d": np.array(0.5, np.float32),
+             "Wd": rng.normal(size=(8, 1, 3, 3)).astype(np.float32), "Wp": rng.normal(size=(4, 8, 1, 1)).astype(np.float32)}
+    stem = helper.make_node("Conv", ["x", "W0"], ["s"], name="stem", pads=[1, 1, 1, 1])
+    act = helper.make_node("HardSwish", ["s"], ["h"], name="hswish")
+    shift = helper.make_node("Add", ["h", "d"], ["a"], name="shift")
+    dw = helper.make_node("Conv", ["a", "Wd"], ["dwo"], name="dw", group=8, pads=[1, 1, 1, 1])
+    pw = helper.make_node("Conv", ["dwo", "Wp"], ["y"], name="pw")
+    model = _chain([stem, act, shift, dw, pw], inits)
+    cpu = get_preset("A8W8").replace(runtime="cpu")
+    plan = make_plan(model, cpu)
+    assert plan.nodes == ["pw"]
+    assert "image stem" in plan.skipped_nodes["stem"] and "no integer neighbour" in plan.skipped_nodes["shift"]
+    assert "depthwise" in plan.skipped_nodes["dw"]
+    assert {"s", "h", "a"}.isdisjoint(plan.tensors)
+    assert set(make_plan(model, cpu.replace(runtime="npu")).nodes) >= {"stem", "shift", "dw", "pw"}
+    # The shift straight in front of the integer pointwise Conv keeps its QLinearAdd.
+    model = _chain([stem, act, helper.make_node("Add", ["h", "d"], ["a"], name="shift"),
+                    helper.make_node("Conv", ["a", "Wp"], ["y"], name="pw")], {k: v for k, v in inits.items() if k != "Wd"})
+    assert make_plan(model, cpu).nodes == ["shift", "pw"]

@@ -572,7 +572,7 @@ def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selec
     A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
     converts back and forth; data-movement ops and fused activations are worth quantizing only
     behind an integer producer (they then run on its integer output). Convolutions that onnxruntime
-    runs slower as QLinearConv than in float (depthwise layers, image stems:
+    runs slower as QLinearConv than in float (depthwise layers:
     :func:`runtime.float_conv_reason`) stay float. Explicit op-type choices
     (``op_types``, ``extra_op_types``, overrides, ``quantize_all_op_types``, ``nodes_to_quantize``)
     are the user's and are honoured.
@@ -607,7 +607,7 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
     and two extra nodes for an op that costs next to nothing in float. Conv/MatMul/Gemm are kept
     (their integer kernel pays for the Q/DQ around it), and so are explicit choices. Data-movement
     ops and fused activations that lose their integer producer go too; repeated to a fixed point.
-    PP-OCRv4 rec A8W8: 14 such Adds, CER 0.045 → see bench/RESULTS.md (issue 16).
+    PP-OCRv4 rec A8W8 (bench/RESULTS.md, issue 16): the stem and 14 such Adds, CER 0.055 → 0.038.
     """
     kept = list(selected)
     while True:
@@ -616,10 +616,16 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
         read = {i for n in kept for i in n.input if i}
         drop = []
         for node in kept:
-            if (node.op_type in runtime.CPU_MATRIX_OPS or not runtime.integer_placement(config, _node_formats(node, config)[0])
-                    or _explicit(node, config)):
+            if not runtime.integer_placement(config, _node_formats(node, config)[0]) or _explicit(node, config):
                 continue
             data = [i for i in node.input if i and i not in g.initializers]
+            if node.op_type in runtime.CPU_MATRIX_OPS:
+                weight = g.initializers.get(node.input[1]) if len(node.input) > 1 else None
+                if (weight is not None and runtime.is_image_stem(node, list(weight.dims))
+                        and not _read_by_selected(node, names, g)):
+                    drop.append((node, "runtime cpu: an image stem runs faster in float, and no integer reader needs "
+                                       "its output quantized"))
+                continue
             if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
                 if not data or data[0] not in produced:
                     drop.append((node, f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"))
@@ -635,6 +641,24 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
             skipped[node.name] = reason
         gone = {id(n) for n, _ in drop}
         kept = [n for n in kept if id(n) not in gone]
+
+
+def _read_by_selected(node: onnx.NodeProto, names: set[str], g: _Graph) -> bool:
+    """Whether a node in ``names`` reads ``node``'s outputs, directly or behind a Relu/Clip (an
+    activation onnxruntime fuses into the producer, selected or not)."""
+    pending = [o for o in node.output if o]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for reader in g.consumers.get(name, []):
+            if reader.name in names:
+                return True
+            if reader.op_type in runtime.CPU_FUSED_ACTIVATIONS:
+                pending.extend(o for o in reader.output if o)
+    return False
 
 
 def _fused_activations(config: QuantConfig) -> frozenset[str]:

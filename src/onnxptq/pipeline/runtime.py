@@ -52,12 +52,6 @@ CPU_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip"})
 CPU_OP_TYPES = CPU_INTEGER_OPS | CPU_DATA_MOVEMENT | CPU_DQ_ONLY | CPU_FUSED_ACTIVATIONS
 
 
-#: A convolution whose input has at most this many channels (an image stem: RGB or gray) runs
-#: faster in float: its integer GEMM has an inner dimension of C·kh·kw ≤ 36, too short for MLAS's
-#: uint8 kernels to pay for the im2col and requantization around them.
-CPU_STEM_MAX_CHANNELS = 4
-
-
 def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -> str | None:
     """Why the CPU target leaves the Conv ``node`` float although QLinearConv could run it, or None.
 
@@ -67,10 +61,11 @@ def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -
     * depthwise convolutions: MLAS's uint8 depthwise kernel took 2–6× the time of the float
       blocked kernel on every depthwise layer of PP-OCR cls and rec (3×3 and 5×5, stride 1 and 2).
       Integer depthwise also costs accuracy on this target, because QLinearConv takes one scalar
-      input scale while depthwise inputs differ in range per channel (rec CER 0.052 → 0.045 with
-      all depthwise layers float, the stems too).
-    * image stems (input channels ≤ :data:`CPU_STEM_MAX_CHANNELS`, kernel larger than 1×1): the
-      integer GEMM is too short (cls stem: 120 µs integer, 43 µs float).
+      input scale while depthwise inputs differ in range per channel (rec CER 0.052 → 0.049 with
+      the 5×5 depthwise layers float).
+
+    Image stems (:func:`is_image_stem`) are slower in integers too; the planner leaves them float
+    where no integer reader needs their output quantized (``plan._drop_isolated_cpu_nodes``).
 
     Where such a Conv sits between a DequantizeLinear and a QuantizeLinear anyway (its input and
     output quantized for their other readers), onnxruntime 1.32 quantizes its weight itself and
@@ -83,11 +78,25 @@ def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -
     out_channels, in_per_group = int(weight_dims[0]), int(weight_dims[1])
     if group > 1 and in_per_group == 1 and out_channels % group == 0:
         return "runtime cpu: depthwise convolutions run faster in float on onnxruntime's CPU provider"
-    kernel = [int(k) for k in weight_dims[2:]]
-    if group == 1 and in_per_group <= CPU_STEM_MAX_CHANNELS and any(k > 1 for k in kernel):
-        return (f"runtime cpu: a convolution over {in_per_group} input channel(s) (an image stem) runs faster "
-                "in float on onnxruntime's CPU provider")
     return None
+
+
+#: A convolution over at most this many input channels (RGB or gray images) is an image stem.
+CPU_STEM_MAX_CHANNELS = 4
+
+
+def is_image_stem(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -> bool:
+    """Whether the Conv ``node`` is an image stem: a spatial kernel over ≤ 4 input channels.
+
+    Its integer GEMM has an inner dimension C·kh·kw ≤ 36, too short for MLAS's uint8 kernels to
+    pay for the requantization (PP-OCR cls stem: 120 µs as QLinearConv, 43 µs float). Its output
+    is also the widest-ranged raw tensor of the network (no activation yet): PP-OCRv4 rec feeds it
+    to a depthwise convolution, and its uint8 quantizer alone took rec A8W8 from CER 0.038 to 0.055.
+    """
+    if node.op_type != "Conv" or weight_dims is None or len(weight_dims) < 3:
+        return False
+    group = next((int(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "group"), 1)
+    return group == 1 and int(weight_dims[1]) <= CPU_STEM_MAX_CHANNELS and any(int(k) > 1 for k in weight_dims[2:])
 
 
 def is_cpu(config: QuantConfig) -> bool:
