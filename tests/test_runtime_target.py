@@ -169,12 +169,13 @@ def _chain(nodes, inits) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
 
 
-def test_cpu_plan_drops_cheap_ops_and_stems_with_no_integer_neighbour():
-    """An Add between float neighbours and a stem read only by float ops get no quantizers on the
-    CPU target; the same Add next to an integer Conv, and both on the NPU target, keep them."""
+def test_cpu_plan_drops_cheap_ops_with_no_integer_producer_and_stems_with_no_integer_reader():
+    """An Add fed by a float op and a stem read only by float ops get no quantizers on the CPU
+    target (the Add's output is quantized once for an integer reader); the same Add behind an
+    integer Conv, and everything on the NPU target, keep them."""
     from onnx import helper
 
     rng = np.random.default_rng(0)
@@ -189,11 +190,19 @@ def test_cpu_plan_drops_cheap_ops_and_stems_with_no_integer_neighbour():
     cpu = get_preset("A8W8").replace(runtime="cpu")
     plan = make_plan(model, cpu)
     assert plan.nodes == ["pw"]
-    assert "image stem" in plan.skipped_nodes["stem"] and "no integer neighbour" in plan.skipped_nodes["shift"]
+    assert "image stem" in plan.skipped_nodes["stem"] and "no integer producer" in plan.skipped_nodes["shift"]
     assert "depthwise" in plan.skipped_nodes["dw"]
     assert {"s", "h", "a"}.isdisjoint(plan.tensors)
     assert set(make_plan(model, cpu.replace(runtime="npu")).nodes) >= {"stem", "shift", "dw", "pw"}
-    # The shift straight in front of the integer pointwise Conv keeps its QLinearAdd.
+    # In front of the integer pointwise Conv the float shift's output is quantized once, for it.
     model = _chain([stem, act, helper.make_node("Add", ["h", "d"], ["a"], name="shift"),
                     helper.make_node("Conv", ["a", "Wp"], ["y"], name="pw")], {k: v for k, v in inits.items() if k != "Wd"})
-    assert make_plan(model, cpu).nodes == ["shift", "pw"]
+    plan = make_plan(model, cpu)
+    assert plan.nodes == ["pw"] and "a" in plan.tensors and "h" not in plan.tensors
+    # Behind an integer Conv the Add stays integer (QLinearAdd on the Conv's uint8 output).
+    model = _chain([helper.make_node("Conv", ["x", "W0"], ["s"], name="conv", pads=[1, 1, 1, 1]),
+                    helper.make_node("Conv", ["s", "Wp"], ["p"], name="pw"),
+                    helper.make_node("Add", ["p", "d"], ["a"], name="shift"),
+                    helper.make_node("Conv", ["a", "W2"], ["y"], name="out")],
+                   {"W0": inits["W0"], "Wp": inits["Wp"], "d": inits["d"], "W2": rng.normal(size=(4, 4, 1, 1)).astype(np.float32)})
+    assert make_plan(model, cpu).nodes == ["conv", "pw", "shift", "out"]

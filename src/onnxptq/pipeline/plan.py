@@ -599,12 +599,15 @@ def _explicit(node: onnx.NodeProto, config: QuantConfig) -> bool:
 
 def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, str], g: _Graph,
                              config: QuantConfig) -> list[onnx.NodeProto]:
-    """On the CPU target, unselect the cheap integer ops no selected node reads from or writes to.
+    """On the CPU target, unselect the cheap integer ops that no selected node feeds.
 
-    An Add/Mul/Concat/pooling/... between float neighbours (e.g. PP-LCNetV3's learnable shift
-    between a HardSwish and a depthwise convolution, both float on this target) would become a
-    QLinear kernel behind a QuantizeLinear and in front of a DequantizeLinear: two extra roundings
-    and two extra nodes for an op that costs next to nothing in float. Conv/MatMul/Gemm are kept
+    An Add/Mul/Concat/pooling/... whose data inputs all come from float ops (e.g. PP-LCNetV3's
+    learnable shift after a HardSwish, an SE block's pooling of a float depthwise output) would
+    become a QLinear kernel behind one QuantizeLinear per input: in float it costs next to
+    nothing, and one QuantizeLinear on its output (where an integer reader needs one) replaces
+    those, with one rounding instead of two, and on a smaller tensor where the op reduces (a
+    GlobalAveragePool; onnxruntime would otherwise also move the QuantizeLinear up through a
+    MaxPool in front of it and run its slow uint8 MaxPool). Conv/MatMul/Gemm are kept
     (their integer kernel pays for the Q/DQ around it), and so are explicit choices. Data-movement
     ops and fused activations that lose their integer producer go too; repeated to a fixed point.
     PP-OCRv4 rec A8W8 (bench/RESULTS.md, issue 16): the stem and 14 such Adds, CER 0.055 → 0.038.
@@ -630,11 +633,9 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
                 if not data or data[0] not in produced:
                     drop.append((node, f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"))
                 continue
-            from_integer = any(i in produced for i in data)
-            to_integer = any(c.name in names for o in node.output if o for c in g.consumers.get(o, []))
-            if not from_integer and not to_integer:
-                drop.append((node, f"runtime cpu: no integer neighbour; an integer {node.op_type} would only add a "
-                                   "QuantizeLinear/DequantizeLinear round trip"))
+            if not any(i in produced for i in data):
+                drop.append((node, f"runtime cpu: no integer producer; the {node.op_type} runs float and its "
+                                   "output is quantized once where an integer reader needs it"))
         if not drop:
             return kept
         for node, reason in drop:
