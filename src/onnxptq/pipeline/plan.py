@@ -572,8 +572,8 @@ def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selec
     A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
     converts back and forth; data-movement ops and fused activations are worth quantizing only
     behind an integer producer (they then run on its integer output). Convolutions that onnxruntime
-    runs slower as QLinearConv than in float (depthwise layers:
-    :func:`runtime.float_conv_reason`) stay float. Explicit op-type choices
+    runs slower as QLinearConv than in float are left to :func:`_drop_isolated_cpu_nodes`, which
+    sees their neighbours. Explicit op-type choices
     (``op_types``, ``extra_op_types``, overrides, ``quantize_all_op_types``, ``nodes_to_quantize``)
     are the user's and are honoured.
     """
@@ -581,10 +581,6 @@ def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selec
         return None
     if node.op_type not in runtime.CPU_OP_TYPES:
         return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
-    if node.op_type == "Conv" and len(node.input) > 1 and node.input[1] in g.initializers:
-        reason = runtime.float_conv_reason(node, list(g.initializers[node.input[1]].dims))
-        if reason:
-            return reason
     if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
         if not node.input or node.input[0] not in selected_outputs:
             return f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"
@@ -624,8 +620,12 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
             data = [i for i in node.input if i and i not in g.initializers]
             if node.op_type in runtime.CPU_MATRIX_OPS:
                 weight = g.initializers.get(node.input[1]) if len(node.input) > 1 else None
-                if (weight is not None and runtime.is_image_stem(node, list(weight.dims))
-                        and not _read_by_selected(node, names, g)):
+                dims = list(weight.dims) if weight is not None else None
+                read = _read_by_selected(node, names, g)
+                slower = runtime.float_conv_reason(node, dims)
+                if slower and not (read and data and data[0] in produced):
+                    drop.append((node, slower))
+                elif weight is not None and runtime.is_image_stem(node, dims) and not read:
                     drop.append((node, "runtime cpu: an image stem runs faster in float, and no integer reader needs "
                                        "its output quantized"))
                 continue
