@@ -604,7 +604,10 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
     those, with one rounding instead of two, and on a smaller tensor where the op reduces (a
     GlobalAveragePool; onnxruntime would otherwise also move the QuantizeLinear up through a
     MaxPool in front of it and run its slow uint8 MaxPool). Conv/MatMul/Gemm are kept
-    (their integer kernel pays for the Q/DQ around it), and so are explicit choices. Data-movement
+    (their integer kernel pays for the Q/DQ around it), and so are explicit choices (op types,
+    node names, per-node formats such as the mixed-precision search's). Only nodes with 8-bit
+    activations are considered: the rules weigh onnxruntime's uint8 kernels, and it has none for
+    16-bit activations (A16W8 runs float between its Q/DQ either way). Data-movement
     ops and fused activations that lose their integer producer go too; repeated to a fixed point.
     PP-OCRv4 rec A8W8 (bench/RESULTS.md, issue 16): 14 depthwise Convs, the stem and 14 such Adds
     float, CER 0.055 → 0.037 at 0.41× float latency.
@@ -615,7 +618,9 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
         produced = {o for n in kept for o in n.output if o}
         drop = []
         for node in kept:
-            if not runtime.integer_placement(config, _node_formats(node, config)[0]) or _explicit(node, config):
+            act = _node_formats(node, config)[0]
+            if (not runtime.integer_placement(config, act) or not runtime.has_integer_kernels(act)
+                    or _explicit(node, config) or node.name in config.node_overrides):
                 continue
             data = [i for i in node.input if i and i not in g.initializers]
             if node.op_type in runtime.CPU_MATRIX_OPS:

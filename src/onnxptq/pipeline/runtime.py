@@ -114,6 +114,12 @@ def integer_placement(config: QuantConfig, activation: TensorQuant | None) -> bo
     return is_cpu(config) and activation is not None and activation.is_integer
 
 
+def has_integer_kernels(activation: TensorQuant | None) -> bool:
+    """Whether onnxruntime's CPU provider has integer kernels for these activations: 8-bit only
+    (QLinearConv, QLinearMatMul, ... take uint8/int8; 16-bit Q/DQ models run float in between)."""
+    return activation is not None and activation.format in ("int8", "uint8")
+
+
 def cpu_activation(quant: TensorQuant) -> TensorQuant:
     """The activation format the CPU target uses for ``quant``: 8-bit activations become uint8.
 
