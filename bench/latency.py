@@ -1,13 +1,16 @@
 """Integer-model latency on onnxruntime's CPU execution provider: ours against float and onnxruntime's own.
 
-For PP-OCRv4 rec (1x3x48x320) and PP-OCR cls (1x3x48x192), in one process: the float model, our
+For PP-OCRv4 rec (1x3x48x320), PP-OCR cls (1x3x48x192) and the all-MiniLM-L6-v2 sentence encoder
+(``minilm``: one sentence of 12 tokens; ``onnxptq.testing.minilm``), in one process: the float model, our
 presets (default A8W8, A16W8, U8S8 — each for ``--runtime``, default the onnxruntime CPU target)
 and onnxruntime's ``quantize_static`` (QDQ, uint8 activations, int8 per-channel weights, MinMax,
 after ``quant_pre_process``), all calibrated on the same 64 rendered lines. Every model is timed
 with 1 and 2 intra-op threads, round-robin (each round runs every variant once, so a drift in
 machine load hits them alike): median wall time of ``session.run`` on one line and the ratio to
 the float model's median, and beside it the process CPU time of the same calls (all threads),
-which a loaded machine disturbs less. Accuracy: rec CER on 200 rendered lines, cls top-1 accuracy.
+which a loaded machine disturbs less. Accuracy: rec CER on 200 rendered lines, cls top-1 accuracy,
+minilm the mean cosine between the quantized and the float embeddings of bench/paraphrases.py's 200
+sentences (calibration: bench/minilm.py's 24 sentences, batches of 8).
 
     python bench/latency.py [--runs 40] [--models rec,cls] [--presets A8W8,A16W8,U8S8]
                             [--threads 1,2] [--runtime cpu] [--out DIR [--reuse]]
@@ -30,7 +33,7 @@ import onnx.version_converter
 import onnxruntime as ort
 
 #: Issue 16's targets for our A8W8, as a ratio to float wall time.
-TARGETS = {"rec": 0.7, "cls": 1.0}
+TARGETS = {"rec": 0.7, "cls": 1.0, "minilm": 0.7}
 CALIB_LINES = 64
 EVAL_LINES = 200
 
@@ -44,23 +47,59 @@ def session(model: str, threads: int) -> ort.InferenceSession:
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
-def data(name: str):
-    """(model path, calibration images, evaluation images, references, characters) of ``name``."""
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+class Bench:
+    """One model of the bench: its path, calibration feeds, the single input it is timed on, and
+    its accuracy metric (``score(session)``, with the metric's label)."""
 
-    path = str(model_path(name))
-    if name == "rec":
-        chars = ocr.load_characters(onnx.load(path))
-        calib = ocr.render_lines(CALIB_LINES, seed=1, characters=chars)[0]
-        images, refs = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
-        return path, calib, images, refs, chars
-    calib = ocr.render_cls(CALIB_LINES, seed=1)[0]
-    images, labels = ocr.render_cls(EVAL_LINES, seed=3)
-    return path, calib, images, labels, None
+    def __init__(self, name: str) -> None:
+        self.name = name
+        if name == "minilm":
+            self._minilm()
+        else:
+            self._ocr(name)
+
+    def _ocr(self, name: str) -> None:
+        from onnxptq.testing import ocr
+        from onnxptq.testing.models import model_path
+
+        self.path = str(model_path(name))
+        if name == "rec":
+            chars = ocr.load_characters(onnx.load(self.path))
+            calib = ocr.render_lines(CALIB_LINES, seed=1, characters=chars)[0]
+            images, refs = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
+            self.label, self.score = "CER", lambda sess: ocr.rec_cer(sess, images, refs, characters=chars)
+        else:
+            calib = ocr.render_cls(CALIB_LINES, seed=1)[0]
+            images, labels = ocr.render_cls(EVAL_LINES, seed=3)
+            self.label, self.score = "top-1", lambda sess: ocr.cls_accuracy(sess, images, labels)
+        self.calib = [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)]
+        self.single = [{"x": calib[i:i + 1]} for i in range(len(calib))]
+        self.feed = {"x": images[:1]}
+
+    def _minilm(self) -> None:
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from minilm import CALIBRATION, batches, embed  # bench/minilm.py
+        from paraphrases import PAIRS
+
+        from onnxptq.testing import minilm
+
+        self.path = str(minilm.onnx_path("finfo"))
+        sentences = [a for a, _ in PAIRS] + [b for _, b in PAIRS]
+        reference = embed(session(self.path, 2), sentences)
+
+        def cosine(sess) -> float:
+            got = embed(sess, sentences)
+            return float(np.mean(np.sum(reference * got, 1) / (np.linalg.norm(reference, axis=1) * np.linalg.norm(got, axis=1))))
+
+        self.label, self.score = "cosine", cosine
+        self.calib = list(batches(CALIBRATION, 8))
+        self.single = list(batches(CALIBRATION, 1))
+        self.feed = minilm.tokenize([PAIRS[0][0]])
 
 
-def ours(path: str, preset: str, runtime: str, calib: np.ndarray, out: str) -> float:
+def ours(path: str, preset: str, runtime: str, calib: list[dict[str, np.ndarray]], out: str) -> float:
     """Quantize with onnxptq; returns the seconds it took."""
     import onnxptq
 
@@ -68,20 +107,20 @@ def ours(path: str, preset: str, runtime: str, calib: np.ndarray, out: str) -> f
     config.calibration.progress = False
     config = config.replace(runtime=runtime)
     start = time.perf_counter()
-    result = onnxptq.quantize(path, config, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)], eval_samples=0)
+    result = onnxptq.quantize(path, config, calib, eval_samples=0)
     seconds = time.perf_counter() - start
     onnx.save(result.model, out)
     return seconds
 
 
-def onnxruntime_u8s8(path: str, calib: np.ndarray, out: str) -> float:
+def onnxruntime_u8s8(path: str, calib: list[dict[str, np.ndarray]], out: str) -> float:
     """onnxruntime's own static quantization: QDQ, U8S8, per-channel weights, MinMax."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.feeds = iter([{"x": calib[i:i + 1]} for i in range(len(calib))])
+            self.feeds = iter(calib)
 
         def get_next(self):
             return next(self.feeds, None)
@@ -89,7 +128,9 @@ def onnxruntime_u8s8(path: str, calib: np.ndarray, out: str) -> float:
     start = time.perf_counter()
     pre = out + ".pre.onnx"
     # Per-channel DequantizeLinear (its axis attribute) needs opset 13; the PP-OCR models are 11/12.
-    onnx.save(onnx.version_converter.convert_version(onnx.load(path), 13), pre)
+    model = onnx.load(path)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    onnx.save(onnx.version_converter.convert_version(model, 13) if opset < 13 else model, pre)
     quant_pre_process(pre, pre, skip_symbolic_shape=True)
     quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
@@ -97,19 +138,10 @@ def onnxruntime_u8s8(path: str, calib: np.ndarray, out: str) -> float:
     return time.perf_counter() - start
 
 
-def accuracy(name: str, model: str, images: np.ndarray, refs, chars) -> float:
-    from onnxptq.testing import ocr
-
-    sess = session(model, 2)
-    if name == "rec":
-        return ocr.rec_cer(sess, images, refs, characters=chars)
-    return ocr.cls_accuracy(sess, images, refs)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="timed rounds (each runs every variant once)")
-    parser.add_argument("--models", default="rec,cls")
+    parser.add_argument("--models", default="rec,cls,minilm")
     parser.add_argument("--presets", default="A8W8,A16W8,U8S8")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--runtime", default="cpu", help="onnxptq target runtime (cpu or npu)")
@@ -124,7 +156,8 @@ def main() -> None:
     print("| model | variant | metric | threads | wall ms | × float (wall) | cpu ms | × float (cpu) | target |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for name in args.models.split(","):
-        path, calib, images, refs, chars = data(name)
+        bench = Bench(name)
+        path = bench.path
         variants = {"float": path}
         specs = [(f"onnxptq {p} ({args.runtime})", p, args.runtime) for p in args.presets.split(",") if p]
         for item in filter(None, args.extra.split(",")):
@@ -134,33 +167,32 @@ def main() -> None:
         for label, preset, runtime in specs:
             file = os.path.join(out, f"{name}_{preset}_{runtime}.onnx")
             if not (args.reuse and os.path.exists(file)):
-                ours(path, preset, runtime, calib, file)
+                ours(path, preset, runtime, bench.calib, file)
             variants[label] = file
         file = os.path.join(out, f"{name}_onnxruntime_u8s8.onnx")
         if not (args.reuse and os.path.exists(file)):
-            onnxruntime_u8s8(path, calib, file)
+            onnxruntime_u8s8(path, bench.single, file)
         variants["onnxruntime quantize_static U8S8 per-channel"] = file
-        metric = {k: accuracy(name, f, images, refs, chars) for k, f in variants.items()}
-        x = images[:1]
+        metric = {k: bench.score(session(f, 2)) for k, f in variants.items()}
+        x = bench.feed
         for threads in (int(t) for t in args.threads.split(",")):
             sessions = {k: session(f, threads) for k, f in variants.items()}
             for sess in sessions.values():
                 for _ in range(3):
-                    sess.run(None, {"x": x})
+                    sess.run(None, x)
             wall: dict[str, list[float]] = {k: [] for k in sessions}
             cpu: dict[str, list[float]] = {k: [] for k in sessions}
             for _ in range(args.runs):
                 for k, sess in sessions.items():
                     start, cpu_start = time.perf_counter(), time.process_time()
-                    sess.run(None, {"x": x})
+                    sess.run(None, x)
                     wall[k].append((time.perf_counter() - start) * 1e3)
                     cpu[k].append((time.process_time() - cpu_start) * 1e3)
             base, base_cpu = statistics.median(wall["float"]), statistics.median(cpu["float"])
             for k in sessions:
                 w, c = statistics.median(wall[k]), statistics.median(cpu[k])
                 target = f"≤ {TARGETS[name]:g}×" if "A8W8" in k and threads == 1 else ""
-                label = "CER" if name == "rec" else "top-1"
-                print(f"| {name} | {k} | {label} {metric[k]:.4f} | {threads} | {w:.2f} | {w / base:.2f} | "
+                print(f"| {name} | {k} | {bench.label} {metric[k]:.4f} | {threads} | {w:.2f} | {w / base:.2f} | "
                       f"{c:.2f} | {c / base_cpu:.2f} | {target} |", flush=True)
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
 

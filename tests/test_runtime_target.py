@@ -28,6 +28,10 @@ def _plan(name: str, runtime: str):
 
 
 def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
+    return _quantize(name, lines, runtime).model
+
+
+def _quantize(name: str, lines: int, runtime: str = "cpu"):
     config = get_preset("A8W8").replace(runtime=runtime)
     config.calibration.progress = False
     if name == "rec":
@@ -35,7 +39,19 @@ def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
     else:
         images = ocr.render_cls(lines, seed=1)[0]
     feeds = [{"x": images[i:i + 8]} for i in range(0, lines, 8)]
-    return quantize(model_path(name), config, feeds, eval_samples=0).model
+    return quantize(model_path(name), config, feeds, eval_samples=0)
+
+
+def _float_conv_kinds(model: onnx.ModelProto, plan) -> dict[str, str]:
+    """{Conv name: "depthwise" | "stem"} for the Convs the plan leaves float by the CPU cost rules."""
+    kinds = {}
+    for node in model.graph.node:
+        reason = plan.skipped_nodes.get(node.name, "")
+        if node.op_type == "Conv" and reason.startswith("runtime cpu: depthwise"):
+            kinds[node.name] = "depthwise"
+        elif node.op_type == "Conv" and "image stem" in reason:
+            kinds[node.name] = "stem"
+    return kinds
 
 
 def test_unknown_runtime_is_refused_with_the_choices():
@@ -80,15 +96,40 @@ def test_compat_target_runtime_key():
         to_quant_config(config)
 
 
+def test_cpu_plan_leaves_depthwise_and_stem_convs_float_and_npu_quantizes_them():
+    """onnxruntime's CPU provider runs depthwise and image-stem convolutions faster in float
+    (runtime.float_conv_reason); the NPU placement quantizes every Conv, and an explicit op-type
+    choice is the user's and quantizes them on the CPU target too."""
+    prepared, plan = _plan("cls", "cpu")
+    kinds = _float_conv_kinds(prepared, plan)
+    groups = {n.name: next((a.i for a in n.attribute if a.name == "group"), 1) for n in prepared.graph.node if n.op_type == "Conv"}
+    depthwise = [n for n, g in groups.items() if g > 1]
+    # 8 of the 11 depthwise Convs read or feed a float op; the other 3 sit between integer ops
+    # (onnxruntime would fuse them anyway) and keep our per-channel weights.
+    assert set(n for n, k in kinds.items() if k == "depthwise") < set(depthwise) and len(depthwise) - 3 == 8
+    assert list(kinds.values()).count("depthwise") == 8
+    assert list(kinds.values()).count("stem") == 1, "the 3-channel stem, read by a float HardSwish"
+    assert len(groups) - len(kinds) == 44 and all(n in plan.nodes for n in groups if n not in kinds)
+    _, npu = _plan("cls", "npu")
+    assert all(n in npu.nodes for n in groups)
+    config = get_preset("A8W8").replace(runtime="cpu", op_types=["Conv"])
+    explicit = make_plan(prepare_for_quantization(onnx.load(model_path("cls")), config), config)
+    assert all(n in explicit.nodes for n in groups)
+
+
 @pytest.mark.slow
 def test_every_matrix_op_of_rec_a8w8_runs_as_an_integer_kernel():
-    model = _quantized("rec", 16)
-    rows = [r for r in runtime_kernels(model) if r.op_type in MATRIX_OPS]
+    """Every Conv/MatMul the CPU plan quantizes runs as an integer kernel; the float ones are
+    exactly the depthwise convolutions and the stem the plan leaves float for speed."""
+    result = _quantize("rec", 16)
+    float_convs = _float_conv_kinds(result.model, result.plan)
+    assert sorted(float_convs.values()).count("stem") == 1 and len(float_convs) == 15
+    rows = [r for r in runtime_kernels(result.model) if r.op_type in MATRIX_OPS]
     assert len([r for r in rows if r.op_type == "Conv"]) == 38
     assert len([r for r in rows if r.op_type == "MatMul"]) == 13
-    floats = [(r.name, r.kernel) for r in rows if r.kind != "integer"]
-    assert not floats, f"float matrix ops in onnxruntime's optimised graph: {floats}"
-    assert {r.kernel for r in rows} <= {"QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QGemm"}
+    floats = sorted(r.name for r in rows if r.kind != "integer")
+    assert floats == sorted(float_convs), f"float matrix ops in onnxruntime's optimised graph: {floats}"
+    assert {r.kernel for r in rows if r.kind == "integer"} <= {"QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QGemm"}
 
 
 @pytest.mark.slow
@@ -96,16 +137,26 @@ def test_inspect_runtime_lists_cls_nodes(tmp_path, capsys):
     from onnxptq.cli import main
 
     path = tmp_path / "cls_a8w8.onnx"
-    onnx.save(_quantized("cls", 16), path)
+    result = _quantize("cls", 16)
+    onnx.save(result.model, path)
     assert main(["inspect", str(path), "--runtime"]) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines()]
     nodes = [line for line in lines if len(line) >= 2 and line[1] in ("integer", "float", "removed")]
-    convs = [line for line in nodes if line[0] == "Conv"]
-    assert len(convs) == 53 and all(line[1:3] == ["integer", "QLinearConv"] for line in convs)
+    convs = {line[-1]: line[1:3] for line in nodes if line[0] == "Conv"}
+    assert len(convs) == 53
+    # The plan's integer Convs run as QLinearConv, the depthwise and stem Convs it leaves float run
+    # float (none of them sits between a DequantizeLinear and a QuantizeLinear, where onnxruntime
+    # would quantize the weight itself).
+    selected = [n for n in convs if n in result.plan.nodes]
+    assert len(selected) == 44 and all(convs[n] == ["integer", "QLinearConv"] for n in selected)
+    left = [n for n in convs if n not in result.plan.nodes]
+    floats = [n for n in left if convs[n][0] == "float"]
+    assert len(left) == 9 and floats == left
+    counts = next(line for line in lines if line[:1] == ["Conv"] and len(line) == 4 and line[1].isdigit())
+    assert counts == ["Conv", str(53 - len(floats)), str(len(floats)), "0"], "per-op-type counts: integer / float / removed"
     hardswish = [line for line in nodes if line[0] == "HardSwish"]
     assert hardswish and all(line[1] == "float" for line in hardswish), "no integer HardSwish kernel in onnxruntime"
-    assert ["Conv", "53", "0", "0"] in lines, "per-op-type counts: integer / float / removed"
 
 
 @pytest.mark.slow
@@ -114,3 +165,48 @@ def test_npu_placement_leaves_depthwise_convs_float_on_cpu():
     counts = summary(runtime_kernels(_quantized("cls", 16, runtime="npu")))
     assert counts["Conv"].get("float", 0) > 0
     np.testing.assert_equal(sum(counts["Conv"].values()), 53)
+
+
+def _chain(nodes, inits) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]))
+
+
+def test_cpu_plan_drops_cheap_ops_with_no_integer_producer_and_stems_with_no_integer_reader():
+    """An Add fed by a float op and a stem read only by float ops get no quantizers on the CPU
+    target (the Add's output is quantized once for an integer reader); the same Add behind an
+    integer Conv, and everything on the NPU target, keep them."""
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    inits = {"W0": rng.normal(size=(8, 3, 3, 3)).astype(np.float32), "d": np.array(0.5, np.float32),
+             "Wd": rng.normal(size=(8, 1, 3, 3)).astype(np.float32), "Wp": rng.normal(size=(4, 8, 1, 1)).astype(np.float32)}
+    stem = helper.make_node("Conv", ["x", "W0"], ["s"], name="stem", pads=[1, 1, 1, 1])
+    act = helper.make_node("HardSwish", ["s"], ["h"], name="hswish")
+    shift = helper.make_node("Add", ["h", "d"], ["a"], name="shift")
+    dw = helper.make_node("Conv", ["a", "Wd"], ["dwo"], name="dw", group=8, pads=[1, 1, 1, 1])
+    pw = helper.make_node("Conv", ["dwo", "Wp"], ["y"], name="pw")
+    model = _chain([stem, act, shift, dw, pw], inits)
+    cpu = get_preset("A8W8").replace(runtime="cpu")
+    plan = make_plan(model, cpu)
+    assert plan.nodes == ["pw"]
+    assert "image stem" in plan.skipped_nodes["stem"] and "no integer producer" in plan.skipped_nodes["shift"]
+    assert "depthwise" in plan.skipped_nodes["dw"]
+    assert {"s", "h", "a"}.isdisjoint(plan.tensors)
+    assert set(make_plan(model, cpu.replace(runtime="npu")).nodes) >= {"stem", "shift", "dw", "pw"}
+    # In front of the integer pointwise Conv the float shift's output is quantized once, for it.
+    model = _chain([stem, act, helper.make_node("Add", ["h", "d"], ["a"], name="shift"),
+                    helper.make_node("Conv", ["a", "Wp"], ["y"], name="pw")], {k: v for k, v in inits.items() if k != "Wd"})
+    plan = make_plan(model, cpu)
+    assert plan.nodes == ["pw"] and "a" in plan.tensors and "h" not in plan.tensors
+    # Behind an integer Conv the Add stays integer (QLinearAdd on the Conv's uint8 output).
+    model = _chain([helper.make_node("Conv", ["x", "W0"], ["s"], name="conv", pads=[1, 1, 1, 1]),
+                    helper.make_node("Conv", ["s", "Wp"], ["p"], name="pw"),
+                    helper.make_node("Add", ["p", "d"], ["a"], name="shift"),
+                    helper.make_node("Conv", ["a", "W2"], ["y"], name="out")],
+                   {"W0": inits["W0"], "Wp": inits["Wp"], "d": inits["d"], "W2": rng.normal(size=(4, 4, 1, 1)).astype(np.float32)})
+    assert make_plan(model, cpu).nodes == ["conv", "pw", "shift", "out"]

@@ -19,6 +19,10 @@ runs on the integer values when the Q/DQ around them carry equal parameters.
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import onnx
+
 from ..config.schema import QuantConfig, TensorQuant
 
 #: Ops onnxruntime's CPU provider fuses into an integer kernel: QLinearConv, QLinearMatMul /
@@ -27,6 +31,9 @@ from ..config.schema import QuantConfig, TensorQuant
 CPU_INTEGER_OPS = frozenset(
     "Conv MatMul Gemm Add Mul Concat AveragePool GlobalAveragePool LeakyRelu Sigmoid Softmax Where".split()
 )
+#: The integer kernels that pay for the QuantizeLinear/DequantizeLinear around them on their own;
+#: the other CPU_INTEGER_OPS are cheap in float and are worth it only next to an integer neighbour.
+CPU_MATRIX_OPS = frozenset({"Conv", "MatMul", "Gemm"})
 #: Ops onnxruntime runs on the integer values when the Q before and after carry equal scale and
 #: zero point (its "drop Q/DQ" rules; Split is rewritten to quantized outputs): their output shares
 #: the input's parameters.
@@ -45,6 +52,54 @@ CPU_FUSED_ACTIVATIONS = frozenset({"Relu", "Clip"})
 CPU_OP_TYPES = CPU_INTEGER_OPS | CPU_DATA_MOVEMENT | CPU_DQ_ONLY | CPU_FUSED_ACTIVATIONS
 
 
+def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -> str | None:
+    """Why the CPU target leaves the Conv ``node`` float although QLinearConv could run it, or None.
+
+    Measured per layer with onnxruntime's profiler (onnxruntime 1.32, x86 AVX2 without VNNI, one
+    thread, bench/RESULTS.md "Kernels onnxruntime runs slower in integers"):
+
+    * depthwise convolutions: MLAS's uint8 depthwise kernel took 2–6× the time of the float
+      blocked kernel on every depthwise layer of PP-OCR cls and rec (3×3 and 5×5, stride 1 and 2).
+      Integer depthwise also costs accuracy on this target, because QLinearConv takes one scalar
+      input scale while depthwise inputs differ in range per channel (rec CER 0.052 → 0.049 with
+      the 5×5 depthwise layers float).
+
+    Image stems (:func:`is_image_stem`) are slower in integers too; the planner leaves them float
+    where no integer reader needs their output quantized (``plan._drop_isolated_cpu_nodes``).
+
+    Where such a Conv sits between a DequantizeLinear and a QuantizeLinear anyway (fed and read by
+    integer ops), onnxruntime 1.32 quantizes its float weight itself and runs QLinearConv: the
+    planner then keeps it integer with its own per-channel weights (onnxruntime's were worse on
+    PP-OCR cls: 1000 lines, top-1 0.938 against 0.946, see bench/RESULTS.md).
+    """
+    if node.op_type != "Conv" or weight_dims is None or len(weight_dims) < 3:
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    group = int(attrs.get("group", 1))
+    out_channels, in_per_group = int(weight_dims[0]), int(weight_dims[1])
+    if group > 1 and in_per_group == 1 and out_channels % group == 0:
+        return "runtime cpu: depthwise convolutions run faster in float on onnxruntime's CPU provider"
+    return None
+
+
+#: A convolution over at most this many input channels (RGB or gray images) is an image stem.
+CPU_STEM_MAX_CHANNELS = 4
+
+
+def is_image_stem(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -> bool:
+    """Whether the Conv ``node`` is an image stem: a spatial kernel over ≤ 4 input channels.
+
+    Its integer GEMM has an inner dimension C·kh·kw ≤ 36, too short for MLAS's uint8 kernels to
+    pay for the requantization (PP-OCR cls stem: 120 µs as QLinearConv, 43 µs float). Its output
+    is also the widest-ranged raw tensor of the network (no activation yet): PP-OCRv4 rec feeds it
+    to a depthwise convolution, and its uint8 quantizer alone took rec A8W8 from CER 0.038 to 0.055.
+    """
+    if node.op_type != "Conv" or weight_dims is None or len(weight_dims) < 3:
+        return False
+    group = next((int(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "group"), 1)
+    return group == 1 and int(weight_dims[1]) <= CPU_STEM_MAX_CHANNELS and any(int(k) > 1 for k in weight_dims[2:])
+
+
 def is_cpu(config: QuantConfig) -> bool:
     """Whether ``config`` targets onnxruntime's CPU execution provider."""
     return config.runtime == "cpu"
@@ -57,6 +112,12 @@ def integer_placement(config: QuantConfig, activation: TensorQuant | None) -> bo
     have no integer kernels to aim at and are placed as on every target.
     """
     return is_cpu(config) and activation is not None and activation.is_integer
+
+
+def has_integer_kernels(activation: TensorQuant | None) -> bool:
+    """Whether onnxruntime's CPU provider has integer kernels for these activations: 8-bit only
+    (QLinearConv, QLinearMatMul, ... take uint8/int8; 16-bit Q/DQ models run float in between)."""
+    return activation is not None and activation.format in ("int8", "uint8")
 
 
 def cpu_activation(quant: TensorQuant) -> TensorQuant:
