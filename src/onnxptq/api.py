@@ -8,12 +8,14 @@ up here. The pipeline names re-exported below are the ones scripts already impor
 
 from __future__ import annotations
 
+import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 from .config.presets import resolve_config
 from .config.schema import QuantConfig
-from .graph import io
+from .graph import external, io
 from .pipeline.build import build_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
 from .pipeline.complete import QuantizationResult, complete
@@ -53,7 +55,9 @@ def quantize(
     if report_path is not None and (data is None or eval_samples < 1):
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     _check_paths(model, data, output, report_path)
-    with custom_op_libraries(cfg.calibration.custom_op_libraries):
+    stream = external.should_stream(model, output)
+    with custom_op_libraries(cfg.calibration.custom_op_libraries), \
+            (external.streaming(Path(model).parent) if stream else contextlib.nullcontext()):
         if cfg.auto_mixed_precision is not None:
             from .algorithms.mixed_precision import quantize_auto
 

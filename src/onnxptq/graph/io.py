@@ -17,6 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from .. import outputs
+from . import external
 from ..errors import InputNotFoundError, OnnxptqError
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,14 @@ class ModelLoadError(OnnxptqError, ValueError):
     """The input model file is missing or is not an ONNX model."""
 
 
-def load_model(model: ModelLike, *, load_external_data: bool = True) -> onnx.ModelProto:
-    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched)."""
+def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> onnx.ModelProto:
+    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched).
+
+    ``load_external_data``: read external tensors into the message; by default yes, except on the
+    streaming path (:func:`onnxptq.graph.external.streaming`), where weights stay in their file.
+    """
+    if load_external_data is None:
+        load_external_data = external.active_dir() is None
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)

@@ -39,6 +39,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .external import tensor_values
+
 log = logging.getLogger(__name__)
 
 __all__ = ["SENTINEL_THRESHOLD", "is_sentinel_constant", "sentinel_tensors"]
@@ -70,7 +72,7 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
 def _constant_sources(graph: onnx.GraphProto) -> set[str]:
     sources: set[str] = set()
     for init in graph.initializer:
-        if init.data_type in _FLOAT_TYPES and is_sentinel_constant(numpy_helper.to_array(init)):
+        if init.data_type in _FLOAT_TYPES and is_sentinel_constant(tensor_values(init)):
             sources.add(init.name)
     for node in graph.node:
         if node.op_type not in ("Constant", "ConstantOfShape") or not node.output:

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..formats import build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
+from ..graph.external import store, tensor_values
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import Scope, ScopeIndex, all_graphs
 from .plan import Plan, TensorPlan
@@ -267,7 +267,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
     name = tplan.name
     tensor = b.initializers[name]
-    values = numpy_helper.to_array(tensor)
+    values = tensor_values(tensor)
     quant = tplan.quant
     attrs = quantizer_attrs(tplan, params)
     if quant.is_integer and store_int:
@@ -276,7 +276,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
                              attrs.get("axis"), attrs.get("block_size"))
         q_name = b.fresh(f"{name}_quantized")
-        b.initializers[q_name] = numpy_helper.from_array(q, q_name)
+        b.initializers[q_name] = store(q, q_name)
         target = b.fresh(f"{name}_DequantizeLinear_Output")
         from ..onnx_ops import integer as int_ops
 
@@ -293,7 +293,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     if fold:
         folded = fake_quantize(values, quant.format, **attrs)
         new_name = b.fresh(f"{name}_{quant.format}")
-        b.initializers[new_name] = numpy_helper.from_array(np.asarray(folded, dtype=values.dtype), new_name)
+        b.initializers[new_name] = store(np.asarray(folded, dtype=values.dtype), new_name)
         replacement[name] = new_name
         return []
     target = b.fresh(f"{name}_DequantizeLinear_Output")

@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..calibration import methods
 from ..formats import floating, integer
+from ..graph.external import tensor_values
 from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
 
@@ -160,7 +160,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
         quant = tplan.quant
         if not (quant.is_integer or quant.scaled):
             continue
-        values = numpy_helper.to_array(inits[tplan.name])
+        values = tensor_values(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
         if weight_minmse and quant.is_integer:
             rmin, rmax = _weight_range_minmse(values, axis, quant, tplan.name)
@@ -184,7 +184,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
                 scale = scale.reshape(())
             params[tplan.name] = QParams(scale=scale, zero_point=np.zeros(scale.shape, dtype=np.int32))
         elif quant.is_integer or quant.scaled:
-            values = numpy_helper.to_array(inits[tplan.name])
+            values = tensor_values(inits[tplan.name])
             rmin, rmax = integer.weight_range(values)
             params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
     return params
