@@ -1,0 +1,170 @@
+"""The streaming path for models whose weights live in external data (issue 13: models over 2 GB).
+
+A small model behaves like a large one once ``external.STREAM_THRESHOLD`` is lowered: the weights
+stay in their file from load to save, emit writes the quantized ones straight into the output's
+data file, and both files appear together (atomically). The >2 GB round trip and its peak RSS are
+measured by ``bench/large_model.py`` (too slow and too large for the suite).
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxptq
+from onnxptq.errors import OnnxptqError
+from onnxptq.graph import external
+from onnxptq.pipeline import complete as complete_stage
+
+DIM = 256
+LAYERS = 12
+WEIGHT_BYTES = DIM * DIM * 4
+
+
+def _chain(folder: Path) -> Path:
+    """``x -> MatMul(W0) -> Relu -> ... -> MatMul(W7) -> Add(C)``, every tensor in one external file
+    (C, a float constant the integer presets leave float, is copied unchanged)."""
+    rng = np.random.default_rng(0)
+    inits, nodes, offset = [], [], 0
+    arrays = [(f"W{i}", (rng.standard_normal((DIM, DIM)) / np.sqrt(DIM)).astype(np.float32)) for i in range(LAYERS)]
+    arrays.append(("C", rng.standard_normal((DIM,)).astype(np.float32)))
+    with open(folder / "weights.bin", "wb") as data:
+        for name, array in arrays:
+            data.write(array.tobytes())
+            tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(array.shape))
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(array.nbytes))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+            offset += array.nbytes
+            inits.append(tensor)
+    for i in range(LAYERS):
+        src = "x" if i == 0 else f"r{i - 1}"
+        nodes.append(helper.make_node("MatMul", [src, f"W{i}"], [f"m{i}"], name=f"matmul{i}"))
+        if i < LAYERS - 1:
+            nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"))
+    nodes.append(helper.make_node("Add", [f"m{LAYERS - 1}", "C"], ["y"], name="add"))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", DIM])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", DIM])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "chain.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> Path:
+    return _chain(tmp_path_factory.mktemp("streaming-input"))
+
+
+def _feeds() -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return [{"x": rng.standard_normal((2, DIM)).astype(np.float32)} for _ in range(4)]
+
+
+def _run(path: Path, feed: dict[str, np.ndarray]) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+def _values(path: Path) -> dict[str, np.ndarray]:
+    model = onnx.load(str(path))
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("preset", ["BF16", "A8W8"])
+def test_streaming_matches_the_in_memory_path_bit_for_bit(chain, tmp_path, monkeypatch, preset):
+    in_memory = tmp_path / "memory" / "q.onnx"
+    streamed = tmp_path / "stream" / "q.onnx"
+    in_memory.parent.mkdir(), streamed.parent.mkdir()
+    onnxptq.quantize(str(chain), preset, _feeds(), output=in_memory, eval_samples=1)
+    assert not (in_memory.parent / "q.onnx.data").exists()  # small: the in-memory path, one file
+
+    monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
+    sinks = []
+    real_sink = external.sink
+
+    def spy(path):
+        sinks.append(Path(path))
+        return real_sink(path)
+
+    monkeypatch.setattr(external, "sink", spy)
+    result = onnxptq.quantize(str(chain), preset, _feeds(), output=streamed, eval_samples=1)
+
+    # The streaming path was taken: emit wrote into a temporary data file beside the output, and
+    # the result points at the final one; the message holds no weight bytes.
+    assert len(sinks) == 1 and sinks[0].parent == streamed.parent and sinks[0].name.endswith(".tmp")
+    assert sorted(p.name for p in streamed.parent.iterdir()) == ["q.onnx", "q.onnx.data"]
+    big = [t for t in result.model.graph.initializer if int(np.prod(t.dims)) >= DIM * DIM]
+    assert len(big) == LAYERS and all(external.is_external(t) and not t.raw_data for t in big)
+    assert {e.value for t in big for e in t.external_data if e.key == "location"} == {"q.onnx.data"}
+    assert len(result.model.SerializeToString()) < WEIGHT_BYTES  # far below one weight: no bytes held
+
+    # Same model: every initializer and the outputs equal, bit for bit.
+    want, got = _values(in_memory), _values(streamed)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert want[name].dtype == got[name].dtype and np.array_equal(want[name], got[name]), name
+    feed = _feeds()[0]
+    np.testing.assert_array_equal(_run(in_memory, feed), _run(streamed, feed))
+    assert result.metrics["y"]["cosine"] > 0.99
+
+
+def test_streaming_holds_no_copy_of_the_weights(chain, tmp_path, monkeypatch):
+    """Python-side allocations at their peak stay a few tensors' worth (the float reference's
+    temporaries while one weight is fake-quantized), whatever the number of layers; the in-memory
+    path reads the whole file into bytes and serializes the model for each session."""
+    monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
+    weights = LAYERS * WEIGHT_BYTES
+    tracemalloc.start()
+    try:
+        onnxptq.quantize(str(chain), "BF16", _feeds(), output=tmp_path / "q.onnx", eval_samples=1)
+        _, streamed_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        monkeypatch.setattr(external, "STREAM_THRESHOLD", 2**62)
+        onnxptq.quantize(str(chain), "BF16", _feeds(), output=tmp_path / "m.onnx", eval_samples=1)
+        _, memory_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert memory_peak > weights > 2 * 6 * WEIGHT_BYTES - 1  # the bound below tells the two paths apart
+    assert streamed_peak < 6 * WEIGHT_BYTES, (streamed_peak, WEIGHT_BYTES, memory_peak)
+
+
+def test_a_failed_streaming_quantization_leaves_nothing(chain, tmp_path, monkeypatch):
+    monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
+
+    def broken(model, path, source):
+        assert Path(path).exists() and any(p.name.startswith(".q.onnx.data.") for p in tmp_path.iterdir())
+        raise RuntimeError(f"{source}: simulated failure after the data file was written")
+
+    monkeypatch.setattr(complete_stage, "finish_saved", broken)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        onnxptq.quantize(str(chain), "BF16", _feeds(), output=tmp_path / "q.onnx", eval_samples=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_streaming_refuses_the_report_by_name(chain, tmp_path, monkeypatch):
+    monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
+    with pytest.raises(OnnxptqError, match="streaming path"):
+        onnxptq.quantize(str(chain), "BF16", _feeds(), output=tmp_path / "q.onnx", report_path=tmp_path / "r.html")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tensor_values_maps_the_file_and_names_a_short_one(chain, tmp_path):
+    model = onnx.load(str(chain), load_external_data=False)
+    w0 = model.graph.initializer[0]
+    with pytest.raises(external.ExternalDataError, match="W0"):
+        external.tensor_values(w0)  # no folder set: off the streaming path
+    with external.streaming(chain.parent):
+        values = external.tensor_values(w0)
+        assert isinstance(values, np.memmap) and not values.flags.writeable
+        np.testing.assert_array_equal(values, onnx.numpy_helper.to_array(onnx.load(str(chain)).graph.initializer[0]))
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
+    with external.streaming(tmp_path), pytest.raises(external.ExternalDataError, match="W0.*16 bytes"):
+        external.tensor_values(w0)
