@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from google.protobuf.message import EncodeError
 
 from conftest import make_small_cnn
@@ -39,3 +40,28 @@ def test_write_externalized_leaves_the_model_intact_and_loads_by_path(tmp_path):
     by_path = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     in_memory = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(by_path, in_memory)
+
+
+def test_save_model_with_external_data_leaves_the_model_intact(tmp_path):
+    """The saved copy points at ``<name>.data`` (the final name, not the temporary one) and the
+    caller's model keeps its bytes (onnx's save_as_external_data would have stripped them)."""
+    model = make_small_cnn()
+    before = model.SerializeToString()
+    out = io.save_model(model, tmp_path / "m.onnx", external_data=True)
+    assert model.SerializeToString() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+    on_disk = onnx.load(str(out), load_external_data=False)
+    locations = {e.value for t in on_disk.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"m.onnx.data"}
+    loaded = onnx.load(str(out))
+    for a, b in zip(model.graph.initializer, loaded.graph.initializer):
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_save_model_refuses_one_file_past_the_limit(tmp_path, monkeypatch):
+    from onnxptq.errors import SaveError
+
+    monkeypatch.setattr(io, "exceeds_protobuf_limit", lambda model, limit=io.PROTOBUF_LIMIT: True)
+    with pytest.raises(SaveError, match="2 GB limit"):
+        io.save_model(make_small_cnn(), tmp_path / "m.onnx", external_data=False)
+    assert list(tmp_path.iterdir()) == []
