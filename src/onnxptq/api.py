@@ -50,6 +50,11 @@ def quantize(
     used to report how far the quantized outputs are from the float ones; with ``report_path``
     the same samples give a per-tensor error report there (HTML, JSON beside it; see
     :mod:`onnxptq.analysis.report`).
+
+    A model given by path whose external data reaches
+    :data:`onnxptq.graph.external.STREAM_THRESHOLD` is quantized into ``output`` without its
+    weights ever entering a protobuf message (peak memory about onnxruntime's one copy of them;
+    the result's model then points at ``<output>.data``); see :mod:`onnxptq.graph.external`.
     """
     cfg = resolve_config(config)
     if report_path is not None and (data is None or eval_samples < 1):

@@ -179,6 +179,6 @@ def with_initializers(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> 
     out.CopyFrom(model)
     for init in out.graph.initializer:
         if init.name in values:
-            dtype = numpy_helper.to_array(init).dtype
+            dtype = external.tensor_values(init).dtype
             init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
     return out
