@@ -65,3 +65,43 @@ def test_save_model_refuses_one_file_past_the_limit(tmp_path, monkeypatch):
     with pytest.raises(SaveError, match="2 GB limit"):
         io.save_model(make_small_cnn(), tmp_path / "m.onnx", external_data=False)
     assert list(tmp_path.iterdir()) == []
+
+
+_CAPPED = """
+import resource, sys, tempfile
+import numpy as np
+import onnx_ir  # noqa: F401 - imported before the cap, as the pipeline has it
+from onnx import helper, numpy_helper
+from onnxptq.graph.io import write_externalized
+
+dim, layers = 2048, 3  # 48 MiB of weights
+inits = [numpy_helper.from_array(np.full((dim, dim), i, np.float32), f"W{i}") for i in range(layers)]
+nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"m{i - 1}", f"W{i}"], [f"m{i}"]) for i in range(layers)]
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, dim])],
+                          [helper.make_tensor_value_info(f"m{layers - 1}", 1, [1, dim])], initializer=inits)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+del inits
+size = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize")][0] * 1024
+cap = size + 32 * 2**20  # less headroom than the weights: no second copy of them fits
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+with tempfile.TemporaryDirectory() as folder:
+    write_externalized(model, folder)
+print("ok")
+"""
+
+
+def test_write_externalized_needs_no_second_copy_of_the_weights():
+    """Under an address-space cap with less headroom than the weights (48 MiB model, 32 MiB left)
+    the by-path copy is written. The former way, moving each tensor's bytes out of the message
+    and back, allocated them again in upb's arena, and upb answers a failed allocation with
+    SIGSEGV: the 4th >2 GB run of bench/large_model.py, reproduced here (exit -11 at commit
+    bafda26)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(io.__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _CAPPED], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
