@@ -18,7 +18,7 @@ from .config.schema import QuantConfig
 from .graph import external, io
 from .pipeline.build import build_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
-from .pipeline.complete import QuantizationResult, complete
+from .pipeline.complete import QuantizationResult, complete, streaming_report_error
 from .sessions import custom_op_libraries
 
 __all__ = [
@@ -61,6 +61,8 @@ def quantize(
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     _check_paths(model, data, output, report_path)
     stream = external.should_stream(model, output)
+    if stream and report_path is not None:
+        raise streaming_report_error(source_name(model))  # before any work, not after calibrating
     with custom_op_libraries(cfg.calibration.custom_op_libraries), \
             (external.streaming(Path(model).parent) if stream else contextlib.nullcontext()):
         if cfg.auto_mixed_precision is not None:

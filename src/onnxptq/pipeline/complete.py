@@ -91,6 +91,14 @@ def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os
     return result
 
 
+def streaming_report_error(source: str) -> UsageError:
+    """Why ``report_path`` is refused on the streaming path: the report runs every tensor of both
+    models through sessions that hold them in memory, the copies streaming exists to avoid."""
+    return UsageError(f"{source}: the per-tensor report is not available for a model quantized on the streaming path "
+                      f"(external data of {external.STREAM_THRESHOLD} bytes or more); quantize without report_path and "
+                      "compare the saved model with `onnxptq evaluate`")
+
+
 def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | os.PathLike, *, eval_samples: int,
                         report_path: str | os.PathLike | None) -> QuantizationResult:
     """:func:`complete` on the streaming path (:mod:`onnxptq.graph.external`): the weights never
@@ -99,9 +107,7 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
     the checker and the one onnxruntime session read those files, and both are renamed into place
     together only once all of that passed. The returned model points at ``<output>.data``."""
     if report_path is not None:
-        raise UsageError(f"{calibrated.source}: the per-tensor report is not available for a model quantized on the "
-                         f"streaming path (external data of {external.STREAM_THRESHOLD} bytes or more); quantize without "
-                         "report_path and compare the saved model with `onnxptq evaluate`")
+        raise streaming_report_error(calibrated.source)
     source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
     timings = dict(calibrated.timings)
     out = outputs.resolve_output(output, "output")
