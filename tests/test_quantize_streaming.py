@@ -168,3 +168,16 @@ def test_tensor_values_maps_the_file_and_names_a_short_one(chain, tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
     with external.streaming(tmp_path), pytest.raises(external.ExternalDataError, match="W0.*16 bytes"):
         external.tensor_values(w0)
+
+
+def test_external_bytes_counts_the_data_and_skips_damaged_entries(chain, tmp_path):
+    assert external.external_bytes(chain) == LAYERS * WEIGHT_BYTES + DIM * 4
+    model = onnx.load(str(chain), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "length":
+            entry.value = "not a number"
+    onnx.save(model, str(tmp_path / "damaged.onnx"))
+    assert external.external_bytes(tmp_path / "damaged.onnx") == (LAYERS - 1) * WEIGHT_BYTES + DIM * 4
+    (tmp_path / "junk.onnx").write_bytes(b"\x00\xff not a model")
+    assert external.external_bytes(tmp_path / "junk.onnx") == 0
+    assert not external.should_stream(str(chain), None)  # no output: nothing to stream into

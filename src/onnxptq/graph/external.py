@@ -105,13 +105,17 @@ def external_bytes(path: str | os.PathLike) -> int:
         return 0
     total = 0
     for tensor in all_tensors(proto):
-        if is_external(tensor):
-            entries = _entries(tensor)
+        if not is_external(tensor):
+            continue
+        entries = _entries(tensor)
+        try:
             if "length" in entries:
-                total += int(entries["length"])
+                total += max(int(entries["length"]), 0)
             else:
                 file = Path(path).parent / entries.get("location", "")
                 total += file.stat().st_size if file.is_file() else 0
+        except (ValueError, OSError):  # a damaged entry: the loader and the checker name it
+            continue
     return total
 
 
