@@ -58,6 +58,14 @@ def test_save_model_with_external_data_leaves_the_model_intact(tmp_path):
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
 
 
+def test_save_model_with_external_data_writes_no_empty_data_file(tmp_path):
+    model = make_small_cnn()
+    for init in model.graph.initializer:  # all below the 1024-byte threshold
+        init.CopyFrom(onnx.numpy_helper.from_array(np.zeros([1] * len(init.dims), np.float32), init.name))
+    io.save_model(model, tmp_path / "m.onnx", external_data=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
 def test_save_model_refuses_one_file_past_the_limit(tmp_path, monkeypatch):
     from onnxptq.errors import SaveError
 

@@ -118,7 +118,8 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
                     if entry.key == "location":
                         entry.value = data_name
             onnx.save_model(final, str(tmp))
-            if not tmp_data.exists():  # no data file when every tensor is under size_threshold
+            if not tmp_data.exists() or tmp_data.stat().st_size == 0:  # every tensor under the threshold
+                tmp_data.unlink(missing_ok=True)
                 files.pending = [(t, f) for t, f in files.pending if t != tmp_data]
         else:
             if exceeds_protobuf_limit(model):
