@@ -67,6 +67,9 @@ ALIGN = 4096
 #: Copy size when moving untouched weights into the output's data file.
 CHUNK = 64 * 2**20
 
+#: Element types ONNX stores packed below one byte (NumPy/ml_dtypes hold one a byte).
+_PACKED = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2") if hasattr(onnx.TensorProto, n)}
+
 _DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("onnxptq_external_dir", default=None)
 _SINK: contextvars.ContextVar["TensorSink | None"] = contextvars.ContextVar("onnxptq_tensor_sink", default=None)
 
@@ -209,9 +212,15 @@ class TensorSink:
     def add(self, array: np.ndarray, name: str) -> onnx.TensorProto:
         """Write ``array`` and return a TensorProto named ``name`` pointing at it (no bytes held)."""
         array = np.ascontiguousarray(array)
-        tensor = onnx.TensorProto(name=name, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
-                                  dims=list(array.shape))
+        data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        tensor = onnx.TensorProto(name=name, data_type=data_type, dims=list(array.shape))
         offset = self._reserve()
+        if data_type in _PACKED:
+            # Sub-byte types are stored packed (two 4-bit values a byte), not as NumPy holds them
+            # (a byte each): numpy_helper packs them; one tensor's bytes, in a message dropped here.
+            raw = numpy_helper.from_array(array, name).raw_data
+            self._file.write(raw)
+            return self._point(tensor, offset, len(raw))
         self._file.write(memoryview(array.reshape(-1).view(np.uint8)))
         return self._point(tensor, offset, array.nbytes)
 
