@@ -202,3 +202,16 @@ def test_weights_fake_quantized_in_slices_are_bit_identical(monkeypatch, preset,
     assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
     for fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
         assert np.array_equal(emit.fake_quantize_in_slices(x, fmt, {}), fake_quantize(x, fmt), equal_nan=True), fmt
+
+
+def test_tensor_values_reads_packed_int4_and_sink_writes_it_back(tmp_path):
+    """int4 is stored two values a byte: the sink packs it, tensor_values unpacks it (a memory map
+    of one byte per value would read garbage and the wrong length)."""
+    import ml_dtypes
+
+    values = np.arange(-8, 7, dtype=np.int8).reshape(3, 5).astype(ml_dtypes.int4)
+    with external.sink(tmp_path / "w.data") as target:
+        tensor = external.store(np.tile(values, (40, 40)), "W")  # 9600 bytes unpacked: stored
+    assert external.is_external(tensor) and target.bytes == 120 * 200 // 2
+    with external.streaming(tmp_path):
+        np.testing.assert_array_equal(external.tensor_values(tensor), np.tile(values, (40, 40)))

@@ -67,8 +67,10 @@ ALIGN = 4096
 #: Copy size when moving untouched weights into the output's data file.
 CHUNK = 64 * 2**20
 
-#: Element types ONNX stores packed below one byte (NumPy/ml_dtypes hold one a byte).
-_PACKED = {getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2") if hasattr(onnx.TensorProto, n)}
+#: Element types ONNX stores packed below one byte (NumPy/ml_dtypes hold one a byte): values a byte.
+_PACKED_PER_BYTE = {getattr(onnx.TensorProto, n): k for n, k in (("INT4", 2), ("UINT4", 2), ("FLOAT4E2M1", 2),
+                                                                  ("INT2", 4), ("UINT2", 4)) if hasattr(onnx.TensorProto, n)}
+_PACKED = set(_PACKED_PER_BYTE)
 
 _DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("onnxptq_external_dir", default=None)
 _SINK: contextvars.ContextVar["TensorSink | None"] = contextvars.ContextVar("onnxptq_tensor_sink", default=None)
@@ -162,19 +164,30 @@ def tensor_values(tensor: onnx.TensorProto) -> np.ndarray:
         raise ExternalDataError(f"tensor {tensor.name!r} is stored in external data, and no folder to read it from is set")
     entries = _entries(tensor)
     file = folder / entries.get("location", "")
-    offset = int(entries.get("offset", 0))
+    try:
+        offset = int(entries.get("offset", 0))
+        dtype = _np_dtype(tensor)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ExternalDataError(f"tensor {tensor.name!r}: unreadable external-data entry ({exc})") from exc
     shape = tuple(int(d) for d in tensor.dims)
-    dtype = _np_dtype(tensor)
     count = int(np.prod(shape, dtype=np.int64))
-    if tensor.data_type in (onnx.TensorProto.STRING,) or dtype.itemsize == 0:
-        raise ExternalDataError(f"tensor {tensor.name!r}: external data of type {tensor.data_type} is not supported")
+    if tensor.data_type == onnx.TensorProto.STRING:
+        raise ExternalDataError(f"tensor {tensor.name!r}: string tensors in external data are not supported")
+    per_byte = _PACKED_PER_BYTE.get(tensor.data_type, 0)
+    nbytes = -(-count // per_byte) if per_byte else count * dtype.itemsize
     if not file.is_file():
         raise ExternalDataError(f"tensor {tensor.name!r}: its data file {file} does not exist")
-    need = offset + count * dtype.itemsize
+    need = offset + nbytes
     if file.stat().st_size < need:
         raise ExternalDataError(f"tensor {tensor.name!r}: {file} holds {file.stat().st_size} bytes, the tensor needs {need}")
     if count == 0:
         return np.zeros(shape, dtype=dtype)
+    if per_byte:
+        # Packed below a byte: NumPy cannot map it; decode this one tensor's bytes.
+        with open(file, "rb") as data:
+            data.seek(offset)
+            packed = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=shape, raw_data=data.read(nbytes))
+        return numpy_helper.to_array(packed)
     return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
