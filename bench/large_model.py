@@ -10,8 +10,12 @@ address-space cap (``--cap-gib``, so a runaway cannot take the shared machine do
 ``VmHWM``, the wall time and, when it succeeds, the cosine of the saved model's output against
 float on one feed (both run by onnxruntime from their paths).
 
-    python bench/large_model.py --preset BF16
+    python bench/large_model.py --preset BF16 --cap-gib 14
+    python bench/large_model.py --preset BF16,A8W8,A16W8 --cap-gib 14   # one build, a child per preset
     python bench/large_model.py --preset A8W8 --dim 4096 --layers 4   # a small rehearsal (256 MiB)
+
+The model is given by path with an output, its external data is over
+``onnxptq.graph.external.STREAM_THRESHOLD``: the quantization takes the streaming path.
 """
 
 from __future__ import annotations
@@ -99,13 +103,43 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+def _run_one(args: argparse.Namespace, path: Path, work: Path, preset: str, weights: int) -> dict:
+    """Quantize ``path`` with ``preset`` in a capped child; figures, and the saved model's cosine."""
+    out = work / f"large_{preset}.onnx"
+    cmd = [sys.executable, __file__, "--child", "--model", str(path), "--output", str(out), "--preset", preset,
+           "--dim", str(args.dim), "--cap-gib", str(args.cap_gib)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"preset": preset, "ok": False,
+                                                  "error": f"child exited {proc.returncode}: {proc.stderr[-400:]}"}
+    result.update(weights_gib=weights / 2**30, dim=args.dim, layers=args.layers, cap_gib=args.cap_gib)
+    if result.get("peak_rss_kib", -1) > 0:
+        result["rss_over_weights"] = result["peak_rss_kib"] * 1024 / weights
+    if result.get("ok"):
+        import onnxruntime as ort
+
+        feed = {"x": np.random.default_rng(2).standard_normal((1, args.dim)).astype(np.float32)}
+        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        result["cosine"] = _cosine(ref, got)
+        result["saved_files"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.name.startswith(out.name)}
+        leftovers = [p.name for p in work.iterdir() if p.name.endswith(".tmp")]
+        result["temporaries_left"] = leftovers
+    if not args.keep:
+        for p in work.iterdir():
+            if p.name.startswith(out.name):
+                p.unlink()
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="BF16")
+    parser.add_argument("--preset", default="BF16", help="a preset, or several separated by commas (one child each)")
     parser.add_argument("--dim", type=int, default=8192)
     parser.add_argument("--layers", type=int, default=9)
     parser.add_argument("--cap-gib", type=float, default=12.0, help="address-space cap of the quantizing process")
     parser.add_argument("--workdir", help="where the model and its quantized copy go (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the quantized models (default: removed after each preset)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--output", help=argparse.SUPPRESS)
@@ -119,25 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     path = build(work, args.dim, args.layers)
     weights = args.dim * args.dim * 4 * args.layers
     print(f"built {path} ({weights / 2**30:.2f} GiB of weights) in {time.perf_counter() - t:.0f} s", flush=True)
-    out = work / f"large_{args.preset}.onnx"
-    cmd = [sys.executable, __file__, "--child", "--model", str(path), "--output", str(out), "--preset", args.preset,
-           "--dim", str(args.dim), "--cap-gib", str(args.cap_gib)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"ok": False, "error": f"child exited {proc.returncode}: {proc.stderr[-400:]}"}
-    result.update(weights_gib=weights / 2**30, dim=args.dim, layers=args.layers, cap_gib=args.cap_gib)
-    if result.get("peak_rss_kib", -1) > 0:
-        result["rss_over_weights"] = result["peak_rss_kib"] * 1024 / weights
-    if result.get("ok"):
-        import onnxruntime as ort
-
-        feed = {"x": np.random.default_rng(2).standard_normal((1, args.dim)).astype(np.float32)}
-        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
-        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
-        result["cosine"] = _cosine(ref, got)
-        result["saved_files"] = sorted(p.name for p in work.iterdir() if p.name.startswith(out.stem))
-    print(json.dumps(result, indent=1))
-    return 0 if result.get("ok") else 1
+    results = []
+    for preset in args.preset.split(","):
+        result = _run_one(args, path, work, preset.strip(), weights)
+        print(json.dumps(result, indent=1), flush=True)
+        results.append(result)
+    print("| preset | ok | peak RSS | x weights | quantize s | cosine |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['preset']} | {'yes' if r.get('ok') else r.get('error', 'no')[:80]} | "
+              f"{r.get('peak_rss_kib', -1) / 2**20:.2f} GiB | {r.get('rss_over_weights', float('nan')):.2f} | "
+              f"{r.get('quantize_s', float('nan')):.0f} | {r.get('cosine', float('nan')):.6f} |")
+    return 0 if all(r.get("ok") for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from google.protobuf.message import EncodeError
 
 from conftest import make_small_cnn
@@ -39,3 +40,76 @@ def test_write_externalized_leaves_the_model_intact_and_loads_by_path(tmp_path):
     by_path = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     in_memory = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(by_path, in_memory)
+
+
+def test_save_model_with_external_data_leaves_the_model_intact(tmp_path):
+    """The saved copy points at ``<name>.data`` (the final name, not the temporary one) and the
+    caller's model keeps its bytes (onnx's save_as_external_data would have stripped them)."""
+    model = make_small_cnn()
+    before = model.SerializeToString()
+    out = io.save_model(model, tmp_path / "m.onnx", external_data=True)
+    assert model.SerializeToString() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+    on_disk = onnx.load(str(out), load_external_data=False)
+    locations = {e.value for t in on_disk.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"m.onnx.data"}
+    loaded = onnx.load(str(out))
+    for a, b in zip(model.graph.initializer, loaded.graph.initializer):
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b))
+
+
+def test_save_model_with_external_data_writes_no_empty_data_file(tmp_path):
+    model = make_small_cnn()
+    for init in model.graph.initializer:  # all below the 1024-byte threshold
+        init.CopyFrom(onnx.numpy_helper.from_array(np.zeros([1] * len(init.dims), np.float32), init.name))
+    io.save_model(model, tmp_path / "m.onnx", external_data=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_save_model_refuses_one_file_past_the_limit(tmp_path, monkeypatch):
+    from onnxptq.errors import SaveError
+
+    monkeypatch.setattr(io, "exceeds_protobuf_limit", lambda model, limit=io.PROTOBUF_LIMIT: True)
+    with pytest.raises(SaveError, match="2 GB limit"):
+        io.save_model(make_small_cnn(), tmp_path / "m.onnx", external_data=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+_CAPPED = """
+import resource, sys, tempfile
+import numpy as np
+import onnx_ir  # noqa: F401 - imported before the cap, as the pipeline has it
+from onnx import helper, numpy_helper
+from onnxptq.graph.io import write_externalized
+
+dim, layers = 2048, 3  # 48 MiB of weights
+inits = [numpy_helper.from_array(np.full((dim, dim), i, np.float32), f"W{i}") for i in range(layers)]
+nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"m{i - 1}", f"W{i}"], [f"m{i}"]) for i in range(layers)]
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, dim])],
+                          [helper.make_tensor_value_info(f"m{layers - 1}", 1, [1, dim])], initializer=inits)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+del inits
+size = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize")][0] * 1024
+cap = size + 32 * 2**20  # less headroom than the weights: no second copy of them fits
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+with tempfile.TemporaryDirectory() as folder:
+    write_externalized(model, folder)
+print("ok")
+"""
+
+
+def test_write_externalized_needs_no_second_copy_of_the_weights():
+    """Under an address-space cap with less headroom than the weights (48 MiB model, 32 MiB left)
+    the by-path copy is written. The former way, moving each tensor's bytes out of the message
+    and back, allocated them again in upb's arena, and upb answers a failed allocation with
+    SIGSEGV: the 4th >2 GB run of bench/large_model.py, reproduced here (exit -11 at commit
+    bafda26)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(io.__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _CAPPED], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])

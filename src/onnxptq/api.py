@@ -8,15 +8,17 @@ up here. The pipeline names re-exported below are the ones scripts already impor
 
 from __future__ import annotations
 
+import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 from .config.presets import resolve_config
 from .config.schema import QuantConfig
-from .graph import io
+from .graph import external, io
 from .pipeline.build import build_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
-from .pipeline.complete import QuantizationResult, complete
+from .pipeline.complete import QuantizationResult, complete, streaming_report_error
 from .sessions import custom_op_libraries
 
 __all__ = [
@@ -48,12 +50,21 @@ def quantize(
     used to report how far the quantized outputs are from the float ones; with ``report_path``
     the same samples give a per-tensor error report there (HTML, JSON beside it; see
     :mod:`onnxptq.analysis.report`).
+
+    A model given by path whose external data reaches
+    :data:`onnxptq.graph.external.STREAM_THRESHOLD` is quantized into ``output`` without its
+    weights ever entering a protobuf message (peak memory about onnxruntime's one copy of them;
+    the result's model then points at ``<output>.data``); see :mod:`onnxptq.graph.external`.
     """
     cfg = resolve_config(config)
     if report_path is not None and (data is None or eval_samples < 1):
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")
     _check_paths(model, data, output, report_path)
-    with custom_op_libraries(cfg.calibration.custom_op_libraries):
+    stream = external.should_stream(model, output)
+    if stream and report_path is not None:
+        raise streaming_report_error(source_name(model))  # before any work, not after calibrating
+    with custom_op_libraries(cfg.calibration.custom_op_libraries), \
+            (external.streaming(Path(model).parent) if stream else contextlib.nullcontext()):
         if cfg.auto_mixed_precision is not None:
             from .algorithms.mixed_precision import quantize_auto
 

@@ -6,7 +6,11 @@ precision, finetuning, the tools) asks here, each saying what it needs rather th
 once. A test (``tests/test_one_home.py``) keeps ``InferenceSession(`` out of every other module.
 
 Models over protobuf's 2 GB limit cannot be passed as bytes: they are written with external data
-into a temporary folder that lives as long as the session.
+into a temporary folder that lives as long as the session. On the streaming path
+(:mod:`onnxptq.graph.external`) a model's tensors point into the input's data files: the message
+is small, passed as bytes, and onnxruntime is told the folder to read them from (it maps the
+file; prepacking then copies each MatMul weight once and lets the mapping go, so a session holds
+about one copy of the weights either way).
 
 Custom-op libraries: a model with nodes of a custom domain (a user's own op, built as an
 onnxruntime custom-op library) can be calibrated only if every session that runs it registers that
@@ -33,6 +37,7 @@ from typing import Any, Literal, Sequence
 import onnx
 
 from .errors import InputNotFoundError, UsageError
+from .graph import external
 from .graph.io import exceeds_protobuf_limit, write_externalized
 
 log = logging.getLogger(__name__)
@@ -157,6 +162,9 @@ def open_session(
     register(options, custom_op_libraries)
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
+    folder = external.active_dir()
+    if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     chosen = list(providers) if providers else list(CPU)
     if not isinstance(model, onnx.ModelProto):
         return ort.InferenceSession(str(model), options, providers=chosen)

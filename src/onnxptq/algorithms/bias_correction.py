@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..graph.external import tensor_values
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..formats import fake_quantize
 from ..pipeline.emit import quantizer_attrs
@@ -57,9 +58,9 @@ def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np
         if w_name not in inits or b_name not in inits or readers.get(b_name, 0) != 1:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Gemm" and (attrs.get("transA", 0) or numpy_helper.to_array(inits[b_name]).ndim != 1):
+        if node.op_type == "Gemm" and (attrs.get("transA", 0) or tensor_values(inits[b_name]).ndim != 1):
             continue
-        out.append((node, numpy_helper.to_array(inits[w_name]), b_name))
+        out.append((node, tensor_values(inits[w_name]), b_name))
     return out
 
 
@@ -122,7 +123,7 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     inits = {t.name: t for t in model.graph.initializer}
     out: dict[str, np.ndarray] = {}
     for (node, _, b_name), total in zip(layers, sums):
-        bias = numpy_helper.to_array(inits[b_name])
+        bias = tensor_values(inits[b_name])
         shift = total / weights
         if node.op_type == "Gemm":
             beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)

@@ -11,6 +11,7 @@ import difflib
 import logging
 import re
 import tempfile
+from pathlib import Path
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -20,6 +21,7 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto
 
+from onnxptq.graph import external
 from onnxptq.graph.io import exceeds_protobuf_limit, write_externalized
 from onnxptq.errors import OnnxptqError
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
@@ -42,11 +44,36 @@ def onnx_checker(model: onnx.ModelProto) -> None:
     leaves the model intact (``onnx.save_model(save_as_external_data=True)`` would strip the
     caller's tensors and point them at a file deleted right after).
     """
+    if external.active_dir() is not None and external.has_external(model):
+        _check_streamed(model)
+        return
     if not exceeds_protobuf_limit(model):
         onnx.checker.check_model(model)
         return
     with tempfile.TemporaryDirectory(prefix="onnxptq-check-") as folder:
         onnx.checker.check_model(str(write_externalized(model, folder)))
+
+
+def _check_streamed(model: onnx.ModelProto) -> None:
+    """The checker on a model whose tensors point into the input's data files (streaming path).
+
+    The in-memory checker resolves their locations against the working directory, and refuses
+    absolute ones and symbolic links: the model (a small message, its weights are not in it) is
+    checked by path in a temporary folder with an empty stand-in for each data file. What the
+    checker verifies of a data file is that it is a regular file; the files themselves are read
+    (sizes checked) by :func:`onnxptq.graph.external.tensor_values` and onnxruntime.
+    """
+    with tempfile.TemporaryDirectory(prefix="onnxptq-check-") as folder:
+        for tensor in external.all_tensors(model):
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    stand_in = Path(folder) / entry.value
+                    if Path(folder) in stand_in.resolve().parents:  # the checker refuses the rest itself
+                        stand_in.parent.mkdir(parents=True, exist_ok=True)
+                        stand_in.touch()
+        path = Path(folder) / "model.onnx"
+        onnx.save_model(model, str(path))
+        onnx.checker.check_model(str(path))
 
 
 def _run_checker(model: onnx.ModelProto, source: str) -> None:

@@ -17,7 +17,8 @@ import onnx
 from onnx import numpy_helper
 
 from .. import outputs
-from ..errors import InputNotFoundError, OnnxptqError
+from . import external
+from ..errors import InputNotFoundError, OnnxptqError, SaveError
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,14 @@ class ModelLoadError(OnnxptqError, ValueError):
     """The input model file is missing or is not an ONNX model."""
 
 
-def load_model(model: ModelLike, *, load_external_data: bool = True) -> onnx.ModelProto:
-    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched)."""
+def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> onnx.ModelProto:
+    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched).
+
+    ``load_external_data``: read external tensors into the message; by default yes, except on the
+    streaming path (:func:`onnxptq.graph.external.streaming`), where weights stay in their file.
+    """
+    if load_external_data is None:
+        load_external_data = external.active_dir() is None
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -101,15 +108,9 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
         tmp = files.temp(out)
         if external_data:
             tmp_data = files.temp(out.parent / data_name)
-            tmp_data.unlink()  # onnx appends to the data file: start from none
-            onnx.save_model(
-                model,
-                str(tmp),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=tmp_data.name,
-                size_threshold=1024,
-            )
+            tmp_data.unlink()  # written whole by the writer below: start from none
+            # Not onnx.save_model(save_as_external_data=True): it strips the caller's tensors.
+            _save_external(model, tmp, tmp_data.name)
             # The model refers to its data file by name: rewrite the location to the final name.
             final = onnx.load(str(tmp), load_external_data=False)
             for tensor in _all_tensors(final):
@@ -117,9 +118,13 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
                     if entry.key == "location":
                         entry.value = data_name
             onnx.save_model(final, str(tmp))
-            if not tmp_data.exists():  # no data file when every tensor is under size_threshold
+            if not tmp_data.exists() or tmp_data.stat().st_size == 0:  # every tensor under the threshold
+                tmp_data.unlink(missing_ok=True)
                 files.pending = [(t, f) for t, f in files.pending if t != tmp_data]
         else:
+            if exceeds_protobuf_limit(model):
+                raise SaveError(f"cannot write model {output}: it is past protobuf's 2 GB limit and external_data=False "
+                                "(a single file cannot hold it; save with external data)")
             onnx.save_model(model, str(tmp))
     log.info("saved %s", out)
     return out
@@ -129,41 +134,26 @@ def write_externalized(model: onnx.ModelProto, folder: str | os.PathLike, *, thr
     """Write ``model`` to ``folder``/model.onnx with its large tensors in model.onnx.data, return the
     path, and leave ``model`` as it was.
 
-    For a model past protobuf's 2 GB limit that must be checked or loaded by path. Unlike
-    ``onnx.save_model(save_as_external_data=True)``, which strips the tensors of the model it is
-    given (and leaves them pointing at a file the caller may delete), each tensor's bytes are moved
-    to the file and read back. Memory: with the upb protobuf runtime a cleared field's bytes stay in
-    the message's arena, so reading them back allocates the tensors' size again (measured on a
-    2.25 GiB model in bench/large_model.py: the process ended under its address-space cap here);
-    a lighter way needs the tensors kept outside the message (see bench/RESULTS.md).
+    For a model past protobuf's 2 GB limit held in memory (given as a ModelProto) that must be
+    checked or loaded by path. onnx-ir wraps the message's tensors without copying them and
+    writes them one at a time (one worker, so one tensor's bytes in flight) into the data file,
+    serializing a new message that only points there. The earlier way, moving each tensor's bytes
+    out of the caller's message and back, allocated the tensors' size again (upb's arenas never
+    give a cleared field's memory back) and ended in a segfault under bench/large_model.py's
+    address-space cap. Models given by path never come here: see :mod:`onnxptq.graph.external`.
     """
-    folder = Path(folder)
-    data_name = "model.onnx.data"
-    moved: list[tuple[onnx.TensorProto, int, int]] = []
-    try:
-        with open(folder / data_name, "wb") as data:
-            for tensor in _all_tensors(model):
-                if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.raw_data) < threshold:
-                    continue
-                offset = data.tell()
-                data.write(tensor.raw_data)
-                length = data.tell() - offset
-                tensor.ClearField("raw_data")
-                tensor.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(length))):
-                    entry = tensor.external_data.add()
-                    entry.key, entry.value = key, value
-                moved.append((tensor, offset, length))
-        path = folder / "model.onnx"
-        onnx.save_model(model, str(path))
-    finally:
-        with open(folder / data_name, "rb") as data:
-            for tensor, offset, length in moved:
-                data.seek(offset)
-                tensor.raw_data = data.read(length)
-                tensor.ClearField("data_location")
-                tensor.ClearField("external_data")
+    path = Path(folder) / "model.onnx"
+    _save_external(model, path, "model.onnx.data", threshold)
     return path
+
+
+def _save_external(model: onnx.ModelProto, path: Path, data_name: str, threshold: int = 1024) -> None:
+    """Write ``model`` to ``path`` with its tensors of ``threshold`` bytes or more in ``data_name``
+    beside it, one tensor at a time, leaving ``model`` untouched (see :func:`write_externalized`)."""
+    import onnx_ir as ir
+
+    ir.save(ir.from_proto(model), path, external_data=data_name, size_threshold_bytes=threshold,
+            max_workers=1, max_in_flight_bytes=1)
 
 
 def _all_tensors(model: onnx.ModelProto):
@@ -190,6 +180,6 @@ def with_initializers(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> 
     out.CopyFrom(model)
     for init in out.graph.initializer:
         if init.name in values:
-            dtype = numpy_helper.to_array(init).dtype
+            dtype = external.tensor_values(init).dtype
             init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
     return out

@@ -39,6 +39,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .external import tensor_values
+
 log = logging.getLogger(__name__)
 
 __all__ = ["SENTINEL_THRESHOLD", "is_sentinel_constant", "sentinel_tensors"]
@@ -62,7 +64,8 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
     arr = np.asarray(values)
     if arr.size == 0 or not np.issubdtype(arr.dtype, np.floating):
         return False
-    arr = arr.astype(np.float64, copy=False)
+    # Compared in the tensor's own float type (the threshold is exact in float16 too): a float64
+    # copy of every weight was the largest allocation of the sentinel scan.
     low = arr <= SENTINEL_THRESHOLD
     return bool(low.any() and np.all(low | (arr == 0.0)))
 
@@ -70,7 +73,7 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
 def _constant_sources(graph: onnx.GraphProto) -> set[str]:
     sources: set[str] = set()
     for init in graph.initializer:
-        if init.data_type in _FLOAT_TYPES and is_sentinel_constant(numpy_helper.to_array(init)):
+        if init.data_type in _FLOAT_TYPES and is_sentinel_constant(tensor_values(init)):
             sources.add(init.name)
     for node in graph.node:
         if node.op_type not in ("Constant", "ConstantOfShape") or not node.output:

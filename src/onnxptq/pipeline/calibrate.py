@@ -169,6 +169,15 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
             wanted[name] = spec
     if not wanted:
         # Nothing needs statistics, but the feeds still validate the data and give eval samples.
+        feeds = iter(feeds)
+        if float_outputs is not None and eval_samples > 0:
+            # The float outputs of the evaluation samples are recorded here anyway (one session,
+            # closed before emit): the evaluation then never holds a float and a quantized session
+            # at once, one copy of the weights less for a model whose weights are most of memory.
+            head = list(itertools.islice(feeds, eval_samples))
+            if head:
+                runner.collect(model, {}, head, providers=tuple(cfg.calibration.providers), progress=False,
+                               model_outputs=float_outputs, model_output_batches=eval_samples)
         for _ in feeds:
             pass
         return {}

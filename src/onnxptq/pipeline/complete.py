@@ -14,12 +14,14 @@ from pathlib import Path
 
 import onnx
 
+from .. import outputs
 from ..config.presets import resolve_config
 from ..config.schema import QuantConfig
-from ..graph import io
+from ..errors import UsageError
+from ..graph import external, io
 from .build import build_model
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
-from .finish import finish
+from .finish import finish, finish_saved
 from .plan import Plan
 from .solve import QParams
 
@@ -52,6 +54,8 @@ def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → save → report for one config, on calibrated data."""
     cfg = resolve_config(config)
+    if output is not None and external.active_dir() is not None:
+        return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
     source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
     timings = dict(calibrated.timings)
     t2 = time.perf_counter()
@@ -83,5 +87,60 @@ def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os
         saved = io.save_model(quantized, output)
     timings["total"] = time.perf_counter() - calibrated.started
     result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, calibrated.samples)
+    log.info("%s", result.summary())
+    return result
+
+
+def streaming_report_error(source: str) -> UsageError:
+    """Why ``report_path`` is refused on the streaming path: the report runs every tensor of both
+    models through sessions that hold them in memory, the copies streaming exists to avoid."""
+    return UsageError(f"{source}: the per-tensor report is not available for a model quantized on the streaming path "
+                      f"(external data of {external.STREAM_THRESHOLD} bytes or more); quantize without report_path and "
+                      "compare the saved model with `onnxptq evaluate`")
+
+
+def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | os.PathLike, *, eval_samples: int,
+                        report_path: str | os.PathLike | None) -> QuantizationResult:
+    """:func:`complete` on the streaming path (:mod:`onnxptq.graph.external`): the weights never
+    enter a message. Emit writes each quantized weight into the output's temporary data file, the
+    untouched ones are copied there chunk by chunk, the (small) model file is written beside it,
+    the checker and the one onnxruntime session read those files, and both are renamed into place
+    together only once all of that passed. The returned model points at ``<output>.data``."""
+    if report_path is not None:
+        raise streaming_report_error(calibrated.source)
+    source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
+    timings = dict(calibrated.timings)
+    out = outputs.resolve_output(output, "output")
+    data_name = f"{out.name}.data"
+    t2 = time.perf_counter()
+    with outputs.atomic_files("model", output) as files:
+        tmp_model = files.temp(out)
+        tmp_data = files.temp(out.parent / data_name)
+        with external.sink(tmp_data) as target:
+            plan, params, quantized = build_model(calibrated, cfg)
+            copied = external.consolidate(quantized, target)
+        log.info("streamed %d tensors (%d copied unchanged, %.1f MiB) into %s", target.tensors, copied,
+                 target.bytes / 2**20, out.parent / data_name)
+        io.pin_versions(quantized)
+        if target.tensors == 0:  # every tensor was small: no data file
+            files.pending = [(t, f) for t, f in files.pending if t != tmp_data]
+            tmp_data.unlink()
+        onnx.save_model(quantized, str(tmp_model))
+        quantized, session = finish_saved(quantized, tmp_model, source)
+        timings["emit"] = time.perf_counter() - t2
+        metrics = {}
+        if kept:
+            t3 = time.perf_counter()
+            from ..analysis.compare import compare_models
+
+            metrics = compare_models(prepared, quantized, kept[:eval_samples], candidate_session=session,
+                                     reference_outputs=calibrated.float_outputs[:eval_samples])
+            timings["evaluate"] = time.perf_counter() - t3
+        del session
+        external.relocate(quantized, tmp_data.name, data_name)
+        onnx.save_model(quantized, str(tmp_model))
+    log.info("saved %s", out)
+    timings["total"] = time.perf_counter() - calibrated.started
+    result = QuantizationResult(quantized, plan, params, cfg, out, metrics, timings, calibrated.samples)
     log.info("%s", result.summary())
     return result

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from ..formats import build_qdq, fake_quantize
+from ..formats import BLOCK_FORMATS, FLOAT_FORMATS, build_qdq, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
+from ..graph.external import store, tensor_values
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import FreshNames, Scope, ScopeIndex, all_graphs
 from .plan import Plan, TensorPlan
@@ -254,12 +254,37 @@ def _activation_attrs(view: TensorPlan, params: QParams | None, is_fp16: bool, s
     return attrs
 
 
+#: Largest slice of a weight fake-quantized at once: the NumPy references hold many temporaries
+#: of their input's size (the block formats in float64), which on an 8192x8192 weight was 3.9x
+#: the model's weights in peak memory for MX9 (bench/RESULTS.md).
+SLICE_BYTES = 16 * 2**20
+_SLICEABLE = frozenset(BLOCK_FORMATS) | frozenset(FLOAT_FORMATS)
+
+
+def fake_quantize_in_slices(values: np.ndarray, fmt: str, attrs: dict[str, Any]) -> np.ndarray:
+    """``fake_quantize(values, fmt, **attrs)``, computed slice by slice along an axis the format's
+    blocks do not span (bit-identical: element formats round each value alone, block formats each
+    block along ``attrs['axis']`` alone). Integer formats (per-channel scales along an axis) and
+    small or rank-1 tensors go through whole."""
+    if values.nbytes <= SLICE_BYTES or values.ndim < 2 or fmt not in _SLICEABLE:
+        return fake_quantize(values, fmt, **attrs)
+    block_axis = attrs.get("axis", 1) % values.ndim if fmt in ("bfp", "mx") else None
+    along = 0 if block_axis != 0 else 1
+    rows = max(1, SLICE_BYTES * values.shape[along] // values.nbytes)
+    out = np.empty(values.shape, dtype=values.dtype)
+    for start in range(0, values.shape[along], rows):
+        index = [slice(None)] * values.ndim
+        index[along] = slice(start, start + rows)
+        out[tuple(index)] = fake_quantize(np.ascontiguousarray(values[tuple(index)]), fmt, **attrs)
+    return out
+
+
 def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,
                    replacement: dict[str, str]) -> list[onnx.NodeProto]:
     """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
     name = tplan.name
     tensor = b.initializers[name]
-    values = numpy_helper.to_array(tensor)
+    values = tensor_values(tensor)
     quant = tplan.quant
     attrs = quantizer_attrs(tplan, params)
     if quant.is_integer and store_int:
@@ -268,7 +293,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
                              attrs.get("axis"), attrs.get("block_size"))
         q_name = b.fresh(f"{name}_quantized")
-        b.initializers[q_name] = numpy_helper.from_array(q, q_name)
+        b.initializers[q_name] = store(q, q_name)
         target = b.fresh(f"{name}_DequantizeLinear_Output")
         from ..onnx_ops import integer as int_ops
 
@@ -283,9 +308,9 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         replacement[name] = target
         return b.absorb(frag)
     if fold:
-        folded = fake_quantize(values, quant.format, **attrs)
+        folded = fake_quantize_in_slices(values, quant.format, attrs)
         new_name = b.fresh(f"{name}_{quant.format}")
-        b.initializers[new_name] = numpy_helper.from_array(np.asarray(folded, dtype=values.dtype), new_name)
+        b.initializers[new_name] = store(np.asarray(folded, dtype=values.dtype), new_name)
         replacement[name] = new_name
         return []
     target = b.fresh(f"{name}_DequantizeLinear_Output")

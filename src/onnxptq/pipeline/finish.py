@@ -6,11 +6,27 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import onnx
 
 from ..graph import io
 from ..sessions import open_session
+
+
+def finish_saved(model: onnx.ModelProto, path: Path, source: str):
+    """:func:`finish` for a model already written to ``path`` with its data file beside it (the
+    streaming path, :mod:`onnxptq.graph.external`): the checker and onnxruntime read that file, so
+    what is checked is what ships and the weights are read once, by onnxruntime."""
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as exc:
+        raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
+    try:
+        session = open_session(path, log_severity=2)
+    except Exception as exc:
+        raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
+    return model, session
 
 
 def finish(model: onnx.ModelProto, source: str):

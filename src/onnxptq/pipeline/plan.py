@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+from ..graph.external import tensor_values
 from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
@@ -710,7 +711,7 @@ def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, f
                 init = g.initializers.get(node.input[i])
                 if init is None:
                     return None
-                bounds[i - 1] = float(onnx.numpy_helper.to_array(init).reshape(-1)[0])
+                bounds[i - 1] = float(tensor_values(init).reshape(-1)[0])
         return (bounds[0], bounds[1])
     return None
 
@@ -751,7 +752,7 @@ def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph, config: QuantC
 def _all_inf(tensor: onnx.TensorProto) -> bool:
     if tensor.data_type not in FLOAT_TYPES:
         return False
-    values = onnx.numpy_helper.to_array(tensor)
+    values = tensor_values(tensor)
     return values.size > 0 and bool(np.all(np.isinf(values)))
 
 

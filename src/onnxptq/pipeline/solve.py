@@ -14,11 +14,11 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..calibration import methods
 from ..errors import CalibrationMissingError, ScaleOverflowError
 from ..formats import floating, integer
+from ..graph.external import tensor_values
 from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
 
@@ -157,7 +157,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
         quant = tplan.quant
         if not (quant.is_integer or quant.scaled):
             continue
-        values = numpy_helper.to_array(inits[tplan.name])
+        values = tensor_values(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
         if not np.isfinite(values).all() or (values.size and float(np.max(np.abs(values))) > np.finfo(np.float32).max / 2):
             raise ScaleOverflowError(
@@ -193,7 +193,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
                 scale = scale.reshape(())
             params[tplan.name] = QParams(scale=scale, zero_point=np.zeros(scale.shape, dtype=np.int32))
         elif quant.is_integer or quant.scaled:
-            values = numpy_helper.to_array(inits[tplan.name])
+            values = tensor_values(inits[tplan.name])
             rmin, rmax = integer.weight_range(values)
             params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
     return params

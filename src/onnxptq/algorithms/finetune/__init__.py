@@ -25,9 +25,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ...config.schema import FinetuneOptions
+from ...graph.external import tensor_values
 from ...pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def refine(
         log.warning("finetune: no layer to optimise (op types %s with a quantized constant weight)", ", ".join(options.target_op_types))
         return {}
 
-    inits = {t.name: numpy_helper.to_array(t) for t in prepared.graph.initializer}
+    inits = {t.name: tensor_values(t) for t in prepared.graph.initializer}
 
     def quantizer(name: str | None) -> Quantizer | None:
         if name is None or name not in plan.tensors:

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from ...graph.external import tensor_values
 from ...pipeline.plan import Plan
 from ...sessions import open_session
 
@@ -113,8 +113,8 @@ def find_layers(model: onnx.ModelProto, plan: Plan, op_types: Sequence[str]) -> 
                 if any(b and b not in inits for b in bounds):
                     act = None
                 else:
-                    act_attrs["min"] = float(numpy_helper.to_array(inits[bounds[0]])) if bounds[0] else act_attrs.get("min", -np.inf)
-                    act_attrs["max"] = float(numpy_helper.to_array(inits[bounds[1]])) if bounds[1] else act_attrs.get("max", np.inf)
+                    act_attrs["min"] = float(tensor_values(inits[bounds[0]])) if bounds[0] else act_attrs.get("min", -np.inf)
+                    act_attrs["max"] = float(tensor_values(inits[bounds[1]])) if bounds[1] else act_attrs.get("max", np.inf)
             if act is not None:
                 layer.activation, layer.activation_attrs, layer.output = act.op_type, act_attrs, act.output[0]
         layers.append(layer)

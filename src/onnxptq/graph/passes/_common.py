@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxptq.graph import external
 from onnxptq.graph.io import pin_versions
 from onnxptq.graph.opsets import is_onnx_domain
 
@@ -27,7 +28,13 @@ def to_ir(model: onnx.ModelProto) -> ir.Model:
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return ir.from_proto(copy)
+    result = ir.from_proto(copy)
+    folder = external.active_dir()
+    if folder is not None:
+        # Streaming: external tensors stay lazy, resolved against the input's folder when a pass
+        # reads them; to_proto writes them back as the same relative references.
+        ir.external_data.set_base_dir(result.graph, folder)
+    return result
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:
