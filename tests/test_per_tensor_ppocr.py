@@ -2,10 +2,9 @@
 user gets them (cross-layer equalization, outlier channel splitting and bias correction automatic).
 
 Data of tests/test_quantize_ppocr.py: 64 calibration lines (seed 1), 200 evaluation lines (seed 3).
-Bounds: A16W8 CER ≤ float + 0.002 (the issue's target, met); A8W8 per tensor no worse than the
-shipped per-channel A8W8 bound (float + 0.02) and the issue's float + 0.004 on the NPU placement.
-On the CPU placement A8W8 stays above float + 0.004 with per-channel weights too (uint8
-activations before HardSwish; bench/RESULTS.md, issue 16), so that target is not the weights'.
+Bounds, the issue's targets: A16W8 CER ≤ float + 0.002; A8W8 ≤ float + 0.004 on both placements
+(the CPU one since issue 16's placement rules left the image stem and the isolated depthwise
+convolutions float: before them it was float + 0.015 with per-channel weights too).
 """
 
 from __future__ import annotations
@@ -55,12 +54,15 @@ def test_a16w8_per_tensor_within_0002_of_float(rec):
 def test_a8w8_per_tensor(rec):
     cer, result = _per_tensor(rec, "A8W8")
     print(f"rec A8W8 per-tensor (CPU placement) CER {cer:.4f} (float {rec['float']:.4f})")
-    assert cer <= rec["float"] + 0.02
+    assert cer <= rec["float"] + 0.004
     # the split layers stay integer kernels: the Gather runs on uint8 values where its input is
-    # quantized, else in float in front of the layer's input quantizer (after a float HardSwish)
+    # quantized, else in float in front of the layer's input quantizer (after a float HardSwish);
+    # every Conv/MatMul the plan quantizes runs as an integer kernel (the depthwise and stem
+    # convolutions the CPU placement leaves float run float)
     rows = runtime_kernels(result.model)
     assert sum(r.name.endswith("_ocs_gather") for r in rows) == 5
-    assert all(r.kind == "integer" for r in rows if r.op_type in ("Conv", "MatMul"))
+    planned = [r for r in rows if r.op_type in ("Conv", "MatMul") and r.name in result.plan.nodes]
+    assert len(planned) >= 30 and all(r.kind == "integer" for r in planned)
 
 
 def test_a8w8_per_tensor_npu_within_0004_of_float(rec):
