@@ -443,6 +443,14 @@ class QuantConfig:
     #: the mean output shift its rounded weights cause on the kept calibration samples; None:
     #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
     bias_correction: bool | None = None
+    #: SmoothQuant (``include_sq``): before calibration, divide each MatMul/Gemm activation by a
+    #: per-channel ``s`` and multiply the weight rows by it (algorithms/smooth_quant.py). None:
+    #: automatic, on for integer activations on graphs with attention (a Softmax read by a
+    #: MatMul, pipeline/transformer.py), off elsewhere (CNNs, where it was never measured to help)
+    smooth_quant: bool | None = None
+    #: SmoothQuant's migration strength (``SmoothAlpha``): 0 leaves activations alone, 1 moves all
+    #: of their range into the weights
+    smooth_alpha: float = 0.5
     #: extra data kept for tools that read the config (e.g. the compat layer's original options)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -451,6 +459,8 @@ class QuantConfig:
             raise ConfigError("QuantConfig needs an activation or a weight format (both are None)")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
+        if not 0.0 <= self.smooth_alpha <= 1.0:
+            raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
         if self.bias not in ("int32", "weight", None):
             raise ConfigError(f"bias must be 'int32', 'weight' or None, not {self.bias!r}")
         for op, pair in self.op_type_overrides.items():

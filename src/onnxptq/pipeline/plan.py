@@ -22,7 +22,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
 from ..graph.sentinels import sentinel_tensors
-from .transformer import transformer_float_tensors
+from .transformer import LINEAR_OPS, has_attention, transformer_float_tensors
 from .tails import TAIL_REASON, postprocessing_tail
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,9 @@ class TensorPlan:
     share_with: str | None = None
     #: nodes (by name) that read this tensor as a quantized input
     consumers: list[str] = field(default_factory=list)
+    #: only ``consumers`` read the quantized value; the tensor's other readers keep the float one
+    #: (transformer placement: a residual Add beside the MatMuls that read a LayerNorm output)
+    exclusive: bool = False
     producer: str | None = None
     #: DualQuantNodes: the producer's own output format when a consumer reads another one (spec
     #: §4.5). The tensor then passes through this quantizer, then ``quant``; the consumers listed in
@@ -148,6 +151,7 @@ class TensorPlan:
             "bias_of": list(self.bias_of) if self.bias_of else None,
             "share_with": self.share_with,
             "consumers": self.consumers,
+            **({"exclusive": True} if self.exclusive else {}),
             "producer": self.producer,
             **({"producer_format": self.producer_quant.describe(), "producer_axis": self.producer_axis,
                 "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
@@ -497,6 +501,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
+    if config.activation is not None and config.activation.is_integer and has_attention(model):
+        float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel and not runtime.is_cpu(config):
@@ -533,6 +539,27 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     if why:
         log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
                  len(why), ", ".join(sorted(why)[:6]))
+    return why
+
+
+def _linear_inputs_only(tensors: dict[str, TensorPlan], g: _Graph, producer_side: dict, consumer_side: dict) -> dict[str, str]:
+    """Integer activations on a graph with attention (``pipeline/transformer.py``): keep only the
+    activations a MatMul/Gemm reads, read quantized by those readers alone; the rest stay float."""
+    kinds = {n.name: n.op_type for n in g.nodes}
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if t.role != "activation":
+            continue
+        linear = [c for c in t.consumers if kinds.get(c) in LINEAR_OPS]
+        if not linear:
+            del tensors[name]
+            producer_side.pop(name, None)
+            consumer_side.pop(name, None)
+            why[name] = "transformer placement (integer activations: MatMul/Gemm inputs only)"
+        elif len(linear) != len(t.consumers) or any(r.op_type not in LINEAR_OPS for r in g.consumers.get(name, [])) or name in g.outputs:
+            t.consumers, t.exclusive = linear, True
+    if why:
+        log.info("plan: %d activations stay float (attention graph, integer activations: MatMul/Gemm inputs only)", len(why))
     return why
 
 

@@ -18,6 +18,17 @@ transformer block out of primitive ops, so two patterns end up quantized inside:
 
 Both rules follow from the ops, not from one model: a graph without Erf or LayerNormalization
 (every CNN the suite runs) has nothing to keep float.
+
+A third rule holds for **integer activations on graphs with attention** (a ``Softmax`` whose output a
+``MatMul`` reads, through data movement at most: :func:`has_attention`): only the inputs of MatMul
+and Gemm get quantizers, and only those readers read the quantized value (other readers, e.g. the
+residual ``Add`` reading a LayerNorm output that the Q/K/V projections also read, keep the float
+tensor). This is the placement onnxruntime's CPU provider turns into integer MatMuls and the one
+NNCF's ``ModelType.TRANSFORMER`` uses; measured on all-MiniLM-L6-v2 (bench/RESULTS.md) the
+quantized MatMul outputs, bias sums, embeddings and LayerNorm inputs cost far more accuracy
+(embedding cosine 0.93 → 0.99) than their integer arithmetic saves: onnxruntime runs those ops in
+float after a DequantizeLinear anyway. CNN graphs have no Softmax read by a MatMul and keep the
+CNN placement.
 """
 
 from __future__ import annotations
@@ -29,7 +40,12 @@ import onnx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors"]
+__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "has_attention", "LINEAR_OPS"]
+
+#: Ops whose activation inputs the attention-graph integer placement quantizes.
+LINEAR_OPS = frozenset({"MatMul", "Gemm"})
+#: Ops that only move data between a Softmax and the MatMul reading its probabilities.
+_DATA_MOVEMENT = frozenset({"Transpose", "Reshape", "Cast", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
 _ELEMENTWISE = frozenset({"Add", "Mul", "Div"})
 
@@ -84,3 +100,22 @@ def transformer_float_tensors(model: onnx.ModelProto) -> set[str]:
     if gelu or residual:
         log.debug("transformer placement: %d GELU-internal and %d residual-sum tensors stay float", len(gelu), len(residual))
     return gelu | residual
+
+
+def has_attention(model: onnx.ModelProto) -> bool:
+    """Whether the main graph has attention: a ``MatMul`` reading a ``Softmax`` output directly or
+    through data-movement ops (the probabilities times V)."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output if out}
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        for name in node.input[:2]:
+            src = producer.get(name)
+            for _ in range(4):
+                if src is None or src.op_type not in _DATA_MOVEMENT:
+                    break
+                src = producer.get(src.input[0])
+            if src is not None and src.op_type == "Softmax":
+                return True
+    return False
