@@ -139,6 +139,8 @@ def apply_smoothing(model: onnx.ModelProto, targets: Sequence[SmoothTarget], act
     graph_outputs = {o.name for o in graph.output}
     nodes = {n.name: n for n in graph.node}
     how: dict[str, str] = {}
+    infos = {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
+    inferred = False
     inserted: dict[str, list[onnx.NodeProto]] = {}  # producer name ('' for a graph input) -> Muls after it
 
     def set_init(name: str, value: np.ndarray) -> None:
@@ -166,6 +168,14 @@ def apply_smoothing(model: onnx.ModelProto, targets: Sequence[SmoothTarget], act
         smooth_out = f"{name}__smoothed"
         graph.initializer.append(numpy_helper.from_array((1.0 / s).astype(np.float32), scale_name))
         mul = helper.make_node("Mul", [name, scale_name], [smooth_out], name=f"{name}__smooth_mul")
+        if name not in infos and not inferred:
+            inferred = True
+            infos.update({vi.name: vi for vi in onnx.shape_inference.infer_shapes(model).graph.value_info if vi.name not in infos})
+        if name in infos:  # the planner quantizes only tensors it knows are float
+            vi = onnx.ValueInfoProto()
+            vi.CopyFrom(infos[name])
+            vi.name = smooth_out
+            graph.value_info.append(vi)
         for node, _, _ in target.readers:
             for i, inp in enumerate(nodes[node.name].input):
                 if inp == name:
