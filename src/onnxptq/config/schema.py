@@ -445,8 +445,9 @@ class QuantConfig:
     bias_correction: bool | None = None
     #: SmoothQuant (``include_sq``): before calibration, divide each MatMul/Gemm activation by a
     #: per-channel ``s`` and multiply the weight rows by it (algorithms/smooth_quant.py). None:
-    #: automatic, on for integer activations on graphs with attention (a Softmax read by a
-    #: MatMul, pipeline/transformer.py), off elsewhere (CNNs, where it was never measured to help)
+    #: automatic, on for integer activations on transformer graphs (attention, and more MatMul/Gemm
+    #: layers than convolutions: pipeline/transformer.is_transformer), off elsewhere (CNNs and
+    #: hybrids such as PP-OCRv4 rec, whose shipped figures were measured without it)
     smooth_quant: bool | None = None
     #: SmoothQuant's migration strength (``SmoothAlpha``): 0 leaves activations alone, 1 moves all
     #: of their range into the weights

@@ -27,7 +27,7 @@ from ..graph import check, io
 from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
 from .plan import Plan, _excluded, make_plan, node_names
-from .transformer import has_attention
+from .transformer import is_transformer
 from .prepare import prepare_for_quantization
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,10 @@ SMOOTH_QUANT_ONE_SHOT_FEEDS = 64
 
 def smooth_quant_active(cfg: QuantConfig, model: onnx.ModelProto) -> bool:
     """Whether calibration smooths ``model`` first: ``smooth_quant`` when set, else integer
-    activations on a graph with attention (:func:`.transformer.has_attention`)."""
+    activations on a transformer graph (:func:`.transformer.is_transformer`)."""
     if cfg.smooth_quant is not None:
         return bool(cfg.smooth_quant)
-    return cfg.activation is not None and cfg.activation.is_integer and has_attention(model)
+    return cfg.activation is not None and cfg.activation.is_integer and is_transformer(model)
 
 
 def _feeds(data: Any, inputs: readers.ModelInputs, cfg: QuantConfig) -> Iterator[dict[str, np.ndarray]]:

@@ -22,7 +22,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
 from ..graph.sentinels import sentinel_tensors
-from .transformer import LINEAR_OPS, has_attention, transformer_float_tensors
+from .transformer import LINEAR_OPS, is_transformer, transformer_float_tensors
 from .tails import TAIL_REASON, postprocessing_tail
 
 log = logging.getLogger(__name__)
@@ -501,7 +501,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
-    if config.activation is not None and config.activation.is_integer and has_attention(model):
+    if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
@@ -543,7 +543,7 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
 
 
 def _linear_inputs_only(tensors: dict[str, TensorPlan], g: _Graph, producer_side: dict, consumer_side: dict) -> dict[str, str]:
-    """Integer activations on a graph with attention (``pipeline/transformer.py``): keep only the
+    """Integer activations on a transformer graph (``pipeline/transformer.py``): keep only the
     activations a MatMul/Gemm reads, read quantized by those readers alone; the rest stay float."""
     kinds = {n.name: n.op_type for n in g.nodes}
     why: dict[str, str] = {}
@@ -559,7 +559,7 @@ def _linear_inputs_only(tensors: dict[str, TensorPlan], g: _Graph, producer_side
         elif len(linear) != len(t.consumers) or any(r.op_type not in LINEAR_OPS for r in g.consumers.get(name, [])) or name in g.outputs:
             t.consumers, t.exclusive = linear, True
     if why:
-        log.info("plan: %d activations stay float (attention graph, integer activations: MatMul/Gemm inputs only)", len(why))
+        log.info("plan: %d activations stay float (transformer graph, integer activations: MatMul/Gemm inputs only)", len(why))
     return why
 
 

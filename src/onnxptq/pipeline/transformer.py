@@ -19,16 +19,18 @@ transformer block out of primitive ops, so two patterns end up quantized inside:
 Both rules follow from the ops, not from one model: a graph without Erf or LayerNormalization
 (every CNN the suite runs) has nothing to keep float.
 
-A third rule holds for **integer activations on graphs with attention** (a ``Softmax`` whose output a
-``MatMul`` reads, through data movement at most: :func:`has_attention`): only the inputs of MatMul
+A third rule holds for **integer activations on transformer graphs** (:func:`is_transformer`: a
+``Softmax`` whose output a ``MatMul`` reads, through data movement at most, and more MatMul/Gemm
+layers with constant weights than convolutions): only the inputs of MatMul
 and Gemm get quantizers, and only those readers read the quantized value (other readers, e.g. the
 residual ``Add`` reading a LayerNorm output that the Q/K/V projections also read, keep the float
 tensor). This is the placement onnxruntime's CPU provider turns into integer MatMuls and the one
 NNCF's ``ModelType.TRANSFORMER`` uses; measured on all-MiniLM-L6-v2 (bench/RESULTS.md) the
 quantized MatMul outputs, bias sums, embeddings and LayerNorm inputs cost far more accuracy
 (embedding cosine 0.93 → 0.99) than their integer arithmetic saves: onnxruntime runs those ops in
-float after a DequantizeLinear anyway. CNN graphs have no Softmax read by a MatMul and keep the
-CNN placement.
+float after a DequantizeLinear anyway. CNNs have no Softmax read by a MatMul; hybrids whose
+weighted layers are mostly convolutions with attention appended (PP-OCRv4 rec's SVTR neck: 38 Conv,
+a few MatMuls) keep the CNN placement, on which their shipped figures were measured.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import onnx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "has_attention", "LINEAR_OPS"]
+__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "has_attention", "is_transformer", "LINEAR_OPS"]
 
 #: Ops whose activation inputs the attention-graph integer placement quantizes.
 LINEAR_OPS = frozenset({"MatMul", "Gemm"})
@@ -119,3 +121,16 @@ def has_attention(model: onnx.ModelProto) -> bool:
             if src is not None and src.op_type == "Softmax":
                 return True
     return False
+
+
+def is_transformer(model: onnx.ModelProto) -> bool:
+    """A transformer graph: attention (:func:`has_attention`) and more MatMul/Gemm layers with a
+    constant weight than Conv/ConvTranspose layers (a ViT's one patch-embedding Conv counts, a
+    CNN's dozens outweigh an attention block appended to them)."""
+    if not has_attention(model):
+        return False
+    graph = model.graph
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    linear = sum(1 for n in graph.node if n.op_type in LINEAR_OPS and len(n.input) > 1 and n.input[1] in constants)
+    convs = sum(1 for n in graph.node if n.op_type in ("Conv", "ConvTranspose"))
+    return linear > convs
