@@ -2,8 +2,9 @@
 
     PYTHONPATH=src python bench/minilm.py [--mask finfo|1e4] [--presets A8W8 MXINT8 ...] [--json out.json] [--nncf]
 
-``A8W8_PT`` is A8W8 with per-tensor weights; a ``_NOSQ`` suffix turns SmoothQuant off (it is on by
-default for integer activations on graphs with attention), e.g. ``A8W8_PT_NOSQ``. ``--nncf`` adds
+``A8W8_PT`` is A8W8 with per-tensor weights; a ``_SQ`` / ``_NOSQ`` suffix forces SmoothQuant on / off
+(automatic by default: on for integer activations with per-tensor weights on transformer graphs),
+e.g. ``A8W8_SQ``, ``A8W8_PT_NOSQ``. ``--nncf`` adds
 the peer NNCF (``nncf.quantize(..., model_type=nncf.ModelType.TRANSFORMER)``, its defaults) on the
 same calibration batches, when ``nncf`` imports: install it in a venv of its own, e.g.
 ``python -m venv --system-site-packages /work/venv-nncf && /work/venv-nncf/bin/pip install nncf``,
@@ -61,7 +62,7 @@ CALIBRATION = [
     "It took them three hours to climb the hill.",
     "The manager thanked everyone for their hard work.",
 ]
-PRESETS = ["BF16", "A8W8", "A8W8_PT", "A16W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"]
+PRESETS = ["BF16", "A8W8", "A8W8_SQ", "A8W8_PT", "A8W8_PT_NOSQ", "A16W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"]
 
 
 def batches(sentences, size):
@@ -74,12 +75,15 @@ def embed(session, sentences, size=10) -> np.ndarray:
 
 
 def config_for(name: str):
-    base, _, nosq = name.partition("_NOSQ")
+    """A preset name, with ``_PT`` (A8W8 only: per-tensor weights) and ``_SQ`` / ``_NOSQ``
+    (SmoothQuant forced on / off) suffixes."""
+    sq = True if name.endswith("_SQ") else False if name.endswith("_NOSQ") else None
+    base = name.removesuffix("_SQ").removesuffix("_NOSQ")
     cfg = resolve_config("A8W8" if base == "A8W8_PT" else base)
     if base == "A8W8_PT":
         cfg = cfg.replace(weight=cfg.weight.with_(per_channel=False))
-    if name.endswith("_NOSQ"):
-        cfg = cfg.replace(smooth_quant=False)
+    if sq is not None:
+        cfg = cfg.replace(smooth_quant=sq)
     return cfg
 
 

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "
-                         "(default: automatic, on for integer activations on transformer graphs)")
+                         "(default: automatic, on for integer activations with per-tensor weights on transformer graphs)")
     sq.add_argument("--no-smooth-quant", dest="smooth_quant", action="store_const", const=False, help="never SmoothQuant")
     p.add_argument("--smooth-alpha", type=float, default=None, metavar="A",
                    help="SmoothQuant migration strength in [0, 1] (default 0.5)")

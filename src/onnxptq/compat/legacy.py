@@ -9,7 +9,8 @@ tool): None is our automatic choice, cross-layer equalization exactly where some
 quantized per tensor (it is what makes per-tensor weights work, and per-channel weights gain
 nothing from it, see docs/presets.md). True or False forces it on or off, as in the reference tool.
 ``include_sq`` (SmoothQuant) likewise defaults to None, our automatic choice: on for integer
-activations on transformer graphs, off elsewhere (``QuantConfig.smooth_quant``).
+activations with per-tensor integer weights on transformer graphs, off elsewhere
+(``QuantConfig.smooth_quant``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class QuantizationConfig:
     use_external_data_format: bool = False
     convert_fp16_to_fp32: bool = False
     convert_nchw_to_nhwc: bool = False
-    #: None (automatic: integer activations on transformer graphs) here, False in the reference tool.
+    #: None (automatic: integer activations, per-tensor weights, transformer graph) here, False in the reference tool.
     include_sq: bool | None = None
     include_rotation: bool = False
     #: None (automatic: where weights are per tensor) here, True in the reference tool (see the module docstring).

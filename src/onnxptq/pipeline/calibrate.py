@@ -136,10 +136,12 @@ SMOOTH_QUANT_ONE_SHOT_FEEDS = 64
 
 def smooth_quant_active(cfg: QuantConfig, model: onnx.ModelProto) -> bool:
     """Whether calibration smooths ``model`` first: ``smooth_quant`` when set, else integer
-    activations on a transformer graph (:func:`.transformer.is_transformer`)."""
+    activations and per-tensor integer weights on a transformer graph
+    (:func:`.transformer.is_transformer`): where it was measured to help (docs/transformers.md)."""
     if cfg.smooth_quant is not None:
         return bool(cfg.smooth_quant)
-    return cfg.activation is not None and cfg.activation.is_integer and is_transformer(model)
+    return (cfg.activation is not None and cfg.activation.is_integer and cfg.per_tensor_integer_weights()
+            and is_transformer(model))
 
 
 def _feeds(data: Any, inputs: readers.ModelInputs, cfg: QuantConfig) -> Iterator[dict[str, np.ndarray]]:
