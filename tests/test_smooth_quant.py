@@ -130,3 +130,14 @@ def test_automatic_rule_leaves_graphs_without_attention_alone():
 def test_alpha_out_of_range_is_refused():
     with pytest.raises(ConfigError, match="smooth_alpha"):
         resolve_config("A8W8").replace(smooth_alpha=1.5)
+
+
+@pytest.mark.parametrize("flags, smoothed", [(["--smooth-quant", "--smooth-alpha", "0.7"], True), (["--no-smooth-quant"], False)])
+def test_cli_flags(tmp_path, flags, smoothed):
+    from onnxptq.cli import main as cli_main
+
+    src, out, data = tmp_path / "m.onnx", tmp_path / "q.onnx", tmp_path / "d.npz"
+    onnx.save(_model(), src)
+    np.savez(data, x=np.concatenate([f["x"] for f in _feeds(2)]))
+    assert cli_main(["quantize", str(src), "-o", str(out), "--data", str(data), "--no-progress", *flags]) == 0
+    assert any(n.name.endswith("__smooth_mul") for n in onnx.load(out).graph.node) == smoothed
