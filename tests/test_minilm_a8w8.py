@@ -75,6 +75,16 @@ def calib():
     return [minilm.tokenize(CALIB[i:i + 4]) for i in range(0, len(CALIB), 4)]
 
 
+@pytest.fixture(scope="module")
+def quantized(path, calib):
+    """A8W8 with each weight granularity, automatic SmoothQuant: (timings, embeddings), computed once."""
+    out = {}
+    for per_channel in (True, False):
+        result = quantize(path, _a8w8(per_channel), calib)
+        out[per_channel] = (result.timings, _embed(result.model))
+    return out
+
+
 def _a8w8(per_channel: bool, **changes):
     cfg = resolve_config("A8W8")
     return cfg.replace(weight=cfg.weight.with_(per_channel=per_channel), **changes)
@@ -95,18 +105,17 @@ def test_smooth_quant_leaves_the_float_encoder_unchanged(path, calib):
 
 
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per-channel", "per-tensor"])
-def test_a8w8_keeps_embeddings_and_retrieval(path, reference, calib, per_channel):
-    result = quantize(path, _a8w8(per_channel), calib)
+def test_a8w8_keeps_embeddings_and_retrieval(reference, quantized, per_channel):
+    timings, got = quantized[per_channel]
     # SmoothQuant's automatic rule: on with per-tensor integer weights, off with per-channel ones.
-    assert ("smooth quant" in result.timings) == (not per_channel)
-    got = _embed(result.model)
+    assert ("smooth quant" in timings) == (not per_channel)
     assert _cosine(reference, got) >= 0.97
     assert _top1(got) >= _top1(reference) - 0.1  # one pair of ten at most
 
 
-def test_smooth_quant_is_not_worse_than_without(path, reference, calib, capsys):
-    # Per-tensor weights, where it matters most (bench/RESULTS.md has both weight granularities).
-    on = _cosine(reference, _embed(quantize(path, _a8w8(False), calib).model))
+def test_smooth_quant_is_not_worse_than_without(path, reference, calib, quantized, capsys):
+    # Per-tensor weights, where it is on (bench/RESULTS.md has both weight granularities).
+    on = _cosine(reference, quantized[False][1])
     off = _cosine(reference, _embed(quantize(path, _a8w8(False, smooth_quant=False), calib).model))
     with capsys.disabled():
         print(f"\nMiniLM A8W8 per-tensor weights, cosine to float: SmoothQuant {on:.4f}, without {off:.4f}")
