@@ -129,3 +129,26 @@ def test_the_residual_reads_the_float_layernorm_output():
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
     got = sess.run(None, feeds[0])[0]
     assert np.corrcoef(ref.ravel(), got.ravel())[0, 1] > 0.99
+
+
+def test_int8_activation_read_by_a_float_transpose_loads_in_onnxruntime():
+    """Issue 14 bug: an A8W8 model with some nodes_to_exclude that onnxruntime refused ("output_dtype
+    INT8 does not match y_zero_point type UINT8", a QuantizeLinear its optimizer inserts after a
+    Transpose). Here: int8 activations (NPU placement), only MatMuls quantized, the MatMul after
+    the Transpose excluded, so the first MatMul's quantized output is read by a float Transpose."""
+    rng = np.random.default_rng(2)
+    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [c(rng.standard_normal((H, H)), "W1"), c(rng.standard_normal((H, S)), "W2"),
+             numpy_helper.from_array(np.array([S, H], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="mm1"),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("Reshape", ["t", "shape"], ["r"], name="rs"),
+             helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, S])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(2)]
+    cfg = resolve_config("A8W8").replace(op_types=("MatMul",), runtime="npu", nodes_to_exclude=("mm2",))
+    result = quantize(model, cfg, feeds)  # finish() opens an onnxruntime session: refused before the fix
+    assert result.plan.tensors["t"].share_with == "h" and result.plan.tensors["h"].quant.format == "int8"
