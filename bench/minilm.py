@@ -1,6 +1,14 @@
 """all-MiniLM-L6-v2: paraphrase retrieval top-1 and embedding cosine to float, per preset (issue 14).
 
-    PYTHONPATH=src python bench/minilm.py [--mask finfo|1e4] [--presets A8W8 MXINT8 ...] [--json out.json]
+    PYTHONPATH=src python bench/minilm.py [--mask finfo|1e4] [--presets A8W8 MXINT8 ...] [--json out.json] [--nncf]
+
+``A8W8_PT`` is A8W8 with per-tensor weights; a ``_SQ`` / ``_NOSQ`` suffix forces SmoothQuant on / off
+(automatic by default: on for integer activations with per-tensor weights on transformer graphs),
+e.g. ``A8W8_SQ``, ``A8W8_PT_NOSQ``. ``--nncf`` adds
+the peer NNCF (``nncf.quantize(..., model_type=nncf.ModelType.TRANSFORMER)``, its defaults) on the
+same calibration batches, when ``nncf`` imports: install it in a venv of its own, e.g.
+``python -m venv --system-site-packages /work/venv-nncf && /work/venv-nncf/bin/pip install nncf``,
+then run this script with that venv's python.
 
 Calibration: the 24 sentences of ``CALIBRATION`` below (not in the evaluation pairs), in padded
 batches of 8 so the attention mask holds its sentinel. Evaluation: the 100 pairs of
@@ -54,7 +62,7 @@ CALIBRATION = [
     "It took them three hours to climb the hill.",
     "The manager thanked everyone for their hard work.",
 ]
-PRESETS = ["BF16", "A8W8", "A8W8_PT", "A16W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"]
+PRESETS = ["BF16", "A8W8", "A8W8_SQ", "A8W8_PT", "A8W8_PT_NOSQ", "A16W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"]
 
 
 def batches(sentences, size):
@@ -67,11 +75,34 @@ def embed(session, sentences, size=10) -> np.ndarray:
 
 
 def config_for(name: str):
-    if name == "A8W8_PT":
-        import dataclasses
-        cfg = resolve_config("A8W8")
-        return dataclasses.replace(cfg, weight=cfg.weight.with_(per_channel=False))
-    return name
+    """A preset name, with ``_PT`` (A8W8 only: per-tensor weights) and ``_SQ`` / ``_NOSQ``
+    (SmoothQuant forced on / off) suffixes."""
+    sq = True if name.endswith("_SQ") else False if name.endswith("_NOSQ") else None
+    base = name.removesuffix("_SQ").removesuffix("_NOSQ")
+    cfg = resolve_config("A8W8" if base == "A8W8_PT" else base)
+    if base == "A8W8_PT":
+        cfg = cfg.replace(weight=cfg.weight.with_(per_channel=False))
+    if sq is not None:
+        cfg = cfg.replace(smooth_quant=sq)
+    return cfg
+
+
+def nncf_model(path: Path, calib: list):
+    """The peer NNCF's A8W8 for transformers on the same calibration batches, and what it quantized."""
+    import nncf  # optional: only with --nncf, from a venv that has it
+    import onnx
+
+    model = onnx.load(str(path))
+    quantized = nncf.quantize(model, nncf.Dataset(calib), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calib))
+    inits = {t.name for t in quantized.graph.initializer}
+    producer = {o: n.op_type for n in quantized.graph.node for o in n.output}
+    acts = [n for n in quantized.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits]
+    what = {}
+    for n in acts:
+        kind = producer.get(n.input[0], "input")
+        what[kind] = what.get(kind, 0) + 1
+    smooth = sum(1 for n in quantized.graph.node if "smooth_quant" in n.name or "nncf_smooth" in n.output[0])
+    return quantized, {"activation_quantizers_by_producer": what, "smooth_quant_muls": smooth}
 
 
 def metrics(float_q, float_p, q, p) -> dict:
@@ -90,6 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mask", default="finfo", choices=["finfo", "1e4"])
     ap.add_argument("--presets", nargs="*", default=PRESETS)
     ap.add_argument("--json")
+    ap.add_argument("--nncf", action="store_true", help="add the peer NNCF's A8W8 (TRANSFORMER model type) row")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     path = minilm.onnx_path(args.mask)
@@ -110,6 +142,16 @@ def main(argv=None) -> int:
             rows[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         rows[name]["seconds"] = round(time.time() - t0, 1)
         print(name, json.dumps(rows[name]), flush=True)
+    if args.nncf:
+        t0 = time.time()
+        try:
+            qmodel, what = nncf_model(path, calib)
+            sess = open_session(qmodel, threads=1)
+            rows["NNCF_A8W8"] = {**metrics(fq, fp, embed(sess, queries), embed(sess, paras)), **what}
+        except Exception as exc:  # no nncf, or it failed: the row says so
+            rows["NNCF_A8W8"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        rows["NNCF_A8W8"]["seconds"] = round(time.time() - t0, 1)
+        print("NNCF_A8W8", json.dumps(rows["NNCF_A8W8"]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"mask": args.mask, "rows": rows}, indent=1))
     return 0

@@ -40,7 +40,7 @@ from onnxptq.compat import (
 )
 from onnxptq.compat.defaults import ADAQUANT_PARAMS, ADAROUND_PARAMS
 from onnxptq.config import presets
-from onnxptq.config.schema import TensorQuant
+from onnxptq.config.schema import ConfigError, TensorQuant
 
 #: The user documents live in ../shared beside the checkout (as on CI).
 USER_DOCS = Path(__file__).resolve().parents[2] / "shared" / "spec" / "user-docs"
@@ -247,7 +247,6 @@ def test_default_config_maps_like_onnxruntime_defaults():
 @pytest.mark.parametrize(
     "field, value, match",
     [
-        ("include_sq", True, "SmoothQuant"),
         ("include_rotation", True, "include_rotation"),
         ("use_dynamic_quant", True, "use_dynamic_quant"),
         ("enable_npu_cnn", True, "enable_npu_cnn"),
@@ -314,9 +313,13 @@ def test_unbuilt_keys_raise_naming_the_key_unless_inert(key):
         mapped(extra_options={key: value})
 
 
-def test_smooth_quant_message():
-    with pytest.raises(NotImplementedError, match=r"'SmoothAlpha' \(SmoothQuant\) is not implemented yet"):
-        mapped(extra_options={"SmoothAlpha": 0.5})
+def test_smooth_quant_keys_map_to_the_config():
+    assert mapped().smooth_quant is None  # automatic, like include_cle
+    got = mapped(include_sq=True, extra_options={"SmoothAlpha": 0.8})
+    assert got.smooth_quant is True and got.smooth_alpha == 0.8
+    assert mapped(include_sq=False).smooth_quant is False
+    with pytest.raises(ConfigError, match="SmoothAlpha"):
+        mapped(include_sq=True, extra_options={"SmoothAlpha": 1.5})
 
 
 @pytest.mark.parametrize("key", [k for k, s in opts.EXTRA_OPTIONS.items() if s.status == "no-op"])

@@ -196,6 +196,7 @@ PROBES: dict[str, tuple] = {
     "CalibMovingAverage": (True, {}),
     "TargetRuntime": ("npu", {}),
     "BiasCorrection": (False, {}),
+    "SmoothAlpha": (0.9, {"include_sq": True}),
     "CLESteps": (-1, {"model": CHAIN}),
     "CLEBalanceMethod": ("min", {"model": CHAIN}),
     "CLEWeightThreshold": (100.0, {"model": CHAIN}),

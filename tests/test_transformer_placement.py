@@ -72,3 +72,83 @@ def test_quantized_block_runs_and_stays_close():
 
 def test_cnn_has_nothing_to_keep_float():
     assert transformer_float_tensors(prepare(make_small_cnn())) == set()
+
+
+def _attention_block() -> onnx.ModelProto:
+    """x -> LayerNorm -> Q/K/V MatMuls (+bias) -> softmax(Q·Kᵀ)·V -> MatMul Wo (+bias) -> Add LN output
+    (residual) -> LayerNorm: one head of a post-norm encoder layer."""
+    rng = np.random.default_rng(1)
+    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    w = lambda n: c(rng.standard_normal((H, H)) / np.sqrt(H), n)  # noqa: E731
+    inits = [w("Wq"), w("Wk"), w("Wv"), w("Wo"), c(rng.standard_normal(H) * 0.1, "bq"), c(rng.standard_normal(H) * 0.1, "bo"),
+             c(np.ones(H), "g0"), c(np.zeros(H), "b0"), c(np.ones(H), "g1"), c(np.zeros(H), "b1"), c(1 / np.sqrt(H), "scale")]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g0", "b0"], ["ln0"], axis=-1, name="ln0"),
+        helper.make_node("MatMul", ["ln0", "Wq"], ["q0"], name="q_proj"),
+        helper.make_node("Add", ["q0", "bq"], ["q"], name="q_bias"),
+        helper.make_node("MatMul", ["ln0", "Wk"], ["k"], name="k_proj"),
+        helper.make_node("MatMul", ["ln0", "Wv"], ["v"], name="v_proj"),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="k_t"),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale_scores"),
+        helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1, name="softmax"),
+        helper.make_node("MatMul", ["probs", "v"], ["ctx"], name="pv"),
+        helper.make_node("MatMul", ["ctx", "Wo"], ["o0"], name="o_proj"),
+        helper.make_node("Add", ["o0", "bo"], ["o"], name="o_bias"),
+        helper.make_node("Add", ["o", "ln0"], ["res"], name="residual"),
+        helper.make_node("LayerNormalization", ["res", "g1", "b1"], ["out"], axis=-1, name="ln1"),
+    ]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_integer_activations_on_a_transformer_quantize_only_matmul_inputs():
+    from onnxptq.pipeline.transformer import is_transformer
+
+    prepared = prepare(_attention_block())
+    assert is_transformer(prepared) and not is_transformer(prepare(make_small_cnn()))
+    plan = make_plan(prepared, resolve_config("A8W8"))
+    acts = {n: t for n, t in plan.tensors.items() if t.role == "activation"}
+    assert set(acts) == {"ln0", "q", "kt", "probs", "v", "ctx"}
+    assert acts["ln0"].exclusive and sorted(acts["ln0"].consumers) == ["k_proj", "q_proj", "v_proj"]
+    assert {"o0", "o", "q0", "scores"} <= set(plan.float_tensors)
+    # Float formats keep the placement of every op.
+    assert "o" in make_plan(prepared, resolve_config("MXINT8")).tensors
+
+
+def test_the_residual_reads_the_float_layernorm_output():
+    model = _attention_block()
+    feeds = [{"x": np.random.default_rng(i).standard_normal((1, S, H)).astype(np.float32)} for i in range(4)]
+    result = quantize(model, resolve_config("A8W8").replace(smooth_quant=False), feeds)
+    nodes = {n.name: n for n in result.model.graph.node}
+    assert nodes["residual"].input[1] == "ln0" and nodes["q_proj"].input[0] != "ln0"
+    sess = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    got = sess.run(None, feeds[0])[0]
+    assert np.corrcoef(ref.ravel(), got.ravel())[0, 1] > 0.99
+
+
+def test_int8_activation_read_by_a_float_transpose_loads_in_onnxruntime():
+    """Issue 14 bug: an A8W8 model with some nodes_to_exclude that onnxruntime refused ("output_dtype
+    INT8 does not match y_zero_point type UINT8", a QuantizeLinear its optimizer inserts after a
+    Transpose). Here: int8 activations (NPU placement), only MatMuls quantized, the MatMul after
+    the Transpose excluded, so the first MatMul's quantized output is read by a float Transpose."""
+    rng = np.random.default_rng(2)
+    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [c(rng.standard_normal((H, H)), "W1"), c(rng.standard_normal((H, S)), "W2"),
+             numpy_helper.from_array(np.array([S, H], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="mm1"),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("Reshape", ["t", "shape"], ["r"], name="rs"),
+             helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, S])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(2)]
+    cfg = resolve_config("A8W8").replace(op_types=("MatMul",), runtime="npu", nodes_to_exclude=("mm2",))
+    result = quantize(model, cfg, feeds)  # finish() opens an onnxruntime session: refused before the fix
+    assert result.plan.tensors["t"].share_with == "h" and result.plan.tensors["h"].quant.format == "int8"

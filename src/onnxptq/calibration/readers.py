@@ -688,6 +688,20 @@ class _FiniteWatch:
             )
 
 
+def rereadable(data: Any, model_inputs: InputsLike) -> bool:
+    """Whether ``data`` can be read more than once (see the module doc: not an iterator, not a
+    ``get_next()`` reader without ``rewind()``). Reads nothing."""
+    return _open(data, _as_inputs(model_inputs)).reiterable
+
+
+def rewind(data: Any) -> None:
+    """Prepare a second pass over ``data``: a ``get_next()`` reader's ``rewind()``; other rereadable
+    sources need nothing (each :func:`as_feed_iterator` starts afresh)."""
+    again = getattr(data, "rewind", None)
+    if callable(getattr(data, "get_next", None)) and callable(again):
+        again()
+
+
 def as_feed_iterator(data: Any, model_inputs: InputsLike, batch_size: int | None = None) -> Iterator[Feed]:
     """Stream checked feed dicts from any supported calibration source (see the module doc).
 

@@ -206,14 +206,18 @@ class _Runs:
         if self.grouping is False:
             log.debug("calibration: %s", why)
         self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray]]] = []
+        self.rows_input = False
         if fetch or self.reductions or record:
             aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else ())
+            # Only reductions that view their tensor as rows read the row-count input: a model whose
+            # reductions are all per channel has no such input, and onnxruntime refuses an unknown feed.
+            self.rows_input = any(i.name == ROWS_INPUT for i in aug.graph.input)
             t0 = time.perf_counter()
             self.session = _session(aug, providers, threads)
             log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
-        rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.reductions else {}
+        rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.rows_input else {}
         try:
             return self.session.run(self.names + list(extra), {**feed, **rows})
         except Exception as exc:  # the data fits the inputs' declared shapes, but not the model's nodes

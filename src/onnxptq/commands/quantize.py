@@ -32,6 +32,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
                         "on by default, --no-range-guard turns it off")
+    sq = p.add_mutually_exclusive_group()
+    sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
+                    help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "
+                         "(default: automatic, on for integer activations with per-tensor weights on transformer graphs)")
+    sq.add_argument("--no-smooth-quant", dest="smooth_quant", action="store_const", const=False, help="never SmoothQuant")
+    p.add_argument("--smooth-alpha", type=float, default=None, metavar="A",
+                   help="SmoothQuant migration strength in [0, 1] (default 0.5)")
     p.set_defaults(func=run)
 
 
@@ -50,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(quantize_postprocessing=True)
     if args.range_guard is not None:
         config = config.replace(range_guard=args.range_guard)
+    if args.smooth_quant is not None:
+        config = config.replace(smooth_quant=args.smooth_quant)
+    if args.smooth_alpha is not None:
+        config = config.replace(smooth_alpha=args.smooth_alpha)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

@@ -216,7 +216,7 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _h("CLEScaleAppendBias", f"{_CLE}: the head bias counts in its channel range (EqualizationOptions.scale_append_bias)"),
         _h("CLEScaleUseThreshold", f"{_CLE}: apply CLEWeightThreshold (EqualizationOptions.scale_use_threshold)"),
         _h("CLETotalLayerDiffThreshold", f"{_CLE}: convergence bound of CLESteps -1 (EqualizationOptions.total_layer_diff_threshold)"),
-        _x("SmoothAlpha", "SmoothQuant"),
+        _h("SmoothAlpha", "SmoothQuant migration strength in [0, 1] (QuantConfig.smooth_alpha; default 0.5)"),
         _x("RMatrixDim", "QuaRot rotation"),
         _x("UseRandomHad", "QuaRot rotation"),
         _x("RConfigPath", "QuaRot rotation"),
@@ -316,7 +316,6 @@ FIELD_KEYS = {
 UNBUILT_FIELDS = {
     "use_dynamic_quant": "dynamic quantization",
     "convert_nchw_to_nhwc": "NCHW -> NHWC conversion",
-    "include_sq": "SmoothQuant",
     "include_rotation": "QuaRot rotation",
     "enable_npu_cnn": "the NPU-CNN (XINT8, power-of-two DPU) quantizer",
     "enable_npu_transformer": "the NPU transformer quantizer",

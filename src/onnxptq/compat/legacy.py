@@ -8,6 +8,9 @@ One deliberate difference: ``include_cle`` defaults to **None** here (True in th
 tool): None is our automatic choice, cross-layer equalization exactly where some integer weight is
 quantized per tensor (it is what makes per-tensor weights work, and per-channel weights gain
 nothing from it, see docs/presets.md). True or False forces it on or off, as in the reference tool.
+``include_sq`` (SmoothQuant) likewise defaults to None, our automatic choice: on for integer
+activations with per-tensor integer weights on transformer graphs, off elsewhere
+(``QuantConfig.smooth_quant``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ class QuantizationConfig:
     use_external_data_format: bool = False
     convert_fp16_to_fp32: bool = False
     convert_nchw_to_nhwc: bool = False
-    include_sq: bool = False
+    #: None (automatic: integer activations, per-tensor weights, transformer graph) here, False in the reference tool.
+    include_sq: bool | None = None
     include_rotation: bool = False
     #: None (automatic: where weights are per tensor) here, True in the reference tool (see the module docstring).
     include_cle: bool | None = None

@@ -554,6 +554,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         equalize=equalize,
         equalization=equalization,
         bias_correction=_bool(extra, "BiasCorrection", False) if "BiasCorrection" in extra else None,
+        **_smooth_quant(cfg, extra),
         **kwargs,
     )
     run = RunOptions(
@@ -588,6 +589,21 @@ def _equalization(cfg: QuantizationConfig, extra: dict[str, Any]) -> tuple[bool 
     if given and cfg.include_cle is False:
         log.warning("CLE keys are given but include_cle is False: cross-layer equalization does not run")
     return cfg.include_cle, EqualizationOptions(**given)
+
+
+def _smooth_quant(cfg: QuantizationConfig, extra: dict[str, Any]) -> dict[str, Any]:
+    """``include_sq`` (None: automatic, see :mod:`.legacy`) and ``SmoothAlpha``."""
+    if cfg.include_sq not in (None, True, False):
+        raise ConfigError(f"include_sq must be True, False or None (automatic), not {cfg.include_sq!r}")
+    out: dict[str, Any] = {"smooth_quant": cfg.include_sq}
+    if "SmoothAlpha" in extra:
+        alpha = extra["SmoothAlpha"]
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+            raise ConfigError(f"extra_options['SmoothAlpha'] must be a number in [0, 1], not {alpha!r}")
+        if cfg.include_sq is False:
+            log.warning("SmoothAlpha is given but include_sq is False: SmoothQuant does not run")
+        out["smooth_alpha"] = float(alpha)
+    return out
 
 
 def _runtime(extra: dict[str, Any]) -> str:

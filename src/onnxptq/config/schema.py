@@ -467,6 +467,16 @@ class QuantConfig:
     #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
     split_outliers: bool | None = None
     outlier_split: OutlierSplitOptions = field(default_factory=OutlierSplitOptions)
+    #: SmoothQuant (``include_sq``): before calibration, divide each MatMul/Gemm activation by a
+    #: per-channel ``s`` and multiply the weight rows by it (algorithms/smooth_quant.py). None:
+    #: automatic, on for integer activations with per-tensor integer weights on transformer graphs
+    #: (attention, and more MatMul/Gemm layers than convolutions: pipeline/transformer.is_transformer),
+    #: where it was measured to help (MiniLM A8W8 per tensor: cosine 0.966 -> 0.977); off with
+    #: per-channel weights (neutral at alpha 0.5 there), on CNNs and on hybrids such as PP-OCRv4 rec
+    smooth_quant: bool | None = None
+    #: SmoothQuant's migration strength (``SmoothAlpha``): 0 leaves activations alone, 1 moves all
+    #: of their range into the weights
+    smooth_alpha: float = 0.5
     #: extra data kept for tools that read the config (e.g. the compat layer's original options)
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -475,6 +485,8 @@ class QuantConfig:
             raise ConfigError("QuantConfig needs an activation or a weight format (both are None)")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
+        if not 0.0 <= self.smooth_alpha <= 1.0:
+            raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
         if self.bias not in ("int32", "weight", None):
             raise ConfigError(f"bias must be 'int32', 'weight' or None, not {self.bias!r}")
         for op, pair in self.op_type_overrides.items():
@@ -504,6 +516,11 @@ class QuantConfig:
         an outlier's channel a grid of its own)."""
         if self.split_outliers is not None:
             return bool(self.split_outliers)
+        return self._per_tensor_integer_weights()
+
+    def per_tensor_integer_weights(self) -> bool:
+        """Whether any integer weight format of this config (global, per op type, per node) is per
+        tensor: the automatic rules of equalization, bias correction and SmoothQuant key on it."""
         return self._per_tensor_integer_weights()
 
     def _per_tensor_integer_weights(self) -> bool:

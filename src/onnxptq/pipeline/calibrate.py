@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
@@ -25,8 +26,11 @@ from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
-from .plan import Plan, make_plan, node_names
+from .plan import Plan, _excluded, make_plan, node_names
+from .transformer import is_transformer
 from .prepare import prepare_for_quantization
+
+log = logging.getLogger(__name__)
 
 #: Samples kept in memory during calibration to measure the quantized model against the float one.
 #: Bounded, so memory stays flat however long the calibration data is.
@@ -89,6 +93,12 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     node_names(prepared)  # the names the plan (and the user, in inspect or the plan JSON) uses
     check.check_config_names(cfg, proto, prepared)
 
+    feeds_once: Iterator[dict[str, np.ndarray]] | None = None
+    if data is not None and smooth_quant_active(cfg, prepared):
+        t_sq = time.perf_counter()
+        prepared, feeds_once = _smooth(prepared, cfg, data, inputs)
+        timings["smooth quant"] = time.perf_counter() - t_sq
+
     plan = make_plan(prepared, cfg)
     if not plan.tensors:
         index = ScopeIndex(prepared)
@@ -113,9 +123,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
                 f"{source}: {len(plan.needs_calibration())} activations need calibration data "
                 f"({cfg.activation.describe() if cfg.activation else ''}); pass data="
             )
-        feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
-        if cfg.calibration.data_size is not None:
-            feeds = itertools.islice(feeds, cfg.calibration.data_size)
+        feeds = feeds_once if feeds_once is not None else _feeds(data, inputs, cfg)
         feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples))
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
         samples = counter()
@@ -123,6 +131,52 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
     return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
+
+
+#: Feeds of a one-shot source (a generator, a reader without ``rewind()``) that SmoothQuant's
+#: statistics pass reads and keeps, to hand them to calibration again before the rest. Bounded.
+SMOOTH_QUANT_ONE_SHOT_FEEDS = 64
+
+
+def smooth_quant_active(cfg: QuantConfig, model: onnx.ModelProto) -> bool:
+    """Whether calibration smooths ``model`` first: ``smooth_quant`` when set, else integer
+    activations and per-tensor integer weights on a transformer graph
+    (:func:`.transformer.is_transformer`): where it was measured to help (docs/transformers.md)."""
+    if cfg.smooth_quant is not None:
+        return bool(cfg.smooth_quant)
+    return (cfg.activation is not None and cfg.activation.is_integer and cfg.per_tensor_integer_weights()
+            and is_transformer(model))
+
+
+def _feeds(data: Any, inputs: readers.ModelInputs, cfg: QuantConfig) -> Iterator[dict[str, np.ndarray]]:
+    feeds = readers.as_feed_iterator(data, inputs, batch_size=cfg.calibration.batch_size)
+    if cfg.calibration.data_size is not None:
+        feeds = itertools.islice(feeds, cfg.calibration.data_size)
+    return feeds
+
+
+def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
+            inputs: readers.ModelInputs) -> tuple[onnx.ModelProto, Iterator[dict[str, np.ndarray]] | None]:
+    """SmoothQuant before the plan: smoothing changes the activations the plan calibrates, so its
+    statistics take a pass of their own over the data (a first statistics pass, then the plan and
+    the calibration pass on the smoothed model, as bias correction re-solves after its own pass).
+    A rereadable source is read whole twice; a one-shot one gives its first
+    :data:`SMOOTH_QUANT_ONE_SHOT_FEEDS` feeds to the statistics and then, again, to calibration.
+    Returns the smoothed model and, for a one-shot source, the calibration feeds."""
+    from ..algorithms.smooth_quant import smooth_quant
+
+    exclude = [n.name for n in prepared.graph.node if _excluded(n.name, cfg.nodes_to_exclude)]
+    if readers.rereadable(data, inputs):
+        smoothed, _ = smooth_quant(prepared, _feeds(data, inputs, cfg), cfg.smooth_alpha, exclude=exclude,
+                                   providers=cfg.calibration.providers)
+        readers.rewind(data)
+        return smoothed, None
+    feeds = _feeds(data, inputs, cfg)
+    head = list(itertools.islice(feeds, SMOOTH_QUANT_ONE_SHOT_FEEDS))
+    log.warning("SmoothQuant statistics from the first %d feeds of a one-shot calibration source (pass a list, "
+                "a folder or a reader with rewind() to use all of them)", len(head))
+    smoothed, _ = smooth_quant(prepared, iter(head), cfg.smooth_alpha, exclude=exclude, providers=cfg.calibration.providers)
+    return smoothed, itertools.chain(head, feeds)
 
 
 def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:

@@ -153,7 +153,7 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         # fp16 fragments end in a Cast after the DequantizeLinear, whose own output already
         # takes the conventional name.
         target = f"{name}_DequantizeLinear_Output" + ("_fp16" if is_fp16 else "")
-        if name in graph_outputs:
+        if name in graph_outputs and not tplan.exclusive:
             # The graph output keeps its name and now carries the quantized value.
             source = b.fresh(f"{name}_QuantizeLinear_Input")
             renamed_outputs[name] = source
@@ -161,7 +161,7 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         else:
             target = b.fresh(target)
         attrs = _activation_attrs(tplan, tparams, is_fp16, static_shapes.get(name), bf16_qdq_to_cast)
-        first = tplan.producer_view() if name not in graph_outputs else None
+        first = tplan.producer_view() if name not in graph_outputs and not tplan.exclusive else None
         if first is not None:
             # Both quantizers in sequence: the producer's format, then the consumers' (spec §4.5).
             mid = b.fresh(f"{name}_{first.quant.format}_DequantizeLinear_Output")
@@ -173,7 +173,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             source = mid
         frag = build_qdq(tplan.quant.format, source, target, name=_safe(name), opset=b.opset, **attrs)
         inserts.setdefault(where, []).extend(b.absorb(frag))
-        if name not in graph_outputs:
+        if tplan.exclusive:
+            # Only the planned readers read the quantized value; the others keep the float tensor.
+            node_replacement.update({(consumer, name): target for consumer in tplan.consumers})
+        elif name not in graph_outputs:
             replacement[name] = target
 
     # Rename producers of quantized graph outputs, then rewire consumers to the quantized values,

@@ -23,7 +23,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
 from ..graph.sentinels import sentinel_tensors
-from .transformer import transformer_float_tensors
+from .transformer import LINEAR_OPS, is_transformer, transformer_float_tensors
 from .tails import TAIL_REASON, postprocessing_tail
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,9 @@ class TensorPlan:
     share_with: str | None = None
     #: nodes (by name) that read this tensor as a quantized input
     consumers: list[str] = field(default_factory=list)
+    #: only ``consumers`` read the quantized value; the tensor's other readers keep the float one
+    #: (transformer placement: a residual Add beside the MatMuls that read a LayerNorm output)
+    exclusive: bool = False
     producer: str | None = None
     #: DualQuantNodes: the producer's own output format when a consumer reads another one (spec
     #: §4.5). The tensor then passes through this quantizer, then ``quant``; the consumers listed in
@@ -149,6 +152,7 @@ class TensorPlan:
             "bias_of": list(self.bias_of) if self.bias_of else None,
             "share_with": self.share_with,
             "consumers": self.consumers,
+            **({"exclusive": True} if self.exclusive else {}),
             "producer": self.producer,
             **({"producer_format": self.producer_quant.describe(), "producer_axis": self.producer_axis,
                 "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
@@ -499,6 +503,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
+    if config.activation is not None and config.activation.is_integer and is_transformer(model):
+        float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel and not runtime.is_cpu(config):
@@ -509,6 +515,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     _apply_alignment(tensors, selected, config)
     if runtime.is_cpu(config):
         _share_through_data_movement(tensors, selected, config)
+    _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
                 float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})
@@ -535,6 +542,27 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     if why:
         log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
                  len(why), ", ".join(sorted(why)[:6]))
+    return why
+
+
+def _linear_inputs_only(tensors: dict[str, TensorPlan], g: _Graph, producer_side: dict, consumer_side: dict) -> dict[str, str]:
+    """Integer activations on a transformer graph (``pipeline/transformer.py``): keep only the
+    activations a MatMul/Gemm reads, read quantized by those readers alone; the rest stay float."""
+    kinds = {n.name: n.op_type for n in g.nodes}
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if t.role != "activation":
+            continue
+        linear = [c for c in t.consumers if kinds.get(c) in LINEAR_OPS]
+        if not linear:
+            del tensors[name]
+            producer_side.pop(name, None)
+            consumer_side.pop(name, None)
+            why[name] = "transformer placement (integer activations: MatMul/Gemm inputs only)"
+        elif len(linear) != len(t.consumers) or any(r.op_type not in LINEAR_OPS for r in g.consumers.get(name, [])) or name in g.outputs:
+            t.consumers, t.exclusive = linear, True
+    if why:
+        log.info("plan: %d activations stay float (transformer graph, integer activations: MatMul/Gemm inputs only)", len(why))
     return why
 
 
@@ -690,6 +718,37 @@ def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onn
             t = tensors.get(out)
             if t is not None and t.role == "activation" and t.quant == source.quant and t.share_with is None:
                 t.share_with = source.name
+
+
+#: Ops onnxruntime's optimizer moves a DequantizeLinear past (QDQ propagation): each moves or picks values.
+_ORT_QDQ_PROPAGATION = frozenset("Transpose Reshape Squeeze Unsqueeze Flatten MaxPool Slice".split())
+
+
+def _requantize_after_float_transposes(tensors: dict[str, TensorPlan], g: _Graph) -> None:
+    """A signed 8-bit activation read through its DequantizeLinear by a float ``Transpose`` (or another
+    op of :data:`_ORT_QDQ_PROPAGATION`, and on along a chain of them) gets the same quantizer on
+    that op's output (``share_with``: exact, these ops move or pick values).
+
+    Why: onnxruntime 1.32's graph optimizer (opset 21) pushes such a DequantizeLinear past the
+    Transpose and writes a QuantizeLinear with ``output_dtype`` INT8 but a UINT8 zero point, then
+    refuses the model it built ("output_dtype INT8 does not match y_zero_point type UINT8"). Seen
+    on MiniLM with the NPU placement, ``op_types=MatMul`` and the attention-output MatMuls excluded:
+    the attention context is quantized as the P·V MatMul's output and read by a float Transpose.
+    With a QuantizeLinear/DequantizeLinear already after the Transpose it fuses them instead (the
+    Reshape after it is the next place the optimizer would go, so the chain is followed).
+    uint8 and int16 activations do not trigger it (tests/test_transformer_placement.py).
+    """
+    work = [t for t in tensors.values()
+            if t.role == "activation" and t.quant.format == "int8" and t.axis is None and not t.exclusive]
+    while work:
+        t = work.pop()
+        for reader in g.consumers.get(t.name, []):
+            out = reader.output[0] if reader.output else ""
+            if (reader.op_type not in _ORT_QDQ_PROPAGATION or reader.input[0] != t.name or not out or out in tensors
+                    or not g.is_float(out)):
+                continue
+            tensors[out] = TensorPlan(out, "activation", t.quant, share_with=t.name, producer=reader.name)
+            work.append(tensors[out])  # the optimizer goes on through a chain (Transpose -> Reshape)
 
 
 def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, float | None] | None:

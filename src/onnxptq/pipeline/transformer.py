@@ -18,6 +18,19 @@ transformer block out of primitive ops, so two patterns end up quantized inside:
 
 Both rules follow from the ops, not from one model: a graph without Erf or LayerNormalization
 (every CNN the suite runs) has nothing to keep float.
+
+A third rule holds for **integer activations on transformer graphs** (:func:`is_transformer`: a
+``Softmax`` whose output a ``MatMul`` reads, through data movement at most, and more MatMul/Gemm
+layers with constant weights than convolutions): only the inputs of MatMul
+and Gemm get quantizers, and only those readers read the quantized value (other readers, e.g. the
+residual ``Add`` reading a LayerNorm output that the Q/K/V projections also read, keep the float
+tensor). This is the placement onnxruntime's CPU provider turns into integer MatMuls and the one
+NNCF's ``ModelType.TRANSFORMER`` uses; measured on all-MiniLM-L6-v2 (bench/RESULTS.md) the
+quantized MatMul outputs, bias sums, embeddings and LayerNorm inputs cost far more accuracy
+(embedding cosine 0.93 → 0.99) than their integer arithmetic saves: onnxruntime runs those ops in
+float after a DequantizeLinear anyway. CNNs have no Softmax read by a MatMul; hybrids whose
+weighted layers are mostly convolutions with attention appended (PP-OCRv4 rec's SVTR neck: 38 Conv,
+a few MatMuls) keep the CNN placement, on which their shipped figures were measured.
 """
 
 from __future__ import annotations
@@ -29,7 +42,12 @@ import onnx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors"]
+__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "has_attention", "is_transformer", "LINEAR_OPS"]
+
+#: Ops whose activation inputs the attention-graph integer placement quantizes.
+LINEAR_OPS = frozenset({"MatMul", "Gemm"})
+#: Ops that only move data between a Softmax and the MatMul reading its probabilities.
+_DATA_MOVEMENT = frozenset({"Transpose", "Reshape", "Cast", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
 _ELEMENTWISE = frozenset({"Add", "Mul", "Div"})
 
@@ -84,3 +102,35 @@ def transformer_float_tensors(model: onnx.ModelProto) -> set[str]:
     if gelu or residual:
         log.debug("transformer placement: %d GELU-internal and %d residual-sum tensors stay float", len(gelu), len(residual))
     return gelu | residual
+
+
+def has_attention(model: onnx.ModelProto) -> bool:
+    """Whether the main graph has attention: a ``MatMul`` reading a ``Softmax`` output directly or
+    through data-movement ops (the probabilities times V)."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output if out}
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        for name in node.input[:2]:
+            src = producer.get(name)
+            for _ in range(4):
+                if src is None or src.op_type not in _DATA_MOVEMENT:
+                    break
+                src = producer.get(src.input[0])
+            if src is not None and src.op_type == "Softmax":
+                return True
+    return False
+
+
+def is_transformer(model: onnx.ModelProto) -> bool:
+    """A transformer graph: attention (:func:`has_attention`) and more MatMul/Gemm layers with a
+    constant weight than Conv/ConvTranspose layers (a ViT's one patch-embedding Conv counts, a
+    CNN's dozens outweigh an attention block appended to them)."""
+    if not has_attention(model):
+        return False
+    graph = model.graph
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    linear = sum(1 for n in graph.node if n.op_type in LINEAR_OPS and len(n.input) > 1 and n.input[1] in constants)
+    convs = sum(1 for n in graph.node if n.op_type in ("Conv", "ConvTranspose"))
+    return linear > convs
