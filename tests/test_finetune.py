@@ -157,7 +157,9 @@ def test_adaround_returns_grid_values_that_emit_reproduces(monkeypatch):
     """AdaRound's weights are exactly (q − zp)·s; emit's re-quantization gives back exactly q, and q is
     floor or ceil of w/s (the learned rounding), differing from round-to-nearest somewhere."""
     spy = _Spy(monkeypatch)
-    cfg = get_preset("A8W8").replace(finetune=_options(algorithm="adaround", holdout_fraction=0.25))
+    # The NPU placement quantizes every layer form of the synthetic model; the CPU placement leaves
+    # its 4-channel stem and depthwise convolution float (onnxruntime runs them faster so).
+    cfg = get_preset("A8W8").replace(runtime="npu", finetune=_options(algorithm="adaround", holdout_fraction=0.25))
     result = quantize(_model(), cfg, _feeds())
     call = spy.calls[0]
     assert call["result"], "AdaRound improved no layer of the synthetic model"

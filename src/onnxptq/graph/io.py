@@ -152,7 +152,9 @@ def _save_external(model: onnx.ModelProto, path: Path, data_name: str, threshold
     beside it, one tensor at a time, leaving ``model`` untouched (see :func:`write_externalized`)."""
     import onnx_ir as ir
 
-    ir.save(ir.from_proto(model), path, external_data=data_name, size_threshold_bytes=threshold,
+    # onnx-ir moves tensors of *more than* size_threshold_bytes; onnx (and this docstring) count
+    # tensors of threshold bytes or more, so a 1 KiB weight still goes to the data file
+    ir.save(ir.from_proto(model), path, external_data=data_name, size_threshold_bytes=max(threshold - 1, 0),
             max_workers=1, max_in_flight_bytes=1)
 
 
