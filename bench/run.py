@@ -1,8 +1,9 @@
 """Side-by-side benchmark: onnxptq presets vs onnxruntime.quantization vs amd-quark on real models.
 
-One command quantizes PP-OCRv4 rec, PP-OCR mobile cls and the three silero VAD models (If
-branches, LSTM, fp16; ``onnxptq.testing.models.model_path``), plus any ONNX model given on the
-command line, with
+One command quantizes PP-OCRv4 rec, PP-OCR mobile cls, the three silero VAD models (If
+branches, LSTM, fp16; ``onnxptq.testing.models.model_path``) and the all-MiniLM-L6-v2 sentence
+encoder (``onnxptq.testing.minilm``, the exporter's finfo.min attention mask), plus any ONNX model
+given on the command line, with
 
 * **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
   per-tensor``: ``per_channel=False``; ``no-cle`` / ``no-ocs`` / ``no-bc`` turn equalization /
@@ -28,7 +29,10 @@ own Python process, so its figures are its own:
 * **task metric**: CER on the rendered lines for rec (greedy CTC, normalized text), top-1 accuracy
   for cls, for the silero models (task ``vad``) the share of 512-sample windows whose speech
   decision (probability > 0.5) agrees with float, streaming a speech/noise/silence clip with each
-  model's own recurrent state (``onnxptq.testing.audio``); none for a model given on the command line;
+  model's own recurrent state (``onnxptq.testing.audio``); for the encoder (task ``encoder``)
+  paraphrase retrieval top-1 over ``bench/paraphrases.py`` (a query's nearest paraphrase by
+  cosine is its own), calibrated on ``bench/minilm.py``'s sentences; none for a model given on
+  the command line;
 * **cosine / PSNR**: of the quantized model's first output against the float model's over the
   whole evaluation set (cosine of the flattened outputs; PSNR with the float output's peak);
 * **latency ms**: onnxruntime CPU, ``intra_op_num_threads = inter_op_num_threads = 1``, default
@@ -77,10 +81,12 @@ ORT_CONFIGS: dict[str, tuple[str, str, bool]] = {
 QUICK_PRESETS = ("A8W8", "A16W8", "BF16", "BFP16", "MXINT8")
 QUICK_ORT = ("U8S8 per-channel", "A16W8 per-channel")
 #: (calibration, evaluation) samples per task
-FULL_SIZES = {"rec": (32, 100), "cls": (64, 200), "other": (16, 16), "vad": (2, 8)}
-QUICK_SIZES = {"rec": (8, 24), "cls": (16, 48), "other": (4, 8), "vad": (1, 3)}
+FULL_SIZES = {"rec": (32, 100), "cls": (64, 200), "other": (16, 16), "vad": (2, 8), "encoder": (24, 100)}
+QUICK_SIZES = {"rec": (8, 24), "cls": (16, 48), "other": (4, 8), "vad": (1, 3), "encoder": (8, 20)}
 #: the built-in models whose task is voice activity (sizes in seconds of audio, not samples)
 VAD_MODELS = ("silero", "silero_ifless", "silero_half")
+#: the built-in sentence encoders (sizes: calibration sentences, evaluation paraphrase pairs)
+ENCODER_MODELS = ("minilm",)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +259,9 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     if job["task"] == "vad":
         _evaluate_vad(job, result, sess, path, backend)
         return
+    if job["task"] == "encoder":
+        _evaluate_encoder(job, result, sess, path, backend)
+        return
 
     images = np.load(job["eval"], mmap_mode="r")
     name = sess.get_inputs()[0].name
@@ -308,6 +317,58 @@ def _evaluate_vad(job: dict[str, Any], result: dict[str, Any], sess: Any, path: 
     figures = audio.compare_probs(ref, probs)
     result.update(cosine=figures["cosine"], psnr_db=psnr(ref, probs), metric=figures["agreement"])
     result["latency_ms"] = _latency_ms(path, backend, _NpzReader(job["calib"]).get_next(), job["latency_runs"])
+
+
+def _encoder_batches(data: dict[str, np.ndarray], size: int = 10):
+    """Feeds of ``size`` sentences from per-sentence arrays stacked as [N, 1, L] (the .npz layout)."""
+    n = len(next(iter(data.values())))
+    for i in range(0, n, size):
+        yield {k: np.ascontiguousarray(v[i:i + size, 0]) for k, v in data.items()}
+
+
+def _retrieval_top1(embeddings: np.ndarray) -> float:
+    """Share of queries (first half) whose nearest paraphrase (second half) by cosine is their own."""
+    half = len(embeddings) // 2
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return float(np.mean(np.argmax(unit[:half] @ unit[half:].T, axis=1) == np.arange(half)))
+
+
+def _evaluate_encoder(job: dict[str, Any], result: dict[str, Any], sess: Any, path: str, backend: str) -> None:
+    """Sentence embeddings of the evaluation pairs: retrieval top-1, cosine/PSNR against float."""
+    from onnxptq.analysis.compare import cosine, psnr
+
+    with np.load(job["eval"]) as data:
+        sentences = {k: data[k] for k in data.files}
+    out = np.concatenate([sess.run(None, feed)[0] for feed in _encoder_batches(sentences)])
+    ref = np.load(job["float_out"])
+    result.update(cosine=cosine(ref, out), psnr_db=psnr(ref, out), metric=_retrieval_top1(out))
+    result["latency_ms"] = _latency_ms(path, backend, next(_encoder_batches(sentences, 1)), job["latency_runs"])
+
+
+def _prepare_encoder(name: str, path: Path, d: Path, sizes: tuple[int, int]) -> dict[str, Any]:
+    """Tokenized calibration sentences and paraphrase pairs (queries, then paraphrases), all padded
+    to one length so that every feed of every backend sees the same tokens, and float embeddings."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from minilm import CALIBRATION
+    from paraphrases import PAIRS
+
+    from onnxptq.sessions import open_session
+    from onnxptq.testing import minilm
+
+    n_cal, n_pairs = sizes
+    calibration = CALIBRATION[:n_cal]
+    pairs = PAIRS[:n_pairs]
+    sentences = [q for q, _ in pairs] + [p for _, p in pairs]
+    tokens = minilm.tokenize(calibration + sentences)  # one padding length for all
+    per_sentence = {k: v[:, None, :] for k, v in tokens.items()}
+    np.savez(d / "calib.npz", **{k: v[:n_cal] for k, v in per_sentence.items()})
+    np.savez(d / "eval.npz", **{k: v[n_cal:] for k, v in per_sentence.items()})
+    session = open_session(str(path), threads=1)
+    float_out = np.concatenate([session.run(None, feed)[0] for feed in _encoder_batches({k: v[n_cal:] for k, v in per_sentence.items()})])
+    np.save(d / "float_out.npy", float_out)
+    return {"name": name, "model": str(path), "input_name": "input_ids", "dir": str(d), "task": "encoder",
+            "calib": str(d / "calib.npz"), "eval": str(d / "eval.npz"), "float_out": str(d / "float_out.npy"),
+            "n_calib": n_cal, "n_eval": len(sentences), "float_metric": _retrieval_top1(float_out)}
 
 
 def _prepare_vad(name: str, path: Path, d: Path, seconds: tuple[float, float]) -> dict[str, Any]:
@@ -379,6 +440,8 @@ def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int,
     d.mkdir(parents=True, exist_ok=True)
     if name in VAD_MODELS:
         return _prepare_vad(name, path, d, sizes["vad"])
+    if name in ENCODER_MODELS:
+        return _prepare_encoder(name, path, d, sizes["encoder"])
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
     info: dict[str, Any] = {"name": name, "model": str(path), "input_name": inp.name, "dir": str(d)}
@@ -498,7 +561,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]], task: str, runs: int) -> list[str]:
-    metric = {"rec": "CER ↓", "cls": "accuracy ↑", "vad": "decisions agreeing ↑"}.get(task, "metric")
+    metric = {"rec": "CER ↓", "cls": "accuracy ↑", "vad": "decisions agreeing ↑", "encoder": "retrieval top-1 ↑"}.get(task, "metric")
     lines = [f"| backend | config | valid | quantize s | peak RSS MiB (base) | size MB | {metric} | cosine | PSNR dB | "
              f"latency ms (1 thr, median of {runs}) | error |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -543,7 +606,9 @@ def _write_results(path: Path, models: list[dict[str, Any]], results: list[dict[
             lines += [f"Data preparation failed: {model['error']}", ""]
             continue
         data = {"rec": "rendered text lines (`render_lines`, model alphabet)", "cls": "rendered lines, half rotated 180° (`render_cls`)",
-                "vad": "512-sample windows of speech (espeak-ng) mixed with noise and silence (`speech_mix`), streamed with state"}
+                "vad": "512-sample windows of speech (espeak-ng) mixed with noise and silence (`speech_mix`), streamed with state",
+                "encoder": "sentences of `bench/minilm.py` (calibration) and paraphrase pairs of `bench/paraphrases.py` "
+                           "(evaluation, queries then paraphrases), one padding length"}
         lines.append(f"Data: {model['n_calib']} calibration and {model['n_eval']} evaluation samples, "
                      f"{data.get(model['task'], 'random-normal inputs')}; the same for every backend.")
         lines.append("")
@@ -572,8 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*", help="extra ONNX models to benchmark beside rec and cls")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smoke run: few presets and samples")
-    parser.add_argument("--only", default="rec,cls," + ",".join(VAD_MODELS),
-                        help=f"built-in models to run (comma list of rec, cls, {', '.join(VAD_MODELS)}; '' for none)")
+    parser.add_argument("--only", default=",".join(("rec", "cls", *VAD_MODELS, *ENCODER_MODELS)),
+                        help=f"built-in models to run (comma list of rec, cls, {', '.join((*VAD_MODELS, *ENCODER_MODELS))}; "
+                             "'' for none)")
     parser.add_argument("--presets", help="onnxptq presets, comma-separated (default: every canonical preset)")
     parser.add_argument("--finetune-iterations", type=int, default=None,
                         help="NumIterations for the finetuning presets (default: the preset's, 1000)")
@@ -604,7 +670,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"work folder {work}", flush=True)
 
-    sources = [(n, model_path(n)) for n in args.only.split(",") if n]
+    from onnxptq.testing import minilm
+
+    sources = [(n, minilm.onnx_path("finfo") if n in ENCODER_MODELS else model_path(n)) for n in args.only.split(",") if n]
     sources += [(Path(p).stem, Path(p)) for p in args.models]
     models: list[dict[str, Any]] = []
     for name, path in sources:
