@@ -156,15 +156,21 @@ def test_solve_names_an_activation_without_statistics():
         solve(model, make_plan(model, int8_config(False)), {"x": _minmax(-1, 1), "ra": _minmax(0, 1), "y": _minmax(-1, 1)})
 
 
-def test_solve_refuses_a_weight_at_the_float32_limit_naming_it():
-    # found by the corrupted-file fuzzer: a flipped exponent bit makes one weight ~1e38 and the
-    # scale math used to end in a bare ValueError from inside the integer format
+def _first_weight_set_to(value: float) -> onnx.ModelProto:
+    """conv_relu_concat() with the first element of its weight WA replaced by ``value``."""
     model = conv_relu_concat()
     for init in model.graph.initializer:
         if init.name == "WA":
             values = numpy_helper.to_array(init).copy()
-            values.flat[0] = np.float32(3.0e38)
+            values.flat[0] = np.float32(value)
             init.CopyFrom(numpy_helper.from_array(values, "WA"))
+    return model
+
+
+def test_solve_refuses_a_weight_at_the_float32_limit_naming_it():
+    # found by the corrupted-file fuzzer: a flipped exponent bit makes one weight ~1e38 and the
+    # scale math used to end in a bare ValueError from inside the integer format
+    model = _first_weight_set_to(3.0e38)
     with pytest.raises(ScaleOverflowError, match=r"weight 'WA' .*float32 limit.*exclude its node"):
         solve(model, make_plan(model, int8_config(False)), {n: _minmax(-1.0, 1.0) for n in ("x", "ra", "cb", "y")})
 
@@ -172,12 +178,7 @@ def test_solve_refuses_a_weight_at_the_float32_limit_naming_it():
 def test_solve_refuses_an_int32_bias_scale_past_float32_naming_both_scales():
     # activation scale × weight scale can pass float32 while the float model stays finite (the
     # large weight meets small activations): refused with both tensors named, not an inf scale
-    model = conv_relu_concat()
-    for init in model.graph.initializer:
-        if init.name == "WA":
-            values = numpy_helper.to_array(init).copy()
-            values.flat[0] = np.float32(1.0e33)
-            init.CopyFrom(numpy_helper.from_array(values, "WA"))
+    model = _first_weight_set_to(1.0e33)
     stats = {n: _minmax(-1.0, 1.0) for n in ("ra", "cb", "y")} | {"x": _minmax(-1.0e12, 1.0e12)}
     with pytest.raises(ScaleOverflowError, match=r"int32 bias 'BA'.*scale\('x'\) × scale\('WA'\)"):
         solve(model, make_plan(model, int8_config(False)), stats)
