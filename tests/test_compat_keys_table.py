@@ -26,6 +26,13 @@ from onnxptq.compat.options import parse
 from onnxptq.errors import OnnxptqError
 
 
+
+def _opset17_model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    """``graph`` as a model of default-domain opset 17, IR version 8 (what every builder here makes)."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
 def _probe_model() -> onnx.ModelProto:
     """Conv+BN+Relu, Conv+Clip, Concat, Slice, Mul by a constant, GAP, Gemm: every key has something to act on."""
     rng = np.random.default_rng(0)
@@ -56,8 +63,7 @@ def _probe_model() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     onnx.checker.check_model(model)
     return model
 
@@ -85,8 +91,7 @@ def _chain_model() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 8, 8])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     return model
 
 
@@ -109,8 +114,7 @@ def _if_model() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "if_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
                               initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "W1")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     return model
 
 
@@ -125,8 +129,7 @@ def _fp16_model() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "fp16_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
                               initializer=[numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float16), "W16")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     return model
 
 
@@ -147,8 +150,7 @@ def _sequence_model() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "sequence", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 5])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     onnx.checker.check_model(model)
     return model
 

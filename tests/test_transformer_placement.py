@@ -19,6 +19,13 @@ from onnxptq.pipeline.transformer import gelu_internals, residual_sums, transfor
 S, H, F = 8, 32, 64
 
 
+
+def _opset17_model(graph: onnx.GraphProto) -> onnx.ModelProto:
+    """``graph`` as a model of default-domain opset 17, IR version 8 (what every builder here makes)."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
 def _ffn_block() -> onnx.ModelProto:
     """x -> MatMul W1 -> GELU (x/sqrt2, Erf, +1, *x, *0.5) -> MatMul W2 -> Add x (residual) -> LayerNorm."""
     rng = np.random.default_rng(0)
@@ -38,8 +45,7 @@ def _ffn_block() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     return model
 
 
@@ -100,8 +106,7 @@ def _attention_block() -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     return model
 
 
@@ -146,8 +151,7 @@ def test_int8_activation_read_by_a_float_transpose_loads_in_onnxruntime():
              helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")]
     graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, S])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = _opset17_model(graph)
     feeds = [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(2)]
     cfg = resolve_config("A8W8").replace(op_types=("MatMul",), runtime="npu", nodes_to_exclude=("mm2",))
     result = quantize(model, cfg, feeds)  # finish() opens an onnxruntime session: refused before the fix
