@@ -227,3 +227,25 @@ def test_the_plan_decides_each_tensors_calibration():
     assert x.range_options() == {"method": "percentile", "symmetric": False, "percentile": 99.9, "qmin": 0, "qmax": 255}
     per_channel = make_plan(conv_relu_concat(), int8_config(True)).tensors["x"]
     assert per_channel.collector_spec() == {"method": "minmax", "symmetric": True}
+
+
+def test_the_guard_simulates_the_scale_solve_writes():
+    # The range guard judges a tensor under the quantizer it will get: the same share root, range
+    # limits and moving average as solve (it had a copy of the root walk without the last two).
+    from onnxptq.pipeline.solve import shared_activation_params
+
+    model = conv_relu_concat()
+    plan = make_plan(model, int8_config(False))
+    stats = {}
+    for i, name in enumerate(("x", "ra", "cb", "y")):
+        collector = MinMaxCollector()
+        for lo, hi in ((-1.0 - i, 1.0), (-0.2, 3.0 + i), (-0.5, 0.5)):
+            collector.update(np.array([lo, hi], np.float32))
+        stats[name] = collector
+    next(t for t in plan.tensors.values() if t.role == "activation").limits = (-0.5, None)
+    for moving_average in (False, True):
+        solved = solve(model, plan, stats, moving_average=moving_average)
+        for name, tplan in plan.tensors.items():
+            if tplan.role == "activation" and name in solved:
+                simulated = shared_activation_params(plan, tplan, stats, moving_average=moving_average)
+                assert simulated.scale == solved[name].scale and simulated.zero_point == solved[name].zero_point, name

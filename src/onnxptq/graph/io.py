@@ -113,10 +113,7 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
             _save_external(model, tmp, tmp_data.name)
             # The model refers to its data file by name: rewrite the location to the final name.
             final = onnx.load(str(tmp), load_external_data=False)
-            for tensor in _all_tensors(final):
-                for entry in tensor.external_data:
-                    if entry.key == "location":
-                        entry.value = data_name
+            external.relocate(final, tmp_data.name, data_name)
             onnx.save_model(final, str(tmp))
             if not tmp_data.exists() or tmp_data.stat().st_size == 0:  # every tensor under the threshold
                 tmp_data.unlink(missing_ok=True)
@@ -158,13 +155,6 @@ def _save_external(model: onnx.ModelProto, path: Path, data_name: str, threshold
             max_workers=1, max_in_flight_bytes=1)
 
 
-def _all_tensors(model: onnx.ModelProto):
-    """Every TensorProto held by the model: initializers and Constant attributes, subgraphs included."""
-    from onnx.external_data_helper import _get_all_tensors
-
-    return _get_all_tensors(model)
-
-
 def pin_versions(model: onnx.ModelProto) -> onnx.ModelProto:
     """Pin the IR version to one that onnxruntime 1.20+ accepts (in place; returns the model)."""
     if model.ir_version > ORT_MAX_IR_VERSION or model.ir_version < 7:
@@ -182,6 +172,6 @@ def with_initializers(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> 
     out.CopyFrom(model)
     for init in out.graph.initializer:
         if init.name in values:
-            dtype = external.tensor_values(init).dtype
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type)  # not read: a streamed weight stays in its file
             init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
     return out

@@ -91,8 +91,7 @@ class _Builder:
         for node in frag.nodes:
             self.fresh.add(node.output)
             # node names must be unique too (onnxruntime checks): the fragment's name, or name_1, ...
-            node.name = self.node_names(node.name) if node.name in self.node_names else node.name
-            self.node_names.add([node.name])
+            node.name = self.node_names(node.name)
         return list(frag.nodes)
 
 

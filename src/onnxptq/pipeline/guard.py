@@ -40,7 +40,7 @@ from ..config.schema import QuantConfig
 from ..formats import fake_quantize
 from ..sessions import open_session
 from .plan import PASS_THROUGH, Plan, TensorPlan
-from .solve import _integer_params, activation_range
+from .solve import share_root, shared_activation_params
 
 log = logging.getLogger(__name__)
 
@@ -205,25 +205,20 @@ class _Checker:
     """Measures one tensor under one quantizer: the worst channel along each shared axis."""
 
     def __init__(self, plan: Plan, stats: Mapping[str, Any], values: Mapping[str, np.ndarray], bound_db: float,
-                 memo: dict[tuple, GuardDecision | None] | None = None) -> None:
+                 memo: dict[tuple, GuardDecision | None] | None = None, moving_average: bool = False) -> None:
         self.plan, self.stats, self.values, self.bound_db = plan, stats, values, bound_db
+        self.moving_average = moving_average
         self.memo = memo if memo is not None else {}
 
     def root(self, t: TensorPlan) -> TensorPlan:
         """The tensor whose scale ``t`` uses (the end of its ``share_with`` chain)."""
-        root, seen = t, {t.name}
-        while root.share_with and root.share_with in self.plan.tensors and root.share_with not in seen:
-            root = self.plan.tensors[root.share_with]
-            seen.add(root.name)
-        return root
+        return share_root(self.plan, t)
 
     def params(self, t: TensorPlan) -> Any:
+        """The scale solve will give ``t`` (moving average and range limits included)."""
         if not t.quant.is_integer:
             return None
-        root = self.root(t)
-        source = root if root.name in self.stats else t
-        rmin, rmax = activation_range(source, self.stats[source.name])
-        return _integer_params(t.quant, rmin, rmax)
+        return shared_activation_params(self.plan, t, self.stats, moving_average=self.moving_average)
 
     def check(self, t: TensorPlan, block_axis: int | None = None, axes: Sequence[int] | None = None) -> GuardDecision | None:
         """A decision skeleton when some live channel along ``axes`` (default: the axes the
@@ -303,7 +298,8 @@ def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, An
         return []
     if values is None:
         values = GuardValues(model, samples)
-    checker = _Checker(plan, stats, values.get([t.name for t in candidates]), config.range_guard_sqnr_db, values.checks)
+    checker = _Checker(plan, stats, values.get([t.name for t in candidates]), config.range_guard_sqnr_db, values.checks,
+                       moving_average=config.calibration.moving_average)
     decisions: list[GuardDecision] = []
     flagged = {t.name: d for t in candidates if (d := checker.check(t)) is not None}
     # Concat outputs first: splitting one gives its inputs their own scales, which may cure them.

@@ -368,7 +368,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     tail = set() if config.quantize_postprocessing else postprocessing_tail(model)
     for node in g.nodes:
         reason = TAIL_REASON if node.name in tail else (
-            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, g, config, selected_outputs))
+            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs))
         if reason:
             skipped[node.name] = reason
             continue
@@ -514,7 +514,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     _apply_tensor_overrides(tensors, config, g)
     _apply_alignment(tensors, selected, config)
     if runtime.is_cpu(config):
-        _share_through_data_movement(tensors, selected, config)
+        _share_through_data_movement(tensors, selected)
     _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
@@ -595,7 +595,7 @@ def _node_formats(node: onnx.NodeProto, config: QuantConfig) -> tuple[TensorQuan
     return act, weight
 
 
-def _cpu_skip_reason(node: onnx.NodeProto, g: _Graph, config: QuantConfig, selected_outputs: set[str]) -> str | None:
+def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs: set[str]) -> str | None:
     """Why the CPU target leaves ``node`` float although the op-type rules select it.
 
     A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
@@ -701,7 +701,7 @@ def _fused_activations(config: QuantConfig) -> frozenset[str]:
     return runtime.CPU_FUSED_ACTIVATIONS if runtime.is_cpu(config) else FUSIBLE_ACTIVATIONS
 
 
-def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onnx.NodeProto], config: QuantConfig) -> None:
+def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onnx.NodeProto]) -> None:
     """Data-movement outputs take their input's scale and zero point on the CPU target.
 
     onnxruntime drops the DequantizeLinear/QuantizeLinear around Reshape, Transpose, MaxPool, ...

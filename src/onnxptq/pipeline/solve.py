@@ -53,6 +53,28 @@ def activation_range(tplan: TensorPlan, collector: Any, *, moving_average: bool 
     return float(rmin), float(rmax)
 
 
+def share_root(plan: Plan, tplan: TensorPlan) -> TensorPlan:
+    """The tensor whose scale ``tplan`` uses: the end of its ``share_with`` chain (AlignConcat,
+    data movement sharing its input's parameters)."""
+    root, seen = tplan, {tplan.name}
+    while root.share_with and root.share_with in plan.tensors and root.share_with not in seen:
+        root = plan.tensors[root.share_with]
+        seen.add(root.name)
+    return root
+
+
+def shared_activation_params(plan: Plan, tplan: TensorPlan, stats: Mapping[str, Any], *,
+                             moving_average: bool = False) -> QParams:
+    """The per-tensor scale and zero point :func:`solve` gives the activation ``tplan`` (its share
+    root's range, cut to the root's limits), for a stage that must simulate the delivered
+    quantizer before solve runs (the range guard)."""
+    root = share_root(plan, tplan)
+    source = root if root.name in stats else tplan
+    rmin, rmax = _clamp(activation_range(source, stats[source.name], moving_average=moving_average), root.limits)
+    quant = tplan.quant
+    return _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+
+
 def _weight_range_minmse(values: np.ndarray, axis: int | None, quant: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Weight ranges by the MinMSE search over each channel's (or the whole tensor's) histogram."""
     qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
@@ -129,11 +151,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
     for tplan in plan.tensors.values():
         if tplan.role != "activation" or tplan.name not in ranges:
             continue
-        root = tplan
-        seen = {root.name}
-        while root.share_with and root.share_with in plan.tensors and root.share_with not in seen:
-            root = plan.tensors[root.share_with]
-            seen.add(root.name)
+        root = share_root(plan, tplan)
         rmin, rmax = _clamp(ranges.get(root.name, ranges[tplan.name]), root.limits)
         quant = tplan.quant
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
@@ -159,10 +177,13 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
             continue
         values = tensor_values(inits[tplan.name])
         axis = tplan.axis if quant.is_integer and quant.per_channel else None
-        if not np.isfinite(values).all() or (values.size and float(np.max(np.abs(values))) > np.finfo(np.float32).max / 2):
+        # One reduction guards the scale math (NaN and inf carry through the max): a weight near the
+        # float32 limit has no finite scale, and an extra pass would page in a streamed weight again.
+        amax = float(np.max(np.abs(values))) if values.size else 0.0
+        if not np.isfinite(amax) or amax > np.finfo(np.float32).max / 2:
             raise ScaleOverflowError(
                 f"weight {tplan.name!r} holds non-finite values or values near the float32 limit "
-                f"(max |w| = {float(np.max(np.abs(values.astype(np.float64)))):.3g}); it cannot be quantized (exclude its node)"
+                f"(max |w| = {amax:.3g}); it cannot be quantized (exclude its node)"
             )
         if weight_minmse and quant.is_integer:
             rmin, rmax = _weight_range_minmse(values, axis, quant, tplan.name)
