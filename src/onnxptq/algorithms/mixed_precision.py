@@ -312,33 +312,37 @@ def auto_mixed_precision(
     plan_log = logging.getLogger(make_plan.__module__)  # the planner's own logger, wherever it lives
     plan_level = plan_log.level
     plan_log.setLevel(max(logging.WARNING, plan_log.getEffectiveLevel()))
+    # The search shares one cache of the guard's float activations through ``calibrated`` (see
+    # _Evaluator); it is dropped however the search ends, so a failure keeps no activations alive.
     try:
-        flipped, evaluator, baseline, everything, sensitivities, order = _search(calibrated, config_for, candidates, target,
-                                                                                 workers, timings)
+        try:
+            flipped, evaluator, baseline, everything, sensitivities, order = _search(calibrated, config_for, candidates, target,
+                                                                                     workers, timings)
+        finally:
+            plan_log.setLevel(plan_level)
+
+        t4 = time.perf_counter()
+        final_cfg = config_for(flipped).replace(dual_quant_nodes=final_dual)
+        result = complete(calibrated, final_cfg, output, eval_samples=samples)
+        final_metric = evaluator.exact(result.model)
+        evaluator.close()
+        timings["final"] = time.perf_counter() - t4
+        task_scores = None
+        if task_metric is not None:
+            t5 = time.perf_counter()
+            final_score = float(task_metric(result.model))
+
+            def score_of(flips: frozenset[str]) -> float:
+                if flips == flipped:
+                    return final_score
+                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
+
+            task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
+                           "final": final_score, "all_low": score_of(frozenset(candidates))}
+            log.info("mixed precision: task metric float %.6g, all high %.6g, final %.6g, all low %.6g", *task_scores.values())
+            timings["task metric"] = time.perf_counter() - t5
     finally:
-        plan_log.setLevel(plan_level)
-
-    t4 = time.perf_counter()
-    final_cfg = config_for(flipped).replace(dual_quant_nodes=final_dual)
-    result = complete(calibrated, final_cfg, output, eval_samples=samples)
-    final_metric = evaluator.exact(result.model)
-    evaluator.close()
-    timings["final"] = time.perf_counter() - t4
-    task_scores = None
-    if task_metric is not None:
-        t5 = time.perf_counter()
-        final_score = float(task_metric(result.model))
-
-        def score_of(flips: frozenset[str]) -> float:
-            if flips == flipped:
-                return final_score
-            return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
-
-        task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
-                       "final": final_score, "all_low": score_of(frozenset(candidates))}
-        log.info("mixed precision: task metric float %.6g, all high %.6g, final %.6g, all low %.6g", *task_scores.values())
-        timings["task metric"] = time.perf_counter() - t5
-    calibrated.guard_values = None  # the search's shared guard activations (see _Evaluator)
+        calibrated.guard_values = None
     timings["total"] = time.perf_counter() - t0
     timings["cpu"] = time.process_time() - cpu0
 
