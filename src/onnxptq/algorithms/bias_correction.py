@@ -58,8 +58,9 @@ def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np
         if w_name not in inits or b_name not in inits or readers.get(b_name, 0) != 1:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Gemm" and (attrs.get("transA", 0) or tensor_values(inits[b_name]).ndim != 1):
-            continue
+        if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("beta", 1.0) == 0.0
+                                       or tensor_values(inits[b_name]).ndim != 1):
+            continue  # beta 0: the bias does not reach the output, there is nothing to correct
         out.append((node, tensor_values(inits[w_name]), b_name))
     return out
 
@@ -126,10 +127,7 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         bias = tensor_values(inits[b_name])
         shift = total / weights
         if node.op_type == "Gemm":
-            beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
-            if beta == 0.0:
-                continue
-            shift = shift / beta
+            shift = shift / next((a.f for a in node.attribute if a.name == "beta"), 1.0)
         out[b_name] = (bias.astype(np.float64) - shift).astype(bias.dtype)
     log.info("bias correction: %d layer(s) on %d sample(s)", len(out), weights)
     return out
