@@ -824,6 +824,8 @@ def _feeds_fused_activation(node, out: str, g: _Graph, selected: set[str], confi
 
 
 def _is_depthwise(node: onnx.NodeProto, g: _Graph) -> bool:
+    """One input and one output channel per group (multiplier 1), unlike runtime.float_conv_reason,
+    which also counts channel multipliers above 1 (see the note there)."""
     if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.initializers:
         return False
     group = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)

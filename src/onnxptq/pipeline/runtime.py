@@ -77,6 +77,10 @@ def float_conv_reason(node: onnx.NodeProto, weight_dims: Sequence[int] | None) -
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     group = int(attrs.get("group", 1))
     out_channels, in_per_group = int(weight_dims[0]), int(weight_dims[1])
+    # Any channel multiplier counts here (onnxruntime's depthwise kernel path is chosen by the input
+    # channels per group); plan._is_depthwise asks for exactly one output per group instead, because
+    # it decides per-channel activation scales, which only a multiplier of 1 can fold. Different on
+    # purpose: do not merge the two.
     if group > 1 and in_per_group == 1 and out_channels % group == 0:
         return "runtime cpu: depthwise convolutions run faster in float on onnxruntime's CPU provider"
     return None
