@@ -227,7 +227,7 @@ def run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
 @pytest.mark.parametrize(
     "shape,axis",
     [((3, 48, 70), 1), ((3, 50, 37), 1), ((5, 7, 33), -1), ((33, 40), 0), ((2, 3, 17, 6), -2), ((1, 1), 1),
-     ((6, 40), 1), ((2, 5, 70), 2)],
+     ((6, 40), 1), ((2, 5, 70), 2), ((2, 3, 9, 4), 1), ((4, 1, 6), 1)],
 )
 def test_static_shape_bodies_match_reference(attrs, shape, axis):
     """Bodies specialised to a known block-axis length (no Pad/Slice, or constant ones), as the
@@ -241,13 +241,42 @@ def test_static_shape_bodies_match_reference(attrs, shape, axis):
                      else np.full(shape, -0.0, np.float32)),
                     ("tiny exponents", tiny_blocks(log_uniform(shape, rng), rng))):
         got, name = run_static(x, **a)
-        bs, k = a["block_size"], min(a.get("sub_block_size", 2), a["block_size"])
-        whole = n < bs and ("prime" not in a["bfp_method"] or n % k == 0)  # the axis is one block
+        bs = a["block_size"]
+        whole = n < bs  # the axis is one block (to_bfp_prime: its last sub-block may be short)
         last = "l" if axis == len(shape) - 1 else ""  # a non-negative last axis: the transposed view
-        assert name.endswith((f"_c{n}" if whole else f"_p{-n % bs}") + last), name
+        sized = "s" if np.prod(shape) >= 2 else ""  # never a single element: no size guard
+        assert name.endswith((f"_c{n}" if whole else f"_p{-n % bs}") + last + sized + "_f32"), name
         assert_bits(got, fake_quantize(x, "bfp", **a), f"{what} shape {shape} axis {axis} {name}")
     x16 = (log_uniform(shape, rng) * 0.01).astype(np.float16)  # within float16 range
     assert_bits(run_static(x16, **a)[0], fake_quantize(x16, "bfp", **a), f"float16 shape {shape}")
+
+
+@pytest.mark.parametrize("dtype", [None, "float32"])
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6"])
+@pytest.mark.parametrize("dims,axis", [((None, 3, None, None), 1), ((-1, 40, None, None), 1), ((None, 24, 1, 1), 1),
+                                       ((None, None, 20), -1), ((None, 5, 12), 2), ((None, 2), 1)])
+def test_sized_bodies_on_any_batch_and_empty_tensors(preset, dims, axis, dtype):
+    """A body built for the emitter's shape (batch and spatial dims unknown, the known ones
+    holding >= 2 elements) has no size guard: it must still be bit-exact on every concrete shape,
+    including empty tensors (a zero batch or spatial dim) and a batch of one; with and without
+    the Cast pair (``dtype``)."""
+    a = dict(MX[preset], axis=axis)
+    frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=dims, dtype=dtype, **a)
+    assert frag.functions[0].name.endswith("s_f32" if dtype else "s"), frag.functions[0].name
+    sym = [d if isinstance(d, int) and d > 0 else f"d{i}" for i, d in enumerate(dims)]
+    graph = helper.make_graph(frag.nodes, "sized", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, sym)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(len(dims) * 7 + axis)
+    for free in ((1, 1, 1), (3, 2, 5), (0, 4, 4), (2, 0, 3), (2, 3, 0)):
+        values = iter(free)
+        shape = tuple(d if isinstance(d, int) and d > 0 else next(values) for d in dims)
+        for what, x in (("log-uniform", log_uniform(shape, rng)), ("tiny exponents", tiny_blocks(log_uniform(shape, rng), rng))
+                        if np.prod(shape) else ("empty", np.zeros(shape, np.float32))):
+            assert_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **a), f"{what} {shape}")
 
 
 def test_static_shape_falls_back_to_generic_body():
@@ -255,7 +284,7 @@ def test_static_shape_falls_back_to_generic_body():
     for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
         frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=shape, **dict(MX["BFP16"], axis=axis))
         assert frag.functions[0].name == ops.function_name(ref.normalize_attrs(**dict(MX["BFP16"], axis=axis)), 21)
-    assert build_qdq("bfp", "x", "y", name="q", opset=21, shape=(2, 16, None), **MX["BFP16"]).functions[0].name.endswith("_p0")
+    assert build_qdq("bfp", "x", "y", name="q", opset=21, shape=(2, 16, None), **MX["BFP16"]).functions[0].name.endswith("_p0s")
 
 
 @pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6", "MX4"])
@@ -277,8 +306,10 @@ def test_one_element_and_empty_unchanged():
                   np.array([[[7.3]]], np.float16)):
             y = check(x, "one element", bfp_method=method, rounding_mode=2)
             assert_bits(y, x)
-        empty = np.zeros((0, 8), np.float32)
-        assert fake_quantize(empty, "bfp", bfp_method=method).shape == (0, 8)
+        for shape in ((0, 8), (2, 0, 3), (3, 4, 0)):  # a zero dim anywhere: the shape comes back
+            empty = np.zeros(shape, np.float32)
+            assert fake_quantize(empty, "bfp", bfp_method=method).shape == shape
+            assert run_onnx(empty, bfp_method=method).shape == shape
 
 
 @pytest.mark.parametrize("opset", [15, 17, 18, 21])

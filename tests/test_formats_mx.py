@@ -202,7 +202,7 @@ def test_static_shape_bodies_bit_exact(element_dtype, rounding_mode, scale_searc
     x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
     for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng))):
         got, name = _run_static(data, **attrs)
-        assert name.endswith(f"_b{block_size}_a{axis if axis >= 0 else f'm{-axis}'}_p{-shape[axis] % block_size}")
+        assert name.endswith(f"_b{block_size}_a{axis if axis >= 0 else f'm{-axis}'}_p{-shape[axis] % block_size}_f32")
         assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} axis {axis} {name}")
     x16 = (x * 0.01).astype(np.float16)  # within float16 range
     assert_same_bits(_run_static(x16, **attrs)[0], fake_quantize(x16, "mx", **attrs), f"float16 {shape}")
@@ -283,6 +283,14 @@ def test_one_element_tensor_is_quantized() -> None:
     x = np.array([3.14159], np.float32)
     assert_same_bits(check(x, "1 elem", element_dtype="fp4_e2m1"), np.array([3.0], np.float32))
     assert_same_bits(check(x, "1 elem", element_dtype="int8"), np.array([3.15625], np.float32))
+
+
+def test_empty_tensors_keep_their_shape() -> None:
+    """A zero dim anywhere (not only the first) comes back as the same empty shape."""
+    for shape in ((0, 8), (2, 0, 3), (3, 4, 0)):
+        empty = np.zeros(shape, np.float32)
+        assert fake_quantize(empty, "mx", element_dtype="int8").shape == shape
+        assert onnx_mx_run(empty, element_dtype="int8").shape == shape
 
 
 def test_shared_exponent_clamps_to_e8m0() -> None:

@@ -197,7 +197,12 @@ def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
 
 
 def _prime_quant(g: Body, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|.
+    """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|."""
+    return _prime_apply(g, x5, _prime_scale(g, sbmax, bmax, a, floor, chain), a)
+
+
+def _prime_scale(g: Body, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
+    """The sub-block scales (shaped like ``sbmax``) from sub-block and block |max|.
 
     The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1): with ``chain`` the
     shift is found by comparing the sub-block max with ``Ps·2^-i`` (D ≤ 3: a few compares on the
@@ -213,12 +218,16 @@ def _prime_quant(g: Body, x5: str, sbmax: str, bmax: str, a: dict[str, Any], flo
             bound = ps if i == 0 else g.op("Mul", ps, g.const(2.0**-i))
             hit = g.op("Cast", g.op("GreaterOrEqual", sbmax, bound), to=_F)
             s = g.op("Mul", s, g.op("Add", hit, g.const(1.0)))
-    else:
-        pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
-        base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
-        s = g.op("Mul", base, g.const(2.0 ** (1 - m)))
-    qmax = float(2**m - 1)
-    v = g.op("Clip", g.op("Div", x5, s), g.const(-qmax), g.const(qmax))
+        return s
+    pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
+    base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
+    return g.op("Mul", base, g.const(2.0 ** (1 - m)))
+
+
+def _prime_apply(g: Body, x: str, s: str, a: dict[str, Any]) -> str:
+    """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1)."""
+    qmax = float(2 ** (a["bit_width"] - 9) - 1)
+    v = g.op("Clip", g.op("Div", x, s), g.const(-qmax), g.const(qmax))
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
@@ -292,7 +301,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     """The body variant for an input of ``shape``: ``"p<k>"`` (block axis of known length, padded
     by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
     with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), or None (the
-    generic body: any shape, the axis padded by a computed amount and sliced back)."""
+    generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
+    ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
+    quantized, never returned unchanged, so the body needs no ``If`` on its size."""
     n = _axis_length(a, shape)
     if n is None:
         return None
@@ -300,9 +311,24 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
     last = "l" if a["axis"] == len(list(shape)) - 1 else ""
-    if 0 < n < bs and (a["bfp_method"] == "to_bfp" or n % k == 0):
-        return f"c{n}{last}"
-    return f"p{(-n) % bs}{last}"
+    # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
+    sized = "s" if _known_size(shape) >= 2 else ""
+    if 0 < n < bs:
+        # The whole axis is one block; to_bfp_prime pads its last sub-block (zeros never win a
+        # maximum), which is what the reference's zero-padded block of bs amounts to.
+        return f"c{n}{last}{sized}"
+    return f"p{(-n) % bs}{last}{sized}"
+
+
+def _known_size(shape: Any) -> int:
+    """The product of the dims of ``shape`` that are known (positive ints); 0 if one is 0.
+
+    A tensor of this shape holds 0 elements or at least this many, whatever its unknown dims."""
+    size = 1
+    for d in shape:
+        if isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0:
+            size *= int(d)
+    return size
 
 
 def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
@@ -338,27 +364,32 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
     """The (rows, bs, post) view for ``view`` (see :func:`variant`), its inverse, and the
     attributes the formulas see (a ``"c<n>"`` view has blocks of n)."""
     bs = a["block_size"]
-    if a["axis"] == -1 or (view or "").endswith("l"):
-        if view is not None and view.startswith("c"):
-            a = dict(a, block_size=int(view[1:].rstrip("l")))
+    spec = (view or "").rstrip("s")
+    if a["axis"] == -1 or spec.endswith("l"):
+        if spec.startswith("c"):
+            a = dict(a, block_size=int(spec[1:].rstrip("l")))
             return (*_view_last(g, xf, a["block_size"], 0), a)
-        return (*_view_last(g, xf, bs, None if view is None else int(view[1:].rstrip("l"))), a)
-    if view is None:
+        return (*_view_last(g, xf, bs, int(spec[1:].rstrip("l")) if spec else None), a)
+    if not spec:
         return (*view_generic(g, xf, a["axis"], bs), a)
-    if view.startswith("c"):
-        a = dict(a, block_size=int(view[1:]))
+    if spec.startswith("c"):
+        a = dict(a, block_size=int(spec[1:]))
         return (*view_static(g, xf, a["axis"], a["block_size"], 0), a)
-    return (*view_static(g, xf, a["axis"], bs, int(view[1:])), a)
+    return (*view_static(g, xf, a["axis"], bs, int(spec[1:])), a)
 
 
-def _main_graph(top: Body, xf: str, a: dict[str, Any], view: str | None, finite: str, zero: str) -> onnx.GraphProto:
-    """A tensor of >= 2 elements: the blocked view, the block maxima, then an ``If``: the plain
-    formulas when ``finite`` (and, for to_bfp_prime, no block is so small that a subnormal input,
+def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, finite: str, zero: str) -> str:
+    """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``: the
+    blocked view, the block maxima, then an ``If``: the plain formulas when ``finite`` (and, for to_bfp_prime, no block is so small that a subnormal input,
     which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
     least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
     (session creation), not speed."""
-    g = top.branch()
+    spec = (view or "").rstrip("s")
+    k = min(a["sub_block_size"], a["block_size"])
+    if (a["bfp_method"] == "to_bfp_prime" and spec.startswith("p") and not spec.endswith("l") and a["axis"] != -1
+            and int(spec[1:]) % k == 0 and a["block_size"] % k == 0 and int(spec[1:]) > 0):
+        return _prime_padded_maxima(g, xf, a, int(spec[1:]), finite)
     xr, post, restore, a = _view(g, xf, a, view)
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp":
@@ -370,51 +401,118 @@ def _main_graph(top: Body, xf: str, a: dict[str, Any], view: str | None, finite:
         yr = g.op("If", finite, then_branch=quant.graph(quant_y, g.fresh("quant")),
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
     else:
-        m = a["bit_width"] - 9
         x5, restore5 = _prime_view(g, xr, post, a)
-        threshold = 2.0 ** ((1 << a["sub_block_shift_bits"]) + m + 1 - 127)
+        threshold = _prime_threshold(a)
         sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
         bmax = g.reduce("ReduceMax", sbmax, [1])
-        low = g.op("And", g.op("Greater", bmax, g.const(0.0)), g.op("Less", bmax, g.const(threshold)))
-        any_low = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", low, to=_F), None, keepdims=0), g.const(0.0))
-        quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=(1 << a["sub_block_shift_bits"]) - 1 <= 3)
+        quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=_prime_chain(a))
         exact_y = _prime_exact(exact, x5, a)
-        y5 = g.op("If", g.op("And", finite, g.op("Not", any_low)), then_branch=quant.graph(quant_y, g.fresh("quant")),
+        y5 = g.op("If", _prime_plain(g, bmax, threshold, finite), then_branch=quant.graph(quant_y, g.fresh("quant")),
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
         yr = restore5(y5)
-    return g.graph(restore(yr), top.fresh("main"))
+    return restore(yr)
 
 
-def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None) -> onnx.FunctionProto:
+def _prime_threshold(a: dict[str, Any]) -> float:
+    """T: blocks whose |max| is at least T need no subnormal flush (see :func:`_quantized`)."""
+    return 2.0 ** ((1 << a["sub_block_shift_bits"]) + a["bit_width"] - 9 + 1 - 127)
+
+
+def _prime_chain(a: dict[str, Any]) -> bool:
+    """Whether the sub-block shift is found by a few compares (D <= 3, see :func:`_prime_scale`)."""
+    return (1 << a["sub_block_shift_bits"]) - 1 <= 3
+
+
+def _prime_plain(g: Body, bmax: str, threshold: float, finite: str) -> str:
+    """True when the plain formulas are exact: the tensor is finite and no block has
+    0 < |max| < T (the largest block maximum below T is 0; -inf for an empty tensor)."""
+    low = g.op("Where", g.op("Less", bmax, g.const(threshold)), bmax, g.const(0.0))
+    return g.op("And", finite, g.op("LessOrEqual", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0)))
+
+
+def _prime_padded_maxima(g: Body, xf: str, a: dict[str, Any], pad: int, finite: str) -> str:
+    """to_bfp_prime on a block axis (not the last) of known padding ``pad``, a multiple of the
+    sub-block size k that divides the block size: the tensor itself is never padded.
+
+    Sub-blocks tile the unpadded axis, so the view is ``(rows, C/k, k, post)``; only the
+    sub-block maxima (1/k of the elements) are zero-padded to whole blocks, and the scales are
+    sliced back. The plain path then costs two copies of half the tensor (MX9) where padding
+    and slicing the tensor cost two full copies — most channel counts of real models (PP-OCR
+    cls: 55 of 110 activations) are 8 mod 16. The masked path pads the tensor as before.
+    """
+    bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
+    nsb, padk, axis = bs // k, pad // k, a["axis"]
+    post = g.shared("Max", g.shared("ReduceProd", g.shared("Shape", "x", start=axis + 1), keepdims=1), g.i64(1))
+    ck = g.shared("Div", g.shared("Shape", "x", start=axis, end=axis + 1), g.i64(k))  # sub-blocks on the axis
+    ckp = g.shared("Add", ck, g.i64(padk))
+    pads = g.i64(0, 0, 0, 0, 0, padk, 0, 0)
+    x4 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), ck, g.i64(k), post, axis=0))
+    blocks = g.shared("Concat", g.i64(-1, nsb, 1), post, axis=0)
+    sb = g.op("Reshape", g.op("Pad", g.reduce("ReduceMax", g.op("Abs", x4), [2]), pads), blocks)
+    bmax = g.reduce("ReduceMax", sb, [1])
+    threshold = _prime_threshold(a)
+
+    quant, exact = g.branch(), g.branch()
+    s = quant.op("Reshape", _prime_scale(quant, sb, bmax, a, threshold, _prime_chain(a)),
+                 g.shared("Concat", g.i64(-1), ckp, g.i64(1), post, axis=0))
+    quant_y = _prime_apply(quant, x4, quant.op("Slice", s, g.i64(0), ck, g.i64(1)), a)
+    x5 = exact.op("Reshape", exact.op("Pad", x4, pads), exact.op("Concat", g.i64(-1, nsb, k), post, axis=0))
+    y5 = exact.op("Reshape", _prime_exact(exact, x5, a), exact.op("Concat", g.i64(-1), ckp, g.i64(k), post, axis=0))
+    exact_y = exact.op("Slice", y5, g.i64(0), ck, g.i64(1))
+    return g.op("If", _prime_plain(g, bmax, threshold, finite), then_branch=quant.graph(quant_y, g.fresh("quant")),
+                else_branch=exact.graph(exact_y, g.fresh("masked")))
+
+
+def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None, float32: bool = False) -> onnx.FunctionProto:
     """The body for ``view`` (see :func:`variant`; None: any shape).
 
-    A tensor of < 2 elements is returned unchanged; any other goes through :func:`_main_graph`,
+    A tensor of < 2 elements is returned unchanged; any other goes through :func:`_quantized`,
     which picks its formulas by whether the tensor's sum is finite (a sum propagates Inf and NaN
     whatever its order; a finite sum that overflows only takes the masked formulas, which are
-    still right). The work sits in ``If`` subgraphs, each with its own allocation planner in
+    still right). The formulas sit in ``If`` subgraphs, each with its own allocation planner in
     onnxruntime (whose cost grows with the square of the values it plans), so hundreds of
     quantizers stay cheap to load.
+
+    What each call costs in a real model is mostly its node count: onnxruntime spends about
+    0.8 µs per executed node in a model of thousands (measured on PP-OCR cls, 110 calls), as
+    much as a pass over 10k elements. Hence: a ``...s`` view (see :func:`variant`) is never a
+    single element, so its body has no size ``If`` and no flattening Reshape; ``float32`` (the
+    caller knows the input is float32) drops the Cast pair around the body, whose trailing
+    CastLike onnxruntime keeps as a full copy; shape values only the masked branch needs are
+    computed in that branch.
     """
     top = Body(opset)
     attrs = a
-    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
+    sized = (view or "").endswith("s")
+    x32 = "x" if float32 else top.op("Cast", "x", to=_F)
+    # Unsized: flattened by a free Reshape outside the If: onnxruntime drops the Cast for
     # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
-    x32 = xf = top.op("Reshape", top.op("Cast", "x", to=_F), top.i64(-1))
+    flat = xf = x32 if sized else top.op("Reshape", x32, top.i64(-1))
     if a["convert_to_bfloat_before_bfp"]:
         # Rounded before the finiteness test: a finite float32 may round to a bfloat16 Inf.
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
     total = top.op("ReduceSum", xf, keepdims=0)
     finite = top.op("Less", top.op("Abs", total), top.const(np.inf))
-    zero = top.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
-    keep_y = top.fresh("keep")
-    keep = helper.make_graph([helper.make_node("Identity", [x32], [keep_y])], top.fresh("tiny"), [],
-                             [helper.make_tensor_value_info(keep_y, _F, None)])
-    tiny = top.op("Less", top.op("Size", "x"), top.const(2, np.int64))
-    y = top.op("If", tiny, then_branch=keep, else_branch=_main_graph(top, xf, a, view, finite, zero))
+    # A runtime +0 scalar where the sum is finite (to_bfp's rounding of the sign of zero).
+    zero = top.op("Sub", total, total) if a["bfp_method"] == "to_bfp" else ""
+    if sized:
+        y = _quantized(top, xf, a, view, finite, zero)
+    else:
+        keep_y = top.fresh("keep")
+        keep = helper.make_graph([helper.make_node("Identity", [flat], [keep_y])], top.fresh("tiny"), [],
+                                 [helper.make_tensor_value_info(keep_y, _F, None)])
+        main = top.branch()
+        main_y = _quantized(main, xf, a, view, finite, zero)
+        tiny = top.op("Less", top.op("Size", "x"), top.const(2, np.int64))
+        y = top.op("If", tiny, then_branch=keep, else_branch=main.graph(main_y, top.fresh("main")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
-    y = top.op("Reshape", y, top.op("Shape", "x"))
-    top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
+    # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
+    shape = top.op("Shape", "x")
+    if float32:
+        top.nodes.append(helper.make_node("Reshape", [y, shape], ["y"], allowzero=1))
+    else:
+        top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, shape, allowzero=1), "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
         name,
@@ -427,27 +525,31 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None)
     )
 
 
-def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None, **attrs: Any) -> QDQNodes:
+def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None, dtype: str | None = None,
+          **attrs: Any) -> QDQNodes:
     """One ``BFPQuantizeDequantize`` node (domain ``onnxptq``) mapping ``x`` to its BFP value ``y``.
 
     ``attrs`` are the BFPAttributes (validated by :func:`onnxptq.formats.bfp.normalize_attrs`).
     ``shape``: the static shape of ``x`` when known (ints; None or a name for an unknown dim):
     when it tells the block axis's length, the body has no Pad/Slice (the axis divides) or
     constant ones; the function name says which (``_p0``, ``_p3``, …); the generic body has no
-    suffix. The function body is built for ``max(opset, 15)``; ``min_opset`` tells the caller
-    to raise the model to that opset first.
+    suffix. ``dtype``: ``"float32"`` when ``x`` is known to be float32: the body has no Cast
+    pair (suffix ``_f32``); any other value, or None, gives the type-generic body. The function
+    body is built for ``max(opset, 15)``; ``min_opset`` tells the caller to raise the model to
+    that opset first.
     """
     if fmt != "bfp":
         raise ValueError(f"onnx_ops.bfp builds the 'bfp' format, not {fmt!r}")
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
     view = variant(a, shape)
-    fname = function_name(a, body_opset, view)
+    float32 = dtype == "float32"
+    fname = function_name(a, body_opset, view) + ("_f32" if float32 else "")
     node_attrs = {k: a[k] for k in _ATTR_ORDER}
     node = helper.make_node(fname, [x], [y], name=name, domain=DOMAIN, **node_attrs)
     return QDQNodes(
         nodes=[node],
-        functions=[_function(a, body_opset, fname, view)],
+        functions=[_function(a, body_opset, fname, view, float32)],
         opset_imports={DOMAIN: DOMAIN_VERSION},
         min_opset=MIN_OPSET,
     )

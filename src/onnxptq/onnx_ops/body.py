@@ -139,9 +139,12 @@ def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, st
     """The (rows, bs, post) block view of ``xf`` (the function input ``x`` flattened, rank >= 2)
     for a block axis whose zero padding ``pad`` is known when the function is built; returns the
     view, ``post`` (the elements after the axis) and ``restore``, which undoes it. Shared by the
-    BFP and MX functions. Where it runs the tensor has >= 2 elements, so -1 in a Reshape target is
-    safe; the shape arithmetic sits at the top level, shared by the branches."""
-    post = g.i64(1) if axis == -1 else g.shared("ReduceProd", g.shared("Shape", "x", start=axis + 1), keepdims=1)
+    BFP and MX functions. The block axis has a known length >= 1, so -1 in a Reshape target is
+    safe; the shape arithmetic sits at the top level, shared by the branches. ``post`` is at
+    least 1, so that an empty tensor (a zero dim after the axis) views as 0 rows instead of
+    failing the Reshape: bodies without a size guard run on empty tensors too."""
+    post = g.i64(1) if axis == -1 else g.shared(
+        "Max", g.shared("ReduceProd", g.shared("Shape", "x", start=axis + 1), keepdims=1), g.i64(1))
     target = g.shared("Concat", g.i64(-1, bs), post, axis=0)
     if pad == 0:
         return g.op("Reshape", xf, target), post, lambda y: y

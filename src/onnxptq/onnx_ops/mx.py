@@ -190,7 +190,7 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
 
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
-    static: tuple[int, int, int] | None = None,
+    static: tuple[int, int, int] | None = None, float32: bool = False,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -209,7 +209,7 @@ def make_function(
     top = Body()
     # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
     # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
-    xf = top.op("Reshape", top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
+    xf = top.op("Reshape", "x" if float32 else top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
     b = top.branch()
     if static is None:
         # axis and block size are the calling node's attributes, read once at the top level
@@ -231,11 +231,15 @@ def make_function(
                              [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
     body = b.graph(body_y, top.fresh("quantize"))
     empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
-    y = top.op("Reshape", top.op("If", empty, then_branch=keep, else_branch=body), top.op("Shape", "x"))
-    top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
+    # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
+    y = top.op("If", empty, then_branch=keep, else_branch=body)
+    if float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
+        top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
+    else:
+        top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
     return helper.make_function(
         DOMAIN,
-        function_name(fmt.name, rounding_mode, scale_search, static),
+        function_name(fmt.name, rounding_mode, scale_search, static) + ("_f32" if float32 else ""),
         ["x"],
         ["y"],
         top.nodes,
@@ -258,6 +262,7 @@ def build(
     rounding_mode: int = 0,
     scale_search: int = 0,
     shape: Any = None,
+    dtype: str | None = None,
 ) -> QDQNodes:
     """One ``MXQuantizeDequantize_*`` node computing ``y = formats.mx.fake_quantize(x, ...)``.
 
@@ -266,6 +271,8 @@ def build(
     :data:`MIN_OPSET` and says so in ``min_opset``: the caller raises the model first.
     ``shape``: the static shape of ``x`` when known (ints; None or a name for an unknown dim);
     when it tells the block axis's length the body is specialised to it (see :func:`make_function`).
+    ``dtype``: ``"float32"`` when ``x`` is known to be float32: the body has no Cast pair (suffix
+    ``_f32``); otherwise the type-generic body.
     """
     if fmt != "mx":
         raise ValueError(f"onnx_ops.mx builds the 'mx' format, not {fmt!r}")
@@ -273,7 +280,7 @@ def build(
     body_opset = max(int(opset), MIN_OPSET)
     pad = static_pad(int(axis), int(block_size), shape)
     static = None if pad is None else (int(axis), int(block_size), pad)
-    function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static)
+    function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static, dtype == "float32")
     node = helper.make_node(
         function.name,
         [x],

@@ -246,10 +246,10 @@ def _activation_attrs(view: TensorPlan, params: QParams | None, is_fp16: bool, s
                       bf16_qdq_to_cast: bool) -> dict[str, Any]:
     """``build_qdq`` attributes of one activation quantizer (a tensor's plan or its producer view)."""
     attrs = quantizer_attrs(view, params)
-    if view.quant.format not in ("bfp", "mx"):
-        # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
-        attrs["dtype"] = "float16" if is_fp16 else "float32"
-    else:
+    # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for, and the block
+    # formats' bodies without a Cast pair.
+    attrs["dtype"] = "float16" if is_fp16 else "float32"
+    if view.quant.format in ("bfp", "mx"):
         attrs["shape"] = shape
     if view.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
         attrs["cast_form"] = False
