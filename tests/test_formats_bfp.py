@@ -227,7 +227,8 @@ def run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
 @pytest.mark.parametrize(
     "shape,axis",
     [((3, 48, 70), 1), ((3, 50, 37), 1), ((5, 7, 33), -1), ((33, 40), 0), ((2, 3, 17, 6), -2), ((1, 1), 1),
-     ((6, 40), 1), ((2, 5, 70), 2), ((2, 3, 9, 4), 1), ((4, 1, 6), 1)],
+     ((6, 40), 1), ((2, 5, 70), 2), ((2, 3, 9, 4), 1), ((4, 1, 6), 1), ((2, 3, 40, 5), 2), ((36, 5), 0),
+     ((3, 6, 2, 2), 1), ((2, 3, 4, 5), -3)],
 )
 def test_static_shape_bodies_match_reference(attrs, shape, axis):
     """Bodies specialised to a known block-axis length (no Pad/Slice, or constant ones), as the
@@ -241,11 +242,15 @@ def test_static_shape_bodies_match_reference(attrs, shape, axis):
                      else np.full(shape, -0.0, np.float32)),
                     ("tiny exponents", tiny_blocks(log_uniform(shape, rng), rng))):
         got, name = run_static(x, **a)
-        bs = a["block_size"]
+        bs, k = a["block_size"], min(a.get("sub_block_size", 2), a["block_size"])
         whole = n < bs  # the axis is one block (to_bfp_prime: its last sub-block may be short)
         last = "l" if axis == len(shape) - 1 else ""  # a non-negative last axis: the transposed view
         sized = "s" if np.prod(shape) >= 2 else ""  # never a single element: no size guard
-        assert name.endswith((f"_c{n}" if whole else f"_p{-n % bs}") + last + sized + "_f32"), name
+        if "prime" in a["bfp_method"] and not last and axis != -1 and n % k == 0:
+            view = f"_n{n}r{len(shape)}"  # sub-blocks tile the axis: the input's own dims, no padding
+        else:
+            view = (f"_c{n}" if whole else f"_p{-n % bs}") + last
+        assert name.endswith(view + sized + "_f32"), name
         assert_bits(got, fake_quantize(x, "bfp", **a), f"{what} shape {shape} axis {axis} {name}")
     x16 = (log_uniform(shape, rng) * 0.01).astype(np.float16)  # within float16 range
     assert_bits(run_static(x16, **a)[0], fake_quantize(x16, "bfp", **a), f"float16 shape {shape}")
