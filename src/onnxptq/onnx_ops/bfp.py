@@ -391,12 +391,14 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
 
 
 def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str) -> str:
-    """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``: the
-    blocked view, the block maxima, then an ``If``: the plain formulas when ``finite`` (and, for to_bfp_prime, no block is so small that a subnormal input,
+    """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``.
+
+    The blocked view, the block maxima, then an ``If``: the plain formulas when the tensor's sum
+    ``total`` is finite (and, for to_bfp_prime, no block is so small that a subnormal input,
     which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
     least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
-    (session creation), not speed."""
+    (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
