@@ -278,14 +278,6 @@ def _prime_view(g: Body, xr: str, post: str | None, a: dict[str, Any]) -> tuple[
     return x5, restore
 
 
-def static_pad(a: dict[str, Any], shape: Any) -> int | None:
-    """Zero-padding the block axis needs, when ``shape`` (static dims; None/str unknown) tells it;
-    None for rank < 2 (rank 1 ignores ``axis``) or an out-of-range axis (the generic body then
-    fails loudly at run time)."""
-    n = _axis_length(a, shape)
-    return None if n is None else (-n) % a["block_size"]
-
-
 def _axis_length(a: dict[str, Any], shape: Any) -> int | None:
     if not _known_rank(a, shape):
         return None
