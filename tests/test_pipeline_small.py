@@ -198,6 +198,20 @@ def test_fp16_model_comes_out_valid_with_fp16_io(small_cnn):
         out = _run(result.model, feeds[0])
         assert out.dtype == np.float16 and np.all(np.isfinite(out))
         assert result.metrics["y"]["cosine"] > 0.98, (preset, result.metrics)
+        if preset == "BFP16":  # float16 activations take the type-generic body (a Cast pair)
+            assert not any(f.name.endswith("_f32") for f in result.model.functions), [f.name for f in result.model.functions]
+
+
+@pytest.mark.parametrize("preset", ["MX9", "MXINT8"])
+def test_block_bodies_of_float32_activations_have_no_cast_pair(small_cnn, preset):
+    """The emitter tells the block formats that an activation is float32, so their bodies skip the
+    Cast/CastLike pair: onnxruntime keeps a float-to-float Cast as a full copy of the tensor."""
+    result = quantize(small_cnn, preset, small_cnn_feeds(4))
+    names = [n.op_type for n in result.model.graph.node if n.domain == "onnxptq"]
+    assert names and all(name.endswith("_f32") for name in names), names
+    body_ops = {n.op_type for f in result.model.functions for n in f.node}
+    assert "CastLike" not in body_ops, body_ops
+    assert result.metrics["y"]["cosine"] > 0.98, result.metrics
 
 
 def test_cli_quantize_and_inspect(tmp_path, small_cnn_path, capsys):

@@ -231,8 +231,8 @@ def make_function(
                              [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
     body = b.graph(body_y, top.fresh("quantize"))
     empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
-    # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
     y = top.op("If", empty, then_branch=keep, else_branch=body)
+    # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
     if float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
         top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
     else:

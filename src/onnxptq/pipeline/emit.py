@@ -159,12 +159,12 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             target = name
         else:
             target = b.fresh(target)
-        attrs = _activation_attrs(tplan, tparams, is_fp16, static_shapes.get(name), bf16_qdq_to_cast)
+        attrs = _activation_attrs(tplan, tparams, elem_types.get(name), static_shapes.get(name), bf16_qdq_to_cast)
         first = tplan.producer_view() if name not in graph_outputs and not tplan.exclusive else None
         if first is not None:
             # Both quantizers in sequence: the producer's format, then the consumers' (spec §4.5).
             mid = b.fresh(f"{name}_{first.quant.format}_DequantizeLinear_Output")
-            first_attrs = _activation_attrs(first, params.get(producer_params_key(name)), is_fp16,
+            first_attrs = _activation_attrs(first, params.get(producer_params_key(name)), elem_types.get(name),
                                             static_shapes.get(name), bf16_qdq_to_cast)
             frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
             inserts.setdefault(where, []).extend(b.absorb(frag))
@@ -242,15 +242,19 @@ def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim)
 
 
-def _activation_attrs(view: TensorPlan, params: QParams | None, is_fp16: bool, shape: Any,
+def _activation_attrs(view: TensorPlan, params: QParams | None, elem_type: int | None, shape: Any,
                       bf16_qdq_to_cast: bool) -> dict[str, Any]:
-    """``build_qdq`` attributes of one activation quantizer (a tensor's plan or its producer view)."""
+    """``build_qdq`` attributes of one activation quantizer (a tensor's plan or its producer view);
+    ``elem_type``: the tensor's element type from shape inference, if known."""
     attrs = quantizer_attrs(view, params)
-    # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for, and the block
-    # formats' bodies without a Cast pair.
-    attrs["dtype"] = "float16" if is_fp16 else "float32"
     if view.quant.format in ("bfp", "mx"):
         attrs["shape"] = shape
+        if elem_type == onnx.TensorProto.FLOAT:
+            # A body without the Cast pair; any other (or unknown) type gets the generic one.
+            attrs["dtype"] = "float32"
+    else:
+        # A fixed dtype gives the bare Q/DQ pair that backends' QDQ fusions look for.
+        attrs["dtype"] = "float16" if elem_type == onnx.TensorProto.FLOAT16 else "float32"
     if view.quant.format in ("bf16", "fp16") and not bf16_qdq_to_cast:
         attrs["cast_form"] = False
     return attrs
