@@ -69,7 +69,7 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
-from .body import Body, view_generic, view_static
+from .body import Body, axis_length, known_size, view_generic, view_static
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -278,24 +278,6 @@ def _prime_view(g: Body, xr: str, post: str | None, a: dict[str, Any]) -> tuple[
     return x5, restore
 
 
-def _axis_length(a: dict[str, Any], shape: Any) -> int | None:
-    if not _known_rank(a, shape):
-        return None
-    dims = list(shape)
-    n = dims[a["axis"] % len(dims)]
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        return None
-    return int(n)
-
-
-def _known_rank(a: dict[str, Any], shape: Any) -> bool:
-    """``shape`` has a known rank >= 2 and ``axis`` is in range for it."""
-    if shape is None:
-        return False
-    rank = len(list(shape))
-    return rank >= 2 and -rank <= a["axis"] < rank
-
-
 def variant(a: dict[str, Any], shape: Any) -> str | None:
     """The body variant for an input of ``shape``: ``"n<n>r<rank>"`` (to_bfp_prime, a block axis
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
@@ -305,7 +287,7 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
     quantized, never returned unchanged, so the body needs no ``If`` on its size."""
-    n = _axis_length(a, shape)
+    n = axis_length(shape, a["axis"])
     if n is None:
         return None
     bs = a["block_size"]
@@ -313,7 +295,7 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
     last = "l" if a["axis"] == len(list(shape)) - 1 else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
-    sized = "s" if _known_size(shape) >= 2 else ""
+    sized = "s" if known_size(shape) >= 2 else ""
     rank = len(list(shape))
     if a["bfp_method"] == "to_bfp_prime" and not last and a["axis"] != -1 and n > 0 and n % k == 0:
         return f"n{n}r{rank}{sized}"  # see :func:`_prime_static`
@@ -322,17 +304,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{sized}"
     return f"p{(-n) % bs}{last}{sized}"
-
-
-def _known_size(shape: Any) -> int:
-    """The product of the dims of ``shape`` that are known (positive ints); 0 if one is 0.
-
-    A tensor of this shape holds 0 elements or at least this many, whatever its unknown dims."""
-    size = 1
-    for d in shape:
-        if isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0:
-            size *= int(d)
-    return size
 
 
 def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:

@@ -95,6 +95,31 @@ class Body:
 _I64_MAX = np.iinfo(np.int64).max
 
 
+def known_dim(d: Any) -> int | None:
+    """``d`` as an int when it is a known dim (a non-negative int); None for a name, None or -1."""
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+        return None
+    return int(d)
+
+
+def axis_length(shape: Any, axis: int) -> int | None:
+    """The known length of ``axis`` in ``shape`` (static dims; None/str unknown); None for an
+    unknown shape, rank < 2 (rank 1 ignores the axis), an out-of-range axis or an unknown dim:
+    the body for any shape is used then."""
+    if shape is None:
+        return None
+    dims = list(shape)
+    if len(dims) < 2 or not -len(dims) <= axis < len(dims):
+        return None
+    return known_dim(dims[axis % len(dims)])
+
+
+def known_size(shape: Any) -> int:
+    """The product of the known dims of ``shape``; 0 if one is 0. A tensor of this shape holds 0
+    elements or at least this many, whatever its unknown dims."""
+    return int(np.prod([d for d in map(known_dim, shape) if d is not None], dtype=np.int64))
+
+
 def view_generic(g: Body, xf: str, axis: int | str, bs: int | str) -> tuple[str, str, Callable[[str], str]]:
     """The (rows, bs, post) block view of ``xf`` (``x`` flattened) for any shape: the block axis is
     always padded (by 0 when it divides) and sliced back — two copies, no branch.

@@ -40,7 +40,7 @@ from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
-from onnxptq.onnx_ops.body import Body, view_generic, view_static
+from onnxptq.onnx_ops.body import Body, axis_length, view_generic, view_static
 
 log = logging.getLogger(__name__)
 
@@ -176,16 +176,8 @@ def _unranked(b: Body, t: str) -> str:
 def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
     """Zero-padding the block axis needs when ``shape`` (static dims; None/str unknown) tells it;
     None for rank < 2, an out-of-range axis or an unknown length (the generic body is used)."""
-    if shape is None:
-        return None
-    dims = list(shape)
-    rank = len(dims)
-    if rank < 2 or not -rank <= axis < rank:
-        return None
-    n = dims[axis % rank]
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        return None
-    return (-int(n)) % block_size
+    n = axis_length(shape, axis)
+    return None if n is None else (-n) % block_size
 
 
 def make_function(
