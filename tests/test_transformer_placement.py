@@ -20,16 +20,24 @@ S, H, F = 8, 32, 64
 
 
 
-def _opset17_model(graph: onnx.GraphProto) -> onnx.ModelProto:
-    """``graph`` as a model of default-domain opset 17, IR version 8 (what every builder here makes)."""
+def _const(value, name: str) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def _model(nodes: list, inits: list, name: str, output: str = "out", output_shape: tuple = (1, S, H)) -> onnx.ModelProto:
+    """A model of input ``x`` (1, S, H) and one output, default-domain opset 17, IR version 8
+    (what every builder here makes)."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, list(output_shape))], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
 
+
 def _ffn_block() -> onnx.ModelProto:
     """x -> MatMul W1 -> GELU (x/sqrt2, Erf, +1, *x, *0.5) -> MatMul W2 -> Add x (residual) -> LayerNorm."""
     rng = np.random.default_rng(0)
-    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    c = _const
     inits = [c(rng.standard_normal((H, F)) / np.sqrt(H), "W1"), c(rng.standard_normal((F, H)) / np.sqrt(F), "W2"),
              c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half"), c(np.ones(H), "gamma"), c(np.zeros(H), "beta")]
     nodes = [
@@ -43,10 +51,7 @@ def _ffn_block() -> onnx.ModelProto:
         helper.make_node("Add", ["y", "x"], ["res"], name="residual"),
         helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["out"], axis=-1, name="ln"),
     ]
-    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
-    model = _opset17_model(graph)
-    return model
+    return _model(nodes, inits, "ffn")
 
 
 def test_rules_find_the_gelu_inside_and_the_residual_sum():
@@ -84,7 +89,7 @@ def _attention_block() -> onnx.ModelProto:
     """x -> LayerNorm -> Q/K/V MatMuls (+bias) -> softmax(Q·Kᵀ)·V -> MatMul Wo (+bias) -> Add LN output
     (residual) -> LayerNorm: one head of a post-norm encoder layer."""
     rng = np.random.default_rng(1)
-    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    c = _const
     w = lambda n: c(rng.standard_normal((H, H)) / np.sqrt(H), n)  # noqa: E731
     inits = [w("Wq"), w("Wk"), w("Wv"), w("Wo"), c(rng.standard_normal(H) * 0.1, "bq"), c(rng.standard_normal(H) * 0.1, "bo"),
              c(np.ones(H), "g0"), c(np.zeros(H), "b0"), c(np.ones(H), "g1"), c(np.zeros(H), "b1"), c(1 / np.sqrt(H), "scale")]
@@ -104,10 +109,7 @@ def _attention_block() -> onnx.ModelProto:
         helper.make_node("Add", ["o", "ln0"], ["res"], name="residual"),
         helper.make_node("LayerNormalization", ["res", "g1", "b1"], ["out"], axis=-1, name="ln1"),
     ]
-    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, H])], inits)
-    model = _opset17_model(graph)
-    return model
+    return _model(nodes, inits, "attn")
 
 
 def test_integer_activations_on_a_transformer_quantize_only_matmul_inputs():
@@ -142,16 +144,14 @@ def test_int8_activation_read_by_a_float_transpose_loads_in_onnxruntime():
     Transpose). Here: int8 activations (NPU placement), only MatMuls quantized, the MatMul after
     the Transpose excluded, so the first MatMul's quantized output is read by a float Transpose."""
     rng = np.random.default_rng(2)
-    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    c = _const
     inits = [c(rng.standard_normal((H, H)), "W1"), c(rng.standard_normal((H, S)), "W2"),
              numpy_helper.from_array(np.array([S, H], np.int64), "shape")]
     nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="mm1"),
              helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1], name="tr"),
              helper.make_node("Reshape", ["t", "shape"], ["r"], name="rs"),
              helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, H])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, S])], inits)
-    model = _opset17_model(graph)
+    model = _model(nodes, inits, "t", output="y", output_shape=(S, S))
     feeds = [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(2)]
     cfg = resolve_config("A8W8").replace(op_types=("MatMul",), runtime="npu", nodes_to_exclude=("mm2",))
     result = quantize(model, cfg, feeds)  # finish() opens an onnxruntime session: refused before the fix
