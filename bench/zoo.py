@@ -234,12 +234,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=str(HERE / "RESULTS_zoo.json"))
     ap.add_argument("--md", default=str(HERE / "RESULTS.md"))
     ap.add_argument("--keep", action="store_true", help="merge with the rows already in --json (rerun a subset)")
+    ap.add_argument("--merge", nargs="*", default=None, metavar="JSON",
+                    help="run nothing: merge these RESULTS_zoo-style files (later ones win per pair) into --json and the table")
     args = ap.parse_args(argv)
     models = [zoo.get(n) for n in args.models.split(",") if n] or list(zoo.ZOO)
     presets = [p for p in args.presets.split(",") if p]
     command = "PYTHONPATH=src:. python bench/zoo.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     rows: list[dict] = []
     json_path = Path(args.json)
+    if args.merge is not None:
+        merged: dict[tuple[str, str], dict] = {}
+        commands = []
+        for src in [json_path] + [Path(p) for p in args.merge]:
+            if src.exists():
+                blob = json.loads(src.read_text())
+                commands.append(blob.get("command", ""))
+                merged.update({(r["model"], r["preset"]): r for r in blob["rows"]})
+        rows = list(merged.values())
+        command = "\n    ".join(dict.fromkeys(c for c in commands if c))
+        json_path.write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+        names = {r["model"] for r in rows}
+        write_results_md(Path(args.md), table(rows, [m for m in zoo.ZOO if m.name in names], command))
+        return 0
     if args.keep and json_path.exists():
         rows = [r for r in json.loads(json_path.read_text())["rows"]
                 if not (r["model"] in {m.name for m in models} and r["preset"] in presets)]

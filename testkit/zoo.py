@@ -156,6 +156,18 @@ def decisions(threshold: float = 0.5, output: int = 0, logits: bool = False) -> 
     return metric
 
 
+def scores_within(tol: float, output: int = 0) -> Metric:
+    """Fraction of feeds whose every score (probability) is within ``tol`` of the float model's.
+    For heads that rarely fire on the inputs we can make, where decision agreement at the
+    package's threshold could not fail."""
+
+    def metric(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
+        ok = [float(np.abs(ref(f)[output].astype(np.float64) - test(f)[output]).max() <= tol) for f in feeds]
+        return float(np.mean(ok))
+
+    return metric
+
+
 def mean_cosine(output: int = 0) -> Metric:
     """Mean cosine between float and quantized embeddings, row by row."""
 
@@ -344,6 +356,20 @@ def romanizer_greedy(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Pat
     return hits / total
 
 
+def vad_streaming(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
+    """silero's speech decisions (probability > 0.5) streaming the held-out windows in order,
+    each model carrying its OWN recurrent state: the share of windows that agree."""
+
+    def probs(run: Runner) -> np.ndarray:
+        state, out = np.zeros_like(feeds[0]["state"]), []
+        for feed in feeds:
+            p, state = run({**feed, "state": state})[:2]
+            out.append(float(np.asarray(p).reshape(-1)[0]))
+        return np.array(out)
+
+    return float(np.mean((probs(ref) > 0.5) == (probs(test) > 0.5)))
+
+
 OWW = "openwakeword==0.4.0"
 OWW_MODELS = "openwakeword/resources/models/"
 OWW_LICENCE = "Apache-2.0 (code); models CC BY-NC-SA 4.0 per the package README"
@@ -390,12 +416,12 @@ ZOO: tuple[ZooModel, ...] = (
              "wake-word head, Keras → tf2onnx: two LSTMs", ("JAX/TF export", "LSTM"),
              "16 speech embeddings of espeak-ng clips, half saying 'hey mycroft'",
              data.wakeword_features("input_1", 16, ("hey mycroft", "hey mycroft turn on the lights", "hey mycroft what is the news")),
-             decisions(0.5), "wake decision agreement (0.5)", calibration=24, heldout=48),
+             scores_within(0.05), "score within 0.05 (espeak never fires it)", calibration=24, heldout=48),
     ZooModel("oww_timer", OWW, "openwakeword", OWW_MODELS + "timer_v0.1.onnx", OWW_LICENCE,
              "7-way intent head (PyTorch 1.12): Gemm/ReLU/Softmax", ("classifier",),
              "34 speech embeddings of espeak-ng clips, half asking for a timer",
              data.wakeword_features("onnx::Flatten_0", 34, ("set a timer for five minutes", "start a ten minute timer")),
-             top1(), "top-1 agreement", calibration=24, heldout=48),
+             scores_within(0.05), "probabilities within 0.05", calibration=24, heldout=48),
     ZooModel("romanizer_encoder", "arabic-name-romanizer==0.2.0", "arabic_name_romanizer", "arabic_name_romanizer/resources/encoder.onnx", "MIT",
              "seq2seq encoder (PyTorch 2.14): two bidirectional GRUs", ("GRU seq2seq",),
              "Arabic personal names with country/role tokens, the package's CharVocab, batches of 8",
@@ -416,6 +442,12 @@ ZOO: tuple[ZooModel, ...] = (
              "Khmer segmenter: 3-layer transformer encoder (LayerNormalization op, MHA as MatMul), external data file", ("transformer", "external data"),
              "Khmer sentences mapped by the package's config.json char2id",
              data.khmer_sentences, viterbi_tags(_khmer_transitions), "CRF tag agreement", calibration=16, heldout=32),
+    # Extra member, already used by the project (does not count toward issue 27's 15 new models):
+    # the fp16 model of the zoo.
+    ZooModel("silero_half", "silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_half.onnx", "MIT",
+             "silero VAD v6 stored in float16 (Cast to/from float32 around the fp16 body), STFT as Conv, LSTM cell, `If` on sr",
+             ("fp16 model", "If", "audio front end"), "espeak-ng speech mixed with noise bursts and silence (onnxptq.testing.audio.speech_mix), 512-sample windows + state",
+             data.silero_stream, vad_streaming, "streaming speech-decision agreement", calibration=96, heldout=400, new=False),
 )
 
 BY_NAME = {m.name: m for m in ZOO}

@@ -293,6 +293,16 @@ def speech_clip(rng: random.Random, seconds: float, phrase: str | None = None) -
     return np.clip(out * 32767, -32768, 32767).astype(np.float32)
 
 
+def silero_stream(root: Path, n: int, seed: int) -> list[Feed]:
+    """silero-vad (the fp16 model): ``n`` consecutive 512-sample windows (+64 context) of a
+    speech/noise/silence mix, with the states the float model itself returned
+    (:func:`onnxptq.testing.audio.vad_feeds`)."""
+    from onnxptq.testing.audio import speech_mix, vad_feeds
+
+    audio, _ = speech_mix(seed=100 + seed, seconds=n * 512 / 16000 + 0.5)
+    return vad_feeds(str(root / "silero_vad" / "data" / "silero_vad_half.onnx"), audio, max_windows=n)
+
+
 def mel_clips(root: Path, n: int, seed: int) -> list[Feed]:
     """openWakeWord's melspectrogram model input: 1.5 s of 16 kHz audio, int16-scaled floats."""
     rng = random.Random(seed)

@@ -23,13 +23,22 @@ CASES = {
     "khmersm": ("A8W8", "BF16", "MXINT8"),  # transformer with the LayerNormalization op, external data
     "lac": ("A8W8", "A16W8", "MXINT8"),  # Paddle BiGRU tagger
     "oww_hey_jarvis": ("A8W8", "BF16", "MXFP8_E4M3"),  # `If` + written-out LayerNorm
-    "oww_melspectrogram": ("A8W8", "BF16", "MXINT8"),  # STFT as Conv, ReduceMax(keepdims=0)
+    "oww_melspectrogram": ("A8W8", "FP16", "MXINT8"),  # STFT as Conv, ReduceMax(keepdims=0)
     "romanizer_encoder": ("A8W8", "A16W8", "BFP16"),  # bidirectional GRU seq2seq encoder
-    "magika": ("A8W8", "BF16", "MX9"),  # tf2onnx, LayerNorm as ReduceSum/Sqrt/Reciprocal
+    "oww_hey_mycroft": ("A8W8", "BF16", "MXFP8_E4M3"),  # Keras → tf2onnx, two LSTMs
 }
 
 #: pairs below their floor (or raising) today, with the finding (see the zoo findings in bench/RESULTS.md)
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("oww_hey_jarvis", "A8W8"): "no wake word in the calibration feeds: the logit Gemm_27's int8 range ends at 0, so every "
+                                "positive logit clips and the model's own If gate (Sigmoid >= 0.5) loses all detections (0.9375); "
+                                "excluding Gemm_27 gives 1.0",
+    ("oww_melspectrogram", "A8W8"): "linear-domain STFT/power/mel tensors (~200 dB of range) quantized linearly before the Log: "
+                                    "quiet bins vanish, 0 % of frames within 1 dB",
+    ("oww_melspectrogram", "FP16"): "the STFT Conv outputs and the power exceed fp16's 65504 (int16-scaled audio): 0 % of frames within 1 dB",
+    ("oww_melspectrogram", "MXINT8"): "crash: ReduceMax(keepdims=0) gives a rank-0 tensor that gets a block quantizer with axis=1 "
+                                      "(Gather idx=1 out of range in quantize's own evaluation)",
+}
 
 
 def _params():
