@@ -203,8 +203,13 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {agr_s} | {_fmt(r.get('cosine'), '.4f')} | "
                      f"{_fmt(r.get('quantize_s'), '.1f')} | {_fmt(r.get('latency_ratio'), '.2f')} | {_fmt(r.get('size_ratio'), '.2f')} | "
                      f"{r.get('repair', '-') or '-'} | {err} |")
+    have = {(r["model"], r["preset"]) for r in rows}
+    for m in models:  # pairs a time-limited run did not reach are listed, never silently absent
+        for p in PRESETS:
+            if (m.name, p) not in have:
+                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | not reached in this run (time) |")
     failing = [r for r in rows if r.get("agreement") is None or r["agreement"] < r.get("floor", 0.95)]
-    lines += ["", f"{len(rows)} pairs, {len(rows) - len(failing)} at or above the floor, {len(failing)} below it or failing "
+    lines += ["", f"{len(rows)} pairs measured, {len(rows) - len(failing)} at or above the floor, {len(failing)} below it or failing "
               f"({sum(r.get('status') == 'exception' for r in rows)} exceptions, {sum(r.get('status') == 'timeout' for r in rows)} timeouts).", ""]
     lines += ["Zoo models (wheel, licence, data):", "",
               "| model | wheel | file | licence | what | data | calibration / held-out feeds |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -253,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(merged.values())
         command = "\n    ".join(dict.fromkeys(c for c in commands if c))
         json_path.write_text(json.dumps({"command": command, "rows": rows}, indent=1))
-        names = {r["model"] for r in rows}
-        write_results_md(Path(args.md), table(rows, [m for m in zoo.ZOO if m.name in names], command))
+        write_results_md(Path(args.md), table(rows, list(zoo.ZOO), command))
         return 0
     if args.keep and json_path.exists():
         rows = [r for r in json.loads(json_path.read_text())["rows"]
@@ -275,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 json_path.write_text(json.dumps({"command": command, "rows": rows}, indent=1))
                 for f in Path(tmp).glob(f"{model.name}.{preset}.onnx*"):
                     f.unlink()
-    all_models = list(zoo.ZOO)
-    write_results_md(Path(args.md), table(rows, [m for m in all_models if m.name in {r["model"] for r in rows}], command))
+    write_results_md(Path(args.md), table(rows, [m for m in zoo.ZOO if m.name in {r["model"] for r in rows}], command))
     return 0
 
 
