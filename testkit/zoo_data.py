@@ -294,7 +294,7 @@ def speech_clip(rng: random.Random, seconds: float, phrase: str | None = None) -
 
 
 def silero_stream(root: Path, n: int, seed: int) -> list[Feed]:
-    """silero-vad (the fp16 model): ``n`` consecutive 512-sample windows (+64 context) of a
+    """silero-vad (``silero_vad_half.onnx``): ``n`` consecutive 512-sample windows (+64 context) of a
     speech/noise/silence mix, with the states the float model itself returned
     (:func:`onnxptq.testing.audio.vad_feeds`)."""
     from onnxptq.testing.audio import speech_mix, vad_feeds
