@@ -23,6 +23,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
 from . import runtime
 from ..graph.sentinels import sentinel_tensors
+from ..graph.structure import structure_float_tensors
 from .transformer import LINEAR_OPS, is_transformer, transformer_float_tensors
 from .tails import TAIL_REASON, postprocessing_tail
 
@@ -536,11 +537,14 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     for name in transformer_float_tensors(model):
         if tensors.pop(name, None) is not None:
             why[name] = "transformer placement (GELU inside or residual sum)"
+    for name, reason in structure_float_tensors(model).items():  # numerics by structure (graph/structure.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
     for name in why:
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
     if why:
-        log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
+        log.info("plan: %d tensors stay float (attention masks, normalization/activation insides, residual sums): %s",
                  len(why), ", ".join(sorted(why)[:6]))
     return why
 
