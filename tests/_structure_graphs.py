@@ -106,3 +106,28 @@ def pattern_model(pattern: str, *, offset: float = 0.0, scale: float = 1.0) -> o
 def pattern_data(n: int = 24, seed: int = 3) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(n)]
+
+
+def planted_model(outlier: float = 1000.0) -> onnx.ModelProto:
+    """A sensitive subgraph: token 0 of the hidden tensor is scaled by ``outlier`` (``Mul_hot``) and
+    masked out again after the second layer, so float never sees it in the output while a
+    per-tensor int8 range over the hidden tensor leaves every other token a handful of codes."""
+    rng = np.random.default_rng(5)
+    b = _B()
+    w1 = b.const(rng.standard_normal((H, H)) / np.sqrt(H), "w1")
+    w2 = b.const(rng.standard_normal((H, H)) / np.sqrt(H), "w2")
+    hot = np.ones((S, 1), np.float32)
+    hot[0] = outlier
+    mask = np.ones((S, 1), np.float32)
+    mask[0] = 0.0
+    h = b.op("MatMul", "x", w1)
+    b.nodes.append(helper.make_node("Mul", [h, b.const(hot, "hot")], ["hot_out"], name="Mul_hot"))
+    z = b.op("Relu", b.op("MatMul", "hot_out", w2))
+    b.nodes.append(helper.make_node("Mul", [z, b.const(mask, "mask")], ["masked"], name="Mul_mask"))
+    b.nodes.append(helper.make_node("MatMul", ["masked", b.const(rng.standard_normal((H, 10)), "w3")], ["out"], name="MatMul_out"))
+    graph = helper.make_graph(b.nodes, "planted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", S, H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", S, 10])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

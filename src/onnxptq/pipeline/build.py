@@ -32,6 +32,11 @@ fetched once and shared by all its candidates."""
     if cfg.quantize_subgraphs:
         # A body no calibration sample ran has no statistics: it stays float (coverage.py).
         plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
+    if calibrated.within is not None:
+        # The accuracy floor's repair (algorithms/repair.py): a node kept float adds no quantizer.
+        for name in [n for n in plan.tensors if n not in calibrated.within]:
+            del plan.tensors[name]
+            plan.float_tensors[name] = "kept float with a neighbour the accuracy floor's repair kept float"
     if cfg.range_guard:
         # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
         # build fetches its values for this plan only and lets them go with it (peak memory).
