@@ -193,8 +193,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
                 continue  # integer outputs (indices, lengths): nothing to compare in cosine
-            finite = np.isfinite(g).all() or not np.isfinite(r).all()
-            cosines.append(cosine_similarity(r, g) if finite else float("nan"))
+            if not np.isfinite(r).all():
+                continue  # float itself is not finite on this sample: nothing to hold a floor against
+            cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             if classy and r.ndim in (2, 3) and r.shape[-1] >= 2 and r.shape == g.shape:
                 a, n = _top1(r, g)
                 agree, rows = agree + a, rows + n
