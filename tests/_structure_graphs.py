@@ -108,10 +108,12 @@ def pattern_data(n: int = 24, seed: int = 3) -> list[dict[str, np.ndarray]]:
     return [{"x": rng.standard_normal((1, S, H)).astype(np.float32)} for _ in range(n)]
 
 
-def planted_model(outlier: float = 1000.0) -> onnx.ModelProto:
+def planted_model(outlier: float = 1000.0, depth: int = 0) -> onnx.ModelProto:
     """A sensitive subgraph: token 0 of the hidden tensor is scaled by ``outlier`` (``Mul_hot``) and
     masked out again after the second layer, so float never sees it in the output while a
-    per-tensor int8 range over the hidden tensor leaves every other token a handful of codes."""
+    per-tensor int8 range over the hidden tensor leaves every other token a handful of codes.
+    ``depth`` more MatMul+Relu layers before it make the search space larger (node-by-node
+    sensitivity would build one candidate per node)."""
     rng = np.random.default_rng(5)
     b = _B()
     w1 = b.const(rng.standard_normal((H, H)) / np.sqrt(H), "w1")
@@ -120,7 +122,11 @@ def planted_model(outlier: float = 1000.0) -> onnx.ModelProto:
     hot[0] = outlier
     mask = np.ones((S, 1), np.float32)
     mask[0] = 0.0
-    h = b.op("MatMul", "x", w1)
+    src = "x"
+    for i in range(depth):
+        w = b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H)), f"wd{i}")
+        src = b.op("Relu", b.op("MatMul", src, w)) if i % 2 else b.op("MatMul", src, w)
+    h = b.op("MatMul", src, w1)
     b.nodes.append(helper.make_node("Mul", [h, b.const(hot, "hot")], ["hot_out"], name="Mul_hot"))
     z = b.op("Relu", b.op("MatMul", "hot_out", w2))
     b.nodes.append(helper.make_node("Mul", [z, b.const(mask, "mask")], ["masked"], name="Mul_mask"))

@@ -16,8 +16,8 @@ family        formats (weakest of activations, weights)   output cosine   top-1 
 
 Metrics, per graph output, over the held-out feeds: the mean per-feed cosine similarity
 (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's definition) and, for
-class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax or a Gemm/MatMul
-layer, through reshapes and a bias Add), the fraction of rows whose arg-max agrees with float.
+class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax, or ``[N, C]`` from a
+Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose arg-max agrees with float.
 Top-1 is judged only on at least ``1 / (1 − floor)`` rows (34 for 0.97): on fewer, one tie flipped
 would break the floor by itself; the verdict then says it was not judged. A non-finite output
 (NaN/Inf where float has none) breaks the floor.
@@ -96,17 +96,21 @@ _MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".s
 
 
 def class_like_outputs(model: onnx.ModelProto) -> set[str]:
-    """Graph outputs read from a Softmax/LogSoftmax or a Gemm/MatMul layer (through reshapes and a
-    bias Add): class scores, whose arg-max is what a user reads."""
+    """Graph outputs read from a Softmax/LogSoftmax, or of rank 2 from a Gemm/MatMul layer (through
+    reshapes and a bias Add): class scores, whose arg-max is what a user reads."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     consts = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
     found = set()
     for out in model.graph.output:
         node = producer.get(out.name)
+        dims = out.type.tensor_type.shape.dim if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape") else None
+        rank = len(dims) if dims is not None else None
         for _ in range(6):
             if node is None:
                 break
-            if node.op_type in ("Softmax", "LogSoftmax", "Gemm", "MatMul"):
+            if node.op_type in ("Softmax", "LogSoftmax") or (node.op_type in ("Gemm", "MatMul") and rank == 2):
+                # A linear layer's [N, C] output is a classifier's logits; its [N, T, C] output is as
+                # often a hidden state (near-ties in arg-max everywhere): only Softmax says "classes" there.
                 found.add(out.name)
                 break
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in consts for i in node.input)):
