@@ -97,3 +97,40 @@ def test_a_tensor_escaping_the_region_stops_it():
     vi = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2, 8]) for n in ("x", "other", "y", "z")]
     graph = helper.make_graph(nodes, "g", vi[:2], vi[2:])
     assert find_regions(helper.make_model(graph)) == []
+
+
+def _region_kinds(build) -> list[tuple[str, str, str]]:
+    """Regions of ``x → build(b, x) → y`` (a [2, 8, 4, 4] input)."""
+    from _structure_graphs import _B
+
+    b = _B()
+    y = build(b, "x")
+    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8, 4, 4])],
+                              [helper.make_tensor_value_info(y, onnx.TensorProto.FLOAT, None)], b.inits)
+    return [(r.kind, r.x, r.y) for r in find_regions(helper.make_model(graph))], y
+
+
+def test_more_spellings_are_regions():
+    def groupnorm(b, x):  # Reshape(N, G, -1), mean/variance, Reshape back, · γ + β
+        r = b.op("Reshape", x, b.ints([2, 4, -1]))
+        m = b.op("ReduceMean", r, axes=[-1], keepdims=1)
+        d = b.op("Sub", r, m)
+        s = b.op("Sqrt", b.op("Add", b.op("ReduceMean", b.op("Pow", d, b.const(2.0)), axes=[-1], keepdims=1), b.const(1e-5)))
+        back = b.op("Reshape", b.op("Div", d, s), b.ints([2, 8, 4, 4]))
+        return b.op("Add", b.op("Mul", back, b.const(np.ones((8, 1, 1)))), b.const(np.zeros((8, 1, 1))))
+
+    def mish(b, x):  # x · tanh(log(1 + exp(x)))
+        return b.op("Mul", x, b.op("Tanh", b.op("Log", b.op("Add", b.op("Exp", x), b.const(1.0)))))
+
+    def softmax(b, x):
+        e = b.op("Exp", b.op("Sub", x, b.op("ReduceMax", x, axes=[-1], keepdims=1)))
+        return b.op("Div", e, b.op("ReduceSum", e, b.ints([-1]), keepdims=1))
+
+    def hardswish(b, x):
+        return b.op("Mul", x, b.op("HardSigmoid", x, alpha=1 / 6, beta=0.5))
+
+    regions, y = _region_kinds(groupnorm)
+    assert len(regions) == 1 and regions[0][0] == "LayerNorm/GroupNorm (mean/variance)" and regions[0][2] == y
+    for build, kind in ((mish, "Mish"), (softmax, "softmax"), (hardswish, "HardSwish")):
+        regions, y = _region_kinds(build)
+        assert regions == [(kind, "x", y)], (build.__name__, regions)

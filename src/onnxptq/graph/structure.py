@@ -21,7 +21,8 @@ The rule (one for every format: integer, BF16/FP16, block formats; docs/structur
   or power) or of a gated activation (``x`` times a function of ``x`` through Erf, Tanh,
   Sigmoid, Softplus, Exp/Log, Clip or HardSigmoid),
 
-extended through trailing elementwise ops by constants (``· gamma + beta``, ``· 0.5``). The plan
+extended through trailing elementwise ops by constants (``· gamma + beta``, ``· 0.5``) and
+reshapes by constant shapes (GroupNorm's reshape back). The plan
 keeps every tensor inside a region float (:func:`structure_float_tensors`): only ``x`` and ``y``
 get quantizers, exactly as the fused single op (``LayerNormalization``, ``Gelu``) would. Where the
 opset has that op and prepare knows the spelling it fuses it first (``graph/passes/fuse_*``);
@@ -208,7 +209,8 @@ def _closed(ix: _Index, y: str, cone_ids: set[int], x: str) -> list[onnx.NodePro
 
 
 def _affine_tail(ix: _Index, y: str, taken: set[int]) -> list[onnx.NodeProto]:
-    """Trailing ``· const`` / ``+ const`` steps after ``y`` (gamma, beta, ½): one reader each."""
+    """Trailing ``· const`` / ``+ const`` steps and constant-shape reshapes after ``y`` (γ, β, ½,
+    GroupNorm's reshape back): one reader each."""
     tail: list[onnx.NodeProto] = []
     current = y
     while current not in ix.outputs:
@@ -216,10 +218,13 @@ def _affine_tail(ix: _Index, y: str, taken: set[int]) -> list[onnx.NodeProto]:
         if len(readers) != 1:
             break
         n = readers[0]
-        if n.op_type not in _AFFINE or id(n) in taken or len(n.output) != 1:
+        if n.op_type not in _AFFINE | RESHAPES or id(n) in taken or len(n.output) != 1:
             break
         others = [i for i in n.input if i and i != current]
-        if len(others) != 1 or others[0] not in ix.constants or list(n.input).count(current) != 1:
+        if n.op_type in RESHAPES:
+            if n.input[0] != current or any(i not in ix.constants for i in others):
+                break  # a reshape back (GroupNorm's (N, G, −1) → (N, C, H, W)) by a constant shape
+        elif len(others) != 1 or others[0] not in ix.constants or list(n.input).count(current) != 1:
             break
         tail.append(n)
         current = n.output[0]
