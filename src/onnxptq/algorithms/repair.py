@@ -143,9 +143,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     if shared_guard:
         # Every candidate plans through the range guard on the same float activations: fetched once.
         calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
-    plan_log = logging.getLogger(result.plan.__class__.__module__)
-    level = plan_log.level
-    plan_log.setLevel(max(logging.WARNING, plan_log.getEffectiveLevel()))  # dozens of candidate plans
+    # Dozens of candidate builds: their plan lines, and warnings the first build already gave
+    # (bodies no sample ran), would drown the log.
+    quiet = {logging.getLogger(result.plan.__class__.__module__): logging.WARNING,
+             logging.getLogger("onnxptq.pipeline.coverage"): logging.ERROR,
+             logging.getLogger("onnxptq.pipeline.guard"): logging.WARNING}
+    levels = {logger: logger.level for logger in quiet}
+    for logger, floor_level in quiet.items():
+        logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     try:
         everything = judge(frozenset(candidates))
         if not everything.ok:
@@ -159,7 +164,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False)
     finally:
-        plan_log.setLevel(level)
+        for logger, level in levels.items():
+            logger.setLevel(level)
         calibrated.within = None
         if shared_guard:
             calibrated.guard_values = None

@@ -14,8 +14,10 @@ family        formats (weakest of activations, weights)   output cosine   top-1 
 4/6-bit       int4, MX6, MX4, MXFP6, MXFP4                   ≥ 0.95          ≥ 0.90
 ============  ==========================================  ==============  ==============
 
-Metrics, per graph output, over the held-out feeds: the mean per-feed cosine similarity
-(:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's definition) and, for
+Metrics, per graph output, over the held-out feeds: the cosine similarity of all feeds' outputs
+taken together (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's
+definition; one feed's cosine of a one-value output is only its sign), the per-feed minimum
+beside it, and, for
 class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax, or ``[N, C]`` from a
 Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose arg-max agrees with float.
 Top-1 is judged only on at least ``1 / (1 − floor)`` rows (34 for 0.97): on fewer, one tie flipped
@@ -191,6 +193,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     names = [n for n in reference[0] if all(n in c for c in candidate)]
     for name in names:
         cosines: list[float] = []
+        pooled_r: list[np.ndarray] = []
+        pooled_g: list[np.ndarray] = []
         agree = rows = 0
         classy = name in class_outputs
         for ref, got in zip(reference, candidate):
@@ -200,15 +204,20 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if not np.isfinite(r).all():
                 continue  # float itself is not finite on this sample: nothing to hold a floor against
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
+            pooled_r.append(r.ravel())
+            pooled_g.append(g.ravel())
             if classy and r.ndim in (2, 3) and r.shape[-1] >= 2 and r.shape == g.shape:
                 a, n = _top1(r, g)
                 agree, rows = agree + a, rows + n
         if not cosines:
             continue
         arr = np.asarray(cosines)
-        mean = float(np.mean(arr)) if np.isfinite(arr).all() else float("nan")
-        check = OutputCheck(name, mean, float(np.min(arr)) if np.isfinite(arr).all() else float("nan"))
-        check.ok = math.isfinite(mean) and mean >= floor.cosine
+        finite = bool(np.isfinite(arr).all())
+        # Over all held-out feeds at once: a per-feed cosine of a one-value output (a wake-word
+        # probability, a score) is only its sign, 1.0 however far the value moved.
+        pooled = cosine_similarity(np.concatenate(pooled_r), np.concatenate(pooled_g)) if finite else float("nan")
+        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"))
+        check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         if rows:
             check.top1, check.rows = agree / rows, rows
             enough = rows >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if floor.top1 < 1 else True
