@@ -94,13 +94,20 @@ class _Index:
             for name in n.output:
                 if name:
                     self.producer[name] = n
-        self.constants = {t.name for t in graph.initializer}
-        self.constants |= {o for n in self.nodes if n.op_type == "Constant" for o in n.output}
         self.outputs = {o.name for o in graph.output}
         self.types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)
                       if v.type.HasField("tensor_type")}
         for t in graph.initializer:
             self.types[t.name] = t.data_type
+        # Constants: every tensor no data value reaches. Shape/Size read only a shape, so what is
+        # computed from them is constant here too: jax2tf writes γ and β as
+        # Reshape(γ, Concat(Shape(input), ...)), a float tensor that no data value reaches.
+        data = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        for n in self.nodes:
+            if n.op_type not in ("Shape", "Size") and any(i in data for i in n.input if i):
+                data.update(o for o in n.output if o)
+        self.constants = {t.name for t in graph.initializer}
+        self.constants.update(o for n in self.nodes for o in n.output if o and o not in data)
 
     def is_float(self, name: str) -> bool:
         """Known float, or unknown (shape inference may not have typed it); ints are shapes/axes."""
