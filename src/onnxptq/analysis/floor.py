@@ -232,7 +232,7 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     """The summary's lines about the floor: what held or broke, on which samples, and what repair
     kept float. A broken floor is said in words beside every figure, never left to a PSNR."""
     if verdict is None:
-        return ["  accuracy floor: not checked (no held-out samples: no data, or repair=False and strict=False)"]
+        return ["  accuracy floor: not checked (no held-out samples: no data given, the streaming path, or the mixed-precision search)"]
     lines = []
     if repair and repair.get("kept_float"):
         before = repair.get("before_text", "")
