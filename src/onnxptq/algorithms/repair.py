@@ -77,13 +77,19 @@ class _Judge:
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
 
-    def __call__(self, kept: frozenset[str]) -> Verdict:
+    def __call__(self, kept: frozenset[str]) -> Verdict | None:
+        """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
+        the search keeps its nodes float rather than deliver a model it could not measure)."""
         if kept in self.cache:
             return self.cache[kept]
-        _, _, model = build_model(self.calibrated, _config_with(self.cfg, kept))
-        verdict = self.run(model)
-        self.cache[kept] = verdict
         self.evaluations += 1
+        try:
+            _, _, model = build_model(self.calibrated, _config_with(self.cfg, kept))
+            verdict: Verdict | None = self.run(model)
+        except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
+            log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
+            verdict = None
+        self.cache[kept] = verdict
         return verdict
 
     def run(self, model: onnx.ModelProto) -> Verdict:
@@ -105,7 +111,8 @@ def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[froz
         if not chunk:
             continue
         trial = kept - frozenset(chunk)
-        if judge(trial).ok:
+        verdict = judge(trial)
+        if verdict is not None and verdict.ok:
             kept = trial
             log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
         elif len(chunk) > 1:
@@ -153,8 +160,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     try:
         everything = judge(frozenset(candidates))
-        if not everything.ok:
-            note = (f"the floor breaks even with every quantized node float ({everything.describe(only_broken=True)}): "
+        if everything is None or not everything.ok:
+            figures = everything.describe(only_broken=True) if everything is not None else "it could not be built"
+            note = (f"the floor breaks even with every quantized node float ({figures}): "
                     "the loss is not the quantizers' (a structure rule or the float graph itself); nothing kept float")
             log.warning("accuracy floor (%s) BROKEN on %s: %s; %s", verdict.floor.describe(), where, before, note)
             result.repair = {"note": note, "before": verdict.to_json()}
