@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from .opsets import is_onnx_domain
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Region", "find_regions", "structure_float_tensors"]
@@ -135,7 +137,7 @@ def _cone(ix: _Index, x: str) -> list[onnx.NodeProto]:
 
     def push(name: str) -> None:
         for c in ix.real_consumers(name):
-            if c.op_type in STRUCTURE_OPS and c.domain in ("", "ai.onnx") and id(c) not in seen:
+            if c.op_type in STRUCTURE_OPS and is_onnx_domain(c.domain) and id(c) not in seen:
                 seen.add(id(c))
                 heapq.heappush(heap, (ix.pos[id(c)], id(c)))
 
