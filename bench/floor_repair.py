@@ -7,6 +7,7 @@ Three parts, each printed as a table:
   (the rule switched off by replacing ``structure_float_tensors`` with an empty one); output cosine
   on 6 held-out samples, min over samples;
 * ``planted``: the planted sensitive node (``Mul_hot``) at A8W8 with ``repair=False`` and by default;
+* ``overhead``: PP-OCR cls quantized with and without the floor (interleaved, medians of 3);
 * ``zoo``: zoo pairs (testkit.zoo, on the zoo branch) with ``repair=False`` and by default, judged
   by each model's own task metric on its own held-out inputs.
 
@@ -94,9 +95,33 @@ def zoo(pairs: list[tuple[str, str]]) -> None:
               f"{' …' if len(kept) > 6 else ''} ({len(kept)}) | {secs[0]:.1f} / {secs[1]:.1f} |")
 
 
+def overhead() -> None:
+    """What a floor that holds costs: the same quantization with and without it, interleaved."""
+    import onnxptq.api as api
+
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.random((1, 3, 48, 192)).astype(np.float32)} for _ in range(32)]
+    model = "../shared/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+    default = api.DEFAULT_HOLDOUT
+    print("| preset | no floor (s) | floor (s) | holdout (s) | verify (s) |\n|---|---|---|---|---|")
+    for preset in ("A8W8", "BF16", "MX9"):
+        times: dict[int, list[float]] = {0: [], default: []}
+        for _ in range(3):
+            for holdout in (0, default):
+                api.DEFAULT_HOLDOUT = holdout
+                cfg = resolve_config(preset)
+                cfg.calibration.progress = False
+                t = time.perf_counter()
+                r = api.quantize(model, cfg, data)
+                times[holdout].append(time.perf_counter() - t)
+        api.DEFAULT_HOLDOUT = default
+        print(f"| {preset} | {np.median(times[0]):.2f} | {np.median(times[default]):.2f} | "
+              f"{r.timings.get('holdout', 0):.2f} | {r.timings.get('verify', 0):.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="+", choices=("patterns", "planted", "zoo"))
+    parser.add_argument("parts", nargs="+", choices=("patterns", "planted", "zoo", "overhead"))
     parser.add_argument("--pairs", default="oww_hey_jarvis:A8W8,oww_hey_jarvis:A16W8,oww_melspectrogram:FP16,"
                                             "oww_melspectrogram:A16W8,oww_melspectrogram:A8W8")
     args = parser.parse_args()
@@ -106,6 +131,8 @@ def main() -> None:
             patterns()
         elif part == "planted":
             planted()
+        elif part == "overhead":
+            overhead()
         else:
             zoo([tuple(p.split(":")) for p in args.pairs.split(",")])
 
