@@ -5,24 +5,23 @@ most users, and a model whose LayerNorm quantization made top-1 agreement 0.68 l
 that. Every quantization is therefore judged against a floor chosen by how precise its formats
 are (docs/accuracy.md):
 
-============  ==========================================  ==============  ==============
-family        formats (weakest of activations, weights)   output cosine   top-1 agreement
-============  ==========================================  ==============  ==============
-16-bit        BF16, FP16, A16W8 (int16 act., int8 weights),  ≥ 0.99          ≥ 0.97
-              BFP16, MX9, MXINT8
-8-bit         A8W8 (int8/uint8 act.), FP8, MXFP8             ≥ 0.98          ≥ 0.95
-4/6-bit       int4, MX6, MX4, MXFP6, MXFP4                   ≥ 0.95          ≥ 0.90
-============  ==========================================  ==============  ==============
+| family  | formats (the weakest of activations and weights)              | cosine | top-1  |
+|---------|----------------------------------------------------------------|--------|--------|
+| 16-bit  | BF16, FP16, int16 activations (A16W8), BFP16, MX9, MXINT8       | ≥ 0.99 | ≥ 0.97 |
+| 8-bit   | int8/uint8 activations (A8W8), FP8, MXFP8                       | ≥ 0.98 | ≥ 0.95 |
+| 4/6-bit | int4 weights, MX6, MX4, MXFP6, MXFP4                            | ≥ 0.95 | ≥ 0.90 |
+
+(int8 *weights* count as 16-bit: per-channel int8 weights under int16 activations are A16W8.)
 
 Metrics, per graph output, over the held-out feeds: the cosine similarity of all feeds' outputs
 taken together (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's
 definition; one feed's cosine of a one-value output is only its sign), the per-feed minimum
-beside it, and, for
-class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax, or ``[N, C]`` from a
-Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose arg-max agrees with float.
+beside it, and, for class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax,
+or ``[N, C]`` from a Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose
+arg-max agrees with float.
 Top-1 is judged only on at least ``1 / (1 − floor)`` rows (34 for 0.97): on fewer, one tie flipped
 would break the floor by itself; the verdict then says it was not judged. A non-finite output
-(NaN/Inf where float has none) breaks the floor.
+(NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 """
 
 from __future__ import annotations
@@ -165,9 +164,8 @@ class Verdict:
         return [n for n, c in self.outputs.items() if not c.ok]
 
     def describe(self, only_broken: bool = False) -> str:
-        checks = [c for c in self.outputs.values() if c.ok or not only_broken] if not only_broken else \
-            [c for c in self.outputs.values() if not c.ok]
-        return "; ".join(c.describe() for c in checks)
+        """Every output's figures (``only_broken``: those of the outputs below the floor)."""
+        return "; ".join(c.describe() for c in self.outputs.values() if not (only_broken and c.ok))
 
     def where(self) -> str:
         held = "calibration samples (too few to hold out)" if self.reused else "held-out samples"
