@@ -77,7 +77,10 @@ def quantize(
 
             return quantize_auto(model, cfg, data, output).result
         floor = data is not None and not stream  # judged always; repaired unless repair=False
-        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples, holdout=DEFAULT_HOLDOUT if floor else 0)
+        # The streaming path holds the same samples out (the same statistics as in memory) but
+        # does not judge: its one session on the saved files is its only copy of the weights.
+        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples,
+                                    holdout=DEFAULT_HOLDOUT if data is not None else 0, measure_holdout=floor)
         if not floor:
             return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
         # The accuracy floor (algorithms/repair.py): judge on held-out samples, repair or raise, then write.

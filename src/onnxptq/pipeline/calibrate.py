@@ -81,10 +81,12 @@ def source_name(model: Any) -> str:
 
 
 def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
-                   also_for: Sequence[QuantConfig] = (), holdout: int = 0) -> Calibrated:
+                   also_for: Sequence[QuantConfig] = (), holdout: int = 0, measure_holdout: bool = True) -> Calibrated:
     """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
     and those of every config in ``also_for`` (same preparation settings as ``config``).
-    ``holdout``: feeds kept out of the statistics for the accuracy floor (:func:`split_holdout`)."""
+    ``holdout``: feeds kept out of the statistics for the accuracy floor (:func:`split_holdout`);
+    ``measure_holdout=False`` holds them out without running the float model on them (the
+    streaming path: the same statistics as in memory, no verification)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = resolve_config(config)
@@ -145,7 +147,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
     calibrated = Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
-    if holdout > 0 and data is not None and held:
+    if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
             calibrated.holdout_outputs = float_outputs[:len(held)]  # the same first feeds, already run
