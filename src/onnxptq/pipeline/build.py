@@ -54,7 +54,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
     params = solved(prepared)
     weights = prepared
     if cfg.bias_correction_active():
-        from ..algorithms.bias_correction import correct_biases
+        from .refine.bias_correction import correct_biases
 
         t = time.perf_counter()
         corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers)
@@ -65,7 +65,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
         calibrated.timings["bias correction"] = time.perf_counter() - t
     if cfg.finetune is not None:
         # Refinement needs torch (an optional extra): imported only when a config asks for it.
-        from ..algorithms.finetune import refine
+        from .refine.finetune import refine
 
         t = time.perf_counter()
         weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))

@@ -163,7 +163,7 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
     A rereadable source is read whole twice; a one-shot one gives its first
     :data:`SMOOTH_QUANT_ONE_SHOT_FEEDS` feeds to the statistics and then, again, to calibration.
     Returns the smoothed model and, for a one-shot source, the calibration feeds."""
-    from ..algorithms.smooth_quant import smooth_quant
+    from .refine.smooth_quant import smooth_quant
 
     exclude = [n.name for n in prepared.graph.node if _excluded(n.name, cfg.nodes_to_exclude)]
     if readers.rereadable(data, inputs):
