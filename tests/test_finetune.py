@@ -20,7 +20,7 @@ from onnxptq.formats import fake_quantize, integer
 
 torch = pytest.importorskip("torch")
 
-from onnxptq.algorithms import finetune  # noqa: E402
+from onnxptq.pipeline.refine import finetune  # noqa: E402
 from onnxptq.pipeline.refine.finetune import extract  # noqa: E402
 from onnxptq.pipeline.refine.finetune.layer import make_forward  # noqa: E402
 
