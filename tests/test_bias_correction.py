@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
 from onnxptq.pipeline.refine.bias_correction import correct_biases
-from onnxptq.pipeline.plan import make_plan, node_names
+from onnxptq.graph.naming import node_names
+from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.solve import solve
 
 RNG = np.random.default_rng(7)

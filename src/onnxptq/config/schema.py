@@ -439,7 +439,7 @@ class QuantConfig:
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``, and
     #: the guard acts only on a group of flushed channels (``guard.MISMATCH_FRACTION``). On by
-    #: default: the mixed-precision search plans its candidates through it too (build.guarded_plan);
+    #: default: the mixed-precision search plans its candidates through it too (final_plan.final_plan);
     #: DualQuantNodes boundary tensors (two quantizers) are left as planned.
     range_guard: bool = True
     range_guard_sqnr_db: float = 6.0

@@ -26,7 +26,8 @@ from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
-from .plan import Plan, _excluded, make_plan, node_names
+from .plan import Plan, make_plan
+from .plan.select import _excluded
 from .transformer import is_transformer
 from .prepare import prepare_for_quantization
 
@@ -62,8 +63,12 @@ class Calibrated:
     float_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     #: the range guard's float activations on ``kept`` (a :class:`.guard.GuardValues`), set by a
     #: search over configs (mixed precision) so that every config it plans shares them; None: each
-    #: build fetches its own (:func:`.build.guarded_plan`)
+    #: build fetches its own (:func:`.final_plan.final_plan`)
     guard_values: Any = None
+    #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
+    #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
+    plan: Plan | None = None
+    config: QuantConfig | None = None
 
 
 def source_name(model: Any) -> str:
@@ -90,7 +95,6 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
 
     prepared = prepare_for_quantization(proto, cfg)
     timings["prepare"] = time.perf_counter() - t0
-    node_names(prepared)  # the names the plan (and the user, in inspect or the plan JSON) uses
     check.check_config_names(cfg, proto, prepared)
 
     feeds_once: Iterator[dict[str, np.ndarray]] | None = None
@@ -130,7 +134,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
-    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
+    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg)
 
 
 #: Feeds of a one-shot source (a generator, a reader without ``rewind()``) that SmoothQuant's

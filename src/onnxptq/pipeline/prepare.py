@@ -35,6 +35,7 @@ from ..config.schema import EqualizationOptions, OutlierSplitOptions, QuantConfi
 from ..errors import RuntimeOpsetError
 from ..graph import io
 from ..graph.check import onnx_checker
+from ..graph.naming import node_names
 from ..graph.passes._common import to_ir, to_proto
 from ..graph.passes.cleanup import cse_pass, remove_unused_passes
 from ..graph.passes.equalize import EqualizePass
@@ -52,7 +53,6 @@ from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.upgrade_opset import upgrade_opset
 from ..sessions import highest_qdq_opset
-from .plan import node_names
 
 log = logging.getLogger(__name__)
 
