@@ -24,6 +24,7 @@ from ..config.presets import resolve_config
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
 from ..errors import OnnxptqError
 from ..graph import check, io
+from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
 from .plan import Plan, make_plan
@@ -88,8 +89,6 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
     if cfg.convert_fp16_to_fp32:
-        from ..conversion.fp16 import convert_float16_to_float
-
         proto = convert_float16_to_float(proto)
     inputs = readers.ModelInputs.from_model(proto)
 
