@@ -160,7 +160,8 @@ def test_moved_modules_keep_their_old_import_paths(old, new, attribute):
 def test_documented_module_paths_import():
     from onnxptq.api import build_model, calibrate_once, complete, quantize  # noqa: F401  (bench/ and docs use them)
     from onnxptq.compat import get_default_config  # noqa: F401
-    from onnxptq.formats import build_qdq, fake_quantize, qdq_model  # noqa: F401
+    from onnxptq.formats import fake_quantize  # noqa: F401
+    from onnxptq.onnx_ops import build_qdq, qdq_model  # noqa: F401
     from onnxptq.graph.passes import prepare  # noqa: F401  (moved to pipeline.prepare; still served here)
     from onnxptq.quantization.api import ModelQuantizer  # noqa: F401
     from onnxptq.quantization.config import Config, QuantizationConfig, get_default_config as g2  # noqa: F401
