@@ -196,6 +196,16 @@ def test_no_module_imports_a_later_layer():
     assert upward_imports(import_graph()) == []
 
 
+def test_the_plan_package_has_small_modules():
+    """The planner is a package of modules with one job each (types, select, assign, rules), none of
+    which grows back into the 950-line module it was."""
+    files = sorted((PACKAGE_DIR / "pipeline" / "plan").glob("*.py"))
+    assert {f.stem for f in files} >= {"__init__", "types", "select", "assign", "rules"}
+    for f in files:
+        lines = len(f.read_text(encoding="utf-8").splitlines())
+        assert lines <= 350, f"pipeline/plan/{f.name} has {lines} lines (at most 350)"
+
+
 def test_algorithms_and_pipeline_never_import_the_entry_point():
     graph = import_graph()
     for name, deps in graph.items():

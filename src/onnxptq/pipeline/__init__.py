@@ -1,7 +1,8 @@
 """The quantization pipeline's stages, in data-flow order, one module each.
 
-prepare (the pass list) → plan (which tensor gets which format) → calibrate (the driver of one
-streaming pass; the statistics themselves come from :mod:`onnxptq.calibration`) → solve
+prepare (the pass list) → plan (:mod:`.plan`, which tensor gets which format) → calibrate (the
+driver of one streaming pass; the statistics themselves come from :mod:`onnxptq.calibration`) →
+final plan (:mod:`.final_plan`: coverage and the range guard on the calibrated plan) → solve
 (statistics → scales) → refine (:mod:`.refine`: SmoothQuant, bias correction, finetuning) →
 build (plan, solve, refine, emit on calibrated statistics) → emit (Q/DQ,
 Cast and function nodes) → finish (checker + a real onnxruntime session) → complete (evaluate,
