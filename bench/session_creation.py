@@ -23,7 +23,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from onnxptq.formats import build_qdq
+from onnxptq.onnx_ops import build_qdq
 
 FORMATS = {
     "BFP16": ("bfp", dict(bfp_method="to_bfp", axis=1, bit_width=16, block_size=8, rounding_mode=2)),

@@ -12,8 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
-from onnxptq.algorithms.bias_correction import correct_biases
-from onnxptq.pipeline.plan import make_plan, node_names
+from onnxptq.pipeline.refine.bias_correction import correct_biases
+from onnxptq.graph.naming import node_names
+from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.solve import solve
 
 RNG = np.random.default_rng(7)

@@ -23,7 +23,7 @@ from onnxptq.config.schema import QuantConfig, TensorQuant
 from onnxptq.pipeline.prepare import prepare
 from onnxptq.analysis.report import EXACT_DB, compute_report, match_tensors
 from onnxptq.analysis.report_html import render_html, write_report
-from onnxptq.pipeline.plan import node_names
+from onnxptq.graph.naming import node_names
 
 
 def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:

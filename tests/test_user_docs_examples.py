@@ -117,7 +117,7 @@ def _cap_finetune(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     import dataclasses
 
-    from onnxptq.algorithms import finetune
+    from onnxptq.pipeline.refine import finetune
 
     real = finetune.refine
 

@@ -439,7 +439,7 @@ class QuantConfig:
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``, and
     #: the guard acts only on a group of flushed channels (``guard.MISMATCH_FRACTION``). On by
-    #: default: the mixed-precision search plans its candidates through it too (build.guarded_plan);
+    #: default: the mixed-precision search plans its candidates through it too (final_plan.final_plan);
     #: DualQuantNodes boundary tensors (two quantizers) are left as planned.
     range_guard: bool = True
     range_guard_sqnr_db: float = 6.0
@@ -468,7 +468,7 @@ class QuantConfig:
     split_outliers: bool | None = None
     outlier_split: OutlierSplitOptions = field(default_factory=OutlierSplitOptions)
     #: SmoothQuant (``include_sq``): before calibration, divide each MatMul/Gemm activation by a
-    #: per-channel ``s`` and multiply the weight rows by it (algorithms/smooth_quant.py). None:
+    #: per-channel ``s`` and multiply the weight rows by it (pipeline/refine/smooth_quant.py). None:
     #: automatic, on for integer activations with per-tensor integer weights on transformer graphs
     #: (attention, and more MatMul/Gemm layers than convolutions: pipeline/transformer.is_transformer),
     #: where it was measured to help (MiniLM A8W8 per tensor: cosine 0.966 -> 0.977); off with

@@ -18,8 +18,8 @@ import math
 import numpy as np
 import torch
 
-from ...config.schema import FinetuneOptions
-from ...formats import integer
+from ....config.schema import FinetuneOptions
+from ....formats import integer
 from . import torch_formats as tf
 from .grad import Adam, LayerGrad
 from .train import Batches, EarlyStop, Problem, draw, learning_rate, log_period
