@@ -13,6 +13,7 @@ the base score, then the ``--top`` quantizers whose removal lowers the KL most.
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 
 import numpy as np
@@ -54,8 +55,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path("rec"))
     chars = ocr.load_characters(onnx.load(path))

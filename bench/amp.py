@@ -10,6 +10,7 @@ while the mean L2 of the output stays within --target (default 0.01). The refere
 rec: PP-OCRv4 rec, A16W8 -> A8W8. Without --target the target is the geometric midpoint of the
 all-A16W8 and all-A8W8 L2, measured first on models built by the normal pipeline (not timed). The
 CER of the float, all-A16W8, final and all-A8W8 models on --eval-lines other lines (seed 3) comes
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 from the search's task_metric hook (timed separately: the "task metric" phase). --whole-runs runs
 every candidate through the whole switch model (the search before incremental runs).
 
@@ -30,8 +31,8 @@ import numpy as np
 from onnxptq import get_preset
 from onnxptq.algorithms import mixed_precision
 from onnxptq.algorithms.mixed_precision import L2Target, auto_mixed_precision
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 REFERENCE_S = 157.0
 LAYER_OPS = mixed_precision.DEFAULT_OP_TYPES

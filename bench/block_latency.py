@@ -16,6 +16,7 @@ session, ``--runs`` inferences), the ten most costly op types and the function b
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import collections
 import json
@@ -44,8 +45,8 @@ def session(model: str, profile: str | None = None) -> ort.InferenceSession:
 
 
 def inputs(name: str) -> tuple[str, np.ndarray, np.ndarray]:
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path(name))
     if name == "rec":

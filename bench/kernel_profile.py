@@ -20,6 +20,7 @@ the two columns, not the microseconds with another run.
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import collections
 import json
@@ -109,8 +110,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path(args.model))
     if args.model == "rec":

@@ -11,6 +11,7 @@ seed 1; 200 evaluation lines, seed 3). Prints one JSON line.
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import dataclasses
 import json
 import sys
@@ -20,8 +21,8 @@ import onnx
 import onnxruntime as ort
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import captcha, ocr
-from onnxptq.testing.models import model_path
+from testkit import captcha, ocr
+from testkit.models import model_path
 
 
 def _value(text: str) -> object:

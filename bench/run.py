@@ -1,8 +1,8 @@
 """Side-by-side benchmark: onnxptq presets vs onnxruntime.quantization vs amd-quark on real models.
 
 One command quantizes PP-OCRv4 rec, PP-OCR mobile cls, the three silero VAD models (If
-branches, LSTM, fp16; ``onnxptq.testing.models.model_path``) and the all-MiniLM-L6-v2 sentence
-encoder (``onnxptq.testing.minilm``, the exporter's finfo.min attention mask), plus any ONNX model
+branches, LSTM, fp16; ``testkit.models.model_path``) and the all-MiniLM-L6-v2 sentence
+encoder (``testkit.minilm``, the exporter's finfo.min attention mask), plus any ONNX model
 given on the command line, with
 
 * **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
@@ -16,7 +16,7 @@ given on the command line, with
   ``import quark.onnx`` works; otherwise one row per model records "not installed".
 
 Every backend runs in the same invocation on the same rendered data (calibration and evaluation
-sets are rendered once, by ``onnxptq.testing.ocr``, and saved as ``.npy``). Each job runs in its
+sets are rendered once, by ``testkit.ocr``, and saved as ``.npy``). Each job runs in its
 own Python process, so its figures are its own:
 
 * **valid**: ``onnx.checker.check_model`` on the saved file and an onnxruntime CPU session load;
@@ -29,7 +29,7 @@ own Python process, so its figures are its own:
 * **task metric**: CER on the rendered lines for rec (greedy CTC, normalized text), top-1 accuracy
   for cls, for the silero models (task ``vad``) the share of 512-sample windows whose speech
   decision (probability > 0.5) agrees with float, streaming a speech/noise/silence clip with each
-  model's own recurrent state (``onnxptq.testing.audio``); for the encoder (task ``encoder``)
+  model's own recurrent state (``testkit.audio``); for the encoder (task ``encoder``)
   paraphrase retrieval top-1 over ``bench/paraphrases.py`` (a query's nearest paraphrase by
   cosine is its own), calibrated on ``bench/minilm.py``'s sentences; none for a model given on
   the command line;
@@ -51,6 +51,7 @@ Child mode (used by the parent): ``python bench/run.py --job JOB.json``.
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import datetime
 import json
@@ -278,7 +279,7 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         result["psnr_db"] = psnr(np.asarray(ref), out)
     task = job["task"]
     if task == "rec":
-        from onnxptq.testing.ocr import cer, ctc_greedy_decode, normalize_text
+        from testkit.ocr import cer, ctc_greedy_decode, normalize_text
 
         chars = json.loads(Path(job["characters"]).read_text(encoding="utf-8"))
         texts = json.loads(Path(job["labels"]).read_text(encoding="utf-8"))
@@ -310,7 +311,7 @@ def _latency_ms(path: str, backend: str, feed: dict[str, np.ndarray], runs: int)
 def _evaluate_vad(job: dict[str, Any], result: dict[str, Any], sess: Any, path: str, backend: str) -> None:
     """Streaming VAD on the evaluation clip: agreement of speech decisions, cosine of probabilities."""
     from onnxptq.analysis.compare import psnr
-    from onnxptq.testing import audio
+    from testkit import audio
 
     probs, _ = audio.run_vad(sess, np.load(job["eval"]))
     ref = np.load(job["float_out"])
@@ -353,7 +354,7 @@ def _prepare_encoder(name: str, path: Path, d: Path, sizes: tuple[int, int]) -> 
     from paraphrases import PAIRS
 
     from onnxptq.sessions import open_session
-    from onnxptq.testing import minilm
+    from testkit import minilm
 
     n_cal, n_pairs = sizes
     calibration = CALIBRATION[:n_cal]
@@ -373,7 +374,7 @@ def _prepare_encoder(name: str, path: Path, d: Path, sizes: tuple[int, int]) -> 
 
 def _prepare_vad(name: str, path: Path, d: Path, seconds: tuple[float, float]) -> dict[str, Any]:
     """Speech/noise/silence clips, the float model's calibration feeds (.npz) and probabilities."""
-    from onnxptq.testing import audio
+    from testkit import audio
 
     calib, _ = audio.speech_mix(seed=606, seconds=seconds[0])
     clip, _ = audio.speech_mix(seed=707, seconds=seconds[1])
@@ -434,7 +435,7 @@ def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int,
     """Render (or draw) the calibration and evaluation sets once and the float outputs on them."""
     import onnxruntime as ort
 
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
@@ -655,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_runs < 20:
         parser.error("--latency-runs must be at least 20")
 
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t_start = time.perf_counter()
@@ -670,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"work folder {work}", flush=True)
 
-    from onnxptq.testing import minilm
+    from testkit import minilm
 
     sources = [(n, minilm.onnx_path("finfo") if n in ENCODER_MODELS else model_path(n)) for n in args.only.split(",") if n]
     sources += [(Path(p).stem, Path(p)) for p in args.models]

@@ -10,6 +10,7 @@ and PP-OCR cls (64 calibration lines, seed 1; evaluation lines, seed 3; the test
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import hashlib
 import logging
@@ -19,8 +20,8 @@ import onnx
 
 import onnxptq
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 
 def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:

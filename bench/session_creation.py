@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import os
 import statistics
@@ -79,8 +80,8 @@ def bench_chains(ns: list[int], repeat: int) -> None:
 
 def bench_models(out: str, runs: int) -> None:
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     print("\n| model | preset | quantize s | session s | onnxptq nodes | latency cpu ms | × float |")
     print("|---|---|---:|---:|---:|---:|---:|")

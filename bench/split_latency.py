@@ -8,6 +8,7 @@ split, one line (1×3×48×320), one thread; CPU time (``time.process_time``) pe
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import dataclasses
 import json
 import sys
@@ -18,8 +19,8 @@ import onnx
 import onnxruntime as ort
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 ROUNDS = 30
 

@@ -19,7 +19,7 @@ from onnxptq import (CalibrationMethod, Config, ExtendedQuantFormat, ExtendedQua
 from onnxptq.algorithms.mixed_precision import L2Target, Top1Target, auto_mixed_precision
 from onnxptq.pipeline.build import build_model
 from onnxptq.pipeline.calibrate import calibrate_once
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -132,7 +132,7 @@ CLS = model_path("cls")
 
 
 def _cls_feeds(n=4):
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     images, _ = ocr.render_cls(n, seed=1)
     return [{"x": images[i : i + 1]} for i in range(n)]
@@ -224,7 +224,7 @@ def test_doc_automatic_on_cls_greedy_property(tmp_path):
         assert g.input_chain(node.name, 0)[-1] in (("int8", "uint8") if node.name in low else ("int16",)), node.name
 
     from onnxptq.compat.options import to_quant_config
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     # The same configuration through our API, with a target between all-A16 and all-A8.
     doc_cfg = to_quant_config(QuantizationConfig(

@@ -27,8 +27,8 @@ from onnxptq.algorithms.mixed_precision import L2Target, auto_mixed_precision
 from onnxptq.pipeline.build import build_model
 from onnxptq.pipeline.calibrate import calibrate_once
 from onnxptq.pipeline.plan import make_plan
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ import pytest
 
 from onnxptq import get_preset, quantize
 from onnxptq.analysis.runtime_view import runtime_kernels
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The quantizer on the real PP-OCR models: task accuracy against float, validity in plain onnxruntime.
 
-Data: text lines rendered with Pillow and DejaVu (onnxptq.testing.ocr). Calibration uses 64 lines
+Data: text lines rendered with Pillow and DejaVu (testkit.ocr). Calibration uses 64 lines
 (seed 1), evaluation 200 other lines (seed 3). Bounds (issue 3): A8W8 rec CER ≤ float + 0.02,
 A16W8 ≤ float + 0.01, cls A8W8 within 1 point; the float formats' bounds are stated per preset.
 """
@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ silero-vad 6.2.3's three ONNX files (fetched with ``pip download`` like the PP-O
 in nested Ifs; ``silero_vad_op18_ifless.onnx`` the same with the LSTM cell decomposed into
 Gemm/Sigmoid/Tanh; ``silero_vad_half.onnx`` computes in fp16 with its LSTMs in If branches.
 
-Data: speech-like audio made here (:mod:`onnxptq.testing.audio`: espeak-ng speech, noise bursts,
+Data: speech-like audio made here (:mod:`testkit.audio`: espeak-ng speech, noise bursts,
 silence). Calibration streams a 1.5 s clip (seed 1) through the float model; evaluation streams an
 5 s clip (seed 2) through each model with its own recurrent state, as a VAD runs. Bounds (issue
 13): cosine of the speech probabilities >= 0.99 and speech decisions (0.5) agreeing on >= 97 % of
@@ -21,8 +21,8 @@ import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import audio
-from onnxptq.testing.models import SILERO, SILERO_HALF, SILERO_IFLESS, model_path
+from testkit import audio
+from testkit.models import SILERO, SILERO_HALF, SILERO_IFLESS, model_path
 
 from test_quantize_subgraphs import quantizers_in_bodies
 

@@ -55,8 +55,8 @@ def test_api_report_lists_every_planned_tensor(small_cnn, tmp_path, preset):
 
 def test_badly_quantized_conv_ranks_first_on_real_cls(tmp_path):
     """int16 everywhere, one Conv's weights int4 per-tensor: that weight heads the report."""
-    from onnxptq.testing.models import model_path
-    from onnxptq.testing.ocr import render_cls
+    from testkit.models import model_path
+    from testkit.ocr import render_cls
 
     images, _ = render_cls(6, seed=5)
     feeds = [{"x": images[i : i + 2]} for i in range(0, 6, 2)]

@@ -1,7 +1,7 @@
 """Target runtime (issue 16): the CPU placement runs as integer kernels in onnxruntime, the NPU one is kept.
 
 Structural checks only (what onnxruntime's optimised graph contains, what the plan decides);
-latency lives in bench/latency.py. Data: rendered PP-OCR lines (onnxptq.testing.ocr).
+latency lives in bench/latency.py. Data: rendered PP-OCR lines (testkit.ocr).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from onnxptq.analysis.runtime_view import runtime_kernels, summary
 from onnxptq.config.schema import ConfigError
 from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.prepare import prepare_for_quantization
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 MATRIX_OPS = ("Conv", "MatMul", "Gemm")
 
