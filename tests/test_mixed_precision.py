@@ -5,6 +5,7 @@ final metric meets the target, and no single further layer can be flipped withou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -58,7 +59,7 @@ def _check_greedy(model, high, low_pair, feeds, result, target):
 
 def test_small_cnn_a16w8_to_a8w8_greedy_property(tmp_path):
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     feeds = small_cnn_feeds(8)
     probe = auto_mixed_precision(make_small_cnn(), high, low, feeds, L2Target(1.0), workers=2)
@@ -86,7 +87,7 @@ def test_incremental_evaluation_matches_whole_runs():
     from onnxptq.algorithms.mixed_precision import _Evaluator
 
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
     feeds = small_cnn_feeds(8)
@@ -114,7 +115,7 @@ def test_incremental_evaluation_matches_whole_runs():
 def test_top1_target_uses_the_evaluation_function():
     feeds = small_cnn_feeds(8)
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     calls = []
 
     def accuracy(outputs):
@@ -273,7 +274,7 @@ def test_search_keeps_the_planner_quiet(caplog):
     from onnxptq.pipeline.plan import make_plan
 
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     with caplog.at_level(logging.INFO):
         result = auto_mixed_precision(make_small_cnn(), high, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1e9))
     plan_lines = [r for r in caplog.records if r.name == make_plan.__module__ and r.getMessage().startswith("plan:")]

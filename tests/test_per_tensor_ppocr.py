@@ -35,7 +35,7 @@ def rec():
 
 def _per_tensor(rec, preset: str, **changes):
     cfg = get_preset(preset)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), **changes)
     assert cfg.equalization_active() and cfg.outlier_split_active() and cfg.bias_correction_active()
     result = quantize(rec["path"], cfg, rec["calib"])

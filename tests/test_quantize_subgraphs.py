@@ -11,6 +11,7 @@ float with a warning naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -163,7 +164,7 @@ def _loop_feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 def _config(preset: str):
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     return config
 
 

@@ -6,6 +6,7 @@ latency lives in bench/latency.py. Data: rendered PP-OCR lines (testkit.ocr).
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import onnx
 import pytest
@@ -33,7 +34,7 @@ def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
 
 def _quantize(name: str, lines: int, runtime: str = "cpu"):
     config = get_preset("A8W8").replace(runtime=runtime)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     if name == "rec":
         images = ocr.render_lines(lines, seed=1, characters=ocr.load_characters(onnx.load(model_path("rec"))))[0]
     else:

@@ -263,8 +263,9 @@ def auto_mixed_precision(
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    high_cfg = resolve_config(high).replace(dual_quant_nodes=False)
-    final_dual = resolve_config(high).dual_quant_nodes
+    high = resolve_config(high)  # the one resolution of this entry point; the pipeline takes the object
+    high_cfg = high.replace(dual_quant_nodes=False)
+    final_dual = high.dual_quant_nodes
     if high_cfg.bias_correction is None:
         # The search scores candidates on one switch model built from solved parameters; bias
         # correction changes biases per candidate, which that model cannot switch. Automatic bias

@@ -325,14 +325,16 @@ def _all_op_types() -> set[str]:
 
 
 def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
-    """Raise UnknownNameError for a node, op type or regex in ``config`` that matches nothing.
+    """Raise UnknownNameError for a node, tensor, op type or regex in ``config`` that matches nothing.
 
-    Why: an exclusion with a typo silently quantizes the layer the user meant to keep in float.
-    ``models`` are the model as given and as prepared (nodes named), so names a user read in
-    either (``inspect``, the plan JSON, Netron) are known. Tensor-wise and per-node settings are
-    checked by the planner; here: ``nodes_to_exclude`` (names and regexes), ``op_types``,
-    ``extra_op_types`` and ``op_type_overrides`` (op types ONNX does not define; op types absent
-    from this model are fine, presets apply to any model). Each error lists the nearest names.
+    The one check of the names a config holds (run once per quantize, by calibrate_once, before
+    any work). Why: an exclusion with a typo silently quantizes the layer the user meant to keep in
+    float. ``models`` are the model as given and as prepared (nodes named), so names a user read in
+    either (``inspect``, the plan JSON, Netron) are known. Checked: ``nodes_to_exclude`` (names
+    and regexes), ``nodes_to_quantize`` and ``node_overrides`` (node names), ``tensor_overrides``
+    (tensor names, If/Loop/Scan bodies included), ``op_types``, ``extra_op_types`` and
+    ``op_type_overrides`` (op types ONNX does not define; op types absent from this model are
+    fine, presets apply to any model). Each error lists the nearest names.
     """
     from onnxptq.config.schema import suggest
     from onnxptq.errors import UnknownNameError
@@ -353,6 +355,20 @@ def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
             near = difflib.get_close_matches(pattern, sorted(node_names), n=3, cutoff=0.5)
             hint = f" (nearest: {', '.join(near)})" if near else ""
             problems.append(f"nodes_to_exclude names {pattern!r}, which is not a node of the model{hint}")
+    for where in ("nodes_to_quantize", "node_overrides"):
+        for name in getattr(config, where, None) or ():
+            if name not in node_names:
+                problems.append(f"{where} names {name!r}, which is not a node of the model{suggest(name, node_names)}")
+    overrides = getattr(config, "tensor_overrides", None) or {}
+    if overrides:
+        from onnxptq.graph.walk import all_graphs
+
+        graphs = [g for m in models for g in all_graphs(m.graph)]
+        tensors = {t for g in graphs for t in (*(i.name for i in g.initializer), *(i.name for i in g.input))}
+        tensors |= {out for m in models for n in _all_nodes(m.graph) for out in n.output if out}
+        for name in overrides:
+            if name not in tensors:
+                problems.append(f"tensor-wise precision names tensor {name!r}, which is not in the model{suggest(name, tensors)}")
     known_ops: set[str] | None = None
     for where in ("op_types", "extra_op_types", "op_type_overrides"):
         for op in getattr(config, where, None) or ():

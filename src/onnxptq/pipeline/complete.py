@@ -16,8 +16,7 @@ from pathlib import Path
 import onnx
 
 from .. import outputs
-from ..config.presets import resolve_config
-from ..config.schema import QuantConfig
+from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
 from .build import build_model
@@ -51,10 +50,10 @@ class QuantizationResult:
         return "\n".join(lines)
 
 
-def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os.PathLike | None = None, *,
+def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → save → report for one config, on calibrated data."""
-    cfg = resolve_config(config)
+    cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
     source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import onnx
 
-from ..config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+from ..config.schema import QuantConfig, TensorQuant
 from ..graph.external import tensor_values
 from ..graph.opsets import is_onnx_domain
 from ..graph.walk import ScopeIndex
@@ -353,13 +353,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
     if config.quantize_all_op_types:
         op_types |= {n.op_type for n in g.nodes}
-    all_names = {n.name for n in g.nodes}
-    for name in config.nodes_to_quantize:
-        if name not in all_names:
-            raise ConfigError(f"nodes_to_quantize names {name!r}, which is not a node of the model{suggest(name, all_names)}")
-    for name in config.node_overrides:
-        if name not in all_names:
-            raise ConfigError(f"node_overrides names {name!r}, which is not a node of the model{suggest(name, all_names)}")
+    # Names in the config (nodes, tensors, op types) were checked once: graph.check.check_config_names.
 
     selected: list[onnx.NodeProto] = []
     skipped: dict[str, str] = {}
@@ -923,10 +917,7 @@ def _dual_quant_nodes(tensors: dict[str, TensorPlan], producer_side: dict[str, t
 
 
 def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:
-    known = set(g.producer) | set(g.initializers) | set(g.inputs)
-    for name, quant in config.tensor_overrides.items():
-        if name not in known:
-            raise ConfigError(f"tensor-wise precision names tensor {name!r}, which is not in the model{suggest(name, known)}")
+    for name, quant in config.tensor_overrides.items():  # names checked by graph.check.check_config_names
         if name in tensors:
             plan = tensors[name]
             axis = plan.axis if (quant.format == plan.quant.format or quant.format in ("bfp", "mx")) else None
