@@ -12,7 +12,8 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import make_small_cnn, small_cnn_feeds
-from onnxptq.api import NothingToQuantizeError, quantize
+from onnxptq.api import quantize
+from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import QuantConfig, TensorQuant
 

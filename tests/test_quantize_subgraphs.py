@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
-from onnxptq.api import NothingToQuantizeError
+from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from onnxptq.calibration import runner
 from onnxptq.graph.walk import ScopeIndex
 

@@ -2,7 +2,7 @@
 
 ``auto_mixed_precision(model, high, low, data, target)``:
 
-1. **Calibrate once** (:func:`onnxptq.api.calibrate_once`) for the union of the tensors both
+1. **Calibrate once** (:func:`onnxptq.pipeline.calibrate.calibrate_once`) for the union of the tensors both
    precisions need, so every candidate reuses the same statistics.
 2. **Sensitivity**: each layer of ``op_types`` alone in the low precision; its metric is its
    sensitivity. Layers are ranked from the least to the most sensitive.
@@ -11,7 +11,7 @@
    the search goes on with the next one (the reference tool stops at the first failure; going on
    finds more layers that fit). A last pass re-tries every high layer against the final set, so
    on return no single further layer can be flipped without breaking the target.
-4. The final model goes through the normal pipeline end (:func:`onnxptq.api.complete`), and a
+4. The final model goes through the normal pipeline end (:func:`onnxptq.pipeline.complete.complete`), and a
    report (which layer got which precision, each sensitivity, baseline and final metric) is
    logged as a table and written as JSON beside the output model.
 

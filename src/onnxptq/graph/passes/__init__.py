@@ -46,12 +46,3 @@ __all__ = [
     "upgrade_opset",
 ]
 
-
-def __getattr__(name: str):
-    # ``prepare`` (the pass list) moved to the pipeline; kept importable from here for old callers
-    # without importing the pipeline at import time (it imports these passes: that would be a cycle).
-    if name in ("prepare", "PrepareError"):
-        import importlib
-
-        return getattr(importlib.import_module("onnxptq.pipeline.prepare"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
