@@ -83,7 +83,6 @@ SHAPE_INPUTS = frozenset(
 )
 #: Ops whose outputs describe shapes, not data: float values derived only from them stay float.
 SHAPE_SOURCES = frozenset({"Shape", "Size"})
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 #: Ops that a BF16 device runs on its matrix engine: with ``activations="compute_inputs"`` only their
 #: float activation inputs are rounded (weights always are).
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})

@@ -13,8 +13,8 @@ import re
 import tempfile
 from pathlib import Path
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -262,52 +262,6 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
         )
     if "initializer" not in kinds and "constant" not in kinds:
         log.warning("%s: the model has no float weights (initializers or Constant nodes); only activations can be quantized", source)
-
-
-def model_float_type(model: onnx.ModelProto) -> Literal["float32", "float16", "mixed"]:
-    """Which float type the model computes in, judged by its float inputs, initializers and Constants.
-
-    ``"float16"`` when every such tensor is fp16 (an fp16 model, which needs different handling of
-    scales and calibration), ``"float32"`` when all are fp32, ``"mixed"`` otherwise. Other float types
-    (bfloat16, float64) are not counted. Raises ModelCheckError when there is no float tensor at all.
-    """
-    seen = {FLOAT_TYPES[elem] for _, _, elem in _float_tensors(model) if elem in FLOAT_TYPES}
-    if not seen:
-        raise ModelCheckError("the model has no float32/float16 inputs or weights")
-    if len(seen) == 1:
-        return seen.pop()  # type: ignore[return-value]
-    return "mixed"
-
-
-def check_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source: str) -> None:
-    """Raise ModelCheckError unless ``feeds`` name the model's inputs with matching dtype and rank.
-
-    Why here: a data reader that yields the wrong name or an fp64 array fails in onnxruntime with a
-    message about the session, not about the reader; this names the input and what was expected.
-    """
-    init_names = {t.name for t in model.graph.initializer}
-    inputs = {v.name: v for v in model.graph.input if v.name not in init_names}
-    unknown = sorted(set(feeds) - set(inputs))
-    if unknown:
-        raise ModelCheckError(f"{source}: feed(s) {unknown} are not model inputs; the model's inputs are {sorted(inputs)}")
-    missing = sorted(set(inputs) - set(feeds))
-    if missing:
-        raise ModelCheckError(f"{source}: no data for model input(s) {missing}")
-    for name, array in feeds.items():
-        tensor_type = inputs[name].type.tensor_type
-        expected = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        array = np.asarray(array)
-        if array.dtype != expected:
-            raise ModelCheckError(f"{source}: input '{name}' expects {expected}, the data reader gave {array.dtype}")
-        if tensor_type.HasField("shape"):
-            dims = tensor_type.shape.dim
-            if array.ndim != len(dims):
-                raise ModelCheckError(f"{source}: input '{name}' expects rank {len(dims)}, the data reader gave shape {array.shape}")
-            for axis, (dim, size) in enumerate(zip(dims, array.shape)):
-                if dim.HasField("dim_value") and dim.dim_value != size:
-                    raise ModelCheckError(
-                        f"{source}: input '{name}' expects size {dim.dim_value} on axis {axis}, the data reader gave shape {array.shape}"
-                    )
 
 
 # ---------------------------------------------------------------------------------------------
