@@ -170,7 +170,7 @@ def test_mixed_precision_search_scores_with_the_guard_decisions(model):
     try:
         acted = []
         for s in sets:
-            plan, _, built = build_model(cal, config_for(s))
+            plan, _, built, _ = build_model(cal, config_for(s))
             acted.append(bool(plan.guard))
             assert evaluator._evaluate(s) == pytest.approx(evaluator.exact(built), rel=1e-6, abs=1e-9), sorted(s)
         assert any(acted) and not all(acted), acted

@@ -336,7 +336,7 @@ def auto_mixed_precision(
             def score_of(flips: frozenset[str]) -> float:
                 if flips == flipped:
                     return final_score
-                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
+                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual)).model))
 
             task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
                            "final": final_score, "all_low": score_of(frozenset(candidates))}
@@ -660,7 +660,7 @@ class _Evaluator:
         if flags is None:
             # A variant the switch model lacks: emit this candidate's own model (exact, slower).
             self.fallbacks += 1
-            _, _, model = build_model(self.calibrated, self.config_for(flipped))
+            model = build_model(self.calibrated, self.config_for(flipped)).model
             return self.exact(model)
         if self.suffixes is not None:
             return self._score_outputs(self._collect(self.suffixes.run(flipped, flags)))
