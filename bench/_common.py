@@ -13,6 +13,7 @@ level, profiling).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,30 @@ if str(ROOT) not in sys.path:
 from onnxptq.sessions import open_session  # noqa: E402
 
 
-def session(model: Any, threads: int | None = None, *, optimization: str = "all", **options: Any) -> Any:
-    """An ``InferenceSession`` on ``model`` (a ``ModelProto``, bytes or a path) on the CPU provider;
-    other keyword arguments go to :func:`onnxptq.sessions.open_session`."""
-    if isinstance(model, bytes):
-        import onnx
+def session(model: Any, threads: int | None = None, *, inter_op_threads: int | None = None, optimization: str = "all",
+            profile: str | os.PathLike | None = None, **options: Any) -> Any:
+    """An ``InferenceSession`` on ``model`` (a ``ModelProto`` or a path) on the CPU provider.
 
-        model = onnx.load_from_string(model)
-    return open_session(model, threads=threads, optimization=optimization, **options)
+    ``threads`` / ``inter_op_threads``: onnxruntime's defaults when None. ``profile``: a file prefix
+    for onnxruntime's per-node profile (``session.end_profiling()`` writes it; the library never
+    profiles, so these sessions alone set their options here, the rest as
+    :func:`onnxptq.sessions.open_session` does). Other keyword arguments go to ``open_session``.
+    """
+    if profile is None:
+        return open_session(model, threads=threads, inter_op_threads=inter_op_threads, optimization=optimization, **options)
+    import onnx
+    import onnxruntime as ort
+
+    from onnxptq.sessions import optimization_level
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = optimization_level(optimization)
+    if threads:
+        so.intra_op_num_threads = threads
+    if inter_op_threads:
+        so.inter_op_num_threads = inter_op_threads
+    so.enable_profiling = True
+    so.profile_file_prefix = str(profile)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])

@@ -10,7 +10,7 @@ while the mean L2 of the output stays within --target (default 0.01). The refere
 rec: PP-OCRv4 rec, A16W8 -> A8W8. Without --target the target is the geometric midpoint of the
 all-A16W8 and all-A8W8 L2, measured first on models built by the normal pipeline (not timed). The
 CER of the float, all-A16W8, final and all-A8W8 models on --eval-lines other lines (seed 3) comes
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 from the search's task_metric hook (timed separately: the "task metric" phase). --whole-runs runs
 every candidate through the whole switch model (the search before incremental runs).
 
@@ -20,6 +20,7 @@ wall and CPU times.
 
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import logging
 import math
@@ -42,7 +43,7 @@ def _cls(args) -> None:
     images, _ = ocr.render_cls(args.samples, seed=1)
     feeds = [{"x": images[i : i + 1]} for i in range(args.samples)]
     high = get_preset("BF16")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     target = 0.01 if args.target is None else args.target
     t = time.perf_counter()
     result = auto_mixed_precision(str(model_path("cls")), high, "BFP16", feeds, L2Target(target), workers=args.workers)
@@ -57,8 +58,6 @@ def _cls(args) -> None:
 
 def _rec(args) -> None:
     import onnx
-    import onnxruntime as ort
-
     from onnxptq.pipeline.build import build_model
     from onnxptq.pipeline.calibrate import calibrate_once
 
@@ -68,16 +67,12 @@ def _rec(args) -> None:
     feeds = [{"x": lines[i : i + 1]} for i in range(args.samples)]
     images, texts = ocr.render_lines(args.eval_lines, seed=3, characters=chars)
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
 
     def session(model, basic=False):
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        if basic:
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return _common.session(model, 1, optimization="basic" if basic else "all")
 
     target = args.target
     if target is None:  # the geometric midpoint of the two extremes, measured on built models

@@ -11,7 +11,7 @@ warm-up. Prints a markdown table.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import logging
 import statistics
@@ -122,11 +122,7 @@ def transformer_encoder(
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def time_models(models: dict[str, onnx.ModelProto], feed: dict[str, np.ndarray], runs: int, block: int = 5) -> dict[str, float]:

@@ -13,7 +13,7 @@ grows while the CPU time does not.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import logging
 import os
@@ -34,7 +34,7 @@ log = logging.getLogger("bench.finetune")
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _common.session(model)
 
 
 def main() -> None:

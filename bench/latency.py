@@ -21,7 +21,8 @@ absolute milliseconds, and distrust a run whose load is high.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import dataclasses
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import os
 import statistics
@@ -41,11 +42,7 @@ EVAL_LINES = 200
 
 def session(model: str, threads: int) -> ort.InferenceSession:
     """A default CPU session with ``threads`` intra-op threads, as a user opens the model."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return _common.session(model, threads, inter_op_threads=1)
 
 
 class Bench:
@@ -105,7 +102,7 @@ def ours(path: str, preset: str, runtime: str, calib: list[dict[str, np.ndarray]
     import onnxptq
 
     config = onnxptq.get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     config = config.replace(runtime=runtime)
     start = time.perf_counter()
     result = onnxptq.quantize(path, config, calib, eval_samples=0)

@@ -35,7 +35,8 @@ Child mode (used by the parent): ``python bench/quantize.py --job TOOL:LINES --n
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import dataclasses
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import datetime
 import json
@@ -162,7 +163,7 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         from onnxptq.config.presets import get_preset
 
         cfg = get_preset("A8W8")
-        cfg.calibration.progress = False
+        cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
         kw = {"eval_samples": 0} if job == "onnxptq_noeval" else {}
         base = _status_kib("VmRSS")
         cpu0 = _cpu_s()
@@ -253,14 +254,7 @@ def bench_quantize(lines_list: list[int], repeats: int, workdir: Path) -> str:
 
 
 def _session(model: Any):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def _fake_quant_models(name: str) -> dict[str, Any]:

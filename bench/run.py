@@ -51,7 +51,8 @@ Child mode (used by the parent): ``python bench/run.py --job JOB.json``.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import dataclasses
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import datetime
 import json
@@ -176,7 +177,7 @@ def _onnxptq_config(config: str):
     if unknown:
         raise ValueError(f"unknown onnxptq config flags {sorted(unknown)} in {config!r}")
     cfg = get_preset(name)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     if "per-tensor" in flags:
         cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
     if "no-cle" in flags:
@@ -215,20 +216,15 @@ def _quantize(job: dict[str, Any]) -> None:
         raise ValueError(f"unknown backend {backend!r}")
 
 
-def _session_options(backend: str, threads: int | None):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = threads
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+def _session(path: str, backend: str, threads: int | None):
+    """A CPU session on ``path`` (bench/_common.py's helper); ``threads`` intra- and inter-op threads
+    when given; the reference tool's custom-op library registered for its models."""
+    libraries = ()
     if backend == "quark":
         from quark.onnx import get_library_path
 
-        opts.register_custom_ops_library(get_library_path())
-    return opts
+        libraries = (get_library_path(),)
+    return _common.session(path, threads, inter_op_threads=threads, custom_op_libraries=libraries)
 
 
 def _model_size(path: str) -> int:
@@ -245,13 +241,12 @@ def _model_size(path: str) -> int:
 def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     """Validity, task metric, cosine/PSNR vs float, one-thread latency of ``job['output']``."""
     import onnx
-    import onnxruntime as ort
 
     path, backend = job["output"], job["backend"]
     result["size_bytes"] = _model_size(path)
     try:
         onnx.checker.check_model(path)
-        sess = ort.InferenceSession(path, _session_options(backend, None), providers=["CPUExecutionProvider"])
+        sess = _session(path, backend, None)
     except Exception as exc:
         result["valid"] = False
         result["error"] = f"invalid: {type(exc).__name__}: {_short(exc)}"
@@ -295,9 +290,7 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
 
 def _latency_ms(path: str, backend: str, feed: dict[str, np.ndarray], runs: int) -> float:
     """Median one-thread latency of ``path`` on one feed, after three warm-up runs."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
+    session = _session(path, backend, 1)
     for _ in range(3):
         session.run(None, feed)
     times = []
@@ -433,8 +426,6 @@ def run_job(job_path: str) -> int:
 
 def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """Render (or draw) the calibration and evaluation sets once and the float outputs on them."""
-    import onnxruntime as ort
-
     from testkit import ocr
 
     d = work / name
@@ -443,7 +434,7 @@ def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int,
         return _prepare_vad(name, path, d, sizes["vad"])
     if name in ENCODER_MODELS:
         return _prepare_encoder(name, path, d, sizes["encoder"])
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = _common.session(str(path))
     inp = sess.get_inputs()[0]
     info: dict[str, Any] = {"name": name, "model": str(path), "input_name": inp.name, "dir": str(d)}
     if name == "rec":

@@ -10,7 +10,8 @@ and PP-OCR cls (64 calibration lines, seed 1; evaluation lines, seed 3; the test
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
+import dataclasses
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import hashlib
 import logging
@@ -29,9 +30,7 @@ def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
 
 
 def _outputs(model: onnx.ModelProto, images: np.ndarray) -> np.ndarray:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = _common.session(model)
     return np.concatenate([session.run(None, feed)[0] for feed in _batches(images)])
 
 
@@ -52,7 +51,7 @@ def main() -> None:
         reference = _outputs(onnx.load(path), images)
         for preset in args.presets.split(","):
             config = get_preset(preset)
-            config.calibration.progress = False
+            config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
             result = quantize(path, config, _batches(calib))
             out = _outputs(result.model, images)
             cosine = float(np.dot(out.ravel().astype(np.float64), reference.ravel()) /
