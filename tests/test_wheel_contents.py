@@ -53,3 +53,27 @@ def test_library_never_imports_the_harness() -> None:
     hits = [str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*.py")
             if "testkit" in p.read_text(encoding="utf-8") or "onnxptq.testing" in p.read_text(encoding="utf-8")]
     assert not hits, hits
+
+
+def test_the_readme_test_line_is_the_whole_setup() -> None:
+    # The README's second line runs .ci/run, which installs the system packages and the test extra;
+    # the test extra holds the optional extras the suite exercises (torch: finetuning, the MiniLM
+    # export; pillow: images), so a fresh machine skips only what needs ../shared.
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert commands[1].split("#")[0].strip() == "bash .ci/run"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "chromium" in ci and "espeak-ng" in ci and '-e ".[test]"' in ci and "pytest -n 2" in ci
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert set(extras["finetune"]) <= set(extras["test"]) and set(extras["images"]) <= set(extras["test"])
+
+
+def test_the_quickstart_finds_its_data_helpers() -> None:
+    # The README's first line: the quickstart imports the harness from the repository root (it is
+    # not in the installed package); --help runs every import and exits before any work.
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT / "examples")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--preset" in proc.stdout
