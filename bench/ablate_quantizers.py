@@ -13,8 +13,8 @@ the base score, then the ``--top`` quantizers whose removal lowers the KL most.
 
 from __future__ import annotations
 
-import dataclasses
 import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 
 import numpy as np

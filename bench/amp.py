@@ -10,7 +10,6 @@ while the mean L2 of the output stays within --target (default 0.01). The refere
 rec: PP-OCRv4 rec, A16W8 -> A8W8. Without --target the target is the geometric midpoint of the
 all-A16W8 and all-A8W8 L2, measured first on models built by the normal pipeline (not timed). The
 CER of the float, all-A16W8, final and all-A8W8 models on --eval-lines other lines (seed 3) comes
-import _common  # the repository root on sys.path (testkit), the bench's session helper
 from the search's task_metric hook (timed separately: the "task metric" phase). --whole-runs runs
 every candidate through the whole switch model (the search before incremental runs).
 
@@ -20,6 +19,7 @@ wall and CPU times.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import dataclasses
 import argparse
 import logging

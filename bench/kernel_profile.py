@@ -20,8 +20,8 @@ the two columns, not the microseconds with another run.
 
 from __future__ import annotations
 
-import dataclasses
 import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import collections
 import json

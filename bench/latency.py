@@ -21,8 +21,8 @@ absolute milliseconds, and distrust a run whose load is high.
 
 from __future__ import annotations
 
-import dataclasses
 import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import os
 import statistics

@@ -35,8 +35,8 @@ Child mode (used by the parent): ``python bench/quantize.py --job TOOL:LINES --n
 
 from __future__ import annotations
 
-import dataclasses
 import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import datetime
 import json

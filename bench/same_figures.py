@@ -10,8 +10,8 @@ and PP-OCR cls (64 calibration lines, seed 1; evaluation lines, seed 3; the test
 
 from __future__ import annotations
 
-import dataclasses
 import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import hashlib
 import logging
