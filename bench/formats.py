@@ -23,6 +23,7 @@ realisation cannot slip into the table. Prints a markdown table.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import importlib
 import statistics
@@ -64,11 +65,7 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def _identity_model() -> onnx.ModelProto:

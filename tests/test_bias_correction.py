@@ -54,7 +54,7 @@ def _data(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 def _config(**changes):
     cfg = get_preset("A16W8")  # 16-bit activations: the weight rounding is the error that is left
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     return cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), equalize=False, **changes)
 
 

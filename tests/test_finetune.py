@@ -6,6 +6,7 @@ The real-model checks (PP-OCR cls task metric) are in test_finetune_ppocr.py.
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -23,6 +24,19 @@ torch = pytest.importorskip("torch")
 from onnxptq.pipeline.refine import finetune  # noqa: E402
 from onnxptq.pipeline.refine.finetune import extract  # noqa: E402
 from onnxptq.pipeline.refine.finetune.layer import make_forward  # noqa: E402
+
+
+def reference_loss_and_grad(forward: Callable, channel_dim: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                            y: torch.Tensor, want_bias: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Autograd through :func:`onnxptq.pipeline.refine.finetune.layer.make_forward` on an unprepared ``x``:
+    the oracle the hand-written gradients (``grad.LayerGrad``) are compared against."""
+    with torch.enable_grad():
+        wl = w.detach().clone().requires_grad_(True)
+        bl = b.detach().clone().requires_grad_(True) if (b is not None and want_bias) else b
+        loss = (forward(x, wl, bl) - y).pow(2).sum(dim=channel_dim).mean()
+        wanted = [wl] + ([bl] if (b is not None and want_bias) else [])
+        grads = torch.autograd.grad(loss, wanted)
+    return loss.detach(), grads[0], grads[1] if len(grads) > 1 else None
 
 
 def _model(seed: int = 0) -> onnx.ModelProto:
@@ -111,7 +125,7 @@ def test_torch_layers_match_onnxruntime():
 def test_hand_written_gradient_matches_autograd(activation):
     """grad.LayerGrad (the optimisers' hand-written backward) gives autograd's loss and weight/bias
     gradients through make_forward, for every layer form of the synthetic model and every fused activation."""
-    from onnxptq.pipeline.refine.finetune.grad import Adam, LayerGrad, reference_loss_and_grad
+    from onnxptq.pipeline.refine.finetune.grad import Adam, LayerGrad
 
     model = _model()
     plan = __import__("onnxptq.pipeline.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))

@@ -132,7 +132,7 @@ def test_no_import_cycle_among_package_modules():
 #: machinery, the calibration runner, the measurements, the pipeline's stages, the searches and
 #: whole-model tools built on them, the entry point, the compatible surfaces, the command lines.
 #: Each entry names top-level modules or packages of ``onnxptq`` ("" is the package's own
-#: ``__init__``, the public names). ``testing`` and ``_moved`` are on the top floor until they leave.
+#: ``__init__``, the public names).
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("outputs",),
@@ -148,7 +148,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("api",),
     ("compat",),
     ("quantization",),
-    ("commands", "tools", "cli", "__main__", "", "_moved", "testing"),
+    ("commands", "tools", "cli", "__main__", ""),
 ]
 
 
@@ -238,32 +238,29 @@ def test_public_names_import(name):
     assert getattr(onnxptq, name) is not None
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "attribute"),
-    [
-        ("onnxptq.plan", "onnxptq.pipeline.plan", "make_plan"),
-        ("onnxptq.solve", "onnxptq.pipeline.solve", "solve"),
-        ("onnxptq.emit", "onnxptq.pipeline.emit", "emit"),
-        ("onnxptq.bf16", "onnxptq.conversion", "convert_float_to_bf16"),
-        ("onnxptq.fp16", "onnxptq.conversion", "convert_float16_to_float"),
-        ("onnxptq.evaluate", "onnxptq.analysis.compare", "cosine"),
-        ("onnxptq.metrics", "onnxptq.analysis.metrics", "psnr"),
-        ("onnxptq.report", "onnxptq.analysis.report", "compute_report"),
-        ("onnxptq.infer", "onnxptq.analysis.infer", "run_and_save"),
-    ],
-)
-def test_moved_modules_keep_their_old_import_paths(old, new, attribute):
-    moved = importlib.import_module(old)
-    assert moved is importlib.import_module(new)
-    assert moved.__spec__.name == new  # relative imports inside it still resolve against its real home
-    assert callable(getattr(moved, attribute))
+def test_old_module_paths_are_gone():
+    # One alias mechanism only (quantization/, the reference tool's mirror): the pre-layout module
+    # paths (onnxptq.plan, onnxptq.bf16, ...) and the stages re-exported by api.py no longer import.
+    for old in ("onnxptq.plan", "onnxptq.solve", "onnxptq.emit", "onnxptq.bf16", "onnxptq.fp16", "onnxptq.evaluate",
+                "onnxptq.metrics", "onnxptq.report", "onnxptq.infer", "onnxptq._moved"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    import onnxptq.api
+    import onnxptq.graph.passes
+
+    assert onnxptq.api.__all__ == ["quantize"] and not hasattr(onnxptq.api, "build_model")
+    assert not hasattr(onnxptq.graph.passes, "prepare")
 
 
 def test_documented_module_paths_import():
-    from onnxptq.api import build_model, calibrate_once, complete, quantize  # noqa: F401  (bench/ and docs use them)
+    from onnxptq.api import quantize  # noqa: F401
+    from onnxptq.pipeline.build import build_model  # noqa: F401  (bench/ and docs use them)
+    from onnxptq.pipeline.calibrate import calibrate_once  # noqa: F401
+    from onnxptq.pipeline.complete import complete  # noqa: F401
     from onnxptq.compat import get_default_config  # noqa: F401
     from onnxptq.formats import fake_quantize  # noqa: F401
     from onnxptq.onnx_ops import build_qdq, qdq_model  # noqa: F401
+    from onnxptq.pipeline.prepare import prepare  # noqa: F401
     from onnxptq.quantization.api import ModelQuantizer  # noqa: F401
     from onnxptq.quantization.config import Config, QuantizationConfig, get_default_config as g2  # noqa: F401
     from onnxptq.tools import convert_fp16_to_bf16, convert_fp32_to_bf16, evaluate  # noqa: F401

@@ -30,8 +30,8 @@ def test_the_build_starts_from_a_copy_of_the_calibrated_plan(caplog):
     assert calibrated.plan is not None and calibrated.config is cfg
     before = calibrated.plan.to_json()
     with caplog.at_level(logging.INFO, logger="onnxptq"):
-        plan, _, _ = build_model(calibrated, cfg)
-        again, _, _ = build_model(calibrated, cfg)
+        plan = build_model(calibrated, cfg).plan
+        again = build_model(calibrated, cfg).plan
     assert _plan_lines(caplog) == 0
     assert plan is not calibrated.plan and again is not plan  # the guard changes its plan in place
     assert calibrated.plan.to_json() == before

@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 ``auto_mixed_precision(model, high, low, data, target)``:
 
-1. **Calibrate once** (:func:`onnxptq.api.calibrate_once`) for the union of the tensors both
+1. **Calibrate once** (:func:`onnxptq.pipeline.calibrate.calibrate_once`) for the union of the tensors both
    precisions need, so every candidate reuses the same statistics.
 2. **Sensitivity**: each layer of ``op_types`` alone in the low precision; its metric is its
    sensitivity. Layers are ranked from the least to the most sensitive.
@@ -11,7 +11,7 @@
    the search goes on with the next one (the reference tool stops at the first failure; going on
    finds more layers that fit). A last pass re-tries every high layer against the final set, so
    on return no single further layer can be flipped without breaking the target.
-4. The final model goes through the normal pipeline end (:func:`onnxptq.api.complete`), and a
+4. The final model goes through the normal pipeline end (:func:`onnxptq.pipeline.complete.complete`), and a
    report (which layer got which precision, each sensitivity, baseline and final metric) is
    logged as a table and written as JSON beside the output model.
 
@@ -265,8 +265,9 @@ def auto_mixed_precision(
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    high_cfg = resolve_config(high).replace(dual_quant_nodes=False)
-    final_dual = resolve_config(high).dual_quant_nodes
+    high = resolve_config(high)  # the one resolution of this entry point; the pipeline takes the object
+    high_cfg = high.replace(dual_quant_nodes=False)
+    final_dual = high.dual_quant_nodes
     if high_cfg.bias_correction is None:
         # The search scores candidates on one switch model built from solved parameters; bias
         # correction changes biases per candidate, which that model cannot switch. Automatic bias
@@ -337,7 +338,7 @@ def auto_mixed_precision(
             def score_of(flips: frozenset[str]) -> float:
                 if flips == flipped:
                     return final_score
-                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
+                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual)).model))
 
             task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
                            "final": final_score, "all_low": score_of(frozenset(candidates))}
@@ -661,7 +662,7 @@ class _Evaluator:
         if flags is None:
             # A variant the switch model lacks: emit this candidate's own model (exact, slower).
             self.fallbacks += 1
-            _, _, model = build_model(self.calibrated, self.config_for(flipped))
+            model = build_model(self.calibrated, self.config_for(flipped)).model
             return self.exact(model)
         if self.suffixes is not None:
             return self._score_outputs(self._collect(self.suffixes.run(flipped, flags)))

@@ -7,6 +7,7 @@ mixed-precision search builds many candidate models and only completes the one i
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import onnx
 
@@ -19,10 +20,23 @@ from .plan import Plan
 from .solve import QParams, solve
 
 
-def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[str, QParams], onnx.ModelProto]:
+class Built(NamedTuple):
+    """What :func:`build_model` made: the plan, the solved parameters, the quantized model (unchecked)
+    and the seconds its optional refine steps took (``"bias correction"``, ``"refine"``), which
+    the caller adds to its timings; the calibration it read is left as it was."""
+
+    plan: Plan
+    params: dict[str, QParams]
+    model: onnx.ModelProto
+    timings: dict[str, float]
+
+
+def build_model(calibrated: Calibrated, cfg: QuantConfig) -> Built:
     """final plan → solve → refine → emit on calibrated statistics (no checks, no session: see
     ``complete``). The plan is :func:`.final_plan.final_plan`'s: the one calibration made for
-    ``cfg`` (or a new one for another config), coverage and the range guard applied."""
+    ``cfg`` (or a new one for another config), coverage and the range guard applied.
+    ``calibrated`` is only read (a search builds many candidates from one calibration)."""
+    timings: dict[str, float] = {}
     prepared = calibrated.prepared
     plan = final_plan(calibrated, cfg)
 
@@ -41,14 +55,14 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> tuple[Plan, dict[st
             # Weight scales do not depend on biases; a bias quantized on its own range does: solve again.
             weights = prepared = with_initializers(prepared, corrected)
             params = solved(prepared)
-        calibrated.timings["bias correction"] = time.perf_counter() - t
+        timings["bias correction"] = time.perf_counter() - t
     if cfg.finetune is not None:
         # Refinement needs torch (an optional extra): imported only when a config asks for it.
         from .refine.finetune import refine
 
         t = time.perf_counter()
         weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
-        calibrated.timings["refine"] = time.perf_counter() - t
+        timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu)
-    return plan, params, quantized
+    return Built(plan, params, quantized, timings)

@@ -20,8 +20,7 @@ import numpy as np
 import onnx
 
 from ..calibration import collectors, readers, runner
-from ..config.presets import resolve_config
-from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
+from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.passes.widen_fp16 import convert_float16_to_float
@@ -77,14 +76,13 @@ def source_name(model: Any) -> str:
     return str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<ModelProto>")
 
 
-def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
                    also_for: Sequence[QuantConfig] = ()) -> Calibrated:
     """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
     and those of every config in ``also_for`` (same preparation settings as ``config``)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    cfg = resolve_config(config)
-    cfg.calibration.check()
+    cfg = require_config(config, "calibrate_once")
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)

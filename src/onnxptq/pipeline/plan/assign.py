@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import onnx
 
-from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
+from ...config.schema import QuantConfig, TensorQuant
 from ...graph.naming import check_node_names
 from ...graph.ops import BIAS_INPUTS, DATA_INPUTS, DEFAULT_OP_TYPES, ELTWISE_OPS, NO_OUTPUT_QUANT, RECURRENT, WEIGHT_INPUTS
 from .. import runtime
@@ -111,13 +111,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
     if config.quantize_all_op_types:
         op_types |= {n.op_type for n in g.nodes}
-    all_names = {n.name for n in g.nodes}
-    for name in config.nodes_to_quantize:
-        if name not in all_names:
-            raise ConfigError(f"nodes_to_quantize names {name!r}, which is not a node of the model{suggest(name, all_names)}")
-    for name in config.node_overrides:
-        if name not in all_names:
-            raise ConfigError(f"node_overrides names {name!r}, which is not a node of the model{suggest(name, all_names)}")
+    # Names in the config (nodes, tensors, op types) were checked once: graph.check.check_config_names.
 
     selected: list[onnx.NodeProto] = []
     skipped: dict[str, str] = {}

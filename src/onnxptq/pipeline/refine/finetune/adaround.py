@@ -29,11 +29,6 @@ log = logging.getLogger(__name__)
 ZETA, GAMMA = 1.1, -0.1
 
 
-def rectified_sigmoid(alpha: torch.Tensor) -> torch.Tensor:
-    """h(α): a sigmoid stretched to (γ, ζ) and clipped to [0, 1], so it reaches 0 and 1 exactly."""
-    return torch.clamp(torch.sigmoid(alpha) * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
-
-
 def beta_at(it: int, options: FinetuneOptions) -> float:
     """β for iteration ``it``: cosine from BetaRange[0] to BetaRange[1] after the warm start."""
     n = int(options.num_iterations)
