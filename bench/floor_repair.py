@@ -38,7 +38,7 @@ def _cos(model, quantized, feeds) -> float:
 
 
 def patterns() -> None:
-    import onnxptq.pipeline.plan as plan_module
+    import onnxptq.pipeline.plan.rules as plan_module
     from _structure_graphs import PATTERNS, pattern_data, pattern_model
 
     rule = plan_module.structure_float_tensors

@@ -70,7 +70,7 @@ def test_quantized_patterns_keep_output_cosine(pattern, preset):
 
 def test_without_the_rule_the_ex2_layernorm_breaks_in_bf16(monkeypatch):
     """The failure the rule exists for (so the test above cannot pass by accident)."""
-    import onnxptq.pipeline.plan as plan_module
+    import onnxptq.pipeline.plan.rules as plan_module
 
     monkeypatch.setattr(plan_module, "structure_float_tensors", lambda model: {})
     model = pattern_model("layernorm_ex2", offset=12.0)

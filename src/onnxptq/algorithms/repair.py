@@ -84,7 +84,7 @@ class _Judge:
             return self.cache[kept]
         self.evaluations += 1
         try:
-            _, _, model = build_model(self.calibrated, _config_with(self.cfg, kept))
+            model = build_model(self.calibrated, _config_with(self.cfg, kept)).model
             verdict: Verdict | None = self.run(model)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)

@@ -16,8 +16,7 @@ from pathlib import Path
 import onnx
 
 from .. import outputs
-from ..config.presets import resolve_config
-from ..config.schema import QuantConfig
+from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
 from .build import build_model
@@ -61,22 +60,22 @@ class QuantizationResult:
         return "\n".join(lines)
 
 
-def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os.PathLike | None = None, *,
+def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None,
              deliver_now: bool = True) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → verify → save → report for one config, on
-    calibrated data. ``deliver_now=False`` stops before the report and the save (the accuracy
+    calibrated data. ``deliver_now=False`` stops before the save and the report (the accuracy
     floor's repair decides first which model is delivered; :func:`deliver` then writes it)."""
-    cfg = resolve_config(config)
+    cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
     source = calibrated.source
     timings = dict(calibrated.timings)
     t2 = time.perf_counter()
-    plan, params, quantized = build_model(calibrated, cfg)
-    timings.update({k: v for k, v in calibrated.timings.items() if k == "refine"})
+    plan, params, quantized, refine_timings = build_model(calibrated, cfg)
+    timings.update(refine_timings)
     quantized, session = finish(quantized, source)
-    timings["emit"] = time.perf_counter() - t2
+    timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
     verdict = _verify(calibrated, cfg, quantized, session, timings)
@@ -88,8 +87,11 @@ def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os
 
 def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os.PathLike | None, *,
             eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
-    """The end of :func:`complete`: the per-tensor report, the save, the total time, the summary (logged at DEBUG: callers print it)."""
+    """The end of :func:`complete`: the save, then the per-tensor report (the order every doc gives),
+    the total time, the summary (logged at DEBUG: callers print it)."""
     timings = result.timings
+    if output is not None:  # save, then report (the order every doc gives)
+        result.output_path = io.save_model(result.model, output)
     if report_path is not None:
         t4 = time.perf_counter()
         from ..analysis.report import compute_report
@@ -99,8 +101,6 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
                                     float_label=calibrated.source,
                                     quant_label=str(output) if output is not None else "<quantized>"), report_path)
         timings["report"] = time.perf_counter() - t4
-    if output is not None:
-        result.output_path = io.save_model(result.model, output)
     timings["total"] = time.perf_counter() - calibrated.started
     log.debug("%s", result.summary())
     return result
@@ -167,7 +167,8 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         tmp_model = files.temp(out)
         tmp_data = files.temp(out.parent / data_name)
         with external.sink(tmp_data) as target:
-            plan, params, quantized = build_model(calibrated, cfg)
+            plan, params, quantized, refine_timings = build_model(calibrated, cfg)
+            timings.update(refine_timings)
             copied = external.consolidate(quantized, target)
         log.info("streamed %d tensors (%d copied unchanged, %.1f MiB) into %s", target.tensors, copied,
                  target.bytes / 2**20, out.parent / data_name)
@@ -177,7 +178,7 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
             tmp_data.unlink()
         onnx.save_model(quantized, str(tmp_model))
         quantized, session = finish_saved(quantized, tmp_model, source)
-        timings["emit"] = time.perf_counter() - t2
+        timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
         metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
         del session
         external.relocate(quantized, tmp_data.name, data_name)
