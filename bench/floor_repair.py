@@ -31,6 +31,13 @@ from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
 
+def _quiet(cfg):
+    """The config without a progress bar (configs are frozen: a changed copy)."""
+    from dataclasses import replace
+
+    return cfg.replace(calibration=replace(cfg.calibration, progress=False))
+
+
 def _cos(model, quantized, feeds) -> float:
     ref = ort.InferenceSession(model.SerializeToString())
     got = ort.InferenceSession(quantized.SerializeToString())
@@ -47,8 +54,7 @@ def patterns() -> None:
     for name in PATTERNS:
         model = pattern_model(name, offset=12.0)
         for preset in ("BF16", "A8W8", "MX9"):
-            cfg = resolve_config(preset).replace(repair=False)
-            cfg.calibration.progress = False
+            cfg = _quiet(resolve_config(preset).replace(repair=False))
             got = []
             for on in (False, True):
                 plan_module.structure_float_tensors = rule if on else (lambda m: {})
@@ -84,8 +90,7 @@ def zoo(pairs: list[tuple[str, str]]) -> None:
         ref = z.session_runner(m.path())
         row, kept, secs = [], [], []
         for repair in (False, True):
-            cfg = resolve_config(preset).replace(repair=repair)
-            cfg.calibration.progress = False
+            cfg = _quiet(resolve_config(preset).replace(repair=repair))
             t = time.perf_counter()
             r = quantize(str(m.path()), cfg, cal)
             secs.append(time.perf_counter() - t)
@@ -109,8 +114,7 @@ def overhead() -> None:
         for _ in range(3):
             for holdout in (0, default):
                 api.DEFAULT_HOLDOUT = holdout
-                cfg = resolve_config(preset)
-                cfg.calibration.progress = False
+                cfg = _quiet(resolve_config(preset))
                 t = time.perf_counter()
                 r = api.quantize(model, cfg, data)
                 times[holdout].append(time.perf_counter() - t)
