@@ -42,10 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # testkit/ at the repository root
+import _common  # noqa: F401,E402 - the repository root (testkit/) on sys.path
 
 from testkit import zoo  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 PRESETS = ("BF16", "FP16", "A16W8", "A8W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3")
 FLOORS = {"BF16": 0.97, "FP16": 0.97, "A16W8": 0.97, "BFP16": 0.97, "MX9": 0.97, "MXINT8": 0.97,

@@ -1,0 +1,1 @@
+"""Helpers for tests, benchmarks and examples: the real models and data to run them on."""

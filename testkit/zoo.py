@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxptq.testing.models import cache_dir, unpack_wheel
+from .models import cache_dir, unpack_wheel
 
 from . import zoo_data as data
 
@@ -447,7 +447,7 @@ ZOO: tuple[ZooModel, ...] = (
     # tensor): no wheel searched for the zoo ships a true fp16 model.
     ZooModel("silero_half", "silero-vad==6.2.3", "silero_vad", "silero_vad/data/silero_vad_half.onnx", "MIT",
              "silero VAD v6 'half' file (float32 weights despite the name): STFT as Conv, Conv encoder, LSTM inside nested `If`s",
-             ("If", "audio front end", "LSTM"), "espeak-ng speech mixed with noise bursts and silence (onnxptq.testing.audio.speech_mix), 512-sample windows + state",
+             ("If", "audio front end", "LSTM"), "espeak-ng speech mixed with noise bursts and silence (testkit.audio.speech_mix), 512-sample windows + state",
              data.silero_stream, vad_streaming, "streaming speech-decision agreement", calibration=96, heldout=400, new=False),
 )
 

@@ -267,8 +267,8 @@ VOICES = ("en", "en-us", "en-gb-x-rp", "en+f3", "en+m3", "en-us+f2")
 @functools.lru_cache(maxsize=256)
 def speak(text: str, voice: str, speed: int) -> np.ndarray:
     """``text`` spoken by espeak-ng, float samples in [-1, 1] at 16 kHz (the project's own
-    synthesiser, :func:`onnxptq.testing.audio.speak`; FileNotFoundError without espeak-ng)."""
-    from onnxptq.testing.audio import speak as espeak
+    synthesiser, :func:`testkit.audio.speak`; FileNotFoundError without espeak-ng)."""
+    from .audio import speak as espeak
 
     return espeak(text, voice=voice, speed=speed)
 
@@ -296,8 +296,8 @@ def speech_clip(rng: random.Random, seconds: float, phrase: str | None = None) -
 def silero_stream(root: Path, n: int, seed: int) -> list[Feed]:
     """silero-vad (``silero_vad_half.onnx``): ``n`` consecutive 512-sample windows (+64 context) of a
     speech/noise/silence mix, with the states the float model itself returned
-    (:func:`onnxptq.testing.audio.vad_feeds`)."""
-    from onnxptq.testing.audio import speech_mix, vad_feeds
+    (:func:`testkit.audio.vad_feeds`)."""
+    from .audio import speech_mix, vad_feeds
 
     audio, _ = speech_mix(seed=100 + seed, seconds=n * 512 / 16000 + 0.5)
     return vad_feeds(str(root / "silero_vad" / "data" / "silero_vad_half.onnx"), audio, max_windows=n)

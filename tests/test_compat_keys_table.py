@@ -240,6 +240,10 @@ PROBES: dict[str, tuple] = {
     "DebugMode": (True, {}),
     "PrintSummary": (False, {}),
     "IgnoreWarnings": (False, {}),
+    # A floor no int8 model holds: repair keeps nodes float (the model changes); strict raises; repair off keeps the plain model.
+    "AccuracyFloorCosine": (0.99999, {}),
+    "AccuracyFloorStrict": (True, {"extra": {"AccuracyFloorCosine": 0.99999}}),
+    "AccuracyFloorRepair": (False, {"extra": {"AccuracyFloorCosine": 0.99999}}),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 
@@ -32,6 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
                         "on by default, --no-range-guard turns it off")
+    p.add_argument("--repair", action=argparse.BooleanOptionalAction, default=None,
+                   help="accuracy floor: where the quantized model breaks its format family's floor on held-out samples, "
+                        "keep the responsible nodes float (named in a warning, the summary and the plan); on by default, "
+                        "--no-repair only reports the broken floor (docs/accuracy.md)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
+    p.add_argument("--floor-cosine", type=float, default=None, metavar="C",
+                   help="output-cosine floor in place of the format family's default")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "
@@ -48,15 +57,19 @@ def run(args: argparse.Namespace) -> int:
     from ..config.presets import get_preset
 
     config = get_preset(args.preset)
-    config.calibration.data_size = args.calib_size
-    config.calibration.batch_size = args.batch_size
-    config.calibration.progress = not args.no_progress
-    config.calibration.custom_op_libraries = tuple(args.custom_op_library)
-    config = config.replace(runtime=args.runtime)
+    calibration = dataclasses.replace(config.calibration, data_size=args.calib_size, batch_size=args.batch_size,
+                                      progress=not args.no_progress, custom_op_libraries=tuple(args.custom_op_library))
+    config = config.replace(runtime=args.runtime, calibration=calibration)
     if args.quantize_postprocessing:
         config = config.replace(quantize_postprocessing=True)
     if args.range_guard is not None:
         config = config.replace(range_guard=args.range_guard)
+    if args.repair is not None:
+        config = config.replace(repair=args.repair)
+    if args.strict:
+        config = config.replace(strict=True)
+    if args.floor_cosine is not None:
+        config = config.replace(floor_cosine=args.floor_cosine)
     if args.smooth_quant is not None:
         config = config.replace(smooth_quant=args.smooth_quant)
     if args.smooth_alpha is not None:

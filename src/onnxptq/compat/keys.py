@@ -233,6 +233,10 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("EvalMetrics", "float-vs-quantized metrics after quantization"),
         _x("EvalDataReader", "data for EvalMetrics", None),
         _x("FillAllValueInfo", "record every tensor shape in value_info", False),
+        # onnxptq's own: the accuracy floor (algorithms/repair.py, docs/accuracy.md)
+        _h("AccuracyFloorRepair", "keep the nodes that break the format family's accuracy floor float (QuantConfig.repair; default True)"),
+        _h("AccuracyFloorStrict", "raise AccuracyError when the accuracy floor breaks, instead of repairing (QuantConfig.strict)"),
+        _h("AccuracyFloorCosine", "the output-cosine floor, in place of the format family's default (QuantConfig.floor_cosine)"),
     ]
 }
 

@@ -1,1 +1,0 @@
-"""Helpers for tests, benchmarks and examples: the real models and data to run them on."""
