@@ -107,6 +107,13 @@ def _latency_ratio(ref, test, feeds, passes: int = 2) -> float:
 
 def _repair_kept(result) -> str:
     """What the accuracy-floor repair kept, if this version of the library reports it."""
+    rep = getattr(result, "repair", None)
+    if isinstance(rep, dict) and "kept_float" in rep:
+        names, ops = list(rep["kept_float"]), rep.get("op_types", {})
+        if not names:
+            return "nothing kept"
+        shown = ", ".join(f"{n} ({ops.get(n, '?')})" for n in names[:5])
+        return f"{len(names)} float: {shown}{' …' if len(names) > 5 else ''}"
     for owner in (result, getattr(result, "plan", None)):
         for attr in ("repair", "repaired", "repair_kept", "kept_nodes"):
             value = getattr(owner, attr, None) if owner is not None else None
@@ -131,7 +138,8 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
     import onnxptq
 
     logging.basicConfig(level=logging.WARNING)
-    row: dict = {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset)}
+    row: dict = {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset),
+                 "library": os.environ.get("ZOO_LIBRARY", "")}
     root = model.root()
     ref_run = zoo.session_runner(model.path())
     ref = _memo(ref_run, heldout)
@@ -211,8 +219,8 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
              "**bold** = below the floor. cosine: worst output, held-out feeds pooled. latency ×: 1-thread "
              "quantized/float. size ×: file size ratio. repair kept: what the repair reported (\"-\": none reported). "
              "Raw rows: `bench/RESULTS_zoo.json`; failures diagnosed in the zoo findings.", "",
-             "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | error |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | library | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     order = {m.name: i for i, m in enumerate(models)}
     for r in sorted(rows, key=lambda r: (order.get(r["model"], 99), PRESETS.index(r["preset"]) if r["preset"] in PRESETS else 99)):
         agr = r.get("agreement")
@@ -222,12 +230,12 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
         err = (r.get("error") or "").replace("|", "\\|")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {agr_s} | {_fmt(r.get('cosine'), '.4f')} | "
                      f"{_fmt(r.get('quantize_s'), '.1f')} | {_fmt(r.get('latency_ratio'), '.2f')} | {_fmt(r.get('size_ratio'), '.2f')} | "
-                     f"{r.get('repair', '-') or '-'} | {err} |")
+                     f"{r.get('repair', '-') or '-'} | {r.get('library') or 'before repair'} | {err} |")
     have = {(r["model"], r["preset"]) for r in rows}
     for m in models:  # pairs a time-limited run did not reach are listed, never silently absent
         for p in PRESETS:
             if (m.name, p) not in have:
-                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | not reached in this run (time) |")
+                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | - | not reached in this run (time) |")
     failing = [r for r in rows if r.get("agreement") is None or r["agreement"] < r.get("floor", 0.95)]
     lines += ["", f"{len(rows)} pairs measured, {len(rows) - len(failing)} at or above the floor, {len(failing)} below it or failing "
               f"({sum(r.get('status') == 'exception' for r in rows)} exceptions, {sum(r.get('status') == 'timeout' for r in rows)} timeouts).", ""]
