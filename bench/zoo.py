@@ -218,7 +218,8 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
              "floor 0.97 (BF16, FP16, A16W8, BFP16, MX9, MXINT8) or 0.95 (A8W8, MXFP8_E4M3); "
              "**bold** = below the floor. cosine: worst output, held-out feeds pooled. latency ×: 1-thread "
              "quantized/float. size ×: file size ratio. repair kept: what the repair reported (\"-\": none reported). "
-             "Raw rows: `bench/RESULTS_zoo.json`; failures diagnosed in the zoo findings.", "",
+             "library: which onnxptq measured the row (\"before repair\": this branch before main's accuracy-floor repair was "
+             "merged; \"with repair\": rerun after). Raw rows: `bench/RESULTS_zoo.json`; failures diagnosed in the zoo findings.", "",
              "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | library | error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     order = {m.name: i for i, m in enumerate(models)}
