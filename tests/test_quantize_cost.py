@@ -137,7 +137,9 @@ def test_guard_work_does_not_grow_with_the_feature_map_and_grows_linearly_with_l
     assert large_map[1] == small_map[1]
     # per tensor at most the budget (16 channels: the floor is far below it)
     assert large_map[0] <= large_map[1] * MAX_ELEMENTS
-    assert large_map[0] <= 1.25 * small_map[0]  # the full tensors hold 16x
+    whole = (large_map[1] - 1) * 4 * 16 * 128 * 128  # the tensors whole (one is the 4-channel input)
+    assert large_map[0] <= whole / 8
+    assert large_map[0] <= 4 * small_map[0]  # the whole tensors hold 16x
     deep = _guard_work(monkeypatch, conv_chain(6), fmt, 128)
     assert deep[1] <= 2 * large_map[1] + 1
     assert deep[0] <= 2 * large_map[0] + MAX_ELEMENTS
@@ -176,3 +178,21 @@ def test_guard_finds_a_flush_on_a_map_far_over_its_budget(fmt):
     result = quantize(flush_head(hw), cfg, data, eval_samples=4)
     assert "y" in result.plan.guard, result.plan.guard
     assert result.plan.guard["y"]["action"] == "split"
+
+
+def test_the_guard_fetch_thins_inside_onnxruntime(monkeypatch):
+    """What the session hands back is already thinned (every 5th row and column of a 128x128 map:
+    floor(128 / 32) + 1), all channels kept, and equals the float tensor there."""
+    import onnxptq.pipeline.subsample as sub
+
+    monkeypatch.setattr(guard, "MAX_ELEMENTS", 1 << 40)  # no second thinning in Python
+    model = conv_chain(2)
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+
+    prepared = prepare_for_quantization(model, get_preset("MX9"))
+    x = np.random.default_rng(3).uniform(0, 1, (1, 4, 128, 128)).astype(np.float32)
+    got = guard._tensor_values(prepared, ["h1", "c2"], [{"x": x}], {"h1": {1}, "c2": {1}})
+    full = onnxptq.sessions.open_session(prepared, optimization="none").run(None, {"x": x})[0]  # h2
+    step = 128 // sub.IN_GRAPH_POSITIONS + 1
+    assert got["h1"].shape == (1, 16, -(-128 // step), -(-128 // step))
+    np.testing.assert_allclose(np.maximum(got["c2"], 0), full[:, :, ::step, ::step], rtol=1e-5, atol=1e-6)

@@ -21,7 +21,7 @@ A test holds both forms exact.
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Any, Collection
 
 import numpy as np
 
@@ -73,3 +73,56 @@ def subsample(x: np.ndarray, protect: Collection[int], budget: int = MAX_ELEMENT
         if index is not None:
             x = np.take(x, index, axis=axis)
     return x
+
+
+#: positions kept per thinned axis by :func:`thin_in_graph` (before :func:`subsample` takes the rest)
+IN_GRAPH_POSITIONS = 32
+
+
+def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
+                  positions: int = IN_GRAPH_POSITIONS) -> tuple[str, list[Any]]:
+    """The nodes that thin tensor ``name`` (of ``rank``) inside onnxruntime: every axis but 0 and
+    the ``protect``-ed ones keeps every ``floor(d / positions) + 1``-th index (at most
+    ``positions`` of them), computed from the runtime shape. Their constants go into ``graph``'s
+    initializers; returns the thinned tensor's name (to fetch instead of ``name``) and the nodes,
+    for the caller to place right after ``name``'s producer: onnxruntime runs nodes in list
+    order, and appended at the end they kept every whole tensor alive to the end of the run.
+
+    Why in the graph: a fetched graph output is allocated on its own and stays alive to the end
+    of the run, so fetching every guarded activation whole held all of one sample's activations
+    at once (an 800×608 detector: about 0.6 GB); thinned in the graph, the full tensors stay
+    internal and onnxruntime reuses their buffers. Single positions only: the points form, exact
+    for quantizers whose blocks run along a protected axis (module docstring)."""
+    from onnx import helper, numpy_helper
+
+    protected = {a % rank for a in protect}
+    axes = [a for a in range(1, rank) if a not in protected]
+    if not axes:
+        return name, []
+    stem = f"{name}__guard_thin"
+    consts = {
+        "zero": np.array([0], np.int64), "end": np.array([np.iinfo(np.int64).max], np.int64),
+        "positions": np.array([positions], np.int64),
+    }
+    existing = {t.name for t in graph.initializer}
+    for key, value in consts.items():
+        if f"__guard_thin_{key}" not in existing:
+            graph.initializer.append(numpy_helper.from_array(value, f"__guard_thin_{key}"))
+    shape = f"{stem}_shape"
+    nodes = [helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape")]
+    current = name
+    for a in axes:
+        axis = f"{stem}_axis{a}"
+        graph.initializer.append(numpy_helper.from_array(np.array([a], np.int64), axis))
+        dim, step, out = f"{stem}_dim{a}", f"{stem}_step{a}", f"{stem}_{a}"
+        nodes.extend([
+            helper.make_node("Slice", [shape, axis, f"{stem}_axis{a}_end"], [dim], name=f"{stem}_Dim{a}"),
+            helper.make_node("Div", [dim, "__guard_thin_positions"], [f"{step}_floor"], name=f"{stem}_Div{a}"),
+            helper.make_node("Add", [f"{step}_floor", f"{stem}_one"], [step], name=f"{stem}_Step{a}"),
+            helper.make_node("Slice", [current, "__guard_thin_zero", "__guard_thin_end", axis, step], [out],
+                             name=f"{stem}_Slice{a}"),
+        ])
+        graph.initializer.append(numpy_helper.from_array(np.array([a + 1], np.int64), f"{stem}_axis{a}_end"))
+        current = out
+    graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), f"{stem}_one"))
+    return current, nodes
