@@ -408,6 +408,11 @@ class QuantConfig:
     #: weights in float formats (bf16/bfp/mx/fp8) are fake-quantized once at quantize time,
     #: leaving no runtime op; False keeps a runtime quantizer node on each weight.
     fold_weights: bool = True
+    #: folded weights are stored in their format's own bytes (16-bit + Cast, block codes + E8M0
+    #: exponent bytes, sub-byte codes + a small table) and decoded by standard ops that
+    #: onnxruntime constant-folds at load (onnx_ops/packed.py): bit-identical values, a file
+    #: 0.2-0.5x the fp32 one. False keeps one plain fp32 initializer per weight (no decode nodes).
+    pack_weights: bool = True
     #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
     store_int_weights: bool = True
     bf16_qdq_to_cast: bool = True

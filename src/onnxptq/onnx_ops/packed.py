@@ -280,6 +280,7 @@ class WeightPacker:
             self.stats.unpacked += 1
         else:
             self.stats.packed += 1
+            _name_nodes(frag)
         return frag
 
     # ---------------------------------------------------------------- element formats
@@ -471,6 +472,7 @@ class WeightPacker:
             if group.rows:
                 self._decode_group(group, frag)
         frag.initializers[:0] = self.table_inits
+        _name_nodes(frag)
         if self.stats.packed or self.stats.unpacked:
             log.info("packed %d weights (%d kept unpacked, %d elements patched)", self.stats.packed,
                      self.stats.unpacked, self.stats.patched_elements)
@@ -511,7 +513,8 @@ class WeightPacker:
             node(helper.make_node("Gather", [self._table(f"el4_{code.key}", pairs), cast_i32(raw)], [two], name=f"{stem}_pairs"))
             flat = out("elements")
             node(helper.make_node("Reshape", [two, self._ints([-1])], [flat], name=f"{stem}_flat"))
-        else:  # 6 bits: a low-nibble plane and a high 2-bit plane
+        else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
+            codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
             lo_raw = init(f"{g.output}_codes_lo", _pack_fields(codes & 15, 4))
             hi_raw = init(f"{g.output}_codes_hi", _pack_fields(codes >> 4, 2))
             b = np.arange(256)
@@ -561,6 +564,12 @@ class WeightPacker:
         if padded != g.width:
             node(helper.make_node("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], [g.output],
                                   name=f"{stem}_w"))
+
+
+def _name_nodes(frag: QDQNodes) -> None:
+    """Each node named after its (unique) output: unique node names without a second name pool."""
+    for node in frag.nodes:
+        node.name = node.output[0]
 
 
 def _stem(name: str) -> str:
