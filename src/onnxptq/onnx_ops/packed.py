@@ -479,91 +479,82 @@ class WeightPacker:
         return frag
 
     def _decode_group(self, g: _Group, frag: QDQNodes) -> None:
-        code, lay = g.code, g.layout
+        """One group's chain. Initializers are stored in the shape their Gather should produce,
+        so few Reshapes run: onnxruntime keeps every folded intermediate until the end of the
+        optimisation, so each step of the chain costs a copy of the decoded weights in load RAM."""
+        code = g.code
         n_sub = -(-g.width // g.sub)
         padded = n_sub * g.sub
-        stem = _stem(g.output)
         n = g.rows * padded
         codes = np.concatenate(g.codes)
         node = frag.nodes.append
+        shape3 = [g.rows, n_sub, g.sub]
 
         def init(stem_: str, array: np.ndarray) -> str:
-            nm = self.fresh(stem_)
+            nm = self.fresh(f"{g.output}_{stem_}")
             frag.initializers.append(store(array, nm))
             return nm
 
         def out(stem_: str) -> str:
             return self.fresh(f"{g.output}_{stem_}")
 
-        def cast_i32(src: str) -> str:
-            o = out("idx")
-            node(helper.make_node("Cast", [src], [o], to=TensorProto.INT32, name=f"{stem}_{o[-12:]}"))
+        def op(op_type: str, inputs: list[str], stem_: str, output: str | None = None, **kw: Any) -> str:
+            o = output or out(stem_)
+            node(helper.make_node(op_type, inputs, [o], **kw))
             return o
+
+        def gather(table_key: str, table: np.ndarray, raw: str, stem_: str) -> str:
+            idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
+            return op("Gather", [self._table(table_key, table), idx], stem_)
 
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
         if code.container == 8:
-            raw = init(f"{g.output}_codes", codes)
-            flat = out("elements")
-            node(helper.make_node("Gather", [self._table(f"el_{code.key}", table), cast_i32(raw)], [flat], name=f"{stem}_elements"))
+            elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
         elif code.container == 4:
-            raw = init(f"{g.output}_codes", _pack_fields(codes, 4))
             pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
-            two = out("pairs")
-            node(helper.make_node("Gather", [self._table(f"el4_{code.key}", pairs), cast_i32(raw)], [two], name=f"{stem}_pairs"))
-            flat = out("elements")
-            node(helper.make_node("Reshape", [two, self._ints([-1])], [flat], name=f"{stem}_flat"))
+            if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
+                raw = init("codes", _pack_fields(codes, 4).reshape(g.rows, n_sub, g.sub // 2))
+                elems = op("Reshape", [gather(f"el4_{code.key}", pairs, raw, "pairs"), self._ints(shape3)], "elements")
+            else:
+                flat = op("Reshape", [gather(f"el4_{code.key}", pairs, init("codes", _pack_fields(codes, 4)), "pairs"),
+                                      self._ints([-1])], "flat")
+                cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                elems = op("Reshape", [cut, self._ints(shape3)], "elements")
         else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
             codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
-            lo_raw = init(f"{g.output}_codes_lo", _pack_fields(codes & 15, 4))
-            hi_raw = init(f"{g.output}_codes_hi", _pack_fields(codes >> 4, 2))
             b = np.arange(256)
             lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
-            lo, hi = out("lo"), out("hi")
-            node(helper.make_node("Gather", [self._table("nib_lo", lo_t), cast_i32(lo_raw)], [lo], name=f"{stem}_lo"))
-            node(helper.make_node("Gather", [self._table("nib_hi", hi_t), cast_i32(hi_raw)], [hi], name=f"{stem}_hi"))
-            n4 = -(-n // 4) * 4
-            lof, hif, idx = out("lof"), out("hif"), out("code")
-            node(helper.make_node("Reshape", [lo, self._ints([-1])], [lof], name=f"{stem}_lof"))
-            node(helper.make_node("Reshape", [hi, self._ints([-1])], [hif], name=f"{stem}_hif"))
-            sl = out("hicut")
-            node(helper.make_node("Slice", [hif, self._ints([0]), self._ints([n4]), self._ints([0])], [sl], name=f"{stem}_hicut"))
-            sl2 = out("locut")
-            node(helper.make_node("Slice", [lof, self._ints([0]), self._ints([n4]), self._ints([0])], [sl2], name=f"{stem}_locut"))
-            node(helper.make_node("Add", [sl2, sl], [idx], name=f"{stem}_code"))
-            flat = out("elements")
-            node(helper.make_node("Gather", [self._table(f"el6_{code.key}", table), idx], [flat], name=f"{stem}_elements"))
-        if code.container != 8:
-            cut = out("cut")
-            node(helper.make_node("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], [cut], name=f"{stem}_cut"))
-            flat = cut
-        elems = out("el3")
-        node(helper.make_node("Reshape", [flat, self._ints([g.rows, n_sub, g.sub])], [elems], name=f"{stem}_el3"))
+            m4 = codes.size // 4
+            lo_raw = init("codes_lo", _pack_fields(codes & 15, 4).reshape(m4, 2))  # Gather: [m4, 2, 2]
+            hi_raw = init("codes_hi", _pack_fields(codes >> 4, 2).reshape(m4, 1))  # Gather: [m4, 1, 4]
+            lo = op("Reshape", [gather("nib_lo", lo_t, lo_raw, "lo"), self._ints([m4, 4])], "lo4")
+            hi = op("Reshape", [gather("nib_hi", hi_t, hi_raw, "hi"), self._ints([m4, 4])], "hi4")
+            idx = op("Add", [lo, hi], "code")
+            flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
+            flat = op("Reshape", [flat, self._ints([-1])], "flat")
+            if codes.size != n:
+                flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+            elems = op("Reshape", [flat, self._ints(shape3)], "elements")
 
-        e_raw = init(f"{g.output}_exponents", np.concatenate(g.exps))
-        scale = out("scale")
-        node(helper.make_node("Gather", [self._table("e8m0", exponent_table()), cast_i32(e_raw)], [scale], name=f"{stem}_scale"))
-        scale3 = out("scale3")
-        node(helper.make_node("Reshape", [scale, self._ints([g.rows, 1, 1])], [scale3], name=f"{stem}_scale3"))
-        if lay.shift_bits:
-            c = lay.shift_container
-            s_raw = init(f"{g.output}_shifts", _pack_fields(np.concatenate(g.shifts), c))
-            sh, shf, shc, sh3, comb = out("shift"), out("shiftf"), out("shiftc"), out("shift3"), out("comb")
-            node(helper.make_node("Gather", [self._table(f"shift{c}", shift_table(c)), cast_i32(s_raw)], [sh], name=f"{stem}_shift"))
-            node(helper.make_node("Reshape", [sh, self._ints([-1])], [shf], name=f"{stem}_shiftf"))
-            node(helper.make_node("Slice", [shf, self._ints([0]), self._ints([g.rows * n_sub]), self._ints([0])], [shc],
-                                  name=f"{stem}_shiftc"))
-            node(helper.make_node("Reshape", [shc, self._ints([g.rows, n_sub, 1])], [sh3], name=f"{stem}_shift3"))
-            node(helper.make_node("Mul", [scale3, sh3], [comb], name=f"{stem}_comb"))
-            scale3 = comb
-        w3 = out("w3")
-        node(helper.make_node("Mul", [elems, scale3], [w3], name=f"{stem}_w3"))
-        w2 = out("w2") if padded != g.width else g.output
-        node(helper.make_node("Reshape", [w3, self._ints([g.rows, padded])], [w2], name=f"{stem}_w2"))
-        if padded != g.width:
-            node(helper.make_node("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], [g.output],
-                                  name=f"{stem}_w"))
+        scale = gather("e8m0", exponent_table(), init("exponents", np.concatenate(g.exps).reshape(g.rows, 1, 1)), "scale")
+        if g.layout.shift_bits:
+            c = g.layout.shift_container
+            per = 8 // c
+            fields = np.concatenate(g.shifts)
+            sh = gather(f"shift{c}", shift_table(c), init("shifts", _pack_fields(fields, c)), "shift")
+            sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
+            if fields.size % per:
+                sh = op("Slice", [sh, self._ints([0]), self._ints([fields.size]), self._ints([0])], "shiftc")
+            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
+            scale = op("Mul", [scale, sh], "comb")
+        if padded == g.width:
+            op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
+        else:
+            w3 = op("Mul", [elems, scale], "w3")
+            w2 = op("Reshape", [w3, self._ints([g.rows, padded])], "w2")
+            op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
 
 
 def _name_nodes(frag: QDQNodes) -> None:
