@@ -183,3 +183,45 @@ def test_real_model_packed_output_equals_unpacked():
         outs.append(sess.run(None, {sess.get_inputs()[0].name: x})[0])
     assert np.array_equal(outs[0], outs[1])
     assert sum(t.ByteSize() for t in packed.graph.initializer) < 0.35 * sum(t.ByteSize() for t in plain.graph.initializer)
+
+
+def test_mxint8_matmul_weights_run_as_matmulnbits(tmp_path):
+    """weight_runtime="matmulnbits": an MXINT8 MatMul weight becomes int8 + blocked DQ whose values
+    are the reference's (up to the sign of zero), and onnxruntime fuses it into MatMulNBits."""
+    import collections
+
+    rng = np.random.default_rng(0)
+    k, n = 200, 96  # 200 = 6 blocks of 32 + a partial one
+    w = rng.normal(0, 0.05, (k, n)).astype(np.float32)
+    w[:32, 0] = 0.0
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              initializer=[onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cfg = onnxptq.get_preset("MXINT8").replace(activation=None)
+    exact = onnxptq.quantize(model, cfg, None).model
+    nbits = onnxptq.quantize(model, cfg.replace(weight_runtime="matmulnbits"), None).model
+    dq = [nd for nd in nbits.graph.node if nd.op_type == "DequantizeLinear"]
+    assert len(dq) == 1 and {a.name: a.i for a in dq[0].attribute} == {"axis": 0, "block_size": 32}
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in nbits.graph.initializer}
+    q, s = inits[dq[0].input[0]], inits[dq[0].input[1]]
+    assert q.dtype == np.int8 and s.shape == (7, n)
+    decoded = q.astype(np.float32) * np.repeat(s, 32, axis=0)[:k]
+    assert np.array_equal(decoded, fake_quantize(w, "mx", element_dtype="int8", block_size=32, axis=0))
+    x = rng.normal(0, 1, (1, k)).astype(np.float32)
+
+    def run(m, level=None, optimized=None):
+        so = ort.SessionOptions()
+        if level is not None:
+            so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(level))
+        if optimized:
+            so.optimized_model_filepath = optimized
+        return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    ref = run(exact)
+    fast = run(nbits, optimized=str(tmp_path / "opt.onnx"))
+    ops = collections.Counter(nd.op_type for nd in onnx.load(tmp_path / "opt.onnx").graph.node)
+    assert ops["MatMulNBits"] == 1 and ops["MatMul"] == 0 and ops["DequantizeLinear"] == 0
+    assert np.abs(fast - ref).max() <= 0.02 * np.abs(ref).max()  # int8 activations
+    assert np.abs(run(nbits, level=1) - ref).max() <= 1e-5 * np.abs(ref).max()  # float arithmetic

@@ -413,6 +413,12 @@ class QuantConfig:
     #: onnxruntime constant-folds at load (onnx_ops/packed.py): bit-identical values, a file
     #: 0.2-0.5x the fp32 one. False keeps one plain fp32 initializer per weight (no decode nodes).
     pack_weights: bool = True
+    #: ``"matmulnbits"``: MXINT8 weights of MatMuls (blocks along K) are stored as int8 + a blocked
+    #: DequantizeLinear (power-of-two float scales), which onnxruntime's CPU provider fuses with
+    #: the MatMul into MatMulNBits: int8-activation arithmetic, much faster, no longer exact
+    #: (session option ``session.qdq_matmulnbits_accuracy_level=1`` keeps float arithmetic,
+    #: slowly). ``"exact"``: the weights decode to float and the MatMul runs in float.
+    weight_runtime: Literal["exact", "matmulnbits"] = "exact"
     #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
     store_int_weights: bool = True
     bf16_qdq_to_cast: bool = True

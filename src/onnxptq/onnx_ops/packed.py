@@ -570,3 +570,61 @@ def _stem(name: str) -> str:
 
 
 __all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "MIN_OPSET"]
+
+
+# --------------------------------------------------------------------------- MatMulNBits form
+
+
+#: Smallest default-domain opset with blocked DequantizeLinear.
+BLOCKED_DQ_OPSET = 21
+
+
+def mxint8_as_dequantize(name: str, values: np.ndarray, fq: np.ndarray, attrs: dict[str, Any], target: str,
+                         fresh: Callable[[str], str], opset: int) -> QDQNodes | None:
+    """An MXINT8 MatMul weight ``B[K, N]`` (blocks along K) as ``DequantizeLinear(int8 q,
+    float scales 2^(X-6), axis=0, block_size)``: the pattern onnxruntime's CPU provider fuses with
+    the MatMul into ``MatMulNBits``, which then multiplies in int8 activation arithmetic (the
+    session key ``session.qdq_matmulnbits_accuracy_level`` = 1 keeps float arithmetic instead).
+
+    The dequantized values equal ``fq`` exactly, except that a −0 comes back as +0 (an int8 has
+    no −0; the sum a MatMul forms is the same). None when the weight does not fit the form
+    (not 2-D float32, blocks not along axis 0, block size not a power of two ≥ 16, opset < 21,
+    or a value that int8 × power-of-two cannot hold, e.g. Inf/NaN passed through).
+    """
+    block = int(attrs.get("block_size", 32))
+    if (opset < BLOCKED_DQ_OPSET or values.dtype != np.float32 or values.ndim != 2 or values.size < MIN_ELEMENTS
+            or block_axis("mx", attrs, 2) != 0 or block < 16 or block & (block - 1)
+            or str(attrs.get("element_dtype", "int8")).lower() != "int8"):
+        return None
+    k, n = values.shape
+    nb = -(-k // block)
+    pad = nb * block - k
+    xb = np.concatenate([values, np.zeros((pad, n), np.float32)]).reshape(nb, block, n)
+    yb = np.concatenate([fq, np.zeros((pad, n), np.float32)]).reshape(nb, block, n)
+    if not np.all(np.isfinite(yb)):
+        return None
+    from ..formats import mx
+
+    amax = np.where(np.isfinite(xb), np.abs(xb.astype(np.float64)), 0.0).max(axis=1)
+    x = mx.shared_exponent(amax, mx.ELEMENT_FORMATS["int8"])  # [nb, n]
+    best_q, best_s, ok_all = None, None, np.zeros((nb, n), bool)
+    for bump in (0, 1):
+        scale = np.ldexp(np.float32(1), (x + bump - 6).astype(np.int64)).astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            q = yb.astype(np.float64) / scale[:, None, :].astype(np.float64)
+        ok = (np.all(q == np.round(q), axis=1) & np.all(np.abs(q) <= 127, axis=1)
+              & np.all((np.clip(np.round(q), -127, 127).astype(np.int8).astype(np.float32) * scale[:, None, :]) == yb, axis=1))
+        if best_q is None:
+            best_q, best_s = q, scale
+        take = ok & ~ok_all
+        best_q = np.where(take[:, None, :], q, best_q)
+        best_s = np.where(take, scale, best_s)
+        ok_all |= ok
+    if not ok_all.all():
+        return None
+    q8 = np.clip(np.round(best_q), -127, 127).astype(np.int8).reshape(nb * block, n)[:k]
+    q_name, s_name = fresh(f"{name}_int8"), fresh(f"{name}_scale")
+    frag = QDQNodes(initializers=[store(q8, q_name), store(best_s.astype(np.float32), s_name)], min_opset=BLOCKED_DQ_OPSET)
+    frag.nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name], [target], axis=0, block_size=block,
+                                       name=f"{_stem(name)}_DequantizeLinear"))
+    return frag

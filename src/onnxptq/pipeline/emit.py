@@ -79,6 +79,8 @@ class _Builder:
         self.node_names = FreshNames(taken=(n.name for n in index.nodes() if n.name))
         #: packs folded weights (onnx_ops/packed.py) when pack_weights is on
         self.packer: Any = None
+        #: MatMul weights emitted as blocked int8 DequantizeLinear (weight_runtime="matmulnbits")
+        self.matmul_b: set[str] = set()
 
     def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
         for init in frag.initializers:
@@ -99,7 +101,7 @@ class _Builder:
 
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
          store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False,
-         pack_weights: bool = True) -> onnx.ModelProto:
+         pack_weights: bool = True, weight_runtime: str = "exact") -> onnx.ModelProto:
     """Return a copy of ``model`` with every planned tensor quantized as the plan says.
 
     ``fold_relu``: a Relu whose output is quantized on an asymmetric integer grid starting at 0
@@ -141,6 +143,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         from ..onnx_ops.packed import WeightPacker
 
         b.packer = WeightPacker(b.opset, b.fresh)
+    if weight_runtime == "matmulnbits":  # MXINT8 MatMul weights as blocked int8 DQ (MatMulNBits)
+        b.matmul_b = {n.input[1] for n in index.nodes() if n.op_type == "MatMul" and len(n.input) > 1}
     # --- end packed weights
     folded_relus = _foldable_relus([s.graph for s in index.scopes], plan, params) if fold_relu else {}
     removed_nodes = {relu.name for relu in folded_relus.values()}
@@ -329,6 +333,14 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         return b.absorb(frag)
     if fold:
         folded = fake_quantize_in_slices(values, quant.format, attrs)
+        if name in b.matmul_b and quant.format == "mx":
+            from ..onnx_ops.packed import mxint8_as_dequantize
+
+            target = b.fresh(f"{name}_DequantizeLinear_Output")
+            frag = mxint8_as_dequantize(name, values, np.asarray(folded, values.dtype), attrs, target, b.fresh, b.opset)
+            if frag is not None:
+                replacement[name] = target
+                return b.absorb(frag)
         if b.packer is not None and main:  # packed storage, decoded by folded standard ops
             target = b.fresh(f"{name}_{quant.format}")
             frag = b.packer.add(name, values, np.asarray(folded, dtype=values.dtype), quant.format, attrs, target)
