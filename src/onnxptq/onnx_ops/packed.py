@@ -268,6 +268,8 @@ class WeightPacker:
     def add(self, name: str, values: np.ndarray, fq: np.ndarray, fmt: str, attrs: dict[str, Any], target: str) -> QDQNodes | None:
         """The fragment computing ``target`` = ``fq`` (bit for bit) from packed storage, or None
         when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
+        #: a short stem for this weight's intermediate tensors (their names cost file bytes)
+        self._short = self.fresh("pk")
         if self.opset < MIN_OPSET or values.size < MIN_ELEMENTS or values.dtype not in (np.float32, np.float16):
             return None
         if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
@@ -302,7 +304,7 @@ class WeightPacker:
             t = store(stored.view(np.uint16), init)
             t.data_type = TensorProto.BFLOAT16 if fmt == "bf16" else TensorProto.FLOAT16
             frag.initializers.append(t)
-            cur = self.fresh(f"{name}_{fmt}_f32")
+            cur = self.fresh(f"{self._short}f")
             frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
         else:
             code = ElementCode(fmt, 8, np.arange(256, dtype=np.uint8).view(_FP_ELEMENTS[fmt][0]).astype(np.float32))
@@ -316,7 +318,7 @@ class WeightPacker:
                            helper.make_node("Gather", [self._table(fmt, code.table), idx], [cur], name=f"{stem}_unpack")]
         if scale != 1:
             decoded = decoded * scale
-            nxt = self.fresh(f"{name}_{fmt}_scaled")
+            nxt = self.fresh(f"{self._short}s")
             frag.nodes.append(helper.make_node("Mul", [cur, self._table(f"s{scale.view(np.uint32)}", np.array(scale, np.float32))],
                                                [nxt], name=f"{stem}_scale"))
             cur = nxt
@@ -408,22 +410,22 @@ class WeightPacker:
         pre = moved_x.shape[:-1]
         pieces = []
         for group, start, count, width in parts:
-            cur = self.fresh(f"{name}_rows")
+            cur = self.fresh(f"{self._short}r")
             frag.nodes.append(helper.make_node("Slice", [group.output, self._ints([start]), self._ints([start + count]), self._ints([0])],
                                                [cur], name=f"{stem}_rows"))
-            shaped = self.fresh(f"{name}_part")
+            shaped = self.fresh(f"{self._short}p")
             last = (count // n_rows) * width
             frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(pre) + [last])], [shaped], name=f"{stem}_shape"))
             pieces.append(shaped)
         cur = pieces[0]
         if len(pieces) > 1:
-            cur = self.fresh(f"{name}_joined")
+            cur = self.fresh(f"{self._short}j")
             frag.nodes.append(helper.make_node("Concat", pieces, [cur], axis=-1, name=f"{stem}_join"))
         frag.packed_groups = [(g, start, count) for g, start, count, _ in parts]  # type: ignore[attr-defined]
         if values.ndim > 1 and ax != values.ndim - 1:
             perm = list(range(values.ndim - 1))
             perm.insert(ax, values.ndim - 1)
-            nxt = self.fresh(f"{name}_axis")
+            nxt = self.fresh(f"{self._short}t")
             frag.nodes.append(helper.make_node("Transpose", [cur], [nxt], perm=perm, name=f"{stem}_axis"))
             cur = nxt
         return self._finish_weight(frag, name, fq, decoded, cur, target)
@@ -435,7 +437,7 @@ class WeightPacker:
         if fq.dtype == np.float16:
             with np.errstate(over="ignore"):
                 decoded = decoded.astype(np.float16)
-            nxt = self.fresh(f"{name}_fp16")
+            nxt = self.fresh(f"{self._short}h")
             frag.nodes.append(helper.make_node("Cast", [cur], [nxt], to=TensorProto.FLOAT16, name=f"{stem}_fp16"))
             cur = nxt
         uint = np.uint16 if fq.dtype == np.float16 else np.uint32
@@ -450,7 +452,7 @@ class WeightPacker:
             where = np.argwhere(differ).astype(np.int64)
             idx, upd = self.fresh(f"{name}_patch_idx"), self.fresh(f"{name}_patch")
             frag.initializers += [store(where, idx), store(fq[differ].copy(), upd)]
-            nxt = self.fresh(f"{name}_patched")
+            nxt = self.fresh(f"{self._short}x")
             frag.nodes.append(helper.make_node("ScatterND", [cur, idx, upd], [nxt], name=f"{stem}_patch"))
             cur = nxt
         frag.nodes[-1].output[0] = target
