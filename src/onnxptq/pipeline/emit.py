@@ -247,6 +247,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             f"a quantizer needs opset {b.min_opset} but the prepared model has opset {b.opset}; "
             "prepare the model at that opset (QuantConfig.opset)"
         )
+    # --- issue 26: BF16 Cast pairs on tensors that are bfloat16-exact by construction (bit-exact)
+    from ..graph.passes.drop_exact_casts import drop_exact_bf16_casts
+
+    drop_exact_bf16_casts(out)
+    # --- end
     return out
 
 
