@@ -17,6 +17,7 @@ preset ``P-plain`` is P with ``pack_weights=False`` (one fp32 initializer per we
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (the repository root on sys.path: testkit)
 import argparse
 import os
 import statistics
@@ -34,7 +35,7 @@ from block_latency import session  # noqa: E402  (the same one-thread session as
 
 def model_and_input(spec: str) -> tuple[str, str, np.ndarray]:
     """(label, path, one input) for ``rec``/``cls`` (rendered text), ``det`` or ``label=PATH``."""
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     if spec in ("rec", "cls"):
         from block_latency import inputs

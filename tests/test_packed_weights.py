@@ -155,7 +155,7 @@ def test_real_model_file_shrinks(preset, limit, tmp_path):
     Weights only, so the figure is the weights' storage (the quantizer functions of the
     activations add ~60 KB, measured in bench/RESULTS.md), and the file loads and runs in stock
     onnxruntime with no custom library."""
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     path = str(model_path("rec"))
     result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(activation=None), None)
@@ -170,7 +170,7 @@ def test_real_model_file_shrinks(preset, limit, tmp_path):
 
 def test_real_model_packed_output_equals_unpacked():
     """PP-OCR cls, MX4 weights (sub-byte codes, micro-exponent shifts, depthwise blocks of 1)."""
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     path = str(model_path("cls"))
     cfg = onnxptq.get_preset("MX4").replace(activation=None)
