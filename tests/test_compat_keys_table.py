@@ -198,6 +198,8 @@ PROBES: dict[str, tuple] = {
     "CalibDataSize": (1, {}),
     "CalibMovingAverage": (True, {}),
     "TargetRuntime": ("npu", {}),
+    # BF16 weights are stored packed (16-bit + Cast) unless the key says False.
+    "PackWeights": (False, BF16),
     "BiasCorrection": (False, {}),
     "SmoothAlpha": (0.9, {"include_sq": True}),
     "CLESteps": (-1, {"model": CHAIN}),

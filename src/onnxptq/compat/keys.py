@@ -105,6 +105,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         # §2.3 Q/DQ management
         _h("AddQDQPairToWeight", "True: runtime quantizer on every weight (fold_weights/store_int_weights False)"),
         _x("DedicatedQDQPair", "one Q/DQ pair per consumer of a tensor", False),
+        _h("PackWeights", "onnxptq's own key, not the reference tool's: False stores folded weights as plain fp32 "
+                          "initializers instead of packed bytes + decode ops (QuantConfig.pack_weights)"),
         _h("TargetRuntime", "onnxptq's own key, not the reference tool's: 'cpu' (absent: onnxruntime CPU placement) "
                             "or 'npu' (Q/DQ on every quantizable op, per-channel depthwise inputs) (QuantConfig.runtime)"),
         _x("QDQOpTypePerChannelSupportToAxis", "per-op-type per-channel axis", {}, None),

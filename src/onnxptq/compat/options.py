@@ -494,6 +494,8 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
     if "AddQDQPairToWeight" in extra:
         runtime_q = _bool(extra, "AddQDQPairToWeight", False)
         kwargs.update(fold_weights=not runtime_q, store_int_weights=not runtime_q)
+    if "PackWeights" in extra:
+        kwargs["pack_weights"] = _bool(extra, "PackWeights", True)
 
     # BF16QDQToCast only means something when BF16 is used; otherwise the schema default stands, so
     # configs that never touch BF16 compare equal regardless of the key.
