@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "onnxptq.commands.inspect",
     "onnxptq.commands.convert",
     "onnxptq.commands.evaluate",
+    "onnxptq.commands.evaluate_lm",
     "onnxptq.commands.infer",
     "onnxptq.commands.report",
 )
