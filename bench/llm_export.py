@@ -136,7 +136,8 @@ def export_kv(model, path: Path) -> None:
     for i in range(n_layers):
         out_names += [f"present.{i}.key", f"present.{i}.value"]
     auto = torch.export.Dim.AUTO
-    dyn = ({0: auto, 1: auto}, {0: auto, 1: auto}, *[{0: auto, 2: auto} for _ in past])
+    # *past arrives as one tuple argument: its shapes are one nested tuple
+    dyn = ({0: auto, 1: auto}, {0: auto, 1: auto}, tuple({0: auto, 2: auto} for _ in past))
     torch.onnx.export(_kv_wrapper(model), (ids, mask, *past), str(path), dynamo=True, opset_version=18,
                       external_data=True, input_names=["input_ids", "attention_mask", *names],
                       output_names=out_names, dynamic_shapes=dyn)
