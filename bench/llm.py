@@ -79,6 +79,16 @@ def configs(suite: str) -> list[dict]:
                             "bits": 4, "block": group, "sym": mode == "INT4_SYM"})
         out.append({"name": "nncf_int4_sym_g64_awq_se", "tool": "nncf", "mode": "INT4_SYM", "group": 64,
                     "awq": True, "scale_estimation": True, "bits": 4, "block": 64, "sym": True})
+        # NNCF 3.4 fails on the tied lm_head (MatMul on Transpose(embedding): "There is no tensor with
+        # the name val_5455"); excluding that one node, as onnxruntime leaves it float anyway, lets it run.
+        lm_head = ["node_linear_210"]
+        for mode, group, extra in (("INT4_SYM", 64, {}), ("INT4_ASYM", 64, {}), ("INT4_SYM", 128, {}),
+                                   ("INT4_SYM", 64, {"awq": True, "scale_estimation": True}),
+                                   ("INT4_SYM", 64, {"awq": True}), ("INT4_SYM", 64, {"scale_estimation": True})):
+            tag = "".join(f"_{k.replace('scale_estimation', 'se')}" for k in extra)
+            out.append({"name": f"nncf_{mode.lower()}_g{group}{tag}_float_lm_head", "tool": "nncf", "mode": mode,
+                        "group": group, "bits": 4, "block": group, "sym": mode == "INT4_SYM", "ignore": lm_head,
+                        **extra})
     if suite == "ours":
         for method in ("rtn", "hqq", "gptq", "awq"):
             for bits, block in ((4, 64), (4, 128), (8, 128), (3, 128)):
@@ -199,6 +209,8 @@ if cfg.get("awq") or cfg.get("scale_estimation"):
     feeds = [{"input_ids": ids[i:i + length][None]} for i in range(0, len(ids) - length + 1, step)][:samples]
     kwargs.update(dataset=nncf.Dataset(feeds), awq=bool(cfg.get("awq")),
                   scale_estimation=bool(cfg.get("scale_estimation")), subset_size=len(feeds))
+if cfg.get("ignore"):
+    kwargs["ignored_scope"] = nncf.IgnoredScope(names=cfg["ignore"])
 start = time.perf_counter()
 model = onnx.load(src)
 out = nncf.compress_weights(model, **kwargs)
@@ -303,6 +315,44 @@ def latency(entries: list[tuple[str, Path, int | None, bool]], rounds: int, step
     return {k: round(float(np.median(v)), 3) for k, v in times.items()}
 
 
+# --- report --------------------------------------------------------------------------------------
+
+def report(res: dict) -> str:
+    """The markdown table of bench/RESULTS.md from the JSON."""
+    fp32 = res["runs"]["fp32"]["ppl"]["fp32"]["perplexity"]
+    lat = res.get("latency_ms", {})
+
+    def ms(key):
+        v = lat.get(key)
+        if v is None:
+            return ""
+        return f"{np.median(v) if isinstance(v, list) else v:.1f}"
+
+    fp_seq, fp_kv = ms("fp32/seq1"), ms("fp32/kv")
+    lines = ["| configuration | ppl (level 4) | Δ ppl | ppl (level 1) | size MB | × fp32 | quantize s | "
+             "seq1 ms L4 | seq1 ms L1 | kv ms L4 |",
+             "|---|---|---|---|---|---|---|---|---|---|",
+             f"| fp32 | {fp32:.2f} | | | {res['runs']['fp32']['bytes'] / 1e6:.0f} | 1 | | {fp_seq} | | {fp_kv} |"]
+    for name, row in sorted(res["runs"].items(), key=lambda kv: (kv[1].get("tool", ""), kv[0])):
+        if name == "fp32":
+            continue
+        if "error" in row:
+            lines.append(f"| {name} | failed: {row['error'][-160:].replace('|', '/')} | | | | | | | | |")
+            continue
+        ppl = row.get("ppl", {})
+
+        def p(level):
+            v = ppl.get(f"level{level}", {})
+            return f"{v['perplexity']:.2f}" if "perplexity" in v else v.get("error", "")[:60]
+
+        d = ppl.get("level4", {}).get("perplexity")
+        delta = f"+{d - fp32:.2f}" if d is not None else ""
+        lines.append(f"| {name} | {p(4)} | {delta} | {p(1)} | {row['bytes'] / 1e6:.0f} | {row['ratio']:.3f} | "
+                     f"{row.get('quantize_s', '')} | {ms(name + '/seq1/level4')} | {ms(name + '/seq1/level1')} | "
+                     f"{ms(name + '/kv/level4')} |")
+    return "\n".join(lines)
+
+
 # --- driver ----------------------------------------------------------------------------------------
 
 def load_results() -> dict:
@@ -343,6 +393,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--past", type=int, default=128)
+    ap.add_argument("--report", action="store_true", help="print the markdown table of the JSON")
     ap.add_argument("--nncf-python", type=Path, default=NNCF_PYTHON)
     ap.add_argument("--quantize-one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--src", type=Path, default=None, help=argparse.SUPPRESS)
@@ -354,6 +405,9 @@ def main() -> None:
                                                   args.calib_samples, args.calib_len)), flush=True)
         return
 
+    if args.report:
+        print(report(load_results()))
+        return
     plain, kvsrc = MODEL_DIR / "model.onnx", MODEL_DIR / "model_kv.onnx"
     levels = [int(x) for x in args.levels.split(",") if x]
     res = load_results()
