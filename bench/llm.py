@@ -271,7 +271,7 @@ def session(path: Path, level: int | None, threads: int):
 
     config = {} if level is None else {"session.qdq_matmulnbits_accuracy_level": str(level)}
     model = with_level(path, level, path.parent) if level is not None else path
-    return open_session(model, threads=threads, config_entries=config)
+    return open_session(model, threads=threads, config=config)
 
 
 def perplexity(path: Path, level: int | None, ids: np.ndarray, windows: int, threads: int) -> dict:

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     config = {}
     if args.accuracy_level is not None:
         config["session.qdq_matmulnbits_accuracy_level"] = str(args.accuracy_level)
-    session = open_session(args.model, threads=args.threads, config_entries=config)
+    session = open_session(args.model, threads=args.threads, config=config)
     result = evaluate_perplexity(session, ids, window=args.window, stride=args.stride or args.window,
                                  max_windows=args.max_windows, progress=True)
     if args.json:
