@@ -90,13 +90,18 @@ def configs(suite: str) -> list[dict]:
                         "group": group, "bits": 4, "block": group, "sym": mode == "INT4_SYM", "ignore": lm_head,
                         **extra})
     if suite == "ours":
-        for method in ("rtn", "hqq", "gptq", "awq"):
-            for bits, block in ((4, 64), (4, 128), (8, 128), (3, 128)):
-                out.append({"name": f"ours_{method}_w{bits}_sym_b{block}", "tool": "ours", "method": method,
-                            "bits": bits, "block": block, "sym": True,
-                            "kv": method == "rtn" and bits == 4 and block == 128})
+        # lm_head float, as onnxruntime and NNCF leave it here: the methods compared on the same layers
+        order = [("rtn", 4, 128), ("gptq", 4, 128), ("awq", 4, 128), ("hqq", 4, 128), ("rtn", 8, 128),
+                 ("gptq", 4, 64), ("rtn", 4, 64), ("awq", 4, 64), ("hqq", 4, 64), ("gptq", 3, 128), ("rtn", 3, 128),
+                 ("awq", 3, 128), ("gptq", 8, 128)]
+        for method, bits, block in order:
+            out.append({"name": f"ours_{method}_w{bits}_sym_b{block}", "tool": "ours", "method": method,
+                        "bits": bits, "block": block, "sym": True, "lm_head": "float",
+                        "kv": method == "rtn" and bits == 4 and block == 128})
+        out.append({"name": "ours_rtn_w4_sym_b128_lmhead_int8", "tool": "ours", "method": "rtn", "bits": 4,
+                    "block": 128, "sym": True, "lm_head": "int8"})
         out.append({"name": "ours_rtn_w4_sym_b128_nbits", "tool": "ours", "method": "rtn", "bits": 4,
-                    "block": 128, "sym": True, "form": "matmulnbits"})
+                    "block": 128, "sym": True, "lm_head": "float", "form": "matmulnbits"})
     return out
 
 
@@ -172,11 +177,12 @@ def quantize_ours(cfg: dict, src: Path, dst: Path, calib: list) -> None:
     import onnxptq
 
     kwargs = {"bits": cfg["bits"], "block_size": cfg["block"], "symmetric": cfg["sym"], "method": cfg["method"]}
-    if cfg.get("form"):
-        kwargs["form"] = cfg["form"]
+    for key in ("form", "lm_head"):
+        if cfg.get(key):
+            kwargs[key] = cfg[key]
     if cfg["method"] in ("gptq", "awq"):
         kwargs["data"] = calib
-    onnxptq.quantize_weights(str(src), output=str(dst), **kwargs)
+    onnxptq.quantize_weights(str(src), output=str(dst), external_data=True, progress=False, **kwargs)
 
 
 def quantize_one(cfg: dict, src: Path, dst: Path, calib_samples: int, calib_len: int) -> dict:
