@@ -17,6 +17,10 @@ grid, so AWQ never does worse than RTN on that objective.
   ``silu(gate) · up``), where that MatMul's output feeds nothing else: ``W_prev``'s columns ``/ s``;
 * anything else (attention output into o_proj, a residual stream, …) is skipped with the reason.
 
+After the scales, each weight's clipping is searched per output column (AWQ's ``auto_clip``): the
+block ranges shrunk by a common ratio in {1, 0.95, …, 0.7}, the ratio with the least output error
+``ΔW[:, n]ᵀ H ΔW[:, n]`` kept (1 — plain RTN — is a candidate).
+
 Every consumer of ``X`` must be a planned weight (else the scale would leak into an unscaled
 path). Groups are handled from the last to the first, so that a linear whose columns a later group
 scales is searched with its scaled weight.
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from ..formats import int_blocks
 from ..formats.int_blocks import BlockFormat
 from ..graph.opsets import is_onnx_domain
 from . import rtn
@@ -104,31 +109,66 @@ def find_fold(model: onnx.ModelProto, activation: str, group: list[Site], sites:
     return f"input {activation} comes from {node.op_type} ({node.name}), into which a scale cannot be folded exactly"
 
 
-def _output_error(delta: np.ndarray, hessian: np.ndarray) -> float:
-    return float(np.sum((hessian @ delta) * delta))
+def _output_error(delta: np.ndarray, hessian: np.ndarray, columns: np.ndarray | None = None) -> np.ndarray:
+    """Per output column ``ΔW[:, n]ᵀ H ΔW[:, n]`` (times the column's downstream weight)."""
+    per_column = np.sum((hessian @ delta) * delta, axis=0)
+    return per_column if columns is None else per_column * columns
+
+
+def _clipped(w: np.ndarray, fmt: BlockFormat, ratio: float) -> np.ndarray:
+    """RTN of ``w`` with each block's range shrunk by ``ratio`` (values beyond it saturate)."""
+    scale, zp = int_blocks.rtn_params(w, fmt)
+    if ratio != 1.0:
+        if fmt.symmetric:
+            scale = (scale * np.float32(ratio)).astype(np.float32)
+        else:  # shrink both ends around the block's zero
+            scale = (scale * np.float32(ratio)).astype(np.float32)
+    return int_blocks.dequantize(int_blocks.quantize(w, scale, zp, fmt), scale, zp, fmt)
 
 
 def search(weights: list[np.ndarray], hessian: np.ndarray, abs_mean: np.ndarray, fmt: BlockFormat,
-           *, grid: int = 20) -> tuple[np.ndarray, float, float, float]:
+           *, grid: int = 20, columns: list[np.ndarray | None] | None = None) -> tuple[np.ndarray, float, float, float]:
     """The best per-channel scales for the weights ``[K, N_i]`` sharing one input.
 
+    ``columns``: per weight, a weight per output column for its error (``s²`` of a later group's
+    scale folded into these columns: their error is amplified by it downstream).
     Returns ``(s, alpha, error, rtn_error)``; errors are ``Σ tr(ΔWᵀ H ΔW)`` (float32 products).
     """
     h = hessian.astype(np.float32)
+    columns = columns or [None] * len(weights)
     x = np.maximum(abs_mean.astype(np.float64), 1e-8)
-    best = (np.ones_like(x), 0.0, np.inf)
+    best = (np.ones_like(x, dtype=np.float32), 0.0, np.inf)
     base = None
     for a in np.linspace(0.0, 1.0, grid + 1):
         s = x ** a
         s = s / np.sqrt(s.max() * s.min())
         s = np.clip(s, 1e-4, 1e4).astype(np.float32)
         err = 0.0
-        for w in weights:
+        for w, c in zip(weights, columns):
             scaled = w * s[:, None]
             deq = rtn.solve(scaled, fmt).dequantized() / s[:, None]
-            err += _output_error(deq - w, h)
+            err += float(_output_error(deq - w, h, c).sum())
         if base is None:
             base = err
         if err < best[2]:
             best = (s, float(a), err)
     return best[0], best[1], best[2], float(base)
+
+
+CLIP_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)
+
+
+def clip_search(w: np.ndarray, hessian: np.ndarray, fmt: BlockFormat) -> np.ndarray:
+    """Per output column, the range shrink ratio (AWQ's weight clipping) with the least output
+    error ``ΔW[:, n]ᵀ H ΔW[:, n]``; ``1.0`` (plain RTN) is a candidate. Returns ``[N]`` ratios."""
+    h = hessian.astype(np.float32)
+    errors = np.stack([_output_error(_clipped(w, fmt, r) - w, h) for r in CLIP_RATIOS])
+    return np.asarray(CLIP_RATIOS, np.float32)[np.argmin(errors, axis=0)]
+
+
+def solve_clipped(w: np.ndarray, hessian: np.ndarray, fmt: BlockFormat) -> rtn.Solved:
+    """RTN with the per-column clip ratios of :func:`clip_search`."""
+    ratio = clip_search(w, hessian, fmt)
+    scale, zp = int_blocks.rtn_params(w, fmt)
+    scale = (scale * ratio[None, :]).astype(np.float32)
+    return rtn.Solved(int_blocks.quantize(w, scale, zp, fmt), scale, zp, fmt)
