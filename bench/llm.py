@@ -71,6 +71,8 @@ def configs(suite: str) -> list[dict]:
                     "sym": False})
         out.append({"name": "ort_gptq_w4_sym_b128", "tool": "ort", "method": "gptq", "bits": 4, "block": 128,
                     "sym": True})
+        out.append({"name": "ort_kquant_w4_b64", "tool": "ort", "method": "kquant", "bits": 4, "block": 64,
+                    "sym": False})
         out.append({"name": "ort_hqq_w4_b64", "tool": "ort", "method": "hqq", "bits": 4, "block": 64, "sym": False})
     if suite in ("baselines", "nncf"):
         for mode in ("INT4_SYM", "INT4_ASYM"):
