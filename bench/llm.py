@@ -492,6 +492,8 @@ def main() -> None:
             dst = WORK / name / "model.onnx"
             if name == "fp32" or "error" in row or not dst.exists():
                 continue
+            if any("error" in v for v in row.get("ppl", {}).values()):  # onnxruntime refused to load it
+                continue
             for level in levels:
                 entries.append((f"{name}/seq1/level{level}", dst, level, False))
                 kvdst = WORK / (name + "_kv") / "model.onnx"
