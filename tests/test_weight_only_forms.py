@@ -151,3 +151,17 @@ def test_storage_array_refuses_out_of_range_values():
     with pytest.raises(ValueError, match="int3 sym"):
         int_blocks.storage_array(np.array([[5]]), fmt)
     assert int_blocks.storage_array(np.array([[-4, 3]]), fmt).dtype == ml_dtypes.int4
+
+
+@pytest.mark.parametrize("bits,symmetric", [(4, True), (4, False), (8, False), (3, True)])
+def test_block_dequantize_equals_the_integer_format_reference(bits, symmetric):
+    """The block-view dequantization is the blocked Q/DQ reference of formats/integer, bit for bit."""
+    from onnxptq.formats import integer
+
+    fmt = BlockFormat(bits, 32, symmetric)
+    w = _weights(100, 8)
+    scale, zp = int_blocks.rtn_params(w, fmt)
+    q = int_blocks.quantize(w, scale, zp, fmt)
+    zp_arr = np.zeros_like(scale, dtype=np.int64) if zp is None else zp
+    ref = integer.dequantize(q.astype(np.int64), scale, zp_arr, axis=0, block_size=32)
+    np.testing.assert_array_equal(int_blocks.dequantize(q, scale, zp, fmt), ref)
