@@ -20,6 +20,7 @@ import onnx
 from .. import outputs
 from ..graph import io
 from . import calibrate, emit, plan as planning, solve as solving
+from .threads import blas_threads
 from .options import NEEDS_DATA, WeightOnlyOptions, WeightOnlyOptionError, preset as preset_settings
 
 log = logging.getLogger(__name__)
@@ -137,14 +138,15 @@ def quantize_weights(
         raise WeightOnlyOptionError("the model has no MatMul/Gemm with a constant 2-D float weight to quantize")
     times["plan"] = time.perf_counter() - t
     stats = None
-    if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
+    with blas_threads(1):
+        if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
+            t = time.perf_counter()
+            acts = [s.activation for s in weight_plan.sites if s.activation is not None]
+            stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
+            times["calibrate"] = time.perf_counter() - t
         t = time.perf_counter()
-        acts = [s.activation for s in weight_plan.sites if s.activation is not None]
-        stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
-        times["calibrate"] = time.perf_counter() - t
-    t = time.perf_counter()
-    solution = solving.solve(proto, weight_plan, opts, stats)
-    times["solve"] = time.perf_counter() - t
+        solution = solving.solve(proto, weight_plan, opts, stats)
+        times["solve"] = time.perf_counter() - t
     t = time.perf_counter()
     result_model = emit.emit(proto, weight_plan, solution.solved, solution.vectors, form=opts.form,
                              accuracy_level=accuracy_level)

@@ -12,6 +12,10 @@ layer (or per block) and the activations of the whole calibration set held betwe
 is what made GPTQ on ONNX take hours; the float-input Hessian is what onnxruntime's and the
 reference tool's GPTQ use as well. The consequence is documented in docs/weight_only.md.
 
+The sums are NumPy float32 SGEMMs per feed (accumulated in float64) under a one-thread BLAS limit
+(:mod:`.threads`); torch is not used: importing it alone took longer than the whole calibration of
+the test Llama, and a one-thread SGEMM of ``[tokens, K]ᵀ·[tokens, K]`` is already the cost floor.
+
 A KV-cache model (``past_key_values.*`` inputs) calibrates on feeds without the past: inputs
 whose name starts with ``past`` that a feed lacks are given an empty past (length 0 on their
 one dynamic axis), so token-id feeds work for both variants of a model.
@@ -103,13 +107,10 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         raise CalibrationNeededError("data is required to collect activation statistics")
     start = time.perf_counter()
     tensors = list(dict.fromkeys(tensors))
-    session = open_session(_augmented(model, tensors))
+    # no spinning: between runs this process does the sums, and spinning pool threads would take its cores
+    session = open_session(_augmented(model, tensors), spinning=False)
     inputs = ModelInputs.from_model(model)
     stats = ActivationStats()
-    try:
-        import torch
-    except ImportError:  # numpy does the same sums, a little slower
-        torch = None
     from tqdm.auto import tqdm
 
     bar = tqdm(desc="weight-only calibration", unit="feed", disable=not progress, total=max_feeds)
@@ -117,11 +118,8 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         values = session.run(tensors, feed)
         for name, x in zip(tensors, values):
             x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
-            if torch is not None:
-                t = torch.from_numpy(x2)
-                h = (t.T @ t).double().numpy()
-            else:
-                h = (x2.T @ x2).astype(np.float64)
+            # float32 products per feed (one SGEMM), accumulated in float64 across feeds
+            h = (x2.T @ x2).astype(np.float64)
             if name in stats.hessian:
                 stats.hessian[name] += h
                 stats.abs_mean[name] += np.abs(x2).sum(axis=0, dtype=np.float64)
