@@ -282,3 +282,34 @@ def test_gemm_weights_in_both_forms():
         q = onnxptq.quantize_weights(model, block_size=32, form=form, lm_head="int4", progress=False).model
         y = runtime.session(q, accuracy_level=1).run(None, {"x": x})[0]
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_untied_embedding_is_opt_in_in_both_forms():
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((50, 80)).astype(np.float32)  # H = 80: blocks of 32 leave a padded last block
+    head = rng.standard_normal((80, 50)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["h"], name="embed"),
+             helper.make_node("MatMul", ["h", "head"], ["logits"], name="head_mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5, 50])],
+                              [numpy_helper.from_array(table, "table"), numpy_helper.from_array(head, "head")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    ids = np.array([[0, 3, 49, 3, 7]], np.int64)
+    fmt = BlockFormat(4, 32, False)
+    rows = int_blocks.fake_quantize(table.T.copy(), fmt).T[ids[0]]
+    ref = rows @ int_blocks.fake_quantize(head, BlockFormat(8, 32, False))
+    for form in ("dq", "matmulnbits"):
+        off = onnxptq.quantize_weights(model, block_size=32, symmetric=False, form=form, progress=False)
+        assert [r.role for r in off.layers] == ["lm_head"] and "embedding" in " ".join(off.skipped.values())
+        on = onnxptq.quantize_weights(model, block_size=32, symmetric=False, form=form, embedding=True, progress=False)
+        assert sorted(r.role for r in on.layers) == ["embedding", "lm_head"]
+        y = runtime.session(on.model, accuracy_level=1).run(None, {"ids": ids})[0]
+        np.testing.assert_allclose(y[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kwargs", [{"act_order": True}, {"symmetric": False}, {"symmetric": False, "act_order": True}])
+def test_gptq_variants_beat_rtn(kwargs):
+    rtn = _rel(_logits(_quantized("rtn", bits=3, symmetric=kwargs.get("symmetric", True)).model))
+    gptq = _quantized("gptq", bits=3, **kwargs)
+    assert _rel(_logits(gptq.model)) < 0.6 * rtn
