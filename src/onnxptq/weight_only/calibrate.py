@@ -44,8 +44,8 @@ class CalibrationNeededError(ValueError):
 
 @dataclass
 class ActivationStats:
-    """Per exposed tensor: ``hessian`` (Σ xᵀx, float64), ``abs_mean`` (mean |x| per channel) and
-    ``rows`` (how many vectors went in)."""
+    """Per exposed tensor: ``hessian`` (Σ xᵀx in float64 while collecting; the mean ``XᵀX / rows``
+    in float32 once :func:`collect` returns), ``abs_mean`` (mean |x| per channel) and ``rows``."""
 
     hessian: dict[str, np.ndarray] = field(default_factory=dict)
     abs_mean: dict[str, np.ndarray] = field(default_factory=dict)
@@ -54,8 +54,9 @@ class ActivationStats:
     seconds: float = 0.0
 
     def mean_hessian(self, name: str) -> np.ndarray:
-        """``XᵀX / rows``: the scale-free Hessian (used for damping and errors)."""
-        return self.hessian[name] / max(self.rows.get(name, 1), 1)
+        """``XᵀX / rows``: the scale-free Hessian (used for damping and errors); no copy after collect."""
+        rows = max(self.rows.get(name, 1), 1)
+        return self.hessian[name] if rows == 1 else self.hessian[name] / rows
 
 
 def _feeds(data: Any, inputs: ModelInputs) -> Iterator[dict[str, np.ndarray]]:
@@ -136,6 +137,9 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         raise CalibrationNeededError("the calibration data yielded no feed")
     for name in stats.abs_mean:
         stats.abs_mean[name] /= max(stats.rows[name], 1)
+        # the sums needed float64; the mean Hessian the methods read is kept in float32 (half the memory)
+        stats.hessian[name] = (stats.hessian[name] / max(stats.rows[name], 1)).astype(np.float32)
+        stats.rows[name] = 1
     stats.seconds = time.perf_counter() - start
     log.info("weight-only calibration: %d feeds, %d tensors, %.1f s", stats.feeds, len(tensors), stats.seconds)
     return stats

@@ -54,7 +54,7 @@ class Solution:
 
 
 def _rel_output_error(delta: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    h32 = h.astype(np.float32)
+    h32 = np.asarray(h, dtype=np.float32)
     num = float(np.sum((h32 @ delta) * delta))
     den = float(np.sum((h32 @ w) * w)) or 1.0
     return float(np.sqrt(max(num, 0.0) / den))
