@@ -142,6 +142,7 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
     notes: dict[str, str] = {}
     if opts.method == "awq" and stats is not None:
         notes = _apply_awq(model, plan, opts, weights, hessians, stats, consts, formats, solution)
+    prepared: dict[int, gptq.Prepared] = {}
     for site in tqdm(plan.sites, desc=f"weight-only {opts.method}", unit="layer", disable=not opts.progress):
         fmt = formats[site.weight]
         w = weights[site.weight]
@@ -151,7 +152,11 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
         h = hessians.get(site.weight)
         method = opts.method
         if method == "gptq" and h is not None:
-            solved = gptq.solve(w, h, fmt, damp=opts.damp, act_order=opts.act_order)
+            key = id(h)  # sites reading one input share one Hessian array, hence one factorisation
+            if key not in prepared:
+                prepared.clear()  # sites of one input are consecutive: keep one factor alive
+                prepared[key] = gptq.prepare(h, damp=opts.damp, act_order=opts.act_order)
+            solved = gptq.solve(w, prepared[key], fmt)
         elif method == "hqq" or (method == "gptq" and h is None and site.role == EMBEDDING):
             solved = hqq.solve(w, fmt, importance=None if h is None else np.diag(h))
             method = "hqq"
