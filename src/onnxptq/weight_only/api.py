@@ -71,6 +71,36 @@ def _name_nodes(model: onnx.ModelProto) -> None:
             used.add(name)
 
 
+def _external_length(tensor: onnx.TensorProto) -> int:
+    entries = {e.key: e.value for e in tensor.external_data}
+    try:
+        return int(entries.get("length", 1 << 62))
+    except ValueError:
+        return 1 << 62
+
+
+def _calibrate(model: io.ModelLike, proto: onnx.ModelProto, tensors: list[str], data: Any, feeds: int | None,
+               progress: bool) -> calibrate.ActivationStats:
+    """Activation statistics; a model given by path with external data is run from its own file
+    (the calibration model then holds no weights: onnxruntime reads them beside the input)."""
+    from ..graph import external
+
+    if isinstance(model, (str, os.PathLike)):
+        light = onnx.load(str(model), load_external_data=False)
+        if external.has_external(light):
+            # small tensors (shapes, axes) are read in: onnxruntime's shape inference needs them inline
+            from onnx.external_data_helper import load_external_data_for_tensor
+
+            for tensor in external.all_tensors(light):
+                if external.is_external(tensor) and _external_length(tensor) < 1 << 16:
+                    load_external_data_for_tensor(tensor, str(Path(model).parent))
+                    tensor.data_location = onnx.TensorProto.DEFAULT
+                    del tensor.external_data[:]
+            with external.streaming(Path(model).parent):
+                return calibrate.collect(light, tensors, data, max_feeds=feeds, progress=progress)
+    return calibrate.collect(proto, tensors, data, max_feeds=feeds, progress=progress)
+
+
 def quantize_weights(
     model: io.ModelLike,
     output: str | os.PathLike | None = None,
@@ -142,7 +172,7 @@ def quantize_weights(
         if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
             t = time.perf_counter()
             acts = [s.activation for s in weight_plan.sites if s.activation is not None]
-            stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
+            stats = _calibrate(model, proto, acts, data, calib_feeds, progress)
             times["calibrate"] = time.perf_counter() - t
         t = time.perf_counter()
         solution = solving.solve(proto, weight_plan, opts, stats)

@@ -53,9 +53,11 @@ def _safe(name: str) -> str:
 
 def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], vectors: dict[str, np.ndarray], *,
          form: str = "dq", accuracy_level: int | None = None) -> onnx.ModelProto:
-    """A new model with ``solved`` weights in ``form`` and the ``vectors`` (AWQ folds) replaced."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    """``model`` with ``solved`` weights in ``form`` and the ``vectors`` (AWQ folds) replaced.
+
+    Works **in place** on ``model`` (the pipeline's own loaded copy: a second copy of an LLM's
+    weights is what this avoids) and returns it, or the opset-raised model built from it."""
+    out = model
     graph = out.graph
     nodes = {n.name: n for n in graph.node}
     new_front: list[onnx.NodeProto] = []
