@@ -314,3 +314,36 @@ def test_gptq_variants_beat_rtn(kwargs):
     rtn = _rel(_logits(_quantized("rtn", bits=3, symmetric=kwargs.get("symmetric", True)).model))
     gptq = _quantized("gptq", bits=3, **kwargs)
     assert _rel(_logits(gptq.model)) < 0.6 * rtn
+
+
+def test_weights_held_in_constant_nodes_and_a_reader_with_get_next():
+    """A Paddle-style Constant weight is a weight too; calibration data may be a get_next() reader."""
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((64, 48)).astype(np.float32)
+    w2 = rng.standard_normal((48, 16)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w1"], value=numpy_helper.from_array(w1, "w1")),
+             helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+                              [numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+
+    class Reader:
+        def __init__(self):
+            self.items = [{"x": rng.standard_normal((32, 64)).astype(np.float32)} for _ in range(16)]
+
+        def get_next(self):
+            return self.items.pop() if self.items else None
+
+    result = onnxptq.quantize_weights(model, block_size=32, method="gptq", data=Reader(), lm_head="int4", progress=False)
+    assert [r.name for r in result.layers] == ["mm1", "mm2"]
+    assert not any(n.op_type == "Constant" for n in result.model.graph.node)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    y = runtime.session(result.model, accuracy_level=1).run(None, {"x": x})[0]
+    ref = np.maximum(x @ w1, 0) @ w2
+    rtn = onnxptq.quantize_weights(model, block_size=32, lm_head="int4", progress=False)
+    y_rtn = runtime.session(rtn.model, accuracy_level=1).run(None, {"x": x})[0]
+    assert np.linalg.norm(y - ref) < np.linalg.norm(y_rtn - ref) < 0.2 * np.linalg.norm(ref)
