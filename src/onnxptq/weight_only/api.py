@@ -181,7 +181,8 @@ def quantize_weights(
         t = time.perf_counter()
         weight_plan = planning.make_plan(proto, embedding=embedding, exclude=tuple(exclude))
         if not weight_plan.sites:
-            raise WeightOnlyOptionError("the model has no MatMul/Gemm with a constant 2-D float weight to quantize")
+            raise WeightOnlyOptionError("the model has no MatMul/Gemm with a constant 2-D float32 weight to quantize "
+                                        "(float16 models: convert to float32 first)")
         times["plan"] = time.perf_counter() - t
         stats = None
         with blas_threads(1):

@@ -87,7 +87,8 @@ class _Constants:
 
     def float2d(self, name: str) -> onnx.TensorProto | None:
         t = self.tensors.get(name)
-        if t is None or len(t.dims) != 2 or t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        # float32 only: an fp16 model's scales (and so the DequantizeLinear output) would have to be fp16
+        if t is None or len(t.dims) != 2 or t.data_type != onnx.TensorProto.FLOAT:
             return None
         return t
 
