@@ -141,8 +141,12 @@ def test_hqq_weight_error_is_never_above_rtn():
 
 
 def test_int8_b128_is_close_to_float():
-    logits = _logits(_quantized("rtn", bits=8, block_size=128).model)
+    from onnxptq.weight_only.api import output_error
+
+    result = _quantized("rtn", bits=8, block_size=128)
+    logits = _logits(result.model)
     assert _rel(logits) < 0.01
+    assert output_error(PLAIN, result.model, EVAL) == {"logits": pytest.approx(_rel(logits), rel=1e-3)}
     assert abs(_nll(logits) - _nll(FLOAT_LOGITS)) < 0.01 * _nll(FLOAT_LOGITS)
 
 

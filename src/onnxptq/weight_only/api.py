@@ -40,7 +40,6 @@ class WeightOnlyResult:
     skipped: dict[str, str]
     awq_skipped: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
-    output_error: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A readable table: one line per weight, then what was skipped, the output error, timings."""
@@ -54,8 +53,6 @@ class WeightOnlyResult:
             lines.append(f"{r.name[:40]:40s} {r.role:9s} {f'{r.k}x{r.n}':>13s} {r.format:16s} {r.method:8s} {we:>7s} {oe:>7s}  {r.note}")
         for name, why in {**self.skipped, **{f"AWQ {k}": v for k, v in self.awq_skipped.items()}}.items():
             lines.append(f"skipped {name}: {why}")
-        for name, err in self.output_error.items():
-            lines.append(f"output {name}: relative L2 error vs float {err:.5f}")
         lines.append("timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
