@@ -13,19 +13,16 @@ the base score, then the ``--top`` quantizers whose removal lowers the KL most.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 
 def outputs(model: onnx.ModelProto | str, images: np.ndarray) -> np.ndarray:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model if isinstance(model, str) else model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = _common.session(model, 1)
     return np.concatenate([sess.run(None, {"x": images[i:i + 10]})[0] for i in range(0, len(images), 10)])
 
 
@@ -54,15 +51,15 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path("rec"))
     chars = ocr.load_characters(onnx.load(path))
     calib = ocr.render_lines(64, seed=1, characters=chars)[0]
     images = ocr.render_lines(args.lines, seed=3, characters=chars)[0]
     config = onnxptq.get_preset("A8W8").replace(runtime=args.runtime)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     model = onnxptq.quantize(path, config, [{"x": calib[i:i + 8]} for i in range(0, 64, 8)], eval_samples=0).model
     reference = outputs(path, images)
     base = score(reference, outputs(model, images))

@@ -19,6 +19,8 @@ wall and CPU times.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import logging
 import math
@@ -30,8 +32,8 @@ import numpy as np
 from onnxptq import get_preset
 from onnxptq.algorithms import mixed_precision
 from onnxptq.algorithms.mixed_precision import L2Target, auto_mixed_precision
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 REFERENCE_S = 157.0
 LAYER_OPS = mixed_precision.DEFAULT_OP_TYPES
@@ -41,7 +43,7 @@ def _cls(args) -> None:
     images, _ = ocr.render_cls(args.samples, seed=1)
     feeds = [{"x": images[i : i + 1]} for i in range(args.samples)]
     high = get_preset("BF16")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     target = 0.01 if args.target is None else args.target
     t = time.perf_counter()
     result = auto_mixed_precision(str(model_path("cls")), high, "BFP16", feeds, L2Target(target), workers=args.workers)
@@ -56,8 +58,6 @@ def _cls(args) -> None:
 
 def _rec(args) -> None:
     import onnx
-    import onnxruntime as ort
-
     from onnxptq.pipeline.build import build_model
     from onnxptq.pipeline.calibrate import calibrate_once
 
@@ -67,16 +67,12 @@ def _rec(args) -> None:
     feeds = [{"x": lines[i : i + 1]} for i in range(args.samples)]
     images, texts = ocr.render_lines(args.eval_lines, seed=3, characters=chars)
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
 
     def session(model, basic=False):
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        if basic:
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return _common.session(model, 1, optimization="basic" if basic else "all")
 
     target = args.target
     if target is None:  # the geometric midpoint of the two extremes, measured on built models

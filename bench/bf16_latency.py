@@ -11,6 +11,7 @@ warm-up. Prints a markdown table.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import logging
 import statistics
@@ -22,7 +23,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.conversion.bf16 import convert_float_to_bf16
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 #: (label, format, options) of the BF16 variants measured.
 VARIANTS = (
@@ -121,11 +122,7 @@ def transformer_encoder(
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def time_models(models: dict[str, onnx.ModelProto], feed: dict[str, np.ndarray], runs: int, block: int = 5) -> dict[str, float]:
@@ -179,7 +176,7 @@ def main() -> None:
     rows = []
     for name in args.models.split(","):
         if name == "rec":
-            from onnxptq.testing.ocr import load_characters, render_lines
+            from testkit.ocr import load_characters, render_lines
 
             model = onnx.load(str(model_path("rec")))
             images, _ = render_lines(1, seed=0, characters=load_characters(model))

@@ -16,6 +16,7 @@ session, ``--runs`` inferences), the ten most costly op types and the function b
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import collections
 import json
@@ -32,20 +33,12 @@ TARGETS = {"cls": 8.0, "rec": 3.0}
 
 
 def session(model: str, profile: str | None = None) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if profile:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1, profile=profile or None)
 
 
 def inputs(name: str) -> tuple[str, np.ndarray, np.ndarray]:
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path(name))
     if name == "rec":

@@ -8,13 +8,14 @@ each quantized model still reads right; calibration on 16 other captchas (seed 2
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import time
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.sessions import open_session
-from onnxptq.testing import captcha
+from testkit import captcha
 
 
 def main() -> None:

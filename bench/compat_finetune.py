@@ -12,6 +12,7 @@ wall and process CPU time of each (the CPU time is what a loaded machine disturb
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import os
 import tempfile
@@ -29,8 +30,8 @@ def main() -> None:
     from onnxptq.compat.legacy import Config
     from onnxptq.config.presets import get_preset
     from onnxptq.quantization.api import ModelQuantizer
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     model = str(model_path("cls"))
     images, _ = ocr.render_cls(32, seed=11)

@@ -13,6 +13,7 @@ grows while the CPU time does not.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import logging
 import os
@@ -26,14 +27,14 @@ import onnxruntime as ort
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.analysis.compare import cosine
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 log = logging.getLogger("bench.finetune")
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return _common.session(model)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Latency of every format's ONNX realisation in onnxruntime CPU, one thread.
 
-Each format's one-op model (``onnxptq.formats.qdq_model``) runs on a 1×64×112×112 float32 tensor
+Each format's one-op model (``onnxptq.onnx_ops.qdq_model``) runs on a 1×64×112×112 float32 tensor
 (standard-normal values) with ``intra_op_num_threads = inter_op_num_threads = 1``, beside a plain
 copy of the tensor (``Identity``). Variants are timed in round-robin rounds (so a drift in machine
 load hits all of them alike); each figure is the median over ``--runs`` rounds of:
@@ -23,6 +23,7 @@ realisation cannot slip into the table. Prints a markdown table.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import importlib
 import statistics
@@ -64,11 +65,7 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any], str], ...] = (
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def _identity_model() -> onnx.ModelProto:
@@ -84,7 +81,7 @@ def _identity_model() -> onnx.ModelProto:
 
 def _static_model(fmt: str, attrs: dict[str, Any], opset: int) -> onnx.ModelProto:
     """One quantizer built with ``shape=SHAPE`` (what the emitter passes), static input shape."""
-    from onnxptq.formats import build_qdq
+    from onnxptq.onnx_ops import build_qdq
 
     frag = build_qdq(fmt, "x", "y", name="qdq", opset=opset, shape=SHAPE, **attrs)
     vi = helper.make_tensor_value_info
@@ -111,7 +108,7 @@ def main() -> None:
     keep = {f for f in args.only.split(",") if f}
 
     try:
-        from onnxptq import formats
+        from onnxptq import formats, onnx_ops
     except ImportError as exc:  # the package itself is broken: nothing to time
         raise SystemExit(f"cannot import onnxptq.formats: {exc}")
 
@@ -128,7 +125,7 @@ def main() -> None:
             notes.append(f"skipped {label}: family '{family}' not implemented yet ({exc})")
             continue
         try:
-            model = formats.qdq_model(fmt, SHAPE, opset=args.opset, **attrs)
+            model = onnx_ops.qdq_model(fmt, SHAPE, opset=args.opset, **attrs)
             sess = _session(model)
             got = sess.run(None, {"x": x})[0]
         except Exception as exc:  # a family under construction must not stop the others

@@ -10,6 +10,7 @@ or the corruption), and written as JSON (``--json``). Findings go to ``bench/RES
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import collections
 import io
@@ -30,7 +31,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import make_small_cnn, small_cnn_feeds  # noqa: E402
 
-from onnxptq.testing.fuzz import (  # noqa: E402
+from testkit.fuzz import (  # noqa: E402
     FUZZ_PRESETS,
     check_corrupt_model,
     check_quantize,

@@ -20,6 +20,8 @@ the two columns, not the microseconds with another run.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import collections
 import json
@@ -29,19 +31,12 @@ import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 
 def profile(model: str, feed: dict[str, np.ndarray], runs: int) -> list[tuple[str, str, float]]:
     """(op type, node name, median µs) of every kernel onnxruntime ran, in execution order."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.enable_profiling = True
-    so.log_severity_level = 3
-    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="onnxptq_profile_"), "p")
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess = _common.session(model, 1, inter_op_threads=1, profile=os.path.join(tempfile.mkdtemp(prefix="onnxptq_profile_"), "p"))
     for _ in range(runs):
         sess.run(None, feed)
     with open(sess.end_profiling()) as f:
@@ -109,8 +104,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     path = str(model_path(args.model))
     if args.model == "rec":
@@ -118,7 +113,7 @@ def main() -> None:
     else:
         calib = ocr.render_cls(64, seed=1)[0]
     config = onnxptq.get_preset("A8W8").replace(runtime=args.runtime)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     quantized = onnxptq.quantize(path, config, [{"x": calib[i:i + 8]} for i in range(0, 64, 8)], eval_samples=0).model
     out = tempfile.mkdtemp(prefix="onnxptq_kernels_")
     variants = {"float": path, "A8W8": os.path.join(out, "a8w8.onnx")}
@@ -127,7 +122,7 @@ def main() -> None:
         variants["A8W8 + lookup tables"] = os.path.join(out, "lut.onnx")
         onnx.save(lookup_tables(quantized), variants["A8W8 + lookup tables"])
     feed = {"x": calib[:1]}
-    outputs = {k: ort.InferenceSession(f, providers=["CPUExecutionProvider"]).run(None, feed)[0] for k, f in variants.items()}
+    outputs = {k: _common.session(f).run(None, feed)[0] for k, f in variants.items()}
     if args.lut:
         same = np.array_equal(outputs["A8W8"], outputs["A8W8 + lookup tables"])
         tables = sum(n.op_type == "Gather" for n in onnx.load(variants["A8W8 + lookup tables"]).graph.node)

@@ -20,6 +20,7 @@ The model is given by path with an output, its external data is over
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import json
 import resource
@@ -119,8 +120,8 @@ def _run_one(args: argparse.Namespace, path: Path, work: Path, preset: str, weig
         import onnxruntime as ort
 
         feed = {"x": np.random.default_rng(2).standard_normal((1, args.dim)).astype(np.float32)}
-        ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
-        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        ref = _common.session(str(path)).run(None, feed)[0]
+        got = _common.session(str(out)).run(None, feed)[0]
         result["cosine"] = _cosine(ref, got)
         result["saved_files"] = {p.name: p.stat().st_size for p in sorted(work.iterdir()) if p.name.startswith(out.name)}
         leftovers = [p.name for p in work.iterdir() if p.name.endswith(".tmp")]

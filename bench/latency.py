@@ -1,7 +1,7 @@
 """Integer-model latency on onnxruntime's CPU execution provider: ours against float and onnxruntime's own.
 
 For PP-OCRv4 rec (1x3x48x320), PP-OCR cls (1x3x48x192) and the all-MiniLM-L6-v2 sentence encoder
-(``minilm``: one sentence of 12 tokens; ``onnxptq.testing.minilm``), in one process: the float model, our
+(``minilm``: one sentence of 12 tokens; ``testkit.minilm``), in one process: the float model, our
 presets (default A8W8, A16W8, U8S8 — each for ``--runtime``, default the onnxruntime CPU target)
 and onnxruntime's ``quantize_static`` (QDQ, uint8 activations, int8 per-channel weights, MinMax,
 after ``quant_pre_process``), all calibrated on the same 64 rendered lines. Every model is timed
@@ -21,6 +21,8 @@ absolute milliseconds, and distrust a run whose load is high.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import os
 import statistics
@@ -40,11 +42,7 @@ EVAL_LINES = 200
 
 def session(model: str, threads: int) -> ort.InferenceSession:
     """A default CPU session with ``threads`` intra-op threads, as a user opens the model."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return _common.session(model, threads, inter_op_threads=1)
 
 
 class Bench:
@@ -59,8 +57,8 @@ class Bench:
             self._ocr(name)
 
     def _ocr(self, name: str) -> None:
-        from onnxptq.testing import ocr
-        from onnxptq.testing.models import model_path
+        from testkit import ocr
+        from testkit.models import model_path
 
         self.path = str(model_path(name))
         if name == "rec":
@@ -83,7 +81,7 @@ class Bench:
         from minilm import CALIBRATION, batches, embed  # bench/minilm.py
         from paraphrases import PAIRS
 
-        from onnxptq.testing import minilm
+        from testkit import minilm
 
         self.path = str(minilm.onnx_path("finfo"))
         sentences = [a for a, _ in PAIRS] + [b for _, b in PAIRS]
@@ -104,7 +102,7 @@ def ours(path: str, preset: str, runtime: str, calib: list[dict[str, np.ndarray]
     import onnxptq
 
     config = onnxptq.get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     config = config.replace(runtime=runtime)
     start = time.perf_counter()
     result = onnxptq.quantize(path, config, calib, eval_samples=0)

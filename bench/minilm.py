@@ -19,6 +19,7 @@ the quantized and the float embedding.
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import json
 import logging
@@ -34,7 +35,7 @@ from paraphrases import PAIRS  # noqa: E402
 from onnxptq import quantize  # noqa: E402
 from onnxptq.config.presets import resolve_config  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
-from onnxptq.testing import minilm  # noqa: E402
+from testkit import minilm  # noqa: E402
 
 CALIBRATION = [
     "A quick brown fox jumps over the lazy dog.",

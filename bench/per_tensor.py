@@ -11,17 +11,17 @@ seed 1; 200 evaluation lines, seed 3). Prints one JSON line.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import dataclasses
 import json
 import sys
 import time
 
 import onnx
-import onnxruntime as ort
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import captcha, ocr
-from onnxptq.testing.models import model_path
+from testkit import captcha, ocr
+from testkit.models import model_path
 
 
 def _value(text: str) -> object:
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     task, preset, granularity = argv[:3]
     changes = {k: _value(v) for k, v in (a.split("=", 1) for a in argv[3:])}
     cfg = get_preset(preset)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     if granularity == "pt":
         cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
     for key, value in changes.items():
@@ -52,21 +52,21 @@ def main(argv: list[str]) -> int:
     if task == "captcha":  # the data of tests/test_quantize_captcha.py; metric: float-right reads kept
         test, calib = captcha.make_captchas(100, seed=1), captcha.make_captchas(16, seed=2)
         result = quantize(str(path), cfg, [{"image": calib.images[i:i + 1]} for i in range(len(calib.texts))])
-        float_reads = captcha.read(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), test.images)
-        reads = captcha.read(ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]), test.images)
+        float_reads = captcha.read(_common.session(str(path)), test.images)
+        reads = captcha.read(_common.session(result.model), test.images)
         metric, ref = captcha.kept_fraction(float_reads, reads, test.texts)[0], 1.0
     elif task == "rec":
         chars = ocr.load_characters(onnx.load(path))
         calib, _ = ocr.render_lines(64, seed=1, characters=chars)
         images, texts = ocr.render_lines(200, seed=3, characters=chars)
         result = quantize(path, cfg, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)])
-        session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = _common.session(result.model)
         metric, ref = ocr.rec_cer(session, images, texts, characters=chars), ocr.rec_cer(str(path), images, texts, characters=chars)
     else:
         calib, _ = ocr.render_cls(64, seed=1)
         images, labels = ocr.render_cls(200, seed=3)
         result = quantize(path, cfg, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)])
-        session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = _common.session(result.model)
         metric, ref = ocr.cls_accuracy(session, images, labels), ocr.cls_accuracy(str(path), images, labels)
     print(json.dumps({"task": task, "preset": preset, "weights": granularity, "changes": changes,
                       "equalize": cfg.equalization_active(), "bias_correction": cfg.bias_correction_active(),

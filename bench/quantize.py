@@ -3,7 +3,7 @@
 **Quantize** (wall time and peak RSS). A8W8 (``onnxptq.quantize``) on PP-OCRv4 rec with 64 and
 with 512 calibration lines, beside ``onnxruntime.quantization.quantize_static`` (QuantFormat.QDQ,
 MinMax, U8S8, per-channel and per-tensor weights) on the same data in the same run. The lines are
-rendered once (``onnxptq.testing.ocr.render_lines``) into one uncompressed ``.npz``; rendering is
+rendered once (``testkit.ocr.render_lines``) into one uncompressed ``.npz``; rendering is
 not counted. Every job runs in its own fresh Python process, so its peak RSS is its own:
 
 * **wall s** — ``time.perf_counter`` around the quantize call alone (imports, reading the model
@@ -35,6 +35,8 @@ Child mode (used by the parent): ``python bench/quantize.py --job TOOL:LINES --n
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import datetime
 import json
@@ -115,8 +117,8 @@ def _reader_class() -> type:
 
 def render_npz(path: Path, n: int, seed: int = 1234) -> float:
     """Render ``n`` rec lines into ``path`` (uncompressed .npz keyed ``x``); return the seconds taken."""
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     t0 = time.perf_counter()
     images, _ = ocr.render_lines(n, seed, characters=ocr.load_characters(model_path("rec")))
@@ -149,7 +151,7 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
     import logging
 
     logging.disable(logging.WARNING)  # onnxruntime's quantizer logs a line per tensor at INFO
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     model = str(model_path("rec"))
     reader = _reader_class()(npz, limit=lines)
@@ -161,7 +163,7 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         from onnxptq.config.presets import get_preset
 
         cfg = get_preset("A8W8")
-        cfg.calibration.progress = False
+        cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
         kw = {"eval_samples": 0} if job == "onnxptq_noeval" else {}
         base = _status_kib("VmRSS")
         cpu0 = _cpu_s()
@@ -252,21 +254,14 @@ def bench_quantize(lines_list: list[int], repeats: int, workdir: Path) -> str:
 
 
 def _session(model: Any):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return _common.session(model, 1, inter_op_threads=1)
 
 
 def _fake_quant_models(name: str) -> dict[str, Any]:
     import onnx
 
     import onnxptq
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     path = model_path(name)
     models: dict[str, Any] = {"float": onnx.load(str(path))}
@@ -276,8 +271,8 @@ def _fake_quant_models(name: str) -> dict[str, Any]:
 
 
 def bench_latency(runs: int, warmup: int = 3) -> str:
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     inputs = {
         "cls": ocr.render_cls(1, seed=7)[0],

@@ -1,8 +1,8 @@
 """Side-by-side benchmark: onnxptq presets vs onnxruntime.quantization vs amd-quark on real models.
 
 One command quantizes PP-OCRv4 rec, PP-OCR mobile cls, the three silero VAD models (If
-branches, LSTM, fp16; ``onnxptq.testing.models.model_path``) and the all-MiniLM-L6-v2 sentence
-encoder (``onnxptq.testing.minilm``, the exporter's finfo.min attention mask), plus any ONNX model
+branches, LSTM, fp16; ``testkit.models.model_path``) and the all-MiniLM-L6-v2 sentence
+encoder (``testkit.minilm``, the exporter's finfo.min attention mask), plus any ONNX model
 given on the command line, with
 
 * **onnxptq**: every canonical preset, the per-tensor weight rows of ``PER_TENSOR_ROWS`` (``A8W8
@@ -16,7 +16,7 @@ given on the command line, with
   ``import quark.onnx`` works; otherwise one row per model records "not installed".
 
 Every backend runs in the same invocation on the same rendered data (calibration and evaluation
-sets are rendered once, by ``onnxptq.testing.ocr``, and saved as ``.npy``). Each job runs in its
+sets are rendered once, by ``testkit.ocr``, and saved as ``.npy``). Each job runs in its
 own Python process, so its figures are its own:
 
 * **valid**: ``onnx.checker.check_model`` on the saved file and an onnxruntime CPU session load;
@@ -29,7 +29,7 @@ own Python process, so its figures are its own:
 * **task metric**: CER on the rendered lines for rec (greedy CTC, normalized text), top-1 accuracy
   for cls, for the silero models (task ``vad``) the share of 512-sample windows whose speech
   decision (probability > 0.5) agrees with float, streaming a speech/noise/silence clip with each
-  model's own recurrent state (``onnxptq.testing.audio``); for the encoder (task ``encoder``)
+  model's own recurrent state (``testkit.audio``); for the encoder (task ``encoder``)
   paraphrase retrieval top-1 over ``bench/paraphrases.py`` (a query's nearest paraphrase by
   cosine is its own), calibrated on ``bench/minilm.py``'s sentences; none for a model given on
   the command line;
@@ -51,6 +51,8 @@ Child mode (used by the parent): ``python bench/run.py --job JOB.json``.
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import datetime
 import json
@@ -175,7 +177,7 @@ def _onnxptq_config(config: str):
     if unknown:
         raise ValueError(f"unknown onnxptq config flags {sorted(unknown)} in {config!r}")
     cfg = get_preset(name)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     if "per-tensor" in flags:
         cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))
     if "no-cle" in flags:
@@ -214,20 +216,15 @@ def _quantize(job: dict[str, Any]) -> None:
         raise ValueError(f"unknown backend {backend!r}")
 
 
-def _session_options(backend: str, threads: int | None):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = threads
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+def _session(path: str, backend: str, threads: int | None):
+    """A CPU session on ``path`` (bench/_common.py's helper); ``threads`` intra- and inter-op threads
+    when given; the reference tool's custom-op library registered for its models."""
+    libraries = ()
     if backend == "quark":
         from quark.onnx import get_library_path
 
-        opts.register_custom_ops_library(get_library_path())
-    return opts
+        libraries = (get_library_path(),)
+    return _common.session(path, threads, inter_op_threads=threads, custom_op_libraries=libraries)
 
 
 def _model_size(path: str) -> int:
@@ -244,13 +241,12 @@ def _model_size(path: str) -> int:
 def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
     """Validity, task metric, cosine/PSNR vs float, one-thread latency of ``job['output']``."""
     import onnx
-    import onnxruntime as ort
 
     path, backend = job["output"], job["backend"]
     result["size_bytes"] = _model_size(path)
     try:
         onnx.checker.check_model(path)
-        sess = ort.InferenceSession(path, _session_options(backend, None), providers=["CPUExecutionProvider"])
+        sess = _session(path, backend, None)
     except Exception as exc:
         result["valid"] = False
         result["error"] = f"invalid: {type(exc).__name__}: {_short(exc)}"
@@ -278,7 +274,7 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
         result["psnr_db"] = psnr(np.asarray(ref), out)
     task = job["task"]
     if task == "rec":
-        from onnxptq.testing.ocr import cer, ctc_greedy_decode, normalize_text
+        from testkit.ocr import cer, ctc_greedy_decode, normalize_text
 
         chars = json.loads(Path(job["characters"]).read_text(encoding="utf-8"))
         texts = json.loads(Path(job["labels"]).read_text(encoding="utf-8"))
@@ -294,9 +290,7 @@ def _evaluate(job: dict[str, Any], result: dict[str, Any]) -> None:
 
 def _latency_ms(path: str, backend: str, feed: dict[str, np.ndarray], runs: int) -> float:
     """Median one-thread latency of ``path`` on one feed, after three warm-up runs."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(path, _session_options(backend, 1), providers=["CPUExecutionProvider"])
+    session = _session(path, backend, 1)
     for _ in range(3):
         session.run(None, feed)
     times = []
@@ -310,7 +304,7 @@ def _latency_ms(path: str, backend: str, feed: dict[str, np.ndarray], runs: int)
 def _evaluate_vad(job: dict[str, Any], result: dict[str, Any], sess: Any, path: str, backend: str) -> None:
     """Streaming VAD on the evaluation clip: agreement of speech decisions, cosine of probabilities."""
     from onnxptq.analysis.compare import psnr
-    from onnxptq.testing import audio
+    from testkit import audio
 
     probs, _ = audio.run_vad(sess, np.load(job["eval"]))
     ref = np.load(job["float_out"])
@@ -353,7 +347,7 @@ def _prepare_encoder(name: str, path: Path, d: Path, sizes: tuple[int, int]) -> 
     from paraphrases import PAIRS
 
     from onnxptq.sessions import open_session
-    from onnxptq.testing import minilm
+    from testkit import minilm
 
     n_cal, n_pairs = sizes
     calibration = CALIBRATION[:n_cal]
@@ -373,7 +367,7 @@ def _prepare_encoder(name: str, path: Path, d: Path, sizes: tuple[int, int]) -> 
 
 def _prepare_vad(name: str, path: Path, d: Path, seconds: tuple[float, float]) -> dict[str, Any]:
     """Speech/noise/silence clips, the float model's calibration feeds (.npz) and probabilities."""
-    from onnxptq.testing import audio
+    from testkit import audio
 
     calib, _ = audio.speech_mix(seed=606, seconds=seconds[0])
     clip, _ = audio.speech_mix(seed=707, seconds=seconds[1])
@@ -432,9 +426,7 @@ def run_job(job_path: str) -> int:
 
 def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """Render (or draw) the calibration and evaluation sets once and the float outputs on them."""
-    import onnxruntime as ort
-
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     d = work / name
     d.mkdir(parents=True, exist_ok=True)
@@ -442,7 +434,7 @@ def _prepare_data(name: str, path: Path, work: Path, sizes: dict[str, tuple[int,
         return _prepare_vad(name, path, d, sizes["vad"])
     if name in ENCODER_MODELS:
         return _prepare_encoder(name, path, d, sizes["encoder"])
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    sess = _common.session(str(path))
     inp = sess.get_inputs()[0]
     info: dict[str, Any] = {"name": name, "model": str(path), "input_name": inp.name, "dir": str(d)}
     if name == "rec":
@@ -655,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_runs < 20:
         parser.error("--latency-runs must be at least 20")
 
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     started = datetime.datetime.now().isoformat(timespec="seconds")
     t_start = time.perf_counter()
@@ -670,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"work folder {work}", flush=True)
 
-    from onnxptq.testing import minilm
+    from testkit import minilm
 
     sources = [(n, minilm.onnx_path("finfo") if n in ENCODER_MODELS else model_path(n)) for n in args.only.split(",") if n]
     sources += [(Path(p).stem, Path(p)) for p in args.models]

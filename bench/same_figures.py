@@ -10,6 +10,8 @@ and PP-OCR cls (64 calibration lines, seed 1; evaluation lines, seed 3; the test
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
+import dataclasses
 import argparse
 import hashlib
 import logging
@@ -19,8 +21,8 @@ import onnx
 
 import onnxptq
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 
 def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
@@ -28,9 +30,7 @@ def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
 
 
 def _outputs(model: onnx.ModelProto, images: np.ndarray) -> np.ndarray:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = _common.session(model)
     return np.concatenate([session.run(None, feed)[0] for feed in _batches(images)])
 
 
@@ -51,7 +51,7 @@ def main() -> None:
         reference = _outputs(onnx.load(path), images)
         for preset in args.presets.split(","):
             config = get_preset(preset)
-            config.calibration.progress = False
+            config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
             result = quantize(path, config, _batches(calib))
             out = _outputs(result.model, images)
             cosine = float(np.dot(out.ravel().astype(np.float64), reference.ravel()) /

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
 import os
 import statistics
@@ -23,7 +24,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from onnxptq.formats import build_qdq
+from onnxptq.onnx_ops import build_qdq
 
 FORMATS = {
     "BFP16": ("bfp", dict(bfp_method="to_bfp", axis=1, bit_width=16, block_size=8, rounding_mode=2)),
@@ -54,14 +55,8 @@ def chain(label: str, n: int, static: bool) -> onnx.ModelProto:
 
 
 def create(model: onnx.ModelProto | str, threads: int | None = None) -> tuple[float, ort.InferenceSession]:
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-    data = model if isinstance(model, str) else model.SerializeToString()
     start = time.perf_counter()
-    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    sess = _common.session(model, threads, inter_op_threads=1 if threads else None)
     return time.perf_counter() - start, sess
 
 
@@ -79,8 +74,8 @@ def bench_chains(ns: list[int], repeat: int) -> None:
 
 def bench_models(out: str, runs: int) -> None:
     import onnxptq
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     print("\n| model | preset | quantize s | session s | onnxptq nodes | latency cpu ms | × float |")
     print("|---|---|---:|---:|---:|---:|---:|")

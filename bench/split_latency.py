@@ -8,6 +8,7 @@ split, one line (1×3×48×320), one thread; CPU time (``time.process_time``) pe
 
 from __future__ import annotations
 
+import _common  # the repository root on sys.path (testkit), the bench's session helper
 import dataclasses
 import json
 import sys
@@ -15,11 +16,10 @@ import time
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 ROUNDS = 30
 
@@ -30,16 +30,14 @@ def main(argv: list[str]) -> None:
     chars = ocr.load_characters(onnx.load(path))
     calib, _ = ocr.render_lines(16, seed=1, characters=chars)
     base = get_preset("A8W8")
-    base.calibration.progress = False
+    base = base.replace(calibration=dataclasses.replace(base.calibration, progress=False))
     base = base.replace(weight=dataclasses.replace(base.weight, per_channel=False),
                         outlier_split=dataclasses.replace(base.outlier_split, **split_options))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
     sessions = {}
     for name, split in (("split", True), ("not split", False)):
         result = quantize(path, base.replace(split_outliers=split), [{"x": calib[i:i + 8]} for i in range(0, 16, 8)],
                           eval_samples=0)
-        sessions[name] = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        sessions[name] = _common.session(result.model, 1, inter_op_threads=1)
     feed = {"x": calib[:1]}
     for session in sessions.values():
         for _ in range(3):

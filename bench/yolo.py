@@ -6,13 +6,14 @@
 Needs the export of ``bench/yolo_export.py`` (run once with a separate venv's python) in
 ``~/.cache/onnxptq/yolo/``: ``detectPlayers.onnx``, ``eval.npy``, ``calib.npy``; the main
 environment needs neither ultralytics nor the package. Each quantized model's detections (the
-package's confidence 0.6, Ultralytics' class-aware NMS at IoU 0.7, :mod:`onnxptq.testing.detect`)
+package's confidence 0.6, Ultralytics' class-aware NMS at IoU 0.7, :mod:`testkit.detect`)
 are matched against the float model's on the same tables (IoU ≥ 0.5, same class).
 ``--ort`` adds onnxruntime's ``quantize_static`` (QDQ, U8S8, per-channel weights, MinMax).
 """
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import dataclasses
 import os
@@ -25,7 +26,7 @@ import numpy as np
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.sessions import open_session
-from onnxptq.testing import detect
+from testkit import detect
 
 CACHE = Path(os.path.expanduser("~/.cache/onnxptq/yolo"))
 PRESETS = ["A8W8", "A8W8_PT", "A16W8", "BF16", "BFP16", "MX9", "MXINT8"]

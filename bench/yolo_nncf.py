@@ -13,6 +13,7 @@ ops and the DFL sub-graph left float, ``preset=MIXED``). Detection F1 vs float a
 
 from __future__ import annotations
 
+import _common  # noqa: F401  (puts the repository root on sys.path: testkit)
 import argparse
 import os
 import time
@@ -22,7 +23,7 @@ import numpy as np
 import onnx
 
 from onnxptq.sessions import open_session
-from onnxptq.testing import detect
+from testkit import detect
 
 CACHE = Path(os.path.expanduser("~/.cache/onnxptq/yolo"))
 

@@ -5,21 +5,26 @@
 
 Calibration and evaluation data are text lines rendered with Pillow and the DejaVu fonts, so the
 example needs nothing but this repository (the models come from ../shared/models, or are fetched
-once from the rapidocr-onnxruntime wheel on PyPI).
+once from the rapidocr-onnxruntime wheel on PyPI). The data helpers are the repository's test/bench
+harness (``testkit/`` at the repository root, not part of the installed package): the example puts
+the root on ``sys.path`` to reach them.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 from pathlib import Path
 
 import onnx
 
-from onnxptq import quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from onnxptq import quantize  # noqa: E402
+from testkit import ocr  # noqa: E402
+from testkit.models import model_path  # noqa: E402
 
 
 def main() -> None:

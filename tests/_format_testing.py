@@ -55,7 +55,7 @@ def run_static(fmt: str, x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
     static input shape; returns the result and the function's name."""
     from onnx import helper
 
-    from onnxptq.formats import build_qdq
+    from onnxptq.onnx_ops import build_qdq
 
     # As the emitter builds it: float32 inputs get the body without the Cast pair.
     frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=x.shape, dtype=x.dtype.name, **attrs)

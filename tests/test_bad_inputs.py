@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -138,9 +139,10 @@ def test_calib_size_zero_or_negative_is_a_usage_error(tmp_path, small_cnn_path, 
     with pytest.raises(ConfigError, match="data_size must be a whole number >= 1"):
         CalibrationOptions(data_size=0)
     config = __import__("onnxptq").get_preset("A8W8")
-    config.calibration.data_size = -1
+    with pytest.raises(dataclasses.FrozenInstanceError):  # options are frozen: no bad value set after the check
+        config.calibration.data_size = -1  # type: ignore[misc]
     with pytest.raises(ConfigError, match="data_size"):
-        quantize(small_cnn_path, config, small_cnn_feeds(2))
+        dataclasses.replace(config.calibration, data_size=-1)
 
 
 @pytest.mark.parametrize("content", [b"hello, not numpy", b"\x93NUMPY\x01\x00garbage", b"PK\x03\x04broken zip"])

@@ -12,8 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
-from onnxptq.algorithms.bias_correction import correct_biases
-from onnxptq.pipeline.plan import make_plan, node_names
+from onnxptq.pipeline.refine.bias_correction import correct_biases
+from onnxptq.graph.naming import node_names
+from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.solve import solve
 
 RNG = np.random.default_rng(7)
@@ -53,7 +54,7 @@ def _data(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 def _config(**changes):
     cfg = get_preset("A16W8")  # 16-bit activations: the weight rounding is the error that is left
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     return cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), equalize=False, **changes)
 
 

@@ -155,8 +155,8 @@ def test_groups_on_pp_ocr_rec_equal_single_runs(caplog):
     from onnxptq.graph import io
     from onnxptq.pipeline.plan import make_plan
     from onnxptq.pipeline.prepare import prepare_for_quantization
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     cfg = get_preset("A8W8")
     proto = io.load_model(str(model_path("rec")))

@@ -108,7 +108,7 @@ def test_model_inputs_from_model_drops_initializers_and_marks_dynamic_dims():
 
 
 def test_model_inputs_of_the_real_models():
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     cls = ModelInputs.from_model(model_path("cls"))  # a path works too; its batch dim is -1
     assert list(cls) == [ModelInput("x", np.dtype(np.float32), (None, 3, None, None))]
@@ -243,8 +243,8 @@ def test_real_cls_model_runs_on_rendered_npz(tmp_path):
     pytest.importorskip("PIL")
     import onnxruntime as ort
 
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     images, _ = ocr.render_cls(6, seed=0)
     path = ocr.save_npz(tmp_path / "cls.npz", images)

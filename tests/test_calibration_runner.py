@@ -151,7 +151,7 @@ def test_collectors_continue_across_calls():
 
 @pytest.mark.slow
 def test_pp_ocr_rec_ranges_finite_and_memory_flat():
-    from onnxptq.testing.models import model_path
+    from testkit.models import model_path
 
     model = onnx.load(model_path("rec"))
     inferred = onnx.shape_inference.infer_shapes(model)

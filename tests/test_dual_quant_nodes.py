@@ -3,6 +3,7 @@ then the consumer's; each consumer reads its own format. Read back from the emit
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -17,7 +18,7 @@ def _mixed(base: str, target: str, **changes):
     """``base`` everywhere, Conv layers in ``target`` (activation and weight), placed for an
     NPU-style target as the reference tool's DualQuantNodes are (signed int8 kept as the preset says)."""
     cfg, low = get_preset(base), get_preset(target)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     changes.setdefault("runtime", "npu")
     return cfg.replace(op_type_overrides={"Conv": (low.activation, low.weight)}, **changes)
 

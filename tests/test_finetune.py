@@ -6,6 +6,7 @@ The real-model checks (PP-OCR cls task metric) are in test_finetune_ppocr.py.
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -20,9 +21,22 @@ from onnxptq.formats import fake_quantize, integer
 
 torch = pytest.importorskip("torch")
 
-from onnxptq.algorithms import finetune  # noqa: E402
-from onnxptq.algorithms.finetune import extract  # noqa: E402
-from onnxptq.algorithms.finetune.layer import make_forward  # noqa: E402
+from onnxptq.pipeline.refine import finetune  # noqa: E402
+from onnxptq.pipeline.refine.finetune import extract  # noqa: E402
+from onnxptq.pipeline.refine.finetune.layer import make_forward  # noqa: E402
+
+
+def reference_loss_and_grad(forward: Callable, channel_dim: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                            y: torch.Tensor, want_bias: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Autograd through :func:`onnxptq.pipeline.refine.finetune.layer.make_forward` on an unprepared ``x``:
+    the oracle the hand-written gradients (``grad.LayerGrad``) are compared against."""
+    with torch.enable_grad():
+        wl = w.detach().clone().requires_grad_(True)
+        bl = b.detach().clone().requires_grad_(True) if (b is not None and want_bias) else b
+        loss = (forward(x, wl, bl) - y).pow(2).sum(dim=channel_dim).mean()
+        wanted = [wl] + ([bl] if (b is not None and want_bias) else [])
+        grads = torch.autograd.grad(loss, wanted)
+    return loss.detach(), grads[0], grads[1] if len(grads) > 1 else None
 
 
 def _model(seed: int = 0) -> onnx.ModelProto:
@@ -111,7 +125,7 @@ def test_torch_layers_match_onnxruntime():
 def test_hand_written_gradient_matches_autograd(activation):
     """grad.LayerGrad (the optimisers' hand-written backward) gives autograd's loss and weight/bias
     gradients through make_forward, for every layer form of the synthetic model and every fused activation."""
-    from onnxptq.algorithms.finetune.grad import Adam, LayerGrad, reference_loss_and_grad
+    from onnxptq.pipeline.refine.finetune.grad import Adam, LayerGrad
 
     model = _model()
     plan = __import__("onnxptq.pipeline.plan", fromlist=["make_plan"]).make_plan(model, get_preset("A8W8"))
@@ -279,7 +293,7 @@ def test_cuda_optim_device(monkeypatch):
     assert spy.calls[0]["report"]
     assert np.all(np.isfinite(_session(result.model).run(None, _feeds(1)[0])[0]))
     # the same torch quantizers on the GPU are bit-exact with the NumPy references too
-    from onnxptq.algorithms.finetune import torch_formats as tf
+    from onnxptq.pipeline.refine.finetune import torch_formats as tf
 
     w = np.random.default_rng(0).normal(0, 1, (16, 32)).astype(np.float32)
     for fmt, attrs in (("bf16", {}), ("bfp", dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, rounding_mode=2)),
@@ -291,7 +305,7 @@ def test_cuda_optim_device(monkeypatch):
 def test_adaround_early_exit_once_decided_changes_nothing(monkeypatch):
     """AdaRound stops once every h(α) is clipped with Adam's momentum pointing outwards; running
     every iteration instead gives exactly the same weights."""
-    from onnxptq.algorithms.finetune import adaround
+    from onnxptq.pipeline.refine.finetune import adaround
 
     calls = []
     real = adaround._decided
@@ -343,8 +357,8 @@ def _flip_fc1(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-layer algorithm, replaced: fc1 gets the other rounding of its middle column, which moves
     channel 0's error −0.3 → +0.7 steps and channel 1's −0.8 → +0.2 (per-layer squared error 0.73 → 0.53:
     it passes the per-layer check); every other layer gets its float weight back (nothing changes)."""
-    from onnxptq.algorithms.finetune import adaround
-    from onnxptq.algorithms.finetune import torch_formats as tf
+    from onnxptq.pipeline.refine.finetune import adaround
+    from onnxptq.pipeline.refine.finetune import torch_formats as tf
 
     def optimise(problem, options, gen):
         w = problem.weight

@@ -2,7 +2,7 @@
 
 (The recogniser's check, CER with no tolerance, is in test_finetune_ppocr_rec.py.)
 
-Small NumIterations keep this fast; the data is rendered text lines (onnxptq.testing.ocr). The
+Small NumIterations keep this fast; the data is rendered text lines (testkit.ocr). The
 comparison is against the same preset without finetuning, on held-out lines.
 """
 
@@ -17,8 +17,8 @@ from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import FinetuneOptions
 from onnxptq.analysis.compare import cosine
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")

@@ -1,6 +1,6 @@
 """Fast finetuning on the real PP-OCRv4 recogniser: A8W8 + AdaRound reads at least as well as A8W8.
 
-The task metric is the character error rate (onnxptq.testing.ocr.rec_cer) on rendered lines the
+The task metric is the character error rate (testkit.ocr.rec_cer) on rendered lines the
 finetuning never saw; both models come from the same calibration (one calibrate_once), so the
 only difference is the learned rounding. Small NumIterations and few lines keep it to about a
 minute on the 2-core machine. Measured here (12 calibration lines, 40 iterations, 100 test lines):
@@ -20,8 +20,8 @@ from onnxptq.pipeline.complete import complete
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import FinetuneOptions
 from onnxptq.analysis.compare import cosine
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")

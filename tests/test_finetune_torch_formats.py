@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnxptq.algorithms.finetune import torch_formats as tf  # noqa: E402
+from onnxptq.pipeline.refine.finetune import torch_formats as tf  # noqa: E402
 from onnxptq.formats import fake_quantize  # noqa: E402
 from onnxptq.formats.integer import compute_scale_zp  # noqa: E402
 

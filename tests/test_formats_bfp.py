@@ -24,7 +24,8 @@ from onnx import helper
 
 from onnxptq.formats import bfp as ref
 import _format_testing
-from onnxptq.formats import build_qdq, fake_quantize, qdq_model
+from onnxptq.formats import fake_quantize
+from onnxptq.onnx_ops import build_qdq, qdq_model
 from onnxptq.onnx_ops import bfp as ops
 
 F32 = np.finfo(np.float32)

@@ -8,7 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxptq.formats import fake_quantize, qdq_model
+from onnxptq.formats import fake_quantize
+from onnxptq.onnx_ops import qdq_model
 from onnxptq.formats import floating as ref
 from onnxptq.onnx_ops import floating as ops
 

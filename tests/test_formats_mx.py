@@ -18,7 +18,8 @@ from onnx import helper
 
 import _format_testing
 from _format_testing import EDGE_VALUES, assert_same_bits, log_uniform, sample_values
-from onnxptq.formats import MX_ELEMENT_DTYPES, build_qdq, fake_quantize, qdq_model
+from onnxptq.formats import MX_ELEMENT_DTYPES, fake_quantize
+from onnxptq.onnx_ops import build_qdq, qdq_model
 from onnxptq.formats import mx as ref
 from onnxptq.onnx_ops import mx as onnx_mx
 

@@ -21,7 +21,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from onnxptq.formats import build_qdq
+from onnxptq.onnx_ops import build_qdq
 
 N = 80
 BOUND_S = 3.0

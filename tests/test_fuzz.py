@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from conftest import make_small_cnn, small_cnn_feeds  # noqa: E402
-from onnxptq.testing.fuzz import FUZZ_PRESETS, check_corrupt_model, check_quantize, corrupt, corruptions, random_graphs  # noqa: E402
+from testkit.fuzz import FUZZ_PRESETS, check_corrupt_model, check_quantize, corrupt, corruptions, random_graphs  # noqa: E402
 
 _SETTINGS = dict(derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.graph.check import ModelCheckError, check_feeds, check_model, model_float_type
+from onnxptq.graph.check import ModelCheckError, check_model
 
 
 def _model(dtype: int = TensorProto.FLOAT, weight_dtype: int | None = None, nodes: bool = True) -> onnx.ModelProto:
@@ -51,28 +51,4 @@ def test_paddle_constant_weights_count_as_float() -> None:
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.INT64  # only the Constant is float
     model.graph.node[1].op_type = "Gather"  # keep the model valid with an int index input
     model.graph.node[1].input[:] = ["W", "x"]
-    check_model(model, "paddle.onnx")
-    assert model_float_type(model) == "float32"
-
-
-def test_model_float_type() -> None:
-    assert model_float_type(_model()) == "float32"
-    assert model_float_type(_model(TensorProto.FLOAT16)) == "float16"
-    assert model_float_type(_model(TensorProto.FLOAT, TensorProto.FLOAT16)) == "mixed"
-    with pytest.raises(ModelCheckError):
-        model_float_type(_model(TensorProto.INT32))
-
-
-def test_check_feeds() -> None:
-    model = _model()
-    check_feeds(model, {"x": np.zeros((1, 4), np.float32)}, "reader")
-    with pytest.raises(ModelCheckError, match="'x' expects float32.*float64"):
-        check_feeds(model, {"x": np.zeros((1, 4))}, "reader")
-    with pytest.raises(ModelCheckError, match="rank 2"):
-        check_feeds(model, {"x": np.zeros(4, np.float32)}, "reader")
-    with pytest.raises(ModelCheckError, match="size 4 on axis 1"):
-        check_feeds(model, {"x": np.zeros((1, 5), np.float32)}, "reader")
-    with pytest.raises(ModelCheckError, match=r"\['y'\] are not model inputs"):
-        check_feeds(model, {"x": np.zeros((1, 4), np.float32), "y": np.zeros(1)}, "reader")
-    with pytest.raises(ModelCheckError, match="no data for model input"):
-        check_feeds(model, {}, "reader")
+    check_model(model, "paddle.onnx")  # raises "no float32/float16 inputs or weights" if the Constant were not counted

@@ -213,8 +213,8 @@ def test_real_models_float_outputs_unchanged(name, pairs):
     within float rounding. rec has only 3 equalizable pairs: every other Conv→Conv link in it goes
     through HardSwish, which no positive scale passes exactly."""
     from onnxptq.pipeline.prepare import prepare_for_quantization
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     prepared = prepare_for_quantization(onnx.load(model_path(name)))
     assert len(find_pairs(to_ir(prepared).graph)) == pairs

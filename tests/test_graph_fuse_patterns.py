@@ -14,7 +14,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from onnxptq.graph.passes._common import run_passes
 from onnxptq.pipeline.prepare import fusion_passes, prepare
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 
 def fuse_patterns(model: onnx.ModelProto) -> onnx.ModelProto:

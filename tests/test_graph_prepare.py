@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.pipeline.prepare import prepare
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:

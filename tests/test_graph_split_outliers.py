@@ -164,8 +164,8 @@ def test_real_models_float_outputs_unchanged(name, layers):
 
     from onnxptq import get_preset
     from onnxptq.pipeline.prepare import prepare_for_quantization
-    from onnxptq.testing import ocr
-    from onnxptq.testing.models import model_path
+    from testkit import ocr
+    from testkit.models import model_path
 
     cfg = get_preset("A8W8")
     cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False))

@@ -20,7 +20,7 @@ from onnxptq.graph.sentinels import sentinel_tensors  # noqa: E402
 from onnxptq.pipeline.plan import make_plan  # noqa: E402
 from onnxptq.pipeline.prepare import prepare  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
-from onnxptq.testing import minilm  # noqa: E402
+from testkit import minilm  # noqa: E402
 
 EVAL = ["The cat sleeps on the warm windowsill.", "A storm closed the mountain road overnight.",
         "She ordered tea instead of coffee.", "Our train to the coast was cancelled this morning because of a strike.",

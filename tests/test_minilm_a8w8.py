@@ -17,12 +17,12 @@ import pytest
 pytest.importorskip("transformers", reason="the [test] extra installs transformers")
 pytest.importorskip("torch", reason="the export needs torch (CI installs the CPU wheel)")
 
-from onnxptq.algorithms.smooth_quant import smooth_quant  # noqa: E402
+from onnxptq.pipeline.refine.smooth_quant import smooth_quant  # noqa: E402
 from onnxptq.api import quantize  # noqa: E402
 from onnxptq.config.presets import resolve_config  # noqa: E402
 from onnxptq.pipeline.prepare import prepare  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
-from onnxptq.testing import minilm  # noqa: E402
+from testkit import minilm  # noqa: E402
 
 PAIRS = [
     ("The cat sleeps on the warm windowsill.", "A cat is napping by the sunny window."),

@@ -5,6 +5,7 @@ final metric meets the target, and no single further layer can be flipped withou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,7 +20,7 @@ from onnxptq import (CalibrationMethod, Config, ExtendedQuantFormat, ExtendedQua
 from onnxptq.algorithms.mixed_precision import L2Target, Top1Target, auto_mixed_precision
 from onnxptq.pipeline.build import build_model
 from onnxptq.pipeline.calibrate import calibrate_once
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -58,7 +59,7 @@ def _check_greedy(model, high, low_pair, feeds, result, target):
 
 def test_small_cnn_a16w8_to_a8w8_greedy_property(tmp_path):
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     feeds = small_cnn_feeds(8)
     probe = auto_mixed_precision(make_small_cnn(), high, low, feeds, L2Target(1.0), workers=2)
@@ -86,7 +87,7 @@ def test_incremental_evaluation_matches_whole_runs():
     from onnxptq.algorithms.mixed_precision import _Evaluator
 
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
     feeds = small_cnn_feeds(8)
@@ -114,7 +115,7 @@ def test_incremental_evaluation_matches_whole_runs():
 def test_top1_target_uses_the_evaluation_function():
     feeds = small_cnn_feeds(8)
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     calls = []
 
     def accuracy(outputs):
@@ -132,7 +133,7 @@ CLS = model_path("cls")
 
 
 def _cls_feeds(n=4):
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     images, _ = ocr.render_cls(n, seed=1)
     return [{"x": images[i : i + 1]} for i in range(n)]
@@ -224,7 +225,7 @@ def test_doc_automatic_on_cls_greedy_property(tmp_path):
         assert g.input_chain(node.name, 0)[-1] in (("int8", "uint8") if node.name in low else ("int16",)), node.name
 
     from onnxptq.compat.options import to_quant_config
-    from onnxptq.testing import ocr
+    from testkit import ocr
 
     # The same configuration through our API, with a target between all-A16 and all-A8.
     doc_cfg = to_quant_config(QuantizationConfig(
@@ -273,7 +274,7 @@ def test_search_keeps_the_planner_quiet(caplog):
     from onnxptq.pipeline.plan import make_plan
 
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     with caplog.at_level(logging.INFO):
         result = auto_mixed_precision(make_small_cnn(), high, get_preset("A8W8"), small_cnn_feeds(4), L2Target(1e9))
     plan_lines = [r for r in caplog.records if r.name == make_plan.__module__ and r.getMessage().startswith("plan:")]

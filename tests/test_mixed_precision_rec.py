@@ -11,6 +11,7 @@ written to the JSON report.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -27,8 +28,8 @@ from onnxptq.algorithms.mixed_precision import L2Target, auto_mixed_precision
 from onnxptq.pipeline.build import build_model
 from onnxptq.pipeline.calibrate import calibrate_once
 from onnxptq.pipeline.plan import make_plan
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def test_rec_a16w8_to_a8w8_l2_target_greedy_property(tmp_path):
     feeds = [{"x": lines[i : i + 1]} for i in range(SAMPLES)]
     images, texts = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
     high = get_preset("A16W8")
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
 

@@ -45,6 +45,16 @@ def test_test_support_stays_out_of_the_library():
     assert _modules_matching(r"class CountingReader\b|def factory_for\(") == []
 
 
+def test_one_cli_home():
+    # Parsing lives in commands/ (and cli.py, which assembles them); tools/*.py are python -m shims.
+    parsing = _modules_matching(r"argparse|add_argument\(")
+    assert all(name == "cli.py" or name.startswith("commands/") for name in parsing), parsing
+    assert _modules_matching(r"--save_as_external_data") == ["commands/convert.py"]  # the convert flags, defined once
+    assert not (PACKAGE_DIR / "conversion" / "cli.py").exists()
+    for tool in (PACKAGE_DIR / "tools").glob("*.py"):
+        assert len(tool.read_text(encoding="utf-8").splitlines()) <= 25, tool.name
+
+
 def _model(imports: dict[str, int]) -> onnx.ModelProto:
     graph = helper.make_graph([], "g", [], [])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()])

@@ -17,8 +17,8 @@ import pytest
 
 from onnxptq import get_preset, quantize
 from onnxptq.analysis.runtime_view import runtime_kernels
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def rec():
 
 def _per_tensor(rec, preset: str, **changes):
     cfg = get_preset(preset)
-    cfg.calibration.progress = False
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), **changes)
     assert cfg.equalization_active() and cfg.outlier_split_active() and cfg.bias_correction_active()
     result = quantize(rec["path"], cfg, rec["calib"])

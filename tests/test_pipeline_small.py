@@ -12,7 +12,8 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import make_small_cnn, small_cnn_feeds
-from onnxptq.api import NothingToQuantizeError, quantize
+from onnxptq.api import quantize
+from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from onnxptq.config.presets import get_preset
 from onnxptq.config.schema import QuantConfig, TensorQuant
 
@@ -267,7 +268,7 @@ def test_report_metrics_use_recorded_float_outputs_and_match_a_fresh_comparison(
     from onnxptq.analysis.compare import compare_models
 
     feeds = small_cnn_feeds(12)
-    calibrated = calibrate_once(small_cnn, "A8W8", feeds, eval_samples=5)
+    calibrated = calibrate_once(small_cnn, get_preset("A8W8"), feeds, eval_samples=5)
     assert len(calibrated.float_outputs) == 5
     for recorded, feed in zip(calibrated.float_outputs, feeds):
         np.testing.assert_allclose(recorded["y"], _run(calibrated.prepared, feed), rtol=1e-5, atol=1e-6)

@@ -14,7 +14,7 @@ pytest.importorskip("captcha", reason="the captcha package (test extra) makes th
 
 from onnxptq.api import quantize  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
-from onnxptq.testing import captcha  # noqa: E402
+from testkit import captcha  # noqa: E402
 
 pytestmark = pytest.mark.slow
 BOUNDS = {"A8W8": 0.95, "A16W8": 0.97, "BF16": 0.97}

@@ -1,20 +1,21 @@
 """The quantizer on the real PP-OCR models: task accuracy against float, validity in plain onnxruntime.
 
-Data: text lines rendered with Pillow and DejaVu (onnxptq.testing.ocr). Calibration uses 64 lines
+Data: text lines rendered with Pillow and DejaVu (testkit.ocr). Calibration uses 64 lines
 (seed 1), evaluation 200 other lines (seed 3). Bounds (issue 3): A8W8 rec CER ≤ float + 0.02,
 A16W8 ≤ float + 0.01, cls A8W8 within 1 point; the float formats' bounds are stated per preset.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def cls():
 
 def _rec_cer(rec, preset: str, **changes) -> tuple[float, object]:
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     if changes:
         config = config.replace(**changes)
     result = quantize(rec["path"], config, _batches(rec["calib"]))
@@ -122,7 +123,7 @@ CLS_PRESETS = [("A8W8", 1.0), ("A16W8", 1.0), ("BF16", 0.5), ("BFP16", 1.0), ("M
 @pytest.mark.parametrize("preset,points", CLS_PRESETS)
 def test_cls_presets(cls, preset, points):
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     result = quantize(cls["path"], config, _batches(cls["calib"]))
     acc = ocr.cls_accuracy(_plain_session(result.model), cls["images"], cls["labels"])
     print(f"cls {preset} accuracy {acc:.4f} (float {cls['float']:.4f})")
@@ -134,7 +135,7 @@ def test_every_integer_type_combination_loads_in_plain_onnxruntime(cls, preset):
     """Unsigned per-channel parameters on elementwise ops once made onnxruntime's CPU QDQ fusion
     emit QLinearAdd with vector scales, which it then refuses to load (U8U8 on both models)."""
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     result = quantize(cls["path"], config, _batches(cls["calib"][:16]), eval_samples=0)
     session = _plain_session(result.model)
     out = session.run(None, {"x": cls["images"][:8]})[0]

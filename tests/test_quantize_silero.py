@@ -5,7 +5,7 @@ silero-vad 6.2.3's three ONNX files (fetched with ``pip download`` like the PP-O
 in nested Ifs; ``silero_vad_op18_ifless.onnx`` the same with the LSTM cell decomposed into
 Gemm/Sigmoid/Tanh; ``silero_vad_half.onnx`` computes in fp16 with its LSTMs in If branches.
 
-Data: speech-like audio made here (:mod:`onnxptq.testing.audio`: espeak-ng speech, noise bursts,
+Data: speech-like audio made here (:mod:`testkit.audio`: espeak-ng speech, noise bursts,
 silence). Calibration streams a 1.5 s clip (seed 1) through the float model; evaluation streams an
 5 s clip (seed 2) through each model with its own recurrent state, as a VAD runs. Bounds (issue
 13): cosine of the speech probabilities >= 0.99 and speech decisions (0.5) agreeing on >= 97 % of
@@ -14,6 +14,7 @@ windows for A16W8, BF16, BFP16, MX9; A8W8 and MXINT8 are reported (looser sanity
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import onnx
@@ -21,8 +22,8 @@ import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from onnxptq.testing import audio
-from onnxptq.testing.models import SILERO, SILERO_HALF, SILERO_IFLESS, model_path
+from testkit import audio
+from testkit.models import SILERO, SILERO_HALF, SILERO_IFLESS, model_path
 
 from test_quantize_subgraphs import quantizers_in_bodies
 
@@ -78,7 +79,7 @@ def _assert_every_initializer_read(model: onnx.ModelProto) -> None:
 def test_silero_quantized(name, preset, floats, clips):
     path, calib_feeds, reference = floats[name]
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     result = quantize(path, config, calib_feeds, eval_samples=4)
     onnx.checker.check_model(result.model)
     _assert_every_initializer_read(result.model)
@@ -97,7 +98,7 @@ def test_silero_8k_branch_left_float_with_warning(floats, caplog):
     """16 kHz calibration never runs the 8 kHz branch: integer activations there get no range."""
     path, calib_feeds, _ = floats[SILERO]
     config = get_preset("A16W8")
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     with caplog.at_level(logging.WARNING, logger="onnxptq"):
         quantize(path, config, calib_feeds[:8], eval_samples=1)
     messages = [r.getMessage() for r in caplog.records if "not run by the calibration data" in r.getMessage()]
@@ -108,7 +109,7 @@ def test_silero_half_convert_fp16_to_fp32(floats, clips):
     """ConvertFP16ToFP32 widens the fp16 model first: the result holds no fp16 tensor and agrees."""
     path, calib_feeds, reference = floats[SILERO_HALF]
     config = get_preset("A16W8").replace(convert_fp16_to_fp32=True)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     result = quantize(path, config, calib_feeds, eval_samples=1)
     from onnxptq.graph.walk import walk_scopes
 

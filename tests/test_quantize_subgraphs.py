@@ -11,6 +11,7 @@ float with a warning naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
-from onnxptq.api import NothingToQuantizeError
+from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from onnxptq.calibration import runner
 from onnxptq.graph.walk import ScopeIndex
 
@@ -163,7 +164,7 @@ def _loop_feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 def _config(preset: str):
     config = get_preset(preset)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     return config
 
 

@@ -6,6 +6,7 @@ flushes the score channels; with it every channel keeps an error within its form
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -153,7 +154,7 @@ def test_mixed_precision_search_scores_with_the_guard_decisions(model):
     from onnxptq.pipeline.calibrate import calibrate_once
 
     high = get_preset("A16W8").replace(quantize_postprocessing=True)
-    high.calibration.progress = False
+    high = high.replace(calibration=dataclasses.replace(high.calibration, progress=False))
     low = get_preset("A8W8")
     pair = (low.activation, low.weight)
     nodes = ["conv_box", "conv_score", "concat"]
@@ -169,7 +170,7 @@ def test_mixed_precision_search_scores_with_the_guard_decisions(model):
     try:
         acted = []
         for s in sets:
-            plan, _, built = build_model(cal, config_for(s))
+            plan, _, built, _ = build_model(cal, config_for(s))
             acted.append(bool(plan.guard))
             assert evaluator._evaluate(s) == pytest.approx(evaluator.exact(built), rel=1e-6, abs=1e-9), sorted(s)
         assert any(acted) and not all(acted), acted

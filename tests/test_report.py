@@ -4,6 +4,7 @@ page self-contained and error-free in headless Chromium (skipped where Chromium 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -23,7 +24,7 @@ from onnxptq.config.schema import QuantConfig, TensorQuant
 from onnxptq.pipeline.prepare import prepare
 from onnxptq.analysis.report import EXACT_DB, compute_report, match_tensors
 from onnxptq.analysis.report_html import render_html, write_report
-from onnxptq.pipeline.plan import node_names
+from onnxptq.graph.naming import node_names
 
 
 def _prepared(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -55,18 +56,18 @@ def test_api_report_lists_every_planned_tensor(small_cnn, tmp_path, preset):
 
 def test_badly_quantized_conv_ranks_first_on_real_cls(tmp_path):
     """int16 everywhere, one Conv's weights int4 per-tensor: that weight heads the report."""
-    from onnxptq.testing.models import model_path
-    from onnxptq.testing.ocr import render_cls
+    from testkit.models import model_path
+    from testkit.ocr import render_cls
 
     images, _ = render_cls(6, seed=5)
     feeds = [{"x": images[i : i + 2]} for i in range(0, 6, 2)]
     base = get_preset("S16S8")
-    base.calibration.progress = False
+    base = base.replace(calibration=dataclasses.replace(base.calibration, progress=False))
     plain = quantize(str(model_path("cls")), base, feeds)
     convs = [t for t in plain.plan.tensors.values() if t.role == "weight" and t.consumers and t.consumers[0].startswith("Conv")]
     victim = convs[len(convs) // 3].name
     bad = base.replace(tensor_overrides={victim: TensorQuant("int4", per_channel=False)})
-    bad.calibration.progress = False
+    bad = bad.replace(calibration=dataclasses.replace(bad.calibration, progress=False))
     html_path = tmp_path / "cls.html"
     result = quantize(str(model_path("cls")), bad, feeds, report_path=html_path)
     data = json.loads(html_path.with_suffix(".json").read_text())

@@ -1,11 +1,12 @@
 """Target runtime (issue 16): the CPU placement runs as integer kernels in onnxruntime, the NPU one is kept.
 
 Structural checks only (what onnxruntime's optimised graph contains, what the plan decides);
-latency lives in bench/latency.py. Data: rendered PP-OCR lines (onnxptq.testing.ocr).
+latency lives in bench/latency.py. Data: rendered PP-OCR lines (testkit.ocr).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import onnx
 import pytest
@@ -15,8 +16,8 @@ from onnxptq.analysis.runtime_view import runtime_kernels, summary
 from onnxptq.config.schema import ConfigError
 from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.prepare import prepare_for_quantization
-from onnxptq.testing import ocr
-from onnxptq.testing.models import model_path
+from testkit import ocr
+from testkit.models import model_path
 
 MATRIX_OPS = ("Conv", "MatMul", "Gemm")
 
@@ -33,7 +34,7 @@ def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
 
 def _quantize(name: str, lines: int, runtime: str = "cpu"):
     config = get_preset("A8W8").replace(runtime=runtime)
-    config.calibration.progress = False
+    config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     if name == "rec":
         images = ocr.render_lines(lines, seed=1, characters=ocr.load_characters(onnx.load(model_path("rec"))))[0]
     else:

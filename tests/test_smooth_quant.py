@@ -1,4 +1,4 @@
-"""SmoothQuant (algorithms/smooth_quant.py) on small graphs: where 1/s goes, float equivalence, the
+"""SmoothQuant (pipeline/refine/smooth_quant.py) on small graphs: where 1/s goes, float equivalence, the
 statistics pass on one-shot data, and the calibration runner bug it exposed.
 
 The transformer figures (A8W8 on all-MiniLM-L6-v2 with and without smoothing) are in
@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.algorithms.smooth_quant import smooth_quant, smoothing_scales, smoothing_targets
+from onnxptq.pipeline.refine.smooth_quant import smooth_quant, smoothing_scales, smoothing_targets
 from onnxptq.api import quantize
 from onnxptq.calibration import collectors, runner
 from onnxptq.config.presets import resolve_config

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("PIL")
 
-from onnxptq.testing import ocr  # noqa: E402
-from onnxptq.testing.models import model_path  # noqa: E402
+from testkit import ocr  # noqa: E402
+from testkit.models import model_path  # noqa: E402
 
 # Measured on seed 0 with onnxruntime 1.31 CPU: rec CER 0.030 on 64 lines (0.035 on 200),
 # cls accuracy 0.93 on 200 lines. The bounds leave room for FreeType/Pillow differences while

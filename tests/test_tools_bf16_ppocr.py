@@ -22,8 +22,8 @@ import pytest
 from onnxptq.analysis.metrics import cosine_similarity
 from onnxptq.conversion.convert import convert_model
 from onnxptq.conversion.fp16 import convert_float_to_float16
-from onnxptq.testing.models import model_path
-from onnxptq.testing.ocr import cls_accuracy, load_characters, render_cls, render_lines, rec_cer
+from testkit.models import model_path
+from testkit.ocr import cls_accuracy, load_characters, render_cls, render_lines, rec_cer
 
 pytestmark = pytest.mark.slow
 REC_LINES = 96

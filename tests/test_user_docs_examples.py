@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from onnxptq.testing.models import model_path
+from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def _cap_finetune(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
     import dataclasses
 
-    from onnxptq.algorithms import finetune
+    from onnxptq.pipeline.refine import finetune
 
     real = finetune.refine
 

@@ -2,7 +2,7 @@
 by default: Conv → box branch (64 channels = 4 sides × 16 DFL bins → Softmax over the bins → a
 fixed 1×1 Conv with weights 0…15 → grid Sub/Add → stride Mul, boxes in pixels) and class branch
 (Conv → Sigmoid), then ``Concat(boxes, scores)`` into one [N, 6, anchors] output as the
-Ultralytics export writes it. Detections decode with :mod:`onnxptq.testing.detect` (conf 0.6,
+Ultralytics export writes it. Detections decode with :mod:`testkit.detect` (conf 0.6,
 class-aware NMS 0.7) and are matched against the float model's (IoU ≥ 0.5, same class), as
 ``bench/yolo.py`` measures the real YOLO11n detector; this head needs no ultralytics.
 """
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.sessions import open_session
-from onnxptq.testing import detect
+from testkit import detect
 
 SIZE, STRIDE, BINS, CLASSES = 320, 16, 16, 2
 #: the stride Mul's constant: boxes in 0…640 pixels, as a 640 input at stride 32 gives (the cells are

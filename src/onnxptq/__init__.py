@@ -8,16 +8,12 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-from . import _moved  # noqa: E402  (old module paths, e.g. onnxptq.bf16, keep importing)
-
-_moved.install()
-
 # --- our own API -------------------------------------------------------------------------------
 # Imported lazily: ``import onnxptq.formats`` must not pull in the whole pipeline (and onnxruntime
 # sessions, tqdm, ...) for users who only want the format references.
 _LAZY = {
     "quantize": ("api", "quantize"),
-    "QuantizationResult": ("api", "QuantizationResult"),
+    "QuantizationResult": ("pipeline.complete", "QuantizationResult"),
     "get_preset": ("config.presets", "get_preset"),
     "preset_names": ("config.presets", "preset_names"),
     "QuantConfig": ("config.schema", "QuantConfig"),

@@ -3,7 +3,8 @@
 load → check → prepare → plan → calibrate → solve → emit → finish → save → report. The stages live
 in :mod:`onnxptq.pipeline`; this module only chooses between the one-config path and the automatic
 mixed-precision search. The compatible API (:mod:`onnxptq.compat`), the CLI and the tools all end
-up here. The pipeline names re-exported below are the ones scripts already import from here.
+up here. The stages themselves are imported from their homes (``onnxptq.pipeline.calibrate``,
+``.build``, ``.complete``); this module re-exports nothing.
 """
 
 from __future__ import annotations
@@ -16,21 +17,11 @@ from typing import Any
 from .config.presets import resolve_config
 from .config.schema import QuantConfig
 from .graph import external, io
-from .pipeline.build import build_model
-from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated, NothingToQuantizeError, calibrate_once, source_name
+from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, calibrate_once, source_name
 from .pipeline.complete import QuantizationResult, complete, streaming_report_error
 from .sessions import custom_op_libraries
 
-__all__ = [
-    "DEFAULT_EVAL_SAMPLES",
-    "Calibrated",
-    "NothingToQuantizeError",
-    "QuantizationResult",
-    "build_model",
-    "calibrate_once",
-    "complete",
-    "quantize",
-]
+__all__ = ["quantize"]
 
 
 def quantize(

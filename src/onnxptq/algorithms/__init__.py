@@ -1,5 +1,6 @@
-"""Algorithms built on the pipeline: automatic mixed precision (``mixed_precision``, with the
-incremental candidate runs of ``suffix_runs``) and fast finetuning (``finetune``: AdaRound,
-AdaQuant). They compose the stages of :mod:`onnxptq.pipeline`; nothing in the pipeline imports
-them except the refine step, which calls finetuning when a config asks for it.
+"""The searches above the pipeline: automatic mixed precision (``mixed_precision``, with the
+incremental candidate runs of ``suffix_runs``). They compose the stages of :mod:`onnxptq.pipeline`
+(calibrate once, then build many candidate configs) and nothing in the pipeline imports them. The
+steps that change weights inside one quantize (SmoothQuant, bias correction, finetuning) are
+pipeline steps and live in :mod:`onnxptq.pipeline.refine`.
 """

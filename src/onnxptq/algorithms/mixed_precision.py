@@ -2,7 +2,7 @@
 
 ``auto_mixed_precision(model, high, low, data, target)``:
 
-1. **Calibrate once** (:func:`onnxptq.api.calibrate_once`) for the union of the tensors both
+1. **Calibrate once** (:func:`onnxptq.pipeline.calibrate.calibrate_once`) for the union of the tensors both
    precisions need, so every candidate reuses the same statistics.
 2. **Sensitivity**: each layer of ``op_types`` alone in the low precision; its metric is its
    sensitivity. Layers are ranked from the least to the most sensitive.
@@ -11,7 +11,7 @@
    the search goes on with the next one (the reference tool stops at the first failure; going on
    finds more layers that fit). A last pass re-tries every high layer against the final set, so
    on return no single further layer can be flipped without breaking the target.
-4. The final model goes through the normal pipeline end (:func:`onnxptq.api.complete`), and a
+4. The final model goes through the normal pipeline end (:func:`onnxptq.pipeline.complete.complete`), and a
    report (which layer got which precision, each sensitivity, baseline and final metric) is
    logged as a table and written as JSON beside the output model.
 
@@ -25,7 +25,7 @@ inlines every function call), so creating one session per candidate dominates a 
 Instead one *switch model* holds, for every tensor whose quantizer differs between candidates,
 each variant side by side behind a ``Where`` on a boolean graph input; a candidate is evaluated
 by feeding the switches its plan selects. Which variant a tensor gets is read from the real plan
-of the candidate (``guarded_plan``, range guard included, + ``solve``), so a switch-model run
+of the candidate (``final_plan``, range guard included, + ``solve``), so a switch-model run
 computes exactly what the emitted model for that candidate computes; a candidate whose plan holds a variant the switch
 model lacks falls back to emitting and running its own model. Candidates run on a thread pool
 (onnxruntime releases the GIL; one intra-op thread per run).
@@ -59,7 +59,8 @@ import onnx
 from onnx import helper
 
 from ..config.presets import resolve_config
-from ..pipeline.build import build_model, guarded_plan
+from ..pipeline.build import build_model
+from ..pipeline.final_plan import final_plan
 from ..pipeline.guard import GuardValues
 from ..pipeline.calibrate import Calibrated, calibrate_once
 from ..pipeline.complete import QuantizationResult, complete
@@ -67,7 +68,8 @@ from ..config.schema import ConfigError, QuantConfig, TensorQuant
 from ..pipeline.emit import emit
 from ..graph import io
 from ..graph.walk import subgraph_nodes
-from ..pipeline.plan import Plan, TensorPlan, make_plan
+from ..pipeline import plan as planner
+from ..pipeline.plan import Plan, TensorPlan
 from ..pipeline.solve import QParams, solve
 from ..sessions import open_session
 from .suffix_runs import NotIncremental, Suffixes, node_costs
@@ -263,8 +265,9 @@ def auto_mixed_precision(
     """
     t0 = time.perf_counter()
     cpu0 = time.process_time()
-    high_cfg = resolve_config(high).replace(dual_quant_nodes=False)
-    final_dual = resolve_config(high).dual_quant_nodes
+    high = resolve_config(high)  # the one resolution of this entry point; the pipeline takes the object
+    high_cfg = high.replace(dual_quant_nodes=False)
+    final_dual = high.dual_quant_nodes
     if high_cfg.bias_correction is None:
         # The search scores candidates on one switch model built from solved parameters; bias
         # correction changes biases per candidate, which that model cannot switch. Automatic bias
@@ -293,7 +296,7 @@ def auto_mixed_precision(
     # Candidates: the quantized layers of the target op types in the high plan, in graph order.
     # Main graph only: the suffix runs re-execute main-graph nodes; layers inside If/Loop/Scan
     # bodies keep the high format (docs/subgraphs.md).
-    selected = set(make_plan(calibrated.prepared, high_cfg).nodes)
+    selected = set(calibrated.plan.nodes)  # the plan calibration made for high_cfg
     candidates = [n.name for n in calibrated.prepared.graph.node if n.op_type in set(op_types) and n.name in selected]
     in_bodies = sum(1 for n in subgraph_nodes(calibrated.prepared.graph) if n.op_type in set(op_types) and n.name in selected)
     if in_bodies:
@@ -309,7 +312,7 @@ def auto_mixed_precision(
         return high_cfg.replace(node_overrides=overrides)
 
     # Hundreds of candidate plans: their per-plan INFO lines would drown the log.
-    plan_log = logging.getLogger(make_plan.__module__)  # the planner's own logger, wherever it lives
+    plan_log = logging.getLogger(planner.__name__)  # the planner package's logger: its modules' loggers inherit its level
     plan_level = plan_log.level
     plan_log.setLevel(max(logging.WARNING, plan_log.getEffectiveLevel()))
     # The search shares one cache of the guard's float activations through ``calibrated`` (see
@@ -335,7 +338,7 @@ def auto_mixed_precision(
             def score_of(flips: frozenset[str]) -> float:
                 if flips == flipped:
                     return final_score
-                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual))[2]))
+                return float(task_metric(build_model(calibrated, config_for(flips).replace(dual_quant_nodes=final_dual)).model))
 
             task_scores = {"float": float(task_metric(calibrated.prepared)), "all_high": score_of(frozenset()),
                            "final": final_score, "all_low": score_of(frozenset(candidates))}
@@ -571,7 +574,7 @@ class _Evaluator:
 
     def _plan(self, flipped: frozenset[str]) -> tuple[Plan, dict[str, QParams]]:
         cfg = self.config_for(flipped)
-        plan = guarded_plan(self.calibrated, cfg)  # the guard's decisions, as the delivered model gets them
+        plan = final_plan(self.calibrated, cfg)  # the guard's decisions, as the delivered model gets them
         return plan, solve(self.prepared, plan, self.calibrated.stats, moving_average=cfg.calibration.moving_average,
                            weight_minmse=cfg.weight_minmse)
 
@@ -659,7 +662,7 @@ class _Evaluator:
         if flags is None:
             # A variant the switch model lacks: emit this candidate's own model (exact, slower).
             self.fallbacks += 1
-            _, _, model = build_model(self.calibrated, self.config_for(flipped))
+            model = build_model(self.calibrated, self.config_for(flipped)).model
             return self.exact(model)
         if self.suffixes is not None:
             return self._score_outputs(self._collect(self.suffixes.run(flipped, flags)))

@@ -1,4 +1,4 @@
-"""Output-comparison metrics and the folder-against-folder comparison of ``tools.evaluate``.
+"""Output-comparison metrics and the folder-against-folder comparison of ``onnxptq evaluate``.
 
 Definitions follow the reference tool (spec §6.6) so figures can be compared with it:
 

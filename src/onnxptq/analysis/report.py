@@ -34,19 +34,28 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping, Protocol
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..graph.opsets import is_onnx_domain
-from ..pipeline.plan import BIAS_INPUTS, Plan
+from ..graph.ops import BIAS_INPUTS
 from ..sessions import open_session
 from .runtime_view import NodeKernel, runtime_kernels
 from .runtime_view import summary as runtime_summary
 
 log = logging.getLogger(__name__)
+
+
+class Plan(Protocol):
+    """What the report reads of a quantizer's plan (:class:`onnxptq.pipeline.plan.Plan` has it):
+    the planned tensors by name (role, format, axis, saturation limits) and the range guard's
+    decisions. A protocol: the report measures models and knows nothing of how a plan is made."""
+
+    tensors: Mapping[str, Any]
+    guard: Mapping[str, Mapping[str, Any]]
 
 SortKey = Literal["local", "model"]
 #: SQNR shown for an exact match (no error at all); keeps JSON finite and charts bounded.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 
@@ -48,11 +49,9 @@ def run(args: argparse.Namespace) -> int:
     from ..config.presets import get_preset
 
     config = get_preset(args.preset)
-    config.calibration.data_size = args.calib_size
-    config.calibration.batch_size = args.batch_size
-    config.calibration.progress = not args.no_progress
-    config.calibration.custom_op_libraries = tuple(args.custom_op_library)
-    config = config.replace(runtime=args.runtime)
+    calibration = dataclasses.replace(config.calibration, data_size=args.calib_size, batch_size=args.batch_size,
+                                      progress=not args.no_progress, custom_op_libraries=tuple(args.custom_op_library))
+    config = config.replace(runtime=args.runtime, calibration=calibration)
     if args.quantize_postprocessing:
         config = config.replace(quantize_postprocessing=True)
     if args.range_guard is not None:

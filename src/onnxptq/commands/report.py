@@ -68,7 +68,7 @@ def report_files(
     from ..analysis.report_html import write_report
     from ..calibration import readers
     from ..graph import io
-    from ..pipeline.plan import node_names
+    from ..graph.naming import node_names
     from ..pipeline.prepare import prepare_for_quantization
 
     output = Path(output)

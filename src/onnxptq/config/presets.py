@@ -180,7 +180,7 @@ def get_preset(name: str) -> QuantConfig:
         if finetune == "adaround" and not (cfg.weight is not None and cfg.weight.is_integer):
             raise ConfigError(f"preset {name!r}: AdaRound learns integer rounding, but {base} weights are "
                               f"{cfg.weight.describe() if cfg.weight else 'float'}; use {base}_ADAQUANT")
-        cfg.finetune = finetune_preset(finetune)
+        cfg = cfg.replace(finetune=finetune_preset(finetune))
     return cfg
 
 

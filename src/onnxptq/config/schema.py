@@ -9,6 +9,7 @@ name the field at fault, so a bad option fails before any model is touched.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
@@ -158,7 +159,7 @@ def _check_attrs(attrs: dict[str, Any], defaults: dict[str, Any], what: str) -> 
             raise ConfigError(f"unknown {what} key {key!r}{suggest(key, defaults)}; valid: {', '.join(defaults)}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CalibrationOptions:
     """How the one streaming calibration pass runs."""
 
@@ -175,8 +176,8 @@ class CalibrationOptions:
         self.check()
 
     def check(self) -> None:
-        """Raise ConfigError for counts that can never work. Called again by the pipeline, since
-        the CLI and the compatible API set fields after construction."""
+        """Raise ConfigError for counts that can never work (run at construction: the options are
+        frozen, a change is a new object made with ``dataclasses.replace``)."""
         for name in ("data_size", "batch_size", "num_bins"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -188,7 +189,7 @@ class CalibrationOptions:
 FINETUNE_OP_TYPES = ("Conv", "ConvTranspose", "InstanceNormalization", "LayerNormalization", "Gemm", "MatMul")
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneOptions:
     """Fast finetuning (AdaRound / AdaQuant, spec §7): the reference tool's FastFinetune keys.
 
@@ -246,13 +247,15 @@ class FinetuneOptions:
     model_check: bool = True
 
     def __post_init__(self) -> None:
-        self.algorithm = str(self.algorithm).lower()  # type: ignore[assignment]
+        # Normalised spellings, set once at construction (the dataclass is frozen afterwards).
+        _set = functools.partial(object.__setattr__, self)
+        _set("algorithm", str(self.algorithm).lower())
         if self.algorithm not in ("adaround", "adaquant"):
             raise ConfigError(f"finetune algorithm must be 'adaround' or 'adaquant', not {self.algorithm!r}")
         if int(self.num_iterations) < 0:
             raise ConfigError(f"finetune num_iterations must be >= 0, not {self.num_iterations}")
         if self.batch_size is None or int(self.batch_size) < 1:
-            self.batch_size = 1  # the reference tool treats invalid values as 1
+            _set("batch_size", 1)  # the reference tool treats invalid values as 1
         if self.data_size is not None and int(self.data_size) < 1:
             raise ConfigError(f"finetune data_size must be >= 1 (or None), not {self.data_size}")
         if self.learning_rate is not None and not float(self.learning_rate) > 0:
@@ -268,14 +271,14 @@ class FinetuneOptions:
         if self.lr_adjust and len(tuple(self.lr_adjust)) != 2:
             raise ConfigError(f"finetune lr_adjust must be () or (threshold, lr), not {self.lr_adjust!r}")
         if self.log_period is None:
-            self.log_period = max(1, int(self.num_iterations) // 10)
-        self.target_op_types = tuple(self.target_op_types)
-        self.beta_range = tuple(float(b) for b in self.beta_range)  # type: ignore[assignment]
+            _set("log_period", max(1, int(self.num_iterations) // 10))
+        _set("target_op_types", tuple(self.target_op_types))
+        _set("beta_range", tuple(float(b) for b in self.beta_range))
         for name in ("optim_device", "infer_device"):
             value = str(getattr(self, name)).strip().lower()
             if not re.fullmatch(r"cpu|(cuda|hip)(:\d+(,\d+)*)?", value):
                 raise ConfigError(f"finetune {name} must be 'cpu', 'cuda', 'cuda:N' or 'hip:N', not {getattr(self, name)!r}")
-            setattr(self, name, value)
+            _set(name, value)
 
     @property
     def lr(self) -> float:
@@ -297,7 +300,7 @@ BIAS_CORRECTION_SAMPLES = 32
 FINETUNE_MAX_SAMPLES = 256
 
 
-@dataclass
+@dataclass(frozen=True)
 class AutoMixedPrecisionOptions:
     """Automatic mixed precision (spec §8): flip ``op_types`` layers to (``activation``, ``weight``)
     from the least to the most sensitive while the target holds; see
@@ -372,7 +375,7 @@ class OutlierSplitOptions:
             raise ConfigError(f"outlier split min_gain must be >= 1, not {self.min_gain!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class QuantConfig:
     """A whole quantization: global activation/weight/bias rules plus layer- and tensor-wise overrides.
 
@@ -439,7 +442,7 @@ class QuantConfig:
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``, and
     #: the guard acts only on a group of flushed channels (``guard.MISMATCH_FRACTION``). On by
-    #: default: the mixed-precision search plans its candidates through it too (build.guarded_plan);
+    #: default: the mixed-precision search plans its candidates through it too (final_plan.final_plan);
     #: DualQuantNodes boundary tensors (two quantizers) are left as planned.
     range_guard: bool = True
     range_guard_sqnr_db: float = 6.0
@@ -468,7 +471,7 @@ class QuantConfig:
     split_outliers: bool | None = None
     outlier_split: OutlierSplitOptions = field(default_factory=OutlierSplitOptions)
     #: SmoothQuant (``include_sq``): before calibration, divide each MatMul/Gemm activation by a
-    #: per-channel ``s`` and multiply the weight rows by it (algorithms/smooth_quant.py). None:
+    #: per-channel ``s`` and multiply the weight rows by it (pipeline/refine/smooth_quant.py). None:
     #: automatic, on for integer activations with per-tensor integer weights on transformer graphs
     #: (attention, and more MatMul/Gemm layers than convolutions: pipeline/transformer.is_transformer),
     #: where it was measured to help (MiniLM A8W8 per tensor: cosine 0.966 -> 0.977); off with
@@ -538,3 +541,17 @@ class QuantConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def require_config(config: Any, where: str) -> QuantConfig:
+    """``config`` itself if it is a :class:`QuantConfig`, else a TypeError naming the fix.
+
+    A config is resolved (a preset name made a config) once, by the entry points
+    (:func:`onnxptq.quantize`, :func:`onnxptq.algorithms.mixed_precision.auto_mixed_precision`, the
+    CLI); the pipeline stages after them take the resolved object only, so one quantize walks the
+    presets once and every stage sees the same frozen config."""
+    if isinstance(config, QuantConfig):
+        return config
+    hint = f"; for a preset name use onnxptq.get_preset({config!r})" if isinstance(config, str) else ""
+    raise TypeError(f"{where} takes a QuantConfig, not {type(config).__name__}{hint}")
+

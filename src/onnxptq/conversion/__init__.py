@@ -2,7 +2,7 @@
 
 ``bf16`` holds the BF16 rewrite, ``fp16`` the float16 widening and narrowing built on it,
 ``interface`` the declared input/output types both restore, ``convert`` the file-level entry
-points the tools and ``onnxptq convert`` call, ``cli`` their shared arguments. Graph walking comes
+points the tools and ``onnxptq convert`` call (their flags: :mod:`onnxptq.commands.convert`). Graph walking comes
 from :mod:`onnxptq.graph.walk`, as everywhere else.
 """
 

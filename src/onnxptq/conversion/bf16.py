@@ -50,6 +50,7 @@ from ..formats import floating
 from ..formats.base import DOMAIN, DOMAIN_VERSION
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import FreshNames, all_graphs, rename_uses, subgraphs
+from ..onnx_ops import floating as floating_ops
 from ..sessions import open_session
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,6 @@ SHAPE_INPUTS = frozenset(
 )
 #: Ops whose outputs describe shapes, not data: float values derived only from them stay float.
 SHAPE_SOURCES = frozenset({"Shape", "Size"})
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 #: Ops that a BF16 device runs on its matrix engine: with ``activations="compute_inputs"`` only their
 #: float activation inputs are rounded (weights always are).
 COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
@@ -235,51 +235,14 @@ def _analyse(model: onnx.ModelProto, fmt: str, target: int = BFLOAT16) -> _Conte
 # --------------------------------------------------------------------------------------------
 
 
-def _qdq_functions(opset: int) -> list[onnx.FunctionProto]:
-    """``BF16QuantizeLinear(x, scale) = bf16(x / scale)``, ``BF16DequantizeLinear(q, scale) = float(q) * scale``.
-
-    Scale 1 reproduces a Cast pair bit for bit; the scale input keeps the door open for the
-    reference tool's WeightScaled/ActivationScaled variants.
-    """
-    opsets = [helper.make_opsetid("", opset)]
-    quant = helper.make_function(
-        DOMAIN,
-        "BF16QuantizeLinear",
-        ["x", "scale"],
-        ["y"],
-        [
-            helper.make_node("Div", ["x", "scale"], ["scaled"]),
-            helper.make_node("Cast", ["scaled"], ["y"], to=BFLOAT16),
-        ],
-        opsets,
-    )
-    dequant = helper.make_function(
-        DOMAIN,
-        "BF16DequantizeLinear",
-        ["x", "scale"],
-        ["y"],
-        [
-            helper.make_node("Cast", ["x"], ["wide"], to=FLOAT),
-            helper.make_node("Mul", ["wide", "scale"], ["y"]),
-        ],
-        opsets,
-    )
-    return [quant, dequant]
-
-
 def _rounding_nodes(ctx: _Context, src: str, dst: str, scale_name: str) -> list[onnx.NodeProto]:
-    """Nodes that write round_bf16(``src``) to ``dst`` (float32), in the layout of ``ctx.fmt``."""
+    """Nodes that write round_bf16(``src``) to ``dst`` (float32), in the layout of ``ctx.fmt``: the
+    BF16 form of :mod:`onnxptq.onnx_ops.floating` (a Cast pair, or its Q/DQ function pair)."""
     mid = ctx.names(f"{dst}_bf16")
     ctx.stats["rounding_points"] += 1
     if ctx.fmt == "customqdq":
-        return [
-            helper.make_node("BF16QuantizeLinear", [src, scale_name], [mid], name=ctx.names(f"{dst}_QuantizeLinear"), domain=DOMAIN),
-            helper.make_node("BF16DequantizeLinear", [mid, scale_name], [dst], name=ctx.names(f"{dst}_DequantizeLinear"), domain=DOMAIN),
-        ]
-    return [
-        helper.make_node("Cast", [src], [mid], name=ctx.names(f"{dst}_cast_bf16"), to=BFLOAT16),
-        helper.make_node("Cast", [mid], [dst], name=ctx.names(f"{dst}_cast_fp32"), to=FLOAT),
-    ]
+        return floating_ops.bf16_qdq_nodes(src, mid, dst, scale_name, names=(ctx.names(f"{dst}_QuantizeLinear"), ctx.names(f"{dst}_DequantizeLinear")))
+    return floating_ops.cast_pair(src, mid, dst, BFLOAT16, names=(ctx.names(f"{dst}_cast_bf16"), ctx.names(f"{dst}_cast_fp32")))
 
 
 def _convert_weights_rounded(ctx: _Context, graph: onnx.GraphProto, scale_name: str) -> list[onnx.NodeProto]:
@@ -535,7 +498,7 @@ def convert_float_to_bf16(
         if fmt == "customqdq":
             scale_name = ctx.names("bf16_qdq_scale")
             work.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), scale_name))
-            work.functions.extend(_qdq_functions(opsets.get("", MIN_OPSET)))
+            work.functions.extend(floating_ops.bf16_qdq_functions(opsets.get("", MIN_OPSET)))
             work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
             ctx.excluded_weights.add(scale_name)  # the Q/DQ scale is not a weight to round
         _insert_rounding(ctx, work.graph, set(), scale_name, top=True)

@@ -404,37 +404,6 @@ def weight_range(w: Any, axis: int | None = None) -> tuple[np.ndarray, np.ndarra
     return arr.min(axis=others), arr.max(axis=others)
 
 
-def quantize_weight(
-    w: Any,
-    fmt: str,
-    *,
-    symmetric: bool,
-    axis: int | None = None,
-    reduce_range: bool = False,
-    scale_kind: ScaleKind = "float",
-    rmin: Any = None,
-    rmax: Any = None,
-    **scale_options: Any,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(q, scale, zero_point)`` for a weight tensor from its min/max (per tensor or per ``axis``).
-
-    The integers are clipped to the same ``qrange`` the scale was chosen for. The reference tool
-    clips signed weights to the symmetric range even when asymmetric (int8 never −128, spec §3.1
-    [BUG]); here an asymmetric int8 weight can reach −128.
-    """
-    lo, hi = weight_range(w, axis)
-    lo = lo if rmin is None else np.asarray(rmin, dtype=np.float64)
-    hi = hi if rmax is None else np.asarray(rmax, dtype=np.float64)
-    scale, zp = compute_scale_zp(
-        lo, hi, fmt, symmetric=symmetric, reduce_range=reduce_range, scale_kind=scale_kind, **scale_options
-    )
-    qmin, qmax = qrange(fmt, symmetric, reduce_range)
-    t = int_type(fmt)
-    q = quantize(w, fmt, scale, zp, axis if scale.size > 1 else None).astype(np.int64)
-    q = np.clip(q, qmin, qmax).astype(t.dtype)
-    return q, scale, zp
-
-
 def quantize_bias(
     b: Any, act_scale: Any, weight_scale: Any
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from .base import MX_ELEMENT_DTYPES
 from .blocks import from_blocks, to_blocks
+from .floating import FLOAT_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,9 @@ class ElementFormat:
 
 ELEMENT_FORMATS: dict[str, ElementFormat] = {
     "int8": ElementFormat("int8", 0, 6, 0, 0, 127.0 / 64.0),
-    "fp8_e4m3": ElementFormat("fp8_e4m3", 4, 3, 8, -6, 448.0),
-    "fp8_e5m2": ElementFormat("fp8_e5m2", 5, 2, 15, -14, 57344.0),
+    # The fp8 maxima are the float8 element types' own (formats/floating.py holds them once).
+    "fp8_e4m3": ElementFormat("fp8_e4m3", 4, 3, 8, -6, FLOAT_TYPES["fp8_e4m3"].max),
+    "fp8_e5m2": ElementFormat("fp8_e5m2", 5, 2, 15, -14, FLOAT_TYPES["fp8_e5m2"].max),
     "fp6_e3m2": ElementFormat("fp6_e3m2", 3, 2, 4, -2, 28.0),
     "fp6_e2m3": ElementFormat("fp6_e2m3", 2, 3, 2, 0, 7.5),
     "fp4_e2m1": ElementFormat("fp4_e2m1", 2, 1, 2, 0, 6.0),

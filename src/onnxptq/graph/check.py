@@ -13,8 +13,8 @@ import re
 import tempfile
 from pathlib import Path
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -264,52 +264,6 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
         log.warning("%s: the model has no float weights (initializers or Constant nodes); only activations can be quantized", source)
 
 
-def model_float_type(model: onnx.ModelProto) -> Literal["float32", "float16", "mixed"]:
-    """Which float type the model computes in, judged by its float inputs, initializers and Constants.
-
-    ``"float16"`` when every such tensor is fp16 (an fp16 model, which needs different handling of
-    scales and calibration), ``"float32"`` when all are fp32, ``"mixed"`` otherwise. Other float types
-    (bfloat16, float64) are not counted. Raises ModelCheckError when there is no float tensor at all.
-    """
-    seen = {FLOAT_TYPES[elem] for _, _, elem in _float_tensors(model) if elem in FLOAT_TYPES}
-    if not seen:
-        raise ModelCheckError("the model has no float32/float16 inputs or weights")
-    if len(seen) == 1:
-        return seen.pop()  # type: ignore[return-value]
-    return "mixed"
-
-
-def check_feeds(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source: str) -> None:
-    """Raise ModelCheckError unless ``feeds`` name the model's inputs with matching dtype and rank.
-
-    Why here: a data reader that yields the wrong name or an fp64 array fails in onnxruntime with a
-    message about the session, not about the reader; this names the input and what was expected.
-    """
-    init_names = {t.name for t in model.graph.initializer}
-    inputs = {v.name: v for v in model.graph.input if v.name not in init_names}
-    unknown = sorted(set(feeds) - set(inputs))
-    if unknown:
-        raise ModelCheckError(f"{source}: feed(s) {unknown} are not model inputs; the model's inputs are {sorted(inputs)}")
-    missing = sorted(set(inputs) - set(feeds))
-    if missing:
-        raise ModelCheckError(f"{source}: no data for model input(s) {missing}")
-    for name, array in feeds.items():
-        tensor_type = inputs[name].type.tensor_type
-        expected = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        array = np.asarray(array)
-        if array.dtype != expected:
-            raise ModelCheckError(f"{source}: input '{name}' expects {expected}, the data reader gave {array.dtype}")
-        if tensor_type.HasField("shape"):
-            dims = tensor_type.shape.dim
-            if array.ndim != len(dims):
-                raise ModelCheckError(f"{source}: input '{name}' expects rank {len(dims)}, the data reader gave shape {array.shape}")
-            for axis, (dim, size) in enumerate(zip(dims, array.shape)):
-                if dim.HasField("dim_value") and dim.dim_value != size:
-                    raise ModelCheckError(
-                        f"{source}: input '{name}' expects size {dim.dim_value} on axis {axis}, the data reader gave shape {array.shape}"
-                    )
-
-
 # ---------------------------------------------------------------------------------------------
 # names the configuration refers to
 
@@ -325,14 +279,16 @@ def _all_op_types() -> set[str]:
 
 
 def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
-    """Raise UnknownNameError for a node, op type or regex in ``config`` that matches nothing.
+    """Raise UnknownNameError for a node, tensor, op type or regex in ``config`` that matches nothing.
 
-    Why: an exclusion with a typo silently quantizes the layer the user meant to keep in float.
-    ``models`` are the model as given and as prepared (nodes named), so names a user read in
-    either (``inspect``, the plan JSON, Netron) are known. Tensor-wise and per-node settings are
-    checked by the planner; here: ``nodes_to_exclude`` (names and regexes), ``op_types``,
-    ``extra_op_types`` and ``op_type_overrides`` (op types ONNX does not define; op types absent
-    from this model are fine, presets apply to any model). Each error lists the nearest names.
+    The one check of the names a config holds (run once per quantize, by calibrate_once, before
+    any work). Why: an exclusion with a typo silently quantizes the layer the user meant to keep in
+    float. ``models`` are the model as given and as prepared (nodes named), so names a user read in
+    either (``inspect``, the plan JSON, Netron) are known. Checked: ``nodes_to_exclude`` (names
+    and regexes), ``nodes_to_quantize`` and ``node_overrides`` (node names), ``tensor_overrides``
+    (tensor names, If/Loop/Scan bodies included), ``op_types``, ``extra_op_types`` and
+    ``op_type_overrides`` (op types ONNX does not define; op types absent from this model are
+    fine, presets apply to any model). Each error lists the nearest names.
     """
     from onnxptq.config.schema import suggest
     from onnxptq.errors import UnknownNameError
@@ -353,6 +309,20 @@ def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
             near = difflib.get_close_matches(pattern, sorted(node_names), n=3, cutoff=0.5)
             hint = f" (nearest: {', '.join(near)})" if near else ""
             problems.append(f"nodes_to_exclude names {pattern!r}, which is not a node of the model{hint}")
+    for where in ("nodes_to_quantize", "node_overrides"):
+        for name in getattr(config, where, None) or ():
+            if name not in node_names:
+                problems.append(f"{where} names {name!r}, which is not a node of the model{suggest(name, node_names)}")
+    overrides = getattr(config, "tensor_overrides", None) or {}
+    if overrides:
+        from onnxptq.graph.walk import all_graphs
+
+        graphs = [g for m in models for g in all_graphs(m.graph)]
+        tensors = {t for g in graphs for t in (*(i.name for i in g.initializer), *(i.name for i in g.input))}
+        tensors |= {out for m in models for n in _all_nodes(m.graph) for out in n.output if out}
+        for name in overrides:
+            if name not in tensors:
+                problems.append(f"tensor-wise precision names tensor {name!r}, which is not in the model{suggest(name, tensors)}")
     known_ops: set[str] | None = None
     for where in ("op_types", "extra_op_types", "op_type_overrides"):
         for op in getattr(config, where, None) or ():

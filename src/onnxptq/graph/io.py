@@ -76,13 +76,6 @@ def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> o
     return proto
 
 
-def same_file(a: ModelLike, b: ModelLike) -> bool:
-    """True when two paths name the same file (also through symlinks); False for ModelProtos."""
-    if isinstance(a, onnx.ModelProto) or isinstance(b, onnx.ModelProto):
-        return False
-    return outputs.same_path(a, b)
-
-
 def check_output_path(output: str | os.PathLike, inputs: tuple[ModelLike, ...] = (), *,
                       data: object = None, label: str = "output") -> Path:
     """Validate an output path before any work is done, so a long run cannot fail at the end.

@@ -7,6 +7,10 @@
   (the ONNX element type, 16 = BFLOAT16, 10 = FLOAT16); body
   ``Div → Sub(0 − zp) → Clip(±bound) → Cast(to) → Cast(FLOAT) → Sub(zp) → Mul``; ``bound`` is the
   largest finite value when saturating, +Inf otherwise.
+- whole-model BF16 conversion (:mod:`onnxptq.conversion.bf16`) writes its rounding points with
+  :func:`cast_pair` and, in the reference tool's ``customqdq`` layout, with the function pair
+  ``onnxptq.BF16QuantizeLinear(x, scale) = bf16(x / scale)`` / ``onnxptq.BF16DequantizeLinear(q, scale)
+  = float(q) · scale`` (:func:`bf16_qdq_functions`, :func:`bf16_qdq_nodes`): BF16's ONNX form lives here.
 - fp8_e4m3 (E4M3FN) / fp8_e5m2: standard ``QuantizeLinear`` (``saturate`` attribute) →
   ``DequantizeLinear`` with a float8 zero point 0 and a float32 scale; opset 19.
 
@@ -120,3 +124,52 @@ def build(
     b.from_float32(y32, x, y)
     return QDQNodes(nodes=b.nodes, initializers=b.initializers, functions=functions, opset_imports=imports,
                     min_opset=min_opset)
+
+
+def cast_pair(src: str, mid: str, dst: str, to: int, *, names: tuple[str, str]) -> list[onnx.NodeProto]:
+    """``src → Cast(to) → mid → Cast(FLOAT) → dst``: the element rounding with scale 1, no saturation."""
+    return [
+        helper.make_node("Cast", [src], [mid], name=names[0], to=to),
+        helper.make_node("Cast", [mid], [dst], name=names[1], to=TensorProto.FLOAT),
+    ]
+
+
+def bf16_qdq_nodes(src: str, mid: str, dst: str, scale: str, *, names: tuple[str, str]) -> list[onnx.NodeProto]:
+    """``BF16QuantizeLinear(src, scale) → mid → BF16DequantizeLinear(mid, scale) → dst`` (functions:
+    :func:`bf16_qdq_functions`)."""
+    return [
+        helper.make_node("BF16QuantizeLinear", [src, scale], [mid], name=names[0], domain=DOMAIN),
+        helper.make_node("BF16DequantizeLinear", [mid, scale], [dst], name=names[1], domain=DOMAIN),
+    ]
+
+
+def bf16_qdq_functions(opset: int) -> list[onnx.FunctionProto]:
+    """``BF16QuantizeLinear(x, scale) = bf16(x / scale)``, ``BF16DequantizeLinear(q, scale) = float(q) * scale``.
+
+    Scale 1 reproduces a Cast pair bit for bit; the scale input keeps the door open for the
+    reference tool's WeightScaled/ActivationScaled variants.
+    """
+    opsets = [helper.make_opsetid("", opset)]
+    quant = helper.make_function(
+        DOMAIN,
+        "BF16QuantizeLinear",
+        ["x", "scale"],
+        ["y"],
+        [
+            helper.make_node("Div", ["x", "scale"], ["scaled"]),
+            helper.make_node("Cast", ["scaled"], ["y"], to=TensorProto.BFLOAT16),
+        ],
+        opsets,
+    )
+    dequant = helper.make_function(
+        DOMAIN,
+        "BF16DequantizeLinear",
+        ["x", "scale"],
+        ["y"],
+        [
+            helper.make_node("Cast", ["x"], ["wide"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["wide", "scale"], ["y"]),
+        ],
+        opsets,
+    )
+    return [quant, dequant]

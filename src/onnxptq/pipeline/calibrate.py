@@ -20,13 +20,14 @@ import numpy as np
 import onnx
 
 from ..calibration import collectors, readers, runner
-from ..config.presets import resolve_config
-from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig
+from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
 from ..graph import check, io
+from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..sessions import active_libraries
-from .plan import Plan, _excluded, make_plan, node_names
+from .plan import Plan, make_plan
+from .plan.select import _excluded
 from .transformer import is_transformer
 from .prepare import prepare_for_quantization
 
@@ -62,8 +63,12 @@ class Calibrated:
     float_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     #: the range guard's float activations on ``kept`` (a :class:`.guard.GuardValues`), set by a
     #: search over configs (mixed precision) so that every config it plans shares them; None: each
-    #: build fetches its own (:func:`.build.guarded_plan`)
+    #: build fetches its own (:func:`.final_plan.final_plan`)
     guard_values: Any = None
+    #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
+    #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
+    plan: Plan | None = None
+    config: QuantConfig | None = None
 
 
 def source_name(model: Any) -> str:
@@ -71,26 +76,22 @@ def source_name(model: Any) -> str:
     return str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<ModelProto>")
 
 
-def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
                    also_for: Sequence[QuantConfig] = ()) -> Calibrated:
     """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
     and those of every config in ``also_for`` (same preparation settings as ``config``)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    cfg = resolve_config(config)
-    cfg.calibration.check()
+    cfg = require_config(config, "calibrate_once")
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
     if cfg.convert_fp16_to_fp32:
-        from ..conversion.fp16 import convert_float16_to_float
-
         proto = convert_float16_to_float(proto)
     inputs = readers.ModelInputs.from_model(proto)
 
     prepared = prepare_for_quantization(proto, cfg)
     timings["prepare"] = time.perf_counter() - t0
-    node_names(prepared)  # the names the plan (and the user, in inspect or the plan JSON) uses
     check.check_config_names(cfg, proto, prepared)
 
     feeds_once: Iterator[dict[str, np.ndarray]] | None = None
@@ -130,7 +131,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig | str, data: Any, *,
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
-    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs)
+    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg)
 
 
 #: Feeds of a one-shot source (a generator, a reader without ``rewind()``) that SmoothQuant's
@@ -163,7 +164,7 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
     A rereadable source is read whole twice; a one-shot one gives its first
     :data:`SMOOTH_QUANT_ONE_SHOT_FEEDS` feeds to the statistics and then, again, to calibration.
     Returns the smoothed model and, for a one-shot source, the calibration feeds."""
-    from ..algorithms.smooth_quant import smooth_quant
+    from .refine.smooth_quant import smooth_quant
 
     exclude = [n.name for n in prepared.graph.node if _excluded(n.name, cfg.nodes_to_exclude)]
     if readers.rereadable(data, inputs):

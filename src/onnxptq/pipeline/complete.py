@@ -16,8 +16,7 @@ from pathlib import Path
 import onnx
 
 from .. import outputs
-from ..config.presets import resolve_config
-from ..config.schema import QuantConfig
+from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
 from .build import build_model
@@ -51,21 +50,24 @@ class QuantizationResult:
         return "\n".join(lines)
 
 
-def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os.PathLike | None = None, *,
+def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → save → report for one config, on calibrated data."""
-    cfg = resolve_config(config)
+    cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
     source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
     timings = dict(calibrated.timings)
     t2 = time.perf_counter()
-    plan, params, quantized = build_model(calibrated, cfg)
-    timings.update({k: v for k, v in calibrated.timings.items() if k == "refine"})
+    plan, params, quantized, refine_timings = build_model(calibrated, cfg)
+    timings.update(refine_timings)
     quantized, session = finish(quantized, source)
-    timings["emit"] = time.perf_counter() - t2
+    timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
+    saved = None
+    if output is not None:  # save, then report (the order every doc gives)
+        saved = io.save_model(quantized, output)
     if report_path is not None:
         t4 = time.perf_counter()
         from ..analysis.report import compute_report
@@ -74,9 +76,6 @@ def complete(calibrated: Calibrated, config: QuantConfig | str, output: str | os
         write_report(compute_report(prepared, quantized, kept[:eval_samples], plan=plan, float_label=source,
                                     quant_label=str(output) if output is not None else "<quantized>"), report_path)
         timings["report"] = time.perf_counter() - t4
-    saved = None
-    if output is not None:
-        saved = io.save_model(quantized, output)
     timings["total"] = time.perf_counter() - calibrated.started
     result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, calibrated.samples)
     log.info("%s", result.summary())
@@ -127,7 +126,8 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         tmp_model = files.temp(out)
         tmp_data = files.temp(out.parent / data_name)
         with external.sink(tmp_data) as target:
-            plan, params, quantized = build_model(calibrated, cfg)
+            plan, params, quantized, refine_timings = build_model(calibrated, cfg)
+            timings.update(refine_timings)
             copied = external.consolidate(quantized, target)
         log.info("streamed %d tensors (%d copied unchanged, %.1f MiB) into %s", target.tensors, copied,
                  target.bytes / 2**20, out.parent / data_name)
@@ -137,7 +137,7 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
             tmp_data.unlink()
         onnx.save_model(quantized, str(tmp_model))
         quantized, session = finish_saved(quantized, tmp_model, source)
-        timings["emit"] = time.perf_counter() - t2
+        timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
         metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
         del session
         external.relocate(quantized, tmp_data.name, data_name)

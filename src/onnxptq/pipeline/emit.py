@@ -1,7 +1,7 @@
 """Emit: write the plan into the model as Q/DQ pairs, Cast pairs, function nodes and folded weights.
 
 Input: a prepared model, its :class:`~onnxptq.pipeline.plan.Plan` and the solved :class:`QParams`.
-Output: a new model. Every quantizer comes from :func:`onnxptq.formats.build_qdq`, the same
+Output: a new model. Every quantizer comes from :func:`onnxptq.onnx_ops.build_qdq`, the same
 builders the format property tests hold bit-exact against the NumPy references, so what ships is
 what was tested. Weights in float formats are fake-quantized once here (no runtime op); integer
 weights are stored as integers behind a DequantizeLinear, the form every ONNX backend recognises.
@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..formats import BLOCK_FORMATS, FLOAT_FORMATS, build_qdq, fake_quantize
+from ..formats import BLOCK_FORMATS, FLOAT_FORMATS, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.external import store, tensor_values
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import FreshNames, Scope, ScopeIndex, all_graphs
+from ..onnx_ops import build_qdq
 from .plan import Plan, TensorPlan
 from .solve import QParams, producer_params_key  # the solve step's output, read here
 

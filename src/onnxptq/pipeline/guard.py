@@ -39,7 +39,8 @@ import onnx
 from ..config.schema import QuantConfig
 from ..formats import fake_quantize
 from ..sessions import open_session
-from .plan import PASS_THROUGH, Plan, TensorPlan
+from ..graph.ops import PASS_THROUGH
+from .plan import Plan, TensorPlan
 from .solve import share_root, shared_activation_params
 
 log = logging.getLogger(__name__)

@@ -34,8 +34,6 @@ from onnx_ir.passes.common import TopologicalSortPass
 from ..config.schema import EqualizationOptions, OutlierSplitOptions, QuantConfig
 from ..errors import RuntimeOpsetError
 from ..graph import io
-from ..graph.check import onnx_checker
-from ..graph.passes._common import to_ir, to_proto
 from ..graph.passes.cleanup import cse_pass, remove_unused_passes
 from ..graph.passes.equalize import EqualizePass
 from ..graph.passes.eliminate_identity import eliminate_identity_passes
@@ -50,9 +48,9 @@ from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
 from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
+from ..graph.passes.runner import PrepareError, run_steps
 from ..graph.passes.upgrade_opset import upgrade_opset
 from ..sessions import highest_qdq_opset
-from .plan import node_names
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +61,6 @@ def fusion_passes() -> list[ir.passes.PassBase]:
     """The fusions in the order they run: affine folds first (they expose clean HardSwish inputs),
     the scalar affine into the next Conv last, once HardSwish is whole."""
     return [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(), FoldScalarAffineIntoConvPass()]
-
-
-class PrepareError(RuntimeError):
-    """A prepare step failed or produced a model the ONNX checker rejects.
-
-    Deliberately not an :class:`~onnxptq.errors.OnnxptqError`: the input was already checked, so
-    this is a defect of ours, and the fuzz tests must see it as one rather than as a documented
-    answer to bad input."""
 
 
 def prepare(
@@ -137,20 +127,8 @@ def prepare(
     if infer_shapes:
         steps.append(("shape inference", shape_inference_pass()))
 
-    ir_model = to_ir(model)
-    before = ir_model.graph.num_nodes()
-    for name, step in steps:
-        try:
-            ir_model = step(ir_model).model
-        except Exception as exc:
-            raise PrepareError(f"prepare step '{name}' failed: {exc}") from exc
-    result = to_proto(ir_model)
-    node_names(result)  # plans refer to nodes by name: the prepared model has a unique one each
-    if check:
-        try:
-            onnx_checker(result)
-        except onnx.checker.ValidationError as exc:
-            raise PrepareError(f"the prepared model fails the ONNX checker: {exc}") from exc
+    before = len(model.graph.node)
+    result = run_steps(model, steps, check=check)
     log.info("prepare: %d -> %d nodes", before, len(result.graph.node))
     return result
 

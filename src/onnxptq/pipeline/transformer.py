@@ -1,6 +1,6 @@
 """Transformer-aware placement: which tensors of an exported encoder block stay float, and why.
 
-The planner (``pipeline/plan.py``) quantizes every float tensor an op in its op set reads or
+The planner (``pipeline/plan/``) quantizes every float tensor an op in its op set reads or
 writes. That is right for CNNs, whose ops are whole (a Conv, a fused HardSwish); exporters write a
 transformer block out of primitive ops, so two patterns end up quantized inside:
 

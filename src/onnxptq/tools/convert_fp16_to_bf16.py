@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from onnxptq.conversion.cli import main as _main
+from onnxptq.commands.convert import tool_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return _main(argv, source="fp16", prog="python -m onnxptq.tools.convert_fp16_to_bf16")
+    return tool_main(argv, source="fp16", prog="python -m onnxptq.tools.convert_fp16_to_bf16")
 
 
 if __name__ == "__main__":

@@ -1,83 +1,18 @@
 """``python -m onnxptq.tools.evaluate BASELINE QUANTIZED`` (or ``--baseline_results_folder A
---quantized_results_folder B``): compare two folders of inference results.
-
-Prints cosine similarity, L2 loss and PSNR per file pair and their mean and worst values, for
-.npy arrays and .png/.jpg images (images need ``pip install onnxptq[images]``). Definitions:
-:mod:`onnxptq.analysis.metrics`.
+--quantized_results_folder B``): the reference tool's script; the command lives in
+:mod:`onnxptq.commands.evaluate` (also ``onnxptq evaluate``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from typing import Sequence
 
-from onnxptq.analysis.metrics import EvaluateError, FolderComparison, compare_folders
-
-
-def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    """Both spellings of the two folders, plus ``--per_file`` and ``--json`` output options."""
-    parser.add_argument("baseline", nargs="?", help="folder of baseline (float) results")
-    parser.add_argument("quantized", nargs="?", help="folder of quantized results")
-    parser.add_argument("--baseline_results_folder", dest="baseline_flag", help="same as the first positional")
-    parser.add_argument("--quantized_results_folder", dest="quantized_flag", help="same as the second positional")
-    parser.add_argument("--per_file", action="store_true", help="print the metrics of every file pair")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-
-
-def resolve_folders(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, str]:
-    """Pick the folders from flags or positionals; both forms at once must agree."""
-    positionals = [p for p in (args.baseline, args.quantized) if p]
-    baseline = args.baseline_flag or (positionals.pop(0) if positionals else None)
-    quantized = args.quantized_flag or (positionals.pop(0) if positionals else None)
-    if positionals:
-        parser.error(f"unexpected extra folder argument: {positionals[0]}")
-    if not baseline or not quantized:
-        parser.error("give the baseline and quantized results folders (positionally or with the flags)")
-    return baseline, quantized
-
-
-def format_report(result: FolderComparison, *, per_file: bool) -> str:
-    lines = []
-    if per_file:
-        for pair in result.pairs:
-            lines.append(f"{pair.name}: cos similarity {pair.cosine:.6f}, l2 loss {pair.l2:.6g}, psnr {pair.psnr:.4f}")
-    lines += [
-        f"Pairs compared: {len(result.pairs)}",
-        f"Mean cos similarity: {result.mean_cosine:.6f}",
-        f"Min cos similarity: {result.min_cosine:.6f}",
-        f"Mean l2 loss: {result.mean_l2:.6g}",
-        f"Max l2 loss: {result.max_l2:.6g}",
-        f"Mean psnr: {result.mean_psnr:.4f}",
-        f"Min psnr: {result.min_psnr:.4f}",
-    ]
-    return "\n".join(lines)
-
-
-def run_evaluate(baseline: str, quantized: str, *, per_file: bool = False, as_json: bool = False) -> int:
-    result = compare_folders(baseline, quantized)
-    if as_json:
-        payload = {"summary": result.summary()}
-        if per_file:
-            payload["pairs"] = [vars(p) for p in result.pairs]
-        print(json.dumps(payload, indent=2))
-    else:
-        print(format_report(result, per_file=per_file))
-    return 0
+from onnxptq.commands.evaluate import tool_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    prog = "python -m onnxptq.tools.evaluate"
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    add_evaluate_arguments(parser)
-    args = parser.parse_args(argv)
-    baseline, quantized = resolve_folders(args, parser)
-    try:
-        return run_evaluate(baseline, quantized, per_file=args.per_file, as_json=args.json)
-    except (EvaluateError, FileNotFoundError, NotADirectoryError, ImportError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+    return tool_main(argv, prog="python -m onnxptq.tools.evaluate")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from onnxptq.graph.passes.lift_constants import lift_constants
 from onnxptq.graph.passes.merge_matmuls import merge_matmuls
 from onnxptq.graph.passes.shape_inference import infer_shapes
 from onnxptq.graph.passes.upgrade_opset import OpsetUpgradeError, model_opset, upgrade_opset
+from onnxptq.graph.passes.widen_fp16 import convert_float16_to_float
 
 __all__ = [
     "FoldAffinePass",
@@ -33,6 +34,7 @@ __all__ = [
     "FuseHardSwishPass",
     "FuseLayerNormPass",
     "OpsetUpgradeError",
+    "convert_float16_to_float",
     "eliminate_common_subexpressions",
     "eliminate_identity",
     "fold_batchnorm",
@@ -46,12 +48,3 @@ __all__ = [
     "upgrade_opset",
 ]
 
-
-def __getattr__(name: str):
-    # ``prepare`` (the pass list) moved to the pipeline; kept importable from here for old callers
-    # without importing the pipeline at import time (it imports these passes: that would be a cycle).
-    if name in ("prepare", "PrepareError"):
-        import importlib
-
-        return getattr(importlib.import_module("onnxptq.pipeline.prepare"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,8 +72,6 @@ BIAS_SHRINK = 5.0
 #: ops that pass a positive per-channel scale through unchanged (constants handled in ``_link``)
 HOMOGENEOUS = frozenset({"Relu", "LeakyRelu", "PRelu", "Identity", "MaxPool", "AveragePool", "GlobalAveragePool",
                          "GlobalMaxPool", "Clip", "Pad", "Mul", "Div", "Add", "Sub"})
-#: of those, the ops that are affine per channel, so a constant offset passes through them exactly
-AFFINE = frozenset({"Identity", "Mul", "Div", "Add", "Sub", "GlobalAveragePool", "MaxPool", "GlobalMaxPool"})
 
 
 @dataclass

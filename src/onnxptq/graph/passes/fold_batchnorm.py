@@ -139,11 +139,6 @@ class FoldBatchNormPass(ir.passes.InPlacePass):
         return True
 
 
-def fold_batchnorm_pass() -> ir.passes.PassBase:
-    """The BatchNorm folding pass (unused weights are left for ``RemoveUnusedNodesPass``)."""
-    return FoldBatchNormPass()
-
-
 def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     """Return a copy of ``model`` with foldable BatchNormalization nodes folded into their producer."""
     return run_passes(model, FoldBatchNormPass(), RemoveUnusedNodesPass())

@@ -183,11 +183,6 @@ class MergeMatMulsPass(ir.passes.InPlacePass):
         return True
 
 
-def merge_matmuls_pass() -> ir.passes.PassBase:
-    """The MatMul/Gemm merging pass (the separate B/bias initializers go with unused removal)."""
-    return MergeMatMulsPass()
-
-
 def merge_matmuls(model: onnx.ModelProto) -> onnx.ModelProto:
     """Return a copy of ``model`` with sibling MatMuls/Gemms on one input merged into MatMul + Split."""
     return run_passes(model, MergeMatMulsPass(), RemoveUnusedNodesPass())

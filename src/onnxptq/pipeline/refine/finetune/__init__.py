@@ -26,9 +26,9 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 
-from ...config.schema import FinetuneOptions
-from ...graph.external import tensor_values
-from ...pipeline.plan import Plan
+from ....config.schema import FinetuneOptions
+from ....graph.external import tensor_values
+from ...plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,8 @@ def refine(
     :class:`LayerResult` per layer considered.
     """
     torch = require_torch()
-    from ...pipeline.emit import emit, quantizer_attrs
-    from ...formats import fake_quantize
+    from ...emit import emit, quantizer_attrs
+    from ....formats import fake_quantize
     from . import adaquant, adaround, extract
     from .layer import channel_dim, make_forward
     from .train import Problem, Quantizer

@@ -28,13 +28,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..graph.external import tensor_values
-from ..graph.opsets import is_onnx_domain, model_opset
-from ..formats import fake_quantize
-from ..pipeline.emit import quantizer_attrs
-from ..pipeline.plan import Plan
-from ..pipeline.solve import QParams
-from ..sessions import open_session
+from ...graph.external import tensor_values
+from ...graph.opsets import is_onnx_domain, model_opset
+from ...formats import fake_quantize
+from ..emit import quantizer_attrs
+from ..plan import Plan
+from ..solve import QParams
+from ...sessions import open_session
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 
-from ...graph.external import tensor_values
-from ...pipeline.plan import Plan
-from ...sessions import open_session
+from ....graph.external import tensor_values
+from ...plan import Plan
+from ....sessions import open_session
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import math
 import numpy as np
 import torch
 
-from ...config.schema import FinetuneOptions
-from ...formats import integer
+from ....config.schema import FinetuneOptions
+from ....formats import integer
 from . import torch_formats as tf
 from .grad import Adam, LayerGrad
 from .train import Batches, EarlyStop, Problem, draw, learning_rate, log_period
@@ -27,11 +27,6 @@ from .train import Batches, EarlyStop, Problem, draw, learning_rate, log_period
 log = logging.getLogger(__name__)
 
 ZETA, GAMMA = 1.1, -0.1
-
-
-def rectified_sigmoid(alpha: torch.Tensor) -> torch.Tensor:
-    """h(α): a sigmoid stretched to (γ, ζ) and clipped to [0, 1], so it reaches 0 and 1 exactly."""
-    return torch.clamp(torch.sigmoid(alpha) * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
 
 
 def beta_at(it: int, options: FinetuneOptions) -> float:

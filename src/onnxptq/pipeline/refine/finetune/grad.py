@@ -13,7 +13,7 @@ Layers or activations without a hand-written backward use autograd (:meth:`Layer
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -198,18 +198,6 @@ class LayerGrad:
             wanted = [wl] + ([bl] if (b is not None and self.want_bias) else [])
             grads = torch.autograd.grad(loss, wanted)
         return loss.detach(), grads[0], grads[1] if len(grads) > 1 else None
-
-
-def reference_loss_and_grad(forward: Callable, channel_dim: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
-                            y: torch.Tensor, want_bias: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Autograd through :func:`.layer.make_forward` on an unprepared ``x``: what tests compare against."""
-    with torch.enable_grad():
-        wl = w.detach().clone().requires_grad_(True)
-        bl = b.detach().clone().requires_grad_(True) if (b is not None and want_bias) else b
-        loss = (forward(x, wl, bl) - y).pow(2).sum(dim=channel_dim).mean()
-        wanted = [wl] + ([bl] if (b is not None and want_bias) else [])
-        grads = torch.autograd.grad(loss, wanted)
-    return loss.detach(), grads[0], grads[1] if len(grads) > 1 else None
 
 
 class Adam:

@@ -16,7 +16,7 @@ import logging
 import numpy as np
 import torch
 
-from ...config.schema import FinetuneOptions
+from ....config.schema import FinetuneOptions
 from .train import EarlyStop, Problem, Quantizer, draw, learning_rate, log_period
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..calibration import collectors, runner
-from ..graph.opsets import is_onnx_domain
+from ...calibration import collectors, runner
+from ...graph.opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
 

@@ -468,7 +468,7 @@ def _session(obj: SessionLike, threads: int | None = None) -> ort.InferenceSessi
     """Use a session as given, or open a CPU session on a model path."""
     if hasattr(obj, "run") and hasattr(obj, "get_inputs"):
         return obj  # type: ignore[return-value]
-    from ..sessions import open_session
+    from onnxptq.sessions import open_session
 
     return open_session(str(obj), threads=threads)
 

@@ -96,8 +96,3 @@ def _activation(op: str | None, a: dict[str, Any]) -> Callable[[torch.Tensor], t
 def channel_dim(layer: Layer) -> int:
     """The output channel axis the reconstruction loss sums over (1 for convolutions, last for matmuls)."""
     return 1 if layer.op_type in ("Conv", "ConvTranspose") else -1
-
-
-def recon_loss(pred: torch.Tensor, target: torch.Tensor, dim: int) -> torch.Tensor:
-    """Spec §7.3: squared L2 over the channel axis, averaged over everything else."""
-    return (pred - target).pow(2).sum(dim=dim).mean()

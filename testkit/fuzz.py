@@ -201,7 +201,7 @@ class Outcome:
 
 def open_session_for(model: onnx.ModelProto) -> Any:
     """An onnxruntime session on ``model`` through the package's one session factory."""
-    from ..sessions import open_session
+    from onnxptq.sessions import open_session
 
     return open_session(model)
 

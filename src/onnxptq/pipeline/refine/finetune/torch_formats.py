@@ -20,12 +20,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ...formats import bfp as bfp_ref
-from ...formats import mx as mx_ref
-from ...formats.base import FLOAT_FORMATS, INTEGER_FORMATS, check_format
-from ...formats.blocks import from_blocks, to_blocks
-from ...formats.floating import float_type, resolve_saturate
-from ...formats.integer import int_type
+from ....formats import bfp as bfp_ref
+from ....formats import mx as mx_ref
+from ....formats.base import FLOAT_FORMATS, INTEGER_FORMATS, check_format
+from ....formats.blocks import from_blocks, to_blocks
+from ....formats.floating import float_type, resolve_saturate
+from ....formats.integer import int_type
 
 log = logging.getLogger(__name__)
 

@@ -177,7 +177,7 @@ def _session(model: Any) -> Any:
     """An onnxruntime CPU session for a path, a ModelProto or an existing session."""
     if hasattr(model, "run") and hasattr(model, "get_inputs"):
         return model
-    from ..sessions import open_session
+    from onnxptq.sessions import open_session
 
     return open_session(model)
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...config.schema import FinetuneOptions
+from ....config.schema import FinetuneOptions
 from . import torch_formats as tf
 from .extract import Layer
 

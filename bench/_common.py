@@ -1,0 +1,54 @@
+"""What every bench script shares: the repository root on ``sys.path`` and one way to open a session.
+
+The test/bench harness (``testkit/``: the real models, rendered OCR lines, speech, MiniLM) lives at
+the repository root, outside the installed package, so that the wheel never carries it. Scripts run
+as ``python bench/<name>.py`` (``bench/`` is then first on the path); importing this module first puts
+the root there too.
+
+Sessions: every script opens its onnxruntime sessions through :func:`session`, a thin front of the
+library's one session helper (:func:`onnxptq.sessions.open_session`), so a bench figure runs the
+same session options the library does unless the script names a difference (threads, optimization
+level, profiling).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from onnxptq.sessions import open_session  # noqa: E402
+
+
+def session(model: Any, threads: int | None = None, *, inter_op_threads: int | None = None, optimization: str = "all",
+            profile: str | os.PathLike | None = None, **options: Any) -> Any:
+    """An ``InferenceSession`` on ``model`` (a ``ModelProto`` or a path) on the CPU provider.
+
+    ``threads`` / ``inter_op_threads``: onnxruntime's defaults when None. ``profile``: a file prefix
+    for onnxruntime's per-node profile (``session.end_profiling()`` writes it; the library never
+    profiles, so these sessions alone set their options here, the rest as
+    :func:`onnxptq.sessions.open_session` does). Other keyword arguments go to ``open_session``.
+    """
+    if profile is None:
+        return open_session(model, threads=threads, inter_op_threads=inter_op_threads, optimization=optimization, **options)
+    import onnx
+    import onnxruntime as ort
+
+    from onnxptq.sessions import optimization_level
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = optimization_level(optimization)
+    if threads:
+        so.intra_op_num_threads = threads
+    if inter_op_threads:
+        so.inter_op_num_threads = inter_op_threads
+    so.enable_profiling = True
+    so.profile_file_prefix = str(profile)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])

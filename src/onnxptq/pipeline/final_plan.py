@@ -1,0 +1,65 @@
+"""The delivered plan, made at one address: the first plan of a config, then what calibration showed.
+
+:func:`final_plan` is the one way to plan on a calibration: the plan calibration made for its own
+config (no second :func:`~onnxptq.pipeline.plan.make_plan`; another config gets its own), then the
+bodies no calibration sample ran dropped (:mod:`.coverage`), then the range guard's decisions
+(:mod:`.guard`: shares cut, block axes moved, tensors left float). The automatic mixed-precision
+search plans each candidate through it too, so it scores what it would deliver.
+
+Above :mod:`.plan` (a pure function of model and config, which knows nothing of statistics) and
+below :mod:`.build`: coverage and the guard read the calibration's statistics and samples.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+import onnx
+
+from ..config.schema import QuantConfig
+from .coverage import drop_uncalibrated_bodies
+from .guard import GuardValues, apply_range_guard
+from .plan import Plan, make_plan
+
+__all__ = ["CalibrationView", "final_plan"]
+
+
+class CalibrationView(Protocol):
+    """What :func:`final_plan` reads of a :class:`onnxptq.pipeline.calibrate.Calibrated` (a
+    protocol: the final plan needs these fields only, whoever made them)."""
+
+    prepared: onnx.ModelProto
+    stats: Mapping[str, Any]
+    kept: Sequence[Mapping[str, np.ndarray]]
+    guard_values: Any
+    plan: Plan | None
+    config: QuantConfig | None
+
+
+def first_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
+    """``cfg``'s plan on the prepared model: a copy of the one calibration made when ``cfg`` is the
+    config it calibrated for (later steps change the plan in place; the calibration's stays as
+    made), else a new one."""
+    made, made_for = calibrated.plan, calibrated.config
+    if made is not None and made_for is not None and (made_for is cfg or made_for == cfg):
+        return copy.deepcopy(made)
+    return make_plan(calibrated.prepared, cfg)
+
+
+def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
+    """The plan of ``cfg`` on calibrated statistics as the delivered model gets it: uncalibrated
+    bodies dropped, then the range guard's decisions. A search sets ``calibrated.guard_values`` so
+    the guard's float activations are fetched once and shared by all its candidates."""
+    prepared = calibrated.prepared
+    plan = first_plan(calibrated, cfg)
+    if cfg.quantize_subgraphs:
+        # A body no calibration sample ran has no statistics: it stays float (coverage.py).
+        plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
+    if cfg.range_guard:
+        # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
+        # build fetches its values for this plan only and lets them go with it (peak memory).
+        values = calibrated.guard_values if calibrated.guard_values is not None else GuardValues(prepared, calibrated.kept)
+        apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
+    return plan
