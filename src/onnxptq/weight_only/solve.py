@@ -126,6 +126,7 @@ def _apply_awq(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions
         fold = awq.find_fold(model, activation, group, sites, consts.tensors)
         if isinstance(fold, str):
             solution.awq_skipped[activation] = fold
+            notes.update({g.weight: "awq: no exact fold for a scale (clipping only)" for g in group})
             log.info("AWQ skips %s: %s", activation, fold)
             continue
         fmt = formats[group[0].weight]
