@@ -151,3 +151,44 @@ def test_storage_array_refuses_out_of_range_values():
     with pytest.raises(ValueError, match="int3 sym"):
         int_blocks.storage_array(np.array([[5]]), fmt)
     assert int_blocks.storage_array(np.array([[-4, 3]]), fmt).dtype == ml_dtypes.int4
+
+
+@pytest.mark.parametrize("bits,symmetric", [(4, True), (4, False), (8, False), (3, True)])
+def test_block_dequantize_equals_the_integer_format_reference(bits, symmetric):
+    """The block-view dequantization is the blocked Q/DQ reference of formats/integer, bit for bit."""
+    from onnxptq.formats import integer
+
+    fmt = BlockFormat(bits, 32, symmetric)
+    w = _weights(100, 8)
+    scale, zp = int_blocks.rtn_params(w, fmt)
+    q = int_blocks.quantize(w, scale, zp, fmt)
+    zp_arr = np.zeros_like(scale, dtype=np.int64) if zp is None else zp
+    ref = integer.dequantize(q.astype(np.int64), scale, zp_arr, axis=0, block_size=32)
+    np.testing.assert_array_equal(int_blocks.dequantize(q, scale, zp, fmt), ref)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("k", [256, 200])
+def test_rtn_is_byte_for_byte_onnxruntimes_matmulnbits_quantizer(symmetric, k):
+    """Our RTN packs the same B, scales and zero points as onnxruntime's own quantizer (its default
+    RTN config), also on a K that the block size does not divide."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    w = np.random.default_rng(k).standard_normal((k, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [numpy_helper.from_array(w, "w")])
+    model = _model(graph.node, graph.input, graph.output, graph.initializer)
+    quantizer = MatMulNBitsQuantizer(model, algo_config=DefaultWeightOnlyQuantConfig(block_size=128, is_symmetric=symmetric))
+    quantizer.process()
+    theirs = {t.name: numpy_helper.to_array(t) for t in quantizer.model.model.graph.initializer}
+    fmt = BlockFormat(4, 128, symmetric)
+    scale, zp = int_blocks.rtn_params(w, fmt)
+    q = int_blocks.quantize(w, scale, zp, fmt)
+    b = next(v for v in theirs.values() if v.dtype == np.uint8 and v.ndim == 3)
+    np.testing.assert_array_equal(b, weight_blocks.pack_weight(q, fmt))
+    s = next(v for v in theirs.values() if v.dtype == np.float32)
+    np.testing.assert_array_equal(s.reshape(-1), scale.T.reshape(-1))
+    if not symmetric:
+        z = next(v for n, v in theirs.items() if n.endswith("zero_points"))
+        np.testing.assert_array_equal(z.reshape(-1), weight_blocks.pack_zero_points(zp, fmt))

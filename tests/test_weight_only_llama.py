@@ -141,8 +141,12 @@ def test_hqq_weight_error_is_never_above_rtn():
 
 
 def test_int8_b128_is_close_to_float():
-    logits = _logits(_quantized("rtn", bits=8, block_size=128).model)
+    from onnxptq.weight_only.api import output_error
+
+    result = _quantized("rtn", bits=8, block_size=128)
+    logits = _logits(result.model)
     assert _rel(logits) < 0.01
+    assert output_error(PLAIN, result.model, EVAL) == {"logits": pytest.approx(_rel(logits), rel=1e-3)}
     assert abs(_nll(logits) - _nll(FLOAT_LOGITS)) < 0.01 * _nll(FLOAT_LOGITS)
 
 
@@ -236,10 +240,11 @@ def test_external_data_in_and_out_and_the_input_untouched(tmp_path):
     before = (src.read_bytes(), (src.parent / "model.onnx.data").read_bytes())
     out = tmp_path / "out" / "q.onnx"
     out.parent.mkdir()
-    onnxptq.quantize_weights(str(src), out, external_data=True, progress=False)
+    # GPTQ calibrates from the input's own file (no weights in the calibration model): same result
+    onnxptq.quantize_weights(str(src), out, method="gptq", data=CALIB, block_size=64, external_data=True, progress=False)
     assert (out.parent / "q.onnx.data").stat().st_size > 0
     assert before == (src.read_bytes(), (src.parent / "model.onnx.data").read_bytes())
-    assert _rel(_logits(str(out), 1)) < 0.05
+    np.testing.assert_allclose(_logits(str(out), 1), _logits(_quantized("gptq").model, 1), rtol=1e-5, atol=1e-5)
     with pytest.raises(Exception, match="input"):
         onnxptq.quantize_weights(str(src), src, progress=False)
 
@@ -282,3 +287,67 @@ def test_gemm_weights_in_both_forms():
         q = onnxptq.quantize_weights(model, block_size=32, form=form, lm_head="int4", progress=False).model
         y = runtime.session(q, accuracy_level=1).run(None, {"x": x})[0]
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_untied_embedding_is_opt_in_in_both_forms():
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((50, 80)).astype(np.float32)  # H = 80: blocks of 32 leave a padded last block
+    head = rng.standard_normal((80, 50)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["h"], name="embed"),
+             helper.make_node("MatMul", ["h", "head"], ["logits"], name="head_mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5, 50])],
+                              [numpy_helper.from_array(table, "table"), numpy_helper.from_array(head, "head")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    ids = np.array([[0, 3, 49, 3, 7]], np.int64)
+    fmt = BlockFormat(4, 32, False)
+    rows = int_blocks.fake_quantize(table.T.copy(), fmt).T[ids[0]]
+    ref = rows @ int_blocks.fake_quantize(head, BlockFormat(8, 32, False))
+    for form in ("dq", "matmulnbits"):
+        off = onnxptq.quantize_weights(model, block_size=32, symmetric=False, form=form, progress=False)
+        assert [r.role for r in off.layers] == ["lm_head"] and "embedding" in " ".join(off.skipped.values())
+        on = onnxptq.quantize_weights(model, block_size=32, symmetric=False, form=form, embedding=True, progress=False)
+        assert sorted(r.role for r in on.layers) == ["embedding", "lm_head"]
+        y = runtime.session(on.model, accuracy_level=1).run(None, {"ids": ids})[0]
+        np.testing.assert_allclose(y[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kwargs", [{"act_order": True}, {"symmetric": False}, {"symmetric": False, "act_order": True}])
+def test_gptq_variants_beat_rtn(kwargs):
+    rtn = _rel(_logits(_quantized("rtn", bits=3, symmetric=kwargs.get("symmetric", True)).model))
+    gptq = _quantized("gptq", bits=3, **kwargs)
+    assert _rel(_logits(gptq.model)) < 0.6 * rtn
+
+
+def test_weights_held_in_constant_nodes_and_a_reader_with_get_next():
+    """A Paddle-style Constant weight is a weight too; calibration data may be a get_next() reader."""
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((64, 48)).astype(np.float32)
+    w2 = rng.standard_normal((48, 16)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w1"], value=numpy_helper.from_array(w1, "w1")),
+             helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+                              [numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+
+    class Reader:
+        def __init__(self):
+            self.items = [{"x": rng.standard_normal((32, 64)).astype(np.float32)} for _ in range(16)]
+
+        def get_next(self):
+            return self.items.pop() if self.items else None
+
+    result = onnxptq.quantize_weights(model, block_size=32, method="gptq", data=Reader(), lm_head="int4", progress=False)
+    assert [r.name for r in result.layers] == ["mm1", "mm2"]
+    assert not any(n.op_type == "Constant" for n in result.model.graph.node)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    y = runtime.session(result.model, accuracy_level=1).run(None, {"x": x})[0]
+    ref = np.maximum(x @ w1, 0) @ w2
+    rtn = onnxptq.quantize_weights(model, block_size=32, lm_head="int4", progress=False)
+    y_rtn = runtime.session(rtn.model, accuracy_level=1).run(None, {"x": x})[0]
+    assert np.linalg.norm(y - ref) < np.linalg.norm(y_rtn - ref) < 0.2 * np.linalg.norm(ref)

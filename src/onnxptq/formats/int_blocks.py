@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .integer import dequantize as _dequantize
 
 #: Bit widths with a storage form (int4/uint4 hold 2 and 3 bits; int8/uint8 hold 8).
 SUPPORTED_BITS = (2, 3, 4, 8)
@@ -96,14 +95,17 @@ def block_view(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``w`` ``[K, N]`` as ``[Kb, block_size, N]`` padded with zeros, and the mask of real rows.
 
     Why: every method works on whole blocks at once (vectorised); the mask keeps the padding of
-    a last short block out of every statistic.
+    a last short block out of every statistic. When K is a multiple of the block size the view
+    shares ``w``'s memory (no copy).
     """
     k, n = w.shape
     kb = -(-k // block_size)
-    padded = np.zeros((kb * block_size, n), dtype=w.dtype)
-    padded[:k] = w
     mask = np.zeros((kb * block_size, 1), dtype=bool)
     mask[:k] = True
+    if kb * block_size == k:
+        return np.ascontiguousarray(w).reshape(kb, block_size, n), mask.reshape(kb, block_size, 1)
+    padded = np.zeros((kb * block_size, n), dtype=w.dtype)
+    padded[:k] = w
     return padded.reshape(kb, block_size, n), mask.reshape(kb, block_size, 1)
 
 
@@ -121,14 +123,17 @@ def rtn_params(w: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray 
     """Round-to-nearest ``(scale [Kb, N] float32, zero_point [Kb, N] int64 or None)`` for ``w``."""
     w = np.asarray(w, dtype=np.float32)
     blocks, mask = block_view(w, fmt.block_size)
-    if fmt.symmetric:
+    if mask.all():
+        lo, hi = blocks.min(axis=1), blocks.max(axis=1)
+    else:  # the padding of a short last block must not count
         lo = np.where(mask, blocks, np.inf).min(axis=1)
         hi = np.where(mask, blocks, -np.inf).max(axis=1)
+    if fmt.symmetric:
         extreme = np.where(np.abs(lo) > np.abs(hi), lo, hi).astype(np.float32)
         scale = (extreme / np.float32(fmt.qmin)).astype(np.float32)
         return np.where(scale == 0, np.float32(1.0), scale).astype(np.float32), None
-    lo = np.minimum(np.where(mask, blocks, np.inf).min(axis=1), 0).astype(np.float32)
-    hi = np.maximum(np.where(mask, blocks, -np.inf).max(axis=1), 0).astype(np.float32)
+    lo = np.minimum(lo, 0).astype(np.float32)
+    hi = np.maximum(hi, 0).astype(np.float32)
     scale = ((hi - lo) / np.float32(fmt.qmax)).astype(np.float32)
     zero = scale == 0
     scale = np.where(zero, np.float32(1.0), scale).astype(np.float32)
@@ -137,20 +142,35 @@ def rtn_params(w: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray 
 
 
 def quantize(w: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, fmt: BlockFormat) -> np.ndarray:
-    """Integers ``[K, N]`` (int64) of ``w`` on the grid ``(scale, zero_point)`` of ``fmt``."""
+    """Integers ``[K, N]`` (int16: every storage type's values fit) of ``w`` on the grid ``(scale, zero_point)`` of ``fmt``.
+
+    ``w / scale`` is one float32 division per element (as QuantizeLinear does it), rounded half to
+    even; computed on the block view, so the parameters are broadcast, never repeated."""
     w = np.asarray(w, dtype=np.float32)
-    k = w.shape[0]
-    s = expand(np.asarray(scale, np.float32), k, fmt.block_size)
-    zp = 0 if zero_point is None else expand(np.asarray(zero_point), k, fmt.block_size).astype(np.float32)
+    k, n = w.shape
+    blocks, _ = block_view(w, fmt.block_size)
+    s = np.asarray(scale, np.float32)[:, None, :]
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.rint(w / s) + zp
-    return np.clip(np.nan_to_num(r, nan=0.0), fmt.qmin, fmt.qmax).astype(np.int64)
+        r = np.rint(blocks / s)
+    if zero_point is not None:
+        r += np.asarray(zero_point, np.float32)[:, None, :]
+    np.clip(r, fmt.qmin, fmt.qmax, out=r)
+    r = np.nan_to_num(r, copy=False, nan=0.0)
+    return unblock(r, k).astype(np.int16)
 
 
 def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, fmt: BlockFormat) -> np.ndarray:
-    """``float32(q − zp) · scale`` ``[K, N]``: what ``DequantizeLinear(axis=0, block_size)`` returns."""
-    zp = np.zeros_like(scale, dtype=np.int64) if zero_point is None else np.asarray(zero_point, np.int64)
-    return _dequantize(np.asarray(q, np.int64), np.asarray(scale, np.float32), zp, axis=0, block_size=fmt.block_size)
+    """``float32(q − zp) · scale`` ``[K, N]``: what ``DequantizeLinear(axis=0, block_size)`` returns.
+
+    The same arithmetic as :func:`onnxptq.formats.integer.dequantize` (``q − zp`` is a small
+    integer, exact in float32, times the float32 scale), on the block view so the parameters are
+    broadcast, not repeated; tests hold the two equal."""
+    q = np.asarray(q)
+    k = q.shape[0]
+    blocks, _ = block_view(q.astype(np.float32), fmt.block_size)
+    if zero_point is not None:
+        blocks = blocks - np.asarray(zero_point, np.float32)[:, None, :]
+    return unblock(blocks * np.asarray(scale, np.float32)[:, None, :], k)
 
 
 def fake_quantize(w: np.ndarray, fmt: BlockFormat) -> np.ndarray:

@@ -41,16 +41,14 @@ def unsigned(q: np.ndarray, fmt: BlockFormat) -> np.ndarray:
     return (np.asarray(q, np.int64) - shift).astype(np.uint8)
 
 
-def pack_weight(q: np.ndarray, zero_point: np.ndarray | None, fmt: BlockFormat) -> np.ndarray:
-    """``q`` ``[K, N]`` as MatMulNBits' ``B`` ``[N, Kb, blob]`` (padding rows hold the zero point)."""
+def pack_weight(q: np.ndarray, fmt: BlockFormat) -> np.ndarray:
+    """``q`` ``[K, N]`` as MatMulNBits' ``B`` ``[N, Kb, blob]``; the padding of a short last block is
+    code 0, as onnxruntime's quantizer writes it (no activation ever meets it)."""
     k, n = q.shape
     kb = fmt.blocks(k)
     codes = unsigned(q, fmt).T  # [N, K]
-    pad_value = (1 << (fmt.storage_bits - 1)) if fmt.symmetric else 0
-    full = np.full((n, kb * fmt.block_size), pad_value, dtype=np.uint8)
+    full = np.zeros((n, kb * fmt.block_size), dtype=np.uint8)
     full[:, :k] = codes
-    if zero_point is not None and k < kb * fmt.block_size:
-        full[:, k:] = np.asarray(zero_point, np.uint8)[-1][:, None]
     if fmt.storage_bits == 4:
         return _pack_nibbles(full).reshape(n, kb, fmt.block_size // 2)
     return full.reshape(n, kb, fmt.block_size)
@@ -104,7 +102,7 @@ def matmul_nbits(name: str, activation: str, output: str, q: np.ndarray, scale: 
     nodes: list[onnx.NodeProto] = []
     b_name = f"{name}_B"
     if packed_name is None:
-        inits.append(numpy_helper.from_array(pack_weight(q, zero_point, fmt), b_name))
+        inits.append(numpy_helper.from_array(pack_weight(q, fmt), b_name))
     else:
         shape_name = f"{name}_B_shape"
         inits.append(numpy_helper.from_array(np.array([n, kb, fmt.block_size * fmt.storage_bits // 8], np.int64), shape_name))
@@ -133,7 +131,7 @@ def gather_block_quantized(name: str, indices: str, output: str, q: np.ndarray, 
     k, n = q.shape
     kb = fmt.blocks(k)
     table = f"{name}_packed"
-    packed = pack_weight(q, zero_point, fmt).reshape(n, -1)
+    packed = pack_weight(q, fmt).reshape(n, -1)
     inits = [numpy_helper.from_array(packed, table), numpy_helper.from_array(np.asarray(scale, np.float32).T.copy(), f"{name}_gscales")]
     inputs = [table, indices, f"{name}_gscales"]
     if zero_point is not None:

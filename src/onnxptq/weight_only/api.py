@@ -7,6 +7,7 @@ load → plan → (calibrate: streamed Hessians, for GPTQ/AWQ/mixed) → solve (
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ import onnx
 from .. import outputs
 from ..graph import io
 from . import calibrate, emit, plan as planning, solve as solving
+from .threads import blas_threads
 from .options import NEEDS_DATA, WeightOnlyOptions, WeightOnlyOptionError, preset as preset_settings
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,6 @@ class WeightOnlyResult:
     skipped: dict[str, str]
     awq_skipped: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
-    output_error: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A readable table: one line per weight, then what was skipped, the output error, timings."""
@@ -52,8 +53,6 @@ class WeightOnlyResult:
             lines.append(f"{r.name[:40]:40s} {r.role:9s} {f'{r.k}x{r.n}':>13s} {r.format:16s} {r.method:8s} {we:>7s} {oe:>7s}  {r.note}")
         for name, why in {**self.skipped, **{f"AWQ {k}": v for k, v in self.awq_skipped.items()}}.items():
             lines.append(f"skipped {name}: {why}")
-        for name, err in self.output_error.items():
-            lines.append(f"output {name}: relative L2 error vs float {err:.5f}")
         lines.append("timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
@@ -68,6 +67,48 @@ def _name_nodes(model: onnx.ModelProto) -> None:
                 name += "_"
             node.name = name
             used.add(name)
+
+
+def _external_length(tensor: onnx.TensorProto) -> int:
+    entries = {e.key: e.value for e in tensor.external_data}
+    try:
+        return int(entries.get("length", 1 << 62))
+    except ValueError:
+        return 1 << 62
+
+
+def _read_external(proto: onnx.ModelProto, folder: Path, below: int | None = None) -> None:
+    """Read external tensors of ``proto`` (those under ``below`` bytes, or all) into the message."""
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from ..graph import external
+
+    for tensor in external.all_tensors(proto):
+        if external.is_external(tensor) and (below is None or _external_length(tensor) < below):
+            load_external_data_for_tensor(tensor, str(folder))
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+
+
+def _load(model: io.ModelLike) -> tuple[onnx.ModelProto, Path | None]:
+    """The model and, for a file with external data, the folder its weights stay in.
+
+    Such a model is loaded without its large tensors (small ones — shapes, axes, norm vectors —
+    are read: onnxruntime's shape inference needs them inline): each weight is read from the file
+    when its layer is solved (a memory map), calibration runs onnxruntime on the file, and only
+    what is left float at the end is read in. Peak memory is then about one layer's weights plus
+    the quantized output, which is how a model past 2 GB quantizes.
+    """
+    from ..graph import external
+
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        light = io.load_model(model, load_external_data=False)
+        if external.has_external(light):
+            folder = Path(model).resolve().parent
+            _read_external(light, folder, below=1 << 16)
+            return light, folder
+        return light, None
+    return io.load_model(model), None
 
 
 def quantize_weights(
@@ -128,27 +169,34 @@ def quantize_weights(
     if output is not None:
         outputs.check_io({"output": output}, models={"the input model": model},
                          data={"the calibration data": data} if data is not None and isinstance(data, (str, os.PathLike)) else {})
-    proto = io.load_model(model)
+    proto, folder = _load(model)
     _name_nodes(proto)
     times["load"] = time.perf_counter() - start
-    t = time.perf_counter()
-    weight_plan = planning.make_plan(proto, embedding=embedding, exclude=tuple(exclude))
-    if not weight_plan.sites:
-        raise WeightOnlyOptionError("the model has no MatMul/Gemm with a constant 2-D float weight to quantize")
-    times["plan"] = time.perf_counter() - t
-    stats = None
-    if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
+    from ..graph import external
+
+    with external.streaming(folder) if folder is not None else contextlib.nullcontext():
         t = time.perf_counter()
-        acts = [s.activation for s in weight_plan.sites if s.activation is not None]
-        stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
-        times["calibrate"] = time.perf_counter() - t
-    t = time.perf_counter()
-    solution = solving.solve(proto, weight_plan, opts, stats)
-    times["solve"] = time.perf_counter() - t
-    t = time.perf_counter()
-    result_model = emit.emit(proto, weight_plan, solution.solved, solution.vectors, form=opts.form,
-                             accuracy_level=accuracy_level)
-    times["emit"] = time.perf_counter() - t
+        weight_plan = planning.make_plan(proto, embedding=embedding, exclude=tuple(exclude))
+        if not weight_plan.sites:
+            raise WeightOnlyOptionError("the model has no MatMul/Gemm with a constant 2-D float32 weight to quantize "
+                                        "(float16 models: convert to float32 first)")
+        times["plan"] = time.perf_counter() - t
+        stats = None
+        with blas_threads(1):
+            if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
+                t = time.perf_counter()
+                acts = [s.activation for s in weight_plan.sites if s.activation is not None]
+                stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
+                times["calibrate"] = time.perf_counter() - t
+            t = time.perf_counter()
+            solution = solving.solve(proto, weight_plan, opts, stats)
+            times["solve"] = time.perf_counter() - t
+        t = time.perf_counter()
+        result_model = emit.emit(proto, weight_plan, solution.solved, solution.vectors, form=opts.form,
+                                 accuracy_level=accuracy_level)
+        if folder is not None:  # what stayed float comes in from the input's file: the result stands alone
+            _read_external(result_model, folder)
+        times["emit"] = time.perf_counter() - t
     path = None
     if output is not None:
         t = time.perf_counter()

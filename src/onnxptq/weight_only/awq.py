@@ -134,7 +134,7 @@ def search(weights: list[np.ndarray], hessian: np.ndarray, abs_mean: np.ndarray,
     scale folded into these columns: their error is amplified by it downstream).
     Returns ``(s, alpha, error, rtn_error)``; errors are ``Σ tr(ΔWᵀ H ΔW)`` (float32 products).
     """
-    h = hessian.astype(np.float32)
+    h = np.asarray(hessian, dtype=np.float32)
     columns = columns or [None] * len(weights)
     x = np.maximum(abs_mean.astype(np.float64), 1e-8)
     best = (np.ones_like(x, dtype=np.float32), 0.0, np.inf)
@@ -161,7 +161,7 @@ CLIP_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)
 def clip_search(w: np.ndarray, hessian: np.ndarray, fmt: BlockFormat) -> np.ndarray:
     """Per output column, the range shrink ratio (AWQ's weight clipping) with the least output
     error ``ΔW[:, n]ᵀ H ΔW[:, n]``; ``1.0`` (plain RTN) is a candidate. Returns ``[N]`` ratios."""
-    h = hessian.astype(np.float32)
+    h = np.asarray(hessian, dtype=np.float32)
     errors = np.stack([_output_error(_clipped(w, fmt, r) - w, h) for r in CLIP_RATIOS])
     return np.asarray(CLIP_RATIOS, np.float32)[np.argmin(errors, axis=0)]
 

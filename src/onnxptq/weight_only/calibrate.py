@@ -12,6 +12,10 @@ layer (or per block) and the activations of the whole calibration set held betwe
 is what made GPTQ on ONNX take hours; the float-input Hessian is what onnxruntime's and the
 reference tool's GPTQ use as well. The consequence is documented in docs/weight_only.md.
 
+The sums are NumPy float32 SGEMMs per feed (accumulated in float64) under a one-thread BLAS limit
+(:mod:`.threads`); torch is not used: importing it alone took longer than the whole calibration of
+the test Llama, and a one-thread SGEMM of ``[tokens, K]ᵀ·[tokens, K]`` is already the cost floor.
+
 A KV-cache model (``past_key_values.*`` inputs) calibrates on feeds without the past: inputs
 whose name starts with ``past`` that a feed lacks are given an empty past (length 0 on their
 one dynamic axis), so token-id feeds work for both variants of a model.
@@ -40,8 +44,8 @@ class CalibrationNeededError(ValueError):
 
 @dataclass
 class ActivationStats:
-    """Per exposed tensor: ``hessian`` (Σ xᵀx, float64), ``abs_mean`` (mean |x| per channel) and
-    ``rows`` (how many vectors went in)."""
+    """Per exposed tensor: ``hessian`` (Σ xᵀx in float64 while collecting; the mean ``XᵀX / rows``
+    in float32 once :func:`collect` returns), ``abs_mean`` (mean |x| per channel) and ``rows``."""
 
     hessian: dict[str, np.ndarray] = field(default_factory=dict)
     abs_mean: dict[str, np.ndarray] = field(default_factory=dict)
@@ -50,8 +54,9 @@ class ActivationStats:
     seconds: float = 0.0
 
     def mean_hessian(self, name: str) -> np.ndarray:
-        """``XᵀX / rows``: the scale-free Hessian (used for damping and errors)."""
-        return self.hessian[name] / max(self.rows.get(name, 1), 1)
+        """``XᵀX / rows``: the scale-free Hessian (used for damping and errors); no copy after collect."""
+        rows = max(self.rows.get(name, 1), 1)
+        return self.hessian[name] if rows == 1 else self.hessian[name] / rows
 
 
 def _feeds(data: Any, inputs: ModelInputs) -> Iterator[dict[str, np.ndarray]]:
@@ -103,13 +108,10 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         raise CalibrationNeededError("data is required to collect activation statistics")
     start = time.perf_counter()
     tensors = list(dict.fromkeys(tensors))
-    session = open_session(_augmented(model, tensors))
+    # no spinning: between runs this process does the sums, and spinning pool threads would take its cores
+    session = open_session(_augmented(model, tensors), spinning=False)
     inputs = ModelInputs.from_model(model)
     stats = ActivationStats()
-    try:
-        import torch
-    except ImportError:  # numpy does the same sums, a little slower
-        torch = None
     from tqdm.auto import tqdm
 
     bar = tqdm(desc="weight-only calibration", unit="feed", disable=not progress, total=max_feeds)
@@ -117,11 +119,8 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         values = session.run(tensors, feed)
         for name, x in zip(tensors, values):
             x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
-            if torch is not None:
-                t = torch.from_numpy(x2)
-                h = (t.T @ t).double().numpy()
-            else:
-                h = (x2.T @ x2).astype(np.float64)
+            # float32 products per feed (one SGEMM), accumulated in float64 across feeds
+            h = (x2.T @ x2).astype(np.float64)
             if name in stats.hessian:
                 stats.hessian[name] += h
                 stats.abs_mean[name] += np.abs(x2).sum(axis=0, dtype=np.float64)
@@ -138,6 +137,9 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         raise CalibrationNeededError("the calibration data yielded no feed")
     for name in stats.abs_mean:
         stats.abs_mean[name] /= max(stats.rows[name], 1)
+        # the sums needed float64; the mean Hessian the methods read is kept in float32 (half the memory)
+        stats.hessian[name] = (stats.hessian[name] / max(stats.rows[name], 1)).astype(np.float32)
+        stats.rows[name] = 1
     stats.seconds = time.perf_counter() - start
     log.info("weight-only calibration: %d feeds, %d tensors, %.1f s", stats.feeds, len(tensors), stats.seconds)
     return stats

@@ -53,9 +53,11 @@ def _safe(name: str) -> str:
 
 def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], vectors: dict[str, np.ndarray], *,
          form: str = "dq", accuracy_level: int | None = None) -> onnx.ModelProto:
-    """A new model with ``solved`` weights in ``form`` and the ``vectors`` (AWQ folds) replaced."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    """``model`` with ``solved`` weights in ``form`` and the ``vectors`` (AWQ folds) replaced.
+
+    Works **in place** on ``model`` (the pipeline's own loaded copy: a second copy of an LLM's
+    weights is what this avoids) and returns it, or the opset-raised model built from it."""
+    out = model
     graph = out.graph
     nodes = {n.name: n for n in graph.node}
     new_front: list[onnx.NodeProto] = []
@@ -95,7 +97,7 @@ def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], ve
     graph.initializer.extend(still + new_inits)
     _drop_unused(graph)
     if form == "dq":
-        out = upgrade_opset(out, TARGET_OPSET)
+        out = _upgrade_light(out)
     else:
         if not any(o.domain == weight_blocks.MS_DOMAIN for o in out.opset_import):
             out.opset_import.append(helper.make_opsetid(weight_blocks.MS_DOMAIN, 1))
@@ -166,6 +168,35 @@ def _emit_nbits(site: Site, r: Solved, base: str, nodes: dict, front: list, init
             replaced[c] = [n for n in mnodes if n.op_type == "MatMulNBits"]
     if site.transpose is not None:
         drop.add(site.transpose)
+
+
+#: Initializers at least this large are set aside while the opset converter runs.
+_STASH_BYTES = 1 << 16
+
+
+def _upgrade_light(model: onnx.ModelProto) -> onnx.ModelProto:
+    """:func:`upgrade_opset` to 21 without the weights: onnx's converter serializes the whole model
+    (seconds for a 500 MB LLM, impossible past 2 GB), yet needs only the graph and its small
+    constants. Large initializers' bytes are set aside and put back by name afterwards."""
+    stash: dict[str, bytes] = {}
+    for t in model.graph.initializer:
+        if len(t.raw_data) >= _STASH_BYTES:
+            stash[t.name] = t.raw_data
+            t.ClearField("raw_data")
+    try:
+        out = upgrade_opset(model, TARGET_OPSET)
+    finally:
+        for t in model.graph.initializer:
+            if t.name in stash:
+                t.raw_data = stash[t.name]
+    restored = 0
+    for t in out.graph.initializer:
+        if t.name in stash and not t.raw_data:
+            t.raw_data = stash[t.name]
+            restored += 1
+    if restored != len(stash):
+        raise RuntimeError(f"opset upgrade lost {len(stash) - restored} of {len(stash)} large initializers")
+    return out
 
 
 def _drop_unused(graph: onnx.GraphProto) -> None:

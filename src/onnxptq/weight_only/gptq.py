@@ -19,6 +19,7 @@ BLAS does the GEMMs (the per-row loop is over K only, each step vectorised over 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,24 +45,42 @@ def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
     raise np.linalg.LinAlgError("GPTQ: the Hessian is not positive definite even with 1000x damping")
 
 
-def solve(w: np.ndarray, hessian: np.ndarray, fmt: BlockFormat, *, damp: float = 0.01, act_order: bool = False) -> Solved:
-    """GPTQ of ``w`` ``[K, N]`` against the Hessian ``[K, K]`` of its input."""
-    w = np.array(w, dtype=np.float32)
+@dataclass
+class Prepared:
+    """What GPTQ derives from a Hessian alone: shared by every weight reading the same input."""
+
+    perm: np.ndarray
+    dead: np.ndarray
+    u: np.ndarray  # upper Cholesky factor of the damped inverse Hessian, in ``perm`` order
+    act_order: bool
+
+
+def prepare(hessian: np.ndarray, *, damp: float = 0.01, act_order: bool = False) -> Prepared:
+    """The row order and inverse-Hessian factor for ``hessian`` ``[K, K]``."""
     h = np.array(hessian, dtype=np.float64)
-    k, n = w.shape
-    bs = fmt.block_size
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
-    w[dead, :] = 0.0
+    perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
+    h = h[perm][:, perm]
+    return Prepared(perm, dead, _upper_inverse_cholesky(h, damp).astype(np.float32), act_order)
+
+
+def solve(w: np.ndarray, hessian: np.ndarray | Prepared, fmt: BlockFormat, *, damp: float = 0.01,
+          act_order: bool = False) -> Solved:
+    """GPTQ of ``w`` ``[K, N]`` against the Hessian ``[K, K]`` of its input (or its :class:`Prepared`)."""
+    prep = hessian if isinstance(hessian, Prepared) else prepare(hessian, damp=damp, act_order=act_order)
+    act_order = prep.act_order
+    w = np.array(w, dtype=np.float32)
+    k, n = w.shape
+    bs = fmt.block_size
+    w[prep.dead, :] = 0.0
+    perm = prep.perm
     if act_order:
-        perm = np.argsort(-np.diag(h), kind="stable")
         static_scale, static_zp = int_blocks.rtn_params(w, fmt)
     else:
-        perm = np.arange(k)
         static_scale, static_zp = None, None
     w = w[perm]
-    h = h[perm][:, perm]
-    u = _upper_inverse_cholesky(h, damp).astype(np.float32)
+    u = prep.u
     kb = fmt.blocks(k)
     scale = np.ones((kb, n), np.float32) if static_scale is None else static_scale
     zp = (None if fmt.symmetric else np.zeros((kb, n), np.int64)) if static_zp is None else static_zp

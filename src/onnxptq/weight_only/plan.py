@@ -15,6 +15,7 @@ Every site is given in the ``[K, N]`` view (K the reduction axis): what the meth
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,12 +87,17 @@ class _Constants:
 
     def float2d(self, name: str) -> onnx.TensorProto | None:
         t = self.tensors.get(name)
-        if t is None or len(t.dims) != 2 or t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        # float32 only: an fp16 model's scales (and so the DequantizeLinear output) would have to be fp16
+        if t is None or len(t.dims) != 2 or t.data_type != onnx.TensorProto.FLOAT:
             return None
         return t
 
     def values(self, name: str) -> np.ndarray:
-        return np.asarray(external.tensor_values(self.tensors[name]), dtype=np.float32)
+        """float32 values; a float32 tensor held as raw bytes is viewed, not copied (read-only)."""
+        t = self.tensors[name]
+        if t.data_type == onnx.TensorProto.FLOAT and t.raw_data and not external.is_external(t) and sys.byteorder == "little":
+            return np.frombuffer(t.raw_data, dtype=np.float32).reshape(tuple(t.dims))
+        return np.asarray(external.tensor_values(t), dtype=np.float32)
 
 
 def _attr(node: onnx.NodeProto, name: str, default):

@@ -53,14 +53,35 @@ class Solution:
     seconds: float = 0.0
 
 
+class _Weights:
+    """Float weights in the ``[K, N]`` view, read when asked (not all held at once: an LLM's
+    weights would be copied whole); only the ones AWQ changed are kept until they are solved."""
+
+    def __init__(self, consts: _Constants, plan: WeightPlan) -> None:
+        self._consts = consts
+        self._sites = plan.by_weight()
+        self._changed: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._changed:
+            return self._changed[name]
+        return weight_kn(self._consts, self._sites[name])
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self._changed[name] = value
+
+    def release(self, name: str) -> None:
+        self._changed.pop(name, None)
+
+
 def _rel_output_error(delta: np.ndarray, w: np.ndarray, h: np.ndarray) -> float:
-    h32 = h.astype(np.float32)
+    h32 = np.asarray(h, dtype=np.float32)
     num = float(np.sum((h32 @ delta) * delta))
     den = float(np.sum((h32 @ w) * w)) or 1.0
     return float(np.sqrt(max(num, 0.0) / den))
 
 
-def formats_for(plan: WeightPlan, opts: WeightOnlyOptions, weights: dict[str, np.ndarray],
+def formats_for(plan: WeightPlan, opts: WeightOnlyOptions, weights: "_Weights",
                 stats: ActivationStats | None) -> dict[str, BlockFormat | None]:
     """Each site's format: the lm_head rule, the main format, and the ``mixed`` 8-bit share.
 
@@ -89,7 +110,7 @@ def formats_for(plan: WeightPlan, opts: WeightOnlyOptions, weights: dict[str, np
     return out
 
 
-def _apply_awq(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, weights: dict[str, np.ndarray],
+def _apply_awq(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, weights: _Weights,
                hessians: dict[str, np.ndarray], stats: ActivationStats, consts: _Constants, formats: dict,
                solution: Solution) -> dict[str, str]:
     """Search and fold AWQ scales group by group, last group first (see :mod:`awq`). Updates
@@ -105,6 +126,7 @@ def _apply_awq(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions
         fold = awq.find_fold(model, activation, group, sites, consts.tensors)
         if isinstance(fold, str):
             solution.awq_skipped[activation] = fold
+            notes.update({g.weight: "awq: no exact fold for a scale (clipping only)" for g in group})
             log.info("AWQ skips %s: %s", activation, fold)
             continue
         fmt = formats[group[0].weight]
@@ -135,13 +157,14 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
     start = time.perf_counter()
     consts = _Constants(model.graph)
     solution = Solution()
-    weights = {s.weight: weight_kn(consts, s) for s in plan.sites}
+    weights = _Weights(consts, plan)
     hessians = {s.weight: stats.mean_hessian(s.activation) for s in plan.sites
                 if stats is not None and s.activation in stats.hessian}
     formats = formats_for(plan, opts, weights, stats)
     notes: dict[str, str] = {}
     if opts.method == "awq" and stats is not None:
         notes = _apply_awq(model, plan, opts, weights, hessians, stats, consts, formats, solution)
+    prepared: dict[int, gptq.Prepared] = {}
     for site in tqdm(plan.sites, desc=f"weight-only {opts.method}", unit="layer", disable=not opts.progress):
         fmt = formats[site.weight]
         w = weights[site.weight]
@@ -151,7 +174,11 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
         h = hessians.get(site.weight)
         method = opts.method
         if method == "gptq" and h is not None:
-            solved = gptq.solve(w, h, fmt, damp=opts.damp, act_order=opts.act_order)
+            key = id(h)  # sites reading one input share one Hessian array, hence one factorisation
+            if key not in prepared:
+                prepared.clear()  # sites of one input are consecutive: keep one factor alive
+                prepared[key] = gptq.prepare(h, damp=opts.damp, act_order=opts.act_order)
+            solved = gptq.solve(w, prepared[key], fmt)
         elif method == "hqq" or (method == "gptq" and h is None and site.role == EMBEDDING):
             solved = hqq.solve(w, fmt, importance=None if h is None else np.diag(h))
             method = "hqq"
@@ -167,5 +194,6 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
                              note=notes.get(site.weight, "tied embedding stored once" if site.tied else ""))
         solution.reports.append(report)
         solution.solved[site.weight] = solved
+        weights.release(site.weight)
     solution.seconds = time.perf_counter() - start
     return solution
