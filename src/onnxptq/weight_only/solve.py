@@ -175,8 +175,7 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
         method = opts.method
         if site.tied:
             # the table is the embedding too: GPTQ/AWQ would trade its rows' accuracy (which the
-            # Gather reads) for the lm_head's outputs; measured on SmolLM2 int4 b128, GPTQ on the
-            # tied int8 table raised perplexity (28.17 against RTN's 26.66). Round to nearest.
+            # Gather reads, and no Hessian sees) for the lm_head's outputs. Round to nearest.
             method = "rtn"
         if method == "gptq" and h is not None:
             key = id(h)  # sites reading one input share one Hessian array, hence one factorisation
