@@ -125,7 +125,9 @@ def test_gptq_and_awq_lower_the_error_of_rtn_at_the_same_block_setting():
     gptq = _quantized("gptq", bits=3, block_size=128)
     awq = _quantized("awq", bits=3, block_size=128)
     assert all(r.output_error is not None for r in gptq.layers + awq.layers)
-    assert all(g.output_error < a.output_error for g, a in zip(gptq.layers, awq.layers))
+    assert all(g.output_error < a.output_error for g, a in zip(gptq.layers, awq.layers) if g.role == "linear")
+    # the tied table is the embedding too: rounded to nearest whatever the method
+    assert [r.method for r in gptq.layers + awq.layers if r.role == "lm_head"] == ["rtn", "rtn"]
     ratios = [float(r.note.split("error ")[1].split("x")[0]) for r in awq.layers if r.note.startswith("awq alpha 0.")]
     assert ratios and max(ratios) <= 1.0 and min(ratios) < 0.95
     # o_proj's input comes from attention (a Reshape): no exact fold, skipped with the reason

@@ -50,6 +50,8 @@ class ActivationStats:
     hessian: dict[str, np.ndarray] = field(default_factory=dict)
     abs_mean: dict[str, np.ndarray] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
+    #: vectors that went into each tensor's Hessian (``rows`` becomes 1 once the means are taken)
+    samples: dict[str, int] = field(default_factory=dict)
     feeds: int = 0
     seconds: float = 0.0
 
@@ -139,6 +141,7 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         stats.abs_mean[name] /= max(stats.rows[name], 1)
         # the sums needed float64; the mean Hessian the methods read is kept in float32 (half the memory)
         stats.hessian[name] = (stats.hessian[name] / max(stats.rows[name], 1)).astype(np.float32)
+        stats.samples[name] = stats.rows[name]
         stats.rows[name] = 1
     stats.seconds = time.perf_counter() - start
     log.info("weight-only calibration: %d feeds, %d tensors, %.1f s", stats.feeds, len(tensors), stats.seconds)

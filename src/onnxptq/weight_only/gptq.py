@@ -45,6 +45,20 @@ def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
     raise np.linalg.LinAlgError("GPTQ: the Hessian is not positive definite even with 1000x damping")
 
 
+#: Damping per input channel per calibration vector: with few vectors a Hessian is (nearly) rank
+#: deficient and GPTQ fits the calibration tokens instead of the weights' function. Measured on
+#: SmolLM2's layer-1 down_proj (K = 1536, 1024 calibration tokens): held-out output error RTN 0.085,
+#: GPTQ at damping 0.01 0.091 (worse), at 0.1 0.074, at 0.3 0.070.
+DAMP_PER_K_PER_SAMPLE = 0.1
+
+
+def effective_damp(damp: float, k: int, samples: int) -> float:
+    """``damp``, raised to ``0.1 · K / samples`` when the calibration vectors are few for K."""
+    if samples <= 0:
+        return damp
+    return max(float(damp), DAMP_PER_K_PER_SAMPLE * k / samples)
+
+
 @dataclass
 class Prepared:
     """What GPTQ derives from a Hessian alone: shared by every weight reading the same input."""

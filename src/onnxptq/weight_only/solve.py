@@ -173,12 +173,19 @@ def solve(model: onnx.ModelProto, plan: WeightPlan, opts: WeightOnlyOptions, sta
             continue
         h = hessians.get(site.weight)
         method = opts.method
+        if site.tied:
+            # the table is the embedding too: GPTQ/AWQ would trade its rows' accuracy (which the
+            # Gather reads, and no Hessian sees) for the lm_head's outputs. Round to nearest.
+            method = "rtn"
         if method == "gptq" and h is not None:
             key = id(h)  # sites reading one input share one Hessian array, hence one factorisation
+            damp = gptq.effective_damp(opts.damp, site.k, stats.samples.get(site.activation, 0) if stats else 0)
             if key not in prepared:
                 prepared.clear()  # sites of one input are consecutive: keep one factor alive
-                prepared[key] = gptq.prepare(h, damp=opts.damp, act_order=opts.act_order)
+                prepared[key] = gptq.prepare(h, damp=damp, act_order=opts.act_order)
             solved = gptq.solve(w, prepared[key], fmt)
+            if damp > opts.damp:
+                notes[site.weight] = f"gptq damp {damp:.3f} ({stats.samples.get(site.activation, 0)} calibration vectors for K={site.k})"
         elif method == "hqq" or (method == "gptq" and h is None and site.role == EMBEDDING):
             solved = hqq.solve(w, fmt, importance=None if h is None else np.diag(h))
             method = "hqq"
