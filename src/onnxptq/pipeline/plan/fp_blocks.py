@@ -11,7 +11,7 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   saturates — one weight in eight, by up to 12.5 % — instead of one element per 32. With an FP
   element nothing is gained by a per-element scale (its range is ±2^17 within a block), so the
   block runs along the tensor's longest axis instead (the output channels of a depthwise Conv).
-  PP-OCRv4 rec MXFP8_E4M3, weights only quantized: CER 0.074 with blocks of one, see
+  Measured on PP-OCRv4 rec MXFP8_E4M3, see
   docs/formats.md "MXFP8 on PP-OCRv4 rec" for the whole bisection.
 * A Conv/Gemm bias is added in the accumulator, which the OCP MX dot product keeps in FP32
   (spec §6.4); a BN-folded bias rounded to 3 mantissa bits shifts whole channels by up to 6 %
