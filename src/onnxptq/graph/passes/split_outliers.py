@@ -24,9 +24,8 @@ pieces: ``n − 1`` pieces of exactly ``±T`` and the remainder. The pieces equa
 max sit on a symmetric min-max grid exactly (``±q_max`` codes), so only the remainder rounds: the
 split weight keeps the error of one rounding, not ``n`` (the paper's equal halves would round
 identically ``n`` times). Weights ``≤ T`` stay in the first copy untouched. A layer is split only
-when that lowers its max |w| at least ``min_gain`` times (default 2, one bit: on rec the layers
-gaining 2-4x buy no accuracy, but silero VAD's encoder convolutions gain 2-2.8x and need those
-splits for per-tensor A8W8 to keep its speech decisions, bench/RESULTS.md).
+when that lowers its max |w| at least ``min_gain`` times (default 4, two bits: on rec the layers
+that gain less cost Gathers and MACs and buy no accuracy, bench/RESULTS.md).
 
 Not split: grouped and depthwise convolutions (a duplicated channel would break the group
 structure; their per-tensor imbalance is what equalization handles), weights read by more than one
