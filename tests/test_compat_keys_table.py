@@ -198,6 +198,8 @@ PROBES: dict[str, tuple] = {
     "CalibDataSize": (1, {}),
     "CalibMovingAverage": (True, {}),
     "TargetRuntime": ("npu", {}),
+    # BF16 weights are stored packed (16-bit + Cast) unless the key says False.
+    "PackWeights": (False, BF16),
     "BiasCorrection": (False, {}),
     "SmoothAlpha": (0.9, {"include_sq": True}),
     "CLESteps": (-1, {"model": CHAIN}),
@@ -240,6 +242,10 @@ PROBES: dict[str, tuple] = {
     "DebugMode": (True, {}),
     "PrintSummary": (False, {}),
     "IgnoreWarnings": (False, {}),
+    # A floor no int8 model holds: repair keeps nodes float (the model changes); strict raises; repair off keeps the plain model.
+    "AccuracyFloorCosine": (0.99999, {}),
+    "AccuracyFloorStrict": (True, {"extra": {"AccuracyFloorCosine": 0.99999}}),
+    "AccuracyFloorRepair": (False, {"extra": {"AccuracyFloorCosine": 0.99999}}),
 }
 
 

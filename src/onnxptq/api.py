@@ -17,8 +17,8 @@ from typing import Any
 from .config.presets import resolve_config
 from .config.schema import QuantConfig
 from .graph import external, io
-from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, calibrate_once, source_name
-from .pipeline.complete import QuantizationResult, complete, streaming_report_error
+from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, DEFAULT_HOLDOUT, calibrate_once, source_name
+from .pipeline.complete import QuantizationResult, complete, deliver, streaming_report_error
 from .sessions import custom_op_libraries
 
 __all__ = ["quantize"]
@@ -42,6 +42,13 @@ def quantize(
     the same samples give a per-tensor error report there (HTML, JSON beside it; see
     :mod:`onnxptq.analysis.report`).
 
+    The accuracy floor (docs/accuracy.md; with data, on every path but the streaming one): the first
+    :data:`~onnxptq.pipeline.calibrate.DEFAULT_HOLDOUT` samples are held out of calibration (when
+    the data has at least three times as many; else they are calibrated on too and the summary
+    says so), the result is judged on them against its format family's floor, and where the floor
+    breaks the responsible nodes are kept float (a WARNING, the summary and the plan name them;
+    ``config.repair=False`` only warns). ``config.strict`` raises :class:`~onnxptq.errors.AccuracyError` instead.
+
     A model given by path whose external data reaches
     :data:`onnxptq.graph.external.STREAM_THRESHOLD` is quantized into ``output`` without its
     weights ever entering a protobuf message (peak memory about onnxruntime's one copy of them;
@@ -60,8 +67,19 @@ def quantize(
             from .algorithms.mixed_precision import quantize_auto
 
             return quantize_auto(model, cfg, data, output).result
-        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples)
-        return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+        floor = data is not None and not stream  # judged always; repaired unless repair=False
+        # The streaming path holds the same samples out (the same statistics as in memory) but
+        # does not judge: its one session on the saved files is its only copy of the weights.
+        calibrated = calibrate_once(model, cfg, data, eval_samples=eval_samples,
+                                    holdout=DEFAULT_HOLDOUT if data is not None else 0, measure_holdout=floor)
+        if not floor:
+            return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
+        # The accuracy floor (algorithms/repair.py): judge on held-out samples, repair or raise, then write.
+        from .algorithms.repair import enforce_floor
+
+        result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False)
+        result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples)
+        return deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
 
 
 def _check_paths(model: Any, data: Any, output: Any, report_path: Any) -> None:

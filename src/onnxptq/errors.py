@@ -75,5 +75,15 @@ class CalibrationMissingError(OnnxptqError, RuntimeError):
     the tensor (a branch no sample took)."""
 
 
+class AccuracyError(OnnxptqError, ValueError):
+    """``strict=True``: the quantized model breaks its format family's accuracy floor on the held-out
+    samples (algorithms/repair.py, docs/accuracy.md). The message names the outputs, their metric
+    and the floor; ``verdict`` holds the figures. Nothing is written."""
+
+    def __init__(self, message: str, verdict: object = None) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
 #: What a caller (the CLI, the fuzz tests) may expect from any bad input; anything else is a bug.
 DOCUMENTED_ERRORS: tuple[type[BaseException], ...] = (OnnxptqError,)

@@ -401,7 +401,8 @@ def _tail_percentile_range(c: TailCollector, percentile: float, symmetric: bool,
             inexact.append("lower")
         lo, hi = float(edges[min(lo_idx, n)]), float(edges[min(hi_idx, n)])
     if inexact:
-        log.warning(
+        _warn_once(
+            c, "inexact",
             "percentile %.6g of %r: the %s threshold lies deeper than the %d values per side kept of %d; "
             "using the nearest bound the kept tail supports (a histogram method, e.g. percentile < %.6g, is exact)",
             percentile, c.name, " and ".join(inexact), c.capacity, int(total), 100.0 - 100.0 * TAIL_MAX_FRACTION,
@@ -427,6 +428,17 @@ def _finish(lo: float, hi: float, method: Method, symmetric: bool) -> tuple[floa
         a = max(abs(lo), abs(hi))
         return -a, a
     return lo, hi
+
+
+def _warn_once(collector: Any, key: str, message: str, *args: Any) -> None:
+    """A warning about one collector's statistics, said once: the range guard simulates the solved
+    quantizer (the same :func:`compute_range`) before solve runs it, and the CLI printed the same
+    warning twice per call."""
+    said = collector.__dict__.setdefault("_warned", set()) if hasattr(collector, "__dict__") else set()
+    if key in said:
+        return
+    said.add(key)
+    log.warning(message, *args)
 
 
 def compute_range(collector: Collector, method: str | Method, **options: Any) -> tuple[float, float]:
@@ -483,7 +495,7 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
             "(make_collector gives one to high percentiles alone)"
         )
     if collector.empty:
-        log.warning("tensor %r: no finite value was collected; its range is (0, 0)", name)
+        _warn_once(collector, "empty", "tensor %r: no finite value was collected; its range is (0, 0)", name)
         return 0.0, 0.0
 
     if m is Method.MINMAX:

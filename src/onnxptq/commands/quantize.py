@@ -29,10 +29,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantize-postprocessing", action="store_true",
                    help="also quantize the decode arithmetic after the last weighted layer (Sigmoid, Softmax, "
                         "Concat, Mul/Add by constants, ...), which stays float by default")
+    p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="store folded weights in their format's bytes, decoded by ops onnxruntime folds at load "
+                        "(default on); --no-pack-weights keeps one plain fp32 initializer per weight")
+    p.add_argument("--weight-runtime", choices=("exact", "matmulnbits"), default=None,
+                   help="matmulnbits: MXINT8 MatMul weights as blocked int8 DequantizeLinear, fused by onnxruntime into "
+                        "MatMulNBits (int8 activation arithmetic; session.qdq_matmulnbits_accuracy_level=1 for float)")
     p.add_argument("--range-guard", action=argparse.BooleanOptionalAction, default=None,
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
                         "on by default, --no-range-guard turns it off")
+    p.add_argument("--repair", action=argparse.BooleanOptionalAction, default=None,
+                   help="accuracy floor: where the quantized model breaks its format family's floor on held-out samples, "
+                        "keep the responsible nodes float (named in a warning, the summary and the plan); on by default, "
+                        "--no-repair only reports the broken floor (docs/accuracy.md)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
+    p.add_argument("--floor-cosine", type=float, default=None, metavar="C",
+                   help="output-cosine floor in place of the format family's default")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "
@@ -54,8 +68,18 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(runtime=args.runtime, calibration=calibration)
     if args.quantize_postprocessing:
         config = config.replace(quantize_postprocessing=True)
+    if args.pack_weights is not None:
+        config = config.replace(pack_weights=args.pack_weights)
+    if args.weight_runtime is not None:
+        config = config.replace(weight_runtime=args.weight_runtime)
     if args.range_guard is not None:
         config = config.replace(range_guard=args.range_guard)
+    if args.repair is not None:
+        config = config.replace(repair=args.repair)
+    if args.strict:
+        config = config.replace(strict=True)
+    if args.floor_cosine is not None:
+        config = config.replace(floor_cosine=args.floor_cosine)
     if args.smooth_quant is not None:
         config = config.replace(smooth_quant=args.smooth_quant)
     if args.smooth_alpha is not None:

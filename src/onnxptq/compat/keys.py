@@ -105,6 +105,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         # §2.3 Q/DQ management
         _h("AddQDQPairToWeight", "True: runtime quantizer on every weight (fold_weights/store_int_weights False)"),
         _x("DedicatedQDQPair", "one Q/DQ pair per consumer of a tensor", False),
+        _h("PackWeights", "onnxptq's own key, not the reference tool's: False stores folded weights as plain fp32 "
+                          "initializers instead of packed bytes + decode ops (QuantConfig.pack_weights)"),
         _h("TargetRuntime", "onnxptq's own key, not the reference tool's: 'cpu' (absent: onnxruntime CPU placement) "
                             "or 'npu' (Q/DQ on every quantizable op, per-channel depthwise inputs) (QuantConfig.runtime)"),
         _x("QDQOpTypePerChannelSupportToAxis", "per-op-type per-channel axis", {}, None),
@@ -233,6 +235,10 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("EvalMetrics", "float-vs-quantized metrics after quantization"),
         _x("EvalDataReader", "data for EvalMetrics", None),
         _x("FillAllValueInfo", "record every tensor shape in value_info", False),
+        # onnxptq's own: the accuracy floor (algorithms/repair.py, docs/accuracy.md)
+        _h("AccuracyFloorRepair", "keep the nodes that break the format family's accuracy floor float (QuantConfig.repair; default True)"),
+        _h("AccuracyFloorStrict", "raise AccuracyError when the accuracy floor breaks, instead of repairing (QuantConfig.strict)"),
+        _h("AccuracyFloorCosine", "the output-cosine floor, in place of the format family's default (QuantConfig.floor_cosine)"),
     ]
 }
 

@@ -135,6 +135,15 @@ def _bool(extra: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
+def _floor_cosine(extra: dict[str, Any]) -> float | None:
+    value = extra.get("AccuracyFloorCosine")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 <= float(value) <= 1.0:
+        raise ConfigError(f"extra_options['AccuracyFloorCosine'] must be a number in [-1, 1], not {value!r}")
+    return float(value)
+
+
 def _setting(cfg: QuantizationConfig, name: str, extra: dict[str, Any]) -> Any:
     """A field's value, or its extra_options spelling when given; both given and different is an error."""
     value = getattr(cfg, name)
@@ -485,6 +494,8 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
     if "AddQDQPairToWeight" in extra:
         runtime_q = _bool(extra, "AddQDQPairToWeight", False)
         kwargs.update(fold_weights=not runtime_q, store_int_weights=not runtime_q)
+    if "PackWeights" in extra:
+        kwargs["pack_weights"] = _bool(extra, "PackWeights", True)
 
     # BF16QDQToCast only means something when BF16 is used; otherwise the schema default stands, so
     # configs that never touch BF16 compare equal regardless of the key.
@@ -554,6 +565,9 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         equalize=equalize,
         equalization=equalization,
         bias_correction=_bool(extra, "BiasCorrection", False) if "BiasCorrection" in extra else None,
+        repair=_bool(extra, "AccuracyFloorRepair", True),
+        strict=_bool(extra, "AccuracyFloorStrict", False),
+        floor_cosine=_floor_cosine(extra),
         **_smooth_quant(cfg, extra),
         **kwargs,
     )

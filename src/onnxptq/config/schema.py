@@ -411,6 +411,17 @@ class QuantConfig:
     #: weights in float formats (bf16/bfp/mx/fp8) are fake-quantized once at quantize time,
     #: leaving no runtime op; False keeps a runtime quantizer node on each weight.
     fold_weights: bool = True
+    #: folded weights are stored in their format's own bytes (16-bit + Cast, block codes + E8M0
+    #: exponent bytes, sub-byte codes + a small table) and decoded by standard ops that
+    #: onnxruntime constant-folds at load (onnx_ops/packed.py): bit-identical values, a file
+    #: 0.2-0.5x the fp32 one. False keeps one plain fp32 initializer per weight (no decode nodes).
+    pack_weights: bool = True
+    #: ``"matmulnbits"``: MXINT8 weights of MatMuls (blocks along K) are stored as int8 + a blocked
+    #: DequantizeLinear (power-of-two float scales), which onnxruntime's CPU provider fuses with
+    #: the MatMul into MatMulNBits: int8-activation arithmetic, much faster, no longer exact
+    #: (session option ``session.qdq_matmulnbits_accuracy_level=1`` keeps float arithmetic,
+    #: slowly). ``"exact"``: the weights decode to float and the MatMul runs in float.
+    weight_runtime: Literal["exact", "matmulnbits"] = "exact"
     #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
     store_int_weights: bool = True
     bf16_qdq_to_cast: bool = True
@@ -446,6 +457,16 @@ class QuantConfig:
     #: DualQuantNodes boundary tensors (two quantizers) are left as planned.
     range_guard: bool = True
     range_guard_sqnr_db: float = 6.0
+    #: the accuracy floor (algorithms/repair.py, docs/accuracy.md): after quantizing, compare with
+    #: float on held-out samples; where the format family's floor breaks, keep the responsible nodes
+    #: float (found by bisection) until it holds, and say so. ``strict``: raise AccuracyError instead.
+    #: ``floor_cosine`` / ``floor_top1``: None takes the family default; ``repair_budget``: repair may
+    #: take at most this many times the plain quantization's time.
+    repair: bool = True
+    strict: bool = False
+    floor_cosine: float | None = None
+    floor_top1: float | None = None
+    repair_budget: float = 1.0
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)
     quantize_postprocessing: bool = False
@@ -495,6 +516,11 @@ class QuantConfig:
         for op, pair in self.op_type_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"op_type_overrides[{op!r}] must be an (activation, weight) pair")
+        for label, value in (("floor_cosine", self.floor_cosine), ("floor_top1", self.floor_top1)):
+            if value is not None and not (isinstance(value, (int, float)) and -1.0 <= float(value) <= 1.0):
+                raise ConfigError(f"{label} must be a number in [-1, 1] (None: the format family's default), not {value!r}")
+        if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
+            raise ConfigError(f"repair_budget must be a number >= 0 (times the plain quantization's time), not {self.repair_budget!r}")
         for node, pair in self.node_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")

@@ -69,6 +69,15 @@ class Calibrated:
     #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
     plan: Plan | None = None
     config: QuantConfig | None = None
+    #: samples held out of calibration for the accuracy floor (:mod:`onnxptq.algorithms.repair`),
+    #: their float outputs, and whether they had to be calibrated on too (too little data to spare)
+    holdout: list[dict[str, np.ndarray]] = field(default_factory=list)
+    holdout_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    holdout_reused: bool = False
+    #: set by the accuracy floor's repair while it rebuilds: the tensors of the plan it started
+    #: from. Keeping a node float must not add quantizers (a Relu kept float un-fuses its
+    #: producer's output, which then has no statistics), so plans keep only these (final_plan.final_plan)
+    within: frozenset[str] | None = None
 
 
 def source_name(model: Any) -> str:
@@ -77,9 +86,12 @@ def source_name(model: Any) -> str:
 
 
 def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
-                   also_for: Sequence[QuantConfig] = ()) -> Calibrated:
+                   also_for: Sequence[QuantConfig] = (), holdout: int = 0, measure_holdout: bool = True) -> Calibrated:
     """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
-    and those of every config in ``also_for`` (same preparation settings as ``config``)."""
+    and those of every config in ``also_for`` (same preparation settings as ``config``).
+    ``holdout``: feeds kept out of the statistics for the accuracy floor (:func:`split_holdout`);
+    ``measure_holdout=False`` holds them out without running the float model on them (the
+    streaming path: the same statistics as in memory, no verification)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     cfg = require_config(config, "calibrate_once")
@@ -125,13 +137,54 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
                 f"({cfg.activation.describe() if cfg.activation else ''}); pass data="
             )
         feeds = feeds_once if feeds_once is not None else _feeds(data, inputs, cfg)
+        held: list[dict[str, np.ndarray]] = []
+        reused = False
+        if holdout > 0:
+            feeds, held, reused = split_holdout(feeds, holdout)
         feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples))
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
-    return Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg)
+    calibrated = Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg)
+    if holdout > 0 and data is not None and held and measure_holdout:
+        calibrated.holdout, calibrated.holdout_reused = held, reused
+        if reused and len(float_outputs) >= len(held):
+            calibrated.holdout_outputs = float_outputs[:len(held)]  # the same first feeds, already run
+        else:
+            t2 = time.perf_counter()
+            calibrated.holdout_outputs = float_outputs_of(prepared, held, cfg)
+            timings["holdout"] = time.perf_counter() - t2
+    return calibrated
+
+
+#: The accuracy floor holds this many feeds out of calibration when the data has at least
+#: ``HOLDOUT_RATIO`` times as many; with less, they are calibrated on too (and the summary says so).
+DEFAULT_HOLDOUT = 8
+HOLDOUT_RATIO = 3
+
+
+def split_holdout(feeds: Iterable[dict[str, np.ndarray]], n: int
+                  ) -> tuple[Iterator[dict[str, np.ndarray]], list[dict[str, np.ndarray]], bool]:
+    """``(calibration feeds, held-out feeds, reused)``: the first ``n`` feeds are held out when the
+    data holds at least ``HOLDOUT_RATIO · n`` (read ahead, so memory stays bounded by that many
+    feeds and a one-shot reader is read once); with fewer, the same ``n`` are held out *and*
+    calibrated on, in their order (the statistics are those of all the data, as without a
+    holdout), and ``reused`` says the floor was measured on calibration samples."""
+    stream = iter(feeds)
+    head = list(itertools.islice(stream, HOLDOUT_RATIO * n))
+    if len(head) < HOLDOUT_RATIO * n:
+        return iter(head), head[:n], True
+    return itertools.chain(head[n:], stream), head[:n], False
+
+
+def float_outputs_of(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], cfg: QuantConfig) -> list[dict[str, np.ndarray]]:
+    """The model's own outputs on ``feeds`` (one session, no statistics)."""
+    outputs: list[dict[str, np.ndarray]] = []
+    runner.collect(model, {}, list(feeds), providers=tuple(cfg.calibration.providers), progress=False,
+                   model_outputs=outputs, model_output_batches=len(feeds))
+    return outputs
 
 
 #: Feeds of a one-shot source (a generator, a reader without ``rewind()``) that SmoothQuant's

@@ -41,22 +41,35 @@ class QuantizationResult:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     calibration_samples: int = 0
+    #: the accuracy floor's verdict on the held-out samples (:mod:`onnxptq.analysis.floor`); None:
+    #: not checked (no data, the floor off, or the streaming path)
+    floor: Any = None
+    #: what the repair did (:mod:`onnxptq.algorithms.repair`): kept-float nodes, figures before/after
+    repair: dict[str, Any] | None = None
 
     def summary(self) -> str:
+        from ..analysis.floor import floor_lines  # the floor's wording lives with the floor
+
         lines = [f"quantized {len(self.plan.nodes)} nodes, {len(self.plan.tensors)} tensors: {self.config.describe()}"]
+        broken = set(self.floor.broken) if self.floor is not None else set()
         for out, m in self.metrics.items():
-            lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB")
+            flag = "  [accuracy floor BROKEN]" if out in broken else ""
+            lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB{flag}")
+        lines.extend(floor_lines(self.floor, self.repair))
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
 
 def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
-             eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
-    """solve → refine → emit → finish → evaluate → save → report for one config, on calibrated data."""
+             eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None,
+             deliver_now: bool = True) -> QuantizationResult:
+    """solve → refine → emit → finish → evaluate → verify → save → report for one config, on
+    calibrated data. ``deliver_now=False`` stops before the save and the report (the accuracy
+    floor's repair decides first which model is delivered; :func:`deliver` then writes it)."""
     cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
-    source, prepared, kept = calibrated.source, calibrated.prepared, calibrated.kept
+    source = calibrated.source
     timings = dict(calibrated.timings)
     t2 = time.perf_counter()
     plan, params, quantized, refine_timings = build_model(calibrated, cfg)
@@ -65,21 +78,49 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
-    saved = None
+    verdict = _verify(calibrated, cfg, quantized, session, timings)
+    result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict)
+    if deliver_now:
+        deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
+    return result
+
+
+def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os.PathLike | None, *,
+            eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None) -> QuantizationResult:
+    """The end of :func:`complete`: the save, then the per-tensor report (the order every doc gives),
+    the total time, the summary (logged at DEBUG: callers print it)."""
+    timings = result.timings
     if output is not None:  # save, then report (the order every doc gives)
-        saved = io.save_model(quantized, output)
+        result.output_path = io.save_model(result.model, output)
     if report_path is not None:
         t4 = time.perf_counter()
         from ..analysis.report import compute_report
         from ..analysis.report_html import write_report
 
-        write_report(compute_report(prepared, quantized, kept[:eval_samples], plan=plan, float_label=source,
+        write_report(compute_report(calibrated.prepared, result.model, calibrated.kept[:eval_samples], plan=result.plan,
+                                    float_label=calibrated.source,
                                     quant_label=str(output) if output is not None else "<quantized>"), report_path)
         timings["report"] = time.perf_counter() - t4
     timings["total"] = time.perf_counter() - calibrated.started
-    result = QuantizationResult(quantized, plan, params, cfg, saved, metrics, timings, calibrated.samples)
-    log.info("%s", result.summary())
+    log.debug("%s", result.summary())
     return result
+
+
+def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
+            timings: dict[str, float]) -> Any:
+    """The accuracy floor's verdict (:mod:`onnxptq.analysis.floor`) on the held-out samples, run
+    through the session finish() opened: one held-out evaluation, nothing else. None without them."""
+    if not calibrated.holdout:
+        return None
+    from ..analysis.floor import class_like_outputs, floor_for, measure
+
+    t0 = time.perf_counter()
+    names = [o.name for o in calibrated.prepared.graph.output]
+    got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
+    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), class_like_outputs(calibrated.prepared),
+                      reused=calibrated.holdout_reused)
+    timings["verify"] = time.perf_counter() - t0
+    return verdict
 
 
 def _evaluate(calibrated: Calibrated, quantized: onnx.ModelProto, session: Any, eval_samples: int,
@@ -145,5 +186,5 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
     log.info("saved %s", out)
     timings["total"] = time.perf_counter() - calibrated.started
     result = QuantizationResult(quantized, plan, params, cfg, out, metrics, timings, calibrated.samples)
-    log.info("%s", result.summary())
+    log.debug("%s", result.summary())
     return result

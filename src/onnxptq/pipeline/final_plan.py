@@ -57,6 +57,12 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     if cfg.quantize_subgraphs:
         # A body no calibration sample ran has no statistics: it stays float (coverage.py).
         plan = drop_uncalibrated_bodies(prepared, plan, calibrated.stats)
+    within = getattr(calibrated, "within", None)
+    if within is not None:
+        # The accuracy floor's repair (algorithms/repair.py): a node kept float adds no quantizer.
+        for name in [n for n in plan.tensors if n not in within]:
+            del plan.tensors[name]
+            plan.float_tensors[name] = "kept float with a neighbour the accuracy floor's repair kept float"
     if cfg.range_guard:
         # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
         # build fetches its values for this plan only and lets them go with it (peak memory).

@@ -15,6 +15,7 @@ import onnx
 from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ...graph.external import tensor_values
 from ...graph.sentinels import sentinel_tensors
+from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, transformer_float_tensors
 from .select import _Graph
@@ -25,8 +26,9 @@ log = logging.getLogger(__name__)
 def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer_side: dict, consumer_side: dict) -> dict[str, str]:
     """Drop from the plan the tensors that stay float, and say why (``Plan.float_tensors``):
     attention-mask sentinels (``graph/sentinels.py``: a -3.4e38 or -inf value never sets a range)
-    and the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
-    the residual sums LayerNorm reads). A ``tensor_overrides`` entry naming one still quantizes
+    the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
+    the residual sums LayerNorm reads) and numerics by structure (``graph/structure.py``: inside
+    written-out normalizations and activations, docs/structure.md). A ``tensor_overrides`` entry naming one still quantizes
     it (applied after this): the user's explicit choice wins."""
     why: dict[str, str] = {}
     for name in sentinel_tensors(model):
@@ -35,11 +37,14 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     for name in transformer_float_tensors(model):
         if tensors.pop(name, None) is not None:
             why[name] = "transformer placement (GELU inside or residual sum)"
+    for name, reason in structure_float_tensors(model).items():  # numerics by structure (graph/structure.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
     for name in why:
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
     if why:
-        log.info("plan: %d tensors stay float (attention masks, GELU insides, residual sums): %s",
+        log.info("plan: %d tensors stay float (attention masks, normalization/activation insides, residual sums): %s",
                  len(why), ", ".join(sorted(why)[:6]))
     return why
 

@@ -120,6 +120,9 @@ class Plan:
     float_tensors: dict[str, str] = field(default_factory=dict)
     #: the range-mismatch guard's decisions by tensor (:mod:`onnxptq.pipeline.guard`): action, reason
     guard: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the accuracy floor's repair (:mod:`onnxptq.algorithms.repair`): ``kept_float`` {node: reason},
+    #: the floor and the figures before/after; empty when it did not act
+    repair: dict[str, Any] = field(default_factory=dict)
 
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
@@ -135,6 +138,7 @@ class Plan:
             "skipped_nodes": self.skipped_nodes,
             "float_tensors": self.float_tensors,
             **({"guard": self.guard} if self.guard else {}),
+            **({"repair": self.repair, "kept_float": self.repair.get("kept_float", {})} if self.repair else {}),
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 

@@ -1,0 +1,213 @@
+"""Accuracy floor with repair: a search above the pipeline, run by :func:`onnxptq.api.quantize`.
+
+After :func:`~onnxptq.pipeline.complete.complete` has built a model and judged it against its
+format family's floor on held-out samples (:mod:`onnxptq.analysis.floor`), this module acts on a
+broken floor:
+
+- ``strict=True``: raise :class:`~onnxptq.errors.AccuracyError` (nothing is written);
+- ``repair=False``: warn, and say it in the summary (the figures are not within the floor);
+- otherwise (the default) find the nodes responsible and keep them float, rebuilding from the
+  same :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
+
+**The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
+invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
+quantized node (the float model, which holds by definition — checked once: a floor that breaks
+even then is not the quantizers' doing and is reported so). Halves of ``K`` are then given back
+their formats, breadth first: a chunk whose return keeps the floor leaves ``K``; a chunk that
+breaks it is split in two and each half tried again; a single node that breaks it stays. With
+``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds, each one the pipeline's own
+build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
+code as the delivered model, so what is measured is what ships) run on the held-out feeds.
+Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
+float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
+repair"). Float is the next precision up from every family, so one step suffices.
+
+**Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own time, so
+quantize with repair takes at most about twice as long (and at least :data:`MIN_BUDGET_S`, which a
+model that quantizes in a fraction of a second needs for a handful of builds; ``repair_budget=0``:
+no search). ``K`` holds the floor at every step, so a
+search stopped by the budget still delivers a model within the floor, only with more nodes float
+than needed (the summary says so).
+
+**Saying so**: a WARNING names the nodes and the metric before/after; the same goes into
+``result.summary()``, ``result.repair``, the plan JSON (``repair`` and ``kept_float``) and the
+CLI's output.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import onnx
+
+from ..analysis.floor import Verdict, class_like_outputs, floor_for, measure
+from ..config.schema import QuantConfig
+from ..errors import AccuracyError
+from ..pipeline.build import build_model
+from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
+from ..pipeline.complete import QuantizationResult, complete
+from ..pipeline.guard import GuardValues
+from ..sessions import open_session
+
+log = logging.getLogger(__name__)
+
+__all__ = ["enforce_floor", "REASON"]
+
+REASON = "kept float by repair (accuracy floor)"
+#: The least time a repair may take, whatever the plain quantization took (a small model quantizes
+#: in a fraction of a second, less than a handful of candidate builds).
+MIN_BUDGET_S = 2.0
+
+
+def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
+    return cfg.replace(nodes_to_exclude=tuple(cfg.nodes_to_exclude) + tuple(sorted(kept)))
+
+
+class _Judge:
+    """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
+
+    def __init__(self, calibrated: Calibrated, cfg: QuantConfig) -> None:
+        self.calibrated, self.cfg = calibrated, cfg
+        self.floor = floor_for(cfg)
+        self.classes = class_like_outputs(calibrated.prepared)
+        self.names = [o.name for o in calibrated.prepared.graph.output]
+        self.evaluations = 0
+        self.cache: dict[frozenset[str], Verdict] = {}
+
+    def __call__(self, kept: frozenset[str]) -> Verdict | None:
+        """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
+        the search keeps its nodes float rather than deliver a model it could not measure)."""
+        if kept in self.cache:
+            return self.cache[kept]
+        self.evaluations += 1
+        try:
+            model = build_model(self.calibrated, _config_with(self.cfg, kept)).model
+            verdict: Verdict | None = self.run(model)
+        except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
+            log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
+            verdict = None
+        self.cache[kept] = verdict
+        return verdict
+
+    def run(self, model: onnx.ModelProto) -> Verdict:
+        session = open_session(model, log_severity=3)
+        got = [dict(zip(self.names, session.run(self.names, feed))) for feed in self.calibrated.holdout]
+        return measure(self.calibrated.holdout_outputs, got, self.floor, self.classes, reused=self.calibrated.holdout_reused)
+
+
+def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
+    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor."""
+    kept = frozenset(candidates)
+    queue: deque[list[str]] = deque()
+    mid = len(candidates) // 2
+    queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
+    while queue:
+        if time.perf_counter() > deadline:
+            return kept, False
+        chunk = [c for c in queue.popleft() if c in kept]
+        if not chunk:
+            continue
+        trial = kept - frozenset(chunk)
+        verdict = judge(trial)
+        if verdict is not None and verdict.ok:
+            kept = trial
+            log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
+        elif len(chunk) > 1:
+            half = len(chunk) // 2
+            queue.extend([chunk[:half], chunk[half:]])
+    return kept, True
+
+
+def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
+                  eval_samples: int = DEFAULT_EVAL_SAMPLES) -> QuantizationResult:
+    """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver."""
+    verdict: Verdict | None = result.floor
+    if verdict is None or verdict.ok:
+        return result
+    before = verdict.describe(only_broken=True)
+    where = verdict.where()
+    if cfg.strict:
+        raise AccuracyError(f"{calibrated.source}: the quantized model breaks the accuracy floor ({verdict.floor.describe()}) "
+                            f"on {where}: {before} (strict=True; repair=True without strict keeps the responsible "
+                            "nodes float instead)", verdict)
+    if not cfg.repair:
+        log.warning("accuracy floor (%s) BROKEN on %s: %s; repair is off (repair=False / --no-repair), the model is "
+                    "delivered as it is", verdict.floor.describe(), where, before)
+        result.repair = {"note": "repair is off (repair=False)", "before": verdict.to_json()}
+        result.plan.repair = result.repair
+        return result
+
+    t0 = time.perf_counter()
+    plain = time.perf_counter() - calibrated.started  # the plain quantization, verification included
+    budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
+    candidates = list(result.plan.nodes)
+    judge = _Judge(calibrated, cfg)
+    calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
+    shared_guard = cfg.range_guard and calibrated.guard_values is None
+    if shared_guard:
+        # Every candidate plans through the range guard on the same float activations: fetched once.
+        calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
+    # Dozens of candidate builds: their plan lines, and warnings the first build already gave
+    # (bodies no sample ran), would drown the log.
+    quiet = {logging.getLogger(result.plan.__class__.__module__): logging.WARNING,
+             logging.getLogger("onnxptq.pipeline.coverage"): logging.ERROR,
+             logging.getLogger("onnxptq.pipeline.guard"): logging.WARNING}
+    levels = {logger: logger.level for logger in quiet}
+    for logger, floor_level in quiet.items():
+        logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
+    try:
+        everything = judge(frozenset(candidates))
+        if everything is None or not everything.ok:
+            figures = everything.describe(only_broken=True) if everything is not None else "it could not be built"
+            note = (f"the floor breaks even with every quantized node float ({figures}): "
+                    "the loss is not the quantizers' (a structure rule or the float graph itself); nothing kept float")
+            log.warning("accuracy floor (%s) BROKEN on %s: %s; %s", verdict.floor.describe(), where, before, note)
+            result.repair = {"note": note, "before": verdict.to_json()}
+            result.plan.repair = result.repair
+            return result
+        kept, finished = _search(judge, candidates, t0 + budget) if budget > 0 else (frozenset(candidates), False)
+        search_s = time.perf_counter() - t0
+        repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False)
+    finally:
+        for logger, level in levels.items():
+            logger.setLevel(level)
+        calibrated.within = None
+        if shared_guard:
+            calibrated.guard_values = None
+    after: Verdict | None = repaired.floor
+    ops = {n.name: n.op_type for n in calibrated.prepared.graph.node}
+    order = {name: i for i, name in enumerate(candidates)}
+    kept_sorted = sorted(kept, key=lambda n: order.get(n, 0))
+    note = None if finished else (f"the search stopped at its budget ({budget:.1f}s = {cfg.repair_budget:g} × the plain "
+                                  "quantization): fewer nodes may suffice")
+    reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
+    for name in kept_sorted:
+        repaired.plan.skipped_nodes[name] = REASON
+    record = {
+        "kept_float": reasons,
+        "op_types": {name: ops.get(name, "?") for name in kept_sorted},
+        "floor": verdict.floor.to_json(),
+        "before": verdict.to_json(),
+        "before_text": before,
+        "after": after.to_json() if after is not None else None,
+        "evaluations": judge.evaluations,
+        "candidates": len(candidates),
+        "seconds": round(search_s, 3),
+        "budget_seconds": round(budget, 3),
+        "finished": finished,
+        **({"note": note} if note else {}),
+    }
+    repaired.plan.repair = record
+    repaired.repair = record
+    repaired.config = cfg  # the user's config; the nodes kept float are in the plan and the record
+    repaired.timings["repair"] = search_s
+    after_text = after.describe() if after is not None else "not measured"
+    log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
+                verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
+                ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
+                after_text, "holds" if after is not None and after.ok else "STILL BROKEN", judge.evaluations, search_s,
+                f"; {note}" if note else "")
+    return repaired

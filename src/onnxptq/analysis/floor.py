@@ -1,0 +1,249 @@
+"""The accuracy floor: per-output figures of a quantized model against float, judged per format family.
+
+Why a floor and not just figures: a summary that says "cosine 0.74, PSNR 49.7 dB" reads as fine to
+most users, and a model whose LayerNorm quantization made top-1 agreement 0.68 looked exactly like
+that. Every quantization is therefore judged against a floor chosen by how precise its formats
+are (docs/accuracy.md):
+
+| family  | formats (the weakest of activations and weights)              | cosine | top-1  |
+|---------|----------------------------------------------------------------|--------|--------|
+| 16-bit  | BF16, FP16, int16 activations (A16W8), BFP16, MX9, MXINT8       | ≥ 0.99 | ≥ 0.97 |
+| 8-bit   | int8/uint8 activations (A8W8), FP8, MXFP8                       | ≥ 0.98 | ≥ 0.95 |
+| 4/6-bit | int4 weights, MX6, MX4, MXFP6, MXFP4                            | ≥ 0.95 | ≥ 0.90 |
+
+(int8 *weights* count as 16-bit: per-channel int8 weights under int16 activations are A16W8.)
+
+Metrics, per graph output, over the held-out feeds: the cosine similarity of all feeds' outputs
+taken together (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's
+definition; one feed's cosine of a one-value output is only its sign), the per-feed minimum
+beside it, and, for class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax,
+or ``[N, C]`` from a Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose
+arg-max agrees with float.
+Top-1 is judged only on at least ``1 / (1 − floor)`` rows (34 for 0.97): on fewer, one tie flipped
+would break the floor by itself; the verdict then says it was not judged. A non-finite output
+(NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+
+from .metrics import cosine_similarity
+
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "class_like_outputs", "floor_for", "measure"]
+
+#: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
+FAMILY_FLOORS: dict[str, tuple[float, float]] = {"16-bit": (0.99, 0.97), "8-bit": (0.98, 0.95), "4/6-bit": (0.95, 0.90)}
+_FAMILIES = ("16-bit", "8-bit", "4/6-bit")
+
+
+@dataclass(frozen=True)
+class Floor:
+    family: str
+    cosine: float
+    top1: float
+
+    def describe(self) -> str:
+        return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "cosine": self.cosine, "top1": self.top1}
+
+
+def _rank(q: Any, role: str) -> int:
+    """0: 16-bit class, 1: 8-bit class, 2: 4/6-bit class (see the table)."""
+    if q is None:
+        return 0
+    fmt = q.format
+    if fmt in ("bf16", "fp16", "int16", "uint16", "int32", "uint32", "float32"):
+        return 0
+    if fmt in ("int8", "uint8"):
+        return 0 if role == "weight" else 1  # per-channel int8 weights under int16 activations: A16W8
+    if fmt.startswith("fp8"):
+        return 1
+    if fmt == "bfp":
+        bits = int(q.attr_dict.get("bit_width", 16))
+        return 0 if bits >= 16 else 2
+    if fmt == "mx":
+        dtype = str(q.attr_dict.get("element_dtype", "int8"))
+        return 0 if dtype == "int8" else 1 if dtype.startswith("fp8") else 2
+    return 2  # int4/uint4, fp6, fp4
+
+
+def family_of(cfg: Any) -> str:
+    """The family of a config: the weakest of its activation and weight formats (overrides included)."""
+    pairs = [(cfg.activation, cfg.weight), *cfg.op_type_overrides.values(), *cfg.node_overrides.values()]
+    rank = max(max(_rank(a, "activation"), _rank(w, "weight")) for a, w in pairs)
+    return _FAMILIES[rank]
+
+
+def floor_for(cfg: Any) -> Floor:
+    """The floor of ``cfg``: its family's defaults, ``floor_cosine``/``floor_top1`` where set."""
+    family = family_of(cfg)
+    cos, top1 = FAMILY_FLOORS[family]
+    if getattr(cfg, "floor_cosine", None) is not None:
+        cos = float(cfg.floor_cosine)
+    if getattr(cfg, "floor_top1", None) is not None:
+        top1 = float(cfg.floor_top1)
+    return Floor(family, cos, top1)
+
+
+_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".split())
+
+
+def class_like_outputs(model: onnx.ModelProto) -> set[str]:
+    """Graph outputs read from a Softmax/LogSoftmax, or of rank 2 from a Gemm/MatMul layer (through
+    reshapes and a bias Add): class scores, whose arg-max is what a user reads."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    consts = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    found = set()
+    for out in model.graph.output:
+        node = producer.get(out.name)
+        dims = out.type.tensor_type.shape.dim if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape") else None
+        rank = len(dims) if dims is not None else None
+        for _ in range(6):
+            if node is None:
+                break
+            if node.op_type in ("Softmax", "LogSoftmax") or (node.op_type in ("Gemm", "MatMul") and rank == 2):
+                # A linear layer's [N, C] output is a classifier's logits; its [N, T, C] output is as
+                # often a hidden state (near-ties in arg-max everywhere): only Softmax says "classes" there.
+                found.add(out.name)
+                break
+            if node.op_type in _MOVES or (node.op_type == "Add" and any(i in consts for i in node.input)):
+                data = [i for i in node.input if i and i not in consts]
+                node = producer.get(data[0]) if data else None
+                continue
+            break
+    return found
+
+
+@dataclass
+class OutputCheck:
+    """One output's figures against float and whether they hold the floor."""
+
+    name: str
+    cosine: float
+    cosine_min: float
+    top1: float | None = None
+    rows: int = 0
+    #: top-1 measured but on too few rows to judge (see the module docstring)
+    top1_unjudged: bool = False
+    ok: bool = True
+
+    def describe(self) -> str:
+        text = f"{self.name}: cosine {self.cosine:.4f} (min {self.cosine_min:.4f})"
+        if self.top1 is not None:
+            text += f", top-1 {self.top1:.4f} on {self.rows} rows" + (" (too few rows to judge)" if self.top1_unjudged else "")
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Verdict:
+    """Every output's check against one floor, on ``samples`` held-out feeds."""
+
+    floor: Floor
+    outputs: dict[str, OutputCheck] = field(default_factory=dict)
+    samples: int = 0
+    #: the samples were calibrated on too (too little data to hold any out)
+    reused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.outputs.values())
+
+    @property
+    def broken(self) -> list[str]:
+        return [n for n, c in self.outputs.items() if not c.ok]
+
+    def describe(self, only_broken: bool = False) -> str:
+        """Every output's figures (``only_broken``: those of the outputs below the floor)."""
+        return "; ".join(c.describe() for c in self.outputs.values() if not (only_broken and c.ok))
+
+    def where(self) -> str:
+        held = "calibration samples (too few to hold out)" if self.reused else "held-out samples"
+        return f"{self.samples} {held}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"floor": self.floor.to_json(), "ok": self.ok, "samples": self.samples, "reused_calibration_samples": self.reused,
+                "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
+
+
+def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[int, int]:
+    r = np.asarray(ref).reshape(-1, ref.shape[-1])
+    g = np.asarray(got).reshape(-1, got.shape[-1])
+    return int(np.sum(np.argmax(r, -1) == np.argmax(g, -1))), r.shape[0]
+
+
+def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
+            class_outputs: set[str] = frozenset(), *, reused: bool = False) -> Verdict:
+    """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict."""
+    verdict = Verdict(floor, samples=len(reference), reused=reused)
+    if not reference:
+        return verdict
+    names = [n for n in reference[0] if all(n in c for c in candidate)]
+    for name in names:
+        cosines: list[float] = []
+        pooled_r: list[np.ndarray] = []
+        pooled_g: list[np.ndarray] = []
+        agree = rows = 0
+        classy = name in class_outputs
+        for ref, got in zip(reference, candidate):
+            r, g = np.asarray(ref[name]), np.asarray(got[name])
+            if not np.issubdtype(r.dtype, np.floating):
+                continue  # integer outputs (indices, lengths): nothing to compare in cosine
+            if not np.isfinite(r).all():
+                continue  # float itself is not finite on this sample: nothing to hold a floor against
+            cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
+            pooled_r.append(r.ravel())
+            pooled_g.append(g.ravel())
+            if classy and r.ndim in (2, 3) and r.shape[-1] >= 2 and r.shape == g.shape:
+                a, n = _top1(r, g)
+                agree, rows = agree + a, rows + n
+        if not cosines:
+            continue
+        arr = np.asarray(cosines)
+        finite = bool(np.isfinite(arr).all())
+        # Over all held-out feeds at once: a per-feed cosine of a one-value output (a wake-word
+        # probability, a score) is only its sign, 1.0 however far the value moved.
+        pooled = cosine_similarity(np.concatenate(pooled_r), np.concatenate(pooled_g)) if finite else float("nan")
+        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"))
+        check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if rows:
+            check.top1, check.rows = agree / rows, rows
+            enough = rows >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if floor.top1 < 1 else True
+            check.top1_unjudged = not enough
+            if enough and check.top1 < floor.top1:
+                check.ok = False
+        verdict.outputs[name] = check
+    return verdict
+
+
+def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -> list[str]:
+    """The summary's lines about the floor: what held or broke, on which samples, and what repair
+    kept float. A broken floor is said in words beside every figure, never left to a PSNR."""
+    if verdict is None:
+        return ["  accuracy floor: not checked (no held-out samples: no data given, the streaming path, or the mixed-precision search)"]
+    lines = []
+    if repair and repair.get("kept_float"):
+        before = repair.get("before_text", "")
+        nodes = list(repair["kept_float"])
+        shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+        lines.append(f"  REPAIRED: {len(nodes)} node(s) kept float to hold the accuracy floor: {shown}")
+        lines.append(f"    before: {before}")
+        if repair.get("note"):
+            lines.append(f"    note: {repair['note']}")
+    state = "holds" if verdict.ok else "BROKEN"
+    text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
+    lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
+    if not verdict.ok and not (repair and repair.get("kept_float")):
+        why = (repair or {}).get("note") or "repair is off (repair=False)"
+        lines.append(f"  the figures above are NOT within the floor: {why}")
+    return lines
