@@ -6,7 +6,8 @@ seed 1, as tests/test_quantize_silero.py). Prints one line per run.
     python bench/silero_per_tensor.py if|ifless reference A8W8|A16W8 [pc]                # the reference tool's preset via ModelQuantizer
 
 ``pc`` keeps per-channel weights (the comparison); ``key=value`` changes a QuantConfig field
-(``outlier_split.min_gain=4.0``, ``split_outliers=False``, ``equalize=False``).
+(``outlier_split.min_gain=4.0``, ``split_outliers=False``, ``equalize=False``). The accuracy
+floor's repair is off on both routes (the figure is the integer model's); ``repair`` turns it on.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def _value(text: str) -> object:
         return text
 
 
-def _reference(path: Path, feeds: list, preset: str, per_channel: bool) -> str:
+def _reference(path: Path, feeds: list, preset: str, per_channel: bool, repair: bool) -> str:
     extra = {"ActivationSymmetric": True, "ForceQuantizeNoInputCheck": True, "AlignSlice": False, "FoldRelu": True,
-             "AlignConcat": True}
+             "AlignConcat": True, "AccuracyFloorRepair": repair}
     if preset == "A16W8":
         extra["AlignEltwiseQuantType"] = True
     cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ,
@@ -59,6 +60,7 @@ def _reference(path: Path, feeds: list, preset: str, per_channel: bool) -> str:
 def main(argv: list[str]) -> int:
     variant, route, preset = argv[:3]
     per_channel = "pc" in argv[3:]
+    repair = "repair" in argv[3:]
     changes = {k: _value(v) for k, v in (a.split("=", 1) for a in argv[3:] if "=" in a)}
     path = model_path({"if": SILERO, "ifless": SILERO_IFLESS}[variant])
     calib, _ = audio.speech_mix(seed=1, seconds=1.5)
@@ -67,11 +69,11 @@ def main(argv: list[str]) -> int:
     reference = audio.run_vad(str(path), clip)[0]
     start = time.perf_counter()
     if route == "reference":
-        model = _reference(path, feeds, preset, per_channel)
+        model = _reference(path, feeds, preset, per_channel, repair)
     else:
         cfg = get_preset(preset)
         cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False),
-                          weight=dataclasses.replace(cfg.weight, per_channel=per_channel))
+                          weight=dataclasses.replace(cfg.weight, per_channel=per_channel), repair=repair)
         for key, value in changes.items():
             if "." in key:
                 outer, inner = key.split(".", 1)
@@ -81,7 +83,7 @@ def main(argv: list[str]) -> int:
         model = quantize(path, cfg, feeds, eval_samples=1).model
     probs, _ = audio.run_vad(open_session(model), clip)
     figures = audio.compare_probs(reference, probs)
-    print(f"silero {variant} {route} {preset} {'pc' if per_channel else 'pt'} {changes or ''}: "
+    print(f"silero {variant} {route} {preset} {'pc' if per_channel else 'pt'}{' repair' if repair else ''} {changes or ''}: "
           f"agreement {figures['agreement']:.4f} cosine {figures['cosine']:.4f} ({time.perf_counter() - start:.0f} s)", flush=True)
     return 0
 
