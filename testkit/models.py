@@ -38,15 +38,16 @@ class Wheel:
 WHEEL = "rapidocr-onnxruntime==1.4.4"
 REC = "ch_PP-OCRv4_rec_infer.onnx"
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+DET = "ch_PP-OCRv4_det_infer.onnx"
 SILERO = "silero_vad.onnx"
 SILERO_IFLESS = "silero_vad_op18_ifless.onnx"
 SILERO_HALF = "silero_vad_half.onnx"
 
 WHEELS: tuple[Wheel, ...] = (
-    Wheel(WHEEL, "rapidocr_onnxruntime/models/", (REC, CLS)),
+    Wheel(WHEEL, "rapidocr_onnxruntime/models/", (REC, CLS, DET)),
     Wheel("silero-vad==6.2.3", "silero_vad/data/", (SILERO, SILERO_IFLESS, SILERO_HALF)),
 )
-_ALIASES = {"rec": REC, "cls": CLS, "silero": SILERO, "silero_ifless": SILERO_IFLESS, "silero_half": SILERO_HALF}
+_ALIASES = {"rec": REC, "cls": CLS, "det": DET, "silero": SILERO, "silero_ifless": SILERO_IFLESS, "silero_half": SILERO_HALF}
 
 
 def _candidate_dirs() -> list[Path]:

@@ -61,6 +61,11 @@ class GraphIndex:
                     name = src.input[0]
                 else:
                     return labels[::-1]
+            elif self.constant(name) and any(name.endswith("_" + f) for f in _FOLDED):
+                # a packed weight (onnx_ops/packed.py): a decode chain on initializers only,
+                # ending in the tensor named like the folded initializer it replaces
+                labels.append(next(f for f in _FOLDED if name.endswith("_" + f)))
+                return labels[::-1]
             elif node.op_type == "Cast" and self._attr(node, "to") == TensorProto.FLOAT:
                 src = self.producer.get(node.input[0])
                 if src is not None and src.op_type == "Cast" and self._attr(src, "to") in _FLOAT_NAMES:
@@ -71,6 +76,42 @@ class GraphIndex:
             else:
                 return labels[::-1]
 
+    def constant(self, tensor: str) -> bool:
+        """Whether ``tensor`` is computed from initializers only (no graph input upstream)."""
+        seen, todo = set(), [tensor]
+        while todo:
+            name = todo.pop()
+            if name in seen or not name:
+                continue
+            seen.add(name)
+            node = self.producer.get(name)
+            if node is None:
+                if name not in self.inits:
+                    return False
+                continue
+            todo.extend(node.input)
+        return True
+
+    def constant_value(self, tensor: str):
+        """The value of a tensor computed from initializers only, evaluated by onnxruntime."""
+        import onnxruntime as ort
+
+        nodes, seen, todo = [], set(), [tensor]
+        while todo:
+            name = todo.pop()
+            node = self.producer.get(name)
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            nodes.append(node)
+            todo.extend(node.input)
+        order = [n for n in self.model.graph.node if id(n) in seen]
+        used = {i for n in order for i in n.input}
+        graph = onnx.helper.make_graph(order, "constant", [], [onnx.helper.make_empty_tensor_value_info(tensor)],
+                                       initializer=[t for n, t in self.inits.items() if n in used])
+        model = onnx.helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+
     def input_chain(self, node_name: str, index: int) -> list[str]:
         return self.chain(self.nodes[node_name].input[index])
 
@@ -80,4 +121,6 @@ class GraphIndex:
         node = self.producer.get(name)
         if node is None:
             return numpy_helper.to_array(self.inits[name]) if name in self.inits else None
+        if self.constant(name) and self.chain(name):  # a packed weight: decode it
+            return self.constant_value(name)
         return None

@@ -143,7 +143,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sessions",),
     ("calibration",),
     ("analysis",),
-    ("pipeline",),
+    ("pipeline", "weight_only"),  # weight_only: the second, lighter pipeline (LLM weights)
     ("algorithms", "conversion"),
     ("api",),
     ("compat",),

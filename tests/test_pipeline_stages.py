@@ -13,10 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.calibration.collectors import MinMaxCollector
-from onnxptq.config.schema import ConfigError, QuantConfig, make_tensor_quant
+from onnxptq.config.schema import QuantConfig, make_tensor_quant
 from onnxptq.pipeline.emit import emit
 from onnxptq.pipeline.plan import make_plan
-from onnxptq.errors import ScaleOverflowError
+from onnxptq.errors import ScaleOverflowError, UnknownNameError
+from onnxptq.graph.check import check_config_names
 from onnxptq.pipeline.solve import CalibrationMissingError, solve
 
 
@@ -89,8 +90,9 @@ def test_plan_exclusion_by_name_and_by_pattern():
 def test_plan_op_type_restriction_and_unknown_node_names():
     only_conv = make_plan(conv_relu_concat(), int8_config(True, op_types=("Conv",)))
     assert "concat" in only_conv.skipped_nodes and "y" not in only_conv.tensors
-    with pytest.raises(ConfigError, match="conv_c"):
-        make_plan(conv_relu_concat(), int8_config(True, nodes_to_quantize=("conv_c",)))
+    # Names are checked once, before any stage runs (graph.check.check_config_names), not by the plan.
+    with pytest.raises(UnknownNameError, match="conv_c"):
+        check_config_names(int8_config(True, nodes_to_quantize=("conv_c",)), conv_relu_concat())
 
 
 def test_plan_does_not_change_the_model_it_reads():

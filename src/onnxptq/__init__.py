@@ -23,6 +23,9 @@ _LAZY = {
     "L2Target": ("algorithms.mixed_precision", "L2Target"),
     "Top1Target": ("algorithms.mixed_precision", "Top1Target"),
     "AutoMixedPrecisionOptions": ("config.schema", "AutoMixedPrecisionOptions"),
+    # weight-only (LLM) quantization: onnxptq.weight_only
+    "quantize_weights": ("weight_only.api", "quantize_weights"),
+    "WeightOnlyResult": ("weight_only.api", "WeightOnlyResult"),
 }
 
 

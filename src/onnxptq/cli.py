@@ -17,9 +17,11 @@ from .errors import OnnxptqError
 #: Modules that provide subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "onnxptq.commands.quantize",
+    "onnxptq.commands.quantize_weights",
     "onnxptq.commands.inspect",
     "onnxptq.commands.convert",
     "onnxptq.commands.evaluate",
+    "onnxptq.commands.evaluate_lm",
     "onnxptq.commands.infer",
     "onnxptq.commands.report",
 )

@@ -30,7 +30,7 @@ import logging
 import os
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -126,6 +126,7 @@ def open_session(
     log_severity: int = 3,
     custom_op_libraries: Sequence[str | os.PathLike] = (),
     optimized_model_path: str | os.PathLike | None = None,
+    config: Mapping[str, str] | None = None,
 ) -> Any:
     """An ``InferenceSession`` on ``model`` (a ``ModelProto`` or a path).
 
@@ -143,6 +144,8 @@ def open_session(
             (:func:`custom_op_libraries`): models with nodes of a custom domain can then be run;
             what we emit never needs one.
         optimized_model_path: where onnxruntime writes the graph it actually runs (the runtime view).
+        config: session configuration entries (``add_session_config_entry``), e.g.
+            ``{"session.qdq_matmulnbits_accuracy_level": "1"}``.
     """
     import onnxruntime as ort
 
@@ -160,6 +163,8 @@ def open_session(
     if priority_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     register(options, custom_op_libraries)
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(str(key), str(value))
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
     folder = external.active_dir()

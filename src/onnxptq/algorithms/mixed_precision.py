@@ -650,7 +650,8 @@ class _Evaluator:
         cfg = self.config_for(frozenset())
         plan = Plan(tensors=plan_tensors, nodes=self.high_plan.nodes)
         return emit(model, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
-                    bf16_qdq_to_cast=cfg.bf16_qdq_to_cast)
+                    bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, pack_weights=cfg.pack_weights,
+                    weight_runtime=cfg.weight_runtime)
 
     def _score_outputs(self, outputs: list[np.ndarray]) -> float:
         return self.target.score(self.reference, outputs)

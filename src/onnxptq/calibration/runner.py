@@ -152,7 +152,11 @@ def augment_model(
 
 #: Most feeds one calibration run carries (see :func:`collect`), and the most input bytes.
 MAX_GROUP = 8
-_GROUP_BYTES = 8 * 2**20  # activation memory grows with the group: large inputs run alone
+#: Input bytes a group carries at most. A CNN's activations are ~100x its input (PP-OCRv4 rec,
+#: 184 KiB a line: peak RSS of calibration 297 MiB one or two lines a run, 332 at four, 414 at
+#: eight, with no CPU saved on a loaded machine; bench/RESULTS.md, issue 26), so groups stay
+#: small for image models (rec: 2 lines) and reach MAX_GROUP only for small inputs.
+_GROUP_BYTES = 512 * 2**10
 
 
 class _Runs:

@@ -29,6 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quantize-postprocessing", action="store_true",
                    help="also quantize the decode arithmetic after the last weighted layer (Sigmoid, Softmax, "
                         "Concat, Mul/Add by constants, ...), which stays float by default")
+    p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="store folded weights in their format's bytes, decoded by ops onnxruntime folds at load "
+                        "(default on); --no-pack-weights keeps one plain fp32 initializer per weight")
+    p.add_argument("--weight-runtime", choices=("exact", "matmulnbits"), default=None,
+                   help="matmulnbits: MXINT8 MatMul weights as blocked int8 DequantizeLinear, fused by onnxruntime into "
+                        "MatMulNBits (int8 activation arithmetic; session.qdq_matmulnbits_accuracy_level=1 for float)")
     p.add_argument("--range-guard", action=argparse.BooleanOptionalAction, default=None,
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
@@ -62,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(runtime=args.runtime, calibration=calibration)
     if args.quantize_postprocessing:
         config = config.replace(quantize_postprocessing=True)
+    if args.pack_weights is not None:
+        config = config.replace(pack_weights=args.pack_weights)
+    if args.weight_runtime is not None:
+        config = config.replace(weight_runtime=args.weight_runtime)
     if args.range_guard is not None:
         config = config.replace(range_guard=args.range_guard)
     if args.repair is not None:

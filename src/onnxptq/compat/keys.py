@@ -105,6 +105,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         # §2.3 Q/DQ management
         _h("AddQDQPairToWeight", "True: runtime quantizer on every weight (fold_weights/store_int_weights False)"),
         _x("DedicatedQDQPair", "one Q/DQ pair per consumer of a tensor", False),
+        _h("PackWeights", "onnxptq's own key, not the reference tool's: False stores folded weights as plain fp32 "
+                          "initializers instead of packed bytes + decode ops (QuantConfig.pack_weights)"),
         _h("TargetRuntime", "onnxptq's own key, not the reference tool's: 'cpu' (absent: onnxruntime CPU placement) "
                             "or 'npu' (Q/DQ on every quantizable op, per-channel depthwise inputs) (QuantConfig.runtime)"),
         _x("QDQOpTypePerChannelSupportToAxis", "per-op-type per-channel axis", {}, None),
@@ -205,10 +207,10 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _n("NodesWithMixedPrecision", "the reference tool's internal bookkeeping; we derive precision boundaries ourselves"),
         _h("AutoMixprecision", "layer-wise TargetOpType + TargetQuantType (QuantConfig.op_type_overrides); automatic keys not implemented"),
         # §2.11 LLM weight-only
-        _x("UseMatMulNBits", "MatMulNBits 4-bit weights", False),
-        _x("MatMulNBitsParams", "MatMulNBits settings"),
-        _x("UseGPTQ", "GPTQ", False),
-        _x("GPTQParams", "GPTQ settings"),
+        _h("UseMatMulNBits", "weight-only MatMulNBits blocks (onnxptq.quantize_weights, form='matmulnbits')"),
+        _h("MatMulNBitsParams", "GroupSize/Symmetric/Bits/AccuracyLevel/Algorithm DEFAULT|GPTQ|HQQ of UseMatMulNBits"),
+        _h("UseGPTQ", "weight-only GPTQ (onnxptq.quantize_weights, method='gptq'; GroupSize -1 becomes blocks of 128)"),
+        _h("GPTQParams", "Bits/GroupSize/PercDamp/ActOrder/WeightSymmetric of UseGPTQ (MSE not implemented; BlockSize is speed only)"),
         # §2.12 algorithms
         _h("CLESteps", f"{_CLE} rounds, -1 until converged (EqualizationOptions.steps)"),
         _h("CLEBalanceMethod", f"{_CLE} balance: 'max' only, as in the method (EqualizationOptions.balance_method)"),

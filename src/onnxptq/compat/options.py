@@ -91,6 +91,8 @@ class RunOptions:
     debug_mode: bool = False
     print_summary: bool = True
     ignore_warnings: bool = True
+    #: quantize_weights keyword arguments when UseMatMulNBits / UseGPTQ ask for weight-only
+    weight_only: dict[str, Any] | None = None
 
 
 __doc__ = (__doc__ or "") + "\nextra_options keys\n==================\n\n" + options_table() + "\n"
@@ -494,6 +496,8 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
     if "AddQDQPairToWeight" in extra:
         runtime_q = _bool(extra, "AddQDQPairToWeight", False)
         kwargs.update(fold_weights=not runtime_q, store_int_weights=not runtime_q)
+    if "PackWeights" in extra:
+        kwargs["pack_weights"] = _bool(extra, "PackWeights", True)
 
     # BF16QDQToCast only means something when BF16 is used; otherwise the schema default stands, so
     # configs that never touch BF16 compare equal regardless of the key.
@@ -578,8 +582,23 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         debug_mode=bool(_setting(cfg, "debug_mode", extra)),
         print_summary=bool(_setting(cfg, "print_summary", extra)),
         ignore_warnings=bool(_setting(cfg, "ignore_warnings", extra)),
+        weight_only=_weight_only(extra),
     )
     return config, run
+
+
+def _weight_only(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """The weight-only request of UseMatMulNBits / UseGPTQ (see :mod:`onnxptq.compat.weight_only`);
+    their parameter dicts alone are checked and, with neither switch on, warned about."""
+    from . import weight_only
+
+    if weight_only.requested(extra):
+        return weight_only.weight_only_kwargs(extra)
+    for key, switch in (("MatMulNBitsParams", "UseMatMulNBits"), ("GPTQParams", "UseGPTQ")):
+        if key in extra:
+            weight_only.weight_only_kwargs({switch: True, **extra})  # the values are checked all the same
+            log.warning("extra_options[%r] is given but %s is not True; it has no effect", key, switch)
+    return None
 
 
 #: CLE keys -> EqualizationOptions fields

@@ -93,6 +93,9 @@ class ModelQuantizer:
             names = ", ".join(type(a).__name__ for a in algorithms)
             raise NotImplementedError(f"quantize_model argument 'algorithms' ({names}) is not implemented yet")
         config, run = self._translate()
+        if run.weight_only is not None:
+            return self._quantize_weights(model_input, model_output, run.weight_only,
+                                          calibration_data_reader if calibration_data_reader is not None else calibration_data_path)
 
         if isinstance(model_input, (str, os.PathLike)):
             if not Path(model_input).exists():
@@ -135,3 +138,13 @@ class ModelQuantizer:
             if run.print_summary:
                 log.info("quantized model:\n%s", _summary(result.model))
         return result.model if model_output is None else None
+
+    def _quantize_weights(self, model_input: Any, model_output: Any, kwargs: dict[str, Any], data: Any) -> onnx.ModelProto | None:
+        """``UseMatMulNBits`` / ``UseGPTQ``: the weight-only pipeline (see :mod:`onnxptq.compat.weight_only`)."""
+        from ..weight_only.api import quantize_weights
+
+        if kwargs["method"] not in ("gptq", "awq"):
+            data = None  # the reference skips calibration for RTN/HQQ MatMulNBits
+        result = quantize_weights(model_input, model_output, data=data, **kwargs)
+        return result.model if model_output is None else None
+

@@ -411,6 +411,17 @@ class QuantConfig:
     #: weights in float formats (bf16/bfp/mx/fp8) are fake-quantized once at quantize time,
     #: leaving no runtime op; False keeps a runtime quantizer node on each weight.
     fold_weights: bool = True
+    #: folded weights are stored in their format's own bytes (16-bit + Cast, block codes + E8M0
+    #: exponent bytes, sub-byte codes + a small table) and decoded by standard ops that
+    #: onnxruntime constant-folds at load (onnx_ops/packed.py): bit-identical values, a file
+    #: 0.2-0.5x the fp32 one. False keeps one plain fp32 initializer per weight (no decode nodes).
+    pack_weights: bool = True
+    #: ``"matmulnbits"``: MXINT8 weights of MatMuls (blocks along K) are stored as int8 + a blocked
+    #: DequantizeLinear (power-of-two float scales), which onnxruntime's CPU provider fuses with
+    #: the MatMul into MatMulNBits: int8-activation arithmetic, much faster, no longer exact
+    #: (session option ``session.qdq_matmulnbits_accuracy_level=1`` keeps float arithmetic,
+    #: slowly). ``"exact"``: the weights decode to float and the MatMul runs in float.
+    weight_runtime: Literal["exact", "matmulnbits"] = "exact"
     #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
     store_int_weights: bool = True
     bf16_qdq_to_cast: bool = True

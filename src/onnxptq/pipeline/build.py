@@ -64,5 +64,6 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> Built:
         weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
         timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
-                     bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu)
+                     bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
+                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime)
     return Built(plan, params, quantized, timings)

@@ -78,6 +78,10 @@ class _Builder:
         #: tensor names and node names are separate ONNX namespaces, so two pools
         self.fresh = tensors
         self.node_names = FreshNames(taken=(n.name for n in index.nodes() if n.name))
+        #: packs folded weights (onnx_ops/packed.py) when pack_weights is on
+        self.packer: Any = None
+        #: MatMul weights emitted as blocked int8 DequantizeLinear (weight_runtime="matmulnbits")
+        self.matmul_b: set[str] = set()
 
     def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
         for init in frag.initializers:
@@ -97,7 +101,8 @@ class _Builder:
 
 
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
-         store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False) -> onnx.ModelProto:
+         store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False,
+         pack_weights: bool = True, weight_runtime: str = "exact") -> onnx.ModelProto:
     """Return a copy of ``model`` with every planned tensor quantized as the plan says.
 
     ``fold_relu``: a Relu whose output is quantized on an asymmetric integer grid starting at 0
@@ -134,6 +139,14 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
 
     # DualQuantNodes: (consumer node, tensor) -> the value after the producer-side quantizer.
     node_replacement: dict[tuple[str, str], str] = {}
+    # --- packed weights (issue 26): folded float-format weights stored in their low-precision bytes
+    if pack_weights and fold_weights:
+        from ..onnx_ops.packed import WeightPacker
+
+        b.packer = WeightPacker(b.opset, b.fresh)
+    if weight_runtime == "matmulnbits":  # MXINT8 MatMul weights as blocked int8 DQ (MatMulNBits)
+        b.matmul_b = {n.input[1] for n in index.nodes() if n.op_type == "MatMul" and len(n.input) > 1}
+    # --- end packed weights
     folded_relus = _foldable_relus([s.graph for s in index.scopes], plan, params) if fold_relu else {}
     removed_nodes = {relu.name for relu in folded_relus.values()}
 
@@ -141,7 +154,8 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         name = tplan.name
         tparams = params.get(name)
         if tplan.role in ("weight", "bias") and name in b.initializers:
-            nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement)
+            nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement,
+                                   main=index.home.get(name, index.main) is index.main)
             inserts.setdefault(at(name), []).extend(nodes)
             continue
         source = name
@@ -178,6 +192,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             node_replacement.update({(consumer, name): target for consumer in tplan.consumers})
         elif name not in graph_outputs:
             replacement[name] = target
+
+    if b.packer is not None:  # the packed weights' shared decoders go first in the main graph
+        top = inserts.setdefault(_top(index.main), [])
+        top[:0] = b.absorb(b.packer.finish())
 
     # Rename producers of quantized graph outputs, then rewire consumers to the quantized values,
     # in every graph (names are unique across scopes). Innermost bodies first: replacing a
@@ -230,6 +248,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             f"a quantizer needs opset {b.min_opset} but the prepared model has opset {b.opset}; "
             "prepare the model at that opset (QuantConfig.opset)"
         )
+    # --- issue 26: BF16 Cast pairs on tensors that are bfloat16-exact by construction (bit-exact)
+    from ..graph.passes.drop_exact_casts import drop_exact_bf16_casts
+
+    drop_exact_bf16_casts(out)
+    # --- end
     return out
 
 
@@ -287,7 +310,7 @@ def fake_quantize_in_slices(values: np.ndarray, fmt: str, attrs: dict[str, Any])
 
 
 def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,
-                   replacement: dict[str, str]) -> list[onnx.NodeProto]:
+                   replacement: dict[str, str], main: bool = True) -> list[onnx.NodeProto]:
     """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
     name = tplan.name
     tensor = b.initializers[name]
@@ -316,6 +339,20 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         return b.absorb(frag)
     if fold:
         folded = fake_quantize_in_slices(values, quant.format, attrs)
+        if name in b.matmul_b and quant.format == "mx":
+            from ..onnx_ops.packed import mxint8_as_dequantize
+
+            target = b.fresh(f"{name}_DequantizeLinear_Output")
+            frag = mxint8_as_dequantize(name, values, np.asarray(folded, values.dtype), attrs, target, b.fresh, b.opset)
+            if frag is not None:
+                replacement[name] = target
+                return b.absorb(frag)
+        if b.packer is not None and main:  # packed storage, decoded by folded standard ops
+            target = b.fresh(f"{name}_{quant.format}")
+            frag = b.packer.add(name, values, np.asarray(folded, dtype=values.dtype), quant.format, attrs, target)
+            if frag is not None:
+                replacement[name] = target
+                return b.absorb(frag)
         new_name = b.fresh(f"{name}_{quant.format}")
         b.initializers[new_name] = store(np.asarray(folded, dtype=values.dtype), new_name)
         replacement[name] = new_name

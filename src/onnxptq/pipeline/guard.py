@@ -4,7 +4,9 @@ Between calibration and solve, every activation about to be quantized with one s
 whole tensor (per-tensor integer) or with one exponent per block running across channels (BFP,
 MX) is checked on the calibration samples kept in memory: the planned quantizer is simulated
 with the format's NumPy reference and the signal-to-noise ratio of every channel along the axis
-that shares it is measured. Where a group of channels that carry signal in float (at least
+that shares it is measured, on a block-aligned subsample of each tensor's positions
+(:mod:`.subsample`: every channel, at most ``MAX_ELEMENTS`` values, no block cut) so the cost
+stays bounded on large feature maps. Where a group of channels that carry signal in float (at least
 ``MISMATCH_FRACTION`` of them: a mismatch of ranges, not a stray small channel) comes out below
 ``QuantConfig.range_guard_sqnr_db`` the sharing goes, by one of three actions chosen per case:
 
@@ -31,7 +33,7 @@ import logging
 import threading
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -42,6 +44,7 @@ from ..sessions import open_session
 from ..graph.ops import PASS_THROUGH
 from .plan import Plan, TensorPlan
 from .solve import share_root, shared_activation_params
+from .subsample import MAX_ELEMENTS, RUN, subsample, thin_in_graph
 
 log = logging.getLogger(__name__)
 
@@ -141,23 +144,59 @@ def _candidates(model: onnx.ModelProto, plan: Plan) -> list[TensorPlan]:
     return out
 
 
-def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]]
-                   ) -> dict[str, np.ndarray]:
-    """The float values of ``names`` on ``samples``, concatenated on the first axis."""
+def _measured_axes(t: TensorPlan) -> frozenset[int]:
+    """The axes the guard may measure ``t`` along (any rank; negative counts from the end), kept
+    whole when the values are thinned: a block format's block axis (the other block axes it tries
+    are measured along that one too), an integer quantizer's channel and last axes (as
+    :func:`_shared_axes`)."""
+    if t.quant.format in ("bfp", "mx") and t.axis is not None:
+        return frozenset({t.axis})
+    return frozenset({1, -1})
+
+
+def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]],
+                   protect: Mapping[str, Collection[int]] | None = None, run: int = 1) -> dict[str, np.ndarray]:
+    """The float values of ``names`` on ``samples``, concatenated on the first axis; each sample's
+    value thinned by :func:`~.subsample.subsample` right after its run (``protect``: per name, the
+    axes kept whole, default the channel and last axes; ``run``: its run length), so no more
+    than the measured part of one sample's activations outlives its run."""
     graph_outputs = {o.name for o in model.graph.output}
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(model.graph.value_info) + list(model.graph.output)}
+    infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in infos}
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in infos if vi.type.tensor_type.HasField("shape")}
+    keep = {name: (protect or {}).get(name, (1, -1)) for name in names}
+    fetched: dict[str, str] = {}
+    after: dict[str, list[onnx.NodeProto]] = {}
     for name in names:
-        if name not in graph_outputs:
-            copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
-    session = open_session(copy)
+        # Single positions are thinned inside onnxruntime first (subsample.thin_in_graph), so the
+        # whole tensors are never outputs; block runs (flagged tensors only) are fetched whole.
+        fetched[name], nodes = thin_in_graph(copy.graph, name, ranks[name], keep[name]) if run == 1 and name in ranks else (name, [])
+        after[name] = nodes
+        if fetched[name] not in graph_outputs:
+            copy.graph.output.append(onnx.helper.make_tensor_value_info(fetched[name], types.get(name, onnx.TensorProto.FLOAT), None))
+    if any(after.values()):
+        order = [n for i in copy.graph.input for n in after.get(i.name, ())]
+        for node in copy.graph.node:
+            order.append(node)
+            order.extend(n for o in node.output for n in after.get(o, ()))
+        del copy.graph.node[:]
+        copy.graph.node.extend(order)
+    # Priority-based order frees each whole tensor once its thinning ran (the default order kept
+    # them alive: an 800x608 detector's guard run peaked at 1.15 GB); no spinning, as calibration;
+    # basic optimisation: no NCHWc weight copies for a session run four times (PP-OCRv4 rec: the
+    # guard's session added 48 MiB at "all", 30 at "basic"; the values differ in rounding only).
+    session = open_session(copy, optimization="basic", priority_order=True, spinning=False, memory_arena=False)
+    del copy
     feeds_names = {i.name for i in session.get_inputs()}
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    budget = max(1, MAX_ELEMENTS // max(1, len(samples)))
     for feed in samples:
-        values = session.run(list(names), {k: v for k, v in feed.items() if k in feeds_names})
-        for name, value in zip(names, values):
-            parts[name].append(np.asarray(value))
+        values = session.run([fetched[n] for n in names], {k: v for k, v in feed.items() if k in feeds_names})
+        for i, name in enumerate(names):
+            parts[name].append(subsample(np.asarray(values[i]), keep[name], budget, run))
+            values[i] = None  # the full tensor goes as soon as its part is taken
     out = {}
     for name, chunks in parts.items():
         try:
@@ -177,22 +216,38 @@ class GuardValues:
     session run (with the tensors added as outputs), so they are fetched once per missing batch of
     names, and the per-tensor checks (a pure function of the tensor, its quantizer and its scale)
     are remembered. Thread-safe: the search plans candidates on a thread pool.
+
+    Values are thinned subsamples (:mod:`.subsample`), in two forms: single positions for the
+    first check of every candidate (:meth:`get`), and block-aligned runs for the other block axes
+    tried on flagged tensors only (:meth:`get_runs`).
     """
 
     def __init__(self, model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
         self.model = model
         self.samples = list(samples)[:MAX_SAMPLES]
-        self._values: dict[str, np.ndarray] = {}
+        #: by form (1: single positions, RUN: block runs), per name: the value and the axes it kept whole
+        self._values: dict[int, dict[str, tuple[np.ndarray, frozenset[int]]]] = {1: {}, RUN: {}}
         self._lock = threading.Lock()
         #: check results by (tensor, quantizer, scale, block axis, axes)
         self.checks: dict[tuple, GuardDecision | None] = {}
 
-    def get(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+    def get(self, names: Sequence[str], protect: Mapping[str, Collection[int]] | None = None, *,
+            run: int = 1) -> dict[str, np.ndarray]:
+        """Values of ``names``, thinned with ``protect[name]`` (default: channel and last axis)
+        kept whole; a value fetched before with fewer axes kept whole is fetched again."""
+        wanted = {n: frozenset((protect or {}).get(n, (1, -1))) for n in names}
+        cache = self._values[run]
         with self._lock:
-            missing = [n for n in dict.fromkeys(names) if n not in self._values]
+            missing = [n for n in dict.fromkeys(names) if n not in cache or not wanted[n] <= cache[n][1]]
             if missing:
-                self._values.update(_tensor_values(self.model, missing, self.samples))
-        return {n: self._values[n] for n in names if n in self._values}
+                wider = {n: wanted[n] | (cache[n][1] if n in cache else frozenset()) for n in missing}
+                fetched = _tensor_values(self.model, missing, self.samples, wider, run)
+                cache.update({n: (v, wider[n]) for n, v in fetched.items()})
+        return {n: cache[n][0] for n in names if n in cache}
+
+    def get_runs(self, names: Sequence[str], protect: Mapping[str, Collection[int]] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`get` with whole blocks along every thinned axis (for blocks along another axis)."""
+        return self.get(names, protect, run=RUN)
 
 
 def _key(a: Any) -> Any:
@@ -206,8 +261,11 @@ class _Checker:
     """Measures one tensor under one quantizer: the worst channel along each shared axis."""
 
     def __init__(self, plan: Plan, stats: Mapping[str, Any], values: Mapping[str, np.ndarray], bound_db: float,
-                 memo: dict[tuple, GuardDecision | None] | None = None, moving_average: bool = False) -> None:
+                 memo: dict[tuple, GuardDecision | None] | None = None, moving_average: bool = False,
+                 runs: Mapping[str, np.ndarray] | None = None) -> None:
         self.plan, self.stats, self.values, self.bound_db = plan, stats, values, bound_db
+        #: block-aligned subsamples (``GuardValues.get_runs``), for checks with another block axis
+        self.runs = runs if runs is not None else {}
         self.moving_average = moving_average
         self.memo = memo if memo is not None else {}
 
@@ -224,14 +282,14 @@ class _Checker:
     def check(self, t: TensorPlan, block_axis: int | None = None, axes: Sequence[int] | None = None) -> GuardDecision | None:
         """A decision skeleton when some live channel along ``axes`` (default: the axes the
         quantizer shares along) falls below the bound, else None."""
-        x = self.values.get(t.name)
+        x = (self.runs if block_axis is not None else self.values).get(t.name)
         if x is None or x.ndim < 2 or x.size == 0 or not np.all(np.isfinite(x)):
             return None
         if t.quant.is_integer and t.name not in self.stats and self.root(t).name not in self.stats:
             return None
         params = self.params(t)
         axes = list(axes if axes is not None else _shared_axes(t, x.ndim))
-        key = (t.name, t.quant, t.axis, block_axis, tuple(axes), self.bound_db,
+        key = (t.name, x.shape, t.quant, t.axis, block_axis, tuple(axes), self.bound_db,
                _key(getattr(params, "scale", None)), _key(getattr(params, "zero_point", None)))
         if key not in self.memo:
             self.memo[key] = self._measure(t, x, params, block_axis, axes)
@@ -299,10 +357,16 @@ def apply_range_guard(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, An
         return []
     if values is None:
         values = GuardValues(model, samples)
-    checker = _Checker(plan, stats, values.get([t.name for t in candidates]), config.range_guard_sqnr_db, values.checks,
+    fetched = values.get([t.name for t in candidates], {t.name: _measured_axes(t) for t in candidates})
+    checker = _Checker(plan, stats, fetched, config.range_guard_sqnr_db, values.checks,
                        moving_average=config.calibration.moving_average)
     decisions: list[GuardDecision] = []
     flagged = {t.name: d for t in candidates if (d := checker.check(t)) is not None}
+    # Blocks along another axis are tried on flagged block-format tensors only: their values with
+    # whole blocks along every thinned axis are fetched for them alone (one more float run).
+    retry = [plan.tensors[n] for n in flagged if plan.tensors[n].quant.format in ("bfp", "mx")]
+    if retry:
+        checker.runs = values.get_runs([t.name for t in retry], {t.name: _measured_axes(t) for t in retry})
     # Concat outputs first: splitting one gives its inputs their own scales, which may cure them.
     order = sorted(flagged, key=lambda n: _concat_inputs(model, plan, plan.tensors[n]) is None)
     for name in order:
@@ -342,7 +406,7 @@ def _decide(model: onnx.ModelProto, plan: Plan, checker: _Checker, t: TensorPlan
         d.inputs = tuple(inputs)
         d.action, d.detail = "split", f"inputs {', '.join(inputs)} keep their own quantizers; the Concat output stays float"
         return d
-    x = checker.values[t.name]
+    x = checker.runs.get(t.name, checker.values[t.name])
     if t.quant.format in ("bfp", "mx"):
         # Never along axis 0: for NCHW and [N, C] tensors that is the batch, and a block across
         # samples would make one sample's values depend on the others in its batch.

@@ -1,0 +1,316 @@
+"""The issue-27 zoo: every preset, with its defaults, on every zoo model (``testkit.zoo``).
+
+For each (model, preset) pair, in a forked child process with a wall-clock limit
+(``--timeout``, default 600 s):
+
+* ``onnxptq.quantize(model, preset, data=<calibration feeds>, output=<tmp>.onnx)`` with no
+  other option (a new user's call); **quantize s** is its wall time;
+* the saved model and the float model are run on HELD-OUT feeds (another seed: other images,
+  clips, files, sentences) with onnxruntime CPU sessions of 1 thread;
+* **agreement**: the model's task metric vs float (``ZooModel.metric_name``); **floor**: 0.97 for
+  BF16/FP16/A16W8/BFP16/MX9/MXINT8, 0.95 for A8W8/MXFP8_E4M3 (issue 27's "Must show");
+* **cosine**: the worst graph output's cosine vs float, all held-out feeds pooled;
+* **latency ×**: 1-thread time of the quantized model / the float model's over the held-out
+  feeds (the first 4, interleaved, best of 2 passes);
+* **size ×**: the saved file (plus external data) / the float model's;
+* **repair kept**: what the accuracy-floor repair kept at higher precision, read from the result
+  (``result.repair`` / ``result.plan.repair`` when the library has them), else "-";
+* exceptions are caught in the child and recorded as ``Type: first line``; a child that passes
+  the limit is killed and recorded as ``timeout``; a child that dies is recorded with its exit code.
+
+Results go to ``bench/RESULTS_zoo.json`` (rewritten after every pair, so a partial run keeps
+what it measured) and, as one table, to the "Zoo (issue 27)" section of ``bench/RESULTS.md``.
+
+    PYTHONPATH=src:. python bench/zoo.py                       # everything
+    PYTHONPATH=src:. python bench/zoo.py --models magika,lac --presets A8W8,BF16
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import _common  # noqa: F401,E402 - the repository root (testkit/) on sys.path
+
+from testkit import zoo  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+PRESETS = ("BF16", "FP16", "A16W8", "A8W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3")
+FLOORS = {"BF16": 0.97, "FP16": 0.97, "A16W8": 0.97, "BFP16": 0.97, "MX9": 0.97, "MXINT8": 0.97,
+          "A8W8": 0.95, "MXFP8_E4M3": 0.95}
+SECTION = "## Zoo (issue 27)"
+
+
+def floor(preset: str) -> float:
+    return FLOORS.get(preset, 0.95)
+
+
+def _file_size(path: Path) -> int:
+    """The model file plus any external-data files beside it that it names."""
+    import onnx
+
+    size = path.stat().st_size
+    model = onnx.load(str(path), load_external_data=False)
+    seen = set()
+    for t in model.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location" and e.value not in seen:
+                seen.add(e.value)
+                size += (path.parent / e.value).stat().st_size
+    return size
+
+
+def _memo(run, feeds):
+    """``run`` with its outputs on the held-out feeds kept: the metric, the cosine and nothing
+    else then share one inference per feed (other inputs, e.g. a streaming state, still run)."""
+    index = {id(f): i for i, f in enumerate(feeds)}
+    cache: dict[int, list] = {}
+
+    def memo(feed):
+        i = index.get(id(feed))
+        if i is None or feeds[i] is not feed:
+            return run(feed)
+        if i not in cache:
+            cache[i] = run(feed)
+        return cache[i]
+
+    return memo
+
+
+def _latency_ratio(ref, test, feeds, passes: int = 2) -> float:
+    best_ref = best_test = float("inf")
+    for _ in range(passes):
+        t_ref = t_test = 0.0
+        for feed in feeds:
+            t0 = time.perf_counter()
+            ref(feed)
+            t1 = time.perf_counter()
+            test(feed)
+            t2 = time.perf_counter()
+            t_ref, t_test = t_ref + t1 - t0, t_test + t2 - t1
+        best_ref, best_test = min(best_ref, t_ref), min(best_test, t_test)
+    return best_test / best_ref
+
+
+def _repair_kept(result) -> str:
+    """What the accuracy-floor repair kept, if this version of the library reports it."""
+    rep = getattr(result, "repair", None)
+    if isinstance(rep, dict) and "kept_float" in rep:
+        names, ops = list(rep["kept_float"]), rep.get("op_types", {})
+        if not names:
+            return "nothing kept"
+        shown = ", ".join(f"{n} ({ops.get(n, '?')})" for n in names[:5])
+        return f"{len(names)} float: {shown}{' …' if len(names) > 5 else ''}"
+    for owner in (result, getattr(result, "plan", None)):
+        for attr in ("repair", "repaired", "repair_kept", "kept_nodes"):
+            value = getattr(owner, attr, None) if owner is not None else None
+            if value:
+                if isinstance(value, dict):
+                    return "; ".join(f"{k}: {v}" for k, v in value.items())[:300]
+                if isinstance(value, (list, tuple, set)):
+                    return ", ".join(map(str, value))[:300]
+                return str(value)[:300]
+    return "-"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
+
+
+def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) -> dict:
+    """Quantize one model with one preset and measure it (runs in the child)."""
+    import logging
+
+    import onnxptq
+
+    logging.basicConfig(level=logging.WARNING)
+    row: dict = {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset),
+                 "library": os.environ.get("ZOO_LIBRARY", "")}
+    root = model.root()
+    ref_run = zoo.session_runner(model.path())
+    ref = _memo(ref_run, heldout)
+    output = out_dir / f"{model.name}.{preset}.onnx"
+    t0 = time.perf_counter()
+    try:
+        result = onnxptq.quantize(str(model.path()), preset, data=list(calib), output=str(output))
+    except Exception as exc:  # recorded, never fatal
+        row.update(status="exception", error=_first_line(exc), quantize_s=round(time.perf_counter() - t0, 2),
+                   trace=traceback.format_exc()[-2000:])
+        return row
+    row["quantize_s"] = round(time.perf_counter() - t0, 2)
+    row["repair"] = _repair_kept(result)
+    try:
+        row["summary_cosine"] = min((m.get("cosine", float("nan")) for m in result.metrics.values()), default=None)
+        test_run = zoo.session_runner(output)
+        test = _memo(test_run, heldout)
+        row["agreement"] = round(float(model.metric(ref, test, heldout, root)), 4)
+        row["cosine"] = round(float(zoo.output_cosine(ref, test, heldout)), 6)
+        row["latency_ratio"] = round(_latency_ratio(ref_run, test_run, heldout[: min(len(heldout), 4)]), 3)
+        row["size_ratio"] = round(_file_size(output) / _file_size(model.path()), 3)
+        row["status"] = "ok" if row["agreement"] >= floor(preset) else "below floor"
+    except Exception as exc:
+        row.update(status="exception", error="evaluating: " + _first_line(exc), trace=traceback.format_exc()[-2000:])
+    return row
+
+
+def _child(model_name, preset, calib, heldout, out_dir, queue):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        queue.put(run_pair(zoo.get(model_name), preset, calib, heldout, Path(out_dir)))
+    except BaseException as exc:  # noqa: BLE001 - the parent must always get a row
+        queue.put({"model": model_name, "preset": preset, "status": "exception", "error": _first_line(exc)})
+
+
+def run_isolated(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path, timeout: float) -> dict:
+    ctx = mp.get_context("fork")  # the feeds reach the child without pickling
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(model.name, preset, calib, heldout, str(out_dir), queue))
+    t0 = time.perf_counter()
+    proc.start()
+    row = None
+    while proc.is_alive() and time.perf_counter() - t0 < timeout:
+        try:
+            row = queue.get(timeout=1.0)
+            break
+        except Exception:
+            continue
+    if row is None:
+        try:
+            row = queue.get(timeout=2.0)
+        except Exception:
+            row = None
+    if proc.is_alive() and row is None:
+        proc.kill()
+        proc.join()
+        return {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset),
+                "status": "timeout", "error": f"timeout: no result within {timeout:.0f} s"}
+    proc.join(timeout=30)
+    if row is None:
+        return {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset),
+                "status": "crashed", "error": f"child exited with code {proc.exitcode}"}
+    return row
+
+
+def _fmt(v, spec=".3f") -> str:
+    return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) else str(v)
+
+
+def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
+    lines = [SECTION, "",
+             f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
+             f"({os.cpu_count()} cores, shared), onnxruntime CPU, with:", "", f"    {command}", "",
+             "Every preset with its defaults (`onnxptq.quantize(model, preset, data=calibration feeds, output=...)`); "
+             "agreement with the float model on HELD-OUT feeds (other seed) by each model's task metric; "
+             "floor 0.97 (BF16, FP16, A16W8, BFP16, MX9, MXINT8) or 0.95 (A8W8, MXFP8_E4M3); "
+             "**bold** = below the floor. cosine: worst output, held-out feeds pooled. latency ×: 1-thread "
+             "quantized/float. size ×: file size ratio. repair kept: what the repair reported (\"-\": none reported). "
+             "library: which onnxptq measured the row (\"before repair\": this branch before main's accuracy-floor repair was "
+             "merged; \"with repair\": rerun after). Raw rows: `bench/RESULTS_zoo.json`; failures diagnosed in the zoo findings.", "",
+             "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | library | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    order = {m.name: i for i, m in enumerate(models)}
+    for r in sorted(rows, key=lambda r: (order.get(r["model"], 99), PRESETS.index(r["preset"]) if r["preset"] in PRESETS else 99)):
+        agr = r.get("agreement")
+        agr_s = _fmt(agr)
+        if agr is None or agr < r.get("floor", 0.95):
+            agr_s = f"**{agr_s}**"
+        err = (r.get("error") or "").replace("|", "\\|")
+        lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {agr_s} | {_fmt(r.get('cosine'), '.4f')} | "
+                     f"{_fmt(r.get('quantize_s'), '.1f')} | {_fmt(r.get('latency_ratio'), '.2f')} | {_fmt(r.get('size_ratio'), '.2f')} | "
+                     f"{r.get('repair', '-') or '-'} | {r.get('library') or 'before repair'} | {err} |")
+    have = {(r["model"], r["preset"]) for r in rows}
+    for m in models:  # pairs a time-limited run did not reach are listed, never silently absent
+        for p in PRESETS:
+            if (m.name, p) not in have:
+                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | - | not reached in this run (time) |")
+    failing = [r for r in rows if r.get("agreement") is None or r["agreement"] < r.get("floor", 0.95)]
+    lines += ["", f"{len(rows)} pairs measured, {len(rows) - len(failing)} at or above the floor, {len(failing)} below it or failing "
+              f"({sum(r.get('status') == 'exception' for r in rows)} exceptions, {sum(r.get('status') == 'timeout' for r in rows)} timeouts).", ""]
+    lines += ["Zoo models (wheel, licence, data):", "",
+              "| model | wheel | file | licence | what | data | calibration / held-out feeds |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m in models:
+        lines.append(f"| {m.name} | `{m.wheel}` | `{m.member}` | {m.licence} | {m.what} | {m.data_desc} | {m.calibration} / {m.heldout} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results_md(path: Path, section: str) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if SECTION in text:
+        start = text.index(SECTION)
+        nxt = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    tmp = path.with_suffix(".md.part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="", help="comma-separated zoo names (default: all)")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per (model, preset) pair")
+    ap.add_argument("--json", default=str(HERE / "RESULTS_zoo.json"))
+    ap.add_argument("--md", default=str(HERE / "RESULTS.md"))
+    ap.add_argument("--keep", action="store_true", help="merge with the rows already in --json (rerun a subset)")
+    ap.add_argument("--merge", nargs="*", default=None, metavar="JSON",
+                    help="run nothing: merge these RESULTS_zoo-style files (later ones win per pair) into --json and the table")
+    args = ap.parse_args(argv)
+    models = [zoo.get(n) for n in args.models.split(",") if n] or list(zoo.ZOO)
+    presets = [p for p in args.presets.split(",") if p]
+    command = "PYTHONPATH=src:. python bench/zoo.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    rows: list[dict] = []
+    json_path = Path(args.json)
+    if args.merge is not None:
+        merged: dict[tuple[str, str], dict] = {}
+        commands = []
+        for src in [json_path] + [Path(p) for p in args.merge]:
+            if src.exists():
+                blob = json.loads(src.read_text())
+                commands.append(blob.get("command", ""))
+                merged.update({(r["model"], r["preset"]): r for r in blob["rows"]})
+        rows = list(merged.values())
+        command = "\n    ".join(dict.fromkeys(c for c in commands if c))
+        json_path.write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+        write_results_md(Path(args.md), table(rows, list(zoo.ZOO), command))
+        return 0
+    if args.keep and json_path.exists():
+        rows = [r for r in json.loads(json_path.read_text())["rows"]
+                if not (r["model"] in {m.name for m in models} and r["preset"] in presets)]
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        for model in models:
+            try:
+                calib, heldout = model.samples("calibration"), model.samples("heldout")
+            except Exception as exc:
+                for preset in presets:
+                    rows.append({"model": model.name, "preset": preset, "status": "exception", "floor": floor(preset),
+                                 "metric": model.metric_name, "error": "making data: " + _first_line(exc)})
+                continue
+            for preset in presets:
+                row = run_isolated(model, preset, calib, heldout, Path(tmp), args.timeout)
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "trace"}), flush=True)
+                json_path.write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+                for f in Path(tmp).glob(f"{model.name}.{preset}.onnx*"):
+                    f.unlink()
+    write_results_md(Path(args.md), table(rows, [m for m in zoo.ZOO if m.name in {r["model"] for r in rows}], command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,632 @@
+"""Packed weight storage: a weight's fake-quantized values kept in their low-precision bytes and
+decoded by standard ops that onnxruntime constant-folds at session creation.
+
+Why: a weight's quantized values are fixed at quantize time, so storing them as fp32 (what
+"folding" did) makes a BF16 or MX4 file as large as the float one. Here they are stored as what
+the format really holds and rebuilt by a short chain of standard ops on initializers only (Cast,
+Gather of a small table, Mul, Reshape, Slice, Transpose, ScatterND), which onnxruntime's CPU
+provider folds once when the session is created: the model then runs on exact fp32 weights at
+fp32 speed, and any other ONNX runtime can evaluate the chain too (no custom op).
+
+Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise is needed):
+
+* ``bf16`` / ``fp16``: a 16-bit initializer + ``Cast(to=FLOAT)`` (+ ``Mul`` by a scale). BF16
+  needs opset ≥ 13 (Cast from bfloat16); below that the weight stays in its fp32 form.
+* ``fp8_e4m3`` / ``fp8_e5m2``: uint8 codes, ``Gather`` from a 256-entry table (+ ``Mul``).
+* block formats (``bfp``: BFP16, MX9, MX6, MX4; ``mx``: MXINT8, MXFP8, MXFP6, MXFP4): per block an
+  exponent byte ``E`` (value ``2^(E-127)``, the E8M0 encoding, decoded by ``Gather`` from a
+  256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
+  allowed to take), per sub-block the micro-exponent shift ``s`` bit-packed (MX4/6/9; decoded by
+  ``Gather`` from a [256, 8/bits] table of ``2^-s``), and per element a sign-magnitude code in 8
+  bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
+  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table). All weights of one layout
+  share one concatenated code stream and one decode chain; each weight is then a row ``Slice``
+  of the decoded blocks, reshaped (and transposed) back to its own shape.
+
+Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
+same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
+bit with the fake-quantized values the NumPy reference produced, and any element that differs
+(NaN/Inf passed through by the format, a scale below the float32 range, ...) is written back by
+a ``ScatterND`` of its exact value. A weight with too many such elements, or too small to gain
+anything, is left to the caller's unpacked form (``None``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..formats.base import QDQNodes
+from ..graph.external import store
+
+log = logging.getLogger(__name__)
+
+#: Lowest default-domain opset the decode chains use (Slice with inputs: 10; ScatterND: 11).
+MIN_OPSET = 11
+#: Weights smaller than this stay unpacked: the decode nodes would outweigh the bytes saved.
+MIN_ELEMENTS = 64
+#: A weight with more elements than this fraction needing an exact patch stays unpacked.
+MAX_PATCH_FRACTION = 1 / 64
+
+_FP_ELEMENTS = {
+    "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 8),
+    "fp8_e5m2": (ml_dtypes.float8_e5m2, 8),
+    "fp6_e3m2": (ml_dtypes.float6_e3m2fn, 6),
+    "fp6_e2m3": (ml_dtypes.float6_e2m3fn, 6),
+    "fp4_e2m1": (ml_dtypes.float4_e2m1fn, 4),
+}
+
+
+# --------------------------------------------------------------------------- element codes
+
+
+@dataclass(frozen=True)
+class ElementCode:
+    """A sign-magnitude element code of ``bits`` bits stored in a ``container`` of 4, 6 or 8 bits.
+
+    ``table[c]`` is the float32 value of code ``c`` (sign bit ``1 << (bits-1)``); ``key`` names
+    the table so that every weight of the model shares one copy.
+    """
+
+    key: str
+    bits: int
+    table: np.ndarray
+
+    @property
+    def container(self) -> int:
+        return 4 if self.bits <= 4 else 6 if self.bits <= 6 else 8
+
+    def encode(self, units: np.ndarray) -> np.ndarray:
+        """Codes of ``units`` (float64 values in element units); unrepresentable ones get code 0
+        (the exactness check downstream patches them)."""
+        half = 1 << (self.bits - 1)
+        mags = self.table[:half].astype(np.float64)
+        finite = int(np.argmax(~np.isfinite(mags))) if not np.all(np.isfinite(mags)) else half
+        mags = mags[:finite]
+        a = np.abs(units)
+        with np.errstate(invalid="ignore"):
+            idx = np.minimum(np.searchsorted(mags, a), finite - 1)
+            ok = mags[idx] == a
+        code = np.where(ok, idx, 0) | np.where(np.signbit(units) & ok, half, 0)
+        return code.astype(np.uint8)
+
+
+def _sign_magnitude(mags: np.ndarray, bits: int, key: str) -> ElementCode:
+    table = np.concatenate([mags, -mags]).astype(np.float32)
+    return ElementCode(key, bits, table)
+
+
+def element_code(fmt: str, attrs: dict[str, Any]) -> ElementCode | None:
+    """The element code of a block format's attributes, or None when it needs more than 8 bits."""
+    if fmt == "bfp":
+        m = int(attrs.get("bit_width", 16)) - 9
+        if m + 1 > 8:
+            return None
+        return _sign_magnitude(np.arange(2**m) * 2.0 ** (1 - m), m + 1, f"bfp{m}")
+    element = str(attrs.get("element_dtype", "int8")).lower()
+    if element == "int8":
+        return _sign_magnitude(np.arange(128) / 64.0, 8, "mxint8")
+    dtype, bits = _FP_ELEMENTS[element]
+    table = np.arange(2**bits, dtype=np.uint8).view(dtype).astype(np.float32)
+    return ElementCode(element, bits, table)
+
+
+# --------------------------------------------------------------------------- block layout
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a block format's values factor: ``block`` elements share an exponent byte; within a
+    block, ``sub`` elements share a micro-exponent shift of ``shift_bits`` bits (0: none)."""
+
+    block: int
+    sub: int
+    shift_bits: int
+
+    @property
+    def n_sub(self) -> int:
+        return -(-self.block // self.sub)
+
+    @property
+    def padded(self) -> int:
+        return self.n_sub * self.sub
+
+    @property
+    def shift_container(self) -> int:
+        return next(c for c in (1, 2, 4, 8) if c >= self.shift_bits)
+
+
+def block_layout(fmt: str, attrs: dict[str, Any]) -> BlockLayout:
+    block = int(attrs.get("block_size", 8 if fmt == "bfp" else 32))
+    if fmt == "bfp" and str(attrs.get("bfp_method", "to_bfp")) != "to_bfp":
+        sub = min(int(attrs.get("sub_block_size", 2)), block)
+        return BlockLayout(block, sub, int(attrs.get("sub_block_shift_bits", 1)))
+    return BlockLayout(block, block, 0)
+
+
+def block_axis(fmt: str, attrs: dict[str, Any], ndim: int) -> int:
+    """The block axis exactly as the references choose it (rank ≤ 1: axis 0)."""
+    if ndim <= 1:
+        return 0
+    return int(attrs.get("axis", 1)) % ndim
+
+
+def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout: BlockLayout) -> tuple[np.ndarray, np.ndarray]:
+    """The block exponent byte (before a possible +1) and sub-block shifts, from the input blocks
+    ``xb`` (float32, ``[rows, padded]``), by the references' own rules."""
+    bits = xb.view(np.uint32)
+    e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    if fmt == "bfp":
+        if layout.shift_bits == 0:
+            es = np.where(e == 0xFF, 0, e).max(axis=-1)
+            return es, np.zeros((xb.shape[0], 1), np.int64)
+        es = e.max(axis=-1)
+        ej = e.reshape(xb.shape[0], layout.n_sub, layout.sub).max(axis=-1)
+        shift = np.minimum(es[:, None] - ej, (1 << layout.shift_bits) - 1)
+        return es, shift
+    from ..formats import mx
+
+    fmt_el = mx.ELEMENT_FORMATS[str(attrs.get("element_dtype", "int8")).lower()]
+    a = np.where(np.isfinite(xb), np.abs(xb.astype(np.float64)), 0.0)
+    x = mx.shared_exponent(a.max(axis=-1), fmt_el)
+    x = np.where(np.isnan(x), 128, x)
+    return (x + 127).astype(np.int64), np.zeros((xb.shape[0], 1), np.int64)
+
+
+def exponent_table() -> np.ndarray:
+    """``table[E] = 2^(E-127)`` in float32 (E8M0; 255 decodes to +Inf, never used exactly)."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(np.float32(1), np.arange(256) - 127).astype(np.float32)
+
+
+def shift_table(container: int) -> np.ndarray:
+    """``table[byte, j] = 2^-s`` with ``s`` the ``j``-th ``container``-bit field of ``byte``."""
+    per = 8 // container
+    byte = np.arange(256)[:, None]
+    s = (byte >> (np.arange(per)[None, :] * container)) & ((1 << container) - 1)
+    return np.ldexp(np.float32(1), -s).astype(np.float32)
+
+
+def _pack_fields(values: np.ndarray, bits: int) -> np.ndarray:
+    """Pack unsigned ``bits``-bit fields (1, 2, 4, 8) little-end first into bytes (zero-padded)."""
+    per = 8 // bits
+    v = np.asarray(values, np.uint8).reshape(-1)
+    n = -(-v.size // per) * per
+    v = np.concatenate([v, np.zeros(n - v.size, np.uint8)]).reshape(-1, per).astype(np.uint16)
+    return (v << (np.arange(per, dtype=np.uint16) * bits)).sum(axis=1).astype(np.uint8)
+
+
+# --------------------------------------------------------------------------- the packer
+
+
+@dataclass
+class _Group:
+    """Every block of one (element code, block layout, stored width): one code stream and one
+    decode chain. ``sub`` elements share a shift (the whole width when the format has none)."""
+
+    code: ElementCode
+    layout: BlockLayout
+    width: int
+    sub: int
+    output: str
+    codes: list[np.ndarray] = field(default_factory=list)
+    exps: list[np.ndarray] = field(default_factory=list)
+    shifts: list[np.ndarray] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass
+class PackedStats:
+    """What the packer did, for the log and the tests."""
+
+    packed: int = 0
+    unpacked: int = 0
+    patched_elements: int = 0
+
+
+class WeightPacker:
+    """Packs the weights of one model; ``add`` per weight, ``finish`` once at the end.
+
+    ``fresh(stem)`` returns an unused tensor name. ``add`` returns the fragment placing the
+    weight's decoded value (it reads the group's output, so the caller must put ``finish()``'s
+    fragment before every ``add`` fragment in the main graph).
+    """
+
+    def __init__(self, opset: int, fresh: Callable[[str], str]) -> None:
+        self.opset = opset
+        self.fresh = fresh
+        self.groups: dict[tuple, _Group] = {}
+        self.tables: dict[str, str] = {}
+        self.table_inits: list[onnx.TensorProto] = []
+        self.stats = PackedStats()
+
+    # ---------------------------------------------------------------- shared constants
+    def _table(self, key: str, values: np.ndarray) -> str:
+        if key not in self.tables:
+            name = self.fresh(f"packed_table_{key}")
+            self.tables[key] = name
+            self.table_inits.append(store(values, name))
+        return self.tables[key]
+
+    def _ints(self, values: list[int]) -> str:
+        return self._table("i" + "_".join(str(v).replace("-", "m") for v in values), np.asarray(values, np.int64))
+
+    def _group(self, code: ElementCode, layout: BlockLayout, width: int) -> _Group:
+        key = (code.key, layout, width)
+        if key not in self.groups:
+            sub = layout.sub if layout.shift_bits else width
+            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"))
+        return self.groups[key]
+
+    # ---------------------------------------------------------------- entry point
+    def add(self, name: str, values: np.ndarray, fq: np.ndarray, fmt: str, attrs: dict[str, Any], target: str) -> QDQNodes | None:
+        """The fragment computing ``target`` = ``fq`` (bit for bit) from packed storage, or None
+        when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
+        #: a short stem for this weight's intermediate tensors (their names cost file bytes)
+        self._short = self.fresh("pk")
+        if self.opset < MIN_OPSET or values.size < MIN_ELEMENTS or values.dtype not in (np.float32, np.float16):
+            return None
+        if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
+            frag = self._element(name, fq, fmt, attrs, target)
+        elif fmt in ("bfp", "mx"):
+            frag = self._blocks(name, values, fq, fmt, attrs, target)
+        else:
+            frag = None
+        if frag is None:
+            self.stats.unpacked += 1
+        else:
+            self.stats.packed += 1
+            _name_nodes(frag)
+        return frag
+
+    # ---------------------------------------------------------------- element formats
+    def _element(self, name: str, fq: np.ndarray, fmt: str, attrs: dict[str, Any], target: str) -> QDQNodes | None:
+        scale = np.float32(attrs.get("scale", 1.0))
+        if fmt == "fp16" and fq.dtype == np.float16 and scale == 1:
+            return None  # already 16-bit
+        if fmt == "bf16" and self.opset < 13:
+            return None
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            units = fq.astype(np.float32) / scale
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        stem = _stem(name)
+        if fmt in ("bf16", "fp16"):
+            dtype = ml_dtypes.bfloat16 if fmt == "bf16" else np.float16
+            stored = units.astype(dtype)
+            decoded = stored.astype(np.float32)
+            init = self.fresh(f"{name}_{fmt}")
+            t = store(stored.view(np.uint16), init)
+            t.data_type = TensorProto.BFLOAT16 if fmt == "bf16" else TensorProto.FLOAT16
+            frag.initializers.append(t)
+            cur = self.fresh(f"{self._short}f")
+            frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
+        else:
+            code = ElementCode(fmt, 8, np.arange(256, dtype=np.uint8).view(_FP_ELEMENTS[fmt][0]).astype(np.float32))
+            codes = code.encode(units.astype(np.float64))
+            decoded = code.table[codes]
+            init = self.fresh(f"{name}_{fmt}")
+            frag.initializers.append(store(codes, init))
+            idx = self.fresh(f"{init}_i")
+            cur = self.fresh(f"{init}_f32")
+            frag.nodes += [helper.make_node("Cast", [init], [idx], to=TensorProto.INT32, name=f"{stem}_idx"),
+                           helper.make_node("Gather", [self._table(fmt, code.table), idx], [cur], name=f"{stem}_unpack")]
+        if scale != 1:
+            decoded = decoded * scale
+            nxt = self.fresh(f"{self._short}s")
+            frag.nodes.append(helper.make_node("Mul", [cur, self._table(f"s{scale.view(np.uint32)}", np.array(scale, np.float32))],
+                                               [nxt], name=f"{stem}_scale"))
+            cur = nxt
+        return self._finish_weight(frag, name, fq, decoded, cur, target)
+
+    # ---------------------------------------------------------------- block formats
+    def _blocks(self, name: str, values: np.ndarray, fq: np.ndarray, fmt: str, attrs: dict[str, Any], target: str) -> QDQNodes | None:
+        code = element_code(fmt, attrs)
+        if code is None or (fmt == "bfp" and values.size <= 1):
+            return None
+        layout = block_layout(fmt, attrs)
+        if layout.shift_bits > 8:
+            return None
+        ax = block_axis(fmt, attrs, values.ndim)
+        moved_x = np.moveaxis(np.atleast_1d(values).astype(np.float32), ax, -1)
+        moved_y = np.moveaxis(np.atleast_1d(fq).astype(np.float32), ax, -1)
+        length = moved_x.shape[-1]
+        n_blocks = -(-length // layout.block)
+        rows = int(np.prod(moved_x.shape[:-1], dtype=np.int64)) * n_blocks
+
+        def blocks(a: np.ndarray) -> np.ndarray:
+            flat = a.reshape(-1, length)
+            out = np.zeros((flat.shape[0], n_blocks * layout.block), np.float32)
+            out[:, :length] = flat
+            out = out.reshape(rows, layout.block)
+            if layout.padded != layout.block:
+                out = np.concatenate([out, np.zeros((rows, layout.padded - layout.block), np.float32)], axis=1)
+            return out
+
+        xb, yb = blocks(moved_x), blocks(moved_y)
+        es, shift = _exponent_candidates(fmt, attrs, xb, layout)
+        shift_f = np.ldexp(np.float32(1), -shift).astype(np.float32)  # the shift table's entries
+        exp_t = exponent_table()
+
+        def attempt(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            e = np.clip(e, 0, 255)
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                unit = np.ldexp(1.0, e - 127)[:, None] * np.ldexp(1.0, -shift)  # float64, exact
+                units = yb.reshape(rows, layout.n_sub, layout.sub) / unit[:, :, None]
+            codes = code.encode(units)
+            comb = exp_t[e][:, None] * shift_f  # float32, as the ONNX Mul
+            with np.errstate(over="ignore", invalid="ignore"):
+                dec = (code.table[codes] * comb[:, :, None]).reshape(rows, layout.padded)
+            return codes, dec
+
+        codes0, dec0 = attempt(es)
+        codes1, dec1 = attempt(es + 1)
+        ok0 = (dec0.view(np.uint32) == yb.view(np.uint32)).all(axis=1)
+        ok1 = (dec1.view(np.uint32) == yb.view(np.uint32)).all(axis=1)
+        bump = ~ok0 & ok1
+        e = np.clip(np.where(bump, es + 1, es), 0, 255).astype(np.uint8)
+        codes = np.where(bump[:, None, None], codes1, codes0)
+        dec = np.where(bump[:, None], dec1, dec0)[:, : layout.block]
+
+        # Back to the weight's shape, as the ONNX chain does it.
+        pre = moved_x.shape[:-1]
+        decoded = dec.reshape(pre + (n_blocks * layout.block,))[..., :length]
+        decoded = np.moveaxis(decoded, -1, ax).reshape(values.shape)
+
+        # Stored without the padding: each row's whole blocks go to the group of width
+        # ``block``, its last partial block (``length % block`` elements) to the group of that
+        # width, so a depthwise weight (blocks of 1 along its input channel) costs 1 code each.
+        n_rows = rows // n_blocks
+        full, tail = length // layout.block, length % layout.block
+        codes4 = codes.reshape(n_rows, n_blocks, layout.n_sub, layout.sub)
+        e2 = e.reshape(n_rows, n_blocks)
+        shift3 = shift.astype(np.uint8).reshape(n_rows, n_blocks, -1)
+        parts = []
+        for width, sel in ((layout.block, slice(0, full)), (tail, slice(full, full + 1))):
+            if width == 0 or sel.start == sel.stop or (width == layout.block and full == 0):
+                continue
+            group = self._group(code, layout, width)
+            n_sub = -(-width // group.sub)
+            part_codes = codes4[:, sel].reshape(n_rows, -1, layout.n_sub * layout.sub)
+            if group.sub == layout.sub:
+                part_codes = part_codes.reshape(n_rows, -1, layout.n_sub, layout.sub)[:, :, :n_sub]
+            else:  # one "sub-block" of the group's whole width
+                part_codes = part_codes[:, :, :width]
+            count = n_rows * (full if width == layout.block else 1)
+            start = group.rows
+            group.codes.append(part_codes.reshape(-1))
+            group.exps.append(e2[:, sel].reshape(-1))
+            group.shifts.append(shift3[:, sel, :n_sub].reshape(-1) if layout.shift_bits else np.zeros(0, np.uint8))
+            group.rows += count
+            parts.append((group, start, count, width))
+
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        stem = _stem(name)
+        pre = moved_x.shape[:-1]
+        pieces = []
+        for group, start, count, width in parts:
+            cur = self.fresh(f"{self._short}r")
+            frag.nodes.append(helper.make_node("Slice", [group.output, self._ints([start]), self._ints([start + count]), self._ints([0])],
+                                               [cur], name=f"{stem}_rows"))
+            shaped = self.fresh(f"{self._short}p")
+            last = (count // n_rows) * width
+            frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(pre) + [last])], [shaped], name=f"{stem}_shape"))
+            pieces.append(shaped)
+        cur = pieces[0]
+        if len(pieces) > 1:
+            cur = self.fresh(f"{self._short}j")
+            frag.nodes.append(helper.make_node("Concat", pieces, [cur], axis=-1, name=f"{stem}_join"))
+        frag.packed_groups = [(g, start, count) for g, start, count, _ in parts]  # type: ignore[attr-defined]
+        if values.ndim > 1 and ax != values.ndim - 1:
+            perm = list(range(values.ndim - 1))
+            perm.insert(ax, values.ndim - 1)
+            nxt = self.fresh(f"{self._short}t")
+            frag.nodes.append(helper.make_node("Transpose", [cur], [nxt], perm=perm, name=f"{stem}_axis"))
+            cur = nxt
+        return self._finish_weight(frag, name, fq, decoded, cur, target)
+
+    # ---------------------------------------------------------------- common tail
+    def _finish_weight(self, frag: QDQNodes, name: str, fq: np.ndarray, decoded: np.ndarray, cur: str, target: str) -> QDQNodes | None:
+        """Cast to the weight's dtype, patch the elements that differ, name the result ``target``."""
+        stem = _stem(name)
+        if fq.dtype == np.float16:
+            with np.errstate(over="ignore"):
+                decoded = decoded.astype(np.float16)
+            nxt = self.fresh(f"{self._short}h")
+            frag.nodes.append(helper.make_node("Cast", [cur], [nxt], to=TensorProto.FLOAT16, name=f"{stem}_fp16"))
+            cur = nxt
+        uint = np.uint16 if fq.dtype == np.float16 else np.uint32
+        differ = decoded.view(uint) != fq.view(uint)
+        n_bad = int(differ.sum())
+        if n_bad > max(8, fq.size * MAX_PATCH_FRACTION):
+            log.debug("weight %s: %d of %d elements not representable packed; kept unpacked", name, n_bad, fq.size)
+            self._drop_last_group_entry(frag)
+            return None
+        if n_bad:
+            self.stats.patched_elements += n_bad
+            where = np.argwhere(differ).astype(np.int64)
+            idx, upd = self.fresh(f"{name}_patch_idx"), self.fresh(f"{name}_patch")
+            frag.initializers += [store(where, idx), store(fq[differ].copy(), upd)]
+            nxt = self.fresh(f"{self._short}x")
+            frag.nodes.append(helper.make_node("ScatterND", [cur, idx, upd], [nxt], name=f"{stem}_patch"))
+            cur = nxt
+        frag.nodes[-1].output[0] = target
+        return frag
+
+    def _drop_last_group_entry(self, frag: QDQNodes) -> None:
+        """Undo a block weight's ``add`` into its groups (it is stored unpacked instead)."""
+        for group, _, count in getattr(frag, "packed_groups", []):
+            group.exps.pop()
+            group.codes.pop()
+            group.shifts.pop()
+            group.rows -= count
+
+    # ---------------------------------------------------------------- group decoders
+    def finish(self) -> QDQNodes:
+        """The shared tables and each group's decode chain (to place before every weight's nodes)."""
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        for group in self.groups.values():
+            if group.rows:
+                self._decode_group(group, frag)
+        frag.initializers[:0] = self.table_inits
+        _name_nodes(frag)
+        if self.stats.packed or self.stats.unpacked:
+            log.info("packed %d weights (%d kept unpacked, %d elements patched)", self.stats.packed,
+                     self.stats.unpacked, self.stats.patched_elements)
+        return frag
+
+    def _decode_group(self, g: _Group, frag: QDQNodes) -> None:
+        """One group's chain. Initializers are stored in the shape their Gather should produce,
+        so few Reshapes run: onnxruntime keeps every folded intermediate until the end of the
+        optimisation, so each step of the chain costs a copy of the decoded weights in load RAM."""
+        code = g.code
+        n_sub = -(-g.width // g.sub)
+        padded = n_sub * g.sub
+        n = g.rows * padded
+        codes = np.concatenate(g.codes)
+        node = frag.nodes.append
+        shape3 = [g.rows, n_sub, g.sub]
+
+        def init(stem_: str, array: np.ndarray) -> str:
+            nm = self.fresh(f"{g.output}_{stem_}")
+            frag.initializers.append(store(array, nm))
+            return nm
+
+        def out(stem_: str) -> str:
+            return self.fresh(f"{g.output}_{stem_}")
+
+        def op(op_type: str, inputs: list[str], stem_: str, output: str | None = None, **kw: Any) -> str:
+            o = output or out(stem_)
+            node(helper.make_node(op_type, inputs, [o], **kw))
+            return o
+
+        def gather(table_key: str, table: np.ndarray, raw: str, stem_: str) -> str:
+            idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
+            return op("Gather", [self._table(table_key, table), idx], stem_)
+
+        table = np.zeros(1 << code.container, np.float32)
+        table[: code.table.size] = code.table
+        if code.container == 8:
+            elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
+        elif code.container == 4:
+            pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
+            if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
+                raw = init("codes", _pack_fields(codes, 4).reshape(g.rows, n_sub, g.sub // 2))
+                elems = op("Reshape", [gather(f"el4_{code.key}", pairs, raw, "pairs"), self._ints(shape3)], "elements")
+            else:
+                flat = op("Reshape", [gather(f"el4_{code.key}", pairs, init("codes", _pack_fields(codes, 4)), "pairs"),
+                                      self._ints([-1])], "flat")
+                cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                elems = op("Reshape", [cut, self._ints(shape3)], "elements")
+        else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
+            codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
+            b = np.arange(256)
+            lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
+            hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
+            m4 = codes.size // 4
+            lo_raw = init("codes_lo", _pack_fields(codes & 15, 4).reshape(m4, 2))  # Gather: [m4, 2, 2]
+            hi_raw = init("codes_hi", _pack_fields(codes >> 4, 2).reshape(m4, 1))  # Gather: [m4, 1, 4]
+            lo = op("Reshape", [gather("nib_lo", lo_t, lo_raw, "lo"), self._ints([m4, 4])], "lo4")
+            hi = op("Reshape", [gather("nib_hi", hi_t, hi_raw, "hi"), self._ints([m4, 4])], "hi4")
+            idx = op("Add", [lo, hi], "code")
+            flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
+            flat = op("Reshape", [flat, self._ints([-1])], "flat")
+            if codes.size != n:
+                flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+            elems = op("Reshape", [flat, self._ints(shape3)], "elements")
+
+        scale = gather("e8m0", exponent_table(), init("exponents", np.concatenate(g.exps).reshape(g.rows, 1, 1)), "scale")
+        if g.layout.shift_bits:
+            c = g.layout.shift_container
+            per = 8 // c
+            fields = np.concatenate(g.shifts)
+            sh = gather(f"shift{c}", shift_table(c), init("shifts", _pack_fields(fields, c)), "shift")
+            sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
+            if fields.size % per:
+                sh = op("Slice", [sh, self._ints([0]), self._ints([fields.size]), self._ints([0])], "shiftc")
+            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
+            scale = op("Mul", [scale, sh], "comb")
+        if padded == g.width:
+            op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
+        else:
+            w3 = op("Mul", [elems, scale], "w3")
+            w2 = op("Reshape", [w3, self._ints([g.rows, padded])], "w2")
+            op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
+
+
+def _name_nodes(frag: QDQNodes) -> None:
+    """Each node named after its (unique) output: unique node names without a second name pool."""
+    for node in frag.nodes:
+        node.name = node.output[0]
+
+
+def _stem(name: str) -> str:
+    import re
+
+    return re.sub(r"[^0-9A-Za-z_.:/-]", "_", name)
+
+
+__all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "MIN_OPSET"]
+
+
+# --------------------------------------------------------------------------- MatMulNBits form
+
+
+#: Smallest default-domain opset with blocked DequantizeLinear.
+BLOCKED_DQ_OPSET = 21
+
+
+def mxint8_as_dequantize(name: str, values: np.ndarray, fq: np.ndarray, attrs: dict[str, Any], target: str,
+                         fresh: Callable[[str], str], opset: int) -> QDQNodes | None:
+    """An MXINT8 MatMul weight ``B[K, N]`` (blocks along K) as ``DequantizeLinear(int8 q,
+    float scales 2^(X-6), axis=0, block_size)``: the pattern onnxruntime's CPU provider fuses with
+    the MatMul into ``MatMulNBits``, which then multiplies in int8 activation arithmetic (the
+    session key ``session.qdq_matmulnbits_accuracy_level`` = 1 keeps float arithmetic instead).
+
+    The dequantized values equal ``fq`` exactly, except that a −0 comes back as +0 (an int8 has
+    no −0; the sum a MatMul forms is the same). None when the weight does not fit the form
+    (not 2-D float32, blocks not along axis 0, block size not a power of two ≥ 16, opset < 21,
+    or a value that int8 × power-of-two cannot hold, e.g. Inf/NaN passed through).
+    """
+    block = int(attrs.get("block_size", 32))
+    if (opset < BLOCKED_DQ_OPSET or values.dtype != np.float32 or values.ndim != 2 or values.size < MIN_ELEMENTS
+            or block_axis("mx", attrs, 2) != 0 or block < 16 or block & (block - 1)
+            or str(attrs.get("element_dtype", "int8")).lower() != "int8"):
+        return None
+    k, n = values.shape
+    nb = -(-k // block)
+    pad = nb * block - k
+    xb = np.concatenate([values, np.zeros((pad, n), np.float32)]).reshape(nb, block, n)
+    yb = np.concatenate([fq, np.zeros((pad, n), np.float32)]).reshape(nb, block, n)
+    if not np.all(np.isfinite(yb)):
+        return None
+    from ..formats import mx
+
+    amax = np.where(np.isfinite(xb), np.abs(xb.astype(np.float64)), 0.0).max(axis=1)
+    x = mx.shared_exponent(amax, mx.ELEMENT_FORMATS["int8"])  # [nb, n]
+    best_q, best_s, ok_all = None, None, np.zeros((nb, n), bool)
+    for bump in (0, 1):
+        scale = np.ldexp(np.float32(1), (x + bump - 6).astype(np.int64)).astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            q = yb.astype(np.float64) / scale[:, None, :].astype(np.float64)
+        ok = (np.all(q == np.round(q), axis=1) & np.all(np.abs(q) <= 127, axis=1)
+              & np.all((np.clip(np.round(q), -127, 127).astype(np.int8).astype(np.float32) * scale[:, None, :]) == yb, axis=1))
+        if best_q is None:
+            best_q, best_s = q, scale
+        take = ok & ~ok_all
+        best_q = np.where(take[:, None, :], q, best_q)
+        best_s = np.where(take, scale, best_s)
+        ok_all |= ok
+    if not ok_all.all():
+        return None
+    q8 = np.clip(np.round(best_q), -127, 127).astype(np.int8).reshape(nb * block, n)[:k]
+    q_name, s_name = fresh(f"{name}_int8"), fresh(f"{name}_scale")
+    frag = QDQNodes(initializers=[store(q8, q_name), store(best_s.astype(np.float32), s_name)], min_opset=BLOCKED_DQ_OPSET)
+    frag.nodes.append(helper.make_node("DequantizeLinear", [q_name, s_name], [target], axis=0, block_size=block,
+                                       name=f"{_stem(name)}_DequantizeLinear"))
+    return frag

@@ -1,0 +1,130 @@
+"""Block-aligned subsamples of activations: what the range guard measures, at a bounded cost.
+
+The range guard (:mod:`.guard`) simulates every shared-scale activation with its format's NumPy
+reference and measures each channel's SQNR. On a detector at 800×608 that was 2-4 samples of
+every activation in the network, run through the block-format reference at about half a
+microsecond per element: 115 of the 147 s an MX9 quantization of a 1.9 M-parameter model took,
+and most of its 3 GB peak (the activations of all samples were held at once; bench/RESULTS.md,
+"Quantize time and memory (issue 26)").
+
+What the guard needs is every channel along the axes it measures, and enough positions per
+channel to estimate its SQNR, not every position. :func:`subsample` keeps the protected axes
+whole and thins the others to evenly spread indices. Its first check quantizes along a protected
+axis (the block axis; integer quantizers are element-wise), so any subset of the other axes is
+exact: the quantized subsample is the subsample of the quantized tensor. Only when it tries
+blocks along another axis (``block-axis``, for tensors already flagged) does it need whole blocks
+along the thinned axes: then ``run=RUN`` keeps runs of :data:`RUN` consecutive indices, each
+starting at a multiple of :data:`RUN`; every block (sizes 8, 16, 32; sub-blocks 2) starts at a
+multiple of its size from index 0, so it lies wholly inside one run or wholly outside them all.
+A test holds both forms exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection
+
+import numpy as np
+
+#: run length (elements) kept together along a thinned axis when blocks may run along it; a
+#: multiple of every block size the block formats use on activations (BFP 8/16, MX 32).
+RUN = 32
+#: elements per tensor (all kept samples together) the guard measures at most (16 Ki: a flushed
+#: channel sits near 0 dB, a healthy one near 40, so tens of positions a channel tell them apart;
+#: 64 Ki held 31 MiB of values on PP-OCRv4 rec and cost 4x the simulation), where the
+#: protected axes allow it (they are never thinned: their extents, times ``run`` per thinned
+#: axis, are the floor)
+MAX_ELEMENTS = 1 << 14
+
+
+def run_indices(length: int, keep_runs: int, run: int = RUN) -> np.ndarray:
+    """Indices of ``keep_runs`` runs of ``run`` consecutive indices, each starting at a multiple of
+    ``run``, spread evenly over ``range(length)``."""
+    runs = -(-length // run)
+    keep_runs = max(1, min(runs, keep_runs))
+    starts = np.unique(np.linspace(0, runs - 1, keep_runs).round().astype(np.int64)) * run
+    return np.concatenate([np.arange(s, min(s + run, length)) for s in starts])
+
+
+def subsample_plan(shape: tuple[int, ...], protect: Collection[int], budget: int, run: int = 1) -> list[np.ndarray | None]:
+    """Per axis, the indices kept (None: the whole axis) so that the kept size is at most ``budget``
+    where the unprotected axes can give that much. Depends on the shape only, so every sample of
+    one shape is thinned alike (their subsamples concatenate)."""
+    rank = len(shape)
+    protected = {a % rank for a in protect} if rank else set()
+    kept = list(shape)
+    picks: list[np.ndarray | None] = [None] * rank
+    while int(np.prod(kept, dtype=np.int64)) > budget:
+        free = [a for a in range(rank) if a not in protected and kept[a] > run]
+        if not free:
+            break
+        axis = max(free, key=lambda a: kept[a])
+        others = int(np.prod(kept, dtype=np.int64)) // kept[axis]
+        want = max(1, budget // max(others, 1))  # elements along ``axis`` that fit
+        picks[axis] = run_indices(shape[axis], max(1, want // run), run)
+        kept[axis] = len(picks[axis])
+        protected.add(axis)  # thinned once, to the size that fits; go on with the next axis
+    return picks
+
+
+def subsample(x: np.ndarray, protect: Collection[int], budget: int = MAX_ELEMENTS, run: int = 1) -> np.ndarray:
+    """``x`` with its unprotected axes thinned to runs of ``run`` indices (1: single positions;
+    :data:`RUN`: whole blocks along every axis; see the module docstring); ``x`` itself when it
+    fits ``budget`` already, a copy otherwise (the full tensor can go)."""
+    picks = subsample_plan(tuple(x.shape), protect, budget, run)
+    for axis, index in enumerate(picks):
+        if index is not None:
+            x = np.take(x, index, axis=axis)
+    return x
+
+
+#: positions kept per thinned axis by :func:`thin_in_graph` (before :func:`subsample` takes the rest)
+IN_GRAPH_POSITIONS = 32
+
+
+def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
+                  positions: int = IN_GRAPH_POSITIONS) -> tuple[str, list[Any]]:
+    """The nodes that thin tensor ``name`` (of ``rank``) inside onnxruntime: every axis but 0 and
+    the ``protect``-ed ones keeps every ``floor(d / positions) + 1``-th index (at most
+    ``positions`` of them), computed from the runtime shape. Their constants go into ``graph``'s
+    initializers; returns the thinned tensor's name (to fetch instead of ``name``) and the nodes,
+    for the caller to place right after ``name``'s producer: onnxruntime runs nodes in list
+    order, and appended at the end they kept every whole tensor alive to the end of the run.
+
+    Why in the graph: a fetched graph output is allocated on its own and stays alive to the end
+    of the run, so fetching every guarded activation whole held all of one sample's activations
+    at once (an 800×608 detector: about 0.6 GB); thinned in the graph, the full tensors stay
+    internal and onnxruntime reuses their buffers. Single positions only: the points form, exact
+    for quantizers whose blocks run along a protected axis (module docstring)."""
+    from onnx import helper, numpy_helper
+
+    protected = {a % rank for a in protect}
+    axes = [a for a in range(1, rank) if a not in protected]
+    if not axes:
+        return name, []
+    stem = f"{name}__guard_thin"
+    consts = {
+        "zero": np.array([0], np.int64), "end": np.array([np.iinfo(np.int64).max], np.int64),
+        "positions": np.array([positions], np.int64),
+    }
+    existing = {t.name for t in graph.initializer}
+    for key, value in consts.items():
+        if f"__guard_thin_{key}" not in existing:
+            graph.initializer.append(numpy_helper.from_array(value, f"__guard_thin_{key}"))
+    shape = f"{stem}_shape"
+    nodes = [helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape")]
+    current = name
+    for a in axes:
+        axis = f"{stem}_axis{a}"
+        graph.initializer.append(numpy_helper.from_array(np.array([a], np.int64), axis))
+        dim, step, out = f"{stem}_dim{a}", f"{stem}_step{a}", f"{stem}_{a}"
+        nodes.extend([
+            helper.make_node("Slice", [shape, axis, f"{stem}_axis{a}_end"], [dim], name=f"{stem}_Dim{a}"),
+            helper.make_node("Div", [dim, "__guard_thin_positions"], [f"{step}_floor"], name=f"{stem}_Div{a}"),
+            helper.make_node("Add", [f"{step}_floor", f"{stem}_one"], [step], name=f"{stem}_Step{a}"),
+            helper.make_node("Slice", [current, "__guard_thin_zero", "__guard_thin_end", axis, step], [out],
+                             name=f"{stem}_Slice{a}"),
+        ])
+        graph.initializer.append(numpy_helper.from_array(np.array([a + 1], np.int64), f"{stem}_axis{a}_end"))
+        current = out
+    graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), f"{stem}_one"))
+    return current, nodes

@@ -1,0 +1,128 @@
+"""GPTQ (Frantar et al., 2022): quantize K rows one at a time, pushing each row's rounding error
+onto the rows not yet quantized through the inverse Hessian ``(XᵀX + λI)⁻¹``.
+
+* damping: ``λ = damp · mean(diag H)`` (``GPTQParams.PercDamp``, 0.01); a Cholesky that still fails
+  is retried with ten times the damping;
+* dead inputs (a channel that was always 0) get ``H_ii = 1`` and a zero weight row;
+* act-order: rows in order of decreasing ``H_ii`` (the most-used inputs first, while the most
+  error can still be compensated). A block's scale must then be known before its rows come up in
+  that order, so with act-order block parameters are taken from the unmodified weight (the
+  "static groups" variant); without it, from the already-updated rows of the block when its first
+  row is reached (standard GPTQ);
+* lazy batch updates: errors of a batch of rows (a multiple of the block size, ≥ 128) are applied
+  to the rest of the matrix in one GEMM.
+
+Works in the ``[K, N]`` view, float32 for the weights and float64 for the Hessian inverse; NumPy's
+BLAS does the GEMMs (the per-row loop is over K only, each step vectorised over N).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import int_blocks
+from ..formats.int_blocks import BlockFormat
+from .rtn import Solved
+
+log = logging.getLogger(__name__)
+
+
+def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
+    """Upper Cholesky factor of ``(H + λI)⁻¹``; more damping when H is too ill-conditioned."""
+    mean_diag = float(np.mean(np.diag(h))) or 1.0
+    for factor in (1.0, 10.0, 100.0, 1000.0):
+        hd = h + np.eye(h.shape[0]) * damp * factor * mean_diag
+        try:
+            lower = np.linalg.cholesky(hd)
+            lower_inv = np.linalg.inv(lower)
+            hinv = lower_inv.T @ lower_inv
+            return np.linalg.cholesky(hinv).T
+        except np.linalg.LinAlgError:
+            log.debug("GPTQ: Cholesky failed at damping %g, retrying with more", damp * factor)
+    raise np.linalg.LinAlgError("GPTQ: the Hessian is not positive definite even with 1000x damping")
+
+
+#: Damping per input channel per calibration vector: with few vectors a Hessian is (nearly) rank
+#: deficient and GPTQ fits the calibration tokens instead of the weights' function. Measured on
+#: SmolLM2's layer-1 down_proj (K = 1536, 1024 calibration tokens): held-out output error RTN 0.085,
+#: GPTQ at damping 0.01 0.091 (worse), at 0.1 0.074, at 0.3 0.070.
+DAMP_PER_K_PER_SAMPLE = 0.1
+
+
+def effective_damp(damp: float, k: int, samples: int) -> float:
+    """``damp``, raised to ``0.1 · K / samples`` when the calibration vectors are few for K."""
+    if samples <= 0:
+        return damp
+    return max(float(damp), DAMP_PER_K_PER_SAMPLE * k / samples)
+
+
+@dataclass
+class Prepared:
+    """What GPTQ derives from a Hessian alone: shared by every weight reading the same input."""
+
+    perm: np.ndarray
+    dead: np.ndarray
+    u: np.ndarray  # upper Cholesky factor of the damped inverse Hessian, in ``perm`` order
+    act_order: bool
+
+
+def prepare(hessian: np.ndarray, *, damp: float = 0.01, act_order: bool = False) -> Prepared:
+    """The row order and inverse-Hessian factor for ``hessian`` ``[K, K]``."""
+    h = np.array(hessian, dtype=np.float64)
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1.0
+    perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
+    h = h[perm][:, perm]
+    return Prepared(perm, dead, _upper_inverse_cholesky(h, damp).astype(np.float32), act_order)
+
+
+def solve(w: np.ndarray, hessian: np.ndarray | Prepared, fmt: BlockFormat, *, damp: float = 0.01,
+          act_order: bool = False) -> Solved:
+    """GPTQ of ``w`` ``[K, N]`` against the Hessian ``[K, K]`` of its input (or its :class:`Prepared`)."""
+    prep = hessian if isinstance(hessian, Prepared) else prepare(hessian, damp=damp, act_order=act_order)
+    act_order = prep.act_order
+    w = np.array(w, dtype=np.float32)
+    k, n = w.shape
+    bs = fmt.block_size
+    w[prep.dead, :] = 0.0
+    perm = prep.perm
+    if act_order:
+        static_scale, static_zp = int_blocks.rtn_params(w, fmt)
+    else:
+        static_scale, static_zp = None, None
+    w = w[perm]
+    u = prep.u
+    kb = fmt.blocks(k)
+    scale = np.ones((kb, n), np.float32) if static_scale is None else static_scale
+    zp = (None if fmt.symmetric else np.zeros((kb, n), np.int64)) if static_zp is None else static_zp
+    q_out = np.zeros((k, n), np.int64)
+    lazy = bs * max(1, 128 // bs)
+    block_of = perm // bs  # the block (in original order) of each permuted row
+    for i1 in range(0, k, lazy):
+        i2 = min(i1 + lazy, k)
+        w1 = w[i1:i2].copy()
+        err1 = np.zeros_like(w1)
+        u1 = u[i1:i2, i1:i2]
+        for j in range(i2 - i1):
+            row = i1 + j
+            b = block_of[row]
+            if not act_order and row % bs == 0:
+                s_b, z_b = int_blocks.rtn_params(w1[j:j + bs], fmt)
+                scale[b] = s_b[0]
+                if zp is not None:
+                    zp[b] = z_b[0]
+            s = scale[b]
+            z = 0.0 if zp is None else zp[b].astype(np.float32)
+            q = np.clip(np.rint(w1[j] / s) + z, fmt.qmin, fmt.qmax)
+            dq = ((q - z) * s).astype(np.float32)
+            err = (w1[j] - dq) / u1[j, j]
+            w1[j:] -= np.outer(u1[j, j:], err)
+            err1[j] = err
+            q_out[row] = q.astype(np.int64)
+        if i2 < k:
+            w[i2:] -= u[i1:i2, i2:].T @ err1
+    inverse = np.argsort(perm)
+    return Solved(q_out[inverse], scale.astype(np.float32), zp, fmt)

@@ -1,0 +1,94 @@
+"""A subset of the issue-27 zoo in the suite: real models from PyPI wheels the project was not
+built on, realistic inputs made as their packages make them, each preset family's floor of
+agreement with the float model on HELD-OUT inputs (``bench/zoo.py`` runs the whole zoo).
+
+Pairs that break their floor today are ``xfail(strict=True)`` with the finding as the reason,
+so they flip (and fail the suite) as soon as the library repairs them; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from testkit import zoo
+
+#: issue 27's floors per preset family
+FLOORS = {"BF16": 0.97, "FP16": 0.97, "A16W8": 0.97, "BFP16": 0.97, "MX9": 0.97, "MXINT8": 0.97, "A8W8": 0.95, "MXFP8_E4M3": 0.95}
+
+#: (model, presets): small, fast members of different families and exporters
+CASES = {
+    "attacut_c": ("A8W8", "BF16", "MXFP8_E4M3"),  # PyTorch Conv1d + ReduceMax tagger
+    "khmersm": ("A8W8", "BF16", "A16W8"),  # transformer with the LayerNormalization op, external data
+    "lac": ("A8W8", "A16W8", "MXINT8"),  # Paddle BiGRU tagger
+    "oww_hey_jarvis": ("A8W8", "BF16", "MXFP8_E4M3"),  # `If` + written-out LayerNorm
+    "oww_melspectrogram": ("A8W8", "FP16", "MXINT8"),  # STFT as Conv, ReduceMax(keepdims=0)
+    "romanizer_encoder": ("A8W8", "A16W8", "BFP16"),  # bidirectional GRU seq2seq encoder
+    "oww_hey_mycroft": ("A8W8", "BF16", "MXFP8_E4M3"),  # Keras → tf2onnx, two LSTMs
+}
+
+#: pairs below their floor (or raising) with the repair of main f2d5cff, with the finding. (oww_hey_jarvis A8W8
+#: lost every detection before the repair; the repair now keeps Sigmoid_28 float and it passes.)
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("oww_melspectrogram", "A8W8"): "linear-domain STFT/power/mel tensors (~200 dB of range) quantized linearly before the Log: "
+                                    "quiet bins vanish, 0 % of frames within 1 dB",
+    ("oww_melspectrogram", "FP16"): "the STFT Conv outputs and the power exceed fp16's 65504 (int16-scaled audio): 0 % of frames within 1 dB",
+    ("oww_melspectrogram", "MXINT8"): "no longer crashes (rank-0 tensors stay float, plan/corners.py); 0.66 of frames within 1 dB: "
+                                      "the linear-domain spectrum before the Log, as for A8W8",
+}
+
+
+def _params():
+    for name, presets in CASES.items():
+        for preset in presets:
+            reason = KNOWN_FAILURES.get((name, preset))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            yield pytest.param(name, preset, id=f"{name}-{preset}", marks=marks)
+
+
+@functools.lru_cache(maxsize=None)
+def _prepared(name: str):
+    """The model's path, calibration feeds, held-out feeds and float runner (once per model)."""
+    model = zoo.get(name)
+    return model, model.samples("calibration"), model.samples("heldout"), zoo.session_runner(model.path())
+
+
+@pytest.mark.parametrize("name, preset", list(_params()))
+def test_zoo_model_keeps_agreement_with_float(name, preset):
+    import onnxptq
+
+    model, calib, heldout, ref = _prepared(name)
+    result = onnxptq.quantize(str(model.path()), preset, data=list(calib))
+    test = zoo.session_runner(result.model)
+    agreement = model.metric(ref, test, heldout, model.root())
+    assert agreement >= FLOORS[preset], (
+        f"{name} {preset}: {model.metric_name} {agreement:.4f} < floor {FLOORS[preset]} "
+        f"(output cosine {zoo.output_cosine(ref, test, heldout):.5f})")
+
+
+def test_zoo_metrics_can_fail():
+    """The metrics are not vacuous: a model against a broken copy of itself scores below 1."""
+    import numpy as np
+
+    model, _, heldout, ref = _prepared("attacut_c")
+
+    def broken(feed):
+        return [-o for o in ref(feed)]
+
+    assert model.metric(ref, ref, heldout, model.root()) == 1.0
+    assert model.metric(ref, broken, heldout, model.root()) < 0.5
+    assert zoo.output_cosine(ref, broken, heldout) < 0
+    boxes = np.array([[0, 0, 10, 10], [20, 20, 30, 30]], float)
+    f1 = zoo.box_f1(lambda outs: outs[0])
+    assert f1(lambda f: [boxes], lambda f: [boxes[:1]], [{}], model.root()) == pytest.approx(2 / 3)
+
+
+def test_zoo_inputs_are_held_out():
+    """Calibration and held-out feeds differ (other seed), and the registry meets issue 27's count."""
+    import numpy as np
+
+    _, calib, heldout, _ = _prepared("khmersm")
+    assert not any(np.array_equal(c["x"], h["x"]) for c in calib for h in heldout)
+    new = [m for m in zoo.ZOO if m.new]
+    assert len(new) >= 15 and len({m.wheel.split("==")[0] for m in new}) >= 8
