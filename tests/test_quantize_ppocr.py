@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from testkit import ocr
+from testkit import ocr, ocr_reference
 from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
@@ -34,21 +34,16 @@ def _plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 @pytest.fixture(scope="module")
 def rec():
+    # Rendered lines and the float CER come from the disk cache shared with test_per_tensor_ppocr
+    # (testkit.ocr_reference): the same data, computed once per machine instead of once per file.
     path = model_path("rec")
-    chars = ocr.load_characters(onnx.load(path))
-    calib, _ = ocr.render_lines(CALIB_LINES, seed=1, characters=chars)
-    images, texts = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
-    float_cer = ocr.rec_cer(str(path), images, texts, characters=chars)
-    return {"path": path, "chars": chars, "calib": calib, "images": images, "texts": texts, "float": float_cer}
+    return {"path": path, **ocr_reference.rec_reference(path, CALIB_LINES, 1, EVAL_LINES, 3)}
 
 
 @pytest.fixture(scope="module")
 def cls():
     path = model_path("cls")
-    calib, _ = ocr.render_cls(CALIB_LINES, seed=1)
-    images, labels = ocr.render_cls(EVAL_LINES, seed=3)
-    return {"path": path, "calib": calib, "images": images, "labels": labels,
-            "float": ocr.cls_accuracy(str(path), images, labels)}
+    return {"path": path, **ocr_reference.cls_reference(path, CALIB_LINES, 1, EVAL_LINES, 3)}
 
 
 def _rec_cer(rec, preset: str, **changes) -> tuple[float, object]:
