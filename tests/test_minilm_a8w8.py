@@ -24,6 +24,10 @@ from onnxptq.pipeline.prepare import prepare  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
 from testkit import minilm  # noqa: E402
 
+#: Under `pytest -n 2 --dist loadgroup` (.ci/run) this file's tests share one worker, so the module
+#: fixture that does all the expensive work (the export, the float embeddings and two A8W8 quantizations) runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("minilm_a8w8")
+
 PAIRS = [
     ("The cat sleeps on the warm windowsill.", "A cat is napping by the sunny window."),
     ("A storm closed the mountain road overnight.", "The pass was shut during the night because of bad weather."),

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import onnx
 import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
 from onnxptq.analysis.runtime_view import runtime_kernels
-from testkit import ocr
+from testkit import ocr, ocr_reference
 from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
@@ -25,12 +24,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def rec():
+    # The data and float CER of test_quantize_ppocr, from the shared disk cache (testkit.ocr_reference).
     path = model_path("rec")
-    chars = ocr.load_characters(onnx.load(path))
-    calib, _ = ocr.render_lines(64, seed=1, characters=chars)
-    images, texts = ocr.render_lines(200, seed=3, characters=chars)
-    return {"path": path, "chars": chars, "calib": [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)],
-            "images": images, "texts": texts, "float": ocr.rec_cer(str(path), images, texts, characters=chars)}
+    ref = ocr_reference.rec_reference(path, 64, 1, 200, 3)
+    calib = ref["calib"]
+    return {**ref, "path": path, "calib": [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)]}
 
 
 def _per_tensor(rec, preset: str, **changes):

@@ -16,7 +16,9 @@ from onnxptq.api import quantize  # noqa: E402
 from onnxptq.sessions import open_session  # noqa: E402
 from testkit import captcha  # noqa: E402
 
-pytestmark = pytest.mark.slow
+#: Under `pytest -n 2 --dist loadgroup` (.ci/run) this file's tests share one worker, so the module
+#: fixture that does all the expensive work (rendering, three quantizations and four reads of 100 captchas) runs once, not once per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("captcha")]
 BOUNDS = {"A8W8": 0.95, "A16W8": 0.97, "BF16": 0.97}
 
 

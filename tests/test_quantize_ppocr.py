@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from onnxptq import get_preset, quantize
-from testkit import ocr
+from testkit import ocr, ocr_reference
 from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
@@ -34,21 +34,16 @@ def _plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 @pytest.fixture(scope="module")
 def rec():
+    # Rendered lines and the float CER come from the disk cache shared with test_per_tensor_ppocr
+    # (testkit.ocr_reference): the same data, computed once per machine instead of once per file.
     path = model_path("rec")
-    chars = ocr.load_characters(onnx.load(path))
-    calib, _ = ocr.render_lines(CALIB_LINES, seed=1, characters=chars)
-    images, texts = ocr.render_lines(EVAL_LINES, seed=3, characters=chars)
-    float_cer = ocr.rec_cer(str(path), images, texts, characters=chars)
-    return {"path": path, "chars": chars, "calib": calib, "images": images, "texts": texts, "float": float_cer}
+    return {"path": path, **ocr_reference.rec_reference(path, CALIB_LINES, 1, EVAL_LINES, 3)}
 
 
 @pytest.fixture(scope="module")
 def cls():
     path = model_path("cls")
-    calib, _ = ocr.render_cls(CALIB_LINES, seed=1)
-    images, labels = ocr.render_cls(EVAL_LINES, seed=3)
-    return {"path": path, "calib": calib, "images": images, "labels": labels,
-            "float": ocr.cls_accuracy(str(path), images, labels)}
+    return {"path": path, **ocr_reference.cls_reference(path, CALIB_LINES, 1, EVAL_LINES, 3)}
 
 
 def _rec_cer(rec, preset: str, **changes) -> tuple[float, object]:
@@ -88,22 +83,25 @@ FLOAT_FORMATS_REC = [
     ("BFP16", {}, 0.01),
     ("MX9", {}, 0.01),
     ("MXINT8", {}, 0.02),
-    ("MXFP8_E4M3", {}, None),
+    ("MXFP8_E4M3", {}, 0.005),
 ]
-#: PP-OCRv4 rec does not survive 3-bit mantissas: MXFP8_E4M3 (and MX6, MXFP6) read almost nothing
-#: (CER 0.75–0.99 measured; MXINT8 and MX9, with 7-bit mantissas, stay within 0.02). For it the
-#: stated bound is a valid model whose output still correlates with float: cosine ≥ 0.6.
+#: PP-OCRv4 rec loses much to 3-bit mantissas: MXFP8_E4M3 CER 0.604 on these 200 lines (float
+#: 0.039) before FP-element MX biases stayed float and depthwise weights stopped blocking along
+#: their length-1 axis (pipeline/plan/fp_blocks.py), 0.419 after (0.394 with repair=False today); what is left is
+#: E4M3's rounding itself (docs/formats.md "MXFP8 on PP-OCRv4 rec"), which the default accuracy
+#: floor repairs by keeping the sensitive nodes at higher precision: CER 0.0336 (issue 27 item 5's
+#: bound, float + 0.005). The output must also still correlate with float: cosine ≥ 0.6.
 MXFP8_REC_MIN_COSINE = 0.6
 
 
 @pytest.mark.parametrize("preset,changes,bound", FLOAT_FORMATS_REC, ids=lambda v: str(v) if not isinstance(v, dict) else ("qdq" if v else "default"))
 def test_float_formats_rec(rec, preset, changes, bound):
     cer, result = _rec_cer(rec, preset, **changes)
-    print(f"rec {preset} {changes} CER {cer:.4f} (float {rec['float']:.4f}) cosine {result.metrics}")
-    if bound is None:
+    print(f"rec {preset} {changes} CER {cer:.4f} (float {rec['float']:.4f}) cosine {result.metrics} "
+          f"repair kept {sorted(result.plan.repair.get('kept_float', {}))}")
+    if preset == "MXFP8_E4M3":
         assert next(iter(result.metrics.values()))["cosine"] >= MXFP8_REC_MIN_COSINE
-    else:
-        assert cer <= rec["float"] + bound
+    assert cer <= rec["float"] + bound
     ops = {(n.domain, n.op_type) for n in result.model.graph.node}
     if preset == "BF16" and not changes:
         assert ("", "Cast") in ops and not any(d == "onnxptq" for d, _ in ops)

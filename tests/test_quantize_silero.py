@@ -118,3 +118,73 @@ def test_silero_half_convert_fp16_to_fp32(floats, clips):
     assert not fp16, fp16[:5]
     probs, _ = audio.run_vad(_plain_session(result.model), clips[1])
     assert audio.compare_probs(reference, probs)["agreement"] >= 0.97
+
+
+def _reference_a8w8(path, feeds, tmp_path, preset: str):
+    """The reference tool's A8W8 / A16W8 through the compatible API: MinMax, symmetric
+    activations, per-tensor int8 weights (spec §1.5), CLE automatic as a user gets it."""
+    from onnxptq.compat import Config, ModelQuantizer, QuantizationConfig
+    from onnxptq.compat.enums import CalibrationMethod, ExtendedQuantFormat, ExtendedQuantType, QuantType
+
+    extra = {"ActivationSymmetric": True, "ForceQuantizeNoInputCheck": True, "AlignSlice": False, "FoldRelu": True,
+             "AlignConcat": True, "AccuracyFloorRepair": False}
+    if preset == "A16W8":
+        extra["AlignEltwiseQuantType"] = True
+    cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ,
+                             activation_type=QuantType.QInt8 if preset == "A8W8" else ExtendedQuantType.QInt16,
+                             weight_type=QuantType.QInt8, per_channel=False, extra_options=extra)
+
+    class Reader:
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    out = tmp_path / f"ref_{preset}.onnx"
+    ModelQuantizer(Config(global_quant_config=cfg)).quantize_model(str(path), str(out), Reader())
+    return onnx.load(out)
+
+
+#: issue 27.6: per-tensor weights kept 0.59-0.64 of the decisions (0.26 on this clip before: the
+#: layers live in If bodies, where equalization never looked); per-channel keeps 0.97-1.0.
+#: Measured on a 30 s clip (937 windows; the 5 s clip's 156 move 0.0064 per window), the floor a
+#: little under each figure (bench/RESULTS.md): our A16W8 with per-tensor weights 0.929 / 0.967,
+#: the reference tool's A8W8 0.918 / 0.916 (if / ifless). Our A8W8 preset is not here: since the
+#: repair merge its integer model keeps 0.743 with per-channel weights too (repair brings it back),
+#: which is not a weight problem. Not yet the issue's 0.95 for A8W8: encoder.3's output channels
+#: reach the LSTM only through the If bodies of silero_vad.onnx, bias correction does not enter
+#: bodies, and outlier splitting at min_gain 2 costs PP-OCR rec its CER bound.
+PER_TENSOR_FLOOR = {("preset", SILERO): 0.91, ("preset", SILERO_IFLESS): 0.95,
+                    ("reference", SILERO): 0.90, ("reference", SILERO_IFLESS): 0.90}
+PER_TENSOR_EVAL_SECONDS = 30.0
+
+
+@pytest.fixture(scope="module")
+def long_clip(floats):
+    """A 30 s evaluation clip (seed 2) and each model's float probabilities on it."""
+    clip, _ = audio.speech_mix(seed=2, seconds=PER_TENSOR_EVAL_SECONDS)
+    return clip, {name: audio.run_vad(str(floats[name][0]), clip)[0] for name in (SILERO, SILERO_IFLESS)}
+
+
+@pytest.mark.parametrize("route", ["preset", "reference"])
+@pytest.mark.parametrize("name", (SILERO, SILERO_IFLESS))
+def test_silero_per_tensor_weights(name, route, floats, long_clip, tmp_path):
+    """Per-tensor int8 weights (our A16W8 with per_channel off, and the reference tool's A8W8 via
+    ModelQuantizer) keep the speech decisions: equalization and outlier splitting reach the
+    encoder convolutions inside the If bodies and through the time-step Gather to the LSTM cell.
+    The accuracy floor's repair is off: this measures the integer model, not what repair keeps
+    float (with repair on, silero_vad.onnx comes back float-exact)."""
+    path, calib_feeds, _ = floats[name]
+    clip, references = long_clip
+    if route == "preset":
+        config = get_preset("A16W8")
+        config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False),
+                                weight=dataclasses.replace(config.weight, per_channel=False), repair=False)
+        model = quantize(path, config, calib_feeds, eval_samples=1).model
+    else:
+        model = _reference_a8w8(path, calib_feeds, tmp_path, "A8W8")
+    probs, _ = audio.run_vad(_plain_session(model), clip)
+    figures = audio.compare_probs(references[name], probs)
+    log.warning("silero per-tensor %s %s: %s", name, route, figures)
+    assert figures["agreement"] >= PER_TENSOR_FLOOR[route, name], (name, route, figures)

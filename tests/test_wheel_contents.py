@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+#: Under `pytest -n 2 --dist loadgroup` (.ci/run) this file's tests share one worker, so the module
+#: fixture that does all the expensive work (building the wheel with pip) runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("wheel_contents")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,7 @@ from ..config.schema import QuantConfig
 from .coverage import drop_uncalibrated_bodies
 from .guard import GuardValues, apply_range_guard
 from .plan import Plan, make_plan
+from .plan.corners import settle
 
 __all__ = ["CalibrationView", "final_plan"]
 
@@ -68,4 +69,5 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
         # build fetches its values for this plan only and lets them go with it (peak memory).
         values = calibrated.guard_values if calibrated.guard_values is not None else GuardValues(prepared, calibrated.kept)
         apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
-    return plan
+    # What coverage and the guard left float may orphan an int32 bias (plan/corners.py).
+    return settle(plan)

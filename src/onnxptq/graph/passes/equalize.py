@@ -18,7 +18,9 @@ with anything else is left alone, so the float model's outputs change by float r
   only at 0 or ±inf, MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool (per-channel maps
   that commute with a positive per-channel factor), Pad (constant 0, no padding of the channel or
   batch axis), Mul / Div by a constant (elementwise), Add / Sub of a constant (the constant is
-  scaled with the channel), Identity;
+  scaled with the channel), Identity, Gather with constant indices on a spatial axis of a conv
+  output (it picks positions; when it leaves [N, C] the channels are last, where a Gemm / MatMul
+  tail reads them: recurrent heads picking one time step);
 * never scaled through: HardSwish (``hardswish(s x) = s x relu6(s x + 3)/6 ≠ s hardswish(x)``
   wherever ``|x| < 3``: the kink positions do not scale, so no ``s ≠ 1`` is exact for every
   input), Sigmoid, HardSigmoid, Tanh, Softmax, Gelu, Elu, Selu, Softplus (not homogeneous), Clip
@@ -29,7 +31,8 @@ with anything else is left alone, so the float model's outputs change by float r
 
 Pairs: Conv (any group) or Gemm / MatMul with constant weights as head; Conv with a matching group
 structure (dense, grouped or depthwise) or Gemm / MatMul as tail, over a chain of single-consumer
-tensors. A Conv → depthwise Conv → Conv triple is two pairs sharing the depthwise layer, equalized
+tensors, in every graph of the model (If/Loop/Scan bodies too: silero VAD holds all its layers in
+an If branch). A Conv → depthwise Conv → Conv triple is two pairs sharing the depthwise layer, equalized
 in turn, ``steps`` rounds (−1: until the largest relative scale change of a round is below
 ``total_layer_diff_threshold``, at most :data:`MAX_STEPS` rounds).
 
@@ -207,12 +210,44 @@ class _Link:
     affine: bool = True
 
 
+def _gather_link(node: ir.Node, index: int, axis_kind: str, rank: int | None) -> tuple[_Link, str, int] | None:
+    """A ``Gather`` with constant indices along a spatial axis of a convolution's output, as a chain
+    link: it selects positions, never mixes channels, so a per-channel scale passes through it
+    exactly (and a per-channel bias stays per channel). Returns the link, the channel layout after
+    it (``"flat"``: rank 2, channels last, where a Gemm / MatMul tail reads them) and the new rank.
+
+    Why: recurrent heads read the last conv feature map by picking one time step (silero VAD:
+    ``Conv → Relu → Gather(axis 2, index 0) → Gemm``, the LSTM's input projection), and without
+    this link the conv's output channels, 200× apart in range, are never equalized.
+    """
+    if (not is_onnx_domain(node.domain) or node.op_type != "Gather" or index != 0 or len(node.outputs) != 1
+            or axis_kind != "conv" or rank is None):
+        return None
+    indices = constant_array(node.inputs[1]) if len(node.inputs) > 1 else None
+    if indices is None or indices.dtype.kind not in "iu":
+        return None
+    axis = _int_attr(node, "axis", 0)
+    axis = axis + rank if axis < 0 else axis
+    if axis < 2 or axis >= rank:
+        return None  # the batch or the channel axis
+    new_rank = rank - 1 + indices.ndim
+    if new_rank < 2:
+        return None
+    return _Link(node), ("flat" if new_rank == 2 else "conv"), new_rank
+
+
 def _link(node: ir.Node, index: int, axis_kind: str) -> _Link | None:
     """``node`` (reached through its input ``index``) as a chain link, or None when it does not
-    commute with a positive per-channel scale (see the module docstring for each op)."""
+    commute with a positive per-channel scale (see the module docstring for each op).
+
+    ``axis_kind`` is ``"conv"`` (channels on axis 1), ``"gemm"`` / ``"matmul"`` (channels last) or
+    ``"flat"`` (a conv's channels moved last by a :func:`_gather_link`): there a constant to add
+    would need its own per-channel rescaling in the new layout, so Add/Sub are not passed."""
     if not is_onnx_domain(node.domain) or node.op_type not in HOMOGENEOUS or index != 0 or len(node.outputs) != 1:
         return None
     op = node.op_type
+    if op in ("Add", "Sub") and axis_kind == "flat":
+        return None
     spatial = op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad")
     if spatial and axis_kind != "conv":
         return None  # the channel axis of Gemm/MatMul outputs is the last one, pools act on axis 1
@@ -257,10 +292,10 @@ def _link(node: ir.Node, index: int, axis_kind: str) -> _Link | None:
     return _Link(node, affine=op not in ("Relu", "LeakyRelu"))
 
 
-def _tail_accepts(head: _Layer, tail: _Layer, index: int) -> bool:
+def _tail_accepts(head: _Layer, tail: _Layer, index: int, axis_kind: str | None = None) -> bool:
     if index != 0:
         return False
-    if head.kind == "conv":
+    if (axis_kind or head.kind) == "conv":
         return tail.kind == "conv" and tail.in_channels == head.out_channels
     if tail.kind == "conv":
         return False
@@ -289,6 +324,7 @@ def find_pairs(graph: ir.Graph) -> list[_Pair]:
         if head is None:
             continue
         value, links = node.outputs[0], []
+        axis_kind, rank = head.kind, (head.weight.ndim if head.kind == "conv" else None)
         while True:
             step = _sole_consumer(value)
             if step is None:
@@ -296,10 +332,14 @@ def find_pairs(graph: ir.Graph) -> list[_Pair]:
             consumer, index = step
             tail = layers.get(id(consumer))
             if tail is not None:
-                if _tail_accepts(head, tail, index) and tail.node is not head.node:
+                if _tail_accepts(head, tail, index, axis_kind) and tail.node is not head.node:
                     pairs.append(_Pair(head, tail, links))
                 break
-            link = _link(consumer, index, head.kind)
+            gathered = _gather_link(consumer, index, axis_kind, rank)
+            if gathered is not None:
+                link, axis_kind, rank = gathered
+            else:
+                link = _link(consumer, index, axis_kind)
             if link is None:
                 break
             links.append(link)
@@ -329,17 +369,27 @@ def _channel_shape(kind: str, const: np.ndarray, rank: int, channels: int) -> tu
 
 
 class EqualizePass(ir.passes.InPlacePass):
-    """Cross-layer equalization of the main graph (see the module docstring)."""
+    """Cross-layer equalization of every graph of the model, If/Loop/Scan bodies included (see
+    the module docstring): a model whose layers all live in a body (silero VAD computes inside an
+    If) otherwise gets no equalization at all, and its per-tensor weights keep channel ranges
+    200x apart."""
 
     def __init__(self, options: EqualizationOptions | None = None) -> None:
         super().__init__()
         self.options = options or EqualizationOptions()
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        graph, opts = model.graph, self.options
+        modified = False
+        for graph in list(model.graphs()):
+            modified = self._equalize_graph(model, graph) or modified
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _equalize_graph(self, model: ir.Model, graph: ir.Graph) -> bool:
+        """Equalize the pairs whose nodes live in ``graph`` itself; True when any was found."""
+        opts = self.options
         pairs = find_pairs(graph)
         if not pairs:
-            return ir.passes.PassResult(model, modified=False)
+            return False
         # Each pair's constants (Add/Sub operands) are scaled cumulatively; keep their arrays here.
         consts: dict[int, np.ndarray] = {}
         for p in pairs:
@@ -365,9 +415,9 @@ class EqualizePass(ir.passes.InPlacePass):
                 break
         absorbed = self._absorb(pairs) if opts.absorb_bias else 0
         self._write(graph, model, pairs, consts)
-        log.info("cross-layer equalization: %d layer pair(s), %d round(s), last max |log s| %.3g, %d bias(es) absorbed",
-                 len(pairs), done, change, absorbed)
-        return ir.passes.PassResult(model, modified=True)
+        log.info("cross-layer equalization%s: %d layer pair(s), %d round(s), last max |log s| %.3g, %d bias(es) absorbed",
+                 "" if graph is model.graph else f" in body {graph.name!r}", len(pairs), done, change, absorbed)
+        return True
 
     @staticmethod
     def _absorb(pairs: list[_Pair]) -> int:

@@ -158,18 +158,18 @@ def split_weight(weight: np.ndarray, in_axis: int, threshold: float) -> tuple[np
 
 
 class SplitOutliersPass(ir.passes.InPlacePass):
-    """Outlier channel splitting of the main graph's Conv / Gemm / MatMul weights (module docstring)."""
+    """Outlier channel splitting of the Conv / Gemm / MatMul weights of every graph, If/Loop/Scan
+    bodies included (module docstring): layers inside a body have the same per-tensor weights."""
 
     def __init__(self, options: OutlierSplitOptions | None = None) -> None:
         super().__init__()
         self.options = options or OutlierSplitOptions()
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        graph = model.graph
         names = collect_names(model)
         split = 0
         added = 0
-        for node in onnx_nodes(graph, "Conv", "Gemm", "MatMul"):
+        for graph, node in [(g, n) for g in list(model.graphs()) for n in onnx_nodes(g, "Conv", "Gemm", "MatMul")]:
             target = _target(node)
             if target is None:
                 continue

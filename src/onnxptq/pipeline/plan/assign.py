@@ -30,6 +30,8 @@ from .rules import (
     _share_through_data_movement,
 )
 from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
+from .fp_blocks import fp_element_blocks
+from .corners import orphan_int32_biases, scalar_block_tensors
 from .types import Plan, Role, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -232,6 +234,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 quant = spec_for(node, "activation")
                 if quant is None:
                     continue
+                if node.op_type in RECURRENT and runtime.integer_placement(config, quant):
+                    continue  # CPU target: a recurrent layer runs float; only its W/R are stored quantized
                 axis = None
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
@@ -257,6 +261,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
+    for name, reason in scalar_block_tensors(tensors, g.rank).items():  # corners.py: no block axis
+        float_tensors[name] = reason
+        producer_side.pop(name, None)
+        consumer_side.pop(name, None)
     if config.dual_quant_nodes:
         _dual_quant_nodes(tensors, producer_side, consumer_side, g)
     if config.depthwise_input_per_channel and not runtime.is_cpu(config):
@@ -269,6 +277,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         _share_through_data_movement(tensors, selected)
     _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
+    float_tensors.update(fp_element_blocks(tensors, g))  # fp_blocks.py: MXFP weights' axis, biases float
+    float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
                 float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})
     log.info("plan: %d nodes, %d tensors (%s)", len(plan.nodes), len(tensors), ", ".join(f"{k} ×{v}" for k, v in plan.summary().items()))

@@ -17,7 +17,7 @@ import onnx
 from ...config.schema import QuantConfig, TensorQuant
 from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain
-from ...graph.ops import FLOAT_TYPES, FUSIBLE_ACTIVATIONS, FUSIBLE_PRODUCERS, PASS_THROUGH
+from ...graph.ops import FLOAT_TYPES, FUSIBLE_ACTIVATIONS, FUSIBLE_PRODUCERS, PASS_THROUGH, RECURRENT
 from ...graph.walk import ScopeIndex
 from .. import runtime
 
@@ -118,6 +118,11 @@ def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs
     """
     if not runtime.integer_placement(config, _node_formats(node, config)[0]) or _explicit(node, config):
         return None
+    if node.op_type in RECURRENT:
+        # No integer GRU/LSTM/RNN kernel, but their W/R are most of a seq2seq model's bytes:
+        # they are stored quantized behind a DequantizeLinear (onnxruntime folds it and runs the
+        # float kernel); the input X and the state stay float (assign.make_plan).
+        return None
     if node.op_type not in runtime.CPU_OP_TYPES:
         return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
     if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
@@ -161,6 +166,8 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
             if (not runtime.integer_placement(config, act) or not runtime.has_integer_kernels(act)
                     or _explicit(node, config) or node.name in config.node_overrides):
                 continue
+            if node.op_type in RECURRENT:
+                continue  # its weights are what is quantized (_cpu_skip_reason), not its inputs
             data = [i for i in node.input if i and i not in g.initializers]
             if node.op_type in runtime.CPU_MATRIX_OPS:
                 weight = g.initializers.get(node.input[1]) if len(node.input) > 1 else None

@@ -1,0 +1,92 @@
+"""Corner cases the per-node planner cannot see, settled on the whole tensor table (issue 27 item 3).
+
+Each rule here either keeps a tensor float with the reason in ``Plan.float_tensors`` or changes
+nothing; none raises. They run after the rules that drop tensors, because whether a corner case
+exists depends on what those rules left:
+
+* :func:`scalar_block_tensors` — a block format (``bfp``, ``mx``) needs a block axis. A rank-0
+  tensor (``ReduceMax(keepdims=0)``, a scalar ``Sub``/``Cast`` after it) has none: the block body's
+  axis lookup fails in onnxruntime (``Gather … idx=1 must be within the inclusive range [0,-1]``).
+  A block of one element would only round one scalar, which costs a whole function call and buys
+  nothing, so such tensors stay float; so do tensors whose rank shape inference could not tell
+  (the block axis the plan chose may not exist). The same reasoning the planner already applies to
+  one-element initializers (``assign.make_plan``).
+* :func:`orphan_int32_biases` — an ``int32`` bias has scale ``scale(input) × scale(weight)``; when
+  a later rule (transformer placement, coverage, the range guard) left the input or the weight
+  float, that scale does not exist. The bias then stays float: onnxruntime runs such a node as a
+  float Conv/Gemm over the dequantized weight, where a float bias is exactly what it adds (an
+  int32 bias would only be dequantized again). Called by ``make_plan`` and again by
+  ``final_plan`` after the calibration-time rules.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .types import Plan, TensorPlan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BLOCK_FORMATS", "orphan_int32_biases", "scalar_block_tensors"]
+
+#: Formats whose quantizer works on blocks along an axis.
+BLOCK_FORMATS = frozenset({"bfp", "mx"})
+
+
+def _is_block(t: TensorPlan) -> bool:
+    return t.quant.format in BLOCK_FORMATS or (t.producer_quant is not None and t.producer_quant.format in BLOCK_FORMATS)
+
+
+def scalar_block_tensors(tensors: dict[str, TensorPlan], rank: dict[str, int]) -> dict[str, str]:
+    """Drop from ``tensors`` the block-format activations of rank 0 or unknown rank; return
+    ``{name: reason}`` for ``Plan.float_tensors``. ``rank``: shape inference's ranks by tensor name."""
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if t.role != "activation" or not _is_block(t):
+            continue
+        r = rank.get(name)
+        if r == 0:
+            why[name] = (f"rank-0 (scalar) tensor: the block format {t.quant.describe()} has no block axis on it; "
+                         "a block of one would only round one scalar, so it stays float")
+        elif r is None:
+            why[name] = (f"rank unknown to shape inference: the block axis of {t.quant.describe()} may not exist "
+                         "on it, so it stays float")
+    for name in why:
+        del tensors[name]
+    if why:
+        _unshare(tensors, why)
+        log.info("plan: %d scalar/unknown-rank tensors stay float under a block format: %s",
+                 len(why), ", ".join(sorted(why)[:6]))
+    return why
+
+
+def orphan_int32_biases(tensors: dict[str, TensorPlan]) -> dict[str, str]:
+    """Drop the int32 biases whose input or weight is not planned; return ``{name: reason}``."""
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if t.role != "bias" or t.bias_of is None:
+            continue
+        act, weight = t.bias_of
+        missing = [n for n in (act, weight) if n not in tensors]
+        if missing:
+            del tensors[name]
+            which = " and ".join(repr(m) for m in missing)
+            why[name] = (f"int32 bias: {which} stays float, so the bias scale (input scale × weight scale) "
+                         "does not exist; the bias stays float and onnxruntime runs the node in float")
+    if why:
+        log.info("plan: %d int32 biases stay float (their input or weight is float): %s", len(why), ", ".join(sorted(why)[:6]))
+    return why
+
+
+def settle(plan: Plan) -> Plan:
+    """Apply :func:`orphan_int32_biases` to a finished plan (after calibration-time rules), in place."""
+    why = orphan_int32_biases(plan.tensors)
+    plan.float_tensors.update(why)
+    return plan
+
+
+def _unshare(tensors: dict[str, TensorPlan], gone: dict[str, str]) -> None:
+    """A tensor that shared its scale with a dropped one keeps its own."""
+    for t in tensors.values():
+        if t.share_with in gone:
+            t.share_with = None

@@ -1,0 +1,62 @@
+"""MX formats with floating-point elements (MXFP8/6/4): what the OCP scale rule needs from the plan.
+
+Why these differ from integer-element blocks (MXINT8, BFP, MX9): an FP element's relative
+precision is the same at every magnitude, so a block buys range, not precision, and the OCP
+shared exponent ``floor(log2(amax)) - emax_elem`` puts the block maximum in ``[2^emax, 2^(emax+1))``
+where E4M3 saturates above 448 = 1.75·2^8: the block's largest element loses up to 12.5 % when
+its mantissa is above 1.75 (spec §6.3, "the block max can clip").
+
+* A weight whose block axis has length 1 (a depthwise Conv's ``[C, 1, kh, kw]`` along the input
+  channels) makes every element a block of its own, so EVERY element whose mantissa is above 1.75
+  saturates — one weight in eight, by up to 12.5 % — instead of one element per 32. With an FP
+  element nothing is gained by a per-element scale (its range is ±2^17 within a block), so the
+  block runs along the tensor's longest axis instead (the output channels of a depthwise Conv).
+  Measured on PP-OCRv4 rec MXFP8_E4M3, see
+  docs/formats.md "MXFP8 on PP-OCRv4 rec" for the whole bisection.
+* A Conv/Gemm bias is added in the accumulator, which the OCP MX dot product keeps in FP32
+  (spec §6.4); a BN-folded bias rounded to 3 mantissa bits shifts whole channels by up to 6 %
+  of their bias, which cancels against the convolution sum (rec: CER 0.58 → 0.41 when the biases
+  alone stay float). Biases of FP-element MX formats stay float, with the reason in the plan.
+
+Integer-element blocks are left as they were: their element has a fixed point relative to the
+block's scale, so a block of one gives each element 7 bits of its own (and the reference tool's
+presets round biases like weights).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .select import _Graph
+from .types import TensorPlan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["fp_element_blocks", "is_fp_block"]
+
+
+def is_fp_block(t: TensorPlan) -> bool:
+    """Whether ``t`` is planned as an MX format with a floating-point element (fp8/fp6/fp4)."""
+    return t.quant.format == "mx" and str(t.quant.attr_dict.get("element_dtype", "int8")).startswith("fp")
+
+
+def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
+    """Move degenerate weight block axes and drop biases for FP-element MX tensors (see module
+    docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if not is_fp_block(t):
+            continue
+        if t.role == "bias":
+            del tensors[name]
+            why[name] = ("bias of an FP-element MX format: added in the FP32 accumulator (OCP MX dot product), "
+                         "so it stays float")
+        elif t.role == "weight" and name in g.initializers and t.axis is not None:
+            dims = list(g.initializers[name].dims)
+            if len(dims) >= 2 and dims[t.axis] == 1 and max(dims) > 1:
+                longest = max(range(len(dims)), key=lambda i: (dims[i], -i))
+                log.debug("weight %s %s: block axis %d has length 1, blocks along axis %d", name, dims, t.axis, longest)
+                t.axis = longest
+    if why:
+        log.info("plan: %d biases stay float under an FP-element MX format", len(why))
+    return why
