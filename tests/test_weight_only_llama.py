@@ -58,11 +58,13 @@ def _rel(a: np.ndarray, b: np.ndarray = FLOAT_LOGITS) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def _quantized(method: str = "rtn", form: str = "dq", bits: int = 4, block_size: int = 64, **kw):
-    """One quantization per setting for the whole module (GPTQ/AWQ calibrate on CALIB)."""
+def _quantized(method: str = "rtn", form: str = "dq", bits: int = 4, block_size: int = 64, accuracy_level: int = 1, **kw):
+    """One quantization per setting for the whole module (GPTQ/AWQ calibrate on CALIB). Written
+    MatMulNBits nodes (form "matmulnbits", form "dq"'s tied table) get ``accuracy_level=1`` so that
+    ``_logits(…, 1)`` is float compute throughout."""
     data = CALIB if method in ("gptq", "awq") or kw.get("mixed") else None
     return onnxptq.quantize_weights(PLAIN, bits=bits, block_size=block_size, method=method, form=form, data=data,
-                                    progress=False, **kw)
+                                    accuracy_level=accuracy_level, progress=False, **kw)
 
 
 @pytest.mark.parametrize("method", ["rtn", "hqq", "gptq", "awq"])
@@ -70,7 +72,7 @@ def _quantized(method: str = "rtn", form: str = "dq", bits: int = 4, block_size:
 def test_every_method_runs_in_stock_onnxruntime(method, form):
     result = _quantized(method, form)
     ops = {n.op_type for n in result.model.graph.node}
-    assert ("MatMulNBits" in ops) == (form == "matmulnbits")
+    assert "MatMulNBits" in ops  # form "dq": the tied lm_head (see test_default_int8_lm_head_is_in_a_fused_form)
     assert ("DequantizeLinear" in ops) == (form == "dq")
     default = _logits(result.model, None)  # onnxruntime's default: int8 activations in MatMulNBits
     exact = _logits(result.model, 1)
@@ -97,7 +99,7 @@ def _dq_outputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def test_rtn_int4_weights_equal_the_numpy_reference_bit_for_bit():
     float_model = onnx.load(PLAIN)
     weights = {t.name: numpy_helper.to_array(t) for t in float_model.graph.initializer}
-    result = _quantized("rtn", "dq", 4, 64)
+    result = _quantized("rtn", "dq-strict", 4, 64)  # every weight, the tied table too, behind a DequantizeLinear
     got = _dq_outputs(result.model)
     fmt = BlockFormat(4, 64, True)
     checked = 0
@@ -154,12 +156,40 @@ def test_int8_b128_is_close_to_float():
 
 def test_dq_and_matmulnbits_forms_give_the_same_logits_at_accuracy_level_1():
     for method in ("rtn", "gptq"):
+        strict = _logits(_quantized(method, "dq-strict").model, 1)  # the standard-ops form ("dq" before issue 29's fix)
         a = _logits(_quantized(method, "dq").model, 1)
         b = _logits(_quantized(method, "matmulnbits").model, 1)
+        np.testing.assert_allclose(a, strict, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-4)
 
 
-@pytest.mark.parametrize("form", ["dq", "matmulnbits"])
+def _attr(node: onnx.NodeProto, name: str):
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+
+
+def test_default_int8_lm_head_is_in_a_fused_form():
+    """onnxruntime does not fuse DequantizeLinear → Transpose → MatMul: each decode step would
+    dequantize the whole table. The default writes the tied lm_head as an 8-bit MatMulNBits at the
+    fused body's default level (4) and every remaining DequantizeLinear feeds a MatMul's weight."""
+    model = onnxptq.quantize_weights(PLAIN, bits=4, block_size=64, progress=False).model
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    assert dqs
+    for dq in dqs:
+        assert [(c.op_type, list(c.input).index(dq.output[0])) for c in consumers[dq.output[0]]] == [("MatMul", 1)], dq.name
+    head = next(n for n in model.graph.node if n.output[0] == "logits")
+    assert head.op_type == "MatMulNBits" and _attr(head, "bits") == 8 and _attr(head, "accuracy_level") == 4
+    assert _attr(head, "N") == _llama.VOCAB and _attr(head, "K") == _llama.HIDDEN
+    assert not any(n.op_type == "Gather" and n.input[1] == "input_ids" for n in model.graph.node)
+    assert _rel(_logits(model, None)) < 0.08
+    strict = onnxptq.quantize_weights(PLAIN, bits=4, block_size=64, form="dq-strict", progress=False).model
+    assert {n.domain for n in strict.graph.node} <= {"", "ai.onnx"}
+
+
+@pytest.mark.parametrize("form", ["dq", "dq-strict", "matmulnbits"])
 def test_tied_embedding_is_stored_once(tmp_path, form):
     out = tmp_path / "q.onnx"
     result = onnxptq.quantize_weights(PLAIN, out, form=form, progress=False)
@@ -169,7 +199,7 @@ def test_tied_embedding_is_stored_once(tmp_path, form):
     assert len(big) == 1, big
     assert not any(t.data_type == TensorProto.FLOAT and list(t.dims) == [_llama.VOCAB, _llama.HIDDEN] for t in model.graph.initializer)
     producer = {o: n for n in model.graph.node for o in n.output}
-    if form == "dq":  # the Gather and the lm_head's Transpose read one DequantizeLinear
+    if form == "dq-strict":  # the Gather and the lm_head's Transpose read one DequantizeLinear
         gather = next(n for n in model.graph.node if n.op_type == "Gather" and n.input[1] == "input_ids")
         head = producer[next(n for n in model.graph.node if n.output[0] == "logits").input[1]]
         assert head.op_type == "Transpose" and head.input[0] == gather.input[0]
@@ -243,7 +273,8 @@ def test_external_data_in_and_out_and_the_input_untouched(tmp_path):
     out = tmp_path / "out" / "q.onnx"
     out.parent.mkdir()
     # GPTQ calibrates from the input's own file (no weights in the calibration model): same result
-    onnxptq.quantize_weights(str(src), out, method="gptq", data=CALIB, block_size=64, external_data=True, progress=False)
+    onnxptq.quantize_weights(str(src), out, method="gptq", data=CALIB, block_size=64, external_data=True, accuracy_level=1,
+                             progress=False)
     assert (out.parent / "q.onnx.data").stat().st_size > 0
     assert before == (src.read_bytes(), (src.parent / "model.onnx.data").read_bytes())
     np.testing.assert_allclose(_logits(str(out), 1), _logits(_quantized("gptq").model, 1), rtol=1e-5, atol=1e-5)

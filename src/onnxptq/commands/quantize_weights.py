@@ -27,8 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-head", choices=LM_HEAD, default="int8", help="lm_head precision (default int8)")
     p.add_argument("--embedding", action="store_true", help="also quantize an untied embedding table")
     p.add_argument("--form", choices=FORMS, default="dq",
-                   help="dq: standard DequantizeLinear(block_size) + MatMul at opset 21 (default); "
-                        "matmulnbits: com.microsoft::MatMulNBits")
+                   help="dq: DequantizeLinear(block_size) + MatMul at opset 21, embedding/tied lm_head as "
+                        "com.microsoft GatherBlockQuantized/MatMulNBits (default); dq-strict: standard ops only; "
+                        "matmulnbits: com.microsoft::MatMulNBits everywhere")
     p.add_argument("--mixed", type=float, default=None, metavar="RATIO", help="share of layers kept at 8 bits, by sensitivity")
     p.add_argument("--accuracy-level", type=int, default=None, help="MatMulNBits accuracy_level attribute (--form matmulnbits)")
     p.add_argument("--act-order", action="store_true", help="GPTQ: quantize the most-used input channels first")

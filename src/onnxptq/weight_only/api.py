@@ -146,9 +146,12 @@ def quantize_weights(
             :func:`onnxptq.quantize` takes); KV-cache inputs may be left out (an empty past is fed).
         lm_head: "int8" (default; measured in docs/weight_only.md), "int4" or "float".
         embedding: also quantize an untied embedding table (a tied one follows the lm_head).
-        form: "dq" (standard opset-21 DequantizeLinear + MatMul) or "matmulnbits" (com.microsoft).
+        form: "dq" (opset-21 DequantizeLinear + MatMul for the body; an embedding table and the tied
+            lm_head as com.microsoft GatherBlockQuantized / MatMulNBits, which onnxruntime runs fused),
+            "dq-strict" (standard ops only, for other runtimes) or "matmulnbits" (all com.microsoft).
         mixed: share of the linear layers kept at 8 bits, chosen by sensitivity (output error).
-        accuracy_level: MatMulNBits' accuracy_level attribute (form="matmulnbits"); in the DQ form
+        accuracy_level: MatMulNBits' accuracy_level attribute (form="matmulnbits"; in form "dq" the
+            table's MatMulNBits, 4 when unset: see docs/weight_only.md); for the DQ body
             onnxruntime takes it from the session entry ``session.qdq_matmulnbits_accuracy_level``.
         act_order, damp: GPTQ's activation order and damping (fraction of the mean Hessian diagonal).
         calib_feeds: read at most this many feeds.

@@ -1,12 +1,17 @@
 """Write the solved weights into the model: blocked ``DequantizeLinear`` or ``MatMulNBits``.
 
-``form="dq"`` (default, standard ONNX): the model is raised to opset 21 and each weight becomes an
+``form="dq-strict"`` (standard ONNX only): the model is raised to opset 21 and each weight becomes an
 int4/uint4/int8/uint8 initializer stored ``[K, N]`` with a ``DequantizeLinear(axis=0,
 block_size)`` feeding its MatMul directly — the pattern onnxruntime fuses into ``MatMulNBits``. A
 weight that was behind ``Transpose`` (or a ``Gemm`` with ``transB``) is stored transposed, and the
 Transpose dropped / ``transB`` cleared, so the fusion sees it. A tied embedding/lm_head table is
 stored once as ``[V, H]`` (blocks along H, ``axis=1``): its one ``DequantizeLinear`` feeds both the
-Gather and the lm_head's Transpose.
+Gather and the lm_head's Transpose. onnxruntime does not fuse that ``DequantizeLinear →
+Transpose → MatMul`` (every decode step dequantizes the whole table), hence:
+
+``form="dq"`` (default): the body as in ``dq-strict``, but an embedding table (tied or not) takes
+the ``matmulnbits`` form below — ``GatherBlockQuantized`` and the tied lm_head's ``MatMulNBits``
+read one stored table — both contrib ops of stock onnxruntime (``accuracy_level``: :func:`table_level`).
 
 ``form="matmulnbits"``: each MatMul (Gemm: with its bias, when ``beta == 1``) becomes
 ``com.microsoft::MatMulNBits``; a tied table is one packed uint8 initializer read by
@@ -65,15 +70,20 @@ def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], ve
     drop_nodes: set[str] = set()
     drop_inits: set[str] = set()
     replaced: dict[str, list[onnx.NodeProto]] = {}
+    contrib = False
     for site in plan.sites:
         result = solved.get(site.weight)
         if result is None:
             continue
         base = _safe(site.weight)
-        if form == "dq":
+        if form == "dq-strict" or (form == "dq" and not site.gathers):
             _emit_dq(site, result, base, nodes, new_front, new_inits, drop_nodes)
+        elif form == "dq":  # a table: GatherBlockQuantized (+ the tied lm_head's MatMulNBits), see table_level
+            _emit_nbits(site, result, base, nodes, new_front, new_inits, drop_nodes, replaced, table_level(accuracy_level))
+            contrib = True
         else:
             _emit_nbits(site, result, base, nodes, new_front, new_inits, drop_nodes, replaced, accuracy_level)
+            contrib = True
         drop_inits.add(site.weight)
     for init in graph.initializer:
         if init.name in vectors:
@@ -96,13 +106,28 @@ def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], ve
     del graph.initializer[:]
     graph.initializer.extend(still + new_inits)
     _drop_unused(graph)
-    if form == "dq":
+    if contrib and not any(o.domain == weight_blocks.MS_DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(weight_blocks.MS_DOMAIN, 1))
+    if form in ("dq", "dq-strict"):
         out = _upgrade_light(out)
-    else:
-        if not any(o.domain == weight_blocks.MS_DOMAIN for o in out.opset_import):
-            out.opset_import.append(helper.make_opsetid(weight_blocks.MS_DOMAIN, 1))
+    elif contrib:
         pin_versions(out)
     return out
+
+
+#: onnxruntime's default accuracy level for fused ``DequantizeLinear`` + ``MatMul`` (int8 activations).
+FUSED_DEFAULT_LEVEL = 4
+
+
+def table_level(accuracy_level: int | None) -> int:
+    """The ``accuracy_level`` attribute of a table's ``MatMulNBits`` in ``form="dq"``.
+
+    The session entry ``session.qdq_matmulnbits_accuracy_level`` reaches only the nodes onnxruntime
+    fuses itself, not a ``MatMulNBits`` already in the file, so the attribute stands in for it:
+    unset, it is onnxruntime's default for the fused body (4), so the whole model runs at one level.
+    Level 0/1 on an 8-bit ``MatMulNBits`` is slower than fp32 (~270 ms vs 12 ms for SmolLM2's
+    49152x576 lm_head, 1 thread; docs/weight_only.md), so 4 is also the only fast default."""
+    return FUSED_DEFAULT_LEVEL if accuracy_level is None else int(accuracy_level)
 
 
 def _emit_dq(site: Site, r: Solved, base: str, nodes: dict, front: list, inits: list, drop: set) -> None:

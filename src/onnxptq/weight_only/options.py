@@ -13,7 +13,7 @@ from ..formats.int_blocks import SUPPORTED_BITS, SUPPORTED_BLOCK_SIZES, BlockFor
 
 METHODS = ("rtn", "hqq", "gptq", "awq")
 NEEDS_DATA = ("gptq", "awq")
-FORMS = ("dq", "matmulnbits")
+FORMS = ("dq", "dq-strict", "matmulnbits")
 LM_HEAD = ("int8", "int4", "float")
 
 
