@@ -6,7 +6,7 @@
   given), with RTN / GPTQ / HQQ. The reference skips calibration here; so do we, except for GPTQ.
 * ``UseGPTQ=True`` + ``GPTQParams`` {``Bits`` 8, ``BlockSize`` 128, ``PercDamp`` 0.01, ``GroupSize``
   −1, ``ActOrder`` False, ``PerChannel`` False, ``WeightSymmetric`` True, ``MSE`` False}: GPTQ
-  weights in the standard blocked-DequantizeLinear form. Differences, on purpose: ``GroupSize −1``
+  weights in the default ``form="dq"`` (body MatMuls as standard blocked DequantizeLinear; an embedding table as MatMulNBits + GatherBlockQuantized on one stored copy). Differences, on purpose: ``GroupSize −1``
   (one scale per output channel over all of K) has no blocked form; it becomes our block size 128
   with a warning. ``BlockSize`` is GPTQ's lazy-update batch, which changes speed, not results;
   ours is fixed. ``MSE=True`` (a grid search of each scale) is not built and raises.
