@@ -198,3 +198,16 @@ def test_the_guard_fetch_thins_inside_onnxruntime(monkeypatch):
     step = 128 // sub.IN_GRAPH_POSITIONS + 1
     assert got["h1"].shape == (1, 16, -(-128 // step), -(-128 // step))
     np.testing.assert_allclose(np.maximum(got["c2"], 0), full[:, :, ::step, ::step], rtol=1e-5, atol=1e-6)
+
+
+def test_subsample_takes_the_middle_not_the_border_when_one_position_fits():
+    # The guard's floor (every channel and the last axis whole) can leave room for one position of
+    # the other axes: that one is the middle of each axis (a feature map's first row is the border a
+    # zero-padded convolution leaves near silent; read there, PP-OCRv4 rec's guard flagged 84 of 504
+    # channels at 0 dB and left a Conv float, tests/test_per_tensor_ppocr.py::test_a8w8_per_tensor).
+    picks = subsample_plan((8, 504, 6, 80), {1, -1}, 4096)
+    assert list(picks[0]) == [4] and list(picks[2]) == [3] and picks[1] is None and picks[3] is None
+    # spread evenly, every stretch's middle; block runs still start at multiples of RUN
+    assert list(subsample_plan((1, 4, 10, 8), {1, -1}, 3 * 32)[2]) == [1, 5, 8]
+    runs = subsample_plan((1, 2, 4 * RUN, RUN), {1, -1}, 2 * 2 * RUN * RUN, run=RUN)[2]
+    assert list(runs) == list(range(RUN, 2 * RUN)) + list(range(3 * RUN, 4 * RUN))

@@ -461,6 +461,15 @@ def compute_report(
     matches = match_tensors(float_model, quant_model)
     unmatched: dict[str, str] = {}
     if plan is not None:
+        q_defined = _defined_names(quant_model)
+        first_reader = {i: (_node_key(n, k), n.op_type) for k, n in reversed(list(enumerate(float_model.graph.node)))
+                        for i in n.input}
+        for name in plan.tensors:
+            if name not in matches and plan.tensors[name].quant.format == "bf16" and name in q_defined:
+                # emit dropped its Cast pair (graph/passes/drop_exact_casts.py): the tensor already
+                # holds bfloat16 values, the pair was the identity; its error is measured in place.
+                consumer, op = first_reader.get(name, (None, None))
+                matches[name] = TensorMatch(name, name, None, consumer, op, [])
         for name in plan.tensors:
             if name not in matches:
                 reason = "no node of the quantized model reads a quantized form of it"

@@ -38,10 +38,14 @@ MAX_ELEMENTS = 1 << 14
 
 def run_indices(length: int, keep_runs: int, run: int = RUN) -> np.ndarray:
     """Indices of ``keep_runs`` runs of ``run`` consecutive indices, each starting at a multiple of
-    ``run``, spread evenly over ``range(length)``."""
+    ``run``, spread evenly over ``range(length)``: run ``i`` is the one at the middle of the ``i``-th
+    of ``keep_runs`` equal stretches, so a single kept run is the axis' middle, never its first
+    index. (Picked from index 0, one position of a feature map was its top border row, where a
+    zero-padded convolution's channels are near silent: on PP-OCRv4 rec the guard read 84 of 504
+    channels of a split layer's input at 0 dB there and left a quantized Conv float.)"""
     runs = -(-length // run)
     keep_runs = max(1, min(runs, keep_runs))
-    starts = np.unique(np.linspace(0, runs - 1, keep_runs).round().astype(np.int64)) * run
+    starts = ((np.arange(keep_runs) + 0.5) * runs / keep_runs).astype(np.int64) * run
     return np.concatenate([np.arange(s, min(s + run, length)) for s in starts])
 
 
