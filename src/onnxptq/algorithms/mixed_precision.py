@@ -157,6 +157,11 @@ class LayerDecision:
     precision: str  # "low" or "high"
     activation: str
     weight: str
+    #: why the saved model reads this layer's input 0 in float despite ``activation`` (the range
+    #: guard or a plan rule kept that tensor float, recorded in the final plan); None when quantized.
+    #: The search still flips such a layer: its weight and the rest of its plan follow the choice,
+    #: and the metric it measured is that of the model as emitted.
+    input_kept_float: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -199,6 +204,8 @@ class MixedPrecisionReport:
         lines = [f"{'rank':>4}  {'layer':<{width}}  {'op':<13} {'sensitivity':>12}  precision"]
         for layer in sorted(self.layers, key=lambda x: x.rank):
             fmt = f"low ({layer.activation} / {layer.weight})" if layer.precision == "low" else "high"
+            if layer.input_kept_float:
+                fmt += "; input kept float"
             lines.append(f"{layer.rank:>4}  {layer.name:<{width}}  {layer.op_type:<13} {layer.sensitivity:>12.6g}  {fmt}")
         lines.append(
             f"{self.metric}: target {self.target:g}, all high {self.baseline:.6g}, all low {self.all_low:.6g}, "
@@ -231,6 +238,21 @@ def _low_spec(low: QuantConfig | LowSpec | str) -> LowSpec:
     if isinstance(low, tuple) and len(low) == 2:
         return low
     raise ConfigError(f"low precision must be a QuantConfig, a preset name or an (activation, weight) pair, not {low!r}")
+
+
+def _input_kept_float(plan: Plan, tensor: str) -> str | None:
+    """Why the final plan leaves a layer's input ``tensor`` float, or None when it quantizes it.
+
+    The range guard (per-channel ranges a per-tensor 8-bit scale flushes, e.g. after a
+    squeeze-excitation scale) and the plan's float rules act on the layer's own precision, so a
+    flipped layer can end with a float input; the report says so rather than claim ``activation``.
+    """
+    if not tensor or tensor in plan.tensors:
+        return None
+    guard = plan.guard.get(tensor)
+    if guard is not None and guard.get("action") == "float":
+        return f"range guard: {guard.get('reason', 'kept float')}"
+    return plan.float_tensors.get(tensor, "not quantized by the final plan")
 
 
 def _describe(q: TensorQuant | None) -> str:
@@ -351,13 +373,14 @@ def auto_mixed_precision(
 
     rank = {name: i + 1 for i, name in enumerate(order)}
     op_of = {n.name: n.op_type for n in calibrated.prepared.graph.node}
+    input_of = {n.name: n.input[0] if n.input else "" for n in calibrated.prepared.graph.node}
     layers = []
     for name in candidates:
         low_here = name in flipped
         high_pair = high_cfg.node_overrides.get(name) or high_cfg.op_type_overrides.get(op_of[name]) or (high_cfg.activation, high_cfg.weight)
         act, weight = low_pair if low_here else high_pair
         layers.append(LayerDecision(name, op_of[name], sensitivities[name], rank[name], "low" if low_here else "high",
-                                    _describe(act), _describe(weight)))
+                                    _describe(act), _describe(weight), _input_kept_float(result.plan, input_of[name])))
     report = MixedPrecisionReport(
         metric=target.name, target=float(target.value), output_index=target.output_index, high=high_cfg.describe(),
         low=f"activations {_describe(low_pair[0])}, weights {_describe(low_pair[1])}", baseline=baseline,
