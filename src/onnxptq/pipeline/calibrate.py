@@ -78,6 +78,9 @@ class Calibrated:
     #: from. Keeping a node float must not add quantizers (a Relu kept float un-fuses its
     #: producer's output, which then has no statistics), so plans keep only these (final_plan.final_plan)
     within: frozenset[str] | None = None
+    #: this process's CPU seconds (time.process_time) when the quantization started: the repair's
+    #: budget is counted in CPU time, so what it delivers does not depend on the machine's load
+    started_cpu: float = 0.0
 
 
 def source_name(model: Any) -> str:
@@ -93,7 +96,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     ``measure_holdout=False`` holds them out without running the float model on them (the
     streaming path: the same statistics as in memory, no verification)."""
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     cfg = require_config(config, "calibrate_once")
     source = source_name(model)
     proto = io.load_model(model)
@@ -147,7 +150,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
-    calibrated = Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg)
+    calibrated = Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg,
+                            started_cpu=cpu0)
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
