@@ -52,3 +52,13 @@ def session(model: Any, threads: int | None = None, *, inter_op_threads: int | N
     so.profile_file_prefix = str(profile)
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def cli_value(text: str) -> object:
+    """A command-line ``key=value`` value: True / False / None, a number, or the string itself."""
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    try:
+        return float(text) if any(c in text for c in ".e") else int(text)
+    except ValueError:
+        return text

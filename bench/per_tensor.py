@@ -24,19 +24,9 @@ from testkit import captcha, ocr
 from testkit.models import model_path
 
 
-def _value(text: str) -> object:
-    """A command-line value: True / False / None, a number, or the string itself."""
-    if text in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[text]
-    try:
-        return float(text) if any(c in text for c in ".e") else int(text)
-    except ValueError:
-        return text
-
-
 def main(argv: list[str]) -> int:
     task, preset, granularity = argv[:3]
-    changes = {k: _value(v) for k, v in (a.split("=", 1) for a in argv[3:])}
+    changes = {k: _common.cli_value(v) for k, v in (a.split("=", 1) for a in argv[3:])}
     cfg = get_preset(preset)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     if granularity == "pt":

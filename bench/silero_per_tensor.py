@@ -20,40 +20,17 @@ import time
 from pathlib import Path
 
 from onnxptq import get_preset, quantize
-from onnxptq.compat import Config, ModelQuantizer, QuantizationConfig
-from onnxptq.compat.enums import CalibrationMethod, ExtendedQuantFormat, ExtendedQuantType, QuantType
 from onnxptq.sessions import open_session
 from testkit import audio
 from testkit.models import SILERO, SILERO_IFLESS, model_path
+from testkit.reference import quantize_reference
 
 EVAL_SECONDS = 30.0
 
 
-def _value(text: str) -> object:
-    if text in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[text]
-    try:
-        return float(text) if any(c in text for c in ".e") else int(text)
-    except ValueError:
-        return text
-
-
 def _reference(path: Path, feeds: list, preset: str, per_channel: bool, repair: bool) -> str:
-    extra = {"ActivationSymmetric": True, "ForceQuantizeNoInputCheck": True, "AlignSlice": False, "FoldRelu": True,
-             "AlignConcat": True, "AccuracyFloorRepair": repair}
-    if preset == "A16W8":
-        extra["AlignEltwiseQuantType"] = True
-    cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ,
-                             activation_type=QuantType.QInt8 if preset == "A8W8" else ExtendedQuantType.QInt16,
-                             weight_type=QuantType.QInt8, per_channel=per_channel, extra_options=extra)
-    it = iter(feeds)
-
-    class Reader:
-        def get_next(self):
-            return next(it, None)
-
     out = str(Path(tempfile.mkdtemp()) / "silero_ref.onnx")
-    ModelQuantizer(Config(global_quant_config=cfg)).quantize_model(str(path), out, Reader())
+    quantize_reference(path, out, feeds, preset, per_channel=per_channel, repair=repair)
     return out
 
 
@@ -61,7 +38,7 @@ def main(argv: list[str]) -> int:
     variant, route, preset = argv[:3]
     per_channel = "pc" in argv[3:]
     repair = "repair" in argv[3:]
-    changes = {k: _value(v) for k, v in (a.split("=", 1) for a in argv[3:] if "=" in a)}
+    changes = {k: _common.cli_value(v) for k, v in (a.split("=", 1) for a in argv[3:] if "=" in a)}
     path = model_path({"if": SILERO, "ifless": SILERO_IFLESS}[variant])
     calib, _ = audio.speech_mix(seed=1, seconds=1.5)
     clip, _ = audio.speech_mix(seed=2, seconds=EVAL_SECONDS)

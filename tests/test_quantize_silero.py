@@ -123,26 +123,10 @@ def test_silero_half_convert_fp16_to_fp32(floats, clips):
 def _reference_a8w8(path, feeds, tmp_path, preset: str):
     """The reference tool's A8W8 / A16W8 through the compatible API: MinMax, symmetric
     activations, per-tensor int8 weights (spec §1.5), CLE automatic as a user gets it."""
-    from onnxptq.compat import Config, ModelQuantizer, QuantizationConfig
-    from onnxptq.compat.enums import CalibrationMethod, ExtendedQuantFormat, ExtendedQuantType, QuantType
-
-    extra = {"ActivationSymmetric": True, "ForceQuantizeNoInputCheck": True, "AlignSlice": False, "FoldRelu": True,
-             "AlignConcat": True, "AccuracyFloorRepair": False}
-    if preset == "A16W8":
-        extra["AlignEltwiseQuantType"] = True
-    cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ,
-                             activation_type=QuantType.QInt8 if preset == "A8W8" else ExtendedQuantType.QInt16,
-                             weight_type=QuantType.QInt8, per_channel=False, extra_options=extra)
-
-    class Reader:
-        def __init__(self):
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
+    from testkit.reference import quantize_reference
 
     out = tmp_path / f"ref_{preset}.onnx"
-    ModelQuantizer(Config(global_quant_config=cfg)).quantize_model(str(path), str(out), Reader())
+    quantize_reference(path, out, feeds, preset)
     return onnx.load(out)
 
 
