@@ -205,7 +205,7 @@ PROBES: dict[str, tuple] = {
     "UseMatMulNBits": (True, {}),
     "MatMulNBitsParams": ({"Bits": 8}, {"extra": {"UseMatMulNBits": True}}),
     "UseGPTQ": (True, {}),
-    "GPTQParams": ({"ActOrder": True}, {"extra": {"UseGPTQ": True}}),
+    "GPTQParams": ({"ActOrder": False}, {"extra": {"UseGPTQ": True}}),
     "CLESteps": (-1, {"model": CHAIN}),
     "CLEBalanceMethod": ("min", {"model": CHAIN}),
     "CLEWeightThreshold": (100.0, {"model": CHAIN}),

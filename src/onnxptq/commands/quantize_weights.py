@@ -32,7 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "matmulnbits: com.microsoft::MatMulNBits everywhere")
     p.add_argument("--mixed", type=float, default=None, metavar="RATIO", help="share of layers kept at 8 bits, by sensitivity")
     p.add_argument("--accuracy-level", type=int, default=None, help="MatMulNBits accuracy_level attribute (--form matmulnbits)")
-    p.add_argument("--act-order", action="store_true", help="GPTQ: quantize the most-used input channels first")
+    p.add_argument("--act-order", action=argparse.BooleanOptionalAction, default=True,
+                   help="GPTQ: quantize the most-used input channels first (default; --no-act-order: K in order)")
+    p.add_argument("--calib-memory", type=positive_int, default=None, metavar="MIB",
+                   help="MiB the calibration statistics may take at once; past it, calibration runs in several "
+                        "passes (default: a quarter of the weights' fp32 size, at least 512)")
     p.add_argument("--damp", type=float, default=0.01, help="GPTQ damping, a fraction of the mean Hessian diagonal (0.01)")
     p.add_argument("--exclude", action="append", default=[], help="node name to leave in float; repeatable")
     p.add_argument("--external-data", action="store_true", help="write the tensors to OUT.data (default: only past 2 GB)")
@@ -47,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                               symmetric=args.symmetric, method=args.method, data=args.data, lm_head=args.lm_head,
                               embedding=args.embedding, form=args.form, mixed=args.mixed,
                               accuracy_level=args.accuracy_level, act_order=args.act_order, damp=args.damp,
-                              calib_feeds=args.calib_size, exclude=tuple(args.exclude),
+                              calib_feeds=args.calib_size,
+                              calib_memory=None if args.calib_memory is None else args.calib_memory << 20, exclude=tuple(args.exclude),
                               external_data=True if args.external_data else None, progress=not args.no_progress)
     print(result.summary())
     print(f"wrote {result.output_path}")

@@ -5,11 +5,13 @@
   ``com.microsoft::MatMulNBits`` (``form="matmulnbits"``, the node's ``accuracy_level`` set as
   given), with RTN / GPTQ / HQQ. The reference skips calibration here; so do we, except for GPTQ.
 * ``UseGPTQ=True`` + ``GPTQParams`` {``Bits`` 8, ``BlockSize`` 128, ``PercDamp`` 0.01, ``GroupSize``
-  −1, ``ActOrder`` False, ``PerChannel`` False, ``WeightSymmetric`` True, ``MSE`` False}: GPTQ
+  −1, ``ActOrder`` True, ``PerChannel`` False, ``WeightSymmetric`` True, ``MSE`` False}: GPTQ
   weights in the default ``form="dq"`` (body MatMuls as standard blocked DequantizeLinear; an embedding table as MatMulNBits + GatherBlockQuantized on one stored copy). Differences, on purpose: ``GroupSize −1``
   (one scale per output channel over all of K) has no blocked form; it becomes our block size 128
   with a warning. ``BlockSize`` is GPTQ's lazy-update batch, which changes speed, not results;
-  ours is fixed. ``MSE=True`` (a grid search of each scale) is not built and raises.
+  ours is fixed. ``ActOrder`` defaults to True (the reference tool's default is False): with static
+  block parameters it costs nothing at run time and measured far better (docs/weight_only.md); give
+  ``ActOrder: False`` for the reference's order. ``MSE=True`` (a grid search of each scale) is not built and raises.
 
 Keys inside the two dicts are checked: an unknown one is an error naming it.
 """
@@ -24,7 +26,7 @@ from ..config.schema import ConfigError
 log = logging.getLogger(__name__)
 
 NBITS_KEYS = {"GroupSize": 128, "Symmetric": True, "Bits": 4, "AccuracyLevel": 0, "Algorithm": "DEFAULT"}
-GPTQ_KEYS = {"Bits": 8, "BlockSize": 128, "PercDamp": 0.01, "GroupSize": -1, "ActOrder": False, "PerChannel": False,
+GPTQ_KEYS = {"Bits": 8, "BlockSize": 128, "PercDamp": 0.01, "GroupSize": -1, "ActOrder": True, "PerChannel": False,
              "WeightSymmetric": True, "MSE": False}
 ALGORITHMS = {"DEFAULT": "rtn", "RTN": "rtn", "GPTQ": "gptq", "HQQ": "hqq"}
 

@@ -4,8 +4,9 @@ onto the rows not yet quantized through the inverse Hessian ``(XᵀX + λI)⁻¹
 * damping: ``λ = damp · mean(diag H)`` (``GPTQParams.PercDamp``, 0.01); a Cholesky that still fails
   is retried with ten times the damping;
 * dead inputs (a channel that was always 0) get ``H_ii = 1`` and a zero weight row;
-* act-order: rows in order of decreasing ``H_ii`` (the most-used inputs first, while the most
-  error can still be compensated). A block's scale must then be known before its rows come up in
+* act-order (the default): rows in order of decreasing ``H_ii`` (the most-used inputs first, while
+  the most error can still be compensated). On SmolLM2-135M int4 sym b128 it took the perplexity
+  increase over fp32 from +7.4 to +2.8 (bench/RESULTS.md, "GPTQ with act-order"); A block's scale must then be known before its rows come up in
   that order, so with act-order block parameters are taken from the unmodified weight (the
   "static groups" variant); without it, from the already-updated rows of the block when its first
   row is reached (standard GPTQ);
@@ -59,6 +60,16 @@ def effective_damp(damp: float, k: int, samples: int) -> float:
     return max(float(damp), DAMP_PER_K_PER_SAMPLE * k / samples)
 
 
+#: Row orders: "none" (K in order), "blocks" (blocks by decreasing summed ``H_ii``, rows inside a
+#: block by decreasing ``H_ii``: each block's rows stay consecutive, so its parameters are fitted
+#: on the already-updated rows when it comes up, as in standard GPTQ) and "global" (all rows by
+#: decreasing ``H_ii``; a block's rows are then scattered, so its parameters must be fixed first,
+#: from the unmodified weight: the "static groups" variant).
+ORDERS = ("none", "blocks", "global")
+#: The orders ``act_order=True`` tries (each layer keeps the one with the smaller output error).
+ACT_ORDERS = ("global", "blocks")
+
+
 @dataclass
 class Prepared:
     """What GPTQ derives from a Hessian alone: shared by every weight reading the same input."""
@@ -66,54 +77,87 @@ class Prepared:
     perm: np.ndarray
     dead: np.ndarray
     u: np.ndarray  # upper Cholesky factor of the damped inverse Hessian, in ``perm`` order
-    act_order: bool
+    order: str
+    block_size: int
 
 
-def prepare(hessian: np.ndarray, *, damp: float = 0.01, act_order: bool = False) -> Prepared:
+def _order(diag: np.ndarray, order: str, block_size: int) -> np.ndarray:
+    k = diag.shape[0]
+    if order == "none":
+        return np.arange(k)
+    if order == "global":
+        return np.argsort(-diag, kind="stable")
+    starts = np.arange(0, k, block_size)
+    weight = np.add.reduceat(diag, starts)
+    perm = [s + np.argsort(-diag[s:s + block_size], kind="stable") for s in starts[np.argsort(-weight, kind="stable")]]
+    return np.concatenate(perm)
+
+
+def prepare(hessian: np.ndarray, *, damp: float = 0.01, order: str = "blocks", block_size: int = 128) -> Prepared:
     """The row order and inverse-Hessian factor for ``hessian`` ``[K, K]``."""
+    if order not in ORDERS:
+        raise ValueError(f"GPTQ order {order!r} is not one of {ORDERS}")
     h = np.array(hessian, dtype=np.float64)
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
-    perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
+    perm = _order(np.diag(h).copy(), order, block_size)
     h = h[perm][:, perm]
-    return Prepared(perm, dead, _upper_inverse_cholesky(h, damp).astype(np.float32), act_order)
+    return Prepared(perm, dead, _upper_inverse_cholesky(h, damp).astype(np.float32), order, block_size)
+
+
+def _batches(perm: np.ndarray, block_size: int, contiguous: bool, lazy: int) -> list[tuple[int, int]]:
+    """Lazy-update batches ``[i1, i2)`` of at least ``lazy`` rows that never split a block whose
+    rows are consecutive (its parameters are fitted on its rows inside one batch)."""
+    k = perm.shape[0]
+    if not contiguous:
+        return [(i, min(i + lazy, k)) for i in range(0, k, lazy)]
+    blocks = perm // block_size
+    starts = [0] + [i for i in range(1, k) if blocks[i] != blocks[i - 1]] + [k]
+    out, i1 = [], 0
+    for s in starts[1:]:
+        if s - i1 >= lazy or s == k:
+            out.append((i1, s))
+            i1 = s
+    return out
 
 
 def solve(w: np.ndarray, hessian: np.ndarray | Prepared, fmt: BlockFormat, *, damp: float = 0.01,
-          act_order: bool = False) -> Solved:
+          order: str = "blocks") -> Solved:
     """GPTQ of ``w`` ``[K, N]`` against the Hessian ``[K, K]`` of its input (or its :class:`Prepared`)."""
-    prep = hessian if isinstance(hessian, Prepared) else prepare(hessian, damp=damp, act_order=act_order)
-    act_order = prep.act_order
+    prep = hessian if isinstance(hessian, Prepared) else prepare(hessian, damp=damp, order=order, block_size=fmt.block_size)
+    if prep.order == "blocks" and prep.block_size != fmt.block_size:
+        raise ValueError(f"GPTQ: prepared for blocks of {prep.block_size}, asked for {fmt.block_size}")
     w = np.array(w, dtype=np.float32)
     k, n = w.shape
     bs = fmt.block_size
     w[prep.dead, :] = 0.0
     perm = prep.perm
-    if act_order:
-        static_scale, static_zp = int_blocks.rtn_params(w, fmt)
+    static = prep.order == "global"
+    kb = fmt.blocks(k)
+    if static:
+        scale, zp = int_blocks.rtn_params(w, fmt)
     else:
-        static_scale, static_zp = None, None
+        scale = np.ones((kb, n), np.float32)
+        zp = None if fmt.symmetric else np.zeros((kb, n), np.int64)
     w = w[perm]
     u = prep.u
-    kb = fmt.blocks(k)
-    scale = np.ones((kb, n), np.float32) if static_scale is None else static_scale
-    zp = (None if fmt.symmetric else np.zeros((kb, n), np.int64)) if static_zp is None else static_zp
     q_out = np.zeros((k, n), np.int64)
-    lazy = bs * max(1, 128 // bs)
     block_of = perm // bs  # the block (in original order) of each permuted row
-    for i1 in range(0, k, lazy):
-        i2 = min(i1 + lazy, k)
+    fitted = np.zeros(kb, dtype=bool)
+    for i1, i2 in _batches(perm, bs, not static, bs * max(1, 128 // bs)):
         w1 = w[i1:i2].copy()
         err1 = np.zeros_like(w1)
         u1 = u[i1:i2, i1:i2]
         for j in range(i2 - i1):
             row = i1 + j
             b = block_of[row]
-            if not act_order and row % bs == 0:
-                s_b, z_b = int_blocks.rtn_params(w1[j:j + bs], fmt)
+            if not static and not fitted[b]:
+                rows = min(bs, k - b * bs)  # a short last block has fewer rows
+                s_b, z_b = int_blocks.rtn_params(w1[j:j + rows], fmt)
                 scale[b] = s_b[0]
                 if zp is not None:
                     zp[b] = z_b[0]
+                fitted[b] = True
             s = scale[b]
             z = 0.0 if zp is None else zp[b].astype(np.float32)
             q = np.clip(np.rint(w1[j] / s) + z, fmt.qmin, fmt.qmax)

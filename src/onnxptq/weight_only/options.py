@@ -34,10 +34,11 @@ class WeightOnlyOptions:
     form: str = "dq"
     mixed: float | None = None
     accuracy_level: int | None = None
-    act_order: bool = False
+    act_order: bool = True
     damp: float = 0.01
     awq_grid: int = 20
     calib_feeds: int | None = None
+    calib_memory: int | None = None
     exclude: tuple[str, ...] = ()
     progress: bool = True
 
@@ -65,6 +66,9 @@ class WeightOnlyOptions:
             raise WeightOnlyOptionError(f"damp={self.damp!r} must be in (0, 1) (a fraction of the Hessian's mean diagonal)")
         if self.calib_feeds is not None and self.calib_feeds < 1:
             raise WeightOnlyOptionError(f"calib_feeds={self.calib_feeds!r} must be >= 1")
+        if self.calib_memory is not None and (isinstance(self.calib_memory, bool) or not isinstance(self.calib_memory, int)
+                                              or self.calib_memory < 1):
+            raise WeightOnlyOptionError(f"calib_memory={self.calib_memory!r} must be a positive number of bytes")
         return self
 
     @property
