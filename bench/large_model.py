@@ -13,6 +13,11 @@ float on one feed (both run by onnxruntime from their paths).
     python bench/large_model.py --preset BF16 --cap-gib 14
     python bench/large_model.py --preset BF16,A8W8,A16W8 --cap-gib 14   # one build, a child per preset
     python bench/large_model.py --preset A8W8 --dim 4096 --layers 4   # a small rehearsal (256 MiB)
+    python bench/large_model.py --preset W4A16,W4A16_GPTQ --dim 4096 --layers 33   # weight-only (issue 29), 2.06 GiB
+
+A weight-only preset (``onnxptq.weight_only.options.PRESETS``) runs ``onnxptq.quantize_weights``
+on 4 feeds of 64 rows (GPTQ/AWQ calibrate on them: one pass per chunk of layers, see
+``quantize_weights(calib_memory=...)``).
 
 The model is given by path with an output, its external data is over
 ``onnxptq.graph.external.STREAM_THRESHOLD``: the quantization takes the streaming path.
@@ -81,12 +86,22 @@ def child(args: argparse.Namespace) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     import onnxptq
 
+    from onnxptq.weight_only.options import PRESETS as WEIGHT_ONLY
+
     rng = np.random.default_rng(1)
-    feeds = [{"x": rng.standard_normal((1, args.dim)).astype(np.float32)} for _ in range(4)]
+    weight_only = args.preset.upper() in WEIGHT_ONLY
+    # weight-only GPTQ/AWQ need many rows per input width for a Hessian worth solving against
+    rows = 64 if weight_only else 1
+    feeds = [{"x": rng.standard_normal((rows, args.dim)).astype(np.float32)} for _ in range(4)]
     result: dict = {"preset": args.preset}
     t = time.perf_counter()
     try:
-        onnxptq.quantize(args.model, args.preset, feeds, output=args.output, eval_samples=1)
+        if weight_only:
+            done = onnxptq.quantize_weights(args.model, args.output, preset=args.preset, data=feeds, external_data=True,
+                                            progress=False)
+            result["timings"] = {k: round(v, 1) for k, v in done.timings.items()}
+        else:
+            onnxptq.quantize(args.model, args.preset, feeds, output=args.output, eval_samples=1)
         result["ok"] = True
     except BaseException as exc:  # MemoryError included: it is what we measure
         import traceback

@@ -111,6 +111,21 @@ def _load(model: io.ModelLike) -> tuple[onnx.ModelProto, Path | None]:
     return io.load_model(model), None
 
 
+#: Calibration statistics may take this share of the planned weights' fp32 bytes (at least
+#: :data:`MIN_CALIBRATION_BYTES`) before calibration is split into passes: with onnxruntime's copy
+#: of the weights (at most 1x during a pass) that keeps the peak near the 1.5x the issue set.
+CALIBRATION_SHARE = 0.25
+MIN_CALIBRATION_BYTES = 512 << 20
+
+
+def calibration_budget(plan: planning.WeightPlan, calib_memory: int | None = None) -> int:
+    """Bytes the Hessians of one calibration pass may take (``calib_memory`` when given)."""
+    if calib_memory is not None:
+        return int(calib_memory)
+    weights = sum(4 * s.k * s.n for s in plan.sites)
+    return max(int(CALIBRATION_SHARE * weights), MIN_CALIBRATION_BYTES)
+
+
 def quantize_weights(
     model: io.ModelLike,
     output: str | os.PathLike | None = None,
@@ -125,9 +140,10 @@ def quantize_weights(
     form: str = "dq",
     mixed: float | None = None,
     accuracy_level: int | None = None,
-    act_order: bool = False,
+    act_order: bool = True,
     damp: float = 0.01,
     calib_feeds: int | None = None,
+    calib_memory: int | None = None,
     exclude: tuple[str, ...] | list[str] = (),
     preset: str | None = None,
     external_data: bool | None = None,
@@ -153,8 +169,14 @@ def quantize_weights(
         accuracy_level: MatMulNBits' accuracy_level attribute (form="matmulnbits"; in form "dq" the
             table's MatMulNBits, 4 when unset: see docs/weight_only.md); for the DQ body
             onnxruntime takes it from the session entry ``session.qdq_matmulnbits_accuracy_level``.
-        act_order, damp: GPTQ's activation order and damping (fraction of the mean Hessian diagonal).
+        act_order, damp: GPTQ's activation order (default on: the most-used input channels first, with
+            block parameters from the unmodified weight; measured in docs/weight_only.md) and damping
+            (fraction of the mean Hessian diagonal).
         calib_feeds: read at most this many feeds.
+        calib_memory: bytes the calibration statistics (one float64 ``K x K`` Hessian per distinct
+            layer input) may take at once; past it calibration runs in several passes, each for a
+            chunk of layers whose Hessians fit, solved and dropped before the next (default: a
+            quarter of the planned weights' fp32 bytes, at least 512 MiB).
         exclude: node names left float.
         preset: "W4A16", "W8A16", "W4A16_GPTQ", "W4A16_AWQ", "W4A16_HQQ", "W3A16_GPTQ": defaults
             for bits/block_size/symmetric/method (explicit arguments win).
@@ -167,7 +189,7 @@ def quantize_weights(
     settings = {**{"bits": 4, "block_size": 128, "symmetric": True, "method": "rtn"}, **base,
                 **{k: v for k, v in given.items() if v is not None}}
     opts = WeightOnlyOptions(lm_head=lm_head, embedding=embedding, form=form, mixed=mixed, accuracy_level=accuracy_level,
-                             act_order=act_order, damp=damp, calib_feeds=calib_feeds, exclude=tuple(exclude),
+                             act_order=act_order, damp=damp, calib_feeds=calib_feeds, calib_memory=calib_memory, exclude=tuple(exclude),
                              progress=progress, **settings).check(has_data=data is not None)
     if output is not None:
         outputs.check_io({"output": output}, models={"the input model": model},
@@ -186,14 +208,25 @@ def quantize_weights(
         times["plan"] = time.perf_counter() - t
         stats = None
         with blas_threads(1):
+            chunks: list[list[str]] = []
             if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
+                widths = {s.activation: s.k for s in weight_plan.sites if s.activation is not None}
+                chunks = calibrate.chunk_inputs(widths, calibration_budget(weight_plan, opts.calib_memory))
+            if len(chunks) == 1:
                 t = time.perf_counter()
-                acts = [s.activation for s in weight_plan.sites if s.activation is not None]
-                stats = calibrate.collect(proto, acts, data, max_feeds=calib_feeds, progress=progress)
+                stats = calibrate.collect(proto, chunks[0], data, max_feeds=calib_feeds, progress=progress)
                 times["calibrate"] = time.perf_counter() - t
             t = time.perf_counter()
-            solution = solving.solve(proto, weight_plan, opts, stats)
-            times["solve"] = time.perf_counter() - t
+            if len(chunks) > 1:
+                feeds = calibrate.replayable(data, proto, calib_feeds)
+                log.info("weight-only calibration in %d passes (the statistics of every layer at once would "
+                         "exceed %.0f MiB)", len(chunks), calibration_budget(weight_plan, opts.calib_memory) / 2**20)
+                solution = solving.solve_in_chunks(
+                    proto, weight_plan, opts, lambda tensors: calibrate.collect(proto, tensors, feeds, progress=False), chunks)
+                times["calibrate+solve"] = time.perf_counter() - t
+            else:
+                solution = solving.solve(proto, weight_plan, opts, stats)
+                times["solve"] = time.perf_counter() - t
         t = time.perf_counter()
         result_model = emit.emit(proto, weight_plan, solution.solved, solution.vectors, form=opts.form,
                                  accuracy_level=accuracy_level)

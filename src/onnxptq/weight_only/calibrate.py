@@ -6,6 +6,12 @@ flattened to ``[rows, K]``, is folded into a running ``XᵀX`` (float64 ``[K, K]
 mean of ``|x|`` per input channel. Memory is O(Σ K²) — never O(samples): activations are dropped
 as soon as they are added in.
 
+With many or wide layers the Hessians of every layer at once outgrow the weights (O(Σ K²)):
+:func:`chunk_inputs` then splits the inputs into chunks that fit a memory budget, and the solve
+runs one pass per chunk (:func:`onnxptq.weight_only.solve.solve_in_chunks`), each pass on a copy
+of the model cut to the nodes its tensors need (:func:`_augmented`), so an early chunk neither
+runs nor loads the later layers.
+
 Every layer sees the *float* model's inputs (one pass over the unquantized model), not the
 outputs of already-quantized earlier layers. Why: a sequential pass would need a session per
 layer (or per block) and the activations of the whole calibration set held between them, which
@@ -93,14 +99,85 @@ def _feeds(data: Any, inputs: ModelInputs) -> Iterator[dict[str, np.ndarray]]:
 
 
 def _augmented(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
-    """A copy of ``model`` that also outputs ``tensors`` (float, shape left to the runtime)."""
+    """A copy of ``model`` whose outputs are ``tensors`` (float, shape left to the runtime), cut to
+    the nodes they depend on, with only the initializers those nodes read.
+
+    Why cut: a calibration pass for the first layers' inputs then neither runs nor loads the later
+    layers (a chunked calibration of a large model holds only the weights up to its chunk)."""
+    graph = model.graph
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    keep: set[int] = set()
+    stack = [producer[t] for t in tensors if t in producer]
+    while stack:
+        i = stack.pop()
+        if i in keep:
+            continue
+        keep.add(i)
+        node = graph.node[i]
+        reads = list(node.input)
+        for attr in node.attribute:  # subgraphs (If/Loop) read outer tensors by name
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                reads += [i for n in _all_nodes(sub) for i in n.input]
+        stack += [producer[t] for t in reads if t in producer]
     aug = onnx.ModelProto()
     aug.CopyFrom(model)
-    have = {o.name for o in aug.graph.output}
+    del aug.graph.node[:]
+    aug.graph.node.extend(graph.node[i] for i in sorted(keep))
+    used = {t for n in aug.graph.node for t in n.input}
+    for n in aug.graph.node:
+        for attr in n.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                used |= {t for m in _all_nodes(sub) for t in m.input}
+    kept_inits = [t for t in graph.initializer if t.name in used]
+    del aug.graph.initializer[:]
+    aug.graph.initializer.extend(kept_inits)
+    del aug.graph.output[:]
     for name in tensors:
-        if name not in have:
-            aug.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        aug.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     return aug
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                yield from _all_nodes(sub)
+
+
+def accumulator_bytes(k: int) -> int:
+    """Bytes one input of width ``k`` holds while collecting: ``XᵀX`` in float64 plus its float32
+    mean at the end, and two ``[K]`` vectors."""
+    return k * k * (8 + 4) + 16 * k
+
+
+def chunk_inputs(widths: dict[str, int], budget: int) -> list[list[str]]:
+    """Consecutive groups of the inputs ``widths`` (name → K, in graph order) whose accumulators
+    fit ``budget`` bytes; an input larger than the budget gets a chunk of its own."""
+    chunks: list[list[str]] = []
+    used = budget + 1
+    for name, k in widths.items():
+        cost = accumulator_bytes(k)
+        if chunks and used + cost <= budget:
+            chunks[-1].append(name)
+            used += cost
+        else:
+            chunks.append([name])
+            used = cost
+    return chunks
+
+
+def replayable(data: Any, model: onnx.ModelProto, max_feeds: int | None = None) -> list[dict[str, np.ndarray]]:
+    """The feeds of ``data`` as a list, to be read once per chunk. Token-id feeds are small (a few
+    KB each); a source that cannot be iterated twice (a reader, a generator) is read here once."""
+    out = []
+    for feed in _feeds(data, ModelInputs.from_model(model)):
+        out.append(feed)
+        if max_feeds is not None and len(out) >= max_feeds:
+            break
+    if not out:
+        raise CalibrationNeededError("the calibration data yielded no feed")
+    return out
 
 
 def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds: int | None = None,
@@ -111,7 +188,9 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
     start = time.perf_counter()
     tensors = list(dict.fromkeys(tensors))
     # no spinning: between runs this process does the sums, and spinning pool threads would take its cores
-    session = open_session(_augmented(model, tensors), spinning=False)
+    # prepacking off: onnxruntime would keep a packed copy of every MatMul weight beside the
+    # original (twice the weights in memory) to speed up a pass that runs a handful of feeds
+    session = open_session(_augmented(model, tensors), spinning=False, config={"session.disable_prepacking": "1"})
     inputs = ModelInputs.from_model(model)
     stats = ActivationStats()
     from tqdm.auto import tqdm
@@ -135,12 +214,15 @@ def collect(model: onnx.ModelProto, tensors: list[str], data: Any, *, max_feeds:
         if max_feeds is not None and stats.feeds >= max_feeds:
             break
     bar.close()
+    del session  # its weights and arena go before the Hessians are converted
     if stats.feeds == 0:
         raise CalibrationNeededError("the calibration data yielded no feed")
     for name in stats.abs_mean:
         stats.abs_mean[name] /= max(stats.rows[name], 1)
-        # the sums needed float64; the mean Hessian the methods read is kept in float32 (half the memory)
-        stats.hessian[name] = (stats.hessian[name] / max(stats.rows[name], 1)).astype(np.float32)
+        # the sums needed float64; the mean Hessian the methods read is kept in float32 (half the
+        # memory); divided in place so that no second float64 copy exists
+        stats.hessian[name] /= max(stats.rows[name], 1)
+        stats.hessian[name] = stats.hessian[name].astype(np.float32)
         stats.samples[name] = stats.rows[name]
         stats.rows[name] = 1
     stats.seconds = time.perf_counter() - start
