@@ -230,6 +230,7 @@ def quantize_weights(
         t = time.perf_counter()
         result_model = emit.emit(proto, weight_plan, solution.solved, solution.vectors, form=opts.form,
                                  accuracy_level=accuracy_level)
+        solution.solved.clear()  # the integers now live in the model's tensors
         if folder is not None:  # what stayed float comes in from the input's file: the result stands alone
             _read_external(result_model, folder)
         times["emit"] = time.perf_counter() - t

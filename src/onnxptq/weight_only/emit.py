@@ -105,6 +105,7 @@ def emit(model: onnx.ModelProto, plan: WeightPlan, solved: dict[str, Solved], ve
     still = [t for t in graph.initializer if t.name not in drop_inits]
     del graph.initializer[:]
     graph.initializer.extend(still + new_inits)
+    del still, new_inits  # extend copied them into the graph: the lists would be a second copy
     _drop_unused(graph)
     if contrib and not any(o.domain == weight_blocks.MS_DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(weight_blocks.MS_DOMAIN, 1))
@@ -202,7 +203,8 @@ _STASH_BYTES = 1 << 16
 def _upgrade_light(model: onnx.ModelProto) -> onnx.ModelProto:
     """:func:`upgrade_opset` to 21 without the weights: onnx's converter serializes the whole model
     (seconds for a 500 MB LLM, impossible past 2 GB), yet needs only the graph and its small
-    constants. Large initializers' bytes are set aside and put back by name afterwards."""
+    constants. Large initializers' bytes are set aside and put back by name into the upgraded
+    model; ``model``'s large initializers are left empty when the upgrade succeeds."""
     stash: dict[str, bytes] = {}
     for t in model.graph.initializer:
         if len(t.raw_data) >= _STASH_BYTES:
@@ -210,16 +212,20 @@ def _upgrade_light(model: onnx.ModelProto) -> onnx.ModelProto:
             t.ClearField("raw_data")
     try:
         out = upgrade_opset(model, TARGET_OPSET)
-    finally:
+    except BaseException:
         for t in model.graph.initializer:
             if t.name in stash:
                 t.raw_data = stash[t.name]
+        raise
+    # The bytes go to the upgraded model only (``model``, the pipeline's own copy, is not used
+    # again): putting them back into both would hold the quantized weights three times.
+    total = len(stash)
     restored = 0
     for t in out.graph.initializer:
         if t.name in stash and not t.raw_data:
-            t.raw_data = stash[t.name]
+            t.raw_data = stash.pop(t.name)
             restored += 1
-    if restored != len(stash):
+    if restored != total:
         raise RuntimeError(f"opset upgrade lost {len(stash) - restored} of {len(stash)} large initializers")
     return out
 

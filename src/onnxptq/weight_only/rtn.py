@@ -26,6 +26,13 @@ class Solved:
     def dequantized(self) -> np.ndarray:
         return int_blocks.dequantize(self.q, self.scale, self.zero_point, self.fmt)
 
+    def compact(self) -> "Solved":
+        """The same weight with ``q`` in one byte per value (int8, or uint8 for unsigned 8-bit):
+        every layer's integers are held until the model is written, and int16/int64 would double
+        or octuple what a large model's quantized weights take in memory."""
+        kind = np.uint8 if (not self.fmt.symmetric and self.fmt.bits == 8) else np.int8
+        return Solved(np.asarray(self.q).astype(kind), self.scale, self.zero_point, self.fmt)
+
 
 def solve(w: np.ndarray, fmt: BlockFormat) -> Solved:
     """RTN of ``w`` ``[K, N]``."""

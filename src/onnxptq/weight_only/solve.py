@@ -298,5 +298,5 @@ def _solve_sites(model: onnx.ModelProto, plan: WeightPlan, todo: list[Site], opt
                              output_error=None if h is None else _rel_output_error(delta, w, h),
                              note=notes.get(site.weight, "tied embedding stored once" if site.tied else ""))
         solution.reports.append(report)
-        solution.solved[site.weight] = solved
+        solution.solved[site.weight] = solved.compact()
         weights.release(site.weight)
