@@ -100,6 +100,9 @@ def configs(suite: str) -> list[dict]:
             out.append({"name": f"ours_{method}_w{bits}_sym_b{block}", "tool": "ours", "method": method,
                         "bits": bits, "block": block, "sym": True, "lm_head": "float",
                         "kv": method == "rtn" and bits == 4 and block == 128})
+        for method in ("rtn", "hqq"):  # onnxruntime's HQQ is asymmetric: ours beside it at the same setting
+            out.append({"name": f"ours_{method}_w4_asym_b128", "tool": "ours", "method": method, "bits": 4,
+                        "block": 128, "sym": False, "lm_head": "float"})
         out.append({"name": "ours_rtn_w4_sym_b128_lmhead_int8", "tool": "ours", "method": "rtn", "bits": 4,
                     "block": 128, "sym": True, "lm_head": "int8"})
         out.append({"name": "ours_rtn_w4_sym_b128_nbits", "tool": "ours", "method": "rtn", "bits": 4,
