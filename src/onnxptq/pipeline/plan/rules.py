@@ -15,6 +15,7 @@ import onnx
 from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ...graph.external import tensor_values
 from ...graph.sentinels import sentinel_tensors
+from ...graph.logdomain import log_domain_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, transformer_float_tensors
@@ -38,6 +39,9 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
         if tensors.pop(name, None) is not None:
             why[name] = "transformer placement (GELU inside or residual sum)"
     for name, reason in structure_float_tensors(model).items():  # numerics by structure (graph/structure.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
+    for name, reason in log_domain_float_tensors(model).items():  # a Log's linear-domain input (graph/logdomain.py)
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name in why:
