@@ -121,3 +121,33 @@ def test_without_the_rule_the_front_end_loses_its_quiet_bins(monkeypatch):
     model = _front_end()
     result = quantize(model, resolve_config("A16W8").replace(repair=False), _audio(0, 8))
     assert _within_1db(model, result.model, _audio(1, 8)) < 0.9
+
+
+def test_a_db_output_is_judged_on_its_linear_values():
+    """The floor's cosine of dB values is blind to dB errors; in the linear domain they show."""
+    from onnxptq.analysis.floor import Floor, measure
+    from onnxptq.analysis.log_outputs import log_domain_outputs
+
+    model = _front_end()
+    scales = log_domain_outputs(model)
+    assert scales == {"db_out": pytest.approx(10 / np.log(10))}
+    rng = np.random.default_rng(0)
+    ref = [{"db_out": rng.uniform(-80, 60, (1, 38, MELS)).astype(np.float32)} for _ in range(4)]
+    # E4M3-like: 3 mantissa bits on values of 32-64 dB: rounding errors up to ±4 dB on the loud bins
+    got = [{"db_out": np.where(r["db_out"] > 32, r["db_out"] + rng.uniform(-4, 4, r["db_out"].shape), r["db_out"])
+            .astype(np.float32)} for r in ref]
+    floor = Floor("8-bit", 0.98, 0.95)
+    assert measure(ref, got, floor).ok  # dB values: cosine 0.99+
+    verdict = measure(ref, got, floor, log_scales=scales)
+    assert not verdict.ok and "linear values" in verdict.describe()
+
+
+def test_mxfp8_front_end_is_repaired_on_its_db_output():
+    """E4M3 on the dB values (the chain's end): 42 % of the bins within 1 dB with repair=False; the
+    floor judges the output in its linear domain, breaks, and repair keeps the dB step float."""
+    model = _front_end()
+    plain = quantize(model, resolve_config("MXFP8_E4M3").replace(repair=False), _audio(0, 16))
+    assert _within_1db(model, plain.model, _audio(1, 8)) < 0.8
+    result = quantize(model, "MXFP8_E4M3", _audio(0, 16))
+    assert _within_1db(model, result.model, _audio(1, 8)) >= 0.95
+    assert result.repair and result.repair["kept_float"]
