@@ -45,6 +45,7 @@ from typing import Any
 import onnx
 
 from ..analysis.floor import Verdict, class_like_outputs, floor_for, measure
+from ..analysis.log_outputs import log_domain_outputs
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..pipeline.build import build_model
@@ -74,6 +75,7 @@ class _Judge:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
         self.classes = class_like_outputs(calibrated.prepared)
+        self.log_scales = log_domain_outputs(calibrated.prepared)
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
@@ -96,7 +98,8 @@ class _Judge:
     def run(self, model: onnx.ModelProto) -> Verdict:
         session = open_session(model, log_severity=3)
         got = [dict(zip(self.names, session.run(self.names, feed))) for feed in self.calibrated.holdout]
-        return measure(self.calibrated.holdout_outputs, got, self.floor, self.classes, reused=self.calibrated.holdout_reused)
+        return measure(self.calibrated.holdout_outputs, got, self.floor, self.classes, reused=self.calibrated.holdout_reused,
+                       log_scales=self.log_scales)
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:

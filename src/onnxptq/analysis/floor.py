@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 
+from .log_outputs import to_linear
 from .metrics import cosine_similarity
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "class_like_outputs", "floor_for", "measure"]
@@ -134,9 +135,12 @@ class OutputCheck:
     #: top-1 measured but on too few rows to judge (see the module docstring)
     top1_unjudged: bool = False
     ok: bool = True
+    #: a log-domain output (dB): its cosine is of its linear values (analysis/log_outputs.py)
+    log_domain: bool = False
 
     def describe(self) -> str:
-        text = f"{self.name}: cosine {self.cosine:.4f} (min {self.cosine_min:.4f})"
+        linear = " of its linear values (log-domain output)" if self.log_domain else ""
+        text = f"{self.name}: cosine{linear} {self.cosine:.4f} (min {self.cosine_min:.4f})"
         if self.top1 is not None:
             text += f", top-1 {self.top1:.4f} on {self.rows} rows" + (" (too few rows to judge)" if self.top1_unjudged else "")
         return text
@@ -183,8 +187,12 @@ def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[int, int]:
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
-            class_outputs: set[str] = frozenset(), *, reused: bool = False) -> Verdict:
-    """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict."""
+            class_outputs: set[str] = frozenset(), *, reused: bool = False,
+            log_scales: dict[str, float] | None = None) -> Verdict:
+    """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
+    ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
+    cosine is taken on their linear values (a cosine of dB values is blind to dB errors)."""
+    log_scales = log_scales or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
         return verdict
@@ -201,6 +209,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 continue  # integer outputs (indices, lengths): nothing to compare in cosine
             if not np.isfinite(r).all():
                 continue  # float itself is not finite on this sample: nothing to hold a floor against
+            if name in log_scales and r.shape == g.shape and np.isfinite(g).all():
+                r, g = to_linear(r, g, log_scales[name])
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
@@ -214,7 +224,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         # Over all held-out feeds at once: a per-feed cosine of a one-value output (a wake-word
         # probability, a score) is only its sign, 1.0 however far the value moved.
         pooled = cosine_similarity(np.concatenate(pooled_r), np.concatenate(pooled_g)) if finite else float("nan")
-        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"))
+        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         if rows:
             check.top1, check.rows = agree / rows, rows

@@ -122,6 +122,12 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         where = f"; op types inside {len(index.scopes) - 1} If/Loop/Scan bodies: {inner}" if inner else ""
         if inner and not cfg.quantize_subgraphs:
             where += " (not searched: quantize_subgraphs / EnableSubgraph is off)"
+        if plan.float_tensors:
+            # The structure rules (log domain, normalizations, ...) may be what left nothing: say so,
+            # with their reasons, rather than only "no quantizable op".
+            reasons = sorted(set(plan.float_tensors.values()))
+            where += (f"; {len(plan.float_tensors)} tensor(s) the plan keeps float by rule, for instance: "
+                      + " | ".join(r[:200] for r in reasons[:3]))
         raise NothingToQuantizeError(
             f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
             f"op types present: {sorted({n.op_type for n in prepared.graph.node})}{where})"

@@ -113,12 +113,13 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     if not calibrated.holdout:
         return None
     from ..analysis.floor import class_like_outputs, floor_for, measure
+    from ..analysis.log_outputs import log_domain_outputs
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
     got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), class_like_outputs(calibrated.prepared),
-                      reused=calibrated.holdout_reused)
+                      reused=calibrated.holdout_reused, log_scales=log_domain_outputs(calibrated.prepared))
     timings["verify"] = time.perf_counter() - t0
     return verdict
 

@@ -15,6 +15,8 @@ import onnx
 from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ...graph.external import tensor_values
 from ...graph.sentinels import sentinel_tensors
+from ...graph.logdomain import log_domain_float_tensors
+from ...graph.recurrent_state import recurrent_state_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, transformer_float_tensors
@@ -28,7 +30,9 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     attention-mask sentinels (``graph/sentinels.py``: a -3.4e38 or -inf value never sets a range)
     the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
     the residual sums LayerNorm reads) and numerics by structure (``graph/structure.py``: inside
-    written-out normalizations and activations, docs/structure.md). A ``tensor_overrides`` entry naming one still quantizes
+    written-out normalizations and activations, docs/structure.md), a Log's linear-domain input
+    (``graph/logdomain.py``) and a recurrent state carried across calls (``graph/recurrent_state.py``).
+    A ``tensor_overrides`` entry naming one still quantizes
     it (applied after this): the user's explicit choice wins."""
     why: dict[str, str] = {}
     for name in sentinel_tensors(model):
@@ -38,6 +42,12 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
         if tensors.pop(name, None) is not None:
             why[name] = "transformer placement (GELU inside or residual sum)"
     for name, reason in structure_float_tensors(model).items():  # numerics by structure (graph/structure.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
+    for name, reason in log_domain_float_tensors(model).items():  # a Log's linear-domain input (graph/logdomain.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
+    for name, reason in recurrent_state_float_tensors(model).items():  # a state carried across calls (graph/recurrent_state.py)
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name in why:

@@ -1,0 +1,211 @@
+"""Numerics by structure: the linear-domain tensors a ``Log`` reads stay float.
+
+A ``Log`` is in a graph because the model cares about *relative* precision over many decades: a
+log-mel spectrogram (``10·log10(max(mel, 1e-10))``), a log-probability, a log-energy. The values
+before it — an STFT's real and imaginary parts, their powers, the mel filterbank's sums — span
+the whole range the Log resolves: on the openWakeWord front end (audio at int16 scale, STFT as
+two Conv1d, ``Pow``/``Add``/``MatMul``/``Clip``/``Log``) the power runs from ~1e12 down to
+~1e-2, about 140 dB, and the model reads every bin in dB. Any grid that is linear over that range
+loses the quiet end: int8 (2 decades between step and peak) and int16 (4.5 decades) turn the
+quiet bins into the Clip floor (−100 dB instead of their value, 1 % of frames within 1 dB);
+a block format's shared exponent does the same within each block; fp16 saturates the loud end
+at 65504 (the power is ~1e12). Only a float format with a wide exponent (BF16) keeps it.
+
+The rule (one for every format, by dataflow, not names): starting at each ``Log``'s input, walk
+back through the ops that carry a magnitude to the Log unchanged in kind — elementwise
+``Pow``/``Mul``/``Add``/``Sqrt``/``Abs``/``Clip``/``Max``/``Relu``, reductions, reshapes, and
+``MatMul``/``Gemm``/``Conv`` by constant weights (a filterbank, a DFT written as Conv) — as long
+as every reader of the tensor is on that walk. Every tensor reached stays float, with the
+reason in the plan. The walk stops at a linear layer's *data input*: what a linear layer reads
+(audio samples, features) has the resolution of the data itself, not of a power spectrum, and
+quantizing it is what the format is for; its *output* (the spectrum) is what spans the decades.
+
+What stays quantized: the Log's output (dB values, a few units apart: every format resolves
+them), the linear layers' inputs and weights.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+import onnx
+
+from .external import tensor_values
+from .opsets import is_onnx_domain
+
+log = logging.getLogger(__name__)
+
+__all__ = ["log_domain_float_tensors"]
+
+#: Ops a magnitude passes through on its way to a Log (elementwise, reductions, reshapes).
+MAGNITUDE_OPS = frozenset(
+    """Pow Mul Add Sqrt Abs Clip Max Relu Identity Cast ReduceSum ReduceMean ReduceSumSquare ReduceL2 ReduceL1
+    ReduceMax Reshape Unsqueeze Squeeze Flatten Transpose""".split()
+)
+#: Linear layers by constant weights: their output is on the walk, their data input is not.
+LINEAR_LAYERS = frozenset("MatMul Gemm Conv".split())
+#: Data movement a signal may pass through before the first linear layer.
+_RESHAPES = frozenset("Reshape Unsqueeze Squeeze Flatten Transpose Identity".split())
+#: Scalings/offsets by a constant (the ln → dB chain after a Log).
+_AFFINE = frozenset("Add Sub Mul Div".split())
+#: Ops that read their input in the log domain (the walk starts at their input).
+LOG_READERS = frozenset({"Log"})
+
+
+#: Ops whose output is non-negative whatever their input.
+_NON_NEGATIVE = frozenset("Relu Abs Sqrt Exp Sigmoid Softmax Softplus ReduceSumSquare ReduceL2 ReduceL1".split())
+#: Ops that keep non-negative inputs non-negative.
+_KEEPS_SIGN = frozenset("Add Mul Max Min ReduceSum ReduceMean ReduceMax Reshape Unsqueeze Squeeze Flatten Transpose Identity Cast".split())
+
+
+def _constant_value(name: str, graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto]):
+    for t in graph.initializer:
+        if t.name == name:
+            return tensor_values(t)
+    node = producer.get(name)
+    if node is not None and node.op_type == "Constant":
+        for a in node.attribute:
+            if a.name == "value":
+                return onnx.numpy_helper.to_array(a.t)
+    return None
+
+
+def _non_negative(name: str, producer: dict[str, onnx.NodeProto], constants: set[str], graph: onnx.GraphProto,
+                  depth: int = 0) -> bool:
+    """Whether ``name`` is non-negative by construction (a power, an amplitude): x², |x|, Relu, ...
+    sums and products of such, non-negative constants."""
+    if depth > 16:
+        return False
+    if name in constants:
+        value = _constant_value(name, graph, producer)
+        return value is not None and bool((value >= 0).all())
+    node = producer.get(name)
+    if node is None or not is_onnx_domain(node.domain):
+        return False
+    op = node.op_type
+    if op in _NON_NEGATIVE:
+        return True
+    if op == "Pow" and len(node.input) > 1:
+        exponent = _constant_value(node.input[1], graph, producer)
+        return exponent is not None and exponent.size == 1 and float(exponent) % 2 == 0
+    if op == "Mul" and len(node.input) == 2 and node.input[0] == node.input[1]:
+        return True
+    if op == "Clip" and len(node.input) > 1 and node.input[1]:
+        low = _constant_value(node.input[1], graph, producer)
+        if low is not None and low.size == 1 and float(low) >= 0:
+            return True
+    if op in _KEEPS_SIGN:
+        data = node.input[:1] if op in ("Reshape", "Unsqueeze", "Squeeze") else [i for i in node.input if i]
+        return all(_non_negative(i, producer, constants, graph, depth + 1) for i in data)
+    return False
+
+
+def _affine_tail(start: str, consumers: dict[str, list[onnx.NodeProto]], constants: set[str], outputs: set[str],
+                 graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto]) -> list[str]:
+    """The tensors of the chain ``start → ·c → /c → ±c …`` (one reader each, scalar constants) but
+    its last: ``Log(x)·10/ln 10 − offset`` is one step in float, and a quantizer between two of
+    them only adds a rounding (a block format's or fp8's relative step is several dB at |x| ~ 100)."""
+    chain: list[str] = []
+    current = start
+    while current not in outputs:
+        readers = [c for c in consumers.get(current, []) if c.op_type not in ("Shape", "Size")]
+        if len(readers) != 1 or readers[0].op_type not in _AFFINE or not is_onnx_domain(readers[0].domain):
+            break
+        node = readers[0]
+        others = [i for i in node.input if i != current]
+        if len(others) != 1 or others[0] not in constants or list(node.input).count(current) != 1:
+            break
+        value = _constant_value(others[0], graph, producer)
+        if value is None or value.size != 1:
+            break
+        chain.append(current)
+        current = node.output[0]
+    return chain
+
+
+def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
+    """``{tensor: reason}`` for every tensor on a Log's linear-domain input walk (module docstring)."""
+    graph = model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    producer: dict[str, onnx.NodeProto] = {}
+    for n in graph.node:
+        for i in n.input:
+            if i:
+                consumers[i].append(n)
+        for o in n.output:
+            if o:
+                producer[o] = n
+    constants = {t.name for t in graph.initializer}
+    constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
+    outputs = {o.name for o in graph.output}
+
+    why: dict[str, str] = {}
+    for log_node in graph.node:
+        if log_node.op_type not in LOG_READERS or not is_onnx_domain(log_node.domain) or not log_node.input:
+            continue
+        start = log_node.input[0]
+        walk_nodes = {id(log_node)}
+        reached: list[str] = []
+        signals: list[str] = []
+        stack = [start]
+        while stack:
+            name = stack.pop()
+            if name in why or name in reached or name in constants or name in outputs:
+                continue
+            readers = [c for c in consumers.get(name, []) if c.op_type not in ("Shape", "Size")]
+            if name != start and any(id(c) not in walk_nodes for c in readers):
+                continue  # the tensor is read elsewhere too: not only a magnitude on its way to the Log
+            reached.append(name)
+            node = producer.get(name)
+            if node is None or not is_onnx_domain(node.domain):
+                continue
+            if node.op_type in LINEAR_LAYERS:
+                # By constant weights only (a DFT written as Conv, a mel filterbank). An error in any
+                # of its inputs — a rounded weight, the step of a rounded input — lands in every
+                # output bin at the level of the whole input's energy, not of the bin: the quiet
+                # bins the Log reads drown in it (openWakeWord, A16W8: the int8 DFT weights alone
+                # cost 9 % of the frames their 1 dB). So weights and data input join the walk.
+                weights = [i for i in node.input[1:] if i]
+                if node.input and weights and all(i in constants for i in weights):
+                    walk_nodes.add(id(node))
+                    reached.extend(w for w in weights if w not in reached)
+                    if _non_negative(node.input[0], producer, constants, graph):
+                        stack.append(node.input[0])  # a power/amplitude: still the magnitude domain
+                    else:
+                        signals.append(node.input[0])  # the signal itself: it and its reshapes only
+                continue
+            if node.op_type not in MAGNITUDE_OPS:
+                continue
+            walk_nodes.add(id(node))
+            data = [i for i in node.input if i and i not in constants]
+            # Pow's and Clip's second inputs (exponent, bounds) are constants here; a data exponent ends the walk.
+            if node.op_type in ("Pow", "Clip") and any(i != node.input[0] for i in data):
+                continue
+            stack.extend(data)
+        # The signal a spectrum is computed from, back through pure reshapes (Unsqueeze of the audio).
+        # The walk ends there: what produced the signal (a previous layer) is not in the Log's domain.
+        while signals:
+            name = signals.pop()
+            if name in reached or name in constants or name in outputs:
+                continue
+            readers = [c for c in consumers.get(name, []) if c.op_type not in ("Shape", "Size")]
+            if any(id(c) not in walk_nodes for c in readers):
+                continue
+            reached.append(name)
+            node = producer.get(name)
+            if node is not None and node.op_type in _RESHAPES and is_onnx_domain(node.domain):
+                walk_nodes.add(id(node))
+                signals.append(node.input[0])
+        reason = (f"linear-domain input of Log '{log_node.name or log_node.output[0]}' (a spectrum/power/probability "
+                  "spanning many decades): a linear grid or a saturating fp16 loses its quiet or loud end, so it stays "
+                  "float; the Log's output is quantized (graph/logdomain.py)")
+        for name in reached:
+            why.setdefault(name, reason)
+        for name in _affine_tail(log_node.output[0], consumers, constants, outputs, graph, producer):
+            why.setdefault(name, (f"log-domain value of Log '{log_node.name or log_node.output[0]}' on its way through "
+                                  "a chain of constant scalings/offsets (ln → dB): each rounding there is an absolute "
+                                  "error in dB, so only the chain's end is quantized (graph/logdomain.py)"))
+    if why:
+        log.debug("log domain: %d tensor(s) before a Log stay float: %s", len(why), ", ".join(sorted(why)[:6]))
+    return why
