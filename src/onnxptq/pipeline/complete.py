@@ -19,6 +19,7 @@ from .. import outputs
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
+from ..memory import release_freed
 from .build import build_model
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from .finish import finish, finish_saved
@@ -74,6 +75,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     t2 = time.perf_counter()
     plan, params, quantized, refine_timings = build_model(calibrated, cfg)
     timings.update(refine_timings)
+    release_freed()  # the build's float and guard sessions, emit's copies (onnxptq.memory: peak RSS)
     quantized, session = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
