@@ -53,7 +53,8 @@ def finish(model: onnx.ModelProto, source: str):
             # largest part of a block format's quantize time (PP-OCR cls MX9 1.23 -> 0.95 s CPU,
             # rec 3.2 -> 2.3, layout 4.0 -> 2.2); the extended/all optimisers (the QDQ fusions
             # among them) still run on the inlined graph, and the outputs were bit-identical to
-            # the default session's on those models (bench/RESULTS.md). No-op without functions.
+            # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
+            # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
             session = open_session(path if large else model, log_severity=2, inline_functions_first=False)
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
