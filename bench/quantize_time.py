@@ -24,7 +24,7 @@ exported with torch (``--export``, needs torch; written to ``--workdir``). ``--s
 jobs against another onnxptq source tree (e.g. an earlier commit's ``src`` from ``git archive``)
 and labels the rows with it, so before/after figures can be taken side by side in one run.
 
-    python bench/quantize_time.py [--models layout,det,rec,cls,vit,resnet] [--formats BF16,A8W8,BFP16,MX9,MXINT8]
+    python bench/quantize_time.py [--models layout,det,rec,cls,vit,resnet] [--formats BF16,A8W8,BFP16,MX9,MXINT8] [--no-repair]
                                   [--samples 8] [--workdir DIR] [--src PATH ...] [--export]
 """
 
@@ -191,8 +191,9 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_job(model: str, fmt: str, samples: int, workdir: Path) -> dict[str, Any]:
-    """One quantize in this process: ``fmt`` is a preset name or ``ORT`` (quantize_static)."""
+def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = True) -> dict[str, Any]:
+    """One quantize in this process: ``fmt`` is a preset name or ``ORT`` (quantize_static);
+    ``repair=False``: the preset with the accuracy floor's repair off (the floor is still checked)."""
     import logging
 
     import onnx
@@ -218,6 +219,8 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path) -> dict[str, Any]
 
             cfg = get_preset(fmt)
             cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
+            if not repair:
+                cfg = cfg.replace(repair=False)
             cpu0, t0 = _cpu_s(), time.perf_counter()
             result = quantize(str(path), cfg, reader, output)
             extra = {"timings": result.timings}
@@ -228,12 +231,12 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path) -> dict[str, Any]
             "output_mib": size / 2**20, **extra}
 
 
-def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None) -> dict[str, Any]:
+def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None, repair: bool = True) -> dict[str, Any]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.run([sys.executable, __file__, "--job", f"{model}:{fmt}", "--samples", str(samples),
-                           "--workdir", str(workdir)], capture_output=True, text=True, env=env)
+                           "--workdir", str(workdir), *([] if repair else ["--no-repair"])], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"model": model, "format": fmt, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -270,13 +273,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--src", action="append", default=[], help="an onnxptq src tree to run (repeatable; default: the installed one)")
     p.add_argument("--no-ort", action="store_true", help="skip onnxruntime's quantize_static")
     p.add_argument("--export", action="store_true", help="export the torch models (vit, resnet) into --workdir first")
+    p.add_argument("--no-repair", action="store_true",
+                   help="the presets with repair=False (the floor is checked, a broken one is not repaired): "
+                        "the quantization's own cost, without the repair's search (which takes up to repair_budget "
+                        "× the plain quantization's CPU time by design)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if args.job:
         model, fmt = args.job.split(":")
-        print(json.dumps(run_job(model, fmt, args.samples, workdir)))
+        print(json.dumps(run_job(model, fmt, args.samples, workdir, repair=not args.no_repair)))
         return
     if args.export:
         export_models(workdir)
@@ -291,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_ort and "A8W8" in formats:
             jobs.append((None, "ORT"))
         for src, fmt in jobs:
-            r = spawn(model, fmt, args.samples, workdir, src)
+            r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair)
             print(f"  {model:7s} {fmt:7s} {src or '':40s} " + (f"wall {r['wall_s']:7.1f} s cpu {r['cpu_s']:6.1f} s "
                   f"peak {r['peak_mib']:6.0f} MiB {r.get('timings', {})}" if "error" not in r else r["error"]),
                   file=sys.stderr, flush=True)

@@ -30,13 +30,16 @@ def _session(model: onnx.ModelProto):
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
                    feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None,
-                   reference_outputs: Sequence[dict[str, np.ndarray]] = ()) -> dict[str, dict[str, float]]:
+                   reference_outputs: Sequence[dict[str, np.ndarray]] = (),
+                   candidate_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, dict[str, float]]:
     """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``.
 
     The definitions are those of the evaluate tool (:mod:`onnxptq.analysis.metrics`, spec §6.6), so the
     figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
     ``reference_outputs[i]`` (``{output name: array}``), where given, is the reference model's
     output on feed ``i``, already computed; the reference model is run only for the feeds beyond.
+    ``candidate_outputs``, where given, receives the candidate's outputs on each feed, in order
+    (the accuracy floor reuses them for held-out feeds that are these same feeds).
     """
     names = [o.name for o in reference.graph.output]
     ref_sess = None
@@ -50,6 +53,8 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
             ref_sess = ref_sess if ref_sess is not None else _session(reference)
             ref_out = ref_sess.run(names, feed)
         cand_out = cand_sess.run(names, feed)
+        if candidate_outputs is not None:
+            candidate_outputs.append(dict(zip(names, cand_out)))
         for name, r, c in zip(names, ref_out, cand_out):
             sums[name]["cosine"] += cosine(r, c)
             sums[name]["l2"] += l2_loss(r, c)

@@ -31,6 +31,8 @@ How the body stays fast and exact (see DESIGN.md's measurements):
 
 from __future__ import annotations
 
+import functools
+
 import logging
 from typing import Any
 
@@ -245,6 +247,15 @@ def make_function(
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
+                     static: tuple[int, int, int] | None, float32: bool) -> onnx.FunctionProto:
+    """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
+    it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
+    and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
+    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32)
+
+
 def build(
     fmt: str,
     x: str,
@@ -282,7 +293,8 @@ def build(
         # never raise a maximum nor add to a scale-search sum), without zero-padding every pass
         # to block_size (PP-OCR cls: 8..24 channels in blocks of 32, 1.3-4x the elements).
         static = (int(axis), n, 0)
-    function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static, dtype == "float32")
+    function = onnx.FunctionProto()
+    function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static, dtype == "float32"))
     node = helper.make_node(
         function.name,
         [x],

@@ -25,6 +25,7 @@ from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
+from ..memory import release_freed
 from ..sessions import active_libraries
 from .plan import Plan, make_plan
 from .plan.select import _excluded
@@ -166,6 +167,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             t2 = time.perf_counter()
             calibrated.holdout_outputs = float_outputs_of(prepared, held, cfg)
             timings["holdout"] = time.perf_counter() - t2
+    release_freed()  # the calibration sessions' buffers (onnxptq.memory: peak RSS)
     return calibrated
 
 

@@ -23,7 +23,7 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
     try:
-        session = open_session(path, log_severity=2)
+        session = open_session(path, log_severity=2, inline_functions_first=False)  # as finish()
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
@@ -46,9 +46,16 @@ def finish(model: onnx.ModelProto, source: str):
         except onnx.checker.ValidationError as exc:
             raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
         try:
-            # Default options, as users open it: onnxruntime's QDQ fusions run at session creation
-            # and reject some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul).
-            session = open_session(path if large else model, log_severity=2)
+            # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
+            # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
+            # inlined after the level-1 optimisers rather than before (sessions.open_session), so
+            # those do not rewrite every block-format call's body: creating this session is the
+            # largest part of a block format's quantize time (PP-OCR cls MX9 1.23 -> 0.95 s CPU,
+            # rec 3.2 -> 2.3, layout 4.0 -> 2.2); the extended/all optimisers (the QDQ fusions
+            # among them) still run on the inlined graph, and the outputs were bit-identical to
+            # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
+            # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
+            session = open_session(path if large else model, log_severity=2, inline_functions_first=False)
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
