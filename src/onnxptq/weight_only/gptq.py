@@ -4,11 +4,13 @@ onto the rows not yet quantized through the inverse Hessian ``(XᵀX + λI)⁻¹
 * damping: ``λ = damp · mean(diag H)`` (``GPTQParams.PercDamp``, 0.01); a Cholesky that still fails
   is retried with ten times the damping;
 * dead inputs (a channel that was always 0) get ``H_ii = 1`` and a zero weight row;
-* act-order (the default): rows in order of decreasing ``H_ii`` (the most-used inputs first, while
-  the most error can still be compensated). On SmolLM2-135M int4 sym b128 it took the perplexity
-  increase over fp32 from +7.4 to +2.8 (bench/RESULTS.md, "GPTQ with act-order"); A block's scale must then be known before its rows come up in
-  that order, so with act-order block parameters are taken from the unmodified weight (the
-  "static groups" variant); without it, from the already-updated rows of the block when its first
+* act-order (the default): rows taken by decreasing ``H_ii`` (the most-used inputs first, while
+  the most error can still be compensated), in one of :data:`ORDERS` — "global" (static block
+  parameters from the unmodified weight) or "blocks" (each block refitted on its updated rows);
+  the caller (:mod:`.solve`) keeps, per layer, the order with the smaller output error. On
+  SmolLM2-135M int4 sym b128 it took the perplexity increase over fp32 from +6.0 (K in order) to
+  +2.9 (bench/RESULTS.md, "GPTQ act-order, HQQ's block choice, calibration in chunks"). Without
+  act-order ("none") parameters come from the already-updated rows of the block when its first
   row is reached (standard GPTQ);
 * lazy batch updates: errors of a batch of rows (a multiple of the block size, ≥ 128) are applied
   to the rest of the matrix in one GEMM.
