@@ -117,6 +117,58 @@ def test_edge_blocks_bit_exact(element_dtype: str, rounding_mode: int) -> None:
     check(_element_ties("int8"), "int8-grid ties", **attrs)
 
 
+@pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
+def test_edge_blocks_plain_formulas_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """The finite edge blocks alone: the tensor's sum is finite, so the body takes its plain
+    formulas (a tensor holding Inf/NaN anywhere takes the masked ones for every block), in the
+    generic body and in the static one the emitter builds."""
+    attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=-1, block_size=8)
+    edges = _edge_blocks()
+    finite = edges[np.isfinite(edges).all(axis=1)]
+    finite = finite[np.abs(finite.astype(np.float64)).sum(axis=1) < 3e38]  # no overflowing row sum
+    assert finite.shape[0] >= 20 and np.isfinite(finite.astype(np.float32).sum())
+    check(finite, "finite edge blocks", **attrs)
+    got, name = _run_static(finite, **attrs)
+    assert_same_bits(got, fake_quantize(finite, "mx", **attrs), f"static {name}")
+
+
+@pytest.mark.parametrize("element_dtype,scale_search", [("int8", 0), ("int8", 1), ("fp8_e4m3", 0), ("fp4_e2m1", 1)])
+def test_last_axis_transposed_view_bit_exact(element_dtype: str, scale_search: int) -> None:
+    """Blocks along the last axis of a large tensor (a Gemm input) take the transposed view
+    (suffix ``l``), ragged or not, plain or masked formulas."""
+    for shape, axis in (((40, 300), 1), ((3, 30, 96), -1), ((300, 32), 1)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=2, scale_search=scale_search, axis=axis,
+                     block_size=32)
+        rng = np.random.default_rng(shape[0])
+        x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
+        assert x.size >= onnx_mx.LAST_AXIS_MIN_SIZE
+        for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng))):
+            got, name = _run_static(data, **attrs)
+            assert name.endswith(f"_p{-shape[-1] % 32}l_f32"), name
+            assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
+
+
+def test_static_bodies_on_unknown_batch_and_empty_tensors() -> None:
+    """A static body (no size ``If``) built for a shape with an unknown batch runs on any batch,
+    0 included, and keeps an empty tensor's shape."""
+    for shape, axis, bs in (((None, 40, 5), 1, 32), ((None, 64), 1, 32), ((None, 3000), 1, 32)):
+        attrs = dict(element_dtype="int8", rounding_mode=2, axis=axis, block_size=bs)
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+        assert "_b" in frag.functions[0].name  # specialised
+        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                                  functions=frag.functions)
+        model.ir_version = 10
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for batch in (0, 1, 3):
+            n = batch * int(np.prod(shape[1:]))
+            x = (sample_values(n, seed=batch) if n >= 100 else log_uniform(n, seed=batch)).reshape((batch, *shape[1:]))
+            got = sess.run(None, {"x": x})[0]
+            assert got.shape == x.shape
+            assert_same_bits(got, fake_quantize(x, "mx", **attrs), f"{shape} batch {batch}")
+
+
 @pytest.mark.parametrize("element_dtype", MX_ELEMENT_DTYPES)
 def test_ranks_axes_block_sizes_bit_exact(element_dtype: str) -> None:
     x = sample_values(3 * 5 * 6 * 7 * 9, seed=2)

@@ -69,7 +69,7 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
-from .body import Body, axis_length, known_size, view_generic, view_static
+from .body import Body, axis_length, known_size, pow2_floor as _pow2_floor, view_generic, view_last as _view_last, view_static
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -109,24 +109,6 @@ def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) ->
 
 
 # ------------------------------------------------------------------------------- building blocks
-
-
-def _pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
-    """``2^floor(log2 a)·scale`` for finite ``a >= 2^-127`` and a power of two ``scale``, exactly,
-    with arithmetic only.
-
-    In float64, ``b = a·(3/4 + 2^-40)`` lies strictly inside ``(0.75·2^e, 1.5·2^e)`` for
-    ``a`` in ``[2^e, 2^(e+1))`` (a float32 has 24 bits, so the product's rounding error is far
-    below the margins), and rounding ``b`` to one significant bit gives ``2^e`` with no tie. The
-    rounding is a Veltkamp split: ``c = b·(2^52+1)``, ``h = c - (c - b)``. float64 keeps every
-    step finite and float32 subnormals normal; no Where/compare (slow in onnxruntime) is needed.
-    ``scale`` rides along in the first product (a power of two commutes with every rounding in
-    float64's range), which saves an op on the block maxima.
-    """
-    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const((0.75 + 2.0**-40) * scale, np.float64))
-    c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
-    h = g.op("Sub", c, g.op("Sub", c, b))
-    return g.op("Cast", h, to=_F)
 
 
 def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
@@ -304,35 +286,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{sized}"
     return f"p{(-n) % bs}{last}{sized}"
-
-
-def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
-    """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
-
-    With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
-    runs of ``bs`` elements, which onnxruntime loops over one by one (about 10x the cost per
-    element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
-    zero-padding of the axis, or None to compute it.
-    """
-    chan = g.shared("Shape", "x", start=-1)
-    if pad is None:
-        cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
-        pads = g.shared("Concat", g.i64(0, 0, 0), g.shared("Sub", cp, chan), axis=0)
-    else:
-        cp = g.shared("Add", chan, g.i64(pad)) if pad else chan
-        pads = g.i64(0, 0, 0, pad) if pad else None
-    x2 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan, axis=0))
-    if pads is not None:
-        x2 = g.op("Pad", x2, pads)
-    xt = g.op("Transpose", g.op("Reshape", x2, g.i64(-1, bs)), perm=[1, 0])
-    xr = g.op("Reshape", xt, g.i64(1, bs, -1))
-
-    def restore(y: str) -> str:
-        yt = g.op("Transpose", g.op("Reshape", y, g.i64(bs, -1)), perm=[1, 0])
-        y2 = g.op("Reshape", yt, g.shared("Concat", g.i64(-1), cp, axis=0))
-        return y2 if pads is None else g.op("Slice", y2, g.i64(0), chan, g.i64(1), g.i64(1))
-
-    return xr, None, restore
 
 
 def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:

@@ -95,6 +95,25 @@ class Body:
 _I64_MAX = np.iinfo(np.int64).max
 
 
+def pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
+    """``2^floor(log2 a)·scale`` for a finite float32 ``a > 0`` (subnormals included) and a power
+    of two ``scale``, exactly, with arithmetic only (shared by the BFP and MX scales); ``a = 0``
+    gives 0, which the callers' lower clamp turns into their minimum scale.
+
+    In float64, ``b = a·(3/4 + 2^-40)`` lies strictly inside ``(0.75·2^e, 1.5·2^e)`` for
+    ``a`` in ``[2^e, 2^(e+1))`` (a float32 has 24 bits, so the product's rounding error is far
+    below the margins), and rounding ``b`` to one significant bit gives ``2^e`` with no tie. The
+    rounding is a Veltkamp split: ``c = b·(2^52+1)``, ``h = c - (c - b)``. float64 keeps every
+    step finite and float32 subnormals normal; no Where/compare (slow in onnxruntime) is needed.
+    ``scale`` rides along in the first product (a power of two commutes with every rounding in
+    float64's range), which saves an op on the block maxima.
+    """
+    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const((0.75 + 2.0**-40) * scale, np.float64))
+    c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
+    h = g.op("Sub", c, g.op("Sub", c, b))
+    return g.op("Cast", h, to=TensorProto.FLOAT)
+
+
 def known_dim(d: Any) -> int | None:
     """``d`` as an int when it is a known dim (a non-negative int); None for a name, None or -1."""
     if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
@@ -182,3 +201,33 @@ def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, st
         return g.op("Slice", y3, g.i64(0), g.i64(-pad), g.i64(1))
 
     return xr, post, restore
+
+
+def view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
+    """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
+
+    With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
+    runs of ``bs`` elements, which onnxruntime loops over one by one (about 10x the cost per
+    element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
+    zero-padding of the axis, or None to compute it. Shared by the BFP and MX functions; the
+    ``post`` it returns is None (the view is ``(1, bs, blocks)``).
+    """
+    chan = g.shared("Shape", "x", start=-1)
+    if pad is None:
+        cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
+        pads = g.shared("Concat", g.i64(0, 0, 0), g.shared("Sub", cp, chan), axis=0)
+    else:
+        cp = g.shared("Add", chan, g.i64(pad)) if pad else chan
+        pads = g.i64(0, 0, 0, pad) if pad else None
+    x2 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan, axis=0))
+    if pads is not None:
+        x2 = g.op("Pad", x2, pads)
+    xt = g.op("Transpose", g.op("Reshape", x2, g.i64(-1, bs)), perm=[1, 0])
+    xr = g.op("Reshape", xt, g.i64(1, bs, -1))
+
+    def restore(y: str) -> str:
+        yt = g.op("Transpose", g.op("Reshape", y, g.i64(bs, -1)), perm=[1, 0])
+        y2 = g.op("Reshape", yt, g.shared("Concat", g.i64(-1), cp, axis=0))
+        return y2 if pads is None else g.op("Slice", y2, g.i64(0), chan, g.i64(1), g.i64(1))
+
+    return xr, None, restore
