@@ -148,6 +148,31 @@ def test_last_axis_transposed_view_bit_exact(element_dtype: str, scale_search: i
             assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
 
 
+@pytest.mark.parametrize("element_dtype,rounding_mode", [("int8", 0), ("int8", 1), ("int8", 2), ("fp8_e4m3", 2),
+                                                         ("fp6_e3m2", 2), ("fp4_e2m1", 2)])
+def test_ragged_axis_tiled_view_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """A ragged block axis longer than a block, viewed as sub-blocks of gcd(n, block_size) with
+    only the sub-block maxima padded (suffix ``t<k>r<rank>``): 40 channels in blocks of 32 (as
+    PP-OCR cls), 72 (three blocks, the last of 8), axis 0, axis -2 of rank 4."""
+    for shape, axis, k in (((2, 40, 7), 1, 8), ((3, 72, 5), 1, 8), ((100, 6), 0, 4), ((2, 3, 48, 4), -2, 16)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=32)
+        rng = np.random.default_rng(sum(shape))
+        x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
+        for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng)), ("edge blocks", _tile_edges(shape, axis))):
+            got, name = _run_static(data, **attrs)
+            assert name.endswith(f"_p{-shape[axis] % 32}t{k}r{len(shape)}_f32"), name
+            assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
+
+
+def _tile_edges(shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """The finite edge blocks' values laid along ``axis`` (the plain formulas on every scale)."""
+    edges = _edge_blocks()
+    vals = edges[np.isfinite(edges).all(axis=1)].ravel()
+    vals = vals[np.abs(vals) < 1e37]  # keep the tensor's sum finite
+    out = np.resize(vals, int(np.prod(shape))).reshape(np.moveaxis(np.empty(shape), axis, -1).shape)
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis)).astype(np.float32)
+
+
 def test_static_bodies_on_unknown_batch_and_empty_tensors() -> None:
     """A static body (no size ``If``) built for a shape with an unknown batch runs on any batch,
     0 included, and keeps an empty tensor's shape."""

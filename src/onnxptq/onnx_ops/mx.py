@@ -34,7 +34,8 @@ How the body stays fast and exact (see DESIGN.md's measurements):
 from __future__ import annotations
 
 import logging
-from typing import Any
+import math
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -55,6 +56,8 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 #: Smallest known size (elements) of a tensor blocked along its last axis that takes the
 #: transposed view: below it, two Transposes and Reshapes cost more nodes than the short spans.
 LAST_AXIS_MIN_SIZE = 8192
+#: Shortest sub-block of the tiled view of a ragged axis (see :func:`tile_length`).
+MIN_TILE = 4
 
 
 def function_name(
@@ -130,25 +133,44 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     return b.op("Where", normal, y_norm, y_sub)
 
 
+class _Blocks:
+    """How a view's block maxima are taken: a reduction over ``axis`` (kept), then ``finish``
+    (None: that already is one value per block, broadcasting over the view)."""
+
+    def __init__(self, axis: int = 1, finish: Callable[[Body, str], str] | None = None) -> None:
+        self.axis, self.finish = axis, finish
+
+    def reduce(self, b: Body, op: str, t: str) -> str:
+        return b.op(op, t, b.const([self.axis], np.int64), keepdims=1)
+
+    def maxima(self, b: Body, m: str) -> str:
+        """Block maxima, broadcastable over the view, from the first reduction's maxima ``m``."""
+        return m if self.finish is None else self.finish(b, m)
+
+
 def _fake_quantize_blocks(
-    b: Body, x4: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
+    b: Body, x4: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool,
+    blocks: _Blocks | None = None,
 ) -> str:
-    """The quantized blocked tensor ``x4`` (rows, bs, post). ``finite``: the caller knows ``x4``
-    holds no Inf/NaN (the plain formulas); otherwise Inf/NaN are kept out of the block maxima and
-    passed through (the masked formulas, exact on finite elements too)."""
-    axes = b.const([1], np.int64)
+    """The quantized blocked tensor ``x4`` ((rows, bs, post), or the view ``blocks`` describes).
+    ``finite``: the caller knows ``x4`` holds no Inf/NaN (the plain formulas); otherwise Inf/NaN
+    are kept out of the block maxima and passed through (the masked formulas, exact on finite
+    elements too)."""
+    blocks = blocks or _Blocks()
+    axes = b.const([blocks.axis], np.int64)
     if finite and fmt.is_int:
         # INT8 elements need |x| only for the block maxima: the maxima of x and -x are two reads
         # where Abs would write a full tensor (FP elements use |x| again, in :func:`_quantize`).
         a = ""
-        amax = b.op("Max", b.op("ReduceMax", x4, axes, keepdims=1), b.op("Neg", b.op("ReduceMin", x4, axes, keepdims=1)))
+        amax = b.op("Max", blocks.reduce(b, "ReduceMax", x4), b.op("Neg", blocks.reduce(b, "ReduceMin", x4)))
     elif finite:
         a = b.op("Abs", x4)
-        amax = b.op("ReduceMax", a, axes, keepdims=1)
+        amax = blocks.reduce(b, "ReduceMax", a)
     else:
         a = b.op("Abs", x4)
         ok = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
-        amax = b.op("ReduceMax", b.op("Where", ok, a, b.const(0.0)), axes, keepdims=1)
+        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.const(0.0)))
+    amax = blocks.maxima(b, amax)
     scale = _block_scale(b, amax, fmt)
     yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
     if scale_search:
@@ -162,6 +184,7 @@ def _fake_quantize_blocks(
         delta = b.op("Mul", b.op("Sub", d1, d0), b.op("Sub", b.op("Add", d1, d0), two_x))
         if not finite:
             delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+        assert blocks.finish is None, "scale search sums whole blocks in one ReduceSum"
         total = b.op("ReduceSum", delta, axes, keepdims=1)
         # Choose per block, then quantize once more: selecting elements with Where would lose -0.
         scale = b.op("Where", b.op("Less", total, b.const(0.0, np.float64)), scale1, scale)
@@ -175,6 +198,50 @@ def _fake_quantize_blocks(
     return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
+def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
+    """The sub-block length k of the tiled view (see :func:`_tiled_view`) for a ragged block axis
+    longer than a block, or None: k = gcd(n, block_size) must be at least :data:`MIN_TILE` (a
+    shorter k makes the first reduction run over spans too short to be fast), the axis must not
+    be the last (its spans would be k long) and there must be no scale search (its per-block
+    float64 sum would be taken in two stages, in another order than the reference's)."""
+    n = axis_length(shape, axis)
+    if n is None or scale_search or n <= block_size or n % block_size == 0:
+        return None
+    rank = len(list(shape))
+    k = math.gcd(n, block_size)
+    return k if k >= MIN_TILE and axis % rank != rank - 1 else None
+
+
+def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int) -> tuple[str, _Blocks]:
+    """A ragged block axis of known length ``n`` > ``bs`` viewed as sub-blocks of ``k`` (a divisor
+    of both), with no padding of the tensor: ``(lead..., n/k, k, trail...)``.
+
+    The padded view copies the tensor twice (Pad, Slice) and runs every pass on the padding
+    (PP-OCR cls: 40 channels padded to 64, 1.6× the elements, 36 of its 110 activations). Here
+    only the sub-block maxima (1/k of the elements) are zero-padded to whole blocks — zeros never
+    raise a maximum — reduced to block maxima and spread back to their sub-blocks by a
+    ``Gather`` of block indices, so every full-tensor pass runs on the n elements themselves.
+    The shapes are the input's own dims around constants (no ``-1``; allowzero keeps an empty
+    tensor's zero dims).
+    """
+    m, nb = bs // k, -(-n // bs)
+    padk = nb * m - n // k
+    lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
+    trail = g.shared("Shape", "x", start=axis + 1)
+    x5 = g.op("Reshape", xf, g.shared("Concat", lead, g.i64(n // k, k), trail, axis=0), allowzero=1)
+    pads = [0] * (2 * (rank + 1))
+    pads[rank + 1 + axis] = padk
+    pads_c = g.i64(*pads)
+    blocks_shape = g.shared("Concat", lead, g.i64(nb, m), trail, axis=0)
+    owner = g.i64(*[j // m for j in range(n // k)])  # the block of each sub-block
+
+    def finish(b: Body, sub: str) -> str:  # (lead, n/k, 1, trail) -> block maxima per sub-block
+        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, allowzero=1)
+        return b.op("Gather", b.op("ReduceMax", blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
+
+    return x5, _Blocks(axis + 1, finish)
+
+
 def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
     """Zero-padding the block axis needs when ``shape`` (static dims; None/str unknown) tells it;
     None for rank < 2, an out-of-range axis or an unknown length (the generic body is used)."""
@@ -185,6 +252,7 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
+    tile: tuple[int, int, int] | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -193,7 +261,9 @@ def make_function(
     otherwise) and the name says so; without it ``axis`` and ``block_size`` come from the node's
     attributes and any shape is handled. ``last`` (with ``static``): the block axis is the last
     one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
-    :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``).
+    :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
+    ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
+    suffix ``t<k>``).
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -217,15 +287,24 @@ def make_function(
         g = top.branch()
         # axis and block size are the calling node's attributes, read once at the top level
         x4, _, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
+        blocks = None
     else:
         xf, g = x32, top
         axis, bs, pad = static
-        x4, _, restore = view_last(g, xf, bs, pad) if last else view_static(g, xf, axis, bs, pad)
+        blocks = None
+        if tile is not None:
+            n, k, rank = tile
+            x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
+            restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
+        elif last:
+            x4, _, restore = view_last(g, xf, bs, pad)
+        else:
+            x4, _, restore = view_static(g, xf, axis, bs, pad)
     total = g.op("ReduceSum", xf, keepdims=0)
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
     plain, masked = g.branch(), g.branch()
-    y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, finite=True)
-    y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, finite=False)
+    y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
+    y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
     y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
               else_branch=masked.graph(y_masked, top.fresh("masked")))
     y = restore(y4)
@@ -242,6 +321,8 @@ def make_function(
     else:
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
+    if tile is not None:
+        name += f"t{tile[1]}r{tile[2]}"
     return helper.make_function(
         DOMAIN,
         name + ("_f32" if float32 else ""),
@@ -297,8 +378,10 @@ def build(
     rank = None if shape is None else len(list(shape))
     last = (static is not None and rank is not None and int(axis) % rank == rank - 1
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
+    k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
+    tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
     function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
-                             dtype == "float32", last)
+                             dtype == "float32", last and tile is None, tile)
     node = helper.make_node(
         function.name,
         [x],
