@@ -152,7 +152,7 @@ def test_last_axis_transposed_view_bit_exact(element_dtype: str, scale_search: i
                                                          ("fp6_e3m2", 2), ("fp4_e2m1", 2)])
 def test_ragged_axis_tiled_view_bit_exact(element_dtype: str, rounding_mode: int) -> None:
     """A ragged block axis longer than a block, viewed as sub-blocks of gcd(n, block_size) with
-    only the sub-block maxima padded (suffix ``t<k>r<rank>``): 40 channels in blocks of 32 (as
+    only the sub-block maxima padded (suffix ``t<k>n<n>r<rank>``): 40 channels in blocks of 32 (as
     PP-OCR cls), 72 (three blocks, the last of 8), axis 0, axis -2 of rank 4."""
     for shape, axis, k in (((2, 40, 7), 1, 8), ((3, 72, 5), 1, 8), ((100, 6), 0, 4), ((2, 3, 48, 4), -2, 16)):
         attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=32)
@@ -160,7 +160,7 @@ def test_ragged_axis_tiled_view_bit_exact(element_dtype: str, rounding_mode: int
         x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
         for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng)), ("edge blocks", _tile_edges(shape, axis))):
             got, name = _run_static(data, **attrs)
-            assert name.endswith(f"_p{-shape[axis] % 32}t{k}r{len(shape)}_f32"), name
+            assert name.endswith(f"_p{-shape[axis] % 32}t{k}n{shape[axis]}r{len(shape)}_f32"), name
             assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
 
 
@@ -260,6 +260,21 @@ def test_variants_coexist_in_one_model() -> None:
     assert_same_bits(y2, fake_quantize(x, "mx", element_dtype="fp4_e2m1", block_size=4))
     low = build_qdq("mx", "x", "y", name="q", opset=11)
     assert low.min_opset == onnx_mx.MIN_OPSET and low.functions[0].opset_import[0].version == onnx_mx.MIN_OPSET
+
+
+def test_one_name_one_body() -> None:
+    """A model holds one function per name, so two static shapes whose bodies differ must get
+    different names (40 and 104 channels share padding 24 and sub-block 8, not the body)."""
+    bodies: dict[str, bytes] = {}
+    for shape in [(1, c, 3, 9) for c in (3, 8, 24, 32, 40, 48, 50, 56, 64, 72, 104, 120)] + [(4, c) for c in (40, 104, 9000)] \
+            + [(c, 300) for c in (30, 40)]:
+        for dtype in ("int8", "fp8_e4m3"):
+            for axis in (1, -1):
+                frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", axis=axis,
+                                 element_dtype=dtype, rounding_mode=2)
+                f = frag.functions[0]
+                body = f.SerializeToString()
+                assert bodies.setdefault(f.name, body) == body, f"{f.name} names two bodies ({shape}, axis {axis})"
 
 
 def _run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:

@@ -263,7 +263,7 @@ def make_function(
     one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
     :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
     ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
-    suffix ``t<k>``).
+    suffix ``t<k>n<n>r<rank>``).
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -322,7 +322,7 @@ def make_function(
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if tile is not None:
-        name += f"t{tile[1]}r{tile[2]}"
+        name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
     return helper.make_function(
         DOMAIN,
         name + ("_f32" if float32 else ""),
