@@ -78,16 +78,25 @@ def main() -> None:
         calib = None
         for preset in args.presets.split(","):
             file = os.path.join(out, f"{name}.{preset}.onnx")
-            if not (args.reuse and os.path.exists(file)):
-                calib = calib if calib is not None else model.samples("calibration")
-                onnxptq.quantize(str(model.path()), preset, data=list(calib), output=file)
+            try:
+                if not (args.reuse and os.path.exists(file)):
+                    calib = calib if calib is not None else model.samples("calibration")
+                    onnxptq.quantize(str(model.path()), preset, data=list(calib), output=file)
+                _session(file)
+            except Exception as exc:  # reported, the other presets still run
+                print(f"| {name} | {preset} | failed: {str(exc).splitlines()[0][:160]} | | |", flush=True)
+                continue
             files[preset] = file
         sessions = {k: _session(f) for k, f in files.items()}
         names = {i.name for i in sessions["float"].get_inputs()}
         feeds = [{k: v for k, v in f.items() if k in names} for f in model.samples("heldout")[: args.feeds]]
-        for sess in sessions.values():
-            for feed in feeds:
-                sess.run(None, feed)
+        for k, sess in list(sessions.items()):
+            try:
+                for feed in feeds:
+                    sess.run(None, feed)
+            except Exception as exc:  # a model that fails to run is reported, not timed
+                print(f"| {name} | {k} | failed: {str(exc).splitlines()[0][:160]} | | |", flush=True)
+                del sessions[k], files[k]
         cpu: dict[str, list[float]] = {k: [] for k in sessions}
         for _ in range(args.runs):
             for k, sess in sessions.items():
