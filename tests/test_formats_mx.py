@@ -311,10 +311,40 @@ def _with_edges(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def test_static_shape_falls_back_to_generic_body() -> None:
-    """Unknown block-axis length, rank 1 or an axis out of range: the generic body."""
-    for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
+    """Unknown shape or rank, rank 1 or an axis out of range: the generic body; a known rank with
+    an unknown block-axis length: the ranked body (suffix ``_b<bs>_a<axis>_r<rank>``)."""
+    for shape, axis in (((24,), 1), ((2, 16), 2), (None, 1)):
         frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, axis=axis, element_dtype="int8")
         assert frag.functions[0].name == onnx_mx.function_name("int8", 0, 0)
+    for shape, axis, suffix in (((2, None, 5), 1, "_b32_a1_r3q5"), ((16, None), -1, "_b32_a1_r2q1"),
+                                (("b", None, "w"), 1, "_b32_a1_r3")):
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, axis=axis, element_dtype="int8")
+        assert frag.functions[0].name == onnx_mx.function_name("int8", 0, 0) + suffix
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", [("int8", 0), ("int8", 2), ("fp8_e4m3", 2), ("fp4_e2m1", 2)])
+def test_ranked_bodies_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """Known rank, unknown block-axis length (a sequence axis): one body runs every length —
+    shorter than a block, ragged, whole blocks — and keeps empty and one-element tensors."""
+    for shape, axis in (((1, None, 6), 1), ((None, None), 1), ((2, None, "h", 3), 1), ((None, 5, None), -1)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=8)
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+        assert "_r" in frag.functions[0].name
+        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                                  functions=frag.functions)
+        model.ir_version = 10
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(len(shape))
+        for length in (0, 1, 3, 8, 13, 40):
+            # every unknown dim takes ``length`` ((None, None) at length 1 is a one-element tensor)
+            dims = [length if d is None else (d if isinstance(d, int) else 2) for d in shape]
+            x = log_uniform(int(np.prod(dims)), seed=int(rng.integers(1 << 30))).reshape(dims)
+            for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng) if x.size else x)):
+                got = sess.run(None, {"x": data})[0]
+                assert got.shape == data.shape
+                assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {dims} axis {axis}")
 
 
 def test_onnx_axis_out_of_range_fails() -> None:

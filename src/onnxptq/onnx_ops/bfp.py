@@ -69,7 +69,10 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
-from .body import Body, axis_length, known_size, pow2_floor as _pow2_floor, view_generic, view_last as _view_last, view_static
+from .body import (
+    Body, axis_length, known_size, pow2_floor as _pow2_floor, trailing_size, view_generic, view_last as _view_last,
+    view_ranked, view_static,
+)
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -271,7 +274,7 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     quantized, never returned unchanged, so the body needs no ``If`` on its size."""
     n = axis_length(shape, a["axis"])
     if n is None:
-        return None
+        return _ranked_variant(a, shape)
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
@@ -288,11 +291,31 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}{sized}"
 
 
+def _ranked_variant(a: dict[str, Any], shape: Any) -> str | None:
+    """``"r<rank>"`` (``q<post>`` when the dims after the axis are known) for a tensor of known
+    rank whose block-axis length is unknown (a sequence axis): the view skips the generic body's
+    rank arithmetic (see :func:`onnxptq.onnx_ops.body.view_ranked`); None when the rank is
+    unknown, 1, or the axis out of range (the generic body)."""
+    if shape is None:
+        return None
+    rank = len(list(shape))
+    if rank < 2 or not -rank <= a["axis"] < rank:
+        return None
+    post = trailing_size(shape, a["axis"])
+    return f"r{rank}" + ("" if post is None else f"q{post}")
+
+
 def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:
     """The (rows, bs, post) view for ``view`` (see :func:`variant`), its inverse, and the
     attributes the formulas see (a ``"c<n>"`` view has blocks of n)."""
     bs = a["block_size"]
     spec = (view or "").rstrip("s")
+    if spec.startswith("r"):  # known rank, unknown axis length (see :func:`_ranked_variant`)
+        rank, _, post = spec[1:].partition("q")
+        axis = a["axis"] % int(rank)
+        if axis == int(rank) - 1:
+            return (*_view_last(g, xf, bs, None), a)
+        return (*view_ranked(g, xf, axis, bs, int(post) if post else None), a)
     if a["axis"] == -1 or spec.endswith("l"):
         if spec.startswith("c"):
             a = dict(a, block_size=int(spec[1:].rstrip("l")))

@@ -43,7 +43,9 @@ from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
-from onnxptq.onnx_ops.body import Body, axis_length, known_size, pow2_floor, view_generic, view_last, view_static
+from onnxptq.onnx_ops.body import (
+    Body, axis_length, known_size, pow2_floor, trailing_size, view_generic, view_last, view_ranked, view_static,
+)
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +254,7 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
-    tile: tuple[int, int, int] | None = None,
+    tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -263,7 +265,10 @@ def make_function(
     one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
     :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
     ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
-    suffix ``t<k>n<n>r<rank>``).
+    suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
+    ``static``: the rank is known, the axis length is not (see
+    :func:`onnxptq.onnx_ops.body.view_ranked`; ``post`` the known number of elements after the
+    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``).
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -285,8 +290,11 @@ def make_function(
         # inputs, which it cannot do when the Cast feeds a subgraph directly.
         xf = top.op("Reshape", x32, top.const([-1], np.int64))
         g = top.branch()
-        # axis and block size are the calling node's attributes, read once at the top level
-        x4, _, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
+        if ranked is not None:
+            x4, _, restore = view_ranked(g, xf, ranked[0], ranked[1], ranked[3])
+        else:
+            # axis and block size are the calling node's attributes, read once at the top level
+            x4, _, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
         blocks = None
     else:
         xf, g = x32, top
@@ -323,6 +331,8 @@ def make_function(
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
+    if ranked is not None:
+        name += f"_b{ranked[1]}_a{ranked[0]}_r{ranked[2]}" + ("" if ranked[3] is None else f"q{ranked[3]}")
     return helper.make_function(
         DOMAIN,
         name + ("_f32" if float32 else ""),
@@ -380,8 +390,11 @@ def build(
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
     tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
+    ranked = None
+    if static is None and rank is not None and rank >= 2 and -rank <= int(axis) < rank:
+        ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
     function = make_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
-                             dtype == "float32", last and tile is None, tile)
+                             dtype == "float32", last and tile is None, tile, ranked)
     node = helper.make_node(
         function.name,
         [x],
