@@ -267,7 +267,7 @@ def test_one_name_one_body() -> None:
     different names (40 and 104 channels share padding 24 and sub-block 8, not the body)."""
     bodies: dict[str, bytes] = {}
     for shape in [(1, c, 3, 9) for c in (3, 8, 24, 32, 40, 48, 50, 56, 64, 72, 104, 120)] + [(4, c) for c in (40, 104, 9000)] \
-            + [(c, 300) for c in (30, 40)]:
+            + [(c, 300) for c in (30, 40)] + [(1, None, c) for c in (64, 192)] + [(None, None), (None, 7, None)]:
         for dtype in ("int8", "fp8_e4m3"):
             for axis in (1, -1):
                 frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", axis=axis,
