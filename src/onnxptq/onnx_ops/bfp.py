@@ -37,8 +37,9 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of
   that length (``_c<n>``, no padding); ``l`` marks a non-negative axis that is the last one.
-  ``to_bfp_prime`` on an axis of length n (a multiple of the sub-block size, not the last
-  axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
+  A known rank with an unknown axis length takes ``_r<rank>`` (no rank arithmetic, see
+  :func:`onnxptq.onnx_ops.body.view_ranked`). ``to_bfp_prime`` on an axis of length n (a
+  multiple of the sub-block size, not the last axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
   maxima padded (see :func:`_prime_static`). Without a shape, the generic body always pads by a
   computed amount (0 when it divides) and slices back: two copies, no branch.
 * **Node count.** In a model of many activations onnxruntime spends about 0.8 µs per executed
@@ -268,7 +269,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
     known rank: see :func:`_prime_static`), ``"p<k>"`` (block axis of known length, padded
     by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
-    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), or None (the
+    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), ``"r<rank>"``
+    (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
     quantized, never returned unchanged, so the body needs no ``If`` on its size."""
