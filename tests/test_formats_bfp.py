@@ -285,11 +285,46 @@ def test_sized_bodies_on_any_batch_and_empty_tensors(preset, dims, axis, dtype):
             assert_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **a), f"{what} {shape}")
 
 
+@pytest.mark.parametrize("dtype", [None, "float32"])
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6"])
+@pytest.mark.parametrize("dims,axis", [((1, None, 6), 1), ((None, None), 1), ((2, None, "h", 3), 1), ((None, 5, None), -1),
+                                       ((None, None, 4), 0)])
+def test_ranked_bodies_bit_exact(preset, dims, axis, dtype):
+    """Known rank, unknown block-axis length (a sequence axis, or a dim shape inference lost):
+    one ranked body runs every length — shorter than a block, ragged, whole blocks, one element,
+    empty — bit-exact, with and without the Cast pair."""
+    a = dict(MX[preset], axis=axis)
+    frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=dims, dtype=dtype, **a)
+    assert "_r" in frag.functions[0].name, frag.functions[0].name
+    sym = [d if isinstance(d, int) else f"d{i}" for i, d in enumerate(dims)]
+    graph = helper.make_graph(frag.nodes, "ranked", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, sym)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(len(dims) * 11 + axis)
+    for length in (0, 1, 3, 8, 13, 40):
+        shape = tuple(d if isinstance(d, int) else (length if d is None else 2) for d in dims)
+        if not np.prod(shape):
+            x = np.zeros(shape, np.float32)
+            assert_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **a), f"empty {shape}")
+            continue
+        for what, x in (("log-uniform", log_uniform(shape, rng)), ("tiny exponents", tiny_blocks(log_uniform(shape, rng), rng)),
+                        ("specials", with_specials(log_uniform(shape, rng), rng) if np.prod(shape) >= 48 else
+                         np.resize(SPECIALS, shape).astype(np.float32))):
+            assert_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **a), f"{what} {shape} axis {axis}")
+
+
 def test_static_shape_falls_back_to_generic_body():
-    """Unknown block-axis length, rank 1 or an axis out of range: the generic body (no suffix)."""
-    for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
+    """Unknown rank, rank 1 or an axis out of range: the generic body (no suffix); a known rank
+    with an unknown block-axis length: the ranked body (suffix ``r<rank>``, ``q<post>``)."""
+    for shape, axis in (((24,), 1), ((2, 16), 2), (None, 1)):
         frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=shape, **dict(MX["BFP16"], axis=axis))
         assert frag.functions[0].name == ops.function_name(ref.normalize_attrs(**dict(MX["BFP16"], axis=axis)), 21)
+    for shape, axis, suffix in (((2, None, 5), 1, "_r3q5"), ((16, None), -1, "_r2q1"), (("b", None, "w"), 1, "_r3")):
+        frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=shape, **dict(MX["BFP16"], axis=axis))
+        assert frag.functions[0].name == ops.function_name(ref.normalize_attrs(**dict(MX["BFP16"], axis=axis)), 21) + suffix
     assert build_qdq("bfp", "x", "y", name="q", opset=21, shape=(2, 16, None), **MX["BFP16"]).functions[0].name.endswith("_p0s")
 
 

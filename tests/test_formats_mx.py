@@ -117,6 +117,83 @@ def test_edge_blocks_bit_exact(element_dtype: str, rounding_mode: int) -> None:
     check(_element_ties("int8"), "int8-grid ties", **attrs)
 
 
+@pytest.mark.parametrize("element_dtype,rounding_mode", VARIANTS)
+def test_edge_blocks_plain_formulas_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """The finite edge blocks alone: the tensor's sum is finite, so the body takes its plain
+    formulas (a tensor holding Inf/NaN anywhere takes the masked ones for every block), in the
+    generic body and in the static one the emitter builds."""
+    attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=-1, block_size=8)
+    edges = _edge_blocks()
+    finite = edges[np.isfinite(edges).all(axis=1)]
+    finite = finite[np.abs(finite.astype(np.float64)).sum(axis=1) < 3e38]  # no overflowing row sum
+    assert finite.shape[0] >= 20 and np.isfinite(finite.astype(np.float32).sum())
+    check(finite, "finite edge blocks", **attrs)
+    got, name = _run_static(finite, **attrs)
+    assert_same_bits(got, fake_quantize(finite, "mx", **attrs), f"static {name}")
+
+
+@pytest.mark.parametrize("element_dtype,scale_search", [("int8", 0), ("int8", 1), ("fp8_e4m3", 0), ("fp4_e2m1", 1)])
+def test_last_axis_transposed_view_bit_exact(element_dtype: str, scale_search: int) -> None:
+    """Blocks along the last axis of a large tensor (a Gemm input) take the transposed view
+    (suffix ``l``), ragged or not, plain or masked formulas."""
+    for shape, axis in (((40, 300), 1), ((3, 30, 96), -1), ((300, 32), 1)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=2, scale_search=scale_search, axis=axis,
+                     block_size=32)
+        rng = np.random.default_rng(shape[0])
+        x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
+        assert x.size >= onnx_mx.LAST_AXIS_MIN_SIZE
+        for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng))):
+            got, name = _run_static(data, **attrs)
+            assert name.endswith(f"_p{-shape[-1] % 32}l_f32"), name
+            assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", [("int8", 0), ("int8", 1), ("int8", 2), ("fp8_e4m3", 2),
+                                                         ("fp6_e3m2", 2), ("fp4_e2m1", 2)])
+def test_ragged_axis_tiled_view_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """A ragged block axis longer than a block, viewed as sub-blocks of gcd(n, block_size) with
+    only the sub-block maxima padded (suffix ``t<k>n<n>r<rank>``): 40 channels in blocks of 32 (as
+    PP-OCR cls), 72 (three blocks, the last of 8), axis 0, axis -2 of rank 4."""
+    for shape, axis, k in (((2, 40, 7), 1, 8), ((3, 72, 5), 1, 8), ((100, 6), 0, 4), ((2, 3, 48, 4), -2, 16)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=32)
+        rng = np.random.default_rng(sum(shape))
+        x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
+        for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng)), ("edge blocks", _tile_edges(shape, axis))):
+            got, name = _run_static(data, **attrs)
+            assert name.endswith(f"_p{-shape[axis] % 32}t{k}n{shape[axis]}r{len(shape)}_f32"), name
+            assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")
+
+
+def _tile_edges(shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """The finite edge blocks' values laid along ``axis`` (the plain formulas on every scale)."""
+    edges = _edge_blocks()
+    vals = edges[np.isfinite(edges).all(axis=1)].ravel()
+    vals = vals[np.abs(vals) < 1e37]  # keep the tensor's sum finite
+    out = np.resize(vals, int(np.prod(shape))).reshape(np.moveaxis(np.empty(shape), axis, -1).shape)
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis)).astype(np.float32)
+
+
+def test_static_bodies_on_unknown_batch_and_empty_tensors() -> None:
+    """A static body (no size ``If``) built for a shape with an unknown batch runs on any batch,
+    0 included, and keeps an empty tensor's shape."""
+    for shape, axis, bs in (((None, 40, 5), 1, 32), ((None, 64), 1, 32), ((None, 3000), 1, 32)):
+        attrs = dict(element_dtype="int8", rounding_mode=2, axis=axis, block_size=bs)
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+        assert "_b" in frag.functions[0].name  # specialised
+        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                                  functions=frag.functions)
+        model.ir_version = 10
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for batch in (0, 1, 3):
+            n = batch * int(np.prod(shape[1:]))
+            x = (sample_values(n, seed=batch) if n >= 100 else log_uniform(n, seed=batch)).reshape((batch, *shape[1:]))
+            got = sess.run(None, {"x": x})[0]
+            assert got.shape == x.shape
+            assert_same_bits(got, fake_quantize(x, "mx", **attrs), f"{shape} batch {batch}")
+
+
 @pytest.mark.parametrize("element_dtype", MX_ELEMENT_DTYPES)
 def test_ranks_axes_block_sizes_bit_exact(element_dtype: str) -> None:
     x = sample_values(3 * 5 * 6 * 7 * 9, seed=2)
@@ -185,6 +262,21 @@ def test_variants_coexist_in_one_model() -> None:
     assert low.min_opset == onnx_mx.MIN_OPSET and low.functions[0].opset_import[0].version == onnx_mx.MIN_OPSET
 
 
+def test_one_name_one_body() -> None:
+    """A model holds one function per name, so two static shapes whose bodies differ must get
+    different names (40 and 104 channels share padding 24 and sub-block 8, not the body)."""
+    bodies: dict[str, bytes] = {}
+    for shape in [(1, c, 3, 9) for c in (3, 8, 24, 32, 40, 48, 50, 56, 64, 72, 104, 120)] + [(4, c) for c in (40, 104, 9000)] \
+            + [(c, 300) for c in (30, 40)] + [(1, None, c) for c in (64, 192)] + [(None, None), (None, 7, None)]:
+        for dtype in ("int8", "fp8_e4m3"):
+            for axis in (1, -1):
+                frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", axis=axis,
+                                 element_dtype=dtype, rounding_mode=2)
+                f = frag.functions[0]
+                body = f.SerializeToString()
+                assert bodies.setdefault(f.name, body) == body, f"{f.name} names two bodies ({shape}, axis {axis})"
+
+
 def _run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
     return _format_testing.run_static("mx", x, **attrs)
 
@@ -219,10 +311,40 @@ def _with_edges(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def test_static_shape_falls_back_to_generic_body() -> None:
-    """Unknown block-axis length, rank 1 or an axis out of range: the generic body."""
-    for shape, axis in (((2, None, 5), 1), ((16, None), -1), ((24,), 1), ((2, 16), 2), (None, 1)):
+    """Unknown shape or rank, rank 1 or an axis out of range: the generic body; a known rank with
+    an unknown block-axis length: the ranked body (suffix ``_b<bs>_a<axis>_r<rank>``)."""
+    for shape, axis in (((24,), 1), ((2, 16), 2), (None, 1)):
         frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, axis=axis, element_dtype="int8")
         assert frag.functions[0].name == onnx_mx.function_name("int8", 0, 0)
+    for shape, axis, suffix in (((2, None, 5), 1, "_b32_a1_r3q5"), ((16, None), -1, "_b32_a1_r2q1"),
+                                (("b", None, "w"), 1, "_b32_a1_r3")):
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, axis=axis, element_dtype="int8")
+        assert frag.functions[0].name == onnx_mx.function_name("int8", 0, 0) + suffix
+
+
+@pytest.mark.parametrize("element_dtype,rounding_mode", [("int8", 0), ("int8", 2), ("fp8_e4m3", 2), ("fp4_e2m1", 2)])
+def test_ranked_bodies_bit_exact(element_dtype: str, rounding_mode: int) -> None:
+    """Known rank, unknown block-axis length (a sequence axis): one body runs every length —
+    shorter than a block, ragged, whole blocks — and keeps empty and one-element tensors."""
+    for shape, axis in (((1, None, 6), 1), ((None, None), 1), ((2, None, "h", 3), 1), ((None, 5, None), -1)):
+        attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=8)
+        frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+        assert "_r" in frag.functions[0].name
+        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                                  functions=frag.functions)
+        model.ir_version = 10
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(len(shape))
+        for length in (0, 1, 3, 8, 13, 40):
+            # every unknown dim takes ``length`` ((None, None) at length 1 is a one-element tensor)
+            dims = [length if d is None else (d if isinstance(d, int) else 2) for d in shape]
+            x = log_uniform(int(np.prod(dims)), seed=int(rng.integers(1 << 30))).reshape(dims)
+            for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng) if x.size else x)):
+                got = sess.run(None, {"x": data})[0]
+                assert got.shape == data.shape
+                assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {dims} axis {axis}")
 
 
 def test_onnx_axis_out_of_range_fails() -> None:

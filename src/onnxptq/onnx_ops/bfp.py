@@ -37,8 +37,9 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of
   that length (``_c<n>``, no padding); ``l`` marks a non-negative axis that is the last one.
-  ``to_bfp_prime`` on an axis of length n (a multiple of the sub-block size, not the last
-  axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
+  A known rank with an unknown axis length takes ``_r<rank>`` (no rank arithmetic, see
+  :func:`onnxptq.onnx_ops.body.view_ranked`). ``to_bfp_prime`` on an axis of length n (a
+  multiple of the sub-block size, not the last axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
   maxima padded (see :func:`_prime_static`). Without a shape, the generic body always pads by a
   computed amount (0 when it divides) and slices back: two copies, no branch.
 * **Node count.** In a model of many activations onnxruntime spends about 0.8 µs per executed
@@ -71,7 +72,10 @@ from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
-from .body import Body, axis_length, known_size, view_generic, view_static
+from .body import (
+    Body, axis_length, known_size, pow2_floor as _pow2_floor, trailing_size, view_generic, view_last as _view_last,
+    view_ranked, view_static,
+)
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
 OP_TYPE = "BFPQuantizeDequantize"
@@ -111,24 +115,6 @@ def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) ->
 
 
 # ------------------------------------------------------------------------------- building blocks
-
-
-def _pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
-    """``2^floor(log2 a)·scale`` for finite ``a >= 2^-127`` and a power of two ``scale``, exactly,
-    with arithmetic only.
-
-    In float64, ``b = a·(3/4 + 2^-40)`` lies strictly inside ``(0.75·2^e, 1.5·2^e)`` for
-    ``a`` in ``[2^e, 2^(e+1))`` (a float32 has 24 bits, so the product's rounding error is far
-    below the margins), and rounding ``b`` to one significant bit gives ``2^e`` with no tie. The
-    rounding is a Veltkamp split: ``c = b·(2^52+1)``, ``h = c - (c - b)``. float64 keeps every
-    step finite and float32 subnormals normal; no Where/compare (slow in onnxruntime) is needed.
-    ``scale`` rides along in the first product (a power of two commutes with every rounding in
-    float64's range), which saves an op on the block maxima.
-    """
-    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const((0.75 + 2.0**-40) * scale, np.float64))
-    c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
-    h = g.op("Sub", c, g.op("Sub", c, b))
-    return g.op("Cast", h, to=_F)
 
 
 def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
@@ -285,13 +271,14 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
     known rank: see :func:`_prime_static`), ``"p<k>"`` (block axis of known length, padded
     by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
-    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), or None (the
+    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), ``"r<rank>"``
+    (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
     quantized, never returned unchanged, so the body needs no ``If`` on its size."""
     n = axis_length(shape, a["axis"])
     if n is None:
-        return None
+        return _ranked_variant(a, shape)
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
@@ -308,33 +295,18 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}{sized}"
 
 
-def _view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
-    """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
-
-    With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
-    runs of ``bs`` elements, which onnxruntime loops over one by one (about 10x the cost per
-    element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
-    zero-padding of the axis, or None to compute it.
-    """
-    chan = g.shared("Shape", "x", start=-1)
-    if pad is None:
-        cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
-        pads = g.shared("Concat", g.i64(0, 0, 0), g.shared("Sub", cp, chan), axis=0)
-    else:
-        cp = g.shared("Add", chan, g.i64(pad)) if pad else chan
-        pads = g.i64(0, 0, 0, pad) if pad else None
-    x2 = g.op("Reshape", xf, g.shared("Concat", g.i64(-1), chan, axis=0))
-    if pads is not None:
-        x2 = g.op("Pad", x2, pads)
-    xt = g.op("Transpose", g.op("Reshape", x2, g.i64(-1, bs)), perm=[1, 0])
-    xr = g.op("Reshape", xt, g.i64(1, bs, -1))
-
-    def restore(y: str) -> str:
-        yt = g.op("Transpose", g.op("Reshape", y, g.i64(bs, -1)), perm=[1, 0])
-        y2 = g.op("Reshape", yt, g.shared("Concat", g.i64(-1), cp, axis=0))
-        return y2 if pads is None else g.op("Slice", y2, g.i64(0), chan, g.i64(1), g.i64(1))
-
-    return xr, None, restore
+def _ranked_variant(a: dict[str, Any], shape: Any) -> str | None:
+    """``"r<rank>"`` (``q<post>`` when the dims after the axis are known) for a tensor of known
+    rank whose block-axis length is unknown (a sequence axis): the view skips the generic body's
+    rank arithmetic (see :func:`onnxptq.onnx_ops.body.view_ranked`); None when the rank is
+    unknown, 1, or the axis out of range (the generic body)."""
+    if shape is None:
+        return None
+    rank = len(list(shape))
+    if rank < 2 or not -rank <= a["axis"] < rank:
+        return None
+    post = trailing_size(shape, a["axis"])
+    return f"r{rank}" + ("" if post is None else f"q{post}")
 
 
 def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, str, Any, dict[str, Any]]:
@@ -342,6 +314,12 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
     attributes the formulas see (a ``"c<n>"`` view has blocks of n)."""
     bs = a["block_size"]
     spec = (view or "").rstrip("s")
+    if spec.startswith("r"):  # known rank, unknown axis length (see :func:`_ranked_variant`)
+        rank, _, post = spec[1:].partition("q")
+        axis = a["axis"] % int(rank)
+        if axis == int(rank) - 1:
+            return (*_view_last(g, xf, bs, None), a)
+        return (*view_ranked(g, xf, axis, bs, int(post) if post else None), a)
     if a["axis"] == -1 or spec.endswith("l"):
         if spec.startswith("c"):
             a = dict(a, block_size=int(spec[1:].rstrip("l")))

@@ -9,18 +9,20 @@ they are part of the function name (``MXQuantizeDequantize_fp8_e4m3``,
 
 How the body stays fast and exact (see DESIGN.md's measurements):
 - blocks are formed by a Reshape to ``(rows, block_size, post)`` around the block axis — no
-  Transpose — after zero-padding a ragged axis (only when it is ragged, when ``build(shape=...)``
-  tells the axis length; the body is then specialised to axis, block size and padding, and says
-  so in its name, e.g. ``MXQuantizeDequantize_int8_rm2_b32_a1_p0``);
+  Transpose, except along the last axis of a large tensor (``(1, block_size, blocks)``, suffix
+  ``l``: short spans cost onnxruntime ~10× per element) — after zero-padding a ragged axis (only
+  when it is ragged, when ``build(shape=...)`` tells the axis length; the body is then
+  specialised to axis, block size and padding, and says so in its name, e.g.
+  ``MXQuantizeDequantize_int8_rm2_b32_a1_p0``);
 - the exponent math runs on the block maxima only (``1/block_size`` of the elements) and is
-  exact by construction: ``2**floor(log2(amax))`` by Veltkamp splitting to one bit (no ``Log`` or
-  ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather`` table lookup,
-  which measured 0.2 ms per use on 25k block maxima);
-- no branch on the data: the rows of blocks holding Inf/NaN (one ReduceSum per row, which
-  propagates both) are picked by ``Compress`` — usually none — recomputed with the masking they
-  need and written back by ``ScatterND``; one ``If`` (an empty tensor is returned unchanged)
-  keeps the body's tensors in a subgraph for onnxruntime's session creation (see
-  :func:`onnxptq.onnx_ops.bfp._function`);
+  exact by construction: ``2**floor(log2(amax))`` by a float64 Veltkamp split to one bit (no
+  ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
+  table lookup, which measured 0.2 ms per use on 25k block maxima);
+- one branch on the data, taken once per call: a ``ReduceSum`` over the tensor (it propagates
+  Inf and NaN) picks in an ``If`` the plain formulas or, when the sum is not finite, the masked
+  ones (Inf/NaN out of the block maxima and passed through). A call costs onnxruntime ~1 µs per
+  executed node, so the formulas a call does not need are not run (the earlier always-run
+  Compress/ScatterND path for the rows holding Inf/NaN executed ~45 nodes on zero rows);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -34,7 +36,8 @@ from __future__ import annotations
 import functools
 
 import logging
-from typing import Any
+import math
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -42,7 +45,9 @@ from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
-from onnxptq.onnx_ops.body import Body, axis_length, view_generic, view_static
+from onnxptq.onnx_ops.body import (
+    Body, axis_length, known_size, pow2_floor, trailing_size, view_generic, view_last, view_ranked, view_static,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,11 @@ MIN_OPSET = 18
 ATTRIBUTES = ("element_dtype", "axis", "block_size", "rounding_mode", "scale_search")
 
 _FLT_MAX = float(np.finfo(np.float32).max)
+#: Smallest known size (elements) of a tensor blocked along its last axis that takes the
+#: transposed view: below it, two Transposes and Reshapes cost more nodes than the short spans.
+LAST_AXIS_MIN_SIZE = 8192
+#: Shortest sub-block of the tiled view of a ragged axis (see :func:`tile_length`).
+MIN_TILE = 4
 
 
 def function_name(
@@ -73,22 +83,13 @@ def function_name(
 def _block_scale(b: Body, amax: str, fmt: ElementFormat) -> str:
     """The E8M0 block scale ``2**max(floor(log2(amax)) - emax, -127)`` (amax finite, ≥ 0), exactly.
 
-    ``2**floor(log2(s))`` comes from Veltkamp splitting to one bit, ``hi = c - (c - s)`` with
-    ``c = s·(2^23 + 1)``, which lands on ``2**k`` or ``2**(k+1)``; one comparison picks ``2**k``.
-    ``s`` is ``amax`` moved by 2^±64 into [2^-62, 2^96) so that ``c`` neither overflows nor
-    underflows; every step multiplies by powers of two, so nothing rounds. Maxima below 2^-126
-    all give the clamped E8M0 minimum 2^-127 (their exponent minus emax is below -127 anyway).
-    Runs on the block maxima only, so its dozen small ops cost little.
+    ``2**(floor(log2(amax)) - emax)`` by the float64 Veltkamp split of :func:`pow2_floor`
+    (``2**-emax`` rides in its first product), then the E8M0 clamp. ``amax = 0`` gives 0 and a
+    subnormal ``amax`` gives a float32 below 2**-127 (or 0): the clamp makes both 2**-127, as
+    the reference's ``max(floor(log2(amax)) - emax, -127)`` does. Seven ops on the block maxima;
+    the Where/compare chain it replaced had sixteen, each an executed node per call.
     """
-    a1 = b.op("Max", amax, b.const(2.0**-126))
-    big = b.op("GreaterOrEqual", a1, b.const(2.0**32))
-    s = b.op("Mul", a1, b.op("Where", big, b.const(2.0**-64), b.const(2.0**64)))
-    c = b.op("Mul", s, b.const(2.0**23 + 1.0))
-    hi = b.op("Sub", c, b.op("Sub", c, s))
-    p = b.op("Where", b.op("Greater", hi, s), b.op("Mul", hi, b.const(0.5)), hi)
-    p = b.op("Mul", p, b.op("Where", big, b.const(2.0**64), b.const(2.0**-64)))
-    p = b.op("Where", b.op("Less", amax, b.const(2.0**-126)), b.const(2.0**-127), p)
-    return b.op("Max", b.op("Mul", p, b.const(2.0**-fmt.emax)), b.const(2.0**E8M0_MIN))
+    return b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.const(2.0**E8M0_MIN))
 
 
 def _round_int(b: Body, w: str, rounding_mode: int) -> str:
@@ -136,16 +137,44 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     return b.op("Where", normal, y_norm, y_sub)
 
 
+class _Blocks:
+    """How a view's block maxima are taken: a reduction over ``axis`` (kept), then ``finish``
+    (None: that already is one value per block, broadcasting over the view)."""
+
+    def __init__(self, axis: int = 1, finish: Callable[[Body, str], str] | None = None) -> None:
+        self.axis, self.finish = axis, finish
+
+    def reduce(self, b: Body, op: str, t: str) -> str:
+        return b.op(op, t, b.const([self.axis], np.int64), keepdims=1)
+
+    def maxima(self, b: Body, m: str) -> str:
+        """Block maxima, broadcastable over the view, from the first reduction's maxima ``m``."""
+        return m if self.finish is None else self.finish(b, m)
+
+
 def _fake_quantize_blocks(
-    b: Body, x4: str, a: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool
+    b: Body, x4: str, fmt: ElementFormat, rounding_mode: int, scale_search: int, finite: bool,
+    blocks: _Blocks | None = None,
 ) -> str:
-    """The quantized blocked tensor. ``finite``: the caller knows ``x4`` holds no Inf/NaN."""
-    axes = b.const([1], np.int64)
-    if finite:
-        amax = b.op("ReduceMax", a, axes, keepdims=1)
+    """The quantized blocked tensor ``x4`` ((rows, bs, post), or the view ``blocks`` describes).
+    ``finite``: the caller knows ``x4`` holds no Inf/NaN (the plain formulas); otherwise Inf/NaN
+    are kept out of the block maxima and passed through (the masked formulas, exact on finite
+    elements too)."""
+    blocks = blocks or _Blocks()
+    axes = b.const([blocks.axis], np.int64)
+    if finite and fmt.is_int:
+        # INT8 elements need |x| only for the block maxima: the maxima of x and -x are two reads
+        # where Abs would write a full tensor (FP elements use |x| again, in :func:`_quantize`).
+        a = ""
+        amax = b.op("Max", blocks.reduce(b, "ReduceMax", x4), b.op("Neg", blocks.reduce(b, "ReduceMin", x4)))
+    elif finite:
+        a = b.op("Abs", x4)
+        amax = blocks.reduce(b, "ReduceMax", a)
     else:
+        a = b.op("Abs", x4)
         ok = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
-        amax = b.op("ReduceMax", b.op("Where", ok, a, b.const(0.0)), axes, keepdims=1)
+        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.const(0.0)))
+    amax = blocks.maxima(b, amax)
     scale = _block_scale(b, amax, fmt)
     yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
     if scale_search:
@@ -159,6 +188,7 @@ def _fake_quantize_blocks(
         delta = b.op("Mul", b.op("Sub", d1, d0), b.op("Sub", b.op("Add", d1, d0), two_x))
         if not finite:
             delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+        assert blocks.finish is None, "scale search sums whole blocks in one ReduceSum"
         total = b.op("ReduceSum", delta, axes, keepdims=1)
         # Choose per block, then quantize once more: selecting elements with Where would lose -0.
         scale = b.op("Where", b.op("Less", total, b.const(0.0, np.float64)), scale1, scale)
@@ -172,11 +202,48 @@ def _fake_quantize_blocks(
     return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
-def _unranked(b: Body, t: str) -> str:
-    """``t`` unchanged, of a rank shape inference cannot know (see :func:`onnxptq.onnx_ops.bfp._unranked`:
-    onnxruntime's allocation planner never compares such a tensor with its free buffers)."""
-    sh = b.op("Shape", t)
-    return b.op("Reshape", t, b.op("Compress", sh, b.op("Greater", sh, b.const([-1], np.int64)), axis=0))
+def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
+    """The sub-block length k of the tiled view (see :func:`_tiled_view`) for a ragged block axis
+    longer than a block, or None: k = gcd(n, block_size) must be at least :data:`MIN_TILE` (a
+    shorter k makes the first reduction run over spans too short to be fast), the axis must not
+    be the last (its spans would be k long) and there must be no scale search (its per-block
+    float64 sum would be taken in two stages, in another order than the reference's)."""
+    n = axis_length(shape, axis)
+    if n is None or scale_search or n <= block_size or n % block_size == 0:
+        return None
+    rank = len(list(shape))
+    k = math.gcd(n, block_size)
+    return k if k >= MIN_TILE and axis % rank != rank - 1 else None
+
+
+def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int) -> tuple[str, _Blocks]:
+    """A ragged block axis of known length ``n`` > ``bs`` viewed as sub-blocks of ``k`` (a divisor
+    of both), with no padding of the tensor: ``(lead..., n/k, k, trail...)``.
+
+    The padded view copies the tensor twice (Pad, Slice) and runs every pass on the padding
+    (PP-OCR cls: 40 channels padded to 64, 1.6× the elements, 36 of its 110 activations). Here
+    only the sub-block maxima (1/k of the elements) are zero-padded to whole blocks — zeros never
+    raise a maximum — reduced to block maxima and spread back to their sub-blocks by a
+    ``Gather`` of block indices, so every full-tensor pass runs on the n elements themselves.
+    The shapes are the input's own dims around constants (no ``-1``; allowzero keeps an empty
+    tensor's zero dims).
+    """
+    m, nb = bs // k, -(-n // bs)
+    padk = nb * m - n // k
+    lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
+    trail = g.shared("Shape", "x", start=axis + 1)
+    x5 = g.op("Reshape", xf, g.shared("Concat", lead, g.i64(n // k, k), trail, axis=0), allowzero=1)
+    pads = [0] * (2 * (rank + 1))
+    pads[rank + 1 + axis] = padk
+    pads_c = g.i64(*pads)
+    blocks_shape = g.shared("Concat", lead, g.i64(nb, m), trail, axis=0)
+    owner = g.i64(*[j // m for j in range(n // k)])  # the block of each sub-block
+
+    def finish(b: Body, sub: str) -> str:  # (lead, n/k, 1, trail) -> block maxima per sub-block
+        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, allowzero=1)
+        return b.op("Gather", b.op("ReduceMax", blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
+
+    return x5, _Blocks(axis + 1, finish)
 
 
 def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
@@ -188,56 +255,89 @@ def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
 
 def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
-    static: tuple[int, int, int] | None = None, float32: bool = False,
+    static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
+    tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
     ``static``: ``(axis, block_size, pad)`` when the block axis's length is known (see
     :func:`build`): the body is built for them (no Pad/Slice when ``pad`` is 0, constant ones
     otherwise) and the name says so; without it ``axis`` and ``block_size`` come from the node's
-    attributes and any shape is handled.
+    attributes and any shape is handled. ``last`` (with ``static``): the block axis is the last
+    one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
+    :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
+    ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
+    suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
+    ``static``: the rank is known, the axis length is not (see
+    :func:`onnxptq.onnx_ops.body.view_ranked`; ``post`` the known number of elements after the
+    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``).
 
-    No branch on the data: the formula for finite inputs runs on every row of blocks, and the
-    rows holding Inf/NaN (found with one ReduceSum, which propagates both) are picked out with
-    Compress — usually none — and recomputed with the masking they need, then written back with
-    ScatterND. One ``If`` returns an empty tensor unchanged; it exists for onnxruntime's session
-    creation (see :func:`onnxptq.onnx_ops.bfp._function`) and is folded away for static shapes.
+    What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
+    1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
+    needs: one ``ReduceSum`` over the tensor (which propagates Inf and NaN whatever its order)
+    picks, in an ``If``, the plain formulas (finite data, every real activation) or the masked
+    ones (Inf/NaN ignored in the block maxima and passed through; also taken when a finite sum
+    overflows, where they are exact too). The earlier form ran the plain formulas on every row
+    and the masked ones on the rows picked by ``Compress`` and written back by ``ScatterND``:
+    ~45 nodes executed per call on zero rows. The ``If``'s subgraphs also keep onnxruntime's
+    allocation planner cheap at session creation (see :func:`onnxptq.onnx_ops.bfp._function`).
+    A static body runs on an empty tensor as on any other (its views keep zero dims), so only
+    the generic body keeps the outer ``If`` that returns an empty tensor unchanged.
     """
     fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
-    top = Body()
-    # float32 inside, flattened by a free Reshape outside the If: onnxruntime drops the Cast for
-    # float32 inputs, which it cannot do when the Cast feeds a subgraph directly.
-    xf = top.op("Reshape", "x" if float32 else top.op("Cast", "x", to=TensorProto.FLOAT), top.const([-1], np.int64))
-    b = top.branch()
+    top = Body(opset)
+    x32 = "x" if float32 else top.op("Cast", "x", to=TensorProto.FLOAT)
     if static is None:
-        # axis and block size are the calling node's attributes, read once at the top level
-        x4, _, restore = view_generic(b, xf, top.attr_int("axis"), top.attr_int("block_size"))
+        # Flattened by a free Reshape outside the If: onnxruntime drops the Cast for float32
+        # inputs, which it cannot do when the Cast feeds a subgraph directly.
+        xf = top.op("Reshape", x32, top.const([-1], np.int64))
+        g = top.branch()
+        if ranked is not None:
+            x4, _, restore = view_ranked(g, xf, ranked[0], ranked[1], ranked[3])
+        else:
+            # axis and block size are the calling node's attributes, read once at the top level
+            x4, _, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
+        blocks = None
     else:
-        x4, _, restore = view_static(b, xf, *static)
-    a = b.op("Abs", x4)
-    y_fast = _fake_quantize_blocks(b, x4, a, fmt, rounding_mode, scale_search, finite=True)
-    total = b.op("ReduceSum", a, b.const([1, 2], np.int64), keepdims=0)
-    bad = b.op("Not", b.op("Less", total, b.const(np.inf)))
-    idx = b.op("Transpose", b.op("NonZero", bad), perm=[1, 0])
-    xs = _unranked(b, b.op("Compress", x4, bad, axis=0))
-    y_slow = _fake_quantize_blocks(b, xs, b.op("Abs", xs), fmt, rounding_mode, scale_search, finite=False)
-    body_y = restore(b.op("ScatterND", y_fast, idx, y_slow))
-
+        xf, g = x32, top
+        axis, bs, pad = static
+        blocks = None
+        if tile is not None:
+            n, k, rank = tile
+            x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
+            restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
+        elif last:
+            x4, _, restore = view_last(g, xf, bs, pad)
+        else:
+            x4, _, restore = view_static(g, xf, axis, bs, pad)
+    total = g.op("ReduceSum", xf, keepdims=0)
+    finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
+    plain, masked = g.branch(), g.branch()
+    y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
+    y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
+    y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
+              else_branch=masked.graph(y_masked, top.fresh("masked")))
+    y = restore(y4)
+    if static is None:
+        keep_y = top.fresh("keep")
+        keep = helper.make_graph([helper.make_node("Identity", [xf], [keep_y])], top.fresh("empty"),
+                                 [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
+        empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
+        y = top.op("If", empty, then_branch=keep, else_branch=g.graph(y, top.fresh("quantize")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
-    keep_y = top.fresh("keep")
-    keep = helper.make_graph([helper.make_node("Identity", [xf], [keep_y])], top.fresh("empty"),
-                             [], [helper.make_tensor_value_info(keep_y, TensorProto.FLOAT, None)])
-    body = b.graph(body_y, top.fresh("quantize"))
-    empty = top.op("Equal", top.op("Size", "x"), top.const(0, np.int64))
-    y = top.op("If", empty, then_branch=keep, else_branch=body)
     # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
     if float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
         top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
     else:
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
+    name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
+    if tile is not None:
+        name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
+    if ranked is not None:
+        name += f"_b{ranked[1]}_a{ranked[0]}_r{ranked[2]}" + ("" if ranked[3] is None else f"q{ranked[3]}")
     return helper.make_function(
         DOMAIN,
-        function_name(fmt.name, rounding_mode, scale_search, static) + ("_f32" if float32 else ""),
+        name + ("_f32" if float32 else ""),
         ["x"],
         ["y"],
         top.nodes,
@@ -249,11 +349,13 @@ def make_function(
 
 @functools.lru_cache(maxsize=512)
 def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
-                     static: tuple[int, int, int] | None, float32: bool) -> onnx.FunctionProto:
+                     static: tuple[int, int, int] | None, float32: bool, last: bool = False,
+                     tile: tuple[int, int, int] | None = None,
+                     ranked: tuple[int, int, int, int | None] | None = None) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
-    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32)
+    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked)
 
 
 def build(
@@ -293,8 +395,20 @@ def build(
         # never raise a maximum nor add to a scale-search sum), without zero-padding every pass
         # to block_size (PP-OCR cls: 8..24 channels in blocks of 32, 1.3-4x the elements).
         static = (int(axis), n, 0)
+    # Blocks along the last axis of a large tensor (Gemm/MatMul inputs: axis 1 of (N, K)) are
+    # transposed so reductions and broadcasts run over long spans (see view_last); on a small
+    # tensor the four extra nodes would cost more than they save.
+    rank = None if shape is None else len(list(shape))
+    last = (static is not None and rank is not None and int(axis) % rank == rank - 1
+            and known_size(shape) >= LAST_AXIS_MIN_SIZE)
+    k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
+    tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
+    ranked = None
+    if static is None and rank is not None and rank >= 2 and -rank <= int(axis) < rank:
+        ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
     function = onnx.FunctionProto()
-    function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static, dtype == "float32"))
+    function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
+                                       dtype == "float32", last and tile is None, tile, ranked))
     node = helper.make_node(
         function.name,
         [x],
