@@ -9,9 +9,9 @@ onto the rows not yet quantized through the inverse Hessian ``(XᵀX + λI)⁻¹
   parameters from the unmodified weight) or "blocks" (each block refitted on its updated rows);
   the caller (:mod:`.solve`) keeps, per layer, the order with the smaller output error. On
   SmolLM2-135M int4 sym b128 it took the perplexity increase over fp32 from +6.0 (K in order) to
-  +2.9 (bench/RESULTS.md, "GPTQ act-order, HQQ's block choice, calibration in chunks"). Without
-  act-order ("none") parameters come from the already-updated rows of the block when its first
-  row is reached (standard GPTQ);
+  +2.9 (bench/RESULTS.md, "LLM weight-only (issue 29): GPTQ act-order, HQQ's block choice,
+  calibration in chunks"). Without act-order ("none") parameters come from the already-updated
+  rows of the block when its first row is reached (standard GPTQ);
 * lazy batch updates: errors of a batch of rows (a multiple of the block size, ≥ 128) are applied
   to the rest of the matrix in one GEMM.
 

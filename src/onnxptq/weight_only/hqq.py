@@ -12,7 +12,7 @@ statistics exist). Why the fourth power, not the square: HQQ's sparse residual l
 largest weights go (that is how it lowers the squared error), and in an LLM those are the weights
 the output depends on most. Judged by Σ|ΔW|², HQQ won most blocks and SmolLM2-135M's perplexity
 (int4 asym b128) rose from RTN's 31.55 to 32.32; judged by Σ|ΔW|⁴ it fell to 31.48 (onnxruntime's
-HQQ: 31.67; bench/RESULTS.md, "HQQ and GPTQ against onnxruntime's"). Vectorised over all blocks.
+HQQ: 31.67; bench/RESULTS.md, "LLM weight-only (issue 29): GPTQ act-order, …"). Vectorised over all blocks.
 """
 
 from __future__ import annotations
