@@ -424,9 +424,10 @@ def test_calibration_in_chunks_gives_the_same_model(kwargs, caplog):
 
 def test_calibration_pass_reads_only_the_layers_it_needs():
     from onnxptq.weight_only import calibrate
+    from onnxptq.weight_only.plan import make_plan
 
     model = onnx.load(PLAIN)
-    plan = onnxptq.weight_only.plan.make_plan(model)
+    plan = make_plan(model)
     first = plan.sites[0].activation
     cut = calibrate._augmented(model, [first])
     assert [o.name for o in cut.graph.output] == [first]
