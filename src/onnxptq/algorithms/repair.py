@@ -25,8 +25,8 @@ repair"). Float is the next precision up from every family, so one step suffices
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
 (this process's, so the outcome does not depend on other jobs' load), so
 quantize with repair takes at most about twice as long (and at least :data:`MIN_BUDGET_S`, which a
-model that quantizes in a fraction of a second needs for a handful of builds; ``repair_budget=0``:
-no search). ``K`` holds the floor at every step, so a
+model that quantizes in a fraction of a second needs for a handful of builds, and at least
+:data:`MIN_TRIALS` candidate builds; ``repair_budget=0``: no search). ``K`` holds the floor at every step, so a
 search stopped by the budget still delivers a model within the floor, only with more nodes float
 than needed (the summary says so).
 
@@ -63,6 +63,11 @@ REASON = "kept float by repair (accuracy floor)"
 #: The least time a repair may take, whatever the plain quantization took (a small model quantizes
 #: in a fraction of a second, less than a handful of candidate builds).
 MIN_BUDGET_S = 2.0
+#: The least number of candidate builds a search gets, whatever the budget: the plain quantization
+#: got cheaper (reused outputs, cached bodies) while a candidate build did not, and a budget of one
+#: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
+#: few hundred nodes down to its quarters.
+MIN_TRIALS = 8
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -114,13 +119,15 @@ def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[froz
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
+    trials = 0
     while queue:
-        if time.process_time() > deadline:
+        if time.process_time() > deadline and trials >= MIN_TRIALS:
             return kept, False
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
         trial = kept - frozenset(chunk)
+        trials += 1
         verdict = judge(trial)
         if verdict is not None and verdict.ok:
             kept = trial
