@@ -62,3 +62,20 @@ def cli_value(text: str) -> object:
         return float(text) if any(c in text for c in ".e") else int(text)
     except ValueError:
         return text
+
+
+def status_kib(field: str) -> int:
+    """A ``/proc/self/status`` figure in KiB (``VmHWM``: this process's peak RSS; ``VmRSS``: now)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process, all threads (onnxruntime runs a thread pool)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime

@@ -73,13 +73,6 @@ def build(folder: Path, dim: int, layers: int, seed: int = 0) -> Path:
     return path
 
 
-def _peak_rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return -1
-
-
 def child(args: argparse.Namespace) -> int:
     """Quantize the model in this process (capped) and print a JSON line of figures."""
     cap = int(args.cap_gib * 2**30)
@@ -109,7 +102,7 @@ def child(args: argparse.Namespace) -> int:
         where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)[-6:]]
         result.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:400]}", where=where)
     result["quantize_s"] = time.perf_counter() - t
-    result["peak_rss_kib"] = _peak_rss_kib()
+    result["peak_rss_kib"] = _common.status_kib("VmHWM")
     print(json.dumps(result), flush=True)
     return 0
 

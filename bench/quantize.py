@@ -130,22 +130,6 @@ def render_npz(path: Path, n: int, seed: int = 1234) -> float:
 # child: one quantize job
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _cpu_s() -> float:
-    """User + system CPU seconds of this process, all threads (onnxruntime runs a thread pool)."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
     """Run one quantize job in this process and return its figures (the child's whole work)."""
     import logging
@@ -165,8 +149,8 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         cfg = get_preset("A8W8")
         cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
         kw = {"eval_samples": 0} if job == "onnxptq_noeval" else {}
-        base = _status_kib("VmRSS")
-        cpu0 = _cpu_s()
+        base = _common.status_kib("VmRSS")
+        cpu0 = _common.cpu_s()
         t0 = time.perf_counter()
         result = quantize(model, cfg, reader, output, **kw)
         wall = time.perf_counter() - t0
@@ -174,8 +158,8 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
     else:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-        base = _status_kib("VmRSS")
-        cpu0 = _cpu_s()
+        base = _common.status_kib("VmRSS")
+        cpu0 = _common.cpu_s()
         t0 = time.perf_counter()
         quantize_static(
             model, output, reader, quant_format=QuantFormat.QDQ, per_channel=(job == "ort_pc"),
@@ -183,8 +167,8 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         )
         wall = time.perf_counter() - t0
         extra = {}
-    cpu = _cpu_s() - cpu0
-    return {"job": job, "lines": lines, "wall_s": wall, "cpu_s": cpu, "peak_mib": _status_kib("VmHWM") / 1024,
+    cpu = _common.cpu_s() - cpu0
+    return {"job": job, "lines": lines, "wall_s": wall, "cpu_s": cpu, "peak_mib": _common.status_kib("VmHWM") / 1024,
             "base_mib": base / 1024, "output_mib": os.path.getsize(output) / 2**20, **extra}
 
 

@@ -30,7 +30,7 @@ and labels the rows with it, so before/after figures can be taken side by side i
 
 from __future__ import annotations
 
-import _common  # noqa: F401  the repository root on sys.path (testkit)
+import _common  # the repository root on sys.path (testkit), status_kib/cpu_s
 import argparse
 import dataclasses
 import datetime
@@ -176,21 +176,6 @@ class RandomReader:
         self._left = self.samples
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _cpu_s() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = True) -> dict[str, Any]:
     """One quantize in this process: ``fmt`` is a preset name or ``ORT`` (quantize_static);
     ``repair=False``: the preset with the accuracy floor's repair off (the floor is still checked)."""
@@ -209,7 +194,7 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
         if fmt == "ORT":
             from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-            cpu0, t0 = _cpu_s(), time.perf_counter()
+            cpu0, t0 = _common.cpu_s(), time.perf_counter()
             quantize_static(str(path), output, reader, quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                             calibrate_method=CalibrationMethod.MinMax)
@@ -221,13 +206,13 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
             cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
             if not repair:
                 cfg = cfg.replace(repair=False)
-            cpu0, t0 = _cpu_s(), time.perf_counter()
+            cpu0, t0 = _common.cpu_s(), time.perf_counter()
             result = quantize(str(path), cfg, reader, output)
             extra = {"timings": result.timings}
         wall = time.perf_counter() - t0
-        cpu = _cpu_s() - cpu0
+        cpu = _common.cpu_s() - cpu0
         size = os.path.getsize(output)
-    return {"model": model, "format": fmt, "wall_s": wall, "cpu_s": cpu, "peak_mib": _status_kib("VmHWM") / 1024,
+    return {"model": model, "format": fmt, "wall_s": wall, "cpu_s": cpu, "peak_mib": _common.status_kib("VmHWM") / 1024,
             "output_mib": size / 2**20, **extra}
 
 
