@@ -211,7 +211,8 @@ def quantize_weights(
             chunks: list[list[str]] = []
             if data is not None and (opts.method in NEEDS_DATA or opts.mixed):
                 widths = {s.activation: s.k for s in weight_plan.sites if s.activation is not None}
-                chunks = calibrate.chunk_inputs(widths, calibration_budget(weight_plan, opts.calib_memory))
+                budget = calibration_budget(weight_plan, opts.calib_memory)
+                chunks = calibrate.chunk_inputs(widths, budget)
             if len(chunks) == 1:
                 t = time.perf_counter()
                 stats = calibrate.collect(proto, chunks[0], data, max_feeds=calib_feeds, progress=progress)
@@ -220,7 +221,7 @@ def quantize_weights(
             if len(chunks) > 1:
                 feeds = calibrate.replayable(data, proto, calib_feeds)
                 log.info("weight-only calibration in %d passes (the statistics of every layer at once would "
-                         "exceed %.0f MiB)", len(chunks), calibration_budget(weight_plan, opts.calib_memory) / 2**20)
+                         "exceed %.0f MiB)", len(chunks), budget / 2**20)
                 solution = solving.solve_in_chunks(
                     proto, weight_plan, opts, lambda tensors: calibrate.collect(proto, tensors, feeds, progress=False), chunks)
                 times["calibrate+solve"] = time.perf_counter() - t

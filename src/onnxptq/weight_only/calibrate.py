@@ -103,38 +103,51 @@ def _augmented(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
     the nodes they depend on, with only the initializers those nodes read.
 
     Why cut: a calibration pass for the first layers' inputs then neither runs nor loads the later
-    layers (a chunked calibration of a large model holds only the weights up to its chunk)."""
+    layers (a chunked calibration of a large model holds only the weights up to its chunk). The
+    copy is built from the kept parts only: copying the whole model first would copy every weight
+    of a model held in memory once per pass."""
     graph = model.graph
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
     keep: set[int] = set()
     stack = [producer[t] for t in tensors if t in producer]
     while stack:
         i = stack.pop()
-        if i in keep:
-            continue
-        keep.add(i)
-        node = graph.node[i]
-        reads = list(node.input)
-        for attr in node.attribute:  # subgraphs (If/Loop) read outer tensors by name
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                reads += [i for n in _all_nodes(sub) for i in n.input]
-        stack += [producer[t] for t in reads if t in producer]
-    aug = onnx.ModelProto()
-    aug.CopyFrom(model)
-    del aug.graph.node[:]
-    aug.graph.node.extend(graph.node[i] for i in sorted(keep))
-    used = {t for n in aug.graph.node for t in n.input}
-    for n in aug.graph.node:
-        for attr in n.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                used |= {t for m in _all_nodes(sub) for t in m.input}
-    kept_inits = [t for t in graph.initializer if t.name in used]
-    del aug.graph.initializer[:]
-    aug.graph.initializer.extend(kept_inits)
-    del aug.graph.output[:]
+        if i not in keep:
+            keep.add(i)
+            stack += [producer[t] for t in _reads(graph.node[i]) if t in producer]
+    nodes = [graph.node[i] for i in sorted(keep)]
+    used = {t for n in nodes for t in _reads(n)}
+    aug = _shell(model, "graph")
+    aug.graph.CopyFrom(_shell(graph, "node", "initializer", "output"))
+    aug.graph.node.extend(nodes)
+    aug.graph.initializer.extend(t for t in graph.initializer if t.name in used)
     for name in tensors:
         aug.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     return aug
+
+
+def _shell(message: Any, *skip: str) -> Any:
+    """A copy of the protobuf ``message`` without its fields named in ``skip``."""
+    out = type(message)()
+    for field, value in message.ListFields():
+        if field.name in skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field (upb's descriptors carry no label)
+            getattr(out, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(out, field.name).CopyFrom(value)
+        else:
+            setattr(out, field.name, value)
+    return out
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The tensors ``node`` reads, those its subgraphs (If/Loop bodies) read by outer name included."""
+    reads = list(node.input)
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            reads += [t for n in _all_nodes(sub) for t in n.input]
+    return reads
 
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

@@ -94,11 +94,9 @@ def _best_gptq(w: np.ndarray, h: np.ndarray, preps: list[gptq.Prepared], fmt: Bl
     ``tr(ΔWᵀHΔW)`` is exact on the calibration Hessian, so the choice costs one solve per order.
     """
     best: tuple[float, rtn.Solved, str] | None = None
-    h32 = np.asarray(h, dtype=np.float32)
     for prep in preps:
         solved = gptq.solve(w, prep, fmt)
-        delta = solved.dequantized() - w
-        err = float(np.sum((h32 @ delta) * delta))
+        err = _rel_output_error(solved.dequantized() - w, w, h)
         if best is None or err < best[0]:
             best = (err, solved, prep.order)
     assert best is not None
@@ -280,10 +278,11 @@ def _solve_sites(model: onnx.ModelProto, plan: WeightPlan, todo: list[Site], opt
                 orders = gptq.ACT_ORDERS if opts.act_order else ("none",)
                 prepared[key] = [gptq.prepare(h, damp=damp, order=o, block_size=opts.block_size) for o in orders]
             solved, order = _best_gptq(w, h, prepared[key], fmt)
-            if len(prepared[key]) > 1:
-                notes[site.weight] = f"gptq order {order}"
+            said = [f"gptq order {order}"] if len(prepared[key]) > 1 else []
             if damp > opts.damp:
-                notes[site.weight] = notes.get(site.weight, "") + ("; " if site.weight in notes else "") + f"gptq damp {damp:.3f} ({stats.samples.get(site.activation, 0)} calibration vectors for K={site.k})"
+                said.append(f"gptq damp {damp:.3f} ({stats.samples.get(site.activation, 0)} calibration vectors for K={site.k})")
+            if said:
+                notes[site.weight] = "; ".join(said)
         elif method == "hqq" or (method == "gptq" and h is None and site.role == EMBEDDING):
             solved = hqq.solve(w, fmt, importance=None if h is None else np.diag(h))
             method = "hqq"
