@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 
 import onnx
 
@@ -101,44 +102,48 @@ def recurrent_state_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     return why
 
 
-def _back(start: str, producer: dict[str, onnx.NodeProto], entries: dict[str, list[str]],
-          inputs: set[str]) -> tuple[list[str], bool]:
-    """Tensors from ``start`` back through data movement and into If branches (an If choosing the
-    carried state or zeros); whether a graph input was reached."""
+def _walk(start: str, step: Callable[[str], list[str]], ends: set[str], stop_at_end: bool) -> tuple[list[str], bool]:
+    """Tensors reachable from ``start`` by ``step`` (depth first, each once); whether one of
+    ``ends`` was reached (``stop_at_end``: an end is not stepped past)."""
     path, stack, reached = [], [start], False
     while stack:
         name = stack.pop()
         if name in path:
             continue
         path.append(name)
-        if name in inputs:
+        if name in ends:
             reached = True
-            continue
+            if stop_at_end:
+                continue
+        stack.extend(step(name))
+    return path, reached
+
+
+def _back(start: str, producer: dict[str, onnx.NodeProto], entries: dict[str, list[str]],
+          inputs: set[str]) -> tuple[list[str], bool]:
+    """Tensors from ``start`` back through data movement and into If branches (an If choosing the
+    carried state or zeros); whether a graph input was reached."""
+    def step(name: str) -> list[str]:
         node = producer.get(name)
         if node is not None and node.op_type == "If":
-            stack.extend(entries.get(name, []))
-            continue
+            return entries.get(name, [])
         if node is None or node.op_type not in MOVES or not is_onnx_domain(node.domain) or not node.input:
-            continue
+            return []
         # the data input(s): every input of a Concat, the first of the others (the rest are indices/shapes)
-        stack.extend(i for i in (node.input if node.op_type == "Concat" else node.input[:1]) if i)
-    return path, reached
+        return [i for i in (node.input if node.op_type == "Concat" else node.input[:1]) if i]
+
+    return _walk(start, step, inputs, stop_at_end=True)
 
 
 def _forward(start: str, consumers: dict[str, list[onnx.NodeProto]], exits: dict[str, list[str]],
              outputs: set[str]) -> tuple[list[str], bool]:
     """Tensors from ``start`` forward through data movement and out of If bodies; whether a graph
     output was reached."""
-    path, stack, reached = [], [start], False
-    while stack:
-        name = stack.pop()
-        if name in path:
-            continue
-        path.append(name)
-        if name in outputs:
-            reached = True
-        stack.extend(exits.get(name, []))
+    def step(name: str) -> list[str]:
+        nxt = list(exits.get(name, []))
         for node in consumers.get(name, []):
             if node.op_type in MOVES and is_onnx_domain(node.domain) and (node.op_type == "Concat" or node.input[0] == name):
-                stack.extend(o for o in node.output if o)
-    return path, reached
+                nxt.extend(o for o in node.output if o)
+        return nxt
+
+    return _walk(start, step, outputs, stop_at_end=False)
