@@ -9,9 +9,15 @@ process's peak is the sum of stages rather than the largest one. On PP-OCRv4 rec
 calibration went from ~308 to ~252 MiB with ``malloc_trim(0)``, and after the guard from ~337 to
 ~274 (bench/RESULTS.md, "Quantize time and memory (issue 26)").
 
+It first runs Python's cycle collector: the preparation passes build an ``onnx_ir`` graph whose
+nodes and values refer to each other, so the whole graph, with its copies of the weights, is a
+reference cycle that outlives the pass until the collector's next full run (PP-OCRv4 rec: ~29 MiB
+of dead weights through calibration; bench/RESULTS.md, issue 26 item 4, branch recmem).
+
 :func:`release_freed` is called between stages, where nothing large is alive. It changes no value:
-it only tells the allocator to unmap the free pages of its heaps. It is a no-op where the C library
-is not glibc (macOS, Windows, musl), and costs a few milliseconds.
+it only frees what nothing can reach and tells the allocator to unmap the free pages of its heaps.
+The trim is a no-op where the C library is not glibc (macOS, Windows, musl); both cost a few
+milliseconds.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 import sys
 
@@ -43,7 +50,9 @@ def _malloc_trim():
 
 
 def release_freed() -> bool:
-    """Return the C heap's free pages to the OS (glibc ``malloc_trim(0)``); True when it could."""
+    """Collect unreachable reference cycles, then return the C heap's free pages to the OS (glibc
+    ``malloc_trim(0)``); True when the pages could be returned."""
+    gc.collect()
     trim = _malloc_trim()
     if trim is None:
         return False

@@ -269,7 +269,11 @@ class _Runs:
                 self._probe.clear()
                 log.debug("calibration: %s", why)
         got = dict(zip(self.names + extra, outputs))
-        return {o: got[o] for o in final}
+        # Copies: an array onnxruntime returns does not own its data, it holds the session's
+        # output buffer, and with it the session's whole memory arena, alive after the session is
+        # gone (PP-OCRv4 rec: 8 recorded outputs of 1 MiB kept the calibration's ~55 MiB arena
+        # through every later stage; bench/RESULTS.md, issue 26 item 4).
+        return {o: np.array(got[o], copy=True) for o in final}
 
     def _probe_grouping(self) -> tuple[bool, str]:
         """Whether two feeds run together give each feed's statistics as their own runs did."""

@@ -134,6 +134,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             f"op types present: {sorted({n.op_type for n in prepared.graph.node})}{where})"
         )
     plans = [plan] + [make_plan(prepared, other) for other in also_for]
+    del proto  # the loaded model: ``prepared`` is its own copy
+    release_freed()  # the preparation's onnx_ir graphs (reference cycles holding weight copies)
 
     t1 = time.perf_counter()
     kept: list[dict[str, np.ndarray]] = []
