@@ -6,8 +6,8 @@ model, and by the one that makes it safe (the same figures as before):
 1. the float outputs calibration records own their memory: an array onnxruntime returns holds its
    session's output buffer and with it the session's whole arena (~55 MiB on rec) after the
    session is gone;
-2. ``release_freed`` collects reference cycles (the preparation's ``onnx_ir`` graphs hold copies
-   of the weights in cycles);
+2. ``release_freed(collect=True)`` collects reference cycles (the preparation's ``onnx_ir``
+   graphs hold copies of the weights in cycles), and calibration asks for it on rec;
 3. a feed that fills a group's input bytes alone runs alone and skips the grouping checks (their
    run of two feeds together sized the arena for two), with the statistics of one-at-a-time runs;
 4. the guard simulates a large tensor one sample at a time, bit-identical to the whole tensor at
@@ -48,9 +48,23 @@ def rec_lines() -> list[dict[str, np.ndarray]]:
     return [{"x": img[None]} for img in images]
 
 
+#: the ``collect`` argument of every release_freed call of the rec_calibrated fixture's calibration
+RELEASES: list[bool] = []
+
+
 @pytest.fixture(scope="module")
 def rec_calibrated(rec_lines):
-    return calibrate_once(str(model_path("rec")), _cfg("A8W8"), rec_lines, eval_samples=4)
+    import onnxptq.pipeline.calibrate as calibrate
+
+    def recording(collect: bool = False) -> bool:
+        RELEASES.append(collect)
+        return release_freed(collect)
+
+    calibrate.release_freed = recording
+    try:
+        return calibrate_once(str(model_path("rec")), _cfg("A8W8"), rec_lines, eval_samples=4)
+    finally:
+        calibrate.release_freed = release_freed
 
 
 def _owns(a: np.ndarray) -> bool:
@@ -69,6 +83,10 @@ def test_recorded_float_outputs_own_their_memory_and_are_the_models_outputs(rec_
             np.testing.assert_allclose(recorded[name], want, rtol=1e-5, atol=1e-6)
 
 
+def test_calibration_collects_the_preparations_cycles_on_rec(rec_calibrated):
+    assert RELEASES and RELEASES[0] is True  # before calibration: rec's 10 MiB of weights are worth it
+
+
 def test_release_freed_collects_reference_cycles():
     class Node:
         pass
@@ -81,6 +99,8 @@ def test_release_freed_collects_reference_cycles():
         del a, b
         assert gone() is not None
         release_freed()
+        assert gone() is not None  # a plain release leaves the collector alone (it costs ~45 ms)
+        release_freed(collect=True)
         assert gone() is None
     finally:
         gc.enable()
