@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 
 from .log_outputs import to_linear
-from .metrics import cosine_similarity
+from .metrics import cosine_similarity, dot
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "class_like_outputs", "floor_for", "measure"]
 
@@ -197,7 +197,7 @@ def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> fl
         y = np.asarray(g, dtype=np.float32).ravel().astype(np.float64)
         if x.shape != y.shape:
             return cosine_similarity(x, y)  # raises the same error as the whole would
-        xx, yy, xy = xx + float(np.dot(x, x)), yy + float(np.dot(y, y)), xy + float(np.dot(x, y))
+        xx, yy, xy = xx + dot(x, x), yy + dot(y, y), xy + dot(x, y)
     nx, ny = math.sqrt(xx), math.sqrt(yy)
     if nx == 0 or ny == 0:
         return 1.0 if nx == ny else 0.0
