@@ -10,7 +10,8 @@ is its own) on the same calibration data; beside it, for A8W8, onnxruntime's ``q
   and the one onnxruntime session on the result);
 * **cpu s** — user + system CPU seconds of the child over the call (``getrusage``, all threads):
   on a busy shared machine wall is mostly waiting for a core, this is the work;
-* **peak MiB** — ``VmHWM`` of the child at its end (whole process);
+* **peak MiB** — ``VmHWM`` of the child at its end (whole process); the progress lines also give
+  the first 16 hex digits of the output file's sha256 (is a change's model byte-identical?);
 * **÷BF16** — wall (and cpu) over the same model's BF16 job in this run; **÷ORT** — wall, cpu
   and peak RSS of A8W8 over onnxruntime's ``quantize_static`` on the same model in this run.
 
@@ -34,6 +35,7 @@ import _common  # the repository root on sys.path (testkit), status_kib/cpu_s
 import argparse
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import subprocess
@@ -212,8 +214,10 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
         wall = time.perf_counter() - t0
         cpu = _common.cpu_s() - cpu0
         size = os.path.getsize(output)
+        with open(output, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
     return {"model": model, "format": fmt, "wall_s": wall, "cpu_s": cpu, "peak_mib": _common.status_kib("VmHWM") / 1024,
-            "output_mib": size / 2**20, **extra}
+            "output_mib": size / 2**20, "sha256": digest, **extra}
 
 
 def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None, repair: bool = True) -> dict[str, Any]:
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
         for src, fmt in jobs:
             r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair)
             print(f"  {model:7s} {fmt:7s} {src or '':40s} " + (f"wall {r['wall_s']:7.1f} s cpu {r['cpu_s']:6.1f} s "
-                  f"peak {r['peak_mib']:6.0f} MiB {r.get('timings', {})}" if "error" not in r else r["error"]),
+                  f"peak {r['peak_mib']:6.0f} MiB sha256 {r['sha256'][:16]} {r.get('timings', {})}" if "error" not in r else r["error"]),
                   file=sys.stderr, flush=True)
             if fmt == "ORT":
                 for s in srcs:

@@ -9,9 +9,18 @@ process's peak is the sum of stages rather than the largest one. On PP-OCRv4 rec
 calibration went from ~308 to ~252 MiB with ``malloc_trim(0)``, and after the guard from ~337 to
 ~274 (bench/RESULTS.md, "Quantize time and memory (issue 26)").
 
+``collect=True`` first runs Python's cycle collector: the preparation passes build an ``onnx_ir``
+graph whose nodes and values refer to each other, so the whole graph, with its copies of the
+weights, is a reference cycle that outlives the pass until the collector's next full run
+(PP-OCRv4 rec: ~29 MiB of dead weights through calibration; bench/RESULTS.md, issue 26 item 4,
+branch recmem). A full collection costs ~45 ms of CPU in a quantizing process (many live
+objects), a visible share of a small model's quantization, so it is asked for where such cycles
+are known to be left and large.
+
 :func:`release_freed` is called between stages, where nothing large is alive. It changes no value:
-it only tells the allocator to unmap the free pages of its heaps. It is a no-op where the C library
-is not glibc (macOS, Windows, musl), and costs a few milliseconds.
+it only frees what nothing can reach and tells the allocator to unmap the free pages of its heaps.
+The trim is a no-op where the C library is not glibc (macOS, Windows, musl), and costs a few
+milliseconds.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 import sys
 
@@ -42,8 +52,11 @@ def _malloc_trim():
     return trim
 
 
-def release_freed() -> bool:
-    """Return the C heap's free pages to the OS (glibc ``malloc_trim(0)``); True when it could."""
+def release_freed(collect: bool = False) -> bool:
+    """Return the C heap's free pages to the OS (glibc ``malloc_trim(0)``), after collecting
+    unreachable reference cycles when ``collect``; True when the pages could be returned."""
+    if collect:
+        gc.collect()
     trim = _malloc_trim()
     if trim is None:
         return False

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 
 from .log_outputs import to_linear
-from .metrics import cosine_similarity
+from .metrics import cosine_similarity, dot
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "class_like_outputs", "floor_for", "measure"]
 
@@ -186,6 +186,24 @@ def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[int, int]:
     return int(np.sum(np.argmax(r, -1) == np.argmax(g, -1))), r.shape[0]
 
 
+def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> float:
+    """:func:`cosine_similarity` of the concatenated feeds, from float64 sums taken feed by feed:
+    the concatenation and its float64 copies held ~50 MiB at once for PP-OCRv4 rec's 8 held-out
+    40×6625 outputs (the largest peak of its quantization; bench/RESULTS.md, issue 26 item 4).
+    The same figure up to the rounding of the sums."""
+    xx = yy = xy = 0.0
+    for r, g in zip(refs, gots):
+        x = np.asarray(r, dtype=np.float32).ravel().astype(np.float64)
+        y = np.asarray(g, dtype=np.float32).ravel().astype(np.float64)
+        if x.shape != y.shape:
+            return cosine_similarity(x, y)  # raises the same error as the whole would
+        xx, yy, xy = xx + dot(x, x), yy + dot(y, y), xy + dot(x, y)
+    nx, ny = math.sqrt(xx), math.sqrt(yy)
+    if nx == 0 or ny == 0:
+        return 1.0 if nx == ny else 0.0
+    return float(xy / (nx * ny))
+
+
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
             class_outputs: set[str] = frozenset(), *, reused: bool = False,
             log_scales: dict[str, float] | None = None) -> Verdict:
@@ -223,7 +241,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         finite = bool(np.isfinite(arr).all())
         # Over all held-out feeds at once: a per-feed cosine of a one-value output (a wake-word
         # probability, a score) is only its sign, 1.0 however far the value moved.
-        pooled = cosine_similarity(np.concatenate(pooled_r), np.concatenate(pooled_g)) if finite else float("nan")
+        pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         if rows:

@@ -53,22 +53,32 @@ class EmptyFolderError(EvaluateError):
     """A folder holds no file of a supported type."""
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b of two 1-D arrays in their (float64) dtype without BLAS: OpenBLAS's thread pool,
+    spinning against onnxruntime's on a busy machine, took 8 ms of CPU (24 ms wall) for one
+    265 k-element ``np.dot`` here against 0.2 ms for this loop, and a quantization's evaluation
+    and accuracy floor take dozens (PP-OCRv4 rec A8W8: ~0.4 s of its ~5 s CPU; bench/RESULTS.md,
+    issue 26 item 4). The figures move in the last digits only (another summation order)."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine of the angle between the flattened arrays."""
     x = np.asarray(a, dtype=np.float32).ravel().astype(np.float64)
     y = np.asarray(b, dtype=np.float32).ravel().astype(np.float64)
     if x.shape != y.shape:
         raise ShapeMismatchError(f"cosine similarity of arrays with {x.size} and {y.size} elements")
-    nx, ny = np.linalg.norm(x), np.linalg.norm(y)
+    nx, ny = math.sqrt(dot(x, x)), math.sqrt(dot(y, y))
     if nx == 0 or ny == 0:
         return 1.0 if nx == ny else 0.0
-    return float(np.dot(x, y) / (nx * ny))
+    return float(dot(x, y) / (nx * ny))
 
 
 def l2_loss(a: np.ndarray, b: np.ndarray) -> float:
     """Euclidean norm of the difference (float32 inputs, float64 sum)."""
     diff = np.asarray(a, dtype=np.float32).astype(np.float64) - np.asarray(b, dtype=np.float32).astype(np.float64)
-    return float(np.linalg.norm(diff.ravel()))
+    flat = diff.ravel()
+    return math.sqrt(dot(flat, flat))
 
 
 def psnr(reference: np.ndarray, test: np.ndarray) -> float:

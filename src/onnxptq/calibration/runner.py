@@ -155,8 +155,10 @@ MAX_GROUP = 8
 #: Input bytes a group carries at most. A CNN's activations are ~100x its input (PP-OCRv4 rec,
 #: 184 KiB a line: peak RSS of calibration 297 MiB one or two lines a run, 332 at four, 414 at
 #: eight, with no CPU saved on a loaded machine; bench/RESULTS.md, issue 26), so groups stay
-#: small for image models (rec: 2 lines) and reach MAX_GROUP only for small inputs.
-_GROUP_BYTES = 512 * 2**10
+#: small for image models and reach MAX_GROUP only for small inputs. 256 KiB: rec runs one line
+#: at a time (calibrate_once's peak 226-235 MiB instead of 268-271 at two lines, the same CPU
+#: seconds on a quiet machine; issue 26 item 4, branch recmem), PP-OCR cls (110 KiB) two.
+_GROUP_BYTES = 256 * 2**10
 
 
 class _Runs:
@@ -178,6 +180,12 @@ class _Runs:
         #: fetched body tensors (see bodies.expose): leading iteration axes to fold into the samples
         self.stacked = dict(stacked or {})
         self.max_group = max(1, int(max_group))
+        if first:
+            # A group carries at most _GROUP_BYTES of input: where one feed fills that, feeds run
+            # one at a time and the grouping checks are skipped (their run of two feeds together
+            # alone sized the memory arena for two: PP-OCRv4 rec, calibration's peak ~270 MiB
+            # instead of ~235; bench/RESULTS.md, issue 26 item 4).
+            self.max_group = self.group_size(first[0])
         graph = model.graph
         opset = model_opset(model, default=TARGET_OPSET)
         elem_types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)
@@ -189,7 +197,7 @@ class _Runs:
         self.batch_axes: dict[str, tuple[int, int]] = {}
         #: None until decided; then whether feeds run in groups
         self.grouping: bool | None = None if self.max_group > 1 else False
-        why = "feeds run one at a time (max_group=1)"
+        why = "feeds run one at a time (max_group=1, or one feed fills a group's input bytes)"
         if self.grouping is None and (fetch or reduced):
             if len(first) < 2 or not self.same_shapes(first[0], first[1]):
                 self.grouping, why = False, "feeds run one at a time (fewer than two feeds, or the first two differ in shape)"
@@ -269,7 +277,11 @@ class _Runs:
                 self._probe.clear()
                 log.debug("calibration: %s", why)
         got = dict(zip(self.names + extra, outputs))
-        return {o: got[o] for o in final}
+        # Copies: an array onnxruntime returns does not own its data, it holds the session's
+        # output buffer, and with it the session's whole memory arena, alive after the session is
+        # gone (PP-OCRv4 rec: 8 recorded outputs of 1 MiB kept the calibration's ~55 MiB arena
+        # through every later stage; bench/RESULTS.md, issue 26 item 4).
+        return {o: np.array(got[o], copy=True) for o in final}
 
     def _probe_grouping(self) -> tuple[bool, str]:
         """Whether two feeds run together give each feed's statistics as their own runs did."""

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from ..config.schema import QuantConfig
+from ..memory import release_freed
 from .coverage import drop_uncalibrated_bodies
 from .guard import GuardValues, apply_range_guard
 from .plan import Plan, make_plan
@@ -67,7 +68,11 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     if cfg.range_guard:
         # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
         # build fetches its values for this plan only and lets them go with it (peak memory).
-        values = calibrated.guard_values if calibrated.guard_values is not None else GuardValues(prepared, calibrated.kept)
+        shared = calibrated.guard_values
+        values = shared if shared is not None else GuardValues(prepared, calibrated.kept)
         apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
+        if shared is None:
+            del values
+            release_freed()  # this build's guard values and checks: solve and emit come next
     # What coverage and the guard left float may orphan an int32 bias (plan/corners.py).
     return settle(plan)

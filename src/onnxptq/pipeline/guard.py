@@ -100,11 +100,15 @@ def channel_sqnr(x: np.ndarray, q: np.ndarray, axis: int) -> tuple[np.ndarray, n
     their sums are taken and the noise is squared in place. The arithmetic and the memory layout
     of every reduction are the former ones (bit-identical figures; a chunked version was not: a
     reduction over a strided view sums in another order than over a contiguous chunk)."""
-    xm = np.moveaxis(np.asarray(x, dtype=np.float64), axis, 0).reshape(x.shape[axis], -1)
+    channels = x.shape[axis]
+    # Rearranged in the input's dtype, then widened (no float64 copy in the input's layout first);
+    # the same values in the same C-contiguous (channels, positions) array as before.
+    xm = np.moveaxis(np.asarray(x), axis, 0).reshape(channels, -1).astype(np.float64)
     signal = np.sum(xm * xm, axis=1)
-    peak = np.max(np.abs(xm), axis=1)
-    diff = xm - np.moveaxis(np.asarray(q, dtype=np.float64), axis, 0).reshape(x.shape[axis], -1)
-    del xm
+    peak = np.maximum(np.max(xm, axis=1), -np.min(xm, axis=1))  # max |x| without an |x| array
+    qm = np.moveaxis(np.asarray(q), axis, 0).reshape(channels, -1).astype(np.float64)
+    diff = np.subtract(xm, qm, out=xm)  # x's own buffer: x - q, then its square, in place
+    del xm, qm
     noise = np.sum(np.square(diff, out=diff), axis=1)
     del diff
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -113,14 +117,33 @@ def channel_sqnr(x: np.ndarray, q: np.ndarray, axis: int) -> tuple[np.ndarray, n
     return np.minimum(sqnr, _EXACT), live
 
 
+#: values a tensor :func:`simulate` quantizes at once at most (it goes one sample at a time above)
+SIMULATE_CHUNK = 1 << 18
+
+
 def simulate(x: np.ndarray, tplan: TensorPlan, qparams: Any, axis: int | None = None) -> np.ndarray:
-    """``x`` through the planned quantizer (``axis`` overrides a block format's axis)."""
+    """``x`` through the planned quantizer (``axis`` overrides a block format's axis).
+
+    A tensor of more than :data:`SIMULATE_CHUNK` values goes through it one index of axis 0 (the
+    samples) at a time, into one result: the reference quantizers hold several float64 and int64
+    temporaries of their input's size (PP-OCRv4 rec's 4×40×6625 logits, kept whole: ~30 MiB at
+    once), and no quantizer the guard simulates mixes values across axis 0 (integer ones here are
+    per tensor, element-wise; blocks never run along axis 0), so the result is the same."""
     quant = tplan.quant
     if quant.is_integer:
-        return fake_quantize(x.astype(np.float32), quant.format, scale=qparams.scale, zero_point=qparams.zero_point)
-    attrs = dict(quant.attr_dict)
-    attrs["axis"] = tplan.axis if axis is None else axis
-    return fake_quantize(x.astype(np.float32), quant.format, **attrs)
+        kwargs: dict[str, Any] = {"scale": qparams.scale, "zero_point": qparams.zero_point}
+        elementwise = np.size(qparams.scale) == 1
+    else:
+        kwargs = dict(quant.attr_dict)
+        kwargs["axis"] = tplan.axis if axis is None else axis
+        elementwise = x.ndim >= 2 and kwargs["axis"] is not None and kwargs["axis"] % x.ndim != 0
+    x32 = np.asarray(x, dtype=np.float32)
+    if x32.size <= SIMULATE_CHUNK or x32.shape[0] < 2 or not elementwise:
+        return fake_quantize(x32, quant.format, **kwargs)
+    out = np.empty(x32.shape, np.float32)
+    for i in range(x32.shape[0]):
+        out[i : i + 1] = fake_quantize(x32[i : i + 1], quant.format, **kwargs)
+    return out
 
 
 def _shared_axes(tplan: TensorPlan, rank: int) -> list[int]:
