@@ -94,14 +94,15 @@ def to_float16(source: Path, target: Path) -> Path:
     fp16 initializers, fp16 graph inputs and outputs, fp16 arithmetic, as a user who ships an fp16
     model makes it. No wheel searched for the zoo ships a true fp16 model with a licence that lets
     a quantized copy be made, so the zoo's fp16 member is made this way (and labelled so).
-    Written atomically (temporary file, then rename)."""
+    Written atomically (a temporary file of this process, then rename), so test workers that
+    convert at the same time each replace the file with a whole one."""
     import os
 
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = convert_float_to_float16(onnx.load(str(source)), keep_io_types=False)
-    tmp = target.with_name(target.name + ".part")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.part")
     onnx.save(model, str(tmp))
     os.replace(tmp, target)
     log.info("zoo: %s converted to float16 as %s", source.name, target)
