@@ -135,11 +135,17 @@ def _model(op: str) -> onnx.ModelProto:
         axis = 2 if op == "Concat_h" else 1
         nodes.append(helper.make_node("Concat", ["a", "a"], ["b"], axis=axis))
         c_in = C if axis == 2 else 2 * C
+    elif op == "Concat_c32":  # 32 channels, then 40: every block of b is a block of one input
+        inits += [_const("w0b", rng.standard_normal((32, 3, 1, 1)).astype(np.float32)),
+                  _const("w1b", rng.standard_normal((8, 32, 1, 1)).astype(np.float32) * 0.1)]
+        nodes += [helper.make_node("Conv", ["x", "w0b"], ["a2"]), helper.make_node("Conv", ["a2", "w1b"], ["ya2"]),
+                  helper.make_node("Add", ["ya", "ya2"], ["ya_"]), helper.make_node("Concat", ["a2", "a"], ["b"], axis=1)]
+        c_in = 32 + C
     else:
         raise ValueError(op)
     inits.append(_const("w2", rng.standard_normal((8, c_in, 1, 1)).astype(np.float32) * 0.1))
     nodes += [helper.make_node("Conv", ["b", "w2"], ["yb"]),
-              helper.make_node("ReduceSum", ["ya"], ["sa"], keepdims=0),
+              helper.make_node("ReduceSum", ["ya_" if op == "Concat_c32" else "ya"], ["sa"], keepdims=0),
               helper.make_node("ReduceSum", ["yb"], ["sb"], keepdims=0),
               helper.make_node("Add", ["sa", "sb"], ["y"])]
     graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, W])],
@@ -149,9 +155,11 @@ def _model(op: str) -> onnx.ModelProto:
     return model
 
 
-#: op -> whether b's quantizer is redundant (for the proved formats)
+#: op -> whether b's quantizer is redundant (for the proved formats), or the presets where it is:
+#: Concat_c stacks 40 + 40 channels along the block axis, aligned for BFP16's blocks of 8 only
 CASES = {"Relu": True, "MaxPool": False, "Transpose_hw": True, "Transpose_ch": False, "Reshape_flat": True,
-         "Reshape_split": False, "Slice_h": True, "Slice_c": False, "Concat_h": True, "Concat_c": False}
+         "Reshape_split": False, "Slice_h": True, "Slice_c": False, "Concat_h": True, "Concat_c": {"BFP16"},
+         "Concat_c32": True}
 
 
 def _quantize_both(model, preset: str, feeds: list[dict]):
@@ -194,7 +202,8 @@ def _edge_feeds() -> list[dict]:
 #: every op on MXINT8; on the BFP formats the element-wise, reshape and transpose rules and two
 #: cases that must stay (the test budget: each case is a quantize)
 SMALL = [(op, "MXINT8") for op in sorted(CASES)] + [
-    (op, preset) for preset in ("BFP16", "MX9") for op in ("Relu", "Reshape_flat", "Transpose_hw", "MaxPool", "Slice_c")]
+    (op, preset) for preset in ("BFP16", "MX9") for op in ("Relu", "Reshape_flat", "Transpose_hw", "MaxPool", "Slice_c",
+                                                         "Concat_c")]
 
 
 @pytest.mark.parametrize("op, preset", SMALL)
@@ -203,8 +212,9 @@ def test_rule_on_small_models(op, preset):
     with_rule, without = _quantize_both(_model(op), preset, calib)
     before, after = _quantizers(without), _quantizers(with_rule)
     assert "b" in before and "a" in before  # both tensors are planned
-    assert ("b" not in after) == CASES[op], f"{op} {preset}: {after}"
-    assert len(before) - len(after) == (1 if CASES[op] else 0)
+    expected = CASES[op] if isinstance(CASES[op], bool) else preset in CASES[op]
+    assert ("b" not in after) == expected, f"{op} {preset}: {after}"
+    assert len(before) - len(after) == (1 if expected else 0)
     for got, want in zip(_outputs(with_rule, _edge_feeds()), _outputs(without, _edge_feeds())):
         assert np.array_equal(_bits(got), _bits(want))
 

@@ -46,7 +46,10 @@ for a Relu, or all zeros:
 * ``Transpose``: the output's planned axis is the input's planned axis moved (``perm[a_t] ==
   a_x``); a block is the run along that axis with the other indices fixed, permuted with them.
 * ``Slice`` and ``Concat`` along other axes than the planned one (the same axis on both sides):
-  they select or stack whole blocks. Every ``Concat`` input must be on the grid.
+  they select or stack whole blocks. Every ``Concat`` input must be on the grid. A ``Concat``
+  along the planned axis too when every input but the last has a known length that is a
+  multiple of the block size: each input then starts a block of the output, and the last
+  one's partial block is zero-padded in both (channel concatenations of 96 or 192 channels).
 * ``Gather`` along another axis: whole blocks again (the planned axis renumbered by the
   indices' rank).
 * ``Resize`` with ``mode="nearest"`` and the planned axis not resized: each output position
@@ -158,8 +161,8 @@ def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axi
         axes = _int_list(node.input[3], constants) if len(node.input) > 3 and node.input[3] else (
             None if starts is None else list(range(len(starts))))
         return axes is not None and all(a % xr != x_axis for a in axes)
-    if op == "Concat":
-        return xr == tr and x_axis == t_axis and int(_attr(node, "axis")) % tr != t_axis
+    if op == "Concat":  # along the planned axis: see concat_aligned
+        return xr == tr and x_axis == t_axis
     if op == "Gather":
         if node.input[0] != x:
             return False
@@ -174,6 +177,26 @@ def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axi
         n = _dim(x_shape, x_axis)
         return n is not None and n == _dim(t_shape, t_axis)
     return False
+
+
+def block_size(key: tuple) -> int:
+    """The block size in a :func:`grid_key`."""
+    return key[1] if key[0] == "mx" else key[2]
+
+
+def concat_aligned(node: onnx.NodeProto, t_axis: int, rank: int, shapes: dict[str, tuple], bs: int) -> bool:
+    """A ``Concat`` keeps whole blocks: along another axis than the planned one always; along it
+    when every input but the last has a known length that is a multiple of the block size, so
+    each input starts a block of the output (the last one's partial block is padded with zeros
+    in both, and a whole axis shorter than a block is that same zero-padded block)."""
+    if int(_attr(node, "axis")) % rank != t_axis:
+        return True
+    inputs = [i for i in node.input if i]
+    for x in inputs[:-1]:
+        n = _dim(shapes[x], t_axis) if x in shapes and len(shapes[x]) == rank else None
+        if n is None or n % bs:
+            return False
+    return True
 
 
 def _data_inputs(node: onnx.NodeProto) -> list[str]:
@@ -219,6 +242,8 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
             t_axis = _axis(tplan, len(t_shape))
             inputs = _data_inputs(node)
             ok = t_axis is not None and bool(inputs)
+            if ok and node.op_type == "Concat":
+                ok = concat_aligned(node, t_axis, len(t_shape), shapes, block_size(grid_key(tplan)))
             for x in inputs if ok else []:
                 xplan = plan.tensors.get(x)
                 x_shape = shapes.get(x)
@@ -240,4 +265,4 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
     return found
 
 
-__all__ = ["blocks_kept", "grid_key", "on_grid_tensors"]
+__all__ = ["block_size", "blocks_kept", "concat_aligned", "grid_key", "on_grid_tensors"]
