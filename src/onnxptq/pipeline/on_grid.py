@@ -53,7 +53,8 @@ for a Relu, or all zeros:
 * ``Gather`` along another axis: whole blocks again (the planned axis renumbered by the
   indices' rank).
 * ``Resize`` with ``mode="nearest"`` and the planned axis not resized: each output position
-  copies one input position, all channels at once, so each block is one input block.
+  copies one input position, all channels at once, so each block is one input block (not with
+  ``tf_crop_and_resize``, whose positions outside the crop take ``extrapolation_value``).
 
 Not ``MaxPool`` with blocks along channels (the obvious candidate): each channel's maximum may
 come from a different position, hence from a block with a finer grid, so its output block mixes
@@ -174,6 +175,8 @@ def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axi
     if op == "Resize":
         if _attr(node, "mode", b"nearest") not in (b"nearest", "nearest") or xr != tr or x_axis != t_axis:
             return False
+        if _attr(node, "coordinate_transformation_mode") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+            return False  # positions outside the crop take extrapolation_value, not an input's value
         n = _dim(x_shape, x_axis)
         return n is not None and n == _dim(t_shape, t_axis)
     return False
