@@ -135,6 +135,9 @@ def _model(op: str) -> onnx.ModelProto:
         axis = 2 if op == "Concat_h" else 1
         nodes.append(helper.make_node("Concat", ["a", "a"], ["b"], axis=axis))
         c_in = C if axis == 2 else 2 * C
+    elif op in ("Resize_nearest", "Resize_linear"):
+        inits.append(_const("scales", np.array([1, 1, 2, 2], np.float32)))
+        nodes.append(helper.make_node("Resize", ["a", "", "scales"], ["b"], mode=op.split("_")[1]))
     elif op == "Concat_c32":  # 32 channels, then 40: every block of b is a block of one input
         inits += [_const("w0b", rng.standard_normal((32, 3, 1, 1)).astype(np.float32)),
                   _const("w1b", rng.standard_normal((8, 32, 1, 1)).astype(np.float32) * 0.1)]
@@ -159,7 +162,7 @@ def _model(op: str) -> onnx.ModelProto:
 #: Concat_c stacks 40 + 40 channels along the block axis, aligned for BFP16's blocks of 8 only
 CASES = {"Relu": True, "MaxPool": False, "Transpose_hw": True, "Transpose_ch": False, "Reshape_flat": True,
          "Reshape_split": False, "Slice_h": True, "Slice_c": False, "Concat_h": True, "Concat_c": {"BFP16"},
-         "Concat_c32": True}
+         "Concat_c32": True, "Resize_nearest": True, "Resize_linear": False}
 
 
 def _quantize_both(model, preset: str, feeds: list[dict]):
