@@ -109,3 +109,32 @@ def test_emitted_matmul_quantizes_its_activation_along_the_hidden_axis():
     seq = mx(mx(x, 1) @ wq, -1)
     np.testing.assert_allclose(got, hidden, rtol=1e-4, atol=1e-4)
     assert not np.allclose(got, seq, rtol=1e-4, atol=1e-4)
+
+
+def _seq_batch_channels() -> onnx.ModelProto:
+    """[seq, 1, C] activations (batch 1 in the middle, as torch's MultiheadAttention layout
+    exports): a residual Add and a Relu read them; neither reduces along an axis."""
+    rng = np.random.default_rng(4)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["s"], name="add"), helper.make_node("Relu", ["s"], ["r"], name="relu"),
+         helper.make_node("Mul", ["r", "x"], ["y"], name="mul")], "sbc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [S, 1, H])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [S, 1, H])],
+        [numpy_helper.from_array(rng.standard_normal((S, 1, H)).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MXINT8"])
+def test_elementwise_reader_never_blocks_along_a_unit_axis(preset):
+    """The user's axis 1 has length 1 here: blocks of one element would give every element its own
+    exponent (not the format asked for). A reader that does not reduce blocks along C instead;
+    with ``refine_block_axis=False`` the user's axis stays."""
+    plan = make_plan(_seq_batch_channels(), resolve_config(preset))
+    planned = {name: t.axis for name, t in plan.tensors.items() if t.axis is not None and t.role == "activation"}
+    assert planned and all(a in (-1, 2) for a in planned.values()), planned
+    cfg = dataclasses.replace(resolve_config(preset), refine_block_axis=False)
+    kept = {name: t.axis for name, t in make_plan(_seq_batch_channels(), cfg).tensors.items()
+            if t.axis is not None and t.role == "activation"}
+    assert kept and all(a == 1 for a in kept.values()), kept

@@ -92,6 +92,22 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
     return default
 
 
+def _off_unit_axis(axis: int, dims: tuple[int | None, ...] | None) -> int:
+    """``axis``, or the last axis of length > 1 when ``axis`` is known to have length 1.
+
+    Blocks along a length-1 axis hold one element each: the format's shared exponent becomes a
+    per-element one (no longer the format the user asked for), and every element pays a block's
+    ops. A reader that does not reduce (Add, Mul, Concat, ...) has no axis of its own, so the
+    blocks run where the tensor has extent; transformer activations ``[seq, 1, C]`` (batch 1 in the
+    middle, as torch's ``nn.MultiheadAttention`` layout exports) block along ``C``."""
+    if not dims or not -len(dims) <= axis < len(dims) or dims[axis] != 1:
+        return axis
+    for i in range(len(dims) - 1, -1, -1):
+        if dims[i] is not None and dims[i] > 1:
+            return i - len(dims)
+    return axis
+
+
 #: Readers whose block axis is the axis they reduce over (contract, normalize, softmax): for their
 #: inputs the block axis is a property of the op, not of the tensor's layout.
 _REDUCING_READERS = frozenset({"MatMul", "Gemm", "Softmax", "LayerNormalization"})
@@ -239,7 +255,12 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 axis = None
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
-                    axis = _block_axis(node, index, g.rank.get(name), False, default) if config.refine_block_axis else default
+                    if config.refine_block_axis:
+                        axis = _block_axis(node, index, g.rank.get(name), False, default)
+                        if not _reduces(node, index):
+                            axis = _off_unit_axis(axis, g.dims.get(name))
+                    else:
+                        axis = default
                 add(name, "activation", quant, node, consumer=True, axis=axis, reducing=_reduces(node, index))
         if node.op_type in NO_OUTPUT_QUANT:
             continue
@@ -254,6 +275,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 default = quant.attr_dict.get("axis", 1)
                 # A MatMul's output rows are along its last axis, whatever its first input was.
                 axis = -1 if (node.op_type == "MatMul" and config.refine_block_axis) else default
+                if config.refine_block_axis:
+                    axis = _off_unit_axis(axis, g.dims.get(out))
                 if g.rank.get(out) == 1:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)

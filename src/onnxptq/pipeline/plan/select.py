@@ -47,14 +47,19 @@ class _Graph:
         infos = [vi for g in graphs for vi in list(g.value_info) + list(g.input) + list(g.output)]
         self.elem_type: dict[str, int] = {}
         self.rank: dict[str, int] = {}
+        #: known axis lengths (None where symbolic or unknown), for tensors with a known rank
+        self.dims: dict[str, tuple[int | None, ...]] = {}
         for vi in infos:
             if vi.type.HasField("tensor_type"):
                 self.elem_type[vi.name] = vi.type.tensor_type.elem_type
                 if vi.type.tensor_type.HasField("shape"):
-                    self.rank[vi.name] = len(vi.type.tensor_type.shape.dim)
+                    dims = vi.type.tensor_type.shape.dim
+                    self.rank[vi.name] = len(dims)
+                    self.dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
         for init in self.initializers.values():
             self.elem_type[init.name] = init.data_type
             self.rank[init.name] = len(init.dims)
+            self.dims[init.name] = tuple(int(d) for d in init.dims)
 
     def is_float(self, name: str) -> bool:
         return self.elem_type.get(name) in FLOAT_TYPES
