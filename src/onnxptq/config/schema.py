@@ -427,6 +427,12 @@ class QuantConfig:
     bf16_qdq_to_cast: bool = True
     dedicated_qdq_pair: bool = False
     refine_block_axis: bool = True
+    #: FP-element MX formats (MXFP8/6/4) encode only what a dot product reads (MatMul, Gemm, Conv,
+    #: ConvTranspose, recurrent X/W/R) as the OCP MX dot product and its direct-cast inference do;
+    #: vector ops (adds, normalizations, activations, softmax) read float values, elementwise
+    #: constants stay float (pipeline/plan/fp_blocks.py). False quantizes every selected op's
+    #: tensors, as integer-element blocks and the reference tool do.
+    fp_block_dot_operands_only: bool = True
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.
     dual_quant_nodes: bool = False
