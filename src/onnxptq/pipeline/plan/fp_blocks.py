@@ -25,7 +25,7 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   element rounds every value it touches by up to 2^-(mbits+1) of itself, at any magnitude, so each
   quantizer on a chain of elementwise ops adds its own ≈ 3.6 % (E4M3) relative noise to the
   tensor itself: on a ViT the residual stream, the layer-scale products and the GELU inputs are
-  rounded again at every block and the output cosine falls to 0.964 (0.994 with the dot products'
+  rounded again at every block and the output cosine falls to 0.964 (0.996 with the dot products'
   operands alone; bench/RESULTS.md "MXFP8_E4M3 and block formats on the ViT"). So an FP-element MX
   activation is quantized only for the dot products that read it (``exclusive``: the model's other
   readers keep the float value), one that no dot product reads stays float, and so does a constant
@@ -39,7 +39,7 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   whose maximum has a mantissa above 1.75 (about one in five) loses up to 12.5 % of its largest
   weight, which a dot product sums with the rest. Any E8M0 exponent is a valid MX encoding, and
   weights are encoded once, offline, so choosing per block costs nothing at inference; the ViT's
-  output cosine error halves (0.9964 → 0.9983). Activations keep the OCP rule, which is what MX
+  output cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX
   hardware applies when it encodes them at run time.
 
 Integer-element blocks are left as they were: their element has a fixed point relative to the
