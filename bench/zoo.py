@@ -7,7 +7,8 @@ For each (model, preset) pair, in a forked child process with a wall-clock limit
   other option (a new user's call); **quantize s** is its wall time;
 * the saved model and the float model are run on HELD-OUT feeds (another seed: other images,
   clips, files, sentences) with onnxruntime CPU sessions of 1 thread;
-* **agreement**: the model's task metric vs float (``ZooModel.metric_name``); **floor**: 0.97 for
+* **agreement**: the model's task metric vs float (``ZooModel.metric_name``; a model's further
+  metrics, ``ZooModel.also``, follow in brackets); **floor**: 0.97 for
   BF16/FP16/A16W8/BFP16/MX9/MXINT8, 0.95 for A8W8/MXFP8_E4M3 (issue 27's "Must show");
 * **cosine**: the worst graph output's cosine vs float, all held-out feeds pooled;
 * **latency ×**: 1-thread time of the quantized model / the float model's over the held-out
@@ -174,6 +175,9 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
         test_run = zoo.session_runner(output)
         test = _memo(test_run, heldout)
         row["agreement"] = round(float(model.metric(ref, test, heldout, root)), 4)
+        also = getattr(model, "also", ())  # further task metrics (e.g. the package's ROI boxes)
+        if also:
+            row["also"] = {name: round(float(m(ref, test, heldout, root)), 4) for name, m in also}
         row["cosine"] = round(float(zoo.output_cosine(ref, test, heldout)), 6)
         row["latency_ratio"] = round(_latency_ratio(ref_run, test_run, heldout[: min(len(heldout), 4)]), 3)
         row["size_ratio"] = round(_file_size(output) / _file_size(model.path()), 3)
@@ -248,6 +252,8 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
         agr_s = _fmt(agr)
         if agr is None or agr < r.get("floor", 0.95):
             agr_s = f"**{agr_s}**"
+        if r.get("also"):  # reported beside the task metric, never instead of it
+            agr_s += "".join(f" ({name} {_fmt(v)})" for name, v in r["also"].items())
         err = (r.get("error") or "").replace("|", "\\|")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {agr_s} | {_fmt(r.get('cosine'), '.4f')} | "
                      f"{_fmt(r.get('quantize_s'), '.1f')} | {_fmt(r.get('latency_ratio'), '.2f')} | {_fmt(r.get('size_ratio'), '.2f')} | "

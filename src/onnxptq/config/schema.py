@@ -427,6 +427,18 @@ class QuantConfig:
     bf16_qdq_to_cast: bool = True
     dedicated_qdq_pair: bool = False
     refine_block_axis: bool = True
+    #: FP-element MX formats (MXFP8/6/4) encode only what a dot product reads (MatMul, Gemm, Conv,
+    #: ConvTranspose, recurrent X/W/R) as the OCP MX dot product and its direct-cast inference do;
+    #: vector ops (adds, normalizations, activations, softmax) read float values, elementwise
+    #: constants stay float (pipeline/plan/fp_blocks.py). False quantizes every selected op's
+    #: tensors, as integer-element blocks and the reference tool do.
+    fp_block_dot_operands_only: bool = True
+    #: FP-element MX weights choose, per block, the OCP shared exponent or the one above it,
+    #: whichever has the smaller squared error (MX ``scale_search=1``; pipeline/plan/fp_blocks.py):
+    #: OCP's rule maps the block maximum into [256, 512) and E4M3 saturates at 448, clipping it by
+    #: up to 12.5 %. Weights are encoded offline and either exponent is valid MX data, so this costs
+    #: nothing at inference. False keeps the weights' own ``scale_search``.
+    fp_block_weight_scale_search: bool = True
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.
     dual_quant_nodes: bool = False

@@ -30,7 +30,7 @@ from .rules import (
     _share_through_data_movement,
 )
 from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
-from .fp_blocks import fp_element_blocks
+from .fp_blocks import fp_element_blocks, fp_element_operands
 from .corners import orphan_int32_biases, scalar_block_tensors
 from .types import Plan, Role, TensorPlan
 
@@ -284,6 +284,11 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
+    if config.fp_block_dot_operands_only:
+        for name, reason in fp_element_operands(tensors, g).items():  # fp_blocks.py: dot-product operands only
+            float_tensors[name] = reason
+            producer_side.pop(name, None)
+            consumer_side.pop(name, None)
     for name, reason in scalar_block_tensors(tensors, g.rank).items():  # corners.py: no block axis
         float_tensors[name] = reason
         producer_side.pop(name, None)
@@ -300,7 +305,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         _share_through_data_movement(tensors, selected)
     _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
-    float_tensors.update(fp_element_blocks(tensors, g))  # fp_blocks.py: MXFP weights' axis, biases float
+    float_tensors.update(fp_element_blocks(tensors, g, config.fp_block_weight_scale_search))  # fp_blocks.py: MXFP weights' axis, biases float
     float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
                 float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})

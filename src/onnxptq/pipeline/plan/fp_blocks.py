@@ -18,6 +18,30 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   of their bias, which cancels against the convolution sum (rec: CER 0.58 → 0.41 when the biases
   alone stay float). Biases of FP-element MX formats stay float, with the reason in the plan.
 
+* Only the operands of dot products are encoded (OCP MX v1.0 §6.4 defines MX compute as the dot
+  product of two MX vectors, accumulated in FP32; the companion paper's direct-cast inference, and
+  its microxcaling code, quantize the inputs of matmul/linear/conv layers and run every vector op —
+  bias and residual adds, normalizations, activations, softmax — at higher precision). An FP
+  element rounds every value it touches by up to 2^-(mbits+1) of itself, at any magnitude, so each
+  quantizer on a chain of elementwise ops adds its own ≈ 3.6 % (E4M3) relative noise to the
+  tensor itself: on a ViT the residual stream, the layer-scale products and the GELU inputs are
+  rounded again at every block and the output cosine falls to 0.964 (0.996 with the dot products'
+  operands alone; bench/RESULTS.md "MXFP8_E4M3 and block formats on the ViT"). So an FP-element MX
+  activation is quantized only for the dot products that read it (``exclusive``: the model's other
+  readers keep the float value), one that no dot product reads stays float, and so does a constant
+  only elementwise ops read (a layer scale or an affine's offset, a systematic per-channel error);
+  a lookup table (Gather) is stored like a weight.
+
+* Weights choose their shared exponent by squared error between the OCP one and the one above
+  (``scale_search=1``, ``QuantConfig.fp_block_weight_scale_search``). The OCP exponent
+  ``floor(log2(amax)) - emax_elem`` puts the block maximum in ``[2^emax, 2^(emax+1))``, and an
+  element saturates at its max normal (448 = 1.75·2^8 for E4M3, 6 = 1.5·2^2 for E2M1): a block
+  whose maximum has a mantissa above 1.75 (about one in five) loses up to 12.5 % of its largest
+  weight, which a dot product sums with the rest. Any E8M0 exponent is a valid MX encoding, and
+  weights are encoded once, offline, so choosing per block costs nothing at inference; the ViT's
+  output cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX
+  hardware applies when it encodes them at run time.
+
 Integer-element blocks are left as they were: their element has a fixed point relative to the
 block's scale, so a block of one gives each element 7 bits of its own (and the reference tool's
 presets round biases like weights).
@@ -32,7 +56,7 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["fp_element_blocks", "is_fp_block"]
+__all__ = ["DOT_PRODUCT_OPS", "fp_element_blocks", "fp_element_operands", "is_fp_block"]
 
 
 def is_fp_block(t: TensorPlan) -> bool:
@@ -40,9 +64,45 @@ def is_fp_block(t: TensorPlan) -> bool:
     return t.quant.format == "mx" and str(t.quant.attr_dict.get("element_dtype", "int8")).startswith("fp")
 
 
-def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
-    """Move degenerate weight block axes and drop biases for FP-element MX tensors (see module
-    docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
+#: The ops that compute dot products of their inputs (OCP MX §6.4): an FP-element MX format encodes
+#: what these read. Recurrent layers multiply X by W and the state by R in the same way.
+DOT_PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", "GRU", "RNN"})
+#: Readers of a constant that is stored encoded: dot products and lookups (an embedding table).
+_STORED_READERS = DOT_PRODUCT_OPS | {"Gather"}
+
+
+def fp_element_operands(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
+    """Keep FP-element MX quantizers on dot-product operands only (see module docstring); returns
+    ``{tensor: reason}`` for ``Plan.float_tensors`` of those that stay float. Activations read by a
+    dot product and by other ops become ``exclusive`` to the dot products."""
+    kinds = {n.name: n.op_type for n in g.nodes}
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if not is_fp_block(t) or t.role == "bias":
+            continue
+        if t.role == "weight":
+            if not any(kinds.get(c) in _STORED_READERS for c in t.consumers):
+                del tensors[name]
+                why[name] = ("constant of an elementwise op under an FP-element MX format: only dot-product operands "
+                             "are encoded (OCP MX), so it stays float")
+            continue
+        dots = [c for c in t.consumers if kinds.get(c) in DOT_PRODUCT_OPS]
+        if not dots:
+            del tensors[name]
+            why[name] = ("no dot product reads it: an FP-element MX format encodes dot-product operands only (OCP MX); "
+                         "vector ops keep the float value")
+        elif (len(dots) != len(t.consumers) or name in g.outputs
+              or any(r.op_type not in DOT_PRODUCT_OPS for r in g.consumers.get(name, []))):
+            t.consumers, t.exclusive = dots, True
+    if why:
+        log.info("plan: %d tensors stay float under an FP-element MX format (only dot-product operands are encoded)", len(why))
+    return why
+
+
+def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: bool = True) -> dict[str, str]:
+    """Move degenerate weight block axes, let weights search their shared exponent
+    (``weight_scale_search``) and drop biases for FP-element MX tensors (see module docstring);
+    returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
     for name, t in list(tensors.items()):
         if not is_fp_block(t):
@@ -51,7 +111,9 @@ def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, st
             del tensors[name]
             why[name] = ("bias of an FP-element MX format: added in the FP32 accumulator (OCP MX dot product), "
                          "so it stays float")
-        elif t.role == "weight" and name in g.initializers and t.axis is not None:
+        elif t.role == "weight" and weight_scale_search and not t.quant.attr_dict.get("scale_search", 0):
+            t.quant = t.quant.with_(attrs={**dict(t.quant.attrs), "scale_search": 1})
+        if t.role == "weight" and name in g.initializers and t.axis is not None:
             dims = list(g.initializers[name].dims)
             if len(dims) >= 2 and dims[t.axis] == 1 and max(dims) > 1:
                 longest = max(range(len(dims)), key=lambda i: (dims[i], -i))
