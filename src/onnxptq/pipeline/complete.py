@@ -121,7 +121,8 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     part of the quantize time: the 800x608 layout detector MX9 ~0.7 s of CPU a run)."""
     if not calibrated.holdout:
         return None
-    from ..analysis.floor import class_like_outputs, floor_for, measure
+    from ..analysis.class_scores import class_like_outputs
+    from ..analysis.floor import floor_for, measure
     from ..analysis.log_outputs import log_domain_outputs
 
     t0 = time.perf_counter()
