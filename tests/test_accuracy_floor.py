@@ -84,8 +84,23 @@ def test_a_held_floor_costs_one_held_out_evaluation():
     model = pattern_model("silu")
     result = quantize(model, "A8W8", pattern_data(8))
     assert result.floor.ok and result.repair is None and "repair" not in result.timings
-    assert result.floor.reused and "too few to hold out" in result.summary()  # 8 samples: reused, and said
-    assert result.calibration_samples == 8
+    # 8 samples: a third (2) held out of calibration, judged on them, and said
+    assert not result.floor.reused and result.floor.samples == 2 and "2 held-out samples" in result.summary()
+    assert result.calibration_samples == 6
+
+
+def test_small_data_is_split_and_only_two_feeds_are_reused():
+    """Fewer than 24 feeds: the first third is held out (calibration never sees it); 1-2 feeds: reused, and said."""
+    from onnxptq.pipeline.calibrate import split_holdout
+
+    feeds = pattern_data(12)
+    rest, held, reused = split_holdout(iter(feeds), 8)
+    rest = list(rest)
+    assert not reused and [id(f) for f in held] == [id(f) for f in feeds[:4]] and [id(f) for f in rest] == [id(f) for f in feeds[4:]]
+    rest, held, reused = split_holdout(iter(feeds[:2]), 8)
+    assert reused and len(list(rest)) == 2 and len(held) == 2
+    result = quantize(pattern_model("silu"), "A8W8", pattern_data(2))
+    assert result.floor.reused and "too few to hold out" in result.summary() and result.calibration_samples == 2
 
 
 def test_floors_per_family():
