@@ -183,3 +183,24 @@ def test_float_near_ties_are_not_failed_but_a_real_flip_is():
     got[0, 0, 2] = got[0, 0, 1] + 0.5  # a flip at a symbol with a clear margin
     flip = judge_positions([ref], [got])
     assert flip.flipped == 1 and flip.observed < 1.0 and flip.agreement < tie.agreement
+
+
+def test_few_decision_positions_are_judged_only_on_two_real_flips():
+    from onnxptq.analysis.floor import Floor, measure
+
+    rng = np.random.default_rng(1)
+    feeds = []
+    for _ in range(2):
+        ref = rng.standard_normal((16, 1, 6)) * 0.3
+        ref[:, 0, 0] += 6.0  # blank
+        ref[:5, 0, 3] = ref[:5, 0, 0] + 2.0  # 5 symbols per read: 10 decision positions in all
+        feeds.append(ref)
+    floor = Floor("16-bit", 0.0, 0.97)  # 10 < 34 positions: too few for a 0.97 floor
+    one = [f.copy() for f in feeds]
+    one[0][0, 0, 4] = one[0][0, 0, 3] + 1.0
+    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in one], floor, {"y": 6})
+    assert verdict.ok and verdict.outputs["y"].top1_unjudged and verdict.outputs["y"].positions.flipped == 1
+    two = [f.copy() for f in one]
+    two[1][2, 0, 5] = two[1][2, 0, 3] + 1.0
+    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in two], floor, {"y": 6})
+    assert not verdict.ok and not verdict.outputs["y"].top1_unjudged and verdict.outputs["y"].positions.flipped == 2
