@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.analysis.class_scores import TIE_TOLERANCE, class_like_outputs, decides, judge_positions
+from onnxptq.analysis.class_scores import TIE_TOLERANCE, Scores, class_like_outputs, decides, judge_positions
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
@@ -107,7 +107,7 @@ def mel_projection() -> onnx.ModelProto:
 
 def test_ctc_logits_break_the_floor_by_arg_max_while_cosine_holds_and_repair_names_the_node(caplog):
     model = ctc_reader()
-    assert class_like_outputs(model) == {"logits": C}  # Gemm head through Reshapes: C fixed by its weight
+    assert class_like_outputs(model) == {"logits": Scores(C, "linear")}  # Gemm head through Reshapes: C fixed by its weight
     off = quantize(model, A8W8.replace(repair=False), glyph_feeds(32))
     check = off.floor.outputs["logits"]
     assert check.cosine >= off.floor.floor.cosine  # the cosine alone would have passed it
@@ -129,7 +129,7 @@ def test_ctc_logits_break_the_floor_by_arg_max_while_cosine_holds_and_repair_nam
 
 def test_a_regression_output_is_not_judged_by_arg_max():
     model = mel_projection()
-    assert class_like_outputs(model) == {"mel": 40}  # by structure a linear head ...
+    assert class_like_outputs(model) == {"mel": Scores(40, "linear")}  # by structure a linear head ...
     result = quantize(model, A8W8.replace(repair=False), glyph_feeds(16))
     check = result.floor.outputs["mel"]
     assert check.positions is None and check.top1 is None  # ... but float does not decide: cosine only
@@ -150,7 +150,7 @@ def test_structure_rules_and_their_spellings():
     a = g.node("MatMul", ["x", w], "a", "MatMul_a")
     g.node("Identity", [g.node("Add", [a, g.const(np.zeros(5), "b")], "e", "Add_e")], "emissions", "Identity_e")  # LAC
     lac = g.model("lac", [1, 4, 8], "emissions", [1, 4, 5])
-    assert class_like_outputs(lac) == {"emissions": 5}
+    assert class_like_outputs(lac) == {"emissions": Scores(5, "linear")}
     g = _G()
     g.node("Sigmoid", [g.node("MatMul", ["x", g.const(np.ones((8, 5)), "w")], "a", "MatMul_a")], "heat", "Sigmoid_h")
     assert class_like_outputs(g.model("heat", [1, 4, 8], "heat", [1, 4, 5])) == {}  # a heatmap
@@ -164,10 +164,10 @@ def test_structure_rules_and_their_spellings():
     g = _G()
     h = g.node("Tanh", ["x"], "scores", "Tanh_s")
     g.nodes.append(helper.make_node("ArgMax", [h], ["ids"], name="ArgMax_ids", axis=-1))
-    assert class_like_outputs(g.model("argmax", [1, 4, 8], "scores", [1, 4, 8])) == {"scores": None}  # the graph decides
+    assert class_like_outputs(g.model("argmax", [1, 4, 8], "scores", [1, 4, 8])) == {"scores": Scores(None, "argmax")}  # the graph decides
     g = _G()
     g.node("Softmax", ["x"], "p", "Softmax_p", axis=-1)
-    assert class_like_outputs(g.model("softmax", [1, 4, 8], "p", [1, 4, 8])) == {"p": None}
+    assert class_like_outputs(g.model("softmax", [1, 4, 8], "p", [1, 4, 8])) == {"p": Scores(None, "softmax")}
 
 
 def test_float_near_ties_are_not_failed_but_a_real_flip_is():
@@ -198,9 +198,26 @@ def test_few_decision_positions_are_judged_only_on_two_real_flips():
     floor = Floor("16-bit", 0.0, 0.97)  # 10 < 34 positions: too few for a 0.97 floor
     one = [f.copy() for f in feeds]
     one[0][0, 0, 4] = one[0][0, 0, 3] + 1.0
-    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in one], floor, {"y": 6})
+    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in one], floor, {"y": Scores(6, "linear")})
     assert verdict.ok and verdict.outputs["y"].top1_unjudged and verdict.outputs["y"].positions.flipped == 1
     two = [f.copy() for f in one]
     two[1][2, 0, 5] = two[1][2, 0, 3] + 1.0
-    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in two], floor, {"y": 6})
+    verdict = measure([{"y": f} for f in feeds], [{"y": f} for f in two], floor, {"y": Scores(6, "linear")})
     assert not verdict.ok and not verdict.outputs["y"].top1_unjudged and verdict.outputs["y"].positions.flipped == 2
+
+
+def test_softmax_sequences_keep_their_per_row_judgement():
+    """A Softmax CTC head (PP-OCR rec's spelling) is judged as before, over all its positions' rows."""
+    from onnxptq.analysis.floor import Floor, measure
+
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal((40, 1, 6))
+    ref[:, 0, 0] += 6.0
+    ref[:5, 0, 3] = ref[:5, 0, 0] + 2.0
+    got = ref.copy()
+    got[0, 0, 4] = got[0, 0, 3] + 1.0  # one symbol flipped: 39 of 40 rows agree
+    floor = Floor("8-bit", 0.0, 0.95)
+    soft = measure([{"p": ref}], [{"p": got}], floor, {"p": Scores(None, "softmax")}).outputs["p"]
+    head = measure([{"p": ref}], [{"p": got}], floor, {"p": Scores(6, "linear")}).outputs["p"]
+    assert soft.positions is None and soft.top1 == 39 / 40 and soft.ok
+    assert head.positions is not None and head.positions.flipped == 1 and head.top1 < soft.top1

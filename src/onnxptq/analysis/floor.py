@@ -18,11 +18,12 @@ taken together (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate
 definition; one feed's cosine of a one-value output is only its sign), the per-feed minimum
 beside it, and, for class-score outputs (recognized by structure:
 :func:`onnxptq.analysis.class_scores.class_like_outputs`), their arg-max: of rank 2 (``[N, C]``),
-the fraction of rows whose arg-max agrees with float; of rank ≥ 3 (one decision per position: CTC
-strings, tags), the fraction of decision positions (the background class, e.g. CTC's blank,
-left out) that keep float's arg-max, estimated from the margins float leaves and the quantized
-model takes, float's own near-ties left out (:func:`onnxptq.analysis.class_scores.judge_positions`);
-both against the family's top-1 floor.
+the fraction of rows whose arg-max agrees with float (so too for a Softmax output of any rank, its
+rows being positions); of rank ≥ 3 from a linear head or an arg-max consumer (one decision per
+position: CTC strings, tags), the expected fraction of reads whose decision positions (the
+background class, e.g. CTC's blank, left out) all keep float's arg-max, estimated from the
+margins float leaves and the quantized model takes, float's own near-ties left out
+(:func:`onnxptq.analysis.class_scores.judge_positions`); both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
@@ -175,11 +176,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
             log_scales: dict[str, float] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
-    ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → the
-    number of classes its weight fixes, or None), judged by arg-max where the last axis matches.
+    ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
+    was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
+    outputs per row, the others of rank ≥ 3 as reads (``class_scores.judge_positions``).
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
     cosine is taken on their linear values (a cosine of dB values is blind to dB errors)."""
-    widths = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
+    kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
@@ -190,7 +192,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         pooled_r: list[np.ndarray] = []
         pooled_g: list[np.ndarray] = []
         agree = rows = 0
-        classy = name in widths
+        classy = name in kinds
+        kind = kinds.get(name)
+        width = getattr(kind, "width", None)
+        as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
         for ref, got in zip(reference, candidate):
@@ -204,9 +209,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
-            width = widths.get(name)
             if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
-                if r.ndim == 2:
+                if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
                     agree, rows = agree + a, rows + n
                 elif np.isfinite(g).all():
