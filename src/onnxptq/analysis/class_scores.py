@@ -31,13 +31,14 @@ after a nonlinearity other than the softmaxes (a ``Sigmoid`` heatmap, a ``Tanh``
 
 **Judgement of per-position scores** (:func:`judge_positions`). An output of rank ≥ 3 recognized
 by rules 2 and 3 (an arg-max consumer, a linear head: the outputs the floor did not judge by
-arg-max before) has one class decision per position (the positions: every index of the axes before the class axis). What
-a user sees is the *read* those decisions make together: a captcha's string, a tagged sentence.
+arg-max before) has one class decision per position (every index of the axes before the class
+axis). What a user sees is the *read* those decisions make together: a captcha's string, a
+tagged sentence.
 Three things hide a quantized model's flips there, and the floor corrects each:
 
 * *The background class.* In a CTC output most positions read the blank (ddddocr: about 80 %),
   in a tagger often an "outside" tag; those positions have huge margins and never flip, so
-  agreement over all positions said 0.995 where 4 of 32 captchas read differently. As NER
+  agreement over all positions said 0.995 where 3 of 32 captchas read differently (A16W8). As NER
   scoring leaves out the "O" tag, the floor judges the *decision positions*: when one class is
   float's arg-max at more than half of the held-out positions (the background), only positions
   where float or the quantized model reads another class count. Without such a class (LAC's 59
