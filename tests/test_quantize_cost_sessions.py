@@ -75,10 +75,10 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
         return model, seen[-1]
 
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
-    # 2 feeds: too few to hold any out (a third of 2 is none), so the held-out feeds are the 2 kept ones
-    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(2), eval_samples=2)
-    assert result.floor is not None and result.floor.samples == 2 and result.floor.reused
-    assert [s.runs for s in seen] == [2]  # evaluation only; the floor took its outputs
+    # 4 feeds: too few to hold any out (calibrate.MIN_SPLIT), so the held-out feeds are the 4 kept ones
+    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(4), eval_samples=4)
+    assert result.floor is not None and result.floor.samples == 4
+    assert [s.runs for s in seen] == [4]  # evaluation only; the floor took its outputs
     # the verdict a fresh run of every held-out feed gives
     from onnxptq.analysis.class_scores import class_like_outputs
     from onnxptq.analysis.floor import floor_for, measure
@@ -86,7 +86,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
 
     prepared = prepare_for_quantization(conv_chain(2), _cfg("MX9"))
     names = [o.name for o in prepared.graph.output]
-    feeds = _data(2)
+    feeds = _data(4)
     ref, quant = open_session(prepared), open_session(result.model)
     want = measure([dict(zip(names, ref.run(names, f))) for f in feeds], [dict(zip(names, quant.run(names, f))) for f in feeds],
                    floor_for(result.config), class_like_outputs(prepared), reused=True)
@@ -104,10 +104,10 @@ def test_held_out_feeds_of_their_own_are_run(monkeypatch):
         return model, seen[-1]
 
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
-    # 4 feeds: a third (1) held out of calibration and run on its own beside the 3 kept ones
-    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(4), eval_samples=4)
-    assert result.floor.samples == 1 and not result.floor.reused and result.calibration_samples == 3
-    assert [s.runs for s in seen] == [3 + 1]
+    # 6 feeds: a third (2) held out of calibration and run on their own beside the 4 kept ones
+    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(6), eval_samples=4)
+    assert result.floor.samples == 2 and not result.floor.reused and result.calibration_samples == 4
+    assert [s.runs for s in seen] == [4 + 2]
 
 
 @pytest.mark.parametrize("fmt", ["bfp", "mx"])
