@@ -130,9 +130,11 @@ def planted_model(outlier: float = 1000.0, depth: int = 0) -> onnx.ModelProto:
     b.nodes.append(helper.make_node("Mul", [h, b.const(hot, "hot")], ["hot_out"], name="Mul_hot"))
     z = b.op("Relu", b.op("MatMul", "hot_out", w2))
     b.nodes.append(helper.make_node("Mul", [z, b.const(mask, "mask")], ["masked"], name="Mul_mask"))
-    b.nodes.append(helper.make_node("MatMul", ["masked", b.const(rng.standard_normal((H, 10)), "w3")], ["out"], name="MatMul_out"))
+    # One value per token (a per-token regression: a width-1 head is no class score, so the floor
+    # judges it by cosine alone, as the planted node's story needs; analysis/class_scores.py).
+    b.nodes.append(helper.make_node("MatMul", ["masked", b.const(rng.standard_normal((H, 1)), "w3")], ["out"], name="MatMul_out"))
     graph = helper.make_graph(b.nodes, "planted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", S, H])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", S, 10])], b.inits)
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", S, 1])], b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)

