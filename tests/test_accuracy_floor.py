@@ -82,25 +82,25 @@ def test_strict_raises_and_writes_nothing(tmp_path):
 
 def test_a_held_floor_costs_one_held_out_evaluation():
     model = pattern_model("silu")
-    result = quantize(model, "A8W8", pattern_data(8))
+    result = quantize(model, "A8W8", pattern_data(12))
     assert result.floor.ok and result.repair is None and "repair" not in result.timings
-    # 8 samples: a third (2) held out of calibration, judged on them, and said
-    assert not result.floor.reused and result.floor.samples == 2 and "2 held-out samples" in result.summary()
-    assert result.calibration_samples == 6
+    # 12 samples: a third (4) held out of calibration, judged on them, and said
+    assert not result.floor.reused and result.floor.samples == 4 and "4 held-out samples" in result.summary()
+    assert result.calibration_samples == 8
 
 
 def test_small_data_is_split_and_only_two_feeds_are_reused():
-    """Fewer than 24 feeds: the first third is held out (calibration never sees it); 1-5 feeds: reused, and said."""
+    """12-23 feeds: the first third is held out (calibration never sees it); 1-11 feeds: reused, and said."""
     from onnxptq.pipeline.calibrate import split_holdout
 
     feeds = pattern_data(12)
     rest, held, reused = split_holdout(iter(feeds), 8)
     rest = list(rest)
     assert not reused and [id(f) for f in held] == [id(f) for f in feeds[:4]] and [id(f) for f in rest] == [id(f) for f in feeds[4:]]
-    rest, held, reused = split_holdout(iter(feeds[:6]), 8)
-    assert not reused and len(list(rest)) == 4 and len(held) == 2
-    rest, held, reused = split_holdout(iter(feeds[:5]), 8)  # below MIN_SPLIT: judged on calibration feeds
-    assert reused and len(list(rest)) == 5 and len(held) == 5
+    rest, held, reused = split_holdout(iter(pattern_data(15)), 8)
+    assert not reused and len(list(rest)) == 10 and len(held) == 5
+    rest, held, reused = split_holdout(iter(feeds[:11]), 8)  # below MIN_SPLIT: judged on calibration feeds
+    assert reused and len(list(rest)) == 11 and len(held) == 8
     result = quantize(pattern_model("silu"), "A8W8", pattern_data(4))
     assert result.floor.reused and "too few to hold out" in result.summary() and result.calibration_samples == 4
 

@@ -104,10 +104,10 @@ def test_held_out_feeds_of_their_own_are_run(monkeypatch):
         return model, seen[-1]
 
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
-    # 6 feeds: a third (2) held out of calibration and run on their own beside the 4 kept ones
-    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(6), eval_samples=4)
-    assert result.floor.samples == 2 and not result.floor.reused and result.calibration_samples == 4
-    assert [s.runs for s in seen] == [4 + 2]
+    # 12 feeds: a third (4) held out of calibration and run on their own beside the 4 kept ones
+    result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(12), eval_samples=4)
+    assert result.floor.samples == 4 and not result.floor.reused and result.calibration_samples == 8
+    assert [s.runs for s in seen] == [4 + 4]
 
 
 @pytest.mark.parametrize("fmt", ["bfp", "mx"])

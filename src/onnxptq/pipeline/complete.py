@@ -115,8 +115,8 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     through the session finish() opened: one held-out evaluation, nothing else. None without them.
 
     ``evaluated[i]``: the same session's outputs on ``calibrated.kept[i]`` (:func:`_evaluate`).
-    With too little data to hold any feed out (1-5 feeds: ``calibrate.split_holdout``; from six
-    on, a third is held out), the held-out feeds are the first calibration feeds,
+    With too little data to hold any feed out (1-11 feeds: ``calibrate.split_holdout``; from
+    twelve on, a third is held out), the held-out feeds are the first calibration feeds,
     the very objects :func:`_evaluate` just ran: their outputs are taken from there rather than
     run again (the same session on the same feed; on a block-format model each run is a large
     part of the quantize time: the 800x608 layout detector MX9 ~0.7 s of CPU a run)."""
