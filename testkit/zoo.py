@@ -263,6 +263,18 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / (area(a)[:, None] + area(b)[None, :] - inter + 1e-9)
 
 
+def _matched(a: np.ndarray, b: np.ndarray, iou: float) -> int:
+    """Pairs of boxes of ``a`` and ``b`` matched greedily (best IoU first) at ``iou`` or above."""
+    if not (len(a) and len(b)):
+        return 0
+    m, tp = _iou(a, b), 0
+    while m.size and m.max() >= iou:
+        i, j = np.unravel_index(m.argmax(), m.shape)
+        tp += 1
+        m[i, :], m[:, j] = -1, -1
+    return tp
+
+
 def yolox_boxes(pred: np.ndarray, size: int = 416, score_thr: float = 0.1, nms_thr: float = 0.45) -> np.ndarray:
     """ddddocr's ``demo_postprocess`` + class-agnostic NMS: [K, 4] xyxy boxes in input pixels."""
     grids, strides = [], []
@@ -290,13 +302,7 @@ def box_f1(decode: Callable[[list[np.ndarray]], np.ndarray], iou: float = 0.5) -
         tp = n_ref = n_test = 0
         for feed in feeds:
             a, b = decode(ref(feed)), decode(test(feed))
-            n_ref, n_test = n_ref + len(a), n_test + len(b)
-            if len(a) and len(b):
-                m = _iou(a, b)
-                while m.size and m.max() >= iou:
-                    i, j = np.unravel_index(m.argmax(), m.shape)
-                    tp += 1
-                    m[i, :], m[:, j] = -1, -1
+            n_ref, n_test, tp = n_ref + len(a), n_test + len(b), tp + _matched(a, b, iou)
         return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
 
     return metric
@@ -421,13 +427,7 @@ def heatmap_roi_f1(iou: float = 0.5) -> Metric:
         for feed in feeds:
             content = _content(next(iter(feed.values())))
             a, b = img_focus_rois(ref(feed)[0], content), img_focus_rois(test(feed)[0], content)
-            n_ref, n_test = n_ref + len(a), n_test + len(b)
-            if len(a) and len(b):
-                m = _iou(a, b)
-                while m.size and m.max() >= iou:
-                    i, j = np.unravel_index(m.argmax(), m.shape)
-                    tp += 1
-                    m[i, :], m[:, j] = -1, -1
+            n_ref, n_test, tp = n_ref + len(a), n_test + len(b), tp + _matched(a, b, iou)
         return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
 
     return metric

@@ -66,7 +66,8 @@ class _Counting:
         return getattr(self.session, name)
 
 
-def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
+def _count_finish_runs(monkeypatch) -> list[_Counting]:
+    """Wrap ``finish``'s session so each quantize's runs are counted; the list fills per call."""
     seen: list[_Counting] = []
 
     def counting_finish(model, source):
@@ -75,6 +76,11 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
         return model, seen[-1]
 
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
+    return seen
+
+
+def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
+    seen = _count_finish_runs(monkeypatch)
     # 4 feeds: too few to hold any out (calibrate.MIN_SPLIT), so the held-out feeds are the 4 kept ones
     result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(4), eval_samples=4)
     assert result.floor is not None and result.floor.samples == 4
@@ -96,14 +102,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
 def test_held_out_feeds_of_their_own_are_run(monkeypatch):
     result = quantize(conv_chain(2), _cfg("A8W8", repair=False), _data(30), eval_samples=2)
     assert result.floor is not None and result.floor.samples == 8 and not result.floor.reused
-    seen: list[_Counting] = []
-
-    def counting_finish(model, source):
-        model, session = finish(model, source)
-        seen.append(_Counting(session))
-        return model, seen[-1]
-
-    monkeypatch.setattr(complete_mod, "finish", counting_finish)
+    seen = _count_finish_runs(monkeypatch)
     # 12 feeds: a third (4) held out of calibration and run on their own beside the 4 kept ones
     result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(12), eval_samples=4)
     assert result.floor.samples == 4 and not result.floor.reused and result.calibration_samples == 8
