@@ -50,6 +50,22 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, context: str = "") -> No
     np.testing.assert_array_equal(g, w, err_msg=f"{context}: bit patterns differ")
 
 
+def fragment_session(frag, dims, elem: int = onnx.TensorProto.FLOAT) -> ort.InferenceSession:
+    """A 1-thread CPU session on a quantizer fragment (``build_qdq``) alone: input ``x`` of
+    ``dims`` (ints, names or None) and element type ``elem``, output ``y``, its functions embedded."""
+    from onnx import helper
+
+    graph = helper.make_graph(frag.nodes, "fragment", [helper.make_tensor_value_info("x", elem, dims)],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
+                              functions=frag.functions)
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
 def run_static(fmt: str, x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
     """Run ``fmt``'s body specialised to ``x.shape`` (as the emitter builds it) in a model with that
     static input shape; returns the result and the function's name."""
@@ -59,14 +75,5 @@ def run_static(fmt: str, x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
 
     # As the emitter builds it: float32 inputs get the body without the Cast pair.
     frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=x.shape, dtype=x.dtype.name, **attrs)
-    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    graph = helper.make_graph(frag.nodes, "static", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                              [helper.make_tensor_value_info("y", elem, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                              functions=frag.functions)
-    model.ir_version = 10
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sess = fragment_session(frag, list(x.shape), helper.np_dtype_to_tensor_dtype(x.dtype))
     return sess.run(None, {"x": x})[0], frag.functions[0].name

@@ -270,12 +270,7 @@ def test_sized_bodies_on_any_batch_and_empty_tensors(preset, dims, axis, dtype):
     frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=dims, dtype=dtype, **a)
     assert frag.functions[0].name.endswith("s_f32" if dtype else "s"), frag.functions[0].name
     sym = [d if isinstance(d, int) and d > 0 else f"d{i}" for i, d in enumerate(dims)]
-    graph = helper.make_graph(frag.nodes, "sized", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, sym)],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                              functions=frag.functions)
-    model.ir_version = 10
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = _format_testing.fragment_session(frag, sym)
     rng = np.random.default_rng(len(dims) * 7 + axis)
     for free in ((1, 1, 1), (3, 2, 5), (0, 4, 4), (2, 0, 3), (2, 3, 0)):
         values = iter(free)
@@ -297,12 +292,7 @@ def test_ranked_bodies_bit_exact(preset, dims, axis, dtype):
     frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=dims, dtype=dtype, **a)
     assert "_r" in frag.functions[0].name, frag.functions[0].name
     sym = [d if isinstance(d, int) else f"d{i}" for i, d in enumerate(dims)]
-    graph = helper.make_graph(frag.nodes, "ranked", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, sym)],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                              functions=frag.functions)
-    model.ir_version = 10
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = _format_testing.fragment_session(frag, sym)
     rng = np.random.default_rng(len(dims) * 11 + axis)
     for length in (0, 1, 3, 8, 13, 40):
         shape = tuple(d if isinstance(d, int) else (length if d is None else 2) for d in dims)

@@ -180,12 +180,7 @@ def test_static_bodies_on_unknown_batch_and_empty_tensors() -> None:
         attrs = dict(element_dtype="int8", rounding_mode=2, axis=axis, block_size=bs)
         frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
         assert "_b" in frag.functions[0].name  # specialised
-        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
-                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                                  functions=frag.functions)
-        model.ir_version = 10
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = _format_testing.fragment_session(frag, shape)
         for batch in (0, 1, 3):
             n = batch * int(np.prod(shape[1:]))
             x = (sample_values(n, seed=batch) if n >= 100 else log_uniform(n, seed=batch)).reshape((batch, *shape[1:]))
@@ -330,12 +325,7 @@ def test_ranked_bodies_bit_exact(element_dtype: str, rounding_mode: int) -> None
         attrs = dict(element_dtype=element_dtype, rounding_mode=rounding_mode, axis=axis, block_size=8)
         frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
         assert "_r" in frag.functions[0].name
-        graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
-                                  [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("onnxptq", 1)],
-                                  functions=frag.functions)
-        model.ir_version = 10
-        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = _format_testing.fragment_session(frag, shape)
         rng = np.random.default_rng(len(shape))
         for length in (0, 1, 3, 8, 13, 40):
             # every unknown dim takes ``length`` ((None, None) at length 1 is a one-element tensor)
