@@ -160,7 +160,7 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
         for i in n.input:
             consumers.setdefault(i, []).append(n.op_type)
     shapes = _const_shapes(model)
-    found: dict[str, int | None] = {}
+    found: dict[str, Scores] = {}
     for out in model.graph.output:
         tensor, seen = out.name, 0
         while tensor and seen < 8:
