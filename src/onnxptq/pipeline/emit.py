@@ -399,16 +399,11 @@ def _on_grid(index: ScopeIndex, plan: Plan, shapes: dict[str, Any], elem_types: 
             constants[name] = tensor_values(initializers[name])
         return constants.get(name)
 
-    class _Lazy(dict):  # initializers read only when a rule asks (Slice axes)
-        def get(self, key: str, default: Any = None) -> Any:
-            value = constant(key)
-            return default if value is None else value
-
     def reads_quantized(node_name: str, tensor: str) -> bool:
         tplan = plan.tensors[tensor]
         return node_name in tplan.consumers if tplan.exclusive else True
 
-    found = on_grid_tensors(nodes, plan, shapes, elem_types, _Lazy(), reads_quantized)
+    found = on_grid_tensors(nodes, plan, shapes, elem_types, constant, reads_quantized)
     if found:
         log.debug("%d block-format quantizers left out (tensors already on the grid): %s", len(found), found)
     return found

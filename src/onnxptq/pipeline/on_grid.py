@@ -69,7 +69,7 @@ A tensor this module skips counts as quantized for the tensors after it (``Q(t) 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import onnx
@@ -126,8 +126,8 @@ def _post(shape: tuple, axis: int) -> int | None:
     return int(np.prod(dims, dtype=np.int64))
 
 
-def _int_list(name: str, constants: dict[str, np.ndarray]) -> list[int] | None:
-    value = constants.get(name)
+def _int_list(name: str, constant: Callable[[str], np.ndarray | None]) -> list[int] | None:
+    value = constant(name)
     return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
 
 
@@ -139,7 +139,7 @@ def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
 
 
 def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axis: int, t_shape: tuple,
-                constants: dict[str, np.ndarray]) -> bool:
+                constant: Callable[[str], np.ndarray | None]) -> bool:
     """Whether every block of ``node``'s output (planned axis ``t_axis``, shape ``t_shape``) is a
     block of its input ``x`` (axis ``x_axis``, shape ``x_shape``), or a zero block: the op rules
     of the module docstring. Shapes are tuples of ints and None (unknown dims)."""
@@ -158,8 +158,8 @@ def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axi
     if op == "Slice":
         if xr != tr or x_axis != t_axis or len(node.input) < 3:
             return False
-        starts = _int_list(node.input[1], constants)
-        axes = _int_list(node.input[3], constants) if len(node.input) > 3 and node.input[3] else (
+        starts = _int_list(node.input[1], constant)
+        axes = _int_list(node.input[3], constant) if len(node.input) > 3 and node.input[3] else (
             None if starts is None else list(range(len(starts))))
         return axes is not None and all(a % xr != x_axis for a in axes)
     if op == "Concat":  # along the planned axis: see concat_aligned
@@ -210,12 +210,12 @@ def _data_inputs(node: onnx.NodeProto) -> list[str]:
 
 
 def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[str, tuple],
-                    elem_types: dict[str, int], constants: dict[str, np.ndarray],
+                    elem_types: dict[str, int], constant: Callable[[str], np.ndarray | None],
                     reads_quantized: Any) -> dict[str, str]:
     """The planned activations whose quantizer is an exact no-op: ``{tensor: producing op}``.
 
     ``shapes``/``elem_types``: shape inference's static shapes (None for an unknown dim) and
-    element types; ``constants``: initializer and Constant values (Slice axes);
+    element types; ``constant``: a name's initializer or Constant value, None if it has none (Slice axes);
     ``reads_quantized(node_name, tensor)``: whether, in the emitted model, ``node`` reads
     ``tensor``'s (single, consumers') quantizer output rather than the float value.
     """
@@ -255,7 +255,7 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
                     ok = False
                     break
                 x_axis = _axis(xplan, len(x_shape))
-                if x_axis is None or not blocks_kept(node, x, x_axis, x_shape, t_axis, t_shape, constants):
+                if x_axis is None or not blocks_kept(node, x, x_axis, x_shape, t_axis, t_shape, constant):
                     ok = False
                     break
         if ok:
