@@ -433,6 +433,11 @@ class QuantConfig:
     #: constants stay float (pipeline/plan/fp_blocks.py). False quantizes every selected op's
     #: tensors, as integer-element blocks and the reference tool do.
     fp_block_dot_operands_only: bool = True
+    #: the same rule for the integer-element block formats (BFP16, MX9/MX6/MX4, MXINT8): only the
+    #: operands of dot products (and lookup tables) are quantized, vector ops read float values;
+    #: biases are still stored in the block format. False quantizes every selected op's tensors,
+    #: as the reference tool does (compat key ``BlockDotOperandsOnly``).
+    int_block_dot_operands_only: bool = True
     #: FP-element MX weights choose, per block, the OCP shared exponent or the one above it,
     #: whichever has the smaller squared error (MX ``scale_search=1``; pipeline/plan/fp_blocks.py):
     #: OCP's rule maps the block maximum into [256, 512) and E4M3 saturates at 448, clipping it by

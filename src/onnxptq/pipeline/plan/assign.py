@@ -30,7 +30,7 @@ from .rules import (
     _share_through_data_movement,
 )
 from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
-from .fp_blocks import fp_element_blocks, fp_element_operands
+from .fp_blocks import dot_operands_only, fp_element_blocks
 from .corners import orphan_int32_biases, scalar_block_tensors
 from .types import Plan, Role, TensorPlan
 
@@ -284,8 +284,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
-    if config.fp_block_dot_operands_only:
-        for name, reason in fp_element_operands(tensors, g).items():  # fp_blocks.py: dot-product operands only
+    if config.fp_block_dot_operands_only or config.int_block_dot_operands_only:
+        dots_only = dot_operands_only(tensors, g, fp=config.fp_block_dot_operands_only, integer=config.int_block_dot_operands_only)
+        for name, reason in dots_only.items():  # fp_blocks.py: dot-product operands only
             float_tensors[name] = reason
             producer_side.pop(name, None)
             consumer_side.pop(name, None)

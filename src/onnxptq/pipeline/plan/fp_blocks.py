@@ -56,7 +56,7 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DOT_PRODUCT_OPS", "fp_element_blocks", "fp_element_operands", "is_fp_block"]
+__all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block"]
 
 
 def is_fp_block(t: TensorPlan) -> bool:
@@ -71,32 +71,52 @@ DOT_PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "LSTM", 
 _STORED_READERS = DOT_PRODUCT_OPS | {"Gather"}
 
 
-def fp_element_operands(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
-    """Keep FP-element MX quantizers on dot-product operands only (see module docstring); returns
-    ``{tensor: reason}`` for ``Plan.float_tensors`` of those that stay float. Activations read by a
-    dot product and by other ops become ``exclusive`` to the dot products."""
+def is_int_block(t: TensorPlan) -> bool:
+    """Whether ``t`` is planned as a block format with an integer element (BFP16, MX9/MX6/MX4, MXINT8)."""
+    return t.quant.format == "bfp" or (t.quant.format == "mx" and not is_fp_block(t))
+
+
+_FAMILY = {"fp": "an FP-element MX format", "int": "an integer-element block format (BFP/MX)"}
+
+
+def dot_operands_only(tensors: dict[str, TensorPlan], g: _Graph, fp: bool = True, integer: bool = False) -> dict[str, str]:
+    """Keep the block quantizers of the chosen families (``fp``: MXFP8/6/4; ``integer``: BFP16,
+    MX9/MX6/MX4, MXINT8) on dot-product operands only (see module docstring); returns
+    ``{tensor: reason}`` for ``Plan.float_tensors`` of those that stay float. Activations read by
+    a dot product and by other ops become ``exclusive`` to the dot products. Biases are left to
+    the caller (an FP-element bias stays float, an integer-element one is stored like its weight)."""
     kinds = {n.name: n.op_type for n in g.nodes}
     why: dict[str, str] = {}
+    counts = {"fp": 0, "int": 0}
     for name, t in list(tensors.items()):
-        if not is_fp_block(t) or t.role == "bias":
+        family = "fp" if (fp and is_fp_block(t)) else "int" if (integer and is_int_block(t)) else None
+        if family is None or t.role == "bias":
             continue
         if t.role == "weight":
             if not any(kinds.get(c) in _STORED_READERS for c in t.consumers):
                 del tensors[name]
-                why[name] = ("constant of an elementwise op under an FP-element MX format: only dot-product operands "
+                counts[family] += 1
+                why[name] = (f"constant of an elementwise op under {_FAMILY[family]}: only dot-product operands "
                              "are encoded (OCP MX), so it stays float")
             continue
         dots = [c for c in t.consumers if kinds.get(c) in DOT_PRODUCT_OPS]
         if not dots:
             del tensors[name]
-            why[name] = ("no dot product reads it: an FP-element MX format encodes dot-product operands only (OCP MX); "
+            counts[family] += 1
+            why[name] = (f"no dot product reads it: {_FAMILY[family]} encodes dot-product operands only (OCP MX); "
                          "vector ops keep the float value")
         elif (len(dots) != len(t.consumers) or name in g.outputs
               or any(r.op_type not in DOT_PRODUCT_OPS for r in g.consumers.get(name, []))):
             t.consumers, t.exclusive = dots, True
-    if why:
-        log.info("plan: %d tensors stay float under an FP-element MX format (only dot-product operands are encoded)", len(why))
+    for family, n in counts.items():
+        if n:
+            log.info("plan: %d tensors stay float under %s (only dot-product operands are encoded)", n, _FAMILY[family])
     return why
+
+
+def fp_element_operands(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
+    """:func:`dot_operands_only` for the FP-element MX formats alone."""
+    return dot_operands_only(tensors, g, fp=True, integer=False)
 
 
 def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: bool = True) -> dict[str, str]:
