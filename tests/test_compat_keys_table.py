@@ -238,6 +238,8 @@ PROBES: dict[str, tuple] = {
     "BF16QDQToCast": (True, BF16),
     "BF16WithClip": (True, BF16),
     "RefineBlockAxis": (False, {**MX, "model": SEQUENCE_MODEL}),
+    # BFP16 on the probe model: its Concat/Slice/Mul/pool tensors are no dot product's operands.
+    "BlockDotOperandsOnly": (False, BFP),
     "MixedPrecisionTensor": ({ExtendedQuantType.QInt16: ["r1"]}, {"extra": {"SpecificTensorPrecision": True}}),
     "SpecificTensorPrecision": (True, {"extra": {"MixedPrecisionTensor": {ExtendedQuantType.QInt16: ["r1"]}}}),
     "AutoMixprecision": ({"TargetOpType": ["Gemm"], "TargetQuantType": ExtendedQuantType.QBFloat16}, {}),

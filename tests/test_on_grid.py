@@ -176,7 +176,9 @@ def _quantize_both(model, preset: str, feeds: list[dict]):
     original = build_module.emit
     build_module.emit = both
     try:
-        cfg = dataclasses.replace(get_preset(preset), repair=False)
+        # the every-op placement (the reference tool's), where quantizers sit between data-movement
+        # ops; the integer block presets' default encodes dot-product operands only
+        cfg = dataclasses.replace(get_preset(preset), repair=False, int_block_dot_operands_only=False)
         result = quantize(model, cfg, feeds, eval_samples=0)
     finally:
         build_module.emit = original

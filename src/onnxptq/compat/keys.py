@@ -201,6 +201,10 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("EnableVaimlBF16", "VAIML BF16 layout", False),
         _h("BF16WithClip", "clip BF16 activations to the finite BF16 range (TensorQuant.saturate)"),
         _h("RefineBlockAxis", "BFP/MX block axis follows the reduction axis (QuantConfig.refine_block_axis)"),
+        _h("BlockDotOperandsOnly", "onnxptq's own key, not the reference tool's: False quantizes every selected op's "
+                                   "tensors under BFP/MX formats, as the reference tool does (QuantConfig."
+                                   "int_block_dot_operands_only and fp_block_dot_operands_only; default True: "
+                                   "dot-product operands only)"),
         # §2.10 mixed precision
         _h("MixedPrecisionTensor", "{type: [tensor names]} (QuantConfig.tensor_overrides)"),
         _h("SpecificTensorPrecision", "spelling of the field specific_tensor_precision"),

@@ -498,6 +498,9 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         kwargs.update(fold_weights=not runtime_q, store_int_weights=not runtime_q)
     if "PackWeights" in extra:
         kwargs["pack_weights"] = _bool(extra, "PackWeights", True)
+    if "BlockDotOperandsOnly" in extra:
+        dots_only = _bool(extra, "BlockDotOperandsOnly", True)
+        kwargs.update(int_block_dot_operands_only=dots_only, fp_block_dot_operands_only=dots_only)
 
     # BF16QDQToCast only means something when BF16 is used; otherwise the schema default stands, so
     # configs that never touch BF16 compare equal regardless of the key.
