@@ -65,11 +65,13 @@ def test_matmul_and_gemm_operands_block_along_the_contracted_axis(preset):
     assert _axis(plan, "W") == 0, "MatMul weight [K, N]: K"
     assert _axis(plan, "flat") in (-1, 1), "Gemm A [M, K]: K"
     assert _axis(plan, "G") == 1, "Gemm B with transB [N, K]: K"
-    if preset == "MXFP8_E4M3":  # FP elements encode dot-product operands only (pipeline/plan/fp_blocks.py)
-        assert "x" not in plan.tensors and "x" in plan.float_tensors
-        assert plan.tensors["ln"].exclusive and plan.tensors["ln"].consumers == ["mm"], "the residual Add reads float"
-    else:
-        assert _axis(plan, "x") in (-1, 2), "LayerNorm input: its normalized axis"
+    # block formats encode dot-product operands only (pipeline/plan/fp_blocks.py)
+    assert "x" not in plan.tensors and "x" in plan.float_tensors
+    assert plan.tensors["ln"].exclusive and plan.tensors["ln"].consumers == ["mm"], "the residual Add reads float"
+    if preset != "MXFP8_E4M3":  # the every-op placement (the reference tool's) quantizes the LayerNorm input too
+        every = make_plan(_encoder_block(), resolve_config(preset).replace(int_block_dot_operands_only=False))
+        assert _axis(every, "x") in (-1, 2), "LayerNorm input: its normalized axis"
+        assert _axis(every, "ln") in (-1, 2) and not every.tensors["ln"].exclusive
 
 
 @pytest.mark.parametrize("preset", ["BFP16", "MXINT8"])
@@ -81,7 +83,7 @@ def test_conv_keeps_channels(preset):
 
 def test_refine_block_axis_off_uses_the_users_axis_everywhere():
     cfg = resolve_config("MXINT8")
-    cfg = dataclasses.replace(cfg, refine_block_axis=False)
+    cfg = dataclasses.replace(cfg, refine_block_axis=False, int_block_dot_operands_only=False)
     plan = make_plan(_encoder_block(), cfg)
     assert _axis(plan, "ln") == 1 and _axis(plan, "x") == 1
 
@@ -108,9 +110,9 @@ def test_emitted_matmul_quantizes_its_activation_along_the_hidden_axis():
     wq = fake_quantize(w, element_dtype="int8", axis=0, block_size=32, rounding_mode=2)
     def mx(a, axis):
         return fake_quantize(a, element_dtype="int8", axis=axis, block_size=32, rounding_mode=2)
-    # the MatMul's output is MX quantized too, along its own last axis
-    hidden = mx(mx(x, -1) @ wq, -1)
-    seq = mx(mx(x, 1) @ wq, -1)
+    # the MatMul's output (the graph's, read by no dot product) stays float
+    hidden = mx(x, -1) @ wq
+    seq = mx(x, 1) @ wq
     np.testing.assert_allclose(got, hidden, rtol=1e-4, atol=1e-4)
     assert not np.allclose(got, seq, rtol=1e-4, atol=1e-4)
 
@@ -134,11 +136,12 @@ def _seq_batch_channels() -> onnx.ModelProto:
 def test_elementwise_reader_never_blocks_along_a_unit_axis(preset):
     """The user's axis 1 has length 1 here: blocks of one element would give every element its own
     exponent (not the format asked for). A reader that does not reduce blocks along C instead;
-    with ``refine_block_axis=False`` the user's axis stays."""
-    plan = make_plan(_seq_batch_channels(), resolve_config(preset))
+    with ``refine_block_axis=False`` the user's axis stays. No dot product here: the every-op
+    placement (``int_block_dot_operands_only=False``) quantizes these elementwise readers."""
+    plan = make_plan(_seq_batch_channels(), resolve_config(preset).replace(int_block_dot_operands_only=False))
     planned = {name: t.axis for name, t in plan.tensors.items() if t.axis is not None and t.role == "activation"}
     assert planned and all(a in (-1, 2) for a in planned.values()), planned
-    cfg = dataclasses.replace(resolve_config(preset), refine_block_axis=False)
+    cfg = dataclasses.replace(resolve_config(preset), refine_block_axis=False, int_block_dot_operands_only=False)
     kept = {name: t.axis for name, t in make_plan(_seq_batch_channels(), cfg).tensors.items()
             if t.axis is not None and t.role == "activation"}
     assert kept and all(a == 1 for a in kept.values()), kept

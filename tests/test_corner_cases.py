@@ -142,9 +142,11 @@ def _audio_feeds(n: int, seed: int):
 @pytest.mark.parametrize("preset", ["BFP16", "MX9", "MXINT8", "MXFP8_E4M3"])
 def test_rank0_tensor_under_a_block_format_stays_float_with_the_reason(preset):
     model = make_melspec()
-    # MXFP8 would encode only dot-product operands (pipeline/plan/fp_blocks.py), which here all read
-    # the log's linear domain (kept float): quantize the vector ops too, to reach the rank-0 tensors.
-    config = _config(preset, extra_op_types=("ReduceMax", "Cast", "Log", "Pow"), fp_block_dot_operands_only=False)
+    # Block formats encode only dot-product operands (pipeline/plan/fp_blocks.py), which here all
+    # read the log's linear domain (kept float): quantize the vector ops too (the every-op
+    # placement), to reach the rank-0 tensors.
+    config = _config(preset, extra_op_types=("ReduceMax", "Cast", "Log", "Pow"), fp_block_dot_operands_only=False,
+                     int_block_dot_operands_only=False)
     result = quantize(model, config, _audio_feeds(4, 1), eval_samples=0)
     plan = result.plan
     for name in ("peak", "low"):  # rank 0: ReduceMax(keepdims=0), then Sub
