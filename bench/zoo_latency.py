@@ -9,8 +9,14 @@ one intra-op thread, the median over ``--runs`` rounds of the per-round sum over
 Each row also counts the session's executed nodes, the number that a tiny model's time follows
 (onnxruntime spends ~1 µs per executed node on this machine).
 
+A preset written ``NAME:every`` is quantized with the every-op placement of the block formats
+(``int_block_dot_operands_only=False``, what main did before branch blockdot), so both placements
+are timed side by side in one process. Each row also gives the quantize CPU seconds
+(``time.process_time`` around ``onnxptq.quantize``; "-" for a reused file).
+
     PYTHONPATH=src:. python bench/zoo_latency.py --models oww_hey_jarvis,romanizer_encoder \
         --presets BF16,BFP16,MX9,MXINT8 [--runs 30] [--feeds 4] [--out DIR [--reuse]]
+    PYTHONPATH=src:. python bench/zoo_latency.py --models lac --presets BF16,MX9:every,MX9
 """
 
 from __future__ import annotations
@@ -68,20 +74,28 @@ def main() -> None:
     by_name = {m.name: m for m in zoo.ZOO}
     print(f"onnxruntime {ort.__version__}, one intra-op thread, median over {args.runs} rounds of the CPU time "
           f"of {args.feeds} held-out feeds; load average at start {os.getloadavg()[0]:.2f}\n")
-    print("| model | variant | executed nodes | cpu ms (per feed) | × float (cpu) |")
-    print("|---|---|---:|---:|---:|")
+    print("| model | variant | executed nodes | cpu ms (per feed) | × float (cpu) | quantize CPU s |")
+    print("|---|---|---:|---:|---:|---:|")
     for name in args.models.split(","):
         import onnxptq
 
         model = by_name[name]
         files = {"float": str(model.path())}
+        quantize_s: dict[str, float] = {}
         calib = None
         for preset in args.presets.split(","):
-            file = os.path.join(out, f"{name}.{preset}.onnx")
+            file = os.path.join(out, f"{name}.{preset.replace(':', '.')}.onnx")
             try:
                 if not (args.reuse and os.path.exists(file)):
                     calib = calib if calib is not None else model.samples("calibration")
-                    onnxptq.quantize(str(model.path()), preset, data=list(calib), output=file)
+                    config = preset
+                    if preset.endswith(":every"):
+                        from onnxptq.config.presets import resolve_config
+
+                        config = resolve_config(preset.split(":")[0]).replace(int_block_dot_operands_only=False)
+                    c0 = time.process_time()
+                    onnxptq.quantize(str(model.path()), config, data=list(calib), output=file)
+                    quantize_s[preset] = time.process_time() - c0
                 _session(file)
             except Exception as exc:  # reported, the other presets still run
                 print(f"| {name} | {preset} | failed: {str(exc).splitlines()[0][:160]} | | |", flush=True)
@@ -107,7 +121,8 @@ def main() -> None:
         base = statistics.median(cpu["float"])
         for k, f in files.items():
             c = statistics.median(cpu[k])
-            print(f"| {name} | {k} | {_executed_nodes(f, feeds[0])} | {c:.3f} | {c / base:.2f} |", flush=True)
+            q = f"{quantize_s[k]:.1f}" if k in quantize_s else "-"
+            print(f"| {name} | {k} | {_executed_nodes(f, feeds[0])} | {c:.3f} | {c / base:.2f} | {q} |", flush=True)
         del sessions
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
 

@@ -20,6 +20,9 @@ def _mixed(base: str, target: str, **changes):
     cfg, low = get_preset(base), get_preset(target)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     changes.setdefault("runtime", "npu")
+    # the reference tool's every-op placement, where the BFP16 Conv's output meets BF16 readers
+    # (the BFP16 default encodes dot-product operands only: pipeline/plan/fp_blocks.py)
+    changes.setdefault("int_block_dot_operands_only", False)
     return cfg.replace(op_type_overrides={"Conv": (low.activation, low.weight)}, **changes)
 
 

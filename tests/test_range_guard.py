@@ -72,8 +72,11 @@ def model() -> onnx.ModelProto:
 @pytest.mark.parametrize("preset", sorted(BOUND))
 def test_guard_keeps_every_channel_of_a_mixed_range_concat(model, preset):
     # The decode tail is quantized on purpose here: the guard, not the tail rule, must save it.
-    off = get_preset(preset).replace(quantize_postprocessing=True, range_guard=False)
-    on = get_preset(preset).replace(quantize_postprocessing=True)  # the guard is on by default
+    # Block formats: the every-op placement, where the Concat's output is quantized (by default
+    # they encode dot-product operands only, and no dot product reads it).
+    every = dict(quantize_postprocessing=True, int_block_dot_operands_only=False)
+    off = get_preset(preset).replace(range_guard=False, **every)
+    on = get_preset(preset).replace(**every)  # the guard is on by default
     flushed = _channel_errors(model, quantize(model, off, data=_data(0, 8)).model)
     result = quantize(model, on, data=_data(0, 8))
     kept = _channel_errors(model, result.model)

@@ -1,4 +1,4 @@
-"""MX formats with floating-point elements (MXFP8/6/4): what the OCP scale rule needs from the plan.
+"""Block formats on dot-product operands; MX formats with floating-point elements (MXFP8/6/4): what the OCP scale rule needs from the plan.
 
 Why these differ from integer-element blocks (MXINT8, BFP, MX9): an FP element's relative
 precision is the same at every magnitude, so a block buys range, not precision, and the OCP
@@ -42,9 +42,16 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   output cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX
   hardware applies when it encodes them at run time.
 
-Integer-element blocks are left as they were: their element has a fixed point relative to the
-block's scale, so a block of one gives each element 7 bits of its own (and the reference tool's
-presets round biases like weights).
+Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
+(``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
+"Integer block formats on dot-product operands"): an integer element has a fixed point relative
+to its block's largest value, so a quantizer on a vector op (a residual stream, a softmax input,
+a GELU input) flushes the small values of every block holding a large one, again at each block of
+the network, and each runtime quantizer costs a block function's dozen ops. Their other rules stay:
+the element has a fixed point relative to the block's scale, so a block of one gives each element
+7 bits of its own (weights keep their block axis), and biases are stored in the block format, as
+the reference tool's presets round them (folded at quantize time, so it costs nothing at run
+time). ``int_block_dot_operands_only=False`` restores the reference tool's every-op placement.
 """
 
 from __future__ import annotations
