@@ -127,8 +127,11 @@ def test_integer_activations_on_a_transformer_quantize_only_matmul_inputs():
     assert set(acts) == {"ln0", "q", "kt", "probs", "v", "ctx"}
     assert acts["ln0"].exclusive and sorted(acts["ln0"].consumers) == ["k_proj", "q_proj", "v_proj"]
     assert {"o0", "o", "q0", "scores"} <= set(plan.float_tensors)
-    # Float formats keep the placement of every op.
-    assert "o" in make_plan(prepared, resolve_config("MXINT8")).tensors
+    # Block formats encode the dot products' operands, the same activations (pipeline/plan/fp_blocks.py);
+    # their every-op placement (the reference tool's) quantizes the vector ops' tensors too.
+    mx = make_plan(prepared, resolve_config("MXINT8"))
+    assert {n for n, t in mx.tensors.items() if t.role == "activation"} == set(acts) and "o" not in mx.tensors
+    assert "o" in make_plan(prepared, resolve_config("MXINT8").replace(int_block_dot_operands_only=False)).tensors
 
 
 def test_the_residual_reads_the_float_layernorm_output():
