@@ -277,6 +277,8 @@ def _dual_quant_nodes(tensors: dict[str, TensorPlan], producer_side: dict[str, t
         if tplan is None or tplan.role != "activation" or name in g.outputs:
             continue
         readers = consumer_side.get(name, {})
+        if tplan.exclusive:  # the other readers take the float value (e.g. vector ops under a block format)
+            readers = {n: qa for n, qa in readers.items() if n in tplan.consumers}
         boundary = [(q, ax) for q, ax in readers.values() if (q, ax) != (pquant, paxis)]
         if not boundary:
             continue
