@@ -168,6 +168,20 @@ def _config(preset: str):
     return config
 
 
+#: block formats encode dot-product operands only (pipeline/plan/fp_blocks.py)
+BLOCK_PRESETS = ("BFP16", "MX9", "MXINT8")
+
+
+def _dot_inputs_quantized(model: onnx.ModelProto) -> int:
+    """Conv/MatMul nodes in any scope whose activation input is a quantizer's output (Q/DQ, our
+    functions, a Cast back from bfloat16)."""
+    index = ScopeIndex(model)
+    quantized = {o for scope in index.scopes for n in scope.graph.node
+                 if n.op_type in ("DequantizeLinear", "Cast") or n.domain == "onnxptq" for o in n.output}
+    return sum(1 for scope in index.scopes for n in scope.graph.node
+               if n.op_type in ("Conv", "MatMul") and n.input[0] in quantized)
+
+
 def quantizers_in_bodies(model: onnx.ModelProto) -> int:
     """Quantizer nodes inside If/Loop/Scan bodies: Q/DQ, our functions, Casts to bfloat16."""
     index = ScopeIndex(model)
@@ -196,7 +210,11 @@ def test_if_bodies_quantized_within_format_error(preset):
     model = make_if_model()
     result = quantize(model, _config(preset), _if_feeds(8, 1, (True, False)))
     onnx.checker.check_model(result.model)
-    assert quantizers_in_bodies(result.model) >= 3, "the Conv/MatMul inputs inside both branches must be quantized"
+    if preset in BLOCK_PRESETS:  # dot-product operands only: x (quantized once, outside) and t_r1
+        assert quantizers_in_bodies(result.model) >= 1
+    else:
+        assert quantizers_in_bodies(result.model) >= 3, "the Conv/MatMul inputs inside both branches must be quantized"
+    assert _dot_inputs_quantized(result.model) == 3, "then_conv1, then_conv2 and else_matmul read quantized values"
     for cond in (True, False):
         feeds = _if_feeds(6, 2, (cond,))
         (ref,), (got,) = _outputs(model, feeds), _outputs(result.model, feeds)
@@ -263,10 +281,18 @@ def test_branch_never_taken_is_left_float_with_a_warning(caplog):
     feeds = _if_feeds(4, 2, (False,))
     (ref,), (got,) = _outputs(model, feeds), _outputs(result.model, feeds)
     assert _cosine(ref, got) >= 0.999
-    # Data-free formats need no statistics: the same untaken branch is quantized under BFP16.
+    # Data-free formats need no statistics: the same untaken branch is quantized under BFP16 (its
+    # MatMul's weight; its activation x is quantized once outside, and the Relu after it is no
+    # dot-product operand).
     bfp = quantize(model, _config("BFP16"), _if_feeds(6, 1, (True,)))
-    else_bfp = next(s for s in ScopeIndex(bfp.model).scopes if s.attribute == "else_branch")
-    assert any(n.domain == "onnxptq" for n in else_bfp.graph.node)
+    scopes = ScopeIndex(bfp.model).scopes
+    else_bfp = next(s for s in scopes if s.attribute == "else_branch")
+    matmul = next(n for n in else_bfp.graph.node if n.op_type == "MatMul")
+    stored = next(t for s in scopes for t in s.graph.initializer if t.name == matmul.input[1])
+    original = numpy_helper.to_array(weight)
+    assert not np.array_equal(numpy_helper.to_array(stored), original)
+    np.testing.assert_allclose(numpy_helper.to_array(stored), original, rtol=0, atol=np.abs(original).max() / 64)
+    assert _dot_inputs_quantized(bfp.model) == 3
 
 
 def test_body_statistics_match_a_direct_run():
