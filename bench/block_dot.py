@@ -127,13 +127,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--det-pages", type=int, default=12)
     parser.add_argument("--json", default="")
+    parser.add_argument("--out", default="", help="keep the quantized models here (default: a temp dir)")
+    parser.add_argument("--reuse", action="store_true", help="reuse models already in --out (no quantize time)")
     ARGS = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     print(f"onnxruntime {ort.__version__}; load average at start {os.getloadavg()[0]:.2f}\n", flush=True)
     print("| model | preset | placement | metric | value | float | quantize CPU s | × BF16 | size × | latency × |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="blockdot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="blockdot-") as scratch:
+        tmp = ARGS.out or scratch
+        os.makedirs(tmp, exist_ok=True)
         for name in ARGS.models.split(","):
             path, calib, feed, metric, metric_name, float_value = _task(name)
             float_size = _file_size(path)
@@ -145,7 +149,8 @@ def main() -> None:
                     out = os.path.join(tmp, f"{name}.{preset}.{dots}.onnx")
                     row = {"model": name, "preset": preset, "placement": placement, "metric": metric_name, "float": float_value}
                     try:
-                        row["quantize_cpu_s"] = _quantize(path, preset, calib, out, int_block_dot_operands_only=dots)
+                        reused = ARGS.reuse and os.path.exists(out)
+                        row["quantize_cpu_s"] = None if reused else _quantize(path, preset, calib, out, int_block_dot_operands_only=dots)
                         row["value"] = float(metric(ort_session(out)))
                         row["size_ratio"] = _file_size(out) / float_size
                         files[f"{preset}/{placement}"] = out
@@ -160,9 +165,10 @@ def main() -> None:
                 if "error" in row:
                     print(f"| {name} | {row['preset']} | {row['placement']} | {metric_name} | {row['error']} | | | | | |", flush=True)
                     continue
+                q = row["quantize_cpu_s"]
+                q_text = "- (reused) | -" if q is None else f"{q:.1f} | {q / bf16:.2f}"
                 print(f"| {name} | {row['preset']} | {row['placement']} | {metric_name} | {row['value']:.4f} | {float_value:.4f} | "
-                      f"{row['quantize_cpu_s']:.1f} | {row['quantize_cpu_s'] / bf16:.2f} | {row['size_ratio']:.2f} | "
-                      f"{row['latency_ratio']:.2f} |", flush=True)
+                      f"{q_text} | {row['size_ratio']:.2f} | {row['latency_ratio']:.2f} |", flush=True)
             if ARGS.json:
                 with open(ARGS.json, "w") as f:
                     json.dump(rows, f, indent=1)
