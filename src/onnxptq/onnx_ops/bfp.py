@@ -228,20 +228,47 @@ def _prime_apply(g: Body, x: str, s: str, a: dict[str, Any]) -> str:
 
 def _prime_exact(g: Body, x5: str, a: dict[str, Any], finite: bool = False) -> str:
     """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
-    Inf/NaN becomes NaN (``finite``: the caller knows there is none)."""
-    ax = g.op("Abs", x5)
-    normal = g.op("GreaterOrEqual", ax, g.const(2.0**-126))
-    flushed = g.op("Where", normal, x5, g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot
-    if finite:
-        az = g.op("Abs", flushed)
-    else:
-        bad_el = _nonfinite(g, x5)
-        bad = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", bad_el, to=_F), [1, 2]), g.const(0.0))
-        az = g.op("Where", bad_el, g.const(0.0), g.op("Abs", flushed))
+    Inf/NaN becomes NaN (``finite``: the caller knows there is none).
+
+    Written for few nodes: it is the masked branch of every to_bfp_prime call, never taken on
+    real activations, yet onnxruntime spends ~0.1 ms per node of it creating each session (it
+    was the larger half of an MX9 body). A block holding Inf/NaN is found through its maxima:
+    NaN is mapped to +Inf before the (exact) ``ReduceMax``, so such a block's maximum is +Inf,
+    its scales are NaN, and the final multiplication spreads NaN over the block — no
+    per-element mask, count or full-tensor ``Where`` for it. The scales of the other blocks
+    are the reference's: the sub-block shift by compares where it cannot underflow (see
+    :func:`_prime_exact_chain`), otherwise by the sub-block exponents.
+    """
+    flushed = g.op("Where", g.op("GreaterOrEqual", g.op("Abs", x5), g.const(2.0**-126)), x5,
+                   g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot; NaN stays NaN, ±Inf stays
+    az = g.op("Abs", flushed)
+    if not finite:  # NaN -> +Inf: ReduceMax drops NaN unreliably, an infinity it does not
+        az = g.op("Where", g.op("IsNaN", flushed), g.const(np.inf), az)
     sbmax = g.reduce("ReduceMax", az, [2])
     bmax = g.reduce("ReduceMax", sbmax, [1])
-    yq = _prime_quant(g, flushed, sbmax, bmax, a, 2.0**-127, chain=False)
-    return yq if finite else g.op("Where", bad, g.const(np.nan), yq)
+    chain = _prime_exact_chain(a)
+    s = _prime_scale(g, sbmax, bmax, a, 2.0**-127, chain=chain)
+    if not finite and not chain:
+        # By compares, a block's scales are products of its power of two, NaN for a maximum of
+        # +Inf (pow2_floor: Inf - (Inf - Inf)). By sub-block exponents they are Max(Pj, Ps·2^-D),
+        # and Max need not propagate NaN: the block's scales are set to NaN explicitly.
+        s = g.op("Where", g.op("IsInf", bmax), g.const(np.nan), s)
+    return _prime_apply(g, flushed, s, a)
+
+
+def _prime_exact_chain(a: dict[str, Any]) -> bool:
+    """Whether the masked formulas may find the sub-block shift by compares (as the plain ones
+    do, :func:`_prime_chain`): they give the reference's scale for every sub-block holding a
+    normal value (the only values left after the flush, besides zeros) — with ``Ps`` the block's
+    power of two and ``Pj = Ps·2^-j`` the sub-block's, the count of ``sbmax >= Ps·2^-i`` over
+    ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so ``Ps·2^(-D+1-m)`` doubled that many
+    times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — and a sub-block of zeros gives zeros under any
+    positive scale. With the lower clamp of 2^-127 (not the plain path's threshold) the smallest
+    such scale is ``2^(-127-D+1-m)``, which must stay a non-zero float32 (2^-148 or more, exact);
+    otherwise the sub-block exponents are taken, as the reference does."""
+    m = a["bit_width"] - 9
+    dmax = (1 << a["sub_block_shift_bits"]) - 1
+    return _prime_chain(a) and -127 - dmax + 1 - m >= -148
 
 
 # --------------------------------------------------------------------------------- fast paths
