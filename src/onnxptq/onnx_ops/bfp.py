@@ -375,6 +375,8 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         return _prime_static(g, xf, a, n, rank, total)
     xr, post, restore, a = _view(g, xf, a, view)
     quant, exact = g.branch(), g.branch()
+    if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
+        return restore(_bfp_split(g, xr, a, total))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
         zero = g.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
@@ -396,6 +398,50 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
         yr = restore5(y5)
     return restore(yr)
+
+
+def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str) -> str:
+    """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), the plain/masked choice
+    made by two small ``If`` nodes on the finiteness of ``total`` around one set of scale and
+    rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
+
+    Creating a session costs onnxruntime ~0.1 ms per inlined node for every call of every
+    quantizer, and the masked formulas (Inf/NaN: never taken on real activations) were more than
+    half of each body's nodes. They differ from the plain ones in two places only, so only those
+    are branched: the block maxima (plain: of x and -x, with a runtime +0 from the sum; masked:
+    of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
+    put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
+    its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
+    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits."""
+    finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
+    plain, masked = g.branch(), g.branch()
+    # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
+    amax_plain = plain.op("Max", plain.reduce("ReduceMax", xr, [1]),
+                          plain.op("Neg", plain.reduce("ReduceMin", xr, [1])), plain.const(2.0**-127))
+    zero_plain = plain.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
+    special = _nonfinite(masked, xr)
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.const(0.0), xr)), [1]),
+                            masked.const(2.0**-127))
+    zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
+    amax, zero = g.fresh("amax"), g.fresh("zero")
+    f = TensorProto.FLOAT
+    g.nodes.append(helper.make_node(
+        "If", [finite], [amax, zero],
+        then_branch=helper.make_graph(plain.nodes, g.fresh("plain_max"), [],
+                                      [helper.make_tensor_value_info(amax_plain, f, None), helper.make_tensor_value_info(zero_plain, f, None)]),
+        else_branch=helper.make_graph(masked.nodes, g.fresh("masked_max"), [],
+                                      [helper.make_tensor_value_info(amax_masked, f, None), helper.make_tensor_value_info(zero_masked, f, None)])))
+    m = a["bit_width"] - 9
+    s = _pow2_floor(g, amax, 2.0 ** (1 - m))
+    qmax = float(2**m - 1)
+    q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero)
+    plain, masked = g.branch(), g.branch()
+    y_plain = plain.op("Mul", q, s)
+    # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
+    # from its then slot into +0.
+    y_masked = masked.op("Where", _nonfinite(masked, xr), xr, masked.op("Mul", q, s))
+    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
+                else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
 def _prime_threshold(a: dict[str, Any]) -> float:
