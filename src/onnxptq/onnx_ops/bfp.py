@@ -30,9 +30,16 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   Inf/NaN put back; ``to_bfp_prime``: Inf/NaN turn the block into NaN). ``to_bfp_prime`` also
   takes the masked formulas (they flush subnormals) when a block's exponent is so small that a
   subnormal input, which the reference flushes to zero, could round to a non-zero code. The
-  choice is one ``If`` after the block maxima; the plain branch has no per-row machinery (the
-  earlier Compress/ScatterND stand-in cost a full copy per call). For ``to_bfp`` the block
-  maxima of |x| come from ReduceMax and ReduceMin of x (two reads; Abs would write a tensor).
+  plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
+  per call). For ``to_bfp`` the block maxima of |x| come from ReduceMax and ReduceMin of x (two
+  reads; Abs would write a tensor).
+* **Masked formulas in few nodes.** They are never taken on real activations, but every node of
+  them costs onnxruntime session-creation time (~0.1 ms, an ``If`` ~0.2 ms) in every call, and
+  that creation was most of a block format's quantize time. ``to_bfp`` branches only what
+  differs, with two small ``If`` nodes around one set of scale and rounding nodes (the block
+  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`); ``to_bfp_prime``
+  keeps one ``If`` (its plain and masked scales differ in clamp and flush) and finds a block
+  holding Inf/NaN through its maxima rather than per-element masks (:func:`_prime_exact`).
 * **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of

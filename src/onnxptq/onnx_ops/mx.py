@@ -18,11 +18,14 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   exact by construction: ``2**floor(log2(amax))`` by a float64 Veltkamp split to one bit (no
   ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
   table lookup, which measured 0.2 ms per use on 25k block maxima);
-- one branch on the data, taken once per call: a ``ReduceSum`` over the tensor (it propagates
-  Inf and NaN) picks in an ``If`` the plain formulas or, when the sum is not finite, the masked
-  ones (Inf/NaN out of the block maxima and passed through). A call costs onnxruntime ~1 µs per
-  executed node, so the formulas a call does not need are not run (the earlier always-run
-  Compress/ScatterND path for the rows holding Inf/NaN executed ~45 nodes on zero rows);
+- one choice on the data per call: a ``ReduceSum`` over the tensor (it propagates Inf and NaN)
+  picks the plain formulas or, when the sum is not finite, the masked ones (Inf/NaN out of the
+  block maxima and passed through). A call costs onnxruntime ~1 µs per executed node, so the
+  formulas a call does not need are not run (the earlier always-run Compress/ScatterND path for
+  the rows holding Inf/NaN executed ~45 nodes on zero rows); and every node costs session
+  creation ~0.1 ms (an ``If`` ~0.2 ms) in every call, so only what differs is branched: two
+  small ``If`` nodes (block maxima; last node) around one set of scale and rounding nodes
+  (:func:`_fake_quantize_split`; with scale search, one ``If`` over two whole copies);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
