@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .class_scores import Positions, judge_positions
+from .fields import FieldCosines, field_axis
 from .log_outputs import to_linear
 from .metrics import cosine_similarity, dot
 
@@ -115,10 +116,15 @@ class OutputCheck:
     log_domain: bool = False
     #: per-position class scores judged on their decision positions (analysis/class_scores.py); None: not such an output
     positions: Positions | None = None
+    #: an output judged field by field (analysis/fields.py): (axis, field, cosine) of its worst field
+    worst_field: tuple[int, int, float] | None = None
 
     def describe(self) -> str:
         linear = " of its linear values (log-domain output)" if self.log_domain else ""
         text = f"{self.name}: cosine{linear} {self.cosine:.4f} (min {self.cosine_min:.4f})"
+        if self.worst_field is not None:
+            axis, index, cos = self.worst_field
+            text += f", worst field {index} of axis {axis}: cosine {cos:.4f}"
         if self.positions is not None:
             text += ", " + self.positions.describe() + (" (too few positions to judge)" if self.top1_unjudged else "")
         elif self.top1 is not None:
@@ -216,6 +222,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
+        fields: FieldCosines | None = None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -227,6 +234,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
+            if not classy and np.isfinite(g).all():
+                if fields is None and (axis := field_axis(r.shape)) is not None:
+                    fields = FieldCosines(axis, r.shape[axis])
+                if fields is not None:
+                    fields.add(r, g)
             if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
                 if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
@@ -243,6 +255,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        worst = fields.worst() if fields is not None else None
+        if worst is not None:
+            check.worst_field = (fields.axis, worst[0], worst[1])
+            if worst[1] < floor.cosine:
+                check.ok = False
         positions = judge_positions(seq_ref, seq_got) if seq_ref else None
         if positions is not None:
             check.positions = positions
