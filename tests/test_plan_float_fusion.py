@@ -170,3 +170,52 @@ def test_onnxruntime_fuses_the_activations_of_the_bf16_model(tmp_path):
     got = ort.InferenceSession(onnxptq.quantize(model, "BF16", None).model.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.abs(got - ref).max() < 0.05 and not np.array_equal(got, ref)
+
+
+def silu_block() -> onnx.ModelProto:
+    """A YOLO-style Conv → SiLU → Conv → SiLU, a residual Add → SiLU, and the must-nots: a Sigmoid
+    read by a second node, and a Mul of a tensor with another tensor's Sigmoid."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c0"], ["g0"]),
+        helper.make_node("Mul", ["c0", "g0"], ["s0"]),
+        helper.make_node("Conv", ["s0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["g1"]),
+        helper.make_node("Mul", ["g1", "c1"], ["s1"]),
+        helper.make_node("Add", ["s1", "s0"], ["r"]),  # residual: its output is no epilogue
+        helper.make_node("Sigmoid", ["r"], ["gr"]),
+        helper.make_node("Mul", ["r", "gr"], ["sr"]),
+        # must not: the Sigmoid is read twice
+        helper.make_node("Conv", ["sr", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c2"], ["g2"]),
+        helper.make_node("Mul", ["c2", "g2"], ["s2"]),
+        helper.make_node("Add", ["s2", "g2"], ["a2"]),
+        # must not: c3 · Sigmoid(c0's SiLU) is no SiLU
+        helper.make_node("Conv", ["a2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["s0"], ["g3"]),
+        helper.make_node("Mul", ["c3", "g3"], ["s3"]),
+        helper.make_node("Conv", ["s3", "w4"], ["y"]),
+    ]
+    inits = [_w(f"w{i}", 8, 8 if i else 3, 3, 3) for i in range(4)] + [_w(f"b{i}", 8) for i in range(4)] + [_w("w4", 2, 8, 1, 1)]
+    return _model(nodes, inits, [1, 3, 16, 16], {"y": [1, 2, 16, 16]})
+
+
+def test_silu_rounds_once_after_the_sigmoid_mul():
+    plan, _ = _plan(silu_block(), "BF16")
+    for name in ("c0", "c1"):  # behind a Conv: the SiLU is its epilogue
+        assert name not in plan.tensors and "QuickGelu" in plan.float_tensors[name], name
+    assert not {"g0", "g1", "gr"} & set(plan.tensors)  # inside the SiLU (structure.py's rule already)
+    for name in ("s0", "s1", "r", "sr"):  # the SiLU outputs, and the residual Add's own output
+        assert plan.tensors[name].quant.format == "bf16", name
+    for name in ("c2", "c3", "g3"):  # must-nots
+        assert plan.tensors[name].quant.format == "bf16", name
+    plan, _ = _plan(silu_block(), "A8W8")
+    assert not any("QuickGelu" in why for why in plan.float_tensors.values())
+
+
+def test_onnxruntime_runs_conv_silu_conv_in_the_nchwc_layout(tmp_path):
+    ops = _optimized_ops(onnxptq.quantize(silu_block(), "BF16", None).model, tmp_path)
+    kinds = [op for op, _ in ops]
+    assert kinds.count("QuickGelu") >= 3, kinds
+    first = kinds.index("QuickGelu")
+    assert kinds[first - 1] == "Conv" and kinds[first + 1] in ("Cast", "ReorderOutput"), kinds

@@ -32,6 +32,13 @@ float_fusion.py keeps the cases that pay here checked against the installed onnx
   ``[1, N]``. For a rank-2 first input that Add is a Gemm, so the Gemm activations above fuse
   behind it as well; for rank > 2 the Reshape after the Gemm stops that, and none is fused.
 
+* SiLU, ``x · Sigmoid(x)`` (a Sigmoid and a Mul reading the same tensor, the Sigmoid read by the
+  Mul alone) behind a 2-D Conv or a Gemm: onnxruntime runs it as one ``QuickGelu`` node, which
+  works on the NCHWc layout (Conv → QuickGelu → Conv run without reordering); SiLU/swish is an
+  epilogue of those on bf16 hardware, like HardSwish (YOLO-style detectors have one after every
+  Conv). The Sigmoid's output is left float already (a written-out SiLU, graph/structure.py);
+  here the SiLU's input goes too. Onnxruntime does not fuse the QuickGelu into the Conv itself.
+
 Not applied: a producer output read by more than one node or being a graph output (onnxruntime
 cannot fuse it: the unfused value is needed), a reader whose output is not quantized in the same
 format (the one rounding would disappear), a producer or reader whose node format is not bf16/fp16
@@ -115,6 +122,19 @@ def _rounded_after(node: onnx.NodeProto, fmt: str, tensors: dict[str, TensorPlan
             and tensors[readers[0].output[0]].quant.format == fmt)
 
 
+def _silu(out: str, readers: list[onnx.NodeProto], g: _Graph) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
+    """(Sigmoid, Mul) when ``out``'s readers are exactly a Sigmoid and a Mul computing
+    ``out · Sigmoid(out)``, the Sigmoid read by that Mul alone (onnxruntime's QuickGelu pattern)."""
+    if len(readers) != 2 or {r.op_type for r in readers} != {"Sigmoid", "Mul"}:
+        return None
+    sigmoid = next(r for r in readers if r.op_type == "Sigmoid")
+    mul = next(r for r in readers if r.op_type == "Mul")
+    gate = sigmoid.output[0]
+    if gate in g.outputs or [r.name for r in g.consumers.get(gate, [])] != [mul.name] or sorted(mul.input) != sorted([out, gate]):
+        return None
+    return sigmoid, mul
+
+
 def epilogue_boundaries(tensors: dict[str, TensorPlan], g: _Graph, selected: list[onnx.NodeProto],
                         config: QuantConfig, *sides: dict) -> dict[str, str]:
     """Drop from ``tensors`` the bf16/fp16 activations between a producer and the one reader
@@ -130,6 +150,21 @@ def epilogue_boundaries(tensors: dict[str, TensorPlan], g: _Graph, selected: lis
         out = producer.output[0]
         readers = g.consumers.get(out, [])
         t = tensors.get(out)
+        silu = _silu(out, readers, g) if out not in g.outputs else None
+        if silu is not None:
+            # The Sigmoid's output is already left float inside a written-out SiLU (graph/structure.py);
+            # here the SiLU's input goes too when it is a 2-D Conv's or a Gemm's output.
+            sigmoid, mul = silu
+            if (t is not None and t.role == "activation" and t.quant.format in _ROUNDING_FORMATS
+                    and all(n.name in names and _rounds(n, config) for n in silu)
+                    and mul.output[0] in tensors and tensors[mul.output[0]].quant.format == t.quant.format
+                    and (producer.op_type == "Gemm" or (producer.op_type == "Conv" and g.rank.get(out) == 4))):
+                del tensors[out]
+                for side in sides:
+                    side.pop(out, None)
+                why[out] = (f"{producer.op_type} → SiLU (x·Sigmoid(x)): the SiLU is the producer's epilogue, run by "
+                            "onnxruntime as one QuickGelu (NCHWc kept), rounded once after it")
+            continue
         if t is None or t.role != "activation" or out in g.outputs or len(readers) != 1:
             continue
         reader = readers[0]
