@@ -9,11 +9,14 @@ a few units and two probability fields, with noise on the probabilities only.
 from __future__ import annotations
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
-from onnxptq.analysis.fields import MIN_VALUES, field_axis
+from onnxptq.analysis.fields import MIN_VALUES, declared_field_axes, field_axis
 from onnxptq.analysis.floor import Floor, measure
 
 FLOOR = Floor("8-bit", 0.98, 0.95)
+AXES = {"rows": 2}
 
 
 def _rows(seed: int, n: int = 2000) -> np.ndarray:
@@ -32,7 +35,7 @@ def _noisy(rows: np.ndarray, seed: int, scale: float) -> np.ndarray:
 def test_a_field_below_the_floor_breaks_it_where_the_pooled_cosine_holds():
     refs = [{"rows": _rows(s)} for s in range(4)]
     gots = [{"rows": _noisy(r["rows"], 10 + i, 0.08)} for i, r in enumerate(refs)]
-    verdict = measure(refs, gots, FLOOR)
+    verdict = measure(refs, gots, FLOOR, field_axes=AXES)
     check = verdict.outputs["rows"]
     assert check.cosine >= FLOOR.cosine  # the boxes carry the pooled figure
     assert check.worst_field is not None and check.worst_field[:2] in ((2, 4), (2, 5))
@@ -43,7 +46,7 @@ def test_a_field_below_the_floor_breaks_it_where_the_pooled_cosine_holds():
 def test_small_noise_on_every_field_holds():
     refs = [{"rows": _rows(s)} for s in range(4)]
     gots = [{"rows": _noisy(r["rows"], 10 + i, 0.002)} for i, r in enumerate(refs)]
-    verdict = measure(refs, gots, FLOOR)
+    verdict = measure(refs, gots, FLOOR, field_axes=AXES)
     assert verdict.ok and verdict.outputs["rows"].worst_field[2] >= FLOOR.cosine
 
 
@@ -52,7 +55,18 @@ def test_outputs_without_a_field_axis_or_too_few_values_are_judged_whole():
     assert field_axis((8, 1000)) is None  # class-score rows
     assert field_axis((2, 1, 128)) is None  # a recurrent state
     assert field_axis((1, 3549, 6)) == 2 and field_axis((1, 3, 64, 64)) == 1
+    assert field_axis((8, None, 256)) is None  # a sequence axis that happened to be 11 long
+
+    def output(name, dims):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], [n]) for n in ("rows", "memory", "state")], "g",
+                              [output("x", [1, 3549, 6])],
+                              [output("rows", ["N", 3549, 6]), output("memory", ["B", "T", 256]), output("state", [2, 1, 128])])
+    assert declared_field_axes(helper.make_model(graph)) == {"rows": 2}
     small = [{"rows": _rows(s, n=MIN_VALUES // 8)} for s in range(4)]  # 512 values per field in all
     noisy = [{"rows": _noisy(r["rows"], 20 + i, 0.08)} for i, r in enumerate(small)]
-    check = measure(small, noisy, FLOOR).outputs["rows"]
+    check = measure(small, noisy, FLOOR, field_axes=AXES).outputs["rows"]
     assert check.worst_field is None and check.ok == (check.cosine >= FLOOR.cosine)
+    refs = [{"rows": _rows(s)} for s in range(4)]  # a declared output without fields: judged whole
+    check = measure(refs, [{"rows": _noisy(r["rows"], 30 + i, 0.08)} for i, r in enumerate(refs)], FLOOR).outputs["rows"]
+    assert check.worst_field is None and check.ok

@@ -7,9 +7,11 @@ objectness and class columns fell to 0.976 and 0.974 and the detections' F1 agai
 0.948 (bench/RESULTS.md, "Outputs judged per field"). Each field is read on its own by whoever
 decodes the rows (a score threshold, a box decode), so each must hold the floor.
 
-Which axis: the first axis after the leading one whose length is between 2 and :data:`MAX_FIELDS`,
+Which axis: the first axis after the leading one whose length the model *declares* (a fixed
+``dim_value`` in the graph output's type) between 2 and :data:`MAX_FIELDS` (:func:`declared_field_axes`),
 provided each field gathers at least :data:`MIN_VALUES` values over the held-out feeds (a handful
-of values per field is noise, not a figure). Outputs without such an axis (a class-score row
+of values per field is noise, not a figure). Declared, because a symbolic axis of that length on
+the day is a sequence or a batch, not fields (a GRU encoder's ``[B, T, 256]`` memory with ``T`` = 11). Outputs without such an axis (a class-score row
 ``[N, 1000]``, a heatmap ``[1, 1, 224, 224]``, a hidden state ``[2, 1, 128]``, a spectrogram's 32
 mel bins) are judged as a whole, as before. Class-score outputs judged by arg-max are not split
 (their fields are classes, judged by the decision).
@@ -21,8 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
-__all__ = ["MAX_FIELDS", "MIN_VALUES", "FieldCosines", "field_axis"]
+__all__ = ["MAX_FIELDS", "MIN_VALUES", "FieldCosines", "declared_field_axes", "field_axis"]
 
 #: at most this many fields along the axis (a detector row, an image's colour channels)
 MAX_FIELDS = 16
@@ -30,12 +33,28 @@ MAX_FIELDS = 16
 MIN_VALUES = 1024
 
 
-def field_axis(shape: tuple[int, ...]) -> int | None:
-    """The axis of ``shape`` holding fields (module docstring), or None."""
+def field_axis(shape: tuple[int | None, ...]) -> int | None:
+    """The axis of ``shape`` (None: symbolic) holding fields (module docstring), or None."""
     for axis in range(1, len(shape)):
-        if 2 <= shape[axis] <= MAX_FIELDS:
+        if shape[axis] is not None and 2 <= shape[axis] <= MAX_FIELDS:
             return axis
     return None
+
+
+def declared_field_axes(model: onnx.ModelProto) -> dict[str, int]:
+    """Each float graph output's field axis from its declared type (module docstring)."""
+    axes: dict[str, int] = {}
+    for out in model.graph.output:
+        t = out.type.tensor_type
+        if not out.type.HasField("tensor_type") or not t.HasField("shape"):
+            continue
+        if t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        axis = field_axis(dims)
+        if axis is not None:
+            axes[out.name] = axis
+    return axes
 
 
 @dataclass

@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .class_scores import Positions, judge_positions
-from .fields import FieldCosines, field_axis
+from .fields import FieldCosines
 from .log_outputs import to_linear
 from .metrics import cosine_similarity, dot
 
@@ -198,15 +198,17 @@ def _enough(count: int, floor: Floor) -> bool:
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
             class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
-            log_scales: dict[str, float] | None = None) -> Verdict:
+            log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
     outputs per row, the others of rank ≥ 3 as reads (``class_scores.judge_positions``).
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
-    cosine is taken on their linear values (a cosine of dB values is blind to dB errors)."""
+    cosine is taken on their linear values (a cosine of dB values is blind to dB errors).
+    ``field_axes``: outputs judged field by field along that axis too (``fields.declared_field_axes``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
+    field_axes = field_axes or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
         return verdict
@@ -235,7 +237,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
             if not classy and np.isfinite(g).all():
-                if fields is None and (axis := field_axis(r.shape)) is not None:
+                axis = field_axes.get(name)
+                if fields is None and axis is not None and r.ndim > axis:
                     fields = FieldCosines(axis, r.shape[axis])
                 if fields is not None:
                     fields.add(r, g)
