@@ -33,6 +33,7 @@ from .thresholds import decision_thresholds
 from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import fp_element_blocks, fp_element_operands
 from .corners import orphan_int32_biases, scalar_block_tensors
+from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -283,6 +284,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
+    float_tensors.update(epilogue_boundaries(tensors, g, selected, config, producer_side, consumer_side))  # float_fusion.py: bf16/fp16 epilogues
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
     if config.fp_block_dot_operands_only:
