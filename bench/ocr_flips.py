@@ -8,6 +8,12 @@ quantized model's margin of float's class (negative: flipped).
 ``bisect``: the same count of changed strings with groups of nodes kept float (``nodes_to_exclude``):
 the CNN's first/second half, the LSTM, the CTC head; which part of the plan the flips come from.
 
+``first-conv``: the float model with only its input rounded to bf16, only one 8-bit grey level of
+noise added, or only the first Conv's weights rounded to bf16; and how much those weights cancel.
+
+``bias-correction``: changed strings per preset with ``bias_correction`` off and on (on: the
+correction also covers float-format weights, pipeline/refine/bias_correction.py).
+
 ``output-rounding``: float's logits with only the head's output rounded to bf16 / fp16 (the last
 rounding any 16-bit format applies there): how many strings that alone changes, i.e. how many reads
 sit on margins below what the format can hold at the output itself.
@@ -15,6 +21,8 @@ sit on margins below what the format can hold at the output itself.
     PYTHONPATH=src:. nice -n 5 python bench/ocr_flips.py flips --presets BF16,A16W8,MX9
     PYTHONPATH=src:. nice -n 5 python bench/ocr_flips.py bisect --presets BF16
     PYTHONPATH=src:. nice -n 5 python bench/ocr_flips.py output-rounding
+    PYTHONPATH=src:. nice -n 5 python bench/ocr_flips.py first-conv
+    PYTHONPATH=src:. nice -n 5 python bench/ocr_flips.py bias-correction --presets BF16,BFP16,MX9,A16W8
 """
 
 from __future__ import annotations
@@ -42,11 +50,11 @@ def _read(logits: np.ndarray, charset) -> str:
     return "".join(charset[i] for i in zoo._ctc_indices(logits))
 
 
-def _quantized(model, preset: str, exclude: tuple[str, ...] = ()):
+def _quantized(model, preset: str, exclude: tuple[str, ...] = (), **changes):
     import onnxptq
     from onnxptq.config.presets import get_preset
 
-    cfg = dataclasses.replace(get_preset(preset), repair=False, nodes_to_exclude=exclude)
+    cfg = dataclasses.replace(get_preset(preset), repair=False, nodes_to_exclude=exclude, **changes)
     return zoo.session_runner(onnxptq.quantize(str(model.path()), cfg, data=model.samples("calibration")).model)
 
 
@@ -90,7 +98,9 @@ def _node_groups(model) -> dict[str, tuple[str, ...]]:
     head = tuple(nd.name for nd in nodes[lstm + 1:] if nd.op_type == "Gemm")
     return {"nothing": (), "CNN first half": tuple(cnn[:half]), "CNN second half": tuple(cnn[half:]),
             "CNN": tuple(cnn), "LSTM": (nodes[lstm].name,), "head (Gemm)": head,
-            "LSTM + head": (nodes[lstm].name, *head), "CNN last quarter": tuple(cnn[3 * len(cnn) // 4:])}
+            "LSTM + head": (nodes[lstm].name, *head), "CNN last quarter": tuple(cnn[3 * len(cnn) // 4:]),
+            "CNN first quarter": tuple(cnn[:len(cnn) // 4]), "CNN second quarter": tuple(cnn[len(cnn) // 4:half]),
+            "first Conv, its Sigmoid and Mul": tuple(cnn[:3]), "first Conv": tuple(cnn[:1])}
 
 
 def bisect(presets: list[str], n: int) -> None:
@@ -101,6 +111,46 @@ def bisect(presets: list[str], n: int) -> None:
             count, kept, changed = _score(floats, _outputs(_quantized(model, preset, nodes), feeds), texts, charset)
             print(f"{preset} with {label} float ({len(nodes)} nodes): {count} of {n} strings changed "
                   f"(agreement {1 - count / n:.4f}), float's correct reads kept {kept:.4f}; changed {changed}", flush=True)
+
+
+def first_conv(n: int) -> None:
+    import ml_dtypes
+    from onnx import numpy_helper
+
+    model, feeds, texts, charset, floats = _setup(n)
+    ref = zoo.session_runner(model.path())
+
+    def bf16(a):
+        return a.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+    def report(label, gots):
+        count, kept, changed = _score(floats, gots, texts, charset)
+        print(f"float model, {label}: {count} of {n} strings changed, float's correct reads kept {kept:.4f}; changed {changed}")
+
+    report("input rounded to bf16", _outputs(lambda f: ref({"input1": bf16(f["input1"])}), feeds))
+    noisy = {id(f): (np.round(f["input1"] * 255) + np.random.default_rng(i).uniform(-0.5, 0.5, f["input1"].shape))
+             .astype(np.float32) / 255 for i, f in enumerate(feeds)}
+    report("input plus uniform noise of one 8-bit grey level", _outputs(lambda f: ref({"input1": noisy[id(f)]}), feeds))
+    proto = onnx.load(str(model.path()))
+    conv = proto.graph.node[0]
+    w = next(numpy_helper.to_array(t) for t in proto.graph.initializer if t.name == conv.input[1])
+    for t in proto.graph.initializer:
+        if t.name == conv.input[1]:
+            t.CopyFrom(numpy_helper.from_array(bf16(w), t.name))
+    report(f"only {conv.name}'s weights rounded to bf16", _outputs(zoo.session_runner(proto), feeds))
+    flat = w.reshape(w.shape[0], -1).astype(np.float64)
+    ratio = np.abs(flat.sum(1)) / np.abs(flat).sum(1)
+    print(f"{conv.name} {list(w.shape)}: max |w| {np.abs(w).max():.2f}; per output channel |Σw| / Σ|w|: median {np.median(ratio):.4f}, "
+          f"min {ratio.min():.5f}")
+
+
+def bias_correction(presets: list[str], n: int) -> None:
+    model, feeds, texts, charset, floats = _setup(n)
+    for preset in presets:
+        for flag in (False, True):
+            count, kept, changed = _score(floats, _outputs(_quantized(model, preset, bias_correction=flag), feeds), texts, charset)
+            print(f"{preset} bias_correction={flag}: {count} of {n} strings changed (agreement {1 - count / n:.4f}), "
+                  f"float's correct reads kept {kept:.4f}; changed {changed}", flush=True)
 
 
 def output_rounding(n: int) -> None:
@@ -125,7 +175,7 @@ def output_rounding(n: int) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["flips", "bisect", "output-rounding"])
+    ap.add_argument("what", choices=["flips", "bisect", "output-rounding", "first-conv", "bias-correction"])
     ap.add_argument("--presets", default="BF16")
     ap.add_argument("--n", type=int, default=zoo.HELDOUT_CAPTCHAS)
     args = ap.parse_args()
@@ -133,6 +183,10 @@ def main() -> None:
         flips(args.presets.split(","), args.n)
     elif args.what == "bisect":
         bisect(args.presets.split(","), args.n)
+    elif args.what == "first-conv":
+        first_conv(args.n)
+    elif args.what == "bias-correction":
+        bias_correction(args.presets.split(","), args.n)
     else:
         output_rounding(args.n)
 
