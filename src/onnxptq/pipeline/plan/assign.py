@@ -16,6 +16,7 @@ from ...config.schema import QuantConfig, TensorQuant
 from ...graph.naming import check_node_names
 from ...graph.ops import BIAS_INPUTS, DATA_INPUTS, DEFAULT_OP_TYPES, ELTWISE_OPS, NO_OUTPUT_QUANT, RECURRENT, WEIGHT_INPUTS
 from .. import runtime
+from ...analysis.class_scores import score_float_tensors
 from ..tails import TAIL_REASON, postprocessing_tail
 from ..transformer import is_transformer
 from .rules import (
@@ -285,6 +286,12 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
     float_tensors.update(epilogue_boundaries(tensors, g, selected, config, producer_side, consumer_side))  # float_fusion.py: bf16/fp16 epilogues
+    if not config.quantize_postprocessing:  # class scores read by arg-max (analysis/class_scores.py)
+        for name, reason in score_float_tensors(model).items():
+            if tensors.pop(name, None) is not None:
+                float_tensors.setdefault(name, reason)
+                producer_side.pop(name, None)
+                consumer_side.pop(name, None)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
     if config.fp_block_dot_operands_only:
