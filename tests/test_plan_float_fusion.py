@@ -135,7 +135,9 @@ def test_matmul_bias_is_an_epilogue_only_for_a_constant_bias_and_a_known_shape()
     # 2-D: MatMul + bias + Relu is one FusedGemm: rounded once, after the Relu
     assert "ma" not in plan.tensors and "aa" not in plan.tensors and "ra" in plan.tensors
     assert "mb" in plan.tensors  # a residual Add, not a bias
-    assert "mc" not in plan.tensors and "ac" in plan.tensors  # a graph output read by Sigmoid: rounded itself
+    # a graph output read by Sigmoid: a linear head's scores, kept float by the class-score rule
+    # (analysis/class_scores.score_float_tensors), so neither it nor the MatMul behind it is rounded
+    assert "mc" not in plan.tensors and "ac" not in plan.tensors and "class" in plan.float_tensors["ac"]
     plan, _ = _plan(dense_head([4, 32], ac_output=False), "BF16")
     assert "ac" not in plan.tensors and "sc" in plan.tensors  # Gemm + Sigmoid: FusedGemm
     plan, _ = _plan(dense_head([1, 9, 32], ac_output=False), "BF16")
