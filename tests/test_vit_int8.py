@@ -4,8 +4,9 @@
 Its A8W8 model lost most of its accuracy in the attention probabilities: an 8-bit grid over [0, ~1]
 puts the typical probability (~1/197) on one or two codes. The transformer placement now leaves
 the probs·V product float for 8-bit activations (pipeline/transformer.py); this checks the plan on
-the real graph and the held-out output against the float model. Before the rule: 1 − cosine
-2.0e-3 on these four scenes (4.1e-3 on all 16), after: 3.8e-4 (bench/RESULTS.md, "A8W8 on a ViT").
+the real graph and the held-out output against the float model. Before the rule (this test's
+configuration at f798eed): 1 − cosine 3.3e-3 on these four scenes; after: 3.8e-4
+(bench/RESULTS.md, "A8W8 on a ViT").
 """
 
 from __future__ import annotations
@@ -39,4 +40,4 @@ def test_a8w8_vit_keeps_probs_v_float_and_its_output(vit):
     # two operands, context, fc1 input, fc2 input)
     assert sum(n.op_type == "QuantizeLinear" for n in graph.node) >= 12 * 6
     cosine = zoo.output_cosine(zoo.session_runner(model.path(), threads=2), zoo.session_runner(result.model, threads=2), heldout)
-    assert 1.0 - cosine <= 1e-3, f"held-out output cosine {cosine:.6f} (probs·V quantized: 0.99796)"
+    assert 1.0 - cosine <= 1e-3, f"held-out output cosine {cosine:.6f} (probs·V quantized: 0.99666)"
