@@ -293,7 +293,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 producer_side.pop(name, None)
                 consumer_side.pop(name, None)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
-        float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
+        float_tensors.update(_linear_inputs_only(model, tensors, g, producer_side, consumer_side, config.activation))
     if config.fp_block_dot_operands_only:
         for name, reason in fp_element_operands(tensors, g).items():  # fp_blocks.py: dot-product operands only
             float_tensors[name] = reason
