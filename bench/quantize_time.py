@@ -13,7 +13,12 @@ is its own) on the same calibration data; beside it, for A8W8, onnxruntime's ``q
 * **peak MiB** — ``VmHWM`` of the child at its end (whole process); the progress lines also give
   the first 16 hex digits of the output file's sha256 (is a change's model byte-identical?);
 * **÷BF16** — wall (and cpu) over the same model's BF16 job in this run; **÷ORT** — wall, cpu
-  and peak RSS of A8W8 over onnxruntime's ``quantize_static`` on the same model in this run.
+  and peak RSS of A8W8 over onnxruntime's ``quantize_static`` on the same model in this run;
+* **sessions s** (``--sessions``) — CPU seconds the job spent creating onnxruntime sessions (all
+  of them: calibration, the range guard, the finish check whose session the accuracy floor
+  reuses, repair candidates), and in brackets the largest single creation (on a block format,
+  the finish session on the quantized model): the part of a block format's quantize time that
+  grows with the nodes of its function bodies.
 
 Data: ``--samples`` (default 8) uniform [0, 1) float32 feeds of the model's input shape (fixed
 seed), through one ``CalibrationDataReader`` subclass both tools take. The models
@@ -21,12 +26,14 @@ seed), through one ``CalibrationDataReader`` subclass both tools take. The model
 1×3×800×608), ``det`` (PP-OCRv4 det from rapidocr-onnxruntime 1.4.4, 1×3×640×640), ``rec``
 (PP-OCRv4 rec, 1×3×48×320), ``cls`` (PP-OCR cls, 1×3×48×192), ``vit`` (ViT-S/16, 22 M
 parameters) and ``resnet`` (half-width ResNet-50, 6.9 M) — the last two randomly initialised and
-exported with torch (``--export``, needs torch; written to ``--workdir``). ``--src`` runs the
+exported with torch (``--export``, needs torch; written to ``--workdir``); ``zoo:<name>``, a
+member of the zoo (:mod:`testkit.zoo`, fetched on first use), calibrated on the first
+``--samples`` of its own calibration feeds instead of random ones. ``--src`` runs the
 jobs against another onnxptq source tree (e.g. an earlier commit's ``src`` from ``git archive``)
 and labels the rows with it, so before/after figures can be taken side by side in one run.
 
-    python bench/quantize_time.py [--models layout,det,rec,cls,vit,resnet] [--formats BF16,A8W8,BFP16,MX9,MXINT8] [--no-repair]
-                                  [--samples 8] [--workdir DIR] [--src PATH ...] [--export]
+    python bench/quantize_time.py [--models layout,det,rec,cls,vit,resnet,zoo:khmersm] [--formats BF16,A8W8,BFP16,MX9,MXINT8]
+                                  [--no-repair] [--sessions] [--samples 8] [--workdir DIR] [--src PATH ...] [--export]
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ MODELS: dict[str, tuple[tuple[int, ...], str]] = {
     "vit": ((1, 3, 224, 224), "export:vit_s.onnx"),
     "resnet": ((1, 3, 224, 224), "export:resnet50.onnx"),
 }
+#: the block formats the ≤ 1.5× BF16 target applies to
+BLOCK_FORMATS = ("BFP16", "MX9", "MX6", "MXINT8", "MXFP8_E4M3", "MXFP8_E5M2")
 TARGET_BLOCK_VS_BF16 = 1.5
 TARGET_WALL_S = 60.0
 TARGET_VS_ORT = 0.5
@@ -65,6 +74,10 @@ TARGET_VS_ORT = 0.5
 
 def model_file(name: str, workdir: Path) -> Path:
     """The ``.onnx`` of model ``name`` (fetched or exported into ``workdir`` once)."""
+    if name.startswith("zoo:"):
+        from testkit import zoo
+
+        return zoo.get(name[4:]).path()
     how = MODELS[name][1]
     kind, _, rest = how.partition(":")
     if kind == "testing":
@@ -178,9 +191,50 @@ class RandomReader:
         self._left = self.samples
 
 
-def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = True) -> dict[str, Any]:
+class FeedsReader:
+    """The first ``samples`` of a list of feeds (a zoo model's own calibration data)."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]], samples: int) -> None:
+        self.feeds = feeds[:samples]
+        self.rewind()
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        self._it = iter(self.feeds)
+
+
+class SessionClock:
+    """CPU seconds spent in ``onnxruntime.InferenceSession.__init__`` while installed (every
+    session of the job, whoever opens it), and the largest single creation."""
+
+    def __init__(self) -> None:
+        import onnxruntime as ort
+
+        self.total = self.largest = 0.0
+        self.count = 0
+        original = ort.InferenceSession.__init__
+        clock = self
+
+        def timed(session: Any, *args: Any, **kwargs: Any) -> None:
+            t = _common.cpu_s()
+            try:
+                original(session, *args, **kwargs)
+            finally:
+                d = _common.cpu_s() - t
+                clock.total += d
+                clock.largest = max(clock.largest, d)
+                clock.count += 1
+
+        ort.InferenceSession.__init__ = timed
+
+
+def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = True,
+            sessions: bool = False) -> dict[str, Any]:
     """One quantize in this process: ``fmt`` is a preset name or ``ORT`` (quantize_static);
-    ``repair=False``: the preset with the accuracy floor's repair off (the floor is still checked)."""
+    ``repair=False``: the preset with the accuracy floor's repair off (the floor is still checked);
+    ``sessions``: time every onnxruntime session creation (:class:`SessionClock`)."""
     import logging
 
     import onnx
@@ -189,7 +243,14 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
     logging.disable(logging.WARNING)
     path = model_file(model, workdir)
     input_name = onnx.load(str(path), load_external_data=False).graph.input[0].name
-    reader = type("Reader", (RandomReader, CalibrationDataReader), {})(input_name, MODELS[model][0], samples)
+    if model.startswith("zoo:"):
+        from testkit import zoo
+
+        feeds = zoo.get(model[4:]).samples("calibration")
+        reader = type("Reader", (FeedsReader, CalibrationDataReader), {})(feeds, samples)
+    else:
+        reader = type("Reader", (RandomReader, CalibrationDataReader), {})(input_name, MODELS[model][0], samples)
+    clock = SessionClock() if sessions else None
     with tempfile.TemporaryDirectory(prefix="onnxptq_qt_") as tmp:
         output = os.path.join(tmp, "out.onnx")
         extra: dict[str, Any] = {}
@@ -216,28 +277,34 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
         size = os.path.getsize(output)
         with open(output, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
+    if clock is not None:
+        extra["sessions_s"], extra["session_max_s"], extra["session_n"] = clock.total, clock.largest, clock.count
     return {"model": model, "format": fmt, "wall_s": wall, "cpu_s": cpu, "peak_mib": _common.status_kib("VmHWM") / 1024,
             "output_mib": size / 2**20, "sha256": digest, **extra}
 
 
-def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None, repair: bool = True) -> dict[str, Any]:
+def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None, repair: bool = True,
+          sessions: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, __file__, "--job", f"{model}:{fmt}", "--samples", str(samples),
-                           "--workdir", str(workdir), *([] if repair else ["--no-repair"])], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, __file__, "--job", f"{model}={fmt}", "--samples", str(samples),
+                           "--workdir", str(workdir), *([] if repair else ["--no-repair"]),
+                           *(["--sessions"] if sessions else [])], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"model": model, "format": fmt, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def table(rows: list[dict[str, Any]], label: str) -> str:
-    out = [f"| model | format | wall s | emit s | cpu s | peak MiB | output MiB | wall ÷BF16 | cpu ÷BF16 | wall ÷ORT | cpu ÷ORT | peak ÷ORT |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    sessions = any("sessions_s" in r for r in rows)
+    out = [f"| model | format | wall s | emit s | cpu s | peak MiB | output MiB | wall ÷BF16 | cpu ÷BF16 | wall ÷ORT | cpu ÷ORT | peak ÷ORT |"
+           + (" sessions s (largest) |" if sessions else ""),
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if sessions else "")]
     by = {(r["model"], r["format"]): r for r in rows}
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['model']} | {r['format']} | failed: {r['error'][:80]} |||||||||||")
+            out.append(f"| {r['model']} | {r['format']} | failed: {r['error'][:80]} |||||||||||" + ("|" if sessions else ""))
             continue
         bf = by.get((r["model"], "BF16"))
         ort = by.get((r["model"], "ORT"))
@@ -249,7 +316,8 @@ def table(rows: list[dict[str, Any]], label: str) -> str:
         emit = r.get("timings", {}).get("emit")
         out.append(f"| {r['model']} | {r['format'] if r['format'] != 'ORT' else 'onnxruntime quantize_static'} | "
                    f"{r['wall_s']:.1f} | {'' if emit is None else f'{emit:.1f}'} | {r['cpu_s']:.1f} | {r['peak_mib']:.0f} | "
-                   f"{r['output_mib']:.1f} | {vs_bf} | {vs_ort} |")
+                   f"{r['output_mib']:.1f} | {vs_bf} | {vs_ort} |"
+                   + (f" {r['sessions_s']:.2f} ({r['session_max_s']:.2f}) |" if "sessions_s" in r else (" |" if sessions else "")))
     return f"**{label}**\n\n" + "\n".join(out)
 
 
@@ -266,13 +334,15 @@ def main(argv: list[str] | None = None) -> None:
                    help="the presets with repair=False (the floor is checked, a broken one is not repaired): "
                         "the quantization's own cost, without the repair's search (which takes up to repair_budget "
                         "× the plain quantization's CPU time by design)")
+    p.add_argument("--sessions", action="store_true",
+                   help="time every onnxruntime session creation of each job (CPU s, and the largest one)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if args.job:
-        model, fmt = args.job.split(":")
-        print(json.dumps(run_job(model, fmt, args.samples, workdir, repair=not args.no_repair)))
+        model, fmt = args.job.rsplit("=", 1)
+        print(json.dumps(run_job(model, fmt, args.samples, workdir, repair=not args.no_repair, sessions=args.sessions)))
         return
     if args.export:
         export_models(workdir)
@@ -287,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_ort and "A8W8" in formats:
             jobs.append((None, "ORT"))
         for src, fmt in jobs:
-            r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair)
+            r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair, sessions=args.sessions)
             print(f"  {model:7s} {fmt:7s} {src or '':40s} " + (f"wall {r['wall_s']:7.1f} s cpu {r['cpu_s']:6.1f} s "
                   f"peak {r['peak_mib']:6.0f} MiB sha256 {r['sha256'][:16]} {r.get('timings', {})}" if "error" not in r else r["error"]),
                   file=sys.stderr, flush=True)
@@ -313,7 +383,7 @@ def _check_targets(results: dict[str | None, list[dict[str, Any]]]) -> None:
             if r["wall_s"] > TARGET_WALL_S:
                 misses.append(f"{model} {fmt} wall {r['wall_s']:.0f} s > {TARGET_WALL_S:.0f} s")
             bf = by.get((model, "BF16"))
-            if bf and fmt in ("BFP16", "MX9", "MXINT8") and r["wall_s"] > TARGET_BLOCK_VS_BF16 * bf["wall_s"]:
+            if bf and fmt in BLOCK_FORMATS and r["wall_s"] > TARGET_BLOCK_VS_BF16 * bf["wall_s"]:
                 misses.append(f"{model} {fmt} {r['wall_s'] / bf['wall_s']:.2f}× BF16")
         print(f"\ntargets missed ({src or 'installed'}): " + ("; ".join(misses) if misses else "none"))
 

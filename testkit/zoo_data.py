@@ -223,10 +223,17 @@ def ddddocr_click_captchas(root: Path, n: int, seed: int) -> list[Feed]:
 def ddddocr_text_captchas(root: Path, n: int, seed: int) -> list[Feed]:
     """ddddocr's recogniser: a 4-6 character alphanumeric captcha (noise, lines, jitter),
     resized to height 64 keeping the aspect ratio, greyscale, /255."""
+    return ddddocr_text_captchas_with_text(root, n, seed)[0]
+
+
+def ddddocr_text_captchas_with_text(root: Path, n: int, seed: int) -> tuple[list[Feed], list[str]]:
+    """:func:`ddddocr_text_captchas` and the text each captcha was rendered from (the same
+    draws), so a metric can count the float model's correct reads and how many a quantized
+    copy keeps (issue 27's measure for the captcha reader)."""
     Image, ImageDraw, ImageFilter, _ = _pil()
     rng = random.Random(seed)
     alphabet = "abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
-    feeds = []
+    feeds, texts = [], []
     for _ in range(n):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(4, 6)))
         w, h = 30 * len(text) + 20, 50
@@ -248,7 +255,8 @@ def ddddocr_text_captchas(root: Path, n: int, seed: int) -> list[Feed]:
         img = img.filter(ImageFilter.SMOOTH)
         img = img.resize((int(img.size[0] * 64 / img.size[1]), 64), Image.LANCZOS).convert("L")
         feeds.append({"input1": (np.asarray(img, np.float32) / 255.0)[None, None]})
-    return feeds
+        texts.append(text)
+    return feeds, texts
 
 
 # --------------------------------------------------------------------------- audio

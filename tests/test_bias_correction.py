@@ -118,3 +118,53 @@ def test_correction_cancels_the_mean_shift_of_the_first_layer():
     float_mean, rounded, corrected = mean(w1, b1), mean(wq, b1), mean(wq, new["B1"])
     assert np.abs(rounded - float_mean).max() > 1e-3
     np.testing.assert_allclose(corrected, float_mean, atol=1e-5)
+
+
+def _first_conv_on_pixels() -> onnx.ModelProto:
+    """A captcha reader's first layer, as ddddocr's: Conv(1→16, 3×3, stride 2) on raw greyscale
+    pixels of a bright background, weights up to ~20 that cancel (each channel's Σw near 0: edge
+    and stroke detectors), then SiLU (Sigmoid, Mul) and a 1×1 Conv."""
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((16, 1, 3, 3)) * 8.0
+    w1 -= w1.mean(axis=(1, 2, 3), keepdims=True) * rng.uniform(0.8, 1.0, (16, 1, 1, 1))
+    w2 = rng.standard_normal((8, 16, 1, 1)) * 0.3
+    inits = {"W1": w1, "B1": rng.standard_normal(16) * 0.5, "W2": w2, "B2": np.zeros(8)}
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"], name="sig1"),
+             helper.make_node("Mul", ["c1", "s1"], ["a1"], name="silu1"),
+             helper.make_node("Conv", ["a1", "W2", "B2"], ["y"], name="conv2")]
+    graph = helper.make_graph(nodes, "pixels", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 32, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 32])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    node_names(model)
+    return model
+
+
+def _captcha_like(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """Bright (0.75-0.95) backgrounds with a few dark strokes, 8-bit grey levels /255."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(n):
+        img = np.full((32, 64), rng.uniform(0.75, 0.95))
+        for _ in range(6):
+            r, c = rng.integers(4, 28), rng.integers(4, 60)
+            img[r - 3:r + 3, c - 1:c + 1] = rng.uniform(0.0, 0.4)
+        img = np.round((img + rng.normal(0, 0.02, img.shape)).clip(0, 1) * 255) / 255
+        feeds.append({"x": img[None, None].astype(np.float32)})
+    return feeds
+
+
+def test_float_format_weights_are_corrected_when_asked():
+    """bias_correction=True corrects bf16 weights too (the automatic rule leaves them alone): the
+    first Conv's cancelling weights rounded to bf16 shift its output by a per-channel constant."""
+    model = _first_conv_on_pixels()
+    cfg = get_preset("BF16").replace(repair=False)
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
+    calib, held_out = _captcha_like(8, 1), _captcha_like(8, 2)
+    assert not cfg.bias_correction_active()
+    plain = quantize(model, cfg, calib, eval_samples=0).model
+    corrected = quantize(model, cfg.replace(bias_correction=True), calib, eval_samples=0).model
+    before, after = _error(plain, model, held_out), _error(corrected, model, held_out)
+    print(f"BF16 output MSE vs float, held out: {before:.3g} without, {after:.3g} with bias correction")
+    assert after < 0.5 * before, (before, after)

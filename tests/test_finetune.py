@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 from onnxptq.pipeline.refine import finetune  # noqa: E402
 from onnxptq.pipeline.refine.finetune import extract  # noqa: E402
 from onnxptq.pipeline.refine.finetune.layer import make_forward  # noqa: E402
+from testkit.holdout import with_held_out  # noqa: E402
 
 
 def reference_loss_and_grad(forward: Callable, channel_dim: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
@@ -218,7 +219,7 @@ def test_adaquant_emits_what_it_trained(monkeypatch, preset):
     cfg = get_preset(preset).replace(finetune=_options(algorithm="adaquant", learning_rate=1e-3 if preset != "BF16" else 1e-4))
     # 8 feeds (seed 2) ahead of the 16: the accuracy floor holds them out, so the finetune trains on
     # the same 16 feeds as before the floor held feeds out of small data
-    result = quantize(_model(), cfg, _feeds(8, seed=2) + _feeds())
+    result = quantize(_model(), cfg, with_held_out(_feeds(8, seed=2), _feeds()))
     call = spy.calls[0]
     assert call["report"], "no layer was considered"
     sess = _session(result.model)

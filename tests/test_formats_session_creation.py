@@ -77,3 +77,43 @@ def test_session_creation_of_80_chained_quantizers(label, input_shape, static_sh
         if best < BOUND_S:
             break
     assert best < BOUND_S, f"{N} chained {label} quantizers took {best:.2f} s of CPU to load"
+
+
+#: Nodes of one call's body (Constants not counted, If branches included) as the emitter builds
+#: it for a float32 input of the shape named, and its If nodes. Creating a session costs
+#: onnxruntime ~0.03–0.15 ms per inlined node and ~0.2 ms per If (two subgraph states), for every
+#: call of every quantized tensor: the finish session on a block-format model was most of its
+#: quantize time. Before the masked formulas were trimmed (branch qtime) the static bodies held
+#: BFP16 51, MX9 79/83, MXINT8 46/54, MXFP8_E4M3 62/70 nodes (one If each); the generic bodies
+#: 77, 98, 77, 93.
+BODY_NODES = {
+    "BFP16": {(1, 64, 8, 8): (43, 2), (1, 40, 8, 8): (43, 2), None: (69, 3)},
+    "MX9": {(1, 64, 8, 8): (68, 1), (1, 40, 8, 8): (72, 1), None: (87, 2)},
+    "MXINT8": {(1, 64, 8, 8): (36, 2), (1, 40, 8, 8): (40, 2), None: (67, 3)},
+    "MXFP8_E4M3": {(1, 64, 8, 8): (42, 2), (1, 40, 8, 8): (46, 2), None: (73, 3)},
+}
+BODY_FORMATS = {**FORMATS, "MXFP8_E4M3": ("mx", dict(element_dtype="fp8_e4m3", axis=1, block_size=32, rounding_mode=2))}
+
+
+def body_nodes(nodes) -> tuple[int, int]:
+    """(nodes that are not Constants, If nodes), subgraphs included."""
+    n = ifs = 0
+    for node in nodes:
+        if node.op_type == "Constant":
+            continue
+        n, ifs = n + 1, ifs + (node.op_type == "If")
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                dn, di = body_nodes(attr.g.node)
+                n, ifs = n + dn, ifs + di
+    return n, ifs
+
+
+@pytest.mark.parametrize("label", list(BODY_NODES))
+def test_body_node_counts(label):
+    fmt, attrs = BODY_FORMATS[label]
+    for shape, (bound, if_bound) in BODY_NODES[label].items():
+        frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+        nodes, ifs = body_nodes(frag.functions[0].node)
+        assert nodes <= bound and ifs <= if_bound, (
+            f"{label} body for {shape} ({frag.functions[0].name}): {nodes} nodes, {ifs} If (at most {bound}, {if_bound})")

@@ -14,6 +14,7 @@ from onnxptq.calibration import methods
 from onnxptq.cli import main as cli_main
 from onnxptq.errors import UnknownNameError
 from onnxptq.formats import integer
+from testkit.holdout import with_held_out
 
 
 def _with_activation(preset: str, **changes):
@@ -110,7 +111,7 @@ def test_layerwise_percentile_is_enabled_and_used(small_cnn):
     # The range guard would keep the outlier-bearing input float (its channels differ 40x in
     # range); this test is about the calibration method's range, so the guard is off.
     cfg = _with_activation("A8W8", calibration="layerwise_percentile", symmetric=True).replace(range_guard=False)
-    result = quantize(small_cnn, cfg, held + feeds)
+    result = quantize(small_cnn, cfg, with_held_out(held, feeds))
     assert result.calibration_samples == 16
     collector = methods.make_collector("layerwise_percentile")
     for feed in feeds:
@@ -121,7 +122,7 @@ def test_layerwise_percentile_is_enabled_and_used(small_cnn):
     expected = integer.compute_scale_zp(lo, hi, quant.format, symmetric=quant.symmetric)[0]
     # the runner may group feeds into one histogram update, which bins a little differently
     assert float(result.params["x"].scale) == pytest.approx(float(expected), rel=2e-3)
-    minmax = quantize(small_cnn, _with_activation("A8W8", symmetric=True), held + feeds)
+    minmax = quantize(small_cnn, _with_activation("A8W8", symmetric=True), with_held_out(held, feeds))
     assert float(result.params["x"].scale) < float(minmax.params["x"].scale)
 
 

@@ -17,6 +17,7 @@ import pytest
 from onnxptq import get_preset, quantize
 from onnxptq.analysis.runtime_view import runtime_kernels
 from testkit import ocr, ocr_reference
+from testkit.holdout import with_held_out
 from testkit.models import model_path
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ def rec():
     # 32 more lines (seed 5) ahead of the 64: the accuracy floor holds the first third of 12 batches
     # out, so calibration still sees exactly the 64 lines the bounds were set on.
     held, _ = ocr.render_lines(32, seed=5, characters=ref["chars"])
-    batches = [{"x": held[i:i + 8]} for i in range(0, len(held), 8)] + [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)]
+    batches = with_held_out([{"x": held[i:i + 8]} for i in range(0, len(held), 8)], [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)])
     return {**ref, "path": path, "calib": batches}
 
 

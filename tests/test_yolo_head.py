@@ -149,9 +149,21 @@ def test_without_the_guard_the_quantized_concat_flushes_the_scores(head):
     """The test above can fail: quantizing the decode tail with the guard off loses the scores
     (one int8 step of the pixel range is above 1: every score is 0 or one step)."""
     model, test, _, float_out = head
-    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=False)
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=False, repair=False)
     _, out = _detections(quantize(model, cfg, data=images(0, CALIB)).model, test)
     assert np.abs(out[:, 4:] - float_out[:, 4:]).max() > 0.3
+
+
+def test_without_the_guard_the_floor_sees_the_flushed_score_field_and_repair_recovers_it(head):
+    """The pooled cosine of ``[boxes in pixels, scores]`` rows is carried by the boxes (1.0000 here);
+    judged field by field (analysis/fields.py) the score field breaks the floor and repair acts."""
+    model, test, _, float_out = head
+    cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=False)
+    result = quantize(model, cfg, data=images(0, CALIB))
+    assert result.repair is not None and result.repair["kept_float"], result.summary()
+    assert "worst field" in result.summary()
+    _, out = _detections(result.model, test)
+    assert np.abs(out[:, 4:] - float_out[:, 4:]).max() < 0.3
 
 
 def test_detect_decode_and_f1_count_as_specified():

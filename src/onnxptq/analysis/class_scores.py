@@ -105,7 +105,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-__all__ = ["BACKGROUND_SHARE", "DECISIVE", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "decides", "judge_positions"]
+__all__ = ["BACKGROUND_SHARE", "DECISIVE", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "decides",
+           "judge_positions", "score_float_tensors"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
 TIE_TOLERANCE = 2.0 ** -10
@@ -185,6 +186,61 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                 continue
             break
     return found
+
+
+#: why :func:`score_float_tensors` keeps a tensor float (the plan's reason)
+SCORE_REASON = ("class scores a user reads by arg-max (a graph output from a linear head or softmax): "
+                "a 16-bit or 8-bit grid on them turns float's near-ties into flips or exact ties, so they stay "
+                "float; the head's inputs and weights stay quantized (quantize_postprocessing=True quantizes them)")
+
+
+def score_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
+    """The tensors that carry class scores from their scoring layer to a graph output, each with
+    :data:`SCORE_REASON`: for every output :func:`class_like_outputs` recognizes, the graph output
+    and the data movement / bias ``Add`` before it, back to and including the output of the
+    ``MatMul``/``Gemm`` head or the ``Softmax``/``LogSoftmax``; behind a softmax, its logits too
+    when a linear head computes them (a softmax is monotonic: its arg-max is the logits' arg-max).
+
+    Why: the user decides by the arg-max, and quantizing the scores puts them on a grid. ddddocr's
+    CTC logits (about 14-25) in bf16 have a step of 0.125 where float's margins between look-alike
+    glyphs (s/S, w/W, g/G, r vs blank) are 0.03-0.36: 8 of 192 held-out strings changed under BF16,
+    each at a step where the quantized margin was exactly 0 or one step of −0.125 (bench/RESULTS.md,
+    "ddddocr_ocr reads"). Keeping the head's output float costs no kernel: onnxruntime's CPU
+    provider runs a QDQ Gemm/MatMul with a float output (QGemm without ``y_scale``,
+    MatMulIntegerToFloat), and float formats only drop one rounding. A ``Conv`` head is not a class
+    head by :func:`class_like_outputs`, so no convolution loses its integer output here."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    shapes = _const_shapes(model)
+    heads = class_like_outputs(model)
+    keep: dict[str, str] = {}
+
+    def walk(tensor: str, through_softmax: bool) -> None:
+        path: list[str] = []
+        for _ in range(8):
+            path.append(tensor)
+            node = producer.get(tensor)
+            if node is None:
+                return
+            if node.op_type in _SOFTMAXES:
+                keep.update(dict.fromkeys(path, SCORE_REASON))
+                if through_softmax and node.input:
+                    walk(node.input[0], False)
+                return
+            if node.op_type in ("MatMul", "Gemm"):
+                if (_head_width(node, shapes) or 0) >= 2:
+                    keep.update(dict.fromkeys(path, SCORE_REASON))
+                return
+            if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
+                data = [i for i in node.input if i and i not in shapes]
+                if not data:
+                    return
+                tensor = data[0]
+                continue
+            return
+
+    for name in heads:
+        walk(name, True)
+    return keep
 
 
 @dataclass

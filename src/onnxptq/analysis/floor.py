@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .class_scores import Positions, judge_positions
+from .fields import FieldCosines
 from .log_outputs import to_linear
 from .metrics import cosine_similarity, dot
 
@@ -115,10 +116,15 @@ class OutputCheck:
     log_domain: bool = False
     #: per-position class scores judged on their decision positions (analysis/class_scores.py); None: not such an output
     positions: Positions | None = None
+    #: an output judged field by field (analysis/fields.py): (axis, field, cosine) of its worst field
+    worst_field: tuple[int, int, float] | None = None
 
     def describe(self) -> str:
         linear = " of its linear values (log-domain output)" if self.log_domain else ""
         text = f"{self.name}: cosine{linear} {self.cosine:.4f} (min {self.cosine_min:.4f})"
+        if self.worst_field is not None:
+            axis, index, cos = self.worst_field
+            text += f", worst field {index} of axis {axis}: cosine {cos:.4f}"
         if self.positions is not None:
             text += ", " + self.positions.describe() + (" (too few positions to judge)" if self.top1_unjudged else "")
         elif self.top1 is not None:
@@ -192,15 +198,17 @@ def _enough(count: int, floor: Floor) -> bool:
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
             class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
-            log_scales: dict[str, float] | None = None) -> Verdict:
+            log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
     outputs per row, the others of rank ≥ 3 as reads (``class_scores.judge_positions``).
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
-    cosine is taken on their linear values (a cosine of dB values is blind to dB errors)."""
+    cosine is taken on their linear values (a cosine of dB values is blind to dB errors).
+    ``field_axes``: outputs judged field by field along that axis too (``fields.declared_field_axes``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
+    field_axes = field_axes or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
         return verdict
@@ -216,6 +224,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
+        fields: FieldCosines | None = None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -227,6 +236,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
+            if not classy and np.isfinite(g).all():
+                axis = field_axes.get(name)
+                if fields is None and axis is not None and r.ndim > axis:
+                    fields = FieldCosines(axis, r.shape[axis])
+                if fields is not None:
+                    fields.add(r, g)
             if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
                 if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
@@ -243,6 +258,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        worst = fields.worst() if fields is not None else None
+        if worst is not None:
+            check.worst_field = (fields.axis, worst[0], worst[1])
+            if worst[1] < floor.cosine:
+                check.ok = False
         positions = judge_positions(seq_ref, seq_got) if seq_ref else None
         if positions is not None:
             check.positions = positions

@@ -500,9 +500,10 @@ class QuantConfig:
     #: every channel, see docs/presets.md)
     equalize: bool | None = None
     equalization: EqualizationOptions = field(default_factory=EqualizationOptions)
-    #: empirical bias correction of integer weights (BiasCorrection): each layer's bias absorbs
-    #: the mean output shift its rounded weights cause on the kept calibration samples; None:
-    #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
+    #: empirical bias correction (BiasCorrection): each Conv/Gemm bias absorbs the mean output
+    #: shift its rounded weights cause on the kept calibration samples; None: automatic, on exactly
+    #: where equalization's automatic rule is (per-tensor integer weights); True also corrects
+    #: float-format weights (BF16, BFP, MX, FP8; pipeline/refine/bias_correction.py)
     bias_correction: bool | None = None
     #: outlier channel splitting in prepare, after equalization: True / False, or None for
     #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)

@@ -30,9 +30,16 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   Inf/NaN put back; ``to_bfp_prime``: Inf/NaN turn the block into NaN). ``to_bfp_prime`` also
   takes the masked formulas (they flush subnormals) when a block's exponent is so small that a
   subnormal input, which the reference flushes to zero, could round to a non-zero code. The
-  choice is one ``If`` after the block maxima; the plain branch has no per-row machinery (the
-  earlier Compress/ScatterND stand-in cost a full copy per call). For ``to_bfp`` the block
-  maxima of |x| come from ReduceMax and ReduceMin of x (two reads; Abs would write a tensor).
+  plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
+  per call). For ``to_bfp`` the block maxima of |x| come from ReduceMax and ReduceMin of x (two
+  reads; Abs would write a tensor).
+* **Masked formulas in few nodes.** They are never taken on real activations, but every node of
+  them costs onnxruntime session-creation time (~0.1 ms, an ``If`` ~0.2 ms) in every call, and
+  that creation was most of a block format's quantize time. ``to_bfp`` branches only what
+  differs, with two small ``If`` nodes around one set of scale and rounding nodes (the block
+  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`); ``to_bfp_prime``
+  keeps one ``If`` (its plain and masked scales differ in clamp and flush) and finds a block
+  holding Inf/NaN through its maxima rather than per-element masks (:func:`_prime_exact`).
 * **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of
@@ -228,20 +235,47 @@ def _prime_apply(g: Body, x: str, s: str, a: dict[str, Any]) -> str:
 
 def _prime_exact(g: Body, x5: str, a: dict[str, Any], finite: bool = False) -> str:
     """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
-    Inf/NaN becomes NaN (``finite``: the caller knows there is none)."""
-    ax = g.op("Abs", x5)
-    normal = g.op("GreaterOrEqual", ax, g.const(2.0**-126))
-    flushed = g.op("Where", normal, x5, g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot
-    if finite:
-        az = g.op("Abs", flushed)
-    else:
-        bad_el = _nonfinite(g, x5)
-        bad = g.op("Greater", g.reduce("ReduceMax", g.op("Cast", bad_el, to=_F), [1, 2]), g.const(0.0))
-        az = g.op("Where", bad_el, g.const(0.0), g.op("Abs", flushed))
+    Inf/NaN becomes NaN (``finite``: the caller knows there is none).
+
+    Written for few nodes: it is the masked branch of every to_bfp_prime call, never taken on
+    real activations, yet onnxruntime spends ~0.1 ms per node of it creating each session (it
+    was the larger half of an MX9 body). A block holding Inf/NaN is found through its maxima:
+    NaN is mapped to +Inf before the (exact) ``ReduceMax``, so such a block's maximum is +Inf,
+    its scales are NaN, and the final multiplication spreads NaN over the block — no
+    per-element mask, count or full-tensor ``Where`` for it. The scales of the other blocks
+    are the reference's: the sub-block shift by compares where it cannot underflow (see
+    :func:`_prime_exact_chain`), otherwise by the sub-block exponents.
+    """
+    flushed = g.op("Where", g.op("GreaterOrEqual", g.op("Abs", x5), g.const(2.0**-126)), x5,
+                   g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot; NaN stays NaN, ±Inf stays
+    az = g.op("Abs", flushed)
+    if not finite:  # NaN -> +Inf: ReduceMax drops NaN unreliably, an infinity it does not
+        az = g.op("Where", g.op("IsNaN", flushed), g.const(np.inf), az)
     sbmax = g.reduce("ReduceMax", az, [2])
     bmax = g.reduce("ReduceMax", sbmax, [1])
-    yq = _prime_quant(g, flushed, sbmax, bmax, a, 2.0**-127, chain=False)
-    return yq if finite else g.op("Where", bad, g.const(np.nan), yq)
+    chain = _prime_exact_chain(a)
+    s = _prime_scale(g, sbmax, bmax, a, 2.0**-127, chain=chain)
+    if not finite and not chain:
+        # By compares, a block's scales are products of its power of two, NaN for a maximum of
+        # +Inf (pow2_floor: Inf - (Inf - Inf)). By sub-block exponents they are Max(Pj, Ps·2^-D),
+        # and Max need not propagate NaN: the block's scales are set to NaN explicitly.
+        s = g.op("Where", g.op("IsInf", bmax), g.const(np.nan), s)
+    return _prime_apply(g, flushed, s, a)
+
+
+def _prime_exact_chain(a: dict[str, Any]) -> bool:
+    """Whether the masked formulas may find the sub-block shift by compares (as the plain ones
+    do, :func:`_prime_chain`): they give the reference's scale for every sub-block holding a
+    normal value (the only values left after the flush, besides zeros) — with ``Ps`` the block's
+    power of two and ``Pj = Ps·2^-j`` the sub-block's, the count of ``sbmax >= Ps·2^-i`` over
+    ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so ``Ps·2^(-D+1-m)`` doubled that many
+    times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — and a sub-block of zeros gives zeros under any
+    positive scale. With the lower clamp of 2^-127 (not the plain path's threshold) the smallest
+    such scale is ``2^(-127-D+1-m)``, which must stay a non-zero float32 (2^-148 or more, exact);
+    otherwise the sub-block exponents are taken, as the reference does."""
+    m = a["bit_width"] - 9
+    dmax = (1 << a["sub_block_shift_bits"]) - 1
+    return _prime_chain(a) and -127 - dmax + 1 - m >= -148
 
 
 # --------------------------------------------------------------------------------- fast paths
@@ -348,6 +382,8 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         return _prime_static(g, xf, a, n, rank, total)
     xr, post, restore, a = _view(g, xf, a, view)
     quant, exact = g.branch(), g.branch()
+    if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
+        return restore(_bfp_split(g, xr, a, total))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
         zero = g.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
@@ -369,6 +405,50 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
         yr = restore5(y5)
     return restore(yr)
+
+
+def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str) -> str:
+    """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), the plain/masked choice
+    made by two small ``If`` nodes on the finiteness of ``total`` around one set of scale and
+    rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
+
+    Creating a session costs onnxruntime ~0.1 ms per inlined node for every call of every
+    quantizer, and the masked formulas (Inf/NaN: never taken on real activations) were more than
+    half of each body's nodes. They differ from the plain ones in two places only, so only those
+    are branched: the block maxima (plain: of x and -x, with a runtime +0 from the sum; masked:
+    of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
+    put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
+    its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
+    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits."""
+    finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
+    plain, masked = g.branch(), g.branch()
+    # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
+    amax_plain = plain.op("Max", plain.reduce("ReduceMax", xr, [1]),
+                          plain.op("Neg", plain.reduce("ReduceMin", xr, [1])), plain.const(2.0**-127))
+    zero_plain = plain.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
+    special = _nonfinite(masked, xr)
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.const(0.0), xr)), [1]),
+                            masked.const(2.0**-127))
+    zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
+    amax, zero = g.fresh("amax"), g.fresh("zero")
+    f = TensorProto.FLOAT
+    g.nodes.append(helper.make_node(
+        "If", [finite], [amax, zero],
+        then_branch=helper.make_graph(plain.nodes, g.fresh("plain_max"), [],
+                                      [helper.make_tensor_value_info(amax_plain, f, None), helper.make_tensor_value_info(zero_plain, f, None)]),
+        else_branch=helper.make_graph(masked.nodes, g.fresh("masked_max"), [],
+                                      [helper.make_tensor_value_info(amax_masked, f, None), helper.make_tensor_value_info(zero_masked, f, None)])))
+    m = a["bit_width"] - 9
+    s = _pow2_floor(g, amax, 2.0 ** (1 - m))
+    qmax = float(2**m - 1)
+    q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero)
+    plain, masked = g.branch(), g.branch()
+    y_plain = plain.op("Mul", q, s)
+    # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
+    # from its then slot into +0.
+    y_masked = masked.op("Where", _nonfinite(masked, xr), xr, masked.op("Mul", q, s))
+    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
+                else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
 def _prime_threshold(a: dict[str, Any]) -> float:

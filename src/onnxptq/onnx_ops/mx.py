@@ -18,11 +18,14 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   exact by construction: ``2**floor(log2(amax))`` by a float64 Veltkamp split to one bit (no
   ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
   table lookup, which measured 0.2 ms per use on 25k block maxima);
-- one branch on the data, taken once per call: a ``ReduceSum`` over the tensor (it propagates
-  Inf and NaN) picks in an ``If`` the plain formulas or, when the sum is not finite, the masked
-  ones (Inf/NaN out of the block maxima and passed through). A call costs onnxruntime ~1 µs per
-  executed node, so the formulas a call does not need are not run (the earlier always-run
-  Compress/ScatterND path for the rows holding Inf/NaN executed ~45 nodes on zero rows);
+- one choice on the data per call: a ``ReduceSum`` over the tensor (it propagates Inf and NaN)
+  picks the plain formulas or, when the sum is not finite, the masked ones (Inf/NaN out of the
+  block maxima and passed through). A call costs onnxruntime ~1 µs per executed node, so the
+  formulas a call does not need are not run (the earlier always-run Compress/ScatterND path for
+  the rows holding Inf/NaN executed ~45 nodes on zero rows); and every node costs session
+  creation ~0.1 ms (an ``If`` ~0.2 ms) in every call, so only what differs is branched: two
+  small ``If`` nodes (block maxima; last node) around one set of scale and rounding nodes
+  (:func:`_fake_quantize_split`; with scale search, one ``If`` over two whole copies);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -116,6 +119,15 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
 
     Finite inputs only; an Inf input gives a finite value here (the caller restores it).
     """
+    op_type, inputs = _quantize_parts(b, x4, a, scale, fmt, rounding_mode)
+    return b.op(op_type, *inputs)
+
+
+def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
+    """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)`` for the caller
+    to place: :func:`_fake_quantize_split` puts it in both branches of its second ``If``, so
+    that the plain branch computes a value instead of passing one through (onnxruntime copies a
+    branch output that is an outer-scope value: a full pass per call)."""
     if fmt.is_int:
         # One Div by the element unit 2**(X-6) (a float32, subnormal for X < -120) instead of two
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
@@ -123,7 +135,7 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
         # rounds to a signed zero either way, so one full pass less, same bits.
         unit = b.op("Mul", scale, b.const(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
-        return b.op("Mul", _round_int(b, w, rounding_mode), unit)
+        return "Mul", (_round_int(b, w, rounding_mode), unit)
     v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
     c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
@@ -134,7 +146,7 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
     normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
-    return b.op("Where", normal, y_norm, y_sub)
+    return "Where", (normal, y_norm, y_sub)
 
 
 class _Blocks:
@@ -200,6 +212,48 @@ def _fake_quantize_blocks(
     # turns a -0 from its then branch into +0 and its Not+Where fusion swaps branches.
     xc = b.op("Clip", x4, b.const(-_FLT_MAX), b.const(_FLT_MAX))
     return b.op("Sub", yq, b.op("Sub", xc, x4))
+
+
+def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
+                         blocks: _Blocks | None = None) -> str:
+    """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
+    by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
+    whose two branches each hold the whole quantization.
+
+    Creating the session costs onnxruntime ~0.1 ms per inlined node, for every call of every
+    block quantizer, and the masked branch (Inf/NaN, taken by no real activation) held half of
+    each body's branch nodes. The plain and masked formulas differ in two places only, so only
+    those are branched: the block maxima (plain: the maxima of x and -x, or of |x|; masked: of
+    |x| with Inf/NaN replaced by 0) and the last node (masked: Inf/NaN put back by ``yq -
+    (clip(x) - x)``, as in :func:`_fake_quantize_blocks`). The block scale and the element
+    rounding between them are one set of nodes. Each branch computes its output (onnxruntime
+    copies a branch output that is an outer-scope value: a full pass per call). The same ops
+    on the same values as :func:`_fake_quantize_blocks`, hence the same bits.
+    """
+    blocks = blocks or _Blocks()
+    plain, masked = g.branch(), g.branch()
+    if fmt.is_int:
+        # INT8 elements need |x| only for the block maxima (see _fake_quantize_blocks).
+        a = ""
+        amax_plain = plain.op("Max", blocks.reduce(plain, "ReduceMax", x4),
+                              plain.op("Neg", blocks.reduce(plain, "ReduceMin", x4)))
+        a_masked = masked.op("Abs", x4)
+    else:
+        a = a_masked = g.op("Abs", x4)
+        amax_plain = blocks.reduce(plain, "ReduceMax", a)
+    ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
+    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
+    amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
+                else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
+    scale = _block_scale(g, blocks.maxima(g, amax), fmt)
+    op_type, inputs = _quantize_parts(g, x4, a, scale, fmt, rounding_mode)
+    plain, masked = g.branch(), g.branch()
+    y_plain = plain.op(op_type, *inputs)
+    yq = masked.op(op_type, *inputs)
+    xc = masked.op("Clip", x4, masked.const(-_FLT_MAX), masked.const(_FLT_MAX))
+    y_masked = masked.op("Sub", yq, masked.op("Sub", xc, x4))
+    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
+                else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
 def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
@@ -312,11 +366,14 @@ def make_function(
             x4, _, restore = view_static(g, xf, axis, bs, pad)
     total = g.op("ReduceSum", xf, keepdims=0)
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
-    plain, masked = g.branch(), g.branch()
-    y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
-    y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
-    y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
-              else_branch=masked.graph(y_masked, top.fresh("masked")))
+    if scale_search:  # the masked formulas differ in the middle too (the search's sums)
+        plain, masked = g.branch(), g.branch()
+        y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
+        y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
+        y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
+                  else_branch=masked.graph(y_masked, top.fresh("masked")))
+    else:
+        y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks)
     y = restore(y4)
     if static is None:
         keep_y = top.fresh("keep")

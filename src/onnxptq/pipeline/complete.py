@@ -125,6 +125,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     from ..analysis.class_scores import class_like_outputs
     from ..analysis.floor import floor_for, measure
     from ..analysis.log_outputs import log_domain_outputs
+    from ..analysis.fields import declared_field_axes
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
@@ -132,7 +133,8 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     got = [{n: known[id(feed)][n] for n in names} if id(feed) in known else dict(zip(names, session.run(names, feed)))
            for feed in calibrated.holdout]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), class_like_outputs(calibrated.prepared),
-                      reused=calibrated.holdout_reused, log_scales=log_domain_outputs(calibrated.prepared))
+                      reused=calibrated.holdout_reused, log_scales=log_domain_outputs(calibrated.prepared),
+                      field_axes=declared_field_axes(calibrated.prepared))
     timings["verify"] = time.perf_counter() - t0
     return verdict
 

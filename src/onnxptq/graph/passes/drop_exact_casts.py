@@ -2,21 +2,42 @@
 
 A BF16 quantizer is ``Cast(to=BFLOAT16) → Cast(to=FLOAT)``, two full passes at ~0.5 ns an element
 on onnxruntime's CPU provider (bench/RESULTS.md, issue 26). When its input was produced by an op
-that only moves, selects or clamps-at-zero values (Transpose, Reshape, Slice, Concat, MaxPool,
-Relu, nearest Resize, ...) from tensors that are themselves bfloat16-exact (outputs of Cast pairs),
-every value it holds is a bfloat16 value, and the pair is the identity on them: a value the
-round trip maps to itself. Removing it is bit-exact (NaN stays NaN; only a NaN's payload could
-differ, which no format defines). The plan still lists the tensor as BF16; only the redundant
-runtime work goes (PP-OCRv4 rec: 25 of its 178 pairs, det: 8 of 157, most of them large).
+that only moves, selects or clamps values (Transpose, Reshape, Slice, Concat, MaxPool, Relu,
+nearest Resize, Max, Clip, Pad, ...) from tensors that are themselves bfloat16-exact, every value
+it holds is a bfloat16 value, and the pair is the identity on them: a value the round trip maps to
+itself. Removing it is bit-exact (NaN stays NaN; only a NaN's payload could differ, which no
+format defines). The plan still lists the tensor as BF16; only the redundant runtime work goes
+(PP-OCRv4 rec: 25 of its 178 pairs, det: 8 of 157, most of them large).
+
+Exact by construction (the seeds): the output of a Cast pair; a ``Cast(to=FLOAT)`` of a BFLOAT16
+initializer (a packed weight, onnx_ops/packed.py); a float initializer whose every element has its
+low 16 bits zero (a constant the plan rounded at quantize time, e.g. a Max's bound); an absent
+optional input that defaults to 0 (Pad's value, Clip's bounds).
+
+Why each op keeps exactness (bfloat16 values B, closed under negation and containing ±0, ±Inf):
+
+* Identity, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Slice, Split, Gather, Expand, Tile,
+  Concat, DepthToSpace, SpaceToDepth: every output element is a copy of an input element.
+* nearest Resize: a copy of the nearest input element (linear/cubic interpolate: not kept).
+* MaxPool (values output), GlobalMaxPool, ReduceMax, ReduceMin, Max, Min: each output is one of its
+  inputs' elements (a maximum or minimum of a set is a member of it; NaN propagates as NaN).
+  AveragePool, GlobalAveragePool, ReduceMean are averages, new values: not kept.
+* Relu: ``max(x, 0)`` with 0 ∈ B. Clip: ``min(max(x, lo), hi)`` is x, lo or hi, so it is kept when
+  its bounds are exact too (an absent bound is none).
+* Pad: copies (reflect/edge/wrap) or the pad value; kept when that value is exact (absent: 0).
+* Where: selects from its two value inputs (the condition is bool).
+* Neg, Abs: flip or clear the sign bit, which bfloat16 shares with float.
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..external import tensor_values
 from ..opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
@@ -28,7 +49,19 @@ _PRESERVING: dict[str, tuple[int, ...] | None] = {
     "Transpose": (0,), "Slice": (0,), "Split": (0,), "Gather": (0,), "Expand": (0,), "Tile": (0,),
     "Concat": None, "MaxPool": (0,), "GlobalMaxPool": (0,), "ReduceMax": (0,), "ReduceMin": (0,),
     "Relu": (0,), "Resize": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,),
+    "Max": None, "Min": None, "Clip": (0, 1, 2), "Pad": (0, 2), "Where": (1, 2), "Neg": (0,), "Abs": (0,),
 }
+#: The largest float initializer read element by element to tell whether it is bfloat16-exact.
+_CONSTANT_LIMIT = 1 << 16
+
+
+def _exact_constant(tensor: onnx.TensorProto) -> bool:
+    """Whether ``tensor`` is a float initializer of at most ``_CONSTANT_LIMIT`` elements whose
+    every element is a bfloat16 value (its low 16 bits zero)."""
+    if tensor.data_type != TensorProto.FLOAT or int(np.prod(tensor.dims, dtype=np.int64)) > _CONSTANT_LIMIT:
+        return False
+    values = np.ascontiguousarray(tensor_values(tensor), dtype=np.float32)
+    return bool(np.all(values.view(np.uint32) & np.uint32(0xFFFF) == 0))
 
 
 def _preserves(node: onnx.NodeProto) -> tuple[int, ...] | None | bool:
@@ -40,6 +73,11 @@ def _preserves(node: onnx.NodeProto) -> tuple[int, ...] | None | bool:
             return False
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
         return False  # the indices output is not a value
+    if node.op_type in ("Clip", "Pad"):
+        # opset < 11 gives bounds / the pad value as attributes: kept only when they are bfloat16 values
+        bounds = [a.f for a in node.attribute if a.name in ("min", "max", "value")]
+        if any(np.array(b, np.float32).view(np.uint32) & np.uint32(0xFFFF) for b in bounds):
+            return False
     return _PRESERVING[node.op_type]
 
 
@@ -59,8 +97,25 @@ def drop_exact_bf16_casts(model: onnx.ModelProto) -> int:
 
     exact: set[str] = set()
     pairs: dict[str, onnx.NodeProto] = {}  # float Cast output -> its bf16 Cast
+    inputs_by_name = {i.name for i in graph.input}  # an initializer listed as an input can be fed: not a constant
+    initializers = {t.name: t for t in graph.initializer if t.name not in inputs_by_name}
+    checked: dict[str, bool] = {}
+
+    def exact_input(name: str) -> bool:
+        if name in exact:
+            return True
+        if name in initializers:
+            if name not in checked:
+                checked[name] = _exact_constant(initializers[name])
+            return checked[name]
+        return False
+
     for node in graph.node:  # topological order
         if node.op_type == "Cast" and is_onnx_domain(node.domain) and to(node) == TensorProto.FLOAT:
+            source = initializers.get(node.input[0])
+            if source is not None and source.data_type == TensorProto.BFLOAT16:
+                exact.add(node.output[0])  # a packed bf16 weight, decoded
+                continue
             first = producer.get(node.input[0])
             if first is not None and first.op_type == "Cast" and to(first) == TensorProto.BFLOAT16 \
                     and is_onnx_domain(first.domain):
@@ -71,7 +126,7 @@ def drop_exact_bf16_casts(model: onnx.ModelProto) -> int:
         if data is False:
             continue
         inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
-        if inputs and all(i in exact for i in inputs):
+        if inputs and all(exact_input(i) for i in inputs):
             exact.update(o for o in node.output if o)
 
     rename: dict[str, str] = {}

@@ -16,6 +16,7 @@ from ...config.schema import QuantConfig, TensorQuant
 from ...graph.naming import check_node_names
 from ...graph.ops import BIAS_INPUTS, DATA_INPUTS, DEFAULT_OP_TYPES, ELTWISE_OPS, NO_OUTPUT_QUANT, RECURRENT, WEIGHT_INPUTS
 from .. import runtime
+from ...analysis.class_scores import score_float_tensors
 from ..tails import TAIL_REASON, postprocessing_tail
 from ..transformer import is_transformer
 from .rules import (
@@ -29,9 +30,11 @@ from .rules import (
     _saturation_limits,
     _share_through_data_movement,
 )
+from .thresholds import decision_thresholds
 from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .corners import orphan_int32_biases, scalar_block_tensors
+from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -282,8 +285,15 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             add(out, "activation", quant, node, consumer=False, axis=axis)
 
     float_tensors = _keep_float(model, tensors, producer_side, consumer_side)
+    float_tensors.update(epilogue_boundaries(tensors, g, selected, config, producer_side, consumer_side))  # float_fusion.py: bf16/fp16 epilogues
+    if not config.quantize_postprocessing:  # class scores read by arg-max (analysis/class_scores.py)
+        for name, reason in score_float_tensors(model).items():
+            if tensors.pop(name, None) is not None:
+                float_tensors.setdefault(name, reason)
+                producer_side.pop(name, None)
+                consumer_side.pop(name, None)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
-        float_tensors.update(_linear_inputs_only(tensors, g, producer_side, consumer_side))
+        float_tensors.update(_linear_inputs_only(model, tensors, g, producer_side, consumer_side, config.activation))
     if config.fp_block_dot_operands_only or config.int_block_dot_operands_only:
         dots_only = dot_operands_only(tensors, g, fp=config.fp_block_dot_operands_only, integer=config.int_block_dot_operands_only)
         for name, reason in dots_only.items():  # fp_blocks.py: dot-product operands only
@@ -306,6 +316,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         _share_through_data_movement(tensors, selected)
     _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
+    decision_thresholds(tensors, g)  # thresholds.py: a compared tensor's range reaches the constant
     float_tensors.update(fp_element_blocks(tensors, g, config.fp_block_weight_scale_search))  # fp_blocks.py: MXFP weights' axis, biases float
     float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,

@@ -19,7 +19,7 @@ from ...graph.logdomain import log_domain_float_tensors
 from ...graph.recurrent_state import recurrent_state_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
-from ..transformer import LINEAR_OPS, transformer_float_tensors
+from ..transformer import LINEAR_OPS, attention_value_products, short_integer_grid, transformer_float_tensors
 from .select import _Graph
 from .types import Role, TensorPlan
 
@@ -59,24 +59,32 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     return why
 
 
-def _linear_inputs_only(tensors: dict[str, TensorPlan], g: _Graph, producer_side: dict, consumer_side: dict) -> dict[str, str]:
+def _linear_inputs_only(model: onnx.ModelProto, tensors: dict[str, TensorPlan], g: _Graph, producer_side: dict,
+                        consumer_side: dict, activation: TensorQuant) -> dict[str, str]:
     """Integer activations on a transformer graph (``pipeline/transformer.py``): keep only the
-    activations a MatMul/Gemm reads, read quantized by those readers alone; the rest stay float."""
+    activations a MatMul/Gemm reads, read quantized by those readers alone; the rest stay float.
+    With an 8-bit (or shorter) grid the attention ``probs·V`` MatMuls read both operands float:
+    an 8-bit grid over [0, max p] rounds the many probabilities near 1/tokens to a code or two."""
     kinds = {n.name: n.op_type for n in g.nodes}
+    float_readers = attention_value_products(model) if short_integer_grid(activation.format) else set()
     why: dict[str, str] = {}
     for name, t in list(tensors.items()):
         if t.role != "activation":
             continue
-        linear = [c for c in t.consumers if kinds.get(c) in LINEAR_OPS]
+        linear = [c for c in t.consumers if kinds.get(c) in LINEAR_OPS and c not in float_readers]
         if not linear:
             del tensors[name]
             producer_side.pop(name, None)
             consumer_side.pop(name, None)
-            why[name] = "transformer placement (integer activations: MatMul/Gemm inputs only)"
-        elif len(linear) != len(t.consumers) or any(r.op_type not in LINEAR_OPS for r in g.consumers.get(name, [])) or name in g.outputs:
+            pv = any(c in float_readers for c in t.consumers)
+            why[name] = ("transformer placement (8-bit integer activations: the attention probs·V product reads float)" if pv
+                         else "transformer placement (integer activations: MatMul/Gemm inputs only)")
+        elif (len(linear) != len(t.consumers) or any(r.op_type not in LINEAR_OPS or r.name in float_readers for r in g.consumers.get(name, []))
+              or name in g.outputs):
             t.consumers, t.exclusive = linear, True
     if why:
-        log.info("plan: %d activations stay float (transformer graph, integer activations: MatMul/Gemm inputs only)", len(why))
+        log.info("plan: %d activations stay float (transformer graph, integer activations: MatMul/Gemm inputs only%s)", len(why),
+                 f"; {len(float_readers)} probs·V products float" if float_readers else "")
     return why
 
 

@@ -46,6 +46,9 @@ class TensorPlan:
     #: (low, high) outside which every reader saturates (e.g. HardSwish is 0 below -3), so values
     #: there need no codes: the solver clamps the calibrated range to it. None: unbounded.
     limits: tuple[float | None, float | None] | None = None
+    #: (low, high) thresholds the graph compares this tensor's values with (through monotone ops):
+    #: the solver widens the calibrated range to include them (plan/thresholds.py). None: none.
+    covers: tuple[float, float] | None = None
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -105,6 +108,7 @@ class TensorPlan:
             **({"producer_format": self.producer_quant.describe(), "producer_axis": self.producer_axis,
                 "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
             **({"limits": list(self.limits)} if self.limits is not None else {}),
+            **({"covers": list(self.covers)} if self.covers is not None else {}),
         }
 
 
