@@ -134,7 +134,45 @@ def trueocr_orient_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
+def trueocr_order_feeds(n: int, seed: int) -> list[Feed]:
+    """trueocr/order.py line_features: the line boxes of a rendered page (ink row bands and
+    their x extents, as the detector would box them) and their texts, [1, N, 16], mask all true."""
+    import importlib.util
+
+    from testkit.zoo_data import _paragraph
+
+    spec = importlib.util.spec_from_file_location("trueocr_order", SRC / "trueocr/order.py")
+    order = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(order)
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        ink = np.asarray(render_page(rng, 600, 780).convert("L"), np.float32) < 128
+        rows = ink.any(1)
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], rows.astype(np.int8), [0]))))
+        boxes = []
+        for y0, y1 in zip(edges[::2], edges[1::2]):
+            cols = np.flatnonzero(ink[y0:y1].any(0))
+            if y1 - y0 >= 4 and len(cols):
+                boxes.append((cols[0], y0, cols[-1] + 1, y1))
+        if len(boxes) < 3:
+            continue
+        texts = [_paragraph(rng, rng.randint(2, 9)) for _ in boxes]
+        feats = order.line_features(np.asarray(boxes, np.float32), (600.0, 780.0), texts)
+        out.append({"feats": feats[None], "mask": np.ones((1, len(boxes)), bool)})
+    return out
+
+
 # ----------------------------------------------------------------------------- metrics
+
+def pair_order(ref, test, feeds, root) -> float:
+    """trueocr's reading order: the sign of the pairwise "i before j" logits (output a), i != j."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0][0], test(f)[0][0]
+        off = ~np.eye(a.shape[0], dtype=bool)
+        same, total = same + int(((a > 0) == (b > 0))[off].sum()), total + int(off.sum())
+    return same / max(total, 1)
+
 
 def yolo_e2e_boxes(outs: list[np.ndarray], thr: float = 0.25) -> np.ndarray:
     """isbnx's output0 [1, 300, 6] (x1, y1, x2, y2, score, class; NMS inside): boxes over thr."""
@@ -162,6 +200,7 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "tinyocr_det": ("tinyocr/assets/PP-OCRv6_det_tiny.onnx", tinyocr_det_feeds, "mask IoU (p>0.2)", db_mask_iou()),
     "tinyocr_rec": ("tinyocr/assets/PP-OCRv6_rec_tiny.onnx", tinyocr_rec_feeds, "CTC exact", zoo.ctc_strings),
     "trueocr_orient": ("trueocr/models/orient.onnx", trueocr_orient_feeds, "top-1", zoo.top1()),
+    "trueocr_order": ("trueocr/models/order.onnx", trueocr_order_feeds, "pair order agreement", pair_order),
 }
 
 
