@@ -162,7 +162,50 @@ def trueocr_order_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
+def trueocr_rec_feeds(n: int, seed: int) -> list[Feed]:
+    """trueocr/preprocess.py prepare_gray + pad_batch: a rendered text line (dark on light), its
+    box padded 0.3 h left/right and to a 3-line window (pad_y 1.6 h), resized to 96 px high,
+    ink map 1 - g/255, right-padded to a multiple of 8 plus the 8-column halo; widths = ink width."""
+    import math
+
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font, _paragraph
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        font = _font(rng.randint(16, 30), rng.choice(["sans", "serif", "mono"]))
+        text = _paragraph(rng, rng.randint(2, 6))
+        canvas = Image.new("L", (1200, 80), 255)
+        ImageDraw.Draw(canvas).text((10, 10), text, font=font, fill=rng.randint(0, 60))
+        x0, y0, x1, y1 = Image.eval(canvas, lambda v: 255 - v).getbbox()
+        h = max(1, y1 - y0)
+        py = (3 * (1 + 2 * 0.2) - 1) / 2
+        X0, X1, Y0, Y1 = x0 - 0.3 * h, x1 + 0.3 * h, y0 - py * h, y1 + py * h
+        crop = Image.new("L", (math.ceil(X1) - math.floor(X0), math.ceil(Y1) - math.floor(Y0)), 255)
+        crop.paste(canvas.crop((max(0, math.floor(X0)), max(0, math.floor(Y0)), min(1200, math.ceil(X1)), min(80, math.ceil(Y1)))),
+                   (max(0, -math.floor(X0)), max(0, -math.floor(Y0))))
+        w = max(8, min(768, round(crop.width * 96 / crop.height)))
+        ink = 1.0 - np.asarray(crop.resize((w, 96), Image.BILINEAR), np.float32) / 255.0
+        wm = math.ceil(w / 8) * 8
+        x = np.zeros((1, 1, 96, wm + 8), np.float32)
+        x[0, 0, :, :w] = ink
+        out.append({"x": x, "widths": np.array([w], np.int64)})
+    return out
+
+
 # ----------------------------------------------------------------------------- metrics
+
+def trueocr_reads(ref, test, feeds, root) -> float:
+    """trueocr's Recognizer.predict: ids[:lengths], repeats collapsed, blank 0 dropped; exact matches."""
+
+    def read(outs) -> tuple[int, ...]:
+        seq = outs[0][0, : int(outs[2][0])]
+        keep = (seq != 0) & np.concatenate(([True], seq[1:] != seq[:-1]))
+        return tuple(seq[keep].tolist())
+
+    return float(np.mean([read(ref(f)) == read(test(f)) for f in feeds]))
+
 
 def pair_order(ref, test, feeds, root) -> float:
     """trueocr's reading order: the sign of the pairwise "i before j" logits (output a), i != j."""
@@ -200,6 +243,7 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "tinyocr_det": ("tinyocr/assets/PP-OCRv6_det_tiny.onnx", tinyocr_det_feeds, "mask IoU (p>0.2)", db_mask_iou()),
     "tinyocr_rec": ("tinyocr/assets/PP-OCRv6_rec_tiny.onnx", tinyocr_rec_feeds, "CTC exact", zoo.ctc_strings),
     "trueocr_orient": ("trueocr/models/orient.onnx", trueocr_orient_feeds, "top-1", zoo.top1()),
+    "trueocr_rec": ("trueocr/models/rec.onnx", trueocr_rec_feeds, "CTC exact (in-graph arg-max)", trueocr_reads),
     "trueocr_order": ("trueocr/models/order.onnx", trueocr_order_feeds, "pair order agreement", pair_order),
 }
 
