@@ -279,6 +279,7 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     row["quantize_s"], row["quantize_cpu_s"] = round(time.perf_counter() - t0, 1), round(time.process_time() - c0, 1)
     rep = getattr(result, "repair", None) or {}
     row["repair_kept"] = list(rep.get("kept_float", []))[:8] if isinstance(rep, dict) else str(rep)[:200]
+    row["n_kept"] = len(rep.get("kept_float", [])) if isinstance(rep, dict) else None
     row["warnings"] = warnings[:4]
     try:
         ref = _memo(zoo.session_runner(path), held)
@@ -309,7 +310,12 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", required=True)
     ap.add_argument("--out-dir", default="/work/cache/newmodels/out")
+    ap.add_argument("--merge", nargs="*", default=[], help="further JSON row files to put in the table (runs nothing)")
     a = ap.parse_args()
+    if a.merge:
+        rows = [r for path in [a.json, *a.merge] for r in json.loads(Path(path).read_text())]
+        Path(a.md).write_text(table(rows))
+        return
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = json.loads(Path(a.json).read_text()) if Path(a.json).exists() else []
@@ -331,14 +337,25 @@ def main() -> None:
             rows = [r for r in rows if (r["model"], r["preset"]) != (name, preset)] + [row]
             Path(a.json).write_text(json.dumps(rows, indent=1))
             print(json.dumps({k: v for k, v in row.items() if k != "trace"}), flush=True)
+    Path(a.md).write_text(table(rows))
+
+
+def table(rows: list[dict]) -> str:
     lines = ["| model | metric | preset | agreement | cosine | quantize s | status / error |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    import re
+
     for r in rows:
+        if r.get("n_kept") is None:  # rows from before n_kept was recorded: the warning says it
+            m = next((re.search(r"repair kept (\d+ of \d+)", w) for w in r.get("warnings", []) if "repair kept" in w), None)
+            kept = r.get("repair_kept") or []
+            r["n_kept"] = m.group(1) if m else (f"{len(kept)}+" if len(kept) >= 8 else len(kept)) if kept else None
         ag = r.get("agreement")
         ag_s = "-" if ag is None else (f"**{ag:.3f}**" if ag < r.get("floor", 0) else f"{ag:.3f}")
         cos = r.get("cosine")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} "
-                     f"| {r.get('quantize_s', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''} |")
-    Path(a.md).write_text("\n".join(lines) + "\n")
+                     f"| {r.get('quantize_s', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''}"
+                     f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
