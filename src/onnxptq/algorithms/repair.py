@@ -205,6 +205,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     kept_sorted = sorted(kept, key=lambda n: order.get(n, 0))
     note = None if finished else (f"the search stopped at its budget ({budget:.1f} CPU s = {cfg.repair_budget:g} × the plain "
                                   "quantization): fewer nodes may suffice")
+    if kept_sorted and not repaired.plan.nodes:
+        # Nothing left quantized: say so in words, not as a successful repair (isbnx's end-to-end
+        # YOLO: rows an in-graph TopK orders shuffle under any rounding, compared position by position).
+        nothing = ("every quantized node is kept float: the delivered model is not quantized (an output compared "
+                   "position by position that any rounding reorders, such as rows an in-graph TopK selects, breaks the floor so)")
+        note = f"{note}; {nothing}" if note else nothing
     reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
     for name in kept_sorted:
         repaired.plan.skipped_nodes[name] = REASON

@@ -32,7 +32,8 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
                    feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None,
                    reference_outputs: Sequence[dict[str, np.ndarray]] = (),
                    candidate_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, dict[str, float]]:
-    """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``.
+    """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``; for an
+    integer output also ``equal``, the mean share of its elements equal to the reference's.
 
     The definitions are those of the evaluate tool (:mod:`onnxptq.analysis.metrics`, spec §6.6), so the
     figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
@@ -56,6 +57,12 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
         if candidate_outputs is not None:
             candidate_outputs.append(dict(zip(names, cand_out)))
         for name, r, c in zip(names, ref_out, cand_out):
+            if not np.issubdtype(np.asarray(r).dtype, np.floating):
+                # An integer output (ArgMax ids, lengths, indices) is a decision: the share of its
+                # elements equal to float's says what a cosine of token ids cannot.
+                same = np.asarray(r).shape == np.asarray(c).shape
+                sums[name]["equal"] = sums[name].get("equal", 0.0) + (float(np.mean(np.asarray(r) == np.asarray(c)))
+                                                                      if same and np.asarray(r).size else float(same))
             sums[name]["cosine"] += cosine(r, c)
             sums[name]["l2"] += l2_loss(r, c)
             sums[name]["mse"] += mse(r, c)

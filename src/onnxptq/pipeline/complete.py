@@ -55,6 +55,9 @@ class QuantizationResult:
         broken = set(self.floor.broken) if self.floor is not None else set()
         for out, m in self.metrics.items():
             flag = "  [accuracy floor BROKEN]" if out in broken else ""
+            if "equal" in m:  # integer output (ids, lengths): a cosine/PSNR of indices means nothing
+                lines.append(f"  output {out}: integer, {m['equal']:.4f} of its elements equal to float's{flag}")
+                continue
             lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB{flag}")
         lines.extend(floor_lines(self.floor, self.repair))
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))

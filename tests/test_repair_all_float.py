@@ -1,0 +1,54 @@
+"""Repair that keeps every node float says so (issue 27, isbnx's end-to-end YOLO).
+
+isbnx's ``best.onnx`` ends in ``TopK`` over its candidates' scores and gathers the boxes of the
+chosen 300 rows: 299 of them are background candidates whose order shuffles under any rounding, so
+the output compared position by position breaks the floor for every preset and repair kept all
+nodes float — the warning read like a successful repair. The graph below is that tail: per-candidate
+scores and boxes from two MatMuls, ``TopK`` over the scores, ``GatherElements`` of the boxes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.api import quantize
+
+N, F, K = 256, 8, 100
+
+
+def _topk_tail() -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((F, 1)).astype(np.float32), "ws"),
+             numpy_helper.from_array(rng.standard_normal((F, 4)).astype(np.float32), "wb"),
+             numpy_helper.from_array(np.array([1, N], np.int64), "flat"),
+             numpy_helper.from_array(np.array([K], np.int64), "k"),
+             numpy_helper.from_array(np.array([1, K, 1], np.int64), "col"),
+             numpy_helper.from_array(np.array([1, K, 4], np.int64), "wide")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "ws"], ["s3"], name="score_head"),
+        helper.make_node("Reshape", ["s3", "flat"], ["s"], name="flatten"),
+        helper.make_node("TopK", ["s", "k"], ["top", "idx"], name="topk", axis=1),
+        helper.make_node("MatMul", ["x", "wb"], ["boxes"], name="box_head"),
+        helper.make_node("Reshape", ["idx", "col"], ["idx3"], name="idx3"),
+        helper.make_node("Expand", ["idx3", "wide"], ["idx4"], name="idx4"),
+        helper.make_node("GatherElements", ["boxes", "idx4"], ["chosen"], name="gather", axis=1),
+    ]
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N, F])],
+                              [helper.make_tensor_value_info("chosen", TensorProto.FLOAT, [1, K, 4])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_repair_that_keeps_everything_float_says_the_model_is_not_quantized(caplog):
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, N, F)).astype(np.float32)} for _ in range(12)]
+    with caplog.at_level(logging.WARNING, logger="onnxptq"):
+        result = quantize(_topk_tail(), "A8W8", data=feeds)
+    rep = result.repair
+    assert rep is not None and set(rep["kept_float"]) == {"score_head", "box_head"}
+    assert "the delivered model is not quantized" in rep["note"]
+    assert "the delivered model is not quantized" in result.summary()
+    assert any("the delivered model is not quantized" in r.getMessage() for r in caplog.records)
