@@ -59,7 +59,10 @@ def test_a16w8_per_tensor_within_0002_of_float(rec):
 
 
 def test_a8w8_per_tensor(rec):
-    cer, result = _per_tensor(rec, "A8W8")
+    # The integer model itself, as the A16W8 test above: with repair on, the floor (cosine 0.977 <
+    # 0.98 on the 4 held-out batches) keeps 6 convolutions float and the CER on the 200 lines moves
+    # 0.0404 → 0.0438 (bench/RESULTS.md, "The suite after merging ..."): a repair steered by 32 lines.
+    cer, result = _per_tensor(rec, "A8W8", repair=False)
     print(f"rec A8W8 per-tensor (CPU placement) CER {cer:.4f} (float {rec['float']:.4f})")
     assert cer <= rec["float"] + 0.004
     # the split layers stay integer kernels: the Gather runs on uint8 values where its input is

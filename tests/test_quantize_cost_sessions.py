@@ -87,6 +87,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     assert [s.runs for s in seen] == [4]  # evaluation only; the floor took its outputs
     # the verdict a fresh run of every held-out feed gives
     from onnxptq.analysis.class_scores import class_like_outputs
+    from onnxptq.analysis.fields import declared_field_axes
     from onnxptq.analysis.floor import floor_for, measure
     from onnxptq.pipeline.prepare import prepare_for_quantization
 
@@ -95,7 +96,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     feeds = _data(4)
     ref, quant = open_session(prepared), open_session(result.model)
     want = measure([dict(zip(names, ref.run(names, f))) for f in feeds], [dict(zip(names, quant.run(names, f))) for f in feeds],
-                   floor_for(result.config), class_like_outputs(prepared), reused=True)
+                   floor_for(result.config), class_like_outputs(prepared), reused=True, field_axes=declared_field_axes(prepared))
     assert want.to_json() == result.floor.to_json()
 
 
