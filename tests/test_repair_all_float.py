@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxptq import get_preset
 from onnxptq.api import quantize
 
 N, F, K = 256, 8, 100
@@ -42,11 +43,30 @@ def _topk_tail() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_repair_that_keeps_everything_float_says_the_model_is_not_quantized(caplog):
+def _feeds() -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
-    feeds = [{"x": rng.standard_normal((1, N, F)).astype(np.float32)} for _ in range(12)]
+    return [{"x": rng.standard_normal((1, N, F)).astype(np.float32)} for _ in range(12)]
+
+
+def test_rows_a_topk_chose_are_compared_as_a_set_and_the_model_stays_quantized():
+    """analysis/selection.py: each float row faces its nearest quantized row, so a reordering of
+    near-equal candidates is no loss; position by position this output broke every floor."""
+    from onnxptq.analysis.selection import match_rows, selected_outputs
+
+    assert selected_outputs(_topk_tail()) == {"chosen"}
+    result = quantize(_topk_tail(), "A8W8", data=_feeds())
+    assert result.floor.ok and result.repair is None, result.summary()
+    assert {"score_head", "box_head"} <= set(result.plan.nodes)
+    ref = np.arange(12, dtype=np.float32).reshape(1, 4, 3)
+    assert np.array_equal(match_rows(ref, ref[:, ::-1]), ref)  # a reversed order is matched back
+    assert np.array_equal(match_rows(ref, ref + 100), ref + 100)  # nothing near: every row still paired once
+
+
+def test_repair_that_keeps_everything_float_says_the_model_is_not_quantized(caplog):
+    feeds = _feeds()
     with caplog.at_level(logging.WARNING, logger="onnxptq"):
-        result = quantize(_topk_tail(), "A8W8", data=feeds)
+        # a floor no quantized model can hold (cosine 1.0): repair ends with every node float
+        result = quantize(_topk_tail(), get_preset("A8W8").replace(floor_cosine=1.0), data=feeds)
     rep = result.repair
     assert rep is not None and set(rep["kept_float"]) == {"score_head", "box_head"}
     assert "the delivered model is not quantized" in rep["note"]

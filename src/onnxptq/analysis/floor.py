@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
 from .class_scores import Positions, judge_positions
 from .fields import FieldCosines
+from .selection import match_rows
 from .log_outputs import to_linear
 from .metrics import cosine_similarity, dot
 
@@ -198,14 +199,16 @@ def _enough(count: int, floor: Floor) -> bool:
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
             class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
-            log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None) -> Verdict:
+            log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None,
+            selected: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
     outputs per row, the others of rank ≥ 3 as reads (``class_scores.judge_positions``).
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
     cosine is taken on their linear values (a cosine of dB values is blind to dB errors).
-    ``field_axes``: outputs judged field by field along that axis too (``fields.declared_field_axes``)."""
+    ``field_axes``: outputs judged field by field along that axis too (``fields.declared_field_axes``).
+    ``selected``: outputs whose rows a ``TopK`` chose, compared as sets of rows (``selection``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -233,6 +236,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 continue  # float itself is not finite on this sample: nothing to hold a floor against
             if name in log_scales and r.shape == g.shape and np.isfinite(g).all():
                 r, g = to_linear(r, g, log_scales[name])
+            if name in selected:
+                g = match_rows(r, g)
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())

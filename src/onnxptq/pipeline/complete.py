@@ -129,6 +129,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     from ..analysis.floor import floor_for, measure
     from ..analysis.log_outputs import log_domain_outputs
     from ..analysis.fields import declared_field_axes
+    from ..analysis.selection import selected_outputs
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
@@ -137,7 +138,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
            for feed in calibrated.holdout]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), class_like_outputs(calibrated.prepared),
                       reused=calibrated.holdout_reused, log_scales=log_domain_outputs(calibrated.prepared),
-                      field_axes=declared_field_axes(calibrated.prepared))
+                      field_axes=declared_field_axes(calibrated.prepared), selected=selected_outputs(calibrated.prepared))
     timings["verify"] = time.perf_counter() - t0
     return verdict
 
