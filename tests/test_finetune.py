@@ -216,7 +216,10 @@ def test_adaquant_emits_what_it_trained(monkeypatch, preset):
     """AdaQuant: float formats hand back learned floats that emit fake-quantizes (folded initializers
     equal the reference fake quantization of them); integer formats hand back grid values."""
     spy = _Spy(monkeypatch)
-    cfg = get_preset(preset).replace(finetune=_options(algorithm="adaquant", learning_rate=1e-3 if preset != "BF16" else 1e-4))
+    # pack_weights=False: every weight as one folded fake-quantized initializer, compared below by
+    # name (packed weights decode to the same values: tests/test_packed_weights.py)
+    cfg = get_preset(preset).replace(finetune=_options(algorithm="adaquant", learning_rate=1e-3 if preset != "BF16" else 1e-4),
+                                     pack_weights=False)
     # 8 feeds (seed 2) ahead of the 16: the accuracy floor holds them out, so the finetune trains on
     # the same 16 feeds as before the floor held feeds out of small data
     result = quantize(_model(), cfg, with_held_out(_feeds(8, seed=2), _feeds()))

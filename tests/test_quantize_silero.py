@@ -84,7 +84,16 @@ def test_silero_quantized(name, preset, floats, clips):
     onnx.checker.check_model(result.model)
     _assert_every_initializer_read(result.model)
     inside = quantizers_in_bodies(result.model)
-    assert inside > 0, f"{name} {preset}: no quantizer inside the If/LSTM bodies"
+    if preset in ("BFP16", "MX9", "MXINT8") and name == "silero_vad_half.onnx":
+        # Block formats encode dot-product operands only (docs/formats.md): inside this file's If
+        # bodies the only dot product is the LSTM, whose input has no rank for shape inference there
+        # (kept float, the plan says so) and whose W/R are stored in the format offline, so no
+        # quantizer node runs inside; the weights must be planned in the format.
+        body_weights = [t for t in result.plan.tensors.values()
+                        if t.role == "weight" and any(c.endswith("/LSTM") for c in t.consumers) and t.quant.format in ("bfp", "mx")]
+        assert len(body_weights) >= 4, f"{name} {preset}: the LSTMs' W/R inside the bodies are not in the block format"
+    else:
+        assert inside > 0, f"{name} {preset}: no quantizer inside the If/LSTM bodies"
     probs, _ = audio.run_vad(_plain_session(result.model), clips[1])
     figures = audio.compare_probs(reference, probs)
     log.warning("silero %s %s: cosine %.5f, agreement %.4f, max |dp| %.4f, %d quantizers in bodies, %d planned tensors",
