@@ -86,9 +86,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     assert result.floor is not None and result.floor.samples == 4
     assert [s.runs for s in seen] == [4]  # evaluation only; the floor took its outputs
     # the verdict a fresh run of every held-out feed gives
-    from onnxptq.analysis.class_scores import class_like_outputs
-    from onnxptq.analysis.fields import declared_field_axes
-    from onnxptq.analysis.floor import floor_for, measure
+    from onnxptq.analysis.floor import floor_for, measure, readings_of
     from onnxptq.pipeline.prepare import prepare_for_quantization
 
     prepared = prepare_for_quantization(conv_chain(2), _cfg("MX9"))
@@ -96,7 +94,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     feeds = _data(4)
     ref, quant = open_session(prepared), open_session(result.model)
     want = measure([dict(zip(names, ref.run(names, f))) for f in feeds], [dict(zip(names, quant.run(names, f))) for f in feeds],
-                   floor_for(result.config), class_like_outputs(prepared), reused=True, field_axes=declared_field_axes(prepared))
+                   floor_for(result.config), reused=True, **readings_of(prepared))
     assert want.to_json() == result.floor.to_json()
 
 

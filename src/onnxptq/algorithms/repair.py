@@ -44,11 +44,7 @@ from typing import Any
 
 import onnx
 
-from ..analysis.class_scores import class_like_outputs
-from ..analysis.floor import Verdict, floor_for, measure
-from ..analysis.log_outputs import log_domain_outputs
-from ..analysis.fields import declared_field_axes
-from ..analysis.selection import selected_outputs
+from ..analysis.floor import Verdict, floor_for, measure, readings_of
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..pipeline.build import build_model
@@ -83,10 +79,7 @@ class _Judge:
     def __init__(self, calibrated: Calibrated, cfg: QuantConfig) -> None:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
-        self.classes = class_like_outputs(calibrated.prepared)
-        self.log_scales = log_domain_outputs(calibrated.prepared)
-        self.field_axes = declared_field_axes(calibrated.prepared)
-        self.selected = selected_outputs(calibrated.prepared)
+        self.readings = readings_of(calibrated.prepared)
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
@@ -114,8 +107,7 @@ class _Judge:
         got = [dict(zip(self.names, session.run(self.names, feed))) for feed in self.calibrated.holdout]
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
-        return measure(self.calibrated.holdout_outputs, got, self.floor, self.classes, reused=self.calibrated.holdout_reused,
-                       log_scales=self.log_scales, field_axes=self.field_axes, selected=self.selected)
+        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused, **self.readings)
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:

@@ -36,14 +36,16 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
+import onnx
 
-from .class_scores import Positions, judge_positions
+from .class_scores import Positions, class_like_outputs, judge_positions
+from .fields import declared_field_axes
 from .fields import FieldCosines
-from .selection import match_rows
-from .log_outputs import to_linear
+from .selection import match_rows, selected_outputs
+from .log_outputs import log_domain_outputs, to_linear
 from .metrics import cosine_similarity, dot
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure"]
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
 FAMILY_FLOORS: dict[str, tuple[float, float]] = {"16-bit": (0.99, 0.97), "8-bit": (0.98, 0.95), "4/6-bit": (0.95, 0.90)}
@@ -195,6 +197,15 @@ def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> fl
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
     return floor.top1 >= 1 or count >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1))
+
+
+def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
+    """How each of ``model``'s outputs is read, by structure: :func:`measure`'s keyword arguments
+    (class scores, log-domain outputs, field axes, rows a ``TopK`` chose). The pipeline's verdict,
+    each repair candidate's and a test's reference verdict take them from here, so they cannot
+    judge the same outputs differently."""
+    return {"class_outputs": class_like_outputs(model), "log_scales": log_domain_outputs(model),
+            "field_axes": declared_field_axes(model), "selected": selected_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,

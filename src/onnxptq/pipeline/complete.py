@@ -125,20 +125,15 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     part of the quantize time: the 800x608 layout detector MX9 ~0.7 s of CPU a run)."""
     if not calibrated.holdout:
         return None
-    from ..analysis.class_scores import class_like_outputs
-    from ..analysis.floor import floor_for, measure
-    from ..analysis.log_outputs import log_domain_outputs
-    from ..analysis.fields import declared_field_axes
-    from ..analysis.selection import selected_outputs
+    from ..analysis.floor import floor_for, measure, readings_of
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
     known = {id(feed): out for feed, out in zip(calibrated.kept, evaluated) if all(n in out for n in names)}
     got = [{n: known[id(feed)][n] for n in names} if id(feed) in known else dict(zip(names, session.run(names, feed)))
            for feed in calibrated.holdout]
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), class_like_outputs(calibrated.prepared),
-                      reused=calibrated.holdout_reused, log_scales=log_domain_outputs(calibrated.prepared),
-                      field_axes=declared_field_axes(calibrated.prepared), selected=selected_outputs(calibrated.prepared))
+    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
+                      **readings_of(calibrated.prepared))
     timings["verify"] = time.perf_counter() - t0
     return verdict
 
