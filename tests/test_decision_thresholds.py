@@ -81,7 +81,9 @@ def test_a_threshold_far_outside_the_range_is_not_covered():
     lo, hi = widen_to_cover(0.0, 0.49, (0.5, 0.5))
     assert lo == 0.0 and 0.5 < hi < 0.52  # covered, a step beyond
     assert widen_to_cover(0.0, 0.49, (1e3, 1e3)) == (0.0, 0.49)  # a sentinel test: range kept
+    far = 0.49 * MAX_STRETCH  # just past the stretch limit: kept; just inside: widened
+    assert widen_to_cover(0.0, 0.49, (far * 1.01, far * 1.01)) == (0.0, 0.49)
+    assert widen_to_cover(0.0, 0.49, (far * 0.9, far * 0.9))[1] > far * 0.9
     assert widen_to_cover(0.0, 1.0, (0.5, 0.5)) == (0.0, 1.0)  # already inside
     lo, hi = widen_to_cover(np.array([0.0, -1.0]), np.array([1.0, 0.2]), (0.5, 0.5))
     assert hi.tolist()[0] == 1.0 and hi.tolist()[1] > 0.5 and lo.tolist() == [0.0, -1.0]
-    assert MAX_STRETCH >= 2

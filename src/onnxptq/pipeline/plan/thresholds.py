@@ -49,22 +49,25 @@ BEYOND = 2.0 ** -7
 MAX_STRETCH = 4.0
 
 
-def _scalar(name: str, g: _Graph) -> float | None:
-    init = g.initializers.get(name)
-    if init is None:
-        return None
-    values = np.asarray(tensor_values(init), dtype=np.float64).reshape(-1)
-    if values.size != 1 or not np.isfinite(values[0]):
-        return None
-    return float(values[0])
-
-
-def _constant_values(name: str, g: _Graph) -> np.ndarray | None:
+def _float_values(name: str, g: _Graph) -> np.ndarray | None:
+    """The values of the float initializer ``name``, flat (None: not a float initializer)."""
     init = g.initializers.get(name)
     if init is None or init.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
                                               onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
         return None
-    values = np.asarray(tensor_values(init), dtype=np.float64).reshape(-1)
+    return np.asarray(tensor_values(init), dtype=np.float64).reshape(-1)
+
+
+def _scalar(name: str, g: _Graph) -> float | None:
+    values = _float_values(name, g)
+    return float(values[0]) if values is not None and values.size == 1 and np.isfinite(values[0]) else None
+
+
+def _constant_values(name: str, g: _Graph) -> np.ndarray | None:
+    """The finite values of the float initializer ``name`` (None: not one, or none finite)."""
+    values = _float_values(name, g)
+    if values is None:
+        return None
     values = values[np.isfinite(values)]
     return values if values.size else None
 
