@@ -46,7 +46,8 @@ def test_repair_off_reports_the_broken_floor_beside_the_figures(caplog):
     assert result.calibration_samples == 24
     assert _cosine(model, result.model) < 0.5
     text = result.summary()
-    assert "[accuracy floor BROKEN]" in text.splitlines()[1]  # on the very line that prints the PSNR
+    assert text.splitlines()[1].strip() == "against float, mean per sample on 8 held-out samples:"
+    assert "[accuracy floor BROKEN]" in text.splitlines()[2]  # on the very line that prints the PSNR
     assert "NOT within the floor" in text
     assert any("BROKEN" in r.getMessage() and "repair is off" in r.getMessage() for r in caplog.records)
     assert result.plan.to_json()["repair"]["note"].startswith("repair is off")

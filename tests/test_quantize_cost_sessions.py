@@ -84,7 +84,7 @@ def test_held_out_feeds_that_are_the_kept_feeds_are_not_run_twice(monkeypatch):
     # 4 feeds: too few to hold any out (calibrate.MIN_SPLIT), so the held-out feeds are the 4 kept ones
     result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(4), eval_samples=4)
     assert result.floor is not None and result.floor.samples == 4
-    assert [s.runs for s in seen] == [4]  # evaluation only; the floor took its outputs
+    assert [s.runs for s in seen] == [4]  # the held-out feeds once: the floor and the figures share the runs
     # the verdict a fresh run of every held-out feed gives
     from onnxptq.analysis.floor import floor_for, measure, readings_of
     from onnxptq.pipeline.prepare import prepare_for_quantization
@@ -102,10 +102,12 @@ def test_held_out_feeds_of_their_own_are_run(monkeypatch):
     result = quantize(conv_chain(2), _cfg("A8W8", repair=False), _data(30), eval_samples=2)
     assert result.floor is not None and result.floor.samples == 8 and not result.floor.reused
     seen = _count_finish_runs(monkeypatch)
-    # 12 feeds: a third (4) held out of calibration and run on their own beside the 4 kept ones
+    # 12 feeds: a third (4) held out of calibration and run once; the figures are theirs, so the
+    # 4 kept calibration feeds are not run (they were, for the figures, before)
     result = quantize(conv_chain(2), _cfg("MX9", repair=False), _data(12), eval_samples=4)
     assert result.floor.samples == 4 and not result.floor.reused and result.calibration_samples == 8
-    assert [s.runs for s in seen] == [4 + 4]
+    assert [s.runs for s in seen] == [4]
+    assert result.metrics_samples == "4 held-out samples"
 
 
 @pytest.mark.parametrize("fmt", ["bfp", "mx"])

@@ -37,17 +37,18 @@ def quantize(
 
     ``data``: an object with ``get_next()`` (onnxruntime CalibrationDataReader), an iterable of
     feed dicts, a folder of .npy/.npz files, a .npz keyed by input name, or an array for a
-    single-input model. It is read once, streaming. The first ``eval_samples`` samples are also
-    used to report how far the quantized outputs are from the float ones; with ``report_path``
-    the same samples give a per-tensor error report there (HTML, JSON beside it; see
-    :mod:`onnxptq.analysis.report`).
+    single-input model. It is read once, streaming. The result's figures (``result.metrics``: per
+    output cosine, L2, MSE, PSNR against the float model) are taken on the samples the accuracy
+    floor judges; without a floor, on the first ``eval_samples`` samples, which ``report_path``'s
+    per-tensor error report (HTML, JSON beside it; see :mod:`onnxptq.analysis.report`) also uses.
 
-    The accuracy floor (docs/accuracy.md; with data, on every path but the streaming one): the first
-    :data:`~onnxptq.pipeline.calibrate.DEFAULT_HOLDOUT` samples are held out of calibration (when
-    the data has at least three times as many; else the first third of it; with fewer than six
-    samples they are calibrated on too, and the summary says so), the result is judged on them against its format family's floor, and where the floor
-    breaks the responsible nodes are kept float (a WARNING, the summary and the plan name them;
-    ``config.repair=False`` only warns). ``config.strict`` raises :class:`~onnxptq.errors.AccuracyError` instead.
+    The accuracy floor (docs/accuracy.md; with data, on every path but the streaming one): of the
+    first 24 samples every third is held out of calibration (8; from smaller data a third of it;
+    with fewer than 12 samples none, and the first 8 are judged *and* calibrated on, which the
+    summary says), the result is judged on them against its format family's floor, and where the
+    floor breaks the responsible nodes are kept float (a WARNING, the summary and the plan name
+    them; ``config.repair=False`` only warns). ``config.strict`` raises
+    :class:`~onnxptq.errors.AccuracyError` instead.
 
     A model given by path whose external data reaches
     :data:`onnxptq.graph.external.STREAM_THRESHOLD` is quantized into ``output`` without its

@@ -1,4 +1,4 @@
-"""Report: how far a quantized model's outputs are from the float model's, on held-out samples.
+"""Report: how far a quantized model's outputs are from the float model's, on the same samples.
 
 Honest figures are a product promise: every quantization reports, per graph output, the cosine
 similarity, the L2 loss, the mean squared error and the PSNR of the quantized outputs against
@@ -45,8 +45,7 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
     names = [o.name for o in reference.graph.output]
     ref_sess = None
     cand_sess = candidate_session if candidate_session is not None else _session(candidate)
-    sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "mse": 0.0, "psnr": 0.0} for n in names}
-    count = 0
+    pairs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
     for i, feed in enumerate(feeds):
         if i < len(reference_outputs) and all(n in reference_outputs[i] for n in names):
             ref_out = [reference_outputs[i][n] for n in names]
@@ -56,7 +55,21 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
         cand_out = cand_sess.run(names, feed)
         if candidate_outputs is not None:
             candidate_outputs.append(dict(zip(names, cand_out)))
-        for name, r, c in zip(names, ref_out, cand_out):
+        pairs.append((ref_out, cand_out))
+    return compare_outputs(names, [dict(zip(names, r)) for r, _ in pairs], [dict(zip(names, c)) for _, c in pairs])
+
+
+def compare_outputs(names: Sequence[str], reference: Sequence[dict[str, np.ndarray]],
+                    candidate: Sequence[dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
+    """:func:`compare_models`'s figures from outputs already computed (``reference[i]`` and
+    ``candidate[i]``: both models' outputs on feed ``i``): the quantize pipeline takes them on the
+    held-out feeds its accuracy floor has just run, so the figures it reports are those of samples
+    it did not calibrate on, at no extra run."""
+    sums: dict[str, dict[str, float]] = {n: {"cosine": 0.0, "l2": 0.0, "mse": 0.0, "psnr": 0.0} for n in names}
+    count = 0
+    for ref_feed, cand_feed in zip(reference, candidate):
+        for name in names:
+            r, c = ref_feed[name], cand_feed[name]
             if not np.issubdtype(np.asarray(r).dtype, np.floating):
                 # An integer output (ArgMax ids, lengths, indices) is a decision: the share of its
                 # elements equal to float's says what a cosine of token ids cannot.

@@ -38,7 +38,8 @@ class QuantizationResult:
     params: dict[str, QParams]
     config: QuantConfig
     output_path: Path | None = None
-    #: per graph output: cosine similarity, L2 loss, MSE and PSNR vs the float model (analysis.compare)
+    #: per graph output: cosine similarity, L2 loss, MSE and PSNR vs the float model (analysis.compare),
+    #: means over the samples :attr:`metrics_samples` names
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     calibration_samples: int = 0
@@ -47,11 +48,15 @@ class QuantizationResult:
     floor: Any = None
     #: what the repair did (:mod:`onnxptq.algorithms.repair`): kept-float nodes, figures before/after
     repair: dict[str, Any] | None = None
+    #: which samples :attr:`metrics` are taken on, in words ("4 held-out samples", "8 calibration samples")
+    metrics_samples: str = ""
 
     def summary(self) -> str:
         from ..analysis.floor import floor_lines  # the floor's wording lives with the floor
 
         lines = [f"quantized {len(self.plan.nodes)} nodes, {len(self.plan.tensors)} tensors: {self.config.describe()}"]
+        if self.metrics and self.metrics_samples:
+            lines.append(f"  against float, mean per sample on {self.metrics_samples}:")
         broken = set(self.floor.broken) if self.floor is not None else set()
         for out, m in self.metrics.items():
             flag = "  [accuracy floor BROKEN]" if out in broken else ""
@@ -82,10 +87,12 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     quantized, session = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
-    evaluated: list[dict[str, Any]] = []
-    metrics = _evaluate(calibrated, quantized, session, eval_samples, timings, evaluated)
-    verdict = _verify(calibrated, cfg, quantized, session, timings, evaluated)
-    result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict)
+    if calibrated.holdout:
+        verdict, metrics, on = _verify(calibrated, cfg, session, timings)
+    else:
+        verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
+    result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
+                                metrics_samples=on)
     if deliver_now:
         deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
     return result
@@ -112,35 +119,42 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     return result
 
 
-def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
-            timings: dict[str, float], evaluated: Sequence[dict[str, Any]] = ()) -> Any:
-    """The accuracy floor's verdict (:mod:`onnxptq.analysis.floor`) on the held-out samples, run
-    through the session finish() opened: one held-out evaluation, nothing else. None without them.
+def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dict[str, float]) -> tuple[Any, dict[str, Any], str]:
+    """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
+    on the held-out samples, run through the session finish() opened, and the per-output figures
+    of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`).
 
-    ``evaluated[i]``: the same session's outputs on ``calibrated.kept[i]`` (:func:`_evaluate`).
-    With too little data to hold any feed out (1-11 feeds: ``calibrate.split_holdout``; from
-    twelve on, a third is held out), the held-out feeds are the first calibration feeds,
-    the very objects :func:`_evaluate` just ran: their outputs are taken from there rather than
-    run again (the same session on the same feed; on a block-format model each run is a large
-    part of the quantize time: the 800x608 layout detector MX9 ~0.7 s of CPU a run)."""
-    if not calibrated.holdout:
-        return None
+    Why the figures come from the held-out samples and not from the first calibration samples:
+    the summary printed "cosine 0.978" on calibration samples two lines above a floor that "holds"
+    on held-out ones (PP-OCRv6 tiny rec BFP16, bench/RESULTS.md "Models outside the zoo"): two
+    sets of samples, two answers, and the figures a user reads were those of samples the ranges
+    were fitted to. One set now gives both, and the quantized model runs on it once (it ran on the
+    calibration samples too before: on a block-format model each run is a large part of the
+    quantize time). With too little data to hold any feed out (1-11 feeds:
+    ``calibrate.split_holdout``) the held-out feeds are the first calibration feeds, and the
+    summary says so."""
+    from ..analysis.compare import compare_outputs
     from ..analysis.floor import floor_for, measure, readings_of
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
-    known = {id(feed): out for feed, out in zip(calibrated.kept, evaluated) if all(n in out for n in names)}
-    got = [{n: known[id(feed)][n] for n in names} if id(feed) in known else dict(zip(names, session.run(names, feed)))
-           for feed in calibrated.holdout]
+    got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
                       **readings_of(calibrated.prepared))
+    metrics = compare_outputs(names, calibrated.holdout_outputs, got)
     timings["verify"] = time.perf_counter() - t0
-    return verdict
+    return verdict, metrics, verdict.where()
+
+
+def _kept_words(calibrated: Calibrated, eval_samples: int) -> str:
+    n = min(len(calibrated.kept), eval_samples)
+    return f"{n} calibration sample{'s' if n != 1 else ''}" if n else ""
 
 
 def _evaluate(calibrated: Calibrated, quantized: onnx.ModelProto, session: Any, eval_samples: int,
-              timings: dict[str, float], outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Per-output figures of ``quantized`` against the float model on the kept samples ({} without).
+              timings: dict[str, float]) -> dict[str, Any]:
+    """Per-output figures of ``quantized`` against the float model on the kept samples ({} without):
+    where nothing was held out for the floor (no floor, the streaming path).
 
     The float side comes from the calibration runs and the quantized side from the session
     finish() already opened: no model is run or loaded twice (that was 1.1 s of a 4.5 s A8W8
@@ -151,7 +165,7 @@ def _evaluate(calibrated: Calibrated, quantized: onnx.ModelProto, session: Any, 
 
     t0 = time.perf_counter()
     metrics = compare_models(calibrated.prepared, quantized, calibrated.kept[:eval_samples], candidate_session=session,
-                             reference_outputs=calibrated.float_outputs[:eval_samples], candidate_outputs=outputs)
+                             reference_outputs=calibrated.float_outputs[:eval_samples])
     timings["evaluate"] = time.perf_counter() - t0
     return metrics
 
@@ -195,11 +209,12 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         quantized, session = finish_saved(quantized, tmp_model, source)
         timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
         metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
+        on = _kept_words(calibrated, eval_samples)
         del session
         external.relocate(quantized, tmp_data.name, data_name)
         onnx.save_model(quantized, str(tmp_model))
     log.info("saved %s", out)
     timings["total"] = time.perf_counter() - calibrated.started
-    result = QuantizationResult(quantized, plan, params, cfg, out, metrics, timings, calibrated.samples)
+    result = QuantizationResult(quantized, plan, params, cfg, out, metrics, timings, calibrated.samples, metrics_samples=on)
     log.debug("%s", result.summary())
     return result
