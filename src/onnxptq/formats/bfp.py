@@ -161,9 +161,15 @@ def _py3_round(v: np.ndarray) -> np.ndarray:
     ``floor(v) + 1``, so v in [-0.5, 0) gives +0 while v = -0 stays -0."""
     fl = np.floor(v)
     diff = (v - fl).astype(np.float32)
-    odd = np.fmod(fl, np.float32(2)) != 0
-    up = (diff > np.float32(0.5)) | ((diff == np.float32(0.5)) & odd)
-    return np.where(up, fl + np.float32(1), fl).astype(np.float32)
+    up = diff > np.float32(0.5)
+    # Parity only matters at exact halves (few): fmod on those alone, the slowest pass otherwise.
+    # (A mask, not flat indices: ``v`` may be a strided view, whose results are not C-ordered.)
+    tie = diff == np.float32(0.5)
+    if tie.any():
+        up[tie] = np.fmod(fl[tie], np.float32(2)) != 0
+    out = fl.copy()
+    np.add(out, np.float32(1), out=out, where=up)
+    return out.astype(np.float32, copy=False)
 
 
 _ROUND = {0: _std_round, 1: _dpu_round, 2: _py3_round}

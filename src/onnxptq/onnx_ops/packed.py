@@ -113,6 +113,11 @@ class ElementCode:
             code = np.where(ok, q, 0.0).astype(np.uint8)
             code |= (np.signbit(units) & ok).astype(np.uint8) << np.uint8(self.bits - 1)
             return code
+        return self.search(units)
+
+    def search(self, units: np.ndarray) -> np.ndarray:
+        """:meth:`encode` by a binary search of the magnitude table (any table: FP elements)."""
+        half = 1 << (self.bits - 1)
         mags = self.table[:half].astype(np.float64)
         finite = int(np.argmax(~np.isfinite(mags))) if not np.all(np.isfinite(mags)) else half
         mags = mags[:finite]
