@@ -136,6 +136,28 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key):
             assert bad.size == 0, f"{key}/{name}: {bad.size} elements differ, e.g. {got.reshape(-1)[bad[:3]]} vs {fq.reshape(-1)[bad[:3]]}"
 
 
+@pytest.mark.parametrize("key", ["BFP16_compiler", "MX9", "MX_ragged_sub", "MXINT8", "MXFP8_E4M3"])
+def test_packing_in_row_chunks_gives_the_same_bytes(monkeypatch, key):
+    """The block packer works on rows of blocks a chunk at a time (emit's system CPU on a large
+    embedding); chunks of a few rows must give the very bytes one chunk gives, edge rows included."""
+    from onnxptq.onnx_ops import packed
+
+    fmt, base = FORMATS[key]
+
+    def pack() -> list[bytes]:
+        packer = WeightPacker(13, FreshNames())
+        out = []
+        for name, (values, axis) in _weights(np.random.default_rng(7)).items():
+            attrs = dict(base, axis=axis)
+            frag = packer.add(name, values, fake_quantize(values, fmt, **attrs), fmt, attrs, f"{name}_out")
+            out += [] if frag is None else [t.SerializeToString() for t in frag.initializers]
+        return out + [t.SerializeToString() for t in packer.finish().initializers]
+
+    whole = pack()
+    monkeypatch.setattr(packed, "CHUNK_BYTES", 3 * 8 * 16)  # 1-3 rows of blocks a chunk
+    assert pack() == whole and len(whole) > 3
+
+
 def _conv_matmul_model() -> onnx.ModelProto:
     """A small conv + depthwise conv + matmul graph with realistic weights (ragged channel counts)."""
     rng = np.random.default_rng(3)

@@ -53,6 +53,8 @@ MIN_OPSET = 11
 MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
+#: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
+CHUNK_BYTES = 2 * 2**20
 
 _FP_ELEMENTS = {
     "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 8),
@@ -381,7 +383,14 @@ class WeightPacker:
             return out
 
         xb, yb = blocks(moved_x), blocks(moved_y)
-        es, shift = _exponent_candidates(fmt, attrs, xb, layout)
+        # Row chunks of ~CHUNK_BYTES of float64 temporaries (the same arithmetic per row): whole-
+        # weight temporaries are fresh mmaps whose pages fault in one by one (system CPU).
+        step = max(1, CHUNK_BYTES // (8 * layout.padded))
+        chunks = [slice(s, s + step) for s in range(0, rows, step)]
+        found = [_exponent_candidates(fmt, attrs, xb[c], layout) for c in chunks]
+        es = np.concatenate([f[0] for f in found])
+        shift = np.concatenate([f[1] for f in found])
+        del found
         shift_f = np.ldexp(np.float32(1), -shift).astype(np.float32)  # the shift table's entries
         exp_t = exponent_table()
 
@@ -402,7 +411,11 @@ class WeightPacker:
         # The exponent byte is the candidate, or one more where only that one decodes the block
         # exactly: the second try runs on the blocks the first did not decode (few), with the
         # same arithmetic per block as on all of them.
-        codes, dec, ok0 = attempt(es)
+        codes = np.empty((rows, layout.n_sub, layout.sub), np.uint8)
+        dec = np.empty((rows, layout.padded), np.float32)
+        ok0 = np.empty(rows, bool)
+        for c in chunks:
+            codes[c], dec[c], ok0[c] = attempt(es[c], c)
         e = np.clip(es, 0, 255).astype(np.uint8)
         retry = np.flatnonzero(~ok0)
         if retry.size:
