@@ -352,3 +352,30 @@ def test_histogram_covers_a_value_far_outside_its_grid_in_few_steps():
     assert hist.threshold >= 2.0e25
     assert hist.counts.size <= hist.max_bins
     assert hist.total == pytest.approx(1003)
+
+
+@pytest.mark.parametrize("method, options", [("minmse", {"qmin": -128, "qmax": 127}),
+                                             ("layerwise_percentile", {"qmin": 0, "qmax": 255})])
+def test_searched_ranges_are_remembered_per_collector_state(monkeypatch, method, options):
+    """The guard and solve ask for the same tensor's MinMSE range: the search runs once per
+    collector state; a collector updated since is searched again, and gets what a fresh one would."""
+    from onnxptq.calibration import methods
+
+    searches = []
+    for name in ("_minmse", "_layerwise_percentile"):
+        original = getattr(methods, name)
+        monkeypatch.setattr(methods, name, lambda *a, _f=original, **k: searches.append(1) or _f(*a, **k))
+    rng = np.random.default_rng(3)
+    first, second = rng.normal(0, 1, 5000).astype(np.float32), rng.normal(0, 4, 5000).astype(np.float32)
+    c = make_collector(method)
+    c.update(first)
+    r1 = compute_range(c, method, **options)
+    assert compute_range(c, method, **options) == r1 and len(searches) == 1
+    assert compute_range(c, method, **{**options, "symmetric": False}) is not None and len(searches) == 2  # other options
+    c.update(second)
+    r2 = compute_range(c, method, **options)
+    assert len(searches) == 3 and r2 != r1
+    fresh = make_collector(method)
+    fresh.update(first)
+    fresh.update(second)
+    assert compute_range(fresh, method, **options) == r2

@@ -76,6 +76,38 @@ def _decode_model(packer: WeightPacker, frags: dict, dtypes: dict[str, int], sha
 
 
 @pytest.mark.parametrize("key", sorted(FORMATS))
+def test_element_codes_by_arithmetic_equal_the_table_search(key):
+    """The integer element codes are found by arithmetic (emit's cost on a large embedding); they
+    must be the codes the table search gives, on every kind of unit value: exact entries of both
+    signs, ±0, values between entries, exact halves, the largest entry and the one past it, NaN,
+    ±Inf, tiny and huge values. FP element codes keep the search (no arithmetic table)."""
+    from onnxptq.onnx_ops.packed import element_code
+
+    fmt, attrs = FORMATS[key]
+    if fmt not in ("bfp", "mx"):
+        pytest.skip("element formats are not block codes")
+    code = element_code(fmt, attrs)
+    if code is None:
+        pytest.skip("more than 8 bits")
+    integer = fmt == "bfp" or attrs.get("element_dtype") == "int8"
+    assert (code.step is not None) == integer
+    half = 1 << (code.bits - 1)
+    mags = code.table[:half].astype(np.float64)
+    rng = np.random.default_rng(7)
+    exact = rng.choice(mags[np.isfinite(mags)], 4000) * rng.choice([-1.0, 1.0], 4000)
+    between = (rng.random(4000) * (float(mags[-1]) * 1.5)) * rng.choice([-1.0, 1.0], 4000)
+    edges = np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-300, -1e-300, 1e300, -1e300,
+                      float(mags[-1]), -float(mags[-1]), float(mags[1]) / 2, -float(mags[1]) / 2,
+                      float(mags[-1]) + float(mags[1]), float(mags[-1]) + float(mags[1]) / 2, 2.0 * float(mags[-1])])
+    steps = (np.arange(-3 * half, 3 * half) * (float(mags[1]) / 2 if integer else 0.25))
+    units = np.concatenate([exact, between, edges, steps, [0.0]])
+    units = units[: units.size // 2 * 2].reshape(-1, 2, 1)
+    assert np.array_equal(code.encode(units), code.search(units))
+    # and the codes are right, not merely equal: every exact entry decodes to itself, sign included
+    assert np.array_equal(code.table[code.encode(exact)].view(np.uint32), exact.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("key", sorted(FORMATS))
 def test_decoded_weights_are_bit_identical_to_the_reference(key):
     fmt, base = FORMATS[key]
     packer = WeightPacker(13, FreshNames())
@@ -102,6 +134,28 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key):
             u = np.uint16 if fq.dtype == np.float16 else np.uint32
             bad = np.flatnonzero(got.view(u) != fq.view(u))
             assert bad.size == 0, f"{key}/{name}: {bad.size} elements differ, e.g. {got.reshape(-1)[bad[:3]]} vs {fq.reshape(-1)[bad[:3]]}"
+
+
+@pytest.mark.parametrize("key", ["BFP16_compiler", "MX9", "MX_ragged_sub", "MXINT8", "MXFP8_E4M3"])
+def test_packing_in_row_chunks_gives_the_same_bytes(monkeypatch, key):
+    """The block packer works on rows of blocks a chunk at a time (emit's system CPU on a large
+    embedding); chunks of a few rows must give the very bytes one chunk gives, edge rows included."""
+    from onnxptq.onnx_ops import packed
+
+    fmt, base = FORMATS[key]
+
+    def pack() -> list[bytes]:
+        packer = WeightPacker(13, FreshNames())
+        out = []
+        for name, (values, axis) in _weights(np.random.default_rng(7)).items():
+            attrs = dict(base, axis=axis)
+            frag = packer.add(name, values, fake_quantize(values, fmt, **attrs), fmt, attrs, f"{name}_out")
+            out += [] if frag is None else [t.SerializeToString() for t in frag.initializers]
+        return out + [t.SerializeToString() for t in packer.finish().initializers]
+
+    whole = pack()
+    monkeypatch.setattr(packed, "CHUNK_BYTES", 3 * 8 * 16)  # 1-3 rows of blocks a chunk
+    assert pack() == whole and len(whole) > 3
 
 
 def _conv_matmul_model() -> onnx.ModelProto:

@@ -38,7 +38,7 @@ import onnx
 
 from .errors import InputNotFoundError, UsageError
 from .graph import external
-from .graph.io import exceeds_protobuf_limit, write_externalized
+from .graph.io import write_externalized
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def optimization_level(name: Optimization) -> Any:
 
 
 def open_session(
-    model: onnx.ModelProto | str | os.PathLike,
+    model: onnx.ModelProto | bytes | str | os.PathLike,
     *,
     providers: Sequence[Any] | None = None,
     threads: int | None = None,
@@ -129,7 +129,7 @@ def open_session(
     config: Mapping[str, str] | None = None,
     inline_functions_first: bool = True,
 ) -> Any:
-    """An ``InferenceSession`` on ``model`` (a ``ModelProto`` or a path).
+    """An ``InferenceSession`` on ``model`` (a ``ModelProto``, its serialized bytes, or a path).
 
     Args:
         providers: execution providers, as onnxruntime takes them; the CPU provider by default.
@@ -182,17 +182,32 @@ def open_session(
     if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     chosen = list(providers) if providers else list(CPU)
+    if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
+        return ort.InferenceSession(model, options, providers=chosen)
     if not isinstance(model, onnx.ModelProto):
         return ort.InferenceSession(str(model), options, providers=chosen)
-    if not exceeds_protobuf_limit(model, PROTO_LIMIT):
-        return ort.InferenceSession(model.SerializeToString(), options, providers=chosen)
-    # upb's ByteSize raises past 2 GB (exceeds_protobuf_limit asks safely), and onnx.save with
+    data = serialized(model)
+    if data is not None:
+        return ort.InferenceSession(data, options, providers=chosen)
+    # Past the limit (upb raises past 2 GB: serialized() says None), onnx.save with
     # external data would strip the caller's tensors: write_externalized leaves them in place.
     folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
     path = write_externalized(model, folder.name)
     session = ort.InferenceSession(str(path), options, providers=chosen)
     weakref.finalize(session, folder.cleanup)
     return session
+
+
+def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:
+    """``model``'s bytes, or None past ``limit`` (default :data:`PROTO_LIMIT`, read at the call;
+    upb raises past 2 GB). One serialization: asking ``graph.io.exceeds_protobuf_limit`` first
+    serialized the model twice (``ByteSize`` serializes to measure), 25 ms a time on lac's 32 MB
+    model, for each of a quantize's 3-4 sessions (and the checker's, in finish)."""
+    try:
+        data = model.SerializeToString()
+    except Exception:  # google.protobuf.message.EncodeError: "Failed to serialize proto"
+        return None
+    return data if len(data) <= (PROTO_LIMIT if limit is None else limit) else None
 
 
 @functools.lru_cache(maxsize=None)

@@ -532,9 +532,22 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
         return _finish(lo, hi, m, bool(opts.get("symmetric", False)))
 
     if m is Method.MINMSE:
-        return _minmse(h, opts, name)
+        return _remembered(h, m, opts, lambda: _minmse(h, opts, name))
 
-    return _layerwise_percentile(h, opts, name)
+    return _remembered(h, m, opts, lambda: _layerwise_percentile(h, opts, name))
+
+
+def _remembered(h: HistogramCollector, m: Method, opts: dict[str, Any], search: Any) -> tuple[float, float]:
+    """``search()``, computed once per collector state and options: the range guard simulates the
+    solved quantizer (the same :func:`compute_range`) before solve computes it again, and MinMSE's
+    100 candidate grids are most of an A8W8 build's solve (PP-OCR cls: 36 tensors, ~0.15 s each
+    time). Keyed on the histogram's state too, so a collector updated since gets a fresh search."""
+    memo = h.__dict__.setdefault("_ranges", {})
+    key = (m, tuple(sorted((k, repr(v)) for k, v in opts.items())),
+           (h.batches, h.count, h.skipped_batches, h.min, h.max, h.hist.width, h.hist.counts.size, float(h.hist.counts.sum())))
+    if key not in memo:
+        memo[key] = search()
+    return memo[key]
 
 
 def _minmse(h: HistogramCollector, opts: dict[str, Any], name: str) -> tuple[float, float]:

@@ -161,9 +161,15 @@ def _py3_round(v: np.ndarray) -> np.ndarray:
     ``floor(v) + 1``, so v in [-0.5, 0) gives +0 while v = -0 stays -0."""
     fl = np.floor(v)
     diff = (v - fl).astype(np.float32)
-    odd = np.fmod(fl, np.float32(2)) != 0
-    up = (diff > np.float32(0.5)) | ((diff == np.float32(0.5)) & odd)
-    return np.where(up, fl + np.float32(1), fl).astype(np.float32)
+    up = diff > np.float32(0.5)
+    # Parity only matters at exact halves (few): fmod on those alone, the slowest pass otherwise.
+    # (A mask, not flat indices: ``v`` may be a strided view, whose results are not C-ordered.)
+    tie = diff == np.float32(0.5)
+    if tie.any():
+        up[tie] = np.fmod(fl[tie], np.float32(2)) != 0
+    out = fl.copy()
+    np.add(out, np.float32(1), out=out, where=up)
+    return out.astype(np.float32, copy=False)
 
 
 _ROUND = {0: _std_round, 1: _dpu_round, 2: _py3_round}
@@ -202,38 +208,60 @@ def _to_bfp_blocks(b: np.ndarray, m: int, rounding_mode: int, compiler: bool) ->
 
 
 def _to_bfp_prime_blocks(b: np.ndarray, m: int, sbs: int, shift_bits: int, rounding_mode: int) -> np.ndarray:
-    """``BFPPrimeCPUKernel`` on ``b`` of shape (..., block_size), float32, in integer arithmetic."""
+    """``BFPPrimeCPUKernel`` on ``b`` of shape (..., block_size), float32, in integer arithmetic.
+
+    int32 throughout (a biased exponent is < 256, a significand < 2^24, a shift count ≤ 26), and
+    the value is scaled per sub-block: the same integers and the same float64 products as in
+    int64 per element, in about half the memory traffic (quantizing lac's 58224x128 embedding
+    for MX9 took 1.0 s of its 4.8 s quantize)."""
     bs = b.shape[-1]
     nsb = -(-bs // sbs)
     bits = b.view(np.uint32)
-    e = _biased_exponent(bits)
+    e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
     es = e.max(axis=-1, keepdims=True)
     # Sub-block maxima; a ragged last sub-block is padded with exponent 0, which never wins.
-    e_pad = np.zeros(e.shape[:-1] + (nsb * sbs,), np.int64)
-    e_pad[..., :bs] = e
-    ej = e_pad.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+    if nsb * sbs == bs:
+        ej = e.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+    else:
+        e_pad = np.zeros(e.shape[:-1] + (nsb * sbs,), np.int32)
+        e_pad[..., :bs] = e
+        ej = e_pad.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
     shift_j = np.minimum(es - ej, (1 << shift_bits) - 1)
     shift = np.repeat(shift_j, sbs, axis=-1)[..., :bs]
 
-    mant = np.where(e == 0, 0, (bits & np.uint32(0x7FFFFF)).astype(np.int64) | (1 << 23))
-    t = es - shift - e + 24 - m  # >= 24 - m >= 1
-    tc = np.minimum(t, 26)
-    r = mant >> tc
-    tail = mant & ((np.int64(1) << tc) - 1)
-    half = np.int64(1) << (tc - 1)
-    negative = (bits >> np.uint32(31)).astype(bool)
+    mant = (bits & np.uint32(0x7FFFFF)).astype(np.int32)
+    mant |= np.int32(1 << 23)
+    mant[e == 0] = 0  # subnormals (and zeros) flush
+    # t = es - shift - e + 24 - m >= 24 - m >= 1; from 26 on, r = 0 and tail < half: q = 0
+    t = es - shift
+    t -= e
+    t += 24 - m
+    np.minimum(t, 26, out=t)
+    r = mant >> t
+    one = np.ones_like(t)
+    tail = mant & ((one << t) - 1)
+    half = one << (t - 1)
+    del one, t, mant
     if rounding_mode == 0:
-        tie = r + 1
+        tie_up = True
     elif rounding_mode == 1:
-        tie = np.where(negative, r, r + 1)
+        tie_up = (bits >> np.uint32(31)) == 0
     else:
-        tie = r + (r & 1)
-    top = (1 << m) - 1
-    q = np.where(r == top, r, np.where(tail < half, r, np.where(tail > half, r + 1, tie)))
-    q = np.where(t > 25, 0, q)
-    sign = np.where(negative, -1.0, 1.0)
+        tie_up = (r & 1) == 1
+    up = (tail > half) | ((tail == half) & tie_up)
+    up &= r != (1 << m) - 1  # never rounds past 2^m - 1
+    del tail, half
+    q = r + up  # int32
+    del r, up
+    # |y| = q * 2^(es - 127 - shift + 1 - m), in float64 (exact), per sub-block's scale.
     with np.errstate(over="ignore"):  # blocks with Es = 255 overflow here and become NaN below
-        y = (sign * q.astype(np.float64) * np.ldexp(1.0, es - 127 - shift + 1 - m)).astype(np.float32)
+        scale = np.ldexp(1.0, es - 127 - shift_j + 1 - m)
+        qf = q.astype(np.float64)
+        if nsb * sbs == bs:
+            qf = (qf.reshape(q.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(q.shape)
+        else:
+            qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
+        y = np.copysign(qf, b).astype(np.float32)  # the sign of x, zeros included
     nan = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
     return np.where(es == 0xFF, nan, y)
 

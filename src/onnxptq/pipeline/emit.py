@@ -294,8 +294,10 @@ def _activation_attrs(view: TensorPlan, params: QParams | None, elem_type: int |
 
 #: Largest slice of a weight fake-quantized at once: the NumPy references hold many temporaries
 #: of their input's size (the block formats in float64), which on an 8192x8192 weight was 3.9x
-#: the model's weights in peak memory for MX9 (bench/RESULTS.md).
-SLICE_BYTES = 16 * 2**20
+#: the model's weights in peak memory for MX9 (bench/RESULTS.md). 2 MiB rather than 16: every
+#: temporary of a 16 MiB slice is a fresh mmap whose pages the kernel faults in one by one (lac's
+#: 58224x128 embedding: 0.22-0.32 s of system CPU per format, ~0 at 2 MiB, the same user time).
+SLICE_BYTES = 2 * 2**20
 _SLICEABLE = frozenset(BLOCK_FORMATS) | frozenset(FLOAT_FORMATS)
 
 

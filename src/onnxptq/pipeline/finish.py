@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from ..graph import io
-from ..sessions import open_session
+from ..sessions import open_session, serialized
 
 
 def finish_saved(model: onnx.ModelProto, path: Path, source: str):
@@ -39,10 +39,13 @@ def finish(model: onnx.ModelProto, source: str):
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
         # Past protobuf's 2 GB limit neither the checker nor onnxruntime takes the model in
         # memory: both read one temporary copy with external data (the model itself is untouched).
-        large = io.exceeds_protobuf_limit(model)
+        # Serialized once, for the checker and the session both (each serialized it again: a
+        # full copy of the weights each time); None past the limit.
+        data = serialized(model)
+        large = data is None
         path = str(io.write_externalized(model, folder)) if large else None
         try:
-            onnx.checker.check_model(path) if large else onnx.checker.check_model(model)
+            onnx.checker.check_model(path) if large else onnx.checker.check_model(data)
         except onnx.checker.ValidationError as exc:
             raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
         try:
@@ -55,7 +58,8 @@ def finish(model: onnx.ModelProto, source: str):
             # among them) still run on the inlined graph, and the outputs were bit-identical to
             # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
             # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
-            session = open_session(path if large else model, log_severity=2, inline_functions_first=False)
+            session = open_session(path if large else data, log_severity=2, inline_functions_first=False)
+            del data
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session

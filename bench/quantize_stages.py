@@ -1,0 +1,265 @@
+"""CPU seconds per stage of ``onnxptq.quantize``, presets side by side in one process (issue 26 item 1).
+
+``python bench/quantize_stages.py MODEL PRESETS`` quantizes ``MODEL`` (``cls``/``rec``/``det`` on
+uniform random feeds, 16 unless ``--samples``; or a zoo name, on its own calibration feeds) with
+each preset (its defaults: the accuracy floor and repair on, unless ``--no-repair``), after one
+BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the best round's
+
+* **cpu s** — ``time.process_time`` around the whole ``quantize`` call (all threads of the
+  process: on a shared machine wall time is mostly waiting for a core), and **÷BF16**;
+* each stage's CPU seconds, measured by wrapping the stage's function (nested: ``build`` holds
+  ``final_plan`` — coverage and the range guard — ``solve`` and ``emit``; ``finish`` is the checker
+  and the one onnxruntime session on the result; ``evaluate``/``verify`` run that session on the
+  kept and held-out samples); ``sess_create``/``sess_run``: every onnxruntime session creation
+  and run of the quantize, whoever opened it, and how many;
+* the first 16 hex digits of the saved file's sha256 and the accuracy floor's broken outputs, so
+  that two source trees can be checked for byte-identical files and identical verdicts.
+
+``--prof PRESET`` adds a cProfile of one more quantize. ``--merge DIR`` reads outputs saved as
+``DIR/<model>.<tree>.r<round>.txt`` (trees ``base`` and ``new``: this script run with
+``PYTHONPATH`` on two source trees, alternating per model) and prints the side-by-side tables: the
+best round per tree, ÷BF16 per tree, whether the files and the verdicts are the same.
+
+    for r in 1 2; do for m in lac cls; do for t in base new; do
+      PYTHONPATH=<tree $t>/src:. python bench/quantize_stages.py $m BF16,A8W8,BFP16,MX9,MXINT8 --rounds 1 > DIR/$m.$t.r$r.txt
+    done; done; done
+    python bench/quantize_stages.py --merge DIR
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (the repository root on sys.path: testkit)
+import argparse
+import collections
+import cProfile
+import dataclasses
+import functools
+import glob
+import hashlib
+import importlib
+import io
+import logging
+import os
+import pstats
+import statistics
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+SHAPES = {"cls": (1, 3, 48, 192), "rec": (1, 3, 48, 320), "det": (1, 3, 640, 640)}
+#: (module, function, label): the stage functions wrapped with a CPU clock, where they are called from
+STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization", "prepare"),
+          ("onnxptq.pipeline.calibrate", "make_plan", "plan"),
+          ("onnxptq.pipeline.calibrate", "collect_statistics", "calibrate"),
+          ("onnxptq.pipeline.calibrate", "float_outputs_of", "holdout"),
+          ("onnxptq.pipeline.build", "final_plan", "final_plan"),
+          ("onnxptq.pipeline.build", "solve", "solve"),
+          ("onnxptq.pipeline.build", "emit", "emit"),
+          ("onnxptq.pipeline.complete", "finish", "finish"),
+          ("onnxptq.pipeline.complete", "_evaluate", "evaluate"),
+          ("onnxptq.pipeline.complete", "_verify", "verify"),
+          ("onnxptq.pipeline.complete", "build_model", "build"),
+          ("onnxptq.algorithms.repair", "enforce_floor", "repair"),
+          ("onnxptq.pipeline.complete", "deliver", "deliver")]
+KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
+        "repair", "deliver", "sess_create", "sess_run"]
+PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]
+
+
+def _data(model: str, samples: int) -> tuple[Any, list[dict[str, np.ndarray]]]:
+    import onnx
+
+    if model in SHAPES:
+        from testkit.models import model_path
+
+        path = model_path(model)
+        rng = np.random.default_rng(0)
+        name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+        return path, [{name: rng.random(SHAPES[model], dtype=np.float32)} for _ in range(samples or 16)]
+    from testkit import zoo
+
+    z = zoo.get(model)
+    data = z.samples("calibration")
+    return z.path(), data[:samples] if samples else data
+
+
+def profile(model: str, presets: list[str], rounds: int, samples: int, repair: bool, prof: str | None) -> None:
+    import onnxruntime as ort
+
+    import onnxptq
+    from onnxptq import quantize
+    from onnxptq.config.presets import get_preset
+
+    path, data = _data(model, samples)
+    cpu = time.process_time
+    acc: dict[str, Any] = {}
+
+    def add(k: str, d: float) -> None:
+        acc[k] = acc.get(k, 0.0) + d
+
+    for mod, fn, label in STAGES:
+        m = importlib.import_module(mod)
+        f = getattr(m, fn, None)
+        if f is None:
+            continue
+
+        def wrap(f: Any = f, label: str = label) -> Any:
+            @functools.wraps(f)
+            def w(*a: Any, **k: Any) -> Any:
+                t = cpu()
+                try:
+                    return f(*a, **k)
+                finally:
+                    add(label, cpu() - t)
+            return w
+        setattr(m, fn, wrap())
+    orig_init, orig_run = ort.InferenceSession.__init__, ort.InferenceSession.run
+
+    def init(self: Any, *a: Any, **k: Any) -> None:
+        t = cpu()
+        orig_init(self, *a, **k)
+        d = cpu() - t
+        add("sess_create", d)
+        add("n_create", 1)
+        who = [f.name for f in traceback.extract_stack()[:-1] if "onnxptq" in f.filename][-2:]
+        acc.setdefault("each", []).append((round(d, 3), "/".join(who)))
+
+    def run(self: Any, *a: Any, **k: Any) -> Any:
+        t = cpu()
+        r = orig_run(self, *a, **k)
+        add("sess_run", cpu() - t)
+        add("n_run", 1)
+        return r
+
+    ort.InferenceSession.__init__, ort.InferenceSession.run = init, run
+
+    def cfg(p: str) -> Any:
+        c = get_preset(p)
+        c = c.replace(calibration=dataclasses.replace(c.calibration, progress=False))
+        return c if repair else c.replace(repair=False)
+
+    logging.disable(logging.WARNING)
+    tmp = tempfile.mkdtemp(prefix="quantize_stages_")
+    quantize(path, cfg("BF16"), data, os.path.join(tmp, "warm.onnx"))  # imports, caches
+    res: dict[str, list[tuple]] = {}
+    for _ in range(rounds):
+        for p in presets:
+            acc.clear()
+            out = os.path.join(tmp, f"{model}.{p}.onnx")
+            t = cpu()
+            w = time.perf_counter()
+            r = quantize(path, cfg(p), data, out)
+            tot, wall = cpu() - t, time.perf_counter() - w
+            with open(out, "rb") as fh:
+                sha = hashlib.sha256(fh.read()).hexdigest()[:16]
+            verdict = None if r.floor is None else tuple(sorted(getattr(r.floor, "broken", ())))
+            kept = None if not r.repair else len(r.repair.get("kept", r.repair.get("nodes", [])) or [])
+            res.setdefault(p, []).append((tot, wall, dict(acc), sha, verdict, kept))
+    base = min(x[0] for x in res["BF16"]) if "BF16" in res else None
+    print(f"## {model} samples={len(data)} repair={'on' if repair else 'off'} onnxptq={onnxptq.__file__}")
+    print("| preset | cpu s | ÷BF16 | wall s | " + " | ".join(KEYS) + " | sessions (n) | sha256 | broken | kept |")
+    for p, xs in res.items():
+        tot, wall, a, sha, verdict, kept = min(xs, key=lambda x: x[0])
+        ratio = f"{tot / base:.2f}" if base else ""
+        cells = " | ".join(f"{a.get(k, 0):.2f}" for k in KEYS)
+        print(f"| {p} | {tot:.2f} | {ratio} | {wall:.2f} | {cells} | {int(a.get('n_create', 0))}/{int(a.get('n_run', 0))} "
+              f"| {sha} | {verdict} | {kept} |", flush=True)
+    for p, xs in res.items():
+        print(p, "creations:", min(xs, key=lambda x: x[0])[2].get("each"))
+        print(p, "shas:", [x[3] for x in xs])
+    if prof:
+        pr = cProfile.Profile()
+        pr.enable()
+        quantize(path, cfg(prof), data, os.path.join(tmp, "prof.onnx"))
+        pr.disable()
+        for order, n in (("cumulative", 60), ("tottime", 30)):
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats(order).print_stats(n)
+            print(s.getvalue()[:16000])
+
+
+def merge(folder: str) -> None:
+    """The side-by-side tables of ``folder``'s ``<model>.<tree>.r<round>.txt`` files."""
+    rows: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    for f in sorted(glob.glob(os.path.join(folder, "*.txt"))):
+        model, tree, _ = os.path.basename(f)[:-4].rsplit(".", 2)
+        header = None
+        for line in open(f):
+            if line.startswith("| preset"):
+                header = [c.strip() for c in line.strip().strip("|").split("|")]
+            elif line.startswith("| ") and header:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == len(header):
+                    rows[(model, tree, cells[0])].append(dict(zip(header, cells)))
+    models = list(dict.fromkeys(k[0] for k in rows))
+
+    def best(m: str, t: str, p: str) -> dict[str, str] | None:
+        xs = rows.get((m, t, p))
+        return min(xs, key=lambda d: float(d["cpu s"])) if xs else None
+
+    def val(d: dict[str, str], k: str) -> float:
+        return float(d[k])
+
+    print("| model | preset | rounds | base: cpu s | ÷BF16 | new: cpu s | ÷BF16 | new ÷ base | output sha256 (16 hex) "
+          "| same file | same floor verdict |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---|")
+    ratios: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for m in models:
+        for p in PRESETS:
+            b, n, bb, nb = best(m, "base", p), best(m, "new", p), best(m, "base", "BF16"), best(m, "new", "BF16")
+            if not (b and n and bb and nb):
+                continue
+            rb, rn = val(b, "cpu s") / val(bb, "cpu s"), val(n, "cpu s") / val(nb, "cpu s")
+            shas_b = {d["sha256"] for d in rows[(m, "base", p)]}
+            shas_n = {d["sha256"] for d in rows[(m, "new", p)]}
+            same = "yes" if shas_b == shas_n and len(shas_b) == 1 else f"NO {shas_b} {shas_n}"
+            vb = {d["broken"] for d in rows[(m, "base", p)]}
+            vn = {d["broken"] for d in rows[(m, "new", p)]}
+            if p != "BF16":
+                ratios[p]["base"].append(rb)
+                ratios[p]["new"].append(rn)
+            print(f"| {m} | {p} | {len(rows[(m, 'base', p)])}+{len(rows[(m, 'new', p)])} | {val(b, 'cpu s'):.2f} | "
+                  f"{'' if p == 'BF16' else f'{rb:.2f}'} | {val(n, 'cpu s'):.2f} | {'' if p == 'BF16' else f'{rn:.2f}'} | "
+                  f"{val(n, 'cpu s') / val(b, 'cpu s'):.2f} | {n['sha256']} | {same} | {'yes' if vb == vn else f'NO {vb} {vn}'} |")
+    print()
+    print("| preset | models | median ÷BF16 base → new | worst ÷BF16 base → new |")
+    print("|---|---:|---|---|")
+    for p in PRESETS[1:]:
+        if ratios[p]["base"]:
+            print(f"| {p} | {len(ratios[p]['base'])} | {statistics.median(ratios[p]['base']):.2f} → "
+                  f"{statistics.median(ratios[p]['new']):.2f} | {max(ratios[p]['base']):.2f} → {max(ratios[p]['new']):.2f} |")
+    print()
+    stages = ["prepare", "calibrate", "holdout", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
+              "sess_create", "sess_run"]
+    print("| model | preset | " + " | ".join(stages) + " |")
+    print("|---|---|" + "---|" * len(stages))
+    for m in models:
+        for p in PRESETS:
+            b, n = best(m, "base", p), best(m, "new", p)
+            if b and n:
+                print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("presets", nargs="?", default=",".join(PRESETS))
+    ap.add_argument("--prof", default=None, help="cProfile one more quantize with this preset")
+    ap.add_argument("--no-repair", action="store_true")
+    ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--merge", metavar="DIR", help="print the side-by-side tables of DIR/<model>.<tree>.r<round>.txt")
+    args = ap.parse_args()
+    if args.merge:
+        merge(args.merge)
+        return
+    if not args.model:
+        ap.error("MODEL is required (or --merge DIR)")
+    profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof)
+
+
+if __name__ == "__main__":
+    main()
