@@ -132,8 +132,13 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     known = {id(feed): out for feed, out in zip(calibrated.kept, evaluated) if all(n in out for n in names)}
     got = [{n: known[id(feed)][n] for n in names} if id(feed) in known else dict(zip(names, session.run(names, feed)))
            for feed in calibrated.holdout]
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                      **readings_of(calibrated.prepared))
+    readings = readings_of(calibrated.prepared)
+    if readings["decisions"]:  # decisions inside the graph, captured on an evaluation copy (analysis.decisions)
+        from ..analysis.decisions import capture
+
+        extra = capture(quantized, calibrated.holdout, readings["decisions"], providers=tuple(cfg.calibration.providers))
+        got = [dict(g, **e) for g, e in zip(got, extra)]
+    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
     timings["verify"] = time.perf_counter() - t0
     return verdict
 
