@@ -144,6 +144,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                   eval_samples: int = DEFAULT_EVAL_SAMPLES) -> QuantizationResult:
     """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver."""
     verdict: Verdict | None = result.floor
+    for text in verdict.advisories if verdict is not None else ():
+        log.warning("accuracy floor on %s: %s", verdict.where(), text)
     if verdict is None or verdict.ok:
         return result
     before = verdict.describe(only_broken=True)

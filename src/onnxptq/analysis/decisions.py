@@ -437,3 +437,28 @@ def judge_selected(name: str, axis: int, decisions: list[Decision], reference: S
         if worst is None or cos < worst[1]:
             worst = (f, cos)
     return pooled, float(min(cosines)), worst, int(a.shape[0])
+
+
+# ----------------------------------------------------------------------------- Softmax sequences: advised, not repaired
+
+
+def softmax_reads_advisory(reference: list[np.ndarray], candidate: list[np.ndarray], floor: Any, enough: Any) -> str | None:
+    """A warning when a Softmax sequence output (``[..., T, C]``, a CTC head's per-step
+    probabilities) keeps fewer of float's reads than the top-1 floor, judged as the other
+    per-position scores are (:func:`onnxptq.analysis.class_scores.judge_positions`); None when the
+    reads hold, float does not decide or too few positions flipped to judge.
+
+    Why a warning and not a broken floor: the floor judges these outputs per row (every step,
+    blanks included), which on tinyocr's PP-OCRv6 rec held while BFP16 changed 4 of 32 strings
+    (bench/RESULTS.md, "Models outside the zoo"); judged as reads with repair, PP-OCRv4 rec A8W8
+    lost every node to float while its CER stays within float + 0.02 (commit cc01a4f, class_scores'
+    docstring). A read judgement in the reader's own terms (CER) is what a repair would need; until
+    then the user is told, by name, and the model is delivered as quantized (bench/RESULTS.md,
+    "Decisions made inside the graph")."""
+    positions = judge_positions(reference, candidate)
+    if positions is None:
+        return None
+    unjudged = not enough(positions.positions, floor) and positions.flipped < 2
+    if unjudged or positions.agreement >= floor.top1:
+        return None
+    return f"reads below the top-1 floor {floor.top1:g} (a Softmax sequence, judged per row for the floor): " + positions.describe()

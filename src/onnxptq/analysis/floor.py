@@ -45,6 +45,7 @@ import onnx
 
 from .class_scores import Positions, class_like_outputs, judge_positions
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
+from .decisions import softmax_reads_advisory
 from .fields import declared_field_axes
 from .fields import FieldCosines
 from .selection import match_rows, selected_outputs
@@ -130,6 +131,9 @@ class OutputCheck:
     #: a decision inside the graph (analysis/decisions.py) or a selected output judged on its leading
     #: rows: how it was judged, in words
     note: str | None = None
+    #: a judgement that warns without breaking the floor: a Softmax sequence's reads below the
+    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory)
+    advisory: str | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -169,6 +173,11 @@ class Verdict:
     @property
     def broken(self) -> list[str]:
         return [n for n, c in self.outputs.items() if not c.ok]
+
+    @property
+    def advisories(self) -> list[str]:
+        """Warnings that do not break the floor (a Softmax CTC head's reads: analysis/decisions.py)."""
+        return [f"{n}: {c.advisory}" for n, c in self.outputs.items() if c.advisory]
 
     def describe(self, only_broken: bool = False) -> str:
         """Every output's figures (``only_broken``: those of the outputs below the floor)."""
@@ -272,6 +281,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
+        soft_ref: list[np.ndarray] = []
+        soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
@@ -296,6 +307,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
                     agree, rows = agree + a, rows + n
+                    if r.ndim >= 3 and np.isfinite(g).all():  # a softmax sequence: its reads advised on
+                        soft_ref.append(r)
+                        soft_got.append(g)
                 elif np.isfinite(g).all():
                     seq_ref.append(r)
                     seq_got.append(g)
@@ -328,6 +342,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.top1_unjudged = not _enough(rows, floor)
             if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
+        check.advisory = softmax_reads_advisory(soft_ref, soft_got, floor, _enough) if soft_ref else None
         verdict.outputs[name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
@@ -351,6 +366,8 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
         if repair.get("note"):
             lines.append(f"    note: {repair['note']}")
     state = "holds" if verdict.ok else "BROKEN"
+    for text in verdict.advisories:
+        lines.append(f"  WARNING (not repaired): {text}")
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if not verdict.ok and not (repair and repair.get("kept_float")):
