@@ -106,7 +106,7 @@ class _Judge:
         # complete()'s finish session, opened as users open it.
         names, keys = self.names, list(self.names)
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
-            model, extra = with_decision_outputs(model, self.readings["decisions"])
+            model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
         session = open_session(model, log_severity=3, inline_functions_first=False)
         got = [dict(zip(keys, session.run(names, feed))) for feed in self.calibrated.holdout]

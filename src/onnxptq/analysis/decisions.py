@@ -174,8 +174,10 @@ def find_decisions(model: onnx.ModelProto) -> list[Decision]:
     return [d for d in found if d.tensor not in outputs and d.tensor not in inputs and d.tensor not in consts]
 
 
-def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision]) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """``(a copy of model with the decisions' tensors as extra outputs, {tensor name: key})``. In
+def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision], *, copy: bool = True
+                          ) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``(a copy of model with the decisions' tensors as extra outputs, {tensor name: key})``
+    (``copy=False``: ``model`` itself gets them, for a throwaway evaluation build). In
     ``model`` each tensor is the same input of the node of the same name (a quantized model's
     dequantized value); decisions whose node is not there keep their own tensor name, and those
     whose tensor is not produced there are left out."""
@@ -188,12 +190,14 @@ def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision])
         tensor = node.input[d.index] if node is not None and len(node.input) > d.index else d.tensor
         if tensor in produced and tensor not in names:
             names[tensor] = d.key
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    target = model
+    if copy:
+        target = onnx.ModelProto()
+        target.CopyFrom(model)
     for tensor in names:
         if tensor not in present:
-            copy.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
-    return copy, names
+            target.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
+    return target, names
 
 
 def capture(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], decisions: Sequence[Decision],
@@ -202,10 +206,10 @@ def capture(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], d
     session on an evaluation copy (the delivered model is not touched)."""
     if not decisions or not feeds:
         return [{} for _ in feeds]
-    copy, names = with_decision_outputs(model, decisions)
+    evaluated, names = with_decision_outputs(model, decisions)
     if not names:
         return [{} for _ in feeds]
-    session = open_session(copy, providers=providers, log_severity=3, inline_functions_first=False)
+    session = open_session(evaluated, providers=providers, log_severity=3, inline_functions_first=False)
     fetch = list(names)
     return [dict(zip((names[t] for t in fetch), session.run(fetch, dict(feed)))) for feed in feeds]
 
