@@ -14,8 +14,8 @@ reaches a graph output:
 * ``ArgMax``/``ArgMin``: its data input, judged as per-position class scores along its ``axis``
   (:func:`onnxptq.analysis.class_scores.judge_positions`: the decision positions, float's near-ties
   left out, reads estimated from margins) — an ``ArgMin`` on the negated values;
-* ``TopK``: its scores input; ``NonMaxSuppression``: its scores (input 2) with its own
-  ``score_threshold`` (input 5) where that is a constant;
+* ``TopK``: its scores input; ``NonMaxSuppression``: its ``scores`` input with its own
+  ``score_threshold`` input where that is a constant;
 * a comparison (``Greater``, ``GreaterOrEqual``, ``Less``, ``LessOrEqual``) of a tensor with a
   constant: the compared tensor (the same comparisons as ``pipeline/plan/thresholds.py``).
 
