@@ -198,3 +198,49 @@ def test_a_topk_selection_is_judged_on_the_candidates_that_matter_not_its_backgr
         rr, gg = r[r[:, 4] > 0.25], g[g[:, 4] > 0.25]
         rr, gg = rr[np.lexsort((rr[:, 0], rr[:, 5]))], gg[np.lexsort((gg[:, 0], gg[:, 5]))]  # as sets
         assert len(rr) == len(gg) and np.array_equal(rr[:, 5], gg[:, 5]) and np.allclose(rr[:, :4], gg[:, :4], atol=3.0)
+
+
+def _detector_with_threshold() -> onnx.ModelProto:
+    """A wake-word style head: per-frame probability, compared in the graph with 0.5 (openWakeWord's
+    verifier spelling); the graph outputs the decision, an int64 per frame, and a frame embedding."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 1)).astype(np.float32), "wp"),
+             numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "we"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wp"], ["logit"], name="score"),
+        helper.make_node("Sigmoid", ["logit"], ["p"], name="sigmoid"),
+        helper.make_node("GreaterOrEqual", ["p", "half"], ["on"], name="fires"),
+        helper.make_node("Cast", ["on"], ["fired"], name="fired", to=TensorProto.INT64),
+        helper.make_node("MatMul", ["x", "we"], ["emb"], name="embed"),
+    ]
+    graph = helper.make_graph(nodes, "wake", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16])],
+                              [helper.make_tensor_value_info("fired", TensorProto.INT64, [1, 64, 1]),
+                               helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, 64, 8])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_comparison_with_a_constant_is_judged_on_its_decision_positions():
+    """Frames mostly far below the threshold (background), a few near and above it: what counts is
+    whether those keep their side; 4-bit weights on the score move them across."""
+    from onnxptq.analysis.decisions import judge_decisions
+    from onnxptq.analysis.floor import Floor, _enough
+
+    model = _detector_with_threshold()
+    (d,) = [d for d in find_decisions(model)]
+    assert (d.kind, d.tensor, d.threshold) == ("threshold", "p", 0.5)
+    rng = np.random.default_rng(4)
+    floor = Floor("16-bit", 0.99, 0.97)
+    ref = [{d.key: np.concatenate([rng.uniform(0.0, 0.05, 60), rng.uniform(0.3, 0.9, 4)])} for _ in range(16)]
+    # The background moves a lot (nobody reads it), the decision positions not at all: holds.
+    calm = [{d.key: np.concatenate([r[d.key][:60] * 3.0, r[d.key][60:]])} for r in ref]
+    (check,) = judge_decisions([d], ref, calm, floor, _enough)
+    assert check.ok and check.count >= 34, check.text
+    # A tenth of the frames near the line cross it: broken.
+    near = [{d.key: r[d.key] - np.where(np.abs(r[d.key] - 0.5) < 0.08, np.sign(r[d.key] - 0.5) * 0.1, 0.0)} for r in ref]
+    (check,) = judge_decisions([d], ref, near, floor, _enough)
+    assert not check.ok and check.top1 < 0.97, check.text
+
+    # End to end: the floor's copies carry `p`, the delivered model does not.
+    result = quantize(model, "BF16", data=[{"x": rng.standard_normal((1, 64, 16)).astype(np.float32)} for _ in range(12)])
+    assert KEY + "fires" in result.floor.outputs and [o.name for o in result.model.graph.output] == ["fired", "emb"]
