@@ -44,6 +44,7 @@ from typing import Any
 
 import onnx
 
+from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, readings_of
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -103,8 +104,12 @@ class _Judge:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
         # complete()'s finish session, opened as users open it.
+        names, keys = self.names, list(self.names)
+        if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
+            model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
+            names, keys = names + list(extra), keys + list(extra.values())
         session = open_session(model, log_severity=3, inline_functions_first=False)
-        got = [dict(zip(self.names, session.run(self.names, feed))) for feed in self.calibrated.holdout]
+        got = [dict(zip(keys, session.run(names, feed))) for feed in self.calibrated.holdout]
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused, **self.readings)
@@ -139,6 +144,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                   eval_samples: int = DEFAULT_EVAL_SAMPLES) -> QuantizationResult:
     """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver."""
     verdict: Verdict | None = result.floor
+    for text in verdict.advisories if verdict is not None else ():
+        log.warning("accuracy floor on %s: %s", verdict.where(), text)
     if verdict is None or verdict.ok:
         return result
     before = verdict.describe(only_broken=True)

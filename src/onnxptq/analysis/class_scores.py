@@ -70,7 +70,8 @@ head) broke the floor: 16 of its 190 decision positions on 2 held-out batches fl
 0.35) while its CER stays within the float + 0.02 the project holds it to
 (tests/test_quantize_ppocr.py), and the repair's budget ended with all 101 nodes float. A read
 judgement for them needs a floor stated in the reader's own terms (CER), which the issue's
-top-1 floors are not; that is left open.
+top-1 floors are not; meanwhile the reads judgement is computed beside the per-row one and, below
+the top-1 floor, warns without repairing (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`).
 
 Measured (bench/RESULTS.md, "Floor: sequence outputs ..."): ddddocr MXFP8_E4M3 is now broken and
 repaired; a tagger whose raw emissions flip breaks too (LAC and khmersm at MXFP8_E4M3: their zoo

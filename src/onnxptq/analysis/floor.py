@@ -27,6 +27,11 @@ margins float leaves and the quantized model takes, float's own near-ties left o
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
+
+Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
+selection, a comparison with a constant) are judged where they are taken, each as one more check of
+the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
+a selection chose is judged on the rows that matter only (its leading rows).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import numpy as np
 import onnx
 
 from .class_scores import Positions, class_like_outputs, judge_positions
+from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
+from .decisions import softmax_reads_advisory
 from .fields import declared_field_axes
 from .fields import FieldCosines
 from .selection import match_rows, selected_outputs
@@ -121,10 +128,20 @@ class OutputCheck:
     positions: Positions | None = None
     #: an output judged field by field (analysis/fields.py): (axis, field, cosine) of its worst field
     worst_field: tuple[int, int, float] | None = None
+    #: a decision inside the graph (analysis/decisions.py) or a selected output judged on its leading
+    #: rows: how it was judged, in words
+    note: str | None = None
+    #: a judgement that warns without breaking the floor: a Softmax sequence's reads below the
+    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory)
+    advisory: str | None = None
 
     def describe(self) -> str:
+        if self.note is not None and self.name.startswith(DECISION_KEY):
+            return f"{self.name}: {self.note}" + (" (too few positions to judge)" if self.top1_unjudged else "")
         linear = " of its linear values (log-domain output)" if self.log_domain else ""
         text = f"{self.name}: cosine{linear} {self.cosine:.4f} (min {self.cosine_min:.4f})"
+        if self.note is not None:
+            text += f" {self.note}"
         if self.worst_field is not None:
             axis, index, cos = self.worst_field
             text += f", worst field {index} of axis {axis}: cosine {cos:.4f}"
@@ -156,6 +173,11 @@ class Verdict:
     @property
     def broken(self) -> list[str]:
         return [n for n, c in self.outputs.items() if not c.ok]
+
+    @property
+    def advisories(self) -> list[str]:
+        """Warnings that do not break the floor (a Softmax CTC head's reads: analysis/decisions.py)."""
+        return [f"{n}: {c.advisory}" for n, c in self.outputs.items() if c.advisory]
 
     def describe(self, only_broken: bool = False) -> str:
         """Every output's figures (``only_broken``: those of the outputs below the floor)."""
@@ -204,14 +226,18 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
     (class scores, log-domain outputs, field axes, rows a ``TopK`` chose). The pipeline's verdict,
     each repair candidate's and a test's reference verdict take them from here, so they cannot
     judge the same outputs differently."""
+    selected = selected_outputs(model)
+    decisions = find_decisions(model)
     return {"class_outputs": class_like_outputs(model), "log_scales": log_domain_outputs(model),
-            "field_axes": declared_field_axes(model), "selected": selected_outputs(model)}
+            "field_axes": declared_field_axes(model), "selected": selected, "decisions": decisions,
+            "selection": selection_rows(model, decisions, sorted(selected))}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
             class_outputs: Mapping[str, int | None] | set[str] = frozenset(), *, reused: bool = False,
             log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None,
-            selected: Collection[str] = ()) -> Verdict:
+            selected: Collection[str] = (), decisions: Sequence[Decision] = (),
+            selection: Mapping[str, tuple[int, list[Decision]]] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -219,15 +245,32 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``log_scales``: outputs in a log domain (``analysis.log_outputs.log_domain_outputs``), whose
     cosine is taken on their linear values (a cosine of dB values is blind to dB errors).
     ``field_axes``: outputs judged field by field along that axis too (``fields.declared_field_axes``).
-    ``selected``: outputs whose rows a ``TopK`` chose, compared as sets of rows (``selection``)."""
+    ``selected``: outputs whose rows a ``TopK`` chose, compared as sets of rows (``selection``).
+    ``decisions``: the graph's inner decisions (``decisions.find_decisions``), their tensors under
+    ``decisions.KEY + node`` in the feeds' dicts; ``selection``: selected outputs judged on their
+    leading rows (``decisions.selection_rows``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
     verdict = Verdict(floor, samples=len(reference), reused=reused)
     if not reference:
         return verdict
-    names = [n for n in reference[0] if all(n in c for c in candidate)]
+    selection = selection or {}
+    names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
+        if name in selection:
+            axis, tops = selection[name]
+            lead = judge_selected(name, axis, tops, reference, candidate)
+            if lead is not None:
+                cos, low, worst, rows = lead
+                check = OutputCheck(name, cos, low, note=f"on its {rows} leading row(s) that matter (a selection: "
+                                    f"background rows not compared)")
+                check.ok = math.isfinite(cos) and cos >= floor.cosine
+                if worst is not None:
+                    check.worst_field = (-1, worst[0], worst[1])
+                    check.ok = check.ok and worst[1] >= floor.cosine
+                verdict.outputs[name] = check
+                continue
         cosines: list[float] = []
         pooled_r: list[np.ndarray] = []
         pooled_g: list[np.ndarray] = []
@@ -238,6 +281,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
+        soft_ref: list[np.ndarray] = []
+        soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
@@ -262,6 +307,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
                     agree, rows = agree + a, rows + n
+                    if r.ndim >= 3 and np.isfinite(g).all():  # a softmax sequence: its reads advised on
+                        soft_ref.append(r)
+                        soft_got.append(g)
                 elif np.isfinite(g).all():
                     seq_ref.append(r)
                     seq_got.append(g)
@@ -294,7 +342,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.top1_unjudged = not _enough(rows, floor)
             if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
+        check.advisory = softmax_reads_advisory(soft_ref, soft_got, floor, _enough) if soft_ref else None
         verdict.outputs[name] = check
+    for d in judge_decisions(decisions, reference, candidate, floor, _enough):
+        check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
+                            positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
+        verdict.outputs[d.decision.key] = check
     return verdict
 
 
@@ -313,6 +366,8 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
         if repair.get("note"):
             lines.append(f"    note: {repair['note']}")
     state = "holds" if verdict.ok else "BROKEN"
+    for text in verdict.advisories:
+        lines.append(f"  WARNING (not repaired): {text}")
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if not verdict.ok and not (repair and repair.get("kept_float")):

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import onnx
 
+from ..analysis.decisions import capture, find_decisions
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -175,6 +176,12 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             t2 = time.perf_counter()
             calibrated.holdout_outputs = float_outputs_of(prepared, held, cfg)
             timings["holdout"] = time.perf_counter() - t2
+        decisions = find_decisions(prepared)
+        if decisions:  # decisions inside the graph: their float tensors too (analysis.decisions)
+            t3 = time.perf_counter()
+            extra = capture(prepared, held, decisions, providers=tuple(cfg.calibration.providers))
+            calibrated.holdout_outputs = [dict(o, **e) for o, e in zip(calibrated.holdout_outputs, extra)]
+            timings["holdout decisions"] = time.perf_counter() - t3
     release_freed()  # the calibration sessions' buffers (onnxptq.memory: peak RSS)
     return calibrated
 

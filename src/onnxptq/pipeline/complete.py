@@ -88,7 +88,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
-        verdict, metrics, on = _verify(calibrated, cfg, session, timings)
+        verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings)
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
@@ -119,7 +119,8 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     return result
 
 
-def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dict[str, float]) -> tuple[Any, dict[str, Any], str]:
+def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
+            timings: dict[str, float]) -> tuple[Any, dict[str, Any], str]:
     """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
     on the held-out samples, run through the session finish() opened, and the per-output figures
     of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`).
@@ -139,9 +140,14 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dic
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
     got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                      **readings_of(calibrated.prepared))
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
+    readings = readings_of(calibrated.prepared)
+    if readings["decisions"]:  # decisions inside the graph, captured on an evaluation copy (analysis.decisions)
+        from ..analysis.decisions import capture
+
+        extra = capture(quantized, calibrated.holdout, readings["decisions"], providers=tuple(cfg.calibration.providers))
+        got = [dict(g, **e) for g, e in zip(got, extra)]
+    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
 

@@ -1,0 +1,468 @@
+"""Decisions a graph takes inside itself, found by structure and judged where they are taken.
+
+Why: the accuracy floor compared graph *outputs*, and a model that decides inside its graph hides
+the decision from it. trueocr's CTC reader ends in ``ArgMax`` → an int64 ``ids`` output: the floor
+saw integers, judged nothing, and A8W8 / MXFP8_E4M3 / BFP16 changed 6–12 % of its strings with no
+word said. isbnx's end-to-end YOLO chooses its 300 output rows with ``TopK`` over per-candidate
+scores: 299 of them are background candidates whose order and class ids shuffle under any rounding,
+so the floor broke on rows nobody reads and repair kept every node float (bench/RESULTS.md,
+"Models outside the zoo" and "Decisions made inside the graph").
+
+**Found by structure** (:func:`find_decisions`), in the main graph, for decision nodes whose result
+reaches a graph output:
+
+* ``ArgMax``/``ArgMin``: its data input, judged as per-position class scores along its ``axis``
+  (:func:`onnxptq.analysis.class_scores.judge_positions`: the decision positions, float's near-ties
+  left out, reads estimated from margins) — an ``ArgMin`` on the negated values;
+* ``TopK``: its scores input; ``NonMaxSuppression``: its ``scores`` input with its own
+  ``score_threshold`` input where that is a constant;
+* a comparison (``Greater``, ``GreaterOrEqual``, ``Less``, ``LessOrEqual``) of a tensor with a
+  constant: the compared tensor (the same comparisons as ``pipeline/plan/thresholds.py``).
+
+A decision tensor that is itself a graph output is left to the output's own judgement.
+
+**Captured on the evaluation copies only** (:func:`with_decision_outputs`, :func:`capture`): the
+floor's float and quantized held-out runs add the decision tensors as extra graph outputs of a
+copy; the delivered model is not changed. In the quantized model the tensor is found as the same
+input of the node of the same name (quantizers inserted before it are then included: the decision
+sees what the node sees).
+
+**Judged** (:func:`judge_decisions`):
+
+* an arg-max as reads (the rule of class-score outputs of rank ≥ 3), against the top-1 floor;
+* a selection (``TopK``/NMS scores) on the candidates that *matter* only: those float or the
+  quantized model scores at least :func:`relevance` — the graph's own score threshold where it has
+  one, else :data:`RELEVANT` of the way from the scores' median to their largest value over the
+  held-out feeds (a detector's detections at 0.3–0.95 matter, its thousands of background
+  candidates under 0.001 do not). Their scores' cosine is held against the cosine floor;
+* a comparison with a constant by its outcome: the share of *decision positions* (where float or
+  the quantized model is on the minority side; the majority side is the background) whose outcome
+  agrees, against the top-1 floor, values within :data:`TIE` of the threshold left out.
+
+**Outputs that are a selection** (rows a ``TopK`` chose, :mod:`.selection`): judged on their
+leading rows only — a sorted ``TopK`` puts the candidates that matter first, and as many rows as
+float or the quantized model has candidates that matter (:func:`judge_selected`) are compared,
+each float row with its nearest quantized row among the leading ones, field by field. The
+background rows are not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .class_scores import judge_positions
+from ..sessions import open_session
+from .metrics import cosine_similarity
+
+__all__ = ["KEY", "RELEVANT", "TIE", "Decision", "capture", "find_decisions", "judge_decisions", "judge_selected",
+           "relevance", "selection_rows", "with_decision_outputs"]
+
+#: extra outputs carrying a decision tensor are keyed ``KEY + node name`` in the floor's feeds' dicts
+KEY = "decision:"
+#: a candidate matters when its score is at least this share of the way from the median score to the largest
+RELEVANT = 0.1
+#: a compared value within this share of the threshold's magnitude (at least 2⁻¹⁰ absolute) is a tie
+TIE = 2.0 ** -10
+
+_COMPARISONS = frozenset("Greater GreaterOrEqual Less LessOrEqual".split())
+_DECIDERS = frozenset(("ArgMax", "ArgMin", "TopK", "NonMaxSuppression")) | _COMPARISONS
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision node of the graph and the tensor it decides on."""
+
+    #: the node's name (the key of its captured tensor: ``KEY + node``) and op type
+    node: str
+    op: str
+    #: which input of the node is the decided tensor, and its name in the model it was found in
+    index: int
+    tensor: str
+    #: "argmax", "select" or "threshold"
+    kind: str
+    axis: int = -1
+    #: TopK's k where constant; a comparison's or NMS's threshold where constant
+    k: int | None = None
+    threshold: float | None = None
+    #: ArgMin / TopK(largest=0): the decision is on the negated values
+    negate: bool = False
+
+    @property
+    def key(self) -> str:
+        return KEY + self.node
+
+    def describe(self) -> str:
+        return f"{self.op} {self.node!r} on {self.tensor!r}"
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    values = {t.name: t for t in model.graph.initializer}
+    out: dict[str, np.ndarray] = {}
+    for name, t in values.items():
+        if t.data_location != onnx.TensorProto.EXTERNAL and math.prod(t.dims) <= 16:
+            out[name] = onnx.numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value" and a.t is not None and math.prod(a.t.dims) <= 16:
+                    out[n.output[0]] = onnx.numpy_helper.to_array(a.t)
+    return out
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def _live(model: onnx.ModelProto) -> set[str]:
+    """The main graph's tensors some graph output depends on."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    live: set[str] = set()
+    stack = [o.name for o in model.graph.output]
+    while stack:
+        t = stack.pop()
+        if t in live:
+            continue
+        live.add(t)
+        node = producer.get(t)
+        if node is not None:
+            stack.extend(i for i in node.input if i)
+            for a in node.attribute:  # a subgraph's outer-scope reads keep their producers alive
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.extend(_outer_reads(a.g))
+    return live
+
+
+def _outer_reads(graph: onnx.GraphProto) -> list[str]:
+    inner = {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    return [i for n in graph.node for i in n.input if i and i not in inner]
+
+
+def find_decisions(model: onnx.ModelProto) -> list[Decision]:
+    """The decisions of ``model``'s main graph (module docstring), in graph order."""
+    consts = _constants(model)
+    live = _live(model)
+    outputs = {o.name for o in model.graph.output}
+    inputs = {i.name for i in model.graph.input}
+    found: list[Decision] = []
+    for node in model.graph.node:
+        if node.op_type not in _DECIDERS or not any(o in live for o in node.output if o):
+            continue
+        name = node.name or node.output[0]
+        if node.op_type in ("ArgMax", "ArgMin"):
+            found.append(Decision(name, node.op_type, 0, node.input[0], "argmax", _attr(node, "axis", 0),
+                                  negate=node.op_type == "ArgMin"))
+        elif node.op_type == "TopK":
+            k = consts.get(node.input[1]) if len(node.input) > 1 else None
+            found.append(Decision(name, "TopK", 0, node.input[0], "select", _attr(node, "axis", -1),
+                                  k=int(np.asarray(k).reshape(-1)[0]) if k is not None and np.asarray(k).size == 1 else None,
+                                  negate=_attr(node, "largest", 1) == 0))
+        elif node.op_type == "NonMaxSuppression" and len(node.input) > 1:
+            thr = consts.get(node.input[4]) if len(node.input) > 4 and node.input[4] else None
+            found.append(Decision(name, node.op_type, 1, node.input[1], "select", -1,
+                                  threshold=float(np.asarray(thr).reshape(-1)[0]) if thr is not None and np.asarray(thr).size else None))
+        elif node.op_type in _COMPARISONS and len(node.input) == 2:
+            sides = [(i, consts.get(node.input[1 - i])) for i in (0, 1)]
+            for i, c in sides:
+                if c is not None and np.asarray(c).size == 1 and node.input[i] not in consts and np.issubdtype(np.asarray(c).dtype, np.floating):
+                    found.append(Decision(name, node.op_type, i, node.input[i], "threshold", threshold=float(np.asarray(c).reshape(-1)[0])))
+                    break
+    return [d for d in found if d.tensor not in outputs and d.tensor not in inputs and d.tensor not in consts]
+
+
+def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision], *, copy: bool = True
+                          ) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``(a copy of model with the decisions' tensors as extra outputs, {tensor name: key})``
+    (``copy=False``: ``model`` itself gets them, for a throwaway evaluation build). In
+    ``model`` each tensor is the same input of the node of the same name (a quantized model's
+    dequantized value); decisions whose node is not there keep their own tensor name, and those
+    whose tensor is not produced there are left out."""
+    nodes = {n.name: n for n in model.graph.node if n.name}
+    produced = {o for n in model.graph.node for o in n.output if o}
+    present = {o.name for o in model.graph.output}
+    names: dict[str, str] = {}
+    for d in decisions:
+        node = nodes.get(d.node)
+        tensor = node.input[d.index] if node is not None and len(node.input) > d.index else d.tensor
+        if tensor in produced and tensor not in names:
+            names[tensor] = d.key
+    target = model
+    if copy:
+        target = onnx.ModelProto()
+        target.CopyFrom(model)
+    for tensor in names:
+        if tensor not in present:
+            target.graph.output.append(onnx.helper.make_empty_tensor_value_info(tensor))
+    return target, names
+
+
+def capture(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], decisions: Sequence[Decision],
+            providers: Sequence[Any] | None = None) -> list[dict[str, np.ndarray]]:
+    """The decision tensors of ``model`` on ``feeds``, one ``{key: values}`` per feed, from one
+    session on an evaluation copy (the delivered model is not touched)."""
+    if not decisions or not feeds:
+        return [{} for _ in feeds]
+    evaluated, names = with_decision_outputs(model, decisions)
+    if not names:
+        return [{} for _ in feeds]
+    session = open_session(evaluated, providers=providers, log_severity=3, inline_functions_first=False)
+    fetch = list(names)
+    return [dict(zip((names[t] for t in fetch), session.run(fetch, dict(feed)))) for feed in feeds]
+
+
+# ----------------------------------------------------------------------------- judgements
+
+
+@dataclass
+class DecisionCheck:
+    """One decision's figures (the floor's :class:`~onnxptq.analysis.floor.OutputCheck` is built from it)."""
+
+    decision: Decision
+    cosine: float
+    top1: float | None = None
+    count: int = 0
+    positions: Any = None
+    unjudged: bool = False
+    ok: bool = True
+    text: str = ""
+
+
+def _finite_pairs(decision: Decision, reference: Sequence[Mapping[str, np.ndarray]],
+                  candidate: Sequence[Mapping[str, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    pairs = []
+    for ref, got in zip(reference, candidate):
+        if decision.key not in ref or decision.key not in got:
+            continue
+        r, g = np.asarray(ref[decision.key]), np.asarray(got[decision.key])
+        if r.shape != g.shape or not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
+            continue
+        r, g = r.astype(np.float64), g.astype(np.float64)
+        if decision.negate:
+            r, g = -r, -g
+        pairs.append((r, g))
+    return pairs
+
+
+def relevance(decision: Decision, references: Sequence[np.ndarray]) -> float:
+    """The score from which a candidate of a selection matters (module docstring)."""
+    if decision.threshold is not None:
+        return decision.threshold
+    pooled = np.concatenate([np.ravel(r) for r in references]) if references else np.zeros(1)
+    mid, top = float(np.median(pooled)), float(np.max(pooled))
+    return mid + RELEVANT * (top - mid)
+
+
+def _pooled_cosine(refs: list[np.ndarray], gots: list[np.ndarray]) -> float:
+    if not refs or sum(r.size for r in refs) == 0:
+        return 1.0
+    return cosine_similarity(np.concatenate(refs), np.concatenate(gots))
+
+
+def _judge_argmax(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check: DecisionCheck) -> None:
+    refs = [np.moveaxis(r, d.axis, -1) for r, _ in pairs if r.ndim >= 1 and r.shape[d.axis] >= 2]
+    gots = [np.moveaxis(g, d.axis, -1) for r, g in pairs if r.ndim >= 1 and r.shape[d.axis] >= 2]
+    refs = [r.reshape(1, -1) if r.ndim == 1 else r for r in refs]
+    gots = [g.reshape(1, -1) if g.ndim == 1 else g for g in gots]
+    if not all(np.isfinite(g).all() for g in gots):
+        check.ok, check.text = False, "not finite"
+        return
+    positions = judge_positions(refs, gots) if refs else None
+    if positions is None:
+        check.unjudged, check.text = True, "float does not decide (no clear arg-max): not judged"
+        return
+    check.positions, check.top1, check.count = positions, positions.agreement, positions.positions
+    check.text = "arg-max " + positions.describe()
+
+
+def _judge_select(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check: DecisionCheck, cosine_floor: float) -> None:
+    t = relevance(d, [r for r, _ in pairs])
+    refs, gots = [], []
+    for r, g in pairs:
+        mask = (r >= t) | (g >= t)
+        refs.append(r[mask])
+        gots.append(g[mask])
+    check.count = int(sum(r.size for r in refs))
+    check.cosine = _pooled_cosine(refs, gots) if all(np.isfinite(g).all() for g in gots) else float("nan")
+    check.ok = math.isfinite(check.cosine) and check.cosine >= cosine_floor
+    check.text = f"scores of the {check.count} candidates that matter (score ≥ {t:.4g}): cosine {check.cosine:.4f}"
+
+
+def _judge_threshold(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check: DecisionCheck) -> None:
+    t = float(d.threshold or 0.0)
+    tie = TIE * max(1.0, abs(t))
+    sides_r = [r > t for r, _ in pairs]
+    total = sum(s.size for s in sides_r)
+    minority = bool(sum(int(s.sum()) for s in sides_r) * 2 <= total)  # the side most values are not on
+    agree = judged = 0
+    for (r, g), side in zip(pairs, sides_r):
+        gs = g > t
+        decision = (np.abs(r - t) > tie) & ((side == minority) | (gs == minority))
+        judged += int(decision.sum())
+        agree += int((decision & (side == gs)).sum())
+    check.count = judged
+    check.top1 = agree / judged if judged else None
+    check.text = (f"outcome of the comparison with {t:g}: {agree} of {judged} decision positions agree"
+                  if judged else f"comparison with {t:g}: no decision position (every value on the majority side)")
+
+
+def judge_decisions(decisions: Sequence[Decision], reference: Sequence[Mapping[str, np.ndarray]],
+                    candidate: Sequence[Mapping[str, np.ndarray]], floor: Any, enough: Any) -> list[DecisionCheck]:
+    """Each decision's check against ``floor`` (``cosine``/``top1``); ``enough(count, floor)``: whether
+    ``count`` positions can judge a top-1 floor (the floor's own rule). Decisions without captured
+    float values (a tensor not produced in one of the models) are not judged."""
+    checks: list[DecisionCheck] = []
+    for d in decisions:
+        pairs = _finite_pairs(d, reference, candidate)
+        if not pairs:
+            continue
+        refs = [r.ravel() for r, _ in pairs]
+        gots = [g.ravel() for _, g in pairs]
+        check = DecisionCheck(d, _pooled_cosine(refs, gots) if all(np.isfinite(g).all() for g in gots) else float("nan"))
+        if d.kind == "argmax":
+            _judge_argmax(d, pairs, check)
+        elif d.kind == "select":
+            _judge_select(d, pairs, check, floor.cosine)
+        else:
+            _judge_threshold(d, pairs, check)
+        if d.kind != "select" and check.ok and check.top1 is not None:
+            flipped = check.positions.flipped if check.positions is not None else check.count - round(check.top1 * check.count)
+            check.unjudged = not enough(check.count, floor) and flipped < 2
+            check.ok = check.unjudged or check.top1 >= floor.top1
+        checks.append(check)
+    return checks
+
+
+# ----------------------------------------------------------------------------- outputs that are selections
+
+
+def selection_rows(model: onnx.ModelProto, decisions: Sequence[Decision], selected: Sequence[str]) -> dict[str, tuple[int, list[Decision]]]:
+    """For each output in ``selected`` (rows a ``TopK`` chose): ``(row axis, the TopKs it came
+    from)``, the row axis being the one whose declared length is the TopK's k; outputs without one
+    are left out (compared as before)."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    by_node = {d.node: d for d in decisions if d.kind == "select" and d.op == "TopK"}
+    declared = {o.name: [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
+                for o in model.graph.output}
+    found: dict[str, tuple[int, list[Decision]]] = {}
+    for out in selected:
+        stack, seen, tops = [out], set(), []
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            node = producer.get(t)
+            if node is None:
+                continue
+            d = by_node.get(node.name or node.output[0])
+            if d is not None:
+                tops.append(d)
+                continue
+            stack.extend(i for i in node.input if i)
+        ks = {d.k for d in tops}
+        dims = declared.get(out, [])
+        if not tops or None in ks or len(ks) != 1:
+            continue
+        axes = [a for a, n in enumerate(dims) if n == next(iter(ks))]
+        if len(axes) == 1:
+            found[out] = (axes[0], tops)
+    return found
+
+
+def _leading(decisions: list[Decision], ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
+             thresholds: Mapping[str, float]) -> int:
+    """How many leading rows matter on one feed: the most candidates that matter in any of the
+    selections, in float or the quantized model."""
+    rows = 0
+    for d in decisions:
+        for values in (ref.get(d.key), got.get(d.key)):
+            if values is not None:
+                v = -np.asarray(values, np.float64) if d.negate else np.asarray(values, np.float64)
+                rows = max(rows, int((v >= thresholds[d.node]).sum()))
+    return rows
+
+
+def _nearest(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """For each row of ``ref`` in order, the nearest row of ``got`` not yet taken (fields scaled
+    by float's spread, as :func:`.selection.match_rows`)."""
+    spread = np.concatenate([ref, got]).std(axis=0)
+    spread[spread == 0] = 1.0
+    a, b = ref / spread, got / spread
+    dist = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    taken = np.zeros(len(b), dtype=bool)
+    out = np.empty_like(ref)
+    for i in range(len(a)):
+        j = int(np.argmin(np.where(taken, np.inf, dist[i])))
+        out[i], taken[j] = got[j], True
+    return out
+
+
+def judge_selected(name: str, axis: int, decisions: list[Decision], reference: Sequence[Mapping[str, np.ndarray]],
+                   candidate: Sequence[Mapping[str, np.ndarray]]) -> tuple[float, float, tuple[int, float] | None, int] | None:
+    """A selected output judged on its leading rows (module docstring): ``(cosine, per-feed
+    minimum, (worst field, its cosine), rows compared)``; None when it cannot be judged so (no
+    captured selection scores, shapes that differ)."""
+    thresholds = {}
+    for d in decisions:
+        refs = [(-np.asarray(r[d.key], np.float64) if d.negate else np.asarray(r[d.key], np.float64)) for r in reference if d.key in r]
+        if not refs:
+            return None
+        thresholds[d.node] = relevance(d, refs)
+    rows_r: list[np.ndarray] = []
+    rows_g: list[np.ndarray] = []
+    cosines: list[float] = []
+    for ref, got in zip(reference, candidate):
+        r, g = np.asarray(ref[name], np.float64), np.asarray(got[name], np.float64)
+        if r.shape != g.shape or not np.isfinite(r).all():
+            continue
+        if not np.isfinite(g).all():
+            return (float("nan"), float("nan"), None, 0)
+        r, g = np.moveaxis(r, axis, 0), np.moveaxis(g, axis, 0)
+        r, g = r.reshape(r.shape[0], -1), g.reshape(g.shape[0], -1)
+        lead = max(1, _leading(decisions, ref, got, thresholds))
+        n = min(lead, r.shape[0])
+        pool = min(r.shape[0], n + max(2, n // 2))  # a candidate near the line may sit just below it in one model
+        matched = _nearest(r[:n], g[:pool])
+        rows_r.append(r[:n])
+        rows_g.append(matched)
+        cosines.append(cosine_similarity(r[:n].ravel(), matched.ravel()))
+    if not rows_r:
+        return None
+    a, b = np.concatenate(rows_r), np.concatenate(rows_g)
+    pooled = cosine_similarity(a.ravel(), b.ravel())
+    worst = None
+    for f in range(a.shape[1]):
+        xx, yy, xy = float(a[:, f] @ a[:, f]), float(b[:, f] @ b[:, f]), float(a[:, f] @ b[:, f])
+        cos = (1.0 if xx == yy else 0.0) if xx == 0 or yy == 0 else xy / math.sqrt(xx * yy)
+        if worst is None or cos < worst[1]:
+            worst = (f, cos)
+    return pooled, float(min(cosines)), worst, int(a.shape[0])
+
+
+# ----------------------------------------------------------------------------- Softmax sequences: advised, not repaired
+
+
+def softmax_reads_advisory(reference: list[np.ndarray], candidate: list[np.ndarray], floor: Any, enough: Any) -> str | None:
+    """A warning when a Softmax sequence output (``[..., T, C]``, a CTC head's per-step
+    probabilities) keeps fewer of float's reads than the top-1 floor, judged as the other
+    per-position scores are (:func:`onnxptq.analysis.class_scores.judge_positions`); None when the
+    reads hold, float does not decide or too few positions flipped to judge.
+
+    Why a warning and not a broken floor: the floor judges these outputs per row (every step,
+    blanks included), which on tinyocr's PP-OCRv6 rec held while BFP16 changed 4 of 32 strings
+    (bench/RESULTS.md, "Models outside the zoo"); judged as reads with repair, PP-OCRv4 rec A8W8
+    lost every node to float while its CER stays within float + 0.02 (commit cc01a4f, class_scores'
+    docstring). A read judgement in the reader's own terms (CER) is what a repair would need; until
+    then the user is told, by name, and the model is delivered as quantized (bench/RESULTS.md,
+    "Decisions made inside the graph")."""
+    positions = judge_positions(reference, candidate)
+    if positions is None:
+        return None
+    unjudged = not enough(positions.positions, floor) and positions.flipped < 2
+    if unjudged or positions.agreement >= floor.top1:
+        return None
+    return f"reads below the top-1 floor {floor.top1:g} (a Softmax sequence, judged per row for the floor): " + positions.describe()
