@@ -44,7 +44,7 @@ from typing import Any
 
 import onnx
 
-from ..analysis.floor import Verdict, floor_for, measure, readings_of
+from ..analysis.floor import Verdict, floor_for, measure, readings_of, unjudged_text
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..pipeline.build import build_model
@@ -76,13 +76,18 @@ def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
 class _Judge:
     """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
 
-    def __init__(self, calibrated: Calibrated, cfg: QuantConfig) -> None:
+    def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+                 reads: bool = False) -> None:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
         self.readings = readings_of(calibrated.prepared)
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
+        # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
+        # so each candidate is judged on the same first calibration feeds complete() judged.
+        self.seen = (calibrated.kept[:min(eval_samples, len(calibrated.float_outputs))]
+                     if reads and not calibrated.holdout_reused else [])
 
     def __call__(self, kept: frozenset[str]) -> Verdict | None:
         """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
@@ -105,9 +110,11 @@ class _Judge:
         # complete()'s finish session, opened as users open it.
         session = open_session(model, log_severity=3, inline_functions_first=False)
         got = [dict(zip(self.names, session.run(self.names, feed))) for feed in self.calibrated.holdout]
+        seen = ([dict(zip(self.names, session.run(self.names, feed))) for feed in self.seen])
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
-        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused, **self.readings)
+        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
+                       seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
@@ -139,6 +146,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                   eval_samples: int = DEFAULT_EVAL_SAMPLES) -> QuantizationResult:
     """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver."""
     verdict: Verdict | None = result.floor
+    if verdict is not None and verdict.ok and verdict.unjudged:
+        # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text). Said in the
+        # warning, the summary and the plan; nothing to repair against.
+        text = unjudged_text(verdict)
+        log.warning("accuracy floor (%s) on %s: could NOT judge %s", verdict.floor.describe(), verdict.where(), text)
+        result.repair = {"note": f"could not judge {text}", "unjudged": verdict.unjudged, "before": verdict.to_json()}
+        result.plan.repair = result.repair
+        return result
     if verdict is None or verdict.ok:
         return result
     before = verdict.describe(only_broken=True)
@@ -160,7 +175,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
     budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
     candidates = list(result.plan.nodes)
-    judge = _Judge(calibrated, cfg)
+    judge = _Judge(calibrated, cfg, eval_samples, reads=any(c.positions is not None for c in verdict.outputs.values()))
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:

@@ -88,7 +88,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
-        verdict, metrics, on = _verify(calibrated, cfg, session, timings)
+        verdict, metrics, on = _verify(calibrated, cfg, session, timings, eval_samples)
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
@@ -119,7 +119,8 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     return result
 
 
-def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dict[str, float]) -> tuple[Any, dict[str, Any], str]:
+def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dict[str, float],
+            eval_samples: int = DEFAULT_EVAL_SAMPLES) -> tuple[Any, dict[str, Any], str]:
     """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
     on the held-out samples, run through the session finish() opened, and the per-output figures
     of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`).
@@ -139,8 +140,15 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, session: Any, timings: dic
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
     got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                      **readings_of(calibrated.prepared))
+    readings = readings_of(calibrated.prepared)
+    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
+    if not calibrated.holdout_reused and any(c.positions is not None for c in verdict.outputs.values()):
+        # An output judged as reads: judged on the first calibration feeds too (floor._judge_reads: a
+        # format's rounding flips a near-tie on any feed). Only such models run them.
+        kept = calibrated.kept[:min(eval_samples, len(calibrated.float_outputs))]
+        seen = [dict(zip(names, session.run(names, feed))) for feed in kept]
+        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
+                          seen=(calibrated.float_outputs[:len(seen)], seen), **readings)
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
