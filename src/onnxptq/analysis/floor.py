@@ -25,7 +25,10 @@ background class, e.g. CTC's blank, left out) all keep float's arg-max, estimate
 margins float leaves and the quantized model takes, float's own near-ties left out
 (:func:`onnxptq.analysis.class_scores.judge_positions`); both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
-one tie flipped would break the floor by itself; the verdict then says it was not judged. A non-finite output
+one tie flipped would break the floor by itself; the verdict then says it was not judged. Reads
+are also judged on the first calibration feeds beside the held-out ones, and hold only on at least
+``1 / (1 − floor)`` reads; on fewer they are *not judged*, said in the summary, a warning and the
+plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data). A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 """
 
