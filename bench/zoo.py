@@ -122,8 +122,11 @@ def _repair_kept(result) -> str:
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and rep.get("unjudged") and "kept_float" not in rep:
         outs = rep.get("before", {}).get("outputs", {})
-        return "; ".join(f"not judged: {o}: {(outs.get(o, {}).get('positions') or {}).get('reads', outs.get(o, {}).get('rows', '?'))} "
-                         f"reads, needs {outs.get(o, {}).get('needed', '?')}" for o in rep["unjudged"])
+        def _count(o: dict) -> str:
+            pos = o.get("positions")
+            return f"{pos['reads']} reads" if pos else f"{o.get('rows', '?')} rows"
+        return "; ".join(f"not judged: {o}: {_count(outs.get(o, {}))}, needs {outs.get(o, {}).get('needed', '?')}"
+                         for o in rep["unjudged"])
     if isinstance(rep, dict) and "kept_float" in rep:
         names, ops = list(rep["kept_float"]), rep.get("op_types", {})
         if not names:

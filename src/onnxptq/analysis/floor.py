@@ -301,6 +301,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         elif rows:
             check.top1, check.rows = agree / rows, rows
             check.top1_unjudged = not _enough(rows, floor)
+            check.needed = math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if check.top1_unjudged else 0
             if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
         verdict.outputs[name] = check
@@ -408,7 +409,7 @@ def unjudged_text(verdict: Verdict) -> str:
                          f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {c.needed}")
         else:
             parts.append(f"the top-1 of {name}: {c.rows} rows on {verdict.samples} held-out samples, "
-                         f"a top-1 floor of {verdict.floor.top1:g} needs {c.needed or math.ceil(1 / max(1e-9, 1 - verdict.floor.top1))}")
+                         f"a top-1 floor of {verdict.floor.top1:g} needs {c.needed}")
     if not parts:
         return ""
     return ("; ".join(parts) + ": its agreement with float is not known to hold the floor (the held-out samples are "
