@@ -245,6 +245,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
-                after_text, "holds" if after is not None and after.ok else "STILL BROKEN", judge.evaluations, search_s,
+                after_text, ("STILL BROKEN" if after is None or not after.ok
+                            else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds"), judge.evaluations, search_s,
                 f"; {note}" if note else "")
     return repaired
