@@ -242,10 +242,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     repaired.config = cfg  # the user's config; the nodes kept float are in the plan and the record
     repaired.timings["repair"] = search_s
     after_text = after.describe() if after is not None else "not measured"
+    state = ("STILL BROKEN" if after is None or not after.ok
+             else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
-                after_text, ("STILL BROKEN" if after is None or not after.ok
-                            else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds"), judge.evaluations, search_s,
-                f"; {note}" if note else "")
+                after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired
