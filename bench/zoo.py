@@ -120,6 +120,13 @@ def _latency_ratio(ref, test, feeds, passes: int = 2) -> float:
 def _repair_kept(result) -> str:
     """What the accuracy-floor repair kept, if this version of the library reports it."""
     rep = getattr(result, "repair", None)
+    if isinstance(rep, dict) and rep.get("unjudged") and "kept_float" not in rep:
+        outs = rep.get("before", {}).get("outputs", {})
+        def _count(o: dict) -> str:
+            pos = o.get("positions")
+            return f"{pos['reads']} reads" if pos else f"{o.get('rows', '?')} rows"
+        return "; ".join(f"not judged: {o}: {_count(outs.get(o, {}))}, needs {outs.get(o, {}).get('needed', '?')}"
+                         for o in rep["unjudged"])
     if isinstance(rep, dict) and "kept_float" in rep:
         names, ops = list(rep["kept_float"]), rep.get("op_types", {})
         if not names:

@@ -45,7 +45,7 @@ from typing import Any
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, floor_for, measure, readings_of
+from ..analysis.floor import Verdict, floor_for, measure, readings_of, unjudged_text
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..pipeline.build import build_model
@@ -77,13 +77,18 @@ def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
 class _Judge:
     """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
 
-    def __init__(self, calibrated: Calibrated, cfg: QuantConfig) -> None:
+    def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
+                 reads: bool = False) -> None:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
         self.readings = readings_of(calibrated.prepared)
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
+        # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
+        # so each candidate is judged on the same first calibration feeds complete() judged.
+        self.seen = (calibrated.kept[:min(eval_samples, len(calibrated.float_outputs))]
+                     if reads and not calibrated.holdout_reused else [])
 
     def __call__(self, kept: frozenset[str]) -> Verdict | None:
         """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
@@ -110,9 +115,11 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = open_session(model, log_severity=3, inline_functions_first=False)
         got = [dict(zip(keys, session.run(names, feed))) for feed in self.calibrated.holdout]
+        seen = ([dict(zip(self.names, session.run(self.names, feed))) for feed in self.seen])
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
-        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused, **self.readings)
+        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
+                       seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
@@ -146,6 +153,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     verdict: Verdict | None = result.floor
     for text in verdict.advisories if verdict is not None else ():
         log.warning("accuracy floor on %s: %s", verdict.where(), text)
+    if verdict is not None and verdict.ok and verdict.unjudged:
+        # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text). Said in the
+        # warning, the summary and the plan; nothing to repair against.
+        text = unjudged_text(verdict)
+        log.warning("accuracy floor (%s) on %s: could NOT judge %s", verdict.floor.describe(), verdict.where(), text)
+        result.repair = {"note": f"could not judge {text}", "unjudged": verdict.unjudged, "before": verdict.to_json()}
+        result.plan.repair = result.repair
+        return result
     if verdict is None or verdict.ok:
         return result
     before = verdict.describe(only_broken=True)
@@ -167,7 +182,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
     budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
     candidates = list(result.plan.nodes)
-    judge = _Judge(calibrated, cfg)
+    judge = _Judge(calibrated, cfg, eval_samples, reads=any(c.positions is not None for c in verdict.outputs.values()))
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:
@@ -234,9 +249,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     repaired.config = cfg  # the user's config; the nodes kept float are in the plan and the record
     repaired.timings["repair"] = search_s
     after_text = after.describe() if after is not None else "not measured"
+    state = ("STILL BROKEN" if after is None or not after.ok
+             else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
-                after_text, "holds" if after is not None and after.ok else "STILL BROKEN", judge.evaluations, search_s,
-                f"; {note}" if note else "")
+                after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired

@@ -78,7 +78,8 @@ repaired; a tagger whose raw emissions flip breaks too (LAC and khmersm at MXFP8
 metric decodes the emissions through a CRF outside the graph, which the floor cannot see); the
 other 16-bit presets of ddddocr flip nothing on their 4 held-out captchas (a third of 12: 20
 decision positions, fewer than the 34 a 0.97 floor needs) while the zoo's 32 captchas each need
-an exact string; that is what is left.
+an exact string; that is what is left (analysis/floor.py ``_judge_reads`` now judges the first
+calibration feeds beside them and says "not judged" where the reads are too few).
 
 **Float must decide.** The structure says "a linear layer's outputs", which a hidden state or a
 regression read from a projection (a mel frame from a Linear, features of a random-weight test
