@@ -65,13 +65,49 @@ def test_a_fine_preset_is_not_repaired_and_the_unjudged_reads_are_said(captchas,
 
 def test_enough_reads_judge_a_fine_reader_to_hold():
     """The same judgement is a verdict, not a warning, once the reads are enough: a reader whose
-    A8W8 reads hold (the planted outlier of test_floor_sequences taken out) on 8 held-out and 8
-    calibration feeds (16 reads, the 8-bit floor needs 20) is unjudged; with 30 calibration feeds
-    judged beside them it holds."""
+    A8W8 reads hold (the planted outlier of test_floor_sequences taken out). On 18 feeds (6 held
+    out, 12 calibration feeds judged beside them: 18 reads, the 8-bit floor needs 20) it is unjudged
+    and the warning says how much data would judge it; on 48 feeds with the defaults the floor keeps
+    the 20 calibration feeds it needs (calibrate.reads_feeds) and the reads hold — before, the first
+    eval_samples (8) were all it judged, so no amount of data could judge a one-read-per-feed model."""
     model, a8w8 = ctc_reader(outlier=1.0), resolve_config("A8W8")
-    few = quantize(model, a8w8.replace(repair=False), glyph_feeds(48))
-    assert few.floor.ok and few.floor.unjudged == ["logits"] and few.floor.outputs["logits"].positions.reads == 16
-    many = quantize(model, a8w8.replace(repair=False), glyph_feeds(48), eval_samples=30)
+    few = quantize(model, a8w8.replace(repair=False), glyph_feeds(18))
+    assert few.floor.ok and few.floor.unjudged == ["logits"] and few.floor.outputs["logits"].positions.reads == 18
+    assert "give at least 20 samples of data" in few.summary()
+    many = quantize(model, a8w8.replace(repair=False), glyph_feeds(48))
     check = many.floor.outputs["logits"]
-    assert many.floor.ok and not many.floor.unjudged and check.positions.reads == 38 and check.seen_feeds == 30
+    assert many.floor.ok and not many.floor.unjudged and check.positions.reads == 28 and check.seen_feeds == 20
     assert "NOT JUDGED" not in many.summary() and np.isclose(check.top1, check.positions.agreement)
+
+
+def _classifier(seed: int = 3):
+    """A batch-1 classifier (``MatMul → Relu → Gemm`` to 10 classes, ``[1, 10]``): one row per sample."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.normal(0, 0.3, (32, 64)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.normal(0, 0.3, (64, 10)).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array(rng.normal(0, 0.1, (10,)).astype(np.float32), "b2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["logits"])]
+    graph = helper.make_graph(nodes, "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], [w1, w2, b2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_a_batch_one_classifier_is_judged_once_the_data_is_enough():
+    """Rows are judged on the calibration feeds too where the held-out ones are too few: a batch-1
+    classifier has one row per sample, the held-out feeds at most 8, and the 16-bit floor needs 34.
+    Before, it was "too few rows to judge" with any amount of data (fewfeeds made that a warning:
+    every such model warned). On 12 samples it is unjudged and the summary says how much data
+    would judge it; on 48 the floor keeps the 34 calibration feeds it needs and judges 42 rows."""
+    model = _classifier()
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.normal(0, 1, (1, 32)).astype(np.float32)} for _ in range(48)]
+    few = quantize(model, resolve_config("BF16").replace(repair=False), feeds[:12])
+    assert few.floor.unjudged == ["logits"] and few.floor.outputs["logits"].rows == 12
+    assert "give at least 34 samples of data" in few.summary()
+    many = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
+    check = many.floor.outputs["logits"]
+    assert many.floor.ok and not many.floor.unjudged and check.rows == 42 and check.seen_feeds == 34
+    assert "NOT JUDGED" not in many.summary() and "calibration samples" in check.describe()

@@ -87,8 +87,7 @@ class _Judge:
         self.cache: dict[frozenset[str], Verdict] = {}
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
-        self.seen = (calibrated.kept[:min(eval_samples, len(calibrated.float_outputs))]
-                     if reads and not calibrated.holdout_reused else [])
+        self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
 
     def __call__(self, kept: frozenset[str]) -> Verdict | None:
         """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
@@ -182,7 +181,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
     budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
     candidates = list(result.plan.nodes)
-    judge = _Judge(calibrated, cfg, eval_samples, reads=any(c.positions is not None for c in verdict.outputs.values()))
+    judge = _Judge(calibrated, cfg, eval_samples, reads=any(c.positions is not None or c.top1_unjudged for c in verdict.outputs.values()))
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:

@@ -157,7 +157,8 @@ class OutputCheck:
             text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
                                                               f"{self.needed})" if self.top1_unjudged else "")
         elif self.top1 is not None:
-            text += f", top-1 {self.top1:.4f} on {self.rows} rows" + (" (too few rows to judge)" if self.top1_unjudged else "")
+            seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
+            text += f", top-1 {self.top1:.4f} on {self.rows} rows{seen}" + (" (too few rows to judge)" if self.top1_unjudged else "")
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -349,9 +350,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         elif rows:
             check.top1, check.rows = agree / rows, rows
             check.top1_unjudged = not _enough(rows, floor)
-            check.needed = math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if check.top1_unjudged else 0
             if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
+            if check.top1_unjudged and seen is not None:
+                _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
+            check.needed = math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if check.top1_unjudged else 0
         check.advisory = softmax_reads_advisory(soft_ref, soft_got, floor, _enough) if soft_ref else None
         verdict.outputs[name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
@@ -375,6 +378,37 @@ def _seen_sequences(seen: tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[s
             refs.append(r)
             gots.append(g)
     return refs, gots
+
+
+def _seen_rows(seen: tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[str, np.ndarray]]], name: str,
+               width: int | None, as_reads: bool) -> tuple[int, int, int]:
+    """``(agreeing rows, rows, feeds)`` of a row-judged class output on the calibration feeds ``seen``."""
+    agree = rows = feeds = 0
+    for ref, got in zip(*seen):
+        if name not in ref or name not in got:
+            continue
+        r, g = np.asarray(ref[name]), np.asarray(got[name])
+        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape
+                and width in (None, r.shape[-1]) and (r.ndim == 2 or not as_reads)
+                and np.isfinite(r).all() and np.isfinite(g).all()):
+            a, n = _top1(r, g)
+            agree, rows, feeds = agree + a, rows + n, feeds + 1
+    return agree, rows, feeds
+
+
+def _judge_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple[int, int, int], floor: Floor) -> None:
+    """A top-1 of rows too few on the held-out feeds (a batch-1 classifier: at most 8 rows) judged on
+    them and the first calibration feeds together, as reads are (:func:`_judge_reads`): rounding
+    flips a near-tie on any feed. Before, such a classifier was "too few rows to judge" with any
+    amount of data. The held-out judgement alone was not enough to break; the pooled one decides."""
+    s_agree, s_rows, feeds = seen
+    if not s_rows:
+        return
+    total, hits = rows + s_rows, agree + s_agree
+    check.top1, check.rows, check.seen_feeds = hits / total, total, feeds
+    check.top1_unjudged = not _enough(total, floor)
+    if not check.top1_unjudged and check.top1 < floor.top1:
+        check.ok = False
 
 
 def _breaks(positions: Positions, floor: Floor) -> bool:
@@ -457,16 +491,26 @@ def unjudged_text(verdict: Verdict) -> str:
     """What a verdict that holds could not judge, and what would judge it (the summary line and the
     warning: "could not judge" is said, never left as "holds"). ``''`` where everything was judged."""
     parts = []
+    wanted = 0  # samples of data that would judge every output (reads or rows per sample as seen here)
     for name in verdict.unjudged:
         c = verdict.outputs[name]
+        needed = c.needed or math.ceil(1.0 / max(1e-9, 1.0 - verdict.floor.top1))
         if c.positions is not None:
+            judged = verdict.samples + c.seen_feeds
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
-                         f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {c.needed}")
+                         f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.positions.reads / judged if judged else 0.0
         else:
-            parts.append(f"the top-1 of {name}: {c.rows} rows on {verdict.samples} held-out samples, "
-                         f"a top-1 floor of {verdict.floor.top1:g} needs {c.needed}")
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the top-1 of {name}: {c.rows} rows ({verdict.samples} held-out and {c.seen_feeds} calibration "
+                         f"samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.rows / judged if judged else 0.0
+        if per > 0:
+            wanted = max(wanted, math.ceil(needed / per - 1e-9))
     if not parts:
         return ""
-    return ("; ".join(parts) + ": its agreement with float is not known to hold the floor (the held-out samples are "
-            "a third of the data, at most 8, and the first eval_samples calibration samples are judged beside them: "
-            "give more data or a larger eval_samples, or check the outputs yourself)")
+    advice = (f"give at least {wanted} samples of data" if 0 < wanted <= 10_000
+              else "give more data")
+    return ("; ".join(parts) + ": its agreement with float is not known to hold the floor (judged on the held-out "
+            "samples, a third of the data up to 8, and on up to as many calibration samples as the floor needs: "
+            f"{advice}, or check the outputs yourself)")

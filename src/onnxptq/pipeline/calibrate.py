@@ -87,6 +87,17 @@ class Calibrated:
     #: this process's CPU seconds (time.process_time) when the quantization started: the repair's
     #: budget is counted in CPU time, so what it delivers does not depend on the machine's load
     started_cpu: float = 0.0
+    #: the first calibration feeds kept (with their float outputs) for the floor's judgement of
+    #: reads beside the held-out ones (:func:`reads_feeds`), where it needs more than ``kept``;
+    #: nothing else uses them (the range guard, bias correction and finetuning take ``kept``)
+    reads_kept: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
+        """The calibration feeds the floor judges reads on beside the held-out ones: the first
+        ``eval_samples``, or all of :attr:`reads_kept` where more were kept for it; only those whose
+        float outputs were recorded (``float_outputs[i]`` is feed ``i``'s)."""
+        feeds = self.reads_kept if len(self.reads_kept) > eval_samples else self.kept[:eval_samples]
+        return feeds[:len(self.float_outputs)]
 
 
 def source_name(model: Any) -> str:
@@ -149,6 +160,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     float_outputs: list[dict[str, np.ndarray]] = []
     stats: dict[str, Any] = {}
     samples = 0
+    reads = keep = 0
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
             raise ValueError(
@@ -160,14 +172,17 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         reused = False
         if holdout > 0:
             feeds, held, reused = split_holdout(feeds, holdout)
-        feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples))
-        stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
+        reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
+        keep = samples_to_keep(cfg, eval_samples)
+        feeds, counter = _keep_first(feeds, kept, max(keep, reads))
+        stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads))
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
-    calibrated = Calibrated(source, prepared, stats, kept, samples, timings, t0, float_outputs, plan=plan, config=cfg,
-                            started_cpu=cpu0)
+    more = reads > keep  # feeds kept for the reads judgement only (Calibrated.reads_kept)
+    calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
+                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept if more else [])
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
@@ -292,6 +307,32 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
                 "a folder or a reader with rewind() to use all of them)", len(head))
     smoothed, _ = smooth_quant(prepared, iter(head), cfg.smooth_alpha, exclude=exclude, providers=cfg.calibration.providers)
     return smoothed, itertools.chain(head, feeds)
+
+
+def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
+    """How many calibration feeds the floor judges class decisions on beside the held-out ones:
+    ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read position by position as reads (a
+    CTC head, a tagger: :func:`onnxptq.analysis.class_scores.class_like_outputs`, not a softmax) or
+    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1), else 0.
+
+    Why: a verdict on reads or rows holds only on that many (``analysis.floor._judge_reads``,
+    ``_judge_rows_with_seen``), and a reader's or a classifier's feed is often one read or row (a
+    captcha, an image). With the first ``eval_samples`` (8) calibration feeds and at most 8 held-out
+    ones, such a model was "not judged" with any amount of data; the floor now keeps as many feeds
+    as it needs (their inputs and float outputs: a captcha and its [T, 1, 8210] scores ~1 MB, an
+    image and its logits) and runs the quantized model on them, once per build, only where the
+    held-out feeds left the output unjudged."""
+    from ..analysis.class_scores import class_like_outputs
+    from ..analysis.floor import floor_for
+
+    ranks = {o.name: len(o.type.tensor_type.shape.dim) if o.type.tensor_type.HasField("shape") else None
+             for o in prepared.graph.output}
+    for name, kind in class_like_outputs(prepared).items():
+        reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
+        if reads or ranks.get(name) == 2:  # a softmax over positions has rows enough in each feed
+            top1 = floor_for(cfg).top1
+            return 0 if top1 >= 1 else int(np.ceil(1.0 / max(1e-9, 1.0 - top1) - 1e-9))
+    return 0
 
 
 def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:
