@@ -170,19 +170,21 @@ def test_float_format_weights_are_corrected_when_asked():
     assert after < 0.5 * before, (before, after)
 
 
-def test_fp_element_mx_weights_are_corrected_by_default():
-    """MXFP8_E4M3 corrects biases without being asked: a 3-bit mantissa rounds each of the first
-    Conv's cancelling weights by up to 6 % of itself, which on the bright background sums to a
+
+def test_fp_element_mx_weights_are_corrected_when_asked():
+    """MXFP8_E4M3 with ``bias_correction=True``: a 3-bit mantissa rounds each of the first Conv's
+    cancelling weights by up to 6 % of itself, which on the bright background sums to a
     per-channel offset; the bias stays float (FP32 accumulator), so the correction is exact.
-    Before the automatic rule covered FP-element MX weights, the default equalled ``False`` here."""
+    Not automatic: on by default it lowered PP-OCRv4 rec's CER with repair off (0.237 → 0.085) but
+    the default repair then delivered 0.055 (float + 0.016; bench/RESULTS.md "MXFP8 and MXINT8 on
+    readers and the ViT, second round")."""
     model = _first_conv_on_pixels()
     cfg = get_preset("MXFP8_E4M3").replace(repair=False)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     calib, held_out = _captcha_like(8, 1), _captcha_like(8, 2)
-    assert cfg.bias_correction is None and cfg.bias_correction_active()
-    assert not get_preset("MXINT8").bias_correction_active(), "integer-element blocks keep the old rule"
-    plain = quantize(model, cfg.replace(bias_correction=False), calib, eval_samples=0).model
-    default = quantize(model, cfg, calib, eval_samples=0).model
-    before, after = _error(plain, model, held_out), _error(default, model, held_out)
-    print(f"MXFP8_E4M3 output MSE vs float, held out: {before:.3g} off, {after:.3g} by default")
+    assert not cfg.bias_correction_active()
+    plain = quantize(model, cfg, calib, eval_samples=0).model
+    corrected = quantize(model, cfg.replace(bias_correction=True), calib, eval_samples=0).model
+    before, after = _error(plain, model, held_out), _error(corrected, model, held_out)
+    print(f"MXFP8_E4M3 output MSE vs float, held out: {before:.3g} without, {after:.3g} with bias correction")
     assert after < 0.5 * before, (before, after)

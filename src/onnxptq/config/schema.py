@@ -502,9 +502,8 @@ class QuantConfig:
     equalization: EqualizationOptions = field(default_factory=EqualizationOptions)
     #: empirical bias correction (BiasCorrection): each Conv/Gemm bias absorbs the mean output
     #: shift its rounded weights cause on the kept calibration samples; None: automatic, on exactly
-    #: where equalization's automatic rule is (per-tensor integer weights) and for MX weights with a
-    #: floating-point element (MXFP8/6/4, whose biases stay float); True also corrects the other
-    #: float-format weights (BF16, BFP, MXINT8, FP8; pipeline/refine/bias_correction.py)
+    #: where equalization's automatic rule is (per-tensor integer weights); True also corrects
+    #: float-format weights (BF16, BFP, MX, FP8; pipeline/refine/bias_correction.py)
     bias_correction: bool | None = None
     #: outlier channel splitting in prepare, after equalization: True / False, or None for
     #: automatic, on exactly where equalization's automatic rule is (per-tensor integer weights)
@@ -553,20 +552,10 @@ class QuantConfig:
 
     def bias_correction_active(self) -> bool:
         """Whether the build corrects biases: ``bias_correction`` when set, else whether any
-        integer weight format of this config is per tensor (there it lowers the error most) or
-        any weight format is an MX format with a floating-point element (MXFP8/6/4: its 3-bit
-        mantissa rounds each weight by up to 6 % of itself, and on inputs with a mean that sums to
-        a per-channel offset; the bias stays float in the FP32 accumulator, so the correction is
-        exact and costs nothing at run time; bench/RESULTS.md "MXFP8 and MXINT8 on readers and the
-        ViT, second round")."""
+        integer weight format of this config is per tensor (there it lowers the error most)."""
         if self.bias_correction is not None:
             return bool(self.bias_correction)
-        return self._per_tensor_integer_weights() or self._fp_element_mx_weights()
-
-    def _fp_element_mx_weights(self) -> bool:
-        weights = [self.weight] + [pair[1] for pair in (*self.op_type_overrides.values(), *self.node_overrides.values())]
-        return any(w is not None and w.format == "mx" and str(w.attr_dict.get("element_dtype", "int8")).startswith("fp")
-                   for w in weights)
+        return self._per_tensor_integer_weights()
 
     def outlier_split_active(self) -> bool:
         """Whether prepare splits outlier input channels: ``split_outliers`` when set, else whether
