@@ -159,7 +159,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         reused = False
         if holdout > 0:
             feeds, held, reused = split_holdout(feeds, holdout)
-        feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples))
+        feeds, counter = _keep_first(feeds, kept, samples_to_keep(cfg, eval_samples, reused))
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=eval_samples)
         samples = counter()
         if samples == 0:
@@ -287,14 +287,14 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
     return smoothed, itertools.chain(head, feeds)
 
 
-def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:
+def samples_to_keep(cfg: QuantConfig, eval_samples: int, floor_reuses_samples: bool = False) -> int:
     """How many first samples calibration keeps in memory: the evaluation's, or more for the refine
     steps that learn from them (fast finetuning: its DataSize; bias correction: its bounded
     sample count). Bounded either way, so memory does not grow with the data."""
     n = eval_samples
     if cfg.finetune is not None:
         n = max(n, cfg.finetune.max_samples)
-    if cfg.bias_correction_active():
+    if cfg.bias_correction_active(floor_reuses_samples):
         n = max(n, BIAS_CORRECTION_SAMPLES)
     return n
 
