@@ -155,9 +155,13 @@ def test_dot_operands_and_weight_exponent_search_keep_the_vit_close(vit):
     only vs also choosing the weights' exponent by squared error: each step lowers the output's
     cosine error (measured: 3.5e-3 → 7.5e-4 → 6.9e-4 on these inputs)."""
     _, _, held, ref = vit
-    every = _cosine_error(ref, _outputs(_quantize(vit, fp_block_dot_operands_only=False, fp_block_weight_scale_search=False).model, held))
-    dots = _cosine_error(ref, _outputs(_quantize(vit, fp_block_weight_scale_search=False).model, held))
-    both = _cosine_error(ref, _outputs(_quantize(vit).model, held))
+    # Bias correction (automatic for FP-element MX weights since) is held off: these are the two
+    # plan rules alone. With it on in all three: 2.4e-3, 6.6e-4, 7.0e-4 (the search no longer helps
+    # this model; bench/RESULTS.md "MXFP8 and MXINT8 on readers and the ViT, second round").
+    every = _cosine_error(ref, _outputs(_quantize(vit, fp_block_dot_operands_only=False, fp_block_weight_scale_search=False,
+                                                  bias_correction=False).model, held))
+    dots = _cosine_error(ref, _outputs(_quantize(vit, fp_block_weight_scale_search=False, bias_correction=False).model, held))
+    both = _cosine_error(ref, _outputs(_quantize(vit, bias_correction=False).model, held))
     print(f"cosine error: every op {every:.2e}, dot operands {dots:.2e}, + weight exponent search {both:.2e}")
     assert dots < every / 3
     assert both < dots

@@ -46,7 +46,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> Built:
 
     params = solved(prepared)
     weights = prepared
-    if cfg.bias_correction_active():
+    if cfg.bias_correction_active(calibrated.holdout_reused):
         from .refine.bias_correction import correct_biases
 
         t = time.perf_counter()

@@ -173,7 +173,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         if holdout > 0:
             feeds, held, reused = split_holdout(feeds, holdout)
         reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
-        keep = samples_to_keep(cfg, eval_samples)
+        keep = samples_to_keep(cfg, eval_samples, reused)
         feeds, counter = _keep_first(feeds, kept, max(keep, reads))
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads))
         samples = counter()
@@ -335,14 +335,14 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     return 0
 
 
-def samples_to_keep(cfg: QuantConfig, eval_samples: int) -> int:
+def samples_to_keep(cfg: QuantConfig, eval_samples: int, floor_reuses_samples: bool = False) -> int:
     """How many first samples calibration keeps in memory: the evaluation's, or more for the refine
     steps that learn from them (fast finetuning: its DataSize; bias correction: its bounded
     sample count). Bounded either way, so memory does not grow with the data."""
     n = eval_samples
     if cfg.finetune is not None:
         n = max(n, cfg.finetune.max_samples)
-    if cfg.bias_correction_active():
+    if cfg.bias_correction_active(floor_reuses_samples):
         n = max(n, BIAS_CORRECTION_SAMPLES)
     return n
 

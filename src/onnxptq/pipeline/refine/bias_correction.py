@@ -18,8 +18,11 @@ vector per layer, whatever the sample count.
 Scope: Conv and Gemm (1-D bias, ``transA`` 0) with quantized weights of any format, a constant
 bias that only this node reads (a shared bias would move under another layer), in the main graph.
 The automatic rule (``QuantConfig.bias_correction_active``) turns it on for per-tensor integer
-weights only; asked for (``bias_correction=True``) it corrects float-format weights too (BF16, BFP,
-MX, FP8): ddddocr's first Conv reads raw pixels of a bright background with cancelling weights
+weights, and for MX weights with a floating-point element (MXFP8/6/4: the bias stays float in the
+FP32 accumulator, so the correction is exact) where the accuracy floor judges held-out feeds rather
+than the calibration feeds the correction is fitted on (bench/RESULTS.md "MXFP8 and MXINT8 on
+readers and the ViT, second round"); asked for (``bias_correction=True``) it corrects the other
+float-format weights too (BF16, BFP, MXINT8, FP8): ddddocr's first Conv reads raw pixels of a bright background with cancelling weights
 (up to 22 in magnitude, a channel's |Σw| down to 0.0003 of Σ|w|), and bf16 rounding of those
 weights alone shifts its output by a per-channel constant (93 % of the error's power) that changed
 5 of 192 held-out strings; corrected, BF16 changed 1 (bench/RESULTS.md, "ddddocr_ocr reads").
