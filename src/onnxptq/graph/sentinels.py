@@ -20,6 +20,11 @@ to contain padding:
 
 - a *sentinel constant* is a float initializer (or ``ConstantOfShape`` value) every element of
   which is either zero or at most :data:`SENTINEL_THRESHOLD`, and at least one of which is;
+- so is a float *lookup table* read by ``Gather`` (its data input) holding any value at or below
+  the threshold: Graphormer-style graph transformers (chython-rxnmap) keep the attention bias per
+  shortest-path distance in an embedding whose padding row is ``-inf``, so the Gather's output is
+  an additive mask of mostly real biases and some ``-inf`` (a block format whose kernel turns a
+  block holding Inf into NaN, MX9's, would otherwise NaN every such block of the Softmax input);
 - a tensor carries a sentinel when it is such a constant, or is the output of a mask-forming or
   value-preserving op (elementwise arithmetic, ``Where``, ``Cast``, ``Expand``, reshapes, slices,
   ``Concat``, ``Min``/``Max``) one of whose inputs carries a sentinel;
@@ -43,7 +48,7 @@ from .external import tensor_values
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SENTINEL_THRESHOLD", "is_sentinel_constant", "sentinel_tensors"]
+__all__ = ["SENTINEL_THRESHOLD", "holds_sentinel", "is_sentinel_constant", "sentinel_tensors"]
 
 #: Values at or below this stand for "masked out". -1e4 is the smallest sentinel exporters have
 #: used (BERT's original ``-10000.0``); no weight or bias of a trained network comes near it.
@@ -70,10 +75,21 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
     return bool(low.any() and np.all(low | (arr == 0.0)))
 
 
+def holds_sentinel(values: np.ndarray) -> bool:
+    """True when any value of the float array ``values`` is at or below :data:`SENTINEL_THRESHOLD`
+    (-inf included): a lookup table with a masked row. NaN never counts."""
+    arr = np.asarray(values)
+    return arr.size > 0 and np.issubdtype(arr.dtype, np.floating) and bool((arr <= SENTINEL_THRESHOLD).any())
+
+
 def _constant_sources(graph: onnx.GraphProto) -> set[str]:
     sources: set[str] = set()
+    tables = {node.input[0] for node in graph.node if node.op_type == "Gather" and node.input}
     for init in graph.initializer:
-        if init.data_type in _FLOAT_TYPES and is_sentinel_constant(tensor_values(init)):
+        if init.data_type not in _FLOAT_TYPES:
+            continue
+        values = tensor_values(init)
+        if is_sentinel_constant(values) or (init.name in tables and holds_sentinel(values)):
             sources.add(init.name)
     for node in graph.node:
         if node.op_type not in ("Constant", "ConstantOfShape") or not node.output:
