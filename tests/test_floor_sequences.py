@@ -249,3 +249,33 @@ def test_the_margin_estimate_gives_way_to_thousands_of_positions_that_did_not_fl
     assert many.flipped == 0 and many.estimated < 0.7 and many.per_position == 1.0
     few = judge_positions(*pair(4))
     assert few.flipped == 0 and few.per_position == few.estimated < 0.8
+
+
+def test_held_out_feeds_beside_a_pooled_judgement_break_by_their_flips_only():
+    """Reads judged on 20 held-out positions and, pooled, on 600 calibration positions: each
+    position loses 60 % of its own margin and none flips. The held-out estimate alone (about 3 %
+    of positions flipping, not refuted by 0 flips in 20) used to break the 8-bit floor by itself;
+    the pooled 620 refute it, and beside them the held-out feeds count the flips they show."""
+    from onnxptq.analysis.floor import Floor, measure
+
+    rng = np.random.default_rng(1)
+
+    def pair(n: int):
+        top = np.arange(n) % 3
+        margin = rng.uniform(1.0, 2.0, n)
+        ref = np.zeros((n, 3))
+        ref[np.arange(n), (top + 2) % 3] = -5.0
+        ref[np.arange(n), top] = margin
+        got = ref.copy()
+        got[np.arange(n), top] -= 0.6 * margin
+        return {"y": ref.reshape(1, n, 3)}, {"y": got.reshape(1, n, 3)}
+
+    held = [pair(20) for _ in range(1)]
+    seen = [pair(600)]
+    floor = Floor("8-bit", 0.5, 0.95)
+    kinds = {"y": Scores(3, "linear")}
+    alone = measure([r for r, _ in held], [g for _, g in held], floor, kinds)
+    assert alone.outputs["y"].positions.flipped == 0 and not alone.ok  # the estimate alone breaks it
+    both = measure([r for r, _ in held], [g for _, g in held], floor, kinds,
+                   seen=([r for r, _ in seen], [g for _, g in seen]))
+    assert both.ok and both.outputs["y"].positions.flipped == 0
