@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -61,6 +61,8 @@ __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "mea
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
 FAMILY_FLOORS: dict[str, tuple[float, float]] = {"16-bit": (0.99, 0.97), "8-bit": (0.98, 0.95), "4/6-bit": (0.95, 0.90)}
 _FAMILIES = ("16-bit", "8-bit", "4/6-bit")
+#: ``(float outputs, candidate outputs)`` on calibration feeds, one dict per feed (``measure(seen=)``)
+_Seen = tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[str, np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,13 @@ class Floor:
     family: str
     cosine: float
     top1: float
+
+    @property
+    def needed(self) -> int:
+        """Rows (reads) a top-1 verdict needs: ``1 / (1 − top1)`` (34 at 0.97, 20 at 0.95; 0 for a
+        top-1 floor of 1): on fewer, one tie flipped would break the floor by itself. The floor's
+        judgements and the feeds calibration keeps for them (``calibrate.reads_feeds``) use this one count."""
+        return 0 if self.top1 >= 1 else math.ceil(1.0 / max(1e-9, 1.0 - self.top1))
 
     def describe(self) -> str:
         return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"
@@ -234,7 +243,7 @@ def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> fl
 
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
-    return floor.top1 >= 1 or count >= math.ceil(1.0 / max(1e-9, 1.0 - floor.top1))
+    return count >= floor.needed
 
 
 def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
@@ -254,7 +263,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None,
             selected: Collection[str] = (), decisions: Sequence[Decision] = (),
             selection: Mapping[str, tuple[int, list[Decision]]] | None = None,
-            seen: tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[str, np.ndarray]]] | None = None) -> Verdict:
+            seen: _Seen | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -346,16 +355,15 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.worst_field = (fields.axis, worst[0], worst[1])
             if worst[1] < floor.cosine:
                 check.ok = False
-        if seq_ref and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor):
-            pass
-        elif rows:
+        as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
+        if rows and not as_read:
             check.top1, check.rows = agree / rows, rows
             check.top1_unjudged = not _enough(rows, floor)
             if not check.top1_unjudged and check.top1 < floor.top1:
                 check.ok = False
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
-            check.needed = math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if check.top1_unjudged else 0
+            check.needed = floor.needed if check.top1_unjudged else 0
         check.advisory = softmax_reads_advisory(soft_ref, soft_got, floor, _enough) if soft_ref else None
         verdict.outputs[name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
@@ -365,33 +373,29 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     return verdict
 
 
-def _seen_sequences(seen: tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[str, np.ndarray]]] | None, name: str,
-                    width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The calibration feeds' per-position scores of ``name`` that :func:`_judge_reads` may pool."""
-    refs: list[np.ndarray] = []
-    gots: list[np.ndarray] = []
+def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(float, candidate)`` values of ``name`` on the calibration feeds ``seen`` that a judgement of
+    class scores may pool: float arrays of one shape, the class axis of ``width``, both finite."""
     for ref, got in zip(*(seen or ((), ()))):
         if name not in ref or name not in got:
             continue
         r, g = np.asarray(ref[name]), np.asarray(got[name])
-        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 3 and r.shape == g.shape and width in (None, r.shape[-1])
+        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 2 and r.shape == g.shape and width in (None, r.shape[-1])
                 and np.isfinite(r).all() and np.isfinite(g).all()):
-            refs.append(r)
-            gots.append(g)
-    return refs, gots
+            yield r, g
 
 
-def _seen_rows(seen: tuple[Sequence[dict[str, np.ndarray]], Sequence[dict[str, np.ndarray]]], name: str,
-               width: int | None, as_reads: bool) -> tuple[int, int, int]:
+def _seen_sequences(seen: _Seen | None, name: str, width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The calibration feeds' per-position scores of ``name`` that :func:`_judge_reads` may pool."""
+    pairs = [(r, g) for r, g in _seen_pairs(seen, name, width) if r.ndim >= 3]
+    return [r for r, _ in pairs], [g for _, g in pairs]
+
+
+def _seen_rows(seen: _Seen, name: str, width: int | None, as_reads: bool) -> tuple[int, int, int]:
     """``(agreeing rows, rows, feeds)`` of a row-judged class output on the calibration feeds ``seen``."""
     agree = rows = feeds = 0
-    for ref, got in zip(*seen):
-        if name not in ref or name not in got:
-            continue
-        r, g = np.asarray(ref[name]), np.asarray(got[name])
-        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape
-                and width in (None, r.shape[-1]) and (r.ndim == 2 or not as_reads)
-                and np.isfinite(r).all() and np.isfinite(g).all()):
+    for r, g in _seen_pairs(seen, name, width):
+        if r.shape[-1] >= 2 and (r.ndim == 2 or not as_reads):
             a, n = _top1(r, g)
             agree, rows, feeds = agree + a, rows + n, feeds + 1
     return agree, rows, feeds
@@ -458,7 +462,7 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     check.positions = shown
     check.seen_feeds = len(seen_refs) if shown is pooled else 0
     check.top1, check.rows = shown.agreement, shown.positions
-    check.needed = math.ceil(1.0 / max(1e-9, 1.0 - floor.top1)) if floor.top1 < 1 else 0
+    check.needed = floor.needed
     if broken:
         check.ok = False
     else:
@@ -502,7 +506,7 @@ def unjudged_text(verdict: Verdict) -> str:
     wanted = 0  # samples of data that would judge every output (reads or rows per sample as seen here)
     for name in verdict.unjudged:
         c = verdict.outputs[name]
-        needed = c.needed or math.ceil(1.0 / max(1e-9, 1.0 - verdict.floor.top1))
+        needed = c.needed or verdict.floor.needed
         if c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "

@@ -330,8 +330,7 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     for name, kind in class_like_outputs(prepared).items():
         reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
         if reads or ranks.get(name) == 2:  # a softmax over positions has rows enough in each feed
-            top1 = floor_for(cfg).top1
-            return 0 if top1 >= 1 else int(np.ceil(1.0 / max(1e-9, 1.0 - top1) - 1e-9))
+            return floor_for(cfg).needed
     return 0
 
 
