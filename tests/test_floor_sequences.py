@@ -226,6 +226,20 @@ def test_softmax_sequences_keep_their_per_row_judgement():
     assert head.positions is not None and head.positions.flipped == 1 and head.top1 < soft.top1
 
 
+def _margins_lost(rng: np.random.Generator, n: int, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """``[1, n, 3]`` scores (float, quantized) of a regression head read as 3 classes: float's arg-max
+    cycles over the classes with margins uniform in [1, 2] over the runner-up (0), the third at −5;
+    the quantized scores lose ``share`` of each position's own margin and keep every arg-max."""
+    top = np.arange(n) % 3
+    margin = rng.uniform(1.0, 2.0, n)
+    ref = np.zeros((n, 3))
+    ref[np.arange(n), (top + 2) % 3] = -5.0
+    ref[np.arange(n), top] = margin
+    got = ref.copy()
+    got[np.arange(n), top] -= share * margin
+    return ref.reshape(1, n, 3), got.reshape(1, n, 3)
+
+
 def test_the_margin_estimate_gives_way_to_thousands_of_positions_that_did_not_flip():
     """A regression head read as classes (three per-segment values from a linear layer: brainmaze's
     EEG spindle detector) has margins of every size, and each position loses most of its own
@@ -236,14 +250,8 @@ def test_the_margin_estimate_gives_way_to_thousands_of_positions_that_did_not_fl
     rng = np.random.default_rng(0)
 
     def pair(n: int):
-        top = np.arange(n) % 3
-        margin = rng.uniform(1.0, 2.0, n)
-        ref = np.zeros((n, 3))
-        ref[np.arange(n), (top + 2) % 3] = -5.0
-        ref[np.arange(n), top] = margin
-        got = ref.copy()
-        got[np.arange(n), top] -= 0.9 * margin  # loses 90 % of its own margin, keeps its arg-max
-        return [ref.reshape(1, n, 3)], [got.reshape(1, n, 3)]
+        ref, got = _margins_lost(rng, n, 0.9)  # loses 90 % of its own margin, keeps its arg-max
+        return [ref], [got]
 
     many = judge_positions(*pair(600))
     assert many.flipped == 0 and many.estimated < 0.7 and many.per_position == 1.0
@@ -261,14 +269,8 @@ def test_held_out_feeds_beside_a_pooled_judgement_break_by_their_flips_only():
     rng = np.random.default_rng(1)
 
     def pair(n: int):
-        top = np.arange(n) % 3
-        margin = rng.uniform(1.0, 2.0, n)
-        ref = np.zeros((n, 3))
-        ref[np.arange(n), (top + 2) % 3] = -5.0
-        ref[np.arange(n), top] = margin
-        got = ref.copy()
-        got[np.arange(n), top] -= 0.6 * margin
-        return {"y": ref.reshape(1, n, 3)}, {"y": got.reshape(1, n, 3)}
+        ref, got = _margins_lost(rng, n, 0.6)
+        return {"y": ref}, {"y": got}
 
     held = [pair(20) for _ in range(1)]
     seen = [pair(600)]
