@@ -30,8 +30,7 @@ def _session(model: onnx.ModelProto):
 
 def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
                    feeds: Iterable[dict[str, np.ndarray]], *, candidate_session=None,
-                   reference_outputs: Sequence[dict[str, np.ndarray]] = (),
-                   candidate_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, dict[str, float]]:
+                   reference_outputs: Sequence[dict[str, np.ndarray]] = ()) -> dict[str, dict[str, float]]:
     """Per graph output of ``reference``: mean cosine, L2 loss, MSE and PSNR over ``feeds``; for an
     integer output also ``equal``, the mean share of its elements equal to the reference's.
 
@@ -39,24 +38,20 @@ def compare_models(reference: onnx.ModelProto, candidate: onnx.ModelProto,
     figures a quantization reports match what ``onnxptq evaluate`` says of the same outputs.
     ``reference_outputs[i]`` (``{output name: array}``), where given, is the reference model's
     output on feed ``i``, already computed; the reference model is run only for the feeds beyond.
-    ``candidate_outputs``, where given, receives the candidate's outputs on each feed, in order
-    (the accuracy floor reuses them for held-out feeds that are these same feeds).
     """
     names = [o.name for o in reference.graph.output]
     ref_sess = None
     cand_sess = candidate_session if candidate_session is not None else _session(candidate)
-    pairs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
+    refs: list[dict[str, np.ndarray]] = []
+    cands: list[dict[str, np.ndarray]] = []
     for i, feed in enumerate(feeds):
         if i < len(reference_outputs) and all(n in reference_outputs[i] for n in names):
-            ref_out = [reference_outputs[i][n] for n in names]
+            refs.append(reference_outputs[i])
         else:
             ref_sess = ref_sess if ref_sess is not None else _session(reference)
-            ref_out = ref_sess.run(names, feed)
-        cand_out = cand_sess.run(names, feed)
-        if candidate_outputs is not None:
-            candidate_outputs.append(dict(zip(names, cand_out)))
-        pairs.append((ref_out, cand_out))
-    return compare_outputs(names, [dict(zip(names, r)) for r, _ in pairs], [dict(zip(names, c)) for _, c in pairs])
+            refs.append(dict(zip(names, ref_sess.run(names, feed))))
+        cands.append(dict(zip(names, cand_sess.run(names, feed))))
+    return compare_outputs(names, refs, cands)
 
 
 def compare_outputs(names: Sequence[str], reference: Sequence[dict[str, np.ndarray]],
