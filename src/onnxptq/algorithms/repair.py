@@ -45,7 +45,7 @@ from typing import Any
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, floor_for, measure, readings_of, unjudged_text
+from ..analysis.floor import Verdict, floor_for, measure, unjudged_text
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..pipeline.build import build_model
@@ -81,7 +81,7 @@ class _Judge:
                  reads: bool = False) -> None:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
-        self.readings = readings_of(calibrated.prepared)
+        self.readings = calibrated.readings
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}

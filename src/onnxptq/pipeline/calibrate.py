@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import onnx
 
-from ..analysis.decisions import capture, find_decisions
+from ..analysis.decisions import capture
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -91,6 +91,15 @@ class Calibrated:
     #: reads beside the held-out ones (:func:`reads_feeds`), where it needs more than ``kept``;
     #: nothing else uses them (the range guard, bias correction and finetuning take ``kept``)
     reads_kept: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    @functools.cached_property
+    def readings(self) -> dict[str, Any]:
+        """How the accuracy floor reads the prepared model's outputs (:func:`onnxptq.analysis.floor.readings_of`:
+        class scores, log domains, fields, selections, the graph's inner decisions), walked once:
+        the held-out capture, every ``complete()`` and every repair candidate judge by the same."""
+        from ..analysis.floor import readings_of
+
+        return readings_of(self.prepared)
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
         """The calibration feeds the floor judges reads on beside the held-out ones: the first
@@ -191,7 +200,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             t2 = time.perf_counter()
             calibrated.holdout_outputs = float_outputs_of(prepared, held, cfg)
             timings["holdout"] = time.perf_counter() - t2
-        decisions = find_decisions(prepared)
+        decisions = calibrated.readings["decisions"]
         if decisions:  # decisions inside the graph: their float tensors too (analysis.decisions)
             t3 = time.perf_counter()
             extra = capture(prepared, held, decisions, providers=tuple(cfg.calibration.providers))

@@ -135,13 +135,13 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     ``calibrate.split_holdout``) the held-out feeds are the first calibration feeds, and the
     summary says so."""
     from ..analysis.compare import compare_outputs
-    from ..analysis.floor import floor_for, measure, readings_of
+    from ..analysis.floor import floor_for, measure
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
     got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
-    readings = readings_of(calibrated.prepared)
+    readings = calibrated.readings
     if readings["decisions"]:  # decisions inside the graph, captured on an evaluation copy (analysis.decisions)
         from ..analysis.decisions import capture
 
