@@ -93,7 +93,8 @@ def compare(ref_out: list[np.ndarray], test_out: list[np.ndarray], texts: list[s
     agree = right_f = right_t = 0
     cer_f = cer_t = 0.0
     changed_float_wrong = changed_near_tie = kept = 0
-    for a, b, txt in zip(ref_out, test_out, texts):
+    changed_lines = []
+    for line, (a, b, txt) in enumerate(zip(ref_out, test_out, texts)):
         a2, b2 = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
         top = np.sort(a2, -1)
         margin = top[:, -1] - top[:, -2]
@@ -110,11 +111,13 @@ def compare(ref_out: list[np.ndarray], test_out: list[np.ndarray], texts: list[s
         cer_f += cer(sf, txt)
         cer_t += cer(st, txt)
         changed_float_wrong += sf != st and sf != txt
+        if sf != st:
+            changed_lines.append(line)
         changed_near_tie += sf != st and bool((margin[flipped] < 0.5).all())
     n = len(texts)
     return {"agreement": agree / n, "truth_float": right_f / n, "truth": right_t / n, "cer_float": cer_f / n,
             "cer": cer_t / n, "changed": n - agree, "changed_float_wrong": changed_float_wrong, "changed_near_tie": changed_near_tie,
-            "kept_reads": kept / max(right_f, 1),
+            "kept_reads": kept / max(right_f, 1), "changed_lines": changed_lines,
             "flips": flips, "positions": positions}
 
 
@@ -179,6 +182,19 @@ def cmd_control(a) -> None:
         }
         for label, feeds in variants.items():
             print(fmt_row(label, compare(ref, run_all(model_path(name), feeds), texts, chars)), flush=True)
+        # Which lines are fragile: changed by some draw of half a grey level of noise (16 draws).
+        counts: dict[int, int] = {}
+        for seed in range(16):
+            noise = np.random.default_rng(100 + seed)
+            feeds = [{k: (v + noise.uniform(-1 / 255, 1 / 255, v.shape)).astype(np.float32) for k, v in f.items()} for f in held]
+            for i in compare(ref, run_all(model_path(name), feeds), texts, chars)["changed_lines"]:
+                counts[i] = counts.get(i, 0) + 1
+        print(f"lines changed by half a grey level of noise (line: draws of 16): {dict(sorted(counts.items()))}", flush=True)
+        if a.json and Path(a.json).exists():
+            for r in json.loads(Path(a.json).read_text()):
+                if r["model"] == name and not r["repair"]:
+                    lost = [i for i in r["changed_lines"] if i not in counts]
+                    print(f"{r['preset']}: changed lines {r['changed_lines']}; not changed by any noise draw: {lost}", flush=True)
 
 
 def groups(model) -> dict[str, tuple[set[str], set[str]]]:
@@ -191,9 +207,13 @@ def groups(model) -> dict[str, tuple[set[str], set[str]]]:
     floats = {v.name for v in [*inferred.graph.value_info, *inferred.graph.output]
               if v.type.tensor_type.elem_type == TensorProto.FLOAT}
     producer = {o: n for n in model.graph.node for o in n.output}
-    nodes = [n for n in model.graph.node if n.op_type not in ("Identity", "Shape", "Constant")]
+    consts = set(inits)  # weights stored another way (tinyocr: Cast(int8) * scale) are computed constants
+    for n in model.graph.node:
+        if n.op_type == "Constant" or all(i in consts for i in n.input if i):
+            consts.update(n.output)
+    nodes = [n for n in model.graph.node if n.op_type not in ("Identity", "Shape", "Constant") and not set(n.output) <= consts]
     softmaxes = [n for n in nodes if n.op_type == "Softmax"]
-    head_mm = next(n for n in reversed(nodes) if n.op_type in ("MatMul", "Gemm", "Conv") and any(i in inits for i in n.input))
+    head_mm = next(n for n in reversed(nodes) if n.op_type in ("MatMul", "Gemm", "Conv") and any(i in consts for i in n.input))
     first_conv = next(n for n in nodes if n.op_type == "Conv")
     out: dict[str, tuple[set[str], set[str]]] = {}
 
@@ -201,12 +221,13 @@ def groups(model) -> dict[str, tuple[set[str], set[str]]]:
         g = out.setdefault(group, (set(), set()))
         g[0].update(o for o in acts if o in floats)
         g[1].update(w for w in weights if w in inits and inits[w].data_type == TensorProto.FLOAT)
+        g[0].update(w for w in weights if w not in inits and w in floats)  # a computed weight: rounded where it is made
 
     def act_in(n):
-        return [i for i in n.input if i and i not in inits]
+        return [i for i in n.input if i and i not in consts]
 
     for n in nodes:
-        ws = [i for i in n.input if i in inits]
+        ws = [i for i in n.input if i in consts]
         if n is first_conv:
             add("first conv (pixels, weight, output)", [*n.output], ws)
             continue
@@ -306,7 +327,7 @@ def node_groups(model) -> dict[str, list[str]]:
     out["attention internals (QK^T, softmax, P@V)"] = [n.name for n in nodes if (n.op_type == "MatMul" and not any(i in inits for i in n.input))
                                                       or (n.op_type == "Softmax" and n is not softmaxes[-1])]
     se = []
-    for g in (n for n in nodes if n.op_type == "GlobalAveragePool"):
+    for g in (n for n in nodes if n.op_type in ("GlobalAveragePool", "ReduceMean")):
         frontier, seen = [g], []
         while frontier:
             n = frontier.pop()
@@ -316,9 +337,14 @@ def node_groups(model) -> dict[str, list[str]]:
                     seen.append(r)
                 elif r not in seen and len(seen) < 12:
                     frontier.append(r)
-        se += [n.name for n in seen]
+        if seen[-1].op_type == "Mul" and len(seen) > 2:  # back to the gated tensor: a squeeze-excite
+            se += [n.name for n in seen]
     out["squeeze-excite gates (GAP ... Mul)"] = se
     conv_g = {n.name: next((a.i for a in n.attribute if a.name == "group"), 1) for n in nodes if n.op_type == "Conv"}
+    linears = [n.name for n in nodes if n.op_type in ("MatMul", "Gemm") and any(i in inits for i in n.input) and n is not head]
+    out["other linear layers (MatMul/Gemm with a weight)"] = linears
+    out["residual Adds (two activations)"] = [n.name for n in nodes if n.op_type == "Add" and n.name not in se
+                                              and not any(alias.get(i, i) in inits for i in n.input)]
     out["depthwise convs"] = [k for k, g in conv_g.items() if g > 1]
     out["pointwise/other convs"] = [k for k, g in conv_g.items() if g == 1 and k != first.name]
     taken = {x for v in out.values() for x in v}
