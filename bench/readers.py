@@ -1,27 +1,36 @@
 """Issue 27 (branch readers): where PP-OCRv5 rec and PP-OCRv6 tiny rec lose their strings, by measurement.
 
-Three subcommands, all on the same lines (``bench/newmodels.py``'s feeds: 12 calibration lines of
+Four subcommands, all on the same lines (``bench/newmodels.py``'s feeds: 12 calibration lines of
 seed 1, 32 held-out lines of seed 1000, testkit's PP-OCR renderer at 48x320), read with greedy CTC:
 
 ``table``: every preset with defaults and with ``repair=False``; per row the exact-string agreement
 with float, exact strings and CER against the rendered truth (float's own beside it), and the
-flipped time steps binned by float's top-2 probability margin (< 0.2, 0.2-0.5, >= 0.5), with how
-many of the changed strings are wrong in float too.
+flipped time steps binned by float's top-2 probability margin (< 0.2, 0.2-0.5, >= 0.5), how many of
+the changed strings are wrong in float too, and float's correct reads kept.
 
 ``control``: the float model against itself with only its input disturbed: rounded to bf16, or
 +-half an 8-bit grey level of uniform noise (1/255 in the model's [-1, 1] units) -- disturbances a
-user never notices, to set the quantized rows beside.
+user never notices, to set the quantized rows beside; with ``--json`` (the table's rows) it also
+lists each preset's changed lines against those 16 draws of such noise change.
 
 ``ablate``: bf16 rounding (a Cast pair after the tensor; weights rounded in place) applied to the
 float model by groups: everything, all but one group, one group alone. Groups by structure: the
 first conv (pixels), weights, the head (its weight, input, logits), the written-out LayerNorm
 internals (ReduceMean/Sub/Pow/Sqrt/Div), the attention internals (MatMul of two activations,
 Softmax but the last), HardSigmoid/Sigmoid and their Mul (hard-swish/swish), residual/affine Adds,
-BatchNormalization, the rest.
+BatchNormalization, the rest. Weights computed from constants (a w8 export's ``Cast(int8) * scale``)
+are rounded where they are made.
+
+``exclude``: the quantizer itself (``repair=False``) with one structural node group at a time in
+``nodes_to_exclude`` (the head, the stem, attention internals, squeeze-excite gates, other linear
+layers, residual Adds, depthwise / pointwise convs, the rest), per preset.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/readers.py table --models ppocrv5_rec,tinyocr_rec --json /work/cache/readers/table.json
-    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/readers.py control --models ppocrv5_rec,tinyocr_rec
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/readers.py control --json /work/cache/readers/table.json
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/readers.py ablate --models ppocrv5_rec,tinyocr_rec
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/readers.py exclude --models tinyocr_rec --presets A8W8,MXFP8_E4M3
+
+Findings: bench/RESULTS.md "Text recognizers under every preset: where PP-OCRv5/v6 rec lose".
 """
 
 from __future__ import annotations
