@@ -8,6 +8,11 @@ JSON row per (model, preset) and a Markdown table.
     PYTHONPATH=src:. nice -n 5 python bench/newmodels.py --models nsfw,isbnx_yolo,tinyocr_det,tinyocr_rec,trueocr_orient \
         --json /work/cache/newmodels/rows.json --md /work/cache/newmodels/rows.md
 
+The third round (models under /work/cache/newmodels3/src, NEWMODELS3_SRC):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 10 python bench/newmodels.py --models slovorez,fsmn_vad,mtcnn_onet,mtcnn_pnet,nudenet,malviz,vcb_captcha \
+        --json /work/cache/newmodels3/rowsAfter.json --md /work/cache/newmodels3/rowsAfter.md --out-dir /work/cache/newmodels3/outAfter --timeout 300
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
