@@ -110,3 +110,20 @@ def test_regression_heads_beside_a_softmax_are_not_judged_as_class_scores():
     result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
     assert result.floor.outputs["landmarks"].top1 is None and result.floor.outputs["box"].top1 is None
     assert result.floor.outputs["prob"].top1 is not None and result.floor.ok
+
+
+def test_a_classifier_declaring_its_softmax_rank_0_keeps_the_rows_the_floor_needs():
+    """ocrspine's PP-OCRv5 text-line classifier (Paddle export) declares its Softmax output with rank
+    0 and returns ``[1, 2]``. The calibration kept the 34 feeds a top-1 floor of 0.97 needs only for
+    a declared rank-2 output, so 48 samples still left its top-1 "not judged" (8 held-out and 8
+    calibration rows). A declared rank below 3 (or none) is now taken for a classifier's rows."""
+    model = _tabular_classifier()
+    softmax = helper.make_node("Softmax", ["logits"], ["prob"], axis=-1)
+    model.graph.node.append(softmax)
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("prob", TensorProto.FLOAT, []))  # rank 0, as declared there
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.normal(0, 1, (1, 32)).astype(np.float32)} for _ in range(48)]
+    result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
+    check = result.floor.outputs["prob"]
+    assert not result.floor.unjudged and check.seen_feeds == 34 and check.rows == 42

@@ -322,7 +322,8 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     """How many calibration feeds the floor judges class decisions on beside the held-out ones:
     ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read position by position as reads (a
     CTC head, a tagger: :func:`onnxptq.analysis.class_scores.class_like_outputs`, not a softmax) or
-    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1), else 0.
+    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1; also a class output
+    whose declared rank is below 3 or not declared), else 0.
 
     Why: a verdict on reads or rows holds only on that many (``analysis.floor._judge_reads``,
     ``_judge_rows_with_seen``), and a reader's or a classifier's feed is often one read or row (a
@@ -338,7 +339,12 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
              for o in prepared.graph.output}
     for name, kind in class_like_outputs(prepared).items():
         reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
-        if reads or ranks.get(name) == 2:  # a softmax over positions has rows enough in each feed
+        # A softmax over positions (declared rank >= 3) has rows enough in each feed. A declared rank
+        # below 3 or none is a classifier's row as far as we know: ocrspine's PP-OCRv5 text-line
+        # classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows enough",
+        # 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
+        rows = ranks.get(name) is None or ranks[name] < 3
+        if reads or rows:
             return floor_for(cfg).needed
     return 0
 
