@@ -127,3 +127,15 @@ def test_a_classifier_declaring_its_softmax_rank_0_keeps_the_rows_the_floor_need
     result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
     check = result.floor.outputs["prob"]
     assert not result.floor.unjudged and check.seen_feeds == 34 and check.rows == 42
+
+
+def test_bias_correction_keeps_the_classifier_rows_judged():
+    """MXFP8_E4M3 turns bias correction on, which keeps more calibration feeds than the evaluation's
+    8; the floor then judged the first 8 only (``reads_kept`` was filled only where the floor needed
+    more than calibration kept), and ocrspine's PP-OCRv5 classifier stayed "not judged" on 48
+    samples under MXFP8_E4M3 while A8W8 judged it. Both now judge the rows they need (20 for 0.95)."""
+    model, feeds = _tabular_classifier(), _feeds()
+    for preset in ("MXFP8_E4M3", "A8W8"):
+        result = quantize(model, resolve_config(preset).replace(repair=False), feeds)
+        check = result.floor.outputs["logits"]
+        assert "logits" not in result.floor.unjudged and check.seen_feeds == 20 and check.rows == 28, preset

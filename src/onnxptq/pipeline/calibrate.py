@@ -190,8 +190,11 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
     more = reads > keep  # feeds kept for the reads judgement only (Calibrated.reads_kept)
+    # reads_kept also where calibration kept that many anyway (bias correction keeps more than the
+    # evaluation's 8): before, judged_calibration_feeds then fell back to the first 8, and MXFP8_E4M3
+    # (bias correction on) left a classifier "not judged" on 48 samples where A8W8 judged 28 rows.
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
-                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept if more else [])
+                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [])
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
