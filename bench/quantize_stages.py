@@ -195,7 +195,10 @@ def merge(folder: str) -> None:
     rows: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
     walls: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
     for f in sorted(glob.glob(os.path.join(folder, "*.txt"))):
-        model, tree, _ = os.path.basename(f)[:-4].rsplit(".", 2)
+        parts = os.path.basename(f)[:-4].rsplit(".", 2)
+        if len(parts) != 3:  # not a <model>.<tree>.r<round>.txt (a log beside them)
+            continue
+        model, tree, _ = parts
         header, into = None, rows
         for line in open(f):
             if line.startswith("| preset") or line.startswith("| wall: preset"):
