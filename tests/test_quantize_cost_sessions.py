@@ -175,7 +175,7 @@ def test_verification_runs_two_at_a_time_give_each_feed_its_own_outputs():
 
     rng = np.random.default_rng(3)
     feeds = [{"x": rng.random((1, 3, 48, 192), dtype=np.float32) * (i + 1)} for i in range(6)]
-    result = quantize(model_path("cls"), _cfg("MX9", repair=False, range_guard=False), feeds[:2], eval_samples=1)
+    result = quantize(model_path("cls"), _cfg("MX9"), None)  # a block format needs no data to quantize
     session = open_session(result.model, spinning=False)
     names = [o.name for o in session.get_outputs()]
     alone = [session.run(names, feed) for feed in feeds]
