@@ -30,7 +30,6 @@ import functools
 import logging
 import os
 import tempfile
-import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -44,8 +43,8 @@ from .graph.io import write_externalized
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "open_session_async",
-           "optimization_level", "register", "run_feeds"]
+__all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level",
+           "register", "run_feeds"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -199,29 +198,6 @@ def open_session(
     session = ort.InferenceSession(str(path), options, providers=chosen)
     weakref.finalize(session, folder.cleanup)
     return session
-
-
-def open_session_async(model: onnx.ModelProto | bytes | str | os.PathLike, **options: Any) -> concurrent.futures.Future:
-    """:func:`open_session` on a thread of its own, in this context (the custom-op libraries and the
-    streaming folder in force here reach it); the future gives the session or raises its error.
-
-    Why: onnxruntime releases the GIL while it builds a session, and building one on a
-    block-format model (hundreds of function calls, ~40 µs of CPU per node once inlined) is one
-    long single-threaded stretch; the caller's own work (the ONNX checker in ``finish``) runs on
-    the other core meanwhile. The thread ends with the session: no pool outlives the call."""
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    context = contextvars.copy_context()
-
-    def build() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(context.run(open_session, model, **options))
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
-            future.set_exception(exc)
-
-    threading.Thread(target=build, name="onnxptq-open-session", daemon=True).start()
-    return future
 
 
 #: Runs of one session :func:`run_feeds` keeps in flight at once.

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from ..graph import io
-from ..sessions import open_session, open_session_async, serialized
+from ..sessions import open_session, serialized
 
 
 def finish_saved(model: onnx.ModelProto, path: Path, source: str):
@@ -44,42 +44,29 @@ def finish(model: onnx.ModelProto, source: str):
         data = serialized(model)
         large = data is None
         path = str(io.write_externalized(model, folder)) if large else None
-        # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
-        # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
-        # inlined after the level-1 optimisers rather than before (sessions.open_session), so
-        # those do not rewrite every block-format call's body: creating this session is the
-        # largest part of a block format's quantize time (PP-OCR cls MX9 1.23 -> 0.95 s CPU,
-        # rec 3.2 -> 2.3, layout 4.0 -> 2.2); the extended/all optimisers (the QDQ fusions
-        # among them) still run on the inlined graph, and the outputs were bit-identical to
-        # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
-        # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
-        # The session is built on a thread while the checker reads the same bytes here
-        # (onnxruntime releases the GIL while it builds): the checker's time is off the wall
-        # clock. The checker's verdict still comes first when both fail.
-        # No spinning: the pool's idle threads sleep between the verification's runs instead of
-        # busy-waiting for the next (the same kernels and partitions, so the same outputs; PP-OCR
-        # cls MX9, 16 feeds at load ~12: 0.19 -> 0.10 CPU s with two runs in flight).
-        pending = open_session_async(path if large else data, log_severity=2, inline_functions_first=False, spinning=False)
         try:
             onnx.checker.check_model(path) if large else onnx.checker.check_model(data)
         except onnx.checker.ValidationError as exc:
-            _discard(pending)
             raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
-        except BaseException:
-            _discard(pending)
-            raise
-        del data
         try:
-            session = pending.result()
+            # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
+            # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
+            # inlined after the level-1 optimisers rather than before (sessions.open_session), so
+            # those do not rewrite every block-format call's body: creating this session is the
+            # largest part of a block format's quantize time (PP-OCR cls MX9 1.23 -> 0.95 s CPU,
+            # rec 3.2 -> 2.3, layout 4.0 -> 2.2); the extended/all optimisers (the QDQ fusions
+            # among them) still run on the inlined graph, and the outputs were bit-identical to
+            # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
+            # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
+            # No spinning: the pool's idle threads sleep between the verification's runs instead
+            # of busy-waiting for the next (the same kernels and partitions, so the same outputs;
+            # PP-OCR cls MX9, 16 feeds at load ~17: 0.19 -> 0.10 CPU s with two runs in flight).
+            # Not built on a thread beside the checker: onnxruntime would allow it (it releases
+            # the GIL while it builds), but the checker takes 2-8 ms here and its copy of the
+            # model beside the session's build raised the ViT MX9's peak by ~38 MiB
+            # (bench/RESULTS.md, "third round").
+            session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False)
+            del data
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
-
-
-def _discard(pending) -> None:
-    """Wait for a session being built and drop it (or its error): the checker failed first, and
-    the temporary folder it may read goes when ``finish`` returns."""
-    try:
-        pending.result()
-    except Exception:  # noqa: BLE001 - the checker's error is the one reported
-        pass
