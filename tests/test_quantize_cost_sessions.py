@@ -160,3 +160,85 @@ def test_channel_sqnr_is_bit_identical_to_its_formula(shape):
 def test_release_freed_where_the_c_library_has_malloc_trim():
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert release_freed() is glibc
+
+
+# --- issue 26 item 1, third round (branch qtime3): the finish session without spinning,
+# --- verification runs two at a time, the held-out float outputs from the calibration's session
+
+
+def test_verification_runs_two_at_a_time_give_each_feed_its_own_outputs():
+    """sessions.run_feeds on a block-format PP-OCR cls (MX9, ~50 function calls): every feed's
+    outputs are the ones a run of that feed alone gives, in the feeds' order (a mix-up of order or
+    a shared output buffer fails here: the feeds differ)."""
+    from onnxptq.sessions import run_feeds
+    from testkit.models import model_path
+
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.random((1, 3, 48, 192), dtype=np.float32) * (i + 1)} for i in range(6)]
+    result = quantize(model_path("cls"), _cfg("MX9"), None)  # a block format needs no data to quantize
+    session = open_session(result.model, spinning=False)
+    names = [o.name for o in session.get_outputs()]
+    alone = [session.run(names, feed) for feed in feeds]
+    together = run_feeds(session, names, feeds)
+    assert len(together) == len(feeds)
+    for a, b in zip(alone, together):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(alone[0][0], alone[1][0])  # the feeds are told apart
+
+
+def test_finish_reports_the_checker_first_and_its_session_does_not_spin():
+    import onnx
+    from onnx import TensorProto, helper
+
+    def model(op: str, domain: str = "") -> onnx.ModelProto:
+        graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], domain=domain)], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+        m = helper.make_model(graph, opset_imports=opsets)
+        m.ir_version = 8
+        return m
+
+    # No such op: the checker and onnxruntime both refuse it; the checker's verdict is the one given.
+    with pytest.raises(RuntimeError, match="fails the ONNX checker"):
+        finish(model("NoSuchOp"), "m1")
+    # An op of an unknown domain passes the checker; onnxruntime's refusal is reported as such.
+    with pytest.raises(RuntimeError, match="onnxruntime cannot load"):
+        finish(model("Mystery", "example.unknown"), "m2")
+    _, session = finish(model("Relu"), "m3")
+    assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([-1, 2], np.float32)})[0], [0, 2])
+
+
+@pytest.mark.parametrize("fmt", ["MX9", "A8W8"])
+def test_held_out_float_outputs_come_from_the_calibration_session_where_it_collects_nothing(monkeypatch, fmt):
+    """A block format collects no statistics: its calibration session runs the held-out feeds too
+    (one float session, each feed once, no grouping probe); their outputs are those a separate
+    session gives. A format with statistics keeps its separate run."""
+    from onnxptq.calibration import runner
+    from onnxptq.pipeline.calibrate import DEFAULT_HOLDOUT, calibrate_once, float_outputs_of
+
+    sessions: list[_Counting] = []
+    made = runner._session
+
+    def counting(*a, **k):
+        sessions.append(_Counting(made(*a, **k)))
+        return sessions[-1]
+
+    monkeypatch.setattr(runner, "_session", counting)
+    cfg = _cfg(fmt)
+    calibrated = calibrate_once(conv_chain(2), cfg, _data(12), eval_samples=4, holdout=DEFAULT_HOLDOUT)
+    assert len(calibrated.holdout) == 4 and not calibrated.holdout_reused
+    if fmt == "MX9":
+        assert len(sessions) == 1  # was two: calibration's, then float_outputs_of's
+        assert sessions[0].runs == len(calibrated.float_outputs) + len(calibrated.holdout) == 8  # no probe run
+    else:  # statistics: the held-out feeds run in a float session of their own, as before
+        assert len(sessions) >= 2 and sessions[-1].runs >= len(calibrated.holdout)
+    monkeypatch.setattr(runner, "_session", made)
+    fresh = float_outputs_of(calibrated.prepared, calibrated.holdout, cfg)
+    assert len(fresh) == len(calibrated.holdout_outputs) == 4
+    for a, b in zip(fresh, calibrated.holdout_outputs):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])

@@ -167,6 +167,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     t1 = time.perf_counter()
     kept: list[dict[str, np.ndarray]] = []
     float_outputs: list[dict[str, np.ndarray]] = []
+    held_outputs: list[dict[str, np.ndarray]] = []
     stats: dict[str, Any] = {}
     samples = 0
     reads = keep = 0
@@ -184,7 +185,11 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
         keep = samples_to_keep(cfg, eval_samples, reused)
         feeds, counter = _keep_first(feeds, kept, max(keep, reads))
-        stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads))
+        # Held-out feeds to run on the float model: in the calibration's own session where it
+        # collects nothing (collect_statistics), else by float_outputs_of below.
+        pending = held if held and measure_holdout and not reused else []
+        stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
+                                   also_run=pending, also_outputs=held_outputs)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
@@ -199,6 +204,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
             calibrated.holdout_outputs = float_outputs[:len(held)]  # the same first feeds, already run
+        elif len(held_outputs) == len(held):
+            calibrated.holdout_outputs = held_outputs  # run by the calibration's session (collect_statistics)
         else:
             t2 = time.perf_counter()
             calibrated.holdout_outputs = float_outputs_of(prepared, held, cfg)
@@ -381,10 +388,13 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
 
 def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iterable[dict[str, np.ndarray]],
                        cfg: QuantConfig, *, float_outputs: list[dict[str, np.ndarray]] | None = None,
-                       eval_samples: int = 0) -> dict[str, Any]:
+                       eval_samples: int = 0, also_run: Sequence[dict[str, np.ndarray]] = (),
+                       also_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics (first plan wins
     where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
-    the first ``eval_samples`` feeds."""
+    the first ``eval_samples`` feeds. Where no activation needs statistics (BF16, the block
+    formats), ``also_outputs`` receives the outputs on ``also_run`` (the held-out feeds) from the
+    same session, after those; otherwise it stays empty and the caller runs them itself."""
     wanted: dict[str, Any] = {}
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
         if name in wanted:
@@ -397,14 +407,25 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     if not wanted:
         # Nothing needs statistics, but the feeds still validate the data and give eval samples.
         feeds = iter(feeds)
-        if float_outputs is not None and eval_samples > 0:
+        record = float_outputs is not None and eval_samples > 0
+        head = list(itertools.islice(feeds, eval_samples)) if record else []
+        extra = list(also_run) if also_outputs is not None else []
+        if head or extra:
             # The float outputs of the evaluation samples are recorded here anyway (one session,
             # closed before emit): the evaluation then never holds a float and a quantized session
             # at once, one copy of the weights less for a model whose weights are most of memory.
-            head = list(itertools.islice(feeds, eval_samples))
-            if head:
-                runner.collect(model, {}, head, providers=tuple(cfg.calibration.providers), progress=False,
-                               model_outputs=float_outputs, model_output_batches=eval_samples)
+            # The held-out feeds run in the same session (a second one, float_outputs_of, cost a
+            # session and a serialization of the model), and one feed at a time from the start
+            # (max_group=1): every feed here is run alone for its outputs, so the grouping probe
+            # (a batch of the first two feeds, run to decide how statistics are gathered) would
+            # decide nothing; it ran once per session. The outputs are the same, bit for bit.
+            outputs: list[dict[str, np.ndarray]] = []
+            runner.collect(model, {}, head + extra, providers=tuple(cfg.calibration.providers), progress=False,
+                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1)
+            if float_outputs is not None:
+                float_outputs.extend(outputs[:len(head)])
+            if also_outputs is not None:
+                also_outputs.extend(outputs[len(head):])
         for _ in feeds:
             pass
         return {}

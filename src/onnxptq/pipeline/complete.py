@@ -20,6 +20,7 @@ from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
 from ..memory import release_freed
+from ..sessions import run_feeds
 from .build import build_model
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from .finish import finish, finish_saved
@@ -139,7 +140,8 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
 
     t0 = time.perf_counter()
     names = [o.name for o in calibrated.prepared.graph.output]
-    got = [dict(zip(names, session.run(names, feed))) for feed in calibrated.holdout]
+    # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
+    got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
     readings = calibrated.readings
     if readings["decisions"]:  # decisions inside the graph, captured on an evaluation copy (analysis.decisions)
@@ -152,7 +154,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
         # An output judged as reads, or rows too few on the held-out feeds: judged on the first
         # calibration feeds too (floor._judge_reads: a format's rounding flips a near-tie on any
         # feed). Only such models run them.
-        seen = [dict(zip(names, session.run(names, feed))) for feed in calibrated.judged_calibration_feeds(eval_samples)]
+        seen = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.judged_calibration_feeds(eval_samples))]
         verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
                           seen=(calibrated.float_outputs[:len(seen)], seen), **readings)
     timings["verify"] = time.perf_counter() - t0

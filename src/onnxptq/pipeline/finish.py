@@ -23,7 +23,7 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
     try:
-        session = open_session(path, log_severity=2, inline_functions_first=False)  # as finish()
+        session = open_session(path, log_severity=2, inline_functions_first=False, spinning=False)  # as finish()
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
@@ -58,7 +58,14 @@ def finish(model: onnx.ModelProto, source: str):
             # among them) still run on the inlined graph, and the outputs were bit-identical to
             # the default session's on those models (bench/RESULTS.md). Its creation's peak RSS:
             # layout MX9 +913 -> +283 MiB, rec MX9 +190 -> +209..254. No-op without functions.
-            session = open_session(path if large else data, log_severity=2, inline_functions_first=False)
+            # No spinning: the pool's idle threads sleep between the verification's runs instead
+            # of busy-waiting for the next (the same kernels and partitions, so the same outputs;
+            # PP-OCR cls MX9, 16 feeds at load ~17: 0.19 -> 0.10 CPU s with two runs in flight).
+            # Not built on a thread beside the checker: onnxruntime would allow it (it releases
+            # the GIL while it builds), but the checker takes 2-8 ms here and its copy of the
+            # model beside the session's build raised the ViT MX9's peak by ~38 MiB
+            # (bench/RESULTS.md, "third round").
+            session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False)
             del data
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
