@@ -92,7 +92,14 @@ def mean_squares(model: onnx.ModelProto, feeds, wanted: list[tuple[str, int]]) -
         for t, v in zip(names, vals):
             v = np.moveaxis(np.asarray(v, np.float64), axis[t], -1)
             v = v.reshape(-1, v.shape[-1])
-            sums[t] = sums.get(t, 0) + (v ** 2).sum(axis=0)
+            c = v.shape[-1]
+            nb = -(-c // 32)
+            vb = np.zeros((v.shape[0], nb * 32))
+            vb[:, :c] = v
+            vb = vb.reshape(-1, nb, 32)
+            # E[x_b x_b^T] per block of 32 channels (means included: a shared input mean turns a
+            # block's summed weight error into an output offset)
+            sums[t] = sums.get(t, 0) + np.einsum("nbi,nbj->bij", vb, vb)
             counts[t] = counts.get(t, 0) + v.shape[0]
     return {t: sums[t] / counts[t] for t in names}
 
@@ -108,10 +115,13 @@ def run(name: str, element: str) -> dict:
     sig = 0.0
     noise = {"OCP": 0.0, "MSE": 0.0, "weighted": 0.0}
     differ = total = 0
+    qnoise: dict[str, float] = {}
+    qsig_total = [0.0]
     for t, wname, w, ax, _ in found:
-        s = ms[t]
-        if s.size != w.shape[ax]:
+        m2 = ms[t]
+        if m2.shape[0] != -(-w.shape[ax] // 32):
             continue
+        s = np.einsum("bii->bi", m2).reshape(-1)[: w.shape[ax]]
         shape = [1] * w.ndim
         shape[ax] = s.size
         sw = np.broadcast_to(s.reshape(shape), w.shape).astype(np.float32)
@@ -123,16 +133,25 @@ def run(name: str, element: str) -> dict:
         ys = [mx._dequant(xb, e, fmt, 2).astype(np.float32).astype(np.float64) for e in cands]
         plain = np.stack([((y - xb) ** 2).sum(axis=-1) for y in ys])
         weighted = np.stack([(sb * (y - xb) ** 2).sum(axis=-1) for y in ys])
+        quad = np.stack([np.einsum("...bi,bij,...bj->...b", (y - xb), m2, y - xb)
+                         for y in ys])
         pick_mse = np.argmin(plain, axis=0)  # first minimum: X, then X+1, then X-1 (the reference's ties)
         pick_w = np.argmin(weighted, axis=0)
         sig += float((sb * xb ** 2).sum())
+        qsig = float(np.einsum("...bi,bij,...bj->...b", xb, m2, xb).sum())
+        qn = {"OCP": float(quad[0].sum()), "MSE": float(np.take_along_axis(quad, pick_mse[None], 0).sum()),
+              "quad": float(quad.min(axis=0).sum())}
+        for k, v in qn.items():
+            qnoise[k] = qnoise.get(k, 0.0) + v
+        qsig_total[0] += qsig
         noise["OCP"] += float(weighted[0].sum())
         noise["MSE"] += float(np.take_along_axis(weighted, pick_mse[None], 0).sum())
         noise["weighted"] += float(np.take_along_axis(weighted, pick_w[None], 0).sum())
         differ += int((pick_mse != pick_w).sum())
         total += pick_w.size
     row = {"model": name, "element": element, "layers": len(found), "blocks": total,
-           **{k: 10 * np.log10(sig / v) for k, v in noise.items()}, "differ": differ / max(total, 1)}
+           **{k: 10 * np.log10(sig / v) for k, v in noise.items()}, "differ": differ / max(total, 1),
+           **{"q" + k: 10 * np.log10(qsig_total[0] / v) for k, v in qnoise.items()}}
     print(row, flush=True)
     return row
 
@@ -144,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     rows = [run(m, e) for m in a.models.split(",") for e in a.elements.split(",")]
     print("    PYTHONPATH=src:. nice -n 5 python bench/mx_weight_importance.py " + " ".join(argv or sys.argv[1:]))
-    print("\n| model | element | layers (blocks) | weighted SQNR dB: OCP | MSE choice (default) | weighted choice | blocks where they differ |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| model | element | layers (blocks) | weighted SQNR dB: OCP | MSE choice (default) | weighted choice | blocks where they differ | "
+          "block-moment SQNR dB: OCP | MSE choice | best per block |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['model']} | {r['element']} | {r['layers']} ({r['blocks']}) | {r['OCP']:.2f} | {r['MSE']:.2f} | "
-              f"{r['weighted']:.2f} | {100 * r['differ']:.2f} % |")
+              f"{r['weighted']:.2f} | {100 * r['differ']:.2f} % | {r['qOCP']:.2f} | {r['qMSE']:.2f} | {r['qquad']:.2f} |")
     return 0
 
 

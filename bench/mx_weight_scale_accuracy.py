@@ -1,8 +1,8 @@
 """Accuracy of MX presets with ``repair=False`` under each weight exponent rule, side by side in one run.
 
 For every model and preset the model is quantized once per ``QuantConfig.mx_weight_scale_search``
-value asked for (0: the weights' own rule, OCP for MXINT8 and every FP element; 1: X or X+1; 2:
-X-1, X or X+1, the default), with the preset's other defaults and the accuracy floor's repair off
+value asked for (0: the weights' own rule, OCP for MXINT8 and every FP element; 1: X or X+1, the
+automatic rule's choice for FP elements; 2: X-1, X or X+1), with the preset's other defaults and the accuracy floor's repair off
 (the rule alone, not what repair adds), and scored against the float model on held-out data by the
 model's own metric (bench/zoo.py's, bench/newmodels.py's, PP-OCRv4 rec's CER on
 tests/test_quantize_ppocr.py's rendered lines). ``quantize CPU s`` is the process CPU time of
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 from onnxptq import get_preset, quantize  # noqa: E402
 from testkit import zoo  # noqa: E402
 
-RULE = {0: "OCP (weights' own)", 1: "X, X+1", 2: "X-1, X, X+1 (default)"}
+RULE = {0: "OCP (weights' own)", 1: "X, X+1", 2: "X-1, X, X+1"}
 
 
 def _memo(run, feeds):

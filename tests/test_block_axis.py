@@ -107,8 +107,7 @@ def test_emitted_matmul_quantizes_its_activation_along_the_hidden_axis():
     x = (rng.standard_normal((1, S * 4, H)) * np.exp(rng.standard_normal((1, S * 4, 1)) * 2)).astype(np.float32)
     result = quantize(model, "MXINT8", [{"x": x}])
     got = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    # weights choose their exponent per block (QuantConfig.mx_weight_scale_search); activations keep OCP's
-    wq = fake_quantize(w, element_dtype="int8", axis=0, block_size=32, rounding_mode=2, scale_search=2)
+    wq = fake_quantize(w, element_dtype="int8", axis=0, block_size=32, rounding_mode=2)
     def mx(a, axis):
         return fake_quantize(a, element_dtype="int8", axis=axis, block_size=32, rounding_mode=2)
     # the MatMul's output (the graph's, read by no dot product) stays float

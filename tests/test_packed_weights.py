@@ -42,7 +42,7 @@ FORMATS = {
     "MXFP6_E2M3": ("mx", dict(element_dtype="fp6_e2m3", block_size=32)),
     "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
     "MXFP4_search": ("mx", dict(element_dtype="fp4_e2m1", block_size=32, scale_search=1)),
-    # weights' default (QuantConfig.mx_weight_scale_search): exponents X-1, X or X+1 per block
+    # QuantConfig.mx_weight_scale_search=2: exponents X-1, X or X+1 per block
     "MXINT8_search2": ("mx", dict(element_dtype="int8", block_size=32, scale_search=2)),
     "MXFP8_E4M3_search2": ("mx", dict(element_dtype="fp8_e4m3", block_size=32, scale_search=2)),
     "MXFP4_search2": ("mx", dict(element_dtype="fp4_e2m1", block_size=32, scale_search=2)),
@@ -267,7 +267,7 @@ def test_mxint8_matmul_weights_run_as_matmulnbits(tmp_path):
     q, s = inits[dq[0].input[0]], inits[dq[0].input[1]]
     assert q.dtype == np.int8 and s.shape == (7, n)
     decoded = q.astype(np.float32) * np.repeat(s, 32, axis=0)[:k]
-    assert np.array_equal(decoded, fake_quantize(w, "mx", element_dtype="int8", block_size=32, axis=0, scale_search=2))
+    assert np.array_equal(decoded, fake_quantize(w, "mx", element_dtype="int8", block_size=32, axis=0))
     x = rng.normal(0, 1, (1, k)).astype(np.float32)
 
     def run(m, level=None, optimized=None):
