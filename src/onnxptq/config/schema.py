@@ -444,8 +444,8 @@ class QuantConfig:
     #: by default), for every MX element type. None (automatic): 1 for FP elements (MXFP8/6/4),
     #: whose OCP rule maps the block maximum into [256, 512) where E4M3 saturates at 448, clipping
     #: it by up to 12.5 % (X+1: +1.2–4.3 dB weight SQNR), and 0 for MXINT8, where X+1 never won and
-    #: X-1 (+0.05–0.1 dB SQNR) lowered no task metric on five real models (bench/RESULTS.md "MX
-    #: weights: the shared exponent chosen per block"). Weights are encoded offline and any
+    #: X-1 (+0.05–0.1 dB SQNR) raised the task metric on one of six real models and lowered it
+    #: slightly on five (bench/RESULTS.md "MX weights: the shared exponent chosen per block"). Weights are encoded offline and any
     #: exponent is valid MX data, so a search costs nothing at inference; activations keep OCP's
     #: rule (what MX hardware applies at run time).
     mx_weight_scale_search: Literal[0, 1, 2] | None = None

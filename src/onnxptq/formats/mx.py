@@ -196,10 +196,11 @@ def choose_exponent(xb: np.ndarray, y: np.ndarray, exp: np.ndarray, finite: np.n
     down = np.where(exp - 1 >= E8M0_MIN, exp - 1, exp)
     # X-1 is scored only on the blocks where it can win (float32 input, so the values as returned
     # are the float64 ones): there the block maximum ``amax`` clips to ``max_norm·2^(X-1)``, an
-    # error of at least ``amax - max_norm·2^(X-1)``, while at X no element errs by more than half
-    # the top binade's step ``h·2^X`` (``h = 2^(emax-mbits-1)``; 1/128 for INT8), so the block's
-    # squared error can only fall if ``amax/2^X - max_norm/2 < sqrt(block)·h``: about one MXINT8
-    # block in twenty, three E4M3 blocks in ten. Elsewhere ``t_down > 0``, as the full sum gives.
+    # error of at least ``amax - max_norm·2^(X-1)``, while at X an element that does not saturate
+    # errs by at most half the top binade's step ``h·2^X`` (``h = 2^(emax-mbits-1)``; 1/128 for
+    # INT8) and one that saturates at X clips further at X-1. So the block's squared error can only
+    # fall if ``amax/2^X - max_norm/2 < sqrt(block)·h``: for log-uniform maxima about one MXINT8
+    # block in twenty and three E4M3 blocks in ten. Elsewhere ``t_down > 0``, as the full sum gives.
     maybe = down != exp
     if dtype == np.float32:
         with np.errstate(invalid="ignore", over="ignore"):
