@@ -3,9 +3,9 @@
 Each variant is the MXFP8_E4M3 preset with ``repair=False`` (the placement alone, not what the
 accuracy floor adds) and these changes:
 
-* ``every op, OCP exponent``: ``fp_block_dot_operands_only=False, fp_block_weight_scale_search=False``
+* ``every op, OCP exponent``: ``fp_block_dot_operands_only=False, mx_weight_scale_search=0``
   (the planning before issue 27 item 5: every selected op's tensors encoded);
-* ``dot operands, OCP exponent``: ``fp_block_weight_scale_search=False``;
+* ``dot operands, OCP exponent``: ``mx_weight_scale_search=0``;
 * ``dot operands + weight search``: the preset as it is;
 * ``+ activation search``: activations also choose their exponent (``scale_search=1``; costs run time).
 
@@ -31,8 +31,8 @@ from onnxptq import get_preset, quantize
 from onnxptq.config.schema import make_tensor_quant
 
 VARIANTS = {
-    "every op, OCP exponent": dict(fp_block_dot_operands_only=False, fp_block_weight_scale_search=False),
-    "dot operands, OCP exponent": dict(fp_block_weight_scale_search=False),
+    "every op, OCP exponent": dict(fp_block_dot_operands_only=False, mx_weight_scale_search=0),
+    "dot operands, OCP exponent": dict(mx_weight_scale_search=0),
     "dot operands + weight search": {},
     "+ activation search": "activation_search",
 }

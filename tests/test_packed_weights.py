@@ -42,6 +42,10 @@ FORMATS = {
     "MXFP6_E2M3": ("mx", dict(element_dtype="fp6_e2m3", block_size=32)),
     "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
     "MXFP4_search": ("mx", dict(element_dtype="fp4_e2m1", block_size=32, scale_search=1)),
+    # QuantConfig.mx_weight_scale_search=2: exponents X-1, X or X+1 per block
+    "MXINT8_search2": ("mx", dict(element_dtype="int8", block_size=32, scale_search=2)),
+    "MXFP8_E4M3_search2": ("mx", dict(element_dtype="fp8_e4m3", block_size=32, scale_search=2)),
+    "MXFP4_search2": ("mx", dict(element_dtype="fp4_e2m1", block_size=32, scale_search=2)),
 }
 
 

@@ -438,12 +438,17 @@ class QuantConfig:
     #: biases are still stored in the block format. False quantizes every selected op's tensors,
     #: as the reference tool does (compat key ``BlockDotOperandsOnly``).
     int_block_dot_operands_only: bool = True
-    #: FP-element MX weights choose, per block, the OCP shared exponent or the one above it,
-    #: whichever has the smaller squared error (MX ``scale_search=1``; pipeline/plan/fp_blocks.py):
-    #: OCP's rule maps the block maximum into [256, 512) and E4M3 saturates at 448, clipping it by
-    #: up to 12.5 %. Weights are encoded offline and either exponent is valid MX data, so this costs
-    #: nothing at inference. False keeps the weights' own ``scale_search``.
-    fp_block_weight_scale_search: bool = True
+    #: the MX ``scale_search`` MX weights get (pipeline/plan/fp_blocks.py ``mx_weight_exponents``):
+    #: each block keeps, of the OCP shared exponent X and its neighbours, the one with the smallest
+    #: squared error (2: X-1, X, X+1; 1: X, X+1; 0: the weights' own ``scale_search``, OCP's rule
+    #: by default), for every MX element type. None (automatic): 1 for FP elements (MXFP8/6/4),
+    #: whose OCP rule maps the block maximum into [256, 512) where E4M3 saturates at 448, clipping
+    #: it by up to 12.5 % (X+1: +1.2–4.3 dB weight SQNR), and 0 for MXINT8, where X+1 never won and
+    #: X-1 (+0.05–0.1 dB SQNR) raised the task metric on one of six real models and lowered it
+    #: slightly on five (bench/RESULTS.md "MX weights: the shared exponent chosen per block"). Weights are encoded offline and any
+    #: exponent is valid MX data, so a search costs nothing at inference; activations keep OCP's
+    #: rule (what MX hardware applies at run time).
+    mx_weight_scale_search: Literal[0, 1, 2] | None = None
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.
     dual_quant_nodes: bool = False
@@ -531,6 +536,10 @@ class QuantConfig:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
         if not 0.0 <= self.smooth_alpha <= 1.0:
             raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
+        if self.mx_weight_scale_search is not None and (isinstance(self.mx_weight_scale_search, bool)
+                                                         or self.mx_weight_scale_search not in (0, 1, 2)):
+            raise ConfigError(f"mx_weight_scale_search must be None (automatic), 0 (the weights' own MX exponent rule), "
+                              f"1 (X or X+1) or 2 (X-1, X or X+1), not {self.mx_weight_scale_search!r}")
         if self.bias not in ("int32", "weight", None):
             raise ConfigError(f"bias must be 'int32', 'weight' or None, not {self.bias!r}")
         for op, pair in self.op_type_overrides.items():

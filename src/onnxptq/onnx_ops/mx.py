@@ -76,7 +76,7 @@ def function_name(
     if element_dtype == "int8":
         name += f"_rm{rounding_mode}"
     if scale_search:
-        name += "_ss"
+        name += "_ss" if scale_search == 1 else f"_ss{scale_search}"
     if static is not None:
         axis, block_size, pad = static
         name += f"_b{block_size}_a{axis if axis >= 0 else f'm{-axis}'}_p{pad}"
@@ -190,21 +190,36 @@ def _fake_quantize_blocks(
     scale = _block_scale(b, amax, fmt)
     yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
     if scale_search:
-        scale1 = b.op("Min", b.op("Mul", scale, b.const(2.0)), b.const(2.0**E8M0_MAX))
-        y1 = _quantize(b, x4, a, scale1, fmt, rounding_mode)
         # Compare the values as returned (input dtype), so a candidate overflowing to Inf loses.
         d0 = b.op("Cast", b.op("CastLike", yq, "x"), to=TensorProto.DOUBLE)
-        d1 = b.op("Cast", b.op("CastLike", y1, "x"), to=TensorProto.DOUBLE)
         dx = b.op("Cast", x4, to=TensorProto.DOUBLE)
         two_x = b.op("Mul", dx, b.const(2.0, np.float64))
-        delta = b.op("Mul", b.op("Sub", d1, d0), b.op("Sub", b.op("Add", d1, d0), two_x))
-        if not finite:
-            delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
         assert blocks.finish is None, "scale search sums whole blocks in one ReduceSum"
-        total = b.op("ReduceSum", delta, axes, keepdims=1)
+
+        def error_change(candidate: str) -> str:
+            """Per block: the candidate scale's squared error minus the OCP scale's (formats/mx.py)."""
+            yc = _quantize(b, x4, a, candidate, fmt, rounding_mode)
+            dc = b.op("Cast", b.op("CastLike", yc, "x"), to=TensorProto.DOUBLE)
+            delta = b.op("Mul", b.op("Sub", dc, d0), b.op("Sub", b.op("Add", dc, d0), two_x))
+            if not finite:
+                delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+            return b.op("ReduceSum", delta, axes, keepdims=1)
+
+        zero = b.const(0.0, np.float64)
+        scale_up = b.op("Min", b.op("Mul", scale, b.const(2.0)), b.const(2.0**E8M0_MAX))
+        t_up = error_change(scale_up)
+        take_up = b.op("Less", t_up, zero)
+        if scale_search == 1:
+            chosen = b.op("Where", take_up, scale_up, scale)
+        else:
+            # 2^-127 is a float32 subnormal: halving it is exact, and the Max keeps the E8M0 floor.
+            scale_down = b.op("Max", b.op("Mul", scale, b.const(0.5)), b.const(2.0**E8M0_MIN))
+            t_down = error_change(scale_down)
+            take_up = b.op("And", take_up, b.op("LessOrEqual", t_up, t_down))
+            take_down = b.op("And", b.op("Less", t_down, zero), b.op("Less", t_down, t_up))
+            chosen = b.op("Where", take_up, scale_up, b.op("Where", take_down, scale_down, scale))
         # Choose per block, then quantize once more: selecting elements with Where would lose -0.
-        scale = b.op("Where", b.op("Less", total, b.const(0.0, np.float64)), scale1, scale)
-        yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
+        yq = _quantize(b, x4, a, chosen, fmt, rounding_mode)
     if finite:
         return yq
     # Inf/NaN pass through: yq - (clip(x) - x) is yq where x is finite (clip(x) - x = +0 and

@@ -408,8 +408,8 @@ class WeightPacker:
                 dec = (code.table[codes] * comb[:, :, None]).reshape(n, layout.padded)
             return codes, dec, (dec.view(np.uint32) == y.view(np.uint32)).all(axis=1)
 
-        # The exponent byte is the candidate, or one more where only that one decodes the block
-        # exactly: the second try runs on the blocks the first did not decode (few), with the
+        # The exponent byte is the candidate, or one more or one less where only that one decodes
+        # the block exactly: later tries run on the blocks the first did not decode (few), with the
         # same arithmetic per block as on all of them.
         codes = np.empty((rows, layout.n_sub, layout.sub), np.uint8)
         dec = np.empty((rows, layout.padded), np.float32)
@@ -417,13 +417,17 @@ class WeightPacker:
         for c in chunks:
             codes[c], dec[c], ok0[c] = attempt(es[c], c)
         e = np.clip(es, 0, 255).astype(np.uint8)
-        retry = np.flatnonzero(~ok0)
-        if retry.size:
-            codes1, dec1, ok1 = attempt(es[retry] + 1, retry)
+        # Then one more, then one less (a weight's MX ``scale_search`` may keep either).
+        for step in (1, -1):
+            retry = np.flatnonzero(~ok0)
+            if not retry.size:
+                break
+            codes1, dec1, ok1 = attempt(es[retry] + step, retry)
             bump = retry[ok1]
-            e[bump] = np.clip(es[bump] + 1, 0, 255)
+            e[bump] = np.clip(es[bump] + step, 0, 255)
             codes[bump] = codes1[ok1]
             dec[bump] = dec1[ok1]
+            ok0[bump] = True
         dec = dec[:, : layout.block]
 
         # Back to the weight's shape, as the ONNX chain does it.
@@ -663,8 +667,8 @@ def mxint8_as_dequantize(name: str, values: np.ndarray, fq: np.ndarray, attrs: d
     amax = np.where(np.isfinite(xb), np.abs(xb.astype(np.float64)), 0.0).max(axis=1)
     x = mx.shared_exponent(amax, mx.ELEMENT_FORMATS["int8"])  # [nb, n]
     best_q, best_s, ok_all = None, None, np.zeros((nb, n), bool)
-    for bump in (0, 1):
-        scale = np.ldexp(np.float32(1), (x + bump - 6).astype(np.int64)).astype(np.float32)
+    for bump in (0, 1, -1):  # the OCP exponent, or the one a weight's scale_search kept
+        scale = np.ldexp(np.float32(1), np.maximum(x + bump, mx.E8M0_MIN).astype(np.int64) - 6).astype(np.float32)
         with np.errstate(invalid="ignore", over="ignore"):
             q = yb.astype(np.float64) / scale[:, None, :].astype(np.float64)
         ok = (np.all(q == np.round(q), axis=1) & np.all(np.abs(q) <= 127, axis=1)

@@ -317,7 +317,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     _requantize_after_float_transposes(tensors, g)
     _saturation_limits(tensors, g, config)
     decision_thresholds(tensors, g)  # thresholds.py: a compared tensor's range reaches the constant
-    float_tensors.update(fp_element_blocks(tensors, g, config.fp_block_weight_scale_search))  # fp_blocks.py: MXFP weights' axis, biases float
+    float_tensors.update(fp_element_blocks(tensors, g, config.mx_weight_scale_search))  # fp_blocks.py: MX weights' exponents, MXFP weights' axis, biases float
     float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
                 float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})

@@ -32,15 +32,20 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   only elementwise ops read (a layer scale or an affine's offset, a systematic per-channel error);
   a lookup table (Gather) is stored like a weight.
 
-* Weights choose their shared exponent by squared error between the OCP one and the one above
-  (``scale_search=1``, ``QuantConfig.fp_block_weight_scale_search``). The OCP exponent
-  ``floor(log2(amax)) - emax_elem`` puts the block maximum in ``[2^emax, 2^(emax+1))``, and an
-  element saturates at its max normal (448 = 1.75·2^8 for E4M3, 6 = 1.5·2^2 for E2M1): a block
-  whose maximum has a mantissa above 1.75 (about one in five) loses up to 12.5 % of its largest
-  weight, which a dot product sums with the rest. Any E8M0 exponent is a valid MX encoding, and
-  weights are encoded once, offline, so choosing per block costs nothing at inference; the ViT's
-  output cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX
-  hardware applies when it encodes them at run time.
+* Weights choose their shared exponent by squared error among the OCP one and its neighbours
+  (MX ``scale_search``, ``QuantConfig.mx_weight_scale_search``: :func:`mx_weight_exponents`). The
+  OCP exponent ``floor(log2(amax)) - emax_elem`` puts the block maximum in ``[2^emax, 2^(emax+1))``,
+  and an element saturates at its max normal (448 = 1.75·2^8 for E4M3, 6 = 1.5·2^2 for E2M1): a
+  block whose maximum has a mantissa above 1.75 (about one in five) loses up to 12.5 % of its
+  largest weight, which a dot product sums with the rest; the exponent above fixes that, so FP
+  elements search X and X+1 by default. The exponent below (``scale_search=2``) helps only an
+  MXINT8 block whose maximum barely exceeds a power of two (it clips by under 1 % and halves every
+  other element's step): +0.05–0.1 dB of weight SQNR on real models, but the task metric rose on
+  one of six and fell slightly on five (it clips the largest weight of about one block in fifty,
+  always towards zero), so MXINT8 keeps OCP's exponent unless asked. Any E8M0 exponent is a valid MX encoding, and weights
+  are encoded once, offline, so choosing per block costs nothing at inference; the ViT's output
+  cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX hardware
+  applies when it encodes them at run time.
 
 Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
 (``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
@@ -63,7 +68,8 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block"]
+__all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
+           "mx_weight_exponents"]
 
 
 def is_fp_block(t: TensorPlan) -> bool:
@@ -126,11 +132,27 @@ def fp_element_operands(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, 
     return dot_operands_only(tensors, g, fp=True, integer=False)
 
 
-def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: bool = True) -> dict[str, str]:
-    """Move degenerate weight block axes, let weights search their shared exponent
-    (``weight_scale_search``) and drop biases for FP-element MX tensors (see module docstring);
-    returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
+def mx_weight_exponents(tensors: dict[str, TensorPlan], search: int | None) -> int:
+    """Give every MX weight the MX ``scale_search`` ``search`` (None: 1 for FP elements, 0 for
+    INT8; see module docstring) unless it already searches as widely; returns how many changed.
+    Only weights: an activation's exponent is chosen at run time by OCP's rule."""
+    changed = 0
+    for t in tensors.values():
+        if t.role != "weight" or t.quant.format != "mx":
+            continue
+        wanted = (1 if is_fp_block(t) else 0) if search is None else int(search)
+        if wanted and int(t.quant.attr_dict.get("scale_search", 0)) < wanted:
+            t.quant = t.quant.with_(attrs={**dict(t.quant.attrs), "scale_search": wanted})
+            changed += 1
+    return changed
+
+
+def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None) -> dict[str, str]:
+    """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`),
+    move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
+    module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
+    mx_weight_exponents(tensors, weight_scale_search)
     for name, t in list(tensors.items()):
         if not is_fp_block(t):
             continue
@@ -138,8 +160,6 @@ def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_se
             del tensors[name]
             why[name] = ("bias of an FP-element MX format: added in the FP32 accumulator (OCP MX dot product), "
                          "so it stays float")
-        elif t.role == "weight" and weight_scale_search and not t.quant.attr_dict.get("scale_search", 0):
-            t.quant = t.quant.with_(attrs={**dict(t.quant.attrs), "scale_search": 1})
         if t.role == "weight" and name in g.initializers and t.axis is not None:
             dims = list(g.initializers[name].dims)
             if len(dims) >= 2 and dims[t.axis] == 1 and max(dims) > 1:

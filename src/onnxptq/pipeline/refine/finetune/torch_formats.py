@@ -284,16 +284,26 @@ def fake_quantize_mx(x: torch.Tensor, *, element_dtype: str = "int8", axis: int 
     exp = torch.clamp(_floor_log2(amax) - fmt.emax, min=mx_ref.E8M0_MIN)  # float input: never above +127
     safe_xb = torch.where(finite, xb, torch.zeros_like(xb))
     y = _mx_dequant(safe_xb, exp, fmt, rounding_mode)
-    if scale_search:
-        exp1 = torch.where(exp + 1 <= mx_ref.E8M0_MAX, exp + 1, exp)
+    if scale_search:  # formats/mx.choose_exponent, the same candidates, sums and ties
         y0 = y.to(torch.float32).to(x.dtype).to(torch.float64)
-        y1_raw = _mx_dequant(safe_xb, exp1, fmt, rounding_mode)
-        y1 = y1_raw.to(torch.float32).to(x.dtype).to(torch.float64)
-        delta = torch.where(finite, (y1 - y0) * ((y1 + y0) - 2.0 * xb), torch.zeros_like(xb))
-        total = torch.zeros(delta.shape[:-1] + (1,), dtype=torch.float64, device=x.device)
-        for i in range(block_size):  # in order along the block, like the reference
-            total = total + delta[..., i : i + 1]
-        y = torch.where(total < 0, y1_raw, y)
+
+        def error_change(e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            yc = _mx_dequant(safe_xb, e, fmt, rounding_mode)
+            d = yc.to(torch.float32).to(x.dtype).to(torch.float64)
+            delta = torch.where(finite, (d - y0) * ((d + y0) - 2.0 * xb), torch.zeros_like(xb))
+            total = torch.zeros(delta.shape[:-1] + (1,), dtype=torch.float64, device=x.device)
+            for i in range(block_size):  # in order along the block, like the reference
+                total = total + delta[..., i : i + 1]
+            return total, yc
+
+        t_up, y_up = error_change(torch.where(exp + 1 <= mx_ref.E8M0_MAX, exp + 1, exp))
+        if scale_search == 1:
+            y = torch.where(t_up < 0, y_up, y)
+        else:
+            t_down, y_down = error_change(torch.where(exp - 1 >= mx_ref.E8M0_MIN, exp - 1, exp))
+            take_up = (t_up < 0) & (t_up <= t_down)
+            take_down = (t_down < 0) & (t_down < t_up)
+            y = torch.where(take_up, y_up, torch.where(take_down, y_down, y))
     y = torch.where(finite, y, xb).to(torch.float32)
     return from_blocks(y, view).reshape(x.shape).to(x.dtype)
 
