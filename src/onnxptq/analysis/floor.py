@@ -51,7 +51,8 @@ from .class_scores import Positions, class_like_outputs, judge_positions
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory
 from .fields import declared_field_axes
-from .fields import FieldCosines
+from .fields import MIN_VALUES, FieldCosines
+from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .metrics import cosine_similarity, dot
@@ -306,6 +307,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         classy = name in kinds
         kind = kinds.get(name)
         width = getattr(kind, "width", None)
+        regression = classy and getattr(kind, "rule", "") == "linear" and _regression_head(name, reference, seen)
+        classy = classy and not regression
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
@@ -326,9 +329,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
             if not classy and np.isfinite(g).all():
-                axis = field_axes.get(name)
+                axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
-                    fields = FieldCosines(axis, r.shape[axis])
+                    fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                 if fields is not None:
                     fields.add(r, g)
             if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
@@ -349,6 +352,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         # probability, a score) is only its sign, 1.0 however far the value moved.
         pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
+        if regression:
+            check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         worst = fields.worst() if fields is not None else None
         if worst is not None:
@@ -371,6 +376,14 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
+    """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
+    feeds are regression fields, not class scores (:func:`onnxptq.analysis.head_kind.regression_like`)."""
+    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
+    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 1 and v.shape[-1] == values[0].shape[-1]]
+    return bool(values) and regression_like(values)
 
 
 def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
