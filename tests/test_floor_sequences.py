@@ -281,3 +281,34 @@ def test_held_out_feeds_beside_a_pooled_judgement_break_by_their_flips_only():
     both = measure([r for r, _ in held], [g for _, g in held], floor, kinds,
                    seen=([r for r, _ in seen], [g for _, g in seen]))
     assert both.ok and both.outputs["y"].positions.flipped == 0
+
+
+def test_a_softmax_sequence_is_advised_on_calibration_feeds_where_the_held_out_lines_flip_nothing():
+    """tinyocr's PP-OCRv6 rec at MX9: no character flipped on its 4 held-out lines while 2 of 32
+    other lines changed; 2 positions of its 8 calibration lines flipped. The reads advisory of a
+    Softmax CTC head is judged on the held-out and calibration feeds together (a warning; the
+    floor stays judged per row: commit cc01a4f)."""
+    from onnxptq.analysis.floor import Floor, measure
+
+    rng = np.random.default_rng(3)
+
+    def line() -> np.ndarray:
+        ref = rng.standard_normal((1, 40, 6))
+        ref[0, :, 0] += 6.0  # blank
+        for t in rng.choice(40, 8, replace=False):
+            ref[0, t, rng.integers(1, 6)] = ref[0, t, 0] + rng.uniform(0.5, 2.0)  # 8 characters
+        return ref
+
+    held = [line() for _ in range(4)]
+    seen = [line() for _ in range(8)]
+    flipped = [s.copy() for s in seen]
+    for s in flipped[:2]:
+        t = int(np.argmax(s[0].max(-1) - s[0, :, 0] > 0))  # a character position
+        s[0, t, 0] = s[0, t].max() + 1.0  # read as blank
+    floor = Floor("16-bit", 0.0, 0.97)
+    kinds = {"p": Scores(None, "softmax")}
+    alone = measure([{"p": h} for h in held], [{"p": h} for h in held], floor, kinds).outputs["p"]
+    assert alone.advisory is None and alone.softmax_reads
+    both = measure([{"p": h} for h in held], [{"p": h} for h in held], floor, kinds,
+                   seen=([{"p": s} for s in seen], [{"p": f} for f in flipped])).outputs["p"]
+    assert both.ok and both.advisory is not None and "8 calibration samples" in both.advisory
