@@ -31,6 +31,10 @@ are also judged on the first calibration feeds beside the held-out ones, and hol
 plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data). A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 
+A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine
+(:mod:`onnxptq.analysis.maps`); a narrow per-position linear head whose data shows regression
+fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
+
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
 the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
