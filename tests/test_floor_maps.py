@@ -88,3 +88,18 @@ def test_probability_maps_by_structure_and_their_in_graph_thresholds():
     logits_only = text_detector()
     logits_only.graph.output[0].name = "logits"  # the map before its sigmoid: no probability
     assert probability_maps(logits_only) == {}
+
+
+def test_only_dense_one_channel_probability_maps_are_judged_by_masks():
+    from onnxptq.analysis.maps import MaskAgreement
+
+    rng = np.random.default_rng(0)
+    page = rng.uniform(0, 1, (1, 1, 64, 64))
+    moved = np.clip(page + 0.2 * rng.standard_normal(page.shape), 0, 1)
+    masks = MaskAgreement()
+    masks.add(page, moved)
+    assert masks.worst() is not None and masks.worst()[1] < 0.9
+    for ref in (np.repeat(page, 3, axis=1), page[..., :16, :16], page * 3.0):  # an image, too few values, not in [0, 1]
+        masks = MaskAgreement()
+        masks.add(ref, ref * 0.5)
+        assert masks.worst() is None

