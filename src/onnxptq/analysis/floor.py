@@ -157,7 +157,8 @@ class OutputCheck:
     seen_feeds: int = 0
     #: a probability map judged by its thresholded masks (analysis/maps.py): (level, IoU, positions) of its worst level
     mask: tuple[str, float, int] | None = None
-    #: a Softmax sequence whose reads are advised on (``advisory``): on calibration feeds too where given
+    #: a Softmax sequence whose reads no advisory named on the feeds judged: calibration feeds would
+    #: judge them too (``Verdict.wants_calibration_feeds``)
     softmax_reads: bool = False
     #: the reads (rows) a top-1 verdict would need, where ``top1_unjudged``
     needed: int = 0
@@ -397,8 +398,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
         if soft_ref:
-            check.softmax_reads = True
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen, name, width), floor)
+            check.softmax_reads = check.advisory is None  # the calibration feeds would only be run for it
         verdict.outputs[name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
