@@ -150,8 +150,8 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
     if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
         # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
-        # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's rounding flips a near-tie on any
-        # feed). Only such models run them.
+        # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
+        # rounding flips a near-tie on any feed). Only such models run them.
         seen = [dict(zip(names, session.run(names, feed))) for feed in calibrated.judged_calibration_feeds(eval_samples)]
         verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
                           seen=(calibrated.float_outputs[:len(seen)], seen), **readings)
