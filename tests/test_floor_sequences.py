@@ -281,3 +281,45 @@ def test_held_out_feeds_beside_a_pooled_judgement_break_by_their_flips_only():
     both = measure([r for r, _ in held], [g for _, g in held], floor, kinds,
                    seen=([r for r, _ in seen], [g for _, g in seen]))
     assert both.ok and both.outputs["y"].positions.flipped == 0
+
+
+def test_a_softmax_sequence_is_advised_on_calibration_feeds_where_the_held_out_lines_flip_nothing():
+    """tinyocr's PP-OCRv6 rec at MX9: no character flipped on its 4 held-out lines while 2 of 32
+    other lines changed; 2 positions of its 8 calibration lines flipped. The reads advisory of a
+    Softmax CTC head (an alphabet: more classes than fields) is judged on the held-out and
+    calibration feeds together (a warning; the floor stays judged per row: commit cc01a4f). A few
+    per-step labels (eeg_seizure's 4 classes over a long record) are no read: not so judged."""
+    from onnxptq.analysis.floor import Floor, measure
+
+    def lines(classes: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        rng = np.random.default_rng(seed)
+
+        def line() -> np.ndarray:
+            ref = rng.standard_normal((1, 40, classes))
+            ref[0, :, 0] += 6.0  # blank
+            for t in rng.choice(40, 8, replace=False):
+                ref[0, t, rng.integers(1, classes)] = ref[0, t, 0] + rng.uniform(0.5, 2.0)  # 8 characters
+            return ref
+
+        held, seen = [line() for _ in range(4)], [line() for _ in range(8)]
+        flipped = [s.copy() for s in seen]
+        for s in flipped[:2]:
+            t = int(np.argmax(s[0].max(-1) - s[0, :, 0] > 0))  # a character position
+            s[0, t, 0] = s[0, t].max() + 1.0  # read as blank
+        return held, seen, flipped
+
+    floor = Floor("16-bit", 0.0, 0.97)
+    kinds = {"p": Scores(None, "softmax")}
+
+    def judged(classes: int):
+        held, seen, flipped = lines(classes, 3)
+        alone = measure([{"p": h} for h in held], [{"p": h} for h in held], floor, kinds).outputs["p"]
+        both = measure([{"p": h} for h in held], [{"p": h} for h in held], floor, kinds,
+                       seen=([{"p": s} for s in seen], [{"p": f} for f in flipped])).outputs["p"]
+        return alone, both
+
+    alone, both = judged(40)
+    assert alone.advisory is None and alone.softmax_reads  # no warning on the held-out lines: calibration lines wanted
+    assert both.ok and both.advisory is not None and "8 calibration samples" in both.advisory
+    alone, both = judged(6)
+    assert not alone.softmax_reads and both.advisory is None

@@ -68,6 +68,9 @@ class FieldCosines:
     xy: np.ndarray = field(init=False)
     values: int = 0
     consistent: bool = True
+    #: values a field needs to be judged (:data:`MIN_VALUES`; a regression head's fields, whose
+    #: every value is read, fewer: ``head_kind.REGRESSION_VALUES``)
+    minimum: int = MIN_VALUES
 
     def __post_init__(self) -> None:
         self.xx, self.yy, self.xy = (np.zeros(self.count) for _ in range(3))
@@ -86,7 +89,7 @@ class FieldCosines:
     def worst(self) -> tuple[int, float] | None:
         """``(field, cosine)`` of the field with the lowest cosine, or None where the output is not
         judged by fields (too few values, shapes that changed between feeds)."""
-        if not self.consistent or self.values < MIN_VALUES:
+        if not self.consistent or self.values < self.minimum:
             return None
         cosines = []
         for xx, yy, xy in zip(self.xx, self.yy, self.xy):

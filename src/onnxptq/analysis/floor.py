@@ -31,6 +31,10 @@ are also judged on the first calibration feeds beside the held-out ones, and hol
 plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data). A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 
+A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine
+(:mod:`onnxptq.analysis.maps`); a narrow per-position linear head whose data shows regression
+fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
+
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
 the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
@@ -51,9 +55,11 @@ from .class_scores import Positions, class_like_outputs, judge_positions
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory
 from .fields import declared_field_axes
-from .fields import FieldCosines
+from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
+from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
+from .maps import MaskAgreement, probability_maps
 from .metrics import cosine_similarity, dot
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unjudged_text"]
@@ -149,6 +155,11 @@ class OutputCheck:
     advisory: str | None = None
     #: calibration feeds judged beside the held-out ones in ``positions`` (reads: :func:`_judge_reads`)
     seen_feeds: int = 0
+    #: a probability map judged by its thresholded masks (analysis/maps.py): (level, IoU, positions) of its worst level
+    mask: tuple[str, float, int] | None = None
+    #: a Softmax sequence whose reads no advisory named on the feeds judged: calibration feeds would
+    #: judge them too (``Verdict.wants_calibration_feeds``)
+    softmax_reads: bool = False
     #: the reads (rows) a top-1 verdict would need, where ``top1_unjudged``
     needed: int = 0
 
@@ -162,6 +173,9 @@ class OutputCheck:
         if self.worst_field is not None:
             axis, index, cos = self.worst_field
             text += f", worst field {index} of axis {axis}: cosine {cos:.4f}"
+        if self.mask is not None:
+            level, iou, union = self.mask
+            text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
         if self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
@@ -198,6 +212,13 @@ class Verdict:
     def advisories(self) -> list[str]:
         """Warnings that do not break the floor (a Softmax CTC head's reads: analysis/decisions.py)."""
         return [f"{n}: {c.advisory}" for n, c in self.outputs.items() if c.advisory]
+
+    @property
+    def wants_calibration_feeds(self) -> bool:
+        """Whether a judgement would use the first calibration feeds beside the held-out ones
+        (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
+        (their advisory: the held-out feeds alone are a handful of lines)."""
+        return any(c.positions is not None or c.top1_unjudged or c.softmax_reads for c in self.outputs.values())
 
     @property
     def unjudged(self) -> list[str]:
@@ -254,7 +275,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
     selected = selected_outputs(model)
     decisions = find_decisions(model)
     return {"class_outputs": class_like_outputs(model), "log_scales": log_domain_outputs(model),
-            "field_axes": declared_field_axes(model), "selected": selected, "decisions": decisions,
+            "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
             "selection": selection_rows(model, decisions, sorted(selected))}
 
 
@@ -263,7 +284,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None,
             selected: Collection[str] = (), decisions: Sequence[Decision] = (),
             selection: Mapping[str, tuple[int, list[Decision]]] | None = None,
-            seen: _Seen | None = None) -> Verdict:
+            seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -276,7 +297,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``decisions.KEY + node`` in the feeds' dicts; ``selection``: selected outputs judged on their
     leading rows (``decisions.selection_rows``).
     ``seen``: ``(float, candidate)`` outputs on calibration feeds, judged beside the held-out ones
-    for outputs read as reads only (:func:`_judge_reads`)."""
+    for outputs read as reads only (:func:`_judge_reads`).
+    ``prob_maps``: outputs read from a sigmoid (``maps.probability_maps``: name → in-graph
+    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -306,12 +329,15 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         classy = name in kinds
         kind = kinds.get(name)
         width = getattr(kind, "width", None)
+        regression = classy and getattr(kind, "rule", "") == "linear" and _regression_head(name, reference, seen)
+        classy = classy and not regression
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
         soft_ref: list[np.ndarray] = []
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
+        masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -326,11 +352,13 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
             if not classy and np.isfinite(g).all():
-                axis = field_axes.get(name)
+                axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
-                    fields = FieldCosines(axis, r.shape[axis])
+                    fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                 if fields is not None:
                     fields.add(r, g)
+                if masks is not None:
+                    masks.add(r, g)
             if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
                 if r.ndim == 2 or not as_reads:
                     a, n = _top1(r, g)
@@ -349,12 +377,17 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         # probability, a score) is only its sign, 1.0 however far the value moved.
         pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
+        if regression:
+            check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         worst = fields.worst() if fields is not None else None
         if worst is not None:
             check.worst_field = (fields.axis, worst[0], worst[1])
             if worst[1] < floor.cosine:
                 check.ok = False
+        check.mask = masks.worst() if masks is not None and finite else None
+        if check.mask is not None and check.mask[1] < floor.top1:
+            check.ok = False
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
         if rows and not as_read:
             check.top1, check.rows = agree / rows, rows
@@ -364,13 +397,24 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
-        check.advisory = softmax_reads_advisory(soft_ref, soft_got, floor, _enough) if soft_ref else None
+        if soft_ref:
+            alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
+            check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
+            check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
         verdict.outputs[name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
+    """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
+    feeds are regression fields, not class scores (:func:`onnxptq.analysis.head_kind.regression_like`)."""
+    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
+    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 1 and v.shape[-1] == values[0].shape[-1]]
+    return bool(values) and regression_like(values)
 
 
 def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -414,6 +458,26 @@ def _judge_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple
     check.top1_unjudged = not _enough(total, floor)
     if not check.top1_unjudged and check.top1 < floor.top1:
         check.ok = False
+
+
+def _softmax_advisory(refs: list[np.ndarray], gots: list[np.ndarray], seen: tuple[list[np.ndarray], list[np.ndarray]],
+                      floor: Floor) -> str | None:
+    """The warning on a Softmax sequence's reads (``decisions.softmax_reads_advisory``), judged on the
+    held-out feeds and, where given, on them and the first calibration feeds together: either below
+    the floor warns. Why both: tinyocr's PP-OCRv6 rec at MX9 flipped no character on its 4 held-out
+    lines while 2 of 32 other lines changed; its 8 calibration lines showed 2 flipped positions of
+    124 (bench/RESULTS.md, "The floor's misses and false alarms"). A warning, not a broken floor:
+    judged as reads with repair, PP-OCRv4 rec A8W8 was repaired into the float model (commit cc01a4f).
+    ``measure`` passes calibration feeds only for an alphabet (more than ``fields.MAX_FIELDS``
+    classes): a few per-step labels over a long record are no read (eeg_seizure's 4 classes over 599
+    steps: 3 flips in 1245 decision positions warned while its steps agreed 0.999 with float)."""
+    text = softmax_reads_advisory(refs, gots, floor, _enough)
+    seen_refs, seen_gots = seen
+    if text is None and seen_refs:
+        text = softmax_reads_advisory(refs + seen_refs, gots + seen_gots, floor, _enough)
+        if text is not None:
+            text += f" (on the held-out and {len(seen_refs)} calibration samples)"
+    return text
 
 
 def _breaks(positions: Positions, floor: Floor) -> bool:

@@ -150,10 +150,10 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
         extra = capture(quantized, calibrated.holdout, readings["decisions"], providers=tuple(cfg.calibration.providers))
         got = [dict(g, **e) for g, e in zip(got, extra)]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
-    if not calibrated.holdout_reused and any(c.positions is not None or c.top1_unjudged for c in verdict.outputs.values()):
-        # An output judged as reads, or rows too few on the held-out feeds: judged on the first
-        # calibration feeds too (floor._judge_reads: a format's rounding flips a near-tie on any
-        # feed). Only such models run them.
+    if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
+        # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
+        # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
+        # rounding flips a near-tie on any feed). Only such models run them.
         seen = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.judged_calibration_feeds(eval_samples))]
         verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
                           seen=(calibrated.float_outputs[:len(seen)], seen), **readings)
