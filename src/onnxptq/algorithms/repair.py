@@ -9,15 +9,25 @@ broken floor:
 - otherwise (the default) find the nodes responsible and keep them float, rebuilding from the
   same :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
 
-**The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
-invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
-quantized node (the float model, which holds by definition — checked once: a floor that breaks
-even then is not the quantizers' doing and is reported so). Halves of ``K`` are then given back
-their formats, breadth first: a chunk whose return keeps the floor leaves ``K``; a chunk that
-breaks it is split in two and each half tried again; a single node that breaks it stays. With
-``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds, each one the pipeline's own
-build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
-code as the delivered model, so what is measured is what ships) run on the held-out feeds.
+**The search** (sensitivity first, then a search in that order; :mod:`.sensitivity`). The
+invariant is a set ``K`` of nodes kept float with which the floor holds on a real build; it starts
+as every quantized node (the float model, which holds by definition — checked once: a floor that
+breaks even then is not the quantizers' doing and is reported so). Then, on the *switch model* (the
+all-quantized candidate with each quantized node's quantizers behind a boolean input, so any ``K``
+is judged by one session run, no build):
+
+1. each node alone quantized, every other float: its sensitivity, in units of the floor's
+   allowance (held-out feeds only);
+2. nodes in that order, least sensitive first: the longest prefix quantized together that holds
+   (bisection), then each later node tried on top of it;
+3. the set found is built for real (:func:`~onnxptq.pipeline.build.build_model`: plan, range
+   guard, solve, emit — the same code as the delivered model, so what is measured is what ships)
+   and judged on the held-out feeds; where it breaks there (a build plans again around the kept
+   nodes), the longest prefix of the same order that real builds hold, by bisection.
+
+Where no switch model can be made (no node whose quantized inputs keep the float names), or it
+breaks with every switched node float, the search is the bisection over builds in graph order:
+halves of ``K`` given their formats back, a chunk that breaks split in two.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
 float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
 repair"). Float is the next precision up from every family, so one step suffices.
@@ -25,8 +35,9 @@ repair"). Float is the next precision up from every family, so one step suffices
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
 (this process's, so the outcome does not depend on other jobs' load), so
 quantize with repair takes at most about twice as long (and at least :data:`MIN_BUDGET_S`, which a
-model that quantizes in a fraction of a second needs for a handful of builds, and at least
-:data:`MIN_TRIALS` candidate builds; ``repair_budget=0``: no search). ``K`` holds the floor at every step, so a
+model that quantizes in a fraction of a second needs for a handful of builds, and at least the CPU
+of :data:`MIN_TRIALS` candidate builds; the switch-model runs stop early enough to leave
+:data:`VERIFY_BUILDS` builds' worth for the real builds; ``repair_budget=0``: no search). ``K`` holds the floor at every step, so a
 search stopped by the budget still delivers a model within the floor, only with more nodes float
 than needed (the summary says so).
 
@@ -40,7 +51,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
@@ -54,6 +65,7 @@ from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
 from ..sessions import open_session
+from .sensitivity import SwitchModel, badness, order_by, switch_model
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +80,8 @@ MIN_BUDGET_S = 2.0
 #: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
 #: few hundred nodes down to its quarters.
 MIN_TRIALS = 8
+#: Builds' worth of CPU the switch-model phase leaves for the real builds that verify its proposal.
+VERIFY_BUILDS = 3
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -108,34 +122,88 @@ class _Judge:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
         # complete()'s finish session, opened as users open it.
+        session = self.session(model)
+        verdict = self.judge(session)
+        del session
+        release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
+        return verdict
+
+    def session(self, model: onnx.ModelProto) -> "_Session":
+        """A session on ``model`` (modified: the graph's inner decisions as extra outputs) with
+        the names to fetch and the keys they are judged under."""
         names, keys = self.names, list(self.names)
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
-        session = open_session(model, log_severity=3, inline_functions_first=False)
-        got = [dict(zip(keys, session.run(names, feed))) for feed in self.calibrated.holdout]
-        seen = ([dict(zip(self.names, session.run(self.names, feed))) for feed in self.seen])
-        del session
-        release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
+        return _Session(open_session(model, log_severity=3, inline_functions_first=False), names, keys)
+
+    def judge(self, run: "_Session", extra: dict[str, Any] | None = None, quick: bool = False) -> Verdict:
+        """The verdict of ``run``'s model on the held-out (and judged calibration) feeds, each fed
+        ``extra`` too (a switch model's switches); ``quick``: the held-out feeds only (a ranking's
+        figure, a fraction of the runs where reads are judged on calibration feeds too)."""
+        more = extra or {}
+        got = [dict(zip(run.keys, run.session.run(run.names, {**feed, **more}))) for feed in self.calibrated.holdout]
+        seen = [dict(zip(self.names, run.session.run(self.names, {**feed, **more}))) for feed in (() if quick else self.seen)]
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
                        seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
 
 
-def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
-    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor."""
+class _Session(NamedTuple):
+    session: Any
+    names: list[str]
+    keys: list[str]
+
+
+class _Switched:
+    """Judges sets of kept nodes on the switch model (:mod:`.sensitivity`): one run of the held-out
+    feeds per set, no build."""
+
+    def __init__(self, judge: _Judge, switches: SwitchModel) -> None:
+        self.judge, self.switches = judge, switches
+        self.run = judge.session(switches.model)
+        self.evaluations = 0
+        self.cache: dict[tuple[frozenset[str], bool], Verdict] = {}
+
+    def __call__(self, kept: frozenset[str], quick: bool = False) -> Verdict:
+        key = (kept & frozenset(self.switches.switches), quick)
+        if key not in self.cache:
+            self.evaluations += 1
+            self.cache[key] = self.judge.judge(self.run, self.switches.feed(key[0]), quick=quick)
+        return self.cache[key]
+
+
+class _Trials:
+    """The search's work against its budget: real candidate builds (``count``; at least
+    :data:`MIN_TRIALS` of them, then until the CPU deadline) and, before them, runs of the switch
+    model, which stop early enough to leave :data:`VERIFY_BUILDS` builds' worth of CPU."""
+
+    def __init__(self, deadline: float, build_cpu: float) -> None:
+        # The old rule "at least MIN_TRIALS builds" as CPU: a budget below MIN_TRIALS builds' CPU is raised to it.
+        self.deadline = max(deadline, time.process_time() + MIN_TRIALS * build_cpu)
+        self.build_cpu, self.count = build_cpu, 0
+
+    def spent(self) -> bool:
+        return time.process_time() > self.deadline and self.count >= MIN_TRIALS
+
+    def switch_spent(self) -> bool:
+        return time.process_time() > self.deadline - VERIFY_BUILDS * self.build_cpu
+
+
+def _search(judge: _Judge, candidates: list[str], trials: _Trials) -> tuple[frozenset[str], bool]:
+    """The bisection over builds (module docstring), ``candidates`` in graph order: ``(kept,
+    finished)``; ``kept`` holds the floor. Used where there is no switch model."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
-    trials = 0
     while queue:
-        if time.process_time() > deadline and trials >= MIN_TRIALS:
+        if trials.spent():
             return kept, False
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
         trial = kept - frozenset(chunk)
-        trials += 1
+        trials.count += 1
         verdict = judge(trial)
         if verdict is not None and verdict.ok:
             kept = trial
@@ -144,6 +212,99 @@ def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[froz
             half = len(chunk) // 2
             queue.extend([chunk[:half], chunk[half:]])
     return kept, True
+
+
+def _largest_holding(holds, order: list[str], lo: int, hi: int, spent) -> tuple[int, bool]:
+    """The largest ``m`` in ``[lo, hi)`` with ``holds(order[:m])``, by bisection, given that ``lo``
+    holds and ``hi`` does not: ``(m, finished)``; the ``m`` returned was judged to hold."""
+    while hi - lo > 1:
+        if spent():
+            return lo, False
+        mid = (lo + hi) // 2
+        if holds(order[:mid]):
+            lo = mid
+        else:
+            hi = mid
+    return lo, True
+
+
+def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
+                   trials: _Trials) -> tuple[frozenset[str], bool, dict[str, Any]] | None:
+    """The search on the switch model, then verified on builds (module docstring): ``(kept,
+    finished, record)``, or None where the switch model cannot hold the floor with every switched
+    node float (its unswitched nodes alone break it)."""
+    everything = frozenset(candidates)
+    nodes = [n for n in candidates if n in switched.switches.switches]
+    switchable = frozenset(nodes)
+    if not switched(switchable).ok:
+        return None
+    finished = True
+    # 1. Each node alone quantized: its sensitivity in units of the floor's allowance.
+    sensitivity: dict[str, float] = {}
+    for node in nodes:
+        if trials.switch_spent():
+            finished = False
+            break
+        verdict = switched(switchable - {node}, quick=True)
+        sensitivity[node] = badness(verdict, judge.floor) + (0.0 if verdict.ok else 1e3)
+    order = order_by(sensitivity, nodes)  # unmeasured nodes last (most sensitive: kept float)
+
+    # 2. The longest prefix of that order (least sensitive first) quantized together that holds;
+    #    3. then each later node tried on top of it, in order.
+    def holds(quantized: list[str]) -> bool:
+        return switched(switchable - frozenset(quantized)).ok
+
+    measured = [n for n in order if n in sensitivity]
+    m, done = _largest_holding(holds, measured, 0, len(measured) + 1, trials.switch_spent)
+    quantized = list(measured[:m])
+    finished = finished and done
+    for node in measured[m + 1:] if done else ():
+        if trials.switch_spent():
+            finished = False
+            break
+        if holds(quantized + [node]):
+            quantized.append(node)
+    record = {"switched": len(nodes), "switch_runs": switched.evaluations,
+              "most_sensitive": [[n, round(sensitivity[n], 4)] for n in order[::-1] if n in sensitivity][:5]}
+    # 4. The proposal on a real build; where it breaks there, the longest prefix (in the same order)
+    #    that a real build holds, from every node float.
+    proposal = switchable - frozenset(quantized)  # the unswitched nodes were quantized in every run
+    trials.count += 1
+    verdict = judge(proposal)
+    record["proposal_held"] = verdict is not None and verdict.ok
+    if record["proposal_held"]:
+        return proposal, finished, record
+    log.debug("repair: the switch model's proposal (%d kept float) breaks on a build; bisecting on builds", len(proposal))
+
+    def builds_hold(prefix: list[str]) -> bool:
+        trials.count += 1
+        v = judge(everything - frozenset(prefix))
+        return v is not None and v.ok
+
+    m, done = _largest_holding(builds_hold, quantized, 0, len(quantized), trials.spent)
+    return everything - frozenset(quantized[:m]), finished and done, record
+
+
+def _repair_search(calibrated: Calibrated, result: QuantizationResult, judge: _Judge, candidates: list[str],
+                   trials: _Trials) -> tuple[frozenset[str], bool, dict[str, Any]]:
+    """The switch-model search where a switch model can be made and holds with its nodes float,
+    else the bisection over builds in graph order."""
+    switched = None
+    try:
+        wanted = set(candidates)
+        owners = {name: [c for c in t.consumers if c in wanted] or ([t.producer] if t.producer in wanted else [])
+                  for name, t in result.plan.tensors.items()}
+        switches = switch_model(calibrated.prepared, result.model, owners)
+        switched = _Switched(judge, switches) if switches is not None else None
+    except Exception as exc:  # noqa: BLE001 - an evaluation copy that onnxruntime refuses: bisect on builds
+        log.debug("repair: no switch model (%s); bisecting on builds", exc)
+    found = _switch_search(judge, switched, candidates, trials) if switched is not None else None
+    del switched
+    release_freed()
+    if found is not None:
+        return found[0], found[1], {"searched_on": "switch model", **found[2]}
+    kept, finished = _search(judge, candidates, trials)
+    return kept, finished, {"searched_on": "builds (graph order)"}
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
@@ -196,7 +357,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     for logger, floor_level in quiet.items():
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     try:
+        c_build = time.process_time()
         everything = judge(frozenset(candidates))
+        build_cpu = time.process_time() - c_build
         if everything is None or not everything.ok:
             figures = everything.describe(only_broken=True) if everything is not None else "it could not be built"
             note = (f"the floor breaks even with every quantized node float ({figures}): "
@@ -205,7 +368,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             result.repair = {"note": note, "before": verdict.to_json()}
             result.plan.repair = result.repair
             return result
-        kept, finished = _search(judge, candidates, cpu0 + budget) if budget > 0 else (frozenset(candidates), False)
+        if budget > 0:
+            kept, finished, searched = _repair_search(calibrated, result, judge, candidates, _Trials(cpu0 + budget, build_cpu))
+        else:
+            kept, finished, searched = frozenset(candidates), False, {}
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False)
     finally:
@@ -237,6 +403,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "before_text": before,
         "after": after.to_json() if after is not None else None,
         "evaluations": judge.evaluations,
+        "search": searched,
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
         "budget_seconds": round(budget, 3),
