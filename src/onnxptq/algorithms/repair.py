@@ -16,8 +16,11 @@ breaks even then is not the quantizers' doing and is reported so). Then, on the 
 all-quantized candidate with each quantized node's quantizers behind a boolean input, so any ``K``
 is judged by one session run, no build):
 
-1. each node alone quantized, every other float: its sensitivity, in units of the floor's
-   allowance (held-out feeds only);
+1. chunks of nodes alone quantized, every other float, breadth first from the halves in graph
+   order: a chunk that holds gives its nodes its figure (how far from float, in units of the
+   floor's allowance; held-out feeds only), one that breaks is split, down to single nodes — a
+   first cheap pass that covers every node early, so a search the budget stops still ranks them all
+   at some grain;
 2. nodes in that order, least sensitive first: the longest prefix quantized together that holds
    (bisection), then each later node tried on top of it;
 3. the set found is built for real (:func:`~onnxptq.pipeline.build.build_model`: plan, range
@@ -239,14 +242,25 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     if not switched(switchable).ok:
         return None
     finished = True
-    # 1. Each node alone quantized: its sensitivity in units of the floor's allowance.
+    # 1. Chunks alone quantized (every other node float), breadth first from the two halves in
+    #    graph order: a chunk that holds gives its nodes its figure (in units of the floor's
+    #    allowance), one that breaks is split; a single node that breaks gets its figure + 1000.
+    #    Stopped by the budget, the chunks still pending stay unmeasured (kept float).
     sensitivity: dict[str, float] = {}
-    for node in nodes:
+    pending: deque[list[str]] = deque([nodes[:len(nodes) // 2], nodes[len(nodes) // 2:]] if len(nodes) > 1 else [nodes])
+    while pending:
         if trials.switch_spent():
             finished = False
             break
-        verdict = switched(switchable - {node}, quick=True)
-        sensitivity[node] = badness(verdict, judge.floor) + (0.0 if verdict.ok else 1e3)
+        chunk = pending.popleft()
+        if not chunk:
+            continue
+        verdict = switched(switchable - frozenset(chunk), quick=True)
+        if verdict.ok or len(chunk) == 1:
+            figure = badness(verdict, judge.floor) + (0.0 if verdict.ok else 1e3)
+            sensitivity.update(dict.fromkeys(chunk, figure))
+        else:
+            pending.extend([chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]])
     order = order_by(sensitivity, nodes)  # unmeasured nodes last (most sensitive: kept float)
 
     # 2. The longest prefix of that order (least sensitive first) quantized together that holds;
