@@ -179,7 +179,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
     row["repair"] = _repair_kept(result)
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
-        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished")}
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
     try:
         row["summary_cosine"] = min((m.get("cosine", float("nan")) for m in result.metrics.values()), default=None)
         test_run = zoo.session_runner(output)

@@ -18,15 +18,20 @@ is judged by one session run, no build):
 
 1. chunks of nodes alone quantized, every other float, breadth first from the halves in graph
    order: a chunk that holds gives its nodes its figure (how far from float, in units of the
-   floor's allowance; held-out feeds only), one that breaks is split, down to single nodes — a
+   floor's allowance), one that breaks is split, down to single nodes — a
    first cheap pass that covers every node early, so a search the budget stops still ranks them all
    at some grain;
 2. nodes in that order, least sensitive first: the longest prefix quantized together that holds
    (bisection), then each later node tried on top of it;
+
+   (switch-model runs judge the held-out feeds only: a third of the runs where reads are judged on
+   calibration feeds too, which the real build below adds;)
 3. the set found is built for real (:func:`~onnxptq.pipeline.build.build_model`: plan, range
    guard, solve, emit — the same code as the delivered model, so what is measured is what ships)
    and judged on the held-out feeds; where it breaks there (a build plans again around the kept
-   nodes), the longest prefix of the same order that real builds hold, by bisection.
+   nodes), the longest prefix of the same order that real builds hold, by bisection;
+4. where the budget cut the switch-model pass short, the bisection over builds (below) goes on
+   from that set with what the budget leaves, least sensitive chunks first.
 
 Where no switch model can be made (no node whose quantized inputs keep the float names), or it
 breaks with every switched node float, the search is the bisection over builds in graph order:
@@ -192,10 +197,12 @@ class _Trials:
         return time.process_time() > self.deadline - VERIFY_BUILDS * self.build_cpu
 
 
-def _search(judge: _Judge, candidates: list[str], trials: _Trials) -> tuple[frozenset[str], bool]:
-    """The bisection over builds (module docstring), ``candidates`` in graph order: ``(kept,
-    finished)``; ``kept`` holds the floor. Used where there is no switch model."""
-    kept = frozenset(candidates)
+def _search(judge: _Judge, candidates: list[str], trials: _Trials,
+            kept: frozenset[str] | None = None) -> tuple[frozenset[str], bool]:
+    """The bisection over builds (module docstring): chunks of ``candidates``, in their order,
+    given back from ``kept`` (which holds the floor; all of them by default): ``(kept,
+    finished)``; ``kept`` still holds the floor."""
+    kept = frozenset(candidates) if kept is None else kept
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
@@ -239,7 +246,7 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     everything = frozenset(candidates)
     nodes = [n for n in candidates if n in switched.switches.switches]
     switchable = frozenset(nodes)
-    if not switched(switchable).ok:
+    if not switched(switchable, quick=True).ok:
         return None
     finished = True
     # 1. Chunks alone quantized (every other node float), breadth first from the two halves in
@@ -266,7 +273,7 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     # 2. The longest prefix of that order (least sensitive first) quantized together that holds;
     #    3. then each later node tried on top of it, in order.
     def holds(quantized: list[str]) -> bool:
-        return switched(switchable - frozenset(quantized)).ok
+        return switched(switchable - frozenset(quantized), quick=True).ok
 
     measured = [n for n in order if n in sensitivity]
     m, done = _largest_holding(holds, measured, 0, len(measured) + 1, trials.switch_spent)
@@ -287,16 +294,24 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     verdict = judge(proposal)
     record["proposal_held"] = verdict is not None and verdict.ok
     if record["proposal_held"]:
-        return proposal, finished, record
-    log.debug("repair: the switch model's proposal (%d kept float) breaks on a build; bisecting on builds", len(proposal))
+        kept = proposal
+    else:
+        log.debug("repair: the switch model's proposal (%d kept float) breaks on a build; bisecting on builds", len(proposal))
 
-    def builds_hold(prefix: list[str]) -> bool:
-        trials.count += 1
-        v = judge(everything - frozenset(prefix))
-        return v is not None and v.ok
+        def builds_hold(prefix: list[str]) -> bool:
+            trials.count += 1
+            v = judge(everything - frozenset(prefix))
+            return v is not None and v.ok
 
-    m, done = _largest_holding(builds_hold, quantized, 0, len(quantized), trials.spent)
-    return everything - frozenset(quantized[:m]), finished and done, record
+        m, done = _largest_holding(builds_hold, quantized, 0, len(quantized), trials.spent)
+        kept, finished = everything - frozenset(quantized[:m]), finished and done
+    # 5. What the budget leaves: the bisection over builds gives back chunks of what is kept, least
+    #    sensitive first (unmeasured nodes in graph order after them): where the switch-model pass
+    #    was cut short, the builds go on from its proposal instead of from every node float.
+    if not finished and kept:
+        rest = [n for n in order if n in kept] + [n for n in candidates if n in kept and n not in switchable]
+        kept, _ = _search(judge, rest, trials, kept)
+    return kept, finished, record
 
 
 def _repair_search(calibrated: Calibrated, result: QuantizationResult, judge: _Judge, candidates: list[str],

@@ -89,6 +89,7 @@ def switch_model(prepared: onnx.ModelProto, quantized: onnx.ModelProto, owners: 
     graph = model.graph
     producer = {o: n for n in graph.node for o in n.output if o}
     available = set(producer) | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    stored = {i.name: i.data_type for i in graph.initializer}
     switches: dict[str, str] = {}
     conditions: dict[str, str] = {}
     added: dict[str, onnx.TensorProto] = {}
@@ -136,8 +137,9 @@ def switch_model(prepared: onnx.ModelProto, quantized: onnx.ModelProto, owners: 
         ref = float_nodes.get(node.name)
         if ref is not None and ref.op_type == node.op_type and len(ref.input) == len(node.input):
             pairs = [(i, q, f) for i, (q, f) in enumerate(zip(node.input, ref.input)) if q != f and q and f and owners.get(f)]
-            # An input of another kind (a Cast to BF16, an integer kernel's) is not switchable.
-            if not all(_dequantized_producer(producer.get(q)) for _, q, _ in pairs):
+            # An input of another kind (a Cast to BF16, an integer kernel's) is not switchable; a
+            # weight or bias the emitter stored already rounded (a float initializer) is.
+            if not all(_dequantized_producer(producer.get(q)) or stored.get(q) == TensorProto.FLOAT for _, q, _ in pairs):
                 pairs = []
             for i, q, f in pairs:
                 if not float_value(f):
