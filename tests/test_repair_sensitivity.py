@@ -5,8 +5,8 @@ scales token 0 by 1000 and ``Mul_inv_i`` scales it back (float never sees it); a
 weight range over ``[1000, 1, …, 1]`` rounds the ones to 0, so each ``Mul_hot_i`` alone quantized
 drops the output cosine to 0; every other node is harmless. In graph order every half of the plan holds one of them, so the bisection over builds
 splits down to single nodes (about 2·k·log2(n) builds); with the minimum of eight builds it still
-keeps much of the chain float. The search on the switch model measures each node alone with one
-session run each and proposes exactly the three, which one real build confirms.
+keeps much of the chain float. The switch model ranks the nodes by chunks alone quantized (one
+session run each), and the builds bisect the prefix of that ranking: exactly the three kept.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def test_the_switch_model_search_keeps_only_the_scattered_sensitive_nodes():
     record = result.repair
     assert record["before"]["ok"] is False and result.floor.ok, result.summary()
     assert set(record["kept_float"]) == PLANTED, record["kept_float"]
-    assert record["search"]["searched_on"] == "switch model" and record["search"]["proposal_held"]
-    # One build for "everything float", one for the proposal: the search itself ran on the switch model.
-    assert record["evaluations"] == 2 and record["finished"]
+    assert record["search"]["searched_on"] == "switch model" and record["search"]["ranked"]
+    # "everything float", then the prefix bisection (log2 of the nodes) and the cleanup of the three
+    assert record["evaluations"] <= 16 and record["finished"], record
     ranked = [name for name, _ in record["search"]["most_sensitive"]]
     assert set(ranked[:3]) == PLANTED
 

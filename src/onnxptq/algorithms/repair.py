@@ -12,40 +12,36 @@ broken floor:
 **The search** (sensitivity first, then a search in that order; :mod:`.sensitivity`). The
 invariant is a set ``K`` of nodes kept float with which the floor holds on a real build; it starts
 as every quantized node (the float model, which holds by definition — checked once: a floor that
-breaks even then is not the quantizers' doing and is reported so). Then, on the *switch model* (the
-all-quantized candidate with each quantized node's quantizers behind a boolean input, so any ``K``
-is judged by one session run, no build):
+breaks even then is not the quantizers' doing and is reported so). Then:
 
-1. chunks of nodes alone quantized, every other float, breadth first from the halves in graph
-   order: a chunk that holds gives its nodes its figure (how far from float, in units of the
-   floor's allowance), one that breaks is split, down to single nodes — a
-   first cheap pass that covers every node early, so a search the budget stops still ranks them all
-   at some grain;
-2. nodes in that order, least sensitive first: the longest prefix quantized together that holds
-   (bisection), then each later node tried on top of it;
+1. **ranking, on the switch model** (the all-quantized candidate with each quantized node's
+   quantizers behind a boolean input, so any ``K`` is judged by one session run, no build): chunks
+   of nodes alone quantized, every other float, breadth first from the halves in graph order — a
+   chunk that holds gives its nodes its figure (how far from float, in units of the floor's
+   allowance; held-out feeds only), one that breaks is split, down to single nodes. A first cheap
+   pass that covers every node early, so a pass the budget stops still ranks them all at some
+   grain; nodes with no quantizer of their own come first, unmeasured ones last;
+2. **on builds** (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit —
+   the same code as the delivered model, so what is measured is what ships), judged on the
+   held-out (and calibration) feeds: the longest prefix of that order, least sensitive first, given
+   back its formats together that holds, by bisection;
+3. then the bisection over builds on what is kept, least sensitive chunks first: a chunk whose
+   return keeps the floor leaves ``K``; a chunk that breaks it is split in two and each half tried
+   again; a single node that breaks it stays.
 
-   (switch-model runs judge the held-out feeds only: a third of the runs where reads are judged on
-   calibration feeds too, which the real build below adds;)
-3. the set found is built for real (:func:`~onnxptq.pipeline.build.build_model`: plan, range
-   guard, solve, emit — the same code as the delivered model, so what is measured is what ships)
-   and judged on the held-out feeds; where it breaks there (a build plans again around the kept
-   nodes), the longest prefix of the same order that real builds hold, by bisection;
-4. where the budget cut the switch-model pass short, the bisection over builds (below) goes on
-   from that set with what the budget leaves, least sensitive chunks first.
-
-Where no switch model can be made (no node whose quantized inputs keep the float names), or it
-breaks with every switched node float, the search is the bisection over builds in graph order:
-halves of ``K`` given their formats back, a chunk that breaks split in two.
-Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
-float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
-repair"). Float is the next precision up from every family, so one step suffices.
+Where no switch model can be made (no quantized input keeps its float name: a BF16 ``Cast``, integer
+kernels) or it breaks with every switched node float, step 3 runs alone over every node in graph
+order (the search before the switch model; about ``2k·log2(n)`` builds for ``k`` responsible nodes
+among ``n``). Candidates are planned with the node names added to ``nodes_to_exclude``: the node
+computes in float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept
+float by repair"). Float is the next precision up from every family, so one step suffices.
 
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
 (this process's, so the outcome does not depend on other jobs' load), so
 quantize with repair takes at most about twice as long (and at least :data:`MIN_BUDGET_S`, which a
 model that quantizes in a fraction of a second needs for a handful of builds, and at least the CPU
-of :data:`MIN_TRIALS` candidate builds; the switch-model runs stop early enough to leave
-:data:`VERIFY_BUILDS` builds' worth for the real builds; ``repair_budget=0``: no search). ``K`` holds the floor at every step, so a
+of :data:`MIN_TRIALS` candidate builds, the switch-model pass counted by its CPU; that pass gets
+what the budget leaves beyond those builds, at least :data:`SWITCH_SHARE` of it; ``repair_budget=0``: no search). ``K`` holds the floor at every step, so a
 search stopped by the budget still delivers a model within the floor, only with more nodes float
 than needed (the summary says so).
 
@@ -88,8 +84,8 @@ MIN_BUDGET_S = 2.0
 #: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
 #: few hundred nodes down to its quarters.
 MIN_TRIALS = 8
-#: Builds' worth of CPU the switch-model phase leaves for the real builds that verify its proposal.
-VERIFY_BUILDS = 3
+#: The least share of the budget the switch-model pass gets before the real builds.
+SWITCH_SHARE = 0.25
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -181,20 +177,24 @@ class _Switched:
 
 
 class _Trials:
-    """The search's work against its budget: real candidate builds (``count``; at least
-    :data:`MIN_TRIALS` of them, then until the CPU deadline) and, before them, runs of the switch
-    model, which stop early enough to leave :data:`VERIFY_BUILDS` builds' worth of CPU."""
+    """The search's work against its budget: runs of the switch model first, then real candidate
+    builds (``count``) until the CPU deadline — and at least :data:`MIN_TRIALS` builds' worth of
+    CPU in all (the switch pass counted by its CPU in builds), as before the switch model."""
 
     def __init__(self, deadline: float, build_cpu: float) -> None:
-        # The old rule "at least MIN_TRIALS builds" as CPU: a budget below MIN_TRIALS builds' CPU is raised to it.
-        self.deadline = max(deadline, time.process_time() + MIN_TRIALS * build_cpu)
-        self.build_cpu, self.count = build_cpu, 0
+        now = time.process_time()
+        self.deadline, self.build_cpu, self.count = deadline, max(build_cpu, 1e-3), 0
+        self.switch_cpu = 0.0
+        #: the switch pass: what the deadline leaves beyond MIN_TRIALS builds, and at least a
+        #: quarter of the budget (a ranking of a few chunks is worth more than two more builds)
+        self.switch_deadline = max(deadline - MIN_TRIALS * self.build_cpu, now + SWITCH_SHARE * max(0.0, deadline - now))
 
     def spent(self) -> bool:
-        return time.process_time() > self.deadline and self.count >= MIN_TRIALS
+        done = self.count + self.switch_cpu / self.build_cpu
+        return time.process_time() > self.deadline and done >= MIN_TRIALS
 
     def switch_spent(self) -> bool:
-        return time.process_time() > self.deadline - VERIFY_BUILDS * self.build_cpu
+        return time.process_time() > self.switch_deadline
 
 
 def _search(judge: _Judge, candidates: list[str], trials: _Trials,
@@ -240,24 +240,26 @@ def _largest_holding(holds, order: list[str], lo: int, hi: int, spent) -> tuple[
 
 def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
                    trials: _Trials) -> tuple[frozenset[str], bool, dict[str, Any]] | None:
-    """The search on the switch model, then verified on builds (module docstring): ``(kept,
-    finished, record)``, or None where the switch model cannot hold the floor with every switched
-    node float (its unswitched nodes alone break it)."""
+    """The ranking on the switch model, then the search on builds in that order (module
+    docstring): ``(kept, finished, record)``, or None where the switch model breaks the floor with
+    every switched node float (its unswitched quantizers alone break it)."""
+    start = time.process_time()
     everything = frozenset(candidates)
     nodes = [n for n in candidates if n in switched.switches.switches]
     switchable = frozenset(nodes)
     if not switched(switchable, quick=True).ok:
+        trials.switch_cpu += time.process_time() - start
         return None
-    finished = True
+    ranked = True
     # 1. Chunks alone quantized (every other node float), breadth first from the two halves in
     #    graph order: a chunk that holds gives its nodes its figure (in units of the floor's
     #    allowance), one that breaks is split; a single node that breaks gets its figure + 1000.
-    #    Stopped by the budget, the chunks still pending stay unmeasured (kept float).
+    #    Stopped by the budget, the chunks still pending stay unmeasured (last in the order).
     sensitivity: dict[str, float] = {}
     pending: deque[list[str]] = deque([nodes[:len(nodes) // 2], nodes[len(nodes) // 2:]] if len(nodes) > 1 else [nodes])
     while pending:
         if trials.switch_spent():
-            finished = False
+            ranked = False
             break
         chunk = pending.popleft()
         if not chunk:
@@ -268,50 +270,29 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
             sensitivity.update(dict.fromkeys(chunk, figure))
         else:
             pending.extend([chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]])
-    order = order_by(sensitivity, nodes)  # unmeasured nodes last (most sensitive: kept float)
-
-    # 2. The longest prefix of that order (least sensitive first) quantized together that holds;
-    #    3. then each later node tried on top of it, in order.
-    def holds(quantized: list[str]) -> bool:
-        return switched(switchable - frozenset(quantized), quick=True).ok
-
-    measured = [n for n in order if n in sensitivity]
-    m, done = _largest_holding(holds, measured, 0, len(measured) + 1, trials.switch_spent)
-    quantized = list(measured[:m])
-    finished = finished and done
-    for node in measured[m + 1:] if done else ():
-        if trials.switch_spent():
-            finished = False
-            break
-        if holds(quantized + [node]):
-            quantized.append(node)
-    record = {"switched": len(nodes), "switch_runs": switched.evaluations,
+    trials.switch_cpu += time.process_time() - start
+    # Nodes with no quantizer of their own to switch (a Sigmoid between a Conv and its Mul) cost
+    # nothing in the switch model: first; unmeasured switchable ones last.
+    sensitivity.update(dict.fromkeys((n for n in candidates if n not in switchable), -1.0))
+    order = order_by(sensitivity, candidates)
+    record = {"switched": len(nodes), "switch_runs": switched.evaluations, "ranked": ranked,
+              "switch_cpu_s": round(trials.switch_cpu, 3),
               "most_sensitive": [[n, round(sensitivity[n], 4)] for n in order[::-1] if n in sensitivity][:5]}
-    # 4. The proposal on a real build; where it breaks there, the longest prefix (in the same order)
-    #    that a real build holds, from every node float.
-    proposal = switchable - frozenset(quantized)  # the unswitched nodes were quantized in every run
-    trials.count += 1
-    verdict = judge(proposal)
-    record["proposal_held"] = verdict is not None and verdict.ok
-    if record["proposal_held"]:
-        kept = proposal
-    else:
-        log.debug("repair: the switch model's proposal (%d kept float) breaks on a build; bisecting on builds", len(proposal))
 
-        def builds_hold(prefix: list[str]) -> bool:
-            trials.count += 1
-            v = judge(everything - frozenset(prefix))
-            return v is not None and v.ok
+    # 2. On builds: the longest prefix of that order (least sensitive first) given back together
+    #    that holds, by bisection (every node float holds; every node quantized is the broken model).
+    def builds_hold(prefix: list[str]) -> bool:
+        trials.count += 1
+        v = judge(everything - frozenset(prefix))
+        return v is not None and v.ok
 
-        m, done = _largest_holding(builds_hold, quantized, 0, len(quantized), trials.spent)
-        kept, finished = everything - frozenset(quantized[:m]), finished and done
-    # 5. What the budget leaves: the bisection over builds gives back chunks of what is kept, least
-    #    sensitive first (unmeasured nodes in graph order after them): where the switch-model pass
-    #    was cut short, the builds go on from its proposal instead of from every node float.
-    if not finished and kept:
-        rest = [n for n in order if n in kept] + [n for n in candidates if n in kept and n not in switchable]
-        kept, _ = _search(judge, rest, trials, kept)
-    return kept, finished, record
+    m, finished = _largest_holding(builds_hold, order, 0, len(order), trials.spent)
+    kept = everything - frozenset(order[:m])
+    # 3. Then chunks of what is kept given back, least sensitive first (the bisection over builds).
+    if finished and len(kept) > 1:
+        kept, finished = _search(judge, [n for n in order if n in kept], trials, kept)
+    record["prefix"] = m
+    return kept, finished and ranked, record
 
 
 def _repair_search(calibrated: Calibrated, result: QuantizationResult, judge: _Judge, candidates: list[str],

@@ -20,8 +20,8 @@ float weight (from the prepared model). ``switch_n`` is a boolean scalar graph i
 node as quantized, false as kept float. One session then judges any set of kept nodes by its feed.
 
 It is an approximation of the build it stands for: a real build with ``n`` excluded plans again
-(neighbours' output quantizers, shared scales, int32 biases, the range guard), so the search uses it
-to *order and propose*, and every set repair delivers is still judged on a real build
+(neighbours' output quantizers, shared scales, int32 biases, the range guard), so repair uses it
+to *rank*, and every set it accepts is judged on a real build
 (:class:`~onnxptq.algorithms.repair._Judge`). Nodes it cannot switch (no quantized input by the same
 name, inputs of another type such as a BF16 ``Cast``, nodes inside subgraphs) are left out of it;
 when no node can be switched there is no switch model and repair bisects as before.
