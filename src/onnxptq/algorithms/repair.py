@@ -186,8 +186,9 @@ class _Trials:
         self.deadline, self.build_cpu, self.count = deadline, max(build_cpu, 1e-3), 0
         self.switch_cpu = 0.0
         #: the switch pass: what the deadline leaves beyond MIN_TRIALS builds, and at least a
-        #: quarter of the budget (a ranking of a few chunks is worth more than two more builds)
-        self.switch_deadline = max(deadline - MIN_TRIALS * self.build_cpu, now + SWITCH_SHARE * max(0.0, deadline - now))
+        #: quarter of what the search may spend (a ranking of a few chunks is worth more than two builds)
+        end = max(deadline, now + MIN_TRIALS * self.build_cpu)
+        self.switch_deadline = max(deadline - MIN_TRIALS * self.build_cpu, now + SWITCH_SHARE * (end - now))
 
     def spent(self) -> bool:
         done = self.count + self.switch_cpu / self.build_cpu
@@ -277,7 +278,7 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     order = order_by(sensitivity, candidates)
     record = {"switched": len(nodes), "switch_runs": switched.evaluations, "ranked": ranked,
               "switch_cpu_s": round(trials.switch_cpu, 3),
-              "most_sensitive": [[n, round(sensitivity[n], 4)] for n in order[::-1] if n in sensitivity][:5]}
+              "most_sensitive": [[n, round(sensitivity[n], 4)] for n in order[::-1] if n in switchable and n in sensitivity][:5]}
 
     # 2. On builds: the longest prefix of that order (least sensitive first) given back together
     #    that holds, by bisection (every node float holds; every node quantized is the broken model).
