@@ -24,7 +24,8 @@ breaks even then is not the quantizers' doing and is reported so). Then:
 2. **on builds** (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit —
    the same code as the delivered model, so what is measured is what ships), judged on the
    held-out (and calibration) feeds: the longest prefix of that order, least sensitive first, given
-   back its formats together that holds, by bisection;
+   back its formats together that holds — prefixes of 1, 2, 4, … nodes until one breaks, then
+   bisection (each prefix that holds is kept at once, so a search the budget stops keeps it);
 3. then the bisection over builds on what is kept, least sensitive chunks first: a chunk whose
    return keeps the floor leaves ``K``; a chunk that breaks it is split in two and each half tried
    again; a single node that breaks it stays.
@@ -239,6 +240,21 @@ def _largest_holding(holds, order: list[str], lo: int, hi: int, spent) -> tuple[
     return lo, True
 
 
+def _gallop(holds, order: list[str], spent) -> tuple[int, bool]:
+    """The largest ``m`` with ``holds(order[:m])``: prefixes of 1, 2, 4, … until one breaks, then
+    bisection between the last that held and it (``m = 0`` holds, the whole order does not). Each
+    prefix that holds is kept at once, so a search the budget stops has what it found (a bisection
+    from the middle would hold nothing until it converged): ``(m, finished)``."""
+    lo, step = 0, 1
+    while lo + step < len(order):
+        if spent():
+            return lo, False
+        if not holds(order[:lo + step]):
+            return _largest_holding(holds, order, lo, lo + step, spent)
+        lo, step = lo + step, step * 2
+    return _largest_holding(holds, order, lo, len(order), spent)
+
+
 def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
                    trials: _Trials) -> tuple[frozenset[str], bool, dict[str, Any]] | None:
     """The ranking on the switch model, then the search on builds in that order (module
@@ -287,11 +303,12 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
         v = judge(everything - frozenset(prefix))
         return v is not None and v.ok
 
-    m, finished = _largest_holding(builds_hold, order, 0, len(order), trials.spent)
+    m, finished = _gallop(builds_hold, order, trials.spent)
     kept = everything - frozenset(order[:m])
     # 3. Then chunks of what is kept given back, least sensitive first (the bisection over builds).
-    if finished and len(kept) > 1:
-        kept, finished = _search(judge, [n for n in order if n in kept], trials, kept)
+    if len(kept) > 1:
+        kept, done = _search(judge, [n for n in order if n in kept], trials, kept)
+        finished = finished and done
     record["prefix"] = m
     return kept, finished and ranked, record
 

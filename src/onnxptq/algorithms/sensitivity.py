@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 log = logging.getLogger(__name__)
 
@@ -95,27 +95,41 @@ def switch_model(prepared: onnx.ModelProto, quantized: onnx.ModelProto, owners: 
     added: dict[str, onnx.TensorProto] = {}
     rebuilt: list[onnx.NodeProto] = []
 
-    def float_value(tensor: str, depth: int = 0) -> bool:
-        """Makes the float model's ``tensor`` available (a float weight, or the float nodes that
-        compute it where the quantized model fused them away: a ReLU folded into its Q/DQ)."""
-        if tensor in available:
-            return True
+    quantized_weights = {i.name: i for i in graph.initializer}
+
+    def rounded_in_place(name: str) -> bool:
+        """A float weight the quantized model holds rounded under its own name (MXFP8's element grid)."""
+        q, f = quantized_weights.get(name), float_weights.get(name)
+        return q is not None and f is not None and (q.data_type != f.data_type
+                                                    or not np.array_equal(numpy_helper.to_array(q), numpy_helper.to_array(f)))
+
+    def float_value(tensor: str, depth: int = 0) -> str | None:
+        """The name under which the float model's ``tensor`` is available in the switch model (a
+        float weight, added; the float nodes that compute a value the quantized model fused away —
+        a ReLU folded into its Q/DQ — copied), or None."""
         if tensor in float_weights:
-            added[tensor] = float_weights[tensor]
-            available.add(tensor)
-            return True
+            if tensor in quantized_weights and rounded_in_place(tensor):
+                original = f"{tensor}__{SWITCH_PREFIX}float"
+                added.setdefault(original, numpy_helper.from_array(numpy_helper.to_array(float_weights[tensor]), original))
+                return original
+            if tensor not in available:
+                added[tensor] = float_weights[tensor]
+                available.add(tensor)
+            return tensor
+        if tensor in available:
+            return tensor
         source = float_producer.get(tensor)
         if source is None or depth >= _MAX_RECOMPUTED or source.domain not in ("", "ai.onnx") \
                 or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in source.attribute):
-            return False
-        if not all(float_value(t, depth + 1) for t in source.input if t):
-            return False
+            return None
+        if not all(float_value(t, depth + 1) == t for t in source.input if t):
+            return None
         copy = onnx.NodeProto()
         copy.CopyFrom(source)
         copy.name = f"{source.name}__float_copy"
         rebuilt.append(copy)
         available.update(o for o in source.output if o)
-        return True
+        return tensor
 
     def condition(tensor: str) -> str:
         """The boolean that keeps ``tensor`` quantized: its one owner's switch, or their Or."""
@@ -136,16 +150,23 @@ def switch_model(prepared: onnx.ModelProto, quantized: onnx.ModelProto, owners: 
     for node in graph.node:
         ref = float_nodes.get(node.name)
         if ref is not None and ref.op_type == node.op_type and len(ref.input) == len(node.input):
-            pairs = [(i, q, f) for i, (q, f) in enumerate(zip(node.input, ref.input)) if q != f and q and f and owners.get(f)]
+            for i, name in enumerate(node.input):  # a weight rounded in place: the float copy behind a switch
+                if name and name == ref.input[i] and owners.get(name) and rounded_in_place(name):
+                    chosen = f"{name}__{SWITCH_PREFIX}{node.name}_{i}"
+                    rebuilt.append(helper.make_node("Where", [condition(name), name, float_value(name)], [chosen], name=chosen))
+                    node.input[i] = chosen
+            pairs = [(i, q, f) for i, (q, f) in enumerate(zip(node.input, ref.input)) if q != f and q and f and owners.get(f)
+                     and not q.startswith(f"{f}__{SWITCH_PREFIX}")]
             # An input of another kind (a Cast to BF16, an integer kernel's) is not switchable; a
             # weight or bias the emitter stored already rounded (a float initializer) is.
             if not all(_dequantized_producer(producer.get(q)) or stored.get(q) == TensorProto.FLOAT for _, q, _ in pairs):
                 pairs = []
             for i, q, f in pairs:
-                if not float_value(f):
+                value = float_value(f)
+                if value is None:
                     continue
                 chosen = f"{q}__{SWITCH_PREFIX}{node.name}_{i}"
-                rebuilt.append(helper.make_node("Where", [condition(f), q, f], [chosen], name=chosen))
+                rebuilt.append(helper.make_node("Where", [condition(f), q, value], [chosen], name=chosen))
                 node.input[i] = chosen
         rebuilt.append(node)
     # A graph output dequantized by its producer's Q/DQ: the float value is the producer's renamed
