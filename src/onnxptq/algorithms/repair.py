@@ -30,10 +30,11 @@ breaks even then is not the quantizers' doing and is reported so). Then:
    return keeps the floor leaves ``K``; a chunk that breaks it is split in two and each half tried
    again; a single node that breaks it stays.
 
-Where the budget stopped the ranking before it covered every node, steps 2-3 give way to the
-bisection over builds in graph order over the switched nodes, from them float and the others (no
-quantizer of their own) quantized where a build holds that, else from every node float: a prefix
-grown from one node gives back too little within the minimum of builds where the loss is spread.
+Where the budget cannot let the ranking cover every node (its first run's CPU × the nodes exceeds
+its share) or stops it before, steps 2-3 give way to the bisection over builds from every node float
+in graph order, as before the switch model, with its eight builds: a prefix grown from one node, or
+the switched nodes alone, gave back too little within them where the loss is spread (PP-OCRv4 rec
+MXFP8 delivered no MX node).
 
 Where no switch model can be made (no quantized input keeps its float name: a BF16 ``Cast``, integer
 kernels) or it breaks with every switched node float, step 3 runs alone over every node in graph
@@ -273,6 +274,10 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
         trials.switch_cpu += time.process_time() - start
         return None
     ranked = True
+    # Too little budget to cover every node at least once as part of a chunk (about 2 runs per node
+    # where single nodes break): no ranking at all, the budget is the builds'.
+    run_cpu = time.process_time() - start
+    affordable = trials.switch_deadline - time.process_time() >= run_cpu * len(nodes)
     # 1. Chunks alone quantized (every other node float), breadth first from the two halves in
     #    graph order: a chunk that holds gives its nodes its figure (in units of the floor's
     #    allowance), one that breaks is split; a single node that breaks gets its figure + 1000.
@@ -280,7 +285,7 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
     sensitivity: dict[str, float] = {}
     pending: deque[list[str]] = deque([nodes[:len(nodes) // 2], nodes[len(nodes) // 2:]] if len(nodes) > 1 else [nodes])
     while pending:
-        if trials.switch_spent():
+        if not affordable or trials.switch_spent():
             ranked = False
             break
         chunk = pending.popleft()
@@ -310,18 +315,14 @@ def _switch_search(judge: _Judge, switched: _Switched, candidates: list[str],
 
     if not ranked:
         # A ranking the budget cut short orders little (most nodes unmeasured): the bisection over
-        # builds in graph order — over the switched nodes only, from them float and the rest
-        # quantized where a build holds that (the nodes without a quantizer of their own cost no
-        # accuracy; given back first they took the builds while every Conv stayed float: PP-OCRv4
-        # rec MXFP8 delivered no MX node), else from every node float. Growing a prefix from one
-        # node gave back too little within eight builds where the loss is spread (118 of 181 kept).
-        trials.count += 1
-        start = judge(switchable)
-        if start is not None and start.ok:
-            kept, _ = _search(judge, nodes, trials, switchable)
-        else:
-            kept, _ = _search(judge, candidates, trials)
-        return kept, False, record
+        # builds from every node float in graph order, as before the switch model, with its eight
+        # builds (the switch pass not counted against them). Tried instead and measured worse on
+        # PP-OCRv4 rec MXFP8 (bench/RESULTS.md, "Repair ordered by sensitivity"): a prefix grown from
+        # one node (118 of 181 kept), the nodes without a quantizer of their own given back first
+        # or quantized from the start (every Conv float: no MX node left).
+        trials.switch_cpu = 0.0
+        kept, finished = _search(judge, candidates, trials)
+        return kept, finished, {**record, "ranking_cut_short": True}
     m, finished = _gallop(builds_hold, order, trials.spent)
     kept = everything - frozenset(order[:m])
     # 3. Then chunks of what is kept given back, least sensitive first (the bisection over builds).
