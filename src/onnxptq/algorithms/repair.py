@@ -93,6 +93,9 @@ MIN_BUDGET_S = 2.0
 MIN_TRIALS = 8
 #: The least share of the budget the switch-model pass gets before the real builds.
 SWITCH_SHARE = 0.25
+#: A switch-model run's CPU as a share of a build's, at least (measured 1/3-1/2 on the OCR models):
+#: a ranking is not tried where its share of the budget holds fewer runs than nodes.
+SWITCH_RUN_SHARE = 0.25
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -338,6 +341,11 @@ def _repair_search(calibrated: Calibrated, result: QuantizationResult, judge: _J
     """The switch-model search where a switch model can be made and holds with its nodes float,
     else the bisection over builds in graph order."""
     switched = None
+    if trials.switch_deadline - time.process_time() < len(candidates) * trials.build_cpu * SWITCH_RUN_SHARE:
+        # Too little budget for a ranking to cover every node (a switch run costs a third to a half
+        # of a build on trueocr_rec, ddddocr_ocr, PP-OCRv4 rec): not even the switch model is made.
+        kept, finished = _search(judge, candidates, trials)
+        return kept, finished, {"searched_on": "builds (graph order)", "ranking": "not affordable within the budget"}
     try:
         wanted = set(candidates)
         owners = {name: [c for c in t.consumers if c in wanted] or ([t.producer] if t.producer in wanted else [])
