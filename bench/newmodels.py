@@ -932,6 +932,8 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     rep = getattr(result, "repair", None) or {}
     row["repair_kept"] = list(rep.get("kept_float", []))[:8] if isinstance(rep, dict) else str(rep)[:200]
     row["n_kept"] = len(rep.get("kept_float", [])) if isinstance(rep, dict) else None
+    if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
     row["warnings"] = warnings[:4]
     try:
         ref = _memo(zoo.session_runner(path), held)

@@ -163,7 +163,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
     ref_run = zoo.session_runner(model.path())
     ref = _memo(ref_run, heldout)
     output = out_dir / f"{model.name}.{preset}.onnx"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         result = onnxptq.quantize(str(model.path()), preset, data=list(calib), output=str(output))
     except Exception as exc:  # recorded, never fatal
@@ -175,8 +175,11 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
                    f"refused (NothingToQuantizeError, documented): {str(exc)[:600]}",
                    quantize_s=round(time.perf_counter() - t0, 2), trace=traceback.format_exc()[-2000:])
         return row
-    row["quantize_s"] = round(time.perf_counter() - t0, 2)
+    row["quantize_s"], row["quantize_cpu_s"] = round(time.perf_counter() - t0, 2), round(time.process_time() - c0, 2)
     row["repair"] = _repair_kept(result)
+    rep = getattr(result, "repair", None)
+    if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
     try:
         row["summary_cosine"] = min((m.get("cosine", float("nan")) for m in result.metrics.values()), default=None)
         test_run = zoo.session_runner(output)
