@@ -138,3 +138,24 @@ def test_nhwc_batchnorm_folds_across_a_transpose():
     assert ops == Counter({"Conv": 1, "Transpose": 1, "Sub": 1}), ops
     x = {"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
     np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_final_half_is_not_folded_into_the_next_conv():
+    """``Mul(x, 1 + erf(x/√2)) · ½ → Conv``: the ½ stays, so onnxruntime still sees a GELU; a plain
+    scalar Mul before a Conv is still folded."""
+    rng = np.random.default_rng(2)
+    inits = {"W": rng.normal(0, 0.3, (4, 3, 1, 1)).astype(np.float32), "V": rng.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32),
+             "r2": np.array(1.4142135, np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32),
+             "k": np.array(1.5, np.float32)}
+    nodes = [
+        helper.make_node("Div", ["x", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["g"]), helper.make_node("Conv", ["g", "W"], ["c"]),
+        helper.make_node("Mul", ["c", "k"], ["s"]), helper.make_node("Conv", ["s", "V"], ["y"]),
+    ]
+    model = _model(nodes, inits, [1, 3, 4, 4], [1, 4, 4, 4])
+    fused = fuse_patterns(model)
+    ops = Counter(n.op_type for n in fused.graph.node)
+    assert ops == Counter({"Div": 1, "Erf": 1, "Add": 1, "Mul": 2, "Conv": 2}), ops
+    x = {"x": rng.normal(0, 1, (1, 3, 4, 4)).astype(np.float32)}
+    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)
