@@ -13,7 +13,7 @@ taken per round against float of that round, then the median (the machine is sha
 ``--profile-all``), onnxruntime's node profile summed by op type.
 
     PYTHONPATH=src:. nice -n 5 python bench/newmodels_latency.py --models nsfw,tinyocr_rec \
-        --presets BF16,BFP16,MX9,MXINT8,MXFP8_E4M3,A8W8 [--runs 20] [--feeds 2] [--out DIR [--reuse]] [--profile]
+        --presets BF16,BFP16,MX9,MXINT8,MXFP8_E4M3,A8W8 [--runs 20] [--feeds 2] [--out DIR [--reuse]] [--baseline OLD_DIR] [--profile]
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--repair", action="store_true", help="quantize with the presets' repair (default: repair=False)")
     ap.add_argument("--out", default="")
     ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--baseline", default="", help="a folder of files from an earlier run (another commit's --out): "
+                    "timed in the same rounds as '<preset> (baseline)'")
     ap.add_argument("--profile", action="store_true", help="op-type profile of every variant over its goal")
     ap.add_argument("--profile-all", action="store_true")
     args = ap.parse_args()
@@ -107,6 +109,9 @@ def main() -> None:
                 print(f"| {name} | {preset} | failed: {str(exc).splitlines()[0][:160]} | | | |", flush=True)
                 continue
             files[preset] = file
+            old = os.path.join(args.baseline, f"{name}.{preset}.onnx") if args.baseline else ""
+            if old and os.path.exists(old):
+                files[f"{preset} (baseline)"] = old
         sessions = {k: _session(f) for k, f in files.items()}
         names = {i.name for i in sessions["float"].get_inputs()}
         feeds = [{k: v for k, v in f.items() if k in names} for f in make(args.feeds, 1000)]
@@ -127,7 +132,7 @@ def main() -> None:
         base = statistics.median(cpu["float"])
         for k in files:
             ratio = statistics.median(c / f for c, f in zip(cpu[k], cpu["float"]))
-            goal = GOALS.get(k)
+            goal = GOALS.get(k.split(" ")[0])
             over = goal is not None and ratio > goal
             g = "" if goal is None else f"≤ {goal:g}× {'**over**' if over else 'met'}"
             q = f"{quantize_s[k]:.1f}" if k in quantize_s else "-"
