@@ -582,20 +582,3 @@ def test_attribute_errors():
     np.testing.assert_array_equal(
         fake_quantize(x, "bfp", bfp_method="to_bfp_prime_shared"), fake_quantize(x, "bfp", bfp_method="to_bfp_prime")
     )
-
-
-@pytest.mark.parametrize("attrs", [GRID[2], GRID[-1]], ids=_id)
-def test_last_axis_of_a_very_large_tensor_takes_the_plain_view(attrs):
-    """Past ``body.LAST_AXIS_MAX_SIZE`` elements either last axis gets the plain (rows, bs, 1)
-    view (suffix ``f``, no Transposes): bit-exact with the reference, specials included."""
-    from onnxptq.onnx_ops.body import LAST_AXIS_MAX_SIZE
-
-    rng = np.random.default_rng(7)
-    for shape, axis in (((2, 300, 240), -1), ((2, 300, 240), 2), ((600, 224), 1), ((3, 300, 150), 2)):
-        a = dict(attrs, axis=axis)
-        x = log_uniform(shape, rng)
-        assert x.size >= LAST_AXIS_MAX_SIZE
-        for what, data in (("log-uniform", x), ("specials", with_specials(x.copy(), rng))):
-            got, name = run_static(data, **a)
-            assert "f" in name.rsplit("_", 2)[-2] and not name.rsplit("_", 2)[-2].rstrip("s").endswith("l"), name
-            assert_bits(got, fake_quantize(data, "bfp", **a), f"{what} shape {shape} axis {axis} {name}")

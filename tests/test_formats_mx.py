@@ -516,20 +516,3 @@ def test_edge_values_constant_is_covered() -> None:
     """Every shared edge value passes through the random test's first block unchanged in kind."""
     y = fake_quantize(EDGE_VALUES, "mx", element_dtype="fp8_e4m3")
     assert np.isnan(y[np.isnan(EDGE_VALUES)]).all() and np.isinf(y[np.isinf(EDGE_VALUES)]).all()
-
-
-@pytest.mark.parametrize("element_dtype,scale_search", [("int8", 0), ("fp8_e4m3", 1)])
-def test_last_axis_of_a_very_large_tensor_takes_the_plain_view_bit_exact(element_dtype: str, scale_search: int) -> None:
-    """Past ``body.LAST_AXIS_MAX_SIZE`` elements the last axis is viewed as (rows, bs, 1), no
-    Transposes (no ``l`` suffix): bit-exact, ragged or not, with edge values."""
-    from onnxptq.onnx_ops.body import LAST_AXIS_MAX_SIZE
-
-    for shape, axis in (((2, 300, 240), -1), ((600, 224), 1)):
-        attrs = dict(element_dtype=element_dtype, rounding_mode=2, scale_search=scale_search, axis=axis, block_size=32)
-        rng = np.random.default_rng(shape[0])
-        x = log_uniform(int(np.prod(shape)), seed=int(rng.integers(1 << 30))).reshape(shape)
-        assert x.size >= LAST_AXIS_MAX_SIZE
-        for what, data in (("log-uniform", x), ("edges", _with_edges(x, rng))):
-            got, name = _run_static(data, **attrs)
-            assert name.endswith(f"_p{-shape[-1] % 32}_f32"), name
-            assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} {name}")

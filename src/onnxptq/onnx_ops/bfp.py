@@ -80,8 +80,8 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    LAST_AXIS_MAX_SIZE, Body, axis_length, known_size, pow2_floor as _pow2_floor, trailing_size, view_generic,
-    view_last as _view_last, view_ranked, view_static,
+    Body, axis_length, known_size, pow2_floor as _pow2_floor, trailing_size, view_generic, view_last as _view_last,
+    view_ranked, view_static,
 )
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
@@ -305,9 +305,7 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
     known rank: see :func:`_prime_static`), ``"p<k>"`` (block axis of known length, padded
     by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
-    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`) or an ``f`` when
-    either last axis is that of a tensor of at least ``body.LAST_AXIS_MAX_SIZE`` known elements
-    (the plain view: the transposed copies cost more there), ``"r<rank>"``
+    with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), ``"r<rank>"``
     (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
@@ -317,16 +315,12 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         return _ranked_variant(a, shape)
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
-    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l);
-    # either last axis of a very large tensor the plain (rows, bs, 1) view (suffix f, see
-    # body.LAST_AXIS_MAX_SIZE).
-    is_last = a["axis"] in (-1, len(list(shape)) - 1)
-    flat = is_last and known_size(shape) >= LAST_AXIS_MAX_SIZE
-    last = "f" if flat else "l" if a["axis"] == len(list(shape)) - 1 else ""
+    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
+    last = "l" if a["axis"] == len(list(shape)) - 1 else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     rank = len(list(shape))
-    if a["bfp_method"] == "to_bfp_prime" and not is_last and n > 0 and n % k == 0:
+    if a["bfp_method"] == "to_bfp_prime" and not last and a["axis"] != -1 and n > 0 and n % k == 0:
         return f"n{n}r{rank}{sized}"  # see :func:`_prime_static`
     if 0 < n < bs:
         # The whole axis is one block; to_bfp_prime pads its last sub-block (zeros never win a
@@ -360,12 +354,6 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
         if axis == int(rank) - 1:
             return (*_view_last(g, xf, bs, None), a)
         return (*view_ranked(g, xf, axis, bs, int(post) if post else None), a)
-    if spec.endswith("f"):  # the last axis of a very large tensor: the plain view (see :func:`variant`)
-        spec = spec[:-1]
-        if spec.startswith("c"):
-            a = dict(a, block_size=int(spec[1:]))
-            return (*view_static(g, xf, a["axis"], a["block_size"], 0), a)
-        return (*view_static(g, xf, a["axis"], bs, int(spec[1:])), a)
     if a["axis"] == -1 or spec.endswith("l"):
         if spec.startswith("c"):
             a = dict(a, block_size=int(spec[1:].rstrip("l")))

@@ -238,17 +238,6 @@ def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, st
     return xr, post, restore
 
 
-#: Largest known size (elements) of a tensor blocked along its last axis that takes the transposed
-#: view of :func:`view_last`. Past it the two Transposes (full copies) and onnxruntime's
-#: reductions over the middle axis of ``(1, bs, blocks)`` cost more than the short runs of the
-#: plain ``(rows, bs, 1)`` view: one MX int8 block chain (Abs, ReduceMax, Mul, Div, Clip, Round,
-#: Mul), 1 thread, plain vs transposed: 196608 elements (1×1×256×768) 0.36 vs 0.74 ms, 589824
-#: (1×1×768×768) 1.27 vs 2.86 ms, 2129920 (8×40×6656) 5.0 vs 11.8 ms; a tie at 73728 and at
-#: 40×6656 (0.46 vs 0.44-0.52 ms). trueocr's 768×768 page orientation model quantizes its input
-#: this way (bench/RESULTS.md "Block formats' latency on models outside the zoo").
-LAST_AXIS_MAX_SIZE = 1 << 17
-
-
 def view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
     """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
 

@@ -49,8 +49,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    LAST_AXIS_MAX_SIZE, Body, axis_length, known_size, pow2_floor, trailing_size, view_generic, view_last, view_ranked,
-    view_static,
+    Body, axis_length, known_size, pow2_floor, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -455,11 +454,10 @@ def build(
         static = (int(axis), n, 0)
     # Blocks along the last axis of a large tensor (Gemm/MatMul inputs: axis 1 of (N, K)) are
     # transposed so reductions and broadcasts run over long spans (see view_last); on a small
-    # tensor the four extra nodes would cost more than they save, on a very large one the two
-    # transposed copies do (body.LAST_AXIS_MAX_SIZE).
+    # tensor the four extra nodes would cost more than they save.
     rank = None if shape is None else len(list(shape))
     last = (static is not None and rank is not None and int(axis) % rank == rank - 1
-            and LAST_AXIS_MIN_SIZE <= known_size(shape) < LAST_AXIS_MAX_SIZE)
+            and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
     tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
     ranked = None
