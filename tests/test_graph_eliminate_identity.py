@@ -82,3 +82,37 @@ def test_output_pair_and_outer_scope_identity_kept() -> None:
         feeds = {"x": np.float32([-1.0, 2.0]), "cond": np.array(cond)}
         for a, b in zip(_run(out, feeds), _run(model, feeds)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_same_type_casts_removed_in_prepare_others_kept() -> None:
+    """float → float and int64 → int64 Casts go (bit-identical outputs, names kept); a real
+    float → float16 Cast stays."""
+    from collections import Counter
+
+    from onnxptq.pipeline.prepare import prepare
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["c1"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Cast", ["r"], ["c2"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["r"], ["h"], to=TensorProto.FLOAT16),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["z"], to=TensorProto.INT64),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("h", TensorProto.FLOAT16, [2, 3]),
+                               helper.make_tensor_value_info("z", TensorProto.INT64, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    out = prepare(model, fold_constants=True)
+    casts = [n for n in out.graph.node if n.op_type == "Cast"]
+    assert [(n.output[0], n.attribute[0].i) for n in casts] == [("h", TensorProto.FLOAT16)], casts
+    assert [o.name for o in out.graph.output] == ["y", "h", "z"]
+    x = np.array([[-1.5, 0.0, 2.25], [np.nan, -np.inf, 3e38]], np.float32)
+    a = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    b = ort.InferenceSession(out.SerializeToString()).run(None, {"x": x})
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    assert Counter(n.op_type for n in out.graph.node)["Relu"] == 1

@@ -111,3 +111,51 @@ def test_scalar_affine_with_other_readers_is_kept():
              helper.make_node("Conv", ["mv", "W"], ["y"])]
     model = _model(nodes, inits, [1, 4, 5, 5], None)
     assert Counter(n.op_type for n in fuse_patterns(model).graph.node) == Counter({"Mul": 2, "Conv": 2, "Add": 1})
+
+
+def test_nhwc_batchnorm_folds_across_a_transpose():
+    """``Conv → Transpose(NHWC) → Add → Sub → Mul → Add`` (a BatchNorm as TF/Caffe converters write it)
+    folds into the Conv with the constants per channel on the last axis; ``c - x`` and a constant that
+    varies along a spatial axis stay."""
+    rng = np.random.default_rng(1)
+    inits = {
+        "W": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "b": rng.normal(0, 0.1, (4,)).astype(np.float32),
+        "m": rng.normal(0, 0.5, (4,)).astype(np.float32), "s": rng.uniform(0.5, 2, (1, 1, 1, 4)).astype(np.float32),
+        "o": rng.normal(0, 1, (4,)).astype(np.float32), "r": rng.normal(0, 1, (8, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Add", ["t", "b"], ["a"]),
+        helper.make_node("Sub", ["a", "m"], ["d"]),
+        helper.make_node("Mul", ["d", "s"], ["e"]),
+        helper.make_node("Add", ["o", "e"], ["f"]),
+        helper.make_node("Sub", ["r", "f"], ["y"]),  # reversed Sub, per row: not an affine of the Conv
+    ]
+    model = _model(nodes, inits, [1, 3, 8, 8], [1, 8, 8, 4])
+    fused = fuse_patterns(model)
+    ops = Counter(n.op_type for n in fused.graph.node)
+    assert ops == Counter({"Conv": 1, "Transpose": 1, "Sub": 1}), ops
+    x = {"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_final_half_is_not_folded_into_the_next_conv():
+    """``Mul(x, 1 + erf(x/√2)) · ½ → Conv``: the ½ stays, so onnxruntime still sees a GELU; a plain
+    scalar Mul before a Conv is still folded."""
+    rng = np.random.default_rng(2)
+    inits = {"W": rng.normal(0, 0.3, (4, 3, 1, 1)).astype(np.float32), "V": rng.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32),
+             "r2": np.array(1.4142135, np.float32), "one": np.array(1, np.float32), "half": np.array(0.5, np.float32),
+             "k": np.array(1.5, np.float32)}
+    nodes = [
+        helper.make_node("Div", ["x", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["g"]), helper.make_node("Conv", ["g", "W"], ["c"]),
+        helper.make_node("Mul", ["c", "k"], ["s"]), helper.make_node("Conv", ["s", "V"], ["y"]),
+    ]
+    model = _model(nodes, inits, [1, 3, 4, 4], [1, 4, 4, 4])
+    fused = fuse_patterns(model)
+    ops = Counter(n.op_type for n in fused.graph.node)
+    assert ops == Counter({"Div": 1, "Erf": 1, "Add": 1, "Mul": 2, "Conv": 2}), ops
+    x = {"x": rng.normal(0, 1, (1, 3, 4, 4)).astype(np.float32)}
+    np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)

@@ -36,7 +36,7 @@ from ..errors import RuntimeOpsetError
 from ..graph import io
 from ..graph.passes.cleanup import cse_pass, remove_unused_passes
 from ..graph.passes.equalize import EqualizePass
-from ..graph.passes.eliminate_identity import eliminate_identity_passes
+from ..graph.passes.eliminate_identity import eliminate_identity_passes, no_op_cast_passes
 from ..graph.passes.fold_batchnorm import FoldBatchNormPass
 from ..graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass
 from ..graph.passes.fold_affine import FoldAffinePass
@@ -86,7 +86,8 @@ def prepare(
         model: a float ONNX model.
         opset: raise the default-domain opset to this version first (None keeps the model's).
         lift_constants: turn ``Constant`` nodes into initializers.
-        eliminate_identity: remove Identity and inference Dropout nodes.
+        eliminate_identity: remove Identity and inference Dropout nodes (and, with
+            ``fold_constants``, after its shape inference, Casts to their input's own type).
         fold_constants: evaluate all-constant nodes (and Shape of static shapes) into initializers.
         fold_batchnorm: fold BatchNormalization into a preceding Conv/ConvTranspose/Gemm.
         merge_matmuls: merge MatMuls/Gemms sharing input A into one MatMul + Split.
@@ -111,6 +112,8 @@ def prepare(
         steps.append(("common-subexpression elimination", cse_pass()))
     if fold_constants:
         steps.append(("shape inference", shape_inference_pass()))
+        if eliminate_identity:
+            steps += [("eliminate same-type Cast", p) for p in no_op_cast_passes()]
         steps.append(("constant folding", FoldConstantsPass(fold_size_limit)))
     if fold_batchnorm:
         steps.append(("BatchNorm folding", FoldBatchNormPass()))

@@ -1,10 +1,17 @@
-"""Remove ``Identity`` and inference-mode ``Dropout`` nodes, keeping graph output names intact.
+"""Remove ``Identity``, inference-mode ``Dropout`` and same-type ``Cast`` nodes, keeping graph output names intact.
 
 Why: both are no-ops at inference, but they split a producer from its consumer, which hides
 patterns (Conv→BatchNorm, MatMul→Add) from the later passes and adds a tensor the planner would
 otherwise consider for quantization. onnx-ir's ``IdentityEliminationPass`` does the rewiring; we
 turn eligible Dropouts into Identities first, and guard two cases where that pass would rename a
 value the model's interface depends on.
+
+A ``Cast`` whose input already has the target type (``float → float``, as converters from
+TensorFlow and Caffe emit around most ops: open_nsfw has 309) is the identity too. onnxruntime
+drops it from the float model, but the planner treats its output as a new tensor and gives it a
+quantizer of its own: under BF16 open_nsfw ran three Cast pairs on ``Add → Cast → Cast → Relu``,
+1.9× float's latency (bench/RESULTS.md "Block formats' latency on models outside the zoo"). It
+becomes an Identity once its input's type is known (after shape inference), and goes with them.
 """
 
 from __future__ import annotations
@@ -67,6 +74,36 @@ class DropoutToIdentityPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=bool(count))
 
 
+class NoOpCastToIdentityPass(ir.passes.InPlacePass):
+    """Replace every ``Cast`` whose input's element type is known and equal to ``to`` by Identity
+    (main graph, subgraphs and functions): a same-type Cast copies its input bit for bit."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
+        for graph in graphs:
+            for node in list(graph):
+                if node.op_type != "Cast" or not is_onnx_domain(node.domain) or not node.inputs or node.inputs[0] is None:
+                    continue
+                to = node.attributes.get("to")
+                source = node.inputs[0].dtype
+                if to is None or source is None or int(to.as_int()) != int(source.value):
+                    continue
+                identity = ir.node("Identity", inputs=[node.inputs[0]], name=node.name)
+                graph.insert_before(node, identity)
+                old = node.outputs[0]
+                name = old.name
+                ir.convenience.replace_all_uses_with(old, identity.outputs[0], replace_graph_outputs=True)
+                graph.remove(node, safe=True)
+                identity.outputs[0].name = name
+                identity.outputs[0].shape = old.shape
+                identity.outputs[0].type = old.type
+                count += 1
+        if count:
+            log.info("replaced %d same-type Cast node(s) by Identity", count)
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
 class SafeIdentityEliminationPass(IdentityEliminationPass):
     """onnx-ir's IdentityEliminationPass, minus two renames that would break the interface.
 
@@ -88,6 +125,11 @@ class SafeIdentityEliminationPass(IdentityEliminationPass):
 def eliminate_identity_passes() -> list[ir.passes.PassBase]:
     """The onnx-ir passes removing Dropout (as Identity) and Identity nodes, in order."""
     return [DropoutToIdentityPass(), SafeIdentityEliminationPass()]
+
+
+def no_op_cast_passes() -> list[ir.passes.PassBase]:
+    """Same-type Casts to Identity, then the Identities out (run where element types are known)."""
+    return [NoOpCastToIdentityPass(), SafeIdentityEliminationPass()]
 
 
 def eliminate_identity(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,5 +1,12 @@
-"""``Conv|ConvTranspose|Gemm → Mul(c) [→ Add(c)]`` and ``→ Add(c)``, with per-output-channel or scalar
+"""``Conv|ConvTranspose|Gemm → Mul(c) [→ Add(c)]`` and ``→ Add(c)`` / ``→ Sub(c)``, with per-output-channel or scalar
 constants, fold into the producer's weights and bias (like BatchNorm).
+
+A Conv's affine is also folded across one Transpose between them (``Conv → Transpose → Add →
+Sub → Mul → Add``, a BatchNorm as graphs converted from TensorFlow/Caffe write it in NHWC:
+open_nsfw has 53), with the constant per channel on the axis the Transpose moved the channels to:
+unfolded, every one of those elementwise ops gets a quantizer of its own, and onnxruntime fuses
+none of them into the Conv (BF16 open_nsfw, bench/RESULTS.md "Block formats' latency on models
+outside the zoo").
 
 One of the fusions of prepare (why they matter: :mod:`onnxptq.graph.passes`).
 """
@@ -50,8 +57,9 @@ class FoldAffinePass(ir.passes.InPlacePass):
         return weight.shape[0] if trans_b else weight.shape[1]
 
     @staticmethod
-    def _per_channel(const: np.ndarray, channels: int, rank: int, gemm: bool) -> np.ndarray | None:
-        """The constant as a per-output-channel vector, if it broadcasts only along channels."""
+    def _per_channel(const: np.ndarray, channels: int, rank: int, gemm: bool, axis: int = 1) -> np.ndarray | None:
+        """The constant as a per-output-channel vector, if it broadcasts only along channels
+        (on ``axis`` of a rank-``rank`` tensor: 1 for NCHW, where a Transpose put them otherwise)."""
         if const.size == 1:
             return np.full(channels, const.reshape(-1)[0], dtype=np.float64)
         shape = list(const.shape)
@@ -61,16 +69,28 @@ class FoldAffinePass(ir.passes.InPlacePass):
             return None
         # NCHW output: the channel axis is 1 counted from the left of a rank-`rank` tensor.
         full = [1] * (rank - len(shape)) + shape
-        if len(full) != rank or full[1] != channels or int(np.prod(full)) != channels:
+        if len(full) != rank or full[axis] != channels or int(np.prod(full)) != channels:
             return None
         return const.reshape(-1).astype(np.float64)
 
     def _fold_next(self, graph: ir.Graph, node: ir.Node, names: set[str]) -> bool:
         out = node.outputs[0]
-        user = sole_user(out, "Mul") or sole_user(out, "Add")
+        axis = 1
+        through = out  # what the affine reads: the producer's output, or the Transpose's of it
+        transpose = sole_user(out, "Transpose") if node.op_type in ("Conv", "ConvTranspose") else None
+        if transpose is not None and transpose.graph is graph:
+            rank = len(node.inputs[1].shape) if node.inputs[1] is not None and node.inputs[1].shape is not None else 0
+            perm_attr = transpose.attributes.get("perm")
+            perm = list(perm_attr.as_ints()) if perm_attr is not None else list(range(rank))[::-1]
+            if rank < 3 or sorted(perm) != list(range(rank)):
+                return False
+            axis, through = perm.index(1), transpose.outputs[0]
+        user = sole_user(through, "Mul") or sole_user(through, "Add") or sole_user(through, "Sub")
         if user is None or user.graph is not graph:
             return False
-        const = const_operand(user, out)
+        if user.op_type == "Sub" and user.inputs[0] is not through:
+            return False  # c - x negates x: not an affine of the producer's weights' sign
+        const = const_operand(user, through)
         weight = constant_array(node.inputs[1]) if len(node.inputs) > 1 else None
         if const is None or weight is None or weight.dtype.kind != "f" or const.dtype != weight.dtype:
             return False
@@ -84,13 +104,13 @@ class FoldAffinePass(ir.passes.InPlacePass):
                 return False
         channels = self._channels(node, weight)
         rank = weight.ndim if node.op_type != "Gemm" else 2
-        vector = self._per_channel(const, channels, rank, node.op_type == "Gemm")
+        vector = self._per_channel(const, channels, rank, node.op_type == "Gemm", axis)
         if vector is None:
             return False
         if user.op_type == "Mul":
             scale, shift = vector, np.zeros(channels)
         else:
-            scale, shift = np.ones(channels), vector
+            scale, shift = np.ones(channels), (-vector if user.op_type == "Sub" else vector)
         if node.op_type == "Gemm":
             trans_b = node.attributes["transB"].as_int() if "transB" in node.attributes else 0
             w = weight.astype(np.float64) * (scale.reshape(-1, 1) if trans_b else scale.reshape(1, -1))
@@ -101,6 +121,6 @@ class FoldAffinePass(ir.passes.InPlacePass):
             new_w, new_b = _fold_conv(weight, bias, scale, shift, node.op_type == "ConvTranspose", group)
         set_node_constant(graph, node, 1, new_w, names, "affine")
         set_node_constant(graph, node, 2, new_b, names, "affine")
-        replace_output(graph, user.outputs[0], out)
+        replace_output(graph, user.outputs[0], through)
         graph.remove(user, safe=True)
         return True

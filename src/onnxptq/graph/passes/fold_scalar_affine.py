@@ -28,6 +28,12 @@ class FoldScalarAffineIntoConvPass(ir.passes.InPlacePass):
     for any padding (padded zeros stay zero); the shift only without padding, so with padding
     ``c·x + d`` is rewritten as ``c·(x + d/c)`` and the Add stays (one tensor instead of two).
     Float results change by rounding only.
+
+    Not folded: the ``·½`` that ends a written-out GELU (``Mul(x, 1 + erf(x/√2)) · ½``, as Paddle
+    exports it; tanh form likewise). Without it onnxruntime no longer recognises the GELU and runs
+    Div, Erf, Add, Mul instead of one ``Gelu`` node, and a bf16/fp16 plan rounds the unfinished
+    product (PP-OCRv6 det tiny: 13 GELUs; bench/RESULTS.md "Block formats' latency on models
+    outside the zoo").
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -58,6 +64,20 @@ class FoldScalarAffineIntoConvPass(ir.passes.InPlacePass):
                 return var, const, array
         return None
 
+    @staticmethod
+    def _ends_gelu(value: ir.Value) -> bool:
+        """Whether ``value`` is ``Mul(x, Add(Erf|Tanh(·), c))``: a GELU before its final scale."""
+        node = value.producer()
+        if node is None or node.op_type != "Mul" or not is_onnx_domain(node.domain):
+            return False
+        for operand in node.inputs:
+            add = operand.producer() if operand is not None else None
+            if add is None or add.op_type != "Add" or not is_onnx_domain(add.domain):
+                continue
+            if any(i is not None and i.producer() is not None and i.producer().op_type in ("Erf", "Tanh") for i in add.inputs):
+                return True
+        return False
+
     def _fold_one(self, graph: ir.Graph, conv: ir.Node, names: set[str]) -> bool:
         x = conv.inputs[0]
         weight = constant_array(conv.inputs[1]) if len(conv.inputs) > 1 else None
@@ -71,6 +91,8 @@ class FoldScalarAffineIntoConvPass(ir.passes.InPlacePass):
         if producer is None or producer.graph is not graph:
             return False
         mul = self._scalar_input(producer, "Mul")
+        if mul is not None and self._ends_gelu(mul[0]):
+            return False
         if mul is not None and mul[2].dtype == weight.dtype:
             set_node_constant(graph, conv, 1, (weight.astype(np.float64) * float(mul[2].reshape(-1)[0])).astype(weight.dtype),
                               names, "scaled")
