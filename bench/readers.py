@@ -52,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import newmodels as nm  # noqa: E402
 from testkit import zoo  # noqa: E402
+from testkit.ocr import levenshtein  # noqa: E402
 
 BINS = ((0.0, 0.2), (0.2, 0.5), (0.5, 1.01))
 
@@ -86,13 +87,7 @@ def decode(probs: np.ndarray, chars: list[str]) -> str:
 
 
 def cer(a: str, b: str) -> float:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1] / max(len(b), 1)
+    return levenshtein(a, b) / max(len(b), 1)
 
 
 def compare(ref_out: list[np.ndarray], test_out: list[np.ndarray], texts: list[str], chars: list[str]) -> dict:

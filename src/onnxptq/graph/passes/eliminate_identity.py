@@ -46,6 +46,21 @@ def _dropout_is_inference(node: ir.Node) -> bool:
     return True
 
 
+
+def _replace_by_identity(graph: "ir.Graph | ir.Function", node: ir.Node) -> None:
+    """Put an Identity of ``node``'s first input in its place, keeping its output's name, shape and
+    type (a graph output keeps its name)."""
+    identity = ir.node("Identity", inputs=[node.inputs[0]], name=node.name)
+    graph.insert_before(node, identity)
+    old = node.outputs[0]
+    name = old.name
+    ir.convenience.replace_all_uses_with(old, identity.outputs[0], replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    identity.outputs[0].name = name
+    identity.outputs[0].shape = old.shape
+    identity.outputs[0].type = old.type
+
+
 class DropoutToIdentityPass(ir.passes.InPlacePass):
     """Replace inference-mode Dropout nodes by Identity (main graph, subgraphs and functions)."""
 
@@ -59,15 +74,7 @@ class DropoutToIdentityPass(ir.passes.InPlacePass):
                 if not _dropout_is_inference(node):
                     log.debug("Dropout %s kept: training mode or mask is used", node.name)
                     continue
-                identity = ir.node("Identity", inputs=[node.inputs[0]], name=node.name)
-                graph.insert_before(node, identity)
-                old = node.outputs[0]
-                name = old.name
-                ir.convenience.replace_all_uses_with(old, identity.outputs[0], replace_graph_outputs=True)
-                graph.remove(node, safe=True)
-                identity.outputs[0].name = name
-                identity.outputs[0].shape = old.shape
-                identity.outputs[0].type = old.type
+                _replace_by_identity(graph, node)
                 count += 1
         if count:
             log.info("replaced %d inference Dropout node(s) by Identity", count)
@@ -89,15 +96,7 @@ class NoOpCastToIdentityPass(ir.passes.InPlacePass):
                 source = node.inputs[0].dtype
                 if to is None or source is None or int(to.as_int()) != int(source.value):
                     continue
-                identity = ir.node("Identity", inputs=[node.inputs[0]], name=node.name)
-                graph.insert_before(node, identity)
-                old = node.outputs[0]
-                name = old.name
-                ir.convenience.replace_all_uses_with(old, identity.outputs[0], replace_graph_outputs=True)
-                graph.remove(node, safe=True)
-                identity.outputs[0].name = name
-                identity.outputs[0].shape = old.shape
-                identity.outputs[0].type = old.type
+                _replace_by_identity(graph, node)
                 count += 1
         if count:
             log.info("replaced %d same-type Cast node(s) by Identity", count)
