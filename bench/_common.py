@@ -79,3 +79,44 @@ def cpu_s() -> float:
 
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def profile_ops(sess: Any, feeds: list[dict], runs: int) -> tuple[list[tuple[str, float, int]], int]:
+    """``(op type, µs per feed, nodes)`` from onnxruntime's profile of ``sess`` (a session opened
+    with ``profile=``) over ``runs`` passes of ``feeds``, most costly first; and the number of
+    nodes executed (functions inlined)."""
+    import collections
+    import json
+
+    for _ in range(runs):
+        for feed in feeds:
+            sess.run(None, feed)
+    file = sess.end_profiling()
+    with open(file) as f:
+        events = json.load(f)
+    os.remove(file)
+    total: dict[str, float] = collections.defaultdict(float)
+    nodes: dict[str, set] = collections.defaultdict(set)
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        op = e.get("args", {}).get("op_name", "?")
+        total[op] += e["dur"] / (runs * len(feeds))
+        nodes[op].add(e["name"])
+    executed = len(set().union(*nodes.values())) if nodes else 0
+    return sorted(((op, us, len(nodes[op])) for op, us in total.items()), key=lambda r: -r[1]), executed
+
+
+def cpu_round_robin(sessions: dict[str, Any], feeds: list[dict], runs: int) -> dict[str, list[float]]:
+    """Per session, the CPU ms per feed of each of ``runs`` rounds, the sessions taken in turn
+    within a round (so load changes hit every variant alike; the bench compares medians of ratios)."""
+    import time
+
+    cpu: dict[str, list[float]] = {k: [] for k in sessions}
+    for _ in range(runs):
+        for k, sess in sessions.items():
+            c0 = time.thread_time()
+            for feed in feeds:
+                sess.run(None, feed)
+            cpu[k].append((time.thread_time() - c0) * 1e3 / len(feeds))
+    return cpu

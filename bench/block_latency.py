@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
-import collections
-import json
 import os
 import statistics
 import tempfile
@@ -63,22 +61,7 @@ def quantize(path: str, preset: str, images: np.ndarray, out: str) -> tuple[str,
 
 def profile_ops(model: str, feeds: dict, runs: int, workdir: str) -> list[tuple[str, float, int]]:
     """(op type, µs per inference, nodes) from onnxruntime's profile, most costly first."""
-    sess = session(model, profile=os.path.join(workdir, "prof"))
-    for _ in range(runs):
-        sess.run(None, feeds)
-    file = sess.end_profiling()
-    with open(file) as f:
-        events = json.load(f)
-    os.remove(file)
-    total: dict[str, float] = collections.defaultdict(float)
-    nodes: dict[str, set] = collections.defaultdict(set)
-    for e in events:
-        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
-            continue
-        op = e.get("args", {}).get("op_name", "?")
-        total[op] += e["dur"] / runs
-        nodes[op].add(e["name"])
-    return sorted(((op, us, len(nodes[op])) for op, us in total.items()), key=lambda r: -r[1])
+    return _common.profile_ops(session(model, profile=os.path.join(workdir, "prof")), [feeds], runs)[0]
 
 
 def main() -> None:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import _common  # noqa: F401  (the repository root on sys.path)
 import argparse
-import collections
-import json
 import logging
 import os
 import statistics
@@ -40,24 +38,7 @@ def _session(path: str, profile: str | None = None) -> ort.InferenceSession:
 
 def profile_ops(path: str, feeds: list[dict], runs: int, workdir: str) -> tuple[list[tuple[str, float, int]], int]:
     """(op type, µs per feed, nodes) from onnxruntime's profile, most costly first; executed nodes."""
-    sess = _session(path, profile=os.path.join(workdir, "prof"))
-    for _ in range(runs):
-        for feed in feeds:
-            sess.run(None, feed)
-    file = sess.end_profiling()
-    with open(file) as f:
-        events = json.load(f)
-    os.remove(file)
-    total: dict[str, float] = collections.defaultdict(float)
-    nodes: dict[str, set] = collections.defaultdict(set)
-    for e in events:
-        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
-            continue
-        op = e.get("args", {}).get("op_name", "?")
-        total[op] += e["dur"] / (runs * len(feeds))
-        nodes[op].add(e["name"])
-    executed = len(set().union(*nodes.values())) if nodes else 0
-    return sorted(((op, us, len(nodes[op])) for op, us in total.items()), key=lambda r: -r[1]), executed
+    return _common.profile_ops(_session(path, profile=os.path.join(workdir, "prof")), feeds, runs)
 
 
 def main() -> None:
@@ -122,13 +103,7 @@ def main() -> None:
             except Exception as exc:
                 print(f"| {name} | {k} | failed to run: {str(exc).splitlines()[0][:160]} | | | |", flush=True)
                 del sessions[k], files[k]
-        cpu: dict[str, list[float]] = {k: [] for k in sessions}
-        for _ in range(args.runs):
-            for k, sess in sessions.items():
-                c0 = time.thread_time()
-                for feed in feeds:
-                    sess.run(None, feed)
-                cpu[k].append((time.thread_time() - c0) * 1e3 / len(feeds))
+        cpu = _common.cpu_round_robin(sessions, feeds, args.runs)
         base = statistics.median(cpu["float"])
         for k in files:
             ratio = statistics.median(c / f for c, f in zip(cpu[k], cpu["float"]))

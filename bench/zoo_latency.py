@@ -111,13 +111,7 @@ def main() -> None:
             except Exception as exc:  # a model that fails to run is reported, not timed
                 print(f"| {name} | {k} | failed: {str(exc).splitlines()[0][:160]} | | |", flush=True)
                 del sessions[k], files[k]
-        cpu: dict[str, list[float]] = {k: [] for k in sessions}
-        for _ in range(args.runs):
-            for k, sess in sessions.items():
-                c0 = time.thread_time()
-                for feed in feeds:
-                    sess.run(None, feed)
-                cpu[k].append((time.thread_time() - c0) * 1e3 / len(feeds))
+        cpu = _common.cpu_round_robin(sessions, feeds, args.runs)
         base = statistics.median(cpu["float"])
         for k, f in files.items():
             c = statistics.median(cpu[k])
