@@ -55,6 +55,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
+from ..graph.walk import upstream_nodes
 from .class_scores import judge_positions
 from ..sessions import open_session
 from .metrics import cosine_similarity
@@ -349,20 +350,8 @@ def selection_rows(model: onnx.ModelProto, decisions: Sequence[Decision], select
                 for o in model.graph.output}
     found: dict[str, tuple[int, list[Decision]]] = {}
     for out in selected:
-        stack, seen, tops = [out], set(), []
-        while stack:
-            t = stack.pop()
-            if t in seen:
-                continue
-            seen.add(t)
-            node = producer.get(t)
-            if node is None:
-                continue
-            d = by_node.get(node.name or node.output[0])
-            if d is not None:
-                tops.append(d)
-                continue
-            stack.extend(i for i in node.input if i)
+        tops = [by_node[key] for key in (n.name or n.output[0] for n in upstream_nodes(
+            out, producer, lambda n: (n.name or n.output[0]) not in by_node)) if key in by_node]
         ks = {d.k for d in tops}
         dims = declared.get(out, [])
         if not tops or None in ks or len(ks) != 1:

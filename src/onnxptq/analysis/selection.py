@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..graph.walk import upstream_nodes
+
 __all__ = ["MAX_ROWS", "match_rows", "selected_outputs"]
 
 #: ops a selection's order passes through unchanged in meaning (rows stay rows)
@@ -42,20 +44,10 @@ def selected_outputs(model: onnx.ModelProto) -> set[str]:
     producer = {o: n for n in model.graph.node for o in n.output if o}
     found: set[str] = set()
     for out in model.graph.output:
-        stack, seen = [out.name], set()
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            node = producer.get(name)
-            if node is None:
-                continue
+        for node in upstream_nodes(out.name, producer, lambda n: n.op_type in _THROUGH and n.op_type not in _SELECTORS):
             if node.op_type in _SELECTORS:
                 found.add(out.name)
                 break
-            if node.op_type in _THROUGH:
-                stack.extend(i for i in node.input if i)
     return found
 
 

@@ -17,7 +17,7 @@ across a model's scopes (SSA including the bodies), which is what lets one map c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import onnx
 
@@ -219,3 +219,22 @@ class ScopeIndex:
         """Whether tensor ``name`` is defined inside an If/Loop/Scan body."""
         scope = self.home.get(name)
         return scope is not None and not scope.is_main
+
+
+def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
+                   through: "Callable[[onnx.NodeProto], bool]") -> Iterator[onnx.NodeProto]:
+    """The nodes met walking from tensor ``start`` to its producers, depth first, each once; the walk
+    goes on into a node's inputs only where ``through(node)`` says so (the analyses' back-walks
+    differ only in that rule: data movement only, or up to a decision)."""
+    stack, seen = [start], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is None:
+            continue
+        yield node
+        if through(node):
+            stack.extend(i for i in node.input if i)
