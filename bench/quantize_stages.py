@@ -266,23 +266,18 @@ def merge(folder: str) -> None:
     print()
     stages = ["prepare", "calibrate", "holdout", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
               "sess_create", "sess_run"]
-    print("| model | preset | " + " | ".join(stages) + " |")
-    print("|---|---|" + "---|" * len(stages))
-    for m in models:
-        for p in PRESETS:
-            b, n = best(m, "base", p), best(m, "new", p)
-            if b and n:
-                print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
-    print()
-    print("Wall seconds per stage (the best-wall round per tree), base → new:")
-    print()
-    print("| model | preset | " + " | ".join(stages) + " |")
-    print("|---|---|" + "---|" * len(stages))
-    for m in models:
-        for p in PRESETS:
-            b, n = wbest(m, "base", p), wbest(m, "new", p)
-            if b and n:
-                print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
+    for pick in (best, wbest):  # CPU seconds (best round per tree), then wall seconds (best-wall round)
+        if pick is wbest:
+            print()
+            print("Wall seconds per stage (the best-wall round per tree), base → new:")
+            print()
+        print("| model | preset | " + " | ".join(stages) + " |")
+        print("|---|---|" + "---|" * len(stages))
+        for m in models:
+            for p in PRESETS:
+                b, n = pick(m, "base", p), pick(m, "new", p)
+                if b and n:
+                    print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
 
 
 def main() -> None:
