@@ -185,8 +185,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
     # rows alone (too few: unjudged), every candidate held, the search kept nothing and the delivered
     # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
-    judge = _Judge(calibrated, cfg, eval_samples,
-                   reads=any(c.positions is not None or c.top1_unjudged or c.seen_feeds for c in verdict.outputs.values()))
+    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds)
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:

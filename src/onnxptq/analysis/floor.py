@@ -221,6 +221,13 @@ class Verdict:
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads for c in self.outputs.values())
 
     @property
+    def ok_needs_calibration_feeds(self) -> bool:
+        """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
+        on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
+        candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them)."""
+        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds for c in self.outputs.values())
+
+    @property
     def unjudged(self) -> list[str]:
         """Outputs whose arg-max the feeds were too few to judge: a verdict that holds says nothing of them."""
         return [n for n, c in self.outputs.items() if c.ok and c.top1_unjudged]
