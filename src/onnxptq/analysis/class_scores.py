@@ -118,7 +118,7 @@ import numpy as np
 import onnx
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "decides",
-           "judge_positions", "score_float_tensors"]
+           "judge_positions", "score_float_tensors", "sibling_heads"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
 TIE_TOLERANCE = 2.0 ** -10
@@ -208,6 +208,44 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
         # Rule 3 gives way to rule 1 (module docstring, "Beside a softmax").
         found = {name: s for name, s in found.items() if s.rule != "linear" or name in softmaxed}
     return found
+
+
+def sibling_heads(model: onnx.ModelProto) -> list[tuple[str, ...]]:
+    """Groups of class-score outputs that make one read together: two or more outputs recognized by
+    :func:`class_like_outputs`, each read (through data movement, a bias ``Add`` and a softmax) from
+    its own linear layer (``MatMul``/``Gemm`` with a constant weight), the layers of one group of the
+    same width and reading the same tensor. vietcombank-captcha (tf2onnx) ends in five
+    ``MatMul [64, 10] → Add → Softmax`` heads on one feature, one per digit of a 5-digit code: each
+    head's top-1 held while the codes did not (A8W8: 0.78 of them equal to float's on 32 captchas,
+    bench/RESULTS.md, "More models outside the zoo, third round"). A user reads all heads of a
+    sample at once, so the floor judges them as one read per sample (analysis/floor.py). Two
+    outputs of the *same* layer (logits and their softmax, brainmaze's ``logits``/``probs``) are one
+    decision, not two: one of them counts."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    shapes = _const_shapes(model)
+    heads = class_like_outputs(model)
+    groups: dict[tuple[str, int], dict[str, str]] = {}  # (input, width) -> {layer: output}
+    for out in model.graph.output:
+        if out.name not in heads:
+            continue
+        tensor = out.name
+        for _ in range(8):
+            node = producer.get(tensor)
+            if node is None:
+                break
+            if node.op_type in ("MatMul", "Gemm"):
+                width = _head_width(node, shapes)
+                if width is not None and width >= 2:
+                    groups.setdefault((node.input[0], width), {}).setdefault(node.name or node.output[0], out.name)
+                break
+            if node.op_type in _MOVES or node.op_type in _SOFTMAXES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
+                data = [i for i in node.input if i and i not in shapes]
+                if not data:
+                    break
+                tensor = data[0]
+                continue
+            break
+    return [tuple(members.values()) for members in groups.values() if len(members) >= 2]
 
 
 #: why :func:`score_float_tensors` keeps a tensor float (the plan's reason)

@@ -35,6 +35,14 @@ A probability map (a sigmoid's dense output) is judged by its thresholded masks 
 (:mod:`onnxptq.analysis.maps`); a narrow per-position linear head whose data shows regression
 fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
 
+Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
+a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
+:class:`onnxptq.analysis.maps.RareMapAgreement`), a detector's sigmoid class-score rows beside its
+box rows by each class's best candidate per image (YOLOv8: :mod:`onnxptq.analysis.score_rows`),
+both estimated from logit shifts over the thresholds a user might set, on the held-out and the
+first calibration feeds (:func:`_judge_kept`); sibling class heads on one feature as one read per
+sample (a 5-digit captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
+
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
 the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
@@ -51,7 +59,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
-from .class_scores import Positions, class_like_outputs, judge_positions
+from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory
 from .fields import declared_field_axes
@@ -59,7 +67,8 @@ from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .maps import MaskAgreement, probability_maps
+from .maps import Kept, MaskAgreement, RareMapAgreement, probability_maps, softmax_maps
+from .score_rows import Rows, ScoreRows, detector_score_rows
 from .metrics import cosine_similarity, dot
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unjudged_text"]
@@ -162,6 +171,15 @@ class OutputCheck:
     softmax_reads: bool = False
     #: the reads (rows) a top-1 verdict would need, where ``top1_unjudged``
     needed: int = 0
+    #: the candidates a threshold keeps, judged against float's (a two-class Softmax map's rarer class,
+    #: a detector's class scores: analysis/maps.py, analysis/score_rows.py); ``kept_seen``: calibration
+    #: feeds pooled with the held-out ones for it
+    kept: Kept | None = None
+    kept_seen: int = 0
+    #: a detector's box rows: cosine on the candidates its class scores keep, and how many
+    box_cosine: tuple[float, int] | None = None
+    #: judged on candidates the calibration feeds add to (``Verdict.wants_calibration_feeds``)
+    kept_wants_seen: bool = False
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -176,6 +194,11 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
+        if self.kept is not None:
+            seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
+            text += f", {self.kept.describe()}{seen}"
+        if self.box_cosine is not None:
+            text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
         if self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
@@ -186,7 +209,8 @@ class OutputCheck:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (v.to_json() if isinstance(v, Positions) else None if isinstance(v, float) and not math.isfinite(v) else v)
+        return {k: (v.to_json() if isinstance(v, Positions) else dataclasses.asdict(v) if isinstance(v, Kept)
+                    else None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in self.__dict__.items()}
 
 
@@ -217,15 +241,16 @@ class Verdict:
     def wants_calibration_feeds(self) -> bool:
         """Whether a judgement would use the first calibration feeds beside the held-out ones
         (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
-        (their advisory: the held-out feeds alone are a handful of lines)."""
-        return any(c.positions is not None or c.top1_unjudged or c.softmax_reads for c in self.outputs.values())
+        (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
+        class's cells, a detector's best candidates: a few per image)."""
+        return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
         """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
         on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
         candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them)."""
-        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds for c in self.outputs.values())
+        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen for c in self.outputs.values())
 
     @property
     def unjudged(self) -> list[str]:
@@ -283,7 +308,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
     decisions = find_decisions(model)
     return {"class_outputs": class_like_outputs(model), "log_scales": log_domain_outputs(model),
             "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
-            "selection": selection_rows(model, decisions, sorted(selected))}
+            "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
+            "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -291,7 +317,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             log_scales: dict[str, float] | None = None, field_axes: Mapping[str, int] | None = None,
             selected: Collection[str] = (), decisions: Sequence[Decision] = (),
             selection: Mapping[str, tuple[int, list[Decision]]] | None = None,
-            seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None) -> Verdict:
+            seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None,
+            softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
+            read_groups: Sequence[tuple[str, ...]] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -306,7 +334,14 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``seen``: ``(float, candidate)`` outputs on calibration feeds, judged beside the held-out ones
     for outputs read as reads only (:func:`_judge_reads`).
     ``prob_maps``: outputs read from a sigmoid (``maps.probability_maps``: name → in-graph
-    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`)."""
+    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`).
+    ``softmax_maps``: outputs read from a softmax (``maps.softmax_maps``); where the data shows a
+    two-class spatial map, its rarer class is judged by its kept cells too (:class:`maps.RareMapAgreement`).
+    ``score_rows``: detector outputs of box and sigmoid class-score rows (``score_rows.detector_score_rows``),
+    judged at each class's best candidates too (:class:`onnxptq.analysis.score_rows.ScoreRows`).
+    ``read_groups``: sibling class heads read together (``class_scores.sibling_heads``), judged as
+    one read per sample (:func:`_judge_group`). The last three pool the calibration feeds ``seen``
+    with the held-out ones (rare candidates: a few images hold a handful)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -314,6 +349,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     if not reference:
         return verdict
     selection = selection or {}
+    score_rows = score_rows or {}
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -395,6 +431,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         check.mask = masks.worst() if masks is not None and finite else None
         if check.mask is not None and check.mask[1] < floor.top1:
             check.ok = False
+        if finite and (name in softmax_maps or name in score_rows):
+            _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
         if rows and not as_read:
             check.top1, check.rows = agree / rows, rows
@@ -409,11 +447,97 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
         verdict.outputs[name] = check
+    for group in read_groups:
+        if all(n in names for n in group):
+            _judge_group(verdict, group, reference, candidate, seen, floor)
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
+                candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor, rows: Rows | None) -> None:
+    """Judge the candidates a threshold keeps (a two-class Softmax map's rarer class:
+    ``maps.RareMapAgreement``; a detector's best candidate per class: ``score_rows.ScoreRows``) on the
+    held-out and the calibration feeds ``seen`` together, into ``check``: the kept-set figure against
+    the top-1 floor, the boxes' cosine on the kept candidates against the cosine floor.
+
+    Why pooled: the candidates that decide are rare (P-Net: about one face cell in 500; a detector:
+    one best candidate per class and image), and 4 held-out images hold a handful; the figure is an
+    estimate from every candidate's logit shift (``maps.kept_agreement``), which a range fitted on
+    the calibration feeds does not flatter (the shifts are the format's rounding), as reads are
+    judged (:func:`_judge_reads`)."""
+    collector: RareMapAgreement | ScoreRows = ScoreRows(rows) if rows is not None else RareMapAgreement()
+    for r, g in zip(reference, candidate):
+        r, g = np.asarray(r[name]), np.asarray(g[name])
+        if np.isfinite(r).all() and np.isfinite(g).all():
+            collector.add(r, g)
+    if not collector.valid or not collector.ref:
+        return  # the data says it is no such output (a Softmax classifier, a CTC head): nothing more to run
+    check.kept_wants_seen = True
+    pooled = list(_seen_pairs(seen, name, None)) if seen else []
+    for r, g in pooled:
+        collector.add(r, g)
+    if isinstance(collector, ScoreRows):
+        kept, box_cos, chosen = collector.judge()
+        if box_cos is not None:
+            check.box_cosine = (box_cos, chosen)
+            if box_cos < floor.cosine:
+                check.ok = False
+    else:
+        kept = collector.judge()
+    if kept is None:
+        return
+    check.kept, check.kept_seen = kept, len(pooled)
+    if kept.figure < floor.top1:
+        check.ok = False
+
+
+def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[dict[str, np.ndarray]],
+                 candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
+    """Sibling class heads (``class_scores.sibling_heads``) judged as one read per sample: the heads'
+    rows of a sample stacked into ``[rows, heads, classes]`` and judged as reads (:func:`_judge_reads`:
+    decision positions, margins' estimate, the calibration feeds beside the held-out ones) into one
+    more check of the verdict, ``reads:<heads>``. Each head's top-1 can hold while the reads do not:
+    five digit heads each 0.99 make codes of 0.95."""
+
+    def stack(feed: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        parts = [np.asarray(feed[n]) for n in group]
+        if any(p.ndim != 2 or p.shape != parts[0].shape or not np.issubdtype(p.dtype, np.floating) for p in parts):
+            return None
+        return np.stack(parts, axis=1).astype(np.float32)
+
+    # One ``[1, heads, classes]`` array per sample: judge_positions counts one read per array there.
+    refs: list[np.ndarray] = []
+    gots: list[np.ndarray] = []
+    for ref, got in zip(reference, candidate):
+        r, g = stack(ref), stack(got)
+        if r is None or g is None or r.shape != g.shape:
+            return
+        if np.isfinite(r).all() and np.isfinite(g).all():
+            refs.extend(r[i:i + 1] for i in range(r.shape[0]))
+            gots.extend(g[i:i + 1] for i in range(g.shape[0]))
+    seen_refs: list[np.ndarray] = []
+    seen_gots: list[np.ndarray] = []
+    seen_feeds = 0
+    for ref, got in zip(*(seen or ((), ()))):
+        if all(n in ref and n in got for n in group):
+            r, g = stack(ref), stack(got)
+            if r is not None and g is not None and r.shape == g.shape and np.isfinite(r).all() and np.isfinite(g).all():
+                seen_refs.extend(r[i:i + 1] for i in range(r.shape[0]))
+                seen_gots.extend(g[i:i + 1] for i in range(g.shape[0]))
+                seen_feeds += 1
+    if not refs:
+        return
+    cos = _pooled_cosine(refs, gots)
+    name = "reads:" + "+".join(group)
+    check = OutputCheck(name, cos, min(cosine_similarity(r, g) for r, g in zip(refs, gots)),
+                        note=f"({len(group)} sibling class heads read together, one read per sample: analysis/class_scores.py)")
+    if _judge_reads(check, refs, gots, (seen_refs, seen_gots), floor):
+        check.seen_feeds = seen_feeds if check.seen_feeds else 0
+        verdict.outputs[name] = check
 
 
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:

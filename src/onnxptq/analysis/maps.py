@@ -32,6 +32,38 @@ float's and the quantized model's positions above the threshold, values within :
 left out, held against the family's top-1 floor (0.97 / 0.95 / 0.90: the share of float's decided
 positions kept, as top-1 is for rows). Judged only where the union holds at least
 :data:`MIN_MASK` positions (a few pixels' blob is noise, not a figure).
+
+**Two-class Softmax maps** (:func:`softmax_maps`, :class:`RareMapAgreement`). MTCNN's P-Net
+(keras2onnx) ends ``Conv → Transpose → Softmax(axis=3)`` → ``[1, H, W, 2]``: face and background
+per grid cell; its package keeps the cells whose face probability passes 0.6, about 39 of 20 000 on
+32 scenes. The floor judged that output by arg-max per cell, nearly all background, and saw
+nothing while A16W8, BFP16 and MXINT8 kept only 0.886, 0.900 and 0.949 of the passing cells (IoU;
+bench/RESULTS.md, "More models outside the zoo, third round"). By structure, an output read from a
+``Softmax`` through data movement; on the data, an axis of length 2 along which float sums to 1, on
+an output with at least two other axes longer than 1 (a spatial map), at least
+:data:`MIN_POSITIONS` cells over the feeds. Its rarer class (float's arg-max at fewer cells) is
+judged by the cells a threshold keeps, as below. A ``[N, 2]`` classifier and a CTC head's
+``[T, 1, C]`` are no such map.
+
+**Kept sets** (:func:`kept_agreement`; also a detector's class scores, analysis/score_rows.py). The
+threshold is set outside the graph (P-Net 0.6, R-Net 0.7, a detector 0.25-0.5), so the judged
+figure is the expected agreement over the thresholds a user might set: :data:`BAND_STEPS` levels
+from 0.2 to 0.8 of float's largest probability, each counted where float keeps at least
+:data:`MIN_KEPT` candidates above it, intersections and unions summed over the levels. The kept
+candidates are few (P-Net's 12 judged scenes hold about 24 cells above 0.5), so a count of the
+cells that crossed is mostly luck; the figure is *estimated* from every candidate's shift, as
+reads are from margins (analysis/class_scores.py): the shifts of the logits ``log(p / (1 − p))``
+(for a two-class softmax the logit difference itself; a probability shift depends on where on the
+curve a cell sits, a logit shift does not) of the candidates float scores at least
+:data:`SHIFT_SHARE` of the lowest level, and each candidate's chance of crossing a level taken from
+their distribution. On P-Net the estimate from the floor's 12 scenes followed the same
+threshold-averaged IoU counted on 160 other scenes within 0.01 under every preset (A16W8 0.896
+against 0.898, MX9 0.933 against 0.930, BF16 0.982 against 0.980; bench/RESULTS.md, "The floor on
+rare decisions ..."), where a count at one threshold on the 12 scenes is a few cells (BF16: 1 of 25
+at 0.5). A map's cells are judged
+by IoU (the masks of this module), a detector's candidates by F1 (detections lost and spurious
+count once against both sets, as box F1 does), each against the family's top-1 floor. The
+calibration feeds are pooled with the held-out ones for it (analysis/floor.py ``_judge_kept``).
 """
 
 from __future__ import annotations
@@ -41,7 +73,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-__all__ = ["LEVELS", "MIN_MASK", "MIN_POSITIONS", "MIN_SPAN", "TIE", "MaskAgreement", "probability_maps"]
+__all__ = ["BAND", "BAND_STEPS", "LEVELS", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_SPAN", "TIE", "Kept", "MaskAgreement",
+           "RareMapAgreement", "kept_agreement", "probability_maps", "softmax_maps"]
 
 #: values per feed from which an output is a dense map
 MIN_POSITIONS = 1024
@@ -71,9 +104,9 @@ def _scalars(model: onnx.ModelProto) -> dict[str, float]:
     return found
 
 
-def probability_maps(model: onnx.ModelProto) -> dict[str, tuple[float, ...]]:
-    """Graph outputs read from a sigmoid (module docstring), each with the constants in (0, 1) the
-    graph compares the map (or a tensor on its walk) with (often none)."""
+def _read_from(model: onnx.ModelProto, ops: frozenset[str]) -> dict[str, tuple[float, ...]]:
+    """Graph outputs read, through :data:`_MOVES`, from a node of ``ops``, each with the constants in
+    (0, 1) the graph compares the output (or a tensor on its walk) with (often none)."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in model.graph.node:
@@ -88,7 +121,7 @@ def probability_maps(model: onnx.ModelProto) -> dict[str, tuple[float, ...]]:
             node = producer.get(tensor)
             if node is None or not node.input:
                 break
-            if node.op_type in _PROBABILITIES:
+            if node.op_type in ops:
                 thresholds: set[float] = set()
                 for t in walk:
                     for c in consumers.get(t, ()):
@@ -101,6 +134,19 @@ def probability_maps(model: onnx.ModelProto) -> dict[str, tuple[float, ...]]:
                 break
             tensor = node.input[0]
     return found
+
+
+def probability_maps(model: onnx.ModelProto) -> dict[str, tuple[float, ...]]:
+    """Graph outputs read from a sigmoid (module docstring), each with the constants in (0, 1) the
+    graph compares the map (or a tensor on its walk) with (often none)."""
+    return _read_from(model, _PROBABILITIES)
+
+
+def softmax_maps(model: onnx.ModelProto) -> set[str]:
+    """Graph outputs read from a ``Softmax`` through data movement: the candidates for a two-class
+    map (:class:`RareMapAgreement` decides on the data whether one is: module docstring, "Two-class
+    Softmax maps")."""
+    return set(_read_from(model, frozenset(("Softmax",))))
 
 
 @dataclass
@@ -141,3 +187,141 @@ class MaskAgreement:
         iou, (kind, t) = min(judged)
         words = f"above {t:g}" if kind == "above" else f"above {t:g} of its range"
         return words, iou, self.union[(kind, t)]
+
+
+#: the thresholds a kept-set judgement averages over: from BAND[0] to BAND[1] of float's largest probability
+BAND = (0.2, 0.8)
+#: how many thresholds, evenly spaced over :data:`BAND`
+BAND_STEPS = 31
+#: a threshold is counted only where float keeps at least this many candidates above it
+MIN_KEPT = 4
+#: the logit shifts are taken on candidates float scores at least this share of the lowest threshold
+SHIFT_SHARE = 0.25
+#: shifts needed for an estimate (fewer: not judged)
+MIN_SHIFTS = 16
+#: probabilities this close to 0 or 1 have no logit resolution in float32 (their shift is rounding
+#: of ``1 − p``, not of the score): left out of the shifts; they are far from every threshold
+_SATURATED = 1e-5
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A kept-set judgement (:func:`kept_agreement`)."""
+
+    #: the expected IoU (a map's cells) or F1 (a detector's candidates) over the band's thresholds
+    figure: float
+    #: "IoU" or "F1"
+    measure: str
+    #: candidates float keeps above the band's lowest counted threshold, and all candidates
+    kept: int
+    candidates: int
+    #: thresholds counted (float keeps at least :data:`MIN_KEPT` above each), and the band they span
+    levels: int
+    low: float
+    high: float
+    #: the same figure counted on the candidates, not estimated (shown beside it)
+    observed: float
+
+    def describe(self) -> str:
+        return (f"{self.measure} {self.figure:.4f} of the kept candidates (estimated from logit shifts, averaged over "
+                f"{self.levels} thresholds {self.low:.3g}-{self.high:.3g}; {self.kept} of {self.candidates} kept by float; "
+                f"counted {self.observed:.4f})")
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    q = np.clip(np.asarray(p, np.float64), 1e-7, 1.0 - 1e-7)
+    return np.log(q) - np.log1p(-q)
+
+
+def kept_agreement(ref: np.ndarray, got: np.ndarray, *, f1: bool) -> Kept | None:
+    """How well the candidates a threshold keeps agree with float's, over the thresholds a user
+    might set (module docstring, "Kept sets"). ``ref``/``got``: float's and the quantized model's
+    probabilities of the same candidates (1-D). None where float keeps too few candidates at every
+    threshold or too few candidates move to estimate from."""
+    r = np.asarray(ref, np.float64).ravel()
+    g = np.asarray(got, np.float64).ravel()
+    if r.size == 0 or r.shape != g.shape or not (np.isfinite(r).all() and np.isfinite(g).all()):
+        return None
+    top = float(r.max())
+    if top <= 0.0:
+        return None
+    levels = np.linspace(BAND[0], BAND[1], BAND_STEPS) * top
+    band = (r >= SHIFT_SHARE * levels[0]) & (np.maximum(r, g) < 1.0 - _SATURATED) & (np.minimum(r, g) > _SATURATED)
+    if int(band.sum()) < MIN_SHIFTS:
+        return None
+    fr, fg = _logit(r), _logit(g)
+    shifts = np.sort(fg[band] - fr[band])
+    near = r >= SHIFT_SHARE * levels[0]  # candidates that can cross a threshold of the band
+    pr = fr[near]
+    inter = union = seen_inter = seen_union = 0.0
+    used: list[float] = []
+    kept_low = 0
+    for t in levels:
+        lt = float(_logit(np.float64(t)))
+        kept = int(np.count_nonzero(r > t))
+        if kept < MIN_KEPT:
+            continue
+        used.append(float(t))
+        kept_low = max(kept_low, kept)
+        # P(the quantized candidate is above t) = P(shift > lt − float logit), from the shifts' distribution
+        above = 1.0 - np.searchsorted(shifts, lt - pr, side="right") / shifts.size
+        lost = float(np.sum(np.where(pr > lt, 1.0 - above, 0.0)))
+        gained = float(np.sum(np.where(pr <= lt, above, 0.0)))
+        a, b = r > t, g > t
+        both, either = float(np.count_nonzero(a & b)), float(np.count_nonzero(a | b))
+        if f1:  # 2·|A∩B| / (|A| + |B|)
+            inter, union = inter + 2.0 * (kept - lost), union + 2.0 * kept - lost + gained
+            seen_inter, seen_union = seen_inter + 2.0 * both, seen_union + both + either
+        else:
+            inter, union = inter + kept - lost, union + kept + gained
+            seen_inter, seen_union = seen_inter + both, seen_union + either
+    if not used or union <= 0:
+        return None
+    return Kept(inter / union, "F1" if f1 else "IoU", kept_low, int(r.size), len(used), used[0], used[-1],
+                seen_inter / seen_union if seen_union else 1.0)
+
+
+@dataclass
+class RareMapAgreement:
+    """A two-class Softmax map's class probabilities over the feeds (float's and the quantized
+    model's), judged by :func:`kept_agreement` on its rarer class (module docstring)."""
+
+    ref: list[np.ndarray] = field(default_factory=list)
+    got: list[np.ndarray] = field(default_factory=list)
+    #: (class axis, rank) of the first feed: every feed must agree
+    axis: int | None = None
+    valid: bool = True
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        if not self.valid:
+            return
+        axis = _two_class_axis(ref)
+        if axis is None or ref.shape != got.shape or (self.axis is not None and axis != self.axis):
+            self.valid = False
+            return
+        self.axis = axis
+        self.ref.append(np.moveaxis(np.asarray(ref, np.float32), axis, -1).reshape(-1, 2))
+        self.got.append(np.moveaxis(np.asarray(got, np.float32), axis, -1).reshape(-1, 2))
+
+    def judge(self) -> Kept | None:
+        if not self.valid or not self.ref:
+            return None
+        r, g = np.concatenate(self.ref), np.concatenate(self.got)
+        if r.shape[0] < MIN_POSITIONS:
+            return None
+        rare = int(np.argmin(np.bincount(np.argmax(r, -1), minlength=2)))
+        return kept_agreement(r[:, rare], g[:, rare], f1=False)
+
+
+def _two_class_axis(ref: np.ndarray) -> int | None:
+    """The axis of length 2 along which float's values are probabilities summing to 1, on an output
+    with at least two other axes longer than 1 (a spatial map); None if there is none."""
+    if ref.ndim < 3 or not np.issubdtype(ref.dtype, np.floating) or not np.isfinite(ref).all():
+        return None
+    for axis in range(ref.ndim):
+        if ref.shape[axis] != 2 or sum(d > 1 for i, d in enumerate(ref.shape) if i != axis) < 2:
+            continue
+        total = np.sum(ref, axis=axis, dtype=np.float64)
+        if ref.min() >= -TIE and np.abs(total - 1.0).max() <= 1e-3:
+            return axis
+    return None
