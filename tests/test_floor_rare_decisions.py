@@ -3,10 +3,12 @@ Softmax map, a detector's class-score rows beyond ``fields.MAX_FIELDS``, and sib
 that make one read (analysis/maps.py, analysis/score_rows.py, class_scores.sibling_heads).
 
 Each graph is built as the real model is shaped (MTCNN's P-Net, a YOLOv8 head, vietcombank-captcha's
-five digit heads) with one planted sensitive node, ``Mul_hot``: one channel scaled by 400 and undone
-by the next weight, so a per-tensor int8 range over it leaves the other channels few codes (as in
-tests/test_floor_maps.py). The float model's decisions are then judged against the quantized
-model's, here as the package that ships the model reads them.
+five digit heads). The first two have one planted sensitive node, ``Mul_hot``: one channel scaled by
+400 and undone by the next weight, so a per-tensor int8 range over it leaves the other channels few
+codes (as in tests/test_floor_maps.py); the reader needs none (A8W8's own rounding of its shared
+feature is enough). The quantized model's decisions are also judged here as the package that ships
+the model reads them (face cells above 0.6, box F1 after NMS, 5-digit codes), so each test shows a
+loss that is real, not only a figure that moved.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.analysis.class_scores import sibling_heads
-from onnxptq.analysis.maps import softmax_maps
+from onnxptq.analysis.maps import RareMapAgreement, kept_agreement, softmax_maps
 from onnxptq.analysis.score_rows import detector_score_rows
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
@@ -291,3 +293,23 @@ def test_outputs_of_one_head_are_no_siblings():
     del model.graph.output[1:]
     model.graph.output.append(helper.make_tensor_value_info("l0", TensorProto.FLOAT, ["N", DIGITS]))
     assert sibling_heads(model) == []
+
+
+def test_kept_agreement_and_the_two_class_map_test_on_edge_cases():
+    rng = np.random.default_rng(1)
+    p = 1.0 / (1.0 + np.exp(-rng.normal(-4.0, 2.0, 5000)))  # a rare positive class: ~5 % above 0.5
+    same = kept_agreement(p, p.copy(), f1=False)
+    assert same is not None and same.figure == 1.0 and same.observed == 1.0
+    lowered = 1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) - 0.3)))  # every logit down by 0.3
+    moved = kept_agreement(p, lowered, f1=False)
+    assert moved is not None and 0.5 < moved.figure < 0.95 and abs(moved.figure - moved.observed) < 0.05
+    assert kept_agreement(p[:3], p[:3], f1=True) is None  # too few candidates to estimate
+    assert kept_agreement(np.zeros(100), np.zeros(100), f1=True) is None
+    assert kept_agreement(p, np.where(p > 0.5, np.nan, p), f1=False) is None  # a non-finite candidate
+    # the data decides whether a Softmax output is a two-class spatial map
+    two = np.stack([1 - p[:4096], p[:4096]], -1).reshape(1, 64, 64, 2)
+    for ref, judged in ((two, True), (two.reshape(4096, 2), False),  # a [N, 2] classifier's rows
+                        (np.full((1, 64, 64, 3), 1 / 3), False), (two * 2.0, False)):  # three classes; not probabilities
+        maps = RareMapAgreement()
+        maps.add(ref, ref)
+        assert (maps.judge() is not None) == judged
