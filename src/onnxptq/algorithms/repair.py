@@ -51,9 +51,10 @@ from ..errors import AccuracyError
 from ..pipeline.build import build_model
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
+from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
-from ..sessions import open_session
+from ..sessions import open_session, run_feeds
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,20 @@ def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
     return cfg.replace(nodes_to_exclude=tuple(cfg.nodes_to_exclude) + tuple(sorted(kept)))
 
 
+def _candidate_config(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
+    """The config a candidate is judged with: the delivered one with ``kept`` float, its folded
+    weights stored as their rounded float values instead of packed bytes + decode ops.
+
+    Why unpacked: the packer (:mod:`onnxptq.onnx_ops.packed`) stores each weight so that its
+    decode chain gives the rounded values bit for bit (it checks, and patches or leaves unpacked
+    what would not), and onnxruntime folds that chain at session creation into those very values;
+    so the outputs are the same, while packing a candidate's weights (~40 % of its build on
+    ddddocr_ocr BFP16) and folding them back in its session (~3/4 of its session creation) are
+    work no verdict needs. tests/test_repair_cost.py holds the outputs equal on real models; the
+    delivered model is built packed (:func:`complete`) and judged again as users open it."""
+    return _config_with(cfg, kept).replace(pack_weights=False)
+
+
 class _Judge:
     """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
 
@@ -85,6 +100,8 @@ class _Judge:
         self.names = [o.name for o in calibrated.prepared.graph.output]
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
+        #: weights rounded by one candidate build, reused by the next ones and by the delivered build
+        self.reuse = ConstantReuse()
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
@@ -96,7 +113,7 @@ class _Judge:
             return self.cache[kept]
         self.evaluations += 1
         try:
-            model = build_model(self.calibrated, _config_with(self.cfg, kept)).model
+            model = build_model(self.calibrated, _candidate_config(self.cfg, kept), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
@@ -112,9 +129,13 @@ class _Judge:
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
-        session = open_session(model, log_severity=3, inline_functions_first=False)
-        got = [dict(zip(keys, session.run(names, feed))) for feed in self.calibrated.holdout]
-        seen = ([dict(zip(self.names, session.run(self.names, feed))) for feed in self.seen])
+        # Without spinning, two runs in flight (sessions.run_feeds): the same kernels with the same
+        # thread pool, hence the same outputs bit for bit; idle pool threads spinning between a
+        # candidate's small runs were ~40 % of its runs' CPU (ddddocr_ocr BFP16: 0.46 -> 0.27 CPU s
+        # for 12 feeds) and, on a loaded machine, took the cores the other runs waited for.
+        session = open_session(model, log_severity=3, inline_functions_first=False, spinning=False)
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
+        seen = [dict(zip(self.names, out)) for out in run_feeds(session, self.names, self.seen)] if self.seen else []
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
@@ -211,7 +232,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             return result
         kept, finished = _search(judge, candidates, cpu0 + budget) if budget > 0 else (frozenset(candidates), False)
         search_s = time.perf_counter() - t0
-        repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False)
+        repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False,
+                            reuse=judge.reuse)
     finally:
         for logger, level in levels.items():
             logger.setLevel(level)

@@ -14,7 +14,7 @@ import onnx
 from ..config.schema import QuantConfig
 from ..graph.io import with_initializers
 from .calibrate import Calibrated
-from .emit import emit
+from .emit import ConstantReuse, emit
 from .final_plan import final_plan
 from .plan import Plan
 from .solve import QParams, solve
@@ -31,11 +31,13 @@ class Built(NamedTuple):
     timings: dict[str, float]
 
 
-def build_model(calibrated: Calibrated, cfg: QuantConfig) -> Built:
+def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReuse | None = None) -> Built:
     """final plan → solve → refine → emit on calibrated statistics (no checks, no session: see
     ``complete``). The plan is :func:`.final_plan.final_plan`'s: the one calibration made for
     ``cfg`` (or a new one for another config), coverage and the range guard applied.
-    ``calibrated`` is only read (a search builds many candidates from one calibration)."""
+    ``calibrated`` is only read (a search builds many candidates from one calibration); ``reuse``
+    keeps quantized weights from one of its builds for the next (:class:`.emit.ConstantReuse`:
+    the same model, built for its difference only)."""
     timings: dict[str, float] = {}
     prepared = calibrated.prepared
     plan = final_plan(calibrated, cfg)
@@ -65,5 +67,5 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig) -> Built:
         timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
-                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime)
+                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse)
     return Built(plan, params, quantized, timings)

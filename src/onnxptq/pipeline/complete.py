@@ -72,17 +72,19 @@ class QuantizationResult:
 
 def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None,
-             deliver_now: bool = True) -> QuantizationResult:
+             deliver_now: bool = True, reuse: Any = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → verify → save → report for one config, on
     calibrated data. ``deliver_now=False`` stops before the save and the report (the accuracy
-    floor's repair decides first which model is delivered; :func:`deliver` then writes it)."""
+    floor's repair decides first which model is delivered; :func:`deliver` then writes it).
+    ``reuse``: the repair's :class:`~onnxptq.pipeline.emit.ConstantReuse` (weights its candidates
+    already rounded), handed to :func:`~onnxptq.pipeline.build.build_model`."""
     cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
     source = calibrated.source
     timings = dict(calibrated.timings)
     t2 = time.perf_counter()
-    plan, params, quantized, refine_timings = build_model(calibrated, cfg)
+    plan, params, quantized, refine_timings = build_model(calibrated, cfg, reuse=reuse)
     timings.update(refine_timings)
     release_freed()  # the build's float and guard sessions, emit's copies (onnxptq.memory: peak RSS)
     quantized, session = finish(quantized, source)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from ..formats import BLOCK_FORMATS, FLOAT_FORMATS, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
@@ -82,6 +83,9 @@ class _Builder:
         self.packer: Any = None
         #: MatMul weights emitted as blocked int8 DequantizeLinear (weight_runtime="matmulnbits")
         self.matmul_b: set[str] = set()
+        #: quantized weights kept across a search's builds, and the input model's initializers they are keyed by
+        self.reuse: ConstantReuse | None = None
+        self.sources: dict[str, onnx.TensorProto] = {}
 
     def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
         for init in frag.initializers:
@@ -100,10 +104,87 @@ class _Builder:
         return list(frag.nodes)
 
 
+class ConstantReuse:
+    """Quantized weights kept from one build for the next builds of a search (the accuracy floor's
+    repair, :mod:`onnxptq.algorithms.repair`): a weight's rounded values depend only on the
+    initializer it rounds, its format and its attributes (scale, zero point, axis, block), not on
+    which other nodes a candidate keeps float, so each is computed once per search instead of once
+    per candidate (on ddddocr_ocr BFP16 a quarter of a candidate build's CPU).
+
+    Keyed by the initializer's name, the format and the attributes' values, and valid only for the
+    same *source* initializer: the very object of the model given to :func:`emit`, or one equal to
+    it byte for byte (bias correction hands emit a copy of the model with its corrected biases, so
+    every other weight is an equal copy; a corrected bias differs and is computed afresh). What is
+    kept is the stored :class:`onnx.TensorProto` (its bytes are the rounded values: one copy of
+    the quantized weights, no NumPy array beside it). Weights written to an external-data sink
+    (the streaming path) are never kept."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[Any, ...], tuple[onnx.TensorProto, onnx.TensorProto]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(source: onnx.TensorProto, kind: str, fmt: str, attrs: dict[str, Any]) -> tuple[Any, ...]:
+        def frozen(v: Any) -> Any:
+            if isinstance(v, np.ndarray) or isinstance(v, np.generic):
+                a = np.asarray(v)
+                return ("nd", a.dtype.str, a.shape, a.tobytes())
+            if isinstance(v, (list, tuple)):
+                return tuple(frozen(x) for x in v)
+            if isinstance(v, dict):
+                return tuple(sorted((k, frozen(x)) for k, x in v.items()))
+            return v
+
+        return (source.name, kind, fmt, frozen(attrs))
+
+    def get(self, key: tuple[Any, ...], source: onnx.TensorProto) -> onnx.TensorProto | None:
+        entry = self._kept.get(key)
+        if entry is None or not _same_tensor(entry[0], source):
+            self.misses += 1
+            return None
+        if entry[0] is not source:  # an equal copy: later builds on it compare by identity
+            self._kept[key] = (source, entry[1])
+        self.hits += 1
+        return entry[1]
+
+    def put(self, key: tuple[Any, ...], source: onnx.TensorProto, stored: onnx.TensorProto) -> None:
+        from ..graph.external import is_external
+
+        if not is_external(stored):
+            self._kept[key] = (source, stored)
+
+
+def _same_tensor(a: onnx.TensorProto, b: onnx.TensorProto) -> bool:
+    """``a`` and ``b`` are the same initializer: one object, or equal to the byte (a memcmp of
+    their serialized bytes, ~10 ms for ddddocr_ocr's 54 MB of weights, where rounding them took
+    ~0.25 s of CPU)."""
+    if a is b:
+        return True
+    if a.data_type != b.data_type or list(a.dims) != list(b.dims) or a.name != b.name:
+        return False
+    return a.SerializeToString() == b.SerializeToString()
+
+
+def _named(proto: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """``proto`` itself when it already has ``name`` (graphs copy the initializers they are given),
+    else a renamed copy."""
+    if proto.name == name:
+        return proto
+    renamed = onnx.TensorProto()
+    renamed.CopyFrom(proto)
+    renamed.name = name
+    return renamed
+
+
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
          store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False,
-         pack_weights: bool = True, weight_runtime: str = "exact", skip_on_grid: bool = True) -> onnx.ModelProto:
+         pack_weights: bool = True, weight_runtime: str = "exact", skip_on_grid: bool = True,
+         reuse: ConstantReuse | None = None) -> onnx.ModelProto:
     """Return a copy of ``model`` with every planned tensor quantized as the plan says.
+
+    ``reuse``: quantized weights kept across the builds of one search (:class:`ConstantReuse`);
+    the model is the same with or without it.
 
     ``skip_on_grid``: leave out the block-format quantizers that are exact no-ops because their
     tensor is a Relu, reshape, transpose, slice, ... of a tensor read quantized in the same
@@ -118,6 +199,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     out.CopyFrom(model)
     index = ScopeIndex(out)
     b = _Builder(out, index)
+    if reuse is not None:
+        b.reuse = reuse
+        b.sources = {t.name: t for g in all_graphs(model.graph) for t in g.initializer}
     graph = out.graph
     # Quantizers go into each tensor's home graph (where it is defined), so readers there and in
     # the bodies nested in it (through the outer scope) all see the quantized value. A tensor
@@ -324,23 +408,40 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
     """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
     name = tplan.name
     tensor = b.initializers[name]
-    values = tensor_values(tensor)
     quant = tplan.quant
     attrs = quantizer_attrs(tplan, params)
+    source = b.sources.get(name) if b.reuse is not None else None
+
+    def kept(kind: str) -> tuple[onnx.TensorProto | None, Any]:
+        """The stored quantized weight of an earlier build, and its reuse key (None, None: no reuse)."""
+        if source is None or b.reuse is None:
+            return None, None
+        key = b.reuse.key(source, kind, quant.format, attrs)
+        return b.reuse.get(key, source), key
+
+    def keep(key: Any, stored: onnx.TensorProto) -> None:
+        if key is not None and b.reuse is not None and source is not None:
+            b.reuse.put(key, source, stored)
+
     if quant.is_integer and store_int:
         from ..formats import integer
 
-        q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
-                             attrs.get("axis"), attrs.get("block_size"))
         q_name = b.fresh(f"{name}_quantized")
-        b.initializers[q_name] = store(q, q_name)
+        stored, key = kept("int")
+        if stored is None:
+            values = tensor_values(tensor)
+            q = integer.quantize(values.astype(np.float32), quant.format, attrs["scale"], attrs["zero_point"],
+                                 attrs.get("axis"), attrs.get("block_size"))
+            stored = store(q, q_name)
+            keep(key, stored)
+        b.initializers[q_name] = _named(stored, q_name)
         target = b.fresh(f"{name}_DequantizeLinear_Output")
         from ..onnx_ops import integer as int_ops
 
         frag = int_ops.build_dequantize(quant.format, q_name, target, name=_safe(name), opset=b.opset,
                                         scale=attrs["scale"], zero_point=attrs["zero_point"],
                                         axis=attrs.get("axis"), block_size=attrs.get("block_size"))
-        if values.dtype == np.float16:
+        if tensor.data_type == onnx.TensorProto.FLOAT16:
             cast_out = b.fresh(f"{target}_fp16")
             frag.nodes.append(onnx.helper.make_node("Cast", [target], [cast_out], to=onnx.TensorProto.FLOAT16,
                                                     name=f"{_safe(name)}_CastFp16"))
@@ -348,25 +449,35 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         replacement[name] = target
         return b.absorb(frag)
     if fold:
-        folded = fake_quantize_in_slices(values, quant.format, attrs)
+        stored, key = kept("fold")
+        packs = b.packer is not None and main
+        values = tensor_values(tensor) if stored is None or packs or name in b.matmul_b else None
+        if stored is not None:
+            folded = numpy_helper.to_array(stored) if values is not None else None
+        else:
+            folded = np.asarray(fake_quantize_in_slices(values, quant.format, attrs), dtype=values.dtype)
         if name in b.matmul_b and quant.format == "mx":
             from ..onnx_ops.packed import mxint8_as_dequantize
 
             target = b.fresh(f"{name}_DequantizeLinear_Output")
-            frag = mxint8_as_dequantize(name, values, np.asarray(folded, values.dtype), attrs, target, b.fresh, b.opset)
+            frag = mxint8_as_dequantize(name, values, folded, attrs, target, b.fresh, b.opset)
             if frag is not None:
                 replacement[name] = target
                 return b.absorb(frag)
-        if b.packer is not None and main:  # packed storage, decoded by folded standard ops
+        if packs:  # packed storage, decoded by folded standard ops
             target = b.fresh(f"{name}_{quant.format}")
-            frag = b.packer.add(name, values, np.asarray(folded, dtype=values.dtype), quant.format, attrs, target)
+            frag = b.packer.add(name, values, folded, quant.format, attrs, target)
             if frag is not None:
                 replacement[name] = target
                 return b.absorb(frag)
         new_name = b.fresh(f"{name}_{quant.format}")
-        b.initializers[new_name] = store(np.asarray(folded, dtype=values.dtype), new_name)
+        if stored is None:
+            stored = store(folded, new_name)
+            keep(key, stored)
+        b.initializers[new_name] = _named(stored, new_name)
         replacement[name] = new_name
         return []
+    values = tensor_values(tensor)
     target = b.fresh(f"{name}_DequantizeLinear_Output")
     if quant.format in ("bfp", "mx"):
         attrs["shape"] = tuple(values.shape)
@@ -443,4 +554,4 @@ def _foldable_relus(graphs: list[onnx.GraphProto], plan: Plan, params: dict[str,
     return found
 
 
-__all__ = ["QParams", "emit", "quantizer_attrs", "producer_params_key", "DOMAIN"]
+__all__ = ["ConstantReuse", "QParams", "emit", "quantizer_attrs", "producer_params_key", "DOMAIN"]
