@@ -123,9 +123,16 @@ class ConstantReuse:
         self._kept: dict[tuple[Any, ...], tuple[onnx.TensorProto, onnx.TensorProto]] = {}
         self.hits = 0
         self.misses = 0
+        #: bias correction's new bias per layer (:func:`onnxptq.pipeline.build.build_model`): keyed by
+        #: :meth:`key_of` (weight, format, attributes, bias), valid for the one calibration of the search
+        self.corrections: dict[tuple[Any, ...], np.ndarray] = {}
 
     @staticmethod
     def key(source: onnx.TensorProto, kind: str, fmt: str, attrs: dict[str, Any]) -> tuple[Any, ...]:
+        return ConstantReuse.key_of(source.name, kind, fmt, attrs)
+
+    @staticmethod
+    def key_of(name: str, kind: str, fmt: str, attrs: dict[str, Any]) -> tuple[Any, ...]:
         def frozen(v: Any) -> Any:
             if isinstance(v, np.ndarray) or isinstance(v, np.generic):
                 a = np.asarray(v)
@@ -136,7 +143,7 @@ class ConstantReuse:
                 return tuple(sorted((k, frozen(x)) for k, x in v.items()))
             return v
 
-        return (source.name, kind, fmt, frozen(attrs))
+        return (name, kind, fmt, frozen(attrs))
 
     def get(self, key: tuple[Any, ...], source: onnx.TensorProto) -> onnx.TensorProto | None:
         entry = self._kept.get(key)

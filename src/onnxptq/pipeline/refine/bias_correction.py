@@ -31,7 +31,7 @@ weights alone shifts its output by a per-channel constant (93 % of the error's p
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import onnx
@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 
 
 
-def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np.ndarray, str]]:
-    """(node, float weight, bias name) of every layer this correction applies to."""
+def corrected_layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, str, str]]:
+    """(node, weight name, bias name) of every layer this correction applies to."""
     inits = {t.name: t for t in model.graph.initializer}
     readers: dict[str, int] = {}
     for node in model.graph.node:
@@ -70,8 +70,16 @@ def _layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.NodeProto, np
         if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("beta", 1.0) == 0.0
                                        or tensor_values(inits[b_name]).ndim != 1):
             continue  # beta 0: the bias does not reach the output, there is nothing to correct
-        out.append((node, tensor_values(inits[w_name]), b_name))
+        out.append((node, w_name, b_name))
     return out
+
+
+def _layers(model: onnx.ModelProto, plan: Plan, only: Collection[str] | None = None) -> list[tuple[onnx.NodeProto, np.ndarray, str]]:
+    """(node, float weight, bias name) of every layer this correction applies to (``only``: of
+    those whose weight is named there)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return [(node, tensor_values(inits[w_name]), b_name) for node, w_name, b_name in corrected_layers(model, plan)
+            if only is None or w_name in only]
 
 
 def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.ndarray, str]],
@@ -103,16 +111,19 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
 
 
 def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams],
-                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",)) -> dict[str, np.ndarray]:
+                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",),
+                   only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """New values of the biases of ``model``'s quantized-weight Conv/Gemm layers: each minus the
     mean output shift ``E[ΔW x]`` its rounded weights cause on ``samples`` (see the module doc).
+    ``only``: the layers whose weight is named there (the others' corrections are already known:
+    a layer's own, on its float input, does not depend on which other layers are quantized).
 
     Returns {bias tensor name: corrected bias}; empty when nothing applies or no sample is given.
     """
     if not samples:
         log.warning("bias correction skipped: no calibration samples were kept")
         return {}
-    layers = _layers(model, plan)
+    layers = _layers(model, plan, only)
     if not layers:
         return {}
     deltas = []
