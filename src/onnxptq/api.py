@@ -77,9 +77,12 @@ def quantize(
             return complete(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
         # The accuracy floor (algorithms/repair.py): judge on held-out samples, repair or raise, then write.
         from .algorithms.repair import enforce_floor
+        from .pipeline.emit import ConstantReuse
 
-        result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False)
-        result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples)
+        # The plain build's bias corrections (one probe of every layer) serve repair's candidates.
+        reuse = ConstantReuse(keep_weights=False)
+        result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
+        result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
         return deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
 
 

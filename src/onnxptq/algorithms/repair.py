@@ -30,6 +30,16 @@ model that quantizes in a fraction of a second needs for a handful of builds, an
 search stopped by the budget still delivers a model within the floor, only with more nodes float
 than needed (the summary says so).
 
+**What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
+a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
+computed once per search: the range guard's float activations (:class:`GuardValues`), each
+weight's rounded values (:class:`~onnxptq.pipeline.emit.ConstantReuse`), each layer's bias
+correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is byte for byte the
+build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
+(:func:`_candidate_config`: the same outputs bit for bit, without packing weights the session
+would fold back), on a session without spinning pool threads, two runs in flight. The delivered
+kept set is then built as users get it (packed) and judged again by :func:`complete`.
+
 **Saying so**: a WARNING names the nodes and the metric before/after; the same goes into
 ``result.summary()``, ``result.repair``, the plan JSON (``repair`` and ``kept_float``) and the
 CLI's output.
@@ -93,7 +103,7 @@ class _Judge:
     """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
 
     def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
-                 reads: bool = False) -> None:
+                 reads: bool = False, reuse: ConstantReuse | None = None) -> None:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
@@ -101,7 +111,8 @@ class _Judge:
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
-        self.reuse = ConstantReuse()
+        self.reuse = reuse if reuse is not None else ConstantReuse()
+        self.reuse.keep_weights = True
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
@@ -168,8 +179,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[froz
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
-                  eval_samples: int = DEFAULT_EVAL_SAMPLES) -> QuantizationResult:
-    """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver."""
+                  eval_samples: int = DEFAULT_EVAL_SAMPLES, reuse: ConstantReuse | None = None) -> QuantizationResult:
+    """Act on ``result.floor`` as the config says (module docstring); returns the result to deliver.
+    ``reuse``: what the plain build kept for the search (its bias corrections), if it was given one."""
     verdict: Verdict | None = result.floor
     for text in verdict.advisories if verdict is not None else ():
         log.warning("accuracy floor on %s: %s", verdict.where(), text)
@@ -206,7 +218,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
     # rows alone (too few: unjudged), every candidate held, the search kept nothing and the delivered
     # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
-    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds)
+    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse)
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:

@@ -119,7 +119,11 @@ class ConstantReuse:
     the quantized weights, no NumPy array beside it). Weights written to an external-data sink
     (the streaming path) are never kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_weights: bool = True) -> None:
+        #: whether rounded weights are kept (off for the plain build, which may be the only one:
+        #: holding a copy of the quantized weights there would raise every quantization's peak
+        #: memory; bias corrections are small and always kept)
+        self.keep_weights = keep_weights
         self._kept: dict[tuple[Any, ...], tuple[onnx.TensorProto, onnx.TensorProto]] = {}
         self.hits = 0
         self.misses = 0
@@ -158,7 +162,7 @@ class ConstantReuse:
     def put(self, key: tuple[Any, ...], source: onnx.TensorProto, stored: onnx.TensorProto) -> None:
         from ..graph.external import is_external
 
-        if not is_external(stored):
+        if self.keep_weights and not is_external(stored):
             self._kept[key] = (source, stored)
 
 

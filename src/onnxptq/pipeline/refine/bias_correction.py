@@ -132,7 +132,9 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **quantizer_attrs(tplan, params.get(node.input[1])))
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
     probe, names = _probe(model, layers, deltas)
-    session = open_session(probe, providers=providers)
+    # Without spinning: between runs the sums are taken in NumPy, while spinning pool threads held
+    # the cores (the same kernels and thread pool, so the same means bit for bit).
+    session = open_session(probe, providers=providers, spinning=False)
     sums = [np.zeros(w.shape[0] if n.op_type == "Conv" else d.shape[0] if _trans_b(n) else d.shape[1], np.float64)
             for (n, w, _), d in zip(layers, deltas)]
     weights = 0
