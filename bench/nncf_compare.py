@@ -19,7 +19,7 @@ process, all its threads), **latency ×** (1-thread onnxruntime CPU session, qua
 the first 4 held-out feeds, interleaved, best of 3 passes) and **size ×** (file bytes / float's).
 
     PYTHONPATH=src:. nice -n 5 python bench/nncf_compare.py --models magika,orinet --runs ours,ours_norepair,nncf,nncf_mixed
-    PYTHONPATH=src:. python bench/nncf_compare.py --table          # the Markdown table of --work/rows.json
+    PYTHONPATH=src:. python bench/nncf_compare.py --table "=main 27b873c"   # the Markdown table of --work/rows.json
 
 Outputs (models, feeds, rows.json) stay under ``--work`` (default /work/cache/nncfcmp) so NNCF's
 placement can be read afterwards (``--describe MODEL``: which activations each run quantized, with
@@ -244,15 +244,20 @@ def run_model(name: str, runs: list[str], work: Path, python: str, rows: list[di
 
 # ----------------------------------------------------------------------------- table / describe
 
-def table(rows: list[dict], tag: str = "") -> str:
-    out = ["| model | metric | run | agreement | cosine | quantize wall s | quantize CPU s | latency × (1 thr) | size × | note |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    order = list(_models())
-    for r in sorted((r for r in rows if r.get("tag", "") == tag), key=lambda r: (order.index(r["model"]) if r["model"] in order else 99,
-                                                                                 RUNS.index(r["run"]) if r["run"] in RUNS else 9)):
+def table(rows: list[dict], libraries: dict[str, str]) -> str:
+    """Every row of ``rows`` whose tag is a key of ``libraries`` (tag -> the library it measured),
+    one line per (model, run, tag), models in the registry's order."""
+    out = ["| model | metric | run | library | agreement | cosine | quantize wall s | quantize CPU s | latency × (1 thr) | size × | note |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    order, tags = list(_models()), list(libraries)
+    chosen = [r for r in rows if r.get("tag", "") in libraries]
+    for r in sorted(chosen, key=lambda r: (order.index(r["model"]) if r["model"] in order else 99,
+                                           0 if r["run"].startswith("ours") else 1, tags.index(r.get("tag", "")),
+                                           RUNS.index(r["run"]) if r["run"] in RUNS else 9)):
         f = lambda k, s=".3f": "-" if r.get(k) is None else format(r[k], s)  # noqa: E731
         note = r.get("error", "") if r["status"] != "ok" else (f"repair kept {r['repair_kept']} float" if r.get("repair_kept") else "")
-        out.append(f"| {r['model']} | {r['metric']} | {LABEL.get(r['run'], r['run'])} | {f('agreement')} | {f('cosine', '.4f')} | "
+        lib = "NNCF 3.4.0" if r["run"].startswith("nncf") else libraries[r.get("tag", "")]
+        out.append(f"| {r['model']} | {r['metric']} | {LABEL.get(r['run'], r['run'])} | {lib} | {f('agreement')} | {f('cosine', '.4f')} | "
                    f"{f('quantize_s', '.1f')} | {f('quantize_cpu_s', '.1f')} | {f('latency_ratio', '.2f')} | {f('size_ratio', '.2f')} | "
                    f"{note.replace('|', '/')} |")
     return "\n".join(out) + "\n"
@@ -296,7 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(WORK))
     ap.add_argument("--nncf-python", default=NNCF_PYTHON)
     ap.add_argument("--tag", default="", help="a label for rows of a changed library (before/after a fix)")
-    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--table", default="", metavar="TAG=LIBRARY,...",
+                    help="print the Markdown table of the rows with these tags ('=main 27b873c,after=nncfcmp 23a5839')")
     ap.add_argument("--describe", default="")
     ap.add_argument("--relatency", action="store_true", help="re-measure latency × of the rows of --models from the saved models")
     a = ap.parse_args(argv)
@@ -308,7 +314,7 @@ def main(argv=None) -> int:
     rows_path = work / "rows.json"
     rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
     if a.table:
-        print(table(rows, a.tag))
+        print(table(rows, dict(item.split("=", 1) for item in a.table.split(","))))
         return 0
     if a.describe:
         for run in a.runs.split(","):
