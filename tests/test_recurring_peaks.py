@@ -100,7 +100,7 @@ def test_held_out_objects_keep_their_score(quantized):
     for f, (r, c) in zip(held, where):
         a, b = ref.run(None, f)[0][0, :, r, c], test.run(None, f)[0][0, :, r, c]
         errors.append(float(np.abs(a - b).max() / np.abs(a).max()))
-    # clipped at the 6th-largest calibration object, 4 of the 10 held-out objects lose 3-6 % of
+    # clipped at the 6th-largest calibration object, 4 of the 10 held-out objects lose 5-20 % of
     # their score; with the recurring peaks covered only the brightest may saturate
     assert sum(e <= 0.03 for e in errors) >= 8, np.round(errors, 3)
 
