@@ -76,8 +76,7 @@ class TensorPlan:
         quant = self.quant
         options: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
         if quant.calibration == "percentile":
-            # clip only what a single calibration batch reaches (methods._cover_recurring)
-            options["percentile"], options["recurring"] = quant.percentile, True
+            options["percentile"] = quant.percentile
         if quant.calibration == "minmse":
             # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
             # rounded to a power of two afterwards (which can land on a worse scale than the search's).
