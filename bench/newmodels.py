@@ -1042,6 +1042,25 @@ def madmom_key_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
+def iris_feeds(n: int, seed: int) -> list[Feed]:
+    """onnxruntime's datasets/logreg_iris.onnx (OnnxMLTools LinearClassifier → Normalizer → ZipMap,
+    the model onnxruntime's own docs load): 16 flowers per call drawn around the three iris species'
+    means and spreads (sepal length/width, petal length/width, cm), float32 [16, 4]."""
+    means = np.array([[5.01, 3.43, 1.46, 0.25], [5.94, 2.77, 4.26, 1.33], [6.59, 2.97, 5.55, 2.03]])
+    sds = np.array([[0.35, 0.38, 0.17, 0.11], [0.52, 0.31, 0.47, 0.20], [0.64, 0.32, 0.55, 0.27]])
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = rng.integers(0, 3, 16)
+        out.append({"float_input": (means[k] + rng.normal(0, 1, (16, 4)) * sds[k]).astype(np.float32)})
+    return out
+
+
+def iris_labels(ref, test, feeds, root) -> float:
+    """The package's decision, the int64 label output: the share equal to float's."""
+    return float(np.mean([np.mean(ref(f)[0] == test(f)[0]) for f in feeds]))
+
+
 def _peaks(act: np.ndarray, thr: float) -> np.ndarray:
     """Frames where the activation is a local maximum above thr (madmom's peak picking, no smoothing)."""
     a = np.asarray(act, np.float64).ravel()
@@ -1333,6 +1352,8 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "madmom_downbeats": (str(MADMOM / "models/downbeats/2016/downbeats_blstm_1.onnx"), madmom_downbeats_feeds,
                          "(down)beat peaks F1 (+-1 frame)", downbeat_peaks),
     "madmom_key": (str(MADMOM / "models/key/2018/key_cnn.onnx"), madmom_key_feeds, "top-1 key (24)", zoo.top1()),
+    "ort_logreg_iris": (str(Path(__import__("onnxruntime").__file__).parent / "datasets/logreg_iris.onnx"), iris_feeds,
+                        "label", iris_labels),
 }
 
 
