@@ -28,6 +28,8 @@ class _ShapeInference(ShapeInferencePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnx_ir.passes.common import shape_inference as base
 
+        if not (hasattr(base, "_c_api_utils") and hasattr(base, "_merge_func")):  # another onnx-ir: its own pass
+            return super().call(model)
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=self.check_type, strict_mode=self.strict_mode,
                                                          data_prop=self.data_prop)
