@@ -13,6 +13,12 @@ The third round (models under /work/cache/newmodels3/src, NEWMODELS3_SRC):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 10 python bench/newmodels.py --models slovorez,fsmn_vad,mtcnn_onet,mtcnn_pnet,nudenet,malviz,vcb_captcha \
         --json /work/cache/newmodels3/rowsAfter.json --md /work/cache/newmodels3/rowsAfter.md --out-dir /work/cache/newmodels3/outAfter --timeout 300
 
+The fourth round (models under /work/cache/newmodels4/src, NEWMODELS4_SRC; the iris model from
+onnxruntime's own package):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models ort_logreg_iris,madmom_key,basic_pitch,madmom_beats,madmom_downbeats,captcha_whisperer,slider_gap \
+        --json /work/cache/newmodels4/rowsB.json --md /work/cache/newmodels4/rowsB.md --out-dir /work/cache/newmodels4/outB --timeout 400
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
