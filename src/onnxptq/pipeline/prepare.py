@@ -101,7 +101,7 @@ def prepare(
         split_outliers: outlier channel splitting with these options, after equalization (None:
             not run).
     """
-    if opset is not None and opset != model_opset(model):
+    if opset is not None and opset != model_opset(model, default=0):
         model = upgrade_opset(model, opset)
     steps: list[tuple[str, ir.passes.PassBase]] = []
     if lift_constants:

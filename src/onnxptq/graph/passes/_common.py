@@ -28,7 +28,10 @@ def to_ir(model: onnx.ModelProto) -> ir.Model:
     """
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
+    untyped = strip_map_types(copy)
     result = ir.from_proto(copy)
+    if untyped:
+        result.meta[_MAP_TYPES] = untyped
     folder = external.active_dir()
     if folder is not None:
         # Streaming: external tensors stay lazy, resolved against the input's folder when a pass
@@ -39,7 +42,62 @@ def to_ir(model: onnx.ModelProto) -> ir.Model:
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:
     """Serialize ``model`` back to a ModelProto with an IR version onnxruntime accepts."""
-    return pin_versions(ir.to_proto(model))
+    proto = pin_versions(ir.to_proto(model))
+    untyped = model.meta.get(_MAP_TYPES)
+    if untyped:
+        restore_map_types(proto, untyped)
+    return proto
+
+
+#: ``ir.Model.meta`` key of the map types :func:`to_ir` took off (onnx-ir cannot hold them).
+_MAP_TYPES = "onnxptq.map_types"
+
+
+def _has_map(t: onnx.TypeProto) -> bool:
+    kind = t.WhichOneof("value")
+    if kind == "map_type":
+        return True
+    if kind == "sequence_type":
+        return _has_map(t.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _has_map(t.optional_type.elem_type)
+    return False
+
+
+def strip_map_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Take the types holding a map off ``model``'s inputs, outputs and value_info (in place), and
+    return them by value name.
+
+    Why: onnx-ir cannot deserialize map types ("Map types are not supported yet") and fails on the
+    whole model. Every scikit-learn classifier converted by skl2onnx/onnxmltools ends in a ZipMap
+    whose ``probabilities`` output is ``seq(map(int64|string, float))``; the quantizer never
+    touches such a value (nothing to quantize in a map), so it travels untyped through the passes
+    and :func:`restore_map_types` puts its type back.
+    """
+    from onnxptq.graph.walk import all_graphs
+
+    taken: dict[str, onnx.TypeProto] = {}
+    for graph in all_graphs(model.graph):
+        for field in (graph.input, graph.output, graph.value_info):
+            for info in field:
+                if info.HasField("type") and _has_map(info.type):
+                    saved = onnx.TypeProto()
+                    saved.CopyFrom(info.type)
+                    taken[info.name] = saved
+                    info.ClearField("type")
+    return taken
+
+
+def restore_map_types(model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """Put back on ``model``'s untyped values the map types :func:`strip_map_types` took off (in place)."""
+    from onnxptq.graph.walk import all_graphs
+
+    for graph in all_graphs(model.graph):
+        for field in (graph.input, graph.output, graph.value_info):
+            for info in field:
+                if info.name in types and not info.type.WhichOneof("value"):
+                    info.type.CopyFrom(types[info.name])
+    return model
 
 
 def run_passes(model: onnx.ModelProto, *passes: ir.passes.PassBase) -> onnx.ModelProto:

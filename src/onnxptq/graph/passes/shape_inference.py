@@ -15,14 +15,38 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from onnxptq.graph.passes._common import run_passes
+from onnxptq.graph.passes._common import run_passes, strip_map_types
 
 log = logging.getLogger(__name__)
 
 
+class _ShapeInference(ShapeInferencePass):
+    """onnx-ir's pass, with the map types taken off the inferred model before onnx-ir reads it back
+    (onnx-ir cannot hold them: a ZipMap's ``seq(map(...))`` output would fail the whole model;
+    :func:`~onnxptq.graph.passes._common.strip_map_types`)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnx_ir.passes.common import shape_inference as base
+
+        if not (hasattr(base, "_c_api_utils") and hasattr(base, "_merge_func")):  # another onnx-ir: its own pass
+            return super().call(model)
+        def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=self.check_type, strict_mode=self.strict_mode,
+                                                         data_prop=self.data_prop)
+            strip_map_types(inferred)
+            return inferred
+
+        try:
+            inferred = base._c_api_utils.call_onnx_api(infer, model)
+        except Exception as exc:  # noqa: BLE001 - onnx-ir's own pass keeps the model unchanged too
+            log.warning("shape inference failed: %s; the model is left unchanged", exc)
+            return ir.passes.PassResult(model, False)
+        return ir.passes.PassResult(model, modified=base._merge_func(model, inferred))
+
+
 def shape_inference_pass(*, data_prop: bool = True) -> ir.passes.PassBase:
     """onnx-ir's shape inference, non-strict (partial results are kept)."""
-    return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=data_prop)
+    return _ShapeInference(check_type=False, strict_mode=False, data_prop=data_prop)
 
 
 def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:

@@ -76,7 +76,13 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
     A model already at ``target`` is returned as a copy; a model above it raises (a downgrade
     loses operators and is not what a quantizer should do silently).
     """
-    current = model_opset(model)
+    # A model of only non-default domains (an ai.onnx.ml LinearClassifier → Normalizer → ZipMap
+    # from skl2onnx/onnxmltools) need not import the default domain: it has no op to convert, and
+    # the import is what the quantizer's own nodes need. 0 stands for "not imported".
+    current = opsets.model_opset(model, default=0)
+    if current == 0 and any(is_onnx_domain(n.domain) for g in all_graphs(model.graph) for n in g.node):
+        raise OpsetUpgradeError("the model has nodes of the default ONNX domain but imports no version of it "
+                                "(opset_import has no '' / 'ai.onnx' entry): the model is invalid")
     if current == target:
         return pin_versions(load_model(model))
     if current > target:
@@ -90,6 +96,8 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
         for entry in converted.opset_import:
             if is_onnx_domain(entry.domain):
                 entry.version = target
+        if current == 0:
+            converted.opset_import.append(onnx.helper.make_opsetid("", target))
     else:
         try:
             converted = onnx.version_converter.convert_version(model, target)
@@ -110,5 +118,5 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
     # (opset 21 -> IR 10), which the checker and onnxruntime enforce.
     needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
     converted.ir_version = min(max(converted.ir_version, needed), ORT_MAX_IR_VERSION)
-    log.info("upgraded model opset %d -> %d", current, target)
+    log.info("upgraded model opset %s -> %d", current or "(none)", target)
     return pin_versions(converted)
