@@ -90,13 +90,19 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
     graph = probe.graph
     outputs = []
     opset = model_opset(probe)
-    for i, ((node, _, _), delta) in enumerate(zip(layers, deltas)):
+    for i, ((node, w, _), delta) in enumerate(zip(layers, deltas)):
         w_name, y_name, m_name = f"__bc_dw_{i}", f"__bc_y_{i}", f"__bc_mean_{i}"
         graph.initializer.append(numpy_helper.from_array(delta, w_name))
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "Gemm":
             attrs["beta"] = 0.0
-        graph.node.append(helper.make_node(node.op_type, [node.input[0], w_name], [y_name], **attrs))
+        x_name = node.input[0]
+        if w.dtype != np.float32:
+            # An fp16 (or double) model: the layer reads a tensor of its weight's type, while ΔW and
+            # the probe's means are float32 (a Conv binds one type to both); cast the input up.
+            x_name = f"__bc_x_{i}"
+            graph.node.append(helper.make_node("Cast", [node.input[0]], [x_name], to=onnx.TensorProto.FLOAT))
+        graph.node.append(helper.make_node(node.op_type, [x_name, w_name], [y_name], **attrs))
         # Mean over every axis but the channel one (1 for both Conv and 2-D Gemm output).
         rank = 2 if node.op_type == "Gemm" else delta.ndim
         axes = [0] + list(range(2, rank))
