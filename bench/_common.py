@@ -120,3 +120,24 @@ def cpu_round_robin(sessions: dict[str, Any], feeds: list[dict], runs: int) -> d
                 sess.run(None, feed)
             cpu[k].append((time.thread_time() - c0) * 1e3 / len(feeds))
     return cpu
+
+
+def interleaved_ratio(ref, test, feeds, passes: int, repeats: int = 1) -> float:
+    """Test / reference wall time over ``feeds``, the two timed feed by feed in turn (so a load
+    change hits both alike), each pass running the feeds ``repeats`` times; the best of ``passes``
+    for each side."""
+    import time
+
+    best_ref = best_test = float("inf")
+    for _ in range(passes):
+        t_ref = t_test = 0.0
+        for _ in range(repeats):
+            for feed in feeds:
+                t0 = time.perf_counter()
+                ref(feed)
+                t1 = time.perf_counter()
+                test(feed)
+                t2 = time.perf_counter()
+                t_ref, t_test = t_ref + t1 - t0, t_test + t2 - t1
+        best_ref, best_test = min(best_ref, t_ref), min(best_test, t_test)
+    return best_test / best_ref

@@ -191,19 +191,9 @@ def latency_ratio(ref, test, feeds, passes: int = 5, pass_s: float = 0.2) -> flo
     for feed in feeds:
         ref(feed)
     repeats = max(1, int(pass_s / max(time.perf_counter() - t0, 1e-6)))
-    best_ref = best_test = float("inf")
-    for _ in range(passes):
-        t_ref = t_test = 0.0
-        for _ in range(repeats):
-            for feed in feeds:
-                t0 = time.perf_counter()
-                ref(feed)
-                t1 = time.perf_counter()
-                test(feed)
-                t2 = time.perf_counter()
-                t_ref, t_test = t_ref + t1 - t0, t_test + t2 - t1
-        best_ref, best_test = min(best_ref, t_ref), min(best_test, t_test)
-    return best_test / best_ref
+    import _common  # noqa: F401 - repository root on sys.path
+
+    return _common.interleaved_ratio(ref, test, feeds, passes, repeats)
 
 
 def judge(name: str, model: Path, output: Path, held: list, metric) -> dict:

@@ -103,18 +103,7 @@ def _memo(run, feeds):
 
 
 def _latency_ratio(ref, test, feeds, passes: int = 2) -> float:
-    best_ref = best_test = float("inf")
-    for _ in range(passes):
-        t_ref = t_test = 0.0
-        for feed in feeds:
-            t0 = time.perf_counter()
-            ref(feed)
-            t1 = time.perf_counter()
-            test(feed)
-            t2 = time.perf_counter()
-            t_ref, t_test = t_ref + t1 - t0, t_test + t2 - t1
-        best_ref, best_test = min(best_ref, t_ref), min(best_test, t_test)
-    return best_test / best_ref
+    return _common.interleaved_ratio(ref, test, feeds, passes)
 
 
 def _repair_kept(result) -> str:
