@@ -17,6 +17,7 @@ becomes an Identity once its input's type is known (after shape inference), and 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import onnx
 import onnx_ir as ir
@@ -61,24 +62,35 @@ def _replace_by_identity(graph: "ir.Graph | ir.Function", node: ir.Node) -> None
     identity.outputs[0].type = old.type
 
 
+def _replace_matching(model: ir.Model, replace: Callable[[ir.Node], bool], what: str) -> ir.passes.PassResult:
+    """Replace every node for which ``replace`` says so by an Identity, in the main graph, its
+    subgraphs and the model's functions (the Dropout and same-type-Cast passes differ only in that
+    rule)."""
+    count = 0
+    graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
+    for graph in graphs:
+        for node in list(graph):
+            if replace(node):
+                _replace_by_identity(graph, node)
+                count += 1
+    if count:
+        log.info("replaced %d %s node(s) by Identity", count, what)
+    return ir.passes.PassResult(model, modified=bool(count))
+
+
 class DropoutToIdentityPass(ir.passes.InPlacePass):
     """Replace inference-mode Dropout nodes by Identity (main graph, subgraphs and functions)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count = 0
-        graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
-        for graph in graphs:
-            for node in list(graph):
-                if node.op_type != "Dropout" or not is_onnx_domain(node.domain):
-                    continue
-                if not _dropout_is_inference(node):
-                    log.debug("Dropout %s kept: training mode or mask is used", node.name)
-                    continue
-                _replace_by_identity(graph, node)
-                count += 1
-        if count:
-            log.info("replaced %d inference Dropout node(s) by Identity", count)
-        return ir.passes.PassResult(model, modified=bool(count))
+        def replace(node: ir.Node) -> bool:
+            if node.op_type != "Dropout" or not is_onnx_domain(node.domain):
+                return False
+            if not _dropout_is_inference(node):
+                log.debug("Dropout %s kept: training mode or mask is used", node.name)
+                return False
+            return True
+
+        return _replace_matching(model, replace, "inference Dropout")
 
 
 class NoOpCastToIdentityPass(ir.passes.InPlacePass):
@@ -86,21 +98,14 @@ class NoOpCastToIdentityPass(ir.passes.InPlacePass):
     (main graph, subgraphs and functions): a same-type Cast copies its input bit for bit."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count = 0
-        graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
-        for graph in graphs:
-            for node in list(graph):
-                if node.op_type != "Cast" or not is_onnx_domain(node.domain) or not node.inputs or node.inputs[0] is None:
-                    continue
-                to = node.attributes.get("to")
-                source = node.inputs[0].dtype
-                if to is None or source is None or int(to.as_int()) != int(source.value):
-                    continue
-                _replace_by_identity(graph, node)
-                count += 1
-        if count:
-            log.info("replaced %d same-type Cast node(s) by Identity", count)
-        return ir.passes.PassResult(model, modified=bool(count))
+        def replace(node: ir.Node) -> bool:
+            if node.op_type != "Cast" or not is_onnx_domain(node.domain) or not node.inputs or node.inputs[0] is None:
+                return False
+            to = node.attributes.get("to")
+            source = node.inputs[0].dtype
+            return to is not None and source is not None and int(to.as_int()) == int(source.value)
+
+        return _replace_matching(model, replace, "same-type Cast")
 
 
 class SafeIdentityEliminationPass(IdentityEliminationPass):
