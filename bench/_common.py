@@ -141,3 +141,12 @@ def interleaved_ratio(ref, test, feeds, passes: int, repeats: int = 1) -> float:
                 t_ref, t_test = t_ref + t1 - t0, t_test + t2 - t1
         best_ref, best_test = min(best_ref, t_ref), min(best_test, t_test)
     return best_test / best_ref
+
+
+def print_op_profile(title: str, rows: list[tuple[str, float, int]], top: int = 12) -> None:
+    """Print ``title`` and the ``top`` most costly op types of a :func:`profile_ops` table, each
+    with its ms per feed and share of the kernel time."""
+    total = sum(us for _, us, _ in rows)
+    print(f"\n{title}: {total / 1e3:.3f} ms of kernel time per feed (profile)")
+    for op, us, n in rows[:top]:
+        print(f"  {op:<28} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%  ({n} nodes)")

@@ -126,10 +126,7 @@ def main() -> None:
                 profiles[(name, k)] = profile_ops(file, feeds, min(args.runs, 20), out)
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
     for (name, k), rows in profiles.items():
-        total = sum(us for _, us, _ in rows)
-        print(f"\n{name} {k}: {total / 1e3:.2f} ms of kernel time per inference (profile)")
-        for op, us, n in rows[:12]:
-            print(f"  {op:<22} {us / 1e3:7.3f} ms  {100 * us / total:5.1f}%  ({n} nodes)")
+        _common.print_op_profile(f"{name} {k}", rows)
 
 
 if __name__ == "__main__":

@@ -118,10 +118,7 @@ def main() -> None:
     print(f"\nload average at end {os.getloadavg()[0]:.2f}")
     for name, k, file, feeds in profiles:
         rows, executed = profile_ops(file, feeds, 5, out)
-        total = sum(us for _, us, _ in rows)
-        print(f"\n{name} {k}: {total / 1e3:.3f} ms kernel time per feed (profile), {executed} executed nodes")
-        for op, us, n in rows[:12]:
-            print(f"  {op:<28} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%  ({n} nodes)")
+        _common.print_op_profile(f"{name} {k} ({executed} executed nodes)", rows)
 
 
 if __name__ == "__main__":
