@@ -23,6 +23,7 @@ from ..graph.walk import compared_outputs
 from ..memory import release_freed
 from ..sessions import run_feeds
 from .build import build_model
+from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from .finish import finish, finish_saved
 from .plan import Plan
@@ -73,7 +74,7 @@ class QuantizationResult:
 
 def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None,
-             deliver_now: bool = True, reuse: Any = None) -> QuantizationResult:
+             deliver_now: bool = True, reuse: ConstantReuse | None = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → verify → save → report for one config, on
     calibrated data. ``deliver_now=False`` stops before the save and the report (the accuracy
     floor's repair decides first which model is delivered; :func:`deliver` then writes it).
