@@ -511,26 +511,34 @@ def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[d
             return None
         return np.stack(parts, axis=1).astype(np.float32)
 
-    # One ``[1, heads, classes]`` array per sample: judge_positions counts one read per array there.
+    def pair(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The feed's stacked float and candidate heads, None where they do not stack alike."""
+        r, g = stack(ref), stack(got)
+        return None if r is None or g is None or r.shape != g.shape else (r, g)
+
+    def add(r: np.ndarray, g: np.ndarray, into_refs: list[np.ndarray], into_gots: list[np.ndarray]) -> bool:
+        """One ``[1, heads, classes]`` array per sample (judge_positions counts one read per array);
+        False where either side is not finite (the feed is left out)."""
+        if not (np.isfinite(r).all() and np.isfinite(g).all()):
+            return False
+        into_refs.extend(r[i:i + 1] for i in range(r.shape[0]))
+        into_gots.extend(g[i:i + 1] for i in range(g.shape[0]))
+        return True
+
     refs: list[np.ndarray] = []
     gots: list[np.ndarray] = []
     for ref, got in zip(reference, candidate):
-        r, g = stack(ref), stack(got)
-        if r is None or g is None or r.shape != g.shape:
+        stacked = pair(ref, got)
+        if stacked is None:
             return
-        if np.isfinite(r).all() and np.isfinite(g).all():
-            refs.extend(r[i:i + 1] for i in range(r.shape[0]))
-            gots.extend(g[i:i + 1] for i in range(g.shape[0]))
+        add(*stacked, refs, gots)
     seen_refs: list[np.ndarray] = []
     seen_gots: list[np.ndarray] = []
     seen_feeds = 0
     for ref, got in zip(*(seen or ((), ()))):
-        if all(n in ref and n in got for n in group):
-            r, g = stack(ref), stack(got)
-            if r is not None and g is not None and r.shape == g.shape and np.isfinite(r).all() and np.isfinite(g).all():
-                seen_refs.extend(r[i:i + 1] for i in range(r.shape[0]))
-                seen_gots.extend(g[i:i + 1] for i in range(g.shape[0]))
-                seen_feeds += 1
+        stacked = pair(ref, got) if all(n in ref and n in got for n in group) else None
+        if stacked is not None and add(*stacked, seen_refs, seen_gots):
+            seen_feeds += 1
     if not refs:
         return
     cos = _pooled_cosine(refs, gots)
