@@ -1,6 +1,7 @@
 """Wall time of fast finetuning: A8W8 + AdaRound on PP-OCR cls, and what it buys.
 
     python bench/finetune.py [--iterations 1000] [--samples 32] [--test 400] [--no-early-stop]
+                             [--optim-device cpu[,cuda:0]]
 
 Quantizes the angle classifier with the A8W8 preset, then with A8W8 + AdaRound (the reference
 tool's ADAROUND_P settings: batch 2, lr 0.1, early stop, NumIterations as given) on the same
@@ -8,13 +9,15 @@ rendered calibration lines, and prints a Markdown table: the finetune step's wal
 quantization's (wall and CPU: the process's CPU time, all threads), the accuracy on held-out lines
 and the output cosine against float. The machine's 1-minute load average at the start and end of
 each row is printed too, because the CI machine's 2 cores are shared: under load the wall time
-grows while the CPU time does not.
+grows while the CPU time does not. ``--optim-device`` lists the devices torch tunes on (one AdaRound
+row each), so a GPU machine times CPU and GPU finetuning side by side in one run.
 """
 
 from __future__ import annotations
 
 import _common  # the repository root on sys.path (testkit), the bench's session helper
 import argparse
+import dataclasses
 import logging
 import os
 import platform
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32, help="calibration (and finetune) lines")
     parser.add_argument("--test", type=int, default=400, help="held-out lines for accuracy and cosine")
     parser.add_argument("--no-early-stop", action="store_true")
+    parser.add_argument("--optim-device", default="cpu", help="comma-separated torch devices for AdaRound rows (cpu, cuda:0)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name in ("onnxptq.calibration", "onnxptq.pipeline", "onnxptq.graph", "onnx_ir"):
@@ -55,11 +59,14 @@ def main() -> None:
     float_out = _session(onnx.load(model)).run(None, {"x": test_images})[0]
 
     rows = []
-    cfg = get_preset("A8W8_ADAROUND")
-    cfg.finetune.num_iterations = args.iterations
-    cfg.finetune.log_period = max(1, args.iterations // 10)
-    cfg.finetune.early_stop = not args.no_early_stop
-    for label, config in (("A8W8", "A8W8"), (f"A8W8 + AdaRound ({args.iterations} it.)", cfg)):
+    configs: list[tuple[str, object]] = [("A8W8", "A8W8")]
+    for device in args.optim_device.split(","):
+        cfg = get_preset("A8W8_ADAROUND")
+        cfg = cfg.replace(finetune=dataclasses.replace(
+            cfg.finetune, num_iterations=args.iterations, log_period=max(1, args.iterations // 10),
+            early_stop=not args.no_early_stop, optim_device=device))
+        configs.append((f"A8W8 + AdaRound ({args.iterations} it., {device})", cfg))
+    for label, config in configs:
         load = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), time.process_time()
         result = quantize(model, config, calib)
