@@ -1,7 +1,7 @@
 """Wall time of fast finetuning: A8W8 + AdaRound on PP-OCR cls, and what it buys.
 
     python bench/finetune.py [--iterations 1000] [--samples 32] [--test 400] [--no-early-stop]
-                             [--optim-device cpu[,cuda:0]]
+                             [--optim-device cpu[,cuda:0]] [--preset A8W8_ADAROUND]
 
 Quantizes the angle classifier with the A8W8 preset, then with A8W8 + AdaRound (the reference
 tool's ADAROUND_P settings: batch 2, lr 0.1, early stop, NumIterations as given) on the same
@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32, help="calibration (and finetune) lines")
     parser.add_argument("--test", type=int, default=400, help="held-out lines for accuracy and cosine")
     parser.add_argument("--no-early-stop", action="store_true")
+    parser.add_argument("--preset", default="A8W8_ADAROUND", help="a *_ADAROUND or *_ADAQUANT preset")
     parser.add_argument("--optim-device", default="cpu", help="comma-separated torch devices for AdaRound rows (cpu, cuda:0)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -59,13 +60,14 @@ def main() -> None:
     float_out = _session(onnx.load(model)).run(None, {"x": test_images})[0]
 
     rows = []
-    configs: list[tuple[str, object]] = [("A8W8", "A8W8")]
+    base = args.preset.rsplit("_", 1)[0]
+    configs: list[tuple[str, object]] = [(base, base)]
     for device in args.optim_device.split(","):
-        cfg = get_preset("A8W8_ADAROUND")
+        cfg = get_preset(args.preset)
         cfg = cfg.replace(finetune=dataclasses.replace(
             cfg.finetune, num_iterations=args.iterations, log_period=max(1, args.iterations // 10),
             early_stop=not args.no_early_stop, optim_device=device))
-        configs.append((f"A8W8 + AdaRound ({args.iterations} it., {device})", cfg))
+        configs.append((f"{args.preset} ({args.iterations} it., {device})", cfg))
     for label, config in configs:
         load = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), time.process_time()

@@ -308,6 +308,32 @@ def test_cuda_optim_device(monkeypatch):
         np.testing.assert_array_equal(got, fake_quantize(w, fmt, **attrs))
 
 
+def _fp32_precisions() -> tuple:
+    b = torch.backends
+    return (b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision, b.cudnn.rnn.fp32_precision)
+
+
+def test_layers_are_optimised_in_ieee_float32_then_settings_restored(monkeypatch):
+    """cuDNN convolutions default to TF32 on GPUs: finetuning must run in full float32 (on an H100 the
+    TF32 run kept no layer), and hand the caller's settings back afterwards."""
+    from onnxptq.pipeline.refine.finetune import adaround
+
+    seen = []
+    real = adaround.optimise
+
+    def spy(problem, options, gen):
+        seen.append(_fp32_precisions())
+        return real(problem, options, gen)
+
+    monkeypatch.setattr(adaround, "optimise", spy)
+    monkeypatch.setattr(torch.backends.cudnn.conv, "fp32_precision", "tf32")
+    monkeypatch.setattr(torch.backends.cuda.matmul, "fp32_precision", "tf32")
+    before = _fp32_precisions()
+    quantize(_model(), get_preset("A8W8").replace(finetune=_options(algorithm="adaround", num_iterations=20)), _feeds())
+    assert seen and all(p == ("ieee", "ieee", "ieee") for p in seen), seen
+    assert _fp32_precisions() == before
+
+
 def test_adaround_early_exit_once_decided_changes_nothing(monkeypatch):
     """AdaRound stops once every h(α) is clipped with Adam's momentum pointing outwards; running
     every iteration instead gives exactly the same weights."""

@@ -17,11 +17,12 @@ that was validated. torch is an optional extra (``pip install onnxptq[finetune]`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -32,7 +33,7 @@ from ...plan import Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LayerResult", "refine", "require_torch", "torch_device"]
+__all__ = ["LayerResult", "ieee_fp32", "refine", "require_torch", "torch_device"]
 
 
 def require_torch() -> Any:
@@ -117,6 +118,32 @@ class LayerResult:
     dropped: str | None = None
 
 
+@contextlib.contextmanager
+def ieee_fp32(torch: Any) -> Iterator[None]:
+    """Full float32 products in cuDNN convolutions, RNNs and CUDA matmuls while finetuning runs.
+
+    torch lets cuDNN convolutions compute float32 in TF32 by default (10-bit mantissa). AdaRound
+    and AdaQuant rank rounding choices whose effect is a fraction of one int8 step, and they judge
+    each layer by a reconstruction error: in TF32 that error is noise at the size of the decision.
+    On an H100 an A8W8 + AdaRound PP-OCR cls run on ``cuda:0`` kept nothing ("the refined layers
+    did not lower the model's output error") where the same run on the CPU kept its layers. The
+    caller's settings are restored on exit. torch < 2.9 spells the switches ``allow_tf32``.
+    """
+    backends = torch.backends
+    owners = [o for o in (backends.cuda.matmul, getattr(backends.cudnn, "conv", None), getattr(backends.cudnn, "rnn", None))
+              if o is not None and hasattr(o, "fp32_precision")]
+    knobs = [(o, "fp32_precision", "ieee") for o in owners] or [
+        (backends.cuda.matmul, "allow_tf32", False), (backends.cudnn, "allow_tf32", False)]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in knobs]
+    try:
+        for owner, attr, value in knobs:
+            setattr(owner, attr, value)
+        yield
+    finally:
+        for owner, attr, value in saved:
+            setattr(owner, attr, value)
+
+
 def refine(
     prepared: onnx.ModelProto,
     plan: Plan,
@@ -130,9 +157,18 @@ def refine(
 
     ``prepared``/``plan``/``params`` are the pipeline's; ``samples`` the kept calibration feeds
     (at most ``options.data_size`` of them are used). ``report``, when given, receives one
-    :class:`LayerResult` per layer considered.
+    :class:`LayerResult` per layer considered. Runs in IEEE float32 on every device
+    (:func:`ieee_fp32`).
     """
     torch = require_torch()
+    with ieee_fp32(torch):
+        return _refine(torch, prepared, plan, params, samples, options, report)
+
+
+def _refine(torch: Any, prepared: onnx.ModelProto, plan: Plan, params: dict[str, Any],
+            samples: Sequence[dict[str, np.ndarray]], options: FinetuneOptions,
+            report: list[LayerResult] | None) -> dict[str, np.ndarray]:
+    """:func:`refine`'s body, run inside :func:`ieee_fp32`."""
     from ...emit import emit, quantizer_attrs
     from ....formats import fake_quantize
     from . import adaquant, adaround, extract
