@@ -184,9 +184,10 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor.
 
     ``float_check`` (raises :class:`_FloatBreaks`) is called once the first round (the two halves)
-    has given nothing back, before any chunk is split: a model that holds with either half float
-    holds with both float (an accepted candidate is the proof), so that build is only made where
-    it can say something (bench/RESULTS.md "Repair within the plain quantize's cost")."""
+    has given nothing back, before any chunk is split. Where a candidate held, the search delivers
+    a kept set judged to hold and the all-float build could only have added a note; where none
+    did, that build says whether splitting further can help at all (bench/RESULTS.md "Repair
+    within the plain quantize's cost")."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
