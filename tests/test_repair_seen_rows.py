@@ -71,7 +71,7 @@ def test_a_search_that_keeps_nothing_on_a_broken_floor_says_repair_ran(monkeypat
     from onnxptq.algorithms import repair
 
     model, feeds, a8w8 = _tabular_classifier(), _feeds(), resolve_config("A8W8")
-    monkeypatch.setattr(repair, "_search", lambda judge, candidates, deadline: (frozenset(), True))
+    monkeypatch.setattr(repair, "_search", lambda judge, candidates, deadline, *checks: (frozenset(), True))
     result = quantize(model, a8w8, feeds)
     summary = result.summary()
     assert not result.floor.ok and not result.repair["kept_float"]

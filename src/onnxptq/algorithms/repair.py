@@ -11,8 +11,10 @@ broken floor:
 
 **The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
 invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
-quantized node (the float model, which holds by definition — checked once: a floor that breaks
-even then is not the quantizers' doing and is reported so). Halves of ``K`` are then given back
+quantized node (the float model, which holds by definition — checked by a build only where no
+candidate of the first round held, since a held candidate proves it: a floor that breaks even then
+is not the quantizers' doing and is reported so). Nothing kept float is the plain build, whose
+verdict is known: never built again. Halves of ``K`` are then given back
 their formats, breadth first: a chunk whose return keeps the floor leaves ``K``; a chunk that
 breaks it is split in two and each half tried again; a single node that breaks it stays. With
 ``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds, each one the pipeline's own
@@ -50,7 +52,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import onnx
 
@@ -168,14 +170,33 @@ def judge_session(model: onnx.ModelProto) -> Any:
     return open_session(model, log_severity=3, inline_functions_first=False, threads=1, spinning=False)
 
 
-def _search(judge: _Judge, candidates: list[str], deadline: float) -> tuple[frozenset[str], bool]:
-    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor."""
+class _FloatBreaks(Exception):
+    """The floor breaks with every quantized node float: the loss is not the quantizers' (the
+    search stops; :func:`enforce_floor` says so and keeps nothing)."""
+
+    def __init__(self, verdict: Verdict | None) -> None:
+        super().__init__("the floor breaks with every quantized node float")
+        self.verdict = verdict
+
+
+def _search(judge: _Judge, candidates: list[str], deadline: float,
+            float_check: Callable[[], None] = lambda: None) -> tuple[frozenset[str], bool]:
+    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor.
+
+    ``float_check`` (raises :class:`_FloatBreaks`) is called once the first round (the two halves)
+    has given nothing back, before any chunk is split. Where a candidate held, the search delivers
+    a kept set judged to hold and the all-float build could only have added a note; where none
+    did, that build says whether splitting further can help at all (bench/RESULTS.md "Repair
+    within the plain quantize's cost")."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
+    first_round = len(queue)
     trials = 0
     while queue:
+        if trials == first_round and len(kept) == len(candidates):
+            float_check()
         if time.process_time() > deadline and trials >= MIN_TRIALS:
             return kept, False
         chunk = [c for c in queue.popleft() if c in kept]
@@ -247,20 +268,29 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     levels = {logger: logger.level for logger in quiet}
     for logger, floor_level in quiet.items():
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
-    try:
+    # Nothing kept float is the plain build itself: its verdict (broken) is known, never built again.
+    judge.cache[frozenset()] = verdict
+
+    def float_check() -> None:  # every quantized node float: built only where no candidate held (_search)
         everything = judge(frozenset(candidates))
         if everything is None or not everything.ok:
-            figures = everything.describe(only_broken=True) if everything is not None else "it could not be built"
-            note = (f"the floor breaks even with every quantized node float ({figures}): "
-                    "the loss is not the quantizers' (a structure rule or the float graph itself); nothing kept float")
-            log.warning("accuracy floor (%s) BROKEN on %s: %s; %s", verdict.floor.describe(), where, before, note)
-            result.repair = {"note": note, "before": verdict.to_json()}
-            result.plan.repair = result.repair
-            return result
-        kept, finished = _search(judge, candidates, cpu0 + budget) if budget > 0 else (frozenset(candidates), False)
+            raise _FloatBreaks(everything)
+
+    try:
+        kept, finished = _search(judge, candidates, cpu0 + budget, float_check) if budget > 0 else (frozenset(candidates), False)
+        if len(kept) == len(candidates):
+            float_check()  # a search that gave nothing back (a cached verdict where the search asked)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
+    except _FloatBreaks as breaks:
+        figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
+        note = (f"the floor breaks even with every quantized node float ({figures}): "
+                "the loss is not the quantizers' (a structure rule or the float graph itself); nothing kept float")
+        log.warning("accuracy floor (%s) BROKEN on %s: %s; %s", verdict.floor.describe(), where, before, note)
+        result.repair = {"note": note, "before": verdict.to_json()}
+        result.plan.repair = result.repair
+        return result
     finally:
         for logger, level in levels.items():
             logger.setLevel(level)

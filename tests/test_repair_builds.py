@@ -1,0 +1,67 @@
+"""How many models repair builds (issue 26 item 1, issue 27 item 2: algorithms/repair.py).
+
+Each candidate the search judges is a build, a session and its runs: on real models 1-6 CPU s, and
+the search's minimum of :data:`~onnxptq.algorithms.repair.MIN_TRIALS` trials made repair cost
+1.2-3.8x the plain quantization (bench/RESULTS.md "Repair's cost"). Two of those builds told the
+search nothing: nothing kept float (the plain build, whose broken verdict is already known) and,
+where a half of the plan held, every node float. What each test would catch:
+
+* a search that builds one of those again, or more builds for the same kept set: the planted
+  graph's exact sequence of builds (the nodes each kept float) is asserted;
+* a float check that is skipped where it is needed: when no candidate holds, the all-float build
+  is still made, and a floor broken even then is reported as "not the quantizers'".
+
+The planted graph (tests/_structure_graphs.planted_model, 21 quantized nodes, one responsible)
+quantizes and repairs in well under a second of CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from _structure_graphs import pattern_data, planted_model
+from onnxptq.algorithms import repair
+from onnxptq.api import quantize
+from onnxptq.config.presets import resolve_config
+
+A8W8 = resolve_config("A8W8")
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The number of nodes each candidate build of the search keeps float, in order."""
+    kept: list[int] = []
+    build = repair.build_model
+
+    def counted(calibrated, cfg, **kw):
+        kept.append(len(cfg.nodes_to_exclude))
+        return build(calibrated, cfg, **kw)
+
+    monkeypatch.setattr(repair, "build_model", counted)
+    return kept
+
+
+def test_repair_builds_no_candidate_whose_verdict_it_knows(builds):
+    # A budget no loaded machine reaches: the search finishes, so its builds depend on the graph only.
+    result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))
+    record = result.repair
+    assert record["finished"] and list(record["kept_float"]) == ["Mul_hot"] and result.floor.ok
+    assert record["candidates"] == 21
+    # The half holding Mul_hot float held first, so neither the all-float model (21 kept) nor the
+    # plain one (0 kept) is built; then Mul_hot's half is bisected down to it. Before: 9 builds,
+    # [21, 11, 0, 6, 3, 3, 2, 1, 1].
+    assert builds == [11, 6, 3, 3, 2, 1, 1]
+    assert record["evaluations"] == len(builds)
+
+
+def test_the_float_check_is_built_where_no_candidate_held(builds, monkeypatch):
+    # Every candidate judged broken (as a floor broken by the float graph itself would judge them):
+    # after the two halves fail, the all-float model is built once, and the search stops there.
+    def broken(self, model):
+        return self.cache[frozenset()]
+
+    monkeypatch.setattr(repair._Judge, "run", broken)
+    result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))
+    assert builds == [11, 10, 21]
+    assert "breaks even with every quantized node float" in result.repair["note"]
+    assert not result.floor.ok and not result.plan.skipped_nodes.get("Mul_hot", "").startswith("kept float")
