@@ -231,7 +231,7 @@ def _fake_quantize_blocks(
 
 
 def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
-                         blocks: _Blocks | None = None, halves: tuple[str, str] | None = None) -> str:
+                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
     """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
     by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
     whose two branches each hold the whole quantization.
@@ -246,26 +246,33 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
     copies a branch output that is an outer-scope value: a full pass per call). The same ops
     on the same values as :func:`_fake_quantize_blocks`, hence the same bits.
 
-    ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` for a ``(rows,
-    bs, post)`` view with an even ``bs``: the plain maxima are taken in two stages
-    (:func:`onnxptq.onnx_ops.body.max_by_halves`), which onnxruntime runs several times faster
-    when the view has one row; the same maxima, hence the same bits.
+    ``halves``: ``(first, second, axis, keepdims, split_axis)``, the plain maxima taken in two
+    stages (:func:`onnxptq.onnx_ops.body.max_by_halves`: reshaped to ``first``, reduced over
+    ``axis`` with ``keepdims``, reshaped to ``second``, the halves split at ``split_axis``), which
+    onnxruntime runs several times faster when the view has one row; the same maxima, hence the
+    same bits.
     """
     blocks = blocks or _Blocks()
     plain, masked = g.branch(), g.branch()
+
+    def half_reduce(b: Body, op: str, t: str) -> str:  # the first stage of the halves
+        return b.op(op, t, b.const([halves[2]], np.int64), keepdims=halves[3])
+
     if fmt.is_int:
         # INT8 elements need |x| only for the block maxima (see _fake_quantize_blocks).
         a = ""
 
-        def int_max(b: Body, t: str) -> str:
-            return b.op("Max", blocks.reduce(b, "ReduceMax", t), b.op("Neg", blocks.reduce(b, "ReduceMin", t)))
+        def int_max(reduce: Callable[[Body, str, str], str]) -> Callable[[Body, str], str]:
+            return lambda b, t: b.op("Max", reduce(b, "ReduceMax", t), b.op("Neg", reduce(b, "ReduceMin", t)))
 
-        amax_plain = int_max(plain, x4) if halves is None else max_by_halves(plain, x4, *halves, int_max)
+        amax_plain = (int_max(blocks.reduce)(plain, x4) if halves is None
+                      else max_by_halves(plain, x4, halves[0], halves[1], int_max(half_reduce), axis=halves[4], allowzero=True))
         a_masked = masked.op("Abs", x4)
     else:
         a = a_masked = g.op("Abs", x4)
         amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
-                      else max_by_halves(plain, a, *halves, lambda b, t: blocks.reduce(b, "ReduceMax", t)))
+                      else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
+                                         axis=halves[4], allowzero=True))
     ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
     amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
@@ -336,6 +343,7 @@ def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
+    whole: int | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -349,7 +357,11 @@ def make_function(
     suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
     ``static``: the rank is known, the axis length is not (see
     :func:`onnxptq.onnx_ops.body.view_ranked`; ``post`` the known number of elements after the
-    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``).
+    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``). ``whole`` (with ``static``,
+    no ``last``/``tile``): the rank of a tensor whose whole block axis is one block (a non-negative
+    axis): the formulas run on ``x`` in its own shape, the block maxima reduced over the axis and
+    broadcast back (suffix ``w``): no Reshape into a block view and back, each a copy of the
+    tensor in onnxruntime (an ``If`` output cannot be reshaped in place).
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -384,7 +396,9 @@ def make_function(
         axis, bs, pad = static
         blocks = None
         view_bs = None if tile is not None else bs
-        if tile is not None:
+        if whole is not None:
+            x4, blocks, post, restore = xf, _Blocks(axis), None, (lambda y: y)  # noqa: E731
+        elif tile is not None:
             n, k, rank = tile
             x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
             restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
@@ -405,8 +419,14 @@ def make_function(
         # gain: the transposed view (one row), blocks of 16 or more (one row or several); blocks
         # of 8 in several rows lose (2x). Decided from what the function's name says (block
         # length, l), so that one name is one body.
-        halves = (halves_shapes(g, view_bs, post)
-                  if view_bs is not None and view_bs % 2 == 0 and (last or view_bs >= 16) else None)
+        halves = None
+        if view_bs is not None and view_bs % 2 == 0 and (last or view_bs >= 16):
+            if whole is not None:  # x as (lead..., 2, bs/2, trail...): reduced, the halves at the axis
+                lead = g.shared("Shape", "x", end=static[0]) if static[0] else g.i64()
+                first = g.shared("Concat", lead, g.i64(2, view_bs // 2), g.shared("Shape", "x", start=static[0] + 1), axis=0)
+                halves = (first, None, static[0] + 1, 0, static[0])
+            else:
+                halves = (*halves_shapes(g, view_bs, post), 1, 1, 1)
         y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves)
     y = restore(y4)
     if static is None:
@@ -417,11 +437,17 @@ def make_function(
         y = top.op("If", empty, then_branch=keep, else_branch=g.graph(y, top.fresh("quantize")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
     # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
-    if float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
+    if whole is not None and float32:  # x's own shape: the If's output is the function's
+        top.nodes[-1].output[0] = "y"
+    elif whole is not None:
+        top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
+    elif float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
         top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
     else:
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
+    if whole is not None:
+        name += "w"  # the whole axis is one block: formulas in x's own shape
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
     if ranked is not None:
@@ -442,11 +468,11 @@ def make_function(
 def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
-                     ranked: tuple[int, int, int, int | None] | None = None) -> onnx.FunctionProto:
+                     ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
-    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked)
+    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole)
 
 
 def build(
@@ -493,13 +519,18 @@ def build(
     last = (static is not None and rank is not None and int(axis) % rank == rank - 1
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
+    # The whole (non-negative) axis one block, no scale search: the formulas in x's own shape.
+    whole = (rank if static is not None and not last and n is not None and n == static[1] and static[2] == 0
+             and not scale_search and rank >= 2 else None)
+    if whole is not None:
+        static = (int(axis) % rank, static[1], 0)
     tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
     ranked = None
     if static is None and rank is not None and rank >= 2 and -rank <= int(axis) < rank:
         ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
-                                       dtype == "float32", last and tile is None, tile, ranked))
+                                       dtype == "float32", last and tile is None, tile, ranked, whole))
     node = helper.make_node(
         function.name,
         [x],
