@@ -3,8 +3,8 @@ and that they give the NumPy references' bits on activation-shaped tensors.
 
 onnxruntime's CPU ReduceMax/ReduceMin over the block axis of a ``(rows, bs, post)`` view is slow
 when the view has one row (a batch-1 activation whose channels are one block, or the transposed
-view of a last axis); the bodies then reduce over half-blocks with a factor 2 in front and merge
-the two halves with Split + Max. These tests pin which bodies do (a change of the rule shows
+view of a last axis); on tensors of HALVES_MIN_SIZE elements or more the bodies then reduce over
+half-blocks with a factor 2 in front and merge the two halves with Split + Max. These tests pin which bodies do (a change of the rule shows
 here) and check the values, edge values (zeros of both signs, subnormals, ±Inf, NaN, the float32
 maximum) included, on the presets' own attributes. The per-shape grids of
 ``test_formats_mx.py``/``test_formats_bfp.py`` cover the other views.
@@ -40,16 +40,18 @@ def _splits(fmt: str, attrs: dict, shape) -> int:
 
 @pytest.mark.parametrize("preset,shape,axis,halves", [
     (MXINT8, ("N", 16, 48, 48), 1, True),     # one block along the axis, any batch: blocks of 16
-    (MXINT8, (1, 64, 12, 12), 1, True),       # blocks of 32, two rows
+    (MXINT8, (1, 64, 24, 24), 1, True),       # blocks of 32, two rows
     (MXINT8, (1, 8, 48, 48), 1, False),       # blocks of 8: not halved
-    (MXINT8, (1, 1, 96, 96), 3, True),        # the transposed view of the last axis
-    (MXFP8, ("N", 24, 20, 20), 1, True),
+    (MXINT8, (1, 1, 128, 128), 3, True),      # the transposed view of the last axis
+    (MXINT8, (1, 16, 30, 30), 1, False),      # under HALVES_MIN_SIZE elements: four nodes more cost more
+    (MXFP8, ("N", 24, 32, 32), 1, True),
     (MX9, (1, 16, 48, 48), 1, True),          # to_bfp_prime, sub-blocks tile the axis, one block
     (MX9, (1, 48, 24, 24), 1, False),         # three blocks along the axis: rows >= 2 already
-    (MX9, (1, 1, 96, 96), 3, True),
-    (BFP16, (1, 6, 48, 48), 1, True),         # the whole axis shorter than a block
+    (MX9, (1, 1, 128, 128), 3, True),
+    (MX9, (1, 16, 30, 30), 1, False),
+    (BFP16, (1, 6, 64, 64), 1, True),         # the whole axis shorter than a block
     (BFP16, (1, 16, 48, 48), 1, False),       # blocks of 8 in two rows: halves measured slower
-    (BFP16, (1, 1, 96, 96), 3, True),
+    (BFP16, (1, 1, 128, 128), 3, True),
 ])
 def test_which_bodies_halve(preset, shape, axis, halves) -> None:
     fmt, attrs = preset
@@ -57,8 +59,8 @@ def test_which_bodies_halve(preset, shape, axis, halves) -> None:
 
 
 @pytest.mark.parametrize("preset", [MXINT8, MXFP8, MX9, BFP16], ids=["MXINT8", "MXFP8", "MX9", "BFP16"])
-@pytest.mark.parametrize("shape,axis", [((1, 16, 24, 24), 1), ((1, 24, 12, 12), 1), ((2, 16, 9, 9), 1),
-                                        ((1, 6, 30, 10), 1), ((1, 1, 64, 96), 3)])
+@pytest.mark.parametrize("shape,axis", [((1, 16, 32, 32), 1), ((1, 24, 28, 28), 1), ((2, 16, 24, 24), 1),
+                                        ((1, 6, 64, 48), 1), ((1, 1, 128, 128), 3)])
 def test_halved_bodies_bit_exact(preset, shape, axis) -> None:
     """Random log-uniform activations, then with edge values mixed in (Inf/NaN take the masked
     formulas, a whole block of ±0 or of subnormals the plain ones)."""

@@ -80,7 +80,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
     view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
@@ -320,13 +320,32 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     rank = len(list(shape))
+    big = known_size(shape) >= HALVES_MIN_SIZE
+    transposed = bool(last) or a["axis"] == -1
     if a["bfp_method"] == "to_bfp_prime" and not last and a["axis"] != -1 and n > 0 and n % k == 0:
-        return f"n{n}r{rank}{sized}"  # see :func:`_prime_static`
+        # halves where the axis is one block (see :func:`_prime_static`)
+        h = "h" if big and n <= bs and (n // k) % 2 == 0 else ""
+        return f"n{n}r{rank}{h}{sized}"  # see :func:`_prime_static`
     if 0 < n < bs:
         # The whole axis is one block; to_bfp_prime pads its last sub-block (zeros never win a
         # maximum), which is what the reference's zero-padded block of bs amounts to.
-        return f"c{n}{last}{sized}"
-    return f"p{(-n) % bs}{last}{sized}"
+        return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
+    return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+def _halves(a: dict[str, Any], bs: int, one: bool, big: bool) -> str:
+    """``"h"`` when a view of blocks of ``bs`` takes its block maxima by halves
+    (:func:`onnxptq.onnx_ops.body.max_by_halves`): a tensor of at least
+    :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements, and for to_bfp an even block that is
+    one row of blocks (``one``: the transposed view or a whole axis shorter than a block) or 16+
+    long (blocks of 8 in several rows measured 2x slower); for to_bfp_prime an even number of
+    sub-blocks in one row."""
+    if not big:
+        return ""
+    if a["bfp_method"] == "to_bfp":
+        return "h" if not a["use_compiler_version_cpu_kernel"] and bs % 2 == 0 and (one or bs >= 16) else ""
+    nsb = -(-bs // min(a["sub_block_size"], bs))
+    return "h" if one and nsb % 2 == 0 else ""
 
 
 def _ranked_variant(a: dict[str, Any], shape: Any) -> str | None:
@@ -377,18 +396,15 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
     (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
+    halve = spec.endswith("h")  # block maxima by halves (see :func:`_halves`)
+    spec = spec.rstrip("h")
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
-        return _prime_static(g, xf, a, n, rank, total)
-    xr, post, restore, a = _view(g, xf, a, view)
+        return _prime_static(g, xf, a, n, rank, total, halve)
+    xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
-    # The block maxima by halves (see onnx_ops.body.max_by_halves) where the view may have one
-    # row: the transposed view (always one), or a whole axis shorter than a block (rows = batch).
-    # Blocks of 16 or more gain with several rows too; blocks of 8 in several rows lose (2x).
-    one = post is None or spec.startswith("c")
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
-        bs = a["block_size"]
-        halves = halves_shapes(g, bs, post) if bs % 2 == 0 and (one or bs >= 16) else None
+        halves = halves_shapes(g, a["block_size"], post) if halve else None
         return restore(_bfp_split(g, xr, a, total, halves))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
@@ -405,7 +421,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         threshold = _prime_threshold(a)
         sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
         nsb = -(-a["block_size"] // min(a["sub_block_size"], a["block_size"]))
-        if nsb % 2 or not one:
+        if not halve:
             bmax = g.reduce("ReduceMax", sbmax, [1])
         else:  # the block maxima of the sub-block maxima by halves (see onnx_ops.body.max_by_halves)
             if post is None:  # (1, nsb, 1, blocks): the transposed view
@@ -493,7 +509,7 @@ def _prime_plain(g: Body, bmax: str, threshold: float, total: str) -> str:
     return g.op("LessOrEqual", worst, g.const(0.0))
 
 
-def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str) -> str:
+def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str, halve: bool = False) -> str:
     """to_bfp_prime on a block axis (not the last) of known length ``n``, a multiple of the
     sub-block size k, in a tensor of known ``rank``: the quantized tensor, shaped
     ``(lead..., n/k, k, trail...)``.
@@ -536,7 +552,7 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
     if padk:
         sb = g.op("Pad", sb, on_axis(0, padk))
     sbb = g.op("Reshape", sb, dims(nb, nsb), allowzero=1) if nb > 1 else sb
-    if nb == 1 and nsb % 2 == 0:
+    if halve:  # nb == 1 and nsb even (see :func:`variant`)
         # One block along the axis: its maximum by halves (see onnx_ops.body.max_by_halves), from
         # (lead..., 2, nsb/2, trail...): onnxruntime reduces slowly over the axis when lead is 1.
         bmax = max_by_halves(g, sbb, dims(2, nsb // 2), None, lambda b, t: b.reduce("ReduceMax", t, [axis + 1]),

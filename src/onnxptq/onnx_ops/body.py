@@ -214,6 +214,13 @@ def view_ranked(g: Body, xf: str, axis: int, bs: int, post_size: int | None) -> 
     return xr, post, restore
 
 
+#: Smallest known size (elements) of a tensor whose block maxima are taken by halves
+#: (:func:`max_by_halves`): its four more nodes cost onnxruntime ~1 µs each per call, which on the
+#: small tensors of a wake-word head (PP-OCR-sized or smaller activations) costs more than the
+#: slow reduction it avoids (oww_hey_jarvis MXINT8 2.37 -> 2.77x float with halves everywhere).
+HALVES_MIN_SIZE = 16384
+
+
 def max_by_halves(g: Body, t: str, first: str, second: str | None, reduce: Callable[["Body", str], str],
                   axis: int = 1, allowzero: bool = False) -> str:
     """A block maximum in two stages: ``t`` reshaped to ``first`` (each block's axis cut into two

@@ -49,7 +49,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor, trailing_size, view_generic, view_last,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor, trailing_size, view_generic, view_last,
     view_ranked, view_static,
 )
 
@@ -288,6 +288,13 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
                 else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
+def halves_allowed(block: int | None, last: bool) -> bool:
+    """Whether a view of blocks of ``block`` elements (None: not a plain view) takes its maxima by
+    halves: an even block, and the transposed view (one row) or blocks of 16 or more (faster with
+    one row or several; blocks of 8 in several rows measured 2x slower)."""
+    return block is not None and block % 2 == 0 and (last or block >= 16)
+
+
 def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
     """The sub-block length k of the tiled view (see :func:`_tiled_view`) for a ragged block axis
     longer than a block, or None: k = gcd(n, block_size) must be at least :data:`MIN_TILE` (a
@@ -343,7 +350,7 @@ def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
-    whole: int | None = None,
+    whole: int | None = None, halve: bool = False,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -361,7 +368,10 @@ def make_function(
     no ``last``/``tile``): the rank of a tensor whose whole block axis is one block (a non-negative
     axis): the formulas run on ``x`` in its own shape, the block maxima reduced over the axis and
     broadcast back (suffix ``w``): no Reshape into a block view and back, each a copy of the
-    tensor in onnxruntime (an ``If`` output cannot be reshaped in place).
+    tensor in onnxruntime (an ``If`` output cannot be reshaped in place). ``halve``: the block
+    maxima are taken by halves where the view allows it (an even block length, and the transposed
+    view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
+    a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements.
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -415,12 +425,10 @@ def make_function(
         y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
                   else_branch=masked.graph(y_masked, top.fresh("masked")))
     else:
-        # Blocks of an even length: maxima by halves (see onnx_ops.body.max_by_halves) where they
-        # gain: the transposed view (one row), blocks of 16 or more (one row or several); blocks
-        # of 8 in several rows lose (2x). Decided from what the function's name says (block
-        # length, l), so that one name is one body.
+        # Block maxima by halves (see onnx_ops.body.max_by_halves) on large tensors where they
+        # gain (:func:`halves_allowed`); the name says so (h): one name, one body.
         halves = None
-        if view_bs is not None and view_bs % 2 == 0 and (last or view_bs >= 16):
+        if halve and halves_allowed(view_bs, last):
             if whole is not None:  # x as (lead..., 2, bs/2, trail...): reduced, the halves at the axis
                 lead = g.shared("Shape", "x", end=static[0]) if static[0] else g.i64()
                 first = g.shared("Concat", lead, g.i64(2, view_bs // 2), g.shared("Shape", "x", start=static[0] + 1), axis=0)
@@ -448,6 +456,8 @@ def make_function(
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if whole is not None:
         name += "w"  # the whole axis is one block: formulas in x's own shape
+    if halve and scale_search == 0 and halves_allowed(None if tile is not None else (static or ranked or (0, None))[1], last):
+        name += "h"  # block maxima by halves
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
     if ranked is not None:
@@ -468,11 +478,13 @@ def make_function(
 def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
-                     ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None) -> onnx.FunctionProto:
+                     ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None,
+                     halve: bool = False) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
-    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole)
+    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole,
+                         halve)
 
 
 def build(
@@ -530,7 +542,8 @@ def build(
         ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
-                                       dtype == "float32", last and tile is None, tile, ranked, whole))
+                                       dtype == "float32", last and tile is None, tile, ranked, whole,
+                                       shape is not None and known_size(shape) >= HALVES_MIN_SIZE))
     node = helper.make_node(
         function.name,
         [x],
