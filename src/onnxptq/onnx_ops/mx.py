@@ -367,8 +367,9 @@ def make_function(
     axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``). ``whole`` (with ``static``,
     no ``last``/``tile``): the rank of a tensor whose whole block axis is one block (a non-negative
     axis): the formulas run on ``x`` in its own shape, the block maxima reduced over the axis and
-    broadcast back (suffix ``w``): no Reshape into a block view and back, each a copy of the
-    tensor in onnxruntime (an ``If`` output cannot be reshaped in place). ``halve``: the block
+    broadcast back (suffix ``w``): no Reshape into a block view and back nor the shape values they
+    need (fewer nodes to create and to run per call; inside a model the Reshapes themselves copy
+    nothing). ``halve``: the block
     maxima are taken by halves where the view allows it (an even block length, and the transposed
     view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
     a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements.
