@@ -458,12 +458,15 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
     plain, masked = g.branch(), g.branch()
 
-    def int_max(b: Body, t: str) -> str:
+    def int_max(b: Body, t: str, floor: bool = False) -> str:
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
-        return b.op("Max", b.reduce("ReduceMax", t, [1]), b.op("Neg", b.reduce("ReduceMin", t, [1])))
+        hi, lo = b.reduce("ReduceMax", t, [1]), b.op("Neg", b.reduce("ReduceMin", t, [1]))
+        return b.op("Max", hi, lo, *([b.const(2.0**-127)] if floor else []))
 
-    amax_plain = plain.op("Max", int_max(plain, xr) if halves is None else max_by_halves(plain, xr, *halves, int_max),
-                          plain.const(2.0**-127))
+    if halves is None:  # one Max with the floor (the body as it was before the halves)
+        amax_plain = int_max(plain, xr, floor=True)
+    else:
+        amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.const(2.0**-127))
     zero_plain = plain.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
     special = _nonfinite(masked, xr)
     amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.const(0.0), xr)), [1]),
