@@ -15,7 +15,7 @@ are timed side by side in one process. Each row also gives the quantize CPU seco
 (``time.process_time`` around ``onnxptq.quantize``; "-" for a reused file).
 
     PYTHONPATH=src:. python bench/zoo_latency.py --models oww_hey_jarvis,romanizer_encoder \
-        --presets BF16,BFP16,MX9,MXINT8 [--runs 30] [--feeds 4] [--out DIR [--reuse]]
+        --presets BF16,BFP16,MX9,MXINT8 [--runs 30] [--feeds 4] [--out DIR [--reuse]] [--baseline OLD_DIR]
     PYTHONPATH=src:. python bench/zoo_latency.py --models lac --presets BF16,MX9:every,MX9
 """
 
@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("--feeds", type=int, default=4)
     ap.add_argument("--out", default="")
     ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--baseline", default="", help="a folder of files from an earlier run (another commit's --out): "
+                    "timed in the same rounds as '<preset> (baseline)'")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     out = args.out or tempfile.mkdtemp(prefix="onnxptq_zoo_lat_")
@@ -101,6 +103,9 @@ def main() -> None:
                 print(f"| {name} | {preset} | failed: {str(exc).splitlines()[0][:160]} | | |", flush=True)
                 continue
             files[preset] = file
+            old = os.path.join(args.baseline, os.path.basename(file)) if args.baseline else ""
+            if old and os.path.exists(old):
+                files[f"{preset} (baseline)"] = old
         sessions = {k: _session(f) for k, f in files.items()}
         names = {i.name for i in sessions["float"].get_inputs()}
         feeds = [{k: v for k, v in f.items() if k in names} for f in model.samples("heldout")[: args.feeds]]

@@ -281,7 +281,8 @@ def _run_static(x: np.ndarray, **attrs) -> tuple[np.ndarray, str]:
                          [("int8", 0, 0), ("int8", 2, 1), ("fp8_e4m3", 2, 0), ("fp6_e2m3", 2, 1), ("fp4_e2m1", 2, 0)])
 @pytest.mark.parametrize("shape,axis,block_size",
                          [((3, 64, 20), 1, 32), ((3, 50, 9), 1, 32), ((4, 7, 30), -1, 8), ((33, 6), 0, 4),
-                          ((2, 3, 10, 5), -2, 4), ((1, 1), 1, 32)])
+                          ((2, 3, 10, 5), -2, 4), ((1, 1), 1, 32), ((1, 16, 5, 7), 1, 32), ((2, 24, 6, 3), 1, 32),
+                          ((5, 3), 0, 8), ((3, 8, 4), -2, 8)])
 def test_static_shape_bodies_bit_exact(element_dtype, rounding_mode, scale_search, shape, axis, block_size) -> None:
     """Bodies specialised to a known block-axis length (no Pad/Slice, or constant ones), as the
     emitter builds them from shape inference; random values with the edge values mixed in."""
@@ -293,7 +294,11 @@ def test_static_shape_bodies_bit_exact(element_dtype, rounding_mode, scale_searc
         got, name = _run_static(data, **attrs)
         # an axis shorter than a block is one block of its own length (no padding)
         bs, pad = (shape[axis], 0) if shape[axis] < block_size else (block_size, -shape[axis] % block_size)
-        assert name.endswith(f"_b{bs}_a{axis if axis >= 0 else f'm{-axis}'}_p{pad}_f32")
+        # the whole axis one block (no scale search): formulas in x's own shape, axis made non-negative (suffix w)
+        if shape[axis] <= block_size and not scale_search:
+            assert name.endswith(f"_b{bs}_a{axis % len(shape)}_p0w_f32"), name
+        else:
+            assert name.endswith(f"_b{bs}_a{axis if axis >= 0 else f'm{-axis}'}_p{pad}_f32"), name
         assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} axis {axis} {name}")
     x16 = (x * 0.01).astype(np.float16)  # within float16 range
     assert_same_bits(_run_static(x16, **attrs)[0], fake_quantize(x16, "mx", **attrs), f"float16 {shape}")

@@ -80,8 +80,8 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    Body, axis_length, known_size, pow2_floor as _pow2_floor, trailing_size, view_generic, view_last as _view_last,
-    view_ranked, view_static,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
+    view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
@@ -320,13 +320,32 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     rank = len(list(shape))
+    big = known_size(shape) >= HALVES_MIN_SIZE
+    transposed = bool(last) or a["axis"] == -1
     if a["bfp_method"] == "to_bfp_prime" and not last and a["axis"] != -1 and n > 0 and n % k == 0:
-        return f"n{n}r{rank}{sized}"  # see :func:`_prime_static`
+        # halves where the axis is one block (see :func:`_prime_static`)
+        h = "h" if big and n <= bs and (n // k) % 2 == 0 else ""
+        return f"n{n}r{rank}{h}{sized}"  # see :func:`_prime_static`
     if 0 < n < bs:
         # The whole axis is one block; to_bfp_prime pads its last sub-block (zeros never win a
         # maximum), which is what the reference's zero-padded block of bs amounts to.
-        return f"c{n}{last}{sized}"
-    return f"p{(-n) % bs}{last}{sized}"
+        return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
+    return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+def _halves(a: dict[str, Any], bs: int, one: bool, big: bool) -> str:
+    """``"h"`` when a view of blocks of ``bs`` takes its block maxima by halves
+    (:func:`onnxptq.onnx_ops.body.max_by_halves`): a tensor of at least
+    :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements, and for to_bfp an even block that is
+    one row of blocks (``one``: the transposed view or a whole axis shorter than a block) or 16+
+    long (blocks of 8 in several rows measured 2x slower); for to_bfp_prime an even number of
+    sub-blocks in one row."""
+    if not big:
+        return ""
+    if a["bfp_method"] == "to_bfp":
+        return "h" if not a["use_compiler_version_cpu_kernel"] and bs % 2 == 0 and (one or bs >= 16) else ""
+    nsb = -(-bs // min(a["sub_block_size"], bs))
+    return "h" if one and nsb % 2 == 0 else ""
 
 
 def _ranked_variant(a: dict[str, Any], shape: Any) -> str | None:
@@ -377,13 +396,16 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
     (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
+    halve = spec.endswith("h")  # block maxima by halves (see :func:`_halves`)
+    spec = spec.rstrip("h")
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
-        return _prime_static(g, xf, a, n, rank, total)
-    xr, post, restore, a = _view(g, xf, a, view)
+        return _prime_static(g, xf, a, n, rank, total, halve)
+    xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
-        return restore(_bfp_split(g, xr, a, total))
+        halves = halves_shapes(g, a["block_size"], post) if halve else None
+        return restore(_bfp_split(g, xr, a, total, halves))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
         zero = g.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
@@ -398,7 +420,16 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         x5, restore5 = _prime_view(g, xr, post, a)
         threshold = _prime_threshold(a)
         sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
-        bmax = g.reduce("ReduceMax", sbmax, [1])
+        nsb = -(-a["block_size"] // min(a["sub_block_size"], a["block_size"]))
+        if not halve:
+            bmax = g.reduce("ReduceMax", sbmax, [1])
+        else:  # the block maxima of the sub-block maxima by halves (see onnx_ops.body.max_by_halves)
+            if post is None:  # (1, nsb, 1, blocks): the transposed view
+                first, second = g.i64(2, nsb // 2, 1, -1), g.i64(1, 2, 1, -1)
+            else:
+                first = g.shared("Concat", g.i64(-1, nsb // 2, 1), post, axis=0)
+                second = g.shared("Concat", g.i64(-1, 2, 1), post, axis=0)
+            bmax = max_by_halves(g, sbmax, first, second, lambda b, t: b.reduce("ReduceMax", t, [1]))
         quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=_prime_chain(a))
         exact_y = _prime_exact(exact, x5, a)
         y5 = g.op("If", _prime_plain(g, bmax, threshold, total), then_branch=quant.graph(quant_y, g.fresh("quant")),
@@ -407,7 +438,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     return restore(yr)
 
 
-def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str) -> str:
+def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[str, str] | None = None) -> str:
     """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), the plain/masked choice
     made by two small ``If`` nodes on the finiteness of ``total`` around one set of scale and
     rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
@@ -419,12 +450,23 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str) -> str:
     of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
     put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
     its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
-    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits."""
+    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits.
+
+    ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` (blocks of an
+    even length): the plain maxima are taken in two stages (:func:`onnxptq.onnx_ops.body.max_by_halves`,
+    several times faster in onnxruntime where the view has one row), the same values."""
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
     plain, masked = g.branch(), g.branch()
-    # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
-    amax_plain = plain.op("Max", plain.reduce("ReduceMax", xr, [1]),
-                          plain.op("Neg", plain.reduce("ReduceMin", xr, [1])), plain.const(2.0**-127))
+
+    def int_max(b: Body, t: str, floor: bool = False) -> str:
+        # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
+        hi, lo = b.reduce("ReduceMax", t, [1]), b.op("Neg", b.reduce("ReduceMin", t, [1]))
+        return b.op("Max", hi, lo, *([b.const(2.0**-127)] if floor else []))
+
+    if halves is None:  # one Max with the floor (the body as it was before the halves)
+        amax_plain = int_max(plain, xr, floor=True)
+    else:
+        amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.const(2.0**-127))
     zero_plain = plain.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
     special = _nonfinite(masked, xr)
     amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.const(0.0), xr)), [1]),
@@ -470,7 +512,7 @@ def _prime_plain(g: Body, bmax: str, threshold: float, total: str) -> str:
     return g.op("LessOrEqual", worst, g.const(0.0))
 
 
-def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str) -> str:
+def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str, halve: bool = False) -> str:
     """to_bfp_prime on a block axis (not the last) of known length ``n``, a multiple of the
     sub-block size k, in a tensor of known ``rank``: the quantized tensor, shaped
     ``(lead..., n/k, k, trail...)``.
@@ -513,7 +555,13 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
     if padk:
         sb = g.op("Pad", sb, on_axis(0, padk))
     sbb = g.op("Reshape", sb, dims(nb, nsb), allowzero=1) if nb > 1 else sb
-    bmax = g.reduce("ReduceMax", sbb, [axis + 1 if nb > 1 else axis])
+    if halve:  # nb == 1 and nsb even (see :func:`variant`)
+        # One block along the axis: its maximum by halves (see onnx_ops.body.max_by_halves), from
+        # (lead..., 2, nsb/2, trail...): onnxruntime reduces slowly over the axis when lead is 1.
+        bmax = max_by_halves(g, sbb, dims(2, nsb // 2), None, lambda b, t: b.reduce("ReduceMax", t, [axis + 1]),
+                             axis=axis, allowzero=True)
+    else:
+        bmax = g.reduce("ReduceMax", sbb, [axis + 1 if nb > 1 else axis])
     threshold = _prime_threshold(a)
 
     quant, exact = g.branch(), g.branch()

@@ -214,6 +214,46 @@ def view_ranked(g: Body, xf: str, axis: int, bs: int, post_size: int | None) -> 
     return xr, post, restore
 
 
+#: Smallest known size (elements) of a tensor whose block maxima are taken by halves
+#: (:func:`max_by_halves`): its four more nodes cost onnxruntime ~1 µs each per call, which on the
+#: small tensors of a wake-word head (PP-OCR-sized or smaller activations) costs more than the
+#: slow reduction it avoids (oww_hey_jarvis MXINT8 2.37 -> 2.77x float with halves everywhere).
+HALVES_MIN_SIZE = 16384
+
+
+def max_by_halves(g: Body, t: str, first: str, second: str | None, reduce: Callable[["Body", str], str],
+                  axis: int = 1, allowzero: bool = False) -> str:
+    """A block maximum in two stages: ``t`` reshaped to ``first`` (each block's axis cut into two
+    halves, the factor 2 moved in front of it), ``reduce`` (the maxima over the half-block axis,
+    kept), reshaped to ``second`` (None: the result already has the 2 at ``axis``), and the two
+    half-maxima merged by ``Split`` + ``Max`` (``allowzero``: ``first`` holds an input's own dims,
+    zeros of an empty tensor included). Exact: a maximum rounds nothing (used for the
+    plain formulas, finite data: ``Max`` and ``ReduceMax`` need not agree on NaN).
+
+    Why: onnxruntime's CPU ``ReduceMax``/``ReduceMin`` over the block axis of a ``(rows, bs,
+    post)`` view is fast when ``rows >= 2`` and ~3 elementwise passes' worth slow when
+    ``rows == 1`` — every activation with batch 1 whose channels are one block (the reduction
+    then is over the leading axis). With the factor 2 in front it is never 1, whatever the
+    batch, and the second stage runs on 2/bs of the elements. 1-thread, max and min of x: 1x16x
+    384x384 in blocks of 16 4.93 -> 0.96 ms, 1x24x192x192 (blocks of 24) 2.56 -> 0.28 ms,
+    1x64x96x96 (2 rows) 0.52 -> 0.25 ms (bench/RESULTS.md, "fourth round")."""
+    h = reduce(g, g.op("Reshape", t, first, **({"allowzero": 1} if allowzero else {})))
+    if second is not None:
+        h = g.op("Reshape", h, second)
+    p1, p2 = g.fresh("half"), g.fresh("half")
+    attrs = {"num_outputs": 2} if g.opset >= 18 else {}
+    g.nodes.append(helper.make_node("Split", [h], [p1, p2], axis=axis, **attrs))
+    return g.op("Max", p1, p2)
+
+
+def halves_shapes(g: Body, bs: int, post: str | None) -> tuple[str, str]:
+    """The two Reshape targets :func:`max_by_halves` takes for a ``(rows, bs, post)`` view
+    (``post`` a 1-D int64 value, or None for :func:`view_last`'s ``(1, bs, blocks)``)."""
+    if post is None:
+        return g.i64(2, bs // 2, -1), g.i64(1, 2, -1)
+    return g.shared("Concat", g.i64(-1, bs // 2), post, axis=0), g.shared("Concat", g.i64(-1, 2), post, axis=0)
+
+
 def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
     """The (rows, bs, post) block view of ``xf`` (the function input ``x`` flattened, rank >= 2)
     for a block axis whose zero padding ``pad`` is known when the function is built; returns the

@@ -49,7 +49,8 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    Body, axis_length, known_size, pow2_floor, trailing_size, view_generic, view_last, view_ranked, view_static,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor, trailing_size, view_generic, view_last,
+    view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,7 @@ def _fake_quantize_blocks(
 
 
 def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
-                         blocks: _Blocks | None = None) -> str:
+                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
     """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
     by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
     whose two branches each hold the whole quantization.
@@ -244,18 +245,34 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
     rounding between them are one set of nodes. Each branch computes its output (onnxruntime
     copies a branch output that is an outer-scope value: a full pass per call). The same ops
     on the same values as :func:`_fake_quantize_blocks`, hence the same bits.
+
+    ``halves``: ``(first, second, axis, keepdims, split_axis)``, the plain maxima taken in two
+    stages (:func:`onnxptq.onnx_ops.body.max_by_halves`: reshaped to ``first``, reduced over
+    ``axis`` with ``keepdims``, reshaped to ``second``, the halves split at ``split_axis``), which
+    onnxruntime runs several times faster when the view has one row; the same maxima, hence the
+    same bits.
     """
     blocks = blocks or _Blocks()
     plain, masked = g.branch(), g.branch()
+
+    def half_reduce(b: Body, op: str, t: str) -> str:  # the first stage of the halves
+        return b.op(op, t, b.const([halves[2]], np.int64), keepdims=halves[3])
+
     if fmt.is_int:
         # INT8 elements need |x| only for the block maxima (see _fake_quantize_blocks).
         a = ""
-        amax_plain = plain.op("Max", blocks.reduce(plain, "ReduceMax", x4),
-                              plain.op("Neg", blocks.reduce(plain, "ReduceMin", x4)))
+
+        def int_max(reduce: Callable[[Body, str, str], str]) -> Callable[[Body, str], str]:
+            return lambda b, t: b.op("Max", reduce(b, "ReduceMax", t), b.op("Neg", reduce(b, "ReduceMin", t)))
+
+        amax_plain = (int_max(blocks.reduce)(plain, x4) if halves is None
+                      else max_by_halves(plain, x4, halves[0], halves[1], int_max(half_reduce), axis=halves[4], allowzero=True))
         a_masked = masked.op("Abs", x4)
     else:
         a = a_masked = g.op("Abs", x4)
-        amax_plain = blocks.reduce(plain, "ReduceMax", a)
+        amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
+                      else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
+                                         axis=halves[4], allowzero=True))
     ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
     amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
@@ -269,6 +286,13 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
     y_masked = masked.op("Sub", yq, masked.op("Sub", xc, x4))
     return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
                 else_branch=masked.graph(y_masked, g.fresh("masked")))
+
+
+def halves_allowed(block: int | None, last: bool) -> bool:
+    """Whether a view of blocks of ``block`` elements (None: not a plain view) takes its maxima by
+    halves: an even block, and the transposed view (one row) or blocks of 16 or more (faster with
+    one row or several; blocks of 8 in several rows measured 2x slower)."""
+    return block is not None and block % 2 == 0 and (last or block >= 16)
 
 
 def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
@@ -326,6 +350,7 @@ def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
+    whole: int | None = None, halve: bool = False,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -339,7 +364,15 @@ def make_function(
     suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
     ``static``: the rank is known, the axis length is not (see
     :func:`onnxptq.onnx_ops.body.view_ranked`; ``post`` the known number of elements after the
-    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``).
+    axis, or None); suffix ``_b<bs>_a<axis>_r<rank>`` (and ``q<post>``). ``whole`` (with ``static``,
+    no ``last``/``tile``): the rank of a tensor whose whole block axis is one block (a non-negative
+    axis): the formulas run on ``x`` in its own shape, the block maxima reduced over the axis and
+    broadcast back (suffix ``w``): no Reshape into a block view and back nor the shape values they
+    need (fewer nodes to create and to run per call; inside a model the Reshapes themselves copy
+    nothing). ``halve``: the block
+    maxima are taken by halves where the view allows it (an even block length, and the transposed
+    view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
+    a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements.
 
     What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
     1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
@@ -361,24 +394,29 @@ def make_function(
         # inputs, which it cannot do when the Cast feeds a subgraph directly.
         xf = top.op("Reshape", x32, top.const([-1], np.int64))
         g = top.branch()
+        view_bs = None  # the generic view's block size is an attribute: no halves
         if ranked is not None:
-            x4, _, restore = view_ranked(g, xf, ranked[0], ranked[1], ranked[3])
+            x4, post, restore = view_ranked(g, xf, ranked[0], ranked[1], ranked[3])
+            view_bs = ranked[1]
         else:
             # axis and block size are the calling node's attributes, read once at the top level
-            x4, _, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
+            x4, post, restore = view_generic(g, xf, top.attr_int("axis"), top.attr_int("block_size"))
         blocks = None
     else:
         xf, g = x32, top
         axis, bs, pad = static
         blocks = None
-        if tile is not None:
+        view_bs = None if tile is not None else bs
+        if whole is not None:
+            x4, blocks, post, restore = xf, _Blocks(axis), None, (lambda y: y)  # noqa: E731
+        elif tile is not None:
             n, k, rank = tile
             x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
             restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
         elif last:
-            x4, _, restore = view_last(g, xf, bs, pad)
+            x4, post, restore = view_last(g, xf, bs, pad)
         else:
-            x4, _, restore = view_static(g, xf, axis, bs, pad)
+            x4, post, restore = view_static(g, xf, axis, bs, pad)
     total = g.op("ReduceSum", xf, keepdims=0)
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
     if scale_search:  # the masked formulas differ in the middle too (the search's sums)
@@ -388,7 +426,17 @@ def make_function(
         y4 = g.op("If", finite, then_branch=plain.graph(y_plain, top.fresh("plain")),
                   else_branch=masked.graph(y_masked, top.fresh("masked")))
     else:
-        y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks)
+        # Block maxima by halves (see onnx_ops.body.max_by_halves) on large tensors where they
+        # gain (:func:`halves_allowed`); the name says so (h): one name, one body.
+        halves = None
+        if halve and halves_allowed(view_bs, last):
+            if whole is not None:  # x as (lead..., 2, bs/2, trail...): reduced, the halves at the axis
+                lead = g.shared("Shape", "x", end=static[0]) if static[0] else g.i64()
+                first = g.shared("Concat", lead, g.i64(2, view_bs // 2), g.shared("Shape", "x", start=static[0] + 1), axis=0)
+                halves = (first, None, static[0] + 1, 0, static[0])
+            else:
+                halves = (*halves_shapes(g, view_bs, post), 1, 1, 1)
+        y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves)
     y = restore(y4)
     if static is None:
         keep_y = top.fresh("keep")
@@ -398,11 +446,19 @@ def make_function(
         y = top.op("If", empty, then_branch=keep, else_branch=g.graph(y, top.fresh("quantize")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
     # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
-    if float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
+    if whole is not None and float32:  # x's own shape: the If's output is the function's
+        top.nodes[-1].output[0] = "y"
+    elif whole is not None:
+        top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
+    elif float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
         top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
     else:
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
+    if whole is not None:
+        name += "w"  # the whole axis is one block: formulas in x's own shape
+    if halve and scale_search == 0 and halves_allowed(None if tile is not None else (static or ranked or (0, None))[1], last):
+        name += "h"  # block maxima by halves
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
     if ranked is not None:
@@ -423,11 +479,13 @@ def make_function(
 def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
-                     ranked: tuple[int, int, int, int | None] | None = None) -> onnx.FunctionProto:
+                     ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None,
+                     halve: bool = False) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
-    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked)
+    return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole,
+                         halve)
 
 
 def build(
@@ -474,13 +532,19 @@ def build(
     last = (static is not None and rank is not None and int(axis) % rank == rank - 1
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
+    # The whole (non-negative) axis one block, no scale search: the formulas in x's own shape.
+    whole = (rank if static is not None and not last and n is not None and n == static[1] and static[2] == 0
+             and not scale_search and rank >= 2 else None)
+    if whole is not None:
+        static = (int(axis) % rank, static[1], 0)
     tile = None if k is None else (axis_length(shape, int(axis)), k, rank)
     ranked = None
     if static is None and rank is not None and rank >= 2 and -rank <= int(axis) < rank:
         ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
-                                       dtype == "float32", last and tile is None, tile, ranked))
+                                       dtype == "float32", last and tile is None, tile, ranked, whole,
+                                       shape is not None and known_size(shape) >= HALVES_MIN_SIZE))
     node = helper.make_node(
         function.name,
         [x],
