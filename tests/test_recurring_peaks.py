@@ -1,11 +1,14 @@
-"""Percentile calibration clips only what a single calibration batch reaches.
+"""Percentile calibration keeps what several calibration batches reach, at weighted layers.
 
 A detector's score features peak at a few positions of every image (the objects). Pooled over
 the calibration set those peaks are a handful of values among millions, so a 99.9999 percentile
 drops them although most images reach that high, and held-out objects saturate. The rule
-(``calibration.methods._cover_recurring``, on in the presets' pipeline): the range covers the
-``RECURRING_BATCHES``-th largest per-batch maximum (and smallest minimum). Found against NNCF on
-a YOLO-style detector and a file-type classifier (bench/RESULTS.md, "A8W8 against NNCF on the zoo and outside models").
+(``calibration.methods._cover_recurring``): the range covers the ``RECURRING_BATCHES``-th largest
+per-batch maximum (and smallest minimum). Found against NNCF on a YOLO-style detector and a
+file-type classifier (bench/RESULTS.md, "A8W8 against NNCF on the zoo and outside models"); placed
+by structure (``pipeline/plan/peaks.py``): only at the operands and results of weighted layers,
+the plain percentile elsewhere (bench/RESULTS.md, "Calibration that keeps recurring peaks,
+structurally").
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq import quantize
+from onnxptq import get_preset, quantize
 from onnxptq.calibration import methods
 from onnxptq.calibration.collectors import RECURRING_BATCHES
+from onnxptq.pipeline.plan import make_plan
 from onnxptq.sessions import open_session
 
 SIZE = 256
@@ -132,6 +136,52 @@ def test_merge_keeps_the_largest_batch_extremes():
     a.merge(b)
     assert a.batch_highs == sorted([1.0, 5.0, 3.0, 4.0])[-RECURRING_BATCHES:]
     assert a.batch_lows == sorted([-1.0, -5.0, -3.0, -4.0])[:RECURRING_BATCHES]
+
+
+def residual_model() -> onnx.ModelProto:
+    """A residual block with a gate: x → Conv + Relu (``feat``) → Conv (``pre2``); ``res = feat +
+    pre2`` (the residual sum, elementwise), read by a Conv (``y``) and by a gating ``Mul`` (``gated``).
+    The objects' peaks recur in ``feat`` and in ``res`` alike."""
+    rng = np.random.default_rng(0)
+    w1 = np.ones((CHANNELS, 1, 1, 1), np.float32)
+    w1[0] = 3.0
+    w2 = rng.uniform(-0.3, 0.6, (CHANNELS, CHANNELS, 1, 1)).astype(np.float32)
+    w3 = rng.uniform(0.2, 1.0, (4, CHANNELS, 1, 1)).astype(np.float32)
+    gate = rng.uniform(0.5, 1.0, (1, CHANNELS, 1, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["pre"], name="conv1"),
+        helper.make_node("Relu", ["pre"], ["feat"], name="relu1"),
+        helper.make_node("Conv", ["feat", "w2"], ["pre2"], name="conv2"),
+        helper.make_node("Add", ["feat", "pre2"], ["res"], name="residual"),
+        helper.make_node("Conv", ["res", "w3"], ["y"], name="conv3"),
+        helper.make_node("Mul", ["res", "gate"], ["gated"], name="gate_mul"),
+    ]
+    graph = helper.make_graph(
+        nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, SIZE, SIZE]),
+         helper.make_tensor_value_info("gated", TensorProto.FLOAT, [1, CHANNELS, SIZE, SIZE])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"), (gate, "gate"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_peaks_are_kept_at_weighted_layers_only():
+    """The plan marks the tensors a Conv writes or alone reads; the residual sum, which a gating Mul
+    also reads, keeps the plain percentile: the delivered quantizer of ``res`` stops below the peak
+    3 of the 10 images reach, while that of ``pre2`` (a Conv's result) covers it."""
+    model = onnx.shape_inference.infer_shapes(residual_model())
+    config = get_preset("A8W8").replace(runtime="npu", repair=False)
+    plan = make_plan(model, config)
+    assert plan.tensors["pre2"].keep_peaks and plan.tensors["x"].keep_peaks
+    assert not plan.tensors["res"].keep_peaks and "recurring" not in plan.tensors["res"].range_options()
+    assert plan.tensors["pre2"].range_options()["recurring"] is True
+    calib, _ = images(1, 10)
+    qmodel = quantize(model, config, data=calib).model
+    ref = open_session(_with_output(_with_output(model, "res"), "pre2"))
+    reach = {t: sorted(float(ref.run([t], f)[0].max()) for f in calib)[-RECURRING_BATCHES] for t in ("res", "pre2")}
+    assert _represented_max(qmodel, "pre2") >= reach["pre2"] * (1 - 1 / 127), (_represented_max(qmodel, "pre2"), reach)
+    assert _represented_max(qmodel, "res") < reach["res"] * 0.95, (_represented_max(qmodel, "res"), reach)
 
 
 def _with_output(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
