@@ -91,12 +91,20 @@ class CollectorFactory(Protocol):
     def __call__(self) -> Collector: ...
 
 
+#: How many calibration batches must reach a value before a clipping range method (percentile) has
+#: to keep it: ``MinMaxCollector.batch_highs``/``batch_lows`` hold that many per-batch extremes.
+RECURRING_BATCHES = 3
+
+
 class MinMaxCollector:
     """Running extremes and per-batch extreme sums of the finite values seen.
 
     ``min``/``max`` are ``+inf``/``-inf`` until a finite value is seen. ``batch_min_sum`` and
     ``batch_max_sum`` over ``batches`` (batches that held at least one finite value) give the
-    reference tool's moving-average range without storing per-batch values.
+    reference tool's moving-average range without storing per-batch values. ``batch_highs`` /
+    ``batch_lows`` are the :data:`RECURRING_BATCHES` largest per-batch maxima / smallest per-batch
+    minima (ascending): what more than one batch reaches is a recurring value, not a one-off
+    outlier (``methods.compute_range``'s ``recurring`` option).
     """
 
     def __init__(self, name: str = "tensor") -> None:
@@ -110,6 +118,8 @@ class MinMaxCollector:
         self.batch_min_sum = 0.0
         self.batch_max_sum = 0.0
         self.skipped_batches = 0
+        self.batch_highs: list[float] = []
+        self.batch_lows: list[float] = []
 
     # -- updating ---------------------------------------------------------------------------
     def update(self, batch: np.ndarray) -> None:
@@ -154,6 +164,7 @@ class MinMaxCollector:
         self.max = max(self.max, hi)
         self.batch_min_sum += lo
         self.batch_max_sum += hi
+        self._keep_batch_extremes([hi], [lo])
         self.batches += 1
         self.count += count
 
@@ -170,6 +181,13 @@ class MinMaxCollector:
         self.batch_min_sum += other.batch_min_sum
         self.batch_max_sum += other.batch_max_sum
         self.skipped_batches += other.skipped_batches
+        self._keep_batch_extremes(other.batch_highs, other.batch_lows)
+
+    def _keep_batch_extremes(self, highs: list[float], lows: list[float]) -> None:
+        """Fold per-batch maxima/minima into the kept few (exact under merge: the k largest of a
+        union are among the k largest of each part)."""
+        self.batch_highs = sorted(self.batch_highs + list(highs))[-RECURRING_BATCHES:]
+        self.batch_lows = sorted(self.batch_lows + list(lows))[:RECURRING_BATCHES]
 
     # -- results ----------------------------------------------------------------------------
     @property

@@ -49,6 +49,9 @@ class TensorPlan:
     #: (low, high) thresholds the graph compares this tensor's values with (through monotone ops):
     #: the solver widens the calibrated range to include them (plan/thresholds.py). None: none.
     covers: tuple[float, float] | None = None
+    #: a percentile range that keeps what several calibration batches reach (plan/peaks.py: the
+    #: operands and results of weighted layers); False: the plain pooled percentile
+    keep_peaks: bool = False
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -77,6 +80,8 @@ class TensorPlan:
         options: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
         if quant.calibration == "percentile":
             options["percentile"] = quant.percentile
+            if self.keep_peaks:  # clip only what one or two calibration batches reach (plan/peaks.py)
+                options["recurring"] = True
         if quant.calibration == "minmse":
             # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
             # rounded to a power of two afterwards (which can land on a worse scale than the search's).
@@ -109,6 +114,7 @@ class TensorPlan:
                 "producer_consumers": self.producer_consumers} if self.producer_quant is not None else {}),
             **({"limits": list(self.limits)} if self.limits is not None else {}),
             **({"covers": list(self.covers)} if self.covers is not None else {}),
+            **({"keep_peaks": True} if self.keep_peaks else {}),
         }
 
 
