@@ -330,8 +330,11 @@ def judge_decisions(decisions: Sequence[Decision], reference: Sequence[Mapping[s
         else:
             _judge_threshold(d, pairs, check)
         if d.kind != "select" and check.ok and check.top1 is not None:
-            flipped = check.positions.flipped if check.positions is not None else check.count - round(check.top1 * check.count)
-            check.unjudged = not enough(check.count, floor) and flipped < 2
+            if check.positions is not None:
+                check.unjudged = not check.positions.judged(floor.needed)
+            else:
+                flipped = check.count - round(check.top1 * check.count)
+                check.unjudged = not enough(check.count, floor) and flipped < 2
             check.ok = check.unjudged or check.top1 >= floor.top1
         checks.append(check)
     return checks

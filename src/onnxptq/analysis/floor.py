@@ -436,6 +436,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
+        # A Softmax sequence that reads as a CTC reader's (class_scores.ctc_blank) is judged by its
+        # collapsed strings, which break the floor and drive repair; its rows are not judged (a
+        # blank/character edge moved flips a row and no string).
+        as_read = as_read or bool(soft_ref) and _judge_reads(check, soft_ref, soft_got, _seen_sequences(seen, name, width),
+                                                             floor, strings_only=True)
         if rows and not as_read:
             check.top1, check.rows = agree / rows, rows
             check.top1_unjudged = not _enough(rows, floor)
@@ -444,7 +449,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
-        if soft_ref:
+        if soft_ref and not as_read:
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
@@ -625,12 +630,11 @@ def _breaks(positions: Positions, floor: Floor) -> bool:
     """Whether a judgement of reads breaks the floor. On too few positions one flip could be an
     accident; two flips at positions that are no float near-tie are rarely one (reads of 5 decision
     positions at a read agreement of 0.97, ddddocr's: two among 20 by chance 0.7 %): judged then."""
-    judged = _enough(positions.positions, floor) or positions.flipped >= 2
-    return judged and positions.agreement < floor.top1
+    return positions.judged(floor.needed) and positions.agreement < floor.top1
 
 
 def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarray],
-                 seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor) -> bool:
+                 seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor, strings_only: bool = False) -> bool:
     """Judge per-position class scores as reads into ``check``; False where float does not decide.
 
     Why calibration feeds too, and why a verdict that holds needs reads. A user with 12 captchas
@@ -650,18 +654,17 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     estimated per-position 0.9992 against 0.9917 measured on 192; A8W8 0.9919 against 0.9721). On
     fewer reads the output is *not judged* (``top1_unjudged``, ``needed``), which the summary, the
     warning and the plan say in words instead of "holds"."""
-    held = judge_positions(refs, gots)
+    held = judge_positions(refs, gots, strings_only=strings_only)
     if held is None:
         return False
     seen_refs, seen_gots = seen
-    pooled = judge_positions(refs + seen_refs, gots + seen_gots) if seen_refs else None
+    pooled = judge_positions(refs + seen_refs, gots + seen_gots, strings_only=held.strings) if seen_refs else None
     if pooled is not None:
         # Beside a pooled judgement the held-out feeds are judged by the flips they show: what they
         # add is a range calibration never saw, which flips; the margins' estimate of rounding flips
         # is the pooled judgement's, on more positions (a lone held-out estimate on 20 positions broke
         # brainmaze's spindle detector with 0 flips, and repair kept 154 of 206 nodes float).
-        held = dataclasses.replace(held, per_position=held.observed,
-                                   agreement=held.observed ** (held.positions / max(1, held.reads)))
+        held = held.observed_only()
     broken = [p for p in (held, pooled) if p is not None and _breaks(p, floor)]
     shown = broken[0] if broken else pooled if pooled is not None else held
     check.positions = shown
