@@ -23,7 +23,9 @@ rows being positions); of rank ≥ 3 from a linear head or an arg-max consumer (
 position: CTC strings, tags), the expected fraction of reads whose decision positions (the
 background class, e.g. CTC's blank, left out) all keep float's arg-max, estimated from the
 margins float leaves and the quantized model takes, float's own near-ties left out
-(:func:`onnxptq.analysis.class_scores.judge_positions`); both against the family's top-1 floor.
+(:func:`onnxptq.analysis.class_scores.judge_positions`), or, where float's arg-max sequences read
+as a CTC reader's, the fraction of reads whose collapsed string is float's (a Softmax CTC head
+too: its strings break the floor and drive repair); both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. Reads
 are also judged on the first calibration feeds beside the held-out ones, and hold only on at least
@@ -61,7 +63,7 @@ import onnx
 
 from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
-from .decisions import softmax_reads_advisory
+from .decisions import softmax_reads_advisory, strings_advisory
 from .fields import declared_field_axes
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
@@ -160,7 +162,8 @@ class OutputCheck:
     #: rows: how it was judged, in words
     note: str | None = None
     #: a judgement that warns without breaking the floor: a Softmax sequence's reads below the
-    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory)
+    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory), a CTC reader's strings below it
+    #: counting those changed only where float is unsure (decisions.strings_advisory)
     advisory: str | None = None
     #: calibration feeds judged beside the held-out ones in ``positions`` (reads: :func:`_judge_reads`)
     seen_feeds: int = 0
@@ -459,7 +462,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             _judge_group(verdict, group, reference, candidate, seen, floor)
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
-                            positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
+                            positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
+                            advisory=strings_advisory(d.positions, floor) if d.ok else None)
         verdict.outputs[d.decision.key] = check
     return verdict
 
@@ -630,7 +634,7 @@ def _breaks(positions: Positions, floor: Floor) -> bool:
     """Whether a judgement of reads breaks the floor. On too few positions one flip could be an
     accident; two flips at positions that are no float near-tie are rarely one (reads of 5 decision
     positions at a read agreement of 0.97, ddddocr's: two among 20 by chance 0.7 %): judged then."""
-    return positions.judged(floor.needed) and positions.agreement < floor.top1
+    return positions.judged(floor.needed, floor.top1) and positions.agreement < floor.top1
 
 
 def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarray],
@@ -675,6 +679,8 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
         check.ok = False
     else:
         check.top1_unjudged = shown.reads < check.needed
+        # CTC strings changed only where float is unsure: said, not repaired (decisions.strings_advisory)
+        check.advisory = next((t for t in (strings_advisory(p, floor) for p in (held, pooled) if p is not None) if t), None)
     return True
 
 
