@@ -127,3 +127,29 @@ def test_a_softmax_reader_losing_strings_is_repaired_not_only_warned(caplog):
     assert "Mul_hot" in fixed.repair["kept_float"] and fixed.floor.ok
     assert fixed.floor.outputs["probs"].positions.changed == 0
     assert any("Mul_hot" in r.getMessage() and "read differently" in r.getMessage() for r in caplog.records)
+
+
+def test_strings_changed_only_where_float_is_unsure_are_warned_on_not_repaired():
+    """Three of 40 lines change at a character float reads 0.55 against 0.40 for another (its own
+    input noise moves such a read): the floor holds on the other changes (none) and warns."""
+    rng = np.random.default_rng(2)
+    floor = Floor("8-bit", 0.0, 0.95)
+
+    def line(unsure: bool) -> np.ndarray:
+        p = np.full((1, T, C), 0.002)
+        p[0, :, 0] = 1.0
+        for slot, k in zip(range(2, T - 3, 8), rng.integers(1, C, 5)):
+            p[0, slot:slot + 2, 0], p[0, slot:slot + 2, k] = 0.002, 0.95
+        if unsure:
+            p[0, 2:4, 1:] = 0.002
+            p[0, 2:4, 3], p[0, 2:4, 4] = 0.55, 0.40
+        return p / p.sum(-1, keepdims=True)
+
+    refs = [line(i < 3) for i in range(40)]
+    gots = [r.copy() for r in refs]
+    for g in gots[:3]:
+        g[0, 2:4, [3, 4]] = g[0, 2:4, [4, 3]]  # the unsure character read as its rival
+    verdict = measure([{"probs": r} for r in refs], [{"probs": g} for g in gots], floor, class_outputs={"probs": None})
+    check = verdict.outputs["probs"]
+    assert verdict.ok and check.positions.strings and check.positions.changed == 3 and check.positions.unsure_changed == 3
+    assert check.advisory is not None and "unsure" in check.advisory and verdict.advisories

@@ -428,6 +428,10 @@ class Positions:
     #: of ``positions``/``flipped`` and the estimate
     unsure_changed: int = 0
     unsure: int = 0
+    #: ``strings``: the margins' estimate of the reads with the unsure positions counted too, and the
+    #: decision positions it stands on (the warning of :func:`onnxptq.analysis.decisions.strings_advisory`)
+    estimated_all_reads: float | None = None
+    positions_all: int = 0
 
     @property
     def all_reads(self) -> float:
@@ -637,6 +641,8 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     """A CTC reader's collapsed strings (module docstring, "Strings"); ``refs``/``gots``: ``[reads, T, C]``."""
     margins: list[np.ndarray] = []
     losses: list[np.ndarray] = []
+    margins_all: list[np.ndarray] = []
+    losses_all: list[np.ndarray] = []
     flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
     for r, g in zip(refs, gots):
         top, read = np.argmax(r, -1), np.argmax(g, -1)
@@ -660,6 +666,9 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         scored = decision & (top != blank)
         margins.append(margin[scored])
         losses.append((margin - kept)[scored])
+        every = counted & (top != blank)
+        margins_all.append(margin[every])
+        losses_all.append((margin - kept)[every])
         for a, b, wrong, shaky in zip(top, read, bad, unsure):
             fa, fb = collapse(a, blank), collapse(b, blank)
             reads += 1
@@ -676,9 +685,12 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     seen = 1.0 - (changed - unsure_changed) / reads
     estimated_reads = None if _refuted(estimated, flipped, judged) else estimated ** (judged / reads)
     agreement = seen if estimated_reads is None else min(seen, estimated_reads)
+    every = _margin_cdf(margins_all, losses_all)
+    positions_all = judged + unsure_total
     return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,
                      strings=True, changed=changed, harmless=harmless, cer=edits / max(1, chars),
-                     estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total)
+                     estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total,
+                     estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all)
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False) -> Positions | None:
