@@ -56,7 +56,7 @@ import numpy as np
 import onnx
 
 from ..graph.walk import upstream_nodes
-from .class_scores import judge_positions
+from .class_scores import UNSURE, judge_positions
 from ..sessions import open_session
 from .metrics import cosine_similarity
 
@@ -481,7 +481,7 @@ def strings_advisory(positions: Any, floor: Any) -> str | None:
     if not (seen or margins):
         return None
     figure = (f"{positions.all_reads:.4f}: {positions.changed} of {positions.reads} reads differ, {positions.unsure_changed} only at "
-              f"positions float reads with a probability margin under 0.5" if seen else
+              f"positions float reads with a probability margin under {UNSURE:g}" if seen else
               f"estimated {est:.4f} from the margins of all {positions.positions_all} decision positions")
     return (f"strings below the top-1 floor {floor.top1:g} counting the positions float itself is unsure of "
             f"({figure}; not repaired): " + positions.describe())
