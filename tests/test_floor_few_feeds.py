@@ -32,14 +32,20 @@ def captchas():
     return model, list(model.samples("calibration"))
 
 
-def test_a16w8_reads_break_on_calibration_captchas_where_the_held_out_ones_saw_nothing(captchas):
+def test_a16w8_reads_are_judged_on_calibration_captchas_by_their_strings(captchas):
+    """A16W8 flips one frame of a calibration captcha (the held-out ones show nothing). Judged by
+    decision positions that broke the floor and repair kept 12 nodes float; the flip moves a
+    blank/character edge and the string stays float's, so the strings of the 12 captchas hold as
+    far as 12 can say: not judged, and said (tests/test_floor_strings.py). On the zoo's 192
+    captchas 11 of A16W8's 12 changed strings change only where float is unsure (bench/RESULTS.md,
+    "Readers judged by their strings")."""
     model, feeds = captchas
     assert len(feeds) == 12
     result = quantize(str(model.path()), resolve_config("A16W8").replace(repair=False), data=feeds)
     (name, check), = result.floor.outputs.items()
-    assert not result.floor.ok and check.positions is not None and check.seen_feeds == 8
-    assert check.positions.reads == 12 and check.positions.flipped >= 1 and check.top1 < 0.97
-    assert "BROKEN" in result.summary() and "NOT within the floor" in result.summary()
+    assert result.floor.ok and check.positions is not None and check.seen_feeds == 8 and check.positions.strings
+    assert check.positions.reads == 12 and check.positions.harmless >= 1 and check.positions.changed == 0
+    assert result.floor.unjudged == [name] and "could NOT judge" in result.summary()
     # What the floor saw before: the 4 held-out captchas alone, where no read changed.
     _, held, _ = split_holdout(feeds, DEFAULT_HOLDOUT)
     ref, got = zoo.session_runner(model.path()), zoo.session_runner(result.model)

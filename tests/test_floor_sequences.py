@@ -283,12 +283,13 @@ def test_held_out_feeds_beside_a_pooled_judgement_break_by_their_flips_only():
     assert both.ok and both.outputs["y"].positions.flipped == 0
 
 
-def test_a_softmax_sequence_is_advised_on_calibration_feeds_where_the_held_out_lines_flip_nothing():
+def test_a_softmax_ctc_head_is_judged_by_its_strings_on_calibration_feeds_where_the_held_out_lines_flip_nothing():
     """tinyocr's PP-OCRv6 rec at MX9: no character flipped on its 4 held-out lines while 2 of 32
-    other lines changed; 2 positions of its 8 calibration lines flipped. The reads advisory of a
-    Softmax CTC head (an alphabet: more classes than fields) is judged on the held-out and
-    calibration feeds together (a warning; the floor stays judged per row: commit cc01a4f). A few
-    per-step labels (eeg_seizure's 4 classes over a long record) are no read: not so judged."""
+    other lines changed; 2 positions of its 8 calibration lines flipped. A Softmax CTC head (an
+    alphabet, a blank separating the characters) is judged by its collapsed strings on the
+    held-out and calibration feeds together, and two strings changed break the floor (repair
+    acts; it was a warning while the judgement counted positions). A few per-step labels
+    (eeg_seizure's 4 classes over a long record) are no read: advised on per row, as before."""
     from onnxptq.analysis.floor import Floor, measure
 
     def lines(classes: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
@@ -319,7 +320,8 @@ def test_a_softmax_sequence_is_advised_on_calibration_feeds_where_the_held_out_l
         return alone, both
 
     alone, both = judged(40)
-    assert alone.advisory is None and alone.softmax_reads  # no warning on the held-out lines: calibration lines wanted
-    assert both.ok and both.advisory is not None and "8 calibration samples" in both.advisory
+    assert alone.positions is not None and alone.positions.strings and alone.ok and alone.top1_unjudged  # 4 reads
+    assert alone.advisory is None and both.advisory is None
+    assert not both.ok and both.positions.changed == 2 and both.seen_feeds == 8 and both.positions.reads == 12
     alone, both = judged(6)
     assert not alone.softmax_reads and both.advisory is None

@@ -80,14 +80,37 @@ Three things hide a quantized model's flips there, and the floor corrects each:
   could be an accident), or on fewer where two decision positions that are no float near-tie
   flipped (ddddocr BFP16: 2 of 21 on its 4 held-out captchas).
 
-Softmax/LogSoftmax outputs of rank ≥ 3 keep the judgement they had: the fraction of all
-positions whose arg-max agrees, as rank-2 rows. Judged as reads, PP-OCR rec A8W8 (a Softmax CTC
-head) broke the floor: 16 of its 190 decision positions on 2 held-out batches flipped (reads
-0.35) while its CER stays within the float + 0.02 the project holds it to
-(tests/test_quantize_ppocr.py), and the repair's budget ended with all 101 nodes float. A read
-judgement for them needs a floor stated in the reader's own terms (CER), which the issue's
-top-1 floors are not; meanwhile the reads judgement is computed beside the per-row one and, below
-the top-1 floor, warns without repairing (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`).
+**Strings** (:func:`ctc_blank`, :func:`collapse`). A CTC reader is read by greedy CTC: the
+arg-max per position, repeats merged, the blank dropped. Most of its flips move a character's
+edge by a frame (blank ↔ character where float's margin is smallest), which that read never
+sees: PP-OCRv4 rec A8W8 flipped 10 of 91 decision positions on its 8 held-out lines, 7 of them
+such edges; captcha_whisperer's floor broke under five presets on one flipped frame of 177. So
+where float's arg-max sequences read as a CTC reader's, the strings are judged instead of the
+positions. Recognized by data, beside the structure above: an alphabet (more classes than
+``fields.MAX_FIELDS``), the background class at index 0 or last (the blank: PaddleOCR's and
+ddddocr's 0, captcha_whisperer's 36 of 37), at least :data:`MIN_CHARACTERS` other classes read, and
+the blank *separating* characters (of consecutive character runs, at least as many with a blank run
+between as touching; a tagger's B-I-E runs touch). Per read: the strings are equal or not (the
+judged figure, exact-string agreement), with the character edit distance beside it. A flip counts
+only where reading that class there alone changes the string (only positions ``t`` and ``t + 1``
+can change what they emit), and the margins' estimate takes, per position, float's margin to the
+best *string-changing* class and what the quantized model keeps of it; the agreement is the lower
+of the estimate raised to the decision positions per read and the strings seen, as for positions.
+
+Float's own unsure reads are not the format's loss: a position float reads with a probability
+margin (the softmax of logits) under :data:`UNSURE` = 0.5 over its best string-changing class is
+one its own input noise flips (PP-OCRv5 rec, ±½ grey level of noise: 9 of 97 such steps flipped,
+1 of 1183 above, bench/RESULTS.md "Text recognizers under every preset"). Those positions are left
+out of the decision positions and the estimate, and a string changed only there is counted apart
+(``unsure_changed``): the floor breaks on the others (repair acts), and a warning says where the
+strings with them all are below the floor (:func:`onnxptq.analysis.decisions.strings_advisory`).
+PP-OCRv4 rec A8W8 changes 59 of 200 lines against float, 47 of them only at such positions, while
+its CER against the truth improves; with repair on every change, as before, it ended all float.
+
+Softmax/LogSoftmax outputs of rank ≥ 3 that do not read as a CTC reader's keep the judgement
+they had: the fraction of all positions whose arg-max agrees, as rank-2 rows, and the reads judged
+beside it warn below the top-1 floor without repairing
+(:func:`onnxptq.analysis.decisions.softmax_reads_advisory`).
 
 Measured (bench/RESULTS.md, "Floor: sequence outputs ..."): ddddocr MXFP8_E4M3 is now broken and
 repaired; a tagger whose raw emissions flip breaks too (LAC and khmersm at MXFP8_E4M3: their zoo
@@ -117,6 +140,7 @@ how many there were. A wider tolerance (BF16's 2⁻⁸) would have called ddddoc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -124,7 +148,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
-__all__ = ["BACKGROUND_SHARE", "DECISIVE", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "decides",
+from .fields import MAX_FIELDS
+
+__all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
            "judge_positions", "score_float_tensors", "sibling_heads"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
@@ -137,6 +163,12 @@ ESTIMATE_REFUTED = 0.01
 #: Float decides where the median position's top-two gap is at least this share of the top
 #: score's lead over the position's median score (module docstring).
 DECISIVE = 0.25
+#: a CTC reader reads at least this many character classes besides its blank (:func:`ctc_blank`)
+MIN_CHARACTERS = 3
+#: a reader's position whose float probability margin over its best string-changing class is under
+#: this is one float itself is unsure of (module docstring, "Strings"): a string changed there only
+#: is advised on, not repaired
+UNSURE = 0.5
 
 _MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".split())
 _SOFTMAXES = frozenset(("Softmax", "LogSoftmax"))
@@ -361,26 +393,88 @@ def score_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
 
 @dataclass
 class Positions:
-    """Per-position class scores judged on their decision positions (module docstring)."""
+    """Per-position class scores judged on their decision positions, or a CTC reader's collapsed
+    strings (``strings``; module docstring, "Strings")."""
 
     #: the judged agreement: the expected fraction of reads that keep float's arg-max at all of
-    #: their decision positions, ``per_position ** (positions / reads)``
+    #: their decision positions, ``per_position ** (positions / reads)``; for ``strings``, the
+    #: fraction of reads whose collapsed string is float's (the lower of estimated and observed)
     agreement: float
     #: per decision position: the estimated agreement, or the observed one where lower
     per_position: float
     estimated: float
     observed: float
     reads: int
-    #: decision positions judged (float's near-ties left out), how many flipped, the ties left out
+    #: decision positions judged (float's near-ties left out), how many flipped, the ties left out;
+    #: for ``strings`` the flips counted are those that change the read (to a string-changing class)
     positions: int
     flipped: int
     ties: int
-    #: the background class (float's arg-max at most positions), None without one
+    #: the background class (float's arg-max at most positions), None without one; the blank for ``strings``
     background: int | None
+    #: judged as a CTC reader's collapsed strings (:func:`ctc_blank`)
+    strings: bool = False
+    #: ``strings``: reads whose collapsed string differs from float's; flips that leave the string
+    #: as it is (a blank/character edge moved, a run grown), not counted as losses
+    changed: int = 0
+    harmless: int = 0
+    #: ``strings``: character edit distance over the characters of float's strings
+    cer: float = 0.0
+    #: ``strings``: the reads' agreement the margins estimate (None: not estimated, or refuted by
+    #: the flips seen; the agreement is then the observed one)
+    estimated_reads: float | None = None
+    #: ``strings``: of ``changed``, the reads changed only at positions float is unsure of (its
+    #: probability margin under :data:`UNSURE`), and how many decision positions were so left out
+    #: of ``positions``/``flipped`` and the estimate
+    unsure_changed: int = 0
+    unsure: int = 0
+    #: ``strings``: the margins' estimate of the reads with the unsure positions counted too, and the
+    #: decision positions it stands on (the warning of :func:`onnxptq.analysis.decisions.strings_advisory`)
+    estimated_all_reads: float | None = None
+    positions_all: int = 0
+
+    @property
+    def all_reads(self) -> float:
+        """``strings``: the fraction of reads whose string is float's, every change counted."""
+        return 1.0 - self.changed / max(1, self.reads)
+
+    @property
+    def observed_reads(self) -> float:
+        """The fraction of reads seen to agree: collapsed strings equal (``strings``), else every
+        decision position kept."""
+        if self.strings:
+            return 1.0 - (self.changed - self.unsure_changed) / max(1, self.reads)
+        return self.observed ** (self.positions / max(1, self.reads))
+
+    def observed_only(self) -> "Positions":
+        """This judgement by the flips (strings) seen alone, without the margins' estimate."""
+        return dataclasses.replace(self, per_position=self.observed, agreement=self.observed_reads, estimated_reads=None)
+
+    def judged(self, needed: int, top1: float) -> bool:
+        """Whether this judgement can say the reads are below ``top1``, a floor that needs ``needed``
+        positions or reads (``1 / (1 − top1)``). Per position: on that many decision positions, or
+        where two that are no float near-tie flipped (one flip among fewer could be an accident).
+        Strings: on that many reads, where two strings changed at positions float is sure of, or
+        where the margins' estimate is below ``top1`` on that many decision positions; one changed
+        string among fewer reads could be an accident (captcha_whisperer BF16 broke the floor on
+        one flipped frame of 177 on its 32 held-out captchas, where 96 showed no more)."""
+        if not self.strings:
+            return self.positions >= needed or self.flipped >= 2
+        margins = self.estimated_reads is not None and self.positions >= needed and self.estimated_reads < top1
+        return self.reads >= needed or self.changed - self.unsure_changed >= 2 or margins
 
     def describe(self) -> str:
-        bg = f" (class {self.background} is background)" if self.background is not None else ""
         ties = f", {self.ties} float near-ties left out" if self.ties else ""
+        if self.strings:
+            est = (f"estimated {self.estimated_reads:.4f} from margins to a string-changing class"
+                   if self.estimated_reads is not None else "by the strings seen")
+            unsure = (f", {self.unsure_changed} of them only where float is unsure (probability margin < {UNSURE:g}) "
+                      f"and not counted" if self.unsure_changed else "")
+            return (f"strings {self.agreement:.4f} ({self.reads} CTC reads, {self.changed} read differently{unsure}, "
+                    f"character error {self.cer:.4f}; {est}; {self.flipped} of {self.positions} decision positions "
+                    f"flipped to a string-changing class, {self.harmless} flips that keep the string and "
+                    f"{self.unsure} positions float is unsure of not counted; blank class {self.background}{ties})")
+        bg = f" (class {self.background} is background)" if self.background is not None else ""
         return (f"reads {self.agreement:.4f} ({self.reads} reads of {self.positions / max(1, self.reads):.1f} decision positions; "
                 f"per position {self.per_position:.4f}, estimated {self.estimated:.4f} from margins, {self.flipped} "
                 f"of {self.positions} flipped{bg}{ties})")
@@ -431,20 +525,195 @@ def _refuted(estimated: float, flipped: int, judged: int) -> bool:
     return total < ESTIMATE_REFUTED
 
 
-def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray]) -> Positions | None:
+def _sequences(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Each ``[..., C]`` array as ``[reads, T, C]`` float64, ``T`` its longest non-class axis (the
+    time axis of ``[T, 1, C]``, ``[T, B, C]`` and ``[B, T, C]``): one read per index of the others."""
+    out = []
+    for a in arrays:
+        a = np.asarray(a, np.float64)
+        if a.ndim < 2:
+            a = a.reshape(1, 1, -1)
+        time = int(np.argmax(a.shape[:-1]))
+        a = np.moveaxis(a, time, -2)
+        out.append(a.reshape(-1, a.shape[-2], a.shape[-1]))
+    return out
+
+
+def _run_starts(row: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.flatnonzero(np.diff(row)) + 1]) if row.size else np.zeros(0, np.int64)
+
+
+def ctc_blank(tops: list[np.ndarray], classes: int, background: int | None) -> int | None:
+    """The blank of a CTC reader, or None where float's arg-max sequences (``[reads, T]`` arrays)
+    do not read as one (module docstring, "Strings"): an alphabet (more classes than
+    ``fields.MAX_FIELDS``: a few per-step labels over a record, eeg_seizure's 4 over 599 steps,
+    are no text), the background class (float's arg-max at most positions) at index 0 or ``classes - 1`` (PaddleOCR's and ddddocr's blank is 0,
+    captcha_whisperer's 36 of 37), at least :data:`MIN_CHARACTERS` other classes read, and the
+    background *separating* characters: of consecutive character runs, at least as many have a
+    blank run between them as touch. A tagger's "outside" tag does not (B-I-E runs touch); a
+    two-class boundary tagger reads one character class only."""
+    if background is None or classes <= MAX_FIELDS or background not in (0, classes - 1):
+        return None
+    separated = touching = 0
+    characters: set[int] = set()
+    for seq in tops:
+        for row in seq:
+            runs = row[_run_starts(row)]
+            char = runs != background
+            characters.update(np.unique(runs[char]).tolist())
+            touching += int(np.sum(char[:-1] & char[1:]))
+            separated += int(np.sum(char[:-2] & ~char[1:-1] & char[2:]))
+    return background if len(characters) >= MIN_CHARACTERS and separated > 0 and separated >= touching else None
+
+
+def collapse(row: np.ndarray, blank: int) -> list[int]:
+    """CTC's greedy read of one arg-max sequence: repeats merged, the blank dropped."""
+    runs = row[_run_starts(row)]
+    return [int(c) for c in runs if c != blank]
+
+
+def _edits(a: list[int], b: list[int]) -> int:
+    """Character edit distance (Levenshtein)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def _emitted(k: np.ndarray, prev: np.ndarray, nxt: np.ndarray, blank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The characters positions ``t`` and ``t + 1`` emit, in order (-1: none), when position ``t``
+    reads ``k`` between ``prev`` and ``nxt`` (-1 beyond the ends): only they depend on position ``t``."""
+    a = np.where((k != blank) & (k != prev), k, -1)
+    b = np.where((nxt >= 0) & (nxt != blank) & (nxt != k), nxt, -1)
+    return np.where(a >= 0, a, b), np.where(a >= 0, b, -1)
+
+
+def _keeps_string(k: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray:
+    """Per position of ``seq`` (``[reads, T]``): whether reading ``k`` there alone leaves the
+    collapsed string as it is (a blank/character edge moved, a run grown or shrunk)."""
+    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
+    prev = np.concatenate([edge, seq[:, :-1]], 1)
+    nxt = np.concatenate([seq[:, 1:], edge], 1)
+    f0, s0 = _emitted(seq, prev, nxt, blank)
+    f1, s1 = _emitted(k, prev, nxt, blank)
+    return (f0 == f1) & (s0 == s1)
+
+
+def _string_safe(x: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray:
+    """``x`` (``[reads, T, C]`` scores) with float's class and every class that would keep float's
+    string at that position set to −∞: its max is the best string-changing class."""
+    out = x.copy()
+    reads, steps = np.indices(seq.shape)
+    out[reads, steps, seq] = -np.inf
+    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
+    neighbours = (np.full_like(seq, blank), np.concatenate([edge, seq[:, :-1]], 1), np.concatenate([seq[:, 1:], edge], 1))
+    for k in neighbours:
+        harmless = (k >= 0) & _keeps_string(k, seq, blank)
+        out[reads[harmless], steps[harmless], k[harmless]] = -np.inf
+    return out
+
+
+def _margin_cdf(margins: list[np.ndarray], losses: list[np.ndarray]) -> float | None:
+    """The estimated per-position agreement from margins and their losses (module docstring): 1 −
+    the mean over the losses of float's margin CDF, through the origin at plotting positions."""
+    sorted_margins = np.sort(np.concatenate(margins)) if margins else np.zeros(0)
+    n = sorted_margins.size
+    if not n:
+        return None
+    loss = np.concatenate(losses)
+    cdf = np.interp(np.maximum(loss, 0.0), np.concatenate([[0.0], sorted_margins]), np.arange(n + 1) / (n + 1))
+    return 1.0 - float(np.mean(np.where(loss > 0, cdf, 0.0)))
+
+
+def _probabilities(x: np.ndarray) -> np.ndarray:
+    """``x`` (``[..., C]``) as probabilities: itself where it is (a Softmax output), else its softmax
+    (logits; a LogSoftmax's log-probabilities)."""
+    if x.min() >= 0.0 and np.allclose(x.sum(-1), 1.0, atol=1e-3):
+        return x
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -> Positions | None:
+    """A CTC reader's collapsed strings (module docstring, "Strings"); ``refs``/``gots``: ``[reads, T, C]``."""
+    margins: list[np.ndarray] = []
+    losses: list[np.ndarray] = []
+    margins_all: list[np.ndarray] = []
+    losses_all: list[np.ndarray] = []
+    flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
+    for r, g in zip(refs, gots):
+        top, read = np.argmax(r, -1), np.argmax(g, -1)
+        safe_r, safe_g = _string_safe(r, top, blank), _string_safe(g, top, blank)
+        z = np.take_along_axis(r, top[..., None], -1)[..., 0]
+        rival = safe_r.max(-1)
+        margin = z - rival
+        kept = np.take_along_axis(g, top[..., None], -1)[..., 0] - safe_g.max(-1)
+        p = _probabilities(r)
+        unsure = (np.take_along_axis(p, top[..., None], -1)[..., 0] - _string_safe(p, top, blank).max(-1)) < UNSURE
+        tie = margin <= TIE_TOLERANCE * np.maximum(np.abs(z), np.abs(rival))
+        moved = read != top
+        bad = moved & ~_keeps_string(read, top, blank)
+        counted = ~tie & ((top != blank) | (read != blank))
+        decision = counted & ~unsure
+        ties += int(tie.sum())
+        unsure_total += int((counted & unsure).sum())
+        judged += int(decision.sum())
+        flipped += int((decision & bad).sum())
+        harmless += int((moved & ~bad).sum())
+        scored = decision & (top != blank)
+        margins.append(margin[scored])
+        losses.append((margin - kept)[scored])
+        every = counted & (top != blank)
+        margins_all.append(margin[every])
+        losses_all.append((margin - kept)[every])
+        for a, b, wrong, shaky in zip(top, read, bad, unsure):
+            fa, fb = collapse(a, blank), collapse(b, blank)
+            reads += 1
+            chars += len(fa)
+            if fa != fb:
+                changed += 1
+                edits += _edits(fa, fb)
+                unsure_changed += int(bool(wrong.any()) and bool(shaky[wrong].all()))
+    if judged == 0 or reads == 0:
+        return None
+    observed = 1.0 - flipped / judged
+    estimated = _margin_cdf(margins, losses)
+    estimated = observed if estimated is None else estimated
+    seen = 1.0 - (changed - unsure_changed) / reads
+    estimated_reads = None if _refuted(estimated, flipped, judged) else estimated ** (judged / reads)
+    agreement = seen if estimated_reads is None else min(seen, estimated_reads)
+    every = _margin_cdf(margins_all, losses_all)
+    positions_all = judged + unsure_total
+    return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,
+                     strings=True, changed=changed, harmless=harmless, cer=edits / max(1, chars),
+                     estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total,
+                     estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all)
+
+
+def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False) -> Positions | None:
     """The per-position agreement of ``candidate`` with ``reference`` (one ``[..., C]`` array per
     feed, rank ≥ 3) on the decision positions; None when float does not decide (:func:`decides`)
-    or no position could be judged."""
-    lead = [np.shape(r)[:-1] for r in reference]
-    reads = sum(int(np.prod(shape)) // max(shape) for shape in lead)  # one per sequence along the longest axis
-    refs = [np.asarray(r, np.float64).reshape(-1, np.shape(r)[-1]) for r in reference]
-    gots = [np.asarray(g, np.float64).reshape(-1, np.shape(g)[-1]) for g in candidate]
+    or no position could be judged. Where float's arg-max sequences read as a CTC reader's
+    (:func:`ctc_blank`), its collapsed strings are judged instead (module docstring, "Strings");
+    ``strings_only``: None where they do not (a Softmax sequence is judged per row otherwise)."""
+    seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
+    reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
+    refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
+    gots = [s.reshape(-1, s.shape[-1]) for s in seqs_g]
     if not decides(refs):
         return None
     tops = [np.argmax(r, -1) for r in refs]
     counts = np.bincount(np.concatenate(tops))
     total = int(sum(t.size for t in tops))
     background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
+    blank = ctc_blank([t.reshape(s.shape[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1], background)
+    if blank is not None:
+        return _judge_strings(seqs_r, seqs_g, blank)
+    if strings_only:
+        return None
     margins: list[np.ndarray] = []
     losses: list[np.ndarray] = []
     flipped = ties = judged = 0
@@ -464,17 +733,11 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray]) ->
         scored = decision & (top != background) if background is not None else decision
         margins.append(margin[scored])
         losses.append((margin - kept)[scored])
-    sorted_margins = np.sort(np.concatenate(margins))
-    n = sorted_margins.size
     if judged == 0:
         return None
     observed = 1.0 - flipped / judged
-    estimated = observed
-    if n:
-        loss = np.concatenate(losses)
-        # float's margin CDF through the origin at plotting positions k / (n + 1), read at each loss
-        cdf = np.interp(np.maximum(loss, 0.0), np.concatenate([[0.0], sorted_margins]), np.arange(n + 1) / (n + 1))
-        estimated = 1.0 - float(np.mean(np.where(loss > 0, cdf, 0.0)))
+    estimated = _margin_cdf(margins, losses)
+    estimated = observed if estimated is None else estimated
     per_position = observed if _refuted(estimated, flipped, judged) else min(estimated, observed)
     return Positions(per_position ** (judged / max(1, reads)), per_position, estimated, observed, reads, judged, flipped,
                      ties, background)

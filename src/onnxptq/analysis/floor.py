@@ -23,7 +23,9 @@ rows being positions); of rank ≥ 3 from a linear head or an arg-max consumer (
 position: CTC strings, tags), the expected fraction of reads whose decision positions (the
 background class, e.g. CTC's blank, left out) all keep float's arg-max, estimated from the
 margins float leaves and the quantized model takes, float's own near-ties left out
-(:func:`onnxptq.analysis.class_scores.judge_positions`); both against the family's top-1 floor.
+(:func:`onnxptq.analysis.class_scores.judge_positions`), or, where float's arg-max sequences read
+as a CTC reader's, the fraction of reads whose collapsed string is float's (a Softmax CTC head
+too: its strings break the floor and drive repair); both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. Reads
 are also judged on the first calibration feeds beside the held-out ones, and hold only on at least
@@ -61,7 +63,7 @@ import onnx
 
 from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
-from .decisions import softmax_reads_advisory
+from .decisions import softmax_reads_advisory, strings_advisory
 from .fields import declared_field_axes
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
@@ -160,7 +162,8 @@ class OutputCheck:
     #: rows: how it was judged, in words
     note: str | None = None
     #: a judgement that warns without breaking the floor: a Softmax sequence's reads below the
-    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory)
+    #: top-1 floor (analysis/decisions.py, softmax_reads_advisory), a CTC reader's strings below it
+    #: counting those changed only where float is unsure (decisions.strings_advisory)
     advisory: str | None = None
     #: calibration feeds judged beside the held-out ones in ``positions`` (reads: :func:`_judge_reads`)
     seen_feeds: int = 0
@@ -436,6 +439,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
+        # A Softmax sequence that reads as a CTC reader's (class_scores.ctc_blank) is judged by its
+        # collapsed strings, which break the floor and drive repair; its rows are not judged (a
+        # blank/character edge moved flips a row and no string).
+        as_read = as_read or bool(soft_ref) and _judge_reads(check, soft_ref, soft_got, _seen_sequences(seen, name, width),
+                                                             floor, strings_only=True)
         if rows and not as_read:
             check.top1, check.rows = agree / rows, rows
             check.top1_unjudged = not _enough(rows, floor)
@@ -444,7 +452,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
-        if soft_ref:
+        if soft_ref and not as_read:
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
@@ -454,7 +462,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             _judge_group(verdict, group, reference, candidate, seen, floor)
     for d in judge_decisions(decisions, reference, candidate, floor, _enough):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
-                            positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
+                            positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
+                            advisory=strings_advisory(d.positions, floor) if d.ok else None)
         verdict.outputs[d.decision.key] = check
     return verdict
 
@@ -625,12 +634,11 @@ def _breaks(positions: Positions, floor: Floor) -> bool:
     """Whether a judgement of reads breaks the floor. On too few positions one flip could be an
     accident; two flips at positions that are no float near-tie are rarely one (reads of 5 decision
     positions at a read agreement of 0.97, ddddocr's: two among 20 by chance 0.7 %): judged then."""
-    judged = _enough(positions.positions, floor) or positions.flipped >= 2
-    return judged and positions.agreement < floor.top1
+    return positions.judged(floor.needed, floor.top1) and positions.agreement < floor.top1
 
 
 def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarray],
-                 seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor) -> bool:
+                 seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor, strings_only: bool = False) -> bool:
     """Judge per-position class scores as reads into ``check``; False where float does not decide.
 
     Why calibration feeds too, and why a verdict that holds needs reads. A user with 12 captchas
@@ -650,18 +658,17 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     estimated per-position 0.9992 against 0.9917 measured on 192; A8W8 0.9919 against 0.9721). On
     fewer reads the output is *not judged* (``top1_unjudged``, ``needed``), which the summary, the
     warning and the plan say in words instead of "holds"."""
-    held = judge_positions(refs, gots)
+    held = judge_positions(refs, gots, strings_only=strings_only)
     if held is None:
         return False
     seen_refs, seen_gots = seen
-    pooled = judge_positions(refs + seen_refs, gots + seen_gots) if seen_refs else None
+    pooled = judge_positions(refs + seen_refs, gots + seen_gots, strings_only=held.strings) if seen_refs else None
     if pooled is not None:
         # Beside a pooled judgement the held-out feeds are judged by the flips they show: what they
         # add is a range calibration never saw, which flips; the margins' estimate of rounding flips
         # is the pooled judgement's, on more positions (a lone held-out estimate on 20 positions broke
         # brainmaze's spindle detector with 0 flips, and repair kept 154 of 206 nodes float).
-        held = dataclasses.replace(held, per_position=held.observed,
-                                   agreement=held.observed ** (held.positions / max(1, held.reads)))
+        held = held.observed_only()
     broken = [p for p in (held, pooled) if p is not None and _breaks(p, floor)]
     shown = broken[0] if broken else pooled if pooled is not None else held
     check.positions = shown
@@ -672,6 +679,8 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
         check.ok = False
     else:
         check.top1_unjudged = shown.reads < check.needed
+        # CTC strings changed only where float is unsure: said, not repaired (decisions.strings_advisory)
+        check.advisory = next((t for t in (strings_advisory(p, floor) for p in (held, pooled) if p is not None) if t), None)
     return True
 
 
