@@ -19,6 +19,12 @@ onnxruntime's own package):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models ort_logreg_iris,madmom_key,basic_pitch,madmom_beats,madmom_downbeats,captcha_whisperer,slider_gap \
         --json /work/cache/newmodels4/rowsB.json --md /work/cache/newmodels4/rowsB.md --out-dir /work/cache/newmodels4/outB --timeout 400
 
+The fifth round (speechmos's DNSMOS P.835, PLCMOS v2 and AECMOS under /work/cache/newmodels5/src,
+NEWMODELS5_SRC):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models dnsmos_p835,plcmos,aecmos \
+        --json /work/cache/newmodels5/rows.json --md /work/cache/newmodels5/rows.md --out-dir /work/cache/newmodels5/out --timeout 400
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
