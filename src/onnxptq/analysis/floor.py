@@ -67,7 +67,7 @@ from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .maps import Kept, MaskAgreement, RareMapAgreement, probability_maps, softmax_maps
+from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .metrics import cosine_similarity, dot
 
@@ -180,6 +180,9 @@ class OutputCheck:
     box_cosine: tuple[float, int] | None = None
     #: judged on candidates the calibration feeds add to (``Verdict.wants_calibration_feeds``)
     kept_wants_seen: bool = False
+    #: a multi-channel probability map judged by its thresholded regions (analysis/maps.py,
+    #: RegionAgreement): (F1 of the regions, float's regions, calibration feeds pooled with the held-out ones)
+    regions: tuple[float, int, int] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -194,6 +197,10 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
+        if self.regions is not None:
+            f1, count, feeds = self.regions
+            seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
+            text += f", regions above its levels: F1 {f1:.4f} of {count} float regions{seen}"
         if self.kept is not None:
             seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
             text += f", {self.kept.describe()}{seen}"
@@ -250,7 +257,8 @@ class Verdict:
         """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
         on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
         candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them)."""
-        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen for c in self.outputs.values())
+        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
+                   for c in self.outputs.values())
 
     @property
     def unjudged(self) -> list[str]:
@@ -381,6 +389,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
+        regions = RegionAgreement(masks.thresholds) if masks is not None else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -402,6 +411,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     fields.add(r, g)
                 if masks is not None:
                     masks.add(r, g)
+                if regions is not None:
+                    regions.add(r, g)
             # A rank-1 class vector is one row (a classifier whose exporter squeezed the batch axis:
             # madmom's key CNN returns [24]).
             if classy and r.ndim >= 1 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
@@ -433,6 +444,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         check.mask = masks.worst() if masks is not None and finite else None
         if check.mask is not None and check.mask[1] < floor.top1:
             check.ok = False
+        if finite and regions is not None and regions.valid and regions.feeds:
+            _judge_regions(check, name, regions, seen, floor)
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
@@ -457,6 +470,23 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}")
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
+    """A multi-channel probability map judged by the regions its levels cut (``maps.RegionAgreement``)
+    on the held-out and the calibration feeds ``seen`` together, against the top-1 floor. Pooled for
+    the reason kept candidates are (:func:`_judge_kept`): a feed holds a few dozen regions."""
+    check.kept_wants_seen = True
+    feeds = 0
+    for r, g in _seen_pairs(seen, name, None):
+        regions.add(r, g)
+        feeds += 1
+    judged = regions.judge(floor.needed)
+    if judged is None:
+        return
+    check.regions = (judged[0], judged[1], feeds)
+    if judged[0] < floor.top1:
+        check.ok = False
 
 
 def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
