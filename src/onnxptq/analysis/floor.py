@@ -180,6 +180,8 @@ class OutputCheck:
     box_cosine: tuple[float, int] | None = None
     #: judged on candidates the calibration feeds add to (``Verdict.wants_calibration_feeds``)
     kept_wants_seen: bool = False
+    #: a detector's score rows (analysis/score_rows.py): the images they were judged on
+    images: int = 0
     #: a multi-channel probability map judged by its thresholded regions (analysis/maps.py,
     #: RegionAgreement): (F1 of the regions, float's regions, calibration feeds pooled with the held-out ones)
     regions: tuple[float, int, int] | None = None
@@ -520,11 +522,13 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
                 check.ok = False
     else:
         kept = collector.judge()
-    if kept is None:
-        return
-    check.kept, check.kept_seen = kept, len(pooled)
-    if kept.figure < floor.top1:
-        check.ok = False
+    if kept is not None:
+        check.kept, check.kept_seen = kept, len(pooled)
+        if kept.figure < floor.top1:
+            check.ok = False
+    if isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed:
+        # a detector's verdict that holds needs as many images as rows (score_rows' docstring)
+        check.images, check.kept_seen, check.top1_unjudged, check.needed = collector.images, len(pooled), True, floor.needed
 
 
 def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[dict[str, np.ndarray]],
@@ -742,7 +746,12 @@ def unjudged_text(verdict: Verdict) -> str:
     for name in verdict.unjudged:
         c = verdict.outputs[name]
         needed = c.needed or verdict.floor.needed
-        if c.positions is not None:
+        if c.images:
+            judged = verdict.samples + c.kept_seen
+            parts.append(f"the detections of {name}: {c.images} images ({verdict.samples} held-out and {c.kept_seen} calibration "
+                         f"samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.images / judged if judged else 0.0
+        elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
                          f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
