@@ -115,6 +115,30 @@ def test_a_posteriorgram_whose_notes_move_breaks_the_floor_while_its_cosine_hold
     assert plain.floor.ok and plain.floor.outputs["note"].regions[0] >= 0.97
 
 
+def _flood_fill_partition(mask: np.ndarray) -> set[frozenset[int]]:
+    """The components of ``mask`` by breadth-first flood fill, face neighbours within each leading index."""
+    seen = np.zeros(mask.shape, bool)
+    parts = set()
+    for start in zip(*np.nonzero(mask)):
+        if seen[start]:
+            continue
+        queue, cells = [start], []
+        seen[start] = True
+        while queue:
+            cell = queue.pop()
+            cells.append(np.ravel_multi_index(cell, mask.shape))
+            for ax in range(1, mask.ndim):
+                for step in (-1, 1):
+                    nb = list(cell)
+                    nb[ax] += step
+                    nb = tuple(nb)
+                    if 0 <= nb[ax] < mask.shape[ax] and mask[nb] and not seen[nb]:
+                        seen[nb] = True
+                        queue.append(nb)
+        parts.add(frozenset(int(c) for c in cells))
+    return parts
+
+
 def test_regions_are_face_connected_and_never_cross_the_batch_axis():
     m = np.zeros((2, 5, 6), bool)
     m[0, 1:3, 1:3] = True  # a 2x2 block
@@ -125,6 +149,12 @@ def test_regions_are_face_connected_and_never_cross_the_batch_axis():
     lab = regions(m)
     assert len(np.unique(lab[m])) == 4 and (lab[~m] == -1).all()
     assert lab[0, 3, 5] == lab[0, 4, 0] and lab[1, 2, 5] != lab[0, 3, 5]
+    # against a plain flood fill on random masks (dense speckle and large blobs alike)
+    rng = np.random.default_rng(2)
+    for density in (0.3, 0.6):
+        mask = rng.random((2, 20, 30)) < density
+        lab = regions(mask)
+        assert _flood_fill_partition(mask) == {frozenset(np.flatnonzero((lab == k).ravel())) for k in np.unique(lab[mask])}
     diagonal = np.zeros((1, 3, 3), bool)
     diagonal[0, 0, 0] = diagonal[0, 1, 1] = True
     assert len(np.unique(regions(diagonal)[diagonal])) == 2

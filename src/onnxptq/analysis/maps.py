@@ -223,34 +223,40 @@ def _multi_channel(ref: np.ndarray) -> bool:
 
 def regions(mask: np.ndarray) -> np.ndarray:
     """Connected components of ``mask``: each cell's label is the smallest flat index of its
-    component (face neighbours along every axis but the first), -1 outside the mask. Minimum-label
-    propagation with pointer jumping (no SciPy dependency: a few dozen vectorised sweeps on a map
-    of a few 100 000 cells)."""
+    component (face neighbours along every axis but the first), -1 outside the mask. Union-find on
+    the edges between neighbouring cells, vectorised: each round hooks every edge's larger root under
+    its smaller one and compresses the trees, a few rounds in all (no SciPy dependency; a blob
+    map of 1 M cells in about a second, where a cell-by-cell label propagation took one sweep per
+    cell of a blob's width)."""
     mask = np.asarray(mask, bool)
     n = mask.size
-    lab = np.where(mask, np.arange(n, dtype=np.int64).reshape(mask.shape), n)
-    while True:
-        new = lab.copy()
-        for ax in range(1, mask.ndim):
-            if mask.shape[ax] < 2:
-                continue
-            lo = [slice(None)] * mask.ndim
-            hi = [slice(None)] * mask.ndim
-            lo[ax], hi[ax] = slice(0, -1), slice(1, None)
-            lo_t, hi_t = tuple(lo), tuple(hi)
-            joined = mask[lo_t] & mask[hi_t]
-            new[lo_t] = np.minimum(new[lo_t], np.where(joined, lab[hi_t], n))
-            new[hi_t] = np.minimum(new[hi_t], np.where(joined, lab[lo_t], n))
-        flat = new.reshape(-1)
-        inside = np.flatnonzero(mask)
-        while True:  # pointer jumping: each cell takes its label's label
-            jumped = flat[flat[inside]]
-            if np.array_equal(jumped, flat[inside]):
+    index = np.arange(n, dtype=np.int64).reshape(mask.shape)
+    us, vs = [], []
+    for ax in range(1, mask.ndim):
+        if mask.shape[ax] < 2:
+            continue
+        lo = [slice(None)] * mask.ndim
+        hi = [slice(None)] * mask.ndim
+        lo[ax], hi[ax] = slice(0, -1), slice(1, None)
+        joined = mask[tuple(lo)] & mask[tuple(hi)]
+        us.append(index[tuple(lo)][joined])
+        vs.append(index[tuple(hi)][joined])
+    parent = np.arange(n, dtype=np.int64)
+    u = np.concatenate(us) if us else np.zeros(0, np.int64)
+    v = np.concatenate(vs) if vs else np.zeros(0, np.int64)
+    while u.size:
+        pu, pv = parent[u], parent[v]
+        apart = pu != pv
+        if not apart.any():
+            break
+        u, v, pu, pv = u[apart], v[apart], pu[apart], pv[apart]
+        np.minimum.at(parent, np.maximum(pu, pv), np.minimum(pu, pv))  # roots hook under smaller roots: no cycle
+        while True:  # full compression: every cell points at its root
+            up = parent[parent]
+            if np.array_equal(up, parent):
                 break
-            flat[inside] = jumped
-        if np.array_equal(new, lab):
-            return np.where(mask, lab, -1)
-        lab = new
+            parent = up
+    return np.where(mask, parent.reshape(mask.shape), -1)
 
 
 def _region_counts(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
