@@ -476,19 +476,31 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
 
 def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
     """A multi-channel probability map judged by the regions its levels cut (``maps.RegionAgreement``)
-    on the held-out and the calibration feeds ``seen`` together, against the top-1 floor. Pooled for
-    the reason kept candidates are (:func:`_judge_kept`): a feed holds a few dozen regions."""
-    check.kept_wants_seen = True
-    feeds = 0
-    for r, g in _seen_pairs(seen, name, None):
-        regions.add(r, g)
-        feeds += 1
-    judged = regions.judge(floor.needed)
-    if judged is None:
+    against the top-1 floor: on the held-out feeds and, where their figure is below the floor or
+    within :data:`REGION_MARGIN` of it, on them and the calibration feeds ``seen`` together (a feed
+    holds a few hundred regions, and four feeds' figure moves by about a hundredth: basic-pitch
+    A16W8 0.9717 on its 4 held-out clips, 0.9732 on 12). A clear verdict runs nothing more: the
+    calibration feeds' runs of the quantized model cost basic-pitch BF16 1.8 CPU s of its 3."""
+    held = regions.judge(floor.needed)
+    if held is None:
         return
-    check.regions = (judged[0], judged[1], feeds)
-    if judged[0] < floor.top1:
+    check.regions = (held[0], held[1], 0)
+    near = held[0] < floor.top1 + REGION_MARGIN
+    check.kept_wants_seen = near
+    feeds = 0
+    if near:
+        for r, g in _seen_pairs(seen, name, None):
+            regions.add(r, g)
+            feeds += 1
+        pooled = regions.judge(floor.needed)
+        if pooled is not None:
+            check.regions = (pooled[0], pooled[1], feeds)
+    if check.regions[0] < floor.top1:
         check.ok = False
+
+
+#: a held-out region figure this close above the top-1 floor (or below it) is judged on the calibration feeds too
+REGION_MARGIN = 0.01
 
 
 def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
