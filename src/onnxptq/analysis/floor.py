@@ -31,8 +31,9 @@ are also judged on the first calibration feeds beside the held-out ones, and hol
 plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data). A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 
-A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine
-(:mod:`onnxptq.analysis.maps`); a narrow per-position linear head whose data shows regression
+A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine,
+a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
+its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position linear head whose data shows regression
 fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
@@ -40,7 +41,8 @@ a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's fa
 :class:`onnxptq.analysis.maps.RareMapAgreement`), a detector's sigmoid class-score rows beside its
 box rows by each class's best candidate per image (YOLOv8: :mod:`onnxptq.analysis.score_rows`),
 both estimated from logit shifts over the thresholds a user might set, on the held-out and the
-first calibration feeds (:func:`_judge_kept`); sibling class heads on one feature as one read per
+first calibration feeds (:func:`_judge_kept`; a detector that holds on fewer images than the floor
+needs rows is *not judged*); sibling class heads on one feature as one read per
 sample (a 5-digit captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
 
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
