@@ -33,8 +33,9 @@ plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data)
 
 A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine,
 a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
-its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position linear head whose data shows regression
-fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
+its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position
+linear head whose data shows regression fields is judged by cosine per field, not by arg-max
+(:mod:`onnxptq.analysis.head_kind`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -42,8 +43,8 @@ a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's fa
 box rows by each class's best candidate per image (YOLOv8: :mod:`onnxptq.analysis.score_rows`),
 both estimated from logit shifts over the thresholds a user might set, on the held-out and the
 first calibration feeds (:func:`_judge_kept`; a detector that holds on fewer images than the floor
-needs rows is *not judged*); sibling class heads on one feature as one read per
-sample (a 5-digit captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
+needs rows is *not judged*); sibling class heads on one feature as one read per sample (a 5-digit
+captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
 
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
