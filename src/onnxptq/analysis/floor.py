@@ -33,17 +33,20 @@ are also judged on the first calibration feeds beside the held-out ones, and hol
 plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data). A non-finite output
 (NaN/Inf where float has none) breaks the floor; a feed whose float output is not finite is skipped.
 
-A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine
-(:mod:`onnxptq.analysis.maps`); a narrow per-position linear head whose data shows regression
-fields is judged by cosine per field, not by arg-max (:mod:`onnxptq.analysis.head_kind`).
+A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine,
+a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
+its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position
+linear head whose data shows regression fields is judged by cosine per field, not by arg-max
+(:mod:`onnxptq.analysis.head_kind`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
 :class:`onnxptq.analysis.maps.RareMapAgreement`), a detector's sigmoid class-score rows beside its
 box rows by each class's best candidate per image (YOLOv8: :mod:`onnxptq.analysis.score_rows`),
 both estimated from logit shifts over the thresholds a user might set, on the held-out and the
-first calibration feeds (:func:`_judge_kept`); sibling class heads on one feature as one read per
-sample (a 5-digit captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
+first calibration feeds (:func:`_judge_kept`; a detector that holds on fewer images than the floor
+needs rows is *not judged*); sibling class heads on one feature as one read per sample (a 5-digit
+captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
 
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
@@ -69,7 +72,7 @@ from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .maps import Kept, MaskAgreement, RareMapAgreement, probability_maps, softmax_maps
+from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .metrics import cosine_similarity, dot
 
@@ -183,6 +186,11 @@ class OutputCheck:
     box_cosine: tuple[float, int] | None = None
     #: judged on candidates the calibration feeds add to (``Verdict.wants_calibration_feeds``)
     kept_wants_seen: bool = False
+    #: a detector's score rows (analysis/score_rows.py): the images they were judged on
+    images: int = 0
+    #: a multi-channel probability map judged by its thresholded regions (analysis/maps.py,
+    #: RegionAgreement): (F1 of the regions, float's regions, calibration feeds pooled with the held-out ones)
+    regions: tuple[float, int, int] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -197,6 +205,10 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
+        if self.regions is not None:
+            f1, count, feeds = self.regions
+            seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
+            text += f", regions above its levels: F1 {f1:.4f} of {count} float regions{seen}"
         if self.kept is not None:
             seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
             text += f", {self.kept.describe()}{seen}"
@@ -252,8 +264,11 @@ class Verdict:
     def ok_needs_calibration_feeds(self) -> bool:
         """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
         on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
-        candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them)."""
-        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen for c in self.outputs.values())
+        candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them; nor a
+        detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
+        them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s)."""
+        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
+                   for c in self.outputs.values() if not c.images)
 
     @property
     def unjudged(self) -> list[str]:
@@ -384,6 +399,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
+        regions = RegionAgreement(masks.thresholds) if masks is not None else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -405,6 +421,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     fields.add(r, g)
                 if masks is not None:
                     masks.add(r, g)
+                if regions is not None:
+                    regions.add(r, g)
             # A rank-1 class vector is one row (a classifier whose exporter squeezed the batch axis:
             # madmom's key CNN returns [24]).
             if classy and r.ndim >= 1 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
@@ -436,6 +454,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         check.mask = masks.worst() if masks is not None and finite else None
         if check.mask is not None and check.mask[1] < floor.top1:
             check.ok = False
+        if finite and regions is not None and regions.valid and regions.feeds:
+            _judge_regions(check, name, regions, seen, floor)
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
@@ -466,6 +486,37 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None)
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
+    """A multi-channel probability map judged by the regions its levels cut (``maps.RegionAgreement``)
+    against the top-1 floor: on the held-out feeds and, where their figure is within
+    :data:`REGION_MARGIN` of the floor, on them and the calibration feeds ``seen`` together (a feed
+    holds a few hundred regions, and four feeds' figure moves by about a hundredth: basic-pitch
+    A16W8 0.9717 on its 4 held-out clips, 0.9732 on 12). A clear verdict runs nothing more: the
+    calibration feeds' runs of the quantized model cost basic-pitch BF16 1.8 CPU s of its 3, and
+    where they entered a broken verdict repair judged every candidate on them too (A8W8: 22 CPU s
+    against 10, the same 6 nodes kept)."""
+    held = regions.judge(floor.needed)
+    if held is None:
+        return
+    check.regions = (held[0], held[1], 0)
+    near = abs(held[0] - floor.top1) < REGION_MARGIN
+    check.kept_wants_seen = near
+    feeds = 0
+    if near:
+        for r, g in _seen_pairs(seen, name, None):
+            regions.add(r, g)
+            feeds += 1
+        pooled = regions.judge(floor.needed)
+        if pooled is not None:
+            check.regions = (pooled[0], pooled[1], feeds)
+    if check.regions[0] < floor.top1:
+        check.ok = False
+
+
+#: a held-out region figure this close to the top-1 floor is judged on the calibration feeds too
+REGION_MARGIN = 0.01
 
 
 def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
@@ -499,11 +550,13 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
                 check.ok = False
     else:
         kept = collector.judge()
-    if kept is None:
-        return
-    check.kept, check.kept_seen = kept, len(pooled)
-    if kept.figure < floor.top1:
-        check.ok = False
+    if kept is not None:
+        check.kept, check.kept_seen = kept, len(pooled)
+        if kept.figure < floor.top1:
+            check.ok = False
+    if isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed:
+        # a detector's verdict that holds needs as many images as rows (score_rows' docstring)
+        check.images, check.kept_seen, check.top1_unjudged, check.needed = collector.images, len(pooled), True, floor.needed
 
 
 def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[dict[str, np.ndarray]],
@@ -721,7 +774,12 @@ def unjudged_text(verdict: Verdict) -> str:
     for name in verdict.unjudged:
         c = verdict.outputs[name]
         needed = c.needed or verdict.floor.needed
-        if c.positions is not None:
+        if c.images:
+            judged = verdict.samples + c.kept_seen
+            parts.append(f"the detections of {name}: {c.images} images ({verdict.samples} held-out and {c.kept_seen} calibration "
+                         f"samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.images / judged if judged else 0.0
+        elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
                          f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")

@@ -333,7 +333,7 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read position by position as reads (a
     CTC head, a tagger: :func:`onnxptq.analysis.class_scores.class_like_outputs`, not a softmax) or
     is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1; also a class output
-    whose declared rank is below 3 or not declared), else 0.
+    whose declared rank is below 3 or not declared) or a detector's score rows (one image per sample), else 0.
 
     Why: a verdict on reads or rows holds only on that many (``analysis.floor._judge_reads``,
     ``_judge_rows_with_seen``), and a reader's or a classifier's feed is often one read or row (a
@@ -356,6 +356,12 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
         rows = ranks.get(name) is None or ranks[name] < 3
         if reads or rows:
             return floor_for(cfg).needed
+    # A detector's score rows (analysis/score_rows.py) hold only on as many images as rows: at batch 1
+    # one image a feed, so the same count (else nudenet was "not judged" with any amount of data).
+    from ..analysis.score_rows import detector_score_rows
+
+    if detector_score_rows(prepared):
+        return floor_for(cfg).needed
     return 0
 
 
