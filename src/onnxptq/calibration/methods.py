@@ -430,8 +430,8 @@ def _cover_recurring(c: MinMaxCollector, lo: float, hi: float, symmetric: bool) 
     if len(c.batch_highs) < RECURRING_BATCHES or len(c.batch_lows) < RECURRING_BATCHES:
         return lo, hi
     high, low = c.batch_highs[0], c.batch_lows[-1]
-    if symmetric:
-        t = max(hi, high, -low)
+    if symmetric:  # the percentile's own (lo, hi) may be lopsided: widen, never narrow, either side
+        t = max(-lo, hi, high, -low)
         return -t, t
     return min(lo, low), max(hi, high)
 
