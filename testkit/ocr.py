@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from onnxptq.analysis.class_scores import edit_distance
+
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
     import onnxruntime as ort
@@ -436,16 +438,9 @@ def ctc_greedy_decode(probs: np.ndarray, characters: Sequence[str]) -> list[str]
 
 
 def levenshtein(a: str, b: str) -> int:
-    """Edit distance (insertions, deletions, substitutions each cost 1)."""
-    if len(a) < len(b):
-        a, b = b, a
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+    """Edit distance (insertions, deletions, substitutions each cost 1): the floor's own
+    :func:`onnxptq.analysis.class_scores.edit_distance`, so a CER here counts as the floor does."""
+    return edit_distance(a, b)
 
 
 def cer(preds: Sequence[str], refs: Sequence[str]) -> float:

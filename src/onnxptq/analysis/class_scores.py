@@ -143,7 +143,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import onnx
@@ -151,7 +151,7 @@ import onnx
 from .fields import MAX_FIELDS
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
-           "judge_positions", "score_float_tensors", "sibling_heads"]
+           "edit_distance", "judge_positions", "score_float_tensors", "sibling_heads"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
 TIE_TOLERANCE = 2.0 ** -10
@@ -572,8 +572,11 @@ def collapse(row: np.ndarray, blank: int) -> list[int]:
     return [int(c) for c in runs if c != blank]
 
 
-def _edits(a: list[int], b: list[int]) -> int:
-    """Character edit distance (Levenshtein)."""
+def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Levenshtein distance between two sequences (insertions, deletions, substitutions cost 1):
+    characters of two CTC reads here, of two strings in the test harness's CER."""
+    if len(a) < len(b):
+        a, b = b, a
     prev = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         cur = [i]
@@ -675,7 +678,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
             chars += len(fa)
             if fa != fb:
                 changed += 1
-                edits += _edits(fa, fb)
+                edits += edit_distance(fa, fb)
                 unsure_changed += int(bool(wrong.any()) and bool(shaky[wrong].all()))
     if judged == 0 or reads == 0:
         return None
