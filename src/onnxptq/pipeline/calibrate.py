@@ -348,13 +348,17 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     ranks = {o.name: len(o.type.tensor_type.shape.dim) if o.type.tensor_type.HasField("shape") else None
              for o in prepared.graph.output}
     for name, kind in class_like_outputs(prepared).items():
+        # A softmax over positions (declared rank >= 3) is a CTC reader or a tagger: the floor judges
+        # it by the strings it reads, one per feed (class_scores.judge_positions), so it needs as
+        # many feeds as reads: with 8 + 8 the README's PP-OCRv4 rec was "not judged: 16 reads, the
+        # floor needs 20" on any amount of data.
         reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
-        # A softmax over positions (declared rank >= 3) has rows enough in each feed. A declared rank
-        # below 3 or none is a classifier's row as far as we know: ocrspine's PP-OCRv5 text-line
-        # classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows enough",
-        # 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
+        sequence = ranks.get(name) is not None and ranks[name] >= 3
+        # A declared rank below 3 or none is a classifier's row as far as we know: ocrspine's PP-OCRv5
+        # text-line classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows
+        # enough", 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
         rows = ranks.get(name) is None or ranks[name] < 3
-        if reads or rows:
+        if reads or sequence or rows:
             return floor_for(cfg).needed
     # A detector's score rows (analysis/score_rows.py) hold only on as many images as rows: at batch 1
     # one image a feed, so the same count (else nudenet was "not judged" with any amount of data).
