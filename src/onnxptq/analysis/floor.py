@@ -37,7 +37,9 @@ A probability map (a sigmoid's dense output) is judged by its thresholded masks 
 a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
 its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
-(:mod:`onnxptq.analysis.head_kind`).
+(:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
+share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
+(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
