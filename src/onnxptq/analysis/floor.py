@@ -37,7 +37,9 @@ A probability map (a sigmoid's dense output) is judged by its thresholded masks 
 a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
 its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
-(:mod:`onnxptq.analysis.head_kind`).
+(:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
+share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
+(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -74,6 +76,7 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
+from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unjudged_text"]
@@ -191,6 +194,9 @@ class OutputCheck:
     #: a multi-channel probability map judged by its thresholded regions (analysis/maps.py,
     #: RegionAgreement): (F1 of the regions, float's regions, calibration feeds pooled with the held-out ones)
     regions: tuple[float, int, int] | None = None
+    #: a low-dimensional score output judged per sample (analysis/scores.py): (share of samples within
+    #: the tolerance, samples, samples off, worst error / float's spread, calibration feeds pooled)
+    scores: tuple[float, int, int, float, int] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -214,7 +220,12 @@ class OutputCheck:
             text += f", {self.kept.describe()}{seen}"
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
-        if self.positions is not None:
+        if self.scores is not None:
+            share, count, off, worst, feeds = self.scores
+            seen = f" (the held-out and {feeds} calibration samples)" if feeds else ""
+            text += (f", scores: {share:.4f} of {count} samples within {SCORE_TOLERANCE:g} of float's spread{seen}, "
+                     f"{off} off, worst {worst:.3f} of the spread") + (" (too few samples to judge)" if self.top1_unjudged else "")
+        elif self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
                                                               f"{self.needed})" if self.top1_unjudged else "")
@@ -258,7 +269,8 @@ class Verdict:
         (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
         (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
         class's cells, a detector's best candidates: a few per image)."""
-        return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen for c in self.outputs.values())
+        return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
+                   for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -268,6 +280,7 @@ class Verdict:
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s)."""
         return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
+                   or (c.scores is not None and c.scores[4])
                    for c in self.outputs.values() if not c.images)
 
     @property
@@ -400,6 +413,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         fields: FieldCosines | None = None
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
         regions = RegionAgreement(masks.thresholds) if masks is not None else None
+        may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
+                     and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
+        scores = ScoreAgreement() if may_score else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -413,6 +429,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
+            if scores is not None:
+                scores.add(r, g)
             if not classy and np.isfinite(g).all():
                 axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
@@ -456,6 +474,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.ok = False
         if finite and regions is not None and regions.valid and regions.feeds:
             _judge_regions(check, name, regions, seen, floor)
+        if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor):
+            rows = 0  # a score output: no class decision for a top-1 to judge (analysis/scores.py)
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
@@ -486,6 +506,35 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None)
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _Seen | None, floor: Floor) -> bool:
+    """A low-dimensional score output (:mod:`onnxptq.analysis.scores`) judged per sample against the
+    top-1 floor, on the held-out and the calibration feeds ``seen`` together (one sample per feed of a
+    batch-1 model: 4 held-out ones say little); False where float's values do not spread.
+
+    As reads are (:func:`_breaks`): a verdict that holds needs ``floor.needed`` samples (on fewer it is
+    *not judged*, said in the summary); a share below the floor breaks it on that many samples, or on
+    fewer where two samples are off (one among fewer could be an accident)."""
+    feeds = 0
+    for ref, got in zip(*(seen or ((), ()))):
+        if name in ref and name in got and np.issubdtype(np.asarray(ref[name]).dtype, np.floating):
+            scores.add(np.asarray(ref[name]), np.asarray(got[name]))
+            feeds += 1
+    if not scores.valid:
+        return False
+    judged = scores.judge()
+    if judged is None:
+        return False
+    share, count, off, worst = judged
+    check.scores = (share, count, off, worst, feeds)
+    check.top1, check.rows, check.seen_feeds = share, count, feeds
+    check.note = (check.note + " " if check.note else "") + "(a score output, judged per sample: analysis/scores.py)"
+    if share < floor.top1 and (count >= floor.needed or off >= 2):
+        check.ok = False
+    elif count < floor.needed:
+        check.top1_unjudged, check.needed = True, floor.needed
+    return True
 
 
 def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
@@ -784,6 +833,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
                          f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.positions.reads / judged if judged else 0.0
+        elif c.scores is not None:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the scores of {name}: {c.rows} samples ({verdict.samples} held-out and {c.seen_feeds} calibration "
+                         f"samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.rows / judged if judged else 0.0
         else:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the top-1 of {name}: {c.rows} rows ({verdict.samples} held-out and {c.seen_feeds} calibration "

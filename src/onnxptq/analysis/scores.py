@@ -1,0 +1,93 @@
+"""Low-dimensional regression scores (a mean opinion score, a quality rating) judged per sample.
+
+Why: a score output is a few numbers per sample on one scale (speechmos's PLCMOS: one MOS per
+call, rank 0; DNSMOS P.835: ``[N, 3]`` SIG/BAK/OVRL). Its values share a large offset (every MOS
+lies in 1–5), so the vector of scores over the held-out feeds is nearly parallel to the all-ones
+vector and a 0.1–0.4 MOS error barely turns it: PLCMOS A8W8 agreed with float on 0.875 of 32 clips
+(within 0.1 MOS) at a pooled cosine of 0.9993, DNSMOS MXFP8_E4M3 on 0.406 at 0.9991; even the
+cosine of the centred values passed (PLCMOS A8W8 0.983; bench/RESULTS.md, "More models outside
+the zoo, fifth round"). The bad rows were a few samples off while most stayed close, so the judgement
+is per sample: the share of samples every value of which stays within :data:`TOLERANCE` of float's
+spread over the samples (per column: max − min), held against the family's top-1 floor.
+
+Recognized by structure and data, never by names (:func:`score_values`): at most :data:`MAX_SCORES`
+values per sample (rank 0: one per feed; rank 1: one sample of ``k``; rank 2: ``[rows, k]``), not a
+probability (float's values not all within [0, 1]: a sigmoid's or softmax's output is judged by its
+thresholds or arg-max elsewhere), and, where the graph's head reads as class scores
+(``class_scores.class_like_outputs``), on a positive scale (no value ≤ 0: logits straddle zero, a
+score scale does not).
+
+The tolerance, from data: the speechmos packages' results are read to one decimal, so 0.1 MOS is
+the error that changes a verdict; float's spread of a MOS over varied clips is about 2 MOS (the
+speech mixes of 0–35 dB SNR, clipped, low-passed, packet-lossy: RESULTS.md's section of this
+branch gives the measured spreads), so 0.1 MOS is 0.05 of it. A spread of zero (one sample, or a
+constant output) leaves nothing to judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["MAX_ROWS", "MAX_SCORES", "TOLERANCE", "ScoreAgreement", "score_values"]
+
+#: values per sample a score output may have (DNSMOS P.835: 3; AECMOS: 4)
+MAX_SCORES = 8
+#: rows per feed of a rank-2 score output (a batch of samples, not a list of candidates)
+MAX_ROWS = 64
+#: the error a sample may keep, as a share of float's spread of that value over the samples (module docstring)
+TOLERANCE = 0.05
+
+
+def score_values(r: np.ndarray) -> np.ndarray | None:
+    """``r`` as ``[samples, values]`` where its shape is a score output's (module docstring), else None."""
+    r = np.asarray(r)
+    if not np.issubdtype(r.dtype, np.floating) or r.ndim > 2:
+        return None
+    if r.ndim == 0:
+        return r.reshape(1, 1)
+    if r.ndim == 1:
+        return r.reshape(1, -1) if 1 <= r.shape[0] <= MAX_SCORES else None
+    return r if 1 <= r.shape[1] <= MAX_SCORES and 1 <= r.shape[0] <= MAX_ROWS else None
+
+
+@dataclass
+class ScoreAgreement:
+    """Per-sample agreement of a score output, collected feed by feed (held-out, then calibration)."""
+
+    refs: list[np.ndarray] = field(default_factory=list)
+    gots: list[np.ndarray] = field(default_factory=list)
+    #: False once a feed's values are not a score output's
+    valid: bool = True
+
+    def add(self, r: np.ndarray, g: np.ndarray) -> None:
+        rr, gg = score_values(r), score_values(g)
+        if rr is None or gg is None or rr.shape != gg.shape or (self.refs and rr.shape[1] != self.refs[0].shape[1]):
+            self.valid = False
+            return
+        if np.isfinite(rr).all() and np.isfinite(gg).all():
+            self.refs.append(rr.astype(np.float64))
+            self.gots.append(gg.astype(np.float64))
+
+    def is_scores(self, positive: bool) -> bool:
+        """Whether float's values read as scores on one scale: not all in [0, 1] (a probability), and
+        all above zero where ``positive`` (the head reads as class scores: logits straddle zero)."""
+        if not self.valid or not self.refs:
+            return False
+        r = np.concatenate(self.refs)
+        if float(r.min()) >= 0.0 and float(r.max()) <= 1.0:
+            return False
+        return not positive or float(r.min()) > 0.0
+
+    def judge(self) -> tuple[float, int, int, float] | None:
+        """``(share of samples within tolerance, samples, samples off, worst error / spread)``; None
+        where float's values do not spread (nothing to hold an error against)."""
+        r, g = np.concatenate(self.refs), np.concatenate(self.gots)
+        spread = r.max(axis=0) - r.min(axis=0)
+        if r.shape[0] < 2 or not (spread > 0).any():
+            return None
+        live = spread > 0
+        rel = np.abs(g - r)[:, live] / spread[live]
+        off = int(np.sum((rel > TOLERANCE).any(axis=1)))
+        return (r.shape[0] - off) / r.shape[0], r.shape[0], off, float(rel.max())
