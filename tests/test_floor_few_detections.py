@@ -24,6 +24,7 @@ from onnxptq.analysis.score_rows import detector_score_rows
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline.calibrate import reads_feeds
+from test_floor_rare_decisions import images as blob_images
 
 S, STRIDE, COEFFS = 16, 8, 2
 BF16 = resolve_config("BF16")
@@ -63,16 +64,7 @@ def seg_head() -> onnx.ModelProto:
 
 def images(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Noisy images with one to three bright blobs ("gaps") each."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:S, 0:S]
-    feeds = []
-    for _ in range(n):
-        x = 0.1 * rng.standard_normal((1, 3, S, S))
-        for _ in range(rng.integers(1, 4)):
-            r, c, s = rng.uniform(3, S - 3), rng.uniform(3, S - 3), rng.uniform(1.0, 2.0)
-            x[0] += rng.uniform(0.4, 1.2) * np.exp(-((yy - r) ** 2 + (xx - c) ** 2) / (2 * s * s))
-        feeds.append({"x": x.astype(np.float32)})
-    return feeds
+    return blob_images(n, seed, size=S)
 
 
 def test_a_detector_on_fewer_images_than_the_floor_needs_is_not_judged():

@@ -154,15 +154,16 @@ def yolo_head(outlier: float = 400.0) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4 + CLASSES, "anchors"])], inits, "yolo", shapes)
 
 
-def images(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Noisy images with one to three bright blobs ("objects") each."""
+def images(n: int, seed: int = 0, size: int = S) -> list[dict[str, np.ndarray]]:
+    """Noisy ``size``×``size`` images with one to three bright blobs ("objects") each (also the
+    slider-style detector's gaps in test_floor_few_detections)."""
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:S, 0:S]
+    yy, xx = np.mgrid[0:size, 0:size]
     feeds = []
     for _ in range(n):
-        x = 0.1 * rng.standard_normal((1, 3, S, S))
+        x = 0.1 * rng.standard_normal((1, 3, size, size))
         for _ in range(rng.integers(1, 4)):
-            r, c, s = rng.uniform(3, S - 3), rng.uniform(3, S - 3), rng.uniform(1.0, 2.0)
+            r, c, s = rng.uniform(3, size - 3), rng.uniform(3, size - 3), rng.uniform(1.0, 2.0)
             x[0] += rng.uniform(0.4, 1.2) * np.exp(-((yy - r) ** 2 + (xx - c) ** 2) / (2 * s * s))
         feeds.append({"x": x.astype(np.float32)})
     return feeds
