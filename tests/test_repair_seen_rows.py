@@ -115,7 +115,9 @@ def _onet_like(seed: int = 7):
 def test_regression_heads_beside_a_softmax_are_not_judged_as_class_scores():
     """Landmarks are coordinates: their arg-max (which of ten coordinates is largest) is no decision,
     and with five x near 0.45 and five y near 0.5 it flips on rounding alone. Beside the model's own
-    softmax they are judged by cosine; the softmax keeps its top-1 judgement."""
+    softmax they are never judged by arg-max: the 10 landmarks by cosine, the 4 box offsets sample by
+    sample as scores (analysis/scores.py: within a share of float's spread); the softmax keeps its
+    top-1 judgement."""
     from onnxptq.analysis.class_scores import class_like_outputs
 
     model = _onet_like()
@@ -123,7 +125,9 @@ def test_regression_heads_beside_a_softmax_are_not_judged_as_class_scores():
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32)} for _ in range(12)]
     result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
-    assert result.floor.outputs["landmarks"].top1 is None and result.floor.outputs["box"].top1 is None
+    landmarks, box = result.floor.outputs["landmarks"], result.floor.outputs["box"]
+    assert landmarks.top1 is None and landmarks.scores is None
+    assert box.scores is not None and box.top1 == box.scores[0], "box offsets judged as scores, not by arg-max"
     assert result.floor.outputs["prob"].top1 is not None and result.floor.ok
 
 
