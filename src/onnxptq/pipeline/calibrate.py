@@ -330,9 +330,9 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
 
 def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     """How many calibration feeds the floor judges class decisions on beside the held-out ones:
-    ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read position by position as reads (a
-    CTC head, a tagger: :func:`onnxptq.analysis.class_scores.class_like_outputs`, not a softmax) or
-    is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1; also a class output
+    ``1 / (1 − top-1 floor)`` (34 for 0.97) where an output is read as one read per feed (a CTC
+    head or a tagger, behind a softmax or not: :func:`onnxptq.analysis.class_scores.class_like_outputs`;
+    its strings are judged one per feed) or is a rank-2 ``[N, C]`` class output (a classifier: one row per sample at batch 1; also a class output
     whose declared rank is below 3 or not declared) or a detector's score rows (one image per sample), else 0.
 
     Why: a verdict on reads or rows holds only on that many (``analysis.floor._judge_reads``,
