@@ -49,8 +49,8 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor, trailing_size, view_generic, view_last,
-    view_ranked, view_static,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,7 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
 
 
 def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
-    """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)`` for the caller
-    to place: :func:`_fake_quantize_split` puts it in both branches of its second ``If``, so
-    that the plain branch computes a value instead of passing one through (onnxruntime copies a
-    branch output that is an outer-scope value: a full pass per call)."""
+    """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)``."""
     if fmt.is_int:
         # One Div by the element unit 2**(X-6) (a float32, subnormal for X < -120) instead of two
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
@@ -230,62 +227,57 @@ def _fake_quantize_blocks(
     return b.op("Sub", yq, b.op("Sub", xc, x4))
 
 
-def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
-                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
-    """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
-    by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
-    whose two branches each hold the whole quantization.
+def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int,
+                        blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
+    """The quantized blocked tensor ``x4`` (no scale search), exact on every input, ±Inf and NaN
+    included, with no run-time branch.
 
-    Creating the session costs onnxruntime ~0.1 ms per inlined node, for every call of every
-    block quantizer, and the masked branch (Inf/NaN, taken by no real activation) held half of
-    each body's branch nodes. The plain and masked formulas differ in two places only, so only
-    those are branched: the block maxima (plain: the maxima of x and -x, or of |x|; masked: of
-    |x| with Inf/NaN replaced by 0) and the last node (masked: Inf/NaN put back by ``yq -
-    (clip(x) - x)``, as in :func:`_fake_quantize_blocks`). The block scale and the element
-    rounding between them are one set of nodes. Each branch computes its output (onnxruntime
-    copies a branch output that is an outer-scope value: a full pass per call). The same ops
-    on the same values as :func:`_fake_quantize_blocks`, hence the same bits.
+    The body used to pick, by two ``If`` nodes on the finiteness of the tensor's sum, between
+    the plain formulas and masked ones. Each ``If`` cost onnxruntime ~0.5 ms of session creation
+    plus its branch's nodes, in every call: 40-55 % of the activation quantizers' creation cost,
+    the largest part of a block format's quantize time beyond BF16's (bench/RESULTS.md,
+    "fourth round"). Here the formulas themselves hold for non-finite values:
 
-    ``halves``: ``(first, second, axis, keepdims, split_axis)``, the plain maxima taken in two
-    stages (:func:`onnxptq.onnx_ops.body.max_by_halves`: reshaped to ``first``, reduced over
-    ``axis`` with ``keepdims``, reshaped to ``second``, the halves split at ``split_axis``), which
-    onnxruntime runs several times faster when the view has one row; the same maxima, hence the
-    same bits.
+    * the block maxima are ``-ReduceMin`` of ``-|x|`` with ±Inf/NaN set to 0
+      (:func:`onnxptq.onnx_ops.body.masked_neg_abs`: three unary passes and one reduction, where
+      the plain formulas took a ``ReduceMax`` and a ``ReduceMin`` of x, or ``Abs`` and a
+      ``ReduceMax``, plus the sum over the tensor that fed the ``If``);
+    * FP elements: a non-finite element is not "normal" (``-|x| <= -t`` is false where the mask
+      put 0), so it takes the subnormal-range formula, which is now computed from the unclipped
+      ``x/scale`` (the same values for every finite element it serves, which are below the
+      clip) and so carries ±Inf and NaN through: nothing to put back;
+    * INT8 elements saturate by ``Clip``, which turns ±Inf into ±127: they are put back at the
+      end (:func:`onnxptq.onnx_ops.body.put_back_nonfinite`, three passes).
+
+    Finite elements see the same block maxima and the same element ops as before, hence the same
+    bits. ``halves``: ``(first, second, axis, keepdims, split_axis)``, the block minima taken in
+    two stages (:func:`onnxptq.onnx_ops.body.max_by_halves` with ``merge="Min"``).
     """
     blocks = blocks or _Blocks()
-    plain, masked = g.branch(), g.branch()
-
-    def half_reduce(b: Body, op: str, t: str) -> str:  # the first stage of the halves
-        return b.op(op, t, b.const([halves[2]], np.int64), keepdims=halves[3])
-
-    if fmt.is_int:
-        # INT8 elements need |x| only for the block maxima (see _fake_quantize_blocks).
-        a = ""
-
-        def int_max(reduce: Callable[[Body, str, str], str]) -> Callable[[Body, str], str]:
-            return lambda b, t: b.op("Max", reduce(b, "ReduceMax", t), b.op("Neg", reduce(b, "ReduceMin", t)))
-
-        amax_plain = (int_max(blocks.reduce)(plain, x4) if halves is None
-                      else max_by_halves(plain, x4, halves[0], halves[1], int_max(half_reduce), axis=halves[4], allowzero=True))
-        a_masked = masked.op("Abs", x4)
+    m = masked_neg_abs(g, x4)
+    if halves is None:
+        low = blocks.reduce(g, "ReduceMin", m)
     else:
-        a = a_masked = g.op("Abs", x4)
-        amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
-                      else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
-                                         axis=halves[4], allowzero=True))
-    ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
-    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
-    amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
-                else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
-    scale = _block_scale(g, blocks.maxima(g, amax), fmt)
-    op_type, inputs = _quantize_parts(g, x4, a, scale, fmt, rounding_mode)
-    plain, masked = g.branch(), g.branch()
-    y_plain = plain.op(op_type, *inputs)
-    yq = masked.op(op_type, *inputs)
-    xc = masked.op("Clip", x4, masked.const(-_FLT_MAX), masked.const(_FLT_MAX))
-    y_masked = masked.op("Sub", yq, masked.op("Sub", xc, x4))
-    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
-                else_branch=masked.graph(y_masked, g.fresh("masked")))
+        low = max_by_halves(g, m, halves[0], halves[1],
+                            lambda b, t: b.op("ReduceMin", t, b.const([halves[2]], np.int64), keepdims=halves[3]),
+                            axis=halves[4], allowzero=True, merge="Min")
+    scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt)
+    if fmt.is_int:
+        return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
+    v = g.op("Mul", x4, g.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
+    vc = g.op("Clip", v, g.const(-fmt.max_norm), g.const(fmt.max_norm))
+    c = g.op("Mul", vc, g.const(2.0 ** (23 - fmt.mbits) + 1.0))
+    hi = g.op("Sub", c, g.op("Sub", c, vc))
+    # The subnormal-range formula on the unclipped v (its finite elements are below the clip):
+    # ±Inf and NaN come out as themselves.
+    sub = g.op("Round", g.op("Mul", v, g.const(2.0 ** (fmt.mbits - fmt.emin))))
+    y_norm = g.op("Mul", hi, scale)
+    y_sub = g.op("Mul", sub, g.op("Mul", scale, g.const(2.0 ** (fmt.emin - fmt.mbits))))
+    # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0. y_sub may
+    # be -0, so it sits in Where's else slot (onnxruntime's CPU Where turns a -0 from its then
+    # slot into +0).
+    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.const(-(2.0**fmt.emin))))
+    return g.op("Where", normal, y_norm, y_sub)
 
 
 def halves_allowed(block: int | None, last: bool) -> bool:
@@ -417,9 +409,9 @@ def make_function(
             x4, post, restore = view_last(g, xf, bs, pad)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
-    total = g.op("ReduceSum", xf, keepdims=0)
-    finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
     if scale_search:  # the masked formulas differ in the middle too (the search's sums)
+        total = g.op("ReduceSum", xf, keepdims=0)
+        finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
         plain, masked = g.branch(), g.branch()
         y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
         y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
@@ -436,7 +428,7 @@ def make_function(
                 halves = (first, None, static[0] + 1, 0, static[0])
             else:
                 halves = (*halves_shapes(g, view_bs, post), 1, 1, 1)
-        y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves)
+        y4 = _fake_quantize_flat(g, x4, fmt, rounding_mode, blocks, halves)
     y = restore(y4)
     if static is None:
         keep_y = top.fresh("keep")
