@@ -18,14 +18,14 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   exact by construction: ``2**floor(log2(amax))`` by a float64 Veltkamp split to one bit (no
   ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
   table lookup, which measured 0.2 ms per use on 25k block maxima);
-- one choice on the data per call: a ``ReduceSum`` over the tensor (it propagates Inf and NaN)
-  picks the plain formulas or, when the sum is not finite, the masked ones (Inf/NaN out of the
-  block maxima and passed through). A call costs onnxruntime ~1 µs per executed node, so the
-  formulas a call does not need are not run (the earlier always-run Compress/ScatterND path for
-  the rows holding Inf/NaN executed ~45 nodes on zero rows); and every node costs session
-  creation ~0.1 ms (an ``If`` ~0.2 ms) in every call, so only what differs is branched: two
-  small ``If`` nodes (block maxima; last node) around one set of scale and rounding nodes
-  (:func:`_fake_quantize_split`; with scale search, one ``If`` over two whole copies);
+- no choice on the data at run time (no ``If``; scale search excepted): the formulas are exact
+  on ±Inf and NaN themselves (:func:`_fake_quantize_flat`: block maxima of ``-|x|`` with the
+  non-finite elements masked to 0 by ``ThresholdedRelu``, FP elements carried through by the
+  subnormal formula, INT8 ones put back after their ``Clip``). Every inlined node costs
+  session creation (~45 µs) in every call and each ``If`` ~0.5 ms more, while a call costs
+  onnxruntime ~1 µs per executed node at run time; the two ``If`` nodes the body had (plain or
+  masked block maxima; the last node) were 40-55 % of its creation cost. With scale search the
+  plain and masked formulas keep one ``If`` over two whole copies (the search's sums differ);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -120,12 +120,6 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
 
     Finite inputs only; an Inf input gives a finite value here (the caller restores it).
     """
-    op_type, inputs = _quantize_parts(b, x4, a, scale, fmt, rounding_mode)
-    return b.op(op_type, *inputs)
-
-
-def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
-    """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)``."""
     if fmt.is_int:
         # One Div by the element unit 2**(X-6) (a float32, subnormal for X < -120) instead of two
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
@@ -133,7 +127,7 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         # rounds to a signed zero either way, so one full pass less, same bits.
         unit = b.op("Mul", scale, b.const(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
-        return "Mul", (_round_int(b, w, rounding_mode), unit)
+        return b.op("Mul", _round_int(b, w, rounding_mode), unit)
     v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
     c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
@@ -144,7 +138,7 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
     normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
-    return "Where", (normal, y_norm, y_sub)
+    return b.op("Where", normal, y_norm, y_sub)
 
 
 class _Blocks:
@@ -366,15 +360,11 @@ def make_function(
     view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
     a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements.
 
-    What a call costs on a real model is mostly its executed nodes (onnxruntime spends about
-    1 µs on each; see :mod:`onnxptq.onnx_ops.bfp`), so the body runs only the formulas the data
-    needs: one ``ReduceSum`` over the tensor (which propagates Inf and NaN whatever its order)
-    picks, in an ``If``, the plain formulas (finite data, every real activation) or the masked
-    ones (Inf/NaN ignored in the block maxima and passed through; also taken when a finite sum
-    overflows, where they are exact too). The earlier form ran the plain formulas on every row
-    and the masked ones on the rows picked by ``Compress`` and written back by ``ScatterND``:
-    ~45 nodes executed per call on zero rows. The ``If``'s subgraphs also keep onnxruntime's
-    allocation planner cheap at session creation (see :func:`onnxptq.onnx_ops.bfp._function`).
+    Without scale search the body has no run-time branch (:func:`_fake_quantize_flat`: exact on
+    ±Inf/NaN by its formulas, no ``If`` to create per call). With it, one ``ReduceSum`` over the
+    tensor (which propagates Inf and NaN whatever its order) picks, in an ``If``, the plain
+    formulas (finite data) or the masked ones (Inf/NaN ignored in the block maxima and passed
+    through; also taken when a finite sum overflows, where they are exact too).
     A static body runs on an empty tensor as on any other (its views keep zero dims), so only
     the generic body keeps the outer ``If`` that returns an empty tensor unchanged.
     """
@@ -438,7 +428,7 @@ def make_function(
         y = top.op("If", empty, then_branch=keep, else_branch=g.graph(y, top.fresh("quantize")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
     # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
-    if whole is not None and float32:  # x's own shape: the If's output is the function's
+    if whole is not None and float32:  # x's own shape: the last node's output is the function's
         top.nodes[-1].output[0] = "y"
     elif whole is not None:
         top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
