@@ -23,8 +23,7 @@ import pytest
 from _format_testing import assert_same_bits, fragment_session, log_uniform, run_static
 from onnxptq.formats import fake_quantize
 from onnxptq.onnx_ops import build_qdq
-from onnxptq.onnx_ops.body import known_size
-from onnxptq.onnx_ops.mx import BRANCHED_INT_MIN_SIZE
+from onnxptq.onnx_ops.mx import known_small
 
 F32 = np.finfo(np.float32)
 ELEMENTS = [("int8", 2), ("int8", 0), ("fp8_e4m3", 2), ("fp4_e2m1", 2)]
@@ -85,12 +84,13 @@ def _data(shape: tuple, axis: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("shape,axis", VIEWS + [((1, "C", 6, 6), 1), (None, 1)], ids=str)
 @pytest.mark.parametrize("element_dtype,rounding_mode", ELEMENTS[:1] + ELEMENTS[2:3])
 def test_mx_bodies_have_no_if_over_the_data(element_dtype, rounding_mode, shape, axis) -> None:
-    """No ``If`` over the data, but in INT8 bodies of large tensors (their two ``If`` nodes cost
-    less at run time than the branch-free body's passes: suffix ``i``)."""
+    """No ``If`` over the data, but in INT8 bodies of tensors not known to be small (their two
+    ``If`` nodes cost less at run time than the branch-free body's passes: suffix ``i``)."""
     attrs = dict(element_dtype=element_dtype, axis=axis, block_size=32, rounding_mode=rounding_mode)
     frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
     body = frag.functions[0]
-    branched = element_dtype == "int8" and shape is not None and known_size(shape) >= BRANCHED_INT_MIN_SIZE
+    branched = element_dtype == "int8" and not known_small(shape)
+    assert branched == (element_dtype == "int8" and (shape is None or "C" in shape or np.prod(shape) >= 16384))
     assert _ifs(body.node) == (2 if branched else 0), body.name
     assert body.name.removesuffix("_f32").endswith("i") == branched, body.name
     if branched:
@@ -117,7 +117,7 @@ def test_masked_blocks_bit_exact_in_every_view(element_dtype, rounding_mode, sha
 @pytest.mark.parametrize("element_dtype,rounding_mode", ELEMENTS)
 def test_masked_blocks_bit_exact_shape_unknown(element_dtype, rounding_mode) -> None:
     """The generic body (no shape at build time) and the ranked one (axis length unknown), on the
-    same cases, float32 and float16 input."""
+    same cases, float32 and float16 input (INT8: the bodies with the If pair)."""
     attrs = dict(element_dtype=element_dtype, axis=1, block_size=32, rounding_mode=rounding_mode)
     x = _data((2, 70, 5), 1)
     for build_shape in (None, (2, "C", 5)):

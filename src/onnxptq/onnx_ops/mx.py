@@ -19,13 +19,13 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   ``Log`` or ``Pow`` result is trusted, no opset-24 E8M0 ``Cast`` is needed, and no ``Gather``
   table lookup, which measured 0.2 ms per use on 25k block maxima);
 - no choice on the data at run time (no ``If``) for FP elements, and for INT8 elements on
-  tensors under :data:`BRANCHED_INT_MIN_SIZE` elements: the formulas are exact on ±Inf and NaN
+  tensors known to hold fewer than :data:`BRANCHED_INT_MIN_SIZE` elements: the formulas are exact on ±Inf and NaN
   themselves (:func:`_fake_quantize_flat`: block maxima of ``-|x|`` with the non-finite
   elements masked to 0 by ``ThresholdedRelu``, FP elements carried through by the subnormal
   formula, INT8 ones put back after their ``Clip``). Every inlined node costs session creation
   (~45 µs) in every call and each ``If`` ~0.5 ms more, while a call costs onnxruntime ~1 µs per
   executed node at run time; the two ``If`` nodes (plain or masked block maxima; the last node)
-  were 40-55 % of a body's creation cost. INT8 elements on larger tensors keep them
+  were 40-55 % of a body's creation cost. INT8 elements on larger tensors (or of unknown size) keep them
   (:func:`_fake_quantize_split`, suffix ``i``): there the branch-free body's extra passes cost
   more at run time than the ``If`` nodes at creation. With scale search the plain and masked
   formulas keep one ``If`` over two whole copies (the search's sums differ);
@@ -52,7 +52,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -405,6 +405,17 @@ def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int)
     return x5, _Blocks(axis + 1, finish)
 
 
+def known_small(shape: Any) -> bool:
+    """Whether every dim of ``shape`` is known and the tensor holds fewer than
+    :data:`BRANCHED_INT_MIN_SIZE` elements: an INT8 body for it is branch-free. A shape with an
+    unknown dim (a detector's image size, a sequence length) may hold any number: its INT8 body
+    keeps the ``If`` pair, whose run-time cost does not grow with the tensor (tinyocr_det MXINT8,
+    dynamic image size: 2.80 -> 3.21x float with the branch-free body on every tensor its known
+    dims called small)."""
+    return (shape is not None and all(known_dim(d) is not None for d in shape)
+            and known_size(shape) < BRANCHED_INT_MIN_SIZE)
+
+
 def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
     """Zero-padding the block axis needs when ``shape`` (static dims; None/str unknown) tells it;
     None for rank < 2, an out-of-range axis or an unknown length (the generic body is used)."""
@@ -440,8 +451,8 @@ def make_function(
     view or blocks of 16 or more; :func:`onnxptq.onnx_ops.body.max_by_halves`; suffix ``h``), for
     a tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements. ``branched``
     (INT8 elements, no scale search): the plain/masked choice by two ``If`` nodes
-    (:func:`_fake_quantize_split`, suffix ``i``), for tensors of at least
-    :data:`BRANCHED_INT_MIN_SIZE` elements; otherwise the branch-free body.
+    (:func:`_fake_quantize_split`, suffix ``i``), for tensors not known to hold fewer than
+    :data:`BRANCHED_INT_MIN_SIZE` elements (:func:`known_small`); otherwise the branch-free body.
 
     Without scale search the body has no run-time branch (:func:`_fake_quantize_flat`: exact on
     ±Inf/NaN by its formulas, no ``If`` to create per call), but with ``branched`` (above). With
@@ -618,7 +629,7 @@ def build(
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
                                        shape is not None and known_size(shape) >= HALVES_MIN_SIZE,
-                                       shape is not None and known_size(shape) >= BRANCHED_INT_MIN_SIZE))
+                                       not known_small(shape)))
     node = helper.make_node(
         function.name,
         [x],
