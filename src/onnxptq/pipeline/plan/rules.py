@@ -9,11 +9,9 @@ over the tensor table that :func:`.assign.make_plan` calls in a fixed order.
 from __future__ import annotations
 
 import logging
-import math
 
 import onnx
 
-from ...formats import integer
 from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ...graph.external import tensor_values
 from ...graph.sentinels import sentinel_tensors
@@ -164,39 +162,6 @@ def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, f
     return None
 
 
-def _silu_bound(name: str, readers: list[onnx.NodeProto], g: _Graph,
-                tensors: dict[str, TensorPlan]) -> tuple[float, None] | None:
-    """``(-T, None)`` when ``name`` is read only by a written-out SiLU, ``Mul(x, Sigmoid(x))``
-    (YOLOv5/v8, EfficientNet exports), whose integer-quantized output stops changing code below
-    ``-T``; else None.
-
-    Why: ``x·σ(x)`` is within ``|x|e^{x}`` of 0 below ``x = -T``, and a BatchNorm-folded conv before
-    a SiLU often reaches far below (YOLOv8n's ``model.2`` convs: -95 where the positive side ends at
-    55, -62 against 28), so a symmetric grid spends its codes on a tail the SiLU maps to 0. ``T``
-    keeps ``T·e^{-T}`` under half the output quantizer's finest step over the SiLU's own negative
-    lobe (0.278 wide, across every code of the format: finer than any calibrated grid, which also
-    holds the positive side): int8 ``T`` ≈ 10.0, int16 ≈ 15.6. Clamping there moves the SiLU's
-    quantized output by at most the rounding it makes anyway (bench/RESULTS.md "Per-tensor integer
-    presets, second round"). Not when the Mul's output is float or leaves the graph."""
-    if len(readers) != 2 or name in g.outputs:
-        return None
-    sig = next((n for n in readers if n.op_type == "Sigmoid"), None)
-    mul = next((n for n in readers if n.op_type == "Mul"), None)
-    if sig is None or mul is None or not sig.output or len(g.consumers.get(sig.output[0], [])) != 1:
-        return None
-    if sorted(mul.input) != sorted([name, sig.output[0]]) or sig.output[0] in g.outputs:
-        return None
-    out = tensors.get(mul.output[0])
-    if out is None or out.role != "activation" or not out.quant.is_integer:
-        return None
-    qmin, qmax = integer.qrange(out.quant.format)
-    half_step = 0.2785 / (qmax - qmin) / 2.0
-    t = 1.0
-    while t * math.exp(-t) > half_step:  # T·e^{-T} falls for T > 1
-        t += 0.01
-    return (-round(t, 2), None)
-
-
 def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph, config: QuantConfig) -> None:
     """Integer activations read only by saturating ops get the union of those ops' live intervals.
 
@@ -215,10 +180,6 @@ def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph, config: QuantC
         if t.role != "activation" or not t.quant.is_integer or t.name in g.outputs or t.producer_quant is not None:
             continue
         readers = g.consumers.get(t.name, [])
-        silu = _silu_bound(t.name, readers, g, tensors)
-        if silu is not None:
-            t.limits = silu
-            continue
         bounds = [_saturation_bounds(n, g) if n.input and n.input[0] == t.name and t.name not in n.input[1:] else None
                   for n in readers]
         if not readers or any(b is None for b in bounds):
