@@ -78,12 +78,6 @@ class TensorPlan:
         arguments besides the collector): the method, symmetry, percentile and integer grid."""
         quant = self.quant
         options: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
-        if quant.calibration == "minmax" and self.limits is not None:
-            # The solver cuts the range to ``limits`` and the grid is made symmetric after that
-            # (formats.integer.compute_scale_zp): a min-max range already made symmetric here would
-            # carry the cut tail's magnitude to the other side, and the limit would never bind
-            # (the reference tool's A8W8: symmetric MinMax activations). Unlimited, the same grid.
-            options["symmetric"] = False
         if quant.calibration == "percentile":
             options["percentile"] = quant.percentile
             if self.keep_peaks:  # clip only what one or two calibration batches reach (plan/peaks.py)
