@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from .. import outputs
 from . import external
+from .walk import all_graphs
 from ..errors import InputNotFoundError, OnnxptqError, SaveError
 
 log = logging.getLogger(__name__)
@@ -163,8 +164,11 @@ def with_initializers(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> 
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    for init in out.graph.initializer:
-        if init.name in values:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type)  # not read: a streamed weight stays in its file
-            init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
+    # Every graph: bias correction also corrects layers inside If bodies, whose biases are
+    # initializers of their body (graph names are unique across a model's graphs).
+    for graph in all_graphs(out.graph):
+        for init in graph.initializer:
+            if init.name in values:
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type)  # not read: a streamed weight stays in its file
+                init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=dtype), init.name))
     return out
