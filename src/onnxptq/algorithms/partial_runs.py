@@ -36,7 +36,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..formats.base import DOMAIN
 from ..sessions import run_feeds
 
 log = logging.getLogger(__name__)
@@ -102,34 +101,23 @@ def dataflow_keys(model: onnx.ModelProto) -> dict[str, bytes] | None:
 
 
 def _frontiers(graph: onnx.GraphProto, cuts: int) -> list[list[str]]:
-    """The capturable tensors (:func:`_capturable`) live across each of ``cuts - 1`` evenly spaced
-    points of the node list: made before the point by a node, read at or after it."""
+    """The tensors live across each of ``cuts - 1`` evenly spaced points of the node list: made
+    before the point by a node, read at or after it (or a graph output)."""
     nodes = list(graph.node)
     n = len(nodes)
     made: dict[str, int] = {}
     last: dict[str, int] = {}
-    readers: dict[str, list[onnx.NodeProto]] = {}
     for i, node in enumerate(nodes):
         for name in node.input:
             if name:
                 last[name] = i
-                readers.setdefault(name, []).append(node)
         for name in node.output:
             if name:
                 made[name] = i
-    outputs = {o.name for o in graph.output}
-    ok = {t for t, m in made.items() if t not in outputs and _capturable(nodes[m], readers.get(t, []))}
+    for out in graph.output:
+        last[out.name] = n
     points = sorted({round(j * n / cuts) for j in range(1, cuts)} - {0, n})
-    return [[t for t in ok if made[t] < p <= last.get(t, -1)] for p in points]
-
-
-def _capturable(producer: onnx.NodeProto, readers: list[onnx.NodeProto]) -> bool:
-    """Whether a tensor may be asked for as an output without changing what onnxruntime computes:
-    one a quantizer call makes (its reader, a Conv or MatMul, fuses with nothing before it), or one
-    only quantizer calls read. Asking for any other tensor can keep its producer from fusing with
-    its reader (a Conv with its activation: a rounding step moved, which MXFP8 rounding then
-    amplifies: PP-OCRv4 rec, bench/RESULTS.md "Repair's cost, third round")."""
-    return producer.domain == DOMAIN or bool(readers) and all(r.domain == DOMAIN for r in readers)
+    return [[t for t, m in made.items() if m < p <= last.get(t, -1)] for p in points]
 
 
 class PartialRuns:
@@ -227,15 +215,10 @@ class PartialRuns:
         inputs = [v for v in graph.input if v.name in read]
         for t in sorted(set(given) & read):
             dtype, shape = given[t]
-            inputs.append(infos[t] if t in infos else helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(dtype), shape))
+            inputs.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(dtype), shape))
         outputs = [infos[t] if t in infos else onnx.ValueInfoProto(name=t) for t in computed]
-        # The model's shape facts kept for what runs: without them onnxruntime optimized the same
-        # nodes otherwise (PP-OCRv4 rec MXFP8_E4M3: outputs 1e-6 apart, then flipped roundings).
-        made = {name for node in picked for name in node.output}
-        ends = {v.name for v in inputs} | {v.name for v in outputs}
         sub_graph = helper.make_graph(picked, graph.name, inputs, outputs,
-                                      initializer=[i for i in graph.initializer if i.name in read],
-                                      value_info=[v for v in graph.value_info if v.name in made and v.name not in ends])
+                                      initializer=[i for i in graph.initializer if i.name in read])
         sub = helper.make_model(sub_graph, opset_imports=list(model.opset_import), ir_version=model.ir_version,
                                 functions=list(model.functions))
         return sub
