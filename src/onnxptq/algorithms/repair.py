@@ -67,8 +67,7 @@ from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
-from ..sessions import open_session
-from .partial_runs import PartialRuns
+from ..sessions import open_session, run_feeds
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +119,6 @@ class _Judge:
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
-        #: candidates run only downstream of what the accepted candidate computed (partial_runs)
-        self.partial = PartialRuns([calibrated.holdout, self.seen], judge_session)
 
     def __call__(self, kept: frozenset[str]) -> Verdict | None:
         """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
@@ -135,7 +132,6 @@ class _Judge:
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
             verdict = None
-        self.partial.settle(verdict is not None and verdict.ok)  # the search accepts exactly the candidates that hold
         self.cache[kept] = verdict
         return verdict
 
@@ -147,9 +143,10 @@ class _Judge:
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
-        held, calib = self.partial.run(model, names)
-        got = [dict(zip(keys, out)) for out in held]
-        seen = [dict(zip(self.names, out[:len(self.names)])) for out in calib]
+        session = judge_session(model)
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
+        seen = [dict(zip(self.names, out)) for out in run_feeds(session, self.names, self.seen)] if self.seen else []
+        del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
                        seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
