@@ -479,6 +479,10 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
             target = b.fresh(f"{name}_{quant.format}")
             frag = b.packer.add(name, values, folded, quant.format, attrs, target)
             if frag is not None:
+                if stored is None and b.reuse is not None and b.reuse.keep_weights:
+                    # The rounded values too, for a search's unpacked candidates (the plain build
+                    # where repair may follow: its first candidates rounded every weight again).
+                    keep(key, store(folded, name))
                 replacement[name] = target
                 return b.absorb(frag)
         new_name = b.fresh(f"{name}_{quant.format}")
