@@ -82,9 +82,22 @@ def quantize(
         # The plain build's bias corrections (one probe of every layer) serve repair's candidates, and
         # where repair may follow, its rounded weights too (one copy of them held until the floor is
         # judged: repair's first candidates rounded every weight again, ~1.7 CPU s a build on a ViT-S).
-        reuse = ConstantReuse(keep_weights=cfg.repair and not cfg.strict and cfg.repair_budget > 0)
-        result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
-        result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
+        repairs = cfg.repair and not cfg.strict and cfg.repair_budget > 0
+        reuse = ConstantReuse(keep_weights=repairs)
+        shared_guard = repairs and cfg.range_guard and calibrated.guard_values is None
+        if shared_guard:
+            # The range guard's float activations, fetched by the plain build for its whole plan,
+            # kept for repair's candidates (thinned values): each candidate whose plan asked for
+            # tensors not fetched yet ran the float model again (~1.7 CPU s a candidate on a ViT-S).
+            from .pipeline.guard import GuardValues
+
+            calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
+        try:
+            result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
+            result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
+        finally:
+            if shared_guard:
+                calibrated.guard_values = None
         del reuse  # the rounded weights it kept, before the model is written
         return deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
 
