@@ -79,12 +79,11 @@ def quantize(
         from .algorithms.repair import enforce_floor
         from .pipeline.emit import ConstantReuse
 
-        # The plain build's bias corrections (one probe of every layer) serve repair's candidates, and
-        # where repair may follow, its rounded weights too (one copy of them held until the floor is
-        # judged: repair's first candidates rounded every weight again, ~1.7 CPU s a build on a ViT-S).
-        repairs = cfg.repair and not cfg.strict and cfg.repair_budget > 0
-        reuse = ConstantReuse(keep_weights=repairs)
-        shared_guard = repairs and cfg.range_guard and calibrated.guard_values is None
+        # The plain build's bias corrections (one probe of every layer) serve repair's candidates.
+        # Its rounded weights are not kept: every quantize whose floor holds would hold a copy of
+        # them, for no measured gain where repair acts (bench/RESULTS.md "Repair's cost, third round").
+        reuse = ConstantReuse(keep_weights=False)
+        shared_guard = cfg.repair and not cfg.strict and cfg.repair_budget > 0 and cfg.range_guard and calibrated.guard_values is None
         if shared_guard:
             # The range guard's float activations, fetched by the plain build for its whole plan,
             # kept for repair's candidates (thinned values): each candidate whose plan asked for
@@ -98,7 +97,6 @@ def quantize(
         finally:
             if shared_guard:
                 calibrated.guard_values = None
-        del reuse  # the rounded weights it kept, before the model is written
         return deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
 
 

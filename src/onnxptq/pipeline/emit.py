@@ -120,9 +120,9 @@ class ConstantReuse:
     (the streaming path) are never kept."""
 
     def __init__(self, keep_weights: bool = True) -> None:
-        #: whether rounded weights are kept (off for a plain build no repair can follow: a copy of
-        #: the rounded weights held for nothing; on where repair may follow, whose candidates would
-        #: round every weight again; bias corrections are small and always kept)
+        #: whether rounded weights are kept (off for the plain build, which may be the only one:
+        #: holding a copy of the quantized weights there would raise every quantization's peak
+        #: memory; bias corrections are small and always kept)
         self.keep_weights = keep_weights
         self._kept: dict[tuple[Any, ...], tuple[onnx.TensorProto, onnx.TensorProto]] = {}
         self.hits = 0
@@ -479,10 +479,6 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
             target = b.fresh(f"{name}_{quant.format}")
             frag = b.packer.add(name, values, folded, quant.format, attrs, target)
             if frag is not None:
-                if stored is None and b.reuse is not None and b.reuse.keep_weights:
-                    # The rounded values too, for a search's unpacked candidates (the plain build
-                    # where repair may follow: its first candidates rounded every weight again).
-                    keep(key, store(folded, name))
                 replacement[name] = target
                 return b.absorb(frag)
         new_name = b.fresh(f"{name}_{quant.format}")
