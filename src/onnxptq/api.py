@@ -80,9 +80,24 @@ def quantize(
         from .pipeline.emit import ConstantReuse
 
         # The plain build's bias corrections (one probe of every layer) serve repair's candidates.
+        # Its rounded weights are not kept: every quantize whose floor holds would hold a copy of
+        # them, for no measured gain where repair acts (bench/RESULTS.md "Repair's cost, third round").
         reuse = ConstantReuse(keep_weights=False)
-        result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
-        result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
+        shared_guard = cfg.repair and not cfg.strict and cfg.repair_budget > 0 and cfg.range_guard and calibrated.guard_values is None
+        if shared_guard:
+            # The range guard's float activations, fetched by the plain build for its whole plan,
+            # kept for repair's candidates (thinned values): each candidate whose plan asked for
+            # tensors not fetched yet ran the float model again (~1.0-1.3 CPU s of each of the first
+            # candidates on a ViT-S and on PP-OCRv4 rec).
+            from .pipeline.guard import GuardValues
+
+            calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
+        try:
+            result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
+            result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
+        finally:
+            if shared_guard:
+                calibrated.guard_values = None
         return deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
 
 

@@ -34,7 +34,8 @@ than needed (the summary says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
-computed once per search: the range guard's float activations (:class:`GuardValues`), each
+computed once per search: the range guard's float activations (:class:`GuardValues`, the plain
+build's own where repair may follow: :func:`onnxptq.api.quantize`), each
 weight's rounded values (:class:`~onnxptq.pipeline.emit.ConstantReuse`), each layer's bias
 correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is byte for byte the
 build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
