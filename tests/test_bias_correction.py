@@ -281,9 +281,8 @@ def test_layers_inside_if_branches_are_corrected_on_the_samples_that_run_them():
         np.testing.assert_allclose(new[f"hi.{b}"], hi[b], rtol=1e-5, atol=1e-6)
     # The 8 kHz branch (weights halved) ran on its own two samples: a different correction.
     assert not np.allclose(new["lo.B1"], hi["B1"] * 0.5, atol=1e-6)
-    # And the delivered model carries the corrected biases inside the branches. A8W8 activations:
-    # with A16W8's, onnxruntime (1.32) cannot load a Gemm's int8 weight DequantizeLinear inside an
-    # If branch ("TransposeDQWeightsForMatMulNBits Missing required weight"), on main too.
+    # And the delivered model carries the corrected biases inside the branches (A8W8 activations;
+    # A16W8 inside branches: tests/test_body_initializers.py).
     a8 = cfg.replace(activation=get_preset("A8W8").activation)
     calib = [{**f, "sr": np.array(16000, np.int64)} for f in _data(8, 1)]
     q = quantize(model, a8.replace(bias_correction=True), calib, eval_samples=0).model

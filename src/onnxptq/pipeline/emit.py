@@ -21,6 +21,7 @@ from ..formats import BLOCK_FORMATS, FLOAT_FORMATS, fake_quantize
 from ..formats.base import DOMAIN, QDQNodes
 from ..graph.external import store, tensor_values
 from ..graph.opsets import is_onnx_domain, model_opset
+from ..graph.passes.sink_initializers import sink_initializers
 from ..graph.walk import FreshNames, Scope, ScopeIndex, all_graphs
 from ..onnx_ops import build_qdq
 from .plan import Plan, TensorPlan
@@ -334,6 +335,9 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         mine = (set(b.initializers) - body_originals) if scope.is_main else original[id(scope)]
         del sub.initializer[:]
         sub.initializer.extend(t for name, t in b.initializers.items() if name in mine and name in used)
+    # A body's new constants (its weights' integers, scales, packed bytes) go into that body, as
+    # its float weights were: onnxruntime's DQ -> MatMul fusion looks a weight up in its own graph.
+    sink_initializers(out, set(b.initializers) - {n for names in original.values() for n in names})
     # Drop graph inputs that named initializers we removed.
     kept_inits = {t.name for t in graph.initializer}
     all_init_names = set(b.initializers)
