@@ -492,6 +492,9 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
     :func:`make_collector`). A collector that saw no finite value gives ``(0.0, 0.0)`` with a
     warning.
     """
+    if "margin" in options:  # widened after the method's own range (pipeline/plan/scarce.py)
+        rest = {k: v for k, v in options.items() if k != "margin"}
+        return widen_by_margin(*compute_range(collector, method, **rest), float(options["margin"]))
     m, implied = resolve_method(method)
     opts = {**implied, **options}
     opts.pop("num_bins", None)
@@ -560,6 +563,21 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
         return _remembered(h, m, opts, lambda: _minmse(h, opts, name))
 
     return _remembered(h, m, opts, lambda: _layerwise_percentile(h, opts, name))
+
+
+def widen_by_margin(lo: float, hi: float, margin: float) -> tuple[float, float]:
+    """``(lo, hi)`` widened on each side by ``margin − 1`` times its larger magnitude, never across zero
+    on a side that did not reach it (a post-ReLU ``[0, hi]`` becomes ``[0, margin·hi]``, a symmetric
+    ``±t`` becomes ``±margin·t``). Why a margin at all: ``pipeline/plan/scarce.py``."""
+    if margin < 1.0 or not math.isfinite(margin):
+        raise ValueError(f"a range margin must be a finite factor >= 1, got {margin}")
+    extra = (margin - 1.0) * max(abs(lo), abs(hi))
+    new_lo, new_hi = lo - extra, hi + extra
+    if lo >= 0.0:
+        new_lo = max(new_lo, 0.0)
+    if hi <= 0.0:
+        new_hi = min(new_hi, 0.0)
+    return new_lo, new_hi
 
 
 def _remembered(h: HistogramCollector, m: Method, opts: dict[str, Any], search: Any) -> tuple[float, float]:

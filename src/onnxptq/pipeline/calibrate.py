@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -366,7 +366,109 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
 
     if detector_score_rows(prepared):
         return floor_for(cfg).needed
+    # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
+    # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
+    # speechmos's AECMOS MXFP8_E4M3 (0.906 of 32 clips within 0.1 MOS) and DNSMOS MXINT8 (0.969)
+    # were "not judged" on any amount of data (bench/RESULTS.md, "Speech-quality scores, second round").
+    if score_outputs(prepared):
+        return floor_for(cfg).needed
     return 0
+
+
+#: Ops that pass a value through unchanged in kind (a probability stays one through a Reshape).
+_SAME_VALUES = frozenset("Reshape Squeeze Unsqueeze Flatten Identity Transpose Cast".split())
+#: Producers whose output is a probability, judged by thresholds or arg-max, never as a score.
+_PROBABILITY_OPS = frozenset("Sigmoid Softmax LogSoftmax HardSigmoid".split())
+#: Reductions that keep a probability one (a mean or extreme of probabilities).
+_REDUCTIONS = frozenset("ReduceMean ReduceMax ReduceMin".split())
+
+
+def score_outputs(model: onnx.ModelProto) -> list[str]:
+    """Graph outputs whose declared shape is a low-dimensional score output's
+    (:func:`onnxptq.analysis.scores.score_values`: rank 0, ``[k]`` or ``[rows, k]`` with ``k`` ≤
+    ``MAX_SCORES``) and whose producer, through reshapes, is not a probability (a sigmoid's wake-word
+    score is judged by its thresholds). Only the declared shape and the producer are read: the
+    values that decide whether the floor judges it as scores come later (``ScoreAgreement.is_scores``);
+    this only decides how many feeds to keep for it."""
+    from ..analysis.scores import MAX_ROWS, MAX_SCORES
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found: list[str] = []
+    for out in model.graph.output:
+        t = out.type.tensor_type
+        if not t.HasField("shape") or t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                                          onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if len(dims) > 2 or (dims and dims[-1] is not None and not 1 <= dims[-1] <= MAX_SCORES) \
+                or (len(dims) == 2 and dims[0] is not None and dims[0] > MAX_ROWS):
+            continue
+        if dims and dims[-1] is None and not _narrow_dense_head(model, out.name, producer, MAX_SCORES):
+            continue  # a width not declared: a score head only where a dense layer of few units ends it
+        if _probability(out.name, producer):
+            continue
+        found.append(out.name)
+    return found
+
+
+def _probability(name: str, producer: Mapping[str, onnx.NodeProto]) -> bool:
+    """Whether ``name`` is a probability by its producer: a sigmoid or softmax, through reshapes and
+    reductions (silero's ``ReduceMean`` of its frames' probabilities) and into an ``If``'s branches
+    (openWakeWord's score is ``If(…, Sigmoid)``)."""
+    node, seen = producer.get(name), set()
+    while node is not None and node.op_type in _SAME_VALUES | _REDUCTIONS and node.input and node.name not in seen:
+        seen.add(node.name)
+        node = producer.get(node.input[0])
+    if node is None:
+        return False
+    if node.op_type == "If":
+        branches = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+        # a branch may pass an outer tensor through (oww's else branch: ``Identity(p1)``)
+        inner = [({**producer, **{o: n for n in g.node for o in n.output}}, g.output[0].name) for g in branches if g.output]
+        return bool(inner) and all(_probability(out, prod) for prod, out in inner)
+    return node.op_type in _PROBABILITY_OPS
+
+
+#: Ops a dense head's values pass through between its last linear layer and the output (AECMOS:
+#: ``MatMul → Add → Squeeze → Sigmoid → Slice → Mul → Add → Concat``).
+_HEAD_OPS = frozenset("Squeeze Unsqueeze Identity Cast Add Sub Mul Div Sigmoid Tanh Relu Clip Slice Concat Gather Split".split())
+
+
+def _one_row_per_sample(shape: Any) -> bool:
+    """Whether a linear layer's output shape (``[batch, 1, …, units]``) holds one row per sample: every
+    axis between the first and the last declared 1. A sequence's per-position logits (attacut's
+    ``[seq_len, 1]`` reshaped to ``[seq_len]``) are not a score."""
+    if shape is None or len(shape.dim) < 1:
+        return False
+    return all(d.HasField("dim_value") and d.dim_value == 1 for d in shape.dim[1:-1])
+
+
+def _narrow_dense_head(model: onnx.ModelProto, name: str, producer: dict[str, onnx.NodeProto], width: int) -> bool:
+    """Whether the output ``name`` (declared without a width) is computed from a ``MatMul``/``Gemm``
+    with constant weights of at most ``width`` units through elementwise and data-movement ops only
+    (AECMOS declares its 4 MOS values ``[batch_size]``), walking back a dozen nodes at most."""
+    weights = {i.name: list(i.dims) for i in model.graph.initializer}
+    weights.update({n.output[0]: list(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
+                    for a in n.attribute if a.name == "value"})
+    shapes = {v.name: v.type.tensor_type.shape for v in model.graph.value_info if v.type.tensor_type.HasField("shape")}
+    todo, seen, linear = [name], set(), []
+    while todo and len(seen) < 12:
+        node = producer.get(todo.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type in ("MatMul", "Gemm"):
+            w = weights.get(node.input[1]) if len(node.input) > 1 else None
+            trans = any(a.name == "transB" and a.i for a in node.attribute)
+            units = (w[0] if trans else w[-1]) if w else None
+            if units is None or units > width or not _one_row_per_sample(shapes.get(node.output[0])):
+                return False
+            linear.append(node.name)
+        elif node.op_type in _HEAD_OPS:
+            todo.extend(i for i in node.input if i and i not in weights)
+        else:
+            return False
+    return bool(linear) and not todo
 
 
 def samples_to_keep(cfg: QuantConfig, eval_samples: int, floor_reuses_samples: bool = False) -> int:

@@ -52,6 +52,9 @@ class TensorPlan:
     #: a percentile range that keeps what several calibration batches reach (plan/peaks.py: the
     #: operands and results of weighted layers); False: the plain pooled percentile
     keep_peaks: bool = False
+    #: the factor its calibrated range is widened by (plan/scarce.py: a 16-bit activation of a few
+    #: values per sample, whose range is the extreme of a few draws); 1.0: none
+    margin: float = 1.0
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -86,6 +89,8 @@ class TensorPlan:
             # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
             # rounded to a power of two afterwards (which can land on a worse scale than the search's).
             options["power_of_two"] = quant.scale_kind == "pow2"
+        if self.margin != 1.0:
+            options["margin"] = self.margin
         if quant.is_integer:
             from ...formats.integer import qrange
 
@@ -115,6 +120,7 @@ class TensorPlan:
             **({"limits": list(self.limits)} if self.limits is not None else {}),
             **({"covers": list(self.covers)} if self.covers is not None else {}),
             **({"keep_peaks": True} if self.keep_peaks else {}),
+            **({"margin": self.margin} if self.margin != 1.0 else {}),
         }
 
 
