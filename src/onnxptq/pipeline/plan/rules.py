@@ -15,6 +15,7 @@ import onnx
 from ...config.schema import ConfigError, QuantConfig, TensorQuant, suggest
 from ...graph.external import tensor_values
 from ...graph.sentinels import sentinel_tensors
+from ...graph.decay import near_one_power_float_tensors
 from ...graph.logdomain import log_domain_float_tensors
 from ...graph.recurrent_state import recurrent_state_float_tensors
 from ...graph.structure import structure_float_tensors
@@ -31,7 +32,8 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
     the residual sums LayerNorm reads) and numerics by structure (``graph/structure.py``: inside
     written-out normalizations and activations, docs/structure.md), a Log's linear-domain input
-    (``graph/logdomain.py``) and a recurrent state carried across calls (``graph/recurrent_state.py``).
+    (``graph/logdomain.py``), a power of a base near 1 (``graph/decay.py``) and a recurrent state
+    carried across calls (``graph/recurrent_state.py``).
     A ``tensor_overrides`` entry naming one still quantizes
     it (applied after this): the user's explicit choice wins."""
     why: dict[str, str] = {}
@@ -45,6 +47,9 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name, reason in log_domain_float_tensors(model).items():  # a Log's linear-domain input (graph/logdomain.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
+    for name, reason in near_one_power_float_tensors(model).items():  # a power of a base near 1 (graph/decay.py)
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name, reason in recurrent_state_float_tensors(model).items():  # a state carried across calls (graph/recurrent_state.py)
