@@ -137,6 +137,23 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     return b.op(op_type, *inputs)
 
 
+def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool) -> tuple[str, str]:
+    """``(y_norm, y_sub)``: ``x4`` on an FP element grid of block scale ``scale``, by the normal
+    formula (mantissa rounded by the add-subtract trick, saturated at max_norm) and by the
+    subnormal one (a multiple of the smallest step), for the caller's ``Where`` to choose between.
+
+    ``sub_on_clipped``: the subnormal formula reads the saturated quotient (the plain body); the
+    branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged."""
+    v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
+    vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
+    c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
+    hi = b.op("Sub", c, b.op("Sub", c, vc))
+    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.const(2.0 ** (fmt.mbits - fmt.emin))))
+    y_norm = b.op("Mul", hi, scale)
+    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.const(2.0 ** (fmt.emin - fmt.mbits))))
+    return y_norm, y_sub
+
+
 def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
     """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)`` for the caller
     to place: :func:`_fake_quantize_split` puts it in both branches of its second ``If``, so
@@ -150,13 +167,7 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         unit = b.op("Mul", scale, b.const(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
         return "Mul", (_round_int(b, w, rounding_mode), unit)
-    v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
-    vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
-    c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
-    hi = b.op("Sub", c, b.op("Sub", c, vc))
-    sub = b.op("Round", b.op("Mul", vc, b.const(2.0 ** (fmt.mbits - fmt.emin))))
-    y_norm = b.op("Mul", hi, scale)
-    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.const(2.0 ** (fmt.emin - fmt.mbits))))
+    y_norm, y_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
     normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
@@ -280,15 +291,9 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
     scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt)
     if fmt.is_int:
         return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
-    v = g.op("Mul", x4, g.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
-    vc = g.op("Clip", v, g.const(-fmt.max_norm), g.const(fmt.max_norm))
-    c = g.op("Mul", vc, g.const(2.0 ** (23 - fmt.mbits) + 1.0))
-    hi = g.op("Sub", c, g.op("Sub", c, vc))
-    # The subnormal-range formula on the unclipped v (its finite elements are below the clip):
-    # ±Inf and NaN come out as themselves.
-    sub = g.op("Round", g.op("Mul", v, g.const(2.0 ** (fmt.mbits - fmt.emin))))
-    y_norm = g.op("Mul", hi, scale)
-    y_sub = g.op("Mul", sub, g.op("Mul", scale, g.const(2.0 ** (fmt.emin - fmt.mbits))))
+    # The subnormal-range formula on the unclipped x/scale (its finite elements are below the
+    # clip): ±Inf and NaN come out as themselves.
+    y_norm, y_sub = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
     # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0. y_sub may
     # be -0, so it sits in Where's else slot (onnxruntime's CPU Where turns a -0 from its then
     # slot into +0).
