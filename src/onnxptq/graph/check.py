@@ -8,6 +8,7 @@ or caller-given label) and the tensor at fault.
 from __future__ import annotations
 
 import difflib
+import heapq
 import logging
 import re
 import tempfile
@@ -125,8 +126,6 @@ def sort_nodes_in_place(model: onnx.ModelProto, source: str) -> bool:
         for name in deps:
             waiting[name].append(index)
     missing = [len(deps) for deps in needs]
-    import heapq
-
     queue = [i for i, m in enumerate(missing) if m == 0]
     heapq.heapify(queue)
     order: list[int] = []
