@@ -85,15 +85,6 @@ def _run_checker(model: onnx.ModelProto, source: str) -> None:
         raise ModelCheckError(f"{source}: the model fails the ONNX checker: {exc}") from exc
 
 
-def _subgraph_reads(node: onnx.NodeProto) -> Iterator[str]:
-    """Every tensor name read inside ``node``'s If/Loop/Scan bodies (outer-scope reads among them)."""
-    for attr in node.attribute:
-        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-            for inner in graph.node:
-                yield from inner.input
-                yield from _subgraph_reads(inner)
-
-
 def sort_nodes_in_place(model: onnx.ModelProto, source: str) -> bool:
     """Put the main graph's nodes in topological order where they are not; True if it moved any.
 
@@ -117,9 +108,13 @@ def sort_nodes_in_place(model: onnx.ModelProto, source: str) -> bool:
         seen.update(node.output)
     if in_order:
         return False
+    from .walk import all_graphs, subgraphs
+
     needs = []
     for node in graph.node:
-        reads = set(node.input) | (set(_subgraph_reads(node)) & produced)
+        # a body's reads of the outer scope count as the node's own
+        inner = {i for sub in subgraphs(node) for body in all_graphs(sub) for n in body.node for i in n.input}
+        reads = set(node.input) | (inner & produced)
         needs.append({name for name in reads if name in produced and name not in node.output})
     waiting = {out: [] for out in produced}
     for index, deps in enumerate(needs):

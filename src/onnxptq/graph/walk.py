@@ -240,6 +240,26 @@ def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
             stack.extend(i for i in node.input if i)
 
 
+def downstream_nodes(starts: Iterable[str], consumers: "dict[str, list[onnx.NodeProto]]",
+                     through: "Callable[[onnx.NodeProto], bool]") -> Iterator[onnx.NodeProto]:
+    """The readers met walking from the tensors ``starts`` to their consumers, depth first, each
+    node once; the walk goes on into a reader's outputs only where ``through(reader)`` says so
+    (:func:`upstream_nodes` in the other direction: the plan's forward walks differ only in that
+    rule, e.g. through fused activations, or through ops that carry a log-domain value)."""
+    stack, seen, met = [s for s in starts if s], set(), set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for reader in consumers.get(name, ()):
+            if id(reader) not in met:
+                met.add(id(reader))
+                yield reader
+            if through(reader):
+                stack.extend(o for o in reader.output if o)
+
+
 def compared_outputs(graph: onnx.GraphProto) -> list[str]:
     """The graph outputs whose float and quantized values are compared: every output but those
     of a non-tensor type (a ZipMap's ``seq(map(...))`` from skl2onnx/onnxmltools classifiers, a

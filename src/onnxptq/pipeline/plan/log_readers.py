@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from ...graph.walk import downstream_nodes
 from .fp_blocks import is_fp_block
 from .select import _Graph
 from .types import TensorPlan
@@ -49,17 +50,9 @@ def first_log_domain_dots(g: _Graph) -> dict[str, str]:
     through :data:`CARRY_OPS` (module docstring)."""
     found: dict[str, str] = {}
     for log_node in (n for n in g.nodes if n.op_type == "Log"):
-        todo, seen = [o for o in log_node.output if o], set()
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            for reader in g.consumers.get(name, []):
-                if reader.op_type in LOG_DOTS:
-                    found.setdefault(reader.name, log_node.name)
-                elif reader.op_type in CARRY_OPS:
-                    todo.extend(o for o in reader.output if o)
+        for reader in downstream_nodes(log_node.output, g.consumers, lambda n: n.op_type in CARRY_OPS):
+            if reader.op_type in LOG_DOTS:
+                found.setdefault(reader.name, log_node.name)
     return found
 
 

@@ -18,7 +18,7 @@ from ...config.schema import QuantConfig, TensorQuant
 from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain
 from ...graph.ops import FLOAT_TYPES, FUSIBLE_ACTIVATIONS, FUSIBLE_PRODUCERS, PASS_THROUGH, RECURRENT
-from ...graph.walk import ScopeIndex
+from ...graph.walk import ScopeIndex, downstream_nodes
 from .. import runtime
 
 class _Graph:
@@ -203,19 +203,8 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
 def _read_by_selected(node: onnx.NodeProto, names: set[str], g: _Graph) -> bool:
     """Whether a node in ``names`` reads ``node``'s outputs, directly or behind a Relu/Clip (an
     activation onnxruntime fuses into the producer, selected or not)."""
-    pending = [o for o in node.output if o]
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for reader in g.consumers.get(name, []):
-            if reader.name in names:
-                return True
-            if reader.op_type in runtime.CPU_FUSED_ACTIVATIONS:
-                pending.extend(o for o in reader.output if o)
-    return False
+    readers = downstream_nodes(node.output, g.consumers, lambda n: n.op_type in runtime.CPU_FUSED_ACTIVATIONS)
+    return any(reader.name in names for reader in readers)
 
 
 def _fused_activations(config: QuantConfig) -> frozenset[str]:
