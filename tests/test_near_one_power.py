@@ -59,6 +59,16 @@ def test_the_base_and_the_power_are_kept_float_only_near_one():
     assert near_one_power_float_tensors(_envelope_model(base=2.0)) == {}  # 2^x: values not crowded at 1
 
 
+def test_a_base_written_as_a_constant_node_is_found_in_each_spelling():
+    """tf2onnx and hand-written graphs give the base as a ``Constant`` node (``value`` tensor or
+    ``value_float``), not an initializer: the rule reads every spelling (graph/external.constant_tensors)."""
+    for attr in ({"value": numpy_helper.from_array(np.array(0.995, np.float32))}, {"value_float": 0.995}):
+        model = _envelope_model()
+        model.graph.initializer.remove(next(t for t in model.graph.initializer if t.name == "decay"))
+        model.graph.node.insert(0, helper.make_node("Constant", [], ["decay"], name="decay_const", **attr))
+        assert set(near_one_power_float_tensors(model)) == {"decay", "env0"}, attr
+
+
 def test_bf16_keeps_the_envelope_feature(tmp_path):
     model = _envelope_model()
     out = tmp_path / "f0.bf16.onnx"

@@ -25,7 +25,7 @@ import logging
 
 import onnx
 
-from .external import tensor_values
+from .external import constant_tensors, tensor_values
 from .opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,7 @@ NEAR_ONE = 0.1
 def near_one_power_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     """``{tensor: reason}`` for each output of ``Pow(b, x)`` with a constant base near 1 (module docstring)."""
     graph = model.graph
-    constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
-    for n in graph.node:
-        if n.op_type == "Constant":
-            value = next((a.t for a in n.attribute if a.name == "value"), None)
-            if value is not None:
-                constants[n.output[0]] = value
+    constants = constant_tensors(graph)
     why: dict[str, str] = {}
     for node in graph.node:
         if node.op_type != "Pow" or not is_onnx_domain(node.domain) or len(node.input) < 2:

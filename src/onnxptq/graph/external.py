@@ -153,6 +153,26 @@ def _np_dtype(tensor: onnx.TensorProto) -> np.dtype:
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
 
 
+def constant_tensors(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    """``{name: tensor}`` of a graph's constants: its initializers and its ``Constant`` nodes'
+    tensor values. Rules that read a constant operand (a base, an exponent, a clip bound) look it up
+    here once instead of each walking both spellings; values stay unread (:func:`tensor_values`)."""
+    constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and node.attribute:
+            attr = node.attribute[0]
+            if attr.name == "value":
+                constants[node.output[0]] = attr.t
+            elif attr.name in _SCALAR_CONSTANTS:
+                array = np.asarray(onnx.helper.get_attribute_value(attr), _SCALAR_CONSTANTS[attr.name])
+                constants[node.output[0]] = numpy_helper.from_array(array, node.output[0])
+    return constants
+
+
+#: ``Constant``'s other spellings of a numeric value (opset ≥ 12), and the dtype each one means.
+_SCALAR_CONSTANTS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}
+
+
 def tensor_values(tensor: onnx.TensorProto) -> np.ndarray:
     """The values of ``tensor``: ``numpy_helper.to_array`` for one held in the message; for an
     external one a read-only memory map of its bytes in the data file (resolved against

@@ -36,9 +36,10 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+import numpy as np
 import onnx
 
-from .external import tensor_values
+from .external import constant_tensors, tensor_values
 from .opsets import is_onnx_domain
 
 log = logging.getLogger(__name__)
@@ -66,26 +67,19 @@ _NON_NEGATIVE = frozenset("Relu Abs Sqrt Exp Sigmoid Softmax Softplus ReduceSumS
 _KEEPS_SIGN = frozenset("Add Mul Max Min ReduceSum ReduceMean ReduceMax Reshape Unsqueeze Squeeze Flatten Transpose Identity Cast".split())
 
 
-def _constant_value(name: str, graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto]):
-    for t in graph.initializer:
-        if t.name == name:
-            return tensor_values(t)
-    node = producer.get(name)
-    if node is not None and node.op_type == "Constant":
-        for a in node.attribute:
-            if a.name == "value":
-                return onnx.numpy_helper.to_array(a.t)
-    return None
+def _constant_value(name: str, constants: dict[str, onnx.TensorProto]) -> np.ndarray | None:
+    tensor = constants.get(name)
+    return None if tensor is None else tensor_values(tensor)
 
 
-def _non_negative(name: str, producer: dict[str, onnx.NodeProto], constants: set[str], graph: onnx.GraphProto,
+def _non_negative(name: str, producer: dict[str, onnx.NodeProto], constants: dict[str, onnx.TensorProto],
                   depth: int = 0) -> bool:
     """Whether ``name`` is non-negative by construction (a power, an amplitude): x², |x|, Relu, ...
     sums and products of such, non-negative constants."""
     if depth > 16:
         return False
     if name in constants:
-        value = _constant_value(name, graph, producer)
+        value = _constant_value(name, constants)
         return value is not None and bool((value >= 0).all())
     node = producer.get(name)
     if node is None or not is_onnx_domain(node.domain):
@@ -94,27 +88,27 @@ def _non_negative(name: str, producer: dict[str, onnx.NodeProto], constants: set
     if op in _NON_NEGATIVE:
         return True
     if op == "Pow" and len(node.input) > 1:
-        exponent = _constant_value(node.input[1], graph, producer)
+        exponent = _constant_value(node.input[1], constants)
         return exponent is not None and exponent.size == 1 and float(exponent) % 2 == 0
     if op == "Mul" and len(node.input) == 2 and node.input[0] == node.input[1]:
         return True
     if op == "Clip" and len(node.input) > 1 and node.input[1]:
-        low = _constant_value(node.input[1], graph, producer)
+        low = _constant_value(node.input[1], constants)
         if low is not None and low.size == 1 and float(low) >= 0:
             return True
     if op in _KEEPS_SIGN:
         data = node.input[:1] if op in ("Reshape", "Unsqueeze", "Squeeze") else [i for i in node.input if i]
-        return all(_non_negative(i, producer, constants, graph, depth + 1) for i in data)
+        return all(_non_negative(i, producer, constants, depth + 1) for i in data)
     return False
 
 
-def _constant_weights(node: onnx.NodeProto, constants: set[str]) -> bool:
+def _constant_weights(node: onnx.NodeProto, constants: dict[str, onnx.TensorProto]) -> bool:
     weights = [i for i in node.input[1:] if i]
     return bool(node.input) and bool(weights) and all(i in constants for i in weights)
 
 
-def _affine_tail(start: str, consumers: dict[str, list[onnx.NodeProto]], constants: set[str], outputs: set[str],
-                 graph: onnx.GraphProto, producer: dict[str, onnx.NodeProto]) -> list[str]:
+def _affine_tail(start: str, consumers: dict[str, list[onnx.NodeProto]], constants: dict[str, onnx.TensorProto],
+                 outputs: set[str]) -> list[str]:
     """The tensors of the chain ``start → ·c → /c → ±c …`` (one reader each, scalar constants) but
     its last: ``Log(x)·10/ln 10 − offset`` is one step in float, and a quantizer between two of
     them only adds a rounding (a block format's or fp8's relative step is several dB at |x| ~ 100)."""
@@ -128,7 +122,7 @@ def _affine_tail(start: str, consumers: dict[str, list[onnx.NodeProto]], constan
         others = [i for i in node.input if i != current]
         if len(others) != 1 or others[0] not in constants or list(node.input).count(current) != 1:
             break
-        value = _constant_value(others[0], graph, producer)
+        value = _constant_value(others[0], constants)
         if value is None or value.size != 1:
             break
         chain.append(current)
@@ -148,8 +142,7 @@ def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
         for o in n.output:
             if o:
                 producer[o] = n
-    constants = {t.name for t in graph.initializer}
-    constants.update(o for n in graph.node if n.op_type == "Constant" for o in n.output)
+    constants = constant_tensors(graph)
     outputs = {o.name for o in graph.output}
 
     why: dict[str, str] = {}
@@ -182,7 +175,7 @@ def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
                 if node.input and weights and all(i in constants for i in weights):
                     walk_nodes.add(id(node))
                     reached.extend(w for w in weights if w not in reached)
-                    if _non_negative(node.input[0], producer, constants, graph):
+                    if _non_negative(node.input[0], producer, constants):
                         stack.append(node.input[0])  # a power/amplitude: still the magnitude domain
                     else:
                         signals.append(node.input[0])  # the signal itself: it and its reshapes only
@@ -222,7 +215,7 @@ def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
                   "float; the Log's output is quantized (graph/logdomain.py)")
         for name in reached:
             why.setdefault(name, reason)
-        for name in _affine_tail(log_node.output[0], consumers, constants, outputs, graph, producer):
+        for name in _affine_tail(log_node.output[0], consumers, constants, outputs):
             why.setdefault(name, (f"log-domain value of Log '{log_node.name or log_node.output[0]}' on its way through "
                                   "a chain of constant scalings/offsets (ln → dB): each rounding there is an absolute "
                                   "error in dB, so only the chain's end is quantized (graph/logdomain.py)"))
