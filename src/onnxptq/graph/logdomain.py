@@ -34,13 +34,13 @@ them), the linear layers' inputs and weights.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 
 import numpy as np
 import onnx
 
 from .external import constant_tensors, tensor_values
 from .opsets import is_onnx_domain
+from .walk import dataflow
 
 log = logging.getLogger(__name__)
 
@@ -133,15 +133,7 @@ def _affine_tail(start: str, consumers: dict[str, list[onnx.NodeProto]], constan
 def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     """``{tensor: reason}`` for every tensor on a Log's linear-domain input walk (module docstring)."""
     graph = model.graph
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    producer: dict[str, onnx.NodeProto] = {}
-    for n in graph.node:
-        for i in n.input:
-            if i:
-                consumers[i].append(n)
-        for o in n.output:
-            if o:
-                producer[o] = n
+    producer, consumers = dataflow(graph.node)
     constants = constant_tensors(graph)
     outputs = {o.name for o in graph.output}
 

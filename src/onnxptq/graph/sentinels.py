@@ -38,13 +38,13 @@ to contain padding:
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from .external import tensor_values
+from .walk import dataflow
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,7 @@ def sentinel_tensors(model: onnx.ModelProto) -> set[str]:
     carrying = _constant_sources(graph)
     if not carrying:
         return set()
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                consumers[name].append(node)
+    _, consumers = dataflow(graph.node)
     work = list(carrying)
     while work:
         name = work.pop()

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import defaultdict
 from dataclasses import dataclass
 
 import onnx
 
 from .opsets import is_onnx_domain
+from .walk import dataflow
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +87,7 @@ class _Index:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.nodes = list(graph.node)
         self.pos = {id(n): i for i, n in enumerate(self.nodes)}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        self.producer: dict[str, onnx.NodeProto] = {}
-        for n in self.nodes:
-            for name in n.input:
-                if name:
-                    self.consumers[name].append(n)
-            for name in n.output:
-                if name:
-                    self.producer[name] = n
+        self.producer, self.consumers = dataflow(self.nodes)
         self.outputs = {o.name for o in graph.output}
         self.types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)
                       if v.type.HasField("tensor_type")}

@@ -221,6 +221,22 @@ class ScopeIndex:
         return scope is not None and not scope.is_main
 
 
+def dataflow(nodes: Iterable[onnx.NodeProto]) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """``(producer, consumers)`` of ``nodes``: each tensor's producing node and its readers in node
+    order (empty names skipped), the index every dataflow rule starts from; one builder so the
+    rules' walks (:func:`upstream_nodes`, :func:`downstream_nodes`) read the same index."""
+    producer: dict[str, onnx.NodeProto] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            if name:
+                consumers.setdefault(name, []).append(node)
+        for name in node.output:
+            if name:
+                producer[name] = node
+    return producer, consumers
+
+
 def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
                    through: "Callable[[onnx.NodeProto], bool]") -> Iterator[onnx.NodeProto]:
     """The nodes met walking from tensor ``start`` to its producers, depth first, each once; the walk

@@ -14,9 +14,9 @@ and the graph outputs is in the tail too.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import onnx
+
+from ..graph.walk import dataflow
 
 #: ops that only decode: elementwise arithmetic, activations to probabilities, rearrangement, selection
 TAIL_OPS = frozenset(
@@ -37,15 +37,7 @@ def postprocessing_tail(model: onnx.ModelProto) -> set[str]:
     """Names of the main-graph nodes that form post-processing tails (see the module docstring)."""
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
-    producer: dict[str, onnx.NodeProto] = {}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for node in graph.node:
-        for out in node.output:
-            if out:
-                producer[out] = node
-        for name in node.input:
-            if name:
-                consumers[name].append(node)
+    producer, consumers = dataflow(graph.node)
 
     # Nodes with a weighted node upstream (graph order is topological).
     after_weighted: set[str] = set()
