@@ -54,7 +54,8 @@ def first_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
 
 def _calibrated_scales(plan: Plan, stats: Mapping[str, Any], cfg: QuantConfig) -> tuple[Any, Any]:
     """(step_of, range_of) over ``stats`` for :func:`~.plan.sliced.split_sliced`: a per-tensor
-    activation's solved scale, and a tensor's own calibrated range (None without statistics)."""
+    activation's solved scale, and a tensor's own calibrated range by ``like``'s range method (None
+    without statistics: a tensor no plan of this calibration quantized)."""
     moving = cfg.calibration.moving_average
 
     def step_of(t: Any) -> float | None:
@@ -62,8 +63,8 @@ def _calibrated_scales(plan: Plan, stats: Mapping[str, Any], cfg: QuantConfig) -
             return None
         return float(np.max(shared_activation_params(plan, t, stats, moving_average=moving).scale))
 
-    def range_of(t: Any) -> tuple[float, float] | None:
-        return activation_range(t, stats[t.name], moving_average=moving) if t.name in stats else None
+    def range_of(name: str, like: Any) -> tuple[float, float] | None:
+        return activation_range(like, stats[name], moving_average=moving) if name in stats else None
 
     return step_of, range_of
 

@@ -205,30 +205,30 @@ def sliced_tensors(model: onnx.ModelProto, g: _Graph | None = None) -> dict[str,
 
 
 def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPlan], float | None],
-                 range_of: Callable[[TensorPlan], tuple[float, float] | None]) -> list[str]:
+                 range_of: Callable[[str, TensorPlan], tuple[float, float] | None]) -> list[str]:
     """Give the parts of each sliced tensor their own scales where the shared one starves a part.
 
     ``step_of(t)``: the calibrated scale ``t``'s per-tensor integer quantizer gets (its share
-    root's); ``range_of(t)``: ``t``'s own calibrated ``(low, high)``; None where not calibrated. A
-    sliced tensor planned with a per-tensor integer quantizer, each of whose parts is planned too,
-    is split when some part's range spans fewer than ``sqrt(qmax - qmin + 1)`` steps of the shared
-    scale: its parts stop sharing its scale, and it and its :attr:`SlicedTensor.chain` leave the
-    plan (float, reason recorded). Changes ``plan`` in place and returns the tensors it split."""
+    root's); ``range_of(name, t)``: the calibrated ``(low, high)`` of tensor ``name`` by ``t``'s
+    range method, None where it has no statistics. A part the plan no longer quantizes (the floor's
+    repair kept its reader float) is measured all the same: it reads the shared tensor's
+    dequantized values, so a starved part is starved there too. A sliced tensor planned with a
+    per-tensor integer quantizer is split when some part's range spans fewer than
+    ``sqrt(qmax - qmin + 1)`` steps of the shared scale: its parts stop sharing its scale, and it
+    and its :attr:`SlicedTensor.chain` leave the plan (float, reason recorded). Changes ``plan`` in
+    place and returns the tensors it split."""
     split: list[str] = []
     for st in sliced_tensors(model).values():
         t = plan.tensors.get(st.name)
         if t is None or t.role != "activation" or not t.quant.is_integer or t.quant.per_channel:
             continue
-        parts = [plan.tensors.get(p) for p in st.parts]
-        if any(p is None for p in parts):
-            continue  # a part read float: the shared tensor's quantizer is the only one, nothing to split to
         step = step_of(t)
-        spans = [range_of(p) for p in parts]
-        if not step or step <= 0 or any(r is None for r in spans):
-            continue
+        spans = {p: range_of(p, plan.tensors.get(p, t)) for p in st.parts}
+        if not step or step <= 0 or any(r is None for r in spans.values()):
+            continue  # a part never calibrated: nothing measured, nothing changed
         qmin, qmax = integer.qrange(t.quant.format, symmetric=t.quant.symmetric, reduce_range=t.quant.reduce_range)
         needed = math.sqrt(qmax - qmin + 1)
-        codes = {p.name: (r[1] - r[0]) / step for p, r in zip(parts, spans)}
+        codes = {p: (r[1] - r[0]) / step for p, r in spans.items() if r is not None}
         starved = {n: c for n, c in codes.items() if 0 < c < needed}
         if not starved:
             continue
@@ -236,14 +236,14 @@ def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPl
         for name in [st.name, *st.chain]:
             if name in plan.tensors:
                 del plan.tensors[name]
-                plan.float_tensors[name] = (f"sliced head: its {len(parts)} parts along axis {st.axis} are quantized "
+                plan.float_tensors[name] = (f"sliced head: its {len(codes)} parts along axis {st.axis} are quantized "
                                             f"on their own ({len(starved)} would get < {needed:.0f} codes of one scale)")
         for other in plan.tensors.values():  # the parts (and anything else) that shared its scale
             if other.share_with in dropped:
                 other.share_with = None
         worst = min(starved, key=lambda n: starved[n])
         log.info("plan: sliced tensor %s: %d of %d parts along axis %d get < %.0f codes of its one scale "
-                 "(worst %s: %.1f); each part quantized on its own", st.name, len(starved), len(parts), st.axis,
+                 "(worst %s: %.1f); each part quantized on its own", st.name, len(starved), len(codes), st.axis,
                  needed, worst, starved[worst])
         split.append(st.name)
     return split
