@@ -37,6 +37,7 @@ import onnx
 
 from ...formats import integer
 from ...graph.external import tensor_values
+from ...graph.ops import PASS_THROUGH
 from .select import _Graph
 from .types import Plan, TensorPlan
 
@@ -218,9 +219,16 @@ def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPl
     and its :attr:`SlicedTensor.chain` leave the plan (float, reason recorded). Changes ``plan`` in
     place and returns the tensors it split."""
     split: list[str] = []
-    for st in sliced_tensors(model).values():
+    g = _Graph(model, subgraphs=False)
+    for st in sliced_tensors(model, g).values():
         t = plan.tensors.get(st.name)
-        if t is None or t.role != "activation" or not t.quant.is_integer or t.quant.per_channel:
+        if (t is None or t.role != "activation" or not t.quant.is_integer or t.quant.per_channel
+                or t.producer_quant is not None):
+            continue
+        producer = g.producer.get(st.name)
+        if producer is not None and producer.op_type in PASS_THROUGH and producer.input and producer.input[0] in plan.tensors:
+            # Left to the tensor it moves (as the range guard does): a float output of a data-movement
+            # op whose input is quantized is rewritten by onnxruntime's QDQ propagation.
             continue
         step = step_of(t)
         spans = {p: range_of(p, plan.tensors.get(p, t)) for p in st.parts}
