@@ -205,6 +205,13 @@ def sliced_tensors(model: onnx.ModelProto, g: _Graph | None = None) -> dict[str,
     return found
 
 
+def _moved_from_quantized(g: _Graph, plan: Plan, name: str) -> bool:
+    """``name`` is the output of a data-movement op whose input the plan quantizes."""
+    producer = g.producer.get(name)
+    return (producer is not None and producer.op_type in PASS_THROUGH and bool(producer.input)
+            and producer.input[0] in plan.tensors)
+
+
 def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPlan], float | None],
                  range_of: Callable[[str, TensorPlan], tuple[float, float] | None]) -> list[str]:
     """Give the parts of each sliced tensor their own scales where the shared one starves a part.
@@ -225,8 +232,7 @@ def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPl
         if (t is None or t.role != "activation" or not t.quant.is_integer or t.quant.per_channel
                 or t.producer_quant is not None):
             continue
-        producer = g.producer.get(st.name)
-        if producer is not None and producer.op_type in PASS_THROUGH and producer.input and producer.input[0] in plan.tensors:
+        if _moved_from_quantized(g, plan, st.name):
             # Left to the tensor it moves (as the range guard does): a float output of a data-movement
             # op whose input is quantized is rewritten by onnxruntime's QDQ propagation.
             continue
@@ -240,8 +246,13 @@ def split_sliced(model: onnx.ModelProto, plan: Plan, step_of: Callable[[TensorPl
         starved = {n: c for n, c in codes.items() if 0 < c < needed}
         if not starved:
             continue
-        dropped = {st.name, *st.chain}
-        for name in [st.name, *st.chain]:
+        chain: list[str] = []
+        for name in st.chain:  # up to a tensor moved from a quantized one (kept, as above)
+            if _moved_from_quantized(g, plan, name):
+                break
+            chain.append(name)
+        dropped = {st.name, *chain}
+        for name in [st.name, *chain]:
             if name in plan.tensors:
                 del plan.tensors[name]
                 plan.float_tensors[name] = (f"sliced head: its {len(codes)} parts along axis {st.axis} are quantized "
