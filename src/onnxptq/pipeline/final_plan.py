@@ -24,6 +24,8 @@ from .coverage import drop_uncalibrated_bodies
 from .guard import GuardValues, apply_range_guard
 from .plan import Plan, make_plan
 from .plan.corners import settle
+from .plan.sliced import split_sliced
+from .solve import activation_range, shared_activation_params
 
 __all__ = ["CalibrationView", "final_plan"]
 
@@ -50,6 +52,23 @@ def first_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     return make_plan(calibrated.prepared, cfg)
 
 
+def _calibrated_scales(plan: Plan, stats: Mapping[str, Any], cfg: QuantConfig) -> tuple[Any, Any]:
+    """(step_of, range_of) over ``stats`` for :func:`~.plan.sliced.split_sliced`: a per-tensor
+    activation's solved scale, and a tensor's own calibrated range by ``like``'s range method (None
+    without statistics: a tensor no plan of this calibration quantized)."""
+    moving = cfg.calibration.moving_average
+
+    def step_of(t: Any) -> float | None:
+        if t.name not in stats:
+            return None
+        return float(np.max(shared_activation_params(plan, t, stats, moving_average=moving).scale))
+
+    def range_of(name: str, like: Any) -> tuple[float, float] | None:
+        return activation_range(like, stats[name], moving_average=moving) if name in stats else None
+
+    return step_of, range_of
+
+
 def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     """The plan of ``cfg`` on calibrated statistics as the delivered model gets it: uncalibrated
     bodies dropped, then the range guard's decisions. A search sets ``calibrated.guard_values`` so
@@ -65,6 +84,8 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
         for name in [n for n in plan.tensors if n not in within]:
             del plan.tensors[name]
             plan.float_tensors[name] = "kept float with a neighbour the accuracy floor's repair kept float"
+    # A tensor read only through disjoint parts of one axis whose one scale starves a part (plan/sliced.py).
+    split_sliced(prepared, plan, *_calibrated_scales(plan, calibrated.stats, cfg))
     if cfg.range_guard:
         # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
         # build fetches its values for this plan only and lets them go with it (peak memory).
