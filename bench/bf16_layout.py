@@ -10,7 +10,8 @@ file against the same graph with every activation Cast pair rewritten as
 
 * ``dwconv``: the Veltkamp split ``hi = c + (x - c)``, ``c = x·(2^16 + 1)``, written as two
   depthwise 1×1 Convs with fused Sum inputs (``b = Conv(x, -K) + x``, ``hi = Conv(x, K) + b``),
-  ops the NCHWc transformer keeps blocked; bf16's round-to-nearest-even on every normal float
+  ops the NCHWc transformer keeps blocked (only on 4-D tensors of a channel count divisible by 8;
+  others keep their Cast pair); bf16's round-to-nearest-even on every normal float
   below 2^111 (checked here against ml_dtypes), not on subnormals, ±Inf or above 2^111;
 * ``arith``: the same split with elementwise ``Mul``/``Sub`` (onnxruntime keeps them in NCHW);
 * ``none``: no rounding at all (the float model with BF16 weights: the floor of any form).
@@ -18,7 +19,11 @@ file against the same graph with every activation Cast pair rewritten as
 For each form: thread-CPU ratio to float (median of per-round ratios, rounds interleaved, one
 intra-op thread) and whether its output is bit-identical to the Cast-pair file's on the feed.
 
+``--shapes 16x384,64x56,...`` times instead one built block per ``CxHW``: a 3×3 Conv + HardSwish,
+the rounding (none, Cast pair, ``dwconv``), a 1×1 Conv; ratios to the block without rounding.
+
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/bf16_layout.py FLOAT.onnx BF16.onnx [--runs 15]
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/bf16_layout.py --shapes 16x384,16x192,64x56,256x14 [--runs 25]
 """
 
 from __future__ import annotations
@@ -64,8 +69,8 @@ def rewrite(m: onnx.ModelProto, form: str) -> onnx.ModelProto:
         x, y = first.input[0], second.output[0]
         shape = dims.get(x)
         if form == "dwconv":
-            if not shape or len(shape) != 4 or not shape[1]:
-                continue
+            if not shape or len(shape) != 4 or not shape[1] or shape[1] % 8:
+                continue  # not a blocked (NCHWc) tensor: a depthwise Conv there runs in NCHW
             c = shape[1]
             wp, wn = numpy_helper.from_array(np.full((c, 1, 1, 1), K, np.float32), y + "_kp"), \
                 numpy_helper.from_array(np.full((c, 1, 1, 1), -K, np.float32), y + "_kn")
@@ -148,13 +153,65 @@ def veltkamp_exact(samples: int = 1 << 20) -> tuple[int, int]:
     return bad, total
 
 
+def _block(c: int, hw: int, form: str) -> bytes:
+    """Conv 3×3 + HardSwish → rounding ``form`` (none, cast, dwconv) → Conv 1×1, on 1×c×hw×hw."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.1).astype(np.float32), "w2")
+    kp = numpy_helper.from_array(np.full((c, 1, 1, 1), K, np.float32), "kp")
+    kn = numpy_helper.from_array(np.full((c, 1, 1, 1), -K, np.float32), "kn")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a0"], pads=[1, 1, 1, 1]), helper.make_node("HardSwish", ["a0"], ["a"])]
+    if form == "cast":
+        nodes += [helper.make_node("Cast", ["a"], ["q"], to=TensorProto.BFLOAT16), helper.make_node("Cast", ["q"], ["r"], to=TensorProto.FLOAT)]
+    elif form == "dwconv":
+        nodes += [helper.make_node("Conv", ["a", "kn"], ["b0"], group=c), helper.make_node("Add", ["b0", "a"], ["b"]),
+                  helper.make_node("Conv", ["a", "kp"], ["cc"], group=c), helper.make_node("Add", ["cc", "b"], ["r"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["a"], ["r"]))
+    nodes.append(helper.make_node("Conv", ["r", "w2"], ["y"]))
+    shape = [1, c, hw, hw]
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [w1, w2, kp, kn])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    return m.SerializeToString()
+
+
+def time_shapes(specs: str, runs: int) -> None:
+    """The per-shape table of ``--shapes`` (see the module docstring)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    print("| C×H×W | no rounding ms | Cast pair × | dwconv × |")
+    print("|---|---:|---:|---:|")
+    for spec in specs.split(","):
+        c, hw = (int(v) for v in spec.split("x"))
+        sessions = {f: ort.InferenceSession(_block(c, hw, f), so, providers=["CPUExecutionProvider"]) for f in ("none", "cast", "dwconv")}
+        feed = {"x": np.random.default_rng(1).standard_normal((1, c, hw, hw)).astype(np.float32)}
+        times: dict[str, list[float]] = {f: [] for f in sessions}
+        for _ in range(runs):
+            for f, sess in sessions.items():
+                t = time.thread_time()
+                sess.run(None, feed)
+                times[f].append(time.thread_time() - t)
+        base = np.array(times["none"])
+        ratio = {f: np.median(np.array(t) / base) for f, t in times.items()}
+        print(f"| {c}×{hw}×{hw} | {np.median(base) * 1e3:.2f} | {ratio['cast']:.2f} | {ratio['dwconv']:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("float_model")
-    ap.add_argument("bf16_model")
+    ap.add_argument("float_model", nargs="?")
+    ap.add_argument("bf16_model", nargs="?")
+    ap.add_argument("--shapes", default="", help="time built blocks C x HW instead of a model pair")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--forms", default="dwconv,arith,none")
     args = ap.parse_args()
+    if args.shapes:
+        time_shapes(args.shapes, args.runs)
+        return
+    if not (args.float_model and args.bf16_model):
+        ap.error("give FLOAT.onnx and BF16.onnx, or --shapes")
     bf16 = onnx.load(args.bf16_model)
     variants = {"float": open(args.float_model, "rb").read(), "BF16 (Cast pairs)": bf16.SerializeToString()}
     for form in args.forms.split(","):
