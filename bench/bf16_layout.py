@@ -12,7 +12,11 @@ file against the same graph with every activation Cast pair rewritten as
   depthwise 1×1 Convs with fused Sum inputs (``b = Conv(x, -K) + x``, ``hi = Conv(x, K) + b``),
   ops the NCHWc transformer keeps blocked (only on 4-D tensors of a channel count divisible by 8;
   others keep their Cast pair); bf16's round-to-nearest-even on every normal float
-  below 2^111 (checked here against ml_dtypes), not on subnormals, ±Inf or above 2^111;
+  below 2^111 (checked here against ml_dtypes), not elsewhere: -0 gives +0, a subnormal keeps 8
+  significant bits (bf16 has fewer there), ±Inf and |x| >= ~2^112 give NaN;
+* ``dwconv-between``: ``dwconv`` only where the pair sits between blocked ops (its input from a
+  Conv, directly or through an op the NCHWc transformer keeps blocked; every reader a Conv or
+  an Add), the other pairs kept;
 * ``arith``: the same split with elementwise ``Mul``/``Sub`` (onnxruntime keeps them in NCHW);
 * ``none``: no rounding at all (the float model with BF16 weights: the floor of any form).
 
