@@ -117,6 +117,34 @@ class ElementCode:
             return code
         return self.search(units)
 
+    def encode_scaled(self, values: np.ndarray, exponents: np.ndarray) -> np.ndarray:
+        """:meth:`encode` of ``values / 2**exponents`` (``values`` float32 ``[..., k]``, ``exponents``
+        integers ``[...]``, one per row of ``k``): the same codes, bit for bit.
+
+        Why: the packer's blocks were divided into float64 units first (a float64 copy of every
+        weight, then several float64 passes over it in :meth:`encode`): on an arithmetic table
+        the codes come from ``ldexp`` of the float32 values instead, in float32. That is exact
+        wherever the float64 path finds a code: the quotient is then ``code * step`` (a float32
+        normal), and ``ldexp`` by a power of two is exact whenever its result is one. Elsewhere
+        both paths give code 0: an overflow gives Inf (no entry either way), an underflow gives a
+        subnormal (not an integer multiple of the step) or 0, which the ``values == 0`` term tells
+        from a true zero (float64 kept those quotients nonzero and not integers).
+        FP element tables (no step) take the float64 units and :meth:`search` as before.
+        """
+        step = self.step
+        if step is None:
+            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+                unit = np.ldexp(1.0, exponents)[..., None]  # float64, exact
+                return self.search(values / unit)
+        half = 1 << (self.bits - 1)
+        by = (-(exponents.astype(np.int64) + int(np.frexp(step)[1] - 1))).astype(np.int32)[..., None]
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            q = np.ldexp(np.abs(values), by)  # float32: |value| / (2**exponent * step)
+            ok = (q < half) & (q == np.floor(q)) & ((q != 0) | (values == 0))
+        code = np.where(ok, q, np.float32(0)).astype(np.uint8)
+        code |= (np.signbit(values) & ok).astype(np.uint8) << np.uint8(self.bits - 1)
+        return code
+
     def search(self, units: np.ndarray) -> np.ndarray:
         """:meth:`encode` by a binary search of the magnitude table (any table: FP elements)."""
         half = 1 << (self.bits - 1)
@@ -194,21 +222,25 @@ def block_axis(fmt: str, attrs: dict[str, Any], ndim: int) -> int:
 def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout: BlockLayout) -> tuple[np.ndarray, np.ndarray]:
     """The block exponent byte (before a possible +1) and sub-block shifts, from the input blocks
     ``xb`` (float32, ``[rows, padded]``), by the references' own rules."""
+    # In uint32 on the bits (one pass, no float64 or int64 copy of the blocks); only the per-block
+    # (and per-sub-block) maxima are widened. Exponent fields and the magnitudes' bit patterns
+    # order as the values do, so the maxima are the same numbers.
     bits = xb.view(np.uint32)
-    e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
     if fmt == "bfp":
+        e = (bits >> np.uint32(23)) & np.uint32(0xFF)
         if layout.shift_bits == 0:
-            es = np.where(e == 0xFF, 0, e).max(axis=-1)
+            es = np.where(e == 0xFF, np.uint32(0), e).max(axis=-1).astype(np.int64)
             return es, np.zeros((xb.shape[0], 1), np.int64)
-        es = e.max(axis=-1)
-        ej = e.reshape(xb.shape[0], layout.n_sub, layout.sub).max(axis=-1)
+        ej = e.reshape(xb.shape[0], layout.n_sub, layout.sub).max(axis=-1).astype(np.int64)
+        es = ej.max(axis=-1)
         shift = np.minimum(es[:, None] - ej, (1 << layout.shift_bits) - 1)
         return es, shift
     from ..formats import mx
 
     fmt_el = mx.ELEMENT_FORMATS[str(attrs.get("element_dtype", "int8")).lower()]
-    a = np.where(np.isfinite(xb), np.abs(xb.astype(np.float64)), 0.0)
-    x = mx.shared_exponent(a.max(axis=-1), fmt_el)
+    mag = bits & np.uint32(0x7FFFFFFF)  # |x|'s bits; Inf and NaN (0x7F800000 and up) count as 0
+    top = np.where(mag < np.uint32(0x7F800000), mag, np.uint32(0)).max(axis=-1)
+    x = mx.shared_exponent(top.view(np.float32).astype(np.float64), fmt_el)
     x = np.where(np.isnan(x), 128, x)
     return (x + 127).astype(np.int64), np.zeros((xb.shape[0], 1), np.int64)
 
@@ -383,7 +415,7 @@ class WeightPacker:
             return out
 
         xb, yb = blocks(moved_x), blocks(moved_y)
-        # Row chunks of ~CHUNK_BYTES of float64 temporaries (the same arithmetic per row): whole-
+        # Row chunks of ~CHUNK_BYTES of float64 (now mostly 4-byte) temporaries (the same arithmetic per row): whole-
         # weight temporaries are fresh mmaps whose pages fault in one by one (system CPU).
         step = max(1, CHUNK_BYTES // (8 * layout.padded))
         chunks = [slice(s, s + step) for s in range(0, rows, step)]
@@ -399,10 +431,8 @@ class WeightPacker:
             e = np.clip(e, 0, 255)
             y, sh = yb[sel], shift[sel]
             n = y.shape[0]
-            with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-                unit = np.ldexp(1.0, e - 127)[:, None] * np.ldexp(1.0, -sh)  # float64, exact
-                units = y.reshape(n, layout.n_sub, layout.sub) / unit[:, :, None]
-            codes = code.encode(units)
+            # units of 2^(e-127) * 2^-sh per sub-block: exact powers of two (e <= 255, sh <= 255)
+            codes = code.encode_scaled(y.reshape(n, layout.n_sub, layout.sub), (e - 127)[:, None] - sh)
             comb = exp_t[e][:, None] * shift_f[sel]  # float32, as the ONNX Mul
             with np.errstate(over="ignore", invalid="ignore"):
                 dec = (code.table[codes] * comb[:, :, None]).reshape(n, layout.padded)
