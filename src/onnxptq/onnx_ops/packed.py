@@ -4,7 +4,7 @@ decoded by standard ops that onnxruntime constant-folds at session creation.
 Why: a weight's quantized values are fixed at quantize time, so storing them as fp32 (what
 "folding" did) makes a BF16 or MX4 file as large as the float one. Here they are stored as what
 the format really holds and rebuilt by a short chain of standard ops on initializers only (Cast,
-Gather of a small table, Mul, Reshape, Slice, Transpose, ScatterND), which onnxruntime's CPU
+Gather of a small table, Mul, Reshape, Slice, Split, Transpose, ScatterND), which onnxruntime's CPU
 provider folds once when the session is created: the model then runs on exact fp32 weights at
 fp32 speed, and any other ONNX runtime can evaluate the chain too (no custom op).
 
@@ -20,8 +20,9 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   ``Gather`` from a [256, 8/bits] table of ``2^-s``), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
   table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table). All weights of one layout
-  share one concatenated code stream and one decode chain; each weight is then a row ``Slice``
-  of the decoded blocks, reshaped (and transposed) back to its own shape.
+  share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
+  cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
+  own shape.
 
 Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
 same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
