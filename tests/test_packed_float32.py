@@ -148,3 +148,25 @@ def test_packer_on_cls_weights_one_split_per_group(key, opset):
     got = ort.InferenceSession(decode.SerializeToString(), providers=["CPUExecutionProvider"]).run(list(expected), {})
     for (name, want), value in zip(expected.items(), got):
         assert np.array_equal(value.view(np.uint32), want.view(np.uint32)), name
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 7, 8, 15, 16, 32])
+def test_max_last_is_max(width):
+    """The short-axis maximum by halving (MX9's sub-blocks of 2) is ``max(axis=-1)``, odd widths too."""
+    a = np.random.default_rng(width).integers(0, 2**32, (37, 3, width), dtype=np.uint64).astype(np.uint32)
+    assert np.array_equal(packed._max_last(a), a.max(axis=-1))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_pack_fields_little_end_first(bits):
+    """Fields packed little-end first, zero-padded: the bytes a reference loop writes."""
+    rng = np.random.default_rng(bits)
+    values = rng.integers(0, 1 << bits, 1000 + 3).astype(np.uint8)
+    per = 8 // bits
+    want = []
+    for start in range(0, values.size, per):
+        byte = 0
+        for j, v in enumerate(values[start:start + per]):
+            byte |= int(v) << (j * bits)
+        want.append(byte)
+    assert packed._pack_fields(values, bits).tolist() == want

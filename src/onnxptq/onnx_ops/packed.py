@@ -230,10 +230,10 @@ def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout
     if fmt == "bfp":
         e = (bits >> np.uint32(23)) & np.uint32(0xFF)
         if layout.shift_bits == 0:
-            es = np.where(e == 0xFF, np.uint32(0), e).max(axis=-1).astype(np.int64)
+            es = _max_last(np.where(e == 0xFF, np.uint32(0), e)).astype(np.int64)
             return es, np.zeros((xb.shape[0], 1), np.int64)
-        ej = e.reshape(xb.shape[0], layout.n_sub, layout.sub).max(axis=-1).astype(np.int64)
-        es = ej.max(axis=-1)
+        ej = _max_last(e.reshape(xb.shape[0], layout.n_sub, layout.sub)).astype(np.int64)
+        es = _max_last(ej)
         shift = np.minimum(es[:, None] - ej, (1 << layout.shift_bits) - 1)
         return es, shift
     from ..formats import mx
@@ -244,6 +244,19 @@ def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout
     x = mx.shared_exponent(top.view(np.float32).astype(np.float64), fmt_el)
     x = np.where(np.isnan(x), 128, x)
     return (x + 127).astype(np.int64), np.zeros((xb.shape[0], 1), np.int64)
+
+
+def _max_last(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=-1)``, by halving when the axis is short: NumPy reduces a short last axis row
+    by row (MX9's sub-blocks of 2: 1.6M exponents took 36 ms against 2.5 by one ``maximum`` of
+    the two halves; 8: 8.1 against 6.9 ms; from 16 on ``max`` is faster). A maximum is exact in any order."""
+    if a.shape[-1] >= 16 or a.shape[-1] == 0:
+        return a.max(axis=-1)
+    while a.shape[-1] > 1:
+        width, half = a.shape[-1], a.shape[-1] // 2
+        folded = np.maximum(a[..., :half], a[..., half:2 * half])
+        a = np.concatenate([folded, a[..., 2 * half:]], axis=-1) if width % 2 else folded
+    return a[..., 0]
 
 
 def exponent_table() -> np.ndarray:
@@ -266,7 +279,11 @@ def _pack_fields(values: np.ndarray, bits: int) -> np.ndarray:
     v = np.asarray(values, np.uint8).reshape(-1)
     n = -(-v.size // per) * per
     v = np.concatenate([v, np.zeros(n - v.size, np.uint8)]).reshape(-1, per).astype(np.uint16)
-    return (v << (np.arange(per, dtype=np.uint16) * bits)).sum(axis=1).astype(np.uint8)
+    # field by field (a sum over the short axis of ``per`` went row by row); the fields do not overlap
+    out = v[:, 0].copy()
+    for j in range(1, per):
+        out |= v[:, j] << np.uint16(j * bits)
+    return out.astype(np.uint8)
 
 
 # --------------------------------------------------------------------------- the packer
@@ -533,7 +550,7 @@ class WeightPacker:
             cur = nxt
         uint = np.uint16 if fq.dtype == np.float16 else np.uint32
         differ = decoded.view(uint) != fq.view(uint)
-        n_bad = int(differ.sum())
+        n_bad = int(np.count_nonzero(differ))  # (a bool sum widens every element to int64 first)
         if n_bad > max(8, fq.size * MAX_PATCH_FRACTION):
             log.debug("weight %s: %d of %d elements not representable packed; kept unpacked", name, n_bad, fq.size)
             self._drop_last_group_entry(frag)
