@@ -4,7 +4,7 @@ session creation (finish: onnxruntime constant-folds the packed weights' decode 
 
 ``--packer``: quantizes MODEL (a zoo name, or ``cls``/``rec`` on uniform random feeds) once per
 preset with the current tree, recording every ``WeightPacker.add`` call, then replays all of them
-through the current packer and the one of ``--base`` (a tree folder holding ``src/``: its
+(of the delivered build: repair's builds have a packer each) through the current packer and the one of ``--base`` (a tree folder holding ``src/``: its
 ``onnx_ops/packed.py`` is loaded beside ours), alternating, ``--rounds`` times: best CPU seconds of
 each, and whether the two give the same decoded values (every fragment run in onnxruntime and
 compared bit for bit with the reference's fake-quantized weights, which both must reproduce).
@@ -90,11 +90,13 @@ def packer_cost(model: str, presets: list[str], base: str, rounds: int) -> None:
     print(f"| model | preset | weights | packer CPU s base | new | new ÷ base | decoded = reference (base, new) |")
     print("|---|---|---:|---:|---:|---:|---|")
     for preset in presets:
-        calls: list[tuple] = []
+        builds: list[tuple[Any, list[tuple]]] = []  # (packer, its calls), the packer held: ids stay unique
         original = packed.WeightPacker.add
 
         def add(self: Any, name: str, values: np.ndarray, fq: np.ndarray, fmt: str, attrs: dict, target: str) -> Any:
-            calls.append((name, values.copy(), fq.copy(), fmt, dict(attrs), target))
+            if not builds or builds[-1][0] is not self:
+                builds.append((self, []))
+            builds[-1][1].append((name, values.copy(), fq.copy(), fmt, dict(attrs), target))
             return original(self, name, values, fq, fmt, attrs, target)
 
         packed.WeightPacker.add = add
@@ -102,6 +104,9 @@ def packer_cost(model: str, presets: list[str], base: str, rounds: int) -> None:
             quantize(path, preset, data)
         finally:
             packed.WeightPacker.add = original
+        # the delivered build's packer (repair builds the model more than once; one packer each)
+        calls = builds[-1][1] if builds else []
+        del builds
         best = {"base": float("inf"), "new": float("inf")}
         for _ in range(rounds):
             for label, module in (("base", old), ("new", packed)):
