@@ -87,7 +87,7 @@ def packer_cost(model: str, presets: list[str], base: str, rounds: int) -> None:
 
     old = _load_base_packer(base)
     path, data = _feeds(model, "calibration")
-    print(f"| model | preset | weights | packer CPU s base | new | new ÷ base | decoded = reference (base, new) |")
+    print("| model | preset | weights | packer CPU s base | new | new ÷ base | decoded = reference (base, new) |")
     print("|---|---|---:|---:|---:|---:|---|")
     for preset in presets:
         builds: list[tuple[Any, list[tuple]]] = []  # (packer, its calls), the packer held: ids stay unique
@@ -106,7 +106,6 @@ def packer_cost(model: str, presets: list[str], base: str, rounds: int) -> None:
             packed.WeightPacker.add = original
         # the delivered build's packer (repair builds the model more than once; one packer each)
         calls = builds[-1][1] if builds else []
-        del builds
         best = {"base": float("inf"), "new": float("inf")}
         for _ in range(rounds):
             for label, module in (("base", old), ("new", packed)):
