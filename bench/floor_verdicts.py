@@ -13,6 +13,8 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --out-dir /work/cache/floorsee3/rec
     # judge every record under this tree and a base tree:
     PYTHONPATH=src:. python bench/floor_verdicts.py judge --out-dir /work/cache/floorsee3/rec --base /work/cache/floorsee3/base/src
+    # which outputs of every zoo and outside model the curve judgement fires on (float only, 3 feeds each):
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
 """
 
 from __future__ import annotations
@@ -92,9 +94,41 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
     return verdicts
 
 
+def scan(feeds_per_model: int, only: str) -> None:
+    """Which outputs the curve judgement (analysis/curves.py) would judge at all, on float's values of
+    every zoo and outside model (the float models only: a judgement that never fires changes no verdict)."""
+    import newmodels as nm
+    from onnxptq.analysis.curves import CurveAgreement
+    from testkit import zoo
+
+    entries = [(m.name, m.path, lambda n, m=m: m.make(m.root(), n, 1)) for m in zoo.ZOO]
+    entries += [(name, lambda rel=rel: nm.SRC / rel, lambda n, make=make: make(n, 1)) for name, (rel, make, _, _) in nm.MODELS.items()]
+    for name, path, make in entries:
+        if only and name not in only.split(","):
+            continue
+        try:
+            run, feeds = zoo.session_runner(path()), make(feeds_per_model)
+            outs = [run(f) for f in feeds]
+        except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
+            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
+            continue
+        fired = []
+        for k in range(len(outs[0])):
+            curve = CurveAgreement()
+            for o in outs:
+                import numpy as np
+
+                v = np.asarray(o[k])
+                if np.issubdtype(v.dtype, np.floating) and np.isfinite(v).all():
+                    curve.add(v, v)
+            if curve.judge(0) is not None:
+                fired.append(k)
+        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("record", "judge", "judge-here"))
+    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan"))
     ap.add_argument("--models", default="")
     ap.add_argument("--presets", default="")
     ap.add_argument("--calib", type=int, default=12)
@@ -105,6 +139,9 @@ def main() -> None:
     out_dir = Path(a.out_dir)
     if a.mode == "record":
         record(a.models.split(","), a.presets.split(","), a.calib, a.held, out_dir)
+        return
+    if a.mode == "scan":
+        scan(a.calib, a.models)
         return
     if a.mode == "judge-here":
         print(json.dumps(judge_here(out_dir)))
