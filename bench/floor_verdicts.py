@@ -13,7 +13,7 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --out-dir /work/cache/floorsee3/rec
     # judge every record under this tree and a base tree:
     PYTHONPATH=src:. python bench/floor_verdicts.py judge --out-dir /work/cache/floorsee3/rec --base /work/cache/floorsee3/base/src
-    # which outputs of every zoo and outside model the curve judgement fires on (float only, 3 feeds each):
+    # which outputs of every zoo and outside model the curve and heat-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
 """
 
@@ -98,7 +98,9 @@ def scan(feeds_per_model: int, only: str) -> None:
     """Which outputs the curve judgement (analysis/curves.py) would judge at all, on float's values of
     every zoo and outside model (the float models only: a judgement that never fires changes no verdict)."""
     import newmodels as nm
+    import numpy as np
     from onnxptq.analysis.curves import CurveAgreement
+    from onnxptq.analysis.maps import HEAT_MARGIN, MaskAgreement, RegionAgreement
     from testkit import zoo
 
     entries = [(m.name, m.path, lambda n, m=m: m.make(m.root(), n, 1)) for m in zoo.ZOO]
@@ -112,18 +114,21 @@ def scan(feeds_per_model: int, only: str) -> None:
         except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
             print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
             continue
-        fired = []
+        fired, heat = [], []
         for k in range(len(outs[0])):
-            curve = CurveAgreement()
+            curve, masks, regions = CurveAgreement(), MaskAgreement(margin=HEAT_MARGIN), RegionAgreement(margin=HEAT_MARGIN)
             for o in outs:
-                import numpy as np
-
                 v = np.asarray(o[k])
                 if np.issubdtype(v.dtype, np.floating) and np.isfinite(v).all():
                     curve.add(v, v)
+                    masks.add(v, v)
+                    regions.add(v, v)
             if curve.judge(0) is not None:
                 fired.append(k)
-        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired}), flush=True)
+            if masks.worst() is not None or (regions.valid and regions.feeds and regions.judge(1) is not None):
+                heat.append(k)
+        # heat: dense outputs within the heat-map margin of [0, 1] (a sigmoid's too: those were judged so before)
+        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat}), flush=True)
 
 
 def main() -> None:

@@ -33,6 +33,16 @@ left out, held against the family's top-1 floor (0.97 / 0.95 / 0.90: the share o
 positions kept, as top-1 is for rows). Judged only where the union holds at least
 :data:`MIN_MASK` positions (a few pixels' blob is noise, not a figure).
 
+**Heat maps no sigmoid ends** (issue 27, branch floorsee3). CRAFT (``crafter``'s ``craftnet.onnx``)
+ends in a ``Conv`` whose ``[N, 2, H, W]`` region and affinity maps were regressed toward Gaussian
+targets in [0, 1]; its package reads them at ``low_text`` 0.4 and ``link_threshold`` 0.4. No
+sigmoid marks it, so the floor judged the map by its cosine (0.9946 at MXFP8_E4M3) while the
+regions above 0.4 kept an IoU of 0.820 with float's. An output read from no sigmoid is judged as a
+probability map where **the data** says it is one: float's values on every held-out feed within
+[−:data:`HEAT_MARGIN`, 1 + :data:`HEAT_MARGIN`] and the other conditions above (dense; one channel
+for masks, multi-channel for regions); features, images in 0–255, logits and offsets leave that
+range on their first feed and are judged as before.
+
 **Multi-channel maps** (:class:`RegionAgreement`). basic-pitch's note, onset and contour
 posteriorgrams (``[windows, 172 frames, 88 | 264 pitches]``, each a ``Sigmoid``) are read by
 thresholding them into regions (a note is a run of frames above 0.3 at one pitch, begun by an
@@ -93,7 +103,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-__all__ = ["BAND", "BAND_STEPS", "LEVELS", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
+__all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps"]
 
 #: values per feed from which an output is a dense map
@@ -106,6 +116,9 @@ LEVELS = (0.2, 0.5, 0.8)
 MIN_SPAN = 0.5
 #: a float value within this of the threshold is a tie no format resolves (left out)
 TIE = 2.0 ** -10
+#: a heat map no sigmoid bounds (a network regressed toward [0, 1] targets) overshoots the unit range
+#: by a few hundredths (CRAFT's region and affinity maps: −0.03 to 0.98); further out it is no such map
+HEAT_MARGIN = 0.1
 
 _MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Resize Upsample Slice".split())
 _PROBABILITIES = frozenset(("Sigmoid", "HardSigmoid"))
@@ -179,10 +192,13 @@ class MaskAgreement:
     union: dict[tuple[str, float], int] = field(default_factory=dict)
     #: False once a feed was not a dense probability map (too few values, float outside [0, 1])
     valid: bool = True
+    #: how far outside [0, 1] float's values may lie (:data:`TIE` for a sigmoid's; :data:`HEAT_MARGIN`
+    #: for a heat map no sigmoid bounds: :func:`heat_map_candidate`)
+    margin: float = TIE
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         if (ref.shape != got.shape or ref.size < MIN_POSITIONS or sum(d > 1 for d in ref.shape) > 2
-                or ref.min() < -TIE or ref.max() > 1.0 + TIE):
+                or ref.min() < -self.margin or ref.max() > 1.0 + self.margin):
             self.valid = False
             return
         r, g = np.asarray(ref, np.float64).ravel(), np.asarray(got, np.float64).ravel()
@@ -287,12 +303,14 @@ class RegionAgreement:
     feeds: int = 0
     #: False once a feed was not a multi-channel probability map
     valid: bool = True
+    #: how far outside [0, 1] float's values may lie (as :attr:`MaskAgreement.margin`)
+    margin: float = TIE
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         if not self.valid:
             return
         if (ref.shape != got.shape or ref.size < MIN_POSITIONS or not _multi_channel(ref)
-                or ref.min() < -TIE or ref.max() > 1.0 + TIE or not np.isfinite(got).all()):
+                or ref.min() < -self.margin or ref.max() > 1.0 + self.margin or not np.isfinite(got).all()):
             self.valid = False
             return
         r, g = np.asarray(ref, np.float64), np.asarray(got, np.float64)
