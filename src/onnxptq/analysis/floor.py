@@ -39,7 +39,11 @@ its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow 
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
 (:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
-(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`).
+(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`); a curve of a physical quantity (non-negative
+values on a large common offset along one axis: phoneme bounds in seconds, a pitch in Hz) by the share
+of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
+dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
+map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
