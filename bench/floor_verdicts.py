@@ -99,7 +99,9 @@ def scan(feeds_per_model: int, only: str) -> None:
     every zoo and outside model (the float models only: a judgement that never fires changes no verdict)."""
     import newmodels as nm
     import numpy as np
+    import onnx
     from onnxptq.analysis.curves import CurveAgreement
+    from onnxptq.analysis.floor import readings_of
     from onnxptq.analysis.maps import HEAT_MARGIN, MaskAgreement, RegionAgreement
     from testkit import zoo
 
@@ -114,7 +116,12 @@ def scan(feeds_per_model: int, only: str) -> None:
         except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
             print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
             continue
-        fired, heat = [], []
+        fired, heat, new_heat = [], [], []
+        model = onnx.load(str(path()))
+        readings = readings_of(model)
+        names = [o.name for o in model.graph.output]
+        judged_else = {*readings["class_outputs"], *readings["prob_maps"], *readings["selected"], *readings["score_rows"],
+                       *readings["log_scales"], *readings["softmax_maps"]}
         for k in range(len(outs[0])):
             curve, masks, regions = CurveAgreement(), MaskAgreement(margin=HEAT_MARGIN), RegionAgreement(margin=HEAT_MARGIN)
             for o in outs:
@@ -127,8 +134,10 @@ def scan(feeds_per_model: int, only: str) -> None:
                 fired.append(k)
             if masks.worst() is not None or (regions.valid and regions.feeds and regions.judge(1) is not None):
                 heat.append(k)
+                if k < len(names) and names[k] not in judged_else:
+                    new_heat.append(k)  # the heat-map judgement's own: no sigmoid, no class head
         # heat: dense outputs within the heat-map margin of [0, 1] (a sigmoid's too: those were judged so before)
-        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat}), flush=True)
+        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat, "new_heat": new_heat}), flush=True)
 
 
 def main() -> None:
