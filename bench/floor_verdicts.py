@@ -102,7 +102,7 @@ def scan(feeds_per_model: int, only: str) -> None:
     import onnx
     from onnxptq.analysis.curves import CurveAgreement
     from onnxptq.analysis.floor import readings_of
-    from onnxptq.analysis.maps import HEAT_MARGIN, MaskAgreement, RegionAgreement
+    from onnxptq.analysis.maps import MaskAgreement, RegionAgreement
     from testkit import zoo
 
     entries = [(m.name, m.path, lambda n, m=m: m.make(m.root(), n, 1)) for m in zoo.ZOO]
@@ -123,7 +123,7 @@ def scan(feeds_per_model: int, only: str) -> None:
         judged_else = {*readings["class_outputs"], *readings["prob_maps"], *readings["selected"], *readings["score_rows"],
                        *readings["log_scales"], *readings["softmax_maps"]}
         for k in range(len(outs[0])):
-            curve, masks, regions = CurveAgreement(), MaskAgreement(margin=HEAT_MARGIN), RegionAgreement(margin=HEAT_MARGIN)
+            curve, masks, regions = CurveAgreement(), MaskAgreement(heat=True), RegionAgreement(heat=True)
             for o in outs:
                 v = np.asarray(o[k])
                 if np.issubdtype(v.dtype, np.floating) and np.isfinite(v).all():

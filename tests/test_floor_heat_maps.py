@@ -66,3 +66,15 @@ def test_maps_outside_the_unit_range_stay_judged_by_cosine():
         gots = [(0.85 * (r - shift) + shift).astype(np.float32) for r in refs]
         check = _verdict(refs, gots).outputs["y"]
         assert check.regions is None and check.mask is None
+
+
+def test_class_probabilities_summing_to_one_are_no_heat_map():
+    """czann's ``[1, H, W, 2]`` nucleus/background cells (no Softmax node the floor recognizes) are read
+    by arg-max: judged by their regions, FP16 (task IoU 0.994) broke at F1 0.956."""
+    refs = []
+    for s in range(4):
+        p = np.clip(_craft_like(s, channels=1)[0, 0], 0.0, 1.0)
+        refs.append(np.stack([1.0 - p, p], axis=-1)[None].astype(np.float32))
+    gots = [np.stack([1.0 - 0.85 * r[..., 1], 0.85 * r[..., 1]], axis=-1).astype(np.float32) for r in refs]
+    check = _verdict(refs, gots).outputs["y"]
+    assert check.regions is None and check.mask is None

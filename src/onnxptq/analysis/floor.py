@@ -79,7 +79,7 @@ from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .maps import HEAT_MARGIN, Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
+from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -426,8 +426,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
         if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
             # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps")
-            masks = MaskAgreement(margin=HEAT_MARGIN)
-        regions = RegionAgreement(masks.thresholds, margin=masks.margin) if masks is not None else None
+            masks = MaskAgreement(heat=True)
+        regions = RegionAgreement(masks.thresholds, heat=masks.heat) if masks is not None else None
         may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
         scores = ScoreAgreement() if may_score else None
