@@ -197,6 +197,8 @@ class MaskAgreement:
     heat: bool = False
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        if not self.valid:
+            return  # judged on no feed once one was no such map (worst() says None): no pass over it
         if (ref.shape != got.shape or ref.size < MIN_POSITIONS or sum(d > 1 for d in ref.shape) > 2
                 or not _in_unit_range(ref, self.heat)):
             self.valid = False
