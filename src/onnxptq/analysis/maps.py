@@ -33,6 +33,17 @@ left out, held against the family's top-1 floor (0.97 / 0.95 / 0.90: the share o
 positions kept, as top-1 is for rows). Judged only where the union holds at least
 :data:`MIN_MASK` positions (a few pixels' blob is noise, not a figure).
 
+**Heat maps no sigmoid ends** (issue 27, branch floorsee3). CRAFT (``crafter``'s ``craftnet.onnx``)
+ends in a ``Conv`` whose ``[N, 2, H, W]`` region and affinity maps were regressed toward Gaussian
+targets in [0, 1]; its package reads them at ``low_text`` 0.4 and ``link_threshold`` 0.4. No
+sigmoid marks it, so the floor judged the map by its cosine (0.9946 at MXFP8_E4M3) while the
+regions above 0.4 kept an IoU of 0.820 with float's. An output read from no sigmoid is judged as a
+probability map where **the data** says it is one: float's values on every held-out feed within
+[−:data:`HEAT_MARGIN`, 1 + :data:`HEAT_MARGIN`] and the other conditions above (dense; one channel
+for masks, multi-channel for regions); features, images in 0–255, logits and offsets leave that
+range on their first feed and are judged as before, and so are class probabilities summing to 1
+along an axis (:func:`heat_map_feed`).
+
 **Multi-channel maps** (:class:`RegionAgreement`). basic-pitch's note, onset and contour
 posteriorgrams (``[windows, 172 frames, 88 | 264 pitches]``, each a ``Sigmoid``) are read by
 thresholding them into regions (a note is a run of frames above 0.3 at one pitch, begun by an
@@ -93,7 +104,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-__all__ = ["BAND", "BAND_STEPS", "LEVELS", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
+__all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "heat_map_feed", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps"]
 
 #: values per feed from which an output is a dense map
@@ -106,6 +117,9 @@ LEVELS = (0.2, 0.5, 0.8)
 MIN_SPAN = 0.5
 #: a float value within this of the threshold is a tie no format resolves (left out)
 TIE = 2.0 ** -10
+#: a heat map no sigmoid bounds (a network regressed toward [0, 1] targets) overshoots the unit range
+#: by a few hundredths (CRAFT's region and affinity maps: −0.03 to 0.98); further out it is no such map
+HEAT_MARGIN = 0.1
 
 _MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Resize Upsample Slice".split())
 _PROBABILITIES = frozenset(("Sigmoid", "HardSigmoid"))
@@ -179,10 +193,14 @@ class MaskAgreement:
     union: dict[tuple[str, float], int] = field(default_factory=dict)
     #: False once a feed was not a dense probability map (too few values, float outside [0, 1])
     valid: bool = True
+    #: a map no sigmoid bounds, judged only where its data reads as a heat map (:func:`heat_map_feed`)
+    heat: bool = False
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        if not self.valid:
+            return  # judged on no feed once one was no such map (worst() says None): no pass over it
         if (ref.shape != got.shape or ref.size < MIN_POSITIONS or sum(d > 1 for d in ref.shape) > 2
-                or ref.min() < -TIE or ref.max() > 1.0 + TIE):
+                or not _in_unit_range(ref, self.heat)):
             self.valid = False
             return
         r, g = np.asarray(ref, np.float64).ravel(), np.asarray(got, np.float64).ravel()
@@ -213,6 +231,27 @@ class MaskAgreement:
 MIN_REGION = 4
 #: a float region is kept where a quantized region overlaps it with at least this IoU (as boxes are matched)
 REGION_IOU = 0.5
+
+
+def _in_unit_range(ref: np.ndarray, heat: bool) -> bool:
+    """Whether float's map ``ref`` is one the masks and regions judge: a sigmoid's within :data:`TIE`
+    of [0, 1]; a map no sigmoid bounds (``heat``) where :func:`heat_map_feed` says so."""
+    return heat_map_feed(ref) if heat else bool(ref.min() >= -TIE and ref.max() <= 1.0 + TIE)
+
+
+def heat_map_feed(ref: np.ndarray) -> bool:
+    """Whether one feed of an output no sigmoid bounds reads as a heat map ("Heat maps no sigmoid
+    ends"): float's values within :data:`HEAT_MARGIN` of [0, 1], and no axis along which they are
+    class probabilities summing to 1 (czann's ``[1, 1024, 1024, 2]`` nucleus/background cells: read
+    by arg-max, not thresholded channel by channel; judged so, FP16 with a task IoU of 0.994 broke
+    on its regions' F1 0.956)."""
+    if ref.min() < -HEAT_MARGIN or ref.max() > 1.0 + HEAT_MARGIN:
+        return False
+    if ref.min() >= -TIE:
+        for axis in range(ref.ndim):
+            if ref.shape[axis] >= 2 and np.abs(np.sum(ref, axis=axis, dtype=np.float64) - 1.0).max() <= 1e-3:
+                return False
+    return True
 
 
 def _multi_channel(ref: np.ndarray) -> bool:
@@ -287,12 +326,14 @@ class RegionAgreement:
     feeds: int = 0
     #: False once a feed was not a multi-channel probability map
     valid: bool = True
+    #: a map no sigmoid bounds (as :attr:`MaskAgreement.heat`)
+    heat: bool = False
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         if not self.valid:
             return
         if (ref.shape != got.shape or ref.size < MIN_POSITIONS or not _multi_channel(ref)
-                or ref.min() < -TIE or ref.max() > 1.0 + TIE or not np.isfinite(got).all()):
+                or not _in_unit_range(ref, self.heat) or not np.isfinite(got).all()):
             self.valid = False
             return
         r, g = np.asarray(ref, np.float64), np.asarray(got, np.float64)

