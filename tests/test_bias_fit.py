@@ -68,7 +68,7 @@ def test_weight_stretch_brings_the_bias_to_the_limit_and_no_further():
     assert factor.shape == sw.shape and np.all(factor >= 1.0)
     assert np.all(steps <= BIAS_LIMIT * (1 + 1e-9))
     assert steps[factor > 1].min() == pytest.approx(BIAS_LIMIT)  # stretched exactly to the limit
-    assert factor[2] == 1.0  # 2e-3 / (3.5e-10 · 1e-2) = 5.7e8 < 2^30: that channel is left alone
+    assert factor[2] == 1.0  # 2e-3 / (3.5e-10 · 1e-2) = 5.7e8 < 2^31: that channel is left alone
     assert weight_stretch(bias, np.float32(1e-3), sw) is None  # an ordinary input scale: nothing to do
     per_tensor = weight_stretch(bias, sx, np.float32(4e-3))
     assert per_tensor.shape == () and float(per_tensor) == pytest.approx(1.0 / (3.5e-10 * 4e-3 * BIAS_LIMIT), rel=1e-6)
