@@ -10,7 +10,10 @@ stretched weights' scales. With ``--compare TREE`` each pair is also quantized b
 tree (e.g. main's ``src``) in a child process, and the two output files' SHA-256 are compared.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/bias_fit_scan.py --presets A8W8,A16W8 --calib 4 \
-        [--models nsfw,tinyocr_det] [--compare /work/cache/czann16/base/src] [--json out.json]
+        [--models nsfw,tinyocr_det] [--compare /work/cache/czann16/base/src] [--held 16] [--json out.json]
+
+With ``--held`` and ``--compare`` the other tree runs only where this one stretched a weight (elsewhere
+the files are equal by construction), and both trees' metrics are reported.
 """
 
 from __future__ import annotations
@@ -53,7 +56,19 @@ def _path(name: str) -> str:
     return str(newmodels.SRC / newmodels.MODELS[name][0])
 
 
-def one(name: str, preset: str, calib: int, out: str) -> dict:
+def _agreement(name: str, out: str, held: int) -> float | None:
+    """The model's own metric (bench/newmodels.py) of ``out`` against float on ``held`` held-out feeds."""
+    if name in SHIPPED or held <= 0:
+        return None
+    import newmodels
+    from testkit import zoo
+
+    feeds = newmodels.MODELS[name][1](held, 1000)
+    ref, test = zoo.session_runner(Path(_path(name))), zoo.session_runner(Path(out))
+    return round(float(newmodels.MODELS[name][3](ref, test, feeds, None)), 4)
+
+
+def one(name: str, preset: str, calib: int, out: str, held: int = 0) -> dict:
     """Quantize one pair in this process (whichever ``onnxptq`` is on sys.path); count the log lines."""
     import onnxptq
     from onnxptq.config.presets import resolve_config
@@ -73,7 +88,8 @@ def one(name: str, preset: str, calib: int, out: str) -> dict:
     onnxptq.quantize(_path(name), cfg, data=_feeds(name, calib), output=out)
     cpu = round(time.process_time() - c0, 1)
     sha = hashlib.sha256(Path(out).read_bytes()).hexdigest()[:12]
-    return {"model": name, "preset": preset, **counts, "saturating": _clipped_int32(out), "sha": sha, "cpu_s": cpu}
+    return {"model": name, "preset": preset, **counts, "saturating": _clipped_int32(out), "sha": sha, "cpu_s": cpu,
+            "agreement": _agreement(name, out, held)}
 
 
 def _clipped_int32(path: str) -> int:
@@ -91,10 +107,10 @@ def _clipped_int32(path: str) -> int:
     return n
 
 
-def _child(src: str, name: str, preset: str, calib: int, timeout: float) -> dict:
+def _child(src: str, name: str, preset: str, calib: int, timeout: float, held: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=f"{src}:{Path(__file__).resolve().parents[1]}:{Path(__file__).resolve().parent}")
-        cmd = [sys.executable, __file__, "--one", name, preset, str(calib), str(Path(tmp) / "q.onnx")]
+        cmd = [sys.executable, __file__, "--one", name, preset, str(calib), str(Path(tmp) / "q.onnx"), str(held)]
         try:
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -105,8 +121,8 @@ def _child(src: str, name: str, preset: str, calib: int, timeout: float) -> dict
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
-        _, _, name, preset, calib, out = sys.argv
-        print(json.dumps(one(name, preset, int(calib), out)))
+        _, _, name, preset, calib, out, held = sys.argv
+        print(json.dumps(one(name, preset, int(calib), out, int(held))))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import newmodels
@@ -116,6 +132,7 @@ def main() -> None:
     ap.add_argument("--presets", default="A8W8,A16W8")
     ap.add_argument("--calib", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--held", type=int, default=0, help="also the model's metric on this many held-out feeds (seed 1000)")
     ap.add_argument("--compare", default=None, help="another source tree's src folder (e.g. main's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -123,9 +140,10 @@ def main() -> None:
     rows = []
     for name in args.models.split(","):
         for preset in args.presets.split(","):
-            row = _child(here, name, preset, args.calib, args.timeout)
-            if args.compare:
-                other = _child(args.compare, name, preset, args.calib, args.timeout)
+            row = _child(here, name, preset, args.calib, args.timeout, args.held)
+            if args.compare and (row.get("stretched") or not args.held):  # with --held: only where the rule acted
+                other = _child(args.compare, name, preset, args.calib, args.timeout, args.held)
+                row["agreement_other"] = other.get("agreement")
                 row["sha_other"] = other.get("sha", other.get("error"))
                 row["saturating_other"] = other.get("saturating")
                 row["same_file"] = row.get("sha") == other.get("sha")
