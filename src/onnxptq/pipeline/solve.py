@@ -20,6 +20,7 @@ from ..errors import CalibrationMissingError, ScaleOverflowError
 from ..formats import floating, integer
 from ..graph.external import tensor_values
 from ..graph.walk import walk_scopes
+from .bias_fit import weight_stretch
 from .plan import Plan, TensorPlan
 from .plan.thresholds import widen_to_cover
 
@@ -113,6 +114,32 @@ def _clamp(bounds: tuple[Any, Any], limits: tuple[float | None, float | None] | 
     return new_min.astype(np.asarray(bounds[0]).dtype), new_max.astype(np.asarray(bounds[1]).dtype)
 
 
+def _fit_int32_biases(plan: Plan, params: dict[str, QParams], weight_ranges: Mapping[str, tuple[Any, Any]],
+                      inits: Mapping[str, onnx.TensorProto]) -> None:
+    """Stretch the range of every integer weight whose int32 bias would saturate on
+    ``scale(input) × scale(weight)`` just enough that it fits (:mod:`.bias_fit`), in place: the
+    bias loop of :func:`solve` then reads the widened weight scales."""
+    fitted: list[str] = []
+    for tplan in plan.tensors.values():
+        if tplan.role != "bias" or tplan.bias_of is None or tplan.name not in inits:
+            continue
+        act, weight = tplan.bias_of
+        wplan = plan.tensors.get(weight)
+        if act not in params or weight not in params or weight not in weight_ranges or wplan is None or not wplan.quant.is_integer:
+            continue
+        factor = weight_stretch(tensor_values(inits[tplan.name]), params[act].scale, params[weight].scale)
+        if factor is None:
+            continue
+        rmin, rmax = weight_ranges[weight]
+        rmin, rmax = np.asarray(rmin, np.float64) * factor, np.asarray(rmax, np.float64) * factor
+        weight_ranges[weight] = (rmin, rmax)
+        params[weight] = _integer_params(wplan.quant, rmin, rmax)
+        fitted.append(f"{weight} (x{float(np.max(factor)):.3g})")
+    if fitted:
+        log.info("solve: %d weight(s) got a wider grid so that their int32 bias fits (pipeline/bias_fit.py): %s",
+                 len(fitted), ", ".join(fitted[:6]))
+
+
 def _union(a: tuple[float, float] | None, b: tuple[float, float] | None) -> tuple[float, float] | None:
     if a is None or b is None:
         return a or b
@@ -144,6 +171,7 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
     inits = {t.name: t for scope in walk_scopes(model.graph) for t in scope.graph.initializer}
     params: dict[str, QParams] = {}
     ranges: dict[str, tuple[Any, Any]] = {}
+    weight_ranges: dict[str, tuple[Any, Any]] = {}
 
     for tplan in plan.tensors.values():
         if tplan.role != "activation" or not tplan.quant.needs_calibration:
@@ -199,6 +227,9 @@ def solve(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *, movin
         else:
             rmin, rmax = integer.weight_range(values, axis)
         params[tplan.name] = _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
+        weight_ranges[tplan.name] = (rmin, rmax)
+
+    _fit_int32_biases(plan, params, weight_ranges, inits)
 
     for tplan in plan.tensors.values():
         if tplan.role != "bias" or tplan.name not in inits:
