@@ -130,3 +130,25 @@ def test_quantize_judges_a_duration_heads_bounds_as_a_curve():
     share, count, _ = check.curve
     assert count >= result.floor.floor.needed
     assert check.ok == (share >= result.floor.floor.top1 and check.cosine >= result.floor.floor.cosine)
+
+
+def test_a_decisions_max_score_is_no_curve():
+    """A reader's ``ReduceMax(logits)`` beside its ``ArgMax`` ids is positive on a large offset, like a
+    pitch, but it is a confidence: judged as a curve at 1 %, an 8-bit model's 3.9 % move broke the
+    floor and repair kept every node float (tests/test_integer_outputs.py). It keeps its cosine."""
+    from onnxptq.analysis.curves import decision_confidences
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"], name="head"),
+             helper.make_node("ArgMax", ["logits"], ["ids"], axis=-1, keepdims=0, name="argmax"),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="softmax"),
+             helper.make_node("ReduceMax", ["logits"], ["conf"], axes=[-1], keepdims=0, name="conf"),
+             helper.make_node("ReduceMax", ["probs"], ["p0"], axes=[-1], keepdims=1, name="pmax"),
+             helper.make_node("Squeeze", ["p0"], ["pconf"], name="squeeze"),
+             helper.make_node("ReduceMax", ["x"], ["xmax"], axes=[-1], keepdims=0, name="xmax")]
+    w = numpy_helper.from_array(np.ones((4, 6), np.float32), "w")
+    graph = helper.make_graph(nodes, "reader", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 9, 4])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("ids", "conf", "pconf", "xmax")],
+                              [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert decision_confidences(model, ["logits"]) == {"conf", "pconf"}  # not xmax: no decision reads x
+    assert decision_confidences(model, []) == set()

@@ -237,7 +237,11 @@ def test_lm_head_rule_float_and_int4():
     int4_head = _quantized("rtn", lm_head="int4")
     assert [r.format for r in int4_head.layers if r.role == "lm_head"] == ["int4 sym b64"]
     errs = [_rel(_logits(r.model)) for r in (float_head, _quantized("rtn"), int4_head)]
-    assert errs[0] <= errs[1] < errs[2]
+    # The int8 head's own error is small beside the int4 body's, so whether it adds to the body's or
+    # happens to cancel a little of it depends on the CPU's kernels (0.0159 against the float head's
+    # 0.0163 on one AVX-512 machine, the other order on another): the float head may not be worse
+    # than the int8 one by more than that noise, and the int4 head must be clearly worse than both.
+    assert errs[0] <= 1.05 * errs[1] and max(errs[:2]) < errs[2]
 
 
 def test_mixed_keeps_the_most_sensitive_layers_at_8_bits():

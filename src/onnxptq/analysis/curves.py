@@ -25,18 +25,58 @@ waveforms change sign and have no ratio to keep), not all within [0, 1] (a proba
 its thresholds) and carry a large common offset: their mean at least their standard deviation
 (the offset at least half the energy; a sparse envelope of peaks has its energy in the peaks,
 which its cosine sees). Class scores, probability maps, selections and detectors are judged
-elsewhere and never reach this.
+elsewhere and never reach this. Nor does a decision's confidence (:func:`decision_confidences`):
+the largest (or smallest) score of a tensor the graph decides on by arg-max or TopK, such as a
+reader's ``ReduceMax(logits)`` beside its ``ArgMax`` ids, is positive on a large offset like a
+pitch, but it is read against thresholds or ranked, not to 1 % of itself, and the decision it
+comes with is judged on its own; at 1 % an 8-bit reader's max logit (3.9 % worst) broke the floor
+and repair kept every node float.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
+import onnx
 
+from ..graph.walk import dataflow
 from .scores import MAX_SCORES
 
-__all__ = ["LIVE", "TOLERANCE", "CurveAgreement"]
+__all__ = ["LIVE", "TOLERANCE", "CurveAgreement", "decision_confidences"]
+
+#: ops an output may pass through after the reduction and still be that reduction's value
+_CARRY = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Identity", "Cast"})
+#: reductions that give a decided tensor's extreme score (TopK: its values output)
+_EXTREMES = frozenset({"ReduceMax", "ReduceMin", "TopK"})
+#: ops between the decided tensor and the reduction that keep it the same scores (a softmax of logits)
+_SCORES_OF = frozenset({"Softmax", "LogSoftmax", "Sigmoid"}) | _CARRY
+
+
+def decision_confidences(model: onnx.ModelProto, decided: Iterable[str]) -> set[str]:
+    """The graph outputs that are the extreme score of a tensor in ``decided`` (the tensors the
+    graph's ArgMax/TopK decisions read, ``decisions.find_decisions``): ``ReduceMax``/``ReduceMin``
+    or TopK's values of it or of its softmax, through reshapes and casts. Not curves (module
+    docstring): they keep their cosine."""
+    producer, _ = dataflow(model.graph.node)
+    decided = set(decided)
+    found: set[str] = set()
+    for out in model.graph.output:
+        node = producer.get(out.name)
+        while node is not None and node.op_type in _CARRY and node.input:
+            node = producer.get(node.input[0])
+        if node is None or node.op_type not in _EXTREMES or not node.input:
+            continue
+        source, hops = node.input[0], 0
+        while source not in decided and hops < 8:
+            up = producer.get(source)
+            if up is None or up.op_type not in _SCORES_OF or not up.input:
+                break
+            source, hops = up.input[0], hops + 1
+        if source in decided:
+            found.add(out.name)
+    return found
 
 #: an element may move by this share of float's value (module docstring)
 TOLERANCE = 0.01

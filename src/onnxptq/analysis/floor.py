@@ -70,7 +70,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
-from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement
+from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences
 from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
@@ -352,7 +352,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
     return {"class_outputs": class_like_outputs(model), "log_scales": log_domain_outputs(model),
             "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
-            "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model)}
+            "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
+            "confidences": decision_confidences(model, [d.tensor for d in decisions])}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -362,7 +363,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             selection: Mapping[str, tuple[int, list[Decision]]] | None = None,
             seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None,
             softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
-            read_groups: Sequence[tuple[str, ...]] = ()) -> Verdict:
+            read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -384,7 +385,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     judged at each class's best candidates too (:class:`onnxptq.analysis.score_rows.ScoreRows`).
     ``read_groups``: sibling class heads read together (``class_scores.sibling_heads``), judged as
     one read per sample (:func:`_judge_group`). The last three pool the calibration feeds ``seen``
-    with the held-out ones (rare candidates: a few images hold a handful)."""
+    with the held-out ones (rare candidates: a few images hold a handful). ``confidences``: outputs
+    that are a decision's extreme score (``curves.decision_confidences``), never judged as curves."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -431,7 +433,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
         scores = ScoreAgreement() if may_score else None
-        curve = CurveAgreement() if may_score and not classy else None
+        curve = CurveAgreement() if may_score and not classy and name not in confidences else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
