@@ -30,13 +30,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import onnx
 
 from ...formats import integer
-from ...graph.external import tensor_values
+from ...graph.external import constant_tensors, tensor_values
 from ...graph.ops import PASS_THROUGH
 from .select import _Graph
 from .types import Plan, TensorPlan
@@ -59,18 +59,9 @@ class SlicedTensor:
     chain: list[str] = field(default_factory=list)
 
 
-def _const(g: _Graph, name: str) -> np.ndarray | None:
-    if not name:
-        return None
-    init = g.initializers.get(name)
-    if init is not None:
-        return tensor_values(init)
-    node = g.producer.get(name)
-    if node is not None and node.op_type == "Constant":
-        for a in node.attribute:
-            if a.name == "value":
-                return onnx.numpy_helper.to_array(a.t)
-    return None
+def _const(consts: Mapping[str, onnx.TensorProto], name: str) -> np.ndarray | None:
+    tensor = consts.get(name) if name else None
+    return None if tensor is None else tensor_values(tensor)
 
 
 def _interval(start: int, stop: int, dim: int | None) -> tuple[int, int] | None:
@@ -101,13 +92,13 @@ def _dim(dims: tuple[int | None, ...] | None, axis: int) -> int | None:
     return dims[axis] if dims is not None and axis < len(dims) else None
 
 
-def _slice_part(node: onnx.NodeProto, g: _Graph, dims: tuple[int | None, ...] | None) -> tuple[int, tuple[int, int]] | None:
+def _slice_part(node: onnx.NodeProto, consts: Mapping[str, onnx.TensorProto], dims: tuple[int | None, ...] | None) -> tuple[int, tuple[int, int]] | None:
     """(axis, interval) of a Slice that cuts exactly one axis of its input with step 1."""
     if node.op_type != "Slice" or len(node.input) < 3:
         return None
-    starts, ends = _const(g, node.input[1]), _const(g, node.input[2])
-    axes = _const(g, node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    steps = _const(g, node.input[4]) if len(node.input) > 4 and node.input[4] else None
+    starts, ends = _const(consts, node.input[1]), _const(consts, node.input[2])
+    axes = _const(consts, node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    steps = _const(consts, node.input[4]) if len(node.input) > 4 and node.input[4] else None
     if starts is None or ends is None or starts.size != ends.size:
         return None
     axes = np.arange(starts.size) if axes is None else axes
@@ -127,17 +118,17 @@ def _slice_part(node: onnx.NodeProto, g: _Graph, dims: tuple[int | None, ...] | 
     return None if span is None or span[1] <= span[0] else (axis, span)
 
 
-def _reader_parts(node: onnx.NodeProto, g: _Graph, dims: tuple[int | None, ...] | None) -> tuple[int, dict[str, tuple[int, int]]] | None:
+def _reader_parts(node: onnx.NodeProto, consts: Mapping[str, onnx.TensorProto], dims: tuple[int | None, ...] | None) -> tuple[int, dict[str, tuple[int, int]]] | None:
     """(axis, {output: interval}) of a Slice, Split or constant-index Gather reading its input 0."""
     if node.op_type == "Slice":
-        found = _slice_part(node, g, dims)
+        found = _slice_part(node, consts, dims)
         return None if found is None else (found[0], {node.output[0]: found[1]})
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     if node.op_type == "Split":
         axis = _axis(int(attrs.get("axis", 0)), dims)
         if axis is None:
             return None
-        sizes = _const(g, node.input[1]) if len(node.input) > 1 and node.input[1] else attrs.get("split")
+        sizes = _const(consts, node.input[1]) if len(node.input) > 1 and node.input[1] else attrs.get("split")
         if sizes is None:
             dim = _dim(dims, axis)
             if dim is None or dim % len(node.output):
@@ -146,7 +137,7 @@ def _reader_parts(node: onnx.NodeProto, g: _Graph, dims: tuple[int | None, ...] 
         bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))]).tolist()
         return axis, {out: (bounds[i], bounds[i + 1]) for i, out in enumerate(node.output) if out}
     if node.op_type == "Gather" and len(node.input) > 1:
-        idx = _const(g, node.input[1])
+        idx = _const(consts, node.input[1])
         axis = _axis(int(attrs.get("axis", 0)), dims)
         if idx is None or idx.size != 1 or axis is None:
             return None
@@ -162,7 +153,7 @@ def _disjoint(spans: list[tuple[int, int]]) -> bool:
     return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 
-def _chain(g: _Graph, name: str) -> list[str]:
+def _chain(g: _Graph, consts: Mapping[str, onnx.TensorProto], name: str) -> list[str]:
     """The tensors above ``name`` that hold its columns: inputs of single-reader Add/Sub/Mul/Div by
     a constant, followed up to the op that made the columns (a MatMul, a Gemm, anything else)."""
     out: list[str] = []
@@ -170,10 +161,10 @@ def _chain(g: _Graph, name: str) -> list[str]:
         node = g.producer.get(name)
         if node is None or node.op_type not in _PER_COLUMN or len(node.input) != 2:
             return out
-        consts = [_const(g, i) is not None for i in node.input]
-        if consts.count(True) != 1:
+        known = [i in consts for i in node.input]
+        if known.count(True) != 1:
             return out
-        upstream = node.input[consts.index(False)]
+        upstream = node.input[known.index(False)]
         if len(g.consumers.get(upstream, [])) != 1 or upstream in g.outputs:
             return out
         out.append(upstream)
@@ -185,6 +176,7 @@ def sliced_tensors(model: onnx.ModelProto, g: _Graph | None = None) -> dict[str,
     takes (as its data input) a disjoint part of the same single axis (negative axes and bounds
     only where the tensor's shape is known)."""
     g = g or _Graph(model, subgraphs=False)
+    consts = constant_tensors(model.graph)
     found: dict[str, SlicedTensor] = {}
     for name, readers in g.consumers.items():
         if len(readers) < 2 or name in g.outputs or name in g.initializers or not g.is_float(name):
@@ -194,14 +186,14 @@ def sliced_tensors(model: onnx.ModelProto, g: _Graph | None = None) -> dict[str,
         for node in readers:
             if node.input[0] != name or name in node.input[1:]:
                 break
-            got = _reader_parts(node, g, dims)
+            got = _reader_parts(node, consts, dims)
             if got is None or (axis is not None and got[0] != axis):
                 break
             axis = got[0]
             parts.update(got[1])
         else:
             if axis is not None and len(parts) >= 2 and _disjoint(list(parts.values())):
-                found[name] = SlicedTensor(name, axis, parts, _chain(g, name))
+                found[name] = SlicedTensor(name, axis, parts, _chain(g, consts, name))
     return found
 
 
