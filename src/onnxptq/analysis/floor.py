@@ -80,6 +80,7 @@ from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
+from .row_gates import gated_outputs, object_rows
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -196,6 +197,9 @@ class OutputCheck:
     kept_wants_seen: bool = False
     #: a detector's score rows (analysis/score_rows.py): the images they were judged on
     images: int = 0
+    #: a detector whose images decide nothing (``ScoreRows.undecided``): (candidates, float's lowest
+    #: best score, the band's lowest and highest threshold): every candidate passes every threshold
+    undecided: tuple[int, float, float, float] | None = None
     #: a multi-channel probability map judged by its thresholded regions (analysis/maps.py,
     #: RegionAgreement): (F1 of the regions, float's regions, calibration feeds pooled with the held-out ones)
     regions: tuple[float, int, int] | None = None
@@ -226,6 +230,10 @@ class OutputCheck:
         if self.kept is not None:
             seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
             text += f", {self.kept.describe()}{seen}"
+        if self.undecided is not None:
+            count, lowest, low, high = self.undecided
+            text += (f", detections NOT JUDGED: float's best candidate scores {lowest:.3g} or more on all {count}, above every "
+                     f"threshold {low:.3g}-{high:.3g} (no decision to flip)")
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
         if self.curve is not None:
@@ -353,7 +361,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
-            "confidences": decision_confidences(model, [d.tensor for d in decisions])}
+            "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -363,7 +371,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             selection: Mapping[str, tuple[int, list[Decision]]] | None = None,
             seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None,
             softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
-            read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = ()) -> Verdict:
+            read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
+            row_gates: Mapping[str, str] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -386,7 +395,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``read_groups``: sibling class heads read together (``class_scores.sibling_heads``), judged as
     one read per sample (:func:`_judge_group`). The last three pool the calibration feeds ``seen``
     with the held-out ones (rare candidates: a few images hold a handful). ``confidences``: outputs
-    that are a decision's extreme score (``curves.decision_confidences``), never judged as curves."""
+    that are a decision's extreme score (``curves.decision_confidences``), never judged as curves.
+    ``row_gates``: regression outputs whose rows a sibling two-class head gates
+    (``row_gates.gated_outputs``: output → that head's output), judged as scores on the rows the
+    head gives the object only."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -395,6 +407,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         return verdict
     selection = selection or {}
     score_rows = score_rows or {}
+    row_gates = row_gates or {}
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -448,7 +461,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             pooled_r.append(r.ravel())
             pooled_g.append(g.ravel())
             if scores is not None:
-                scores.add(r, g)
+                gate = row_gates.get(name)
+                scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
             if curve is not None:
                 curve.add(r, g)
             if not classy and np.isfinite(g).all():
@@ -494,7 +508,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.ok = False
         if finite and regions is not None and regions.valid and regions.feeds:
             _judge_regions(check, name, regions, seen, floor)
-        if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor):
+        if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor,
+                                                                                                  row_gates.get(name)):
             rows = 0  # a score output: no class decision for a top-1 to judge (analysis/scores.py)
         elif finite and curve is not None:
             _judge_curve(check, curve, floor)
@@ -530,18 +545,21 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     return verdict
 
 
-def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _Seen | None, floor: Floor) -> bool:
+def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _Seen | None, floor: Floor,
+                  gate: str | None = None) -> bool:
     """A low-dimensional score output (:mod:`onnxptq.analysis.scores`) judged per sample against the
     top-1 floor, on the held-out and the calibration feeds ``seen`` together (one sample per feed of a
     batch-1 model: 4 held-out ones say little); False where float's values do not spread.
 
     As reads are (:func:`_breaks`): a verdict that holds needs ``floor.needed`` samples (on fewer it is
     *not judged*, said in the summary); a share below the floor breaks it on that many samples, or on
-    fewer where two samples are off (one among fewer could be an accident)."""
+    fewer where two samples are off (one among fewer could be an accident). ``gate``: a sibling
+    two-class head's output (analysis/row_gates.py): only the rows it gives the object are judged."""
     feeds = 0
     for ref, got in zip(*(seen or ((), ()))):
         if name in ref and name in got and np.issubdtype(np.asarray(ref[name]).dtype, np.floating):
-            scores.add(np.asarray(ref[name]), np.asarray(got[name]))
+            r = np.asarray(ref[name])
+            scores.add(r, np.asarray(got[name]), object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
             feeds += 1
     if not scores.valid:
         return False
@@ -551,7 +569,8 @@ def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _
     share, count, off, worst = judged
     check.scores = (share, count, off, worst, feeds)
     check.top1, check.rows, check.seen_feeds = share, count, feeds
-    check.note = (check.note + " " if check.note else "") + "(a score output, judged per sample: analysis/scores.py)"
+    gated = f" on the rows {gate} gives the object" if gate is not None and scores.gated else ""
+    check.note = (check.note + " " if check.note else "") + f"(a score output, judged per sample{gated}: analysis/scores.py)"
     if share < floor.top1 and (count >= floor.needed or off >= 2):
         check.ok = False
     elif count < floor.needed:
@@ -638,6 +657,12 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
         check.kept, check.kept_seen = kept, len(pooled)
         if kept.figure < floor.top1:
             check.ok = False
+    if isinstance(collector, ScoreRows) and collector.valid and check.ok and kept is None:
+        found = collector.undecided()
+        if found is not None:  # no image holds a decision to flip: "holds" would say nothing (score_rows' docstring)
+            check.images, check.kept_seen, check.top1_unjudged, check.undecided = collector.images, len(pooled), True, found
+            check.needed = floor.needed
+            return
     if isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed:
         # a detector's verdict that holds needs as many images as rows (score_rows' docstring)
         check.images, check.kept_seen, check.top1_unjudged, check.needed = collector.images, len(pooled), True, floor.needed
@@ -858,6 +883,13 @@ def unjudged_text(verdict: Verdict) -> str:
     for name in verdict.unjudged:
         c = verdict.outputs[name]
         needed = c.needed or verdict.floor.needed
+        if c.undecided is not None:
+            count, lowest, low, high = c.undecided
+            parts.append(f"the detections of {name}: float's best candidate scores {lowest:.3g} or more on all {count} candidates "
+                         f"of {c.images} images ({verdict.samples} held-out and {c.kept_seen} calibration samples), above every "
+                         f"threshold {low:.3g}-{high:.3g} a reader might set, so these samples hold no decision a format could flip "
+                         f"(give samples on which float's score falls below such a threshold too)")
+            continue
         if c.images:
             judged = verdict.samples + c.kept_seen
             parts.append(f"the detections of {name}: {c.images} images ({verdict.samples} held-out and {c.kept_seen} calibration "

@@ -80,7 +80,12 @@ judged by the cells a threshold keeps, as below. A ``[N, 2]`` classifier and a C
 threshold is set outside the graph (P-Net 0.6, R-Net 0.7, a detector 0.25-0.5), so the judged
 figure is the expected agreement over the thresholds a user might set: :data:`BAND_STEPS` levels
 from 0.2 to 0.8 of float's largest probability, each counted where float keeps at least
-:data:`MIN_KEPT` candidates above it, intersections and unions summed over the levels. The kept
+:data:`MIN_KEPT` candidates above it and leaves as many below it (a threshold that keeps every
+candidate decides nothing on these samples: no flip across it could show, only a shift it never
+meets), intersections and unions summed over the levels. Where no level of the band decides
+(:func:`undecided`: a slider captcha's one gap per image, every best candidate scoring 0.94 or more
+on the floor's 42 images while the package reads it at 0.5) the samples cannot exercise the
+decision and the floor says so instead of "holds" (analysis/floor.py ``_judge_kept``). The kept
 candidates are few (P-Net's 12 judged scenes hold about 24 cells above 0.5), so a count of the
 cells that crossed is mostly luck; the figure is *estimated* from every candidate's shift, as
 reads are from margins (analysis/class_scores.py): the shifts of the logits ``log(p / (1 − p))``
@@ -105,7 +110,8 @@ import numpy as np
 import onnx
 
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "heat_map_feed", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
-           "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps"]
+           "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
+           "undecided"]
 
 #: values per feed from which an output is a dense map
 MIN_POSITIONS = 1024
@@ -381,7 +387,7 @@ class Kept:
     #: candidates float keeps above the band's lowest counted threshold, and all candidates
     kept: int
     candidates: int
-    #: thresholds counted (float keeps at least :data:`MIN_KEPT` above each), and the band they span
+    #: thresholds counted (float keeps at least :data:`MIN_KEPT` above each and leaves as many below), and the band they span
     levels: int
     low: float
     high: float
@@ -399,19 +405,48 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
+def _levels(r: np.ndarray) -> np.ndarray:
+    """The thresholds of the band on float's probabilities ``r`` (module docstring, "Kept sets")."""
+    return np.linspace(BAND[0], BAND[1], BAND_STEPS) * float(r.max())
+
+
+def _decides(r: np.ndarray, t: float) -> bool:
+    """Whether threshold ``t`` decides anything on float's candidates ``r``: it keeps at least
+    :data:`MIN_KEPT` of them and leaves at least as many below it."""
+    kept = int(np.count_nonzero(r > t))
+    return kept >= MIN_KEPT and r.size - kept >= MIN_KEPT
+
+
+def undecided(ref: np.ndarray) -> tuple[int, float, float, float] | None:
+    """``(candidates, float's lowest score, band low, band high)`` where float keeps at least
+    :data:`MIN_KEPT` candidates at some threshold of the band but no threshold leaves
+    :data:`MIN_KEPT` below it: every candidate (or all but a few) passes every threshold a user
+    might set, so the samples hold no decision a format could flip (module docstring, "Kept sets").
+    None where some threshold decides, or where float keeps too few anywhere (a different lack)."""
+    r = np.asarray(ref, np.float64).ravel()
+    if r.size == 0 or not np.isfinite(r).all() or float(r.max()) <= 0.0:
+        return None
+    levels = _levels(r)
+    if any(_decides(r, float(t)) for t in levels):
+        return None
+    if not any(int(np.count_nonzero(r > t)) >= MIN_KEPT for t in levels):
+        return None
+    return int(r.size), float(r.min()), float(levels[0]), float(levels[-1])
+
+
 def kept_agreement(ref: np.ndarray, got: np.ndarray, *, f1: bool) -> Kept | None:
     """How well the candidates a threshold keeps agree with float's, over the thresholds a user
     might set (module docstring, "Kept sets"). ``ref``/``got``: float's and the quantized model's
-    probabilities of the same candidates (1-D). None where float keeps too few candidates at every
-    threshold or too few candidates move to estimate from."""
+    probabilities of the same candidates (1-D). None where no threshold decides (float keeps, or
+    leaves below it, too few candidates at every one: :func:`undecided`) or too few candidates move
+    to estimate from."""
     r = np.asarray(ref, np.float64).ravel()
     g = np.asarray(got, np.float64).ravel()
     if r.size == 0 or r.shape != g.shape or not (np.isfinite(r).all() and np.isfinite(g).all()):
         return None
-    top = float(r.max())
-    if top <= 0.0:
+    if float(r.max()) <= 0.0:
         return None
-    levels = np.linspace(BAND[0], BAND[1], BAND_STEPS) * top
+    levels = _levels(r)
     band = (r >= SHIFT_SHARE * levels[0]) & (np.maximum(r, g) < 1.0 - _SATURATED) & (np.minimum(r, g) > _SATURATED)
     if int(band.sum()) < MIN_SHIFTS:
         return None
@@ -424,9 +459,9 @@ def kept_agreement(ref: np.ndarray, got: np.ndarray, *, f1: bool) -> Kept | None
     kept_low = 0
     for t in levels:
         lt = float(_logit(np.float64(t)))
-        kept = int(np.count_nonzero(r > t))
-        if kept < MIN_KEPT:
+        if not _decides(r, float(t)):
             continue
+        kept = int(np.count_nonzero(r > t))
         used.append(float(t))
         kept_low = max(kept_low, kept)
         # P(the quantized candidate is above t) = P(shift > lt − float logit), from the shifts' distribution

@@ -34,6 +34,13 @@ one-class detector (captcha-recognizer's slider gap: one best candidate per imag
 gave too few shifts to estimate from, and its misses (0.906-0.969 of 32 captchas) are candidates
 scoring 0.50-0.63 against the package's 0.5. So a verdict on fewer images says it could not judge
 the detections (``OutputCheck.images``, the summary and a warning); one that breaks still breaks.
+
+**Nor where the images decide nothing** (:meth:`ScoreRows.undecided`). On the floor's 42 slider
+captchas float's best candidate scored 0.94 or more on every one, above every threshold of the band,
+and BF16/A16W8/MXINT8 held there while the bench's 32 other captchas lost 1-2 each (candidates at
+0.50-0.63 crossing the package's 0.5): no image held a decision to flip. A threshold that keeps every
+candidate decides nothing (``maps.kept_agreement`` counts only thresholds with candidates on both
+sides); where none of the band does, the detections are *not judged* and the summary says why.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
-from .maps import BAND, Kept, kept_agreement
+from .maps import BAND, Kept, kept_agreement, undecided
 from .metrics import cosine_similarity
 
 __all__ = ["Rows", "ScoreRows", "detector_score_rows"]
@@ -162,6 +169,17 @@ class ScoreRows:
             # [images, classes, box rows]: the box of each class's best candidate
             self.box_ref.append(np.take_along_axis(b_ref[:, None], best[:, :, None, None], axis=-1)[..., 0].reshape(-1, b_ref.shape[1]))
             self.box_got.append(np.take_along_axis(b_got[:, None], best[:, :, None, None], axis=-1)[..., 0].reshape(-1, b_got.shape[1]))
+
+    def undecided(self) -> tuple[int, float, float, float] | None:
+        """``maps.undecided`` of float's best candidates: every one passes every threshold of the
+        band (one object per image, always found with confidence), so these images exercise no
+        decision and a verdict that holds on them says nothing of the detections."""
+        if not self.valid or not self.ref:
+            return None
+        r = np.concatenate(self.ref)
+        if not np.all((r >= 0) & (r <= 1)):
+            return None
+        return undecided(r)
 
     def judge(self) -> tuple[Kept | None, float | None, int]:
         """``(scores' kept-set judgement, boxes' cosine on the kept candidates, those candidates)``."""

@@ -78,10 +78,14 @@ class ScoreAgreement:
 
     refs: list[np.ndarray] = field(default_factory=list)
     gots: list[np.ndarray] = field(default_factory=list)
+    #: per feed, the rows a sibling two-class head gives the object (analysis/row_gates.py), or None
+    keeps: list[np.ndarray | None] = field(default_factory=list)
     #: False once a feed's values are not a score output's
     valid: bool = True
 
-    def add(self, r: np.ndarray, g: np.ndarray) -> None:
+    def add(self, r: np.ndarray, g: np.ndarray, keep: np.ndarray | None = None) -> None:
+        """One feed's float and quantized values; ``keep``: the rows that are read (a gated regression:
+        analysis/row_gates.py), None where every row is."""
         rr, gg = score_values(r), score_values(g)
         if rr is None or gg is None or rr.shape != gg.shape or (self.refs and rr.shape[1] != self.refs[0].shape[1]):
             self.valid = False
@@ -89,6 +93,12 @@ class ScoreAgreement:
         if np.isfinite(rr).all() and np.isfinite(gg).all():
             self.refs.append(rr.astype(np.float64))
             self.gots.append(gg.astype(np.float64))
+            self.keeps.append(None if keep is None or keep.shape != (rr.shape[0],) else np.asarray(keep, bool))
+
+    @property
+    def gated(self) -> bool:
+        """Whether every feed came with the rows that are read (then only those are judged)."""
+        return bool(self.keeps) and all(k is not None for k in self.keeps)
 
     def is_scores(self, positive: bool) -> bool:
         """Whether float's values read as scores on one scale: not all in [0, 1] (a probability), and
@@ -102,11 +112,18 @@ class ScoreAgreement:
 
     def judge(self) -> tuple[float, int, int, float] | None:
         """``(share of samples within tolerance, samples, samples off, worst error / spread)``; None
-        where float's values do not spread (nothing to hold an error against)."""
+        where float's values do not spread (nothing to hold an error against). A gated output
+        (:attr:`gated`) is judged on the rows that are read, its spread taken over every row (the
+        scale of the quantity: analysis/row_gates.py)."""
         r, g = np.concatenate(self.refs), np.concatenate(self.gots)
         spread = spread_of(r)
         if r.shape[0] < 2 or not (spread > 0).any():
             return None
+        if self.gated:
+            read = np.concatenate([k for k in self.keeps if k is not None])
+            r, g = r[read], g[read]
+            if r.shape[0] == 0:
+                return None
         live = spread > 0
         rel = np.abs(g - r)[:, live] / spread[live]
         off = int(np.sum((rel > TOLERANCE).any(axis=1)))
