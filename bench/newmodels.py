@@ -1945,7 +1945,7 @@ def table(rows: list[dict]) -> str:
 
 
 
-# --- The seventh round: a Japanese ALBERT tagger, and an icon click-captcha detector (YOLOX) with its
+# --- The seventh round: two Japanese ALBERT taggers (Sudachi B and UniDic imitators), and an icon click-captcha detector (YOLOX) with its
 # siamese matcher (NEWMODELS7_SRC; bench/fetch_newmodels.py round 7).
 
 SRC7 = Path(os.environ.get("NEWMODELS7_SRC", "/work/cache/newmodels7/src"))
@@ -1978,19 +1978,28 @@ def _ja_sentence(rng: random.Random) -> str:
     return text[:256]
 
 
-def sudachi_feeds(n: int, seed: int) -> list[Feed]:
-    """sudachi_b_imitator Tagger.encode: characters -> config.json's chars (id + 3; unknown kanji 1,
-    other unknown 2), padded with 0 to 256, the attention mask 1 over the text, token types 0."""
-    chars = json.loads((SUDACHI / "config.json").read_text())["chars"]
-    char_to_id = {c: i + 3 for i, c in enumerate(chars)}
-    rng, out = random.Random(seed), []
-    for _ in range(n):
-        text = _ja_sentence(rng)
-        ids = [char_to_id.get(c, 1 if 0x4E00 <= ord(c) <= 0x9FFF or 0x3400 <= ord(c) <= 0x4DBF else 2) for c in text]
-        arr, mask = np.zeros((1, 256), np.int64), np.zeros((1, 256), np.int64)
-        arr[0, : len(ids)], mask[0, : len(ids)] = ids, 1
-        out.append({"input.1": arr, "onnx::Unsqueeze_1": mask, "input.3": np.zeros((1, 256), np.int64)})
-    return out
+def imitator_feeds(package: Path) -> Callable[[int, int], list[Feed]]:
+    """ma_imitator Tagger.encode (sudachi-b-imitator, unidic-lite-imitator: the same code): characters
+    -> the package's config.json chars (id + 3; unknown kanji 1, other unknown 2), padded with 0 to
+    256, the attention mask 1 over the text, token types 0."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        chars = json.loads((package / "config.json").read_text())["chars"]
+        char_to_id = {c: i + 3 for i, c in enumerate(chars)}
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            text = _ja_sentence(rng)
+            ids = [char_to_id.get(c, 1 if 0x4E00 <= ord(c) <= 0x9FFF or 0x3400 <= ord(c) <= 0x4DBF else 2) for c in text]
+            arr, mask = np.zeros((1, 256), np.int64), np.zeros((1, 256), np.int64)
+            arr[0, : len(ids)], mask[0, : len(ids)] = ids, 1
+            out.append({"input.1": arr, "onnx::Unsqueeze_1": mask, "input.3": np.zeros((1, 256), np.int64)})
+        return out
+
+    return feeds
+
+
+sudachi_feeds = imitator_feeds(SUDACHI)
+UNIDIC = SRC7 / "unidic_lite_imitator"
 
 
 def sudachi_tags(ref, test, feeds, root) -> float:
@@ -2115,6 +2124,7 @@ def capspot_match(ref, test, feeds, root) -> float:
 
 MODELS.update({
     "sudachi_pos": (str(SUDACHI / "model.onnx"), sudachi_feeds, "char word/POS tags exact", sudachi_tags),
+    "unidic_pos": (str(UNIDIC / "model.onnx"), imitator_feeds(UNIDIC), "char word/POS tags exact", sudachi_tags),
     "capspot_det": (str(CAPSPOT / "det_model.onnx"), capspot_det_feeds, "icon box F1 @0.5 (score>0.1)", zoo.box_f1(capspot_boxes)),
     "capspot_sim": (str(CAPSPOT / "sim_model.onnx"), capspot_sim_feeds, "best-match icon exact", capspot_match),
 })
