@@ -7,6 +7,7 @@ bit-identical (they must be: float16 -> float32 is exact).
 
     NEWMODELS7_SRC=/work/cache/newmodels7/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 \\
         python bench/half_storage_noop.py slovorez BF16,FP16,A16W8,A8W8,BFP16,MX9,MXINT8,MXFP8_E4M3
+    python bench/half_storage_noop.py --scan   # which bench, zoo and shared models hold float16-stored tensors
 """
 
 from __future__ import annotations
@@ -22,11 +23,32 @@ import newmodels as nm  # bench/newmodels.py
 from testkit import zoo as tz
 
 
+def scan() -> None:
+    """Every bench/newmodels.py model, zoo model and /work/shared/models file: how many tensors
+    the source stores as float16 (only those models can change)."""
+    import glob
+
+    import onnx
+
+    from onnxptq.graph.passes.half_storage import half_stored_names
+
+    paths = {k: str(nm.SRC / v[0]) for k, v in nm.MODELS.items()}
+    paths.update({os.path.basename(p): p for p in glob.glob("/work/shared/models/*.onnx")})
+    paths.update({f"zoo:{m.name}": str(m.path()) for m in tz.ZOO})
+    for key, path in sorted(paths.items()):
+        names = half_stored_names(onnx.load(path, load_external_data=False))
+        print(f"{key}: {len(names)} float16-stored tensor(s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("presets")
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("presets", nargs="?")
+    ap.add_argument("--scan", action="store_true")
     a = ap.parse_args()
+    if a.scan:
+        scan()
+        return
     import onnxptq
     from onnxptq.pipeline import complete
 
