@@ -1944,5 +1944,191 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+
+# --- The seventh round: two Japanese ALBERT taggers (Sudachi B and UniDic imitators), and an icon click-captcha detector (YOLOX) with its
+# siamese matcher (NEWMODELS7_SRC; bench/fetch_newmodels.py round 7).
+
+SRC7 = Path(os.environ.get("NEWMODELS7_SRC", "/work/cache/newmodels7/src"))
+SUDACHI = SRC7 / "sudachi_b_imitator"
+_JA_NOUNS = ("東京", "大学", "学生", "先生", "会社", "電車", "駅", "天気", "映画", "音楽", "日本語", "友達", "家族",
+             "時間", "仕事", "本", "新聞", "料理", "図書館", "病院", "公園", "子供", "写真", "問題", "会議", "政府",
+             "経済", "選挙", "野球", "試合", "研究", "技術", "コンピュータ", "ソフトウェア", "データ", "ニュース",
+             "スマートフォン", "レストラン", "コーヒー", "ホテル", "空港", "北海道", "京都", "大阪", "市役所", "雨", "桜")
+_JA_VERBS = ("行きます", "来ました", "食べた", "読んでいる", "書きました", "見る", "使っています", "発表した",
+             "始まった", "終わりました", "考えている", "話した", "買いました", "作った", "調べる", "決まった",
+             "増えている", "減った", "開かれた", "待っていた")
+_JA_ADJ = ("新しい", "古い", "大きな", "小さな", "有名な", "静かな", "便利な", "難しい", "面白い", "重要な", "多くの")
+_JA_PART = ("は", "が", "を", "に", "で", "と", "から", "まで", "の", "へ", "も")
+_JA_OPEN = ("昨日", "今日", "明日", "先週", "今年", "2024年3月", "午後3時に", "最近", "毎朝", "去年の夏")
+
+
+def _ja_sentence(rng: random.Random) -> str:
+    """A Japanese sentence of 1-4 clauses (time, adjective + noun + particle phrases, a verb),
+    joined by 、 and ended by 。: the kind of news/wiki text sudachi-imitator was trained to tag."""
+    clauses = []
+    for _ in range(rng.randint(1, 4)):
+        parts = [rng.choice(_JA_OPEN)] if rng.random() < 0.4 else []
+        for _ in range(rng.randint(1, 3)):
+            adj = rng.choice(_JA_ADJ) if rng.random() < 0.35 else ""
+            noun = rng.choice(_JA_NOUNS) + ("の" + rng.choice(_JA_NOUNS) if rng.random() < 0.25 else "")
+            parts.append(adj + noun + rng.choice(_JA_PART))
+        parts.append(rng.choice(_JA_VERBS))
+        clauses.append("".join(parts))
+    text = "、".join(clauses) + "。"
+    return text[:256]
+
+
+def imitator_feeds(package: Path) -> Callable[[int, int], list[Feed]]:
+    """ma_imitator Tagger.encode (sudachi-b-imitator, unidic-lite-imitator: the same code): characters
+    -> the package's config.json chars (id + 3; unknown kanji 1, other unknown 2), padded with 0 to
+    256, the attention mask 1 over the text, token types 0."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        chars = json.loads((package / "config.json").read_text())["chars"]
+        char_to_id = {c: i + 3 for i, c in enumerate(chars)}
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            text = _ja_sentence(rng)
+            ids = [char_to_id.get(c, 1 if 0x4E00 <= ord(c) <= 0x9FFF or 0x3400 <= ord(c) <= 0x4DBF else 2) for c in text]
+            arr, mask = np.zeros((1, 256), np.int64), np.zeros((1, 256), np.int64)
+            arr[0, : len(ids)], mask[0, : len(ids)] = ids, 1
+            out.append({"input.1": arr, "onnx::Unsqueeze_1": mask, "input.3": np.zeros((1, 256), np.int64)})
+        return out
+
+    return feeds
+
+
+sudachi_feeds = imitator_feeds(SUDACHI)
+UNIDIC = SRC7 / "unidic_lite_imitator"
+
+
+def sudachi_tags(ref, test, feeds, root) -> float:
+    """Characters of the text (mask 1) whose tag (word start with its part of speech, or 'same word
+    as the previous character'; the in-graph arg-max Tagger.decode reads) equals float's."""
+    same = total = 0
+    for f in feeds:
+        live = f["onnx::Unsqueeze_1"][0] > 0
+        a, b = ref(f)[0][0][live], test(f)[0][0][live]
+        same, total = same + int((a == b).sum()), total + int(live.sum())
+    return same / max(total, 1)
+
+
+CAPSPOT = SRC7 / "CapSpot/models"
+_ICONS = "★☂☎✈♞♫⚓⚡☀✿♥♣♠☯☘⚙✂✉☕⌛⚑☁❄☺♜"
+
+
+def _icon(rng: random.Random, ch: str, size: int, colour):
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font
+
+    glyph = Image.new("RGBA", (size + 12, size + 12), (0, 0, 0, 0))
+    ImageDraw.Draw(glyph).text((6, 2), ch, font=_font(size), fill=tuple(colour) + (255,))
+    return glyph.rotate(rng.uniform(-30, 30), expand=True)
+
+
+def _icon_captcha(rng: random.Random):
+    """An icon click captcha: 3-5 dingbat icons (DejaVu's symbols) in random colours and angles on
+    a poster-like background with a few lines; returns the image and the icons' (char, box)."""
+    from PIL import ImageDraw
+
+    w, h = rng.choice([(344, 344), (320, 160), (400, 240)])
+    img = render_scene(rng, w, h)
+    icons = []
+    for ch in rng.sample(_ICONS, rng.randint(3, 5)):
+        g = _icon(rng, ch, rng.randint(30, 46), [rng.randint(0, 255) for _ in range(3)])
+        x, y = rng.randint(0, w - g.width), rng.randint(0, h - g.height)
+        img.paste(g, (x, y), g)
+        icons.append((ch, (x, y, x + g.width, y + g.height)))
+    d = ImageDraw.Draw(img)
+    for _ in range(rng.randint(0, 3)):
+        d.line([(rng.randint(0, w), rng.randint(0, h)), (rng.randint(0, w), rng.randint(0, h))],
+               fill=tuple(rng.randint(0, 255) for _ in range(3)), width=2)
+    return img, icons
+
+
+def capspot_det_feeds(n: int, seed: int) -> list[Feed]:
+    """CapSpot DetectModel.get_bbox: BGR uint8, resized by min(416/h, 416/w), top-left on a 416x416
+    canvas of 114, CHW float32 0-255 (its preproc)."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img, _ = _icon_captcha(rng)
+        bgr = np.asarray(img, np.uint8)[:, :, ::-1]
+        h, w = bgr.shape[:2]
+        r = min(416 / h, 416 / w)
+        rs = np.asarray(Image.fromarray(bgr).resize((int(w * r), int(h * r)), Image.BILINEAR), np.uint8)
+        padded = np.full((416, 416, 3), 114, np.uint8)
+        padded[: rs.shape[0], : rs.shape[1]] = rs
+        out.append({"images": np.ascontiguousarray(padded.transpose(2, 0, 1)[None], np.float32)})
+    return out
+
+
+def capspot_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """DetectModel.get_bbox: YOLOX decode (grids of strides 8/16/32, exp of w/h), score = obj x
+    class, class-agnostic NMS 0.45 over score > 0.1 (the package's thresholds)."""
+    from testkit.zoo import _nms
+
+    o = outs[0][0].astype(np.float64).copy()
+    grids, strides = [], []
+    for s in (8, 16, 32):
+        yv, xv = np.mgrid[0:416 // s, 0:416 // s]
+        grids.append(np.stack([xv.ravel(), yv.ravel()], 1))
+        strides.append(np.full((grids[-1].shape[0], 1), s))
+    g, st = np.concatenate(grids), np.concatenate(strides)
+    o[:, :2] = (o[:, :2] + g) * st
+    o[:, 2:4] = np.exp(np.minimum(o[:, 2:4], 20)) * st
+    sc = (o[:, 4:5] * o[:, 5:]).max(1)
+    keep = sc > 0.1
+    o, sc = o[keep], sc[keep]
+    xyxy = np.concatenate([o[:, :2] - o[:, 2:4] / 2, o[:, :2] + o[:, 2:4] / 2], 1)
+    return xyxy[_nms(xyxy, sc, 0.45)] if len(sc) else np.zeros((0, 4))
+
+
+def _capspot_crop(im) -> np.ndarray:
+    """ONNXModel.process_image: RGB, letterboxed (BICUBIC) into 60x60 on grey 128, /255, NHWC."""
+    from PIL import Image
+
+    scale = min(60 / im.width, 60 / im.height)
+    nw, nh = max(1, int(im.width * scale)), max(1, int(im.height * scale))
+    canvas = Image.new("RGB", (60, 60), (128, 128, 128))
+    canvas.paste(im.convert("RGB").resize((nw, nh), Image.BICUBIC), ((60 - nw) // 2, (60 - nh) // 2))
+    return np.asarray(canvas, np.float32) / 255.0
+
+
+def capspot_sim_feeds(n: int, seed: int) -> list[Feed]:
+    """ImageMatcher.match_images for one template icon: the template (a dark icon on a light
+    strip, as the captcha's prompt shows it) against each icon cropped from the scene (the
+    detector's boxes; here the drawn boxes); batch = the scene's icons, the template repeated."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img, icons = _icon_captcha(rng)
+        ch = rng.choice(icons)[0]
+        strip = Image.new("RGB", (52, 52), tuple(rng.randint(225, 255) for _ in range(3)))
+        g = _icon(rng, ch, 36, [rng.randint(0, 60) for _ in range(3)])
+        strip.paste(g, ((52 - g.width) // 2, (52 - g.height) // 2), g)
+        tmpl = _capspot_crop(strip)
+        crops = np.stack([_capspot_crop(img.crop(box)) for _, box in icons])
+        out.append({"input_1": np.repeat(tmpl[None], len(crops), 0), "input_2": crops})
+    return out
+
+
+def capspot_match(ref, test, feeds, root) -> float:
+    """The target icon match_images picks for the template (the highest similarity) equal to
+    float's pick."""
+    return float(np.mean([int(ref(f)[0][:, 0].argmax()) == int(test(f)[0][:, 0].argmax()) for f in feeds]))
+
+
+MODELS.update({
+    "sudachi_pos": (str(SUDACHI / "model.onnx"), sudachi_feeds, "char word/POS tags exact", sudachi_tags),
+    "unidic_pos": (str(UNIDIC / "model.onnx"), imitator_feeds(UNIDIC), "char word/POS tags exact", sudachi_tags),
+    "capspot_det": (str(CAPSPOT / "det_model.onnx"), capspot_det_feeds, "icon box F1 @0.5 (score>0.1)", zoo.box_f1(capspot_boxes)),
+    "capspot_sim": (str(CAPSPOT / "sim_model.onnx"), capspot_sim_feeds, "best-match icon exact", capspot_match),
+})
+
+
 if __name__ == "__main__":
     main()

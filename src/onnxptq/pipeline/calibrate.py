@@ -24,6 +24,7 @@ from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
 from ..graph import check, io
+from ..graph.passes.half_storage import half_stored_names
 from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
@@ -91,6 +92,9 @@ class Calibrated:
     #: reads beside the held-out ones (:func:`reads_feeds`), where it needs more than ``kept``;
     #: nothing else uses them (the range guard, bias correction and finetuning take ``kept``)
     reads_kept: list[dict[str, np.ndarray]] = field(default_factory=list)
+    #: tensors the source stores as float16 (graph/passes/half_storage.py): a weight the delivered
+    #: model keeps float is stored as the source stored it, not as the fp32 copy preparation folded
+    half_stored: frozenset[str] = frozenset()
 
     @functools.cached_property
     def readings(self) -> dict[str, Any]:
@@ -127,6 +131,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
+    half_stored = half_stored_names(proto)
     if cfg.convert_fp16_to_fp32:
         proto = convert_float16_to_float(proto)
     inputs = readers.ModelInputs.from_model(proto)
@@ -199,7 +204,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     # evaluation's 8): before, judged_calibration_feeds then fell back to the first 8, and MXFP8_E4M3
     # (bias correction on) left a classifier "not judged" on 48 samples where A8W8 judged 28 rows.
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
-                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [])
+                            plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [],
+                            half_stored=half_stored)
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):

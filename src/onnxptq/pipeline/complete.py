@@ -19,6 +19,7 @@ from .. import outputs
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io
+from ..graph.passes.half_storage import restore_half_storage
 from ..graph.walk import compared_outputs
 from ..memory import release_freed
 from ..sessions import run_feeds
@@ -90,6 +91,8 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     plan, params, quantized, refine_timings = build_model(calibrated, cfg, reuse=reuse)
     timings.update(refine_timings)
     release_freed()  # the build's float and guard sessions, emit's copies (onnxptq.memory: peak RSS)
+    if cfg.pack_weights:  # weights kept float go back to the source's float16 bytes (bit-identical values)
+        restore_half_storage(quantized, calibrated.half_stored)
     quantized, session = finish(quantized, source)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
