@@ -28,6 +28,7 @@ from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
 from ..sessions import active_libraries
+from .guard import CalibrationCapture
 from .plan import Plan, make_plan
 from .plan.select import _excluded
 from .transformer import is_transformer
@@ -71,6 +72,10 @@ class Calibrated:
     #: search over configs (mixed precision) so that every config it plans shares them; None: each
     #: build fetches its own (:func:`.final_plan.final_plan`)
     guard_values: Any = None
+    #: the range guard's float values on the first kept samples, fetched by the calibration pass
+    #: itself (:class:`.guard.CalibrationCapture`): ``{tensor: (thinned values, axes kept whole)}``
+    #: for the guard's candidates in :attr:`plan`; None where the pass could not fetch them
+    guard_seed: dict[str, tuple[np.ndarray, frozenset[int]]] | None = None
     #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
     #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
     plan: Plan | None = None
@@ -171,6 +176,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     stats: dict[str, Any] = {}
     samples = 0
     reads = keep = 0
+    side: CalibrationCapture | None = None
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
             raise ValueError(
@@ -188,8 +194,11 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         # Held-out feeds to run on the float model: in the calibration's own session where it
         # collects nothing (collect_statistics), else by float_outputs_of below.
         pending = held if held and measure_holdout and not reused else []
+        # The range guard's float values on the first kept samples, fetched by these runs (no
+        # float session of the guard's own in the plain build: guard.CalibrationCapture).
+        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
-                                   also_run=pending, also_outputs=held_outputs)
+                                   also_run=pending, also_outputs=held_outputs, side=side)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
@@ -200,6 +209,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     # (bias correction on) left a classifier "not judged" on 48 samples where A8W8 judged 28 rows.
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
                             plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [])
+    if side is not None:
+        calibrated.guard_seed = side.seed(len(calibrated.kept))
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
@@ -501,12 +512,16 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
 def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iterable[dict[str, np.ndarray]],
                        cfg: QuantConfig, *, float_outputs: list[dict[str, np.ndarray]] | None = None,
                        eval_samples: int = 0, also_run: Sequence[dict[str, np.ndarray]] = (),
-                       also_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
+                       also_outputs: list[dict[str, np.ndarray]] | None = None,
+                       side: runner.SideFetch | None = None) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics (first plan wins
     where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
     the first ``eval_samples`` feeds. Where no activation needs statistics (BF16, the block
     formats), ``also_outputs`` receives the outputs on ``also_run`` (the held-out feeds) from the
-    same session, after those; otherwise it stays empty and the caller runs them itself."""
+    same session, after those; otherwise it stays empty and the caller runs them itself.
+    ``side`` (:class:`~onnxptq.calibration.runner.SideFetch`): values another stage reads on the
+    first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
+    among the recorded ones (never the held-out feeds run after them)."""
     wanted: dict[str, Any] = {}
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
         if name in wanted:
@@ -533,7 +548,8 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
             # decide nothing; it ran once per session. The outputs are the same, bit for bit.
             outputs: list[dict[str, np.ndarray]] = []
             runner.collect(model, {}, head + extra, providers=tuple(cfg.calibration.providers), progress=False,
-                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1)
+                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1,
+                           side=side if side is not None and side.feeds <= len(head) else None)
             if float_outputs is not None:
                 float_outputs.extend(outputs[:len(head)])
             if also_outputs is not None:
@@ -542,4 +558,4 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
             pass
         return {}
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
-                          model_outputs=float_outputs, model_output_batches=eval_samples)
+                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side)
