@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 
 from ..config.schema import QuantConfig
-from ..formats import fake_quantize
+from ..formats.mx_float32 import fake_quantize_any
 from ..memory import release_freed
 from ..sessions import open_session
 from ..calibration.runner import SideFetch
@@ -140,10 +140,10 @@ def simulate(x: np.ndarray, tplan: TensorPlan, qparams: Any, axis: int | None = 
         elementwise = x.ndim >= 2 and kwargs["axis"] is not None and kwargs["axis"] % x.ndim != 0
     x32 = np.asarray(x, dtype=np.float32)
     if x32.size <= SIMULATE_CHUNK or x32.shape[0] < 2 or not elementwise:
-        return fake_quantize(x32, quant.format, **kwargs)
+        return fake_quantize_any(x32, quant.format, **kwargs)
     out = np.empty(x32.shape, np.float32)
     for i in range(x32.shape[0]):
-        out[i : i + 1] = fake_quantize(x32[i : i + 1], quant.format, **kwargs)
+        out[i : i + 1] = fake_quantize_any(x32[i : i + 1], quant.format, **kwargs)
     return out
 
 
