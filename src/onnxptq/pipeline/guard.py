@@ -194,12 +194,13 @@ def _thinning(model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[st
     (``run == 1``) of a tensor of known rank are thinned in the graph, so the whole tensors are
     never outputs; block runs (flagged tensors only) and tensors of unknown rank are fetched whole."""
     infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
-    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in infos if vi.type.tensor_type.HasField("shape")}
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in infos if vi.type.tensor_type.HasField("shape")}
     fetched: dict[str, str] = {}
     after: dict[str, list[onnx.NodeProto]] = {}
     for name in names:
-        fetched[name], after[name] = (thin_in_graph(graph, name, ranks[name], keep[name]) if run == 1 and name in ranks
-                                      else (name, []))
+        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name])
+                                      if run == 1 and name in shapes else (name, []))
     return fetched, after
 
 

@@ -21,7 +21,7 @@ A test holds both forms exact.
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -86,7 +86,7 @@ IN_GRAPH_POSITIONS = 32
 
 
 def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
-                  positions: int = IN_GRAPH_POSITIONS) -> tuple[str, list[Any]]:
+                  positions: int = IN_GRAPH_POSITIONS, dims: Sequence[int | None] | None = None) -> tuple[str, list[Any]]:
     """The nodes that thin tensor ``name`` (of ``rank``) inside onnxruntime: every axis but 0 and
     the ``protect``-ed ones keeps every ``floor(d / positions) + 1``-th index (at most
     ``positions`` of them), computed from the runtime shape. Their constants go into ``graph``'s
@@ -98,7 +98,8 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
     of the run, so fetching every guarded activation whole held all of one sample's activations
     at once (an 800×608 detector: about 0.6 GB); thinned in the graph, the full tensors stay
     internal and onnxruntime reuses their buffers. Single positions only: the points form, exact
-    for quantizers whose blocks run along a protected axis (module docstring)."""
+    for quantizers whose blocks run along a protected axis (module docstring). ``dims``: the
+    tensor's static extents where known (None: unknown), for a single Slice with constant steps."""
     from onnx import helper, numpy_helper
 
     protected = {a % rank for a in protect}
@@ -106,6 +107,18 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
     if not axes:
         return name, []
     stem = f"{name}__guard_thin"
+    if dims is not None and len(dims) == rank and all(isinstance(dims[a], int) and dims[a] > 0 for a in axes):
+        # Every thinned extent known: one Slice with the same steps as constants (the same
+        # indices; a shape subgraph per axis is ~9 nodes a tensor that onnxruntime builds and
+        # optimises with the session: the calibration's, where the guard's values come from it).
+        consts = {"starts": [0] * len(axes), "ends": [np.iinfo(np.int64).max] * len(axes), "axes": axes,
+                  "steps": [dims[a] // positions + 1 for a in axes]}
+        names = []
+        for key, value in consts.items():
+            graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), f"{stem}_{key}"))
+            names.append(f"{stem}_{key}")
+        out = f"{stem}_static"
+        return out, [helper.make_node("Slice", [name, *names], [out], name=f"{stem}_Slice")]
     consts = {
         "zero": np.array([0], np.int64), "end": np.array([np.iinfo(np.int64).max], np.int64),
         "positions": np.array([positions], np.int64),
