@@ -65,6 +65,27 @@ def test_blocks_of_one_scale_range(rounding_mode):
         _same(mx_float32.fake_quantize(x, **attrs), fake_quantize(x, "mx", **attrs))
 
 
+@pytest.mark.parametrize("rounding_mode", [0, 1, 2])
+def test_neighbours_of_the_grid_halves(rounding_mode):
+    """One float32 step either side of every half of the grid, in every binade below the block's
+    top: where ``|w| + 0.5`` would round in float32 and float64 does not."""
+    rng = np.random.default_rng(7)
+    for top in (-126, -100, -3, 0, 5, 120):
+        halves = (np.arange(-255, 256, 2) / 128.0).astype(np.float64)  # (k + 1/2) / 64
+        scales = [2.0**(top - d) for d in range(0, 24, 3)]
+        vals = np.concatenate([halves * s for s in scales]).astype(np.float32)
+        vals = np.concatenate([vals, np.nextafter(vals, np.float32(0)), np.nextafter(vals, np.float32(np.inf)),
+                               np.nextafter(vals, np.float32(-np.inf))])
+        vals = rng.permutation(vals)
+        n = -(-vals.size // 31) * 31
+        x = np.zeros(n, np.float32)
+        x[: vals.size] = vals
+        x = x.reshape(-1, 31)
+        x = np.concatenate([np.full((x.shape[0], 1), np.float32(1.9 * 2.0**top)), x], axis=1)  # the block's top
+        attrs = dict(element_dtype="int8", axis=1, block_size=32, rounding_mode=rounding_mode)
+        _same(mx_float32.fake_quantize(x, **attrs), fake_quantize(x, "mx", **attrs))
+
+
 def test_real_conv_weights_bit_for_bit():
     model = onnx.load(str(model_path("cls")))
     tensors = list(model.graph.initializer) + [a.t for n in model.graph.node if n.op_type == "Constant"
