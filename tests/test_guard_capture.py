@@ -171,12 +171,14 @@ def test_real_model_file_is_the_same_with_the_seed(preset, monkeypatch):
 
 
 def test_static_thinning_takes_the_runtime_thinnings_indices():
-    """A tensor of known extents is thinned by one constant Slice: the same values as the shape
-    subgraph that computes the steps at run time (subsample.thin_in_graph)."""
+    """A tensor of known extents is thinned by one constant Slice, one of extents known at run time
+    only by five nodes that compute the steps: both take every ``floor(d / 32) + 1``-th index of
+    each thinned axis, as the one Slice per axis before them (subsample.thin_in_graph)."""
     from onnxptq.pipeline.subsample import thin_in_graph
 
     rng = np.random.default_rng(3)
-    for shape, protect in [((1, 8, 70, 33), (1,)), ((1, 8, 70, 33), (1, -1)), ((1, 5, 31), (-1,)), ((1, 100, 7), (1,))]:
+    for shape, protect in [((1, 8, 70, 33), (1,)), ((1, 8, 70, 33), (1, -1)), ((1, 5, 31), (-1,)), ((1, 100, 7), (1,)),
+                           ((1, 40, 6, 90), (2,)), ((1, 3, 64, 65), (1,))]:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
         outs = {}
         for mode, dims in (("dynamic", None), ("static", list(shape))):
@@ -187,7 +189,11 @@ def test_static_thinning_takes_the_runtime_thinnings_indices():
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
             model.ir_version = 8
             outs[mode] = (len(nodes), open_session(model))
-        assert outs["static"][0] == 1 and outs["dynamic"][0] > 1
+        assert outs["static"][0] == 1 and outs["dynamic"][0] == 5
         feed = {"x": rng.normal(size=shape).astype(np.float32)}
         a, b = outs["dynamic"][1].run(None, feed)[0], outs["static"][1].run(None, feed)[0]
-        assert a.shape == b.shape and np.array_equal(a, b), shape
+        # every axis but 0 and the protected ones: every floor(d / 32) + 1-th index
+        kept = {a_ % len(shape) for a_ in protect} | {0}
+        want = feed["x"][tuple(slice(None) if ax in kept else slice(None, None, shape[ax] // 32 + 1)
+                               for ax in range(len(shape)))]
+        assert np.array_equal(a, want) and np.array_equal(b, want), shape

@@ -119,29 +119,25 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
             names.append(f"{stem}_{key}")
         out = f"{stem}_static"
         return out, [helper.make_node("Slice", [name, *names], [out], name=f"{stem}_Slice")]
-    consts = {
-        "zero": np.array([0], np.int64), "end": np.array([np.iinfo(np.int64).max], np.int64),
-        "positions": np.array([positions], np.int64),
-    }
+    # Extents known at run time only: the steps from the runtime shape, for every thinned axis at
+    # once (Shape, Gather of those axes, Div, Add), then one Slice: 5 nodes a tensor (one Slice and
+    # four per axis before: ~9 on a feature map; onnxruntime's session creation grows with them).
+    # A Slice over several axes takes the same indices as one Slice per axis.
     existing = {t.name for t in graph.initializer}
+    shared = {"__guard_thin_positions": np.array([positions], np.int64), "__guard_thin_one": np.array([1], np.int64)}
+    for key, value in shared.items():
+        if key not in existing:
+            graph.initializer.append(numpy_helper.from_array(value, key))
+    consts = {"axes": np.array(axes, np.int64), "starts": np.zeros(len(axes), np.int64),
+              "ends": np.full(len(axes), np.iinfo(np.int64).max, np.int64)}
     for key, value in consts.items():
-        if f"__guard_thin_{key}" not in existing:
-            graph.initializer.append(numpy_helper.from_array(value, f"__guard_thin_{key}"))
-    shape = f"{stem}_shape"
-    nodes = [helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape")]
-    current = name
-    for a in axes:
-        axis = f"{stem}_axis{a}"
-        graph.initializer.append(numpy_helper.from_array(np.array([a], np.int64), axis))
-        dim, step, out = f"{stem}_dim{a}", f"{stem}_step{a}", f"{stem}_{a}"
-        nodes.extend([
-            helper.make_node("Slice", [shape, axis, f"{stem}_axis{a}_end"], [dim], name=f"{stem}_Dim{a}"),
-            helper.make_node("Div", [dim, "__guard_thin_positions"], [f"{step}_floor"], name=f"{stem}_Div{a}"),
-            helper.make_node("Add", [f"{step}_floor", f"{stem}_one"], [step], name=f"{stem}_Step{a}"),
-            helper.make_node("Slice", [current, "__guard_thin_zero", "__guard_thin_end", axis, step], [out],
-                             name=f"{stem}_Slice{a}"),
-        ])
-        graph.initializer.append(numpy_helper.from_array(np.array([a + 1], np.int64), f"{stem}_axis{a}_end"))
-        current = out
-    graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), f"{stem}_one"))
-    return current, nodes
+        graph.initializer.append(numpy_helper.from_array(value, f"{stem}_{key}"))
+    shape, dim, floor, step, out = (f"{stem}_{k}" for k in ("shape", "dims", "floor", "steps", "dynamic"))
+    nodes = [
+        helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape"),
+        helper.make_node("Gather", [shape, f"{stem}_axes"], [dim], axis=0, name=f"{stem}_Dims"),
+        helper.make_node("Div", [dim, "__guard_thin_positions"], [floor], name=f"{stem}_Div"),
+        helper.make_node("Add", [floor, "__guard_thin_one"], [step], name=f"{stem}_Step"),
+        helper.make_node("Slice", [name, f"{stem}_starts", f"{stem}_ends", f"{stem}_axes", step], [out], name=f"{stem}_Slice"),
+    ]
+    return out, nodes
