@@ -50,7 +50,14 @@ def guard_runs(monkeypatch):
         state["search"] = True
         return build(*args, **kw)
 
+    take = guard.CalibrationCapture.take
+
+    def taken(self, values):  # the plain build's values fetched by calibration's own runs
+        runs["search" if state["search"] else "plain"] += 1
+        return take(self, values)
+
     monkeypatch.setattr(guard, "_tensor_values", fetched)
+    monkeypatch.setattr(guard.CalibrationCapture, "take", taken)
     monkeypatch.setattr(repair, "build_model", built)
     return runs
 
@@ -63,5 +70,5 @@ def test_repair_runs_the_guard_once(guard_runs, monkeypatch):
     assert record is not None and "kept_float" in record, "the floor held: nothing was tested"
     assert 0 < len(record["kept_float"]) < record["candidates"] and result.floor.ok
     assert record["evaluations"] >= 5  # candidates were built (each one a chance to run the guard again)
-    assert guard_runs["plain"] >= 1, "the range guard ran no float run: nothing was tested"
+    assert guard_runs["plain"] >= 1, "the range guard's values came from no float run: nothing was tested"
     assert guard_runs["search"] == 0, f"the search ran the float model {guard_runs['search']} more time(s) for the guard"

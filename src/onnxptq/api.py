@@ -91,7 +91,7 @@ def quantize(
             # candidates on a ViT-S and on PP-OCRv4 rec).
             from .pipeline.guard import GuardValues
 
-            calibrated.guard_values = GuardValues(calibrated.prepared, calibrated.kept)
+            calibrated.guard_values = GuardValues.of(calibrated)  # seeded by the calibration pass
         try:
             result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
             result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)

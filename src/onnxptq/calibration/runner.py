@@ -42,7 +42,7 @@ from onnxptq.errors import ModelRuntimeError, NonFiniteStatisticsError, UsageErr
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
+__all__ = ["SideFetch", "TensorSpec", "augment_model", "collect", "iterate_feeds"]
 
 #: What :func:`collect` accepts per tensor: a factory (called with no argument), a ready collector
 #: (updated in place, e.g. to continue a previous pass), a method name, or a dict of
@@ -50,6 +50,26 @@ __all__ = ["TensorSpec", "augment_model", "collect", "iterate_feeds"]
 TensorSpec = Callable[[], Collector] | Collector | str | Method | Mapping[str, Any]
 
 SHAPE_SUFFIX = "__onnxptq_shape"
+
+
+class SideFetch:
+    """Tensors a later stage reads on the first feeds of the calibration pass, fetched by the
+    calibration's own runs instead of a float session of that stage's own (the range guard's
+    thinned activations: pipeline/guard.py ``CalibrationCapture``).
+
+    ``nodes``: per main-graph tensor, nodes placed right after its producer (``initializers``
+    hold their constants); ``outputs``: the tensors fetched; ``feeds``: on how many first feeds
+    (those run one at a time, so each feed's values are its own); ``take`` receives each of those
+    feeds' ``{output: array}`` (copies) right after its run, so nothing but what it keeps
+    outlives the run. The subclass defines what it keeps."""
+
+    nodes: Mapping[str, Sequence[onnx.NodeProto]] = {}
+    initializers: Sequence[onnx.TensorProto] = ()
+    outputs: Sequence[str] = ()
+    feeds: int = 0
+
+    def take(self, values: Mapping[str, np.ndarray]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
 def _make(name: str, spec: TensorSpec) -> Collector:
     """Turn one ``TensorSpec`` into a collector, naming the tensor on errors."""
@@ -87,6 +107,7 @@ def augment_model(
     reductions: Mapping[str, Reduction] | None = None,
     keep_outputs: Sequence[str] = (),
     shapes: Sequence[str] = (),
+    side: "SideFetch | None" = None,
 ) -> tuple[onnx.ModelProto, list[str]]:
     """A copy of ``model`` whose outputs are ``fetch``, min/max scalars for ``reduce`` and the
     outputs of ``reductions`` (tensor name -> :class:`Reduction`).
@@ -95,7 +116,9 @@ def augment_model(
     pairs, then each reduction's outputs. Original outputs are dropped (they would be computed and
     transferred for nothing) unless requested in ``fetch`` or kept by ``keep_outputs`` (left
     graph outputs but not in the returned names: fetch them by name when wanted). Each tensor in
-    ``shapes`` gets a ``Shape`` output ``<t>__onnxptq_shape`` (also not in the names). Types come from the model's value_info/outputs when
+    ``shapes`` gets a ``Shape`` output ``<t>__onnxptq_shape`` (also not in the names). ``side``'s
+    nodes go right after their tensor's producer and its outputs become graph outputs (not in the
+    names either: :class:`SideFetch`). Types come from the model's value_info/outputs when
     known; other outputs are left untyped, which onnxruntime accepts (it infers them), so no
     shape-inference pass over a possibly large model is needed.
     """
@@ -131,6 +154,12 @@ def augment_model(
         out = name + SHAPE_SUFFIX
         todo.append((name, [helper.make_node("Shape", [name], [out], name=out)], []))
         graph.output.append(onnx.ValueInfoProto(name=out))
+    if side is not None:
+        graph.initializer.extend(side.initializers)
+        for name, nodes in side.nodes.items():
+            todo.append((name, list(nodes), []))
+        have = {o.name for o in graph.output}
+        graph.output.extend([onnx.ValueInfoProto(name=o) for o in dict.fromkeys(side.outputs) if o not in have])
     for name, nodes, outs in todo:
         if name in producer:
             after.setdefault(graph.node[producer[name]].name + f"#{producer[name]}", []).extend(nodes)
@@ -175,7 +204,7 @@ class _Runs:
     def __init__(self, model: onnx.ModelProto, fetch: list[str], collectors: Mapping[str, Collector],
                  reduced: list[str], final: list[str], record: bool, providers: Sequence[Any],
                  threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]],
-                 stacked: Mapping[str, int] | None = None) -> None:
+                 stacked: Mapping[str, int] | None = None, side: SideFetch | None = None) -> None:
         self.fetch, self.collectors = fetch, collectors
         #: fetched body tensors (see bodies.expose): leading iteration axes to fold into the samples
         self.stacked = dict(stacked or {})
@@ -219,8 +248,9 @@ class _Runs:
             log.debug("calibration: %s", why)
         self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray]]] = []
         self.rows_input = False
-        if fetch or self.reductions or record:
-            aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else ())
+        if fetch or self.reductions or record or side is not None:
+            aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else (),
+                                            side=side)
             # Only reductions that view their tensor as rows read the row-count input: a model whose
             # reductions are all per channel has no such input, and onnxruntime refuses an unknown feed.
             self.rows_input = any(i.name == ROWS_INPUT for i in aug.graph.input)
@@ -410,6 +440,9 @@ def collect(
     model_outputs: list[dict[str, np.ndarray]] | None = None,
     model_output_batches: int = 0,
     max_group: int = MAX_GROUP,
+    side: SideFetch | None = None,
+    also_run: Sequence[dict[str, np.ndarray]] = (),
+    also_outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> dict[str, Collector]:
     """Run ``model`` on every feed once and return one filled collector per requested tensor.
 
@@ -439,6 +472,13 @@ def collect(
     Tensors inside If/Loop/Scan bodies are read through extra outputs (:mod:`.bodies`): fetched
     whole, one feed per run; a branch that never runs leaves its tensors' collectors empty, and a
     tensor that cannot be passed out (an If inside a Loop body) is warned about and stays empty.
+
+    ``side`` (:class:`SideFetch`): tensors another stage reads on the first ``side.feeds`` feeds,
+    fetched by those feeds' runs (run one at a time) and handed to ``side.take``.
+
+    ``also_run``: feeds run after all the others, one at a time, whose model outputs go to
+    ``also_outputs`` and which add nothing to the statistics (the accuracy floor's held-out feeds:
+    their float outputs from this session instead of a second one on the same model).
 
     Raises ``KeyError`` naming tensors that are nowhere in the model, ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
     """
@@ -471,7 +511,8 @@ def collect(
     first = list(itertools.islice(stream, 2 if max_batches is None else min(2, max_batches)))
     usable = [{k: v for k, v in f.items() if k in needed} for f in first if needed <= set(f)]
     runs = _Runs(model, fetch, run_collectors, reduced, final, record, providers, intra_op_num_threads, max_group,
-                 usable if len(usable) == len(first) else [], stacked)
+                 usable if len(usable) == len(first) else [], stacked, side)
+    side_outputs = list(dict.fromkeys(side.outputs)) if side is not None else []
 
     total = None
     try:
@@ -508,11 +549,15 @@ def collect(
                 collectors[name].update(feed[name])
             if runs.session is not None:
                 run_feed = {k: v for k, v in feed.items() if k in needed}
-                if (record and batches < model_output_batches) or runs.grouping is None:
+                sided = side is not None and batches < side.feeds
+                if (record and batches < model_output_batches) or runs.grouping is None or sided:
                     flush()
-                    got = runs.run_single(run_feed, final if record and batches < model_output_batches else ())
-                    if got:
-                        model_outputs.append(got)  # type: ignore[union-attr]
+                    recorded = final if record and batches < model_output_batches else []
+                    got = runs.run_single(run_feed, list(dict.fromkeys(list(recorded) + (side_outputs if sided else []))))
+                    if sided:
+                        side.take({o: got[o] for o in side_outputs})  # type: ignore[union-attr]
+                    if recorded:
+                        model_outputs.append({o: got[o] for o in recorded})  # type: ignore[union-attr]
                     if bar is not None:
                         bar.update(1)
                 elif runs.grouping:
@@ -531,6 +576,11 @@ def collect(
             if bar is None and log_every and batches % log_every == 0:
                 log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
         flush()
+        if also_run and also_outputs is not None and runs.session is not None and record:
+            for feed in also_run:
+                got = runs._run({k: v for k, v in feed.items() if k in needed}, 1, [o for o in final if o not in runs.names])
+                named = dict(zip(runs.names + [o for o in final if o not in runs.names], got))
+                also_outputs.append({o: np.array(named[o], copy=True) for o in final})
     finally:
         if bar is not None:
             bar.close()

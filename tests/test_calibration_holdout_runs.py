@@ -1,0 +1,68 @@
+"""The held-out feeds' float outputs from the calibration's own session, statistics or not (issue 26 item 1).
+
+Where calibration collects statistics (the integer presets), the accuracy floor's held-out feeds
+were run through a second float session on the same model (``calibrate.float_outputs_of``: its
+creation and a serialization of the model). They now run last in the calibration's session:
+held here that they add nothing to the statistics, that their outputs are the second session's
+bit for bit on a real model, and that no second session is opened.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxptq.pipeline.calibrate as cal
+from onnxptq.calibration import runner
+from onnxptq.config.presets import get_preset
+from testkit.models import model_path
+
+
+def _model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1.0, 1.0, size=(4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("spec", ["minmax", {"method": "percentile", "percentile": 99.9}])
+def test_also_run_feeds_add_nothing_to_the_statistics(spec):
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.uniform(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(6)]
+    wild = [{"x": rng.uniform(-50, 50, (1, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+    plain = runner.collect(_model(), {"c": spec, "y": spec}, feeds, model_outputs=[], model_output_batches=2)
+    outs: list = []
+    with_also = runner.collect(_model(), {"c": spec, "y": spec}, feeds, model_outputs=[], model_output_batches=2,
+                               also_run=wild, also_outputs=outs)
+    for name in ("c", "y"):
+        assert plain[name].min == with_also[name].min and plain[name].max == with_also[name].max
+        assert plain[name].batches == with_also[name].batches
+    assert len(outs) == 3 and set(outs[0]) == {"y"}
+    assert max(float(o["y"].max()) for o in outs) > 10  # the wild feeds did run
+
+
+def test_held_out_outputs_from_the_calibration_session(monkeypatch):
+    path = str(model_path("cls"))
+    name = onnx.load(path, load_external_data=False).graph.input[0].name
+    rng = np.random.default_rng(0)
+    data = [{name: rng.random((1, 3, 48, 192), dtype=np.float32)} for _ in range(12)]
+    cfg = get_preset("A8W8")
+    real = cal.float_outputs_of
+    calls: list[int] = []
+    monkeypatch.setattr(cal, "float_outputs_of", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calibrated = cal.calibrate_once(path, cfg, data, holdout=4)
+    assert calibrated.stats and calibrated.holdout and not calibrated.holdout_reused
+    assert calls == [], "a second float session ran the held-out feeds"
+    want = real(calibrated.prepared, calibrated.holdout, cfg)
+    assert len(calibrated.holdout_outputs) == len(want)
+    for got, ref in zip(calibrated.holdout_outputs, want):
+        assert set(got) == set(ref)
+        for k in ref:
+            assert got[k].dtype == ref[k].dtype and np.array_equal(got[k].view(np.uint8), ref[k].view(np.uint8)), k
