@@ -24,10 +24,12 @@ import logging
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
+from onnxptq.config.schema import ConfigError
 
 S, H, DEPTH = 8, 24, 8  # rows per feed, width, layers
 # Gemm, not MatMul: onnxruntime 1.32 fuses DequantizeLinear(int8 weight) + MatMul into MatMulNBits,
@@ -196,3 +198,8 @@ def test_the_ladder_follows_the_plans_formats():
     over = step_overrides(plan, first, ["Gemm_3"])
     # The tensors Gemm_3 reads and writes, only those the plan quantizes, and only activations.
     assert set(over) == {"h2", "h3"} and all(q.format == "uint16" for q in over.values())
+
+
+def test_repair_step_up_takes_a_bool():
+    with pytest.raises(ConfigError, match="repair_step_up must be True or False"):
+        resolve_config("A8W8").replace(repair_step_up="no")
