@@ -96,7 +96,7 @@ def test_an_in_graph_argmax_whose_flips_break_the_floor_is_judged_and_repaired()
     assert "decision:argmax" in plain.summary() and "NOT within the floor" in plain.summary()
 
     repaired = quantize(model, cfg, data=data)
-    assert repaired.floor.ok and repaired.repair and repaired.repair["kept_float"], repaired.summary()
+    assert repaired.floor.ok and repaired.repair and (repaired.repair["kept_float"] or repaired.repair["stepped_up"]), repaired.summary()
     assert repaired.floor.outputs[KEY + "argmax"].top1 >= 0.95
     # The delivered model is the user's graph: no extra output from the evaluation copies.
     assert [o.name for o in repaired.model.graph.output] == ["ids", "conf"]

@@ -106,7 +106,8 @@ def test_a_rare_class_of_a_two_class_softmax_map_is_judged_where_it_is_threshold
     assert _face_cells_iou(face_map(), off.model, held) < 0.95  # the loss is real: the package's read
     assert check.kept is not None and check.kept.figure < 0.95 and not off.floor.ok
     assert "of the kept candidates" in off.summary() and "NOT within the floor" in off.summary()
-    fixed = quantize(face_map(), A8W8.replace(repair_budget=50.0), feeds)
+    # (the float repair, which keeps exactly the responsible node; the 16-bit step: tests/test_repair_step_up.py)
+    fixed = quantize(face_map(), A8W8.replace(repair_budget=50.0, repair_step_up=False), feeds)
     assert fixed.floor.ok and "Conv_face" in fixed.repair["kept_float"]  # the face head reads Mul_hot's few codes
     assert _face_cells_iou(face_map(), fixed.model, held) >= 0.95
     # without the planted node the same map holds: the judgement is no false alarm
@@ -278,7 +279,7 @@ def test_sibling_class_heads_are_judged_as_one_read_per_sample():
     read = off.floor.outputs["reads:" + "+".join(f"digit_{k}" for k in range(HEADS))]
     assert not read.ok and read.top1 < 0.95 and not off.floor.ok
     fixed = quantize(digit_reader(), A8W8.replace(repair_budget=50.0), feeds)
-    assert fixed.floor.ok and fixed.repair["kept_float"]
+    assert fixed.floor.ok and (fixed.repair["kept_float"] or fixed.repair["stepped_up"])
     assert _codes(digit_reader(), fixed.model, held)[0] >= 0.95
     # the same heads at BF16 hold: the joint judgement is no false alarm there
     assert quantize(digit_reader(), resolve_config("BF16").replace(repair=False), feeds).floor.ok

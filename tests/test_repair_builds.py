@@ -24,7 +24,8 @@ from onnxptq.algorithms import repair
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
-A8W8 = resolve_config("A8W8")
+# The float search is what these tests pin: the 16-bit step (tests/test_repair_step_up.py) off.
+A8W8 = resolve_config("A8W8").replace(repair_step_up=False)
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_the_float_check_is_built_where_no_candidate_held(builds, monkeypatch):
     # Every candidate judged broken (as a floor broken by the float graph itself would judge them):
     # after the two halves fail, the all-float model is built once, and the search stops there.
     def broken(self, model):
-        return self.cache[frozenset()]
+        return self.cache[(None, frozenset())]
 
     monkeypatch.setattr(repair._Judge, "run", broken)
     result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))

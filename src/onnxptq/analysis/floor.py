@@ -860,6 +860,14 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
         lines.append(f"    before: {before}")
         if repair.get("note"):
             lines.append(f"    note: {repair['note']}")
+    elif repair and repair.get("stepped_up"):  # algorithms/step_up.py: 8-bit tensors made 16-bit
+        nodes = list(repair["stepped_up"])
+        how = str(next(iter(repair["stepped_up"].values()))).rpartition(": ")[2]
+        shown = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+        lines.append(f"  REPAIRED: {len(nodes)} node(s) stepped up to {how} to hold the accuracy floor: {shown}")
+        lines.append(f"    before: {repair.get('before_text', '')}")
+        if repair.get("note"):
+            lines.append(f"    note: {repair['note']}")
     state = "holds" if verdict.ok else "BROKEN"
     for text in verdict.advisories:
         lines.append(f"  WARNING (not repaired): {text}")
@@ -869,7 +877,7 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if verdict.ok and verdict.unjudged:
         lines.append(f"  the floor could NOT judge {unjudged_text(verdict)}")
-    if not verdict.ok and not (repair and repair.get("kept_float")):
+    if not verdict.ok and not (repair and (repair.get("kept_float") or repair.get("stepped_up"))):
         why = (repair or {}).get("note") or "repair is off (repair=False)"
         lines.append(f"  the figures above are NOT within the floor: {why}")
     return lines

@@ -489,6 +489,11 @@ class QuantConfig:
     floor_cosine: float | None = None
     floor_top1: float | None = None
     repair_budget: float = 1.0
+    #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
+    #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made
+    #: 16-bit) where the whole plan so stepped up holds the floor; False keeps them float (the
+    #: repair of formats with no 16-bit step, and of a target without 16-bit integer arithmetic)
+    repair_step_up: bool = True
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)
     quantize_postprocessing: bool = False
@@ -550,6 +555,8 @@ class QuantConfig:
                 raise ConfigError(f"{label} must be a number in [-1, 1] (None: the format family's default), not {value!r}")
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
             raise ConfigError(f"repair_budget must be a number >= 0 (times the plain quantization's time), not {self.repair_budget!r}")
+        if not isinstance(self.repair_step_up, bool):
+            raise ConfigError(f"repair_step_up must be True or False, not {self.repair_step_up!r}")
         for node, pair in self.node_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")

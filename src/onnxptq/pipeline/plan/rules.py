@@ -8,6 +8,7 @@ over the tensor table that :func:`.assign.make_plan` calls in a fixed order.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import onnx
@@ -308,7 +309,10 @@ def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig,
             axis = plan.axis if (quant.format == plan.quant.format or quant.format in ("bfp", "mx")) else None
             if quant.is_integer and plan.role == "weight" and quant.per_channel:
                 axis = plan.axis if plan.quant.per_channel else None
-            tensors[name] = TensorPlan(name, plan.role, quant, axis=axis, bias_of=plan.bias_of, consumers=plan.consumers, producer=plan.producer)
+            # Only the quantizer changes: what earlier rules decided about the tensor (its readers,
+            # ``exclusive`` under the transformer placement) stays (repair's 16-bit step overrides
+            # planned tensors: algorithms/step_up.py).
+            tensors[name] = dataclasses.replace(plan, quant=quant, axis=axis)
         else:
             role: Role = "weight" if name in g.initializers else "activation"
             tensors[name] = TensorPlan(name, role, quant, consumers=[n.name for n in g.consumers.get(name, [])],

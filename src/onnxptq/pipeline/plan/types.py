@@ -154,7 +154,8 @@ class Plan:
             "skipped_nodes": self.skipped_nodes,
             "float_tensors": self.float_tensors,
             **({"guard": self.guard} if self.guard else {}),
-            **({"repair": self.repair, "kept_float": self.repair.get("kept_float", {})} if self.repair else {}),
+            **({"repair": self.repair, "kept_float": self.repair.get("kept_float", {}),
+                "stepped_up": self.repair.get("stepped_up", {})} if self.repair else {}),
             "tensors": [t.to_json() for t in self.tensors.values()],
         }
 
