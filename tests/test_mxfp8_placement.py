@@ -144,9 +144,7 @@ def test_only_dot_product_operands_are_encoded(vit):
         assert name not in plan.tensors and name in plan.float_tensors, name
     for name in ("l0.attn.scores", "l0.fc1.out", "l0.fc1.mm", "l0.ls2", "l0.attn.q.r", "patch"):
         assert name not in plan.tensors and "dot product" in plan.float_tensors[name], name
-    assert {"l0.attn.probs", "l0.gelu.out", "l0.ln1"} <= set(plan.tensors), "what the MatMuls read"
-    # the patch Conv reads the graph input (plan/signal_inputs.py: its taps cancel on the image's level)
-    assert "image" not in plan.tensors and "signal_inputs" in plan.float_tensors["image"]
+    assert {"l0.attn.probs", "l0.gelu.out", "l0.ln1", "image"} <= set(plan.tensors), "what the MatMuls/Conv read"
     assert "l0.ls1.gamma" in plan.float_tensors, "an elementwise constant (layer scale) stays float"
     assert plan.tensors["l0.fc1.W"].quant.attr_dict["scale_search"] == 1  # X or X+1 (fp_blocks.mx_weight_exponents)
     assert "l0.fc1.b" not in plan.tensors
