@@ -1,9 +1,10 @@
 """Noise gain of each Conv/MatMul with a constant weight under per-value relative rounding (issue 27
-item 5, pipeline/plan/signal_inputs.py): ``kappa = Σ y² / Σ Σ_i (w_i·x_i)²`` over calibration data
-(``y`` the product without bias). Rounding every operand by a relative error δ moves ``y`` by about
-``δ·sqrt(Σ (w_i·x_i)²)``, so ``1/kappa`` is the layer's relative output noise over δ², in dB: above 0 dB
-the products cancel and the layer amplifies an FP element's rounding (E4M3: δ up to 6 %). Per
-output channel: min, 10th percentile, median of the channels' own kappa. Prints one line per layer.
+item 5; bench/RESULTS.md "MXFP8_E4M3 on detectors and audio scorers"): ``kappa = Σ y² / Σ Σ_i (w_i·x_i)²``
+over calibration data (``y`` the product without bias). Rounding every product's operands by
+independent relative errors of power δ² adds noise of power about ``δ²·Σ (w_i·x_i)²`` to ``y``, so
+``1/kappa`` is the output's relative noise power over δ² (in dB): above 0 dB the products cancel and
+the layer amplifies an FP element's rounding (E4M3: up to 6 % a value). Per output channel: min,
+10th percentile and median of the channels' own kappa. One line per layer.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/noise_gain.py aecmos 12     # bench/newmodels.py names
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/noise_gain.py rec 4         # PP-OCRv4 rec (8 lines a feed)
