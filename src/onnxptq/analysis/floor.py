@@ -657,7 +657,7 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
         check.kept, check.kept_seen = kept, len(pooled)
         if kept.figure < floor.top1:
             check.ok = False
-    if isinstance(collector, ScoreRows) and collector.valid and check.ok and kept is None:
+    if isinstance(collector, ScoreRows) and collector.valid and check.ok:
         found = collector.undecided()
         if found is not None:  # no image holds a decision to flip: "holds" would say nothing (score_rows' docstring)
             check.images, check.kept_seen, check.top1_unjudged, check.undecided = collector.images, len(pooled), True, found

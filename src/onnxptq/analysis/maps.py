@@ -80,10 +80,12 @@ judged by the cells a threshold keeps, as below. A ``[N, 2]`` classifier and a C
 threshold is set outside the graph (P-Net 0.6, R-Net 0.7, a detector 0.25-0.5), so the judged
 figure is the expected agreement over the thresholds a user might set: :data:`BAND_STEPS` levels
 from 0.2 to 0.8 of float's largest probability, each counted where float keeps at least
-:data:`MIN_KEPT` candidates above it and leaves as many below it (a threshold that keeps every
-candidate decides nothing on these samples: no flip across it could show, only a shift it never
-meets), intersections and unions summed over the levels. Where no level of the band decides
-(:func:`undecided`: a slider captcha's one gap per image, every best candidate scoring 0.94 or more
+:data:`MIN_KEPT` candidates above it, intersections and unions summed over the levels. A threshold
+that keeps every candidate (all but fewer than :data:`MIN_KEPT`) decides nothing on these samples:
+no flip across it could show, only a shift it never meets. Such levels still count where others
+decide (counting only the deciding ones narrowed a 16-candidate detector's band to one threshold
+where a single near-tie candidate broke an MX9 floor at output cosine 0.99999: tests/test_range_guard.py);
+where no level of the band decides (:func:`undecided`: a slider captcha's one gap per image, every best candidate scoring 0.94 or more
 on the floor's 42 images while the package reads it at 0.5) the samples cannot exercise the
 decision and the floor says so instead of "holds" (analysis/floor.py ``_judge_kept``). The kept
 candidates are few (P-Net's 12 judged scenes hold about 24 cells above 0.5), so a count of the
@@ -387,7 +389,7 @@ class Kept:
     #: candidates float keeps above the band's lowest counted threshold, and all candidates
     kept: int
     candidates: int
-    #: thresholds counted (float keeps at least :data:`MIN_KEPT` above each and leaves as many below), and the band they span
+    #: thresholds counted (float keeps at least :data:`MIN_KEPT` above each), and the band they span
     levels: int
     low: float
     high: float
@@ -437,9 +439,9 @@ def undecided(ref: np.ndarray) -> tuple[int, float, float, float] | None:
 def kept_agreement(ref: np.ndarray, got: np.ndarray, *, f1: bool) -> Kept | None:
     """How well the candidates a threshold keeps agree with float's, over the thresholds a user
     might set (module docstring, "Kept sets"). ``ref``/``got``: float's and the quantized model's
-    probabilities of the same candidates (1-D). None where no threshold decides (float keeps, or
-    leaves below it, too few candidates at every one: :func:`undecided`) or too few candidates move
-    to estimate from."""
+    probabilities of the same candidates (1-D). None where float keeps too few candidates at every
+    threshold or too few candidates move to estimate from; whether any threshold decides is
+    :func:`undecided`'s question (analysis/floor.py ``_judge_kept`` asks it of a verdict that holds)."""
     r = np.asarray(ref, np.float64).ravel()
     g = np.asarray(got, np.float64).ravel()
     if r.size == 0 or r.shape != g.shape or not (np.isfinite(r).all() and np.isfinite(g).all()):
@@ -459,9 +461,9 @@ def kept_agreement(ref: np.ndarray, got: np.ndarray, *, f1: bool) -> Kept | None
     kept_low = 0
     for t in levels:
         lt = float(_logit(np.float64(t)))
-        if not _decides(r, float(t)):
-            continue
         kept = int(np.count_nonzero(r > t))
+        if kept < MIN_KEPT:
+            continue
         used.append(float(t))
         kept_low = max(kept_low, kept)
         # P(the quantized candidate is above t) = P(shift > lt − float logit), from the shifts' distribution

@@ -39,8 +39,8 @@ the detections (``OutputCheck.images``, the summary and a warning); one that bre
 captchas float's best candidate scored 0.94 or more on every one, above every threshold of the band,
 and BF16/A16W8/MXINT8 held there while the bench's 32 other captchas lost 1-2 each (candidates at
 0.50-0.63 crossing the package's 0.5): no image held a decision to flip. A threshold that keeps every
-candidate decides nothing (``maps.kept_agreement`` counts only thresholds with candidates on both
-sides); where none of the band does, the detections are *not judged* and the summary says why.
+candidate decides nothing; where none of the band leaves candidates on both sides
+(``maps.undecided``), a verdict that holds is *not judged* and the summary says why.
 """
 
 from __future__ import annotations
