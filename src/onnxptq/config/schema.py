@@ -420,7 +420,11 @@ class QuantConfig:
     #: DequantizeLinear (power-of-two float scales), which onnxruntime's CPU provider fuses with
     #: the MatMul into MatMulNBits: int8-activation arithmetic, much faster, no longer exact
     #: (session option ``session.qdq_matmulnbits_accuracy_level=1`` keeps float arithmetic,
-    #: slowly). ``"exact"``: the weights decode to float and the MatMul runs in float.
+    #: slowly). ``"exact"``: the weights decode to float and the MatMul runs in float; under
+    #: ``runtime="cpu"`` also an integer weight of a MatMul whose activation is not 8-bit Q/DQ
+    #: (A16W8) is stored as int8 + Cast/Mul, which onnxruntime folds, so that it is not fused into
+    #: MatMulNBits and run on 8-bit activations (graph/passes/exact_int_weights.py); with
+    #: ``"matmulnbits"`` such weights keep their DequantizeLinear and onnxruntime fuses them.
     weight_runtime: Literal["exact", "matmulnbits"] = "exact"
     #: integer weights are stored as integer initializers + DequantizeLinear (ONNX QDQ form)
     store_int_weights: bool = True
