@@ -16,9 +16,10 @@ import hashlib
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import onnxptq.pipeline.guard as guard
+from _box_score_head import box_score_head
 from onnxptq.api import quantize
 from onnxptq.calibration import runner
 from onnxptq.config.presets import get_preset
@@ -29,31 +30,9 @@ from testkit.models import model_path
 
 
 def _head() -> onnx.ModelProto:
-    """x [N,4,8,8] → boxes = Relu(Conv) in 0..600, scores = Sigmoid(Conv); Concat on axis 1: the
-    guard flushes the scores under one scale or one exponent per block across channels."""
-    rng = np.random.default_rng(0)
-    w_box = rng.uniform(0.0, 150.0, size=(2, 4, 1, 1)).astype(np.float32)
-    w_score = rng.uniform(-2.0, 2.0, size=(6, 4, 1, 1)).astype(np.float32)
-    w_next = rng.uniform(-1.0, 1.0, size=(3, 8, 3, 3)).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w_box"], ["box_pre"], name="conv_box"),
-        helper.make_node("Relu", ["box_pre"], ["boxes"], name="relu_box"),
-        helper.make_node("Conv", ["x", "w_score"], ["score_pre"], name="conv_score"),
-        helper.make_node("Sigmoid", ["score_pre"], ["scores"], name="sigmoid"),
-        helper.make_node("Concat", ["boxes", "scores"], ["y"], name="concat", axis=1),
-        helper.make_node("Conv", ["y", "w_next"], ["z"], name="conv_next", pads=[1, 1, 1, 1]),
-    ]
-    graph = helper.make_graph(
-        nodes, "head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3, 8, 8])],
-        [numpy_helper.from_array(w_box, "w_box"), numpy_helper.from_array(w_score, "w_score"),
-         numpy_helper.from_array(w_next, "w_next")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model)
-
+    """x [N,4,8,8] → boxes = Relu(Conv) in 0..600, scores = Sigmoid(Conv); Concat on axis 1, read by a
+    Conv: the guard flushes the scores under one scale or one exponent per block across channels."""
+    return box_score_head(2, 6, next_channels=3)
 
 def _data(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxptq.pipeline.guard as guard
 import onnxptq.sessions
+from _box_score_head import box_score_head
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.formats import fake_quantize
@@ -151,23 +152,7 @@ def test_guard_work_does_not_grow_with_the_feature_map_and_grows_linearly_with_l
 
 def flush_head(hw: int) -> onnx.ModelProto:
     """Concat(Relu(Conv) in 0..600, Sigmoid(Conv) in 0..1) on axis 1: one shared scale flushes the scores."""
-    rng = np.random.default_rng(0)
-    w_box = rng.uniform(0.0, 150.0, size=(4, 4, 1, 1)).astype(np.float32)
-    w_score = rng.uniform(-2.0, 2.0, size=(2, 4, 1, 1)).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w_box"], ["box_pre"], name="conv_box"),
-        helper.make_node("Relu", ["box_pre"], ["boxes"], name="relu_box"),
-        helper.make_node("Conv", ["x", "w_score"], ["score_pre"], name="conv_score"),
-        helper.make_node("Sigmoid", ["score_pre"], ["scores"], name="sigmoid"),
-        helper.make_node("Concat", ["boxes", "scores"], ["y"], name="concat", axis=1),
-    ]
-    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, hw, hw])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, hw, hw])],
-                              [numpy_helper.from_array(w_box, "w_box"), numpy_helper.from_array(w_score, "w_score")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
+    return box_score_head(4, 2, hw)
 
 @pytest.mark.parametrize("fmt", ["A8W8", "BFP16"])
 def test_guard_finds_a_flush_on_a_map_far_over_its_budget(fmt):

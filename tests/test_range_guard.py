@@ -12,8 +12,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from _box_score_head import box_score_head
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.pipeline.guard import channel_sqnr
@@ -28,26 +28,7 @@ BOUND = {"A8W8": 4 / 255, "BFP16": 2.0**-5, "MX9": 2.0**-5, "MXINT8": 2.0**-5}
 
 def head_model() -> onnx.ModelProto:
     """x [N,4,8,8] in 0..1 → boxes = Relu(Conv) in 0..600 pixels, scores = Sigmoid(Conv); Concat on axis 1."""
-    rng = np.random.default_rng(0)
-    w_box = rng.uniform(0.0, 150.0, size=(BOX_CHANNELS, 4, 1, 1)).astype(np.float32)
-    w_score = rng.uniform(-2.0, 2.0, size=(SCORE_CHANNELS, 4, 1, 1)).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w_box"], ["box_pre"], name="conv_box"),
-        helper.make_node("Relu", ["box_pre"], ["boxes"], name="relu_box"),
-        helper.make_node("Conv", ["x", "w_score"], ["score_pre"], name="conv_score"),
-        helper.make_node("Sigmoid", ["score_pre"], ["scores"], name="sigmoid"),
-        helper.make_node("Concat", ["boxes", "scores"], ["y"], name="concat", axis=1),
-    ]
-    graph = helper.make_graph(
-        nodes, "head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", BOX_CHANNELS + SCORE_CHANNELS, 8, 8])],
-        [numpy_helper.from_array(w_box, "w_box"), numpy_helper.from_array(w_score, "w_score")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
+    return box_score_head(BOX_CHANNELS, SCORE_CHANNELS)
 
 def _data(seed: int, n: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
