@@ -24,7 +24,7 @@ class _BurningJudge:
     def __init__(self) -> None:
         self.evaluations = 0
 
-    def __call__(self, kept):
+    def __call__(self, kept, rung=None):  # _Judge's signature
         self.evaluations += 1
         end = time.process_time() + COST
         while time.process_time() < end:

@@ -261,7 +261,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float,
         trial = kept - frozenset(chunk)
         trials += 1
         started = time.process_time()
-        verdict = judge(trial) if rung is None else judge(trial, rung)
+        verdict = judge(trial, rung)
         last_cost = time.process_time() - started
         if verdict is not None and verdict.ok:
             kept = trial

