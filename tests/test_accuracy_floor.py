@@ -141,6 +141,9 @@ def test_cli_prints_the_summary_once_and_names_the_repair(tmp_path):
     assert both.count("quantized ") == 1 and both.count("accuracy floor (") == 2  # the summary once; the warning once
     assert "REPAIRED" in run.stdout and "Mul_hot" in run.stdout
     assert "Mul_hot" in json.loads((tmp_path / "plan.json").read_text())["stepped_up"]  # A8W8: 16-bit step first
+    run = cli("--no-repair-step-up")  # float, not 16-bit, for the responsible node
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert run.returncode == 0 and not plan["stepped_up"] and "Mul_hot" in plan["repair"]["kept_float"], run.stdout
     run = cli("--no-repair")
     assert run.returncode == 0 and "BROKEN" in run.stdout and "REPAIRED" not in run.stdout
     run = cli("--strict")

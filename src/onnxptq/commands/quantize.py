@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="accuracy floor: where the quantized model breaks its format family's floor on held-out samples, "
                         "keep the responsible nodes float (named in a warning, the summary and the plan); on by default, "
                         "--no-repair only reports the broken floor (docs/accuracy.md)")
+    p.add_argument("--repair-step-up", action=argparse.BooleanOptionalAction, default=None,
+                   help="repair of an integer plan first tries 16-bit activations, then 16-bit weights, on the "
+                        "responsible nodes before keeping any float (default on); --no-repair-step-up keeps them float")
     p.add_argument("--strict", action="store_true",
                    help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
     p.add_argument("--floor-cosine", type=float, default=None, metavar="C",
@@ -76,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(range_guard=args.range_guard)
     if args.repair is not None:
         config = config.replace(repair=args.repair)
+    if args.repair_step_up is not None:
+        config = config.replace(repair_step_up=args.repair_step_up)
     if args.strict:
         config = config.replace(strict=True)
     if args.floor_cosine is not None:
