@@ -42,7 +42,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .blocks import from_blocks, to_blocks
+from .blocks import from_blocks, max_last, to_blocks
 
 log = logging.getLogger(__name__)
 
@@ -211,59 +211,87 @@ def _to_bfp_prime_blocks(b: np.ndarray, m: int, sbs: int, shift_bits: int, round
     """``BFPPrimeCPUKernel`` on ``b`` of shape (..., block_size), float32, in integer arithmetic.
 
     int32 throughout (a biased exponent is < 256, a significand < 2^24, a shift count ≤ 26), and
-    the value is scaled per sub-block: the same integers and the same float64 products as in
-    int64 per element, in about half the memory traffic (quantizing lac's 58224x128 embedding
-    for MX9 took 1.0 s of its 4.8 s quantize)."""
+    the value is scaled per sub-block: the same integers and the same products as in int64 per
+    element, in about half the memory traffic (quantizing lac's 58224x128 embedding for MX9 took
+    1.0 s of its 4.8 s quantize). Sub-block maxima by halving (:func:`blocks.max_last`: NumPy
+    reduces a last axis of 2 row by row, 0.15 s on that embedding), the shift broadcast per
+    sub-block rather than repeated per element, and the rounding from one shift that keeps the
+    half bit (:func:`_round_shifted`)."""
     bs = b.shape[-1]
     nsb = -(-bs // sbs)
+    whole = nsb * sbs == bs
     bits = b.view(np.uint32)
     e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
-    es = e.max(axis=-1, keepdims=True)
+    es = max_last(e)[..., None]
     # Sub-block maxima; a ragged last sub-block is padded with exponent 0, which never wins.
-    if nsb * sbs == bs:
-        ej = e.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+    if whole:
+        ej = max_last(e.reshape(e.shape[:-1] + (nsb, sbs)))
     else:
         e_pad = np.zeros(e.shape[:-1] + (nsb * sbs,), np.int32)
         e_pad[..., :bs] = e
-        ej = e_pad.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+        ej = max_last(e_pad.reshape(e.shape[:-1] + (nsb, sbs)))
     shift_j = np.minimum(es - ej, (1 << shift_bits) - 1)
-    shift = np.repeat(shift_j, sbs, axis=-1)[..., :bs]
 
     mant = (bits & np.uint32(0x7FFFFF)).astype(np.int32)
     mant |= np.int32(1 << 23)
     mant[e == 0] = 0  # subnormals (and zeros) flush
     # t = es - shift - e + 24 - m >= 24 - m >= 1; from 26 on, r = 0 and tail < half: q = 0
-    t = es - shift
-    t -= e
-    t += 24 - m
-    np.minimum(t, 26, out=t)
-    r = mant >> t
-    one = np.ones_like(t)
-    tail = mant & ((one << t) - 1)
-    half = one << (t - 1)
-    del one, t, mant
-    if rounding_mode == 0:
-        tie_up = True
-    elif rounding_mode == 1:
-        tie_up = (bits >> np.uint32(31)) == 0
+    base = es - shift_j + (24 - m)  # per sub-block
+    if whole:
+        t = (base[..., None] - e.reshape(e.shape[:-1] + (nsb, sbs))).reshape(e.shape)
     else:
-        tie_up = (r & 1) == 1
-    up = (tail > half) | ((tail == half) & tie_up)
-    up &= r != (1 << m) - 1  # never rounds past 2^m - 1
-    del tail, half
-    q = r + up  # int32
-    del r, up
-    # |y| = q * 2^(es - 127 - shift + 1 - m), in float64 (exact), per sub-block's scale.
-    with np.errstate(over="ignore"):  # blocks with Es = 255 overflow here and become NaN below
-        scale = np.ldexp(1.0, es - 127 - shift_j + 1 - m)
-        qf = q.astype(np.float64)
-        if nsb * sbs == bs:
-            qf = (qf.reshape(q.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(q.shape)
-        else:
-            qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
-        y = np.copysign(qf, b).astype(np.float32)  # the sign of x, zeros included
+        t = np.repeat(base, sbs, axis=-1)[..., :bs] - e
+    np.minimum(t, 26, out=t)
+    q = _round_shifted(mant, t, m, rounding_mode, bits)
+    del mant, t
+    # |y| = q * 2^(es - 127 - shift + 1 - m), per sub-block's scale. A block whose Es is 0 holds
+    # only zeros (flushed): its q are 0 and any scale gives them, so it does not bound the scale.
+    exps = np.where(es == 0, 0, es - 127 - shift_j + 1 - m)
     nan = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
+    if exps.size and exps.min() >= -126 and exps.max() <= 127:
+        # float32: q (< 2^24) times a normal power of two is exact, and at least 2^-126 (a
+        # normal), so it is the float64 product's value (bench/RESULTS.md, branch blockquant3).
+        scale = np.ldexp(np.float32(1), exps).astype(np.float32)
+        qf = q.astype(np.float32)
+        del q
+        with np.errstate(over="ignore"):  # only in blocks with Es = 255, NaN below
+            if whole:
+                qf = (qf.reshape(qf.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(qf.shape)
+            else:
+                qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
+        y = np.copysign(qf, b)  # the sign of x, zeros included
+    else:
+        with np.errstate(over="ignore"):  # blocks with Es = 255 overflow here and become NaN below
+            scale = np.ldexp(1.0, es - 127 - shift_j + 1 - m)
+            qf = q.astype(np.float64)
+            if whole:
+                qf = (qf.reshape(q.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(q.shape)
+            else:
+                qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
+            y = np.copysign(qf, b).astype(np.float32)  # the sign of x, zeros included
     return np.where(es == 0xFF, nan, y)
+
+
+def _round_shifted(mant: np.ndarray, t: np.ndarray, m: int, rounding_mode: int, bits: np.ndarray) -> np.ndarray:
+    """``mant >> t`` rounded by ``rounding_mode`` and capped at ``2^m - 1`` (int32; ``t`` ≥ 1).
+
+    One shift by ``t - 1`` keeps the half bit: ``r = u >> 1``, the half bit ``u & 1``, and the
+    tail below it is nonzero exactly when ``u << (t-1) != mant``. The same ``up`` as comparing
+    ``mant & (2^t - 1)`` with ``2^(t-1)`` (greater: half bit and a nonzero rest; equal: half bit
+    and a zero rest), without the two mask arrays. ``t`` is modified."""
+    t -= 1
+    u = mant >> t
+    sticky = (u << t) != mant
+    r = u >> 1
+    up = (u & 1).astype(bool)
+    del u
+    if rounding_mode == 0:
+        pass  # ties away from zero: the half bit alone
+    else:
+        tie_up = (bits >> np.uint32(31)) == 0 if rounding_mode == 1 else (r & 1) == 1
+        up &= sticky | tie_up
+    up &= r != (1 << m) - 1  # never rounds past 2^m - 1
+    return r + up  # int32
 
 
 def fake_quantize(

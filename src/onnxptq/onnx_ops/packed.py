@@ -44,6 +44,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..formats.base import QDQNodes
+from ..formats.blocks import max_last as _max_last
 from ..graph.external import store
 
 log = logging.getLogger(__name__)
@@ -244,19 +245,6 @@ def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout
     x = mx.shared_exponent(top.view(np.float32).astype(np.float64), fmt_el)
     x = np.where(np.isnan(x), 128, x)
     return (x + 127).astype(np.int64), np.zeros((xb.shape[0], 1), np.int64)
-
-
-def _max_last(a: np.ndarray) -> np.ndarray:
-    """``a.max(axis=-1)``, by halving when the axis is short: NumPy reduces a short last axis row
-    by row (MX9's sub-blocks of 2: 1.6M exponents took 36 ms against 2.5 by one ``maximum`` of
-    the two halves; 8: 8.1 against 6.9 ms; from 16 on ``max`` is faster). A maximum is exact in any order."""
-    if a.shape[-1] >= 16 or a.shape[-1] == 0:
-        return a.max(axis=-1)
-    while a.shape[-1] > 1:
-        width, half = a.shape[-1], a.shape[-1] // 2
-        folded = np.maximum(a[..., :half], a[..., half:2 * half])
-        a = np.concatenate([folded, a[..., 2 * half:]], axis=-1) if width % 2 else folded
-    return a[..., 0]
 
 
 def exponent_table() -> np.ndarray:
