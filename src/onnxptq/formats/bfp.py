@@ -246,8 +246,9 @@ def _to_bfp_prime_blocks(b: np.ndarray, m: int, sbs: int, shift_bits: int, round
     exps = np.where(es == 0, 0, es - 127 - shift_j + 1 - m)
     nan = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
     if exps.size and exps.min() >= -126 and exps.max() <= 127:
-        # float32: q (< 2^24) times a normal power of two is exact, and at least 2^-126 (a
-        # normal), so it is the float64 product's value (bench/RESULTS.md, branch blockquant3).
+        # float32: q (< 2^24) times a normal power of two is exact and at least 2^-126, so it is
+        # the float64 product's value, bit for bit. (Down to 2^-149 it would be too; a normal
+        # scale keeps it so where a library has set denormals-are-zero.)
         scale = np.ldexp(np.float32(1), exps).astype(np.float32)
         qf = q.astype(np.float32)
         del q
