@@ -85,7 +85,8 @@ def _prime_slow(x: np.ndarray, m: int, bs: int, sbs: int, shift_bits: int, mode:
 def _py3_round_slow(v: np.float32) -> np.float32:
     """The tool's ``py3_round`` as written: ``floor(v)``, plus one above the half or at an odd half."""
     fl = np.floor(v)
-    diff = np.float32(v - fl)
+    with np.errstate(invalid="ignore"):  # Inf - Inf: NaN, neither above nor at the half
+        diff = np.float32(v - fl)
     if diff > np.float32(0.5) or (diff == np.float32(0.5) and math.fmod(float(fl), 2.0) != 0):
         return np.float32(fl + np.float32(1))
     return np.float32(fl)
