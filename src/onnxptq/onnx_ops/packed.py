@@ -407,8 +407,9 @@ class WeightPacker:
         if layout.shift_bits > 8:
             return None
         ax = block_axis(fmt, attrs, values.ndim)
-        moved_x = np.moveaxis(np.atleast_1d(values).astype(np.float32), ax, -1)
-        moved_y = np.moveaxis(np.atleast_1d(fq).astype(np.float32), ax, -1)
+        # Read only (blocks() copies them into padded rows): no float32 copy of a float32 weight.
+        moved_x = np.moveaxis(np.atleast_1d(values).astype(np.float32, copy=False), ax, -1)
+        moved_y = np.moveaxis(np.atleast_1d(fq).astype(np.float32, copy=False), ax, -1)
         length = moved_x.shape[-1]
         n_blocks = -(-length // layout.block)
         rows = int(np.prod(moved_x.shape[:-1], dtype=np.int64)) * n_blocks
