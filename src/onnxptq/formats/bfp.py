@@ -42,7 +42,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .blocks import from_blocks, to_blocks
+from .blocks import from_blocks, max_last, to_blocks
 
 log = logging.getLogger(__name__)
 
@@ -158,33 +158,28 @@ def _dpu_round(v: np.ndarray) -> np.ndarray:
 
 def _py3_round(v: np.ndarray) -> np.ndarray:
     """The tool's ``py3_round``, in float32 like the C code: half to even, but built as
-    ``floor(v) + 1``, so v in [-0.5, 0) gives +0 while v = -0 stays -0."""
-    fl = np.floor(v)
-    diff = (v - fl).astype(np.float32)
-    up = diff > np.float32(0.5)
-    # Parity only matters at exact halves (few): fmod on those alone, the slowest pass otherwise.
-    # (A mask, not flat indices: ``v`` may be a strided view, whose results are not C-ordered.)
-    tie = diff == np.float32(0.5)
-    if tie.any():
-        up[tie] = np.fmod(fl[tie], np.float32(2)) != 0
-    out = fl.copy()
-    np.add(out, np.float32(1), out=out, where=up)
+    ``floor(v) + 1``, so v in [-0.5, 0) gives +0 while v = -0 stays -0.
+
+    ``np.rint`` (half to even) with its −0 for v in [-0.5, 0) made +0: the same values as the
+    ``floor``/parity construction in a third of the passes (the largest part of BFP16's
+    reference; equal on every float32 near the halves, tests/test_bfp_reference_fast.py)."""
+    out = np.rint(v)
+    neg_zero = (out == 0) & (v < 0)  # v = -0 is not < 0: it stays -0
+    if neg_zero.any():
+        out[neg_zero] = 0
     return out.astype(np.float32, copy=False)
 
 
 _ROUND = {0: _std_round, 1: _dpu_round, 2: _py3_round}
 
 
-def _biased_exponent(bits: np.ndarray) -> np.ndarray:
-    return ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
-
-
 def _to_bfp_blocks(b: np.ndarray, m: int, rounding_mode: int, compiler: bool) -> np.ndarray:
     """``BFPCPUKernel`` on ``b`` of shape (..., block_size), float32."""
     bits = b.view(np.uint32)
-    e = _biased_exponent(bits)
+    e = (bits >> np.uint32(23)) & np.uint32(0xFF)  # uint32: only the block maxima are widened
     special = e == 0xFF
-    es = np.where(special, 0, e).max(axis=-1, keepdims=True)
+    es = max_last(np.where(special, np.uint32(0), e))[..., None].astype(np.int64)
+    del e
     exp = es - 127
     # scale and bounds are computed in double and stored as float, as in the kernel.
     scale = np.ldexp(1.0, exp - (m - 1)).astype(np.float32)
@@ -202,8 +197,10 @@ def _to_bfp_blocks(b: np.ndarray, m: int, rounding_mode: int, compiler: bool) ->
         else:
             max_v = (np.ldexp(1.0, exp + 1) - scale.astype(np.float64)).astype(np.float32)
             min_v = -max_v
-        y = (rnd(v) * scale).astype(np.float32)
-        y = np.maximum(min_v, np.minimum(y, max_v))
+        y = rnd(v)  # a fresh float32 array: scaled and clamped in place
+        y *= scale
+        np.minimum(y, max_v, out=y)
+        np.maximum(y, min_v, out=y)  # min_v < 0 < max_v: the order of the two clamps is moot
     return np.where(special, b, y)
 
 
@@ -211,59 +208,88 @@ def _to_bfp_prime_blocks(b: np.ndarray, m: int, sbs: int, shift_bits: int, round
     """``BFPPrimeCPUKernel`` on ``b`` of shape (..., block_size), float32, in integer arithmetic.
 
     int32 throughout (a biased exponent is < 256, a significand < 2^24, a shift count ≤ 26), and
-    the value is scaled per sub-block: the same integers and the same float64 products as in
-    int64 per element, in about half the memory traffic (quantizing lac's 58224x128 embedding
-    for MX9 took 1.0 s of its 4.8 s quantize)."""
+    the value is scaled per sub-block: the same integers and the same products as in int64 per
+    element, in about half the memory traffic (quantizing lac's 58224x128 embedding for MX9 took
+    1.0 s of its 4.8 s quantize). Sub-block maxima by halving (:func:`blocks.max_last`: NumPy
+    reduces a last axis of 2 row by row, 0.15 s on that embedding), the shift broadcast per
+    sub-block rather than repeated per element, and the rounding from one shift that keeps the
+    half bit (:func:`_round_shifted`)."""
     bs = b.shape[-1]
     nsb = -(-bs // sbs)
+    whole = nsb * sbs == bs
     bits = b.view(np.uint32)
     e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
-    es = e.max(axis=-1, keepdims=True)
+    es = max_last(e)[..., None]
     # Sub-block maxima; a ragged last sub-block is padded with exponent 0, which never wins.
-    if nsb * sbs == bs:
-        ej = e.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+    if whole:
+        ej = max_last(e.reshape(e.shape[:-1] + (nsb, sbs)))
     else:
         e_pad = np.zeros(e.shape[:-1] + (nsb * sbs,), np.int32)
         e_pad[..., :bs] = e
-        ej = e_pad.reshape(e.shape[:-1] + (nsb, sbs)).max(axis=-1)
+        ej = max_last(e_pad.reshape(e.shape[:-1] + (nsb, sbs)))
     shift_j = np.minimum(es - ej, (1 << shift_bits) - 1)
-    shift = np.repeat(shift_j, sbs, axis=-1)[..., :bs]
 
     mant = (bits & np.uint32(0x7FFFFF)).astype(np.int32)
     mant |= np.int32(1 << 23)
     mant[e == 0] = 0  # subnormals (and zeros) flush
     # t = es - shift - e + 24 - m >= 24 - m >= 1; from 26 on, r = 0 and tail < half: q = 0
-    t = es - shift
-    t -= e
-    t += 24 - m
-    np.minimum(t, 26, out=t)
-    r = mant >> t
-    one = np.ones_like(t)
-    tail = mant & ((one << t) - 1)
-    half = one << (t - 1)
-    del one, t, mant
-    if rounding_mode == 0:
-        tie_up = True
-    elif rounding_mode == 1:
-        tie_up = (bits >> np.uint32(31)) == 0
+    base = es - shift_j + (24 - m)  # per sub-block
+    if whole:
+        t = (base[..., None] - e.reshape(e.shape[:-1] + (nsb, sbs))).reshape(e.shape)
     else:
-        tie_up = (r & 1) == 1
-    up = (tail > half) | ((tail == half) & tie_up)
-    up &= r != (1 << m) - 1  # never rounds past 2^m - 1
-    del tail, half
-    q = r + up  # int32
-    del r, up
-    # |y| = q * 2^(es - 127 - shift + 1 - m), in float64 (exact), per sub-block's scale.
-    with np.errstate(over="ignore"):  # blocks with Es = 255 overflow here and become NaN below
-        scale = np.ldexp(1.0, es - 127 - shift_j + 1 - m)
-        qf = q.astype(np.float64)
-        if nsb * sbs == bs:
-            qf = (qf.reshape(q.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(q.shape)
-        else:
-            qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
-        y = np.copysign(qf, b).astype(np.float32)  # the sign of x, zeros included
+        t = np.repeat(base, sbs, axis=-1)[..., :bs] - e
+    np.minimum(t, 26, out=t)
+    q = _round_shifted(mant, t, m, rounding_mode, bits)
+    del mant, t
+    # |y| = q * 2^(es - 127 - shift + 1 - m), per sub-block's scale. A block whose Es is 0 holds
+    # only zeros (flushed): its q are 0 and any scale gives them, so it does not bound the scale.
+    exps = np.where(es == 0, 0, es - 127 - shift_j + 1 - m)
     nan = np.array(0x7FFFFFFF, np.uint32).view(np.float32)
+    if exps.size and exps.min() >= -126 and exps.max() <= 127:
+        # float32: q (< 2^24) times a normal power of two is exact and at least 2^-126, so it is
+        # the float64 product's value, bit for bit. (Down to 2^-149 it would be too; a normal
+        # scale keeps it so where a library has set denormals-are-zero.)
+        scale = np.ldexp(np.float32(1), exps).astype(np.float32)
+        qf = q.astype(np.float32)
+        del q
+        with np.errstate(over="ignore"):  # only in blocks with Es = 255, NaN below
+            if whole:
+                qf = (qf.reshape(qf.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(qf.shape)
+            else:
+                qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
+        y = np.copysign(qf, b)  # the sign of x, zeros included
+    else:
+        with np.errstate(over="ignore"):  # blocks with Es = 255 overflow here and become NaN below
+            scale = np.ldexp(1.0, es - 127 - shift_j + 1 - m)
+            qf = q.astype(np.float64)
+            if whole:
+                qf = (qf.reshape(q.shape[:-1] + (nsb, sbs)) * scale[..., None]).reshape(q.shape)
+            else:
+                qf *= np.repeat(scale, sbs, axis=-1)[..., :bs]
+            y = np.copysign(qf, b).astype(np.float32)  # the sign of x, zeros included
     return np.where(es == 0xFF, nan, y)
+
+
+def _round_shifted(mant: np.ndarray, t: np.ndarray, m: int, rounding_mode: int, bits: np.ndarray) -> np.ndarray:
+    """``mant >> t`` rounded by ``rounding_mode`` and capped at ``2^m - 1`` (int32; ``t`` ≥ 1).
+
+    One shift by ``t - 1`` keeps the half bit: ``r = u >> 1``, the half bit ``u & 1``, and the
+    tail below it is nonzero exactly when ``u << (t-1) != mant``. The same ``up`` as comparing
+    ``mant & (2^t - 1)`` with ``2^(t-1)`` (greater: half bit and a nonzero rest; equal: half bit
+    and a zero rest), without the two mask arrays. ``t`` is modified."""
+    t -= 1
+    u = mant >> t
+    sticky = (u << t) != mant
+    r = u >> 1
+    up = (u & 1).astype(bool)
+    del u
+    if rounding_mode == 0:
+        pass  # ties away from zero: the half bit alone
+    else:
+        tie_up = (bits >> np.uint32(31)) == 0 if rounding_mode == 1 else (r & 1) == 1
+        up &= sticky | tie_up
+    up &= r != (1 << m) - 1  # never rounds past 2^m - 1
+    return r + up  # int32
 
 
 def fake_quantize(

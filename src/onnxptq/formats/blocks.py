@@ -47,6 +47,20 @@ def to_blocks(x: Any, axis: int, block_size: int) -> tuple[Any, BlockView]:
     return blocks, BlockView(axis, length, tuple(padded.shape))
 
 
+def max_last(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=-1)`` (NumPy), by halving when the axis is short: NumPy reduces a short last
+    axis row by row (MX9's sub-blocks of 2: 1.6M exponents took 36 ms against 2.5 by one
+    ``maximum`` of the two halves; 8: 8.1 against 6.9 ms; from 16 on ``max`` is faster). A maximum
+    is exact in any order, so the result is the same array."""
+    if a.shape[-1] >= 16 or a.shape[-1] == 0:
+        return a.max(axis=-1)
+    while a.shape[-1] > 1:
+        width, half = a.shape[-1], a.shape[-1] // 2
+        folded = np.maximum(a[..., :half], a[..., half:2 * half])
+        a = np.concatenate([folded, a[..., 2 * half:]], axis=-1) if width % 2 else folded
+    return a[..., 0]
+
+
 def from_blocks(blocks: Any, view: BlockView) -> Any:
     """The tensor of :func:`to_blocks` back in its own layout: padding dropped, the axis in place."""
     return _move(blocks.reshape(view.padded_shape)[..., : view.length], -1, view.axis)

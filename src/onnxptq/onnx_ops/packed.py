@@ -44,6 +44,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..formats.base import QDQNodes
+from ..formats.blocks import max_last as _max_last
 from ..graph.external import store
 
 log = logging.getLogger(__name__)
@@ -246,19 +247,6 @@ def _exponent_candidates(fmt: str, attrs: dict[str, Any], xb: np.ndarray, layout
     return (x + 127).astype(np.int64), np.zeros((xb.shape[0], 1), np.int64)
 
 
-def _max_last(a: np.ndarray) -> np.ndarray:
-    """``a.max(axis=-1)``, by halving when the axis is short: NumPy reduces a short last axis row
-    by row (MX9's sub-blocks of 2: 1.6M exponents took 36 ms against 2.5 by one ``maximum`` of
-    the two halves; 8: 8.1 against 6.9 ms; from 16 on ``max`` is faster). A maximum is exact in any order."""
-    if a.shape[-1] >= 16 or a.shape[-1] == 0:
-        return a.max(axis=-1)
-    while a.shape[-1] > 1:
-        width, half = a.shape[-1], a.shape[-1] // 2
-        folded = np.maximum(a[..., :half], a[..., half:2 * half])
-        a = np.concatenate([folded, a[..., 2 * half:]], axis=-1) if width % 2 else folded
-    return a[..., 0]
-
-
 def exponent_table() -> np.ndarray:
     """``table[E] = 2^(E-127)`` in float32 (E8M0; 255 decodes to +Inf, never used exactly)."""
     with np.errstate(over="ignore"):
@@ -419,8 +407,9 @@ class WeightPacker:
         if layout.shift_bits > 8:
             return None
         ax = block_axis(fmt, attrs, values.ndim)
-        moved_x = np.moveaxis(np.atleast_1d(values).astype(np.float32), ax, -1)
-        moved_y = np.moveaxis(np.atleast_1d(fq).astype(np.float32), ax, -1)
+        # Read only (blocks() copies them into padded rows): no float32 copy of a float32 weight.
+        moved_x = np.moveaxis(np.atleast_1d(values).astype(np.float32, copy=False), ax, -1)
+        moved_y = np.moveaxis(np.atleast_1d(fq).astype(np.float32, copy=False), ax, -1)
         length = moved_x.shape[-1]
         n_blocks = -(-length // layout.block)
         rows = int(np.prod(moved_x.shape[:-1], dtype=np.int64)) * n_blocks
