@@ -453,6 +453,16 @@ class QuantConfig:
     #: exponent is valid MX data, so a search costs nothing at inference; activations keep OCP's
     #: rule (what MX hardware applies at run time).
     mx_weight_scale_search: Literal[0, 1, 2] | None = None
+    #: the MX ``scale_search`` MX activations get (pipeline/plan/fp_blocks.py
+    #: ``mx_activation_exponents``): 3 takes, per block, the exponent one above OCP's where OCP's
+    #: saturates the block maximum (``ceil(log2(amax/max_norm))``, no search: a few ops on the
+    #: block maxima at run time, formats/mx.py); 0 OCP's rule. None (automatic): 3 for FP8
+    #: elements (MXFP8_E4M3/E5M2), whose OCP exponent clips the maximum of about one block in five
+    #: by up to 12.5 % while one exponent up costs only values below 2^-15 of it (an FP8 element
+    #: keeps its relative precision over 15–30 binades); 0 for MXINT8 and FP6/FP4, whose few
+    #: binades make the exponent above coarsen a block's small values too (bench/RESULTS.md "The
+    #: MX activations' exponent"). An activation given a ``scale_search`` of its own keeps it.
+    mx_activation_scale_search: Literal[0, 3] | None = None
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.
     dual_quant_nodes: bool = False
@@ -545,6 +555,11 @@ class QuantConfig:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
         if not 0.0 <= self.smooth_alpha <= 1.0:
             raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
+        if self.mx_activation_scale_search is not None and (isinstance(self.mx_activation_scale_search, bool)
+                                                             or self.mx_activation_scale_search not in (0, 3)):
+            raise ConfigError(f"mx_activation_scale_search must be None (automatic: 3 for FP8 elements), 0 (OCP's "
+                              f"exponent) or 3 (the exponent above where OCP's saturates the block maximum), "
+                              f"not {self.mx_activation_scale_search!r}")
         if self.mx_weight_scale_search is not None and (isinstance(self.mx_weight_scale_search, bool)
                                                          or self.mx_weight_scale_search not in (0, 1, 2)):
             raise ConfigError(f"mx_weight_scale_search must be None (automatic), 0 (the weights' own MX exponent rule), "

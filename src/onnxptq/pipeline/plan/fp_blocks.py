@@ -63,13 +63,15 @@ from __future__ import annotations
 
 import logging
 
+from ...config.schema import TensorQuant
+
 from .select import _Graph
 from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
-           "mx_weight_exponents"]
+           "mx_activation_exponents", "mx_weight_exponents"]
 
 
 def is_fp_block(t: TensorPlan) -> bool:
@@ -147,12 +149,44 @@ def mx_weight_exponents(tensors: dict[str, TensorPlan], search: int | None) -> i
     return changed
 
 
-def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None) -> dict[str, str]:
-    """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`),
+def _unsaturated(quant: TensorQuant, rule: int | None) -> TensorQuant:
+    """``quant`` with MX ``scale_search=3`` where ``rule`` (None: FP8 elements) asks for it and
+    ``quant``'s attributes name no ``scale_search`` of their own (the presets' name none)."""
+    attrs = quant.attr_dict
+    if quant.format != "mx" or "scale_search" in attrs:
+        return quant
+    wanted = (3 if str(attrs.get("element_dtype", "int8")).startswith("fp8") else 0) if rule is None else int(rule)
+    return quant.with_(attrs={**dict(quant.attrs), "scale_search": wanted}) if wanted else quant
+
+
+def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int | None) -> int:
+    """Give MX activations (a dual-quant producer format too) the exponent rule ``rule``
+    (``QuantConfig.mx_activation_scale_search``; None: 3 for FP8 elements, else OCP's); returns
+    how many changed. Activations are encoded at run time, so no search by error: ``3`` is OCP's
+    exponent, one up where it would saturate the block maximum (formats/mx.py module doc)."""
+    changed = 0
+    for t in tensors.values():
+        if t.role != "activation":
+            continue
+        new = _unsaturated(t.quant, rule)
+        changed += new is not t.quant
+        t.quant = new
+        if t.producer_quant is not None:
+            t.producer_quant = _unsaturated(t.producer_quant, rule)
+    if changed:
+        log.debug("plan: %d MX activations take the exponent that does not saturate their blocks", changed)
+    return changed
+
+
+def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
+                      activation_scale_search: int | None = None) -> dict[str, str]:
+    """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
+    and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
     module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
     mx_weight_exponents(tensors, weight_scale_search)
+    mx_activation_exponents(tensors, activation_scale_search)
     for name, t in list(tensors.items()):
         if not is_fp_block(t):
             continue
