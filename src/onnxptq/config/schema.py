@@ -461,7 +461,7 @@ class QuantConfig:
     #: by up to 12.5 % while one exponent up costs only values below 2^-15 of it (an FP8 element
     #: keeps its relative precision over 15–30 binades); 0 for MXINT8 and FP6/FP4, whose few
     #: binades make the exponent above coarsen a block's small values too (bench/RESULTS.md "The
-    #: MX activations' exponent"). An activation given a ``scale_search`` of its own keeps it.
+    #: MX activations' exponent"). An activation given a search by error (1, 2) keeps it.
     mx_activation_scale_search: Literal[0, 3] | None = None
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.

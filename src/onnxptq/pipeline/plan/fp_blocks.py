@@ -151,9 +151,10 @@ def mx_weight_exponents(tensors: dict[str, TensorPlan], search: int | None) -> i
 
 def _unsaturated(quant: TensorQuant, rule: int | None) -> TensorQuant:
     """``quant`` with MX ``scale_search=3`` where ``rule`` (None: FP8 elements) asks for it and
-    ``quant``'s attributes name no ``scale_search`` of their own (the presets' name none)."""
+    ``quant`` has OCP's (0, which the config's MX defaults fill in: OCP is asked for by ``rule=0``);
+    a search by error asked for (1, 2) is kept."""
     attrs = quant.attr_dict
-    if quant.format != "mx" or "scale_search" in attrs:
+    if quant.format != "mx" or int(attrs.get("scale_search", 0)):
         return quant
     wanted = (3 if str(attrs.get("element_dtype", "int8")).startswith("fp8") else 0) if rule is None else int(rule)
     return quant.with_(attrs={**dict(quant.attrs), "scale_search": wanted}) if wanted else quant
