@@ -2,7 +2,7 @@
 the unsaturated exponent (``3``, the FP8 default: ``QuantConfig.mx_activation_scale_search``).
 
 For every model the preset is quantized once per rule with ``repair=False`` (the rule alone, not
-what the accuracy floor's repair adds) and scored against float on held-out data by the model's own
+what the accuracy floor's repair adds; ``--repair``: with it) and scored against float on held-out data by the model's own
 metric: zoo models (bench/zoo.py's), ``ppocrv4_rec`` (CER on tests/test_quantize_ppocr.py's
 rendered lines), ``new:<name>`` a bench/newmodels.py model (12 calibration feeds, 32 held out, or
 ``--calib``/``--held``). ``quantize CPU s`` is the process CPU time of ``quantize()``.
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calib", type=int, default=12)
     p.add_argument("--held", type=int, default=32)
     p.add_argument("--md", type=Path)
+    p.add_argument("--repair", action="store_true", help="with the accuracy floor's repair on (what a user gets)")
     a = p.parse_args(argv)
     lines = ["| model | preset | activations' exponent | metric | agreement | also | quantize CPU s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -59,13 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         path, calib, score = new_case(name[4:], a.calib, a.held) if name.startswith("new:") else model_case(name)
         for rule in (0, 3):
             cfg = get_preset(a.preset)
-            cfg = cfg.replace(repair=False, mx_activation_scale_search=rule,
+            cfg = cfg.replace(repair=a.repair, mx_activation_scale_search=rule,
                               calibration=dataclasses.replace(cfg.calibration, progress=False))
             t = time.process_time()
             result = quantize(str(path), cfg, calib)
             cpu = time.process_time() - t
             metric, value, extra = score(result.model)
-            row = f"| {name} | {a.preset} | {RULE[rule]} | {metric} | {value:.4f} | {extra} | {cpu:.1f} |"
+            kept = len((result.repair or {}).get("kept_float") or []) if a.repair else "-"
+            row = f"| {name} | {a.preset} | {RULE[rule]} | {metric} | {value:.4f} | {extra}, kept float {kept} | {cpu:.1f} |"
             print(row, flush=True)
             lines.append(row)
             if a.md:
