@@ -3,7 +3,7 @@ accuracy floor adds): its task metric and worst output cosine on held-out feeds,
 quantize; for aecmos also the MOS error's rms and share off by > 0.1 (finer than the 1/N metric).
 Run it on two source trees (PYTHONPATH) to compare a rule; ``key=value`` config changes are
 Python literals, plus ``activation_scale_search=1`` (the activations' MX exponent chosen by squared
-error too; ``=0`` OCP's rule, ``=3`` the unsaturated exponent, the FP8 default since branch floorgaps) (issue 27 item 5, bench/RESULTS.md "MXFP8_E4M3 on detectors and audio scorers").
+error too; ``=3`` the exponent above OCP's where OCP's saturates, ``QuantConfig.mx_activation_scale_search``) (issue 27 item 5, bench/RESULTS.md "MXFP8_E4M3 on detectors and audio scorers").
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/repair_off.py aecmos MXFP8_E4M3 12 96
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/repair_off.py craft MXFP8_E4M3 12 8 "nodes_to_exclude=('/basenet/slice1/slice1.0/Conv',)"
@@ -37,8 +37,7 @@ def main(argv: list[str]) -> int:
     search = changes.pop("activation_scale_search", None)  # activations' MX exponent by squared error too
     cfg = dataclasses.replace(resolve_config(preset), repair=False, **changes)
     if search is not None:
-        cfg = cfg.replace(activation=make_tensor_quant("mx", attrs={**dict(cfg.activation.attrs), "scale_search": search}),
-                          **({"mx_activation_scale_search": 0} if search == 0 else {}))  # 0: OCP's, not the plan's FP8 rule
+        cfg = cfg.replace(activation=make_tensor_quant("mx", attrs={**dict(cfg.activation.attrs), "scale_search": search}))
         changes["activation_scale_search"] = search
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "q.onnx")

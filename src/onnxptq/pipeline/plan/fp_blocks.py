@@ -44,8 +44,12 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   one of six and fell slightly on five (it clips the largest weight of about one block in fifty,
   always towards zero), so MXINT8 keeps OCP's exponent unless asked. Any E8M0 exponent is a valid MX encoding, and weights
   are encoded once, offline, so choosing per block costs nothing at inference; the ViT's output
-  cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX hardware
-  applies when it encodes them at run time.
+  cosine error halves (0.996 → 0.998). Activations keep the OCP rule by default, which is what MX
+  hardware applies when it encodes them at run time; asked (``QuantConfig.mx_activation_scale_search=3``,
+  :func:`mx_activation_exponents`) they take the exponent above where OCP's saturates the block
+  maximum (MX ``scale_search=3``), decided by the block maximum alone: a few ops on the block
+  maxima at run time, not a second quantization (not the default: bench/RESULTS.md "The MX
+  activations' exponent").
 
 Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
 (``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
@@ -149,23 +153,22 @@ def mx_weight_exponents(tensors: dict[str, TensorPlan], search: int | None) -> i
     return changed
 
 
-def _unsaturated(quant: TensorQuant, rule: int | None) -> TensorQuant:
-    """``quant`` with MX ``scale_search=3`` where ``rule`` (None: FP8 elements) asks for it and
-    ``quant`` has OCP's (0, which the config's MX defaults fill in: OCP is asked for by ``rule=0``);
-    a search by error asked for (1, 2) is kept."""
-    attrs = quant.attr_dict
-    if quant.format != "mx" or int(attrs.get("scale_search", 0)):
+def _unsaturated(quant: TensorQuant, rule: int) -> TensorQuant:
+    """``quant`` with MX ``scale_search=rule`` where ``quant`` has OCP's rule (0, which the
+    config's MX defaults fill in); a search by error asked for (1, 2) is kept."""
+    if not rule or quant.format != "mx" or int(quant.attr_dict.get("scale_search", 0)):
         return quant
-    wanted = (3 if str(attrs.get("element_dtype", "int8")).startswith("fp8") else 0) if rule is None else int(rule)
-    return quant.with_(attrs={**dict(quant.attrs), "scale_search": wanted}) if wanted else quant
+    return quant.with_(attrs={**dict(quant.attrs), "scale_search": int(rule)})
 
 
-def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int | None) -> int:
+def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int) -> int:
     """Give MX activations (a dual-quant producer format too) the exponent rule ``rule``
-    (``QuantConfig.mx_activation_scale_search``; None: 3 for FP8 elements, else OCP's); returns
-    how many changed. Activations are encoded at run time, so no search by error: ``3`` is OCP's
-    exponent, one up where it would saturate the block maximum (formats/mx.py module doc)."""
+    (``QuantConfig.mx_activation_scale_search``: 0 OCP's, 3 one up where OCP's would saturate the
+    block maximum, formats/mx.py module doc); returns how many changed. Activations are encoded
+    at run time, so no search by error."""
     changed = 0
+    if not rule:
+        return changed
     for t in tensors.values():
         if t.role != "activation":
             continue
@@ -180,7 +183,7 @@ def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int | None) ->
 
 
 def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
-                      activation_scale_search: int | None = None) -> dict[str, str]:
+                      activation_scale_search: int = 0) -> dict[str, str]:
     """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
     and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
