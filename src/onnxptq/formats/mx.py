@@ -35,12 +35,12 @@ maximum of 1.0·2^X clips to 0.99·2^X while every other element's step halves).
 computes the same terms with a float64 ``ReduceSum``, whose summation order could differ from ours
 only by rounding in the last bits of a sum that is a near-exact tie.
 
-``scale_search=3`` searches nothing: it is the rule for activations, which are encoded at run
+``scale_search=3`` searches nothing: it is a rule for activations, which are encoded at run
 time, so a choice by error would quantize every block twice. The exponent is the smallest one
 whose grid holds the block maximum: ``X + 1`` where ``amax > max_norm·2^X`` (and ``X + 1 <= 127``),
 else ``X`` — ``ceil(log2(amax / max_norm))``, the scale NVIDIA's MXFP8 recipe rounds up to
-("Recipes for pre-training LLMs with MXFP8", 2025) instead of OCP's floor. Why it is the right
-default for FP elements: OCP's ``X`` puts the maximum in ``[2^emax, 2^(emax+1))·2^X``, and an
+("Recipes for pre-training LLMs with MXFP8", 2025) instead of OCP's floor. Why it helps FP
+elements: OCP's ``X`` puts the maximum in ``[2^emax, 2^(emax+1))·2^X``, and an
 E4M3 element saturates at 448 = 1.75·2^8, so about one block in five (a mantissa above 1.75)
 clips its largest value by up to 12.5 % — four times the top binade's rounding step — and the
 largest value of a block is the one a dot product weighs most. At ``X + 1`` an FP element keeps
@@ -49,7 +49,8 @@ its relative precision (the same mantissa bits at every normal magnitude); only 
 keeps ``X``, so this never changes the OCP encoding of a block OCP encodes without clipping;
 nor does it where the power of two above the maximum overflows the input's dtype (the maximum
 could round up to it; float16 input from 2^15, float32 from 2^127). A few ops on the block
-maxima (1/block of the elements) at run time.
+maxima (1/block of the elements) at run time. The quantizer applies it to activations only when
+asked (``QuantConfig.mx_activation_scale_search=3``; bench/RESULTS.md "The MX activations' exponent").
 """
 
 from __future__ import annotations

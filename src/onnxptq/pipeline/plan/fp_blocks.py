@@ -68,7 +68,6 @@ from __future__ import annotations
 import logging
 
 from ...config.schema import TensorQuant
-
 from .select import _Graph
 from .types import TensorPlan
 
