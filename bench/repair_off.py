@@ -3,7 +3,7 @@ accuracy floor adds): its task metric and worst output cosine on held-out feeds,
 quantize; for aecmos also the MOS error's rms and share off by > 0.1 (finer than the 1/N metric).
 Run it on two source trees (PYTHONPATH) to compare a rule; ``key=value`` config changes are
 Python literals, plus ``activation_scale_search=1`` (the activations' MX exponent chosen by squared
-error too) (issue 27 item 5, bench/RESULTS.md "MXFP8_E4M3 on detectors and audio scorers").
+error too; ``=3`` the exponent above OCP's where OCP's saturates, ``QuantConfig.mx_activation_scale_search``) (issue 27 item 5, bench/RESULTS.md "MXFP8_E4M3 on detectors and audio scorers").
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/repair_off.py aecmos MXFP8_E4M3 12 96
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/repair_off.py craft MXFP8_E4M3 12 8 "nodes_to_exclude=('/basenet/slice1/slice1.0/Conv',)"

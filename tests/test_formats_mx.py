@@ -500,7 +500,7 @@ def test_scale_search_never_worse(element_dtype: str) -> None:
         (dict(element_dtype="fp8"), "element_dtype"),
         (dict(element_dtype="int8", rounding_mode=3), "rounding_mode"),
         (dict(element_dtype="int8", block_size=0), "block_size"),
-        (dict(element_dtype="int8", scale_search=3), "scale_search"),
+        (dict(element_dtype="int8", scale_search=4), "scale_search"),
         (dict(element_dtype="int8", axis=1.5), "axis"),
         (dict(element_dtype="int8", axis=2), "axis"),
     ],

@@ -34,6 +34,23 @@ where the maximum barely exceeds a power of two and the other elements gain a bi
 maximum of 1.0·2^X clips to 0.99·2^X while every other element's step halves). The ONNX function
 computes the same terms with a float64 ``ReduceSum``, whose summation order could differ from ours
 only by rounding in the last bits of a sum that is a near-exact tie.
+
+``scale_search=3`` searches nothing: it is a rule for activations, which are encoded at run
+time, so a choice by error would quantize every block twice. The exponent is the smallest one
+whose grid holds the block maximum: ``X + 1`` where ``amax > max_norm·2^X`` (and ``X + 1 <= 127``),
+else ``X`` — ``ceil(log2(amax / max_norm))``, the scale NVIDIA's MXFP8 recipe rounds up to
+("Recipes for pre-training LLMs with MXFP8", 2025) instead of OCP's floor. Why it helps FP
+elements: OCP's ``X`` puts the maximum in ``[2^emax, 2^(emax+1))·2^X``, and an
+E4M3 element saturates at 448 = 1.75·2^8, so about one block in five (a mantissa above 1.75)
+clips its largest value by up to 12.5 % — four times the top binade's rounding step — and the
+largest value of a block is the one a dot product weighs most. At ``X + 1`` an FP element keeps
+its relative precision (the same mantissa bits at every normal magnitude); only values below
+``2^(emin+X+1)`` (E4M3: 2^-15 of the maximum) become subnormal. A block that does not saturate
+keeps ``X``, so this never changes the OCP encoding of a block OCP encodes without clipping;
+nor does it where the power of two above the maximum overflows the input's dtype (the maximum
+could round up to it; float16 input from 2^15, float32 from 2^127). A few ops on the block
+maxima (1/block of the elements) at run time. The quantizer applies it to activations only when
+asked (``QuantConfig.mx_activation_scale_search=3``; bench/RESULTS.md "The MX activations' exponent").
 """
 
 from __future__ import annotations
@@ -52,8 +69,13 @@ log = logging.getLogger(__name__)
 #: E8M0 exponent range (bias 127; 0xFF is NaN).
 E8M0_MIN = -127
 E8M0_MAX = 127
-#: ``scale_search`` values: 0 the OCP exponent X; 1 X or X+1; 2 X-1, X or X+1 (see the module doc).
-SCALE_SEARCHES = (0, 1, 2)
+#: ``scale_search`` values: 0 the OCP exponent X; 1 X or X+1; 2 X-1, X or X+1 (by squared error);
+#: 3 X, or X+1 where X saturates the block maximum (no search; see the module doc).
+SCALE_SEARCHES = (0, 1, 2, 3)
+#: The ``scale_search`` values that choose by squared error (quantize a block more than once).
+ERROR_SEARCHES = (1, 2)
+#: The ``scale_search`` value that takes the smallest exponent holding the block maximum.
+NO_SATURATION = 3
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,9 @@ def check_attributes(
     if rounding_mode not in (0, 1, 2):
         raise ValueError(f"rounding_mode must be 0 (half away), 1 (half up) or 2 (half even), got {rounding_mode}")
     if scale_search not in SCALE_SEARCHES:
-        raise ValueError(f"scale_search must be 0 (the OCP exponent), 1 (it or the one above) or 2 (the one "
-                         f"below, it or the one above), got {scale_search}")
+        raise ValueError(f"scale_search must be 0 (the OCP exponent), 1 (it or the one above), 2 (the one "
+                         f"below, it or the one above) or 3 (the one above where the OCP exponent saturates the "
+                         f"block maximum), got {scale_search}")
     return ELEMENT_FORMATS[element_dtype.lower()]
 
 
@@ -154,6 +177,19 @@ def shared_exponent(amax: np.ndarray, fmt: ElementFormat) -> np.ndarray:
         x = floor_log2(amax) - fmt.emax
     x = np.maximum(x, E8M0_MIN)
     return np.where(x > E8M0_MAX, np.nan, x)
+
+
+def unsaturated_exponent(amax: np.ndarray, exp: np.ndarray, fmt: ElementFormat, dtype: np.dtype) -> np.ndarray:
+    """``exp`` (OCP's, from :func:`shared_exponent`) raised by one on the blocks whose maximum
+    ``amax`` it saturates (``amax > max_norm·2^exp``), within E8M0 (``scale_search=3``).
+
+    Not where the power of two above ``amax`` overflows the input's ``dtype`` (float32 ``amax``
+    of 2^127 or more, float16 of 2^15 or more): there the maximum may round up to it at ``X + 1``
+    and come back as Inf, while OCP's ``X`` clips it to a finite value."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        room = np.isfinite(np.exp2(exp + 1 + fmt.emax).astype(np.float32).astype(dtype))
+        clips = (amax > fmt.max_norm * np.exp2(exp)) & (exp + 1 <= E8M0_MAX) & room
+    return np.where(clips, exp + 1, exp)
 
 
 def _dequant(xb: np.ndarray, exp: np.ndarray, fmt: ElementFormat, rounding_mode: int) -> np.ndarray:
@@ -248,8 +284,10 @@ def fake_quantize(
     a = np.where(finite, np.abs(xb), 0.0)
     amax = a.max(axis=-1, keepdims=True)
     exp = shared_exponent(amax, fmt)
+    if scale_search == NO_SATURATION:
+        exp = unsaturated_exponent(amax, exp, fmt, x.dtype)
     y = _dequant(xb, exp, fmt, rounding_mode)
-    if scale_search:
+    if scale_search in ERROR_SEARCHES:
         exp, y = choose_exponent(xb, y, exp, finite, fmt, rounding_mode, scale_search, x.dtype)
     y = np.where(finite, y, xb).astype(np.float32)
     return from_blocks(y, view).reshape(x.shape).astype(x.dtype)

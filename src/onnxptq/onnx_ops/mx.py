@@ -50,7 +50,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
-from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ElementFormat, check_attributes
+from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
     HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     trailing_size, view_generic, view_last, view_ranked, view_static,
@@ -97,7 +97,7 @@ def function_name(
     return name
 
 
-def _block_scale(b: Body, amax: str, fmt: ElementFormat) -> str:
+def _block_scale(b: Body, amax: str, fmt: ElementFormat, unsaturated: bool = False) -> str:
     """The E8M0 block scale ``2**max(floor(log2(amax)) - emax, -127)`` (amax finite, ≥ 0), exactly.
 
     ``2**(floor(log2(amax)) - emax)`` by the float64 Veltkamp split of :func:`pow2_floor`
@@ -105,8 +105,21 @@ def _block_scale(b: Body, amax: str, fmt: ElementFormat) -> str:
     subnormal ``amax`` gives a float32 below 2**-127 (or 0): the clamp makes both 2**-127, as
     the reference's ``max(floor(log2(amax)) - emax, -127)`` does. Seven ops on the block maxima;
     the Where/compare chain it replaced had sixteen, each an executed node per call.
+
+    ``unsaturated`` (``scale_search=3``, formats/mx.py ``unsaturated_exponent``): doubled where
+    ``amax > max_norm·scale`` (both sides exact in float32: a power of two times the element's max
+    normal) and the power of two above ``amax``, ``2·scale·2^emax``, is finite in ``x``'s type
+    (which also keeps the doubled scale within E8M0, as ``emax >= 0``): eight ops on the block
+    maxima, no pass over the elements.
     """
-    return b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.const(2.0**E8M0_MIN))
+    scale = b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.const(2.0**E8M0_MIN))
+    if not unsaturated:
+        return scale
+    up = b.op("Mul", scale, b.const(2.0))
+    clips = b.op("Greater", amax, b.op("Mul", scale, b.const(fmt.max_norm)))
+    above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.const(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
+    room = b.op("Less", above, b.const(np.inf))
+    return b.op("Where", b.op("And", clips, room), up, scale)
 
 
 def _round_int(b: Body, w: str, rounding_mode: int) -> str:
@@ -255,7 +268,8 @@ def _fake_quantize_blocks(
 
 
 def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int,
-                        blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
+                        blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None,
+                        unsaturated: bool = False) -> str:
     """The quantized blocked tensor ``x4`` (no scale search), exact on every input, ±Inf and NaN
     included, with no run-time branch.
 
@@ -288,7 +302,7 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
         low = max_by_halves(g, m, halves[0], halves[1],
                             lambda b, t: b.op("ReduceMin", t, b.const([halves[2]], np.int64), keepdims=halves[3]),
                             axis=halves[4], allowzero=True, merge="Min")
-    scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt)
+    scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt, unsaturated)
     if fmt.is_int:
         return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
     # The subnormal-range formula on the unclipped x/scale (its finite elements are below the
@@ -302,7 +316,8 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
 
 
 def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
-                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None) -> str:
+                         blocks: _Blocks | None = None, halves: tuple[str, str | None, int, int, int] | None = None,
+                         unsaturated: bool = False) -> str:
     """The quantized blocked tensor ``x4`` (no scale search), with the plain/masked choice made
     by two small ``If`` nodes on ``finite`` around formulas written once, instead of one ``If``
     whose two branches each hold the whole quantization.
@@ -348,7 +363,7 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
     amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
                 else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
-    scale = _block_scale(g, blocks.maxima(g, amax), fmt)
+    scale = _block_scale(g, blocks.maxima(g, amax), fmt, unsaturated)
     op_type, inputs = _quantize_parts(g, x4, a, scale, fmt, rounding_mode)
     plain, masked = g.branch(), g.branch()
     y_plain = plain.op(op_type, *inputs)
@@ -469,6 +484,10 @@ def make_function(
     the generic body keeps the outer ``If`` that returns an empty tensor unchanged.
     """
     fmt = check_attributes(element_dtype, 1, 1, rounding_mode, scale_search)
+    # Only a search by error changes the body's structure; NO_SATURATION is the plain body with
+    # four more ops on the block maxima (_block_scale).
+    unsaturated = scale_search == NO_SATURATION
+    searched = scale_search in ERROR_SEARCHES
     top = Body(opset)
     x32 = "x" if float32 else top.op("Cast", "x", to=TensorProto.FLOAT)
     if static is None:
@@ -499,11 +518,11 @@ def make_function(
             x4, post, restore = view_last(g, xf, bs, pad)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
-    branched = branched and fmt.is_int and not scale_search
-    if scale_search or branched:
+    branched = branched and fmt.is_int and not searched
+    if searched or branched:
         total = g.op("ReduceSum", xf, keepdims=0)
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
-    if scale_search:  # the masked formulas differ in the middle too (the search's sums)
+    if searched:  # the masked formulas differ in the middle too (the search's sums)
         plain, masked = g.branch(), g.branch()
         y_plain = _fake_quantize_blocks(plain, x4, fmt, rounding_mode, scale_search, True, blocks)
         y_masked = _fake_quantize_blocks(masked, x4, fmt, rounding_mode, scale_search, False, blocks)
@@ -521,9 +540,9 @@ def make_function(
             else:
                 halves = (*halves_shapes(g, view_bs, post), 1, 1, 1)
         if branched:
-            y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves)
+            y4 = _fake_quantize_split(g, x4, finite, fmt, rounding_mode, blocks, halves, unsaturated)
         else:
-            y4 = _fake_quantize_flat(g, x4, fmt, rounding_mode, blocks, halves)
+            y4 = _fake_quantize_flat(g, x4, fmt, rounding_mode, blocks, halves, unsaturated)
     y = restore(y4)
     if static is None:
         keep_y = top.fresh("keep")
@@ -544,7 +563,7 @@ def make_function(
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if whole is not None:
         name += "w"  # the whole axis is one block: formulas in x's own shape
-    if halve and scale_search == 0 and halves_allowed(None if tile is not None else (static or ranked or (0, None))[1], last):
+    if halve and not searched and halves_allowed(None if tile is not None else (static or ranked or (0, None))[1], last):
         name += "h"  # block maxima by halves
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
@@ -620,10 +639,11 @@ def build(
     rank = None if shape is None else len(list(shape))
     last = (static is not None and rank is not None and int(axis) % rank == rank - 1
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
-    k = tile_length(int(axis), int(block_size), shape, int(scale_search)) if static is not None else None
+    searched = int(scale_search) in ERROR_SEARCHES
+    k = tile_length(int(axis), int(block_size), shape, int(searched)) if static is not None else None
     # The whole (non-negative) axis one block, no scale search: the formulas in x's own shape.
     whole = (rank if static is not None and not last and n is not None and n == static[1] and static[2] == 0
-             and not scale_search and rank >= 2 else None)
+             and not searched and rank >= 2 else None)
     if whole is not None:
         static = (int(axis) % rank, static[1], 0)
     tile = None if k is None else (axis_length(shape, int(axis)), k, rank)

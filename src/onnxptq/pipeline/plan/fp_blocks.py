@@ -44,8 +44,12 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   one of six and fell slightly on five (it clips the largest weight of about one block in fifty,
   always towards zero), so MXINT8 keeps OCP's exponent unless asked. Any E8M0 exponent is a valid MX encoding, and weights
   are encoded once, offline, so choosing per block costs nothing at inference; the ViT's output
-  cosine error halves (0.996 → 0.998). Activations keep the OCP rule, which is what MX hardware
-  applies when it encodes them at run time.
+  cosine error halves (0.996 → 0.998). Activations keep the OCP rule by default, which is what MX
+  hardware applies when it encodes them at run time; asked (``QuantConfig.mx_activation_scale_search=3``,
+  :func:`mx_activation_exponents`) they take the exponent above where OCP's saturates the block
+  maximum (MX ``scale_search=3``), decided by the block maximum alone: a few ops on the block
+  maxima at run time, not a second quantization (not the default: bench/RESULTS.md "The MX
+  activations' exponent").
 
 Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
 (``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
@@ -63,13 +67,14 @@ from __future__ import annotations
 
 import logging
 
+from ...config.schema import TensorQuant
 from .select import _Graph
 from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
-           "mx_weight_exponents"]
+           "mx_activation_exponents", "mx_weight_exponents"]
 
 
 def is_fp_block(t: TensorPlan) -> bool:
@@ -147,12 +152,44 @@ def mx_weight_exponents(tensors: dict[str, TensorPlan], search: int | None) -> i
     return changed
 
 
-def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None) -> dict[str, str]:
-    """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`),
+def _unsaturated(quant: TensorQuant, rule: int) -> TensorQuant:
+    """``quant`` with MX ``scale_search=rule`` where ``quant`` has OCP's rule (0, which the
+    config's MX defaults fill in); a search by error asked for (1, 2) is kept."""
+    if not rule or quant.format != "mx" or int(quant.attr_dict.get("scale_search", 0)):
+        return quant
+    return quant.with_(attrs={**dict(quant.attrs), "scale_search": int(rule)})
+
+
+def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int) -> int:
+    """Give MX activations (a dual-quant producer format too) the exponent rule ``rule``
+    (``QuantConfig.mx_activation_scale_search``: 0 OCP's, 3 one up where OCP's would saturate the
+    block maximum, formats/mx.py module doc); returns how many changed. Activations are encoded
+    at run time, so no search by error."""
+    changed = 0
+    if not rule:
+        return changed
+    for t in tensors.values():
+        if t.role != "activation":
+            continue
+        new = _unsaturated(t.quant, rule)
+        changed += new is not t.quant
+        t.quant = new
+        if t.producer_quant is not None:
+            t.producer_quant = _unsaturated(t.producer_quant, rule)
+    if changed:
+        log.debug("plan: %d MX activations take the exponent that does not saturate their blocks", changed)
+    return changed
+
+
+def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
+                      activation_scale_search: int = 0) -> dict[str, str]:
+    """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
+    and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
     module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
     mx_weight_exponents(tensors, weight_scale_search)
+    mx_activation_exponents(tensors, activation_scale_search)
     for name, t in list(tensors.items()):
         if not is_fp_block(t):
             continue

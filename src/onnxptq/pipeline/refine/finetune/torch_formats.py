@@ -282,9 +282,12 @@ def fake_quantize_mx(x: torch.Tensor, *, element_dtype: str = "int8", axis: int 
     a = torch.where(finite, torch.abs(xb), torch.zeros_like(xb))
     amax = a.amax(dim=-1, keepdim=True)
     exp = torch.clamp(_floor_log2(amax) - fmt.emax, min=mx_ref.E8M0_MIN)  # float input: never above +127
+    if scale_search == mx_ref.NO_SATURATION:  # formats/mx.unsaturated_exponent
+        room = torch.isfinite(pow2_f64(exp + 1 + fmt.emax).to(torch.float32).to(x.dtype))
+        exp = torch.where((amax > fmt.max_norm * pow2_f64(exp)) & (exp + 1 <= mx_ref.E8M0_MAX) & room, exp + 1, exp)
     safe_xb = torch.where(finite, xb, torch.zeros_like(xb))
     y = _mx_dequant(safe_xb, exp, fmt, rounding_mode)
-    if scale_search:  # formats/mx.choose_exponent, the same candidates, sums and ties
+    if scale_search in mx_ref.ERROR_SEARCHES:  # formats/mx.choose_exponent, the same candidates, sums and ties
         y0 = y.to(torch.float32).to(x.dtype).to(torch.float64)
 
         def error_change(e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
