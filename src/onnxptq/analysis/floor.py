@@ -537,10 +537,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     for group in read_groups:
         if all(n in names for n in group):
             _judge_group(verdict, group, reference, candidate, seen, floor)
-    for d in judge_decisions(decisions, reference, candidate, floor, _enough):
+    for d in judge_decisions(decisions, reference, candidate, floor, _enough, seen):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
-                            advisory=strings_advisory(d.positions, floor) if d.ok else None)
+                            advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     return verdict
 
