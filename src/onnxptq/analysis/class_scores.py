@@ -76,9 +76,10 @@ Three things hide a quantized model's flips there, and the floor corrects each:
   ``(1 − p) ** D``, ``D`` the decision positions per read (reads: one per sequence along the
   longest non-class axis, the time axis of ``[T, 1, C]`` or ``[B, T, C]``): the expected fraction
   of reads that keep all their decisions. It is held against the family's top-1 floor, on at
-  least ``1 / (1 − floor)`` decision positions (the rule of rank-2 top-1: on fewer, one flip
-  could be an accident), or on fewer where two decision positions that are no float near-tie
-  flipped (ddddocr BFP16: 2 of 21 on its 4 held-out captchas).
+  least ``1 / (1 − floor)`` reads (the rule of rank-2 top-1: on fewer, one changed read could be
+  an accident), on fewer where two decision positions that are no float near-tie flipped
+  (ddddocr BFP16: 2 of 21 on its 4 held-out captchas), or where the margins' estimate alone is
+  below the floor on that many decision positions (:meth:`Positions.judged`).
 
 **Strings** (:func:`ctc_blank`, :func:`collapse`). A CTC reader is read by greedy CTC: the
 arg-max per position, repeats merged, the blank dropped. Most of its flips move a character's
@@ -423,8 +424,8 @@ class Positions:
     harmless: int = 0
     #: ``strings``: character edit distance over the characters of float's strings
     cer: float = 0.0
-    #: ``strings``: the reads' agreement the margins estimate (None: not estimated, or refuted by
-    #: the flips seen; the agreement is then the observed one)
+    #: the reads' agreement the margins estimate (None: not estimated, or refuted by the flips seen;
+    #: the agreement is then the observed one)
     estimated_reads: float | None = None
     #: ``strings``: of ``changed``, the reads changed only at positions float is unsure of (its
     #: probability margin under :data:`UNSURE`), and how many decision positions were so left out
@@ -455,15 +456,17 @@ class Positions:
 
     def judged(self, needed: int, top1: float) -> bool:
         """Whether this judgement can say the reads are below ``top1``, a floor that needs ``needed``
-        positions or reads (``1 / (1 − top1)``). Per position: on that many decision positions, or
-        where two that are no float near-tie flipped (one flip among fewer could be an accident).
-        Strings: on that many reads, where two strings changed at positions float is sure of, or
-        where the margins' estimate is below ``top1`` on that many decision positions; one changed
-        string among fewer reads could be an accident (captcha_whisperer BF16 broke the floor on
-        one flipped frame of 177 on its 32 held-out captchas, where 96 showed no more)."""
-        if not self.strings:
-            return self.positions >= needed or self.flipped >= 2
+        reads (``1 / (1 − top1)``): on that many reads, where two reads changed (strings: at positions
+        float is sure of; per position: two decision positions that are no float near-tie flipped),
+        or where the margins' estimate is below ``top1`` on that many decision positions. One changed
+        read among fewer could be an accident: captcha_whisperer BF16 broke the floor on one flipped
+        frame of 177 on its 32 held-out captchas, where 96 showed no more; sudachi's tagger under A8W8
+        on one flipped character of 125 on its 4 held-out sentences, where 31 of 32 others kept every
+        tag against the 8-bit floor's 0.95 (bench/RESULTS.md, "The floor's verdict on taggers"). Per position it was
+        judged on ``needed`` decision positions before, which a tagger's ~31 a sentence reach in two reads."""
         margins = self.estimated_reads is not None and self.positions >= needed and self.estimated_reads < top1
+        if not self.strings:
+            return self.reads >= needed or self.flipped >= 2 or margins
         return self.reads >= needed or self.changed - self.unsure_changed >= 2 or margins
 
     def describe(self) -> str:
@@ -762,6 +765,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     observed = 1.0 - flipped / judged
     estimated = _margin_cdf(margins, losses)
     estimated = observed if estimated is None else estimated
-    per_position = observed if _refuted(estimated, flipped, judged) else min(estimated, observed)
+    refuted = _refuted(estimated, flipped, judged)
+    per_position = observed if refuted else min(estimated, observed)
     return Positions(per_position ** (judged / max(1, reads)), per_position, estimated, observed, reads, judged, flipped,
-                     ties, background)
+                     ties, background, estimated_reads=None if refuted else estimated ** (judged / max(1, reads)))
