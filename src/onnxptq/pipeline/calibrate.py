@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..analysis.decisions import capture
+from ..analysis.decisions import capture, find_decisions
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -403,6 +403,11 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     from ..analysis.score_rows import detector_score_rows
 
     if detector_score_rows(prepared):
+        return floor_for(cfg).needed
+    # An in-graph ArgMax (analysis/decisions.py: a tagger's or a CTC reader's ids) is judged as reads,
+    # one a feed, on the held-out and calibration feeds together, and holds only on as many reads
+    # (sudachi's tagger: "not judged" on 8 + 8 with any amount of data).
+    if any(d.kind == "argmax" for d in find_decisions(prepared)):
         return floor_for(cfg).needed
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
