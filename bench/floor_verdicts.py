@@ -13,7 +13,7 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --out-dir /work/cache/floorsee3/rec
     # judge every record under this tree and a base tree:
     PYTHONPATH=src:. python bench/floor_verdicts.py judge --out-dir /work/cache/floorsee3/rec --base /work/cache/floorsee3/base/src
-    # which outputs of every zoo and outside model the curve and heat-map judgements fire on (float only, 3 feeds each):
+    # which outputs of every zoo and outside model the curve, heat-map and class-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
 """
 
@@ -100,6 +100,7 @@ def scan(feeds_per_model: int, only: str) -> None:
     import newmodels as nm
     import numpy as np
     import onnx
+    from onnxptq.analysis.class_maps import simplex_axis
     from onnxptq.analysis.curves import CurveAgreement
     from onnxptq.analysis.floor import readings_of
     from onnxptq.analysis.maps import MaskAgreement, RegionAgreement
@@ -116,9 +117,15 @@ def scan(feeds_per_model: int, only: str) -> None:
         except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
             print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
             continue
-        fired, heat, new_heat = [], [], []
+        fired, heat, new_heat, class_maps = [], [], [], []
         model = onnx.load(str(path()))
         readings = readings_of(model)
+        for k, o in enumerate(model.graph.output):  # field axes of class probabilities (analysis/class_maps.py)
+            axis = readings["field_axes"].get(o.name)
+            values = [np.asarray(out[k]) for out in outs]
+            if (axis is not None and o.name not in readings["class_outputs"] and all(np.issubdtype(v.dtype, np.floating) for v in values)
+                    and all(simplex_axis(v, axis) for v in values)):
+                class_maps.append(k)
         names = [o.name for o in model.graph.output]
         judged_else = {*readings["class_outputs"], *readings["prob_maps"], *readings["selected"], *readings["score_rows"],
                        *readings["log_scales"], *readings["softmax_maps"]}
@@ -137,7 +144,8 @@ def scan(feeds_per_model: int, only: str) -> None:
                 if k < len(names) and names[k] not in judged_else:
                     new_heat.append(k)  # the heat-map judgement's own: no sigmoid, no class head
         # heat: dense outputs within the heat-map margin of [0, 1] (a sigmoid's too: those were judged so before)
-        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat, "new_heat": new_heat}), flush=True)
+        print(json.dumps({"model": name, "outputs": len(outs[0]), "curves": fired, "heat": heat, "new_heat": new_heat,
+                          "class_maps": class_maps}), flush=True)
 
 
 def main() -> None:

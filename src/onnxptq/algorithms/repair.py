@@ -192,11 +192,11 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
-        seen = [dict(zip(self.names, out)) for out in run_feeds(session, self.names, self.seen)] if self.seen else []
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
-                       seen=(self.calibrated.float_outputs[:len(seen)], seen) if seen else None, **self.readings)
+                       seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
 
 
 def judge_session(model: onnx.ModelProto) -> Any:

@@ -35,7 +35,9 @@ plan (:func:`_judge_reads`, :func:`unjudged_text`: 12 captchas of a user's data)
 
 A probability map (a sigmoid's dense output) is judged by its thresholded masks beside its cosine,
 a multi-channel one (basic-pitch's ``[windows, frames, pitches]`` posteriorgrams) by the regions
-its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); a narrow per-position
+its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); an output whose field axis
+holds class probabilities (a softmax written out: czann's nucleus/background cells) by each class's
+arg-max mask, not field by field (:mod:`onnxptq.analysis.class_maps`); a narrow per-position
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
 (:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
@@ -74,6 +76,7 @@ from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confi
 from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
+from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
@@ -438,6 +441,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_ref: list[np.ndarray] = []
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
+        class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
         if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
             # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps")
@@ -469,8 +473,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
+                    class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
                 if fields is not None:
                     fields.add(r, g)
+                if class_map is not None:
+                    class_map.add(r, g)
                 if masks is not None:
                     masks.add(r, g)
                 if regions is not None:
@@ -498,14 +505,21 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if regression:
             check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if class_map is not None and class_map.valid and class_map.feeds:
+            # class probabilities along the field axis: judged by their arg-max masks, not split into fields
+            fields = None
+            check.mask = class_map.worst() if finite else None
+            if check.mask is not None and check.mask[1] < floor.top1:
+                check.ok = False
         worst = fields.worst() if fields is not None else None
         if worst is not None:
             check.worst_field = (fields.axis, worst[0], worst[1])
             if worst[1] < floor.cosine:
                 check.ok = False
-        check.mask = masks.worst() if masks is not None and finite else None
-        if check.mask is not None and check.mask[1] < floor.top1:
-            check.ok = False
+        if masks is not None and finite and masks.worst() is not None:
+            check.mask = masks.worst()
+            if check.mask[1] < floor.top1:
+                check.ok = False
         if finite and regions is not None and regions.valid and regions.feeds:
             _judge_regions(check, name, regions, seen, floor)
         if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor,
@@ -537,10 +551,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     for group in read_groups:
         if all(n in names for n in group):
             _judge_group(verdict, group, reference, candidate, seen, floor)
-    for d in judge_decisions(decisions, reference, candidate, floor, _enough):
+    for d in judge_decisions(decisions, reference, candidate, floor, _enough, seen):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
-                            advisory=strings_advisory(d.positions, floor) if d.ok else None)
+                            advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     return verdict
 

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..analysis.decisions import capture
+from ..analysis.decisions import capture, find_decisions
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -100,6 +100,8 @@ class Calibrated:
     #: tensors the source stores as float16 (graph/passes/half_storage.py): a weight the delivered
     #: model keeps float is stored as the source stored it, not as the fp32 copy preparation folded
     half_stored: frozenset[str] = frozenset()
+    #: the inner decisions' float tensors on the first judged calibration feeds (:meth:`judged_float_outputs`)
+    _decisions_seen: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
 
     @functools.cached_property
     def readings(self) -> dict[str, Any]:
@@ -116,6 +118,20 @@ class Calibrated:
         float outputs were recorded (``float_outputs[i]`` is feed ``i``'s)."""
         feeds = self.reads_kept if len(self.reads_kept) > eval_samples else self.kept[:eval_samples]
         return feeds[:len(self.float_outputs)]
+
+    def judged_float_outputs(self, feeds: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """The float outputs of ``feeds`` (the first of :meth:`judged_calibration_feeds`) with the
+        tensors of the graph's inner decisions (``analysis.decisions``) beside them, captured once
+        per feed: the floor pools an arg-max's reads over the calibration feeds as it does its outputs'."""
+        outputs = self.float_outputs[:len(feeds)]
+        decisions = self.readings["decisions"]
+        if not decisions:
+            return outputs
+        if len(self._decisions_seen) < len(outputs):
+            more = feeds[len(self._decisions_seen):len(outputs)]
+            self._decisions_seen.extend(capture(self.prepared, more, decisions, providers=tuple(self.config.calibration.providers)
+                                                if self.config is not None else None))
+        return [dict(o, **e) for o, e in zip(outputs, self._decisions_seen)]
 
 
 def source_name(model: Any) -> str:
@@ -387,6 +403,11 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     from ..analysis.score_rows import detector_score_rows
 
     if detector_score_rows(prepared):
+        return floor_for(cfg).needed
+    # An in-graph ArgMax (analysis/decisions.py: a tagger's or a CTC reader's ids) is judged as reads,
+    # one a feed, on the held-out and calibration feeds together, and holds only on as many reads
+    # (sudachi's tagger: "not judged" on 8 + 8 with any amount of data).
+    if any(d.kind == "argmax" for d in find_decisions(prepared)):
         return floor_for(cfg).needed
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,

@@ -162,9 +162,15 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
         # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
         # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
         # rounding flips a near-tie on any feed). Only such models run them.
-        seen = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.judged_calibration_feeds(eval_samples))]
+        feeds = calibrated.judged_calibration_feeds(eval_samples)
+        seen = [dict(zip(names, out)) for out in run_feeds(session, names, feeds)]
+        if readings["decisions"]:  # an arg-max's reads pool them too (analysis.decisions)
+            from ..analysis.decisions import capture
+
+            extra = capture(quantized, feeds, readings["decisions"], providers=tuple(cfg.calibration.providers))
+            seen = [dict(g, **e) for g, e in zip(seen, extra)]
         verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                          seen=(calibrated.float_outputs[:len(seen)], seen), **readings)
+                          seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
 
