@@ -2360,5 +2360,54 @@ MODELS.update({
 })
 
 
+
+# luscinia 1.0.0 (AGPL-3.0; run here, not redistributed): a LightGBM Ukrainian word-stress classifier converted by
+# OnnxMLTools (TreeEnsembleClassifier -> label, ZipMap -> a sequence of maps), shipped gzipped; fetch_newmodels unzips it.
+LUSCINIA = SRC8 / "luscinia"
+_UK_WORDS = (
+    ("університет", "NOUN"), ("мама", "NOUN"), ("говорити", "VERB"), ("зелений", "ADJ"), ("вода", "NOUN"),
+    ("місто", "NOUN"), ("книжка", "NOUN"), ("дерево", "NOUN"), ("читати", "VERB"), ("писати", "VERB"),
+    ("великий", "ADJ"), ("маленький", "ADJ"), ("швидко", "ADV"), ("сьогодні", "ADV"), ("завтра", "ADV"),
+    ("вчитель", "NOUN"), ("дівчина", "NOUN"), ("хлопець", "NOUN"), ("робота", "NOUN"), ("питання", "NOUN"),
+    ("відповідь", "NOUN"), ("звичайно", "ADV"), ("український", "ADJ"), ("мова", "NOUN"), ("слово", "NOUN"),
+    ("думати", "VERB"), ("працювати", "VERB"), ("зрозуміти", "VERB"), ("пам'ятати", "VERB"), ("любити", "VERB"),
+    ("гарний", "ADJ"), ("новий", "ADJ"), ("старий", "ADJ"), ("молоко", "NOUN"), ("хліб", "NOUN"),
+    ("яблуко", "NOUN"), ("вулиця", "NOUN"), ("площа", "NOUN"), ("магазин", "NOUN"), ("лікарня", "NOUN"),
+    ("телефон", "NOUN"), ("комп'ютер", "NOUN"), ("президент", "NOUN"), ("держава", "NOUN"), ("народ", "NOUN"),
+    ("історія", "NOUN"), ("музика", "NOUN"), ("пісня", "NOUN"), ("весна", "NOUN"), ("зима", "NOUN"),
+    ("червоний", "ADJ"), ("синій", "ADJ"), ("теплий", "ADJ"), ("холодний", "ADJ"), ("добре", "ADV"),
+    ("погано", "ADV"), ("завжди", "ADV"), ("ніколи", "ADV"), ("купувати", "VERB"), ("продавати", "VERB"),
+    ("відкрити", "VERB"), ("закрити", "VERB"), ("подорож", "NOUN"), ("вечеря", "NOUN"), ("сніданок", "NOUN"),
+    ("обід", "NOUN"), ("батько", "NOUN"), ("сестра", "NOUN"), ("брат", "NOUN"), ("бабуся", "NOUN"),
+    ("дідусь", "NOUN"), ("озеро", "NOUN"), ("річка", "NOUN"), ("гора", "NOUN"), ("поле", "NOUN"),
+    ("олівець", "NOUN"), ("зошит", "NOUN"), ("підручник", "NOUN"), ("студент", "NOUN"), ("аудиторія", "NOUN"),
+)
+
+
+def luscinia_feeds(n: int, seed: int) -> list[Feed]:
+    """LusciniaPredictor.predict_batch: luscinia.featurizer.featurize(word, pos) -> 132 floats a word,
+    a batch of 8 words (with their POS, or 'X' for one in four as a caller without a tagger)."""
+    import sys
+
+    if str(SRC8) not in sys.path:
+        sys.path.insert(0, str(SRC8))
+    from luscinia.featurizer import featurize
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        words = rng.sample(_UK_WORDS, 8)
+        rows = [featurize(w, "X" if rng.random() < 0.25 else pos) for w, pos in words]
+        out.append({"float_input": np.array(rows, np.float32)})
+    return out
+
+
+def luscinia_stress(ref, test, feeds, root) -> float:
+    """Words whose stressed vowel (the in-graph label predict_batch returns) equals float's."""
+    return float(np.mean(np.concatenate([ref(f)[0] == test(f)[0] for f in feeds])))
+
+
+MODELS["luscinia_stress"] = (str(LUSCINIA / "data/P3_0017_full.onnx"), luscinia_feeds, "stressed vowel exact", luscinia_stress)
+
+
 if __name__ == "__main__":
     main()
