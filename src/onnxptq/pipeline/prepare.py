@@ -9,6 +9,8 @@ Order, and why:
    (Split's signature changed at 13) and function bodies are checked against it;
 2. lift ``Constant`` nodes: Paddle weights become initializers, which every later pass looks for;
 3. remove Dropout/Identity: they hide Conv→BatchNorm and MatMul→Add patterns;
+3b. loop invariants: a Loop/Scan state its body returns unchanged (tf2onnx's LSTM weights) is read
+   from the outer scope, where it is an initializer (after 3, which can leave such pass-throughs);
 4. CSE: repeated Shape/Cast chains collapse before folding evaluates them;
 5. shape inference + constant folding: static shapes let Shape nodes fold, constant chains become
    initializers;
@@ -44,6 +46,7 @@ from ..graph.passes.fold_scalar_affine import FoldScalarAffineIntoConvPass
 from ..graph.passes.fuse_hardswish import FuseHardSwishPass
 from ..graph.passes.fuse_layernorm import FuseLayerNormPass
 from ..graph.passes.lift_constants import lift_constants_pass
+from ..graph.passes.loop_invariants import LoopInvariantsPass
 from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
 from ..graph.passes.split_outliers import SplitOutliersPass
@@ -108,6 +111,7 @@ def prepare(
         steps.append(("lift constants", lift_constants_pass()))
     if eliminate_identity:
         steps += [("eliminate Identity/Dropout", p) for p in eliminate_identity_passes()]
+    steps.append(("loop invariants", LoopInvariantsPass()))
     if cse:
         steps.append(("common-subexpression elimination", cse_pass()))
     if fold_constants:
