@@ -6,7 +6,7 @@ evaluation lines, seed 3; float CER from testkit.ocr_reference's disk cache). Ea
 JSON line: the CER, float's, ``quantize`` CPU seconds (``time.process_time``, all threads), the CER
 evaluation's CPU seconds (a default session, as the test's), the nodes repair kept float and the
 output cosine the floor measured. Written to decide which suite tests can measure a preset's model
-without the repair search (bench/RESULTS.md, "The suite back under ...").
+without the repair search (bench/RESULTS.md, "The suite's rec tests without the repair search").
 
     PYTHONPATH=$PWD/src:$PWD OMP_NUM_THREADS=1 nice -n 5 python bench/rec_norepair.py 'MX9:{"repair": false}' A16W8
 """
