@@ -42,7 +42,9 @@ def _per_tensor(rec, preset: str, **changes):
     cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), **changes)
     assert cfg.equalization_active() and cfg.outlier_split_active() and cfg.bias_correction_active()
     result = quantize(rec["path"], cfg, rec["calib"])
-    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # one test per core under -n 2: no spinning second pool thread
+    session = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return ocr.rec_cer(session, rec["images"], rec["texts"], characters=rec["chars"]), result
 
 
