@@ -42,7 +42,9 @@ def _per_tensor(rec, preset: str, **changes):
     cfg = cfg.replace(weight=dataclasses.replace(cfg.weight, per_channel=False), **changes)
     assert cfg.equalization_active() and cfg.outlier_split_active() and cfg.bias_correction_active()
     result = quantize(rec["path"], cfg, rec["calib"])
-    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # one test per core under -n 2: no spinning second pool thread
+    session = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return ocr.rec_cer(session, rec["images"], rec["texts"], characters=rec["chars"]), result
 
 
@@ -76,6 +78,10 @@ def test_a8w8_per_tensor(rec):
 
 
 def test_a8w8_per_tensor_npu_within_0004_of_float(rec):
-    cer, _ = _per_tensor(rec, "A8W8", runtime="npu")
+    # The integer model itself, as the two tests above: without repair the NPU placement reads the 200
+    # lines at float's CER (0.0387; 0.0381 with repair), and the repair search was half of this test's
+    # CPU (bench/RESULTS.md, "The suite's rec tests without the repair search"); repair has its own tests.
+    cer, result = _per_tensor(rec, "A8W8", runtime="npu", repair=False)
     print(f"rec A8W8 per-tensor (NPU placement) CER {cer:.4f} (float {rec['float']:.4f})")
     assert cer <= rec["float"] + 0.004
+    assert not result.plan.repair.get("kept_float"), "the per-tensor model itself is measured: nothing kept float"

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.slow
 
 CALIB_LINES = 64
 EVAL_LINES = 200
+#: The config change of the cases that measure a preset's model itself, without the repair search.
+NO_REPAIR = {"repair": False}
 
 
 def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
@@ -28,8 +30,15 @@ def _batches(images: np.ndarray, size: int = 8) -> list[dict[str, np.ndarray]]:
 
 
 def _plain_session(model: onnx.ModelProto) -> ort.InferenceSession:
-    """A default onnxruntime CPU session: nothing registered, all graph optimizations on."""
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """A default onnxruntime CPU session: nothing registered, all graph optimizations on.
+
+    One intra-op thread: the suite runs one test per core (``-n 2`` on 2 cores), where a second,
+    spinning pool thread only takes CPU from the other worker (the float rec model over 96 lines:
+    9.0 CPU s with the default pool, 6.3 with one thread, the same CER). The graph, its fusions and
+    kernels are those of the default session."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 @pytest.fixture(scope="module")
@@ -69,22 +78,44 @@ def test_a8w8_rec_within_002_cer_of_float(rec):
 
 
 def test_a16w8_rec_within_001_cer_of_float(rec):
-    cer, result = _rec_cer(rec, "A16W8")
+    # Without repair, as the block formats below: the accuracy floor breaks on rec's CTC reads while
+    # the CER holds (0.0393 without repair, 0.0444 with), and the repair search was half of this test's
+    # CPU (bench/RESULTS.md, "The suite's rec tests without the repair search"): the bound is on the
+    # A16W8 model itself.
+    cer, result = _rec_cer(rec, "A16W8", **NO_REPAIR)
     print(f"rec A16W8 CER {cer:.4f} (float {rec['float']:.4f})")
     assert cer <= rec["float"] + 0.01
     zero_points = [t for t in result.model.graph.initializer if t.name.endswith("_zero_point") and t.data_type == onnx.TensorProto.INT16]
     assert zero_points, "activations are int16"
+    assert not result.plan.repair.get("kept_float"), "the A16W8 model itself is measured: nothing kept float"
 
 
 #: (preset, extra config changes, CER bound above float) for the float formats on rec.
+#: BFP16, MX9 and MXINT8 are measured without repair: the accuracy floor judges them (its figures
+#: are in ``result.metrics`` and the plan) but keeps nothing float, so the bound holds the format's
+#: own model, which repair could otherwise mask by keeping the damaged nodes float. Their floor breaks
+#: on these 64 lines' CTC reads, and the repair search that followed was half of each test's CPU
+#: (bench/RESULTS.md, "The suite's rec tests without the repair search"). Repair on this model stays
+#: covered by MXFP8_E4M3 below, which needs it for its bound, and repair itself by test_accuracy_floor.py.
 FLOAT_FORMATS_REC = [
     ("BF16", {}, 0.005),
     ("BF16", {"bf16_qdq_to_cast": False}, 0.005),
-    ("BFP16", {}, 0.01),
-    ("MX9", {}, 0.01),
-    ("MXINT8", {}, 0.02),
+    ("BFP16", NO_REPAIR, 0.01),
+    ("MX9", NO_REPAIR, 0.01),
+    ("MXINT8", NO_REPAIR, 0.02),
     ("MXFP8_E4M3", {}, 0.005),
 ]
+
+
+def _changes_id(value) -> str:
+    """Test ids that say which config change a case makes ("default" for none)."""
+    if not isinstance(value, dict):
+        return str(value)
+    if not value:
+        return "default"
+    return "norepair" if value == NO_REPAIR else "qdq"
+
+
 #: PP-OCRv4 rec loses much to 3-bit mantissas: MXFP8_E4M3 CER 0.604 on these 200 lines (float
 #: 0.039) before FP-element MX biases stayed float and depthwise weights stopped blocking along
 #: their length-1 axis (pipeline/plan/fp_blocks.py), 0.419 after, 0.394 with repair=False, 0.237 once only
@@ -95,7 +126,7 @@ FLOAT_FORMATS_REC = [
 MXFP8_REC_MIN_COSINE = 0.6
 
 
-@pytest.mark.parametrize("preset,changes,bound", FLOAT_FORMATS_REC, ids=lambda v: str(v) if not isinstance(v, dict) else ("qdq" if v else "default"))
+@pytest.mark.parametrize("preset,changes,bound", FLOAT_FORMATS_REC, ids=_changes_id)
 def test_float_formats_rec(rec, preset, changes, bound):
     cer, result = _rec_cer(rec, preset, **changes)
     print(f"rec {preset} {changes} CER {cer:.4f} (float {rec['float']:.4f}) cosine {result.metrics} "
@@ -103,6 +134,8 @@ def test_float_formats_rec(rec, preset, changes, bound):
     if preset == "MXFP8_E4M3":
         assert next(iter(result.metrics.values()))["cosine"] >= MXFP8_REC_MIN_COSINE
     assert cer <= rec["float"] + bound
+    if changes == NO_REPAIR:
+        assert not result.plan.repair.get("kept_float"), "the format itself is measured: nothing kept float"
     ops = {(n.domain, n.op_type) for n in result.model.graph.node}
     if preset == "BF16" and not changes:
         assert ("", "Cast") in ops and not any(d == "onnxptq" for d, _ in ops)
