@@ -55,3 +55,11 @@ def small_cnn_path(tmp_path, small_cnn):
     path = tmp_path / "small_cnn.onnx"
     onnx.save(small_cnn, path)
     return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` (real PP-OCR models, minutes each) run first, the rest after in
+    their collected order. Why: under ``pytest -n 2`` a worker that meets a 200 s test near the end
+    runs it alone while the other sits idle; started first, the long tests overlap and the many
+    short ones fill in behind them (longest-first scheduling). Order only: every test still runs."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
