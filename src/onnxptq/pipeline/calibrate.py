@@ -31,7 +31,7 @@ from ..memory import release_freed
 from ..sessions import active_libraries
 from .guard import CalibrationCapture
 from .plan import Plan, make_plan
-from .plan.select import _excluded
+from .plan.select import _excluded, configured_op_types
 from .transformer import is_transformer
 from .prepare import prepare_for_quantization
 
@@ -144,11 +144,7 @@ def _refuse_without_quantizable_ops(proto: onnx.ModelProto, cfg: QuantConfig, so
     quantizes (``graph.check.quantizable_op_types_present``: preparation cannot make one)."""
     if cfg.quantize_all_op_types:
         return
-    from ..graph.ops import DEFAULT_OP_TYPES
-
-    op_types = set(cfg.op_types) if cfg.op_types is not None else set(DEFAULT_OP_TYPES)
-    op_types |= set(cfg.extra_op_types) | set(cfg.op_type_overrides)
-    if not check.quantizable_op_types_present(proto, op_types):
+    if not check.quantizable_op_types_present(proto, configured_op_types(cfg)):
         present = sorted(check.quantizable_op_types_present(proto, None))
         raise NothingToQuantizeError(
             f"{source}: the configuration quantizes nothing (no node of a quantizable op type; op types present: "

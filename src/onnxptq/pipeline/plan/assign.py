@@ -14,7 +14,7 @@ import onnx
 
 from ...config.schema import QuantConfig, TensorQuant
 from ...graph.naming import check_node_names
-from ...graph.ops import BIAS_INPUTS, DATA_INPUTS, DEFAULT_OP_TYPES, ELTWISE_OPS, NO_OUTPUT_QUANT, RECURRENT, WEIGHT_INPUTS
+from ...graph.ops import BIAS_INPUTS, DATA_INPUTS, ELTWISE_OPS, NO_OUTPUT_QUANT, RECURRENT, WEIGHT_INPUTS
 from .. import runtime
 from ...analysis.class_scores import score_float_tensors
 from ..tails import TAIL_REASON, postprocessing_tail
@@ -33,7 +33,7 @@ from .rules import (
 from .peaks import recurring_peaks
 from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
-from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
+from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .corners import orphan_int32_biases, scalar_block_tensors
@@ -131,8 +131,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     function: the model is read, never changed."""
     check_node_names(model)
     g = _Graph(model, subgraphs=config.quantize_subgraphs)
-    op_types = set(config.op_types) if config.op_types is not None else set(DEFAULT_OP_TYPES)
-    op_types |= set(config.extra_op_types) | set(config.op_type_overrides)
+    op_types = configured_op_types(config)
     if config.quantize_all_op_types:
         op_types |= {n.op_type for n in g.nodes}
     # Names in the config (nodes, tensors, op types) were checked once: graph.check.check_config_names.

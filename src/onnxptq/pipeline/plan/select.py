@@ -17,7 +17,7 @@ import onnx
 from ...config.schema import QuantConfig, TensorQuant
 from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain
-from ...graph.ops import FLOAT_TYPES, FUSIBLE_ACTIVATIONS, FUSIBLE_PRODUCERS, PASS_THROUGH, RECURRENT
+from ...graph.ops import DEFAULT_OP_TYPES, FLOAT_TYPES, FUSIBLE_ACTIVATIONS, FUSIBLE_PRODUCERS, PASS_THROUGH, RECURRENT
 from ...graph.walk import ScopeIndex, downstream_nodes
 from .. import runtime
 
@@ -134,6 +134,13 @@ def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs
         if not node.input or node.input[0] not in selected_outputs:
             return f"runtime cpu: {node.op_type} runs on integers only behind an integer producer"
     return None
+
+
+def configured_op_types(config: QuantConfig) -> set[str]:
+    """The op types ``config`` names for quantization: ``op_types`` (or the defaults), plus
+    ``extra_op_types`` and the overrides' keys. ``quantize_all_op_types`` is the caller's to add
+    (make_plan adds the graph's own op types; calibration's early refusal skips its check)."""
+    return (set(config.op_types) if config.op_types is not None else set(DEFAULT_OP_TYPES)) | set(config.extra_op_types) | set(config.op_type_overrides)
 
 
 def _explicit(node: onnx.NodeProto, config: QuantConfig) -> bool:
