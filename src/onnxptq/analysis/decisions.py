@@ -205,14 +205,30 @@ def capture(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]], d
             providers: Sequence[Any] | None = None) -> list[dict[str, np.ndarray]]:
     """The decision tensors of ``model`` on ``feeds``, one ``{key: values}`` per feed, from one
     session on an evaluation copy (the delivered model is not touched)."""
-    if not decisions or not feeds:
-        return [{} for _ in feeds]
-    evaluated, names = with_decision_outputs(model, decisions)
-    if not names:
-        return [{} for _ in feeds]
-    session = open_session(evaluated, providers=providers, log_severity=3, inline_functions_first=False)
-    fetch = list(names)
-    return [dict(zip((names[t] for t in fetch), session.run(fetch, dict(feed)))) for feed in feeds]
+    return DecisionReader(model, decisions, providers)(feeds)
+
+
+class DecisionReader:
+    """:func:`capture` for several sets of feeds of one model: its evaluation copy and session are
+    made once, on the first call that has feeds (quantize's verification reads the held-out feeds,
+    then, only where the floor asks, the calibration feeds)."""
+
+    def __init__(self, model: onnx.ModelProto, decisions: Sequence[Decision], providers: Sequence[Any] | None = None):
+        self.model, self.decisions, self.providers = model, decisions, providers
+        self._opened: tuple[Any, dict[str, str]] | None = None
+
+    def __call__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        if not self.decisions or not feeds:
+            return [{} for _ in feeds]
+        if self._opened is None:
+            evaluated, names = with_decision_outputs(self.model, self.decisions)
+            session = open_session(evaluated, providers=self.providers, log_severity=3, inline_functions_first=False) if names else None
+            self._opened = (session, names)
+        session, names = self._opened
+        if session is None:
+            return [{} for _ in feeds]
+        fetch = list(names)
+        return [dict(zip((names[t] for t in fetch), session.run(fetch, dict(feed)))) for feed in feeds]
 
 
 # ----------------------------------------------------------------------------- judgements

@@ -144,6 +144,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     ``calibrate.split_holdout``) the held-out feeds are the first calibration feeds, and the
     summary says so."""
     from ..analysis.compare import compare_outputs
+    from ..analysis.decisions import DecisionReader
     from ..analysis.floor import floor_for, measure
 
     t0 = time.perf_counter()
@@ -152,23 +153,17 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
     readings = calibrated.readings
-    if readings["decisions"]:  # decisions inside the graph, captured on an evaluation copy (analysis.decisions)
-        from ..analysis.decisions import capture
-
-        extra = capture(quantized, calibrated.holdout, readings["decisions"], providers=tuple(cfg.calibration.providers))
-        got = [dict(g, **e) for g, e in zip(got, extra)]
+    # Decisions inside the graph, read on one evaluation copy of the model (analysis.decisions): the
+    # held-out feeds now, the calibration feeds below where the floor asks for them.
+    decisions = DecisionReader(quantized, readings["decisions"], providers=tuple(cfg.calibration.providers))
+    got = [dict(g, **e) for g, e in zip(got, decisions(calibrated.holdout))]
     verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
     if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
         # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
         # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
         # rounding flips a near-tie on any feed). Only such models run them.
         feeds = calibrated.judged_calibration_feeds(eval_samples)
-        seen = [dict(zip(names, out)) for out in run_feeds(session, names, feeds)]
-        if readings["decisions"]:  # an arg-max's reads pool them too (analysis.decisions)
-            from ..analysis.decisions import capture
-
-            extra = capture(quantized, feeds, readings["decisions"], providers=tuple(cfg.calibration.providers))
-            seen = [dict(g, **e) for g, e in zip(seen, extra)]
+        seen = [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds), decisions(feeds))]
         verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
                           seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
     timings["verify"] = time.perf_counter() - t0
