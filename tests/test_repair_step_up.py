@@ -74,20 +74,25 @@ def spread_activations() -> onnx.ModelProto:
     return _chain(weights, head)
 
 
-def activation_feeds(n: int = 32) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(3)
+def _feeds(n: int, seed: int, channel0) -> list[dict[str, np.ndarray]]:
+    """``n`` feeds of standard-normal rows whose channel 0 is ``channel0(rng)``."""
+    rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         x = rng.standard_normal((S, H))
-        x[:, 0] = 100.0 + rng.standard_normal(S)
+        x[:, 0] = channel0(rng)
         out.append({"x": x.astype(np.float32)})
     return out
 
 
+def activation_feeds(n: int = 32) -> list[dict[str, np.ndarray]]:
+    return _feeds(n, 3, lambda rng: 100.0 + rng.standard_normal(S))
+
+
 def spread_weights() -> onnx.ModelProto:
-    """Every column of every weight has 200 on row 0, an input channel that is 0 throughout (the
-    data's and, by row 0 of the next weight's column 0 being 0... each layer's output channel 0 is
-    kept 0 by a zero column); the other entries are a rotation's (~0.2)."""
+    """Every column of every weight has 200 on row 0, read from input channel 0, which is 0
+    throughout (the data's channel 0 is 0, and each weight's column 0 is 0, so every layer's output
+    channel 0 is 0 again); the other entries are a rotation's (~0.2)."""
     rng = np.random.default_rng(12)
     weights = []
     for _ in range(DEPTH):
@@ -100,13 +105,7 @@ def spread_weights() -> onnx.ModelProto:
 
 
 def weight_feeds(n: int = 32) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(4)
-    out = []
-    for _ in range(n):
-        x = rng.standard_normal((S, H))
-        x[:, 0] = 0.0
-        out.append({"x": x.astype(np.float32)})
-    return out
+    return _feeds(n, 4, lambda rng: 0.0)
 
 
 def _cosine(float_model: onnx.ModelProto, quantized: onnx.ModelProto, feeds) -> float:
