@@ -405,14 +405,28 @@ def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
 
 
 def quantizable_op_types_present(model: onnx.ModelProto, op_types: set[str] | None) -> set[str]:
-    """The op types of ``model`` (main graph and every body) among ``op_types`` (None: all count).
+    """The default-domain op types of ``model`` (main graph and every body) among ``op_types``
+    (None: every default-domain op type counts, ``quantize_all_op_types``).
 
     Why before preparation: preparation rewrites the graph many times (shape inference round-trips
     it through onnx-ir), and on a model of nothing but a 194 MB ``TreeEnsembleClassifier`` (an
     OnnxMLTools LightGBM: luscinia 1.0.0, bench/RESULTS.md "eighth round") that took over ten
-    minutes, only for the plan to find no quantizable node. Preparation fuses and folds the ops it
-    finds; it never makes a quantizable op from none, so an empty answer here is final."""
+    minutes (BF16: 295 s), only for the plan to find no quantizable node. Preparation fuses and
+    folds default-domain ops; it never makes a quantizable op from none, and the planner quantizes
+    default-domain nodes only (``ai.onnx.ml``, ``com.microsoft`` and custom ops are skipped by
+    domain), so an empty answer here is final for every preset."""
+    from .opsets import is_onnx_domain
     from .walk import all_graphs
 
-    present = {n.op_type for g in all_graphs(model.graph) for n in g.node}
+    present = {n.op_type for g in all_graphs(model.graph) for n in g.node if is_onnx_domain(n.domain)}
     return present if op_types is None else present & op_types
+
+
+def op_types_with_domains(model: onnx.ModelProto) -> list[str]:
+    """Every op type of ``model`` (all graphs), a non-default domain's as ``domain::op``: what an
+    error about an unquantizable model names."""
+    from .opsets import is_onnx_domain
+    from .walk import all_graphs
+
+    return sorted({n.op_type if is_onnx_domain(n.domain) else f"{n.domain}::{n.op_type}"
+                   for g in all_graphs(model.graph) for n in g.node})

@@ -14,6 +14,7 @@ import onnx
 from ..config.schema import QuantConfig
 from ..graph.io import with_initializers
 from ..graph.passes.exact_int_weights import exact_int_weights
+from ..graph.passes.lookup_tables import dequantize_after_lookup
 from .calibrate import Calibrated
 from .emit import ConstantReuse, emit
 from .final_plan import final_plan
@@ -72,6 +73,8 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
                      pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse)
+    if cfg.runtime == "cpu":
+        dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
     if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
         exact_int_weights(quantized)  # no MatMulNBits on 16-bit or float activations (graph/passes/exact_int_weights.py)
     return Built(plan, params, quantized, timings)

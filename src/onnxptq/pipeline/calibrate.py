@@ -140,15 +140,15 @@ def source_name(model: Any) -> str:
 
 
 def _refuse_without_quantizable_ops(proto: onnx.ModelProto, cfg: QuantConfig, source: str) -> None:
-    """NothingToQuantizeError before preparation when no node has an op type the configuration
-    quantizes (``graph.check.quantizable_op_types_present``: preparation cannot make one)."""
-    if cfg.quantize_all_op_types:
-        return
-    if not check.quantizable_op_types_present(proto, configured_op_types(cfg)):
-        present = sorted(check.quantizable_op_types_present(proto, None))
+    """NothingToQuantizeError before preparation when no default-domain node has an op type the
+    configuration quantizes (``graph.check.quantizable_op_types_present``: preparation cannot make
+    one), every preset alike: ``quantize_all_op_types`` (BF16) counts every default-domain op."""
+    wanted = None if cfg.quantize_all_op_types else configured_op_types(cfg)
+    if not check.quantizable_op_types_present(proto, wanted):
         raise NothingToQuantizeError(
-            f"{source}: the configuration quantizes nothing (no node of a quantizable op type; op types present: "
-            f"{present[:20]}; quantizable: op_types / extra_op_types, or quantize_all_op_types)")
+            f"{source}: the configuration quantizes nothing (no default-domain node of a quantizable op type; op types "
+            f"present: {check.op_types_with_domains(proto)[:20]}; quantizable: op_types / extra_op_types, or "
+            "quantize_all_op_types, of the default ONNX domain)")
 
 
 def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_samples: int = DEFAULT_EVAL_SAMPLES,

@@ -21,6 +21,11 @@ onnxruntime's integer kernels are the point), and so does a block-wise ``Dequant
 (``block_size``: weight-only int4/int8, or ``weight_runtime="matmulnbits"``, where the user asked
 for ``MatMulNBits``). Applied for ``runtime="cpu"`` with ``weight_runtime="exact"`` only
 (pipeline/build.py): an NPU compiler reads the Q/DQ form.
+
+The same rewrite applies to a weight's ``DequantizeLinear`` that only If/Loop/Scan nodes read (a
+body's MatMul reading a main-graph weight through the outer scope, tf2onnx's LSTM Loops): no fusion
+reaches into a body, so the Q/DQ form bought nothing there, and the folded constant is what lets
+onnxruntime pre-pack the body's MatMul weight (:func:`_read_in_bodies_only`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from ..walk import walk_scopes
+from ..walk import body_graphs, walk_scopes
 
 __all__ = ["exact_int_weights"]
 
@@ -71,6 +76,7 @@ def exact_int_weights(model: onnx.ModelProto) -> int:
             if any(i not in inits for i in dq.input[1:] if i) or _eight_bit_dq_output(node.input[0], producer, types):
                 continue
             targets[dq.output[0]] = dq
+        targets.update(_read_in_bodies_only(graph, inits, types))
         if not targets:
             continue
         rank = {name: len(t.dims) for name, t in inits.items()}
@@ -85,6 +91,27 @@ def exact_int_weights(model: onnx.ModelProto) -> int:
         graph.node.extend(nodes)
         _drop_unread(graph, {i for dq in targets.values() for i in dq.input[1:] if i})
     return rewritten
+
+
+def _read_in_bodies_only(graph: onnx.GraphProto, inits: dict[str, TensorProto], types: dict[str, int]) -> dict[str, onnx.NodeProto]:
+    """The DQs of 8-bit constants in ``graph`` that only If/Loop/Scan nodes read: from inside their
+    bodies (the outer scope) or as a node input (a Loop's carried state). No fusion reaches across
+    a body's boundary, so onnxruntime ran the DQ at every run and the body's MatMul read a weight
+    that is not a constant, which it cannot pre-pack: chars2vec's two LSTM Loops ran at ×5.9 float's
+    latency with the bodies themselves float, ×1.1 once the weights fold (bench/RESULTS.md "Lookup
+    tables and Loop bodies")."""
+    direct = {i for n in graph.node if not any(True for _ in body_graphs(n)) for i in n.input} | {o.name for o in graph.output}
+    by_bodies = {i for n in graph.node if any(True for _ in body_graphs(n)) for i in n.input}
+    by_bodies |= {i for n in graph.node for _, body in body_graphs(n) for s in walk_scopes(body) for m in s.graph.node for i in m.input}
+    found: dict[str, onnx.NodeProto] = {}
+    for dq in graph.node:
+        if dq.op_type != "DequantizeLinear" or dq.output[0] in direct or dq.output[0] not in by_bodies:
+            continue
+        if any(i not in inits for i in dq.input if i) or types[dq.input[0]] not in _EIGHT_BIT:
+            continue
+        if not any(a.name == "block_size" and a.i for a in dq.attribute):
+            found[dq.output[0]] = dq
+    return found
 
 
 def _drop_unread(graph: onnx.GraphProto, names: set[str]) -> None:

@@ -33,7 +33,7 @@ from .rules import (
 from .peaks import recurring_peaks
 from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
-from .select import _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
+from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .corners import orphan_int32_biases, scalar_block_tensors
@@ -143,7 +143,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     tail = set() if config.quantize_postprocessing else postprocessing_tail(model)
     for node in g.nodes:
         reason = TAIL_REASON if node.name in tail else (
-            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs))
+            _skip_reason(node, g, config, op_types, quantized_tensors) or _cpu_skip_reason(node, config, selected_outputs, g))
         if reason:
             skipped[node.name] = reason
             continue
@@ -209,6 +209,15 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
 
     for node in selected:
         data_positions = DATA_INPUTS.get(node.op_type)
+        # A lookup table under the CPU's integer placement: the table alone, per row; the rows it
+        # returns stay float (no integer reader pays for a quantizer there, select.is_lookup_table).
+        integer = runtime.integer_placement(config, _node_formats(node, config)[0])
+        table_only = is_lookup_table(node, g) and integer
+        # A dot product a Loop/Scan runs at every step, under the CPU's integer placement: like a
+        # recurrent layer, its weights are stored quantized and its activations (the step's input
+        # and carried state) stay float: no integer kernel forms with the weights' DequantizeLinear
+        # outside the body, and a state rounded at every step compounds (select._cpu_skip_reason).
+        weights_only = integer and node.name in g.iterated
         for index, name in enumerate(node.input):
             if not name or (data_positions is not None and index not in data_positions):
                 continue
@@ -240,6 +249,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
                     axis = _weight_axis(node, index, rank) if quant.per_channel else None
+                    if table_only and index == 0:
+                        quant, axis = quant.with_(per_channel=True, symmetric=True), 0  # one scale per row
                     if (quant.per_channel and axis is None and (node.op_type, index) not in WEIGHT_INPUTS
                             and quant.format.startswith("int")):
                         # Per-channel elementwise constants only for signed types: onnxruntime 1.31's
@@ -255,8 +266,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 quant = spec_for(node, "activation")
                 if quant is None:
                     continue
-                if node.op_type in RECURRENT and runtime.integer_placement(config, quant):
-                    continue  # CPU target: a recurrent layer runs float; only its W/R are stored quantized
+                if (node.op_type in RECURRENT or weights_only) and runtime.integer_placement(config, quant):
+                    continue  # CPU target: a recurrent layer (or cell) runs float; only its weights are stored quantized
                 axis = None
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
@@ -267,7 +278,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     else:
                         axis = default
                 add(name, "activation", quant, node, consumer=True, axis=axis, reducing=_reduces(node, index))
-        if node.op_type in NO_OUTPUT_QUANT:
+        if node.op_type in NO_OUTPUT_QUANT or table_only or weights_only:
             continue
         quant = spec_for(node, "activation")
         for out in node.output:

@@ -31,6 +31,8 @@ class _Graph:
         scopes = index.scopes if subgraphs else [index.main]
         graphs = [s.graph for s in scopes]
         self.nodes = list(index.nodes()) if subgraphs else list(model.graph.node)
+        #: names of the nodes a Loop or Scan runs once per iteration (in its body, at any depth)
+        self.iterated: set[str] = {n.name for s in scopes if _iterated(s) for n in s.nodes}
         self.initializers = {t.name: t for g in graphs for t in g.initializer}
         self.inputs = [i.name for i in model.graph.input if i.name not in self.initializers]
         #: outputs of the graph that produces them (a body output is renamed in its own body)
@@ -63,6 +65,15 @@ class _Graph:
 
     def is_float(self, name: str) -> bool:
         return self.elem_type.get(name) in FLOAT_TYPES
+
+
+def _iterated(scope) -> bool:
+    """Whether ``scope`` is (inside) the body of a Loop or Scan: its nodes run once per step."""
+    while scope is not None and scope.owner is not None:
+        if scope.owner.op_type in ("Loop", "Scan"):
+            return True
+        scope = scope.parent
+    return False
 
 
 def _excluded(name: str, patterns: Iterable[str]) -> bool:
@@ -110,7 +121,23 @@ def _node_formats(node: onnx.NodeProto, config: QuantConfig) -> tuple[TensorQuan
     return act, weight
 
 
-def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs: set[str]) -> str | None:
+def is_lookup_table(node: onnx.NodeProto, g: _Graph) -> bool:
+    """Whether ``node`` is a ``Gather`` whose data is a float constant of rank ≥ 2: a lookup table
+    (word/position embeddings), read row by row with indices computed at run time.
+
+    Why it is decided here, by dataflow: on the CPU target a data-movement op is quantized only
+    behind an integer producer, and a table has none, so its bytes stayed float under the integer
+    presets (minilm_l3 A8W8 at ×0.77 of fp32, all of it the 30522×384 word table). A table is a
+    weight: it is stored int8 per row (axis 0) and dequantized after the lookup, on the gathered
+    rows only (``graph/passes/lookup_tables.py``)."""
+    if node.op_type != "Gather" or not is_onnx_domain(node.domain) or not node.input:
+        return False
+    table = g.initializers.get(node.input[0])
+    return table is not None and table.data_type in FLOAT_TYPES and len(table.dims) >= 2
+
+
+def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs: set[str],
+                     g: _Graph | None = None) -> str | None:
     """Why the CPU target leaves ``node`` float although the op-type rules select it.
 
     A Q/DQ pair around an op that onnxruntime's CPU provider has no integer kernel for only
@@ -128,6 +155,11 @@ def _cpu_skip_reason(node: onnx.NodeProto, config: QuantConfig, selected_outputs
         # they are stored quantized behind a DequantizeLinear (onnxruntime folds it and runs the
         # float kernel); the input X and the state stay float (assign.make_plan).
         return None
+    if g is not None and is_lookup_table(node, g):
+        return None  # its table is what is quantized (stored int8, dequantized after the lookup)
+    if g is not None and node.name in g.iterated and node.op_type not in runtime.CPU_MATRIX_OPS | RECURRENT:
+        return ("runtime cpu: a Loop/Scan body runs float at every step (its weights are loop-invariant values "
+                "from outside it, so no integer kernel forms there); only its dot products' weights are stored quantized")
     if node.op_type not in runtime.CPU_OP_TYPES:
         return f"runtime cpu: onnxruntime has no integer {node.op_type} kernel"
     if node.op_type in runtime.CPU_DATA_MOVEMENT | runtime.CPU_FUSED_ACTIVATIONS:
@@ -178,8 +210,8 @@ def _drop_isolated_cpu_nodes(selected: list[onnx.NodeProto], skipped: dict[str, 
             if (not runtime.integer_placement(config, act) or not runtime.has_integer_kernels(act)
                     or _explicit(node, config) or node.name in config.node_overrides):
                 continue
-            if node.op_type in RECURRENT:
-                continue  # its weights are what is quantized (_cpu_skip_reason), not its inputs
+            if node.op_type in RECURRENT or is_lookup_table(node, g):
+                continue  # its weights (table) are what is quantized (_cpu_skip_reason), not its inputs
             data = [i for i in node.input if i and i not in g.initializers]
             if node.op_type in runtime.CPU_MATRIX_OPS:
                 weight = g.initializers.get(node.input[1]) if len(node.input) > 1 else None
