@@ -227,7 +227,7 @@ def test_loop_body_quantized_within_format_error(preset):
     model = make_loop_model()
     result = quantize(model, _config(preset), _loop_feeds(8, 1))
     onnx.checker.check_model(result.model)
-    assert quantizers_in_bodies(result.model) >= 1
+    assert quantizers_in_bodies(result.model) >= (0 if preset in ("A8W8", "A16W8") else 1)  # CPU integer: the body runs float on int8 weights (tests/test_loop_body_float.py)
     feeds = _loop_feeds(6, 2)
     for ref, got in zip(_outputs(model, feeds), _outputs(result.model, feeds)):
         assert _cosine(ref, got) >= MIN_COSINE[preset], (preset, _cosine(ref, got))
@@ -242,7 +242,7 @@ def test_scan_body_quantized_within_format_error(preset):
              for _ in range(8)]
     result = quantize(model, _config(preset), feeds)
     onnx.checker.check_model(result.model)
-    assert quantizers_in_bodies(result.model) >= 2
+    assert quantizers_in_bodies(result.model) >= (0 if preset == "A8W8" else 2)  # CPU integer: the body runs float on int8 weights (tests/test_loop_body_float.py)
     for ref, got in zip(_outputs(model, feeds[:4]), _outputs(result.model, feeds[:4])):
         assert _cosine(ref, got) >= MIN_COSINE[preset], (preset, _cosine(ref, got))
         assert not np.array_equal(ref, got)
@@ -252,7 +252,7 @@ def test_if_inside_a_loop_body_is_left_float_with_the_reason(caplog):
     model = make_if_in_loop_model()
     feeds = [{"x": np.random.default_rng(i).normal(0, 1, (2, 16)).astype(np.float32), "flag": np.array(True)} for i in range(4)]
     with caplog.at_level(logging.WARNING, logger="onnxptq"):
-        result = quantize(model, _config("A8W8"), feeds)
+        result = quantize(model, _config("A8W8").replace(runtime="npu"), feeds)  # the CPU's integer placement keeps Loop bodies float
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "inside a Loop/Scan body" in messages and "'inner_if' then_branch" in messages, messages
     inner = next(s for s in ScopeIndex(result.model).scopes if s.attribute == "then_branch")
