@@ -21,11 +21,29 @@ from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from test_nothing_quantizable_early import _tree_classifier
 
 
+def _as_exported(model: onnx.ModelProto, cast_to: int = TensorProto.INT64) -> onnx.ModelProto:
+    """luscinia's exact layout: the classifier's outputs pass two Identities, the int64 label a Cast
+    to int64 (``cast_to``), before the graph's label and the ZipMap."""
+    trees, zipmap = model.graph.node
+    trees.output[:] = ["label_tensor", "probability_tensor"]
+    zipmap.input[:] = ["lgbmprobabilities"]
+    del model.graph.node[:]
+    model.graph.node.extend([
+        trees,
+        helper.make_node("Identity", ["label_tensor"], ["lgbmlabel"], name="id_label"),
+        helper.make_node("Identity", ["probability_tensor"], ["lgbmprobabilities"], name="id_probs"),
+        helper.make_node("Cast", ["lgbmlabel"], ["label"], to=cast_to, name="cast_label"),
+        zipmap])
+    model.graph.output[0].type.tensor_type.elem_type = cast_to
+    onnx.checker.check_model(model)
+    return model
+
+
 @pytest.mark.parametrize("preset", ["BF16", "FP16", "A16W8", "BFP16", "MXFP8_E4M3"])
 def test_every_preset_refuses_before_preparation(preset, tmp_path, monkeypatch):
     """On main: BF16 prepares (here: the sentinel's AssertionError) before it refuses."""
     path = tmp_path / "trees.onnx"
-    onnx.save(_tree_classifier(), path)
+    onnx.save(_as_exported(_tree_classifier()), path)
 
     def no_prepare(*args, **kwargs):
         raise AssertionError("prepared a model with nothing to quantize")
@@ -44,3 +62,7 @@ def test_a_default_domain_op_beside_them_counts():
     assert quantizable_op_types_present(model, None) == {"Relu"}
     assert quantizable_op_types_present(model, {"Conv", "MatMul"}) == set()
     assert quantizable_op_types_present(_tree_classifier(), None) == set()
+    # preparation removes the Identities and the int64 → int64 Cast; a Cast to another type stays
+    assert quantizable_op_types_present(_as_exported(_tree_classifier()), None) == set()
+    assert quantizable_op_types_present(_as_exported(_tree_classifier()), None, same_type_casts_removed=False) == {"Cast"}
+    assert quantizable_op_types_present(_as_exported(_tree_classifier(), TensorProto.INT32), None) == {"Cast"}

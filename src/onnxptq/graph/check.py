@@ -404,22 +404,59 @@ def check_config_names(config: Any, *models: onnx.ModelProto) -> None:
 # op types the configuration can quantize
 
 
-def quantizable_op_types_present(model: onnx.ModelProto, op_types: set[str] | None) -> set[str]:
+def quantizable_op_types_present(model: onnx.ModelProto, op_types: set[str] | None, *, same_type_casts_removed: bool = True) -> set[str]:
     """The default-domain op types of ``model`` (main graph and every body) among ``op_types``
-    (None: every default-domain op type counts, ``quantize_all_op_types``).
+    (None: every default-domain op type counts, ``quantize_all_op_types``) that preparation keeps.
 
     Why before preparation: preparation rewrites the graph many times (shape inference round-trips
     it through onnx-ir), and on a model of nothing but a 194 MB ``TreeEnsembleClassifier`` (an
     OnnxMLTools LightGBM: luscinia 1.0.0, bench/RESULTS.md "eighth round") that took over ten
-    minutes (BF16: 295 s), only for the plan to find no quantizable node. Preparation fuses and
+    minutes (BF16: 247–295 s), only for the plan to find no quantizable node. Preparation fuses and
     folds default-domain ops; it never makes a quantizable op from none, and the planner quantizes
     default-domain nodes only (``ai.onnx.ml``, ``com.microsoft`` and custom ops are skipped by
-    domain), so an empty answer here is final for every preset."""
+    domain), so an empty answer here is final for every preset. Preparation also removes every
+    ``Identity`` and every ``Cast`` to the type its input already has (graph/passes/eliminate_identity.py):
+    luscinia's other nodes are two Identities and an int64→int64 Cast of the label, which BF16
+    (every op type) counted. Where only such nodes are left, the Casts' input types come from
+    ONNX type inference (seconds: 4.7 s of CPU on luscinia) to tell a same-type Cast from a real one.
+    ``same_type_casts_removed``: whether preparation folds (``QuantConfig.optimize``), the step that
+    removes those Casts. An Identity from a graph input straight to a graph output stays."""
     from .opsets import is_onnx_domain
     from .walk import all_graphs
 
-    present = {n.op_type for g in all_graphs(model.graph) for n in g.node if is_onnx_domain(n.domain)}
-    return present if op_types is None else present & op_types
+    nodes = [n for g in all_graphs(model.graph) for n in g.node
+             if is_onnx_domain(n.domain) and (op_types is None or n.op_type in op_types)]
+    ends = {i.name for i in model.graph.input} | {o.name for o in model.graph.output}
+    removed = {"Identity", "Cast"} if same_type_casts_removed else {"Identity"}
+    kept = [n for n in nodes if n.op_type not in removed or (n.op_type == "Identity" and {n.input[0], n.output[0]} <= ends)]
+    if kept or not any(n.op_type == "Cast" for n in nodes):
+        return {n.op_type for n in kept}
+    types = _inferred_elem_types(model)
+    return {"Cast" for n in nodes if n.op_type == "Cast" and types.get(n.input[0]) != _cast_to(n)}
+
+
+def _cast_to(node: onnx.NodeProto) -> int | None:
+    return next((a.i for a in node.attribute if a.name == "to"), None)
+
+
+def _inferred_elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element types ONNX type inference finds for ``model``'s tensors (all graphs); empty where
+    inference fails (every Cast then counts as kept)."""
+    from .walk import all_graphs
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as exc:  # noqa: BLE001 — any failure only makes the early refusal conservative
+        log.debug("type inference for the early refusal failed: %s", exc)
+        return {}
+    types: dict[str, int] = {}
+    for g in all_graphs(inferred.graph):
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for t in g.initializer:
+            types[t.name] = t.data_type
+    return types
 
 
 def op_types_with_domains(model: onnx.ModelProto) -> list[str]:

@@ -144,7 +144,7 @@ def _refuse_without_quantizable_ops(proto: onnx.ModelProto, cfg: QuantConfig, so
     configuration quantizes (``graph.check.quantizable_op_types_present``: preparation cannot make
     one), every preset alike: ``quantize_all_op_types`` (BF16) counts every default-domain op."""
     wanted = None if cfg.quantize_all_op_types else configured_op_types(cfg)
-    if not check.quantizable_op_types_present(proto, wanted):
+    if not check.quantizable_op_types_present(proto, wanted, same_type_casts_removed=cfg.optimize):
         raise NothingToQuantizeError(
             f"{source}: the configuration quantizes nothing (no default-domain node of a quantizable op type; op types "
             f"present: {check.op_types_with_domains(proto)[:20]}; quantizable: op_types / extra_op_types, or "
