@@ -35,7 +35,7 @@ def tables(model: onnx.ModelProto) -> list[tuple[str, list[int]]]:
 
 
 def main() -> None:
-    paths = {k: str(v[0]) for k, v in nm.MODELS.items()}
+    paths = {k: str(nm.SRC / v[0]) for k, v in nm.MODELS.items()}  # a relative path is under round 1's source
     paths.update({os.path.basename(p): p for p in glob.glob("/work/shared/models/*.onnx")})
     paths.update({f"zoo:{m.name}": str(m.path()) for m in tz.ZOO})
     for key, path in sorted(paths.items()):

@@ -146,8 +146,9 @@ def _refuse_without_quantizable_ops(proto: onnx.ModelProto, cfg: QuantConfig, so
     wanted = None if cfg.quantize_all_op_types else configured_op_types(cfg)
     if not check.quantizable_op_types_present(proto, wanted, same_type_casts_removed=cfg.optimize):
         raise NothingToQuantizeError(
-            f"{source}: the configuration quantizes nothing (no default-domain node of a quantizable op type; op types "
-            f"present: {check.op_types_with_domains(proto)[:20]}; quantizable: op_types / extra_op_types, or "
+            f"{source}: the configuration quantizes nothing (no default-domain node of a quantizable op type that "
+            f"preparation keeps: Identity and same-type Cast nodes go; op types present: "
+            f"{check.op_types_with_domains(proto)[:20]}; quantizable: op_types / extra_op_types, or "
             "quantize_all_op_types, of the default ONNX domain)")
 
 
