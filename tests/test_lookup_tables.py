@@ -139,3 +139,23 @@ def test_a_table_read_by_anything_else_keeps_its_dequantize():
     model.graph.node.append(helper.make_node("Transpose", ["table"], ["tied"], name="tied"))
     model.graph.output.append(helper.make_tensor_value_info("tied", TensorProto.FLOAT, [H, V]))
     assert dequantize_after_lookup(model) == 0
+
+
+def test_a_table_gathered_along_axis_1_dequantizes_its_columns_bit_for_bit():
+    from onnxptq.graph.passes.lookup_tables import dequantize_after_lookup
+
+    rng = np.random.default_rng(9)
+    q = rng.integers(-127, 128, (H, V)).astype(np.int8)
+    scale = (rng.random(V) * 0.01 + 1e-3).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["table"], axis=1, name="dq"),
+             helper.make_node("Gather", ["table", "ids"], ["y"], axis=1, name="lookup")]
+    graph = helper.make_graph(nodes, "columns", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [H, 2, 5])],
+                              [numpy_helper.from_array(q, "q"), numpy_helper.from_array(scale, "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    assert dequantize_after_lookup(rewritten) == 1
+    feed = {"ids": rng.integers(0, V, (2, 5)).astype(np.int64)}
+    np.testing.assert_array_equal(_run(model, feed)[0], _run(rewritten, feed)[0])

@@ -249,8 +249,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
                     axis = _weight_axis(node, index, rank) if quant.per_channel else None
-                    if table_only and index == 0:
-                        quant, axis = quant.with_(per_channel=True, symmetric=True), 0  # one scale per row
+                    if table_only and index == 0:  # one scale per row: per slice along the Gather's axis
+                        gather_axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                        quant, axis = quant.with_(per_channel=True, symmetric=True), gather_axis % rank
                     if (quant.per_channel and axis is None and (node.op_type, index) not in WEIGHT_INPUTS
                             and quant.format.startswith("int")):
                         # Per-channel elementwise constants only for signed types: onnxruntime 1.31's
