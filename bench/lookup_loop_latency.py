@@ -8,7 +8,9 @@ Two uses (bench/RESULTS.md "Lookup tables and Loop bodies"):
   on minilm_l3's word-table shape (30522×384), 128 ids; also checks the per-row form is bit for
   bit the dequantized table's rows.
 * ``--model NAME FILE...``: the float model of bench/newmodels.py's NAME and each FILE on NAME's
-  feeds, rounds interleaved so load drifts hit all alike.
+  feeds, rounds interleaved so load drifts hit all alike; ``--zoo NAME FILE...`` the same for a
+  testkit zoo model (its first 16 held-out feeds); ``--quantize-zoo NAME PRESET OUT`` writes the
+  file to compare (``onnxptq.quantize`` on the zoo model's calibration feeds, the tree on PYTHONPATH).
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/lookup_loop_latency.py --tables
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/lookup_loop_latency.py --model chars2vec a.onnx b.onnx
@@ -101,11 +103,36 @@ def _models(name: str, files: list[str]) -> None:
         print(f"{k}: {ms:.3f} ms/run (×{ms / times['float']:.2f} float)")
 
 
+def _zoo(name: str, files: list[str]) -> None:
+    from testkit import zoo as tz
+
+    m = next(z for z in tz.ZOO if z.name == name)
+    feeds = m.samples("heldout")[:16]
+    sessions = {"float": _session(str(m.path())), **{f: _session(f) for f in files}}
+    times = _times(sessions, feeds, 10)
+    for k, ms in times.items():
+        print(f"{k}: {ms:.3f} ms/run (×{ms / times['float']:.2f} float)")
+
+
+def _quantize_zoo(name: str, preset: str, out: str) -> None:
+    import onnxptq
+    from testkit import zoo as tz
+
+    m = next(z for z in tz.ZOO if z.name == name)
+    onnxptq.quantize(str(m.path()), preset, data=m.samples("calibration"), output=out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tables", action="store_true")
     p.add_argument("--model", nargs="+", metavar=("NAME", "FILE"))
+    p.add_argument("--zoo", nargs="+", metavar=("NAME", "FILE"))
+    p.add_argument("--quantize-zoo", nargs=3, metavar=("NAME", "PRESET", "OUT"))
     a = p.parse_args()
+    if a.quantize_zoo:
+        _quantize_zoo(*a.quantize_zoo)
+    if a.zoo:
+        _zoo(a.zoo[0], a.zoo[1:])
     if a.tables:
         _tables()
     if a.model:
