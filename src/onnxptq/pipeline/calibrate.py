@@ -29,6 +29,7 @@ from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
 from ..sessions import active_libraries
+from .fp16_range import saturating_activations
 from .guard import CalibrationCapture
 from .plan import Plan, make_plan
 from .plan.select import _excluded, configured_op_types
@@ -568,7 +569,9 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
     among the recorded ones (never the held-out feeds run after them)."""
     wanted: dict[str, Any] = {}
-    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
+    # Unscaled fp16 activations need no scale, but their range decides whether they fit (fp16_range.py).
+    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans)
+                       for n in p.needs_calibration() + saturating_activations(p)]:
         if name in wanted:
             continue
         spec = plan.tensors[name].collector_spec(cfg.calibration.num_bins)
