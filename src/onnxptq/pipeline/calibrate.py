@@ -111,7 +111,10 @@ class Calibrated:
         the held-out capture, every ``complete()`` and every repair candidate judge by the same."""
         from ..analysis.floor import readings_of
 
-        return readings_of(self.prepared)
+        readings = readings_of(self.prepared)
+        # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
+        readings["agreements"] = dict(self.config.floor_output_agreement) if self.config is not None else {}
+        return readings
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
         """The calibration feeds the floor judges reads on beside the held-out ones: the first
