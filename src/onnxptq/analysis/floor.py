@@ -78,6 +78,7 @@ from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_deci
 from .decisions import softmax_reads_advisory, strings_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
+from .user_agreement import output_agreement
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
@@ -212,6 +213,8 @@ class OutputCheck:
     #: a curve of a physical quantity judged per element (analysis/curves.py): (share of float's live
     #: elements within the tolerance of their value, live elements, worst relative error)
     curve: tuple[float, int, float] | None = None
+    #: the user's reading of the output (``QuantConfig.floor_output_agreement``): (mean agreement, feeds)
+    user_agreement: tuple[float, int] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -243,6 +246,8 @@ class OutputCheck:
             share, count, worst = self.curve
             text += (f", per element: {share:.4f} of {count} values within {CURVE_TOLERANCE:.0%} of float's, "
                      f"worst {worst:.3g} of its value")
+        if self.user_agreement is not None:
+            text += f", agreement as its user reads it (floor_output_agreement): {self.user_agreement[0]:.4f} on {self.user_agreement[1]} samples"
         if self.scores is not None:
             share, count, off, worst, feeds = self.scores
             seen = f" (the held-out and {feeds} calibration samples)" if feeds else ""
@@ -375,7 +380,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             seen: _Seen | None = None, prob_maps: Mapping[str, tuple[float, ...]] | None = None,
             softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
             read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
-            row_gates: Mapping[str, str] | None = None) -> Verdict:
+            row_gates: Mapping[str, str] | None = None,
+            agreements: Mapping[str, Any] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -401,7 +407,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     that are a decision's extreme score (``curves.decision_confidences``), never judged as curves.
     ``row_gates``: regression outputs whose rows a sibling two-class head gates
     (``row_gates.gated_outputs``: output → that head's output), judged as scores on the rows the
-    head gives the object only."""
+    head gives the object only. ``agreements``: the user's readings of outputs through a mapping the
+    graph does not hold (``QuantConfig.floor_output_agreement``: :mod:`onnxptq.analysis.user_agreement`),
+    each held against the top-1 floor beside the output's own judgement."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -548,6 +556,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
         verdict.outputs[name] = check
+    for name, fn in (agreements or {}).items():
+        _judge_user_agreement(verdict, name, fn, reference, candidate, floor)
     for group in read_groups:
         if all(n in names for n in group):
             _judge_group(verdict, group, reference, candidate, seen, floor)
@@ -557,6 +567,19 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],
+                          candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> None:
+    """The user's reading of output ``name`` (``QuantConfig.floor_output_agreement``) held against the
+    top-1 floor: it can only add a break to the output's check (analysis/user_agreement.py)."""
+    judged = output_agreement(name, fn, reference, candidate)
+    check = verdict.outputs.get(name)
+    if judged is None or check is None:
+        return
+    check.user_agreement = judged
+    if judged[0] < floor.top1:
+        check.ok = False
 
 
 def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _Seen | None, floor: Floor,

@@ -503,6 +503,13 @@ class QuantConfig:
     floor_cosine: float | None = None
     floor_top1: float | None = None
     repair_budget: float = 1.0
+    #: outputs the model's user reads through a mapping the graph does not hold (a height field
+    #: mapped through ``sinh`` to metres, a log value exponentiated, a threshold applied in the
+    #: application): {graph output name: ``f(float_output, quantized_output) -> agreement in [0, 1]``},
+    #: called once per held-out feed on that output's two arrays, the mean held against the format
+    #: family's top-1 floor beside the floor's own judgement of the output (analysis/user_agreement.py,
+    #: docs/accuracy.md "Outputs read through a mapping the graph does not hold"); repair answers it too
+    floor_output_agreement: dict[str, Any] = field(default_factory=dict)
     #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
     #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made
     #: 16-bit) where the whole plan so stepped up holds the floor; False keeps them float (the
@@ -570,6 +577,13 @@ class QuantConfig:
         for label, value in (("floor_cosine", self.floor_cosine), ("floor_top1", self.floor_top1)):
             if value is not None and not (isinstance(value, (int, float)) and -1.0 <= float(value) <= 1.0):
                 raise ConfigError(f"{label} must be a number in [-1, 1] (None: the format family's default), not {value!r}")
+        if not isinstance(self.floor_output_agreement, dict):
+            raise ConfigError(f"floor_output_agreement must be a dict {{output name: f(float, quantized) -> agreement}}, "
+                              f"not {type(self.floor_output_agreement).__name__}")
+        for out, fn in self.floor_output_agreement.items():
+            if not isinstance(out, str) or not callable(fn):
+                raise ConfigError(f"floor_output_agreement[{out!r}] must map an output name to a function "
+                                  f"f(float_output, quantized_output) -> agreement in [0, 1], not {fn!r}")
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
             raise ConfigError(f"repair_budget must be a number >= 0 (times the plain quantization's time), not {self.repair_budget!r}")
         if not isinstance(self.repair_step_up, bool):

@@ -29,6 +29,7 @@ from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
 from ..sessions import active_libraries
+from .fp16_range import saturating_activations
 from .guard import CalibrationCapture
 from .plan import Plan, make_plan
 from .plan.select import _excluded, configured_op_types
@@ -110,7 +111,10 @@ class Calibrated:
         the held-out capture, every ``complete()`` and every repair candidate judge by the same."""
         from ..analysis.floor import readings_of
 
-        return readings_of(self.prepared)
+        readings = readings_of(self.prepared)
+        # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
+        readings["agreements"] = dict(self.config.floor_output_agreement) if self.config is not None else {}
+        return readings
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
         """The calibration feeds the floor judges reads on beside the held-out ones: the first
@@ -569,7 +573,9 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
     among the recorded ones (never the held-out feeds run after them)."""
     wanted: dict[str, Any] = {}
-    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans) for n in p.needs_calibration()]:
+    # Unscaled fp16 activations need no scale, but their range decides whether they fit (fp16_range.py).
+    for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans)
+                       for n in p.needs_calibration() + saturating_activations(p)]:
         if name in wanted:
             continue
         spec = plan.tensors[name].collector_spec(cfg.calibration.num_bins)
