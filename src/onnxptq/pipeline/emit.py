@@ -114,7 +114,7 @@ class _Builder:
         ``<tensor>_scale``, ``<tensor>_zero_point``, ...; a model may already hold such a name: a
         LayerNormalization's gamma ``ln_scale`` beside its output ``ln``. Taken as it was, the
         quantizer's scale replaced the gamma, silently (A8W8 output cosine 0.49,
-        tests/test_gain_vectors.py). The fragment's input and final output keep the names the
+        tests/test_emit_name_clash.py). The fragment's input and final output keep the names the
         caller gave them."""
         read = {i for n in frag.nodes for i in n.input if i}
         clash = [t.name for t in frag.initializers if t.name in self.initializers or t.name in self.original]
