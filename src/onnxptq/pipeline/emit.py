@@ -80,6 +80,8 @@ class _Builder:
             tensors.add(i.name for i in scope.graph.input)
         #: tensor names and node names are separate ONNX namespaces, so two pools
         self.fresh = tensors
+        #: the input model's own tensor names: a fragment's internal name never takes one (absorb)
+        self.original = frozenset(tensors.taken)
         self.node_names = FreshNames(taken=(n.name for n in index.nodes() if n.name))
         #: packs folded weights (onnx_ops/packed.py) when pack_weights is on
         self.packer: Any = None
@@ -90,6 +92,7 @@ class _Builder:
         self.sources: dict[str, onnx.TensorProto] = {}
 
     def absorb(self, frag: QDQNodes) -> list[onnx.NodeProto]:
+        self._rename_clashes(frag)
         for init in frag.initializers:
             self.initializers[init.name] = init
             self.fresh.add([init.name])
@@ -104,6 +107,26 @@ class _Builder:
             # node names must be unique too (onnxruntime checks): the fragment's name, or name_1, ...
             node.name = self.node_names(node.name)
         return list(frag.nodes)
+
+    def _rename_clashes(self, frag: QDQNodes) -> None:
+        """Give a fragment's internal names (its initializers, its tensors read inside it) fresh
+        names where they are already the model's or an earlier fragment's. A fragment names them
+        ``<tensor>_scale``, ``<tensor>_zero_point``, ...; a model may already hold such a name: a
+        LayerNormalization's gamma ``ln_scale`` beside its output ``ln``. Taken as it was, the
+        quantizer's scale replaced the gamma, silently (A8W8 output cosine 0.49,
+        tests/test_emit_name_clash.py). The fragment's input and final output keep the names the
+        caller gave them."""
+        read = {i for n in frag.nodes for i in n.input if i}
+        clash = [t.name for t in frag.initializers if t.name in self.initializers or t.name in self.original]
+        clash += [o for n in frag.nodes for o in n.output if o in read and (o in self.initializers or o in self.original)]
+        if not clash:
+            return
+        rename = {old: self.fresh(old) for old in dict.fromkeys(clash)}
+        for init in frag.initializers:
+            init.name = rename.get(init.name, init.name)
+        for node in frag.nodes:
+            node.input[:] = [rename.get(i, i) for i in node.input]
+            node.output[:] = [rename.get(o, o) for o in node.output]
 
 
 class ConstantReuse:
