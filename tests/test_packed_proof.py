@@ -47,8 +47,10 @@ def _cases(fmt: str, base: dict) -> list[tuple[str, np.ndarray, np.ndarray, dict
     stray[9, 3] = np.float32(0.123456789)              # one value off the grid: a patch
     off = fq.copy()
     off[10:] = rng.normal(0, 0.2, (38, 64)).astype(np.float32)  # many: the weight stays unpacked
+    zeroed = fq.copy()
+    zeroed[1] = 0.0  # the Inf/NaN row stored as zeros: exponent byte 255 would decode 0 * Inf = NaN
     out += [("edge", w, fq, attrs), ("doubled", w, doubled, attrs), ("halved", w, halved, attrs),
-            ("stray", w, stray, attrs), ("off", w, off, attrs)]
+            ("stray", w, stray, attrs), ("off", w, off, attrs), ("zeroed", w, zeroed, attrs)]
     return out
 
 
@@ -76,7 +78,7 @@ def test_shortcut_packs_the_same_bytes_as_decoding_every_block(key, monkeypatch)
         assert a == b, f"{key}/{name}: the shortcut packed other bytes than decoding every block"
     packed_names = [n for n, (f, _) in frags.items() if f is not None]
     # the cases reach what they are for: packed weights, retried or patched rows, an unpacked one
-    assert {"conv", "edge", "doubled", "halved", "stray"} <= set(packed_names), f"{key}: {packed_names}"
+    assert {"conv", "edge", "doubled", "halved", "stray", "zeroed"} <= set(packed_names), f"{key}: {packed_names}"
     assert frags["off"][0] is None, f"{key}: a weight of many off-grid values was packed"
     assert any(i.name.startswith("stray_patch") for i in frags["stray"][0].initializers), f"{key}: no patch for the stray value"
 
