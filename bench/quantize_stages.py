@@ -79,6 +79,11 @@ def _data(model: str, samples: int) -> tuple[Any, list[dict[str, np.ndarray]]]:
         rng = np.random.default_rng(0)
         name = onnx.load(str(path), load_external_data=False).graph.input[0].name
         return path, [{name: rng.random(SHAPES[model], dtype=np.float32)} for _ in range(samples or 16)]
+    if model.startswith("new:"):  # a model of bench/newmodels.py, on its feeds (calibration seed 1)
+        from bench import newmodels
+
+        rel, make, _, _ = newmodels.MODELS[model[4:]]
+        return newmodels.SRC / rel, make(samples or 16, 1)
     from testkit import zoo
 
     z = zoo.get(model)
