@@ -1,7 +1,7 @@
 """CPU milliseconds of the block packer alone (``onnx_ops/packed.WeightPacker``) on a model's
 weights, under two source trees side by side, with a hash of everything it emitted (issue 26 item 1).
 
-For each model (a zoo name, or ``new:<name>`` of bench/newmodels.py) every float32 initializer of
+For each model (a zoo name, ``cls``/``rec``/``det`` (PP-OCR), or ``new:<name>`` of bench/newmodels.py) every float32 initializer of
 rank ≥ 2 and ≥ 64 elements is fake-quantized once by the NumPy reference (emit's
 ``fake_quantize_any``, blocks along axis 1 as the presets' weights), then packed ``--rounds``
 times per preset in a fresh process per tree; the best round's CPU time is printed with the
@@ -30,6 +30,9 @@ model = {model!r}
 if model.startswith("new:"):
     from bench import newmodels
     path = newmodels.SRC / newmodels.MODELS[model[4:]][0]
+elif model in ("cls", "rec", "det"):  # the shared PP-OCR models
+    from testkit.models import model_path
+    path = model_path(model)
 else:
     from testkit import zoo
     path = zoo.get(model).path()
