@@ -98,8 +98,9 @@ def main() -> None:
         if tree != base:
             continue
         n = rows[(model, preset, new)]
+        ratio = f"{n['cpu_ms'] / r['cpu_ms']:.2f}" if r["cpu_ms"] > 0 else ""  # a model with no weight to pack
         print(f"| {model} | {r['weights']} | {r['elements']} | {preset} | {r['cpu_ms']} | {n['cpu_ms']} | "
-              f"{n['cpu_ms'] / r['cpu_ms']:.2f} | {'yes' if r['sha256'] == n['sha256'] else 'NO'} |")
+              f"{ratio} | {'yes' if r['sha256'] == n['sha256'] else 'NO'} |")
 
 
 if __name__ == "__main__":
