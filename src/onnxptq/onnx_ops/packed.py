@@ -470,9 +470,8 @@ class WeightPacker:
             Why: decoding every block and comparing it (a table lookup, a product and a compare
             per element) was a fifth to a third of the packer's time (lac's 58224x128 embedding,
             packer CPU: BFP16 0.41 -> 0.32 s, MXINT8 0.29 -> 0.21, MX9 0.50 -> 0.46), and the
-            answer is known: where the
-            scale ``2^(e-127) * 2^-sh`` of every sub-block is a float32 the chain computes exactly
-            (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
+            answer is known: where the scale ``2^(e-127) * 2^-sh`` of every sub-block is a float32
+            the chain computes exactly (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
             (``|y| == magnitude * scale``, a float32) decodes to ``y`` bit for bit (both factors
             exact, their exact product a float32; the sign from the code, ±0 included), and one
             whose code was not decodes to +0, which is not ``y`` (a +0 is always found). Other
