@@ -79,6 +79,11 @@ def _data(model: str, samples: int) -> tuple[Any, list[dict[str, np.ndarray]]]:
         rng = np.random.default_rng(0)
         name = onnx.load(str(path), load_external_data=False).graph.input[0].name
         return path, [{name: rng.random(SHAPES[model], dtype=np.float32)} for _ in range(samples or 16)]
+    if model.startswith("new:"):  # a model of bench/newmodels.py, on its feeds (calibration seed 1)
+        from bench import newmodels
+
+        rel, make, _, _ = newmodels.MODELS[model[4:]]
+        return newmodels.SRC / rel, make(samples or 16, 1)
     from testkit import zoo
 
     z = zoo.get(model)
@@ -209,6 +214,8 @@ def merge(folder: str) -> None:
                 if len(cells) == len(header):
                     into[(model, tree, cells[0])].append(dict(zip(header, cells)))
     models = list(dict.fromkeys(k[0] for k in rows))
+    # every preset the files hold, in their order (not only the default list)
+    presets = list(dict.fromkeys(k[2] for k in rows))
 
     def best(m: str, t: str, p: str) -> dict[str, str] | None:
         xs = rows.get((m, t, p))
@@ -227,7 +234,7 @@ def merge(folder: str) -> None:
     wratios: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     ratios: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for m in models:
-        for p in PRESETS:
+        for p in presets:
             b, n, bb, nb = best(m, "base", p), best(m, "new", p), best(m, "base", "BF16"), best(m, "new", "BF16")
             if not (b and n and bb and nb):
                 continue
@@ -256,7 +263,7 @@ def merge(folder: str) -> None:
     print()
     print("| preset | models | cpu: median ÷BF16 base → new | worst base → new | wall: median ÷BF16 base → new | worst base → new |")
     print("|---|---:|---|---|---|---|")
-    for p in PRESETS[1:]:
+    for p in presets[1:]:
         if ratios[p]["base"]:
             w = wratios[p]
             wtxt = (f"{statistics.median(w['base']):.2f} → {statistics.median(w['new']):.2f} | "
@@ -274,7 +281,7 @@ def merge(folder: str) -> None:
         print("| model | preset | " + " | ".join(stages) + " |")
         print("|---|---|" + "---|" * len(stages))
         for m in models:
-            for p in PRESETS:
+            for p in presets:
                 b, n = pick(m, "base", p), pick(m, "new", p)
                 if b and n:
                     print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
