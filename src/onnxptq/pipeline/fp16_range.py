@@ -71,12 +71,7 @@ def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, st
         why[t.name] = (f"calibrated magnitude {peak:.3g} does not fit fp16 with headroom (limit {limit:g}, "
                        f"headroom x{HEADROOM:g}): an unscaled fp16 cast would clamp it, so it stays float "
                        "(pipeline/fp16_range.py)")
-    for name in why:
-        del plan.tensors[name]
-        for other in plan.tensors.values():
-            if other.share_with == name:
-                other.share_with = None
-    plan.float_tensors.update(why)
+    plan.keep_float(why)
     if why:
         log.info("fp16 range: %d activation(s) beyond fp16's range stay float (largest magnitude %.3g): %s",
                  len(why), max(peaks.values()), ", ".join(sorted(why)[:6]))

@@ -62,12 +62,7 @@ def keep_quiet_scalars_float(plan: Plan, stats: Mapping[str, Any], *, moving_ave
         why[t.name] = (f"a few values per sample whose quietest calibration batch peaks at {c.quietest_peak:.3g}, "
                        f"{c.quietest_peak / step:.2g} steps of its {t.quant.format} grid (range up to {c.abs_max:.3g}; fewer "
                        f"than {codes:g}): quiet inputs would lose it, so it stays float (pipeline/quiet_batches.py)")
-    for name in why:
-        del plan.tensors[name]
-        for other in plan.tensors.values():
-            if other.share_with == name:
-                other.share_with = None
-    plan.float_tensors.update(why)
+    plan.keep_float(why)
     if why:
         log.info("quiet batches: %d scalar activation(s) stay float (an integer grid flushes their quiet calibration "
                  "batches): %s", len(why), ", ".join(sorted(why)[:6]))

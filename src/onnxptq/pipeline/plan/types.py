@@ -143,6 +143,18 @@ class Plan:
     def activations(self) -> list[TensorPlan]:
         return [t for t in self.tensors.values() if t.role == "activation"]
 
+    def keep_float(self, reasons: dict[str, str]) -> None:
+        """Unplan the tensors named in ``reasons`` (name → why it stays float) and record why in
+        :attr:`float_tensors`; a tensor that shared its scale with one of them keeps its own. One
+        place for the final plan's range rules (fp16_range, quiet_batches) to drop tensors, so none
+        forgets the sharing (a share_with to an unplanned tensor has no scale to take)."""
+        for name in reasons:
+            self.tensors.pop(name, None)
+        for other in self.tensors.values():
+            if other.share_with in reasons:
+                other.share_with = None
+        self.float_tensors.update(reasons)
+
     def needs_calibration(self) -> list[str]:
         """Activation tensors whose scale comes from data (integer, or float formats with a real scale)."""
         return [t.name for t in self.activations()
