@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..opsets import is_onnx_domain
 from ..walk import walk_scopes
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def _targets(graph: onnx.GraphProto, inits: dict[str, TensorProto]) -> dict[str,
     outputs = {o.name for o in graph.output}
     found: dict[str, onnx.NodeProto] = {}
     for dq in graph.node:
-        if dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or _attr(dq, "block_size", 0):
+        if dq.op_type != "DequantizeLinear" or not is_onnx_domain(dq.domain) or _attr(dq, "block_size", 0):
             continue
         if any(i not in inits for i in dq.input if i) or dq.output[0] in outputs:
             continue
@@ -75,7 +76,7 @@ def _targets(graph: onnx.GraphProto, inits: dict[str, TensorProto]) -> dict[str,
         if not users or rank == 0:
             continue
         axis = _attr(dq, "axis", 1) % rank
-        if all(u.op_type == "Gather" and u.domain in ("", "ai.onnx") and u.input[0] == dq.output[0]
+        if all(u.op_type == "Gather" and is_onnx_domain(u.domain) and u.input[0] == dq.output[0]
                and dq.output[0] not in u.input[1:]
                and (not per_axis or _attr(u, "axis", 0) % rank == axis) for u in users):
             found[dq.output[0]] = dq

@@ -38,7 +38,6 @@ from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .corners import orphan_int32_biases, scalar_block_tensors
 from .float_fusion import epilogue_boundaries
-from .gain_vectors import coarse_gain_vectors
 from .types import Plan, Role, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -336,7 +335,6 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     scarce_ranges(tensors, g)  # scarce.py: 16-bit activations of a few values per sample get a margin
     float_tensors.update(fp_element_blocks(tensors, g, config.mx_weight_scale_search, config.mx_activation_scale_search))  # fp_blocks.py: MX weights' exponents, MXFP weights' axis, biases float
     float_tensors.update(fp_log_domain_dots(tensors, g))  # log_readers.py: a Log's first dot products float under MXFP
-    float_tensors.update(coarse_gain_vectors(tensors, g))  # gain_vectors.py: a per-tensor grid too coarse for a gain's small factors
     float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,
                 float_tensors={k: v for k, v in float_tensors.items() if k not in tensors})
