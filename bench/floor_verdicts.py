@@ -92,7 +92,7 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
         advised = "; ".join(f"{name}: {c.advisory}" for name, c in verdict.outputs.items() if getattr(c, "advisory", None))
         verdicts[pkl.stem] = {"ok": verdict.ok, "broken": verdict.describe(only_broken=True)[:400],
                               "unjudged": verdict.unjudged, "cpu_s": round(time.process_time() - c0, 2),
-                              "advised": advised[:400]}
+                              "advised": advised[:600]}
     return verdicts
 
 

@@ -1,13 +1,15 @@
-"""A Softmax sequence's reads advisory leaves out the positions float itself is unsure of (issue 27).
+"""A Softmax sequence's reads advisory says which of its flips are at positions float is unsure of (issue 27).
 
 g2p-id's character BERT (a masked-LM: token ids ``[B, 32]`` → per-position probabilities over its
 32-token vocabulary) predicts e or schwa at every position of every row, padding and plain letters
-included, where its training never asked for an answer; the package reads only the masked
-positions. The floor's reads advisory judged every position of a row, so a flip at a padding
-position float reads 0.55 against 0.45 failed the whole read: "reads 0.58" under A8W8 while the
-masked positions agreed 0.995 (bench/RESULTS.md, "The floor's reads advisory and float's unsure
-positions"). The model here is built as that one is shaped: token and position embeddings, a
-linear head and a ``Softmax``; one position of the padding is one float is unsure of.
+included; the package reads only the masked positions. The floor's reads advisory judges every
+position of a row: under A8W8 28 of its 31 flips on 12 batches were at padding and letters float
+reads with a probability margin under 0.5, 3 at padding, none at its 166 masked positions. Those flips stay
+counted (slovorez's BIES tagger flips only at such positions too, and its tags fall below the
+floor), but the warning now says how many of the flips are there, so a user who reads only some
+positions can judge it (bench/RESULTS.md, "The reads advisory on a masked-LM's unread positions").
+The model here is built as that one is shaped: token and position embeddings, a linear head and a
+``Softmax``; one position of the padding is one float is unsure of.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def _run(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> list[dic
     return [{"mlm_cls": session.run(["mlm_cls"], f)[0]} for f in feeds]
 
 
-def test_flips_only_where_float_is_unsure_are_not_advised_and_a_real_loss_still_is():
+def test_the_advisory_says_which_flips_are_where_float_is_unsure():
     feeds = words(6)
     model = masked_lm()
     ref = _run(model, feeds)
@@ -100,18 +102,21 @@ def test_flips_only_where_float_is_unsure_are_not_advised_and_a_real_loss_still_
     assert (margin[:, :UNSURE_AT] >= UNSURE).all() and (margin[:, UNSURE_AT + 1:] >= UNSURE).all()  # every other is sure
     floor = Floor("8-bit", 0.0, 0.95)
     readings = readings_of(model)
+    n = B * len(feeds)
 
     rounded = _run(masked_lm(e_bias=0.35), feeds)
     tops = [np.argmax(r["mlm_cls"], -1) for r in ref]
     flips = [np.argmax(g["mlm_cls"], -1) != t for g, t in zip(rounded, tops)]
-    assert sum(int(f.sum()) for f in flips) == B * len(feeds)  # every row flips at its unsure padding position
+    assert sum(int(f.sum()) for f in flips) == n  # every row flips at its unsure padding position, nowhere else
     assert all((f[:, :UNSURE_AT] == 0).all() and (f[:, UNSURE_AT + 1:] == 0).all() for f in flips)
     verdict = measure(ref, rounded, floor, **readings)
     check = verdict.outputs["mlm_cls"]
-    assert verdict.ok and check.advisory is None, check.advisory  # before: "reads 0.0…" on every row
+    assert verdict.ok and check.advisory is not None  # still warned: the margins cannot say nobody reads there
+    assert f"; {n} of the {n} flips at the {n} decision positions float itself reads with a probability margin under 0.5" in check.advisory
 
-    lost = _run(masked_lm(e_bias=0.35, mask_shift=6.0), feeds)  # the masked positions read e instead of schwa
+    lost = _run(masked_lm(e_bias=0.35, mask_shift=6.0), feeds)  # the masked positions (float sure) read e instead of schwa
+    masked = sum(int((f["ids"] == MASK).sum()) for f in feeds)
     verdict = measure(ref, lost, floor, **readings)
     check = verdict.outputs["mlm_cls"]
     assert check.advisory is not None and "reads below the top-1 floor" in check.advisory
-    assert f"{B * len(feeds)} of them flipped" in check.advisory  # the unsure ones counted apart, and said
+    assert f"; {n} of the {n + masked} flips at the {n} decision positions float itself" in check.advisory

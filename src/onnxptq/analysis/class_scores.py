@@ -445,8 +445,8 @@ class Positions:
     #: decision positions it stands on (the warning of :func:`onnxptq.analysis.decisions.strings_advisory`)
     estimated_all_reads: float | None = None
     positions_all: int = 0
-    #: per position (``judge_positions(leave_unsure=True)``): of the ``unsure`` positions left out,
-    #: how many flipped
+    #: per position (``judge_positions(count_unsure=True)``): of the ``unsure`` decision positions
+    #: (counted in ``positions``, not left out), how many flipped
     unsure_flipped: int = 0
 
     @property
@@ -497,8 +497,8 @@ class Positions:
                     f"flipped to a string-changing class, {self.harmless} flips that keep the string and "
                     f"{self.unsure} positions float is unsure of not counted; blank class {self.background}{ties})")
         bg = f" (class {self.background} is background)" if self.background is not None else ""
-        unsure = (f"; {self.unsure} positions float is unsure of (probability margin < {UNSURE:g}) not counted, "
-                  f"{self.unsure_flipped} of them flipped" if self.unsure else "")
+        unsure = (f"; {self.unsure_flipped} of the {self.flipped} flips at the {self.unsure} decision positions float itself "
+                  f"reads with a probability margin under {UNSURE:g}" if self.unsure else "")
         return (f"reads {self.agreement:.4f} ({self.reads} reads of {self.positions / max(1, self.reads):.1f} decision positions; "
                 f"per position {self.per_position:.4f}, estimated {self.estimated:.4f} from margins, {self.flipped} "
                 f"of {self.positions} flipped{bg}{ties}{unsure})")
@@ -770,18 +770,17 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,
-                    leave_unsure: bool = False) -> Positions | None:
+                    count_unsure: bool = False) -> Positions | None:
     """The per-position agreement of ``candidate`` with ``reference`` (one ``[..., C]`` array per
     feed, rank ≥ 3) on the decision positions; None when float does not decide (:func:`decides`)
     or no position could be judged. Where float's arg-max sequences read as a CTC reader's
     (:func:`ctc_blank`), its collapsed strings are judged instead (module docstring, "Strings");
     ``strings_only``: None where they do not (a Softmax sequence is judged per row otherwise).
 
-    ``leave_unsure``: per position, leave out (of the decision positions, the flips and the margins'
-    estimate) the positions float itself reads with a probability margin under :data:`UNSURE`, and
-    count them apart (``unsure``, ``unsure_flipped``), as the strings judgement does: only the
-    Softmax sequences' advisory asks for it (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`,
-    which says why); the floor's own per-position judgement (taggers' breaks) keeps every position."""
+    ``count_unsure``: per position, count the decision positions float itself reads with a
+    probability margin under :data:`UNSURE` and how many of them flipped (``unsure``,
+    ``unsure_flipped``), kept in the judgement: the Softmax sequences' advisory says them
+    (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`, which says why they are not left out)."""
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
     reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
     refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
@@ -810,12 +809,11 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         kept = g[rows, top] - others.max(-1)
         read = np.argmax(g, -1)
         decision = ~tie if background is None else ~tie & ((top != background) | (read != background))
-        if leave_unsure:
+        if count_unsure:
             p_two = _top_two(_probabilities(r))
             shaky = decision & (p_two[:, 1] - p_two[:, 0] < UNSURE)
             unsure_total += int(shaky.sum())
             unsure_flipped += int((shaky & (read != top)).sum())
-            decision = decision & ~shaky
         ties += int(tie.sum())
         judged += int(decision.sum())
         flipped += int((decision & (read != top)).sum())
