@@ -89,8 +89,10 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
         verdict = measure(*args, **kwargs)
         if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:
             verdict = measure(*args, seen=seen, **kwargs)
+        advised = "; ".join(f"{name}: {c.advisory}" for name, c in verdict.outputs.items() if getattr(c, "advisory", None))
         verdicts[pkl.stem] = {"ok": verdict.ok, "broken": verdict.describe(only_broken=True)[:400],
-                              "unjudged": verdict.unjudged, "cpu_s": round(time.process_time() - c0, 2)}
+                              "unjudged": verdict.unjudged, "cpu_s": round(time.process_time() - c0, 2),
+                              "advised": advised[:600]}
     return verdicts
 
 
@@ -175,15 +177,16 @@ def main() -> None:
         done = subprocess.run([sys.executable, __file__, "judge-here", "--out-dir", str(out_dir)], env=env,
                               capture_output=True, text=True, check=True)
         base = json.loads(done.stdout.strip().splitlines()[-1])
-    print("| model | preset | task metric (floor) | base verdict | this tree's verdict | broken on |")
-    print("|---|---|---|---|---|---|")
+    print("| model | preset | task metric (floor) | base verdict | this tree's verdict | broken on | base advisory | this tree's advisory |")
+    print("|---|---|---|---|---|---|---|---|")
     for key, v in here.items():
         row = json.loads((out_dir / f"{key}.json").read_text())
         b = base.get(key)
         state = lambda x: "-" if x is None else ("holds" + (" (not judged)" if x["unjudged"] else "") if x["ok"] else "**broken**")
         met = row["agreement"] >= row["task_floor"]
         print(f"| {row['model']} | {row['preset']} | {row['agreement']:.3f} ({'ok' if met else 'below'}) | {state(b)} | "
-              f"{state(v)} | {v['broken'][:160] if not v['ok'] else ''} |")
+              f"{state(v)} | {v['broken'][:160] if not v['ok'] else ''} | {(b or {}).get('advised', '-')[:120] or 'none'} | "
+              f"{v.get('advised', '')[:120] or 'none'} |")
 
 
 if __name__ == "__main__":

@@ -445,6 +445,9 @@ class Positions:
     #: decision positions it stands on (the warning of :func:`onnxptq.analysis.decisions.strings_advisory`)
     estimated_all_reads: float | None = None
     positions_all: int = 0
+    #: per position (``judge_positions(count_unsure=True)``): of the ``unsure`` decision positions
+    #: (counted in ``positions``, not left out), how many flipped
+    unsure_flipped: int = 0
 
     @property
     def all_reads(self) -> float:
@@ -494,9 +497,11 @@ class Positions:
                     f"flipped to a string-changing class, {self.harmless} flips that keep the string and "
                     f"{self.unsure} positions float is unsure of not counted; blank class {self.background}{ties})")
         bg = f" (class {self.background} is background)" if self.background is not None else ""
+        unsure = (f"; {self.unsure_flipped} of the {self.flipped} flips at the {self.unsure} decision positions float itself "
+                  f"reads with a probability margin under {UNSURE:g}" if self.unsure else "")
         return (f"reads {self.agreement:.4f} ({self.reads} reads of {self.positions / max(1, self.reads):.1f} decision positions; "
                 f"per position {self.per_position:.4f}, estimated {self.estimated:.4f} from margins, {self.flipped} "
-                f"of {self.positions} flipped{bg}{ties})")
+                f"of {self.positions} flipped{bg}{ties}{unsure})")
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -764,12 +769,18 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
                      estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all)
 
 
-def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False) -> Positions | None:
+def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,
+                    count_unsure: bool = False) -> Positions | None:
     """The per-position agreement of ``candidate`` with ``reference`` (one ``[..., C]`` array per
     feed, rank ≥ 3) on the decision positions; None when float does not decide (:func:`decides`)
     or no position could be judged. Where float's arg-max sequences read as a CTC reader's
     (:func:`ctc_blank`), its collapsed strings are judged instead (module docstring, "Strings");
-    ``strings_only``: None where they do not (a Softmax sequence is judged per row otherwise)."""
+    ``strings_only``: None where they do not (a Softmax sequence is judged per row otherwise).
+
+    ``count_unsure``: per position, count the decision positions float itself reads with a
+    probability margin under :data:`UNSURE` and how many of them flipped (``unsure``,
+    ``unsure_flipped``), kept in the judgement: the Softmax sequences' advisory says them
+    (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`, which says why they are not left out)."""
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
     reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
     refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
@@ -787,7 +798,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         return None
     margins: list[np.ndarray] = []
     losses: list[np.ndarray] = []
-    flipped = ties = judged = 0
+    flipped = ties = judged = unsure_total = unsure_flipped = 0
     for r, g, top in zip(refs, gots, tops):
         rows = np.arange(top.size)
         two = _top_two(r)
@@ -798,6 +809,11 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         kept = g[rows, top] - others.max(-1)
         read = np.argmax(g, -1)
         decision = ~tie if background is None else ~tie & ((top != background) | (read != background))
+        if count_unsure:
+            p_two = _top_two(_probabilities(r))
+            shaky = decision & (p_two[:, 1] - p_two[:, 0] < UNSURE)
+            unsure_total += int(shaky.sum())
+            unsure_flipped += int((shaky & (read != top)).sum())
         ties += int(tie.sum())
         judged += int(decision.sum())
         flipped += int((decision & (read != top)).sum())
@@ -812,4 +828,5 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     refuted = _refuted(estimated, flipped, judged)
     per_position = observed if refuted else min(estimated, observed)
     return Positions(per_position ** (judged / max(1, reads)), per_position, estimated, observed, reads, judged, flipped,
-                     ties, background, estimated_reads=None if refuted else estimated ** (judged / max(1, reads)))
+                     ties, background, estimated_reads=None if refuted else estimated ** (judged / max(1, reads)),
+                     unsure=unsure_total, unsure_flipped=unsure_flipped)
