@@ -36,6 +36,8 @@ from .thresholds import decision_thresholds
 from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
+from .peak_nms import peak_nms_float
+from .zero_guards import zero_guard_float
 from .corners import orphan_int32_biases, scalar_block_tensors
 from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
@@ -306,6 +308,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 float_tensors.setdefault(name, reason)
                 producer_side.pop(name, None)
                 consumer_side.pop(name, None)
+    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g)}.items():  # peak_nms.py, zero_guards.py
+        float_tensors[name] = reason
+        producer_side.pop(name, None)
+        consumer_side.pop(name, None)
     if config.activation is not None and config.activation.is_integer and is_transformer(model):
         float_tensors.update(_linear_inputs_only(model, tensors, g, producer_side, consumer_side, config.activation))
     if config.fp_block_dot_operands_only or config.int_block_dot_operands_only:
