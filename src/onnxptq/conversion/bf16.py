@@ -49,7 +49,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..formats import floating
 from ..formats.base import DOMAIN, DOMAIN_VERSION
 from ..graph.opsets import is_onnx_domain, model_opset
-from ..graph.walk import FreshNames, all_graphs, rename_uses, subgraphs
+from ..graph.walk import FreshNames, all_graphs, declared_elem_types, rename_uses, subgraphs
 from ..onnx_ops import floating as floating_ops
 from ..sessions import open_session
 
@@ -158,14 +158,7 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
     except Exception as exc:  # a model the inference cannot handle still converts where types are declared
         log.warning("type inference failed (%s); using declared types only", exc)
         inferred = model
-    types: dict[str, int] = {}
-    for graph in all_graphs(inferred.graph):
-        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-        for init in graph.initializer:
-            types[init.name] = init.data_type
-    return types
+    return declared_elem_types(inferred.graph)
 
 
 def _shape_derived(graph: onnx.GraphProto, inherited: set[str], initializers: set[str]) -> set[str]:

@@ -442,21 +442,14 @@ def _cast_to(node: onnx.NodeProto) -> int | None:
 def _inferred_elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element types ONNX type inference finds for ``model``'s tensors (all graphs); empty where
     inference fails (every Cast then counts as kept)."""
-    from .walk import all_graphs
+    from .walk import declared_elem_types
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception as exc:  # noqa: BLE001 — any failure only makes the early refusal conservative
         log.debug("type inference for the early refusal failed: %s", exc)
         return {}
-    types: dict[str, int] = {}
-    for g in all_graphs(inferred.graph):
-        for vi in list(g.value_info) + list(g.input) + list(g.output):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-        for t in g.initializer:
-            types[t.name] = t.data_type
-    return types
+    return declared_elem_types(inferred.graph)
 
 
 def op_types_with_domains(model: onnx.ModelProto) -> list[str]:

@@ -49,6 +49,19 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             yield from all_graphs(sub)
 
 
+def declared_elem_types(graph: onnx.GraphProto) -> dict[str, int]:
+    """Element type of every tensor ``graph`` and its bodies declare (inputs, outputs, value_info,
+    initializers): what a caller reads after ONNX type inference has filled in value_info."""
+    types: dict[str, int] = {}
+    for g in all_graphs(graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for init in g.initializer:
+            types[init.name] = init.data_type
+    return types
+
+
 def rename_uses(graph: onnx.GraphProto, old: str, new: str, skip: Iterable[onnx.NodeProto] = ()) -> None:
     """Point every consumer of ``old`` (in ``graph`` and its subgraphs) at ``new``.
 
