@@ -198,22 +198,35 @@ def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ to_bfp_prime
 
 
-def _prime_quant(g: Body, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|."""
-    return _prime_apply(g, x5, _prime_scale(g, sbmax, bmax, a, floor, chain), a)
+def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -> str:
+    """The sub-block scales (shaped like ``sbmax``) from the sub-block and block maxima of |x|
+    and the blocks' sums of |x| ``bsum`` (shaped like ``bmax``), exact on every input: NaN
+    throughout a block that holds Inf or NaN, the reference's scale for every sub-block holding
+    a normal value, a positive one for the rest (zeros and subnormals, which
+    :func:`_prime_apply` flushes).
 
+    The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1), from ``Ps``, the
+    block's power of two (:func:`onnxptq.onnx_ops.body.pow2_floor` of its maximum clamped below
+    at 2^-127): with ``chain`` (:func:`_prime_chain`) the shift is found by comparing the
+    sub-block maximum with ``Ps·2^-i`` — with ``Pj = Ps·2^-j`` the sub-block's power of two,
+    the count of hits over ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so
+    ``Ps·2^(-D+1-m)`` doubled that many times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — otherwise by
+    taking the sub-block exponents too. A subnormal sub-block maximum may count a hit the
+    reference (exponent 0) would not, but such a sub-block holds only values that are flushed.
 
-def _prime_scale(g: Body, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """The sub-block scales (shaped like ``sbmax``) from sub-block and block |max|.
-
-    The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1): with ``chain`` the
-    shift is found by comparing the sub-block max with ``Ps·2^-i`` (D ≤ 3: a few compares on the
-    sub-block maxima), otherwise by taking the sub-block exponent too.
+    Inf and NaN need no branch: a block maximum of +Inf makes ``Ps`` NaN (``Inf - (Inf - Inf)``
+    in the split), and every scale of the block after it. ``ReduceMax`` in onnxruntime drops a
+    NaN unless it comes first, so NaN is found by the block's sum of |x| (a sum of non-negative
+    values is NaN exactly when one of them is; an overflow gives +Inf, never NaN):
+    ``0 / (sum + 1)`` is NaN there and +0 elsewhere, added to ``Ps``. This replaced an ``If``
+    on the tensor's sum whose masked branch (~25 nodes) onnxruntime built, optimised and planned
+    in every call of every session (bench/RESULTS.md, branch bodyif).
     """
     m = a["bit_width"] - 9
     dmax = (1 << a["sub_block_shift_bits"]) - 1
-    ps = _pow2_floor(g, g.op("Max", bmax, g.const(floor)))
-    if chain:
+    poison = g.op("Div", g.const(0.0), g.op("Add", bsum, g.const(1.0)))
+    ps = g.op("Add", _pow2_floor(g, g.op("Max", bmax, g.const(2.0**-127))), poison)
+    if _prime_chain(a):
         # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
         s = g.op("Mul", ps, g.const(2.0 ** (-dmax + 1 - m)))
         for i in range(dmax):
@@ -223,59 +236,31 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, a: dict[str, Any], floor: float
         return s
     pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
     base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
-    return g.op("Mul", base, g.const(2.0 ** (1 - m)))
+    # Max need not propagate NaN: a poisoned block's scales are made NaN after it.
+    return g.op("Add", g.op("Mul", base, g.const(2.0 ** (1 - m))), g.op("Sub", ps, ps))
 
 
-def _prime_apply(g: Body, x: str, s: str, a: dict[str, Any]) -> str:
-    """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1)."""
-    qmax = float(2 ** (a["bit_width"] - 9) - 1)
-    v = g.op("Clip", g.op("Div", x, s), g.const(-qmax), g.const(qmax))
-    return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
+def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any]) -> str:
+    """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1), its
+    subnormals flushed to zeros of their sign (``az`` = |x|, ``bmax`` the block maxima).
 
-
-def _prime_exact(g: Body, x5: str, a: dict[str, Any], finite: bool = False) -> str:
-    """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
-    Inf/NaN becomes NaN (``finite``: the caller knows there is none).
-
-    Written for few nodes: it is the masked branch of every to_bfp_prime call, never taken on
-    real activations, yet onnxruntime spends ~0.1 ms per node of it creating each session (it
-    was the larger half of an MX9 body). A block holding Inf/NaN is found through its maxima:
-    NaN is mapped to +Inf before the (exact) ``ReduceMax``, so such a block's maximum is +Inf,
-    its scales are NaN, and the final multiplication spreads NaN over the block — no
-    per-element mask, count or full-tensor ``Where`` for it. The scales of the other blocks
-    are the reference's: the sub-block shift by compares where it cannot underflow (see
-    :func:`_prime_exact_chain`), otherwise by the sub-block exponents.
+    The flush is the one part of the reference that needs a per-element test, and only in a
+    block whose maximum is below T (:func:`_prime_threshold`; elsewhere every scale is at least
+    2^-124, so a subnormal's code rounds to ±0 by itself). Written without a branch it costs
+    three full passes per call (compare, Cast, Mul: +13-20 % on conv-net activations), so a
+    small ``If`` on "some block is below T" holds just the division, of x or of the flushed x:
+    five nodes for onnxruntime to build per call, where the masked branch it replaces had ~25.
     """
-    flushed = g.op("Where", g.op("GreaterOrEqual", g.op("Abs", x5), g.const(2.0**-126)), x5,
-                   g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot; NaN stays NaN, ±Inf stays
-    az = g.op("Abs", flushed)
-    if not finite:  # NaN -> +Inf: ReduceMax drops NaN unreliably, an infinity it does not
-        az = g.op("Where", g.op("IsNaN", flushed), g.const(np.inf), az)
-    sbmax = g.reduce("ReduceMax", az, [2])
-    bmax = g.reduce("ReduceMax", sbmax, [1])
-    chain = _prime_exact_chain(a)
-    s = _prime_scale(g, sbmax, bmax, a, 2.0**-127, chain=chain)
-    if not finite and not chain:
-        # By compares, a block's scales are products of its power of two, NaN for a maximum of
-        # +Inf (pow2_floor: Inf - (Inf - Inf)). By sub-block exponents they are Max(Pj, Ps·2^-D),
-        # and Max need not propagate NaN: the block's scales are set to NaN explicitly.
-        s = g.op("Where", g.op("IsInf", bmax), g.const(np.nan), s)
-    return _prime_apply(g, flushed, s, a)
-
-
-def _prime_exact_chain(a: dict[str, Any]) -> bool:
-    """Whether the masked formulas may find the sub-block shift by compares (as the plain ones
-    do, :func:`_prime_chain`): they give the reference's scale for every sub-block holding a
-    normal value (the only values left after the flush, besides zeros) — with ``Ps`` the block's
-    power of two and ``Pj = Ps·2^-j`` the sub-block's, the count of ``sbmax >= Ps·2^-i`` over
-    ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so ``Ps·2^(-D+1-m)`` doubled that many
-    times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — and a sub-block of zeros gives zeros under any
-    positive scale. With the lower clamp of 2^-127 (not the plain path's threshold) the smallest
-    such scale is ``2^(-127-D+1-m)``, which must stay a non-zero float32 (2^-148 or more, exact);
-    otherwise the sub-block exponents are taken, as the reference does."""
-    m = a["bit_width"] - 9
-    dmax = (1 << a["sub_block_shift_bits"]) - 1
-    return _prime_chain(a) and -127 - dmax + 1 - m >= -148
+    low = g.op("Where", g.op("Less", bmax, g.const(_prime_threshold(a))), bmax, g.const(0.0))
+    tiny = g.op("Greater", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0))  # False when empty (-inf)
+    plain, flush = g.branch(), g.branch()
+    v_plain = plain.op("Div", x, s)
+    normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)
+    v_flush = flush.op("Div", flush.op("Mul", x, normal), s)  # x·0 keeps the sign of x
+    v = g.op("If", tiny, then_branch=flush.graph(v_flush, g.fresh("flush")), else_branch=plain.graph(v_plain, g.fresh("plain")))
+    qmax = float(2 ** (a["bit_width"] - 9) - 1)
+    v = g.op("Clip", v, g.const(-qmax), g.const(qmax))
+    return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
 # --------------------------------------------------------------------------------- fast paths
@@ -418,8 +403,8 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
     else:
         x5, restore5 = _prime_view(g, xr, post, a)
-        threshold = _prime_threshold(a)
-        sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
+        az = g.op("Abs", x5)
+        sbmax = g.reduce("ReduceMax", az, [2])
         nsb = -(-a["block_size"] // min(a["sub_block_size"], a["block_size"]))
         if not halve:
             bmax = g.reduce("ReduceMax", sbmax, [1])
@@ -430,11 +415,8 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                 first = g.shared("Concat", g.i64(-1, nsb // 2, 1), post, axis=0)
                 second = g.shared("Concat", g.i64(-1, 2, 1), post, axis=0)
             bmax = max_by_halves(g, sbmax, first, second, lambda b, t: b.reduce("ReduceMax", t, [1]))
-        quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=_prime_chain(a))
-        exact_y = _prime_exact(exact, x5, a)
-        y5 = g.op("If", _prime_plain(g, bmax, threshold, total), then_branch=quant.graph(quant_y, g.fresh("quant")),
-                  else_branch=exact.graph(exact_y, g.fresh("masked")))
-        yr = restore5(y5)
+        s = _prime_scale(g, sbmax, bmax, g.reduce("ReduceSum", az, [1, 2]), a)
+        yr = restore5(_prime_apply(g, x5, az, s, bmax, a))
     return restore(yr)
 
 
@@ -499,17 +481,13 @@ def _prime_threshold(a: dict[str, Any]) -> float:
 
 
 def _prime_chain(a: dict[str, Any]) -> bool:
-    """Whether the sub-block shift is found by a few compares (D <= 3, see :func:`_prime_scale`)."""
-    return (1 << a["sub_block_shift_bits"]) - 1 <= 3
-
-
-def _prime_plain(g: Body, bmax: str, threshold: float, total: str) -> str:
-    """True when the plain formulas are exact: the tensor's sum ``total`` is finite and no block
-    has 0 < |max| < T. The largest block maximum below T is 0 then (-inf for an empty tensor);
-    ``total·0`` is NaN for a sum that is not finite, and NaN <= 0 is false."""
-    low = g.op("Where", g.op("Less", bmax, g.const(threshold)), bmax, g.const(0.0))
-    worst = g.op("Add", g.reduce("ReduceMax", low, None, keepdims=0), g.op("Mul", total, g.const(0.0)))
-    return g.op("LessOrEqual", worst, g.const(0.0))
+    """Whether the sub-block shift is found by a few compares (see :func:`_prime_scale`): D <= 3,
+    and the smallest scale the compares can give, ``2^(-127-D+1-m)`` (a block maximum clamped
+    at 2^-127), stays a non-zero float32 (2^-148 or more, exact); otherwise the sub-block
+    exponents are taken, as the reference does."""
+    m = a["bit_width"] - 9
+    dmax = (1 << a["sub_block_shift_bits"]) - 1
+    return dmax <= 3 and -127 - dmax + 1 - m >= -148
 
 
 def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str, halve: bool = False) -> str:
@@ -551,7 +529,19 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
 
     # allowzero: a zero dim copied from x stays zero (an empty tensor keeps its shape).
     x4 = g.op("Reshape", xf, dims(n // k, k), allowzero=1)
-    sb = g.reduce("ReduceMax", g.op("Abs", x4), [axis + 1])
+    az = g.op("Abs", x4)
+    sb = g.reduce("ReduceMax", az, [axis + 1])
+    # The blocks' sums of |x| (NaN detection, see :func:`_prime_scale`), shaped like the maxima.
+    if padk:  # from the sub-blocks' sums, padded as the maxima are
+        ss = g.op("Pad", g.reduce("ReduceSum", az, [axis + 1]), on_axis(0, padk))
+        bsum = g.reduce("ReduceSum", g.op("Reshape", ss, dims(nb, nsb), allowzero=1), [axis + 1])
+    elif nb > 1:
+        bsum = g.reduce("ReduceSum", g.op("Reshape", az, dims(nb, blk), allowzero=1), [axis + 1])
+    elif halve and n % 2 == 0:  # by halves, as the maxima: onnxruntime reduces slowly over the axis when lead is 1
+        bsum = max_by_halves(g, az, dims(2, n // 2), None, lambda b, t: b.reduce("ReduceSum", t, [axis + 1]),
+                             axis=axis, allowzero=True, merge="Add")
+    else:
+        bsum = g.reduce("ReduceSum", az, [axis, axis + 1])
     if padk:
         sb = g.op("Pad", sb, on_axis(0, padk))
     sbb = g.op("Reshape", sb, dims(nb, nsb), allowzero=1) if nb > 1 else sb
@@ -562,24 +552,12 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
                              axis=axis, allowzero=True)
     else:
         bmax = g.reduce("ReduceMax", sbb, [axis + 1 if nb > 1 else axis])
-    threshold = _prime_threshold(a)
-
-    quant, exact = g.branch(), g.branch()
-    s = _prime_scale(quant, sbb, bmax, a, threshold, _prime_chain(a))
+    s = _prime_scale(g, sbb, bmax, bsum, a)
     if nb > 1:
-        s = quant.op("Reshape", s, dims(nb * nsb, 1, body=quant), allowzero=1)
+        s = g.op("Reshape", s, dims(nb * nsb, 1), allowzero=1)
     if padk:
-        s = quant.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
-    quant_y = _prime_apply(quant, x4, s, a)
-
-    # The masked formulas take the (rows, nsb, k, post) view: post and rows >= 1 computed here.
-    post = exact.op("Max", exact.op("ReduceProd", trail, keepdims=1), g.i64(1))
-    xp = exact.op("Pad", x4, on_axis(0, padk)) if padk else x4
-    x5 = exact.op("Reshape", xp, exact.op("Concat", g.i64(-1, nsb, k), post, axis=0))
-    y5 = exact.op("Reshape", _prime_exact(exact, x5, a), dims(nb * nsb, k, body=exact), allowzero=1)
-    exact_y = exact.op("Slice", y5, g.i64(0), g.i64(n // k), g.i64(axis)) if padk else y5
-    return g.op("If", _prime_plain(g, bmax, threshold, total), then_branch=quant.graph(quant_y, g.fresh("quant")),
-                else_branch=exact.graph(exact_y, g.fresh("masked")))
+        s = g.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
+    return _prime_apply(g, x4, az, s, bmax, a)
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None, float32: bool = False) -> onnx.FunctionProto:
@@ -611,7 +589,8 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         # Rounded before the finiteness test: a finite float32 may round to a bfloat16 Inf.
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
-    total = top.op("ReduceSum", xf, keepdims=0)
+    # The branch-free to_bfp_prime body needs no sum over the tensor (see :func:`_prime_flat`).
+    total = "" if a["bfp_method"] == "to_bfp_prime" else top.op("ReduceSum", xf, keepdims=0)
     if sized:
         y = _quantized(top, xf, a, view, total)
     else:
