@@ -23,7 +23,7 @@ import pytest
 from _format_testing import assert_same_bits, fragment_session, run_static
 from onnxptq.formats import fake_quantize
 from onnxptq.formats.bfp import PRESETS
-from onnxptq.onnx_ops import build_qdq
+from onnxptq.onnx_ops import bfp, build_qdq
 
 FORMATS = {
     "MX9": dict(PRESETS["MX9"]),
@@ -104,18 +104,19 @@ def test_generic_and_ranked_bodies_exact_on_edge_blocks(name, rank_known):
     assert_same_bits(got, fake_quantize(x, "bfp", **attrs), f"{name} {frag.functions[0].name}")
 
 
-@pytest.mark.parametrize("shape,axis", SHAPES + [((2, 40, 3, 5), None)],
+@pytest.mark.parametrize("shape,axis", SHAPES + [((2, 40, 3, 5), None), ((1, 64, 16, 16), 1)],
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 def test_only_the_flush_is_branched(shape, axis):
-    """Every ``If`` the body holds (besides the generic body's size guard) is the flush's: two
-    branches of at most 4 nodes, never the masked formulas (~25 nodes) onnxruntime built for
-    every call."""
+    """The body holds no ``If`` on a tensor known to hold fewer than FLAT_MAX_SIZE elements, and
+    otherwise (besides the generic body's size guard) only the flush's: two branches of at most 4
+    nodes, never the masked formulas (~25 nodes) onnxruntime built for every call."""
     attrs = dict(PRESETS["MX9"], axis=1 if axis is None else axis)
     frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=None if axis is None else shape, dtype="float32", **attrs)
     sizes = _if_branch_nodes(frag.functions[0])
     guard = 1 if axis is None else 0  # the generic body's If on its size: Identity / the whole body
+    flush = axis is None or np.prod(shape) >= bfp.FLAT_MAX_SIZE
     assert len([s for s in sizes if s > 4]) == guard, sizes
-    assert sorted(s for s in sizes if s <= 4) == sorted([1] * guard + [4, 1]), sizes
+    assert sorted(s for s in sizes if s <= 4) == sorted([1] * guard + ([4, 1] if flush else [])), sizes
 
 
 def test_flush_branch_taken_only_for_tiny_blocks():

@@ -80,7 +80,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
     view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
@@ -240,7 +240,7 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -
     return g.op("Add", g.op("Mul", base, g.const(2.0 ** (1 - m))), g.op("Sub", ps, ps))
 
 
-def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any]) -> str:
+def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any], flat: bool = False) -> str:
     """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1), its
     subnormals flushed to zeros of their sign (``az`` = |x|, ``bmax`` the block maxima).
 
@@ -250,7 +250,12 @@ def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any])
     three full passes per call (compare, Cast, Mul: +13-20 % on conv-net activations), so a
     small ``If`` on "some block is below T" holds just the division, of x or of the flushed x:
     five nodes for onnxruntime to build per call, where the masked branch it replaces had ~25.
+    ``flat`` (a tensor known to be small, :data:`FLAT_MAX_SIZE`): the flush without the ``If``.
     """
+    qmax = float(2 ** (a["bit_width"] - 9) - 1)
+    if flat:
+        v = g.op("Div", g.op("Mul", x, g.op("Cast", g.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)), s)
+        return g.op("Mul", _round(g, g.op("Clip", v, g.const(-qmax), g.const(qmax)), a["rounding_mode"], False, ""), s)
     low = g.op("Where", g.op("Less", bmax, g.const(_prime_threshold(a))), bmax, g.const(0.0))
     tiny = g.op("Greater", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0))  # False when empty (-inf)
     plain, flush = g.branch(), g.branch()
@@ -258,7 +263,6 @@ def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any])
     normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)
     v_flush = flush.op("Div", flush.op("Mul", x, normal), s)  # x·0 keeps the sign of x
     v = g.op("If", tiny, then_branch=flush.graph(v_flush, g.fresh("flush")), else_branch=plain.graph(v_plain, g.fresh("plain")))
-    qmax = float(2 ** (a["bit_width"] - 9) - 1)
     v = g.op("Clip", v, g.const(-qmax), g.const(qmax))
     return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
@@ -304,6 +308,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     last = "l" if a["axis"] == len(list(shape)) - 1 else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
+    if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
+        sized = "f" + sized  # the subnormal flush without a branch (see :data:`FLAT_MAX_SIZE`)
     rank = len(list(shape))
     big = known_size(shape) >= HALVES_MIN_SIZE
     transposed = bool(last) or a["axis"] == -1
@@ -381,11 +387,13 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
     (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
+    flat = spec.endswith("f")  # to_bfp_prime with no If at all (see :data:`FLAT_MAX_SIZE`)
+    spec = spec.rstrip("f")
     halve = spec.endswith("h")  # block maxima by halves (see :func:`_halves`)
     spec = spec.rstrip("h")
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
-        return _prime_static(g, xf, a, n, rank, total, halve)
+        return _prime_static(g, xf, a, n, rank, halve, flat)
     xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
@@ -416,7 +424,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                 second = g.shared("Concat", g.i64(-1, 2, 1), post, axis=0)
             bmax = max_by_halves(g, sbmax, first, second, lambda b, t: b.reduce("ReduceMax", t, [1]))
         s = _prime_scale(g, sbmax, bmax, g.reduce("ReduceSum", az, [1, 2]), a)
-        yr = restore5(_prime_apply(g, x5, az, s, bmax, a))
+        yr = restore5(_prime_apply(g, x5, az, s, bmax, a, flat))
     return restore(yr)
 
 
@@ -475,6 +483,15 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
                 else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
+#: Largest known size (elements, every dim known) below which a to_bfp_prime body flushes
+#: subnormals without an ``If`` (view suffix ``f``): on such tensors the three passes of the flush
+#: cost less at run time than the ``If`` (1-thread, MX9, median of 80 interleaved runs: 1x8x12x48
+#: 0.91x, 1x32x6x24 0.95x, 1x64x6x24 0.98x the small-``If`` body; 1x32x12x48 1.015x, 1x16x24x96
+#: 1.01x; 1x48x96x96 1.16x, bench/RESULTS.md, branch bodyif), and they save its creation. The same
+#: line as the MX INT8 bodies' (``onnx_ops.mx.BRANCHED_INT_MIN_SIZE``).
+FLAT_MAX_SIZE = HALVES_MIN_SIZE
+
+
 def _prime_threshold(a: dict[str, Any]) -> float:
     """T: blocks whose |max| is at least T need no subnormal flush (see :func:`_quantized`)."""
     return 2.0 ** ((1 << a["sub_block_shift_bits"]) + a["bit_width"] - 9 + 1 - 127)
@@ -490,7 +507,7 @@ def _prime_chain(a: dict[str, Any]) -> bool:
     return dmax <= 3 and -127 - dmax + 1 - m >= -148
 
 
-def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str, halve: bool = False) -> str:
+def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve: bool = False, flat: bool = False) -> str:
     """to_bfp_prime on a block axis (not the last) of known length ``n``, a multiple of the
     sub-block size k, in a tensor of known ``rank``: the quantized tensor, shaped
     ``(lead..., n/k, k, trail...)``.
@@ -557,7 +574,7 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
         s = g.op("Reshape", s, dims(nb * nsb, 1), allowzero=1)
     if padk:
         s = g.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
-    return _prime_apply(g, x4, az, s, bmax, a)
+    return _prime_apply(g, x4, az, s, bmax, a, flat)
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None, float32: bool = False) -> onnx.FunctionProto:
