@@ -4,7 +4,7 @@ and the CPU seconds of creating each session (best of the rounds' creations), is
 
 Each tree builds, in a fresh process, a model ``Relu -> <preset's body for the static shape, float32>``
 (``onnx_ops.build(shape=..., dtype="float32")``, the body the emitter picks for an activation of that
-shape, axis 1); the outputs of both trees' models are compared bit for bit on the timed input (a
+shape, axis ``--axis``, 1 by default); the outputs of both trees' models are compared bit for bit on the timed input (a
 standard normal tensor; NaN equal to NaN) and on one holding ±0, subnormals, tiny blocks, ±Inf, NaN and values near
 FLT_MAX.
 
@@ -33,9 +33,9 @@ from onnxptq.onnx_ops import build_qdq
 shape = {shape!r}
 preset = {preset!r}
 if preset in PRESETS:
-    fmt, attrs = "bfp", dict(PRESETS[preset], axis=1)
+    fmt, attrs = "bfp", dict(PRESETS[preset], axis={axis})
 else:
-    fmt, attrs = "mx", dict(element_dtype={{"MXINT8": "int8", "MXFP8_E4M3": "fp8_e4m3"}}[preset], axis=1, block_size=32, rounding_mode=2)
+    fmt, attrs = "mx", dict(element_dtype={{"MXINT8": "int8", "MXFP8_E4M3": "fp8_e4m3"}}[preset], axis={axis}, block_size=32, rounding_mode=2)
 frag = build_qdq(fmt, "r", "y", name="q", opset=17, shape=shape, dtype="float32", **attrs)
 opset = max(17, frag.min_opset)
 if opset != 17:
@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("trees", nargs=2)
     ap.add_argument("--shapes", default="1x16x384x384,1x48x96x96,1x64x48x48")
     ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--axis", type=int, default=1)
     args = ap.parse_args()
     import onnxruntime as ort
 
@@ -96,7 +97,7 @@ def main() -> None:
         paths = []
         for root, label in zip(args.trees, labels):
             out = os.path.join(tmp, f"{label}.{spec}.onnx")
-            res = subprocess.run([sys.executable, "-c", CHILD.format(root=root, shape=list(shape), preset=args.preset, out=out)],
+            res = subprocess.run([sys.executable, "-c", CHILD.format(root=root, shape=list(shape), preset=args.preset, out=out, axis=args.axis)],
                                  capture_output=True, text=True, cwd=root)
             if res.returncode:
                 raise SystemExit(f"{label}: {res.stderr[-500:]}")

@@ -36,8 +36,9 @@ FORMATS = {
 }
 
 #: (shape, axis): the whole axis one block of 16 by halves (>= 16384 elements), three blocks,
-#: a ragged axis (40: the sub-blocks' maxima padded), a ragged last axis (the transposed view)
-SHAPES = [((1, 16, 32, 32), 1), ((2, 48, 3, 5), 1), ((2, 40, 3, 5), 1), ((2, 3, 4, 70), -1)]
+#: a ragged axis (40: the sub-blocks' maxima padded), a ragged last axis (the transposed view), a long
+#: last axis by halves
+SHAPES = [((1, 16, 32, 32), 1), ((2, 48, 3, 5), 1), ((2, 40, 3, 5), 1), ((2, 3, 4, 70), -1), ((1, 4, 64, 64), -1)]
 
 TINY = np.float32(2.0**-120)  # a normal value in a block far below the flush threshold
 SUB = np.float32(2.0**-127 + 2.0**-140)  # a subnormal a tiny block's scale would keep

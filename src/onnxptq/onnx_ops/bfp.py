@@ -25,21 +25,21 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   exact formulas keep every possible -0 in the *else* slot.
 * **Masked formulas only when needed.** ``ReduceMax`` in onnxruntime does not propagate NaN
   reliably (a NaN can silently drop out of, or corrupt, a vectorised max), so one ``ReduceSum``
-  over the tensor (which does propagate NaN/Inf) decides: a finite sum takes the plain
-  formulas, anything else the formulas that mask Inf/NaN (``to_bfp``: block maxima without them,
-  Inf/NaN put back; ``to_bfp_prime``: Inf/NaN turn the block into NaN). ``to_bfp_prime`` also
-  takes the masked formulas (they flush subnormals) when a block's exponent is so small that a
-  subnormal input, which the reference flushes to zero, could round to a non-zero code. The
-  plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
+  over the tensor (which does propagate NaN/Inf) decides for ``to_bfp``: a finite sum takes
+  the plain formulas, anything else the formulas that mask Inf/NaN (block maxima without them,
+  Inf/NaN put back). ``to_bfp_prime`` has no masked formulas (:func:`_prime_scale`): a block
+  holding Inf turns NaN through its maximum's power of two, one holding NaN through its sum of
+  |x|, and only the subnormal flush keeps a small ``If`` (:func:`_prime_apply`; none on tensors
+  known to be small, suffix ``f``). The plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
   per call). For ``to_bfp`` the block maxima of |x| come from ReduceMax and ReduceMin of x (two
   reads; Abs would write a tensor).
 * **Masked formulas in few nodes.** They are never taken on real activations, but every node of
   them costs onnxruntime session-creation time (~0.1 ms, an ``If`` ~0.2 ms) in every call, and
   that creation was most of a block format's quantize time. ``to_bfp`` branches only what
   differs, with two small ``If`` nodes around one set of scale and rounding nodes (the block
-  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`); ``to_bfp_prime``
-  keeps one ``If`` (its plain and masked scales differ in clamp and flush) and finds a block
-  holding Inf/NaN through its maxima rather than per-element masks (:func:`_prime_exact`).
+  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`). A branch-free
+  ``to_bfp`` (masked maxima, Inf/NaN put back, no ``If``) cost +14 % a call (bench/RESULTS.md,
+  branch blockif): its mask and put-back are three full passes each.
 * **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of
@@ -298,7 +298,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
-    quantized, never returned unchanged, so the body needs no ``If`` on its size."""
+    quantized, never returned unchanged, so the body needs no ``If`` on its size; an ``f``
+    before it, a to_bfp_prime body for a tensor of known dims below :data:`FLAT_MAX_SIZE`
+    elements, which flushes subnormals with no ``If``."""
     n = axis_length(shape, a["axis"])
     if n is None:
         return _ranked_variant(a, shape)
@@ -380,12 +382,11 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
 def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str) -> str:
     """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``.
 
-    The blocked view, the block maxima, then an ``If``: the plain formulas when the tensor's sum
-    ``total`` is finite (and, for to_bfp_prime, no block is so small that a subnormal input,
-    which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
-    least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
-    Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
-    (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
+    The blocked view, the block maxima, then for to_bfp an ``If``: the plain formulas when the
+    tensor's sum ``total`` is finite, otherwise the formulas that mask Inf/NaN — never taken on
+    real activations, written for few nodes (session creation), not speed. to_bfp_prime needs no
+    sum (``total`` is ""): its formulas are exact on every input (:func:`_prime_scale`,
+    :func:`_prime_apply`). ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
     flat = spec.endswith("f")  # to_bfp_prime with no If at all (see :data:`FLAT_MAX_SIZE`)
     spec = spec.rstrip("f")
@@ -413,17 +414,22 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         x5, restore5 = _prime_view(g, xr, post, a)
         az = g.op("Abs", x5)
         sbmax = g.reduce("ReduceMax", az, [2])
-        nsb = -(-a["block_size"] // min(a["sub_block_size"], a["block_size"]))
+        k = min(a["sub_block_size"], a["block_size"])
+        nsb = -(-a["block_size"] // k)
         if not halve:
             bmax = g.reduce("ReduceMax", sbmax, [1])
+            bsum = g.reduce("ReduceSum", az, [1, 2])
         else:  # the block maxima of the sub-block maxima by halves (see onnx_ops.body.max_by_halves)
             if post is None:  # (1, nsb, 1, blocks): the transposed view
-                first, second = g.i64(2, nsb // 2, 1, -1), g.i64(1, 2, 1, -1)
+                first, second, whole = g.i64(2, nsb // 2, 1, -1), g.i64(1, 2, 1, -1), g.i64(2, nsb * k // 2, 1, -1)
             else:
                 first = g.shared("Concat", g.i64(-1, nsb // 2, 1), post, axis=0)
                 second = g.shared("Concat", g.i64(-1, 2, 1), post, axis=0)
+                whole = g.shared("Concat", g.i64(-1, nsb * k // 2, 1), post, axis=0)
             bmax = max_by_halves(g, sbmax, first, second, lambda b, t: b.reduce("ReduceMax", t, [1]))
-        s = _prime_scale(g, sbmax, bmax, g.reduce("ReduceSum", az, [1, 2]), a)
+            # the blocks' sums of |x| by halves too (their reduction over the leading axes is as slow)
+            bsum = max_by_halves(g, az, whole, second, lambda b, t: b.reduce("ReduceSum", t, [1]), merge="Add")
+        s = _prime_scale(g, sbmax, bmax, bsum, a)
         yr = restore5(_prime_apply(g, x5, az, s, bmax, a, flat))
     return restore(yr)
 
@@ -493,7 +499,8 @@ FLAT_MAX_SIZE = HALVES_MIN_SIZE
 
 
 def _prime_threshold(a: dict[str, Any]) -> float:
-    """T: blocks whose |max| is at least T need no subnormal flush (see :func:`_quantized`)."""
+    """T: blocks whose |max| is at least T need no subnormal flush: every sub-block scale there
+    is at least 2^-124, so |subnormal|/scale < 1/4 rounds to ±0 by itself (see :func:`_prime_apply`)."""
     return 2.0 ** ((1 << a["sub_block_shift_bits"]) + a["bit_width"] - 9 + 1 - 127)
 
 
@@ -525,8 +532,7 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve:
       channel counts of real models are not multiples of 16 (PP-OCR cls: 55 of 110 activations).
 
     A whole axis shorter than a block is one block of n (the reference's zero padding of it
-    changes no maximum). The masked path builds the (rows, nsb, k, post) view it needs inside
-    its branch, which is rarely taken.
+    changes no maximum). ``flat``: the flush without an ``If`` (see :func:`_prime_apply`).
     """
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     axis = a["axis"] % rank
@@ -581,9 +587,9 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
     """The body for ``view`` (see :func:`variant`; None: any shape).
 
     A tensor of < 2 elements is returned unchanged; any other goes through :func:`_quantized`,
-    which picks its formulas by whether the tensor's sum is finite (a sum propagates Inf and NaN
-    whatever its order; a finite sum that overflows only takes the masked formulas, which are
-    still right). The formulas sit in ``If`` subgraphs, each with its own allocation planner in
+    which for to_bfp picks its formulas by whether the tensor's sum is finite (a sum propagates
+    Inf and NaN whatever its order; a finite sum that overflows only takes the masked formulas,
+    which are still right). The formulas sit in ``If`` subgraphs, each with its own allocation planner in
     onnxruntime (whose cost grows with the square of the values it plans), so hundreds of
     quantizers stay cheap to load.
 
