@@ -25,21 +25,21 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   exact formulas keep every possible -0 in the *else* slot.
 * **Masked formulas only when needed.** ``ReduceMax`` in onnxruntime does not propagate NaN
   reliably (a NaN can silently drop out of, or corrupt, a vectorised max), so one ``ReduceSum``
-  over the tensor (which does propagate NaN/Inf) decides: a finite sum takes the plain
-  formulas, anything else the formulas that mask Inf/NaN (``to_bfp``: block maxima without them,
-  Inf/NaN put back; ``to_bfp_prime``: Inf/NaN turn the block into NaN). ``to_bfp_prime`` also
-  takes the masked formulas (they flush subnormals) when a block's exponent is so small that a
-  subnormal input, which the reference flushes to zero, could round to a non-zero code. The
-  plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
+  over the tensor (which does propagate NaN/Inf) decides for ``to_bfp``: a finite sum takes
+  the plain formulas, anything else the formulas that mask Inf/NaN (block maxima without them,
+  Inf/NaN put back). ``to_bfp_prime`` has no masked formulas (:func:`_prime_scale`): a block
+  holding Inf turns NaN through its maximum's power of two, one holding NaN through its sum of
+  |x|, and only the subnormal flush keeps a small ``If`` (:func:`_prime_apply`; none on tensors
+  known to be small, suffix ``f``). The plain path has no per-row machinery (the earlier Compress/ScatterND stand-in cost a full copy
   per call). For ``to_bfp`` the block maxima of |x| come from ReduceMax and ReduceMin of x (two
   reads; Abs would write a tensor).
 * **Masked formulas in few nodes.** They are never taken on real activations, but every node of
   them costs onnxruntime session-creation time (~0.1 ms, an ``If`` ~0.2 ms) in every call, and
   that creation was most of a block format's quantize time. ``to_bfp`` branches only what
   differs, with two small ``If`` nodes around one set of scale and rounding nodes (the block
-  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`); ``to_bfp_prime``
-  keeps one ``If`` (its plain and masked scales differ in clamp and flush) and finds a block
-  holding Inf/NaN through its maxima rather than per-element masks (:func:`_prime_exact`).
+  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`). A branch-free
+  ``to_bfp`` (masked maxima, Inf/NaN put back, no ``If``) cost +14 % a call (bench/RESULTS.md,
+  branch blockif): its mask and put-back are three full passes each.
 * **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
   inference) tells the block axis's length: a body with no Pad/Slice (it divides, ``_p0``) or
   a constant Pad/Slice (``_p<k>``), or, when the whole axis is shorter than a block, blocks of
@@ -80,7 +80,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
+    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
     view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
@@ -198,22 +198,35 @@ def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ to_bfp_prime
 
 
-def _prime_quant(g: Body, x5: str, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """to_bfp_prime on ``x5`` (rows, nsb, k, post) given sub-block and block |max|."""
-    return _prime_apply(g, x5, _prime_scale(g, sbmax, bmax, a, floor, chain), a)
+def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -> str:
+    """The sub-block scales (shaped like ``sbmax``) from the sub-block and block maxima of |x|
+    and the blocks' sums of |x| ``bsum`` (shaped like ``bmax``), exact on every input: NaN
+    throughout a block that holds Inf or NaN, the reference's scale for every sub-block holding
+    a normal value, a positive one for the rest (zeros and subnormals, which
+    :func:`_prime_apply` flushes).
 
+    The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1), from ``Ps``, the
+    block's power of two (:func:`onnxptq.onnx_ops.body.pow2_floor` of its maximum clamped below
+    at 2^-127): with ``chain`` (:func:`_prime_chain`) the shift is found by comparing the
+    sub-block maximum with ``Ps·2^-i`` — with ``Pj = Ps·2^-j`` the sub-block's power of two,
+    the count of hits over ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so
+    ``Ps·2^(-D+1-m)`` doubled that many times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — otherwise by
+    taking the sub-block exponents too. A subnormal sub-block maximum may count a hit the
+    reference (exponent 0) would not, but such a sub-block holds only values that are flushed.
 
-def _prime_scale(g: Body, sbmax: str, bmax: str, a: dict[str, Any], floor: float, chain: bool) -> str:
-    """The sub-block scales (shaped like ``sbmax``) from sub-block and block |max|.
-
-    The sub-block scale is ``2^(max(Ej, Es-D) - 127 + 1 - m)`` (D = 2^d - 1): with ``chain`` the
-    shift is found by comparing the sub-block max with ``Ps·2^-i`` (D ≤ 3: a few compares on the
-    sub-block maxima), otherwise by taking the sub-block exponent too.
+    Inf and NaN need no branch: a block maximum of +Inf makes ``Ps`` NaN (``Inf - (Inf - Inf)``
+    in the split), and every scale of the block after it. ``ReduceMax`` in onnxruntime drops a
+    NaN unless it comes first, so NaN is found by the block's sum of |x| (a sum of non-negative
+    values is NaN exactly when one of them is; an overflow gives +Inf, never NaN):
+    ``0 / (sum + 1)`` is NaN there and +0 elsewhere, added to ``Ps``. This replaced an ``If``
+    on the tensor's sum whose masked branch (~25 nodes) onnxruntime built, optimised and planned
+    in every call of every session (bench/RESULTS.md, branch bodyif).
     """
     m = a["bit_width"] - 9
     dmax = (1 << a["sub_block_shift_bits"]) - 1
-    ps = _pow2_floor(g, g.op("Max", bmax, g.const(floor)))
-    if chain:
+    poison = g.op("Div", g.const(0.0), g.op("Add", bsum, g.const(1.0)))
+    ps = g.op("Add", _pow2_floor(g, g.op("Max", bmax, g.const(2.0**-127))), poison)
+    if _prime_chain(a):
         # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
         s = g.op("Mul", ps, g.const(2.0 ** (-dmax + 1 - m)))
         for i in range(dmax):
@@ -223,59 +236,35 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, a: dict[str, Any], floor: float
         return s
     pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
     base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
-    return g.op("Mul", base, g.const(2.0 ** (1 - m)))
+    # Max need not propagate NaN: a poisoned block's scales are made NaN after it.
+    return g.op("Add", g.op("Mul", base, g.const(2.0 ** (1 - m))), g.op("Sub", ps, ps))
 
 
-def _prime_apply(g: Body, x: str, s: str, a: dict[str, Any]) -> str:
-    """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1)."""
-    qmax = float(2 ** (a["bit_width"] - 9) - 1)
-    v = g.op("Clip", g.op("Div", x, s), g.const(-qmax), g.const(qmax))
-    return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
+def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any], flat: bool = False) -> str:
+    """``x`` rounded to codes of its (broadcast) sub-block scales ``s``, within ±(2^m - 1), its
+    subnormals flushed to zeros of their sign (``az`` = |x|, ``bmax`` the block maxima).
 
-
-def _prime_exact(g: Body, x5: str, a: dict[str, Any], finite: bool = False) -> str:
-    """to_bfp_prime on any ``x5`` (rows, nsb, k, post): subnormals flushed, a block holding
-    Inf/NaN becomes NaN (``finite``: the caller knows there is none).
-
-    Written for few nodes: it is the masked branch of every to_bfp_prime call, never taken on
-    real activations, yet onnxruntime spends ~0.1 ms per node of it creating each session (it
-    was the larger half of an MX9 body). A block holding Inf/NaN is found through its maxima:
-    NaN is mapped to +Inf before the (exact) ``ReduceMax``, so such a block's maximum is +Inf,
-    its scales are NaN, and the final multiplication spreads NaN over the block — no
-    per-element mask, count or full-tensor ``Where`` for it. The scales of the other blocks
-    are the reference's: the sub-block shift by compares where it cannot underflow (see
-    :func:`_prime_exact_chain`), otherwise by the sub-block exponents.
+    The flush is the one part of the reference that needs a per-element test, and only in a
+    block whose maximum is below T (:func:`_prime_threshold`; elsewhere every scale is at least
+    2^-124, so a subnormal's code rounds to ±0 by itself). Written without a branch it costs
+    three full passes per call (compare, Cast, Mul: +13-20 % on conv-net activations), so a
+    small ``If`` on "some block is below T" holds just the division, of x or of the flushed x:
+    five nodes for onnxruntime to build per call, where the masked branch it replaces had ~25.
+    ``flat`` (a tensor known to be small, :data:`FLAT_MAX_SIZE`): the flush without the ``If``.
     """
-    flushed = g.op("Where", g.op("GreaterOrEqual", g.op("Abs", x5), g.const(2.0**-126)), x5,
-                   g.op("Mul", x5, g.const(0.0)))  # ±0 in the else slot; NaN stays NaN, ±Inf stays
-    az = g.op("Abs", flushed)
-    if not finite:  # NaN -> +Inf: ReduceMax drops NaN unreliably, an infinity it does not
-        az = g.op("Where", g.op("IsNaN", flushed), g.const(np.inf), az)
-    sbmax = g.reduce("ReduceMax", az, [2])
-    bmax = g.reduce("ReduceMax", sbmax, [1])
-    chain = _prime_exact_chain(a)
-    s = _prime_scale(g, sbmax, bmax, a, 2.0**-127, chain=chain)
-    if not finite and not chain:
-        # By compares, a block's scales are products of its power of two, NaN for a maximum of
-        # +Inf (pow2_floor: Inf - (Inf - Inf)). By sub-block exponents they are Max(Pj, Ps·2^-D),
-        # and Max need not propagate NaN: the block's scales are set to NaN explicitly.
-        s = g.op("Where", g.op("IsInf", bmax), g.const(np.nan), s)
-    return _prime_apply(g, flushed, s, a)
-
-
-def _prime_exact_chain(a: dict[str, Any]) -> bool:
-    """Whether the masked formulas may find the sub-block shift by compares (as the plain ones
-    do, :func:`_prime_chain`): they give the reference's scale for every sub-block holding a
-    normal value (the only values left after the flush, besides zeros) — with ``Ps`` the block's
-    power of two and ``Pj = Ps·2^-j`` the sub-block's, the count of ``sbmax >= Ps·2^-i`` over
-    ``i < D`` is ``D - j`` when ``j < D`` and 0 otherwise, so ``Ps·2^(-D+1-m)`` doubled that many
-    times is ``max(Pj, Ps·2^-D)·2^(1-m)`` — and a sub-block of zeros gives zeros under any
-    positive scale. With the lower clamp of 2^-127 (not the plain path's threshold) the smallest
-    such scale is ``2^(-127-D+1-m)``, which must stay a non-zero float32 (2^-148 or more, exact);
-    otherwise the sub-block exponents are taken, as the reference does."""
-    m = a["bit_width"] - 9
-    dmax = (1 << a["sub_block_shift_bits"]) - 1
-    return _prime_chain(a) and -127 - dmax + 1 - m >= -148
+    qmax = float(2 ** (a["bit_width"] - 9) - 1)
+    if flat:
+        v = g.op("Div", g.op("Mul", x, g.op("Cast", g.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)), s)
+        return g.op("Mul", _round(g, g.op("Clip", v, g.const(-qmax), g.const(qmax)), a["rounding_mode"], False, ""), s)
+    low = g.op("Where", g.op("Less", bmax, g.const(_prime_threshold(a))), bmax, g.const(0.0))
+    tiny = g.op("Greater", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0))  # False when empty (-inf)
+    plain, flush = g.branch(), g.branch()
+    v_plain = plain.op("Div", x, s)
+    normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)
+    v_flush = flush.op("Div", flush.op("Mul", x, normal), s)  # x·0 keeps the sign of x
+    v = g.op("If", tiny, then_branch=flush.graph(v_flush, g.fresh("flush")), else_branch=plain.graph(v_plain, g.fresh("plain")))
+    v = g.op("Clip", v, g.const(-qmax), g.const(qmax))
+    return g.op("Mul", _round(g, v, a["rounding_mode"], False, ""), s)
 
 
 # --------------------------------------------------------------------------------- fast paths
@@ -309,7 +298,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
     generic body: any shape, the axis padded by a computed amount and sliced back). A trailing
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
-    quantized, never returned unchanged, so the body needs no ``If`` on its size."""
+    quantized, never returned unchanged, so the body needs no ``If`` on its size; an ``f``
+    before it, a to_bfp_prime body for a tensor of known dims below :data:`FLAT_MAX_SIZE`
+    elements, which flushes subnormals with no ``If``."""
     n = axis_length(shape, a["axis"])
     if n is None:
         return _ranked_variant(a, shape)
@@ -319,6 +310,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     last = "l" if a["axis"] == len(list(shape)) - 1 else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
+    if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
+        sized = "f" + sized  # the subnormal flush without a branch (see :data:`FLAT_MAX_SIZE`)
     rank = len(list(shape))
     big = known_size(shape) >= HALVES_MIN_SIZE
     transposed = bool(last) or a["axis"] == -1
@@ -389,18 +382,19 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
 def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str) -> str:
     """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``.
 
-    The blocked view, the block maxima, then an ``If``: the plain formulas when the tensor's sum
-    ``total`` is finite (and, for to_bfp_prime, no block is so small that a subnormal input,
-    which the reference flushes to zero, could round to a non-zero code: blocks of exponent at
-    least T need no flush, |subnormal|/scale < 1/4 there); otherwise the formulas that mask
-    Inf/NaN and flush subnormals — never taken on real activations, written for few nodes
-    (session creation), not speed. ``n<n>r<rank>`` views go to :func:`_prime_static`."""
+    The blocked view, the block maxima, then for to_bfp an ``If``: the plain formulas when the
+    tensor's sum ``total`` is finite, otherwise the formulas that mask Inf/NaN — never taken on
+    real activations, written for few nodes (session creation), not speed. to_bfp_prime needs no
+    sum (``total`` is ""): its formulas are exact on every input (:func:`_prime_scale`,
+    :func:`_prime_apply`). ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
+    flat = spec.endswith("f")  # to_bfp_prime with no If at all (see :data:`FLAT_MAX_SIZE`)
+    spec = spec.rstrip("f")
     halve = spec.endswith("h")  # block maxima by halves (see :func:`_halves`)
     spec = spec.rstrip("h")
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
-        return _prime_static(g, xf, a, n, rank, total, halve)
+        return _prime_static(g, xf, a, n, rank, halve, flat)
     xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
@@ -418,23 +412,25 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
     else:
         x5, restore5 = _prime_view(g, xr, post, a)
-        threshold = _prime_threshold(a)
-        sbmax = g.reduce("ReduceMax", g.op("Abs", x5), [2])
-        nsb = -(-a["block_size"] // min(a["sub_block_size"], a["block_size"]))
+        az = g.op("Abs", x5)
+        sbmax = g.reduce("ReduceMax", az, [2])
+        k = min(a["sub_block_size"], a["block_size"])
+        nsb = -(-a["block_size"] // k)
         if not halve:
             bmax = g.reduce("ReduceMax", sbmax, [1])
+            bsum = g.reduce("ReduceSum", az, [1, 2])
         else:  # the block maxima of the sub-block maxima by halves (see onnx_ops.body.max_by_halves)
             if post is None:  # (1, nsb, 1, blocks): the transposed view
-                first, second = g.i64(2, nsb // 2, 1, -1), g.i64(1, 2, 1, -1)
+                first, second, whole = g.i64(2, nsb // 2, 1, -1), g.i64(1, 2, 1, -1), g.i64(2, nsb * k // 2, 1, -1)
             else:
                 first = g.shared("Concat", g.i64(-1, nsb // 2, 1), post, axis=0)
                 second = g.shared("Concat", g.i64(-1, 2, 1), post, axis=0)
+                whole = g.shared("Concat", g.i64(-1, nsb * k // 2, 1), post, axis=0)
             bmax = max_by_halves(g, sbmax, first, second, lambda b, t: b.reduce("ReduceMax", t, [1]))
-        quant_y = _prime_quant(quant, x5, sbmax, bmax, a, threshold, chain=_prime_chain(a))
-        exact_y = _prime_exact(exact, x5, a)
-        y5 = g.op("If", _prime_plain(g, bmax, threshold, total), then_branch=quant.graph(quant_y, g.fresh("quant")),
-                  else_branch=exact.graph(exact_y, g.fresh("masked")))
-        yr = restore5(y5)
+            # the blocks' sums of |x| by halves too (their reduction over the leading axes is as slow)
+            bsum = max_by_halves(g, az, whole, second, lambda b, t: b.reduce("ReduceSum", t, [1]), merge="Add")
+        s = _prime_scale(g, sbmax, bmax, bsum, a)
+        yr = restore5(_prime_apply(g, x5, az, s, bmax, a, flat))
     return restore(yr)
 
 
@@ -493,26 +489,32 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
                 else_branch=masked.graph(y_masked, g.fresh("masked")))
 
 
+#: Largest known size (elements, every dim known) below which a to_bfp_prime body flushes
+#: subnormals without an ``If`` (view suffix ``f``): on such tensors the three passes of the flush
+#: cost less at run time than the ``If`` (1-thread, MX9, median of 80 interleaved runs: 1x8x12x48
+#: 0.91x, 1x32x6x24 0.95x, 1x64x6x24 0.98x the small-``If`` body; 1x32x12x48 1.015x, 1x16x24x96
+#: 1.01x; 1x48x96x96 1.16x, bench/RESULTS.md, branch bodyif), and they save its creation. The same
+#: line as the MX INT8 bodies' (``onnx_ops.mx.BRANCHED_INT_MIN_SIZE``).
+FLAT_MAX_SIZE = HALVES_MIN_SIZE
+
+
 def _prime_threshold(a: dict[str, Any]) -> float:
-    """T: blocks whose |max| is at least T need no subnormal flush (see :func:`_quantized`)."""
+    """T: blocks whose |max| is at least T need no subnormal flush: every sub-block scale there
+    is at least 2^-124, so |subnormal|/scale < 1/4 rounds to ±0 by itself (see :func:`_prime_apply`)."""
     return 2.0 ** ((1 << a["sub_block_shift_bits"]) + a["bit_width"] - 9 + 1 - 127)
 
 
 def _prime_chain(a: dict[str, Any]) -> bool:
-    """Whether the sub-block shift is found by a few compares (D <= 3, see :func:`_prime_scale`)."""
-    return (1 << a["sub_block_shift_bits"]) - 1 <= 3
+    """Whether the sub-block shift is found by a few compares (see :func:`_prime_scale`): D <= 3,
+    and the smallest scale the compares can give, ``2^(-127-D+1-m)`` (a block maximum clamped
+    at 2^-127), stays a non-zero float32 (2^-148 or more, exact); otherwise the sub-block
+    exponents are taken, as the reference does."""
+    m = a["bit_width"] - 9
+    dmax = (1 << a["sub_block_shift_bits"]) - 1
+    return dmax <= 3 and -127 - dmax + 1 - m >= -148
 
 
-def _prime_plain(g: Body, bmax: str, threshold: float, total: str) -> str:
-    """True when the plain formulas are exact: the tensor's sum ``total`` is finite and no block
-    has 0 < |max| < T. The largest block maximum below T is 0 then (-inf for an empty tensor);
-    ``total·0`` is NaN for a sum that is not finite, and NaN <= 0 is false."""
-    low = g.op("Where", g.op("Less", bmax, g.const(threshold)), bmax, g.const(0.0))
-    worst = g.op("Add", g.reduce("ReduceMax", low, None, keepdims=0), g.op("Mul", total, g.const(0.0)))
-    return g.op("LessOrEqual", worst, g.const(0.0))
-
-
-def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total: str, halve: bool = False) -> str:
+def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve: bool = False, flat: bool = False) -> str:
     """to_bfp_prime on a block axis (not the last) of known length ``n``, a multiple of the
     sub-block size k, in a tensor of known ``rank``: the quantized tensor, shaped
     ``(lead..., n/k, k, trail...)``.
@@ -530,8 +532,7 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
       channel counts of real models are not multiples of 16 (PP-OCR cls: 55 of 110 activations).
 
     A whole axis shorter than a block is one block of n (the reference's zero padding of it
-    changes no maximum). The masked path builds the (rows, nsb, k, post) view it needs inside
-    its branch, which is rarely taken.
+    changes no maximum). ``flat``: the flush without an ``If`` (see :func:`_prime_apply`).
     """
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     axis = a["axis"] % rank
@@ -551,7 +552,19 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
 
     # allowzero: a zero dim copied from x stays zero (an empty tensor keeps its shape).
     x4 = g.op("Reshape", xf, dims(n // k, k), allowzero=1)
-    sb = g.reduce("ReduceMax", g.op("Abs", x4), [axis + 1])
+    az = g.op("Abs", x4)
+    sb = g.reduce("ReduceMax", az, [axis + 1])
+    # The blocks' sums of |x| (NaN detection, see :func:`_prime_scale`), shaped like the maxima.
+    if padk:  # from the sub-blocks' sums, padded as the maxima are
+        ss = g.op("Pad", g.reduce("ReduceSum", az, [axis + 1]), on_axis(0, padk))
+        bsum = g.reduce("ReduceSum", g.op("Reshape", ss, dims(nb, nsb), allowzero=1), [axis + 1])
+    elif nb > 1:
+        bsum = g.reduce("ReduceSum", g.op("Reshape", az, dims(nb, blk), allowzero=1), [axis + 1])
+    elif halve and n % 2 == 0:  # by halves, as the maxima: onnxruntime reduces slowly over the axis when lead is 1
+        bsum = max_by_halves(g, az, dims(2, n // 2), None, lambda b, t: b.reduce("ReduceSum", t, [axis + 1]),
+                             axis=axis, allowzero=True, merge="Add")
+    else:
+        bsum = g.reduce("ReduceSum", az, [axis, axis + 1])
     if padk:
         sb = g.op("Pad", sb, on_axis(0, padk))
     sbb = g.op("Reshape", sb, dims(nb, nsb), allowzero=1) if nb > 1 else sb
@@ -562,33 +575,21 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, total:
                              axis=axis, allowzero=True)
     else:
         bmax = g.reduce("ReduceMax", sbb, [axis + 1 if nb > 1 else axis])
-    threshold = _prime_threshold(a)
-
-    quant, exact = g.branch(), g.branch()
-    s = _prime_scale(quant, sbb, bmax, a, threshold, _prime_chain(a))
+    s = _prime_scale(g, sbb, bmax, bsum, a)
     if nb > 1:
-        s = quant.op("Reshape", s, dims(nb * nsb, 1, body=quant), allowzero=1)
+        s = g.op("Reshape", s, dims(nb * nsb, 1), allowzero=1)
     if padk:
-        s = quant.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
-    quant_y = _prime_apply(quant, x4, s, a)
-
-    # The masked formulas take the (rows, nsb, k, post) view: post and rows >= 1 computed here.
-    post = exact.op("Max", exact.op("ReduceProd", trail, keepdims=1), g.i64(1))
-    xp = exact.op("Pad", x4, on_axis(0, padk)) if padk else x4
-    x5 = exact.op("Reshape", xp, exact.op("Concat", g.i64(-1, nsb, k), post, axis=0))
-    y5 = exact.op("Reshape", _prime_exact(exact, x5, a), dims(nb * nsb, k, body=exact), allowzero=1)
-    exact_y = exact.op("Slice", y5, g.i64(0), g.i64(n // k), g.i64(axis)) if padk else y5
-    return g.op("If", _prime_plain(g, bmax, threshold, total), then_branch=quant.graph(quant_y, g.fresh("quant")),
-                else_branch=exact.graph(exact_y, g.fresh("masked")))
+        s = g.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
+    return _prime_apply(g, x4, az, s, bmax, a, flat)
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None, float32: bool = False) -> onnx.FunctionProto:
     """The body for ``view`` (see :func:`variant`; None: any shape).
 
     A tensor of < 2 elements is returned unchanged; any other goes through :func:`_quantized`,
-    which picks its formulas by whether the tensor's sum is finite (a sum propagates Inf and NaN
-    whatever its order; a finite sum that overflows only takes the masked formulas, which are
-    still right). The formulas sit in ``If`` subgraphs, each with its own allocation planner in
+    which for to_bfp picks its formulas by whether the tensor's sum is finite (a sum propagates
+    Inf and NaN whatever its order; a finite sum that overflows only takes the masked formulas,
+    which are still right). The formulas sit in ``If`` subgraphs, each with its own allocation planner in
     onnxruntime (whose cost grows with the square of the values it plans), so hundreds of
     quantizers stay cheap to load.
 
@@ -611,7 +612,8 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         # Rounded before the finiteness test: a finite float32 may round to a bfloat16 Inf.
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
-    total = top.op("ReduceSum", xf, keepdims=0)
+    # The branch-free to_bfp_prime body needs no sum over the tensor (see :func:`_prime_flat`).
+    total = "" if a["bfp_method"] == "to_bfp_prime" else top.op("ReduceSum", xf, keepdims=0)
     if sized:
         y = _quantized(top, xf, a, view, total)
     else:
