@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq.api import quantize
 from onnxptq.calibration.collectors import MinMaxCollector
 from onnxptq.config.presets import resolve_config
-from onnxptq.pipeline.quiet_batches import _readers, read_as_factor
+from onnxptq.pipeline.quiet_batches import _Graph, read_as_factor
 
 
 def _edm_model() -> onnx.ModelProto:
@@ -100,11 +100,13 @@ def test_collector_keeps_the_quietest_batch_peak_through_merges():
     assert b.quietest_peak == np.float32(0.02) and b.batches == 4
 
 
-def test_factors_are_found_through_data_movement_and_additive_reads_are_not_factors():
-    readers = _readers(_edm_model())
-    assert read_as_factor("c_in", readers) and read_as_factor("c_skip", readers)  # through their Reshapes
-    assert read_as_factor("d", readers)  # a divisor
-    assert not read_as_factor("s2", readers) and not read_as_factor("h2", readers)  # an Add's, a Relu's operand
+def test_factors_are_found_through_data_movement_and_arithmetic_and_additive_reads_are_not_factors():
+    g = _Graph.of(_edm_model())
+    assert read_as_factor("c_in", g) and read_as_factor("c_skip", g)  # through their Reshapes
+    # σ² + σd² → √ → 1/· → c_in → ·features: a square, an offset and a reciprocal carry the relative error
+    assert read_as_factor("sigma", g) and read_as_factor("s2", g) and read_as_factor("d", g)
+    assert not read_as_factor("h2", g) and not read_as_factor("f", g)  # a Relu's, a residual Add's operand
+    assert not read_as_factor("logit", _Graph.of(_scorer()[0]))  # into a Sigmoid, then out
 
 
 def _scorer() -> tuple[onnx.ModelProto, np.ndarray]:
@@ -136,3 +138,28 @@ def test_a_logit_read_by_a_sigmoid_or_changing_sign_keeps_its_quantizer():
         result = quantize(model, a8w8, data=_scorer_feeds(w, signed), eval_samples=0)
         assert "logit" in result.plan.tensors, (signed, result.plan.float_tensors.get("logit"))
         assert not any("quiet_batches" in why for why in result.plan.float_tensors.values())
+
+
+def test_a_tensor_sharing_its_sources_scale_does_not_go_float_alone():
+    """NPU placement: ``part = Slice(Relu(h))`` gates ``z`` (a factor, one sign, quiet on the 1× calls
+    beside the 100× ones) and takes ``Relu(h)``'s int8 scale (plan/rules.py: onnxruntime needs the
+    requantization after an int8 tensor's data move). Kept float alone it gave a model onnxruntime
+    refuses ("output_dtype INT8 does not match y_zero_point type UINT8"); it follows its source."""
+    from onnxptq.compat import QuantizationConfig
+    from onnxptq.compat.options import parse
+
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, (8, 6)).astype(np.float32), "WA"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (8, 3)).astype(np.float32), "WB"),
+             numpy_helper.from_array(np.array([0], np.int64), "s0"), numpy_helper.from_array(np.array([3], np.int64), "s1"),
+             numpy_helper.from_array(np.array([2], np.int64), "ax")]
+    nodes = [helper.make_node("MatMul", ["x", "WA"], ["h"], name="mm_a"), helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("Slice", ["hr", "s0", "s1", "ax"], ["part"], name="slice"),
+             helper.make_node("MatMul", ["x", "WB"], ["z"], name="mm_b"), helper.make_node("Mul", ["part", "z"], ["y"], name="gate")]
+    graph = helper.make_graph(nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": (rng.normal(0, 1, (1, 4, 8)) * (100.0 if i % 2 else 1.0)).astype(np.float32)} for i in range(8)]
+    cfg, _ = parse(QuantizationConfig(extra_options={"TargetRuntime": "npu"}))
+    result = quantize(model, cfg, feeds, eval_samples=0)  # loads in onnxruntime (finish checks it)
+    assert result.plan.tensors["part"].share_with == "hr" and "part" not in result.plan.float_tensors

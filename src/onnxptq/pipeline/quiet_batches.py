@@ -14,8 +14,10 @@ float and stopped at 0.826 of the height cells (bench/RESULTS.md, eighth round o
 The rule, by the calibration's data and the format alone: a per-tensor integer activation of at
 most :data:`~onnxptq.pipeline.plan.scarce.SCARCE_VALUES` values per calibration batch (a handful of
 scalars per sample, not a feature map), **of one sign over the whole calibration** (a magnitude: a
-variance, a gain, a reciprocal) and **read as a factor** (an operand of a ``Mul`` or a ``Div``,
-directly or through data movement: :data:`MOVES`), whose quietest batch peaks below ``√levels`` steps of its solved
+variance, a gain, a reciprocal) and **read as a factor** (it scales another computed tensor: an
+operand of a ``Mul`` or a ``Div`` whose other operand is computed, reached directly or through
+data movement and elementwise arithmetic against constants: :func:`read_as_factor`), whose
+quietest batch peaks below ``√levels`` steps of its solved
 grid (16 codes of int8's 256, 256 of int16's 65536: the quiet batches keep less than half the
 format's bits) stays float, with the reason in the plan. A batch that is exactly zero is held
 exactly and does not count. Keeping such a tensor float costs nothing at run time (a few values
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,7 +52,7 @@ from .plan import Plan
 from .plan.scarce import SCARCE_VALUES
 from .solve import shared_activation_params
 
-__all__ = ["MOVES", "keep_quiet_scalars_float", "read_as_factor"]
+__all__ = ["ARITHMETIC", "MOVES", "keep_quiet_scalars_float", "read_as_factor"]
 
 log = logging.getLogger(__name__)
 
@@ -57,28 +60,47 @@ log = logging.getLogger(__name__)
 MOVES = frozenset("Reshape Squeeze Unsqueeze Flatten Transpose Identity Expand Tile".split())
 #: ops whose operands scale each other: a relative error in either is one in the result
 FACTOR_OPS = frozenset({"Mul", "Div"})
+#: elementwise arithmetic that, against constants (or the tensor itself: σ·σ), carries a relative
+#: error on: σ² + σd², 1/√d, σd²/d, 4·p
+ARITHMETIC = frozenset("Add Sub Mul Div Pow Sqrt Reciprocal Exp Log Neg Abs".split())
 
 
-def read_as_factor(name: str, readers: Mapping[str, list[onnx.NodeProto]]) -> bool:
-    """Whether ``name``, directly or through :data:`MOVES`, is an operand of a ``Mul`` or ``Div``."""
+@dataclass(frozen=True)
+class _Graph:
+    """The prepared model's readers of each tensor (data inputs only) and its constants."""
+
+    readers: dict[str, list[onnx.NodeProto]]
+    constants: frozenset[str]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> "_Graph":
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in model.graph.node:
+            for i, name in enumerate(node.input):
+                if name and not (node.op_type in MOVES and i > 0):  # a Reshape's shape, an Expand's shape: not data
+                    readers.setdefault(name, []).append(node)
+        constants = {i.name for i in model.graph.initializer}
+        constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+        return cls(readers, frozenset(constants))
+
+
+def read_as_factor(name: str, g: _Graph) -> bool:
+    """Whether ``name`` scales another computed tensor: it reaches an operand of a ``Mul`` or ``Div``
+    whose other operand is computed (a feature map, not a constant), directly or through
+    :data:`MOVES` and through :data:`ARITHMETIC` against constants or itself (a reciprocal, a square,
+    an offset by a constant carry its relative error on: EDM's ``σ² → σ² + σd² → c_skip → x·c_skip``)."""
     todo, seen = [name], {name}
     while todo:
-        for node in readers.get(todo.pop(), []):
-            if node.op_type in FACTOR_OPS:
+        current = todo.pop()
+        for node in g.readers.get(current, []):
+            others = [i for i in node.input if i and i != current]
+            if node.op_type in FACTOR_OPS and any(i not in g.constants for i in others):
                 return True
-            if node.op_type in MOVES and node.output[0] not in seen:
+            passes = node.op_type in MOVES or (node.op_type in ARITHMETIC and all(i in g.constants for i in others))
+            if passes and node.output and node.output[0] not in seen:
                 seen.add(node.output[0])
                 todo.append(node.output[0])
     return False
-
-
-def _readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
-    out: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for i, name in enumerate(node.input):
-            if name and not (node.op_type in MOVES and i > 0):  # a Reshape's shape, an Expand's shape: not data
-                out.setdefault(name, []).append(node)
-    return out
 
 
 def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any], *,
@@ -88,7 +110,7 @@ def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[
     than ``√levels`` codes (module docstring; ``model`` is the prepared model the plan is of); record
     and return the reasons."""
     why: dict[str, str] = {}
-    readers: dict[str, list[onnx.NodeProto]] | None = None
+    g: _Graph | None = None
     for t in plan.activations():
         c = stats.get(t.name)
         if not t.quant.is_integer or t.quant.per_channel or not isinstance(c, MinMaxCollector) or c.batches < 2:
@@ -97,8 +119,8 @@ def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[
             continue
         if c.min < 0.0 < c.max:  # signed: a batch near zero is a crossing, not a quiet input (module docstring)
             continue
-        readers = readers if readers is not None else _readers(model)
-        if not read_as_factor(t.name, readers):  # read additively: the absolute step is what counts
+        g = g if g is not None else _Graph.of(model)
+        if not read_as_factor(t.name, g):  # read additively: the absolute step is what counts
             continue
         step = float(np.max(shared_activation_params(plan, t, stats, moving_average=moving_average).scale))
         qmin, qmax = qrange(t.quant.format, symmetric=t.quant.symmetric, reduce_range=t.quant.reduce_range)
@@ -108,6 +130,12 @@ def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[
         why[t.name] = (f"a factor of a few values per sample, of one sign, whose quietest calibration batch peaks at {c.quietest_peak:.3g}, "
                        f"{c.quietest_peak / step:.2g} steps of its {t.quant.format} grid (range up to {c.abs_max:.3g}; fewer "
                        f"than {codes:g}): quiet inputs would lose it, so it stays float (pipeline/quiet_batches.py)")
+    # A tensor that takes its scale from another (share_with) carries that tensor's grid: it goes
+    # float with its source, never alone. Alone it would break the requantization onnxruntime needs
+    # after an int8 tensor's data move (plan/rules.py _requantize_after_float_transposes: under the
+    # NPU placement a Slice output kept float alone gave a model onnxruntime refuses).
+    why = {n: r for n, r in why.items() if plan.tensors[n].share_with is None or plan.tensors[n].share_with in why
+           or plan.tensors[n].share_with not in plan.tensors}
     plan.keep_float(why)
     if why:
         log.info("quiet batches: %d scalar activation(s) stay float (an integer grid flushes their quiet calibration "
