@@ -109,17 +109,24 @@ def pattern_data(n: int = 24, seed: int = 3) -> list[dict[str, np.ndarray]]:
 
 
 def planted_model(outlier: float = 1000.0, depth: int = 0) -> onnx.ModelProto:
-    """A sensitive subgraph: token 0 of the hidden tensor is scaled by ``outlier`` (``Mul_hot``) and
-    masked out again after the second layer, so float never sees it in the output while a
-    per-tensor int8 range over the hidden tensor leaves every other token a handful of codes.
+    """A sensitive node: ``MatMul_hot``'s weight holds ``outlier`` in the row that reads a dead hidden
+    unit (``w1``'s column 0 is zero, so the unit is 0 on every input and float never sees the row),
+    while its other weights are ordinary (~0.13). One int8 grid per output column is set by the
+    outlier (step ~8), so every ordinary weight rounds to 0 and the output vanishes (cosine 0.0 at
+    A8W8); 16-bit weights (step 0.03) or float hold it. The break is a per-channel spread an int8
+    weight grid cannot hold, found only by measuring the output: no plan rule keeps it float (a
+    per-tensor gain constant would: pipeline/plan/gain_vectors.py; the activations' ranges are
+    ordinary, so the range guard passes them). Token 0 is masked out after the next layer.
     ``depth`` more MatMul+Relu layers before it make the search space larger (node-by-node
     sensitivity would build one candidate per node)."""
     rng = np.random.default_rng(5)
     b = _B()
-    w1 = b.const(rng.standard_normal((H, H)) / np.sqrt(H), "w1")
+    dead = rng.standard_normal((H, H)) / np.sqrt(H)
+    dead[:, 0] = 0.0  # hidden unit 0 never fires
+    w1 = b.const(dead, "w1")
     w2 = b.const(rng.standard_normal((H, H)) / np.sqrt(H), "w2")
-    hot = np.ones((S, 1), np.float32)
-    hot[0] = outlier
+    hot = rng.standard_normal((H, H)) / np.sqrt(H)
+    hot[0] = outlier  # the weights of the dead unit
     mask = np.ones((S, 1), np.float32)
     mask[0] = 0.0
     src = "x"
@@ -127,7 +134,7 @@ def planted_model(outlier: float = 1000.0, depth: int = 0) -> onnx.ModelProto:
         w = b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H)), f"wd{i}")
         src = b.op("Relu", b.op("MatMul", src, w)) if i % 2 else b.op("MatMul", src, w)
     h = b.op("MatMul", src, w1)
-    b.nodes.append(helper.make_node("Mul", [h, b.const(hot, "hot")], ["hot_out"], name="Mul_hot"))
+    b.nodes.append(helper.make_node("MatMul", [h, b.const(hot, "hot")], ["hot_out"], name="MatMul_hot"))
     z = b.op("Relu", b.op("MatMul", "hot_out", w2))
     b.nodes.append(helper.make_node("Mul", [z, b.const(mask, "mask")], ["masked"], name="Mul_mask"))
     # One value per token (a per-token regression: a width-1 head is no class score, so the floor

@@ -1,9 +1,8 @@
 """The accuracy floor with repair (analysis/floor.py, algorithms/repair.py, docs/accuracy.md).
 
-A planted sensitive subgraph (tests/_structure_graphs.planted_model): token 0 of a hidden tensor
-is scaled by 1000 at ``Mul_hot`` and masked out after the next layer, so float never shows it
-while a per-tensor int8 range over that tensor leaves the other tokens a handful of codes
-(output cosine 0.0 at A8W8). Without repair the floor is reported broken; by default the node is
+A planted sensitive node (tests/_structure_graphs.planted_model): ``MatMul_hot``'s weight holds
+1000 in the row that reads a dead hidden unit, so float never shows it while each output column's
+int8 grid (step ~8) rounds every ordinary weight to 0 (output cosine 0.0 at A8W8). Without repair the floor is reported broken; by default the node is
 found, kept float and named in the warning, the summary, the plan and the CLI's output.
 """
 
@@ -61,17 +60,17 @@ def test_default_repair_keeps_the_planted_node_float_and_says_so(caplog):
         result = quantize(model, A8W8.replace(repair_budget=50.0, repair_step_up=False), pattern_data(32))
     assert result.floor.ok and _cosine(model, result.model) >= 0.98
     kept = list(result.repair["kept_float"])
-    assert "Mul_hot" in kept and len(kept) <= 2
+    assert "MatMul_hot" in kept and len(kept) <= 2
     # Bisection, not node by node: fewer builds than the plan has nodes.
     assert result.repair["evaluations"] < result.repair["candidates"]
     warning = next(r.getMessage() for r in caplog.records if r.name.endswith("repair"))
-    assert "Mul_hot" in warning and "cosine 0.0000" in warning and "holds" in warning
+    assert "MatMul_hot" in warning and "cosine 0.0000" in warning and "holds" in warning
     text = result.summary()
-    assert "REPAIRED" in text and "Mul_hot" in text and "before: out: cosine 0.0000" in text and ": holds" in text
+    assert "REPAIRED" in text and "MatMul_hot" in text and "before: out: cosine 0.0000" in text and ": holds" in text
     plan = result.plan.to_json()
-    assert "Mul_hot" in plan["kept_float"] and "accuracy floor" in plan["kept_float"]["Mul_hot"]
+    assert "MatMul_hot" in plan["kept_float"] and "accuracy floor" in plan["kept_float"]["MatMul_hot"]
     assert plan["repair"]["after"]["ok"] and not plan["repair"]["before"]["ok"]
-    assert result.plan.skipped_nodes["Mul_hot"].startswith("kept float by repair")
+    assert result.plan.skipped_nodes["MatMul_hot"].startswith("kept float by repair")
 
 
 def test_strict_raises_and_writes_nothing(tmp_path):
@@ -139,11 +138,11 @@ def test_cli_prints_the_summary_once_and_names_the_repair(tmp_path):
     assert run.returncode == 0, run.stderr
     both = run.stdout + run.stderr
     assert both.count("quantized ") == 1 and both.count("accuracy floor (") == 2  # the summary once; the warning once
-    assert "REPAIRED" in run.stdout and "Mul_hot" in run.stdout
-    assert "Mul_hot" in json.loads((tmp_path / "plan.json").read_text())["stepped_up"]  # A8W8: 16-bit step first
+    assert "REPAIRED" in run.stdout and "MatMul_hot" in run.stdout
+    assert "MatMul_hot" in json.loads((tmp_path / "plan.json").read_text())["stepped_up"]  # A8W8: 16-bit step first
     run = cli("--no-repair-step-up")  # float, not 16-bit, for the responsible node
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert run.returncode == 0 and not plan["stepped_up"] and "Mul_hot" in plan["repair"]["kept_float"], run.stdout
+    assert run.returncode == 0 and not plan["stepped_up"] and "MatMul_hot" in plan["repair"]["kept_float"], run.stdout
     run = cli("--no-repair")
     assert run.returncode == 0 and "BROKEN" in run.stdout and "REPAIRED" not in run.stdout
     run = cli("--strict")

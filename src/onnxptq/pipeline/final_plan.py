@@ -22,6 +22,7 @@ from ..config.schema import QuantConfig
 from ..memory import release_freed
 from .coverage import drop_uncalibrated_bodies
 from .fp16_range import keep_overflowing_float
+from .quiet_batches import keep_quiet_scalars_float
 from .guard import GuardValues, apply_range_guard
 from .plan import Plan, make_plan
 from .plan.corners import settle
@@ -98,5 +99,7 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
             release_freed()  # this build's guard values and checks: solve and emit come next
     # An unscaled fp16 activation beyond fp16's range on calibration data stays float (fp16_range.py).
     keep_overflowing_float(plan, calibrated.stats)
+    # A few values per sample, a magnitude read as a factor, that an integer grid flushes on quiet batches stay float (quiet_batches.py).
+    keep_quiet_scalars_float(prepared, plan, calibrated.stats, moving_average=cfg.calibration.moving_average)
     # What coverage and the guard left float may orphan an int32 bias (plan/corners.py).
     return settle(plan)

@@ -36,6 +36,7 @@ from .thresholds import decision_thresholds
 from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
+from .gain_vectors import coarse_gain_vectors
 from .peak_nms import peak_nms_float
 from .zero_guards import zero_guard_float
 from .corners import orphan_int32_biases, scalar_block_tensors
@@ -308,7 +309,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 float_tensors.setdefault(name, reason)
                 producer_side.pop(name, None)
                 consumer_side.pop(name, None)
-    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g)}.items():  # peak_nms.py, zero_guards.py
+    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g)}.items():  # peak_nms.py, zero_guards.py, gain_vectors.py
         float_tensors[name] = reason
         producer_side.pop(name, None)
         consumer_side.pop(name, None)

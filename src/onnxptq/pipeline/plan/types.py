@@ -146,7 +146,7 @@ class Plan:
     def keep_float(self, reasons: dict[str, str]) -> None:
         """Unplan the tensors named in ``reasons`` (name → why it stays float) and record why in
         :attr:`float_tensors`; a tensor that shared its scale with one of them keeps its own. One
-        place for the final plan's range rules (fp16_range) to drop tensors, so none
+        place for the final plan's range rules (fp16_range, quiet_batches) to drop tensors, so none
         forgets the sharing (a share_with to an unplanned tensor has no scale to take)."""
         for name in reasons:
             self.tensors.pop(name, None)
