@@ -237,9 +237,11 @@ class _Runs:
                 else:
                     self.batch_axes = axes
         self.reductions: dict[str, Reduction] = {}
+        shapes = {vi.name: vi.type.tensor_type.shape for vi in list(graph.value_info) + list(graph.output)
+                  + list(graph.input) if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
         for n in reduced:
             axis, rank = self.batch_axes.get(n, (0, None))
-            red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank)
+            red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank, _declared_dims(shapes.get(n)))
             assert red is not None  # the caller chose ``reduced`` by reducible()
             self.reductions[n] = red
         if self.grouping is None and not all(r.groupable for r in self.reductions.values()):
@@ -387,6 +389,14 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     if isinstance(feeds, Mapping):
         raise TypeError("feeds must be an iterable of dicts (got a single dict; wrap it in a list)")
     yield from feeds
+
+
+def _declared_dims(shape: Any) -> list[int | None] | None:
+    """The axes a ``TensorShapeProto`` declares (None for a symbolic one), None without a shape: they
+    pick the form of a tail reduction (:func:`~onnxptq.calibration.reductions.plan_reduction`)."""
+    if shape is None:
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else None for d in shape.dim]
 
 
 def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | None, optimize: bool = True) -> Any:
