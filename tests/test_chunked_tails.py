@@ -108,3 +108,17 @@ def test_chunked_tails_skip_a_feed_with_nan():
     clean = _collect(_model("symbolic"), [feeds[0], feeds[2]], 0)["i"]
     assert got.skipped_batches == 1 and got.count == clean.count == 2 * 4 * 128 * 130
     assert _state(got)[2:] == _state(clean)[2:]
+
+
+def test_symbolic_shapes_chunk_by_the_first_feed():
+    """Where the declared shape leaves axes symbolic, the first feed's size (shape inference on its
+    shapes) decides whether chunking pays: small maps keep the one TopK, large ones are chunked."""
+    from onnxptq.calibration.runner import _first_feed_sizes
+
+    model = _model("symbolic")
+    small, big = _feeds((2, 5, 7), 1, seed=1)[0], _feeds((4, 128, 130), 1, seed=2)[0]
+    assert _first_feed_sizes(model, small, ["r", "q"]) == {"r": 70, "q": 70}
+    assert _first_feed_sizes(model, big, ["i"]) == {"i": 4 * 128 * 130}
+    for hint, chunked in ((70, False), (4 * 128 * 130, True), (None, True)):
+        red = reductions.plan_reduction("r", _factory(), 21, TensorProto.FLOAT, 0, None, [None, None, None, None], size_hint=hint)
+        assert any(n.op_type == "ReduceMax" for n in red.nodes) is chunked, hint

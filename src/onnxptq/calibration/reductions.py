@@ -218,7 +218,8 @@ def reducible(collector: Collector) -> bool:
 
 
 def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None, batch_axis: int = 0,
-                   rank: int | None = None, dims: Sequence[int | None] | None = None) -> Reduction | None:
+                   rank: int | None = None, dims: Sequence[int | None] | None = None,
+                   size_hint: int | None = None) -> Reduction | None:
     """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor.
 
     Each reduction first views the tensor as ``[G, -1]`` (:data:`ROWS_INPUT`) and reduces each
@@ -228,7 +229,8 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
     ``batch_axis`` > 0 (of ``rank`` axes) is transposed to bring them first. ``dims``: the
     tensor's declared axes (None: no shape; an entry None: a symbolic axis), which pick the form of
     a tail collector's reduction (:func:`_chunked_tails` from :data:`CHUNKED_TAILS_MIN` values a
-    feed, or where the size is unknown; chunks from :func:`_tail_chunk`).
+    feed, or where the size is unknown; chunks from :func:`_tail_chunk`). ``size_hint``: the values
+    of the first feed where ``dims`` leave it unknown: it decides whether to chunk, not how.
     """
     if type(collector) is MinMaxCollector:
         view, rows = _rows_view(name, batch_axis, rank)
@@ -284,7 +286,8 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         src_dims = (None if dims is None or not 0 <= batch_axis < len(dims)
                     else [dims[batch_axis]] + [d for i, d in enumerate(dims) if i != batch_axis])
         chunk, size = _tail_chunk(src_dims)
-        chunked = opset >= _CHUNKED_OPSET and (size is None or size >= CHUNKED_TAILS_MIN)
+        known = size if size is not None else size_hint  # a hint (the first feed's size) picks, never the chunk
+        chunked = opset >= _CHUNKED_OPSET and (known is None or known >= CHUNKED_TAILS_MIN)
         if chunked:
             src = name + "__onnxptq_batch_first" if batch_axis else name
             nodes += _chunked_tails(p, src, rows_f, opset, chunk)
