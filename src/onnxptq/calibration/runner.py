@@ -31,7 +31,7 @@ from onnx import helper
 
 from . import bodies
 
-from onnxptq.calibration.collectors import Collector, MinMaxCollector
+from onnxptq.calibration.collectors import Collector, MinMaxCollector, TailCollector
 from onnxptq.calibration.methods import Method, make_collector
 from onnxptq.sessions import open_session
 from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, plan_reduction, reducible
@@ -237,9 +237,15 @@ class _Runs:
                 else:
                     self.batch_axes = axes
         self.reductions: dict[str, Reduction] = {}
+        shapes = {vi.name: vi.type.tensor_type.shape for vi in list(graph.value_info) + list(graph.output)
+                  + list(graph.input) if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+        unsized = [n for n in reduced if type(collectors[n]) is TailCollector
+                   and None in ((_declared_dims(shapes.get(n)) or [None, None])[1:] or [None])]
+        hints = _first_feed_sizes(model, first[0], unsized) if unsized and first else {}
         for n in reduced:
             axis, rank = self.batch_axes.get(n, (0, None))
-            red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank)
+            red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank, _declared_dims(shapes.get(n)),
+                                 size_hint=hints.get(n))
             assert red is not None  # the caller chose ``reduced`` by reducible()
             self.reductions[n] = red
         if self.grouping is None and not all(r.groupable for r in self.reductions.values()):
@@ -387,6 +393,44 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     if isinstance(feeds, Mapping):
         raise TypeError("feeds must be an iterable of dicts (got a single dict; wrap it in a list)")
     yield from feeds
+
+
+def _declared_dims(shape: Any) -> list[int | None] | None:
+    """The axes a ``TensorShapeProto`` declares (None for a symbolic one), None without a shape: they
+    pick the form of a tail reduction (:func:`~onnxptq.calibration.reductions.plan_reduction`)."""
+    if shape is None:
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else None for d in shape.dim]
+
+
+def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, int]:
+    """Values per feed of ``names`` on ``feed``, by ONNX shape inference with the inputs' shapes set
+    to the feed's ({} where it fails): for tensors whose declared shape leaves axes symbolic, it says
+    whether a tail reduction is worth chunking (a PP-OCR classifier's small maps with symbolic batch,
+    height and width: chunking them made its calibration runs 1.5x dearer; bench/RESULTS.md). A
+    hint only: the reduction stays exact for any size of later feeds."""
+    try:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        del probe.graph.value_info[:]
+        for vi in probe.graph.input:
+            if vi.name in feed and vi.type.HasField("tensor_type"):
+                dims = vi.type.tensor_type.shape.dim
+                del dims[:]
+                for d in np.shape(feed[vi.name]):
+                    dims.add().dim_value = int(d)
+        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - a hint only
+        log.debug("calibration: no concrete shapes for the tail reductions (%s)", _one_line(exc))
+        return {}
+    wanted = set(names)
+    out: dict[str, int] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.name in wanted and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = _declared_dims(vi.type.tensor_type.shape)
+            if dims and all(d is not None for d in dims[1:]):
+                out[vi.name] = int(np.prod(dims[1:], dtype=np.int64))
+    return out
 
 
 def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | None, optimize: bool = True) -> Any:
