@@ -51,13 +51,7 @@ def scalar_block_tensors(tensors: dict[str, TensorPlan], rank: dict[str, int]) -
         elif r is None:
             why[name] = (f"rank unknown to shape inference: the block axis of {t.quant.describe()} may not exist "
                          "on it, so it stays float")
-    for name in why:
-        del tensors[name]
-    if why:
-        _unshare(tensors, why)
-        log.info("plan: %d scalar/unknown-rank tensors stay float under a block format: %s",
-                 len(why), ", ".join(sorted(why)[:6]))
-    return why
+    return drop_float(tensors, why, "scalar/unknown-rank tensors stay float under a block format")
 
 
 def orphan_int32_biases(tensors: dict[str, TensorPlan]) -> dict[str, str]:
@@ -83,6 +77,18 @@ def settle(plan: Plan) -> Plan:
     why = orphan_int32_biases(plan.tensors)
     plan.float_tensors.update(why)
     return plan
+
+
+def drop_float(tensors: dict[str, TensorPlan], why: dict[str, str], what: str) -> dict[str, str]:
+    """Take ``why``'s tensors out of ``tensors`` (they stay float), let the tensors that shared a
+    scale with one keep their own, log ``what`` once; return ``why``. The one ending of the plan
+    rules that drop tensors, so that none forgets the unsharing."""
+    for name in why:
+        del tensors[name]
+    if why:
+        _unshare(tensors, why)
+        log.info("plan: %d %s: %s", len(why), what, ", ".join(sorted(why)[:6]))
+    return why
 
 
 def _unshare(tensors: dict[str, TensorPlan], gone: dict[str, str]) -> None:

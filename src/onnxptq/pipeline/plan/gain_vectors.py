@@ -30,18 +30,16 @@ would otherwise stay float on its one near-zero factor).
 
 from __future__ import annotations
 
-import logging
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ...formats.integer import compute_scale_zp, fake_quantize
-from .corners import _unshare
+from .corners import drop_float
 from .select import _Graph
 from .types import TensorPlan
 
-log = logging.getLogger(__name__)
 
 __all__ = ["MIN_STEPS", "coarse_gain_vectors"]
 
@@ -91,10 +89,4 @@ def coarse_gain_vectors(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, 
             why[name] = (f"gain constant of {values.size} factors ({nz.min():.3g} to {nz.max():.3g} in magnitude): on one "
                          f"{t.quant.describe()} grid its smallest factor spans {steps:.1f} steps (< {MIN_STEPS}), an "
                          "elementwise gain error nothing averages; it stays float (plan/gain_vectors.py)")
-    for name in why:
-        del tensors[name]
-    if why:
-        _unshare(tensors, why)
-        log.info("plan: %d gain constant(s) stay float (per-tensor grid too coarse for their small factors): %s",
-                 len(why), ", ".join(sorted(why)[:6]))
-    return why
+    return drop_float(tensors, why, "gain constant(s) stay float (per-tensor grid too coarse for their small factors)")
