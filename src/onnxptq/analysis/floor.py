@@ -582,8 +582,8 @@ def _reshaped_note(count: int, samples: int) -> str:
     (SLANet's Loop stops at ``eos``, a Compress keeps the values over a threshold), and a quantized
     model that changed it on a sample changed what the user reads; its figures are those of the
     samples shaped alike."""
-    return (f"; its shape differs from float's on {count} of {samples} samples (a length the data decides, "
-            f"changed: those samples count against it)")
+    return (f"(its shape differs from float's on {count} of {samples} samples: a length the data decides, "
+            f"changed; those samples count against it)")
 
 
 def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],
