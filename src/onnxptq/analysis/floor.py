@@ -437,7 +437,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         cosines: list[float] = []
         pooled_r: list[np.ndarray] = []
         pooled_g: list[np.ndarray] = []
-        agree = rows = 0
+        agree = rows = reshaped = 0
         classy = name in kinds
         kind = kinds.get(name)
         width = getattr(kind, "width", None)
@@ -465,6 +465,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 continue  # integer outputs (indices, lengths): nothing to compare in cosine
             if not np.isfinite(r).all():
                 continue  # float itself is not finite on this sample: nothing to hold a floor against
+            if r.shape != g.shape:
+                reshaped += 1  # a length the data decides moved (a Loop decoder stopped at another step)
+                continue
             if name in log_scales and r.shape == g.shape and np.isfinite(g).all():
                 r, g = to_linear(r, g, log_scales[name])
             if name in selected:
@@ -503,6 +506,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     seq_ref.append(r)
                     seq_got.append(g)
         if not cosines:
+            if reshaped:
+                verdict.outputs[name] = OutputCheck(name, 0.0, 0.0, ok=False, note=_reshaped_note(reshaped, len(reference)))
             continue
         arr = np.asarray(cosines)
         finite = bool(np.isfinite(arr).all())
@@ -555,6 +560,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
+        if reshaped:
+            check.ok = False
+            check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
         verdict.outputs[name] = check
     for name, fn in (agreements or {}).items():
         _judge_user_agreement(verdict, name, fn, reference, candidate, floor)
@@ -567,6 +575,15 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _reshaped_note(count: int, samples: int) -> str:
+    """Why an output whose shape moved breaks the floor: its length is a decision the data makes
+    (SLANet's Loop stops at ``eos``, a Compress keeps the values over a threshold), and a quantized
+    model that changed it on a sample changed what the user reads; its figures are those of the
+    samples shaped alike."""
+    return (f"(its shape differs from float's on {count} of {samples} samples: a length the data decides, "
+            f"changed; those samples count against it)")
 
 
 def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],

@@ -19,9 +19,19 @@ def node_names(model: onnx.ModelProto) -> list[str]:
     seen: set[str] = set()
     names = []
     index = ScopeIndex(model)
-    for i, node in enumerate(index.nodes()):
+    nodes = list(index.nodes())
+    # A made-up name must not be one the model already gives a node: LORE's table-logic transformer
+    # (lineless-table-rec) has an unnamed Shape at index 282 after prepare's folds and an exporter's
+    # 'Shape_282' elsewhere, and the two collided (bench/RESULTS.md, tenth round of outside models).
+    taken = {node.name for node in nodes if node.name}
+    for i, node in enumerate(nodes):
         if not node.name or node.name in seen:
-            node.name = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
+            base = f"{node.op_type}_{i}" if not node.name else f"{node.name}_{i}"
+            name, k = base, 1
+            while name in taken or name in seen:
+                name, k = f"{base}_{k}", k + 1
+            node.name = name
+            taken.add(name)
         seen.add(node.name)
         if index.node_scope[id(node)].is_main:
             names.append(node.name)
