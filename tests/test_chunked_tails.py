@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.calibration import reductions
 from onnxptq.calibration.collectors import TailCollector
@@ -122,3 +122,24 @@ def test_symbolic_shapes_chunk_by_the_first_feed():
     for hint, chunked in ((70, False), (4 * 128 * 130, True), (None, True)):
         red = reductions.plan_reduction("r", _factory(), 21, TensorProto.FLOAT, 0, None, [None, None, None, None], size_hint=hint)
         assert any(n.op_type == "ReduceMax" for n in red.nodes) is chunked, hint
+
+
+def test_shape_probe_holds_no_large_weight_and_infers_the_same_sizes():
+    """The first feed's sizes come from a probe without the large initializers (each becomes a typed
+    graph input): the same sizes as with the weights, a fraction of the memory."""
+    from onnx import helper
+    from onnxptq.calibration.runner import _first_feed_sizes, _shape_probe
+
+    w = np.random.default_rng(0).standard_normal((130, 96)).astype(np.float32)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 130])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([0, -1, 8], np.int64), "shape")]),
+        opset_imports=[helper.make_opsetid("", 21)])
+    probe = _shape_probe(model)
+    assert [i.name for i in probe.graph.initializer] == ["shape"]
+    assert "w" in {i.name for i in probe.graph.input}
+    assert probe.ByteSize() < w.nbytes // 10
+    feed = {"x": np.zeros((2, 5, 130), np.float32)}
+    assert _first_feed_sizes(model, feed, ["y", "z"]) == {"y": 5 * 96, "z": 5 * 96}

@@ -410,9 +410,7 @@ def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], na
     height and width: chunking them made its calibration runs 1.5x dearer; bench/RESULTS.md). A
     hint only: the reduction stays exact for any size of later feeds."""
     try:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        del probe.graph.value_info[:]
+        probe = _shape_probe(model)
         for vi in probe.graph.input:
             if vi.name in feed and vi.type.HasField("tensor_type"):
                 dims = vi.type.tensor_type.shape.dim
@@ -431,6 +429,35 @@ def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], na
             if dims and all(d is not None for d in dims[1:]):
                 out[vi.name] = int(np.prod(dims[1:], dtype=np.int64))
     return out
+
+
+def _shape_probe(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for shape inference that holds no large weight: each initializer of more
+    than :data:`_PROBE_MAX_VALUES` values becomes a graph input of its type and shape, which is all
+    inference reads of it, so the probe costs the graph's size, not the weights' (a copy of an LLM's
+    weights would double calibration's memory for a hint). Small initializers stay: shape
+    inference's data propagation reads a ``Reshape``'s target shape from them."""
+    g = model.graph
+    probe = onnx.ModelProto()
+    probe.ir_version = model.ir_version
+    probe.opset_import.extend(model.opset_import)
+    probe.functions.extend(model.functions)
+    pg = probe.graph
+    pg.name = g.name
+    pg.node.extend(g.node)
+    pg.input.extend(g.input)
+    pg.output.extend(g.output)
+    declared = {vi.name for vi in g.input}
+    for init in g.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= _PROBE_MAX_VALUES:
+            pg.initializer.append(init)
+        elif init.name not in declared:
+            pg.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return probe
+
+
+#: initializers up to this many values are copied into the shape probe (shape constants, scalars)
+_PROBE_MAX_VALUES = 4096
 
 
 def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | None, optimize: bool = True) -> Any:
