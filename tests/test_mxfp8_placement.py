@@ -159,7 +159,7 @@ def test_dot_operands_and_weight_exponent_search_keep_the_vit_close(vit):
     # plan rules alone. With it on in all three: 2.4e-3, 6.6e-4, 7.0e-4 (the search no longer helps
     # this model; bench/RESULTS.md "MXFP8 and MXINT8 on readers and the ViT, second round").
     every = _cosine_error(ref, _outputs(_quantize(vit, fp_block_dot_operands_only=False, mx_weight_scale_search=0,
-                                                  bias_correction=False).model, held))
+                                                  mx_activation_scale_search=0, bias_correction=False).model, held))
     dots = _cosine_error(ref, _outputs(_quantize(vit, mx_weight_scale_search=0, bias_correction=False).model, held))
     both = _cosine_error(ref, _outputs(_quantize(vit, bias_correction=False).model, held))
     print(f"cosine error: every op {every:.2e}, dot operands {dots:.2e}, + weight exponent search {both:.2e}")

