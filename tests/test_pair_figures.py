@@ -76,3 +76,28 @@ def test_compare_outputs_reports_the_same_figures() -> None:
             sums += (cos, l2, err, min(p, 200.0))
         want = dict(zip(("cosine", "l2", "mse", "psnr"), (sums / 3).tolist()))
         assert got[name] == want, (name, got[name], want)
+
+
+def test_floor_pools_the_per_feed_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accuracy floor's pooled and worst per-feed cosine of an output: bit for bit
+    ``_pooled_cosine`` and ``cosine_similarity`` of the feeds, from ONE float64 copy of each array per
+    feed (``measure`` converted every output twice: once per feed, once to pool); a non-finite
+    candidate still leaves its output's pooled cosine NaN."""
+    from onnxptq.analysis import floor, metrics
+
+    rng = np.random.default_rng(1)
+    refs = [{"map": rng.standard_normal((1, 8, 24, 24)).astype(np.float32),
+             "vec": rng.standard_normal((1, 10)).astype(np.float32)} for _ in range(4)]
+    cands = [{k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.05).astype(np.float32) for k, v in r.items()}
+             for r in refs]
+    cands[2]["vec"] = cands[2]["vec"].copy()
+    cands[2]["vec"][0, 3] = np.inf
+    want = {n: (floor._pooled_cosine([r[n] for r in refs], [c[n] for c in cands]),
+                min(cosine_similarity(r[n], c[n]) for r, c in zip(refs, cands))) for n in ("map",)}
+    converted: list[int] = []
+    dot = metrics.dot
+    monkeypatch.setattr(metrics, "dot", lambda a, b: converted.append(a.size) or dot(a, b))  # cosine_similarity's sums
+    verdict = floor.measure(refs, cands, floor.Floor("integer", 0.99, 0.9))
+    assert (verdict.outputs["map"].cosine, verdict.outputs["map"].cosine_min) == want["map"]
+    assert math.isnan(verdict.outputs["vec"].cosine)
+    assert converted == []  # no second float64 pass through cosine_similarity
