@@ -103,7 +103,8 @@ def pair_figures(reference: np.ndarray, test: np.ndarray) -> tuple[float, float,
     differences of every output, per held-out feed). On a detector with two 256×192×192 heads
     (LORE's ``lore_detect``, 9.4 M elements each) that was ~9.5 CPU s of an A16W8 quantize whose
     float model costs 1.6 CPU s a feed (bench/RESULTS.md, issue 26, branch lore16). The peak
-    memory is lower too: three float64 arrays at once instead of four."""
+    memory is lower too: two float64 arrays at once (the difference goes into one copy) where
+    the four functions held three."""
     a, b = np.asarray(reference), np.asarray(test)
     if (a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape
             or not (a.flags.c_contiguous and b.flags.c_contiguous)):
@@ -116,8 +117,8 @@ def pair_figures(reference: np.ndarray, test: np.ndarray) -> tuple[float, float,
     else:
         cos = float(dot(fx, fy) / (nx * ny))
     peak = float(x.max()) if x.size else 0.0
-    diff = x - y
-    del x, y, fx, fy
+    diff = np.subtract(x, y, out=x)  # into x's copy: an array also for 0-d outputs (``x - y`` is a scalar there)
+    del y, fx, fy
     flat = diff.ravel()
     l2 = math.sqrt(dot(flat, flat))
     np.square(diff, out=diff)  # ``diff ** 2`` in place: the same squares
