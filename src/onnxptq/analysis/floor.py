@@ -353,6 +353,36 @@ def _pooled_cosine(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> fl
     return float(xy / (nx * ny))
 
 
+def _cosine_of_sums(xx: float, yy: float, xy: float) -> float:
+    """:func:`cosine_similarity`'s last step, from its three float64 sums."""
+    nx, ny = math.sqrt(xx), math.sqrt(yy)
+    if nx == 0 or ny == 0:
+        return 1.0 if nx == ny else 0.0
+    return float(xy / (nx * ny))
+
+
+def _cosine_sums(ref: np.ndarray, got: np.ndarray) -> tuple[float, tuple[float, float, float]]:
+    """:func:`cosine_similarity` of one feed's pair and its three float64 sums, which
+    :func:`measure` pools over the feeds into the very figure :func:`_pooled_cosine` gives (the same
+    sums, added in the same order) without converting every output to float64 a second time: on a
+    detector's two 256×192×192 heads the second pass was ~2 s of an A16W8 quantize
+    (bench/RESULTS.md, issue 26, branch lore16)."""
+    x = np.asarray(ref, dtype=np.float32).ravel().astype(np.float64)
+    y = np.asarray(got, dtype=np.float32).ravel().astype(np.float64)
+    if x.shape != y.shape:
+        cosine_similarity(x, y)  # raises its error on unequal sizes
+    sums = (dot(x, x), dot(y, y), dot(x, y))
+    return _cosine_of_sums(*sums), sums
+
+
+def _added(sums: Sequence[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The feeds' sums added one feed after another from 0.0, as :func:`_pooled_cosine` adds them."""
+    xx = yy = xy = 0.0
+    for a, b, c in sums:
+        xx, yy, xy = xx + a, yy + b, xy + c
+    return xx, yy, xy
+
+
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
     return count >= floor.needed
@@ -435,8 +465,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 verdict.outputs[name] = check
                 continue
         cosines: list[float] = []
-        pooled_r: list[np.ndarray] = []
-        pooled_g: list[np.ndarray] = []
+        sums: list[tuple[float, float, float]] = []  # per feed, for the pooled cosine (_cosine_sums)
         agree = rows = reshaped = 0
         classy = name in kinds
         kind = kinds.get(name)
@@ -472,9 +501,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 r, g = to_linear(r, g, log_scales[name])
             if name in selected:
                 g = match_rows(r, g)
-            cosines.append(cosine_similarity(r, g) if np.isfinite(g).all() else float("nan"))
-            pooled_r.append(r.ravel())
-            pooled_g.append(g.ravel())
+            if np.isfinite(g).all():
+                cos, parts = _cosine_sums(r, g)
+                cosines.append(cos)
+                sums.append(parts)
+            else:
+                cosines.append(float("nan"))
             if scores is not None:
                 gate = row_gates.get(name)
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
@@ -513,7 +545,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         finite = bool(np.isfinite(arr).all())
         # Over all held-out feeds at once: a per-feed cosine of a one-value output (a wake-word
         # probability, a score) is only its sign, 1.0 however far the value moved.
-        pooled = _pooled_cosine(pooled_r, pooled_g) if finite else float("nan")
+        # (_pooled_cosine's figure: its sums, feed by feed, in the same order)
+        pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         if regression:
             check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"

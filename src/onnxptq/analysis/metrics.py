@@ -93,6 +93,42 @@ def psnr(reference: np.ndarray, test: np.ndarray) -> float:
     return 20.0 * math.log10(peak) - 10.0 * math.log10(mse)
 
 
+def pair_figures(reference: np.ndarray, test: np.ndarray) -> tuple[float, float, float, float] | None:
+    """``(cosine, L2 loss, MSE, PSNR)`` of two C-contiguous float32 arrays of one shape, each figure
+    bit for bit what :func:`cosine_similarity`, :func:`l2_loss`, ``compare.mse`` and :func:`psnr`
+    return (the same float64 values summed in the same order), from ONE float64 copy of each array
+    and one difference; ``None`` for any other pair (the four functions then run as before).
+
+    Why: the four functions each convert both arrays to float64 again (eight copies and three
+    differences of every output, per held-out feed). On a detector with two 256×192×192 heads
+    (LORE's ``lore_detect``, 9.4 M elements each) that was ~9.5 CPU s of an A16W8 quantize whose
+    float model costs 1.6 CPU s a feed (bench/RESULTS.md, issue 26, branch lore16). The peak
+    memory is lower too: two float64 arrays at once (the difference goes into one copy) where
+    the four functions held three."""
+    a, b = np.asarray(reference), np.asarray(test)
+    if (a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape
+            or not (a.flags.c_contiguous and b.flags.c_contiguous)):
+        return None
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    fx, fy = x.ravel(), y.ravel()
+    nx, ny = math.sqrt(dot(fx, fx)), math.sqrt(dot(fy, fy))
+    if nx == 0 or ny == 0:
+        cos = 1.0 if nx == ny else 0.0
+    else:
+        cos = float(dot(fx, fy) / (nx * ny))
+    peak = float(x.max()) if x.size else 0.0
+    diff = np.subtract(x, y, out=x)  # into x's copy: an array also for 0-d outputs (``x - y`` is a scalar there)
+    del y, fx, fy
+    flat = diff.ravel()
+    l2 = math.sqrt(dot(flat, flat))
+    np.square(diff, out=diff)  # ``diff ** 2`` in place: the same squares
+    mse = float(np.mean(diff)) if diff.size else 0.0
+    if mse == 0.0:
+        return cos, l2, mse, math.inf
+    peak = peak if peak > 0 else _TINY
+    return cos, l2, mse, 20.0 * math.log10(peak) - 10.0 * math.log10(mse)
+
+
 @dataclass
 class PairMetrics:
     """The three metrics for one file pair."""
