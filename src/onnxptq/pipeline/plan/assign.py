@@ -310,7 +310,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 float_tensors.setdefault(name, reason)
                 producer_side.pop(name, None)
                 consumer_side.pop(name, None)
-    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g), **bias_epilogue_float(tensors, g)}.items():  # peak_nms.py, zero_guards.py, gain_vectors.py, bias_epilogues.py
+    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g), **(bias_epilogue_float(tensors, g) if runtime.is_cpu(config) else {})}.items():  # peak_nms.py, zero_guards.py, gain_vectors.py, bias_epilogues.py
         float_tensors[name] = reason
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
