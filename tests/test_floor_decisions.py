@@ -191,7 +191,7 @@ def test_a_topk_selection_is_judged_on_the_candidates_that_matter_not_its_backgr
     got = ort.InferenceSession(result.model.SerializeToString())
     a = np.concatenate([ref.run(None, f)[0][0] for f in held])
     b = np.concatenate([got.run(None, f)[0][0] for f in held])
-    assert np.mean(a[:, 5] != b[:, 5]) > 0.2
+    assert np.mean(a[:, 5] != b[:, 5]) > 0.15  # 0.18 since plan/bias_epilogues.py (one rounding fewer)
     # ... while the detections (score > 0.25) are the same boxes and classes.
     for f in held:
         r, g = ref.run(None, f)[0][0], got.run(None, f)[0][0]
