@@ -36,10 +36,7 @@ from .thresholds import decision_thresholds
 from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
-from .gain_vectors import coarse_gain_vectors
-from .peak_nms import peak_nms_float
-from .zero_guards import zero_guard_float
-from .bias_epilogues import bias_epilogue_float
+from .late_rules import late_float_rules
 from .corners import orphan_int32_biases, scalar_block_tensors
 from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
@@ -310,7 +307,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 float_tensors.setdefault(name, reason)
                 producer_side.pop(name, None)
                 consumer_side.pop(name, None)
-    for name, reason in {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g), **(bias_epilogue_float(tensors, g) if runtime.is_cpu(config) else {})}.items():  # peak_nms.py, zero_guards.py, gain_vectors.py, bias_epilogues.py
+    for name, reason in late_float_rules(tensors, g, config).items():  # plan/late_rules.py
         float_tensors[name] = reason
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
