@@ -111,7 +111,10 @@ def test_starved_columns_get_their_own_scales_and_keep_their_accuracy():
     model = _head()
     result = _quantize(model)
     plan = result.plan
-    assert "sliced head" in plan.float_tensors.get("o", "") and "sliced head" in plan.float_tensors.get("e", "")
+    assert "sliced head" in plan.float_tensors.get("o", "")
+    # The bare MatMul product stays float too: under the CPU placement first as a bias epilogue
+    # (plan/bias_epilogues.py: one rounding, after the bias), else as a part of the sliced head.
+    assert any(why in plan.float_tensors.get("e", "") for why in ("sliced head", "bias Add")), plan.float_tensors
     assert all(plan.tensors[f"c{k}"].share_with is None for k in range(9))
     err = _errors(model, result.model)
     gated = [k for k in range(9) if GATES[k] and GATES[(k + 1) % 9]]  # products of two gates: |value| <= 1
