@@ -124,3 +124,10 @@ class GraphIndex:
         if self.constant(name) and self.chain(name):  # a packed weight: decode it
             return self.constant_value(name)
         return None
+
+
+def mx_scale_search(model: onnx.ModelProto) -> dict[str, int]:
+    """The ``scale_search`` attribute of each MX quantizer node, by the tensor it reads (which
+    exponent rule each MX activation got: OCP's, or the unsaturated one)."""
+    return {n.input[0]: next(a.i for a in n.attribute if a.name == "scale_search")
+            for n in model.graph.node if n.op_type.startswith("MXQuantizeDequantize")}

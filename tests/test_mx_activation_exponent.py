@@ -17,6 +17,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _graph_precision import mx_scale_search
+
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.config.schema import ConfigError, make_tensor_quant
@@ -52,18 +54,9 @@ def _quantize(preset: str, **changes):
     return quantize(_model(), cfg, _feeds(4, 1), eval_samples=0)
 
 
-def _mx_rules(model: onnx.ModelProto) -> dict[str, int]:
-    """The ``scale_search`` of each MX quantizer node, by the tensor it reads."""
-    out = {}
-    for n in model.graph.node:
-        if n.op_type.startswith("MXQuantizeDequantize"):
-            out[n.input[0]] = next(a.i for a in n.attribute if a.name == "scale_search")
-    return out
-
-
 def test_activations_take_the_unsaturated_exponent_when_asked() -> None:
     r = _quantize("MXFP8_E4M3", mx_activation_scale_search=3)
-    rules = _mx_rules(r.model)
+    rules = mx_scale_search(r.model)
     assert rules["x"] == 3 and rules["h2"] == 3, rules  # activations: no clipped block maximum
     plan = r.plan.tensors
     assert plan["w1"].quant.attr_dict["scale_search"] == 1  # weights (folded into the file): X or X+1 by error
@@ -83,7 +76,7 @@ def test_it_lowers_the_error_against_ocp() -> None:
 
 @pytest.mark.parametrize("preset", ["MXFP8_E4M3", "MXINT8", "MXFP4"])
 def test_default_keeps_ocp(preset: str) -> None:
-    rules = _mx_rules(_quantize(preset).model)
+    rules = mx_scale_search(_quantize(preset).model)
     assert rules["x"] == 0 and rules["h2"] == 0, rules
 
 
@@ -91,8 +84,8 @@ def test_explicit_rules_are_kept() -> None:
     """An activation searching by error (``scale_search=1``) keeps it; the option forces 3 on MXINT8."""
     cfg = resolve_config("MXFP8_E4M3")
     act = make_tensor_quant("mx", attrs={**dict(cfg.activation.attrs), "scale_search": 1})
-    assert _mx_rules(_quantize("MXFP8_E4M3", activation=act, mx_activation_scale_search=3).model)["x"] == 1
-    assert _mx_rules(_quantize("MXINT8", mx_activation_scale_search=3).model)["x"] == 3
+    assert mx_scale_search(_quantize("MXFP8_E4M3", activation=act, mx_activation_scale_search=3).model)["x"] == 1
+    assert mx_scale_search(_quantize("MXINT8", mx_activation_scale_search=3).model)["x"] == 3
 
 
 def test_bad_option_is_named() -> None:

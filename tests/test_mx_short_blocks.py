@@ -18,6 +18,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _graph_precision import mx_scale_search
+
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
@@ -65,14 +67,8 @@ def _quantize(preset: str, **changes):
     return quantize(_model(), cfg, _feeds(4, 1), eval_samples=0)
 
 
-def _rules(model: onnx.ModelProto) -> dict[str, int]:
-    """The ``scale_search`` of each MX quantizer node, by the tensor it reads."""
-    return {n.input[0]: next(a.i for a in n.attribute if a.name == "scale_search")
-            for n in model.graph.node if n.op_type.startswith("MXQuantizeDequantize")}
-
-
 def test_short_blocks_take_the_unsaturated_exponent() -> None:
-    rules = _rules(_quantize("MXFP8_E4M3").model)
+    rules = mx_scale_search(_quantize("MXFP8_E4M3").model)
     assert rules["nchw"] == 3, rules  # the input's blocks of 3 channels
     assert rules["r1"] == 0, rules  # 16 channels inside the network: OCP's rule
     assert rules["feat"] == 0, rules  # 32 features: full blocks keep OCP's rule
@@ -94,12 +90,12 @@ def test_it_lowers_the_error_against_ocp() -> None:
 
 @pytest.mark.parametrize("preset", ["MXINT8", "MXFP4", "MXFP6_E2M3"])
 def test_other_elements_keep_ocp(preset: str) -> None:
-    rules = _rules(_quantize(preset).model)
+    rules = mx_scale_search(_quantize(preset).model)
     assert rules and set(rules.values()) == {0}, rules
 
 
 def test_option_restores_ocp() -> None:
-    rules = _rules(_quantize("MXFP8_E4M3", mx_activation_scale_search=0).model)
+    rules = mx_scale_search(_quantize("MXFP8_E4M3", mx_activation_scale_search=0).model)
     assert set(rules.values()) == {0}, rules
 
 
@@ -140,6 +136,6 @@ def test_narrow_layers_and_a_padded_input_keep_ocp() -> None:
     rng = np.random.default_rng(4)
     feeds = [{"spec": rng.gamma(2.0, 0.5, (1, 20, 12)).astype(np.float32)} for _ in range(4)]
     cfg = resolve_config("MXFP8_E4M3").replace(repair=False, bias_correction=False)
-    rules = _rules(quantize(_narrow_model(), cfg, feeds, eval_samples=0).model)
+    rules = mx_scale_search(quantize(_narrow_model(), cfg, feeds, eval_samples=0).model)
     assert {"nchw", "e1", "s1", "s2"} <= set(rules), rules  # the short blocks are quantized ...
     assert set(rules.values()) == {0}, rules  # ... with OCP's exponent
