@@ -101,12 +101,12 @@ def test_collector_keeps_the_quietest_batch_peak_through_merges():
 
 
 def test_factors_are_found_through_data_movement_and_arithmetic_and_additive_reads_are_not_factors():
-    g = _Graph.of(_edm_model())
+    g = _Graph(_edm_model())
     assert read_as_factor("c_in", g) and read_as_factor("c_skip", g)  # through their Reshapes
     # σ² + σd² → √ → 1/· → c_in → ·features: a square, an offset and a reciprocal carry the relative error
     assert read_as_factor("sigma", g) and read_as_factor("s2", g) and read_as_factor("d", g)
     assert not read_as_factor("h2", g) and not read_as_factor("f", g)  # a Relu's, a residual Add's operand
-    assert not read_as_factor("logit", _Graph.of(_scorer()[0]))  # into a Sigmoid, then out
+    assert not read_as_factor("logit", _Graph(_scorer()[0]))  # into a Sigmoid, then out
 
 
 def _scorer() -> tuple[onnx.ModelProto, np.ndarray]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -50,6 +49,7 @@ from ..calibration.collectors import MinMaxCollector
 from ..formats.integer import qrange
 from .plan import Plan
 from .plan.scarce import SCARCE_VALUES
+from .plan.select import _Graph
 from .solve import shared_activation_params
 
 __all__ = ["ARITHMETIC", "MOVES", "keep_quiet_scalars_float", "read_as_factor"]
@@ -65,23 +65,10 @@ FACTOR_OPS = frozenset({"Mul", "Div"})
 ARITHMETIC = frozenset("Add Sub Mul Div Pow Sqrt Reciprocal Exp Log Neg Abs".split())
 
 
-@dataclass(frozen=True)
-class _Graph:
-    """The prepared model's readers of each tensor (data inputs only) and its constants."""
-
-    readers: dict[str, list[onnx.NodeProto]]
-    constants: frozenset[str]
-
-    @classmethod
-    def of(cls, model: onnx.ModelProto) -> "_Graph":
-        readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in model.graph.node:
-            for i, name in enumerate(node.input):
-                if name and not (node.op_type in MOVES and i > 0):  # a Reshape's shape, an Expand's shape: not data
-                    readers.setdefault(name, []).append(node)
-        constants = {i.name for i in model.graph.initializer}
-        constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-        return cls(readers, frozenset(constants))
+def _constant(name: str, g: _Graph) -> bool:
+    """An initializer or a ``Constant`` node's output: a value fixed before any input is seen."""
+    producer = g.producer.get(name)
+    return name in g.initializers or (producer is not None and producer.op_type == "Constant")
 
 
 def read_as_factor(name: str, g: _Graph) -> bool:
@@ -92,11 +79,11 @@ def read_as_factor(name: str, g: _Graph) -> bool:
     todo, seen = [name], {name}
     while todo:
         current = todo.pop()
-        for node in g.readers.get(current, []):
+        for node in g.consumers.get(current, []):
             others = [i for i in node.input if i and i != current]
-            if node.op_type in FACTOR_OPS and any(i not in g.constants for i in others):
+            if node.op_type in FACTOR_OPS and any(not _constant(i, g) for i in others):
                 return True
-            passes = node.op_type in MOVES or (node.op_type in ARITHMETIC and all(i in g.constants for i in others))
+            passes = node.op_type in MOVES or (node.op_type in ARITHMETIC and all(_constant(i, g) for i in others))
             if passes and node.output and node.output[0] not in seen:
                 seen.add(node.output[0])
                 todo.append(node.output[0])
@@ -119,7 +106,7 @@ def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[
             continue
         if c.min < 0.0 < c.max:  # signed: a batch near zero is a crossing, not a quiet input (module docstring)
             continue
-        g = g if g is not None else _Graph.of(model)
+        g = g if g is not None else _Graph(model)
         if not read_as_factor(t.name, g):  # read additively: the absolute step is what counts
             continue
         step = float(np.max(shared_activation_params(plan, t, stats, moving_average=moving_average).scale))
