@@ -12,10 +12,6 @@ empty is planned and emitted as before.
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import time
 from pathlib import Path
 
 import onnx
@@ -25,24 +21,7 @@ from onnxptq.pipeline.emit import _safe
 from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.prepare import prepare_for_quantization
 
-
-def models() -> dict[str, Path]:
-    """Every zoo model and every outside model whose file is here."""
-    from testkit import zoo
-
-    import newmodels  # bench/newmodels.py
-
-    out: dict[str, Path] = {}
-    for m in zoo.ZOO:
-        try:
-            out[f"zoo:{m.name}"] = m.path()
-        except Exception as exc:  # noqa: BLE001 - a wheel missing here is listed, not fatal
-            logging.warning("zoo %s: %s", m.name, exc)
-    for name, (rel, *_rest) in newmodels.MODELS.items():
-        path = newmodels.SRC / rel
-        if path.is_file():
-            out[f"new:{name}"] = path
-    return out
+from _plan_scan import scan_main  # bench/
 
 
 def check(path: Path, preset: str) -> dict:
@@ -58,26 +37,7 @@ def check(path: Path, preset: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--presets", default="A8W8,A16W8")
-    ap.add_argument("--only", default="", help="comma-separated model keys (zoo:NAME, new:NAME); default all")
-    a = ap.parse_args()
-    rows = []
-    todo = models()
-    if a.only:
-        todo = {k: v for k, v in todo.items() if k in a.only.split(",")}
-    for key, path in todo.items():
-        for preset in a.presets.split(","):
-            t0 = time.process_time()
-            try:
-                row = {"model": key, "preset": preset, **check(path, preset)}
-            except Exception as exc:  # noqa: BLE001 - recorded
-                row = {"model": key, "preset": preset, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            row["cpu_s"] = round(time.process_time() - t0, 1)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            Path(a.json).write_text(json.dumps(rows, indent=1))
+    scan_main(__doc__.splitlines()[0], check, "A8W8,A16W8")
 
 
 if __name__ == "__main__":

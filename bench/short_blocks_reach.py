@@ -11,10 +11,6 @@ emitted and judged, exactly as before (issue 27, bench/RESULTS.md "... branch mx
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import time
 from pathlib import Path
 
 import onnx
@@ -23,7 +19,7 @@ import onnxptq
 from onnxptq.pipeline.plan import make_plan
 from onnxptq.pipeline.prepare import prepare_for_quantization
 
-from gain_vectors_check import models  # bench/: every zoo model and outside model whose file is here
+from _plan_scan import scan_main  # bench/: every zoo model and outside model whose file is here
 
 
 def _quants(plan) -> dict[str, tuple]:
@@ -41,27 +37,8 @@ def check(path: Path, preset: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--presets", default="MXFP8_E4M3,BFP16,MXINT8")
-    ap.add_argument("--only", default="", help="comma-separated model keys (zoo:NAME, new:NAME); default all")
-    a = ap.parse_args()
-    logging.disable(logging.WARNING)
-    rows = []
-    todo = models()
-    if a.only:
-        todo = {k: v for k, v in todo.items() if k in a.only.split(",")}
-    for key, path in todo.items():
-        for preset in a.presets.split(","):
-            t0 = time.process_time()
-            try:
-                row = {"model": key, "preset": preset, **check(path, preset)}
-            except Exception as exc:  # noqa: BLE001 - recorded
-                row = {"model": key, "preset": preset, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            row["cpu_s"] = round(time.process_time() - t0, 1)
-            rows.append(row)
-            print(json.dumps({**row, "changed": len(row.get("changed", []))}), flush=True)
-            Path(a.json).write_text(json.dumps(rows, indent=1))
+    scan_main(__doc__.splitlines()[0], check, "MXFP8_E4M3,BFP16,MXINT8",
+              printable=lambda row: {**row, "changed": len(row.get("changed", []))}, quiet=True)
 
 
 if __name__ == "__main__":
