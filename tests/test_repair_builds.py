@@ -48,21 +48,22 @@ def test_repair_builds_no_candidate_whose_verdict_it_knows(builds):
     record = result.repair
     assert record["finished"] and list(record["kept_float"]) == ["MatMul_hot"] and result.floor.ok
     assert record["candidates"] == 21
-    # The half holding MatMul_hot float held first, so neither the all-float model (21 kept) nor the
-    # plain one (0 kept) is built; then MatMul_hot's half is bisected down to it. Before: 9 builds,
-    # [21, 11, 0, 6, 3, 3, 2, 1, 1].
-    assert builds == [11, 6, 3, 3, 2, 1, 1]
+    # The all-float probe first (21 kept: it says whether any search can help, tests/test_repair_probe.py),
+    # never the plain one (0 kept); then MatMul_hot's half is bisected down to it. Before the known
+    # verdicts were cached: 9 builds, [21, 11, 0, 6, 3, 3, 2, 1, 1].
+    assert builds == [21, 11, 6, 3, 3, 2, 1, 1]
     assert record["evaluations"] == len(builds)
 
 
-def test_the_float_check_is_built_where_no_candidate_held(builds, monkeypatch):
+def test_the_float_probe_stops_a_search_that_cannot_help(builds, monkeypatch):
     # Every candidate judged broken (as a floor broken by the float graph itself would judge them):
-    # after the two halves fail, the all-float model is built once, and the search stops there.
+    # the all-float probe is built once, first, and the search stops there (it was built after the
+    # two halves had failed: [11, 10, 21]).
     def broken(self, model):
         return self.cache[(None, frozenset())]
 
     monkeypatch.setattr(repair._Judge, "run", broken)
     result = quantize(planted_model(depth=10), A8W8.replace(repair_budget=50.0), pattern_data(32))
-    assert builds == [11, 10, 21]
+    assert builds == [21]
     assert "breaks even with every quantized node float" in result.repair["note"]
     assert not result.floor.ok and not result.plan.skipped_nodes.get("MatMul_hot", "").startswith("kept float")

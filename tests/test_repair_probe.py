@@ -1,0 +1,125 @@
+"""Repair says after one probe build when no precision can fix a break, and stays within its budget
+(issue 26 item 1, issue 27: algorithms/repair.py, branch repairbudget).
+
+**The probe.** The search's kept set starts as every quantized node float; it used to be built only
+after the first round's two halves had both failed (so a floor that no precision could fix cost
+three builds under a float-next format, five under A8W8 with its two 16-bit rungs before the float
+search). The graph below is one such break: its output adds ``RandomNormalLike`` noise (a
+stochastic op, as a model exported with dropout in training mode has), so the float model run
+against itself breaks every floor. What each test would catch:
+
+* a search that bisects before judging the whole plan float (main: 3 builds under MXINT8, 5 under
+  A8W8): the builds are counted, and the note and ``float_broken`` must name the output;
+* a ladder skipped or reordered: under A8W8 the two rungs come first, then the float probe.
+
+**The budget.** Repair's default is "quantize with repair ≤ 2× the plain quantize": the search and
+the delivered build after it within ``repair_budget`` × the plain quantization's CPU. A stand-in
+build that burns a fixed CPU time makes the bookkeeping measurable on a small graph: main granted
+its 8-build minimum up to 4× the plain quantization and did not budget the delivered build.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from _structure_graphs import pattern_data, planted_model
+from onnxptq.algorithms import repair
+from onnxptq.api import quantize
+from onnxptq.config.presets import resolve_config
+
+H = 16
+
+
+def _noisy_head() -> onnx.ModelProto:
+    """Three MatMuls (two Relus) whose output gets unit Gaussian noise: no quantizer causes its loss."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((H, H)) / 4).astype(np.float32), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"], name="mm0"), helper.make_node("Relu", ["a"], ["ar"], name="relu0"),
+             helper.make_node("MatMul", ["ar", "w1"], ["b"], name="mm1"), helper.make_node("Relu", ["b"], ["br"], name="relu1"),
+             helper.make_node("MatMul", ["br", "w2"], ["c"], name="mm2"),
+             helper.make_node("RandomNormalLike", ["c"], ["noise"], name="noise"),
+             helper.make_node("Add", ["c", "noise"], ["out"], name="add_noise")]
+    graph = helper.make_graph(nodes, "noisy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 8, H])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _feeds() -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return [{"x": rng.standard_normal((1, 8, H)).astype(np.float32)} for _ in range(24)]
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Per candidate build of the search: (nodes kept float, tensors stepped up by overrides)."""
+    made: list[tuple[int, int]] = []
+    build = repair.build_model
+
+    def counted(calibrated, cfg, **kw):
+        made.append((len(cfg.nodes_to_exclude), len(cfg.tensor_overrides)))
+        return build(calibrated, cfg, **kw)
+
+    monkeypatch.setattr(repair, "build_model", counted)
+    return made
+
+
+def _ends_at_the_probe(result) -> None:
+    record = result.repair
+    assert not result.floor.ok
+    assert record["float_broken"] == ["out"], record
+    assert "breaks even with every quantized node float (out: cosine" in record["note"]
+    assert not result.plan.skipped_nodes or not any(r.startswith("kept float") for r in result.plan.skipped_nodes.values())
+
+
+def test_a_break_no_precision_fixes_ends_after_one_probe_build(builds):
+    # MXINT8 has no 16-bit rung: float is the next precision, and its probe is the only build.
+    result = quantize(_noisy_head(), resolve_config("MXINT8"), _feeds())
+    every = result.repair["candidates"]
+    assert every >= 3 and builds == [(every, 0)], builds  # main: the two halves first, then every node float
+    assert result.repair["evaluations"] == 1
+    _ends_at_the_probe(result)
+
+
+def test_under_a8w8_the_rungs_then_the_float_probe(builds):
+    result = quantize(_noisy_head(), resolve_config("A8W8"), _feeds())
+    # 16-bit activations, then weights too (overrides, nothing float), then every node float; main
+    # went on to the float search's two halves before its float check (5 builds).
+    every = result.repair["candidates"]
+    assert [kept for kept, _ in builds] == [0, 0, every] and all(n > 0 for _, n in builds[:2]), builds
+    assert result.repair["evaluations"] == 3
+    _ends_at_the_probe(result)
+
+
+COST = 0.12  # CPU s each stand-in build burns on top of its real (cheap) build
+
+
+def test_repair_and_its_delivered_build_stay_within_the_budget(monkeypatch):
+    """Builds of COST CPU s against a plain quantization of a fraction of a second: with the minimum
+    budget off, the search must leave room for the delivered build inside 1× the plain quantize."""
+    build = repair.build_model
+
+    def dear(calibrated, cfg, **kw):
+        end = time.process_time() + COST
+        while time.process_time() < end:
+            pass
+        return build(calibrated, cfg, **kw)
+
+    monkeypatch.setattr(repair, "build_model", dear)
+    monkeypatch.setattr(repair, "MIN_BUDGET_S", 0.0)
+    cfg = resolve_config("A8W8").replace(repair_step_up=False)
+    result = quantize(planted_model(depth=10), cfg, pattern_data(32))
+    record = result.repair
+    budget, costs = record["budget_seconds"], record["build_cpu_seconds"]
+    assert result.floor.ok and costs and all(c >= COST for c in costs)
+    # the float probe is always built; past it, no build whose end and the delivered build's (one
+    # more build's cost) would pass the budget. main: its 8-build minimum ran up to 4x the plain
+    # quantization whatever the budget (here 8 builds, ~1 CPU s against a budget of ~0.4 s).
+    assert len(costs) == 1 or sum(costs) + costs[-1] <= budget + 0.5 * COST, (budget, costs)
+    assert len(costs) < repair.MIN_TRIALS and not record["finished"]
