@@ -3,13 +3,14 @@
 Each candidate the search judges is a build, a session and its runs: on real models 1-6 CPU s, and
 the search's minimum of :data:`~onnxptq.algorithms.repair.MIN_TRIALS` trials made repair cost
 1.2-3.8x the plain quantization (bench/RESULTS.md "Repair's cost"). Two of those builds told the
-search nothing: nothing kept float (the plain build, whose broken verdict is already known) and,
-where a half of the plan held, every node float. What each test would catch:
+search nothing: nothing kept float (the plain build, whose broken verdict is already known) and
+the same kept set twice. Every node float is the probe, built first (tests/test_repair_probe.py).
+What each test would catch:
 
-* a search that builds one of those again, or more builds for the same kept set: the planted
+* a search that builds the plain model again, or more builds for the same kept set: the planted
   graph's exact sequence of builds (the nodes each kept float) is asserted;
-* a float check that is skipped where it is needed: when no candidate holds, the all-float build
-  is still made, and a floor broken even then is reported as "not the quantizers'".
+* a probe that is skipped: the all-float build is made first, and a floor broken even then ends
+  the search there, reported as "not the quantizers'".
 
 The planted graph (tests/_structure_graphs.planted_model, 21 quantized nodes, one responsible)
 quantizes and repairs in well under a second of CPU.

@@ -123,3 +123,5 @@ def test_repair_and_its_delivered_build_stay_within_the_budget(monkeypatch):
     # quantization whatever the budget (here 8 builds, ~1 CPU s against a budget of ~0.4 s).
     assert len(costs) == 1 or sum(costs) + costs[-1] <= budget + 0.5 * COST, (budget, costs)
     assert len(costs) < repair.MIN_TRIALS and not record["finished"]
+    # what the record says it spent (the search and the delivered build, CPU) is within the budget
+    assert record["cpu_seconds"] <= budget + COST and record["plain_cpu_seconds"] > 0, record

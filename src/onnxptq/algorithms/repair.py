@@ -368,6 +368,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
+        spent_cpu = time.process_time() - cpu0  # the search and the delivered build: what the budget covers
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
         note = (f"the floor breaks even with every quantized node float ({figures}): "
@@ -425,6 +426,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
         "budget_seconds": round(budget, 3),
+        # CPU s (this process's) of the search with the delivered build, against the budget, and the
+        # plain quantization's the budget is a multiple of ("seconds" above is the search's wall time)
+        "cpu_seconds": round(spent_cpu, 3),
+        "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
         **({"note": note} if note else {}),
     }
