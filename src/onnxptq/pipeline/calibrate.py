@@ -234,13 +234,13 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         # (collect_statistics), else by float_outputs_of below.
         pending = held if held and measure_holdout and not reused else []
         # The range guard's float values on the first kept samples, fetched by these runs (no
-        # float session of the guard's own in the plain build: guard.CalibrationCapture). Only
-        # where nothing needs statistics: the session then runs a bounded number of feeds (the
-        # evaluation's and the held-out ones), while the thinning nodes run on every feed of a
-        # statistics pass (hundreds, for a user's calibration set), dearer than the guard's own
-        # four runs (bench/RESULTS.md, "the guard's values from calibration").
-        gathers = any(p.needs_calibration() for p in plans)
-        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 and not gathers else None
+        # float session of the guard's own in the plain build: guard.CalibrationCapture), in a
+        # statistics pass too. Its thinning nodes (one Slice a tensor, on tensors the collectors
+        # read anyway) run on every feed of that pass, but they read a few thousand positions of
+        # a tensor, against the guard's own session: a copy of the model and four whole float runs
+        # at level "basic" (lore_detect A16W8: ~10 of 48 CPU s; bench/RESULTS.md, branch
+        # repairbudget, which measured the pass with them).
+        side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
                                    also_run=pending, also_outputs=held_outputs, side=side)
         samples = counter()
