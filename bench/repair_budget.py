@@ -76,7 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models")
     ap.add_argument("presets")
-    ap.add_argument("trees", nargs=2)
+    ap.add_argument("trees", nargs="+", help="one or more source trees (two: side by side)")
     ap.add_argument("--samples", type=int, default=0, help="calibration feeds (0: the model's default, as quantize_stages)")
     ap.add_argument("--timeout", type=int, default=1800)
     args = ap.parse_args()

@@ -238,8 +238,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     against :data:`MIN_TRIALS`, the last of them costing ``last_cost`` CPU s. ``reserve``: the
     delivered build that follows the search is budgeted too (expected to cost what the last
     candidate did: a build, a session, its runs), so a build starts only where both end by
-    ``deadline`` (the issue's "repair within the budget", not "the search within it and the
-    delivered build on top")."""
+    ``deadline``, or by ``cap`` for the :data:`MIN_TRIALS` minimum (the issue's "repair within the
+    budget", not "the search within it and the delivered build on top": lore_detect A8W8's minimum
+    let a second 16 CPU s build start at 17 s of a 34 s budget, and the delivered build came on top)."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
     mid = len(candidates) // 2
@@ -247,8 +248,8 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     trials = spent
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue:
-        now = time.process_time()
-        if (trials >= MIN_TRIALS or now + last_cost > cap) and now + last_cost * (2 if reserve else 1) > deadline:
+        end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
+        if (trials >= MIN_TRIALS or end > cap) and end > deadline:
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
             return kept, False
