@@ -70,6 +70,6 @@ def test_repair_runs_the_guard_once(guard_runs, monkeypatch):
     record = result.repair
     assert record is not None and "kept_float" in record, "the floor held: nothing was tested"
     assert 0 < len(record["kept_float"]) < record["candidates"] and result.floor.ok
-    assert record["evaluations"] >= 5  # candidates were built (each one a chance to run the guard again)
+    assert record["evaluations"] >= 3  # candidates were built (each one a chance to run the guard again; 3 since the budget counts the delivered build)
     assert guard_runs["plain"] >= 1, "the range guard's values came from no float run: nothing was tested"
     assert guard_runs["search"] == 0, f"the search ran the float model {guard_runs['search']} more time(s) for the guard"
