@@ -64,7 +64,6 @@ def guard_runs(monkeypatch):
 
 def test_repair_runs_the_guard_once(guard_runs, monkeypatch):
     monkeypatch.setattr(repair, "MIN_BUDGET_S", 0.0)
-    monkeypatch.setattr(repair, "MIN_TRIALS_PLAINS", 4.0)  # room for the search's minimum of builds (1x since repairbudget)
     cfg = resolve_config("MX9").replace(floor_cosine=0.9999, repair_budget=1e-6)
     result = quantize(str(model_path("cls")), cfg, _feeds())
     record = result.repair
