@@ -77,6 +77,7 @@ from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
+from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
@@ -606,6 +607,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
         if decoded and finite:
             _judge_decoder(check, name, reference, candidate, seen, floor)
+        if (not classy and finite and name not in selected and name not in score_rows and name not in (agreements or {})
+                and all(one_column_rows(np.asarray(f[name])) for f in reference)):
+            # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
+            check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
+                                                             [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
         if reshaped:
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
