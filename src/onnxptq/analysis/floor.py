@@ -59,7 +59,14 @@ captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
 the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
-a selection chose is judged on the rows that matter only (its leading rows).
+a selection chose is judged on the rows that matter only (its leading rows). The step scores an
+autoregressive decoder writes (a ``Loop`` that feeds its ``ArgMax`` to the next step: SLANet's
+table tokens) are judged as one read per sequence, not per row (:mod:`onnxptq.analysis.decoder_reads`,
+:func:`_judge_decoder`).
+
+A decision made outside the graph is said, not judged: a one-column score over several rows a sample
+(a matcher's ``[N, 1]``) that a caller may read by its arg-max across the rows gets a warning with
+the picks' estimate, float's thinnest picks and how to tell the floor (:mod:`onnxptq.analysis.row_picks`).
 """
 
 from __future__ import annotations
