@@ -59,7 +59,14 @@ captcha's five heads: :func:`_judge_group`, a ``reads:<heads>`` check).
 Decisions the graph takes inside itself (an ``ArgMax`` before an integer output, a ``TopK``/NMS
 selection, a comparison with a constant) are judged where they are taken, each as one more check of
 the verdict named ``decision:<node>`` (:mod:`onnxptq.analysis.decisions`); an output whose rows such
-a selection chose is judged on the rows that matter only (its leading rows).
+a selection chose is judged on the rows that matter only (its leading rows). The step scores an
+autoregressive decoder writes (a ``Loop`` that feeds its ``ArgMax`` to the next step: SLANet's
+table tokens) are judged as one read per sequence, not per row (:mod:`onnxptq.analysis.decoder_reads`,
+:func:`_judge_decoder`).
+
+A decision made outside the graph is said, not judged: a one-column score over several rows a sample
+(a matcher's ``[N, 1]``) that a caller may read by its arg-max across the rows gets a warning with
+the picks' estimate, float's thinnest picks and how to tell the floor (:mod:`onnxptq.analysis.row_picks`).
 """
 
 from __future__ import annotations
@@ -73,9 +80,11 @@ import numpy as np
 import onnx
 
 from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences
-from .class_scores import Positions, class_like_outputs, judge_positions, sibling_heads
+from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
+from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
+from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
@@ -215,6 +224,8 @@ class OutputCheck:
     curve: tuple[float, int, float] | None = None
     #: the user's reading of the output (``QuantConfig.floor_output_agreement``): (mean agreement, feeds)
     user_agreement: tuple[float, int] | None = None
+    #: an autoregressive decoder's step scores judged as one read per sequence (analysis/decoder_reads.py)
+    decoder: DecoderReads | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -253,6 +264,10 @@ class OutputCheck:
             seen = f" (the held-out and {feeds} calibration samples)" if feeds else ""
             text += (f", scores: {share:.4f} of {count} samples within {SCORE_TOLERANCE:g} of float's spread{seen}, "
                      f"{off} off, worst {worst:.3f} of the spread") + (" (too few samples to judge)" if self.top1_unjudged else "")
+        elif self.decoder is not None:
+            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+            text += f", {self.decoder.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
+                                                            f"{self.needed})" if self.top1_unjudged and self.positions else "")
         elif self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
@@ -263,7 +278,7 @@ class OutputCheck:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (v.to_json() if isinstance(v, Positions) else dataclasses.asdict(v) if isinstance(v, Kept)
+        return {k: (v.to_json() if isinstance(v, Positions) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
                     else None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in self.__dict__.items()}
 
@@ -399,7 +414,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
-            "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model)}
+            "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
+            "decoders": decoder_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -411,7 +427,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
             read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
             row_gates: Mapping[str, str] | None = None,
-            agreements: Mapping[str, Any] | None = None) -> Verdict:
+            agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -439,7 +455,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     (``row_gates.gated_outputs``: output → that head's output), judged as scores on the rows the
     head gives the object only. ``agreements``: the user's readings of outputs through a mapping the
     graph does not hold (``QuantConfig.floor_output_agreement``: :mod:`onnxptq.analysis.user_agreement`),
-    each held against the top-1 floor beside the output's own judgement."""
+    each held against the top-1 floor beside the output's own judgement. ``decoders``: class scores an
+    autoregressive decoder writes (``decoder_reads.decoder_outputs``), judged as one read per sequence
+    on the held-out and the calibration feeds ``seen`` together (:func:`_judge_decoder`), not per row."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -473,6 +491,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         regression = classy and getattr(kind, "rule", "") == "linear" and _regression_head(name, reference, seen)
         classy = classy and not regression
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
+        decoded = classy and name in decoders  # one read per sequence (analysis/decoder_reads.py), not per row
         seq_ref: list[np.ndarray] = []
         seq_got: list[np.ndarray] = []
         soft_ref: list[np.ndarray] = []
@@ -527,7 +546,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     regions.add(r, g)
             # A rank-1 class vector is one row (a classifier whose exporter squeezed the batch axis:
             # madmom's key CNN returns [24]).
-            if classy and r.ndim >= 1 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
+            if classy and not decoded and r.ndim >= 1 and r.shape[-1] >= 2 and r.shape == g.shape and width in (None, r.shape[-1]):
                 if r.ndim <= 2 or not as_reads:
                     a, n = _top1(r, g)
                     agree, rows = agree + a, rows + n
@@ -593,6 +612,13 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
             check.softmax_reads = alphabet and check.advisory is None  # the calibration feeds would only be run for it
+        if decoded and finite:
+            _judge_decoder(check, name, reference, candidate, seen, floor)
+        if (not classy and finite and name not in selected and name not in score_rows and name not in (agreements or {})
+                and all(one_column_rows(np.asarray(f[name])) for f in reference)):
+            # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
+            check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
+                                                             [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
         if reshaped:
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
@@ -617,6 +643,41 @@ def _reshaped_note(count: int, samples: int) -> str:
     samples shaped alike."""
     return (f"(its shape differs from float's on {count} of {samples} samples: a length the data decides, "
             f"changed; those samples count against it)")
+
+
+def _judge_decoder(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
+                   candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
+    """An autoregressive decoder's step scores judged as reads (:mod:`onnxptq.analysis.decoder_reads`)
+    on the held-out and the calibration feeds ``seen`` together, into ``check``: a read is a sequence,
+    and its length is part of it (pairs of unequal shapes are judged, as a changed read).
+
+    Why pooled as reads are (:func:`_judge_reads`): a table is one read, and the floor's 4 held-out
+    tables of a user's 12 held no changed one where 3 of 16 others changed under BF16; with the 8
+    calibration tables beside them the reads are 12, one changed, and the verdict says it could not
+    judge (34 needed) and names float's thin decisions, where it said "holds"."""
+    refs = [np.asarray(f[name]) for f in reference if name in f]
+    gots = [np.asarray(f[name]) for f in candidate if name in f]
+    feeds = 0
+    for ref, got in zip(*(seen or ((), ()))):
+        if name in ref and name in got:
+            r, g = np.asarray(ref[name]), np.asarray(got[name])
+            if np.issubdtype(r.dtype, np.floating) and np.isfinite(r).all() and np.isfinite(g).all():
+                refs.append(r)
+                gots.append(g)
+                feeds += 1
+    pairs = [(r, g) for r, g in zip(refs, gots) if np.issubdtype(r.dtype, np.floating) and np.isfinite(r).all() and np.isfinite(g).all()]
+    judged = judge_decoder([r for r, _ in pairs], [g for _, g in pairs])
+    if judged is None:
+        return
+    positions = judged.positions
+    check.decoder, check.positions, check.seen_feeds = judged, positions, feeds
+    check.top1, check.rows, check.needed = positions.agreement, positions.positions, floor.needed
+    check.note = (check.note + " " if check.note else "") + ("(an autoregressive decoder's steps, one read per sequence: "
+                                                             "analysis/decoder_reads.py)")
+    if _breaks(positions, floor):
+        check.ok = False
+    else:
+        check.top1_unjudged = positions.reads < floor.needed
 
 
 def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],
@@ -992,8 +1053,11 @@ def unjudged_text(verdict: Verdict) -> str:
             per = c.images / judged if judged else 0.0
         elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
+            thin = (f"; {c.decoder.thin_reads} of them hold a step float itself decides with a probability margin under "
+                    f"{UNSURE:g} ({c.decoder.thin_text()}), which a format's rounding may flip, and the sequence after it "
+                    f"with it" if c.decoder is not None and c.decoder.thin else "")
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
-                         f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+                         f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}{thin}")
             per = c.positions.reads / judged if judged else 0.0
         elif c.scores is not None:
             judged = verdict.samples + c.seen_feeds
