@@ -43,6 +43,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..graph.ops import PASS_THROUGH
 from .guard import GuardValues, simulate
 from .plan import Plan, TensorPlan
 from .plan.select import _Graph
@@ -155,9 +156,14 @@ def step_up_normalizer_inputs(model: onnx.ModelProto, plan: Plan, stats: Mapping
     ``{tensor: reason}``."""
     g = _Graph(model, subgraphs=False)
     main = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
+    # A pass-through op's planned output is judged through its planned input (the guard's rule too,
+    # guard._candidates): the input's values are the ones the guard fetched, and the grouping
+    # Reshape on the way tells the groups; the output follows its input's grid (_sharing).
+    rearranged = {out for node in model.graph.node if node.op_type in PASS_THROUGH and node.input
+                  and node.input[0] in plan.tensors for out in node.output}
     todo: dict[str, list[tuple[int | None, float]]] = {}
     for t in plan.activations():
-        if (t.quant.format in WIDER and not t.quant.per_channel and t.producer_quant is None and t.name in main
+        if (t.name not in rearranged and t.quant.format in WIDER and not t.quant.per_channel and t.producer_quant is None and t.name in main
                 and t.name in stats and (found := normalizer_groups(t.name, g))):
             todo[t.name] = found
     if not todo or not values.samples:  # no kept samples: nothing to measure (the guard says so too)
