@@ -24,6 +24,7 @@ from .coverage import drop_uncalibrated_bodies
 from .fp16_range import keep_overflowing_float
 from .quiet_batches import keep_quiet_scalars_float
 from .guard import GuardValues, apply_range_guard
+from .norm_groups import step_up_normalizer_inputs
 from .plan import Plan, make_plan
 from .plan.corners import settle
 from .plan.sliced import split_sliced
@@ -94,6 +95,8 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
         shared = calibrated.guard_values
         values = shared if shared is not None else GuardValues.of(calibrated)
         apply_range_guard(prepared, plan, calibrated.stats, calibrated.kept, cfg, values)
+        # An 8-bit activation a per-group normalizer reads, whose quietest group drowns, steps up to 16 bits (norm_groups.py).
+        step_up_normalizer_inputs(prepared, plan, calibrated.stats, values, cfg.range_guard_sqnr_db, moving_average=cfg.calibration.moving_average)
         if shared is None:
             del values
             release_freed()  # this build's guard values and checks: solve and emit come next
