@@ -32,7 +32,7 @@ quantized anyway (only dot-product operands are: plan/fp_blocks.py).
 from __future__ import annotations
 
 from .corners import drop_float
-from .fp_blocks import is_fp_block
+from .fp_blocks import DOT_PRODUCT_OPS, is_fp_block
 from .select import _Graph
 from .short_blocks import short_block
 from .types import TensorPlan
@@ -48,7 +48,8 @@ def fed_back_outputs_float(tensors: dict[str, TensorPlan], g: _Graph) -> dict[st
     for name, t in tensors.items():
         if t.role != "activation" or name not in g.outputs or not is_fp_block(t):
             continue
-        if short_block(t, g.dims.get(name), t.quant):
+        read_by_dot = any(r.op_type in DOT_PRODUCT_OPS for r in g.consumers.get(name, []))
+        if read_by_dot and short_block(t, g.dims.get(name), t.quant):
             why[name] = ("graph output read again by a dot product in blocks shorter than the format's: an FP element "
                          "rounds the model's own answer by up to 1/16 of itself, so it stays float "
                          "(plan/fed_back_outputs.py)")
