@@ -16,6 +16,7 @@ from .bias_epilogues import bias_epilogue_float
 from .fed_back_outputs import fed_back_outputs_float
 from .gain_vectors import coarse_gain_vectors
 from .peak_nms import peak_nms_float
+from .recurrent_inputs import recurrent_inputs_float
 from .select import _Graph
 from .types import TensorPlan
 from .zero_guards import zero_guard_float
@@ -27,6 +28,7 @@ def late_float_rules(tensors: dict[str, TensorPlan], g: _Graph, config: QuantCon
     """Apply the late float rules to ``tensors`` in place; return every ``{tensor: reason}`` they kept float."""
     why = {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g)}
     why.update(fed_back_outputs_float(tensors, g))
+    why.update(recurrent_inputs_float(tensors, g))
     if runtime.is_cpu(config):  # integer-only NPU hardware cannot hand a float product to its bias Add
         why.update(bias_epilogue_float(tensors, g))
     return why
