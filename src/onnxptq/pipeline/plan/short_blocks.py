@@ -50,7 +50,7 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FP8_ELEMENTS", "INPUT_PERMUTING_OPS", "input_values", "short_block_exponents", "short_block"]
+__all__ = ["FP8_ELEMENTS", "INPUT_PERMUTING_OPS", "fp8_ocp", "input_values", "short_block_exponents", "short_block", "unsaturated"]
 
 #: FP8 element types: one binade up costs them nothing that matters (module docstring)
 FP8_ELEMENTS = ("fp8_e4m3", "fp8_e5m2")
@@ -59,7 +59,8 @@ FP8_ELEMENTS = ("fp8_e4m3", "fp8_e5m2")
 INPUT_PERMUTING_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 
-def _fp8_ocp(quant: TensorQuant | None) -> bool:
+def fp8_ocp(quant: TensorQuant | None) -> bool:
+    """Whether ``quant`` is an FP8-element MX format with OCP's exponent (no ``scale_search``)."""
     if quant is None or quant.format != "mx":
         return False
     attrs = quant.attr_dict
@@ -90,7 +91,8 @@ def input_values(name: str, g: _Graph) -> bool:
     return True
 
 
-def _unsaturated(quant: TensorQuant) -> TensorQuant:
+def unsaturated(quant: TensorQuant) -> TensorQuant:
+    """``quant`` with the exponent one up where OCP's clips the block maximum (MX ``scale_search=3``)."""
     return quant.with_(attrs={**dict(quant.attrs), "scale_search": 3})
 
 
@@ -104,10 +106,10 @@ def short_block_exponents(tensors: dict[str, TensorPlan], g: _Graph) -> int:
             continue
         dims = g.dims.get(name)
         hit = False
-        if _fp8_ocp(t.quant) and short_block(t, dims, t.quant):
-            t.quant, hit = _unsaturated(t.quant), True
-        if _fp8_ocp(t.producer_quant) and short_block(t, dims, t.producer_quant):
-            t.producer_quant, hit = _unsaturated(t.producer_quant), True
+        if fp8_ocp(t.quant) and short_block(t, dims, t.quant):
+            t.quant, hit = unsaturated(t.quant), True
+        if fp8_ocp(t.producer_quant) and short_block(t, dims, t.producer_quant):
+            t.producer_quant, hit = unsaturated(t.producer_quant), True
         if hit:
             changed.append(name)
     if changed:
