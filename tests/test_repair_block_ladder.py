@@ -53,6 +53,9 @@ def test_mx4_that_breaks_is_stepped_up_its_family_not_kept_float(rotations):
     assert stepped.floor.ok and record["kept_float"] == {}, record["kept_float"]
     names = list(record["stepped_up"])
     assert names and all("block format" in v for v in record["stepped_up"].values())
+    # The summary names the formats the plan's were made (not the generic examples).
+    text = stepped.summary()
+    assert "stepped up to the " in text and "bfp(to_bfp_prime,bw11,bs16) → bfp(to_bfp_prime,bw1" in text, text
     # The stepped nodes' tensors (biases included) are the MX family one or two widths up, every other
     # attribute MX4's own; the nodes not stepped keep MX4.
     plan = stepped.plan

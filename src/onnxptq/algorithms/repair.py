@@ -447,7 +447,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     record = {
         "kept_float": reasons,
         # nodes whose 8-bit integer tensors were made 16-bit or block tensors wider (algorithms/step_up.py), and how
-        "stepped_up": {name: f"{STEPPED}: {rung.describe()}" for name in stepped_sorted} if rung is not None else {},
+        "stepped_up": {name: f"{STEPPED}: {rung.describe(result.plan)}" for name in stepped_sorted} if rung is not None else {},
         "ladder": [r.describe() for r in rungs],
         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
@@ -474,7 +474,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     held = kept_sorted or stepped_sorted
-    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe()}"
+    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
     log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(held), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),

@@ -71,12 +71,21 @@ class Rung:
     roles: frozenset[str]
     block_steps: int = 0
 
-    def describe(self) -> str:
+    def describe(self, plan: Plan | None = None) -> str:
+        """The rung in words; with ``plan``, a block rung names the formats it makes of the plan's
+        (``bfp(to_bfp_prime,bw11,bs16) → bfp(to_bfp_prime,bw16,bs16)``), not the generic examples."""
         parts = [r for r in ("activation", "weight") if r in self.roles]
         text = "16-bit " + " and ".join(f"{p}s" for p in parts) if parts else ""
         if self.block_steps:
-            block = ("the next block format up (MX4 → MX6, MXFP4 → MXFP6_E2M3)" if self.block_steps == 1 else
-                     f"the block format {self.block_steps} steps up (MX4 → MX9, MXFP4 → MXFP8_E4M3)")
+            steps = {}
+            for t in plan.tensors.values() if plan is not None else ():
+                wider = _stepped(t.quant, self.block_steps) if t.role in BLOCK_ROLES and t.quant is not None else None
+                if wider is not None:
+                    steps[t.quant.describe()] = wider.describe()
+            examples = ", ".join(f"{a} → {b}" for a, b in sorted(steps.items())) or "MX4 → MX{}, MXFP4 → {}".format(
+                *(("6", "MXFP6_E2M3") if self.block_steps == 1 else ("9", "MXFP8_E4M3")))
+            block = "the next block format up" if self.block_steps == 1 else f"the block format {self.block_steps} steps up"
+            block = f"{block} ({examples})"
             text = f"{text} and {block}" if text else block
         return text
 
