@@ -36,8 +36,7 @@ is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activ
 weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
 starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
-as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds
-per format family the plan holds).
+as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
 Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
 16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
 long as the first; within one budget the float search is the surer answer.
@@ -282,39 +281,16 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
 def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
     """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
     or None: float is then the next step (the search as it was). A rung is not started where its
-    build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`).
-
-    The integer rungs are tried lowest first. The block rungs (:mod:`.step_up`: MX4 → MX6 → MX9)
-    widest first: where the widest breaks the floor no narrower one holds, and the float search
-    that follows keeps the build a lowest-first climb would have spent (cls and khmersm MXFP4: even
-    MXFP8_E4M3 everywhere breaks top-1; bench/RESULTS.md "Repair climbs the block formats"); where
-    it holds, the narrower ones are tried lowest first."""
+    build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
     everything = frozenset(candidates)
-
-    def affordable() -> bool:
-        return not (judge.costs and time.process_time() + judge.costs[-1] > cap)
-
-    def holds(rung: Rung) -> bool:
+    for rung in rungs:
+        if judge.costs and time.process_time() + judge.costs[-1] > cap:
+            return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
             log.debug("repair: the whole plan with %s holds the floor", rung.describe())
-            return True
-        return False
-
-    for rung in (r for r in rungs if not r.block_steps):
-        if not affordable():
-            return None
-        if holds(rung):
             return rung
-    block = [r for r in rungs if r.block_steps]
-    if not block or not affordable() or not holds(block[-1]):
-        return None
-    for rung in block[:-1]:
-        if not affordable():
-            break
-        if holds(rung):
-            return rung
-    return block[-1]
+    return None
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
