@@ -77,7 +77,7 @@ class Rung:
         parts = [r for r in ("activation", "weight") if r in self.roles]
         text = "16-bit " + " and ".join(f"{p}s" for p in parts) if parts else ""
         if self.block_steps:
-            steps = {}
+            steps: dict[str, str] = {}
             for t in plan.tensors.values() if plan is not None else ():
                 wider = _stepped(t.quant, self.block_steps) if t.role in BLOCK_ROLES and t.quant is not None else None
                 if wider is not None:
