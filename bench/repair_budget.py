@@ -12,6 +12,7 @@ alternating, and prints one JSON line per run:
 * the search: ``evaluations`` (candidate builds), ``candidates``, nodes ``kept`` float and
   ``stepped`` up, whether it ``finished`` inside its budget, ``budget`` (CPU s), the probe's
   ``float_broken`` outputs where it stopped there;
+* ``mix``: the delivered plan's quantized tensors by quantizer (the file's format mix);
 * the saved file's sha256 (16 hex digits) and the floor's verdict after repair (``ok``, ``broken``),
   so that two trees can be checked for the same file where the decisions did not change.
 
@@ -31,7 +32,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHILD = r'''
-import dataclasses, hashlib, json, logging, os, sys, tempfile, time
+import collections, dataclasses, hashlib, json, logging, os, sys, tempfile, time
 sys.path[:0] = [{root!r} + "/src", {bench!r}, {repo!r}]
 import _common  # noqa: F401
 from quantize_stages import _data
@@ -65,6 +66,7 @@ row = {{"cpu": round(cpu, 2), "plain": round(cpu - rcpu, 2), "repair": round(rcp
        "kept": len(rep.get("kept_float") or {{}}), "stepped": len(rep.get("stepped_up") or {{}}),
        "finished": rep.get("finished"), "budget": rep.get("budget_seconds"),
        "builds": rep.get("build_cpu_seconds"), "float_broken": rep.get("float_broken"),
+       "mix": dict(collections.Counter(t.quant.describe() for t in r.plan.tensors.values() if t.quant is not None)),
        "sha": hashlib.sha256(open(out, "rb").read()).hexdigest()[:16],
        "ok": r.floor.ok if r.floor is not None else None,
        "broken": list(r.floor.broken) if r.floor is not None else None}}

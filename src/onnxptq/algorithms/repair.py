@@ -7,8 +7,9 @@ broken floor:
 - ``strict=True``: raise :class:`~onnxptq.errors.AccuracyError` (nothing is written);
 - ``repair=False``: warn, and say it in the summary (the figures are not within the floor);
 - otherwise (the default) find the nodes responsible and hold them at the next precision up:
-  16 bits for an integer plan's 8-bit tensors where the whole plan so stepped up holds the floor
-  (:mod:`.step_up`, "The ladder" below), else float; rebuilding from the same
+  16 bits for an integer plan's 8-bit tensors, the next wider block format for MX4/MX6/MXFP4/MXFP6
+  (MX4 → MX6 → MX9, MXFP4 → MXFP6_E2M3 → MXFP8_E4M3), where the whole plan so stepped up holds the
+  floor (:mod:`.step_up`, "The ladder" below), else float; rebuilding from the same
   :class:`~onnxptq.pipeline.calibrate.Calibrated` (no second calibration).
 
 **The search** (sensitivity by bisection over the plan's quantized nodes, not node by node). The
@@ -32,7 +33,7 @@ integer plan it is a long step: where the error is spread over many 8-bit roundi
 plcmos A8W8, czann A16W8: bench/RESULTS.md "Repair steps up to 16 bits"), float repair keeps most of
 the model float or stops at its budget below the floor. So before the float search, the whole plan
 is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
-weights too), lowest first; on the first that holds, the same bisection runs with "stepped up" in
+weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
 starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
 as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
@@ -421,8 +422,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         repaired.plan.skipped_nodes[name] = REASON
     record = {
         "kept_float": reasons,
-        # nodes whose 8-bit integer tensors were made 16-bit (algorithms/step_up.py), and how
-        "stepped_up": {name: f"{STEPPED}: {rung.describe()}" for name in stepped_sorted} if rung is not None else {},
+        # nodes whose 8-bit integer tensors were made 16-bit or block tensors wider (algorithms/step_up.py), and how
+        "stepped_up": {name: f"{STEPPED}: {rung.describe(result.plan)}" for name in stepped_sorted} if rung is not None else {},
         "ladder": [r.describe() for r in rungs],
         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
@@ -449,7 +450,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     held = kept_sorted or stepped_sorted
-    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe()}"
+    how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
     log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(held), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),

@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--no-repair only reports the broken floor (docs/accuracy.md)")
     p.add_argument("--repair-step-up", action=argparse.BooleanOptionalAction, default=None,
                    help="repair of an integer plan first tries 16-bit activations, then 16-bit weights, on the "
-                        "responsible nodes before keeping any float (default on); --no-repair-step-up keeps them float")
+                        "responsible nodes before keeping any float (a block plan: the next wider block format, "
+                        "MX4 → MX6 → MX9, MXFP4 → MXFP6_E2M3 → MXFP8_E4M3) (default on); --no-repair-step-up keeps them float")
     p.add_argument("--strict", action="store_true",
                    help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
     p.add_argument("--floor-cosine", type=float, default=None, metavar="C",

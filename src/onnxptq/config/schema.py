@@ -519,8 +519,10 @@ class QuantConfig:
     floor_output_agreement: dict[str, Any] = field(default_factory=dict)
     #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
     #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made
-    #: 16-bit) where the whole plan so stepped up holds the floor; False keeps them float (the
-    #: repair of formats with no 16-bit step, and of a target without 16-bit integer arithmetic)
+    #: 16-bit), a sub-byte block model's the next wider block format of its family (MX4 → MX6 → MX9,
+    #: MXFP4 → MXFP6_E2M3 → MXFP8_E4M3 → MXINT8), where the whole plan so stepped up holds the floor;
+    #: False keeps them float (the repair of formats with no step, and of a target without 16-bit
+    #: integer arithmetic or the wider block formats)
     repair_step_up: bool = True
     #: quantize the post-processing tail (decode arithmetic after the last weighted layer: Sigmoid,
     #: Softmax, Mul/Add by constants, Concat, Slice, ...); off, it stays float (pipeline/tails.py)
