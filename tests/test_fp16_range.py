@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline.fp16_range import HEADROOM, keep_overflowing_float, saturating_activations
+from _model_runs import pooled_output_cosine
 
 
 def _loud_norm_model(gain: float) -> onnx.ModelProto:
@@ -42,22 +43,12 @@ def _feeds(n: int) -> list[dict[str, np.ndarray]]:
     return [{"x": rng.standard_normal((1, 4, 16, 16)).astype(np.float32)} for _ in range(n)]
 
 
-def _cosine(model_a: onnx.ModelProto, model_b: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> float:
-    import onnxruntime as ort
-
-    a = ort.InferenceSession(model_a.SerializeToString(), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(model_b.SerializeToString(), providers=["CPUExecutionProvider"])
-    x = np.concatenate([a.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
-    y = np.concatenate([b.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
-    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
-
-
 def test_fp16_keeps_an_activation_beyond_its_range_float_and_the_output_holds():
     model = _loud_norm_model(gain=3e4)
     cfg = dataclasses.replace(resolve_config("FP16"), repair=False)
     result = quantize(model, cfg, data=_feeds(12))
     # repair off: the delivered model itself holds (without the rule the clamp at 65504 flattens the norm's input: cosine 0.90)
-    assert _cosine(model, result.model, _feeds(4)) > 0.999
+    assert pooled_output_cosine(model, result.model, _feeds(4)) > 0.999
     assert result.floor is not None and result.floor.ok
     # the loud Conv output is left float, with the reason, and nothing else is
     assert "loud" not in result.plan.tensors

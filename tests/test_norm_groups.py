@@ -22,6 +22,7 @@ from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline.norm_groups import group_sqnr, normalizer_groups
 from onnxptq.pipeline.plan.select import _Graph
+from _model_runs import pooled_output_cosine
 
 CHANNELS, QUIET = 32, (4, 5)  # channels 4 and 5 (one group of 2 in the grouped graph) at 1/100 of the rest
 
@@ -67,16 +68,6 @@ def _feeds(n: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
     return [{"x": rng.standard_normal((1, 4, 16, 16)).astype(np.float32)} for _ in range(n)]
 
 
-def _cosine(model_a: onnx.ModelProto, model_b: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> float:
-    import onnxruntime as ort
-
-    a = ort.InferenceSession(model_a.SerializeToString(), providers=["CPUExecutionProvider"])
-    b = ort.InferenceSession(model_b.SerializeToString(), providers=["CPUExecutionProvider"])
-    x = np.concatenate([a.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
-    y = np.concatenate([b.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
-    return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
-
-
 @pytest.mark.parametrize("grouped", [True, False], ids=["groupnorm", "instancenorm"])
 def test_a8w8_steps_a_normalizer_input_with_a_drowned_group_to_16_bits(grouped):
     model = _spread_norm_model(grouped)
@@ -90,7 +81,7 @@ def test_a8w8_steps_a_normalizer_input_with_a_drowned_group_to_16_bits(grouped):
         assert plan.tensors["grouped"].quant.format == "uint16"
     # the rest stays 8-bit; repair off: the delivered model itself holds (without the rule: 0.979 grouped, 0.982 not)
     assert plan.tensors["x"].quant.format == "uint8" and plan.tensors["normed"].quant.format == "uint8"
-    assert _cosine(model, result.model, _feeds(4, seed=7)) > 0.995
+    assert pooled_output_cosine(model, result.model, _feeds(4, seed=7)) > 0.995
 
 
 def test_a8w8_plan_of_a_normalizer_input_without_a_quiet_group_is_unchanged():
