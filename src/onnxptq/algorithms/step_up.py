@@ -46,12 +46,13 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..config.schema import QuantConfig, TensorQuant
+from ..formats.integer import SIXTEEN_BIT
 from ..pipeline.plan.types import Plan
 
 __all__ = ["Rung", "ladder", "step_overrides", "stepped_config", "WIDER", "BFP_WIDTHS", "MX_WIDER"]
 
-#: 8-bit integer formats and their 16-bit counterparts (same signedness).
-WIDER = {"int8": "int16", "uint8": "uint16"}
+#: 8-bit integer formats and their 16-bit counterparts (same signedness; one home: formats/integer.py).
+WIDER = SIXTEEN_BIT
 #: The ``bfp`` bit widths a narrower block steps to, lowest first: MX6/… (13), MX9/BFP16 (16).
 BFP_WIDTHS = (13, 16)
 #: Each OCP MX element and the next wider one (module docstring).

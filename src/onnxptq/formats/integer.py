@@ -68,6 +68,10 @@ INT_TYPES: dict[str, IntType] = {
     "uint32": IntType("uint32", 32, False, np.uint32, onnx.TensorProto.UINT32),
 }
 
+#: Each 8-bit integer format and its 16-bit counterpart (same signedness): the one step up that
+#: repair's ladder (algorithms/step_up.py) and the plan's 16-bit rules (pipeline/norm_groups.py) take.
+SIXTEEN_BIT = {"int8": "int16", "uint8": "uint16"}
+
 
 def int_type(fmt: str) -> IntType:
     """The :class:`IntType` of ``fmt``, or a ValueError naming the integer formats."""

@@ -43,6 +43,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..formats.integer import SIXTEEN_BIT
 from ..graph.ops import PASS_THROUGH
 from .guard import GuardValues, simulate
 from .plan import Plan, TensorPlan
@@ -53,8 +54,8 @@ __all__ = ["WIDER", "normalizer_groups", "group_sqnr", "step_up_normalizer_input
 
 log = logging.getLogger(__name__)
 
-#: 8-bit integer formats and their 16-bit counterparts (same signedness; algorithms/step_up.py's ladder)
-WIDER = {"int8": "int16", "uint8": "uint16"}
+#: 8-bit integer formats and their 16-bit counterparts (same signedness; repair's ladder takes the same step)
+WIDER = SIXTEEN_BIT
 #: the default ``epsilon`` of InstanceNormalization and GroupNormalization (ONNX spec)
 DEFAULT_EPSILON = 1e-5
 
