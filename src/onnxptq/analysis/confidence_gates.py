@@ -74,20 +74,27 @@ def confidence_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     argmax_of = {n.output[0]: n.input[0] for n in g.node if n.op_type == "ArgMax" and n.input and n.output}
     floats = {o.name for o in g.output if o.type.tensor_type.elem_type in
               (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
-    ancestry = {o.name: _ancestors(o.name, producer) for o in g.output}
+    sigmoids = [o.name for o in g.output if o.name in floats and _from_sigmoid(o.name, producer, constants)]
+    if not sigmoids or not argmax_of:
+        return {}  # most models: no ancestry walked
+    ancestry: dict[str, set[str]] = {}
+
+    def above(tensor: str) -> set[str]:
+        if tensor not in ancestry:
+            ancestry[tensor] = _ancestors(tensor, producer)
+        return ancestry[tensor]
+
     gates: dict[str, str] = {}
-    for conf in g.output:
-        if conf.name not in floats or not _from_sigmoid(conf.name, producer, constants):
-            continue
-        scores = {argmax_of[t] for t in ancestry[conf.name] if t in argmax_of}
+    for conf in sigmoids:
+        scores = {argmax_of[t] for t in above(conf) if t in argmax_of}
         if not scores:
             continue
         for out in g.output:
-            if out.name == conf.name or out.name not in floats or out.name in gates:
+            if out.name == conf or out.name not in floats or out.name in gates:
                 continue
-            decided = [argmax_of[t] for t in ancestry[out.name] if t in argmax_of]
-            if any(scores & _ancestors(s, producer) for s in decided):
-                gates[out.name] = conf.name
+            decided = [argmax_of[t] for t in above(out.name) if t in argmax_of]
+            if any(scores & above(s) for s in decided):
+                gates[out.name] = conf
     return gates
 
 
