@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import pickle
@@ -85,6 +86,8 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
         rec = pickle.loads(pkl.read_bytes())
         args, kwargs = rec["args"], dict(rec["kwargs"])
         seen = kwargs.pop("seen", None)
+        known = inspect.signature(measure).parameters  # a reading recorded by a newer tree than this one is left out
+        kwargs = {k: v for k, v in kwargs.items() if k in known}
         c0 = time.process_time()
         verdict = measure(*args, **kwargs)
         if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:

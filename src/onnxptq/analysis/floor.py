@@ -83,6 +83,7 @@ from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confi
 from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
+from .confidence_gates import confidence_gated_outputs, confident_positions
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
@@ -415,7 +416,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
-            "decoders": decoder_outputs(model)}
+            "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -427,7 +428,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             softmax_maps: Collection[str] = (), score_rows: Mapping[str, Rows] | None = None,
             read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
             row_gates: Mapping[str, str] | None = None,
-            agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = ()) -> Verdict:
+            agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
+            confidence_gates: Mapping[str, str] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -457,7 +459,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     graph does not hold (``QuantConfig.floor_output_agreement``: :mod:`onnxptq.analysis.user_agreement`),
     each held against the top-1 floor beside the output's own judgement. ``decoders``: class scores an
     autoregressive decoder writes (``decoder_reads.decoder_outputs``), judged as one read per sequence
-    on the held-out and the calibration feeds ``seen`` together (:func:`_judge_decoder`), not per row."""
+    on the held-out and the calibration feeds ``seen`` together (:func:`_judge_decoder`), not per row.
+    ``confidence_gates``: value outputs read only where a sibling sigmoid confidence sharing their
+    arg-max passes 0.5 (``confidence_gates.confidence_gated_outputs``: output → confidence output),
+    judged on those positions of each feed only."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -467,6 +472,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     selection = selection or {}
     score_rows = score_rows or {}
     row_gates = row_gates or {}
+    confidence_gates = confidence_gates or {}
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -520,6 +526,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 r, g = to_linear(r, g, log_scales[name])
             if name in selected:
                 g = match_rows(r, g)
+            if name in confidence_gates and confidence_gates[name] in ref:
+                keep = confident_positions(ref[confidence_gates[name]], r.shape)
+                if keep is not None:
+                    if not keep.any():
+                        continue  # the model calls every position of this feed unconfident: nothing read
+                    r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
             if np.isfinite(g).all():
                 cos, parts = _cosine_sums(r, g)
                 cosines.append(cos)
@@ -569,6 +581,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
         if regression:
             check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"
+        if name in confidence_gates:
+            check.note = (f"(judged where float's {confidence_gates[name]!r} ≥ 0.5, the positions its reader reads: "
+                          "analysis/confidence_gates.py)")
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         if class_map is not None and class_map.valid and class_map.feeds:
             # class probabilities along the field axis: judged by their arg-max masks, not split into fields
