@@ -585,6 +585,8 @@ def _foldable_relus(graphs: list[onnx.GraphProto], plan: Plan, params: dict[str,
             continue
         if inp in plan.tensors or readers.get(inp, 0) != 1 or getattr(tplan, "producer_quant", None) is not None:
             continue
+        if tplan.exclusive and any(out in n.input and n.name not in tplan.consumers for n in nodes):
+            continue  # a reader outside its consumers takes the float Relu output, so the Relu must stay
         qp = params.get(out)
         if qp is None or qp.zero_point is None:
             continue

@@ -14,6 +14,7 @@ from ...config.schema import QuantConfig
 from .. import runtime
 from .bias_epilogues import bias_epilogue_float
 from .fed_back_outputs import fed_back_outputs_float
+from .float_dot_readers import float_dot_readers
 from .gain_vectors import coarse_gain_vectors
 from .peak_nms import peak_nms_float
 from .recurrent_inputs import recurrent_inputs_float
@@ -31,4 +32,5 @@ def late_float_rules(tensors: dict[str, TensorPlan], g: _Graph, config: QuantCon
     why.update(recurrent_inputs_float(tensors, g))
     if runtime.is_cpu(config):  # integer-only NPU hardware cannot hand a float product to its bias Add
         why.update(bias_epilogue_float(tensors, g))
+    why.update(float_dot_readers(tensors, g))  # last: it reads what the rules above left planned
     return why
