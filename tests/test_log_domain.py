@@ -153,7 +153,8 @@ def test_a_db_output_is_judged_on_its_linear_values():
 
 def test_mxfp8_front_end_is_repaired_on_its_db_output():
     """E4M3 on the dB values (the chain's end): 42 % of the bins within 1 dB with repair=False; the
-    floor judges the output in its linear domain, breaks, and repair keeps the dB step float.
+    floor judges the output in its linear domain, breaks, and repair takes the dB step off E4M3: up
+    its own family's ladder (MXFP8_E4M3 → MXINT8, algorithms/step_up.py) where that holds, else float.
 
     The MXFP8 preset itself no longer quantizes the dB values (an FP-element MX format encodes only
     what a dot product reads, pipeline/plan/fp_blocks.py; here both dot products read the linear
@@ -167,7 +168,9 @@ def test_mxfp8_front_end_is_repaired_on_its_db_output():
     assert _within_1db(model, plain.model, _audio(1, 8)) < 0.8
     result = quantize(model, config, _audio(0, 16))
     assert _within_1db(model, result.model, _audio(1, 8)) >= 0.95
-    assert result.repair and result.repair["kept_float"]
+    assert result.repair
+    moved = {**result.repair["kept_float"], **result.repair["stepped_up"]}
+    assert "Clip_db" in moved, moved
 
 
 # --- a constant-Q front end (basic-pitch's, as tf2onnx writes nnAudio's CQT2010v2) ------------------
