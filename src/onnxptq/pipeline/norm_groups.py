@@ -41,7 +41,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ..formats.integer import SIXTEEN_BIT
 from ..graph.ops import PASS_THROUGH
@@ -60,18 +59,6 @@ WIDER = SIXTEEN_BIT
 DEFAULT_EPSILON = 1e-5
 
 
-def _constant(name: str, g: _Graph) -> np.ndarray | None:
-    """The value of an initializer or a ``Constant`` node's output; None for a computed tensor."""
-    if name in g.initializers:
-        return numpy_helper.to_array(g.initializers[name])
-    producer = g.producer.get(name)
-    if producer is not None and producer.op_type == "Constant":
-        for attr in producer.attribute:
-            if attr.name == "value":
-                return numpy_helper.to_array(attr.t)
-    return None
-
-
 def _epsilon(node: onnx.NodeProto) -> float:
     return next((float(a.f) for a in node.attribute if a.name == "epsilon"), DEFAULT_EPSILON)
 
@@ -79,7 +66,7 @@ def _epsilon(node: onnx.NodeProto) -> float:
 def _grouping_reshape(node: onnx.NodeProto, g: _Graph) -> int | None:
     """G for a ``Reshape`` to ``[N or 0, G, -1]`` (contiguous channel groups of its NC... input),
     read from its constant shape; None for any other reshape."""
-    shape = _constant(node.input[1], g) if len(node.input) > 1 else None
+    shape = g.constant_value(node.input[1]) if len(node.input) > 1 else None
     if shape is None or shape.ndim != 1 or shape.size != 3:
         return None
     batch, groups, rest = int(shape[0]), int(shape[1]), int(shape[2])

@@ -65,12 +65,6 @@ FACTOR_OPS = frozenset({"Mul", "Div"})
 ARITHMETIC = frozenset("Add Sub Mul Div Pow Sqrt Reciprocal Exp Log Neg Abs".split())
 
 
-def _constant(name: str, g: _Graph) -> bool:
-    """An initializer or a ``Constant`` node's output: a value fixed before any input is seen."""
-    producer = g.producer.get(name)
-    return name in g.initializers or (producer is not None and producer.op_type == "Constant")
-
-
 def read_as_factor(name: str, g: _Graph) -> bool:
     """Whether ``name`` scales another computed tensor: it reaches an operand of a ``Mul`` or ``Div``
     whose other operand is computed (a feature map, not a constant), directly or through
@@ -81,9 +75,9 @@ def read_as_factor(name: str, g: _Graph) -> bool:
         current = todo.pop()
         for node in g.consumers.get(current, []):
             others = [i for i in node.input if i and i != current]
-            if node.op_type in FACTOR_OPS and any(not _constant(i, g) for i in others):
+            if node.op_type in FACTOR_OPS and any(not g.is_constant(i) for i in others):
                 return True
-            passes = node.op_type in MOVES or (node.op_type in ARITHMETIC and all(_constant(i, g) for i in others))
+            passes = node.op_type in MOVES or (node.op_type in ARITHMETIC and all(g.is_constant(i) for i in others))
             if passes and node.output and node.output[0] not in seen:
                 seen.add(node.output[0])
                 todo.append(node.output[0])

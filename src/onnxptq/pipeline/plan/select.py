@@ -66,6 +66,22 @@ class _Graph:
     def is_float(self, name: str) -> bool:
         return self.elem_type.get(name) in FLOAT_TYPES
 
+    def is_constant(self, name: str) -> bool:
+        """An initializer or a ``Constant`` node's output: a value fixed before any input is seen."""
+        producer = self.producer.get(name)
+        return name in self.initializers or (producer is not None and producer.op_type == "Constant")
+
+    def constant_value(self, name: str) -> np.ndarray | None:
+        """The value of an initializer or of a ``Constant`` node's ``value`` tensor; None for a computed tensor."""
+        if name in self.initializers:
+            return tensor_values(self.initializers[name])
+        producer = self.producer.get(name)
+        if producer is not None and producer.op_type == "Constant":
+            for attr in producer.attribute:
+                if attr.name == "value":
+                    return onnx.numpy_helper.to_array(attr.t)
+        return None
+
 
 def _iterated(scope) -> bool:
     """Whether ``scope`` is (inside) the body of a Loop or Scan: its nodes run once per step."""
