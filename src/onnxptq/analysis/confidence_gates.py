@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..graph.walk import upstream_nodes
+
 __all__ = ["GATE", "confidence_gated_outputs", "confident_positions"]
 
 #: a sigmoid probability's decision point (its logit's sign)
@@ -34,16 +36,7 @@ _MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".s
 
 def _ancestors(tensor: str, producer: dict[str, onnx.NodeProto]) -> set[str]:
     """Every tensor ``tensor`` is computed from (itself included), through the main graph's nodes."""
-    seen, stack = set(), [tensor]
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        node = producer.get(t)
-        if node is not None:
-            stack += [i for i in node.input if i]
-    return seen
+    return {tensor} | {i for node in upstream_nodes(tensor, producer, lambda _: True) for i in node.input if i}
 
 
 def _from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto], constants: set[str]) -> bool:
