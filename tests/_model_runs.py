@@ -19,3 +19,23 @@ def pooled_output_cosine(model_a: onnx.ModelProto, model_b: onnx.ModelProto, fee
     x = np.concatenate([a.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
     y = np.concatenate([b.run(None, f)[0].ravel() for f in feeds]).astype(np.float64)
     return float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
+
+
+def first_outputs(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The model's first output on every feed, concatenated along the first axis (one thread)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, f)[0] for f in feeds])
+
+
+def preset_plan(model: onnx.ModelProto, preset: str):
+    """The plan a preset makes for ``model`` after the pipeline's preparation (no calibration)."""
+    import onnxptq
+    from onnxptq.pipeline.plan import make_plan
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+
+    config = onnxptq.get_preset(preset)
+    return make_plan(prepare_for_quantization(model, config), config)

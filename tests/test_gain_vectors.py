@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxptq
-from onnxptq.pipeline.plan import make_plan
-from onnxptq.pipeline.prepare import prepare_for_quantization
+from _model_runs import first_outputs, preset_plan
 
 FEATURES = 64
 
@@ -53,25 +51,13 @@ def dense_bn_head(low: float, high: float, seed: int = 0, signed: bool = False) 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _plan(model: onnx.ModelProto, preset: str):
-    config = onnxptq.get_preset(preset)
-    return make_plan(prepare_for_quantization(model, config), config)
-
-
 def _feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((8, FEATURES)).astype(np.float32)} for _ in range(n)]
 
 
-def _run(model: onnx.ModelProto, feeds) -> np.ndarray:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return np.concatenate([sess.run(None, f)[0] for f in feeds])
-
-
 def test_wide_gain_vector_stays_float_under_a8w8():
-    plan = _plan(dense_bn_head(0.1, 30.0), "A8W8")
+    plan = preset_plan(dense_bn_head(0.1, 30.0), "A8W8")
     assert "bn_scale" not in plan.tensors
     assert "gain_vectors.py" in plan.float_tensors["bn_scale"]
     assert "bn_offset" in plan.tensors  # an Add's offsets are not a gain
@@ -79,11 +65,11 @@ def test_wide_gain_vector_stays_float_under_a8w8():
 
 
 def test_narrow_gain_vector_and_16_bit_grids_keep_their_quantizer():
-    narrow = _plan(dense_bn_head(0.5, 2.0), "A8W8")
+    narrow = preset_plan(dense_bn_head(0.5, 2.0), "A8W8")
     assert "bn_scale" in narrow.tensors and "bn_scale" not in narrow.float_tensors
-    wide16 = _plan(dense_bn_head(0.1, 30.0), "A16W8")
+    wide16 = preset_plan(dense_bn_head(0.1, 30.0), "A16W8")
     assert "bn_scale" in wide16.tensors and "bn_scale" not in wide16.float_tensors
-    signed = _plan(dense_bn_head(0.1, 30.0, signed=True), "A8W8")  # both signs: not scales (gain_vectors.py)
+    signed = preset_plan(dense_bn_head(0.1, 30.0, signed=True), "A8W8")  # both signs: not scales (gain_vectors.py)
     assert "bn_scale" in signed.tensors and "bn_scale" not in signed.float_tensors
 
 
@@ -95,6 +81,6 @@ def test_a8w8_keeps_the_head_output():
     config = onnxptq.get_preset("A8W8").replace(repair=False)
     result = onnxptq.quantize(model, config, data=_feeds(8, 1))
     held = _feeds(4, 1000)
-    ref, got = _run(model, held).ravel(), _run(result.model, held).ravel()
+    ref, got = first_outputs(model, held).ravel(), first_outputs(result.model, held).ravel()
     cosine = float(ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got)))
     assert cosine >= 0.999, cosine
