@@ -43,7 +43,7 @@ from typing import Sequence
 import numpy as np
 import onnx
 
-from ..graph.walk import subgraphs
+from ..graph.walk import all_graphs, subgraphs
 from .class_scores import TIE_TOLERANCE, UNSURE, Positions, _margin_cdf, _refuted
 
 __all__ = ["DecoderReads", "decoder_outputs", "judge_decoder"]
@@ -84,17 +84,9 @@ def _argmax_outputs(graph: onnx.GraphProto) -> list[str]:
     for node in graph.node:
         if node.op_type == "ArgMax":
             found.extend(o for o in node.output if o)
-        elif any(n.op_type == "ArgMax" for sub in subgraphs(node) for n in _all_nodes(sub)):
+        elif any(n.op_type == "ArgMax" for sub in subgraphs(node) for g in all_graphs(sub) for n in g.node):
             found.extend(o for o in node.output if o)
     return found
-
-
-def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    out = list(graph.node)
-    for node in graph.node:
-        for sub in subgraphs(node):
-            out.extend(_all_nodes(sub))
-    return out
 
 
 def _autoregressive(loop: onnx.NodeProto) -> bool:
