@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: 8-bit integer formats and their 16-bit counterparts (same signedness; repair's ladder takes the same step)
 WIDER = SIXTEEN_BIT
+#: the per-group normalizers the rule reads through (:func:`normalizer_groups`)
+_NORMALIZERS = ("InstanceNormalization", "GroupNormalization")
 #: the default ``epsilon`` of InstanceNormalization and GroupNormalization (ONNX spec)
 DEFAULT_EPSILON = 1e-5
 
@@ -142,6 +144,8 @@ def step_up_normalizer_inputs(model: onnx.ModelProto, plan: Plan, stats: Mapping
     normalizer reads and whose quietest group the planned grid drowns (module docstring), with the
     tensors sharing its grid; record each in ``plan.guard`` (action ``16-bit``) and return
     ``{tensor: reason}``."""
+    if not any(n.op_type in _NORMALIZERS for n in model.graph.node):  # most models: no index to build
+        return {}
     g = _Graph(model, subgraphs=False)
     main = {i.name for i in model.graph.input} | {o for n in model.graph.node for o in n.output}
     # A pass-through op's planned output is judged through its planned input (the guard's rule too,
