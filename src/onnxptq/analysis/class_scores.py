@@ -151,6 +151,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import onnx
 
+from ..graph.ops import RELAYOUTS
 from .fields import MAX_FIELDS
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
@@ -183,7 +184,7 @@ MIN_CHARACTERS = 3
 #: is advised on, not repaired
 UNSURE = 0.5
 
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".split())
+_MOVES = RELAYOUTS | {"Cast"}
 _SOFTMAXES = frozenset(("Softmax", "LogSoftmax"))
 _DECIDERS = frozenset(("ArgMax", "TopK"))
 

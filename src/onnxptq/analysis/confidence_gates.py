@@ -26,12 +26,13 @@ import numpy as np
 import onnx
 
 from ..graph.walk import upstream_nodes
+from ..graph.ops import RELAYOUTS
 
 __all__ = ["GATE", "confidence_gated_outputs", "confident_positions"]
 
 #: a sigmoid probability's decision point (its logit's sign)
 GATE = 0.5
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast".split())
+_MOVES = RELAYOUTS | {"Cast"}
 
 
 def _ancestors(tensor: str, producer: dict[str, onnx.NodeProto]) -> set[str]:

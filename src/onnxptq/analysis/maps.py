@@ -111,6 +111,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..graph.ops import RELAYOUTS
+
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "heat_map_feed", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
            "undecided"]
@@ -129,7 +131,7 @@ TIE = 2.0 ** -10
 #: by a few hundredths (CRAFT's region and affinity maps: −0.03 to 0.98); further out it is no such map
 HEAT_MARGIN = 0.1
 
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Resize Upsample Slice".split())
+_MOVES = RELAYOUTS | {"Cast", "Resize", "Upsample", "Slice"}
 _PROBABILITIES = frozenset(("Sigmoid", "HardSigmoid"))
 _COMPARISONS = frozenset("Greater GreaterOrEqual Less LessOrEqual".split())
 

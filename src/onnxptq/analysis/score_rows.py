@@ -51,12 +51,13 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from ..graph.ops import RELAYOUTS
 from .maps import BAND, Kept, kept_agreement, undecided
 from .metrics import cosine_similarity
 
 __all__ = ["Rows", "ScoreRows", "detector_score_rows"]
 
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Split Slice".split())
+_MOVES = RELAYOUTS | {"Cast", "Split", "Slice"}
 
 
 class Rows(NamedTuple):

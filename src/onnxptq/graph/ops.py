@@ -21,6 +21,9 @@ __all__ = [
     "NO_OUTPUT_QUANT",
     "PASS_THROUGH",
     "RECURRENT",
+    "RELAYOUTS",
+    "REPEATS",
+    "SELECTIONS",
     "WEIGHT_INPUTS",
 ]
 
@@ -38,6 +41,16 @@ DEFAULT_OP_TYPES = frozenset(
 #: quantizer can reach it, so quantizing it outside would only round the state handed between
 #: calls (a streaming model's ``stateN``), compounding the error over a stream for no backend gain.
 RECURRENT = frozenset("LSTM GRU RNN".split())
+
+#: Ops whose output holds every element of their data input unchanged, only laid out anew. Many
+#: rules ask "does this op only move values?" and each lets through a little more (a Cast, a
+#: selection, a repeat): they compose their set from these three at the use, so what differs
+#: between two rules is visible there instead of hidden in two lists of names.
+RELAYOUTS = frozenset("Identity Reshape Flatten Squeeze Unsqueeze Transpose".split())
+#: Ops whose output is a subset of their data input's elements.
+SELECTIONS = frozenset("Slice Gather Split".split())
+#: Ops whose output repeats their data input's elements.
+REPEATS = frozenset("Expand Tile".split())
 
 #: Ops whose output only rearranges or selects input values: quantized only when forced or when
 #: their input already is (their range is their input's).

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import onnx
 
 from .opsets import is_onnx_domain
+from .ops import RELAYOUTS, SELECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ __all__ = ["recurrent_state_float_tensors"]
 STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 STATE_OUTPUTS = {"LSTM": (1, 2), "GRU": (1,), "RNN": (1,)}
 #: ops that move or pick state values without computing on them
-MOVES = frozenset("Unsqueeze Squeeze Reshape Identity Gather Concat Slice Split Transpose Flatten Cast Expand".split())
+MOVES = RELAYOUTS | SELECTIONS | {"Concat", "Cast", "Expand"}
 
 
 def _walk_graphs(graph: onnx.GraphProto, parent: onnx.NodeProto | None, out: list) -> None:

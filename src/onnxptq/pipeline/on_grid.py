@@ -75,11 +75,11 @@ import numpy as np
 import onnx
 
 from ..graph.opsets import is_onnx_domain
+from ..graph.ops import RELAYOUTS
 from .plan import Plan, TensorPlan
 
 #: Ops whose output elements are copies of input elements (or zeros), whole blocks kept.
-_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Concat",
-                    "Gather", "Resize"})
+_MOVES = RELAYOUTS | {"Slice", "Gather", "Concat", "Resize"}
 
 
 def grid_key(tplan: TensorPlan) -> tuple | None:

@@ -47,6 +47,7 @@ import onnx
 
 from ..calibration.collectors import MinMaxCollector
 from ..formats.integer import qrange
+from ..graph.ops import RELAYOUTS, REPEATS
 from .plan import Plan
 from .plan.scarce import SCARCE_VALUES
 from .plan.select import _Graph
@@ -57,7 +58,7 @@ __all__ = ["ARITHMETIC", "MOVES", "keep_quiet_scalars_float", "read_as_factor"]
 log = logging.getLogger(__name__)
 
 #: ops that copy or rearrange values (a factor reshaped to broadcast is still that factor)
-MOVES = frozenset("Reshape Squeeze Unsqueeze Flatten Transpose Identity Expand Tile".split())
+MOVES = RELAYOUTS | REPEATS
 #: ops whose operands scale each other: a relative error in either is one in the result
 FACTOR_OPS = frozenset({"Mul", "Div"})
 #: elementwise arithmetic that, against constants (or the tensor itself: σ·σ), carries a relative

@@ -56,6 +56,8 @@ from collections import defaultdict
 
 import onnx
 
+from ..graph.ops import RELAYOUTS
+
 log = logging.getLogger(__name__)
 
 __all__ = ["gelu_internals", "residual_sums", "transformer_float_tensors", "attention_value_products", "has_attention",
@@ -67,7 +69,7 @@ LINEAR_OPS = frozenset({"MatMul", "Gemm"})
 #: graphs (:func:`attention_value_products`; the module docstring says why).
 SHORT_GRID_BITS = 8
 #: Ops that only move data between a Softmax and the MatMul reading its probabilities.
-_DATA_MOVEMENT = frozenset({"Transpose", "Reshape", "Cast", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+_DATA_MOVEMENT = (RELAYOUTS - {"Flatten"}) | {"Cast", "Dropout"}
 
 _ELEMENTWISE = frozenset({"Add", "Mul", "Div"})
 

@@ -38,6 +38,7 @@ import logging
 
 import onnx
 
+from ...graph.ops import RELAYOUTS
 from .select import _Graph
 from .types import TensorPlan
 
@@ -48,7 +49,7 @@ __all__ = ["COMPARISONS", "MOVES", "POINTWISE", "SELECTIONS", "peak_suppressions
 #: comparisons that can test "this value is its neighbourhood's maximum (minimum)"
 COMPARISONS = frozenset("Equal Greater GreaterOrEqual Less LessOrEqual".split())
 #: ops that move values without changing any (a value and its copy stay equal)
-MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Expand".split())
+MOVES = RELAYOUTS | {"Expand"}
 #: order-preserving selections: each output value is one of the input's values
 SELECTIONS = frozenset("MaxPool GlobalMaxPool ReduceMax ReduceMin Max Min".split())
 #: unary elementwise ops: equal inputs give equal outputs (the walk upstream passes them)

@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 
 from ...graph.external import tensor_values
+from ...graph.ops import RELAYOUTS
 from .select import _Graph
 from .types import TensorPlan
 
@@ -41,7 +42,7 @@ __all__ = ["BEYOND", "COMPARISONS", "MAX_STRETCH", "decision_thresholds", "widen
 
 COMPARISONS = frozenset("Greater GreaterOrEqual Less LessOrEqual Equal".split())
 #: ops whose output equals their (first) input's values, moved: a threshold passes unchanged
-_MOVES = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Slice Gather Expand Cast".split())
+_MOVES = RELAYOUTS | {"Slice", "Gather", "Expand", "Cast"}
 #: the range is widened past a threshold by this share of the widened span (two int8 steps), so a
 #: strict and a non-strict comparison both see values on each side
 BEYOND = 2.0 ** -7
