@@ -23,6 +23,7 @@ from typing import Sequence
 
 import onnx
 
+from ..analysis.runtime_view import DATA_MOVEMENT as RUNS_ON_INTEGERS_WHEN_INPUT_IS
 from ..config.schema import QuantConfig, TensorQuant
 
 #: Ops onnxruntime's CPU provider fuses into an integer kernel: QLinearConv, QLinearMatMul /
@@ -34,14 +35,13 @@ CPU_INTEGER_OPS = frozenset(
 #: The integer kernels that pay for the QuantizeLinear/DequantizeLinear around them on their own;
 #: the other CPU_INTEGER_OPS are cheap in float and are worth it only next to an integer neighbour.
 CPU_MATRIX_OPS = frozenset({"Conv", "MatMul", "Gemm"})
-#: Ops onnxruntime runs on the integer values when the Q before and after carry equal scale and
-#: zero point (its "drop Q/DQ" rules; Split is rewritten to quantized outputs): their output shares
-#: the input's parameters.
-CPU_DATA_MOVEMENT = frozenset(
-    "Expand Flatten Gather GatherElements MaxPool Reshape Resize Slice Split Squeeze Tile Transpose Unsqueeze".split()
-)
 #: Read through DequantizeLinear only (integer input, index output).
 CPU_DQ_ONLY = frozenset({"ArgMax"})
+#: Ops onnxruntime runs on the integer values when the Q before and after carry equal scale and
+#: zero point (its "drop Q/DQ" rules; Split is rewritten to quantized outputs): their output shares
+#: the input's parameters. One list with the reader of onnxruntime's optimised graph
+#: (:mod:`onnxptq.analysis.runtime_view`), so the plan and the report cannot disagree on it.
+CPU_DATA_MOVEMENT = RUNS_ON_INTEGERS_WHEN_INPUT_IS - CPU_DQ_ONLY
 #: Activations onnxruntime removes in front of a QuantizeLinear whose range they do not cut
 #: (ReluQuantFusion, ClipQuantFusion), so the producer keeps its fused integer kernel. LeakyRelu,
 #: PRelu and HardSwish are not removed: a quantizer between producer and activation is needed,
