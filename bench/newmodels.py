@@ -3460,5 +3460,26 @@ def _peaks(act: np.ndarray, thr: float) -> np.ndarray:
     return _CENTERNET_PEAKS(a, thr) if a.ndim == 2 and min(a.shape) > 1 else _act_peaks(a, thr)
 
 
+
+def dnsmos_p808_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/dnsmos.py's P.808 model (``model_v8.onnx``, round 5's sdist; not run there): one INPUT_LENGTH = 9.01 s
+    segment of degraded speech less its last 160 samples -> audio_melspec (librosa melspectrogram n_fft 321, hop 160,
+    120 mels, power_to_db against the maximum, (dB + 40) / 40), transposed -> [1, 900, 120]."""
+    out = []
+    for i in range(n):
+        seg = _degraded_speech(seed * 100 + i, 9.01)[:144160]
+        out.append({"input_1": _librosa_mel_db(seg[:-160], 16000, 321, 160, 120)[None].astype(np.float32)})
+    return out
+
+
+def mos_within_01(ref, test, feeds, root) -> float:
+    """DNSMOS P.808's verdict, one MOS a segment (output 0, [1, 1]): the share within 0.1 MOS of float's."""
+    return float(np.mean([abs(float(ref(f)[0].ravel()[0]) - float(test(f)[0].ravel()[0])) <= 0.1 for f in feeds]))
+
+
+MODELS["dnsmos_p808"] = (str(SPEECHMOS / "dnsmos_models/model_v8.onnx"), dnsmos_p808_feeds, "P.808 MOS within 0.1",
+                         mos_within_01)
+
+
 if __name__ == "__main__":
     main()
