@@ -32,7 +32,6 @@ holds the user's reading against the top-1 floor and the warning is not given.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import onnx
