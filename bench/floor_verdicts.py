@@ -76,6 +76,24 @@ def record(models: list[str], presets: list[str], calib: int, held: int, out_dir
             print(json.dumps(row), flush=True)
 
 
+def _newer_readings(pkl: Path, kwargs: dict, known) -> dict:
+    """Readings this tree's ``readings_of`` has and the record (made by an older tree) lacks, taken from the
+    source model the record names (``<model>.<preset>.pkl``): the prepared model the pipeline read may differ
+    in names a prepare pass changed, so a reading keyed by an output name the record's outputs lack is empty."""
+    try:
+        from onnxptq.analysis.floor import readings_of
+    except ImportError:
+        return {}
+    import newmodels as nm
+    import onnx
+
+    model_name = pkl.stem.rsplit(".", 1)[0]
+    if model_name not in nm.MODELS:
+        return {}
+    readings = readings_of(onnx.load(str(nm.SRC / nm.MODELS[model_name][0])))
+    return {k: v for k, v in readings.items() if k in known and k not in kwargs}
+
+
 def judge_here(out_dir: Path) -> dict[str, dict]:
     """Re-run ``measure`` on every record under this process's tree, as complete.py calls it: without
     the calibration feeds, then with them where the verdict asks for them."""
@@ -88,6 +106,7 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
         seen = kwargs.pop("seen", None)
         known = inspect.signature(measure).parameters  # a reading recorded by a newer tree than this one is left out
         kwargs = {k: v for k, v in kwargs.items() if k in known}
+        kwargs.update(_newer_readings(pkl, kwargs, known))
         c0 = time.process_time()
         verdict = measure(*args, **kwargs)
         if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:

@@ -84,6 +84,7 @@ from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
 from .confidence_gates import confidence_gated_outputs, confident_positions
+from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
@@ -416,7 +417,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
-            "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model)}
+            "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
+            "gains": gain_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -429,7 +431,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
             row_gates: Mapping[str, str] | None = None,
             agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
-            confidence_gates: Mapping[str, str] | None = None) -> Verdict:
+            confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -462,7 +464,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     on the held-out and the calibration feeds ``seen`` together (:func:`_judge_decoder`), not per row.
     ``confidence_gates``: value outputs read only where a sibling sigmoid confidence sharing their
     arg-max passes 0.5 (``confidence_gates.confidence_gated_outputs``: output → confidence output),
-    judged on those positions of each feed only."""
+    judged on those positions of each feed only. ``gains``: sigmoid outputs shaped like a float input
+    (``gains.gain_outputs``: output → that input), a gain a caller multiplies into the input's signal
+    outside the graph: the floor cannot weigh its errors by that signal, and says so where its frames
+    weighed alike keep float's below the top-1 floor (``gains.gain_advisory``; not told by ``agreements``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -473,6 +478,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     score_rows = score_rows or {}
     row_gates = row_gates or {}
     confidence_gates = confidence_gates or {}
+    gains = gains or {}
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -513,6 +519,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
         scores = ScoreAgreement() if may_score else None
         curve = CurveAgreement() if may_score and not classy and name not in confidences else None
+        gain = GainFrames(floor.cosine) if name in gains and not classy and name not in (agreements or {}) else None
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -543,6 +550,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
             if curve is not None:
                 curve.add(r, g)
+            if gain is not None and np.isfinite(g).all():
+                gain.add(r, g)
             if not classy and np.isfinite(g).all():
                 axis = r.ndim - 1 if regression else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
@@ -634,6 +643,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
             check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
                                                              [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
+        if gain is not None and finite:
+            # a gain multiplied into an input's signal outside the graph (analysis/gains.py): said, never repaired
+            check.advisory = check.advisory or gain_advisory(name, gains[name], gain, floor.top1)
         if reshaped:
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
