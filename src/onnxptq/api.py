@@ -17,6 +17,7 @@ from typing import Any
 from .config.presets import resolve_config
 from .config.schema import QuantConfig
 from .graph import external, io
+from .graph.programs import as_model
 from .pipeline.calibrate import DEFAULT_EVAL_SAMPLES, DEFAULT_HOLDOUT, calibrate_once, source_name
 from .pipeline.complete import QuantizationResult, complete, deliver, streaming_report_error
 from .sessions import custom_op_libraries
@@ -55,6 +56,7 @@ def quantize(
     weights ever entering a protobuf message (peak memory about onnxruntime's one copy of them;
     the result's model then points at ``<output>.data``); see :mod:`onnxptq.graph.external`.
     """
+    model = as_model(model)  # torch.onnx.export(..., dynamo=True)'s ONNXProgram: its ModelProto
     cfg = resolve_config(config)
     if report_path is not None and (data is None or eval_samples < 1):
         raise ValueError(f"{source_name(model)}: report_path needs data and eval_samples >= 1 (the report compares the models on samples)")

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from .. import outputs
 from . import external, sparse_storage
+from .programs import as_model
 from .walk import all_graphs
 from ..errors import InputNotFoundError, OnnxptqError, SaveError
 
@@ -52,13 +53,15 @@ class ModelLoadError(OnnxptqError, ValueError):
 
 
 def load_model(model: ModelLike, *, load_external_data: bool | None = None) -> onnx.ModelProto:
-    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched).
+    """Load ``model`` (a path or a ModelProto, which is copied so the caller's object is untouched;
+    an exporter's program object gives its ``model_proto``: :mod:`onnxptq.graph.programs`).
 
     ``load_external_data``: read external tensors into the message; by default yes, except on the
     streaming path (:func:`onnxptq.graph.external.streaming`), where weights stay in their file.
     """
     if load_external_data is None:
         load_external_data = external.active_dir() is None
+    model = as_model(model)
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
