@@ -196,10 +196,12 @@ def _thinning(model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[st
     infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in infos if vi.type.tensor_type.HasField("shape")}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in infos}
     fetched: dict[str, str] = {}
     after: dict[str, list[onnx.NodeProto]] = {}
     for name in names:
-        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name])
+        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name],
+                                                    elem_type=types.get(name))
                                       if run == 1 and name in shapes else (name, []))
     return fetched, after
 
