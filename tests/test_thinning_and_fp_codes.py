@@ -112,3 +112,21 @@ def test_fp_codes_by_cast_are_the_table_searchs(element, monkeypatch):
     assert cast.dtype == searched.dtype == np.uint8
     assert np.array_equal(cast, searched)
     assert np.count_nonzero(cast) > 15000  # the table's own values were found, not all sent to code 0
+
+
+@pytest.mark.parametrize("preset,pooled", [("MXINT8", True), ("A8W8", False)])
+def test_tensors_calibration_reads_whole_keep_the_slice(preset, pooled):
+    """The calibration's capture pools a feature map only where nothing else in that session reads
+    it: A8W8's statistics reduce every guarded activation (NCHWc converts it back anyway), so its
+    thinning stays a Slice; a block format's activations need no statistics."""
+    from _box_score_head import box_score_head
+
+    from onnxptq.pipeline.calibrate import calibrate_once
+    from onnxptq.pipeline.guard import CalibrationCapture
+
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.uniform(0.0, 1.0, size=(1, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    calibrated = calibrate_once(box_score_head(2, 6, next_channels=3), get_preset(preset), data)
+    capture = CalibrationCapture(calibrated.prepared, calibrated.plan, 4)
+    ops = {node.op_type for nodes in capture.nodes.values() for node in nodes}
+    assert capture.fetched and ops == ({"AveragePool"} if pooled else {"Slice"}), ops
