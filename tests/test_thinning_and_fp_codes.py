@@ -130,3 +130,22 @@ def test_tensors_calibration_reads_whole_keep_the_slice(preset, pooled):
     capture = CalibrationCapture(calibrated.prepared, calibrated.plan, 4)
     ops = {node.op_type for nodes in capture.nodes.values() for node in nodes}
     assert capture.fetched and ops == ({"AveragePool"} if pooled else {"Slice"}), ops
+
+
+def test_the_guards_block_run_session_runs_at_the_calibrations_level(monkeypatch):
+    """The retry of a flagged block-format tensor with blocks along another axis fetches block runs
+    from a float session of its own: at level "all" (the calibration's, whose runs seed the single
+    positions), so a convolutional model's four runs keep their NCHWc kernels; single positions
+    fetched by the guard itself stay at "basic" (its smaller session)."""
+    import onnxptq.pipeline.guard as guard
+    from _box_score_head import box_score_head
+
+    levels = []
+    real = guard.open_session
+    monkeypatch.setattr(guard, "open_session", lambda *a, **k: levels.append(k.get("optimization")) or real(*a, **k))
+    model = box_score_head(2, 6, hw=64)
+    x = np.random.default_rng(0).uniform(0.0, 1.0, size=(1, 4, 64, 64)).astype(np.float32)
+    runs = guard._tensor_values(model, ["y"], [{"x": x}], {"y": {1}}, run=sub.RUN)
+    points = guard._tensor_values(model, ["y"], [{"x": x}], {"y": {1}})
+    assert levels == ["all", "basic"]
+    assert runs["y"].shape[1] == points["y"].shape[1] == 8  # every channel, either way

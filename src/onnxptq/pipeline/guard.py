@@ -249,9 +249,16 @@ def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequen
         copy.graph.node.extend(order)
     # Priority-based order frees each whole tensor once its thinning ran (the default order kept
     # them alive: an 800x608 detector's guard run peaked at 1.15 GB); no spinning, as calibration;
-    # basic optimisation: no NCHWc weight copies for a session run four times (PP-OCRv4 rec: the
-    # guard's session added 48 MiB at "all", 30 at "basic"; the values differ in rounding only).
-    session = open_session(copy, optimization="basic", priority_order=True, spinning=False, memory_arena=False)
+    # single positions at basic optimisation: no NCHWc weight copies for a session run four times
+    # (PP-OCRv4 rec: the guard's session added 48 MiB at "all", 30 at "basic"; the values differ
+    # in rounding only). Block runs (the retry of flagged block-format tensors with blocks along
+    # another axis: the one float session a plain block-format build still opens) at "all", the
+    # level of the calibration session that seeds the single positions: at "basic" the four
+    # float runs of a convolutional model went without its NCHWc kernels (PicoDet layout
+    # detector MX9: final_plan 1.78 -> 0.83 CPU s, the same decisions and files; bench/RESULTS.md,
+    # issue 26, branch blocktime6).
+    level = "all" if run > 1 else "basic"
+    session = open_session(copy, optimization=level, priority_order=True, spinning=False, memory_arena=False)
     del copy
     feeds_names = {i.name for i in session.get_inputs()}
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
