@@ -80,7 +80,7 @@ def test_real_model_guard_and_file_are_the_slices(monkeypatch):
     path = str(model_path("cls"))
     name = onnx.load(path, load_external_data=False).graph.input[0].name
     rng = np.random.default_rng(0)
-    data = [{name: rng.random((1, 3, 48, 192), dtype=np.float32)} for _ in range(6)]
+    data = [{name: rng.random((1, 3, 48, 192), dtype=np.float32)} for _ in range(4)]
     cfg = get_preset("MXINT8").replace(repair=False)
     pools = []
     real_pool = sub._pool_thinning
@@ -149,3 +149,28 @@ def test_the_guards_block_run_session_runs_at_the_calibrations_level(monkeypatch
     points = guard._tensor_values(model, ["y"], [{"x": x}], {"y": {1}})
     assert levels == ["all", "basic"]
     assert runs["y"].shape[1] == points["y"].shape[1] == 8  # every channel, either way
+
+
+@pytest.mark.parametrize("element", ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"])
+def test_half_even_fp_elements_by_cast_are_the_arithmetics(element, monkeypatch):
+    """MX fake quantization with FP elements and half-even rounding rounds its float32 quotients by
+    a cast to the ml_dtypes type (formats/mx.py ``_half_even_by_cast``): bit for bit the frexp/rint
+    arithmetic, on the grid's midpoints (ties) in several binades, saturating and non-finite
+    values, for every exponent rule."""
+    import onnxptq.formats.mx as mx
+
+    fmt = mx.ELEMENT_FORMATS[element]
+    rng = np.random.default_rng(4)
+    grid = np.unique(mx.quantize_elements(np.linspace(0, fmt.max_norm, 4001), fmt, 2))
+    ties = ((grid[1:] + grid[:-1]) / 2).astype(np.float32)
+    x = np.concatenate([rng.normal(size=8192) * rng.choice([1e-6, 1e-2, 1.0, 1e2, 1e5], 8192),
+                        ties, -ties, ties * 2.0**-5, ties * 2.0**7, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3e38]])
+    x = np.resize(x.astype(np.float32), (len(x) // 32 + 1) * 32).reshape(-1, 32)
+    for search in (0, 2, 3):
+        got = {}
+        for cast in (True, False):
+            monkeypatch.setattr(mx, "CAST_HALF_EVEN", cast)
+            got[cast] = mx.fake_quantize(x, element_dtype=element, axis=1, block_size=32, rounding_mode=2, scale_search=search)
+        assert got[True].tobytes() == got[False].tobytes(), search
+    quotients = np.concatenate([ties, -ties]).astype(np.float64)
+    assert mx._half_even_by_cast(quotients, fmt).tobytes() == mx.quantize_elements(quotients, fmt, 2).tobytes()
