@@ -1,7 +1,8 @@
 """CPU seconds per stage of ``onnxptq.quantize``, presets side by side in one process (issue 26 item 1).
 
-``python bench/quantize_stages.py MODEL PRESETS`` quantizes ``MODEL`` (``cls``/``rec``/``det`` on
-uniform random feeds, 16 unless ``--samples``; or a zoo name, on its own calibration feeds) with
+``python bench/quantize_stages.py MODEL PRESETS`` quantizes ``MODEL`` (``cls``/``rec``/``det``, or
+``layout``/``vit``/``resnet`` of ``bench/quantize_time.py`` kept in its ``--workdir``, on uniform
+random feeds, 16 unless ``--samples``; or a zoo name, on its own calibration feeds) with
 each preset (its defaults: the accuracy floor and repair on, unless ``--no-repair``), after one
 BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the best round's
 
@@ -69,9 +70,18 @@ KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve
 PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]
 
 
-def _data(model: str, samples: int) -> tuple[Any, list[dict[str, np.ndarray]]]:
+def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, list[dict[str, np.ndarray]]]:
     import onnx
 
+    import quantize_time
+
+    if model not in SHAPES and model in quantize_time.MODELS:  # layout, vit, resnet: quantize_time's mid-size models
+        from pathlib import Path
+
+        path = quantize_time.model_file(model, Path(workdir or quantize_time.DEFAULT_WORKDIR))
+        rng = np.random.default_rng(0)
+        name = onnx.load(str(path), load_external_data=False).graph.input[0].name
+        return path, [{name: rng.random(quantize_time.MODELS[model][0], dtype=np.float32)} for _ in range(samples or 16)]
     if model in SHAPES:
         from testkit.models import model_path
 
@@ -91,14 +101,15 @@ def _data(model: str, samples: int) -> tuple[Any, list[dict[str, np.ndarray]]]:
     return z.path(), data[:samples] if samples else data
 
 
-def profile(model: str, presets: list[str], rounds: int, samples: int, repair: bool, prof: str | None) -> None:
+def profile(model: str, presets: list[str], rounds: int, samples: int, repair: bool, prof: str | None,
+            workdir: str | None = None) -> None:
     import onnxruntime as ort
 
     import onnxptq
     from onnxptq import quantize
     from onnxptq.config.presets import get_preset
 
-    path, data = _data(model, samples)
+    path, data = _data(model, samples, workdir)
     cpu = time.process_time
     acc: dict[str, Any] = {}
 
@@ -296,13 +307,14 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--merge", metavar="DIR", help="print the side-by-side tables of DIR/<model>.<tree>.r<round>.txt")
+    ap.add_argument("--workdir", help="where quantize_time.py keeps the layout/vit/resnet files (its --workdir)")
     args = ap.parse_args()
     if args.merge:
         merge(args.merge)
         return
     if not args.model:
         ap.error("MODEL is required (or --merge DIR)")
-    profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof)
+    profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof, args.workdir)
 
 
 if __name__ == "__main__":

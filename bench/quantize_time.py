@@ -70,6 +70,8 @@ BLOCK_FORMATS = ("BFP16", "MX9", "MX6", "MXINT8", "MXFP8_E4M3", "MXFP8_E5M2")
 TARGET_BLOCK_VS_BF16 = 1.5
 TARGET_WALL_S = 60.0
 TARGET_VS_ORT = 0.5
+#: where the fetched and exported models are kept unless ``--workdir``
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "onnxptq_quantize_time"
 
 
 def model_file(name: str, workdir: Path) -> Path:
@@ -326,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--formats", default=",".join(FORMATS))
     p.add_argument("--samples", type=int, default=8)
-    p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "onnxptq_quantize_time"))
+    p.add_argument("--workdir", default=str(DEFAULT_WORKDIR))
     p.add_argument("--src", action="append", default=[], help="an onnxptq src tree to run (repeatable; default: the installed one)")
     p.add_argument("--no-ort", action="store_true", help="skip onnxruntime's quantize_static")
     p.add_argument("--export", action="store_true", help="export the torch models (vit, resnet) into --workdir first")

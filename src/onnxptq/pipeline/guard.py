@@ -188,18 +188,26 @@ def _measured_axes(t: TensorPlan) -> frozenset[int]:
 
 
 def _thinning(model: onnx.ModelProto, graph: onnx.GraphProto, names: Sequence[str],
-              keep: Mapping[str, Collection[int]], run: int) -> tuple[dict[str, str], dict[str, list[onnx.NodeProto]]]:
+              keep: Mapping[str, Collection[int]], run: int,
+              read_whole: Collection[str] = ()) -> tuple[dict[str, str], dict[str, list[onnx.NodeProto]]]:
     """Per name, the tensor to fetch for it and the nodes that thin it inside onnxruntime
     (:func:`~.subsample.thin_in_graph`, their constants added to ``graph``): single positions
     (``run == 1``) of a tensor of known rank are thinned in the graph, so the whole tensors are
-    never outputs; block runs (flagged tensors only) and tensors of unknown rank are fetched whole."""
+    never outputs; block runs (flagged tensors only) and tensors of unknown rank are fetched whole.
+    ``read_whole``: tensors the same session also reads whole (calibration's statistics): those
+    keep the Slice thinning, as the NCHWc layout has to convert them back for their reductions
+    anyway, and a pooling beside that conversion kept the blocked copy alive longer (a PicoDet
+    layout detector's A8W8 calibration: peak +95 MiB, 0.28 -> 0.35 s a feed); the pooling
+    (:func:`~.subsample.thin_in_graph`) is for tensors nothing else reads."""
     infos = list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in infos if vi.type.tensor_type.HasField("shape")}
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in infos}
     fetched: dict[str, str] = {}
     after: dict[str, list[onnx.NodeProto]] = {}
     for name in names:
-        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name])
+        fetched[name], after[name] = (thin_in_graph(graph, name, len(shapes[name]), keep[name], dims=shapes[name],
+                                                    elem_type=None if name in read_whole else types.get(name))
                                       if run == 1 and name in shapes else (name, []))
     return fetched, after
 
@@ -241,9 +249,16 @@ def _tensor_values(model: onnx.ModelProto, names: Sequence[str], samples: Sequen
         copy.graph.node.extend(order)
     # Priority-based order frees each whole tensor once its thinning ran (the default order kept
     # them alive: an 800x608 detector's guard run peaked at 1.15 GB); no spinning, as calibration;
-    # basic optimisation: no NCHWc weight copies for a session run four times (PP-OCRv4 rec: the
-    # guard's session added 48 MiB at "all", 30 at "basic"; the values differ in rounding only).
-    session = open_session(copy, optimization="basic", priority_order=True, spinning=False, memory_arena=False)
+    # single positions at basic optimisation: no NCHWc weight copies for a session run four times
+    # (PP-OCRv4 rec: the guard's session added 48 MiB at "all", 30 at "basic"; the values differ
+    # in rounding only). Block runs (the retry of flagged block-format tensors with blocks along
+    # another axis: the one float session a plain block-format build still opens) at "all", the
+    # level of the calibration session that seeds the single positions: at "basic" the four
+    # float runs of a convolutional model went without its NCHWc kernels (PicoDet layout
+    # detector MX9: final_plan 1.78 -> 0.83 CPU s, the same decisions and files; bench/RESULTS.md,
+    # issue 26, branch blocktime6).
+    level = "all" if run > 1 else "basic"
+    session = open_session(copy, optimization=level, priority_order=True, spinning=False, memory_arena=False)
     del copy
     feeds_names = {i.name for i in session.get_inputs()}
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
@@ -286,7 +301,7 @@ class CalibrationCapture(SideFetch):
         self.protect = {t.name: _measured_axes(t) for t in candidates}
         scratch = onnx.GraphProto()
         names = list(self.protect)
-        self.fetched, self.nodes = _thinning(model, scratch, names, self.protect, 1)
+        self.fetched, self.nodes = _thinning(model, scratch, names, self.protect, 1, read_whole=set(plan.needs_calibration()))
         self.initializers = list(scratch.initializer)
         self.outputs = [self.fetched[n] for n in names]
         self.feeds = min(MAX_SAMPLES, samples) if names else 0
