@@ -92,6 +92,7 @@ from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
+from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, ladder, stepped_config
 
 log = logging.getLogger(__name__)
@@ -233,7 +234,8 @@ class _FloatBreaks(Exception):
 
 def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung | None = None,
             cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0,
-            reserve: bool = False) -> tuple[frozenset[str], bool]:
+            reserve: bool = False,
+            rank: Callable[[], tuple[list[str], list[str]] | None] | None = None) -> tuple[frozenset[str], bool]:
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
     float (``rung`` None) or stepped up ``rung`` (the whole plan, float or stepped up, judged to
     hold first: :func:`enforce_floor`). ``cap``: the process time past which not even the
@@ -243,14 +245,16 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     candidate did: a build, a session, its runs), so a build starts only where both end by
     ``deadline``, or by ``cap`` for the :data:`MIN_TRIALS` minimum (the issue's "repair within the
     budget", not "the search within it and the delivered build on top": lore_detect A8W8's minimum
-    let a second 16 CPU s build start at 17 s of a 34 s budget, and the delivered build came on top)."""
+    let a second 16 CPU s build start at 17 s of a 34 s budget, and the delivered build came on top).
+    ``rank``: called once, when the budget allows a first build, for ``(top, rest)`` of the
+    candidates ranked by the error each adds (:mod:`.repair_order`), or None (graph order); ranked,
+    ``rest`` is tried back first and each broken chunk's less sensitive half before the other."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
-    mid = len(candidates) // 2
-    queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
     trials = spent
+    ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     # last_cost: CPU s of the latest build, what the next one is expected to cost
-    while queue:
+    while queue or ordered is None:
         end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
         # The minimum only while nothing is handed back to its format: stopped then, the delivered
         # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
@@ -261,6 +265,17 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
             return kept, False
+        if ordered is None:
+            split = rank() if rank is not None and len(candidates) > 1 else None
+            ordered = split is not None
+            if split is not None:
+                top, rest = split
+                queue.extend([rest, top])
+            else:
+                mid = len(candidates) // 2
+                queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
+            if split is not None:
+                continue  # the ranking's own CPU is spent: the budget is checked again before the build
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
@@ -272,9 +287,12 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
         if verdict is not None and verdict.ok:
             kept = trial
             log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
-        elif len(chunk) > 1:
-            half = len(chunk) // 2
-            queue.extend([chunk[:half], chunk[half:]])
+        else:
+            log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
+                      verdict.describe(only_broken=True) if verdict is not None else "not built")
+            if len(chunk) > 1:
+                top, rest = halves(chunk)
+                queue.extend([rest, top] if ordered else [top, rest])
     return kept, True
 
 
@@ -361,10 +379,34 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         if everything is None or not everything.ok:
             raise _FloatBreaks(everything)
 
+    ranking: dict[str, Any] = {}
+
+    def rank() -> tuple[list[str], list[str]] | None:
+        """The candidates ranked by the error each adds in the plain build (:mod:`.repair_order`),
+        split for the first trial; None (graph order) where the estimate cannot be made."""
+        started = time.process_time()
+        try:
+            scores = added_error(calibrated.prepared, result.model, calibrated.holdout[:FEEDS])
+        except Exception as exc:  # noqa: BLE001 - an order only: the search runs in graph order
+            log.debug("repair: no ranking of the candidates (%s); graph order", exc)
+            return None
+        finally:
+            ranking["cpu_seconds"] = round(time.process_time() - started, 3)
+        if not any(scores.get(c, 0.0) > 0 for c in candidates):
+            return None
+        order = ranked(candidates, scores)
+        top, rest = first_split(order, scores)
+        ranking.update(first=top[:12], first_size=len(top))
+        return top, rest
+
     try:
         rung, kept, finished = None, frozenset(candidates), False
         if budget > 0:
             rung = _climb(judge, rungs, candidates, cap)
+        # Rungs that did not hold do not count against the float search's minimum of builds: where
+        # no block rung holds (khmersm MXFP4), they left it fewer and it kept more float
+        # (bench/RESULTS.md, branch blockladder: 119 → 136 nodes); the time cap still bounds them.
+        climbed = 0 if rung is not None else judge.evaluations  # the rung builds that did not hold
         if rung is None:
             # The last probe, before any bisection: every node float. Where even that breaks, no
             # search can help (the loss is not the quantizers'): said after this one build instead
@@ -372,8 +414,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             # repairbudget); where it holds, the kept set the search starts from is judged.
             float_check()
         if budget > 0:
-            kept, finished = _search(judge, candidates, cpu0 + budget, rung=rung, cap=cap, spent=judge.evaluations,
-                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True)
+            kept, finished = _search(judge, candidates, cpu0 + budget, rung=rung, cap=cap,
+                                     spent=judge.evaluations - climbed,
+                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse)
@@ -440,6 +483,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "cpu_seconds": round(spent_cpu, 3),
         "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
+        # the search's order (repair_order.py): the ranking's CPU s and the nodes its first trial kept
+        "order": {"by": "added error" if "first" in ranking else "graph", **ranking},
         **({"note": note} if note else {}),
     }
     repaired.plan.repair = record
