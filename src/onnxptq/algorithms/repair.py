@@ -253,6 +253,8 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     queue: deque[list[str]] = deque()
     trials = spent
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
+    order: list[str] = []  # ranked: every candidate, most added error first
+    grown = 0  # ranked: the length of the prefix the first trials keep float (0: past them)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
         end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
@@ -270,6 +272,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             ordered = split is not None
             if split is not None:
                 top, rest = split
+                order, grown = top + rest, len(top)
                 queue.extend([rest, top])
             else:
                 mid = len(candidates) // 2
@@ -286,10 +289,21 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
         last_cost = time.process_time() - started
         if verdict is not None and verdict.ok:
             kept = trial
+            grown = 0
             log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
         else:
-            log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
-                      verdict.describe(only_broken=True) if verdict is not None else "not built")
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
+                          verdict.describe(only_broken=True) if verdict is not None else "not built")
+            if ordered and 0 < grown and chunk == order[grown:]:
+                # The ranking's prefix did not hold with everything after it back: a prefix four
+                # times as long is tried next, up to half the nodes, then the ranked halves (an
+                # error spread past the first few nodes: U²-Net-p A16W8 held IoU 0.9694 of 0.97
+                # with the five first float, and broke with either half of the rest back).
+                grown = grown * 4 if grown * 4 <= len(order) // 2 else 0
+                queue.clear()
+                queue.extend([order[grown:], order[:grown]] if grown else halves(order)[::-1])
+                continue
             if len(chunk) > 1:
                 top, rest = halves(chunk)
                 queue.extend([rest, top] if ordered else [top, rest])
