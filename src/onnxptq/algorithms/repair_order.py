@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 __all__ = ["added_error", "divergence", "ranked", "first_split", "halves", "FEEDS"]
 
 #: Held-out feeds the estimate runs on: an order, not a verdict (the candidates are judged on all).
-FEEDS = 2
+FEEDS = 1
 
 
 #: Values of each tensor the estimate reads per feed, at most: an even stride through the tensor,
