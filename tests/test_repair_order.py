@@ -112,7 +112,7 @@ def test_the_ranked_search_finds_far_apart_culprits_in_fewer_builds(judged, monk
     assert graph_order.repair["order"]["by"] == "graph" and graph_order.floor.ok
     assert record["candidates"] == graph_order.repair["candidates"] >= 20
     # In graph order the two culprits sit in different halves, each bisected down: many more
-    # builds (measured: 16) to the same two nodes, and stopped after the ranked search's four
+    # builds (measured: 17, main 17 too) to the same two nodes, and stopped after the ranked search's four
     # builds it would have delivered half the graph float.
     assert len(judged) > 2 * len(ranked_builds)
     assert set(graph_order.repair["kept_float"]) == set(record["kept_float"])

@@ -21,7 +21,14 @@ the first round's two halves had failed too. Nothing kept float is the plain bui
 verdict is known: never built again. Halves of ``K`` are then given back
 their formats, breadth first: a chunk whose return keeps the floor leaves ``K``; a chunk that
 breaks it is split in two and each half tried again; a single node that breaks it stays. With
-``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds, each one the pipeline's own
+``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds. **The order**
+(:mod:`.repair_order`): before the first of them the candidates are ranked by the error each one
+adds in the plain build (one float and one plain run on a held-out feed, thinned in the graph), the
+first trial keeps only the ranking's dominant prefix float (four times as long while it does not
+hold, up to half the nodes), and each broken chunk's less sensitive half goes back first; so
+culprits far apart in graph order fall into one chunk (the planted graph of
+tests/test_repair_order.py: 4 builds instead of 16; where the estimate cannot be made, graph order
+as before). Each of them is the pipeline's own
 build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
@@ -36,7 +43,8 @@ is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activ
 weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
 starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
-as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
+as before; the rungs' builds that did not hold are not counted against :data:`MIN_TRIALS` (they left
+khmersm MXFP4's float search too few builds to hand anything back), only against its time cap.
 Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
 16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
 long as the first; within one budget the float search is the surer answer.

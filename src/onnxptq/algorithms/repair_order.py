@@ -23,8 +23,10 @@ so a wrong estimate costs builds, never a broken floor.
 **The first split** (:func:`first_split`): the shortest prefix of the ranking that carries half of
 the total score, with the nodes that score alike right after it, is kept (at most half the nodes),
 and everything else is tried back first: where a few nodes dominate (U²-Net-p's ``Conv_787``), one
-build hands back all the others. Later splits halve by count (most sensitive half kept, the other
-tried first), so a misleading estimate costs a build, not a chain of lopsided splits.
+build hands back all the others. Where that prefix does not hold, the search (:func:`.repair._search`)
+tries one four times as long, up to half the nodes, then the ranked halves. Later splits halve by
+count (most sensitive half kept, the other tried first), so a misleading estimate costs a few
+builds, not a chain of lopsided splits.
 
 **What it cannot see**: a node downstream of a broken one inherits an error it cannot add to (a
 signal already destroyed upstream), so it ranks low; the search still finds it, at the bisection's
