@@ -42,8 +42,7 @@ is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activ
 weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
 starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
-as before; the rungs' builds that did not hold are not counted against :data:`MIN_TRIALS` (they left
-khmersm MXFP4's float search too few builds to hand anything back), only against its time cap.
+as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
 Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
 16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
 long as the first; within one budget the float search is the surer answer.
@@ -428,10 +427,6 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         rung, kept, finished = None, frozenset(candidates), False
         if budget > 0:
             rung = _climb(judge, rungs, candidates, cap)
-        # Rungs that did not hold do not count against the float search's minimum of builds: where
-        # no block rung holds (khmersm MXFP4), they left it fewer and it kept more float
-        # (bench/RESULTS.md, branch blockladder: 119 → 136 nodes); the time cap still bounds them.
-        climbed = 0 if rung is not None else judge.evaluations  # the rung builds that did not hold
         if rung is None:
             # The last probe, before any bisection: every node float. Where even that breaks, no
             # search can help (the loss is not the quantizers'): said after this one build instead
@@ -440,7 +435,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             float_check()
         if budget > 0:
             kept, finished = _search(judge, candidates, cpu0 + budget, rung=rung, cap=cap,
-                                     spent=judge.evaluations - climbed,
+                                     spent=judge.evaluations,
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
