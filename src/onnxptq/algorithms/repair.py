@@ -27,8 +27,8 @@ adds in the plain build (one float and one plain run on a held-out feed, thinned
 first trial keeps only the ranking's dominant prefix float, and where it holds each broken chunk's
 less sensitive half goes back first; so culprits far apart in graph order fall into one chunk (the
 planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks
-(the estimate missed) or the estimate cannot be made, the search runs in graph order as before. Each of them is the pipeline's own
-build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
+(the estimate missed) or the estimate cannot be made, the search runs in graph order as before.
+Each build is the pipeline's own build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
 float and quantizes nothing of its own (the plan's ``skipped_nodes`` then says "kept float by
