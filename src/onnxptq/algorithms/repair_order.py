@@ -37,7 +37,6 @@ error, a per-element threshold on an output head): the ranking then misses, and 
 
 from __future__ import annotations
 
-import logging
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -45,8 +44,6 @@ import onnx
 
 from ..memory import release_freed
 from ..sessions import open_session
-
-log = logging.getLogger(__name__)
 
 __all__ = ["added_error", "divergence", "ranked", "first_split", "halves", "FEEDS"]
 
