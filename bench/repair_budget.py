@@ -13,6 +13,8 @@ alternating, and prints one JSON line per run:
   ``stepped`` up, whether it ``finished`` inside its budget, ``budget`` (CPU s), the probe's
   ``float_broken`` outputs where it stopped there;
 * ``mix``: the delivered plan's quantized tensors by quantizer (the file's format mix);
+* ``order``: the search's order (algorithms/repair_order.py: ``by``, the ranking's ``cpu_seconds``, the
+  nodes its first trial kept float), absent on trees without it;
 * the saved file's sha256 (16 hex digits) and the floor's verdict after repair (``ok``, ``broken``),
   so that two trees can be checked for the same file where the decisions did not change.
 
@@ -65,7 +67,7 @@ row = {{"cpu": round(cpu, 2), "plain": round(cpu - rcpu, 2), "repair": round(rcp
        "evaluations": rep.get("evaluations"), "candidates": rep.get("candidates"),
        "kept": len(rep.get("kept_float") or {{}}), "stepped": len(rep.get("stepped_up") or {{}}),
        "finished": rep.get("finished"), "budget": rep.get("budget_seconds"),
-       "builds": rep.get("build_cpu_seconds"), "float_broken": rep.get("float_broken"),
+       "builds": rep.get("build_cpu_seconds"), "float_broken": rep.get("float_broken"), "order": rep.get("order"),
        "mix": dict(collections.Counter(t.quant.describe() for t in r.plan.tensors.values() if t.quant is not None)),
        "sha": hashlib.sha256(open(out, "rb").read()).hexdigest()[:16],
        "ok": r.floor.ok if r.floor is not None else None,
