@@ -96,6 +96,7 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
+from .spatial_gates import heat_cells, spatially_gated_outputs
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -400,6 +401,38 @@ def _added(sums: Sequence[tuple[float, float, float]]) -> tuple[float, float, fl
     return xx, yy, xy
 
 
+def _unjudged_cells(name: str, heat: str, cells: int, floor: Floor, cosine: float = float("nan")) -> OutputCheck:
+    """A value map gated by ``heat`` (analysis/spatial_gates.py) on whose feeds too few cells pass
+    float's heat map to judge it: not held silently, named among the verdict's unjudged outputs."""
+    check = OutputCheck(name, cosine, cosine, ok=True, top1_unjudged=True, needed=floor.needed)
+    check.note = (f"(could not judge: only {cells} cells where float's {heat!r} ≥ 0.5, the cells its reader reads, "
+                  f"{floor.needed} needed: analysis/spatial_gates.py)")
+    return check
+
+
+def _gated_cells(name: str, heat: str, seen: _Seen, cosines: list[float],
+                 sums: list[tuple[float, float, float]]) -> tuple[int, int]:
+    """Adds the cosines (and pooled sums) of ``name``'s cells that float's ``heat`` passes on the
+    calibration feeds ``seen`` to ``cosines``/``sums``; returns how many cells passed, on how many feeds."""
+    added = feeds = 0
+    for ref, got in zip(*seen):
+        if name not in ref or name not in got or heat not in ref:
+            continue
+        r, g = np.asarray(ref[name]), np.asarray(got[name])
+        keep = heat_cells(ref[heat], r.shape) if r.shape == g.shape and np.isfinite(r).all() else None
+        if keep is None or not keep.any():
+            continue
+        added, feeds = added + int(keep[:, 0].sum()), feeds + 1
+        r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
+        if np.isfinite(g).all():
+            cos, parts = _cosine_sums(r, g)
+            cosines.append(cos)
+            sums.append(parts)
+        else:
+            cosines.append(float("nan"))
+    return added, feeds
+
+
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
     return count >= floor.needed
@@ -418,7 +451,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
-            "gains": gain_outputs(model)}
+            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -431,7 +464,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             read_groups: Sequence[tuple[str, ...]] = (), confidences: Collection[str] = (),
             row_gates: Mapping[str, str] | None = None,
             agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
-            confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None) -> Verdict:
+            confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None,
+            spatial_gates: Mapping[str, str] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -467,7 +501,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     judged on those positions of each feed only. ``gains``: sigmoid outputs shaped like a float input
     (``gains.gain_outputs``: output → that input), a gain a caller multiplies into the input's signal
     outside the graph: the floor cannot weigh its errors by that signal, and says so where its frames
-    weighed alike keep float's below the top-1 floor (``gains.gain_advisory``; not told by ``agreements``)."""
+    weighed alike keep float's below the top-1 floor (``gains.gain_advisory``; not told by ``agreements``).
+    ``spatial_gates``: value maps read only at the cells a sibling sigmoid heat map passes 0.5
+    (``spatial_gates.spatially_gated_outputs``: output → heat map output), judged by their cosine on
+    those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -479,6 +516,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     row_gates = row_gates or {}
     confidence_gates = confidence_gates or {}
     gains = gains or {}
+    spatial_gates = spatial_gates or {}
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -520,6 +558,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         scores = ScoreAgreement() if may_score else None
         curve = CurveAgreement() if may_score and not classy and name not in confidences else None
         gain = GainFrames(floor.cosine) if name in gains and not classy and name not in (agreements or {}) else None
+        seen_cells = 0  # calibration feeds whose cells were pooled in
+        cells = -1  # the heat map's cells judged (analysis/spatial_gates.py); -1: not gated on any feed
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
@@ -539,6 +579,20 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     if not keep.any():
                         continue  # the model calls every position of this feed unconfident: nothing read
                     r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
+            if name in spatial_gates and spatial_gates[name] in ref:
+                keep = heat_cells(ref[spatial_gates[name]], r.shape)
+                if keep is not None:
+                    cells = max(cells, 0) + int(keep[:, 0].sum())
+                    if not keep.any():
+                        continue  # no cell of this feed passes the heat map: nothing read
+                    r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
+                    if np.isfinite(g).all():
+                        cos, parts = _cosine_sums(r, g)
+                        cosines.append(cos)
+                        sums.append(parts)
+                    else:
+                        cosines.append(float("nan"))
+                    continue  # the cells' cosine is the judgement: no field, mask or score reading of a cell list
             if np.isfinite(g).all():
                 cos, parts = _cosine_sums(r, g)
                 cosines.append(cos)
@@ -577,6 +631,13 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 elif np.isfinite(g).all():
                     seq_ref.append(r)
                     seq_got.append(g)
+        if cells >= 0 and not _enough(cells, floor) and seen is not None:
+            # too few cells on the held-out feeds: the calibration feeds' cells pooled with them (a few per image)
+            more, seen_cells = _gated_cells(name, spatial_gates[name], seen, cosines, sums)
+            cells += more
+        if not cosines and cells == 0:
+            verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], 0, floor)
+            continue
         if not cosines:
             if reshaped:
                 verdict.outputs[name] = OutputCheck(name, 0.0, 0.0, ok=False, note=_reshaped_note(reshaped, len(reference)))
@@ -594,6 +655,17 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.note = (f"(judged where float's {confidence_gates[name]!r} ≥ 0.5, the positions its reader reads: "
                           "analysis/confidence_gates.py)")
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if cells >= 0:
+            if not _enough(cells, floor):
+                verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], cells, floor, pooled)
+                continue
+            check.seen_feeds = seen_cells  # repair judges its candidates on the same feeds
+            check.note = (f"(judged on the {cells} cells where float's {spatial_gates[name]!r} ≥ 0.5, the cells its "
+                          "reader reads: analysis/spatial_gates.py)")
+            if reshaped:
+                check.ok = False
+            verdict.outputs[name] = check
+            continue
         if class_map is not None and class_map.valid and class_map.feeds:
             # class probabilities along the field axis: judged by their arg-max masks, not split into fields
             fields = None
