@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of
+from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of, unjudged_text
 from onnxptq.analysis.spatial_gates import heat_cells, spatially_gated_outputs
 
 H = W = 12
@@ -111,6 +111,14 @@ def test_too_few_hot_cells_say_could_not_judge() -> None:
     check = verdict.outputs["offset"]
     assert check.top1_unjudged and check.needed == NEEDED and "could not judge" in check.note
     assert "offset" in verdict.unjudged
+    # one held-out feed with a dozen hot cells, no calibration feeds to pool: judged cosine, still "could not judge"
+    ref, got = _outputs(model, "hot")
+    hot = int((ref[0]["heat"] >= 0.5).sum())
+    assert 0 < hot < NEEDED
+    verdict = measure(ref[:1], got[:1], Floor("8-bit", *FAMILY_FLOORS["8-bit"]), **readings_of(model))
+    check = verdict.outputs["offset"]
+    assert check.ok and check.top1_unjudged and f"only {hot} cells" in check.note and "offset" in verdict.unjudged
+    assert f"the value map offset: {hot} cells where float's 'heat'" in unjudged_text(verdict)
 
 
 def test_heat_cells_only_for_a_one_channel_probability_map_of_the_value_map_cells() -> None:

@@ -229,6 +229,8 @@ class OutputCheck:
     user_agreement: tuple[float, int] | None = None
     #: an autoregressive decoder's step scores judged as one read per sequence (analysis/decoder_reads.py)
     decoder: DecoderReads | None = None
+    #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
+    heat_cells: tuple[int, str] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -401,10 +403,11 @@ def _added(sums: Sequence[tuple[float, float, float]]) -> tuple[float, float, fl
     return xx, yy, xy
 
 
-def _unjudged_cells(name: str, heat: str, cells: int, floor: Floor, cosine: float = float("nan")) -> OutputCheck:
+def _unjudged_cells(name: str, heat: str, cells: int, floor: Floor, cosine: float = float("nan"), seen_feeds: int = 0) -> OutputCheck:
     """A value map gated by ``heat`` (analysis/spatial_gates.py) on whose feeds too few cells pass
     float's heat map to judge it: not held silently, named among the verdict's unjudged outputs."""
-    check = OutputCheck(name, cosine, cosine, ok=True, top1_unjudged=True, needed=floor.needed)
+    check = OutputCheck(name, cosine, cosine, ok=True, top1_unjudged=True, needed=floor.needed, seen_feeds=seen_feeds,
+                        heat_cells=(cells, heat))
     check.note = (f"(could not judge: only {cells} cells where float's {heat!r} ≥ 0.5, the cells its reader reads, "
                   f"{floor.needed} needed: analysis/spatial_gates.py)")
     return check
@@ -636,7 +639,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             more, seen_cells = _gated_cells(name, spatial_gates[name], seen, cosines, sums)
             cells += more
         if not cosines and cells == 0:
-            verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], 0, floor)
+            verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], 0, floor, seen_feeds=seen_cells)
             continue
         if not cosines:
             if reshaped:
@@ -657,9 +660,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
         if cells >= 0:
             if not _enough(cells, floor):
-                verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], cells, floor, pooled)
+                verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], cells, floor, pooled, seen_cells)
                 continue
-            check.seen_feeds = seen_cells  # repair judges its candidates on the same feeds
+            check.seen_feeds, check.heat_cells = seen_cells, (cells, spatial_gates[name])  # repair: judged on the same feeds
             check.note = (f"(judged on the {cells} cells where float's {spatial_gates[name]!r} ≥ 0.5, the cells its "
                           "reader reads: analysis/spatial_gates.py)")
             if reshaped:
@@ -1150,6 +1153,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the detections of {name}: {c.images} images ({verdict.samples} held-out and {c.kept_seen} calibration "
                          f"samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.images / judged if judged else 0.0
+        elif c.heat_cells is not None:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the value map {name}: {c.heat_cells[0]} cells where float's {c.heat_cells[1]!r} ≥ 0.5 ({verdict.samples} "
+                         f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.heat_cells[0] / judged if judged else 0.0
         elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             thin = (f"; {c.decoder.thin_reads} of them hold a step float itself decides with a probability margin under "
