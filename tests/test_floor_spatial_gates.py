@@ -111,6 +111,8 @@ def test_too_few_hot_cells_say_could_not_judge() -> None:
     check = verdict.outputs["offset"]
     assert check.top1_unjudged and check.needed == NEEDED and "could not judge" in check.note
     assert "offset" in verdict.unjudged
+    # unjudged with the calibration feeds too: repair need not judge its candidates on them (it holds on any feeds)
+    assert not verdict.ok_needs_calibration_feeds
     # one held-out feed with a dozen hot cells, no calibration feeds to pool: judged cosine, still "could not judge"
     ref, got = _outputs(model, "hot")
     hot = int((ref[0]["heat"] >= 0.5).sum())

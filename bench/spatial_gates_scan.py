@@ -1,0 +1,52 @@
+"""Which outputs analysis/spatial_gates.py gates, over every local ONNX model with a sigmoid output.
+
+Why: the rule must change nothing it should not. It changes a verdict only for the outputs
+``spatially_gated_outputs`` lists (``measure`` is unchanged for the others), so listing them over the
+zoo, the outside models and the shipped ones shows where it can act at all.
+
+    PYTHONPATH=src:. python bench/spatial_gates_scan.py [--max-mb 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+
+import onnx
+
+from onnxptq.analysis.confidence_gates import _from_sigmoid
+from onnxptq.analysis.spatial_gates import spatially_gated_outputs
+
+ROOTS = ("/work/cache/newmodels*/src/**/*.onnx", "/work/shared/models/*.onnx", os.path.expanduser("~/.cache/onnxptq/**/*.onnx"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--max-mb", type=float, default=150)
+    args = ap.parse_args()
+    files = sorted({f for root in ROOTS for f in glob.glob(root, recursive=True)})
+    scanned = with_sigmoid = gated = 0
+    for path in files:
+        if os.path.getsize(path) > args.max_mb * 1e6:
+            continue
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except Exception:  # noqa: BLE001 - a file the scan cannot read is not a model it judges
+            continue
+        scanned += 1
+        g = model.graph
+        producer = {o: n for n in g.node for o in n.output if o}
+        constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+        sigmoids = [o.name for o in g.output if _from_sigmoid(o.name, producer, constants)]
+        if not sigmoids:
+            continue
+        with_sigmoid += 1
+        gates = spatially_gated_outputs(model)
+        gated += bool(gates)
+        print(f"{path}\toutputs {len(g.output)}\tsigmoid outputs {len(sigmoids)}\tgated {gates or '-'}")
+    print(f"scanned {scanned} models, {with_sigmoid} with a sigmoid output, {gated} with a gated value map")
+
+
+if __name__ == "__main__":
+    main()
