@@ -428,14 +428,19 @@ def _gated_cells(name: str, heat: str, seen: _Seen, cosines: list[float],
         if keep is None or not keep.any():
             continue
         added, feeds = added + int(keep[:, 0].sum()), feeds + 1
-        r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
-        if np.isfinite(g).all():
-            cos, parts = _cosine_sums(r, g)
-            cosines.append(cos)
-            sums.append(parts)
-        else:
-            cosines.append(float("nan"))
+        _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
     return added, feeds
+
+
+def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[tuple[float, float, float]]) -> None:
+    """One feed's cosine of ``g`` against ``r`` into ``cosines`` and its float64 sums into ``sums``
+    (pooled later: :func:`_added`); NaN where ``g`` is not finite (no sums: nothing to pool)."""
+    if np.isfinite(g).all():
+        cos, parts = _cosine_sums(r, g)
+        cosines.append(cos)
+        sums.append(parts)
+    else:
+        cosines.append(float("nan"))
 
 
 def _enough(count: int, floor: Floor) -> bool:
@@ -590,20 +595,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     cells = max(cells, 0) + int(keep[:, 0].sum())
                     if not keep.any():
                         continue  # no cell of this feed passes the heat map: nothing read
-                    r, g = r[keep].reshape(1, -1), g[keep].reshape(1, -1)
-                    if np.isfinite(g).all():
-                        cos, parts = _cosine_sums(r, g)
-                        cosines.append(cos)
-                        sums.append(parts)
-                    else:
-                        cosines.append(float("nan"))
+                    _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
                     continue  # the cells' cosine is the judgement: no field, mask or score reading of a cell list
-            if np.isfinite(g).all():
-                cos, parts = _cosine_sums(r, g)
-                cosines.append(cos)
-                sums.append(parts)
-            else:
-                cosines.append(float("nan"))
+            _add_cosine(r, g, cosines, sums)
             if scores is not None:
                 gate = row_gates.get(name)
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
