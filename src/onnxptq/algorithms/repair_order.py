@@ -42,6 +42,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
 from ..memory import release_freed
 from ..sessions import open_session
 
@@ -90,9 +91,8 @@ def _float_tensors(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
     except Exception:  # noqa: BLE001 - inference is a filter only
         return set(names)
-    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
     types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.value_info) + list(inferred.output)}
-    return {n for n in names if types.get(n, onnx.TensorProto.FLOAT) in floats}
+    return {n for n in names if types.get(n, onnx.TensorProto.FLOAT) in FLOATING}
 
 
 def _read_key(node: str, index: int) -> str:

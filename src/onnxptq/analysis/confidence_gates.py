@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING, RELAYOUTS
 from ..graph.walk import upstream_nodes
-from ..graph.ops import RELAYOUTS
 
 __all__ = ["GATE", "confidence_gated_outputs", "confident_positions"]
 
@@ -66,8 +66,7 @@ def confidence_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     producer = {o: n for n in g.node for o in n.output if o}
     constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
     argmax_of = {n.output[0]: n.input[0] for n in g.node if n.op_type == "ArgMax" and n.input and n.output}
-    floats = {o.name for o in g.output if o.type.tensor_type.elem_type in
-              (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
+    floats = {o.name for o in g.output if o.type.tensor_type.elem_type in FLOATING}
     sigmoids = [o.name for o in g.output if o.name in floats and _from_sigmoid(o.name, producer, constants)]
     if not sigmoids or not argmax_of:
         return {}  # most models: no ancestry walked

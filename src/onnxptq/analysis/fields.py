@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
+
 __all__ = ["MAX_FIELDS", "MIN_VALUES", "FieldCosines", "declared_field_axes", "field_axis"]
 
 #: at most this many fields along the axis (a detector row, an image's colour channels)
@@ -48,7 +50,7 @@ def declared_field_axes(model: onnx.ModelProto) -> dict[str, int]:
         t = out.type.tensor_type
         if not out.type.HasField("tensor_type") or not t.HasField("shape"):
             continue
-        if t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE):
+        if t.elem_type not in FLOATING:
             continue
         dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
         axis = field_axis(dims)

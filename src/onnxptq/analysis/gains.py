@@ -36,12 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
+
 __all__ = ["GainFrames", "gain_advisory", "gain_outputs"]
 
 #: nodes a gain passes through unchanged in meaning (data movement; ``Clip`` keeps it bounded)
 _THROUGH = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Clip".split())
 _GATES = frozenset(("Sigmoid", "HardSigmoid"))
-_FLOATS = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE))
 
 
 def _dims(value: onnx.ValueInfoProto) -> tuple[object, ...] | None:
@@ -88,7 +89,7 @@ def gain_outputs(model: onnx.ModelProto) -> dict[str, str]:
     gated = _gated(model)
     initializers = {t.name for t in model.graph.initializer}
     inputs = [(i.name, _dims(i)) for i in model.graph.input
-              if i.name not in initializers and i.type.tensor_type.elem_type in _FLOATS]
+              if i.name not in initializers and i.type.tensor_type.elem_type in FLOATING]
     if not gated or not inputs:
         return {}
     declared = {o.name: _dims(o) for o in model.graph.output}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
 from .confidence_gates import GATE, _from_sigmoid
 
 __all__ = ["heat_cells", "spatially_gated_outputs"]
@@ -58,8 +59,7 @@ def _private_chain(tensor: str, producer: dict[str, onnx.NodeProto], consumers: 
 def spatially_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     """Value map output → the sibling sigmoid heat map output that gates it (module docstring)."""
     g = model.graph
-    floats = {o.name for o in g.output if o.type.tensor_type.elem_type in
-              (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
+    floats = {o.name for o in g.output if o.type.tensor_type.elem_type in FLOATING}
     producer = {o: n for n in g.node for o in n.output if o}
     constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
     heats = [name for name in floats if _from_sigmoid(name, producer, constants)]

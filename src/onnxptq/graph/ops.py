@@ -15,6 +15,7 @@ __all__ = [
     "DATA_INPUTS",
     "DEFAULT_OP_TYPES",
     "ELTWISE_OPS",
+    "FLOATING",
     "FLOAT_TYPES",
     "FUSIBLE_ACTIVATIONS",
     "FUSIBLE_PRODUCERS",
@@ -82,6 +83,10 @@ FUSIBLE_ACTIVATIONS = frozenset("Relu Clip LeakyRelu PRelu HardSwish".split())
 NO_OUTPUT_QUANT = frozenset("ArgMax".split()) | RECURRENT
 
 FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+#: Every floating-point element type a tensor can carry, not only the two we quantize from
+#: (:data:`FLOAT_TYPES`): what a value's "is it a float" test asks (an output a reader judges by
+#: value, a float initializer, a tensor with a relative error).
+FLOATING = frozenset((onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE))
 
 #: Elementwise ops whose constant operands AlignEltwiseQuantType moves to the activation type.
 ELTWISE_OPS = frozenset("Mul Add Sub Div Min Max".split())

@@ -44,6 +44,7 @@ import onnx
 from onnx import numpy_helper
 
 from .external import tensor_values
+from .ops import FLOATING
 from .walk import dataflow
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ _PROPAGATING = frozenset(
     """Add Sub Mul Div Neg Where Cast CastLike Expand Tile Reshape Unsqueeze Squeeze Flatten Transpose
     Slice Gather Concat Identity Min Max Clip""".split()
 )
-_FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 
 
 def is_sentinel_constant(values: np.ndarray) -> bool:
@@ -86,7 +86,7 @@ def _constant_sources(graph: onnx.GraphProto) -> set[str]:
     sources: set[str] = set()
     tables = {node.input[0] for node in graph.node if node.op_type == "Gather" and node.input}
     for init in graph.initializer:
-        if init.data_type not in _FLOAT_TYPES:
+        if init.data_type not in FLOATING:
             continue
         values = tensor_values(init)
         if is_sentinel_constant(values) or (init.name in tables and holds_sentinel(values)):
@@ -96,7 +96,7 @@ def _constant_sources(graph: onnx.GraphProto) -> set[str]:
             continue
         for attr in node.attribute:
             if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-                if attr.t.data_type in _FLOAT_TYPES and is_sentinel_constant(numpy_helper.to_array(attr.t)):
+                if attr.t.data_type in FLOATING and is_sentinel_constant(numpy_helper.to_array(attr.t)):
                     sources.add(node.output[0])
     return sources
 

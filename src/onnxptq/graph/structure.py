@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from .ops import FLOATING
 from .opsets import is_onnx_domain
 from .walk import dataflow
 
@@ -63,7 +64,6 @@ _AFFINE = frozenset("Add Sub Mul Div".split())
 #: Upper bound on a region's size (nodes): the spellings above have at most ~20; the bound keeps
 #: the search linear in the graph.
 MAX_REGION = 48
-_FLOAT = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class _Index:
     def is_float(self, name: str) -> bool:
         """Known float, or unknown (shape inference may not have typed it); ints are shapes/axes."""
         t = self.types.get(name, 0)
-        return t == 0 or t in _FLOAT
+        return t == 0 or t in FLOATING
 
     def data_inputs(self, node: onnx.NodeProto) -> list[str]:
         """Inputs carrying values (not constants, not integer shapes/axes)."""

@@ -26,6 +26,7 @@ from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.passes.half_storage import half_stored_names
 from ..graph.passes.widen_fp16 import convert_float16_to_float
+from ..graph.ops import FLOATING
 from ..graph.walk import ScopeIndex
 from ..memory import release_freed
 from ..sessions import active_libraries
@@ -457,8 +458,7 @@ def score_outputs(model: onnx.ModelProto) -> list[str]:
     found: list[str] = []
     for out in model.graph.output:
         t = out.type.tensor_type
-        if not t.HasField("shape") or t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-                                                          onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
+        if not t.HasField("shape") or t.elem_type not in FLOATING:
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
         if len(dims) > 2 or (dims and dims[-1] is not None and not 1 <= dims[-1] <= MAX_SCORES) \

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from ...graph.external import tensor_values
-from ...graph.ops import RELAYOUTS
+from ...graph.ops import FLOATING, RELAYOUTS
 from .select import _Graph
 from .types import TensorPlan
 
@@ -53,8 +53,7 @@ MAX_STRETCH = 4.0
 def _float_values(name: str, g: _Graph) -> np.ndarray | None:
     """The values of the float initializer ``name``, flat (None: not a float initializer)."""
     init = g.initializers.get(name)
-    if init is None or init.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-                                              onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16):
+    if init is None or init.data_type not in FLOATING:
         return None
     return np.asarray(tensor_values(init), dtype=np.float64).reshape(-1)
 
