@@ -26,9 +26,9 @@ import numpy as np
 import onnx
 
 from ..graph.ops import FLOATING, RELAYOUTS
-from ..graph.walk import upstream_nodes
+from ..graph.walk import constant_names, upstream_nodes
 
-__all__ = ["GATE", "confidence_gated_outputs", "confident_positions"]
+__all__ = ["GATE", "confidence_gated_outputs", "confident_positions", "from_sigmoid", "gate_mask"]
 
 #: a sigmoid probability's decision point (its logit's sign)
 GATE = 0.5
@@ -40,7 +40,7 @@ def _ancestors(tensor: str, producer: dict[str, onnx.NodeProto]) -> set[str]:
     return {tensor} | {i for node in upstream_nodes(tensor, producer, lambda _: True) for i in node.input if i}
 
 
-def _from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto], constants: set[str]) -> bool:
+def from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto], constants: set[str]) -> bool:
     """Whether ``tensor``'s values are a Sigmoid's, through data movement and a Where's data inputs."""
     for _ in range(8):
         node = producer.get(tensor)
@@ -64,10 +64,10 @@ def confidence_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     """Value output → the sibling confidence output that gates it (module docstring)."""
     g = model.graph
     producer = {o: n for n in g.node for o in n.output if o}
-    constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    constants = constant_names(g)
     argmax_of = {n.output[0]: n.input[0] for n in g.node if n.op_type == "ArgMax" and n.input and n.output}
     floats = {o.name for o in g.output if o.type.tensor_type.elem_type in FLOATING}
-    sigmoids = [o.name for o in g.output if o.name in floats and _from_sigmoid(o.name, producer, constants)]
+    sigmoids = [o.name for o in g.output if o.name in floats and from_sigmoid(o.name, producer, constants)]
     if not sigmoids or not argmax_of:
         return {}  # most models: no ancestry walked
     ancestry: dict[str, set[str]] = {}
@@ -91,12 +91,20 @@ def confidence_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     return gates
 
 
+def gate_mask(probabilities: np.ndarray) -> np.ndarray | None:
+    """Float's ``probabilities`` ≥ :data:`GATE`, or None where they are no finite values in [0, 1]
+    (then the output they gate is judged whole): the one test of this gate and the spatial one
+    (:mod:`.spatial_gates`)."""
+    p = np.asarray(probabilities)
+    if not np.issubdtype(p.dtype, np.floating) or not np.isfinite(p).all():
+        return None
+    if float(p.min()) < -1e-6 or float(p.max()) > 1.0 + 1e-6:
+        return None
+    return p >= GATE
+
+
 def confident_positions(confidence: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """Float's confidence ≥ :data:`GATE` as a mask of ``shape``, or None where its values are no
     probabilities of that shape (then the output is judged whole)."""
     c = np.asarray(confidence)
-    if c.shape != shape or not np.issubdtype(c.dtype, np.floating) or not np.isfinite(c).all():
-        return None
-    if float(c.min()) < -1e-6 or float(c.max()) > 1.0 + 1e-6:
-        return None
-    return c >= GATE
+    return gate_mask(c) if c.shape == shape else None

@@ -31,7 +31,8 @@ import numpy as np
 import onnx
 
 from ..graph.ops import FLOATING
-from .confidence_gates import GATE, _from_sigmoid
+from ..graph.walk import constant_names, dataflow
+from .confidence_gates import from_sigmoid, gate_mask
 
 __all__ = ["heat_cells", "spatially_gated_outputs"]
 
@@ -60,15 +61,12 @@ def spatially_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     """Value map output → the sibling sigmoid heat map output that gates it (module docstring)."""
     g = model.graph
     floats = {o.name for o in g.output if o.type.tensor_type.elem_type in FLOATING}
-    producer = {o: n for n in g.node for o in n.output if o}
-    constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
-    heats = [name for name in floats if _from_sigmoid(name, producer, constants)]
+    producer, readers = dataflow(g.node)
+    constants = constant_names(g)
+    heats = [name for name in floats if from_sigmoid(name, producer, constants)]
     if not heats or len(floats) < 2:
         return {}  # most models: no chain walked
-    consumers: dict[str, int] = {}
-    for n in g.node:
-        for i in set(n.input):
-            consumers[i] = consumers.get(i, 0) + 1
+    consumers = {name: len({id(n) for n in nodes}) for name, nodes in readers.items()}  # reading nodes, each once
 
     def head(name: str) -> str | None:
         found = _private_chain(name, producer, consumers, constants, floats - {name})
@@ -92,14 +90,11 @@ def spatially_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def heat_cells(heat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """Float's heat map ≥ :data:`GATE` as a mask of ``shape`` (the value map's ``[N, K, H, W]``, the
+    """Float's heat map ≥ :data:`~.confidence_gates.GATE` as a mask of ``shape`` (the value map's ``[N, K, H, W]``, the
     heat's one channel repeated over ``K``), or None where ``heat`` is no ``[N, 1, H, W]`` probability
     map of the value map's ``N, H, W`` (then the value map is judged whole)."""
     h = np.asarray(heat)
     if len(shape) != 4 or h.ndim != 4 or h.shape[1] != 1 or (h.shape[0], *h.shape[2:]) != (shape[0], *shape[2:]):
         return None
-    if not np.issubdtype(h.dtype, np.floating) or not np.isfinite(h).all():
-        return None
-    if float(h.min()) < -1e-6 or float(h.max()) > 1.0 + 1e-6:
-        return None
-    return np.broadcast_to(h >= GATE, shape)
+    mask = gate_mask(h)
+    return None if mask is None else np.broadcast_to(mask, shape)

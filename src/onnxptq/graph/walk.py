@@ -250,6 +250,12 @@ def dataflow(nodes: Iterable[onnx.NodeProto]) -> tuple[dict[str, onnx.NodeProto]
     return producer, consumers
 
 
+def constant_names(graph: onnx.GraphProto) -> set[str]:
+    """The tensors of ``graph`` whose values are fixed in the file: its initializers and its
+    ``Constant`` nodes' outputs (what the rules call a learned weight or a constant operand)."""
+    return {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+
+
 def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
                    through: "Callable[[onnx.NodeProto], bool]") -> Iterator[onnx.NodeProto]:
     """The nodes met walking from tensor ``start`` to its producers, depth first, each once; the walk

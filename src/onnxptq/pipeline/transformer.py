@@ -57,6 +57,7 @@ from collections import defaultdict
 import onnx
 
 from ..graph.ops import RELAYOUTS
+from ..graph.walk import constant_names
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def is_transformer(model: onnx.ModelProto) -> bool:
     if not has_attention(model):
         return False
     graph = model.graph
-    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    constants = constant_names(graph)
     linear = sum(1 for n in graph.node if n.op_type in LINEAR_OPS and len(n.input) > 1 and n.input[1] in constants)
     convs = sum(1 for n in graph.node if n.op_type in ("Conv", "ConvTranspose"))
     return linear > convs
