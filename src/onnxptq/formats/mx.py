@@ -160,8 +160,9 @@ def round_int(w: np.ndarray, rounding_mode: int) -> np.ndarray:
     return np.copysign(r, w)
 
 
-#: The ml_dtypes type of each FP element grid, for :func:`_half_even_by_cast`.
-_ELEMENT_TYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
+#: The ml_dtypes type of each FP element grid: :func:`_half_even_by_cast` rounds by a cast to it,
+#: the packer (onnx_ops/packed.py) stores its bit patterns.
+ELEMENT_ML_DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
                   "fp6_e3m2": ml_dtypes.float6_e3m2fn, "fp6_e2m3": ml_dtypes.float6_e2m3fn,
                   "fp4_e2m1": ml_dtypes.float4_e2m1fn}
 #: :func:`_dequant` rounds half-even FP elements by a cast to their ml_dtypes type (False: by
@@ -185,7 +186,7 @@ def _half_even_by_cast(v: np.ndarray, fmt: ElementFormat) -> np.ndarray:
     blocktime6)."""
     a = np.abs(v)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = np.minimum(a, fmt.max_norm).astype(_ELEMENT_TYPES[fmt.name]).astype(np.float64)
+        q = np.minimum(a, fmt.max_norm).astype(ELEMENT_ML_DTYPES[fmt.name]).astype(np.float64)
     return np.copysign(np.where(np.isnan(a), a, q), v)
 
 

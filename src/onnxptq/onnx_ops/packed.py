@@ -45,6 +45,7 @@ from onnx import TensorProto, helper
 
 from ..formats.base import QDQNodes
 from ..formats.blocks import max_last as _max_last
+from ..formats.mx import ELEMENT_FORMATS, ELEMENT_ML_DTYPES
 from ..graph.external import store
 
 log = logging.getLogger(__name__)
@@ -64,13 +65,9 @@ PROVE_BY_CODES = True
 #: the table's binary search, the same codes by a longer road (the tests compare the two).
 CAST_FP_CODES = True
 
-_FP_ELEMENTS = {
-    "fp8_e4m3": (ml_dtypes.float8_e4m3fn, 8),
-    "fp8_e5m2": (ml_dtypes.float8_e5m2, 8),
-    "fp6_e3m2": (ml_dtypes.float6_e3m2fn, 6),
-    "fp6_e2m3": (ml_dtypes.float6_e2m3fn, 6),
-    "fp4_e2m1": (ml_dtypes.float4_e2m1fn, 4),
-}
+#: Each FP element type's ml_dtypes type (the reference's, formats/mx.py) and its width in bits.
+_FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[name].mbits)
+                for name, dtype in ELEMENT_ML_DTYPES.items()}
 
 
 # --------------------------------------------------------------------------- element codes
