@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import multiprocessing as mp
 import time
 import traceback
@@ -444,15 +443,9 @@ def run_one(name: str, exporter: str, preset: str, calib: list[Feed], held: list
     import onnx
 
     import onnxptq
+    from testkit.log_capture import capture_warnings
 
-    warnings: list[str] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING and record.name.startswith("onnxptq"):
-                warnings.append(record.getMessage()[:300])
-
-    logging.getLogger("onnxptq").addHandler(Grab())
+    warnings = capture_warnings(300)
     src = build(name, exporter, out_dir)
     out = out_dir / "q" / f"{name}.{exporter}.{preset}.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import multiprocessing as mp
 import os
 import random
@@ -54,6 +53,7 @@ from typing import Callable
 import numpy as np
 
 from testkit import zoo
+from testkit.log_capture import capture_warnings
 from testkit.zoo_data import render_page, render_scene
 
 SRC = Path(os.environ.get("NEWMODELS_SRC", "/work/cache/newmodels/src"))
@@ -1808,14 +1808,7 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
 
     rel, _, metric_name, metric = MODELS[name]
     path = SRC / rel
-    warnings: list[str] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING and record.name.startswith("onnxptq"):
-                warnings.append(record.getMessage()[:300])
-
-    logging.getLogger("onnxptq").addHandler(Grab())
+    warnings = capture_warnings(300)
     row = {"model": name, "preset": preset, "metric": metric_name, "floor": floor(preset)}
     output = out_dir / f"{name}.{preset}.onnx"
     t0, c0 = time.perf_counter(), time.process_time()

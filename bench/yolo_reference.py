@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ def main() -> None:
 
     import newmodels as nm
     from testkit import zoo
+    from testkit.log_capture import capture_warnings
     from testkit.reference import quantize_reference
 
     rel, make, metric_name, metric = nm.MODELS["nudenet"]
@@ -40,14 +40,7 @@ def main() -> None:
     ref = nm._memo(zoo.session_runner(path), held)
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    warnings: list[str] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING and record.name.startswith("onnxptq"):
-                warnings.append(record.getMessage()[:600])
-
-    logging.getLogger("onnxptq").addHandler(Grab())
+    warnings = capture_warnings(600)
     for repair in ((True, False) if a.repair == "both" else (a.repair == "on",)):
         warnings.clear()
         output = out_dir / f"nudenet.reference_A8W8.repair_{'on' if repair else 'off'}.onnx"
