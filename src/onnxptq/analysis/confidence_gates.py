@@ -22,6 +22,8 @@ share the arg-max is not gated.
 
 from __future__ import annotations
 
+from typing import Collection
+
 import numpy as np
 import onnx
 
@@ -40,20 +42,23 @@ def _ancestors(tensor: str, producer: dict[str, onnx.NodeProto]) -> set[str]:
     return {tensor} | {i for node in upstream_nodes(tensor, producer, lambda _: True) for i in node.input if i}
 
 
-def from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto], constants: set[str]) -> bool:
-    """Whether ``tensor``'s values are a Sigmoid's, through data movement and a Where's data inputs."""
+def from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto], constants: Collection[str], *,
+                 sigmoids: Collection[str] = ("Sigmoid",), through: Collection[str] = _MOVES, where: bool = True) -> bool:
+    """Whether ``tensor``'s values are a Sigmoid's, through data movement and a Where's data inputs.
+    The gain reading (:mod:`.gains`) asks the same with its own walk: ``HardSigmoid`` too among the
+    ``sigmoids``, ``Clip`` among the ops passed ``through`` (first input), no ``where``."""
     for _ in range(8):
         node = producer.get(tensor)
         if node is None:
             return False
-        if node.op_type == "Sigmoid":
+        if node.op_type in sigmoids:
             return True
-        if node.op_type == "Where" and len(node.input) == 3:
+        if where and node.op_type == "Where" and len(node.input) == 3:
             data = [i for i in node.input[1:] if i not in constants]
             if len(data) != 1:
                 return False
             tensor = data[0]
-        elif node.op_type in _MOVES and node.input:
+        elif node.op_type in through and node.input:
             tensor = node.input[0]
         else:
             return False

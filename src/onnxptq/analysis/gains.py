@@ -36,12 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..graph.ops import FLOATING
+from ..graph.ops import FLOATING, RELAYOUTS
+from .confidence_gates import from_sigmoid
 
 __all__ = ["GainFrames", "gain_advisory", "gain_outputs"]
 
 #: nodes a gain passes through unchanged in meaning (data movement; ``Clip`` keeps it bounded)
-_THROUGH = frozenset("Reshape Transpose Squeeze Unsqueeze Flatten Identity Cast Clip".split())
+_THROUGH = RELAYOUTS | {"Cast", "Clip"}
 _GATES = frozenset(("Sigmoid", "HardSigmoid"))
 
 
@@ -65,20 +66,8 @@ def _same_layout(out: tuple[object, ...] | None, inp: tuple[object, ...] | None)
 def _gated(model: onnx.ModelProto) -> list[str]:
     """Graph outputs read from a sigmoid through :data:`_THROUGH`."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
-    found = []
-    for out in model.graph.output:
-        tensor = out.name
-        for _ in range(8):
-            node = producer.get(tensor)
-            if node is None or not node.input:
-                break
-            if node.op_type in _GATES:
-                found.append(out.name)
-                break
-            if node.op_type not in _THROUGH:
-                break
-            tensor = node.input[0]
-    return found
+    return [out.name for out in model.graph.output
+            if from_sigmoid(out.name, producer, (), sigmoids=_GATES, through=_THROUGH, where=False)]
 
 
 def gain_outputs(model: onnx.ModelProto) -> dict[str, str]:
