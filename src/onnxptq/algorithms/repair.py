@@ -283,11 +283,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
                 top, rest = split
                 first = rest
                 queue.extend([rest, top])
-            else:
-                mid = len(candidates) // 2
-                queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
-            if split is not None:
                 continue  # the ranking's own CPU is spent: the budget is checked again before the build
+            mid = len(candidates) // 2
+            queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
