@@ -131,3 +131,12 @@ def test_static_qlinear_ops_are_named_not_guessed():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     with pytest.raises(NotRecoverableError, match=r"static\.onnx: cannot recover float for 1 .*QLinearMatMul"):
         dequantize_dynamic(model, "static.onnx")
+
+
+def test_a_float_model_comes_back_byte_identical(models):
+    """Nothing of quantize_dynamic's in it: no rewrite, no clean-up (an initializer's value_info stays)."""
+    fp, _, _ = models
+    model = onnx.ModelProto()
+    model.CopyFrom(fp)
+    model.graph.value_info.append(helper.make_tensor_value_info("emb", TensorProto.FLOAT, [V, E]))
+    assert dequantize_dynamic(model).SerializeToString() == model.SerializeToString()

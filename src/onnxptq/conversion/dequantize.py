@@ -90,6 +90,9 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
                 replaced[id(node)] = nodes
                 done["DequantizeLinear"] += 1
 
+    if not done:  # nothing of quantize_dynamic's: the copy as it came (a float model stays byte-identical)
+        _raise_if_quantized(out, source)
+        return out
     # The DynamicQuantizeLinear nodes and scale products nothing reads any more go too.
     kept = []
     for node in graph.node:
@@ -108,7 +111,7 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
     inputs = [i for i in graph.input if i.name not in gone_names]  # initializers an old IR also lists as inputs
     del graph.input[:]
     graph.input.extend(inputs)
-    produced = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    produced = {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | {t.name for t in graph.initializer}
     stale = [vi for vi in graph.value_info if vi.name not in produced]
     for vi in stale:
         graph.value_info.remove(vi)
@@ -117,17 +120,21 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
         del out.opset_import[:]
         out.opset_import.extend(imports)
 
-    left = quantized_node_counts(out)
+    _raise_if_quantized(out, source)
+    log.info("%s: recovered float for %s", source, ", ".join(f"{k} {op}" for op, k in sorted(done.items())))
+    onnx.checker.check_model(out)
+    return out
+
+
+def _raise_if_quantized(model: onnx.ModelProto, source: str) -> None:
+    """NotRecoverableError naming the quantization ops no rule here undid."""
+    left = quantized_node_counts(model)
     if left:
         listed = ", ".join(f"{k} {op}" for op, k in left.most_common())
         raise NotRecoverableError(
             f"{source}: cannot recover float for {sum(left.values())} quantization node(s) ({listed}); only onnxruntime's "
             "dynamic quantization (DynamicQuantizeLinear + MatMulInteger, DynamicQuantizeLSTM, DequantizeLinear of "
             "per-tensor or constant int8) is undone")
-    if done:
-        log.info("%s: recovered float for %s", source, ", ".join(f"{k} {op}" for op, k in sorted(done.items())))
-    onnx.checker.check_model(out)
-    return out
 
 
 def _only_reader(tensor: str, readers: dict[str, list[onnx.NodeProto]], op_type: str) -> onnx.NodeProto | None:
