@@ -35,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import OnnxptqError
 from ..graph.check import quantized_node_counts
+from ..graph.opsets import is_onnx_domain
 
 __all__ = ["NotRecoverableError", "dequantize_dynamic"]
 
@@ -69,7 +70,7 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
     done: Counter[str] = Counter()
 
     for node in graph.node:
-        if node.op_type == "MatMulInteger" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "MatMulInteger" and is_onnx_domain(node.domain):
             rewrite = _matmul_integer(node, producer, readers, const)
             if rewrite is not None:
                 matmul, weight, gone = rewrite
@@ -82,7 +83,7 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
             new_inits.extend(weights)
             replaced[id(node)] = [lstm]
             done["DynamicQuantizeLSTM"] += 1
-        elif node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "DequantizeLinear" and is_onnx_domain(node.domain):
             rewrite = _dequantize_linear(node, const)
             if rewrite is not None:
                 nodes, tensors = rewrite
