@@ -80,7 +80,7 @@ def test_the_fixture_is_what_quantize_dynamic_ships(models):
     _, int8, _ = models
     counts = quantized_node_counts(int8)
     assert counts["MatMulInteger"] == 1 and counts["DynamicQuantizeLSTM"] == 1 and counts["DequantizeLinear"] >= 1
-    with pytest.raises(AlreadyQuantizedError, match=r"dynamic int8: onnxptq\.conversion\.dequantize_dynamic recovers it"):
+    with pytest.raises(AlreadyQuantizedError, match=r"dynamic int8: `onnxptq dequantize` / onnxptq\.conversion\.dequantize_dynamic recovers it"):
         onnxptq.quantize(int8, "BF16", data=[])
 
 
@@ -140,3 +140,15 @@ def test_a_float_model_comes_back_byte_identical(models):
     model.CopyFrom(fp)
     model.graph.value_info.append(helper.make_tensor_value_info("emb", TensorProto.FLOAT, [V, E]))
     assert dequantize_dynamic(model).SerializeToString() == model.SerializeToString()
+
+
+def test_the_command_writes_the_float_model(models, tmp_path, capsys):
+    from onnxptq.cli import main
+
+    _, int8, feeds = models
+    onnx.save(int8, tmp_path / "int8.onnx")
+    assert main(["dequantize", str(tmp_path / "int8.onnx"), "-o", str(tmp_path / "float.onnx")]) == 0
+    rec = onnx.load(tmp_path / "float.onnx")
+    assert not quantized_node_counts(rec)
+    np.testing.assert_array_equal(_run(rec, feeds[0]), _run(dequantize_dynamic(int8), feeds[0]))
+    assert main(["dequantize", str(tmp_path / "int8.onnx"), "-o", str(tmp_path / "int8.onnx")]) == 2  # never over its input

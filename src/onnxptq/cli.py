@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "onnxptq.commands.quantize_weights",
     "onnxptq.commands.inspect",
     "onnxptq.commands.convert",
+    "onnxptq.commands.dequantize",
     "onnxptq.commands.evaluate",
     "onnxptq.commands.evaluate_lm",
     "onnxptq.commands.infer",

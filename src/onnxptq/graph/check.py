@@ -236,7 +236,8 @@ def check_not_quantized(model: onnx.ModelProto, source: str) -> None:
         raise AlreadyQuantizedError(
             f"{source}: the model is already quantized ({sum(counts.values())} quantization nodes: {listed}); "
             "quantize the float model it came from"
-            + (" (onnxruntime's dynamic int8: onnxptq.conversion.dequantize_dynamic recovers it)" if dynamic else "")
+            + (" (onnxruntime's dynamic int8: `onnxptq dequantize` / onnxptq.conversion.dequantize_dynamic recovers it)"
+               if dynamic else "")
         )
 
 
