@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import OnnxptqError
-from ..graph.check import quantized_node_counts
+from ..graph.check import onnx_checker, quantized_node_counts
 from ..graph.opsets import is_onnx_domain
 
 __all__ = ["NotRecoverableError", "dequantize_dynamic"]
@@ -123,7 +123,7 @@ def dequantize_dynamic(model: onnx.ModelProto, source: str = "model") -> onnx.Mo
 
     _raise_if_quantized(out, source)
     log.info("%s: recovered float for %s", source, ", ".join(f"{k} {op}" for op, k in sorted(done.items())))
-    onnx.checker.check_model(out)
+    onnx_checker(out)  # any size (a >2 GB model is checked from a file)
     return out
 
 
