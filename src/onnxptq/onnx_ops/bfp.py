@@ -54,6 +54,12 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   as much as a pass over 10k elements: a ``_...s`` body (its known dims hold >= 2 elements) has
   no size ``If``, an ``_f32`` body no Cast pair, and shape values only the masked branch needs
   are built inside it.
+* **Shape values folded.** Where shape inference knows every dim of the input but one (a
+  dynamic batch), the view's shape arithmetic (``Shape``, ``ReduceProd``, the ``Concat`` of a
+  ``Reshape`` target) is computed when the body is built, the unknown dim becoming the targets'
+  ``-1`` (:class:`onnxptq.onnx_ops.body.Body`, name suffix ``_k<dims>``): none of it is created
+  per session or run per call. ``to_bfp`` on a tensor known to be small has no ``If`` at all
+  (:func:`_bfp_flat`, view suffix ``f``).
 * **Session creation.** Loading must stay cheap with hundreds of calls (one per activation):
   every node costs onnxruntime time when it inlines the function and optimises the graph (so
   constants are shared and the node count is kept low), and its allocation planner scans all

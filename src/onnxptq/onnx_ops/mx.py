@@ -34,7 +34,10 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
   ``m`` mantissa bits with ties to even (checked exhaustively over whole binades), the subnormal
   range of the element by ``Round`` on a fixed grid; ``Clip`` saturates first;
-- every scaling is a multiplication by an exact power of two, so it never rounds.
+- every scaling is a multiplication by an exact power of two, so it never rounds;
+- where shape inference knows every dim of the input but one (a dynamic batch), the views' shape
+  arithmetic folds into constants when the body is built (:class:`onnxptq.onnx_ops.body.Body`;
+  the name carries the dims, ``_k<dims>``), so a call runs none of it.
 """
 
 from __future__ import annotations
