@@ -86,7 +86,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, _one_unknown, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
+    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
     view_generic, view_last as _view_last, view_ranked, view_static,
 )
@@ -735,7 +735,7 @@ def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None,
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
     view = variant(a, shape)
-    if view is not None and not view.startswith("r") and _one_unknown(shape) is not None:
+    if view is not None and not view.startswith("r") and foldable_shape(shape) is not None:
         view += "_k" + known_dims(shape)  # the body's shape values fold (see onnx_ops.body.Body)
     float32 = dtype == "float32"
     fname = function_name(a, body_opset, view) + ("_f32" if float32 else "")

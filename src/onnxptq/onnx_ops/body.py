@@ -40,7 +40,7 @@ class Body:
             self._shared: dict[tuple, str] = {}
             self._values: dict[str, np.ndarray] = {}  # int64 constants by name
             self._targets: dict[str, tuple[np.ndarray, tuple]] = {}  # Reshape-target-only values: (-1 form, the Shape key)
-            self.known = _one_unknown(known)
+            self.known = foldable_shape(known)
 
     def fresh(self, hint: str) -> str:
         """A name no other value of the body has."""
@@ -188,7 +188,7 @@ _INT_OPS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def _one_unknown(shape: Any) -> tuple[int | None, ...] | None:
+def foldable_shape(shape: Any) -> tuple[int | None, ...] | None:
     """``shape`` as a tuple when it has a rank and at most one unknown dim (a dynamic batch), else
     None: only then do the body's shape values fold (:class:`Body`)."""
     if shape is None:

@@ -55,7 +55,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, _one_unknown, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -660,7 +660,7 @@ def build(
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
                                        shape is not None and known_size(shape) >= HALVES_MIN_SIZE,
-                                       not known_small(shape), None if static is None else _one_unknown(shape)))
+                                       not known_small(shape), None if static is None else foldable_shape(shape)))
     node = helper.make_node(
         function.name,
         [x],
