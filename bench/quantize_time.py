@@ -233,8 +233,10 @@ class SessionClock:
 
 
 def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = True,
-            sessions: bool = False) -> dict[str, Any]:
+            sessions: bool = False, keep: str | None = None) -> dict[str, Any]:
     """One quantize in this process: ``fmt`` is a preset name or ``ORT`` (quantize_static);
+    ``keep``: a folder the output file is copied to, as ``<model>_<fmt>.onnx`` (for latency and
+    output comparisons of two trees' files, e.g. bench/block_files_latency.py);
     ``repair=False``: the preset with the accuracy floor's repair off (the floor is still checked);
     ``sessions``: time every onnxruntime session creation (:class:`SessionClock`)."""
     import logging
@@ -277,6 +279,11 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
         wall = time.perf_counter() - t0
         cpu = _common.cpu_s() - cpu0
         size = os.path.getsize(output)
+        if keep:
+            import shutil
+
+            os.makedirs(keep, exist_ok=True)
+            shutil.copyfile(output, os.path.join(keep, f"{model.replace(':', '_')}_{fmt}.onnx"))
         with open(output, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
     if clock is not None:
@@ -286,13 +293,16 @@ def run_job(model: str, fmt: str, samples: int, workdir: Path, repair: bool = Tr
 
 
 def spawn(model: str, fmt: str, samples: int, workdir: Path, src: str | None, repair: bool = True,
-          sessions: bool = False) -> dict[str, Any]:
+          sessions: bool = False, keep: str | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     if src:
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.run([sys.executable, __file__, "--job", f"{model}={fmt}", "--samples", str(samples),
                            "--workdir", str(workdir), *([] if repair else ["--no-repair"]),
-                           *(["--sessions"] if sessions else [])], capture_output=True, text=True, env=env)
+                           *(["--sessions"] if sessions else []),
+                           # one folder per tree, named by the tree's folder (…/<tree>/src)
+                           *(["--keep", os.path.join(keep, Path(src).parent.name if src else "installed")] if keep else [])],
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"model": model, "format": fmt, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -338,13 +348,16 @@ def main(argv: list[str] | None = None) -> None:
                         "× the plain quantization's CPU time by design)")
     p.add_argument("--sessions", action="store_true",
                    help="time every onnxruntime session creation of each job (CPU s, and the largest one)")
+    p.add_argument("--keep", help="copy every output file to KEEP/<tree>/<model>_<format>.onnx "
+                   "(<tree>: the --src folder's parent's name, or 'installed')")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if args.job:
         model, fmt = args.job.rsplit("=", 1)
-        print(json.dumps(run_job(model, fmt, args.samples, workdir, repair=not args.no_repair, sessions=args.sessions)))
+        print(json.dumps(run_job(model, fmt, args.samples, workdir, repair=not args.no_repair, sessions=args.sessions,
+                                 keep=args.keep)))
         return
     if args.export:
         export_models(workdir)
@@ -359,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_ort and "A8W8" in formats:
             jobs.append((None, "ORT"))
         for src, fmt in jobs:
-            r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair, sessions=args.sessions)
+            r = spawn(model, fmt, args.samples, workdir, src, repair=not args.no_repair, sessions=args.sessions, keep=args.keep)
             print(f"  {model:7s} {fmt:7s} {src or '':40s} " + (f"wall {r['wall_s']:7.1f} s cpu {r['cpu_s']:6.1f} s "
                   f"peak {r['peak_mib']:6.0f} MiB sha256 {r['sha256'][:16]} {r.get('timings', {})}" if "error" not in r else r["error"]),
                   file=sys.stderr, flush=True)

@@ -54,6 +54,12 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   as much as a pass over 10k elements: a ``_...s`` body (its known dims hold >= 2 elements) has
   no size ``If``, an ``_f32`` body no Cast pair, and shape values only the masked branch needs
   are built inside it.
+* **Shape values folded.** Where shape inference knows every dim of the input but one (a
+  dynamic batch), the view's shape arithmetic (``Shape``, ``ReduceProd``, the ``Concat`` of a
+  ``Reshape`` target) is computed when the body is built, the unknown dim becoming the targets'
+  ``-1`` (:class:`onnxptq.onnx_ops.body.Body`, name suffix ``_k<dims>``): none of it is created
+  per session or run per call. ``to_bfp`` on a tensor known to be small has no ``If`` at all
+  (:func:`_bfp_flat`, view suffix ``f``).
 * **Session creation.** Loading must stay cheap with hundreds of calls (one per activation):
   every node costs onnxruntime time when it inlines the function and optimises the graph (so
   constants are shared and the node count is kept low), and its allocation planner scans all
@@ -80,7 +86,8 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, max_by_halves, pow2_floor as _pow2_floor, trailing_size,
+    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
+    pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
     view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
@@ -118,7 +125,10 @@ def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) ->
     if a["use_compiler_version_cpu_kernel"] and a["bfp_method"] == "to_bfp":
         name += "_cc"
     name += f"_o{opset}"
-    return name if view is None else f"{name}_{view}"
+    view, _, dims = (view or "").partition("_k")
+    if dims:  # the input's dims, the body's shape values folded (see onnx_ops.body.Body)
+        name += f"_k{dims}"
+    return f"{name}_{view}" if view else name
 
 
 # ------------------------------------------------------------------------------- building blocks
@@ -312,6 +322,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
         sized = "f" + sized  # the subnormal flush without a branch (see :data:`FLAT_MAX_SIZE`)
+    elif a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"] and _to_bfp_flat(shape):
+        sized = "f" + sized  # no If (see :func:`_bfp_flat`)
     rank = len(list(shape))
     big = known_size(shape) >= HALVES_MIN_SIZE
     transposed = bool(last) or a["axis"] == -1
@@ -324,6 +336,11 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+def _to_bfp_flat(shape: Any) -> bool:
+    """Whether a to_bfp body for ``shape`` is branch-free (:func:`_bfp_flat`)."""
+    return all(known_dim(d) is not None for d in shape) and known_size(shape) < TO_BFP_FLAT_MAX_SIZE
 
 
 def _halves(a: dict[str, Any], bs: int, one: bool, big: bool) -> str:
@@ -399,6 +416,8 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
         halves = halves_shapes(g, a["block_size"], post) if halve else None
+        if flat:
+            return restore(_bfp_flat(g, xr, a, halves))
         return restore(_bfp_split(g, xr, a, total, halves))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
@@ -432,6 +451,37 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         s = _prime_scale(g, sbmax, bmax, bsum, a)
         yr = restore5(_prime_apply(g, x5, az, s, bmax, a, flat))
     return restore(yr)
+
+
+def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | None = None) -> str:
+    """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), exact on every input with
+    no ``If`` and no sum over the tensor: the body of a tensor known to be small (view suffix
+    ``f``, :data:`TO_BFP_FLAT_MAX_SIZE`).
+
+    :func:`_bfp_split` picks plain or masked block maxima and the last node by two ``If`` nodes
+    on the tensor's sum; each ``If`` holds two subgraphs onnxruntime builds, optimises and plans
+    in every session (the split body's creation is ~2x this one's) and runs with their own
+    frames in every call. Here, as in the MX INT8 bodies (``onnx_ops.mx._fake_quantize_flat``),
+    the block maxima are ``-ReduceMin`` of ``-|x|`` with ±Inf/NaN masked to 0
+    (:func:`onnxptq.onnx_ops.body.masked_neg_abs`), and ±Inf and NaN, which the ``Clip`` of the
+    codes saturates, are put back at the end (:func:`onnxptq.onnx_ops.body.put_back_nonfinite`).
+    Those are six full passes more than the plain formulas' three reads, so larger tensors keep
+    the split body. Finite elements see the masked formulas' maxima and the same rounding nodes,
+    hence the same bits. The runtime +0 of the ``py3_round`` zero sign (see :func:`_round`) comes
+    from the block minima (finite: ``r - r = +0``), a scalar."""
+    m = masked_neg_abs(g, xr)
+    if halves is None:
+        low = g.reduce("ReduceMin", m, [1])
+    else:
+        low = max_by_halves(g, m, *halves, lambda b, t: b.reduce("ReduceMin", t, [1]), merge="Min")
+    amax = g.op("Max", g.op("Neg", low), g.const(2.0**-127))
+    r = g.op("ReduceMin", low, keepdims=0)  # finite (masked maxima); an empty tensor's +inf makes NaN, read by no element
+    zero = g.op("Sub", r, r)
+    m_bits = a["bit_width"] - 9
+    s = _pow2_floor(g, amax, 2.0 ** (1 - m_bits))
+    qmax = float(2**m_bits - 1)
+    q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero)
+    return put_back_nonfinite(g, g.op("Mul", q, s), xr)
 
 
 def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[str, str] | None = None) -> str:
@@ -496,6 +546,9 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
 #: 1.01x; 1x48x96x96 1.16x, bench/RESULTS.md, branch bodyif), and they save its creation. The same
 #: line as the MX INT8 bodies' (``onnx_ops.mx.BRANCHED_INT_MIN_SIZE``).
 FLAT_MAX_SIZE = HALVES_MIN_SIZE
+#: Largest known size (elements, every dim known) below which a to_bfp body is branch-free
+#: (:func:`_bfp_flat`, view suffix ``f``).
+TO_BFP_FLAT_MAX_SIZE = HALVES_MIN_SIZE
 
 
 def _prime_threshold(a: dict[str, Any]) -> float:
@@ -601,7 +654,9 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
     CastLike onnxruntime keeps as a full copy; shape values only the masked branch needs are
     computed in that branch.
     """
-    top = Body(opset)
+    view, _, dims = (view or "").partition("_k")
+    view = view or None
+    top = Body(opset, known=[None if d == "u" else int(d) for d in dims.split("x")] if dims else None)
     attrs = a
     sized = (view or "").endswith("s")
     x32 = "x" if float32 else top.op("Cast", "x", to=_F)
@@ -613,7 +668,8 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
     # The branch-free to_bfp_prime body needs no sum over the tensor (see :func:`_prime_flat`).
-    total = "" if a["bfp_method"] == "to_bfp_prime" else top.op("ReduceSum", xf, keepdims=0)
+    flat_bfp = a["bfp_method"] == "to_bfp" and (view or "").rstrip("s").endswith("f")
+    total = "" if a["bfp_method"] == "to_bfp_prime" or flat_bfp else top.op("ReduceSum", xf, keepdims=0)
     if sized:
         y = _quantized(top, xf, a, view, total)
     else:
@@ -626,7 +682,7 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         y = top.op("If", tiny, then_branch=keep, else_branch=main.graph(main_y, top.fresh("main")))
     # The final Reshape sits outside the If: a branch output that is a Reshape costs a copy.
     # allowzero: a zero dim of an empty x is a zero, not "copy the input's dim".
-    shape = top.op("Shape", "x")
+    shape = top.shared("Shape", "x")  # a constant where the shape is known (see Body)
     if float32:
         top.nodes.append(helper.make_node("Reshape", [y, shape], ["y"], allowzero=1))
     else:
@@ -636,7 +692,7 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         name,
         ["x"],
         ["y"],
-        top.nodes,
+        top.live_nodes(),
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=list(_ATTR_ORDER),
         doc_string=f"BFP quantize-dequantize ({attrs['bfp_method']}), attributes {attrs}; see onnxptq.formats.bfp.",
@@ -679,6 +735,8 @@ def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None,
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
     view = variant(a, shape)
+    if view is not None and not view.startswith("r") and foldable_shape(shape) is not None:
+        view += "_k" + known_dims(shape)  # the body's shape values fold (see onnx_ops.body.Body)
     float32 = dtype == "float32"
     fname = function_name(a, body_opset, view) + ("_f32" if float32 else "")
     node_attrs = {k: a[k] for k in _ATTR_ORDER}

@@ -20,9 +20,17 @@ from onnx import TensorProto, helper
 
 
 class Body:
-    """A list of nodes (a function body, or one ``If`` branch of it via :meth:`branch`)."""
+    """A list of nodes (a function body, or one ``If`` branch of it via :meth:`branch`).
 
-    def __init__(self, opset: int = 0, parent: "Body | None" = None) -> None:
+    ``known``: the static shape of the body's input ``x`` (ints, None for an unknown dim) when
+    the body is built for it (the caller puts it in the function's name: one name, one body).
+    Shape arithmetic on ``x`` is then resolved while the body is built (:meth:`shared` folds
+    ``Shape``, ``Concat``, ``ReduceProd`` and integer arithmetic on constants): a call executes
+    none of it, and onnxruntime neither creates nor plans those nodes in every session. A shape
+    with one unknown dim (a dynamic batch) still folds where the value is a ``Reshape`` target:
+    the unknown dim becomes its ``-1`` (see :meth:`target`)."""
+
+    def __init__(self, opset: int = 0, parent: "Body | None" = None, known: Any = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.root: Body = parent.root if parent is not None else self
         self.opset = parent.opset if parent is not None else opset
@@ -30,23 +38,99 @@ class Body:
             self._counter = itertools.count()
             self._consts: dict[tuple, str] = {}
             self._shared: dict[tuple, str] = {}
+            self._values: dict[str, np.ndarray] = {}  # int64 constants by name
+            self._targets: dict[str, tuple[np.ndarray, tuple]] = {}  # Reshape-target-only values: (-1 form, the Shape key)
+            self.known = foldable_shape(known)
 
     def fresh(self, hint: str) -> str:
         """A name no other value of the body has."""
         return f"{hint}_{next(self.root._counter)}"
 
     def op(self, op_type: str, *inputs: str, n_out: int = 1, hint: str | None = None, **attrs: Any) -> str:
-        """Append ``op_type(*inputs)``; returns its (first) output."""
+        """Append ``op_type(*inputs)``; returns its (first) output. A value valid only as a
+        ``Reshape`` target (:meth:`target`) read by anything else is computed by its node."""
+        inputs = tuple(i if op_type == "Reshape" and k == 1 else self.root._real(i) for k, i in enumerate(inputs))
         outs = [self.fresh(hint or op_type.lower()) for _ in range(n_out)]
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
         return outs[0]
 
     def shared(self, op_type: str, *inputs: str, **attrs: Any) -> str:
-        """An op on shapes and constants only, placed once at the top level for every branch."""
+        """An op on shapes and constants only, placed once at the top level for every branch;
+        folded to a constant when its inputs are known at build time (see the class)."""
         key = (op_type, inputs, tuple(sorted((k, repr(v)) for k, v in attrs.items())))
         if key not in self.root._shared:
-            self.root._shared[key] = self.root.op(op_type, *inputs, **attrs)
+            folded = self.root._fold(op_type, inputs, attrs)
+            self.root._shared[key] = folded if folded is not None else self.root.op(op_type, *inputs, **attrs)
         return self.root._shared[key]
+
+    def target(self, name: str) -> bool:
+        """Whether ``name`` is a folded value that holds only as a ``Reshape`` target."""
+        return name in self.root._targets
+
+    def _real(self, name: str) -> str:
+        """``name``, or for a Reshape-target-only value the node that computes it."""
+        if name not in self._targets:
+            return name
+        key = self._targets[name][1]
+        real = self._shared.get(("real",) + key)
+        if real is None:
+            op_type, inputs, attrs = key
+            real = self._shared[("real",) + key] = self.op(op_type, *inputs, **dict(attrs))
+        return real
+
+    def _fold(self, op_type: str, inputs: tuple[str, ...], attrs: dict[str, Any]) -> str | None:
+        """The constant ``op_type(*inputs)`` when it is known at build time, else None."""
+        vals = [self._values.get(i) for i in inputs]
+        if op_type == "Shape" and inputs == ("x",) and self.known is not None:
+            dims = self.known[slice(attrs.get("start"), attrs.get("end"))]
+            if all(d is not None for d in dims):
+                return self.i64(*dims)
+            if known_size(self.known) > 0:  # the one unknown dim: -1 in a Reshape target
+                return self._target_const(np.array([-1 if d is None else d for d in dims], np.int64),
+                                          (op_type, inputs, tuple(sorted(attrs.items()))))
+            return None
+        if op_type == "Concat" and attrs.get("axis") == 0 and inputs:
+            parts = [self._targets[i][0] if i in self._targets else self._values.get(i) for i in inputs]
+            if any(v is None or v.ndim != 1 for v in parts):
+                return None
+            whole = np.concatenate(parts)
+            if not any(i in self._targets for i in inputs):
+                return self.i64(*whole.tolist())
+            if int((whole == -1).sum()) != 1:  # a Reshape target holds one -1 at most
+                return None
+            return self._target_const(whole, (op_type, inputs, tuple(sorted(attrs.items()))))
+        if any(v is None for v in vals) or not vals:
+            return None
+        if op_type == "ReduceProd" and len(vals) == 1 and attrs.get("keepdims", 1) == 1:
+            return self.i64(int(np.prod(vals[0], dtype=np.int64)))
+        if op_type in _INT_OPS and all(v.ndim <= 1 for v in vals):
+            out = _INT_OPS[op_type](*vals)
+            return self.const(out, np.int64)
+        return None
+
+    def live_nodes(self, outputs: tuple[str, ...] = ("y",)) -> list[onnx.NodeProto]:
+        """The top level's nodes less the Constants nothing reads (the pieces of folded shape
+        values): each would be one more node for onnxruntime to inline and drop per call."""
+        read = set(outputs)
+
+        def reads(nodes: list[onnx.NodeProto]) -> None:
+            for n in nodes:
+                read.update(n.input)
+                for at in n.attribute:
+                    if at.type == onnx.AttributeProto.GRAPH:
+                        reads(list(at.g.node))
+                        read.update(o.name for o in at.g.output)
+
+        reads(self.nodes)
+        return [n for n in self.nodes if n.op_type != "Constant" or n.output[0] in read]
+
+    def _target_const(self, value: np.ndarray, key: tuple) -> str:
+        """A Constant holding ``value`` (one -1: the unknown dim) for use as a Reshape target
+        only; ``key`` is the node that computes it for any other reader (:meth:`_real`)."""
+        name = self.fresh("t")
+        self.nodes.append(helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(value, name)))
+        self._targets[name] = (value, key)
+        return name
 
     def const(self, value: Any, dtype: Any = np.float32) -> str:
         """A Constant node at the top level, one per distinct value."""
@@ -56,6 +140,8 @@ class Body:
         if key not in root._consts:
             name = root._consts[key] = self.fresh("c")
             root.nodes.append(helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name)))
+            if arr.dtype == np.int64:
+                root._values[name] = arr
         return root._consts[key]
 
     def i64(self, *values: int) -> str:
@@ -94,6 +180,22 @@ class Body:
 
 _I64_MAX = np.iinfo(np.int64).max
 
+#: Integer ops :meth:`Body.shared` folds on constants (shape arithmetic; sizes are non-negative,
+#: so numpy's floor division is ONNX's truncating ``Div``).
+_INT_OPS: dict[str, Callable[..., np.ndarray]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.floor_divide,
+    "Max": np.maximum, "Min": np.minimum,
+}
+
+
+def foldable_shape(shape: Any) -> tuple[int | None, ...] | None:
+    """``shape`` as a tuple when it has a rank and at most one unknown dim (a dynamic batch), else
+    None: only then do the body's shape values fold (:class:`Body`)."""
+    if shape is None:
+        return None
+    dims = tuple(known_dim(d) for d in shape)
+    return dims if sum(d is None for d in dims) <= 1 else None
+
 
 def pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
     """``2^floor(log2 a)·scale`` for a finite float32 ``a > 0`` (subnormals included) and a power
@@ -131,6 +233,11 @@ def axis_length(shape: Any, axis: int) -> int | None:
     if len(dims) < 2 or not -len(dims) <= axis < len(dims):
         return None
     return known_dim(dims[axis % len(dims)])
+
+
+def known_dims(shape: Any) -> str:
+    """``shape`` for a function name: its dims joined by ``x``, ``u`` for an unknown one."""
+    return "x".join("u" if known_dim(d) is None else str(known_dim(d)) for d in shape)
 
 
 def known_size(shape: Any) -> int:

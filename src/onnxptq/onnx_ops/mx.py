@@ -34,7 +34,10 @@ How the body stays fast and exact (see DESIGN.md's measurements):
   Veltkamp splitting ``hi = c - (c - v)``, ``c = v·(2^(23−m) + 1)``, which rounds a float32 to
   ``m`` mantissa bits with ties to even (checked exhaustively over whole binades), the subnormal
   range of the element by ``Round`` on a fixed grid; ``Clip`` saturates first;
-- every scaling is a multiplication by an exact power of two, so it never rounds.
+- every scaling is a multiplication by an exact power of two, so it never rounds;
+- where shape inference knows every dim of the input but one (a dynamic batch), the views' shape
+  arithmetic folds into constants when the body is built (:class:`onnxptq.onnx_ops.body.Body`;
+  the name carries the dims, ``_k<dims>``), so a call runs none of it.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, axis_length, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -447,7 +450,7 @@ def make_function(
     element_dtype: str, rounding_mode: int, scale_search: int, opset: int,
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
-    whole: int | None = None, halve: bool = False, branched: bool = False,
+    whole: int | None = None, halve: bool = False, branched: bool = False, known: tuple[int | None, ...] | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -488,7 +491,7 @@ def make_function(
     # four more ops on the block maxima (_block_scale).
     unsaturated = scale_search == NO_SATURATION
     searched = scale_search in ERROR_SEARCHES
-    top = Body(opset)
+    top = Body(opset, known=known)  # the shape values fold where the shape is known (see Body)
     x32 = "x" if float32 else top.op("Cast", "x", to=TensorProto.FLOAT)
     if static is None:
         # Flattened by a free Reshape outside the If: onnxruntime drops the Cast for float32
@@ -557,9 +560,9 @@ def make_function(
     elif whole is not None:
         top.nodes.append(helper.make_node("CastLike", [y, "x"], ["y"]))
     elif float32:  # no CastLike: onnxruntime keeps a float-to-float Cast as a full copy
-        top.nodes.append(helper.make_node("Reshape", [y, top.op("Shape", "x")], ["y"], allowzero=1))
+        top.nodes.append(helper.make_node("Reshape", [y, top.shared("Shape", "x")], ["y"], allowzero=1))
     else:
-        top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.op("Shape", "x"), allowzero=1), "x"], ["y"]))
+        top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.shared("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if whole is not None:
         name += "w"  # the whole axis is one block: formulas in x's own shape
@@ -571,12 +574,15 @@ def make_function(
         name += f"_b{ranked[1]}_a{ranked[0]}_r{ranked[2]}" + ("" if ranked[3] is None else f"q{ranked[3]}")
     if branched:
         name += "i"  # the plain/masked choice by If (INT8 elements on a large tensor), last
+    if known is not None:  # the shape values folded (see Body): the input's dims, before the view's suffixes
+        plain = function_name(fmt.name, rounding_mode, scale_search)
+        name = f"{plain}_k{known_dims(known)}{name[len(plain):]}"
     return helper.make_function(
         DOMAIN,
         name + ("_f32" if float32 else ""),
         ["x"],
         ["y"],
-        top.nodes,
+        top.live_nodes(),
         [helper.make_opsetid("", opset)],
         attributes=list(ATTRIBUTES),
         doc_string=f"OCP MX fake quantization, element {fmt.name} (see onnxptq.formats.mx).",
@@ -588,12 +594,12 @@ def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, 
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
                      ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None,
-                     halve: bool = False, branched: bool = False) -> onnx.FunctionProto:
+                     halve: bool = False, branched: bool = False, known: tuple[int | None, ...] | None = None) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
     return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole,
-                         halve, branched)
+                         halve, branched, known)
 
 
 def build(
@@ -654,7 +660,7 @@ def build(
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
                                        shape is not None and known_size(shape) >= HALVES_MIN_SIZE,
-                                       not known_small(shape)))
+                                       not known_small(shape), None if static is None else foldable_shape(shape)))
     node = helper.make_node(
         function.name,
         [x],
