@@ -97,6 +97,7 @@ from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
+from .threshold_cells import ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -231,6 +232,9 @@ class OutputCheck:
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
+    #: a sigmoid map its reader thresholds, judged by the cells its thresholds keep (analysis/threshold_cells.py):
+    #: (float's cells at the lowest threshold, F1 of the worst threshold judged, that threshold); None, None: too few cells
+    thresholded: tuple[int, float | None, float | None] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -245,6 +249,10 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
+        if self.thresholded is not None and self.thresholded[1] is not None:
+            cells, f1, at = self.thresholded
+            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+            text += f", cells kept at a threshold: worst F1 {f1:.4f} at {at:g} ({cells} float cells ≥ 0.2{seen})"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -328,10 +336,11 @@ class Verdict:
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s; nor a value
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
-        doubled centerface MX9's repair, 8.0 → 14.6 CPU s)."""
+        doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
         return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
                    or (c.scores is not None and c.scores[4])
-                   for c in self.outputs.values() if not c.images and not (c.heat_cells is not None and c.top1_unjudged))
+                   for c in self.outputs.values()
+                   if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
 
     @property
     def unjudged(self) -> list[str]:
@@ -443,6 +452,37 @@ def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[t
         cosines.append(float("nan"))
 
 
+def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, floor: Floor, reshaped: int,
+                           samples: int) -> OutputCheck:
+    """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the cells
+    kept at each threshold (F1 against the top-1 floor) and the cosine of the cells that matter (against
+    the cosine floor), on the held-out feeds and, where they hold too few cells at every threshold, the
+    calibration feeds ``seen`` too; still too few: *could not judge*, named among the unjudged outputs."""
+    worst = heat.worst(floor.needed)
+    feeds = 0
+    if worst is None and seen is not None:
+        for r, g in _seen_pairs(seen, name, None):
+            heat.add(r, g)
+            feeds += 1
+        worst = heat.worst(floor.needed)
+    cos = heat.cosine() if not heat.nonfinite else float("nan")
+    check = OutputCheck(name, cos, cos, seen_feeds=feeds)
+    if worst is None:
+        check.thresholded, check.top1_unjudged, check.needed = (heat.cells, None, None), True, floor.needed
+        check.note = (f"(could not judge: a heat map its reader thresholds, {heat.cells} cells where float's values ≥ 0.2, "
+                      f"too few at every threshold, {floor.needed} needed: analysis/threshold_cells.py)")
+        check.ok = not heat.nonfinite and not reshaped
+    else:
+        f1, at, _ = worst
+        check.thresholded = (heat.cells, f1, at)
+        check.note = ("(a heat map its reader thresholds: judged by the cells kept at each threshold, its cosine on the "
+                      "cells either side keeps at 0.2: analysis/threshold_cells.py)")
+        check.ok = math.isfinite(cos) and cos >= floor.cosine and f1 >= floor.top1 and not reshaped
+    if reshaped:
+        check.note += f" {_reshaped_note(reshaped, samples)}"
+    return check
+
+
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
     return count >= floor.needed
@@ -527,6 +567,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     confidence_gates = confidence_gates or {}
     gains = gains or {}
     spatial_gates = spatial_gates or {}
+    thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -569,6 +610,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         curve = CurveAgreement() if may_score and not classy and name not in confidences else None
         gain = GainFrames(floor.cosine) if name in gains and not classy and name not in (agreements or {}) else None
         seen_cells = 0  # calibration feeds whose cells were pooled in
+        heat = ThresholdCells() if name in thresholded and not classy else None
         cells = -1  # the heat map's cells judged (analysis/spatial_gates.py); -1: not gated on any feed
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
@@ -598,6 +640,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
                     continue  # the cells' cosine is the judgement: no field, mask or score reading of a cell list
             _add_cosine(r, g, cosines, sums)
+            if heat is not None:
+                heat.add(r, g)
             if scores is not None:
                 gate = row_gates.get(name)
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
@@ -611,7 +655,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                     class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
                 if fields is not None:
-                    fields.add(r, g)
+                    # a detector's score rows: their fields' cosines on the candidates that matter (threshold_cells.py)
+                    fields.add(*(confident_only(r, g, score_rows[name]) if name in score_rows else (r, g)))
                 if class_map is not None:
                     class_map.add(r, g)
                 if masks is not None:
@@ -654,6 +699,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.note = (f"(judged where float's {confidence_gates[name]!r} ≥ 0.5, the positions its reader reads: "
                           "analysis/confidence_gates.py)")
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if heat is not None and heat.valid and heat.feeds:
+            verdict.outputs[name] = _judge_threshold_cells(name, heat, seen, floor, reshaped, len(reference))
+            continue
         if cells >= 0:
             if not _enough(cells, floor):
                 verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], cells, floor, pooled, seen_cells)
@@ -1154,6 +1202,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the value map {name}: {c.heat_cells[0]} cells where float's {c.heat_cells[1]!r} ≥ 0.5 ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.heat_cells[0] / judged if judged else 0.0
+        elif c.thresholded is not None:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the heat map {name}: {c.thresholded[0]} cells where float's values ≥ 0.2 ({verdict.samples} "
+                         f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.thresholded[0] / judged if judged else 0.0
         elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             thin = (f"; {c.decoder.thin_reads} of them hold a step float itself decides with a probability margin under "
