@@ -88,8 +88,8 @@ def test_a_false_break_on_cold_cells_holds_and_fails_on_the_cosine_over_every_ce
     check = verdict.outputs["heat"]
     assert verdict.ok and check.ok, verdict.describe()
     assert "analysis/threshold_cells.py" in check.note and check.thresholded is not None
-    cells, f1, _ = check.thresholded
-    assert f1 == 1.0 and cells == sum(int((f["heat"] >= 0.2).sum()) for f in ref[:4]) >= EIGHT.needed
+    decisions, f1, _ = check.thresholded
+    assert f1 == 1.0 and decisions >= EIGHT.needed
     assert check.cosine == 1.0 and "heat" not in verdict.unjudged
     # main's judgement, the cosine over every cell, breaks the same candidate: what this module changes
     whole = measure(ref[:4], got[:4], EIGHT, seen=(ref[4:], got[4:]))
@@ -108,33 +108,45 @@ def test_faces_lost_or_invented_still_break() -> None:
         check = verdict.outputs["heat"]
         assert not verdict.ok and not check.ok, (change, verdict.describe())
         assert check.thresholded is not None and check.thresholded[1] < EIGHT.top1, change
-        assert "worst F1" in check.describe()
+        assert "objects above thresholds 0.2-0.8: F1" in check.describe()
 
 
 def test_too_few_confident_cells_say_could_not_judge() -> None:
     model = _head_model()
-    ref, got = _outputs("cold", feeds=2, faces=1)  # 9 cells over 0.2 on 2 feeds; 34 needed at 16 bit
+    ref, got = _outputs("cold", feeds=2, faces=1)  # 2 faces on 2 feeds; 34 needed at 16 bit
     sixteen = Floor("16-bit", *FAMILY_FLOORS["16-bit"])
     verdict = measure(ref[:1], got[:1], sixteen, **readings_of(model), seen=(ref[1:], got[1:]))
     check = verdict.outputs["heat"]
     assert check.ok and check.top1_unjudged and check.needed == sixteen.needed and "could not judge" in check.note
-    hot = sum(int((f["heat"] >= 0.2).sum()) for f in ref)
-    assert check.thresholded == (hot, None, None) and 0 < hot < sixteen.needed and check.seen_feeds == 1
-    assert "heat" in verdict.unjudged and f"the heat map heat: {hot} cells" in unjudged_text(verdict)
+    assert check.thresholded[:2] == (2, 1.0) and check.seen_feeds == 1
+    assert "heat" in verdict.unjudged and "the heat map heat: 2 objects above 0.2" in unjudged_text(verdict)
     assert verdict.wants_calibration_feeds and not verdict.ok_needs_calibration_feeds
+    # six faces on three feeds, each kept only under 0.4: these flips would break the floor among 34 decisions too
+    ref, got = _outputs("lost", feeds=3, faces=2)
+    lost = measure(ref[:1], got[:1], sixteen, **readings_of(model), seen=(ref[1:], got[1:]))
+    assert not lost.ok and not lost.outputs["heat"].top1_unjudged and lost.outputs["heat"].thresholded[2] < sixteen.top1
 
 
-def test_threshold_cells_counts_and_cosine() -> None:
+def test_threshold_cells_objects_flips_and_cosine() -> None:
+    r = np.zeros((1, 1, 4, 8), np.float32)
+    r[0, 0, 1, 1:3] = (0.9, 0.3)  # an object: a peak and its rim
+    r[0, 0, 2, 6] = 0.3  # a faint object
+    g = r.copy()
+    g[0, 0, 1, 2] = 0.1  # the rim lost: the same object
+    g[0, 0, 2, 6] = 0.1  # the faint object lost
+    g[0, 0, 3, 4] = 0.25  # an object invented
     cells = ThresholdCells()
-    r = np.array([0.1, 0.3, 0.6, 0.9, 0.05], np.float32)
-    cells.add(r, np.array([0.1, 0.1, 0.6, 0.9, 0.4], np.float32))
-    assert cells.cells == 4 - 1 + 0  # float ≥ 0.2: 0.3, 0.6, 0.9
-    assert cells.kept[0].tolist() == [3, 3, 2]  # at 0.2: float 3, quantized 3, both 2
-    f1, at, _ = cells.worst(1)
-    assert at in (0.2, 0.35) and abs(f1 - 2 * 2 / 6) < 1e-9
-    x, y = np.array([0.3, 0.6, 0.9, 0.05]), np.array([0.1, 0.6, 0.9, 0.4])  # the cells either side keeps at 0.2
+    cells.add(r, g)
+    assert cells.cells == 3 and cells.kept[0].tolist() == [2, 1, 1]  # at 0.2: float 2 objects, 1 lost, 1 invented
+    assert cells.kept[-1].tolist() == [1, 0, 0]  # at 0.8: the peak only
+    found, lost, invented = cells.kept.sum(axis=0).tolist()
+    f1, decisions, bound = cells.judge(1)
+    assert decisions == 3 and bound == f1 and abs(f1 - 2 * (found - lost) / (2 * (found - lost) + lost + invented)) < 1e-12
+    f1, decisions, bound = cells.judge(34)  # too few decisions: the same flips among 34 leave a higher figure
+    assert decisions == 3 and bound > f1
+    x = np.array([0.9, 0.3, 0.3, 0.0])
+    y = np.array([0.9, 0.1, 0.1, 0.25])  # the cells either side keeps at 0.2
     assert abs(cells.cosine() - x @ y / np.sqrt((x @ x) * (y @ y))) < 1e-6
-    assert cells.worst(7) is None
     bad = ThresholdCells()
     bad.add(r * 3.0, r)  # no probabilities
     assert not bad.valid

@@ -46,6 +46,10 @@ values on a large common offset along one axis: phoneme bounds in seconds, a pit
 of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
+A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
+threshold outside the graph: it is judged by the cells its thresholds keep and the cosine of the cells
+that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
+detector's score rows' field cosines (the candidates either side scores ≥ 0.2).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -232,9 +236,10 @@ class OutputCheck:
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
-    #: a sigmoid map its reader thresholds, judged by the cells its thresholds keep (analysis/threshold_cells.py):
-    #: (float's cells at the lowest threshold, F1 of the worst threshold judged, that threshold); None, None: too few cells
-    thresholded: tuple[int, float | None, float | None] | None = None
+    #: a sigmoid map its reader thresholds, judged by the objects its thresholds keep (analysis/threshold_cells.py):
+    #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
+    #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
+    thresholded: tuple[int, float | None, float] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -249,10 +254,11 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
-        if self.thresholded is not None and self.thresholded[1] is not None:
-            cells, f1, at = self.thresholded
+        if self.thresholded is not None and self.thresholded[1] is not None and not self.top1_unjudged:
+            decisions, f1, bound = self.thresholded
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            text += f", cells kept at a threshold: worst F1 {f1:.4f} at {at:g} ({cells} float cells ≥ 0.2{seen})"
+            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
+            text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -454,30 +460,33 @@ def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[t
 
 def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, floor: Floor, reshaped: int,
                            samples: int) -> OutputCheck:
-    """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the cells
-    kept at each threshold (F1 against the top-1 floor) and the cosine of the cells that matter (against
-    the cosine floor), on the held-out feeds and, where they hold too few cells at every threshold, the
-    calibration feeds ``seen`` too; still too few: *could not judge*, named among the unjudged outputs."""
-    worst = heat.worst(floor.needed)
+    """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the objects
+    kept at its thresholds (F1 against the top-1 floor) and the cosine of the cells that matter (against
+    the cosine floor), on the held-out feeds and, where they hold fewer decisions than the floor needs,
+    the calibration feeds ``seen`` too. Still fewer: it breaks where its flips would break the floor
+    among as many decisions as it needs (``ThresholdCells.judge``'s bound), else it is *could not
+    judge*, named among the unjudged outputs."""
+    judged = heat.judge(floor.needed)
     feeds = 0
-    if worst is None and seen is not None:
+    if (judged is None or judged[1] < floor.needed) and seen is not None:
         for r, g in _seen_pairs(seen, name, None):
             heat.add(r, g)
             feeds += 1
-        worst = heat.worst(floor.needed)
+        judged = heat.judge(floor.needed)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
     check = OutputCheck(name, cos, cos, seen_feeds=feeds)
-    if worst is None:
-        check.thresholded, check.top1_unjudged, check.needed = (heat.cells, None, None), True, floor.needed
-        check.note = (f"(could not judge: a heat map its reader thresholds, {heat.cells} cells where float's values ≥ 0.2, "
-                      f"too few at every threshold, {floor.needed} needed: analysis/threshold_cells.py)")
-        check.ok = not heat.nonfinite and not reshaped
+    f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
+    check.thresholded = (decisions, f1 if judged is not None else None, bound)
+    check.needed = floor.needed if decisions < floor.needed else 0
+    if decisions >= floor.needed or bound < floor.top1:
+        check.note = ("(a heat map its reader thresholds: judged by the objects kept at thresholds 0.2-0.8, its cosine on "
+                      "the cells either side keeps at 0.2: analysis/threshold_cells.py)")
+        check.ok = math.isfinite(cos) and cos >= floor.cosine and bound >= floor.top1 and not reshaped
     else:
-        f1, at, _ = worst
-        check.thresholded = (heat.cells, f1, at)
-        check.note = ("(a heat map its reader thresholds: judged by the cells kept at each threshold, its cosine on the "
-                      "cells either side keeps at 0.2: analysis/threshold_cells.py)")
-        check.ok = math.isfinite(cos) and cos >= floor.cosine and f1 >= floor.top1 and not reshaped
+        check.top1_unjudged = True
+        check.note = (f"(could not judge: a heat map its reader thresholds, {decisions} objects above 0.2 ({heat.cells} "
+                      f"cells), {floor.needed} needed: analysis/threshold_cells.py)")
+        check.ok = not heat.nonfinite and not reshaped
     if reshaped:
         check.note += f" {_reshaped_note(reshaped, samples)}"
     return check
@@ -554,7 +563,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     weighed alike keep float's below the top-1 floor (``gains.gain_advisory``; not told by ``agreements``).
     ``spatial_gates``: value maps read only at the cells a sibling sigmoid heat map passes 0.5
     (``spatial_gates.spatially_gated_outputs``: output → heat map output), judged by their cosine on
-    those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass."""
+    those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass; the
+    heat maps that gate them are judged by the cells kept at thresholds (:func:`_judge_threshold_cells`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -1204,7 +1214,7 @@ def unjudged_text(verdict: Verdict) -> str:
             per = c.heat_cells[0] / judged if judged else 0.0
         elif c.thresholded is not None:
             judged = verdict.samples + c.seen_feeds
-            parts.append(f"the heat map {name}: {c.thresholded[0]} cells where float's values ≥ 0.2 ({verdict.samples} "
+            parts.append(f"the heat map {name}: {c.thresholded[0]} objects above 0.2 ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.thresholded[0] / judged if judged else 0.0
         elif c.positions is not None:
