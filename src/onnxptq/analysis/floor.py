@@ -47,7 +47,7 @@ of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :fu
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
-threshold outside the graph: it is judged by the cells its thresholds keep and the cosine of the cells
+threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
 detector's score rows' field cosines (the candidates either side scores ≥ 0.2).
 
@@ -564,7 +564,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``spatial_gates``: value maps read only at the cells a sibling sigmoid heat map passes 0.5
     (``spatial_gates.spatially_gated_outputs``: output → heat map output), judged by their cosine on
     those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass; the
-    heat maps that gate them are judged by the cells kept at thresholds (:func:`_judge_threshold_cells`)."""
+    heat maps that gate them are judged by the objects kept at thresholds (:func:`_judge_threshold_cells`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}

