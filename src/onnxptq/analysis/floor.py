@@ -46,6 +46,10 @@ values on a large common offset along one axis: phoneme bounds in seconds, a pit
 of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
+A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
+threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
+that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
+detector's score rows' field cosines (the candidates either side scores ≥ 0.2).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -97,6 +101,7 @@ from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
+from .threshold_cells import ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -231,6 +236,10 @@ class OutputCheck:
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
+    #: a sigmoid map its reader thresholds, judged by the objects its thresholds keep (analysis/threshold_cells.py):
+    #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
+    #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
+    thresholded: tuple[int, float | None, float] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -245,6 +254,11 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
+        if self.thresholded is not None and self.thresholded[1] is not None and not self.top1_unjudged:
+            decisions, f1, bound = self.thresholded
+            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
+            text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -328,10 +342,11 @@ class Verdict:
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s; nor a value
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
-        doubled centerface MX9's repair, 8.0 → 14.6 CPU s)."""
+        doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
         return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
                    or (c.scores is not None and c.scores[4])
-                   for c in self.outputs.values() if not c.images and not (c.heat_cells is not None and c.top1_unjudged))
+                   for c in self.outputs.values()
+                   if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
 
     @property
     def unjudged(self) -> list[str]:
@@ -443,6 +458,40 @@ def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[t
         cosines.append(float("nan"))
 
 
+def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, floor: Floor, reshaped: int,
+                           samples: int) -> OutputCheck:
+    """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the objects
+    kept at its thresholds (F1 against the top-1 floor) and the cosine of the cells that matter (against
+    the cosine floor), on the held-out feeds and, where they hold fewer decisions than the floor needs,
+    the calibration feeds ``seen`` too. Still fewer: it breaks where its flips would break the floor
+    among as many decisions as it needs (``ThresholdCells.judge``'s bound), else it is *could not
+    judge*, named among the unjudged outputs."""
+    judged = heat.judge(floor.needed)
+    feeds = 0
+    if (judged is None or judged[1] < floor.needed) and seen is not None:
+        for r, g in _seen_pairs(seen, name, None):
+            heat.add(r, g)
+            feeds += 1
+        judged = heat.judge(floor.needed)
+    cos = heat.cosine() if not heat.nonfinite else float("nan")
+    check = OutputCheck(name, cos, cos, seen_feeds=feeds)
+    f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
+    check.thresholded = (decisions, f1 if judged is not None else None, bound)
+    check.needed = floor.needed if decisions < floor.needed else 0
+    if decisions >= floor.needed or bound < floor.top1:
+        check.note = ("(a heat map its reader thresholds: judged by the objects kept at thresholds 0.2-0.8, its cosine on "
+                      "the cells either side keeps at 0.2: analysis/threshold_cells.py)")
+        check.ok = math.isfinite(cos) and cos >= floor.cosine and bound >= floor.top1 and not reshaped
+    else:
+        check.top1_unjudged = True
+        check.note = (f"(could not judge: a heat map its reader thresholds, {decisions} objects above 0.2 ({heat.cells} "
+                      f"cells), {floor.needed} needed: analysis/threshold_cells.py)")
+        check.ok = not heat.nonfinite and not reshaped
+    if reshaped:
+        check.note += f" {_reshaped_note(reshaped, samples)}"
+    return check
+
+
 def _enough(count: int, floor: Floor) -> bool:
     """Whether ``count`` rows (positions) can judge a top-1 floor: at least ``1 / (1 − floor)``."""
     return count >= floor.needed
@@ -514,7 +563,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     weighed alike keep float's below the top-1 floor (``gains.gain_advisory``; not told by ``agreements``).
     ``spatial_gates``: value maps read only at the cells a sibling sigmoid heat map passes 0.5
     (``spatial_gates.spatially_gated_outputs``: output → heat map output), judged by their cosine on
-    those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass."""
+    those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass; the
+    heat maps that gate them are judged by the objects kept at thresholds (:func:`_judge_threshold_cells`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -527,6 +577,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     confidence_gates = confidence_gates or {}
     gains = gains or {}
     spatial_gates = spatial_gates or {}
+    thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if name in selection:
@@ -569,6 +620,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         curve = CurveAgreement() if may_score and not classy and name not in confidences else None
         gain = GainFrames(floor.cosine) if name in gains and not classy and name not in (agreements or {}) else None
         seen_cells = 0  # calibration feeds whose cells were pooled in
+        heat = ThresholdCells() if name in thresholded and not classy else None
         cells = -1  # the heat map's cells judged (analysis/spatial_gates.py); -1: not gated on any feed
         for ref, got in zip(reference, candidate):
             r, g = np.asarray(ref[name]), np.asarray(got[name])
@@ -598,6 +650,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
                     continue  # the cells' cosine is the judgement: no field, mask or score reading of a cell list
             _add_cosine(r, g, cosines, sums)
+            if heat is not None:
+                heat.add(r, g)
             if scores is not None:
                 gate = row_gates.get(name)
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
@@ -611,7 +665,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                     class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
                 if fields is not None:
-                    fields.add(r, g)
+                    # a detector's score rows: their fields' cosines on the candidates that matter (threshold_cells.py)
+                    fields.add(*(confident_only(r, g, score_rows[name]) if name in score_rows else (r, g)))
                 if class_map is not None:
                     class_map.add(r, g)
                 if masks is not None:
@@ -654,6 +709,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.note = (f"(judged where float's {confidence_gates[name]!r} ≥ 0.5, the positions its reader reads: "
                           "analysis/confidence_gates.py)")
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if heat is not None and heat.valid and heat.feeds:
+            verdict.outputs[name] = _judge_threshold_cells(name, heat, seen, floor, reshaped, len(reference))
+            continue
         if cells >= 0:
             if not _enough(cells, floor):
                 verdict.outputs[name] = _unjudged_cells(name, spatial_gates[name], cells, floor, pooled, seen_cells)
@@ -1154,6 +1212,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the value map {name}: {c.heat_cells[0]} cells where float's {c.heat_cells[1]!r} ≥ 0.5 ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.heat_cells[0] / judged if judged else 0.0
+        elif c.thresholded is not None:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the heat map {name}: {c.thresholded[0]} objects above 0.2 ({verdict.samples} "
+                         f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.thresholded[0] / judged if judged else 0.0
         elif c.positions is not None:
             judged = verdict.samples + c.seen_feeds
             thin = (f"; {c.decoder.thin_reads} of them hold a step float itself decides with a probability margin under "
