@@ -15,7 +15,7 @@ import os
 
 import onnx
 
-from onnxptq.analysis.confidence_gates import _from_sigmoid
+from onnxptq.analysis.confidence_gates import from_sigmoid
 from onnxptq.analysis.spatial_gates import spatially_gated_outputs
 
 ROOTS = ("/work/cache/newmodels*/src/**/*.onnx", "/work/shared/models/*.onnx", os.path.expanduser("~/.cache/onnxptq/**/*.onnx"))
@@ -38,7 +38,7 @@ def main() -> None:
         g = model.graph
         producer = {o: n for n in g.node for o in n.output if o}
         constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
-        sigmoids = [o.name for o in g.output if _from_sigmoid(o.name, producer, constants)]
+        sigmoids = [o.name for o in g.output if from_sigmoid(o.name, producer, constants)]
         if not sigmoids:
             continue
         with_sigmoid += 1
