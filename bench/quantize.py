@@ -29,6 +29,13 @@ drift hits all alike); each figure is the median over ``--runs`` rounds of wall 
 one-thread graph on the caller's thread, so on a shared machine it is the work itself).
 
     python bench/quantize.py [--repeats 2] [--runs 30] [--only quantize|latency] [--lines 64,512]
+                             [--jobs onnxptq,ort_pc] [--src PATH ...]
+
+``--jobs`` picks the quantize jobs (default: all four). ``--src`` (repeatable) runs the onnxptq
+jobs once per onnxptq source tree (e.g. an earlier commit's ``src`` from ``git archive``), each
+row labelled with its tree, in the same round-robin as onnxruntime's: before/after figures side by
+side in one run. Every job's output file is hashed (``sha``: the first 16 hex digits of its
+sha256), so a change meant to keep the delivered model shows it byte for byte.
 
 Child mode (used by the parent): ``python bench/quantize.py --job TOOL:LINES --npz PATH``.
 """
@@ -154,7 +161,11 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         result = quantize(model, cfg, reader, output, **kw)
         wall = time.perf_counter() - t0
-        extra = {"samples": result.calibration_samples, "timings": result.timings}
+        repair = result.repair or {}
+        # the repair's builds: its CPU budget (a multiple of the plain quantization's CPU time) sets
+        # how many candidates it judges, and each one's buffers are part of the peak
+        extra = {"samples": result.calibration_samples, "timings": result.timings,
+                 "repair_builds": int(repair.get("evaluations", 0))}
     else:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -168,16 +179,26 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         extra = {}
     cpu = _common.cpu_s() - cpu0
+    import hashlib
+
+    with open(output, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()[:16]
     return {"job": job, "lines": lines, "wall_s": wall, "cpu_s": cpu, "peak_mib": _common.status_kib("VmHWM") / 1024,
-            "base_mib": base / 1024, "output_mib": os.path.getsize(output) / 2**20, **extra}
+            "base_mib": base / 1024, "output_mib": os.path.getsize(output) / 2**20, "sha": sha, **extra}
 
 
-def spawn_job(job: str, lines: int, npz: Path, out_dir: str) -> dict[str, Any]:
-    """Run ``job`` in a fresh interpreter; its last stdout line is the JSON result."""
+def spawn_job(job: str, lines: int, npz: Path, out_dir: str, src: str | None = None) -> dict[str, Any]:
+    """Run ``job`` in a fresh interpreter (onnxptq from the tree ``src`` when given); its last stdout
+    line is the JSON result."""
     t0 = time.perf_counter()
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        out_dir = os.path.join(out_dir, _tree_label(src))
+        os.makedirs(out_dir, exist_ok=True)
     proc = subprocess.run(
         [sys.executable, __file__, "--job", f"{job}:{lines}", "--npz", str(npz), "--out-dir", out_dir],
-        capture_output=True, text=True,
+        capture_output=True, text=True, env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"job {job}:{lines} failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -186,50 +207,72 @@ def spawn_job(job: str, lines: int, npz: Path, out_dir: str) -> dict[str, Any]:
     return result
 
 
-def bench_quantize(lines_list: list[int], repeats: int, workdir: Path) -> str:
+def _tree_label(src: str) -> str:
+    """A source tree's row label: its folder's name (``/work/cache/x/base/src`` -> ``base``)."""
+    path = Path(src).resolve()
+    return path.parent.name if path.name == "src" else path.name
+
+
+def bench_quantize(lines_list: list[int], repeats: int, workdir: Path, jobs: list[str] | None = None,
+                   srcs: list[str] | None = None) -> str:
     npz = workdir / f"rec_lines_{max(lines_list)}.npz"
     render_s = render_npz(npz, max(lines_list))
     print(f"rendered {max(lines_list)} lines into {npz} ({npz.stat().st_size / 2**20:.0f} MiB) in {render_s:.1f} s "
           "(not counted)", file=sys.stderr)
+    chosen = [(job, desc) for job, desc in JOBS if jobs is None or job in jobs]
+    # (row key, job, description, tree): onnxptq's jobs once per tree, onnxruntime's once
+    rows: list[tuple[str, str, str, str | None]] = []
+    for job, desc in chosen:
+        if job.startswith("onnxptq") and srcs:
+            rows += [(f"{job}@{_tree_label(src)}", job, f"{desc} [{_tree_label(src)}]", src) for src in srcs]
+        else:
+            rows.append((job, job, desc, None))
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rep in range(repeats):
         for lines in lines_list:
-            for job, _ in JOBS:
-                r = spawn_job(job, lines, npz, str(workdir))
-                print(f"  [{rep + 1}/{repeats}] {job:8s} {lines:4d} lines: {r['wall_s']:7.2f} s (cpu {r['cpu_s']:.2f} s)  "
-                      f"peak {r['peak_mib']:7.1f} MiB  (base {r['base_mib']:.0f})", file=sys.stderr)
-                results.setdefault((job, lines), []).append(r)
+            for key, job, _, src in rows:
+                r = spawn_job(job, lines, npz, str(workdir), src)
+                print(f"  [{rep + 1}/{repeats}] {key:14s} {lines:4d} lines: {r['wall_s']:7.2f} s (cpu {r['cpu_s']:.2f} s)  "
+                      f"peak {r['peak_mib']:7.1f} MiB  (base {r['base_mib']:.0f})  sha {r['sha']}"
+                      + (f"  repair builds {r['repair_builds']}" if "repair_builds" in r else ""), file=sys.stderr)
+                results.setdefault((key, lines), []).append(r)
 
-    def med(job: str, lines: int, key: str) -> float:
-        return statistics.median(r[key] for r in results[(job, lines)])
+    def med(key: str, lines: int, field: str) -> float:
+        return statistics.median(r[field] for r in results[(key, lines)])
 
-    out = ["| job | lines | wall s (median) | wall s (runs) | cpu s (median) | cpu s (runs) | peak RSS MiB (median) | peak RSS MiB (runs) | base MiB |",
-           "|---|---:|---:|---|---:|---|---:|---|---:|"]
+    out = ["| job | lines | wall s (median) | wall s (runs) | cpu s (median) | cpu s (runs) | peak RSS MiB (median) | peak RSS MiB (runs) | base MiB | repair builds (runs) | sha256[:16] |",
+           "|---|---:|---:|---|---:|---|---:|---|---:|---|---|"]
     for lines in lines_list:
-        for job, desc in JOBS:
-            rs = results[(job, lines)]
-            out.append(f"| {desc} | {lines} | {med(job, lines, 'wall_s'):.2f} | "
-                       f"{', '.join('%.2f' % r['wall_s'] for r in rs)} | {med(job, lines, 'cpu_s'):.2f} | "
-                       f"{', '.join('%.2f' % r['cpu_s'] for r in rs)} | {med(job, lines, 'peak_mib'):.0f} | "
-                       f"{', '.join('%.0f' % r['peak_mib'] for r in rs)} | {med(job, lines, 'base_mib'):.0f} |")
-    ours_t = {lines: statistics.median(r["wall_s"] for r in results[("onnxptq", lines)]) for lines in lines_list}
+        for key, _, desc, _ in rows:
+            rs = results[(key, lines)]
+            out.append(f"| {desc} | {lines} | {med(key, lines, 'wall_s'):.2f} | "
+                       f"{', '.join('%.2f' % r['wall_s'] for r in rs)} | {med(key, lines, 'cpu_s'):.2f} | "
+                       f"{', '.join('%.2f' % r['cpu_s'] for r in rs)} | {med(key, lines, 'peak_mib'):.0f} | "
+                       f"{', '.join('%.0f' % r['peak_mib'] for r in rs)} | {med(key, lines, 'base_mib'):.0f} | "
+                       f"{', '.join(str(r['repair_builds']) for r in rs) if 'repair_builds' in rs[0] else '—'} | "
+                       f"{', '.join(sorted({r['sha'] for r in rs}))} |")
+    ours = [key for key, job, _, _ in rows if job == "onnxptq"]
+    theirs = [(job, label) for job, label in (("ort_pc", "per-channel"), ("ort_pt", "per-tensor")) if any(r[0] == job for r in rows)]
     stages = []
-    for lines in lines_list:
-        t = results[("onnxptq", lines)][0].get("timings", {})
-        stages.append(f"{lines} lines: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    for key in ours:
+        for lines in lines_list:
+            t = results[(key, lines)][0].get("timings", {})
+            stages.append(f"{key}, {lines} lines: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     out += ["", "onnxptq stage timings (first run): " + "; ".join(stages), "",
             "| ratio | lines | value | target | met |", "|---|---:|---:|---:|---|"]
-    for lines in lines_list:
-        for job, label in (("ort_pc", "per-channel"), ("ort_pt", "per-tensor")):
-            w = ours_t[lines] / med(job, lines, "wall_s")
-            c = med("onnxptq", lines, "cpu_s") / med(job, lines, "cpu_s")
-            m = med("onnxptq", lines, "peak_mib") / med(job, lines, "peak_mib")
-            out.append(f"| wall ours / onnxruntime {label} | {lines} | {w:.2f} | ≤ {TARGET_WALL} | {'yes' if w <= TARGET_WALL else 'NO'} |")
-            out.append(f"| cpu ours / onnxruntime {label} | {lines} | {c:.2f} | (≤ {TARGET_WALL}) | {'yes' if c <= TARGET_WALL else 'NO'} |")
-            out.append(f"| peak RSS ours / onnxruntime {label} | {lines} | {m:.2f} | ≤ {TARGET_RSS} | {'yes' if m <= TARGET_RSS else 'NO'} |")
-    lo, hi = min(lines_list), max(lines_list)
-    g = med("onnxptq", hi, "peak_mib") / med("onnxptq", lo, "peak_mib")
-    out.append(f"| peak RSS ours {hi} / ours {lo} | {hi} | {g:.2f} | ≤ {TARGET_RSS_GROWTH} | {'yes' if g <= TARGET_RSS_GROWTH else 'NO'} |")
+    for key in ours:
+        for lines in lines_list:
+            for job, label in theirs:
+                w = med(key, lines, "wall_s") / med(job, lines, "wall_s")
+                c = med(key, lines, "cpu_s") / med(job, lines, "cpu_s")
+                m = med(key, lines, "peak_mib") / med(job, lines, "peak_mib")
+                out.append(f"| wall {key} / onnxruntime {label} | {lines} | {w:.2f} | ≤ {TARGET_WALL} | {'yes' if w <= TARGET_WALL else 'NO'} |")
+                out.append(f"| cpu {key} / onnxruntime {label} | {lines} | {c:.2f} | (≤ {TARGET_WALL}) | {'yes' if c <= TARGET_WALL else 'NO'} |")
+                out.append(f"| peak RSS {key} / onnxruntime {label} | {lines} | {m:.2f} | ≤ {TARGET_RSS} | {'yes' if m <= TARGET_RSS else 'NO'} |")
+        lo, hi = min(lines_list), max(lines_list)
+        if hi != lo:
+            g = med(key, hi, "peak_mib") / med(key, lo, "peak_mib")
+            out.append(f"| peak RSS {key} {hi} / {lo} lines | {hi} | {g:.2f} | ≤ {TARGET_RSS_GROWTH} | {'yes' if g <= TARGET_RSS_GROWTH else 'NO'} |")
     return "\n".join(out)
 
 
@@ -322,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lines", default="64,512", help="calibration line counts")
     p.add_argument("--only", choices=("quantize", "latency"))
     p.add_argument("--workdir", help="where the .npz and the outputs go (default: a temporary folder)")
+    p.add_argument("--jobs", help=f"comma-separated quantize jobs (default: all of {', '.join(j for j, _ in JOBS)})")
+    p.add_argument("--src", action="append", default=[], help="an onnxptq src tree for the onnxptq jobs (repeatable; "
+                   "default: the importable one)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--npz", help=argparse.SUPPRESS)
     p.add_argument("--out-dir", help=argparse.SUPPRESS)
@@ -339,7 +385,11 @@ def main(argv: list[str] | None = None) -> None:
         if args.only in (None, "quantize"):
             lines_list = sorted(int(v) for v in args.lines.split(","))
             print(f"\n### Quantize: PP-OCRv4 rec, {args.repeats} runs per job\n")
-            print(bench_quantize(lines_list, args.repeats, workdir))
+            jobs = args.jobs.split(",") if args.jobs else None
+            unknown = sorted(set(jobs or ()) - {j for j, _ in JOBS})
+            if unknown:
+                p.error(f"--jobs: unknown job(s) {unknown}; known: {[j for j, _ in JOBS]}")
+            print(bench_quantize(lines_list, args.repeats, workdir, jobs, args.src or None))
         if args.only in (None, "latency"):
             print(f"\n### Latency: fake-quant models, one thread, median of {args.runs} rounds\n")
             print(bench_latency(args.runs))

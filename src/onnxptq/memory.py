@@ -30,23 +30,34 @@ import ctypes.util
 import functools
 import gc
 import logging
+import os
 import sys
 
 log = logging.getLogger(__name__)
 
-__all__ = ["release_freed"]
+__all__ = ["release_freed", "share_malloc_arena"]
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    """glibc, or None where the C library is another (or none can be loaded)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim  # noqa: B018 - only glibc has it (musl does not)
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None where there is none."""
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return None
+    trim = libc.malloc_trim
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
@@ -62,3 +73,40 @@ def release_freed(collect: bool = False) -> bool:
         return False
     trim(0)
     return True
+
+
+#: glibc's ``mallopt`` parameter number of ``M_ARENA_MAX`` (malloc.h)
+_M_ARENA_MAX = -8
+
+
+@functools.lru_cache(maxsize=1)
+def share_malloc_arena() -> bool:
+    """Have threads that first allocate from now on share glibc's main malloc arena
+    (``mallopt(M_ARENA_MAX, 1)``); True when set. Once per process; left alone where the user set
+    ``MALLOC_ARENA_MAX`` (their choice stands) and where the C library is not glibc.
+
+    Why: a quantization's sessions run on threads (onnxruntime's intra-op pools, two runs in flight
+    in :func:`onnxptq.sessions.run_feeds`), and glibc gives each new thread an arena of its own
+    (up to 8 per core). What a session allocates there, and the outputs it returns, are freed
+    later from the main thread into that thread's arena, where only that thread reuses them:
+    each stage's and each repair candidate's buffers then sat in arenas no later stage allocated
+    from, :func:`release_freed` returned little of them, and the process's peak grew with every
+    candidate. PP-OCRv4 rec A8W8 with its repair (three candidates): peak RSS 345-360 MiB with
+    glibc's default arenas, 338 with two, 307 with one, at the same CPU time and with the same
+    output bytes (bench/RESULTS.md, branch recmemory). onnxruntime allocates through its own
+    arena, so its threads rarely take the shared lock.
+
+    The setting is process-wide and stays (glibc fixes its arena limit the first time a thread
+    needs one): a quantizing process is a batch job; a server that embeds the library and wants
+    per-thread arenas sets ``MALLOC_ARENA_MAX`` itself, which this leaves as it is."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    libc = _libc()
+    if libc is None:
+        return False
+    try:
+        done = libc.mallopt(ctypes.c_int(_M_ARENA_MAX), ctypes.c_int(1)) == 1
+    except AttributeError:  # pragma: no cover - glibc always has mallopt
+        return False
+    log.debug("malloc: threads share the main arena (M_ARENA_MAX=1): %s", done)
+    return done

@@ -185,18 +185,34 @@ def open_session(
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     chosen = list(providers) if providers else list(CPU)
     if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
-        return ort.InferenceSession(model, options, providers=chosen)
+        return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen), chosen)
     if not isinstance(model, onnx.ModelProto):
         return ort.InferenceSession(str(model), options, providers=chosen)
     data = serialized(model)
     if data is not None:
-        return ort.InferenceSession(data, options, providers=chosen)
+        return _without_model_bytes(ort.InferenceSession(data, options, providers=chosen), chosen)
     # Past the limit (upb raises past 2 GB: serialized() says None), onnx.save with
     # external data would strip the caller's tensors: write_externalized leaves them in place.
     folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
     path = write_externalized(model, folder.name)
     session = ort.InferenceSession(str(path), options, providers=chosen)
     weakref.finalize(session, folder.cleanup)
+    return session
+
+
+def _without_model_bytes(session: Any, providers: Sequence[Any]) -> Any:
+    """``session`` without the serialized model its Python wrapper keeps for its whole life.
+
+    Why: onnxruntime's ``InferenceSession`` made from bytes holds them (``_model_bytes``, with its
+    own "TODO: This is bad as we're holding the memory indefinitely") only to create the session
+    again when a provider fails and it falls back to another; its C++ session never reads them
+    again. A session on the CPU provider alone has nothing to fall back to, so the bytes were a
+    dead copy of the model for as long as the session lived: the calibration session's augmented
+    PP-OCRv4 rec (10.6 MiB) through all its runs, the peak of a quantization (bench/RESULTS.md,
+    branch recmemory). Kept where another provider is asked for, so its fallback still works."""
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    if all(name == CPU[0] for name in names) and getattr(session, "_model_bytes", None) is not None:
+        session._model_bytes = None
     return session
 
 

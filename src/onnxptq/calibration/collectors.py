@@ -330,8 +330,7 @@ class SignedHistogram:
         # [-t, t] (cover() saw amax), so the index only needs clipping at the right edge, where
         # np.histogram also counts the edge into the last bin.
         n = self.counts.size
-        t = self.threshold
-        pos = x.astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
+        pos = grid_positions(x, n, self.threshold)
         # Truncation toward zero maps the (rounding-induced) tiny negatives to bin 0; the right
         # edge (and rounding just past it) lands in extra bins folded into the last one. No
         # clipping passes over the data.
@@ -394,6 +393,26 @@ class SignedHistogram:
 
     def nbytes(self) -> int:
         return int(self.counts.nbytes)
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def grid_positions(x: np.ndarray, n: int, threshold: float) -> np.ndarray:
+    """``x``'s positions on a signed grid of ``n`` bins over ``[-threshold, threshold]`` (bin ``i``
+    holds ``[i, i + 1)``): ``x · n / (2 · threshold) + n / 2``, in float32 (one pass, the
+    histogram's and the tail collector's bins alike).
+
+    In float64 where the factor ``n / (2 · threshold)`` does not fit a float32: a tensor whose
+    values are all subnormal (a weight row of ~1e-40, a dead channel) has a grid a few 1e-43
+    wide, the factor overflowed to inf, ``0 · inf`` gave NaN and the cast to bins negative
+    numbers, and the histogram raised "'list' argument must have no negative elements" from
+    ``np.bincount`` (PP-OCRv4 rec with ``weight_minmse=True``; bench/RESULTS.md, branch
+    recmemory). Every grid whose factor fits keeps the float32 arithmetic, bit for bit."""
+    factor = n / (2.0 * threshold)
+    if factor <= _FLOAT32_MAX:
+        return x.astype(np.float32, copy=False) * np.float32(factor) + np.float32(n / 2.0)
+    return x.astype(np.float64) * factor + n / 2.0
 
 
 class HistogramCollector(MinMaxCollector):

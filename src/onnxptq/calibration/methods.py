@@ -35,7 +35,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from onnxptq.calibration.collectors import RECURRING_BATCHES, Collector, HistogramCollector, MinMaxCollector, TailCollector
+from onnxptq.calibration.collectors import (RECURRING_BATCHES, Collector, HistogramCollector, MinMaxCollector, TailCollector,
+                                           grid_positions)
 from onnxptq.formats import integer
 from onnxptq.formats.integer import grid_fake_quantize as fake_quantize
 from onnxptq.formats.integer import grid_pow2_scale as pow2_scale
@@ -336,8 +337,8 @@ def _cdf_index(counts: np.ndarray, q: float) -> int:
 
 def _signed_bins(c: TailCollector, values: np.ndarray) -> np.ndarray:
     """Signed-grid bin of each value, computed as :meth:`SignedHistogram.add` computes it."""
-    n, t = c.grid.counts.size, c.grid.threshold
-    pos = np.asarray(values).astype(np.float32, copy=False) * np.float32(n / (2.0 * t)) + np.float32(n / 2.0)
+    n = c.grid.counts.size
+    pos = grid_positions(np.asarray(values), n, c.grid.threshold)
     return np.minimum(pos.astype(np.int32), n - 1)
 
 
