@@ -153,6 +153,9 @@ def run_job(job: str, lines: int, npz: str, out_dir: str) -> dict[str, Any]:
         from onnxptq.api import quantize
         from onnxptq.config.presets import get_preset
 
+        from onnxptq.memory import share_malloc_arena
+
+        share_malloc_arena()  # as the onnxptq command does in its process (the library never does)
         cfg = get_preset("A8W8")
         cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
         kw = {"eval_samples": 0} if job == "onnxptq_noeval" else {}

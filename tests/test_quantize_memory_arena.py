@@ -6,9 +6,11 @@ Held by the property that lowered PP-OCRv4 rec A8W8's peak (measured by bench/qu
    ``InferenceSession`` held its bytes for a provider fallback the CPU provider never makes: the
    calibration session's augmented rec, 10.6 MiB, through every run); a session asked for another
    provider keeps them, so its fallback still works;
-2. after a quantization, the threads of the process share glibc's main malloc arena (what a
+2. in the ``onnxptq`` command's process, threads share glibc's main malloc arena (what a
    session's threads allocated was freed into arenas of their own that no later stage reused:
-   rec's repair peak 345-360 MiB, 307 with one arena), unless the user set ``MALLOC_ARENA_MAX``.
+   rec's repair peak 345-360 MiB, 307 with one arena), unless the user set ``MALLOC_ARENA_MAX``;
+   the library called from a user's script leaves the allocator as it is (a process-wide choice
+   is the process owner's).
 """
 
 from __future__ import annotations
@@ -78,8 +80,14 @@ _CHILD = textwrap.dedent("""
     from test_quantize_memory_arena import _matmul_model
     import onnxptq
     model = _matmul_model(64, 32)
-    data = [{{"x": np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)}} for i in range(12)]
-    onnxptq.quantize(model, "A8W8", data)
+    if {command!r}:  # the onnxptq command on the saved model (it owns its process)
+        import onnx, onnxptq.cli
+        path = os.path.join(tempfile.mkdtemp(), "m.onnx")
+        onnx.save(model, path)
+        assert onnxptq.cli.main(["inspect", path]) == 0
+    else:  # the library, from a user's script
+        data = [{{"x": np.random.default_rng(i).standard_normal((1, 64)).astype(np.float32)}} for i in range(12)]
+        onnxptq.quantize(model, "A8W8", data)
     barrier, keep = threading.Barrier(4), []
     def work():
         keep.append([np.ones(4096) for _ in range(8)])  # 32 KiB each: malloc, below the mmap threshold
@@ -95,17 +103,23 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _arenas_after_quantize(env: dict[str, str]) -> int:
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(ROOT / "tests"))], capture_output=True,
-                         text=True, env=env, timeout=120, check=True)
+def _arenas_after(command: bool) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(ROOT / "tests"), command=command)],
+                         capture_output=True, text=True, env=env, timeout=120, check=True)
     return int(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc arenas")
-def test_threads_share_one_malloc_arena_after_a_quantization():
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
-    assert _arenas_after_quantize(env) == 1
+def test_the_command_has_its_threads_share_one_malloc_arena():
+    assert _arenas_after(command=True) == 1
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's malloc arenas")
+def test_the_library_leaves_the_applications_allocator_alone():
+    # four threads allocating at once each get an arena of their own under glibc's defaults
+    assert _arenas_after(command=False) > 1
 
 
 def test_the_users_malloc_arena_max_stands(monkeypatch):

@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 from .errors import OnnxptqError
+from .memory import share_malloc_arena
 
 #: Modules that provide subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -43,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose + 1, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # The command owns its process (a batch job): before any session starts a thread, its buffers
+    # go to one malloc arena every later stage reuses (onnxptq.memory.share_malloc_arena).
+    share_malloc_arena()
     try:
         return int(args.func(args) or 0)
     except (OnnxptqError, ValueError, OSError, NotImplementedError) as exc:

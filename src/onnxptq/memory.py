@@ -97,8 +97,11 @@ def share_malloc_arena() -> bool:
     arena, so its threads rarely take the shared lock.
 
     The setting is process-wide and stays (glibc fixes its arena limit the first time a thread
-    needs one): a quantizing process is a batch job; a server that embeds the library and wants
-    per-thread arenas sets ``MALLOC_ARENA_MAX`` itself, which this leaves as it is."""
+    needs one), so only the owner of the process makes it: the ``onnxptq`` command does at its
+    start (a batch job), and a script that quantizes calls this itself, before its first session.
+    :func:`onnxptq.quantize` never does: a library must not change the allocator of the
+    application that embeds it (a server's inference threads would then contend for one lock).
+    Where the user set ``MALLOC_ARENA_MAX``, their choice stands."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
     libc = _libc()

@@ -28,7 +28,7 @@ from ..graph.passes.half_storage import half_stored_names
 from ..graph.passes.widen_fp16 import convert_float16_to_float
 from ..graph.ops import FLOATING
 from ..graph.walk import ScopeIndex
-from ..memory import release_freed, share_malloc_arena
+from ..memory import release_freed
 from ..sessions import active_libraries
 from .fp16_range import saturating_activations
 from .guard import CalibrationCapture
@@ -166,9 +166,6 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     streaming path: the same statistics as in memory, no verification)."""
     timings: dict[str, float] = {}
     t0, cpu0 = time.perf_counter(), time.process_time()
-    # Before any session starts a thread: the stages' buffers freed into one arena that every
-    # later stage reuses (onnxptq.memory.share_malloc_arena: peak RSS with repair's candidates).
-    share_malloc_arena()
     cfg = require_config(config, "calibrate_once")
     source = source_name(model)
     proto = io.load_model(model)
