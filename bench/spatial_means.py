@@ -4,7 +4,9 @@ channels-first tensor → ``GlobalAveragePool``, graph/passes/spatial_means.py) 
 ``scan``: every outside model under the NEWMODELS*_SRC folders (and the exporter nets): how many ReduceMeans it
 holds, how many reduce exactly the axes 2…rank-1, how many of those the pass rewrites (the channels-first test), and,
 for the models with feeds here, the largest |float output difference| the rewrite alone makes (ReduceMean and
-GlobalAveragePool may add in another order) on held-out feeds, in float's own units (max |ref|).
+GlobalAveragePool may add in another order) on held-out feeds, in float's own units (max |ref|), beside the difference
+onnxruntime's own optimisation levels make on the original model (basic against all), and the rewritten float
+model's 1-thread CPU time over the original's.
 
 ``compare``: MODEL × PRESET under two source trees (``--trees BASE,HEAD``, each a folder holding ``src/``), one
 fresh process a row, the trees alternating per (model, preset) so that load moves both alike: plan nodes, Q/DQ ops,
@@ -51,19 +53,24 @@ calib, held = make(int(calib_n), 1), make(int(held_n), 1000)
 row = {"model": name, "preset": preset, "tree": os.environ["SPATIAL_TREE"], "metric": metric_name}
 c0 = time.process_time()
 try:
-    res = onnxptq.quantize(str(path), preset, data=list(calib), output=out)
+    config = onnxptq.get_preset(preset)
+    if os.environ.get("SPATIAL_NO_REPAIR"):
+        config = config.replace(repair=False)
+    res = onnxptq.quantize(str(path), config, data=list(calib), output=out)
 except Exception as exc:
     row.update(status="exception", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     print("ROW " + json.dumps(row)); sys.exit(0)
 row["quantize_cpu_s"] = round(time.process_time() - c0, 2)
 rep = res.repair if isinstance(res.repair, dict) else {}
 row["n_kept"] = len(rep.get("kept_float", []))
+row["n_stepped"] = len(rep.get("stepped_up", {}) or {})
 row["floor"] = ("broken: " + ",".join(res.floor.broken)) if res.floor is not None and res.floor.broken else (
     "held" if res.floor is not None else "-")
 row["plan_nodes"] = len(res.plan.nodes)
 q = onnx.load(out, load_external_data=False)
 row["qdq"] = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.domain == "onnxptq" for n in q.graph.node)
 row["reduce_mean"] = sum(n.op_type == "ReduceMean" for n in q.graph.node)
+row["q16"] = sm.quantizers_16bit(q)
 ref, test = sm.runner(path), sm.runner(out)
 r, t = [ref(f) for f in held], [test(f) for f in held]
 row["agreement"] = round(float(metric(r, t, held)), 4)
@@ -71,6 +78,15 @@ row["cosine"] = round(sm.cosine(r, t), 5)
 row["latency_x"] = sm.latency_ratio(ref, test, held[:3])
 print("ROW " + json.dumps(row))
 '''
+
+
+def quantizers_16bit(model) -> int:
+    """QuantizeLinear nodes with a 16-bit zero point: what repair's step-up leaves (A8W8 → 16 bits)."""
+    from onnx import TensorProto
+
+    inits = {i.name: i.data_type for i in model.graph.initializer}
+    return sum(n.op_type == "QuantizeLinear" and len(n.input) > 2
+               and inits.get(n.input[2]) in (TensorProto.INT16, TensorProto.UINT16) for n in model.graph.node)
 
 
 def runner(path):
@@ -96,12 +112,16 @@ def cosine(ref, test) -> float:
 
 
 def latency_ratio(ref, test, feeds) -> float:
-    """Quantized CPU s over float's on ``feeds``, each warmed by one run, timed alternately."""
+    """Quantized CPU s over float's on ``feeds``, each warmed by one run, timed alternately, in rounds
+    over the feeds until float has run 0.5 CPU s (2 rounds at least, 50 at most): a 32×32 net's run is
+    a fraction of a millisecond, and a few runs of it measure the load more than the model."""
     import time
 
     ref(feeds[0]), test(feeds[0])
     tr = tt = 0.0
-    for _ in range(2):
+    rounds = 0
+    while rounds < 2 or (tr < 0.5 and rounds < 50):
+        rounds += 1
         for f in feeds:
             c = time.process_time(); ref(f); tr += time.process_time() - c
             c = time.process_time(); test(f); tt += time.process_time() - c
@@ -188,25 +208,35 @@ def scan(out: Path, feeds_n: int) -> list[dict]:
                     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
                     diff, scale = max(diff, float(np.abs(a - b).max())), max(scale, float(np.abs(a).max()))
             row["max_abs_diff"], row["max_abs_ref"] = diff, scale
+            # the rewrite's own speed: the rewritten float model's CPU s over the original's (median of 3)
+            row["float_latency_x"] = sorted(latency_ratio(ref, test, held[:3]) for _ in range(3))[1]
+            # a yardstick for the difference: the original model at onnxruntime's "basic" level against "all"
+            basic = runner_bytes(m, basic=True)
+            row["ort_levels_diff"] = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+                                         for f in held for a, b in zip(ref(f), basic(f)))
         rows.append(row)
         print(json.dumps(row), flush=True)
     out.write_text(json.dumps(rows, indent=1))
     return rows
 
 
-def runner_bytes(model):
-    """A 1-thread session on an in-memory model (external data already loaded)."""
+def runner_bytes(model, basic: bool = False):
+    """A 1-thread session on an in-memory model (external data already loaded), at onnxruntime's
+    default level ("all") or at "basic" (no layout-changing fusions: other kernels, other sums)."""
     import onnxruntime as ort
 
     o = ort.SessionOptions()
+    if basic:
+        o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     o.intra_op_num_threads, o.inter_op_num_threads, o.log_severity_level = 1, 1, 3
     s = ort.InferenceSession(model.SerializeToString(), o, providers=["CPUExecutionProvider"])
     return lambda f: s.run(None, f)
 
 
 def compare(trees: list[str], models: list[str], presets: list[str], calib: int, held: int, timeout: float,
-            out_dir: Path, json_path: Path) -> list[dict]:
-    """Every (model, preset) under each tree in a fresh process, the trees side by side."""
+            out_dir: Path, json_path: Path, no_repair: bool = False) -> list[dict]:
+    """Every (model, preset) under each tree in a fresh process, the trees side by side (``no_repair``:
+    ``repair=False``, the plain build's accuracy whatever the floor says)."""
     rows = json.loads(json_path.read_text()) if json_path.exists() else []
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in models:
@@ -215,6 +245,8 @@ def compare(trees: list[str], models: list[str], presets: list[str], calib: int,
                 tag = Path(tree).resolve().name
                 out = out_dir / f"{name.replace(':', '_')}.{preset}.{tag}.onnx"
                 env = dict(os.environ, SPATIAL_TREE=str(Path(tree).resolve()), SPATIAL_ROOT=str(ROOT), OMP_NUM_THREADS="1")
+                if no_repair:
+                    env["SPATIAL_NO_REPAIR"] = "1"
                 env.pop("PYTHONPATH", None)
                 try:
                     p = subprocess.run([sys.executable, "-c", CHILD, name, preset, str(calib), str(held), str(out)],
@@ -234,7 +266,8 @@ def compare(trees: list[str], models: list[str], presets: list[str], calib: int,
 def table(rows: list[dict], trees: list[str]) -> str:
     """One line per (model, preset): each figure as BASE → HEAD."""
     tags = [Path(t).resolve().name for t in trees]
-    keys = [("plan_nodes", "plan nodes"), ("qdq", "Q/DQ ops"), ("n_kept", "kept float"), ("floor", "floor"),
+    keys = [("plan_nodes", "plan nodes"), ("qdq", "Q/DQ ops"), ("n_kept", "kept float"), ("q16", "16-bit Q"),
+            ("floor", "floor"),
             ("agreement", "agreement"), ("cosine", "cosine"), ("quantize_cpu_s", "quantize CPU s"),
             ("latency_x", "latency ÷ float")]
     lines = ["| model | preset | " + " | ".join(h for _, h in keys) + " |", "|---|---|" + "---|" * len(keys)]
@@ -263,12 +296,14 @@ def main() -> None:
     ap.add_argument("--out-dir", default="/work/cache/sepool/out")
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", default="")
+    ap.add_argument("--no-repair", action="store_true", help="compare: quantize with repair=False (the plain builds)")
     a = ap.parse_args()
     if a.mode == "scan":
         scan(Path(a.json), a.feeds)
         return
     trees = a.trees.split(",")
-    rows = compare(trees, a.models.split(","), a.presets.split(","), a.calib, a.held, a.timeout, Path(a.out_dir), Path(a.json))
+    rows = compare(trees, a.models.split(","), a.presets.split(","), a.calib, a.held, a.timeout, Path(a.out_dir), Path(a.json),
+                   a.no_repair)
     if a.md:
         Path(a.md).write_text(table(rows, trees))
 
