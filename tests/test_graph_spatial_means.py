@@ -126,9 +126,10 @@ def test_onnxruntime_runs_the_pools_on_integers(tmp_path):
 
 
 def _flatten_then_mean() -> onnx.ModelProto:
-    """``x.flatten(2).mean(-1)`` of a Conv output: a spatial mean of a [N, C, H·W] tensor."""
+    """``x.flatten(2).mean(-1)`` of a Conv → Relu output: a spatial mean of a [N, C, H·W] tensor."""
     nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1], name="conv0"),
-             helper.make_node("Reshape", ["c0", "shape"], ["flat"], name="flatten2"),
+             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+             helper.make_node("Reshape", ["r0", "shape"], ["flat"], name="flatten2"),
              helper.make_node("ReduceMean", ["flat"], ["y"], axes=[-1], keepdims=0, name="mean")]
     inits = [WEIGHTS[0], WEIGHTS[1], numpy_helper.from_array(np.array([0, 0, -1], np.int64), "shape")]
     graph = helper.make_graph(nodes, "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],

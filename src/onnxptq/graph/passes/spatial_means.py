@@ -106,7 +106,6 @@ def _flattens_spatial(node: ir.Node) -> bool:
 
 def channels_first(value: ir.Value) -> bool:
     """Whether ``value`` is laid out ``N × C × D1 … Dn`` by construction (see the module docstring)."""
-    rank = len(value.shape) if value.shape is not None else None
     stack, seen, steps = [value], set(), 0
     while stack and steps < _MAX_STEPS:
         v = stack.pop()
@@ -121,10 +120,11 @@ def channels_first(value: ir.Value) -> bool:
             return True
         if _flattens_spatial(node):
             stack.append(node.inputs[0])
-        elif node.op_type in LAYOUT_KEEPING:
+        elif node.op_type in LAYOUT_KEEPING and v.shape is not None:
             for x in node.inputs:
-                # Only inputs of the output's rank carry its layout (a broadcast [C,1,1] scale does not).
-                if x is not None and x.shape is not None and rank is not None and len(x.shape) == rank:
+                # Only inputs of the output's rank carry its layout (a broadcast [C,1,1] scale does not);
+                # the rank is this value's own (a flatten(2) above changed it from the mean's input's).
+                if x is not None and x.shape is not None and len(x.shape) == len(v.shape):
                     stack.append(x)
     return False
 
