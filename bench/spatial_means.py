@@ -64,6 +64,8 @@ row["quantize_cpu_s"] = round(time.process_time() - c0, 2)
 rep = res.repair if isinstance(res.repair, dict) else {}
 row["n_kept"] = len(rep.get("kept_float", []))
 row["n_stepped"] = len(rep.get("stepped_up", {}) or {})
+if "evaluations" in rep:  # repair's search: builds, stopped by its CPU budget or finished?
+    row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "finished")}
 row["floor"] = ("broken: " + ",".join(res.floor.broken)) if res.floor is not None and res.floor.broken else (
     "held" if res.floor is not None else "-")
 row["plan_nodes"] = len(res.plan.nodes)
