@@ -49,6 +49,7 @@ from ..graph.passes.lift_constants import lift_constants_pass
 from ..graph.passes.loop_invariants import LoopInvariantsPass
 from ..graph.passes.merge_matmuls import MergeMatMulsPass
 from ..graph.passes.shape_inference import shape_inference_pass
+from ..graph.passes.spatial_means import SpatialMeanToGlobalPoolPass
 from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.runner import PrepareError, run_steps
@@ -62,8 +63,11 @@ __all__ = ["PrepareError", "fusion_passes", "prepare", "prepare_for_quantization
 
 def fusion_passes() -> list[ir.passes.PassBase]:
     """The fusions in the order they run: affine folds first (they expose clean HardSwish inputs),
-    the scalar affine into the next Conv last, once HardSwish is whole."""
-    return [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(), FoldScalarAffineIntoConvPass()]
+    the scalar affine into the next Conv last, once HardSwish is whole; a spatial ReduceMean
+    becomes the GlobalAveragePool TorchScript would have written (after the LayerNorm fusion,
+    which reads ReduceMean; the rewrite leaves a norm's last-axis mean alone in any case)."""
+    return [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(), FoldScalarAffineIntoConvPass(),
+            SpatialMeanToGlobalPoolPass()]
 
 
 def prepare(
