@@ -115,13 +115,13 @@ def _block_scale(b: Body, amax: str, fmt: ElementFormat, unsaturated: bool = Fal
     (which also keeps the doubled scale within E8M0, as ``emax >= 0``): eight ops on the block
     maxima, no pass over the elements.
     """
-    scale = b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.const(2.0**E8M0_MIN))
+    scale = b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.wide(2.0**E8M0_MIN))
     if not unsaturated:
         return scale
-    up = b.op("Mul", scale, b.const(2.0))
-    clips = b.op("Greater", amax, b.op("Mul", scale, b.const(fmt.max_norm)))
-    above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.const(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
-    room = b.op("Less", above, b.const(np.inf))
+    up = b.op("Mul", scale, b.wide(2.0))
+    clips = b.op("Greater", amax, b.op("Mul", scale, b.wide(fmt.max_norm)))
+    above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.wide(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
+    room = b.op("Less", above, b.wide(np.inf))
     return b.op("Where", b.op("And", clips, room), up, scale)
 
 
@@ -138,9 +138,9 @@ def _round_int(b: Body, w: str, rounding_mode: int) -> str:
         return r
     d = b.op("Sub", w, r)
     if rounding_mode == 1:
-        return b.op("Where", b.op("Equal", d, b.const(0.5)), b.op("Add", r, b.const(1.0)), r)
+        return b.op("Where", b.op("Equal", d, b.wide(0.5)), b.op("Add", r, b.wide(1.0)), r)
     sign = b.op("Sign", w)
-    toward_zero = b.op("Equal", b.op("Mul", d, sign), b.const(0.5))  # false for w = ±0
+    toward_zero = b.op("Equal", b.op("Mul", d, sign), b.wide(0.5))  # false for w = ±0
     return b.op("Where", toward_zero, b.op("Add", r, sign), r)
 
 
@@ -162,11 +162,11 @@ def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_cli
     branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged."""
     v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
-    c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
+    c = b.op("Mul", vc, b.wide(2.0 ** (23 - fmt.mbits) + 1.0))
     hi = b.op("Sub", c, b.op("Sub", c, vc))
-    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.const(2.0 ** (fmt.mbits - fmt.emin))))
+    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.wide(2.0 ** (fmt.mbits - fmt.emin))))
     y_norm = b.op("Mul", hi, scale)
-    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.const(2.0 ** (fmt.emin - fmt.mbits))))
+    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.wide(2.0 ** (fmt.emin - fmt.mbits))))
     return y_norm, y_sub
 
 
@@ -180,13 +180,13 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
         # of two is exact wherever the quotient is a normal float, and below that the quotient
         # rounds to a signed zero either way, so one full pass less, same bits.
-        unit = b.op("Mul", scale, b.const(2.0**-6))
+        unit = b.op("Mul", scale, b.wide(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
         return "Mul", (_round_int(b, w, rounding_mode), unit)
     y_norm, y_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
     # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
     # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
-    normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
+    normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.wide(2.0**fmt.emin)))
     return "Where", (normal, y_norm, y_sub)
 
 
@@ -225,8 +225,8 @@ def _fake_quantize_blocks(
         amax = blocks.reduce(b, "ReduceMax", a)
     else:
         a = b.op("Abs", x4)
-        ok = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
-        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.const(0.0)))
+        ok = b.op("LessOrEqual", a, b.wide(_FLT_MAX))  # false for Inf and NaN
+        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.wide(0.0)))
     amax = blocks.maxima(b, amax)
     scale = _block_scale(b, amax, fmt)
     yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
@@ -234,7 +234,7 @@ def _fake_quantize_blocks(
         # Compare the values as returned (input dtype), so a candidate overflowing to Inf loses.
         d0 = b.op("Cast", b.op("CastLike", yq, "x"), to=TensorProto.DOUBLE)
         dx = b.op("Cast", x4, to=TensorProto.DOUBLE)
-        two_x = b.op("Mul", dx, b.const(2.0, np.float64))
+        two_x = b.op("Mul", dx, b.wide(2.0, np.float64))
         assert blocks.finish is None, "scale search sums whole blocks in one ReduceSum"
 
         def error_change(candidate: str) -> str:
@@ -243,18 +243,18 @@ def _fake_quantize_blocks(
             dc = b.op("Cast", b.op("CastLike", yc, "x"), to=TensorProto.DOUBLE)
             delta = b.op("Mul", b.op("Sub", dc, d0), b.op("Sub", b.op("Add", dc, d0), two_x))
             if not finite:
-                delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+                delta = b.op("Where", ok, delta, b.wide(0.0, np.float64))
             return b.op("ReduceSum", delta, axes, keepdims=1)
 
-        zero = b.const(0.0, np.float64)
-        scale_up = b.op("Min", b.op("Mul", scale, b.const(2.0)), b.const(2.0**E8M0_MAX))
+        zero = b.wide(0.0, np.float64)
+        scale_up = b.op("Min", b.op("Mul", scale, b.wide(2.0)), b.wide(2.0**E8M0_MAX))
         t_up = error_change(scale_up)
         take_up = b.op("Less", t_up, zero)
         if scale_search == 1:
             chosen = b.op("Where", take_up, scale_up, scale)
         else:
             # 2^-127 is a float32 subnormal: halving it is exact, and the Max keeps the E8M0 floor.
-            scale_down = b.op("Max", b.op("Mul", scale, b.const(0.5)), b.const(2.0**E8M0_MIN))
+            scale_down = b.op("Max", b.op("Mul", scale, b.wide(0.5)), b.wide(2.0**E8M0_MIN))
             t_down = error_change(scale_down)
             take_up = b.op("And", take_up, b.op("LessOrEqual", t_up, t_down))
             take_down = b.op("And", b.op("Less", t_down, zero), b.op("Less", t_down, t_up))
@@ -314,7 +314,7 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
     # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0. y_sub may
     # be -0, so it sits in Where's else slot (onnxruntime's CPU Where turns a -0 from its then
     # slot into +0).
-    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.const(-(2.0**fmt.emin))))
+    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.wide(-(2.0**fmt.emin))))
     return g.op("Where", normal, y_norm, y_sub)
 
 
@@ -362,8 +362,8 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
         amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
                       else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
                                          axis=halves[4], allowzero=True))
-    ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
-    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
+    ok = masked.op("LessOrEqual", a_masked, masked.wide(_FLT_MAX))  # false for Inf and NaN
+    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.wide(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
                 else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
     scale = _block_scale(g, blocks.maxima(g, amax), fmt, unsaturated)
@@ -521,6 +521,9 @@ def make_function(
             x4, post, restore = view_last(g, xf, bs, pad)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
+    # Every view tensor and block-maxima tensor has this rank: the constants of the elementwise ops
+    # take it (Body.wide: onnxruntime broadcasts a trailing-1 tensor by a scalar element by element).
+    top.rank = whole if whole is not None else (tile[2] + 1 if tile is not None else 3)
     branched = branched and fmt.is_int and not searched
     if searched or branched:
         total = g.op("ReduceSum", xf, keepdims=0)
