@@ -41,6 +41,7 @@ class Body:
             self._values: dict[str, np.ndarray] = {}  # int64 constants by name
             self._targets: dict[str, tuple[np.ndarray, tuple]] = {}  # Reshape-target-only values: (-1 form, the Shape key)
             self.known = foldable_shape(known)
+            self.rank: int | None = None  # the rank of the body's elementwise tensors (see wide)
 
     def fresh(self, hint: str) -> str:
         """A name no other value of the body has."""
@@ -144,6 +145,20 @@ class Body:
                 root._values[name] = arr
         return root._consts[key]
 
+    def wide(self, value: Any, dtype: Any = np.float32) -> str:
+        """A constant for a binary elementwise op on the body's view tensors: shaped ``[1] * rank``
+        when the body set :attr:`rank` (the rank every view tensor and block-maxima tensor has),
+        a scalar otherwise. Same values, same broadcast result, same bits.
+
+        Why: onnxruntime 1.32's CPU broadcast runs a tensor whose last dim is 1 against a rank-0
+        (or ``[1]``) operand element by element: ``Mul`` of a ``[21000, 32, 1]`` view by a scalar
+        took 17-19 ms, by a ``[1, 1, 1]`` constant 0.29 ms (a flat tensor by a scalar: 0.27 ms;
+        bench/fp_body_profile.py --isolated). Every view with one element after the block axis
+        (``post == 1``: blocks along the last-but-trailing-ones axis, and every block-maxima tensor,
+        whose dims after the reduction are kept as 1) hit it."""
+        rank = self.root.rank
+        return self.const(value if rank is None else np.full([1] * rank, value, dtype=dtype), dtype)
+
     def i64(self, *values: int) -> str:
         """A 1-D int64 constant."""
         return self.const(list(values), np.int64)
@@ -210,8 +225,8 @@ def pow2_floor(g: Body, a: str, scale: float = 1.0) -> str:
     ``scale`` rides along in the first product (a power of two commutes with every rounding in
     float64's range), which saves an op on the block maxima.
     """
-    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.const((0.75 + 2.0**-40) * scale, np.float64))
-    c = g.op("Mul", b, g.const(2.0**52 + 1.0, np.float64))
+    b = g.op("Mul", g.op("Cast", a, to=TensorProto.DOUBLE), g.wide((0.75 + 2.0**-40) * scale, np.float64))
+    c = g.op("Mul", b, g.wide(2.0**52 + 1.0, np.float64))
     h = g.op("Sub", c, g.op("Sub", c, b))
     return g.op("Cast", h, to=TensorProto.FLOAT)
 

@@ -115,13 +115,13 @@ def _block_scale(b: Body, amax: str, fmt: ElementFormat, unsaturated: bool = Fal
     (which also keeps the doubled scale within E8M0, as ``emax >= 0``): eight ops on the block
     maxima, no pass over the elements.
     """
-    scale = b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.const(2.0**E8M0_MIN))
+    scale = b.op("Max", pow2_floor(b, amax, 2.0**-fmt.emax), b.wide(2.0**E8M0_MIN))
     if not unsaturated:
         return scale
-    up = b.op("Mul", scale, b.const(2.0))
-    clips = b.op("Greater", amax, b.op("Mul", scale, b.const(fmt.max_norm)))
-    above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.const(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
-    room = b.op("Less", above, b.const(np.inf))
+    up = b.op("Mul", scale, b.wide(2.0))
+    clips = b.op("Greater", amax, b.op("Mul", scale, b.wide(fmt.max_norm)))
+    above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.wide(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
+    room = b.op("Less", above, b.wide(np.inf))
     return b.op("Where", b.op("And", clips, room), up, scale)
 
 
@@ -138,9 +138,9 @@ def _round_int(b: Body, w: str, rounding_mode: int) -> str:
         return r
     d = b.op("Sub", w, r)
     if rounding_mode == 1:
-        return b.op("Where", b.op("Equal", d, b.const(0.5)), b.op("Add", r, b.const(1.0)), r)
+        return b.op("Where", b.op("Equal", d, b.wide(0.5)), b.op("Add", r, b.wide(1.0)), r)
     sign = b.op("Sign", w)
-    toward_zero = b.op("Equal", b.op("Mul", d, sign), b.const(0.5))  # false for w = ±0
+    toward_zero = b.op("Equal", b.op("Mul", d, sign), b.wide(0.5))  # false for w = ±0
     return b.op("Where", toward_zero, b.op("Add", r, sign), r)
 
 
@@ -154,20 +154,42 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
 
 
 def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool) -> tuple[str, str]:
-    """``(y_norm, y_sub)``: ``x4`` on an FP element grid of block scale ``scale``, by the normal
-    formula (mantissa rounded by the add-subtract trick, saturated at max_norm) and by the
-    subnormal one (a multiple of the smallest step), for the caller's ``Where`` to choose between.
+    """``(q_norm, q_sub)``: ``x4 / scale`` on the FP element grid, by the normal formula (mantissa
+    rounded by the add-subtract trick, saturated at max_norm) and by the subnormal one (a multiple
+    of the smallest step), for the caller to choose between and then scale back by
+    ``scale`` once (:func:`_scaled_choice`): one per-block broadcast ``Mul`` after the choice
+    instead of one in each formula before it (a broadcast over blocks of 32 costs onnxruntime
+    ~2.5 flat passes). Exact: both formulas' values times a power of two ``scale >= 2^-127`` are
+    multiples of ``2^(emin - mbits - 127) >= 2^-149`` below float32's max, so the product rounds
+    nothing in either order.
 
     ``sub_on_clipped``: the subnormal formula reads the saturated quotient (the plain body); the
     branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged."""
     v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
     vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
-    c = b.op("Mul", vc, b.const(2.0 ** (23 - fmt.mbits) + 1.0))
+    c = b.op("Mul", vc, b.wide(2.0 ** (23 - fmt.mbits) + 1.0))
     hi = b.op("Sub", c, b.op("Sub", c, vc))
-    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.const(2.0 ** (fmt.mbits - fmt.emin))))
-    y_norm = b.op("Mul", hi, scale)
-    y_sub = b.op("Mul", sub, b.op("Mul", scale, b.const(2.0 ** (fmt.emin - fmt.mbits))))
-    return y_norm, y_sub
+    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.wide(2.0 ** (fmt.mbits - fmt.emin))))
+    return hi, b.op("Mul", sub, b.wide(2.0 ** (fmt.emin - fmt.mbits)))
+
+
+def _scaled_choice(b: Body, normal: str, q_norm: str, q_sub: str, scale: str) -> tuple[str, tuple[str, ...]]:
+    """``(normal ? q_norm : q_sub) · scale`` as ``(op_type, inputs)`` of its last node, the choice
+    by arithmetic: ``q_norm·[normal] + q_sub·[not normal]``.
+
+    Why not ``Where``: onnxruntime 1.32's CPU ``Where`` costs ~7 ns per element on PP-OCR-cls-sized
+    tensors (half the MXFP4 body's kernel time on 1×16×24×96; the Cast, Sub, two Muls and the Add
+    cost less than it: 0.43 → 0.20 ms per call, bench/fp_body_profile.py). Exact, signs included:
+    where ``normal`` holds, ``q_norm`` is a nonzero finite value and ``q_sub`` a finite one (``x``
+    is finite, ``|x/scale| < 2^(emax+2)`` for every candidate scale), so ``q_norm + (±0) = q_norm``; elsewhere ``q_norm`` is
+    finite (clipped) or NaN (a NaN ``x``: the result is NaN either way) with ``x``'s sign, so
+    ``q_norm·0`` is a zero of the same sign as ``q_sub`` and ``±0 + q_sub = q_sub`` (a -0 stays
+    -0, ±Inf and NaN pass through). A -0 times the positive scale stays -0.
+    """
+    mf = b.op("Cast", normal, to=TensorProto.FLOAT)
+    nf = b.op("Sub", b.wide(1.0), mf)
+    pick = b.op("Add", b.op("Mul", q_norm, mf), b.op("Mul", q_sub, nf))
+    return "Mul", (pick, scale)
 
 
 def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
@@ -180,14 +202,12 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
         # of two is exact wherever the quotient is a normal float, and below that the quotient
         # rounds to a signed zero either way, so one full pass less, same bits.
-        unit = b.op("Mul", scale, b.const(2.0**-6))
+        unit = b.op("Mul", scale, b.wide(2.0**-6))
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
         return "Mul", (_round_int(b, w, rounding_mode), unit)
-    y_norm, y_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
-    # y_sub may be -0, so it goes in Where's else branch: onnxruntime's CPU Where merges the two
-    # branches with ``then if then != 0 else else``, so a -0 in the then branch comes out +0.
-    normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.const(2.0**fmt.emin)))
-    return "Where", (normal, y_norm, y_sub)
+    q_norm, q_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
+    normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.wide(2.0**fmt.emin)))
+    return _scaled_choice(b, normal, q_norm, q_sub, scale)
 
 
 class _Blocks:
@@ -225,8 +245,8 @@ def _fake_quantize_blocks(
         amax = blocks.reduce(b, "ReduceMax", a)
     else:
         a = b.op("Abs", x4)
-        ok = b.op("LessOrEqual", a, b.const(_FLT_MAX))  # false for Inf and NaN
-        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.const(0.0)))
+        ok = b.op("LessOrEqual", a, b.wide(_FLT_MAX))  # false for Inf and NaN
+        amax = blocks.reduce(b, "ReduceMax", b.op("Where", ok, a, b.wide(0.0)))
     amax = blocks.maxima(b, amax)
     scale = _block_scale(b, amax, fmt)
     yq = _quantize(b, x4, a, scale, fmt, rounding_mode)
@@ -234,7 +254,7 @@ def _fake_quantize_blocks(
         # Compare the values as returned (input dtype), so a candidate overflowing to Inf loses.
         d0 = b.op("Cast", b.op("CastLike", yq, "x"), to=TensorProto.DOUBLE)
         dx = b.op("Cast", x4, to=TensorProto.DOUBLE)
-        two_x = b.op("Mul", dx, b.const(2.0, np.float64))
+        two_x = b.op("Mul", dx, b.wide(2.0, np.float64))
         assert blocks.finish is None, "scale search sums whole blocks in one ReduceSum"
 
         def error_change(candidate: str) -> str:
@@ -243,18 +263,18 @@ def _fake_quantize_blocks(
             dc = b.op("Cast", b.op("CastLike", yc, "x"), to=TensorProto.DOUBLE)
             delta = b.op("Mul", b.op("Sub", dc, d0), b.op("Sub", b.op("Add", dc, d0), two_x))
             if not finite:
-                delta = b.op("Where", ok, delta, b.const(0.0, np.float64))
+                delta = b.op("Where", ok, delta, b.wide(0.0, np.float64))
             return b.op("ReduceSum", delta, axes, keepdims=1)
 
-        zero = b.const(0.0, np.float64)
-        scale_up = b.op("Min", b.op("Mul", scale, b.const(2.0)), b.const(2.0**E8M0_MAX))
+        zero = b.wide(0.0, np.float64)
+        scale_up = b.op("Min", b.op("Mul", scale, b.wide(2.0)), b.wide(2.0**E8M0_MAX))
         t_up = error_change(scale_up)
         take_up = b.op("Less", t_up, zero)
         if scale_search == 1:
             chosen = b.op("Where", take_up, scale_up, scale)
         else:
             # 2^-127 is a float32 subnormal: halving it is exact, and the Max keeps the E8M0 floor.
-            scale_down = b.op("Max", b.op("Mul", scale, b.const(0.5)), b.const(2.0**E8M0_MIN))
+            scale_down = b.op("Max", b.op("Mul", scale, b.wide(0.5)), b.wide(2.0**E8M0_MIN))
             t_down = error_change(scale_down)
             take_up = b.op("And", take_up, b.op("LessOrEqual", t_up, t_down))
             take_down = b.op("And", b.op("Less", t_down, zero), b.op("Less", t_down, t_up))
@@ -310,12 +330,11 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
         return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
     # The subnormal-range formula on the unclipped x/scale (its finite elements are below the
     # clip): ±Inf and NaN come out as themselves.
-    y_norm, y_sub = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
-    # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0. y_sub may
-    # be -0, so it sits in Where's else slot (onnxruntime's CPU Where turns a -0 from its then
-    # slot into +0).
-    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.const(-(2.0**fmt.emin))))
-    return g.op("Where", normal, y_norm, y_sub)
+    q_norm, q_sub = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
+    # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0.
+    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.wide(-(2.0**fmt.emin))))
+    op_type, inputs = _scaled_choice(g, normal, q_norm, q_sub, scale)
+    return g.op(op_type, *inputs)
 
 
 def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, rounding_mode: int,
@@ -362,8 +381,8 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
         amax_plain = (blocks.reduce(plain, "ReduceMax", a) if halves is None
                       else max_by_halves(plain, a, halves[0], halves[1], lambda b, t: half_reduce(b, "ReduceMax", t),
                                          axis=halves[4], allowzero=True))
-    ok = masked.op("LessOrEqual", a_masked, masked.const(_FLT_MAX))  # false for Inf and NaN
-    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.const(0.0)))
+    ok = masked.op("LessOrEqual", a_masked, masked.wide(_FLT_MAX))  # false for Inf and NaN
+    amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.wide(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
                 else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
     scale = _block_scale(g, blocks.maxima(g, amax), fmt, unsaturated)
@@ -521,6 +540,9 @@ def make_function(
             x4, post, restore = view_last(g, xf, bs, pad)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
+    # Every view tensor and block-maxima tensor has this rank: the constants of the elementwise ops
+    # take it (Body.wide: onnxruntime broadcasts a trailing-1 tensor by a scalar element by element).
+    top.rank = whole if whole is not None else (tile[2] + 1 if tile is not None else 3)
     branched = branched and fmt.is_int and not searched
     if searched or branched:
         total = g.op("ReduceSum", xf, keepdims=0)

