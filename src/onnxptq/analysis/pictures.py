@@ -11,8 +11,8 @@ twelfth round").
 
 **Which outputs** (:func:`picture_range`): by structure, an image's shape (rank 3 or 4; beside a
 leading batch axis of a rank-4 output, two adjacent axes of at least :data:`MIN_SIDE` and the
-others, the channels, at most :data:`MAX_CHANNELS`: ``[N, 3, H, W]``, ``[N, H, W, 3]``,
-``[1, H, W]``), among the outputs the heat-map reading would take (no sigmoid, softmax, class,
+other, the channels, of a picture's :data:`CHANNELS` (1, 3 or 4; two are a vector field):
+``[N, 3, H, W]``, ``[N, H, W, 3]``, ``[1, H, W]``), among the outputs the heat-map reading would take (no sigmoid, softmax, class,
 selection or log reading: analysis/floor.py); by float's values over **all** the held-out feeds
 together: finite, dense (:data:`maps.MIN_POSITIONS` values a feed), no class probabilities along an
 axis (czann's written-out two-class softmax, ``[1, 1024, 1024, 2]``: read by arg-max,
@@ -55,7 +55,7 @@ import numpy as np
 
 from .maps import MIN_POSITIONS, class_probabilities, has_ground
 
-__all__ = ["MARGIN", "MAX_CHANNELS", "MIN_SIDE", "MIN_SPAN", "OUTLIERS", "OVERSHOOT", "RANGES", "TOLERANCE", "Picture",
+__all__ = ["CHANNELS", "MARGIN", "MIN_SIDE", "MIN_SPAN", "OUTLIERS", "OVERSHOOT", "RANGES", "TOLERANCE", "Picture",
            "PictureAgreement", "picture_range", "picture_shape"]
 
 #: the ranges pictures are written in, tried in this order: a sigmoid/clip's [0, 1], a tanh's [-1, 1], bytes' [0, 255]
@@ -73,8 +73,9 @@ OVERSHOOT = 0.5
 MIN_SPAN = 0.5
 #: the two picture axes are at least this long
 MIN_SIDE = 16
-#: a picture has at most this many channels (grey, grey + alpha, RGB, RGBA)
-MAX_CHANNELS = 4
+#: the channels a picture has: grey, RGB, RGBA (two channels are a vector field: a CenterNet's
+#: sub-pixel offsets, ``[1, 2, H, W]`` in [0, 1] with no ground, or a flow; not a picture)
+CHANNELS = frozenset((1, 3, 4))
 #: 8-bit levels within which a quantized picture's value counts as float's (module docstring)
 TOLERANCE = 3
 _LEVELS = 255
@@ -86,8 +87,8 @@ def picture_shape(shape: Sequence[int]) -> bool:
         return False
     dims = tuple(shape[1:]) if len(shape) == 4 else tuple(shape)
     sides = [i for i, d in enumerate(dims) if d >= MIN_SIDE]
-    return (len(sides) == 2 and sides[1] == sides[0] + 1
-            and all(d <= MAX_CHANNELS for i, d in enumerate(dims) if i not in sides))
+    channels = [d for i, d in enumerate(dims) if i not in sides]  # the one axis beside the two sides
+    return len(sides) == 2 and sides[1] == sides[0] + 1 and channels[0] in CHANNELS
 
 
 def picture_range(refs: Sequence[np.ndarray]) -> tuple[float, float] | None:
