@@ -111,6 +111,8 @@ def test_no_picture_where_the_structure_or_the_values_say_otherwise():
     assert picture_range([p.reshape(1, 3 * 64 * 64) for p in pic]) is None  # a vector, not an image's shape
     assert picture_range([np.repeat(p, 3, 1) for p in pic]) is None  # 9 channels: features
     assert picture_range([p[:, :2] for p in pic]) is None  # 2 channels: a vector field (a CenterNet's offsets)
+    assert picture_range([p[:, :1] * 2 - 1 for p in pic]) is None  # 1 channel: a value map (a heightfield) as often
+    assert picture_range([p[0] for p in pic]) == (0.0, 1.0)  # [3, H, W]: no batch axis
     assert picture_range([p * 7.0 for p in pic]) is None  # 0-7: a ReLU feature map, spans no picture range
     assert picture_range([p * 0.3 + 0.35 for p in pic]) is None  # a third of [0, 1]: no picture's span
     blobs = np.zeros((1, 2, 64, 64), np.float32)

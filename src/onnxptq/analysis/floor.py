@@ -568,7 +568,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
             # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps"); no ground over
             # all the feeds: none, and an image's shape in a picture's range is judged at its 8-bit step (pictures.py)
-            refs = [np.asarray(f[name]) for f in reference]
+            refs = [np.asarray(f[name]) for f in reference if name in f]
             span = picture_range(refs) if name not in spatial_gates and name not in confidence_gates else None
             picture = PictureAgreement(*span) if span is not None else None
             masks = MaskAgreement(heat=True) if has_ground(refs) else None
