@@ -226,14 +226,14 @@ class OutputCheck:
     #: a curve of a physical quantity judged per element (analysis/curves.py): (share of float's live
     #: elements within the tolerance of their value, live elements, worst relative error)
     curve: tuple[float, int, float] | None = None
+    #: a picture judged at the 8-bit step of its range (analysis/pictures.py)
+    picture: Picture | None = None
     #: the user's reading of the output (``QuantConfig.floor_output_agreement``): (mean agreement, feeds)
     user_agreement: tuple[float, int] | None = None
     #: an autoregressive decoder's step scores judged as one read per sequence (analysis/decoder_reads.py)
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
-    #: a picture judged at the 8-bit step of its range (analysis/pictures.py)
-    picture: Picture | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -248,12 +248,12 @@ class OutputCheck:
         if self.mask is not None:
             level, iou, union = self.mask
             text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
-        if self.picture is not None:
-            text += f", {self.picture.describe()}"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
             text += f", regions above its levels: F1 {f1:.4f} of {count} float regions{seen}"
+        if self.picture is not None:
+            text += f", {self.picture.describe()}"
         if self.kept is not None:
             seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
             text += f", {self.kept.describe()}{seen}"
