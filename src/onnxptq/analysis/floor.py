@@ -98,13 +98,14 @@ from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, probability_maps, softmax_maps
+from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
 from .threshold_cells import ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
+from .pictures import Picture, PictureAgreement, picture_range
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unjudged_text"]
 
@@ -230,6 +231,8 @@ class OutputCheck:
     #: a curve of a physical quantity judged per element (analysis/curves.py): (share of float's live
     #: elements within the tolerance of their value, live elements, worst relative error)
     curve: tuple[float, int, float] | None = None
+    #: a picture judged at the 8-bit step of its range (analysis/pictures.py)
+    picture: Picture | None = None
     #: the user's reading of the output (``QuantConfig.floor_output_agreement``): (mean agreement, feeds)
     user_agreement: tuple[float, int] | None = None
     #: an autoregressive decoder's step scores judged as one read per sequence (analysis/decoder_reads.py)
@@ -263,6 +266,8 @@ class OutputCheck:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
             text += f", regions above its levels: F1 {f1:.4f} of {count} float regions{seen}"
+        if self.picture is not None:
+            text += f", {self.picture.describe()}"
         if self.kept is not None:
             seen = f" on the held-out and {self.kept_seen} calibration samples" if self.kept_seen else ""
             text += f", {self.kept.describe()}{seen}"
@@ -297,7 +302,7 @@ class OutputCheck:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (v.to_json() if isinstance(v, Positions) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
+        return {k: (v.to_json() if isinstance(v, (Positions, Picture)) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
                     else None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in self.__dict__.items()}
 
@@ -610,9 +615,14 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         fields: FieldCosines | None = None
         class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
         masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
+        picture: PictureAgreement | None = None
         if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
-            # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps")
-            masks = MaskAgreement(heat=True)
+            # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps"); no ground over
+            # all the feeds: none, and an image's shape in a picture's range is judged at its 8-bit step (pictures.py)
+            refs = [np.asarray(f[name]) for f in reference if name in f]
+            span = picture_range(refs) if name not in spatial_gates and name not in confidence_gates else None
+            picture = PictureAgreement(*span) if span is not None else None
+            masks = MaskAgreement(heat=True) if has_ground(refs) else None
         regions = RegionAgreement(masks.thresholds, heat=masks.heat) if masks is not None else None
         may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
@@ -657,6 +667,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
             if curve is not None:
                 curve.add(r, g)
+            if picture is not None:
+                picture.add(r, g)
             if gain is not None and np.isfinite(g).all():
                 gain.add(r, g)
             if not classy and np.isfinite(g).all():
@@ -740,6 +752,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 check.ok = False
         if finite and regions is not None and regions.valid and regions.feeds:
             _judge_regions(check, name, regions, seen, floor)
+        check.picture = picture.judge() if finite and picture is not None else None
+        if check.picture is not None and check.picture.share < floor.top1:
+            check.ok = False
         if finite and scores is not None and scores.is_scores(positive=name in kinds) and _judge_scores(check, name, scores, seen, floor,
                                                                                                   row_gates.get(name)):
             rows = 0  # a score output: no class decision for a top-1 to judge (analysis/scores.py)

@@ -107,13 +107,14 @@ calibration feeds are pooled with the held-out ones for it (analysis/floor.py ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
 
-__all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "heat_map_feed", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
+__all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "class_probabilities", "has_ground", "heat_map_feed", "heat_map_values", "MIN_KEPT", "MIN_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
            "undecided"]
 
@@ -245,8 +246,9 @@ REGION_IOU = 0.5
 
 def _in_unit_range(ref: np.ndarray, heat: bool) -> bool:
     """Whether float's map ``ref`` is one the masks and regions judge: a sigmoid's within :data:`TIE`
-    of [0, 1]; a map no sigmoid bounds (``heat``) where :func:`heat_map_feed` says so."""
-    return heat_map_feed(ref) if heat else bool(ref.min() >= -TIE and ref.max() <= 1.0 + TIE)
+    of [0, 1]; a map no sigmoid bounds (``heat``) where :func:`heat_map_values` says so (its ground
+    is decided over all the feeds before: :func:`has_ground`)."""
+    return heat_map_values(ref) if heat else bool(ref.min() >= -TIE and ref.max() <= 1.0 + TIE)
 
 
 def heat_map_feed(ref: np.ndarray) -> bool:
@@ -262,17 +264,47 @@ def heat_map_feed(ref: np.ndarray) -> bool:
     (81-99 % of its pixels above that level); read as a heat map, BF16 (cosine 1.0000, every 8-bit
     pixel within 3 of float's) "broke" on its regions' F1 0.859 and repair kept 59 of 79 nodes float
     in 104 CPU s (bench/RESULTS.md, "More models outside the zoo, twelfth round"). Such an output is
-    judged by its cosine and fields, as images in 0-255 are."""
+    judged as a picture (analysis/pictures.py).
+
+    One feed is one question; the floor asks the ground's question of an output over all its feeds
+    (:func:`has_ground`) and this function's other conditions (:func:`heat_map_values`) feed by feed:
+    a segmentation mask whose foreground fills one feed is still a mask on the others."""
+    return heat_map_values(ref) and has_ground([ref])
+
+
+def has_ground(feeds: Sequence[np.ndarray]) -> bool:
+    """Whether float's outputs ``feeds`` are figures on a ground: at most half of their values,
+    pooled over the feeds, above the lowest level (0.2 of each feed's range). A picture has none
+    (waifu2x CUNet: 81-99 % above it). Pooled, not feed by feed: one feed whose figure covers more
+    than half of it (a mask's close-up) does not turn an output's mask into a picture, and one dark
+    picture does not turn a picture output into a mask."""
+    above = total = 0
+    for f in feeds:
+        r = np.asarray(f)
+        if r.size == 0 or not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
+            continue
+        lo, hi = float(r.min()), float(r.max())
+        above += int(np.count_nonzero(r > lo + LEVELS[0] * (hi - lo)))
+        total += r.size
+    return above * 2 <= total
+
+
+def heat_map_values(ref: np.ndarray) -> bool:
+    """:func:`heat_map_feed`'s conditions on one feed but the ground: float's values within
+    :data:`HEAT_MARGIN` of [0, 1], and no axis of class probabilities summing to 1."""
     if ref.min() < -HEAT_MARGIN or ref.max() > 1.0 + HEAT_MARGIN:
         return False
-    lo, hi = float(ref.min()), float(ref.max())
-    if np.count_nonzero(ref > lo + LEVELS[0] * (hi - lo)) * 2 > ref.size:
-        return False  # mostly figure, no ground: an image in [0, 1] (see below)
+    return not class_probabilities(ref)
+
+
+def class_probabilities(ref: np.ndarray) -> bool:
+    """Whether float's values ``ref`` are class probabilities along some axis: non-negative and
+    summing to 1 along it (a softmax written out: read by its arg-max, not by levels or as a picture)."""
     if ref.min() >= -TIE:
         for axis in range(ref.ndim):
             if ref.shape[axis] >= 2 and np.abs(np.sum(ref, axis=axis, dtype=np.float64) - 1.0).max() <= 1e-3:
-                return False
-    return True
+                return True
+    return False
 
 
 def _multi_channel(ref: np.ndarray) -> bool:
