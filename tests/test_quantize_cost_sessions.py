@@ -118,7 +118,7 @@ def test_function_bodies_built_once_are_copies_equal_to_a_fresh_build(fmt):
         attrs = get_preset("MX9").activation.attr_dict
         first = bfp.build("bfp", "a", "b", name="n1", opset=17, shape=[1, 40, 8, 8], dtype="float32", **attrs)
         fresh = bfp._function(bfp.normalize_attrs(**attrs), max(17, bfp.MIN_OPSET), first.functions[0].name,
-                              bfp.variant(bfp.normalize_attrs(**attrs), [1, 40, 8, 8]), True)
+                              bfp.body_view(bfp.normalize_attrs(**attrs), [1, 40, 8, 8]), True)
     else:
         attrs = get_preset("MXINT8").activation.attr_dict
         first = mx.build("mx", "a", "b", name="n1", opset=17, shape=[1, 40, 8, 8], dtype="float32", **attrs)

@@ -717,6 +717,15 @@ def _function_once(a: dict[str, Any], opset: int, name: str, view: str | None, f
     return fn
 
 
+def body_view(a: dict[str, Any], shape: Any) -> str | None:
+    """The body :func:`build` makes for ``shape``: its :func:`variant`, and ``_k<dims>`` where the
+    shape values fold at build time (see :class:`onnx_ops.body.Body`)."""
+    view = variant(a, shape)
+    if view is not None and not view.startswith("r") and foldable_shape(shape) is not None:
+        view += "_k" + known_dims(shape)
+    return view
+
+
 def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None, dtype: str | None = None,
           **attrs: Any) -> QDQNodes:
     """One ``BFPQuantizeDequantize`` node (domain ``onnxptq``) mapping ``x`` to its BFP value ``y``.
@@ -734,9 +743,7 @@ def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None,
         raise ValueError(f"onnx_ops.bfp builds the 'bfp' format, not {fmt!r}")
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
-    view = variant(a, shape)
-    if view is not None and not view.startswith("r") and foldable_shape(shape) is not None:
-        view += "_k" + known_dims(shape)  # the body's shape values fold (see onnx_ops.body.Body)
+    view = body_view(a, shape)
     float32 = dtype == "float32"
     fname = function_name(a, body_opset, view) + ("_f32" if float32 else "")
     node_attrs = {k: a[k] for k in _ATTR_ORDER}
