@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -150,3 +150,27 @@ def print_op_profile(title: str, rows: list[tuple[str, float, int]], top: int = 
     print(f"\n{title}: {total / 1e3:.3f} ms of kernel time per feed (profile)")
     for op, us, n in rows[:top]:
         print(f"  {op:<28} {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%  ({n} nodes)")
+
+
+#: every local ONNX model a structure scan reads: the outside models (bench/fetch_newmodels.py),
+#: the shipped ones and the zoo cache (testkit/models.py)
+LOCAL_MODELS = ("/work/cache/newmodels*/src/**/*.onnx", "/work/shared/models/*.onnx",
+                os.path.expanduser("~/.cache/onnxptq/**/*.onnx"))
+
+
+def local_models(max_mb: float) -> Iterator[tuple[str, Any]]:
+    """``(path, model)`` of every :data:`LOCAL_MODELS` file up to ``max_mb``, its graph only (no
+    external data), in path order; a file onnx cannot read is passed over (a scan lists where a rule
+    can act, and such a file is no model it judges)."""
+    import glob
+
+    import onnx
+
+    for path in sorted({f for root in LOCAL_MODELS for f in glob.glob(root, recursive=True)}):
+        if os.path.getsize(path) > max_mb * 1e6:
+            continue
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except Exception:  # noqa: BLE001 - see the docstring
+            continue
+        yield path, model

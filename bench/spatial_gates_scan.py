@@ -10,34 +10,23 @@ zoo, the outside models and the shipped ones shows where it can act at all.
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 
-import onnx
-
+import _common
 from onnxptq.analysis.confidence_gates import from_sigmoid
 from onnxptq.analysis.spatial_gates import spatially_gated_outputs
-
-ROOTS = ("/work/cache/newmodels*/src/**/*.onnx", "/work/shared/models/*.onnx", os.path.expanduser("~/.cache/onnxptq/**/*.onnx"))
+from onnxptq.graph.walk import constant_names
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-mb", type=float, default=150)
     args = ap.parse_args()
-    files = sorted({f for root in ROOTS for f in glob.glob(root, recursive=True)})
     scanned = with_sigmoid = gated = 0
-    for path in files:
-        if os.path.getsize(path) > args.max_mb * 1e6:
-            continue
-        try:
-            model = onnx.load(path, load_external_data=False)
-        except Exception:  # noqa: BLE001 - a file the scan cannot read is not a model it judges
-            continue
+    for path, model in _common.local_models(args.max_mb):
         scanned += 1
         g = model.graph
         producer = {o: n for n in g.node for o in n.output if o}
-        constants = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+        constants = constant_names(g)
         sigmoids = [o.name for o in g.output if from_sigmoid(o.name, producer, constants)]
         if not sigmoids:
             continue
