@@ -71,6 +71,26 @@ def _probe_model() -> onnx.ModelProto:
 MODEL = _probe_model()
 
 
+def _mean_model() -> onnx.ModelProto:
+    """Conv+Relu, then torch's dynamo pooling: ReduceMean over the spatial axes (keepdims), Flatten, Gemm."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (8, 10)).astype(np.float32), "WG")]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r"], ["m"], name="mean", axes=[2, 3], keepdims=1),
+             helper.make_node("Flatten", ["m"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "WG"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "mean", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], initializer=inits)
+    model = _opset17_model(graph)
+    onnx.checker.check_model(model)
+    return model
+
+
+MEAN_MODEL = _mean_model()
+
+
 def _chain_model() -> onnx.ModelProto:
     """Conv -> Relu -> Conv -> Relu -> Conv, channels of very unequal range: every CLE key has pairs
     to balance (the probe model's Conv outputs also feed a Concat, which equalization must not scale)."""
@@ -175,6 +195,8 @@ PROBES: dict[str, tuple] = {
     "SimplifyModel": (False, {}),
     "OptimizeModel": (False, {}),
     "FoldBatchNorm": (False, {}),
+    # A spatial mean stays a ReduceMean (float on the CPU placement) where the key says False.
+    "ConvertReduceMeanToGlobalAvgPool": (False, {"model": MEAN_MODEL}),
     "FoldRelu": (True, {}),
     "OpTypesToQuantize": (["Conv"], {}),
     "NodesToQuantize": (["conv1"], {}),

@@ -162,3 +162,18 @@ def test_flattened_spatial_mean_is_rewritten_and_others_are_not():
     np.testing.assert_allclose(_run(out, feed), _run(model, feed), rtol=1e-5, atol=1e-6)
     kept = run_passes(_must_nots(), shape_inference_pass(), SpatialMeanToGlobalPoolPass())
     assert sorted(n.name for n in kept.graph.node if n.op_type == "ReduceMean") == ["input_mean", "norm_mean", "other_axes"]
+
+
+def test_the_rewrite_is_the_users_choice_and_the_reference_key_sets_it():
+    from onnxptq.compat import QuantizationConfig
+    from onnxptq.compat.options import to_quant_config
+
+    model = se_net("dynamo")
+    on = prepare_for_quantization(model, onnxptq.get_preset("A8W8"))
+    off = prepare_for_quantization(model, onnxptq.get_preset("A8W8").replace(pool_spatial_means=False))
+    assert _ops(on)["ReduceMean"] == 0 and _ops(on)["GlobalAveragePool"] == 2
+    assert _ops(off)["ReduceMean"] == 2 and _ops(off)["GlobalAveragePool"] == 0
+    # the reference tool's key: absent, ours (on); False, as written
+    assert to_quant_config(QuantizationConfig()).pool_spatial_means is True
+    keep = QuantizationConfig(extra_options={"ConvertReduceMeanToGlobalAvgPool": False})
+    assert to_quant_config(keep).pool_spatial_means is False

@@ -77,7 +77,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("FuseLayerNorm", "fuse decomposed LayerNormalization", False),
         _x("FuseGelu", "fuse decomposed Gelu", False),
         _x("ConvertBNToConv", "BatchNormalization -> depthwise Conv", False),
-        _x("ConvertReduceMeanToGlobalAvgPool", "ReduceMean -> GlobalAveragePool", False),
+        _h("ConvertReduceMeanToGlobalAvgPool", "spatial ReduceMean -> GlobalAveragePool (QuantConfig.pool_spatial_means; "
+           "absent: on, where the reference's default is off: onnxruntime runs the pool on integers)"),
         _x("SplitLargeKernelPool", "split large GlobalAveragePool", False),
         _x("ConvertSplitToSlice", "Split -> Slice", False),
         _x("ConvertClipToRelu", "Clip -> Relu", False),

@@ -566,6 +566,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         opset=opset,
         optimize=optimize,
         fold_batchnorm=fold_bn,
+        pool_spatial_means=_bool(extra, "ConvertReduceMeanToGlobalAvgPool", True),
         finetune=finetune,
         equalize=equalize,
         equalization=equalization,

@@ -535,6 +535,11 @@ class QuantConfig:
     opset: int | None = None
     optimize: bool = True
     fold_batchnorm: bool = True
+    #: a ReduceMean over every spatial axis of a channels-first tensor (torch's dynamo exporter's pooling)
+    #: becomes the GlobalAveragePool TorchScript writes, which onnxruntime runs on integers
+    #: (graph/passes/spatial_means.py); False leaves it as written (the reference tool's
+    #: ``ConvertReduceMeanToGlobalAvgPool`` default)
+    pool_spatial_means: bool = True
     #: cross-layer equalization in prepare: True / False, or None for automatic: on exactly when
     #: some integer weight is quantized per tensor (where it helps; per-channel scales already fit
     #: every channel, see docs/presets.md)

@@ -61,13 +61,14 @@ log = logging.getLogger(__name__)
 __all__ = ["PrepareError", "fusion_passes", "prepare", "prepare_for_quantization", "quantization_opset"]
 
 
-def fusion_passes() -> list[ir.passes.PassBase]:
+def fusion_passes(pool_spatial_means: bool = True) -> list[ir.passes.PassBase]:
     """The fusions in the order they run: affine folds first (they expose clean HardSwish inputs),
     the scalar affine into the next Conv last, once HardSwish is whole; a spatial ReduceMean
     becomes the GlobalAveragePool TorchScript would have written (after the LayerNorm fusion,
     which reads ReduceMean; the rewrite leaves a norm's last-axis mean alone in any case)."""
-    return [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(), FoldScalarAffineIntoConvPass(),
-            SpatialMeanToGlobalPoolPass()]
+    passes: list[ir.passes.PassBase] = [FoldAffinePass(), FuseHardSwishPass(), FuseLayerNormPass(),
+                                        FoldScalarAffineIntoConvPass()]
+    return passes + [SpatialMeanToGlobalPoolPass()] if pool_spatial_means else passes
 
 
 def prepare(
@@ -80,6 +81,7 @@ def prepare(
     fold_batchnorm: bool = True,
     merge_matmuls: bool = False,
     fuse: bool = True,
+    pool_spatial_means: bool = True,
     cse: bool = True,
     infer_shapes: bool = True,
     fold_size_limit: int = DEFAULT_SIZE_LIMIT,
@@ -100,6 +102,7 @@ def prepare(
         merge_matmuls: merge MatMuls/Gemms sharing input A into one MatMul + Split.
         fuse: fold constant Mul/Add after Conv/Gemm into weights, fuse HardSwish and LayerNorm
             decompositions (see :func:`fusion_passes`): fewer, truer quantization points.
+        pool_spatial_means: with ``fuse``, a spatial ReduceMean becomes GlobalAveragePool.
         cse: merge duplicate nodes.
         infer_shapes: annotate intermediate tensors with inferred dtypes/shapes.
         fold_size_limit: largest folded result, in elements.
@@ -128,7 +131,7 @@ def prepare(
     if merge_matmuls:
         steps.append(("MatMul merging", MergeMatMulsPass()))
     if fuse:
-        steps += [(f"fusion {type(p).__name__}", p) for p in fusion_passes()]
+        steps += [(f"fusion {type(p).__name__}", p) for p in fusion_passes(pool_spatial_means)]
     if equalize is not None:
         steps.append(("cross-layer equalization", EqualizePass(equalize)))
     if split_outliers is not None:
@@ -173,6 +176,6 @@ def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None 
     if config is None:
         return prepare(model, opset=quantization_opset(model))
     return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
-                   fold_constants=config.optimize,
+                   fold_constants=config.optimize, pool_spatial_means=config.pool_spatial_means,
                    equalize=config.equalization if config.equalization_active() else None,
                    split_outliers=config.outlier_split if config.outlier_split_active() else None)
