@@ -325,8 +325,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         return _ranked_variant(a, shape)
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
-    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
-    last = "l" if a["axis"] == len(list(shape)) - 1 else ""
+    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l),
+    # and so does an axis whose later dims are all 1 (see :func:`_ones_after`).
+    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and _ones_after(shape, a["axis"])) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
@@ -345,6 +346,17 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+def _ones_after(shape: Any, axis: int) -> bool:
+    """Whether ``axis`` has later dims and every one is known to be 1 (``[T, C, 1]``, an SE
+    block's ``[N, C, 1, 1]``): the blocks then lie along the axis in memory as for a last axis,
+    and the ``(rows, bs, 1)`` view would leave every broadcast and reduction with runs of a few
+    elements, which onnxruntime loops over one at a time, and every block-maxima tensor with a
+    trailing 1 (MX9 on a ``[21000, 32, 1]`` activation: a per-block ``Div`` and ``Mul`` of
+    17 ms each on spans of 2); :func:`_view_last` transposes the blocks instead."""
+    dims = list(shape)[axis % len(list(shape)) + 1:]
+    return bool(dims) and all(known_dim(d) == 1 for d in dims)
 
 
 def _to_bfp_flat(shape: Any) -> bool:
@@ -393,10 +405,12 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
             return (*_view_last(g, xf, bs, None), a)
         return (*view_ranked(g, xf, axis, bs, int(post) if post else None), a)
     if a["axis"] == -1 or spec.endswith("l"):
+        # the axis's own length: the last dim, or the axis itself when the dims after it are 1s
+        axis = a["axis"]
         if spec.startswith("c"):
             a = dict(a, block_size=int(spec[1:].rstrip("l")))
-            return (*_view_last(g, xf, a["block_size"], 0), a)
-        return (*_view_last(g, xf, bs, int(spec[1:].rstrip("l")) if spec else None), a)
+            return (*_view_last(g, xf, a["block_size"], 0, axis), a)
+        return (*_view_last(g, xf, bs, int(spec[1:].rstrip("l")) if spec else None, axis), a)
     if not spec:
         return (*view_generic(g, xf, a["axis"], bs), a)
     if spec.startswith("c"):
