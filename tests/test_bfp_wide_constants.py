@@ -11,7 +11,10 @@ the +0 shaped ``[1] * rank``. Every view whose elements after the block axis are
 Pinned here: no elementwise node of a BFP body (its ``If`` branches included) reads a rank-0 float
 constant, or a rank-0 runtime value, together with a tensor of higher rank — ranks found by a small
 dataflow over the body, not by node names — and the bodies on trailing-1 shapes give the NumPy
-reference's bits on ±Inf, NaN, ±0, subnormals, the float32 maximum and ties.
+reference's bits on ±Inf, NaN, ±0, subnormals, the float32 maximum and ties. A block axis whose
+later dims are all 1 takes the transposed view of a last axis (MX9 on ``[21000, 32, 1]``: 50 -> 12
+ms a call; the ``(rows, 16, 2, 1)`` view broadcast each per-block scale over spans of 2), also with
+a dynamic batch.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ CASES = [("BFP16", {}), ("BFP16", {"rounding_mode": 0}), ("BFP16", {"rounding_mo
          ("MX9", {"sub_block_shift_bits": 2, "bit_width": 21})]
 #: (shape, axis): trailing-1 views (one block row, padded, whole axis shorter than a block, an SE
 #: vector, the prime static view), one large enough for the split/If bodies, and a plain one.
-SHAPES = [((96, 32, 1), 1), ((3, 40, 1, 1), 1), ((2, 12, 1), 1), ((24, 64, 1), 1), ((2, 16, 3, 3), 1)]
+SHAPES = [((96, 32, 1), 1), ((3, 40, 1, 1), 1), ((3, 40, 1, 1), -3), ((2, 12, 1), 1), ((24, 64, 1), 1),
+          ((2, 16, 3, 3), 1), ((5, 48), 1)]
 
 
 def _body(preset: str, extra: dict, shape: tuple, axis: int) -> onnx.FunctionProto:
@@ -132,3 +136,29 @@ def test_trailing_one_views_bit_exact(preset, extra, shape, axis, finite) -> Non
         x = np.where(np.isfinite(x), x, np.float32(1.25)).astype(np.float32)
     got, name = run_static("bfp", x, **attrs)
     assert_same_bits(got, fake_quantize(x, "bfp", **attrs), f"{name} {shape}")
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9"])
+@pytest.mark.parametrize("shape,axis,transposed", [((96, 32, 1), 1, True), ((3, 40, 1, 1), -3, True),
+                                                   (("N", 48, 1), 1, True), ((2, 16, 3, 3), 1, False),
+                                                   ((4, 32, 0), 1, False)], ids=str)
+def test_ones_after_the_axis_take_the_transposed_view(preset, shape, axis, transposed) -> None:
+    """Decided by the dims after the axis (all known 1s), not by rank or axis number: an empty or
+    longer trailing dim keeps the ``(rows, bs, post)`` view."""
+    body = _body(preset, {}, shape, axis)
+    nodes = list(body.node) + [n for m in body.node for a in m.attribute if a.type == onnx.AttributeProto.GRAPH
+                               for n in a.g.node]
+    assert any(n.op_type == "Transpose" for n in nodes) == transposed, body.name
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6"])
+def test_dynamic_batch_trailing_ones_bit_exact(preset) -> None:
+    """One body for ``[N, 48, 1]`` (the axis length from the axis, not the last dim) on two batches."""
+    from _format_testing import fragment_session
+
+    attrs = dict(PRESETS[preset], axis=1)
+    frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=("N", 48, 1), dtype="float32", **attrs)
+    sess = fragment_session(frag, ["N", 48, 1])
+    for batch in (1, 7):
+        x = _edge_data((batch, 48, 1), seed=batch)
+        assert_same_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **attrs), f"{preset} batch {batch}")
