@@ -153,15 +153,24 @@ def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
     if mode == 2:
         if not py3_zero:
             return q
-        c = g.op("Mul", g.op("Add", v, zero), g.const(0.0))
+        c = g.op("Mul", g.op("Add", v, zero), g.wide(0.0))
         return g.op("Sub", q, c)
     t = g.op("Sub", v, q)
     if mode == 1:
-        hit = g.op("Cast", g.op("Equal", t, g.const(0.5)), to=_F)
-        return g.op("Sub", q, g.op("Sub", g.const(0.0), hit))
+        hit = g.op("Cast", g.op("Equal", t, g.wide(0.5)), to=_F)
+        return g.op("Sub", q, g.op("Sub", g.wide(0.0), hit))
     sign = g.op("Sign", v)
-    hit = g.op("Cast", g.op("Equal", g.op("Mul", t, sign), g.const(0.5)), to=_F)
-    return g.op("Sub", q, g.op("Sub", g.const(0.0), g.op("Mul", hit, sign)))
+    hit = g.op("Cast", g.op("Equal", g.op("Mul", t, sign), g.wide(0.5)), to=_F)
+    return g.op("Sub", q, g.op("Sub", g.wide(0.0), g.op("Mul", hit, sign)))
+
+
+def _wide_zero(g: Body, total: str) -> str:
+    """A runtime +0 shaped ``[1] * rank`` from the tensor's finite sum ``total`` (rank 0): the
+    ``py3_round`` zero sign of :func:`_round` adds it to the full view, and a rank-0 operand
+    there is onnxruntime's element-by-element broadcast when the view's last dim is 1
+    (:meth:`onnxptq.onnx_ops.body.Body.wide`; 17 ms on a (84000, 8, 1) view, against ~0.3)."""
+    t = g.op("Reshape", total, g.i64(*[1] * g.root.rank))
+    return g.op("Sub", t, t)
 
 
 def _nonfinite(g: Body, x: str) -> str:
@@ -174,7 +183,7 @@ def _nonfinite(g: Body, x: str) -> str:
 def _bfp_quant(g: Body, xr: str, amax: str, smax: str | None, a: dict[str, Any], zero: str | None = None) -> str:
     """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| clamped below at 2^-127
     (and the maxima of x, for the compiler kernel) over its finite elements; finite elements come
-    out right. ``zero``: a runtime +0 scalar, if the caller has one (a scalar broadcasts faster)."""
+    out right. ``zero``: a runtime +0 shaped ``[1] * rank`` (:func:`_wide_zero`), if the caller has one."""
     m = a["bit_width"] - 9
     s = _pow2_floor(g, amax, 2.0 ** (1 - m))
     if zero is None:
@@ -184,7 +193,7 @@ def _bfp_quant(g: Body, xr: str, amax: str, smax: str | None, a: dict[str, Any],
         # The largest rounded code of a block is R(max(x)/s) (R is monotone); if it reaches 2^m
         # the block's exponent goes up once. The clamp of that kernel can never bind afterwards.
         top = _round(g, g.op("Div", smax, s), rm, True, zero)
-        s = g.op("Where", g.op("GreaterOrEqual", top, g.const(2.0**m)), g.op("Mul", s, g.const(2.0)), s)
+        s = g.op("Where", g.op("GreaterOrEqual", top, g.wide(2.0**m)), g.op("Mul", s, g.wide(2.0)), s)
         q = _round(g, g.op("Div", xr, s), rm, True, zero)
     else:
         qmax = float(2**m - 1)
@@ -196,8 +205,8 @@ def _bfp_quant(g: Body, xr: str, amax: str, smax: str | None, a: dict[str, Any],
 def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
     """to_bfp on any ``xr`` (rows, bs, post): block maxima without Inf/NaN, which pass through."""
     special = _nonfinite(g, xr)
-    xz = g.op("Where", special, g.const(0.0), xr)
-    amax = g.op("Max", g.reduce("ReduceMax", g.op("Abs", xz), [1]), g.const(2.0**-127))
+    xz = g.op("Where", special, g.wide(0.0), xr)
+    amax = g.op("Max", g.reduce("ReduceMax", g.op("Abs", xz), [1]), g.wide(2.0**-127))
     smax = g.reduce("ReduceMax", xz, [1]) if a["use_compiler_version_cpu_kernel"] else None
     y = _bfp_quant(g, xr, amax, smax, a)
     # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
@@ -234,20 +243,20 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -
     """
     m = a["bit_width"] - 9
     dmax = (1 << a["sub_block_shift_bits"]) - 1
-    poison = g.op("Div", g.const(0.0), g.op("Add", bsum, g.const(1.0)))
-    ps = g.op("Add", _pow2_floor(g, g.op("Max", bmax, g.const(2.0**-127))), poison)
+    poison = g.op("Div", g.wide(0.0), g.op("Add", bsum, g.wide(1.0)))
+    ps = g.op("Add", _pow2_floor(g, g.op("Max", bmax, g.wide(2.0**-127))), poison)
     if _prime_chain(a):
         # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
-        s = g.op("Mul", ps, g.const(2.0 ** (-dmax + 1 - m)))
+        s = g.op("Mul", ps, g.wide(2.0 ** (-dmax + 1 - m)))
         for i in range(dmax):
-            bound = ps if i == 0 else g.op("Mul", ps, g.const(2.0**-i))
+            bound = ps if i == 0 else g.op("Mul", ps, g.wide(2.0**-i))
             hit = g.op("Cast", g.op("GreaterOrEqual", sbmax, bound), to=_F)
-            s = g.op("Mul", s, g.op("Add", hit, g.const(1.0)))
+            s = g.op("Mul", s, g.op("Add", hit, g.wide(1.0)))
         return s
-    pj = _pow2_floor(g, g.op("Max", sbmax, g.const(2.0**-127)))
-    base = g.op("Max", pj, g.op("Mul", ps, g.const(2.0**-dmax)))
+    pj = _pow2_floor(g, g.op("Max", sbmax, g.wide(2.0**-127)))
+    base = g.op("Max", pj, g.op("Mul", ps, g.wide(2.0**-dmax)))
     # Max need not propagate NaN: a poisoned block's scales are made NaN after it.
-    return g.op("Add", g.op("Mul", base, g.const(2.0 ** (1 - m))), g.op("Sub", ps, ps))
+    return g.op("Add", g.op("Mul", base, g.wide(2.0 ** (1 - m))), g.op("Sub", ps, ps))
 
 
 def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any], flat: bool = False) -> str:
@@ -264,13 +273,13 @@ def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any],
     """
     qmax = float(2 ** (a["bit_width"] - 9) - 1)
     if flat:
-        v = g.op("Div", g.op("Mul", x, g.op("Cast", g.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)), s)
+        v = g.op("Div", g.op("Mul", x, g.op("Cast", g.op("GreaterOrEqual", az, g.wide(2.0**-126)), to=_F)), s)
         return g.op("Mul", _round(g, g.op("Clip", v, g.const(-qmax), g.const(qmax)), a["rounding_mode"], False, ""), s)
-    low = g.op("Where", g.op("Less", bmax, g.const(_prime_threshold(a))), bmax, g.const(0.0))
+    low = g.op("Where", g.op("Less", bmax, g.wide(_prime_threshold(a))), bmax, g.wide(0.0))
     tiny = g.op("Greater", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0))  # False when empty (-inf)
     plain, flush = g.branch(), g.branch()
     v_plain = plain.op("Div", x, s)
-    normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.const(2.0**-126)), to=_F)
+    normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.wide(2.0**-126)), to=_F)
     v_flush = flush.op("Div", flush.op("Mul", x, normal), s)  # x·0 keeps the sign of x
     v = g.op("If", tiny, then_branch=flush.graph(v_flush, g.fresh("flush")), else_branch=plain.graph(v_plain, g.fresh("plain")))
     v = g.op("Clip", v, g.const(-qmax), g.const(qmax))
@@ -316,8 +325,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         return _ranked_variant(a, shape)
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
-    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l).
-    last = "l" if a["axis"] == len(list(shape)) - 1 else ""
+    # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l),
+    # and so does an axis whose later dims are all 1 (see :func:`_ones_after`).
+    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and _ones_after(shape, a["axis"])) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
@@ -336,6 +346,17 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+def _ones_after(shape: Any, axis: int) -> bool:
+    """Whether ``axis`` has later dims and every one is known to be 1 (``[T, C, 1]``, an SE
+    block's ``[N, C, 1, 1]``): the blocks then lie along the axis in memory as for a last axis,
+    and the ``(rows, bs, 1)`` view would leave every broadcast and reduction with runs of a few
+    elements, which onnxruntime loops over one at a time, and every block-maxima tensor with a
+    trailing 1 (MX9 on a ``[21000, 32, 1]`` activation: a per-block ``Div`` and ``Mul`` of
+    17 ms each on spans of 2); :func:`_view_last` transposes the blocks instead."""
+    dims = list(shape)[axis % len(list(shape)) + 1:]
+    return bool(dims) and all(known_dim(d) == 1 for d in dims)
 
 
 def _to_bfp_flat(shape: Any) -> bool:
@@ -384,10 +405,12 @@ def _view(g: Body, xf: str, a: dict[str, Any], view: str | None) -> tuple[str, s
             return (*_view_last(g, xf, bs, None), a)
         return (*view_ranked(g, xf, axis, bs, int(post) if post else None), a)
     if a["axis"] == -1 or spec.endswith("l"):
+        # the axis's own length: the last dim, or the axis itself when the dims after it are 1s
+        axis = a["axis"]
         if spec.startswith("c"):
             a = dict(a, block_size=int(spec[1:].rstrip("l")))
-            return (*_view_last(g, xf, a["block_size"], 0), a)
-        return (*_view_last(g, xf, bs, int(spec[1:].rstrip("l")) if spec else None), a)
+            return (*_view_last(g, xf, a["block_size"], 0, axis), a)
+        return (*_view_last(g, xf, bs, int(spec[1:].rstrip("l")) if spec else None, axis), a)
     if not spec:
         return (*view_generic(g, xf, a["axis"], bs), a)
     if spec.startswith("c"):
@@ -409,9 +432,15 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     spec = spec.rstrip("f")
     halve = spec.endswith("h")  # block maxima by halves (see :func:`_halves`)
     spec = spec.rstrip("h")
+    # Every view tensor and block-maxima tensor of the formulas has this rank, so their
+    # elementwise constants are shaped [1] * rank (:meth:`onnxptq.onnx_ops.body.Body.wide`):
+    # onnxruntime broadcasts a tensor whose last dim is 1 against a rank-0 operand one element
+    # at a time (a (84000, 8, 1) view times a scalar: 17 ms, bench/bfp_body_profile.py).
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
+        g.root.rank = rank + 1  # (lead..., n/k, k, trail...)
         return _prime_static(g, xf, a, n, rank, halve, flat)
+    g.root.rank = 3 if a["bfp_method"] == "to_bfp" else 4  # (rows, bs, post) or (rows, nsb, k, post)
     xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
     if a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"]:
@@ -421,10 +450,10 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         return restore(_bfp_split(g, xr, a, total, halves))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
-        zero = g.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
+        zero = _wide_zero(g, total)
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
         smax = g.reduce("ReduceMax", xr, [1])
-        amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.const(2.0**-127))
+        amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.wide(2.0**-127))
         quant_y = _bfp_quant(quant, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
         exact_y = _bfp_exact(exact, xr, a)
         yr = g.op("If", finite, then_branch=quant.graph(quant_y, g.fresh("quant")),
@@ -474,8 +503,9 @@ def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | Non
         low = g.reduce("ReduceMin", m, [1])
     else:
         low = max_by_halves(g, m, *halves, lambda b, t: b.reduce("ReduceMin", t, [1]), merge="Min")
-    amax = g.op("Max", g.op("Neg", low), g.const(2.0**-127))
-    r = g.op("ReduceMin", low, keepdims=0)  # finite (masked maxima); an empty tensor's +inf makes NaN, read by no element
+    amax = g.op("Max", g.op("Neg", low), g.wide(2.0**-127))
+    # keepdims: a [1, 1, 1] +0, not a scalar (see :func:`_wide_zero`)
+    r = g.op("ReduceMin", low, keepdims=1)  # finite (masked maxima); an empty tensor's +inf makes NaN, read by no element
     zero = g.op("Sub", r, r)
     m_bits = a["bit_width"] - 9
     s = _pow2_floor(g, amax, 2.0 ** (1 - m_bits))
@@ -507,16 +537,16 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
     def int_max(b: Body, t: str, floor: bool = False) -> str:
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
         hi, lo = b.reduce("ReduceMax", t, [1]), b.op("Neg", b.reduce("ReduceMin", t, [1]))
-        return b.op("Max", hi, lo, *([b.const(2.0**-127)] if floor else []))
+        return b.op("Max", hi, lo, *([b.wide(2.0**-127)] if floor else []))
 
     if halves is None:  # one Max with the floor (the body as it was before the halves)
         amax_plain = int_max(plain, xr, floor=True)
     else:
-        amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.const(2.0**-127))
-    zero_plain = plain.op("Sub", total, total)  # a runtime +0 scalar where the sum is finite
+        amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.wide(2.0**-127))
+    zero_plain = _wide_zero(plain, total)
     special = _nonfinite(masked, xr)
-    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.const(0.0), xr)), [1]),
-                            masked.const(2.0**-127))
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.wide(0.0), xr)), [1]),
+                            masked.wide(2.0**-127))
     zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
     amax, zero = g.fresh("amax"), g.fresh("zero")
     f = TensorProto.FLOAT

@@ -429,16 +429,18 @@ def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, st
     return xr, post, restore
 
 
-def view_last(g: Body, xf: str, bs: int, pad: int | None) -> tuple[str, str, Any]:
+def view_last(g: Body, xf: str, bs: int, pad: int | None, axis: int = -1) -> tuple[str, str, Any]:
     """(1, bs, blocks) view of ``xf`` for blocks along the last axis, by a Transpose.
 
     With the block axis last, the (rows, bs, 1) view leaves every broadcast and reduction with
     runs of ``bs`` elements, which onnxruntime loops over one by one (about 10x the cost per
     element of long runs, measured on 40×6625 logits); two transposes cost less. ``pad``: the
     zero-padding of the axis, or None to compute it. Shared by the BFP and MX functions; the
-    ``post`` it returns is None (the view is ``(1, bs, blocks)``).
+    ``post`` it returns is None (the view is ``(1, bs, blocks)``). ``axis``: the block axis, when
+    every dim after it is 1 (the same memory order as a last axis; its length is read from it).
     """
-    chan = g.shared("Shape", "x", start=-1)
+    chan = g.shared("Shape", "x", start=-1) if axis in (-1, None) else g.shared(
+        "Shape", "x", start=axis, **({} if axis == -1 else {"end": axis + 1}))
     if pad is None:
         cp = g.shared("Mul", g.shared("Div", g.shared("Add", chan, g.i64(bs - 1)), g.i64(bs)), g.i64(bs))
         pads = g.shared("Concat", g.i64(0, 0, 0), g.shared("Sub", cp, chan), axis=0)
