@@ -122,6 +122,22 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     return tensor.numpy()
 
 
+def reduce_axes(node: ir.Node) -> list[int] | None:
+    """The ``axes`` of a Reduce* node: the attribute before opset 18, the constant second input from
+    18 (an initializer, or a ``Constant`` node not lifted yet when a pass runs on its own); None when
+    they are not known constants or absent (then every axis is reduced)."""
+    if "axes" in node.attributes:
+        return [int(a) for a in node.attributes["axes"].as_ints()]
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        axes = node.inputs[1]
+        arr = constant_array(axes)
+        source = axes.producer()
+        if arr is None and source is not None and source.op_type == "Constant" and "value" in source.attributes:
+            arr = source.attributes["value"].as_tensor().numpy()
+        return None if arr is None else [int(a) for a in arr.reshape(-1)]
+    return None
+
+
 def has_subgraph(node: ir.Node) -> bool:
     """True when ``node`` carries a graph attribute (If/Loop/Scan bodies)."""
     return any(

@@ -17,6 +17,7 @@ from onnxptq.graph.passes._common import (
     constant_array,
     make_initializer,
     onnx_nodes,
+    reduce_axes,
     replace_output,
     rewrite_result,
     scalar_value,
@@ -58,12 +59,7 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
 
     @staticmethod
     def _last_axis(node: ir.Node) -> bool:
-        axes = None
-        if "axes" in node.attributes:
-            axes = list(node.attributes["axes"].as_ints())
-        elif len(node.inputs) > 1 and node.inputs[1] is not None:
-            arr = constant_array(node.inputs[1])
-            axes = None if arr is None else [int(a) for a in arr.reshape(-1)]
+        axes = reduce_axes(node)
         keep = node.attributes["keepdims"].as_int() if "keepdims" in node.attributes else 1
         if axes != [-1] or keep != 1:
             return False

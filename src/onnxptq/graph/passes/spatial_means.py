@@ -33,7 +33,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from onnxptq.graph.opsets import is_onnx_domain
-from onnxptq.graph.passes._common import collect_names, constant_array, onnx_nodes, replace_output, rewrite_result, unique_name
+from onnxptq.graph.passes._common import collect_names, constant_array, onnx_nodes, reduce_axes, replace_output, rewrite_result, unique_name
 
 __all__ = ["SpatialMeanToGlobalPoolPass", "channels_first", "spatial_mean_keepdims"]
 
@@ -54,28 +54,13 @@ LAYOUT_KEEPING = frozenset(
 _MAX_STEPS = 256
 
 
-def _reduce_axes(node: ir.Node) -> list[int] | None:
-    """The ``axes`` of a ReduceMean (attribute before opset 18, constant input from 18), or None
-    when they are not known constants (or absent: then every axis is reduced)."""
-    if "axes" in node.attributes:
-        return [int(a) for a in node.attributes["axes"].as_ints()]
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        axes = node.inputs[1]
-        arr = constant_array(axes)
-        source = axes.producer()
-        if arr is None and source is not None and source.op_type == "Constant" and "value" in source.attributes:
-            arr = source.attributes["value"].as_tensor().numpy()  # not lifted yet (the pass run on its own)
-        return None if arr is None else [int(a) for a in arr.reshape(-1)]
-    return None
-
-
 def spatial_mean_keepdims(node: ir.Node) -> int | None:
     """``node``'s ``keepdims`` (0 or 1) when it is a ReduceMean over exactly the axes ``2 … rank-1``
     of a rank-3/4/5 tensor of known rank, else None."""
     if node.op_type != "ReduceMean" or not is_onnx_domain(node.domain) or not node.inputs or node.inputs[0] is None:
         return None
     shape = node.inputs[0].shape
-    axes = _reduce_axes(node)
+    axes = reduce_axes(node)
     if shape is None or axes is None or not 3 <= len(shape) <= 5:
         return None
     rank = len(shape)
