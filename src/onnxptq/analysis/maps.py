@@ -351,9 +351,10 @@ def regions(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, parent.reshape(mask.shape), -1)
 
 
-def _region_counts(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
+def region_counts(a: np.ndarray, b: np.ndarray, *, min_region: int = MIN_REGION,
+                  iou: float = REGION_IOU) -> tuple[int, int, int]:
     """``(float regions, lost, spurious)`` of the masks ``a`` (float) and ``b`` (quantized): regions of
-    at least :data:`MIN_REGION` cells, matched at IoU ≥ :data:`REGION_IOU`."""
+    at least ``min_region`` cells, matched at IoU ≥ ``iou`` (0: any shared cell matches)."""
     la, lb = regions(a).reshape(-1), regions(b).reshape(-1)
     size_a = np.bincount(la[la >= 0], minlength=la.size)
     size_b = np.bincount(lb[lb >= 0], minlength=lb.size)
@@ -361,8 +362,8 @@ def _region_counts(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
     pair = la[both] * np.int64(lb.size) + lb[both]
     keys, overlap = np.unique(pair, return_counts=True)
     ka, kb = keys // lb.size, keys % lb.size
-    matched = overlap / (size_a[ka] + size_b[kb] - overlap) >= REGION_IOU
-    big_a, big_b = np.flatnonzero(size_a >= MIN_REGION), np.flatnonzero(size_b >= MIN_REGION)
+    matched = overlap / (size_a[ka] + size_b[kb] - overlap) >= iou
+    big_a, big_b = np.flatnonzero(size_a >= min_region), np.flatnonzero(size_b >= min_region)
     hit_a, hit_b = np.unique(ka[matched]), np.unique(kb[matched])
     return big_a.size, int(np.setdiff1d(big_a, hit_a).size), int(np.setdiff1d(big_b, hit_b).size)
 
@@ -395,7 +396,7 @@ class RegionAgreement:
         if hi - lo >= MIN_SPAN:
             levels += [lo + q * (hi - lo) for q in LEVELS]
         for t in levels:
-            n, lost, spurious = _region_counts(r > t, g > t)
+            n, lost, spurious = region_counts(r > t, g > t)
             self.regions, self.lost, self.spurious = self.regions + n, self.lost + lost, self.spurious + spurious
         self.feeds += 1
 

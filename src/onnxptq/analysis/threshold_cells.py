@@ -55,7 +55,7 @@ from typing import Mapping
 import numpy as np
 
 from .confidence_gates import gate_mask
-from .maps import regions
+from .maps import region_counts
 from .score_rows import Rows
 
 __all__ = ["THRESHOLDS", "ThresholdCells", "confident_only", "thresholded_maps"]
@@ -94,15 +94,8 @@ def _objects(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
     connected cells of one channel (``maps.regions``: face neighbours, never across the batch), any size;
     a float object is kept where a quantized one shares a cell with it, a quantized one is invented
     where it shares none with float's."""
-    found = lost = invented = 0
-    for c in range(a.shape[1]):
-        la, lb = regions(a[:, c]).reshape(-1), regions(b[:, c]).reshape(-1)
-        both = (la >= 0) & (lb >= 0)
-        ours, theirs = np.unique(la[la >= 0]), np.unique(lb[lb >= 0])
-        found += ours.size
-        lost += int(np.setdiff1d(ours, la[both]).size)
-        invented += int(np.setdiff1d(theirs, lb[both]).size)
-    return found, lost, invented
+    counts = [region_counts(a[:, c], b[:, c], min_region=1, iou=0.0) for c in range(a.shape[1])]
+    return tuple(int(sum(column)) for column in zip(*counts)) if counts else (0, 0, 0)
 
 
 @dataclass
