@@ -20,6 +20,10 @@ class UsageError(OnnxptqError, ValueError):
     """An option or argument with a value that can never work (``--calib-size 0``, a bad regex)."""
 
 
+class ConfigError(UsageError):
+    """A configuration value is invalid; the message names the field and the valid choices."""
+
+
 class UnknownNameError(UsageError):
     """A node, tensor or op type named in the configuration does not exist in the model."""
 

@@ -94,6 +94,7 @@ from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
+from .declared_readings import DeclaredReading, picture_bounds
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .selection import match_rows, selected_outputs
@@ -529,7 +530,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             row_gates: Mapping[str, str] | None = None,
             agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
             confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None,
-            spatial_gates: Mapping[str, str] | None = None) -> Verdict:
+            spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -569,7 +570,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``spatial_gates``: value maps read only at the cells a sibling sigmoid heat map passes 0.5
     (``spatial_gates.spatially_gated_outputs``: output → heat map output), judged by their cosine on
     those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass; the
-    heat maps that gate them are judged by the objects kept at thresholds (:func:`_judge_threshold_cells`)."""
+    heat maps that gate them are judged by the objects kept at thresholds (:func:`_judge_threshold_cells`).
+    ``declared``: outputs whose reading their user declared (``QuantConfig.floor_output_reading``:
+    analysis/declared_readings.py), judged by it in place of every reading above (:func:`_judge_declared`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -585,6 +588,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
+        if declared and name in declared:
+            verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor)
+            continue
         if name in selection:
             axis, tops = selection[name]
             lead = judge_selected(name, axis, tops, reference, candidate)
@@ -805,6 +811,41 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     return verdict
+
+
+def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
+                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> OutputCheck:
+    """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
+    pooled and lowest cosine against the cosine floor, and a declared picture's 8-bit values against
+    the top-1 floor; feeds where float is not finite are skipped, a shape that moved breaks."""
+    cosines: list[float] = []
+    sums: list[tuple[float, float, float]] = []
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    reshaped = 0
+    for ref, got in zip(reference, candidate):
+        r, g = np.asarray(ref[name]), np.asarray(got[name])
+        if not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
+            continue
+        if r.shape != g.shape:
+            reshaped += 1
+            continue
+        _add_cosine(r, g, cosines, sums)
+        pairs.append((r, g))
+    arr = np.asarray(cosines)
+    finite = bool(arr.size) and bool(np.isfinite(arr).all())
+    pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
+    check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), note=f"(judged by {reading.describe()})")
+    check.ok = bool(arr.size) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
+    if reading.kind == "picture" and pairs:
+        picture = PictureAgreement(*picture_bounds(name, reading, [r for r, _ in pairs]))
+        for r, g in pairs:
+            picture.add(r, g)
+        check.picture = picture.judge()
+        if check.picture is not None and check.picture.share < floor.top1:
+            check.ok = False
+    if reshaped:
+        check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}"
+    return check
 
 
 def _reshaped_note(count: int, samples: int) -> str:

@@ -51,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
     p.add_argument("--floor-cosine", type=float, default=None, metavar="C",
                    help="output-cosine floor in place of the format family's default")
+    p.add_argument("--floor-reading", action="append", default=[], metavar="OUTPUT=KIND",
+                   help="how the floor reads OUTPUT, in place of what it finds by structure: values (or embedding: its "
+                        "cosine only, never an arg-max), picture or picture:LOW,HIGH (its 8-bit values, any shape: a "
+                        "grey picture); repeatable (docs/accuracy.md)")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "
@@ -86,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(strict=True)
     if args.floor_cosine is not None:
         config = config.replace(floor_cosine=args.floor_cosine)
+    if args.floor_reading:
+        config = config.replace(floor_output_reading=_floor_readings(args.floor_reading))
     if args.smooth_quant is not None:
         config = config.replace(smooth_quant=args.smooth_quant)
     if args.smooth_alpha is not None:
@@ -104,3 +110,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {result.output_path}")
     logging.getLogger(__name__).debug("timings %s", result.timings)
     return 0
+
+
+def _floor_readings(items: list[str]) -> dict[str, str]:
+    """``--floor-reading OUTPUT=KIND`` items as ``QuantConfig.floor_output_reading`` (the kinds are
+    checked by the configuration, which names the option)."""
+    from ..errors import UsageError
+
+    readings: dict[str, str] = {}
+    for item in items:
+        name, sep, kind = item.rpartition("=")
+        if not sep or not name or not kind:
+            raise UsageError(f"--floor-reading {item!r}: write OUTPUT=KIND, e.g. embedding=values or mask=picture")
+        readings[name] = kind
+    return readings

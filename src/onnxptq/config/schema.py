@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..formats.base import ALL_FORMATS, INTEGER_FORMATS, MX_ELEMENT_DTYPES
+from .floor_readings import parse_reading
 
 ScaleKind = Literal["float", "pow2", "int16"]
 Runtime = Literal["cpu", "npu"]
@@ -37,11 +38,7 @@ BFP_DEFAULTS: dict[str, Any] = {
 #: Attributes of the ``mx`` format and their defaults.
 MX_DEFAULTS: dict[str, Any] = {"element_dtype": "int8", "axis": 1, "block_size": 32, "rounding_mode": 0, "scale_search": 0}
 
-from onnxptq.errors import UsageError
-
-
-class ConfigError(UsageError):
-    """A configuration value is invalid; the message names the field and the valid choices."""
+from onnxptq.errors import ConfigError, UsageError  # noqa: F401  (ConfigError: its home was here; kept importable)
 
 
 def suggest(name: str, valid: Any) -> str:
@@ -517,6 +514,11 @@ class QuantConfig:
     #: family's top-1 floor beside the floor's own judgement of the output (analysis/user_agreement.py,
     #: docs/accuracy.md "Outputs read through a mapping the graph does not hold"); repair answers it too
     floor_output_agreement: dict[str, Any] = field(default_factory=dict)
+    #: outputs whose reading the user declares in place of the one the floor finds by structure:
+    #: {graph output name: "values" (or "embedding": its cosine only, never an arg-max: an embedding a
+    #: linear layer writes looks like a class head) | "picture" | "picture:LOW,HIGH" (its 8-bit values,
+    #: any shape: a grey picture)} (analysis/declared_readings.py, docs/accuracy.md "Declaring an output's reading")
+    floor_output_reading: dict[str, str] = field(default_factory=dict)
     #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
     #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made
     #: 16-bit), a sub-byte block model's the next wider block format of its family (MX4 → MX6 → MX9,
@@ -600,6 +602,11 @@ class QuantConfig:
             if not isinstance(out, str) or not callable(fn):
                 raise ConfigError(f"floor_output_agreement[{out!r}] must map an output name to a function "
                                   f"f(float_output, quantized_output) -> agreement in [0, 1], not {fn!r}")
+        if not isinstance(self.floor_output_reading, dict):
+            raise ConfigError(f"floor_output_reading must be a dict {{output name: 'values' | 'embedding' | 'picture' | "
+                              f"'picture:LOW,HIGH'}}, not {type(self.floor_output_reading).__name__}")
+        for out, reading in self.floor_output_reading.items():
+            parse_reading(out, reading)
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
             raise ConfigError(f"repair_budget must be a number >= 0 (times the plain quantization's time), not {self.repair_budget!r}")
         if not isinstance(self.repair_step_up, bool):

@@ -110,11 +110,15 @@ class Calibrated:
         """How the accuracy floor reads the prepared model's outputs (:func:`onnxptq.analysis.floor.readings_of`:
         class scores, log domains, fields, selections, the graph's inner decisions), walked once:
         the held-out capture, every ``complete()`` and every repair candidate judge by the same."""
+        from ..analysis.declared_readings import declared_readings
         from ..analysis.floor import readings_of
 
         readings = readings_of(self.prepared)
         # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
         readings["agreements"] = dict(self.config.floor_output_agreement) if self.config is not None else {}
+        # Outputs whose reading the user declared in place of the structural one (analysis/declared_readings.py).
+        readings["declared"] = declared_readings(self.config.floor_output_reading if self.config is not None else {},
+                                                 [o.name for o in self.prepared.graph.output])
         return readings
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:

