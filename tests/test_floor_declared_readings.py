@@ -136,3 +136,45 @@ def test_quantize_and_the_command_line_take_the_declared_reading(tmp_path):
     assert cli_main(["quantize", str(src), "-o", str(out), "--preset", "BF16", "--data", str(tmp_path / "data.npz"),
                      "--no-progress", "--no-repair", "--floor-reading", "y=picture"]) == 0
     assert out.exists()
+
+
+def _logit_maps(feeds: int, seed: int = 0) -> list[np.ndarray]:
+    """Heat-map logits as a CenterNet exports them (no sigmoid in the graph): a background far below
+    zero (−3e4, as lore_detect's) and a few peaks of a few cells around +2."""
+    rng = np.random.default_rng(seed)
+    maps = []
+    for _ in range(feeds):
+        m = np.full((1, 1, 48, 48), -3.0e4, np.float32) + rng.normal(0, 50.0, (1, 1, 48, 48)).astype(np.float32)
+        for _ in range(12):
+            y, x = rng.integers(2, 46, 2)
+            m[0, 0, y - 1: y + 2, x - 1: x + 2] = rng.uniform(0.5, 3.0, (3, 3))
+        maps.append(m)
+    return maps
+
+
+def test_logits_whose_peaks_a_coarse_step_erased_break_where_their_cosine_holds():
+    refs = _logit_maps(4)
+    step = 0.73 * 8  # a per-tensor step fit to the background's ±3e4: the peaks' logits round to a few levels
+    gots = [(np.round(r / step) * step).astype(np.float32) for r in refs]
+    reference, candidate = [{"hm": r} for r in refs], [{"hm": g} for g in gots]
+    plain = measure(reference, candidate, SIXTEEN)
+    assert plain.ok and plain.outputs["hm"].cosine > 0.9999  # the background carries the cosine
+    declared = {"hm": parse_reading("hm", "logits")}
+    told = measure(reference, candidate, SIXTEEN, declared=declared)
+    check = told.outputs["hm"]
+    assert not told.ok and check.thresholded is not None and check.thresholded[1] < SIXTEEN.top1
+    assert "declared logits" in check.describe()
+    # logits moved by a little keep their peaks
+    near = [{"hm": (r + np.float32(0.01)).astype(np.float32)} for r in refs]
+    assert measure(reference, near, SIXTEEN, declared=declared).ok
+
+
+def test_row_logits_are_judged_by_the_decisions_their_sigmoid_keeps():
+    rng = np.random.default_rng(3)
+    refs = [rng.normal(-2.0, 2.5, (16, 20)).astype(np.float32) for _ in range(4)]  # a multi-label tagger's rows
+    flipped = [np.where(np.abs(r) < 0.6, -r, r).astype(np.float32) for r in refs]  # decisions near 0.5 flipped
+    reference, candidate = [{"t": r} for r in refs], [{"t": g} for g in flipped]
+    declared = {"t": parse_reading("t", "logits")}
+    told = measure(reference, candidate, SIXTEEN, declared=declared)
+    assert not told.ok and told.outputs["t"].top1 < SIXTEEN.top1
+    assert measure(reference, reference, SIXTEEN, declared=declared).ok

@@ -20,6 +20,12 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
 - ``"values"`` (or ``"embedding"``): the output's values by their cosine only, pooled over the
   held-out feeds and at each feed's lowest, against the family's cosine floor. No arg-max, score,
   curve, map, field or picture reading of it.
+- ``"logits"``: values its reader passes through a sigmoid and thresholds (a heat map exported
+  without its sigmoid: lineless_table_rec's LORE cell detector writes ``hm`` with a background near
+  −3·10⁴ and the cells' peaks near 0, so its cosine is the background's; A8W8 stepped to 16-bit
+  activations held a cosine of 0.998 while the cell centres kept an F1 of 0.70): the sigmoid's
+  decisions at thresholds 0.2–0.8, a map by the objects they keep (analysis/threshold_cells.py),
+  lower ranks by the share of float's decisions kept.
 - ``"picture"`` or ``"picture:LOW,HIGH"``: saved as an 8-bit picture of ``[LOW, HIGH]`` (default: the
   first of :data:`~onnxptq.analysis.pictures.RANGES` that holds float's values), judged as
   analysis/pictures.py judges colour pictures (share within 3 levels against the top-1 floor), beside

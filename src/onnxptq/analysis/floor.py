@@ -102,7 +102,7 @@ from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
-from .threshold_cells import ThresholdCells, confident_only, thresholded_maps
+from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -589,7 +589,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     for name in names:
         if declared and name in declared:
-            verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor)
+            verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
             continue
         if name in selection:
             axis, tops = selection[name]
@@ -814,10 +814,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
 
 
 def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
-                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> OutputCheck:
+                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, seen: _Seen | None = None) -> OutputCheck:
     """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
-    pooled and lowest cosine against the cosine floor, and a declared picture's 8-bit values against
-    the top-1 floor; feeds where float is not finite are skipped, a shape that moved breaks."""
+    pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
+    the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
+    feeds where float is not finite are skipped, a shape that moved breaks."""
     cosines: list[float] = []
     sums: list[tuple[float, float, float]] = []
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -831,6 +832,8 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
             continue
         _add_cosine(r, g, cosines, sums)
         pairs.append((r, g))
+    if reading.kind == "logits" and pairs:
+        return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
     arr = np.asarray(cosines)
     finite = bool(arr.size) and bool(np.isfinite(arr).all())
     pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
@@ -846,6 +849,60 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     if reshaped:
         check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}"
     return check
+
+
+def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+                           seen: _Seen | None, floor: Floor, reshaped: int, samples: int) -> OutputCheck:
+    """Declared logits (a heat map or multi-label scores exported without the sigmoid its reader
+    applies): their sigmoid judged as the reader decides. A map ``[N, C, ...]`` by the objects its
+    thresholds keep (:class:`~onnxptq.analysis.threshold_cells.ThresholdCells`, as a heat map that
+    gates a sibling is), on the calibration feeds ``seen`` too where the held-out ones hold too few;
+    lower ranks by the share of float's decisions at those thresholds kept, over the elements either
+    side scores at least the lowest (a multi-label tagger's rows), against the top-1 floor."""
+    probs = [(_sigmoid(r), _sigmoid(g)) for r, g in pairs]
+    heat = ThresholdCells()
+    for r, g in probs:
+        heat.add(r, g)
+    if heat.valid and heat.feeds:
+        more = None
+        if seen is not None:
+            more = ([{name: _sigmoid(np.asarray(f[name]))} for f in seen[0] if name in f],
+                    [{name: _sigmoid(np.asarray(f[name]))} for f in seen[1] if name in f])
+        check = _judge_threshold_cells(name, heat, more, floor, reshaped, samples)
+        check.note = f"(judged by {reading.describe()}) {check.note}"
+        return check
+    flips = decisions = 0
+    cosines: list[float] = []
+    sums: list[tuple[float, float, float]] = []
+    for r, g in probs:
+        _add_cosine(r, g, cosines, sums)
+        if not np.isfinite(g).all():
+            flips, decisions = flips + r.size, decisions + r.size
+            continue
+        for t in THRESHOLDS:
+            either = (r >= t) | (g >= t)
+            decisions += int(either.sum())
+            flips += int(((r >= t) != (g >= t)).sum())
+    arr = np.asarray(cosines)
+    pooled = _cosine_of_sums(*_added(sums)) if sums and bool(np.isfinite(arr).all()) else float("nan")
+    check = OutputCheck(name, pooled, float(np.min(arr)) if arr.size else float("nan"),
+                        note=f"(judged by {reading.describe()}, cosine of its sigmoid)")
+    check.ok = not reshaped and math.isfinite(pooled) and pooled >= floor.cosine
+    if decisions:
+        check.top1, check.rows = 1.0 - flips / decisions, decisions // len(THRESHOLDS)
+        check.top1_unjudged = not _enough(check.rows, floor)
+        check.needed = floor.needed if check.top1_unjudged else 0
+        if not check.top1_unjudged and check.top1 < floor.top1:
+            check.ok = False
+    if reshaped:
+        check.note = f"{check.note} {_reshaped_note(reshaped, samples)}"
+    return check
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function in float64 without overflow warnings (a logit of −3e4 is 0)."""
+    x = np.asarray(x, np.float64)
+    return np.exp(-np.logaddexp(0.0, -x))
 
 
 def _reshaped_note(count: int, samples: int) -> str:

@@ -15,7 +15,7 @@ from ..errors import ConfigError
 __all__ = ["KINDS", "DeclaredReading", "parse_reading"]
 
 #: the readings a user may declare, and what each spelling means
-KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture"}
+KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class DeclaredReading:
     def describe(self) -> str:
         if self.kind == "values":
             return "its values' cosine, as its user declared (floor_output_reading)"
+        if self.kind == "logits":
+            return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
         return f"as an 8-bit picture{span}, as its user declared (floor_output_reading)"
 
@@ -38,7 +40,7 @@ class DeclaredReading:
 def parse_reading(output: str, text: object) -> DeclaredReading:
     """``text`` (``"values"``, ``"embedding"``, ``"picture"`` or ``"picture:LOW,HIGH"``) as a reading of
     ``output``; raises :class:`ConfigError` naming the output and the spellings it accepts."""
-    accepted = "'values', 'embedding', 'picture' or 'picture:LOW,HIGH'"
+    accepted = "'values', 'embedding', 'logits', 'picture' or 'picture:LOW,HIGH'"
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):
