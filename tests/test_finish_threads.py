@@ -83,3 +83,31 @@ def test_verification_on_one_thread_delivers_what_the_default_pool_delivers(monk
     for feed, got in zip(feeds, ours):
         for a, b in zip(got, default.run(names, feed)):
             np.testing.assert_array_equal(a, b)
+
+
+def test_streaming_evaluation_runs_two_at_a_time_with_the_figures_of_runs_one_at_a_time(tmp_path, monkeypatch):
+    """Where nothing is held out (the streaming path) the figures come from finish's session too:
+    its runs go two at a time through ``run_feeds`` (a pool of one of two runs' cores would leave
+    the rest idle one run at a time), and the figures are those of one run at a time."""
+    import onnxptq.pipeline.complete as complete_mod
+    from onnxptq.graph import external
+    from test_quantize_streaming import _chain
+
+    path = _chain(tmp_path)
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.standard_normal((2, 256)).astype(np.float32)} for _ in range(4)]
+    monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
+    calls: list[int] = []
+    real = complete_mod.run_feeds
+
+    def spy(session, names, batch):
+        calls.append(len(batch))
+        return real(session, names, batch)
+
+    monkeypatch.setattr(complete_mod, "run_feeds", spy)
+    together = quantize(str(path), "MX9", feeds, output=tmp_path / "a" / "q.onnx", eval_samples=4).metrics
+    assert calls == [4]
+    monkeypatch.setattr(complete_mod, "run_feeds", lambda session, names, batch: [session.run(list(names), f) for f in batch])
+    alone = quantize(str(path), "MX9", feeds, output=tmp_path / "b" / "q.onnx", eval_samples=4).metrics
+    assert together == alone and together["y"]["cosine"] > 0.99
