@@ -3,8 +3,8 @@ run gets (issue 26 item 1): not a machine-sized pool per run.
 
 The saving is held by the session's options (a spy on the thread count, not a timing); its
 safety by the outputs: the delivered file, the floor's verdict and the figures of a quantization
-on PP-OCR cls are those the default pool gives, bit for bit, and the session's outputs on feeds
-it was not calibrated on equal a default session's.
+(a built conv chain) are those the default pool gives, bit for bit, and the session's outputs on
+PP-OCR cls equal a default session's.
 """
 
 from __future__ import annotations
@@ -56,25 +56,30 @@ def test_finish_session_runs_on_one_thread_a_run_on_two_cores(monkeypatch):
 
 
 def test_verification_on_one_thread_delivers_what_the_default_pool_delivers(monkeypatch, tmp_path):
-    """PP-OCR cls MXFP8_E4M3 (~50 block-function calls: the FP element bodies, the costliest to
-    run): quantized with finish's pool and with onnxruntime's default one (``run_threads`` 0),
-    the same file bytes, the same floor verdict and the same figures; and the session finish()
-    opened gives a default session's outputs on other feeds, bit for bit."""
-    from testkit.models import model_path
+    """A conv chain (MXFP8_E4M3, the FP element bodies), quantized with finish's pool and with
+    onnxruntime's default one (``run_threads`` 0): the same file bytes, floor verdict and figures."""
+    from test_quantize_cost import conv_chain
 
-    data = _feeds(4, seed=2)  # too few to hold any out: the floor judges these 4 feeds
+    rng = np.random.default_rng(2)
+    data = [{"x": rng.uniform(0, 1, (1, 4, 24, 24)).astype(np.float32)} for _ in range(4)]  # the floor judges these 4
     results = {}
     for label, threads in (("run", run_threads), ("default", lambda: 0)):
         monkeypatch.setattr(finish_mod, "run_threads", threads)
         out = tmp_path / f"{label}.onnx"
-        r = quantize(model_path("cls"), _cfg("MXFP8_E4M3").replace(repair=False), data, out, eval_samples=4)
+        r = quantize(conv_chain(3), _cfg("MXFP8_E4M3").replace(repair=False), data, out, eval_samples=4)
         results[label] = (out.read_bytes(), json.dumps(r.floor.to_json(), sort_keys=True, default=str), r.metrics)
     assert results["run"][0] == results["default"][0]
     assert results["run"][1] == results["default"][1]
     assert results["run"][2] == results["default"][2]
 
-    monkeypatch.setattr(finish_mod, "run_threads", run_threads)
-    model = r.model
+
+def test_finish_session_gives_a_default_sessions_outputs_on_pp_ocr_cls():
+    """PP-OCR cls MXFP8_E4M3 (~50 block-function calls; a block format quantizes without data):
+    finish()'s session, its runs two in flight as the verification's, gives a default session's
+    outputs bit for bit."""
+    from testkit.models import model_path
+
+    model = quantize(model_path("cls"), _cfg("MXFP8_E4M3"), None).model
     _, session = finish(model, "cls")
     default = open_session(model)
     names = [o.name for o in default.get_outputs()]
