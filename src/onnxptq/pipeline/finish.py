@@ -67,8 +67,8 @@ def finish(model: onnx.ModelProto, source: str):
             # model beside the session's build raised the ViT MX9's peak by ~38 MiB
             # (bench/RESULTS.md, "third round").
             # The cores shared by the verification's two runs in flight (sessions.run_threads): a
-            # pool per run as large as the machine cost PP-OCRv4 det MXFP8_E4M3's verification
-            # ~20 % more CPU for the same outputs, bit for bit.
+            # pool per run as large as the machine cost PP-OCRv4 det's verification 3-22 % more
+            # CPU (the more, the quieter the machine) for the same outputs, bit for bit.
             session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False,
                                    threads=run_threads())
             del data
