@@ -230,8 +230,8 @@ def run_threads() -> int:
     most on a block-format model's thousands of small inlined nodes. The verification runs of
     PP-OCRv4 det, 8 feeds two in flight on 2 cores: MXFP8_E4M3 6.1-6.5 CPU s with the default pool,
     4.8-5.3 with one thread a run; MX9 4.4 -> 3.8; BF16 3.3 -> 2.9 at load ~1.5, 3-15 % less at
-    load 3-5, the outputs the same bit for bit (bench/RESULTS.md, branch blockquant5). A pool of the cores a run has keeps a large
-    machine's wall time: each of the two runs still gets half of it."""
+    load 3-5, the outputs the same bit for bit (bench/RESULTS.md, branch blockquant5). A pool of
+    the cores a run has keeps a large machine's wall time: each of the two runs gets half of it."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
