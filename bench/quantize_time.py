@@ -351,10 +351,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keep", help="copy every output file to KEEP/<tree>/<model>_<format>.onnx "
                    "(<tree>: the --src folder's parent's name, or 'installed')")
     p.add_argument("--warmup", action="store_true",
-                   help="one untimed BF16 job per model and tree before its timed ones: a model's first job reads "
-                        "its files and the zoo's data cold, and without it that was always BF16's job of the first "
-                        "tree (bench/RESULTS.md, branch blockquant5: BF16 1.1 -> 1.0, 2.9 -> 2.7, 1.8 -> 1.6 CPU s "
-                        "between the trees where the verification it could move takes 0.03-0.1 s)")
+                   help="one untimed BF16 job per model and tree before its timed ones, so that no timed job is a "
+                        "model's first (its files and the zoo's data read cold); without it that was always BF16's "
+                        "job of the first tree (bench/RESULTS.md, branch blockquant5: the scatter between the trees "
+                        "stayed 15-35 %% a job at load 11-17 with it)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
