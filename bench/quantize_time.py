@@ -350,6 +350,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="time every onnxruntime session creation of each job (CPU s, and the largest one)")
     p.add_argument("--keep", help="copy every output file to KEEP/<tree>/<model>_<format>.onnx "
                    "(<tree>: the --src folder's parent's name, or 'installed')")
+    p.add_argument("--warmup", action="store_true",
+                   help="one untimed BF16 job per model and tree before its timed ones, so that no timed job is a "
+                        "model's first (its files and the zoo's data read cold); without it that was always BF16's "
+                        "job of the first tree (bench/RESULTS.md, branch blockquant5: the scatter between the trees "
+                        "stayed 15-35 %% a job at load 11-17 with it)")
     p.add_argument("--job", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
@@ -369,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str | None, list[dict[str, Any]]] = {s: [] for s in srcs}
     for model in models:
         jobs = [(s, f) for f in formats for s in srcs]  # round-robin the trees per format
+        for src in srcs if args.warmup else []:
+            spawn(model, "BF16", args.samples, workdir, src, repair=not args.no_repair, sessions=False, keep=None)
         if not args.no_ort and "A8W8" in formats:
             jobs.append((None, "ORT"))
         for src, fmt in jobs:

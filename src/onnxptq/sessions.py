@@ -44,7 +44,7 @@ from .graph.io import write_externalized
 log = logging.getLogger(__name__)
 
 __all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level",
-           "register", "run_feeds"]
+           "register", "run_feeds", "run_threads"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -218,6 +218,25 @@ def _without_model_bytes(session: Any, providers: Sequence[Any]) -> Any:
 
 #: Runs of one session :func:`run_feeds` keeps in flight at once.
 RUNS_IN_FLIGHT = 2
+
+
+def run_threads() -> int:
+    """Intra-op threads for a session whose runs go through :func:`run_feeds`: this process's
+    cores shared among the :data:`RUNS_IN_FLIGHT` runs (one on a 2-core machine, 8 on 16).
+
+    Why not onnxruntime's default pool (one thread per core): two runs in flight, each handing the
+    slices of every op to a pool as large as the machine, ask for twice the cores there are; each
+    parallel op then waits for its slowest slice and the pool's hand-offs cost CPU of their own,
+    most on a block-format model's thousands of small inlined nodes. The verification runs of
+    PP-OCRv4 det, 8 feeds two in flight on 2 cores: MXFP8_E4M3 6.1-6.5 CPU s with the default pool,
+    4.8-5.3 with one thread a run; MX9 4.4 -> 3.8; BF16 3.3 -> 2.9 at load ~1.5, 3-15 % less at
+    load 3-5, the outputs the same bit for bit (bench/RESULTS.md, branch blockquant5). A pool of
+    the cores a run has keeps a large machine's wall time: each of the two runs gets half of it."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // RUNS_IN_FLIGHT)
 
 
 def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from ..graph import io
-from ..sessions import open_session, serialized
+from ..sessions import open_session, run_threads, serialized
 
 
 def finish_saved(model: onnx.ModelProto, path: Path, source: str):
@@ -23,7 +23,8 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
     try:
-        session = open_session(path, log_severity=2, inline_functions_first=False, spinning=False)  # as finish()
+        session = open_session(path, log_severity=2, inline_functions_first=False, spinning=False,
+                               threads=run_threads())  # as finish()
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
@@ -65,7 +66,11 @@ def finish(model: onnx.ModelProto, source: str):
             # the GIL while it builds), but the checker takes 2-8 ms here and its copy of the
             # model beside the session's build raised the ViT MX9's peak by ~38 MiB
             # (bench/RESULTS.md, "third round").
-            session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False)
+            # The cores shared by the verification's two runs in flight (sessions.run_threads): a
+            # pool per run as large as the machine cost PP-OCRv4 det's verification 3-22 % more
+            # CPU (the more, the quieter the machine) for the same outputs, bit for bit.
+            session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False,
+                                   threads=run_threads())
             del data
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
