@@ -56,7 +56,7 @@ from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
     HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
-    trailing_size, view_generic, view_last, view_ranked, view_static,
+    ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -477,7 +477,8 @@ def make_function(
     :func:`build`): the body is built for them (no Pad/Slice when ``pad`` is 0, constant ones
     otherwise) and the name says so; without it ``axis`` and ``block_size`` come from the node's
     attributes and any shape is handled. ``last`` (with ``static``): the block axis is the last
-    one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
+    one, or every dim after it is a known 1 (:func:`onnxptq.onnx_ops.body.ones_after`), and the
+    tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
     :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
     ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
     suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
@@ -537,7 +538,8 @@ def make_function(
             x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
             restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
         elif last:
-            x4, post, restore = view_last(g, xf, bs, pad)
+            # the axis's own length: the last dim, or the axis itself when the dims after it are 1s
+            x4, post, restore = view_last(g, xf, bs, pad, axis)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
     # Every view tensor and block-maxima tensor has this rank: the constants of the elementwise ops
@@ -664,11 +666,19 @@ def build(
     # Blocks along the last axis of a large tensor (Gemm/MatMul inputs: axis 1 of (N, K)) are
     # transposed so reductions and broadcasts run over long spans (see view_last); on a small
     # tensor the four extra nodes would cost more than they save.
+    # So are blocks along a ragged axis longer than a block whose later dims are all known 1s
+    # (``[T, 40, 1]``: the same memory order as a last axis; see onnx_ops.body.ones_after), by
+    # the same size rule: its tiled or padded view reduces and broadcasts every per-block value
+    # over spans of one element and copies or gathers on top (0.50-0.68x the CPU per call,
+    # bench/mx_ones_after.py). An axis of whole blocks keeps its view: one block runs in x's own
+    # shape (``whole`` below), where the two Transposes cost more than the spans they save, and
+    # several measured 0.85-1.09x by element type, a gain too small to call.
     rank = None if shape is None else len(list(shape))
-    last = (static is not None and rank is not None and int(axis) % rank == rank - 1
+    ones = n is not None and n > int(block_size) and n % int(block_size) != 0 and ones_after(shape, int(axis))
+    last = (static is not None and rank is not None and (int(axis) % rank == rank - 1 or ones)
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     searched = int(scale_search) in ERROR_SEARCHES
-    k = tile_length(int(axis), int(block_size), shape, int(searched)) if static is not None else None
+    k = tile_length(int(axis), int(block_size), shape, int(searched)) if static is not None and not last else None
     # The whole (non-negative) axis one block, no scale search: the formulas in x's own shape.
     whole = (rank if static is not None and not last and n is not None and n == static[1] and static[2] == 0
              and not searched and rank >= 2 else None)
