@@ -88,7 +88,7 @@ from ..formats.bfp import normalize_attrs
 from .body import (
     HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
-    view_generic, view_last as _view_last, view_ranked, view_static,
+    ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
@@ -348,15 +348,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
 
 
-def _ones_after(shape: Any, axis: int) -> bool:
-    """Whether ``axis`` has later dims and every one is known to be 1 (``[T, C, 1]``, an SE
-    block's ``[N, C, 1, 1]``): the blocks then lie along the axis in memory as for a last axis,
-    and the ``(rows, bs, 1)`` view would leave every broadcast and reduction with runs of a few
-    elements, which onnxruntime loops over one at a time, and every block-maxima tensor with a
-    trailing 1 (MX9 on a ``[21000, 32, 1]`` activation: a per-block ``Div`` and ``Mul`` of
-    17 ms each on spans of 2); :func:`_view_last` transposes the blocks instead."""
-    dims = list(shape)[axis % len(list(shape)) + 1:]
-    return bool(dims) and all(known_dim(d) == 1 for d in dims)
+#: see :func:`onnxptq.onnx_ops.body.ones_after` (the MX bodies take the same view)
+_ones_after = ones_after
 
 
 def _to_bfp_flat(shape: Any) -> bool:

@@ -255,6 +255,18 @@ def known_dims(shape: Any) -> str:
     return "x".join("u" if known_dim(d) is None else str(known_dim(d)) for d in shape)
 
 
+def ones_after(shape: Any, axis: int) -> bool:
+    """Whether ``axis`` has later dims and every one is known to be 1 (``[T, C, 1]``, an SE
+    block's ``[N, C, 1, 1]``): the blocks then lie along the axis in memory as for a last axis,
+    and the ``(rows, bs, 1)`` view would leave every broadcast and reduction with runs of a few
+    elements, which onnxruntime loops over one at a time, and every block-maxima tensor with a
+    trailing 1 (MX9 on a ``[21000, 32, 1]`` activation: a per-block ``Div`` and ``Mul`` of
+    17 ms each on spans of 2); :func:`view_last` transposes the blocks instead, reading the
+    block axis's length from the axis itself. Shared by the BFP and MX bodies."""
+    dims = list(shape)[axis % len(list(shape)) + 1:]
+    return bool(dims) and all(known_dim(d) == 1 for d in dims)
+
+
 def known_size(shape: Any) -> int:
     """The product of the known dims of ``shape``; 0 if one is 0. A tensor of this shape holds 0
     elements or at least this many, whatever its unknown dims."""

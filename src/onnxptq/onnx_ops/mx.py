@@ -56,7 +56,7 @@ from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
     HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
-    trailing_size, view_generic, view_last, view_ranked, view_static,
+    ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,26 @@ def _block_scale(b: Body, amax: str, fmt: ElementFormat, unsaturated: bool = Fal
     above = b.op("Cast", b.op("CastLike", b.op("Mul", up, b.wide(2.0**fmt.emax)), "x"), to=TensorProto.FLOAT)
     room = b.op("Less", above, b.wide(np.inf))
     return b.op("Where", b.op("And", clips, room), up, scale)
+
+
+#: INT8 elements are multiples of ``2**-6`` of the block scale (formats/mx.py): the element unit.
+_INT8_UNIT = 2.0**-6
+
+
+def _int_unit(b: Body, t: str, fmt: ElementFormat, sign: float = 1.0) -> str:
+    """The INT8 element unit ``scale·2^-6`` straight from the block maxima ``t`` (``sign = 1``) or
+    from their negation, the block minima of ``-|x|`` (``sign = -1``), exactly as
+    ``_block_scale(|t|)·2^-6``, in two ops fewer than that chain.
+
+    Why: on PP-OCR-sized activations a body call costs onnxruntime ~2-3 µs per executed node
+    whatever the tensor's size (bench/RESULTS.md, branch mxview: an MXINT8 body on 8 elements
+    ~60 µs of CPU), so a node on the block maxima is worth as much as a full pass. Exact: the
+    sign and the ``2^-6`` ride in :func:`pow2_floor`'s first float64 product (negation and a
+    power of two commute with every rounding there, far from float64's limits); the clamp then
+    reads ``2^(E8M0_MIN-6)``, a float32 subnormal: a scale at or above ``2^E8M0_MIN`` gives its
+    unit exactly (``>= 2^-133``, representable), one below it gives a float32 below ``2^-133``
+    (or 0) that the clamp raises to ``2^-133``, which is ``2^E8M0_MIN·2^-6`` as before."""
+    return b.op("Max", pow2_floor(b, t, sign * 2.0**-fmt.emax * _INT8_UNIT), b.wide(2.0**E8M0_MIN * _INT8_UNIT))
 
 
 def _round_int(b: Body, w: str, rounding_mode: int) -> str:
@@ -192,7 +212,8 @@ def _scaled_choice(b: Body, normal: str, q_norm: str, q_sub: str, scale: str) ->
     return "Mul", (pick, scale)
 
 
-def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> tuple[str, tuple[str, ...]]:
+def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int,
+                    unit: str | None = None) -> tuple[str, tuple[str, ...]]:
     """:func:`_quantize` up to its last node, returned as ``(op_type, inputs)`` for the caller
     to place: :func:`_fake_quantize_split` puts it in both branches of its second ``If``, so
     that the plain branch computes a value instead of passing one through (onnxruntime copies a
@@ -202,7 +223,7 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         # Muls by 1/2**X and 64 (2**(6-X) itself overflows for X < -121): a division by a power
         # of two is exact wherever the quotient is a normal float, and below that the quotient
         # rounds to a signed zero either way, so one full pass less, same bits.
-        unit = b.op("Mul", scale, b.wide(2.0**-6))
+        unit = unit or b.op("Mul", scale, b.wide(_INT8_UNIT))  # given: :func:`_int_unit`
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
         return "Mul", (_round_int(b, w, rounding_mode), unit)
     q_norm, q_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
@@ -325,6 +346,14 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
         low = max_by_halves(g, m, halves[0], halves[1],
                             lambda b, t: b.op("ReduceMin", t, b.const([halves[2]], np.int64), keepdims=halves[3]),
                             axis=halves[4], allowzero=True, merge="Min")
+    if fmt.is_int and not unsaturated:
+        # The unit from the block minima of -|x| themselves where they already are one value per
+        # block (no Neg, no scale; see _int_unit); a tiled view's finish pads with zeros, which
+        # only the maxima of |x| ignore.
+        unit = (_int_unit(g, low, fmt, -1.0) if blocks.finish is None
+                else _int_unit(g, blocks.maxima(g, g.op("Neg", low)), fmt))
+        op_type, inputs = _quantize_parts(g, x4, "", "", fmt, rounding_mode, unit)
+        return put_back_nonfinite(g, g.op(op_type, *inputs), x4)
     scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt, unsaturated)
     if fmt.is_int:
         return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
@@ -385,8 +414,11 @@ def _fake_quantize_split(g: Body, x4: str, finite: str, fmt: ElementFormat, roun
     amax_masked = blocks.reduce(masked, "ReduceMax", masked.op("Where", ok, a_masked, masked.wide(0.0)))
     amax = g.op("If", finite, then_branch=plain.graph(amax_plain, g.fresh("plain_max")),
                 else_branch=masked.graph(amax_masked, g.fresh("masked_max")))
-    scale = _block_scale(g, blocks.maxima(g, amax), fmt, unsaturated)
-    op_type, inputs = _quantize_parts(g, x4, a, scale, fmt, rounding_mode)
+    if fmt.is_int and not unsaturated:  # the unit straight from the maxima (see _int_unit)
+        op_type, inputs = _quantize_parts(g, x4, a, "", fmt, rounding_mode, _int_unit(g, blocks.maxima(g, amax), fmt))
+    else:
+        op_type, inputs = _quantize_parts(g, x4, a, _block_scale(g, blocks.maxima(g, amax), fmt, unsaturated), fmt,
+                                          rounding_mode)
     plain, masked = g.branch(), g.branch()
     y_plain = plain.op(op_type, *inputs)
     yq = masked.op(op_type, *inputs)
@@ -477,7 +509,8 @@ def make_function(
     :func:`build`): the body is built for them (no Pad/Slice when ``pad`` is 0, constant ones
     otherwise) and the name says so; without it ``axis`` and ``block_size`` come from the node's
     attributes and any shape is handled. ``last`` (with ``static``): the block axis is the last
-    one and the tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
+    one, or every dim after it is a known 1 (:func:`onnxptq.onnx_ops.body.ones_after`), and the
+    tensor large, so blocks are transposed to ``(1, bs, blocks)`` (see
     :func:`onnxptq.onnx_ops.body.view_last`; suffix ``l``). ``tile``: ``(n, k, rank)`` for a
     ragged axis of n > block_size elements viewed as sub-blocks of k (see :func:`_tiled_view`;
     suffix ``t<k>n<n>r<rank>``). ``ranked``: ``(axis, block_size, rank, post)`` without
@@ -537,7 +570,8 @@ def make_function(
             x4, blocks = _tiled_view(g, xf, axis % rank, rank, n, bs, k)
             restore = lambda y: y  # noqa: E731  (the final Reshape to x's shape undoes the view)
         elif last:
-            x4, post, restore = view_last(g, xf, bs, pad)
+            # the axis's own length: the last dim, or the axis itself when the dims after it are 1s
+            x4, post, restore = view_last(g, xf, bs, pad, axis)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
     # Every view tensor and block-maxima tensor has this rank: the constants of the elementwise ops
@@ -664,11 +698,19 @@ def build(
     # Blocks along the last axis of a large tensor (Gemm/MatMul inputs: axis 1 of (N, K)) are
     # transposed so reductions and broadcasts run over long spans (see view_last); on a small
     # tensor the four extra nodes would cost more than they save.
+    # So are blocks along a ragged axis longer than a block whose later dims are all known 1s
+    # (``[T, 40, 1]``: the same memory order as a last axis; see onnx_ops.body.ones_after), by
+    # the same size rule: its tiled or padded view reduces and broadcasts every per-block value
+    # over spans of one element and copies or gathers on top (0.50-0.68x the CPU per call,
+    # bench/mx_ones_after.py). An axis of whole blocks keeps its view: one block runs in x's own
+    # shape (``whole`` below), where the two Transposes cost more than the spans they save, and
+    # several measured 0.85-1.09x by element type, a gain too small to call.
     rank = None if shape is None else len(list(shape))
-    last = (static is not None and rank is not None and int(axis) % rank == rank - 1
+    ones = n is not None and n > int(block_size) and n % int(block_size) != 0 and ones_after(shape, int(axis))
+    last = (static is not None and rank is not None and (int(axis) % rank == rank - 1 or ones)
             and known_size(shape) >= LAST_AXIS_MIN_SIZE)
     searched = int(scale_search) in ERROR_SEARCHES
-    k = tile_length(int(axis), int(block_size), shape, int(searched)) if static is not None else None
+    k = tile_length(int(axis), int(block_size), shape, int(searched)) if static is not None and not last else None
     # The whole (non-negative) axis one block, no scale search: the formulas in x's own shape.
     whole = (rank if static is not None and not last and n is not None and n == static[1] and static[2] == 0
              and not searched and rank >= 2 else None)
