@@ -118,11 +118,12 @@ def test_repair_and_its_delivered_build_stay_within_the_budget(monkeypatch):
     record = result.repair
     budget, costs = record["budget_seconds"], record["build_cpu_seconds"]
     assert result.floor.ok and costs and all(c >= COST for c in costs)
-    # The float probe, then the ranked first trial (the minimum of builds of the float search: it
-    # holds, only MatMul_hot stays float), and the search is done: two builds, not the 8-build minimum
-    # (which ran up to 4x the plain quantization before the search could finish).
+    # The float probe, then the first half (the minimum of builds while nothing is handed back: it
+    # holds, MatMul_hot's half stays float); from there the budget alone rules, and the next build
+    # and the delivered one would pass it (the budget is about one build here). main: its 8-build
+    # minimum ran up to 4x the plain quantization whatever was handed back (~1 CPU s, 8 builds).
     assert len(costs) == 2 and len(record["kept_float"]) < record["candidates"], (budget, costs)
-    assert record["finished"] and list(record["kept_float"]) == ["MatMul_hot"], record["kept_float"]
+    assert not record["finished"]
     # what the record says it spent (the search and the delivered build, CPU): the budget and the
     # one build of the minimum past it
     assert record["cpu_seconds"] <= budget + 2 * COST and record["plain_cpu_seconds"] > 0, record

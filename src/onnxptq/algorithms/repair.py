@@ -51,10 +51,9 @@ long as the first; within one budget the float search is the surer answer.
 (this process's, so the outcome does not depend on other jobs' load) for the search *and* the
 delivered build that follows it, so quantize with repair takes at most about twice as long (the
 issue's default; and at least :data:`MIN_BUDGET_S`, which a model that quantizes in a fraction of a
-second needs for a handful of builds, and at least :data:`MIN_TRIALS` candidate builds of the float
-search, where they end within :data:`MIN_TRIALS_PLAINS` × the plain quantization: a search of cheap
-builds stops at a count of builds, not at a fraction of the plain build's CPU that moves with the
-code and the load; ``repair_budget=0``: no search). A
+second needs for a handful of builds, and at least :data:`MIN_TRIALS` candidate builds while the
+float search has handed nothing back, where they end within :data:`MIN_TRIALS_PLAINS` × the plain
+quantization: stopped there, the delivered model would not be quantized; ``repair_budget=0``: no search). A
 build is not started when it, and the delivered build after it, would end past the budget, each
 expected to cost what the previous build did (a build is the unit of cost: on a 1024² segmenter one
 is ~17 s, on lore_detect's 768² detector 15 s of a 35 s plain quantization). The probes (the first
@@ -117,27 +116,16 @@ MIN_BUDGET_S = 2.0
 #: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
 #: few hundred nodes down to its quarters.
 MIN_TRIALS = 8
-#: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds of the float search
-#: are granted only while the next one (and the delivered build after it) is expected to end within
-#: ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU time (or the budget, where larger): stopped
-#: early, the delivered model would be the float model, or most of it (a budget of one or two builds
-#: delivered PP-OCR rec BFP16, and PP-OCRv4 rec MXFP8_E4M3's 181 nodes, all float). Where the whole
-#: plan stepped up to 16 bits holds (the model stays quantized whatever the search hands back), the
-#: budget alone rules: at 4× for every search, lore_detect A8W8's stepped-up repair was 110–126 CPU s
-#: against a 35 s plain quantization (bench/RESULTS.md, branch repairbudget). czann's eight ~70 CPU s
-#: builds were 8× the plain quantization before any cap.
-#:
-#: Why the minimum holds after a chunk is handed back too (it used to end there, the budget alone
-#: ruling): the search's length was then ``repair_budget`` × the plain build's CPU ÷ a candidate
-#: build's, a ratio of 3–6 on a small model, where one build more or less moves the answer.
-#: tinyocr_rec MXINT8's plain build got 12 % cheaper (2.97 → 2.62 CPU s, a pool rewrite) and its
-#: search stopped after 4 builds instead of 6: 61 nodes float instead of 91, 0.875 of its lines read
-#: as float's instead of 0.906 (bench/RESULTS.md, "Spatial ReduceMean"); the load alone moves a
-#: plain build's CPU s by as much (2.0–2.8 on one machine). Counted in builds, a search of cheap
-#: builds ends at the same point whatever the plain build costs. Where a candidate build costs at most
-#: ~1/9 of the plain quantization the minimum fits in the 1× budget and nothing changes (quantize
-#: with repair ≤ about 2× the plain quantize); a small model whose builds cost more, relatively
-#: (tinyocr_rec: ~1/3), pays up to ``MIN_TRIALS_PLAINS`` × for it.
+#: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds are granted only
+#: while the next one (and the delivered build after it) is expected to end within
+#: ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU time (or the budget, where larger), and only
+#: while the float search has handed nothing back: stopped there, the delivered model would be the
+#: float model (a budget of one or two builds delivered PP-OCR rec BFP16, and PP-OCRv4 rec
+#: MXFP8_E4M3's 181 nodes, all float). Once a chunk is back, or where the whole plan stepped up to
+#: 16 bits holds (the model stays quantized whatever the search hands back), the budget alone rules:
+#: at 4× for every search, lore_detect A8W8's repair was 110–126 CPU s against a 35 s plain
+#: quantization (bench/RESULTS.md, branch repairbudget). czann's eight ~70 CPU s builds were 8× the
+#: plain quantization before any cap; every search the minimum was made for ended within 3.5×.
 MIN_TRIALS_PLAINS = 4.0
 
 
@@ -304,13 +292,11 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
         end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
-        # The minimum for the float search (stopped early, the delivered model would be the float model,
-        # or most of it: PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x the plain quantization
-        # kept all 181 float). Stepped up (``rung``) the model is quantized whatever the search hands
-        # back, and the budget alone rules.
-        # Not only while nothing is handed back (MIN_TRIALS_PLAINS): past the first hand-back the budget
-        # alone ruled, and the search's length was the plain build's CPU over a candidate's.
-        minimum = trials < MIN_TRIALS and end <= cap and rung is None
+        # The minimum only while nothing is handed back to its format: stopped then, the delivered
+        # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
+        # the plain quantization kept all 181 float). Stepped up (``rung``) the model is quantized
+        # whatever the search hands back, and once a chunk is back the budget alone rules.
+        minimum = trials < MIN_TRIALS and end <= cap and rung is None and len(kept) == len(candidates)
         if not minimum and end > deadline:
             # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
