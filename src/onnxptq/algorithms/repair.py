@@ -225,10 +225,10 @@ def moved_unjudged_reads(verdict: Verdict) -> list[str]:
     could be an accident (``class_scores.Positions.judged``); that is fair for one verdict, but the search
     judges dozens of candidates on the same reads and keeps whichever passes, so the allowance, taken
     over and over, selects the candidates that lose reads while the cosine holds. On tinyocr_rec's
-    12 lines (12 feeds given) the longer search handed back nodes until the cosine alone stopped it:
+    12 lines (12 feeds given) an 8-build search handed back nodes until the cosine alone stopped it:
     MXINT8 30 nodes float, 0.781 of 32 other lines read as float's, where its 4-build search, stopped
-    early, had kept 61 (0.875). The float (or stepped-up) probe changes no read, so the search always
-    has a candidate to keep."""
+    early, had kept 61 (0.875; bench/RESULTS.md, "CTC readers' reads and repair's budget"). The float
+    (or stepped-up) probe changes no read, so the search always has a candidate to keep."""
     moved = []
     for name, check in verdict.outputs.items():
         p = check.positions
