@@ -79,6 +79,7 @@ before/after; the same goes into ``result.summary()``, ``result.repair``, the pl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -191,6 +192,10 @@ class _Judge:
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
         self.costs.append(time.process_time() - started)
+        if verdict is not None and verdict.ok and moved_unjudged_reads(verdict):
+            verdict = dataclasses.replace(verdict, outputs=dict(verdict.outputs))
+            verdict.outputs.update((name, dataclasses.replace(check, ok=False)) for name, check in verdict.outputs.items()
+                                   if name in moved_unjudged_reads(verdict))
         self.cache[key] = verdict
         return verdict
 
@@ -209,6 +214,30 @@ class _Judge:
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
                        seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+
+
+def moved_unjudged_reads(verdict: Verdict) -> list[str]:
+    """The outputs of ``verdict`` whose reads were too few to judge (``top1_unjudged``) and of which
+    one changed at a decision float is sure of (a CTC string, not only at positions float is unsure
+    of; a sequence's read): a candidate showing one is not accepted by the search.
+
+    Why: on fewer reads than the floor needs (``Floor.needed``), one changed read is let pass, as one
+    could be an accident (``class_scores.Positions.judged``); that is fair for one verdict, but the search
+    judges dozens of candidates on the same reads and keeps whichever passes, so the allowance, taken
+    over and over, selects the candidates that lose reads while the cosine holds. On tinyocr_rec's
+    12 lines (12 feeds given) an 8-build search handed back nodes until the cosine alone stopped it:
+    MXINT8 30 nodes float, 0.781 of 32 other lines read as float's, where its 4-build search, stopped
+    early, had kept 61 (0.875; bench/RESULTS.md, "CTC readers' reads and repair's budget"). The float
+    (or stepped-up) probe changes no read, so the search always has a candidate to keep."""
+    moved = []
+    for name, check in verdict.outputs.items():
+        p = check.positions
+        if not check.top1_unjudged or p is None:
+            continue
+        changed = p.changed - p.unsure_changed if p.strings else p.flipped
+        if changed > 0:
+            moved.append(name)
+    return moved
 
 
 def judge_session(model: onnx.ModelProto) -> Any:
