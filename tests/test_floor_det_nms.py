@@ -94,6 +94,7 @@ def test_an_anchor_swap_holds_where_the_score_field_cosine_broke_it() -> None:
     check = measure(ref, got, EIGHT, **readings).outputs["output0"]
     assert check.ok, check.describe()
     assert check.detections is not None and check.detections.f1 == 1.0 and check.detections.float_count == 90
+    assert not check.top1_unjudged  # 10 images, fewer than the 20 the floor needs, but 30 detections judge it
     # main's judgement: class 0's field cosine on the confident candidates breaks (the same outputs)
     from onnxptq.analysis.fields import FieldCosines
     from onnxptq.analysis.threshold_cells import confident_only

@@ -1010,7 +1010,8 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
             check.images, check.kept_seen, check.top1_unjudged, check.undecided = collector.images, len(pooled), True, found
             check.needed = floor.needed
             return
-    if isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed:
+    if (isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed
+            and check.detections is None):  # enough detections after NMS judged it (_judge_detections)
         # a detector's verdict that holds needs as many images as rows (score_rows' docstring)
         check.images, check.kept_seen, check.top1_unjudged, check.needed = collector.images, len(pooled), True, floor.needed
 
