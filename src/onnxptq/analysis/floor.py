@@ -104,6 +104,7 @@ from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
+from .det_nms import Detections, judge_detections
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -216,6 +217,8 @@ class OutputCheck:
     kept_seen: int = 0
     #: a detector's box rows: cosine on the candidates its class scores keep, and how many
     box_cosine: tuple[float, int] | None = None
+    #: a detector's detections after NMS (analysis/det_nms.py): judged in place of its score fields' cosines
+    detections: Detections | None = None
     #: judged on candidates the calibration feeds add to (``Verdict.wants_calibration_feeds``)
     kept_wants_seen: bool = False
     #: a detector's score rows (analysis/score_rows.py): the images they were judged on
@@ -276,6 +279,10 @@ class OutputCheck:
             count, lowest, low, high = self.undecided
             text += (f", detections NOT JUDGED: float's best candidate scores {lowest:.3g} or more on all {count}, above every "
                      f"threshold {low:.3g}-{high:.3g} (no decision to flip)")
+        if self.detections is not None:
+            d = self.detections
+            text += (f", detections after NMS at thresholds 0.25-0.5: F1 {d.f1:.4f} of {d.float_count} float detections "
+                     f"over the thresholds ({d.lost} lost, {d.invented} invented; judged in place of its score fields' cosines)")
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
         if self.curve is not None:
@@ -747,6 +754,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.mask = class_map.worst() if finite else None
             if check.mask is not None and check.mask[1] < floor.top1:
                 check.ok = False
+        if finite and fields is not None and name in score_rows:
+            _judge_detections(check, fields, name, reference, candidate, score_rows[name], floor)
         worst = fields.worst() if fields is not None else None
         if worst is not None:
             check.worst_field = (fields.axis, worst[0], worst[1])
@@ -1039,6 +1048,25 @@ def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen
 REGION_MARGIN = 0.01
 
 
+def _judge_detections(check: OutputCheck, fields: FieldCosines, name: str, reference: Sequence[dict[str, np.ndarray]],
+                      candidate: Sequence[dict[str, np.ndarray]], rows: Rows, floor: Floor) -> None:
+    """A detector's detections after NMS (:mod:`onnxptq.analysis.det_nms`) judged against the top-1
+    floor into ``check``; where they can be judged (enough float detections) its fields leave the
+    field cosines: a single anchor's score moving while its neighbour keeps the object broke
+    the floor where every detection held (DocLayNet, det_nms' docstring)."""
+    found = judge_detections([np.asarray(f[name]) for f in reference], [np.asarray(f[name]) for f in candidate], rows,
+                             floor.needed)
+    if found is None or fields.axis != rows.axis:
+        return
+    check.detections = found
+    # judged by the detections: the fields' sums cleared (cosine 1.0); the box rows too, whose cosine over
+    # every anchor is carried by background boxes nobody reads (the kept ones: IoU here, box_cosine in _judge_kept)
+    for start, stop in (*rows.scores, *rows.boxes):
+        fields.xx[start:stop] = fields.yy[start:stop] = fields.xy[start:stop] = 0.0
+    if found.f1 < floor.top1:
+        check.ok = False
+
+
 def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
                 candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor, rows: Rows | None) -> None:
     """Judge the candidates a threshold keeps (a two-class Softmax map's rarer class:
@@ -1080,7 +1108,8 @@ def _judge_kept(check: OutputCheck, name: str, reference: Sequence[dict[str, np.
             check.images, check.kept_seen, check.top1_unjudged, check.undecided = collector.images, len(pooled), True, found
             check.needed = floor.needed
             return
-    if isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed:
+    if (isinstance(collector, ScoreRows) and collector.valid and check.ok and collector.images < floor.needed
+            and check.detections is None):  # enough detections after NMS judged it (_judge_detections)
         # a detector's verdict that holds needs as many images as rows (score_rows' docstring)
         check.images, check.kept_seen, check.top1_unjudged, check.needed = collector.images, len(pooled), True, floor.needed
 

@@ -1,0 +1,174 @@
+"""A detector's candidates judged as its reader reads them: thresholded, NMS per class, matched.
+
+Why: a YOLOv8-style output (``[1, 4 + C, N]``, found by :func:`score_rows.detector_score_rows`) is
+read as detections: each candidate's class is its best class score, candidates under a threshold
+are dropped, greedy NMS per class keeps one box per object. The floor judged its score fields by
+their cosine on candidates either side scores ≥ 0.2 (``threshold_cells.confident_only``), and on
+the DocLayNet layout detector that cosine broke where the detections held (A16W8 field 12 cosine
+0.9886, box F1 1.000; A8W8 0.9012, box F1 0.963-0.997): a single confident anchor moves
+(0.836 → 0.000) while its neighbour keeps the detection (bench/RESULTS.md, "CenterFace's heat map
+judged by the faces its thresholds keep; DocLayNet's score field diagnosed"). A cosine over
+anchors cannot see that; the detections after NMS do, and a lost object, an invented one, a box
+moved beyond IoU 0.5 or a class swapped each count once against both sets (F1).
+
+**Judged** (:func:`judge_detections`): float's and the quantized model's detections at the
+thresholds :data:`THRESHOLDS`, NMS at IoU :data:`NMS_IOU`, matched per class at IoU ≥
+:data:`MATCH_IOU` (greedy, best IoU first), F1 pooled over images and thresholds against the top-1
+floor. The four box rows are read as ``x1 y1 x2 y2`` where every candidate float keeps has
+``x2 ≥ x1`` and ``y2 ≥ y1``, else as ``cx cy w h`` (ultralytics' export); both models' boxes go
+through the same reading, so the figure compares like with like.
+
+**Not judged below the floor's count**: fewer than ``Floor.needed`` float detections (at the lowest
+threshold, pooled over feeds) cannot estimate an F1 of 0.97, as a top-1 on few rows cannot; then
+the field cosines judge as before. Nor where the box rows are not exactly four.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .score_rows import Rows
+
+__all__ = ["THRESHOLDS", "NMS_IOU", "MATCH_IOU", "Detections", "detections", "judge_detections"]
+
+#: score thresholds a user of such a detector sets (ultralytics' default 0.25 and two stricter ones)
+THRESHOLDS = (0.25, 0.4, 0.5)
+#: ultralytics' NMS IoU default (0.7 for predict, 0.6 for val): the middle of the usual band
+NMS_IOU = 0.6
+#: a float detection is kept where a quantized one of its class overlaps it this much (COCO's 0.5)
+MATCH_IOU = 0.5
+
+
+class Detections(NamedTuple):
+    """The detections' agreement: F1 over ``float_count`` float detections (pooled over images and
+    the thresholds, as are the lost and invented ones); ``needed``: the float detections at the lowest
+    threshold the judgement asked for."""
+
+    f1: float
+    float_count: int
+    lost: int
+    invented: int
+    needed: int
+
+
+def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """IoU of one ``x1 y1 x2 y2`` box with each of ``others`` ``[K, 4]``."""
+    x1 = np.maximum(box[0], others[:, 0])
+    y1 = np.maximum(box[1], others[:, 1])
+    x2 = np.minimum(box[2], others[:, 2])
+    y2 = np.minimum(box[3], others[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = lambda b: np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)  # noqa: E731
+    union = area(box) + area(others) - inter
+    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
+def _nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
+    """Greedy NMS: indices kept, best score first."""
+    order = list(np.argsort(-scores, kind="stable"))
+    keep: list[int] = []
+    while order:
+        i = order.pop(0)
+        keep.append(i)
+        if order:
+            rest = np.asarray(order)
+            order = [j for j, o in zip(order, _iou(boxes[i], boxes[rest])) if o <= iou]
+    return keep
+
+
+def detections(scores: np.ndarray, boxes: np.ndarray, threshold: float,
+               iou: float = NMS_IOU) -> tuple[np.ndarray, np.ndarray]:
+    """``(classes [K], boxes [K, 4])`` one image's reader keeps: ``scores [C, N]``, ``boxes [N, 4]``
+    (``x1 y1 x2 y2``); each candidate's class is its best score, NMS per class."""
+    best = scores.max(axis=0)
+    cls = scores.argmax(axis=0)
+    chosen = np.flatnonzero(best >= threshold)
+    out_cls: list[int] = []
+    out_box: list[np.ndarray] = []
+    for c in np.unique(cls[chosen]):
+        idx = chosen[cls[chosen] == c]
+        for k in _nms(boxes[idx], best[idx], iou):
+            out_cls.append(int(c))
+            out_box.append(boxes[idx[k]])
+    return np.asarray(out_cls, np.int64), np.asarray(out_box, np.float64).reshape(-1, 4)
+
+
+def _matched(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
+    """Float detections with a quantized one of their class at IoU ≥ :data:`MATCH_IOU` (one each)."""
+    hits = 0
+    for c in np.unique(ref[0]):
+        a, b = ref[1][ref[0] == c], got[1][got[0] == c]
+        if not len(b):
+            continue
+        pairs = sorted(((o, i, j) for i in range(len(a)) for j, o in enumerate(_iou(a[i], b)) if o >= MATCH_IOU),
+                       reverse=True)
+        used_a: set[int] = set()
+        used_b: set[int] = set()
+        for _, i, j in pairs:
+            if i not in used_a and j not in used_b:
+                used_a.add(i)
+                used_b.add(j)
+        hits += len(used_a)
+    return hits
+
+
+def _split(x: np.ndarray, rows: Rows) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(scores [images, C, N], boxes [images, 4, N])`` of an output, or None where its rows do not fit."""
+    total = max(stop for _, stop in (*rows.scores, *rows.boxes))
+    if x.ndim <= rows.axis or x.shape[rows.axis] != total or sum(b - a for a, b in rows.boxes) != 4:
+        return None
+    lead = int(np.prod(x.shape[:rows.axis], dtype=np.int64))
+    x = np.asarray(x, np.float64).reshape(lead, total, -1)
+    pick = lambda ranges: np.concatenate([x[:, a:b] for a, b in ranges], axis=1)  # noqa: E731
+    return pick(rows.scores), pick(rows.boxes)
+
+
+def _as_xyxy(boxes: np.ndarray, corners: bool) -> np.ndarray:
+    """``[N, 4]`` corners from the box rows ``[4, N]``."""
+    b = boxes.T
+    if corners:
+        return b
+    half = b[:, 2:] / 2
+    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+
+
+def judge_detections(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], rows: Rows,
+                     needed: int) -> Detections | None:
+    """Float's and the quantized model's detections compared over the feeds (module docstring);
+    None where the output is not such a detector's (scores outside [0, 1], box rows not four,
+    shapes that differ) or float detects fewer than ``needed`` objects."""
+    pairs = []
+    for r, g in zip(reference, candidate):
+        if r.shape != g.shape or not (np.isfinite(r).all() and np.isfinite(g).all()):
+            return None
+        a, b = _split(r, rows), _split(g, rows)
+        if a is None or b is None or a[0].min() < 0 or a[0].max() > 1:
+            return None
+        pairs.append((a, b))
+    if not pairs:
+        return None
+    corners = True  # every candidate float keeps reads as x1 y1 x2 y2: corners, else centre and size
+    for (s_ref, b_ref), _ in pairs:
+        k = s_ref.max(axis=1) >= THRESHOLDS[0]  # [images, N]
+        corners = corners and bool(np.all(b_ref[:, 2][k] >= b_ref[:, 0][k]) and np.all(b_ref[:, 3][k] >= b_ref[:, 1][k]))
+    ref_n = lost = invented = 0
+    counted = 0
+    for (s_ref, b_ref), (s_got, b_got) in pairs:
+        for image in range(s_ref.shape[0]):
+            box_r, box_g = _as_xyxy(b_ref[image], corners), _as_xyxy(b_got[image], corners)
+            for t in THRESHOLDS:
+                d_ref = detections(s_ref[image], box_r, t)
+                d_got = detections(s_got[image], box_g, t)
+                hits = _matched(d_ref, d_got)
+                ref_n += len(d_ref[0])
+                lost += len(d_ref[0]) - hits
+                invented += len(d_got[0]) - hits
+                if t == THRESHOLDS[0]:
+                    counted += len(d_ref[0])
+    if counted < max(needed, 1):
+        return None
+    hits = ref_n - lost
+    f1 = 2 * hits / max(2 * hits + lost + invented, 1)
+    return Detections(float(f1), ref_n, lost, invented, needed)
