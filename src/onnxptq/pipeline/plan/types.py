@@ -55,6 +55,9 @@ class TensorPlan:
     #: the factor its calibrated range is widened by (plan/scarce.py: a 16-bit activation of a few
     #: values per sample, whose range is the extreme of a few draws); 1.0: none
     margin: float = 1.0
+    #: False: an unscaled fp16 activation whose calibrated range fits with headroom, emitted
+    #: without the format's saturating Clip (pipeline/fp16_range.py); True: the format's default
+    guard: bool = True
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -121,6 +124,7 @@ class TensorPlan:
             **({"covers": list(self.covers)} if self.covers is not None else {}),
             **({"keep_peaks": True} if self.keep_peaks else {}),
             **({"margin": self.margin} if self.margin != 1.0 else {}),
+            **({"guard": False} if not self.guard else {}),
         }
 
 
