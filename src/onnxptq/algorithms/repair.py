@@ -192,10 +192,10 @@ class _Judge:
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
         self.costs.append(time.process_time() - started)
-        if verdict is not None and verdict.ok and moved_unjudged_reads(verdict):
+        moved = moved_unjudged_reads(verdict) if verdict is not None and verdict.ok else []
+        if moved:  # a candidate that changed a read the floor could not judge is not accepted (below)
             verdict = dataclasses.replace(verdict, outputs=dict(verdict.outputs))
-            verdict.outputs.update((name, dataclasses.replace(check, ok=False)) for name, check in verdict.outputs.items()
-                                   if name in moved_unjudged_reads(verdict))
+            verdict.outputs.update((name, dataclasses.replace(verdict.outputs[name], ok=False)) for name in moved)
         self.cache[key] = verdict
         return verdict
 
