@@ -94,7 +94,7 @@ def test_streaming_evaluation_runs_two_at_a_time_with_the_figures_of_runs_one_at
     """Where nothing is held out (the streaming path) the figures come from finish's session too:
     its runs go two at a time through ``run_feeds`` (a pool of one of two runs' cores would leave
     the rest idle one run at a time), and the figures are those of one run at a time."""
-    import onnxptq.pipeline.complete as complete_mod
+    import onnxptq.analysis.compare as compare_mod
     from onnxptq.graph import external
     from test_quantize_streaming import _chain
 
@@ -104,15 +104,15 @@ def test_streaming_evaluation_runs_two_at_a_time_with_the_figures_of_runs_one_at
     feeds = [{"x": rng.standard_normal((2, 256)).astype(np.float32)} for _ in range(4)]
     monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
     calls: list[int] = []
-    real = complete_mod.run_feeds
+    real = compare_mod.run_feeds
 
     def spy(session, names, batch):
         calls.append(len(batch))
         return real(session, names, batch)
 
-    monkeypatch.setattr(complete_mod, "run_feeds", spy)
+    monkeypatch.setattr(compare_mod, "run_feeds", spy)
     together = quantize(str(path), "MX9", feeds, output=tmp_path / "a" / "q.onnx", eval_samples=4).metrics
     assert calls == [4]
-    monkeypatch.setattr(complete_mod, "run_feeds", lambda session, names, batch: [session.run(list(names), f) for f in batch])
+    monkeypatch.setattr(compare_mod, "run_feeds", lambda session, names, batch: [session.run(list(names), f) for f in batch])
     alone = quantize(str(path), "MX9", feeds, output=tmp_path / "b" / "q.onnx", eval_samples=4).metrics
     assert together == alone and together["y"]["cosine"] > 0.99

@@ -189,19 +189,11 @@ def _evaluate(calibrated: Calibrated, quantized: onnx.ModelProto, session: Any, 
     quantization of PP-OCRv4 rec), and on the streaming path no second copy of the weights."""
     if not calibrated.kept:
         return {}
-    from ..analysis.compare import compare_models, compare_outputs
+    from ..analysis.compare import compare_models
 
     t0 = time.perf_counter()
-    feeds, refs = calibrated.kept[:eval_samples], calibrated.float_outputs[:eval_samples]
-    names = [o.name for o in calibrated.prepared.graph.output]
-    if len(refs) == len(feeds) and all(n in r for r in refs for n in names):
-        # Two runs in flight (sessions.run_feeds), as the verification: finish's session has a
-        # pool of the cores one of two runs gets (sessions.run_threads), so runs one at a time
-        # would leave the other cores idle. The same runs and outputs as compare_models' loop.
-        got = [dict(zip(names, out)) for out in run_feeds(session, names, feeds)]
-        metrics = compare_outputs(names, refs, got)
-    else:
-        metrics = compare_models(calibrated.prepared, quantized, feeds, candidate_session=session, reference_outputs=refs)
+    metrics = compare_models(calibrated.prepared, quantized, calibrated.kept[:eval_samples], candidate_session=session,
+                             reference_outputs=calibrated.float_outputs[:eval_samples])
     timings["evaluate"] = time.perf_counter() - t0
     return metrics
 
