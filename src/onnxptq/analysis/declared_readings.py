@@ -37,14 +37,13 @@ A declared reading replaces the structural one for that output; an agreement fun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from ..config.floor_readings import DeclaredReading, parse_reading
 from ..errors import UsageError
-from .pictures import MARGIN, OVERSHOOT, RANGES
+from .pictures import fitting_range
 
 __all__ = ["DeclaredReading", "declared_readings", "parse_reading", "picture_bounds"]
 
@@ -62,8 +61,8 @@ def declared_readings(declared: Mapping[str, object], outputs: Sequence[str]) ->
 
 def picture_bounds(name: str, reading: DeclaredReading, refs: Sequence[np.ndarray]) -> tuple[float, float]:
     """The 8-bit range output ``name`` declared a picture is saved in: the declared one, else the first
-    of pictures.RANGES whose bounds (with pictures.py's margins for an unclipped output) hold float's
-    values ``refs`` over all the feeds. Raises :class:`UsageError` naming the output and float's
+    of pictures.RANGES that holds float's values ``refs`` over all the feeds (:func:`pictures.fitting_range`,
+    with its margins for an unclipped output; no least span: a dark or flat picture too). Raises :class:`UsageError` naming the output and float's
     range where none does: the declaration then needs its range."""
     if reading.low is not None and reading.high is not None:
         return reading.low, reading.high
@@ -73,14 +72,10 @@ def picture_bounds(name: str, reading: DeclaredReading, refs: Sequence[np.ndarra
     if not finite:
         raise UsageError(f"floor_output_reading declares output {name!r} a picture, but float's held-out outputs "
                          "have no finite value to find its range from: declare it as 'picture:LOW,HIGH'")
-    least = min(float(r.min()) for r in finite)
-    most = max(float(r.max()) for r in finite)
-    for low, high in RANGES:
-        width = high - low
-        if least >= low - OVERSHOOT * width and most <= high + OVERSHOOT * width:
-            bulk = [np.quantile(r, (0.001, 0.999)) for r in finite]
-            if min(float(b[0]) for b in bulk) >= low - MARGIN * width and max(float(b[1]) for b in bulk) <= high + MARGIN * width:
-                return low, high
+    span = fitting_range(finite, min_span=0.0)  # declared a picture: a dark or flat one too
+    if span is not None:
+        return span
+    least, most = min(float(r.min()) for r in finite), max(float(r.max()) for r in finite)
     raise UsageError(f"floor_output_reading declares output {name!r} a picture, but float's values span "
                      f"[{least:.4g}, {most:.4g}], in none of the ranges [0, 1], [-1, 1], [0, 255]: "
                      f"declare its range as 'picture:LOW,HIGH'")

@@ -56,7 +56,7 @@ import numpy as np
 from .maps import MIN_POSITIONS, class_probabilities, has_ground
 
 __all__ = ["CHANNELS", "MARGIN", "MIN_SIDE", "MIN_SPAN", "OUTLIERS", "OVERSHOOT", "RANGES", "TOLERANCE", "Picture",
-           "PictureAgreement", "picture_range", "picture_shape"]
+           "PictureAgreement", "fitting_range", "picture_range", "picture_shape"]
 
 #: the ranges pictures are written in, tried in this order: a sigmoid/clip's [0, 1], a tanh's [-1, 1], bytes' [0, 255]
 RANGES: tuple[tuple[float, float], ...] = ((0.0, 1.0), (-1.0, 1.0), (0.0, 255.0))
@@ -103,14 +103,22 @@ def picture_range(refs: Sequence[np.ndarray]) -> tuple[float, float] | None:
     if not arrays or any(not np.issubdtype(a.dtype, np.floating) or a.size < MIN_POSITIONS or not picture_shape(a.shape)
                          or not np.isfinite(a).all() or class_probabilities(a) for a in arrays):
         return None
+    span = fitting_range(arrays)
+    return span if span is not None and not has_ground(arrays) else None
+
+
+def fitting_range(arrays: Sequence[np.ndarray], min_span: float = MIN_SPAN) -> tuple[float, float] | None:
+    """The first of :data:`RANGES` that holds the finite values ``arrays`` over all of them: their
+    bulk (all but :data:`OUTLIERS` at either end of each) within :data:`MARGIN` of its width, their
+    extremes within :data:`OVERSHOOT`, the bulk spanning at least ``min_span`` of it; None where none does."""
     bulk = [np.quantile(a, (OUTLIERS, 1.0 - OUTLIERS)) for a in arrays]
     lo, hi = min(float(b[0]) for b in bulk), max(float(b[1]) for b in bulk)
     least, most = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
     for low, high in RANGES:
         width = high - low
-        if (lo >= low - MARGIN * width and hi <= high + MARGIN * width and hi - lo >= MIN_SPAN * width
+        if (lo >= low - MARGIN * width and hi <= high + MARGIN * width and hi - lo >= min_span * width
                 and least >= low - OVERSHOOT * width and most <= high + OVERSHOOT * width):
-            return (low, high) if not has_ground(arrays) else None
+            return low, high
     return None
 
 
