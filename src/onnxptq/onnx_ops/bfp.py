@@ -326,8 +326,8 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l),
-    # and so does an axis whose later dims are all 1 (see :func:`_ones_after`).
-    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and _ones_after(shape, a["axis"])) else ""
+    # and so does an axis whose later dims are all 1 (see :func:`onnxptq.onnx_ops.body.ones_after`).
+    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and ones_after(shape, a["axis"])) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
@@ -346,10 +346,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
-
-
-#: see :func:`onnxptq.onnx_ops.body.ones_after` (the MX bodies take the same view)
-_ones_after = ones_after
 
 
 def _to_bfp_flat(shape: Any) -> bool:
