@@ -21,6 +21,7 @@ from onnxptq.cli import main as cli_main
 from onnxptq.config.presets import resolve_config
 from onnxptq.config.schema import ConfigError
 from onnxptq.errors import UsageError
+from test_floor_user_agreement import _field_model
 
 EIGHT = Floor("8-bit", *FAMILY_FLOORS["8-bit"])
 SIXTEEN = Floor("16-bit", *FAMILY_FLOORS["16-bit"])
@@ -99,23 +100,8 @@ def test_misspelt_readings_name_the_option_and_the_output(bad):
         dataclasses.replace(resolve_config("BF16"), floor_output_reading={"y": bad})
 
 
-def _grey_model():
-    """x [N, 4, 32, 32] → Conv → Relu → Conv → Sigmoid → y [N, 1, 32, 32]: a grey picture in [0, 1]."""
-    rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((16, 4, 3, 3)) / 3).astype(np.float32)
-    w2 = (rng.standard_normal((1, 16, 3, 3)) / 6).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w2"], ["z"], name="conv2", pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["z"], ["y"], name="sigmoid")]
-    graph = helper.make_graph(nodes, "grey", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 32, 32])],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_quantize_and_the_command_line_take_the_declared_reading(tmp_path):
-    model = _grey_model()
+    model = _field_model()  # a one-channel map in [-1, 1]: declared a picture
     rng = np.random.default_rng(2)
     data = [{"x": rng.standard_normal((1, 4, 32, 32)).astype(np.float32)} for _ in range(12)]
     told = quantize(model, dataclasses.replace(resolve_config("BF16"), repair=False, floor_output_reading={"y": "picture"}),
