@@ -163,7 +163,7 @@ def test_guard_finds_a_flush_on_a_map_far_over_its_budget(fmt):
     # the head is a post-processing tail, float by default; BFP16's every-op placement quantizes
     # the Concat's output (by default only dot-product operands are, and no dot product reads it)
     # repair off: the guard's decision itself (on this random head the floor's detections after NMS,
-    # analysis/det_nms.py, break at F1 0.98 and repair steps the head up to 16 bits, dropping it)
+    # analysis/det_nms.py, break at F1 0.931 with the guard's split, and repair steps the head up to 16 bits, dropping it)
     cfg = cfg.replace(quantize_postprocessing=True, calibration=dataclasses.replace(cfg.calibration, progress=False),
                       int_block_dot_operands_only=False, repair=False)
     result = quantize(flush_head(hw), cfg, data, eval_samples=4)
