@@ -5,12 +5,14 @@ is not a bench/newmodels.py row comes from one of these, on the same feeds (cali
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels16_diag.py mesh-error --out-dir /work/cache/newmodels16/outV
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels16_diag.py mesh-agreement MXFP8_E4M3 --calib 24
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels16_diag.py no-repair madmom_notes_brnn FP16,A16W8,MXINT8,MXFP8_E4M3
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels16_diag.py notes-fields FP16,A16W8,MXINT8,MXFP8_E4M3
 
 heads: mp_face_short quantized with groups of Convs kept float (repair off): the top score of the two held-out images
 whose face crosses the package's 0.7, and the box F1. mesh-error: the face-mesh points' mean error in % of float's
 inter-ocular distance for the quantized models in --out-dir and for float under input noise. mesh-agreement: the
 preset with floor_output_agreement={'points': within 2 % IOD} on --calib feeds. no-repair: task metric and size x of
-presets quantized with repair=False.
+presets quantized with repair=False. notes-fields: the notes model's worst key field (fields.FieldCosines over the 88
+keys, 4 held-out feeds, repair off), what the floor would read were the head taken as regression fields.
 """
 
 from __future__ import annotations
@@ -96,9 +98,25 @@ def no_repair(model: str, presets: str, out: Path) -> None:
               f"size x {os.path.getsize(out) / nm._model_bytes(Path(rel)):.3f}", flush=True)
 
 
+def notes_fields(presets: str, out: Path) -> None:
+    from onnxptq.analysis.fields import FieldCosines
+    from onnxptq.analysis.head_kind import REGRESSION_VALUES
+
+    rel, make, *_ = nm.MODELS["madmom_notes_brnn"]
+    calib, held = make(12, 1), make(4, 1000)
+    ref = zoo.session_runner(rel)
+    for preset in presets.split(","):
+        onnxptq.quantize(rel, dataclasses.replace(get_preset(preset), repair=False), data=calib, output=str(out))
+        test = zoo.session_runner(out)
+        fields = FieldCosines(1, 88, minimum=REGRESSION_VALUES)
+        for f in held:
+            fields.add(ref(f)[0], test(f)[0])
+        print(f"{preset}: worst key field (key, cosine) {fields.worst()}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("heads", "mesh-error", "mesh-agreement", "no-repair"))
+    ap.add_argument("what", choices=("heads", "mesh-error", "mesh-agreement", "no-repair", "notes-fields"))
     ap.add_argument("args", nargs="*")
     ap.add_argument("--calib", type=int, default=24)
     ap.add_argument("--out-dir", type=Path, default=Path("/work/cache/newmodels16/outV"))
@@ -110,6 +128,8 @@ def main() -> None:
         mesh_error(a.out_dir)
     elif a.what == "mesh-agreement":
         mesh_agreement(a.args[0] if a.args else "MXFP8_E4M3", a.calib, a.tmp)
+    elif a.what == "notes-fields":
+        notes_fields(a.args[0] if a.args else "FP16,A16W8,MXINT8,MXFP8_E4M3", a.tmp)
     else:
         no_repair(a.args[0], a.args[1], a.tmp)
 
