@@ -1,0 +1,85 @@
+"""What repair reaches on an outside model: the ladder rung that held, the nodes stepped or kept, whether
+given nodes are among them, the verdict before and after, and the task metric (issue 27, branch seqreads).
+
+Why: lore_detect A8W8 with its heat map declared logits (``--floor-reading hm=logits``) was "held after
+repair, 104 stepped" while its cell centres kept F1 0.837 (bench/RESULTS.md, the lead's section of
+19:04-22:00): the output Conv kept float was never tried. Each variant is one quantize in this process
+(repair on), and ``--exclude`` plans nodes float from the start, to see what keeping them would give.
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/repair_reach.py --model lore_detect --preset A8W8 \
+        --reading hm=logits --watch Conv_76 --variants plain,exclude:Conv_76 --held 8 --json /work/cache/seqreads/lore.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import newmodels  # noqa: E402  (the outside models, their feeds and task metrics)
+from testkit import zoo  # noqa: E402
+
+
+def one(name: str, preset: str, readings: dict[str, str], exclude: list[str], watch: list[str], calib, held,
+        out: Path) -> dict:
+    import onnxptq
+    from onnxptq.config.presets import resolve_config
+
+    rel, _, metric_name, metric = newmodels.MODELS[name]
+    path = newmodels.SRC / rel
+    config = resolve_config(preset).replace(floor_output_reading=readings)
+    if exclude:
+        config = config.replace(nodes_to_exclude=(*config.nodes_to_exclude, *exclude))
+    c0 = time.process_time()
+    result = onnxptq.quantize(str(path), config, data=list(calib), output=str(out))
+    cpu = time.process_time() - c0
+    rep = result.repair if isinstance(result.repair, dict) else {}
+    stepped, kept = dict(rep.get("stepped_up") or {}), dict(rep.get("kept_float") or {})
+    ref, test = zoo.session_runner(path), zoo.session_runner(out)
+    before = (rep.get("before_text") or "")[:600]
+    after = result.floor.describe() if result.floor is not None else None
+    return {"model": name, "preset": preset, "declared": readings, "exclude": exclude, "cpu_s": round(cpu, 1),
+            "floor_ok": None if result.floor is None else result.floor.ok, "before": before, "after": (after or "")[:600],
+            "ladder": rep.get("ladder"), "stepped": len(stepped), "kept": len(kept),
+            "rung": next(iter(stepped.values()), "").rpartition(": ")[2][:80] if stepped else None,
+            "watched": {w: ("stepped" if w in stepped else "kept float" if w in kept else "excluded" if w in exclude
+                            else "planned") for w in watch},
+            "evaluations": rep.get("evaluations"), "finished": rep.get("finished"), "note": rep.get("note"),
+            "order": {k: v for k, v in (rep.get("order") or {}).items() if k != "first"},
+            "metric": metric_name, "agreement": round(float(metric(ref, test, held, None)), 4),
+            "size_x": round(out.stat().st_size / path.stat().st_size, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--reading", action="append", default=[], metavar="OUT=KIND")
+    ap.add_argument("--watch", default="", help="nodes whose fate in repair is reported")
+    ap.add_argument("--variants", default="plain", help="plain and/or exclude:NODE+NODE, comma separated")
+    ap.add_argument("--calib", type=int, default=12)
+    ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    readings = dict(item.rsplit("=", 1) for item in a.reading)
+    make = newmodels.MODELS[a.model][1]
+    calib, held = make(a.calib, 1), make(a.held, 1000)
+    watch = [w for w in a.watch.split(",") if w]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant in a.variants.split(","):
+            exclude = variant.partition(":")[2].split("+") if variant.startswith("exclude:") else []
+            row = one(a.model, a.preset, readings, exclude, watch, calib, held, Path(tmp) / f"{variant.replace(':', '_')}.onnx")
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
