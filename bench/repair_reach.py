@@ -55,6 +55,42 @@ def one(name: str, preset: str, readings: dict[str, str], exclude: list[str], wa
             "size_x": round(out.stat().st_size / path.stat().st_size, 3)}
 
 
+def peaks_split(model: str, delivered: Path, held: list, channel: int = 0, thresh: float = 0.15) -> dict:
+    """A CenterNet heat map's peaks (bench/newmodels.py ``_peaks``: 3x3 local maxima of the sigmoid at or over
+    ``thresh``), float's against ``delivered``'s: how many float's has, how many of them sit on a saturated plateau
+    (sigmoid exactly 1.0 in float64, ties every neighbour), and the peak F1 of all and of the unsaturated ones."""
+    import numpy as np
+
+    rel = newmodels.MODELS[model][0]
+    ref, test = zoo.session_runner(newmodels.SRC / rel), zoo.session_runner(delivered)
+
+    def f1(pairs) -> float:
+        tp = n_a = n_b = 0
+        for a, b in pairs:
+            n_a, n_b = n_a + len(a), n_b + len(b)
+            if len(a) and len(b):
+                dist = np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
+                used: set[int] = set()
+                for i in np.argsort(dist.min(1)):
+                    j = next((j for j in np.argsort(dist[i]) if dist[i, j] <= 1.5 and j not in used), None)
+                    if j is not None:
+                        used.add(j)
+                        tp += 1
+        return 1.0 if n_a + n_b == 0 else 2 * tp / (n_a + n_b)
+
+    every, sharp, counts = [], [], [0, 0, 0]
+    for f in held:
+        hr, hq = ref(f)[0][0, channel].astype(np.float64), test(f)[0][0, channel].astype(np.float64)
+        a, b = newmodels._peaks(hr, thresh), newmodels._peaks(hq, thresh)
+        every.append((a, b))
+        flat_a = 1 / (1 + np.exp(-hr[tuple(a.T)])) >= 1.0 if len(a) else np.zeros(0, bool)
+        flat_b = 1 / (1 + np.exp(-hq[tuple(b.T)])) >= 1.0 if len(b) else np.zeros(0, bool)
+        sharp.append((a[~flat_a], b[~flat_b]))
+        counts = [counts[0] + len(a), counts[1] + int(flat_a.sum()), counts[2] + len(b)]
+    return {"float_peaks": counts[0], "float_plateau_peaks": counts[1], "delivered_peaks": counts[2],
+            "peak_f1": round(f1(every), 4), "unsaturated_peak_f1": round(f1(sharp), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -65,13 +101,21 @@ def main() -> None:
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--json")
+    ap.add_argument("--keep", default="", help="a folder to keep the delivered models in (default: a temporary one)")
+    ap.add_argument("--peaks-of", default="", help="no quantize: the peaks of this delivered model against float's")
     a = ap.parse_args()
+    if a.peaks_of:
+        held = newmodels.MODELS[a.model][1](a.held, 1000)
+        print(json.dumps({"model": a.model, "delivered": a.peaks_of, **peaks_split(a.model, Path(a.peaks_of), held)}))
+        return
     readings = dict(item.rsplit("=", 1) for item in a.reading)
     make = newmodels.MODELS[a.model][1]
     calib, held = make(a.calib, 1), make(a.held, 1000)
     watch = [w for w in a.watch.split(",") if w]
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = a.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for variant in a.variants.split(","):
             exclude = variant.partition(":")[2].split("+") if variant.startswith("exclude:") else []
             row = one(a.model, a.preset, readings, exclude, watch, calib, held, Path(tmp) / f"{variant.replace(':', '_')}.onnx")
