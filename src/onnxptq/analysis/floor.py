@@ -348,7 +348,8 @@ class Verdict:
         """Whether a judgement would use the first calibration feeds beside the held-out ones
         (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
         (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
-        class's cells, a detector's best candidates: a few per image), a declared top-k reading (a beam's runner-ups: rounding swaps them on any feed)."""
+        class's cells, a detector's best candidates: a few per image), a declared top-k reading (a
+        beam's runner-ups: rounding swaps them on any feed)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
                    or c.top_k > 1 for c in self.outputs.values())
 
@@ -889,8 +890,8 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
     together, broken on either (as reads are, :func:`_judge_reads`: a range calibration fitted breaks
     on the held-out feeds, the rounding of a format's grid swaps a runner-up on any feed). Pooled alone,
     arabic-name-romanizer's Arabic decoder MXFP8_E4M3 held at a top two kept on 0.906 of 512 other rows;
-    held-out alone, the Persian one BFP16 broke at 2 of 64 rows (0.982 of 512). *Not judged* on fewer
-    rows than the floor needs."""
+    the price of the held-out judgement: the Persian one BFP16 breaks at 2 of 64 rows (0.982 of 512
+    others), one node kept float for it. *Not judged* on fewer rows than the floor needs."""
 
     def shares(items) -> tuple[int, int, int]:
         agree = rows = feeds = 0
