@@ -26,13 +26,15 @@ from testkit import zoo  # noqa: E402
 
 
 def one(name: str, preset: str, readings: dict[str, str], exclude: list[str], watch: list[str], calib, held,
-        out: Path) -> dict:
+        out: Path, agreements: dict | None = None) -> dict:
     import onnxptq
     from onnxptq.config.presets import resolve_config
 
     rel, _, metric_name, metric = newmodels.MODELS[name]
     path = newmodels.SRC / rel
     config = resolve_config(preset).replace(floor_output_reading=readings)
+    if agreements:
+        config = config.replace(floor_output_agreement=agreements)
     if exclude:
         config = config.replace(nodes_to_exclude=(*config.nodes_to_exclude, *exclude))
     c0 = time.process_time()
@@ -55,6 +57,35 @@ def one(name: str, preset: str, readings: dict[str, str], exclude: list[str], wa
             "size_x": round(out.stat().st_size / path.stat().st_size, 3)}
 
 
+def peak_f1(pairs) -> float:
+    """bench/newmodels.py ``peak_f1``'s matching (greedy, within 1.5 cells) of (float's, candidate's) peak lists."""
+    import numpy as np
+
+    tp = n_a = n_b = 0
+    for a, b in pairs:
+        n_a, n_b = n_a + len(a), n_b + len(b)
+        if len(a) and len(b):
+            dist = np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
+            used: set[int] = set()
+            for i in np.argsort(dist.min(1)):
+                j = next((j for j in np.argsort(dist[i]) if dist[i, j] <= 1.5 and j not in used), None)
+                if j is not None:
+                    used.add(j)
+                    tp += 1
+    return 1.0 if n_a + n_b == 0 else 2 * tp / (n_a + n_b)
+
+
+def peaks_agreement(channel: int, thresh: float):
+    """A ``floor_output_agreement`` function: one feed's peak F1 of channel ``channel`` (the package's decode)."""
+    import numpy as np
+
+    def agreement(ref, got) -> float:
+        r, g = np.asarray(ref, np.float64)[0, channel], np.asarray(got, np.float64)[0, channel]
+        return peak_f1([(newmodels._peaks(r, thresh), newmodels._peaks(g, thresh))])
+
+    return agreement
+
+
 def peaks_split(model: str, delivered: Path, held: list, channel: int = 0, thresh: float = 0.15) -> dict:
     """A CenterNet heat map's peaks (bench/newmodels.py ``_peaks``: 3x3 local maxima of the sigmoid at or over
     ``thresh``), float's against ``delivered``'s: how many float's has, how many of them sit on a saturated plateau
@@ -63,20 +94,6 @@ def peaks_split(model: str, delivered: Path, held: list, channel: int = 0, thres
 
     rel = newmodels.MODELS[model][0]
     ref, test = zoo.session_runner(newmodels.SRC / rel), zoo.session_runner(delivered)
-
-    def f1(pairs) -> float:
-        tp = n_a = n_b = 0
-        for a, b in pairs:
-            n_a, n_b = n_a + len(a), n_b + len(b)
-            if len(a) and len(b):
-                dist = np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
-                used: set[int] = set()
-                for i in np.argsort(dist.min(1)):
-                    j = next((j for j in np.argsort(dist[i]) if dist[i, j] <= 1.5 and j not in used), None)
-                    if j is not None:
-                        used.add(j)
-                        tp += 1
-        return 1.0 if n_a + n_b == 0 else 2 * tp / (n_a + n_b)
 
     every, sharp, counts = [], [], [0, 0, 0]
     for f in held:
@@ -88,7 +105,7 @@ def peaks_split(model: str, delivered: Path, held: list, channel: int = 0, thres
         sharp.append((a[~flat_a], b[~flat_b]))
         counts = [counts[0] + len(a), counts[1] + int(flat_a.sum()), counts[2] + len(b)]
     return {"float_peaks": counts[0], "float_plateau_peaks": counts[1], "delivered_peaks": counts[2],
-            "peak_f1": round(f1(every), 4), "unsaturated_peak_f1": round(f1(sharp), 4)}
+            "peak_f1": round(peak_f1(every), 4), "unsaturated_peak_f1": round(peak_f1(sharp), 4)}
 
 
 def main() -> None:
@@ -102,6 +119,8 @@ def main() -> None:
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--json")
     ap.add_argument("--keep", default="", help="a folder to keep the delivered models in (default: a temporary one)")
+    ap.add_argument("--agreement", default="", metavar="OUT=peaks:CHANNEL:THRESH",
+                    help="the package's peak decode of OUT as a floor_output_agreement (repair answers it)")
     ap.add_argument("--peaks-of", default="", help="no quantize: the peaks of this delivered model against float's")
     a = ap.parse_args()
     if a.peaks_of:
@@ -112,13 +131,20 @@ def main() -> None:
     make = newmodels.MODELS[a.model][1]
     calib, held = make(a.calib, 1), make(a.held, 1000)
     watch = [w for w in a.watch.split(",") if w]
+    agreements = {}
+    if a.agreement:
+        out, _, spec = a.agreement.partition("=")
+        _, channel, thresh = spec.split(":")
+        agreements[out] = peaks_agreement(int(channel), float(thresh))
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         tmp = a.keep or scratch
         Path(tmp).mkdir(parents=True, exist_ok=True)
         for variant in a.variants.split(","):
             exclude = variant.partition(":")[2].split("+") if variant.startswith("exclude:") else []
-            row = one(a.model, a.preset, readings, exclude, watch, calib, held, Path(tmp) / f"{variant.replace(':', '_')}.onnx")
+            row = one(a.model, a.preset, readings, exclude, watch, calib, held, Path(tmp) / f"{variant.replace(':', '_')}.onnx",
+                      agreements)
+            row["agreement_fn"] = a.agreement or None
             print(json.dumps(row), flush=True)
             rows.append(row)
     if a.json:
