@@ -52,7 +52,7 @@ def one(name: str, preset: str, readings: dict[str, str], exclude: list[str], wa
             "watched": {w: ("stepped" if w in stepped else "kept float" if w in kept else "excluded" if w in exclude
                             else "planned") for w in watch},
             "evaluations": rep.get("evaluations"), "finished": rep.get("finished"), "note": rep.get("note"),
-            "order": {k: v for k, v in (rep.get("order") or {}).items() if k != "first"},
+            "order": rep.get("order") or {},
             "metric": metric_name, "agreement": round(float(metric(ref, test, held, None)), 4),
             "size_x": round(out.stat().st_size / path.stat().st_size, 3)}
 

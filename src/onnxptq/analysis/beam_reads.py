@@ -68,7 +68,7 @@ def beam_advisory(name: str, reference: Sequence[np.ndarray], candidate: Sequenc
     share, lost = agree / rows, rows - agree
     if share >= top1 or (rows < needed and lost < 2):
         return None
-    return (f"{name} scores the tokens its integer input reads (a decoder step: analysis/token_heads.py), and a beam "
+    return (f"next-token scores over the tokens an integer input reads (a decoder step: analysis/token_heads.py); a beam "
             f"search of width {BEAM} extends each row by its best {BEAM}: float's top {BEAM} kept on {share:.4f} of "
             f"{rows} rows ({lost} changed), below the top-1 floor {top1:g}. If a beam search "
             f"calls this model, declare it (--floor-reading {name}=topk:K, K the beam width) and the floor judges "
