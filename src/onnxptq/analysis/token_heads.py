@@ -7,7 +7,7 @@ segmenter writes ``[1, T, 2]`` tag emissions, one per character of its ``x`` ids
 Viterbi decodes outside the graph; its user reads the word starts. Under BF16, BFP16, MX9 and
 MXINT8 two flipped positions of 286 made its 12 sentences' reads 0.846 < 0.97 and repair kept
 71-136 nodes float, while word-start F1 stayed ≥ 0.997 (bench/RESULTS.md, "The fifteenth round").
-tashkeel's diacritizer was repaired alike (54-285 nodes) at a per-word agreement ≥ 0.985.
+(tashkeel's diacritizer is repaired alike, 54-285 nodes at words exact ≥ 0.985, and is left so: below.)
 
 And the floor reads a rank-2 ``[B, V]`` class output by its top-1, while a decoder step called
 inside a beam search is read by its top-k (analysis/beam_reads.py).
@@ -25,8 +25,9 @@ token or a ``Cast``). Such an output
   one (tashkeel, LAC) a token is a part of a word the floor cannot see, and a sentence stays one read;
 - whose class count **is** the row count of a table it embeds scores the vocabulary it reads: a
   decoder that reads its own output back (``"next"``): arabic-name-romanizer's decoder step
-  (``prefix`` ids through a 148-row table → ``logprobs [B, 148]``), pyfrspell's teacher-forced
-  decoder (``tgt_in`` → ``token_logits [B, T, 156]``). A rank-3 one stays judged as whole reads
+  (``prefix`` ids through a 148-row table → ``logprobs [B, 148]``); pyfrspell's teacher-forced
+  decoder (``tgt_in`` → ``token_logits [B, T, 156]``) has the shape, though its int8 head is not read
+  as class scores. A rank-3 one stays judged as whole reads
   (a generated sequence is one read); a rank-2 one is a step whose runner-ups a beam search takes.
 
 No name, exporter pattern or vocabulary is looked at; the class count is checked against the data
