@@ -906,9 +906,13 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
     if not rows + more_rows:
         return
     held_broken = _enough(rows, floor) and agree / rows < floor.top1
-    check.top_k, check.seen_feeds = k, feeds if not held_broken else 0
-    check.top1, check.rows = ((agree / rows, rows) if held_broken or not more_rows
-                              else ((agree + more) / (rows + more_rows), rows + more_rows))
+    # repair judges its candidates on the same feeds (``ok_needs_calibration_feeds``), whichever broke
+    check.top_k, check.seen_feeds = k, feeds
+    if held_broken:
+        check.top1, check.rows = agree / rows, rows
+        check.note = f"{check.note} (broken on its {rows} held-out rows alone)"
+    else:
+        check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
     check.top1_unjudged = not _enough(check.rows, floor)
     check.needed = floor.needed if check.top1_unjudged else 0
     if held_broken or (not check.top1_unjudged and check.top1 < floor.top1):
