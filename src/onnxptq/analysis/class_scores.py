@@ -449,6 +449,11 @@ class Positions:
     #: per position (``judge_positions(count_unsure=True)``): of the ``unsure`` decision positions
     #: (counted in ``positions``, not left out), how many flipped
     unsure_flipped: int = 0
+    #: judged per token (``judge_positions(per_token=True)``, a tagger with a background class:
+    #: analysis/token_heads.py): each decision position (a word start) is one read (``reads == positions``),
+    #: ``sequences`` the sequences they came from
+    per_token: bool = False
+    sequences: int = 0
 
     @property
     def all_reads(self) -> float:
@@ -498,6 +503,10 @@ class Positions:
                     f"flipped to a string-changing class, {self.harmless} flips that keep the string and "
                     f"{self.unsure} positions float is unsure of not counted; blank class {self.background}{ties})")
         bg = f" (class {self.background} is background)" if self.background is not None else ""
+        if self.per_token:
+            return (f"tokens {self.agreement:.4f} (a tagger's decisions per token, each its own read: {self.positions} "
+                    f"decision tokens of {self.sequences} sequences; estimated {self.estimated:.4f} from margins, observed "
+                    f"{self.observed:.4f}, {self.flipped} flipped{bg}{ties})")
         unsure = (f"; {self.unsure_flipped} of the {self.flipped} flips at the {self.unsure} decision positions float itself "
                   f"reads with a probability margin under {UNSURE:g}" if self.unsure else "")
         return (f"reads {self.agreement:.4f} ({self.reads} reads of {self.positions / max(1, self.reads):.1f} decision positions; "
@@ -783,7 +792,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,
-                    count_unsure: bool = False) -> Positions | None:
+                    count_unsure: bool = False, per_token: bool = False) -> Positions | None:
     """The per-position agreement of ``candidate`` with ``reference`` (one ``[..., C]`` array per
     feed, rank ≥ 3) on the decision positions; None when float does not decide (:func:`decides`)
     or no position could be judged. Where float's arg-max sequences read as a CTC reader's
@@ -793,7 +802,17 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     ``count_unsure``: per position, count the decision positions float itself reads with a
     probability margin under :data:`UNSURE` and how many of them flipped (``unsure``,
     ``unsure_flipped``), kept in the judgement: the Softmax sequences' advisory says them
-    (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`, which says why they are not left out)."""
+    (:func:`onnxptq.analysis.decisions.softmax_reads_advisory`, which says why they are not left out).
+
+    ``per_token``: a tagger's scores (analysis/token_heads.py: one decision per token of an integer
+    input, decoded outside the graph, khmersm's CRF). Where float reads a background class (most
+    tokens "inside" a word), its decisions are sparse events each of which a user reads as one unit
+    (a word start, an entity): each decision position is its own read, the agreement the
+    per-position one (no power of the positions per sequence), and no CTC strings are looked for
+    (a tagger's positions are its input's tokens, not frames). Without a background every token is
+    a decision inside a word the floor cannot see, and the sequence stays one read: tashkeel's
+    diacritics per letter (15 classes), judged per letter, held MXFP8_E4M3 where its words kept
+    float's diacritics on 0.933 (< 0.95); per sentence it broke."""
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
     reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
     refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
@@ -804,7 +823,9 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     counts = np.bincount(np.concatenate(tops))
     total = int(sum(t.size for t in tops))
     background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
-    blank = ctc_blank([t.reshape(s.shape[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1], background)
+    per_token = per_token and background is not None
+    blank = None if per_token else ctc_blank([t.reshape(s.shape[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1],
+                                             background)
     if blank is not None:
         return _judge_strings(seqs_r, seqs_g, blank)
     if strings_only:
@@ -841,6 +862,10 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     estimated = observed if estimated is None else estimated
     refuted = _refuted(estimated, flipped, judged)
     per_position = observed if refuted else min(estimated, observed)
+    if per_token:
+        return Positions(per_position, per_position, estimated, observed, judged, judged, flipped, ties, background,
+                         estimated_reads=None if refuted else estimated, unsure=unsure_total, unsure_flipped=unsure_flipped,
+                         per_token=True, sequences=reads)
     return Positions(per_position ** (judged / max(1, reads)), per_position, estimated, observed, reads, judged, flipped,
                      ties, background, estimated_reads=None if refuted else estimated ** (judged / max(1, reads)),
                      unsure=unsure_total, unsure_flipped=unsure_flipped)

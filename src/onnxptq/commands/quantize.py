@@ -54,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--floor-reading", action="append", default=[], metavar="OUTPUT=KIND",
                    help="how the floor reads OUTPUT, in place of what it finds by structure: values (or embedding: its "
                         "cosine only, never an arg-max), picture or picture:LOW,HIGH (its 8-bit values, any shape: a "
-                        "grey picture); repeatable (docs/accuracy.md)")
+                        "grey picture), logits (its sigmoid's decisions), topk:K (each row's top K: a decoder step "
+                        "a beam search of width K calls); repeatable (docs/accuracy.md)")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "

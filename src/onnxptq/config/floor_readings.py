@@ -15,22 +15,27 @@ from ..errors import ConfigError
 __all__ = ["KINDS", "DeclaredReading", "parse_reading"]
 
 #: the readings a user may declare, and what each spelling means
-KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits"}
+KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk"}
 
 
 @dataclass(frozen=True)
 class DeclaredReading:
     """One output's declared reading (module docstring)."""
 
-    #: "values" or "picture"
+    #: "values", "picture", "logits" or "topk"
     kind: str
     #: a picture's range as declared (None: the first of pictures.RANGES that holds float's values)
     low: float | None = None
     high: float | None = None
+    #: "topk": the beam width K, each row's top K read
+    k: int = 1
 
     def describe(self) -> str:
         if self.kind == "values":
             return "its values' cosine, as its user declared (floor_output_reading)"
+        if self.kind == "topk":
+            return (f"each row's top {self.k} (float's top-1 and its top-{self.k} set kept), as its user declared a beam "
+                    f"search of width {self.k} (floor_output_reading)")
         if self.kind == "logits":
             return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
@@ -38,15 +43,18 @@ class DeclaredReading:
 
 
 def parse_reading(output: str, text: object) -> DeclaredReading:
-    """``text`` (``"values"``, ``"embedding"``, ``"picture"`` or ``"picture:LOW,HIGH"``) as a reading of
-    ``output``; raises :class:`ConfigError` naming the output and the spellings it accepts."""
-    accepted = "'values', 'embedding', 'logits', 'picture' or 'picture:LOW,HIGH'"
+    """``text`` (``"values"``, ``"embedding"``, ``"logits"``, ``"picture"``, ``"picture:LOW,HIGH"`` or
+    ``"topk:K"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
+    spellings it accepts."""
+    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH' or 'topk:K'"
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):
         raise ConfigError(f"floor_output_reading[{output!r}] must be {accepted}, not {text!r}")
     kind, _, span = text.strip().partition(":")
     kind = KINDS.get(kind.strip().lower(), "")
+    if kind == "topk":
+        return _top_k(output, text, span)
     if not kind or (span and kind != "picture"):
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}; it must be {accepted}")
     if not span:
@@ -61,3 +69,15 @@ def parse_reading(output: str, text: object) -> DeclaredReading:
     return DeclaredReading(kind, low, high)
 
 
+
+
+def _top_k(output: str, text: str, span: str) -> DeclaredReading:
+    """``topk:K``: class scores a beam search of width ``K`` reads (analysis/beam_reads.py), ``K`` a whole number ≥ 1."""
+    try:
+        k = int(span.strip())
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a top-k reading names its beam width, "
+                          "'topk:K' with K a whole number >= 1 (e.g. 'topk:2')")
+    return DeclaredReading("topk", k=k)
