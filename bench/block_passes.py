@@ -3,7 +3,7 @@ block maxima (issue 26 item 3: "count the passes in each body").
 
 Per source tree (``--trees``, e.g. main's archive and ``src``), per preset and activation shape: the
 body the tree's ``onnx_ops`` emits for a float32 input of that static shape (axis 1; BFP16/MX4/MX6/MX9
-with the preset's attributes, MXINT8/MXFP* with blocks of 32, rounding mode 2) is built in a
+with the preset's attributes, MXINT8/MXFP* with blocks of 32, rounding mode 2 or ``--rounding-mode``) is built in a
 subprocess, run by onnxruntime (one thread) on standard-normal data, and its profile read: every
 node onnxruntime executed (``If`` branches only where taken, functions inlined), with its input and
 output shapes. A node is
@@ -46,7 +46,7 @@ if preset.startswith("MX") and preset[2:3] in ("I", "F"):
     elem = {{"FP8_E4M3": "fp8_e4m3", "FP8_E5M2": "fp8_e5m2", "FP6_E2M3": "fp6_e2m3", "FP6_E3M2": "fp6_e3m2",
              "FP4": "fp4_e2m1"}}.get(preset[2:], elem)
     q = mx.build("mx", "x", "y", name="q", opset=18, element_dtype=elem, axis=1, block_size=32,
-                 rounding_mode=2, shape=shape, dtype="float32")
+                 rounding_mode={rm}, shape=shape, dtype="float32")
 else:
     from onnxptq.formats.bfp import PRESETS
     from onnxptq.onnx_ops import bfp
@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--shape", action="append", required=True, help="comma-separated dims (repeatable)")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--ops", action="store_true", help="list the op types of the full-tensor passes")
+    ap.add_argument("--rounding-mode", type=int, default=2, help="the MX INT8/FP bodies' rounding_mode (0, 1, 2)")
     args = ap.parse_args()
     trees = [os.path.abspath(t) for t in args.trees.split(",")]
     work = tempfile.mkdtemp(prefix="block_passes_")
@@ -126,7 +127,7 @@ def main() -> None:
             rows = []
             for k, tree in enumerate(trees):
                 out = os.path.join(work, f"{preset}_{k}.onnx")
-                name = subprocess.run([sys.executable, "-c", CHILD.format(tree=tree, shape=shape, preset=preset, out=out)],
+                name = subprocess.run([sys.executable, "-c", CHILD.format(tree=tree, shape=shape, preset=preset, out=out, rm=args.rounding_mode)],
                                       check=True, capture_output=True, text=True,
                                       env=dict(os.environ, PYTHONPATH=tree)).stdout.strip()
                 kinds, count = passes(out, x, work)

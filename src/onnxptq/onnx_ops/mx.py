@@ -150,18 +150,24 @@ def _round_int(b: Body, w: str, rounding_mode: int) -> str:
 
     ``Round`` is RNE (and keeps the sign of zero). The other modes differ only at exact ties,
     found as ``w - Round(w) = ±0.5`` (exact: ``Round(w)`` is within a factor 2 of ``w``), where
-    one more step is taken. ``r`` sits in ``Where``'s else branch on purpose: it may be -0, and
-    onnxruntime's CPU Where returns +0 for a -0 from its then branch (see :func:`_quantize`).
+    one more step is taken, written as ``r - c`` with ``c = 0 - step`` (as onnx_ops/bfp.py's
+    ``_round``): ``c`` is +0 off the ties, and ``r - (+0)`` keeps a -0 ``r``.
+
+    Why no ``Where``: onnxruntime 1.32's CPU ``Where`` on a full tensor costs several elementwise
+    passes (bench/RESULTS.md, branch blockspeed), more than the ``Cast`` and ``Sub`` that replace
+    it; it also returned +0 for a -0 taken from its then branch.
     """
     r = b.op("Round", w)
     if rounding_mode == 2:
         return r
     d = b.op("Sub", w, r)
     if rounding_mode == 1:
-        return b.op("Where", b.op("Equal", d, b.wide(0.5)), b.op("Add", r, b.wide(1.0)), r)
+        hit = b.op("Cast", b.op("Equal", d, b.wide(0.5)), to=TensorProto.FLOAT)
+        return b.op("Sub", r, b.op("Sub", b.wide(0.0), hit))
     sign = b.op("Sign", w)
     toward_zero = b.op("Equal", b.op("Mul", d, sign), b.wide(0.5))  # false for w = ±0
-    return b.op("Where", toward_zero, b.op("Add", r, sign), r)
+    step = b.op("Mul", b.op("Cast", toward_zero, to=TensorProto.FLOAT), sign)  # ±0 off the ties
+    return b.op("Sub", r, b.op("Sub", b.wide(0.0), step))
 
 
 def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> str:
