@@ -50,19 +50,31 @@ def test_no_elementwise_op_reads_a_rank0_float_constant(element_dtype, rounding_
 @pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
 @pytest.mark.parametrize("element_dtype", FP)
 def test_fp_choice_has_no_where_and_is_scaled_once(element_dtype, shape, axis) -> None:
-    """The normal/subnormal choice is arithmetic on unscaled element values (no ``Where``: onnxruntime's
-    costs 7 ns per element on PP-OCR-cls-sized tensors), and one ``Mul`` by the block scale reads
-    it (the choice used to read two full-tensor products by the scale)."""
+    """The normal/subnormal choice is arithmetic on element values in units of the smallest step
+    (no ``Where``: onnxruntime's costs 7 ns per element on PP-OCR-cls-sized tensors), and one
+    ``Mul`` by the per-block unit ``scale·2^(emin-mbits)`` reads it; the elements are divided by
+    that same unit once, and no full-tensor op multiplies by ``2^(mbits-emin)`` or back (the
+    subnormal formula's two passes, gone: branch blockspeed)."""
+    from onnxptq.formats.mx import ELEMENT_FORMATS
+
+    fmt = ELEMENT_FORMATS[element_dtype]
     body = _body(element_dtype, shape, axis)
     assert not [n for n in body.node if n.op_type == "Where"], body.name
     adds = [n for n in body.node if n.op_type == "Add"]
     assert len(adds) == 1, body.name  # q_norm·[normal] + q_sub·[not normal]
     readers = [n for n in body.node if adds[0].output[0] in n.input]
     assert [n.op_type for n in readers] == ["Mul"], body.name
-    scale = next(i for i in readers[0].input if i != adds[0].output[0])
-    by_scale = [n for n in body.node if n.op_type == "Mul" and scale in n.input]
-    # the element values once, and scale·2^emin per block for the normal-range test
-    assert len(by_scale) == 2, [list(n.input) for n in by_scale]
+    unit = next(i for i in readers[0].input if i != adds[0].output[0])
+    by_unit = sorted(n.op_type for n in body.node if unit in n.input)
+    assert by_unit == ["Div", "Mul"], by_unit  # x / unit, and the choice · unit
+    steps = {2.0 ** (fmt.mbits - fmt.emin), 2.0 ** (fmt.emin - fmt.mbits)} - {1.0}
+    step_consts = {o for n in body.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value" and a.t.data_type == onnx.TensorProto.FLOAT
+                   and set(onnx.numpy_helper.to_array(a.t).ravel().tolist()) <= steps for o in n.output}
+    rounds = [n for n in body.node if n.op_type == "Round"]
+    assert len(rounds) == 1
+    assert not [n for n in body.node if n.op_type == "Mul" and step_consts & set(n.input)
+                and n.output[0] in rounds[0].input], body.name  # Round reads the quotient itself
 
 
 def _edge_data(shape: tuple, axis: int, seed: int) -> np.ndarray:

@@ -275,8 +275,12 @@ def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any],
     if flat:
         v = g.op("Div", g.op("Mul", x, g.op("Cast", g.op("GreaterOrEqual", az, g.wide(2.0**-126)), to=_F)), s)
         return g.op("Mul", _round(g, g.op("Clip", v, g.const(-qmax), g.const(qmax)), a["rounding_mode"], False, ""), s)
-    low = g.op("Where", g.op("Less", bmax, g.wide(_prime_threshold(a))), bmax, g.wide(0.0))
-    tiny = g.op("Greater", g.reduce("ReduceMax", low, None, keepdims=0), g.const(0.0))  # False when empty (-inf)
+    # "Some block has 0 < max < T", without a Where on the block maxima (onnxruntime's CPU Where
+    # costs several elementwise passes: MX9 per call 0.93-1.00x without it, bench/RESULTS.md, branch
+    # blockspeed): ThresholdedRelu(-max, alpha=-T) keeps -max where max < T (-0 for an all-zero
+    # block, which needs no flush) and is 0 elsewhere, NaN included; a negative minimum is a hit.
+    low = g.op("ThresholdedRelu", g.op("Neg", bmax), alpha=-_prime_threshold(a))
+    tiny = g.op("Less", g.reduce("ReduceMin", low, None, keepdims=0), g.const(0.0))  # False when empty (+inf)
     plain, flush = g.branch(), g.branch()
     v_plain = plain.op("Div", x, s)
     normal = flush.op("Cast", flush.op("GreaterOrEqual", az, g.wide(2.0**-126)), to=_F)

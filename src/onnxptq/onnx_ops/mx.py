@@ -150,18 +150,24 @@ def _round_int(b: Body, w: str, rounding_mode: int) -> str:
 
     ``Round`` is RNE (and keeps the sign of zero). The other modes differ only at exact ties,
     found as ``w - Round(w) = ±0.5`` (exact: ``Round(w)`` is within a factor 2 of ``w``), where
-    one more step is taken. ``r`` sits in ``Where``'s else branch on purpose: it may be -0, and
-    onnxruntime's CPU Where returns +0 for a -0 from its then branch (see :func:`_quantize`).
+    one more step is taken, written as ``r - c`` with ``c = 0 - step`` (as onnx_ops/bfp.py's
+    ``_round``): ``c`` is +0 off the ties, and ``r - (+0)`` keeps a -0 ``r``.
+
+    Why no ``Where``: onnxruntime 1.32's CPU ``Where`` on a full tensor costs several elementwise
+    passes (bench/RESULTS.md, branch blockspeed), more than the ``Cast`` and ``Sub`` that replace
+    it; it also returned +0 for a -0 taken from its then branch.
     """
     r = b.op("Round", w)
     if rounding_mode == 2:
         return r
     d = b.op("Sub", w, r)
     if rounding_mode == 1:
-        return b.op("Where", b.op("Equal", d, b.wide(0.5)), b.op("Add", r, b.wide(1.0)), r)
+        hit = b.op("Cast", b.op("Equal", d, b.wide(0.5)), to=TensorProto.FLOAT)
+        return b.op("Sub", r, b.op("Sub", b.wide(0.0), hit))
     sign = b.op("Sign", w)
     toward_zero = b.op("Equal", b.op("Mul", d, sign), b.wide(0.5))  # false for w = ±0
-    return b.op("Where", toward_zero, b.op("Add", r, sign), r)
+    step = b.op("Mul", b.op("Cast", toward_zero, to=TensorProto.FLOAT), sign)  # ±0 off the ties
+    return b.op("Sub", r, b.op("Sub", b.wide(0.0), step))
 
 
 def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int) -> str:
@@ -173,29 +179,43 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     return b.op(op_type, *inputs)
 
 
-def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool) -> tuple[str, str]:
-    """``(q_norm, q_sub)``: ``x4 / scale`` on the FP element grid, by the normal formula (mantissa
-    rounded by the add-subtract trick, saturated at max_norm) and by the subnormal one (a multiple
-    of the smallest step), for the caller to choose between and then scale back by
-    ``scale`` once (:func:`_scaled_choice`): one per-block broadcast ``Mul`` after the choice
-    instead of one in each formula before it (a broadcast over blocks of 32 costs onnxruntime
-    ~2.5 flat passes). Exact: both formulas' values times a power of two ``scale >= 2^-127`` are
-    multiples of ``2^(emin - mbits - 127) >= 2^-149`` below float32's max, so the product rounds
-    nothing in either order.
+def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool) -> tuple[str, str, str]:
+    """``(q_norm, q_sub, unit)``: ``x4 / scale`` on the FP element grid in units of the element's
+    smallest step ``2^(emin - mbits)``, by the normal formula (mantissa rounded by the add-subtract
+    trick, saturated at max_norm) and by the subnormal one (an integer: ``Round`` of the quotient),
+    and ``unit = scale·2^(emin - mbits)``, the per-block factor that scales the caller's choice
+    back once (:func:`_scaled_choice`).
+
+    Why in units of the smallest step: the subnormal formula's ``Round`` then reads the quotient
+    itself, and its result needs no scaling: the two full-tensor ``Mul``s by ``2^(mbits - emin)``
+    and back that it used to cost are gone, the per-block ``Mul`` after the choice does both
+    (as in the INT8 elements, one ``Div`` by the element unit; bench/RESULTS.md, branch blockspeed).
+
+    Exact: ``unit`` is a power of two ``>= 2^(-127 + emin - mbits) >= 2^-143``, a float32 (subnormal
+    for the smallest block scales), and a division by a power of two is exact wherever the
+    quotient is a normal float; where it is not (``|x/scale| < 2^-126``, ``x/unit`` below
+    ``2^-110``) both this and the former ``x·(1/scale)·2^(mbits-emin)`` round to a value
+    that ``Round`` takes to the zero of ``x``'s sign and that is never normal. The normal formula is
+    scale-free (the add-subtract trick rounds to ``mbits`` bits of the value's own binade, and the
+    quotient stays far from float32's limits: ``|x/unit| < 2^(emax + 2 + mbits - emin) <= 2^33``,
+    its product by ``2^(23-mbits)+1`` below 2^55), so it gives the former ``q_norm`` times
+    ``2^(mbits - emin)`` exactly; the saturation bound is ``max_norm`` in those units.
 
     ``sub_on_clipped``: the subnormal formula reads the saturated quotient (the plain body); the
     branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged."""
-    v = b.op("Mul", x4, b.op("Reciprocal", scale))  # exact: 1/2**X is a float32 for |X| <= 127
-    vc = b.op("Clip", v, b.const(-fmt.max_norm), b.const(fmt.max_norm))
+    unit = b.op("Mul", scale, b.wide(2.0 ** (fmt.emin - fmt.mbits)))  # per block, exact (see above)
+    v = b.op("Div", x4, unit)
+    top = fmt.max_norm * 2.0 ** (fmt.mbits - fmt.emin)
+    vc = b.op("Clip", v, b.const(-top), b.const(top))
     c = b.op("Mul", vc, b.wide(2.0 ** (23 - fmt.mbits) + 1.0))
     hi = b.op("Sub", c, b.op("Sub", c, vc))
-    sub = b.op("Round", b.op("Mul", vc if sub_on_clipped else v, b.wide(2.0 ** (fmt.mbits - fmt.emin))))
-    return hi, b.op("Mul", sub, b.wide(2.0 ** (fmt.emin - fmt.mbits)))
+    return hi, b.op("Round", vc if sub_on_clipped else v), unit
 
 
-def _scaled_choice(b: Body, normal: str, q_norm: str, q_sub: str, scale: str) -> tuple[str, tuple[str, ...]]:
-    """``(normal ? q_norm : q_sub) · scale`` as ``(op_type, inputs)`` of its last node, the choice
-    by arithmetic: ``q_norm·[normal] + q_sub·[not normal]``.
+def _scaled_choice(b: Body, normal: str, q_norm: str, q_sub: str, unit: str) -> tuple[str, tuple[str, ...]]:
+    """``(normal ? q_norm : q_sub) · unit`` as ``(op_type, inputs)`` of its last node, the choice
+    by arithmetic: ``q_norm·[normal] + q_sub·[not normal]`` (``unit``: the per-block factor of
+    :func:`_fp_elements`).
 
     Why not ``Where``: onnxruntime 1.32's CPU ``Where`` costs ~7 ns per element on PP-OCR-cls-sized
     tensors (half the MXFP4 body's kernel time on 1×16×24×96; the Cast, Sub, two Muls and the Add
@@ -204,12 +224,13 @@ def _scaled_choice(b: Body, normal: str, q_norm: str, q_sub: str, scale: str) ->
     is finite, ``|x/scale| < 2^(emax+2)`` for every candidate scale), so ``q_norm + (±0) = q_norm``; elsewhere ``q_norm`` is
     finite (clipped) or NaN (a NaN ``x``: the result is NaN either way) with ``x``'s sign, so
     ``q_norm·0`` is a zero of the same sign as ``q_sub`` and ``±0 + q_sub = q_sub`` (a -0 stays
-    -0, ±Inf and NaN pass through). A -0 times the positive scale stays -0.
+    -0, ±Inf and NaN pass through). A -0 times the positive unit stays -0, and a value times the
+    unit is the element value times the block scale, a float32, exactly.
     """
     mf = b.op("Cast", normal, to=TensorProto.FLOAT)
     nf = b.op("Sub", b.wide(1.0), mf)
     pick = b.op("Add", b.op("Mul", q_norm, mf), b.op("Mul", q_sub, nf))
-    return "Mul", (pick, scale)
+    return "Mul", (pick, unit)
 
 
 def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding_mode: int,
@@ -226,9 +247,9 @@ def _quantize_parts(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, ro
         unit = unit or b.op("Mul", scale, b.wide(_INT8_UNIT))  # given: :func:`_int_unit`
         w = b.op("Clip", b.op("Div", x4, unit), b.const(-127.0), b.const(127.0))
         return "Mul", (_round_int(b, w, rounding_mode), unit)
-    q_norm, q_sub = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
+    q_norm, q_sub, unit = _fp_elements(b, x4, scale, fmt, sub_on_clipped=True)
     normal = b.op("GreaterOrEqual", a, b.op("Mul", scale, b.wide(2.0**fmt.emin)))
-    return _scaled_choice(b, normal, q_norm, q_sub, scale)
+    return _scaled_choice(b, normal, q_norm, q_sub, unit)
 
 
 class _Blocks:
@@ -359,10 +380,10 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
         return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
     # The subnormal-range formula on the unclipped x/scale (its finite elements are below the
     # clip): ±Inf and NaN come out as themselves.
-    q_norm, q_sub = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
+    q_norm, q_sub, unit = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
     # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0.
     normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.wide(-(2.0**fmt.emin))))
-    op_type, inputs = _scaled_choice(g, normal, q_norm, q_sub, scale)
+    op_type, inputs = _scaled_choice(g, normal, q_norm, q_sub, unit)
     return g.op(op_type, *inputs)
 
 
