@@ -112,8 +112,14 @@ def test_element_codes_by_arithmetic_equal_the_table_search(key):
     assert np.array_equal(code.table[code.encode(exact)].view(np.uint32), exact.astype(np.float32).view(np.uint32))
 
 
+@pytest.mark.parametrize("fields_by", ["arithmetic", "table"])
 @pytest.mark.parametrize("key", sorted(FORMATS))
-def test_decoded_weights_are_bit_identical_to_the_reference(key):
+def test_decoded_weights_are_bit_identical_to_the_reference(key, fields_by, monkeypatch):
+    """Both ways of unpacking sub-byte fields (packed.TABLE_FROM): Div/Mod on small groups, a
+    256-entry table on large ones; and the exponent table trimmed to the bytes used."""
+    from onnxptq.onnx_ops import packed
+
+    monkeypatch.setattr(packed, "TABLE_FROM", 0 if fields_by == "table" else 10**12)
     fmt, base = FORMATS[key]
     packer = WeightPacker(13, FreshNames())
     frags, dtypes, expected = {}, {}, {}

@@ -56,6 +56,9 @@ MIN_OPSET = 11
 MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
+#: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
+#: this many times the table's; smaller groups unpack their fields by integer Div and Mod instead.
+TABLE_FROM = 64
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
@@ -647,6 +650,11 @@ class WeightPacker:
     def finish(self) -> QDQNodes:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
+        used = [np.concatenate(g.exps) for g in self.groups.values() if g.rows]
+        # the exponent table holds only the exponent bytes the model uses (bytes stored less the
+        # lowest): ~20 entries, not 256 (1 KB a model; the same table entries, the same values)
+        self._e_low = int(min(int(e.min()) for e in used)) if used else 0
+        self._e_high = int(max(int(e.max()) for e in used)) if used else 0
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag)
@@ -686,18 +694,39 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
+        def by_table(stored: np.ndarray, table_bytes: int) -> bool:
+            """Fields read through a byte-indexed table where the table is a negligible part of
+            what it decodes; by Div and Mod (no table) elsewhere: a 256-entry table is 1-8 KB of
+            a small model's file, while Div and Mod cost load memory on a large one (each folded
+            step is a copy of the fields until the optimisation ends)."""
+            return stored.size >= TABLE_FROM * table_bytes
+
+        def fields(stored: np.ndarray, bits: int, stem_: str) -> str:
+            """int32 ``[*stored.shape, 8 // bits]``: the ``bits``-bit fields of the bytes ``stored``,
+            low field first (what :func:`_pack_fields` packed), by integer Div and Mod."""
+            per = 8 // bits
+            v = op("Cast", [init(stem_, stored[..., None])], "idx", to=TensorProto.INT32)
+            if per > 1:
+                v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
+            return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
+
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
         if code.container == 8:
             elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
         elif code.container == 4:
             pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
+            packed4 = _pack_fields(codes, 4)
+            if by_table(packed4, pairs.nbytes):
+                def pairs_of(stored: np.ndarray) -> str:
+                    return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
+            else:  # the nibbles by Div/Mod, then the 16-entry table
+                def pairs_of(stored: np.ndarray) -> str:
+                    return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
-                raw = init("codes", _pack_fields(codes, 4).reshape(g.rows, n_sub, g.sub // 2))
-                elems = op("Reshape", [gather(f"el4_{code.key}", pairs, raw, "pairs"), self._ints(shape3)], "elements")
+                elems = op("Reshape", [pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2)), self._ints(shape3)], "elements")
             else:
-                flat = op("Reshape", [gather(f"el4_{code.key}", pairs, init("codes", _pack_fields(codes, 4)), "pairs"),
-                                      self._ints([-1])], "flat")
+                flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
                 cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                 elems = op("Reshape", [cut, self._ints(shape3)], "elements")
         else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
@@ -706,10 +735,16 @@ class WeightPacker:
             lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
             m4 = codes.size // 4
-            lo_raw = init("codes_lo", _pack_fields(codes & 15, 4).reshape(m4, 2))  # Gather: [m4, 2, 2]
-            hi_raw = init("codes_hi", _pack_fields(codes >> 4, 2).reshape(m4, 1))  # Gather: [m4, 1, 4]
-            lo = op("Reshape", [gather("nib_lo", lo_t, lo_raw, "lo"), self._ints([m4, 4])], "lo4")
-            hi = op("Reshape", [gather("nib_hi", hi_t, hi_raw, "hi"), self._ints([m4, 4])], "hi4")
+            lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
+            hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+            if by_table(lo_b, lo_t.nbytes + hi_t.nbytes):
+                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
+                hi = gather("nib_hi", hi_t, init("codes_hi", hi_b), "hi")  # [m4, 1, 4], already x16
+            else:
+                lo = fields(lo_b, 4, "codes_lo")
+                hi = op("Mul", [fields(hi_b, 2, "codes_hi"), self._table("x16", np.array(16, np.int32))], "hi16")
+            lo = op("Reshape", [lo, self._ints([m4, 4])], "lo4")
+            hi = op("Reshape", [hi, self._ints([m4, 4])], "hi4")
             idx = op("Add", [lo, hi], "code")
             flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
             flat = op("Reshape", [flat, self._ints([-1])], "flat")
@@ -717,15 +752,22 @@ class WeightPacker:
                 flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
             elems = op("Reshape", [flat, self._ints(shape3)], "elements")
 
-        scale = gather("e8m0", exponent_table(), init("exponents", np.concatenate(g.exps).reshape(g.rows, 1, 1)), "scale")
+        lo_e, hi_e = self._e_low, self._e_high
+        exps = (np.concatenate(g.exps) - np.uint8(lo_e)).astype(np.uint8).reshape(g.rows, 1, 1)
+        scale = gather(f"e8m0_{lo_e}_{hi_e}", exponent_table()[lo_e: hi_e + 1], init("exponents", exps), "scale")
         if g.layout.shift_bits:
             c = g.layout.shift_container
             per = 8 // c
-            fields = np.concatenate(g.shifts)
-            sh = gather(f"shift{c}", shift_table(c), init("shifts", _pack_fields(fields, c)), "shift")
+            shifts = np.concatenate(g.shifts)
+            stored = _pack_fields(shifts, c)
+            if by_table(stored, shift_table(c).nbytes):
+                sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
+            else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
+                sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
+                        "shift")
             sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-            if fields.size % per:
-                sh = op("Slice", [sh, self._ints([0]), self._ints([fields.size]), self._ints([0])], "shiftc")
+            if shifts.size % per:
+                sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
         if padded == g.width:
