@@ -359,7 +359,7 @@ class WeightPacker:
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
         if key not in self.tables:
-            name = self.fresh(f"packed_table_{key}")
+            name = self.fresh(f"pkt_{key}")  # short: every reader names it once more
             self.tables[key] = name
             self.table_inits.append(store(values, name))
         return self.tables[key]
@@ -581,6 +581,11 @@ class WeightPacker:
         stem = _stem(name)
         pre = moved_x.shape[:-1]
         pieces = []
+        # Moving the block axis last keeps the element order when every axis after it is 1 (a 1x1
+        # conv's input channels, a Gemm's transposed B): one piece is then reshaped straight to
+        # the weight's shape, no Transpose (a node less per such weight, the same values).
+        in_order = values.ndim > 1 and all(d == 1 for d in values.shape[ax + 1:])
+        direct = in_order and len(parts) == 1
         for group, start, count, width in parts:
             # rows start..start+count of the group's output: one output of the group's Split
             # (finish), not a Slice per weight (see _decode_group)
@@ -588,14 +593,15 @@ class WeightPacker:
             group.pieces.append((count, cur))
             shaped = self.fresh(f"{self._short}p")
             last = (count // n_rows) * width
-            frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(pre) + [last])], [shaped], name=f"{stem}_shape"))
+            shape = list(values.shape) if direct else list(pre) + [last]
+            frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(shape)], [shaped], name=f"{stem}_shape"))
             pieces.append(shaped)
         cur = pieces[0]
         if len(pieces) > 1:
             cur = self.fresh(f"{self._short}j")
             frag.nodes.append(helper.make_node("Concat", pieces, [cur], axis=-1, name=f"{stem}_join"))
         frag.packed_groups = [(g, start, count) for g, start, count, _ in parts]  # type: ignore[attr-defined]
-        if values.ndim > 1 and ax != values.ndim - 1:
+        if values.ndim > 1 and ax != values.ndim - 1 and not direct:
             perm = list(range(values.ndim - 1))
             perm.insert(ax, values.ndim - 1)
             nxt = self.fresh(f"{self._short}t")
@@ -682,8 +688,10 @@ class WeightPacker:
             frag.initializers.append(store(array, nm))
             return nm
 
+        short = self.fresh("pg")  # the chain's intermediate names: each is written 3 times
+
         def out(stem_: str) -> str:
-            return self.fresh(f"{g.output}_{stem_}")
+            return self.fresh(f"{short}{stem_}")
 
         def op(op_type: str, inputs: list[str], stem_: str, output: str | None = None, **kw: Any) -> str:
             o = output or out(stem_)

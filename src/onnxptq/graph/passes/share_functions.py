@@ -20,6 +20,7 @@ initializer, so a group with such a call only shares when its members are byte-i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from typing import Iterable
@@ -132,7 +133,7 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     rename: dict[tuple[str, str], tuple[str, list[str]]] = {}
     dropped: set[tuple[str, str]] = set()
     before = sum(f.ByteSize() for f in model.functions)
-    for (domain, _), members in groups.items():
+    for (domain, skeleton), members in groups.items():
         keep = members[0]
         consts = [i for i, n in enumerate(keep.node) if _is_constant(n) and _constant_value(n) is not None]
         member_values = [[_constant_value(m.node[i]) for i in consts] for m in members]
@@ -142,10 +143,18 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
             continue  # a call inside a function could not read the lifted initializers
         lifted = [consts[j] for j in differ]
         lifted_outputs = [keep.node[i].output[0] for i in lifted]
+        # The shared definition's name: the family (what tools match: ``BFPQuantizeDequantize``...)
+        # and a digest of what defines it, body and lifted positions (equal names, equal bodies),
+        # not one member's shape-specific name: every call writes it once more.
+        digest = hashlib.sha1(skeleton + repr(lifted).encode()).hexdigest()[:8]
+        shared = f"{keep.name.split('_')[0]}_{digest}"
+        if shared != keep.name and any(f.domain == domain and f.name == shared for f in model.functions):
+            shared = keep.name
         for m, mv in zip(members, member_values):
-            rename[(domain, m.name)] = (keep.name, [initializer(mv[j]) for j in differ])
+            rename[(domain, m.name)] = (shared, [initializer(mv[j]) for j in differ])
             if m is not keep:
                 dropped.add((domain, m.name))
+        keep.name = shared
         if lifted:
             kept_nodes = [n for i, n in enumerate(keep.node) if i not in set(lifted)]
             del keep.node[:]
