@@ -143,11 +143,14 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
             continue  # a call inside a function could not read the lifted initializers
         lifted = [consts[j] for j in differ]
         lifted_outputs = [keep.node[i].output[0] for i in lifted]
-        # The shared definition's name: the family (what tools match: ``BFPQuantizeDequantize``...)
-        # and a digest of what defines it, body and lifted positions (equal names, equal bodies),
-        # not one member's shape-specific name: every call writes it once more.
+        # The shared definition's name: the family (what tools match: ``BFPQuantizeDequantize``...),
+        # a digest of what defines it, body and lifted positions (equal names, equal bodies), and
+        # the suffix all members end in (the activation dtype's, ``_f32``); not one member's
+        # shape-specific name: every call writes it once more.
         digest = hashlib.sha1(skeleton + repr(lifted).encode()).hexdigest()[:8]
-        shared = f"{keep.name.split('_')[0]}_{digest}"
+        tails = {m.name.rsplit("_", 1)[-1] for m in members}  # a dtype suffix (``_f32``) the members agree on
+        tail = f"_{tails.pop()}" if len(tails) == 1 and "_" in keep.name else ""
+        shared = f"{keep.name.split('_')[0]}_{digest}{tail}"
         if shared != keep.name and any(f.domain == domain and f.name == shared for f in model.functions):
             shared = keep.name
         for m, mv in zip(members, member_values):
