@@ -59,6 +59,9 @@ MAX_PATCH_FRACTION = 1 / 64
 #: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
 #: this many times the table's; smaller groups unpack their fields by integer Div and Mod instead.
 TABLE_FROM = 64
+#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
+#: unpacking's 5-7 nodes cost ~300).
+EXPONENT_PACK_FROM = 512
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
@@ -656,11 +659,6 @@ class WeightPacker:
     def finish(self) -> QDQNodes:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
-        used = [np.concatenate(g.exps) for g in self.groups.values() if g.rows]
-        # the exponent table holds only the exponent bytes the model uses (bytes stored less the
-        # lowest): ~20 entries, not 256 (1 KB a model; the same table entries, the same values)
-        self._e_low = int(min(int(e.min()) for e in used)) if used else 0
-        self._e_high = int(max(int(e.max()) for e in used)) if used else 0
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag)
@@ -680,6 +678,7 @@ class WeightPacker:
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
+        zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
 
@@ -760,9 +759,30 @@ class WeightPacker:
                 flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
             elems = op("Reshape", [flat, self._ints(shape3)], "elements")
 
-        lo_e, hi_e = self._e_low, self._e_high
-        exps = (np.concatenate(g.exps) - np.uint8(lo_e)).astype(np.uint8).reshape(g.rows, 1, 1)
-        scale = gather(f"e8m0_{lo_e}_{hi_e}", exponent_table()[lo_e: hi_e + 1], init("exponents", exps), "scale")
+        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
+        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
+        exps = np.concatenate(g.exps)
+        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
+        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
+        if zero.any() and not zero.all():
+            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
+        lo_e, hi_e = int(exps.min()), int(exps.max())
+        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
+        e_table = exponent_table()[lo_e: hi_e + 1]
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): 2 or 4 bits
+        # hold them where that saves more bytes than the unpacking nodes cost (a BFP16 block of 8
+        # carries one exponent byte: an eighth of its payload, half of it saved at 4 bits).
+        e_bits = next(b for b in (2, 4, 8) if int(exps.max()) < 1 << b)
+        if e_bits < 8 and g.rows - -(-g.rows // (8 // e_bits)) > EXPONENT_PACK_FROM:
+            per = 8 // e_bits
+            scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), fields(_pack_fields(exps, e_bits), e_bits, "exponents")],
+                       "scale")
+            scale = op("Reshape", [scale, self._ints([-1])], "scalef")
+            if g.rows % per:
+                scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
+            scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+        else:
+            scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
         if g.layout.shift_bits:
             c = g.layout.shift_container
             per = 8 // c
