@@ -1,5 +1,7 @@
-"""The shared-function form against one definition per body (issue 26 item 2, branch blocksize):
-file bytes, outputs bit for bit, session creation and run CPU, side by side in one process.
+"""The delivered form against the old one (issue 26 item 2, branch blocksize): file bytes, outputs bit
+for bit, session creation and run CPU, side by side in one process. Old: one function definition per
+body and fp32 weights (``pack_weights=False``, the form kept for tools that want one node per
+tensor), or with ``--old unshared`` packed weights and one definition per body.
 
 Why: sharing a definition moves the constants that differ from ``Constant`` nodes into
 initializers the calls pass in. onnxruntime inlines model-local functions, so both should run the
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", required=True)
     ap.add_argument("--presets", default="MX9,MXINT8")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--old", choices=("plain", "unshared"), default="plain")
     args = ap.parse_args(argv)
     print("| model | preset | definitions old → new | file B old → new | outputs | session CPU s old / new | run CPU ms old / new |")
     print("|---|---|---|---|---|---|---|")
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             built = {}
             for share in (False, True):
                 sf.SHARE = share
-                built[share] = quantize(path, cfg, data=list(calib)).model
+                form = cfg if share or args.old == "unshared" else dataclasses.replace(cfg, pack_weights=False)
+                built[share] = quantize(path, form, data=list(calib)).model
             sf.SHARE = True
             blobs = {k: m.SerializeToString() for k, m in built.items()}
             sess, made = {}, {False: [], True: []}
