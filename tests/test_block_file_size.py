@@ -137,3 +137,28 @@ def test_share_functions_lifts_the_constants_that_differ():
     inside.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]))
     sf.share_functions(inside, domains={"onnxptq"})
     assert len(inside.functions) == 5 and not inside.graph.initializer
+
+
+def test_a_call_inside_an_if_branch_reads_lifted_values_from_the_main_graph():
+    """A quantizer inside an If branch whose definition is shared passes main-graph initializers
+    (outer scope) and computes what its own definition computed, bit for bit."""
+    from test_quantize_subgraphs import _config, _if_feeds, make_if_model
+
+    from onnxptq.graph.walk import all_graphs
+
+    model, feeds = make_if_model(0), _if_feeds(4, 1, (True, False))
+    built = {}
+    for share in (False, True):
+        old = sf.SHARE
+        sf.SHARE = share
+        try:
+            built[share] = onnxptq.quantize(model, _config("MXINT8"), feeds).model
+        finally:
+            sf.SHARE = old
+    inits = {t.name for t in built[True].graph.initializer}
+    body_calls = [n for g in list(all_graphs(built[True].graph))[1:] for n in g.node if n.domain == "onnxptq"]
+    assert any(i in inits for n in body_calls for i in n.input[1:]), [list(n.input) for n in body_calls]
+    for f in feeds:
+        a, b = (ort.InferenceSession(built[k].SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+                for k in (True, False))
+        assert all(np.array_equal(x.view(np.uint8), y.view(np.uint8)) for x, y in zip(a, b))
