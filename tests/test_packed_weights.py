@@ -112,8 +112,14 @@ def test_element_codes_by_arithmetic_equal_the_table_search(key):
     assert np.array_equal(code.table[code.encode(exact)].view(np.uint32), exact.astype(np.float32).view(np.uint32))
 
 
+@pytest.mark.parametrize("fields_by", ["arithmetic", "table"])
 @pytest.mark.parametrize("key", sorted(FORMATS))
-def test_decoded_weights_are_bit_identical_to_the_reference(key):
+def test_decoded_weights_are_bit_identical_to_the_reference(key, fields_by, monkeypatch):
+    """Both ways of unpacking sub-byte fields (packed.TABLE_FROM): Div/Mod on small groups, a
+    256-entry table on large ones; and the exponent table trimmed to the bytes used."""
+    from onnxptq.onnx_ops import packed
+
+    monkeypatch.setattr(packed, "TABLE_FROM", 0 if fields_by == "table" else 10**12)
     fmt, base = FORMATS[key]
     packer = WeightPacker(13, FreshNames())
     frags, dtypes, expected = {}, {}, {}
@@ -139,6 +145,32 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key):
             u = np.uint16 if fq.dtype == np.float16 else np.uint32
             bad = np.flatnonzero(got.view(u) != fq.view(u))
             assert bad.size == 0, f"{key}/{name}: {bad.size} elements differ, e.g. {got.reshape(-1)[bad[:3]]} vs {fq.reshape(-1)[bad[:3]]}"
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MX6", "MXINT8", "MXFP4"])
+def test_exponents_packed_below_a_byte_and_zero_blocks_free(monkeypatch, key):
+    """Exponent bytes spanning few values are stored 2 or 4 to the byte (less the group's lowest,
+    by Div/Mod), and an all-zero block's byte is not allowed to widen that span: the weight
+    still decodes bit for bit, its ±0 blocks included."""
+    from onnxptq.onnx_ops import packed
+
+    monkeypatch.setattr(packed, "EXPONENT_PACK_FROM", 0)
+    fmt, base = FORMATS[key]
+    w = np.random.default_rng(2).normal(0, 0.1, (64, 96)).astype(np.float32)
+    w[5] = 0.0
+    w[9] = -0.0
+    attrs = dict(base, axis=1)
+    fq = fake_quantize(w, fmt, **attrs)
+    packer = WeightPacker(13, FreshNames())
+    frag = packer.add("w", w, fq, fmt, attrs, "w_out")
+    assert frag is not None
+    model = _decode_model(packer, {"w_out": frag}, {"w_out": TensorProto.FLOAT}, {"w_out": w.shape})
+    exps = [t for t in model.graph.initializer if t.name.endswith("_exponents")]
+    n_blocks = 64 * -(-96 // int(base.get("block_size", 8)))
+    assert len(exps) == 1 and onnx.numpy_helper.to_array(exps[0]).size <= n_blocks // 2, [list(t.dims) for t in exps]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {})[0]
+    assert np.array_equal(got.view(np.uint32), fq.view(np.uint32)), key
 
 
 @pytest.mark.parametrize("key", ["BFP16_compiler", "MX9", "MX_ragged_sub", "MXINT8", "MXFP8_E4M3"])

@@ -56,6 +56,12 @@ MIN_OPSET = 11
 MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
+#: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
+#: this many times the table's; smaller groups unpack their fields by integer Div and Mod instead.
+TABLE_FROM = 64
+#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
+#: unpacking's 5-7 nodes cost ~300).
+EXPONENT_PACK_FROM = 512
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
@@ -356,7 +362,7 @@ class WeightPacker:
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
         if key not in self.tables:
-            name = self.fresh(f"packed_table_{key}")
+            name = self.fresh(f"pkt_{key}")  # short: every reader names it once more
             self.tables[key] = name
             self.table_inits.append(store(values, name))
         return self.tables[key]
@@ -578,6 +584,11 @@ class WeightPacker:
         stem = _stem(name)
         pre = moved_x.shape[:-1]
         pieces = []
+        # Moving the block axis last keeps the element order when every axis after it is 1 (a 1x1
+        # conv's input channels, a Gemm's transposed B): one piece is then reshaped straight to
+        # the weight's shape, no Transpose (a node less per such weight, the same values).
+        in_order = values.ndim > 1 and all(d == 1 for d in values.shape[ax + 1:])
+        direct = in_order and len(parts) == 1
         for group, start, count, width in parts:
             # rows start..start+count of the group's output: one output of the group's Split
             # (finish), not a Slice per weight (see _decode_group)
@@ -585,14 +596,15 @@ class WeightPacker:
             group.pieces.append((count, cur))
             shaped = self.fresh(f"{self._short}p")
             last = (count // n_rows) * width
-            frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(pre) + [last])], [shaped], name=f"{stem}_shape"))
+            shape = list(values.shape) if direct else list(pre) + [last]
+            frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(shape)], [shaped], name=f"{stem}_shape"))
             pieces.append(shaped)
         cur = pieces[0]
         if len(pieces) > 1:
             cur = self.fresh(f"{self._short}j")
             frag.nodes.append(helper.make_node("Concat", pieces, [cur], axis=-1, name=f"{stem}_join"))
         frag.packed_groups = [(g, start, count) for g, start, count, _ in parts]  # type: ignore[attr-defined]
-        if values.ndim > 1 and ax != values.ndim - 1:
+        if values.ndim > 1 and ax != values.ndim - 1 and not direct:
             perm = list(range(values.ndim - 1))
             perm.insert(ax, values.ndim - 1)
             nxt = self.fresh(f"{self._short}t")
@@ -666,6 +678,7 @@ class WeightPacker:
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
+        zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
 
@@ -674,8 +687,10 @@ class WeightPacker:
             frag.initializers.append(store(array, nm))
             return nm
 
+        short = self.fresh("pg")  # the chain's intermediate names: each is written 3 times
+
         def out(stem_: str) -> str:
-            return self.fresh(f"{g.output}_{stem_}")
+            return self.fresh(f"{short}{stem_}")
 
         def op(op_type: str, inputs: list[str], stem_: str, output: str | None = None, **kw: Any) -> str:
             o = output or out(stem_)
@@ -686,18 +701,39 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
+        def by_table(stored: np.ndarray, table_bytes: int) -> bool:
+            """Fields read through a byte-indexed table where the table is a negligible part of
+            what it decodes; by Div and Mod (no table) elsewhere: a 256-entry table is 1-8 KB of
+            a small model's file, while Div and Mod cost load memory on a large one (each folded
+            step is a copy of the fields until the optimisation ends)."""
+            return stored.size >= TABLE_FROM * table_bytes
+
+        def fields(stored: np.ndarray, bits: int, stem_: str) -> str:
+            """int32 ``[*stored.shape, 8 // bits]``: the ``bits``-bit fields of the bytes ``stored``,
+            low field first (what :func:`_pack_fields` packed), by integer Div and Mod."""
+            per = 8 // bits
+            v = op("Cast", [init(stem_, stored[..., None])], "idx", to=TensorProto.INT32)
+            if per > 1:
+                v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
+            return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
+
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
         if code.container == 8:
             elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
         elif code.container == 4:
             pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
+            packed4 = _pack_fields(codes, 4)
+            if by_table(packed4, pairs.nbytes):
+                def pairs_of(stored: np.ndarray) -> str:
+                    return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
+            else:  # the nibbles by Div/Mod, then the 16-entry table
+                def pairs_of(stored: np.ndarray) -> str:
+                    return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
-                raw = init("codes", _pack_fields(codes, 4).reshape(g.rows, n_sub, g.sub // 2))
-                elems = op("Reshape", [gather(f"el4_{code.key}", pairs, raw, "pairs"), self._ints(shape3)], "elements")
+                elems = op("Reshape", [pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2)), self._ints(shape3)], "elements")
             else:
-                flat = op("Reshape", [gather(f"el4_{code.key}", pairs, init("codes", _pack_fields(codes, 4)), "pairs"),
-                                      self._ints([-1])], "flat")
+                flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
                 cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                 elems = op("Reshape", [cut, self._ints(shape3)], "elements")
         else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
@@ -706,10 +742,16 @@ class WeightPacker:
             lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
             m4 = codes.size // 4
-            lo_raw = init("codes_lo", _pack_fields(codes & 15, 4).reshape(m4, 2))  # Gather: [m4, 2, 2]
-            hi_raw = init("codes_hi", _pack_fields(codes >> 4, 2).reshape(m4, 1))  # Gather: [m4, 1, 4]
-            lo = op("Reshape", [gather("nib_lo", lo_t, lo_raw, "lo"), self._ints([m4, 4])], "lo4")
-            hi = op("Reshape", [gather("nib_hi", hi_t, hi_raw, "hi"), self._ints([m4, 4])], "hi4")
+            lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
+            hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+            if by_table(lo_b, lo_t.nbytes + hi_t.nbytes):
+                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
+                hi = gather("nib_hi", hi_t, init("codes_hi", hi_b), "hi")  # [m4, 1, 4], already x16
+            else:
+                lo = fields(lo_b, 4, "codes_lo")
+                hi = op("Mul", [fields(hi_b, 2, "codes_hi"), self._table("x16", np.array(16, np.int32))], "hi16")
+            lo = op("Reshape", [lo, self._ints([m4, 4])], "lo4")
+            hi = op("Reshape", [hi, self._ints([m4, 4])], "hi4")
             idx = op("Add", [lo, hi], "code")
             flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
             flat = op("Reshape", [flat, self._ints([-1])], "flat")
@@ -717,15 +759,43 @@ class WeightPacker:
                 flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
             elems = op("Reshape", [flat, self._ints(shape3)], "elements")
 
-        scale = gather("e8m0", exponent_table(), init("exponents", np.concatenate(g.exps).reshape(g.rows, 1, 1)), "scale")
+        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
+        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
+        exps = np.concatenate(g.exps)
+        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
+        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
+        if zero.any() and not zero.all():
+            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
+        lo_e, hi_e = int(exps.min()), int(exps.max())
+        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
+        e_table = exponent_table()[lo_e: hi_e + 1]
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): 2 or 4 bits
+        # hold them where that saves more bytes than the unpacking nodes cost (a BFP16 block of 8
+        # carries one exponent byte: an eighth of its payload, half of it saved at 4 bits).
+        e_bits = next(b for b in (2, 4, 8) if int(exps.max()) < 1 << b)
+        if e_bits < 8 and g.rows - -(-g.rows // (8 // e_bits)) > EXPONENT_PACK_FROM:
+            per = 8 // e_bits
+            scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), fields(_pack_fields(exps, e_bits), e_bits, "exponents")],
+                       "scale")
+            scale = op("Reshape", [scale, self._ints([-1])], "scalef")
+            if g.rows % per:
+                scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
+            scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+        else:
+            scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
         if g.layout.shift_bits:
             c = g.layout.shift_container
             per = 8 // c
-            fields = np.concatenate(g.shifts)
-            sh = gather(f"shift{c}", shift_table(c), init("shifts", _pack_fields(fields, c)), "shift")
+            shifts = np.concatenate(g.shifts)
+            stored = _pack_fields(shifts, c)
+            if by_table(stored, shift_table(c).nbytes):
+                sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
+            else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
+                sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
+                        "shift")
             sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-            if fields.size % per:
-                sh = op("Slice", [sh, self._ints([0]), self._ints([fields.size]), self._ints([0])], "shiftc")
+            if shifts.size % per:
+                sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
         if padded == g.width:

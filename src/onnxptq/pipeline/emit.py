@@ -373,6 +373,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
 
     del out.functions[:]
     out.functions.extend(b.functions.values())
+    # one definition per body shape, the constants that differ as inputs (bit-identical calls)
+    from ..graph.passes.share_functions import compact_bodies, share_functions
+
+    compact_bodies(share_functions(out, domains={DOMAIN}), domains={DOMAIN})
     del out.opset_import[:]
     b.imports[""] = max(b.imports.get("", b.opset), b.min_opset)
     out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(b.imports.items()))

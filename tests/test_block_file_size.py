@@ -1,0 +1,164 @@
+"""Block-format files (issue 26 item 2): shared function definitions, lifted constants, packed
+sub-byte fields without tables. The delivered file must be small (MXINT8 ≤ 0.30×, MXFP4 ≤ 0.20× the
+fp32 file where weights dominate) and compute what the old form computed, bit for bit: one
+definition per specialised body, fp32 weights (``pack_weights=False``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxptq
+from onnxptq.graph.passes import share_functions as sf
+
+
+def _conv_net() -> onnx.ModelProto:
+    """Convs over ragged channel counts (16, 48, 40, 72, 24: activation bodies of several shapes,
+    padded and not, blocks that end in a tail), a depthwise conv, then two MatMuls: ~150 K weights,
+    so that the weights dominate the file as in a mid-size model."""
+    rng = np.random.default_rng(11)
+    shapes = {"w1": (48, 16, 3, 3), "w2": (40, 48, 1, 1), "w3": (72, 40, 3, 3), "wd": (72, 1, 3, 3),
+              "w4": (24, 72, 1, 1), "m1": (24, 512), "m2": (512, 128)}
+    inits = [numpy_helper.from_array((rng.standard_t(4, s) * 0.05).astype(np.float32), n) for n, s in shapes.items()]
+    inits += [numpy_helper.from_array(rng.normal(0, 0.1, (c,)).astype(np.float32), f"b{c}") for c in (48, 40, 72)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b48"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b40"], ["c2"]),
+        helper.make_node("Conv", ["c2", "w3", "b72"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "wd"], ["c4"], pads=[1, 1, 1, 1], group=72),
+        helper.make_node("Conv", ["c4", "w4"], ["c5"]),
+        helper.make_node("GlobalAveragePool", ["c5"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "m1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["hr"]),
+        helper.make_node("MatMul", ["hr", "m2"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.fixture(scope="module")
+def net() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.normal(0, s, (1, 16, 10, 10)).astype(np.float32)} for s in (0.5, 1.0, 4.0)]
+    feeds[2]["x"][0, 3, 2, 2] = 0.0
+    feeds[2]["x"][0, 5] = -0.0  # a block of -0: its sign must survive both forms
+    return _conv_net(), feeds
+
+
+def _quantize(model: onnx.ModelProto, preset: str, new_form: bool, feeds: list) -> onnx.ModelProto:
+    cfg = onnxptq.get_preset(preset).replace(repair=False, pack_weights=new_form)
+    old = sf.SHARE
+    sf.SHARE = new_form
+    try:
+        return onnxptq.quantize(model, cfg, feeds[:2]).model
+    finally:
+        sf.SHARE = old
+
+
+def _run(model: onnx.ModelProto, feeds: list) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return [sess.run(None, f)[0] for f in feeds]
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXFP8_E4M3", "MXFP6_E2M3", "MXFP4"])
+def test_new_form_computes_the_old_forms_outputs_bit_for_bit(net, preset):
+    """Activations quantized by shared definitions, weights packed: the same outputs as one
+    definition per body and fp32 weights, and fewer definitions than calls."""
+    model, feeds = net
+    new, old = _quantize(model, preset, True, feeds), _quantize(model, preset, False, feeds)
+    calls = sum(n.domain == "onnxptq" for n in new.graph.node)
+    assert calls >= 4, preset  # the activations are quantized by our functions
+    assert len(new.functions) < len(old.functions), (preset, len(new.functions), len(old.functions))
+    for a, b in zip(_run(new, feeds), _run(old, feeds)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), preset
+    assert new.ByteSize() < 0.6 * old.ByteSize()
+
+
+@pytest.mark.parametrize("preset, limit", [("MXINT8", 0.30), ("MXFP4", 0.20)])
+def test_block_file_within_the_issue_target(net, preset, limit):
+    model, feeds = net
+    new = _quantize(model, preset, True, feeds)
+    ratio = new.ByteSize() / model.ByteSize()
+    assert ratio <= limit, f"{preset}: {ratio:.3f}x the fp32 file"
+
+
+def _function(name: str, c: float, shape: list[int]) -> onnx.FunctionProto:
+    nodes = [helper.make_node("Constant", [], ["scale_c"], value=numpy_helper.from_array(np.full(shape, c, np.float32))),
+             helper.make_node("Mul", ["x", "scale_c"], ["prod_long_name"]),
+             helper.make_node("Constant", [], ["one"], value_float=1.0),
+             helper.make_node("Add", ["prod_long_name", "one"], ["y"])]
+    return helper.make_function("onnxptq", name, ["x"], ["y"], nodes, [helper.make_opsetid("", 17)])
+
+
+def test_share_functions_lifts_the_constants_that_differ():
+    """Four definitions of one body shape (two values of a constant, one shape of it differing,
+    one repeated exactly) become one; each call passes its own value; equal values are one
+    initializer; a definition called from inside a function keeps its own constants."""
+    fns = [_function("A_s2", 2.0, [1]), _function("A_s3", 3.0, [1]), _function("A_s2again", 2.0, [1]),
+           _function("A_row", 0.5, [1, 4])]
+    calls = [helper.make_node(f.name, [i], [o], domain="onnxptq") for f, i, o in
+             zip(fns, ["x", "y1", "y2", "y3"], ["y1", "y2", "y3", "y"])]
+    graph = helper.make_graph(calls, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
+                              functions=fns, ir_version=8)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 3.5
+    before = _run(model, [{"x": x}])[0]
+    shared = onnx.ModelProto()
+    shared.CopyFrom(model)
+    sf.share_functions(shared, domains={"onnxptq"})
+    sf.compact_bodies(shared, domains={"onnxptq"})
+    onnx.checker.check_model(shared)
+    assert len(shared.functions) == 1 and shared.functions[0].name.startswith("A_")
+    assert [len(n.input) for n in shared.graph.node] == [2, 2, 2, 2]
+    assert len(shared.graph.initializer) == 3  # 2.0 (twice), 3.0, the [1, 4] row
+    assert shared.graph.node[0].input[1] == shared.graph.node[2].input[1]
+    body = shared.functions[0]
+    assert {o for n in body.node for o in n.output} <= {"y", "t0", "t1"}
+    assert np.array_equal(_run(shared, [{"x": x}])[0].view(np.uint32), before.view(np.uint32))
+    np.testing.assert_array_equal(before, (((x * 2 + 1) * 3 + 1) * 2 + 1) * 0.5 + 1)
+
+    # a call inside a function cannot read an initializer: that group is left as it was
+    outer = helper.make_function("onnxptq", "Outer", ["x"], ["y"], [helper.make_node("A_s3", ["x"], ["y"], domain="onnxptq")],
+                                 [helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)])
+    inside = onnx.ModelProto()
+    inside.CopyFrom(model)
+    inside.functions.append(outer)
+    inside.graph.node.append(helper.make_node("Outer", ["y"], ["z"], domain="onnxptq"))
+    inside.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]))
+    sf.share_functions(inside, domains={"onnxptq"})
+    assert len(inside.functions) == 5 and not inside.graph.initializer
+
+
+def test_a_call_inside_an_if_branch_reads_lifted_values_from_the_main_graph():
+    """A quantizer inside an If branch whose definition is shared passes main-graph initializers
+    (outer scope) and computes what its own definition computed, bit for bit."""
+    from test_quantize_subgraphs import _config, _if_feeds, make_if_model
+
+    from onnxptq.graph.walk import all_graphs
+
+    model, feeds = make_if_model(0), _if_feeds(4, 1, (True, False))
+    built = {}
+    for share in (False, True):
+        old = sf.SHARE
+        sf.SHARE = share
+        try:
+            built[share] = onnxptq.quantize(model, _config("MXINT8"), feeds).model
+        finally:
+            sf.SHARE = old
+    inits = {t.name for t in built[True].graph.initializer}
+    body_calls = [n for g in list(all_graphs(built[True].graph))[1:] for n in g.node if n.domain == "onnxptq"]
+    assert any(i in inits for n in body_calls for i in n.input[1:]), [list(n.input) for n in body_calls]
+    for f in feeds:
+        a, b = (ort.InferenceSession(built[k].SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
+                for k in (True, False))
+        assert all(np.array_equal(x.view(np.uint8), y.view(np.uint8)) for x, y in zip(a, b))
