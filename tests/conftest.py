@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -63,3 +65,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     runs it alone while the other sits idle; started first, the long tests overlap and the many
     short ones fill in behind them (longest-first scheduling). Order only: every test still runs."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _one_intra_op_thread_per_worker() -> None:
+    """Sessions the tests open without a thread count get one intra-op thread, under pytest-xdist.
+
+    Why: the suite runs one worker per core (``-n 2`` on 2 cores, .ci/run). onnxruntime's default
+    pool is one thread per core, so two workers each running a default session ask for twice the
+    cores there are; every parallel op then waits for its slowest slice, and idle pool threads spin
+    on CPU the other worker needs (PP-OCRv4 rec over 96 lines: 9.0 CPU s with the default pool, 6.3
+    with one thread, the same outputs; tests/test_quantize_ppocr.py set it by hand). The library's
+    own heavy sessions already size their pools to the cores (``sessions.run_threads``). A session
+    given an explicit thread count keeps it; outside xdist nothing changes."""
+    import onnxruntime as ort
+
+    default = ort.InferenceSession
+    if getattr(default, "_one_thread_per_worker", False):
+        return
+
+    class OneThreadSession(default):
+        _one_thread_per_worker = True
+
+        def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
+            if sess_options is None:
+                sess_options = ort.SessionOptions()
+            if sess_options.intra_op_num_threads == 0:  # 0: onnxruntime's default, one per core
+                sess_options.intra_op_num_threads = 1
+            super().__init__(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+
+    OneThreadSession.__name__ = OneThreadSession.__qualname__ = "InferenceSession"
+    ort.InferenceSession = OneThreadSession
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _one_intra_op_thread_per_worker()
