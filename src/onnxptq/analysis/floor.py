@@ -39,7 +39,9 @@ its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); an output
 holds class probabilities (a softmax written out: czann's nucleus/background cells) by each class's
 arg-max mask, not field by field (:mod:`onnxptq.analysis.class_maps`); a narrow per-position
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
-(:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
+(:mod:`onnxptq.analysis.head_kind`); a wide linear head whose data shows independent columns (a piano
+roll) by its runs per column above thresholds, not by arg-max (:mod:`onnxptq.analysis.multilabel`,
+:func:`_judge_multilabel`); a few values per sample on one scale (a mean opinion score) by the
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
 (:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`); a curve of a physical quantity (non-negative
 values on a large common offset along one axis: phoneme bounds in seconds, a pitch in Hz) by the share
@@ -251,7 +253,7 @@ class OutputCheck:
     #: a wide linear head of independent columns judged by its runs above thresholds (analysis/multilabel.py):
     #: (decisions: float's runs at the lowest threshold and those invented there, the runs' F1 over the
     #: thresholds (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs,
-    #: the lowest and the highest threshold, the cosine of the cells either side keeps at the lowest)
+    #: the lowest and the highest threshold, the output's cosine over every cell: said, not judged)
     columns: tuple[int, float | None, float, float, float, float] | None = None
 
     def describe(self) -> str:
@@ -273,11 +275,10 @@ class OutputCheck:
             few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
             text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
         if self.columns is not None and self.columns[1] is not None and not self.top1_unjudged:
-            decisions, f1, bound, low, high, cells = self.columns
+            decisions, f1, bound, low, high, _ = self.columns
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
-            text += (f", runs per column above thresholds {low:.3g}-{high:.3g}: F1 {f1:.4f} of {decisions} decisions{few}{seen}, "
-                     f"cosine {cells:.4f} on the cells either side keeps")
+            text += f", runs per column above thresholds {low:.3g}-{high:.3g}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -1201,8 +1202,11 @@ def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen
 def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]],
                       seen: _Seen | None, floor: Floor) -> OutputCheck:
     """A multi-label head (:mod:`onnxptq.analysis.multilabel`) judged by its columns' runs above thresholds
-    in float's range (F1 against the top-1 floor), the cosine of the cells either side keeps and the
-    output's cosine (against the cosine floor). As reads are (:func:`_judge_reads`), on the held-out
+    in float's range (F1 against the top-1 floor) and the cosine of the cells either side keeps at the
+    lowest (against the cosine floor; the check's cosine). The output's cosine over every cell is said,
+    not judged: its silent cells carry it (madmom's notes under A16W8: 0.8628 over every cell, 0.9994 on
+    the cells either side keeps, note F1 0.985), as a heat map's background does (threshold_cells.py).
+    As reads are (:func:`_judge_reads`), on the held-out
     feeds and on them and the calibration feeds ``seen`` together, broken where either breaks: a
     format's rounding flips a run on any feed (madmom's notes under MXFP8_E4M3: runs' F1 0.952 on its 4
     held-out clips, 0.943 with the 12 calibration clips, note F1 0.934 on 32 others). On fewer
@@ -1225,23 +1229,24 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
         pooled.add(r, g)
         feeds += 1
     finite = bool(cosines) and bool(np.isfinite(cosines).all()) and not held.nonfinite
-    cos = _cosine_of_sums(*_added(sums)) if finite else float("nan")
-    check = OutputCheck(name, cos, float(np.min(cosines)) if finite else float("nan"))
-    check.kept_wants_seen = True  # judged on the calibration feeds too (the docstring)
+    everywhere = _cosine_of_sums(*_added(sums)) if finite else float("nan")
 
     def verdict_of(runs: ColumnRuns) -> tuple[bool, bool, tuple[float, int, float] | None]:
         """(judged, holds, judgement) of one set of feeds."""
         judged = runs.judge(floor.needed)
         f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
-        holds = finite and cos >= floor.cosine and runs.cosine() >= floor.cosine and bound >= floor.top1 and not reshaped
+        holds = finite and runs.cosine() >= floor.cosine and bound >= floor.top1 and not reshaped
         return decisions >= floor.needed or bound < floor.top1, holds, judged
 
     judgements = [(held, *verdict_of(held), 0)] + ([(pooled, *verdict_of(pooled), feeds)] if feeds else [])
     broken = [j for j in judgements if j[1] and not j[2]]
-    runs, decided, holds, judged, check.seen_feeds = broken[0] if broken else judgements[-1]
+    runs, decided, holds, judged, seen_feeds = broken[0] if broken else judgements[-1]
+    cos = runs.cosine() if finite else float("nan")
+    check = OutputCheck(name, cos, cos, seen_feeds=seen_feeds)
+    check.kept_wants_seen = True  # judged on the calibration feeds too (the docstring)
     f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
     low, high = (thresholds[0], thresholds[-1]) if thresholds else (float("nan"), float("nan"))
-    check.columns = (decisions, f1 if judged is not None else None, bound, low, high, runs.cosine())
+    check.columns = (decisions, f1 if judged is not None else None, bound, low, high, everywhere)
     check.needed = floor.needed if decisions < floor.needed else 0
     if decided:
         check.note = "(a multi-label head, judged per column by its runs above thresholds, not by arg-max: analysis/multilabel.py)"
@@ -1251,6 +1256,7 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
         check.note = (f"(could not judge: a multi-label head, {decisions} runs above {low:.3g}, {floor.needed} needed: "
                       "analysis/multilabel.py)")
         check.ok = finite and cos >= floor.cosine and not reshaped
+    check.note += f" (on the cells either side keeps at {low:.3g}; over every cell, silent ones included: {everywhere:.4f}, not judged)"
     if reshaped:
         check.note += f" {_reshaped_note(reshaped, len(reference))}"
     return check
