@@ -362,14 +362,16 @@ class Verdict:
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
-        """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
+        """Whether the calibration feeds entered a judgement that decides ``ok`` (reads, a multi-label head's
+        runs: ``columns``; rows too few
         on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
         candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them; nor a
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s; nor a value
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
         doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
-        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
+        return any(c.positions is not None or c.columns is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen
+                   or (c.regions is not None and c.regions[2])
                    or (c.scores is not None and c.scores[4])
                    for c in self.outputs.values()
                    if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
