@@ -149,3 +149,12 @@ def test_a_class_head_of_the_same_width_is_still_read_by_arg_max(model):
     verdict = measure(ref, got, FLOOR, **readings)
     check = verdict.outputs["y"]
     assert check.columns is None and check.top1 is not None and check.top1 < FLOOR.top1 and not verdict.ok
+
+
+def test_too_few_notes_are_not_judged_and_said_so(model, rolls):
+    from onnxptq.analysis.floor import unjudged_text
+
+    verdict = measure(rolls[:1], _fp16(rolls[:1]), FLOOR, **readings_of(model))
+    check = verdict.outputs["y"]
+    assert check.columns is not None and check.columns[0] < FLOOR.needed
+    assert verdict.ok and verdict.unjudged == ["y"] and "multi-label head y" in unjudged_text(verdict)
