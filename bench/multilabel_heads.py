@@ -4,6 +4,7 @@ madmom's notes model before → after, and the verdicts of every other linear he
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/multilabel_heads.py survey
     PYTHONPATH=<tree>/src:. OMP_NUM_THREADS=1 nice -n 5 python bench/multilabel_heads.py notes A8W8,A16W8,...
     PYTHONPATH=<tree>/src:. OMP_NUM_THREADS=1 nice -n 5 python bench/multilabel_heads.py verdicts FP16,A16W8,MXFP8_E4M3
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/multilabel_heads.py no-repair
 
 survey: every graph output of the zoo (testkit/zoo.py and bench/newmodels.py) that the class-score rule reads as
 class scores from a linear layer or an arg-max (``class_like_outputs``, rules 2-3), on float's outputs of 12
@@ -14,7 +15,9 @@ notes: madmom_notes_brnn quantized with each preset's defaults (repair on) from 
 verdict (before repair where it repaired), the nodes kept, the note F1 on 32 held-out clips (the package's
 NotePeakPickingProcessor), size x, the process's CPU s of the quantize. Run once with the base tree's src, once
 with the branch's. verdicts: the other models with such a head (and the other madmom models), repair off, each
-preset: the verdict's text and ok; a diff of two trees' outputs shows whether any moved.
+preset: the verdict's text and ok; a diff of two trees' outputs shows whether any moved. no-repair: the notes model
+quantized with repair off; ``ColumnRuns``' judgement (F1, decisions, cells' cosine) on its 4 held-out clips and on
+them with the 12 calibration clips, beside the note F1 on 32 held-out clips: does the runs' F1 track the task's?
 """
 
 from __future__ import annotations
@@ -103,6 +106,34 @@ def notes(presets: list[str], out: Path) -> None:
               f"{cpu:.1f} |", flush=True)
 
 
+def no_repair(presets: list[str], out: Path) -> None:
+    import onnxptq
+    from onnxptq.analysis.multilabel import ColumnRuns, column_thresholds
+    from onnxptq.config.presets import get_preset
+
+    rel, make, _, metric = nm.MODELS["madmom_notes_brnn"]
+    path = nm.SRC / rel
+    calib, held, big = make(12, 1), make(4, 1000), make(32, 1000)
+    ref = zoo.session_runner(path)
+    refs, crefs = [ref(f)[0] for f in held], [ref(f)[0] for f in calib]
+    thresholds = column_thresholds(refs)
+    print(f"thresholds {thresholds[0]:.3f}-{thresholds[-1]:.3f}")
+    print("| preset | runs F1, decisions, cells' cosine (4 held-out) | same, with the 12 calibration clips | note F1 (32 clips) |")
+    print("| --- | --- | --- | --- |")
+    for preset in presets:
+        onnxptq.quantize(str(path), dataclasses.replace(get_preset(preset), repair=False), data=list(calib), output=str(out))
+        test = zoo.session_runner(out)
+        held_runs, pooled = ColumnRuns(thresholds), ColumnRuns(thresholds)
+        for f, r in zip(held + calib, refs + crefs):
+            g = test(f)[0]
+            pooled.add(r, g)
+            if len(pooled.kept) and pooled.feeds <= len(held):
+                held_runs.add(r, g)
+        a, b = held_runs.judge(34), pooled.judge(34)
+        print(f"| {preset} | {a[0]:.4f}, {a[1]}, {held_runs.cosine():.4f} | {b[0]:.4f}, {b[1]}, {pooled.cosine():.4f} | "
+              f"{float(metric(ref, test, big, None)):.4f} |", flush=True)
+
+
 def verdicts(presets: list[str], names: list[str], out: Path) -> None:
     import onnxptq
     from onnxptq.config.presets import get_preset
@@ -121,7 +152,7 @@ def verdicts(presets: list[str], names: list[str], out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("survey", "notes", "verdicts"))
+    ap.add_argument("what", choices=("survey", "notes", "verdicts", "no-repair"))
     ap.add_argument("presets", nargs="?", default="A8W8,A16W8,BF16,FP16,BFP16,MX9,MXINT8,MXFP8_E4M3")
     ap.add_argument("--models", default="")
     ap.add_argument("--tmp", type=Path, default=Path("/tmp/multilabel_heads.onnx"))
@@ -132,6 +163,8 @@ def main() -> None:
         survey(names)
     elif a.what == "notes":
         notes(a.presets.split(","), a.tmp)
+    elif a.what == "no-repair":
+        no_repair(a.presets.split(","), a.tmp)
     else:
         verdicts(a.presets.split(","), a.models.split(",") if a.models else list(VERDICT_MODELS), a.tmp)
 
