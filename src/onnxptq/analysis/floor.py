@@ -635,7 +635,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         regression = classy and getattr(kind, "rule", "") == "linear" and _regression_head(name, reference, seen)
         classy = classy and not regression
         if classy and getattr(kind, "rule", "") == "linear" and _multilabel_head(name, reference, seen):
-            verdict.outputs[name] = _judge_multilabel(name, reference, candidate, seen, floor)
+            judged = _judge_multilabel(name, reference, candidate, seen, floor)
+            if judged is not None:
+                verdict.outputs[name] = judged
             continue
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         decoded = classy and name in decoders  # one read per sequence (analysis/decoder_reads.py), not per row
@@ -1202,7 +1204,7 @@ def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen
 
 
 def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]],
-                      seen: _Seen | None, floor: Floor) -> OutputCheck:
+                      seen: _Seen | None, floor: Floor) -> OutputCheck | None:
     """A multi-label head (:mod:`onnxptq.analysis.multilabel`) judged by its columns' runs above thresholds
     in float's range (F1 against the top-1 floor) and the cosine of the cells either side keeps at the
     lowest (against the cosine floor; the check's cosine). The output's cosine over every cell is said,
@@ -1213,11 +1215,14 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
     format's rounding flips a run on any feed (madmom's notes under MXFP8_E4M3: runs' F1 0.952 on its 4
     held-out clips, 0.943 with the 12 calibration clips, note F1 0.934 on 32 others). On fewer
     decisions than the floor needs it breaks only where its flips would break the floor among that
-    many, else it is *could not judge*. A shape that moved breaks."""
+    many, else it is *could not judge*. A shape that moved breaks; None where no feed's float values are
+    finite (nothing to judge, as for any output)."""
     pairs = [(np.asarray(r[name]), np.asarray(g[name])) for r, g in zip(reference, candidate)]
     pairs = [(r, g) for r, g in pairs if np.issubdtype(r.dtype, np.floating) and np.isfinite(r).all()]
     reshaped = sum(r.shape != g.shape for r, g in pairs)
     pairs = [(r, g) for r, g in pairs if r.shape == g.shape]
+    if not pairs and not reshaped:
+        return None
     thresholds = column_thresholds([r for r, _ in pairs])
     held, pooled = ColumnRuns(thresholds), ColumnRuns(thresholds)
     cosines: list[float] = []
