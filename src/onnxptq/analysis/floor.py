@@ -246,15 +246,15 @@ class OutputCheck:
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
-    #: a sigmoid map its reader thresholds, judged by the objects its thresholds keep (analysis/threshold_cells.py):
-    #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
-    #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
-    thresholded: tuple[int, float | None, float] | None = None
     #: a wide linear head of independent columns judged by its runs above thresholds (analysis/multilabel.py):
     #: (decisions: float's runs at the lowest threshold and those invented there, the runs' F1 over the
     #: thresholds (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs,
     #: the lowest and the highest threshold, the output's cosine over every cell: said, not judged)
     columns: tuple[int, float | None, float, float, float, float] | None = None
+    #: a sigmoid map its reader thresholds, judged by the objects its thresholds keep (analysis/threshold_cells.py):
+    #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
+    #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
+    thresholded: tuple[int, float | None, float] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
