@@ -39,7 +39,9 @@ its levels cut (:mod:`onnxptq.analysis.maps`, :func:`_judge_regions`); an output
 holds class probabilities (a softmax written out: czann's nucleus/background cells) by each class's
 arg-max mask, not field by field (:mod:`onnxptq.analysis.class_maps`); a narrow per-position
 linear head whose data shows regression fields is judged by cosine per field, not by arg-max
-(:mod:`onnxptq.analysis.head_kind`); a few values per sample on one scale (a mean opinion score) by the
+(:mod:`onnxptq.analysis.head_kind`); a wide linear head whose data shows independent columns (a piano
+roll) by its runs per column above thresholds, not by arg-max (:mod:`onnxptq.analysis.multilabel`,
+:func:`_judge_multilabel`); a few values per sample on one scale (a mean opinion score) by the
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
 (:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`); a curve of a physical quantity (non-negative
 values on a large common offset along one axis: phoneme bounds in seconds, a pitch in Hz) by the share
@@ -99,6 +101,7 @@ from .user_agreement import output_agreement
 from .declared_readings import DeclaredReading, picture_bounds
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
+from .multilabel import ColumnRuns, column_thresholds, multilabel_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
@@ -245,6 +248,11 @@ class OutputCheck:
     decoder: DecoderReads | None = None
     #: a value map judged at the cells its sibling heat map passes (analysis/spatial_gates.py): (cells, heat map output)
     heat_cells: tuple[int, str] | None = None
+    #: a wide linear head of independent columns judged by its runs above thresholds (analysis/multilabel.py):
+    #: (decisions: float's runs at the lowest threshold and those invented there, the runs' F1 over the
+    #: thresholds (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs,
+    #: the lowest and the highest threshold, the output's cosine over every cell: said, not judged)
+    columns: tuple[int, float | None, float, float, float, float] | None = None
     #: a sigmoid map its reader thresholds, judged by the objects its thresholds keep (analysis/threshold_cells.py):
     #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
     #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
@@ -270,6 +278,11 @@ class OutputCheck:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
             text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+        if self.columns is not None and self.columns[1] is not None and not self.top1_unjudged:
+            decisions, f1, bound, low, high, _ = self.columns
+            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
+            text += f", runs per column above thresholds {low:.3g}-{high:.3g}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -355,14 +368,16 @@ class Verdict:
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
-        """Whether the calibration feeds entered a judgement that decides ``ok`` (reads; rows too few
+        """Whether the calibration feeds entered a judgement that decides ``ok`` (reads, a multi-label head's
+        runs: ``columns``; rows too few
         on the held-out feeds, or pooled with the calibration ones: ``seen_feeds``). Repair judges its
         candidates on the same feeds (the Softmax advisory, never repaired, does not ask for them; nor a
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s; nor a value
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
         doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
-        return any(c.positions is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen or (c.regions is not None and c.regions[2])
+        return any(c.positions is not None or c.columns is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen
+                   or (c.regions is not None and c.regions[2])
                    or (c.scores is not None and c.scores[4])
                    for c in self.outputs.values()
                    if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
@@ -631,6 +646,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         width = getattr(kind, "width", None)
         regression = classy and getattr(kind, "rule", "") == "linear" and _regression_head(name, reference, seen)
         classy = classy and not regression
+        if classy and getattr(kind, "rule", "") == "linear" and _multilabel_head(name, reference, seen):
+            judged = _judge_multilabel(name, reference, candidate, seen, floor)
+            if judged is not None:
+                verdict.outputs[name] = judged
+            continue
         as_reads = getattr(kind, "rule", "softmax") != "softmax"  # class_scores: the rules judged as reads
         decoded = classy and name in decoders  # one read per sequence (analysis/decoder_reads.py), not per row
         seq_ref: list[np.ndarray] = []
@@ -1234,6 +1254,80 @@ def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen
     return bool(values) and regression_like(values)
 
 
+def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
+    """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
+    feeds are independent per-column activations (:func:`onnxptq.analysis.multilabel.multilabel_like`)."""
+    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
+    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 2 and v.shape[-1] == values[0].shape[-1]]
+    return bool(values) and multilabel_like(values)
+
+
+def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]],
+                      seen: _Seen | None, floor: Floor) -> OutputCheck | None:
+    """A multi-label head (:mod:`onnxptq.analysis.multilabel`) judged by its columns' runs above thresholds
+    in float's range (F1 against the top-1 floor) and the cosine of the cells either side keeps at the
+    lowest (against the cosine floor; the check's cosine). The output's cosine over every cell is said,
+    not judged: its silent cells carry it (madmom's notes under A16W8: 0.8628 over every cell, 0.9994 on
+    the cells either side keeps, note F1 0.985), as a heat map's background does (threshold_cells.py).
+    As reads are (:func:`_judge_reads`), on the held-out
+    feeds and on them and the calibration feeds ``seen`` together, broken where either breaks: a
+    format's rounding flips a run on any feed (madmom's notes under MXFP8_E4M3: runs' F1 0.952 on its 4
+    held-out clips, 0.943 with the 12 calibration clips, note F1 0.934 on 32 others). On fewer
+    decisions than the floor needs it breaks only where its flips would break the floor among that
+    many, else it is *could not judge*. A shape that moved breaks; None where no feed's float values are
+    finite (nothing to judge, as for any output)."""
+    pairs = [(np.asarray(r[name]), np.asarray(g[name])) for r, g in zip(reference, candidate)]
+    pairs = [(r, g) for r, g in pairs if np.issubdtype(r.dtype, np.floating) and np.isfinite(r).all()]
+    reshaped = sum(r.shape != g.shape for r, g in pairs)
+    pairs = [(r, g) for r, g in pairs if r.shape == g.shape]
+    if not pairs and not reshaped:
+        return None
+    thresholds = column_thresholds([r for r, _ in pairs])
+    held, pooled = ColumnRuns(thresholds), ColumnRuns(thresholds)
+    cosines: list[float] = []
+    sums: list[tuple[float, float, float]] = []
+    for r, g in pairs:
+        held.add(r, g)
+        pooled.add(r, g)
+        _add_cosine(r, g, cosines, sums)
+    feeds = 0
+    for r, g in _seen_pairs(seen, name, pairs[0][0].shape[-1] if pairs else None):
+        pooled.add(r, g)
+        feeds += 1
+    finite = bool(cosines) and bool(np.isfinite(cosines).all()) and not held.nonfinite
+    everywhere = _cosine_of_sums(*_added(sums)) if finite else float("nan")
+
+    def verdict_of(runs: ColumnRuns) -> tuple[bool, bool, tuple[float, int, float] | None]:
+        """(judged, holds, judgement) of one set of feeds."""
+        judged = runs.judge(floor.needed)
+        f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
+        holds = finite and runs.cosine() >= floor.cosine and bound >= floor.top1 and not reshaped
+        return decisions >= floor.needed or bound < floor.top1, holds, judged
+
+    judgements = [(held, *verdict_of(held), 0)] + ([(pooled, *verdict_of(pooled), feeds)] if feeds else [])
+    broken = [j for j in judgements if j[1] and not j[2]]
+    runs, decided, holds, judged, seen_feeds = broken[0] if broken else judgements[-1]
+    cos = runs.cosine() if finite else float("nan")
+    check = OutputCheck(name, cos, cos, seen_feeds=seen_feeds)
+    check.kept_wants_seen = True  # judged on the calibration feeds too (the docstring)
+    f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
+    low, high = (thresholds[0], thresholds[-1]) if thresholds else (float("nan"), float("nan"))
+    check.columns = (decisions, f1 if judged is not None else None, bound, low, high, everywhere)
+    check.needed = floor.needed if decisions < floor.needed else 0
+    if decided:
+        check.note = "(a multi-label head, judged per column by its runs above thresholds, not by arg-max: analysis/multilabel.py)"
+        check.ok = holds
+    else:
+        check.top1_unjudged = True
+        check.note = (f"(could not judge: a multi-label head, {decisions} runs above {low:.3g}, {floor.needed} needed: "
+                      "analysis/multilabel.py)")
+        check.ok = finite and cos >= floor.cosine and not reshaped
+    check.note += f" (on the cells either side keeps at {low:.3g}; over every cell, silent ones included: {everywhere:.4f}, not judged)"
+    if reshaped:
+        check.note += f" {_reshaped_note(reshaped, len(reference))}"
+    return check
+
+
 def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(float, candidate)`` values of ``name`` on the calibration feeds ``seen`` that a judgement of
     class scores may pool: float arrays of one shape, the class axis of ``width``, both finite."""
@@ -1419,6 +1513,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the value map {name}: {c.heat_cells[0]} cells where float's {c.heat_cells[1]!r} ≥ 0.5 ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.heat_cells[0] / judged if judged else 0.0
+        elif c.columns is not None:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the multi-label head {name}: {c.columns[0]} runs above {c.columns[3]:.3g} ({verdict.samples} "
+                         f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.columns[0] / judged if judged else 0.0
         elif c.thresholded is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the heat map {name}: {c.thresholded[0]} objects above 0.2 ({verdict.samples} "
