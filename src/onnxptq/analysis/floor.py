@@ -78,7 +78,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -105,6 +105,7 @@ from .spatial_gates import heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import Detections, judge_detections
+from .det_levels import Level, detector_levels, level_maps
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -472,19 +473,23 @@ def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[t
 
 
 def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, floor: Floor, reshaped: int,
-                           samples: int) -> OutputCheck:
+                           samples: int, add_seen: Callable[[ThresholdCells], int] | None = None) -> OutputCheck:
     """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the objects
     kept at its thresholds (F1 against the top-1 floor) and the cosine of the cells that matter (against
     the cosine floor), on the held-out feeds and, where they hold fewer decisions than the floor needs,
     the calibration feeds ``seen`` too. Still fewer: it breaks where its flips would break the floor
     among as many decisions as it needs (``ThresholdCells.judge``'s bound), else it is *could not
-    judge*, named among the unjudged outputs."""
+    judge*, named among the unjudged outputs. ``add_seen``: adds the calibration feeds' maps to ``heat``
+    and says how many feeds (default: output ``name``'s of ``seen``)."""
     judged = heat.judge(floor.needed)
     feeds = 0
     if (judged is None or judged[1] < floor.needed) and seen is not None:
-        for r, g in _seen_pairs(seen, name, None):
-            heat.add(r, g)
-            feeds += 1
+        if add_seen is not None:
+            feeds = add_seen(heat)
+        else:
+            for r, g in _seen_pairs(seen, name, None):
+                heat.add(r, g)
+                feeds += 1
         judged = heat.judge(floor.needed)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
     check = OutputCheck(name, cos, cos, seen_feeds=feeds)
@@ -523,7 +528,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
-            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model)}
+            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -537,7 +542,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             row_gates: Mapping[str, str] | None = None,
             agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
             confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None,
-            spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None) -> Verdict:
+            spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None,
+            det_levels: Sequence[tuple[Level, ...]] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -579,7 +585,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     those cells pooled over the feeds, "could not judge" where fewer than the top-1 floor needs pass; the
     heat maps that gate them are judged by the objects kept at thresholds (:func:`_judge_threshold_cells`).
     ``declared``: outputs whose reading their user declared (``QuantConfig.floor_output_reading``:
-    analysis/declared_readings.py), judged by it in place of every reading above (:func:`_judge_declared`)."""
+    analysis/declared_readings.py), judged by it in place of every reading above (:func:`_judge_declared`).
+    ``det_levels``: a detector's per-level score maps beside their box outputs (``det_levels.detector_levels``),
+    each group judged together by the objects its thresholds keep, one more check ``levels:<outputs>``
+    (:func:`_judge_levels`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -594,6 +603,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     spatial_gates = spatial_gates or {}
     thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
+    # a detector's score levels judged by their objects (analysis/det_levels.py): their outputs' masks and
+    # fields give way, as a DocLayNet head's fields give way to its detections (_judge_detections)
+    level_checks = [c for levels in det_levels if all(lv.output in names for lv in levels)
+                    for c in [_judge_levels(levels, reference, candidate, seen, floor)] if c is not None]
+    by_levels = {name for c in level_checks if not c.top1_unjudged for name in c.name.split(":", 1)[1].split("+")}
     for name in names:
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
@@ -627,9 +641,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
-        masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
+        masks = (MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy and name not in by_levels
+                 else None)
         picture: PictureAgreement | None = None
-        if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
+        if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps, *by_levels}:
             # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps"); no ground over
             # all the feeds: none, and an image's shape in a picture's range is judged at its 8-bit step (pictures.py)
             refs = [np.asarray(f[name]) for f in reference if name in f]
@@ -685,7 +700,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if gain is not None and np.isfinite(g).all():
                 gain.add(r, g)
             if not classy and np.isfinite(g).all():
-                axis = r.ndim - 1 if regression else field_axes.get(name)
+                axis = r.ndim - 1 if regression else None if name in by_levels else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                     class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
@@ -814,6 +829,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     for group in read_groups:
         if all(n in names for n in group):
             _judge_group(verdict, group, reference, candidate, seen, floor)
+    for check in level_checks:
+        verdict.outputs[check.name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough, seen):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
@@ -1165,6 +1182,46 @@ def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[d
     if _judge_reads(check, refs, gots, (seen_refs, seen_gots), floor):
         check.seen_feeds = seen_feeds if check.seen_feeds else 0
         verdict.outputs[name] = check
+
+
+def _judge_levels(levels: tuple[Level, ...], reference: Sequence[dict[str, np.ndarray]],
+                  candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor) -> OutputCheck | None:
+    """A detector's per-level score maps (:mod:`onnxptq.analysis.det_levels`: PicoDet's ``[B, h·w, C]``
+    sigmoid outputs beside their box outputs) judged together as its reader thresholds them: each level's
+    map restored to ``[B, C, h, w]``, the objects its thresholds keep summed over the levels and the feeds
+    (:class:`~onnxptq.analysis.threshold_cells.ThresholdCells`: F1 against the top-1 floor, the cosine of the
+    cells that matter against the cosine floor), the calibration feeds ``seen`` pooled in where the held-out
+    ones hold fewer decisions than the floor needs: one more check ``levels:<outputs>`` (None: no feed fits).
+    Where it judged, each level's output keeps its pooled cosine only: its masks and fields give way (a rim
+    cell crossing 0.5 moves a mask and no detection)."""
+
+    def add(heat: ThresholdCells, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> int:
+        """One feed's levels into ``heat``: 1 where every level fits and float's is finite, else 0."""
+        pairs = []
+        for lv in levels:
+            if lv.output not in ref or lv.output not in got:
+                return 0
+            r, g = level_maps(ref[lv.output], lv), level_maps(got[lv.output], lv)
+            if r is None or g is None or r.shape != g.shape or not np.isfinite(r).all():
+                return 0
+            pairs.append((r, g))
+        for r, g in pairs:
+            heat.add(r, g)
+        return 1
+
+    heat = ThresholdCells()
+    fed = sum(add(heat, ref, got) for ref, got in zip(reference, candidate))
+    if not fed or not heat.valid:
+        return None
+    name = "levels:" + "+".join(lv.output for lv in levels)
+    check = _judge_threshold_cells(name, heat, seen, floor, 0, len(reference),
+                                   add_seen=lambda h: sum(add(h, r, g) for r, g in zip(*seen)) if seen else 0)
+    if not heat.valid:
+        return None  # a calibration feed's float values were no probabilities after all: judged as before
+    check.note = check.note.replace("a heat map its reader thresholds",
+                                    f"a detector's {len(levels)} score level(s) its reader thresholds (boxes: "
+                                    f"{', '.join(lv.boxes for lv in levels)}; analysis/det_levels.py)")
+    return check
 
 
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
