@@ -104,7 +104,7 @@ from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
-from .det_nms import Detections, judge_detections
+from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
 from .det_levels import Level, detector_levels, level_maps
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
@@ -283,7 +283,8 @@ class OutputCheck:
         if self.detections is not None:
             d = self.detections
             text += (f", detections after NMS at thresholds 0.25-0.5: F1 {d.f1:.4f} of {d.float_count} float detections "
-                     f"over the thresholds ({d.lost} lost, {d.invented} invented; judged in place of its score fields' cosines)")
+                     f"over the thresholds ({d.lost} lost, {d.invented} invented"
+                     + ("; judged in place of its score fields' cosines)" if self.worst_field is not None else ")"))
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
         if self.curve is not None:
@@ -769,7 +770,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.mask = class_map.worst() if finite else None
             if check.mask is not None and check.mask[1] < floor.top1:
                 check.ok = False
-        if finite and fields is not None and name in score_rows:
+        if finite and name in score_rows:
             _judge_detections(check, fields, name, reference, candidate, score_rows[name], floor)
         worst = fields.worst() if fields is not None else None
         if worst is not None:
@@ -1065,20 +1066,27 @@ def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen
 REGION_MARGIN = 0.01
 
 
-def _judge_detections(check: OutputCheck, fields: FieldCosines, name: str, reference: Sequence[dict[str, np.ndarray]],
+def _judge_detections(check: OutputCheck, fields: FieldCosines | None, name: str, reference: Sequence[dict[str, np.ndarray]],
                       candidate: Sequence[dict[str, np.ndarray]], rows: Rows, floor: Floor) -> None:
     """A detector's detections after NMS (:mod:`onnxptq.analysis.det_nms`) judged against the top-1
-    floor into ``check``; where they can be judged (enough float detections) its fields leave the
-    field cosines: a single anchor's score moving while its neighbour keeps the object broke
-    the floor where every detection held (DocLayNet, det_nms' docstring)."""
+    floor into ``check``; where they can be judged (enough float detections, float's kept set stable)
+    its fields, if it is judged by fields, leave the field cosines: a single anchor's score moving while
+    its neighbour keeps the object broke the floor where every detection held (DocLayNet, det_nms'
+    docstring). An output of more rows than fields (nudenet's 22, the slider head's 37) keeps its
+    pooled cosine beside them."""
     found = judge_detections([np.asarray(f[name]) for f in reference], [np.asarray(f[name]) for f in candidate], rows,
                              floor.needed)
-    if found is None or fields.axis != rows.axis:
+    if found is None or (fields is not None and fields.axis != rows.axis):
+        return
+    if not found.judged:
+        chaos = (f"(detections after NMS not judged: float's own kept set moves under a jitter of {DET_JITTER:g}, "
+                 f"F1 {found.stable:.4f} of its {found.float_count} at 0.25: analysis/det_nms.py)")
+        check.note = f"{check.note} {chaos}" if check.note else chaos
         return
     check.detections = found
     # judged by the detections: the fields' sums cleared (cosine 1.0); the box rows too, whose cosine over
     # every anchor is carried by background boxes nobody reads (the kept ones: IoU here, box_cosine in _judge_kept)
-    for start, stop in (*rows.scores, *rows.boxes):
+    for start, stop in (*rows.scores, *rows.boxes) if fields is not None else ():
         fields.xx[start:stop] = fields.yy[start:stop] = fields.xy[start:stop] = 0.0
     if found.f1 < floor.top1:
         check.ok = False
