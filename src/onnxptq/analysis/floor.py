@@ -49,7 +49,9 @@ map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
 threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
-detector's score rows' field cosines (the candidates either side scores ≥ 0.2).
+detector's score rows' field cosines (the candidates either side scores ≥ 0.2) and a PicoDet-style
+detector's flattened per-level score maps beside their box outputs, judged together as one check
+``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
