@@ -33,9 +33,12 @@ candidates above the threshold) loses and invents detections under any rounding,
 included, and its F1 measures NMS's chaos, not the format (that head "broke" at 0.931 with every
 channel within its format's bound). So float's detections are compared with those of float's
 outputs jittered far below any format's step (scores by ±:data:`JITTER`, boxes by ±:data:`JITTER`
-of their value, a fixed seed); where that F1 (``Detections.stable``) falls below
-``1 − 1 / (2·needed)`` (half the floor's margin: 0.985 at 0.97) the detections are not judged and
-the verdict says why. A real detector's kept set is stable there (DocLayNet: 1.000).
+of their value, two draws of fixed seeds, at the lowest threshold); where that F1's mean
+(``Detections.stable``) falls below ``1 − 1 / (4·needed)`` (a quarter of the floor's margin: 0.993 at
+0.97, 0.988 at 0.95) the detections are not judged and the verdict says why. A real detector's kept
+set is stable there (DocLayNet, nudenet, the slider head: 1.000 on the bench's feeds at every preset);
+the range guard's 128² head keeps 0.973-0.984 by draw, under both limits (with one draw against
+half the margin, 0.975 at 0.95, its A8W8 was judged on one draw and not on another).
 """
 
 from __future__ import annotations
@@ -70,14 +73,14 @@ class Detections(NamedTuple):
     invented: int
     needed: int
     #: F1 of float's detections against float's jittered at the lowest threshold (module docstring): below
-    #: ``1 − 1 / (2·needed)`` the kept set is chaotic and the detections are not judged (``judged``; then
+    #: ``1 − 1 / (4·needed)`` the kept set is chaotic and the detections are not judged (``judged``; then
     #: ``f1`` is NaN and ``float_count`` float's detections at the lowest threshold)
     stable: float = 1.0
 
     @property
     def judged(self) -> bool:
         """Whether float's kept set is stable enough to judge by (module docstring)."""
-        return self.stable >= 1.0 - 1.0 / (2.0 * max(self.needed, 1))
+        return self.stable >= 1.0 - 1.0 / (4.0 * max(self.needed, 1))
 
 
 def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
@@ -223,12 +226,12 @@ def judge_detections(reference: Sequence[np.ndarray], candidate: Sequence[np.nda
         corners = corners and bool(np.all(b_ref[:, 2][k] >= b_ref[:, 0][k]) and np.all(b_ref[:, 3][k] >= b_ref[:, 1][k]))
     # float against float jittered, at the lowest threshold (the most detections) and first: a chaotic kept
     # set is not judged, and its comparison with the candidate (the costly part on thousands of boxes) not run
-    rng = np.random.default_rng(0)
-    own = _counts([(a, _jittered(*a, rng)) for a, _ in pairs], corners, THRESHOLDS[:1])
-    if own[3] < max(needed, 1):
+    draws = [_counts([(a, _jittered(*a, np.random.default_rng(seed))) for a, _ in pairs], corners, THRESHOLDS[:1])
+             for seed in range(2)]
+    if draws[0][3] < max(needed, 1):
         return None
-    stable = float(_f1(*own[:3]))
-    if stable < 1.0 - 1.0 / (2.0 * max(needed, 1)):
-        return Detections(float("nan"), own[0], 0, 0, needed, stable)
+    found = Detections(float("nan"), draws[0][0], 0, 0, needed, float(np.mean([_f1(*own[:3]) for own in draws])))
+    if not found.judged:
+        return found
     ref_n, lost, invented, _ = _counts(pairs, corners)
-    return Detections(float(_f1(ref_n, lost, invented)), ref_n, lost, invented, needed, stable)
+    return Detections(float(_f1(ref_n, lost, invented)), ref_n, lost, invented, needed, found.stable)
