@@ -154,21 +154,34 @@ def test_four_box_rows_beside_mask_coefficients_are_judged_without_fields() -> N
 
 
 def test_a_chaotic_kept_set_is_not_judged() -> None:
-    """Random boxes overlapping everywhere with near-tied scores (0.50-0.51: the range guard's built head): NMS's
-    kept set moves under float's own jitter, so its F1 would measure the chaos, not the format."""
+    """Clusters of near-tied (0.500-0.501) overlapping boxes: NMS's kept set in each moves under float's own
+    jitter, so its F1 would measure the chaos, not the format; random boxes overlapping everywhere (the range
+    guard's built head) are one object per class and image, too few to judge at all."""
     readings = readings_of(_head())
     rows = readings["score_rows"]["output0"]
     rng = np.random.default_rng(5)
-    ref = []
+    ref, blob = [], []
     for _ in range(10):
-        out = np.empty((1, 4 + CLASSES, S * S), np.float32)
-        out[0, :2] = rng.uniform(100, 140, (2, S * S))
-        out[0, 2:4] = rng.uniform(20, 60, (2, S * S))
-        out[0, 4:] = rng.uniform(0.5, 0.51, (CLASSES, S * S))
+        out = np.zeros((1, 4 + CLASSES, S * S), np.float32)
+        out[0, :2] = rng.uniform(0, 2000, (2, S * S))
+        out[0, 2:4] = 4.0
+        for k in range(4):  # four clusters of 8 boxes, far apart: 40 objects
+            idx = np.arange(k * 64, k * 64 + 8)
+            out[0, 0, idx] = 200 + 400 * k + rng.uniform(-12, 12, 8)
+            out[0, 1, idx] = 300 + rng.uniform(-12, 12, 8)
+            out[0, 2, idx], out[0, 3, idx] = rng.uniform(30, 50, 8), rng.uniform(30, 50, 8)
+            out[0, 4, idx] = rng.uniform(0.5, 0.501, 8)
         ref.append(out)
+        overlapping = out.copy()
+        overlapping[0, :2] = rng.uniform(100, 140, (2, S * S))
+        overlapping[0, 2:4] = rng.uniform(20, 60, (2, S * S))
+        overlapping[0, 4:] = rng.uniform(0.0, 1.0, (CLASSES, S * S))
+        blob.append(overlapping)
     found = judge_detections(ref, ref, rows, EIGHT.needed)
     assert found is not None and not found.judged and found.stable < 1 - 1 / (4 * EIGHT.needed), found
     calm = judge_detections(*(([f["output0"] for f in side]) for side in _outputs("swap")), rows, EIGHT.needed)
     assert calm.judged and calm.stable == 1.0
     check = measure([{"output0": r} for r in ref], [{"output0": r * 0.98} for r in ref], EIGHT, **readings).outputs["output0"]
     assert check.detections is None and "not judged: float's own kept set moves" in check.note, check.describe()
+    # overlapping everywhere: each class's detections of an image are one object, 3 an image: 18 < 20 on 6 images
+    assert judge_detections(blob[:6], blob[:6], rows, EIGHT.needed) is None
