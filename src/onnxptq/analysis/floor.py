@@ -608,9 +608,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
     # a detector's score levels judged by their objects (analysis/det_levels.py): their outputs' masks and
     # fields give way, as a DocLayNet head's fields give way to its detections (_judge_detections)
-    level_checks = [c for levels in det_levels if all(lv.output in names for lv in levels)
-                    for c in [_judge_levels(levels, reference, candidate, seen, floor)] if c is not None]
-    by_levels = {name for c in level_checks if not c.top1_unjudged for name in c.name.split(":", 1)[1].split("+")}
+    judged_levels = [(levels, _judge_levels(levels, reference, candidate, seen, floor))
+                     for levels in det_levels if all(lv.output in names for lv in levels)]
+    level_checks = [c for _, c in judged_levels if c is not None]
+    by_levels = {lv.output for levels, c in judged_levels if c is not None and not c.top1_unjudged for lv in levels}
     for name in names:
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
