@@ -51,7 +51,9 @@ map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
 threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
-detector's score rows' field cosines (the candidates either side scores ≥ 0.2).
+detector's score rows' field cosines (the candidates either side scores ≥ 0.2) and a PicoDet-style
+detector's flattened per-level score maps beside their box outputs, judged together as one check
+``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -80,7 +82,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -109,7 +111,8 @@ from .row_gates import gated_outputs, object_rows
 from .spatial_gates import heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
-from .det_nms import Detections, judge_detections
+from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
+from .det_levels import Level, detector_levels, level_maps
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -299,7 +302,8 @@ class OutputCheck:
         if self.detections is not None:
             d = self.detections
             text += (f", detections after NMS at thresholds 0.25-0.5: F1 {d.f1:.4f} of {d.float_count} float detections "
-                     f"over the thresholds ({d.lost} lost, {d.invented} invented; judged in place of its score fields' cosines)")
+                     f"over the thresholds ({d.lost} lost, {d.invented} invented"
+                     + ("; judged in place of its score fields' cosines)" if self.worst_field is not None else ")"))
         if self.box_cosine is not None:
             text += f", box rows' cosine {self.box_cosine[0]:.4f} on those {self.box_cosine[1]} candidates"
         if self.curve is not None:
@@ -493,19 +497,23 @@ def _add_cosine(r: np.ndarray, g: np.ndarray, cosines: list[float], sums: list[t
 
 
 def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, floor: Floor, reshaped: int,
-                           samples: int) -> OutputCheck:
+                           samples: int, add_seen: Callable[[ThresholdCells], int] | None = None) -> OutputCheck:
     """A sigmoid map its reader thresholds (:mod:`onnxptq.analysis.threshold_cells`), judged by the objects
     kept at its thresholds (F1 against the top-1 floor) and the cosine of the cells that matter (against
     the cosine floor), on the held-out feeds and, where they hold fewer decisions than the floor needs,
     the calibration feeds ``seen`` too. Still fewer: it breaks where its flips would break the floor
     among as many decisions as it needs (``ThresholdCells.judge``'s bound), else it is *could not
-    judge*, named among the unjudged outputs."""
+    judge*, named among the unjudged outputs. ``add_seen``: adds the calibration feeds' maps to ``heat``
+    and says how many feeds (default: output ``name``'s of ``seen``)."""
     judged = heat.judge(floor.needed)
     feeds = 0
     if (judged is None or judged[1] < floor.needed) and seen is not None:
-        for r, g in _seen_pairs(seen, name, None):
-            heat.add(r, g)
-            feeds += 1
+        if add_seen is not None:
+            feeds = add_seen(heat)
+        else:
+            for r, g in _seen_pairs(seen, name, None):
+                heat.add(r, g)
+                feeds += 1
         judged = heat.judge(floor.needed)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
     check = OutputCheck(name, cos, cos, seen_feeds=feeds)
@@ -545,7 +553,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
-            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model)}
+            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -560,7 +568,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             agreements: Mapping[str, Any] | None = None, decoders: Collection[str] = (),
             confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None,
             spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None,
-            tokens: Mapping[str, Collection[int]] | None = None) -> Verdict:
+            tokens: Mapping[str, Collection[int]] | None = None,
+            det_levels: Sequence[tuple[Level, ...]] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -606,7 +615,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``tokens``: class outputs computed from an integer input's embedded tokens (``token_heads.token_heads``:
     name → the tables' row counts); where the class count is no table's, a tagger: its per-position
     scores judged per token, not per sequence (:func:`_judge_reads`, ``per_token``); where it is, next-token
-    scores: a rank-2 one whose rows keep float's top-1 but not its top two is said (``beam_reads.beam_advisory``)."""
+    scores: a rank-2 one whose rows keep float's top-1 but not its top two is said (``beam_reads.beam_advisory``).
+    ``det_levels``: a detector's per-level score maps beside their box outputs (``det_levels.detector_levels``),
+    each group judged together by the objects its thresholds keep, one more check ``levels:<outputs>``
+    (:func:`_judge_levels`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -621,6 +633,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     spatial_gates = spatial_gates or {}
     thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
+    # a detector's score levels judged by their objects (analysis/det_levels.py): their outputs' masks and
+    # fields give way, as a DocLayNet head's fields give way to its detections (_judge_detections)
+    judged_levels = [(levels, _judge_levels(levels, reference, candidate, seen, floor))
+                     for levels in det_levels if all(lv.output in names for lv in levels)]
+    level_checks = [c for _, c in judged_levels if c is not None]
+    by_levels = {lv.output for levels, c in judged_levels if c is not None and not c.top1_unjudged for lv in levels}
     for name in names:
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
@@ -659,9 +677,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         soft_got: list[np.ndarray] = []
         fields: FieldCosines | None = None
         class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
-        masks = MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy else None
+        masks = (MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy and name not in by_levels
+                 else None)
         picture: PictureAgreement | None = None
-        if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps}:
+        if masks is None and not classy and kind is None and not {name} & {*selected, *score_rows, *log_scales, *softmax_maps, *by_levels}:
             # a heat map no sigmoid bounds, where float's values say it is one (maps.py, "Heat maps"); no ground over
             # all the feeds: none, and an image's shape in a picture's range is judged at its 8-bit step (pictures.py)
             refs = [np.asarray(f[name]) for f in reference if name in f]
@@ -717,7 +736,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if gain is not None and np.isfinite(g).all():
                 gain.add(r, g)
             if not classy and np.isfinite(g).all():
-                axis = r.ndim - 1 if regression else field_axes.get(name)
+                axis = r.ndim - 1 if regression else None if name in by_levels else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
                     class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
@@ -786,7 +805,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.mask = class_map.worst() if finite else None
             if check.mask is not None and check.mask[1] < floor.top1:
                 check.ok = False
-        if finite and fields is not None and name in score_rows:
+        if finite and name in score_rows:
             _judge_detections(check, fields, name, reference, candidate, score_rows[name], floor)
         worst = fields.worst() if fields is not None else None
         if worst is not None:
@@ -854,6 +873,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     for group in read_groups:
         if all(n in names for n in group):
             _judge_group(verdict, group, reference, candidate, seen, floor)
+    for check in level_checks:
+        verdict.outputs[check.name] = check
     for d in judge_decisions(decisions, reference, candidate, floor, _enough, seen):
         check = OutputCheck(d.decision.key, d.cosine, d.cosine, top1=d.top1, rows=d.count, top1_unjudged=d.unjudged, ok=d.ok,
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
@@ -1127,20 +1148,27 @@ def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen
 REGION_MARGIN = 0.01
 
 
-def _judge_detections(check: OutputCheck, fields: FieldCosines, name: str, reference: Sequence[dict[str, np.ndarray]],
+def _judge_detections(check: OutputCheck, fields: FieldCosines | None, name: str, reference: Sequence[dict[str, np.ndarray]],
                       candidate: Sequence[dict[str, np.ndarray]], rows: Rows, floor: Floor) -> None:
     """A detector's detections after NMS (:mod:`onnxptq.analysis.det_nms`) judged against the top-1
-    floor into ``check``; where they can be judged (enough float detections) its fields leave the
-    field cosines: a single anchor's score moving while its neighbour keeps the object broke
-    the floor where every detection held (DocLayNet, det_nms' docstring)."""
+    floor into ``check``; where they can be judged (enough float detections, float's kept set stable)
+    its fields, if it is judged by fields, leave the field cosines: a single anchor's score moving while
+    its neighbour keeps the object broke the floor where every detection held (DocLayNet, det_nms'
+    docstring). An output of more rows than fields (nudenet's 22, the slider head's 37) keeps its
+    pooled cosine beside them."""
     found = judge_detections([np.asarray(f[name]) for f in reference], [np.asarray(f[name]) for f in candidate], rows,
                              floor.needed)
-    if found is None or fields.axis != rows.axis:
+    if found is None or (fields is not None and fields.axis != rows.axis):
+        return
+    if not found.judged:
+        chaos = (f"(detections after NMS not judged: float's own kept set moves under a jitter of {DET_JITTER:g}, "
+                 f"F1 {found.stable:.4f} of its {found.float_count} at 0.25: analysis/det_nms.py)")
+        check.note = f"{check.note} {chaos}" if check.note else chaos
         return
     check.detections = found
     # judged by the detections: the fields' sums cleared (cosine 1.0); the box rows too, whose cosine over
     # every anchor is carried by background boxes nobody reads (the kept ones: IoU here, box_cosine in _judge_kept)
-    for start, stop in (*rows.scores, *rows.boxes):
+    for start, stop in (*rows.scores, *rows.boxes) if fields is not None else ():
         fields.xx[start:stop] = fields.yy[start:stop] = fields.xy[start:stop] = 0.0
     if found.f1 < floor.top1:
         check.ok = False
@@ -1244,6 +1272,46 @@ def _judge_group(verdict: Verdict, group: tuple[str, ...], reference: Sequence[d
     if _judge_reads(check, refs, gots, (seen_refs, seen_gots), floor):
         check.seen_feeds = seen_feeds if check.seen_feeds else 0
         verdict.outputs[name] = check
+
+
+def _judge_levels(levels: tuple[Level, ...], reference: Sequence[dict[str, np.ndarray]],
+                  candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor) -> OutputCheck | None:
+    """A detector's per-level score maps (:mod:`onnxptq.analysis.det_levels`: PicoDet's ``[B, h·w, C]``
+    sigmoid outputs beside their box outputs) judged together as its reader thresholds them: each level's
+    map restored to ``[B, C, h, w]``, the objects its thresholds keep summed over the levels and the feeds
+    (:class:`~onnxptq.analysis.threshold_cells.ThresholdCells`: F1 against the top-1 floor, the cosine of the
+    cells that matter against the cosine floor), the calibration feeds ``seen`` pooled in where the held-out
+    ones hold fewer decisions than the floor needs: one more check ``levels:<outputs>`` (None: no feed fits).
+    Where it judged, each level's output keeps its pooled cosine only: its masks and fields give way (a rim
+    cell crossing 0.5 moves a mask and no detection)."""
+
+    def add(heat: ThresholdCells, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> int:
+        """One feed's levels into ``heat``: 1 where every level fits and float's is finite, else 0."""
+        pairs = []
+        for lv in levels:
+            if lv.output not in ref or lv.output not in got:
+                return 0
+            r, g = level_maps(ref[lv.output], lv), level_maps(got[lv.output], lv)
+            if r is None or g is None or r.shape != g.shape or not np.isfinite(r).all():
+                return 0
+            pairs.append((r, g))
+        for r, g in pairs:
+            heat.add(r, g)
+        return 1
+
+    heat = ThresholdCells()
+    fed = sum(add(heat, ref, got) for ref, got in zip(reference, candidate))
+    if not fed or not heat.valid:
+        return None
+    name = "levels:" + "+".join(lv.output for lv in levels)
+    check = _judge_threshold_cells(name, heat, seen, floor, 0, len(reference),
+                                   add_seen=lambda h: sum(add(h, r, g) for r, g in zip(*seen)) if seen else 0)
+    if not heat.valid:
+        return None  # a calibration feed's float values were no probabilities after all: judged as before
+    check.note = check.note.replace("a heat map its reader thresholds",
+                                    f"a detector's {len(levels)} score level(s) its reader thresholds (boxes: "
+                                    f"{', '.join(lv.boxes for lv in levels)}; analysis/det_levels.py)")
+    return check
 
 
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:

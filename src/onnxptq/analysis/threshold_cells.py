@@ -94,7 +94,8 @@ def _objects(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
     connected cells of one channel (``maps.regions``: face neighbours, never across the batch), any size;
     a float object is kept where a quantized one shares a cell with it, a quantized one is invented
     where it shares none with float's."""
-    counts = [region_counts(a[:, c], b[:, c], min_region=1, iou=0.0) for c in range(a.shape[1])]
+    # a channel empty on both sides holds no object (most of a detector's classes at most levels): not labelled
+    counts = [region_counts(a[:, c], b[:, c], min_region=1, iou=0.0) for c in range(a.shape[1]) if a[:, c].any() or b[:, c].any()]
     return tuple(int(sum(column)) for column in zip(*counts)) if counts else (0, 0, 0)
 
 
@@ -127,7 +128,10 @@ class ThresholdCells:
             self.nonfinite += 1
             return
         for i, t in enumerate(THRESHOLDS):
-            self.kept[i] += _objects(r >= t, g >= t)
+            a, b = r >= t, g >= t
+            if not (a.any() or b.any()):
+                break  # nothing above this threshold either side, nor above the higher ones
+            self.kept[i] += _objects(a, b)
         matter = (r >= THRESHOLDS[0]) | (g >= THRESHOLDS[0])
         self.cells += int((r >= THRESHOLDS[0]).sum())
         x, y = r[matter].astype(np.float64), g[matter].astype(np.float64)
