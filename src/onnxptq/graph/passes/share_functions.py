@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..opsets import is_onnx_domain
 from ..walk import all_graphs
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
 
 
 def _is_constant(node: onnx.NodeProto) -> bool:
-    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+    return node.op_type == "Constant" and is_onnx_domain(node.domain)
 
 
 def _skeleton(fn: onnx.FunctionProto) -> bytes:
