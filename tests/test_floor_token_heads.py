@@ -203,3 +203,16 @@ def test_a_taggers_few_flipped_word_starts_could_not_judge_and_many_break():
     reference, candidate = _tags(2, 30, 4)
     few = measure(reference, candidate, EIGHT, **readings)
     assert not few.ok and few.outputs["emissions"].within_chance is None
+
+
+def test_the_beam_warning_asks_for_the_calibration_rows_where_the_held_out_ones_cannot_decide():
+    readings = readings_of(_decoder_step())
+    reference, candidate = _swapped(64, 3)  # 0.953 < 0.97, as a model at the floor does on 30 % of draws
+    plain = measure(reference, candidate, SIXTEEN, **readings)
+    assert plain.ok and plain.outputs["logprobs"].advisory is None and plain.wants_calibration_feeds
+    assert not plain.ok_needs_calibration_feeds  # a warning only: repair needs no calibration feeds for it
+    more_ref, more_got = _swapped(128, 8, seed=4)  # with them, 11 of 192 (0.943): said
+    told = measure(reference, candidate, SIXTEEN, **readings, seen=(more_ref, more_got))
+    assert told.ok and "the held-out and 16 calibration samples" in (told.outputs["logprobs"].advisory or "")
+    more_ref, more_got = _swapped(128, 0, seed=4)  # 3 of 192 (0.984): nothing said
+    assert measure(reference, candidate, SIXTEEN, **readings, seen=(more_ref, more_got)).outputs["logprobs"].advisory is None

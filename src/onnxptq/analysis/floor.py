@@ -91,7 +91,7 @@ from .confidence_gates import confidence_gated_outputs, confident_positions
 from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
-from .beam_reads import beam_advisory, top_k_rows
+from .beam_reads import beam_advisory, beam_undecided, top_k_rows
 from .evidence import decisions_to_decide, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
@@ -252,6 +252,9 @@ class OutputCheck:
     thresholded: tuple[int, float | None, float] | None = None
     #: rows judged by float's top-1 and its top-``top_k`` set kept (a declared beam reading: analysis/beam_reads.py)
     top_k: int = 1
+    #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
+    #: feeds' rows would decide the beam warning (``Verdict.wants_calibration_feeds``; analysis/beam_reads.py)
+    beam_rows: bool = False
     #: a judgement of independent decisions (rows of a declared top-k, a tagger's tokens) whose share is
     #: below the floor by losses its own rate makes likely (analysis/evidence.py): *not judged*, said so;
     #: the chance a model at the floor loses as many (None: not so)
@@ -361,9 +364,10 @@ class Verdict:
         (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
         (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
         class's cells, a detector's best candidates: a few per image), a declared top-k reading (a
-        beam's runner-ups: rounding swaps them on any feed)."""
+        beam's runner-ups: rounding swaps them on any feed), the beam warning's rows below the floor by
+        chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
-                   or c.top_k > 1 for c in self.outputs.values())
+                   or c.top_k > 1 or c.beam_rows for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -832,8 +836,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # next-token scores a beam search may read by their top-k (analysis/beam_reads.py): said, never repaired
             nexts = [np.asarray(f[name]) for f in reference]
             if nexts[0].ndim == 2 and kind_for(nexts[0].shape[-1], tokens[name]) == NEXT:
-                check.advisory = check.advisory or beam_advisory(name, nexts, [np.asarray(f[name]) for f in candidate],
-                                                                 floor.top1)
+                picks = [np.asarray(f[name]) for f in candidate]
+                more = list(_seen_pairs(seen, name, nexts[0].shape[-1]))
+                check.advisory = check.advisory or beam_advisory(name, nexts, picks, floor.top1,
+                                                                 ([r for r, _ in more], [g for _, g in more]))
+                check.beam_rows = seen is None and check.advisory is None and beam_undecided(nexts, picks, floor.top1)
         if gain is not None and finite:
             # a gain multiplied into an input's signal outside the graph (analysis/gains.py): said, never repaired
             check.advisory = check.advisory or gain_advisory(name, gains[name], gain, floor.top1)
