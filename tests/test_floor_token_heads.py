@@ -127,3 +127,92 @@ def test_a_top_k_reading_needs_its_beam_width(text):
     with pytest.raises(ConfigError, match="topk:K"):
         parse_reading("logprobs", text)
     assert parse_reading("logprobs", "topk:3").k == 3
+
+
+# Few reads (analysis/evidence.py): a share below the floor breaks only where its losses say so.
+
+EIGHT = Floor("8-bit", *FAMILY_FLOORS["8-bit"])
+
+
+def test_the_binomial_tail_is_a_direct_sum_and_decides_as_the_romanizers_rows_ask():
+    from math import comb
+
+    from onnxptq.analysis.evidence import surely_below, tail
+
+    for lost, count, floor in ((2, 64, 0.97), (5, 64, 0.97), (13, 64, 0.95), (4, 79, 0.95), (1, 1, 0.9), (0, 10, 0.97)):
+        p = 1 - floor
+        direct = sum(comb(count, i) * p ** i * (1 - p) ** (count - i) for i in range(lost, count + 1))
+        assert abs(tail(lost, count, floor) - direct) < 1e-9
+    # 2 of 64 at 0.97 (anr_fa_decoder A16W8 / BFP16: 0.990 / 0.982 of 512 other rows) is chance; 5 of 64 is not
+    assert not surely_below(62, 64, 0.97) and surely_below(59, 64, 0.97)
+    assert surely_below(51, 64, 0.95)  # anr_fa_decoder MXFP8_E4M3's 13 of 64
+    assert not surely_below(75, 79, 0.95)  # khmersm MXFP8_E4M3's 4 of 79 held-out word starts (F1 0.979 on 32 sentences)
+    assert not surely_below(64, 64, 0.97) and not surely_below(0, 0, 0.97)
+
+
+def _swapped(rows: int, swapped: int, seed: int = 3) -> tuple[list[dict], list[dict]]:
+    """``rows // 8`` feeds of 8 next-token rows (a clear best, a second and a third 0.05 apart), exactly
+    ``swapped`` rows of which read the third as the second, the best kept."""
+    rng = np.random.default_rng(seed)
+    refs, gots, row = [], [], 0
+    for _ in range(rows // 8):
+        z = rng.uniform(-8.0, -5.0, (8, 20))
+        g = z.copy()
+        for r in range(8):
+            best, second, third = rng.permutation(20)[:3]
+            z[r, [best, second, third]] = -0.1, -3.0, -3.05
+            g[r, [best, second, third]] = (-0.1, -3.05, -3.0) if row < swapped else (-0.1, -3.0, -3.05)
+            row += 1
+        refs.append({"logprobs": z.astype(np.float32)})
+        gots.append({"logprobs": g.astype(np.float32)})
+    return refs, gots
+
+
+def test_two_runner_ups_of_64_rows_are_no_warning_and_a_declared_top_k_could_not_judge_them():
+    from onnxptq.analysis.floor import unjudged_text
+
+    readings = readings_of(_decoder_step())
+    topk = declared_readings({"logprobs": "topk:2"}, ["logprobs"])
+    reference, candidate = _swapped(64, 2)
+    assert measure(reference, candidate, SIXTEEN, **readings).outputs["logprobs"].advisory is None
+    told = measure(reference, candidate, SIXTEEN, **readings, declared=topk)
+    check = told.outputs["logprobs"]
+    assert told.ok and told.unjudged == ["logprobs"] and check.within_chance is not None and check.within_chance > 0.5
+    assert abs(check.top1 - 62 / 64) < 1e-9 and "NOT JUDGED" in check.describe()
+    assert "top-2 set of logprobs" in unjudged_text(told) and "not known to break it" in unjudged_text(told)
+    # a real loss stays one: 6 of 64 rows (0.906, the Arabic decoder's MXFP8_E4M3 share) warns and breaks
+    reference, candidate = _swapped(64, 6)
+    assert measure(reference, candidate, SIXTEEN, **readings).outputs["logprobs"].advisory is not None
+    broken = measure(reference, candidate, SIXTEEN, **readings, declared=topk)
+    assert not broken.ok and broken.outputs["logprobs"].within_chance is None
+
+
+def test_a_taggers_few_flipped_word_starts_could_not_judge_and_many_break():
+    from onnxptq.algorithms.repair import moved_unjudged_reads
+
+    readings = readings_of(_tagger())
+    # 4 sentences, ~80 word starts, 4 flipped against the 8-bit floor (khmersm MXFP8_E4M3: 4 of 79, 0.949 < 0.95)
+    reference, candidate = _tags(4, 60, 4)
+    told = measure(reference, candidate, EIGHT, **readings)
+    check = told.outputs["emissions"]
+    assert check.positions.per_token and check.positions.flipped == 4 and check.top1 < EIGHT.top1
+    assert told.ok and told.unjudged == ["emissions"] and check.within_chance is not None
+    # not taken for a hold by repair's search either
+    assert moved_unjudged_reads(told) == ["emissions"]
+    # 2 sentences of 30 tokens: 3 of 16 word starts flipped (0.81), surely below: broken
+    reference, candidate = _tags(2, 30, 4)
+    few = measure(reference, candidate, EIGHT, **readings)
+    assert not few.ok and few.outputs["emissions"].within_chance is None
+
+
+def test_the_beam_warning_asks_for_the_calibration_rows_where_the_held_out_ones_cannot_decide():
+    readings = readings_of(_decoder_step())
+    reference, candidate = _swapped(64, 3)  # 0.953 < 0.97, as a model at the floor does on 30 % of draws
+    plain = measure(reference, candidate, SIXTEEN, **readings)
+    assert plain.ok and plain.outputs["logprobs"].advisory is None and plain.wants_calibration_feeds
+    assert not plain.ok_needs_calibration_feeds  # a warning only: repair needs no calibration feeds for it
+    more_ref, more_got = _swapped(128, 8, seed=4)  # with them, 11 of 192 (0.943): said
+    told = measure(reference, candidate, SIXTEEN, **readings, seen=(more_ref, more_got))
+    assert told.ok and "the held-out and 16 calibration samples" in (told.outputs["logprobs"].advisory or "")
+    more_ref, more_got = _swapped(128, 0, seed=4)  # 3 of 192 (0.984): nothing said
+    assert measure(reference, candidate, SIXTEEN, **readings, seen=(more_ref, more_got)).outputs["logprobs"].advisory is None

@@ -228,10 +228,17 @@ def moved_unjudged_reads(verdict: Verdict) -> list[str]:
     12 lines (12 feeds given) an 8-build search handed back nodes until the cosine alone stopped it:
     MXINT8 30 nodes float, 0.781 of 32 other lines read as float's, where its 4-build search, stopped
     early, had kept 61 (0.875; bench/RESULTS.md, "CTC readers' reads and repair's budget"). The float
-    (or stepped-up) probe changes no read, so the search always has a candidate to keep."""
+    (or stepped-up) probe changes no read, so the search always has a candidate to keep. So too an
+    output judged below the floor by losses that could be chance (``within_chance``): the verdict says
+    "could not judge" rather than break on it, and the search does not take it for a hold."""
     moved = []
     for name, check in verdict.outputs.items():
         p = check.positions
+        if check.top1_unjudged and check.within_chance is not None:
+            # below the floor by losses that could be chance (analysis/evidence.py): not proof of a break,
+            # nor a candidate to deliver (a declared top-k's rows, a tagger's tokens)
+            moved.append(name)
+            continue
         if not check.top1_unjudged or p is None:
             continue
         changed = p.changed - p.unsure_changed if p.strings else p.flipped

@@ -95,7 +95,8 @@ from .confidence_gates import confidence_gated_outputs, confident_positions
 from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
-from .beam_reads import beam_advisory, top_k_rows
+from .beam_reads import beam_advisory, beam_undecided, top_k_rows
+from .evidence import decisions_to_decide, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -262,6 +263,13 @@ class OutputCheck:
     thresholded: tuple[int, float | None, float] | None = None
     #: rows judged by float's top-1 and its top-``top_k`` set kept (a declared beam reading: analysis/beam_reads.py)
     top_k: int = 1
+    #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
+    #: feeds' rows would decide the beam warning (``Verdict.wants_calibration_feeds``; analysis/beam_reads.py)
+    beam_rows: bool = False
+    #: a judgement of independent decisions (rows of a declared top-k, a tagger's tokens) whose share is
+    #: below the floor by losses its own rate makes likely (analysis/evidence.py): *not judged*, said so;
+    #: the chance a model at the floor loses as many (None: not so)
+    within_chance: float | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -323,13 +331,20 @@ class OutputCheck:
                                                             f"{self.needed})" if self.top1_unjudged and self.positions else "")
         elif self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            text += f", {self.positions.describe()}{seen}" + (f" (NOT JUDGED: {self.positions.reads} reads, the floor needs "
-                                                              f"{self.needed})" if self.top1_unjudged else "")
+            unjudged = f" (NOT JUDGED: {self.positions.reads} reads, the floor needs {self.needed})" if self.top1_unjudged else ""
+            text += f", {self.positions.describe()}{seen}" + (self._chance() if self.within_chance is not None else unjudged)
         elif self.top1 is not None:
             seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
-            text += f", {top} {self.top1:.4f} on {self.rows} rows{seen}" + (" (too few rows to judge)" if self.top1_unjudged else "")
+            text += f", {top} {self.top1:.4f} on {self.rows} rows{seen}" + (self._chance() if self.within_chance is not None else
+                                                                              " (too few rows to judge)" if self.top1_unjudged else "")
         return text
+
+    def _chance(self) -> str:
+        """Why a share below the floor is not judged (``within_chance``: analysis/evidence.py)."""
+        lost = self.positions.flipped if self.positions is not None else self.rows - round((self.top1 or 0.0) * self.rows)
+        return (f" (NOT JUDGED: below the floor by {lost} lost of {self.rows}, as many as a model at the floor loses on "
+                f"{self.within_chance:.0%} of draws)")
 
     def to_json(self) -> dict[str, Any]:
         return {k: (v.to_json() if isinstance(v, (Positions, Picture)) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
@@ -366,9 +381,10 @@ class Verdict:
         (``measure(seen=)``): outputs judged as reads, rows too few, Softmax sequences' reads
         (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
         class's cells, a detector's best candidates: a few per image), a declared top-k reading (a
-        beam's runner-ups: rounding swaps them on any feed)."""
+        beam's runner-ups: rounding swaps them on any feed), the beam warning's rows below the floor by
+        chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
-                   or c.top_k > 1 for c in self.outputs.values())
+                   or c.top_k > 1 or c.beam_rows for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -859,8 +875,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # next-token scores a beam search may read by their top-k (analysis/beam_reads.py): said, never repaired
             nexts = [np.asarray(f[name]) for f in reference]
             if nexts[0].ndim == 2 and kind_for(nexts[0].shape[-1], tokens[name]) == NEXT:
-                check.advisory = check.advisory or beam_advisory(name, nexts, [np.asarray(f[name]) for f in candidate],
-                                                                 floor.top1, floor.needed)
+                picks = [np.asarray(f[name]) for f in candidate]
+                more = list(_seen_pairs(seen, name, nexts[0].shape[-1]))
+                check.advisory = check.advisory or beam_advisory(name, nexts, picks, floor.top1,
+                                                                 ([r for r, _ in more], [g for _, g in more]))
+                check.beam_rows = seen is None and check.advisory is None and beam_undecided(nexts, picks, floor.top1)
         if gain is not None and finite:
             # a gain multiplied into an input's signal outside the graph (analysis/gains.py): said, never repaired
             check.advisory = check.advisory or gain_advisory(name, gains[name], gain, floor.top1)
@@ -930,9 +949,12 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
     against the top-1 floor, on the held-out feeds and on them and the calibration feeds ``seen``
     together, broken on either (as reads are, :func:`_judge_reads`: a range calibration fitted breaks
     on the held-out feeds, the rounding of a format's grid swaps a runner-up on any feed). Pooled alone,
-    arabic-name-romanizer's Arabic decoder MXFP8_E4M3 held at a top two kept on 0.906 of 512 other rows;
-    the price of the held-out judgement: the Persian one BFP16 breaks at 2 of 64 rows (0.982 of 512
-    others), one node kept float for it. *Not judged* on fewer rows than the floor needs."""
+    arabic-name-romanizer's Arabic decoder MXFP8_E4M3 held at a top two kept on 0.906 of 512 other rows.
+    Each is broken only where its rows lost say the share is below the floor (analysis/evidence.py):
+    by point estimate the Persian one BFP16 broke at 2 of 64 held-out rows (0.982 of 512 others) and
+    repair kept a node float for it. A share below the floor by losses that could be chance is *not
+    judged* (``within_chance``), said so, and no repair candidate showing it is accepted; *not judged*
+    too on fewer rows than the floor needs."""
 
     def shares(items) -> tuple[int, int, int]:
         agree = rows = feeds = 0
@@ -946,7 +968,8 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
     more, more_rows, feeds = shares(_seen_pairs(seen, name, None)) if seen is not None else (0, 0, 0)
     if not rows + more_rows:
         return
-    held_broken = _enough(rows, floor) and agree / rows < floor.top1
+    held_broken = surely_below(agree, rows, floor.top1)
+    pooled_broken = surely_below(agree + more, rows + more_rows, floor.top1)
     # repair judges its candidates on the same feeds (``ok_needs_calibration_feeds``), whichever broke
     check.top_k, check.seen_feeds = k, feeds
     if held_broken:
@@ -954,10 +977,15 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
         check.note = f"{check.note} (broken on its {rows} held-out rows alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
-    check.top1_unjudged = not _enough(check.rows, floor)
-    check.needed = floor.needed if check.top1_unjudged else 0
-    if held_broken or (not check.top1_unjudged and check.top1 < floor.top1):
+    if held_broken or pooled_broken:
         check.ok = False
+        return
+    # below the floor on either, by losses that could be chance: not judged (the lower share is said)
+    for a, n in ((agree, rows), (agree + more, rows + more_rows)):
+        if n and _enough(n, floor) and a / n < floor.top1 and a / n <= check.top1:
+            check.top1, check.rows, check.within_chance = a / n, n, tail(n - a, n, floor.top1)
+    check.top1_unjudged = check.within_chance is not None or not _enough(check.rows, floor)
+    check.needed = floor.needed if check.top1_unjudged else 0
 
 
 def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[tuple[np.ndarray, np.ndarray]],
@@ -1491,7 +1519,10 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
 
     ``per_token``: a tagger's scores (analysis/token_heads.py), each decision token its own read: khmersm's
     12 sentences with 2 of 286 tags flipped were reads 0.846 < 0.97 and a repair of 71-136 nodes, where
-    the word starts its CRF reads kept F1 ≥ 0.997."""
+    the word starts its CRF reads kept F1 ≥ 0.997. Those tokens are independent decisions, broken only
+    where the flips say so (``Positions.judged``, analysis/evidence.py); below the floor by flips that
+    could be chance (khmersm MXFP8_E4M3: 4 of 79 held-out word starts, 0.949 < 0.95; F1 0.979 on 32
+    sentences) they are *not judged* (``within_chance``), said so, and repair accepts no candidate showing it."""
     held = judge_positions(refs, gots, strings_only=strings_only, per_token=per_token)
     if held is None:
         return False
@@ -1513,7 +1544,13 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     if broken:
         check.ok = False
     else:
-        check.top1_unjudged = shown.reads < check.needed
+        low = [p for p in (held, pooled) if p is not None and p.per_token and p.agreement < floor.top1]
+        if low:  # a tagger's tokens below the floor by flips that could be chance (analysis/evidence.py): not judged
+            shown = min(low, key=lambda p: p.agreement)
+            check.positions, check.top1, check.rows = shown, shown.agreement, shown.positions
+            check.within_chance = tail(shown.flipped, shown.positions, floor.top1)
+            check.seen_feeds = len(seen_refs) if shown is pooled else 0
+        check.top1_unjudged = shown.reads < check.needed or check.within_chance is not None
         # CTC strings changed only where float is unsure: said, not repaired (decisions.strings_advisory)
         check.advisory = next((t for t in (strings_advisory(p, floor) for p in (held, pooled) if p is not None) if t), None)
     return True
@@ -1564,6 +1601,19 @@ def unjudged_text(verdict: Verdict) -> str:
     for name in verdict.unjudged:
         c = verdict.outputs[name]
         needed = c.needed or verdict.floor.needed
+        if c.within_chance is not None and c.top1 is not None:
+            # below the floor by losses that could be chance (analysis/evidence.py)
+            unit = "decision tokens" if c.positions is not None else "rows"
+            what = f"the top-{c.top_k} set" if c.top_k > 1 else "the tokens" if c.positions is not None else "the top-1"
+            more = decisions_to_decide(c.top1, verdict.floor.top1, c.rows)
+            parts.append(f"{what} of {name}: {c.top1:.4f} on {c.rows} {unit}, below the floor {verdict.floor.top1:g} by losses "
+                         f"a model at the floor shows on {c.within_chance:.0%} of draws, so not known to break it"
+                         + (f" (about {more} {unit} at that share would say)" if more else ""))
+            judged = verdict.samples + c.seen_feeds
+            per = c.rows / judged if judged else 0.0
+            if more and per > 0:
+                wanted = max(wanted, math.ceil(more / per - 1e-9))
+            continue
         if c.undecided is not None:
             count, lowest, low, high = c.undecided
             parts.append(f"the detections of {name}: float's best candidate scores {lowest:.3g} or more on all {count} candidates "
