@@ -97,6 +97,7 @@ from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
+from ..pipeline.verify import Verified, session_signature
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
@@ -174,6 +175,13 @@ class _Judge:
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
+        #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
+        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
+
+    def clock(self) -> float:
+        """The search's CPU clock: this process's, less the judgements kept for the delivered build."""
+        return time.process_time() - self.untimed
 
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
@@ -183,15 +191,15 @@ class _Judge:
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
-        started = time.process_time()
+        started = self.clock()
         try:
             model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
-            verdict: Verdict | None = self.run(model)
+            verdict: Verdict | None = self.run(model, self.configure(kept, rung))
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.costs.append(time.process_time() - started)
+        self.costs.append(self.clock() - started)
         moved = moved_unjudged_reads(verdict) if verdict is not None and verdict.ok else []
         if moved:  # a candidate that changed a read the floor could not judge is not accepted (below)
             verdict = dataclasses.replace(verdict, outputs=dict(verdict.outputs))
@@ -199,7 +207,7 @@ class _Judge:
         self.cache[key] = verdict
         return verdict
 
-    def run(self, model: onnx.ModelProto) -> Verdict:
+    def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
         # complete()'s finish session, opened as users open it.
@@ -210,10 +218,16 @@ class _Judge:
         session = judge_session(model)
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
         seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
+        signature = session_signature(session)
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
-        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
-                       seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+        verdict = measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
+                          seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+        if verdict.ok and delivered is not None and not self.readings["decisions"]:  # deliverable, its bytes as judged
+            started = time.process_time()
+            self.verified.remember(model, signature, delivered, got, self.seen, seen)
+            self.untimed += time.process_time() - started
+        return verdict
 
 
 def moved_unjudged_reads(verdict: Verdict) -> list[str]:
@@ -291,7 +305,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
+        end = judge.clock() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
         # The minimum only while nothing is handed back to its format: stopped then, the delivered
         # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
         # the plain quantization kept all 181 float). Stepped up (``rung``) the model is quantized
@@ -305,7 +319,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds (and the delivered one) still fit, else its CPU would be the search's last build
             # (terrain_unet A8W8: an 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = time.process_time() + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
+            afford = judge.clock() + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
             split = rank() if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
@@ -320,9 +334,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             continue
         trial = kept - frozenset(chunk)
         trials += 1
-        started = time.process_time()
+        started = judge.clock()
         verdict = judge(trial, rung)
-        last_cost = time.process_time() - started
+        last_cost = judge.clock() - started
         if verdict is not None and verdict.ok:
             kept = trial
             first = None
@@ -353,7 +367,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) 
     build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
     everything = frozenset(candidates)
     for rung in rungs:
-        if judge.costs and time.process_time() + judge.costs[-1] > cap:
+        if judge.costs and judge.clock() + judge.costs[-1] > cap:
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
@@ -466,7 +480,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
-                            reuse=judge.reuse)
+                            reuse=judge.reuse, verified=judge.verified)
         spent_cpu = time.process_time() - cpu0  # the search and the delivered build: what the budget covers
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
