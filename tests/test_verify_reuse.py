@@ -114,3 +114,50 @@ def test_other_bytes_are_not_recalled(spread):
     other.doc_string = "one byte more"
     assert known.recall(other, signature) is None
     assert known.recall(built, signature[:1] + (signature[1] + 1,) + signature[2:]) is None
+
+
+class _Judge:
+    """A stand-in build of COST CPU s (every candidate breaks: the search keeps splitting); with
+    ``remembering``, each also spends COST CPU s judging for the delivered build, as ``untimed``."""
+
+    COST = 0.02
+
+    def __init__(self, remembering: bool) -> None:
+        self.evaluations, self.untimed, self.remembering = 0, 0.0, remembering
+
+    @staticmethod
+    def _burn(seconds: float) -> None:
+        import time
+
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    def __call__(self, kept, rung=None):
+        import time
+        from types import SimpleNamespace
+
+        self.evaluations += 1
+        self._burn(self.COST)
+        if self.remembering:
+            started = time.process_time()
+            self._burn(self.COST)
+            self.untimed += time.process_time() - started
+        return SimpleNamespace(ok=False)
+
+
+def test_judging_for_the_delivered_build_is_off_the_search_budget():
+    """The CPU a judge spends on judgements kept for the delivered build does not count against
+    the search's budget: with it the search makes the builds it makes without it (twice the CPU per
+    build otherwise stopped it at the minimum of builds)."""
+    import time
+
+    from onnxptq.algorithms import repair
+
+    builds = []
+    for remembering in (False, True):
+        judge = _Judge(remembering)
+        deadline = time.process_time() + (repair.MIN_TRIALS + 4.5) * _Judge.COST
+        repair._search(judge, [f"n{i}" for i in range(64)], deadline)
+        builds.append(judge.evaluations)
+    assert builds[0] > repair.MIN_TRIALS and builds[1] == builds[0], builds

@@ -179,10 +179,6 @@ class _Judge:
         #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
-    def clock(self) -> float:
-        """The search's CPU clock: this process's, less the judgements kept for the delivered build."""
-        return time.process_time() - self.untimed
-
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
@@ -191,7 +187,7 @@ class _Judge:
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
-        started = self.clock()
+        started = _clock(self)
         try:
             model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model, self.configure(kept, rung))
@@ -199,7 +195,7 @@ class _Judge:
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.costs.append(self.clock() - started)
+        self.costs.append(_clock(self) - started)
         moved = moved_unjudged_reads(verdict) if verdict is not None and verdict.ok else []
         if moved:  # a candidate that changed a read the floor could not judge is not accepted (below)
             verdict = dataclasses.replace(verdict, outputs=dict(verdict.outputs))
@@ -228,6 +224,12 @@ class _Judge:
             self.verified.remember(model, signature, delivered, got, self.seen, seen)
             self.untimed += time.process_time() - started
         return verdict
+
+
+def _clock(judge: Any) -> float:
+    """The search's CPU clock: this process's, less what ``judge`` spent judging held candidates for
+    the delivered build (``untimed``, pipeline/verify.py), so the budget decides as without it."""
+    return time.process_time() - getattr(judge, "untimed", 0.0)
 
 
 def moved_unjudged_reads(verdict: Verdict) -> list[str]:
@@ -305,7 +307,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        end = judge.clock() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
+        end = _clock(judge) + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
         # The minimum only while nothing is handed back to its format: stopped then, the delivered
         # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
         # the plain quantization kept all 181 float). Stepped up (``rung``) the model is quantized
@@ -319,7 +321,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds (and the delivered one) still fit, else its CPU would be the search's last build
             # (terrain_unet A8W8: an 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = judge.clock() + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
+            afford = _clock(judge) + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
             split = rank() if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
@@ -334,9 +336,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             continue
         trial = kept - frozenset(chunk)
         trials += 1
-        started = judge.clock()
+        started = _clock(judge)
         verdict = judge(trial, rung)
-        last_cost = judge.clock() - started
+        last_cost = _clock(judge) - started
         if verdict is not None and verdict.ok:
             kept = trial
             first = None
@@ -367,7 +369,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) 
     build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
     everything = frozenset(candidates)
     for rung in rungs:
-        if judge.costs and judge.clock() + judge.costs[-1] > cap:
+        if judge.costs and _clock(judge) + judge.costs[-1] > cap:
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
