@@ -161,3 +161,18 @@ def test_judging_for_the_delivered_build_is_off_the_search_budget():
         repair._search(judge, [f"n{i}" for i in range(64)], deadline)
         builds.append(judge.evaluations)
     assert builds[0] > repair.MIN_TRIALS and builds[1] == builds[0], builds
+
+
+def test_owned_outputs_are_the_runs_outputs_in_their_own_memory(spread):
+    """``run_feeds(owned=True)``: the same values, in arrays that own their memory (an array
+    onnxruntime returns holds the session's arena alive after the session is gone)."""
+    import numpy as np
+
+    from onnxptq.sessions import open_session, run_feeds
+
+    model, feeds = spread
+    session = open_session(model, threads=1)
+    views = run_feeds(session, ["out"], feeds[:3])
+    owned = run_feeds(session, ["out"], feeds[:3], owned=True)
+    assert all(o[0].flags["OWNDATA"] and o[0].base is None for o in owned)
+    assert all(np.array_equal(a[0], b[0]) and a[0].dtype == b[0].dtype for a, b in zip(views, owned))

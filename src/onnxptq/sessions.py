@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+import numpy as np
 import onnx
 
 from .errors import InputNotFoundError, UsageError
@@ -239,7 +240,8 @@ def run_threads() -> int:
     return max(1, cores // RUNS_IN_FLIGHT)
 
 
-def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]], *,
+              owned: bool = False) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
     flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL).
 
@@ -248,13 +250,24 @@ def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, A
     at once fill it. The outputs are those of one run at a time, bit for bit: the same kernels
     with the same thread pool (its size, hence every kernel's partition of its work, is the
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
-    price is a second run's activations alive at once."""
+    price is a second run's activations alive at once.
+
+    ``owned``: each run's arrays copied as it ends, so that they own their memory. An array
+    onnxruntime returns holds its output buffer, and with it the session's whole memory arena,
+    alive after the session is gone: a caller that drops the session and keeps the outputs (repair's
+    candidates, judged after their session is closed) would hold the arena through its judgement
+    (PP-OCRv4 rec A8W8: 12-15 MiB at the quantization's peak; bench/RESULTS.md, branch blockquant6)."""
     feeds = list(feeds)
+
+    def run(feed: Mapping[str, Any]) -> list[Any]:
+        out = session.run(list(names), feed)
+        return [np.array(o, copy=True) if owned and isinstance(o, np.ndarray) else o for o in out]
+
     if len(feeds) < 2:
-        return [session.run(list(names), feed) for feed in feeds]
+        return [run(feed) for feed in feeds]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(RUNS_IN_FLIGHT, len(feeds)),
                                                thread_name_prefix="onnxptq-run") as pool:
-        return list(pool.map(lambda feed: session.run(list(names), feed), feeds))
+        return list(pool.map(run, feeds))
 
 
 def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:

@@ -212,8 +212,9 @@ class _Judge:
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
-        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
-        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
+        # Arrays that own their memory: the session's arena goes with it, before the judgement (sessions.run_feeds).
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, owned=True)]
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, owned=True)] if self.seen else []
         signature = session_signature(session)
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
