@@ -18,6 +18,7 @@ import json
 import onnx
 import pytest
 
+from onnxptq.algorithms import repair as repair_module
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline import complete as complete_module
@@ -50,6 +51,9 @@ def _quantize(model, feeds, monkeypatch, threads: int, reuse: bool = True):
 
     with monkeypatch.context() as m:
         m.setattr(complete_module, "run_feeds", spy)
+        # Every held candidate remembered, whatever the CPU clock says (worth_remembering compares
+        # the runs' CPU with the judgement's: on this small chain the two are close)
+        m.setattr(repair_module, "worth_remembering", lambda runs, judged: True)
         m.setattr(finish_module, "run_threads", lambda: threads)
         if not reuse:
             m.setattr(verify.Verified, "recall", lambda self, model, signature: None)
@@ -176,3 +180,7 @@ def test_owned_outputs_are_the_runs_outputs_in_their_own_memory(spread):
     owned = run_feeds(session, ["out"], feeds[:3], owned=True)
     assert all(o[0].flags["OWNDATA"] and o[0].base is None for o in owned)
     assert all(np.array_equal(a[0], b[0]) and a[0].dtype == b[0].dtype for a, b in zip(views, owned))
+
+
+def test_worth_remembering_where_the_runs_cost_more_than_a_judgement():
+    assert verify.worth_remembering(5.0, 0.7) and not verify.worth_remembering(0.1, 0.3)

@@ -97,7 +97,7 @@ from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
-from ..pipeline.verify import Verified, session_signature
+from ..pipeline.verify import Verified, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
@@ -212,15 +212,20 @@ class _Judge:
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
+        runs = time.process_time()
         # Arrays that own their memory: the session's arena goes with it, before the judgement (sessions.run_feeds).
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, owned=True)]
         seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, owned=True)] if self.seen else []
+        runs = time.process_time() - runs
         signature = session_signature(session)
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
+        judged = time.process_time()
         verdict = measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
                           seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
-        if verdict.ok and delivered is not None and not self.readings["decisions"]:  # deliverable, its bytes as judged
+        judged = time.process_time() - judged
+        # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
+        if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
             started = time.process_time()
             self.verified.remember(model, signature, delivered, got, self.seen, seen)
             self.untimed += time.process_time() - started

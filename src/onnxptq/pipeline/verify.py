@@ -65,6 +65,19 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
     return verdict, metrics
 
 
+def worth_remembering(runs_cpu: float, judgement_cpu: float) -> bool:
+    """Whether a held candidate whose runs took ``runs_cpu`` and whose floor judgement took
+    ``judgement_cpu`` CPU s should be judged again as :func:`complete` would, for :class:`Verified`.
+
+    Why not always: every held candidate of a search is so judged and only the delivered one is used;
+    that judgement costs about what the candidate's own did, and what it saves is the delivered
+    build's runs and judgement. Worth it where the runs cost more than a judgement: lore_detect
+    A8W8 (four 768² feeds against the floor's measure, two held candidates); not tinyocr_rec A8W8,
+    whose 32 small lines under a reads judgement cost less than judging them, over 6-8 builds
+    (bench/RESULTS.md, branch blockquant6)."""
+    return runs_cpu > judgement_cpu
+
+
 def session_signature(session: Any) -> tuple:
     """What of an onnxruntime session decides its outputs: providers, thread counts, graph level,
     execution mode and the function-inlining entry (log levels and spinning decide none)."""
