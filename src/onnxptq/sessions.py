@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -45,7 +45,7 @@ from .graph.io import write_externalized
 log = logging.getLogger(__name__)
 
 __all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level",
-           "register", "run_feeds", "run_threads"]
+           "owned", "register", "run_feeds", "run_threads"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -241,7 +241,7 @@ def run_threads() -> int:
 
 
 def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]], *,
-              owned: bool = False) -> list[list[Any]]:
+              keep: Callable[[list[Any]], list[Any]] | None = None) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
     flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL).
 
@@ -252,22 +252,27 @@ def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, A
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
     price is a second run's activations alive at once.
 
-    ``owned``: each run's arrays copied as it ends, so that they own their memory. An array
-    onnxruntime returns holds its output buffer, and with it the session's whole memory arena,
-    alive after the session is gone: a caller that drops the session and keeps the outputs (repair's
-    candidates, judged after their session is closed) would hold the arena through its judgement
-    (PP-OCRv4 rec A8W8: 12-15 MiB at the quantization's peak; bench/RESULTS.md, branch blockquant6)."""
+    ``keep``: applied to each run's outputs in the calling thread as the runs come back, in order
+    (:func:`owned`: copies in memory of their own, each run's onnxruntime arrays let go before the
+    next runs end)."""
     feeds = list(feeds)
-
-    def run(feed: Mapping[str, Any]) -> list[Any]:
-        out = session.run(list(names), feed)
-        return [np.array(o, copy=True) if owned and isinstance(o, np.ndarray) else o for o in out]
-
+    keep = keep or (lambda out: out)
     if len(feeds) < 2:
-        return [run(feed) for feed in feeds]
+        return [keep(session.run(list(names), feed)) for feed in feeds]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(RUNS_IN_FLIGHT, len(feeds)),
                                                thread_name_prefix="onnxptq-run") as pool:
-        return list(pool.map(run, feeds))
+        return [keep(out) for out in pool.map(lambda feed: session.run(list(names), feed), feeds)]
+
+
+def owned(outputs: list[Any]) -> list[Any]:
+    """``outputs`` (one run's) as arrays that own their memory.
+
+    Why: an array onnxruntime returns holds its output buffer, and with it the session's whole
+    memory arena, alive after the session is gone; a caller that drops the session and keeps the
+    outputs (repair's candidates, judged after their session is closed) held the arena through its
+    judgement (PP-OCRv4 rec A8W8: ~9 MiB at the quantization's peak; bench/RESULTS.md, branch
+    blockquant6)."""
+    return [np.array(o, copy=True) if isinstance(o, np.ndarray) else o for o in outputs]
 
 
 def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:

@@ -99,7 +99,7 @@ from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..pipeline.verify import Verified, session_signature, worth_remembering
 from ..memory import release_freed
-from ..sessions import open_session, run_feeds
+from ..sessions import open_session, owned, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, ladder, stepped_config
 
@@ -176,7 +176,8 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
-        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        #: that and the runs' outputs copied (sessions.owned) are kept off the search's clock (``untimed``), so
+        #: the budget decides as without them
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
@@ -203,6 +204,13 @@ class _Judge:
         self.cache[key] = verdict
         return verdict
 
+    def _owned(self, outputs: list[Any]) -> list[Any]:
+        """One run's outputs copied (sessions.owned), the copy's CPU (this thread's) off the search's clock."""
+        started = time.thread_time()
+        outputs = owned(outputs)
+        self.untimed += time.thread_time() - started
+        return outputs
+
     def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
@@ -213,9 +221,9 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
         runs = time.process_time()
-        # Arrays that own their memory: the session's arena goes with it, before the judgement (sessions.run_feeds).
-        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, owned=True)]
-        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, owned=True)] if self.seen else []
+        # Arrays that own their memory: the session's arena goes with it, before the judgement (sessions.owned).
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, keep=self._owned)]
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, keep=self._owned)] if self.seen else []
         runs = time.process_time() - runs
         signature = session_signature(session)
         del session
