@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections import deque
 from typing import Any, Callable
@@ -178,7 +179,7 @@ class _Judge:
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
         #: that and the runs' outputs copied (sessions.owned) are kept off the search's clock (``untimed``), so
         #: the budget decides as without them
-        self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
+        self.verified, self.untimed, self._lock = Verified(calibrated, eval_samples), 0.0, threading.Lock()
 
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
@@ -205,10 +206,11 @@ class _Judge:
         return verdict
 
     def _owned(self, outputs: list[Any]) -> list[Any]:
-        """One run's outputs copied (sessions.owned), the copy's CPU (this thread's) off the search's clock."""
+        """One run's outputs copied (sessions.owned; in a run's thread), the copy's CPU off the search's clock."""
         started = time.thread_time()
         outputs = owned(outputs)
-        self.untimed += time.thread_time() - started
+        with self._lock:
+            self.untimed += time.thread_time() - started
         return outputs
 
     def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
