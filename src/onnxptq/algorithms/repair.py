@@ -216,7 +216,8 @@ class _Judge:
     def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
-        # complete()'s finish session, opened as users open it.
+        # complete()'s finish session, opened as users open it, or takes the judgement kept here where
+        # it has this candidate's bytes and that session this one's options (pipeline/verify.py).
         names, keys = self.names, list(self.names)
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
@@ -243,8 +244,9 @@ class _Judge:
 
 
 def _clock(judge: Any) -> float:
-    """The search's CPU clock: this process's, less what ``judge`` spent judging held candidates for
-    the delivered build (``untimed``, pipeline/verify.py), so the budget decides as without it."""
+    """The search's CPU clock: this process's, less what ``judge`` spent beyond building, running and
+    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py;
+    the runs' outputs copied, sessions.owned), so the budget decides as it did without them."""
     return time.process_time() - getattr(judge, "untimed", 0.0)
 
 
