@@ -70,7 +70,9 @@ correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is b
 build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
 (:func:`_candidate_config`: the same outputs bit for bit, without packing weights the session
 would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
-kept set is then built as users get it (packed) and judged again by :func:`complete`.
+kept set is then built as users get it (packed) and judged again by :func:`complete`, unless a candidate
+had its very bytes and its session finish's options (an integer plan's, on a machine where finish's pool
+is one thread: :mod:`onnxptq.pipeline.verify`): that candidate's judgement is then the delivered one.
 
 **Saying so**: a WARNING names the nodes (kept float, or stepped up and to what) and the metric
 before/after; the same goes into ``result.summary()``, ``result.repair``, the plan JSON (``repair``,
