@@ -167,21 +167,5 @@ def test_judging_for_the_delivered_build_is_off_the_search_budget():
     assert builds[0] > repair.MIN_TRIALS and builds[1] == builds[0], builds
 
 
-def test_owned_outputs_are_the_runs_outputs_in_their_own_memory(spread):
-    """``run_feeds(keep=owned)``: the same values, in arrays that own their memory (an array
-    onnxruntime returns holds the session's arena alive after the session is gone)."""
-    import numpy as np
-
-    from onnxptq.sessions import open_session, owned, run_feeds
-
-    model, feeds = spread
-    session = open_session(model, threads=1)
-    views = run_feeds(session, ["out"], feeds[:3])
-    copies = run_feeds(session, ["out"], feeds[:3], keep=owned)
-    assert not views[0][0].flags["OWNDATA"]  # what the copies are for
-    assert all(o[0].flags["OWNDATA"] and o[0].base is None for o in copies)
-    assert all(np.array_equal(a[0], b[0]) and a[0].dtype == b[0].dtype for a, b in zip(views, copies))
-
-
 def test_worth_remembering_where_the_runs_cost_more_than_a_judgement():
     assert verify.worth_remembering(5.0, 0.7) and not verify.worth_remembering(0.1, 0.3)

@@ -31,11 +31,10 @@ import logging
 import os
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-import numpy as np
 import onnx
 
 from .errors import InputNotFoundError, UsageError
@@ -45,7 +44,7 @@ from .graph.io import write_externalized
 log = logging.getLogger(__name__)
 
 __all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level",
-           "owned", "register", "run_feeds", "run_threads"]
+           "register", "run_feeds", "run_threads"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -240,8 +239,7 @@ def run_threads() -> int:
     return max(1, cores // RUNS_IN_FLIGHT)
 
 
-def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]], *,
-              keep: Callable[[list[Any]], list[Any]] | None = None) -> list[list[Any]]:
+def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
     flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL).
 
@@ -250,30 +248,13 @@ def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, A
     at once fill it. The outputs are those of one run at a time, bit for bit: the same kernels
     with the same thread pool (its size, hence every kernel's partition of its work, is the
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
-    price is a second run's activations alive at once.
-
-    ``keep``: applied to each run's outputs as the run ends, in the thread that ran it (so it must
-    be thread-safe): :func:`owned` copies them into memory of their own, each run's onnxruntime
-    arrays let go at once (copied in the calling thread instead, runs ended while it waited for a
-    core piled up their arrays: PP-OCRv4 rec A8W8's judge runs peaked 6 MiB higher)."""
+    price is a second run's activations alive at once."""
     feeds = list(feeds)
-    keep = keep or (lambda out: out)
     if len(feeds) < 2:
-        return [keep(session.run(list(names), feed)) for feed in feeds]
+        return [session.run(list(names), feed) for feed in feeds]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(RUNS_IN_FLIGHT, len(feeds)),
                                                thread_name_prefix="onnxptq-run") as pool:
-        return list(pool.map(lambda feed: keep(session.run(list(names), feed)), feeds))
-
-
-def owned(outputs: list[Any]) -> list[Any]:
-    """``outputs`` (one run's) as arrays that own their memory.
-
-    Why: an array onnxruntime returns holds its output buffer, and with it the session's whole
-    memory arena, alive after the session is gone; a caller that drops the session and keeps the
-    outputs (repair's candidates, judged after their session is closed) held the arena through its
-    judgement (PP-OCRv4 rec A8W8: ~9 MiB at the quantization's peak; bench/RESULTS.md, branch
-    blockquant6)."""
-    return [np.array(o, copy=True) if isinstance(o, np.ndarray) else o for o in outputs]
+        return list(pool.map(lambda feed: session.run(list(names), feed), feeds))
 
 
 def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:

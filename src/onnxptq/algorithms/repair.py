@@ -83,7 +83,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections import deque
 from typing import Any, Callable
@@ -102,7 +101,7 @@ from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
 from ..pipeline.verify import Verified, session_signature, worth_remembering
 from ..memory import release_freed
-from ..sessions import open_session, owned, run_feeds
+from ..sessions import open_session, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, ladder, stepped_config
 
@@ -179,9 +178,8 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
-        #: that and the runs' outputs copied (sessions.owned) are kept off the search's clock (``untimed``), so
-        #: the budget decides as without them
-        self.verified, self.untimed, self._lock = Verified(calibrated, eval_samples), 0.0, threading.Lock()
+        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
@@ -207,14 +205,6 @@ class _Judge:
         self.cache[key] = verdict
         return verdict
 
-    def _owned(self, outputs: list[Any]) -> list[Any]:
-        """One run's outputs copied (sessions.owned; in a run's thread), the copy's CPU off the search's clock."""
-        started = time.thread_time()
-        outputs = owned(outputs)
-        with self._lock:
-            self.untimed += time.thread_time() - started
-        return outputs
-
     def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
@@ -226,9 +216,8 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
         runs = time.process_time()
-        # Arrays that own their memory: the session's arena goes with it, before the judgement (sessions.owned).
-        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, keep=self._owned)]
-        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, keep=self._owned)] if self.seen else []
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
         runs = time.process_time() - runs
         signature = session_signature(session)
         del session
@@ -247,8 +236,8 @@ class _Judge:
 
 def _clock(judge: Any) -> float:
     """The search's CPU clock: this process's, less what ``judge`` spent beyond building, running and
-    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py;
-    the runs' outputs copied, sessions.owned), so the budget decides as it did without them."""
+    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py),
+    so the budget decides as it did without them."""
     return time.process_time() - getattr(judge, "untimed", 0.0)
 
 
