@@ -66,3 +66,35 @@ def test_held_out_outputs_from_the_calibration_session(monkeypatch):
         assert set(got) == set(ref)
         for k in ref:
             assert got[k].dtype == ref[k].dtype and np.array_equal(got[k].view(np.uint8), ref[k].view(np.uint8)), k
+
+
+def test_held_out_runs_fetch_the_model_outputs_only(monkeypatch):
+    """The held-out feeds add nothing to the statistics, so their runs hand over the model's outputs
+    alone, not every fetched tensor and reduction of the augmented graph (whose copies raised PP-OCRv4
+    rec A8W8's calibration peak by 8 MiB; bench/RESULTS.md, branch blockquant6): same outputs."""
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.uniform(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
+    held = [{"x": rng.uniform(-5, 5, (1, 3, 8, 8)).astype(np.float32)} for _ in range(2)]
+    sessions: list[list[list[str]]] = []
+    opened = runner._session
+
+    def spying(*a, **k):
+        session, asked = opened(*a, **k), []
+        sessions.append(asked)
+        run = session.run
+        session.run = lambda names, feed, *r: asked.append(list(names)) or run(names, feed, *r)
+        return session
+
+    monkeypatch.setattr(runner, "_session", spying)
+    spec = {"method": "percentile", "percentile": 99.9}
+    outs: list = []
+    runner.collect(_model(), {"c": spec, "y": spec}, feeds, model_outputs=[], model_output_batches=2, also_run=held,
+                   also_outputs=outs)
+    asked = sessions[-1]  # the calibration session (an earlier one finds the sample axes)
+    assert len(asked) == len(feeds) + len(held) and all(len(names) > 1 for names in asked[:len(feeds)]), asked
+    assert asked[len(feeds):] == [["y"], ["y"]], asked  # the held-out runs: the model output alone
+    import onnxruntime as ort
+
+    plain = ort.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed, got in zip(held, outs):
+        assert np.array_equal(got["y"], plain.run(["y"], feed)[0])

@@ -70,7 +70,9 @@ correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is b
 build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
 (:func:`_candidate_config`: the same outputs bit for bit, without packing weights the session
 would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
-kept set is then built as users get it (packed) and judged again by :func:`complete`.
+kept set is then built as users get it (packed) and judged again by :func:`complete`, unless a candidate
+had its very bytes and its session finish's options (an integer plan's, on a machine where finish's pool
+is one thread: :mod:`onnxptq.pipeline.verify`): that candidate's judgement is then the delivered one.
 
 **Saying so**: a WARNING names the nodes (kept float, or stepped up and to what) and the metric
 before/after; the same goes into ``result.summary()``, ``result.repair``, the plan JSON (``repair``,
@@ -97,6 +99,7 @@ from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
+from ..pipeline.verify import Verified, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
@@ -174,6 +177,9 @@ class _Judge:
         # ``reads``: the verdict judged an output as reads, on calibration feeds too (floor._judge_reads),
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
+        #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
+        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
@@ -183,15 +189,15 @@ class _Judge:
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
-        started = time.process_time()
+        started = _clock(self)
         try:
             model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
-            verdict: Verdict | None = self.run(model)
+            verdict: Verdict | None = self.run(model, self.configure(kept, rung))
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.costs.append(time.process_time() - started)
+        self.costs.append(_clock(self) - started)
         moved = moved_unjudged_reads(verdict) if verdict is not None and verdict.ok else []
         if moved:  # a candidate that changed a read the floor could not judge is not accepted (below)
             verdict = dataclasses.replace(verdict, outputs=dict(verdict.outputs))
@@ -199,21 +205,40 @@ class _Judge:
         self.cache[key] = verdict
         return verdict
 
-    def run(self, model: onnx.ModelProto) -> Verdict:
+    def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
         # creation per candidate, the same outputs; the delivered model is then judged again by
-        # complete()'s finish session, opened as users open it.
+        # complete()'s finish session, opened as users open it, or takes the judgement kept here where
+        # it has this candidate's bytes and that session this one's options (pipeline/verify.py).
         names, keys = self.names, list(self.names)
         if self.readings["decisions"]:  # the graph's inner decisions as extra outputs of this throwaway build
             model, extra = with_decision_outputs(model, self.readings["decisions"], copy=False)
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
+        runs = time.process_time()
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
         seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
+        runs = time.process_time() - runs
+        signature = session_signature(session)
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
-        return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
-                       seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+        judged = time.process_time()
+        verdict = measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
+                          seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+        judged = time.process_time() - judged
+        # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
+        if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
+            started = time.process_time()
+            self.verified.remember(model, signature, delivered, got, self.seen, seen)
+            self.untimed += time.process_time() - started
+        return verdict
+
+
+def _clock(judge: Any) -> float:
+    """The search's CPU clock: this process's, less what ``judge`` spent beyond building, running and
+    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py),
+    so the budget decides as it did without them."""
+    return time.process_time() - getattr(judge, "untimed", 0.0)
 
 
 def moved_unjudged_reads(verdict: Verdict) -> list[str]:
@@ -298,7 +323,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        end = time.process_time() + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
+        end = _clock(judge) + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
         # The minimum only while nothing is handed back to its format: stopped then, the delivered
         # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
         # the plain quantization kept all 181 float). Stepped up (``rung``) the model is quantized
@@ -312,7 +337,7 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds (and the delivered one) still fit, else its CPU would be the search's last build
             # (terrain_unet A8W8: an 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = time.process_time() + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
+            afford = _clock(judge) + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
             split = rank() if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
@@ -327,9 +352,9 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
             continue
         trial = kept - frozenset(chunk)
         trials += 1
-        started = time.process_time()
+        started = _clock(judge)
         verdict = judge(trial, rung)
-        last_cost = time.process_time() - started
+        last_cost = _clock(judge) - started
         if verdict is not None and verdict.ok:
             kept = trial
             first = None
@@ -360,7 +385,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) 
     build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
     everything = frozenset(candidates)
     for rung in rungs:
-        if judge.costs and time.process_time() + judge.costs[-1] > cap:
+        if judge.costs and _clock(judge) + judge.costs[-1] > cap:
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
@@ -473,7 +498,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
-                            reuse=judge.reuse)
+                            reuse=judge.reuse, verified=judge.verified)
         spent_cpu = time.process_time() - cpu0  # the search and the delivered build: what the budget covers
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"

@@ -30,6 +30,7 @@ from .finish import finish, finish_saved
 from .lean_file import without_inferred_shapes
 from .plan import Plan
 from .solve import QParams
+from .verify import Verified, judgement, session_signature
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,15 @@ class QuantizationResult:
 
 def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathLike | None = None, *,
              eval_samples: int = DEFAULT_EVAL_SAMPLES, report_path: str | os.PathLike | None = None,
-             deliver_now: bool = True, reuse: ConstantReuse | None = None) -> QuantizationResult:
+             deliver_now: bool = True, reuse: ConstantReuse | None = None,
+             verified: Verified | None = None) -> QuantizationResult:
     """solve → refine → emit → finish → evaluate → verify → save → report for one config, on
     calibrated data. ``deliver_now=False`` stops before the save and the report (the accuracy
     floor's repair decides first which model is delivered; :func:`deliver` then writes it).
     ``reuse``: the repair's :class:`~onnxptq.pipeline.emit.ConstantReuse` (weights its candidates
-    already rounded), handed to :func:`~onnxptq.pipeline.build.build_model`."""
+    already rounded), handed to :func:`~onnxptq.pipeline.build.build_model`. ``verified``: judgements
+    repair's candidates made (:class:`~onnxptq.pipeline.verify.Verified`), taken where this build has
+    the bytes of one of them."""
     cfg = require_config(config, "complete")
     if output is not None and external.active_dir() is not None:
         return _complete_streaming(calibrated, cfg, output, eval_samples=eval_samples, report_path=report_path)
@@ -98,7 +102,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
-        verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings, eval_samples)
+        verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings, eval_samples, verified)
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
@@ -133,10 +137,14 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
 
 
 def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
-            timings: dict[str, float], eval_samples: int = DEFAULT_EVAL_SAMPLES) -> tuple[Any, dict[str, Any], str]:
+            timings: dict[str, float], eval_samples: int = DEFAULT_EVAL_SAMPLES,
+            verified: Verified | None = None) -> tuple[Any, dict[str, Any], str]:
     """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
     on the held-out samples, run through the session finish() opened, and the per-output figures
-    of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`).
+    of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`); both by
+    :func:`~onnxptq.pipeline.verify.judgement`, or taken from ``verified`` where repair judged a model
+    of these very bytes on a session like this one (:class:`~onnxptq.pipeline.verify.Verified`: the
+    same outputs, so the same judgement, without running the feeds again).
 
     Why the figures come from the held-out samples and not from the first calibration samples:
     the summary printed "cosine 0.978" on calibration samples two lines above a floor that "holds"
@@ -147,29 +155,29 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     quantize time). With too little data to hold any feed out (1-11 feeds:
     ``calibrate.split_holdout``) the held-out feeds are the first calibration feeds, and the
     summary says so."""
-    from ..analysis.compare import compare_outputs
     from ..analysis.decisions import DecisionReader
-    from ..analysis.floor import floor_for, measure
 
     t0 = time.perf_counter()
+    known = verified.recall(quantized, session_signature(session)) if verified is not None else None
+    if known is not None:
+        log.debug("verification: the judgement repair made on these very bytes, on a session like finish's")
+        verdict, metrics = known
+        timings["verify"] = time.perf_counter() - t0
+        return verdict, metrics, verdict.where()
     names = compared_outputs(calibrated.prepared.graph)
     # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
     got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
-    metrics = compare_outputs(names, calibrated.holdout_outputs, got)
-    readings = calibrated.readings
     # Decisions inside the graph, read on one evaluation copy of the model (analysis.decisions): the
     # held-out feeds now, the calibration feeds below where the floor asks for them.
-    decisions = DecisionReader(quantized, readings["decisions"], providers=tuple(cfg.calibration.providers))
+    decisions = DecisionReader(quantized, calibrated.readings["decisions"], providers=tuple(cfg.calibration.providers))
     got = [dict(g, **e) for g, e in zip(got, decisions(calibrated.holdout))]
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
-    if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
-        # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
-        # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
-        # rounding flips a near-tie on any feed). Only such models run them.
-        feeds = calibrated.judged_calibration_feeds(eval_samples)
-        seen = [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds), decisions(feeds))]
-        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                          seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
+
+    def seen_of(feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds), decisions(feeds))]
+
+    found = judgement(calibrated, cfg, got, seen_of, eval_samples)
+    assert found is not None  # seen_of always runs the feeds
+    verdict, metrics = found
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
 
