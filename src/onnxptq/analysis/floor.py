@@ -53,7 +53,9 @@ threshold outside the graph: it is judged by the objects its thresholds keep and
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
 detector's score rows' field cosines (the candidates either side scores ≥ 0.2) and a PicoDet-style
 detector's flattened per-level score maps beside their box outputs, judged together as one check
-``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`).
+``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`); so is a detector's one-class
+score vector beside a box output over the same anchors (BlazeFace: :mod:`onnxptq.analysis.anchor_scores`,
+:func:`_judge_anchor_scores`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
