@@ -82,3 +82,30 @@ def test_a_lost_face_breaks_a_background_moved_far_below_the_thresholds_holds(he
     without = {k: v for k, v in readings.items() if k != "anchor_scores"}
     # the whole vector's cosine (the reading before) is carried by the background: it broke on the far move
     assert not measure(ref, outputs("far"), SIXTEEN, **without).ok
+
+
+def test_the_boxes_are_read_at_the_anchors_whose_score_passes():
+    """BlazeFace's sigmoid in the graph: its boxes judged at the anchors whose float score passes 0.5, as a value map at
+    its heat map's cells (analysis/spatial_gates.py); a background anchor's boxes moved are never read."""
+    model = anchor_head(SIZE, sigmoid=True)
+    session = open_session(model)
+    names = [o.name for o in model.graph.output]
+    ref = [dict(zip(names, session.run(None, {"x": x}))) for x in _logits("none")]
+    readings = readings_of(model)
+    probs = [f["scores"] for f in ref]
+
+    def moved(where: str) -> list[dict[str, np.ndarray]]:
+        """Float's outputs with the boxes of the background anchors (``where="background"``) or of the faces' moved."""
+        out = []
+        for f, p in zip(ref, probs):
+            rows = (p < 0.5) if where == "background" else (p >= 0.5)
+            boxes = f["boxes"].copy()
+            boxes[rows] += 3.0 * np.abs(boxes[rows]) + 1.0
+            out.append({**f, "boxes": boxes})
+        return out
+
+    background = measure(ref, moved("background"), SIXTEEN, **readings)
+    assert background.ok, background.describe()
+    assert background.outputs["boxes"].heat_cells == (sum(int((p >= 0.5).sum()) for p in probs), "scores")
+    faces = measure(ref, moved("faces"), SIXTEEN, **readings)
+    assert faces.broken == ["boxes"], faces.describe()

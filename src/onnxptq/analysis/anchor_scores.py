@@ -31,6 +31,12 @@ an export that flattens ``[B, A, h, w]`` maps as ``[B, h, w, A]`` (SSD, BlazeFac
 anchors and the next cell of its grid row next to each other, so an object is a run of anchors of one grid
 row: a face is one object per grid row it covers at each level, and an anchor at a run's rim crossing a
 threshold moves no object, while a face whose every anchor drops under it is lost.
+
+**Its box output** is read where a score passes: where the scores are probabilities (a sigmoid in the graph),
+the box output is judged at the anchors whose float score is at least 0.5, as a value map at its heat map's
+cells (analysis/spatial_gates.py, ``heat_cells``): a background anchor's offsets are never read, and their
+field cosines over every anchor broke BlazeFace's A8W8, BFP16, MX9 and MXFP8_E4M3 where its faces held. A
+logits vector's boxes are judged whole, as before.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
-from .spatial_gates import heat_cells, spatially_gated_outputs
+from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
@@ -483,7 +483,7 @@ def _gated_cells(name: str, heat: str, seen: _Seen, cosines: list[float],
         keep = heat_cells(ref[heat], r.shape) if r.shape == g.shape and np.isfinite(r).all() else None
         if keep is None or not keep.any():
             continue
-        added, feeds = added + int(keep[:, 0].sum()), feeds + 1
+        added, feeds = added + gated_count(keep), feeds + 1
         _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
     return added, feeds
 
@@ -650,6 +650,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     by_anchors = {name: check for name, found in (anchor_scores or {}).items()
                   if name in names and not (declared and name in declared)
                   and (check := _judge_anchor_scores(name, found, reference, candidate, seen, floor)) is not None}
+    # their box outputs are read at the anchors whose score passes, as a value map at its heat map's cells
+    # (analysis/spatial_gates.py): a background anchor's offsets are never read (where the scores are probabilities:
+    # a logits vector's boxes are judged whole, as before)
+    spatial_gates = {**spatial_gates, **{box: name for name in by_anchors for box in anchor_scores[name].siblings  # type: ignore[index]
+                                         if not anchor_scores[name].logits  # type: ignore[index]
+                                         and box in names and box not in spatial_gates and box not in by_anchors}}
     for name in names:
         if name in by_anchors:
             verdict.outputs[name] = by_anchors[name]
@@ -732,7 +738,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if name in spatial_gates and spatial_gates[name] in ref:
                 keep = heat_cells(ref[spatial_gates[name]], r.shape)
                 if keep is not None:
-                    cells = max(cells, 0) + int(keep[:, 0].sum())
+                    cells = max(cells, 0) + gated_count(keep)
                     if not keep.any():
                         continue  # no cell of this feed passes the heat map: nothing read
                     _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
