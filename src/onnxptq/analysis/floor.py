@@ -1363,10 +1363,9 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
     if not heat.valid:
         return None  # a calibration feed's float values were no probabilities after all: judged as before
     boxes = next(s for s in found.siblings if np.asarray(reference[0][s]).ndim == 3)
-    kind = "logits (its reader's sigmoid applied)" if found.logits else "probabilities"
+    kind = "logits (sigmoid applied)" if found.logits else "scores"
     check.note = check.note.replace("a heat map its reader thresholds",
-                                    f"a detector's one-class score {kind} per anchor beside its boxes {boxes!r}, "
-                                    f"read by a threshold; objects: runs of neighbouring anchors (analysis/anchor_scores.py)")
+                                    f"a detector's anchor {kind} beside its boxes {boxes!r}: analysis/anchor_scores.py")
     return check
 
 
