@@ -53,7 +53,9 @@ threshold outside the graph: it is judged by the objects its thresholds keep and
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
 detector's score rows' field cosines (the candidates either side scores ≥ 0.2) and a PicoDet-style
 detector's flattened per-level score maps beside their box outputs, judged together as one check
-``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`).
+``levels:<outputs>`` (:mod:`onnxptq.analysis.det_levels`, :func:`_judge_levels`); so is a detector's one-class
+score vector beside a box output over the same anchors (BlazeFace: :mod:`onnxptq.analysis.anchor_scores`,
+:func:`_judge_anchor_scores`).
 
 Decisions on rare candidates and joint reads, each found by structure and confirmed on the data:
 a two-class Softmax map's rarer class by the cells a threshold keeps (P-Net's faces:
@@ -109,11 +111,12 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
-from .spatial_gates import heat_cells, spatially_gated_outputs
+from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
 from .det_levels import Level, detector_levels, level_maps
+from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -496,7 +499,7 @@ def _gated_cells(name: str, heat: str, seen: _Seen, cosines: list[float],
         keep = heat_cells(ref[heat], r.shape) if r.shape == g.shape and np.isfinite(r).all() else None
         if keep is None or not keep.any():
             continue
-        added, feeds = added + int(keep[:, 0].sum()), feeds + 1
+        added, feeds = added + gated_count(keep), feeds + 1
         _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
     return added, feeds
 
@@ -569,7 +572,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
-            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model)}
+            "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
+            "anchor_scores": anchor_score_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -585,7 +589,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             confidence_gates: Mapping[str, str] | None = None, gains: Mapping[str, str] | None = None,
             spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None,
             tokens: Mapping[str, Collection[int]] | None = None,
-            det_levels: Sequence[tuple[Level, ...]] = ()) -> Verdict:
+            det_levels: Sequence[tuple[Level, ...]] = (),
+            anchor_scores: Mapping[str, AnchorScores] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -634,7 +639,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     scores: a rank-2 one whose rows keep float's top-1 but not its top two is said (``beam_reads.beam_advisory``).
     ``det_levels``: a detector's per-level score maps beside their box outputs (``det_levels.detector_levels``),
     each group judged together by the objects its thresholds keep, one more check ``levels:<outputs>``
-    (:func:`_judge_levels`)."""
+    (:func:`_judge_levels`).
+    ``anchor_scores``: outputs that may be a detector's one-class score vector beside a box output of the same
+    anchors (``anchor_scores.anchor_score_outputs``); where the data says one is, it is judged by the objects
+    its thresholds keep in place of its cosine (:func:`_judge_anchor_scores`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -655,7 +663,19 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                      for levels in det_levels if all(lv.output in names for lv in levels)]
     level_checks = [c for _, c in judged_levels if c is not None]
     by_levels = {lv.output for levels, c in judged_levels if c is not None and not c.top1_unjudged for lv in levels}
+    by_anchors = {name: check for name, found in (anchor_scores or {}).items()
+                  if name in names and not (declared and name in declared)
+                  and (check := _judge_anchor_scores(name, found, reference, candidate, seen, floor)) is not None}
+    # their box outputs are read at the anchors whose score passes, as a value map at its heat map's cells
+    # (analysis/spatial_gates.py): a background anchor's offsets are never read (where the scores are probabilities:
+    # a logits vector's boxes are judged whole, as before)
+    spatial_gates = {**spatial_gates, **{box: name for name in by_anchors for box in anchor_scores[name].siblings  # type: ignore[index]
+                                         if not anchor_scores[name].logits  # type: ignore[index]
+                                         and box in names and box not in spatial_gates and box not in by_anchors}}
     for name in names:
+        if name in by_anchors:
+            verdict.outputs[name] = by_anchors[name]
+            continue
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
             continue
@@ -734,7 +754,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             if name in spatial_gates and spatial_gates[name] in ref:
                 keep = heat_cells(ref[spatial_gates[name]], r.shape)
                 if keep is not None:
-                    cells = max(cells, 0) + int(keep[:, 0].sum())
+                    cells = max(cells, 0) + gated_count(keep)
                     if not keep.any():
                         continue  # no cell of this feed passes the heat map: nothing read
                     _add_cosine(r[keep].reshape(1, -1), g[keep].reshape(1, -1), cosines, sums)
@@ -1339,6 +1359,41 @@ def _judge_levels(levels: tuple[Level, ...], reference: Sequence[dict[str, np.nd
     check.note = check.note.replace("a heat map its reader thresholds",
                                     f"a detector's {len(levels)} score level(s) its reader thresholds (boxes: "
                                     f"{', '.join(lv.boxes for lv in levels)}; analysis/det_levels.py)")
+    return check
+
+
+def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dict[str, np.ndarray]],
+                         candidate: Sequence[dict[str, np.ndarray]], seen: _Seen | None, floor: Floor) -> OutputCheck | None:
+    """A detector's one-class score vector beside its box output (:mod:`onnxptq.analysis.anchor_scores`: BlazeFace's
+    ``scores`` ``[B, N]`` beside ``regression`` ``[B, N, 16]``) judged as its reader thresholds it: the anchors'
+    probabilities ``[B, 1, N]`` by the objects kept at thresholds 0.2-0.8
+    (:class:`~onnxptq.analysis.threshold_cells.ThresholdCells` through :func:`_judge_threshold_cells`: F1 against
+    the top-1 floor, the calibration feeds ``seen`` pooled in where too few decisions, "could not judge" where
+    still too few). None where a feed says it is no such output (judged as before)."""
+
+    def add(heat: ThresholdCells, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> int:
+        """One feed into ``heat``: 1 where float's output is one probability per anchor of a box sibling, else 0."""
+        boxes = [s for s in found.siblings if s in ref and np.asarray(ref[s]).ndim == 3]
+        if name not in ref or name not in got or len(boxes) != 1:
+            return 0
+        r = anchor_probabilities(ref[name], ref[boxes[0]], found.logits)
+        g = anchor_probabilities(got[name], ref[boxes[0]], found.logits, check=False)
+        if r is None or g is None:
+            return 0
+        heat.add(r, g)
+        return 1
+
+    heat = ThresholdCells()
+    if not all(add(heat, ref, got) for ref, got in zip(reference, candidate)) or not heat.valid or not heat.feeds:
+        return None
+    check = _judge_threshold_cells(name, heat, seen, floor, 0, len(reference),
+                                   add_seen=lambda h: sum(add(h, r, g) for r, g in zip(*seen)) if seen else 0)
+    if not heat.valid:
+        return None  # a calibration feed's float values were no probabilities after all: judged as before
+    boxes = next(s for s in found.siblings if np.asarray(reference[0][s]).ndim == 3)
+    kind = "logits (sigmoid applied)" if found.logits else "scores"
+    check.note = check.note.replace("a heat map its reader thresholds",
+                                    f"a detector's anchor {kind} beside its boxes {boxes!r}: analysis/anchor_scores.py")
     return check
 
 

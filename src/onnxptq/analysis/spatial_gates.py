@@ -34,7 +34,7 @@ from ..graph.ops import FLOATING
 from ..graph.walk import constant_names, dataflow
 from .confidence_gates import from_sigmoid, gate_mask
 
-__all__ = ["heat_cells", "spatially_gated_outputs"]
+__all__ = ["gated_count", "heat_cells", "spatially_gated_outputs"]
 
 
 def _private_chain(tensor: str, producer: dict[str, onnx.NodeProto], consumers: dict[str, int],
@@ -89,11 +89,22 @@ def spatially_gated_outputs(model: onnx.ModelProto) -> dict[str, str]:
     return gates
 
 
+def gated_count(keep: np.ndarray) -> int:
+    """The cells (anchors) a :func:`heat_cells` mask keeps: its values' axis left out (``K`` of ``[N, K, H, W]``, the
+    last of an anchor vector's ``[N, A, K]``)."""
+    return int(keep[..., 0].sum()) if keep.ndim == 3 else int(keep[:, 0].sum())
+
+
 def heat_cells(heat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """Float's heat map ≥ :data:`~.confidence_gates.GATE` as a mask of ``shape`` (the value map's ``[N, K, H, W]``, the
-    heat's one channel repeated over ``K``), or None where ``heat`` is no ``[N, 1, H, W]`` probability
+    heat's one channel repeated over ``K``; or an anchor score vector's ``[N, A]`` over a box output ``[N, A, K]``), or None where ``heat`` is no ``[N, 1, H, W]`` probability
     map of the value map's ``N, H, W`` (then the value map is judged whole)."""
     h = np.asarray(heat)
+    if len(shape) == 3 and h.shape in (shape[:2], (*shape[:2], 1)):
+        # a one-class score vector ``[N, A]`` (or ``[N, A, 1]``) beside its box output ``[N, A, K]`` over the same
+        # anchors (analysis/anchor_scores.py): the boxes are read at the anchors whose score passes
+        mask = gate_mask(h.reshape(shape[:2]))
+        return None if mask is None else np.broadcast_to(mask[..., None], shape)
     if len(shape) != 4 or h.ndim != 4 or h.shape[1] != 1 or (h.shape[0], *h.shape[2:]) != (shape[0], *shape[2:]):
         return None
     mask = gate_mask(h)
