@@ -164,3 +164,54 @@ def test_row_logits_are_judged_by_the_decisions_their_sigmoid_keeps():
     told = measure(reference, candidate, SIXTEEN, declared=declared)
     assert not told.ok and told.outputs["t"].top1 < SIXTEEN.top1
     assert measure(reference, reference, SIXTEEN, declared=declared).ok
+
+
+def _faces(feeds: int, move: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Landmark sets [2, 60, 2] at absolute crop coordinates (~96 px offset, RMS radius ~40 px) and a copy
+    where one point of every face moved ``move`` of that radius (the rest float noise of 1e-4 px)."""
+    rng = np.random.default_rng(seed)
+    refs, gots = [], []
+    for _ in range(feeds):
+        r = (96 + rng.normal(0, 40 / np.sqrt(2), (2, 60, 2))).astype(np.float32)
+        g = r + rng.normal(0, 1e-4, r.shape)
+        radius = np.sqrt(((r - r.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1))
+        g[:, 7, 0] += move * radius
+        refs.append(r)
+        gots.append(g.astype(np.float32))
+    return [{"points": r} for r in refs], [{"points": g} for g in gots]
+
+
+def test_landmarks_a_point_moved_two_percent_breaks_declared_points_where_the_cosine_holds():
+    declared = {"points": parse_reading("points", "points:0.02")}
+    reference, candidate = _faces(24, 0.025)
+    plain = measure(reference, candidate, EIGHT)
+    assert plain.ok and plain.outputs["points"].cosine > 0.9999  # the offset hides the move
+    told = measure(reference, candidate, EIGHT, declared=declared)
+    check = told.outputs["points"]
+    assert not told.ok and check.top1 == 0.0 and check.rows == 48 and "every point within 0.02" in check.describe()
+    # float noise and a move inside the tolerance hold, judged on 48 samples (the floor needs 34)
+    for move in (0.0, 0.015):
+        held = measure(*_faces(24, move), EIGHT, declared=declared).outputs["points"]
+        assert held.ok and held.top1 == 1.0 and not held.top1_unjudged
+    # the same flat [.., K*2] with D declared reads the same; on 4 samples it cannot judge
+    flat = [{"points": f["points"].reshape(2, 120)} for f in reference], [{"points": f["points"].reshape(2, 120)} for f in candidate]
+    assert not measure(*flat, EIGHT, declared={"points": parse_reading("points", "points:0.02,2")}).ok
+    few = measure(*_faces(2, 0.0), EIGHT, declared=declared).outputs["points"]
+    assert few.ok and few.top1_unjudged and few.rows == 4
+
+
+def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():
+    reference, candidate = _faces(2, 0.0)
+    flat = [{"points": f["points"].reshape(2, 120)} for f in reference], [{"points": f["points"].reshape(2, 120)} for f in candidate]
+    with pytest.raises(UsageError, match="'points'.*declare D"):
+        measure(*flat, EIGHT, declared={"points": parse_reading("points", "points")})
+    with pytest.raises(UsageError, match="not a multiple of 3"):
+        measure([{"points": np.ones((1, 10), np.float32)}], [{"points": np.ones((1, 10), np.float32)}], EIGHT,
+                declared={"points": parse_reading("points", "points:0.02,3")})
+    with pytest.raises(UsageError, match="at least 2"):
+        measure([{"points": np.ones((1, 1, 2), np.float32)}], [{"points": np.ones((1, 1, 2), np.float32)}], EIGHT,
+                declared={"points": parse_reading("points", "points")})
+    for bad in ("points:0", "points:2", "points:x", "points:0.02,4"):
+        with pytest.raises(ConfigError, match=r"floor_output_reading\['points'\]"):
+            parse_reading("points", bad)
+    assert parse_reading("points", "points").tolerance == 0.02 and parse_reading("points", "points:0.05,3").dims == 3
