@@ -264,7 +264,7 @@ class OutputCheck:
     thresholded: tuple[int, float | None, float] | None = None
     #: rows judged by float's top-1 and its top-``top_k`` set kept (a declared beam reading: analysis/beam_reads.py)
     top_k: int = 1
-    #: samples judged by their points, each within this share of float's point set's RMS radius (a declared
+    #: samples judged by their points' mean move, within this share of float's point set's RMS radius (a declared
     #: landmark reading: analysis/point_reads.py)
     points: float | None = None
     #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
@@ -341,7 +341,7 @@ class OutputCheck:
             seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
             if self.points is not None:
-                top = f"samples with every point within {self.points:g} of float's RMS radius:"
+                top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
             text += f", {top} {self.top1:.4f} on {self.rows} {'samples' if self.points is not None else 'rows'}{seen}" + (self._chance() if self.within_chance is not None else
                                                                               " (too few rows to judge)" if self.top1_unjudged else "")
         return text
@@ -969,7 +969,7 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
 def _judge_declared_points(check: OutputCheck, name: str, reading: DeclaredReading,
                            pairs: Sequence[tuple[np.ndarray, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
     """Landmarks declared as points (analysis/point_reads.py) into ``check``: the share of samples whose
-    every point stayed within the declared share of float's point set's RMS radius, by
+    points' mean move stayed within the declared share of float's point set's RMS radius, by
     :func:`_judge_declared_shares`; in place of the cosine, which a landmark's absolute coordinates
     keep near 1 whatever a point does (mp_face_mesh MXFP8_E4M3: 0.99995, half its crops off by 2 px)."""
 

@@ -18,7 +18,7 @@ __all__ = ["KINDS", "POINTS_TOLERANCE", "DeclaredReading", "parse_reading"]
 KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk",
                        "points": "points"}
 
-#: a points reading's default tolerance: each point within 2 % of the float point set's RMS radius
+#: a points reading's default tolerance: the points' mean move within 2 % of the float point set's RMS radius
 POINTS_TOLERANCE = 0.02
 
 
@@ -33,7 +33,7 @@ class DeclaredReading:
     high: float | None = None
     #: "topk": the beam width K, each row's top K read
     k: int = 1
-    #: "points": each point may move this share of float's point set's RMS radius (analysis/point_reads.py)
+    #: "points": the points' mean move may be this share of float's point set's RMS radius (analysis/point_reads.py)
     tolerance: float = POINTS_TOLERANCE
     #: "points": the coordinates per point as declared (None: the output's last axis, when it is 2 or 3)
     dims: int | None = None
@@ -45,8 +45,8 @@ class DeclaredReading:
             return (f"each row's top {self.k} (float's top-1 and its top-{self.k} set kept), as its user declared a beam "
                     f"search of width {self.k} (floor_output_reading)")
         if self.kind == "points":
-            return (f"each sample's points, every one within {self.tolerance:g} of float's point set's RMS radius, as "
-                    f"its user declared landmarks (floor_output_reading)")
+            return (f"each sample's points, their mean move within {self.tolerance:g} of float's point set's RMS radius, "
+                    f"as its user declared landmarks (floor_output_reading)")
         if self.kind == "logits":
             return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
