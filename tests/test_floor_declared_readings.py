@@ -223,3 +223,28 @@ def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():
     deep[..., 2] += 50
     assert measure([{"points": xyz}], [{"points": deep}], EIGHT, declared={"points": parse_reading("points", "points:0.02,2")}).outputs["points"].top1 == 1.0
     assert measure([{"points": xyz}], [{"points": deep}], EIGHT, declared={"points": parse_reading("points", "points")}).outputs["points"].top1 == 0.0
+
+
+def _landmark_head():
+    """x [N, 16] → MatMul → Add 96 → Reshape → points [N, 20, 2]: 20 landmarks at absolute coordinates."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((16, 40)) * 10).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Add", ["h", "b"], ["p"], name="add"),
+             helper.make_node("Reshape", ["p", "s"], ["points"], name="reshape")]
+    graph = helper.make_graph(nodes, "landmarks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["N", 20, 2])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.full(40, 96, np.float32), "b"),
+                               numpy_helper.from_array(np.array([-1, 20, 2], np.int64), "s")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_repairs_landmarks_declared_points_where_the_cosine_holds():
+    rng = np.random.default_rng(4)
+    data = [{"x": rng.standard_normal((8, 16)).astype(np.float32)} for _ in range(12)]
+    plain = quantize(_landmark_head(), dataclasses.replace(resolve_config("A8W8"), repair=False), data=data)
+    assert plain.floor.ok and plain.floor.outputs["points"].cosine > 0.999
+    declared = dataclasses.replace(resolve_config("A8W8"), repair=False, floor_output_reading={"points": "points:0.002"})
+    broken = quantize(_landmark_head(), declared, data=data).floor.outputs["points"]
+    assert not broken.ok and broken.points == 0.002 and broken.rows >= 32
+    repaired = quantize(_landmark_head(), dataclasses.replace(declared, repair=True), data=data)
+    assert repaired.floor.ok and repaired.repair and (repaired.repair.get("kept_float") or repaired.repair.get("stepped_up"))

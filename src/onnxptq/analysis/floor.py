@@ -1011,7 +1011,7 @@ def _judge_declared_shares(check: OutputCheck, name: str,
     check.seen_feeds = feeds
     if held_broken:
         check.top1, check.rows = agree / rows, rows
-        check.note = f"{check.note} (broken on its {rows} held-out rows alone)"
+        check.note = f"{check.note} (broken on its {rows} held-out {'samples' if check.points is not None else 'rows'} alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
     if held_broken or pooled_broken:
