@@ -343,7 +343,7 @@ class OutputCheck:
             if self.points is not None:
                 top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
             text += f", {top} {self.top1:.4f} on {self.rows} {'samples' if self.points is not None else 'rows'}{seen}" + (self._chance() if self.within_chance is not None else
-                                                                              " (too few rows to judge)" if self.top1_unjudged else "")
+                                                                              f" (too few {'samples' if self.points is not None else 'rows'} to judge)" if self.top1_unjudged else "")
         return text
 
     def _chance(self) -> str:
