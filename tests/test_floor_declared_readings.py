@@ -164,3 +164,87 @@ def test_row_logits_are_judged_by_the_decisions_their_sigmoid_keeps():
     told = measure(reference, candidate, SIXTEEN, declared=declared)
     assert not told.ok and told.outputs["t"].top1 < SIXTEEN.top1
     assert measure(reference, reference, SIXTEEN, declared=declared).ok
+
+
+def _faces(feeds: int, move: float, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Landmark sets [2, 60, 2] at absolute crop coordinates (~96 px offset, RMS radius ~40 px) and a copy
+    whose points moved ``move`` of that radius each, in random directions (beside float noise of 1e-4 px)."""
+    rng = np.random.default_rng(seed)
+    refs, gots = [], []
+    for _ in range(feeds):
+        r = (96 + rng.normal(0, 40 / np.sqrt(2), (2, 60, 2))).astype(np.float32)
+        g = r + rng.normal(0, 1e-4, r.shape)
+        radius = np.sqrt(((r - r.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1))
+        angle = rng.uniform(0, 2 * np.pi, r.shape[:2])
+        g += move * radius[:, None, None] * np.stack([np.cos(angle), np.sin(angle)], -1)
+        refs.append(r)
+        gots.append(g.astype(np.float32))
+    return [{"points": r} for r in refs], [{"points": g} for g in gots]
+
+
+def test_landmarks_moved_two_and_a_half_percent_break_declared_points_where_the_cosine_holds():
+    declared = {"points": parse_reading("points", "points:0.02")}
+    reference, candidate = _faces(24, 0.025)
+    plain = measure(reference, candidate, EIGHT)
+    assert plain.ok and plain.outputs["points"].cosine > 0.9999  # the offset hides the move
+    told = measure(reference, candidate, EIGHT, declared=declared)
+    check = told.outputs["points"]
+    assert not told.ok and check.top1 == 0.0 and check.rows == 48 and "mean move within 0.02" in check.describe()
+    # float noise and a move inside the tolerance hold, judged on 48 samples (the floor needs 34)
+    for move in (0.0, 0.015):
+        held = measure(*_faces(24, move), EIGHT, declared=declared).outputs["points"]
+        assert held.ok and held.top1 == 1.0 and not held.top1_unjudged
+    # the same flat [.., K*2] with D declared reads the same; on 4 samples it cannot judge
+    flat = [{"points": f["points"].reshape(2, 120)} for f in reference], [{"points": f["points"].reshape(2, 120)} for f in candidate]
+    assert not measure(*flat, EIGHT, declared={"points": parse_reading("points", "points:0.02,2")}).ok
+    few = measure(*_faces(2, 0.0), EIGHT, declared=declared).outputs["points"]
+    assert few.ok and few.top1_unjudged and few.rows == 4
+
+
+def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():
+    reference, candidate = _faces(2, 0.0)
+    flat = [{"points": f["points"].reshape(2, 120)} for f in reference], [{"points": f["points"].reshape(2, 120)} for f in candidate]
+    with pytest.raises(UsageError, match="'points'.*declare D"):
+        measure(*flat, EIGHT, declared={"points": parse_reading("points", "points")})
+    with pytest.raises(UsageError, match="not a multiple of 3"):
+        measure([{"points": np.ones((1, 10), np.float32)}], [{"points": np.ones((1, 10), np.float32)}], EIGHT,
+                declared={"points": parse_reading("points", "points:0.02,3")})
+    with pytest.raises(UsageError, match="at least 2"):
+        measure([{"points": np.ones((1, 1, 2), np.float32)}], [{"points": np.ones((1, 1, 2), np.float32)}], EIGHT,
+                declared={"points": parse_reading("points", "points")})
+    for bad in ("points:0", "points:2", "points:x", "points:0.02,4"):
+        with pytest.raises(ConfigError, match=r"floor_output_reading\['points'\]"):
+            parse_reading("points", bad)
+    assert parse_reading("points", "points").tolerance == 0.02 and parse_reading("points", "points:0.05,3").dims == 3
+    # D=2 on x, y, z reads x, y: a depth moved far is not read
+    xyz = np.zeros((1, 4, 3), np.float32)
+    xyz[0, :, :2] = [[0, 0], [10, 0], [0, 10], [10, 10]]
+    deep = xyz.copy()
+    deep[..., 2] += 50
+    assert measure([{"points": xyz}], [{"points": deep}], EIGHT, declared={"points": parse_reading("points", "points:0.02,2")}).outputs["points"].top1 == 1.0
+    assert measure([{"points": xyz}], [{"points": deep}], EIGHT, declared={"points": parse_reading("points", "points")}).outputs["points"].top1 == 0.0
+
+
+def _landmark_head():
+    """x [N, 16] → MatMul → Add 96 → Reshape → points [N, 20, 2]: 20 landmarks at absolute coordinates."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((16, 40)) * 10).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Add", ["h", "b"], ["p"], name="add"),
+             helper.make_node("Reshape", ["p", "s"], ["points"], name="reshape")]
+    graph = helper.make_graph(nodes, "landmarks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["N", 20, 2])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.full(40, 96, np.float32), "b"),
+                               numpy_helper.from_array(np.array([-1, 20, 2], np.int64), "s")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_repairs_landmarks_declared_points_where_the_cosine_holds():
+    rng = np.random.default_rng(4)
+    data = [{"x": rng.standard_normal((8, 16)).astype(np.float32)} for _ in range(12)]
+    plain = quantize(_landmark_head(), dataclasses.replace(resolve_config("A8W8"), repair=False), data=data)
+    assert plain.floor.ok and plain.floor.outputs["points"].cosine > 0.999
+    declared = dataclasses.replace(resolve_config("A8W8"), repair=False, floor_output_reading={"points": "points:0.002"})
+    broken = quantize(_landmark_head(), declared, data=data).floor.outputs["points"]
+    assert not broken.ok and broken.points == 0.002 and broken.rows >= 32
+    repaired = quantize(_landmark_head(), dataclasses.replace(declared, repair=True), data=data)
+    assert repaired.floor.ok and repaired.repair and (repaired.repair.get("kept_float") or repaired.repair.get("stepped_up"))

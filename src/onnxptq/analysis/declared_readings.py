@@ -31,6 +31,11 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
   analysis/pictures.py judges colour pictures (share within 3 levels against the top-1 floor), beside
   its cosine; any shape, one channel included.
 
+- ``"points"``, ``"points:TOL"`` or ``"points:TOL,D"``: landmarks, K points of D coordinates (a face
+  mesh's absolute crop pixels, whose common offset keeps the cosine near 1 while points move 2 px):
+  each sample's points' mean move against float's point set's RMS radius (analysis/point_reads.py),
+  the share within TOL against the top-1 floor (``floor._judge_declared_points``).
+
 A declared reading replaces the structural one for that output; an agreement function
 (``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.
 """

@@ -104,6 +104,7 @@ from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
 from .declared_readings import DeclaredReading, picture_bounds
+from .point_reads import points_agree
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
 from .multilabel import ColumnRuns, column_thresholds, multilabel_like
@@ -266,6 +267,9 @@ class OutputCheck:
     thresholded: tuple[int, float | None, float] | None = None
     #: rows judged by float's top-1 and its top-``top_k`` set kept (a declared beam reading: analysis/beam_reads.py)
     top_k: int = 1
+    #: samples judged by their points' mean move, within this share of float's point set's RMS radius (a declared
+    #: landmark reading: analysis/point_reads.py)
+    points: float | None = None
     #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
     #: feeds' rows would decide the beam warning (``Verdict.wants_calibration_feeds``; analysis/beam_reads.py)
     beam_rows: bool = False
@@ -339,8 +343,10 @@ class OutputCheck:
         elif self.top1 is not None:
             seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
-            text += f", {top} {self.top1:.4f} on {self.rows} rows{seen}" + (self._chance() if self.within_chance is not None else
-                                                                              " (too few rows to judge)" if self.top1_unjudged else "")
+            if self.points is not None:
+                top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
+            text += f", {top} {self.top1:.4f} on {self.rows} {'samples' if self.points is not None else 'rows'}{seen}" + (self._chance() if self.within_chance is not None else
+                                                                              f" (too few {'samples' if self.points is not None else 'rows'} to judge)" if self.top1_unjudged else "")
         return text
 
     def _chance(self) -> str:
@@ -387,7 +393,7 @@ class Verdict:
         beam's runner-ups: rounding swaps them on any feed), the beam warning's rows below the floor by
         chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
-                   or c.top_k > 1 or c.beam_rows for c in self.outputs.values())
+                   or c.top_k > 1 or c.points is not None or c.beam_rows for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -950,6 +956,9 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     check.ok = bool(arr.size) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
     if reading.kind == "topk" and pairs:
         _judge_declared_top_k(check, name, reading.k, pairs, seen, floor)
+    if reading.kind == "points" and pairs:
+        _judge_declared_points(check, name, reading, pairs, seen, floor)
+        check.ok = check.ok and not reshaped
     if reading.kind == "picture" and pairs:
         picture = PictureAgreement(*picture_bounds(name, reading, [r for r, _ in pairs]))
         for r, g in pairs:
@@ -966,22 +975,50 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
                           seen: _Seen | None, floor: Floor) -> None:
     """Class scores declared read by their top ``k`` (a decoder step a beam search of width ``k`` calls:
     analysis/beam_reads.py) into ``check``: the share of rows keeping float's top-1 and top-``k`` set,
-    against the top-1 floor, on the held-out feeds and on them and the calibration feeds ``seen``
-    together, broken on either (as reads are, :func:`_judge_reads`: a range calibration fitted breaks
-    on the held-out feeds, the rounding of a format's grid swaps a runner-up on any feed). Pooled alone,
-    arabic-name-romanizer's Arabic decoder MXFP8_E4M3 held at a top two kept on 0.906 of 512 other rows.
-    Each is broken only where its rows lost say the share is below the floor (analysis/evidence.py):
-    by point estimate the Persian one BFP16 broke at 2 of 64 held-out rows (0.982 of 512 others) and
-    repair kept a node float for it. A share below the floor by losses that could be chance is *not
+    by :func:`_judge_declared_shares`. Pooled alone, arabic-name-romanizer's Arabic decoder MXFP8_E4M3
+    held at a top two kept on 0.906 of 512 other rows. By point estimate the Persian one BFP16 broke at
+    2 of 64 held-out rows (0.982 of 512 others) and repair kept a node float for it."""
+
+    def count(r: np.ndarray, g: np.ndarray) -> tuple[int, int] | None:
+        return top_k_rows(r, g, k) if r.ndim >= 1 and r.shape[-1] >= 2 and np.isfinite(g).all() else None
+
+    check.top_k = k
+    _judge_declared_shares(check, name, count, pairs, seen, floor)
+
+
+def _judge_declared_points(check: OutputCheck, name: str, reading: DeclaredReading,
+                           pairs: Sequence[tuple[np.ndarray, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
+    """Landmarks declared as points (analysis/point_reads.py) into ``check``: the share of samples whose
+    points' mean move stayed within the declared share of float's point set's RMS radius, by
+    :func:`_judge_declared_shares`; in place of the cosine, which a landmark's absolute coordinates
+    keep near 1 whatever a point does (mp_face_mesh MXFP8_E4M3: 0.99995, half its crops off by 2 px)."""
+
+    def count(r: np.ndarray, g: np.ndarray) -> tuple[int, int]:
+        return points_agree(name, r, g, reading.tolerance, reading.dims)
+
+    check.ok = True  # the points' reading replaces the cosine's (a shape that moved still breaks: _judge_declared)
+    check.points = reading.tolerance
+    _judge_declared_shares(check, name, count, pairs, seen, floor)
+
+
+def _judge_declared_shares(check: OutputCheck, name: str,
+                           count: Callable[[np.ndarray, np.ndarray], tuple[int, int] | None],
+                           pairs: Sequence[tuple[np.ndarray, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
+    """A declared reading of independent decisions (``count``: a feed's ``(agreeing, decisions)``, None to
+    skip it) into ``check``: their share against the top-1 floor, on the held-out feeds and on them and
+    the calibration feeds ``seen`` together, broken on either (as reads are, :func:`_judge_reads`: a
+    range calibration fitted breaks on the held-out feeds, the rounding of a format's grid moves a
+    decision on any feed). Each is broken only where its decisions lost say the share is below the
+    floor (analysis/evidence.py); a share below the floor by losses that could be chance is *not
     judged* (``within_chance``), said so, and no repair candidate showing it is accepted; *not judged*
-    too on fewer rows than the floor needs."""
+    too on fewer decisions than the floor needs."""
 
     def shares(items) -> tuple[int, int, int]:
         agree = rows = feeds = 0
         for r, g in items:
-            if r.ndim >= 1 and r.shape[-1] >= 2 and np.isfinite(g).all():
-                a, n = top_k_rows(r, g, k)
-                agree, rows, feeds = agree + a, rows + n, feeds + 1
+            counted = count(r, g)
+            if counted is not None:
+                agree, rows, feeds = agree + counted[0], rows + counted[1], feeds + 1
         return agree, rows, feeds
 
     agree, rows, _ = shares(pairs)
@@ -991,10 +1028,10 @@ def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence
     held_broken = surely_below(agree, rows, floor.top1)
     pooled_broken = surely_below(agree + more, rows + more_rows, floor.top1)
     # repair judges its candidates on the same feeds (``ok_needs_calibration_feeds``), whichever broke
-    check.top_k, check.seen_feeds = k, feeds
+    check.seen_feeds = feeds
     if held_broken:
         check.top1, check.rows = agree / rows, rows
-        check.note = f"{check.note} (broken on its {rows} held-out rows alone)"
+        check.note = f"{check.note} (broken on its {rows} held-out {'samples' if check.points is not None else 'rows'} alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
     if held_broken or pooled_broken:

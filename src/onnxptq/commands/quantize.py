@@ -55,7 +55,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="how the floor reads OUTPUT, in place of what it finds by structure: values (or embedding: its "
                         "cosine only, never an arg-max), picture or picture:LOW,HIGH (its 8-bit values, any shape: a "
                         "grey picture), logits (its sigmoid's decisions), topk:K (each row's top K: a decoder step "
-                        "a beam search of width K calls); repeatable (docs/accuracy.md)")
+                        "a beam search of width K calls), points, points:TOL or points:TOL,D (landmarks: K points of D=2 or 3 "
+                        "coordinates on the last axis, [.., K*D] flat with D declared, D=2 on x,y,z reads x,y; a sample "
+                        "holds when its points' mean move is <= TOL (default 0.02) of float's point set's RMS radius); repeatable (docs/accuracy.md)")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "

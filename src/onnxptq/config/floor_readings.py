@@ -12,10 +12,14 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-__all__ = ["KINDS", "DeclaredReading", "parse_reading"]
+__all__ = ["KINDS", "POINTS_TOLERANCE", "DeclaredReading", "parse_reading"]
 
 #: the readings a user may declare, and what each spelling means
-KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk"}
+KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk",
+                       "points": "points"}
+
+#: a points reading's default tolerance: the points' mean move within 2 % of the float point set's RMS radius
+POINTS_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class DeclaredReading:
     high: float | None = None
     #: "topk": the beam width K, each row's top K read
     k: int = 1
+    #: "points": the points' mean move may be this share of float's point set's RMS radius (analysis/point_reads.py)
+    tolerance: float = POINTS_TOLERANCE
+    #: "points": the coordinates per point as declared (None: the output's last axis, when it is 2 or 3)
+    dims: int | None = None
 
     def describe(self) -> str:
         if self.kind == "values":
@@ -36,6 +44,9 @@ class DeclaredReading:
         if self.kind == "topk":
             return (f"each row's top {self.k} (float's top-1 and its top-{self.k} set kept), as its user declared a beam "
                     f"search of width {self.k} (floor_output_reading)")
+        if self.kind == "points":
+            return (f"each sample's points, their mean move within {self.tolerance:g} of float's point set's RMS radius, "
+                    f"as its user declared landmarks (floor_output_reading)")
         if self.kind == "logits":
             return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
@@ -44,9 +55,9 @@ class DeclaredReading:
 
 def parse_reading(output: str, text: object) -> DeclaredReading:
     """``text`` (``"values"``, ``"embedding"``, ``"logits"``, ``"picture"``, ``"picture:LOW,HIGH"`` or
-    ``"topk:K"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
+    ``"topk:K"``, ``"points"``, ``"points:TOL"`` or ``"points:TOL,D"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
     spellings it accepts."""
-    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH' or 'topk:K'"
+    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K' or 'points[:TOL[,D]]'"
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):
@@ -55,6 +66,8 @@ def parse_reading(output: str, text: object) -> DeclaredReading:
     kind = KINDS.get(kind.strip().lower(), "")
     if kind == "topk":
         return _top_k(output, text, span)
+    if kind == "points":
+        return _points(output, text, span)
     if not kind or (span and kind != "picture"):
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}; it must be {accepted}")
     if not span:
@@ -81,3 +94,24 @@ def _top_k(output: str, text: str, span: str) -> DeclaredReading:
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a top-k reading names its beam width, "
                           "'topk:K' with K a whole number >= 1 (e.g. 'topk:2')")
     return DeclaredReading("topk", k=k)
+
+
+def _points(output: str, text: str, span: str) -> DeclaredReading:
+    """``points``, ``points:TOL`` or ``points:TOL,D``: landmarks (analysis/point_reads.py), ``TOL`` in (0, 1)
+    (default :data:`POINTS_TOLERANCE`), ``D`` 2 or 3 coordinates per point (default: the output's last axis)."""
+    if not span.strip():
+        return DeclaredReading("points")
+    tol_text, _, dims_text = span.partition(",")
+    try:
+        tolerance = float(tol_text)
+    except ValueError:
+        tolerance = float("nan")
+    if not (math.isfinite(tolerance) and 0.0 < tolerance < 1.0):
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a points reading's tolerance is a share of "
+                          "the point set's RMS radius, 0 < TOL < 1: 'points:TOL' or 'points:TOL,D' (e.g. 'points:0.02')")
+    if not dims_text.strip():
+        return DeclaredReading("points", tolerance=tolerance)
+    if dims_text.strip() not in ("2", "3"):
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a points reading's D is the coordinates per "
+                          "point, 2 or 3 (e.g. 'points:0.02,3' for a flat [.., K*3] output)")
+    return DeclaredReading("points", tolerance=tolerance, dims=int(dims_text))

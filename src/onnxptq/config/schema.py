@@ -518,7 +518,8 @@ class QuantConfig:
     #: {graph output name: "values" (or "embedding": its cosine only, never an arg-max: an embedding a
     #: linear layer writes looks like a class head) | "picture" | "picture:LOW,HIGH" (its 8-bit values,
     #: any shape: a grey picture) | "logits" | "topk:K" (each row's top K: a beam search of width K reads a
-    #: decoder step's runner-ups)} (analysis/declared_readings.py, docs/accuracy.md "Declaring an output's reading")
+    #: decoder step's runner-ups) | "points[:TOL[,D]]" (landmarks: their mean move within TOL of float's
+    #: point set's RMS radius, analysis/point_reads.py)} (analysis/declared_readings.py, docs/accuracy.md "Declaring an output's reading")
     floor_output_reading: dict[str, str] = field(default_factory=dict)
     #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
     #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made
@@ -605,7 +606,7 @@ class QuantConfig:
                                   f"f(float_output, quantized_output) -> agreement in [0, 1], not {fn!r}")
         if not isinstance(self.floor_output_reading, dict):
             raise ConfigError(f"floor_output_reading must be a dict {{output name: 'values' | 'embedding' | 'logits' | "
-                              f"'picture' | 'picture:LOW,HIGH' | 'topk:K'}}, not {type(self.floor_output_reading).__name__}")
+                              f"'picture' | 'picture:LOW,HIGH' | 'topk:K' | 'points[:TOL[,D]]'}}, not {type(self.floor_output_reading).__name__}")
         for out, reading in self.floor_output_reading.items():
             parse_reading(out, reading)
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
