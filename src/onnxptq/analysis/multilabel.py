@@ -69,6 +69,7 @@ from typing import Sequence
 import numpy as np
 
 from .head_kind import MAX_COLUMNS, MIN_POSITIONS, shift_share
+from .threshold_cells import CellTally
 
 __all__ = ["LEVELS", "MAX_MARGIN", "SHIFT_RATIO", "ColumnRuns", "column_thresholds", "margin_share", "multilabel_like"]
 
@@ -147,7 +148,7 @@ def _runs(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
 
 
 @dataclass
-class ColumnRuns:
+class ColumnRuns(CellTally):
     """One multi-label head over the feeds (held-out, then calibration): per threshold float's runs,
     those lost and those invented; float's cells at the lowest threshold; the cosine sums of the cells
     either side keeps there."""
@@ -181,33 +182,4 @@ class ColumnRuns:
             self.kept[i] += _runs(rr >= t, gg >= t)
         if not self.thresholds:
             return
-        low = self.thresholds[0]
-        matter = (r >= low) | (g >= low)
-        self.cells += int((r >= low).sum())
-        x, y = r[matter].astype(np.float64), g[matter].astype(np.float64)
-        self.sums[0] += float(x @ x)
-        self.sums[1] += float(y @ y)
-        self.sums[2] += float(x @ y)
-
-    def cosine(self) -> float:
-        """The cosine of the cells either side keeps at the lowest threshold (1.0 where neither keeps one)."""
-        xx, yy, xy = self.sums
-        if xx == 0 or yy == 0:
-            return 1.0 if xx == yy else 0.0
-        return float(xy / math.sqrt(xx * yy))
-
-    def judge(self, needed: int) -> tuple[float, int, float] | None:
-        """``(F1, decisions, bound)`` as ``threshold_cells.ThresholdCells.judge``: the runs' F1 summed over
-        the thresholds and feeds; float's runs at the lowest threshold and those invented there; the F1
-        the same flips leave among ``needed`` decisions where there are fewer. None where nothing is decided."""
-        found, lost, invented = (int(v) for v in self.kept.sum(axis=0))
-        if found + invented == 0:
-            return None
-        kept = found - lost
-        f1 = 2.0 * kept / (2.0 * kept + lost + invented)
-        decisions = int(self.kept[0, 0] + self.kept[0, 2])
-        if decisions >= needed:
-            return f1, decisions, f1
-        per = found / self.kept[0, 0] if self.kept[0, 0] else float(len(self.thresholds))
-        more = kept + (needed - decisions) * per
-        return f1, decisions, 2.0 * more / (2.0 * more + lost + invented)
+        self.tally_cells(r, g, self.thresholds[0])

