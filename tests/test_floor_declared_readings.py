@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.analysis.declared_readings import declared_readings, parse_reading
-from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of
+from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of, unjudged_text
 from onnxptq.api import quantize
 from onnxptq.cli import main as cli_main
 from onnxptq.config.presets import resolve_config
@@ -197,8 +197,11 @@ def test_landmarks_moved_two_and_a_half_percent_break_declared_points_where_the_
     # the same flat [.., K*2] with D declared reads the same; on 4 samples it cannot judge
     flat = [{"points": f["points"].reshape(2, 120)} for f in reference], [{"points": f["points"].reshape(2, 120)} for f in candidate]
     assert not measure(*flat, EIGHT, declared={"points": parse_reading("points", "points:0.02,2")}).ok
-    few = measure(*_faces(2, 0.0), EIGHT, declared=declared).outputs["points"]
+    few_verdict = measure(*_faces(2, 0.0), EIGHT, declared=declared)
+    few = few_verdict.outputs["points"]
     assert few.ok and few.top1_unjudged and few.rows == 4
+    # the summary counts them as what they are: samples, not rows
+    assert "the point sets of points: 4 samples" in unjudged_text(few_verdict)
 
 
 def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():

@@ -1695,8 +1695,9 @@ def unjudged_text(verdict: Verdict) -> str:
         needed = c.needed or verdict.floor.needed
         if c.within_chance is not None and c.top1 is not None:
             # below the floor by losses that could be chance (analysis/evidence.py)
-            unit = "decision tokens" if c.positions is not None else "rows"
-            what = f"the top-{c.top_k} set" if c.top_k > 1 else "the tokens" if c.positions is not None else "the top-1"
+            unit = "decision tokens" if c.positions is not None else "samples" if c.points is not None else "rows"
+            what = (f"the top-{c.top_k} set" if c.top_k > 1 else "the tokens" if c.positions is not None
+                    else "the point sets" if c.points is not None else "the top-1")
             more = decisions_to_decide(c.top1, verdict.floor.top1, c.rows)
             parts.append(f"{what} of {name}: {c.top1:.4f} on {c.rows} {unit}, below the floor {verdict.floor.top1:g} by losses "
                          f"a model at the floor shows on {c.within_chance:.0%} of draws, so not known to break it"
@@ -1741,6 +1742,11 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the reads of {name}: {c.positions.reads} reads ({verdict.samples} held-out and {c.seen_feeds} "
                          f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}{thin}")
             per = c.positions.reads / judged if judged else 0.0
+        elif c.points is not None:  # a declared landmark reading: one decision per sample (analysis/point_reads.py)
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the point sets of {name}: {c.rows} samples ({verdict.samples} held-out and {c.seen_feeds} "
+                         f"calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.rows / judged if judged else 0.0
         elif c.scores is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the scores of {name}: {c.rows} samples ({verdict.samples} held-out and {c.seen_feeds} calibration "
