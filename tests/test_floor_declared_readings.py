@@ -228,6 +228,19 @@ def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():
     assert measure([{"points": xyz}], [{"points": deep}], EIGHT, declared={"points": parse_reading("points", "points")}).outputs["points"].top1 == 0.0
 
 
+def test_landmarks_a_static_shape_points_cannot_read_fails_before_quantizing(tmp_path):
+    """The declared reading against the graph's output shape: refused, naming the
+    output and its shape, once calibration has run and before the build (not when the floor first reads it)."""
+    model = _landmark_head()
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = 5  # [N, 20, 5]: no points of 2 or 3
+    feeds = [{"x": np.ones((1, 16), np.float32)} for _ in range(4)]
+    with pytest.raises(UsageError, match=r"'points'.*\(2, 20, 5\)"):
+        quantize(model, resolve_config("A8W8").replace(floor_output_reading={"points": "points"}), feeds)
+    # a symbolic coordinates' axis is left to the data
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "D"
+    declared_readings({"points": "points"}, ["points"], {"points": [None, 20, None]})
+
+
 def _landmark_head():
     """x [N, 16] → MatMul → Add 96 → Reshape → points [N, 20, 2]: 20 landmarks at absolute coordinates."""
     rng = np.random.default_rng(3)

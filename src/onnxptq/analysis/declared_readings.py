@@ -49,19 +49,34 @@ import numpy as np
 from ..config.floor_readings import DeclaredReading, parse_reading
 from ..errors import UsageError
 from .pictures import fitting_range
+from .point_reads import point_sets
 
 __all__ = ["DeclaredReading", "declared_readings", "parse_reading", "picture_bounds"]
 
-def declared_readings(declared: Mapping[str, object], outputs: Sequence[str]) -> dict[str, DeclaredReading]:
+def declared_readings(declared: Mapping[str, object], outputs: Sequence[str],
+                      shapes: Mapping[str, Sequence[int | None]] | None = None) -> dict[str, DeclaredReading]:
     """The parsed readings of ``declared`` (``QuantConfig.floor_output_reading``) for a model whose
-    graph outputs are ``outputs``; raises :class:`UsageError` for a name the model does not have."""
+    graph outputs are ``outputs``; raises :class:`UsageError` for a name the model does not have, and for
+    a points reading its output's static shape (``shapes``: name → dims, None where symbolic) cannot
+    hold: said once calibration has run, before anything is built, not when the floor first reads the output."""
     readings: dict[str, DeclaredReading] = {}
     for name, text in declared.items():
         if name not in outputs:
             raise UsageError(f"floor_output_reading names output {name!r}, which the model does not have "
                              f"(its outputs: {', '.join(outputs)})")
-        readings[name] = parse_reading(name, text)
+        readings[name] = reading = parse_reading(name, text)
+        if reading.kind == "points" and shapes and name in shapes:
+            _check_point_shape(name, reading, shapes[name])
     return readings
+
+
+def _check_point_shape(name: str, reading: DeclaredReading, dims: Sequence[int | None]) -> None:
+    """Read a zero output of the static shape as the floor will (``point_reads.point_sets``) where its last
+    axis is known; a symbolic axis counts as 2 (a batch of two, two points), so only what the known axes
+    decide can fail here."""
+    if not dims or dims[-1] is None or dims[-1] <= 0:
+        return  # the coordinates' axis is symbolic: judged on the data
+    point_sets(name, np.zeros([d if d and d > 0 else 2 for d in dims], np.float32), reading.dims)
 
 
 def picture_bounds(name: str, reading: DeclaredReading, refs: Sequence[np.ndarray]) -> tuple[float, float]:

@@ -117,8 +117,11 @@ class Calibrated:
         # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
         readings["agreements"] = dict(self.config.floor_output_agreement) if self.config is not None else {}
         # Outputs whose reading the user declared in place of the structural one (analysis/declared_readings.py).
+        outputs = self.prepared.graph.output
+        shapes = {o.name: [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
+                  for o in outputs if o.type.tensor_type.HasField("shape")}
         readings["declared"] = declared_readings(self.config.floor_output_reading if self.config is not None else {},
-                                                 [o.name for o in self.prepared.graph.output])
+                                                 [o.name for o in outputs], shapes)
         return readings
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
