@@ -293,6 +293,13 @@ def test_heat_map_declared_peaks_breaks_on_tied_neighbours_and_holds_noise_below
     probs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in reference]
     gprobs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in noisy]
     assert measure(probs, gprobs, EIGHT, declared=declared).outputs["hm"].top1 == 1.0
+    # the calibration feeds count too: held-out pages that hold beside calibration pages that tie break pooled
+    pooled = measure(reference, noisy, EIGHT, declared=declared, seen=(_heat_pages(2, seed=6)[0], _heat_pages(2, True, 6)[1]))
+    assert not pooled.ok and pooled.outputs["hm"].rows > 200 and pooled.outputs["hm"].seen_feeds == 2
+    # a candidate gone NaN keeps none of float's peaks
+    lost = [{"hm": np.full_like(f["hm"], np.nan)} for f in noisy]
+    gone = measure(reference, lost, EIGHT, declared=declared)
+    assert not gone.ok and gone.outputs["hm"].top1 == 0.0
 
 
 def test_heat_map_peaks_a_shape_peaks_cannot_read_or_a_bad_score_is_named():
