@@ -279,23 +279,27 @@ def test_heat_map_declared_peaks_breaks_on_tied_neighbours_and_holds_noise_below
     check = told.outputs["hm"]
     assert not told.ok and check.peaks is not None and check.top1 < 0.5 and "peaks' F1" in check.describe()
     assert measure(reference, tied, EIGHT, declared={"hm": parse_reading("hm", "logits")}).ok
-    # noise 20x below the rim's gap moves no peak: held on 200 peaks, judged; a declared score judges at it alone
+    # each channel is judged alone, the worst said: channel 0 tied beside channel 1 kept breaks at channel 0's F1
+    one_tied = [{"hm": np.concatenate([t["hm"][:, :1], n["hm"][:, 1:]], axis=1)} for t, n in zip(tied, _heat_pages(2)[1])]
+    worst = measure(reference, one_tied, EIGHT, declared=declared).outputs["hm"]
+    assert not worst.ok and worst.top1 == check.top1 and "channel 0 of 2" in worst.describe()
+    # noise 20x below the rim's gap moves no peak: held on 100 peaks a channel, judged; a declared score judges at it alone
     reference, noisy = _heat_pages(2)
     held = measure(reference, noisy, EIGHT, declared=declared).outputs["hm"]
-    assert held.ok and held.top1 == 1.0 and held.rows == 200 and not held.top1_unjudged
+    assert held.ok and held.top1 == 1.0 and held.rows == 100 and not held.top1_unjudged
     one = measure(reference, noisy, EIGHT, declared={"hm": parse_reading("hm", "peaks:0.15")}).outputs["hm"]
     assert one.ok and "score >= 0.15 of its sigmoid" in one.describe()
     # a peak moved by one cell still matches; by two it is lost and one invented
     moved = [{"hm": np.roll(f["hm"], s, axis=-1)} for f, s in zip(reference, (1, 2))]
     shifted = measure(reference, moved, EIGHT, declared=declared).outputs["hm"]
-    assert shifted.top1 == 0.5 and shifted.rows == 200
+    assert shifted.top1 == 0.5 and shifted.rows == 100  # a channel: the first page (one cell) kept, the second (two) lost
     # probabilities (all of float's values in [0, 1]) are read as they are: the same peaks
     probs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in reference]
     gprobs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in noisy]
     assert measure(probs, gprobs, EIGHT, declared=declared).outputs["hm"].top1 == 1.0
     # the calibration feeds count too: held-out pages that hold beside calibration pages that tie break pooled
     pooled = measure(reference, noisy, EIGHT, declared=declared, seen=(_heat_pages(2, seed=6)[0], _heat_pages(2, True, 6)[1]))
-    assert not pooled.ok and pooled.outputs["hm"].rows > 200 and pooled.outputs["hm"].seen_feeds == 2
+    assert not pooled.ok and pooled.outputs["hm"].rows > 100 and pooled.outputs["hm"].seen_feeds == 2
     # a candidate gone NaN keeps none of float's peaks
     lost = [{"hm": np.full_like(f["hm"], np.nan)} for f in noisy]
     gone = measure(reference, lost, EIGHT, declared=declared)

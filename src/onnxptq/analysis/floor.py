@@ -81,6 +81,7 @@ the picks' estimate, float's thinnest picks and how to tell the floor (:mod:`onn
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ from .fields import declared_field_axes
 from .user_agreement import output_agreement
 from ..config.floor_readings import PEAK_SCORES
 from .declared_readings import DeclaredReading, picture_bounds
-from .peak_reads import is_probabilities, peaks_agree
+from .peak_reads import channels as peak_channels, is_probabilities, peaks_agree
 from .point_reads import points_agree
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
@@ -1021,14 +1022,24 @@ def _judge_declared_peaks(check: OutputCheck, name: str, reading: DeclaredReadin
     Logits or probabilities by float's held-out values (``is_probabilities``), for the calibration feeds too."""
     scores = (reading.score,) if reading.score is not None else PEAK_SCORES
     probabilities = is_probabilities([r for r, _ in pairs])
-
-    def count(r: np.ndarray, g: np.ndarray) -> tuple[int, int] | None:
-        return peaks_agree(name, r, g, scores, probabilities)
-
-    check.ok = True  # the peaks' reading replaces the cosine's (a shape that moved still breaks: _judge_declared)
-    check.peaks = (f"score >= {scores[0]:g}" if len(scores) == 1 else f"scores {scores[0]:g}-{scores[-1]:g}") + \
+    label = (f"score >= {scores[0]:g}" if len(scores) == 1 else f"scores {scores[0]:g}-{scores[-1]:g}") + \
         (" of its values" if probabilities else " of its sigmoid")
-    _judge_declared_shares(check, name, count, pairs, seen, floor)
+    count_of = peak_channels(pairs[0][0])
+    check.ok = True  # the peaks' reading replaces the cosine's (a shape that moved still breaks: _judge_declared)
+    worst: OutputCheck | None = None
+    for channel in range(count_of):  # each channel alone, the worst kept (analysis/peak_reads.py)
+        def count(r: np.ndarray, g: np.ndarray, channel: int = channel) -> tuple[int, int] | None:
+            return peaks_agree(name, r, g, scores, probabilities, channel)
+
+        trial = copy.copy(check)
+        trial.peaks = label + (f", channel {channel} of {count_of}" if count_of > 1 else "")
+        _judge_declared_shares(trial, name, count, pairs, seen, floor)
+        if trial.top1 is not None and (worst is None or (trial.ok, trial.top1) < (worst.ok, worst.top1)):
+            worst = trial
+    if worst is not None:
+        vars(check).update(vars(worst))
+    else:
+        check.peaks = label
 
 
 def _judge_declared_shares(check: OutputCheck, name: str,
