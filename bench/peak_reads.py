@@ -36,8 +36,8 @@ def row(name: str, preset: str, output: str, kind: str, calib, held, out: Path) 
         c0 = time.process_time()
         result = onnxptq.quantize(str(path), config, data=list(calib), output=str(out))
         check = result.floor.outputs.get(output) if result.floor is not None else None
-        verdicts[label] = {"ok": None if result.floor is None else result.floor.ok,
-                           "output_ok": None if check is None else check.ok,
+        verdicts[label] = {"ok": None if result.floor is None else bool(result.floor.ok),
+                           "output_ok": None if check is None else bool(check.ok),
                            "text": "" if check is None else check.describe()[:400],
                            "cpu_s": round(time.process_time() - c0, 1)}
     ref, test = zoo.session_runner(path), zoo.session_runner(out)
