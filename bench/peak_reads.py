@@ -45,6 +45,11 @@ def row(name: str, preset: str, output: str, kind: str, calib, held, out: Path) 
             "agreement": round(float(metric(ref, test, held, None)), 4), **verdicts}
 
 
+def _plain(value: object) -> object:
+    """A NumPy scalar (a verdict's ``ok`` may be ``np.bool_``) as its Python value, for JSON."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -61,10 +66,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for preset in a.presets.split(","):
             r = row(a.model, preset, a.output, a.kind, calib, held, Path(tmp) / f"{preset}.onnx")
-            print(json.dumps(r), flush=True)
+            print(json.dumps(r, default=_plain), flush=True)
             rows.append(r)
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1))
+        Path(a.json).write_text(json.dumps(rows, indent=1, default=_plain))
 
 
 if __name__ == "__main__":
