@@ -304,6 +304,10 @@ def test_heat_map_declared_peaks_breaks_on_tied_neighbours_and_holds_noise_below
     lost = [{"hm": np.full_like(f["hm"], np.nan)} for f in noisy]
     gone = measure(reference, lost, EIGHT, declared=declared)
     assert not gone.ok and gone.outputs["hm"].top1 == 0.0
+    # broken on the held-out peaks alone, beside calibration pages: the figure is said as the held-out one
+    alone = measure(reference, tied, EIGHT, declared=declared, seen=_heat_pages(2, seed=6)).outputs["hm"]
+    assert not alone.ok and alone.rows == 500 and "held-out peaks alone" in alone.describe()  # 2 pages: 25 + 225 a page
+    assert "calibration samples" not in alone.describe()
 
 
 def test_heat_map_peaks_a_shape_peaks_cannot_read_or_a_bad_score_is_named():

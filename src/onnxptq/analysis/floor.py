@@ -276,6 +276,9 @@ class OutputCheck:
     #: maps judged by their 3x3 peaks matched within one cell (a declared centre-point heat map:
     #: analysis/peak_reads.py): the scores as said ("score >= 0.15", "scores 0.1-0.5")
     peaks: str | None = None
+    #: a declared reading's share is the held-out feeds' alone (broken on them: ``_judge_declared_shares``), though
+    #: ``seen_feeds`` says repair judges on the calibration feeds too
+    held_out_only: bool = False
     #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
     #: feeds' rows would decide the beam warning (``Verdict.wants_calibration_feeds``; analysis/beam_reads.py)
     beam_rows: bool = False
@@ -347,7 +350,7 @@ class OutputCheck:
             unjudged = f" (NOT JUDGED: {self.positions.reads} reads, the floor needs {self.needed})" if self.top1_unjudged else ""
             text += f", {self.positions.describe()}{seen}" + (self._chance() if self.within_chance is not None else unjudged)
         elif self.top1 is not None:
-            seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
+            seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds and not self.held_out_only else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
             if self.points is not None:
                 top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
@@ -1071,7 +1074,7 @@ def _judge_declared_shares(check: OutputCheck, name: str,
     # repair judges its candidates on the same feeds (``ok_needs_calibration_feeds``), whichever broke
     check.seen_feeds = feeds
     if held_broken:
-        check.top1, check.rows = agree / rows, rows
+        check.top1, check.rows, check.held_out_only = agree / rows, rows, True
         check.note = f"{check.note} (broken on its {rows} held-out {_decisions_word(check)} alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
