@@ -264,3 +264,73 @@ def test_quantize_repairs_landmarks_declared_points_where_the_cosine_holds():
     assert not broken.ok and broken.points == 0.002 and broken.rows >= 32
     repaired = quantize(_landmark_head(), dataclasses.replace(declared, repair=True), data=data)
     assert repaired.floor.ok and repaired.repair and (repaired.repair.get("kept_float") or repaired.repair.get("stepped_up"))
+
+
+def _heat_pages(pages: int, tied: bool = False, seed: int = 5):
+    """Float CenterNet-style logit maps ``[1, 2, 40, 40]``: a background of −3·10⁴ and 25 cells a channel, each a
+    peak near logit 1 over its 3×3 rim 0.2-0.4 logits below; and a candidate: float's plus noise 20 times below
+    that gap, or (``tied``) each rim at its peak's value (what a coarse output step does: the rim rounds to the
+    peak's code, and each tie is one more peak)."""
+    rng = np.random.default_rng(seed)
+    refs, gots = [], []
+    for _ in range(pages):
+        hm, got = np.full((1, 2, 40, 40), -3e4), np.full((1, 2, 40, 40), -3e4)
+        for c in range(2):
+            for y in range(4, 40, 8):
+                for x in range(4, 40, 8):
+                    peak = rng.uniform(0.5, 1.5)
+                    hm[0, c, y - 1:y + 2, x - 1:x + 2] = peak - rng.uniform(0.2, 0.4, (3, 3))
+                    hm[0, c, y, x] = peak
+                    got[0, c, y - 1:y + 2, x - 1:x + 2] = peak if tied else hm[0, c, y - 1:y + 2, x - 1:x + 2] + rng.normal(0, 0.015, (3, 3))
+        refs.append({"hm": hm.astype(np.float32)})
+        gots.append({"hm": got.astype(np.float32)})
+    return refs, gots
+
+
+def test_heat_map_declared_peaks_breaks_on_tied_neighbours_and_holds_noise_below_the_gap():
+    declared = {"hm": parse_reading("hm", "peaks")}
+    reference, tied = _heat_pages(2, tied=True)
+    # the tie: every rim cell rounds to the peak's code, 9 peaks where float has 1; the objects' reading keeps them
+    told = measure(reference, tied, EIGHT, declared=declared)
+    check = told.outputs["hm"]
+    assert not told.ok and check.peaks is not None and check.top1 < 0.5 and "peaks' F1" in check.describe()
+    assert measure(reference, tied, EIGHT, declared={"hm": parse_reading("hm", "logits")}).ok
+    # each channel is judged alone, the worst said: channel 0 tied beside channel 1 kept breaks at channel 0's F1
+    one_tied = [{"hm": np.concatenate([t["hm"][:, :1], n["hm"][:, 1:]], axis=1)} for t, n in zip(tied, _heat_pages(2)[1])]
+    worst = measure(reference, one_tied, EIGHT, declared=declared).outputs["hm"]
+    assert not worst.ok and worst.top1 == check.top1 and "channel 0 of 2" in worst.describe()
+    # noise 20x below the rim's gap moves no peak: held on 100 peaks a channel, judged; a declared score judges at it alone
+    reference, noisy = _heat_pages(2)
+    held = measure(reference, noisy, EIGHT, declared=declared).outputs["hm"]
+    assert held.ok and held.top1 == 1.0 and held.rows == 100 and not held.top1_unjudged
+    one = measure(reference, noisy, EIGHT, declared={"hm": parse_reading("hm", "peaks:0.15")}).outputs["hm"]
+    assert one.ok and "score >= 0.15 of its sigmoid" in one.describe()
+    # a peak moved by one cell still matches; by two it is lost and one invented
+    moved = [{"hm": np.roll(f["hm"], s, axis=-1)} for f, s in zip(reference, (1, 2))]
+    shifted = measure(reference, moved, EIGHT, declared=declared).outputs["hm"]
+    assert shifted.top1 == 0.5 and shifted.rows == 100  # a channel: the first page (one cell) kept, the second (two) lost
+    # probabilities (all of float's values in [0, 1]) are read as they are: the same peaks
+    probs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in reference]
+    gprobs = [{"hm": np.exp(-np.logaddexp(0.0, -f["hm"].astype(np.float64))).astype(np.float32)} for f in noisy]
+    assert measure(probs, gprobs, EIGHT, declared=declared).outputs["hm"].top1 == 1.0
+    # the calibration feeds count too: held-out pages that hold beside calibration pages that tie break pooled
+    pooled = measure(reference, noisy, EIGHT, declared=declared, seen=(_heat_pages(2, seed=6)[0], _heat_pages(2, True, 6)[1]))
+    assert not pooled.ok and pooled.outputs["hm"].rows > 100 and pooled.outputs["hm"].seen_feeds == 2
+    # a candidate gone NaN keeps none of float's peaks
+    lost = [{"hm": np.full_like(f["hm"], np.nan)} for f in noisy]
+    gone = measure(reference, lost, EIGHT, declared=declared)
+    assert not gone.ok and gone.outputs["hm"].top1 == 0.0
+    # broken on the held-out peaks alone, beside calibration pages: the figure is said as the held-out one
+    alone = measure(reference, tied, EIGHT, declared=declared, seen=_heat_pages(2, seed=6)).outputs["hm"]
+    assert not alone.ok and alone.rows == 500 and "held-out peaks alone" in alone.describe()  # 2 pages: 25 + 225 a page
+    assert "calibration samples" not in alone.describe()
+
+
+def test_heat_map_peaks_a_shape_peaks_cannot_read_or_a_bad_score_is_named():
+    with pytest.raises(UsageError, match="'hm' peaks, but its shape \\(1, 40\\) is no heat map"):
+        measure([{"hm": np.zeros((1, 40), np.float32)}], [{"hm": np.zeros((1, 40), np.float32)}], EIGHT,
+                declared={"hm": parse_reading("hm", "peaks")})
+    for bad in ("peaks:0", "peaks:1", "peaks:x", "peaks:0.1,2"):
+        with pytest.raises(ConfigError, match=r"floor_output_reading\['hm'\].*0 < SCORE < 1"):
+            parse_reading("hm", bad)
+    assert parse_reading("hm", "peaks").score is None and parse_reading("hm", " Peaks:0.3 ").score == 0.3

