@@ -108,17 +108,23 @@ def _top_k(output: str, text: str, span: str) -> DeclaredReading:
     return DeclaredReading("topk", k=k)
 
 
+def _open_unit(text: str) -> float | None:
+    """``text`` as a number strictly between 0 and 1 (a share, a score), or None where it is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and 0.0 < value < 1.0 else None
+
+
 def _points(output: str, text: str, span: str) -> DeclaredReading:
     """``points``, ``points:TOL`` or ``points:TOL,D``: landmarks (analysis/point_reads.py), ``TOL`` in (0, 1)
     (default :data:`POINTS_TOLERANCE`), ``D`` 2 or 3 coordinates per point (default: the output's last axis)."""
     if not span.strip():
         return DeclaredReading("points")
     tol_text, _, dims_text = span.partition(",")
-    try:
-        tolerance = float(tol_text)
-    except ValueError:
-        tolerance = float("nan")
-    if not (math.isfinite(tolerance) and 0.0 < tolerance < 1.0):
+    tolerance = _open_unit(tol_text)
+    if tolerance is None:
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a points reading's tolerance is a share of "
                           "the point set's RMS radius, 0 < TOL < 1: 'points:TOL' or 'points:TOL,D' (e.g. 'points:0.02')")
     if not dims_text.strip():
@@ -134,11 +140,8 @@ def _peaks(output: str, text: str, span: str) -> DeclaredReading:
     ``SCORE`` the sigmoid score a peak must reach, in (0, 1) (default: each of :data:`PEAK_SCORES`)."""
     if not span.strip():
         return DeclaredReading("peaks")
-    try:
-        score = float(span)
-    except ValueError:
-        score = float("nan")
-    if not (math.isfinite(score) and 0.0 < score < 1.0):
+    score = _open_unit(span)
+    if score is None:
         raise ConfigError(f"floor_output_reading[{output!r}] is {text!r}: a peaks reading's score is the sigmoid score "
                           "a peak must reach, 0 < SCORE < 1: 'peaks' or 'peaks:SCORE' (e.g. 'peaks:0.15')")
     return DeclaredReading("peaks", score=score)
