@@ -31,6 +31,21 @@ def sample_values(n: int = 100_000, seed: int = 0) -> np.ndarray:
     return x
 
 
+def mx_edge_data(shape: tuple, seed: int, rate: float) -> np.ndarray:
+    """Log-uniform magnitudes with MX's edge cases (±Inf, NaN, ±0, subnormals, the float32 maximum, ties,
+    the FP8 maxima) sprinkled in at ``rate``, and the first third scaled by 1e-6 (blocks of small values:
+    the element formats' subnormal grids)."""
+    n = int(np.prod(shape))
+    x = log_uniform(n, seed=seed)
+    rng = np.random.default_rng(seed)
+    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, -3e-41, F32.tiny / 2, F32.max, -F32.max,
+                         1.5, -2.5, 0.75, 448.0, 57344.0, -1e-30], np.float32)
+    pick = rng.random(n) < rate
+    x[pick] = rng.choice(specials, int(pick.sum()))
+    x[: n // 3] *= np.float32(1e-6)
+    return x.reshape(shape)
+
+
 def run_model(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     """Run a one-input model ``x -> y`` in a plain onnxruntime CPU session."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -23,6 +23,7 @@ import pytest
 from _format_testing import assert_same_bits, fragment_session, run_static
 from onnxptq.formats import fake_quantize
 from onnxptq.formats.bfp import PRESETS
+from onnxptq.graph.walk import subgraph_nodes
 from onnxptq.onnx_ops import bfp, build_qdq
 
 FORMATS = {
@@ -144,10 +145,7 @@ def test_flush_test_has_no_where(name, shape, axis):
     several elementwise passes: 2-7 % of an MX9 call on conv-net activations, branch blockspeed);
     the body, its branches included, has no ``Where`` at all. Its bits: the edge-block tests above."""
     frag = build_qdq("bfp", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **dict(PRESETS[name], axis=axis))
-    nodes, todo = [], list(frag.functions[0].node)
-    while todo:
-        node = todo.pop()
-        nodes.append(node.op_type)
-        todo.extend(n for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for n in a.g.node)
+    body = frag.functions[0]
+    nodes = [n.op_type for n in (*body.node, *subgraph_nodes(body))]
     assert "If" in nodes and "Where" not in nodes, frag.functions[0].name
     assert "ThresholdedRelu" in nodes

@@ -52,14 +52,16 @@ def net() -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
     return _conv_net(), feeds
 
 
+def _quantized(model: onnx.ModelProto, cfg, feeds: list, share: bool) -> onnx.ModelProto:
+    """``onnxptq.quantize``'s model with share_functions on (the new form) or off (one definition per body)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(sf, "SHARE", share)
+        return onnxptq.quantize(model, cfg, feeds).model
+
+
 def _quantize(model: onnx.ModelProto, preset: str, new_form: bool, feeds: list) -> onnx.ModelProto:
     cfg = onnxptq.get_preset(preset).replace(repair=False, pack_weights=new_form)
-    old = sf.SHARE
-    sf.SHARE = new_form
-    try:
-        return onnxptq.quantize(model, cfg, feeds[:2]).model
-    finally:
-        sf.SHARE = old
+    return _quantized(model, cfg, feeds[:2], new_form)
 
 
 def _run(model: onnx.ModelProto, feeds: list) -> list[np.ndarray]:
@@ -147,14 +149,7 @@ def test_a_call_inside_an_if_branch_reads_lifted_values_from_the_main_graph():
     from onnxptq.graph.walk import all_graphs
 
     model, feeds = make_if_model(0), _if_feeds(4, 1, (True, False))
-    built = {}
-    for share in (False, True):
-        old = sf.SHARE
-        sf.SHARE = share
-        try:
-            built[share] = onnxptq.quantize(model, _config("MXINT8"), feeds).model
-        finally:
-            sf.SHARE = old
+    built = {share: _quantized(model, _config("MXINT8"), feeds, share) for share in (False, True)}
     inits = {t.name for t in built[True].graph.initializer}
     body_calls = [n for g in list(all_graphs(built[True].graph))[1:] for n in g.node if n.domain == "onnxptq"]
     assert any(i in inits for n in body_calls for i in n.input[1:]), [list(n.input) for n in body_calls]

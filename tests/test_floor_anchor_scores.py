@@ -42,12 +42,12 @@ def head():
     model = anchor_head(SIZE)
     session = open_session(model)
     names = [o.name for o in model.graph.output]
+    same = [session.run(None, {"x": x})[names.index("boxes")] for x in _logits("none")]
 
     def outputs(change: str) -> list[dict[str, np.ndarray]]:
         """The head's outputs on the changed logits, its boxes float's (only the scores are judged here)."""
         runs = [dict(zip(names, session.run(None, {"x": x}))) for x in _logits(change)]
-        same = [session.run(None, {"x": x})[names.index("boxes")] for x in _logits("none")]
-        return [{**run, "boxes": boxes} for run, boxes in zip(runs, same)]
+        return [{**run, "boxes": boxes.copy()} for run, boxes in zip(runs, same)]
 
     return model, outputs
 

@@ -20,6 +20,7 @@ from onnx import TensorProto, numpy_helper
 
 from _format_testing import assert_same_bits, fragment_session
 from onnxptq.formats import fake_quantize
+from onnxptq.graph.walk import subgraph_nodes
 from onnxptq.onnx_ops import build_qdq
 
 #: (declared shape, run shape): branch-free whole-axis / plain view (small, known), branched
@@ -38,24 +39,12 @@ def _constants(body: onnx.FunctionProto) -> dict[str, np.ndarray]:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
 
 
-def _all_nodes(body: onnx.FunctionProto) -> list[onnx.NodeProto]:
-    """The body's nodes, ``If`` branches included."""
-    out, todo = [], list(body.node)
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                todo.extend(a.g.node)
-    return out
-
-
 @pytest.mark.parametrize("shape,run", SHAPES, ids=str)
 @pytest.mark.parametrize("rounding_mode", [0, 1, 2])
 def test_unit_from_the_maxima(shape, run, rounding_mode) -> None:
     body = _frag(shape, rounding_mode).functions[0]
     consts = _constants(body)
-    by_unit = [n for n in _all_nodes(body) if n.op_type == "Mul"
+    by_unit = [n for n in (*body.node, *subgraph_nodes(body)) if n.op_type == "Mul"
                and any(i in consts and consts[i].size == 1 and float(consts[i].reshape(-1)[0]) == 2.0**-6 for i in n.input)]
     assert not by_unit, f"{body.name}: a Mul by 2^-6 (the unit from the scale)"
     floor = [n for n in body.node if n.op_type == "Max"

@@ -14,12 +14,11 @@ with a static shape and with a dynamic batch.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from _format_testing import assert_same_bits, fragment_session, log_uniform
+from _format_testing import assert_same_bits, fragment_session, mx_edge_data
 from onnxptq.formats import fake_quantize
 from onnxptq.onnx_ops import build_qdq
 
@@ -56,21 +55,6 @@ def test_view_chosen_by_structure(shape, axis, transposed) -> None:
         assert body.name.split("_f32")[0].endswith(("l", "li", "lhi", "lh")) == transposed, body.name
 
 
-def _edge_data(shape: tuple, seed: int) -> np.ndarray:
-    """Log-uniform magnitudes over float32's range with the edge cases sprinkled in, and rows of
-    tiny values (the element formats' subnormal grids)."""
-    n = int(np.prod(shape))
-    x = log_uniform(n, seed=seed)
-    rng = np.random.default_rng(seed)
-    f32 = np.finfo(np.float32)
-    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, -3e-41, f32.tiny / 2, f32.max, -f32.max,
-                         1.5, -2.5, 0.75, 448.0, 57344.0, -1e-30], np.float32)
-    pick = rng.random(n) < 0.1
-    x[pick] = rng.choice(specials, int(pick.sum()))
-    x[: n // 3] *= np.float32(1e-6)
-    return x.reshape(shape)
-
-
 @pytest.mark.parametrize("element_dtype,rounding_mode", ELEMENTS + [("int8", 1), ("fp8_e5m2", 2), ("fp6_e3m2", 2)])
 @pytest.mark.parametrize("shape,axis", [((300, 200, 1), 1), ((250, 40, 1, 1), -3)], ids=str)
 def test_transposed_bodies_bit_exact(element_dtype, rounding_mode, shape, axis) -> None:
@@ -78,7 +62,7 @@ def test_transposed_bodies_bit_exact(element_dtype, rounding_mode, shape, axis) 
     frag = build_qdq("mx", "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
     assert _transposed(frag.functions[0]), frag.functions[0].name
     sess = fragment_session(frag, list(shape), TensorProto.FLOAT)
-    x = _edge_data(shape, seed=sum(shape) + rounding_mode + len(element_dtype))
+    x = mx_edge_data(shape, seed=sum(shape) + rounding_mode + len(element_dtype), rate=0.1)
     assert_same_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "mx", **attrs), frag.functions[0].name)
 
 
@@ -91,7 +75,7 @@ def test_dynamic_batch_transposed_body_bit_exact(element_dtype, rounding_mode) -
     assert _transposed(frag.functions[0]), frag.functions[0].name
     sess = fragment_session(frag, ["N", 8200, 1], TensorProto.FLOAT)
     for batch in (1, 2, 0):
-        x = _edge_data((batch, 8200, 1), seed=batch + 7)
+        x = mx_edge_data((batch, 8200, 1), seed=batch + 7, rate=0.1)
         got = sess.run(None, {"x": x})[0]
         assert got.shape == x.shape
         assert_same_bits(got, fake_quantize(x, "mx", **attrs), f"{frag.functions[0].name} batch {batch}")
@@ -102,7 +86,7 @@ def test_transposed_body_in_a_model_matches_the_plain_view() -> None:
     dim of 1 the shape does not tell), gives the same bits inside a model (a Relu before it)."""
     shape = (300, 200, 1)
     attrs = dict(element_dtype="fp8_e4m3", axis=1, block_size=32, rounding_mode=2)
-    x = _edge_data(shape, seed=3)
+    x = mx_edge_data(shape, seed=3, rate=0.1)
     outs = []
     for declared in (shape, (300, 200, "t")):
         frag = build_qdq("mx", "r", "y", name="q", opset=21, shape=declared, dtype="float32", **attrs)

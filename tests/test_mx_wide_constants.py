@@ -13,11 +13,10 @@ float32 maximum, ties).
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 
-from _format_testing import assert_same_bits, log_uniform, run_static
+from _format_testing import assert_same_bits, mx_edge_data, run_static
 from onnxptq.formats import fake_quantize
 from onnxptq.onnx_ops import build_qdq
 
@@ -77,24 +76,10 @@ def test_fp_choice_has_no_where_and_is_scaled_once(element_dtype, shape, axis) -
                 and n.output[0] in rounds[0].input], body.name  # Round reads the quotient itself
 
 
-def _edge_data(shape: tuple, axis: int, seed: int) -> np.ndarray:
-    """Log-uniform magnitudes over float32's range with the edge cases sprinkled in."""
-    n = int(np.prod(shape))
-    x = log_uniform(n, seed=seed)
-    rng = np.random.default_rng(seed)
-    f32 = np.finfo(np.float32)
-    specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, -3e-41, f32.tiny / 2, f32.max, -f32.max,
-                         1.5, -2.5, 0.75, 448.0, 57344.0, -1e-30], np.float32)
-    pick = rng.random(n) < 0.15
-    x[pick] = rng.choice(specials, int(pick.sum()))
-    x[: n // 3] *= np.float32(1e-6)  # blocks of small values: the subnormal grid in the element format
-    return x.reshape(shape)
-
-
 @pytest.mark.parametrize("shape,axis", SHAPES, ids=str)
 @pytest.mark.parametrize("element_dtype,rounding_mode", [(e, 2) for e in FP] + [("int8", 0), ("int8", 1), ("int8", 2)])
 def test_trailing_one_views_bit_exact(element_dtype, rounding_mode, shape, axis) -> None:
     attrs = dict(element_dtype=element_dtype, axis=axis, block_size=32, rounding_mode=rounding_mode)
-    x = _edge_data(shape, axis, seed=len(element_dtype) + rounding_mode + sum(shape))
+    x = mx_edge_data(shape, seed=len(element_dtype) + rounding_mode + sum(shape), rate=0.15)
     got, name = run_static("mx", x, **attrs)
     assert_same_bits(got, fake_quantize(x, "mx", **attrs), f"{name} {shape}")
