@@ -30,7 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..opsets import is_onnx_domain
-from ..walk import all_graphs
+from ..walk import all_graphs, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,8 @@ def _calls(model: onnx.ModelProto) -> tuple[list[onnx.NodeProto], list[onnx.Node
     for fn in model.functions:
         for node in fn.node:
             fn_nodes.append(node)
-            for a in node.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
+            for sub in subgraphs(node):
+                fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
     return graph_nodes, fn_nodes
 
 
@@ -201,19 +200,18 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
             continue
         keep = set(fn.input) | set(fn.output)
         graphs_nodes: list[onnx.NodeProto] = []
-        subgraphs: list[onnx.GraphProto] = []
+        bodies: list[onnx.GraphProto] = []
 
         def collect(nodes: Iterable[onnx.NodeProto]) -> None:
             for node in nodes:
                 graphs_nodes.append(node)
-                for a in node.attribute:
-                    for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                        subgraphs.append(sub)
-                        collect(sub.node)
+                for sub in subgraphs(node):
+                    bodies.append(sub)
+                    collect(sub.node)
 
         collect(fn.node)
         made = [o for n in graphs_nodes for o in n.output if o and o not in keep]
-        made += [v.name for g in subgraphs for v in g.input if v.name not in keep]
+        made += [v.name for g in bodies for v in g.input if v.name not in keep]
         # names that stay (formal parameters, anything read but made nowhere here) are never given
         taken = keep | ({i for n in graphs_nodes for i in n.input} - set(made))
         rename: dict[str, str] = {}
@@ -230,7 +228,7 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
             node.output[:] = [rename.get(o, o) for o in node.output]
             if _is_constant(node) and node.attribute and node.attribute[0].name == "value":
                 node.attribute[0].t.name = ""
-        for g in subgraphs:
+        for g in bodies:
             for v in list(g.input) + list(g.output) + list(g.value_info):
                 v.name = rename.get(v.name, v.name)
         for v in fn.value_info:
