@@ -115,11 +115,11 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     graph_nodes, fn_nodes = _calls(model)
     called_inside = {(n.domain, n.op_type) for n in fn_nodes}
     taken = _names_in(model)
-    values: dict[tuple, str] = {}  # (dtype, shape, bytes) -> initializer name
+    values: dict[tuple, str] = {}  # _value_key -> initializer name
     counter = [0]
 
     def initializer(value: np.ndarray) -> str:
-        key = (value.dtype.str, value.shape, value.tobytes())
+        key = _value_key(value)
         if key not in values:
             while f"{STEM}{counter[0]}" in taken:
                 counter[0] += 1
@@ -138,7 +138,7 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
         consts = [i for i, n in enumerate(keep.node) if _is_constant(n) and _constant_value(n) is not None]
         member_values = [[_constant_value(m.node[i]) for i in consts] for m in members]
         differ = [j for j in range(len(consts))
-                  if any(not _same(mv[j], member_values[0][j]) for mv in member_values[1:])]
+                  if any(_value_key(mv[j]) != _value_key(member_values[0][j]) for mv in member_values[1:])]
         if differ and any((domain, m.name) in called_inside for m in members):
             continue  # a call inside a function could not read the lifted initializers
         lifted = [consts[j] for j in differ]
@@ -236,8 +236,9 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
     return model
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+def _value_key(value: np.ndarray) -> tuple:
+    """What makes two lifted values one: dtype, shape and bytes (one initializer serves equal keys)."""
+    return value.dtype.str, value.shape, value.tobytes()
 
 
 __all__ = ["share_functions", "compact_bodies", "SHARE"]
