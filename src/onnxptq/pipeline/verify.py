@@ -130,7 +130,9 @@ class Verified:
 
     def recall(self, model: onnx.ModelProto, signature: tuple) -> Judgement | None:
         """The judgement of a model with ``model``'s bytes on a session of ``signature``, or None."""
-        if not self.entries:
+        if all(known != signature for known, _ in self.entries.values()):
+            # none was judged on such a session (finish's pool is one thread only on a 2-core
+            # machine): the model is not serialized and hashed for a lookup that cannot match
             return None
         entry = self.entries.get(model_digest(model) or "")
         if entry is None or entry[0] != signature:
