@@ -132,7 +132,8 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     #: (domain, old name) -> (kept name, extra input names)
     rename: dict[tuple[str, str], tuple[str, list[str]]] = {}
     dropped: set[tuple[str, str]] = set()
-    before = sum(f.ByteSize() for f in model.functions)
+    # sizes only for the debug line: ByteSize serializes every definition
+    before = sum(f.ByteSize() for f in model.functions) if log.isEnabledFor(logging.DEBUG) else 0
     for (domain, skeleton), members in groups.items():
         keep = members[0]
         consts = [i for i, n in enumerate(keep.node) if _is_constant(n) and _constant_value(n) is not None]
@@ -178,8 +179,9 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     kept = [f for f in model.functions if (f.domain, f.name) not in dropped]
     del model.functions[:]
     model.functions.extend(kept)
-    log.debug("shared functions: %d definitions of %d B -> %d of %d B (%d lifted values)", len(kept) + len(dropped),
-              before, len(kept), sum(f.ByteSize() for f in kept), len(values))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("shared functions: %d definitions of %d B -> %d of %d B (%d lifted values)", len(kept) + len(dropped),
+                  before, len(kept), sum(f.ByteSize() for f in kept), len(values))
     return model
 
 
