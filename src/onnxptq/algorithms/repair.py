@@ -191,8 +191,9 @@ class _Judge:
         self.evaluations += 1
         started = _clock(self)
         try:
-            model = build_model(self.calibrated, _unpacked(self.configure(kept, rung)), reuse=self.reuse).model
-            verdict: Verdict | None = self.run(model, self.configure(kept, rung))
+            delivered = self.configure(kept, rung)  # the delivered config; the candidate is its unpacked twin
+            model = build_model(self.calibrated, _unpacked(delivered), reuse=self.reuse).model
+            verdict: Verdict | None = self.run(model, delivered)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)

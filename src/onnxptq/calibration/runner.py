@@ -265,17 +265,17 @@ class _Runs:
             log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
-        rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.rows_input else {}
-        try:
-            return self.session.run(self.names + list(extra), {**feed, **rows})
-        except Exception as exc:  # the data fits the inputs' declared shapes, but not the model's nodes
-            raise ModelRuntimeError(f"onnxruntime failed running the model on the calibration data: {_one_line(exc)}") from exc
+        return self._fetch(self.names + list(extra), feed, groups)
 
     def outputs(self, feed: dict[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """``names`` (model outputs) of one feed's run, nothing else fetched and nothing folded."""
-        rows = {ROWS_INPUT: np.array([1, -1], dtype=np.int64)} if self.rows_input else {}
+        return self._fetch(list(names), feed, 1)
+
+    def _fetch(self, fetches: list[str], feed: dict[str, np.ndarray], groups: int) -> list[np.ndarray]:
+        """``fetches`` of one run on ``feed`` (``groups`` feeds joined: the reductions' row count)."""
+        rows = {ROWS_INPUT: np.array([groups, -1], dtype=np.int64)} if self.rows_input else {}
         try:
-            return self.session.run(list(names), {**feed, **rows})
+            return self.session.run(fetches, {**feed, **rows})
         except Exception as exc:  # the data fits the inputs' declared shapes, but not the model's nodes
             raise ModelRuntimeError(f"onnxruntime failed running the model on the calibration data: {_one_line(exc)}") from exc
 

@@ -259,26 +259,26 @@ def on_grid_tensors(nodes: Iterable[onnx.NodeProto], plan: Plan, shapes: dict[st
         ok = (node is not None and is_onnx_domain(node.domain) and (node.op_type in _MOVES or node.op_type == "Relu")
               and quantized_on_grid(name) and elem_types.get(name) == onnx.TensorProto.FLOAT
               and name in shapes and len(node.output) == 1)
-        if ok and elementwise(grid_key(tplan)):
-            ok = values_kept(node) and all(
-                quantized_on_grid(x) and grid_key(plan.tensors[x]) == grid_key(tplan)
-                and elem_types.get(x) == onnx.TensorProto.FLOAT and reads_quantized(node.name, x)
-                for x in _data_inputs(node)) and bool(_data_inputs(node))
-            if ok:
-                found[name] = node.op_type
-            return ok
         if ok:
-            t_shape = shapes[name]
-            t_axis = _axis(tplan, len(t_shape))
             inputs = _data_inputs(node)
-            ok = t_axis is not None and bool(inputs)
-            if ok and node.op_type == "Concat":
+            # an element format (no blocks) needs its values kept, whatever the axes; a block format
+            # its blocks, read along each input's axis
+            flat = elementwise(grid_key(tplan))
+            t_shape = shapes[name]
+            t_axis = None if flat else _axis(tplan, len(t_shape))
+            ok = (values_kept(node) if flat else t_axis is not None) and bool(inputs)
+            if ok and not flat and node.op_type == "Concat":
                 ok = concat_aligned(node, t_axis, len(t_shape), shapes, block_size(grid_key(tplan)))
             for x in inputs if ok else []:
                 xplan = plan.tensors.get(x)
-                x_shape = shapes.get(x)
-                if (xplan is None or x_shape is None or not quantized_on_grid(x) or grid_key(xplan) != grid_key(tplan)
+                if (xplan is None or not quantized_on_grid(x) or grid_key(xplan) != grid_key(tplan)
                         or elem_types.get(x) != onnx.TensorProto.FLOAT or not reads_quantized(node.name, x)):
+                    ok = False
+                    break
+                if flat:
+                    continue
+                x_shape = shapes.get(x)
+                if x_shape is None:
                     ok = False
                     break
                 x_axis = _axis(xplan, len(x_shape))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ import onnx
 
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
+from ..sessions import serialized
 from .calibrate import Calibrated
 
 log = logging.getLogger(__name__)
@@ -91,11 +93,10 @@ def session_signature(session: Any) -> tuple:
 
 
 def model_digest(model: onnx.ModelProto) -> str | None:
-    """sha256 of ``model``'s serialized bytes (None past protobuf's limit: never matched)."""
-    try:
-        return hashlib.sha256(model.SerializeToString()).hexdigest()
-    except Exception:  # noqa: BLE001 - google.protobuf.message.EncodeError past 2 GB
-        return None
+    """sha256 of ``model``'s serialized bytes (None where protobuf cannot serialize it, past 2 GB:
+    never matched). By :func:`onnxptq.sessions.serialized`, without its size limit."""
+    data = serialized(model, limit=sys.maxsize)
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 class Verified:
@@ -129,7 +130,9 @@ class Verified:
 
     def recall(self, model: onnx.ModelProto, signature: tuple) -> Judgement | None:
         """The judgement of a model with ``model``'s bytes on a session of ``signature``, or None."""
-        if not self.entries:
+        if all(known != signature for known, _ in self.entries.values()):
+            # none was judged on such a session (finish's pool is one thread only on a 2-core
+            # machine): the model is not serialized and hashed for a lookup that cannot match
             return None
         entry = self.entries.get(model_digest(model) or "")
         if entry is None or entry[0] != signature:

@@ -30,7 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..opsets import is_onnx_domain
-from ..walk import all_graphs
+from ..walk import all_graphs, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,8 @@ def _calls(model: onnx.ModelProto) -> tuple[list[onnx.NodeProto], list[onnx.Node
     for fn in model.functions:
         for node in fn.node:
             fn_nodes.append(node)
-            for a in node.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
+            for sub in subgraphs(node):
+                fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
     return graph_nodes, fn_nodes
 
 
@@ -116,11 +115,11 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     graph_nodes, fn_nodes = _calls(model)
     called_inside = {(n.domain, n.op_type) for n in fn_nodes}
     taken = _names_in(model)
-    values: dict[tuple, str] = {}  # (dtype, shape, bytes) -> initializer name
+    values: dict[tuple, str] = {}  # _value_key -> initializer name
     counter = [0]
 
     def initializer(value: np.ndarray) -> str:
-        key = (value.dtype.str, value.shape, value.tobytes())
+        key = _value_key(value)
         if key not in values:
             while f"{STEM}{counter[0]}" in taken:
                 counter[0] += 1
@@ -133,13 +132,14 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     #: (domain, old name) -> (kept name, extra input names)
     rename: dict[tuple[str, str], tuple[str, list[str]]] = {}
     dropped: set[tuple[str, str]] = set()
-    before = sum(f.ByteSize() for f in model.functions)
+    # sizes only for the debug line: ByteSize serializes every definition
+    before = sum(f.ByteSize() for f in model.functions) if log.isEnabledFor(logging.DEBUG) else 0
     for (domain, skeleton), members in groups.items():
         keep = members[0]
         consts = [i for i, n in enumerate(keep.node) if _is_constant(n) and _constant_value(n) is not None]
         member_values = [[_constant_value(m.node[i]) for i in consts] for m in members]
         differ = [j for j in range(len(consts))
-                  if any(not _same(mv[j], member_values[0][j]) for mv in member_values[1:])]
+                  if any(_value_key(mv[j]) != _value_key(member_values[0][j]) for mv in member_values[1:])]
         if differ and any((domain, m.name) in called_inside for m in members):
             continue  # a call inside a function could not read the lifted initializers
         lifted = [consts[j] for j in differ]
@@ -179,8 +179,9 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     kept = [f for f in model.functions if (f.domain, f.name) not in dropped]
     del model.functions[:]
     model.functions.extend(kept)
-    log.debug("shared functions: %d definitions of %d B -> %d of %d B (%d lifted values)", len(kept) + len(dropped),
-              before, len(kept), sum(f.ByteSize() for f in kept), len(values))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("shared functions: %d definitions of %d B -> %d of %d B (%d lifted values)", len(kept) + len(dropped),
+                  before, len(kept), sum(f.ByteSize() for f in kept), len(values))
     return model
 
 
@@ -201,19 +202,18 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
             continue
         keep = set(fn.input) | set(fn.output)
         graphs_nodes: list[onnx.NodeProto] = []
-        subgraphs: list[onnx.GraphProto] = []
+        bodies: list[onnx.GraphProto] = []
 
         def collect(nodes: Iterable[onnx.NodeProto]) -> None:
             for node in nodes:
                 graphs_nodes.append(node)
-                for a in node.attribute:
-                    for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                        subgraphs.append(sub)
-                        collect(sub.node)
+                for sub in subgraphs(node):
+                    bodies.append(sub)
+                    collect(sub.node)
 
         collect(fn.node)
         made = [o for n in graphs_nodes for o in n.output if o and o not in keep]
-        made += [v.name for g in subgraphs for v in g.input if v.name not in keep]
+        made += [v.name for g in bodies for v in g.input if v.name not in keep]
         # names that stay (formal parameters, anything read but made nowhere here) are never given
         taken = keep | ({i for n in graphs_nodes for i in n.input} - set(made))
         rename: dict[str, str] = {}
@@ -230,7 +230,7 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
             node.output[:] = [rename.get(o, o) for o in node.output]
             if _is_constant(node) and node.attribute and node.attribute[0].name == "value":
                 node.attribute[0].t.name = ""
-        for g in subgraphs:
+        for g in bodies:
             for v in list(g.input) + list(g.output) + list(g.value_info):
                 v.name = rename.get(v.name, v.name)
         for v in fn.value_info:
@@ -238,8 +238,9 @@ def compact_bodies(model: onnx.ModelProto, domains: Iterable[str] | None = None)
     return model
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+def _value_key(value: np.ndarray) -> tuple:
+    """What makes two lifted values one: dtype, shape and bytes (one initializer serves equal keys)."""
+    return value.dtype.str, value.shape, value.tobytes()
 
 
 __all__ = ["share_functions", "compact_bodies", "SHARE"]
