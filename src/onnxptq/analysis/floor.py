@@ -1486,16 +1486,21 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are regression fields, not class scores (:func:`onnxptq.analysis.head_kind.regression_like`)."""
-    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
-    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 1 and v.shape[-1] == values[0].shape[-1]]
+    values = _float_values(name, reference, seen, 1)
     return bool(values) and regression_like(values)
+
+
+def _float_values(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None, ndim: int) -> list[np.ndarray]:
+    """Float's floating values of ``name`` on the held-out and calibration (``seen``) feeds, of rank at least
+    ``ndim`` and of the first feed's last axis: what :func:`_regression_head` and :func:`_multilabel_head` read."""
+    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
+    return [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= ndim and v.shape[-1] == values[0].shape[-1]]
 
 
 def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are independent per-column activations (:func:`onnxptq.analysis.multilabel.multilabel_like`)."""
-    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
-    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 2 and v.shape[-1] == values[0].shape[-1]]
+    values = _float_values(name, reference, seen, 2)
     return bool(values) and multilabel_like(values)
 
 
