@@ -1525,13 +1525,13 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
     if not pairs and not reshaped:
         return None
     thresholds = column_thresholds([r for r, _ in pairs])
-    held, pooled = ColumnRuns(thresholds), ColumnRuns(thresholds)
+    held = ColumnRuns(thresholds)
     cosines: list[float] = []
     sums: list[tuple[float, float, float]] = []
     for r, g in pairs:
         held.add(r, g)
-        pooled.add(r, g)
         _add_cosine(r, g, cosines, sums)
+    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added below
     feeds = 0
     for r, g in _seen_pairs(seen, name, pairs[0][0].shape[-1] if pairs else None):
         pooled.add(r, g)
