@@ -120,7 +120,7 @@ from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresho
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
 from .det_levels import Level, detector_levels, level_maps
-from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs
+from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs, sigmoid
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -1097,15 +1097,15 @@ def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[
     gates a sibling is), on the calibration feeds ``seen`` too where the held-out ones hold too few;
     lower ranks by the share of float's decisions at those thresholds kept, over the elements either
     side scores at least the lowest (a multi-label tagger's rows), against the top-1 floor."""
-    probs = [(_sigmoid(r), _sigmoid(g)) for r, g in pairs]
+    probs = [(sigmoid(r), sigmoid(g)) for r, g in pairs]
     heat = ThresholdCells()
     for r, g in probs:
         heat.add(r, g)
     if heat.valid and heat.feeds:
         more = None
         if seen is not None:
-            more = ([{name: _sigmoid(np.asarray(f[name]))} for f in seen[0] if name in f],
-                    [{name: _sigmoid(np.asarray(f[name]))} for f in seen[1] if name in f])
+            more = ([{name: sigmoid(np.asarray(f[name]))} for f in seen[0] if name in f],
+                    [{name: sigmoid(np.asarray(f[name]))} for f in seen[1] if name in f])
         check = _judge_threshold_cells(name, heat, more, floor, reshaped, samples)
         check.note = f"(judged by {reading.describe()}) {check.note}"
         return check
@@ -1140,12 +1140,6 @@ def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[
 def _decisions_word(check: OutputCheck) -> str:
     """What a declared reading's decisions are called in its verdict: samples (points), peaks or rows."""
     return "samples" if check.points is not None else "peaks" if check.peaks is not None else "rows"
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function in float64 without overflow warnings (a logit of −3e4 is 0)."""
-    x = np.asarray(x, np.float64)
-    return np.exp(-np.logaddexp(0.0, -x))
 
 
 def _reshaped_note(count: int, samples: int) -> str:
