@@ -946,8 +946,6 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
     the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
     feeds where float is not finite are skipped, a shape that moved breaks."""
-    cosines: list[float] = []
-    sums: list[tuple[float, float, float]] = []
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     reshaped = 0
     for ref, got in zip(reference, candidate):
@@ -957,10 +955,14 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
         if r.shape != g.shape:
             reshaped += 1
             continue
-        _add_cosine(r, g, cosines, sums)
         pairs.append((r, g))
     if reading.kind == "logits" and pairs:
+        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
         return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    cosines: list[float] = []
+    sums: list[tuple[float, float, float]] = []
+    for r, g in pairs:
+        _add_cosine(r, g, cosines, sums)
     arr = np.asarray(cosines)
     finite = bool(arr.size) and bool(np.isfinite(arr).all())
     pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
