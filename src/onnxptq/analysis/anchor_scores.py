@@ -48,7 +48,7 @@ import onnx
 
 from ..graph.ops import RELAYOUTS
 
-__all__ = ["AnchorScores", "anchor_probabilities", "anchor_score_outputs"]
+__all__ = ["AnchorScores", "anchor_probabilities", "anchor_score_outputs", "sigmoid"]
 
 #: ops between a head's convolutions and its outputs that only move values, or bound them (BlazeFace's Clip)
 _MOVES = RELAYOUTS | {"Cast", "Clip"}
@@ -113,7 +113,8 @@ def anchor_score_outputs(model: onnx.ModelProto) -> dict[str, AnchorScores]:
     return found
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function in float64 without overflow warnings (a logit of −3e4 is 0)."""
     x = np.asarray(x, np.float64)
     return np.exp(-np.logaddexp(0.0, -x))
 
@@ -127,7 +128,7 @@ def anchor_probabilities(scores: np.ndarray, boxes: np.ndarray, logits: bool, *,
         s = s[..., 0]
     if s.ndim != 2 or b.ndim != 3 or b.shape[:2] != s.shape or b.shape[2] < 2 or not np.issubdtype(s.dtype, np.floating):
         return None
-    p = _sigmoid(s) if logits else np.asarray(s, np.float64)
+    p = sigmoid(s) if logits else np.asarray(s, np.float64)
     if check and (not np.isfinite(p).all() or float(p.min()) < -1e-6 or float(p.max()) > 1.0 + 1e-6):
         return None
     return p[:, None, :]

@@ -120,7 +120,7 @@ from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresho
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
 from .det_levels import Level, detector_levels, level_maps
-from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs
+from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs, sigmoid
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
@@ -946,8 +946,6 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
     the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
     feeds where float is not finite are skipped, a shape that moved breaks."""
-    cosines: list[float] = []
-    sums: list[tuple[float, float, float]] = []
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     reshaped = 0
     for ref, got in zip(reference, candidate):
@@ -957,10 +955,14 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
         if r.shape != g.shape:
             reshaped += 1
             continue
-        _add_cosine(r, g, cosines, sums)
         pairs.append((r, g))
     if reading.kind == "logits" and pairs:
+        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
         return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    cosines: list[float] = []
+    sums: list[tuple[float, float, float]] = []
+    for r, g in pairs:
+        _add_cosine(r, g, cosines, sums)
     arr = np.asarray(cosines)
     finite = bool(arr.size) and bool(np.isfinite(arr).all())
     pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
@@ -1097,15 +1099,15 @@ def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[
     gates a sibling is), on the calibration feeds ``seen`` too where the held-out ones hold too few;
     lower ranks by the share of float's decisions at those thresholds kept, over the elements either
     side scores at least the lowest (a multi-label tagger's rows), against the top-1 floor."""
-    probs = [(_sigmoid(r), _sigmoid(g)) for r, g in pairs]
+    probs = [(sigmoid(r), sigmoid(g)) for r, g in pairs]
     heat = ThresholdCells()
     for r, g in probs:
         heat.add(r, g)
     if heat.valid and heat.feeds:
         more = None
         if seen is not None:
-            more = ([{name: _sigmoid(np.asarray(f[name]))} for f in seen[0] if name in f],
-                    [{name: _sigmoid(np.asarray(f[name]))} for f in seen[1] if name in f])
+            more = ([{name: sigmoid(np.asarray(f[name]))} for f in seen[0] if name in f],
+                    [{name: sigmoid(np.asarray(f[name]))} for f in seen[1] if name in f])
         check = _judge_threshold_cells(name, heat, more, floor, reshaped, samples)
         check.note = f"(judged by {reading.describe()}) {check.note}"
         return check
@@ -1140,12 +1142,6 @@ def _judge_declared_logits(name: str, reading: DeclaredReading, pairs: Sequence[
 def _decisions_word(check: OutputCheck) -> str:
     """What a declared reading's decisions are called in its verdict: samples (points), peaks or rows."""
     return "samples" if check.points is not None else "peaks" if check.peaks is not None else "rows"
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function in float64 without overflow warnings (a logit of −3e4 is 0)."""
-    x = np.asarray(x, np.float64)
-    return np.exp(-np.logaddexp(0.0, -x))
 
 
 def _reshaped_note(count: int, samples: int) -> str:
@@ -1486,16 +1482,21 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are regression fields, not class scores (:func:`onnxptq.analysis.head_kind.regression_like`)."""
-    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
-    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 1 and v.shape[-1] == values[0].shape[-1]]
+    values = _float_values(name, reference, seen, 1)
     return bool(values) and regression_like(values)
+
+
+def _float_values(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None, ndim: int) -> list[np.ndarray]:
+    """Float's floating values of ``name`` on the held-out and calibration (``seen``) feeds, of rank at least
+    ``ndim`` and of the first feed's last axis: what :func:`_regression_head` and :func:`_multilabel_head` read."""
+    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
+    return [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= ndim and v.shape[-1] == values[0].shape[-1]]
 
 
 def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are independent per-column activations (:func:`onnxptq.analysis.multilabel.multilabel_like`)."""
-    values = [np.asarray(f[name]) for f in [*reference, *(seen[0] if seen else ())] if name in f]
-    values = [v for v in values if np.issubdtype(v.dtype, np.floating) and v.ndim >= 2 and v.shape[-1] == values[0].shape[-1]]
+    values = _float_values(name, reference, seen, 2)
     return bool(values) and multilabel_like(values)
 
 
@@ -1520,13 +1521,13 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
     if not pairs and not reshaped:
         return None
     thresholds = column_thresholds([r for r, _ in pairs])
-    held, pooled = ColumnRuns(thresholds), ColumnRuns(thresholds)
+    held = ColumnRuns(thresholds)
     cosines: list[float] = []
     sums: list[tuple[float, float, float]] = []
     for r, g in pairs:
         held.add(r, g)
-        pooled.add(r, g)
         _add_cosine(r, g, cosines, sums)
+    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added below
     feeds = 0
     for r, g in _seen_pairs(seen, name, pairs[0][0].shape[-1] if pairs else None):
         pooled.add(r, g)

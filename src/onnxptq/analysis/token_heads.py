@@ -40,6 +40,9 @@ from typing import Collection, Iterator
 
 import onnx
 
+from ..graph.walk import dataflow, upstream_nodes
+from .class_scores import _const_shapes
+
 __all__ = ["NEXT", "TAGS", "kind_for", "token_heads"]
 
 #: a tagger: one class decision per token of an integer input, over classes that are not its tokens
@@ -51,16 +54,6 @@ _INTEGER = frozenset((onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.Tenso
                       onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.INT8))
 #: what may stand between a token input and the Gather's indices
 _INDEX_PATH = frozenset("Slice Gather Cast Reshape Squeeze Unsqueeze Identity Transpose Flatten Expand Clip".split())
-
-
-def _const_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    shapes = {t.name: tuple(t.dims) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            for attr in node.attribute:
-                if attr.name == "value":
-                    shapes[node.output[0]] = tuple(attr.t.dims)
-    return shapes
 
 
 def _from_token_input(tensor: str, producer: dict[str, onnx.NodeProto], tokens: set[str]) -> bool:
@@ -78,19 +71,10 @@ def _from_token_input(tensor: str, producer: dict[str, onnx.NodeProto], tokens: 
 def _tables(output: str, producer: dict[str, onnx.NodeProto], shapes: dict[str, tuple[int, ...]],
             tokens: set[str]) -> Iterator[int]:
     """The row counts of the embedding tables ``output`` is computed from (module docstring)."""
-    front, seen = [output], set()
-    while front:
-        tensor = front.pop()
-        if tensor in seen:
-            continue
-        seen.add(tensor)
-        node = producer.get(tensor)
-        if node is None:
-            continue
+    for node in upstream_nodes(output, producer, lambda _node: True):
         if (node.op_type == "Gather" and len(node.input) > 1 and len(shapes.get(node.input[0], ())) == 2
                 and _from_token_input(node.input[1], producer, tokens)):
             yield shapes[node.input[0]][0]
-        front.extend(i for i in node.input if i)
 
 
 def token_heads(model: onnx.ModelProto, outputs: Collection[str] | None = None) -> dict[str, frozenset[int]]:
@@ -101,7 +85,7 @@ def token_heads(model: onnx.ModelProto, outputs: Collection[str] | None = None) 
     tokens = {i.name for i in graph.input if i.type.tensor_type.elem_type in _INTEGER}
     if not tokens:
         return {}
-    producer = {o: n for n in graph.node for o in n.output if o}
+    producer, _ = dataflow(graph.node)
     shapes = _const_shapes(model)
     found: dict[str, frozenset[int]] = {}
     for out in graph.output:

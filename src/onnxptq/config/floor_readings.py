@@ -30,7 +30,7 @@ PEAK_SCORES = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 class DeclaredReading:
     """One output's declared reading (module docstring)."""
 
-    #: "values", "picture", "logits" or "topk"
+    #: "values", "picture", "logits", "topk", "points" or "peaks" (:data:`KINDS`)
     kind: str
     #: a picture's range as declared (None: the first of pictures.RANGES that holds float's values)
     low: float | None = None
