@@ -25,14 +25,14 @@ SIZE = 8
 
 
 def _logits(change: str, images: int = 4) -> list[np.ndarray]:
-    """Per image three 2×2 faces at logit 3 (0.95) and one at logit 1 (0.73; ``flip``: -1.5, 0.18), the background
-    at -6 (0.0025; ``far``: -2.5, 0.076: far below every threshold still)."""
+    """Per image three 2×2 faces at logit 3 (0.95) and one at logit 1 (0.73; ``flip``: -1.5, 0.18; ``edge_ref``: 0.61,
+    ``edge``: 0.59), the background at -6 (0.0025; ``far``: -2.5, 0.076: far below every threshold still)."""
     out = []
     for _ in range(images):
         x = np.full((1, 1, SIZE, SIZE), -2.5 if change == "far" else -6.0, np.float32)
         for r, c in ((0, 0), (0, 4), (4, 2)):
             x[0, 0, r:r + 2, c:c + 2] = 3.0
-        x[0, 0, 4:6, 6:8] = -1.5 if change == "flip" else 1.0
+        x[0, 0, 4:6, 6:8] = {"flip": -1.5, "edge_ref": np.log(0.61 / 0.39), "edge": np.log(0.59 / 0.41)}.get(change, 1.0)
         out.append(x)
     return out
 
@@ -109,3 +109,19 @@ def test_the_boxes_are_read_at_the_anchors_whose_score_passes():
     assert background.outputs["boxes"].heat_cells == (sum(int((p >= 0.5).sum()) for p in probs), "scores")
     faces = measure(ref, moved("faces"), SIXTEEN, **readings)
     assert faces.broken == ["boxes"], faces.describe()
+
+
+def test_a_crossing_at_one_threshold_is_named_not_broken_where_objects_are_runs_of_anchors(head):
+    """A face whose score crosses 0.6 alone (0.61 → 0.59) on every image: at that threshold 12 of 48 anchor runs lost
+    (F1 0.857), the band's average 0.995. The runs are fragments of the reader's faces (a 2×2 face is two grid rows
+    at one level and a cell at the other: three runs), so the threshold is named, not judged alone
+    (analysis/threshold_cells.py, "One threshold at a time"); a heat map's objects would break there
+    (tests/test_floor_threshold_alone.py)."""
+    model, outputs = head
+    verdict = measure(outputs("edge_ref"), outputs("edge"), SIXTEEN, **readings_of(model))
+    check = verdict.outputs["scores"]
+    worst = check.threshold
+    assert worst is not None and worst.threshold == pytest.approx(0.6) and (worst.decisions, worst.lost) == (48, 12)
+    assert worst.fragments and not worst.breaks and worst.chance < 0.001
+    assert verdict.ok and check.thresholded[1] >= SIXTEEN.top1, verdict.describe()
+    assert "its objects fragments of the reader's (runs of anchors): that threshold NOT JUDGED alone" in check.describe()
