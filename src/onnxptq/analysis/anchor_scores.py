@@ -30,7 +30,11 @@ restored where shapes are symbolic, so the neighbours of an anchor are its neigh
 an export that flattens ``[B, A, h, w]`` maps as ``[B, h, w, A]`` (SSD, BlazeFace, RetinaNet) puts a cell's
 anchors and the next cell of its grid row next to each other, so an object is a run of anchors of one grid
 row: a face is one object per grid row it covers at each level, and an anchor at a run's rim crossing a
-threshold moves no object, while a face whose every anchor drops under it is lost.
+threshold moves no object, while a face whose every anchor drops under it is lost. So its objects are fragments
+of the reader's faces (``ThresholdCells(fragments=True)``): a threshold below the floor *alone* is named in the
+check's text, never broken (analysis/threshold_cells.py, "One threshold at a time"): judged alone, those rim runs
+broke BlazeFace short's A8W8 and MXFP8_E4M3 whose faces hold at every threshold 0.3-0.8 on 96 images
+(bench/RESULTS.md, "Detectors judged at their users' thresholds").
 
 **Its box output** is read where a score passes: where the scores are probabilities (a sigmoid in the graph),
 the box output is judged at the anchors whose float score is at least 0.5, as a value map at its heat map's
