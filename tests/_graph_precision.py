@@ -28,7 +28,9 @@ class GraphIndex:
         self.nodes = {n.name: n for n in model.graph.node}
 
     def _attr(self, node: onnx.NodeProto, name: str):
-        return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+        from onnxptq.graph.call_attributes import call_attribute
+
+        return call_attribute(self.model, node, name)  # on the call, or its function's default (a delivered file)
 
     def chain(self, tensor: str) -> list[str]:
         """Formats the value of ``tensor`` passed through, source first (empty: unquantized)."""

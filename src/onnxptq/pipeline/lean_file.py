@@ -105,9 +105,11 @@ def share_call_attributes(model: onnx.ModelProto, domains: Iterable[str] = (DOMA
     """Each attribute that every call of one local function (of ``domains``) sets becomes the
     function's default, valued as most calls value it; the calls holding that value drop it, the
     others keep theirs (a call's own value overrides the default). Only where it saves bytes
-    (a definition called once gains nothing). In place; returns a function that undoes it."""
+    (a definition called once saves only the bare name it declared). In place; returns a
+    function that undoes it."""
     wanted = set(domains)
-    functions = {(f.domain, f.name): f for f in model.functions if f.domain in wanted}
+    # attribute defaults on a function came with IR 9; an older file keeps the attributes on its calls
+    functions = {(f.domain, f.name): f for f in model.functions if f.domain in wanted} if model.ir_version >= 9 else {}
     calls: dict[tuple[str, str], list[onnx.NodeProto]] = defaultdict(list)
     for node in _all_nodes(model):
         if (node.domain, node.op_type) in functions:
@@ -124,7 +126,8 @@ def share_call_attributes(model: onnx.ModelProto, domains: Iterable[str] = (DOMA
                              for n in nodes)
             value, count = values.most_common(1)[0]
             one = len(value) + 2  # the attribute's record and its field framing on one call
-            gain = count * one - one - (len(name) + 2 if name in fn.attribute else 0)
+            # the calls holding it lose it, the definition gains it as a default and loses its bare name
+            gain = count * one - one + (len(name) + 2 if name in fn.attribute else 0)
             if gain > 0:
                 moves[name] = value
         if not moves:
