@@ -16,9 +16,10 @@ definition: 0.5 % of the median block-format file, 4-6 % of small ones with many
 the function's attribute defaults (ONNX gives a call its definition's defaults for what it does not
 set, so the meaning is the same; graph/call_attributes.py reads either form), a call keeping only
 a value that differs from the default. And each call's output (``<x>_DequantizeLinear_Output``,
-written once where made and once per reader) gets a short fresh name (``q0``, ``q1``, ...), unless
-a graph returns it; the call's node name (its input's) stays. The packed weights' decode chains
-get short tensor names and no node names (:func:`short_decode_names`).
+written once where made and once per reader) becomes ``<x>_q``, unless a graph returns it; the
+call's node name (its input's) stays. The packed weights' decode chains get short names for their
+intermediates and no node names; the decoded weights keep theirs (``<weight>_bfp``: the format a
+weight is in, read by tools; :func:`short_decode_names`).
 
 The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
 nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.
@@ -159,9 +160,10 @@ def share_call_attributes(model: onnx.ModelProto, domains: Iterable[str] = (DOMA
 
 
 def short_call_outputs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
-    """Our calls' outputs (nodes of ``domains`` in the model's graphs) renamed ``q0, q1, ...``
-    wherever read, except a graph's own outputs (callers read those by name). In place; returns
-    a function that undoes it."""
+    """Our calls' outputs (nodes of ``domains`` in the model's graphs) renamed ``<input>_q``
+    wherever read (``<input>_DequantizeLinear_Output`` before: the name still starts with the
+    tensor quantized, which tools and tests match), except a graph's own outputs (callers read
+    those by name). In place; returns a function that undoes it."""
     wanted = set(domains)
     graphs = list(all_graphs(model.graph))
     returned = {v.name for g in graphs for v in g.output}
@@ -173,19 +175,21 @@ def short_call_outputs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,
             taken.update(n.input)
             taken.update(n.output)
     rename: dict[str, str] = {}
-    k = 0
     for g in graphs:
         for n in g.node:
-            if n.domain not in wanted:
+            if n.domain not in wanted or not n.input or not n.input[0]:
                 continue
-            for o in n.output:
+            for j, o in enumerate(n.output):
                 if not o or o in returned:
                     continue
-                while f"{SHORT_STEM}{k}" in taken:
+                new = f"{n.input[0]}_{SHORT_STEM}" + (str(j) if j else "")
+                k = 0
+                while new in taken:
+                    new = f"{n.input[0]}_{SHORT_STEM}{k}"
                     k += 1
-                if len(f"{SHORT_STEM}{k}") < len(o):
-                    rename[o] = f"{SHORT_STEM}{k}"
-                    k += 1
+                if len(new) < len(o):
+                    rename[o] = new
+                    taken.add(new)
     _apply(graphs, rename)
     back = {new: old for old, new in rename.items()}
     return lambda: _apply(graphs, back)
@@ -193,11 +197,12 @@ def short_call_outputs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,
 
 def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_PREFIXES):
     """The packed weights' decode chains (main-graph nodes fed only by initializers, at least one
-    of them ours: named with a prefix in ``seeds``, or by such nodes) written with short tensor
-    names (``w0, w1, ...``) and no node names: a chain's intermediates and decoded weights are
-    written once where made and once per reader, and its node names repeat its outputs (shipped
-    PP-OCR cls under MX9: 281 chain nodes, 12 KB of names, 2 % of the fp32 file). The
-    initializers keep their names (tools count ``packed_*``). In place; returns the undo."""
+    of them ours: named with a prefix in ``seeds``, or by such nodes) written with short names for
+    their intermediates (``w0, w1, ...``) and no node names: a chain's intermediates are written
+    once where made and once per reader, and its node names repeat its outputs (shipped PP-OCR
+    cls under MX9: 281 chain nodes, 12 KB of names, 2 % of the fp32 file). The initializers keep
+    their names (tools count ``packed_*``), and so do the decoded weights the model's ops read
+    (``<weight>_bfp``: tools read a weight's format there). In place; returns the undo."""
     g = model.graph
     graphs = list(all_graphs(g))
     returned = {v.name for gr in graphs for v in gr.output}
@@ -211,18 +216,24 @@ def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_P
             taken.update(n.output)
     rename: dict[str, str] = {}
     names: list[tuple[onnx.NodeProto, str]] = []
-    k = 0
+    chain: list[onnx.NodeProto] = []
     for n in g.node:
         if n.domain not in ("", "ai.onnx") or not n.input or not all(i in constant for i in n.input) \
                 or not any(i in ours for i in n.input) or any(True for _ in subgraphs(n)):
             continue
+        chain.append(n)
         ours.update(n.output)
         constant.update(n.output)
         if n.name:
             names.append((n, n.name))
             n.name = ""
+    # a chain tensor read by anything but the chain (the decoded weight a Conv reads) keeps its name
+    inner = {id(n) for n in chain}
+    outside = {i for gr in graphs for n in gr.node if id(n) not in inner for i in n.input} | returned
+    k = 0
+    for n in chain:
         for o in n.output:
-            if not o or o in returned:
+            if not o or o in outside:
                 continue
             while f"{CHAIN_STEM}{k}" in taken:
                 k += 1
