@@ -131,5 +131,7 @@ class GraphIndex:
 def mx_scale_search(model: onnx.ModelProto) -> dict[str, int]:
     """The ``scale_search`` attribute of each MX quantizer node, by the tensor it reads (which
     exponent rule each MX activation got: OCP's, or the unsaturated one)."""
-    return {n.input[0]: next(a.i for a in n.attribute if a.name == "scale_search")
+    from onnxptq.graph.call_attributes import call_attribute
+
+    return {n.input[0]: call_attribute(model, n, "scale_search")  # on the call, or its function's default
             for n in model.graph.node if n.op_type.startswith("MXQuantizeDequantize")}
