@@ -38,6 +38,7 @@ PRESETS = ("BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MX6", "MXFP4
 TARGETS = {"BF16": 0.52, "FP16": 0.52, "BFP16": 0.30, "MX9": 0.30, "MX6": 0.30, "MXINT8": 0.30,
            "MXFP8_E4M3": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20}
 SHIPPED = Path(os.environ.get("SHIPPED_MODELS", "/work/shared/models"))
+KEEP = False  # --keep: leave each delivered file in --out-dir (file_sizes_anatomy.py --dir reads them)
 
 
 def total_bytes(path: str | Path) -> int:
@@ -108,7 +109,8 @@ def run_row(spec: str, preset: str, path: str, calib: list[dict], out_dir: Path)
     row["cpu_s"] = round(time.process_time() - c0, 1)
     row["ratio"] = round(total_bytes(out) / total_bytes(path), 4)
     row["breakdown"] = breakdown(out)
-    out.unlink()
+    if not KEEP:
+        out.unlink()
     return row
 
 
@@ -177,9 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", help="write the table here")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--breakdown", action="store_true", help="print each row's byte breakdown")
+    ap.add_argument("--keep", action="store_true", help="keep the delivered files in --out-dir")
     ap.add_argument("--compare", help="a JSON of an earlier run (another source tree): print before → after, run nothing")
     args = ap.parse_args(argv)
     presets = args.presets.split(",")
+    global KEEP
+    KEEP = args.keep
     if args.compare:
         table_md = compare(json.loads(Path(args.compare).read_text()), json.loads(Path(args.json).read_text()), presets)
         print(table_md)

@@ -6,7 +6,8 @@ Why: bench/file_sizes.py's breakdown says "functions 56 KB" but not that 11 of 2
 were the same body under another name; this one says what sharing would leave.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/file_sizes_anatomy.py --model shipped:cls --preset MXINT8 [--tree main-src]
-    python bench/file_sizes_anatomy.py --file some.onnx
+    python bench/file_sizes_anatomy.py --file some.onnx [--one]      # --one: bytes by kind
+    python bench/file_sizes_anatomy.py --rows run.json --dir files/   # median kinds of a file_sizes.py --keep run
 """
 
 from __future__ import annotations
@@ -71,12 +72,106 @@ def anatomy(path: str, reference_bytes: int | None = None) -> list[str]:
     return out
 
 
+def _constant_fed(g: onnx.GraphProto) -> set[int]:
+    """Indices of main-graph nodes that read only initializers or such nodes' outputs (the decode
+    chains onnxruntime folds at load; a source model's own constant subgraphs count too)."""
+    const = {t.name for t in g.initializer} | {""}
+    out: set[int] = set()
+    for i, n in enumerate(g.node):
+        if n.op_type != "Constant" and n.input and all(x in const for x in n.input):
+            out.add(i)
+            const.update(n.output)
+    return out
+
+
+def _initializer_kind(t: onnx.TensorProto) -> str:
+    name = t.name
+    if name.startswith("packed_"):
+        for tail, kind in (("_codes", "payload"), ("_codes_lo", "payload"), ("_codes_hi", "payload"),
+                           ("_exponents", "exponents"), ("_shifts", "microexponents")):
+            if name.endswith(tail):
+                return kind
+    if name.startswith("pkt_"):
+        return "tables"
+    if name.startswith("fc") and name[2:].isdigit():
+        return "lifted constants"
+    if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+        return "float tensors kept"
+    if t.data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+        return "16-bit tensors"
+    if t.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT4,
+                       onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E5M2):
+        return "payload"
+    return "int/other tensors"
+
+
+def kinds(path: str) -> dict[str, int]:
+    """Bytes of a delivered file by kind (issue 26 item 2's anatomy, branch blockfile7): payload
+    (element codes), exponents, microexponents, decode tables, lifted constants, float tensors kept,
+    our call nodes (and of them their attributes), decode-chain nodes, the model's own nodes,
+    function definitions, value_info, the rest (opsets, metadata, protobuf framing); names are a
+    separate reading across initializers and nodes (already inside the kinds above)."""
+    m = onnx.load(path)
+    g = m.graph
+    out: dict[str, int] = collections.Counter()
+    for t in g.initializer:
+        out[_initializer_kind(t)] += t.ByteSize()
+    chain = _constant_fed(g)
+    for i, n in enumerate(g.node):
+        if n.domain not in ("", "ai.onnx"):
+            out["our calls"] += n.ByteSize()
+            out["  of which attributes"] += sum(a.ByteSize() for a in n.attribute)
+            out["  of which names"] += len(n.name) + sum(map(len, n.input)) + sum(map(len, n.output))
+        elif i in chain:
+            out["decode chains"] += n.ByteSize()
+        else:
+            out["own nodes"] += n.ByteSize()
+    out["functions"] = sum(f.ByteSize() for f in m.functions)
+    out["value_info"] = sum(v.ByteSize() for v in g.value_info)
+    out["names (all nodes + initializers)"] = (sum(len(t.name) for t in g.initializer)
+                                              + sum(len(n.name) + sum(map(len, n.input)) + sum(map(len, n.output)) for n in g.node))
+    counted = sum(v for k, v in out.items() if not k.startswith("  ") and not k.startswith("names"))
+    out["rest (framing, opsets, metadata)"] = m.ByteSize() - counted
+    out["file"] = m.ByteSize()
+    return dict(out)
+
+
+def anatomy_table(rows: list[dict], files: Path) -> str:
+    """Median share of the fp32 file per kind and preset over the rows of a file_sizes.py --keep run."""
+    import numpy as np
+
+    per: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        f = files / f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if "ratio" not in r or not f.is_file():
+            continue
+        for k, v in kinds(str(f)).items():
+            per[r["preset"]][k].append(v / r["fp32_bytes"])
+    presets = list(per)
+    keys = list(dict.fromkeys(k for p in presets for k in per[p]))
+    lines = ["| kind (median share of fp32) | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{np.median(per[p][k]):.4f}" if per[p].get(k) else "—" for p in presets) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="zoo:NAME / nm:NAME / shipped:cls|rec (quantized here)")
     ap.add_argument("--preset", default="MXINT8")
     ap.add_argument("--file", help="an already quantized file instead")
+    ap.add_argument("--rows", help="a file_sizes.py --keep JSON: the median kinds table of its files (with --dir)")
+    ap.add_argument("--dir", help="the --out-dir of that run")
+    ap.add_argument("--one", action="store_true", help="with --file: bytes by kind")
     args = ap.parse_args(argv)
+    if args.rows:
+        import json
+
+        print(anatomy_table(json.loads(Path(args.rows).read_text()), Path(args.dir)))
+        return 0
+    if args.file and args.one:
+        print("\n".join(f"{k}: {v}" for k, v in kinds(args.file).items()))
+        return 0
     if args.file:
         print("\n".join(anatomy(args.file)))
         return 0

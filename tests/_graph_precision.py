@@ -28,7 +28,9 @@ class GraphIndex:
         self.nodes = {n.name: n for n in model.graph.node}
 
     def _attr(self, node: onnx.NodeProto, name: str):
-        return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+        from onnxptq.graph.call_attributes import call_attribute
+
+        return call_attribute(self.model, node, name)  # on the call, or its function's default (a delivered file)
 
     def chain(self, tensor: str) -> list[str]:
         """Formats the value of ``tensor`` passed through, source first (empty: unquantized)."""
@@ -129,5 +131,7 @@ class GraphIndex:
 def mx_scale_search(model: onnx.ModelProto) -> dict[str, int]:
     """The ``scale_search`` attribute of each MX quantizer node, by the tensor it reads (which
     exponent rule each MX activation got: OCP's, or the unsaturated one)."""
-    return {n.input[0]: next(a.i for a in n.attribute if a.name == "scale_search")
+    from onnxptq.graph.call_attributes import call_attribute
+
+    return {n.input[0]: call_attribute(model, n, "scale_search")  # on the call, or its function's default
             for n in model.graph.node if n.op_type.startswith("MXQuantizeDequantize")}

@@ -85,11 +85,15 @@ def test_new_form_computes_the_old_forms_outputs_bit_for_bit(net, preset):
     assert new.ByteSize() < 0.6 * old.ByteSize()
 
 
-@pytest.mark.parametrize("preset, limit", [("MXINT8", 0.30), ("MXFP4", 0.20)])
-def test_block_file_within_the_issue_target(net, preset, limit):
+@pytest.mark.parametrize("preset, limit", [("MXINT8", 0.285), ("MXFP4", 0.16), ("BFP16", 0.29)])
+def test_block_file_within_the_issue_target(net, preset, limit, tmp_path):
+    """The delivered file against the issue's ≤ 0.30x (8-bit elements) / ≤ 0.20x (MXFP4), with
+    the margin measured (blockfile7: MXINT8 0.281, MXFP4 0.156, BFP16 0.285; the in-memory
+    model, before the write leaves out what lean_file.py leaves out: 0.287, 0.162, 0.291)."""
     model, feeds = net
-    new = _quantize(model, preset, True, feeds)
-    ratio = new.ByteSize() / model.ByteSize()
+    path = tmp_path / "q.onnx"
+    onnxptq.quantize(model, onnxptq.get_preset(preset).replace(repair=False), feeds[:2], output=str(path))
+    ratio = path.stat().st_size / model.ByteSize()
     assert ratio <= limit, f"{preset}: {ratio:.3f}x the fp32 file"
 
 
@@ -157,3 +161,110 @@ def test_a_call_inside_an_if_branch_reads_lifted_values_from_the_main_graph():
         a, b = (ort.InferenceSession(built[k].SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)
                 for k in (True, False))
         assert all(np.array_equal(x.view(np.uint8), y.view(np.uint8)) for x, y in zip(a, b))
+
+
+# --------------------------------------------------------------------------- the delivered file (lean_file.lean)
+
+@pytest.fixture(scope="module")
+def delivered(net, tmp_path_factory):
+    """(model, feeds, {preset: (in-memory result model, the file's model, file bytes)}) for MX9 and MXFP4,
+    and MX9's file written the old way (``LEAN_CALLS = False``)."""
+    from onnxptq.pipeline import lean_file
+
+    model, feeds = net
+    out: dict[str, tuple[onnx.ModelProto, onnx.ModelProto, int]] = {}
+    folder = tmp_path_factory.mktemp("delivered")
+    for preset in ("MX9", "MXFP4"):
+        path = folder / f"{preset}.onnx"
+        cfg = onnxptq.get_preset(preset).replace(repair=False)
+        result = onnxptq.quantize(model, cfg, feeds[:2], output=str(path))
+        out[preset] = (result.model, onnx.load(str(path)), path.stat().st_size)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(lean_file, "LEAN_CALLS", False)
+        path = folder / "MX9.old.onnx"
+        onnxptq.quantize(model, onnxptq.get_preset("MX9").replace(repair=False), feeds[:2], output=str(path))
+        out["MX9 old"] = (onnx.load(str(path)), onnx.load(str(path)), path.stat().st_size)
+    return model, feeds, out
+
+
+@pytest.mark.parametrize("preset", ["MX9", "MXFP4"])
+def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, preset):
+    """The file holds the calls' shared attributes once (the function's defaults), short call
+    outputs and decode chains without names, and computes what the pipeline's model computes,
+    bit for bit; that model is left as it was (attributes on every call, long names)."""
+    from onnxptq.graph.call_attributes import call_attributes
+
+    _, feeds, out = delivered
+    memory, file, size = out[preset]
+    onnx.checker.check_model(file)
+    for a, b in zip(_run(memory, feeds), _run(file, feeds)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), preset
+    calls = {n.name: n for n in file.graph.node if n.domain == "onnxptq"}
+    kept = {n.name: n for n in memory.graph.node if n.domain == "onnxptq"}
+    assert len(calls) >= 4 and calls.keys() == kept.keys()
+    assert all(n.attribute for n in kept.values())  # the in-memory model is restored after the write
+    assert sum(len(n.attribute) for n in calls.values()) < sum(len(n.attribute) for n in kept.values()) / 2
+    assert any(f.attribute_proto for f in file.functions)
+    for name, node in kept.items():  # the accessor reads the same attributes from either form
+        want = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert call_attributes(file, calls[name]) == want == call_attributes(memory, node), name
+    assert all(n.output[0] == f"{n.input[0]}_q" for n in calls.values() if n.output[0] != "y")
+    chain = [n for n in file.graph.node if n.op_type in ("Split", "Gather", "Transpose")]
+    assert chain and not any(n.name for n in chain)
+    assert size < memory.ByteSize()
+
+
+def test_lean_calls_off_writes_the_old_form_and_a_larger_file(delivered):
+    model, feeds, out = delivered
+    old, _, old_size = out["MX9 old"]
+    new_size = out["MX9"][2]
+    assert all(n.attribute for n in old.graph.node if n.domain == "onnxptq")
+    assert not any(f.attribute_proto for f in old.functions)
+    calls = sum(n.domain == "onnxptq" for n in old.graph.node)
+    assert old_size - new_size > 200 * calls, (old_size, new_size, calls)
+    for a, b in zip(_run(old, feeds), _run(out["MX9"][1], feeds)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_shared_call_attributes_keep_what_differs_and_undo_exactly():
+    """The value most calls hold becomes the default; a call holding another keeps its own; an
+    attribute one call lacks stays on the calls; the undo gives back the same bytes."""
+    from onnxptq.graph.call_attributes import call_attribute, call_attributes
+    from onnxptq.pipeline.lean_file import share_call_attributes
+
+    fn = _function("A", 2.0, [1])
+    fn.attribute.extend(["axis", "mode", "only_some"])
+    once = _function("B", 3.0, [1])  # called once: its attribute moves too (its bare name declared goes)
+    once.attribute.extend(["axis"])
+    calls = [helper.make_node("A", [i], [o], domain="onnxptq", axis=ax, mode="to_bfp_prime", **extra)
+             for i, o, ax, extra in [("x", "y1", 1, {"only_some": 4}), ("y1", "y2", 1, {}), ("y2", "y3", -1, {})]]
+    calls.append(helper.make_node("B", ["y3"], ["y"], domain="onnxptq", axis=1))
+    graph = helper.make_graph(calls, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
+                              functions=[fn, once], ir_version=10)
+    before = model.SerializeToString()
+    wanted = [call_attributes(model, n) for n in model.graph.node]
+    undo = share_call_attributes(model)
+    onnx.checker.check_model(model)
+    assert [call_attributes(model, n) for n in model.graph.node] == wanted
+    assert {a.name for a in model.functions[0].attribute_proto} == {"axis", "mode"}
+    assert [sorted(a.name for a in n.attribute) for n in model.graph.node] == [["only_some"], [], ["axis"], []]
+    assert list(model.functions[0].attribute) == ["only_some"] and not model.functions[1].attribute
+    assert call_attribute(model, model.graph.node[1], "axis") == 1 and call_attribute(model, model.graph.node[2], "axis") == -1
+    assert call_attribute(model, model.graph.node[1], "only_some", "none") == "none"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(_run(model, [{"x": x}])[0], _run(onnx.ModelProto.FromString(before), [{"x": x}])[0])
+    undo()
+    assert model.SerializeToString() == before
+
+
+def test_report_reads_the_format_from_a_delivered_file(delivered):
+    """``describe_chain`` (the report of a file without its plan) names the BFP attributes that
+    the delivered file holds on the function, not on the call."""
+    from onnxptq.analysis.report import describe_chain, match_tensors
+
+    model, _, out = delivered
+    file = out["MX9"][1]
+    described = [describe_chain(m, file) for m in match_tensors(model, file).values() if m.chain]
+    assert any("bfp_method=to_bfp_prime" in d and "block_size=16" in d for d in described), described

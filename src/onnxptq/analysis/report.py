@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..graph.call_attributes import call_attributes
 from ..graph.opsets import is_onnx_domain
 from ..graph.ops import BIAS_INPUTS
 from ..sessions import open_session
@@ -298,7 +299,7 @@ def describe_chain(match: TensorMatch, quant_model: onnx.ModelProto) -> str:
             return f"{dtype or '?'} {grain}"
     for node in match.chain:
         if not is_onnx_domain(node.domain):
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            attrs = call_attributes(quant_model, node)  # a delivered file keeps shared ones on the function
             keep = ("bfp_method", "bit_width", "element_dtype", "block_size")
             detail = ", ".join(f"{k}={_plain(attrs[k])}" for k in keep if k in attrs)
             return f"{node.op_type}({detail})" if detail else node.op_type

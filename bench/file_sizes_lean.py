@@ -1,0 +1,90 @@
+"""Two sets of delivered files (two source trees' ``file_sizes.py --keep`` runs, or one tree with
+``lean_file.LEAN_CALLS`` off and on) compared per (model, preset): outputs as bytes on held-out
+feeds, the ONNX checker, file bytes, and onnxruntime's CPU per run and per session creation on one
+thread, the two forms alternated (issue 26 item 2, branch blockfile7).
+
+Why: lean_file.py writes the calls' shared attributes on their functions, short call outputs and
+nameless decode chains; the file must compute what the old file computed, bit for bit, and load
+and run no slower.
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/file_sizes_lean.py --rows after.json \
+        --old before_files/ --new after_files/ --models shipped:cls,nm:dnsmos_p808 --runs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import _common  # noqa: F401 - the repository root on sys.path
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import file_sizes as fs
+
+
+def _session(data: bytes) -> tuple[ort.InferenceSession, float]:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    c0 = time.process_time()
+    s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return s, time.process_time() - c0
+
+
+def compare(old: Path, new: Path, feeds: list[dict], runs: int) -> dict:
+    """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session)."""
+    a, b = old.read_bytes(), new.read_bytes()
+    onnx.checker.check_model(onnx.ModelProto.FromString(b))
+    row: dict = {"old_bytes": len(a), "new_bytes": len(b)}
+    sa, sb = _session(a)[0], _session(b)[0]
+    names = {i.name for i in sa.get_inputs()}
+    feeds = [{k: v for k, v in f.items() if k in names} for f in feeds]
+    row["identical"] = all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
+                           for f in feeds for x, y in zip(sa.run(None, f), sb.run(None, f)))
+    t = {"old": [], "new": []}
+    load = {"old": [], "new": []}
+    for _ in range(runs):
+        for key, sess, data in (("old", sa, a), ("new", sb, b)):
+            c0 = time.process_time()
+            for f in feeds:
+                sess.run(None, f)
+            t[key].append((time.process_time() - c0) / len(feeds) * 1e3)
+        for key, data in (("old", a), ("new", b)):
+            load[key].append(_session(data)[1])
+    for key in ("old", "new"):
+        row[f"{key}_run_ms"] = round(float(np.median(t[key])), 3)
+        row[f"{key}_load_s"] = round(float(np.median(load[key])), 4)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", required=True, help="file_sizes.py JSON (the models and presets to compare)")
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", required=True)
+    ap.add_argument("--models", default="", help="only these (comma-separated); default all")
+    ap.add_argument("--presets", default="")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--feeds", type=int, default=4, help="held-out feeds (seed 1000)")
+    args = ap.parse_args(argv)
+    rows = json.loads(Path(args.rows).read_text())
+    models = set(filter(None, args.models.split(",")))
+    presets = set(filter(None, args.presets.split(",")))
+    feeds_of: dict[str, list[dict]] = {}
+    for r in rows:
+        if "ratio" not in r or (models and r["model"] not in models) or (presets and r["preset"] not in presets):
+            continue
+        name = f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if r["model"] not in feeds_of:
+            feeds_of[r["model"]] = fs.model_source(r["model"])[1](args.feeds, 1000)
+        out = compare(Path(args.old) / name, Path(args.new) / name, feeds_of[r["model"]], args.runs)
+        print(json.dumps({"model": r["model"], "preset": r["preset"], **out}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
