@@ -34,6 +34,7 @@ from typing import Iterable, Iterator
 import onnx
 
 from ..formats.base import DOMAIN
+from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, subgraphs
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
@@ -218,7 +219,7 @@ def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_P
     names: list[tuple[onnx.NodeProto, str]] = []
     chain: list[onnx.NodeProto] = []
     for n in g.node:
-        if n.domain not in ("", "ai.onnx") or not n.input or not all(i in constant for i in n.input) \
+        if not is_onnx_domain(n.domain) or not n.input or not all(i in constant for i in n.input) \
                 or not any(i in ours for i in n.input) or any(True for _ in subgraphs(n)):
             continue
         chain.append(n)
