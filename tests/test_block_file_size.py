@@ -268,3 +268,14 @@ def test_report_reads_the_format_from_a_delivered_file(delivered):
     file = out["MX9"][1]
     described = [describe_chain(m, file) for m in match_tensors(model, file).values() if m.chain]
     assert any("bfp_method=to_bfp_prime" in d and "block_size=16" in d for d in described), described
+
+
+def test_unpacked_form_keeps_every_call_its_attributes(net, tmp_path):
+    """``pack_weights=False`` is the form for tools that read one plain node per tensor: the
+    file's calls keep their attributes (``bfp_method``, ``axis`` …) on the node itself."""
+    model, feeds = net
+    path = tmp_path / "MX9.plain.onnx"
+    cfg = onnxptq.get_preset("MX9").replace(repair=False, pack_weights=False)
+    onnxptq.quantize(model, cfg, feeds[:2], output=str(path))
+    calls = [n for n in onnx.load(str(path)).graph.node if n.domain == "onnxptq"]
+    assert len(calls) >= 4 and all(any(a.name == "bfp_method" for a in n.attribute) for n in calls)

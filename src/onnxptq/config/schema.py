@@ -411,7 +411,9 @@ class QuantConfig:
     #: folded weights are stored in their format's own bytes (16-bit + Cast, block codes + E8M0
     #: exponent bytes, sub-byte codes + a small table) and decoded by standard ops that
     #: onnxruntime constant-folds at load (onnx_ops/packed.py): bit-identical values, a file
-    #: 0.2-0.5x the fp32 one. False keeps one plain fp32 initializer per weight (no decode nodes).
+    #: 0.2-0.5x the fp32 one, whose quantizer calls carry their shared attributes once, on the
+    #: function (read them with graph.call_attributes). False keeps one plain fp32 initializer per
+    #: weight (no decode nodes) and every call's attributes on the call node.
     pack_weights: bool = True
     #: ``"matmulnbits"``: MXINT8 weights of MatMuls (blocks along K) are stored as int8 + a blocked
     #: DequantizeLinear (power-of-two float scales), which onnxruntime's CPU provider fuses with

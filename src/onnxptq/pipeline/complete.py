@@ -120,7 +120,7 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     if output is not None:  # save, then report (the order every doc gives)
         # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
-        with lean(stored):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
+        with lean(stored, calls=result.config.pack_weights):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
     if report_path is not None:
         t4 = time.perf_counter()

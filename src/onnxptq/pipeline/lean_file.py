@@ -67,12 +67,14 @@ def without_inferred_shapes(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]
 
 
 @contextlib.contextmanager
-def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)) -> Iterator[onnx.ModelProto]:
+def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: bool = True) -> Iterator[onnx.ModelProto]:
     """``model`` as the file holds it for the duration of the block: no inferred shapes, the
     calls' shared attributes on their definitions (:func:`share_call_attributes`), short call
-    output names (:func:`short_call_outputs`); all restored after the block."""
+    output names (:func:`short_call_outputs`); all restored after the block. ``calls=False``
+    (the config's ``pack_weights=False``: tools that want one plain node per tensor) leaves
+    every call its attributes and names."""
     with without_inferred_shapes(model):
-        if not LEAN_CALLS:
+        if not (LEAN_CALLS and calls):
             yield model
             return
         undo_attrs = share_call_attributes(model, domains)
