@@ -5,6 +5,8 @@ that is not a bench/newmodels.py row comes from one of these, on the same feeds 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py lines ppocrv3_rec_op10 FP16
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py calib ppocrv4_det A8W8 --calib 24 --held 16
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py masks ppocrv4_det A8W8 --held 16 --out ...
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py groups ppocrv4_det A8W8 --held 16
+    PYTHONPATH=src:. python bench/newmodels17_diag.py table rowsB_cls.json,rowsR.json,rowsC.json
 
 floor: the preset with defaults, its summary (the floor's readings and verdict) and the task metric on --held feeds.
 lines: for a CTC recogniser, the held-out lines whose read differs from float's and, at each step where the arg-max
@@ -70,17 +72,65 @@ def masks(model: str, preset: str, held_n: int, out: Path) -> None:
     print(f"per page at 0.3: {[round(v, 4) for v in per]}")
 
 
+def groups(model: str, preset: str, held_n: int, out: Path) -> None:
+    """A DB detector (backbone -> FPN neck of Resize/Concat -> DB head of Conv/ConvTranspose -> Sigmoid) quantized with
+    repair off and one part kept float at a time (nodes_to_exclude): the held-out mask IoU says which part breaks it."""
+    import dataclasses
+
+    import onnx
+
+    from onnxptq.config.presets import get_preset
+
+    rel, make, _, metric = nm.MODELS[model]
+    calib, held = make(12, 1), make(held_n, 1000)
+    nodes = onnx.load(rel).graph.node
+    names = [n.name for n in nodes]
+    first_resize = next(i for i, n in enumerate(nodes) if n.op_type == "Resize")
+    last_concat = max(i for i, n in enumerate(nodes) if n.op_type == "Concat")
+    parts = {"none": [], "backbone": names[:first_resize], "neck": names[first_resize:last_concat + 1],
+             "head": names[last_concat + 1:]}
+    ref = zoo.session_runner(rel)
+    for part, kept in parts.items():
+        cfg = dataclasses.replace(get_preset(preset), nodes_to_exclude=tuple(kept), repair=False)
+        onnxptq.quantize(rel, cfg, data=calib, output=str(out))
+        print(f"{model} {preset} kept float: {part:8s} ({len(kept)} nodes): held-out {held_n} mask IoU "
+              f"{metric(ref, zoo.session_runner(out), held, None):.4f}  size x {os.path.getsize(out) / nm._model_bytes(Path(rel)):.3f}")
+
+
+def table(files: list[str]) -> None:
+    """The RESULTS table from bench/newmodels.py's JSON rows: agreement (bold under the floor), cosine, quantize wall
+    and CPU s, latency x, size x, status and what repair kept or stepped up (from the summary's warning)."""
+    import json
+    import re
+
+    print("| model | metric | preset | agreement | cosine | quantize s (wall) | quantize CPU s | latency x | size x | status |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for path in files:
+        for r in json.loads(Path(path).read_text()):
+            ag = r.get("agreement")
+            ag_s = "-" if ag is None else (f"**{ag:.3f}**" if ag < r["floor"] else f"{ag:.3f}")
+            rep = next((m.group(0) for w in r.get("warnings", []) for m in [re.search(r"repair (kept|stepped up) \d+ of \d+", w)] if m), "")
+            status = r["status"] + (f": {r['error'][:120]}" if r.get("error") else "") + (f"; {rep}" if rep else "")
+            cos = r.get("cosine")
+            print(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} | "
+                  f"{r.get('quantize_s', '-')} | {r.get('quantize_cpu_s', '-')} | {r.get('latency_x', '-')} | {r.get('size_x', '-')} | {status} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("floor", "lines", "calib", "masks"))
-    ap.add_argument("model")
-    ap.add_argument("preset")
+    ap.add_argument("what", choices=("floor", "lines", "calib", "masks", "groups", "table"))
+    ap.add_argument("model", help="the model (for table: a comma-separated list of JSON row files)")
+    ap.add_argument("preset", nargs="?", default="A8W8")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--out", type=Path, default=Path("/tmp/newmodels17_diag.onnx"))
     a = ap.parse_args()
-    if a.what == "lines":
+    if a.what == "table":
+        table(a.model.split(","))
+    elif a.what == "lines":
         lines(a.model, a.preset, a.out)
+    elif a.what == "groups":
+        groups(a.model, a.preset, a.held, a.out)
     elif a.what == "masks":
         masks(a.model, a.preset, a.held, a.out)
     else:
