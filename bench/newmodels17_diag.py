@@ -3,6 +3,7 @@ that is not a bench/newmodels.py row comes from one of these, on the same feeds 
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py floor ppocrv4_det A8W8 --held 16
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py lines ppocrv3_rec_op10 FP16
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py floor ppocrv5_det_op14 BF16 --held 16 --no-repair
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py calib ppocrv4_det A8W8 --calib 24 --held 16
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py masks ppocrv4_det A8W8 --held 16 --out ...
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels17_diag.py groups ppocrv4_det A8W8 --held 16
@@ -31,10 +32,15 @@ from bench import newmodels as nm  # noqa: E402
 from testkit import zoo  # noqa: E402
 
 
-def _quantize(model: str, preset: str, calib_n: int, held_n: int, out: Path) -> None:
+def _quantize(model: str, preset: str, calib_n: int, held_n: int, out: Path, repair: bool = True) -> None:
     rel, make, metric_name, metric = nm.MODELS[model]
     calib, held = make(calib_n, 1), make(held_n, 1000)
-    result = onnxptq.quantize(rel, preset, data=calib, output=str(out))
+    import dataclasses
+
+    from onnxptq.config.presets import get_preset
+
+    cfg = dataclasses.replace(get_preset(preset), repair=repair)
+    result = onnxptq.quantize(rel, cfg, data=calib, output=str(out))
     print(result.summary())
     ref, test = zoo.session_runner(rel), zoo.session_runner(out)
     print(f"{model} {preset} calib {calib_n}: held-out {held_n} {metric_name} {metric(ref, test, held, None):.4f}  "
@@ -132,6 +138,7 @@ def main() -> None:
     ap.add_argument("preset", nargs="?", default="A8W8")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--no-repair", action="store_true", help="floor/calib: config.repair=False")
     ap.add_argument("--parts", default="", help="groups: only these parts (comma-separated)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/newmodels17_diag.onnx"))
     a = ap.parse_args()
@@ -144,7 +151,7 @@ def main() -> None:
     elif a.what == "masks":
         masks(a.model, a.preset, a.held, a.out)
     else:
-        _quantize(a.model, a.preset, a.calib, a.held, a.out)
+        _quantize(a.model, a.preset, a.calib, a.held, a.out, repair=not a.no_repair)
 
 
 if __name__ == "__main__":
