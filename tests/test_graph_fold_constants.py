@@ -108,3 +108,23 @@ def test_loop_model_stays_valid() -> None:
     assert _ops(folded) == ["Loop"]
     x = np.float32([1.0, -2.0])
     np.testing.assert_array_equal(_run(folded, {"x": x})[0], _run(model, {"x": x})[0])
+
+
+def test_negative_dim_value_is_dynamic_not_folded() -> None:
+    """Old paddle2onnx (PP-OCRv3 rec, opset 10) declares dynamic axes as dim_value -1: a Shape of such an input
+    must stay a Shape. Folded, the flatten target became [-1, -1, -1] and onnxruntime refused the model."""
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([2], np.int64), "two"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Slice", ["shp", "zero", "two"], ["lead"]),
+        helper.make_node("Concat", ["lead", "minus_one"], ["new_shape"], axis=0),
+        helper.make_node("Reshape", ["x", "new_shape"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [_vi("x", [-1, 3, -1, 4])], [_vi("y", [-1, 3, -1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    folded = fold_constants(model)
+    assert "Shape" in _ops(folded)
+    x = np.ones((2, 3, 5, 4), np.float32)
+    assert _run(folded, {"x": x})[0].shape == (2, 3, 20)

