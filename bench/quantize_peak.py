@@ -9,7 +9,9 @@ child do), and prints one line per stage call in call order:
 * **enter** — ``VmRSS`` when the stage was entered;
 * **peak** — ``VmHWM`` when it returned, the high-water mark reset (``/proc/self/clear_refs`` 5)
   at its entry and at each inner stage's entry, so a stage's peak is its own since the last
-  inner stage began (Linux only: the reset needs ``clear_refs``).
+  inner stage began (Linux only: the reset needs ``clear_refs``); a ``(before STAGE)`` line gives
+  the peak between the previous reset and that stage's entry (code no stage wraps: a repair
+  candidate's runs, the plan, the search's bookkeeping).
 
 The stages are the ones holding a quantization's large buffers: preparation, calibration (its
 augmented session and runs), each build, finish's session, the verification's runs and
@@ -60,6 +62,7 @@ def _wrap(log: list[tuple[str, int, int]]) -> None:
 
         def stage(*a: Any, f: Any = f, label: str = f"{mod.rsplit('.', 1)[-1]}.{name}", **k: Any) -> Any:
             enter = _status("VmRSS")
+            log.append((f"  (before {label})", enter, _status("VmHWM")))  # the peak since the last reset
             _reset_hwm()
             try:
                 return f(*a, **k)
@@ -99,6 +102,7 @@ def main() -> None:
     cpu = time.process_time()
     result = quantize(str(path), cfg, data, None)
     cpu = time.process_time() - cpu
+    log.append(("  (after the last stage)", _status("VmRSS"), _status("VmHWM")))
     for label, enter, peak in log:
         print(f"{label:42s} enter {enter:5d} MiB  peak {peak:5d} MiB")
     print(f"{args.model} {args.preset}: CPU {cpu:.2f} s, builds {(result.repair or {}).get('evaluations')}, "

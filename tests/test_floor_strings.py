@@ -157,8 +157,8 @@ def test_strings_changed_only_where_float_is_unsure_are_warned_on_not_repaired()
 def test_strings_are_judged_with_a_few_copies_of_one_feed_alive():
     """The strings' judge widens one feed at a time and lets each full-size copy (float64 scores,
     their string-safe copies, the probabilities) go once its maximum is taken: at most 4 float64
-    copies of one feed's scores at once (it held 7: PP-OCRv4 rec's 40 x 6625 scores a line made it
-    the peak of the A8W8 quantization's repair; bench/RESULTS.md, quanttime7). Its verdict is the
+    copies of one feed's scores at once (it held 7: on PP-OCRv4 rec's 40 x 6625 scores a line, repair's
+    floor measure was one of the two peaks of its A8W8 quantization; bench/RESULTS.md, quanttime7). Its verdict is the
     one its definition gives: a reader whose candidate moves no frame flips none."""
     import tracemalloc
 

@@ -244,8 +244,7 @@ def run_threads() -> int:
     return max(1, cores // RUNS_IN_FLIGHT)
 
 
-def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]], *,
-              own_outputs: bool = False) -> list[list[Any]]:
+def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
     flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL).
 
@@ -254,33 +253,13 @@ def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, A
     at once fill it. The outputs are those of one run at a time, bit for bit: the same kernels
     with the same thread pool (its size, hence every kernel's partition of its work, is the
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
-    price is a second run's activations alive at once.
-
-    ``own_outputs``: each run's outputs copied into arrays of their own as the run ends, for a
-    session closed before its outputs are read (repair's candidates). An array onnxruntime returns
-    lives in the session's memory arena and keeps the whole arena alive after the session is
-    closed; the copies let it go with the session (PP-OCRv4 rec A8W8: the candidates' 28 outputs
-    held ~12 MiB of arena through the floor's measure, the quantization's peak; bench/RESULTS.md,
-    branches blockquant6 and quanttime7). The same values, bit for bit."""
+    price is a second run's activations alive at once."""
     feeds = list(feeds)
-    if own_outputs:
-        def one(feed: Mapping[str, Any]) -> list[Any]:
-            return [_own(out) for out in session.run(list(names), feed)]
-    else:
-        def one(feed: Mapping[str, Any]) -> list[Any]:
-            return session.run(list(names), feed)
     if len(feeds) < 2:
-        return [one(feed) for feed in feeds]
+        return [session.run(list(names), feed) for feed in feeds]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(RUNS_IN_FLIGHT, len(feeds)),
                                                thread_name_prefix="onnxptq-run") as pool:
-        return list(pool.map(one, feeds))
-
-
-def _own(value: Any) -> Any:
-    """A copy of an output array in memory of its own (anything else, a sequence or a map, as it is)."""
-    import numpy as np
-
-    return np.array(value, copy=True) if isinstance(value, np.ndarray) else value
+        return list(pool.map(lambda feed: session.run(list(names), feed), feeds))
 
 
 def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:

@@ -217,9 +217,8 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
         runs = time.process_time()
-        # outputs of their own (sessions.run_feeds): the session's arena goes with it, before the measure
-        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout, own_outputs=True)]
-        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, own_outputs=True)] if self.seen else []
+        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
         runs = time.process_time() - runs
         signature = session_signature(session)
         del session

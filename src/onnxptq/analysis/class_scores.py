@@ -744,9 +744,10 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
     for r, g in zip(refs, gots):
         # Each full-size copy (a feed's scores in float64, the string-safe copies, the
-        # probabilities) is let go once its maximum is taken: the same values, a third of the
-        # floor's transient memory (PP-OCRv4 rec, 40 x 6625 scores a line: 18.5 -> ~11 MiB inside
-        # repair's measure, the peak of its A8W8 quantization; bench/RESULTS.md, quanttime7)
+        # probabilities) is let go once its maximum is taken: the same values, 3 float64 copies of
+        # a feed alive at once instead of 7 (PP-OCRv4 rec, 40 x 6625 scores a line: repair's floor
+        # measure, one of the two peaks of its A8W8 quantization, grew RSS by ~14 MiB, now ~4-8;
+        # bench/RESULTS.md, quanttime7)
         r, g = _wide(r), _wide(g)
         top, read = np.argmax(r, -1), np.argmax(g, -1)
         z = np.take_along_axis(r, top[..., None], -1)[..., 0]

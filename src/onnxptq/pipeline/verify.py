@@ -29,7 +29,6 @@ import onnx
 
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
-from ..memory import release_freed
 from ..sessions import serialized
 from .calibrate import Calibrated
 
@@ -140,9 +139,6 @@ class Verified:
         digest = model_digest(model)
         if digest is None:
             return False
-        # the serialized copy hashed above and the candidate's measure, freed, given back before this
-        # judgement's own (PP-OCRv4 rec A8W8: the quantization's peak sat here, 286 -> 280 MiB)
-        release_freed()
         measured = {bool(seen): verdict} if verdict is not None and floor == floor_for(cfg) else None
 
         def seen_of(feeds: list[dict[str, np.ndarray]]) -> Outputs | None:
