@@ -133,7 +133,8 @@ class Verified:
 
         ``verdict``: the floor ``floor`` already gave on ``got`` (with ``seen`` where it is not
         empty; repair's candidate); taken as the judgement's where ``floor`` is ``cfg``'s, so that
-        the same outputs are not measured twice (lore_detect A8W8: ~0.7 CPU s a held candidate)."""
+        the same outputs are not measured twice (one measure of a held candidate: ~0.7 CPU s on
+        lore_detect A8W8 by branch blockquant6's estimate)."""
         from ..analysis.floor import floor_for
 
         digest = model_digest(model)
