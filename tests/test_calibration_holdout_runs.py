@@ -98,3 +98,45 @@ def test_held_out_runs_fetch_the_model_outputs_only(monkeypatch):
     plain = ort.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
     for feed, got in zip(held, outs):
         assert np.array_equal(got["y"], plain.run(["y"], feed)[0])
+
+
+def test_the_calibration_session_runs_without_a_memory_pattern(monkeypatch):
+    """Calibration opens its session without onnxruntime's memory pattern (a planned block per input
+    shape beside the arena: PP-OCRv4 rec A8W8's calibration peak 282-295 -> 276 MiB; bench/RESULTS.md,
+    quanttime7); the statistics and the held-out outputs are the pattern's, bit for bit."""
+    import onnxptq.sessions as sessions
+
+    opened = runner._session
+    options: list = []
+
+    def spying(*a, **k):
+        session = opened(*a, **k)
+        options.append(session.get_session_options().enable_mem_pattern)
+        return session
+
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(5)]
+    held = [{"x": rng.uniform(-5, 5, (1, 3, 8, 8)).astype(np.float32)} for _ in range(2)]
+    spec = {"method": "percentile", "percentile": 99.9}
+
+    def collect():
+        outs: list = []
+        stats = runner.collect(_model(), {"c": spec, "y": spec}, feeds, model_outputs=[], model_output_batches=2,
+                               also_run=held, also_outputs=outs)
+        return stats, outs
+
+    with monkeypatch.context() as m:
+        m.setattr(runner, "_session", spying)
+        stats, outs = collect()
+    assert options and options[-1] is False, options
+    real = sessions.open_session
+    with monkeypatch.context() as m:  # the same calibration with the pattern on
+        m.setattr(runner, "open_session", lambda *a, **k: real(*a, **{**k, "memory_pattern": True}))
+        m.setattr(runner, "_session", spying)
+        patterned, outs_p = collect()
+    assert options[-1] is True
+    for name in ("c", "y"):
+        assert stats[name].min == patterned[name].min and stats[name].max == patterned[name].max
+        assert np.array_equal(stats[name].hist.counts, patterned[name].hist.counts) and stats[name].hist.counts.sum() > 0
+    for a, b in zip(outs, outs_p):
+        assert np.array_equal(a["y"], b["y"])

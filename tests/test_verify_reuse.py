@@ -56,7 +56,7 @@ def _quantize(model, feeds, monkeypatch, threads: int, reuse: bool = True):
         m.setattr(repair_module, "worth_remembering", lambda runs, judged: True)
         m.setattr(finish_module, "run_threads", lambda: threads)
         if not reuse:
-            m.setattr(verify.Verified, "recall", lambda self, model, signature: None)
+            m.setattr(verify.Verified, "recall", lambda self, model, signature, digest=None: None)
         result = quantize(model, resolve_config("A8W8").replace(repair_budget=50.0), feeds)
     return result, runs
 
@@ -90,8 +90,10 @@ def test_a_session_unlike_the_candidates_is_judged_again(spread, reused, monkeyp
     _same(reused, judged)
 
 
-def test_other_bytes_are_not_recalled(spread):
-    """A judgement is keyed by the model's serialized bytes and its session's signature."""
+@pytest.fixture(scope="module")
+def judged(spread):
+    """The plain A8W8 build of the chain through finish (its bytes' digest taken from finish's own
+    serialization), with its runs on the held-out and the pooled calibration feeds."""
     from onnxptq.pipeline.calibrate import calibrate_once
     from onnxptq.pipeline.build import build_model
     from onnxptq.pipeline.finish import finish
@@ -100,24 +102,63 @@ def test_other_bytes_are_not_recalled(spread):
     model, feeds = spread
     cfg = resolve_config("A8W8")
     calibrated = calibrate_once(model, cfg, feeds, holdout=8)
-    built, session = finish(build_model(calibrated, cfg).model, "spread")
+    digests = []
+    built, session = finish(build_model(calibrated, cfg).model, "spread", lambda data: digests.append(verify.bytes_digest(data)))
     names = [o.name for o in calibrated.prepared.graph.output]
     got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
+    pooled = calibrated.judged_calibration_feeds(8)
+    seen = [dict(zip(names, out)) for out in run_feeds(session, names, pooled)]
+    return cfg, calibrated, built, verify.session_signature(session), digests, names, got, pooled, seen
+
+
+def test_other_bytes_are_not_recalled(judged):
+    """A judgement is keyed by the model's serialized bytes and its session's signature; finish hands
+    out the digest of the bytes it serialized, the one a second serialization gives."""
+    cfg, calibrated, built, signature, digests, names, got, pooled, seen = judged
+    assert digests == [verify.model_digest(built)]
     known = verify.Verified(calibrated, 8)
-    signature = verify.session_signature(session)
     assert known.recall(built, signature) is None  # nothing remembered
     # The reads judgement pools the first calibration feeds: without their runs, nothing to remember.
     assert not known.remember(built, signature, cfg, got)
-    pooled = calibrated.judged_calibration_feeds(8)
-    seen = [dict(zip(names, out)) for out in run_feeds(session, names, pooled)]
     assert known.remember(built, signature, cfg, got, pooled, seen)
     verdict, metrics = known.recall(built, signature)
     assert set(metrics) == set(names) and verdict.outputs
+    assert known.recall(built, signature, digests[0])[0] is verdict
+    assert known.recall(built, signature, "0" * 64) is None  # the digest given is the one looked up
     other = onnx.ModelProto()
     other.CopyFrom(built)
     other.doc_string = "one byte more"
     assert known.recall(other, signature) is None
     assert known.recall(built, signature[:1] + (signature[1] + 1,) + signature[2:]) is None
+
+
+def test_a_candidates_verdict_is_taken_not_measured_again(judged, monkeypatch):
+    """``remember`` given the verdict a candidate's floor gave on these outputs (pooled feeds beside
+    them) measures only what that verdict cannot say (whether the pooled feeds are asked for), and
+    its judgement is the one measuring everything gives; under another floor it measures again."""
+    from onnxptq.analysis import floor as floor_module
+
+    cfg, calibrated, built, signature, digests, names, got, pooled, seen = judged
+    floor = floor_module.floor_for(cfg)
+    candidate = floor_module.measure(calibrated.holdout_outputs, got, floor, reused=calibrated.holdout_reused,
+                                     seen=(calibrated.judged_float_outputs(pooled[:len(seen)]), seen), **calibrated.readings)
+    everything = verify.Verified(calibrated, 8)
+    assert everything.remember(built, signature, cfg, got, pooled, seen)
+    expected = everything.recall(built, signature)
+    calls = []
+    measuring = floor_module.measure
+    monkeypatch.setattr(floor_module, "measure", lambda *a, **k: calls.append(k.get("seen") is not None) or measuring(*a, **k))
+    taken = verify.Verified(calibrated, 8)
+    assert taken.remember(built, signature, cfg, got, pooled, seen, verdict=candidate, floor=floor)
+    assert calls == [False]
+    verdict, metrics = taken.recall(built, signature)
+    assert verdict is candidate and metrics == expected[1]
+    assert json.dumps(verdict.to_json(), sort_keys=True) == json.dumps(expected[0].to_json(), sort_keys=True)
+    calls.clear()
+    other = verify.Verified(calibrated, 8)
+    assert other.remember(built, signature, cfg, got, pooled, seen, verdict=candidate,
+                          floor=floor_module.Floor(floor.family, 0.5, 0.5))
+    assert calls == [False, True]
 
 
 class _Judge:

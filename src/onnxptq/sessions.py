@@ -124,6 +124,7 @@ def open_session(
     optimization: Optimization = "all",
     spinning: bool = True,
     memory_arena: bool = True,
+    memory_pattern: bool = True,
     priority_order: bool = False,
     log_severity: int = 3,
     custom_op_libraries: Sequence[str | os.PathLike] = (),
@@ -141,6 +142,8 @@ def open_session(
         spinning: let idle pool threads spin; off where onnxruntime alternates with other work
             (calibration reductions, torch steps) and spinning threads would take its cores.
         memory_arena: the CPU memory arena; off where many sessions live at once.
+        memory_pattern: onnxruntime's memory pattern (one planned block for a run's intermediate
+            tensors per input shape); off where that block outweighs its saving (calibration).
         priority_order: priority-based execution order (frees intermediate tensors sooner).
         log_severity: onnxruntime's log level (3 = errors only: our own log says what matters).
         custom_op_libraries: onnxruntime custom-op libraries to register besides those in force
@@ -171,6 +174,8 @@ def open_session(
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not memory_arena:
         options.enable_cpu_mem_arena = False
+    if not memory_pattern:
+        options.enable_mem_pattern = False
     if priority_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     register(options, custom_op_libraries)

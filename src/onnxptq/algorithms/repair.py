@@ -230,7 +230,7 @@ class _Judge:
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
             started = time.process_time()
-            self.verified.remember(model, signature, delivered, got, self.seen, seen)
+            self.verified.remember(model, signature, delivered, got, self.seen, seen, verdict=verdict, floor=self.floor)
             self.untimed += time.process_time() - started
         return verdict
 

@@ -743,15 +743,22 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     losses_all: list[np.ndarray] = []
     flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
     for r, g in zip(refs, gots):
+        # Each full-size copy (a feed's scores in float64, the string-safe copies, the
+        # probabilities) is let go once its maximum is taken: the same values, 3 float64 copies of
+        # a feed alive at once instead of 7 (PP-OCRv4 rec, 40 x 6625 scores a line: repair's floor
+        # measure, one of the two peaks of its A8W8 quantization, grew RSS by ~14 MiB, now ~4-8;
+        # bench/RESULTS.md, quanttime7)
         r, g = _wide(r), _wide(g)
         top, read = np.argmax(r, -1), np.argmax(g, -1)
-        safe_r, safe_g = _string_safe(r, top, blank), _string_safe(g, top, blank)
         z = np.take_along_axis(r, top[..., None], -1)[..., 0]
-        rival = safe_r.max(-1)
+        rival = _string_safe(r, top, blank).max(-1)
         margin = z - rival
-        kept = np.take_along_axis(g, top[..., None], -1)[..., 0] - safe_g.max(-1)
+        kept = np.take_along_axis(g, top[..., None], -1)[..., 0] - _string_safe(g, top, blank).max(-1)
+        del g
         p = _probabilities(r)
+        del r
         unsure = (np.take_along_axis(p, top[..., None], -1)[..., 0] - _string_safe(p, top, blank).max(-1)) < UNSURE
+        del p
         tie = margin <= TIE_TOLERANCE * np.maximum(np.abs(z), np.abs(rival))
         moved = read != top
         bad = moved & ~_keeps_string(read, top, blank)

@@ -476,10 +476,16 @@ def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | No
     the end of the run (PP-OCRv4 rec, batch 8: peak RSS 3.3 GiB -> 221 MiB at the same speed). No
     spinning: the augmented graph is mostly small single-threaded reductions, and idle pool threads
     spinning between them doubled the CPU time and, on a busy machine, the wall time (PP-OCRv4 rec,
-    96 lines, 2 cores under load: 18-21 s -> 9-11 s wall, 13 s -> 7 s CPU)."""
+    96 lines, 2 cores under load: 18-21 s -> 9-11 s wall, 13 s -> 7 s CPU). No memory pattern: with
+    it onnxruntime plans one block for a run's intermediate tensors per input shape, beside the arena
+    chunks of the first runs, and the augmented graph's many fetched and reduced tensors make that
+    block large; the runs compute the same values without it (the same kernels, buffers placed
+    elsewhere). PP-OCRv4 rec A8W8, 64 lines: the calibration's peak RSS 282-295 -> 276 MiB, the
+    quantization's CPU unchanged (bench/RESULTS.md, quanttime7)."""
     try:
         return open_session(model, providers=providers, threads=threads, inter_op_threads=1 if threads else None,
-                            optimization="all" if optimize else "none", spinning=False, priority_order=True)
+                            optimization="all" if optimize else "none", spinning=False, priority_order=True,
+                            memory_pattern=False)
     except UsageError:
         raise  # a custom-op library that does not load: named by the factory
     except Exception as exc:  # onnxruntime's Fail / InvalidGraph / ... derive from Exception only

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import onnx
 
@@ -30,11 +31,15 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     return model, session
 
 
-def finish(model: onnx.ModelProto, source: str):
+def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None):
     """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
 
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
     model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
+    ``with_bytes``: called with the serialized model the checker and the session read, before they
+    are let go (not past protobuf's limit): the delivered build's digest
+    (:meth:`onnxptq.pipeline.verify.Verified.recall`) is taken from them rather than from a second
+    serialization of the whole model.
     """
     io.pin_versions(model)
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
@@ -71,7 +76,9 @@ def finish(model: onnx.ModelProto, source: str):
             # CPU (the more, the quieter the machine) for the same outputs, bit for bit.
             session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False,
                                    threads=run_threads())
-            del data
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
+        if with_bytes is not None and data is not None:
+            with_bytes(data)
+        del data
     return model, session

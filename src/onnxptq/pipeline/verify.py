@@ -40,20 +40,27 @@ Judgement = tuple[Any, dict[str, Any]]
 
 
 def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
-              seen_of: Callable[[list[dict[str, np.ndarray]]], Outputs | None], eval_samples: int) -> Judgement | None:
+              seen_of: Callable[[list[dict[str, np.ndarray]]], Outputs | None], eval_samples: int,
+              measured: Mapping[bool, Any] | None = None) -> Judgement | None:
     """The floor's verdict and the per-output figures of a model whose outputs on the held-out feeds
     are ``got`` (with the graph's inner decisions beside them, where the floor reads any).
 
     ``seen_of(feeds)``: the model's outputs on the first calibration feeds, asked only where the
     verdict judges reads on them too (``Verdict.wants_calibration_feeds``); None where they cannot be
-    had (then so is the judgement: None)."""
+    had (then so is the judgement: None). ``measured``: verdicts the floor of ``cfg`` already gave on
+    these very outputs, keyed by whether ``seen_of``'s outputs were judged beside them (repair's
+    candidate, :meth:`Verified.remember`): taken instead of measuring them again (the same
+    arguments to a pure function, so the same verdict)."""
     from ..analysis.compare import compare_outputs
     from ..analysis.floor import floor_for, measure
 
+    measured = measured or {}
     names = compared_outputs(calibrated.prepared.graph)
     metrics = compare_outputs(names, calibrated.holdout_outputs, got)
     readings = calibrated.readings
-    verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
+    verdict = measured.get(False)
+    if verdict is None:
+        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
     if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
         # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
         # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
@@ -62,8 +69,10 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
         seen = seen_of(feeds)
         if seen is None:
             return None
-        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                          seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
+        verdict = measured.get(True)
+        if verdict is None:
+            verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
+                              seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
     return verdict, metrics
 
 
@@ -96,7 +105,13 @@ def model_digest(model: onnx.ModelProto) -> str | None:
     """sha256 of ``model``'s serialized bytes (None where protobuf cannot serialize it, past 2 GB:
     never matched). By :func:`onnxptq.sessions.serialized`, without its size limit."""
     data = serialized(model, limit=sys.maxsize)
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    return None if data is None else bytes_digest(data)
+
+
+def bytes_digest(data: bytes) -> str:
+    """sha256 of a serialized model, as :func:`model_digest` gives it (finish's bytes: no second
+    serialization of the delivered model, pipeline/finish.py)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 class Verified:
@@ -111,30 +126,40 @@ class Verified:
         self.entries: dict[str, tuple[tuple, Judgement]] = {}
 
     def remember(self, model: onnx.ModelProto, signature: tuple, cfg: QuantConfig, got: Outputs,
-                 seen_feeds: Sequence[Mapping[str, np.ndarray]] = (), seen: Outputs = ()) -> bool:
+                 seen_feeds: Sequence[Mapping[str, np.ndarray]] = (), seen: Outputs = (),
+                 verdict: Any = None, floor: Any = None) -> bool:
         """Judge ``got`` (and ``seen``, the outputs on ``seen_feeds``) as :func:`complete` would;
-        False where that needs runs not given (calibration feeds other than ``seen_feeds``)."""
+        False where that needs runs not given (calibration feeds other than ``seen_feeds``).
+
+        ``verdict``: the floor ``floor`` already gave on ``got`` (with ``seen`` where it is not
+        empty; repair's candidate); taken as the judgement's where ``floor`` is ``cfg``'s, so that
+        the same outputs are not measured twice (one measure of a held candidate: ~0.7 CPU s on
+        lore_detect A8W8 by branch blockquant6's estimate)."""
+        from ..analysis.floor import floor_for
+
         digest = model_digest(model)
         if digest is None:
             return False
+        measured = {bool(seen): verdict} if verdict is not None and floor == floor_for(cfg) else None
 
         def seen_of(feeds: list[dict[str, np.ndarray]]) -> Outputs | None:
             same = len(feeds) == len(seen_feeds) == len(seen) and all(a is b for a, b in zip(feeds, seen_feeds))
             return list(seen) if same else None
 
-        found = judgement(self.calibrated, cfg, got, seen_of, self.eval_samples)
+        found = judgement(self.calibrated, cfg, got, seen_of, self.eval_samples, measured)
         if found is None:
             return False
         self.entries[digest] = (signature, found)
         return True
 
-    def recall(self, model: onnx.ModelProto, signature: tuple) -> Judgement | None:
-        """The judgement of a model with ``model``'s bytes on a session of ``signature``, or None."""
+    def recall(self, model: onnx.ModelProto, signature: tuple, digest: str | None = None) -> Judgement | None:
+        """The judgement of a model with ``model``'s bytes on a session of ``signature``, or None.
+        ``digest``: those bytes' :func:`bytes_digest`, where the caller had them (finish's)."""
         if all(known != signature for known, _ in self.entries.values()):
             # none was judged on such a session (finish's pool is one thread only on a 2-core
             # machine): the model is not serialized and hashed for a lookup that cannot match
             return None
-        entry = self.entries.get(model_digest(model) or "")
+        entry = self.entries.get(digest or model_digest(model) or "")
         if entry is None or entry[0] != signature:
             return None
         return entry[1]

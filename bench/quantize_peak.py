@@ -1,0 +1,113 @@
+"""Where a quantization's peak RSS sits: each stage's RSS at entry and its VmHWM (issue 26 item 4).
+
+``python bench/quantize_peak.py MODEL PRESET`` quantizes ``MODEL`` (as ``bench/quantize_stages.py``
+takes it: ``cls``/``rec``/``det`` on random feeds, ``new:<name>``, a zoo name; or PP-OCRv4 rec on
+``bench/quantize.py``'s rendered lines with ``--npz``) once in this process, after
+:func:`onnxptq.memory.share_malloc_arena` (as the ``onnxptq`` command and ``bench/quantize.py``'s
+child do), and prints one line per stage call in call order:
+
+* **enter** — ``VmRSS`` when the stage was entered;
+* **peak** — ``VmHWM`` when it returned, the high-water mark reset (``/proc/self/clear_refs`` 5)
+  at its entry and at each inner stage's entry, so a stage's peak is its own since the last
+  inner stage began (Linux only: the reset needs ``clear_refs``); a ``(before STAGE)`` line gives
+  the peak between the previous reset and that stage's entry (code no stage wraps: a repair
+  candidate's runs, the plan, the search's bookkeeping).
+
+The stages are the ones holding a quantization's large buffers: preparation, calibration (its
+augmented session and runs), each build, finish's session, the verification's runs and
+judgement, repair's candidates (build, session, floor measure) and the delivered build; then the
+process's own ``VmHWM`` and CPU seconds. Used for PP-OCRv4 rec A8W8's peak against
+``quantize_static`` (bench/RESULTS.md, quanttime7):
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/quantize_peak.py rec A8W8 --npz <workdir>/rec_lines_64.npz
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (the repository root on sys.path: testkit)
+import argparse
+import dataclasses
+import functools
+import importlib
+import logging
+import time
+from typing import Any
+
+#: (module, function): wrapped where they are looked up from
+STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization"), ("onnxptq.pipeline.calibrate", "collect_statistics"),
+          ("onnxptq.pipeline.complete", "build_model"), ("onnxptq.pipeline.complete", "finish"),
+          ("onnxptq.pipeline.complete", "_verify"), ("onnxptq.pipeline.verify", "judgement"),
+          ("onnxptq.algorithms.repair", "build_model"), ("onnxptq.algorithms.repair", "judge_session"),
+          ("onnxptq.algorithms.repair", "measure"), ("onnxptq.pipeline.complete", "deliver")]
+
+
+def _status(key: str) -> int:
+    """``key`` of /proc/self/status in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) // 1024
+    raise KeyError(key)
+
+
+def _reset_hwm() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _wrap(log: list[tuple[str, int, int]]) -> None:
+    for mod, name in STAGES:
+        module = importlib.import_module(mod)
+        f = getattr(module, name)
+
+        def stage(*a: Any, f: Any = f, label: str = f"{mod.rsplit('.', 1)[-1]}.{name}", **k: Any) -> Any:
+            enter = _status("VmRSS")
+            log.append((f"  (before {label})", enter, _status("VmHWM")))  # the peak since the last reset
+            _reset_hwm()
+            try:
+                return f(*a, **k)
+            finally:
+                log.append((label, enter, _status("VmHWM")))
+
+        setattr(module, name, functools.wraps(f)(stage))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("preset")
+    ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's .npz): PP-OCRv4 rec on them")
+    ap.add_argument("--lines", type=int, default=64)
+    args = ap.parse_args()
+    logging.disable(logging.WARNING)
+    log: list[tuple[str, int, int]] = []
+    _wrap(log)
+    from onnxptq.api import quantize
+    from onnxptq.config.presets import get_preset
+    from onnxptq.memory import share_malloc_arena
+
+    share_malloc_arena()
+    cfg = get_preset(args.preset)
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
+    if args.npz:
+        import quantize as bench_quantize
+        from testkit.models import model_path
+
+        path, data = model_path("rec"), bench_quantize._reader_class()(args.npz, limit=args.lines)
+    else:
+        import quantize_stages
+
+        path, data = quantize_stages._data(args.model, args.samples)
+    cpu = time.process_time()
+    result = quantize(str(path), cfg, data, None)
+    cpu = time.process_time() - cpu
+    log.append(("  (after the last stage)", _status("VmRSS"), _status("VmHWM")))
+    for label, enter, peak in log:
+        print(f"{label:42s} enter {enter:5d} MiB  peak {peak:5d} MiB")
+    print(f"{args.model} {args.preset}: CPU {cpu:.2f} s, builds {(result.repair or {}).get('evaluations')}, "
+          f"highest stage peak {max((p for _, _, p in log), default=0)} MiB")
+
+
+if __name__ == "__main__":
+    main()
