@@ -596,6 +596,32 @@ def _export_forked(spec: ModuleSpec, src: Path, timeout: float) -> str:
     return failed if failed is not None else f"exporter crashed (exit code {p.exitcode})"
 
 
+def _float_child(src: Path, feeds: list[dict], queue) -> None:
+    try:
+        session = _session(src)
+        for feed in feeds:
+            session.run(None, feed)
+        queue.put("")
+    except Exception as exc:  # noqa: BLE001
+        queue.put(f"{type(exc).__name__}: {_first(exc)}")
+
+
+def _float_runs_forked(src: Path, feeds: list[dict], timeout: float) -> str:
+    """'' when onnxruntime loads and runs the float export, else why not (onnxruntime segfaults on some)."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_float_child, args=(src, feeds, q))
+    p.start()
+    try:
+        broken = q.get(timeout=timeout)
+    except Exception:  # noqa: BLE001
+        broken = None
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return broken if broken is not None else f"onnxruntime crashed on the float model (exit code {p.exitcode})"
+
+
 def group_key(row: dict) -> str:
     """Failures grouped by kind and message with numbers, quoted names and node names masked."""
     msg = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", row.get("error", ""))
@@ -619,8 +645,34 @@ def _repro(row: dict, spec: ModuleSpec, src: Path, calib: list[dict], out_dir: P
     return {"model": str(model), "data": str(data), "command": cmd}
 
 
+def markdown(paths: list[str]) -> str:
+    """Counts by status per campaign file, then the failure groups over all of them (for RESULTS.md)."""
+    lines = ["| campaign | modules | quantizations | ok | floor held / broken (ok rows) | documented error | raw exception "
+             "| does not load/run | NaN | timeout/crash | export failed / float does not run |", "|" + " --- |" * 11]
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for path in paths:
+        rows = json.loads(Path(path).read_text())["rows"]
+        n = collections.Counter(r["status"] for r in rows)
+        ok = [r for r in rows if r["status"] == "ok"]
+        held = sum(r.get("floor") == "held" for r in ok)
+        lines.append(f"| {Path(path).name} | {len({r['module'] for r in rows})} | {sum(r['preset'] != '*' for r in rows)} | {n['ok']} "
+                     f"| {held} / {len(ok) - held} | {n['documented error']} | {n['raw exception']} "
+                     f"| {n['does not load'] + n['does not run'] + n['wrong output']} | {n['NaN where float has none']} "
+                     f"| {n['timeout'] + n['crashed']} | {n['export failed']} / {n['float does not run']} |")
+        for r in rows:
+            if r["status"] not in ("ok",):
+                groups[f"{Path(path).name}: {group_key(r)}"].append(r)
+    lines += ["", "| campaign: kind, message | count | presets | exporters | blocks (most common) |", "| --- | --- | --- | --- | --- |"]
+    for key, rs in sorted(groups.items()):
+        blocks = ", ".join(b for b, _ in collections.Counter(b for r in rs for b in r.get("blocks", [])).most_common(3))
+        lines.append(f"| {key.replace('|', '/')} | {len(rs)} | {' '.join(sorted({r['preset'] for r in rs}))} "
+                     f"| {' '.join(sorted({r['exporter'] + str(r['opset']) for r in rs}))} | {blocks} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", nargs="+", help="print the tables of these campaign files and exit")
     ap.add_argument("--modules", type=int, default=30)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
@@ -629,8 +681,11 @@ def main() -> int:
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=180)
     ap.add_argument("--out-dir", default="/work/cache/exportfuzz")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json")
     a = ap.parse_args()
+    if a.markdown:
+        print(markdown(a.markdown))
+        return 0
     import torch
 
     torch.set_num_threads(1)
@@ -657,12 +712,9 @@ def main() -> int:
             spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs)
             base["dynamic_seq"] = False
         calib, held = spec.feeds(a.calib, 1), spec.feeds(a.held, 1000)
-        try:
-            fs = _session(src)
-            for feed in calib[:2]:
-                fs.run(None, feed)
-        except Exception as exc:  # noqa: BLE001 - the export itself does not run: not ours to judge
-            rows.append({**base, "preset": "*", "status": "float does not run", "error": f"{type(exc).__name__}: {_first(exc)}"})
+        broken = _float_runs_forked(src, calib[:2], a.timeout)
+        if broken:  # the export itself does not load or run in onnxruntime (a segfault, even): not ours to judge
+            rows.append({**base, "preset": "*", "status": "float does not run", "error": broken})
             print(json.dumps(rows[-1]), flush=True)
             continue
         for preset in a.presets.split(","):
