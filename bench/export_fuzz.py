@@ -448,6 +448,17 @@ def draw(index: int, seed: int) -> ModuleSpec:
                       fp16=bool(rng.random() < 0.15), dynamic_seq=domain == "seq" and bool(rng.random() < 0.5))
 
 
+def sweep(index: int) -> tuple[ModuleSpec, str]:
+    """Module ``index`` of the sweep: every block alone, once per exporter (TorchScript 17, dynamo 18),
+    with every input and output kind of its domain; the preset goes round the list."""
+    cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) for e in (("torchscript", 17), ("dynamo", 18))]
+    dom, block, (exporter, opset) = cases[index % len(cases)]
+    inputs = ["x", "ids", "mask"] if dom == "seq" else ["x"]
+    spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, ["y", "argmax", "topk", "count"], exporter, opset,
+                      fp16=False, dynamic_seq=dom == "seq")
+    return spec, PRESETS[index % len(PRESETS)]
+
+
 def output_names(spec: ModuleSpec) -> list[str]:
     names = []
     for o in spec.outputs:
@@ -676,6 +687,7 @@ def main() -> int:
     ap.add_argument("--modules", type=int, default=30)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sweep", action="store_true", help="each block alone per exporter, one preset each (sweep())")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--held", type=int, default=8)
@@ -691,12 +703,12 @@ def main() -> int:
     torch.set_num_threads(1)
     logging.disable(logging.WARNING)
     out_dir = Path(a.out_dir)
-    mdir = out_dir / f"models.seed{a.seed}"
+    mdir = out_dir / ("models.sweep" if a.sweep else f"models.seed{a.seed}")
     rows: list[dict] = json.loads(Path(a.json).read_text())["rows"] if Path(a.json).exists() else []
     done = {(r["module"], r["preset"]) for r in rows}
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
-        spec = draw(index, a.seed)
+        spec, presets = (sweep(index) if a.sweep else (draw(index, a.seed), a.presets))
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16,
                 "blocks": spec.blocks, "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         src = mdir / f"m{index:03d}.onnx"
@@ -717,7 +729,7 @@ def main() -> int:
             rows.append({**base, "preset": "*", "status": "float does not run", "error": broken})
             print(json.dumps(rows[-1]), flush=True)
             continue
-        for preset in a.presets.split(","):
+        for preset in presets.split(","):
             if (spec.name, preset) in done:
                 continue
             out = mdir / "q" / f"m{index:03d}.{preset}.onnx"
