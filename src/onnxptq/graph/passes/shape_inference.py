@@ -54,14 +54,20 @@ def _trusted(declared: ir.Shape | None, inferred: ir.Shape | None) -> ir.Shape |
     symbolic sequence axis an LSTM's or attention's intermediates can still be declared with the
     traced length (15); trusting that dim folds a Reshape target that breaks every other length.
     Inference from the model's own symbolic inputs (the declared shapes taken off first) is the
-    truth where it derives a dim; a declared dim stays only where inference knows nothing (after a
-    custom op, say).
+    truth where it derives a dim; a declared dim stays where inference knows nothing (after a
+    custom op, say, or where it only made up an ``unk__`` name).
     """
     if inferred is None:
         return declared
     if declared is None or len(declared) != len(inferred):
         return inferred
-    return ir.Shape([d if isinstance(i, ir.SymbolicDim) and i.value is None else i for d, i in zip(declared, inferred)])
+    return ir.Shape([d if _unknown(i) and not _unknown(d) else i for d, i in zip(declared, inferred)])
+
+
+def _unknown(dim: object) -> bool:
+    """A dim that says nothing: no value, or a fresh ``unk__N`` name onnx's inference made up (a
+    declared name such as ``seq_len`` or ``floor(height/2 - 1/2) + 1`` carries equalities it lacks)."""
+    return isinstance(dim, ir.SymbolicDim) and (dim.value is None or dim.value.startswith("unk__"))
 
 
 def _merge(model: ir.Model, inferred_proto: onnx.ModelProto) -> bool:
