@@ -33,6 +33,9 @@ class _ShapeInference(ShapeInferencePass):
         _drop_negative_dims(model)
 
         def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+            del proto.graph.value_info[:]  # the exporter's trace-time shapes: re-derived, see _trusted
+            for out in proto.graph.output:
+                out.type.tensor_type.ClearField("shape")
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=self.check_type, strict_mode=self.strict_mode,
                                                          data_prop=self.data_prop)
             strip_map_types(inferred)
@@ -43,7 +46,47 @@ class _ShapeInference(ShapeInferencePass):
         except Exception as exc:  # noqa: BLE001 - onnx-ir's own pass keeps the model unchanged too
             log.warning("shape inference failed: %s; the model is left unchanged", exc)
             return ir.passes.PassResult(model, False)
-        return ir.passes.PassResult(model, modified=base._merge_func(model, inferred))
+        return ir.passes.PassResult(model, modified=_merge(model, inferred))
+
+
+def _trusted(declared: ir.Shape | None, inferred: ir.Shape | None) -> ir.Shape | None:
+    """The shape to keep: inference's dims where it knows them, the declared ones where it does not.
+
+    Why: torch's dynamo exporter writes value_info (and output shapes) from the trace, so with a
+    symbolic sequence axis an LSTM's or attention's intermediates can still be declared with the
+    traced length (15); trusting that dim folds a Reshape target that breaks every other length.
+    Inference from the model's own symbolic inputs (the declared shapes taken off first) is the
+    truth where it derives a dim; a declared dim stays where inference knows nothing (after a
+    custom op, say, or where it only made up an ``unk__`` name).
+    """
+    if inferred is None:
+        return declared
+    if declared is None or len(declared) != len(inferred):
+        return inferred
+    return ir.Shape([d if _unknown(i) and not _unknown(d) else i for d, i in zip(declared, inferred)])
+
+
+def _unknown(dim: object) -> bool:
+    """A dim that says nothing: no value, or a fresh ``unk__N`` name onnx's inference made up (a
+    declared name such as ``seq_len`` or ``floor(height/2 - 1/2) + 1`` carries equalities it lacks)."""
+    return isinstance(dim, ir.SymbolicDim) and (dim.value is None or dim.value.startswith("unk__"))
+
+
+def _merge(model: ir.Model, inferred_proto: onnx.ModelProto) -> bool:
+    """onnx-ir's merge of the inferred model into ``model``, dim by dim (:func:`_trusted`)."""
+    inferred_model = ir.serde.deserialize_model(inferred_proto)
+    modified = False
+    for graph, inferred_graph in zip(model.graphs(), inferred_model.graphs()):
+        found = ir.convenience.create_value_mapping(inferred_graph)
+        for name, value in ir.convenience.create_value_mapping(graph).items():
+            if (other := found.get(name)) is None:
+                continue
+            shape = _trusted(value.shape, other.shape)
+            if shape != value.shape:
+                value.shape, modified = shape, True
+            if other.dtype is not None and value.dtype != other.dtype:
+                value.dtype, modified = other.dtype, True
+    return modified
 
 
 def _drop_negative_dims(model: ir.Model) -> None:

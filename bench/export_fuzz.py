@@ -1,0 +1,777 @@
+"""Issue 27 item 3 ("0 raw exceptions"): random small torch modules, as torch's exporters spell them.
+
+``bench/fuzz.py`` draws random graphs from our own op set; the hidden checks run models that
+exporters wrote, and exporters spell things it never draws: LayerNorm written out or as one op,
+GELU by erf or tanh, attention as SDPA with and without masks or as ``MultiheadAttention``, RNNs
+bidirectional and batch-first, pooling with ``ceil_mode``, interpolation with ``align_corners``,
+int64 index inputs, int and bool outputs, fp16 models, symbolic batch and sequence axes. This
+script composes random small modules from such blocks (one domain each: token sequences, images,
+1-d signals, volumes), exports each with the TorchScript exporter (opsets 13/15/17) or with
+``dynamo=True`` (opsets 18/20), and runs ``onnxptq.quantize`` with defaults for every preset on
+random-but-plausible data. Each (module, preset) is one forked child with a time limit. Recorded:
+raised exceptions (type, first line, documented or raw, the blocks), outputs that stock
+onnxruntime does not load or run, NaN/Inf outputs where float has none, the floor's verdict and the
+worst float output's cosine. Failures are grouped by (kind, type, first line with numbers and
+names masked); each group keeps one reproducer: the exported model and its feeds under
+``--out-dir``/repro, and a three-line command.
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/export_fuzz.py --modules 40 --seed 1 \\
+        --json /work/cache/exportfuzz/seed1.json
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (puts the repository root on sys.path)
+import argparse
+import collections
+import hashlib
+import json
+import logging
+import multiprocessing as mp
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP4")
+EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20))
+D, C, T, HW = 16, 8, 12, 16  # token width, image channels, sequence length, image side
+VOCAB = 50
+
+
+# ----------------------------------------------------------------------------- blocks
+
+def _blocks() -> dict[str, dict[str, Any]]:
+    """Shape-keeping blocks per domain: ``factory()`` -> nn.Module with ``forward(h, pad)``; ``pad`` is
+    the (B, T) bool padding mask of the sequence domain (None elsewhere)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class LNOut(nn.Module):  # LayerNorm written out
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(D) + 0.5), nn.Parameter(torch.randn(D) * 0.1)
+
+        def forward(self, h, pad=None):
+            mu = h.mean(-1, keepdim=True)
+            var = ((h - mu) ** 2).mean(-1, keepdim=True)
+            return (h - mu) / torch.sqrt(var + 1e-5) * self.w + self.b
+
+    class RMSOut(nn.Module):  # RMSNorm written out (LLaMA spelling: pow, mean, rsqrt, float cast)
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.rand(D) + 0.5)
+
+        def forward(self, h, pad=None):
+            v = h.float().pow(2).mean(-1, keepdim=True)
+            return self.w * (h * torch.rsqrt(v + 1e-6)).to(h.dtype)
+
+    class Wrap(nn.Module):
+        def __init__(self, mod):
+            super().__init__()
+            self.m = mod
+
+        def forward(self, h, pad=None):
+            return self.m(h)
+
+    class Lin(nn.Module):
+        def __init__(self, act):
+            super().__init__()
+            self.a, self.b, self.act = nn.Linear(D, 2 * D), nn.Linear(2 * D, D), act
+
+        def forward(self, h, pad=None):
+            return h + self.b(self.act(self.a(h)))
+
+    class SDPA(nn.Module):
+        def __init__(self, how: str):
+            super().__init__()
+            self.qkv, self.o, self.how = nn.Linear(D, 3 * D), nn.Linear(D, D), how
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            if self.how == "causal":
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            elif self.how == "bool" and pad is not None:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=~pad[:, None, None, :])
+            elif self.how == "additive" and pad is not None:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :].to(h.dtype) * -1e4)
+            else:
+                a = F.scaled_dot_product_attention(q, k, v)
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class ManualAttn(nn.Module):  # attention written out: matmul, scale, masked_fill, softmax
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            s = self.q(h) @ self.k(h).transpose(-1, -2) / (D ** 0.5)
+            if pad is not None:
+                s = s.masked_fill(pad[:, None, :], float("-inf") if h.dtype == torch.float32 else -1e4)
+            return h + torch.softmax(s, -1) @ self.v(h)
+
+    class MHA(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = nn.MultiheadAttention(D, 2, batch_first=True)
+
+        def forward(self, h, pad=None):
+            return h + self.m(h, h, h, key_padding_mask=pad, need_weights=False)[0]
+
+    class RNN(nn.Module):
+        def __init__(self, kind: str, bi: bool):
+            super().__init__()
+            self.r = getattr(nn, kind)(D, D // 2 if bi else D, batch_first=True, bidirectional=bi)
+
+        def forward(self, h, pad=None):
+            return h + self.r(h)[0]
+
+    class RNNSeqFirst(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.r = nn.GRU(D, D, num_layers=2)
+
+        def forward(self, h, pad=None):
+            return self.r(h.transpose(0, 1))[0].transpose(0, 1)
+
+    class Conv1dSeq(nn.Module):
+        def __init__(self, padmode: str):
+            super().__init__()
+            self.c, self.padmode = nn.Conv1d(D, D, 3), padmode
+
+        def forward(self, h, pad=None):
+            x = F.pad(h.transpose(1, 2), (1, 1), mode=self.padmode)
+            return self.c(x).transpose(1, 2)
+
+    class Einsum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(2, D, D // 2) / D ** 0.5)
+
+        def forward(self, h, pad=None):
+            return torch.einsum("btd,hde->bthe", h, self.w).flatten(2)
+
+    class MatmulBroadcast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(1, D, D) / D ** 0.5)
+
+        def forward(self, h, pad=None):
+            return torch.matmul(h, self.w) + h
+
+    class CumsumWhere(nn.Module):
+        def forward(self, h, pad=None):
+            c = torch.cumsum(h, 1) / torch.arange(1, h.shape[1] + 1, dtype=h.dtype)[:, None]
+            return torch.where(h > 0, c, h * 0.5)
+
+    class SplitCat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(D // 2, D // 2)
+
+        def forward(self, h, pad=None):
+            a, b = h.chunk(2, -1)
+            c, d = torch.split(b, [D // 4, D // 4], -1)
+            return torch.cat([self.l(a), torch.clamp(c, -1, 1), F.relu6(d)], -1)
+
+    class ReshapeFlat(nn.Module):
+        def forward(self, h, pad=None):
+            b = h.shape[0]
+            return h.reshape(b, -1, 2, D // 2).flatten(2).reshape(b, -1, D)
+
+    class StepSlice(nn.Module):
+        def forward(self, h, pad=None):
+            return torch.cat([h[..., ::2] * 2, h[..., 1::2]], -1)
+
+    class SortMix(nn.Module):
+        def forward(self, h, pad=None):
+            return torch.sort(h, -1, descending=True)[0] + h
+
+    class TopkPad(nn.Module):
+        def forward(self, h, pad=None):
+            v = torch.topk(h, D // 2, -1)[0]
+            return F.pad(v, (0, D // 2), value=0.0) + h
+
+    class GatherIdx(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("idx", torch.randperm(D))
+
+        def forward(self, h, pad=None):
+            return torch.index_select(h, -1, self.idx) + h[..., torch.arange(D - 1, -1, -1)]
+
+    seq = {
+        "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
+        "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
+        "gelu_erf": lambda: Lin(nn.GELU()), "gelu_tanh": lambda: Lin(nn.GELU("tanh")), "silu": lambda: Lin(nn.SiLU()),
+        "mish": lambda: Lin(nn.Mish()), "hardswish": lambda: Lin(nn.Hardswish()),
+        "sdpa": lambda: SDPA("none"), "sdpa_causal": lambda: SDPA("causal"), "sdpa_boolmask": lambda: SDPA("bool"),
+        "sdpa_addmask": lambda: SDPA("additive"), "attn_written": ManualAttn, "mha": MHA,
+        "gru_bi": lambda: RNN("GRU", True), "lstm_bi": lambda: RNN("LSTM", True), "lstm": lambda: RNN("LSTM", False),
+        "rnn_tanh": lambda: RNN("RNN", False), "gru_seqfirst_2l": RNNSeqFirst,
+        "conv1d_reflect": lambda: Conv1dSeq("reflect"), "conv1d_const": lambda: Conv1dSeq("constant"),
+        "einsum": Einsum, "matmul_bcast": MatmulBroadcast, "cumsum_where": CumsumWhere, "split_cat_clamp": SplitCat,
+        "reshape_-1": ReshapeFlat, "step_slice": StepSlice, "sort": SortMix, "topk_pad": TopkPad, "index_select": GatherIdx,
+    }
+
+    class ConvBN(nn.Module):
+        def __init__(self, groups: int = 1, act=None):
+            super().__init__()
+            self.c, self.bn, self.act = nn.Conv2d(C, C, 3, 1, 1, groups=groups), nn.BatchNorm2d(C), act or nn.ReLU()
+
+        def forward(self, h, pad=None):
+            return self.act(self.bn(self.c(h)))
+
+    class GNOut(nn.Module):  # GroupNorm written out
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(1, C, 1, 1) + 0.5), nn.Parameter(torch.randn(1, C, 1, 1) * 0.1)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            g = h.reshape(b, 2, -1)
+            g = (g - g.mean(-1, keepdim=True)) / torch.sqrt(g.var(-1, keepdim=True, unbiased=False) + 1e-5)
+            return g.reshape(b, c, y, x) * self.w + self.b
+
+    class Down(nn.Module):  # pool, then interpolate back
+        def __init__(self, pool: str, mode: str, align: bool | None):
+            super().__init__()
+            self.pool, self.mode, self.align = pool, mode, align
+
+        def forward(self, h, pad=None):
+            y, x = h.shape[-2:]
+            if self.pool == "max_ceil":
+                p = F.max_pool2d(h, 3, 2, ceil_mode=True)
+            elif self.pool == "avg_ceil":
+                p = F.avg_pool2d(h, 3, 2, ceil_mode=True, count_include_pad=False)
+            else:
+                p = F.adaptive_avg_pool2d(h, (4, 4))
+            return h + F.interpolate(p, size=(y, x), mode=self.mode, align_corners=self.align)
+
+    class UpTrans(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = nn.ConvTranspose2d(C, C, 2, 2)
+
+        def forward(self, h, pad=None):
+            return F.avg_pool2d(self.t(h), 2) + h
+
+    class Upsample(nn.Module):
+        def __init__(self, mode: str):
+            super().__init__()
+            self.u = nn.Upsample(scale_factor=2, mode=mode, **({} if mode == "nearest" else {"align_corners": True}))
+
+        def forward(self, h, pad=None):
+            return F.max_pool2d(self.u(h), 2)
+
+    class Shuffle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(C, 4 * C, 1)
+
+        def forward(self, h, pad=None):
+            return F.avg_pool2d(F.pixel_shuffle(self.c(h), 2), 2)
+
+    class SE(nn.Module):  # global pooling, gate
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(C, 4, 1), nn.Conv2d(4, C, 1)
+
+        def forward(self, h, pad=None):
+            return h * torch.sigmoid(self.b(F.silu(self.a(h.mean((2, 3), keepdim=True)))))
+
+    class ReflectConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(C, C, 3)
+
+        def forward(self, h, pad=None):
+            return self.c(F.pad(h, (1, 1, 1, 1), mode="reflect"))
+
+    class Conv3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv3d(2, 2, 3, 1, 1)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            return self.c(h.reshape(b, 2, c // 2, y, x)).reshape(b, c, y, x)
+
+    class ChannelGather(nn.Module):
+        def forward(self, h, pad=None):
+            return h[:, torch.tensor([1, 0, 3, 2, 5, 4, 7, 6])] * torch.clamp(h, min=0.0)
+
+    class FlattenMix(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(HW * HW // 16, HW * HW // 16)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            p = F.avg_pool2d(h, 4).flatten(2)
+            return h + F.interpolate(self.l(p).reshape(b, c, y // 4, x // 4), scale_factor=4.0, mode="nearest")
+
+    img = {
+        "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
+        "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
+        "maxpool_ceil_bilinear": lambda: Down("max_ceil", "bilinear", False),
+        "avgpool_ceil_nearest": lambda: Down("avg_ceil", "nearest", None),
+        "adaptive_bilinear_ac": lambda: Down("adaptive", "bilinear", True),
+        "convtranspose": UpTrans, "upsample_nearest": lambda: Upsample("nearest"),
+        "upsample_bilinear_ac": lambda: Upsample("bilinear"), "pixel_shuffle": Shuffle, "se_global": SE,
+        "reflect_conv": ReflectConv, "conv3d": Conv3d, "channel_gather_clamp": ChannelGather, "flatten_linear": FlattenMix,
+        "mish_img": lambda: Wrap(nn.Mish()),
+    }
+    return {"seq": seq, "img": img}
+
+
+def _composite(spec: "ModuleSpec"):
+    """The torch module a spec names (seeded: the same spec gives the same weights)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch.manual_seed(spec.seed)
+    table = _blocks()[spec.domain]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(table[b]() for b in spec.blocks)
+            if spec.domain == "seq":
+                self.inp = nn.Linear(D, D)
+                self.emb = nn.Embedding(VOCAB, D) if "ids" in spec.inputs else None
+                self.head = nn.Linear(D, 6)
+            else:
+                self.inp = nn.Conv2d(3, C, 3, 1, 1)
+                self.head = nn.Conv2d(C, 4, 1)
+
+        def forward(self, *args):
+            feed = dict(zip(spec.inputs, args))
+            pad = None
+            if spec.domain == "seq":
+                h = self.inp(feed["x"])
+                if self.emb is not None:
+                    h = h + self.emb(feed["ids"])
+                if "mask" in feed:
+                    pad = feed["mask"] < 0.5
+                    pad = pad & (torch.arange(pad.shape[1]) > 0)  # never a fully padded row
+            else:
+                h = self.inp(feed["x"])
+            for blk in self.blocks:
+                h = blk(h, pad)
+            y = self.head(h)
+            if pad is not None:
+                y = y.masked_fill(pad[..., None], 0.0)
+            outs = [y]
+            for extra in spec.outputs[1:]:
+                red = y.mean(1) if spec.domain == "seq" else y.mean((2, 3))
+                if extra == "argmax":
+                    outs.append(y.argmax(-1 if spec.domain == "seq" else 1))
+                elif extra == "topk":
+                    v, i = torch.topk(red, 2, -1)
+                    outs += [v, i]
+                elif extra == "bool":
+                    outs.append(red > 0)
+                elif extra == "pooled":
+                    outs.append(F.softmax(red, -1))
+                elif extra == "count":
+                    outs.append((y > 0).sum(-1).to(torch.int32))
+            return tuple(outs)
+
+    return Net().eval()
+
+
+@dataclass
+class ModuleSpec:
+    """One drawn module: its blocks, inputs/outputs, exporter, opset, dtype and axes."""
+
+    index: int
+    seed: int
+    domain: str
+    blocks: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    exporter: str
+    opset: int
+    fp16: bool
+    dynamic_seq: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        tag = "fp16." if self.fp16 else ""
+        return f"m{self.index:03d}.{self.domain}.{self.exporter}{self.opset}.{tag}{'+'.join(self.blocks)}"[:180]
+
+    def feeds(self, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+        """Plausible data: unit-normal features with a per-feature scale, tokens, padding masks."""
+        rng = np.random.default_rng(seed)
+        dt = np.float16 if self.fp16 else np.float32
+        out = []
+        for _ in range(n):
+            f: dict[str, np.ndarray] = {}
+            t = int(rng.integers(6, 17)) if self.dynamic_seq else T
+            if self.domain == "seq":
+                f["x"] = (rng.normal(0, 1, (1, t, D)) * np.linspace(0.5, 2, D)).astype(dt)
+                if "ids" in self.inputs:
+                    f["ids"] = rng.integers(0, VOCAB, (1, t)).astype(np.int64)
+                if "mask" in self.inputs:
+                    f["mask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(dt)
+            else:
+                f["x"] = rng.normal(0, 1, (1, 3, HW, HW)).astype(dt)
+            out.append({k: f[k] for k in self.inputs})
+        return out
+
+
+def draw(index: int, seed: int) -> ModuleSpec:
+    """Module ``index`` of the campaign with ``seed``: 1-3 blocks of one domain, extras at random."""
+    rng = np.random.default_rng([seed, index])
+    domain = "seq" if rng.random() < 0.6 else "img"
+    names = sorted(_blocks()[domain])
+    blocks = [str(b) for b in rng.choice(names, int(rng.integers(1, 4)), replace=False)]
+    inputs = ["x"]
+    if domain == "seq":
+        if rng.random() < 0.4:
+            inputs.append("ids")
+        if rng.random() < 0.5 or any("mask" in b or b == "mha" for b in blocks):
+            inputs.append("mask")
+    outputs = ["y"] + [str(o) for o in rng.choice(["argmax", "topk", "bool", "pooled", "count"], int(rng.integers(0, 3)),
+                                                   replace=False)]
+    exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
+    return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
+                      fp16=bool(rng.random() < 0.15), dynamic_seq=domain == "seq" and bool(rng.random() < 0.5))
+
+
+def sweep(index: int) -> tuple[ModuleSpec, str]:
+    """Module ``index`` of the sweep: every block alone, once per exporter (TorchScript 17, dynamo 18),
+    with every input and output kind of its domain; the preset goes round the list."""
+    cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) for e in (("torchscript", 17), ("dynamo", 18))]
+    dom, block, (exporter, opset) = cases[index % len(cases)]
+    inputs = ["x", "ids", "mask"] if dom == "seq" else ["x"]
+    spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, ["y", "argmax", "topk", "count"], exporter, opset,
+                      fp16=False, dynamic_seq=dom == "seq")
+    return spec, PRESETS[index % len(PRESETS)]
+
+
+def output_names(spec: ModuleSpec) -> list[str]:
+    names = []
+    for o in spec.outputs:
+        names += ["topk_v", "topk_i"] if o == "topk" else [o]
+    return names
+
+
+def export(spec: ModuleSpec, path: Path) -> Path:
+    """Write the spec's module with its exporter and opset; batch (and maybe sequence) symbolic."""
+    import torch
+
+    net = _composite(spec)
+    sample = spec.feeds(2, 0)
+    if spec.dynamic_seq:
+        sample = [{k: v for k, v in f.items()} for f in spec.feeds(1, 0)] * 2
+    args = tuple(torch.from_numpy(np.concatenate([f[k] for f in sample])) for k in spec.inputs)
+    if spec.fp16:
+        net = net.half()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    outs = output_names(spec)
+    if spec.exporter == "dynamo":
+        b = torch.export.Dim("batch", min=1, max=64)
+        s = torch.export.Dim("seq", min=2, max=256)
+        shapes = tuple({0: b, 1: s} if spec.dynamic_seq and k in ("x", "ids", "mask") else {0: b} for k in spec.inputs)
+        torch.onnx.export(net, args, str(path), dynamo=True, opset_version=spec.opset, input_names=list(spec.inputs),
+                          output_names=outs, dynamic_shapes=(shapes,), verbose=False,
+                          external_data=False)
+    else:
+        axes = {k: ({0: "batch", 1: "seq"} if spec.dynamic_seq else {0: "batch"}) for k in spec.inputs}
+        axes.update({k: {0: "batch"} for k in outs})
+        torch.onnx.export(net, args, str(path), dynamo=False, opset_version=spec.opset, input_names=list(spec.inputs),
+                          output_names=outs, dynamic_axes=axes)
+    return path
+
+
+# ----------------------------------------------------------------------------- one quantization
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    o = ort.SessionOptions()
+    o.intra_op_num_threads, o.inter_op_num_threads, o.log_severity_level = 1, 1, 3
+    return ort.InferenceSession(str(path), o, providers=["CPUExecutionProvider"])
+
+
+def run_one(src: Path, preset: str, calib: list[dict], held: list[dict], out: Path) -> dict:
+    """Quantize ``src`` with ``preset`` (defaults); judge the result in stock onnxruntime."""
+    import onnxptq
+    from onnxptq.errors import DOCUMENTED_ERRORS
+
+    row: dict[str, Any] = {"preset": preset}
+    c0 = time.process_time()
+    try:
+        res = onnxptq.quantize(str(src), preset, data=list(calib), output=str(out))
+    except DOCUMENTED_ERRORS as exc:
+        row.update(status="documented error", error=f"{type(exc).__name__}: {_first(exc)}")
+        return row
+    except Exception as exc:  # noqa: BLE001 - the finding
+        row.update(status="raw exception", error=f"{type(exc).__name__}: {_first(exc)}", trace=traceback.format_exc()[-2500:])
+        return row
+    row["cpu_s"] = round(time.process_time() - c0, 2)
+    row["floor"] = ("broken: " + ",".join(res.floor.broken)) if res.floor is not None and res.floor.broken else (
+        "held" if res.floor is not None else "-")
+    row["kept_float"] = len((res.repair or {}).get("kept_float", [])) if isinstance(res.repair, dict) else 0
+    try:
+        q = _session(out)
+    except Exception as exc:  # noqa: BLE001
+        row.update(status="does not load", error=f"{type(exc).__name__}: {_first(exc)}")
+        return row
+    f = _session(src)
+    worst, nan = 1.0, []
+    try:
+        got = [q.run(None, feed) for feed in held]
+    except Exception as exc:  # noqa: BLE001
+        row.update(status="does not run", error=f"{type(exc).__name__}: {_first(exc)}")
+        return row
+    ref = [f.run(None, feed) for feed in held]
+    names = [o.name for o in f.get_outputs()]
+    int_agree = []
+    for i, name in enumerate(names):
+        a = [np.asarray(r[i]) for r in ref]
+        b = [np.asarray(g[i]) for g in got]
+        if any(x.shape != y.shape or x.dtype != y.dtype for x, y in zip(a, b)):
+            row.update(status="wrong output", error=f"output {name}: shape/dtype {b[0].shape}/{b[0].dtype} != {a[0].shape}/{a[0].dtype}")
+            return row
+        if a[0].dtype.kind != "f":
+            int_agree.append(float(np.mean([np.mean(x == y) for x, y in zip(a, b)])))
+            continue
+        af = np.concatenate([x.astype(np.float64).ravel() for x in a])
+        bf = np.concatenate([y.astype(np.float64).ravel() for y in b])
+        fin = np.isfinite(af)
+        if (~np.isfinite(bf) & fin).any():
+            nan.append(name)
+        af, bf = af[fin & np.isfinite(bf)], bf[fin & np.isfinite(bf)]
+        den = np.linalg.norm(af) * np.linalg.norm(bf)
+        worst = min(worst, float(af @ bf / den) if den > 0 else float(np.allclose(af, bf)))
+    row["cosine"] = round(worst, 5)
+    if int_agree:
+        row["int_agreement"] = round(min(int_agree), 4)
+    if nan:
+        row.update(status="NaN where float has none", error=f"outputs {','.join(nan)}")
+    else:
+        row["status"] = "ok"
+    return row
+
+
+def _first(exc: BaseException) -> str:
+    s = str(exc).strip()
+    return s.splitlines()[0][:300] if s else ""
+
+
+def _child(args, queue) -> None:
+    logging.disable(logging.WARNING)
+    try:
+        queue.put(run_one(*args))
+    except BaseException as exc:  # noqa: BLE001
+        queue.put({"preset": args[1], "status": "raw exception", "error": f"{type(exc).__name__}: {_first(exc)}",
+                   "trace": traceback.format_exc()[-2500:]})
+
+
+def _export_child(spec: ModuleSpec, src: Path, queue) -> None:
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            export(spec, src)
+        queue.put("")
+    except Exception as exc:  # noqa: BLE001
+        queue.put(f"{type(exc).__name__}: {_first(exc)}")
+
+
+def _export_forked(spec: ModuleSpec, src: Path, timeout: float) -> str:
+    """Export in a child: '' when it wrote the model, else why not (an exception, a crash, a timeout)."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_export_child, args=(spec, src, q))
+    p.start()
+    try:
+        failed = q.get(timeout=timeout)
+    except Exception:  # noqa: BLE001 - no answer: the child died
+        failed = None
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return failed if failed is not None else f"exporter crashed (exit code {p.exitcode})"
+
+
+def _float_child(src: Path, feeds: list[dict], queue) -> None:
+    try:
+        session = _session(src)
+        for feed in feeds:
+            session.run(None, feed)
+        queue.put("")
+    except Exception as exc:  # noqa: BLE001
+        queue.put(f"{type(exc).__name__}: {_first(exc)}")
+
+
+def _float_runs_forked(src: Path, feeds: list[dict], timeout: float) -> str:
+    """'' when onnxruntime loads and runs the float export, else why not (onnxruntime segfaults on some)."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_float_child, args=(src, feeds, q))
+    p.start()
+    try:
+        broken = q.get(timeout=timeout)
+    except Exception:  # noqa: BLE001
+        broken = None
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return broken if broken is not None else f"onnxruntime crashed on the float model (exit code {p.exitcode})"
+
+
+def group_key(row: dict) -> str:
+    """Failures grouped by kind and message with numbers, quoted names and node names masked."""
+    msg = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", row.get("error", ""))
+    msg = re.sub(r"/[\w./-]+", "<path>", msg)
+    msg = re.sub(r"\d+", "N", msg)
+    return f"{row['status']} | {msg[:160]}"
+
+
+def _repro(row: dict, spec: ModuleSpec, src: Path, calib: list[dict], out_dir: Path) -> dict:
+    tag = hashlib.sha1(group_key(row).encode()).hexdigest()[:8]
+    rdir = out_dir / "repro"
+    rdir.mkdir(parents=True, exist_ok=True)
+    model, data = rdir / f"{tag}.onnx", rdir / f"{tag}.npz"
+    import onnx
+
+    onnx.save(onnx.load(str(src)), str(model))  # one file: dynamo writes its weights beside the model
+    np.savez(data, **{f"{i}__{k}": v for i, f in enumerate(calib) for k, v in f.items()})
+    cmd = (f"cd /work/wt/exportfuzz && PYTHONPATH=src:. python -c \"import numpy as np, onnxptq; d = np.load('{data}'); "
+           f"fs = [{{k.split('__')[1]: d[k] for k in d.files if k.startswith(f'{{i}}__')}} for i in range({len(calib)})]; "
+           f"onnxptq.quantize('{model}', '{row['preset']}', data=fs)\"")
+    return {"model": str(model), "data": str(data), "command": cmd}
+
+
+def markdown(paths: list[str]) -> str:
+    """Counts by status per campaign file, then the failure groups over all of them (for RESULTS.md)."""
+    lines = ["| campaign | modules | quantizations | ok | floor held / broken (ok rows) | documented error | raw exception "
+             "| does not load/run | NaN | timeout/crash | export failed / float does not run |", "|" + " --- |" * 11]
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for path in paths:
+        rows = json.loads(Path(path).read_text())["rows"]
+        n = collections.Counter(r["status"] for r in rows)
+        ok = [r for r in rows if r["status"] == "ok"]
+        held = sum(r.get("floor") == "held" for r in ok)
+        lines.append(f"| {Path(path).name} | {len({r['module'] for r in rows})} | {sum(r['preset'] != '*' for r in rows)} | {n['ok']} "
+                     f"| {held} / {len(ok) - held} | {n['documented error']} | {n['raw exception']} "
+                     f"| {n['does not load'] + n['does not run'] + n['wrong output']} | {n['NaN where float has none']} "
+                     f"| {n['timeout'] + n['crashed']} | {n['export failed']} / {n['float does not run']} |")
+        for r in rows:
+            if r["status"] not in ("ok",):
+                groups[f"{Path(path).name}: {group_key(r)}"].append(r)
+    lines += ["", "| campaign: kind, message | count | presets | exporters | blocks (most common) |", "| --- | --- | --- | --- | --- |"]
+    for key, rs in sorted(groups.items()):
+        blocks = ", ".join(b for b, _ in collections.Counter(b for r in rs for b in r.get("blocks", [])).most_common(3))
+        lines.append(f"| {key.replace('|', '/')} | {len(rs)} | {' '.join(sorted({r['preset'] for r in rs}))} "
+                     f"| {' '.join(sorted({r['exporter'] + str(r['opset']) for r in rs}))} | {blocks} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", nargs="+", help="print the tables of these campaign files and exit")
+    ap.add_argument("--modules", type=int, default=30)
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sweep", action="store_true", help="each block alone per exporter, one preset each (sweep())")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--held", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--out-dir", default="/work/cache/exportfuzz")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.markdown:
+        print(markdown(a.markdown))
+        return 0
+    import torch
+
+    torch.set_num_threads(1)
+    logging.disable(logging.WARNING)
+    out_dir = Path(a.out_dir)
+    mdir = out_dir / ("models.sweep" if a.sweep else f"models.seed{a.seed}")
+    rows: list[dict] = json.loads(Path(a.json).read_text())["rows"] if Path(a.json).exists() else []
+    done = {(r["module"], r["preset"]) for r in rows}
+    t0 = time.time()
+    for index in range(a.start, a.start + a.modules):
+        spec, presets = (sweep(index) if a.sweep else (draw(index, a.seed), a.presets))
+        base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16,
+                "blocks": spec.blocks, "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
+        src = mdir / f"m{index:03d}.onnx"
+        failed = _export_forked(spec, src, a.timeout)
+        if failed:  # the exporter's failure (torch segfaults on some fp16 graphs), not ours
+            rows.append({**base, "preset": "*", "status": "export failed", "error": failed})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
+        import onnx
+
+        x_dims = onnx.load(str(src), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+        if spec.dynamic_seq and len(x_dims) > 1 and x_dims[1].HasField("dim_value"):
+            spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs)
+            base["dynamic_seq"] = False
+        calib, held = spec.feeds(a.calib, 1), spec.feeds(a.held, 1000)
+        broken = _float_runs_forked(src, calib[:2], a.timeout)
+        if broken:  # the export itself does not load or run in onnxruntime (a segfault, even): not ours to judge
+            rows.append({**base, "preset": "*", "status": "float does not run", "error": broken})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
+        for preset in presets.split(","):
+            if (spec.name, preset) in done:
+                continue
+            out = mdir / "q" / f"m{index:03d}.{preset}.onnx"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            ctx = mp.get_context("fork")
+            q = ctx.Queue()
+            p = ctx.Process(target=_child, args=((src, preset, calib, held, out), q))
+            p.start()
+            try:
+                row = q.get(timeout=a.timeout)
+            except Exception:  # noqa: BLE001
+                row = {"preset": preset, "status": "timeout", "error": f"> {a.timeout:g} s"}
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+            if p.exitcode not in (0, None) and "status" not in row:
+                row = {"preset": preset, "status": "crashed", "error": f"exit code {p.exitcode}"}
+            row = {**base, **row}
+            if row["status"] not in ("ok", "documented error"):
+                row["repro"] = _repro(row, spec, src, calib, out_dir)
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("trace", "repro", "blocks", "inputs", "outputs")}), flush=True)
+            Path(a.json).write_text(json.dumps({"seed": a.seed, "rows": rows}, indent=1))
+    Path(a.json).write_text(json.dumps({"seed": a.seed, "rows": rows, "seconds": round(time.time() - t0)}, indent=1))
+    summarize(rows)
+    return 0
+
+
+def summarize(rows: list[dict]) -> None:
+    """Counts by status; failure groups with their count, presets, blocks and one reproducer."""
+    print("status counts:", dict(collections.Counter(r["status"] for r in rows).most_common()))
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        if r["status"] not in ("ok", "documented error"):
+            groups[group_key(r)].append(r)
+    for key, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        print(f"{len(rs):4d}  {key}\n      presets {sorted({r['preset'] for r in rs})} exporters {sorted({r['exporter'] + str(r['opset']) for r in rs})}"
+              f"\n      blocks {collections.Counter(b for r in rs for b in r.get('blocks', [])).most_common(4)}"
+              f"\n      repro {rs[0].get('repro', {}).get('command', '-')}")
+    floors = collections.Counter(r.get("floor", "-").split(":")[0] for r in rows if r["status"] == "ok")
+    print("floor verdicts (ok rows):", dict(floors))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
