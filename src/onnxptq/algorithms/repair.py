@@ -41,25 +41,30 @@ the model float or stops at its budget below the floor. So before the float sear
 is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
 weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
-starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
-as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
-Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
-16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
-long as the first; within one budget the float search is the surer answer.
+starts), and nothing is kept float. Where no rung holds, the float probe is built, then the mixed rung.
 
-**Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
-(this process's, so the outcome does not depend on other jobs' load) for the search *and* the
-delivered build that follows it, so quantize with repair takes at most about twice as long (the
-issue's default; and at least :data:`MIN_BUDGET_S`, which a model that quantizes in a fraction of a
-second needs for a handful of builds, and at least :data:`MIN_TRIALS` candidate builds while the
-float search has handed nothing back, where they end within :data:`MIN_TRIALS_PLAINS` × the plain
-quantization: stopped there, the delivered model would not be quantized; ``repair_budget=0``: no search). A
-build is not started when it, and the delivered build after it, would end past the budget, each
-expected to cost what the previous build did (a build is the unit of cost: on a 1024² segmenter one
-is ~17 s, on lore_detect's 768² detector 15 s of a 35 s plain quantization). The probes (the first
-rung, or the float probe) are always built: they are what says whether anything can be repaired.
-``K`` holds the floor at every step, so a search stopped by the budget still delivers a model
-within the floor, only with more nodes held than needed (the summary says so).
+**The mixed rung** (issue 27 item 2): where the whole plan stepped to the ladder's top rung breaks
+and the float probe holds, "the rest stepped up, a few nodes float" is tried before the float
+search: first the writers of the outputs the top rung broke (:func:`output_writers`: an output's own
+quantizer sets the resolution it is read at), then with them the ranking's first nodes, at most
+:data:`MIXED_FLOAT` float (:func:`mixed_floats`; two builds at most). On the first that holds, the
+bisection runs over the stepped nodes (each handed back to its format where that holds), the few
+kept float throughout. Why: the float search hands nodes back to 8 bits, where an error spread over
+many roundings needs most of the model float: lore_detect A8W8 (heat map read as ``peaks``) was
+delivered with all 104 nodes float, where the rest at 16 bits with ``Conv_76`` (writing ``hm``)
+float holds at 0.692× the file (bench/RESULTS.md, "peaks" and this branch's section). Where no
+mixed set holds, the float search runs as before.
+
+**When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
+the probes included; ``repair_budget=0``: no search), a count, so that the delivered file does
+not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
+delivered lore_detect A8W8 with 52 or 104 stepped nodes as the load moved its CPU). The CPU is
+only a cap (:data:`CAP_PLAINS` × the plain quantization, at least :data:`MIN_BUDGET_S`): a build
+that would end past it is not started, and the record (``capped``) and its note say that the file
+then depends on the machine's speed. The probes (the first rung, or the float probe) are always
+built: they are what says whether anything can be repaired. ``K`` holds the floor at every step,
+so a search stopped early still delivers a model within the floor, only with more nodes held than
+needed (the summary says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
