@@ -568,8 +568,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     def mixed(top: Rung) -> frozenset[str] | None:
         """The mixed rung: every node stepped up ``top`` (the ladder's highest, which broke as a whole
         plan) but a few kept float, the fewest first (:func:`mixed_floats`); the first set that holds,
-        or None (float is then the next step, as before). Tried only where it would keep fewer nodes
-        float than the float search could start from, and builds remain for it and a search after."""
+        or None (float is then the next step, as before). Each set keeps fewer nodes float than the
+        float probe did; a trial is built only within the count of builds and the cap, and the ranking
+        (its own CPU) made only where three builds remain."""
         probe = judge.cache.get((top, frozenset(candidates), frozenset()))
         broken = [name for name in (probe.broken if probe is not None else []) if name in judge.names]
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
@@ -581,7 +582,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             tried.append(floats)
             if judge.evaluations >= allowance or (judge.costs and _clock(judge) + 2 * judge.costs[-1] > cap):
                 judge.capped = judge.capped or judge.evaluations < allowance
-                return None
+                break
             judge.floats = floats
             trial = judge(frozenset(candidates) - floats, top)
             if trial is not None and trial.ok:
