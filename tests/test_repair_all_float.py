@@ -65,8 +65,9 @@ def test_rows_a_topk_chose_are_compared_as_a_set_and_the_model_stays_quantized()
 def test_repair_that_keeps_everything_float_says_the_model_is_not_quantized(caplog):
     feeds = _feeds()
     with caplog.at_level(logging.WARNING, logger="onnxptq"):
-        # a floor no quantized model can hold (cosine 1.0): repair ends with every node float
-        result = quantize(_topk_tail(), get_preset("A8W8").replace(floor_cosine=1.0), data=feeds)
+        # a floor no quantized model can hold (cosine 1.0): repair ends with every node float (a count of
+        # builds that lets the search finish: the default's six go to the rungs, the probes and the mixed rung)
+        result = quantize(_topk_tail(), get_preset("A8W8").replace(floor_cosine=1.0, repair_budget=50.0), data=feeds)
     rep = result.repair
     assert rep is not None and set(rep["kept_float"]) == {"score_head", "box_head"}
     assert "the delivered model is not quantized" in rep["note"]

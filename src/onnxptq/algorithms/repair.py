@@ -41,25 +41,30 @@ the model float or stops at its budget below the floor. So before the float sear
 is built stepped up, one build per rung of :func:`.step_up.ladder` (16-bit activations, then 16-bit
 weights too; for a sub-byte block format its family's next width, then the one after), lowest first; on the first that holds, the same bisection runs with "stepped up" in
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
-starts), and nothing is kept float. Where no rung holds, the float probe and the float search run
-as before, the rungs' builds counted against :data:`MIN_TRIALS` (the ladder adds at most two builds).
-Why no mixed answer (some nodes stepped, the rest float): a whole plan stepped up that holds proves
-16 bits suffice everywhere, and one that breaks would need a second search of its own, each as
-long as the first; within one budget the float search is the surer answer.
+starts), and nothing is kept float. Where no rung holds, the float probe is built, then the mixed rung.
 
-**Budget**: at most ``repair_budget`` (default 1.0) times the plain quantization's own CPU time
-(this process's, so the outcome does not depend on other jobs' load) for the search *and* the
-delivered build that follows it, so quantize with repair takes at most about twice as long (the
-issue's default; and at least :data:`MIN_BUDGET_S`, which a model that quantizes in a fraction of a
-second needs for a handful of builds, and at least :data:`MIN_TRIALS` candidate builds while the
-float search has handed nothing back, where they end within :data:`MIN_TRIALS_PLAINS` × the plain
-quantization: stopped there, the delivered model would not be quantized; ``repair_budget=0``: no search). A
-build is not started when it, and the delivered build after it, would end past the budget, each
-expected to cost what the previous build did (a build is the unit of cost: on a 1024² segmenter one
-is ~17 s, on lore_detect's 768² detector 15 s of a 35 s plain quantization). The probes (the first
-rung, or the float probe) are always built: they are what says whether anything can be repaired.
-``K`` holds the floor at every step, so a search stopped by the budget still delivers a model
-within the floor, only with more nodes held than needed (the summary says so).
+**The mixed rung** (issue 27 item 2): where the whole plan stepped to the ladder's top rung breaks
+and the float probe holds, "the rest stepped up, a few nodes float" is tried before the float
+search: first the writers of the outputs the top rung broke (:func:`output_writers`: an output's own
+quantizer sets the resolution it is read at), then with them the ranking's first nodes, at most
+:data:`MIXED_FLOAT` float (:func:`mixed_floats`; two builds at most). On the first that holds, the
+bisection runs over the stepped nodes (each handed back to its format where that holds), the few
+kept float throughout. Why: the float search hands nodes back to 8 bits, where an error spread over
+many roundings needs most of the model float: lore_detect A8W8 (heat map read as ``peaks``) was
+delivered with all 104 nodes float, where the rest at 16 bits with ``Conv_76`` (writing ``hm``)
+float holds at 0.692× the file (bench/RESULTS.md, "peaks" and this branch's section). Where no
+mixed set holds, the float search runs as before.
+
+**When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
+the probes included; ``repair_budget=0``: no search), a count, so that the delivered file does
+not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
+delivered lore_detect A8W8 with 52 or 104 stepped nodes as the load moved its CPU). The CPU is
+only a cap (:data:`CAP_PLAINS` × the plain quantization, at least :data:`MIN_BUDGET_S`): a build
+that would end past it is not started, and the record (``capped``) and its note say that the file
+then depends on the machine's speed. The probes (the first rung, or the float probe) are always
+built: they are what says whether anything can be repaired. ``K`` holds the floor at every step,
+so a search stopped early still delivers a model within the floor, only with more nodes held than
+needed (the summary says so).
 
 **What a candidate costs, and what is reused** (bench/RESULTS.md "Repair's cost"): a candidate is
 a build, a session and its runs on the floor's feeds. What does not depend on the kept set is
@@ -83,6 +88,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections import deque
 from typing import Any, Callable
@@ -111,25 +117,34 @@ __all__ = ["enforce_floor", "REASON"]
 
 REASON = "kept float by repair (accuracy floor)"
 STEPPED = "stepped up by repair (accuracy floor)"
-#: The least time a repair may take, whatever the plain quantization took (a small model quantizes
-#: in a fraction of a second, less than a handful of candidate builds).
+#: The least plain quantization the time cap is a multiple of (a small model quantizes in a fraction
+#: of a second, less than a handful of candidate builds).
 MIN_BUDGET_S = 2.0
-#: The least number of candidate builds a search gets, whatever the budget: the plain quantization
-#: got cheaper (reused outputs, cached bodies) while a candidate build did not, and a budget of one
-#: or two builds delivered PP-OCR rec BFP16 with every node float. Eight builds bisect a plan of a
-#: few hundred nodes down to its quarters.
-MIN_TRIALS = 8
-#: ... but never past this many plain quantizations: the :data:`MIN_TRIALS` builds are granted only
-#: while the next one (and the delivered build after it) is expected to end within
-#: ``MIN_TRIALS_PLAINS`` × the plain quantization's CPU time (or the budget, where larger), and only
-#: while the float search has handed nothing back: stopped there, the delivered model would be the
-#: float model (a budget of one or two builds delivered PP-OCR rec BFP16, and PP-OCRv4 rec
-#: MXFP8_E4M3's 181 nodes, all float). Once a chunk is back, or where the whole plan stepped up to
-#: 16 bits holds (the model stays quantized whatever the search hands back), the budget alone rules:
-#: at 4× for every search, lore_detect A8W8's repair was 110–126 CPU s against a 35 s plain
-#: quantization (bench/RESULTS.md, branch repairbudget). czann's eight ~70 CPU s builds were 8× the
-#: plain quantization before any cap; every search the minimum was made for ended within 3.5×.
-MIN_TRIALS_PLAINS = 4.0
+#: Candidate builds a search makes at ``repair_budget`` 1.0, the probes included (the ladder's rungs,
+#: the float probe, the mixed rung's trials): ``repair_budget`` scales it (:func:`builds_allowed`).
+#: A count, not a time, so that the delivered file does not depend on the load (issue 27 item 2:
+#: with a budget of 1× the plain quantization's CPU, lore_detect A8W8 delivered 52 or 104 stepped
+#: nodes and mp_face_short MXINT8 stopped after 2 to 4 builds, as the load moved its CPU). Six: the
+#: searches that time budget made on PP-OCRv4 rec MXFP8_E4M3 (5) and lore_detect A8W8 (6); eight
+#: cost PP-OCRv4 rec +54 % CPU for the same file (bench/RESULTS.md, ctcreads).
+BUILDS = 6
+#: ... and at least this many wherever a search runs (a probe and the ranked first trial and a halving).
+MIN_BUILDS = 4
+#: The time cap, in plain quantizations (CPU, at least :data:`MIN_BUDGET_S`), times ``repair_budget``
+#: where it is above 1: a safety net for a search far past its usual cost (each build of a model
+#: costing more than the plain quantization), not the rule that stops it; hit, the record says that
+#: the delivered file depends on the machine's speed (``capped``).
+CAP_PLAINS = 6.0
+#: The most nodes the mixed rung keeps float (the rest stepped up): "the few most sensitive".
+MIXED_FLOAT = 8
+
+
+def builds_allowed(repair_budget: float) -> int:
+    """The builds a search makes, probes included: :data:`BUILDS` × ``repair_budget``, rounded up,
+    at least :data:`MIN_BUILDS`; 0 (no search) at ``repair_budget`` 0."""
+    if repair_budget <= 0:
+        return 0
+    return max(MIN_BUILDS, math.ceil(BUILDS * float(repair_budget) - 1e-9))
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -160,15 +175,20 @@ class _Judge:
 
     def __init__(self, calibrated: Calibrated, cfg: QuantConfig, eval_samples: int = DEFAULT_EVAL_SAMPLES,
                  reads: bool = False, reuse: ConstantReuse | None = None,
-                 configure: Callable[[frozenset[str], Rung | None], QuantConfig] | None = None) -> None:
+                 configure: Callable[[frozenset[str], Rung | None, frozenset[str]], QuantConfig] | None = None) -> None:
         self.calibrated, self.cfg = calibrated, cfg
-        #: the delivered config of a candidate: ``kept`` float (rung None) or stepped up that rung
-        self.configure = configure or (lambda kept, rung: _config_with(cfg, kept))
+        #: the delivered config of a candidate: ``kept`` float (rung None) or stepped up that rung,
+        #: with ``floats`` float as well (the mixed rung: :func:`enforce_floor`)
+        self.configure = configure or (lambda kept, rung, floats: _config_with(cfg, kept | floats))
+        #: nodes every candidate keeps float on top of its own (the mixed rung's; empty otherwise)
+        self.floats: frozenset[str] = frozenset()
+        #: a build was not started because it would have ended past the time cap (:func:`_search`)
+        self.capped = False
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
-        self.cache: dict[tuple[Rung | None, frozenset[str]], Verdict | None] = {}
+        self.cache: dict[tuple[Rung | None, frozenset[str], frozenset[str]], Verdict | None] = {}
         #: CPU seconds of each build judged (the record's ``build_cpu_seconds``)
         self.costs: list[float] = []
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
@@ -185,13 +205,14 @@ class _Judge:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
         than deliver a model it could not measure)."""
-        key = (rung, kept) if kept else (None, kept)  # nothing held: the plain build, whatever the rung
+        # nothing held: the plain build, whatever the rung
+        key = (rung, kept, self.floats) if kept or self.floats else (None, kept, self.floats)
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
         started = _clock(self)
         try:
-            delivered = self.configure(kept, rung)  # the delivered config; the candidate is its unpacked twin
+            delivered = self.configure(kept, rung, self.floats)  # the delivered config; the candidate is its unpacked twin
             model = build_model(self.calibrated, _unpacked(delivered), reuse=self.reuse).model
             verdict: Verdict | None = self.run(model, delivered)
         except Exception as exc:  # noqa: BLE001 - any failure of one candidate only rules it out
@@ -300,59 +321,54 @@ class _FloatBreaks(Exception):
         self.verdict = verdict
 
 
-def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung | None = None,
-            cap: float = float("inf"), spent: int = 0, last_cost: float = 0.0,
-            reserve: bool = False,
-            rank: Callable[[], tuple[list[str], list[str]] | None] | None = None) -> tuple[frozenset[str], bool]:
+def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung | None = None,
+            cap: float = float("inf"), last_cost: float = 0.0, reserve: bool = False,
+            rank: Callable[[list[str]], tuple[list[str], list[str]] | None] | None = None) -> tuple[frozenset[str], bool]:
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
     float (``rung`` None) or stepped up ``rung`` (the whole plan, float or stepped up, judged to
-    hold first: :func:`enforce_floor`). ``cap``: the process time past which not even the
-    :data:`MIN_TRIALS` builds are started; ``spent``: builds already made (the probes), counted
-    against :data:`MIN_TRIALS`, the last of them costing ``last_cost`` CPU s. ``reserve``: the
-    delivered build that follows the search is budgeted too (expected to cost what the last
-    candidate did: a build, a session, its runs), so a build starts only where both end by
-    ``deadline``, or by ``cap`` for the :data:`MIN_TRIALS` minimum (the issue's "repair within the
-    budget", not "the search within it and the delivered build on top": lore_detect A8W8's minimum
-    let a second 16 CPU s build start at 17 s of a 34 s budget, and the delivered build came on top).
-    ``rank``: called once, when the budget allows a first build, for ``(top, rest)`` of the
-    candidates ranked by the error each adds (:mod:`.repair_order`), or None (graph order); ranked,
-    ``rest`` is tried back first and each broken chunk's less sensitive half before the other."""
+    hold first: :func:`enforce_floor`; the judge's ``floats`` stay float throughout).
+
+    **When it stops** (issue 27 item 2, "the delivered file should not depend on load"): after
+    ``allowance`` builds in all (``judge.evaluations``, the probes included), a count the load
+    cannot move, so the kept set it delivers is the same on an idle and a loaded machine. Time
+    is only a cap: a build is not started where it (and, ``reserve``, the delivered build after it,
+    each expected to cost ``last_cost``, what the latest build did) would end past ``cap``, CPU s
+    of this process; a search stopped so sets ``judge.capped`` and the record says that its file
+    depends on the machine's speed. ``rank``: called once with the candidates, where three builds
+    remain, for ``(top, rest)`` ranked by the error each adds (:mod:`.repair_order`), or None
+    (graph order); ranked, ``rest`` is tried back first and each broken chunk's less sensitive half
+    before the other."""
     kept = frozenset(candidates)
     queue: deque[list[str]] = deque()
-    trials = spent
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        end = _clock(judge) + last_cost * (2 if reserve else 1)  # this build's end (and the delivered one's)
-        # The minimum only while nothing is handed back to its format: stopped then, the delivered
-        # model would be the float model (PP-OCRv4 rec MXFP8_E4M3, 181 nodes: two builds within 1x
-        # the plain quantization kept all 181 float). Stepped up (``rung``) the model is quantized
-        # whatever the search hands back, and once a chunk is back the budget alone rules.
-        minimum = trials < MIN_TRIALS and end <= cap and rung is None and len(kept) == len(candidates)
-        if not minimum and end > deadline:
-            # Not "past the deadline" but "would end past it": checked only between builds, a 17 s
+        if judge.evaluations >= allowance:
+            return kept, False
+        if _clock(judge) + last_cost * (2 if reserve else 1) > cap:
+            # Not "past the cap" but "would end past it": checked only between builds, a 17 s
             # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
+            judge.capped = True
             return kept, False
         if ordered is None:
             # The ranking pays back over a first trial and a halving or two: made only where three
-            # builds (and the delivered one) still fit, else its CPU would be the search's last build
-            # (terrain_unet A8W8: an 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = _clock(judge) + last_cost * (4 if reserve else 3) <= (cap if minimum else deadline)
-            split = rank() if rank is not None and len(candidates) > 1 and afford else None
+            # builds remain, else its CPU would be the search's last build (terrain_unet A8W8: an
+            # 18 CPU s estimate over 1101 nodes where one 9 s build was left).
+            afford = allowance - judge.evaluations >= 3
+            split = rank(candidates) if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
                 top, rest = split
                 first = rest
                 queue.extend([rest, top])
-                continue  # the ranking's own CPU is spent: the budget is checked again before the build
+                continue  # the ranking's own CPU is spent: the cap is checked again before the build
             mid = len(candidates) // 2
             queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
         trial = kept - frozenset(chunk)
-        trials += 1
         started = _clock(judge)
         verdict = judge(trial, rung)
         last_cost = _clock(judge) - started
@@ -382,17 +398,72 @@ def _search(judge: _Judge, candidates: list[str], deadline: float, *, rung: Rung
 
 def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
     """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
-    or None: float is then the next step (the search as it was). A rung is not started where its
-    build would end past ``cap`` (:data:`MIN_TRIALS_PLAINS`)."""
+    or None: float is then the next step. A rung is not started where its build would end past
+    ``cap`` (``judge.capped`` is then set)."""
     everything = frozenset(candidates)
     for rung in rungs:
         if judge.costs and _clock(judge) + judge.costs[-1] > cap:
+            judge.capped = True
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
             log.debug("repair: the whole plan with %s holds the floor", rung.describe())
             return rung
     return None
+
+
+def output_writers(graph: onnx.GraphProto, outputs: list[str], candidates: list[str]) -> list[str]:
+    """The candidates that write ``outputs`` of ``graph``: each output's producer where it is a
+    candidate, else (a Sigmoid, Reshape or Transpose the plan does not quantize) the candidates
+    found walking back through such nodes, nearest first; graph order.
+
+    Why (the mixed rung): where the whole plan at 16 bits breaks, the first suspect is what writes
+    the broken output, whose own quantizer sets the resolution the output is read at (lore_detect's
+    heat map ``hm``, written by ``Conv_76``: its 16-bit output step over the background's ±3·10⁴
+    ties a peak to its neighbours; bench/RESULTS.md "peaks"). The error ranking
+    (:mod:`.repair_order`) cannot point there: its relative errors are weighted by that very
+    background, where ``Conv_76`` adds little (it ranks ``Conv_74`` first)."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+    wanted, found = set(candidates), set()
+    seen: set[str] = set()
+    todo = [o for o in outputs if o in producer]
+    while todo:
+        tensor = todo.pop()
+        node = producer.get(tensor)
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.name in wanted:
+            found.add(node.name)
+        else:
+            todo.extend(i for i in node.input if i)
+    order = {name: i for i, name in enumerate(candidates)}
+    return sorted(found, key=order.__getitem__)
+
+
+def mixed_floats(writers: list[str], order: list[str], most: int) -> list[frozenset[str]]:
+    """The float sets the mixed rung tries, at most two, each of at most ``most`` nodes: the broken
+    outputs' ``writers`` alone, then with them the ``order``'s (most added error first) first nodes
+    up to ``most``. Two, not a doubling series: every trial is a build the float search after it
+    does not get. A deterministic list: which of them is delivered depends on the verdicts alone."""
+    out: list[frozenset[str]] = []
+    base = frozenset(writers)
+    if 0 < len(base) <= most:
+        out.append(base)
+    more = base | frozenset(order[:max(most - len(base), 0)])
+    if more and len(more) <= most and more not in out:
+        out.append(more)
+    return out
+
+
+def _lazy_mixed(writers: list[str], most: int, scores: Callable[[], dict[str, float]], candidates: list[str]):
+    """:func:`mixed_floats` one set at a time: the ranking (its own CPU: 3 s on lore_detect) is made
+    only where the writers alone did not hold."""
+    sets = mixed_floats(writers, [], most)
+    yield from sets
+    found = scores()
+    order = [c for c in ranked(candidates, found) if found.get(c, 0.0) > 0] if found else []
+    yield from mixed_floats(writers, order, most)[len(sets):] if order else []
 
 
 def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, *,
@@ -426,10 +497,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         return result
 
     # CPU seconds of this process, not wall time: on a machine shared with other jobs the wall clock
-    # runs ~3-7x faster than our work, and a wall budget made the delivered model depend on the load.
+    # runs ~3-7x faster than our work. Neither decides what is delivered (the search stops at a count
+    # of builds: :func:`_search`); the CPU only caps a search gone far past its usual cost.
     t0, cpu0 = time.perf_counter(), time.process_time()
     plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
-    budget = max(float(cfg.repair_budget) * plain, MIN_BUDGET_S) if cfg.repair_budget > 0 else 0.0
+    allowance = builds_allowed(cfg.repair_budget)
+    cap = cpu0 + CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain, MIN_BUDGET_S)
     candidates = list(result.plan.nodes)
     # Every candidate is judged on the feeds the verdict was: the calibration feeds too where any output's
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
@@ -437,8 +510,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     # model was STILL BROKEN (MTCNN's O-Net, bench/RESULTS.md "third round").
     rungs = ladder(result.plan) if cfg.repair_step_up else []
 
-    def configure(kept: frozenset[str], rung: Rung | None) -> QuantConfig:
-        return _config_with(cfg, kept) if rung is None else stepped_config(cfg, result.plan, rung, kept)
+    def configure(kept: frozenset[str], rung: Rung | None, floats: frozenset[str] = frozenset()) -> QuantConfig:
+        if rung is None:
+            return _config_with(cfg, kept | floats)
+        return stepped_config(_config_with(cfg, floats) if floats else cfg, result.plan, rung, kept, floats)
 
     judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
@@ -455,8 +530,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     for logger, floor_level in quiet.items():
         logger.setLevel(max(floor_level, logger.getEffectiveLevel()))
     # Nothing kept float is the plain build itself: its verdict (broken) is known, never built again.
-    judge.cache[(None, frozenset())] = verdict
-    cap = cpu0 + MIN_TRIALS_PLAINS * max(plain, budget)
+    judge.cache[(None, frozenset(), frozenset())] = verdict
 
     def float_check() -> None:  # every quantized node float: the probe made where no rung held
         everything = judge(frozenset(candidates))
@@ -464,28 +538,62 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             raise _FloatBreaks(everything)
 
     ranking: dict[str, Any] = {}
+    scores: dict[str, float] = {}
 
-    def rank() -> tuple[list[str], list[str]] | None:
-        """The candidates ranked by the error each adds in the plain build (:mod:`.repair_order`),
-        split for the first trial; None (graph order) where the estimate cannot be made."""
+    def score() -> dict[str, float]:
+        """The error each candidate adds in the plain build (:mod:`.repair_order`), made once; empty
+        where the estimate cannot be made (the search then runs in graph order)."""
+        if "cpu_seconds" in ranking:
+            return scores
         started = time.process_time()
         try:
-            scores = added_error(calibrated.prepared, result.model, calibrated.holdout[:FEEDS])
+            scores.update(added_error(calibrated.prepared, result.model, calibrated.holdout[:FEEDS]))
         except Exception as exc:  # noqa: BLE001 - an order only: the search runs in graph order
             log.debug("repair: no ranking of the candidates (%s); graph order", exc)
-            return None
         finally:
             ranking["cpu_seconds"] = round(time.process_time() - started, 3)
-        if not any(scores.get(c, 0.0) > 0 for c in candidates):
+        return scores
+
+    def rank(among: list[str]) -> tuple[list[str], list[str]] | None:
+        """``among`` ranked by the error each adds in the plain build, split for the first trial;
+        None (graph order) where the estimate cannot be made."""
+        found = score()
+        if not any(found.get(c, 0.0) > 0 for c in among):
             return None
-        order = ranked(candidates, scores)
-        top, rest = first_split(order, scores)
-        ranking.update(first=top[:12], first_size=len(top))
+        top, rest = first_split(ranked(among, found), found)
+        ranking.setdefault("first", top[:12])
+        ranking.setdefault("first_size", len(top))
         return top, rest
 
+    def mixed(top: Rung) -> frozenset[str] | None:
+        """The mixed rung: every node stepped up ``top`` (the ladder's highest, which broke as a whole
+        plan) but a few kept float, the fewest first (:func:`mixed_floats`); the first set that holds,
+        or None (float is then the next step, as before). Each set keeps fewer nodes float than the
+        float probe did; a trial is built only within the count of builds and the cap, and the ranking
+        (its own CPU) made only where three builds remain."""
+        probe = judge.cache.get((top, frozenset(candidates), frozenset()))
+        broken = [name for name in (probe.broken if probe is not None else []) if name in judge.names]
+        writers = output_writers(calibrated.prepared.graph, broken, candidates)
+        most = min(MIXED_FLOAT, len(candidates) - 1)
+        tried: list[frozenset[str]] = []
+        for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
+            if floats in tried:
+                continue
+            tried.append(floats)
+            if judge.evaluations >= allowance or (judge.costs and _clock(judge) + 2 * judge.costs[-1] > cap):
+                judge.capped = judge.capped or judge.evaluations < allowance
+                break
+            judge.floats = floats
+            trial = judge(frozenset(candidates) - floats, top)
+            if trial is not None and trial.ok:
+                log.debug("repair: %s with %d node(s) float holds the floor", top.describe(), len(floats))
+                return floats
+        judge.floats = frozenset()
+        return None
+
     try:
-        rung, kept, finished = None, frozenset(candidates), False
-        if budget > 0:
+        rung, kept, finished, floats = None, frozenset(candidates), False, frozenset()
+        if allowance > 0:
             rung = _climb(judge, rungs, candidates, cap)
         if rung is None:
             # The last probe, before any bisection: every node float. Where even that breaks, no
@@ -493,14 +601,18 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             # of after the first round's two halves and their split (bench/RESULTS.md, branch
             # repairbudget); where it holds, the kept set the search starts from is judged.
             float_check()
-        if budget > 0:
-            kept, finished = _search(judge, candidates, cpu0 + budget, rung=rung, cap=cap,
-                                     spent=judge.evaluations,
+            if allowance > 0 and rungs and not judge.capped:
+                floats = mixed(rungs[-1]) or frozenset()
+                if floats:
+                    rung = rungs[-1]
+        if allowance > 0:
+            among = [c for c in candidates if c not in floats]
+            kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
         search_s = time.perf_counter() - t0
-        repaired = complete(calibrated, configure(kept, rung), eval_samples=eval_samples, deliver_now=False,
+        repaired = complete(calibrated, configure(kept, rung, floats), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse, verified=judge.verified)
-        spent_cpu = time.process_time() - cpu0  # the search and the delivered build: what the budget covers
+        spent_cpu = time.process_time() - cpu0  # the search and the delivered build: what the cap covers
     except _FloatBreaks as breaks:
         figures = breaks.verdict.describe(only_broken=True) if breaks.verdict is not None else "it could not be built"
         note = (f"the floor breaks even with every quantized node float ({figures}): "
@@ -523,23 +635,28 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after: Verdict | None = repaired.floor
     ops = {n.name: n.op_type for n in calibrated.prepared.graph.node}
     order = {name: i for i, name in enumerate(candidates)}
-    kept_sorted = sorted(kept, key=lambda n: order.get(n, 0))
-    note = None if finished else (f"the search stopped at its budget ({budget:.1f} CPU s = {cfg.repair_budget:g} × the plain "
-                                  "quantization): fewer nodes may suffice")
+    held_sorted = sorted(kept, key=lambda n: order.get(n, 0))
+    note = None
+    if judge.capped:
+        note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {CAP_PLAINS:g} × the plain quantization): "
+                "fewer nodes may suffice, and the delivered file depends on this machine's speed")
+    elif not finished:
+        note = (f"the search stopped after its {allowance} builds (repair_budget={cfg.repair_budget:g}): "
+                "fewer nodes may suffice")
+    kept_sorted = held_sorted if rung is None else sorted(floats, key=lambda n: order.get(n, 0))
+    stepped_sorted = held_sorted if rung is not None else []
     if kept_sorted and not repaired.plan.nodes:
         # Nothing left quantized: say so in words, not as a successful repair (isbnx's end-to-end
         # YOLO: rows an in-graph TopK orders shuffle under any rounding, compared position by position).
         nothing = ("every quantized node is kept float: the delivered model is not quantized (an output compared "
                    "position by position that any rounding reorders, such as rows an in-graph TopK selects, breaks the floor so)")
         note = f"{note}; {nothing}" if note else nothing
-    if not kept_sorted and (after is None or not after.ok):
+    if not kept_sorted and not stepped_sorted and (after is None or not after.ok):
         # The search judged every candidate on its samples and kept nothing, yet the delivered
         # model's own judgement breaks: say that repair ran and failed, never "repair is off".
         failed = ("repair ran and kept no node float (every candidate it judged held the floor), yet the "
                   "delivered model's floor is still broken")
         note = f"{note}; {failed}" if note else failed
-    stepped_sorted = kept_sorted if rung is not None else []
-    kept_sorted = kept_sorted if rung is None else []
     reasons = {name: f"{REASON}: {before}" for name in kept_sorted}
     for name in kept_sorted:
         repaired.plan.skipped_nodes[name] = REASON
@@ -547,6 +664,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "kept_float": reasons,
         # nodes whose 8-bit integer tensors were made 16-bit or block tensors wider (algorithms/step_up.py), and how
         "stepped_up": {name: f"{STEPPED}: {rung.describe(result.plan)}" for name in stepped_sorted} if rung is not None else {},
+        # the mixed rung: the rest stepped up, these few float (empty where the search was float or stepped alone)
+        "mixed": bool(floats),
         "ladder": [r.describe() for r in rungs],
         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
@@ -555,11 +674,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "before_text": before,
         "after": after.to_json() if after is not None else None,
         "evaluations": judge.evaluations,
+        "allowance": allowance,
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
-        "budget_seconds": round(budget, 3),
-        # CPU s (this process's) of the search with the delivered build, against the budget, and the
-        # plain quantization's the budget is a multiple of ("seconds" above is the search's wall time)
+        # the time cap (CPU s): reached only by a search far past its usual cost ("capped")
+        "budget_seconds": round(cap - cpu0, 3),
+        "capped": judge.capped,
+        # CPU s (this process's) of the search with the delivered build, and the plain quantization's
+        # the cap is a multiple of ("seconds" above is the search's wall time)
         "cpu_seconds": round(spent_cpu, 3),
         "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
@@ -574,8 +696,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
-    held = kept_sorted or stepped_sorted
+    held = stepped_sorted if rung is not None else kept_sorted
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
+    if floats:
+        how += f" and kept {len(kept_sorted)} float ({', '.join(f'{n} ({ops.get(n, chr(63))})' for n in kept_sorted)})"
     log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(held), len(candidates),
                 ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),

@@ -139,14 +139,19 @@ def ladder(plan: Plan) -> list[Rung]:
     return rungs
 
 
-def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str]) -> dict[str, TensorQuant]:
+def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Iterable[str] = ()) -> dict[str, TensorQuant]:
     """``{tensor: wider quantizer}`` for every planned tensor that a node of ``stepped`` reads or
     writes: 16-bit for the 8-bit integer tensors of the rung's roles, ``rung.block_steps`` up
-    their chain for block-format tensors."""
-    nodes = frozenset(stepped)
+    their chain for block-format tensors. A tensor every reader of which is in ``floats`` (the
+    mixed rung's nodes kept float) is left out: its readers compute in float, so it is not
+    quantized at all (an override would quantize it at the stepped writer's output, and the one
+    node kept float for its input's resolution would read it 16-bit all the same)."""
+    nodes, kept_float = frozenset(stepped), frozenset(floats)
     out: dict[str, TensorQuant] = {}
     for name, t in plan.tensors.items():
         if t.quant is None or not (t.producer in nodes or any(c in nodes for c in t.consumers)):
+            continue
+        if kept_float and t.consumers and all(c in kept_float for c in t.consumers):
             continue
         if t.role in rung.roles and _eight_bit(t.quant):
             out[name] = t.quant.with_(format=WIDER[t.quant.format])
@@ -157,10 +162,10 @@ def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str]) -> dict[str, 
     return out
 
 
-def stepped_config(cfg: QuantConfig, plan: Plan, rung: Rung, stepped: Iterable[str]) -> QuantConfig:
-    """``cfg`` with the nodes ``stepped`` on ``rung`` (:func:`step_overrides`); the user's own
-    ``tensor_overrides`` win over a step."""
-    overrides = {k: v for k, v in step_overrides(plan, rung, stepped).items() if k not in cfg.tensor_overrides}
+def stepped_config(cfg: QuantConfig, plan: Plan, rung: Rung, stepped: Iterable[str], floats: Iterable[str] = ()) -> QuantConfig:
+    """``cfg`` with the nodes ``stepped`` on ``rung`` (:func:`step_overrides`; ``floats``: nodes kept
+    float beside them); the user's own ``tensor_overrides`` win over a step."""
+    overrides = {k: v for k, v in step_overrides(plan, rung, stepped, floats).items() if k not in cfg.tensor_overrides}
     if not overrides:
         return cfg
     return cfg.replace(tensor_overrides={**cfg.tensor_overrides, **overrides})

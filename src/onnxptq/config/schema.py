@@ -502,8 +502,10 @@ class QuantConfig:
     #: the accuracy floor (algorithms/repair.py, docs/accuracy.md): after quantizing, compare with
     #: float on held-out samples; where the format family's floor breaks, keep the responsible nodes
     #: float (found by bisection) until it holds, and say so. ``strict``: raise AccuracyError instead.
-    #: ``floor_cosine`` / ``floor_top1``: None takes the family default; ``repair_budget``: repair may
-    #: take at most this many times the plain quantization's time.
+    #: ``floor_cosine`` / ``floor_top1``: None takes the family default; ``repair_budget``: repair's
+    #: search makes this many times its default count of builds (algorithms/repair.builds_allowed: a
+    #: count, so the delivered file does not depend on the load), its CPU capped at a multiple of the
+    #: plain quantization's.
     repair: bool = True
     strict: bool = False
     floor_cosine: float | None = None
@@ -612,7 +614,7 @@ class QuantConfig:
         for out, reading in self.floor_output_reading.items():
             parse_reading(out, reading)
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
-            raise ConfigError(f"repair_budget must be a number >= 0 (times the plain quantization's time), not {self.repair_budget!r}")
+            raise ConfigError(f"repair_budget must be a number >= 0 (times repair's default count of builds), not {self.repair_budget!r}")
         if not isinstance(self.repair_step_up, bool):
             raise ConfigError(f"repair_step_up must be True or False, not {self.repair_step_up!r}")
         for node, pair in self.node_overrides.items():
