@@ -113,3 +113,14 @@ def test_repair_takes_no_candidate_whose_pages_straddle_below_the_floor():
     assert below.ok and below.unjudged == ["p"] and moved_unjudged_reads(below) == ["p"]
     above = verdict([0, 0, 4, 1])  # mean 0.971, the bound across 0.95: a candidate the search may keep
     assert above.ok and above.unjudged == ["p"] and moved_unjudged_reads(above) == []
+
+
+def test_one_page_is_no_bound_and_says_so():
+    ref, got = page(), page(1)
+    for m in (ref, got):
+        m[0, 0, 40:50, 10:40] = 0.9  # a second line: float's masks hold the 1024 positions a level needs on one page
+    v = measure([{"p": ref}], [{"p": got}], EIGHT, prob_maps={"p": ()})
+    check = v.outputs["p"]
+    assert v.unjudged == ["p"] and check.mask_bound.pages == 1
+    assert "no spread to bound it" in v.describe() and "no spread to bound it" in unjudged_text(v)
+    assert check.to_json()["mask_bound"]["low"] is None  # -inf: no JSON number

@@ -1805,9 +1805,10 @@ def unjudged_text(verdict: Verdict) -> str:
         if c.mask_bound is not None:
             b = c.mask_bound
             pages = b.pages_to_decide(verdict.floor.top1)
+            spread = (f"bound {b.low:.4f}-{b.high:.4f} ({CONFIDENT:.0%} each side) across the top-1 floor {verdict.floor.top1:g}"
+                      if b.pages >= 2 else "one page, no spread to bound it")
             parts.append(f"the masks of {name} {b.level}: mean IoU per page {b.iou:.4f} on {b.pages} pages ({verdict.samples} "
-                         f"held-out and {c.seen_feeds} calibration samples), bound {b.low:.4f}-{b.high:.4f} ({CONFIDENT:.0%} each "
-                         f"side) across the top-1 floor {verdict.floor.top1:g}"
+                         f"held-out and {c.seen_feeds} calibration samples), {spread}"
                          + (f" (about {pages} pages like these would decide)" if pages else ""))
             wanted = max(wanted, pages or 0)
             continue

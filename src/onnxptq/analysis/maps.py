@@ -279,6 +279,8 @@ class MaskBound:
     def describe(self, floor: float) -> str:
         state = ("below the floor" if self.breaks(floor) else "holds" if self.holds(floor)
                  else "straddles the floor: could NOT judge")
+        if self.pages < 2:
+            return f"IoU {self.iou:.4f} on {self.pages} page, no spread to bound it: {state}"
         return (f"mean of {self.pages} pages' IoUs {self.iou:.4f}, bound {self.low:.4f}-{self.high:.4f} ({CONFIDENT:.0%} each side; "
                 f"pooled {self.pooled:.4f}): {state}")
 
