@@ -286,6 +286,12 @@ def moved_unjudged_reads(verdict: Verdict) -> list[str]:
             # nor a candidate to deliver (a declared top-k's rows, a tagger's tokens)
             moved.append(name)
             continue
+        bound = check.mask_bound
+        if check.top1_unjudged and bound is not None and bound.iou < check.mask_floor:
+            # a probability map's pages below the floor by a spread that could be chance (analysis/maps.py, "Pages"):
+            # not a hold for the search to keep, as ``within_chance`` above
+            moved.append(name)
+            continue
         if not check.top1_unjudged or p is None:
             continue
         changed = p.changed - p.unsure_changed if p.strings else p.flipped
