@@ -64,7 +64,7 @@ def test_a_fine_preset_is_not_repaired_and_the_unjudged_reads_are_said(captchas,
     assert not (result.repair or {}).get("kept_float") and REASON not in result.plan.skipped_nodes.values()  # repair did not act
     assert result.plan.to_json()["repair"]["unjudged"] == [name]
     text = result.summary()
-    assert "top-1 NOT JUDGED" in text and "could NOT judge" in text and "needs 34" in text
+    assert f"NOT JUDGED: {name}" in text and "could NOT judge" in text and "needs 34" in text
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.endswith("repair")]
     assert len(warnings) == 1 and "could NOT judge" in warnings[0] and "12 reads" in warnings[0]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, unjudged_text
+from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, floor_lines, measure, unjudged_text
 from onnxptq.analysis.maps import MaskAgreement, t_quantile
 
 EIGHT = Floor("8-bit", *FAMILY_FLOORS["8-bit"])
@@ -53,6 +53,8 @@ def test_few_pages_with_spread_are_named_where_their_pooled_iou_held():
     assert check.seen_feeds == 8 and check.mask_bound.pages == 12 and v.unjudged == ["p"]
     text = unjudged_text(v)
     assert "the masks of p" in text and "12 pages" in text and "pages like these would decide" in text
+    headline = next(line for line in floor_lines(v) if "accuracy floor (" in line)
+    assert "holds where judged, NOT JUDGED: p —" in headline and "top-1 NOT JUDGED" not in headline  # the summary names the mask, not a top-1
     assert v.ok_needs_calibration_feeds  # repair judges on the same pages
     # tight calibration pages decide it: holds on 12 pages
     v = verdict([0, 0, 4, 1], seen=[0, 1, 0, 0, 1, 0, 0, 1])

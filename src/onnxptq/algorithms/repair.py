@@ -701,7 +701,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     repaired.timings["repair"] = search_s
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
-             else f"holds by cosine, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
+             else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     held = stepped_sorted if rung is not None else kept_sorted
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
     if floats:

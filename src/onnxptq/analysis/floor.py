@@ -1783,7 +1783,7 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     for text in verdict.advisories:
         lines.append(f"  WARNING (not repaired): {text}")
     if verdict.ok and verdict.unjudged:
-        state = "holds by cosine, top-1 NOT JUDGED"
+        state = f"holds where judged, NOT JUDGED: {', '.join(verdict.unjudged)}"  # a mask, points, peaks: not always a top-1
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if verdict.ok and verdict.unjudged:
