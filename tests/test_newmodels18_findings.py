@@ -47,3 +47,35 @@ def test_a_rank0_float_activation_is_guarded_without_raising(tmp_path):
         a, b = ref(f)[0], test(f)[0]
         assert a.shape == b.shape
         assert np.abs(a - b).max() <= 0.02 * np.abs(a).max()
+
+
+def _ctc_log_probs(rng: np.random.Generator, frames: int = 80, classes: int = 191) -> np.ndarray:
+    """A phoneme recognizer's LogSoftmax over many classes ([1, T, C], blank last): 3 of 4 frames blank, each phoneme
+    a short run between blanks; the implausible classes' logits far below the top two, as hama's are."""
+    blank = classes - 1
+    logits = rng.normal(-12.0, 3.0, size=(frames, classes))
+    t = 0
+    while t < frames:
+        run = int(rng.integers(1, 3)) if rng.random() < 0.3 else int(rng.integers(2, 6))
+        cls = int(rng.integers(0, classes - 2)) if rng.random() < 0.3 else blank
+        for k in range(t, min(frames, t + run)):
+            logits[k, cls] = rng.uniform(3.0, 6.0)
+            logits[k, blank if cls != blank else int(rng.integers(0, classes - 2))] = rng.uniform(0.5, 2.5)
+        t += run
+    z = logits - logits.max(-1, keepdims=True)
+    return (z - np.log(np.exp(z).sum(-1, keepdims=True)))[None].astype(np.float32)
+
+
+def test_a_log_softmax_ctc_sequence_is_judged_by_its_strings():
+    """The softmax spells the decision: a LogSoftmax CTC head is read by its strings even where its log-probabilities
+    fail the linear heads' "float decides" test; a linear head's scores keep that test."""
+    from onnxptq.analysis import class_scores as cs
+
+    rng = np.random.default_rng(3)
+    refs = [_ctc_log_probs(rng) for _ in range(6)]
+    assert not cs.decides([r[0] for r in refs])  # the ratio the linear heads' test reads is under 0.25
+    gots = [r + rng.normal(0, 0.01, r.shape).astype(np.float32) for r in refs]
+    judged = cs.judge_positions(refs, gots, strings_only=True)
+    assert judged is not None and judged.strings and judged.background == 190
+    assert judged.reads == 6 and judged.agreement > 0.9
+    assert cs.judge_positions(refs, gots) is None  # not a softmax: float does not decide, cosine only
