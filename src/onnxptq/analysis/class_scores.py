@@ -135,9 +135,9 @@ ratio is 2 by construction), a 64-wide random-weight hidden state (tests/_struct
 (``strings_only``) needs no such test: the softmax spells the decision, and its strings are judged
 only where the data reads as a CTC reader's (:func:`ctc_blank`). Log-probabilities over many
 classes failed it: hama's phoneme recognizer (``LogSoftmax`` over 191 classes, 75 % blank) reads
-0.22, as the implausible classes' log-probabilities sit far below; its frames were judged as rows
-(top-1 0.94 on blank/phoneme edges under BF16, repair kept 118 of 236 nodes float and still broke)
-while its strings kept 0.98 of float's phonemes (bench/RESULTS.md, newmodels18).
+0.22, as the implausible classes' log-probabilities sit far below, and its frames were judged as
+rows (BF16: top-1 0.94, blank/phoneme edges counted) instead of as the strings it reads (BF16:
+strings 0.50, phoneme error 0.17 on 4 held-out utterances; bench/RESULTS.md, newmodels18).
 
 **Float's own near-ties.** A position whose float margin is at most ``TIE_TOLERANCE`` = 2⁻¹⁰ of
 the larger of its two scores is a tie no format resolves: fp16, the finest 16-bit format, rounds
