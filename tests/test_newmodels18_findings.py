@@ -3,7 +3,7 @@
 hama's G2P encoder (a torch export run through a float cast pass) computes a length in float: Shape → Gather → Cast →
 Mul by a constant, a rank-0 float activation. A16W8's range guard thinned every guarded activation in the graph and
 took each protected axis modulo the rank, so a scalar raised a bare ``ZeroDivisionError`` out of ``quantize``; past
-that, A16W8 quantized the float shape vector a Reshape's target was cast from, and 2 came back as 1.99997, truncated
+that, A16W8 quantized the float shape vector a Reshape's target was cast from, and 2 came back just under 2, truncated
 to 1 (graph/shape_values.py). hama's phoneme recognizer (LogSoftmax over 191 classes) failed the linear heads' "float
 decides" test and was judged frame by frame instead of by its CTC strings (analysis/class_scores.py).
 """

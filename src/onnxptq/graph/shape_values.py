@@ -3,7 +3,7 @@
 Some exports compute shapes in float: hama's G2P encoder (a torch export put through a float16
 conversion pass that wraps every op in Casts) builds a Reshape's target ``[2, 2, B, 96]`` by a
 ``Concat`` of constants and ``Shape → Gather`` cast to float, then casts it back to int64. A16W8
-quantized that float vector on an int16 grid over [0, 96]: 2 dequantized to 1.99997, the Cast to
+quantized that float vector ([2, 2, 1, 96] in float) on its 16-bit grid: 2 came back just under 2, the Cast to
 int64 truncated it to 1, and onnxruntime refused the Reshape (``{4,1,96}`` to ``{1,1,1,96}``)
 inside quantize's own verification. A shape value is exact or wrong; no grid is fine enough.
 
