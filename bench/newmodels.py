@@ -4720,7 +4720,8 @@ def caustic_feeds(n: int, seed: int) -> list[Feed]:
         while len(out) < n:
             seq = "".join(rng.choice(_AMINO) for _ in range(rng.randint(10, 24)))
             mol = Chem.AddHs(Chem.MolFromSequence(seq))
-            if AllChem.EmbedMolecule(mol, randomSeed=rng.randint(0, 2 ** 20), maxAttempts=3) != 0:
+            # random starting coordinates: ETKDG's default start spent minutes on some 20-residue sequences
+            if AllChem.EmbedMolecule(mol, randomSeed=rng.randint(0, 2 ** 20), useRandomCoords=True, maxAttempts=3) != 0:
                 continue
             path = Path(tmp) / f"{len(out)}.pdb"
             path.write_text(Chem.MolToPDBBlock(mol))
