@@ -231,8 +231,7 @@ def test_landmarks_a_shape_points_cannot_read_or_a_bad_tolerance_is_named():
 def test_landmarks_a_static_shape_points_cannot_read_fails_before_quantizing(tmp_path):
     """The declared reading against the graph's output shape: refused, naming the
     output and its shape, once calibration has run and before the build (not when the floor first reads it)."""
-    model = _landmark_head()
-    model.graph.output[0].type.tensor_type.shape.dim[2].dim_value = 5  # [N, 20, 5]: no points of 2 or 3
+    model = _landmark_head(coords=5)  # [N, 20, 5]: no points of 2 or 3 (the graph computes it: inference re-derives shapes)
     feeds = [{"x": np.ones((1, 16), np.float32)} for _ in range(4)]
     with pytest.raises(UsageError, match=r"'points'.*\(2, 20, 5\)"):
         quantize(model, resolve_config("A8W8").replace(floor_output_reading={"points": "points"}), feeds)
@@ -241,16 +240,16 @@ def test_landmarks_a_static_shape_points_cannot_read_fails_before_quantizing(tmp
     declared_readings({"points": "points"}, ["points"], {"points": [None, 20, None]})
 
 
-def _landmark_head():
-    """x [N, 16] → MatMul → Add 96 → Reshape → points [N, 20, 2]: 20 landmarks at absolute coordinates."""
+def _landmark_head(coords: int = 2):
+    """x [N, 16] → MatMul → Add 96 → Reshape → points [N, 20, coords]: 20 landmarks at absolute coordinates."""
     rng = np.random.default_rng(3)
-    w = (rng.standard_normal((16, 40)) * 10).astype(np.float32)
+    w = (rng.standard_normal((16, 20 * coords)) * 10).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Add", ["h", "b"], ["p"], name="add"),
              helper.make_node("Reshape", ["p", "s"], ["points"], name="reshape")]
     graph = helper.make_graph(nodes, "landmarks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
-                              [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["N", 20, 2])],
-                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.full(40, 96, np.float32), "b"),
-                               numpy_helper.from_array(np.array([-1, 20, 2], np.int64), "s")])
+                              [helper.make_tensor_value_info("points", TensorProto.FLOAT, ["N", 20, coords])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.full(20 * coords, 96, np.float32), "b"),
+                               numpy_helper.from_array(np.array([-1, 20, coords], np.int64), "s")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
