@@ -4596,16 +4596,6 @@ def hama_asr_feeds(n: int, seed: int) -> list[Feed]:
     return out
 
 
-def _edit_distance(a, b) -> int:
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
-
-
 def _hama_phonemes(outs: list[np.ndarray]) -> list[int]:
     """ASRModel._decode_single with the package defaults: the valid frames, blank bias -0.1, arg-max, then the
     package's own decode_ctc_tokens (repeats collapsed, blank dropped; word boundaries kept as tokens)."""
@@ -4624,10 +4614,12 @@ def _hama_phonemes(outs: list[np.ndarray]) -> list[int]:
 def hama_asr_per(ref, test, feeds, root) -> float:
     """1 - the phoneme error rate of the quantized model's decode against float's (edit distance over the float
     decode's length, word boundaries counted as tokens; all held-out clips pooled)."""
+    from onnxptq.analysis.class_scores import edit_distance
+
     err = total = 0
     for f in feeds:
         a, b = _hama_phonemes(ref(f)), _hama_phonemes(test(f))
-        err, total = err + _edit_distance(a, b), total + len(a)
+        err, total = err + edit_distance(a, b), total + len(a)
     return 1.0 - err / max(total, 1)
 
 
