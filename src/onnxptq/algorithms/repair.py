@@ -464,7 +464,8 @@ def mixed_floats(writers: list[str], order: list[str], most: int) -> list[frozen
 
 def _lazy_mixed(writers: list[str], most: int, scores: Callable[[], dict[str, float]], candidates: list[str]):
     """:func:`mixed_floats` one set at a time: the ranking (its own CPU: 3 s on lore_detect) is made
-    only where the writers alone did not hold."""
+    only where the writers alone did not hold. No set twice: the first list is the writers alone (or
+    nothing), and the second list's sets past it differ from the writers (:func:`mixed_floats`)."""
     sets = mixed_floats(writers, [], most)
     yield from sets
     found = scores()
@@ -581,11 +582,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         broken = [name for name in (probe.broken if probe is not None else []) if name in judge.names]
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
-        tried: list[frozenset[str]] = []
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if floats in tried:
-                continue
-            tried.append(floats)
             if judge.evaluations >= allowance or (judge.costs and _clock(judge) + 2 * judge.costs[-1] > cap):
                 judge.capped = judge.capped or judge.evaluations < allowance
                 break
