@@ -350,12 +350,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        if judge.evaluations >= allowance:
-            return kept, False
-        if _clock(judge) + last_cost * (2 if reserve else 1) > cap:
-            # Not "past the cap" but "would end past it": checked only between builds, a 17 s
-            # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
-            judge.capped = True
+        if not _may_build(judge, allowance, cap, last_cost * (2 if reserve else 1)):
             return kept, False
         if ordered is None:
             # The ranking pays back over a first trial and a halving or two: made only where three
@@ -400,6 +395,20 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 top, rest = halves(chunk)
                 queue.extend([rest, top] if ordered else [top, rest])
     return kept, True
+
+
+def _may_build(judge: _Judge, allowance: int, cap: float, cost: float) -> bool:
+    """Whether a further build may start (:func:`_search`, the mixed rung): fewer than ``allowance``
+    builds made, and ``cost`` CPU s more (the build, with the delivered build after it where that is
+    reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
+    builds, a 17 s budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair); stopped
+    by the cap (not by the count), ``judge.capped`` is set."""
+    if judge.evaluations >= allowance:
+        return False
+    if _clock(judge) + cost > cap:
+        judge.capped = True
+        return False
+    return True
 
 
 def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
@@ -583,8 +592,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if judge.evaluations >= allowance or (judge.costs and _clock(judge) + 2 * judge.costs[-1] > cap):
-                judge.capped = judge.capped or judge.evaluations < allowance
+            if not _may_build(judge, allowance, cap, 2 * judge.costs[-1] if judge.costs else -math.inf):
                 break
             judge.floats = floats
             trial = judge(frozenset(candidates) - floats, top)
