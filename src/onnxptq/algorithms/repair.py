@@ -708,10 +708,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
+
+    def named(names: list[str]) -> str:  # "Conv_76 (Conv), ..."
+        return ", ".join(f"{n} ({ops.get(n, '?')})" for n in names)
+
     if floats:
-        how += f" and kept {len(kept_sorted)} float ({', '.join(f'{n} ({ops.get(n, chr(63))})' for n in kept_sorted)})"
+        how += f" and kept {len(kept_sorted)} float ({named(kept_sorted)})"
     log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
                 verdict.floor.describe(), where, before, len(held_sorted), len(candidates),
-                ", ".join(f"{n} ({ops.get(n, '?')})" for n in held_sorted[:12]) + (" …" if len(held_sorted) > 12 else ""),
+                named(held_sorted[:12]) + (" …" if len(held_sorted) > 12 else ""),
                 after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired
