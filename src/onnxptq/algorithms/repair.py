@@ -280,22 +280,14 @@ def moved_unjudged_reads(verdict: Verdict) -> list[str]:
     "could not judge" rather than break on it, and the search does not take it for a hold."""
     moved = []
     for name, check in verdict.outputs.items():
-        p = check.positions
-        if check.top1_unjudged and check.within_chance is not None:
-            # below the floor by losses that could be chance (analysis/evidence.py): not proof of a break,
-            # nor a candidate to deliver (a declared top-k's rows, a tagger's tokens)
-            moved.append(name)
+        if not check.top1_unjudged:
             continue
-        bound = check.mask_bound
-        if check.top1_unjudged and bound is not None and bound.iou < check.mask_floor:
-            # a probability map's pages below the floor by a spread that could be chance (analysis/maps.py, "Pages"):
-            # not a hold for the search to keep, as ``within_chance`` above
-            moved.append(name)
-            continue
-        if not check.top1_unjudged or p is None:
-            continue
-        changed = p.changed - p.unsure_changed if p.strings else p.flipped
-        if changed > 0:
+        p, bound = check.positions, check.mask_bound
+        # below the floor by losses that could be chance (analysis/evidence.py: a declared top-k's rows,
+        # a tagger's tokens), or a probability map's pages below it by a spread that could be chance
+        # (analysis/maps.py, "Pages"): not proof of a break, nor a hold for the search to keep
+        chance = check.within_chance is not None or (bound is not None and bound.iou < check.mask_floor)
+        if chance or (p is not None and (p.changed - p.unsure_changed if p.strings else p.flipped) > 0):
             moved.append(name)
     return moved
 
