@@ -205,8 +205,7 @@ class _Judge:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
         than deliver a model it could not measure)."""
-        # nothing held: the plain build, whatever the rung
-        key = (rung, kept, self.floats) if kept or self.floats else (None, kept, self.floats)
+        key = (rung if kept or self.floats else None, kept, self.floats)  # nothing held: the plain build, whatever the rung
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
