@@ -388,10 +388,10 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     return kept, True
 
 
-def _may_build(judge: _Judge, allowance: int, cap: float, cost: float) -> bool:
-    """Whether a further build may start (:func:`_search`, the mixed rung): fewer than ``allowance``
-    builds made, and ``cost`` CPU s more (the build, with the delivered build after it where that is
-    reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
+def _may_build(judge: _Judge, allowance: float, cap: float, cost: float) -> bool:
+    """Whether a further build may start (:func:`_search`, the mixed rung, :func:`_climb`): fewer
+    than ``allowance`` builds made, and ``cost`` CPU s more (the build, with the delivered build
+    after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
     builds, a 17 s budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair); stopped
     by the cap (not by the count), ``judge.capped`` is set."""
     if judge.evaluations >= allowance:
@@ -408,8 +408,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) 
     ``cap`` (``judge.capped`` is then set)."""
     everything = frozenset(candidates)
     for rung in rungs:
-        if judge.costs and _clock(judge) + judge.costs[-1] > cap:
-            judge.capped = True
+        if not _may_build(judge, math.inf, cap, judge.costs[-1] if judge.costs else -math.inf):  # the probes: no count
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
