@@ -205,8 +205,7 @@ class _Judge:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
         than deliver a model it could not measure)."""
-        # nothing held: the plain build, whatever the rung
-        key = (rung, kept, self.floats) if kept or self.floats else (None, kept, self.floats)
+        key = (rung if kept or self.floats else None, kept, self.floats)  # nothing held: the plain build, whatever the rung
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
@@ -280,22 +279,14 @@ def moved_unjudged_reads(verdict: Verdict) -> list[str]:
     "could not judge" rather than break on it, and the search does not take it for a hold."""
     moved = []
     for name, check in verdict.outputs.items():
-        p = check.positions
-        if check.top1_unjudged and check.within_chance is not None:
-            # below the floor by losses that could be chance (analysis/evidence.py): not proof of a break,
-            # nor a candidate to deliver (a declared top-k's rows, a tagger's tokens)
-            moved.append(name)
+        if not check.top1_unjudged:
             continue
-        bound = check.mask_bound
-        if check.top1_unjudged and bound is not None and bound.iou < check.mask_floor:
-            # a probability map's pages below the floor by a spread that could be chance (analysis/maps.py, "Pages"):
-            # not a hold for the search to keep, as ``within_chance`` above
-            moved.append(name)
-            continue
-        if not check.top1_unjudged or p is None:
-            continue
-        changed = p.changed - p.unsure_changed if p.strings else p.flipped
-        if changed > 0:
+        p, bound = check.positions, check.mask_bound
+        # below the floor by losses that could be chance (analysis/evidence.py: a declared top-k's rows,
+        # a tagger's tokens), or a probability map's pages below it by a spread that could be chance
+        # (analysis/maps.py, "Pages"): not proof of a break, nor a hold for the search to keep
+        chance = check.within_chance is not None or (bound is not None and bound.iou < check.mask_floor)
+        if chance or (p is not None and (p.changed - p.unsure_changed if p.strings else p.flipped) > 0):
             moved.append(name)
     return moved
 
@@ -350,12 +341,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        if judge.evaluations >= allowance:
-            return kept, False
-        if _clock(judge) + last_cost * (2 if reserve else 1) > cap:
-            # Not "past the cap" but "would end past it": checked only between builds, a 17 s
-            # budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair).
-            judge.capped = True
+        if not _may_build(judge, allowance, cap, last_cost * (2 if reserve else 1)):
             return kept, False
         if ordered is None:
             # The ranking pays back over a first trial and a halving or two: made only where three
@@ -402,14 +388,27 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     return kept, True
 
 
+def _may_build(judge: _Judge, allowance: float, cap: float, cost: float) -> bool:
+    """Whether a further build may start (:func:`_search`, the mixed rung, :func:`_climb`): fewer
+    than ``allowance`` builds made, and ``cost`` CPU s more (the build, with the delivered build
+    after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
+    builds, a 17 s budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair); stopped
+    by the cap (not by the count), ``judge.capped`` is set."""
+    if judge.evaluations >= allowance:
+        return False
+    if _clock(judge) + cost > cap:
+        judge.capped = True
+        return False
+    return True
+
+
 def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float) -> Rung | None:
     """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
     or None: float is then the next step. A rung is not started where its build would end past
     ``cap`` (``judge.capped`` is then set)."""
     everything = frozenset(candidates)
     for rung in rungs:
-        if judge.costs and _clock(judge) + judge.costs[-1] > cap:
-            judge.capped = True
+        if not _may_build(judge, math.inf, cap, judge.costs[-1] if judge.costs else -math.inf):  # the probes: no count
             return None
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
@@ -464,7 +463,8 @@ def mixed_floats(writers: list[str], order: list[str], most: int) -> list[frozen
 
 def _lazy_mixed(writers: list[str], most: int, scores: Callable[[], dict[str, float]], candidates: list[str]):
     """:func:`mixed_floats` one set at a time: the ranking (its own CPU: 3 s on lore_detect) is made
-    only where the writers alone did not hold."""
+    only where the writers alone did not hold. No set twice: the first list is the writers alone (or
+    nothing), and the second list's sets past it differ from the writers (:func:`mixed_floats`)."""
     sets = mixed_floats(writers, [], most)
     yield from sets
     found = scores()
@@ -581,13 +581,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         broken = [name for name in (probe.broken if probe is not None else []) if name in judge.names]
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
-        tried: list[frozenset[str]] = []
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if floats in tried:
-                continue
-            tried.append(floats)
-            if judge.evaluations >= allowance or (judge.costs and _clock(judge) + 2 * judge.costs[-1] > cap):
-                judge.capped = judge.capped or judge.evaluations < allowance
+            if not _may_build(judge, allowance, cap, 2 * judge.costs[-1] if judge.costs else -math.inf):
                 break
             judge.floats = floats
             trial = judge(frozenset(candidates) - floats, top)
@@ -702,12 +697,15 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
-    held = stepped_sorted if rung is not None else kept_sorted
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
+
+    def named(names: list[str]) -> str:  # "Conv_76 (Conv), ..."
+        return ", ".join(f"{n} ({ops.get(n, '?')})" for n in names)
+
     if floats:
-        how += f" and kept {len(kept_sorted)} float ({', '.join(f'{n} ({ops.get(n, chr(63))})' for n in kept_sorted)})"
+        how += f" and kept {len(kept_sorted)} float ({named(kept_sorted)})"
     log.warning("accuracy floor (%s) broken on %s: %s; repair " + how + ": %s; after: %s (%s, %d builds, %.1fs)%s",
-                verdict.floor.describe(), where, before, len(held), len(candidates),
-                ", ".join(f"{n} ({ops.get(n, '?')})" for n in held[:12]) + (" …" if len(held) > 12 else ""),
+                verdict.floor.describe(), where, before, len(held_sorted), len(candidates),
+                named(held_sorted[:12]) + (" …" if len(held_sorted) > 12 else ""),
                 after_text, state, judge.evaluations, search_s, f"; {note}" if note else "")
     return repaired
