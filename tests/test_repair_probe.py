@@ -148,4 +148,5 @@ def test_a_search_past_its_cap_says_so(monkeypatch):
     record = result.repair
     assert record["capped"] and record["evaluations"] < record["allowance"], record
     assert "time cap" in record["note"] and "machine's speed" in record["note"]
+    assert "s = 1 × " in record["note"]  # the cap as it was computed: CAP_PLAINS × repair_budget × a plain
     assert result.floor.ok  # what it holds still holds the floor (the float probe at least)

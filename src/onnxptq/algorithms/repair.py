@@ -639,7 +639,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     held_sorted = sorted(kept, key=lambda n: order.get(n, 0))
     note = None
     if judge.capped:
-        note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {CAP_PLAINS:g} × the plain quantization): "
+        scale = max(float(cfg.repair_budget), 1.0)
+        times = f"{CAP_PLAINS * scale:g} × the plain quantization's {plain:.1f} s" if plain >= MIN_BUDGET_S else \
+            f"{CAP_PLAINS * scale:g} × {MIN_BUDGET_S:g} s, the least a plain quantization counts for"
+        note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {times}): "
                 "fewer nodes may suffice, and the delivered file depends on this machine's speed")
     elif not finished:
         note = (f"the search stopped after its {allowance} builds (repair_budget={cfg.repair_budget:g}): "
