@@ -339,12 +339,15 @@ class MaskAgreement:
         """``(level in words, mean IoU per page, union)`` at the level of the lowest mean among those
         judged (float's masks hold at least :data:`MIN_MASK` positions); None where none is or a feed
         was no map."""
-        bounds = [self.bound(k) for k in self._judged()]
-        bounds = [b for b in bounds if b.pages]
+        bounds = self._bounds()
         if not bounds:
             return None
         b = min(bounds, key=lambda b: b.iou)
         return b.level, b.iou, b.union
+
+    def _bounds(self) -> list[MaskBound]:
+        """The bounds of the levels judged that hold a page (:meth:`worst` and :meth:`judge` choose among them)."""
+        return [b for b in (self.bound(k) for k in self._judged()) if b.pages]
 
     def bound(self, key: tuple[str, float]) -> MaskBound:
         """Level ``key``'s pages' mean IoU and its bound (module docstring, "Pages")."""
@@ -365,7 +368,7 @@ class MaskAgreement:
         """The level that decides the verdict against ``floor``: the lowest IoU among those whose bound
         is below the floor (broken), else the lowest bound among those that straddle it (could not
         judge), else the lowest IoU (holds); None where no level is judged."""
-        bounds = [b for b in (self.bound(k) for k in self._judged()) if b.pages]
+        bounds = self._bounds()
         if not bounds:
             return None
         broken = [b for b in bounds if b.breaks(floor)]
