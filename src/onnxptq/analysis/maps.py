@@ -138,7 +138,7 @@ import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
-from .evidence import CONFIDENT
+from .evidence import CONFIDENT, least_count
 
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "class_probabilities", "has_ground", "heat_map_feed", "heat_map_values", "MIN_KEPT", "MIN_MASK", "MIN_PAGE_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "MaskBound", "MOST_PAGES", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
@@ -260,21 +260,7 @@ class MaskBound:
             return None
         if self.spread == 0.0:
             return self.pages
-        def decides(n: int) -> bool:
-            return t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin
-        n = max(2, self.pages)
-        while n <= MOST_PAGES and not decides(n):
-            n *= 2
-        if n > MOST_PAGES:
-            return None
-        low, high = max(self.pages, n // 2), n
-        while low < high:
-            mid = (low + high) // 2
-            if decides(mid):
-                high = mid
-            else:
-                low = mid + 1
-        return high
+        return least_count(lambda n: t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin, self.pages, MOST_PAGES)
 
     def describe(self, floor: float) -> str:
         state = ("below the floor" if self.breaks(floor) else "holds" if self.holds(floor)
