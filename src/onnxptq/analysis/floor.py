@@ -566,12 +566,7 @@ def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, 
     unsure = worst is not None and not worst.breaks and not worst.fragments
     feeds = 0
     if (judged is None or judged[1] < floor.needed or unsure) and seen is not None:
-        if add_seen is not None:
-            feeds = add_seen(heat)
-        else:
-            for r, g in _seen_pairs(seen, name, None):
-                heat.add(r, g)
-                feeds += 1
+        feeds = add_seen(heat) if add_seen is not None else _add_seen(heat, seen, name)
         judged = heat.judge(floor.needed)
         worst = heat.worst_threshold(floor.top1)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
@@ -1287,10 +1282,7 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
     few = bound.pages < floor.needed
     if not bound.breaks(floor.top1) and (few or not bound.holds(floor.top1)) and seen is not None:
         pooled = copy.deepcopy(masks)
-        feeds = 0
-        for r, g in _seen_pairs(seen, name, None):
-            pooled.add(r, g)
-            feeds += 1
+        feeds = _add_seen(pooled, seen, name)
         more = pooled.judge(floor.top1) if feeds else None
         if more is not None:
             bound, check.seen_feeds = more, feeds
@@ -1321,11 +1313,8 @@ def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen
     check.regions = (held[0], held[1], 0)
     near = abs(held[0] - floor.top1) < REGION_MARGIN
     check.kept_wants_seen = near
-    feeds = 0
     if near:
-        for r, g in _seen_pairs(seen, name, None):
-            regions.add(r, g)
-            feeds += 1
+        feeds = _add_seen(regions, seen, name)
         pooled = regions.judge(floor.needed)
         if pooled is not None:
             check.regions = (pooled[0], pooled[1], feeds)
@@ -1586,11 +1575,8 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
     for r, g in pairs:
         held.add(r, g)
         _add_cosine(r, g, cosines, sums)
-    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added below
-    feeds = 0
-    for r, g in _seen_pairs(seen, name, pairs[0][0].shape[-1] if pairs else None):
-        pooled.add(r, g)
-        feeds += 1
+    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added to it
+    feeds = _add_seen(pooled, seen, name, pairs[0][0].shape[-1] if pairs else None)
     finite = bool(cosines) and bool(np.isfinite(cosines).all()) and not held.nonfinite
     everywhere = _cosine_of_sums(*_added(sums)) if finite else float("nan")
 
@@ -1635,6 +1621,16 @@ def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tu
         if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 1 and r.shape == g.shape and width in (None, r.shape[-1])
                 and np.isfinite(r).all() and np.isfinite(g).all()):
             yield r, g
+
+
+def _add_seen(target: Any, seen: _Seen | None, name: str, width: int | None = None) -> int:
+    """Adds output ``name``'s calibration-feed pairs (:func:`_seen_pairs`) to ``target`` (a tally with
+    ``add(ref, got)``: masks, regions, thresholded cells or runs) and says how many feeds it added."""
+    feeds = 0
+    for r, g in _seen_pairs(seen, name, width):
+        target.add(r, g)
+        feeds += 1
+    return feeds
 
 
 def _seen_sequences(seen: _Seen | None, name: str, width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
