@@ -382,11 +382,18 @@ class OutputCheck:
                 f"{self.within_chance:.0%} of draws)")
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (v.to_json() if isinstance(v, (Positions, Picture)) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
-                    else {f: (None if isinstance(x, float) and not math.isfinite(x) else x) for f, x in dataclasses.asdict(v).items()}
-                    if isinstance(v, MaskBound)
-                    else None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in self.__dict__.items()}
+        return {k: _json_value(v) for k, v in self.__dict__.items()}
+
+
+def _json_value(v: Any) -> Any:
+    """One field of an :class:`OutputCheck` as JSON: a non-finite float (a bound's ±inf, a NaN cosine) as None."""
+    if isinstance(v, (Positions, Picture)):
+        return v.to_json()
+    if isinstance(v, (Kept, DecoderReads)):
+        return dataclasses.asdict(v)
+    if isinstance(v, MaskBound):
+        return {f: _json_value(x) for f, x in dataclasses.asdict(v).items()}
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 @dataclass
