@@ -314,16 +314,12 @@ class OutputCheck:
                 text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
         if self.thresholded is not None and self.thresholded[1] is not None and not self.top1_unjudged:
             decisions, f1, bound = self.thresholded
-            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
-            text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+            text += self._f1_words("objects above thresholds 0.2-0.8", f1, decisions, bound)
         if self.threshold is not None:
             text += f", {self.threshold.describe()}"
         if self.columns is not None and self.columns[1] is not None and not self.top1_unjudged:
             decisions, f1, bound, low, high, _ = self.columns
-            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
-            text += f", runs per column above thresholds {low:.3g}-{high:.3g}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+            text += self._f1_words(f"runs per column above thresholds {low:.3g}-{high:.3g}", f1, decisions, bound)
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -380,6 +376,12 @@ class OutputCheck:
         lost = self.positions.flipped if self.positions is not None else self.rows - round((self.top1 or 0.0) * self.rows)
         return (f" (NOT JUDGED: below the floor by {lost} lost of {self.rows}, as many as a model at the floor loses on "
                 f"{self.within_chance:.0%} of draws)")
+
+    def _f1_words(self, what: str, f1: float, decisions: int, bound: float) -> str:
+        """A thresholded reading's F1 in words (a heat map's objects, a multi-label head's runs per column)."""
+        seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+        few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
+        return f", {what}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
 
     def to_json(self) -> dict[str, Any]:
         return {k: _json_value(v) for k, v in self.__dict__.items()}
