@@ -23,8 +23,9 @@ lost (0.922); at 0.95, 7 (0.891): anr_fa_decoder MXFP8_E4M3's 13 of 64 (0.797) s
 from __future__ import annotations
 
 import math
+from typing import Callable
 
-__all__ = ["CONFIDENT", "decisions_to_decide", "f1_share", "surely_below", "tail"]
+__all__ = ["CONFIDENT", "decisions_to_decide", "f1_share", "least_count", "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
 #: per-position loss rate is above the floor's with at least this probability (``class_scores._surely_below``).
@@ -81,17 +82,23 @@ def decisions_to_decide(share: float, floor: float, seen: int = 1) -> int | None
     ``floor`` or more than :data:`MOST` would be needed."""
     if not share < floor:
         return None
-    def sure(count: int) -> bool:
-        return surely_below(int(round(share * count)), count, floor)
-    count = max(1, seen)
-    while count <= MOST and not sure(count):
+    # the tail steps with the rounded losses: the count found is close, not least
+    return least_count(lambda count: surely_below(int(round(share * count)), count, floor), max(1, seen), MOST)
+
+
+def least_count(decides: Callable[[int], bool], start: int, most: int) -> int | None:
+    """About the least count from ``start`` on that ``decides`` (doubling, then bisecting the last
+    step): the decisions (:func:`decisions_to_decide`) or pages (``maps.MaskBound.pages_to_decide``)
+    that would decide a figure; None where more than ``most`` would be needed."""
+    count = start
+    while count <= most and not decides(count):
         count *= 2
-    if count > MOST:
+    if count > most:
         return None
-    low, high = max(seen, count // 2 + 1), count
-    while low < high:  # the tail steps with the rounded losses: the count found is close, not least
+    low, high = max(start, count // 2 + 1), count
+    while low < high:
         mid = (low + high) // 2
-        if sure(mid):
+        if decides(mid):
             high = mid
         else:
             low = mid + 1

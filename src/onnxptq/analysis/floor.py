@@ -314,16 +314,12 @@ class OutputCheck:
                 text += f", mask {level}: IoU {iou:.4f} with float's on {union} positions"
         if self.thresholded is not None and self.thresholded[1] is not None and not self.top1_unjudged:
             decisions, f1, bound = self.thresholded
-            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
-            text += f", objects above thresholds 0.2-0.8: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+            text += self._f1_words("objects above thresholds 0.2-0.8", f1, decisions, bound)
         if self.threshold is not None:
             text += f", {self.threshold.describe()}"
         if self.columns is not None and self.columns[1] is not None and not self.top1_unjudged:
             decisions, f1, bound, low, high, _ = self.columns
-            seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
-            text += f", runs per column above thresholds {low:.3g}-{high:.3g}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+            text += self._f1_words(f"runs per column above thresholds {low:.3g}-{high:.3g}", f1, decisions, bound)
         if self.regions is not None:
             f1, count, feeds = self.regions
             seen = f" on the held-out and {feeds} calibration samples" if feeds else ""
@@ -381,12 +377,25 @@ class OutputCheck:
         return (f" (NOT JUDGED: below the floor by {lost} lost of {self.rows}, as many as a model at the floor loses on "
                 f"{self.within_chance:.0%} of draws)")
 
+    def _f1_words(self, what: str, f1: float, decisions: int, bound: float) -> str:
+        """A thresholded reading's F1 in words (a heat map's objects, a multi-label head's runs per column)."""
+        seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
+        few = f" (as {bound:.4f} among the {self.needed} decisions the floor needs)" if self.needed else ""
+        return f", {what}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
+
     def to_json(self) -> dict[str, Any]:
-        return {k: (v.to_json() if isinstance(v, (Positions, Picture)) else dataclasses.asdict(v) if isinstance(v, (Kept, DecoderReads))
-                    else {f: (None if isinstance(x, float) and not math.isfinite(x) else x) for f, x in dataclasses.asdict(v).items()}
-                    if isinstance(v, MaskBound)
-                    else None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in self.__dict__.items()}
+        return {k: _json_value(v) for k, v in self.__dict__.items()}
+
+
+def _json_value(v: Any) -> Any:
+    """One field of an :class:`OutputCheck` as JSON: a non-finite float (a bound's ±inf, a NaN cosine) as None."""
+    if isinstance(v, (Positions, Picture)):
+        return v.to_json()
+    if isinstance(v, (Kept, DecoderReads)):
+        return dataclasses.asdict(v)
+    if isinstance(v, MaskBound):
+        return {f: _json_value(x) for f, x in dataclasses.asdict(v).items()}
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 @dataclass
@@ -566,12 +575,7 @@ def _judge_threshold_cells(name: str, heat: ThresholdCells, seen: _Seen | None, 
     unsure = worst is not None and not worst.breaks and not worst.fragments
     feeds = 0
     if (judged is None or judged[1] < floor.needed or unsure) and seen is not None:
-        if add_seen is not None:
-            feeds = add_seen(heat)
-        else:
-            for r, g in _seen_pairs(seen, name, None):
-                heat.add(r, g)
-                feeds += 1
+        feeds = add_seen(heat) if add_seen is not None else _add_seen(heat, seen, name)
         judged = heat.judge(floor.needed)
         worst = heat.worst_threshold(floor.top1)
     cos = heat.cosine() if not heat.nonfinite else float("nan")
@@ -1287,10 +1291,7 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
     few = bound.pages < floor.needed
     if not bound.breaks(floor.top1) and (few or not bound.holds(floor.top1)) and seen is not None:
         pooled = copy.deepcopy(masks)
-        feeds = 0
-        for r, g in _seen_pairs(seen, name, None):
-            pooled.add(r, g)
-            feeds += 1
+        feeds = _add_seen(pooled, seen, name)
         more = pooled.judge(floor.top1) if feeds else None
         if more is not None:
             bound, check.seen_feeds = more, feeds
@@ -1321,11 +1322,8 @@ def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen
     check.regions = (held[0], held[1], 0)
     near = abs(held[0] - floor.top1) < REGION_MARGIN
     check.kept_wants_seen = near
-    feeds = 0
     if near:
-        for r, g in _seen_pairs(seen, name, None):
-            regions.add(r, g)
-            feeds += 1
+        feeds = _add_seen(regions, seen, name)
         pooled = regions.judge(floor.needed)
         if pooled is not None:
             check.regions = (pooled[0], pooled[1], feeds)
@@ -1586,11 +1584,8 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
     for r, g in pairs:
         held.add(r, g)
         _add_cosine(r, g, cosines, sums)
-    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added below
-    feeds = 0
-    for r, g in _seen_pairs(seen, name, pairs[0][0].shape[-1] if pairs else None):
-        pooled.add(r, g)
-        feeds += 1
+    pooled = copy.deepcopy(held)  # the held-out feeds' runs, counted once; the calibration feeds added to it
+    feeds = _add_seen(pooled, seen, name, pairs[0][0].shape[-1] if pairs else None)
     finite = bool(cosines) and bool(np.isfinite(cosines).all()) and not held.nonfinite
     everywhere = _cosine_of_sums(*_added(sums)) if finite else float("nan")
 
@@ -1635,6 +1630,16 @@ def _seen_pairs(seen: _Seen | None, name: str, width: int | None) -> Iterator[tu
         if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 1 and r.shape == g.shape and width in (None, r.shape[-1])
                 and np.isfinite(r).all() and np.isfinite(g).all()):
             yield r, g
+
+
+def _add_seen(target: Any, seen: _Seen | None, name: str, width: int | None = None) -> int:
+    """Adds output ``name``'s calibration-feed pairs (:func:`_seen_pairs`) to ``target`` (a tally with
+    ``add(ref, got)``: masks, regions, thresholded cells or runs) and says how many feeds it added."""
+    feeds = 0
+    for r, g in _seen_pairs(seen, name, width):
+        target.add(r, g)
+        feeds += 1
+    return feeds
 
 
 def _seen_sequences(seen: _Seen | None, name: str, width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -138,7 +138,7 @@ import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
-from .evidence import CONFIDENT
+from .evidence import CONFIDENT, least_count
 
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "class_probabilities", "has_ground", "heat_map_feed", "heat_map_values", "MIN_KEPT", "MIN_MASK", "MIN_PAGE_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "MaskBound", "MOST_PAGES", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
@@ -260,21 +260,7 @@ class MaskBound:
             return None
         if self.spread == 0.0:
             return self.pages
-        def decides(n: int) -> bool:
-            return t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin
-        n = max(2, self.pages)
-        while n <= MOST_PAGES and not decides(n):
-            n *= 2
-        if n > MOST_PAGES:
-            return None
-        low, high = max(self.pages, n // 2), n
-        while low < high:
-            mid = (low + high) // 2
-            if decides(mid):
-                high = mid
-            else:
-                low = mid + 1
-        return high
+        return least_count(lambda n: t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin, self.pages, MOST_PAGES)
 
     def describe(self, floor: float) -> str:
         state = ("below the floor" if self.breaks(floor) else "holds" if self.holds(floor)
@@ -339,12 +325,15 @@ class MaskAgreement:
         """``(level in words, mean IoU per page, union)`` at the level of the lowest mean among those
         judged (float's masks hold at least :data:`MIN_MASK` positions); None where none is or a feed
         was no map."""
-        bounds = [self.bound(k) for k in self._judged()]
-        bounds = [b for b in bounds if b.pages]
+        bounds = self._bounds()
         if not bounds:
             return None
         b = min(bounds, key=lambda b: b.iou)
         return b.level, b.iou, b.union
+
+    def _bounds(self) -> list[MaskBound]:
+        """The bounds of the levels judged that hold a page (:meth:`worst` and :meth:`judge` choose among them)."""
+        return [b for b in (self.bound(k) for k in self._judged()) if b.pages]
 
     def bound(self, key: tuple[str, float]) -> MaskBound:
         """Level ``key``'s pages' mean IoU and its bound (module docstring, "Pages")."""
@@ -365,7 +354,7 @@ class MaskAgreement:
         """The level that decides the verdict against ``floor``: the lowest IoU among those whose bound
         is below the floor (broken), else the lowest bound among those that straddle it (could not
         judge), else the lowest IoU (holds); None where no level is judged."""
-        bounds = [b for b in (self.bound(k) for k in self._judged()) if b.pages]
+        bounds = self._bounds()
         if not bounds:
             return None
         broken = [b for b in bounds if b.breaks(floor)]

@@ -155,6 +155,9 @@ class CellTally:
     kept: np.ndarray
     cells: int
     sums: list[float]
+    #: its objects are fragments of what the reader decides (:meth:`worst_threshold` never breaks then;
+    #: ``ThresholdCells`` sets it per map)
+    fragments: bool = False
 
     def tally_cells(self, r: np.ndarray, g: np.ndarray, low: float) -> None:
         """Add one feed's cells at the lowest threshold ``low`` to ``cells`` and the cosine sums."""
@@ -175,8 +178,8 @@ class CellTally:
     def worst_threshold(self, floor: float, thresholds: tuple[float, ...] = THRESHOLDS) -> ThresholdRead | None:
         """The threshold (of ``thresholds``, one per row of ``kept``) whose F1 is below ``floor`` by the errors
         least likely for a model at the floor (module docstring: "One threshold at a time"); None where every
-        threshold's F1 holds the floor. Where ``fragments`` (an attribute a tally may set), it never breaks."""
-        fragments = bool(getattr(self, "fragments", False))
+        threshold's F1 holds the floor. Where ``fragments``, it never breaks."""
+        fragments = self.fragments
         share = f1_share(floor)
         worst: ThresholdRead | None = None
         for t, (found, lost, invented) in zip(thresholds, self.kept.tolist()):
