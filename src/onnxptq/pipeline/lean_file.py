@@ -73,19 +73,12 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
     output names (:func:`short_call_outputs`); all restored after the block. ``calls=False``
     (the config's ``pack_weights=False``: tools that want one plain node per tensor) leaves
     every call its attributes and names."""
-    with without_inferred_shapes(model):
-        if not (LEAN_CALLS and calls):
-            yield model
-            return
-        undo_attrs = share_call_attributes(model, domains)
-        undo_names = short_call_outputs(model, domains)
-        undo_chains = short_decode_names(model)
-        try:
-            yield model
-        finally:
-            undo_chains()
-            undo_names()
-            undo_attrs()
+    with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
+        if LEAN_CALLS and calls:
+            undo.callback(share_call_attributes(model, domains))
+            undo.callback(short_call_outputs(model, domains))
+            undo.callback(short_decode_names(model))
+        yield model
 
 
 def _copy(attr: onnx.AttributeProto) -> onnx.AttributeProto:
