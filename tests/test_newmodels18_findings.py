@@ -82,7 +82,7 @@ def test_a_log_softmax_ctc_sequence_is_judged_by_its_strings():
     assert cs.judge_positions(refs, gots) is None  # not a softmax: float does not decide, cosine only
 
 
-def _float_shape_model(path) -> None:
+def _float_shape_model() -> onnx.ModelProto:
     """hama's spelling of a Reshape target: x [1, T, 8] → MatMul → h; the target [Shape(h)[0], Shape(h)[1], 2, 4]
     computed in float (Shape cast to float, a Mul by ones, a Concat with [2, 4]; the constants Constant nodes cast to
     float, as the float16 pass wrote them) and Cast back to int64;
@@ -106,7 +106,7 @@ def _float_shape_model(path) -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", 2, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    onnx.save(model, str(path))
+    return model
 
 
 def test_shape_arithmetic_in_float_is_found_by_structure():
@@ -116,16 +116,8 @@ def test_shape_arithmetic_in_float_is_found_by_structure():
     and its A16W8 row in bench/RESULTS.md, newmodels18, failed in quantize's verification without the rule.)"""
     from onnxptq.graph.shape_values import shape_value_float_tensors
 
-    model = onnx.load_model_from_string(_float_shape_bytes())
+    model = _float_shape_model()
     assert set(shape_value_float_tensors(model)) == {"shp", "shp_f", "scaled", "target_f", "target"}
     model.graph.node.append(helper.make_node("Mul", ["y", "scaled"], ["mixed"], name="mixed"))  # a shape scaling data
     assert "mixed" not in shape_value_float_tensors(model)
 
-
-def _float_shape_bytes() -> bytes:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        _float_shape_model(Path(tmp) / "m.onnx")
-        return (Path(tmp) / "m.onnx").read_bytes()

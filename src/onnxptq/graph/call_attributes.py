@@ -38,9 +38,4 @@ def call_attribute(model: onnx.ModelProto | Iterable[onnx.FunctionProto], node: 
                    default: Any = None) -> Any:
     """One attribute of ``node`` as :func:`call_attributes` reads it (``default`` where neither
     the node nor its function's defaults hold it)."""
-    own = next((a for a in node.attribute if a.name == name), None)
-    if own is not None:
-        return helper.get_attribute_value(own)
-    functions = model.functions if isinstance(model, onnx.ModelProto) else model
-    found = next((a for a in _defaults(functions, node) if a.name == name), None)
-    return default if found is None else helper.get_attribute_value(found)
+    return call_attributes(model, node).get(name, default)

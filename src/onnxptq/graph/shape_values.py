@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import onnx
 
+from .walk import constant_names
+
 __all__ = ["shape_value_float_tensors"]
 
 REASON = "shape arithmetic (computed from Shape/Size and constants only)"
@@ -25,13 +27,11 @@ REASON = "shape arithmetic (computed from Shape/Size and constants only)"
 
 def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     """The main graph's shape values (module docstring), each with the reason it stays float."""
-    constants = {t.name for t in model.graph.initializer}
+    constants = constant_names(model.graph)
     shaped: set[str] = set()
     for node in model.graph.node:  # topological order (ONNX requires it)
         if node.op_type in ("Shape", "Size"):
             shaped.update(o for o in node.output if o)
-        elif node.op_type == "Constant":
-            constants.update(o for o in node.output if o)
         else:
             ins = [i for i in node.input if i]
             if ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant

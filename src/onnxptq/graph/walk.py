@@ -49,6 +49,32 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             yield from all_graphs(sub)
 
 
+def model_nodes(model: onnx.ModelProto) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
+    """Every node of ``model``'s graphs (bodies included), and every node inside its local functions
+    (their bodies included)."""
+    graph_nodes = [n for g in all_graphs(model.graph) for n in g.node]
+    fn_nodes: list[onnx.NodeProto] = []
+    for fn in model.functions:
+        for node in fn.node:
+            fn_nodes.append(node)
+            for sub in subgraphs(node):
+                fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
+    return graph_nodes, fn_nodes
+
+
+def tensor_names(model: onnx.ModelProto) -> set[str]:
+    """Every tensor name ``model``'s graphs (bodies included) hold: initializers, inputs, outputs,
+    value_info, node inputs and outputs (not node names; not inside functions, whose names are private)."""
+    names: set[str] = set()
+    for g in all_graphs(model.graph):
+        names.update(t.name for t in g.initializer)
+        names.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
+        for n in g.node:
+            names.update(n.input)
+            names.update(n.output)
+    return names
+
+
 def declared_elem_types(graph: onnx.GraphProto) -> dict[str, int]:
     """Element type of every tensor ``graph`` and its bodies declare (inputs, outputs, value_info,
     initializers): what a caller reads after ONNX type inference has filled in value_info."""

@@ -35,7 +35,7 @@ import onnx
 
 from ..formats.base import DOMAIN
 from ..graph.opsets import is_onnx_domain
-from ..graph.walk import all_graphs, subgraphs
+from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
            "LEAN_CALLS", "SHORT_STEM", "CHAIN_STEM"]
@@ -73,30 +73,12 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
     output names (:func:`short_call_outputs`); all restored after the block. ``calls=False``
     (the config's ``pack_weights=False``: tools that want one plain node per tensor) leaves
     every call its attributes and names."""
-    with without_inferred_shapes(model):
-        if not (LEAN_CALLS and calls):
-            yield model
-            return
-        undo_attrs = share_call_attributes(model, domains)
-        undo_names = short_call_outputs(model, domains)
-        undo_chains = short_decode_names(model)
-        try:
-            yield model
-        finally:
-            undo_chains()
-            undo_names()
-            undo_attrs()
-
-
-def _all_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Every node: the graphs' (bodies included) and the functions' (their bodies included)."""
-    nodes = [n for g in all_graphs(model.graph) for n in g.node]
-    for fn in model.functions:
-        for node in fn.node:
-            nodes.append(node)
-            for sub in subgraphs(node):
-                nodes.extend(n for g in all_graphs(sub) for n in g.node)
-    return nodes
+    with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
+        if LEAN_CALLS and calls:
+            undo.callback(share_call_attributes(model, domains))
+            undo.callback(short_call_outputs(model, domains))
+            undo.callback(short_decode_names(model))
+        yield model
 
 
 def _copy(attr: onnx.AttributeProto) -> onnx.AttributeProto:
@@ -115,7 +97,8 @@ def share_call_attributes(model: onnx.ModelProto, domains: Iterable[str] = (DOMA
     # attribute defaults on a function came with IR 9; an older file keeps the attributes on its calls
     functions = {(f.domain, f.name): f for f in model.functions if f.domain in wanted} if model.ir_version >= 9 else {}
     calls: dict[tuple[str, str], list[onnx.NodeProto]] = defaultdict(list)
-    for node in _all_nodes(model):
+    graph_nodes, fn_nodes = model_nodes(model)
+    for node in graph_nodes + fn_nodes:
         if (node.domain, node.op_type) in functions:
             calls[(node.domain, node.op_type)].append(node)
     saved_nodes: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
@@ -170,13 +153,7 @@ def short_call_outputs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,
     wanted = set(domains)
     graphs = list(all_graphs(model.graph))
     returned = {v.name for g in graphs for v in g.output}
-    taken: set[str] = set()
-    for g in graphs:
-        taken.update(t.name for t in g.initializer)
-        taken.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
-        for n in g.node:
-            taken.update(n.input)
-            taken.update(n.output)
+    taken = tensor_names(model)
     rename: dict[str, str] = {}
     for g in graphs:
         for n in g.node:
@@ -211,12 +188,7 @@ def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_P
     returned = {v.name for gr in graphs for v in gr.output}
     constant = {t.name for t in g.initializer} | {""}
     ours = {t.name for t in g.initializer if t.name.startswith(seeds)}
-    taken: set[str] = set(constant)
-    for gr in graphs:
-        taken.update(v.name for v in list(gr.input) + list(gr.output) + list(gr.value_info))
-        for n in gr.node:
-            taken.update(n.input)
-            taken.update(n.output)
+    taken = tensor_names(model)
     rename: dict[str, str] = {}
     names: list[tuple[onnx.NodeProto, str]] = []
     chain: list[onnx.NodeProto] = []

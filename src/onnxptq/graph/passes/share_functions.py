@@ -30,7 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..opsets import is_onnx_domain
-from ..walk import all_graphs, subgraphs
+from ..walk import model_nodes, subgraphs, tensor_names
 
 log = logging.getLogger(__name__)
 
@@ -75,29 +75,6 @@ def _skeleton(fn: onnx.FunctionProto) -> bytes:
     return g.SerializeToString(deterministic=True)
 
 
-def _calls(model: onnx.ModelProto) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
-    """Every node of the model's graphs (bodies included), and every node inside a function."""
-    graph_nodes = [n for g in all_graphs(model.graph) for n in g.node]
-    fn_nodes: list[onnx.NodeProto] = []
-    for fn in model.functions:
-        for node in fn.node:
-            fn_nodes.append(node)
-            for sub in subgraphs(node):
-                fn_nodes.extend(n for g in all_graphs(sub) for n in g.node)
-    return graph_nodes, fn_nodes
-
-
-def _names_in(model: onnx.ModelProto) -> set[str]:
-    names: set[str] = set()
-    for g in all_graphs(model.graph):
-        names.update(t.name for t in g.initializer)
-        names.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info))
-        for n in g.node:
-            names.update(n.input)
-            names.update(n.output)
-    return names
-
-
 def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None) -> onnx.ModelProto:
     """Merge ``model``'s local functions (of ``domains``; None: every domain) that differ only in
     top-level constant values, in place; returns ``model``. Calls are renamed to the kept
@@ -112,9 +89,9 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     groups = {k: v for k, v in groups.items() if len(v) > 1}
     if not groups:
         return model
-    graph_nodes, fn_nodes = _calls(model)
+    graph_nodes, fn_nodes = model_nodes(model)
     called_inside = {(n.domain, n.op_type) for n in fn_nodes}
-    taken = _names_in(model)
+    taken = tensor_names(model)
     values: dict[tuple, str] = {}  # _value_key -> initializer name
     counter = [0]
 

@@ -53,7 +53,7 @@ def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
     if node.op_type == "Gemm" and index == 1:
         return 0 if attrs.get("transB", 0) else 1
     if node.op_type == "MatMul" and index == 1 and rank == 2:
-        return rank - 1
+        return 1
     # A batched (rank > 2) MatMul weight (dynamo's broadcast matmul, an einsum's stacked heads) stays
     # per-tensor: onnxruntime fuses its Q/DQ into MatMulIntegerToFloat, which refuses a 1-D zero point
     # for a 3-D B ("b zero point is not valid") at run time.
