@@ -87,3 +87,27 @@ def test_a_score_output_that_stays_holds_and_probabilities_or_logits_are_no_scor
         logits.add(np.stack([m - 3, 3 - m])[None], np.stack([m - 3, 3 - m])[None])
     assert logits.is_scores(positive=False) and not logits.is_scores(positive=True)
     assert score_values(np.zeros((1, 30, 3), np.float32)) is None and score_values(np.zeros((1, 100), np.float32)) is None
+
+
+def test_values_float_leaves_undefined_are_left_out_not_the_whole_feed():
+    """caustic-nmr writes NaN where a residue lacks the atom (bench/RESULTS.md, newmodels18): every feed holds a
+    NaN, and the floor used to skip each such feed whole, judging one feed of eight. The values float defines are
+    judged, on every feed; an error on one of them breaks the output, a NaN float also has does not."""
+    rng = np.random.default_rng(2)
+    refs = []
+    for rows in (12, 16, 18, 14, 20, 11, 15, 17):
+        r = (np.array([55.0, 40.0, 175.0]) + 4.0 * rng.standard_normal((rows, 3))).astype(np.float32)
+        r[rng.integers(0, rows), 1] = np.nan  # the residue without that atom
+        refs.append(r)
+    floor = Floor("8-bit", *FAMILY_FLOORS["8-bit"])
+    near = [r + np.float32(0.05) for r in refs]  # NaN stays NaN where float's is
+    verdict = measure([{"p": r} for r in refs], [{"p": g} for g in near], floor)
+    check = verdict.outputs["p"]
+    assert check.scores is not None and check.scores[1] == sum(r.shape[0] for r in refs), check.describe()
+    assert check.scores[0] == 1.0 and verdict.ok
+    moved = [g.copy() for g in near]
+    for g in moved:
+        g[0, 0] += 3.0  # two defined values of every feed moved by a fifth of their column's spread
+        g[1, 2] -= 3.0
+    broken = measure([{"p": r} for r in refs], [{"p": g} for g in moved], floor).outputs["p"]
+    assert not broken.ok and broken.scores[2] == 16, broken.describe()

@@ -785,8 +785,15 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             r, g = np.asarray(ref[name]), np.asarray(got[name])
             if not np.issubdtype(r.dtype, np.floating):
                 continue  # integer outputs (indices, lengths): nothing to compare in cosine
+            undefined = None  # float's own non-finite values on this feed, where it defines the others
             if not np.isfinite(r).all():
-                continue  # float itself is not finite on this sample: nothing to hold a floor against
+                if r.shape != g.shape or np.isfinite(r).sum() < 2 or any(name in gates for gates in
+                                                                        (log_scales, selected, confidence_gates, spatial_gates)):
+                    continue  # float itself is not finite on this sample: nothing to hold a floor against
+                # a model that marks values it does not define (caustic-nmr's NaN shift where a residue lacks the
+                # atom): judged on the values float defines, the others 0 on both sides (not the whole feed skipped)
+                undefined = ~np.isfinite(r)
+                r, g = np.where(undefined, 0.0, r).astype(r.dtype), np.where(undefined, 0.0, g).astype(g.dtype)
             if r.shape != g.shape:
                 reshaped += 1  # a length the data decides moved (a Loop decoder stopped at another step)
                 continue
@@ -813,7 +820,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 heat.add(r, g)
             if scores is not None:
                 gate = row_gates.get(name)
-                scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
+                scores.add(r, g, object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None, undefined)
             if curve is not None:
                 curve.add(r, g)
             if picture is not None:
@@ -1244,7 +1251,9 @@ def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _
     for ref, got in zip(*(seen or ((), ()))):
         if name in ref and name in got and np.issubdtype(np.asarray(ref[name]).dtype, np.floating):
             r = np.asarray(ref[name])
-            scores.add(r, np.asarray(got[name]), object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None)
+            undefined = None if np.isfinite(r).all() else ~np.isfinite(r)  # float's own undefined values (measure's loop)
+            scores.add(r, np.asarray(got[name]), object_rows(ref[gate], r.shape[0]) if gate in ref and r.ndim == 2 else None,
+                       undefined)
             feeds += 1
     if not scores.valid:
         return False

@@ -68,8 +68,9 @@ def spread_of(values: np.ndarray) -> np.ndarray:
     """Per column of ``values [samples, k]``: the range of the central :data:`CENTRAL` share of
     float's values (5th to 95th percentile, interpolated): one extreme sample does not set it."""
     tail = 50.0 * (1.0 - CENTRAL)
-    low, high = np.percentile(values, [tail, 100.0 - tail], axis=0)
-    return high - low
+    percentile = np.nanpercentile if np.isnan(values).any() else np.percentile  # NaN: values float leaves undefined
+    low, high = percentile(values, [tail, 100.0 - tail], axis=0)
+    return np.nan_to_num(high - low)  # a column float never defines: no spread
 
 
 @dataclass
@@ -83,16 +84,21 @@ class ScoreAgreement:
     #: False once a feed's values are not a score output's
     valid: bool = True
 
-    def add(self, r: np.ndarray, g: np.ndarray, keep: np.ndarray | None = None) -> None:
+    def add(self, r: np.ndarray, g: np.ndarray, keep: np.ndarray | None = None, undefined: np.ndarray | None = None) -> None:
         """One feed's float and quantized values; ``keep``: the rows that are read (a gated regression:
-        analysis/row_gates.py), None where every row is."""
+        analysis/row_gates.py), None where every row is; ``undefined``: the values float leaves
+        non-finite (a residue without that atom), left out of the judgement (NaN here, on both sides)."""
         rr, gg = score_values(r), score_values(g)
         if rr is None or gg is None or rr.shape != gg.shape or (self.refs and rr.shape[1] != self.refs[0].shape[1]):
             self.valid = False
             return
-        if np.isfinite(rr).all() and np.isfinite(gg).all():
-            self.refs.append(rr.astype(np.float64))
-            self.gots.append(gg.astype(np.float64))
+        rr, gg = rr.astype(np.float64), gg.astype(np.float64)
+        if undefined is not None:
+            hole = np.asarray(undefined, bool).reshape(rr.shape)
+            rr[hole] = gg[hole] = np.nan
+        if np.isfinite(rr).all() and np.isfinite(gg).all() or undefined is not None and np.isfinite(gg[~hole]).all():
+            self.refs.append(rr)
+            self.gots.append(gg)
             self.keeps.append(None if keep is None or keep.shape != (rr.shape[0],) else np.asarray(keep, bool))
 
     @property
@@ -106,9 +112,9 @@ class ScoreAgreement:
         if not self.valid or not self.refs:
             return False
         r = np.concatenate(self.refs)
-        if float(r.min()) >= 0.0 and float(r.max()) <= 1.0:
+        if float(np.nanmin(r)) >= 0.0 and float(np.nanmax(r)) <= 1.0:
             return False
-        return not positive or float(r.min()) > 0.0
+        return not positive or float(np.nanmin(r)) > 0.0
 
     def judge(self) -> tuple[float, int, int, float] | None:
         """``(share of samples within tolerance, samples, samples off, worst error / spread)``; None
@@ -124,7 +130,11 @@ class ScoreAgreement:
             r, g = r[read], g[read]
             if r.shape[0] == 0:
                 return None
+        defined = ~np.isnan(r).all(axis=1)  # rows float defines no value of are no samples
+        r, g = r[defined], g[defined]
+        if r.shape[0] == 0:
+            return None
         live = spread > 0
         rel = np.abs(g - r)[:, live] / spread[live]
-        off = int(np.sum((rel > TOLERANCE).any(axis=1)))
-        return (r.shape[0] - off) / r.shape[0], r.shape[0], off, float(rel.max())
+        off = int(np.sum((rel > TOLERANCE).any(axis=1)))  # an undefined value (NaN) is never off
+        return (r.shape[0] - off) / r.shape[0], r.shape[0], off, float(np.nanmax(rel, initial=0.0))
