@@ -1,0 +1,126 @@
+"""Issue 27 item 3: which graphs make onnxruntime's session creation segfault (fp16 Transpose -> MatMul).
+
+exportfuzz found onnxruntime 1.32 dying (SIGSEGV) while it opens a default session on some fp16
+models. This script builds small one-pattern models over a grid (element type, Transpose perm and
+rank, which MatMul operand the Transpose feeds, constant or fed second operand, optimization level,
+disabled optimizers) and opens each in its own subprocess, so a crash is a recorded exit code, not
+a dead probe. ``--files`` probes given model files the same way (the fuzz exports, zoo models), and
+``--check`` asks :func:`onnxptq.sessions.crash_trigger` about each model too, so the graph check is
+compared with what onnxruntime does.
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/ort_fp16_crash.py --grid --check
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/ort_fp16_crash.py --check --files /work/cache/exportfuzz/*.onnx
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (puts the repository root on sys.path)
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPEN = """
+import sys, onnxruntime as ort
+o = ort.SessionOptions()
+o.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])
+ort.InferenceSession(sys.argv[1], o, providers=["CPUExecutionProvider"],
+                     disabled_optimizers=[d for d in sys.argv[3].split(",") if d])
+"""
+
+TYPES = {"float16": TensorProto.FLOAT16, "float": TensorProto.FLOAT, "bfloat16": TensorProto.BFLOAT16,
+         "double": TensorProto.DOUBLE}
+LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED"}
+
+
+def opens(path: str | Path, level: str = "all", disabled: str = "") -> int:
+    """The exit code of a fresh process that opens ``path`` (0: it opened; -11: SIGSEGV)."""
+    return subprocess.run([sys.executable, "-c", OPEN, str(path), LEVELS[level], disabled],
+                          capture_output=True, timeout=120).returncode
+
+
+def pattern(dtype: str, perm: tuple[int, ...], side: str, const_other: bool, fanout: bool = False) -> onnx.ModelProto:
+    """``Transpose(perm)`` of a fed rank-len(perm) tensor into MatMul's ``side`` operand ("a" or
+    "b"); the other operand a constant (``const_other``) or a second input."""
+    rank = len(perm)
+    shape = [8] * rank  # every perm gives a valid MatMul operand
+    et = TYPES[dtype]
+    x = helper.make_tensor_value_info("x", et, shape)
+    tshape = [shape[p] for p in perm]
+    other_shape = [8, 8]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=list(perm))]
+    inputs, inits = [x], []
+    if const_other:
+        w = np.random.default_rng(0).standard_normal(other_shape).astype(np.float32)
+        tensor = numpy_helper.from_array(w, "w")
+        if et != TensorProto.FLOAT:
+            tensor = helper.make_tensor("w", et, other_shape, w.astype(np.float16 if dtype == "float16" else np.float64).ravel().tolist()) \
+                if dtype in ("float16", "double") else helper.make_tensor("w", et, other_shape, [0.5] * 64)
+        inits.append(tensor)
+    else:
+        inputs.append(helper.make_tensor_value_info("w", et, other_shape))
+    operands = ["t", "w"] if side == "a" else ["w", "t"]
+    nodes.append(helper.make_node("MatMul", operands, ["y"]))
+    outputs = [helper.make_tensor_value_info("y", et, None)]
+    if fanout:
+        outputs.append(helper.make_tensor_value_info("t", et, None))
+    graph = helper.make_graph(nodes, "probe", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model
+
+
+def grid(check: bool = False) -> list[dict]:
+    """Every grid point with its exit codes (and the graph check's answer where asked)."""
+    rows = []
+    perms = [(1, 0), (1, 0, 2), (0, 2, 1), (2, 0, 1), (1, 2, 0), (2, 1, 0), (0, 2, 1, 3), (1, 0, 2, 3), (0, 1, 3, 2),
+             (1, 2, 0, 3), (1, 2, 3, 0), (2, 0, 1, 3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype, perm, side, const_other, fanout in itertools.product(TYPES, perms, ("a", "b"), (True, False), (False, True)):
+            if fanout and dtype != "float16":
+                continue
+            model = pattern(dtype, perm, side, const_other, fanout)
+            path = Path(tmp) / "m.onnx"
+            onnx.save(model, path)
+            row = {"dtype": dtype, "perm": list(perm), "side": side, "const": const_other, "fanout": fanout,
+                   "all": opens(path)}
+            if row["all"] != 0:
+                row["extended"] = opens(path, "extended")
+                row["no MatmulTransposeFusion"] = opens(path, "all", "MatmulTransposeFusion")
+                row["no NchwcTransformer"] = opens(path, "all", "NchwcTransformer")
+            if check:
+                from onnxptq.sessions import crash_trigger
+                row["trigger"] = [str(n) for n in crash_trigger(model)]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", action="store_true", help="probe the built grid")
+    parser.add_argument("--files", nargs="*", default=[], help="model files to probe")
+    parser.add_argument("--check", action="store_true", help="also ask onnxptq.sessions.crash_trigger")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    rows = grid(args.check) if args.grid else []
+    for name in args.files:
+        row = {"file": name, "all": opens(name)}
+        if args.check:
+            from onnxptq.sessions import crash_trigger
+            row["trigger"] = [str(n) for n in crash_trigger(onnx.load(name, load_external_data=False))]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
