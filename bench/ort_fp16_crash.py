@@ -10,6 +10,10 @@ compared with what onnxruntime does.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/ort_fp16_crash.py --grid --check
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/ort_fp16_crash.py --check --files /work/cache/exportfuzz/*.onnx
+
+``--quantize PRESET --src DIR``: quantize each file (no data: the presets that need none) in a child
+whose ``onnxptq`` comes from ``DIR`` and print the delivered file's sha256 and the child's exit code,
+to compare main's files with a branch's (run it once with each ``--src``).
 """
 
 from __future__ import annotations
@@ -103,12 +107,32 @@ def grid(check: bool = False) -> list[dict]:
     return rows
 
 
+QUANTIZE = """
+import hashlib, logging, sys, tempfile, onnxptq
+logging.disable(logging.WARNING)
+with tempfile.TemporaryDirectory() as tmp:
+    onnxptq.quantize(sys.argv[1], sys.argv[2], output=tmp + "/q.onnx")
+    print(hashlib.sha256(open(tmp + "/q.onnx", "rb").read()).hexdigest())
+"""
+
+
+def quantized_digest(path: str, preset: str, src: str) -> tuple[int, str]:
+    """(exit code, sha256 of the delivered file) of ``onnxptq.quantize(path, preset)`` run from ``src``."""
+    import os
+    env = dict(os.environ, PYTHONPATH=src)
+    done = subprocess.run([sys.executable, "-c", QUANTIZE, path, preset], capture_output=True, text=True, env=env, timeout=1200)
+    lines = done.stdout.split()
+    return done.returncode, lines[-1] if done.returncode == 0 and lines else done.stderr.strip().splitlines()[-1:][0] if done.stderr.strip() else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", action="store_true", help="probe the built grid")
     parser.add_argument("--files", nargs="*", default=[], help="model files to probe")
     parser.add_argument("--check", action="store_true", help="also ask onnxptq.sessions.crash_trigger")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--quantize", nargs="*", default=[], help="presets to quantize each file with (sha256 of the result)")
+    parser.add_argument("--src", default="src", help="the onnxptq source folder the quantizing child imports")
     args = parser.parse_args()
     rows = grid(args.check) if args.grid else []
     for name in args.files:
@@ -116,6 +140,8 @@ def main() -> None:
         if args.check:
             from onnxptq.sessions import crash_trigger
             row["trigger"] = [str(n) for n in crash_trigger(onnx.load(name, load_external_data=False))]
+        for preset in args.quantize:
+            row[preset] = quantized_digest(name, preset, args.src)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

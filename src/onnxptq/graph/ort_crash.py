@@ -22,6 +22,8 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto
 
+from .opsets import is_onnx_domain
+
 __all__ = ["CRASH_FUSION", "ORT_VERSION_SEEN", "batch_transpose", "crash_trigger", "crash_warning"]
 
 #: The onnxruntime optimizer whose fusion crashes; disabling it is enough (bench/ort_fp16_crash.py).
@@ -47,7 +49,7 @@ def _float16_tensors(graph: onnx.GraphProto) -> set[str]:
         if info.type.tensor_type.elem_type == TensorProto.FLOAT16:
             names.add(info.name)
     for node in graph.node:
-        if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Cast" and is_onnx_domain(node.domain):
             for a in node.attribute:
                 if a.name == "to" and a.i == TensorProto.FLOAT16:
                     names.update(node.output)
@@ -91,7 +93,7 @@ _EXACT_CASTS = (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE)
 
 def _exact_hop(node: onnx.NodeProto) -> bool:
     """An Identity, or a Cast to float16/float/double: a node onnxruntime may remove between the two."""
-    if node.domain not in ("", "ai.onnx") or len(node.input) < 1:
+    if not is_onnx_domain(node.domain) or len(node.input) < 1:
         return False
     if node.op_type == "Identity":
         return True
@@ -107,7 +109,7 @@ def _scan(graph: onnx.GraphProto, found: list[str], prefix: str) -> None:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
                 _scan(sub, found, f"{prefix}{node.name or node.op_type}/")
-        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        if node.op_type != "MatMul" or not is_onnx_domain(node.domain) or len(node.input) != 2:
             continue
         for side, other in ((0, 1), (1, 0)):
             name, producer = node.input[side], producers.get(node.input[side])
@@ -133,5 +135,5 @@ def crash_warning(model: onnx.ModelProto, where: str) -> str | None:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
     return (f"{where}: onnxruntime {ORT_VERSION_SEEN}'s default session crashes (SIGSEGV) on its float16 batch "
             f"Transpose -> MatMul at {shown}; open it with "
-            f"InferenceSession(..., disabled_optimizers=[{CRASH_FUSION!r}]) (or graph_optimization_level "
+            f"the session argument disabled_optimizers=[{CRASH_FUSION!r}] (or graph_optimization_level "
             f"ORT_ENABLE_EXTENDED)")
