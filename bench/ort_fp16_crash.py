@@ -12,8 +12,9 @@ compared with what onnxruntime does.
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/ort_fp16_crash.py --check --files /work/cache/exportfuzz/*.onnx
 
 ``--quantize PRESET --src DIR``: quantize each file (no data: the presets that need none) in a child
-whose ``onnxptq`` comes from ``DIR`` and print the delivered file's sha256 and the child's exit code,
-to compare main's files with a branch's (run it once with each ``--src``).
+whose ``onnxptq`` comes from ``DIR`` and print the child's exit code, the delivered file's sha256 and
+the exit code of a default session opened on it (-11: the crash), to compare main's files with a
+branch's (run it once with each ``--src``); ``--samples N`` quantizes with N random feeds.
 """
 
 from __future__ import annotations
@@ -108,20 +109,34 @@ def grid(check: bool = False) -> list[dict]:
 
 
 QUANTIZE = """
-import hashlib, logging, sys, tempfile, onnxptq
+import hashlib, logging, subprocess, sys, tempfile, numpy as np, onnx, onnxptq
+from onnx import helper
 logging.disable(logging.WARNING)
+data = None
+if int(sys.argv[3]):  # random feeds: float inputs normal, int inputs small, symbolic axes 2
+    rng = np.random.default_rng(0)
+    model = onnx.load(sys.argv[1], load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    def feed(info):
+        t = info.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 2 for d in t.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        return rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating) else rng.integers(0, 3, shape).astype(dtype)
+    data = [{i.name: feed(i) for i in model.graph.input if i.name not in inits} for _ in range(int(sys.argv[3]))]
 with tempfile.TemporaryDirectory() as tmp:
-    onnxptq.quantize(sys.argv[1], sys.argv[2], output=tmp + "/q.onnx")
-    print(hashlib.sha256(open(tmp + "/q.onnx", "rb").read()).hexdigest())
+    onnxptq.quantize(sys.argv[1], sys.argv[2], data=data, output=tmp + "/q.onnx")
+    opened = subprocess.run([sys.executable, "-c", "import sys, onnxruntime as o; o.InferenceSession(sys.argv[1])", tmp + "/q.onnx"]).returncode
+    print(hashlib.sha256(open(tmp + "/q.onnx", "rb").read()).hexdigest(), "default-session-rc=%d" % opened)
 """
 
 
-def quantized_digest(path: str, preset: str, src: str) -> tuple[int, str]:
-    """(exit code, sha256 of the delivered file) of ``onnxptq.quantize(path, preset)`` run from ``src``."""
+def quantized_digest(path: str, preset: str, src: str, samples: int = 0) -> tuple[int, str]:
+    """(exit code, "sha256 of the delivered file, a default session's exit code on it") of
+    ``onnxptq.quantize(path, preset)`` run from ``src`` (with ``samples`` random feeds where > 0)."""
     import os
     env = dict(os.environ, PYTHONPATH=src)
-    done = subprocess.run([sys.executable, "-c", QUANTIZE, path, preset], capture_output=True, text=True, env=env, timeout=1200)
-    lines = done.stdout.split()
+    done = subprocess.run([sys.executable, "-c", QUANTIZE, path, preset, str(samples)], capture_output=True, text=True, env=env, timeout=1200)
+    lines = done.stdout.splitlines()
     return done.returncode, lines[-1] if done.returncode == 0 and lines else done.stderr.strip().splitlines()[-1:][0] if done.stderr.strip() else ""
 
 
@@ -132,6 +147,7 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also ask onnxptq.sessions.crash_trigger")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--quantize", nargs="*", default=[], help="presets to quantize each file with (sha256 of the result)")
+    parser.add_argument("--samples", type=int, default=0, help="random feeds to quantize with (0: no data)")
     parser.add_argument("--src", default="src", help="the onnxptq source folder the quantizing child imports")
     args = parser.parse_args()
     rows = grid(args.check) if args.grid else []
@@ -141,7 +157,7 @@ def main() -> None:
             from onnxptq.sessions import crash_trigger
             row["trigger"] = [str(n) for n in crash_trigger(onnx.load(name, load_external_data=False))]
         for preset in args.quantize:
-            row[preset] = quantized_digest(name, preset, args.src)
+            row[preset] = quantized_digest(name, preset, args.src, args.samples)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
