@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxptq.graph.ort_crash import CRASH_FUSION, batch_transpose, crash_trigger, crash_warning
+from onnxptq.graph.ort_crash import CRASH_FUSION, batch_transpose, crash_trigger, crash_warning, may_hold_trigger
 
 PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP4")
 
@@ -59,6 +59,19 @@ def test_the_check_names_exactly_the_crashing_graphs():
     assert crash_trigger(_model((2, 0, 1))) == []
     assert crash_trigger(_model(between=(TensorProto.BFLOAT16, TensorProto.FLOAT16))) == []
     assert CRASH_FUSION in crash_warning(_model(), "m.onnx") and crash_warning(_model(dtype=TensorProto.FLOAT), "m.onnx") is None
+
+
+def test_the_byte_prefilter_never_hides_a_trigger():
+    """Sessions opened from bytes parse them only where this says so: it must say so wherever the
+    check would find one (both ints encodings), and it spares the bytes without a batch perm."""
+    for perm in ((1, 0, 2), (1, 2, 0), (1, 2, 0, 3), (1, 2, 3, 0)):
+        model = _model(perm)
+        assert crash_trigger(model) and may_hold_trigger(model.SerializeToString()), perm
+        # the same ints packed (field 8, wire type 2), as other writers may spell them
+        assert may_hold_trigger(b"MatMul" + b"\x0a\x04perm\x42" + bytes([len(perm)]) + bytes(perm)), perm
+    assert not may_hold_trigger(_model((2, 0, 1)).SerializeToString())
+    assert not may_hold_trigger(_model((0, 2, 1)).SerializeToString())
+    assert not may_hold_trigger(b"MatMul" + b"\x0a\x04perm\x42\x03\x00\x02\x01")
 
 
 SCRIPT = textwrap.dedent("""

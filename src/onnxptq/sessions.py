@@ -49,7 +49,7 @@ import onnx
 from .errors import InputNotFoundError, UsageError
 from .graph import external
 from .graph.io import write_externalized
-from .graph.ort_crash import CRASH_FUSION, ORT_VERSION_SEEN, crash_trigger
+from .graph.ort_crash import CRASH_FUSION, ORT_VERSION_SEEN, crash_trigger, may_hold_trigger
 
 log = logging.getLogger(__name__)
 
@@ -219,14 +219,15 @@ def open_session(
 def _disabled_for(model: onnx.ModelProto | bytes | str | os.PathLike) -> list[str]:
     """``[CRASH_FUSION]`` where ``model`` holds the graph onnxruntime crashes on (else none).
 
-    Cheap where it cannot be there: serialized bytes (or a file) without both op names are not
-    parsed (a substring search); a ``ModelProto`` is walked once (no serialization)."""
+    Cheap where it cannot be there: serialized bytes (or a file) are parsed only where they hold a
+    MatMul and a batch Transpose's perm (:func:`~onnxptq.graph.ort_crash.may_hold_trigger`, read in
+    place); a ``ModelProto`` is walked once (no serialization)."""
     if not isinstance(model, onnx.ModelProto):
         try:
             data = model if isinstance(model, bytes) else Path(model).read_bytes()
         except OSError:
             return []  # onnxruntime names the unreadable file itself
-        if b"Transpose" not in data or b"MatMul" not in data:
+        if not may_hold_trigger(data):
             return []
         try:
             model = onnx.load_from_string(data)
