@@ -61,6 +61,24 @@ def test_the_check_names_exactly_the_crashing_graphs():
     assert CRASH_FUSION in crash_warning(_model(), "m.onnx") and crash_warning(_model(dtype=TensorProto.FLOAT), "m.onnx") is None
 
 
+def test_functions_count_and_nested_graphs_do_not():
+    """A model-local function is inlined before the fusion (crashes); an If branch opens (both measured)."""
+    model = _model()
+    function = helper.make_function("local", "F", ["x"], ["y"], [*model.graph.node], [helper.make_opsetid("", 17)])
+    call = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g", [*model.graph.input],
+                             [*model.graph.output], initializer=[*model.graph.initializer])
+    with_function = helper.make_model(call, functions=[function], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    with_function.functions[0].node.insert(0, helper.make_node("Constant", [], ["w"], value=model.graph.initializer[0]))
+    assert crash_trigger(with_function) == ["F/matmul"]
+    with_function.functions[0].node[0].attribute[0].t.data_type = TensorProto.FLOAT  # (values aside) a float body
+    assert crash_trigger(with_function) == []
+    branch = helper.make_graph([*model.graph.node], "then", [], [*model.graph.output], initializer=[*model.graph.initializer])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "else", [], [*model.graph.output])
+    outer = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)], "g",
+                              [*model.graph.input, helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [*model.graph.output])
+    assert crash_trigger(helper.make_model(outer)) == []
+
+
 def test_the_byte_prefilter_never_hides_a_trigger():
     """Sessions opened from bytes parse them only where this says so: it must say so wherever the
     check would find one (both ints encodings), and it spares the bytes without a batch perm."""
