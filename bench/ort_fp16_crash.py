@@ -113,6 +113,33 @@ def grid(check: bool = False) -> list[dict]:
     return rows
 
 
+def nested() -> list[dict]:
+    """The float16 ``[1, 0, 2]`` pattern with a Constant weight inside a model-local function and
+    inside an If branch (x captured from the outer graph), each opened in its own process."""
+    w = helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(np.ones((16, 8), np.float16)))
+    body = [w, helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]), helper.make_node("MatMul", ["t", "w"], ["y"], name="mm")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 2, 8])
+    function = helper.make_function("local", "F", ["x"], ["y"], body, [helper.make_opsetid("", 17)])
+    call = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g", [x], [y])
+    in_function = helper.make_model(call, functions=[function], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    zeros = helper.make_node("Constant", [], ["z"], value=numpy_helper.from_array(np.zeros((4, 2, 8), np.float16)))
+    branch = helper.make_graph(body, "then", [], [y])
+    other = helper.make_graph([zeros], "else", [], [helper.make_tensor_value_info("z", TensorProto.FLOAT16, [4, 2, 8])])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    in_if = helper.make_model(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)], "g",
+                                                [x, cond], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model in (("function", in_function), ("if-branch", in_if)):
+            model.ir_version = 8
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save(model, path)
+            rows.append({"nested": name, "all": opens(path), "trigger": ort_crash.crash_trigger(model)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def move_batch_transposes(model: onnx.ModelProto) -> list[str]:
     """Rewrite, in place, each triggering ``MatMul(Transpose(a), W)`` of the main graph whose
     Transpose only moves the batch axes (perm ``[1, .., r-2, 0, r-1]``, on the first operand) and
@@ -239,11 +266,14 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also ask onnxptq.sessions.crash_trigger")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--quantize", nargs="*", default=[], help="presets to quantize each file with (sha256 of the result)")
+    parser.add_argument("--nested", action="store_true", help="probe the pattern in a function and in an If branch")
     parser.add_argument("--rewrite", action="store_true", help="check graph.ort_crash.move_batch_transposes on each file")
     parser.add_argument("--samples", type=int, default=0, help="random feeds to quantize with (0: no data)")
     parser.add_argument("--src", default="src", help="the onnxptq source folder the quantizing child imports")
     args = parser.parse_args()
     rows = grid(args.check) if args.grid else []
+    if args.nested:
+        rows += nested()
     for name in args.files:
         row = {"file": name, "all": opens(name)}
         if args.check:
