@@ -19,6 +19,15 @@ once by :func:`onnxptq.api.quantize` (from ``CalibrationOptions.custom_op_librar
 :func:`custom_op_libraries`) reaches every session opened here without threading one more argument
 through every signature; it stays correct across threads started inside it only where they copy
 the context (ours do not start any that open sessions).
+
+onnxruntime crashes: onnxruntime 1.32 dies (SIGSEGV, nothing to catch) while it opens a default
+session on a float16 batch ``Transpose -> MatMul`` with a constant other operand (its
+``MatmulTransposeFusion``; :mod:`onnxptq.graph.ort_crash` says which graphs, bench/ort_fp16_crash.py
+measured it). Every session opened here on such a graph runs with that one fusion disabled
+(:func:`_disabled_for`); on every other graph the options are exactly a user's. What then differs
+from a user's default session on the same file: the Transpose and the MatMul run as two kernels
+instead of one ``FusedMatMul`` (the same products and sums, in onnxruntime's float32 fallback for
+float16 either way), where the user's session would not open at all.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import onnx
 from .errors import InputNotFoundError, UsageError
 from .graph import external
 from .graph.io import write_externalized
+from .graph.ort_crash import CRASH_FUSION, ORT_VERSION_SEEN, crash_trigger, may_hold_trigger
 
 log = logging.getLogger(__name__)
 
@@ -189,20 +199,46 @@ def open_session(
     if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     chosen = list(providers) if providers else list(CPU)
+    disabled = _disabled_for(model) if optimization in ("all", "extended") else []
     if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
-        return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen), chosen)
+        return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen, disabled_optimizers=disabled), chosen)
     if not isinstance(model, onnx.ModelProto):
-        return ort.InferenceSession(str(model), options, providers=chosen)
+        return ort.InferenceSession(str(model), options, providers=chosen, disabled_optimizers=disabled)
     data = serialized(model)
     if data is not None:
-        return _without_model_bytes(ort.InferenceSession(data, options, providers=chosen), chosen)
+        return _without_model_bytes(ort.InferenceSession(data, options, providers=chosen, disabled_optimizers=disabled), chosen)
     # Past the limit (upb raises past 2 GB: serialized() says None), onnx.save with
     # external data would strip the caller's tensors: write_externalized leaves them in place.
     folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
     path = write_externalized(model, folder.name)
-    session = ort.InferenceSession(str(path), options, providers=chosen)
+    session = ort.InferenceSession(str(path), options, providers=chosen, disabled_optimizers=disabled)
     weakref.finalize(session, folder.cleanup)
     return session
+
+
+def _disabled_for(model: onnx.ModelProto | bytes | str | os.PathLike) -> list[str]:
+    """``[CRASH_FUSION]`` where ``model`` holds the graph onnxruntime crashes on (else none).
+
+    Cheap where it cannot be there: serialized bytes (or a file) are parsed only where they hold a
+    MatMul and a batch Transpose's perm (:func:`~onnxptq.graph.ort_crash.may_hold_trigger`, read in
+    place); a ``ModelProto`` is walked once (no serialization)."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            data = model if isinstance(model, bytes) else Path(model).read_bytes()
+        except OSError:
+            return []  # onnxruntime names the unreadable file itself
+        if not may_hold_trigger(data):
+            return []
+        try:
+            model = onnx.load_from_string(data)
+        except Exception:  # noqa: BLE001 - not parseable here: onnxruntime reports it
+            return []
+    nodes = crash_trigger(model)
+    if not nodes:
+        return []
+    log.info("onnxruntime %s crashes opening this graph (float16 batch Transpose -> MatMul at %s): session opened "
+             "with %s disabled", ORT_VERSION_SEEN, ", ".join(nodes[:5]) + (" ..." if len(nodes) > 5 else ""), CRASH_FUSION)
+    return [CRASH_FUSION]
 
 
 def _without_model_bytes(session: Any, providers: Sequence[Any]) -> Any:

@@ -19,6 +19,7 @@ from .. import outputs
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io, sparse_storage
+from ..graph.ort_crash import crash_warning
 from ..graph.passes.half_storage import restore_half_storage
 from ..graph.walk import compared_outputs
 from ..memory import release_freed
@@ -127,6 +128,9 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
         with lean(stored, calls=result.config.pack_weights):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
+    warning = crash_warning(result.model, str(output) if output is not None else "the quantized model")
+    if warning:  # our own sessions disable the fusion (sessions.py); a user's default session would die
+        log.warning("%s", warning)
     if report_path is not None:
         t4 = time.perf_counter()
         from ..analysis.report import compute_report
