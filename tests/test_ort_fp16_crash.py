@@ -127,3 +127,28 @@ def test_every_preset_quantizes_the_crashing_model_in_a_live_process(runs):
     assert all(finite == "1" for _, finite in rows.values())
     # FP16 keeps the float16 Transpose -> (exact Casts) -> MatMul: the user is told; the others hold no trigger
     assert rows["FP16"][0] == "1" and all(rows[p][0] == "0" for p in PRESETS if p != "FP16")
+
+
+STREAMED = textwrap.dedent("""
+    import logging, sys
+    import numpy as np
+    import onnxptq
+    from onnxptq.graph import external
+    external.STREAM_THRESHOLD = 1  # this small model's external weights take the streaming path
+    logging.basicConfig(level=logging.INFO)
+    data = [{"x": np.random.default_rng(i).standard_normal((2, 4, 16)).astype(np.float16)} for i in range(4)]
+    onnxptq.quantize(sys.argv[1], "FP16", data=data, output=sys.argv[2])
+""")
+
+
+def test_the_streaming_path_warns_too(tmp_path):
+    """A model whose external weights take the streaming path (they never enter a message): its delivered model is
+    checked and the user told, as on the in-memory path."""
+    path = tmp_path / "min.onnx"
+    onnx.save(_model(), path, save_as_external_data=True, all_tensors_to_one_file=True, location="min.data",
+              size_threshold=0)
+    done = subprocess.run([sys.executable, "-c", STREAMED, str(path), str(tmp_path / "out.onnx")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-2000:]}"
+    assert "streamed" in done.stderr, done.stderr[-2000:]  # the streaming path's own log line
+    assert "disabled_optimizers" in done.stderr and (tmp_path / "out.onnx").exists(), done.stderr[-2000:]

@@ -260,6 +260,9 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         external.relocate(quantized, tmp_data.name, data_name)
         onnx.save_model(quantized, str(tmp_model))
     log.info("saved %s", out)
+    warning = crash_warning(quantized, str(out))
+    if warning:  # as deliver says it: our sessions disable the fusion, a user's default session would die
+        log.warning("%s", warning)
     timings["total"] = time.perf_counter() - calibrated.started
     result = QuantizationResult(quantized, plan, params, cfg, out, metrics, timings, calibrated.samples, metrics_samples=on)
     log.debug("%s", result.summary())
