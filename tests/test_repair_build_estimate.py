@@ -37,11 +37,13 @@ class _BurningJudge:
 
 
 def test_the_search_stops_at_its_allowance_whatever_a_build_costs():
-    """A cheap and a dear build (a loaded machine's CPU) make the same builds and keep the same set."""
+    """A cheap and a dear build (a loaded machine's CPU) make the same builds and keep the same set, under
+    a cap that the dear search's seven builds stay well within (the cap, not the cost, is what may stop it)."""
     outcomes = []
     for cost in (0.0, 3 * COST):
         judge = _BurningJudge(cost)
-        kept, finished = repair._search(judge, [f"n{i}" for i in range(64)], 7)
+        cap = time.process_time() + 20 * 3 * COST  # seven dear builds take 7 × 3 COST
+        kept, finished = repair._search(judge, [f"n{i}" for i in range(64)], 7, cap=cap, last_cost=cost)
         outcomes.append((judge.evaluations, kept, finished, judge.capped))
     assert outcomes[0] == outcomes[1], outcomes
     evaluations, kept, finished, capped = outcomes[0]
