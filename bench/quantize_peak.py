@@ -90,15 +90,9 @@ def main() -> None:
     share_malloc_arena()
     cfg = get_preset(args.preset)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
-    if args.npz:
-        import quantize as bench_quantize
-        from testkit.models import model_path
+    import quantize_stages
 
-        path, data = model_path("rec"), bench_quantize._reader_class()(args.npz, limit=args.lines)
-    else:
-        import quantize_stages
-
-        path, data = quantize_stages._data(args.model, args.samples)
+    path, data = quantize_stages.model_and_data(args.model, args.samples, args.npz, args.lines)
     cpu = time.process_time()
     result = quantize(str(path), cfg, data, None)
     cpu = time.process_time() - cpu

@@ -70,6 +70,17 @@ KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve
 PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]
 
 
+def model_and_data(model: str, samples: int, npz: str | None = None, lines: int | None = None) -> tuple[Any, Any]:
+    """``(model path, feeds)`` as the timing scripts take them: PP-OCRv4 rec on rendered lines (bench/quantize.py's
+    ``.npz``, at most ``lines``) where ``npz`` is given, else :func:`_data`'s model and feeds."""
+    if npz:
+        import quantize as bench_quantize
+        from testkit.models import model_path
+
+        return model_path("rec"), bench_quantize._reader_class()(npz, limit=lines)
+    return _data(model, samples)
+
+
 def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, list[dict[str, np.ndarray]]]:
     import onnx
 

@@ -39,18 +39,10 @@ def main() -> None:
     cfg = get_preset(args.preset)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
 
-    def data():
-        if args.npz:
-            import quantize as bench_quantize
-            from testkit.models import model_path
-
-            return str(model_path("rec")), bench_quantize._reader_class()(args.npz, limit=args.samples or None)
-        return quantize_stages._data(args.model, args.samples)
-
     def run() -> tuple:
-        path, feeds = data()
+        path, feeds = quantize_stages.model_and_data(args.model, args.samples, args.npz, args.samples or None)
         cpu = time.process_time()
-        r = quantize(path, cfg, feeds)
+        r = quantize(str(path), cfg, feeds)
         cpu = time.process_time() - cpu
         return (hashlib.sha256(r.model.SerializeToString()).hexdigest()[:16], json.dumps(r.floor.to_json(), sort_keys=True),
                 json.dumps(r.metrics, sort_keys=True), (r.repair or {}).get("evaluations"), r.timings.get("verify", 0.0), cpu)
