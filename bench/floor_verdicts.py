@@ -94,26 +94,32 @@ def _newer_readings(pkl: Path, kwargs: dict, known) -> dict:
     return {k: v for k, v in readings.items() if k in known and k not in kwargs}
 
 
-def judge_here(out_dir: Path) -> dict[str, dict]:
-    """Re-run ``measure`` on every record under this process's tree, as complete.py calls it: without
-    the calibration feeds, then with them where the verdict asks for them."""
+def remeasure(pkl: Path):
+    """``(verdict, CPU s)``: one record's ``measure`` re-run under this process's tree, as complete.py calls
+    it: without the calibration feeds, then with them where the verdict asks for them."""
     from onnxptq.analysis.floor import measure
 
+    rec = pickle.loads(pkl.read_bytes())
+    args, kwargs = rec["args"], dict(rec["kwargs"])
+    seen = kwargs.pop("seen", None)
+    known = inspect.signature(measure).parameters  # a reading recorded by a newer tree than this one is left out
+    kwargs = {k: v for k, v in kwargs.items() if k in known}
+    kwargs.update(_newer_readings(pkl, kwargs, known))
+    c0 = time.process_time()
+    verdict = measure(*args, **kwargs)
+    if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:
+        verdict = measure(*args, seen=seen, **kwargs)
+    return verdict, time.process_time() - c0
+
+
+def judge_here(out_dir: Path) -> dict[str, dict]:
+    """Re-run ``measure`` on every record under this process's tree (:func:`remeasure`)."""
     verdicts = {}
     for pkl in sorted(out_dir.glob("*.pkl")):
-        rec = pickle.loads(pkl.read_bytes())
-        args, kwargs = rec["args"], dict(rec["kwargs"])
-        seen = kwargs.pop("seen", None)
-        known = inspect.signature(measure).parameters  # a reading recorded by a newer tree than this one is left out
-        kwargs = {k: v for k, v in kwargs.items() if k in known}
-        kwargs.update(_newer_readings(pkl, kwargs, known))
-        c0 = time.process_time()
-        verdict = measure(*args, **kwargs)
-        if seen is not None and not kwargs.get("reused") and verdict.wants_calibration_feeds:
-            verdict = measure(*args, seen=seen, **kwargs)
+        verdict, cpu = remeasure(pkl)
         advised = "; ".join(f"{name}: {c.advisory}" for name, c in verdict.outputs.items() if getattr(c, "advisory", None))
         verdicts[pkl.stem] = {"ok": verdict.ok, "broken": verdict.describe(only_broken=True)[:400],
-                              "unjudged": verdict.unjudged, "cpu_s": round(time.process_time() - c0, 2),
+                              "unjudged": verdict.unjudged, "cpu_s": round(cpu, 2),
                               "advised": advised[:600]}
     return verdicts
 

@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--quantize", nargs="*", default=[], help="presets to quantize each file with (sha256 of the result)")
     parser.add_argument("--nested", action="store_true", help="probe the pattern in a function and in an If branch")
-    parser.add_argument("--rewrite", action="store_true", help="check graph.ort_crash.move_batch_transposes on each file")
+    parser.add_argument("--rewrite", action="store_true", help="check this script's move_batch_transposes (tried, not adopted) on each file")
     parser.add_argument("--samples", type=int, default=0, help="random feeds to quantize with (0: no data)")
     parser.add_argument("--src", default="src", help="the onnxptq source folder the quantizing child imports")
     args = parser.parse_args()

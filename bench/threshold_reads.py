@@ -14,11 +14,8 @@ bench's), with the saved quantized model.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
-import pickle
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -58,24 +55,13 @@ def main() -> None:
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     import floor_verdicts as fv
-    from onnxptq.analysis.floor import measure
 
     thresholds = [float(t) for t in a.thresholds.split(",")]
     rows = []
     for out_dir in map(Path, a.records):
         for pkl in sorted(out_dir.glob("*.pkl")):
-            rec = pickle.loads(pkl.read_bytes())
             task = json.loads(pkl.with_suffix(".json").read_text())
-            args, kwargs = rec["args"], dict(rec["kwargs"])
-            seen = kwargs.pop("seen", None)
-            known = inspect.signature(measure).parameters
-            kwargs = {k: v for k, v in kwargs.items() if k in known}
-            kwargs.update(fv._newer_readings(pkl, kwargs, known))
-            c0 = time.process_time()
-            verdict = measure(*args, **kwargs)
-            if seen is not None and verdict.wants_calibration_feeds:
-                verdict = measure(*args, seen=seen, **kwargs)
-            cpu = time.process_time() - c0
+            verdict, cpu = fv.remeasure(pkl)  # as complete.py judges (a reused verdict is not judged again with seen)
             model, preset = pkl.stem.rsplit(".", 1)
             row = {"model": model, "preset": preset, "task": task.get("agreement"), "task_floor": task.get("task_floor"),
                    "ok": verdict.ok, "unjudged": verdict.unjudged, "judge_cpu_s": round(cpu, 2), "outputs": {}}
