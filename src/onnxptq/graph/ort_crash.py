@@ -23,6 +23,7 @@ import onnx
 from onnx import TensorProto
 
 from .opsets import is_onnx_domain
+from .walk import dataflow
 
 __all__ = ["CRASH_FUSION", "ORT_VERSION_SEEN", "batch_transpose", "crash_trigger", "crash_warning", "may_hold_trigger"]
 
@@ -148,7 +149,7 @@ def _exact_hop(node: onnx.NodeProto) -> bool:
 def _scan(graph: onnx.GraphProto, found: list[str], prefix: str, sites: list | None = None) -> None:
     """Append to ``found`` the triggering MatMuls' names; to ``sites`` (main graph only, where given)
     ``(matmul, side, transpose, chain)``: the Transpose and the exact Casts between them, nearest first."""
-    producers = {out: node for node in graph.node for out in node.output}
+    producers, _ = dataflow(graph.node)
     outputs = {o.name for o in graph.output}
     half = _float16_tensors(graph)
     fed = _fed(graph)
