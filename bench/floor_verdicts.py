@@ -13,6 +13,10 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --out-dir /work/cache/floorsee3/rec
     # judge every record under this tree and a base tree:
     PYTHONPATH=src:. python bench/floor_verdicts.py judge --out-dir /work/cache/floorsee3/rec --base /work/cache/floorsee3/base/src
+    # "could not confirm" (analysis/evidence.py) over every record of several record folders, one row a
+    # (model, preset), against the task metric; --base: the same under a second tree (its CPU too):
+    PYTHONPATH=src:. python bench/floor_verdicts.py confirm --out-dir /work/cache/facethresh/rec,/work/cache/seqreads/rec \
+        --base /work/cache/floormargin/base/src --json /tmp/confirm.json
     # which outputs of every zoo and outside model the curve, heat-map and class-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
 """
@@ -124,6 +128,56 @@ def judge_here(out_dir: Path) -> dict[str, dict]:
     return verdicts
 
 
+def confirm_here(out_dirs: list[Path]) -> dict[str, dict]:
+    """Every record of ``out_dirs`` re-judged under this tree (:func:`remeasure`), one per (model, preset)
+    (the first folder naming it: facescores and facethresh hold the same records): its verdict state
+    (broken, holds, "not judged", "could not confirm"), the bound's words, the task metric and the CPU."""
+    rows: dict[str, dict] = {}
+    for out_dir in out_dirs:
+        for pkl in sorted(out_dir.glob("*.pkl")):
+            if pkl.stem in rows:
+                continue
+            verdict, cpu = remeasure(pkl)
+            row = json.loads(pkl.with_suffix(".json").read_text())
+            unconfirmed = list(getattr(verdict, "unconfirmed", []))
+            state = ("broken" if not verdict.ok else "could not confirm" if unconfirmed
+                     else "holds (not judged)" if verdict.unjudged else "holds")
+            rows[pkl.stem] = {"record": str(pkl), "state": state, "cpu_s": round(cpu, 3), "agreement": row["agreement"],
+                              "task_floor": row["task_floor"], "metric": row.get("metric", ""),
+                              "bound": "; ".join(f"{n}: {verdict.outputs[n].unconfirmed.describe()}" for n in unconfirmed)}
+    return rows
+
+
+def confirm(out_dirs: list[Path], base: str, json_out: str) -> None:
+    """:func:`confirm_here` under this tree and, with ``base``, a second one; the tally of states by whether the
+    task metric meets its floor: SILENT (below, verdict holds) rows named now, held rows newly unconfirmed
+    (false alarms, where the task metric meets its floor), and the CPU of the judgements."""
+    here = confirm_here(out_dirs)
+    before: dict[str, dict] = {}
+    if base:
+        env = dict(os.environ, PYTHONPATH=f"{base}:{Path(__file__).resolve().parent.parent}")
+        done = subprocess.run([sys.executable, __file__, "confirm-here", "--out-dir", ",".join(map(str, out_dirs))], env=env,
+                              capture_output=True, text=True, check=True)
+        before = json.loads(done.stdout.strip().splitlines()[-1])
+    tally: dict[str, int] = {}
+    print("| record | task metric (floor) | base verdict | this tree's verdict | the bound |")
+    print("|---|---|---|---|---|")
+    for key, v in here.items():
+        met = v["agreement"] >= v["task_floor"]
+        b = before.get(key, {}).get("state", "-")
+        kind = f"{'meets' if met else 'below'}: {b} -> {v['state']}"
+        tally[kind] = tally.get(kind, 0) + 1
+        if v["state"] == "could not confirm" or (not met and v["state"] != "broken"):
+            print(f"| {key} | {v['agreement']:.4f} ({v['task_floor']:g}) | {b} | {v['state']} | {v['bound'][:150]} |")
+    for kind, count in sorted(tally.items()):
+        print(f"{kind}: {count}")
+    cpu_here = sum(v["cpu_s"] for v in here.values())
+    cpu_base = sum(v["cpu_s"] for v in before.values())
+    print(f"records {len(here)}; CPU of the judgements: this tree {cpu_here:.2f} s" + (f", base {cpu_base:.2f} s" if before else ""))
+    if json_out:
+        Path(json_out).write_text(json.dumps({"here": here, "base": before, "tally": tally}, indent=1))
+
+
 def scan(feeds_per_model: int, only: str) -> None:
     """Which outputs the curve judgement (analysis/curves.py) would judge at all, on float's values of
     every zoo and outside model (the float models only: a judgement that never fires changes no verdict)."""
@@ -180,13 +234,14 @@ def scan(feeds_per_model: int, only: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan"))
+    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan", "confirm", "confirm-here"))
     ap.add_argument("--models", default="")
     ap.add_argument("--presets", default="")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--base", default="", help="a second source tree (its src/) judged in a child process")
+    ap.add_argument("--json", default="", help="confirm: where to write every row")
     a = ap.parse_args()
     out_dir = Path(a.out_dir)
     if a.mode == "record":
@@ -194,6 +249,13 @@ def main() -> None:
         return
     if a.mode == "scan":
         scan(a.calib, a.models)
+        return
+    if a.mode in ("confirm", "confirm-here"):
+        dirs = [Path(d) for d in a.out_dir.split(",")]
+        if a.mode == "confirm-here":
+            print(json.dumps(confirm_here(dirs)))
+        else:
+            confirm(dirs, a.base, a.json)
         return
     if a.mode == "judge-here":
         print(json.dumps(judge_here(out_dir)))

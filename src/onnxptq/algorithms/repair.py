@@ -96,7 +96,7 @@ from typing import Any, Callable
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, floor_for, measure, unjudged_text
+from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unjudged_text
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..graph.walk import compared_outputs
@@ -479,12 +479,17 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     verdict: Verdict | None = result.floor
     for text in verdict.advisories if verdict is not None else ():
         log.warning("accuracy floor on %s: %s", verdict.where(), text)
-    if verdict is not None and verdict.ok and verdict.unjudged:
-        # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text). Said in the
+    if verdict is not None and verdict.ok and (verdict.unjudged or verdict.unconfirmed):
+        # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text), or to confirm a share
+        # that holds on its figure (floor.unconfirmed_text; repair_uncertain=True breaks it instead). Said in the
         # warning, the summary and the plan; nothing to repair against.
-        text = unjudged_text(verdict)
-        log.warning("accuracy floor (%s) on %s: could NOT judge %s", verdict.floor.describe(), verdict.where(), text)
-        result.repair = {"note": f"could not judge {text}", "unjudged": verdict.unjudged, "before": verdict.to_json()}
+        notes = ([("judge", unjudged_text(verdict))] if verdict.unjudged else []) + \
+            ([("confirm", unconfirmed_text(verdict))] if verdict.unconfirmed else [])
+        for what, text in notes:
+            log.warning("accuracy floor (%s) on %s: could NOT %s %s", verdict.floor.describe(), verdict.where(), what, text)
+        result.repair = {"note": "; ".join(f"could not {what} {text}" for what, text in notes),
+                         "unjudged": verdict.unjudged, "unconfirmed": verdict.unconfirmed,
+                         "before": verdict.to_json()}
         result.plan.repair = result.repair
         return result
     if verdict is None or verdict.ok:
@@ -699,7 +704,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     repaired.timings["repair"] = search_s
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
-             else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged else "holds")
+             else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged
+             else f"holds on its figures, could NOT confirm {unconfirmed_text(after)}" if after.unconfirmed else "holds")
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
 
     def named(names: list[str]) -> str:  # "Conv_76 (Conv), ..."

@@ -99,7 +99,7 @@ from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, decisions_to_decide, surely_below, tail
+from .evidence import CONFIDENT, ShareBound, decisions_to_decide, f1_share, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -125,7 +125,8 @@ from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unjudged_text"]
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unconfirmed_text",
+           "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
 FAMILY_FLOORS: dict[str, tuple[float, float]] = {"16-bit": (0.99, 0.97), "8-bit": (0.98, 0.95), "4/6-bit": (0.95, 0.90)}
@@ -139,6 +140,9 @@ class Floor:
     family: str
     cosine: float
     top1: float
+    #: a share that holds on its figure but whose bound reaches below the floor ("could not confirm":
+    #: analysis/evidence.py) breaks it, so repair acts on it (``QuantConfig.repair_uncertain``); off: said only
+    confirm: bool = False
 
     @property
     def needed(self) -> int:
@@ -151,7 +155,7 @@ class Floor:
         return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"family": self.family, "cosine": self.cosine, "top1": self.top1}
+        return {"family": self.family, "cosine": self.cosine, "top1": self.top1, "confirm": self.confirm}
 
 
 def _rank(q: Any, role: str) -> int:
@@ -189,7 +193,7 @@ def floor_for(cfg: Any) -> Floor:
         cos = float(cfg.floor_cosine)
     if getattr(cfg, "floor_top1", None) is not None:
         top1 = float(cfg.floor_top1)
-    return Floor(family, cos, top1)
+    return Floor(family, cos, top1, confirm=bool(getattr(cfg, "repair_uncertain", False)))
 
 
 @dataclass
@@ -294,6 +298,9 @@ class OutputCheck:
     #: below the floor by losses its own rate makes likely (analysis/evidence.py): *not judged*, said so;
     #: the chance a model at the floor loses as many (None: not so)
     within_chance: float | None = None
+    #: a share that holds the floor on its figure, counted in independent reads, whose bound reaches below it
+    #: (analysis/evidence.py, "could not confirm": :func:`_confirm`); None: confirmed, or no such share
+    unconfirmed: ShareBound | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -369,6 +376,8 @@ class OutputCheck:
             word = _decisions_word(self)
             text += f", {top} {self.top1:.4f} on {self.rows} {word}{seen}" + (self._chance() if self.within_chance is not None else
                                                                               f" (too few {word} to judge)" if self.top1_unjudged else "")
+        if self.unconfirmed is not None:
+            text += f" [{self.unconfirmed.describe()}]"
         return text
 
     def _chance(self) -> str:
@@ -395,6 +404,8 @@ def _json_value(v: Any) -> Any:
         return dataclasses.asdict(v)
     if isinstance(v, MaskBound):
         return {f: _json_value(x) for f, x in dataclasses.asdict(v).items()}
+    if isinstance(v, ShareBound):
+        return v._asdict()
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
@@ -428,9 +439,12 @@ class Verdict:
         (their advisory: the held-out feeds alone are a handful of lines), kept candidates (a rare
         class's cells, a detector's best candidates: a few per image), a declared top-k reading (a
         beam's runner-ups: rounding swaps them on any feed), the beam warning's rows below the floor by
-        chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows)."""
+        chance on the held-out feeds (analysis/beam_reads.py: said on them and the calibration rows), a share that
+        holds on the held-out feeds but could not be confirmed there (``unconfirmed``: analysis/evidence.py; with
+        the calibration feeds' reads its bound may clear the floor, or its share fall below it)."""
         return any(c.positions is not None or c.top1_unjudged or c.softmax_reads or c.kept_wants_seen or c.scores is not None
-                   or c.top_k > 1 or c.points is not None or c.peaks is not None or c.beam_rows for c in self.outputs.values())
+                   or c.top_k > 1 or c.points is not None or c.peaks is not None or c.beam_rows or c.unconfirmed is not None
+                   for c in self.outputs.values())
 
     @property
     def ok_needs_calibration_feeds(self) -> bool:
@@ -443,10 +457,16 @@ class Verdict:
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
         doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
         return any(c.positions is not None or c.columns is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen
-                   or (c.regions is not None and c.regions[2])
+                   or c.unconfirmed is not None or (c.regions is not None and c.regions[2])
                    or (c.scores is not None and c.scores[4])
                    for c in self.outputs.values()
                    if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
+
+    @property
+    def unconfirmed(self) -> list[str]:
+        """Outputs that hold the floor on their figure by a share whose bound reaches below it: "could not
+        confirm" (analysis/evidence.py), said in the warning, the summary and the plan, never a bare "holds"."""
+        return [n for n, c in self.outputs.items() if c.ok and c.unconfirmed is not None]
 
     @property
     def unjudged(self) -> list[str]:
@@ -463,7 +483,8 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"floor": self.floor.to_json(), "ok": self.ok, "samples": self.samples, "reused_calibration_samples": self.reused,
-                "unjudged": self.unjudged, "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
+                "unjudged": self.unjudged, "unconfirmed": self.unconfirmed,
+                "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
 
 
 def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[int, int]:
@@ -933,6 +954,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 check.ok = False
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
+            elif seen is not None and check.top1 >= floor.top1 and share_bound(agree, rows)[0] < floor.top1:
+                _break_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
         if soft_ref and not as_read:
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
@@ -973,7 +996,50 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
+    for check in verdict.outputs.values():
+        _confirm(check, floor)
     return verdict
+
+
+def _share_of(check: OutputCheck, floor: Floor) -> ShareBound | None:
+    """The share of independent reads by which ``check`` holds the floor, with its bound
+    (analysis/evidence.py); None where its judgement counts no such reads (cosines, a mask's pages, which
+    carry their own bound, a curve's elements, a picture's values). Reads: a sequence's reads (a tagger's
+    tokens); an F1 of decisions (objects a heat map's thresholds keep, a multi-label head's runs, a
+    detector's kept candidates, peaks) as the share of decisions it keeps (``evidence.f1_share``) against
+    the floor's; a score output's samples; rows (samples of a declared reading) of a top-1."""
+    top1 = floor.top1
+    if check.positions is not None and check.positions.reads:
+        unit = "decision tokens" if check.positions.per_token else "reads"
+        return ShareBound.of(check.positions.agreement, check.positions.reads, unit, top1)
+    for f1s in (check.thresholded, check.columns):
+        if f1s is not None and f1s[1] is not None and f1s[0]:
+            return ShareBound.of(f1_share(f1s[1]), f1s[0], "decisions (the share its F1 keeps)", f1_share(top1))
+    if check.scores is not None and check.scores[1]:
+        return ShareBound.of(check.scores[0], check.scores[1], "samples", top1)
+    if check.kept is not None and check.kept.measure == "F1" and check.kept.kept:
+        return ShareBound.of(f1_share(check.kept.figure), check.kept.kept, "kept candidates (the share its F1 keeps)",
+                             f1_share(top1))
+    if check.top1 is not None and check.rows:
+        if check.peaks is not None:
+            return ShareBound.of(f1_share(check.top1), check.rows, "peaks (the share its F1 keeps)", f1_share(top1))
+        return ShareBound.of(check.top1, check.rows, _decisions_word(check), top1)
+    return None
+
+
+def _confirm(check: OutputCheck, floor: Floor) -> None:
+    """Name a check that holds on its figure by a share of few reads as *could not confirm* where the
+    share's bound reaches below the floor (analysis/evidence.py); with ``floor.confirm``
+    (``QuantConfig.repair_uncertain``) it breaks the floor, so repair acts on it and accepts a candidate only
+    where the bound clears. Checks already broken or not judged keep their state and words."""
+    if not check.ok or check.top1_unjudged or check.within_chance is not None or check.mask_bound is not None:
+        return
+    bound = _share_of(check, floor)
+    if bound is None or bound.share < bound.floor or bound.confirmed:
+        return
+    check.unconfirmed = bound
+    if floor.confirm:
+        check.ok = False
 
 
 def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
@@ -1682,6 +1748,19 @@ def _judge_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple
         check.ok = False
 
 
+def _break_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple[int, int, int], floor: Floor) -> None:
+    """Rows enough to judge on the held-out feeds, holding the floor there by a share its bound cannot
+    confirm (analysis/evidence.py): judged with the first calibration feeds' rows too, which may break it
+    (a format's rounding flips a near-tie on any feed) but never confirm it. Why not: a range calibration
+    fitted keeps its own feeds' rows; anr_fa_decoder MXFP8_E4M3 kept 62 of 64 held-out rows (0.969,
+    bound 0.927), 189 of 192 with 8 calibration feeds pooled (0.984, bound 0.970: "confirmed"), and 0.871
+    of 512 other rows. The held-out share and its bound stay the ones said where the pooled rows hold."""
+    s_agree, s_rows, feeds = seen
+    total, hits = rows + s_rows, agree + s_agree
+    if s_rows and hits / total < floor.top1:
+        check.top1, check.rows, check.seen_feeds, check.ok = hits / total, total, feeds, False
+
+
 def _softmax_advisory(refs: list[np.ndarray], gots: list[np.ndarray], seen: tuple[list[np.ndarray], list[np.ndarray]],
                       floor: Floor) -> str | None:
     """The warning on a Softmax sequence's reads (``decisions.softmax_reads_advisory``), judged on the
@@ -1798,10 +1877,15 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
         lines.append(f"  WARNING (not repaired): {text}")
     if verdict.ok and verdict.unjudged:
         state = f"holds where judged, NOT JUDGED: {', '.join(verdict.unjudged)}"  # a mask, points, peaks: not always a top-1
+    if verdict.ok and verdict.unconfirmed:  # on its figures, by shares whose bound reaches below the floor
+        state = (f"{state}, NOT CONFIRMED" if verdict.unjudged else "holds on its figures, NOT CONFIRMED") + \
+            f": {', '.join(verdict.unconfirmed)}"
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if verdict.ok and verdict.unjudged:
         lines.append(f"  the floor could NOT judge {unjudged_text(verdict)}")
+    if verdict.ok and verdict.unconfirmed:
+        lines.append(f"  the floor could NOT confirm {unconfirmed_text(verdict)}")
     if not verdict.ok and not (repair and (repair.get("kept_float") or repair.get("stepped_up"))):
         why = (repair or {}).get("note") or "repair is off (repair=False)"
         lines.append(f"  the figures above are NOT within the floor: {why}")
@@ -1899,3 +1983,24 @@ def unjudged_text(verdict: Verdict) -> str:
     return ("; ".join(parts) + ": its agreement with float is not known to hold the floor (judged on the held-out "
             "samples, a third of the data up to 8, and on up to as many calibration samples as the floor needs: "
             f"{advice}, or check the outputs yourself)")
+
+
+def unconfirmed_text(verdict: Verdict) -> str:
+    """What a verdict that holds could not confirm (analysis/evidence.py, "could not confirm"): each share, its
+    bound across the floor and the samples that would confirm it; ``''`` where every share is confirmed."""
+    parts = []
+    wanted = 0  # samples of data, at the reads per sample seen here, whose bounds would all clear the floor
+    for name in verdict.unconfirmed:
+        c = verdict.outputs[name]
+        b = c.unconfirmed
+        assert b is not None  # Verdict.unconfirmed lists those that have one
+        judged = verdict.samples + max(c.seen_feeds, c.kept_seen)
+        parts.append(f"{name}: {b.describe()} ({verdict.samples} held-out and {judged - verdict.samples} calibration samples)")
+        per = b.count / judged if judged else 0.0
+        if b.to_confirm and per > 0:
+            wanted = max(wanted, math.ceil(b.to_confirm / per - 1e-9))
+    if not parts:
+        return ""
+    advice = (f"give at least {wanted} samples of data to confirm it" if 0 < wanted <= 10_000 else "give more data to confirm it")
+    return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
+            f"{CONFIDENT:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")

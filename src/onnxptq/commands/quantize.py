@@ -47,6 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="repair of an integer plan first tries 16-bit activations, then 16-bit weights, on the "
                         "responsible nodes before keeping any float (a block plan: the next wider block format, "
                         "MX4 → MX6 → MX9, MXFP4 → MXFP6_E2M3 → MXFP8_E4M3) (default on); --no-repair-step-up keeps them float")
+    p.add_argument("--repair-uncertain", action="store_true",
+                   help="repair a verdict the floor could not confirm (it holds on the held-out figures, but on so few "
+                        "reads that the share's 90%% bound reaches below the floor) as if it were broken; without it such a "
+                        "verdict is only named in a warning, the summary and the plan (docs/accuracy.md)")
     p.add_argument("--strict", action="store_true",
                    help="fail (exit 2, nothing written) when the accuracy floor breaks, instead of repairing")
     p.add_argument("--floor-cosine", type=float, default=None, metavar="C",
@@ -92,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(repair=args.repair)
     if args.repair_step_up is not None:
         config = config.replace(repair_step_up=args.repair_step_up)
+    if args.repair_uncertain:
+        config = config.replace(repair_uncertain=True)
     if args.strict:
         config = config.replace(strict=True)
     if args.floor_cosine is not None:

@@ -511,6 +511,10 @@ class QuantConfig:
     floor_cosine: float | None = None
     floor_top1: float | None = None
     repair_budget: float = 1.0
+    #: a verdict that holds on its figures by a share of few reads whose bound reaches below the floor is
+    #: "could not confirm" (analysis/evidence.py): said in the warning, the summary and the plan; True
+    #: repairs it as broken (a candidate is accepted only where the bound clears the floor)
+    repair_uncertain: bool = False
     #: outputs the model's user reads through a mapping the graph does not hold (a height field
     #: mapped through ``sinh`` to metres, a log value exponentiated, a threshold applied in the
     #: application): {graph output name: ``f(float_output, quantized_output) -> agreement in [0, 1]``},
@@ -615,6 +619,8 @@ class QuantConfig:
             parse_reading(out, reading)
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
             raise ConfigError(f"repair_budget must be a number >= 0 (times repair's default count of builds), not {self.repair_budget!r}")
+        if not isinstance(self.repair_uncertain, bool):
+            raise ConfigError(f"repair_uncertain must be True or False, not {self.repair_uncertain!r}")
         if not isinstance(self.repair_step_up, bool):
             raise ConfigError(f"repair_step_up must be True or False, not {self.repair_step_up!r}")
         for node, pair in self.node_overrides.items():
