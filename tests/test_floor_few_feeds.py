@@ -74,7 +74,7 @@ def test_enough_reads_judge_a_fine_reader_to_hold():
     A8W8 reads hold (the planted outlier of test_floor_sequences taken out). On 18 feeds (6 held
     out, 12 calibration feeds judged beside them: 18 reads, the 8-bit floor needs 20) it is unjudged
     and the warning says how much data would judge it; on 48 feeds with the defaults the floor keeps
-    the 20 calibration feeds it needs (calibrate.reads_feeds) and the reads hold — before, the first
+    the 32 calibration feeds that confirm it (calibrate.reads_feeds, Floor.reads_wanted) and the reads hold — before, the first
     eval_samples (8) were all it judged, so no amount of data could judge a one-read-per-feed model."""
     model, a8w8 = ctc_reader(outlier=1.0), resolve_config("A8W8")
     few = quantize(model, a8w8.replace(repair=False), glyph_feeds(18))
@@ -82,7 +82,7 @@ def test_enough_reads_judge_a_fine_reader_to_hold():
     assert "give at least 20 samples of data" in few.summary()
     many = quantize(model, a8w8.replace(repair=False), glyph_feeds(48))
     check = many.floor.outputs["logits"]
-    assert many.floor.ok and not many.floor.unjudged and check.positions.reads == 28 and check.seen_feeds == 20
+    assert many.floor.ok and not many.floor.unjudged and check.positions.reads == 40 and check.seen_feeds == 32
     assert "NOT JUDGED" not in many.summary() and np.isclose(check.top1, check.positions.agreement)
 
 
@@ -106,7 +106,8 @@ def test_a_batch_one_classifier_is_judged_once_the_data_is_enough():
     classifier has one row per sample, the held-out feeds at most 8, and the 16-bit floor needs 34.
     Before, it was "too few rows to judge" with any amount of data (fewfeeds made that a warning:
     every such model warned). On 12 samples it is unjudged and the summary says how much data
-    would judge it; on 48 the floor keeps the 34 calibration feeds it needs and judges 42 rows."""
+    would judge it; on 48 the floor keeps the 40 calibration feeds there are (of the 54 that would confirm a
+    share: Floor.reads_wanted) and judges 48 rows."""
     model = _classifier()
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.normal(0, 1, (1, 32)).astype(np.float32)} for _ in range(48)]
@@ -115,5 +116,5 @@ def test_a_batch_one_classifier_is_judged_once_the_data_is_enough():
     assert "give at least 34 samples of data" in few.summary()
     many = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
     check = many.floor.outputs["logits"]
-    assert many.floor.ok and not many.floor.unjudged and check.rows == 42 and check.seen_feeds == 34
+    assert many.floor.ok and not many.floor.unjudged and check.rows == 48 and check.seen_feeds == 40
     assert "NOT JUDGED" not in many.summary() and "calibration samples" in check.describe()

@@ -122,9 +122,9 @@ def test_ctc_logits_break_the_floor_by_arg_max_while_cosine_holds_and_repair_nam
     assert fixed.floor.outputs["logits"].positions.agreement >= 0.95
     warning = next(r.getMessage() for r in caplog.records if r.name.endswith("repair"))
     assert "MatMul_2" in warning and "reads" in warning
-    # 8 held-out + 20 calibration reads (the 8-bit floor needs 20 reads; calibrate.reads_feeds keeps
-    # that many calibration feeds for it): the repaired reads are judged, and hold
-    assert not fixed.floor.unjudged and "28 reads" in warning and "on the held-out and 20 calibration samples" in warning
+    # 8 held-out + the 24 calibration reads of 32 feeds (calibrate.reads_feeds keeps up to the 32 that confirm
+    # the 8-bit floor, Floor.reads_wanted): the repaired reads are judged, and hold
+    assert not fixed.floor.unjudged and "32 reads" in warning and "on the held-out and 24 calibration samples" in warning
     # Without the planted node the same reader holds the floor: the arg-max judgement is not what breaks it.
     plain = quantize(ctc_reader(outlier=1.0), A8W8.replace(repair=False), glyph_feeds(32))
     assert plain.floor.ok and plain.floor.outputs["logits"].positions is not None

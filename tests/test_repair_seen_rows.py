@@ -53,8 +53,8 @@ def test_repair_of_a_batch_one_classifier_judges_the_rows_the_floor_judged():
     model, feeds, a8w8 = _tabular_classifier(), _feeds(), resolve_config("A8W8")
     plain = quantize(model, a8w8.replace(repair=False), feeds)
     check = plain.floor.outputs["logits"]
-    # Broken on the pooled rows (8 held-out + 20 calibration), by top-1 alone: the cosine holds.
-    assert not plain.floor.ok and check.seen_feeds == 20 and check.rows == 28
+    # Broken on the pooled rows (8 held-out + 32 calibration: Floor.reads_wanted), by top-1 alone: the cosine holds.
+    assert not plain.floor.ok and check.seen_feeds == 32 and check.rows == 40
     assert check.top1 < 0.95 and check.cosine >= 0.98
     repaired = quantize(model, a8w8, feeds)  # the defaults: repair on
     # held float, or stepped up to 16 bits (algorithms/step_up.py): either way the dense layers
@@ -146,16 +146,16 @@ def test_a_classifier_declaring_its_softmax_rank_0_keeps_the_rows_the_floor_need
     feeds = [{"x": rng.normal(0, 1, (1, 32)).astype(np.float32)} for _ in range(48)]
     result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
     check = result.floor.outputs["prob"]
-    assert not result.floor.unjudged and check.seen_feeds == 34 and check.rows == 42
+    assert not result.floor.unjudged and check.seen_feeds == 40 and check.rows == 48  # all 40 (Floor.reads_wanted: 54)
 
 
 def test_bias_correction_keeps_the_classifier_rows_judged():
     """MXFP8_E4M3 turns bias correction on, which keeps more calibration feeds than the evaluation's
     8; the floor then judged the first 8 only (``reads_kept`` was filled only where the floor needed
     more than calibration kept), and ocrspine's PP-OCRv5 classifier stayed "not judged" on 48
-    samples under MXFP8_E4M3 while A8W8 judged it. Both now judge the rows they need (20 for 0.95)."""
+    samples under MXFP8_E4M3 while A8W8 judged it. Both now judge the rows that confirm 0.95 (32: Floor.reads_wanted)."""
     model, feeds = _tabular_classifier(), _feeds()
     for preset in ("MXFP8_E4M3", "A8W8"):
         result = quantize(model, resolve_config(preset).replace(repair=False), feeds)
         check = result.floor.outputs["logits"]
-        assert "logits" not in result.floor.unjudged and check.seen_feeds == 20 and check.rows == 28, preset
+        assert "logits" not in result.floor.unjudged and check.seen_feeds == 32 and check.rows == 40, preset

@@ -99,7 +99,7 @@ from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, ShareBound, decisions_to_decide, f1_share, share_bound, surely_below, tail
+from .evidence import CONFIDENT, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -150,6 +150,13 @@ class Floor:
         top-1 floor of 1): on fewer, one tie flipped would break the floor by itself. The floor's
         judgements and the feeds calibration keeps for them (``calibrate.reads_feeds``) use this one count."""
         return 0 if self.top1 >= 1 else math.ceil(1.0 / max(1e-9, 1.0 - self.top1))
+
+    @property
+    def reads_wanted(self) -> int:
+        """Reads the floor judges on where the data has them (``calibrate.reads_feeds``): as many as confirm
+        the top-1 floor with every read kept (``evidence.reads_to_confirm``: 54 at 0.97, 32 at 0.95, 15 at
+        0.90), at least :attr:`needed`: on fewer, a share that holds is "could not confirm" however it reads."""
+        return max(self.needed, reads_to_confirm(1.0, self.top1) or 0) if self.top1 < 1 else 0
 
     def describe(self) -> str:
         return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"

@@ -405,7 +405,14 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     ones, such a model was "not judged" with any amount of data; the floor now keeps as many feeds
     as it needs (their inputs and float outputs: a captcha and its [T, 1, 8210] scores ~1 MB, an
     image and its logits) and runs the quantized model on them, once per build, only where the
-    held-out feeds left the output unjudged."""
+    held-out feeds left the output unjudged.
+
+    How many: ``Floor.reads_wanted``, the reads whose bound confirms the floor with every read kept (54 at
+    0.97, 32 at 0.95: analysis/evidence.py), at least ``Floor.needed``. With ``needed`` alone (34, 20) a
+    classifier keeping float's top-1 on every row of 100 samples was "could not confirm" (42 rows: bound
+    0.962 < 0.97) for want of rows the user had given; ppocr_cls and PP-OCRv5's server cls at A8W8,
+    A16W8 and BF16 on 100 samples are confirmed with it, CPU within noise (bench/floor_confirm_reads.py,
+    bench/RESULTS.md "Verdicts from few held-out samples")."""
     from ..analysis.class_scores import class_like_outputs
     from ..analysis.floor import floor_for
 
@@ -423,24 +430,24 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
         # enough", 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
         rows = ranks.get(name) is None or ranks[name] < 3
         if reads or sequence or rows:
-            return floor_for(cfg).needed
+            return floor_for(cfg).reads_wanted
     # A detector's score rows (analysis/score_rows.py) hold only on as many images as rows: at batch 1
     # one image a feed, so the same count (else nudenet was "not judged" with any amount of data).
     from ..analysis.score_rows import detector_score_rows
 
     if detector_score_rows(prepared):
-        return floor_for(cfg).needed
+        return floor_for(cfg).reads_wanted
     # An in-graph ArgMax (analysis/decisions.py: a tagger's or a CTC reader's ids) is judged as reads,
     # one a feed, on the held-out and calibration feeds together, and holds only on as many reads
     # (sudachi's tagger: "not judged" on 8 + 8 with any amount of data).
     if any(d.kind == "argmax" for d in find_decisions(prepared)):
-        return floor_for(cfg).needed
+        return floor_for(cfg).reads_wanted
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
     # speechmos's AECMOS MXFP8_E4M3 (0.906 of 32 clips within 0.1 MOS) and DNSMOS MXINT8 (0.969)
     # were "not judged" on any amount of data (bench/RESULTS.md, "Speech-quality scores, second round").
     if score_outputs(prepared):
-        return floor_for(cfg).needed
+        return floor_for(cfg).reads_wanted
     return 0
 
 

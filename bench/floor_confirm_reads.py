@@ -1,0 +1,73 @@
+"""What judging a classifier's rows on as many calibration feeds as its bound needs would cost (issue 27, item 3).
+
+A verdict on rows a sample (a batch-1 classifier) pools the held-out rows with the first calibration feeds'
+(``calibrate.reads_feeds``: ``1 / (1 − top-1 floor)``, 34 at 0.97). Every row kept, 8 + 34 = 42 rows leave
+the Wilson bound at 0.962, below 0.97: "could not confirm" even where the user gave 100 samples
+(analysis/evidence.py). Confirming needs ``reads_to_confirm(1.0, floor)`` rows (54 at 0.97, 32 at 0.95).
+This script quantizes with repair off on ``--samples`` samples twice: as the library does, and with
+``reads_feeds`` raised to that count (a patch here, not in the library), and prints each run's CPU
+seconds and verdict state: the added CPU and the verdicts it would confirm.
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_confirm_reads.py --models ppocr_cls_op10,ppocrv5_server_cls \
+        --presets A8W8,A16W8,BF16 --samples 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def run(models: list[str], presets: list[str], samples: int) -> list[dict]:
+    import newmodels as nm
+    import onnxptq
+    from onnxptq.analysis.evidence import reads_to_confirm
+    from onnxptq.analysis.floor import floor_for
+    from onnxptq.config.presets import get_preset
+    from onnxptq.pipeline import calibrate
+
+    library = calibrate.reads_feeds
+
+    def confirming(prepared, cfg):  # the count the bound needs with every row kept, where the library keeps any
+        count = library(prepared, cfg)
+        return max(count, reads_to_confirm(1.0, floor_for(cfg).top1) or 0) if count else 0
+
+    rows = []
+    for name in models:
+        rel, make, _, _ = nm.MODELS[name]
+        data = list(make(samples, 1))
+        for preset in presets:
+            cfg = dataclasses.replace(get_preset(preset), repair=False)
+            for rule, fn in (("library", library), ("confirm count", confirming)):
+                calibrate.reads_feeds = fn
+                c0 = time.process_time()
+                result = onnxptq.quantize(str(nm.SRC / rel), cfg, data=data)
+                cpu = time.process_time() - c0
+                v = result.floor
+                checks = {n: (round(c.top1, 4) if c.top1 is not None else None, c.rows, c.seen_feeds) for n, c in v.outputs.items()
+                          if c.top1 is not None}
+                row = {"model": name, "preset": preset, "rule": rule, "cpu_s": round(cpu, 2), "ok": v.ok,
+                       "unconfirmed": v.unconfirmed, "unjudged": v.unjudged, "top1 (share, rows, calibration feeds)": checks}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    calibrate.reads_feeds = library
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--presets", default="A8W8,A16W8")
+    ap.add_argument("--samples", type=int, default=100)
+    a = ap.parse_args()
+    run(a.models.split(","), a.presets.split(","), a.samples)
+
+
+if __name__ == "__main__":
+    main()
