@@ -4,9 +4,10 @@ A verdict on rows a sample (a batch-1 classifier) pools the held-out rows with t
 (``calibrate.reads_feeds``: ``1 / (1 − top-1 floor)``, 34 at 0.97). Every row kept, 8 + 34 = 42 rows leave
 the Wilson bound at 0.962, below 0.97: "could not confirm" even where the user gave 100 samples
 (analysis/evidence.py). Confirming needs ``reads_to_confirm(1.0, floor)`` rows (54 at 0.97, 32 at 0.95).
-This script quantizes with repair off on ``--samples`` samples twice: as the library does, and with
-``reads_feeds`` raised to that count (a patch here, not in the library), and prints each run's CPU
-seconds and verdict state: the added CPU and the verdicts it would confirm.
+The library keeps that count now (``Floor.reads_wanted``); this script quantizes on ``--samples`` samples
+twice: as the library does, and with ``reads_feeds`` cut to ``Floor.needed`` (the rule before, a patch
+here), and prints each run's CPU seconds and verdict state: the added CPU and the verdicts it confirms
+(``--repair``: with repair on, whose candidates are judged on the same feeds).
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_confirm_reads.py --models ppocr_cls_op10,ppocrv5_server_cls \
         --presets A8W8,A16W8,BF16 --samples 100
@@ -24,27 +25,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def run(models: list[str], presets: list[str], samples: int) -> list[dict]:
+def run(models: list[str], presets: list[str], samples: int, repair: bool = False) -> list[dict]:
     import newmodels as nm
     import onnxptq
-    from onnxptq.analysis.evidence import reads_to_confirm
     from onnxptq.analysis.floor import floor_for
     from onnxptq.config.presets import get_preset
     from onnxptq.pipeline import calibrate
 
     library = calibrate.reads_feeds
 
-    def confirming(prepared, cfg):  # the count the bound needs with every row kept, where the library keeps any
-        count = library(prepared, cfg)
-        return max(count, reads_to_confirm(1.0, floor_for(cfg).top1) or 0) if count else 0
+    def judging(prepared, cfg):  # the rule before: as many as judge a verdict (Floor.needed), where the library keeps any
+        return min(library(prepared, cfg), floor_for(cfg).needed)
 
     rows = []
     for name in models:
         rel, make, _, _ = nm.MODELS[name]
         data = list(make(samples, 1))
         for preset in presets:
-            cfg = dataclasses.replace(get_preset(preset), repair=False)
-            for rule, fn in (("library", library), ("confirm count", confirming)):
+            cfg = dataclasses.replace(get_preset(preset), repair=repair)
+            for rule, fn in (("Floor.needed (before)", judging), ("Floor.reads_wanted (library)", library)):
                 calibrate.reads_feeds = fn
                 c0 = time.process_time()
                 result = onnxptq.quantize(str(nm.SRC / rel), cfg, data=data)
@@ -52,7 +51,8 @@ def run(models: list[str], presets: list[str], samples: int) -> list[dict]:
                 v = result.floor
                 checks = {n: (round(c.top1, 4) if c.top1 is not None else None, c.rows, c.seen_feeds) for n, c in v.outputs.items()
                           if c.top1 is not None}
-                row = {"model": name, "preset": preset, "rule": rule, "cpu_s": round(cpu, 2), "ok": v.ok,
+                kept = {**(result.repair or {}).get("kept_float", {}), **(result.repair or {}).get("stepped_up", {})}
+                row = {"model": name, "preset": preset, "rule": rule, "cpu_s": round(cpu, 2), "ok": v.ok, "repaired": len(kept),
                        "unconfirmed": v.unconfirmed, "unjudged": v.unjudged, "top1 (share, rows, calibration feeds)": checks}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -65,8 +65,9 @@ def main() -> None:
     ap.add_argument("--models", required=True)
     ap.add_argument("--presets", default="A8W8,A16W8")
     ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--repair", action="store_true", help="repair on (its candidates judged on the same feeds)")
     a = ap.parse_args()
-    run(a.models.split(","), a.presets.split(","), a.samples)
+    run(a.models.split(","), a.presets.split(","), a.samples, a.repair)
 
 
 if __name__ == "__main__":

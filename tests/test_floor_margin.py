@@ -164,3 +164,28 @@ def test_the_pipeline_says_a_clear_hold_plainly_and_repairs_a_clear_break():
     broken = quantize(_classifier(35.0), resolve_config("A8W8"), _feeds(35.0))
     assert broken.repair.get("kept_float") or broken.repair.get("stepped_up")
     assert broken.floor.ok and broken.repair["before"]["ok"] is False
+
+
+def test_the_cli_names_it_and_repairs_it_with_repair_uncertain(straddling, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import onnx
+
+    model, feeds = straddling
+    model_path, data_path = tmp_path / "m.onnx", tmp_path / "d.npz"
+    onnx.save(model, model_path)
+    np.savez(data_path, x=np.concatenate([f["x"] for f in feeds]))  # 192 rows, read back in batches of 8: the same 24 samples
+    src = str(Path(__file__).resolve().parents[1] / "src")
+
+    def cli(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "onnxptq", "quantize", str(model_path), "-o", str(tmp_path / "q.onnx"),
+                               "--preset", "A8W8", "--data", str(data_path), "--batch-size", "8", "--no-progress", *extra],
+                              capture_output=True, text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}, timeout=120)
+
+    said = cli()
+    assert said.returncode == 0, said.stderr
+    assert "NOT CONFIRMED: logits" in said.stdout and "could NOT confirm logits" in said.stderr and "REPAIRED" not in said.stdout
+    asked = cli("--repair-uncertain")
+    assert asked.returncode == 0 and "REPAIRED" in asked.stdout and "NOT CONFIRMED" not in asked.stdout, asked.stdout
