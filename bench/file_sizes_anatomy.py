@@ -87,6 +87,8 @@ def _constant_fed(g: onnx.GraphProto) -> set[int]:
 def _initializer_kind(t: onnx.TensorProto) -> str:
     name = t.name
     if name.startswith("packed_"):
+        if "_exponents_at" in name:  # an exponent plane above the lowest (branch blockfile8)
+            return "exponents"
         for tail, kind in (("_codes", "payload"), ("_codes_lo", "payload"), ("_codes_hi", "payload"),
                            ("_exponents", "exponents"), ("_shifts", "microexponents")):
             if name.endswith(tail):

@@ -16,8 +16,10 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
 * block formats (``bfp``: BFP16, MX9, MX6, MX4; ``mx``: MXINT8, MXFP8, MXFP6, MXFP4): per block an
   exponent byte ``E`` (value ``2^(E-127)``, the E8M0 encoding, decoded by ``Gather`` from a
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
-  allowed to take), per sub-block the micro-exponent shift ``s`` bit-packed (MX4/6/9; decoded by
-  ``Gather`` from a [256, 8/bits] table of ``2^-s``), and per element a sign-magnitude code in 8
+  allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
+  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits), per sub-block the micro-exponent shift ``s``
+  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
+  wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
   table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
@@ -300,6 +302,23 @@ def shift_table(container: int) -> np.ndarray:
     return np.ldexp(np.float32(1), -s).astype(np.float32)
 
 
+def exponent_planes(top: int) -> list[tuple[int, int]]:
+    """(bits, bit offset) of the planes that hold exponent fields ``0..top``: one plane of 1, 2 or
+    4 bits where that width holds them, else a 4-bit plane and planes of 2 and 1 bits above it
+    (5 bits: 4 + 1, 6: 4 + 2, 7: 4 + 2 + 1); ``[(8, 0)]`` (whole bytes) from 8 bits."""
+    need = max(1, int(top).bit_length())
+    if need in (1, 2, 4) or need >= 8:
+        return [(min(need, 8), 0)]
+    if need == 3:
+        return [(2, 0), (1, 2)]
+    planes, at = [(4, 0)], 4
+    for b in (2, 1):
+        if need - at >= b:
+            planes.append((b, at))
+            at += b
+    return planes
+
+
 def _pack_fields(values: np.ndarray, bits: int) -> np.ndarray:
     """Pack unsigned ``bits``-bit fields (1, 2, 4, 8) little-end first into bytes (zero-padded)."""
     per = 8 // bits
@@ -332,6 +351,8 @@ class _Group:
     rows: int = 0
     #: (rows, tensor name) of each weight's part, in row order: one Split of the group's output
     pieces: list[tuple[int, str]] = field(default_factory=list)
+    #: the blocks carry sub-block shifts (the layout has them and the width exceeds one sub-block)
+    shifted: bool = False
 
 
 @dataclass
@@ -370,11 +391,14 @@ class WeightPacker:
     def _ints(self, values: list[int]) -> str:
         return self._table("i" + "_".join(str(v).replace("-", "m") for v in values), np.asarray(values, np.int64))
 
-    def _group(self, code: ElementCode, layout: BlockLayout, width: int) -> _Group:
-        key = (code.key, layout, width)
+    def _group(self, code: ElementCode, layout: BlockLayout, width: int, shifted: bool) -> _Group:
+        """The group of ``width`` elements a block; ``shifted``: its sub-blocks carry shifts (False
+        stores the block as one sub-block of ``width`` codes, no shift field, no padding)."""
+        key = (code.key, layout, width, shifted)
         if key not in self.groups:
-            sub = layout.sub if layout.shift_bits else width
-            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"))
+            sub = layout.sub if shifted else width
+            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"),
+                                      shifted=shifted)
         return self.groups[key]
 
     # ---------------------------------------------------------------- entry point
@@ -565,7 +589,13 @@ class WeightPacker:
         for width, sel in ((layout.block, slice(0, full)), (tail, slice(full, full + 1))):
             if width == 0 or sel.start == sel.stop or (width == layout.block and full == 0):
                 continue
-            group = self._group(code, layout, width)
+            # A block no wider than a sub-block (a row's short last block: a depthwise weight's
+            # blocks of 1) is one sub-block, the block's largest, so its shift is 0 by the rule
+            # (_exponent_candidates; the padding's sub-blocks get shifts, but no element reads
+            # them): stored without shifts and without the sub-block's padding (MX9 stored 2 codes
+            # and a shift bit for each such element). A nonzero shift would keep the shifted form.
+            shifted = bool(layout.shift_bits) and (width > layout.sub or bool(shift3[:, sel, :1].any()))
+            group = self._group(code, layout, width, shifted)
             n_sub = -(-width // group.sub)
             part_codes = codes4[:, sel].reshape(n_rows, -1, layout.n_sub * layout.sub)
             if group.sub == layout.sub:
@@ -576,7 +606,7 @@ class WeightPacker:
             start = group.rows
             group.codes.append(part_codes.reshape(-1))
             group.exps.append(e2[:, sel].reshape(-1))
-            group.shifts.append(shift3[:, sel, :n_sub].reshape(-1) if layout.shift_bits else np.zeros(0, np.uint8))
+            group.shifts.append(shift3[:, sel, :n_sub].reshape(-1) if shifted else np.zeros(0, np.uint8))
             group.rows += count
             parts.append((group, start, count, width))
 
@@ -769,21 +799,46 @@ class WeightPacker:
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
         e_table = exponent_table()[lo_e: hi_e + 1]
-        # Exponent bytes less the lowest span a few values (a weight's magnitudes): 2 or 4 bits
-        # hold them where that saves more bytes than the unpacking nodes cost (a BFP16 block of 8
-        # carries one exponent byte: an eighth of its payload, half of it saved at 4 bits).
-        e_bits = next(b for b in (2, 4, 8) if int(exps.max()) < 1 << b)
-        if e_bits < 8 and g.rows - -(-g.rows // (8 // e_bits)) > EXPONENT_PACK_FROM:
-            per = 8 // e_bits
-            scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), fields(_pack_fields(exps, e_bits), e_bits, "exponents")],
-                       "scale")
-            scale = op("Reshape", [scale, self._ints([-1])], "scalef")
-            if g.rows % per:
-                scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
-            scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
+        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
+        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
+        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
+        # each unpacked by Div/Mod and added back at its bit offset (depthwise and one-input-
+        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
+        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
+        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
+        top = int(exps.max())
+        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
+        gain = {i: g.rows - sum(-(-g.rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
+                for i, p in enumerate(options) if p != [(8, 0)]}
+        best = max(gain, key=lambda i: (gain[i], -i), default=None)
+        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
+        if planes != [(8, 0)]:
+            if len(planes) == 1:
+                e_bits = planes[0][0]
+                per = 8 // e_bits
+                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table),
+                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents")], "scale")
+                scale = op("Reshape", [scale, self._ints([-1])], "scalef")
+                if g.rows % per:
+                    scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
+                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+            else:
+                index = None
+                for b, at in planes:
+                    part = fields(_pack_fields((exps >> np.uint8(at)) & np.uint8((1 << b) - 1), b),
+                                  b, "exponents" if at == 0 else f"exponents_at{at}")
+                    part = op("Reshape", [part, self._ints([-1])], "ef")
+                    if g.rows % (8 // b):
+                        part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+                    if at:
+                        part = op("Mul", [part, self._table(f"x{1 << at}", np.array(1 << at, np.int32))], "eh")
+                    index = part if index is None else op("Add", [index, part], "e")
+                index = op("Reshape", [index, self._ints([g.rows, 1, 1])], "e3")
+                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), index], "scale")
         else:
             scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
-        if g.layout.shift_bits:
+        if g.shifted:
             c = g.layout.shift_container
             per = 8 // c
             shifts = np.concatenate(g.shifts)

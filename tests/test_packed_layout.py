@@ -1,0 +1,111 @@
+"""Packed block storage, its byte layout (onnx_ops/packed.py, issue 26 item 2, branch blockfile8):
+blocks of one element store one code and no micro-exponent shift, and exponent bytes that span
+more than 16 values are stored in planes of 4, 2 and 1 bits. Each layout decodes bit for bit to
+the NumPy reference's fake-quantized weight in stock onnxruntime, and stores fewer bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from onnxptq.formats import fake_quantize
+from onnxptq.graph.walk import FreshNames
+from onnxptq.onnx_ops import packed
+from onnxptq.onnx_ops.packed import WeightPacker, exponent_planes
+
+#: the block formats whose layouts these tests touch (attributes as the presets set them)
+FORMATS = {
+    "BFP16": ("bfp", dict(bfp_method="to_bfp", bit_width=16, block_size=8, rounding_mode=2)),
+    "MX9": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MX6": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=13, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MX4": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=11, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MXINT8": ("mx", dict(element_dtype="int8", block_size=32)),
+    "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
+}
+
+
+def _pack_and_run(key: str, weights: dict[str, tuple[np.ndarray, int]]) -> tuple[onnx.ModelProto, dict]:
+    """Pack ``weights`` (value, block axis) in one packer, decode them in onnxruntime; assert every
+    decoded weight equals the reference's bit for bit. Returns the decode model and initializers."""
+    fmt, base = FORMATS[key]
+    packer = WeightPacker(13, FreshNames())
+    frags, expected = {}, {}
+    for name, (values, axis) in weights.items():
+        attrs = dict(base, axis=axis)
+        fq = fake_quantize(values, fmt, **attrs)
+        frag = packer.add(name, values, fq, fmt, attrs, f"{name}_out")
+        assert frag is not None, f"{key}: {name} was not packed"
+        frags[f"{name}_out"], expected[f"{name}_out"] = frag, fq
+    head = packer.finish()
+    nodes = list(head.nodes) + [n for f in frags.values() for n in f.nodes]
+    inits = list(head.initializers) + [t for f in frags.values() for t in f.initializers]
+    graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                                    for k, v in expected.items()], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        for out, got in zip([o.name for o in sess.get_outputs()], sess.run(None, {})):
+            want = expected[out]
+            bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+            assert bad.size == 0, f"{key}/{out}: {bad.size} elements differ"
+    return model, {t.name: t for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("key", ["MX9", "MX6", "MX4"])
+def test_blocks_of_one_element_store_one_code_and_no_shift(key):
+    """A conv with one input channel (blocks of 1 along it) under a format with sub-block shifts:
+    the block is its own largest sub-block, so its shift is 0; it is stored as one code per
+    element (MX9: one byte; MX6: 6 bits; MX4: 4 bits), with no shift field and no padding code."""
+    rng = np.random.default_rng(11)
+    one = rng.normal(0, 0.3, (96, 1, 3, 3)).astype(np.float32)      # 864 blocks of one element
+    wide = rng.normal(0, 0.1, (32, 48)).astype(np.float32)           # whole blocks: shifted
+    _, inits = _pack_and_run(key, {"one": (one, 1), "wide": (wide, 1)})
+    w1 = {n[n.index("_w1_") + 4:]: t for n, t in inits.items() if "_w1_" in n}
+    assert "shifts" not in w1, sorted(w1)
+    bits = {"MX9": 8, "MX6": 6, "MX4": 4}[key]
+    stored = sum(onnx.numpy_helper.to_array(t).size for k, t in w1.items() if k.startswith("codes"))
+    assert stored * 8 <= one.size * bits + 32, (key, stored, one.size)  # (6-bit planes round up to 4 codes)
+    # the whole blocks keep their shifts
+    assert any(n.endswith("_w16_shifts") for n in inits), sorted(inits)
+
+
+def test_exponent_planes_hold_every_span():
+    """Planes are 4, 2 or 1 bits wide, cover exactly the bits the span needs (one plane where 1, 2
+    or 4 bits do), and a byte from 8 bits."""
+    for top in range(256):
+        planes = exponent_planes(top)
+        need = max(1, top.bit_length())
+        if need >= 8:
+            assert planes == [(8, 0)]
+            continue
+        assert all(b in (1, 2, 4) for b, _ in planes)
+        assert sum(b for b, _ in planes) == need
+        assert [at for _, at in planes] == list(np.cumsum([0] + [b for b, _ in planes])[:-1])
+
+
+@pytest.mark.parametrize("key, span", [("BFP16", 20), ("BFP16", 40), ("MX9", 70), ("MXINT8", 24), ("MXFP4", 100)])
+def test_exponents_spanning_more_than_16_values_are_stored_in_planes(monkeypatch, key, span):
+    """Rows scaled over ``span`` binades: the exponent bytes less the lowest need 5-7 bits; they are
+    stored in planes (fewer bytes than one a block) and decode bit for bit, ±0 blocks included."""
+    monkeypatch.setattr(packed, "EXPONENT_PACK_FROM", 0)
+    rng = np.random.default_rng(span)
+    w = rng.normal(0, 1, (span * 4, 64)).astype(np.float32)
+    w *= np.ldexp(np.float32(1), np.repeat(np.arange(span), 4) - span // 2)[:, None].astype(np.float32)
+    w[3] = 0.0
+    w[7] = -0.0
+    _, inits = _pack_and_run(key, {"w": (w, 1)})
+    block = int(FORMATS[key][1]["block_size"])
+    rows = w.shape[0] * -(-w.shape[1] // block)
+    exps = [onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_exponents" in n]
+    need = (span + 1).bit_length()
+    assert len(exps) >= 2, "planes"
+    assert sum(e.size for e in exps) <= -(-rows * need // 8) + len(exps), (key, span, [e.shape for e in exps])
