@@ -23,7 +23,7 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
   table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table); 8-bit integer codes of small
   groups are decoded by exact arithmetic instead of their 256-entry table, and blocks of one
-  element (8-bit integer codes) are stored as small floats, the code's top magnitude bit implied
+  element (integer codes) are stored as small floats, the code's top magnitude bit implied
   (:func:`one_element_layout`). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
@@ -773,6 +773,7 @@ class WeightPacker:
             # Blocks of one element as a small float: a stored field (sign, fraction) and an
             # exponent index in one integer per element, its low byte a byte plane and the rest in
             # planes of 4/2/1 bits (one_element_layout: 12 bits a BFP16/MX9/MXINT8 element, 13 before).
+            # Any element code width: the field holds the sign and fraction, not the container.
             field_, f_bits, e_table1 = singles
             low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
             whole = low
@@ -949,10 +950,11 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     Why: a block of one element (a conv with one input channel, a depthwise conv: its blocks run
     along the input channel) stores a code byte and an exponent field for one value, whose code
     is normalised by the format's own rule (its magnitude's top bit set: the block exponent is the
-    element's), so that bit need not be stored: 12 bits an element where the exponents span 17-31
-    values, against 13. A magnitude below its top bit (a scale search's exponent) is shifted up
+    element's), so that bit need not be stored: where the exponents span 17-31 values, 12 bits an
+    element against 13 (8-bit codes: BFP16, MX9, MXINT8), 9 against 11 (MX6's 5-bit codes in their
+    6-bit container), 7 in a byte against 9 (MX4). A magnitude below its top bit (a scale search's exponent) is shifted up
     and its exponent down, the same value."""
-    if code.step is None or code.container != 8 or code.bits < 3:
+    if code.step is None or code.bits < 3:
         return None
     half, top = 1 << (code.bits - 1), 1 << (code.bits - 2)
     c = codes.reshape(-1).astype(np.int64)
@@ -979,7 +981,7 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
         after = (m * (step - sign * np.float32(2 * step))) * table[index]
     if not np.array_equal(before.view(np.uint32), after.view(np.uint32)):
         return None
-    old_bits = 8 + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
+    old_bits = code.container + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
     if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
         return None
     return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
