@@ -89,6 +89,8 @@ def _initializer_kind(t: onnx.TensorProto) -> str:
     if name.startswith("packed_"):
         if "_exponents_at" in name:  # an exponent plane above the lowest (branch blockfile8)
             return "exponents"
+        if "_singles" in name:  # one-element blocks as small floats: code and exponent (blockfile8)
+            return "one-element small floats"
         for tail, kind in (("_codes", "payload"), ("_codes_lo", "payload"), ("_codes_hi", "payload"),
                            ("_exponents", "exponents"), ("_shifts", "microexponents")):
             if name.endswith(tail):
