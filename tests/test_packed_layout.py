@@ -175,3 +175,39 @@ def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):
     # 3 at 2^3 is 96 at 2^-2 (5 shifts): fraction 96-64 = 32; exponents 125-127 and the zeros' entry 0.0: 2 bits
     assert f_bits == 7 + 2 and table.size == 4 and table[-1] == 0 and fields[0] & 63 == 32 and table[fields[0] >> 7] == np.float32(2.0 ** (125 - 127))
     assert table[fields[2] >> 7] == 0 and fields[2] & 64 and table[fields[3] >> 7] == 0 and not fields[3] & 64
+
+
+def _one_input_channel_net() -> onnx.ModelProto:
+    """A conv with one input channel (blocks of one element along it: the small-float layout, no
+    shifts) over a scale range of 2^±10, then a conv whose ragged 40 channels end in a tail block."""
+    rng = np.random.default_rng(21)
+    shape = (40, 1, 3, 3)
+    w1 = (rng.normal(0, 1, shape) * np.ldexp(1.0, rng.integers(-10, 10, shape))).astype(np.float32)
+    w1[0, 0, 0] = -0.0
+    w2 = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 8, 8])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6", "MXINT8"])
+def test_packed_model_computes_the_unpacked_models_outputs(monkeypatch, preset):
+    """The layouts above inside a quantized model (weights only: the activations' functions are not
+    what is packed): the same output bytes as the fp32-weight form (``pack_weights=False``)."""
+    import onnxptq
+
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    model = _one_input_channel_net()
+    cfg = onnxptq.get_preset(preset).replace(activation=None, repair=False)
+    new = onnxptq.quantize(model, cfg, None).model
+    old = onnxptq.quantize(model, cfg.replace(pack_weights=False), None).model
+    names = [t.name for t in new.graph.initializer]
+    assert any(n.endswith("_singles") for n in names) and not any(n.endswith("_w1_shifts") for n in names), names
+    x = np.random.default_rng(0).normal(0, 1, (1, 1, 8, 8)).astype(np.float32)
+    outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for m in (new, old)]
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
