@@ -753,6 +753,24 @@ class WeightPacker:
                 v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
             return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
 
+        def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
+            """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
+            magnitude below it, plus ``lead``): ``(c - h s + lead) * (step - 2 step s)`` with
+            ``h = 2^sign_at``, ``s = floor(c / h)``. Every step is exact in float32 (integers below
+            2^9, powers of two), so each value is the code table's entry bit for bit, -0 included."""
+            h, step = 1 << sign_at, np.float32(code.step)
+
+            def scalar(key: str, value: float) -> str:
+                return self._table(f"f{key}", np.array(value, np.float32))
+
+            sign = op("Floor", [op("Mul", [cf, scalar(f"1_{h}", 1.0 / h)], f"{stem_}h")], f"{stem_}s")
+            mag = op("Sub", [cf, op("Mul", [sign, scalar(str(h), float(h))], f"{stem_}m")], f"{stem_}a")
+            if lead:
+                mag = op("Add", [mag, scalar(str(lead), float(lead))], f"{stem_}n")
+            signed = op("Sub", [scalar(f"st{code.key}", step), op("Mul", [sign, scalar(f"2st{code.key}", 2 * step)], f"{stem_}2")],
+                        f"{stem_}u")
+            return op("Mul", [mag, signed], f"{stem_}v")
+
         def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0) -> str:
             """int32 ``[rows]``: ``values`` (one per row, < 2^(base + bits)) less their low ``base``
             bits, stored in ``planes`` (bits, offset) and added back at their offsets (times 2^base)."""
@@ -785,17 +803,8 @@ class WeightPacker:
             e_idx = op("Div", [whole, ints], "se")
             sf = op("Cast", [op("Mod", [whole, ints], "sm")], "sc", to=TensorProto.FLOAT)
             top = 1 << (code.bits - 2)
-            step = np.float32(code.step)
-
-            def scalar1(key: str, value: float) -> str:
-                return self._table(f"f{key}", np.array(value, np.float32))
-
-            sign = op("Floor", [op("Mul", [sf, scalar1(f"1_{top}", 1.0 / top)], "sh")], "ss")
-            mag = op("Sub", [sf, op("Mul", [sign, scalar1(str(top), float(top))], "st")], "sa")
-            mag = op("Add", [mag, scalar1(str(top), float(top))], "sn")
-            signed = op("Sub", [scalar1(f"st{code.key}", step), op("Mul", [sign, scalar1(f"2st{code.key}", 2 * step)], "s2")], "su")
             scale = op("Gather", [self._table(f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}", e_table1), e_idx], "sg")
-            flat = op("Mul", [op("Mul", [mag, signed], "sv1"), scale], "sv2")
+            flat = op("Mul", [sign_magnitude(sf, code.bits - 2, top, "s"), scale], "sv2")
             op("Reshape", [flat, self._ints([g.rows, 1, 1])], "", output=g.output)
             self._split_rows(g, node)
             return
@@ -804,21 +813,9 @@ class WeightPacker:
         table[: code.table.size] = code.table
         if code.key in self._arithmetic:
             # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
-            # (1 KB: 0.4-1.5 % of a 70-230 KB model's file; _arithmetic_codes): with ``h = 2^(bits-1)``, the sign
-            # ``s = floor(c / h)`` and the value ``(c - h s) * (step - 2 step s)``. Every step is
-            # exact in float32 (integers ≤ 255, powers of two), so each element is the table's
-            # entry bit for bit, -0 from the code ``h`` included.
-            half = 1 << (code.bits - 1)
-            step = np.float32(code.step)
-
-            def scalar(key: str, value: float) -> str:
-                return self._table(f"f{key}", np.array(value, np.float32))
-
+            # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
             cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
-            sign = op("Floor", [op("Mul", [cf, scalar(f"1_{half}", 1.0 / half)], "ch")], "cs")
-            mag = op("Sub", [cf, op("Mul", [sign, scalar(str(half), float(half))], "cm")], "ca")
-            signed = op("Sub", [scalar(f"st{code.key}", step), op("Mul", [sign, scalar(f"2st{code.key}", 2 * step)], "c2")], "cu")
-            elems = op("Mul", [mag, signed], "elements")
+            elems = sign_magnitude(cf, code.bits - 1, 0, "c")
         elif code.container == 8:
             elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
         elif code.container == 4:
@@ -952,8 +949,8 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     is normalised by the format's own rule (its magnitude's top bit set: the block exponent is the
     element's), so that bit need not be stored: where the exponents span 17-31 values, 12 bits an
     element against 13 (8-bit codes: BFP16, MX9, MXINT8), 9 against 11 (MX6's 5-bit codes in their
-    6-bit container), 7 in a byte against 9 (MX4). A magnitude below its top bit (a scale search's exponent) is shifted up
-    and its exponent down, the same value."""
+    6-bit container), 7 in a byte against 9 (MX4). A magnitude below its top bit (a scale search's
+    exponent) is shifted up and its exponent down: the same value."""
     if code.step is None or code.bits < 3:
         return None
     half, top = 1 << (code.bits - 1), 1 << (code.bits - 2)
