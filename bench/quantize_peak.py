@@ -38,7 +38,8 @@ STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization"), ("onnxptq.
           ("onnxptq.pipeline.complete", "build_model"), ("onnxptq.pipeline.complete", "finish"),
           ("onnxptq.pipeline.complete", "_verify"), ("onnxptq.pipeline.verify", "judgement"),
           ("onnxptq.algorithms.repair", "build_model"), ("onnxptq.algorithms.repair", "judge_session"),
-          ("onnxptq.algorithms.repair", "measure"), ("onnxptq.pipeline.complete", "deliver")]
+          ("onnxptq.algorithms.repair", "measure"), ("onnxptq.algorithms.repair_order", "tensor_errors"),
+          ("onnxptq.pipeline.complete", "deliver")]
 
 
 def _status(key: str) -> int:
