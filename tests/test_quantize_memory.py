@@ -240,3 +240,23 @@ def test_repair_orders_estimate_holds_one_session_at_a_time_with_the_same_errors
         want = float((q - f) @ (q - f)) / float(f @ f) if float(f @ f) > 0 else errors[name]
         assert errors[name] == pytest.approx(want, rel=1e-12, abs=0), name
     assert len(pairs_f) > 100  # rec's activations, not a handful
+
+
+def test_walking_a_models_graphs_leaves_no_reference_cycle(rec_calibrated):
+    """graph/walk.walk_scopes' scopes die with their last reference, not at the collector's next full
+    run: a recursive closure over the scope list kept every walked graph (and its model's whole
+    protobuf) alive in a cycle; repair walks each candidate, and rec A8W8's dead candidates stayed
+    through the next ones' runs (its peak 318 -> 295-300 MiB; bench/RESULTS.md, quanttime8)."""
+    from onnxptq.graph.walk import ScopeIndex, walk_scopes
+
+    graph = rec_calibrated.prepared.graph
+    gc.disable()
+    try:
+        scopes = walk_scopes(graph)
+        index = ScopeIndex(rec_calibrated.prepared)
+        alive = [weakref.ref(scopes[0]), weakref.ref(index.main)]
+        assert len(scopes) == 1 and len(scopes[0].nodes) == len(graph.node)
+        del scopes, index
+        assert [r() for r in alive] == [None, None]
+    finally:
+        gc.enable()
