@@ -16,7 +16,7 @@ child do), and prints one line per stage call in call order:
 The stages are the ones holding a quantization's large buffers: preparation, calibration (its
 augmented session and runs), each build, finish's session, the verification's runs and
 judgement, repair's order estimate and candidates (build, session, floor measure) and the delivered build; then the
-process's own ``VmHWM``, CPU seconds and the delivered model's sha256 (trees compared file for file). Used for PP-OCRv4 rec A8W8's peak against
+process's CPU seconds, its peak (the highest stage's: ``VmHWM`` is reset at each) and the delivered model's sha256 (trees compared file for file). Used for PP-OCRv4 rec A8W8's peak against
 ``quantize_static`` (bench/RESULTS.md, quanttime7):
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/quantize_peak.py rec A8W8 --npz <workdir>/rec_lines_64.npz
@@ -103,8 +103,7 @@ def main() -> None:
         print(f"{label:42s} enter {enter:5d} MiB  peak {peak:5d} MiB")
     sha = hashlib.sha256(result.model.SerializeToString()).hexdigest()[:16]
     print(f"{args.model} {args.preset}: CPU {cpu:.2f} s, builds {(result.repair or {}).get('evaluations')}, "
-          f"highest stage peak {max((p for _, _, p in log), default=0)} MiB, VmHWM {_status('VmHWM')} MiB, "
-          f"model sha256 {sha}")
+          f"highest stage peak {max((p for _, _, p in log), default=0)} MiB (the process's), model sha256 {sha}")
 
 
 if __name__ == "__main__":
