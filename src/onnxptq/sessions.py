@@ -284,7 +284,7 @@ def run_threads() -> int:
 def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
     flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL), the outputs in
-    arrays of our own (:func:`_bound_runs`).
+    arrays of our own (:class:`_Bound`).
 
     Why in flight: a batch-1 run of a small model, and above all of a block-format model (thousands
     of small nodes once its functions are inlined), leaves the second core mostly idle or spinning;
