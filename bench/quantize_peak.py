@@ -15,8 +15,8 @@ child do), and prints one line per stage call in call order:
 
 The stages are the ones holding a quantization's large buffers: preparation, calibration (its
 augmented session and runs), each build, finish's session, the verification's runs and
-judgement, repair's candidates (build, session, floor measure) and the delivered build; then the
-process's own ``VmHWM`` and CPU seconds. Used for PP-OCRv4 rec A8W8's peak against
+judgement, repair's order estimate and candidates (build, session, floor measure) and the delivered build; then the
+process's CPU seconds, its peak (the highest stage's: ``VmHWM`` is reset at each) and the delivered model's sha256 (trees compared file for file). Used for PP-OCRv4 rec A8W8's peak against
 ``quantize_static`` (bench/RESULTS.md, quanttime7):
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 python bench/quantize_peak.py rec A8W8 --npz <workdir>/rec_lines_64.npz
@@ -28,6 +28,7 @@ import _common  # noqa: F401  (the repository root on sys.path: testkit)
 import argparse
 import dataclasses
 import functools
+import hashlib
 import importlib
 import logging
 import time
@@ -38,7 +39,8 @@ STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization"), ("onnxptq.
           ("onnxptq.pipeline.complete", "build_model"), ("onnxptq.pipeline.complete", "finish"),
           ("onnxptq.pipeline.complete", "_verify"), ("onnxptq.pipeline.verify", "judgement"),
           ("onnxptq.algorithms.repair", "build_model"), ("onnxptq.algorithms.repair", "judge_session"),
-          ("onnxptq.algorithms.repair", "measure"), ("onnxptq.pipeline.complete", "deliver")]
+          ("onnxptq.algorithms.repair", "measure"), ("onnxptq.algorithms.repair_order", "tensor_errors"),
+          ("onnxptq.pipeline.complete", "deliver")]
 
 
 def _status(key: str) -> int:
@@ -99,8 +101,9 @@ def main() -> None:
     log.append(("  (after the last stage)", _status("VmRSS"), _status("VmHWM")))
     for label, enter, peak in log:
         print(f"{label:42s} enter {enter:5d} MiB  peak {peak:5d} MiB")
+    sha = hashlib.sha256(result.model.SerializeToString()).hexdigest()[:16]
     print(f"{args.model} {args.preset}: CPU {cpu:.2f} s, builds {(result.repair or {}).get('evaluations')}, "
-          f"highest stage peak {max((p for _, _, p in log), default=0)} MiB")
+          f"highest stage peak {max((p for _, _, p in log), default=0)} MiB (the process's), model sha256 {sha}")
 
 
 if __name__ == "__main__":

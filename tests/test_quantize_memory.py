@@ -192,3 +192,71 @@ def test_pooled_cosine_is_the_concatenations():
     assert _pooled_cosine([np.zeros(3)], [np.zeros(3)]) == 1.0
     assert _pooled_cosine([np.zeros(3)], [np.ones(3)]) == 0.0
     assert _pooled_cosine([refs[0]], [-refs[0]]) == pytest.approx(-1.0)
+
+
+def test_repair_orders_estimate_holds_one_session_at_a_time_with_the_same_errors(rec_calibrated, monkeypatch):
+    """Repair's order estimate (algorithms/repair_order.tensor_errors) on rec A8W8's plain build: the
+    float and the quantized session never live at once, each frees a full tensor once its thinned
+    copy is taken (priority order), and the errors are those of both sessions opened side by side in
+    graph order, as before, to the bit. Both open at once were rec A8W8's peak: 417 MiB against 293
+    for the rest of its quantization (bench/RESULTS.md, quanttime8)."""
+    import onnxptq.algorithms.repair_order as order
+    from onnxptq.pipeline.build import build_model
+
+    cal = rec_calibrated
+    quantized = build_model(cal, _cfg("A8W8")).model
+    feeds = (cal.holdout or cal.kept)[:order.FEEDS]
+    assert feeds
+    live: list[weakref.ref] = []
+    most, options = [0], []
+
+    def opened(model, **kw):
+        gc.collect()
+        alive = [r for r in live if r() is not None]
+        session = open_session(model, **kw)
+        live.append(weakref.ref(session))
+        most[0] = max(most[0], len(alive) + 1)
+        options.append(kw)
+        return session
+
+    monkeypatch.setattr(order, "open_session", opened)
+    errors = order.tensor_errors(cal.prepared, quantized, feeds)
+    assert len(options) == 2 and most[0] == 1, f"{most[0]} estimate sessions alive at once"
+    assert all(kw["priority_order"] and kw["optimization"] == "none" for kw in options)
+
+    # as before: both sessions, graph order, opened side by side
+    pairs_f = sorted({n for n in cal.prepared.graph.node for n in n.output} & set(errors))
+    ref_model, ref_out = order._thinned(cal.prepared, pairs_f)
+    q_model, q_out = order._thinned(quantized, pairs_f)
+    fs = open_session(ref_model, log_severity=3, threads=1, optimization="none")
+    qs = open_session(q_model, log_severity=3, threads=1, optimization="none", inline_functions_first=False)
+    fetched_f = [fs.run([ref_out[n] for n in pairs_f], dict(feed)) for feed in feeds]
+    fetched_q = [qs.run([q_out[n] for n in pairs_f], dict(feed)) for feed in feeds]
+    for i, name in enumerate(pairs_f):
+        f = np.concatenate([run[i] for run in fetched_f]).astype(np.float64)
+        q = np.concatenate([run[i] for run in fetched_q]).astype(np.float64)
+        if f.shape != q.shape:
+            continue
+        want = float((q - f) @ (q - f)) / float(f @ f) if float(f @ f) > 0 else errors[name]
+        assert errors[name] == pytest.approx(want, rel=1e-12, abs=0), name
+    assert len(pairs_f) > 100  # rec's activations, not a handful
+
+
+def test_walking_a_models_graphs_leaves_no_reference_cycle(rec_calibrated):
+    """graph/walk.walk_scopes' scopes die with their last reference, not at the collector's next full
+    run: a recursive closure over the scope list kept every walked graph (and its model's whole
+    protobuf) alive in a cycle; repair walks each candidate, and rec A8W8's dead candidates stayed
+    through the next ones' runs (its peak 318 -> 295-300 MiB; bench/RESULTS.md, quanttime8)."""
+    from onnxptq.graph.walk import ScopeIndex, walk_scopes
+
+    graph = rec_calibrated.prepared.graph
+    gc.disable()
+    try:
+        scopes = walk_scopes(graph)
+        index = ScopeIndex(rec_calibrated.prepared)
+        alive = [weakref.ref(scopes[0]), weakref.ref(index.main)]
+        assert len(scopes) == 1 and len(scopes[0].nodes) == len(graph.node)
+        del scopes, index
+        assert [r() for r in alive] == [None, None]
+    finally:
+        gc.enable()

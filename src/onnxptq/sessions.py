@@ -44,6 +44,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+import numpy as np
 import onnx
 
 from .errors import InputNotFoundError, UsageError
@@ -282,20 +283,84 @@ def run_threads() -> int:
 
 def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     """``[session.run(names, feed) for feed in feeds]``, with up to :data:`RUNS_IN_FLIGHT` runs in
-    flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL).
+    flight at once (onnxruntime's ``run`` is thread-safe and releases the GIL), the outputs in
+    arrays of our own (:class:`_Bound`).
 
-    Why: a batch-1 run of a small model, and above all of a block-format model (thousands of small
-    nodes once its functions are inlined), leaves the second core mostly idle or spinning; two runs
-    at once fill it. The outputs are those of one run at a time, bit for bit: the same kernels
-    with the same thread pool (its size, hence every kernel's partition of its work, is the
+    Why in flight: a batch-1 run of a small model, and above all of a block-format model (thousands
+    of small nodes once its functions are inlined), leaves the second core mostly idle or spinning;
+    two runs at once fill it. The outputs are those of one run at a time, bit for bit: the same
+    kernels with the same thread pool (its size, hence every kernel's partition of its work, is the
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
     price is a second run's activations alive at once."""
     feeds = list(feeds)
+    if not feeds:
+        return []
+    first = feeds[:min(RUNS_IN_FLIGHT, len(feeds))]
     if len(feeds) < 2:
-        return [session.run(list(names), feed) for feed in feeds]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(RUNS_IN_FLIGHT, len(feeds)),
-                                               thread_name_prefix="onnxptq-run") as pool:
-        return list(pool.map(lambda feed: session.run(list(names), feed), feeds))
+        return [_owned(session.run(list(names), feeds[0]))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=RUNS_IN_FLIGHT, thread_name_prefix="onnxptq-run") as pool:
+        head = list(pool.map(lambda feed: _owned(session.run(list(names), feed)), first))
+        bound = _Bound(session, names, first[0], head[0])
+        return head + list(pool.map(bound, feeds[len(first):]))
+
+
+def _owned(outputs: list[Any]) -> list[Any]:
+    """``outputs`` (a run's) in memory of their own: an array onnxruntime returns holds its
+    session's output buffer, and with it the session's whole arena, alive after the session is
+    gone (bench/RESULTS.md, issue 26 item 4)."""
+    return [np.array(o) if isinstance(o, np.ndarray) else o for o in outputs]
+
+
+class _Bound:
+    """One run of ``session`` whose outputs onnxruntime writes into arrays allocated here, shaped
+    as the ``template`` run's (IOBinding), where a feed's inputs have the template feed's shapes
+    and types; any other feed, a model whose outputs are not plain numeric tensors, or one whose
+    output shape turned out to depend on the values (onnxruntime refuses the bound buffer) runs as
+    ``session.run`` does, its outputs copied.
+
+    Why: the outputs of the runs a quantization judges (repair's candidates, the verification)
+    stay alive through the judgement; returned by ``run`` they sit in the session's arena, so the
+    arena grows by every output kept (their chunks interleaved with the next runs' activations) and
+    outlives the session until the judgement ends. Bound, the arena holds the activations alone
+    and is handed back when the session closes. PP-OCRv4 rec A8W8 (28 outputs of 1 MiB per
+    candidate): peak 302-303 -> 295 MiB (bench/RESULTS.md, quanttime8). Same kernels, same
+    buffers' contents: the outputs are bit for bit those of ``run``."""
+
+    def __init__(self, session: Any, names: Sequence[str], feed: Mapping[str, Any], template: list[Any]) -> None:
+        self.session, self.names = session, list(names)
+        self.key = _feed_key(feed)
+        plain = all(isinstance(o, np.ndarray) and o.dtype.isbuiltin == 1 and o.dtype.kind in "biuf" and o.size
+                    for o in template)
+        self.template = [(o.dtype, o.shape) for o in template] if plain and self.key is not None else None
+
+    def __call__(self, feed: Mapping[str, Any]) -> list[Any]:
+        template = self.template
+        if template is None or _feed_key(feed) != self.key:
+            return _owned(self.session.run(self.names, feed))
+        outputs = [np.empty(shape, dtype) for dtype, shape in template]
+        try:
+            binding = self.session.io_binding()
+            for name, value in feed.items():
+                binding.bind_cpu_input(name, value)
+            for name, out in zip(self.names, outputs):
+                binding.bind_output(name, "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+            self.session.run_with_iobinding(binding)
+        except Exception:  # noqa: BLE001 - an output shaped by values, not shapes: run() says what else is wrong
+            log.debug("outputs not bound from here on: run as given")
+            self.template = None
+            return _owned(self.session.run(self.names, feed))
+        return outputs
+
+
+def _feed_key(feed: Mapping[str, Any]) -> tuple | None:
+    """The names, types and shapes of a feed's C-contiguous arrays (None where any value is
+    another kind of object: it is run as given)."""
+    key = []
+    for name, value in feed.items():
+        if not isinstance(value, np.ndarray) or not value.flags.c_contiguous:
+            return None
+        key.append((name, value.dtype.str, value.shape))
+    return tuple(key)
 
 
 def serialized(model: onnx.ModelProto, limit: int | None = None) -> bytes | None:

