@@ -520,6 +520,7 @@ def regions(mask: np.ndarray) -> np.ndarray:
 #: Bytes of float masks' labels :func:`region_counts` keeps (least recently used dropped first).
 LABELS_MEMO_BYTES = 64 << 20
 _labels_memo: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_labels_held = [0]  # their bytes
 
 
 def _float_labels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -542,10 +543,10 @@ def _float_labels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     labels.setflags(write=False)
     sizes.setflags(write=False)
     _labels_memo[key] = (labels, sizes)
-    held = sum(la.nbytes + sa.nbytes for la, sa in _labels_memo.values())
-    while held > LABELS_MEMO_BYTES and len(_labels_memo) > 1:
+    _labels_held[0] += labels.nbytes + sizes.nbytes
+    while _labels_held[0] > LABELS_MEMO_BYTES and len(_labels_memo) > 1:
         _, (la, sa) = _labels_memo.popitem(last=False)
-        held -= la.nbytes + sa.nbytes
+        _labels_held[0] -= la.nbytes + sa.nbytes
     return labels, sizes
 
 
