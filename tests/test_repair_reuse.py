@@ -5,7 +5,8 @@ What each test would catch:
 
 * a candidate build that calibrates again (a second statistics pass), runs the float model on the
   held-out feeds again (the floor's reference outputs are the plain build's), or writes a file
-  before delivery: counted by spies on one quantize with repair that builds several candidates;
+  before delivery, or a delivered build that plans its kept set again (its candidate's plan is
+  taken): counted by spies on one quantize with repair that builds several candidates;
 * a reuse that changes what is delivered (a weight, a plan or a float judgement served to the wrong
   candidate): the delivered file must be byte for byte the file a fresh quantize of the delivered
   kept set writes, with nothing shared between the two;
@@ -30,7 +31,7 @@ from onnxptq.analysis import maps
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.graph import io as model_io
-from onnxptq.pipeline import calibrate
+from onnxptq.pipeline import build as build_module, calibrate
 from testkit.models import model_path
 
 
@@ -47,9 +48,14 @@ CFG = resolve_config("MX9").replace(floor_cosine=0.9999, repair_budget=0.5)
 def repaired(tmp_path_factory):
     """One quantize with repair, spied on: statistics passes, float runs of the held-out feeds,
     candidate builds and files written, each as (before the search's first build, after it)."""
-    counts = {key: [0, 0] for key in ("statistics", "held_out_float", "builds", "saves")}
+    counts = {key: [0, 0] for key in ("statistics", "held_out_float", "builds", "saves", "plans")}
     state = {"search": 0}
     collect, build, save = calibrate.collect_statistics, repair.build_model, model_io.save_model
+    plan = build_module.final_plan
+
+    def planned(*args, **kw):
+        counts["plans"][state["search"]] += 1
+        return plan(*args, **kw)
 
     def collected(*args, **kw):
         counts["statistics"][state["search"]] += 1
@@ -71,6 +77,7 @@ def repaired(tmp_path_factory):
         mp.setattr(calibrate, "collect_statistics", collected)
         mp.setattr(repair, "build_model", built)
         mp.setattr(model_io, "save_model", saved)
+        mp.setattr(build_module, "final_plan", planned)
         result = quantize(str(model_path("cls")), CFG, _feeds(), output=str(out))
     return result, counts, out
 
@@ -84,6 +91,8 @@ def test_candidates_reuse_the_plain_calibration_and_float_outputs(repaired):
     # the held-out feeds' float outputs: computed once, by the calibration pass, before the search
     assert counts["held_out_float"] == [1, 0], f"float runs of the held-out feeds: {counts['held_out_float']}"
     assert counts["saves"] == [0, 1], f"files written (before, after the search began): {counts['saves']}"
+    # one plan per candidate: the delivered build takes the plan its kept set was judged with (build._planned)
+    assert counts["plans"] == [1, counts["builds"][1]], f"plans made (plain, search): {counts['plans']}, builds {counts['builds']}"
     assert result.floor is not None and result.floor.ok
 
 
