@@ -147,16 +147,20 @@ def _bfs_counts(a: np.ndarray, b: np.ndarray, min_region: int, iou: float) -> tu
 
 def test_float_mask_labels_remembered_give_the_same_counts():
     rng = np.random.default_rng(3)
-    maps._labels_memo.clear()
     cases = []
     for k in range(24):
         shape = (1, 2, 9, 11) if k % 2 else (2, 13, 7)
         a = rng.random(shape) < 0.45
         b = a.copy() if k % 3 == 0 else a ^ (rng.random(shape) < 0.08)
         cases.append((a, b, 1 + k % 3, (0.0, 0.5, 1.0)[k % 3]))
-    for round_ in range(2):  # the second round: every float mask's labels are remembered
-        for a, b, min_region, iou in cases:
-            assert maps.region_counts(a, b, min_region=min_region, iou=iou) == _bfs_counts(a, b, min_region, iou), round_
-            # the same float mask as another array (the next candidate's judgement) and a mask of other content
-            assert maps.region_counts(a.copy(), ~b, min_region=min_region, iou=iou) == _bfs_counts(a, ~b, min_region, iou)
-    assert 0 < len(maps._labels_memo) <= len(cases)
+    with maps.remembered_float_labels():
+        for round_ in range(2):  # the second round: every float mask's labels are remembered
+            for a, b, min_region, iou in cases:
+                assert maps.region_counts(a, b, min_region=min_region, iou=iou) == _bfs_counts(a, b, min_region, iou), round_
+                # the same float mask as another array (the next candidate's judgement) and a mask of other content
+                assert maps.region_counts(a.copy(), ~b, min_region=min_region, iou=iou) == _bfs_counts(a, ~b, min_region, iou)
+        assert 0 < len(maps._LABELS.entries) <= len(cases)
+    assert not maps._LABELS.entries  # let go with the search
+    a, b, min_region, iou = cases[1]
+    assert maps.region_counts(a, b, min_region=min_region, iou=iou) == _bfs_counts(a, b, min_region, iou)
+    assert not maps._LABELS.entries  # nothing kept outside a search

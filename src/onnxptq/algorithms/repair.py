@@ -97,6 +97,7 @@ import onnx
 
 from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, unjudged_text
+from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..graph.walk import compared_outputs
@@ -592,6 +593,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         judge.floats = frozenset()
         return None
 
+    # Every candidate is judged against the same float outputs: float's mask labels are remembered for the search.
+    labels = remembered_float_labels()
+    labels.__enter__()
     try:
         rung, kept, finished, floats = None, frozenset(candidates), False, frozenset()
         if allowance > 0:
@@ -628,6 +632,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         result.plan.repair = result.repair
         return result
     finally:
+        labels.__exit__(None, None, None)
         for logger, level in levels.items():
             logger.setLevel(level)
         calibrated.within = None
