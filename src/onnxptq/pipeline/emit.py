@@ -157,6 +157,9 @@ class ConstantReuse:
         #: bias correction's new bias per layer (:func:`onnxptq.pipeline.build.build_model`): keyed by
         #: :meth:`key_of` (weight, format, attributes, bias), valid for the one calibration of the search
         self.corrections: dict[tuple[Any, ...], np.ndarray] = {}
+        #: each build's plan and solved parameters by its config (:func:`onnxptq.pipeline.build.build_model`:
+        #: the delivered build takes those of the candidate judged with its config), kept with ``keep_weights``
+        self.plans: list[tuple[Any, Any, dict[str, Any]]] = []
 
     @staticmethod
     def key(source: onnx.TensorProto, kind: str, fmt: str, attrs: dict[str, Any]) -> tuple[Any, ...]:
