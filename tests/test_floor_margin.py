@@ -148,6 +148,7 @@ def test_the_pipeline_names_a_straddling_verdict_and_repairs_it_only_when_asked(
     assert said.plan.to_json()["repair"]["unconfirmed"] == ["logits"]
     summary = said.summary()
     assert "NOT CONFIRMED: logits" in summary and "could NOT confirm" in summary and "repair_uncertain=True" in summary
+    assert summary.count("each side") == 1, summary  # the bound said once (the check's line), not again in the advice
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.endswith("repair")]
     assert any("could NOT confirm logits" in w and "give at least" in w for w in warnings)
     asked = quantize(model, resolve_config("A8W8").replace(repair_uncertain=True), feeds)

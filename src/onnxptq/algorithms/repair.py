@@ -712,7 +712,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     after_text = after.describe() if after is not None else "not measured"
     state = ("STILL BROKEN" if after is None or not after.ok
              else f"holds where judged, could NOT judge {unjudged_text(after)}" if after.unjudged
-             else f"holds on its figures, could NOT confirm {unconfirmed_text(after)}" if after.unconfirmed else "holds")
+             else f"holds on its figures, could NOT confirm {unconfirmed_text(after, bounds=False)}" if after.unconfirmed else "holds")
     how = "kept %d of %d node(s) float" if rung is None else f"stepped up %d of %d node(s) to {rung.describe(result.plan)}"
 
     def named(names: list[str]) -> str:  # "Conv_76 (Conv), ..."

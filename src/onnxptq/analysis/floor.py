@@ -1892,7 +1892,7 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     if verdict.ok and verdict.unjudged:
         lines.append(f"  the floor could NOT judge {unjudged_text(verdict)}")
     if verdict.ok and verdict.unconfirmed:
-        lines.append(f"  the floor could NOT confirm {unconfirmed_text(verdict)}")
+        lines.append(f"  the floor could NOT confirm {unconfirmed_text(verdict, bounds=False)}")
     if not verdict.ok and not (repair and (repair.get("kept_float") or repair.get("stepped_up"))):
         why = (repair or {}).get("note") or "repair is off (repair=False)"
         lines.append(f"  the figures above are NOT within the floor: {why}")
@@ -1992,9 +1992,11 @@ def unjudged_text(verdict: Verdict) -> str:
             f"{advice}, or check the outputs yourself)")
 
 
-def unconfirmed_text(verdict: Verdict) -> str:
+def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
     """What a verdict that holds could not confirm (analysis/evidence.py, "could not confirm"): each share, its
-    bound across the floor and the samples that would confirm it; ``''`` where every share is confirmed."""
+    bound across the floor and the samples that would confirm it; ``''`` where every share is confirmed.
+    ``bounds=False`` names the outputs without their bounds, for a text that already shows the verdict's
+    :meth:`OutputCheck.describe` (which carries them): the bound is said once, not three times."""
     parts = []
     wanted = 0  # samples of data, at the reads per sample seen here, whose bounds would all clear the floor
     for name in verdict.unconfirmed:
@@ -2002,7 +2004,8 @@ def unconfirmed_text(verdict: Verdict) -> str:
         b = c.unconfirmed
         assert b is not None  # Verdict.unconfirmed lists those that have one
         judged = verdict.samples + max(c.seen_feeds, c.kept_seen)
-        parts.append(f"{name}: {b.describe()} ({verdict.samples} held-out and {judged - verdict.samples} calibration samples)")
+        samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
+        parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
         per = b.count / judged if judged else 0.0
         if b.to_confirm and per > 0:
             wanted = max(wanted, math.ceil(b.to_confirm / per - 1e-9))
