@@ -316,7 +316,7 @@ def _judge_argmax(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check
     pooled = judge_positions(refs + seen_refs, gots + seen_gots, strings_only=held.strings) if seen_refs else None
     broken = [p for p in (held, pooled) if p is not None and p.judged(floor.needed, floor.top1) and p.agreement < floor.top1]
     positions = broken[0] if broken else pooled if pooled is not None else held
-    check.positions, check.top1, check.count = positions, positions.agreement, positions.positions
+    check.positions, check.top1, check.count = positions, positions.agreement, positions.chars if positions.symbols else positions.positions
     check.seen = len(seen_refs) if positions is pooled else 0
     check.broken = bool(broken)
     where = f" on the held-out and {check.seen} calibration samples" if check.seen else ""
@@ -538,13 +538,16 @@ def strings_advisory(positions: Any, floor: Any) -> str | None:
     captchas (at such a position) and 14 of 256 others."""
     if positions is None or not getattr(positions, "strings", False):
         return None
-    seen = positions.unsure_changed and positions.all_reads < floor.top1 and (positions.reads >= floor.needed or positions.changed >= 2)
+    seen = positions.unsure_changed and positions.all_reads < floor.top1 and (positions.units >= floor.needed or positions.changed >= 2)
     est = positions.estimated_all_reads
     margins = est is not None and est < floor.top1 and positions.positions_all >= floor.needed and positions.unsure
     if not (seen or margins):
         return None
-    figure = (f"{positions.all_reads:.4f}: {positions.changed} of {positions.reads} reads differ, {positions.unsure_changed} only at "
-              f"positions float reads with a probability margin under {UNSURE:g}" if seen else
+    differ = (f"{positions.edits_all} edits over float's {positions.chars} symbols, {positions.edits_all - positions.edits} of them in "
+              f"{positions.unsure_changed} reads changed only at" if positions.symbols else
+              f"{positions.changed} of {positions.reads} reads differ, {positions.unsure_changed} only at")
+    figure = (f"{positions.all_reads:.4f}: {differ} positions float reads with a probability margin under {UNSURE:g}" if seen else
               f"estimated {est:.4f} from the margins of all {positions.positions_all} decision positions")
-    return (f"strings below the top-1 floor {floor.top1:g} counting the positions float itself is unsure of "
+    what = "symbols" if positions.symbols else "strings"
+    return (f"{what} below the top-1 floor {floor.top1:g} counting the positions float itself is unsure of "
             f"({figure}; not repaired): " + positions.describe())

@@ -1,0 +1,74 @@
+"""Long CTC reads judged by their edit distance: the symbol error rate an ASR's or a paragraph's user reads.
+
+Why: a CTC reader's strings are judged as exact strings (analysis/class_scores.py, "Strings"): a
+captcha's code and a text field are used whole, one wrong character and the read is wrong. A long
+read is not used so. hama's phoneme recognizer (newmodels18: ``LogSoftmax`` over 191 phonemes, a
+3 s utterance collapses to 18-39 phonemes, 32 on average) is read by its phoneme error rate (PER:
+edit distance over the reference's length), as every ASR is (PER, CER, WER). Judged as exact
+strings, one phoneme changed in 32 broke the read: every quantizing preset broke the 16-bit floor
+while 1 − PER against float read 0.97-0.99, and repair kept 108-163 of 217-236 nodes float for it
+(bench/RESULTS.md, "The eighteenth round of outside models"). An exact read of ``L`` symbols at the
+floor 0.97 asks each symbol ``0.97 ** (1 / L)``: 0.9990 at ``L`` = 32, one error in 1000 phonemes.
+
+**Which reads, by data** (:func:`by_symbols`): where float's collapsed strings average at least
+:data:`LONG_READ` = 20 symbols. The zoo's OCR and captcha readers stay exact: captchas read 4-6
+characters (ddddocr, captcha_whisperer, vtop, vcb), the rendered OCR lines 3-18 (testkit.ocr
+``render_lines``' ``max_chars`` = 18; PP-OCRv4/v5 rec, tinyocr, trueocr), the bench's Chinese
+lines 2-6 words (4-16 characters); hama's utterances average 32 (18-39). A read of 20 symbols
+exact at 0.97 asks 0.9985 a symbol: past that, a user reading it whole is the exception (a long
+code is checked by a checksum, not by eye), and running text or speech is scored per symbol.
+What the length cannot see: a short utterance (a keyword of 5 phonemes) stays an exact read, as
+a short OCR line does; a long OCR line (a document's 60 characters) is read by CER, as OCR
+benchmarks score lines.
+
+**Judged** (:meth:`class_scores.Positions.judged`, ``symbols``): the agreement is
+``1 − edits / symbols``: the Levenshtein distance of each read's collapsed string from float's,
+summed over the reads, over the symbols of float's strings (pooled, as PER is). A read changed only
+at positions float itself is unsure of (class_scores.UNSURE) adds no edits, as it adds no changed
+read to the exact judgement; the warning counts them (``decisions.strings_advisory``). The margins'
+per-position estimate (``class_scores._margin_cdf``) becomes a per-symbol one: a flip to a
+string-changing class costs one edit, so ``1 − (1 − per position) × positions / symbols``
+(:func:`symbol_estimate`), taken where it is lower and not refuted by the flips seen. Symbols are the
+decisions, as a tagger's tokens are (analysis/evidence.py): a share below the floor breaks it where
+the edits seen are unlikely at the floor's own rate (``evidence.surely_below`` on the symbols), or
+where the margins' estimate is below it and sure of it (:func:`rate_surely_above`); below it by
+edits that could be chance it is *not judged*; it holds on at least ``1 / (1 − floor)`` symbols.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .evidence import CONFIDENT
+
+__all__ = ["LONG_READ", "by_symbols", "rate_surely_above", "symbol_estimate"]
+
+#: float's mean collapsed symbols per read at or above which a CTC read is judged by its edit distance
+LONG_READ = 20
+
+
+def by_symbols(symbols: int, reads: int) -> bool:
+    """Whether CTC reads whose float strings hold ``symbols`` symbols over ``reads`` reads are long
+    reads, judged by their edit distance (module docstring)."""
+    return reads > 0 and symbols >= LONG_READ * reads
+
+
+def symbol_estimate(per_position: float, positions: int, symbols: int) -> float:
+    """The margins' per-position agreement on ``positions`` decision positions as a per-symbol one
+    over float's ``symbols``: each expected flip to a string-changing class one edit."""
+    return 1.0 - (1.0 - per_position) * positions / max(1, symbols)
+
+
+def rate_surely_above(rate: float, flipped: int, positions: int, allowed: float, prior: int) -> bool:
+    """Whether a margins' estimate of a per-position loss ``rate`` (worth ``prior`` flips of evidence)
+    and ``flipped`` flips seen on ``positions`` positions put the loss rate above ``allowed`` with
+    probability ``evidence.CONFIDENT`` at least: the Gamma(``prior + flipped``, ``prior / rate + positions``)
+    belief's tail above ``allowed``, a Poisson sum (``class_scores._surely_below`` says why)."""
+    if rate <= 0.0 or positions <= 0 or allowed <= 0.0:
+        return False
+    x = allowed * (prior / rate + positions)
+    term = total = math.exp(-x)
+    for i in range(1, prior + flipped):
+        term *= x / i
+        total += term
+    return total >= CONFIDENT
