@@ -839,9 +839,9 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     symbols = by_symbols(chars, reads)  # long reads: by their edit distance (analysis/symbol_reads.py)
     if symbols:
         seen = 1.0 - sure_edits / max(1, chars)
-        estimated_reads = None if estimated_reads is None else symbol_estimate(estimated, judged, chars)
+        estimated_reads = None if estimated_reads is None else symbol_estimate(estimated, judged, chars, flipped, sure_edits)
         agreement = seen if estimated_reads is None else min(seen, estimated_reads)
-        every_reads = None if every is None else symbol_estimate(every, positions_all, chars)
+        every_reads = None if every is None else symbol_estimate(every, positions_all, chars, flipped, sure_edits)
     else:
         every_reads = None if every is None else every ** (positions_all / reads)
     return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,

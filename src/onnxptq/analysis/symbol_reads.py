@@ -27,8 +27,8 @@ summed over the reads, over the symbols of float's strings (pooled, as PER is). 
 at positions float itself is unsure of (class_scores.UNSURE) adds no edits, as it adds no changed
 read to the exact judgement; the warning counts them (``decisions.strings_advisory``). The margins'
 per-position estimate (``class_scores._margin_cdf``) becomes a per-symbol one: a flip to a
-string-changing class costs one edit, so ``1 − (1 − per position) × positions / symbols``
-(:func:`symbol_estimate`), taken where it is lower and not refuted by the flips seen. Symbols are the
+string-changing class costs an edit (or what the flips seen cost: :func:`symbol_estimate`), so
+``1 − (1 − per position) × positions / symbols``, taken where it is lower and not refuted by the flips seen. Symbols are the
 decisions, as a tagger's tokens are (analysis/evidence.py): a share below the floor breaks it where
 the edits seen are unlikely at the floor's own rate (``evidence.surely_below`` on the symbols), or
 where the margins' estimate is below it and sure of it (:func:`rate_surely_above`); below it by
@@ -53,10 +53,14 @@ def by_symbols(symbols: int, reads: int) -> bool:
     return reads > 0 and symbols >= LONG_READ * reads
 
 
-def symbol_estimate(per_position: float, positions: int, symbols: int) -> float:
+def symbol_estimate(per_position: float, positions: int, symbols: int, flipped: int = 0, edits: int = 0) -> float:
     """The margins' per-position agreement on ``positions`` decision positions as a per-symbol one
-    over float's ``symbols``: each expected flip to a string-changing class one edit."""
-    return 1.0 - (1.0 - per_position) * positions / max(1, symbols)
+    over float's ``symbols``: each expected flip to a string-changing class costs what the ``flipped``
+    flips seen cost (``edits / flipped``, at most 1), one edit where none flipped. Why not one edit
+    each: a glyph lost outright flips all its frames at once (two or three frames, one substitution),
+    so counting each flipped frame as an edit counted a test reader's lost glyph 7 twice."""
+    cost = min(1.0, edits / flipped) if flipped else 1.0
+    return 1.0 - (1.0 - per_position) * positions * cost / max(1, symbols)
 
 
 def rate_surely_above(rate: float, flipped: int, positions: int, allowed: float, prior: int) -> bool:
