@@ -22,9 +22,10 @@ SIXTEEN = Floor("16-bit", 0.0, 0.97)
 CLASSES = 40
 
 
-def _reads(n: int, symbols: int, substituted: int, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _reads(n: int, symbols: int, substituted: int, seed: int = 0, unsure: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """``n`` confident CTC reads of ``symbols`` characters (a frame each, two blank frames between; blank 0)
-    and the same reads with ``substituted`` characters of each read as another class."""
+    and the same reads with ``substituted`` characters of each read as another class; ``unsure``: float
+    reads those characters at 0.55 against 0.40 for the class they become."""
     rng = np.random.default_rng(seed)
     refs, gots = [], []
     for _ in range(n):
@@ -37,6 +38,8 @@ def _reads(n: int, symbols: int, substituted: int, seed: int = 0) -> tuple[list[
             p[0, t, 0] = got[0, t, 0] = 0.002
             p[0, t, k] = 0.95
             got[0, t, 1 + k % (CLASSES - 1) if i in swap else k] = 0.95
+            if unsure and i in swap:
+                p[0, t, k], p[0, t, 1 + k % (CLASSES - 1)] = 0.55, 0.40
         refs.append(p / p.sum(-1, keepdims=True))
         gots.append(got / got.sum(-1, keepdims=True))
     return refs, gots
@@ -76,6 +79,20 @@ def test_long_reads_losing_many_symbols_break_and_a_few_edits_on_few_reads_are_n
     assert check.positions.symbols and check.top1 < SIXTEEN.top1
     assert verdict.ok and check.top1_unjudged and check.within_chance is not None and check.within_chance > 0.1
     assert "NOT JUDGED: below the floor by 4 lost of 80" in verdict.describe()
+
+
+def test_edits_where_float_is_unsure_count_in_a_long_read():
+    """The exact judgement leaves out strings changed only where float reads a character at a
+    probability margin under 0.5 (OCR lines whose truth such changes do not worsen); a PER against
+    float counts every edit: 36 of 480 symbols so changed break the long reads."""
+    refs, gots = _reads(12, 40, 3, unsure=True)
+    verdict, check = _judge(refs, gots)
+    p = check.positions
+    assert p.symbols and p.unsure_changed == 12 and p.edits == 36 and not verdict.ok
+
+    refs, gots = _reads(40, 6, 1, unsure=True)  # short reads: exact strings, those changes said, not repaired
+    verdict, check = _judge(refs, gots)
+    assert not check.positions.symbols and check.positions.unsure_changed == 40 and verdict.ok and check.advisory
 
 
 def _dynamic(model: onnx.ModelProto) -> onnx.ModelProto:

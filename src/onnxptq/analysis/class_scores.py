@@ -781,7 +781,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     losses: list[np.ndarray] = []
     margins_all: list[np.ndarray] = []
     losses_all: list[np.ndarray] = []
-    flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = sure_edits = chars = 0
+    flipped = flipped_all = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = sure_edits = chars = 0
     for r, g in zip(refs, gots):
         # Each full-size copy (a feed's scores in float64, the string-safe copies, the
         # probabilities) is let go once its maximum is taken: the same values, 3 float64 copies of
@@ -808,6 +808,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         unsure_total += int((counted & unsure).sum())
         judged += int(decision.sum())
         flipped += int((decision & bad).sum())
+        flipped_all += int((counted & bad).sum())
         harmless += int((moved & ~bad).sum())
         scored = decision & (top != blank)
         margins.append(margin[scored])
@@ -836,19 +837,22 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     agreement = seen if estimated_reads is None else min(seen, estimated_reads)
     every = _margin_cdf(margins_all, losses_all)
     positions_all = judged + unsure_total
-    symbols = by_symbols(chars, reads)  # long reads: by their edit distance (analysis/symbol_reads.py)
-    if symbols:
-        seen = 1.0 - sure_edits / max(1, chars)
-        estimated_reads = None if estimated_reads is None else symbol_estimate(estimated, judged, chars, flipped, sure_edits)
-        agreement = seen if estimated_reads is None else min(seen, estimated_reads)
-        every_reads = None if every is None else symbol_estimate(every, positions_all, chars, flipped, sure_edits)
-    else:
-        every_reads = None if every is None else every ** (positions_all / reads)
+    if by_symbols(chars, reads):
+        # Long reads, by their edit distance, every edit and every position counted (analysis/symbol_reads.py)
+        observed = 1.0 - flipped_all / positions_all
+        every = observed if every is None else every
+        per_symbol = None if _refuted(every, flipped_all, positions_all) else symbol_estimate(every, positions_all, chars, flipped_all, edits)
+        seen = 1.0 - edits / max(1, chars)
+        return Positions(seen if per_symbol is None else min(seen, per_symbol), min(every, observed), every, observed, reads,
+                         positions_all, flipped_all, ties, blank, strings=True, changed=changed, harmless=harmless,
+                         cer=edits / max(1, chars), estimated_reads=per_symbol, unsure_changed=unsure_changed, unsure=unsure_total,
+                         estimated_all_reads=per_symbol, positions_all=positions_all, symbols=True, chars=chars, edits=edits,
+                         edits_all=edits)
     return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,
                      strings=True, changed=changed, harmless=harmless, cer=edits / max(1, chars),
                      estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total,
-                     estimated_all_reads=every_reads, positions_all=positions_all, symbols=symbols, chars=chars,
-                     edits=sure_edits, edits_all=edits)
+                     estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all,
+                     chars=chars, edits=sure_edits, edits_all=edits)
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,
