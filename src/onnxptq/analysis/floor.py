@@ -25,7 +25,9 @@ background class, e.g. CTC's blank, left out) all keep float's arg-max, estimate
 margins float leaves and the quantized model takes, float's own near-ties left out
 (:func:`onnxptq.analysis.class_scores.judge_positions`), or, where float's arg-max sequences read
 as a CTC reader's, the fraction of reads whose collapsed string is float's (a Softmax CTC head
-too: its strings break the floor and drive repair); both against the family's top-1 floor.
+too: its strings break the floor and drive repair), or for long reads (20 symbols a read or more:
+an utterance) one minus their edit distance over float's symbols (:mod:`onnxptq.analysis.symbol_reads`);
+both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. Reads
 are also judged on the first calibration feeds beside the held-out ones, and hold only on at least
