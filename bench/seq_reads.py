@@ -1,0 +1,132 @@
+"""Sequence and regression readings as their users read them (issue 27, seqreads2): the figures behind
+analysis/symbol_reads.py (long CTC reads by their edit distance) and scores.py's entity rows.
+
+    lengths  KEY...            float's collapsed CTC symbols per read as the floor sees them (12 calibration feeds,
+                               seed 1): which readers stay exact reads (< symbol_reads.LONG_READ)
+    caustic  PRESET...         caustic-nmr without repair: the floor's verdict on pred_mean beside the users' reading
+                               (shifts within 0.3 ppm of float's); --long: peptides of 66-80 residues (> scores.MAX_ROWS)
+    verdicts KEY... --presets  the floor's verdict without repair (deterministic: no repair search, no time cap)
+
+Run from a checkout with ``PYTHONPATH=src:.`` (or another tree's ``src`` to compare trees) and
+``NEWMODELS18_SRC=/work/cache/newmodels18/src``; ``--json`` keeps the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+import newmodels as nm
+
+
+def _model(key: str) -> tuple[str, object]:
+    path, make, _, _ = nm.MODELS[key]
+    return (path if str(path).startswith("/") else str(nm.SRC / path)), make
+
+
+def lengths(keys: list[str]) -> list[dict]:
+    from onnxptq.analysis.class_scores import judge_positions
+    from onnxptq.analysis.floor import readings_of
+
+    rows = []
+    for key in keys:
+        path, make = _model(key)
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        outs = [dict(zip(names, session.run(None, f))) for f in make(12, 1)]
+        for name in readings_of(onnx.load(path))["class_outputs"]:
+            refs = [np.asarray(o[name]) for o in outs]
+            p = judge_positions(refs, refs, strings_only=True) if refs[0].ndim >= 3 else None
+            row = {"model": key, "output": name, "ctc": p is not None}
+            if p is not None:
+                row.update(reads=p.reads, symbols=p.chars, per_read=round(p.chars / p.reads, 1), by_symbols=p.symbols)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def _caustic_feeds(n: int, long: bool, cache: Path | None) -> list[dict]:
+    if cache is not None and cache.exists():
+        return pickle.loads(cache.read_bytes())
+    randint = random.Random.randint
+    if long:  # caustic_feeds draws 10-24 residues; these peptides are longer than scores.MAX_ROWS
+        random.Random.randint = lambda self, a, b: randint(self, 66, 80) if (a, b) == (10, 24) else randint(self, a, b)
+    try:
+        feeds = nm.caustic_feeds(n, 5 if long else 1)
+    finally:
+        random.Random.randint = randint
+    if cache is not None:
+        cache.write_bytes(pickle.dumps(feeds))
+    return feeds
+
+
+def caustic(presets: list[str], n: int, long: bool, cache: Path | None, out_dir: Path) -> list[dict]:
+    import onnxptq
+
+    path, _ = _model("caustic_nmr")
+    feeds = _caustic_feeds(n, long, cache)
+    float_run = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ref = [float_run.run(["pred_mean"], f)[0] for f in feeds]
+    rows = []
+    for preset in presets:
+        out = out_dir / f"caustic_{'long_' if long else ''}{preset}.onnx"
+        result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(repair=False), feeds, output=out)
+        run = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        err = np.concatenate([np.abs(r - run.run(["pred_mean"], f)[0])[np.isfinite(r)] for r, f in zip(ref, feeds)])
+        check = result.floor.outputs["pred_mean"]
+        row = {"preset": preset, "residues": [int(r.shape[0]) for r in ref], "floor_ok": check.ok,
+               "scores": check.scores, "cosine": round(check.cosine, 6), "within_0.3ppm": round(float(np.mean(err <= 0.3)), 4)}
+        rows.append(row)
+        print(json.dumps(row, default=str), flush=True)
+    return rows
+
+
+def verdicts(keys: list[str], presets: list[str]) -> list[dict]:
+    import onnxptq
+
+    rows = []
+    for key in keys:
+        path, make = _model(key)
+        calib = make(12, 1)
+        for preset in presets:
+            t = time.process_time()
+            result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(repair=False), calib)
+            outs = {n: {"ok": c.ok, "top1": c.top1, "rows": c.rows, "unjudged": c.top1_unjudged}
+                    for n, c in result.floor.outputs.items()}
+            row = {"model": key, "preset": preset, "ok": result.floor.ok, "outputs": outs, "cpu_s": round(time.process_time() - t, 1)}
+            rows.append(row)
+            print(json.dumps(row, default=str), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("lengths", "caustic", "verdicts"))
+    ap.add_argument("names", nargs="+", help="bench/newmodels.py keys (lengths, verdicts) or presets (caustic)")
+    ap.add_argument("--presets", default="BF16,A8W8,MXFP8_E4M3")
+    ap.add_argument("--feeds", type=int, default=8, help="caustic: peptides")
+    ap.add_argument("--long", action="store_true", help="caustic: peptides of 66-80 residues")
+    ap.add_argument("--cache", type=Path, help="caustic: the feeds' pickle (made once, then read)")
+    ap.add_argument("--out-dir", type=Path, default=Path("/tmp"))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if args.what == "lengths":
+        rows = lengths(args.names)
+    elif args.what == "caustic":
+        rows = caustic(args.names, args.feeds, args.long, args.cache, args.out_dir)
+    else:
+        rows = verdicts(args.names, args.presets.split(","))
+    if args.json:
+        args.json.write_text(json.dumps(rows, default=str, indent=1))
+
+
+if __name__ == "__main__":
+    main()
