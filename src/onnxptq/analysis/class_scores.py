@@ -458,18 +458,14 @@ class Positions:
     #: ``strings`` of long reads judged by their edit distance (analysis/symbol_reads.py): the agreement is
     #: ``1 − edits / chars`` (or the margins' per-symbol estimate where lower), ``estimated_reads`` per symbol
     symbols: bool = False
-    #: ``strings``: the symbols of float's collapsed strings; the edits of the reads changed, those
-    #: changed only where float is unsure left out (``edits``) and counted (``edits_all``)
+    #: ``strings``: the symbols of float's collapsed strings and the edits of the reads (every one,
+    #: also where float is unsure: ``cer`` is their ratio)
     chars: int = 0
     edits: int = 0
-    edits_all: int = 0
 
     @property
     def all_reads(self) -> float:
-        """``strings``: the fraction of reads whose string is float's, every change counted (``symbols``:
-        of float's symbols kept, every edit counted)."""
-        if self.symbols:
-            return 1.0 - self.edits_all / max(1, self.chars)
+        """``strings``: the fraction of reads whose string is float's, every change counted."""
         return 1.0 - self.changed / max(1, self.reads)
 
     @property
@@ -535,11 +531,9 @@ class Positions:
         if self.symbols:
             est = (f"estimated {self.estimated_reads:.4f} from margins to a string-changing class"
                    if self.estimated_reads is not None else "by the edits seen")
-            unsure = (f"; {self.edits_all - self.edits} more in reads changed only where float is unsure (probability "
-                      f"margin < {UNSURE:g}), not counted" if self.edits_all > self.edits else "")
             return (f"symbols {self.agreement:.4f} (1 − edit distance / float's {self.chars} symbols over {self.reads} CTC "
                     f"reads of {self.chars / max(1, self.reads):.1f} on average, read by their edit distance: "
-                    f"analysis/symbol_reads.py; {self.edits} edits, {self.changed} reads differ{unsure}; {est}; "
+                    f"analysis/symbol_reads.py; {self.edits} edits, every one counted, {self.changed} reads differ; {est}; "
                     f"{self.flipped} of {self.positions} decision positions flipped to a string-changing class; "
                     f"blank class {self.background}{ties})")
         if self.strings:
@@ -781,7 +775,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     losses: list[np.ndarray] = []
     margins_all: list[np.ndarray] = []
     losses_all: list[np.ndarray] = []
-    flipped = flipped_all = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = sure_edits = chars = 0
+    flipped = flipped_all = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
     for r, g in zip(refs, gots):
         # Each full-size copy (a feed's scores in float64, the string-safe copies, the
         # probabilities) is let go once its maximum is taken: the same values, 3 float64 copies of
@@ -822,11 +816,8 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
             chars += len(fa)
             if fa != fb:
                 changed += 1
-                distance = edit_distance(fa, fb)
-                edits += distance
-                only_unsure = bool(wrong.any()) and bool(shaky[wrong].all())
-                unsure_changed += int(only_unsure)
-                sure_edits += 0 if only_unsure else distance
+                edits += edit_distance(fa, fb)
+                unsure_changed += int(bool(wrong.any()) and bool(shaky[wrong].all()))
     if judged == 0 or reads == 0:
         return None
     observed = 1.0 - flipped / judged
@@ -846,13 +837,12 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         return Positions(seen if per_symbol is None else min(seen, per_symbol), min(every, observed), every, observed, reads,
                          positions_all, flipped_all, ties, blank, strings=True, changed=changed, harmless=harmless,
                          cer=edits / max(1, chars), estimated_reads=per_symbol, unsure_changed=unsure_changed, unsure=unsure_total,
-                         estimated_all_reads=per_symbol, positions_all=positions_all, symbols=True, chars=chars, edits=edits,
-                         edits_all=edits)
+                         estimated_all_reads=per_symbol, positions_all=positions_all, symbols=True, chars=chars, edits=edits)
     return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,
                      strings=True, changed=changed, harmless=harmless, cer=edits / max(1, chars),
                      estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total,
                      estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all,
-                     chars=chars, edits=sure_edits, edits_all=edits)
+                     chars=chars, edits=edits)
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,

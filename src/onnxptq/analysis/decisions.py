@@ -536,18 +536,15 @@ def strings_advisory(positions: Any, floor: Any) -> str | None:
     judged by their strings"). Said too where the margins' estimate with those positions counted is below
     the floor on enough decision positions: captcha_whisperer MXFP8_E4M3 changed 1 of the floor's 96
     captchas (at such a position) and 14 of 256 others."""
-    if positions is None or not getattr(positions, "strings", False):
-        return None
-    seen = positions.unsure_changed and positions.all_reads < floor.top1 and (positions.units >= floor.needed or positions.changed >= 2)
+    if positions is None or not getattr(positions, "strings", False) or positions.symbols:
+        return None  # long reads judged by their edit distance count every edit (analysis/symbol_reads.py)
+    seen = positions.unsure_changed and positions.all_reads < floor.top1 and (positions.reads >= floor.needed or positions.changed >= 2)
     est = positions.estimated_all_reads
     margins = est is not None and est < floor.top1 and positions.positions_all >= floor.needed and positions.unsure
     if not (seen or margins):
         return None
-    differ = (f"{positions.edits_all} edits over float's {positions.chars} symbols, {positions.edits_all - positions.edits} of them in "
-              f"{positions.unsure_changed} reads changed only at" if positions.symbols else
-              f"{positions.changed} of {positions.reads} reads differ, {positions.unsure_changed} only at")
-    figure = (f"{positions.all_reads:.4f}: {differ} positions float reads with a probability margin under {UNSURE:g}" if seen else
+    figure = (f"{positions.all_reads:.4f}: {positions.changed} of {positions.reads} reads differ, {positions.unsure_changed} only at "
+              f"positions float reads with a probability margin under {UNSURE:g}" if seen else
               f"estimated {est:.4f} from the margins of all {positions.positions_all} decision positions")
-    what = "symbols" if positions.symbols else "strings"
-    return (f"{what} below the top-1 floor {floor.top1:g} counting the positions float itself is unsure of "
+    return (f"strings below the top-1 floor {floor.top1:g} counting the positions float itself is unsure of "
             f"({figure}; not repaired): " + positions.describe())
