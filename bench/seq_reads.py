@@ -101,7 +101,8 @@ def verdicts(keys: list[str], presets: list[str]) -> list[dict]:
             result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(repair=False), calib)
             outs = {n: {"ok": c.ok, "top1": c.top1, "rows": c.rows, "unjudged": c.top1_unjudged}
                     for n, c in result.floor.outputs.items()}
-            row = {"model": key, "preset": preset, "ok": result.floor.ok, "outputs": outs, "cpu_s": round(time.process_time() - t, 1)}
+            row = {"model": key, "preset": preset, "ok": result.floor.ok, "outputs": outs, "cpu_s": round(time.process_time() - t, 1),
+                   "text": result.floor.describe()[:500]}
             rows.append(row)
             print(json.dumps(row, default=str), flush=True)
     return rows
