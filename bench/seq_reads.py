@@ -89,20 +89,28 @@ def caustic(presets: list[str], n: int, long: bool, cache: Path | None, out_dir:
     return rows
 
 
-def verdicts(keys: list[str], presets: list[str]) -> list[dict]:
+def verdicts(keys: list[str], presets: list[str], held: int, out_dir: Path) -> list[dict]:
+    """The floor's verdict without repair; ``held``: also the bench's task metric on that many held-out
+    feeds (seed 1000, as bench/newmodels.py draws them) for the model without repair."""
     import onnxptq
 
     rows = []
     for key in keys:
         path, make = _model(key)
         calib = make(12, 1)
+        others = make(held, 1000) if held else []
+        ref = nm._memo(nm.zoo.session_runner(path), others) if held else None
         for preset in presets:
             t = time.process_time()
-            result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(repair=False), calib)
+            output = out_dir / f"{key}.{preset}.norepair.onnx"
+            result = onnxptq.quantize(path, onnxptq.get_preset(preset).replace(repair=False), calib, output=output)
             outs = {n: {"ok": c.ok, "top1": c.top1, "rows": c.rows, "unjudged": c.top1_unjudged}
                     for n, c in result.floor.outputs.items()}
             row = {"model": key, "preset": preset, "ok": result.floor.ok, "outputs": outs, "cpu_s": round(time.process_time() - t, 1),
                    "text": result.floor.describe()[:500]}
+            if held:
+                test = nm._memo(nm.zoo.session_runner(str(output)), others)
+                row["task_without_repair"] = round(float(nm.MODELS[key][3](ref, test, others, None)), 4)
             rows.append(row)
             print(json.dumps(row, default=str), flush=True)
     return rows
@@ -116,6 +124,7 @@ def main() -> None:
     ap.add_argument("--feeds", type=int, default=8, help="caustic: peptides")
     ap.add_argument("--long", action="store_true", help="caustic: peptides of 66-80 residues")
     ap.add_argument("--cache", type=Path, help="caustic: the feeds' pickle (made once, then read)")
+    ap.add_argument("--held", type=int, default=0, help="verdicts: the task metric on this many held-out feeds too")
     ap.add_argument("--out-dir", type=Path, default=Path("/tmp"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -124,7 +133,7 @@ def main() -> None:
     elif args.what == "caustic":
         rows = caustic(args.names, args.feeds, args.long, args.cache, args.out_dir)
     else:
-        rows = verdicts(args.names, args.presets.split(","))
+        rows = verdicts(args.names, args.presets.split(","), args.held, args.out_dir)
     if args.json:
         args.json.write_text(json.dumps(rows, default=str, indent=1))
 
