@@ -1,9 +1,8 @@
 """Long CTC reads judged by their edit distance, short ones by their exact strings (analysis/symbol_reads.py).
 
-hama's phoneme recognizer reads 18-39 phonemes an utterance; judged as exact strings, one phoneme
-changed in 32 broke the 16-bit floor under every quantizing preset while 1 − PER against float read
-0.97-0.99, and repair kept 108-163 nodes float (bench/RESULTS.md, newmodels18). A captcha's code
-or an OCR line of 3-18 characters stays an exact read.
+hama's phoneme recognizer reads 18-39 phonemes an utterance, and its users read the phoneme error
+rate: as exact strings one phoneme changed in 32 changes the read (bench/RESULTS.md, newmodels18 and
+seqreads2). A captcha's code or an OCR line of 3-18 characters stays an exact read.
 """
 
 from __future__ import annotations
