@@ -158,8 +158,9 @@ import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
-from .evidence import CONFIDENT, surely_below
+from .evidence import surely_below
 from .fields import MAX_FIELDS
+from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
            "edit_distance", "judge_positions", "score_float_tensors", "sibling_heads"]
@@ -454,6 +455,13 @@ class Positions:
     #: ``sequences`` the sequences they came from
     per_token: bool = False
     sequences: int = 0
+    #: ``strings`` of long reads judged by their edit distance (analysis/symbol_reads.py): the agreement is
+    #: ``1 − edits / chars`` (or the margins' per-symbol estimate where lower), ``estimated_reads`` per symbol
+    symbols: bool = False
+    #: ``strings``: the symbols of float's collapsed strings and the edits of the reads (every one,
+    #: also where float is unsure: ``cer`` is their ratio)
+    chars: int = 0
+    edits: int = 0
 
     @property
     def all_reads(self) -> float:
@@ -461,9 +469,23 @@ class Positions:
         return 1.0 - self.changed / max(1, self.reads)
 
     @property
+    def units(self) -> int:
+        """The decisions a verdict that holds counts against ``floor.needed``: float's symbols
+        (``symbols``), the decision tokens (``per_token``), else the reads."""
+        return self.chars if self.symbols else self.positions if self.per_token else self.reads
+
+    @property
+    def lost(self) -> int:
+        """The decisions lost among :attr:`units` where they are independent (evidence.py): edits
+        (``symbols``), flipped tokens (``per_token``)."""
+        return self.edits if self.symbols else self.flipped
+
+    @property
     def observed_reads(self) -> float:
         """The fraction of reads seen to agree: collapsed strings equal (``strings``), else every
         decision position kept."""
+        if self.symbols:
+            return 1.0 - self.edits / max(1, self.chars)
         if self.strings:
             return 1.0 - (self.changed - self.unsure_changed) / max(1, self.reads)
         return self.observed ** (self.positions / max(1, self.reads))
@@ -487,6 +509,12 @@ class Positions:
         where 396 of 400 other sentences kept every tag (0.990)."""
         margins = (self.estimated_reads is not None and self.positions >= needed and self.estimated_reads < top1
                    and _surely_below(self.estimated, self.flipped, self.positions, self.reads, top1))
+        if self.symbols:
+            # A long read's symbols, judged by evidence as a tagger's tokens are (analysis/symbol_reads.py)
+            allowed = (1.0 - top1) * self.chars / max(1, self.positions)
+            return surely_below(self.chars - self.edits, self.chars, top1) or (
+                self.estimated_reads is not None and self.estimated_reads < top1
+                and rate_surely_above(1.0 - self.estimated, self.flipped, self.positions, allowed, CHORD))
         if self.per_token:
             # Independent decisions, each its own read: judged by evidence, not by count (analysis/evidence.py).
             # khmersm MXFP8_E4M3 flipped 4 of 79 word starts on its 4 held-out sentences (0.949 < 0.95), which
@@ -500,6 +528,14 @@ class Positions:
 
     def describe(self) -> str:
         ties = f", {self.ties} float near-ties left out" if self.ties else ""
+        if self.symbols:
+            est = (f"estimated {self.estimated_reads:.4f} from margins to a string-changing class"
+                   if self.estimated_reads is not None else "by the edits seen")
+            return (f"symbols {self.agreement:.4f} (1 − edit distance / float's {self.chars} symbols over {self.reads} CTC "
+                    f"reads of {self.chars / max(1, self.reads):.1f} on average, read by their edit distance: "
+                    f"analysis/symbol_reads.py; {self.edits} edits, every one counted, {self.changed} reads differ; {est}; "
+                    f"{self.flipped} of {self.positions} decision positions flipped to a string-changing class; "
+                    f"blank class {self.background}{ties})")
         if self.strings:
             est = (f"estimated {self.estimated_reads:.4f} from margins to a string-changing class"
                    if self.estimated_reads is not None else "by the strings seen")
@@ -570,7 +606,7 @@ def _refuted(estimated: float, flipped: int, judged: int) -> bool:
 def _surely_below(estimated: float, flipped: int, positions: int, reads: int, top1: float) -> bool:
     """Whether the margins' per-position estimate ``estimated`` and the ``flipped`` of ``positions``
     decision positions seen together put the per-position loss rate above the floor's (``top1`` on
-    reads of ``positions / reads`` decision positions) with probability :data:`CONFIDENT` at least.
+    reads of ``positions / reads`` decision positions) with probability ``evidence.CONFIDENT`` at least.
 
     Why: the estimate's loss rate ``q̂`` is the mean loss times the margin CDF's slope at 0, and that
     slope rests on the :data:`CHORD` smallest margins (:func:`_margin_cdf`): ``(n + 1) m_CHORD`` times the
@@ -585,17 +621,9 @@ def _surely_below(estimated: float, flipped: int, positions: int, reads: int, to
     tinyocr's A8W8 break (one flip of 128 positions: 0.945 sure; 0.85 of 352 other lines) and every
     break an estimate far below the floor makes. Only the reads the floor cannot judge by count are so
     guarded (:meth:`Positions.judged`): on enough reads the point estimate decides, as before."""
-    rate = 1.0 - estimated
-    if rate <= 0.0 or positions <= 0 or reads <= 0:
+    if positions <= 0 or reads <= 0:
         return False
-    allowed = 1.0 - top1 ** (reads / positions)
-    x = allowed * (CHORD / rate + positions)
-    shape = CHORD + flipped
-    term = total = math.exp(-x)
-    for i in range(1, shape):
-        term *= x / i
-        total += term
-    return total >= CONFIDENT
+    return rate_surely_above(1.0 - estimated, flipped, positions, 1.0 - top1 ** (reads / positions), CHORD)
 
 
 def _sequences(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -747,7 +775,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     losses: list[np.ndarray] = []
     margins_all: list[np.ndarray] = []
     losses_all: list[np.ndarray] = []
-    flipped = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
+    flipped = flipped_all = harmless = ties = judged = changed = unsure_changed = unsure_total = reads = edits = chars = 0
     for r, g in zip(refs, gots):
         # Each full-size copy (a feed's scores in float64, the string-safe copies, the
         # probabilities) is let go once its maximum is taken: the same values, 3 float64 copies of
@@ -774,6 +802,7 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         unsure_total += int((counted & unsure).sum())
         judged += int(decision.sum())
         flipped += int((decision & bad).sum())
+        flipped_all += int((counted & bad).sum())
         harmless += int((moved & ~bad).sum())
         scored = decision & (top != blank)
         margins.append(margin[scored])
@@ -799,10 +828,21 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
     agreement = seen if estimated_reads is None else min(seen, estimated_reads)
     every = _margin_cdf(margins_all, losses_all)
     positions_all = judged + unsure_total
+    if by_symbols(chars, reads):
+        # Long reads, by their edit distance, every edit and every position counted (analysis/symbol_reads.py)
+        observed = 1.0 - flipped_all / positions_all
+        every = observed if every is None else every
+        per_symbol = None if _refuted(every, flipped_all, positions_all) else symbol_estimate(every, positions_all, chars, flipped_all, edits)
+        seen = 1.0 - edits / max(1, chars)
+        return Positions(seen if per_symbol is None else min(seen, per_symbol), min(every, observed), every, observed, reads,
+                         positions_all, flipped_all, ties, blank, strings=True, changed=changed, harmless=harmless,
+                         cer=edits / max(1, chars), estimated_reads=per_symbol, unsure_changed=unsure_changed, unsure=unsure_total,
+                         estimated_all_reads=per_symbol, positions_all=positions_all, symbols=True, chars=chars, edits=edits)
     return Positions(agreement, min(estimated, observed), estimated, observed, reads, judged, flipped, ties, blank,
                      strings=True, changed=changed, harmless=harmless, cer=edits / max(1, chars),
                      estimated_reads=estimated_reads, unsure_changed=unsure_changed, unsure=unsure_total,
-                     estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all)
+                     estimated_all_reads=None if every is None else every ** (positions_all / reads), positions_all=positions_all,
+                     chars=chars, edits=edits)
 
 
 def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *, strings_only: bool = False,

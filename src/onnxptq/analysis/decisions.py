@@ -316,7 +316,7 @@ def _judge_argmax(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check
     pooled = judge_positions(refs + seen_refs, gots + seen_gots, strings_only=held.strings) if seen_refs else None
     broken = [p for p in (held, pooled) if p is not None and p.judged(floor.needed, floor.top1) and p.agreement < floor.top1]
     positions = broken[0] if broken else pooled if pooled is not None else held
-    check.positions, check.top1, check.count = positions, positions.agreement, positions.positions
+    check.positions, check.top1, check.count = positions, positions.agreement, positions.chars if positions.symbols else positions.positions
     check.seen = len(seen_refs) if positions is pooled else 0
     check.broken = bool(broken)
     where = f" on the held-out and {check.seen} calibration samples" if check.seen else ""
@@ -536,8 +536,8 @@ def strings_advisory(positions: Any, floor: Any) -> str | None:
     judged by their strings"). Said too where the margins' estimate with those positions counted is below
     the floor on enough decision positions: captcha_whisperer MXFP8_E4M3 changed 1 of the floor's 96
     captchas (at such a position) and 14 of 256 others."""
-    if positions is None or not getattr(positions, "strings", False):
-        return None
+    if positions is None or not getattr(positions, "strings", False) or positions.symbols:
+        return None  # long reads judged by their edit distance count every edit (analysis/symbol_reads.py)
     seen = positions.unsure_changed and positions.all_reads < floor.top1 and (positions.reads >= floor.needed or positions.changed >= 2)
     est = positions.estimated_all_reads
     margins = est is not None and est < floor.top1 and positions.positions_all >= floor.needed and positions.unsure

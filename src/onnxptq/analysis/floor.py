@@ -25,7 +25,9 @@ background class, e.g. CTC's blank, left out) all keep float's arg-max, estimate
 margins float leaves and the quantized model takes, float's own near-ties left out
 (:func:`onnxptq.analysis.class_scores.judge_positions`), or, where float's arg-max sequences read
 as a CTC reader's, the fraction of reads whose collapsed string is float's (a Softmax CTC head
-too: its strings break the floor and drive repair); both against the family's top-1 floor.
+too: its strings break the floor and drive repair), or for long reads (20 symbols a read or more:
+an utterance) one minus their edit distance over float's symbols (:mod:`onnxptq.analysis.symbol_reads`);
+both against the family's top-1 floor.
 Either is judged only on at least ``1 / (1 − floor)`` rows or positions (34 for 0.97): on fewer,
 one tie flipped would break the floor by itself; the verdict then says it was not judged. Reads
 are also judged on the first calibration feeds beside the held-out ones, and hold only on at least
@@ -371,7 +373,8 @@ class OutputCheck:
                                                             f"{self.needed})" if self.top1_unjudged and self.positions else "")
         elif self.positions is not None:
             seen = f" on the held-out and {self.seen_feeds} calibration samples" if self.seen_feeds else ""
-            unjudged = f" (NOT JUDGED: {self.positions.reads} reads, the floor needs {self.needed})" if self.top1_unjudged else ""
+            units = "symbols" if self.positions.symbols else "reads"
+            unjudged = f" (NOT JUDGED: {self.positions.units} {units}, the floor needs {self.needed})" if self.top1_unjudged else ""
             text += f", {self.positions.describe()}{seen}" + (self._chance() if self.within_chance is not None else unjudged)
         elif self.top1 is not None:
             seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds and not self.held_out_only else ""
@@ -389,7 +392,7 @@ class OutputCheck:
 
     def _chance(self) -> str:
         """Why a share below the floor is not judged (``within_chance``: analysis/evidence.py)."""
-        lost = self.positions.flipped if self.positions is not None else self.rows - round((self.top1 or 0.0) * self.rows)
+        lost = self.positions.lost if self.positions is not None else self.rows - round((self.top1 or 0.0) * self.rows)
         return (f" (NOT JUDGED: below the floor by {lost} lost of {self.rows}, as many as a model at the floor loses on "
                 f"{self.within_chance:.0%} of draws)")
 
@@ -1795,6 +1798,12 @@ def _breaks(positions: Positions, floor: Floor) -> bool:
     return positions.judged(floor.needed, floor.top1) and positions.agreement < floor.top1
 
 
+def _judged_count(positions: Positions) -> int:
+    """What a reads check's ``rows`` counts: float's symbols for long reads judged by their edit
+    distance (analysis/symbol_reads.py), else the decision positions."""
+    return positions.chars if positions.symbols else positions.positions
+
+
 def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarray],
                  seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor, strings_only: bool = False,
                  per_token: bool = False) -> bool:
@@ -1840,18 +1849,18 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     shown = broken[0] if broken else pooled if pooled is not None else held
     check.positions = shown
     check.seen_feeds = len(seen_refs) if shown is pooled else 0
-    check.top1, check.rows = shown.agreement, shown.positions
+    check.top1, check.rows = shown.agreement, _judged_count(shown)
     check.needed = floor.needed
     if broken:
         check.ok = False
     else:
-        low = [p for p in (held, pooled) if p is not None and p.per_token and p.agreement < floor.top1]
-        if low:  # a tagger's tokens below the floor by flips that could be chance (analysis/evidence.py): not judged
+        low = [p for p in (held, pooled) if p is not None and (p.per_token or p.symbols) and p.agreement < floor.top1]
+        if low:  # a tagger's tokens, a long read's symbols below the floor by losses that could be chance: not judged
             shown = min(low, key=lambda p: p.agreement)
-            check.positions, check.top1, check.rows = shown, shown.agreement, shown.positions
-            check.within_chance = tail(shown.flipped, shown.positions, floor.top1)
+            check.positions, check.top1, check.rows = shown, shown.agreement, _judged_count(shown)
+            check.within_chance = tail(shown.lost, shown.units, floor.top1)
             check.seen_feeds = len(seen_refs) if shown is pooled else 0
-        check.top1_unjudged = shown.reads < check.needed or check.within_chance is not None
+        check.top1_unjudged = shown.units < check.needed or check.within_chance is not None
         # CTC strings changed only where float is unsure: said, not repaired (decisions.strings_advisory)
         check.advisory = next((t for t in (strings_advisory(p, floor) for p in (held, pooled) if p is not None) if t), None)
     return True

@@ -18,6 +18,20 @@ thresholds or arg-max elsewhere), and, where the graph's head reads as class sco
 (``class_scores.class_like_outputs``), on a positive scale (no value ≤ 0: logits straddle zero, a
 score scale does not).
 
+**Rows that are entities, not a batch** (:attr:`ScoreAgreement.entity_rows`): a graph model's
+per-node regression (caustic-nmr's ``pred_mean [num_residues, 6]``: six chemical shifts per
+residue of a peptide) has a leading axis whose length is its input's, not a batch's: it differs
+from feed to feed (10-24 residues on the bench's peptides). Each row is one entity a user reads
+(a residue's shifts), so it is judged per row as a sample is, and not capped at :data:`MAX_ROWS`:
+a protein of 65 residues or more fell out of this reading and was judged by its cosine alone
+(BF16 0.99999 on the peptides, where 0.13 of its shifts are off by more than 0.3 ppm). The cap
+stays where the rows are as many on every feed (a detector's anchors, ``[896, 16]``), and a
+one-column ``[T, 1]`` is left to a curve's reading (analysis/curves.py). The tolerance is the one
+above, per column over every row of every feed: the quantity's own range over the entities
+(caustic's carbonyl C: 4.0 ppm from the 5th to the 95th percentile over 122 residues of 8 peptides,
+so 0.2 ppm; CA 12.2 ppm, 0.6 ppm; a 13C assignment matches within 0.3 ppm). Measured there without
+repair, it gives the verdicts the users' 0.3 ppm gives on every preset (bench/RESULTS.md, seqreads2).
+
 The tolerance, from data: the speechmos packages' results are read to one decimal, so 0.1 MOS is
 the error that changes a verdict; float's spread of a MOS over varied clips is about 2 MOS (the
 speech mixes of 0–35 dB SNR, clipped, low-passed, packet-lossy: RESULTS.md's section of this
@@ -38,7 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["CENTRAL", "MAX_ROWS", "MAX_SCORES", "TOLERANCE", "ScoreAgreement", "score_values", "spread_of"]
+__all__ = ["CENTRAL", "MAX_ROWS", "MAX_SCORES", "TOLERANCE", "ScoreAgreement", "entity_values", "score_values", "spread_of"]
 
 #: values per sample a score output may have (DNSMOS P.835: 3; AECMOS: 4)
 MAX_SCORES = 8
@@ -58,6 +72,15 @@ def score_values(r: np.ndarray) -> np.ndarray | None:
     if r.ndim == 1:
         return r.reshape(1, -1) if 1 <= r.shape[0] <= MAX_SCORES else None
     return r if 1 <= r.shape[1] <= MAX_SCORES and 1 <= r.shape[0] <= MAX_ROWS else None
+
+
+def entity_values(r: np.ndarray) -> np.ndarray | None:
+    """``r`` where it may be a per-entity regression of more than :data:`MAX_ROWS` rows (module
+    docstring, "Rows that are entities"): a float ``[rows, k]`` of 2 to :data:`MAX_SCORES` columns;
+    whether its rows are entities the feeds' row counts say (:attr:`ScoreAgreement.entity_rows`)."""
+    r = np.asarray(r)
+    ok = np.issubdtype(r.dtype, np.floating) and r.ndim == 2 and r.shape[0] > MAX_ROWS and 2 <= r.shape[1] <= MAX_SCORES
+    return r if ok else None
 
 
 #: the central share of float's values whose range is the spread (module docstring)
@@ -83,15 +106,20 @@ class ScoreAgreement:
     keeps: list[np.ndarray | None] = field(default_factory=list)
     #: False once a feed's values are not a score output's
     valid: bool = True
+    #: per feed, the rows (a rank-2 output's leading axis): more than :data:`MAX_ROWS` are read only as entities
+    rows: list[int] = field(default_factory=list)
 
     def add(self, r: np.ndarray, g: np.ndarray, keep: np.ndarray | None = None, undefined: np.ndarray | None = None) -> None:
         """One feed's float and quantized values; ``keep``: the rows that are read (a gated regression:
         analysis/row_gates.py), None where every row is; ``undefined``: the values float leaves
         non-finite (a residue without that atom), left out of the judgement (NaN here, on both sides)."""
         rr, gg = score_values(r), score_values(g)
+        if rr is None and gg is None:
+            rr, gg = entity_values(r), entity_values(g)
         if rr is None or gg is None or rr.shape != gg.shape or (self.refs and rr.shape[1] != self.refs[0].shape[1]):
             self.valid = False
             return
+        self.rows.append(rr.shape[0])
         rr, gg = rr.astype(np.float64), gg.astype(np.float64)
         if undefined is not None:
             hole = np.asarray(undefined, bool).reshape(rr.shape)
@@ -102,6 +130,12 @@ class ScoreAgreement:
             self.keeps.append(None if keep is None or keep.shape != (rr.shape[0],) else np.asarray(keep, bool))
 
     @property
+    def entity_rows(self) -> bool:
+        """Whether the rows are entities, not a batch: their count differs between the feeds (a
+        residue, atom or node axis as long as the input's); read so, more than :data:`MAX_ROWS` rows are judged."""
+        return len(set(self.rows)) > 1
+
+    @property
     def gated(self) -> bool:
         """Whether every feed came with the rows that are read (then only those are judged)."""
         return bool(self.keeps) and all(k is not None for k in self.keeps)
@@ -109,8 +143,8 @@ class ScoreAgreement:
     def is_scores(self, positive: bool) -> bool:
         """Whether float's values read as scores on one scale: not all in [0, 1] (a probability), and
         all above zero where ``positive`` (the head reads as class scores: logits straddle zero)."""
-        if not self.valid or not self.refs:
-            return False
+        if not self.valid or not self.refs or (max(self.rows) > MAX_ROWS and not self.entity_rows):
+            return False  # many rows, as many on every feed: candidates or anchors, not samples
         r = np.concatenate(self.refs)
         if float(np.nanmin(r)) >= 0.0 and float(np.nanmax(r)) <= 1.0:
             return False
