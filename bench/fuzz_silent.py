@@ -22,7 +22,7 @@ Each row is classified:
   the delivered model holds / breaks on the fresh set.
 
 A SILENT (or repaired-but-below) row gets its cause's first split: the share of random subsets of
-the fresh set, as large as the floor's held-out set, on which the verdict holds (``p_hold``). A
+the fresh set, as large as the feeds the floor judged on (held-out and calibration feeds pooled), on which the verdict holds (``p_hold``). A
 ``p_hold`` well above 0 is the sample-size effect (a few held-out feeds; floormargin's lane); near 0
 the small verdict and the large one disagree for another reason (a reading, a placement that breaks
 on feeds unlike the held-out ones) and the row keeps a reproducer.
@@ -224,7 +224,8 @@ def judge_one(src: Path, preset: str, calib: list[dict], fresh: list[dict], out:
     if not big.ok and small.ok:
         # The first split of a miss: how often a held-out set as small as the floor's holds on these outputs.
         rng = np.random.default_rng(0)
-        size = max(1, small.samples)
+        size = min(len(fresh), max(1, small.samples + _seen_feeds(small)))
+        row["subset_size"] = size
         holds = 0
         for _ in range(subsets):
             pick = rng.choice(len(fresh), size, replace=False)
@@ -233,6 +234,15 @@ def judge_one(src: Path, preset: str, calib: list[dict], fresh: list[dict], out:
     row["judge_cpu_s"] = round(time.process_time() - c1, 2)
     row["status"] = "ok"
     return row
+
+
+def _seen_feeds(verdict: Any) -> int:
+    """The calibration feeds a verdict pooled with its held-out ones (reads, rows too few, kept candidates,
+    scores, regions): a held-out-sized subset of the fresh set is this many feeds larger."""
+    counts = [0]
+    for c in verdict.outputs.values():
+        counts += [c.seen_feeds, c.kept_seen, c.scores[4] if c.scores is not None else 0, c.regions[2] if c.regions is not None else 0]
+    return max(counts)
 
 
 def _r(x: Any) -> Any:
@@ -282,6 +292,14 @@ def main() -> int:
         print(markdown(a.markdown))
         return 0
     logging.disable(logging.WARNING)
+    # Imported once here, inherited by every forked child: each child importing them cost more CPU than
+    # a small module's quantization.
+    import onnxptq  # noqa: F401
+    import onnxptq.analysis.floor  # noqa: F401
+    import onnxptq.pipeline.complete  # noqa: F401
+    import torch
+
+    torch.set_num_threads(1)
     out_dir = Path(a.out_dir)
     mdir = out_dir / f"models.seed{a.seed}"
     rows: list[dict] = json.loads(Path(a.json).read_text())["rows"] if Path(a.json).exists() else []
