@@ -162,50 +162,37 @@ def _typed(session: Any, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, n
     return [{k: (v.astype(want[k]) if want.get(k) is not None and v.dtype.kind == "f" else v) for k, v in f.items()} for f in feeds]
 
 
-def judge_one(src: Path, preset: str, calib: list[dict], fresh: list[dict], out: Path, subsets: int) -> dict:
-    """Quantize ``src`` with ``preset`` on ``calib`` (defaults); judge the delivered model again on ``fresh``."""
+def _quantize(src: Path, config: Any, calib: list[dict], out: Path | None) -> tuple[Any, Any]:
+    """``onnxptq.quantize`` with the ``Calibrated`` it judged with (its prepared model and readings)."""
     import onnxptq
     import onnxptq.api as api
-    from onnxptq.analysis.decisions import DecisionReader
-    from onnxptq.analysis.floor import floor_for, measure
-    from onnxptq.errors import DOCUMENTED_ERRORS
-    from onnxptq.graph.walk import compared_outputs
-    from onnxptq.pipeline.calibrate import float_outputs_of
-    from onnxptq.sessions import open_session, run_feeds
 
     captured: dict[str, Any] = {}
     calibrate_once = api.calibrate_once
 
-    def spy(*args: Any, **kwargs: Any) -> Any:  # the Calibrated quantize judged with: its prepared model and readings
+    def spy(*args: Any, **kwargs: Any) -> Any:
         captured["c"] = calibrate_once(*args, **kwargs)
         return captured["c"]
 
     api.calibrate_once = spy
-    row: dict[str, Any] = {"preset": preset}
-    c0 = time.process_time()
     try:
-        res = onnxptq.quantize(str(src), preset, data=list(calib), output=str(out))
-    except DOCUMENTED_ERRORS as exc:
-        row.update(status="documented error", error=f"{type(exc).__name__}: {ef._first(exc)}")
-        return row
-    except Exception as exc:  # noqa: BLE001
-        row.update(status="raw exception", error=f"{type(exc).__name__}: {ef._first(exc)}", trace=traceback.format_exc()[-2500:])
-        return row
+        res = onnxptq.quantize(str(src), config, data=list(calib), output=None if out is None else str(out))
     finally:
         api.calibrate_once = calibrate_once
-    row["cpu_s"] = round(time.process_time() - c0, 2)
-    small = res.floor
-    if small is None:
-        row.update(status="not judged", error="quantize gave no floor verdict")
-        return row
-    rep = res.repair if isinstance(res.repair, dict) else {}
-    row["repaired"] = len(rep.get("kept_float", {})) + len(rep.get("stepped_up", {}))
-    row["small"] = {"ok": small.ok, "samples": small.samples, "broken": small.broken, "unjudged": small.unjudged,
-                    "advisories": len(small.advisories), "text": small.describe()[:600]}
-    cal = captured["c"]
+    return res, captured["c"]
+
+
+def _fresh_verdict(res: Any, cal: Any, fresh: list[dict], subsets: int) -> tuple[Any, dict[str, Any]]:
+    """The floor's verdict on ``res``'s delivered model over ``fresh``, with the readings quantize used; where it
+    breaks, ``p_hold``: the share of random subsets as large as the feeds quantize judged on that hold."""
+    from onnxptq.analysis.decisions import DecisionReader
+    from onnxptq.analysis.floor import floor_for, measure
+    from onnxptq.graph.walk import compared_outputs
+    from onnxptq.pipeline.calibrate import float_outputs_of
+    from onnxptq.sessions import open_session, run_feeds
+
     readings = cal.readings
     names = compared_outputs(cal.prepared.graph)
-    c1 = time.process_time()
     ref = float_outputs_of(cal.prepared, fresh, res.config)
     decisions = readings["decisions"]
     if decisions:
@@ -216,24 +203,67 @@ def judge_one(src: Path, preset: str, calib: list[dict], fresh: list[dict], out:
     got = [dict(g, **e) for g, e in zip(got, DecisionReader(res.model, decisions)(typed))]
     floor = floor_for(res.config)
     big = measure(ref, got, floor, **readings)
-    row["big"] = {"ok": big.ok, "samples": big.samples, "broken": big.broken, "unjudged": big.unjudged,
-                  "text": big.describe(only_broken=not big.ok)[:600]}
-    row["figures"] = {n: {"small_cos": _r(small.outputs[n].cosine) if n in small.outputs else None, "big_cos": _r(c.cosine),
-                          "big_top1": _r(getattr(c, "top1", None))} for n, c in big.outputs.items()}
-    row["class"] = classify(small, big, row["repaired"])
-    if not big.ok and small.ok:
-        # The first split of a miss: how often a held-out set as small as the floor's holds on these outputs.
+    info: dict[str, Any] = {"ok": big.ok, "samples": big.samples, "broken": big.broken, "unjudged": big.unjudged,
+                            "text": big.describe(only_broken=not big.ok)[:600]}
+    if not big.ok:
         rng = np.random.default_rng(0)
-        size = min(len(fresh), max(1, small.samples + _seen_feeds(small)))
-        row["subset_size"] = size
+        size = min(len(fresh), max(1, res.floor.samples + _seen_feeds(res.floor)))
         holds = 0
         for _ in range(subsets):
             pick = rng.choice(len(fresh), size, replace=False)
             holds += measure([ref[i] for i in pick], [got[i] for i in pick], floor, **readings).ok
-        row["p_hold"] = round(holds / max(1, subsets), 3)
+        info.update(p_hold=round(holds / max(1, subsets), 3), subset_size=size)
+    return big, info
+
+
+def judge_one(src: Path, preset: str, calib: list[dict], fresh: list[dict], out: Path, subsets: int) -> dict:
+    """Quantize ``src`` with ``preset`` on ``calib`` (defaults); judge the delivered model again on
+    ``fresh``. Where repair acted, the plain build (``repair=False``) is judged again too: whether the
+    floor's verdict on it was a sample's luck is what the miss counts are checked against."""
+    from onnxptq.config.presets import resolve_config
+    from onnxptq.errors import DOCUMENTED_ERRORS
+
+    row: dict[str, Any] = {"preset": preset}
+    c0 = time.process_time()
+    try:
+        res, cal = _quantize(src, preset, calib, out)
+    except DOCUMENTED_ERRORS as exc:
+        row.update(status="documented error", error=f"{type(exc).__name__}: {ef._first(exc)}")
+        return row
+    except Exception as exc:  # noqa: BLE001
+        row.update(status="raw exception", error=f"{type(exc).__name__}: {ef._first(exc)}", trace=traceback.format_exc()[-2500:])
+        return row
+    row["cpu_s"] = round(time.process_time() - c0, 2)
+    small = res.floor
+    if small is None:
+        row.update(status="not judged", error="quantize gave no floor verdict")
+        return row
+    rep = res.repair if isinstance(res.repair, dict) else {}
+    row["repaired"] = len(rep.get("kept_float", {})) + len(rep.get("stepped_up", {}))
+    row["small"] = {"ok": small.ok, "samples": small.samples, "broken": small.broken, "unjudged": small.unjudged,
+                    "advisories": len(small.advisories), "text": small.describe()[:600]}
+    c1 = time.process_time()
+    big, row["big"] = _fresh_verdict(res, cal, fresh, subsets)
+    row["p_hold"] = row["big"].get("p_hold")
+    row["figures"] = {n: {"small_cos": _r(small.outputs[n].cosine) if n in small.outputs else None, "big_cos": _r(c.cosine),
+                          "big_top1": _r(getattr(c, "top1", None))} for n, c in big.outputs.items()}
+    row["class"] = classify(small, big, row["repaired"])
+    if rep:
+        plain, plain_cal = _quantize(src, _no_repair(resolve_config(preset)), calib, None)
+        _, info = _fresh_verdict(plain, plain_cal, fresh, subsets)
+        row["plain"] = {"small_ok": plain.floor.ok, "small_text": plain.floor.describe()[:400], **info}
+    else:
+        row["plain"] = {"small_ok": small.ok, **row["big"]}
     row["judge_cpu_s"] = round(time.process_time() - c1, 2)
     row["status"] = "ok"
     return row
+
+
+def _no_repair(cfg: Any) -> Any:
+    """``cfg`` with the floor's repair off (the plain build, judged and warned on only)."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, repair=False)
 
 
 def _seen_feeds(verdict: Any) -> int:
@@ -349,10 +379,12 @@ def main() -> int:
 
 
 def markdown(paths: list[str]) -> str:
-    """Per campaign file, the classes' counts; then the SILENT / repaired-but-below rows by block and
-    preset with their ``p_hold`` (the sample-size share: ``p_hold`` ≥ 0.1)."""
-    lines = ["| campaign | modules | quantizations | " + " | ".join(CLASSES) + " | of the misses: p_hold ≥ 0.1 (sample size) / < 0.1 "
-             "| errors | export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 7)]
+    """Per campaign file: the classes' counts; the misses (SILENT, repaired-but-below) split by ``p_hold``;
+    the sampling check (plain builds that break on the fresh set: how many the floor said held, against
+    the sum of their ``p_hold``, the count luck alone would give); then every miss."""
+    lines = ["| campaign | modules | quantizations | " + " | ".join(CLASSES) + " | misses: p_hold ≥ 0.1 / < 0.1 "
+             "| plain builds below on the fresh set: said held / expected by sampling (Σ p_hold) | errors "
+             "| export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 8)]
     misses: list[dict] = []
     for path in paths:
         rows = json.loads(Path(path).read_text())["rows"]
@@ -360,16 +392,20 @@ def markdown(paths: list[str]) -> str:
         n = collections.Counter(r["class"] for r in ok)
         miss = [r for r in ok if r["class"] in ("SILENT", "repaired-but-below")]
         misses += [dict(r, campaign=Path(path).name) for r in miss]
-        size = sum(r.get("p_hold", 0) >= 0.1 for r in miss)
-        errors = sum(r["status"] not in ("ok", "export failed", "float does not run") and r["preset"] != "*" for r in rows)
+        size = sum((r.get("p_hold") or 0) >= 0.1 for r in miss)
+        plain = [r["plain"] for r in ok if "plain" in r and not r["plain"]["ok"]]
+        said = sum(p["small_ok"] for p in plain)
+        expected = sum(p.get("p_hold", 0) for p in plain)
+        errors = sum(r["status"] not in ("ok", "export failed", "float does not run") for r in rows)
         exp = sum(r["status"] == "export failed" for r in rows), sum(r["status"] == "float does not run" for r in rows)
         accs = [r["train"]["acc_after"] for r in rows if r.get("train")]
         lines.append(f"| {Path(path).name} | {len({r['module'] for r in rows})} | {sum(r['preset'] != '*' for r in rows)} | "
                      + " | ".join(str(n[c]) for c in CLASSES)
-                     + f" | {size} / {len(miss) - size} | {errors} | {exp[0]} / {exp[1]} | {np.median(accs) if accs else float('nan'):.2f} |")
-    lines += ["", "| campaign | module | preset | class | p_hold | broken on the fresh set |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(misses, key=lambda r: (r.get("p_hold", 0), r["module"])):
-        lines.append(f"| {r['campaign']} | {r['module'][:90]} | {r['preset']} | {r['class']} | {r.get('p_hold')} "
+                     + f" | {size} / {len(miss) - size} | {len(plain)}: {said} / {expected:.1f} | {errors} | {exp[0]} / {exp[1]} "
+                     f"| {np.median(accs) if accs else float('nan'):.2f} |")
+    lines += ["", "| campaign | module | preset | class | p_hold (subset) | broken on the fresh set |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(misses, key=lambda r: (r.get("p_hold") or 0, r["module"])):
+        lines.append(f"| {r['campaign']} | {r['module'][:90]} | {r['preset']} | {r['class']} | {r.get('p_hold')} ({r['big'].get('subset_size')}) "
                      f"| {r['big']['text'][:160].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
