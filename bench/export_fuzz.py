@@ -466,11 +466,12 @@ def output_names(spec: ModuleSpec) -> list[str]:
     return names
 
 
-def export(spec: ModuleSpec, path: Path) -> Path:
-    """Write the spec's module with its exporter and opset; batch (and maybe sequence) symbolic."""
+def export(spec: ModuleSpec, path: Path, net: Any = None) -> Path:
+    """Write the spec's module with its exporter and opset; batch (and maybe sequence) symbolic.
+    ``net``: the module to write in place of the spec's freshly seeded one (bench/fuzz_silent.py trains it first)."""
     import torch
 
-    net = _composite(spec)
+    net = _composite(spec) if net is None else net
     sample = spec.feeds(2, 0)
     if spec.dynamic_seq:
         sample = [{k: v for k, v in f.items()} for f in spec.feeds(1, 0)] * 2
