@@ -1364,19 +1364,29 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
     where the bound straddles the floor the calibration feeds ``seen`` are pooled in (as for reads and
     rows), and where it still does, the output is *could not judge*, with the pages that would decide
     (:func:`unjudged_text`). Before: the pooled IoU of 4 held-out pages alone decided, and
-    ppocrv4_det's per-page spread (0.85-0.98) went unsaid (bench/RESULTS.md, maskreads)."""
-    bound = masks.judge(floor.top1)
-    if bound is None:
+    ppocrv4_det's per-page spread (0.85-0.98) went unsaid (bench/RESULTS.md, maskreads).
+
+    The calibration pages may break a mask or leave it open, never confirm it (maps.py, "Which pages
+    confirm"): a range was fitted on them. Where the pooled pages hold and the held-out pages' own bound
+    straddles the floor, the output holds on its figure but *could not confirm* (``unconfirmed``, the
+    held-out pages' bound; with ``floor.confirm`` it breaks), or, the held-out mean below the floor,
+    *could not judge* on those pages alone."""
+    held = masks.judge(floor.top1)
+    if held is None:
         return
+    bound = held
     # pooled where the held-out pages leave it open or are fewer than the floor's count (a spread taken from
     # 4 pages is itself a guess: ppocrv4_det MXFP8_E4M3's 4 held-out pages 0.947-0.973, its next 8 0.922-0.969)
-    few = bound.pages < floor.needed
-    if not bound.breaks(floor.top1) and (few or not bound.holds(floor.top1)) and seen is not None:
+    few = held.pages < floor.needed
+    if not held.breaks(floor.top1) and (few or not held.holds(floor.top1)) and seen is not None:
         pooled = copy.deepcopy(masks)
         feeds = _add_seen(pooled, seen, name)
         more = pooled.judge(floor.top1) if feeds else None
         if more is not None:
             bound, check.seen_feeds = more, feeds
+    if bound.holds(floor.top1) and not held.holds(floor.top1):
+        _unconfirmed_mask(check, held, bound, floor)
+        return
     check.mask = (bound.level, bound.iou, bound.union)
     check.mask_bound, check.mask_floor = bound, floor.top1
     if bound.breaks(floor.top1):
@@ -1387,6 +1397,23 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
         check.top1_unjudged = True
     elif few and seen is None:
         check.kept_wants_seen = True  # holds on fewer pages than the floor's count: the calibration feeds would add to them
+
+
+def _unconfirmed_mask(check: OutputCheck, held: MaskBound, pooled: MaskBound, floor: Floor) -> None:
+    """A mask whose pooled pages hold the floor while the held-out pages' bound straddles it (maps.py,
+    "Which pages confirm"): at or above the floor on the held-out pages it holds on its figure, *could not
+    confirm* (the held-out pages' bound, ``MaskBound.as_share``; ``floor.confirm`` breaks it, as for shares);
+    below it there, *could not judge* on the held-out pages alone (no calibration page counted)."""
+    if held.iou >= floor.top1:
+        check.mask = (pooled.level, pooled.iou, pooled.union)
+        check.mask_bound, check.mask_floor = pooled, floor.top1
+        check.unconfirmed = held.as_share(floor.top1)
+        if floor.confirm:
+            check.ok = False
+        return
+    check.mask = (held.level, held.iou, held.union)
+    check.mask_bound, check.mask_floor, check.seen_feeds = held, floor.top1, 0
+    check.top1_unjudged = True
 
 
 def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
@@ -2001,7 +2028,8 @@ def unconfirmed_text(verdict: Verdict) -> str:
         c = verdict.outputs[name]
         b = c.unconfirmed
         assert b is not None  # Verdict.unconfirmed lists those that have one
-        judged = verdict.samples + max(c.seen_feeds, c.kept_seen)
+        # a mask's pages confirm on the held-out samples alone (maps.py, "Which pages confirm")
+        judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         parts.append(f"{name}: {b.describe()} ({verdict.samples} held-out and {judged - verdict.samples} calibration samples)")
         per = b.count / judged if judged else 0.0
         if b.to_confirm and per > 0:
