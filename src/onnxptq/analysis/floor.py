@@ -123,6 +123,7 @@ from .det_levels import Level, detector_levels, level_maps
 from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs, sigmoid
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
+from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unconfirmed_text",
@@ -975,6 +976,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
             check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
                                                              [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
+        if not classy and finite and name not in (agreements or {}) and _cosine_only(check):
+            # rows a caller may rank against each other by cosine (analysis/neighbours.py): said, never repaired
+            check.advisory = check.advisory or neighbour_advisory(name, [np.asarray(f[name]) for f in reference],
+                                                                  [np.asarray(f[name]) for f in candidate], floor.top1)
         if classy and finite and name in (tokens or {}) and name not in (agreements or {}):
             # next-token scores a beam search may read by their top-k (analysis/beam_reads.py): said, never repaired
             nexts = [np.asarray(f[name]) for f in reference]
@@ -1356,6 +1361,14 @@ def _judge_curve(check: OutputCheck, curve: CurveAgreement, floor: Floor) -> Non
     check.note = (check.note + " " if check.note else "") + "(a curve of a physical quantity, judged per element: analysis/curves.py)"
     if judged[0] < floor.top1:
         check.ok = False
+
+
+def _cosine_only(check: OutputCheck) -> bool:
+    """Whether ``check`` judged its output by cosine alone (no reading of its values: reads, rows, masks,
+    fields, scores, curves, pictures, kept candidates): the outputs the neighbour warning looks at."""
+    return (check.top1 is None and not check.rows and check.advisory is None and all(getattr(check, f) is None for f in (
+        "positions", "worst_field", "mask", "mask_bound", "kept", "box_cosine", "detections", "regions", "scores", "curve",
+        "picture", "decoder", "heat_cells", "columns", "thresholded", "points", "peaks")))
 
 
 def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _Seen | None, floor: Floor) -> None:
