@@ -44,3 +44,8 @@ def test_a_ranking_kept_and_exact_duplicates_say_nothing():
 def test_narrow_rows_are_no_gallery():
     boxes = RNG.normal(size=(64, 4)).astype(np.float32)
     assert neighbours([f["fp"] for f in feeds(boxes)], [f["fp"] for f in feeds(boxes[::-1].copy())]) is None
+
+
+def test_thousands_of_rows_are_positions_not_a_gallery():
+    many = np.zeros((8, 300, 16), np.float32)  # 2400 pooled rows: no 2400x2400 similarity matrix is taken
+    assert neighbours(list(many), list(many)) is None

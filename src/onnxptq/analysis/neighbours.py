@@ -16,7 +16,7 @@ the ranking; it says so where the rows' own ranking is surely below the floor
 (:func:`neighbour_advisory`, never repaired, as a pick across rows is: analysis/row_picks.py), and the
 user tells the floor the reading with ``QuantConfig.floor_output_agreement``. Which outputs
 (:func:`embedding_rows`): float 2-D outputs ``[N, D]`` with ``D ≥`` :data:`MIN_WIDTH` judged by
-their cosine alone, the rows of every held-out feed pooled (a gallery), at least :data:`MIN_ROWS`.
+their cosine alone, the rows of every held-out feed pooled (a gallery), at least :data:`MIN_ROWS`, at most :data:`MAX_ROWS`.
 A pick counts as kept where float's similarity to the quantized model's pick is within
 :data:`TIE` of float's best (duplicate molecules in one gallery tie exactly: either is float's pick).
 """
@@ -30,23 +30,26 @@ import numpy as np
 
 from .evidence import CONFIDENT, share_bound, surely_below
 
-__all__ = ["MIN_ROWS", "MIN_WIDTH", "TIE", "Neighbours", "embedding_rows", "neighbour_advisory", "neighbours"]
+__all__ = ["MAX_ROWS", "MIN_ROWS", "MIN_WIDTH", "TIE", "Neighbours", "embedding_rows", "neighbour_advisory", "neighbours"]
 
 #: a row narrower than this is a few values (box fields, scores), not a vector a caller ranks by cosine
 MIN_WIDTH = 16
 #: rows, pooled over the feeds, below which a ranking among them is no gallery
 MIN_ROWS = 8
+#: pooled rows above this are positions of one map (a sequence's hidden states), not a gallery of samples; and the
+#: similarity matrix grows as their square (2048 rows: 32 MiB)
+MAX_ROWS = 2048
 #: float similarities this close to float's best are the same pick (exact duplicates, float32 rounding)
 TIE = 1e-6
 
 
 def embedding_rows(reference: Sequence[np.ndarray]) -> bool:
     """Whether float's values ``reference`` (one array a feed) are rows of a wide vector: 2-D float
-    ``[N, D]``, one ``D`` of at least :data:`MIN_WIDTH`, finite, at least :data:`MIN_ROWS` rows pooled."""
+    ``[N, D]``, one ``D`` of at least :data:`MIN_WIDTH`, finite, :data:`MIN_ROWS` to :data:`MAX_ROWS` rows pooled."""
     widths = {a.shape[1] for a in reference if a.ndim == 2}
     if len(widths) != 1 or any(a.ndim != 2 or not np.issubdtype(a.dtype, np.floating) for a in reference):
         return False
-    return widths.pop() >= MIN_WIDTH and sum(a.shape[0] for a in reference) >= MIN_ROWS and all(np.isfinite(a).all() for a in reference)
+    return widths.pop() >= MIN_WIDTH and MIN_ROWS <= sum(a.shape[0] for a in reference) <= MAX_ROWS and all(np.isfinite(a).all() for a in reference)
 
 
 @dataclass(frozen=True)
