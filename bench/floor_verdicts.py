@@ -141,10 +141,11 @@ def confirm_here(out_dirs: list[Path]) -> dict[str, dict]:
             row = json.loads(pkl.with_suffix(".json").read_text())
             unconfirmed = list(getattr(verdict, "unconfirmed", []))
             state = ("broken" if not verdict.ok else "could not confirm" if unconfirmed
-                     else "holds (not judged)" if verdict.unjudged else "holds")
+                     else "holds (not judged)" if verdict.unjudged else "holds (warned)" if verdict.advisories else "holds")
             rows[pkl.stem] = {"record": str(pkl), "state": state, "cpu_s": round(cpu, 3), "agreement": row["agreement"],
                               "task_floor": row["task_floor"], "metric": row.get("metric", ""),
-                              "bound": "; ".join(f"{n}: {verdict.outputs[n].unconfirmed.describe()}" for n in unconfirmed)}
+                              "bound": "; ".join(f"{n}: {verdict.outputs[n].unconfirmed.describe()}" for n in unconfirmed)
+                              or "; ".join(verdict.advisories)}
     return rows
 
 
@@ -167,7 +168,7 @@ def confirm(out_dirs: list[Path], base: str, json_out: str) -> None:
         b = before.get(key, {}).get("state", "-")
         kind = f"{'meets' if met else 'below'}: {b} -> {v['state']}"
         tally[kind] = tally.get(kind, 0) + 1
-        if v["state"] == "could not confirm" or (not met and v["state"] != "broken"):
+        if v["state"] in ("could not confirm", "holds (warned)") or (not met and v["state"] != "broken"):
             print(f"| {key} | {v['agreement']:.4f} ({v['task_floor']:g}) | {b} | {v['state']} | {v['bound'][:150]} |")
     for kind, count in sorted(tally.items()):
         print(f"{kind}: {count}")

