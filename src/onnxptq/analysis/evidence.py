@@ -174,4 +174,4 @@ class ShareBound(NamedTuple):
         """"holds on 64 rows (0.9296-0.9936, 90 % each side) ..." in words."""
         more = f"; about {self.to_confirm} {self.unit} like these would confirm it" if self.to_confirm else ""
         return (f"{self.share:.4f} on {self.count} {self.unit}, bound {self.low:.4f}-{self.high:.4f} ({CONFIDENT:.0%} each side) "
-                f"reaches below the floor {self.floor:.4g}: not confirmed{more}")
+                f"reaches below the floor {self.floor:.4g}: could NOT confirm{more}")
