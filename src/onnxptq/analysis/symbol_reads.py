@@ -14,8 +14,8 @@ reported was after repair, which stops now where the users' figure holds.
 
 **Which reads, by data** (:func:`by_symbols`): where float's collapsed strings average at least
 :data:`LONG_READ` = 20 symbols. The zoo's OCR and captcha readers stay exact: captchas read 4-6
-characters (ddddocr, captcha_whisperer, vtop, vcb), the rendered OCR lines 3-18 (testkit.ocr
-``render_lines``' ``max_chars`` = 18; PP-OCRv4/v5 rec, tinyocr, trueocr), the bench's Chinese
+characters (ddddocr, captcha_whisperer, vtop, vcb), the rendered OCR lines 3-18 (the test
+harness's ``render_lines``' ``max_chars`` = 18; PP-OCRv4/v5 rec, tinyocr, trueocr), the bench's Chinese
 lines 2-6 words (4-16 characters): 4.0-10.4 symbols a read on the floor's 12 feeds; hama's
 utterances 31.3 (18-39). A read of 20 symbols
 exact at 0.97 asks 0.9985 a symbol: past that, a user reading it whole is the exception (a long
