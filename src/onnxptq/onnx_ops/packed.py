@@ -713,6 +713,7 @@ class WeightPacker:
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
+        exps = np.concatenate(g.exps)
         zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
@@ -778,7 +779,7 @@ class WeightPacker:
                 index = part if index is None else op("Add", [index, part], "e")
             return index
 
-        singles = one_element_layout(code, codes, np.concatenate(g.exps)) if g.width == 1 else None
+        singles = one_element_layout(code, codes, exps) if g.width == 1 else None
         if singles is not None:
             # Blocks of one element as a small float: a stored field (sign, fraction) and an
             # exponent index in one integer per element, its low byte a byte plane and the rest in
@@ -850,7 +851,6 @@ class WeightPacker:
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
-        exps = np.concatenate(g.exps)
         # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
         # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
         if zero.any() and not zero.all():
