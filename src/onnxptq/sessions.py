@@ -293,11 +293,9 @@ def run_feeds(session: Any, names: Sequence[str], feeds: Sequence[Mapping[str, A
     session's), only interleaved (PP-OCR cls MX9, 16 feeds: the same sha256 of every output). The
     price is a second run's activations alive at once."""
     feeds = list(feeds)
-    if not feeds:
-        return []
-    first = feeds[:min(RUNS_IN_FLIGHT, len(feeds))]
     if len(feeds) < 2:
-        return [_owned(session.run(list(names), feeds[0]))]
+        return [_owned(session.run(list(names), feed)) for feed in feeds]
+    first = feeds[:RUNS_IN_FLIGHT]
     with concurrent.futures.ThreadPoolExecutor(max_workers=RUNS_IN_FLIGHT, thread_name_prefix="onnxptq-run") as pool:
         head = list(pool.map(lambda feed: _owned(session.run(list(names), feed)), first))
         bound = _Bound(session, names, first[0], head[0])

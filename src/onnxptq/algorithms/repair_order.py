@@ -44,7 +44,7 @@ import onnx
 
 from ..graph.ops import FLOATING
 from ..memory import release_freed
-from ..sessions import open_session
+from ..sessions import _owned, open_session
 
 __all__ = ["added_error", "divergence", "ranked", "first_split", "halves", "FEEDS"]
 
@@ -94,7 +94,7 @@ def _thinned_runs(model: onnx.ModelProto, names: Sequence[str], out: Mapping[str
                            inline_functions_first=inline_functions_first)
     fetch = [out[n] for n in names]
     # copied (a few thousand values each): an array onnxruntime returns keeps its session's arena alive
-    runs = [{n: np.array(v) for n, v in zip(names, session.run(fetch, dict(feed)))} for feed in feeds]  # type: ignore[attr-defined]
+    runs = [dict(zip(names, _owned(session.run(fetch, dict(feed))))) for feed in feeds]  # type: ignore[attr-defined]
     del session
     release_freed()
     return runs

@@ -382,8 +382,6 @@ class WeightPacker:
         self.tables: dict[str, str] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
-        #: element code keys decoded by arithmetic (set by ``finish``: :func:`_arithmetic_codes`)
-        self._arithmetic: set[str] = set()
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
@@ -694,10 +692,10 @@ class WeightPacker:
     def finish(self) -> QDQNodes:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
-        self._arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows])
+        arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows])
         for group in self.groups.values():
             if group.rows:
-                self._decode_group(group, frag)
+                self._decode_group(group, frag, group.code.key in arithmetic)
         frag.initializers[:0] = self.table_inits
         _name_nodes(frag)
         if self.stats.packed or self.stats.unpacked:
@@ -705,15 +703,17 @@ class WeightPacker:
                      self.stats.unpacked, self.stats.patched_elements)
         return frag
 
-    def _decode_group(self, g: _Group, frag: QDQNodes) -> None:
+    def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool) -> None:
         """One group's chain. Initializers are stored in the shape their Gather should produce,
         so few Reshapes run: onnxruntime keeps every folded intermediate until the end of the
-        optimisation, so each step of the chain costs a copy of the decoded weights in load RAM."""
+        optimisation, so each step of the chain costs a copy of the decoded weights in load RAM.
+        ``arithmetic``: its 8-bit integer codes decoded by arithmetic (:func:`_arithmetic_codes`)."""
         code = g.code
         n_sub = -(-g.width // g.sub)
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
+        exps = np.concatenate(g.exps)
         zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
@@ -736,13 +736,6 @@ class WeightPacker:
         def gather(table_key: str, table: np.ndarray, raw: str, stem_: str) -> str:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
-
-        def by_table(stored: np.ndarray, table_bytes: int) -> bool:
-            """Fields read through a byte-indexed table where the table is a negligible part of
-            what it decodes; by Div and Mod (no table) elsewhere: a 256-entry table is 1-8 KB of
-            a small model's file, while Div and Mod cost load memory on a large one (each folded
-            step is a copy of the fields until the optimisation ends)."""
-            return stored.size >= TABLE_FROM * table_bytes
 
         def fields(stored: np.ndarray, bits: int, stem_: str) -> str:
             """int32 ``[*stored.shape, 8 // bits]``: the ``bits``-bit fields of the bytes ``stored``,
@@ -786,7 +779,7 @@ class WeightPacker:
                 index = part if index is None else op("Add", [index, part], "e")
             return index
 
-        singles = one_element_layout(code, codes, np.concatenate(g.exps)) if g.width == 1 else None
+        singles = one_element_layout(code, codes, exps) if g.width == 1 else None
         if singles is not None:
             # Blocks of one element as a small float: a stored field (sign, fraction) and an
             # exponent index in one integer per element, its low byte a byte plane and the rest in
@@ -811,7 +804,7 @@ class WeightPacker:
 
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
-        if code.key in self._arithmetic:
+        if arithmetic:
             # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
             # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
             cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
@@ -821,7 +814,7 @@ class WeightPacker:
         elif code.container == 4:
             pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
             packed4 = _pack_fields(codes, 4)
-            if by_table(packed4, pairs.nbytes):
+            if _by_table(packed4.size, pairs.nbytes):
                 def pairs_of(stored: np.ndarray) -> str:
                     return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
             else:  # the nibbles by Div/Mod, then the 16-entry table
@@ -841,7 +834,7 @@ class WeightPacker:
             m4 = codes.size // 4
             lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
             hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
-            if by_table(lo_b, lo_t.nbytes + hi_t.nbytes):
+            if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
                 lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
                 hi = gather("nib_hi", hi_t, init("codes_hi", hi_b), "hi")  # [m4, 1, 4], already x16
             else:
@@ -858,7 +851,6 @@ class WeightPacker:
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
-        exps = np.concatenate(g.exps)
         # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
         # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
         if zero.any() and not zero.all():
@@ -900,7 +892,7 @@ class WeightPacker:
             per = 8 // c
             shifts = np.concatenate(g.shifts)
             stored = _pack_fields(shifts, c)
-            if by_table(stored, shift_table(c).nbytes):
+            if _by_table(stored.size, shift_table(c).nbytes):
                 sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
             else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
@@ -984,6 +976,14 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
 
 
+def _by_table(stored: int, table_bytes: int) -> bool:
+    """Whether ``stored`` bytes of fields are read through a byte-indexed table of ``table_bytes``:
+    where the table is a negligible part of what it decodes; by Div and Mod (no table) elsewhere:
+    a 256-entry table is 1-8 KB of a small model's file, while Div and Mod cost load memory on a
+    large one (each folded step is a copy of the fields until the optimisation ends)."""
+    return stored >= TABLE_FROM * table_bytes
+
+
 #: File bytes the arithmetic decode of 8-bit integer codes costs a group more than the table's
 #: Cast + Gather (6 more nodes, lean names; measured ~115-130 B on dnsmos_p808 and cls).
 ARITHMETIC_GROUP_BYTES = 130
@@ -999,9 +999,9 @@ def _arithmetic_codes(groups: list[_Group]) -> set[str]:
         if g.code.container == 8 and g.code.step is not None:
             by_key.setdefault(g.code.key, []).append(g)
     out = set()
+    table_bytes = 256 * 4
     for key, gs in by_key.items():
-        table_bytes = 256 * 4
-        large = any(g.rows * (-(-g.width // g.sub)) * g.sub >= TABLE_FROM * table_bytes for g in gs)
+        large = any(_by_table(g.rows * (-(-g.width // g.sub)) * g.sub, table_bytes) for g in gs)
         if not large and len(gs) * ARITHMETIC_GROUP_BYTES < table_bytes:
             out.add(key)
     return out

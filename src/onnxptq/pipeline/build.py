@@ -49,9 +49,12 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         return solve(model, plan, calibrated.stats, moving_average=cfg.calibration.moving_average,
                      weight_minmse=cfg.weight_minmse)
 
-    params = planned[1] if planned is not None else solved(prepared)
-    if planned is None and reuse is not None and reuse.keep_weights and _plan_reusable(calibrated, cfg):
-        reuse.plans.append((_plan_key(cfg), plan, params))
+    if planned is not None:
+        params = planned[1]
+    else:
+        params = solved(prepared)
+        if reuse is not None and reuse.keep_weights and _plan_reusable(calibrated, cfg):
+            reuse.plans.append((_plan_key(cfg), plan, params))
     weights = prepared
     if cfg.bias_correction_active(calibrated.holdout_reused):
         from .refine.bias_correction import correct_biases
