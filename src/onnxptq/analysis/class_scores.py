@@ -271,9 +271,7 @@ def _decides_last_axis(node: onnx.NodeProto, rank: int | None) -> bool:
     fresh feeds the same verdict held (bench/fuzz_silent.py, bench/RESULTS.md "Silent verdicts")."""
     default = 0 if node.op_type == "ArgMax" else -1
     axis = next((a.i for a in node.attribute if a.name == "axis"), default)
-    if axis == -1 or rank is None:
-        return True
-    return axis == rank - 1 or (axis < 0 and axis + rank == rank - 1)
+    return axis == -1 or rank is None or axis == rank - 1
 
 
 def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
