@@ -501,6 +501,12 @@ class Positions:
         return self.chars if self.symbols else self.positions if self.per_token else self.reads
 
     @property
+    def counted(self) -> int:
+        """What a verdict's count of this judgement says (``OutputCheck.rows``, ``DecisionCheck.count``): float's
+        symbols for long reads judged by their edit distance (analysis/symbol_reads.py), else the decision positions."""
+        return self.chars if self.symbols else self.positions
+
+    @property
     def lost(self) -> int:
         """The decisions lost among :attr:`units` where they are independent (evidence.py): edits
         (``symbols``), flipped tokens (``per_token``)."""
