@@ -159,7 +159,7 @@ class Floor:
         """Reads the floor judges on where the data has them (``calibrate.reads_feeds``): as many as confirm
         the top-1 floor with every read kept (``evidence.reads_to_confirm``: 54 at 0.97, 32 at 0.95, 15 at
         0.90), at least :attr:`needed`: on fewer, a share that holds is "could not confirm" however it reads."""
-        return max(self.needed, reads_to_confirm(1.0, self.top1) or 0) if self.top1 < 1 else 0
+        return max(self.needed, reads_to_confirm(1.0, self.top1) or 0)  # 0 at a floor of 1: nothing is above it
 
     def describe(self) -> str:
         return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"
