@@ -271,9 +271,7 @@ def _decides_last_axis(node: onnx.NodeProto, rank: int | None) -> bool:
     fresh feeds the same verdict held (bench/fuzz_silent.py, bench/RESULTS.md "Silent verdicts")."""
     default = 0 if node.op_type == "ArgMax" else -1
     axis = next((a.i for a in node.attribute if a.name == "axis"), default)
-    if axis == -1 or rank is None:
-        return True
-    return axis == rank - 1 or (axis < 0 and axis + rank == rank - 1)
+    return axis == -1 or rank is None or axis == rank - 1
 
 
 def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
@@ -501,6 +499,12 @@ class Positions:
         """The decisions a verdict that holds counts against ``floor.needed``: float's symbols
         (``symbols``), the decision tokens (``per_token``), else the reads."""
         return self.chars if self.symbols else self.positions if self.per_token else self.reads
+
+    @property
+    def counted(self) -> int:
+        """What a verdict's count of this judgement says (``OutputCheck.rows``, ``DecisionCheck.count``): float's
+        symbols for long reads judged by their edit distance (analysis/symbol_reads.py), else the decision positions."""
+        return self.chars if self.symbols else self.positions
 
     @property
     def lost(self) -> int:

@@ -316,7 +316,7 @@ def _judge_argmax(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check
     pooled = judge_positions(refs + seen_refs, gots + seen_gots, strings_only=held.strings) if seen_refs else None
     broken = [p for p in (held, pooled) if p is not None and p.judged(floor.needed, floor.top1) and p.agreement < floor.top1]
     positions = broken[0] if broken else pooled if pooled is not None else held
-    check.positions, check.top1, check.count = positions, positions.agreement, positions.chars if positions.symbols else positions.positions
+    check.positions, check.top1, check.count = positions, positions.agreement, positions.counted
     check.seen = len(seen_refs) if positions is pooled else 0
     check.broken = bool(broken)
     where = f" on the held-out and {check.seen} calibration samples" if check.seen else ""

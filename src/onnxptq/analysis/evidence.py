@@ -171,7 +171,8 @@ class ShareBound(NamedTuple):
         return self.low >= self.floor
 
     def describe(self) -> str:
-        """"holds on 64 rows (0.9296-0.9936, 90 % each side) ..." in words."""
+        """"0.9688 on 64 rows, bound 0.9271-0.9869 (90% each side) reaches below the floor 0.95: could NOT
+        confirm; about 222 rows like these would confirm it" in words."""
         more = f"; about {self.to_confirm} {self.unit} like these would confirm it" if self.to_confirm else ""
         return (f"{self.share:.4f} on {self.count} {self.unit}, bound {self.low:.4f}-{self.high:.4f} ({CONFIDENT:.0%} each side) "
                 f"reaches below the floor {self.floor:.4g}: could NOT confirm{more}")

@@ -159,7 +159,7 @@ class Floor:
         """Reads the floor judges on where the data has them (``calibrate.reads_feeds``): as many as confirm
         the top-1 floor with every read kept (``evidence.reads_to_confirm``: 54 at 0.97, 32 at 0.95, 15 at
         0.90), at least :attr:`needed`: on fewer, a share that holds is "could not confirm" however it reads."""
-        return max(self.needed, reads_to_confirm(1.0, self.top1) or 0) if self.top1 < 1 else 0
+        return max(self.needed, reads_to_confirm(1.0, self.top1) or 0)  # 0 at a floor of 1: nothing is above it
 
     def describe(self) -> str:
         return f"{self.family} floor: cosine ≥ {self.cosine:g}, top-1 ≥ {self.top1:g}"
@@ -1838,12 +1838,6 @@ def _breaks(positions: Positions, floor: Floor) -> bool:
     return positions.judged(floor.needed, floor.top1) and positions.agreement < floor.top1
 
 
-def _judged_count(positions: Positions) -> int:
-    """What a reads check's ``rows`` counts: float's symbols for long reads judged by their edit
-    distance (analysis/symbol_reads.py), else the decision positions."""
-    return positions.chars if positions.symbols else positions.positions
-
-
 def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarray],
                  seen: tuple[list[np.ndarray], list[np.ndarray]], floor: Floor, strings_only: bool = False,
                  per_token: bool = False) -> bool:
@@ -1889,7 +1883,7 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     shown = broken[0] if broken else pooled if pooled is not None else held
     check.positions = shown
     check.seen_feeds = len(seen_refs) if shown is pooled else 0
-    check.top1, check.rows = shown.agreement, _judged_count(shown)
+    check.top1, check.rows = shown.agreement, shown.counted
     check.needed = floor.needed
     if broken:
         check.ok = False
@@ -1897,7 +1891,7 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
         low = [p for p in (held, pooled) if p is not None and (p.per_token or p.symbols) and p.agreement < floor.top1]
         if low:  # a tagger's tokens, a long read's symbols below the floor by losses that could be chance: not judged
             shown = min(low, key=lambda p: p.agreement)
-            check.positions, check.top1, check.rows = shown, shown.agreement, _judged_count(shown)
+            check.positions, check.top1, check.rows = shown, shown.agreement, shown.counted
             check.within_chance = tail(shown.lost, shown.units, floor.top1)
             check.seen_feeds = len(seen_refs) if shown is pooled else 0
         check.top1_unjudged = shown.units < check.needed or check.within_chance is not None

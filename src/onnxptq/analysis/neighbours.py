@@ -86,8 +86,8 @@ def neighbours(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray])
     rows = np.arange(len(r))
     best, pick = sr.max(axis=1), sg.argmax(axis=1)
     moved = sr[rows, pick] < best - TIE
-    ordered = np.sort(sr, axis=1)
-    margins = np.sort(ordered[moved, -1] - ordered[moved, -2])
+    top2 = np.partition(sr[moved], -2, axis=1)[:, -2:]  # float's top two of the moved rows only (no full sort)
+    margins = np.sort(top2[:, 1] - top2[:, 0])
     return Neighbours(int(len(r) - moved.sum()), int(len(r)), tuple(float(m) for m in margins[:3]))
 
 
