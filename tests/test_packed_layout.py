@@ -15,21 +15,10 @@ from onnxptq.formats import fake_quantize
 from onnxptq.graph.walk import FreshNames
 from onnxptq.onnx_ops import packed
 from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes, one_element_layout
+from test_packed_weights import FORMATS as ALL_FORMATS
 
-#: the block formats whose layouts these tests touch (attributes as the presets set them)
-FORMATS = {
-    "BFP16": ("bfp", dict(bfp_method="to_bfp", bit_width=16, block_size=8, rounding_mode=2)),
-    "MX9": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, sub_block_size=2,
-                        sub_block_shift_bits=1, rounding_mode=2)),
-    "MX6": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=13, block_size=16, sub_block_size=2,
-                        sub_block_shift_bits=1, rounding_mode=2)),
-    "MX4": ("bfp", dict(bfp_method="to_bfp_prime", bit_width=11, block_size=16, sub_block_size=2,
-                        sub_block_shift_bits=1, rounding_mode=2)),
-    "MXINT8": ("mx", dict(element_dtype="int8", block_size=32)),
-    # QuantConfig.mx_weight_scale_search=2: exponents X-1, X or X+1 per block (codes not always normalised)
-    "MXINT8_search2": ("mx", dict(element_dtype="int8", block_size=32, scale_search=2)),
-    "MXFP4": ("mx", dict(element_dtype="fp4_e2m1", block_size=32)),
-}
+#: the block formats whose layouts these tests touch (attributes as the presets set them: test_packed_weights' table)
+FORMATS = {k: ALL_FORMATS[k] for k in ("BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXINT8_search2", "MXFP4")}
 
 
 def _pack_and_run(key: str, weights: dict[str, tuple[np.ndarray, int]], optional: tuple[str, ...] = ()
