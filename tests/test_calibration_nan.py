@@ -153,3 +153,31 @@ def test_all_nan_tensor_raises_what_was_seen():
     text = str(err.value)
     assert "'m'" in text and "no finite value in any of the 3 calibration feed(s)" in text
     assert f"{3 * 2 * 4 * L} NaN and 0 Inf values" in text and "overflow" not in text
+
+
+def test_float16_large_values_are_not_taken_for_nan(monkeypatch):
+    """A float16 tensor whose finite values sum past 65504 is not mistaken for one holding NaN (its
+    check sums x * 0), and one holding NaN gets its finite range too."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "mask"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [None, 4, L])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [None, 4, L])],
+        [numpy_helper.from_array(np.zeros((4, L), np.float16), "mask")],
+    )
+    big = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    big.ir_version = 8
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.uniform(3e4, 6e4, (2, 4, L)).astype(np.float16)} for _ in range(4)]
+    built = []
+    real = runner._session
+    monkeypatch.setattr(runner, "_session", lambda m, *a, **k: built.append(k.get("optimize", True)) or real(m, *a, **k))
+    got = collect(big, {"m": MinMaxCollector}, feeds)["m"]
+    values = np.stack([f["x"] for f in feeds]).astype(np.float32)
+    assert built.count(True) == 1 and got.skipped_batches == 0
+    assert (got.min, got.max) == (float(values.min()), float(values.max()))
+    for f in feeds:
+        f["x"][1, 2, 5] = np.nan
+    got = collect(big, {"m": MinMaxCollector}, feeds)["m"]
+    assert (got.min, got.max) == (float(np.nanmin(values * np.where(np.isnan(np.stack([f["x"] for f in feeds])), np.nan, 1))),
+                                  float(np.nanmax(np.stack([f["x"] for f in feeds]).astype(np.float32))))
+    assert (got.nan_count, got.skipped_batches, got.batches) == (4, 0, 4)

@@ -59,14 +59,19 @@ def _sum_nodes(x: str, out: str, axes: Sequence[int], opset: int, elem_type: int
     NaN/Inf, which the min/max beside it cannot say: onnxruntime's ReduceMin/ReduceMax drop a NaN
     that is not first in the row and skip values beside it (1.32: the max of [0, NaN, 2, 3] is 2).
     A float16/bfloat16 sum would overflow on finite values, so ``x * 0`` (0, or NaN where ``x`` is
-    NaN/Inf) is summed instead; a float32 sum overflows only past 3.4e38 (the tensor is then read
-    whole: the same range, more slowly)."""
+    NaN/Inf) is summed instead, also where the type is unknown (one more pass); a float32 sum
+    overflows only past 3.4e38 (the tensor is then read whole: the same range, more slowly)."""
     nodes: list[onnx.NodeProto] = []
     summed = x
-    if elem_type not in (None, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
-        summed, zero = out + "_zeroed", out + "_zero"
-        nodes += [helper.make_node("Constant", [], [zero], name=zero, value=helper.make_tensor(zero, elem_type, [], [0.0])),
-                  helper.make_node("Mul", [x, zero], [summed], name=summed)]
+    if elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+        summed, zero, like = out + "_zeroed", out + "_zero", out + "_zero_like"
+        # a 0 of x's own type, whatever it is (CastLike: opset 15; before it, the type is assumed float)
+        nodes.append(helper.make_node("Constant", [], [zero], name=zero, value=helper.make_tensor(
+            zero, onnx.TensorProto.FLOAT if elem_type is None else elem_type, [], [0.0])))
+        if elem_type is None and opset >= 15:
+            nodes.append(helper.make_node("CastLike", [zero, x], [like], name=like))
+            zero = like
+        nodes.append(helper.make_node("Mul", [x, zero], [summed], name=summed))
     if opset >= 13:  # ReduceSum takes its axes as an input from opset 13 (ReduceMin/Max from 18)
         nodes.append(_reduce_node("ReduceSum", summed, out, axes, 18, extra))
     else:

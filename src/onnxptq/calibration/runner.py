@@ -310,7 +310,9 @@ class _Runs:
                 c = self.collectors[n]
                 axis = self.batch_axes.get(n, (0, 0))[0]
                 for part in [value] if groups == 1 else np.split(value, groups, axis=axis):
-                    if np.size(part) and not np.isfinite(part).all():
+                    # The feeds the reduction skipped: the run's only one, or of a group those whose
+                    # values (or float32 sum, the check's) are not finite.
+                    if groups == 1 or not np.isfinite(part).all() or not np.isfinite(np.sum(part, dtype=np.float32)):
                         c.skipped_batches -= 1
                         c.update(part)
         return True
