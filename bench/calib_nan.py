@@ -2,7 +2,7 @@
 branch nancalib): whether the NaN detection added to the in-graph reductions (a row sum beside each
 min/max) slows calibration or changes its statistics.
 
-    PYTHONPATH=<tree>/src OMP_NUM_THREADS=1 python bench/calib_nan.py [--model rec] [--preset A8W8] [--feeds 32] [--repeat 3]
+    PYTHONPATH=<tree>/src OMP_NUM_THREADS=1 python bench/calib_nan.py [--model rec] [--preset A8W8] [--method minmax] [--feeds 32] [--repeat 3]
 
 ``onnxptq.quantize`` runs up to the end of its calibration pass (``runner.collect`` is wrapped and
 stops the quantization once it returns): printed per repeat are the process CPU seconds (user +
@@ -15,8 +15,10 @@ shape (seed 0), the same for every tree. Prints one JSON line per repeat.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
+from collections import Counter
 import resource
 import time
 
@@ -59,6 +61,7 @@ def main() -> None:
     ap.add_argument("--preset", default="A8W8")
     ap.add_argument("--feeds", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--method", help="the activations' calibration method instead of the preset's (minmax: in-graph min/max)")
     args = ap.parse_args()
     model = onnx.load(MODELS[args.model])
     name = model.graph.input[0].name
@@ -72,17 +75,21 @@ def main() -> None:
         out = real(*a, **k)
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         got.update(cpu=round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 2),
-                   wall=round(time.perf_counter() - t0, 2), tensors=len(out), state=_state_hash(out))
+                   wall=round(time.perf_counter() - t0, 2), tensors=len(out), state=_state_hash(out),
+                   kinds=dict(Counter(type(c).__name__ for c in out.values())))
         raise _Stop
 
     runner.collect = timed
     for i in range(args.repeat):
         got.clear()
         try:
-            onnxptq.quantize(MODELS[args.model], onnxptq.get_preset(args.preset).replace(repair=False), feeds)
+            cfg = onnxptq.get_preset(args.preset).replace(repair=False)
+            if args.method:
+                cfg = cfg.replace(activation=dataclasses.replace(cfg.activation, calibration=args.method))
+            onnxptq.quantize(MODELS[args.model], cfg, feeds)
         except _Stop:
             pass
-        print(json.dumps({"tree": onnxptq.__file__, "model": args.model, "preset": args.preset, "feeds": args.feeds,
+        print(json.dumps({"tree": onnxptq.__file__, "model": args.model, "preset": args.preset, "method": args.method, "feeds": args.feeds,
                           "repeat": i, **got}), flush=True)
 
 

@@ -747,8 +747,9 @@ def collect(
             log.warning("tensor %r: ignored %d NaN and %d Inf values during calibration", name, c.nan_count, c.inf_count)
         if c.skipped_batches:
             log.warning(
-                "tensor %r: %d batches held NaN/Inf and were left out of its min/max (in-graph reduction cannot "
-                "drop single values; pass minmax_in_graph=False to keep their finite values)",
+                "tensor %r: %d batches held NaN/Inf and were left out of its statistics (a per-channel reduction "
+                "keeps the feed that showed them out: its other channels were already folded; pass "
+                "minmax_in_graph=False to keep their finite values)",
                 name,
                 c.skipped_batches,
             )
