@@ -63,12 +63,13 @@ def _sum_nodes(x: str, out: str, axes: Sequence[int], opset: int, elem_type: int
     overflows only past 3.4e38 (the tensor is then read whole: the same range, more slowly)."""
     nodes: list[onnx.NodeProto] = []
     summed = x
-    if elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+    # Unknown type before opset 15 (no CastLike to make a 0 of x's type): the plain sum, whose
+    # overflow on finite float16 values only sends the tensor to the fetched path.
+    if elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE) and (elem_type is not None or opset >= 15):
         summed, zero, like = out + "_zeroed", out + "_zero", out + "_zero_like"
-        # a 0 of x's own type, whatever it is (CastLike: opset 15; before it, the type is assumed float)
         nodes.append(helper.make_node("Constant", [], [zero], name=zero, value=helper.make_tensor(
             zero, onnx.TensorProto.FLOAT if elem_type is None else elem_type, [], [0.0])))
-        if elem_type is None and opset >= 15:
+        if elem_type is None:  # a 0 of x's own type, whatever it is
             nodes.append(helper.make_node("CastLike", [zero, x], [like], name=like))
             zero = like
         nodes.append(helper.make_node("Mul", [x, zero], [summed], name=summed))
