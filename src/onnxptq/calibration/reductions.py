@@ -25,6 +25,7 @@ __all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "plan_reduction", "reducib
 ROWS_INPUT = "__onnxptq_calib_rows"
 _MIN_SUFFIX = "__onnxptq_calib_min"
 _MAX_SUFFIX = "__onnxptq_calib_max"
+_SUM_SUFFIX = "__onnxptq_calib_sum"
 
 
 @dataclass
@@ -50,6 +51,33 @@ def _reduce_node(op: str, x: str, out: str, axes: Sequence[int] | None, opset: i
                                       value=helper.make_tensor(axes_name, onnx.TensorProto.INT64, [len(axes)], list(axes))))
         return helper.make_node(op, [x, axes_name], [out], keepdims=0, name=out)
     return helper.make_node(op, [x], [out], keepdims=0, axes=list(axes), name=out)
+
+
+def _sum_nodes(x: str, out: str, axes: Sequence[int], opset: int, elem_type: int | None,
+               extra: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``ReduceSum`` of ``x`` over ``axes`` to ``out``: NaN/Inf exactly where that part of ``x`` held
+    NaN/Inf, which the min/max beside it cannot say: onnxruntime's ReduceMin/ReduceMax drop a NaN
+    that is not first in the row and skip values beside it (1.32: the max of [0, NaN, 2, 3] is 2).
+    A float16/bfloat16 sum would overflow on finite values, so ``x * 0`` (0, or NaN where ``x`` is
+    NaN/Inf) is summed instead, also where the type is unknown (one more pass); a float32 sum
+    overflows only past 3.4e38 (the tensor is then read whole: the same range, more slowly)."""
+    nodes: list[onnx.NodeProto] = []
+    summed = x
+    # Unknown type before opset 15 (no CastLike to make a 0 of x's type): the plain sum, whose
+    # overflow on finite float16 values only sends the tensor to the fetched path.
+    if elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE) and (elem_type is not None or opset >= 15):
+        summed, zero, like = out + "_zeroed", out + "_zero", out + "_zero_like"
+        nodes.append(helper.make_node("Constant", [], [zero], name=zero, value=helper.make_tensor(
+            zero, onnx.TensorProto.FLOAT if elem_type is None else elem_type, [], [0.0])))
+        if elem_type is None:  # a 0 of x's own type, whatever it is
+            nodes.append(helper.make_node("CastLike", [zero, x], [like], name=like))
+            zero = like
+        nodes.append(helper.make_node("Mul", [x, zero], [summed], name=summed))
+    if opset >= 13:  # ReduceSum takes its axes as an input from opset 13 (ReduceMin/Max from 18)
+        nodes.append(_reduce_node("ReduceSum", summed, out, axes, 18, extra))
+    else:
+        nodes.append(helper.make_node("ReduceSum", [summed], [out], keepdims=0, axes=list(axes), name=out))
+    return nodes
 
 
 def minmax_nodes(name: str, src: str, opset: int) -> tuple[list[onnx.NodeProto], list[str]]:
@@ -234,15 +262,16 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
     """
     if type(collector) is MinMaxCollector:
         view, rows = _rows_view(name, batch_axis, rank)
-        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        lo, hi, total = name + _MIN_SUFFIX, name + _MAX_SUFFIX, name + _SUM_SUFFIX
         extra: list[onnx.NodeProto] = []
         reds = [_reduce_node("ReduceMin", rows, lo, [1], opset, extra), _reduce_node("ReduceMax", rows, hi, [1], opset, extra)]
+        reds += _sum_nodes(rows, total, [1], opset, elem_type, extra)
 
         def fold_minmax(out: Sequence[np.ndarray], groups: int) -> None:
-            for lo_g, hi_g in zip(out[0].tolist(), out[1].tolist()):
-                collector.update_extremes(lo_g, hi_g)
+            for lo_g, hi_g, sum_g in zip(out[0].tolist(), out[1].tolist(), out[2].tolist()):
+                collector.update_extremes(lo_g if math.isfinite(sum_g) else math.nan, hi_g)
 
-        return Reduction([*view, *extra, *reds], [lo, hi], fold_minmax)
+        return Reduction([*view, *extra, *reds], [lo, hi, total], fold_minmax)
     if type(collector) is PerChannelMinMaxCollector:
         # [d0 .. d_axis, rest]: reduce every axis but the channel one and axis 0, whatever the
         # rank; the feeds' rows are then told apart on axis 0 (not possible when it is the
@@ -251,14 +280,16 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         if not reducible(collector):
             return None
         shaped, shape = name + "__onnxptq_pc", name + "__onnxptq_pc_shape"
-        lo, hi = name + _MIN_SUFFIX, name + _MAX_SUFFIX
+        lo, hi, total = name + _MIN_SUFFIX, name + _MAX_SUFFIX, name + _SUM_SUFFIX
         nodes = [_const(shape, [0] * (axis + 1) + [-1]), helper.make_node("Reshape", [name, shape], [shaped], name=shaped)]
         axes = [i for i in range(axis + 2) if i not in (0, axis)]
         extra = []
         reds = [_reduce_node("ReduceMin", shaped, lo, axes, opset, extra), _reduce_node("ReduceMax", shaped, hi, axes, opset, extra)]
+        reds += _sum_nodes(shaped, total, axes, opset, elem_type, extra)
 
         def fold_channels(out: Sequence[np.ndarray], groups: int) -> None:
-            lo_all, hi_all = out[0], out[1]
+            # a channel whose sum is not finite held NaN/Inf (its min/max cannot say: _sum_nodes)
+            lo_all, hi_all = np.where(np.isfinite(out[2]), out[0], np.nan), out[1]
             if axis == 0:
                 collector.update_channel_extremes(lo_all, hi_all)
                 return
@@ -266,7 +297,7 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
             for g in range(groups):
                 collector.update_channel_extremes(lo_all[g * r : (g + 1) * r].min(axis=0), hi_all[g * r : (g + 1) * r].max(axis=0))
 
-        return Reduction(nodes + extra + reds, [lo, hi], fold_channels, groupable=axis != 0 and batch_axis == 0)
+        return Reduction(nodes + extra + reds, [lo, hi, total], fold_channels, groupable=axis != 0 and batch_axis == 0)
     if type(collector) is TailCollector:
         p = name + "__onnxptq_tail"
         nodes, rows_f = _rows_view(name, batch_axis, rank)

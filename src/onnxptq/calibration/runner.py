@@ -205,7 +205,7 @@ class _Runs:
                  reduced: list[str], final: list[str], record: bool, providers: Sequence[Any],
                  threads: int | None, max_group: int, first: Sequence[dict[str, np.ndarray]],
                  stacked: Mapping[str, int] | None = None, side: SideFetch | None = None) -> None:
-        self.fetch, self.collectors = fetch, collectors
+        self.fetch, self.collectors = list(fetch), collectors
         #: fetched body tensors (see bodies.expose): leading iteration axes to fold into the samples
         self.stacked = dict(stacked or {})
         self.max_group = max(1, int(max_group))
@@ -254,15 +254,68 @@ class _Runs:
             log.debug("calibration: %s", why)
         self._probe: list[tuple[dict[str, np.ndarray], list[np.ndarray]]] = []
         self.rows_input = False
+        self._model, self._final, self._record, self._side = model, final, record, side
+        self._providers, self._threads = providers, threads
+        #: skipped batches each reduced tensor's collector held before this pass (a collector may
+        #: continue an earlier one): more after a run means that run's reduction was not finite
+        self._skips = {n: getattr(collectors[n], "skipped_batches", 0) for n in self.reductions}
+        #: reduced tensors moved to the fetched path after a non-finite batch (:meth:`_recover`)
+        self.moved: list[str] = []
         if fetch or self.reductions or record or side is not None:
-            aug, self.names = augment_model(model, fetch, reductions=self.reductions, keep_outputs=final if record else (),
-                                            side=side)
-            # Only reductions that view their tensor as rows read the row-count input: a model whose
-            # reductions are all per channel has no such input, and onnxruntime refuses an unknown feed.
-            self.rows_input = any(i.name == ROWS_INPUT for i in aug.graph.input)
-            t0 = time.perf_counter()
-            self.session = _session(aug, providers, threads)
-            log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
+            self._build()
+
+    def _build(self) -> None:
+        """(Re)build the augmented model and its session from ``fetch`` and ``reductions``."""
+        aug, self.names = augment_model(self._model, self.fetch, reductions=self.reductions,
+                                        keep_outputs=self._final if self._record else (), side=self._side)
+        # Only reductions that view their tensor as rows read the row-count input: a model whose
+        # reductions are all per channel has no such input, and onnxruntime refuses an unknown feed.
+        self.rows_input = any(i.name == ROWS_INPUT for i in aug.graph.input)
+        t0 = time.perf_counter()
+        self.session = None  # the old session's memory goes before the new one's comes
+        self.session = _session(aug, self._providers, self._threads)
+        log.debug("calibration session ready in %.2fs (%d outputs)", time.perf_counter() - t0, len(self.names))
+
+    def _recover(self, feed: dict[str, np.ndarray], groups: int) -> bool:
+        """Move every reduced tensor whose reduction just came back non-finite to the fetched path,
+        and give it the finite values of the run that showed it; True when the session was rebuilt.
+
+        Why: ``ReduceMin``/``ReduceMax`` propagate NaN (and an Inf is its own extreme), so a
+        reduction cannot drop single values; a tensor that holds NaN in every feed by design (a
+        per-residue output padded with NaN: caustic-nmr) had no statistics at all, though most of
+        its values are finite. Fetched whole, the collector counts and drops NaN/Inf itself
+        (``update``). The check costs one comparison per reduced tensor and run; NaN-free models
+        never rebuild, so their statistics and session are the same as before.
+
+        The run that showed the NaN is run once more (``feed``: the ``groups`` feeds joined) for
+        the moved tensors alone, and each feed whose tensor held a non-finite value, which is
+        exactly each feed the reduction skipped, is folded whole and no longer counted skipped;
+        the statistics are then those of ``minmax_in_graph=False``. A per-channel collector keeps
+        its skipped batch (it already folded the finite channels of that feed): only the next
+        feeds reach it whole."""
+        hit = [n for n in self.reductions if self.collectors[n].skipped_batches > self._skips.get(n, 0)]
+        if not hit:
+            return False
+        for n in hit:
+            del self.reductions[n]
+            self.fetch.append(n)
+        self.moved += hit
+        log.info("calibration: %d tensor(s) held NaN/Inf (%s); fetched whole from now on, their NaN/Inf dropped one "
+                 "by one", len(hit), ", ".join(repr(n) for n in hit[:5]) + (" ..." if len(hit) > 5 else ""))
+        self._build()
+        self._probe.clear()  # outputs of the old session: the grouping check starts again
+        redo = [n for n in hit if type(self.collectors[n]) in (MinMaxCollector, TailCollector)]
+        if redo:
+            for n, value in zip(redo, self._fetch(redo, feed, groups)):
+                c = self.collectors[n]
+                axis = self.batch_axes.get(n, (0, 0))[0]
+                for part in [value] if groups == 1 else np.split(value, groups, axis=axis):
+                    # The feeds the reduction skipped: the run's only one, or of a group those whose
+                    # values (or float32 sum, the check's) are not finite.
+                    if groups == 1 or not np.isfinite(part).all() or not np.isfinite(np.sum(part, dtype=np.float32)):
+                        c.skipped_batches -= 1
+                        c.update(part)
+        return True
 
     def _run(self, feed: dict[str, np.ndarray], groups: int, extra: Sequence[str] = ()) -> list[np.ndarray]:
         return self._fetch(self.names + list(extra), feed, groups)
@@ -302,25 +355,25 @@ class _Runs:
 
     def run(self, group: list[dict[str, np.ndarray]]) -> None:
         """Run ``group`` (feeds of identical shapes) in one session run and fold it feed by feed."""
-        if len(group) == 1:
-            self._fold(self._run(group[0], 1), 1)
-            return
-        joined = {k: np.concatenate([f[k] for f in group], axis=0) for k in group[0]}
+        joined = group[0] if len(group) == 1 else {k: np.concatenate([f[k] for f in group], axis=0) for k in group[0]}
         self._fold(self._run(joined, len(group)), len(group))
+        self._recover(joined, len(group))
 
     def run_single(self, feed: dict[str, np.ndarray], final: Sequence[str] = ()) -> dict[str, np.ndarray]:
         """Run one feed alone, fold it, keep it for the probe; return the model outputs ``final``."""
         extra = [o for o in final if o not in self.names]
         outputs = self._run(feed, 1, extra)
         mine = outputs[: len(self.names)]
+        got = dict(zip(self.names + extra, outputs))
         self._fold(mine, 1)
-        if self.grouping is None:
+        if self._recover(feed, 1):
+            pass  # the probe restarts on the rebuilt session's outputs
+        elif self.grouping is None:
             self._probe.append((feed, mine))
             if len(self._probe) == 2:
                 self.grouping, why = self._probe_grouping()
                 self._probe.clear()
                 log.debug("calibration: %s", why)
-        got = dict(zip(self.names + extra, outputs))
         # Copies: an array onnxruntime returns does not own its data, it holds the session's
         # output buffer, and with it the session's whole memory arena, alive after the session is
         # gone (PP-OCRv4 rec: 8 recorded outputs of 1 MiB kept the calibration's ~55 MiB arena
@@ -492,17 +545,28 @@ def _session(model: onnx.ModelProto, providers: Sequence[Any], threads: int | No
         raise ModelRuntimeError(f"onnxruntime cannot load the model for calibration: {_one_line(exc)}") from exc
 
 
-def _check_some_finite(name: str, c: Collector) -> None:
+def _check_some_finite(name: str, c: Collector, feeds: int) -> None:
     """Raise when a tensor's statistics saw NaN/Inf and no finite value at all: its range would be
-    a made-up default and the quantized model would compute garbage (or fail in onnxruntime)."""
-    troubled = c.nan_count or c.inf_count or getattr(c, "skipped_batches", 0)
+    a made-up default and the quantized model would compute garbage (or fail in onnxruntime).
+
+    The message says what was seen (how many NaN and Inf values, on how many feeds), not why: a
+    float model that overflows and one whose output is padded with NaN by design look alike here
+    until every value of the tensor is non-finite."""
+    skipped = getattr(c, "skipped_batches", 0)
+    troubled = c.nan_count or c.inf_count or skipped
     lo, hi = getattr(c, "min", None), getattr(c, "max", None)
     if not troubled or lo is None or hi is None:
         return
     if not (np.isfinite(np.asarray(lo, np.float64)).any() or np.isfinite(np.asarray(hi, np.float64)).any()):
+        seen = []
+        if c.nan_count or c.inf_count:
+            seen.append(f"{c.nan_count} NaN and {c.inf_count} Inf values")
+        if skipped:
+            seen.append(f"{skipped} feed(s) whose in-graph min/max was NaN/Inf")
         raise NonFiniteStatisticsError(
-            f"tensor {name!r} held no finite value on any calibration batch (NaN/Inf: the float model overflows on "
-            "this data, e.g. from huge weights or fp16 range); no quantization range can be computed for it"
+            f"tensor {name!r} held no finite value in any of the {feeds} calibration feed(s): "
+            f"{' and '.join(seen)}, nothing else; no quantization range can be computed for it (the float model "
+            "computes only NaN/Inf there on this data: check the model and the calibration data)"
         )
 
 
@@ -539,8 +603,11 @@ def collect(
     (:func:`plan_reduction`: min/max, per-channel min/max, top-k tails): the same statistics. Measured on PP-OCRv4 rec (403 float tensors, one ORT thread, shared
     machine so medians): batch 1: 66 ms/batch instead of 240 ms; batch 8: about the same time
     (1.0-1.3 s) but peak RSS 208 MiB instead of 2.2 GiB, because fetched outputs all stay alive
-    until the run ends. The price: a batch whose tensor holds NaN/Inf is left out whole for that
-    tensor (``skipped_batches``, warned about), and ``count`` stays 0. ``max_batches`` stops early (the
+    until the run ends. A reduction propagates NaN, so the first run whose reduction of a tensor is
+    not finite moves that tensor to the fetched path (rebuilding the session once) and that run's
+    feeds are read again for it: its NaN/Inf are then dropped one by one, as without
+    ``minmax_in_graph`` (``_Runs._recover``; a per-channel statistic keeps that one feed skipped,
+    ``skipped_batches``, warned about). A min/max reduction leaves ``count`` at 0. ``max_batches`` stops early (the
     reference's ``CalibDataSize``). ``intra_op_num_threads`` caps onnxruntime's threads (None:
     its default, all cores). ``model_outputs``, when given, receives the model's own outputs
     (``{name: array}``) of the first ``model_output_batches`` feeds: the float reference of the
@@ -675,13 +742,14 @@ def collect(
         raise ValueError("calibration got no feed: the data iterable/reader was empty")
     log.info("calibration: %d batches, %d tensors, %.1fs", batches, len(collectors), time.perf_counter() - t_start)
     for name, c in collectors.items():
-        _check_some_finite(name, c)
+        _check_some_finite(name, c, batches)
         if c.nan_count or c.inf_count:
             log.warning("tensor %r: ignored %d NaN and %d Inf values during calibration", name, c.nan_count, c.inf_count)
         if c.skipped_batches:
             log.warning(
-                "tensor %r: %d batches held NaN/Inf and were left out of its min/max (in-graph reduction cannot "
-                "drop single values; pass minmax_in_graph=False to keep their finite values)",
+                "tensor %r: %d batches held NaN/Inf and were left out of its statistics (a per-channel reduction "
+                "keeps the feed that showed them out: its other channels were already folded; pass "
+                "minmax_in_graph=False to keep their finite values)",
                 name,
                 c.skipped_batches,
             )
