@@ -181,3 +181,28 @@ def test_float16_large_values_are_not_taken_for_nan(monkeypatch):
     assert (got.min, got.max) == (float(np.nanmin(values * np.where(np.isnan(np.stack([f["x"] for f in feeds])), np.nan, 1))),
                                   float(np.nanmax(np.stack([f["x"] for f in feeds]).astype(np.float32))))
     assert (got.nan_count, got.skipped_batches, got.batches) == (4, 0, 4)
+
+
+def test_a_tensor_empty_on_every_feed_is_no_nan(caplog):
+    """An empty Slice (RivaGAN's encoder, round 19) reduces in the graph to (+inf, -inf): FP16's range check
+    raised NonFiniteStatisticsError ("overflows") on it; it holds no value, so it has no range and no error."""
+    import logging
+
+    import onnxptq
+
+    inits = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 4), ("e", 4), ("ax", 1))]
+    inits.append(numpy_helper.from_array(np.random.default_rng(0).random((8, 8), np.float32), "W"))
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s", "e", "ax"], ["empty"]),
+         helper.make_node("Concat", ["x", "empty"], ["cat"], axis=1),
+         helper.make_node("Concat", ["cat", "cat"], ["cat2"], axis=1),
+         helper.make_node("MatMul", ["cat2", "W"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = [{"x": np.random.default_rng(i).random((1, 4), np.float32)} for i in range(12)]
+    with caplog.at_level(logging.WARNING):
+        result = onnxptq.quantize(model, "FP16", data=feeds)
+    assert result.floor is not None and result.floor.ok
+    assert not any("overflow" in r.getMessage() for r in caplog.records)

@@ -562,7 +562,7 @@ def _compute_range(collector: Collector, method: str | Method, **options: Any) -
             "(make_collector gives one to high percentiles alone)"
         )
     if collector.empty:
-        _warn_once(collector, "empty", "tensor %r: no finite value was collected; its range is (0, 0)", name)
+        _warn_once(collector, "empty", "tensor %r: no value was collected (empty on every calibration feed, or in a branch that never ran); its range is (0, 0)", name)
         return 0.0, 0.0
 
     if m is Method.MINMAX:
