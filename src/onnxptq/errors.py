@@ -62,7 +62,8 @@ class ModelRuntimeError(OnnxptqError, ValueError):
 
 
 class NonFiniteStatisticsError(OnnxptqError, ValueError):
-    """A tensor held no finite value on any calibration batch: the float model overflows (NaN/Inf)."""
+    """A tensor held values on the calibration feeds but none of them finite (all NaN/Inf): no range can be
+    computed for it. NaN in part of a tensor (padding, masks) is left out and calibrates to the finite range."""
 
 
 class ScaleOverflowError(OnnxptqError, ValueError):
