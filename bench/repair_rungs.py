@@ -12,6 +12,11 @@ costs, paid by neither timed run) and right after it, in the same process on the
 starts at calibration: the model's load and the file's write, which both runs pay, are outside it).
 The library is imported before the first row, so no row pays the import.
 
+With ``--builds 6,4,3``, each row is quantized once per count of builds, side by side in one process
+(``repair_budget`` = N / ``BUILDS``; a count below ``MIN_BUILDS`` lowers that floor for the bench
+only): the untimed first quantize runs once, before the first count, and each count's row has its
+own timed plain quantize after it. Files go to ``<out-dir>/<model>.<preset>.b<N>.onnx``.
+
 Run it under a tree's ``src`` (``PYTHONPATH=<tree>/src:<this checkout>``) for before → after; with
 ``--hog N``, N busy processes (forked from this one: the same priority) share the CPU
 during every row: the delivered file must not change with them (the search stops at a count of
@@ -43,7 +48,7 @@ def _burn() -> None:
 
 
 def one(name: str, preset: str, readings: dict[str, str], out: Path, calib_n: int, held_n: int,
-        plain: bool = False) -> dict:
+        plain: bool = False, warm: bool = True, builds: int | None = None) -> dict:
     import onnxptq
     from onnxptq.config.presets import resolve_config
 
@@ -53,7 +58,9 @@ def one(name: str, preset: str, readings: dict[str, str], out: Path, calib_n: in
     config = resolve_config(preset)
     if readings:
         config = config.replace(floor_output_reading=readings)
-    if plain:  # a first quantize of this model, untimed: neither timed run pays a first run's costs
+    if builds is not None:
+        config = config.replace(repair_budget=_budget_for(builds))
+    if plain and warm:  # a first quantize of this model, untimed: neither timed run pays a first run's costs
         onnxptq.quantize(str(path), config.replace(repair=False), data=list(calib), output=str(out.with_suffix(".plain.onnx")))
     c0, t0 = time.process_time(), time.perf_counter()
     result = onnxptq.quantize(str(path), config, data=list(calib), output=str(out))
@@ -66,10 +73,23 @@ def one(name: str, preset: str, readings: dict[str, str], out: Path, calib_n: in
             "mixed": rep.get("mixed"), "kept_names": list(rep.get("kept_float") or {})[:6],
             "evaluations": rep.get("evaluations"), "allowance": rep.get("allowance"), "capped": rep.get("capped"),
             "finished": rep.get("finished"), "candidates": rep.get("candidates"), "note": (rep.get("note") or "")[:200],
-            "builds_cpu": rep.get("build_cpu_seconds"),
+            "builds_cpu": rep.get("build_cpu_seconds"), "repair_budget": config.repair_budget,
             "metric": metric_name, "agreement": round(float(metric(ref, test, held, None)), 4),
             "size_x": round(out.stat().st_size / newmodels._model_bytes(path), 3),
             "sha256": hashlib.sha256(out.read_bytes()).hexdigest()[:16], **(_plain(path, config, calib, out, cpu) if plain else {})}
+
+
+def _budget_for(builds: int) -> float:
+    """The ``repair_budget`` that allows ``builds`` builds (``builds_allowed``); a count below the
+    library's least (``MIN_BUILDS``) lowers that least in this process: a bench-only override, to see
+    what fewer builds would deliver."""
+    from onnxptq.algorithms import repair
+
+    if builds < repair.MIN_BUILDS:
+        repair.MIN_BUILDS = builds
+    budget = builds / repair.BUILDS
+    assert repair.builds_allowed(budget) == builds, (builds, budget)
+    return budget
 
 
 def _plain(path: Path, config, calib, out: Path, cpu: float) -> dict:
@@ -89,6 +109,7 @@ def main() -> None:
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--hog", type=int, default=0, help="busy processes beside each row")
     ap.add_argument("--plain", action="store_true", help="time the quantize with repair off after each row")
+    ap.add_argument("--builds", default="", help="counts of builds, comma separated: each row once per count")
     ap.add_argument("--json", required=True)
     ap.add_argument("--out-dir", required=True)
     a = ap.parse_args()
@@ -104,20 +125,25 @@ def main() -> None:
         hogs = [mp.get_context("fork").Process(target=_burn, daemon=True) for _ in range(a.hog)]
         for h in hogs:
             h.start()
+        counts = [int(n) for n in a.builds.split(",") if n] or [None]
         try:
-            row = one(name, preset, readings, out_dir / f"{name}.{preset}.onnx", a.calib, a.held, a.plain)
-        except Exception as exc:  # noqa: BLE001 - recorded, never fatal
-            row = {"model": name, "preset": preset, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            for i, builds in enumerate(counts):
+                stem = f"{name}.{preset}" + (f".b{builds}" if builds is not None else "")
+                try:
+                    row = one(name, preset, readings, out_dir / f"{stem}.onnx", a.calib, a.held, a.plain,
+                              warm=i == 0, builds=builds)
+                except Exception as exc:  # noqa: BLE001 - recorded, never fatal
+                    row = {"model": name, "preset": preset, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                with open("/proc/loadavg") as f:
+                    row["load"] = f.read().split()[0]
+                row["hog"], row["builds"] = a.hog, builds
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                Path(a.json).write_text(json.dumps(rows, indent=1))
         finally:
             for h in hogs:
                 h.terminate()
                 h.join()
-        with open("/proc/loadavg") as f:
-            row["load"] = f.read().split()[0]
-        row["hog"] = a.hog
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-        Path(a.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

