@@ -29,14 +29,7 @@ import logging
 import tracemalloc
 from typing import Any
 
-
-def _status(key: str) -> int:
-    """``key`` of /proc/self/status in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) // 1024
-    raise KeyError(key)
+from quantize_peak import _status  # /proc/self/status in MiB, as the peak's stages read it
 
 
 def _site(trace: tracemalloc.Traceback) -> str:
