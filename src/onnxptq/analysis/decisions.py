@@ -17,7 +17,12 @@ reaches a graph output:
 * ``TopK``: its scores input; ``NonMaxSuppression``: its ``scores`` input with its own
   ``score_threshold`` input where that is a constant;
 * a comparison (``Greater``, ``GreaterOrEqual``, ``Less``, ``LessOrEqual``) of a tensor with a
-  constant: the compared tensor (the same comparisons as ``pipeline/plan/thresholds.py``).
+  constant: the compared tensor (the same comparisons as ``pipeline/plan/thresholds.py``). Not a
+  comparison read only through ``And`` with ``IsInf``/``IsNaN`` of the same tensor: that is the sign
+  test of ``torch.nan_to_num`` as exported (``Where(IsInf(x) & (x > 0), finfo.max, x)``), whose outcome
+  reaches nothing while the tensor is finite; judged as a decision, a ReLU'd tensor's tiny positives
+  rounding to 0 broke the floor with the outputs' agreement at 0.9997 (pymupdf-layout's graph convs:
+  repair kept 58-99 nodes; bench/RESULTS.md, layout19).
 
 A decision tensor that is itself a graph output is left to the output's own judgement.
 
@@ -143,9 +148,51 @@ def _outer_reads(graph: onnx.GraphProto) -> list[str]:
     return [i for n in graph.node for i in n.input if i and i not in inner]
 
 
+def _sign_tests_of_special_values(graph: onnx.GraphProto) -> set[str]:
+    """Comparison nodes (by first output) read only through ``And``/``Or`` with ``IsInf``/``IsNaN`` of
+    the tensor they compare, ``Cast`` between them looked through (TorchScript casts the booleans):
+    nan_to_num's sign tests (module docstring), no decision while the tensor is finite."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+
+    def uses(t: str) -> list[tuple[str, onnx.NodeProto]]:  # (the input it reads, the node), through Casts
+        out = []
+        for u in readers.get(t, []):
+            out.extend(uses(u.output[0]) if u.op_type == "Cast" else [(t, u)])
+        return out
+
+    def origin(t: str) -> onnx.NodeProto | None:  # the producer, through Casts
+        p = producer.get(t)
+        while p is not None and p.op_type == "Cast":
+            p = producer.get(p.input[0])
+        return p
+
+    def root(t: str) -> str:  # the tensor, through Casts (nan_to_num's IsInf reads a Cast of it)
+        p = producer.get(t)
+        while p is not None and p.op_type == "Cast":
+            t, p = p.input[0], producer.get(p.input[0])
+        return t
+
+    found = set()
+    for node in graph.node:
+        if node.op_type not in _COMPARISONS or not node.output or not node.output[0]:
+            continue
+        reads = uses(node.output[0])
+        compared = {root(i) for i in node.input}
+        if reads and all(u.op_type in ("And", "Or") and any(
+                (p := origin(t)) is not None and p.op_type in ("IsInf", "IsNaN") and root(p.input[0]) in compared
+                for t in u.input if t != mine) for mine, u in reads):
+            found.add(node.output[0])
+    return found
+
+
 def find_decisions(model: onnx.ModelProto) -> list[Decision]:
     """The decisions of ``model``'s main graph (module docstring), in graph order."""
     consts = _constants(model)
+    sign_tests = _sign_tests_of_special_values(model.graph)
     live = _live(model)
     outputs = {o.name for o in model.graph.output}
     inputs = {i.name for i in model.graph.input}
@@ -166,7 +213,7 @@ def find_decisions(model: onnx.ModelProto) -> list[Decision]:
             thr = consts.get(node.input[4]) if len(node.input) > 4 and node.input[4] else None
             found.append(Decision(name, node.op_type, 1, node.input[1], "select", -1,
                                   threshold=float(np.asarray(thr).reshape(-1)[0]) if thr is not None and np.asarray(thr).size else None))
-        elif node.op_type in _COMPARISONS and len(node.input) == 2:
+        elif node.op_type in _COMPARISONS and len(node.input) == 2 and node.output[0] not in sign_tests:
             sides = [(i, consts.get(node.input[1 - i])) for i in (0, 1)]
             for i, c in sides:
                 if c is not None and np.asarray(c).size == 1 and node.input[i] not in consts and np.issubdtype(np.asarray(c).dtype, np.floating):

@@ -54,6 +54,8 @@ __all__ = ["SENTINEL_THRESHOLD", "holds_sentinel", "is_sentinel_constant", "sent
 #: Values at or below this stand for "masked out". -1e4 is the smallest sentinel exporters have
 #: used (BERT's original ``-10000.0``); no weight or bias of a trained network comes near it.
 SENTINEL_THRESHOLD = -1.0e4
+#: positive values at or above this (half of float32's largest, and +inf) are "never this value" sentinels
+HUGE = float(np.finfo(np.float32).max) / 2
 
 #: Ops through which a mask keeps its sentinel values: arithmetic that builds the additive mask
 #: and adds it to the scores, the boolean-mask select, and ops that move or broadcast values.
@@ -70,8 +72,10 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
     if arr.size == 0 or not np.issubdtype(arr.dtype, np.floating):
         return False
     # Compared in the tensor's own float type (the threshold is exact in float16 too): a float64
-    # copy of every weight was the largest allocation of the sentinel scan.
-    low = arr <= SENTINEL_THRESHOLD
+    # copy of every weight was the largest allocation of the sentinel scan. +finfo.max / +inf count
+    # too: ``torch.nan_to_num`` exports both ``Where(IsInf(x) & (x > 0), +finfo.max, ·)`` and its
+    # -finfo.max twin (pymupdf-layout's graph convs), and no scale quantizes either.
+    low = (arr <= SENTINEL_THRESHOLD) | (arr >= HUGE)
     return bool(low.any() and np.all(low | (arr == 0.0)))
 
 
