@@ -56,6 +56,9 @@ def test_positive_float_max_is_a_sentinel_like_its_negative_twin():
     assert is_sentinel_constant(np.array(FMAX, np.float32)) and is_sentinel_constant(np.array(-FMAX, np.float32))
     assert is_sentinel_constant(np.array([0.0, np.inf], np.float32))
     assert not is_sentinel_constant(np.array([1.0e4, 3.0e30], np.float32))  # large weights are not sentinels
+    with np.errstate(over="raise"):  # float16: +inf alone, no overflowing cast of the float32 bound
+        assert is_sentinel_constant(np.array([0.0, np.inf], np.float16))
+        assert not is_sentinel_constant(np.array([1.0, 65504.0], np.float16))
 
 
 def test_a16w8_quantizes_nan_to_num_and_keeps_the_floor():

@@ -75,7 +75,8 @@ def is_sentinel_constant(values: np.ndarray) -> bool:
     # copy of every weight was the largest allocation of the sentinel scan. +finfo.max / +inf count
     # too: ``torch.nan_to_num`` exports both ``Where(IsInf(x) & (x > 0), +finfo.max, ·)`` and its
     # -finfo.max twin (pymupdf-layout's graph convs), and no scale quantizes either.
-    low = (arr <= SENTINEL_THRESHOLD) | (arr >= HUGE)
+    huge = np.isposinf(arr) if float(np.finfo(arr.dtype).max) < HUGE else arr >= HUGE  # float16: only +inf (no overflowing cast)
+    low = (arr <= SENTINEL_THRESHOLD) | huge
     return bool(low.any() and np.all(low | (arr == 0.0)))
 
 
