@@ -60,7 +60,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..graph.walk import upstream_nodes
+from ..graph.walk import dataflow, upstream_nodes
 from .class_scores import UNSURE, judge_positions
 from ..sessions import open_session
 from .metrics import cosine_similarity
@@ -152,11 +152,7 @@ def _sign_tests_of_special_values(graph: onnx.GraphProto) -> set[str]:
     """Comparison nodes (by first output) read only through ``And``/``Or`` with ``IsInf``/``IsNaN`` of
     the tensor they compare, ``Cast`` between them looked through (TorchScript casts the booleans):
     nan_to_num's sign tests (module docstring), no decision while the tensor is finite."""
-    producer = {o: n for n in graph.node for o in n.output if o}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    producer, readers = dataflow(graph.node)
 
     def uses(t: str) -> list[tuple[str, onnx.NodeProto]]:  # (the input it reads, the node), through Casts
         out = []
@@ -164,17 +160,15 @@ def _sign_tests_of_special_values(graph: onnx.GraphProto) -> set[str]:
             out.extend(uses(u.output[0]) if u.op_type == "Cast" else [(t, u)])
         return out
 
-    def origin(t: str) -> onnx.NodeProto | None:  # the producer, through Casts
-        p = producer.get(t)
-        while p is not None and p.op_type == "Cast":
-            p = producer.get(p.input[0])
-        return p
-
     def root(t: str) -> str:  # the tensor, through Casts (nan_to_num's IsInf reads a Cast of it)
         p = producer.get(t)
         while p is not None and p.op_type == "Cast":
             t, p = p.input[0], producer.get(p.input[0])
         return t
+
+    def special_of(t: str) -> str | None:  # the tensor an IsInf/IsNaN tests, where ``t`` is one (through Casts)
+        p = producer.get(root(t))
+        return root(p.input[0]) if p is not None and p.op_type in ("IsInf", "IsNaN") else None
 
     found = set()
     for node in graph.node:
@@ -182,9 +176,8 @@ def _sign_tests_of_special_values(graph: onnx.GraphProto) -> set[str]:
             continue
         reads = uses(node.output[0])
         compared = {root(i) for i in node.input}
-        if reads and all(u.op_type in ("And", "Or") and any(
-                (p := origin(t)) is not None and p.op_type in ("IsInf", "IsNaN") and root(p.input[0]) in compared
-                for t in u.input if t != mine) for mine, u in reads):
+        if reads and all(u.op_type in ("And", "Or") and any(special_of(t) in compared for t in u.input if t != mine)
+                         for mine, u in reads):
             found.add(node.output[0])
     return found
 
