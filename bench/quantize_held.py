@@ -60,11 +60,9 @@ def held(top: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("preset")
-    ap.add_argument("--samples", type=int, default=0)
-    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's .npz): PP-OCRv4 rec on them")
-    ap.add_argument("--lines", type=int, default=64)
+    import quantize_stages
+
+    quantize_stages.model_arguments(ap, lines=True)
     ap.add_argument("--top", type=int, default=10)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -85,7 +83,6 @@ def main() -> None:
     share_malloc_arena()
     cfg = get_preset(args.preset)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
-    import quantize_stages
 
     path, data = quantize_stages.model_and_data(args.model, args.samples, args.npz, args.lines)
     tracemalloc.start(16)

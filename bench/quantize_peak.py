@@ -76,11 +76,9 @@ def _wrap(log: list[tuple[str, int, int]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("preset")
-    ap.add_argument("--samples", type=int, default=0)
-    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's .npz): PP-OCRv4 rec on them")
-    ap.add_argument("--lines", type=int, default=64)
+    import quantize_stages
+
+    quantize_stages.model_arguments(ap, lines=True)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     log: list[tuple[str, int, int]] = []
@@ -92,7 +90,6 @@ def main() -> None:
     share_malloc_arena()
     cfg = get_preset(args.preset)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
-    import quantize_stages
 
     path, data = quantize_stages.model_and_data(args.model, args.samples, args.npz, args.lines)
     cpu = time.process_time()

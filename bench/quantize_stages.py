@@ -70,6 +70,17 @@ KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve
 PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]
 
 
+def model_arguments(ap: Any, lines: bool = True) -> None:
+    """The model, preset and data arguments of the scripts that read them through :func:`model_and_data`
+    (quantize_peak.py, quantize_held.py, verify_reuse.py): one spelling of the four options."""
+    ap.add_argument("model")
+    ap.add_argument("preset")
+    ap.add_argument("--samples", type=int, default=0)
+    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's .npz): PP-OCRv4 rec on them")
+    if lines:
+        ap.add_argument("--lines", type=int, default=64)
+
+
 def model_and_data(model: str, samples: int, npz: str | None = None, lines: int | None = None) -> tuple[Any, Any]:
     """``(model path, feeds)`` as the timing scripts take them: PP-OCRv4 rec on rendered lines (bench/quantize.py's
     ``.npz``, at most ``lines``) where ``npz`` is given, else :func:`_data`'s model and feeds."""

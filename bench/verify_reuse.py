@@ -24,12 +24,10 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("preset")
-    ap.add_argument("--samples", type=int, default=0)
-    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's .npz): PP-OCRv4 rec on them")
-    args = ap.parse_args()
     import quantize_stages
+
+    quantize_stages.model_arguments(ap, lines=False)
+    args = ap.parse_args()
 
     from onnxptq.api import quantize
     from onnxptq.config.presets import get_preset
