@@ -416,38 +416,32 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     from ..analysis.class_scores import class_like_outputs
     from ..analysis.floor import floor_for
 
-    ranks = {o.name: len(o.type.tensor_type.shape.dim) if o.type.tensor_type.HasField("shape") else None
-             for o in prepared.graph.output}
-    for name, kind in class_like_outputs(prepared).items():
-        # A softmax over positions (declared rank >= 3) is a CTC reader or a tagger: the floor judges
-        # it by the strings it reads, one per feed (class_scores.judge_positions), so it needs as
-        # many feeds as reads: with 8 + 8 the README's PP-OCRv4 rec was "not judged: 16 reads, the
-        # floor needs 20" on any amount of data.
-        reads = getattr(kind, "rule", "softmax") != "softmax" and ranks.get(name) != 2
-        sequence = ranks.get(name) is not None and ranks[name] >= 3
-        # A declared rank below 3 or none is a classifier's row as far as we know: ocrspine's PP-OCRv5
-        # text-line classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows
-        # enough", 48 samples left it "not judged" (8 held-out + 8 calibration rows, 34 needed).
-        rows = ranks.get(name) is None or ranks[name] < 3
-        if reads or sequence or rows:
-            return floor_for(cfg).reads_wanted
+    wanted = floor_for(cfg).reads_wanted
+    # Every class-like output wants them, whatever its rank: a softmax over positions (declared rank >= 3) is a
+    # CTC reader or a tagger, judged by the strings it reads, one per feed (class_scores.judge_positions: with
+    # 8 + 8 the README's PP-OCRv4 rec was "not judged: 16 reads, the floor needs 20" on any amount of data);
+    # a declared rank below 3 or none is a classifier's row as far as we know (ocrspine's PP-OCRv5 text-line
+    # classifier declares its Softmax output rank 0 and returns [1, 2]; read as "rows enough", 48 samples left
+    # it "not judged": 8 held-out + 8 calibration rows, 34 needed).
+    if class_like_outputs(prepared):
+        return wanted
     # A detector's score rows (analysis/score_rows.py) hold only on as many images as rows: at batch 1
     # one image a feed, so the same count (else nudenet was "not judged" with any amount of data).
     from ..analysis.score_rows import detector_score_rows
 
     if detector_score_rows(prepared):
-        return floor_for(cfg).reads_wanted
+        return wanted
     # An in-graph ArgMax (analysis/decisions.py: a tagger's or a CTC reader's ids) is judged as reads,
     # one a feed, on the held-out and calibration feeds together, and holds only on as many reads
     # (sudachi's tagger: "not judged" on 8 + 8 with any amount of data).
     if any(d.kind == "argmax" for d in find_decisions(prepared)):
-        return floor_for(cfg).reads_wanted
+        return wanted
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
     # speechmos's AECMOS MXFP8_E4M3 (0.906 of 32 clips within 0.1 MOS) and DNSMOS MXINT8 (0.969)
     # were "not judged" on any amount of data (bench/RESULTS.md, "Speech-quality scores, second round").
     if score_outputs(prepared):
-        return floor_for(cfg).reads_wanted
+        return wanted
     return 0
 
 
