@@ -109,7 +109,7 @@ from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
-from ..pipeline.verify import Verified, session_signature, worth_remembering
+from ..pipeline.verify import Verified, measure_seen, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
@@ -260,14 +260,25 @@ class _Judge:
         session = judge_session(model)
         runs = time.process_time()
         got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
-        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen)] if self.seen else []
+        # the floor's held outputs held as they come out (analysis/held_outputs.py)
+        hold = self.calibrated.seen_holder(keys)
+        seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, hold)] if self.seen else []
         runs = time.process_time() - runs
         signature = session_signature(session)
         del session
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         judged = time.process_time()
-        verdict = measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
-                          seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None, **self.readings)
+
+        def judge(seen: list[dict[str, Any]]) -> Verdict:
+            return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
+                           seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None,
+                           **self.readings)
+
+        def whole() -> list[dict[str, Any]]:  # a reading needed them whole: the candidate's runs again (rare)
+            again = judge_session(model)
+            return [dict(zip(keys, out)) for out in run_feeds(again, names, self.seen)]
+
+        verdict = measure_seen(judge, seen, whole) if seen else judge(seen)
         judged = time.process_time() - judged
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):

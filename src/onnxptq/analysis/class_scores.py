@@ -160,6 +160,7 @@ import onnx
 from ..graph.ops import RELAYOUTS
 from .evidence import surely_below
 from .fields import MAX_FIELDS
+from .held_outputs import HeldOutputError, HeldScores
 from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
@@ -666,6 +667,9 @@ def _sequences(arrays: list[np.ndarray]) -> list[np.ndarray]:
     rec: 28 feeds of ``[64, 40, 6625]``, ~150 MiB of the quantization's peak)."""
     out = []
     for a in arrays:
+        if isinstance(a, HeldScores):  # already per position (analysis/held_outputs.py)
+            out.append(a)
+            continue
         a = np.asarray(a)
         if not np.issubdtype(a.dtype, np.floating):
             a = a.astype(np.float64)
@@ -762,6 +766,29 @@ def _string_safe(x: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray:
     return out
 
 
+def _read_and_kept(g: np.ndarray | HeldScores, top: np.ndarray, blank: int) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate's arg-max per position and its margin at float's class ``top`` over the best
+    string-changing class (:func:`_string_safe`): from the whole ``[reads, T, C]`` scores, or from
+    the largest ones a :class:`HeldScores` keeps (analysis/held_outputs.py), the same values."""
+    if isinstance(g, HeldScores):
+        if g.ref_top.shape != top.shape or not np.array_equal(g.ref_top, top):
+            raise HeldOutputError(f"output {g.name!r}: held beside another float arg-max than the one judged")
+        return g.top, g.at - g.largest_outside(lambda classes: _string_kept(classes, top, blank))
+    g = _wide(g)
+    return np.argmax(g, -1), np.take_along_axis(g, top[..., None], -1)[..., 0] - _string_safe(g, top, blank).max(-1)
+
+
+def _string_kept(classes: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray:
+    """Per ``[reads, T, K]`` class of ``classes``: whether :func:`_string_safe` sets it to −∞ at its
+    position (float's class, or a class that would keep float's string there)."""
+    out = classes == seq[..., None]
+    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
+    for k in (np.full_like(seq, blank), np.concatenate([edge, seq[:, :-1]], 1), np.concatenate([seq[:, 1:], edge], 1)):
+        harmless = (k >= 0) & _keeps_string(k, seq, blank)
+        out |= harmless[..., None] & (classes == k[..., None])
+    return out
+
+
 def _margin_cdf(margins: list[np.ndarray], losses: list[np.ndarray]) -> float | None:
     """The estimated per-position agreement from margins and their losses (module docstring): 1 −
     the mean over the losses of float's margin CDF, through the origin at plotting positions, below
@@ -814,12 +841,12 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         # a feed alive at once instead of 7 (PP-OCRv4 rec, 40 x 6625 scores a line: repair's floor
         # measure, one of the two peaks of its A8W8 quantization, grew RSS by ~14 MiB, now ~4-8;
         # bench/RESULTS.md, quanttime7)
-        r, g = _wide(r), _wide(g)
-        top, read = np.argmax(r, -1), np.argmax(g, -1)
+        r = _wide(r)
+        top = np.argmax(r, -1)
         z = np.take_along_axis(r, top[..., None], -1)[..., 0]
         rival = _string_safe(r, top, blank).max(-1)
         margin = z - rival
-        kept = np.take_along_axis(g, top[..., None], -1)[..., 0] - _string_safe(g, top, blank).max(-1)
+        read, kept = _read_and_kept(g, top, blank)
         del g
         p = _probabilities(r)
         del r
@@ -902,7 +929,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
     reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
     refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
-    gots = [s.reshape(-1, s.shape[-1]) for s in seqs_g]
+    gots = [s if isinstance(s, HeldScores) else s.reshape(-1, s.shape[-1]) for s in seqs_g]
     if not strings_only and not decides(refs):  # a softmax spells its decision (module docstring, "Float must decide")
         return None
     tops = [np.argmax(r, -1) for r in refs]
@@ -916,6 +943,9 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         return _judge_strings(seqs_r, seqs_g, blank)
     if strings_only:
         return None
+    held = next((g for g in gots if isinstance(g, HeldScores)), None)
+    if held is not None:
+        np.asarray(held)  # per-position scores judged per row need the whole arrays: raises HeldOutputError
     margins: list[np.ndarray] = []
     losses: list[np.ndarray] = []
     flipped = ties = judged = unsure_total = unsure_flipped = 0

@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -123,6 +123,21 @@ class Calibrated:
         readings["declared"] = declared_readings(self.config.floor_output_reading if self.config is not None else {},
                                                  [o.name for o in outputs], shapes)
         return readings
+
+    @functools.cached_property
+    def held_forms(self) -> frozenset[str]:
+        """The outputs whose calibration-feed outputs a candidate's runs hold in the form the floor
+        reads them in, not whole (:func:`onnxptq.analysis.held_outputs.held_form_outputs`)."""
+        from ..analysis.held_outputs import held_form_outputs
+
+        return held_form_outputs(self.holdout_outputs, **self.readings)
+
+    def seen_holder(self, names: Sequence[str]) -> Callable[[int, list[Any]], list[Any]] | None:
+        """``sessions.run_feeds``' ``reduce`` for a run of :meth:`judged_calibration_feeds` whose outputs
+        are ``names`` (in that order): the :attr:`held_forms` held beside float's outputs; None: all whole."""
+        from ..analysis.held_outputs import holder
+
+        return holder(self.held_forms, names, self.float_outputs)
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
         """The calibration feeds the floor judges reads on beside the held-out ones: the first

@@ -182,8 +182,10 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     decisions = DecisionReader(quantized, calibrated.readings["decisions"], providers=tuple(cfg.calibration.providers))
     got = [dict(g, **e) for g, e in zip(got, decisions(calibrated.holdout))]
 
-    def seen_of(feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds), decisions(feeds))]
+    def seen_of(feeds: list[dict[str, Any]], whole: bool = False) -> list[dict[str, Any]]:
+        # the floor's held outputs held as they come out (analysis/held_outputs.py), unless asked whole
+        hold = None if whole else calibrated.seen_holder(names)
+        return [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds, hold), decisions(feeds))]
 
     found = judgement(calibrated, cfg, got, seen_of, eval_samples)
     assert found is not None  # seen_of always runs the feeds

@@ -29,6 +29,7 @@ import onnx
 
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
+from ..analysis.held_outputs import is_held
 from ..sessions import serialized
 from .calibrate import Calibrated
 
@@ -40,14 +41,15 @@ Judgement = tuple[Any, dict[str, Any]]
 
 
 def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
-              seen_of: Callable[[list[dict[str, np.ndarray]]], Outputs | None], eval_samples: int,
+              seen_of: Callable[[list[dict[str, np.ndarray]], bool], Outputs | None], eval_samples: int,
               measured: Mapping[bool, Any] | None = None) -> Judgement | None:
     """The floor's verdict and the per-output figures of a model whose outputs on the held-out feeds
     are ``got`` (with the graph's inner decisions beside them, where the floor reads any).
 
-    ``seen_of(feeds)``: the model's outputs on the first calibration feeds, asked only where the
-    verdict judges reads on them too (``Verdict.wants_calibration_feeds``); None where they cannot be
-    had (then so is the judgement: None). ``measured``: verdicts the floor of ``cfg`` already gave on
+    ``seen_of(feeds, whole)``: the model's outputs on the first calibration feeds, asked only where the
+    verdict judges reads on them too (``Verdict.wants_calibration_feeds``), some held in the form the
+    floor reads them in (analysis/held_outputs.py) unless ``whole``; None where they cannot be had
+    (then so is the judgement: None). ``measured``: verdicts the floor of ``cfg`` already gave on
     these very outputs, keyed by whether ``seen_of``'s outputs were judged beside them (repair's
     candidate, :meth:`Verified.remember`): taken instead of measuring them again (the same
     arguments to a pure function, so the same verdict)."""
@@ -71,9 +73,29 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
             return None
         verdict = measured.get(True)
         if verdict is None:
-            verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused,
-                              seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen), **readings)
+            verdict = measure_seen(lambda seen: measure(calibrated.holdout_outputs, got, floor_for(cfg),
+                                                        reused=calibrated.holdout_reused, **readings,
+                                                        seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen)),
+                                   seen, lambda: seen_of(feeds, True))
+            if verdict is None:
+                return None
     return verdict, metrics
+
+
+def measure_seen(judge: Callable[[Outputs], Any], seen: Outputs, whole: Callable[[], Outputs | None]) -> Any:
+    """``judge(seen)``: the floor's verdict with the calibration feeds' outputs ``seen``, some held in
+    the form their readings need (analysis/held_outputs.py); where a reading needed one whole
+    (``HeldOutputError``: the floor's choice of held outputs was wrong for these outputs), judged on
+    ``whole()``, the same feeds' outputs run again and kept whole: the same verdict, at the old price.
+    None where they cannot be had."""
+    from ..analysis.held_outputs import HeldOutputError
+
+    try:
+        return judge(seen)
+    except HeldOutputError as exc:
+        log.debug("the calibration feeds' outputs judged whole: %s", exc)
+    again = whole()
+    return None if again is None else judge(again)
 
 
 def worth_remembering(runs_cpu: float, judgement_cpu: float) -> bool:
@@ -142,9 +164,10 @@ class Verified:
             return False
         measured = {bool(seen): verdict} if verdict is not None and floor == floor_for(cfg) else None
 
-        def seen_of(feeds: list[dict[str, np.ndarray]]) -> Outputs | None:
+        def seen_of(feeds: list[dict[str, np.ndarray]], whole: bool = False) -> Outputs | None:
             same = len(feeds) == len(seen_feeds) == len(seen) and all(a is b for a, b in zip(feeds, seen_feeds))
-            return list(seen) if same else None
+            held = whole and any(is_held(v) for outputs in seen for v in outputs.values())
+            return list(seen) if same and not held else None  # held outputs cannot be had whole here: not remembered
 
         found = judgement(self.calibrated, cfg, got, seen_of, self.eval_samples, measured)
         if found is None:

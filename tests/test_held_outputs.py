@@ -1,0 +1,133 @@
+"""Judged outputs held in the form their readings need (analysis/held_outputs.py, issue 26 item 4).
+
+A candidate's outputs on the calibration feeds the floor pools with the held-out ones are held per
+position where the floor reads them only as CTC strings, and whole otherwise. The verdict must be
+the same to the bit either way; a reading that needs a held output whole must fail loudly (then the
+feeds are judged whole), never judge something else."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxptq.analysis.class_scores import judge_positions
+from onnxptq.analysis.floor import Floor, measure, readings_of
+from onnxptq.analysis.held_outputs import HeldOutputError, HeldScores, held_form_outputs, holder
+from onnxptq.pipeline.verify import measure_seen
+from onnxptq.sessions import open_session, run_feeds
+from test_floor_sequences import _G
+from test_floor_strings import C, F, T, lines, softmax_reader
+
+FLOOR = Floor("8-bit", 0.98, 0.95)
+
+
+def _outputs(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], hold=None) -> list[dict[str, np.ndarray]]:
+    names = [o.name for o in model.graph.output]
+    return [dict(zip(names, out)) for out in run_feeds(open_session(model), names, feeds, hold)]
+
+
+def _judged_both_ways(model: onnx.ModelProto, candidate: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
+                      held: frozenset[str] | None = None):
+    """``candidate``'s verdict with its 32 calibration feeds' outputs whole, and held (the floor's choice,
+    or ``held``) as they come out of the runs; and how many whole re-runs the held judgement asked for."""
+    readings = readings_of(model)
+    heldout, seen_feeds = feeds[:8], feeds[8:]
+    ref, got = _outputs(model, heldout), _outputs(candidate, heldout)
+    ref_seen = _outputs(model, seen_feeds)
+    names = [o.name for o in candidate.graph.output]
+    whole = _outputs(candidate, seen_feeds)
+    chosen = held_form_outputs(ref, **readings) if held is None else held
+    kept = _outputs(candidate, seen_feeds, holder(chosen, names, ref_seen))
+    reruns = []
+
+    def judge(seen):
+        return measure(ref, got, FLOOR, seen=(ref_seen, seen), **readings)
+
+    def again():
+        reruns.append(1)
+        return _outputs(candidate, seen_feeds)
+
+    return judge(whole), measure_seen(judge, kept, again), chosen, kept, reruns
+
+
+def _same(a, b) -> bool:
+    return a.ok == b.ok and repr(a.outputs) == repr(b.outputs) and a.describe() == b.describe()
+
+
+@pytest.mark.parametrize("blank", [0, C - 1])
+def test_a_ctc_readers_strings_are_judged_the_same_from_held_scores(blank):
+    """The CTC strings judgement on held scores: the same Positions to the bit, for a candidate that
+    only moves characters' edges (holds) and one that reads glyphs as others (breaks)."""
+    feeds = lines(40, blank)
+    model = softmax_reader(blank)
+    verdicts = []
+    for candidate in (softmax_reader(blank, blank_shift=2.0), softmax_reader(blank, confuse=(5, 7)),
+                      softmax_reader(blank, blank_shift=0.7, confuse=(3, 9)), softmax_reader(blank, outlier=30.0)):
+        whole, held, chosen, kept, reruns = _judged_both_ways(model, candidate, feeds)
+        assert chosen == {"probs"} and not reruns
+        assert all(isinstance(k["probs"], HeldScores) for k in kept)
+        assert whole.outputs["probs"].positions.strings
+        assert _same(whole, held), (whole.describe(), held.describe())
+        verdicts.append(whole)
+    assert any(v.ok for v in verdicts) and any(not v.ok for v in verdicts)
+    assert any(v.outputs["probs"].seen_feeds == 32 for v in verdicts)  # the pooled judgement shown, from held scores
+
+
+def _rows_model(seed: int = 0, noise: float = 0.0) -> onnx.ModelProto:
+    """Three outputs no held form covers: class rows ``[8, 10]`` (Softmax), a mask ``[1, T, 4]``
+    (Sigmoid) and a regression ``[1, T, 3]`` (MatMul + Add)."""
+    rng = np.random.default_rng(seed)
+    jitter = np.random.default_rng(100 + seed)
+    w = lambda *shape: rng.standard_normal(shape) / np.sqrt(shape[0]) + noise * jitter.standard_normal(shape)  # noqa: E731
+    g = _G()
+    flat = g.node("Reshape", ["x", g.const([8, -1], "rows", np.int64)], "flat", "Reshape_rows")
+    g.node("Softmax", [g.node("MatMul", [flat, g.const(w(T * F // 8, 10), "wc")], "cls_logits", "MatMul_cls")], "cls", "Softmax_cls")
+    g.node("Sigmoid", [g.node("MatMul", ["x", g.const(3 * w(F, 4), "wm")], "mask_logits", "MatMul_mask")], "mask", "Sigmoid_mask")
+    g.node("Add", [g.node("MatMul", ["x", g.const(w(F, 3), "wr")], "reg0", "MatMul_reg"), g.const(rng.standard_normal(3), "br")],
+           "reg", "Add_reg")
+    model = g.model("rows_mask_regression", [1, T, F], "cls", [8, 10])
+    model.graph.output.extend([onnx.helper.make_tensor_value_info("mask", onnx.TensorProto.FLOAT, [1, T, 4]),
+                               onnx.helper.make_tensor_value_info("reg", onnx.TensorProto.FLOAT, [1, T, 3])])
+    return model
+
+
+def test_outputs_no_held_form_covers_stay_whole_and_judge_the_same():
+    feeds = lines(40)
+    model = _rows_model()
+    whole, held, chosen, kept, reruns = _judged_both_ways(model, _rows_model(noise=0.05), feeds)
+    assert chosen == frozenset() and not reruns
+    assert all(isinstance(v, np.ndarray) for k in kept for v in k.values())
+    assert {"cls", "mask", "reg"} <= set(whole.outputs) and _same(whole, held)
+
+
+def test_a_held_output_read_whole_fails_loudly_and_is_judged_whole():
+    """A softmax sequence float does not read as CTC (glyphs fill every frame: no blank separates
+    them) is not held by the floor's choice. Held anyway, its per-row judgement raises instead of
+    judging something else, and ``measure_seen`` judges the feeds' outputs run again whole: the same figures."""
+    feeds = [{"x": f["x"] + 3.0 * _glyph_every_frame(i)} for i, f in enumerate(lines(40))]
+    model, candidate = softmax_reader(), softmax_reader(blank_shift=0.5, confuse=(5, 7))
+    ref = _outputs(model, feeds[:8])
+    assert held_form_outputs(ref, **readings_of(model)) == frozenset()
+    ref_seen = _outputs(model, feeds[8:])
+    kept = _outputs(candidate, feeds[8:], holder({"probs"}, ["probs"], ref_seen))
+    assert all(isinstance(k["probs"], HeldScores) for k in kept)
+    refs = [r["probs"] for r in ref_seen]
+    with pytest.raises(HeldOutputError, match="probs"):
+        judge_positions(refs, [k["probs"] for k in kept])
+    reruns = []
+
+    def again():
+        reruns.append(1)
+        return _outputs(candidate, feeds[8:])
+
+    judged = measure_seen(lambda seen: judge_positions(refs, [s["probs"] for s in seen]), kept, again)
+    assert reruns == [1] and judged is not None and not judged.strings
+    assert judged == judge_positions(refs, [g["probs"] for g in _outputs(candidate, feeds[8:])])
+
+
+def _glyph_every_frame(seed: int) -> np.ndarray:
+    from test_floor_strings import _prototypes
+
+    rng = np.random.default_rng(seed)
+    return _prototypes()[rng.integers(1, C, size=T)][None].astype(np.float32)
