@@ -13,7 +13,7 @@ import pytest
 
 from onnxptq.analysis.class_scores import judge_positions
 from onnxptq.analysis.floor import Floor, measure, readings_of
-from onnxptq.analysis.held_outputs import HeldOutputError, HeldScores, held_form_outputs, holder
+from onnxptq.analysis.held_outputs import HeldFloat, HeldOutputError, HeldScores, held_form_outputs, hold_float, holder
 from onnxptq.pipeline.verify import measure_seen
 from onnxptq.sessions import open_session, run_feeds
 from test_floor_sequences import _G
@@ -38,17 +38,18 @@ def _judged_both_ways(model: onnx.ModelProto, candidate: onnx.ModelProto, feeds:
     names = [o.name for o in candidate.graph.output]
     whole = _outputs(candidate, seen_feeds)
     chosen = held_form_outputs(ref, **readings) if held is None else held
-    kept = _outputs(candidate, seen_feeds, holder(chosen, names, ref_seen))
+    ref_held = [{n: hold_float(n, v) if n in chosen else v for n, v in o.items()} for o in ref_seen]
+    kept = _outputs(candidate, seen_feeds, holder(chosen, names, ref_held))
     reruns = []
 
-    def judge(seen):
-        return measure(ref, got, FLOOR, seen=(ref_seen, seen), **readings)
+    def judge(seen, whole=True):
+        return measure(ref, got, FLOOR, seen=(ref_seen if whole else ref_held, seen), **readings)
 
     def again():
         reruns.append(1)
         return _outputs(candidate, seen_feeds)
 
-    return judge(whole), measure_seen(judge, kept, again), chosen, kept, reruns
+    return judge(whole), measure_seen(judge, kept, again), chosen, kept + ref_held, reruns
 
 
 def _same(a, b) -> bool:
@@ -66,7 +67,7 @@ def test_a_ctc_readers_strings_are_judged_the_same_from_held_scores(blank):
                       softmax_reader(blank, blank_shift=0.7, confuse=(3, 9)), softmax_reader(blank, outlier=30.0)):
         whole, held, chosen, kept, reruns = _judged_both_ways(model, candidate, feeds)
         assert chosen == {"probs"} and not reruns
-        assert all(isinstance(k["probs"], HeldScores) for k in kept)
+        assert all(isinstance(k["probs"], HeldScores) for k in kept) and isinstance(kept[-1]["probs"], HeldFloat)
         assert whole.outputs["probs"].positions.strings
         assert _same(whole, held), (whole.describe(), held.describe())
         verdicts.append(whole)
@@ -110,18 +111,22 @@ def test_a_held_output_read_whole_fails_loudly_and_is_judged_whole():
     ref = _outputs(model, feeds[:8])
     assert held_form_outputs(ref, **readings_of(model)) == frozenset()
     ref_seen = _outputs(model, feeds[8:])
-    kept = _outputs(candidate, feeds[8:], holder({"probs"}, ["probs"], ref_seen))
+    ref_held = [{"probs": hold_float("probs", r["probs"])} for r in ref_seen]
+    kept = _outputs(candidate, feeds[8:], holder({"probs"}, ["probs"], ref_held))
     assert all(isinstance(k["probs"], HeldScores) for k in kept)
     refs = [r["probs"] for r in ref_seen]
     with pytest.raises(HeldOutputError, match="probs"):
         judge_positions(refs, [k["probs"] for k in kept])
+    with pytest.raises(HeldOutputError, match="probs"):
+        judge_positions([r["probs"] for r in ref_held], [k["probs"] for k in kept], strings_only=False)
     reruns = []
 
     def again():
         reruns.append(1)
         return _outputs(candidate, feeds[8:])
 
-    judged = measure_seen(lambda seen: judge_positions(refs, [s["probs"] for s in seen]), kept, again)
+    judged = measure_seen(lambda seen, whole: judge_positions(refs if whole else [r["probs"] for r in ref_held],
+                                                              [s["probs"] for s in seen]), kept, again)
     assert reruns == [1] and judged is not None and not judged.strings
     assert judged == judge_positions(refs, [g["probs"] for g in _outputs(candidate, feeds[8:])])
 
@@ -131,3 +136,29 @@ def _glyph_every_frame(seed: int) -> np.ndarray:
 
     rng = np.random.default_rng(seed)
     return _prototypes()[rng.integers(1, C, size=T)][None].astype(np.float32)
+
+
+def test_a_repaired_reader_is_delivered_the_same_with_its_outputs_held(monkeypatch):
+    """End to end: A8W8 of the reader whose ``MatMul_2`` breaks the strings, repaired; with the floor's
+    held forms and with every output whole, the same delivered bytes, verdict and repair."""
+    import hashlib
+    import json
+
+    from onnxptq.api import quantize
+    from onnxptq.config.presets import resolve_config
+    from onnxptq.pipeline.calibrate import Calibrated
+
+    import onnxptq.analysis.held_outputs as held_outputs
+
+    made: list[str] = []
+    hold = held_outputs.hold_scores
+    monkeypatch.setattr(held_outputs, "hold_scores", lambda n, r, g: made.append(type(r).__name__) or hold(n, r, g))
+    model, cfg = softmax_reader(outlier=400.0), resolve_config("A8W8").replace(repair_budget=50.0, repair_step_up=False)
+    held = quantize(model, cfg, lines(48))
+    assert made and set(made) == {"HeldFloat"}  # both sides held, on every candidate's calibration feeds
+    monkeypatch.setattr(Calibrated, "held_forms", property(lambda self: frozenset()))
+    whole = quantize(model, cfg, lines(48))
+    digest = lambda r: hashlib.sha256(r.model.SerializeToString()).hexdigest()  # noqa: E731
+    assert held.floor.outputs["probs"].seen_feeds or held.repair["evaluations"] > 1
+    assert digest(held) == digest(whole) and held.repair["kept_float"] == whole.repair["kept_float"]
+    assert json.dumps(held.floor.to_json(), sort_keys=True) == json.dumps(whole.floor.to_json(), sort_keys=True)

@@ -45,9 +45,9 @@ def _quantize(model, feeds, monkeypatch, threads: int, reuse: bool = True):
     runs: list[int] = []
     feeding = complete_module.run_feeds
 
-    def spy(session, names, fs):
+    def spy(session, names, fs, *reduce):
         runs.append(len(fs))
-        return feeding(session, names, fs)
+        return feeding(session, names, fs, *reduce)
 
     with monkeypatch.context() as m:
         m.setattr(complete_module, "run_feeds", spy)

@@ -269,9 +269,9 @@ class _Judge:
         release_freed()  # the candidate's session (onnxptq.memory: peak RSS over many candidates)
         judged = time.process_time()
 
-        def judge(seen: list[dict[str, Any]]) -> Verdict:
+        def judge(seen: list[dict[str, Any]], whole: bool = False) -> Verdict:
             return measure(self.calibrated.holdout_outputs, got, self.floor, reused=self.calibrated.holdout_reused,
-                           seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)]), seen) if seen else None,
+                           seen=(self.calibrated.judged_float_outputs(self.seen[:len(seen)], whole), seen) if seen else None,
                            **self.readings)
 
         def whole() -> list[dict[str, Any]]:  # a reading needed them whole: the candidate's runs again (rare)

@@ -160,7 +160,7 @@ import onnx
 from ..graph.ops import RELAYOUTS
 from .evidence import surely_below
 from .fields import MAX_FIELDS
-from .held_outputs import HeldOutputError, HeldScores
+from .held_scores import HeldFloat, HeldOutputError, HeldScores
 from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
@@ -841,17 +841,25 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         # a feed alive at once instead of 7 (PP-OCRv4 rec, 40 x 6625 scores a line: repair's floor
         # measure, one of the two peaks of its A8W8 quantization, grew RSS by ~14 MiB, now ~4-8;
         # bench/RESULTS.md, quanttime7)
-        r = _wide(r)
-        top = np.argmax(r, -1)
-        z = np.take_along_axis(r, top[..., None], -1)[..., 0]
-        rival = _string_safe(r, top, blank).max(-1)
-        margin = z - rival
-        read, kept = _read_and_kept(g, top, blank)
-        del g
-        p = _probabilities(r)
-        del r
-        unsure = (np.take_along_axis(p, top[..., None], -1)[..., 0] - _string_safe(p, top, blank).max(-1)) < UNSURE
-        del p
+        if isinstance(r, HeldFloat):  # float's scores held per position (analysis/held_outputs.py): the same values
+            top, z = r.top, r.at
+            rival = r.largest_outside(lambda classes: _string_kept(classes, top, blank))
+            sure = r.p_at - r.largest_outside(lambda classes: _string_kept(classes, top, blank), r.p_value)
+            margin = z - rival
+            read, kept = _read_and_kept(g, top, blank)
+            unsure = sure < UNSURE
+        else:
+            r = _wide(r)
+            top = np.argmax(r, -1)
+            z = np.take_along_axis(r, top[..., None], -1)[..., 0]
+            rival = _string_safe(r, top, blank).max(-1)
+            margin = z - rival
+            read, kept = _read_and_kept(g, top, blank)
+            del g
+            p = _probabilities(r)
+            del r
+            unsure = (np.take_along_axis(p, top[..., None], -1)[..., 0] - _string_safe(p, top, blank).max(-1)) < UNSURE
+            del p
         tie = margin <= TIE_TOLERANCE * np.maximum(np.abs(z), np.abs(rival))
         moved = read != top
         bad = moved & ~_keeps_string(read, top, blank)
@@ -928,11 +936,14 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     float's diacritics on 0.933 (< 0.95); per sentence it broke."""
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
     reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
-    refs = [s.reshape(-1, s.shape[-1]) for s in seqs_r]
+    refs = [s if isinstance(s, HeldScores) else s.reshape(-1, s.shape[-1]) for s in seqs_r]
     gots = [s if isinstance(s, HeldScores) else s.reshape(-1, s.shape[-1]) for s in seqs_g]
-    if not strings_only and not decides(refs):  # a softmax spells its decision (module docstring, "Float must decide")
-        return None
-    tops = [np.argmax(r, -1) for r in refs]
+    if not strings_only:
+        for held in (s for s in refs + gots if isinstance(s, HeldScores)):
+            np.asarray(held)  # per-position scores judged per row need the whole arrays: raises HeldOutputError
+        if not decides(refs):  # a softmax spells its decision (module docstring, "Float must decide")
+            return None
+    tops = [r.top.reshape(-1) if isinstance(r, HeldScores) else np.argmax(r, -1) for r in refs]
     counts = np.bincount(np.concatenate(tops))
     total = int(sum(t.size for t in tops))
     background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
@@ -943,9 +954,6 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         return _judge_strings(seqs_r, seqs_g, blank)
     if strings_only:
         return None
-    held = next((g for g in gots if isinstance(g, HeldScores)), None)
-    if held is not None:
-        np.asarray(held)  # per-position scores judged per row need the whole arrays: raises HeldOutputError
     margins: list[np.ndarray] = []
     losses: list[np.ndarray] = []
     flipped = ties = judged = unsure_total = unsure_flipped = 0

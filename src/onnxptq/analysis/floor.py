@@ -125,7 +125,7 @@ from .det_levels import Level, detector_levels, level_maps
 from .anchor_scores import AnchorScores, anchor_probabilities, anchor_score_outputs, sigmoid
 from .scores import TOLERANCE as SCORE_TOLERANCE, ScoreAgreement
 from .metrics import cosine_similarity, dot
-from .held_outputs import is_held
+from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
@@ -1749,14 +1749,14 @@ def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], can
 def _seen_pairs(seen: _Seen | None, name: str, width: int | None, held: bool = False) -> Iterator[tuple[np.ndarray, Any]]:
     """``(float, candidate)`` values of ``name`` on the calibration feeds ``seen`` that a judgement of
     class scores may pool: float arrays of one shape, the class axis of ``width``, both finite.
-    ``held``: a candidate held per position (analysis/held_outputs.py) is given as it is (else reading
+    ``held``: an output held per position (analysis/held_outputs.py) is given as it is (else reading
     it raises ``HeldOutputError``: that reading needs it whole)."""
     for ref, got in zip(*(seen or ((), ()))):
         if name not in ref or name not in got:
             continue
-        r, g = np.asarray(ref[name]), got[name] if held and is_held(got[name]) else np.asarray(got[name])
+        r, g = ((v if held and is_held(v) else np.asarray(v)) for v in (ref[name], got[name]))
         if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 1 and r.shape == g.shape and width in (None, r.shape[-1])
-                and np.isfinite(r).all() and (g.finite if is_held(g) else np.isfinite(g).all())):
+                and all(v.finite if is_held(v) else np.isfinite(v).all() for v in (r, g))):
             yield r, g
 
 
@@ -1771,9 +1771,9 @@ def _add_seen(target: Any, seen: _Seen | None, name: str, width: int | None = No
 
 
 def _seen_sequences(seen: _Seen | None, name: str, width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The calibration feeds' per-position scores of ``name`` that :func:`_judge_reads` may pool; a
-    candidate's held per position (analysis/held_outputs.py) where it was so held, filtered as whole
-    ones are (its shape, type and finiteness kept for it): read only by the CTC strings judgement."""
+    """The calibration feeds' per-position scores of ``name`` that :func:`_judge_reads` may pool; held
+    per position (analysis/held_outputs.py) where they were so held, filtered as whole ones are (their
+    shape, type and finiteness kept for it): read only by the CTC strings judgement."""
     pairs = [(r, g) for r, g in _seen_pairs(seen, name, width, held=True) if r.ndim >= 3]
     return [r for r, _ in pairs], [g for _, g in pairs]
 

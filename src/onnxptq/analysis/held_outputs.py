@@ -25,76 +25,54 @@ at the old price, where the floor's choice was wrong."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-#: Classes of each position kept, largest first: float's class, the blank and the two neighbours'
-#: reads may be left out of the string-changing maximum, so the fifth largest always holds it.
-KEEP = 5
+from .class_scores import BACKGROUND_SHARE, MAX_FIELDS, _probabilities, _sequences, _wide, ctc_blank
+from .held_scores import KEEP, HeldFloat, HeldOutputError, HeldScores, is_held
 
-
-class HeldOutputError(TypeError):
-    """A held output (:class:`HeldScores`) was read as a whole array: that reading needs the
-    calibration feeds' outputs whole."""
-
-
-@dataclass(frozen=True, eq=False)
-class HeldScores:
-    """One feed's candidate class scores of a sequence (``class_scores._sequences``' ``[reads, T, C]``
-    view, in float64 as the judges take it), held per position as the CTC strings judgement reads them.
-
-    ``ref_top``: float's arg-max per position on the same feed (``[reads, T]``), the position's
-    class the others are taken at. ``top``: the candidate's arg-max. ``at``: the candidate's value at
-    ``ref_top``. ``index``/``value``: its :data:`KEEP` largest values, largest first, and their
-    classes. ``shape``/``dtype``/``finite``: the whole array's, for the floor's filters."""
-
-    name: str
-    shape: tuple[int, ...]
-    seq_shape: tuple[int, ...]
-    dtype: np.dtype
-    finite: bool
-    ref_top: np.ndarray
-    top: np.ndarray
-    at: np.ndarray
-    index: np.ndarray
-    value: np.ndarray
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise HeldOutputError(f"output {self.name!r} on a calibration feed is held reduced (analysis/held_outputs.py); "
-                              "this reading needs it whole")
-
-    def largest_outside(self, masked: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """Per position, the largest value over the classes ``masked(index)`` does not mark
-        (``-inf`` where every kept class is marked, as a whole row with every class marked)."""
-        return np.where(masked(self.index), -np.inf, self.value).max(-1)
-
+__all__ = ["KEEP", "HeldFloat", "HeldOutputError", "HeldScores", "held_form_outputs", "hold_float", "hold_scores", "holder",
+           "is_held"]
 
 def hold_scores(name: str, ref: np.ndarray, got: np.ndarray) -> HeldScores | np.ndarray:
     """``got`` (the candidate's output ``name`` on one calibration feed) held beside float's ``ref``
     on the same feed; ``got`` itself where the two do not pair as the floor's filters take them
     (another shape, a non-float or non-finite array: the floor skips or judges those whole)."""
-    from .class_scores import _sequences, _wide  # the judges' own view and widening (no copy of their rules)
-
-    r, g = np.asarray(ref), np.asarray(got)
-    if (not np.issubdtype(r.dtype, np.floating) or not np.issubdtype(g.dtype, np.floating) or r.shape != g.shape
-            or r.ndim < 3 or r.shape[-1] <= KEEP):
+    g = np.asarray(got)
+    if isinstance(ref, HeldFloat):
+        ref_top = ref.top
+    else:
+        r = np.asarray(ref)
+        if not np.issubdtype(r.dtype, np.floating) or r.ndim < 3 or not np.isfinite(r).all():
+            return got
+        ref_top = np.argmax(_wide(_sequences([r])[0]), -1)
+    if (not np.issubdtype(g.dtype, np.floating) or tuple(ref.shape) != g.shape or g.ndim < 3 or g.shape[-1] <= KEEP
+            or not np.isfinite(g).all()):
         return got
-    finite = bool(np.isfinite(g).all())
-    if not finite or not np.isfinite(r).all():
-        return got
-    seq_r, seq_g = _sequences([r])[0], _sequences([g])[0]
-    ref_top = np.argmax(_wide(seq_r), -1)
-    x = _wide(seq_g)
-    order = np.argsort(-x, axis=-1, kind="stable")[..., :KEEP]
-    return HeldScores(name, tuple(g.shape), tuple(seq_g.shape), g.dtype, finite, ref_top, np.argmax(x, -1),
+    x = _wide(_sequences([g])[0])
+    # the KEEP largest in any order (only their maximum outside a few classes is read), copied out of
+    # the partition's whole-size index array, which would otherwise stay alive under the view
+    order = np.argpartition(x, x.shape[-1] - KEEP, axis=-1)[..., -KEEP:].copy()
+    return HeldScores(name, tuple(g.shape), tuple(x.shape), g.dtype, True, ref_top, np.argmax(x, -1),
                       np.take_along_axis(x, ref_top[..., None], -1)[..., 0], order,
                       np.take_along_axis(x, order, -1))
+
+
+def hold_float(name: str, ref: Any) -> HeldFloat | Any:
+    """Float's output ``name`` on one calibration feed held as the CTC strings judgement reads float's
+    side (:class:`HeldFloat`); ``ref`` itself where the floor would not pool it (not a finite float
+    sequence of more than :data:`KEEP` classes)."""
+    r = np.asarray(ref)
+    if (not np.issubdtype(r.dtype, np.floating) or r.ndim < 3 or r.shape[-1] <= KEEP or not np.isfinite(r).all()):
+        return ref
+    x = _wide(_sequences([r])[0])
+    top = np.argmax(x, -1)
+    order = np.argpartition(x, x.shape[-1] - KEEP, axis=-1)[..., -KEEP:].copy()
+    p = _probabilities(x)
+    return HeldFloat(name, tuple(r.shape), tuple(x.shape), r.dtype, True, top, top,
+                     np.take_along_axis(x, top[..., None], -1)[..., 0], order, np.take_along_axis(x, order, -1),
+                     np.take_along_axis(p, top[..., None], -1)[..., 0], np.take_along_axis(p, order, -1))
 
 
 def held_form_outputs(reference: Sequence[Mapping[str, Any]], class_outputs: Mapping[str, Any] | Collection[str] = (),
@@ -107,8 +85,6 @@ def held_form_outputs(reference: Sequence[Mapping[str, Any]], class_outputs: Map
     softmax class output no other reading names), then float's own reads: an alphabet read as a
     CTC reader's. Where this is wrong, the held output's reader fails loudly and the feeds are run
     whole (module docstring)."""
-    from .class_scores import MAX_FIELDS, _sequences, ctc_blank, BACKGROUND_SHARE
-
     if not reference:
         return frozenset()
     kinds = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
@@ -163,7 +139,3 @@ def holder(held: Collection[str], names: Sequence[str], float_outputs: Sequence[
         return outputs
 
     return hold
-
-
-def is_held(value: Any) -> bool:
-    return isinstance(value, HeldScores)

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from ..analysis.decisions import capture, find_decisions
+from ..analysis.held_scores import is_held
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -132,6 +133,17 @@ class Calibrated:
 
         return held_form_outputs(self.holdout_outputs, **self.readings)
 
+    def hold_float_outputs(self) -> None:
+        """Float's outputs on the judged calibration feeds held in the form the floor reads them in
+        (:attr:`held_forms`, ``analysis.held_outputs.hold_float``), the whole arrays let go: they stay
+        alive from calibration to the end of the quantization (PP-OCRv4 rec: 32 MiB). Not where the
+        held-out feeds are calibration feeds (``holdout_reused``: the same arrays, read whole)."""
+        from ..analysis.held_outputs import hold_float
+
+        held = self.held_forms if not self.holdout_reused else frozenset()
+        if held:
+            self.float_outputs = [{n: hold_float(n, v) if n in held else v for n, v in o.items()} for o in self.float_outputs]
+
     def seen_holder(self, names: Sequence[str]) -> Callable[[int, list[Any]], list[Any]] | None:
         """``sessions.run_feeds``' ``reduce`` for a run of :meth:`judged_calibration_feeds` whose outputs
         are ``names`` (in that order): the :attr:`held_forms` held beside float's outputs; None: all whole."""
@@ -146,11 +158,15 @@ class Calibrated:
         feeds = self.reads_kept if len(self.reads_kept) > eval_samples else self.kept[:eval_samples]
         return feeds[:len(self.float_outputs)]
 
-    def judged_float_outputs(self, feeds: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    def judged_float_outputs(self, feeds: Sequence[dict[str, np.ndarray]], whole: bool = False) -> list[dict[str, np.ndarray]]:
         """The float outputs of ``feeds`` (the first of :meth:`judged_calibration_feeds`) with the
         tensors of the graph's inner decisions (``analysis.decisions``) beside them, captured once
-        per feed: the floor pools an arg-max's reads over the calibration feeds as it does its outputs'."""
+        per feed: the floor pools an arg-max's reads over the calibration feeds as it does its outputs'.
+        ``whole``: every output whole, where :meth:`hold_float_outputs` held some (run again)."""
         outputs = self.float_outputs[:len(feeds)]
+        if whole and any(is_held(v) for o in outputs for v in o.values()):
+            # a reading needed a held output whole (analysis/held_outputs.py): float run again on them (rare)
+            outputs = float_outputs_of(self.prepared, list(feeds[:len(outputs)]), self.config)  # type: ignore[arg-type]
         decisions = self.readings["decisions"]
         if not decisions:
             return outputs
@@ -295,6 +311,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             extra = capture(prepared, held, decisions, providers=tuple(cfg.calibration.providers))
             calibrated.holdout_outputs = [dict(o, **e) for o, e in zip(calibrated.holdout_outputs, extra)]
             timings["holdout decisions"] = time.perf_counter() - t3
+        calibrated.hold_float_outputs()
     release_freed()  # the calibration sessions' buffers (onnxptq.memory: peak RSS)
     return calibrated
 

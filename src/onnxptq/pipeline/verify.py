@@ -29,7 +29,7 @@ import onnx
 
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
-from ..analysis.held_outputs import is_held
+from ..analysis.held_scores import is_held
 from ..sessions import serialized
 from .calibrate import Calibrated
 
@@ -73,29 +73,29 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
             return None
         verdict = measured.get(True)
         if verdict is None:
-            verdict = measure_seen(lambda seen: measure(calibrated.holdout_outputs, got, floor_for(cfg),
-                                                        reused=calibrated.holdout_reused, **readings,
-                                                        seen=(calibrated.judged_float_outputs(feeds[:len(seen)]), seen)),
-                                   seen, lambda: seen_of(feeds, True))
+            verdict = measure_seen(lambda seen, whole: measure(
+                calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings,
+                seen=(calibrated.judged_float_outputs(feeds[:len(seen)], whole), seen)), seen, lambda: seen_of(feeds, True))
             if verdict is None:
                 return None
     return verdict, metrics
 
 
-def measure_seen(judge: Callable[[Outputs], Any], seen: Outputs, whole: Callable[[], Outputs | None]) -> Any:
-    """``judge(seen)``: the floor's verdict with the calibration feeds' outputs ``seen``, some held in
-    the form their readings need (analysis/held_outputs.py); where a reading needed one whole
-    (``HeldOutputError``: the floor's choice of held outputs was wrong for these outputs), judged on
-    ``whole()``, the same feeds' outputs run again and kept whole: the same verdict, at the old price.
-    None where they cannot be had."""
-    from ..analysis.held_outputs import HeldOutputError
+def measure_seen(judge: Callable[[Outputs, bool], Any], seen: Outputs, whole: Callable[[], Outputs | None]) -> Any:
+    """``judge(seen, False)``: the floor's verdict with the calibration feeds' outputs ``seen`` (and
+    float's), some held in the form their readings need (analysis/held_outputs.py); where a reading
+    needed one whole (``HeldOutputError``: the floor's choice of held outputs was wrong for these
+    outputs), ``judge(whole(), True)``: the same feeds' outputs run again and kept whole, float's too
+    (``Calibrated.judged_float_outputs(whole=True)``): the same verdict, at the old price. None where
+    they cannot be had."""
+    from ..analysis.held_scores import HeldOutputError
 
     try:
-        return judge(seen)
+        return judge(seen, False)
     except HeldOutputError as exc:
         log.debug("the calibration feeds' outputs judged whole: %s", exc)
     again = whole()
-    return None if again is None else judge(again)
+    return None if again is None else judge(again, True)
 
 
 def worth_remembering(runs_cpu: float, judgement_cpu: float) -> bool:
