@@ -56,16 +56,25 @@ def _same(a, b) -> bool:
     return a.ok == b.ok and repr(a.outputs) == repr(b.outputs) and a.describe() == b.describe()
 
 
-@pytest.mark.parametrize("blank", [0, C - 1])
-def test_a_ctc_readers_strings_are_judged_the_same_from_held_scores(blank):
+def _log(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The reader with a ``LogSoftmax`` head: log-probabilities, the judge's probabilities its softmax."""
+    for node in model.graph.node:
+        if node.op_type == "Softmax":
+            node.op_type = "LogSoftmax"
+    return model
+
+
+@pytest.mark.parametrize("blank, head", [(0, "Softmax"), (C - 1, "Softmax"), (0, "LogSoftmax")])
+def test_a_ctc_readers_strings_are_judged_the_same_from_held_scores(blank, head):
     """The CTC strings judgement on held scores: the same Positions to the bit, for a candidate that
     only moves characters' edges (holds) and one that reads glyphs as others (breaks)."""
     feeds = lines(40, blank)
-    model = softmax_reader(blank)
+    spell = _log if head == "LogSoftmax" else (lambda m: m)
+    model = spell(softmax_reader(blank))
     verdicts = []
     for candidate in (softmax_reader(blank, blank_shift=2.0), softmax_reader(blank, confuse=(5, 7)),
                       softmax_reader(blank, blank_shift=0.7, confuse=(3, 9)), softmax_reader(blank, outlier=30.0)):
-        whole, held, chosen, kept, reruns = _judged_both_ways(model, candidate, feeds)
+        whole, held, chosen, kept, reruns = _judged_both_ways(model, spell(candidate), feeds)
         assert chosen == {"probs"} and not reruns
         assert all(isinstance(k["probs"], HeldScores) for k in kept) and isinstance(kept[-1]["probs"], HeldFloat)
         assert whole.outputs["probs"].positions.strings
