@@ -9,7 +9,9 @@ the CTC strings judgement (``class_scores._judge_strings``), which needs, per po
 candidate's arg-max, its value at float's arg-max and the largest of its values over the classes
 that would change float's string. At most four classes are ever left out of that largest value
 (float's own, the blank, the two neighbours' reads), so the :data:`KEEP` largest values and their
-classes hold it exactly.
+classes hold it exactly. Float's side of the same feeds is held so too, once, after calibration
+(:func:`hold_float`: its arg-max, its largest values and their probabilities), the whole arrays
+otherwise alive from calibration to the end of the quantization.
 
 **Who decides.** The floor, from an output's reading (:func:`held_form_outputs`): an output held
 so is a class-score sequence of an alphabet whose float reads on the held-out feeds read as a CTC
@@ -34,6 +36,7 @@ from .held_scores import KEEP, HeldFloat, HeldOutputError, HeldScores, is_held
 
 __all__ = ["KEEP", "HeldFloat", "HeldOutputError", "HeldScores", "held_form_outputs", "hold_float", "hold_scores", "holder",
            "is_held"]
+
 
 def hold_scores(name: str, ref: np.ndarray, got: np.ndarray) -> HeldScores | np.ndarray:
     """``got`` (the candidate's output ``name`` on one calibration feed) held beside float's ``ref``
@@ -78,7 +81,8 @@ def hold_float(name: str, ref: Any) -> HeldFloat | Any:
 def held_form_outputs(reference: Sequence[Mapping[str, Any]], class_outputs: Mapping[str, Any] | Collection[str] = (),
                       **readings: Any) -> frozenset[str]:
     """The outputs whose calibration-feed outputs the floor reads only through the CTC strings
-    judgement, so that a candidate's may be held as :class:`HeldScores` (module docstring).
+    judgement, so that float's and a candidate's may be held (:class:`HeldFloat`, :class:`HeldScores`;
+    module docstring).
 
     ``reference``: float's outputs on the held-out feeds; ``class_outputs`` and ``readings``: the
     keyword arguments ``floor.measure`` is given (``Calibrated.readings``). Structural first (a
