@@ -8,6 +8,8 @@ Each mode prints what one diagnosis in that section rests on, with the bench's o
     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py bits OUT/rivagan_dec.*.onnx
     # ICLabel: which node kept float (repair off, the others as the preset says) gives back the classes
     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py nodes MXFP8_E4M3 --cache DIR
+    # ICLabel: the PSD input's error under E4M3 and under MXINT8's int8 (blocks of 32 along its last axis), and its first Conv's
+    NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py psd --cache DIR
     # PP-OCRv4 det: each page's mask IoU (threshold 0.3) beside its background and body font, seeds 1 and 1000
     PYTHONPATH=src:. python bench/silent19_diag.py pages OUT/ppocrv4_det.A8W8.onnx
     # PP-OCRv4 det A8W8 (repair off) calibrated on three page sets, judged on seed 1000's 16 pages by background
@@ -107,6 +109,48 @@ def nodes(preset: str, cache: Path) -> None:
             print(f"  {node.name} ({node.op_type}) float: classes {kept:.4f}, cosine {cosine:.4f}", flush=True)
 
 
+def _mx(x: np.ndarray, element: str) -> np.ndarray:
+    """OCP MX rounding of ``x`` in blocks of 32 along its last axis: an E8M0 scale 2^(floor(log2 max|block|) - emax)
+    (emax 8 for E4M3, 6 for int8), the elements E4M3 (saturated at 448) or int8 (-127..127)."""
+    import ml_dtypes
+
+    b = x.reshape(-1, 32) if x.shape[-1] % 32 == 0 else x.reshape(-1, x.shape[-1])
+    amax = np.abs(b).max(1, keepdims=True)
+    amax[amax == 0] = 1.0
+    if element == "fp8":
+        scale = 2.0 ** (np.floor(np.log2(amax)) - 8)
+        q = np.clip(b / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * scale
+    else:
+        scale = 2.0 ** (np.floor(np.log2(amax)) - 6)
+        q = np.clip(np.round(b / scale), -127, 127) * scale
+    return q.reshape(x.shape).astype(np.float32)
+
+
+def psd(cache: Path) -> None:
+    """ICLabel's PSD branch: its input (the normalized log-PSD, [N, 1, 1, 100]) rounded as MXFP8_E4M3 and MXINT8 would,
+    through its first Conv (1x3 along frequency): the relative error in and out."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(nm.MODELS["iclabel"][0])
+    conv = next(n for n in model.graph.node if n.name == "/psds_conv/sequential/conv1/Conv")
+    w = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == conv.input[1])
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], **{a.name: helper.get_attribute_value(a) for a in conv.attribute})],
+                          "c", [helper.make_tensor_value_info("x", 1, None)], [helper.make_tensor_value_info("y", 1, None)],
+                          [numpy_helper.from_array(w, "w")])
+    session = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    x = np.concatenate([f["psds"] for f in _iclabel_feeds(32, 1000, cache)]).astype(np.float32)
+    y = session.run(None, {"x": x})[0]
+    print(f"psds {x.shape}: range {x.min():.3f}..{x.max():.3f}, mean |x| {np.abs(x).mean():.3f}, mean |neighbour step| "
+          f"{np.abs(np.diff(x, axis=-1)).mean():.3f}; conv1 weight {w.shape}")
+    for label, q in (("MXFP8_E4M3", _mx(x, "fp8")), ("MXINT8", _mx(x, "int8"))):
+        err_in = np.linalg.norm(q - x) / np.linalg.norm(x)
+        err_out = np.linalg.norm(session.run(None, {"x": q})[0] - y) / np.linalg.norm(y)
+        print(f"  {label}: input relative error {err_in:.4f}, conv1 output {err_out:.4f}")
+
+
 def _page_attributes(n: int, seed: int) -> list[tuple[str, int, str]]:
     """(background, body font size, family) of each page render_page draws for ``seed`` (its font calls spied)."""
     import testkit.zoo_data as zd
@@ -162,7 +206,7 @@ def calib() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("marks", "bits", "nodes", "pages", "calib"))
+    ap.add_argument("mode", choices=("marks", "bits", "nodes", "psd", "pages", "calib"))
     ap.add_argument("args", nargs="*")
     ap.add_argument("--cache", type=Path, default=Path("/tmp"))
     a = ap.parse_args()
@@ -172,6 +216,8 @@ def main() -> None:
         bits(a.args)
     elif a.mode == "nodes":
         nodes(a.args[0] if a.args else "MXFP8_E4M3", a.cache)
+    elif a.mode == "psd":
+        psd(a.cache)
     elif a.mode == "pages":
         pages(a.args[0])
     else:
