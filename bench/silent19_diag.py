@@ -8,6 +8,7 @@ Each mode prints what one diagnosis in that section rests on, with the bench's o
     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py bits OUT/rivagan_dec.*.onnx
     # ICLabel: which node kept float (repair off, the others as the preset says) gives back the classes
     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py nodes MXFP8_E4M3 --cache DIR
+    #   ... nodes MXFP8_E4M3 --cache DIR --plain --scale-search 3     (the ceil exponent for activations, nothing kept float)
     # ICLabel: the PSD input's error under E4M3 and under MXINT8's int8 (blocks of 32 along its last axis), and its first Conv's
     NEWMODELS19_SRC=/work/cache/newmodels19/src PYTHONPATH=src:. python bench/silent19_diag.py psd --cache DIR
     # PP-OCRv4 det: each page's mask IoU (threshold 0.3) beside its background and body font, seeds 1 and 1000
@@ -82,7 +83,7 @@ def _iclabel_feeds(n: int, seed: int, cache: Path) -> list[dict[str, np.ndarray]
     return out
 
 
-def nodes(preset: str, cache: Path) -> None:
+def nodes(preset: str, cache: Path, scale_search: int | None = None, only_plain: bool = False) -> None:
     """ICLabel quantized with repair off, as the preset says and with each node kept float in turn: classes kept."""
     import onnx
     import onnxptq
@@ -96,13 +97,17 @@ def nodes(preset: str, cache: Path) -> None:
 
     def classes(exclude: tuple[str, ...]) -> tuple[float, float]:
         cfg = dataclasses.replace(get_preset(preset), repair=False, nodes_to_exclude=exclude)
+        if scale_search is not None:
+            cfg = dataclasses.replace(cfg, mx_activation_scale_search=scale_search)
         onnxptq.quantize(path, cfg, data=cal, output=str(out))
         test = zoo.session_runner(out)
         gots = [test(f)[0] for f in held]
         same = np.concatenate([np.argmax(r, 1) == np.argmax(g, 1) for r, g in zip(refs, gots)])
         return float(same.mean()), _cos(np.concatenate([r.ravel() for r in refs]), np.concatenate([g.ravel() for g in gots]))
 
-    print(f"{preset}, every node as the preset says: classes {classes(())[0]:.4f}")
+    print(f"{preset}, every node as the preset says (mx_activation_scale_search {scale_search}): classes {classes(())[0]:.4f}")
+    if only_plain:
+        return
     for node in onnx.load(path).graph.node:
         if node.op_type in ("Conv", "Softmax"):
             kept, cosine = classes((node.name,))
@@ -209,13 +214,15 @@ def main() -> None:
     ap.add_argument("mode", choices=("marks", "bits", "nodes", "psd", "pages", "calib"))
     ap.add_argument("args", nargs="*")
     ap.add_argument("--cache", type=Path, default=Path("/tmp"))
+    ap.add_argument("--scale-search", type=int, default=None, help="nodes: QuantConfig.mx_activation_scale_search")
+    ap.add_argument("--plain", action="store_true", help="nodes: the preset's row only, no node kept float")
     a = ap.parse_args()
     if a.mode == "marks":
         marks(a.args)
     elif a.mode == "bits":
         bits(a.args)
     elif a.mode == "nodes":
-        nodes(a.args[0] if a.args else "MXFP8_E4M3", a.cache)
+        nodes(a.args[0] if a.args else "MXFP8_E4M3", a.cache, a.scale_search, a.plain)
     elif a.mode == "psd":
         psd(a.cache)
     elif a.mode == "pages":
