@@ -1798,6 +1798,11 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
 }
 
 
+#: outputs whose reading a model's user declares to the floor (``QuantConfig.floor_output_reading``), by model key: what
+#: the package does with the output and no graph says (a threshold applied outside the model); filled by the rounds' blocks
+DECLARED: dict[str, dict[str, str]] = {}
+
+
 def _memo(run, feeds):
     cache = {id(f): run(f) for f in feeds}
     return lambda f: cache[id(f)] if id(f) in cache else run(f)
@@ -1811,9 +1816,17 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     warnings = capture_warnings(300)
     row = {"model": name, "preset": preset, "metric": metric_name, "floor": floor(preset)}
     output = out_dir / f"{name}.{preset}.onnx"
+    config = preset
+    if name in DECLARED:  # what the package's user reads, told the floor (QuantConfig.floor_output_reading)
+        import dataclasses
+
+        from onnxptq.config.presets import get_preset
+
+        config = dataclasses.replace(get_preset(preset), floor_output_reading=dict(DECLARED[name]))
+        row["declared"] = dict(DECLARED[name])
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        result = onnxptq.quantize(str(path), preset, data=list(calib), output=str(output))
+        result = onnxptq.quantize(str(path), config, data=list(calib), output=str(output))
     except Exception as exc:  # recorded, never fatal
         row.update(status="exception", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                    documented=type(exc).__module__.startswith("onnxptq"), trace=traceback.format_exc()[-3000:],
@@ -4916,13 +4929,29 @@ def riva_dec_feeds(n: int, seed: int) -> list[Feed]:
             buf = io.BytesIO()
             Image.fromarray(img[:, :, ::-1]).save(buf, format="JPEG", quality=rng.randint(75, 95))
             img = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))[:, :, ::-1]
-        out.append({"frame": np.ascontiguousarray((img.astype(np.float32) / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None])})
+        frame = np.ascontiguousarray((img.astype(np.float32) / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None])
+        _RIVA_PAYLOADS[frame.tobytes()] = f["data"][0] > 0.5
+        out.append({"frame": frame})
     return out
 
 
+# The payload each decoder feed was marked with, by the frame's bytes: a feed holds only the model's input, and the
+# decoder's reading needs what was embedded (filled by riva_dec_feeds in the process that reads the rows).
+_RIVA_PAYLOADS: dict[bytes, np.ndarray] = {}
+
+
 def riva_dec_bits(ref, test, feeds, root) -> float:
-    """The 32-bit payload (output > 0.52, the package's threshold) exactly float's, per image."""
-    return float(np.mean([np.array_equal(ref(f)[0] > 0.52, test(f)[0] > 0.52) for f in feeds]))
+    """Images from which the quantized decoder reads no fewer of the 32 embedded payload bits (output > 0.52, the
+    package's threshold) than float's decoder, less one: what a user of the mark reads, as rivagan_enc's reading does.
+    Float itself reads ~69 % of the bits from these scenes, so "the same bits as float" flipped on bits float already
+    got wrong (newmodels19: BF16 0.969, A8W8 0.062 by that reading)."""
+    good = []
+    for f in feeds:
+        payload = _RIVA_PAYLOADS[f["frame"].tobytes()]
+        hits_a = int(((ref(f)[0][0] > 0.52) == payload).sum())
+        hits_b = int(((test(f)[0][0] > 0.52) == payload).sum())
+        good.append(hits_b >= hits_a - 1)
+    return float(np.mean(good))
 
 
 _EEG_CH = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8", "P7", "P3", "Pz", "P4", "P8", "O1",
@@ -5026,11 +5055,16 @@ MODELS.update({
                        "whisper log-mel of the 16 kHz clip within 1 dB", resampled_log_mel),
     "rivagan_enc": (str(SRC19 / "imwatermark/rivagan_encoder.onnx"), riva_enc_feeds,
                     "payload bits >= float's - 1 + PSNR >= 40 dB", riva_enc_marks),
-    "rivagan_dec": (str(SRC19 / "imwatermark/rivagan_decoder.onnx"), riva_dec_feeds, "32-bit payload exact",
+    "rivagan_dec": (str(SRC19 / "imwatermark/rivagan_decoder.onnx"), riva_dec_feeds, "payload bits >= float's - 1",
                     riva_dec_bits),
     "iclabel": (str(SRC19 / "mne_icalabel/iclabel/network/assets/ICLabelNet.onnx"), iclabel_feeds,
                 "IC class (7, arg-max)", iclabel_labels),
 })
+# imwatermark's RivaWatermark.decode thresholds the decoder's 32 values at 0.52 outside the graph (values -96..100):
+# bits a user reads, which the graph cannot say; judged by cosine alone the floor held A8W8 and MXFP8_E4M3 (cosine
+# 0.990 / 0.995) while 2 and 4 of 32 images lost 2+ payload bits more than float's decoder. Declared as logits (the
+# sigmoid's decisions at 0.2-0.8, i.e. values -1.4..1.4, 0.52 among them), the floor breaks on them and holds BF16.
+DECLARED["rivagan_dec"] = {"output": "logits"}
 
 
 # pymupdf-layout 1.28.2 (AGPL-3.0, measured locally only; PyMuPDF 1.28.2 in NEWMODELS19_DEPS): PyMuPDF's layout

@@ -12,6 +12,15 @@ through data movement (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity
 
 1. it is read from a ``Softmax``/``LogSoftmax`` (any rank; the spelling of every classifier and
    of PaddleOCR's CTC heads), or
+   (1b) An *average* of such probabilities counts too: a ``ReduceMean`` read through data movement
+   from a ``Softmax`` whose class axis its scoring layer fixes (a ``Conv``'s channels at ``axis=1``,
+   a linear layer's columns at ``axis=-1``), where the output declares those ``C`` classes as its
+   last axis. mne-icalabel's ICLabel runs each component 4 times (mirrored topographies, sign-flipped
+   signals) and writes ``Conv [7] → Softmax(axis=1) → Squeeze → Reshape [4, -1] → Transpose →
+   ReduceMean → Reshape [-1, 7]``: the mean of the 4 copies' probabilities, read by arg-max. Judged
+   by cosine only, MXFP8_E4M3 held at 0.981 against 0.98 while 8 % of the components changed
+   their class (bench/RESULTS.md, "Round 19's silent rows"). The declared width is what says the
+   classes end last: the ``Reshape``s between do not.
 2. the graph itself takes an ``ArgMax``/``TopK`` of it or of a tensor on that walk (the model
    decides by the arg-max and also exports the scores), or
 3. it is read from a linear layer with a constant weight of at least two output columns:
@@ -244,6 +253,56 @@ def _pooled_conv_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeProto]
     return None
 
 
+def _softmax_width(softmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
+                   shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """C of a ``Softmax`` whose class axis its scoring layer fixes: over a ``Conv``'s output channels
+    (``axis=1``, weight ``[C, K, ...]``) or a linear layer's columns (``axis=-1``, :func:`_head_width`),
+    a constant bias ``Add`` between; None where the axis or the layer is anything else."""
+    axis = next((a.i for a in softmax.attribute if a.name == "axis"), None)
+    node = producer.get(softmax.input[0]) if softmax.input else None
+    if node is not None and node.op_type == "Add" and any(i in shapes for i in node.input):
+        data = [i for i in node.input if i and i not in shapes]
+        node = producer.get(data[0]) if data else None
+    if node is None:
+        return None
+    if node.op_type == "Conv" and axis == 1:
+        w = shapes.get(node.input[1], ()) if len(node.input) > 1 else ()
+        return int(w[0]) if len(w) >= 3 else None
+    if node.op_type in ("MatMul", "Gemm") and axis == -1:
+        return _head_width(node, shapes)
+    return None
+
+
+def _averaged_softmax_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
+                            shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """C of the ``Softmax`` (:func:`_softmax_width`) whose probabilities a ``ReduceMean`` averages, read
+    through data movement: rule 1b (module docstring). None if there is none."""
+    tensor = pool.input[0] if pool.input else ""
+    for _ in range(8):
+        node = producer.get(tensor)
+        if node is None:
+            return None
+        if node.op_type in _SOFTMAXES:
+            return _softmax_width(node, producer, shapes)
+        if node.op_type not in _MOVES:
+            return None
+        data = [i for i in node.input if i and i not in shapes]
+        if not data:
+            return None
+        tensor = data[0]
+    return None
+
+
+def _declared_last(model: onnx.ModelProto) -> dict[str, int]:
+    """The last dimension each graph output declares as a number (symbolic or undeclared: absent)."""
+    found = {}
+    for v in model.graph.output:
+        dims = v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else ()
+        if dims and dims[-1].HasField("dim_value"):
+            found[v.name] = int(dims[-1].dim_value)
+    return found
+
+
 class Scores(NamedTuple):
     """How an output was recognized as class scores (module docstring)."""
 
@@ -287,6 +346,7 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
             deciders.setdefault(n.input[0], []).append(n)
     shapes = _const_shapes(model)
     ranks = _ranks(model)
+    last = _declared_last(model)
     found: dict[str, Scores] = {}
     softmaxed: set[str] = set()  # linear heads whose scores also reach a softmax
     for out in model.graph.output:
@@ -316,6 +376,10 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                     found[out.name] = Scores(width, "linear")
                     if any(op in _SOFTMAXES for t in path for op in consumers.get(t, ())):
                         softmaxed.add(out.name)
+                elif node.op_type == "ReduceMean":
+                    width = _averaged_softmax_width(node, producer, shapes)
+                    if width is not None and width >= 2 and last.get(out.name) == width:
+                        found[out.name] = Scores(width, "softmax")  # rule 1b: an average of probabilities
                 break
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
                 data = [i for i in node.input if i and i not in shapes]
