@@ -14,7 +14,13 @@ an If branch), and the quantizer only sees weights that are initializers.
 What is never folded: random ops (each run must draw anew), Q/DQ nodes (folding a weight's
 DequantizeLinear would silently de-quantize a model), nodes with subgraphs, nodes of other domains,
 graph outputs, and results above ``size_limit`` elements (folding an Expand/Tile of a small
-constant into a huge initializer trades a cheap op for model size). ``Shape``/``Size`` of a tensor
+constant into a huge initializer trades a cheap op for model size). Nor a node whose result is
+much larger than its inputs (:func:`grows`: at least ``GROWN_FROM`` elements and ``GROWTH`` times
+its inputs'): onnx-asr's resamplers compute a [320, 1, 1, 459] sinc kernel (588 KB) from two
+ramps of 779 numbers through Add/Sin/Cos; folded, every quantized file stored the kernel, 17-53x
+the 8.8 KB float file. Kept, the file holds the ramps, onnxruntime folds the chain when it loads
+the model (with its own Sin/Cos, as it does for the float model), and the weight's consumer reads
+a computed tensor the plan quantizes on its path. ``Shape``/``Size`` of a tensor
 whose shape inference gave fully static dims are folded too; that needs shapes, so run shape
 inference first (``fold_constants`` does).
 """
@@ -57,6 +63,14 @@ NEVER_FOLD = frozenset(
 )
 #: Default cap on the elements of a folded result (4 Mi elements = 16 MB of fp32).
 DEFAULT_SIZE_LIMIT = 1 << 22
+#: A result of at least this many elements (64 KB of fp32) that is ``GROWTH`` times its inputs is
+#: not folded: the file would store what a few small constants compute (see the module docstring).
+GROWN_FROM = 1 << 14
+#: How many times its inputs' elements a result must hold to count as grown (an Expand of a
+#: [1, C] row to [N, C], a Range, an outer Add of two ramps of 32+ each): ordinary folds (a
+#: weight's Transpose, Reshape, a scale's Mul) never grow at all, and stay folded. None: fold grown results
+#: too (the form before blockfile9; the tests build both).
+GROWTH: int | None = 16
 
 
 def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
@@ -147,6 +161,9 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             if shape is not None and math.prod(shape) > self.size_limit:
                 log.debug("not folding %s (%s): %s elements > %d", node.name, node.op_type, shape, self.size_limit)
                 return None
+        fed = sum(int(a.size) for a in feeds.values())
+        if self._grown(node, [math.prod(s) for s in map(_static_shape, node.outputs) if s is not None], fed):
+            return None
         proto = ir.serde.serialize_node(node)
         try:
             results = ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
@@ -154,6 +171,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             log.debug("not folding %s (%s): reference evaluation failed: %s", node.name, node.op_type, exc)
             return None
         arrays = [np.asarray(r) for r in results]
+        if self._grown(node, [int(a.size) for a in arrays], fed):
+            return None
         for out, array in zip(node.outputs, arrays):
             if array.size > self.size_limit:
                 log.debug("not folding %s (%s): %d elements > %d", node.name, node.op_type, array.size, self.size_limit)
@@ -167,6 +186,13 @@ class FoldConstantsPass(ir.passes.InPlacePass):
                     log.debug("not folding %s: reference gave %s, graph says %s", node.name, array.dtype, expected)
                     return None
         return arrays
+
+    def _grown(self, node: ir.Node, sizes: list[int], fed: int) -> bool:
+        if GROWTH is None or not any(grows(n, fed, GROWTH) for n in sizes):
+            return False
+        log.info("not folding %s (%s): %d elements from %d constant ones; the file keeps the computation",
+                 node.name, node.op_type, max(sizes), fed)
+        return True
 
     @staticmethod
     def _replace(graph: ir.Graph, node: ir.Node, arrays: list[np.ndarray]) -> None:
@@ -182,6 +208,12 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         for out, value in replacements:
             value.name = out.name
             graph.register_initializer(value)
+
+
+def grows(elements: int, fed: int, growth: int = 16) -> bool:
+    """Whether a result of ``elements`` computed from ``fed`` constant elements is one to keep
+    computed: large (``GROWN_FROM``) and ``growth`` times what it is made from."""
+    return elements >= GROWN_FROM and elements >= growth * max(fed, 1)
 
 
 def fold_constants_passes(size_limit: int = DEFAULT_SIZE_LIMIT) -> list[ir.passes.PassBase]:
