@@ -222,6 +222,10 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     assert all(n.output[0] == f"{n.input[0]}_q" for n in calls.values() if n.output[0] != "y")
     chain = [n for n in file.graph.node if n.op_type in ("Split", "Gather", "Transpose")]
     assert chain and not any(n.name for n in chain)
+    # the packer's tables and streams under short names of the same prefix and kind
+    packed = [t.name for t in file.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
+    assert packed and all(re.fullmatch(r"pkt_\w{1,4}|packed_\d+_[a-z][a-z0-9_]*", n) for n in packed), packed
+    assert any(t.name.startswith("pkt_i") for t in memory.graph.initializer)  # the in-memory names stay
     assert size < memory.ByteSize()
 
 
