@@ -18,8 +18,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxptq
-fc = importlib.import_module("onnxptq.graph.passes.fold_constants")  # the package exports the function by this name
+from onnxptq.graph.call_attributes import call_attributes
 from onnxptq.pipeline.prepare import prepare
+
+fc = importlib.import_module("onnxptq.graph.passes.fold_constants")  # the package exports the function by this name
 
 ROWS, TAPS = 128, 300
 
@@ -123,6 +125,9 @@ def test_quantized_file_holds_the_ramps_not_the_kernel(sinc, preset, tmp_path):
     assert path.stat().st_size < ROWS * TAPS / 2, f"{preset}: {path.stat().st_size} B"
     q = onnx.load(str(path))
     assert any(n.op_type == "Sin" for n in q.graph.node)
+    # the kernel's quantizer blocks it as the weight quantizer would (along the input channels)
+    call = next(n for n in q.graph.node if n.domain == "onnxptq" and n.input[0] == "kernel")
+    assert call_attributes(q, call)["axis"] == 1, preset
     for a, b in zip(_run(q, feeds), _run(model, feeds)):
         cos = float(np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b)))
         assert cos > 0.995, (preset, cos)  # 8-bit input and kernel: 0.998-0.9999

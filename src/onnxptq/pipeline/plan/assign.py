@@ -277,8 +277,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
                     if config.refine_block_axis:
-                        axis = _block_axis(node, index, g.rank.get(name), False, default)
-                        if not _reduces(node, index):
+                        # a weight computed at load (select.runs_at_load) takes the weight's blocks
+                        at_load = name in g.producer and g.runs_at_load(g.producer[name])
+                        axis = _block_axis(node, index, g.rank.get(name), at_load, default)
+                        if not _reduces(node, index) and not at_load:
                             axis = _off_unit_axis(axis, g.dims.get(name))
                     else:
                         axis = default
