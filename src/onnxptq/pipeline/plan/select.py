@@ -84,6 +84,11 @@ class _Graph:
             self._at_load = made
         return bool(node.output) and all(o in self._at_load for o in node.output if o)
 
+    def made_at_load(self, name: str) -> bool:
+        """Whether tensor ``name`` is made by a node that :meth:`runs_at_load` (a computed weight)."""
+        producer = self.producer.get(name)
+        return producer is not None and self.runs_at_load(producer)
+
     def is_constant(self, name: str) -> bool:
         """An initializer or a ``Constant`` node's output: a value fixed before any input is seen."""
         producer = self.producer.get(name)
