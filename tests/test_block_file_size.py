@@ -5,6 +5,8 @@ definition per specialised body, fp32 weights (``pack_weights=False``)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -203,10 +205,15 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     onnx.checker.check_model(file)
     for a, b in zip(_run(memory, feeds), _run(file, feeds)):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), preset
-    calls = {n.name: n for n in file.graph.node if n.domain == "onnxptq"}
-    kept = {n.name: n for n in memory.graph.node if n.domain == "onnxptq"}
+    calls = {n.input[0]: n for n in file.graph.node if n.domain == "onnxptq"}
+    kept = {n.input[0]: n for n in memory.graph.node if n.domain == "onnxptq"}
     assert len(calls) >= 4 and calls.keys() == kept.keys()
     assert all(n.attribute for n in kept.values())  # the in-memory model is restored after the write
+    # calls without node names, definitions under their family and a number; the in-memory ones keep theirs
+    assert not any(n.name for n in calls.values()) and all(n.name == n.input[0] for n in kept.values())
+    assert {f.name for f in file.functions} == {n.op_type for n in calls.values()}
+    assert all(re.fullmatch(r"(MX|BFP)QuantizeDequantize_\d+", f.name) for f in file.functions)
+    assert all(len(n.op_type) > 24 for n in kept.values())
     assert sum(len(n.attribute) for n in calls.values()) < sum(len(n.attribute) for n in kept.values()) / 2
     assert any(f.attribute_proto for f in file.functions)
     for name, node in kept.items():  # the accessor reads the same attributes from either form
@@ -215,6 +222,10 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     assert all(n.output[0] == f"{n.input[0]}_q" for n in calls.values() if n.output[0] != "y")
     chain = [n for n in file.graph.node if n.op_type in ("Split", "Gather", "Transpose")]
     assert chain and not any(n.name for n in chain)
+    # the packer's tables and streams under short names of the same prefix and kind
+    packed = [t.name for t in file.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
+    assert packed and all(re.fullmatch(r"pkt_\w{1,4}|packed_\d+_[a-z][a-z0-9_]*", n) for n in packed), packed
+    assert any(t.name.startswith("pkt_i") for t in memory.graph.initializer)  # the in-memory names stay
     assert size < memory.ByteSize()
 
 

@@ -106,6 +106,24 @@ def test_exponents_spanning_more_than_16_values_are_stored_in_planes(monkeypatch
     assert sum(e.size for e in exps) <= -(-rows * need // 8) + len(exps), (key, span, [e.shape for e in exps])
 
 
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXFP4"])
+def test_exponents_with_gaps_index_a_table_of_the_ones_used(key):
+    """A weight of ordinary rows and a few tiny ones (exponents spanning ~90 values, 12 used): the
+    exponent table holds the values used, not the span (the rank indexes it), and every weight
+    decodes bit for bit, ±0 blocks included."""
+    rng = np.random.default_rng(7)
+    w = rng.normal(0, 1, (64, 64)).astype(np.float32)
+    w *= np.ldexp(np.float32(1), np.repeat(np.arange(8) - 4, 8))[:, None].astype(np.float32)
+    w[:4] *= np.float32(2.0 ** -80)  # tiny rows: 80 binades below the rest
+    w[9] = 0.0
+    w[10] = -0.0
+    model, inits = _pack_and_run(key, {"w": (w, 1)})
+    tables = [onnx.numpy_helper.to_array(t) for n, t in inits.items() if n.startswith("pkt_e8m0")]
+    assert tables and all(t.size <= 16 for t in tables), (key, [t.size for t in tables])
+    exps = [e for e in np.unique(np.concatenate([np.log2(np.abs(t)) for t in tables]))]
+    assert max(exps) - min(exps) >= 80  # the table still reaches both ends
+
+
 @pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
 def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
     """8-bit integer element codes of small groups are decoded by arithmetic (no 256-entry table in

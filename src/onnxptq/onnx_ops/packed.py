@@ -39,6 +39,7 @@ anything, is left to the caller's unpacked form (``None``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -858,6 +859,15 @@ class WeightPacker:
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
         e_table = exponent_table()[lo_e: hi_e + 1]
+        e_key = f"e8m0_{lo_e}_{hi_e}"
+        # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
+        # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
+        # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
+        used = np.unique(exps)
+        if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
+            e_table = exponent_table()[lo_e + used.astype(np.int64)]
+            exps = np.searchsorted(used, exps).astype(np.uint8)
+            e_key = f"e8m0r_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
         # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
         # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
         # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
@@ -876,7 +886,7 @@ class WeightPacker:
             if len(planes) == 1:
                 e_bits = planes[0][0]
                 per = 8 // e_bits
-                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table),
+                scale = op("Gather", [self._table(e_key, e_table),
                                       fields(_pack_fields(exps, e_bits), e_bits, "exponents")], "scale")
                 scale = op("Reshape", [scale, self._ints([-1])], "scalef")
                 if g.rows % per:
@@ -884,9 +894,9 @@ class WeightPacker:
                 scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
             else:
                 index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1])], "e3")
-                scale = op("Gather", [self._table(f"e8m0_{lo_e}_{hi_e}", e_table), index], "scale")
+                scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
-            scale = gather(f"e8m0_{lo_e}_{hi_e}", e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
+            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
         if g.shifted:
             c = g.layout.shift_container
             per = 8 // c
@@ -922,6 +932,11 @@ class WeightPacker:
         else:
             node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
 
+
+#: A group's exponents index a table of only the values they use (by rank) where that table is at
+#: least this many bytes smaller than the table of their whole span (it may no longer be shared
+#: with another group of the same span).
+RANKED_EXPONENTS_FROM = 64
 
 #: Blocks of one element take the small-float layout (one_element_layout) where it stores at least this
 #: many bytes less than the block layout (its decode is ~20 nodes more, ~600 B with lean names).

@@ -260,7 +260,8 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         on = _kept_words(calibrated, eval_samples)
         del session
         external.relocate(quantized, tmp_data.name, data_name)
-        onnx.save_model(quantized, str(tmp_model))
+        with lean(quantized, calls=cfg.pack_weights):  # the file deliver() writes (pipeline/lean_file.py)
+            onnx.save_model(quantized, str(tmp_model))
     log.info("saved %s", out)
     warning = crash_warning(quantized, str(out))
     if warning:  # as deliver says it: our sessions disable the fusion, a user's default session would die

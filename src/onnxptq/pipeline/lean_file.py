@@ -19,7 +19,12 @@ a value that differs from the default. And each call's output (``<x>_DequantizeL
 written once where made and once per reader) becomes ``<x>_q``, unless a graph returns it; the
 call's node name (its input's) stays. The packed weights' decode chains get short names for their
 intermediates and no node names; the decoded weights keep theirs (``<weight>_bfp``: the format a
-weight is in, read by tools; :func:`short_decode_names`).
+weight is in, read by tools; :func:`short_decode_names`). Our functions are written under their
+family and a number (``MXQuantizeDequantize_2``, not ``MXQuantizeDequantize_int8_rm2_kux1x900x120_b32_am1_p8lhi_f32``:
+the name is written once more by every call), and our calls without node names (a call's name was
+its input's, written twice; :func:`short_function_names`). The packer's initializers keep their
+prefix and kind (``pkt_3``, ``packed_2_exponents``) but not the key that made them unique
+(``pkt_i8_8_24_24_32_...``, a Split's sizes: up to 200 B, written twice; :func:`short_table_names`).
 
 The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
 nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.
@@ -28,6 +33,7 @@ nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter, defaultdict
 from typing import Iterable, Iterator
 
@@ -38,7 +44,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "LEAN_CALLS", "SHORT_STEM", "CHAIN_STEM"]
+           "short_function_names", "short_table_names", "LEAN_CALLS", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
@@ -49,6 +55,9 @@ CHAIN_STEM = "w"
 #: Initializers the packer makes (onnx_ops/packed.py: group streams ``packed_*``, tables ``pkt_*``):
 #: what a decode chain starts from.
 PACKED_PREFIXES = ("packed_", "pkt_")
+#: A group stream's name: ``packed_<format>_b<block>_w<width>_<kind>`` (kind: codes, exponents,
+#: exponents_at2, shifts, singles, ...: what bench/file_sizes_anatomy.py reads).
+_STREAM = re.compile(r"^packed_.*?_w\d+_([a-z][a-z0-9_]*)$")
 
 
 @contextlib.contextmanager
@@ -78,6 +87,8 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(share_call_attributes(model, domains))
             undo.callback(short_call_outputs(model, domains))
             undo.callback(short_decode_names(model))
+            undo.callback(short_function_names(model, domains))
+            undo.callback(short_table_names(model))
         yield model
 
 
@@ -222,6 +233,88 @@ def short_decode_names(model: onnx.ModelProto, seeds: tuple[str, ...] = PACKED_P
         _apply(graphs, back)
         for node, name in names:
             node.name = name
+
+    return undo
+
+
+def short_function_names(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
+    """Local functions of ``domains`` renamed ``<family>_<k>`` (the family: the name's first
+    ``_`` field, ``BFPQuantizeDequantize``, what tools match), wherever called; and those calls'
+    node names left out (a call's name repeats its input's). The shape-specific names
+    (``BFPQuantizeDequantize__bfp_w16_b8_r2_am1_o21_kux1x900x120_p0hs_f32``, 66 B) were written by
+    every call: 0.2-2 % of the fp32 file on models with many activation calls (madmom_beats_tcn,
+    mtcnn_pnet, shipped PP-OCR cls). The attributes a reader wants stay on the definition and
+    calls (graph/call_attributes.py). In place; returns the undo."""
+    wanted = set(domains)
+    taken = {(f.domain, f.name) for f in model.functions}
+    rename: dict[tuple[str, str], str] = {}
+    count: Counter[tuple[str, str]] = Counter()
+    for fn in model.functions:
+        if fn.domain not in wanted:
+            continue
+        family = fn.name.split("_", 1)[0]
+        new = f"{family}_{count[(fn.domain, family)]}"
+        while (fn.domain, new) in taken:
+            count[(fn.domain, family)] += 1
+            new = f"{family}_{count[(fn.domain, family)]}"
+        count[(fn.domain, family)] += 1
+        if len(new) < len(fn.name):
+            rename[(fn.domain, fn.name)] = new
+            taken.add((fn.domain, new))
+    graph_nodes, fn_nodes = model_nodes(model)
+    calls = [n for n in graph_nodes + fn_nodes if n.domain in wanted]
+    saved = [(n, n.op_type, n.name) for n in calls]
+    functions = [(fn, fn.name) for fn in model.functions if (fn.domain, fn.name) in rename]
+    for n in calls:
+        n.op_type = rename.get((n.domain, n.op_type), n.op_type)
+        n.name = ""
+    for fn, name in functions:
+        fn.name = rename[(fn.domain, name)]
+
+    def undo() -> None:
+        for node, op_type, name in saved:
+            node.op_type, node.name = op_type, name
+        for fn, name in functions:
+            fn.name = name
+
+    return undo
+
+
+def short_table_names(model: onnx.ModelProto):
+    """The packer's main-graph initializers written as ``pkt_<k>`` (tables: the key that made each
+    unique, a Split's sizes or a scalar's value, is up to 200 B and written once more by every
+    reader) and ``packed_<k>_<kind>`` (group streams: ``packed_mxint8_b32_w32_codes``), wherever
+    read; a graph's inputs and outputs keep theirs. The same values: only names change. In place;
+    returns the undo."""
+    g = model.graph
+    graphs = list(all_graphs(g))
+    kept = {v.name for gr in graphs for v in list(gr.output) + list(gr.input)}
+    taken = tensor_names(model)
+    rename: dict[str, str] = {}
+    k = 0
+    for t in g.initializer:
+        stream = _STREAM.match(t.name)
+        if t.name in kept or not (t.name.startswith("pkt_") or stream):
+            continue
+        form = "pkt_{}" if t.name.startswith("pkt_") else "packed_{}_" + stream.group(1)
+        while form.format(k) in taken:
+            k += 1
+        new = form.format(k)
+        k += 1
+        if len(new) < len(t.name):
+            rename[t.name] = new
+            taken.add(new)
+    if not rename:
+        return lambda: None
+    for t in g.initializer:
+        t.name = rename.get(t.name, t.name)
+    _apply(graphs, rename)
+    back = {new: old for old, new in rename.items()}
+
+    def undo() -> None:
+        for t in g.initializer:
+            t.name = back.get(t.name, t.name)
+        _apply(graphs, back)
 
     return undo
 

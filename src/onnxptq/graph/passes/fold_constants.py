@@ -14,7 +14,18 @@ an If branch), and the quantizer only sees weights that are initializers.
 What is never folded: random ops (each run must draw anew), Q/DQ nodes (folding a weight's
 DequantizeLinear would silently de-quantize a model), nodes with subgraphs, nodes of other domains,
 graph outputs, and results above ``size_limit`` elements (folding an Expand/Tile of a small
-constant into a huge initializer trades a cheap op for model size). ``Shape``/``Size`` of a tensor
+constant into a huge initializer trades a cheap op for model size). Nor a node whose result would
+make the file much larger than the constants it is computed from (:func:`grows`: at least
+``GROWN_FROM`` elements, and ``GROWTH`` times the bytes of every constant the all-constant chain
+from it reads, looked ahead to where the chain meets a computed tensor; an element counted as the
+byte it takes at the narrowest quantized width): onnx-asr's resamplers compute a [320, 1, 1, 459]
+sinc kernel (588 KB) from two ramps of 779 numbers through Add/Sin/Cos; folded, every quantized
+file stored the kernel, 17-53x the 8.8 KB float file. Kept, the file holds the ramps, onnxruntime
+folds the chain when it loads the model (with its own Sin/Cos, as it does for the float model),
+and the weight's consumer reads a computed tensor the plan quantizes on its path. A table the
+chain scatters from stored values (swift_f0's filter banks: a zero fill of 65 664 elements and
+8 KB of indices and values) is data the file holds anyway: folded as before.
+``Shape``/``Size`` of a tensor
 whose shape inference gave fully static dims are folded too; that needs shapes, so run shape
 inference first (``fold_constants`` does).
 """
@@ -57,6 +68,18 @@ NEVER_FOLD = frozenset(
 )
 #: Default cap on the elements of a folded result (4 Mi elements = 16 MB of fp32).
 DEFAULT_SIZE_LIMIT = 1 << 22
+#: A result of at least this many elements (64 KB of fp32) that is ``GROWTH`` times the bytes of
+#: the constants its chain reads is not folded: the file would store what a few small constants
+#: compute (see the module docstring).
+GROWN_FROM = 1 << 14
+#: How many bytes of file per byte of source constants folding must cost (result elements at one
+#: byte each, the narrowest 8-bit storage) for the chain to stay computed: ordinary folds (a
+#: weight's Transpose, Reshape, a scale's Mul) never grow at all and stay folded. None: fold grown
+#: results too (the form before blockfile9; the tests build both).
+GROWTH: int | None = 16
+#: Nodes the look-ahead follows from a grown node before it stops counting (a chain longer than
+#: this counts what it saw: a lower bound on the bytes it reads, so the rule errs toward folding).
+LOOK_AHEAD = 256
 
 
 def _static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
@@ -147,6 +170,9 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             if shape is not None and math.prod(shape) > self.size_limit:
                 log.debug("not folding %s (%s): %s elements > %d", node.name, node.op_type, shape, self.size_limit)
                 return None
+        fed = sum(int(a.nbytes) for a in feeds.values())
+        if self._grown(node, [math.prod(s) for s in map(_static_shape, node.outputs) if s is not None], fed):
+            return None
         proto = ir.serde.serialize_node(node)
         try:
             results = ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
@@ -154,6 +180,8 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             log.debug("not folding %s (%s): reference evaluation failed: %s", node.name, node.op_type, exc)
             return None
         arrays = [np.asarray(r) for r in results]
+        if self._grown(node, [int(a.size) for a in arrays], fed):
+            return None
         for out, array in zip(node.outputs, arrays):
             if array.size > self.size_limit:
                 log.debug("not folding %s (%s): %d elements > %d", node.name, node.op_type, array.size, self.size_limit)
@@ -167,6 +195,18 @@ class FoldConstantsPass(ir.passes.InPlacePass):
                     log.debug("not folding %s: reference gave %s, graph says %s", node.name, array.dtype, expected)
                     return None
         return arrays
+
+    def _grown(self, node: ir.Node, sizes: list[int], fed: int) -> bool:
+        """Whether ``node``'s result (``sizes`` elements, from ``fed`` bytes of constants) is one
+        to keep computed: it grows, and still does counting every constant its chain reads on."""
+        if GROWTH is None or not any(grows(n, fed, GROWTH) for n in sizes):
+            return False
+        read = fed + _chain_constant_bytes(node)
+        if not any(grows(n, read, GROWTH) for n in sizes):
+            return False
+        log.info("not folding %s (%s): %d elements from %d bytes of constants; the file keeps the computation",
+                 node.name, node.op_type, max(sizes), read)
+        return True
 
     @staticmethod
     def _replace(graph: ir.Graph, node: ir.Node, arrays: list[np.ndarray]) -> None:
@@ -182,6 +222,42 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         for out, value in replacements:
             value.name = out.name
             graph.register_initializer(value)
+
+
+def grows(elements: int, fed: int, growth: int = 16) -> bool:
+    """Whether a result of ``elements`` computed from ``fed`` bytes of constants is one to keep
+    computed: large (``GROWN_FROM``) and ``growth`` times what it is made from."""
+    return elements >= GROWN_FROM and elements >= growth * max(fed, 1)
+
+
+def _chain_constant_bytes(start: ir.Node) -> int:
+    """Bytes of the constants read by the nodes that would fold after ``start`` (each of whose
+    inputs is a constant or made by such a node), each constant counted once: what the file
+    holds for the chain where ``start`` is not folded (a Scatter's indices and values)."""
+    made = {id(v) for v in start.outputs}
+    seen_nodes, counted, total = {id(start)}, {id(v) for v in start.inputs if v is not None}, 0
+    frontier = [use.node for v in start.outputs for use in v.uses()]
+    steps = 0
+    while frontier and steps < LOOK_AHEAD:
+        node = frontier.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        steps += 1
+        if has_subgraph(node) or not is_onnx_domain(node.domain):
+            continue
+        extra = [v for v in node.inputs if v is not None and id(v) not in made]
+        arrays = [constant_array(v) for v in extra]
+        if any(a is None for a in arrays):
+            continue  # meets a computed tensor: the chain ends here
+        for v, a in zip(extra, arrays):
+            if id(v) not in counted:
+                counted.add(id(v))
+                total += int(a.nbytes)
+        for out in node.outputs:
+            made.add(id(out))
+            frontier.extend(use.node for use in out.uses())
+    return total
 
 
 def fold_constants_passes(size_limit: int = DEFAULT_SIZE_LIMIT) -> list[ir.passes.PassBase]:

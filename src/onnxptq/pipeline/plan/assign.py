@@ -276,9 +276,9 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 axis = None
                 if quant.format in ("bfp", "mx"):
                     default = quant.attr_dict.get("axis", 1)
-                    if config.refine_block_axis:
-                        axis = _block_axis(node, index, g.rank.get(name), False, default)
-                        if not _reduces(node, index):
+                    if config.refine_block_axis:  # a weight computed at load (select.runs_at_load): the weight's blocks
+                        axis = _block_axis(node, index, g.rank.get(name), at_load := g.made_at_load(name), default)
+                        if not (_reduces(node, index) or at_load):
                             axis = _off_unit_axis(axis, g.dims.get(name))
                     else:
                         axis = default

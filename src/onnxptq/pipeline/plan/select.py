@@ -47,6 +47,7 @@ class _Graph:
                 if name:
                     self.consumers[name].append(node)
         infos = [vi for g in graphs for vi in list(g.value_info) + list(g.input) + list(g.output)]
+        self._at_load: set[str] | None = None  # runs_at_load's tensors, made on first use
         self.elem_type: dict[str, int] = {}
         self.rank: dict[str, int] = {}
         #: known axis lengths (None where symbolic or unknown), for tensors with a known rank
@@ -65,6 +66,28 @@ class _Graph:
 
     def is_float(self, name: str) -> bool:
         return self.elem_type.get(name) in FLOAT_TYPES
+
+    def runs_at_load(self, node: onnx.NodeProto) -> bool:
+        """Whether every input of ``node`` is a constant or made by such a node: onnxruntime
+        computes it once when it loads the model (a chain prepare keeps computed because folding
+        it would store a tensor many times its inputs: graph/passes/fold_constants.py ``grows``).
+        Quantizing it saves no run time and costs the weight it makes its precision (onnx-asr's
+        resampler under FP16: a sinc argument up to 450 in half precision)."""
+        if self._at_load is None:
+            made: set[str] = set()
+            for n in self.nodes:
+                ins = [i for i in n.input if i]
+                if ins and is_onnx_domain(n.domain) and n.op_type not in _NOT_AT_LOAD \
+                        and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute) \
+                        and all(i in made or self.is_constant(i) for i in ins):
+                    made.update(o for o in n.output if o)
+            self._at_load = made
+        return bool(node.output) and all(o in self._at_load for o in node.output if o)
+
+    def made_at_load(self, name: str) -> bool:
+        """Whether tensor ``name`` is made by a node that :meth:`runs_at_load` (a computed weight)."""
+        producer = self.producer.get(name)
+        return producer is not None and self.runs_at_load(producer)
 
     def is_constant(self, name: str) -> bool:
         """An initializer or a ``Constant`` node's output: a value fixed before any input is seen."""
@@ -92,6 +115,11 @@ def _iterated(scope) -> bool:
     return False
 
 
+#: Ops that never count as computed once at load: their result differs per run, or is a format.
+_NOT_AT_LOAD = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial",
+                          "Bernoulli", "Dropout", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+
+
 def _excluded(name: str, patterns: Iterable[str]) -> bool:
     for pattern in patterns:
         if pattern == name:
@@ -117,6 +145,8 @@ def _skip_reason(node, g: _Graph, config: QuantConfig, op_types: set[str], quant
             return "pass-through op whose input is not quantized"
     if any(i in g.initializers and _all_inf(g.initializers[i]) for i in node.input if i):
         return "an initializer input is entirely ±inf"
+    if g.runs_at_load(node):
+        return "runs once at load on constants (its result is read as a weight)"
     return None
 
 
