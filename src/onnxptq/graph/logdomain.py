@@ -304,8 +304,8 @@ def log_domain_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
             stack.extend(data)
         chain = _waveform_chain(signals, walk_nodes, producer, consumers, constants, outputs, graph)
         if chain:
-            signal_reason = (f"waveform feeding the spectrum read by Log '{log_node.name or log_node.output[0]}' (the model's "
-                             "input through affine ops, framing and data movement): a rounded sample is a noise floor "
+            signal_reason = (f"linear-domain input of Log '{log_node.name or log_node.output[0]}', the waveform feeding its "
+                             "spectrum (the model's input through affine ops, framing and data movement): a rounded sample is a noise floor "
                              "spread over every bin (BF16: ~54 dB down), which drowns the quiet bins the Log reads, so "
                              "the chain stays float (graph/logdomain.py)")
             for name in chain:
