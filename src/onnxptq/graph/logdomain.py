@@ -213,6 +213,8 @@ def _waveform_chain(signals: list[str], walk_nodes: set[int], producer: dict[str
     too ends the chain there, quantized for its other readers), retried as the walk grows (a
     pre-emphasis reads its input twice). Empty when the chain meets a producer that is no such step:
     then the signal is a computation's output, not the model's input (module docstring)."""
+    if not signals:
+        return []
     static = _static_tensors(graph, constants)
     nodes = set(walk_nodes)
     chain: list[str] = []
