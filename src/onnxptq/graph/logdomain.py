@@ -53,7 +53,7 @@ import onnx
 
 from .external import constant_tensors, tensor_values
 from .opsets import is_onnx_domain
-from .walk import dataflow
+from .walk import dataflow, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -162,22 +162,14 @@ def _static_tensors(graph: onnx.GraphProto, constants: dict[str, onnx.TensorProt
     static = set(constants)
     for node in graph.node:  # topological order
         data = [i for i in node.input if i]
-        if data and all(i in static for i in data) and not any(True for _ in _subgraphs(node)):
+        if data and all(i in static for i in data) and not any(True for _ in subgraphs(node)):
             static.update(o for o in node.output if o)
     return static
 
 
-def _subgraphs(node: onnx.NodeProto):
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
-
-
 def _framing(node: onnx.NodeProto) -> bool:
     """A Scan/Loop whose bodies only move data (a sliding buffer cutting frames out of a signal)."""
-    bodies = list(_subgraphs(node))
+    bodies = list(subgraphs(node))
     return bool(bodies) and all(n.op_type in _SIGNAL_MOVES for b in bodies for n in b.node)
 
 
@@ -243,7 +235,7 @@ def _waveform_chain(signals: list[str], walk_nodes: set[int], producer: dict[str
             elif node.op_type in _FRAMING_LOOPS:
                 # The frames are cut inside the body: its tensors are the signal too (wespeaker's sliding buffer; its
                 # inputs rounded to BF16 kept 0.984 of the fbank bins within 1 dB, not 1.000).
-                for body in _subgraphs(node):
+                for body in subgraphs(node):
                     chain.extend(t for t in [*(i.name for i in body.input), *(o for n in body.node for o in n.output)]
                                  if t and t not in chain)
             elif node.op_type in _AFFINE:
