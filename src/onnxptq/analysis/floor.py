@@ -1133,6 +1133,8 @@ def _judge_waveform(check: OutputCheck, name: str, reference: Sequence[dict[str,
              and np.isfinite(np.asarray(r[name])).all()]
     found = spectrum_share(pairs)
     if found is None:
+        if declared:  # the user's reading could not be taken: said, not passed over
+            check.note = f"{check.note or ''} (declared a waveform, but no row holds one 512-sample frame: judged by its cosine)".strip()
         return
     check.spectrum = (found.share, found.bins, found.worst_db)
     if found.share < floor.top1:
