@@ -40,6 +40,10 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
   (lore_detect's ``hm``: a tie among a peak's neighbours is one more peak, which the ``logits``
   reading's objects cannot see): float's peaks matched within one cell, their F1 against the top-1
   floor (analysis/peak_reads.py, ``floor._judge_declared_peaks``).
+- ``"waveform"``: a signal per batch row whose users read its log-power spectrum (a resampler's output the
+  next model's log-mel front end reads): the share of spectrogram bins within 1 dB of float's against the
+  top-1 floor, beside its cosine (analysis/waveform_reads.py, ``floor._judge_waveform``). Waveforms of
+  symbolic length in a model that reads one are found by structure; this declares the others.
 
 A declared reading replaces the structural one for that output; an agreement function
 (``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.

@@ -115,6 +115,7 @@ from .head_kind import REGRESSION_VALUES, regression_like
 from .multilabel import ColumnRuns, column_thresholds, multilabel_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
+from .waveform_reads import is_waveform, spectrum_share, waveform_outputs
 from .maps import Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
@@ -312,6 +313,9 @@ class OutputCheck:
     #: a share that holds the floor on its figure, counted in independent reads, whose bound reaches below it
     #: (analysis/evidence.py, "could not confirm": :func:`_confirm`); None: confirmed, or no such share
     unconfirmed: ShareBound | None = None
+    #: a waveform judged by its log-power spectrum (analysis/waveform_reads.py): (share of bins within 1 dB,
+    #: bins, worst dB), held against the top-1 floor in place of the cosine alone
+    spectrum: tuple[float, int, float] | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -388,6 +392,10 @@ class OutputCheck:
             word = _decisions_word(self)
             text += f", {top} {self.top1:.4f} on {self.rows} {word}{seen}" + (self._chance() if self.within_chance is not None else
                                                                               f" (too few {word} to judge)" if self.top1_unjudged else "")
+        if self.spectrum is not None:
+            share, bins, worst = self.spectrum
+            text += (f", as a waveform read by its log-power spectrum (analysis/waveform_reads.py): {share:.4f} of {bins} "
+                     f"bins within 1 dB of float's, worst {worst:.1f} dB")
         if self.unconfirmed is not None:
             text += f" [{self.unconfirmed.describe()}]"
         return text
@@ -655,7 +663,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
-            "anchor_scores": anchor_score_outputs(model)}
+            "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -672,7 +680,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None,
             tokens: Mapping[str, Collection[int]] | None = None,
             det_levels: Sequence[tuple[Level, ...]] = (),
-            anchor_scores: Mapping[str, AnchorScores] | None = None) -> Verdict:
+            anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -724,7 +732,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     (:func:`_judge_levels`).
     ``anchor_scores``: outputs that may be a detector's one-class score vector beside a box output of the same
     anchors (``anchor_scores.anchor_score_outputs``); where the data says one is, it is judged by the objects
-    its thresholds keep in place of its cosine (:func:`_judge_anchor_scores`)."""
+    its thresholds keep in place of its cosine (:func:`_judge_anchor_scores`).
+    ``waveforms``: outputs that are a signal per batch row by structure (``waveform_reads.waveform_outputs``); where
+    float's values are one, judged by their log-power spectrum too (:func:`_judge_waveform`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -1000,6 +1010,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
         verdict.outputs[name] = check
+    for name in waveforms:
+        if name in verdict.outputs and not (declared and name in declared):
+            _judge_waveform(verdict.outputs[name], name, reference, candidate, floor)
     for name, fn in (agreements or {}).items():
         _judge_user_agreement(verdict, name, fn, reference, candidate, floor)
     for group in read_groups:
@@ -1094,6 +1107,8 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     if reading.kind == "peaks" and pairs:
         _judge_declared_peaks(check, name, reading, pairs, seen, floor)
         check.ok = check.ok and not reshaped
+    if reading.kind == "waveform" and pairs:
+        _judge_waveform(check, name, reference, candidate, floor, declared=True)
     if reading.kind == "picture" and pairs:
         picture = PictureAgreement(*picture_bounds(name, reading, [r for r, _ in pairs]))
         for r, g in pairs:
@@ -1104,6 +1119,27 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     if reshaped:
         check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}"
     return check
+
+
+def _judge_waveform(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
+                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, declared: bool = False) -> None:
+    """A waveform output (by structure where float's values swing about zero in frames, or declared) judged
+    by its log-power spectrum into ``check`` (analysis/waveform_reads.py): the share of bins within 1 dB of
+    float's against the top-1 floor. Its cosine weighs a rounding's noise floor by the loud bins alone (onnx-asr's
+    resampler: cosine 1.0000, 0.955 of the next model's log-mel bins within 1 dB under BF16)."""
+    refs = [np.asarray(f[name]) for f in reference if name in f]
+    if not refs or not (declared or is_waveform(refs)):
+        return
+    pairs = [(np.asarray(r[name]), np.asarray(g[name])) for r, g in zip(reference, candidate) if name in r and name in g
+             and np.isfinite(np.asarray(r[name])).all()]
+    found = spectrum_share(pairs)
+    if found is None:
+        if declared:  # the user's reading could not be taken: said, not passed over
+            check.note = f"{check.note or ''} (declared a waveform, but no row holds one 512-sample frame: judged by its cosine)".strip()
+        return
+    check.spectrum = (found.share, found.bins, found.worst_db)
+    if found.share < floor.top1:
+        check.ok = False
 
 
 def _judge_declared_top_k(check: OutputCheck, name: str, k: int, pairs: Sequence[tuple[np.ndarray, np.ndarray]],

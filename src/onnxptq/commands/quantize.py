@@ -64,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "holds when its points' mean move is <= TOL (default 0.02) of float's point set's RMS radius), peaks or "
                         "peaks:SCORE (a centre-point heat map [.., H, W], logits or, all in [0, 1], probabilities: its 3x3 "
                         "peaks at sigmoid score >= SCORE, default a band 0.1-0.5, matched within one cell, their F1 held; "
-                        "a tied neighbour is one more peak); repeatable (docs/accuracy.md)")
+                        "a tied neighbour is one more peak), waveform (a signal per batch row: its log-power spectrum's bins "
+                        "within 1 dB of float's); repeatable (docs/accuracy.md)")
     sq = p.add_mutually_exclusive_group()
     sq.add_argument("--smooth-quant", dest="smooth_quant", action="store_const", const=True, default=None,
                     help="SmoothQuant: move activation outlier channels into the MatMul/Gemm weights before calibration "

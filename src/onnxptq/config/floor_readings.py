@@ -16,7 +16,7 @@ __all__ = ["KINDS", "PEAK_SCORES", "POINTS_TOLERANCE", "DeclaredReading", "parse
 
 #: the readings a user may declare, and what each spelling means
 KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk",
-                       "points": "points", "peaks": "peaks"}
+                       "points": "points", "peaks": "peaks", "waveform": "waveform"}
 
 #: a points reading's default tolerance: the points' mean move within 2 % of the float point set's RMS radius
 POINTS_TOLERANCE = 0.02
@@ -30,7 +30,7 @@ PEAK_SCORES = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 class DeclaredReading:
     """One output's declared reading (module docstring)."""
 
-    #: "values", "picture", "logits", "topk", "points" or "peaks" (:data:`KINDS`)
+    #: "values", "picture", "logits", "topk", "points", "peaks" or "waveform" (:data:`KINDS`)
     kind: str
     #: a picture's range as declared (None: the first of pictures.RANGES that holds float's values)
     low: float | None = None
@@ -57,6 +57,8 @@ class DeclaredReading:
             at = f"score >= {self.score:g}" if self.score is not None else f"scores {PEAK_SCORES[0]:g}-{PEAK_SCORES[-1]:g}"
             return (f"its 3x3 peaks ({at}) matched within one cell, as its user declared a centre-point heat map "
                     f"(floor_output_reading)")
+        if self.kind == "waveform":
+            return "its log-power spectrum within 1 dB, as its user declared a waveform (floor_output_reading)"
         if self.kind == "logits":
             return "its sigmoid's decisions at thresholds 0.2-0.8, as its user declared logits (floor_output_reading)"
         span = f" of [{self.low:g}, {self.high:g}]" if self.low is not None else ""
@@ -67,7 +69,8 @@ def parse_reading(output: str, text: object) -> DeclaredReading:
     """``text`` (``"values"``, ``"embedding"``, ``"logits"``, ``"picture"``, ``"picture:LOW,HIGH"`` or
     ``"topk:K"``, ``"points"``, ``"points:TOL"``, ``"points:TOL,D"``, ``"peaks"`` or ``"peaks:SCORE"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
     spellings it accepts."""
-    accepted = "'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K', 'points[:TOL[,D]]' or 'peaks[:SCORE]'"
+    accepted = ("'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K', 'points[:TOL[,D]]', 'peaks[:SCORE]' "
+                "or 'waveform'")
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):

@@ -527,7 +527,8 @@ class QuantConfig:
     #: linear layer writes looks like a class head) | "picture" | "picture:LOW,HIGH" (its 8-bit values,
     #: any shape: a grey picture) | "logits" | "topk:K" (each row's top K: a beam search of width K reads a
     #: decoder step's runner-ups) | "points[:TOL[,D]]" (landmarks: their mean move within TOL of float's
-    #: point set's RMS radius, analysis/point_reads.py)} (analysis/declared_readings.py, docs/accuracy.md "Declaring an output's reading")
+    #: point set's RMS radius, analysis/point_reads.py) | "peaks[:SCORE]" | "waveform" (a signal judged by its log-power
+    #: spectrum, analysis/waveform_reads.py)} (analysis/declared_readings.py, docs/accuracy.md "Declaring an output's reading")
     floor_output_reading: dict[str, str] = field(default_factory=dict)
     #: repair's precision ladder (algorithms/step_up.py): before keeping nodes float, an integer
     #: model's responsible nodes get 16-bit tensors (8-bit activations, then 8-bit weights, made

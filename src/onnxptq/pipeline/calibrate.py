@@ -236,7 +236,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             # with their reasons, rather than only "no quantizable op".
             reasons = sorted(set(plan.float_tensors.values()))
             where += (f"; {len(plan.float_tensors)} tensor(s) the plan keeps float by rule, for instance: "
-                      + " | ".join(r[:200] for r in reasons[:3]))
+                      + " | ".join(r[:200] for r in reasons[:4]))
         raise NothingToQuantizeError(
             f"{source}: the configuration quantizes nothing (no node of a quantizable op type with float tensors; "
             f"op types present: {sorted({n.op_type for n in prepared.graph.node})}{where})"
