@@ -88,6 +88,68 @@ def test_mxfp4_steps_to_fp6_e2m3_and_the_widest_formats_have_no_rung(rotations):
     for name, q in over.items():
         assert {k: v for k, v in q.attr_dict.items() if k != "element_dtype"} == \
             {k: v for k, v in plan.tensors[name].quant.attr_dict.items() if k != "element_dtype"}
-    # MX9 and MXINT8 are their family's widest: float stays their next step.
+    # MX9 and MXINT8 are their family's widest: BF16 is their one rung, then float.
     for preset in ("MX9", "MXINT8"):
-        assert ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan) == [], preset
+        rungs = ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan)
+        assert [r.to_bf16 for r in rungs] == [True], preset
+    # MXFP4 has two block steps: no BF16 rung (a third probe would cost its search a build).
+    assert not any(r.to_bf16 for r in rungs_of(model, "MXFP4", feeds))
+
+
+def rungs_of(model, preset, feeds):
+    return ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan)
+
+
+def test_widest_block_format_that_breaks_steps_to_bf16_not_float(rotations):
+    """MXINT8 under a floor it breaks (cosine 0.9998 against 0.9999): the nodes go to BF16, a strict
+    refinement of its grid stored in 16 bits, where float was the only step before (ICLabel MXINT8
+    kept 18 of 37 nodes float: file 0.256× → 0.98× fp32)."""
+    model, feeds = rotations
+    mxint8 = resolve_config("MXINT8").replace(floor_cosine=0.9999, repair_budget=50.0)
+    plain = quantize(model, mxint8.replace(repair=False), feeds)
+    assert not plain.floor.ok, "MXINT8 holds the planted floor: nothing is tested"
+    repaired = quantize(model, mxint8, feeds)
+    record = repaired.repair
+    assert repaired.floor.ok and record["kept_float"] == {}, record
+    assert record["stepped_up"] and all("BF16" in v for v in record["stepped_up"].values())
+    stepped = set(record["stepped_up"])
+    formats = {t.quant.format for t in repaired.plan.tensors.values()
+               if t.quant is not None and (t.producer in stepped or set(t.consumers) & stepped)}
+    assert formats == {"bf16"}, formats
+    # The stepped weights are stored as 16-bit initializers (the file shrinks, not fp32 as float would).
+    weights = {i.name: i.data_type for i in repaired.model.graph.initializer if i.name.startswith(("w1", "w2"))}
+    assert weights and set(weights.values()) == {onnx.TensorProto.BFLOAT16}, weights
+    # Stock onnxruntime runs it, nearer float than the plain MXINT8 file.
+    assert _cosine(model, repaired.model, feeds[:8]) > _cosine(model, plain.model, feeds[:8])
+    # Without the rung (float as the step) the same repair keeps nodes float.
+    floated = quantize(model, mxint8.replace(repair_step_up=False), feeds)
+    assert floated.floor.ok and floated.repair["kept_float"]
+
+
+@pytest.mark.parametrize("fmt", ["mx_int8", "mx_fp8_e4m3", "mx_fp8_e5m2", "to_bfp", "to_bfp_prime"])
+def test_eight_bit_block_values_are_bf16_values(fmt):
+    """The BF16 rung's premise: every value an 8-bit block format makes is a bfloat16 value
+    (ml_dtypes' cast is the identity on it), edges included: blocks at the E8M0 floor (bf16
+    subnormals), float32's largest values, zeros, ±Inf and NaN. Values below 2^-126 are the exception
+    (within 2^-134)."""
+    import ml_dtypes
+
+    from onnxptq.formats import bfp, mx
+
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((16, 96)) * np.exp(rng.uniform(-40, 40, (16, 96)))).astype(np.float32)
+    x[0, :40] = rng.standard_normal(40) * 1e-39
+    x[1, :32] = np.float32(3.3e38) * rng.uniform(-1, 1, 32)
+    x[2, :5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    if fmt.startswith("mx_"):
+        y = mx.fake_quantize(x, element_dtype=fmt[3:], block_size=32, axis=1)
+    else:
+        y = bfp.fake_quantize(x, bfp_method=fmt, bit_width=16, block_size=16 if fmt == "to_bfp_prime" else 8, axis=1)
+    back = y.astype(ml_dtypes.bfloat16).astype(np.float32)
+    finite = np.isfinite(y)
+    assert finite.sum() > 1000 and (np.abs(y[finite]) < 1e-37).sum() > 0
+    # The one exception: below float32's smallest normal 2^-126 (blocks at the exponent floor) a block's
+    # grid can be finer than bfloat16's subnormal step 2^-133; there bf16 is off by at most half of it.
+    below = np.isfinite(y) & (np.abs(np.nan_to_num(y)) < 2.0 ** -126)
+    np.testing.assert_array_equal(back[~below], y[~below])
+    assert np.abs(back[below] - y[below]).max(initial=0.0) <= 2.0 ** -134

@@ -64,7 +64,8 @@ def guard_runs(monkeypatch):
 
 def test_repair_runs_the_guard_once(guard_runs, monkeypatch):
     monkeypatch.setattr(repair, "MIN_BUDGET_S", 0.0)
-    cfg = resolve_config("MX9").replace(floor_cosine=0.9999, repair_budget=1e-6)
+    # the float search is what is tested: no BF16 rung before it (step_up)
+    cfg = resolve_config("MX9").replace(floor_cosine=0.9999, repair_budget=1e-6, repair_step_up=False)
     result = quantize(str(model_path("cls")), cfg, _feeds())
     record = result.repair
     assert record is not None and "kept_float" in record, "the floor held: nothing was tested"

@@ -80,11 +80,16 @@ def _ends_at_the_probe(result) -> None:
 
 
 def test_a_break_no_precision_fixes_ends_after_one_probe_build(builds):
-    # MXINT8 has no 16-bit rung: float is the next precision, and its probe is the only build.
+    # MXINT8's one rung is BF16 (step_up): the whole plan BF16, then every node float, and nothing more.
     result = quantize(_noisy_head(), resolve_config("MXINT8"), _feeds())
     every = result.repair["candidates"]
-    assert every >= 3 and builds == [(every, 0)], builds  # main: the two halves first, then every node float
-    assert result.repair["evaluations"] == 1
+    assert every >= 3 and len(builds) == 2 and builds[0][0] == 0 and builds[0][1] > 0 and builds[1] == (every, 0), builds
+    assert result.repair["evaluations"] == 2
+    # Without the ladder, the float probe is the only build (main: the two halves first, then every node float).
+    builds.clear()
+    alone = quantize(_noisy_head(), resolve_config("MXINT8").replace(repair_step_up=False), _feeds())
+    assert builds == [(every, 0)] and alone.repair["evaluations"] == 1, builds
+    _ends_at_the_probe(alone)
     _ends_at_the_probe(result)
 
 

@@ -33,6 +33,19 @@ applied to every block-format tensor the nodes stepped read or write, biases inc
 integer-element block formats store biases in the block format too), on top of the integer roles
 of the rung (for a plan mixing both).
 
+**BF16 above the widest block formats** (issue 27: ICLabel MXINT8 broke its 0.97 floor by 2 reads of
+60, and with float as the only step up repair kept 18 of 37 nodes float: the file went from 0.256× to
+0.98× fp32): where a block family has fewer than two steps left (MX9, BFP16, MXINT8: none; MXFP8:
+one, to INT8), the ladder's last rung makes the stepped nodes' block tensors ``bf16``. It is a
+refinement of every 8-bit block element: a block value is ``k · 2^e`` with ``|k| ≤ 127`` (7
+magnitude bits below the shared exponent, a microexponent only lowering ``e``; FP8 elements have
+fewer bits), which bfloat16's 8 significant bits hold exactly, and each bfloat16 element has its
+own exponent (the one exception: values below 2^-126, in blocks at the exponent floor, whose grid
+can be finer than bfloat16's subnormal step 2^-133; tests/test_repair_block_ladder.py checks every
+8-bit block format against ml_dtypes); its weights are
+stored as 16-bit initializers (half of float's bytes). MX4 and the other sub-byte formats have two
+wider block steps and keep them: a third rung would cost a build their searches need.
+
 A node is stepped up by its tensors: every planned tensor it reads or writes (roles of the rung)
 gets the 16-bit quantizer as a ``tensor_overrides`` entry, which wins over the plan's
 first-reader-decides rule, so a stepped node reads and writes 16 bits whatever its neighbours are.
@@ -62,6 +75,8 @@ MX_WIDER = {"fp4_e2m1": "fp6_e2m3", "fp6_e3m2": "fp8_e4m3", "fp6_e2m3": "fp8_e4m
 #: dot product's bias in the block format; left at MX4's 11 bits, cls's whole plan stepped to MX9
 #: held cosine 0.965, top-1 0.63 against MX9's own 0.998, 0.94).
 BLOCK_ROLES = frozenset({"activation", "weight", "bias"})
+#: The quantizer of the BF16 rung (the BF16 preset's own).
+BF16 = TensorQuant(format="bf16")
 
 
 @dataclass(frozen=True)
@@ -71,12 +86,17 @@ class Rung:
 
     roles: frozenset[str]
     block_steps: int = 0
+    #: Block-format tensors made ``bf16`` instead of a wider block element (module docstring).
+    to_bf16: bool = False
 
     def describe(self, plan: Plan | None = None) -> str:
         """The rung in words; with ``plan``, a block rung names the formats it makes of the plan's
         (``bfp(to_bfp_prime,bw11,bs16) → bfp(to_bfp_prime,bw16,bs16)``), not the generic examples."""
         parts = [r for r in ("activation", "weight") if r in self.roles]
         text = "16-bit " + " and ".join(f"{p}s" for p in parts) if parts else ""
+        if self.to_bf16:
+            block = "BF16 in place of the block formats"
+            return f"{text} and {block}" if text else block
         if self.block_steps:
             steps: dict[str, str] = {}
             for t in plan.tensors.values() if plan is not None else ():
@@ -124,8 +144,8 @@ def ladder(plan: Plan) -> list[Rung]:
     """The rungs this plan can climb, lowest first: 16-bit activations where some planned
     activation is 8-bit, then 16-bit weights too where some planned weight is; then the block
     formats one step up their chain where some planned tensor has a wider block
-    format, and two steps up where some has two. Empty for a plan with neither (float, and the
-    widest block formats: float is their next step)."""
+    format, and two steps up where some has two; BF16 last where the block chain has fewer than
+    two steps (MX9, BFP16, MXINT8, MXFP8). Empty for a plan with neither (float is its next step)."""
     acts = any(t.role == "activation" and _eight_bit(t.quant) for t in plan.tensors.values())
     weights = any(t.role == "weight" and _eight_bit(t.quant) for t in plan.tensors.values())
     rungs: list[Rung] = []
@@ -136,7 +156,13 @@ def ladder(plan: Plan) -> list[Rung]:
     depth = max((len(_block_chain(t.quant)) for t in plan.tensors.values() if t.role in BLOCK_ROLES), default=0)
     top = rungs[-1].roles if rungs else frozenset()
     rungs += [Rung(top, steps) for steps in range(1, min(depth, 2) + 1)]
+    if depth < 2 and any(t.role in BLOCK_ROLES and _block(t.quant) for t in plan.tensors.values()):
+        rungs.append(Rung(top, to_bf16=True))
     return rungs
+
+
+def _block(quant: TensorQuant | None) -> bool:
+    return quant is not None and quant.format in ("bfp", "mx")
 
 
 def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Iterable[str] = ()) -> dict[str, TensorQuant]:
@@ -155,6 +181,8 @@ def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Itera
             continue
         if t.role in rung.roles and _eight_bit(t.quant):
             out[name] = t.quant.with_(format=WIDER[t.quant.format])
+        elif rung.to_bf16 and t.role in BLOCK_ROLES and _block(t.quant):
+            out[name] = BF16
         elif rung.block_steps and t.role in BLOCK_ROLES:
             wider = _stepped(t.quant, rung.block_steps)
             if wider is not None:
