@@ -9,7 +9,7 @@ is not accepted (``repair.selected_unconfirmed``).
 The planted model is test_floor_margin's tabular classifier ``[N, 32] → [N, 10]`` (8 rows a sample,
 24 samples, 64 held-out rows) with its first feature's range 12 times the others': plain A8W8 breaks;
 before the rule, repair stepped ``dense1`` up to 16-bit activations, which kept 63 of 64 held-out rows
-(0.984, bound 0.948 < 0.95) and was delivered "could NOT confirm" (before floormargin's bound: "holds").
+(0.984, bound 0.949 < 0.95) and was delivered "could NOT confirm" (before floormargin's bound: "holds").
 Now that candidate is passed over and the next rung (16-bit activations and weights, 64 of 64, bound
 0.975) delivered, within the 4 builds; on 2048 fresh rows it keeps 0.994.
 """
