@@ -67,3 +67,12 @@ def test_the_delivered_model_holds_on_fresh_rows_by_the_bound_it_claims(repaired
     check = repaired.floor.outputs["logits"]
     low = share_bound(check.top1 * check.rows, check.rows)[0]
     assert (ref.argmax(1) == got.argmax(1)).mean() >= max(low, 0.95)
+
+
+def test_the_fallback_is_the_candidate_ruled_out_by_its_bound_that_keeps_fewest_nodes_float():
+    from onnxptq.algorithms.repair import _fallback
+
+    rung = object()  # a stepped-up candidate: its kept nodes are stepped, only ``floats`` float
+    many, few = (None, frozenset("abcd"), frozenset()), (None, frozenset("ab"), frozenset())
+    mixed = (rung, frozenset("abcdef"), frozenset("a"))
+    assert _fallback([many, few]) == few and _fallback([many, few, mixed]) == mixed
