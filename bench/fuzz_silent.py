@@ -284,7 +284,8 @@ def classify(small: Any, big: Any, repaired: int) -> str:
     nodes repair kept float or stepped up) against what is true on the fresh set (``big``)."""
     if not small.ok:
         return "warned"
-    told = set(small.unjudged) | {a.split(":")[0] for a in small.advisories}
+    # "could not judge" / "could NOT confirm" (floor.py's Wilson bound) are said, never a bare "holds"
+    told = set(small.unjudged) | set(getattr(small, "unconfirmed", ())) | {a.split(":")[0] for a in small.advisories}
     if not big.ok and set(big.broken) <= told:
         return "warned"
     if repaired:

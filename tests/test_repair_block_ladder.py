@@ -77,12 +77,16 @@ def test_mxfp4_steps_to_fp6_e2m3_and_the_widest_formats_have_no_rung(rotations):
     model, feeds = rotations
     mxfp4 = resolve_config("MXFP4").replace(repair_budget=50.0)
     stepped = quantize(model, mxfp4, feeds)
-    assert stepped.floor.ok and stepped.repair["kept_float"] == {} and stepped.repair["stepped_up"]
+    # every node stepped to fp6 held by its figure alone (0.908 of 184 samples, bound 0.877 < 0.9): not accepted
+    # (repair.selected_unconfirmed); the mixed rung delivered holds by its bound
+    assert stepped.floor.ok and not stepped.floor.unconfirmed and stepped.repair["stepped_up"]
     elements = {t.quant.attr_dict["element_dtype"] for t in stepped.plan.tensors.values() if t.quant is not None}
-    assert "fp6_e2m3" in elements and elements <= {"fp4_e2m1", "fp6_e2m3", "fp8_e4m3"}
+    assert elements & {"fp6_e2m3", "fp8_e4m3"} and elements <= {"fp4_e2m1", "fp6_e2m3", "fp8_e4m3"}
     # The step's quantizers: the element widened, block size, axis and the rest kept.
     plan = quantize(model, mxfp4.replace(repair=False), feeds).plan
     rungs = ladder(plan)
+    first = step_overrides(plan, rungs[0], ["Gemm_1"])  # MXFP4's first step up: FP6_E2M3 elements
+    assert first and {q.attr_dict["element_dtype"] for q in first.values()} == {"fp6_e2m3"}
     over = step_overrides(plan, rungs[1], ["Gemm_1"])
     assert over and {q.attr_dict["element_dtype"] for q in over.values()} == {"fp8_e4m3"}
     for name, q in over.items():
