@@ -219,6 +219,19 @@ def vad_feeds(model: Any, audio: np.ndarray, *, max_windows: int | None = None) 
     return run_vad(model, audio, max_windows=max_windows)[1]
 
 
+def triangular_mel(bins: int, mels: int) -> np.ndarray:
+    """A ``[bins, mels]`` filterbank of triangles evenly spaced over the bins (float32): the mel
+    MatMul of the hand-built audio front ends the log-domain tests quantize; its shape, not its
+    exact mel spacing, is what those rules read."""
+    mel = np.zeros((bins, mels), np.float32)
+    edges = np.linspace(0, bins - 1, mels + 2)
+    f = np.arange(bins)
+    for m in range(mels):
+        lo, mid, hi = edges[m], edges[m + 1], edges[m + 2]
+        mel[:, m] = np.clip(np.minimum((f - lo) / (mid - lo), (hi - f) / (hi - mid)), 0, None)
+    return mel
+
+
 def window_labels(labels: np.ndarray) -> np.ndarray:
     """Per-window ground truth: a window is speech when most of its samples are."""
     windows = len(labels) // WINDOW

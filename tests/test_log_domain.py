@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
+from testkit.audio import triangular_mel
 from onnxptq.pipeline.calibrate import NothingToQuantizeError
 from onnxptq.graph.logdomain import log_domain_float_tensors
 
@@ -28,12 +29,7 @@ def _front_end() -> onnx.ModelProto:
     k = np.arange(BINS)[:, None]
     real = (np.cos(2 * np.pi * k * n / N_FFT) * window)[:, None, :].astype(np.float32)
     imag = (-np.sin(2 * np.pi * k * n / N_FFT) * window)[:, None, :].astype(np.float32)
-    mel = np.zeros((BINS, MELS), np.float32)
-    edges = np.linspace(0, BINS - 1, MELS + 2)
-    for m in range(MELS):
-        lo, mid, hi = edges[m], edges[m + 1], edges[m + 2]
-        f = np.arange(BINS)
-        mel[:, m] = np.clip(np.minimum((f - lo) / (mid - lo), (hi - f) / (hi - mid)), 0, None)
+    mel = triangular_mel(BINS, MELS)
     inits = [numpy_helper.from_array(real, "dft.real"), numpy_helper.from_array(imag, "dft.imag"),
              numpy_helper.from_array(mel, "melW"), numpy_helper.from_array(np.array([1], np.int64), "axis1"),
              numpy_helper.from_array(np.array(2.0, np.float32), "two"),

@@ -24,19 +24,14 @@ from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure, readings_of
 from onnxptq.analysis.waveform_reads import is_waveform, spectrum_share, waveform_outputs
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
+from testkit.audio import triangular_mel
 
 SR, LENGTH, N_FFT, HOP, MELS = 16000, 4000, 256, 128, 24
 NAT_1DB = 0.1 * np.log(10.0)  # 1 dB of mel power in the Log's nats
 
 
 def _mel(bins: int) -> np.ndarray:
-    mel = np.zeros((bins, MELS), np.float32)
-    edges = np.linspace(0, bins - 1, MELS + 2)
-    f = np.arange(bins)
-    for m in range(MELS):
-        lo, mid, hi = edges[m], edges[m + 1], edges[m + 2]
-        mel[:, m] = np.clip(np.minimum((f - lo) / (mid - lo), (hi - f) / (hi - mid)), 0, None)
-    return mel
+    return triangular_mel(bins, MELS)
 
 
 def _kaldi_front_end() -> onnx.ModelProto:

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
+from testkit.audio import triangular_mel
 from onnxptq.graph.logdomain import log_domain_float_tensors
 
 N_FFT, HOP, BINS, MELS = 128, 40, 65, 16
@@ -30,12 +31,7 @@ def _sliced_front_end() -> onnx.ModelProto:
     window = 0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)
     k = np.arange(BINS)[:, None]
     dft = np.concatenate([np.cos(2 * np.pi * k * n / N_FFT) * window, -np.sin(2 * np.pi * k * n / N_FFT) * window])
-    mel = np.zeros((BINS, MELS), np.float32)
-    edges = np.linspace(0, BINS - 1, MELS + 2)
-    f = np.arange(BINS)
-    for m in range(MELS):
-        lo, mid, hi = edges[m], edges[m + 1], edges[m + 2]
-        mel[:, m] = np.clip(np.minimum((f - lo) / (mid - lo), (hi - f) / (hi - mid)), 0, None)
+    mel = triangular_mel(BINS, MELS)
     inits = [numpy_helper.from_array(dft[:, None, :].astype(np.float32), "dft"),
              numpy_helper.from_array(mel, "melW"), numpy_helper.from_array(np.array([1], np.int64), "axis1"),
              numpy_helper.from_array(np.array([1, 2, BINS, -1], np.int64), "shape"),
