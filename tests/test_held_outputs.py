@@ -13,7 +13,8 @@ import pytest
 
 from onnxptq.analysis.class_scores import judge_positions
 from onnxptq.analysis.floor import Floor, measure, readings_of
-from onnxptq.analysis.held_outputs import HeldFloat, HeldOutputError, HeldScores, held_form_outputs, hold_float, holder
+from onnxptq.analysis.held_outputs import (HeldFloat, HeldOutputError, HeldScores, held_form_outputs, hold_float, hold_scores,
+                                           holder)
 from onnxptq.pipeline.verify import measure_seen
 from onnxptq.sessions import open_session, run_feeds
 from test_floor_sequences import _G
@@ -82,6 +83,25 @@ def test_a_ctc_readers_strings_are_judged_the_same_from_held_scores(blank, head)
         verdicts.append(whole)
     assert any(v.ok for v in verdicts) and any(not v.ok for v in verdicts)
     assert any(v.outputs["probs"].seen_feeds == 32 for v in verdicts)  # the pooled judgement shown, from held scores
+
+
+def test_a_time_first_readers_pooled_strings_are_judged_the_same_from_held_scores():
+    """A ``[T, 1, C]`` reader (time first): its held scores are read in their ``[reads, T]`` view, not
+    their whole array's shape. Calibration lines whose glyphs fill every frame touch, and pooled with
+    the held-out lines they no longer read as a CTC reader's: no judgement, held or whole (read in
+    ``[T, 1]`` rows, the held lines showed no touching glyphs and the strings were judged)."""
+    feeds = lines(16) + [{"x": f["x"] + 3.0 * _glyph_every_frame(i)} for i, f in enumerate(lines(3, seed=9))]
+
+    def time_first(model):
+        return [np.ascontiguousarray(o[0].transpose(1, 0, 2)) for o in run_feeds(open_session(model), ["probs"], feeds)]
+
+    ref, got = time_first(softmax_reader()), time_first(softmax_reader(blank_shift=0.7, confuse=(3, 9)))
+    assert ref[0].shape == (T, 1, C)
+    float_held = [hold_float("probs", r) for r in ref[16:]]
+    held = judge_positions(ref[:16] + float_held, got[:16] + [hold_scores("probs", h, g) for h, g in zip(float_held, got[16:])],
+                           strings_only=True)
+    assert judge_positions(ref, got, strings_only=True) is None and held is None
+    assert judge_positions(ref[:16], got[:16], strings_only=True).strings  # the held-out lines alone read as CTC
 
 
 def _rows_model(seed: int = 0, noise: float = 0.0) -> onnx.ModelProto:

@@ -745,6 +745,12 @@ def _sequences(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def _seq_shape(s: np.ndarray | HeldScores) -> tuple[int, ...]:
+    """The ``[reads, T, C]`` shape of one of :func:`_sequences`' items: a held one keeps its whole
+    array's ``shape`` (``[T, 1, C]`` for a ``[1, T, C]`` view) beside it."""
+    return s.seq_shape if isinstance(s, HeldScores) else s.shape
+
+
 def _wide(x: np.ndarray) -> np.ndarray:
     """One feed's scores in float64, where the judges compute (margins, ties, probabilities)."""
     return np.asarray(x, np.float64)
@@ -999,7 +1005,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     diacritics per letter (15 classes), judged per letter, held MXFP8_E4M3 where its words kept
     float's diacritics on 0.933 (< 0.95); per sentence it broke."""
     seqs_r, seqs_g = _sequences(reference), _sequences(candidate)
-    reads = sum(s.shape[0] for s in seqs_r)  # one per sequence along the longest axis
+    reads = sum(_seq_shape(s)[0] for s in seqs_r)  # one per sequence along the longest axis
     refs = [s if isinstance(s, HeldScores) else s.reshape(-1, s.shape[-1]) for s in seqs_r]
     gots = [s if isinstance(s, HeldScores) else s.reshape(-1, s.shape[-1]) for s in seqs_g]
     if not strings_only:
@@ -1012,7 +1018,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
     total = int(sum(t.size for t in tops))
     background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
     per_token = per_token and background is not None
-    blank = None if per_token else ctc_blank([t.reshape(s.shape[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1],
+    blank = None if per_token else ctc_blank([t.reshape(_seq_shape(s)[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1],
                                              background)
     if blank is not None:
         return _judge_strings(seqs_r, seqs_g, blank)
