@@ -843,7 +843,7 @@ def _read_and_kept(g: np.ndarray | HeldScores, top: np.ndarray, blank: int) -> t
     if isinstance(g, HeldScores):
         if g.ref_top.shape != top.shape or not np.array_equal(g.ref_top, top):
             raise HeldOutputError(f"output {g.name!r}: held beside another float arg-max than the one judged")
-        return g.top, g.at - g.largest_outside(lambda classes: _string_kept(classes, top, blank))
+        return g.top, g.at - g.largest_outside(_string_kept(g.index, top, blank))
     g = _wide(g)
     return np.argmax(g, -1), np.take_along_axis(g, top[..., None], -1)[..., 0] - _string_safe(g, top, blank).max(-1)
 
@@ -913,8 +913,9 @@ def _judge_strings(refs: list[np.ndarray], gots: list[np.ndarray], blank: int) -
         # bench/RESULTS.md, quanttime7)
         if isinstance(r, HeldFloat):  # float's scores held per position (analysis/held_outputs.py): the same values
             top, z = r.top, r.at
-            rival = r.largest_outside(lambda classes: _string_kept(classes, top, blank))
-            sure = r.p_at - r.largest_outside(lambda classes: _string_kept(classes, top, blank), r.p_value)
+            masked = _string_kept(r.index, top, blank)  # the kept classes that would keep float's string
+            rival = r.largest_outside(masked)
+            sure = r.p_at - r.largest_outside(masked, r.p_value)
             margin = z - rival
             read, kept = _read_and_kept(g, top, blank)
             unsure = sure < UNSURE

@@ -4,7 +4,7 @@ apart from its makers so that ``class_scores``' judges can take it without impor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,11 +48,11 @@ class HeldScores:
         raise HeldOutputError(f"output {self.name!r} on a calibration feed is held reduced (analysis/held_outputs.py); "
                               "this reading needs it whole")
 
-    def largest_outside(self, masked: Callable[[np.ndarray], np.ndarray], values: np.ndarray | None = None) -> np.ndarray:
+    def largest_outside(self, masked: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         """Per position, the largest of ``values`` (default :attr:`value`, at the kept classes) over the
-        classes ``masked(index)`` does not mark (``-inf`` where every kept class is marked, as a whole
-        row with every class marked)."""
-        return np.where(masked(self.index), -np.inf, self.value if values is None else values).max(-1)
+        kept classes ``masked`` (``[reads, T, KEEP]``, beside :attr:`index`) does not mark (``-inf``
+        where every kept class is marked, as a whole row with every class marked)."""
+        return np.where(masked, -np.inf, self.value if values is None else values).max(-1)
 
 
 @dataclass(frozen=True, eq=False)
