@@ -172,7 +172,7 @@ from .fields import MAX_FIELDS
 from .held_scores import HeldFloat, HeldOutputError, HeldScores
 from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
-__all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "class_like_outputs", "collapse", "ctc_blank", "decides",
+__all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "background_class", "class_like_outputs", "collapse", "ctc_blank", "decides",
            "edit_distance", "judge_positions", "score_float_tensors", "sibling_heads"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
@@ -760,6 +760,14 @@ def _run_starts(row: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(np.diff(row)) + 1]) if row.size else np.zeros(0, np.int64)
 
 
+def background_class(tops: list[np.ndarray]) -> int | None:
+    """The class float's arg-max ``tops`` (any shapes) read at more than :data:`BACKGROUND_SHARE` of
+    the positions, or None."""
+    flat = np.concatenate([t.reshape(-1) for t in tops])
+    counts = np.bincount(flat)
+    return int(np.argmax(counts)) if flat.size and counts.max() > BACKGROUND_SHARE * flat.size else None
+
+
 def ctc_blank(tops: list[np.ndarray], classes: int, background: int | None) -> int | None:
     """The blank of a CTC reader, or None where float's arg-max sequences (``[reads, T]`` arrays)
     do not read as one (module docstring, "Strings"): an alphabet (more classes than
@@ -1015,9 +1023,7 @@ def judge_positions(reference: list[np.ndarray], candidate: list[np.ndarray], *,
         if not decides(refs):  # a softmax spells its decision (module docstring, "Float must decide")
             return None
     tops = [r.top.reshape(-1) if isinstance(r, HeldScores) else np.argmax(r, -1) for r in refs]
-    counts = np.bincount(np.concatenate(tops))
-    total = int(sum(t.size for t in tops))
-    background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
+    background = background_class(tops)
     per_token = per_token and background is not None
     blank = None if per_token else ctc_blank([t.reshape(_seq_shape(s)[:2]) for t, s in zip(tops, seqs_r)], seqs_r[0].shape[-1],
                                              background)

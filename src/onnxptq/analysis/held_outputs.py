@@ -31,7 +31,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from .class_scores import BACKGROUND_SHARE, MAX_FIELDS, _probabilities, _sequences, _wide, ctc_blank
+from .class_scores import MAX_FIELDS, _probabilities, _sequences, _wide, background_class, ctc_blank
 from .held_scores import KEEP, HeldFloat, HeldOutputError, HeldScores, is_held
 
 __all__ = ["KEEP", "HeldFloat", "HeldOutputError", "HeldScores", "held_form_outputs", "hold_float", "hold_scores", "holder",
@@ -116,10 +116,7 @@ def held_form_outputs(reference: Sequence[Mapping[str, Any]], class_outputs: Map
         if classes <= MAX_FIELDS:
             continue
         tops = [np.argmax(s, -1) for s in seqs]
-        counts = np.bincount(np.concatenate([t.reshape(-1) for t in tops]))
-        total = int(sum(t.size for t in tops))
-        background = int(np.argmax(counts)) if total and counts.max() > BACKGROUND_SHARE * total else None
-        if ctc_blank(tops, classes, background) is not None:
+        if ctc_blank(tops, classes, background_class(tops)) is not None:
             held.add(name)
     return frozenset(held)
 
