@@ -38,6 +38,25 @@ __all__ = ["KEEP", "HeldFloat", "HeldOutputError", "HeldScores", "held_form_outp
            "is_held"]
 
 
+def _poolable(a: np.ndarray) -> bool:
+    """A finite float sequence (rank 3 or more) of more than :data:`KEEP` classes: what the floor
+    pools and a held form holds exactly."""
+    return np.issubdtype(a.dtype, np.floating) and a.ndim >= 3 and a.shape[-1] > KEEP and bool(np.isfinite(a).all())
+
+
+def _per_position(a: np.ndarray) -> np.ndarray:
+    """``a`` as the judges read it: its ``[reads, T, C]`` view in float64."""
+    return _wide(_sequences([a])[0])
+
+
+def _largest(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position of ``x``, its :data:`KEEP` largest values' classes and the values, in any order (only
+    their maximum outside a few classes is read); the classes copied out of the partition's whole-size
+    index array, which would otherwise stay alive under the view."""
+    order = np.argpartition(x, x.shape[-1] - KEEP, axis=-1)[..., -KEEP:].copy()
+    return order, np.take_along_axis(x, order, -1)
+
+
 def hold_scores(name: str, ref: np.ndarray, got: np.ndarray) -> HeldScores | np.ndarray:
     """``got`` (the candidate's output ``name`` on one calibration feed) held beside float's ``ref``
     on the same feed; ``got`` itself where the two do not pair as the floor's filters take them
@@ -47,19 +66,14 @@ def hold_scores(name: str, ref: np.ndarray, got: np.ndarray) -> HeldScores | np.
         ref_top = ref.top
     else:
         r = np.asarray(ref)
-        if not np.issubdtype(r.dtype, np.floating) or r.ndim < 3 or not np.isfinite(r).all():
+        if not _poolable(r):
             return got
-        ref_top = np.argmax(_wide(_sequences([r])[0]), -1)
-    if (not np.issubdtype(g.dtype, np.floating) or tuple(ref.shape) != g.shape or g.ndim < 3 or g.shape[-1] <= KEEP
-            or not np.isfinite(g).all()):
+        ref_top = np.argmax(_per_position(r), -1)
+    if tuple(ref.shape) != g.shape or not _poolable(g):
         return got
-    x = _wide(_sequences([g])[0])
-    # the KEEP largest in any order (only their maximum outside a few classes is read), copied out of
-    # the partition's whole-size index array, which would otherwise stay alive under the view
-    order = np.argpartition(x, x.shape[-1] - KEEP, axis=-1)[..., -KEEP:].copy()
+    x = _per_position(g)
     return HeldScores(name, tuple(g.shape), tuple(x.shape), g.dtype, True, ref_top, np.argmax(x, -1),
-                      np.take_along_axis(x, ref_top[..., None], -1)[..., 0], order,
-                      np.take_along_axis(x, order, -1))
+                      np.take_along_axis(x, ref_top[..., None], -1)[..., 0], *_largest(x))
 
 
 def hold_float(name: str, ref: Any) -> HeldFloat | Any:
@@ -67,14 +81,14 @@ def hold_float(name: str, ref: Any) -> HeldFloat | Any:
     side (:class:`HeldFloat`); ``ref`` itself where the floor would not pool it (not a finite float
     sequence of more than :data:`KEEP` classes)."""
     r = np.asarray(ref)
-    if (not np.issubdtype(r.dtype, np.floating) or r.ndim < 3 or r.shape[-1] <= KEEP or not np.isfinite(r).all()):
+    if not _poolable(r):
         return ref
-    x = _wide(_sequences([r])[0])
+    x = _per_position(r)
     top = np.argmax(x, -1)
-    order = np.argpartition(x, x.shape[-1] - KEEP, axis=-1)[..., -KEEP:].copy()
+    order, value = _largest(x)
     p = _probabilities(x)
     return HeldFloat(name, tuple(r.shape), tuple(x.shape), r.dtype, True, top, top,
-                     np.take_along_axis(x, top[..., None], -1)[..., 0], order, np.take_along_axis(x, order, -1),
+                     np.take_along_axis(x, top[..., None], -1)[..., 0], order, value,
                      np.take_along_axis(p, top[..., None], -1)[..., 0], np.take_along_axis(p, order, -1))
 
 
