@@ -1792,7 +1792,7 @@ def _seen_pairs(seen: _Seen | None, name: str, width: int | None, held: bool = F
             continue
         r, g = ((v if held and is_held(v) else np.asarray(v)) for v in (ref[name], got[name]))
         if (np.issubdtype(r.dtype, np.floating) and r.ndim >= 1 and r.shape == g.shape and width in (None, r.shape[-1])
-                and all(v.finite if is_held(v) else np.isfinite(v).all() for v in (r, g))):
+                and all(is_held(v) or np.isfinite(v).all() for v in (r, g))):  # a held array is finite
             yield r, g
 
 
@@ -1809,7 +1809,7 @@ def _add_seen(target: Any, seen: _Seen | None, name: str, width: int | None = No
 def _seen_sequences(seen: _Seen | None, name: str, width: int | None) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The calibration feeds' per-position scores of ``name`` that :func:`_judge_reads` may pool; held
     per position (analysis/held_outputs.py) where they were so held, filtered as whole ones are (their
-    shape, type and finiteness kept for it): read only by the CTC strings judgement."""
+    shape and type kept for it; only finite ones are held): read only by the CTC strings judgement."""
     pairs = [(r, g) for r, g in _seen_pairs(seen, name, width, held=True) if r.ndim >= 3]
     return [r for r, _ in pairs], [g for _, g in pairs]
 

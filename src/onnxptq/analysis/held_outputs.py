@@ -72,7 +72,7 @@ def hold_scores(name: str, ref: np.ndarray, got: np.ndarray) -> HeldScores | np.
     if tuple(ref.shape) != g.shape or not _poolable(g):
         return got
     x = _per_position(g)
-    return HeldScores(name, tuple(g.shape), tuple(x.shape), g.dtype, True, ref_top, np.argmax(x, -1),
+    return HeldScores(name, tuple(g.shape), tuple(x.shape), g.dtype, ref_top, np.argmax(x, -1),
                       np.take_along_axis(x, ref_top[..., None], -1)[..., 0], *_largest(x))
 
 
@@ -87,7 +87,7 @@ def hold_float(name: str, ref: Any) -> HeldFloat | Any:
     top = np.argmax(x, -1)
     order, value = _largest(x)
     p = _probabilities(x)
-    return HeldFloat(name, tuple(r.shape), tuple(x.shape), r.dtype, True, top, top,
+    return HeldFloat(name, tuple(r.shape), tuple(x.shape), r.dtype, top, top,
                      np.take_along_axis(x, top[..., None], -1)[..., 0], order, value,
                      np.take_along_axis(p, top[..., None], -1)[..., 0], np.take_along_axis(p, order, -1))
 

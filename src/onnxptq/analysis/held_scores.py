@@ -27,13 +27,13 @@ class HeldScores:
     ``ref_top``: float's arg-max per position on the same feed (``[reads, T]``), the position's
     class the others are taken at. ``top``: the candidate's arg-max. ``at``: the candidate's value at
     ``ref_top``. ``index``/``value``: its :data:`KEEP` largest values (in no order) and their
-    classes. ``shape``/``dtype``/``finite``: the whole array's, for the floor's filters."""
+    classes. ``shape``/``dtype``: the whole array's, for the floor's filters (a held array is finite:
+    its makers hold no other)."""
 
     name: str
     shape: tuple[int, ...]
     seq_shape: tuple[int, ...]
     dtype: np.dtype
-    finite: bool
     ref_top: np.ndarray
     top: np.ndarray
     at: np.ndarray
