@@ -29,7 +29,7 @@ import onnx
 
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
-from ..analysis.held_scores import is_held
+from ..analysis.held_scores import HeldOutputError, is_held
 from ..sessions import serialized
 from .calibrate import Calibrated
 
@@ -88,8 +88,6 @@ def measure_seen(judge: Callable[[Outputs, bool], Any], seen: Outputs, whole: Ca
     outputs), ``judge(whole(), True)``: the same feeds' outputs run again and kept whole, float's too
     (``Calibrated.judged_float_outputs(whole=True)``): the same verdict, at the old price. None where
     they cannot be had."""
-    from ..analysis.held_scores import HeldOutputError
-
     try:
         return judge(seen, False)
     except HeldOutputError as exc:
