@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..config.schema import QuantConfig, TensorQuant
+from ..formats import BLOCK_FORMATS
 from ..formats.integer import SIXTEEN_BIT
 from ..pipeline.plan.types import Plan
 
@@ -118,7 +119,7 @@ def _eight_bit(quant: TensorQuant | None) -> bool:
 def _block_chain(quant: TensorQuant | None) -> list[TensorQuant]:
     """The wider quantizers of ``quant``'s block family, nearest first (empty: not a block format,
     or already its family's widest)."""
-    if quant is None or quant.format not in ("bfp", "mx"):
+    if not _block(quant):
         return []
     attrs = quant.attr_dict
     chain: list[TensorQuant] = []
@@ -162,7 +163,7 @@ def ladder(plan: Plan) -> list[Rung]:
 
 
 def _block(quant: TensorQuant | None) -> bool:
-    return quant is not None and quant.format in ("bfp", "mx")
+    return quant is not None and quant.format in BLOCK_FORMATS
 
 
 def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Iterable[str] = ()) -> dict[str, TensorQuant]:
