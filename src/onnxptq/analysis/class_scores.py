@@ -223,6 +223,12 @@ def _head_width(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int
     return None
 
 
+def _conv_width(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """C of a ``Conv`` with a constant weight ``[C, K, ...]``; None if its weight is no such constant."""
+    w = shapes.get(node.input[1], ()) if len(node.input) > 1 else ()
+    return int(w[0]) if len(w) >= 3 else None
+
+
 #: Global poolings an all-convolutional classifier ends with (rule 3b of the module docstring).
 _GLOBAL_POOLS = frozenset("GlobalAveragePool GlobalMaxPool ReduceMean ReduceMax".split())
 #: What may stand between a class convolution and its global pooling: a folded BatchNorm (a
@@ -240,8 +246,7 @@ def _pooled_conv_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeProto]
         if node is None:
             return None
         if node.op_type == "Conv":
-            w = shapes.get(node.input[1], ()) if len(node.input) > 1 else ()
-            return int(w[0]) if len(w) >= 3 else None
+            return _conv_width(node, shapes)
         if node.op_type in _POOLED_HEAD_STEPS or node.op_type in _MOVES or (
                 node.op_type in ("Mul", "Add") and any(i in shapes for i in node.input)):
             data = [i for i in node.input if i and i not in shapes]
@@ -266,8 +271,7 @@ def _softmax_width(softmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
     if node is None:
         return None
     if node.op_type == "Conv" and axis == 1:
-        w = shapes.get(node.input[1], ()) if len(node.input) > 1 else ()
-        return int(w[0]) if len(w) >= 3 else None
+        return _conv_width(node, shapes)
     if node.op_type in ("MatMul", "Gemm") and axis == -1:
         return _head_width(node, shapes)
     return None
