@@ -94,14 +94,10 @@ def test_mxfp4_steps_to_fp6_e2m3_and_the_widest_formats_have_no_rung(rotations):
             {k: v for k, v in plan.tensors[name].quant.attr_dict.items() if k != "element_dtype"}
     # MX9 and MXINT8 are their family's widest: BF16 is their one rung, then float.
     for preset in ("MX9", "MXINT8"):
-        rungs = ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan)
-        assert [r.to_bf16 for r in rungs] == [True], preset
+        widest = ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan)
+        assert [r.to_bf16 for r in widest] == [True], preset
     # MXFP4 has two block steps: no BF16 rung (a third probe would cost its search a build).
-    assert not any(r.to_bf16 for r in rungs_of(model, "MXFP4", feeds))
-
-
-def rungs_of(model, preset, feeds):
-    return ladder(quantize(model, resolve_config(preset).replace(repair=False), feeds[:12]).plan)
+    assert not any(r.to_bf16 for r in rungs)
 
 
 def test_widest_block_format_that_breaks_steps_to_bf16_not_float(rotations):
