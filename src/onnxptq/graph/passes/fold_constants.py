@@ -165,13 +165,12 @@ class FoldConstantsPass(ir.passes.InPlacePass):
             if array is None:
                 return None
             feeds[value.name] = array
-        for out in node.outputs:
-            shape = _static_shape(out)
-            if shape is not None and math.prod(shape) > self.size_limit:
-                log.debug("not folding %s (%s): %s elements > %d", node.name, node.op_type, shape, self.size_limit)
-                return None
+        sizes = [math.prod(shape) for shape in map(_static_shape, node.outputs) if shape is not None]
+        if any(size > self.size_limit for size in sizes):
+            log.debug("not folding %s (%s): %d elements > %d", node.name, node.op_type, max(sizes), self.size_limit)
+            return None
         fed = sum(int(a.nbytes) for a in feeds.values())
-        if self._grown(node, [math.prod(s) for s in map(_static_shape, node.outputs) if s is not None], fed):
+        if self._grown(node, sizes, fed):
             return None
         proto = ir.serde.serialize_node(node)
         try:
