@@ -27,7 +27,7 @@ ROWS, TAPS = 128, 300
 
 
 def _sinc_net() -> onnx.ModelProto:
-    """x [1, 1, 1, 940] -> Conv with a kernel sin(pi t / 16) / (t^2 + 1), t = r / 64 + tap, built from two ramps."""
+    """x [1, 1, 1, 940] -> Conv with a kernel sin(pi t / 16) / (t^2 + 1), t = r / 128 + tap, built from two ramps."""
     inits = [numpy_helper.from_array(np.arange(ROWS, dtype=np.float32) / ROWS, "rows"),
              numpy_helper.from_array(np.arange(TAPS, dtype=np.float32) - TAPS / 2, "taps"),
              numpy_helper.from_array(np.array([1], np.int64), "ax1"),
@@ -35,13 +35,13 @@ def _sinc_net() -> onnx.ModelProto:
              numpy_helper.from_array(np.array(np.pi / 16, np.float32), "w"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one")]
     nodes = [helper.make_node("Unsqueeze", ["rows", "ax1"], ["rows_col"]),
-             helper.make_node("Add", ["rows_col", "taps"], ["t"]),           # [64, 300]: the growth
+             helper.make_node("Add", ["rows_col", "taps"], ["t"]),           # [128, 300]: the growth
              helper.make_node("Mul", ["t", "w"], ["arg"]),
              helper.make_node("Sin", ["arg"], ["s"]),
              helper.make_node("Mul", ["t", "t"], ["t2"]),
              helper.make_node("Add", ["t2", "one"], ["den"]),
              helper.make_node("Div", ["s", "den"], ["k2"]),
-             helper.make_node("Unsqueeze", ["k2", "ax12"], ["kernel"]),     # [64, 1, 1, 300]
+             helper.make_node("Unsqueeze", ["k2", "ax12"], ["kernel"]),     # [128, 1, 1, 300]
              helper.make_node("Conv", ["x", "kernel"], ["y"], strides=[1, 64])]
     graph = helper.make_graph(nodes, "sinc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 940])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, ROWS, 1, 11])], initializer=inits)
@@ -73,7 +73,7 @@ def test_grows_is_structural():
 
 
 def test_prepare_keeps_the_grown_chain_and_the_float_outputs(sinc):
-    """Prepared, the kernel is still computed (no [64, 300] initializer), and onnxruntime gives the
+    """Prepared, the kernel is still computed (no [128, 300] initializer), and onnxruntime gives the
     float model's outputs bit for bit (the same Sin as the float model's), where the folded form
     holds the reference evaluator's values."""
     model, feeds = sinc
