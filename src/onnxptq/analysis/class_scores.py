@@ -161,7 +161,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import onnx
@@ -840,12 +840,18 @@ def _string_safe(x: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray:
     out = x.copy()
     reads, steps = np.indices(seq.shape)
     out[reads, steps, seq] = -np.inf
-    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
-    neighbours = (np.full_like(seq, blank), np.concatenate([edge, seq[:, :-1]], 1), np.concatenate([seq[:, 1:], edge], 1))
-    for k in neighbours:
-        harmless = (k >= 0) & _keeps_string(k, seq, blank)
+    for k, harmless in _harmless_reads(seq, blank):
         out[reads[harmless], steps[harmless], k[harmless]] = -np.inf
     return out
+
+
+def _harmless_reads(seq: np.ndarray, blank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The classes besides float's own that may keep float's string where read alone at a position of
+    ``seq`` (``[reads, T]``): the blank and the two neighbours' reads (``[reads, T]`` each), each with
+    where it does (:func:`_keeps_string`)."""
+    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
+    for k in (np.full_like(seq, blank), np.concatenate([edge, seq[:, :-1]], 1), np.concatenate([seq[:, 1:], edge], 1)):
+        yield k, (k >= 0) & _keeps_string(k, seq, blank)
 
 
 def _read_and_kept(g: np.ndarray | HeldScores, top: np.ndarray, blank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -864,9 +870,7 @@ def _string_kept(classes: np.ndarray, seq: np.ndarray, blank: int) -> np.ndarray
     """Per ``[reads, T, K]`` class of ``classes``: whether :func:`_string_safe` sets it to −∞ at its
     position (float's class, or a class that would keep float's string there)."""
     out = classes == seq[..., None]
-    edge = np.full((seq.shape[0], 1), -1, seq.dtype)
-    for k in (np.full_like(seq, blank), np.concatenate([edge, seq[:, :-1]], 1), np.concatenate([seq[:, 1:], edge], 1)):
-        harmless = (k >= 0) & _keeps_string(k, seq, blank)
+    for k, harmless in _harmless_reads(seq, blank):
         out |= harmless[..., None] & (classes == k[..., None])
     return out
 
