@@ -210,6 +210,12 @@ def _const_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _data_input(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> str:
+    """The first input of ``node`` that is no constant (``shapes``): the data a walk back follows
+    through data movement or a constant ``Add``/``Mul``; ``""`` where every input is one."""
+    return next((i for i in node.input if i and i not in shapes), "")
+
+
 def _head_width(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int | None:
     """C of a linear layer with a constant weight (module docstring, rule 3); None if it is not one."""
     if len(node.input) < 2 or node.input[1] not in shapes:
@@ -249,10 +255,9 @@ def _pooled_conv_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeProto]
             return _conv_width(node, shapes)
         if node.op_type in _POOLED_HEAD_STEPS or node.op_type in _MOVES or (
                 node.op_type in ("Mul", "Add") and any(i in shapes for i in node.input)):
-            data = [i for i in node.input if i and i not in shapes]
-            if not data:
+            tensor = _data_input(node, shapes)
+            if not tensor:
                 return None
-            tensor = data[0]
             continue
         return None
     return None
@@ -266,8 +271,7 @@ def _softmax_width(softmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
     axis = next((a.i for a in softmax.attribute if a.name == "axis"), None)
     node = producer.get(softmax.input[0]) if softmax.input else None
     if node is not None and node.op_type == "Add" and any(i in shapes for i in node.input):
-        data = [i for i in node.input if i and i not in shapes]
-        node = producer.get(data[0]) if data else None
+        node = producer.get(_data_input(node, shapes))
     if node is None:
         return None
     if node.op_type == "Conv" and axis == 1:
@@ -290,10 +294,9 @@ def _averaged_softmax_width(pool: onnx.NodeProto, producer: dict[str, onnx.NodeP
             return _softmax_width(node, producer, shapes)
         if node.op_type not in _MOVES:
             return None
-        data = [i for i in node.input if i and i not in shapes]
-        if not data:
+        tensor = _data_input(node, shapes)
+        if not tensor:
             return None
-        tensor = data[0]
     return None
 
 
@@ -386,8 +389,7 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                         found[out.name] = Scores(width, "softmax")  # rule 1b: an average of probabilities
                 break
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
-                data = [i for i in node.input if i and i not in shapes]
-                tensor = data[0] if data else ""
+                tensor = _data_input(node, shapes)
                 continue
             break
     if any(s.rule == "softmax" for s in found.values()):
@@ -425,10 +427,9 @@ def sibling_heads(model: onnx.ModelProto) -> list[tuple[str, ...]]:
                     groups.setdefault((node.input[0], width), {}).setdefault(node.name or node.output[0], out.name)
                 break
             if node.op_type in _MOVES or node.op_type in _SOFTMAXES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
-                data = [i for i in node.input if i and i not in shapes]
-                if not data:
+                tensor = _data_input(node, shapes)
+                if not tensor:
                     break
-                tensor = data[0]
                 continue
             break
     return [tuple(members.values()) for members in groups.values() if len(members) >= 2]
@@ -489,10 +490,9 @@ def score_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
                     keep.update(dict.fromkeys(path, SCORE_REASON))
                 return
             if node.op_type in _MOVES or (node.op_type == "Add" and any(i in shapes for i in node.input)):
-                data = [i for i in node.input if i and i not in shapes]
-                if not data:
+                tensor = _data_input(node, shapes)
+                if not tensor:
                     return
-                tensor = data[0]
                 continue
             return
 
