@@ -136,9 +136,9 @@ def test_entropy_large_histogram_is_fast_and_clips_outliers():
     x = np.concatenate([rng.standard_normal(100000), [40.0, -40.0]]).astype(np.float32)
     c = HistogramCollector(num_bins=2048, name="t")
     c.update(x)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds: a busy machine's wall clock must not fail the test
     lo, hi = compute_range(c, "entropy", ort_compatible=False)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.process_time() - t0 < 5.0
     assert -40.0 < lo < -2.0 and 2.0 < hi < 40.0  # the outliers are cut, the bulk kept
 
 

@@ -141,11 +141,11 @@ def test_render_cls_labels_and_determinism():
 
 
 def test_rendering_is_fast():
-    start = time.perf_counter()
+    start = time.process_time()
     ocr.render_lines(200, seed=0)
     ocr.render_cls(200, seed=0)
-    # about 1.2 s for both on one loaded core; generous for a busy shared machine
-    assert time.perf_counter() - start < 10.0
+    # about 1.2 s of CPU for both; CPU seconds, so that a busy shared machine's wall clock cannot fail it
+    assert time.process_time() - start < 10.0
 
 
 # --- the float models on rendered data -----------------------------------------------------------
