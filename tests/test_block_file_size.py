@@ -135,7 +135,8 @@ def test_share_functions_lifts_the_constants_that_differ():
     assert len(shared.graph.initializer) == 3  # 2.0 (twice), 3.0, the [1, 4] row
     assert shared.graph.node[0].input[1] == shared.graph.node[2].input[1]
     body = shared.functions[0]
-    assert {o for n in body.node for o in n.output} <= {"y", "t0", "t1"}
+    # short private names: the lifted input ``a``, the product and the Constant ``b``, ``c``; ``x``, ``y`` kept
+    assert list(body.input) == ["x", "a"] and {o for n in body.node for o in n.output} == {"y", "b", "c"}
     assert np.array_equal(_run(shared, [{"x": x}])[0].view(np.uint32), before.view(np.uint32))
     np.testing.assert_array_equal(before, (((x * 2 + 1) * 3 + 1) * 2 + 1) * 0.5 + 1)
 
