@@ -36,7 +36,8 @@ def _session(data: bytes) -> tuple[ort.InferenceSession, float]:
 
 
 def compare(old: Path, new: Path, feeds: list[dict], runs: int, float_model: bytes | None = None) -> dict:
-    """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session).
+    """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session; the
+    order of the forms flips every round).
     ``float_model``: the fp32 source, timed in the same rounds (its run CPU after the two
     files'), so that each file's latency ÷ float is a ratio of one run under one load."""
     a, b = old.read_bytes(), new.read_bytes()
@@ -50,8 +51,10 @@ def compare(old: Path, new: Path, feeds: list[dict], runs: int, float_model: byt
     timed = [("old", sa), ("new", sb)] + ([("float", _session(float_model)[0])] if float_model else [])
     t: dict[str, list[float]] = {k: [] for k, _ in timed}
     load = {"old": [], "new": []}
-    for _ in range(runs):
-        for key, sess in timed:
+    for r in range(runs):
+        # ABBA: the order flips every round (whichever runs first in a round ran 5-10 % slower
+        # on sub-ms models: blockfile10's old-first rounds favoured the new file)
+        for key, sess in (timed if r % 2 == 0 else timed[::-1]):
             c0 = time.process_time()
             for f in feeds:
                 sess.run(None, f)
