@@ -8,7 +8,7 @@ nameless decode chains; the file must compute what the old file computed, bit fo
 and run no slower.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/file_sizes_lean.py --rows after.json \
-        --old before_files/ --new after_files/ --models shipped:cls,nm:dnsmos_p808 --runs 10
+        --old before_files/ --new after_files/ --models shipped:cls,nm:dnsmos_p808 --runs 10 [--float]
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ def _session(data: bytes) -> tuple[ort.InferenceSession, float]:
     return s, time.process_time() - c0
 
 
-def compare(old: Path, new: Path, feeds: list[dict], runs: int) -> dict:
-    """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session)."""
+def compare(old: Path, new: Path, feeds: list[dict], runs: int, float_model: bytes | None = None) -> dict:
+    """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session; the
+    order of the forms flips every round).
+    ``float_model``: the fp32 source, timed in the same rounds (its run CPU after the two
+    files'), so that each file's latency ÷ float is a ratio of one run under one load."""
     a, b = old.read_bytes(), new.read_bytes()
     onnx.checker.check_model(onnx.ModelProto.FromString(b))
     row: dict = {"old_bytes": len(a), "new_bytes": len(b)}
@@ -45,20 +48,32 @@ def compare(old: Path, new: Path, feeds: list[dict], runs: int) -> dict:
     feeds = [{k: v for k, v in f.items() if k in names} for f in feeds]
     row["identical"] = all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
                            for f in feeds for x, y in zip(sa.run(None, f), sb.run(None, f)))
-    t = {"old": [], "new": []}
+    timed = [("old", sa), ("new", sb)] + ([("float", _session(float_model)[0])] if float_model else [])
+    t: dict[str, list[float]] = {k: [] for k, _ in timed}
     load = {"old": [], "new": []}
-    for _ in range(runs):
-        for key, sess, data in (("old", sa, a), ("new", sb, b)):
+    for r in range(runs):
+        # ABBA: the order flips every round (whichever runs first in a round ran 5-10 % slower
+        # on sub-ms models: blockfile10's old-first rounds favoured the new file)
+        for key, sess in (timed if r % 2 == 0 else timed[::-1]):
             c0 = time.process_time()
             for f in feeds:
                 sess.run(None, f)
             t[key].append((time.process_time() - c0) / len(feeds) * 1e3)
         for key, data in (("old", a), ("new", b)):
             load[key].append(_session(data)[1])
-    for key in ("old", "new"):
+    for key in t:
         row[f"{key}_run_ms"] = round(float(np.median(t[key])), 3)
+    for key in load:
         row[f"{key}_load_s"] = round(float(np.median(load[key])), 4)
+    if float_model:
+        row["old_x_float"] = round(row["old_run_ms"] / max(row["float_run_ms"], 1e-6), 3)
+        row["new_x_float"] = round(row["new_run_ms"] / max(row["float_run_ms"], 1e-6), 3)
     return row
+
+
+def _float_bytes(spec: str) -> bytes:
+    """The fp32 source model of ``spec`` as one message (external data, if any, loaded in)."""
+    return onnx.load(fs.model_source(spec)[0]).SerializeToString()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--presets", default="")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--feeds", type=int, default=4, help="held-out feeds (seed 1000)")
+    ap.add_argument("--float", action="store_true", help="also time the fp32 source: latency ÷ float, old and new")
     args = ap.parse_args(argv)
     rows = json.loads(Path(args.rows).read_text())
     models = set(filter(None, args.models.split(",")))
@@ -81,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         name = f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
         if r["model"] not in feeds_of:
             feeds_of[r["model"]] = fs.model_source(r["model"])[1](args.feeds, 1000)
-        out = compare(Path(args.old) / name, Path(args.new) / name, feeds_of[r["model"]], args.runs)
+        src = _float_bytes(r["model"]) if args.float else None
+        out = compare(Path(args.old) / name, Path(args.new) / name, feeds_of[r["model"]], args.runs, src)
         print(json.dumps({"model": r["model"], "preset": r["preset"], **out}), flush=True)
     return 0
 

@@ -135,7 +135,8 @@ def test_share_functions_lifts_the_constants_that_differ():
     assert len(shared.graph.initializer) == 3  # 2.0 (twice), 3.0, the [1, 4] row
     assert shared.graph.node[0].input[1] == shared.graph.node[2].input[1]
     body = shared.functions[0]
-    assert {o for n in body.node for o in n.output} <= {"y", "t0", "t1"}
+    # short private names: the lifted input ``a``, the product and the Constant ``b``, ``c``; ``x``, ``y`` kept
+    assert list(body.input) == ["x", "a"] and {o for n in body.node for o in n.output} == {"y", "b", "c"}
     assert np.array_equal(_run(shared, [{"x": x}])[0].view(np.uint32), before.view(np.uint32))
     np.testing.assert_array_equal(before, (((x * 2 + 1) * 3 + 1) * 2 + 1) * 0.5 + 1)
 
@@ -226,6 +227,9 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     packed = [t.name for t in file.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
     assert packed and all(re.fullmatch(r"pkt_\w{1,4}|packed_\d+_[a-z][a-z0-9_]*", n) for n in packed), packed
     assert any(t.name.startswith("pkt_i") for t in memory.graph.initializer)  # the in-memory names stay
+    # small integer tensors as varints in the file (shape tensors, Split sizes), raw bytes in memory
+    ints = [t for t in file.graph.initializer if t.data_type == TensorProto.INT64]
+    assert ints and any(t.int64_data for t in ints) and not any(t.int64_data for t in memory.graph.initializer)
     assert size < memory.ByteSize()
 
 
@@ -270,6 +274,48 @@ def test_shared_call_attributes_keep_what_differs_and_undo_exactly():
     assert call_attribute(model, model.graph.node[1], "only_some", "none") == "none"
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_array_equal(_run(model, [{"x": x}])[0], _run(onnx.ModelProto.FromString(before), [{"x": x}])[0])
+    undo()
+    assert model.SerializeToString() == before
+
+
+def test_integer_tensors_written_as_varints_where_shorter_and_undone():
+    """``varint_integers``: an int64 shape tensor, an int32 table and a body Constant take their
+    varint field (the same values, fewer bytes); a tensor holding -1 (a 10-byte varint) and a large one
+    keep their raw bytes; the model computes the same and the undo gives back the same bytes."""
+    from onnxptq.pipeline import lean_file
+
+    shape = numpy_helper.from_array(np.array([2, 2, 2], np.int64), "shape")
+    negative = numpy_helper.from_array(np.array([-1], np.int64), "negative")
+    table = numpy_helper.from_array(np.array([3, 1], np.int32), "table")
+    big = numpy_helper.from_array(np.arange(lean_file.VARINT_MAX_ELEMENTS + 1, dtype=np.int64), "big")
+    body = [helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.array([8], np.int64), "")),
+            helper.make_node("Reshape", ["x", "s"], ["y"])]
+    fn = helper.make_function("onnxptq", "Flat", ["x"], ["y"], body, [helper.make_opsetid("", 17)])
+    nodes = [helper.make_node("Flat", ["x"], ["f"], domain="onnxptq"),
+             helper.make_node("Reshape", ["f", "shape"], ["r"]),
+             helper.make_node("Reshape", ["r", "negative"], ["r2"]),
+             helper.make_node("Cast", ["table"], ["tf"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["r2"], ["rs"], keepdims=0),
+             helper.make_node("Mul", ["tf", "rs"], ["y"]),
+             helper.make_node("Size", ["big"], ["n"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+                               helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                              initializer=[shape, negative, table, big])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
+                              functions=[fn], ir_version=10)
+    before = model.SerializeToString()
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4) - 2.5}
+    want = _run(model, [x])[0]
+    undo = lean_file.varint_integers(model)
+    onnx.checker.check_model(model)
+    inits = {t.name: t for t in model.graph.initializer}
+    assert list(inits["shape"].int64_data) == [2, 2, 2] and not inits["shape"].raw_data
+    assert list(inits["table"].int32_data) == [3, 1] and not inits["table"].raw_data
+    assert inits["negative"].raw_data and inits["big"].raw_data
+    assert list(model.functions[0].node[0].attribute[0].t.int64_data) == [8]
+    assert len(model.SerializeToString()) < len(before) - 20
+    assert np.array_equal(_run(model, [x])[0].view(np.uint32), want.view(np.uint32))
     undo()
     assert model.SerializeToString() == before
 

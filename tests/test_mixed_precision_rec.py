@@ -82,11 +82,14 @@ def test_rec_a16w8_to_a8w8_l2_target_greedy_property(tmp_path):
     scored: list[bytes] = []
 
     def lean(model: onnx.ModelProto) -> bytes:
-        """The model as the file holds it: without the inferred shapes (pipeline/lean_file.py)."""
+        """The model as the file holds it (pipeline/lean_file.py: no inferred shapes, small int
+        tensors as varints, ...)."""
+        from onnxptq.pipeline.lean_file import lean as file_form
+
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
-        del copy.graph.value_info[:]
-        return copy.SerializeToString()
+        with file_form(copy):
+            return copy.SerializeToString()
 
     def cer(model: onnx.ModelProto) -> float:
         scored.append(lean(model))

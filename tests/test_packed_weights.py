@@ -68,13 +68,13 @@ def _weights(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, int]]:
             "vector": (vector, 0), "half": (half, 1), "last_axis": (matmul.T.copy(), -1)}
 
 
-def _decode_model(packer: WeightPacker, frags: dict, dtypes: dict[str, int], shapes: dict) -> onnx.ModelProto:
+def _decode_model(packer: WeightPacker, frags: dict, dtypes: dict[str, int], shapes: dict, opset: int = 13) -> onnx.ModelProto:
     head = packer.finish()
     nodes = list(head.nodes) + [n for f in frags.values() for n in f.nodes]
     inits = list(head.initializers) + [t for f in frags.values() for t in f.initializers]
     graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(k, dtypes[k], list(shapes[k])) for k in frags],
                               initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8 if opset < 19 else 10)
     onnx.checker.check_model(model)
     return model
 
@@ -120,8 +120,40 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key, fields_by, monk
     from onnxptq.onnx_ops import packed
 
     monkeypatch.setattr(packed, "TABLE_FROM", 0 if fields_by == "table" else 10**12)
+    _check_decoded(key, 13)
+
+
+#: the formats whose element codes are float8 bits (decoded by a Cast from opset 19)
+FP8_KEYS = ["fp8_e4m3", "fp8_e5m2", "MXFP8_E4M3", "MXFP8_E5M2", "MXFP8_E4M3_search2"]
+
+
+@pytest.mark.parametrize("key", FP8_KEYS)
+def test_fp8_codes_cast_from_their_float8_type_bit_identical(key):
+    """At opset ≥ 19 FP8 codes are a FLOAT8E4M3FN/E5M2 initializer + Cast (no 256-entry table,
+    no Gather), and decode bit for bit as the reference (NaN, ±Inf patched, -0, subnormal scales)."""
+    model = _check_decoded(key, 21)
+    types = {t.data_type for t in model.graph.initializer}
+    assert types & {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E5M2}
+    assert not any(t.data_type == TensorProto.FLOAT and t.dims == [256] for t in model.graph.initializer)
+    assert not any(n.op_type == "Gather" and n.input[0] in {t.name for t in model.graph.initializer if list(t.dims) == [256]}
+                   for n in model.graph.node)
+    # the table form at the same opset: the same weights, 1 KB more
+    from onnxptq.onnx_ops import packed
+
+    old = packed.FP8_CAST
+    packed.FP8_CAST = False
+    try:
+        table_model = _check_decoded(key, 21)
+    finally:
+        packed.FP8_CAST = old
+    assert table_model.ByteSize() - model.ByteSize() >= 1024
+
+
+def _check_decoded(key: str, opset: int) -> onnx.ModelProto:
+    """Pack ``_weights`` in format ``key`` at ``opset``; assert onnxruntime decodes each packed
+    weight bit for bit as the reference's fake-quantized value (optimised and not); the model."""
     fmt, base = FORMATS[key]
-    packer = WeightPacker(13, FreshNames())
+    packer = WeightPacker(opset, FreshNames())
     frags, dtypes, expected = {}, {}, {}
     for name, (values, axis) in _weights(np.random.default_rng(7)).items():
         attrs = dict(base, axis=axis) if fmt in ("bfp", "mx") else dict(base)
@@ -133,7 +165,7 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key, fields_by, monk
             frags[f"{name}_out"] = frag
             dtypes[f"{name}_out"] = TensorProto.FLOAT16 if values.dtype == np.float16 else TensorProto.FLOAT
             expected[f"{name}_out"] = fq
-    model = _decode_model(packer, frags, dtypes, {k: v.shape for k, v in expected.items()})
+    model = _decode_model(packer, frags, dtypes, {k: v.shape for k, v in expected.items()}, opset)
     for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
         so = ort.SessionOptions()
         so.graph_optimization_level = level
@@ -145,6 +177,7 @@ def test_decoded_weights_are_bit_identical_to_the_reference(key, fields_by, monk
             u = np.uint16 if fq.dtype == np.float16 else np.uint32
             bad = np.flatnonzero(got.view(u) != fq.view(u))
             assert bad.size == 0, f"{key}/{name}: {bad.size} elements differ, e.g. {got.reshape(-1)[bad[:3]]} vs {fq.reshape(-1)[bad[:3]]}"
+    return model
 
 
 @pytest.mark.parametrize("key", ["BFP16", "MX9", "MX6", "MXINT8", "MXFP4"])
@@ -233,6 +266,10 @@ def test_packed_and_unpacked_models_give_identical_outputs():
         assert any(t.name.startswith("packed_") or t.data_type in (TensorProto.BFLOAT16, TensorProto.FLOAT16)
                    for t in packed.graph.initializer), preset
         assert not any(t.name.startswith("packed_") for t in plain.graph.initializer), preset
+        if preset.startswith("MXFP8"):  # the pipeline's opset 21: codes in their float8 type, no table
+            fp8 = TensorProto.FLOAT8E4M3FN if preset.endswith("E4M3") else TensorProto.FLOAT8E5M2
+            assert any(t.data_type == fp8 for t in packed.graph.initializer), preset
+            assert not any(t.data_type == TensorProto.FLOAT and list(t.dims) == [256] for t in packed.graph.initializer)
         outs = []
         for m in (packed, plain):
             sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])

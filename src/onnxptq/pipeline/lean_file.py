@@ -38,16 +38,22 @@ from collections import Counter, defaultdict
 from typing import Iterable, Iterator
 
 import onnx
+from onnx import numpy_helper
 
 from ..formats.base import DOMAIN
 from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "LEAN_CALLS", "SHORT_STEM", "CHAIN_STEM"]
+           "short_function_names", "short_table_names", "varint_integers", "LEAN_CALLS", "LEAN_INTEGERS", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
+#: Off: integer tensors keep the encoding they were made with (``raw_data``) in the file.
+LEAN_INTEGERS = True
+#: Integer tensors of at most this many elements are re-encoded (shape tensors, tables, Constants;
+#: a weight-sized int tensor is payload and keeps its raw bytes).
+VARINT_MAX_ELEMENTS = 4096
 #: Stem of the calls' short output names in the file.
 SHORT_STEM = "q"
 #: Stem of the decode chains' short tensor names in the file.
@@ -89,6 +95,8 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_decode_names(model))
             undo.callback(short_function_names(model, domains))
             undo.callback(short_table_names(model))
+        if LEAN_INTEGERS:
+            undo.callback(varint_integers(model))
         yield model
 
 
@@ -315,6 +323,57 @@ def short_table_names(model: onnx.ModelProto):
         for t in g.initializer:
             t.name = back.get(t.name, t.name)
         _apply(graphs, back)
+
+    return undo
+
+
+_VARINT_FIELDS = {onnx.TensorProto.INT64: "int64_data", onnx.TensorProto.INT32: "int32_data"}
+
+
+def _varint_form(t: onnx.TensorProto) -> onnx.TensorProto | None:
+    """``t`` (an int64/int32 tensor held in ``raw_data``) with its values in the typed varint field,
+    when that is fewer bytes; else None."""
+    field = _VARINT_FIELDS.get(t.data_type)
+    if field is None or not t.HasField("raw_data") or t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    values = numpy_helper.to_array(t)
+    if values.size > VARINT_MAX_ELEMENTS:
+        return None
+    out = onnx.TensorProto()
+    out.CopyFrom(t)
+    out.ClearField("raw_data")
+    getattr(out, field).extend(values.ravel().tolist())
+    return out if out.ByteSize() < t.ByteSize() else None
+
+
+def varint_integers(model: onnx.ModelProto):
+    """Small int64/int32 tensors (initializers of every graph, ``Constant`` values in the graphs and
+    in local functions) written with their values as varints instead of ``raw_data``, where that
+    is fewer bytes. Why: a shape or index value (``[64, 3, 3, 32]``, ``-1``, a Split's sizes)
+    takes 8 raw bytes an element and 1-2 as a varint; the packer's Reshape targets and Split
+    sizes, the bodies' axes and view shapes and the lifted Reshape targets are most of a block
+    file's int64 tensors (0.1-0.3 % of a small model's fp32 file; bench/RESULTS.md, blockfile10).
+    A negative value (a varint of 10 bytes) can make the raw form shorter: then it stays. The
+    same values in the same dtype and shape (the ONNX spec's two encodings of one tensor). In
+    place; returns the undo."""
+    tensors: list[onnx.TensorProto] = [t for g in all_graphs(model.graph) for t in g.initializer]
+    graph_nodes, fn_nodes = model_nodes(model)
+    for node in graph_nodes + fn_nodes:
+        if node.op_type == "Constant" and is_onnx_domain(node.domain):
+            tensors.extend(a.t for a in node.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR)
+    saved: list[tuple[onnx.TensorProto, onnx.TensorProto]] = []
+    for t in tensors:
+        new = _varint_form(t)
+        if new is None:
+            continue
+        old = onnx.TensorProto()
+        old.CopyFrom(t)
+        t.CopyFrom(new)
+        saved.append((t, old))
+
+    def undo() -> None:
+        for t, old in saved:
+            t.CopyFrom(old)
 
     return undo
 
