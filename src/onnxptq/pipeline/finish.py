@@ -62,8 +62,9 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
 
     Why skip it: the verification would take that judgement and never run the session, so it was
     opened only to show that the bytes load, which the candidate's session, of the same options on
-    the same bytes, already showed; on a block-format model its creation is most of the extra over
-    BF16 (bench/RESULTS.md, blockquant10).
+    the same bytes, already showed (mp_face_long A8W8: 7 sessions -> 6, 0.07 CPU s; bench/RESULTS.md,
+    blockquant10). Only integer plans meet it: a block format's delivered build has packed weights
+    and its candidates not, so their bytes differ and the delivered build is opened and judged again.
     """
     io.pin_versions(model)
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
