@@ -19,7 +19,8 @@ BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the bes
 ``--prof PRESET`` adds a cProfile of one more quantize. ``--merge DIR`` reads outputs saved as
 ``DIR/<model>.<tree>.r<round>.txt`` (trees ``base`` and ``new``: this script run with
 ``PYTHONPATH`` on two source trees, alternating per model) and prints the side-by-side tables: the
-best round per tree, ÷BF16 per tree, whether the files and the verdicts are the same.
+best round per tree, ÷BF16 per tree, whether the files and the verdicts are the same. ``--extra DIR``
+(``--tree``): each block preset's CPU seconds over BF16's, per stage (where the extra goes).
 
     for r in 1 2; do for m in lac cls; do for t in base new; do
       PYTHONPATH=<tree $t>/src:. python bench/quantize_stages.py $m BF16,A8W8,BFP16,MX9,MXINT8 --rounds 1 > DIR/$m.$t.r$r.txt
@@ -320,6 +321,44 @@ def merge(folder: str) -> None:
                     print(f"| {m} | {p} | " + " | ".join(f"{val(b, s):.2f} → {val(n, s):.2f}" for s in stages) + " |")
 
 
+def extra(folder: str, tree: str = "new") -> None:
+    """Per model and block preset of ``folder``'s ``<model>.<tree>.r<round>.txt`` files (the best CPU
+    round of each preset): the CPU seconds over BF16's, whole and per stage, and finish's share of it
+    (blockquant10: where a block format's extra goes). Stages as the table names them: ``build``
+    holds final_plan, solve and emit; with repair on, ``repair`` holds its candidates' builds and
+    sessions (they are in ``build``/``sess_*`` too); ``sess_create``/``sess_run`` cut across stages."""
+    rows: dict[tuple[str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    for f in sorted(glob.glob(os.path.join(folder, f"*.{tree}.r*.txt"))):
+        model = os.path.basename(f)[:-4].rsplit(".", 2)[0]
+        header = None
+        for line in open(f):
+            if line.startswith("| preset"):
+                header = [c.strip() for c in line.strip().strip("|").split("|")]
+            elif line.startswith("| wall:"):
+                header = None
+            elif line.startswith("| ") and header:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == len(header):
+                    rows[(model, cells[0])].append(dict(zip(header, cells)))
+    stages = ["prepare", "calibrate", "build", "emit", "finish", "verify", "repair", "sess_create", "sess_run"]
+    print(f"| model | preset | cpu s | ÷BF16 | extra s | " + " | ".join(f"+{k}" for k in stages) + " | finish ÷ extra |")
+    print("|---|---|---:|---:|---:|" + "---:|" * len(stages) + "---:|")
+    for model in dict.fromkeys(k[0] for k in rows):
+        base = rows.get((model, "BF16"))
+        if not base:
+            continue
+        b = min(base, key=lambda d: float(d["cpu s"]))
+        for (m, preset), xs in rows.items():
+            if m != model or preset == "BF16":
+                continue
+            d = min(xs, key=lambda d: float(d["cpu s"]))
+            more = float(d["cpu s"]) - float(b["cpu s"])
+            cells = " | ".join(f"{float(d[k]) - float(b[k]):+.2f}" for k in stages)
+            share = (float(d["finish"]) - float(b["finish"])) / more if more > 0 else float("nan")
+            print(f"| {model} | {preset} | {float(d['cpu s']):.2f} | {float(d['cpu s']) / float(b['cpu s']):.2f} | {more:.2f} | "
+                  f"{cells} | {share:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?")
@@ -330,7 +369,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--merge", metavar="DIR", help="print the side-by-side tables of DIR/<model>.<tree>.r<round>.txt")
     ap.add_argument("--workdir", help="where quantize_time.py keeps the layout/vit/resnet files (its --workdir)")
+    ap.add_argument("--extra", metavar="DIR", help="print each block preset's CPU over BF16 per stage, from DIR's files of --tree")
+    ap.add_argument("--tree", default="new", help="with --extra: the tree whose files are read (base or new)")
     args = ap.parse_args()
+    if args.extra:
+        extra(args.extra, args.tree)
+        return
     if args.merge:
         merge(args.merge)
         return

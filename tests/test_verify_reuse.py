@@ -41,16 +41,23 @@ def reused(spread):
 
 def _quantize(model, feeds, monkeypatch, threads: int, reuse: bool = True):
     """A8W8 with repair (a budget no loaded machine reaches: the same search every time), finish's
-    session at ``threads`` intra-op threads; returns the result and the feeds each verification ran."""
+    session at ``threads`` intra-op threads; returns the result, the feeds each verification ran and
+    how many sessions finish opened."""
     runs: list[int] = []
-    feeding = complete_module.run_feeds
+    opened: list[int] = []
+    feeding, opening = complete_module.run_feeds, finish_module.open_session
 
     def spy(session, names, fs, *reduce):
         runs.append(len(fs))
         return feeding(session, names, fs, *reduce)
 
+    def open_spy(*a, **k):
+        opened.append(1)
+        return opening(*a, **k)
+
     with monkeypatch.context() as m:
         m.setattr(complete_module, "run_feeds", spy)
+        m.setattr(finish_module, "open_session", open_spy)
         # Every held candidate remembered, whatever the CPU clock says (worth_remembering compares
         # the runs' CPU with the judgement's: on this small chain the two are close)
         m.setattr(repair_module, "worth_remembering", lambda runs, judged: True)
@@ -58,7 +65,7 @@ def _quantize(model, feeds, monkeypatch, threads: int, reuse: bool = True):
         if not reuse:
             m.setattr(verify.Verified, "recall", lambda self, model, signature, digest=None: None)
         result = quantize(model, resolve_config("A8W8").replace(repair_budget=50.0), feeds)
-    return result, runs
+    return result, runs, len(opened)
 
 
 def _same(a, b) -> None:
@@ -70,13 +77,16 @@ def _same(a, b) -> None:
 
 def test_the_delivered_build_takes_its_bytes_judgement(spread, reused, monkeypatch):
     model, feeds = spread
-    reused, runs = reused
+    reused, runs, opened = reused
     assert reused.repair["stepped_up"] and reused.floor.ok
     # The plain build's verification ran its feeds (the held-out ones, then the calibration feeds the
     # reads judgement pools); the delivered build ran none.
     assert runs and len(runs) <= 2, runs
-    again, runs_again = _quantize(model, feeds, monkeypatch, threads=1, reuse=False)
+    # ... and finish opened no session for it: one session, the plain build's (blockquant10)
+    assert opened == 1
+    again, runs_again, opened_again = _quantize(model, feeds, monkeypatch, threads=1, reuse=False)
     assert runs_again == runs + runs, runs_again  # judged by its own runs: the same feeds once more
+    assert opened_again == 2
     _same(reused, again)
 
 
@@ -84,9 +94,10 @@ def test_a_session_unlike_the_candidates_is_judged_again(spread, reused, monkeyp
     """Finish's session with two threads (the candidates' had one): not the same session, so the
     delivered build runs its feeds; the file and the judgement are those of the reuse all the same."""
     model, feeds = spread
-    reused, runs = reused
-    judged, runs_judged = _quantize(model, feeds, monkeypatch, threads=2)
+    reused, runs, _ = reused
+    judged, runs_judged, opened = _quantize(model, feeds, monkeypatch, threads=2)
     assert runs_judged == runs + runs, runs_judged
+    assert opened == 2  # and finish opened a session for the delivered build
     _same(reused, judged)
 
 
@@ -109,6 +120,18 @@ def judged(spread):
     pooled = calibrated.judged_calibration_feeds(8)
     seen = [dict(zip(names, out)) for out in run_feeds(session, names, pooled)]
     return cfg, calibrated, built, verify.session_signature(session), digests, names, got, pooled, seen
+
+
+def test_finish_tells_its_sessions_signature_without_opening_one(judged):
+    """``finish_signature`` (what a recall is looked up with before finish decides to open its
+    session) is the signature of the session finish opens; a thread count of its own moves both."""
+    from onnxptq.pipeline.finish import finish_signature
+
+    signature = judged[3]
+    assert finish_signature() == signature
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(finish_module, "run_threads", lambda: 3)
+        assert finish_signature() == signature[:1] + (3,) + signature[2:]
 
 
 def test_other_bytes_are_not_recalled(judged):

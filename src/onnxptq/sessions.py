@@ -55,7 +55,7 @@ from .graph.ort_crash import CRASH_FUSION, ORT_VERSION_SEEN, crash_trigger, may_
 log = logging.getLogger(__name__)
 
 __all__ = ["CPU", "Optimization", "active_libraries", "check_libraries", "custom_op_libraries", "open_session", "optimization_level",
-           "register", "run_feeds", "run_threads"]
+           "options_signature", "register", "run_feeds", "run_threads", "session_options"]
 
 #: The provider every session uses unless the caller names others.
 CPU = ("CPUExecutionProvider",)
@@ -174,6 +174,52 @@ def open_session(
     """
     import onnxruntime as ort
 
+    options = session_options(threads=threads, inter_op_threads=inter_op_threads, optimization=optimization, spinning=spinning,
+                              memory_arena=memory_arena, memory_pattern=memory_pattern, priority_order=priority_order,
+                              log_severity=log_severity, custom_op_libraries=custom_op_libraries,
+                              optimized_model_path=optimized_model_path, config=config,
+                              inline_functions_first=inline_functions_first)
+    folder = external.active_dir()
+    if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+    chosen = list(providers) if providers else list(CPU)
+    disabled = _disabled_for(model) if optimization in ("all", "extended") else []
+    if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
+        return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen, disabled_optimizers=disabled), chosen)
+    if not isinstance(model, onnx.ModelProto):
+        return ort.InferenceSession(str(model), options, providers=chosen, disabled_optimizers=disabled)
+    data = serialized(model)
+    if data is not None:
+        return _without_model_bytes(ort.InferenceSession(data, options, providers=chosen, disabled_optimizers=disabled), chosen)
+    # Past the limit (upb raises past 2 GB: serialized() says None), onnx.save with
+    # external data would strip the caller's tensors: write_externalized leaves them in place.
+    folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
+    path = write_externalized(model, folder.name)
+    session = ort.InferenceSession(str(path), options, providers=chosen, disabled_optimizers=disabled)
+    weakref.finalize(session, folder.cleanup)
+    return session
+
+
+def session_options(
+    *,
+    threads: int | None = None,
+    inter_op_threads: int | None = None,
+    optimization: Optimization = "all",
+    spinning: bool = True,
+    memory_arena: bool = True,
+    memory_pattern: bool = True,
+    priority_order: bool = False,
+    log_severity: int = 3,
+    custom_op_libraries: Sequence[str | os.PathLike] = (),
+    optimized_model_path: str | os.PathLike | None = None,
+    config: Mapping[str, str] | None = None,
+    inline_functions_first: bool = True,
+) -> Any:
+    """The ``SessionOptions`` :func:`open_session` opens a session with (its arguments, which it
+    documents): apart so that what a session would be can be told without opening it
+    (:func:`options_signature`; finish's, pipeline/finish.py)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.log_severity_level = log_severity
     options.graph_optimization_level = optimization_level(optimization)
@@ -196,25 +242,21 @@ def open_session(
         options.add_session_config_entry("session.disable_aot_function_inlining", "1")
     if optimized_model_path is not None:
         options.optimized_model_filepath = str(optimized_model_path)
-    folder = external.active_dir()
-    if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
-    chosen = list(providers) if providers else list(CPU)
-    disabled = _disabled_for(model) if optimization in ("all", "extended") else []
-    if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
-        return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen, disabled_optimizers=disabled), chosen)
-    if not isinstance(model, onnx.ModelProto):
-        return ort.InferenceSession(str(model), options, providers=chosen, disabled_optimizers=disabled)
-    data = serialized(model)
-    if data is not None:
-        return _without_model_bytes(ort.InferenceSession(data, options, providers=chosen, disabled_optimizers=disabled), chosen)
-    # Past the limit (upb raises past 2 GB: serialized() says None), onnx.save with
-    # external data would strip the caller's tensors: write_externalized leaves them in place.
-    folder = tempfile.TemporaryDirectory(prefix="onnxptq-session-")
-    path = write_externalized(model, folder.name)
-    session = ort.InferenceSession(str(path), options, providers=chosen, disabled_optimizers=disabled)
-    weakref.finalize(session, folder.cleanup)
-    return session
+    return options
+
+
+def options_signature(options: Any, providers: Sequence[Any]) -> tuple:
+    """What of a session's ``options`` and ``providers`` decides its outputs: providers, thread
+    counts, graph level, execution mode and the function-inlining entry (log levels and spinning
+    decide none). ``session.get_session_options()`` and ``session.get_providers()`` of an open
+    session give the signature it was opened with (pipeline/verify.session_signature)."""
+    try:
+        inlining = options.get_session_config_entry("session.disable_aot_function_inlining")
+    except RuntimeError:  # onnxruntime raises for an entry never set: its default
+        inlining = ""
+    names = tuple(p[0] if isinstance(p, tuple) else p for p in providers)
+    return (names, options.intra_op_num_threads, options.inter_op_num_threads, str(options.graph_optimization_level),
+            str(options.execution_mode), inlining)
 
 
 def _disabled_for(model: onnx.ModelProto | bytes | str | os.PathLike) -> list[str]:

@@ -27,11 +27,11 @@ from ..sessions import run_feeds
 from .build import build_model
 from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
-from .finish import finish, finish_saved
+from .finish import finish, finish_saved, finish_signature
 from .lean_file import lean
 from .plan import Plan
 from .solve import QParams
-from .verify import Verified, bytes_digest, judgement, session_signature
+from .verify import Judgement, Verified, bytes_digest, judgement
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +103,21 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     # not a second serialization of the delivered model for it
     digests: list[str] = []
     hook = (lambda data: digests.append(bytes_digest(data))) if verified is not None and verified.entries else None
-    quantized, session = finish(quantized, source, hook)
+    # Where a candidate judged these very bytes on a session of finish's signature, the verification
+    # takes its judgement: finish then opens no session (pipeline/finish.py; found once, here).
+    known: list[Any] = []
+
+    def judged() -> bool:
+        assert verified is not None
+        known.append(verified.recall(quantized, finish_signature(), digests[0]) if digests else None)
+        return known[-1] is not None
+
+    quantized, session = finish(quantized, source, hook, judged if hook is not None and calibrated.holdout else None)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
-        verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings, eval_samples, verified,
-                                       digests[0] if digests else None)
+        verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings, eval_samples,
+                                       known[0] if known else None)
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
@@ -147,14 +156,14 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
 
 def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
             timings: dict[str, float], eval_samples: int = DEFAULT_EVAL_SAMPLES,
-            verified: Verified | None = None, digest: str | None = None) -> tuple[Any, dict[str, Any], str]:
+            known: Judgement | None = None) -> tuple[Any, dict[str, Any], str]:
     """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
     on the held-out samples, run through the session finish() opened, and the per-output figures
     of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`); both by
-    :func:`~onnxptq.pipeline.verify.judgement`, or taken from ``verified`` where repair judged a model
-    of these very bytes on a session like this one (:class:`~onnxptq.pipeline.verify.Verified`: the
-    same outputs, so the same judgement, without running the feeds again); ``digest``: the sha256 of
-    ``quantized``'s bytes as finish serialized them, where it was taken.
+    :func:`~onnxptq.pipeline.verify.judgement`, or ``known``: the judgement repair made on a model
+    of these very bytes on a session like finish's (:meth:`~onnxptq.pipeline.verify.Verified.recall`:
+    the same outputs, so the same judgement, without running the feeds again; ``session`` is then
+    None: finish opened none).
 
     Why the figures come from the held-out samples and not from the first calibration samples:
     the summary printed "cosine 0.978" on calibration samples two lines above a floor that "holds"
@@ -168,7 +177,6 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     from ..analysis.decisions import DecisionReader
 
     t0 = time.perf_counter()
-    known = verified.recall(quantized, session_signature(session), digest) if verified is not None else None
     if known is not None:
         log.debug("verification: the judgement repair made on these very bytes, on a session like finish's")
         verdict, metrics = known

@@ -6,13 +6,30 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 from __future__ import annotations
 
 import tempfile
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
 import onnx
 
 from ..graph import io
-from ..sessions import open_session, run_threads, serialized
+from ..sessions import CPU, open_session, options_signature, run_threads, serialized, session_options
+
+log = logging.getLogger(__name__)
+
+
+def _options() -> dict[str, Any]:
+    """How finish opens its session (the arguments of :func:`~onnxptq.sessions.open_session`), one
+    place for :func:`finish`, :func:`finish_saved` and :func:`finish_signature` (why each: finish())."""
+    return {"log_severity": 2, "inline_functions_first": False, "spinning": False, "threads": run_threads()}
+
+
+def finish_signature() -> tuple:
+    """The :func:`~onnxptq.pipeline.verify.session_signature` finish's session will have, told
+    without opening one: whether a judgement made on other sessions holds for it
+    (:meth:`~onnxptq.pipeline.verify.Verified.recall`) is known before its creation, the largest
+    part of a block format's quantize (tests/test_verify_reuse.py holds the two equal)."""
+    return options_signature(session_options(**_options()), CPU)
 
 
 def finish_saved(model: onnx.ModelProto, path: Path, source: str):
@@ -24,22 +41,30 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     except onnx.checker.ValidationError as exc:
         raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
     try:
-        session = open_session(path, log_severity=2, inline_functions_first=False, spinning=False,
-                               threads=run_threads())  # as finish()
+        session = open_session(path, **_options())  # as finish()
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
     return model, session
 
 
-def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None):
+def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None,
+           judged: Callable[[], bool] | None = None):
     """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
 
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
     model full of embedded functions costs seconds (onnxruntime inlines and optimises them).
-    ``with_bytes``: called with the serialized model the checker and the session read, before they
-    are let go (not past protobuf's limit): the delivered build's digest
+    ``with_bytes``: called with the serialized model the checker and the session read, after the
+    checker and before the session (not past protobuf's limit): the delivered build's digest
     (:meth:`onnxptq.pipeline.verify.Verified.recall`) is taken from them rather than from a second
-    serialization of the whole model.
+    serialization of the whole model. ``judged``: asked after ``with_bytes``; True where these bytes
+    were already opened and judged on a session of this one's signature (:func:`finish_signature`:
+    a repair candidate's, pipeline/verify.py): no session is opened and ``(model, None)`` returned.
+
+    Why skip it: the verification would take that judgement and never run the session, so it was
+    opened only to show that the bytes load, which the candidate's session, of the same options on
+    the same bytes, already showed (mp_face_long A8W8: 7 sessions -> 6, 0.07 CPU s; bench/RESULTS.md,
+    blockquant10). Only integer plans meet it: a block format's delivered build has packed weights
+    and its candidates not, so their bytes differ and the delivered build is opened and judged again.
     """
     io.pin_versions(model)
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
@@ -54,6 +79,11 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             onnx.checker.check_model(path) if large else onnx.checker.check_model(data)
         except onnx.checker.ValidationError as exc:
             raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
+        if with_bytes is not None and data is not None:
+            with_bytes(data)
+        if judged is not None and judged():
+            log.debug("%s: these bytes were opened and judged on a session like finish's: no session opened", source)
+            return model, None
         try:
             # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
             # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
@@ -74,11 +104,8 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             # The cores shared by the verification's two runs in flight (sessions.run_threads): a
             # pool per run as large as the machine cost PP-OCRv4 det's verification 3-22 % more
             # CPU (the more, the quieter the machine) for the same outputs, bit for bit.
-            session = open_session(path if large else data, log_severity=2, inline_functions_first=False, spinning=False,
-                                   threads=run_threads())
+            session = open_session(path if large else data, **_options())
         except Exception as exc:
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
-        if with_bytes is not None and data is not None:
-            with_bytes(data)
         del data
     return model, session

@@ -30,7 +30,7 @@ import onnx
 from ..config.schema import QuantConfig
 from ..graph.walk import compared_outputs
 from ..analysis.held_scores import HeldOutputError, is_held
-from ..sessions import serialized
+from ..sessions import options_signature, serialized
 from .calibrate import Calibrated
 
 log = logging.getLogger(__name__)
@@ -111,14 +111,9 @@ def worth_remembering(runs_cpu: float, judgement_cpu: float) -> bool:
 
 def session_signature(session: Any) -> tuple:
     """What of an onnxruntime session decides its outputs: providers, thread counts, graph level,
-    execution mode and the function-inlining entry (log levels and spinning decide none)."""
-    options = session.get_session_options()
-    try:
-        inlining = options.get_session_config_entry("session.disable_aot_function_inlining")
-    except RuntimeError:  # onnxruntime raises for an entry never set: its default
-        inlining = ""
-    return (tuple(session.get_providers()), options.intra_op_num_threads, options.inter_op_num_threads,
-            str(options.graph_optimization_level), str(options.execution_mode), inlining)
+    execution mode and the function-inlining entry (log levels and spinning decide none); one
+    spelling with a session not opened (:func:`onnxptq.sessions.options_signature`: finish's)."""
+    return options_signature(session.get_session_options(), session.get_providers())
 
 
 def model_digest(model: onnx.ModelProto) -> str | None:
