@@ -13,6 +13,7 @@ import pytest
 
 from onnxptq.analysis.class_scores import judge_positions
 from onnxptq.analysis.floor import Floor, measure, readings_of
+from onnxptq.analysis.held_scores import is_held
 from onnxptq.analysis.held_outputs import (HeldFloat, HeldOutputError, HeldScores, held_form_outputs, hold_float, hold_scores,
                                            holder)
 from onnxptq.pipeline.verify import measure_seen
@@ -191,3 +192,33 @@ def test_a_repaired_reader_is_delivered_the_same_with_its_outputs_held(monkeypat
     assert held.floor.outputs["probs"].seen_feeds or held.repair["evaluations"] > 1
     assert digest(held) == digest(whole) and held.repair["kept_float"] == whole.repair["kept_float"]
     assert json.dumps(held.floor.to_json(), sort_keys=True) == json.dumps(whole.floor.to_json(), sort_keys=True)
+
+
+def test_float_is_run_again_whole_once_per_quantization(monkeypatch):
+    """A reading that needed a held float output whole makes ``judged_float_outputs`` run float again on
+    the judged feeds; repair's next candidates reuse those whole outputs rather than running float each time
+    (a feed added later is the only one run)."""
+    from onnxptq.pipeline import calibrate as calibrate_module
+
+    model = softmax_reader()
+    feeds = lines(6)
+    names = [o.name for o in model.graph.output]
+    whole = _outputs(model, feeds)
+    runs: list[int] = []
+
+    def float_outputs_of(prepared, fs, config):
+        runs.append(len(fs))
+        return _outputs(prepared, fs)
+
+    monkeypatch.setattr(calibrate_module, "float_outputs_of", float_outputs_of)
+    held = [{n: hold_float(n, v) for n, v in o.items()} for o in whole]
+    calibrated = calibrate_module.Calibrated(source="m", prepared=model, stats={}, kept=feeds, samples=6, timings={},
+                                             started=0.0, float_outputs=held)
+    calibrated.readings = {"decisions": ()}  # no inner decisions: the float outputs alone (a cached property)
+    for count in (4, 4, 5):
+        got = calibrated.judged_float_outputs(feeds[:count], whole=True)
+        assert len(got) == count
+        for g, w in zip(got, whole):
+            assert all(np.array_equal(g[n], w[n]) for n in names)
+    assert runs == [4, 1], runs
+    assert all(is_held(v) for o in calibrated.judged_float_outputs(feeds[:4]) for v in o.values())

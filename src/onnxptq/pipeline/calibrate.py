@@ -105,6 +105,9 @@ class Calibrated:
     half_stored: frozenset[str] = frozenset()
     #: the inner decisions' float tensors on the first judged calibration feeds (:meth:`judged_float_outputs`)
     _decisions_seen: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
+    #: float's whole outputs of the judged calibration feeds, run again once where a reading needed a held one
+    #: whole (:meth:`judged_float_outputs`): repair's candidates then reuse them instead of each running float again
+    _whole_float: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
 
     @functools.cached_property
     def readings(self) -> dict[str, Any]:
@@ -165,8 +168,12 @@ class Calibrated:
         ``whole``: every output whole, where :meth:`hold_float_outputs` held some (run again)."""
         outputs = self.float_outputs[:len(feeds)]
         if whole and any(is_held(v) for o in outputs for v in o.values()):
-            # a reading needed a held output whole (analysis/held_outputs.py): float run again on them (rare)
-            outputs = float_outputs_of(self.prepared, list(feeds[:len(outputs)]), self.config)  # type: ignore[arg-type]
+            # a reading needed a held output whole (analysis/held_outputs.py): float run again on them (rare),
+            # once per quantization
+            if len(self._whole_float) < len(outputs):
+                more = list(feeds[len(self._whole_float):len(outputs)])
+                self._whole_float.extend(float_outputs_of(self.prepared, more, self.config))  # type: ignore[arg-type]
+            outputs = self._whole_float[:len(outputs)]
         decisions = self.readings["decisions"]
         if not decisions:
             return outputs
