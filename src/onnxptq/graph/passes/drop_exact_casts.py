@@ -21,10 +21,14 @@ rounded at quantize time, e.g. a Max's bound); an absent optional input that def
 value, Clip's bounds).
 
 What is dropped: a Cast pair whose input is exact in its T; a ``FloatQuantizeDequantize`` of
-scale 1, zero point 0 and bound +Inf (not saturating: a saturating one maps an exact ±Inf to the
-largest finite value, so it stays) whose input is exact in its T. A saturating Cast form (``Clip``
-to ±max in front of the pair) loses its pair when the Clip's output is exact (a Clip with exact
-bounds of an exact input), and keeps the Clip.
+scale 1 and zero point 0 whose input is exact in its T and, when it saturates (bound T's largest
+finite value M rather than +Inf), holds no ±Inf (it maps ±Inf to ±M; every other value of T lies
+within ±M, and NaN stays NaN); the saturating Cast form's ``Clip(±M)`` in front of a T pair on
+the same terms (the pair after it then reads an exact tensor and goes too).
+
+Holding no ±Inf (NaN allowed) is tracked beside exactness: the output of a saturating rounding or
+of any Clip with finite bounds; a constant without ±Inf; and what the ops below make of such
+inputs (they copy, select or compare them: none makes an infinity from finite values).
 
 Why each op keeps exactness (values V of T, closed under negation and containing ±0, ±Inf):
 
@@ -96,6 +100,8 @@ def _exact_constant(tensor: onnx.TensorProto, to: int) -> bool:
 
 
 def _preserves(node: onnx.NodeProto, to: int) -> tuple[int, ...] | None | bool:
+    """The data inputs of ``node`` if it keeps exactness in element type ``to`` (``FLOAT``: keeps
+    tensors free of ±Inf), else False."""
     if not is_onnx_domain(node.domain) or node.op_type not in _PRESERVING:
         return False
     if node.op_type == "Resize":
@@ -106,10 +112,15 @@ def _preserves(node: onnx.NodeProto, to: int) -> tuple[int, ...] | None | bool:
         return False  # the indices output is not a value
     if node.op_type in ("Clip", "Pad"):
         # opset < 11 gives bounds / the pad value as attributes: kept only when they are exact
-        bounds = [a.f for a in node.attribute if a.name in ("min", "max", "value")]
-        if bounds and not _exact_values(np.array(bounds, np.float32), to):
+        bounds = np.array([a.f for a in node.attribute if a.name in ("min", "max", "value")], np.float32)
+        if bounds.size and (np.any(np.isinf(bounds)) if to == TensorProto.FLOAT else not _exact_values(bounds, to)):
             return False
     return _PRESERVING[node.op_type]
+
+
+def _largest(to: int) -> np.float32:
+    """The largest finite value of element type ``to``, as float32."""
+    return np.float32(np.finfo(_FORMATS[to]).max) if to == TensorProto.FLOAT16 else np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 
 
 def _to(node: onnx.NodeProto, default: int = -1) -> int:
@@ -123,17 +134,19 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
     graph = model.graph
     producer = {o: n for n in graph.node for o in n.output if o}
     readers: dict[str, int] = {}
+    sole_reader: dict[str, onnx.NodeProto] = {}
     for n in graph.node:
         for i in n.input:
             readers[i] = readers.get(i, 0) + 1
+            sole_reader[i] = n
     outputs = {o.name for o in graph.output}
     inputs_by_name = {i.name for i in graph.input}  # an initializer listed as an input can be fed: not a constant
     initializers = {t.name: t for t in graph.initializer if t.name not in inputs_by_name}
     function_to = {f.name: _to_default(f) for f in model.functions if f.domain == DOMAIN and f.name == _FUNCTION}
 
     exact: dict[int, set[str]] = {t: set() for t in _FORMATS}
-    # removable roundings: output -> (element type, the input it would read, the nodes it is)
-    roundings: dict[str, tuple[int, str, list[onnx.NodeProto]]] = {}
+    # removable roundings: output -> (element type, the input it would read, the nodes it is, saturating)
+    roundings: dict[str, tuple[int, str, list[onnx.NodeProto], bool]] = {}
     checked: dict[tuple[str, int], bool] = {}
 
     def exact_input(name: str, to: int) -> bool:
@@ -154,7 +167,40 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
         except ExternalDataError:
             return None
 
+    finite: set[str] = set()  # tensors holding no ±Inf (NaN allowed)
+    finite_checked: dict[str, bool] = {}
+
+    def finite_input(name: str) -> bool:
+        if name in finite:
+            return True
+        t = initializers.get(name)
+        if t is None or t.data_type != TensorProto.FLOAT or int(np.prod(t.dims, dtype=np.int64)) > _CONSTANT_LIMIT:
+            return False
+        if name not in finite_checked:
+            try:
+                finite_checked[name] = not bool(np.any(np.isinf(tensor_values(t))))
+            except ExternalDataError:
+                finite_checked[name] = False
+        return finite_checked[name]
+
+    def saturates(bound: np.ndarray | None, to: int) -> bool:
+        return bound is not None and float(bound[0]) == float(_largest(to))
+
+    def is_rounding_cast(name: str) -> int:
+        """The T of a ``Cast(to=T)`` that is ``name``'s only reader and starts a pair, else -1."""
+        reader = sole_reader.get(name)
+        if reader is None or reader.op_type != "Cast" or not is_onnx_domain(reader.domain):
+            return -1
+        return _to(reader) if _to(reader) in _FORMATS else -1
+
     for node in graph.node:  # topological order
+        if node.op_type == "Clip" and is_onnx_domain(node.domain) and len(node.input) == 3:
+            lo, hi = constant(node.input[1]), constant(node.input[2])
+            if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
+                finite.add(node.output[0])
+                to = is_rounding_cast(node.output[0]) if -lo[0] == hi[0] else -1
+                if to in _FORMATS and saturates(hi, to):
+                    roundings[node.output[0]] = (to, node.input[0], [node], True)
         if node.op_type == "Cast" and is_onnx_domain(node.domain) and _to(node) == TensorProto.FLOAT:
             source = initializers.get(node.input[0])
             if source is not None and source.data_type in _FORMATS:
@@ -165,7 +211,7 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             if to in _FORMATS:
                 exact[to].add(node.output[0])
                 if readers.get(first.output[0], 0) == 1:
-                    roundings[node.output[0]] = (to, first.input[0], [first, node])
+                    roundings[node.output[0]] = (to, first.input[0], [first, node], False)
             continue
         if node.domain == DOMAIN and node.op_type in function_to and len(node.input) == 4:
             to = _to(node, function_to[node.op_type])
@@ -173,7 +219,10 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             if to in _FORMATS and scale is not None and zero is not None and scale[0] == 1 and zero[0] == 0:
                 exact[to].add(node.output[0])
                 if bound is not None and bound[0] == np.inf:
-                    roundings[node.output[0]] = (to, node.input[0], [node])
+                    roundings[node.output[0]] = (to, node.input[0], [node], False)
+                elif saturates(bound, to):
+                    finite.add(node.output[0])
+                    roundings[node.output[0]] = (to, node.input[0], [node], True)
             continue
         for to in _FORMATS:
             data = _preserves(node, to)
@@ -182,16 +231,24 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
             if inputs and all(exact_input(i, to) for i in inputs):
                 exact[to].update(o for o in node.output if o)
+        data = _preserves(node, TensorProto.FLOAT)
+        if data is not False:
+            inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+            if inputs and all(finite_input(i) for i in inputs):
+                finite.update(o for o in node.output if o)
 
     rename: dict[str, str] = {}
     drop: set[int] = set()
-    for out, (to, source, nodes) in roundings.items():
-        if source not in exact[to] or out in outputs:
+    for out, (to, source, nodes, saturating) in roundings.items():
+        if not exact_input(source, to) or out in outputs or (saturating and not finite_input(source)):
             continue
         rename[out] = source
         drop.update(id(n) for n in nodes)
     if not rename:
         return 0
+    for out in rename:  # a saturating Clip and the pair after it both go: read the Clip's input
+        while rename[out] in rename:
+            rename[out] = rename[rename[out]]
     kept = [n for n in graph.node if id(n) not in drop]
     for n in kept:
         for k, i in enumerate(n.input):

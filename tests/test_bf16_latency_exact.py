@@ -1,0 +1,168 @@
+"""Issue 26 item 3: BF16/FP16 roundings on tensors already exact in their format are left out, in
+both emission forms (Cast pairs, the ``FloatQuantizeDequantize`` Q/DQ function), bit-exactly.
+
+On real models the emitted file with the pass is checked against the file with every rounding
+(``drop_exact_casts`` off): bit-identical outputs on held-out feeds and on a feed holding ±Inf,
+NaN, -0 and subnormals; and, independently of the pass's proof, every tensor whose rounding was
+left out holds only values of its format on those feeds (ml_dtypes / NumPy round trip)."""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxptq
+from onnxptq.config.presets import resolve_config
+from onnxptq.graph.passes import drop_exact_casts
+
+FORMS = ["BF16", "FP16", "BF16:qdq", "FP16:qdq"]
+_NUMPY = {"BF16": ml_dtypes.bfloat16, "FP16": np.float16}
+
+
+def _config(form: str):
+    preset, _, kind = form.partition(":")
+    config = resolve_config(preset)
+    return config.replace(bf16_qdq_to_cast=False) if kind == "qdq" else config
+
+
+def _roundings(model: onnx.ModelProto) -> dict[str, str]:
+    """{rounded tensor: its reader-side output} for every Cast pair and Q/DQ function call."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = {}
+    for n in model.graph.node:
+        if n.op_type == "FloatQuantizeDequantize":
+            found[n.input[0]] = n.output[0]
+        elif n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT:
+            first = producer.get(n.input[0])
+            if first is not None and first.op_type == "Cast" and first.attribute[0].i in (TensorProto.BFLOAT16,
+                                                                                          TensorProto.FLOAT16):
+                found[first.input[0]] = n.output[0]
+    return found
+
+
+def _run(model: onnx.ModelProto, feeds: list[dict], extra: list[str] = ()) -> list[list[np.ndarray]]:
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in extra)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    return [sess.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds]
+
+
+def _edges(feed: dict) -> dict:
+    """``feed`` with ±Inf, NaN, -0 and subnormals written into its first float input."""
+    out = dict(feed)
+    name = next((k for k, v in feed.items() if np.asarray(v).dtype == np.float32), None)
+    if name is None:
+        return out
+    x = np.array(feed[name], np.float32).reshape(-1)
+    x[:6] = [np.inf, -np.inf, np.nan, -0.0, 1e-41, -3e-39]
+    out[name] = x.reshape(np.shape(feed[name]))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _source(name: str) -> tuple[str, tuple]:
+    if name == "cls":
+        from testkit import ocr
+        from testkit.models import model_path
+
+        images = ocr.render_cls(2, seed=3)[0]
+        return str(model_path("cls")), tuple({"x": np.asarray(im, np.float32)[None]} for im in images)
+    from testkit import zoo
+
+    model = zoo.get(name)
+    return str(model.path()), tuple(model.samples("heldout")[:2])
+
+
+#: (model, the fewest roundings every form must leave out): PP-OCR cls (a MaxPool), openWakeWord's
+#: embedding (Max/LeakyRelu between Convs: 25), magika (a byte-embedding text CNN).
+MODELS = [("cls", 1), ("oww_embedding", 20), ("magika", 1)]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name,fewest", MODELS, ids=[m for m, _ in MODELS])
+def test_left_out_roundings_are_bit_exact_on_real_models(monkeypatch, name, fewest, form):
+    path, feeds = _source(name)
+    feeds = list(feeds) + [_edges(feeds[0])]
+    lean = onnxptq.quantize(path, _config(form), None).model
+    monkeypatch.setattr(drop_exact_casts, "drop_exact_casts", lambda m: 0)
+    every = onnxptq.quantize(path, _config(form), None).model
+    left_out = set(_roundings(every)) - set(_roundings(lean))
+    assert len(left_out) >= fewest and len(_roundings(lean)) == len(_roundings(every)) - len(left_out)
+    got = _run(lean, feeds, sorted(left_out))
+    want = _run(every, feeds)
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8)), (name, form)
+        # the independent check: what the left-out roundings would have read is already on the grid
+        for t, values in zip(sorted(left_out), g[len(w):]):
+            v = np.asarray(values, np.float32)
+            with np.errstate(over="ignore"):
+                back = v.astype(_NUMPY[form[:4]]).astype(np.float32)
+            finite = ~np.isnan(v)
+            assert np.array_equal(back[finite].view(np.uint32), v[finite].view(np.uint32)), (name, form, t)
+    if form.endswith("qdq") and not _roundings(lean):
+        assert not lean.functions  # the function goes with its last call
+
+
+def _qdq(src: str, dst: str, prefix: str, to: int, scale: float = 1.0, bound: float = np.inf) -> tuple[list, list]:
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.float32), f"{prefix}_{k}")
+             for k, v in (("s", scale), ("z", 0.0), ("b", bound))]
+    node = helper.make_node("FloatQuantizeDequantize", [src, f"{prefix}_s", f"{prefix}_z", f"{prefix}_b"], [dst],
+                            domain="onnxptq", to=to)
+    return [node], inits
+
+
+def _cast_pair(src: str, dst: str, to: int) -> list:
+    return [helper.make_node("Cast", [src], [dst + "_h"], to=to), helper.make_node("Cast", [dst + "_h"], [dst], to=TensorProto.FLOAT)]
+
+
+def _chain(first: tuple[list, list], second: tuple[list, list]) -> onnx.ModelProto:
+    """x → rounding → Relu → MaxPool → rounding → Sigmoid."""
+    from onnxptq.onnx_ops.floating import float_function
+
+    nodes = first[0] + [helper.make_node("Relu", ["q"], ["r"]),
+                        helper.make_node("MaxPool", ["r"], ["t"], kernel_shape=[2, 2])] + second[0]
+    nodes.append(helper.make_node("Sigmoid", ["y"], ["out"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 3, 3])], first[1] + second[1])
+    functions = [float_function(17)] if any(n.domain == "onnxptq" for n in nodes) else []
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
+                             functions=functions, ir_version=8)
+
+
+BF, FP = TensorProto.BFLOAT16, TensorProto.FLOAT16
+#: (label, first rounding, second rounding, whether the second is left out)
+_CHAINS = [
+    ("fp16 pair after fp16 pair", (_cast_pair("x", "q", FP), []), (_cast_pair("t", "y", FP), []), True),
+    ("fp16 pair after bf16 pair", (_cast_pair("x", "q", BF), []), (_cast_pair("t", "y", FP), []), False),
+    ("bf16 pair after fp16 pair", (_cast_pair("x", "q", FP), []), (_cast_pair("t", "y", BF), []), False),
+    ("bf16 qdq after bf16 qdq", _qdq("x", "q", "a", BF), _qdq("t", "y", "b", BF), True),
+    ("fp16 qdq after fp16 pair", (_cast_pair("x", "q", FP), []), _qdq("t", "y", "b", FP), True),
+    ("saturating fp16 qdq kept", _qdq("x", "q", "a", FP), _qdq("t", "y", "b", FP, bound=65504.0), False),
+    ("fp16 qdq after a saturating one", _qdq("x", "q", "a", FP, bound=65504.0), _qdq("t", "y", "b", FP), True),
+    ("scale 2 is no seed", _qdq("x", "q", "a", FP, scale=2.0), _qdq("t", "y", "b", FP), False),
+]
+
+
+@pytest.mark.parametrize("label,first,second,dropped", _CHAINS, ids=[c[0] for c in _CHAINS])
+def test_exactness_is_per_format_and_form(label, first, second, dropped):
+    model = _chain(first, second)
+    before = onnx.ModelProto.FromString(model.SerializeToString())
+    assert drop_exact_casts.drop_exact_casts(model) == int(dropped), label
+    if dropped and all(n.domain != "onnxptq" for n in model.graph.node):
+        assert not model.functions and not any(t.name.startswith("b_") for t in model.graph.initializer)
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(2).normal(0, 3, (1, 2, 4, 4)).astype(np.float32)
+    x[0, 0, 0] = [np.inf, -np.inf, np.nan, -0.0]
+    x[0, 0, 1] = [1e-41, 7e4, 0.400001, 6.05e-6]
+    got, want = _run(model, [{"x": x}]), _run(before, [{"x": x}])
+    assert np.array_equal(got[0][0].view(np.uint32), want[0][0].view(np.uint32)), label
