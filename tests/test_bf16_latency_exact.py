@@ -34,6 +34,7 @@ def _config(form: str):
 def _roundings(model: onnx.ModelProto) -> dict[str, str]:
     """{rounded tensor: its reader-side output} for every Cast pair and Q/DQ function call."""
     producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.dims == [] or list(t.dims) == [1]}
     found = {}
     for n in model.graph.node:
         if n.op_type == "FloatQuantizeDequantize":
@@ -42,7 +43,12 @@ def _roundings(model: onnx.ModelProto) -> dict[str, str]:
             first = producer.get(n.input[0])
             if first is not None and first.op_type == "Cast" and first.attribute[0].i in (TensorProto.BFLOAT16,
                                                                                           TensorProto.FLOAT16):
-                found[first.input[0]] = n.output[0]
+                clip = producer.get(first.input[0])
+                bound = inits.get(clip.input[2]) if clip is not None and clip.op_type == "Clip" else None
+                saturating = bound is not None and float(bound) == float(np.finfo(_NUMPY[
+                    "FP16" if first.attribute[0].i == TensorProto.FLOAT16 else "BF16"]).max)
+                # the saturating Cast form: Clip(±max) → pair, one rounding of the Clip's input
+                found[clip.input[0] if saturating else first.input[0]] = n.output[0]
     return found
 
 
@@ -166,3 +172,22 @@ def test_exactness_is_per_format_and_form(label, first, second, dropped):
     x[0, 0, 1] = [1e-41, 7e4, 0.400001, 6.05e-6]
     got, want = _run(model, [{"x": x}]), _run(before, [{"x": x}])
     assert np.array_equal(got[0][0].view(np.uint32), want[0][0].view(np.uint32)), label
+
+
+@pytest.mark.parametrize("source,dropped", [("Equal", True), ("Cast_uint8", True), ("Cast_int16", False)])
+def test_small_integers_cast_to_float_are_exact(source, dropped):
+    """A one-hot (``Equal``) or an 8-bit integer cast to float holds integers of magnitude ≤ 256:
+    values of both formats, so their rounding goes; a 16-bit integer may hold 257 (9 significant
+    bits) and keeps it."""
+    first = (helper.make_node("Equal", ["x", "k"], ["i"]) if source == "Equal"
+             else helper.make_node("Cast", ["x"], ["i"], to=TensorProto.UINT8 if source.endswith("uint8") else TensorProto.INT16))
+    nodes = [first, helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT)]
+    nodes += _cast_pair("f", "q", BF) + _cast_pair("f", "h", FP) + [helper.make_node("Add", ["q", "h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+                              [onnx.numpy_helper.from_array(np.array(3.0, np.float32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    before = onnx.ModelProto.FromString(model.SerializeToString())
+    assert drop_exact_casts.drop_exact_casts(model) == 2 * int(dropped)
+    x = {"x": np.array([3, 257, 255, 1000.7, -0.0, 200], np.float32)}
+    assert np.array_equal(_run(model, [x])[0][0], _run(before, [x])[0][0])

@@ -16,6 +16,8 @@ them large). Exactness is tracked per format: a bfloat16 value need not be a flo
 Exact by construction (the seeds), for a format T in {bfloat16, float16}: the output of a T Cast
 pair or of a T ``FloatQuantizeDequantize`` of scale 1 and zero point 0 (saturating or not); a
 ``Cast(to=FLOAT)`` of a T initializer (a packed weight, onnx_ops/packed.py, or a float16 weight);
+a ``Cast(to=FLOAT)`` of a boolean or 8-bit integer tensor (a one-hot ``Equal``, a mask, bytes:
+every integer of magnitude ≤ 256 has at most 8 significant bits, so it is a value of both formats);
 a float initializer whose every element survives the round trip through T (a constant the plan
 rounded at quantize time, e.g. a Max's bound); an absent optional input that defaults to 0 (Pad's
 value, Clip's bounds).
@@ -71,6 +73,11 @@ _PRESERVING: dict[str, tuple[int, ...] | None] = {
 }
 #: The element types whose roundings are dropped, and the NumPy dtype of each.
 _FORMATS: dict[int, type] = {TensorProto.BFLOAT16: ml_dtypes.bfloat16, TensorProto.FLOAT16: np.float16}
+#: Element types whose every value converts exactly to bfloat16 and float16 (|v| ≤ 256).
+_SMALL_INTS = frozenset({TensorProto.BOOL, TensorProto.UINT8, TensorProto.INT8})
+#: Ops whose output is boolean whatever their inputs.
+_BOOLEAN_OPS = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor",
+                          "IsNaN", "IsInf"})
 #: The largest float initializer read element by element to tell whether it is exact.
 _CONSTANT_LIMIT = 1 << 16
 #: The Q/DQ form's function (onnx_ops/floating.py).
@@ -193,6 +200,19 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             return -1
         return _to(reader) if _to(reader) in _FORMATS else -1
 
+    input_types = {i.name: i.type.tensor_type.elem_type for i in graph.input}
+
+    def small_ints(name: str) -> bool:
+        """Whether ``name`` is a boolean or 8-bit integer tensor (by its declaration or producer)."""
+        if name in initializers:
+            return initializers[name].data_type in _SMALL_INTS
+        if name in input_types:
+            return input_types[name] in _SMALL_INTS
+        node = producer.get(name)
+        if node is None or not is_onnx_domain(node.domain):
+            return False
+        return node.op_type in _BOOLEAN_OPS or (node.op_type == "Cast" and _to(node) in _SMALL_INTS)
+
     for node in graph.node:  # topological order
         if node.op_type == "Clip" and is_onnx_domain(node.domain) and len(node.input) == 3:
             lo, hi = constant(node.input[1]), constant(node.input[2])
@@ -205,6 +225,11 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             source = initializers.get(node.input[0])
             if source is not None and source.data_type in _FORMATS:
                 exact[source.data_type].add(node.output[0])  # a packed weight, decoded
+                continue
+            if small_ints(node.input[0]):
+                for to in _FORMATS:
+                    exact[to].add(node.output[0])
+                finite.add(node.output[0])
                 continue
             first = producer.get(node.input[0])
             to = _to(first) if first is not None and first.op_type == "Cast" and is_onnx_domain(first.domain) else -1
