@@ -191,3 +191,28 @@ def test_small_integers_cast_to_float_are_exact(source, dropped):
     assert drop_exact_casts.drop_exact_casts(model) == 2 * int(dropped)
     x = {"x": np.array([3, 257, 255, 1000.7, -0.0, 200], np.float32)}
     assert np.array_equal(_run(model, [x])[0][0], _run(before, [x])[0][0])
+
+
+@pytest.mark.parametrize("fmt,saturate", [("bf16", False), ("fp16", False), ("bf16", True), ("fp16", True)])
+def test_unsaturated_qdq_function_runs_no_clip(tmp_path, fmt, saturate):
+    """The Q/DQ function's Clip sits under ``If(IsInf(bound))``: onnxruntime folds it away for an
+    unsaturated call (a Clip pass per rounding, 10-15 % of float on PP-LCNet) and keeps it for a
+    saturating one; the bits are the NumPy reference's either way."""
+    from onnxptq.formats.floating import fake_quantize
+    from onnxptq.onnx_ops.floating import build
+
+    frag = build(fmt, "x", "y", name="q", opset=17, saturate=saturate, dtype="float32", cast_form=False)
+    graph = helper.make_graph(frag.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], frag.initializers)
+    model = helper.make_model(graph, functions=frag.functions, opset_imports=[helper.make_opsetid("", 17)]
+                              + [helper.make_opsetid(d, v) for d, v in frag.opset_imports.items()], ir_version=8)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node]
+    assert ("Clip" in ops) == saturate and ops.count("Cast") == 2, ops
+    x = np.array([np.inf, -np.inf, np.nan, -0.0, 1e-41, 7e4, 3.4e38, 0.400001], np.float32)
+    want = fake_quantize(x, fmt, saturate=saturate)
+    got = sess.run(None, {"x": x})[0]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~np.isnan(got)].view(np.uint32), want[~np.isnan(want)].view(np.uint32))
