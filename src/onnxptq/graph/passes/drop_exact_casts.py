@@ -28,9 +28,11 @@ finite value M rather than +Inf), holds no ±Inf (it maps ±Inf to ±M; every ot
 within ±M, and NaN stays NaN); the saturating Cast form's ``Clip(±M)`` in front of a T pair on
 the same terms (the pair after it then reads an exact tensor and goes too).
 
-Holding no ±Inf (NaN allowed) is tracked beside exactness: the output of a saturating rounding or
-of any Clip with finite bounds; a constant without ±Inf; and what the ops below make of such
-inputs (they copy, select or compare them: none makes an infinity from finite values).
+Holding no ±Inf (NaN allowed) is tracked beside exactness: the output of a saturating rounding
+(a T pair whose input is a ``Clip(±M)`` output rounds values within ±M to values within ±M), of
+a pair whose input is exact and holds none, or of any Clip with finite bounds; a constant without
+±Inf; and what the ops below make of such inputs (they copy, select or compare them: none makes
+an infinity from finite values).
 
 Why each op keeps exactness (values V of T, closed under negation and containing ±0, ±Inf):
 
@@ -175,6 +177,7 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             return None
 
     finite: set[str] = set()  # tensors holding no ±Inf (NaN allowed)
+    within: dict[int, set[str]] = {t: set() for t in _FORMATS}  # Clip(±M of T) outputs
     finite_checked: dict[str, bool] = {}
 
     def finite_input(name: str) -> bool:
@@ -218,6 +221,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             lo, hi = constant(node.input[1]), constant(node.input[2])
             if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
                 finite.add(node.output[0])
+                for t in _FORMATS:
+                    if -lo[0] == hi[0] and saturates(hi, t):
+                        within[t].add(node.output[0])
                 to = is_rounding_cast(node.output[0]) if -lo[0] == hi[0] else -1
                 if to in _FORMATS and saturates(hi, to):
                     roundings[node.output[0]] = (to, node.input[0], [node], True)
@@ -235,6 +241,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             to = _to(first) if first is not None and first.op_type == "Cast" and is_onnx_domain(first.domain) else -1
             if to in _FORMATS:
                 exact[to].add(node.output[0])
+                source = first.input[0]
+                if source in within[to] or (exact_input(source, to) and finite_input(source)):
+                    finite.add(node.output[0])  # rounds within ±M, or rounds nothing
                 if readers.get(first.output[0], 0) == 1:
                     roundings[node.output[0]] = (to, first.input[0], [first, node], False)
             continue
