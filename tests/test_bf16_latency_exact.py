@@ -88,13 +88,14 @@ def _source(name: str) -> tuple[str, tuple]:
     return str(model.path()), tuple(model.samples("heldout")[:2])
 
 
-#: (model, the fewest roundings every form must leave out): PP-OCR cls (a MaxPool), openWakeWord's
-#: embedding (Max/LeakyRelu between Convs: 25), magika (a byte-embedding text CNN).
-MODELS = [("cls", 1), ("oww_embedding", 20), ("magika", 1)]
+#: (model, the fewest roundings every form must leave out, form): PP-OCR cls (a MaxPool) and
+#: openWakeWord's embedding (Max/LeakyRelu between Convs: 25) in every form, magika (a one-hot of
+#: its bytes) in one Cast and one Q/DQ form.
+CASES = ([("cls", 1, f) for f in FORMS] + [("oww_embedding", 20, f) for f in FORMS]
+         + [("magika", 1, "BF16"), ("magika", 1, "FP16:qdq")])
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("name,fewest", MODELS, ids=[m for m, _ in MODELS])
+@pytest.mark.parametrize("name,fewest,form", CASES, ids=[f"{m}-{f}" for m, _, f in CASES])
 def test_left_out_roundings_are_bit_exact_on_real_models(monkeypatch, name, fewest, form):
     path, feeds = _source(name)
     feeds = list(feeds) + [_edges(feeds[0])]
