@@ -40,7 +40,7 @@ def test_exact_pairs_dropped_bit_exactly(monkeypatch):
     model = _model()
     cfg = onnxptq.get_preset("BF16")
     dropped = onnxptq.quantize(model, cfg, None).model
-    monkeypatch.setattr(drop_exact_casts, "drop_exact_bf16_casts", lambda m: 0)
+    monkeypatch.setattr(drop_exact_casts, "drop_exact_casts", lambda m: 0)
     monkeypatch.setattr(on_grid, "on_grid_tensors", lambda *a, **k: {})  # emit's own skip of bf16 copies (fp16size)
     kept = onnxptq.quantize(model, cfg, None).model
     assert _pairs(kept) - _pairs(dropped) >= 3
@@ -99,7 +99,7 @@ def test_each_op_keeps_exactness_or_not(label, node, consts, dropped):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     before = onnx.ModelProto()
     before.CopyFrom(model)
-    assert drop_exact_casts.drop_exact_bf16_casts(model) == int(dropped), label
+    assert drop_exact_casts.drop_exact_casts(model) == int(dropped), label
     x = np.random.default_rng(2).normal(0, 3, (1, 2, 4, 4)).astype(np.float32)
     x[0, 0, 0] = [np.inf, -np.inf, np.nan, -0.0]
     x[0, 0, 1] = [1e-41, -3e-39, 0.400001, 6.05]
@@ -117,10 +117,10 @@ def test_a_fed_initializer_and_a_packed_weight():
     fed = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
                                          helper.make_tensor_value_info("lo", TensorProto.FLOAT, [])],
                             [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [lo])
-    assert drop_exact_casts.drop_exact_bf16_casts(helper.make_model(fed, opset_imports=[helper.make_opsetid("", 17)])) == 0
+    assert drop_exact_casts.drop_exact_casts(helper.make_model(fed, opset_imports=[helper.make_opsetid("", 17)])) == 0
     packed = helper.make_tensor("w", TensorProto.BFLOAT16, [], [0x3F00], raw=False)  # 0.5 in bfloat16 bits
     nodes = (_pair("x", "q") + [helper.make_node("Cast", ["w"], ["lo"], to=TensorProto.FLOAT),
                                 helper.make_node("Max", ["q", "lo"], ["t"])] + _pair("t", "y") + tail)
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [packed])
-    assert drop_exact_casts.drop_exact_bf16_casts(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])) == 1
+    assert drop_exact_casts.drop_exact_casts(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])) == 1

@@ -466,7 +466,7 @@ def compute_report(
         first_reader = {i: (_node_key(n, k), n.op_type) for k, n in reversed(list(enumerate(float_model.graph.node)))
                         for i in n.input}
         for name in plan.tensors:
-            if name not in matches and plan.tensors[name].quant.format in ("bf16", "bfp", "mx") and name in q_defined:
+            if name not in matches and plan.tensors[name].quant.format in ("bf16", "fp16", "bfp", "mx") and name in q_defined:
                 # emit dropped its Cast pair (graph/passes/drop_exact_casts.py) or left out its block
                 # quantizer (pipeline/on_grid.py): the tensor already holds values of its format's
                 # grid, the quantizer was the identity; its error is measured in place.

