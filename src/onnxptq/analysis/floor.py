@@ -1875,7 +1875,7 @@ def _judge_row_ties(check: OutputCheck, margins: RowMargins, seen: _Seen | None,
     if ties is None or not ties.near or ties.rows != check.rows:
         return
     bound = ShareBound.of(ties.share, ties.rows,
-                          f"rows, their {ties.near} near-ties weighed by their chance to flip (analysis/row_ties.py),", floor.top1)
+                          f"rows (their {ties.near} near-ties weighed by their chance to flip: analysis/row_ties.py)", floor.top1)
     if bound.confirmed or not share_bound(check.top1 * check.rows, check.rows)[0] >= floor.top1:
         return  # confirmed with its ties, or not confirmed by its rows alone (_confirm says so)
     check.unconfirmed = bound

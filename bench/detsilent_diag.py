@@ -1,0 +1,147 @@
+"""PP-OCRv4 det A8W8 (issue 27, detsilent): which part of the quantized graph moves the cream pages' DB masks.
+
+A8W8 with repair off, calibrated on the bench's 12 pages (seed 1, 0-11), with node sets kept float; each page's
+mask IoU (p > 0.3, float vs quantized) on ``--held`` pages of ``--seed``, by background (white / cream).
+
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/detsilent_diag.py variants --held 16 --seed 1000
+    # whole-model changes (activation calibration, equalization, bias correction), repair off
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/detsilent_diag.py configs --held 16 --seed 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import newmodels as nm  # noqa: E402
+from silent19_diag import _page_attributes  # noqa: E402
+from testkit import zoo  # noqa: E402
+
+#: node sets kept float (names of PP-OCRv4 det's graph)
+VARIANTS = {
+    "none": (),
+    "sigmoid input (last ConvTranspose + Add)": ("p2o.ConvTranspose.2", "p2o.Add.280", "p2o.Sigmoid.0"),
+    "head from the second ConvTranspose's input": ("p2o.Relu.11", "p2o.BatchNormalization.2", "p2o.ConvTranspose.2",
+                                                   "p2o.Add.280", "p2o.Sigmoid.0"),
+    "whole DB head": ("p2o.Conv.61", "p2o.BatchNormalization.1", "p2o.Relu.10", "p2o.ConvTranspose.0", "p2o.Add.278",
+                      "p2o.BatchNormalization.2", "p2o.Relu.11", "p2o.ConvTranspose.2", "p2o.Add.280", "p2o.Sigmoid.0"),
+}
+
+
+def se_branches(model_path: str, with_mul: bool = False) -> tuple[str, ...]:
+    """The nodes of every squeeze-and-excitation branch: ``GlobalAveragePool`` through single-reader nodes to the
+    gate (a ``HardSigmoid``/``Sigmoid``), and with ``with_mul`` the ``Mul`` that scales the feature map by it."""
+    import onnx
+
+    m = onnx.load(model_path)
+    readers: dict[str, list] = {}
+    for n in m.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    out: list[str] = []
+    for n in m.graph.node:
+        if n.op_type != "GlobalAveragePool":
+            continue
+        chain, t = [n], n.output[0]
+        for _ in range(8):
+            nxt = readers.get(t, [])
+            if len(nxt) != 1:
+                break
+            chain.append(nxt[0])
+            t = nxt[0].output[0]
+            if nxt[0].op_type in ("HardSigmoid", "Sigmoid"):
+                mul = [r for r in readers.get(t, []) if r.op_type == "Mul"]
+                out += [c.name for c in chain] + ([r.name for r in mul] if with_mul else [])
+                break
+    return tuple(out)
+
+
+def _ious(ref, test, feeds, threshold: float = 0.3) -> np.ndarray:
+    out = []
+    for f in feeds:
+        a, b = ref(f)[0] > threshold, test(f)[0] > threshold
+        out.append(float((a & b).sum() / max(1, (a | b).sum())))
+    return np.asarray(out)
+
+
+def _config_variants(preset: str) -> dict:
+    """Whole-model changes of the preset (calibration, equalization, bias correction), repair off."""
+    from onnxptq.config.presets import get_preset
+
+    base = dataclasses.replace(get_preset(preset), repair=False)
+    act = base.activation
+    return {"minmax ranges": dataclasses.replace(base, activation=dataclasses.replace(act, calibration="minmax")),
+            "percentile 99.99": dataclasses.replace(base, activation=dataclasses.replace(act, percentile=99.99)),
+            "entropy ranges": dataclasses.replace(base, activation=dataclasses.replace(act, calibration="entropy")),
+            "equalize": dataclasses.replace(base, equalize=True),
+            "bias correction": dataclasses.replace(base, bias_correction=True)}
+
+
+def configs(held_n: int, seed: int, only: list[str], preset: str) -> None:
+    import onnxptq
+
+    path = str(nm.SRC / nm.MODELS["ppocrv4_det"][0])
+    calib, held = nm.ppocr_det_feeds(12, 1), nm.ppocr_det_feeds(held_n, seed)
+    cream = np.array([a[0] == "cream" for a in _page_attributes(held_n, seed)])
+    ref = zoo.session_runner(path)
+    for label, cfg in _config_variants(preset).items():
+        if only and label not in only:
+            continue
+        c0 = time.process_time()
+        try:
+            r = onnxptq.quantize(path, cfg, data=calib, output="/tmp/detsilent_v4det_cfg.onnx")
+        except Exception as exc:  # noqa: BLE001  (a variant the library refuses is reported, not fatal)
+            print(json.dumps({"variant": label, "error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
+            continue
+        cpu = time.process_time() - c0
+        x = _ious(ref, zoo.session_runner("/tmp/detsilent_v4det_cfg.onnx"), held)
+        print(json.dumps({"variant": label, "floor_ok": bool(r.floor.ok), "cpu_s": round(cpu, 1), "mean": round(float(x.mean()), 4),
+                          "cream": round(float(x[cream].mean()), 4), "white": round(float(x[~cream].mean()), 4),
+                          "n_cream": int(cream.sum()), "min": round(float(x.min()), 4)}), flush=True)
+
+
+def variants(held_n: int, seed: int, only: list[str], preset: str) -> None:
+    import onnxptq
+    from onnxptq.config.presets import get_preset
+
+    path = str(nm.SRC / nm.MODELS["ppocrv4_det"][0])
+    calib, held = nm.ppocr_det_feeds(12, 1), nm.ppocr_det_feeds(held_n, seed)
+    cream = np.array([a[0] == "cream" for a in _page_attributes(held_n, seed)])
+    ref = zoo.session_runner(path)
+    variants = {**VARIANTS, "SE branches (pool to gate)": se_branches(path),
+                "SE branches and their Mul": se_branches(path, with_mul=True)}
+    for label, nodes in variants.items():
+        if only and label not in only:
+            continue
+        cfg = dataclasses.replace(get_preset(preset), repair=False, nodes_to_exclude=tuple(nodes))
+        c0 = time.process_time()
+        r = onnxptq.quantize(path, cfg, data=calib, output="/tmp/detsilent_v4det.onnx")
+        cpu = time.process_time() - c0
+        x = _ious(ref, zoo.session_runner("/tmp/detsilent_v4det.onnx"), held)
+        print(json.dumps({"variant": label, "floor_ok": bool(r.floor.ok), "cpu_s": round(cpu, 1), "mean": round(float(x.mean()), 4),
+                          "cream": round(float(x[cream].mean()), 4), "white": round(float(x[~cream].mean()), 4),
+                          "n_cream": int(cream.sum()), "min": round(float(x.min()), 4)}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("variants", "configs"))
+    ap.add_argument("--held", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--preset", default="A8W8")
+    ap.add_argument("--only", nargs="*", default=[])
+    a = ap.parse_args()
+    (variants if a.mode == "variants" else configs)(a.held, a.seed, a.only, a.preset)
+
+
+if __name__ == "__main__":
+    main()
