@@ -4,6 +4,8 @@ A8W8 with repair off, calibrated on the bench's 12 pages (seed 1, 0-11), with no
 mask IoU (p > 0.3, float vs quantized) on ``--held`` pages of ``--seed``, by background (white / cream).
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/detsilent_diag.py variants --held 16 --seed 1000
+    # the floor's mask rule on random draws of 4 held-out + 8 pooled pages of 64 fresh ones: how often it says "holds"
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/detsilent_diag.py subsets --held 64 --seed 2000 --size 4 --draws 2000
     # whole-model changes (activation calibration, equalization, bias correction), repair off
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/detsilent_diag.py configs --held 16 --seed 1000
 """
@@ -132,15 +134,57 @@ def variants(held_n: int, seed: int, only: list[str], preset: str) -> None:
                           "n_cream": int(cream.sum()), "min": round(float(x.min()), 4)}), flush=True)
 
 
+def subsets(quantized: str, pages_n: int, seed: int, size: int, draws: int) -> None:
+    """The floor's mask rule (analysis/maps.py: each judged level's mean page IoU with its t-bound, 90 % each side)
+    on random draws of ``pages_n`` fresh pages: ``size`` held out and 8 more pooled with them (the calibration
+    pages), as floor._judge_masks reads a bench row of 12 pages. ``p_hold``: the share of draws on which it says
+    "holds" (the held-out pages' bound and the pooled one both clear 0.95); ``held_only``: the held-out bound alone.
+    Beside the mean over all pages; a ``p_hold`` at or under 0.1 where the mean is below the floor is the bound's
+    own confidence, not a reading that misses."""
+    import math
+
+    from onnxptq.analysis.maps import MaskAgreement, t_quantile
+
+    path = str(nm.SRC / nm.MODELS["ppocrv4_det"][0])
+    ref, test = zoo.session_runner(path), zoo.session_runner(quantized)
+    whole = MaskAgreement()
+    for f in nm.ppocr_det_feeds(pages_n, seed):
+        whole.add(ref(f)[0], test(f)[0])
+    levels = whole._judged()
+    ious = {k: np.array([i / u for i, u in whole.pages[k]]) for k in levels}
+    n = min(len(v) for v in ious.values())
+
+    def low(x: np.ndarray) -> float:
+        return float(x.mean() - t_quantile(0.9, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+    rng = np.random.default_rng(0)
+    holds = held_only = 0
+    for _ in range(draws):
+        idx = rng.choice(n, size + 8, replace=False)
+        held = all(low(ious[k][idx[:size]]) >= 0.95 for k in levels)
+        held_only += held
+        holds += held and all(low(ious[k][idx]) >= 0.95 for k in levels)
+    b = whole.judge(0.95)
+    print(json.dumps({"quantized": quantized, "pages": n, "seed": seed, "all pages": b.describe(0.95) if b else None,
+                      "held_out": size, "pooled": size + 8, "draws": draws, "p_hold": round(holds / draws, 3),
+                      "held_only": round(held_only / draws, 3)}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("variants", "configs"))
+    ap.add_argument("mode", choices=("variants", "configs", "subsets"))
+    ap.add_argument("--model", default="/work/cache/detsilent/v4det_a8w8_norepair.onnx", help="subsets: the quantized model")
+    ap.add_argument("--size", type=int, default=4, help="subsets: pages a subset holds (the floor's held-out pages)")
+    ap.add_argument("--draws", type=int, default=400)
     ap.add_argument("--held", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--preset", default="A8W8")
     ap.add_argument("--only", nargs="*", default=[])
     a = ap.parse_args()
-    (variants if a.mode == "variants" else configs)(a.held, a.seed, a.only, a.preset)
+    if a.mode == "subsets":
+        subsets(a.model, a.held, a.seed, a.size, a.draws)
+    else:
+        (variants if a.mode == "variants" else configs)(a.held, a.seed, a.only, a.preset)
 
 
 if __name__ == "__main__":
