@@ -25,6 +25,11 @@ count against its bound (analysis/floor.py ``_judge_row_ties``), so a near-tie r
 uncertain and no more, and a verdict of rows whose ties the bound cannot absorb says *could NOT
 confirm* instead of "holds".
 
+Measured (bench/RESULTS.md, detsilent): the two pooled heads above read 0.9766 and 0.9492 ("could NOT
+confirm"); anr_ar_decoder's 64 held-out rows under BFP16 / MX9 / MXINT8 (64 of 64 kept, 2 ties each)
+0.9917 / 0.9941 / 0.9907 where its task metric reads 0.9922 / 0.9922 / 0.9805 on other data: at those
+rates 64 rows cannot confirm 0.97, which the rows kept alone had said.
+
 Not a break: the estimate may read below the floor where the rows seen held it (few rows, wide
 noise); the rows seen and their count stay the judgement, the estimate only withholds the
 confirmation (a break on estimated rows alone is class_scores' reads' rule, with its own evidence).
