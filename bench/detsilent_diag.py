@@ -34,6 +34,9 @@ VARIANTS = {
     "sigmoid input (last ConvTranspose + Add)": ("p2o.ConvTranspose.2", "p2o.Add.280", "p2o.Sigmoid.0"),
     "head from the second ConvTranspose's input": ("p2o.Relu.11", "p2o.BatchNormalization.2", "p2o.ConvTranspose.2",
                                                    "p2o.Add.280", "p2o.Sigmoid.0"),
+    "first Conv (the image input unquantized)": ("p2o.Conv.0",),
+    "the first pointwise Conv (its 0-92 input unquantized)": ("p2o.Conv.2",),
+    "the first two pointwise Convs read from a 0-90 range": ("p2o.Conv.2", "p2o.Conv.6"),
     "whole DB head": ("p2o.Conv.61", "p2o.BatchNormalization.1", "p2o.Relu.10", "p2o.ConvTranspose.0", "p2o.Add.278",
                       "p2o.BatchNormalization.2", "p2o.Relu.11", "p2o.ConvTranspose.2", "p2o.Add.280", "p2o.Sigmoid.0"),
 }
@@ -64,6 +67,20 @@ def se_branches(model_path: str, with_mul: bool = False) -> tuple[str, ...]:
                 mul = [r for r in readers.get(t, []) if r.op_type == "Mul"]
                 out += [c.name for c in chain] + ([r.name for r in mul] if with_mul else [])
                 break
+    return tuple(out)
+
+
+def _first_nodes(model_path: str, convs: int) -> tuple[str, ...]:
+    """Every node of the graph (in its order) before its ``convs``-th Conv: the backbone's first stages kept float."""
+    import onnx
+
+    out, seen = [], 0
+    for n in onnx.load(model_path).graph.node:
+        seen += n.op_type == "Conv"
+        if seen >= convs:
+            break
+        if n.op_type != "Constant":
+            out.append(n.name)
     return tuple(out)
 
 
@@ -119,7 +136,8 @@ def variants(held_n: int, seed: int, only: list[str], preset: str) -> None:
     calib, held = nm.ppocr_det_feeds(12, 1), nm.ppocr_det_feeds(held_n, seed)
     cream = np.array([a[0] == "cream" for a in _page_attributes(held_n, seed)])
     ref = zoo.session_runner(path)
-    variants = {**VARIANTS, "SE branches (pool to gate)": se_branches(path),
+    variants = {**VARIANTS, **{f"every node before the {k}th Conv": _first_nodes(path, k) for k in (2, 3, 4, 6, 8, 12, 16, 32, 48)},
+                "SE branches (pool to gate)": se_branches(path),
                 "SE branches and their Mul": se_branches(path, with_mul=True)}
     for label, nodes in variants.items():
         if only and label not in only:
