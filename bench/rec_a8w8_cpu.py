@@ -18,6 +18,7 @@ timed three ways:
 
     PYTHONPATH=<tree>/src:. OMP_NUM_THREADS=1 python bench/rec_a8w8_cpu.py --npz /work/cache/peak54/bq/rec_lines_64.npz \
         [--lines 64] [--rounds 2] [--prof 30]
+    PYTHONPATH=<tree>/src:. OMP_NUM_THREADS=1 python bench/rec_a8w8_cpu.py --micro
 
 ``--rounds``: quantizes timed in turn (the best round's stages are printed: the load on a shared
 machine only adds). The ``.npz`` is what ``python bench/quantize.py --only quantize --lines 64``
@@ -170,14 +171,74 @@ def profile(npz: str, lines: int, top: int) -> None:
         print(f"  {tt:7.3f} {ct:7.3f} {nc:7d}  {path}:{line}({name})")
 
 
+def micro() -> None:
+    """The pieces this branch changed, alone, best of 3 (``time.process_time``): a MinMSE histogram's
+    folding (24 feeds of PP-OCRv4 rec's six residual-Add shapes, random values), one MinMSE
+    search (uint8 and uint16 grids, on the histogram that folding leaves), and the graph walks on
+    PP-OCRv4 rec (``all_graphs``, ``ScopeIndex``); with a digest of the results, equal across
+    trees when the change keeps every value."""
+    import numpy as np
+    import onnx
+
+    from onnxptq.calibration import methods
+    from onnxptq.calibration.collectors import HistogramCollector
+    from onnxptq.graph import walk
+    from testkit.models import model_path
+
+    def best(f: Any, n: int = 1) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.process_time()
+            for _ in range(n):
+                f()
+            times.append((time.process_time() - t0) / n)
+        return min(times)
+
+    rng = np.random.default_rng(0)
+    shapes = [(1, 32, 24, 160), (1, 64, 24, 160), (1, 128, 12, 160), (1, 240, 12, 80), (1, 480, 6, 80), (1, 480, 3, 80)]
+    feeds = [[(rng.standard_normal(s) * (1 + 0.1 * i)).astype(np.float32) for s in shapes] for i in range(24)]
+    filled: list[HistogramCollector] = []
+
+    def fold() -> None:
+        filled[:] = [HistogramCollector(2048) for _ in shapes]
+        for feed in feeds:
+            for c, x in zip(filled, feed):
+                c.update(x)
+
+    fold_s = best(fold)
+
+    def search() -> list[tuple[float, float]]:
+        out = []
+        for c in filled:
+            for qmax in (255, 65535):
+                c.__dict__.pop("_ranges", None)  # the search, not its memo
+                c.__dict__.pop("_range_memo", None)
+                out.append(methods.compute_range(c, "minmse", qmin=0, qmax=qmax, symmetric=False))
+        return out
+
+    search_s = best(search) / (2 * len(shapes))
+    digest = hashlib.sha256(b"".join(c.hist.counts.tobytes() for c in filled) + repr(search()).encode()).hexdigest()[:16]
+    model = onnx.load(str(model_path("rec")))
+    walk_s = best(lambda: list(walk.all_graphs(model.graph)), 20)
+    index_s = best(lambda: walk.ScopeIndex(model), 20)
+    print(f"micro: histogram fold {fold_s:.3f} s (144 updates)  MinMSE search {search_s * 1e3:.2f} ms  "
+          f"all_graphs {walk_s * 1e3:.2f} ms  ScopeIndex {index_s * 1e3:.2f} ms  digest {digest}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--npz", required=True, help="rendered rec lines (bench/quantize.py's rec_lines_<N>.npz)")
+    ap.add_argument("--npz", help="rendered rec lines (bench/quantize.py's rec_lines_<N>.npz)")
     ap.add_argument("--lines", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--prof", type=int, default=0, metavar="N", help="cProfile one more quantize; print our top N by self time")
+    ap.add_argument("--micro", action="store_true", help="time the pieces alone (micro) and stop")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
+    if args.micro:
+        micro()
+        return
+    if not args.npz:
+        ap.error("--npz is needed (or --micro)")
     from onnxptq.memory import share_malloc_arena
 
     share_malloc_arena()  # as the CLI (and bench/quantize.py's jobs) run it
