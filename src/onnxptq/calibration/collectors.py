@@ -334,7 +334,9 @@ class SignedHistogram:
         # Truncation toward zero maps the (rounding-induced) tiny negatives to bin 0; the right
         # edge (and rounding just past it) lands in extra bins folded into the last one. No
         # clipping passes over the data.
-        counts = np.bincount(pos.astype(np.int32).ravel(), minlength=n)
+        # Cast straight to the platform index type: bincount converts anything else to it first
+        # (one more pass over the positions); truncation is the same for the positions' range.
+        counts = np.bincount(pos.astype(np.intp).ravel(), minlength=n)
         counts[n - 1] += counts[n:].sum()
         self.counts += counts[:n]
 
@@ -432,11 +434,22 @@ class HistogramCollector(MinMaxCollector):
         return self.hist.num_bins
 
     def update(self, batch: np.ndarray) -> None:
-        """Fold ``batch`` in: extremes, moments and histogram counts."""
-        x = self._finite(batch)
+        """Fold ``batch`` in: extremes, moments and histogram counts.
+
+        The batch's min and max are taken once: finite, they are its extremes (the finite path,
+        one pass each); otherwise :meth:`_finite` counts and drops the NaN/Inf and the extremes
+        are taken again on what is left. Why: the histogram tensors are fetched whole every
+        feed (PP-OCRv4 rec A8W8: 16 MinMSE tensors of ~230 K values, 56 feeds), and the former
+        second min/max pass over each was a fifth of their folding."""
+        x = as_float_array(batch, self.name)
         if x.size == 0:
             return
         lo, hi = float(x.min()), float(x.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            x = self._finite(x)
+            if x.size == 0:
+                return
+            lo, hi = float(x.min()), float(x.max())
         self._update_finite(x, lo, hi)
         self.hist.add(x, max(abs(lo), abs(hi)))
 

@@ -41,6 +41,7 @@ from onnxptq.formats import integer
 from onnxptq.formats.integer import grid_fake_quantize as fake_quantize
 from onnxptq.formats.integer import grid_pow2_scale as pow2_scale
 from onnxptq.formats.integer import grid_scale_zero_point as scale_zero_point
+from onnxptq.formats.integer import grid_scales_zero_points
 
 log = logging.getLogger(__name__)
 
@@ -651,9 +652,7 @@ def _minmse(h: HistogramCollector, opts: dict[str, Any], name: str) -> tuple[flo
     if k < 1:
         raise ValueError(f"minmse calibration of {name!r}: num_candidates must be >= 1, got {k}")
     fractions = np.arange(k, 0, -1, dtype=np.float64) / k  # 1 first: ties keep the widest window
-    pairs = [scale_zero_point(f * lo, f * hi, qmin, qmax, symmetric) for f in fractions]
-    scales = np.array([p[0] for p in pairs])
-    zps = np.array([p[1] for p in pairs], dtype=np.float64)
+    scales, zps = grid_scales_zero_points(fractions * lo, fractions * hi, qmin, qmax, symmetric)
     errors = _weighted_errors(centres, counts, scales, zps, qmin, qmax, 2)
     f = float(fractions[int(np.argmin(errors))])
     return _finish(f * min(lo, 0.0), f * max(hi, 0.0), Method.MINMSE, symmetric)

@@ -349,6 +349,19 @@ def grid_scale_zero_point(rmin: float, rmax: float, qmin: int, qmax: int, symmet
     return float(np.float32(scale)), int(zp)
 
 
+def grid_scales_zero_points(rmin: np.ndarray, rmax: np.ndarray, qmin: int, qmax: int,
+                            symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`grid_scale_zero_point` of many ranges at once: float64 arrays of the scales (each
+    rounded to float32, 1.0 where tiny) and the zero points (0 where tiny), element for element
+    the values it gives one range at a time (the same float64 arithmetic elementwise). Why: a
+    MinMSE search evaluates 100 candidate windows per tensor, and a Python call per window was
+    most of its time (PP-OCRv4 rec A8W8: 32 searches, 3200 calls)."""
+    scale, zp, tiny = _grid_scale_zp(rmin, rmax, qmin, qmax, symmetric, warn=False)
+    scales = np.where(tiny, 1.0, np.asarray(scale, dtype=np.float32).astype(np.float64))
+    # + 0.0: a zero point of -0.0 (rint of a small negative) is the integer 0 one range at a time
+    return scales, np.where(tiny, 0.0, zp) + 0.0
+
+
 def grid_fake_quantize(x: np.ndarray, scale: float | np.ndarray, zp: float | np.ndarray, qmin: int, qmax: int) -> np.ndarray:
     """In float64, for range searches: ``(clip(rint(x / s) + zp, qmin, qmax) - zp) * s`` (round half to even, like QuantizeLinear)."""
     return (np.clip(np.rint(x / scale) + zp, qmin, qmax) - zp) * scale
