@@ -5933,7 +5933,7 @@ def _platerec(name: str) -> Callable:
 
 def _plate_read(decoder: Callable, context: np.ndarray, max_new_tokens: int = 32) -> list[int]:
     """Platerec.read's loop: from [[0]] ('<'), the decoder's last-position arg-max appended until '>' (38)."""
-    idx = np.zeros((1, 1), np.int64)
+    idx, context = np.zeros((1, 1), np.int64), np.asarray(context, np.float16)  # a widened encoder's context is float32
     for _ in range(max_new_tokens):
         nxt = np.asarray(decoder({"input": idx, "context": context})[0])[:, -1, :].argmax(-1)[:, None].astype(np.int64)
         idx = np.concatenate([idx, nxt], 1)
