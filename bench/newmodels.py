@@ -5975,6 +5975,11 @@ MODELS.update({
     "platerec_dec": (str(PLATEREC / "decoder.onnx"), platerec_dec_feeds, "plate string exact (greedy)",
                      platerec_dec_strings),
 })
+# The grid as its user reads it, told the floor: a sample holds while its points' mean move stays within 0.5 % of the
+# grid's RMS radius (~0.5 of [-1, 1]: about 1 px of the 720 x 1040 photo), the channel-first grid read as points
+# (analysis/point_reads.py). Same model, feeds and bench reading as "uvdoc".
+MODELS["uvdoc_declared"] = MODELS["uvdoc"]
+DECLARED["uvdoc_declared"] = {"output": "points:0.005,2"}
 
 
 def _model_bytes(path: Path) -> int:
