@@ -1882,7 +1882,8 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", required=True)
     ap.add_argument("--out-dir", default="/work/cache/newmodels/out")
-    ap.add_argument("--merge", nargs="*", default=[], help="further JSON row files to put in the table (runs nothing)")
+    ap.add_argument("--merge", nargs="*", default=None,
+                    help="further JSON row files (none: --json alone) to put in the table (runs nothing)")
     ap.add_argument("--eval-only", action="store_true",
                     help="recompute agreement/cosine/status of the rows in --json from the models already in --out-dir")
     a = ap.parse_args()
@@ -1903,7 +1904,7 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(rows, indent=1))
         Path(a.md).write_text(table(rows))
         return
-    if a.merge:
+    if a.merge is not None:  # a bare --merge tabulates --json alone (it ran every model before)
         rows = [r for path in [a.json, *a.merge] for r in json.loads(Path(path).read_text())]
         Path(a.md).write_text(table(rows))
         return
