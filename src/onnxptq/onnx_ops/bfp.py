@@ -517,10 +517,9 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
     half of each body's nodes. They differ from the plain ones in two places only, so only those
     are branched: the block maxima (plain: of x and -x, with a runtime +0 from the sum; masked:
     of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
-    put back by ``y - (clip(x) - x)``, -0 kept). Each branch computes its outputs (onnxruntime
-    copies a branch output that is an outer-scope value). The same values as :func:`_bfp_quant`
-    and :func:`_bfp_exact` (the masked branch in :func:`_bfp_flat`'s branch-free forms: no
-    ``Where``, a node fewer each), hence the same bits.
+    put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
+    its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
+    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits.
 
     ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` (blocks of an
     even length): the plain maxima are taken in two stages (:func:`onnxptq.onnx_ops.body.max_by_halves`,
@@ -538,9 +537,8 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
     else:
         amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.wide(2.0**-127))
     zero_plain = _wide_zero(plain, total)
-    # The masked maxima as -ReduceMin of -|x| with ±Inf/NaN set to 0 (body.masked_neg_abs, as in
-    # :func:`_bfp_flat`): the same maxima in one node fewer than Where(IsNaN or IsInf, 0, x), no Where.
-    amax_masked = masked.op("Max", masked.op("Neg", masked.reduce("ReduceMin", masked_neg_abs(masked, xr), [1])),
+    special = _nonfinite(masked, xr)
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.wide(0.0), xr)), [1]),
                             masked.wide(2.0**-127))
     zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
     amax, zero = g.fresh("amax"), g.fresh("zero")
@@ -557,9 +555,9 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
     q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero)
     plain, masked = g.branch(), g.branch()
     y_plain = plain.op("Mul", q, s)
-    # ±Inf/NaN put back by arithmetic (body.put_back_nonfinite, as in :func:`_bfp_flat`; -0 kept):
-    # one node fewer than Where(IsNaN or IsInf, x, y), no Where.
-    y_masked = put_back_nonfinite(masked, masked.op("Mul", q, s), xr)
+    # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
+    # from its then slot into +0.
+    y_masked = masked.op("Where", _nonfinite(masked, xr), xr, masked.op("Mul", q, s))
     return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
                 else_branch=masked.graph(y_masked, g.fresh("masked")))
 
