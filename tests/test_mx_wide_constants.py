@@ -65,7 +65,9 @@ def test_fp_choice_has_no_where_and_is_scaled_once(element_dtype, shape, axis) -
     assert [n.op_type for n in readers] == ["Mul"], body.name
     unit = next(i for i in readers[0].input if i != adds[0].output[0])
     by_unit = sorted(n.op_type for n in body.node if unit in n.input)
-    assert by_unit == ["Div", "Mul"], by_unit  # x / unit, and the choice · unit
+    # x / unit, the choice · unit, and the normal threshold -unit·2^mbits (= -scale·2^emin; the
+    # unit comes straight from the block minima, onnx_ops.mx._fp_unit)
+    assert by_unit == ["Div", "Mul", "Mul"], by_unit
     steps = {2.0 ** (fmt.mbits - fmt.emin), 2.0 ** (fmt.emin - fmt.mbits)} - {1.0}
     step_consts = {o for n in body.node if n.op_type == "Constant"
                    for a in n.attribute if a.name == "value" and a.t.data_type == onnx.TensorProto.FLOAT

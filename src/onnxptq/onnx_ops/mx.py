@@ -145,6 +145,19 @@ def _int_unit(b: Body, t: str, fmt: ElementFormat, sign: float = 1.0) -> str:
     return b.op("Max", pow2_floor(b, t, sign * 2.0**-fmt.emax * _INT8_UNIT), b.wide(2.0**E8M0_MIN * _INT8_UNIT))
 
 
+def _fp_unit(b: Body, low: str, fmt: ElementFormat) -> str:
+    """The FP element unit ``scale·2^(emin - mbits)`` (:func:`_fp_elements`) straight from the
+    block minima ``low`` of ``-|x|``, as :func:`_int_unit` does for INT8 elements: the sign, the
+    ``2^-emax`` and the ``2^(emin - mbits)`` ride in :func:`pow2_floor`'s first float64 product,
+    and the E8M0 clamp reads ``2^(E8M0_MIN + emin - mbits)`` (``>= 2^-143``, a float32
+    subnormal). One ``Mul`` on the block maxima less than ``_block_scale`` then ``Mul``, the same
+    bits: a scale at or above ``2^E8M0_MIN`` gives its unit exactly (a power of two ``>= 2^-143``),
+    one below it gives a float32 below ``2^-143`` (or 0) that the clamp raises to ``2^-143``, which
+    is ``2^E8M0_MIN·2^(emin - mbits)`` as before."""
+    step = 2.0 ** (fmt.emin - fmt.mbits)
+    return b.op("Max", pow2_floor(b, low, -(2.0**-fmt.emax) * step), b.wide(2.0**E8M0_MIN * step))
+
+
 def _round_int(b: Body, w: str, rounding_mode: int) -> str:
     """Round to integer: 0 half away, 1 half up, 2 half even; ties found exactly, -0 kept.
 
@@ -179,7 +192,8 @@ def _quantize(b: Body, x4: str, a: str, scale: str, fmt: ElementFormat, rounding
     return b.op(op_type, *inputs)
 
 
-def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool) -> tuple[str, str, str]:
+def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_clipped: bool,
+                 unit: str | None = None) -> tuple[str, str, str]:
     """``(q_norm, q_sub, unit)``: ``x4 / scale`` on the FP element grid in units of the element's
     smallest step ``2^(emin - mbits)``, by the normal formula (mantissa rounded by the add-subtract
     trick, saturated at max_norm) and by the subnormal one (an integer: ``Round`` of the quotient),
@@ -202,8 +216,9 @@ def _fp_elements(b: Body, x4: str, scale: str, fmt: ElementFormat, *, sub_on_cli
     ``2^(mbits - emin)`` exactly; the saturation bound is ``max_norm`` in those units.
 
     ``sub_on_clipped``: the subnormal formula reads the saturated quotient (the plain body); the
-    branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged."""
-    unit = b.op("Mul", scale, b.wide(2.0 ** (fmt.emin - fmt.mbits)))  # per block, exact (see above)
+    branch-free body reads the unsaturated one, so ±Inf and NaN pass through it unchanged.
+    ``unit``: given by the caller (:func:`_fp_unit`), ``scale`` is then not read."""
+    unit = unit or b.op("Mul", scale, b.wide(2.0 ** (fmt.emin - fmt.mbits)))  # per block, exact (see above)
     v = b.op("Div", x4, unit)
     top = fmt.max_norm * 2.0 ** (fmt.mbits - fmt.emin)
     vc = b.op("Clip", v, b.const(-top), b.const(top))
@@ -256,15 +271,17 @@ class _Blocks:
     """How a view's block maxima are taken: a reduction over ``axis`` (kept), then ``finish``
     (None: that already is one value per block, broadcasting over the view)."""
 
-    def __init__(self, axis: int = 1, finish: Callable[[Body, str], str] | None = None) -> None:
+    def __init__(self, axis: int = 1, finish: Callable[[Body, str, str], str] | None = None) -> None:
         self.axis, self.finish = axis, finish
 
     def reduce(self, b: Body, op: str, t: str) -> str:
         return b.op(op, t, b.const([self.axis], np.int64), keepdims=1)
 
-    def maxima(self, b: Body, m: str) -> str:
-        """Block maxima, broadcastable over the view, from the first reduction's maxima ``m``."""
-        return m if self.finish is None else self.finish(b, m)
+    def maxima(self, b: Body, m: str, op: str = "ReduceMax") -> str:
+        """Block maxima, broadcastable over the view, from the first reduction's maxima ``m``
+        (``op="ReduceMin"``: block minima from the first reduction's minima, e.g. of ``-|x|``,
+        whose zero padding is above every value as the maxima's is below)."""
+        return m if self.finish is None else self.finish(b, m, op)
 
 
 def _fake_quantize_blocks(
@@ -368,21 +385,26 @@ def _fake_quantize_flat(g: Body, x4: str, fmt: ElementFormat, rounding_mode: int
                             lambda b, t: b.op("ReduceMin", t, b.const([halves[2]], np.int64), keepdims=halves[3]),
                             axis=halves[4], allowzero=True, merge="Min")
     if fmt.is_int and not unsaturated:
-        # The unit from the block minima of -|x| themselves where they already are one value per
-        # block (no Neg, no scale; see _int_unit); a tiled view's finish pads with zeros, which
-        # only the maxima of |x| ignore.
-        unit = (_int_unit(g, low, fmt, -1.0) if blocks.finish is None
-                else _int_unit(g, blocks.maxima(g, g.op("Neg", low)), fmt))
+        # The unit from the block minima of -|x| themselves (no Neg, no scale; see _int_unit); a
+        # tiled view's finish takes the minima over its zero-padded sub-blocks (zeros lie above
+        # every value of -|x|, as below every maximum of |x|).
+        unit = _int_unit(g, blocks.maxima(g, low, "ReduceMin"), fmt, -1.0)
         op_type, inputs = _quantize_parts(g, x4, "", "", fmt, rounding_mode, unit)
         return put_back_nonfinite(g, g.op(op_type, *inputs), x4)
-    scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt, unsaturated)
-    if fmt.is_int:
-        return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
+    if unsaturated:  # the unsaturated scale compares the block maxima themselves
+        scale = _block_scale(g, blocks.maxima(g, g.op("Neg", low)), fmt, True)
+        if fmt.is_int:
+            return put_back_nonfinite(g, _quantize(g, x4, "", scale, fmt, rounding_mode), x4)
+        unit = None
+    else:
+        # The element unit straight from the block minima of -|x| (no Neg, no scale; _fp_unit).
+        scale, unit = "", _fp_unit(g, blocks.maxima(g, low, "ReduceMin"), fmt)
     # The subnormal-range formula on the unclipped x/scale (its finite elements are below the
     # clip): ±Inf and NaN come out as themselves.
-    q_norm, q_sub, unit = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False)
-    # |x| >= scale·2^emin as -|x| <= -scale·2^emin (exact); false where the mask put 0.
-    normal = g.op("LessOrEqual", m, g.op("Mul", scale, g.wide(-(2.0**fmt.emin))))
+    q_norm, q_sub, unit = _fp_elements(g, x4, scale, fmt, sub_on_clipped=False, unit=unit)
+    # |x| >= scale·2^emin as -|x| <= -scale·2^emin = -unit·2^mbits (exact: powers of two, the
+    # product a float32 >= 2^-141); false where the mask put 0.
+    normal = g.op("LessOrEqual", m, g.op("Mul", unit, g.wide(-(2.0**fmt.mbits))))
     op_type, inputs = _scaled_choice(g, normal, q_norm, q_sub, unit)
     return g.op(op_type, *inputs)
 
@@ -493,9 +515,9 @@ def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int)
     blocks_shape = g.shared("Concat", lead, g.i64(nb, m), trail, axis=0)
     owner = g.i64(*[j // m for j in range(n // k)])  # the block of each sub-block
 
-    def finish(b: Body, sub: str) -> str:  # (lead, n/k, 1, trail) -> block maxima per sub-block
+    def finish(b: Body, sub: str, op: str = "ReduceMax") -> str:  # (lead, n/k, 1, trail) -> per sub-block
         blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, allowzero=1)
-        return b.op("Gather", b.op("ReduceMax", blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
+        return b.op("Gather", b.op(op, blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
 
     return x5, _Blocks(axis + 1, finish)
 
