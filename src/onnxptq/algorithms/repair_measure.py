@@ -1,0 +1,182 @@
+"""How repair chooses between candidates on an output the floor could not judge (issue 27).
+
+Why: the search (:mod:`.repair`) accepts a candidate where the floor's verdict holds. On an output whose
+reads are too few to judge ("NOT JUDGED": fewer than ``Floor.needed``) or to ever confirm a share ("could
+NOT confirm" with every read kept), the verdict holds for nearly any candidate, so the search, which keeps
+handing nodes back while verdicts hold, delivers whichever candidate the unjudged reads let through.
+bench/fuzz_silent.py seed 1 (bench/RESULTS.md, "The session's merges, checked"): m006 MX9 and m007 BFP16
+stepped 1 of 2 and 7 of 11 nodes to BF16 and handed the rest back, reads 0.965 / 0.939 on 256 fresh feeds
+against the 0.97 floor, where keeping them all stepped or float gave 0.973 / 1.000; the 32 reads had said
+"NOT JUDGED" for both.
+
+So on such an output the candidates are compared by a measure that does not run out of reads: the
+**margins on every judged sample**. Per decision position (float's arg-max, its near-ties and a
+background class's positions left out, as the floor's reads do: ``class_scores.judge_positions``) the
+candidate's loss of float's margin (float's top-1 − top-2 gap, less what the candidate keeps of it) is
+turned into the chance it flips a read like it: the share of float's decision margins below that loss
+(float's margin CDF, pooled over the output's judged feeds). A read's expected loss is one less the chance
+all its positions keep; a feed's, the mean over its reads. Outputs without a class axis are measured by
+``1 − cosine`` per feed.
+
+**The rule** (:func:`worse`): a candidate is not accepted on such an output where its mean per-feed loss
+is above the best-measured accepted candidate's by more than its noise: the paired difference's standard
+error over the same feeds, times the one-sided z of :data:`onnxptq.analysis.evidence.CONFIDENT`. No
+candidate is let through because its own estimate clears the floor: on m006 MX9 the margins put the
+candidate handing 7 of 9 nodes back at 0.978 of its reads kept, 0.0029 above the floor by its standard
+error, and it read 0.965 on the 256 fresh feeds (the margins see only those the few feeds happen to hold;
+``class_scores``' docstring); against the whole plan in BF16 it lost 0.0059 ± 0.0023 more reads: worse.
+One mechanism for every search (the ladder's rungs, the mixed rung, the float search): the judge
+(:class:`.repair._Judge`) applies it to every candidate it builds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..analysis.evidence import CONFIDENT, share_bound
+from ..analysis.floor import Verdict
+
+__all__ = ["Measure", "undecided", "measure_outputs", "worse"]
+
+#: Float margins at or below this share of the scores' scale are near-ties, left out (``class_scores.TIE_TOLERANCE``).
+TIE = 2.0 ** -10
+#: A class float reads at more than this share of an output's positions is its background (``class_scores.BACKGROUND_SHARE``).
+BACKGROUND = 0.5
+Z = NormalDist().inv_cdf(CONFIDENT)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One output's measure on one candidate: per judged feed, the expected share of its reads lost
+    (``cosine``: ``1 − cosine``)."""
+
+    losses: np.ndarray
+    cosine: bool = False
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.losses)) if self.losses.size else 0.0
+
+    def describe(self) -> str:
+        what = "1 − cosine" if self.cosine else "reads lost (margins)"
+        return f"{what} {self.mean:.4f} on {self.losses.size} feeds"
+
+
+def undecided(verdict: Verdict) -> list[str]:
+    """The outputs of a verdict that holds which its reads were too few to decide: not judged
+    (``top1_unjudged``, not below the floor by chance: ``within_chance`` is repair's other rule), or a share
+    that could not be confirmed even with every read kept (:func:`onnxptq.algorithms.repair.selected_unconfirmed`
+    leaves those to this rule)."""
+    names = []
+    for name, check in verdict.outputs.items():
+        if not check.ok or check.within_chance is not None:
+            continue
+        bound = check.unconfirmed
+        few = bound is not None and share_bound(float(bound.count), float(bound.count))[0] < bound.floor
+        if check.top1_unjudged or few:
+            names.append(name)
+    return names
+
+
+def _arrays(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The feeds' ``(float, candidate)`` values where both are whole finite float arrays of one shape
+    (a held form of a calibration feed's output, ``analysis.held_outputs``, is left out)."""
+    out = []
+    for r, g in pairs:
+        if not isinstance(r, np.ndarray) or not isinstance(g, np.ndarray) or r.shape != g.shape or r.size == 0:
+            continue
+        if not np.issubdtype(r.dtype, np.floating) or not (np.isfinite(r).all() and np.isfinite(g).all()):
+            continue
+        out.append((r, g))
+    return out
+
+
+def _reads(x: np.ndarray) -> np.ndarray:
+    """``x`` as ``[reads, positions, classes]``: a rank-≥3 output's leading axes are its reads, a rank-2
+    output's rows one-position reads, a rank-1 vector one read of one position."""
+    if x.ndim == 1:
+        return x.reshape(1, 1, -1)
+    if x.ndim == 2:
+        return x.reshape(x.shape[0], 1, x.shape[1])
+    return x.reshape(-1, x.shape[-2], x.shape[-1])
+
+
+def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Measure | None:
+    """Per feed, the expected share of its reads lost, from the margins (module docstring); None where
+    float decides no position. A background class only among reads of several positions (rows have none)."""
+    feeds = []
+    for r, g in pairs:
+        r3, g3 = _reads(r.astype(np.float64)), _reads(g.astype(np.float64))
+        top = np.argmax(r3, -1)
+        two = np.sort(np.partition(r3, -2, axis=-1)[..., -2:], -1) if r3.shape[-1] > 2 else np.sort(r3, -1)
+        margin = two[..., 1] - two[..., 0]
+        tie = margin <= TIE * np.max(np.abs(two), -1)
+        kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0]
+        others = g3.copy()
+        np.put_along_axis(others, top[..., None], -np.inf, -1)
+        kept = kept_top - others.max(-1)
+        feeds.append((top, margin, ~tie, margin - kept))
+    tops = np.concatenate([t.ravel() for t, *_ in feeds])
+    if not tops.size:
+        return None
+    counts = np.bincount(tops)
+    sequences = pairs[0][0].ndim >= 3
+    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND * tops.size else None
+    decide = [d & (t != background) if background is not None else d for t, _, d, _ in feeds]
+    margins = np.sort(np.concatenate([m[d] for (_, m, _, _), d in zip(feeds, decide)]))
+    if not margins.size:
+        return None
+    ranks = np.concatenate([[0.0], margins])
+    plotting = np.arange(margins.size + 1) / (margins.size + 1)
+    losses = []
+    for (_, _, _, lost), d in zip(feeds, decide):
+        chance = np.where(d & (lost > 0), np.interp(np.maximum(lost, 0.0), ranks, plotting), 0.0)
+        read_lost = 1.0 - np.prod(1.0 - chance, axis=-1)  # per read: one less the chance all its positions keep
+        losses.append(float(np.mean(read_lost)))
+    return Measure(np.asarray(losses))
+
+
+def _cosine_losses(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Measure | None:
+    losses = []
+    for r, g in pairs:
+        rr, gg = r.ravel().astype(np.float64), g.ravel().astype(np.float64)
+        norm = float(np.linalg.norm(rr) * np.linalg.norm(gg))
+        losses.append(1.0 - float(rr @ gg) / norm if norm > 0 else (0.0 if np.array_equal(rr, gg) else 1.0))
+    return Measure(np.asarray(losses), cosine=True) if losses else None
+
+
+def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]],
+                    candidate: Sequence[Mapping[str, Any]]) -> dict[str, Measure]:
+    """Each of ``names`` measured on the feeds (float ``reference``, ``candidate``, one dict per feed: the
+    held-out feeds, then the calibration feeds the candidate was judged on): by its margins where its last
+    axis holds classes, else by its cosine (module docstring). Outputs with nothing to measure are left out."""
+    found: dict[str, Measure] = {}
+    for name in names:
+        pairs = _arrays([(r.get(name), g.get(name)) for r, g in zip(reference, candidate)])
+        if not pairs:
+            continue
+        classes = pairs[0][0].ndim >= 1 and pairs[0][0].shape[-1] >= 2 and all(r.shape[-1] == pairs[0][0].shape[-1] for r, _ in pairs)
+        got = _margin_losses(pairs) if classes else None
+        got = got if got is not None else _cosine_losses(pairs)
+        if got is not None:
+            found[name] = got
+    return found
+
+
+def worse(candidate: Measure, best: Measure) -> bool:
+    """Whether ``candidate`` is worse than ``best`` (measured on the same feeds) by more than its noise
+    (module docstring): then it may not replace it."""
+    if candidate.losses.shape != best.losses.shape or candidate.cosine != best.cosine:
+        return False  # not measured alike: nothing to compare (the feeds judged differ)
+    diff = candidate.losses - best.losses
+    n = diff.size
+    mean = float(np.mean(diff))
+    if mean <= 0.0:
+        return False
+    se = float(np.std(diff, ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+    return mean > max(Z * se, 1e-12)  # equal up to float sums' rounding is no difference
