@@ -320,7 +320,7 @@ class _Judge:
         verdict = measure_seen(judge, seen, whole) if seen else judge(seen)
         if verdict.ok and undecided(verdict):  # outputs the reads could not decide: measured by their margins
             floats = self.calibrated.holdout_outputs + (self.calibrated.judged_float_outputs(self.seen[:len(seen)]) if seen else [])
-            self.measured = measure_outputs(undecided(verdict), floats, got + seen)
+            self.measured = measure_outputs(undecided(verdict), floats, got + seen, self.floor)
         judged = time.process_time() - judged
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):

@@ -19,12 +19,14 @@ all its positions keep; a feed's, the mean over its reads. Outputs without a cla
 ``1 − cosine`` per feed.
 
 **The rule** (:func:`worse`): a candidate is not accepted on such an output where its mean per-feed loss
-is above the best-measured accepted candidate's by more than its noise: the paired difference's standard
-error over the same feeds, times the one-sided z of :data:`onnxptq.analysis.evidence.CONFIDENT`. No
-candidate is let through because its own estimate clears the floor: on m006 MX9 the margins put the
-candidate handing 7 of 9 nodes back at 0.978 of its reads kept, 0.0029 above the floor by its standard
-error, and it read 0.965 on the 256 fresh feeds (the margins see only those the few feeds happen to hold;
-``class_scores``' docstring); against the whole plan in BF16 it lost 0.0059 ± 0.0023 more reads: worse.
+is above the best-measured accepted candidate's by more than its noise (the paired difference's standard
+error over the same feeds, times the one-sided z of :data:`onnxptq.analysis.evidence.CONFIDENT`), unless
+its loss, noise added, is within half the loss the floor allows (:data:`SAFETY`; ``1 − top1`` of reads,
+``1 − cosine`` of the cosine floor): an output far above the floor does not hold the search to its best
+candidate. Why half: the margins see only those the few feeds happen to hold, and their estimate is
+often low by a factor up to two (``class_scores._margin_cdf``): on m006 MX9 the margins put the candidate
+handing 7 of 9 nodes back at 0.978 of its reads kept (within the floor's 0.03 by its noise), and it read
+0.965 on the 256 fresh feeds; against the whole plan in BF16 it lost 0.0059 ± 0.0023 more: worse.
 One mechanism for every search (the ladder's rungs, the mixed rung, the float search): the judge
 (:class:`.repair._Judge`) applies it to every candidate it builds.
 """
@@ -39,7 +41,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..analysis.evidence import CONFIDENT, share_bound
-from ..analysis.floor import Verdict
+from ..analysis.floor import Floor, Verdict
 
 __all__ = ["Measure", "undecided", "measure_outputs", "worse"]
 
@@ -48,6 +50,9 @@ TIE = 2.0 ** -10
 #: A class float reads at more than this share of an output's positions is its background (``class_scores.BACKGROUND_SHARE``).
 BACKGROUND = 0.5
 Z = NormalDist().inv_cdf(CONFIDENT)
+#: A candidate whose measured loss, noise added, is within the floor's allowed loss divided by this is not held
+#: to the best one's (module docstring).
+SAFETY = 2.0
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,19 @@ class Measure:
     (``cosine``: ``1 − cosine``)."""
 
     losses: np.ndarray
+    #: the loss the floor allows (``1 − top1`` of reads, ``1 − cosine`` of the cosine floor)
+    allowed: float
     cosine: bool = False
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.losses)) if self.losses.size else 0.0
+
+    def clears(self) -> bool:
+        """Whether its loss, noise added, is within :data:`SAFETY`-th of the floor's allowed loss."""
+        n = self.losses.size
+        se = float(np.std(self.losses, ddof=1)) / math.sqrt(n) if n > 1 else math.inf
+        return self.mean + Z * se <= self.allowed / SAFETY
 
     def describe(self) -> str:
         what = "1 − cosine" if self.cosine else "reads lost (margins)"
@@ -106,7 +119,7 @@ def _reads(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-2], x.shape[-1])
 
 
-def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Measure | None:
+def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
     """Per feed, the expected share of its reads lost, from the margins (module docstring); None where
     float decides no position. A background class only among reads of several positions (rows have none)."""
     feeds = []
@@ -138,20 +151,20 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Measure | None
         chance = np.where(d & (lost > 0), np.interp(np.maximum(lost, 0.0), ranks, plotting), 0.0)
         read_lost = 1.0 - np.prod(1.0 - chance, axis=-1)  # per read: one less the chance all its positions keep
         losses.append(float(np.mean(read_lost)))
-    return Measure(np.asarray(losses))
+    return Measure(np.asarray(losses), 1.0 - floor.top1)
 
 
-def _cosine_losses(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Measure | None:
+def _cosine_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
     losses = []
     for r, g in pairs:
         rr, gg = r.ravel().astype(np.float64), g.ravel().astype(np.float64)
         norm = float(np.linalg.norm(rr) * np.linalg.norm(gg))
         losses.append(1.0 - float(rr @ gg) / norm if norm > 0 else (0.0 if np.array_equal(rr, gg) else 1.0))
-    return Measure(np.asarray(losses), cosine=True) if losses else None
+    return Measure(np.asarray(losses), 1.0 - floor.cosine, cosine=True) if losses else None
 
 
 def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]],
-                    candidate: Sequence[Mapping[str, Any]]) -> dict[str, Measure]:
+                    candidate: Sequence[Mapping[str, Any]], floor: Floor) -> dict[str, Measure]:
     """Each of ``names`` measured on the feeds (float ``reference``, ``candidate``, one dict per feed: the
     held-out feeds, then the calibration feeds the candidate was judged on): by its margins where its last
     axis holds classes, else by its cosine (module docstring). Outputs with nothing to measure are left out."""
@@ -161,18 +174,20 @@ def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]]
         if not pairs:
             continue
         classes = pairs[0][0].ndim >= 1 and pairs[0][0].shape[-1] >= 2 and all(r.shape[-1] == pairs[0][0].shape[-1] for r, _ in pairs)
-        got = _margin_losses(pairs) if classes else None
-        got = got if got is not None else _cosine_losses(pairs)
+        got = _margin_losses(pairs, floor) if classes else None
+        got = got if got is not None else _cosine_losses(pairs, floor)
         if got is not None:
             found[name] = got
     return found
 
 
 def worse(candidate: Measure, best: Measure) -> bool:
-    """Whether ``candidate`` is worse than ``best`` (measured on the same feeds) by more than its noise
-    (module docstring): then it may not replace it."""
+    """Whether ``candidate`` is worse than ``best`` (measured on the same feeds) by more than its noise and
+    not surely within the floor (:meth:`Measure.clears`; module docstring): then it may not replace it."""
     if candidate.losses.shape != best.losses.shape or candidate.cosine != best.cosine:
         return False  # not measured alike: nothing to compare (the feeds judged differ)
+    if candidate.clears():
+        return False
     diff = candidate.losses - best.losses
     n = diff.size
     mean = float(np.mean(diff))
