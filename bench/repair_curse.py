@@ -4,7 +4,9 @@ bench/fuzz_silent.py classifies what repair delivered but does not keep its coun
 takes a fuzz campaign file (``--json`` of fuzz_silent), quantizes again every (module, preset) where the
 floor broke and repair acted, on the same exported module (``src``) and calibration feeds
 (``export_fuzz.draw(index, seed).feeds(calib, 1)``), and prints the repair record's builds
-(``evaluations``), its CPU s (``cpu_seconds``) and the nodes kept float or stepped up, with the totals.
+(``evaluations``), its CPU s (``cpu_seconds``) and the nodes kept float or stepped up, with the totals;
+whether the delivered verdict left an output unjudged, and (repairjudge) how many candidates the margins
+on such an output ruled out (``ruled_by_measure``).
 Run it once per source tree (PYTHONPATH) to compare: the modules are the same files.
 
 Run::
@@ -52,7 +54,10 @@ def main() -> int:
             builds, cpu, rows = builds + n, cpu + spent, rows + 1
             print(json.dumps({"seed": seed, "module": row["module"][:40], "preset": row["preset"], "builds": n,
                               "cpu_s": round(spent, 2), "repaired": len(rep.get("kept_float", {})) + len(rep.get("stepped_up", {})),
-                              "ok": bool(res.floor and res.floor.ok), "unconfirmed": bool(res.floor and res.floor.unconfirmed)}), flush=True)
+                              "ok": bool(res.floor and res.floor.ok), "unconfirmed": bool(res.floor and res.floor.unconfirmed),
+                              # repairjudge: unjudged outputs, and candidates ruled out by their margins there (absent on older trees)
+                              "unjudged": bool(res.floor and res.floor.unjudged), "ruled_by_measure": rep.get("ruled_by_measure")}),
+                  flush=True)
     print(json.dumps({"rows": rows, "builds": builds, "cpu_s": round(cpu, 1)}))
     return 0
 
