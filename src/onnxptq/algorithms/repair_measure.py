@@ -10,10 +10,10 @@ against the 0.97 floor, where keeping them all stepped or float gave 0.973 / 1.0
 "NOT JUDGED" for both.
 
 So on such an output the candidates are compared by a measure that does not run out of reads: the
-**margins on every judged sample**. Per decision position (float's arg-max, its near-ties and a
-background class's positions left out, as the floor's reads do: ``class_scores.judge_positions``) the
-candidate's loss of float's margin (float's top-1 − top-2 gap, less what the candidate keeps of it) is
-turned into the chance it flips a read like it: the share of float's decision margins below that loss
+**margins on every judged sample**. Per decision position (float's arg-max; its near-ties left out, as
+the floor's reads do: ``class_scores.judge_positions``) the candidate's loss of float's margin (float's
+top-1 − top-2 gap, less what the candidate keeps of it) is turned into the chance it flips a position
+like it: the share of float's margins of that kind (a background class's, the others') below that loss
 (float's margin CDF, pooled over the output's judged feeds). A read's expected loss is one less the chance
 all its positions keep; a feed's, the mean over its reads. Outputs without a class axis are measured by
 ``1 − cosine`` per feed.
@@ -110,18 +110,32 @@ def _arrays(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarr
 
 
 def _reads(x: np.ndarray) -> np.ndarray:
-    """``x`` as ``[reads, positions, classes]``: a rank-≥3 output's leading axes are its reads, a rank-2
-    output's rows one-position reads, a rank-1 vector one read of one position."""
+    """``x`` as ``[reads, positions, classes]``: a rank-≥3 output's longest non-class axis is its positions
+    (the time axis of ``[T, 1, C]``, ``[T, B, C]`` and ``[B, T, C]``), one read per index of the others, as
+    the floor reads it (``class_scores._sequences``); a rank-2 output's rows one-position reads, a rank-1
+    vector one read of one position."""
     if x.ndim == 1:
         return x.reshape(1, 1, -1)
     if x.ndim == 2:
         return x.reshape(x.shape[0], 1, x.shape[1])
-    return x.reshape(-1, x.shape[-2], x.shape[-1])
+    axis = int(np.argmax(x.shape[:-1]))
+    return np.moveaxis(x, axis, -2).reshape(-1, x.shape[axis], x.shape[-1])
+
+
+def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
+    """Each loss's chance of flipping a position like it: the share of float's ``margins`` (sorted) below it,
+    at plotting positions (``class_scores._margin_cdf``); 0 where nothing was lost."""
+    if not margins.size:
+        return np.zeros_like(lost)
+    chance = np.interp(np.maximum(lost, 0.0), np.concatenate([[0.0], margins]), np.arange(margins.size + 1) / (margins.size + 1))
+    return np.where(lost > 0, chance, 0.0)
 
 
 def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
     """Per feed, the expected share of its reads lost, from the margins (module docstring); None where
-    float decides no position. A background class only among reads of several positions (rows have none)."""
+    float decides no position. Among reads of several positions, float's background class (its arg-max at
+    most positions: a CTC blank) keeps margins of its own: each position's chance is read off the margins of
+    its own kind (a blank read as a glyph inserts one, as a glyph lost drops one)."""
     feeds = []
     for r, g in pairs:
         r3, g3 = _reads(r.astype(np.float64)), _reads(g.astype(np.float64))
@@ -140,15 +154,13 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
     counts = np.bincount(tops)
     sequences = pairs[0][0].ndim >= 3
     background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND * tops.size else None
-    decide = [d & (t != background) if background is not None else d for t, _, d, _ in feeds]
-    margins = np.sort(np.concatenate([m[d] for (_, m, _, _), d in zip(feeds, decide)]))
-    if not margins.size:
+    kinds = [np.zeros_like(d) if background is None else t == background for t, _, d, _ in feeds]
+    margins = {kind: np.sort(np.concatenate([m[d & (k == kind)] for (_, m, d, _), k in zip(feeds, kinds)])) for kind in (False, True)}
+    if not margins[False].size and not margins[True].size:
         return None
-    ranks = np.concatenate([[0.0], margins])
-    plotting = np.arange(margins.size + 1) / (margins.size + 1)
     losses = []
-    for (_, _, _, lost), d in zip(feeds, decide):
-        chance = np.where(d & (lost > 0), np.interp(np.maximum(lost, 0.0), ranks, plotting), 0.0)
+    for (_, _, d, lost), k in zip(feeds, kinds):
+        chance = np.where(k, _chances(lost, margins[True]), _chances(lost, margins[False])) * d
         read_lost = 1.0 - np.prod(1.0 - chance, axis=-1)  # per read: one less the chance all its positions keep
         losses.append(float(np.mean(read_lost)))
     return Measure(np.asarray(losses), 1.0 - floor.top1)
