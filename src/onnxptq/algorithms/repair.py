@@ -55,6 +55,15 @@ delivered with all 104 nodes float, where the rest at 16 bits with ``Conv_76`` (
 float holds at 0.692× the file (bench/RESULTS.md, "peaks" and this branch's section). Where no
 mixed set holds, the float search runs as before.
 
+**Outputs the reads could not decide** (issue 27, :mod:`.repair_measure`): where a candidate holds but an
+output's reads were too few to judge ("NOT JUDGED") or to confirm any share, its verdict holds for nearly any
+candidate; the judge then measures that output by its margins on every judged sample (the chance each read
+flips, from what the candidate takes of float's margins) and does not accept a candidate worse there than the
+best-measured one accepted before by more than the paired noise, unless surely within the floor. One rule
+for every search (rungs, mixed rung, float search); the record counts the candidates it ruled out
+(``ruled_by_measure``). bench/fuzz_silent.py seed 1's m006 MX9 and m007 BFP16 handed nodes back to their block
+formats on such reads and read 0.965 / 0.939 on fresh feeds against the 0.97 floor.
+
 **When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
 the probes included; ``repair_budget=0``: no search; a float search that has handed no node back, and
 would so deliver a model not quantized at all, may go on to :data:`UNQUANTIZED_BUILDS` × ``repair_budget``),
