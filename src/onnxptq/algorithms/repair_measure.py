@@ -124,6 +124,12 @@ def _reads(x: np.ndarray) -> np.ndarray:
     return np.moveaxis(x, axis, -2).reshape(-1, x.shape[axis], x.shape[-1])
 
 
+def _top_two(x: np.ndarray) -> np.ndarray:
+    """Each position's two largest values, ascending, in float64 (``class_scores._top_two`` over positions)."""
+    two = np.partition(x, -2, axis=-1)[..., -2:] if x.shape[-1] > 2 else x
+    return np.sort(two.astype(np.float64), -1)
+
+
 def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
     """Each loss's chance of flipping a position like it: the share of float's ``margins`` (sorted) below it,
     at plotting positions, below the :data:`~onnxptq.analysis.class_scores.CHORD`-th smallest margin no steeper
@@ -149,15 +155,17 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
     its own kind (a blank read as a glyph inserts one, as a glyph lost drops one)."""
     feeds = []
     for r, g in pairs:
-        r3, g3 = _reads(r.astype(np.float64)), _reads(g.astype(np.float64))
+        # in the arrays' own type, a position's top two only taken to float64: no whole copy of a reader's
+        # scores (PP-OCRv4 rec: [64, 40, 6625] a feed)
+        r3, g3 = _reads(r), _reads(g)
         top = np.argmax(r3, -1)
-        two = np.sort(np.partition(r3, -2, axis=-1)[..., -2:], -1) if r3.shape[-1] > 2 else np.sort(r3, -1)
+        two = _top_two(r3)
         margin = two[..., 1] - two[..., 0]
         tie = margin <= TIE * np.max(np.abs(two), -1)
-        kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0]
-        others = g3.copy()
-        np.put_along_axis(others, top[..., None], -np.inf, -1)
-        kept = kept_top - others.max(-1)
+        kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0].astype(np.float64)
+        g_two = _top_two(g3)
+        # the best other class: the candidate's second where float's class is still its first, else its first
+        kept = kept_top - np.where(np.argmax(g3, -1) == top, g_two[..., 0], g_two[..., 1])
         feeds.append((top, margin, ~tie, margin - kept))
     tops = np.concatenate([t.ravel() for t, *_ in feeds])
     if not tops.size:
