@@ -10,7 +10,7 @@ outlier row) with its head's glyph columns blurred halfway to their mean, so its
 as wide and an 8-bit head flips glyphs the few feeds do not show. On 18 captchas (6 held out, 12 calibration
 captchas pooled: 18 reads, the 8-bit floor needs 20) plain A8W8 breaks; before, repair handed the head back
 to 8 bits on the unjudged reads (3 nodes stepped to 16 bits), delivering reads that keep float's on 0.897 of
-300 fresh captchas; now that candidate is ruled out by its margins (0.041 reads lost against 0.012 with
+300 fresh captchas; now that candidate is ruled out by its margins (0.040 reads lost against 0.011 with
 everything stepped, ±0.003) and the whole plan at 16 bits is delivered: 1.000, in the same 4 builds.
 
 Also here: which feeds confirm a share (``floor.share_of``): the held-out feeds' reads alone; calibration
