@@ -28,9 +28,15 @@ import export_fuzz as ef
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", nargs="+", required=True, help="fuzz_silent campaign files")
+    ap.add_argument("--json", nargs="+", help="fuzz_silent campaign files")
     ap.add_argument("--calib", type=int, default=32)
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="two outputs of this script (one tree each): print the rows whose builds or nodes moved, and totals")
     args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    if not args.json:
+        ap.error("--json is required (or --compare)")
     logging.disable(logging.WARNING)
     import onnxptq
     from onnxptq.config.presets import resolve_config
@@ -59,6 +65,39 @@ def main() -> int:
                               "unjudged": bool(res.floor and res.floor.unjudged), "ruled_by_measure": rep.get("ruled_by_measure")}),
                   flush=True)
     print(json.dumps({"rows": rows, "builds": builds, "cpu_s": round(cpu, 1)}))
+    return 0
+
+
+def _rows_of(path: str) -> tuple[dict[tuple, dict], dict]:
+    rows, total = {}, {}
+    for line in open(path):
+        if line.startswith("{"):
+            d = json.loads(line)
+            if "module" in d:
+                rows[(d["seed"], d["module"], d["preset"])] = d
+            else:
+                total = d
+    return rows, total
+
+
+def compare(before_path: str, after_path: str) -> int:
+    """The rows two runs of this script (before / after trees) differ on: builds, nodes held, and the totals."""
+    before, tb = _rows_of(before_path)
+    after, ta = _rows_of(after_path)
+    both = [k for k in before if k in after]
+    print(json.dumps({"before": tb, "after": ta, "rows": len(both),
+                      "most_builds": [max(before[k]["builds"] for k in both), max(after[k]["builds"] for k in both)],
+                      "more_builds": sum(after[k]["builds"] > before[k]["builds"] for k in both),
+                      "fewer_builds": sum(after[k]["builds"] < before[k]["builds"] for k in both),
+                      "nodes_held": [sum(before[k]["repaired"] for k in both), sum(after[k]["repaired"] for k in both)],
+                      "unconfirmed": [sum(before[k]["unconfirmed"] for k in both), sum(after[k]["unconfirmed"] for k in both)],
+                      "unjudged": [sum(bool(before[k].get("unjudged")) for k in both), sum(bool(after[k].get("unjudged")) for k in both)],
+                      "rows_ruled_by_measure": sum(bool(after[k].get("ruled_by_measure")) for k in both)}))
+    for k in both:
+        b, a = before[k], after[k]
+        if (b["builds"], b["repaired"]) != (a["builds"], a["repaired"]):
+            print(f"seed {k[0]} {k[1][:36]} {k[2]}: builds {b['builds']} -> {a['builds']}, nodes held {b['repaired']} -> "
+                  f"{a['repaired']}, ruled by measure {a.get('ruled_by_measure')}")
     return 0
 
 
