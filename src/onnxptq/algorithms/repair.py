@@ -55,6 +55,15 @@ delivered with all 104 nodes float, where the rest at 16 bits with ``Conv_76`` (
 float holds at 0.692× the file (bench/RESULTS.md, "peaks" and this branch's section). Where no
 mixed set holds, the float search runs as before.
 
+**Outputs the reads could not decide** (issue 27, :mod:`.repair_measure`): where a candidate holds but an
+output's reads were too few to judge ("NOT JUDGED") or to confirm any share, its verdict holds for nearly any
+candidate; the judge then measures that output by its margins on every judged sample (the chance each read
+flips, from what the candidate takes of float's margins) and does not accept a candidate worse there than the
+best-measured one accepted before by more than the paired noise, unless surely within the floor. One rule
+for every search (rungs, mixed rung, float search); the record counts the candidates it ruled out
+(``ruled_by_measure``). bench/fuzz_silent.py seed 1's m006 MX9 and m007 BFP16 handed nodes back to their block
+formats on such reads and read 0.965 / 0.939 on fresh feeds against the 0.97 floor.
+
 **When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
 the probes included; ``repair_budget=0``: no search; a float search that has handed no node back, and
 would so deliver a model not quantized at all, may go on to :data:`UNQUANTIZED_BUILDS` × ``repair_budget``),
@@ -113,6 +122,7 @@ from ..pipeline.guard import GuardValues
 from ..pipeline.verify import Verified, measure_seen, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
+from .repair_measure import Measure, measure_outputs, undecided, worse
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, ladder, stepped_config
 
@@ -213,6 +223,11 @@ class _Judge:
         self.unsure: list[tuple[Rung | None, frozenset[str], frozenset[str]]] = []
         #: a build was not started because it would have ended past the time cap (:func:`_search`)
         self.capped = False
+        #: per output the floor's reads could not decide, the best-measured accepted candidate's measure
+        #: (:mod:`.repair_measure`), and the candidates ruled out by it, as output names per candidate
+        self.best: dict[str, Measure] = {}
+        self.measured: dict[str, Measure] = {}
+        self.ruled_by_measure: list[list[str]] = []
         self.floor = floor_for(cfg)
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
@@ -239,6 +254,7 @@ class _Judge:
             return self.cache[key]
         self.evaluations += 1
         started = _clock(self)
+        self.measured = {}
         try:
             delivered = self.configure(kept, rung, self.floats)  # the delivered config; the candidate is its unpacked twin
             model = build_model(self.calibrated, _unpacked(delivered), reuse=self.reuse).model
@@ -253,6 +269,8 @@ class _Judge:
         probe = rung is None and self.everything is not None and self.everything <= kept | self.floats
         unsure = [] if probe or verdict is None or not verdict.ok else selected_unconfirmed(verdict)
         moved = moved_unjudged_reads(verdict) + unsure if verdict is not None and verdict.ok else []
+        if verdict is not None and verdict.ok and not moved:
+            moved = self.compare(verdict)
         if unsure and len(moved) == len(unsure):  # held but for its bound: the fallback of a search that finds no other
             self.unsure.append((rung if kept or self.floats else None, kept, self.floats))
         if moved:  # a candidate that changed a read the floor could not judge, or holds only by the luck of
@@ -261,6 +279,22 @@ class _Judge:
             verdict.outputs.update((name, dataclasses.replace(verdict.outputs[name], ok=False)) for name in moved)
         self.cache[key] = verdict
         return verdict
+
+    def compare(self, verdict: Verdict) -> list[str]:
+        """The outputs the floor could not decide on which this held candidate is worse than the best-measured
+        accepted one by more than its noise (:func:`.repair_measure.worse`): it is then not accepted. Accepted,
+        its measures become the best where better."""
+        names = [n for n in undecided(verdict) if n in self.measured]
+        loose = [n for n in names if n in self.best and worse(self.measured[n], self.best[n])]
+        if loose:
+            self.ruled_by_measure.append(loose)
+            log.debug("repair: a candidate held, but worse than one judged before on %s (%s)", ", ".join(loose),
+                      "; ".join(f"{self.measured[n].describe()} against {self.best[n].describe()}" for n in loose))
+            return loose
+        for n in names:
+            if n not in self.best or self.measured[n].mean < self.best[n].mean:
+                self.best[n] = self.measured[n]
+        return []
 
     def run(self, model: onnx.ModelProto, delivered: QuantConfig | None = None) -> Verdict:
         # Functions inlined after the basic optimisers (sessions.open_session): a third less session
@@ -293,6 +327,9 @@ class _Judge:
             return [dict(zip(keys, out)) for out in run_feeds(again, names, self.seen)]
 
         verdict = measure_seen(judge, seen, whole) if seen else judge(seen)
+        if verdict.ok and undecided(verdict):  # outputs the reads could not decide: measured by their margins
+            floats = self.calibrated.holdout_outputs + (self.calibrated.judged_float_outputs(self.seen[:len(seen)]) if seen else [])
+            self.measured = measure_outputs(undecided(verdict), floats, got + seen, self.floor)
         judged = time.process_time() - judged
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
@@ -801,6 +838,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "finished": finished,
         # the search's order (repair_order.py): the ranking's CPU s and the nodes its first trial kept
         "order": {"by": "added error" if "first" in ranking else "graph", **ranking},
+        # candidates that held but were ruled out on an output the floor's reads could not decide, being worse
+        # there than one judged before by more than their noise (repair_measure.py), and those outputs
+        "ruled_by_measure": len(judge.ruled_by_measure),
+        "measured_outputs": sorted({n for names in judge.ruled_by_measure for n in names} | set(judge.best)),
         **({"note": note} if note else {}),
     }
     repaired.plan.repair = record

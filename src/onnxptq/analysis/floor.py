@@ -317,6 +317,9 @@ class OutputCheck:
     #: a waveform judged by its log-power spectrum (analysis/waveform_reads.py): (share of bins within 1 dB,
     #: bins, worst dB), held against the top-1 floor in place of the cosine alone
     spectrum: tuple[float, int, float] | None = None
+    #: of the units a judgement pooled over the held-out and calibration feeds (reads, rows, samples), those of the
+    #: held-out feeds: the count its bound is taken on (:func:`share_of`); None: counted by the feeds' shares
+    held_count: int | None = None
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -1030,44 +1033,73 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     for check in verdict.outputs.values():
-        _confirm(check, floor)
+        _confirm(check, floor, len(reference))
     return verdict
 
 
-def _share_of(check: OutputCheck, floor: Floor) -> ShareBound | None:
+def share_of(check: OutputCheck, floor: Floor, held: int = 0) -> ShareBound | None:
     """The share of independent reads by which ``check`` holds the floor, with its bound
     (analysis/evidence.py); None where its judgement counts no such reads (cosines, a mask's pages, which
     carry their own bound, a curve's elements, a picture's values). Reads: a sequence's reads (a tagger's
     tokens); an F1 of decisions (objects a heat map's thresholds keep, a multi-label head's runs, a
     detector's kept candidates, peaks) as the share of decisions it keeps (``evidence.f1_share``) against
-    the floor's; a score output's samples; rows (samples of a declared reading) of a top-1."""
+    the floor's; a score output's samples; rows (samples of a declared reading) of a top-1.
+
+    **Which feeds confirm** (issue 27, one rule for every reading): the share is the one judged, pooled over
+    the held-out and calibration feeds where the reading pooled them, but the count the bound is taken on is
+    the held-out feeds' alone (:func:`_held_count`), as rows and masks already were (``maps.MaskBound``). A
+    range calibration fitted keeps its own feeds' reads (anr_fa_decoder MXFP8_E4M3: 189 of 192 rows with 8
+    calibration feeds pooled, bound 0.970, "confirmed"; 0.871 on 512 other rows), so calibration reads may
+    break a share or be shown beside it, never confirm it. ``held``: the held-out feeds judged."""
+    found = _share_and_count(check, floor)
+    if found is None:
+        return None
+    share, count, unit, against = found
+    return ShareBound.of(share, _held_count(check, count, held), unit, against)
+
+
+def _share_and_count(check: OutputCheck, floor: Floor) -> tuple[float, int, str, float] | None:
+    """``(share, units counted, unit, the floor it is held against)`` of :func:`share_of`, pooled as judged."""
     top1 = floor.top1
     if check.positions is not None and check.positions.reads:
         unit = "decision tokens" if check.positions.per_token else "reads"
-        return ShareBound.of(check.positions.agreement, check.positions.reads, unit, top1)
+        return check.positions.agreement, check.positions.reads, unit, top1
     for f1s in (check.thresholded, check.columns):
         if f1s is not None and f1s[1] is not None and f1s[0]:
-            return ShareBound.of(f1_share(f1s[1]), f1s[0], "decisions (the share its F1 keeps)", f1_share(top1))
+            return f1_share(f1s[1]), f1s[0], "decisions (the share its F1 keeps)", f1_share(top1)
     if check.scores is not None and check.scores[1]:
-        return ShareBound.of(check.scores[0], check.scores[1], "samples", top1)
+        return check.scores[0], check.scores[1], "samples", top1
     if check.kept is not None and check.kept.measure == "F1" and check.kept.kept:
-        return ShareBound.of(f1_share(check.kept.figure), check.kept.kept, "kept candidates (the share its F1 keeps)",
-                             f1_share(top1))
+        return f1_share(check.kept.figure), check.kept.kept, "kept candidates (the share its F1 keeps)", f1_share(top1)
     if check.top1 is not None and check.rows:
         if check.peaks is not None:
-            return ShareBound.of(f1_share(check.top1), check.rows, "peaks (the share its F1 keeps)", f1_share(top1))
-        return ShareBound.of(check.top1, check.rows, _decisions_word(check), top1)
+            return f1_share(check.top1), check.rows, "peaks (the share its F1 keeps)", f1_share(top1)
+        return check.top1, check.rows, _decisions_word(check), top1
     return None
 
 
-def _confirm(check: OutputCheck, floor: Floor) -> None:
+def _held_count(check: OutputCheck, count: int, held: int) -> int:
+    """Of ``count`` units ``check`` judged, those on the held-out feeds: the reading's own count where it
+    kept one (``held_count``), else ``count`` times the held-out feeds' share of the feeds it pooled
+    (``seen_feeds``/``kept_seen`` calibration feeds beside ``held`` held-out ones); ``count`` where it
+    pooled none (or ``held`` is not known)."""
+    if check.held_count is not None:
+        return min(count, check.held_count)
+    pooled = 0 if check.held_out_only else max(check.seen_feeds, check.kept_seen)
+    if not pooled or held <= 0:
+        return count
+    return int(math.floor(count * held / (held + pooled) + 1e-9))
+
+
+def _confirm(check: OutputCheck, floor: Floor, held: int = 0) -> None:
     """Name a check that holds on its figure by a share of few reads as *could not confirm* where the
     share's bound reaches below the floor (analysis/evidence.py); with ``floor.confirm``
     (``QuantConfig.repair_uncertain``) it breaks the floor, so repair acts on it and accepts a candidate only
-    where the bound clears. Checks already broken or not judged keep their state and words."""
+    where the bound clears. Checks already broken or not judged keep their state and words. ``held``: the
+    held-out feeds judged (the bound counts theirs alone: :func:`share_of`)."""
     if not check.ok or check.top1_unjudged or check.within_chance is not None or check.mask_bound is not None:
         return
-    bound = _share_of(check, floor)
+    bound = share_of(check, floor, held)
     if bound is None or bound.share < bound.floor or bound.confirmed:
         return
     check.unconfirmed = bound
@@ -1238,6 +1270,7 @@ def _judge_declared_shares(check: OutputCheck, name: str,
         check.note = f"{check.note} (broken on its {rows} held-out {_decisions_word(check)} alone)"
     else:
         check.top1, check.rows = (agree + more) / (rows + more_rows), rows + more_rows
+        check.held_count = rows  # the held-out feeds' decisions: what the bound counts (share_of)
     if held_broken or pooled_broken:
         check.ok = False
         return
@@ -1370,6 +1403,7 @@ def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _
     fewer where two samples are off (one among fewer could be an accident). ``gate``: a sibling
     two-class head's output (analysis/row_gates.py): only the rows it gives the object are judged."""
     feeds = 0
+    held_rows = sum(scores.rows)  # the held-out feeds' rows, added by measure's loop before these
     for ref, got in zip(*(seen or ((), ()))):
         if name in ref and name in got and np.issubdtype(np.asarray(ref[name]).dtype, np.floating):
             r = np.asarray(ref[name])
@@ -1385,6 +1419,8 @@ def _judge_scores(check: OutputCheck, name: str, scores: ScoreAgreement, seen: _
     share, count, off, worst = judged
     check.scores = (share, count, off, worst, feeds)
     check.top1, check.rows, check.seen_feeds = share, count, feeds
+    if feeds and sum(scores.rows):  # the held-out feeds' samples: what the bound counts (share_of)
+        check.held_count = int(math.floor(count * held_rows / sum(scores.rows) + 1e-9))
     gated = f" on the rows {gate} gives the object" if gate is not None and scores.gated else ""
     check.note = (check.note + " " if check.note else "") + f"(a score output, judged per sample{gated}: analysis/scores.py)"
     if share < floor.top1 and (count >= floor.needed or off >= 2):
@@ -1837,7 +1873,7 @@ def _judge_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple
     if not s_rows:
         return
     total, hits = rows + s_rows, agree + s_agree
-    check.top1, check.rows, check.seen_feeds = hits / total, total, feeds
+    check.top1, check.rows, check.seen_feeds, check.held_count = hits / total, total, feeds, rows
     check.top1_unjudged = not _enough(total, floor)
     if not check.top1_unjudged and check.top1 < floor.top1:
         check.ok = False
@@ -1955,6 +1991,7 @@ def _judge_reads(check: OutputCheck, refs: list[np.ndarray], gots: list[np.ndarr
     shown = broken[0] if broken else pooled if pooled is not None else held
     check.positions = shown
     check.seen_feeds = len(seen_refs) if shown is pooled else 0
+    check.held_count = held.reads  # the held-out feeds' reads: what the bound counts (share_of)
     check.top1, check.rows = shown.agreement, shown.counted
     check.needed = floor.needed
     if broken:
@@ -2122,11 +2159,13 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
         judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
         parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
-        per = b.count / judged if judged else 0.0
+        # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it
+        per = b.count / verdict.samples if verdict.samples else 0.0
         if b.to_confirm and per > 0:
             wanted = max(wanted, math.ceil(b.to_confirm / per - 1e-9))
     if not parts:
         return ""
-    advice = (f"give at least {wanted} samples of data to confirm it" if 0 < wanted <= 10_000 else "give more data to confirm it")
+    advice = (f"give at least {wanted} held-out samples to confirm it (eval_samples={wanted}: calibration samples never confirm a share)"
+              if 0 < wanted <= 10_000 else "give more held-out data to confirm it")
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
             f"{CONFIDENT:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")

@@ -1,0 +1,228 @@
+"""How repair chooses between candidates on an output the floor could not judge (issue 27).
+
+Why: the search (:mod:`.repair`) accepts a candidate where the floor's verdict holds. On an output whose
+reads are too few to judge ("NOT JUDGED": fewer than ``Floor.needed``) or to ever confirm a share ("could
+NOT confirm" with every read kept), the verdict holds for nearly any candidate, so the search, which keeps
+handing nodes back while verdicts hold, delivers whichever candidate the unjudged reads let through.
+bench/fuzz_silent.py seed 1 (bench/RESULTS.md, "The session's merges, checked"): m006 MX9 and m007 BFP16
+stepped 1 of 2 and 7 of 11 nodes to BF16 and handed the rest back, reads 0.965 / 0.939 on 256 fresh feeds
+against the 0.97 floor, where keeping them all stepped or float gave 0.973 / 1.000; the 32 reads had said
+"NOT JUDGED" for both.
+
+So on such an output the candidates are compared by a measure that does not run out of reads: the
+**margins on every judged sample**. Per decision position (float's arg-max; its near-ties left out, as
+the floor's reads do: ``class_scores.judge_positions``) the candidate's loss of float's margin (float's
+top-1 − top-2 gap, less what the candidate keeps of it) is turned into the chance it flips a position
+like it: the share of float's margins of that kind (a background class's, the others') below that loss
+(float's margin CDF, pooled over the output's judged feeds). A read's expected loss is one less the chance
+all its positions keep; a feed's, the mean over its reads. Outputs without a class axis are measured by
+``1 − cosine`` per feed.
+
+**The rule** (:func:`worse`): a candidate is not accepted on such an output where its mean per-feed loss
+is above the best-measured accepted candidate's by more than its noise (the paired difference's standard
+error over the same feeds, times the one-sided z of :data:`onnxptq.analysis.evidence.CONFIDENT`), unless
+its loss taken twice (:data:`SAFETY`), its noise added, is within the loss the floor allows (``1 − top1`` of
+reads, ``1 − cosine`` of the cosine floor): an output far above the floor does not hold the search to its
+best candidate (every node float, often, whose loss is 0). Why twice: the margins see only those the few
+feeds happen to hold, and their estimate is often low by a factor up to two (``class_scores._margin_cdf``):
+on m006 MX9 the margins put the candidate handing 7 of 9 nodes back at 0.978 of its reads kept, and it
+read 0.965 on the 256 fresh feeds; against the whole plan in BF16 it lost 0.0059 ± 0.0023 more: worse.
+One mechanism for every search (the ladder's rungs, the mixed rung, the float search): the judge
+(:class:`.repair._Judge`) applies it to every candidate it builds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..analysis.class_scores import CHORD
+from ..analysis.evidence import CONFIDENT, share_bound
+from ..analysis.floor import Floor, Verdict
+
+__all__ = ["Measure", "undecided", "measure_outputs", "worse"]
+
+#: Float margins at or below this share of the scores' scale are near-ties, left out (``class_scores.TIE_TOLERANCE``).
+TIE = 2.0 ** -10
+#: A class float reads at more than this share of an output's positions is its background (``class_scores.BACKGROUND_SHARE``).
+BACKGROUND = 0.5
+Z = NormalDist().inv_cdf(CONFIDENT)
+#: A candidate whose measured loss, taken this many times (the margins' estimate runs low by up to twice) and its
+#: noise added, is within the floor's allowed loss is not held to the best one's (module docstring).
+SAFETY = 2.0
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One output's measure on one candidate: per judged feed, the expected share of its reads lost
+    (``cosine``: ``1 − cosine``)."""
+
+    losses: np.ndarray
+    #: the loss the floor allows (``1 − top1`` of reads, ``1 − cosine`` of the cosine floor)
+    allowed: float
+    cosine: bool = False
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.losses)) if self.losses.size else 0.0
+
+    def clears(self) -> bool:
+        """Whether its loss, taken :data:`SAFETY` times for the estimate's bias and its noise added, is within the
+        loss the floor allows."""
+        n = self.losses.size
+        se = float(np.std(self.losses, ddof=1)) / math.sqrt(n) if n > 1 else math.inf
+        return SAFETY * self.mean + Z * se <= self.allowed
+
+    def describe(self) -> str:
+        what = "1 − cosine" if self.cosine else "reads lost (margins)"
+        return f"{what} {self.mean:.4f} on {self.losses.size} feeds"
+
+
+def undecided(verdict: Verdict) -> list[str]:
+    """The outputs of a verdict that holds which its reads were too few to decide: not judged
+    (``top1_unjudged``, not below the floor by chance: ``within_chance`` is repair's other rule), or a share
+    that could not be confirmed even with every read kept (:func:`onnxptq.algorithms.repair.selected_unconfirmed`
+    leaves those to this rule)."""
+    names = []
+    for name, check in verdict.outputs.items():
+        if not check.ok or check.within_chance is not None:
+            continue
+        bound = check.unconfirmed
+        few = bound is not None and share_bound(float(bound.count), float(bound.count))[0] < bound.floor
+        if check.top1_unjudged or few:
+            names.append(name)
+    return names
+
+
+def _arrays(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The feeds' ``(float, candidate)`` values where both are whole finite float arrays of one shape
+    (a held form of a calibration feed's output, ``analysis.held_outputs``, is left out)."""
+    out = []
+    for r, g in pairs:
+        if not isinstance(r, np.ndarray) or not isinstance(g, np.ndarray) or r.shape != g.shape or r.size == 0:
+            continue
+        if not np.issubdtype(r.dtype, np.floating) or not (np.isfinite(r).all() and np.isfinite(g).all()):
+            continue
+        out.append((r, g))
+    return out
+
+
+def _reads(x: np.ndarray) -> np.ndarray:
+    """``x`` as ``[reads, positions, classes]``: a rank-≥3 output's longest non-class axis is its positions
+    (the time axis of ``[T, 1, C]``, ``[T, B, C]`` and ``[B, T, C]``), one read per index of the others, as
+    the floor reads it (``class_scores._sequences``); a rank-2 output's rows one-position reads, a rank-1
+    vector one read of one position."""
+    if x.ndim == 1:
+        return x.reshape(1, 1, -1)
+    if x.ndim == 2:
+        return x.reshape(x.shape[0], 1, x.shape[1])
+    axis = int(np.argmax(x.shape[:-1]))
+    return np.moveaxis(x, axis, -2).reshape(-1, x.shape[axis], x.shape[-1])
+
+
+def _top_two(x: np.ndarray) -> np.ndarray:
+    """Each position's two largest values, ascending, in float64 (``class_scores._top_two`` over positions)."""
+    two = np.partition(x, -2, axis=-1)[..., -2:] if x.shape[-1] > 2 else x
+    return np.sort(two.astype(np.float64), -1)
+
+
+def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
+    """Each loss's chance of flipping a position like it: the share of float's ``margins`` (sorted) below it,
+    at plotting positions, below the :data:`~onnxptq.analysis.class_scores.CHORD`-th smallest margin no steeper
+    than the chord from the origin to it, as the floor's estimate is (``class_scores._margin_cdf``, which says
+    why: the first margin alone sets a slope whose spread more data does not steady); 0 where nothing was lost.
+    PP-OCR cls's 12 rows without the chord put a candidate the cosine floor 0.9999 held at 0.04 reads lost,
+    and the search kept every node float."""
+    n = margins.size
+    if not n:
+        return np.zeros_like(lost)
+    loss = np.maximum(lost, 0.0)
+    chance = np.interp(loss, np.concatenate([[0.0], margins]), np.arange(n + 1) / (n + 1))
+    if n >= CHORD and margins[CHORD - 1] > 0:
+        chord = loss * CHORD / ((n + 1) * margins[CHORD - 1])
+        chance = np.where(loss < margins[CHORD - 1], np.minimum(chance, chord), chance)
+    return np.where(lost > 0, chance, 0.0)
+
+
+def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
+    """Per feed, the expected share of its reads lost, from the margins (module docstring); None where
+    float decides no position. Among reads of several positions, float's background class (its arg-max at
+    most positions: a CTC blank) keeps margins of its own: each position's chance is read off the margins of
+    its own kind (a blank read as a glyph inserts one, as a glyph lost drops one)."""
+    feeds = []
+    for r, g in pairs:
+        # in the arrays' own type, a position's top two only taken to float64: no whole copy of a reader's
+        # scores (PP-OCRv4 rec: [64, 40, 6625] a feed)
+        r3, g3 = _reads(r), _reads(g)
+        top = np.argmax(r3, -1)
+        two = _top_two(r3)
+        margin = two[..., 1] - two[..., 0]
+        tie = margin <= TIE * np.max(np.abs(two), -1)
+        kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0].astype(np.float64)
+        g_two = _top_two(g3)
+        # the best other class: the candidate's second where float's class is still its first, else its first
+        kept = kept_top - np.where(np.argmax(g3, -1) == top, g_two[..., 0], g_two[..., 1])
+        feeds.append((top, margin, ~tie, margin - kept))
+    tops = np.concatenate([t.ravel() for t, *_ in feeds])
+    if not tops.size:
+        return None
+    counts = np.bincount(tops)
+    sequences = pairs[0][0].ndim >= 3
+    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND * tops.size else None
+    kinds = [np.zeros_like(d) if background is None else t == background for t, _, d, _ in feeds]
+    margins = {kind: np.sort(np.concatenate([m[d & (k == kind)] for (_, m, d, _), k in zip(feeds, kinds)])) for kind in (False, True)}
+    if not margins[False].size and not margins[True].size:
+        return None
+    losses = []
+    for (_, _, d, lost), k in zip(feeds, kinds):
+        chance = np.where(k, _chances(lost, margins[True]), _chances(lost, margins[False])) * d
+        read_lost = 1.0 - np.prod(1.0 - chance, axis=-1)  # per read: one less the chance all its positions keep
+        losses.append(float(np.mean(read_lost)))
+    return Measure(np.asarray(losses), 1.0 - floor.top1)
+
+
+def _cosine_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
+    losses = []
+    for r, g in pairs:
+        rr, gg = r.ravel().astype(np.float64), g.ravel().astype(np.float64)
+        norm = float(np.linalg.norm(rr) * np.linalg.norm(gg))
+        losses.append(1.0 - float(rr @ gg) / norm if norm > 0 else (0.0 if np.array_equal(rr, gg) else 1.0))
+    return Measure(np.asarray(losses), 1.0 - floor.cosine, cosine=True) if losses else None
+
+
+def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]],
+                    candidate: Sequence[Mapping[str, Any]], floor: Floor) -> dict[str, Measure]:
+    """Each of ``names`` measured on the feeds (float ``reference``, ``candidate``, one dict per feed: the
+    held-out feeds, then the calibration feeds the candidate was judged on): by its margins where its last
+    axis holds classes, else by its cosine (module docstring). Outputs with nothing to measure are left out."""
+    found: dict[str, Measure] = {}
+    for name in names:
+        pairs = _arrays([(r.get(name), g.get(name)) for r, g in zip(reference, candidate)])
+        if not pairs:
+            continue
+        classes = pairs[0][0].ndim >= 1 and pairs[0][0].shape[-1] >= 2 and all(r.shape[-1] == pairs[0][0].shape[-1] for r, _ in pairs)
+        got = _margin_losses(pairs, floor) if classes else None
+        got = got if got is not None else _cosine_losses(pairs, floor)
+        if got is not None:
+            found[name] = got
+    return found
+
+
+def worse(candidate: Measure, best: Measure) -> bool:
+    """Whether ``candidate`` is worse than ``best`` (measured on the same feeds) by more than its noise and
+    not surely within the floor (:meth:`Measure.clears`; module docstring): then it may not replace it."""
+    if candidate.losses.shape != best.losses.shape or candidate.cosine != best.cosine:
+        return False  # not measured alike: nothing to compare (the feeds judged differ)
+    if candidate.clears():
+        return False
+    diff = candidate.losses - best.losses
+    n = diff.size
+    mean = float(np.mean(diff))
+    if mean <= 0.0:
+        return False
+    se = float(np.std(diff, ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+    return mean > max(Z * se, 1e-12)  # equal up to float sums' rounding is no difference
