@@ -41,15 +41,6 @@ def _give_back_fp16_io(source: Path, widened: Path) -> None:
     onnx.save(set_io_types(model, wanted), str(widened))
 
 
-def _cpu_ratio(ref, test, feeds) -> float:
-    ref(feeds[0]), test(feeds[0])
-    tr = tt = 0.0
-    for f in feeds:
-        c = time.process_time(); ref(f); tr += time.process_time() - c
-        c = time.process_time(); test(f); tt += time.process_time() - c
-    return round(tt / max(tr, 1e-9), 2)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="platerec_enc,platerec_dec,platedet,uvdoc")
@@ -82,7 +73,7 @@ def main() -> None:
                 test = nm._memo(zoo.session_runner(out), held)  # the package's own float16 feeds, unchanged
                 row = {"model": name, "preset": preset, "mode": "widened, fp16 I/O" if widen else "default (fp16 compute)",
                        "metric": metric_name, "agreement": round(float(metric(ref, test, held, None)), 4),
-                       "latency_x": _cpu_ratio(zoo.session_runner(source), zoo.session_runner(out), held[:a.latency_feeds]),
+                       "latency_x": nm._latency_ratio(source, out, held[:a.latency_feeds]),
                        "size_x": round(out.stat().st_size / nm._model_bytes(source), 3), "quantize_cpu_s": round(q_cpu, 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
