@@ -53,12 +53,12 @@ from __future__ import annotations
 
 import logging
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto
 
 from ...formats.base import DOMAIN
+from ...formats.floating import FLOAT_TYPES, FloatType
 from ..external import ExternalDataError, tensor_values
 from ..opsets import is_onnx_domain
 
@@ -73,8 +73,8 @@ _PRESERVING: dict[str, tuple[int, ...] | None] = {
     "Relu": (0,), "Resize": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,),
     "Max": None, "Min": None, "Clip": (0, 1, 2), "Pad": (0, 2), "Where": (1, 2), "Neg": (0,), "Abs": (0,),
 }
-#: The element types whose roundings are dropped, and the NumPy dtype of each.
-_FORMATS: dict[int, type] = {TensorProto.BFLOAT16: ml_dtypes.bfloat16, TensorProto.FLOAT16: np.float16}
+#: The element types whose roundings are dropped, and the format of each (NumPy dtype, largest value).
+_FORMATS: dict[int, FloatType] = {FLOAT_TYPES[f].onnx_type: FLOAT_TYPES[f] for f in ("bf16", "fp16")}
 #: Element types whose every value converts exactly to bfloat16 and float16 (|v| ≤ 256).
 _SMALL_INTS = frozenset({TensorProto.BOOL, TensorProto.UINT8, TensorProto.INT8})
 #: Ops whose output is boolean whatever their inputs.
@@ -90,7 +90,7 @@ def _exact_values(values: np.ndarray, to: int) -> bool:
     """Whether every element of float32 ``values`` survives the round trip through element type ``to``."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     with np.errstate(over="ignore"):
-        back = values.astype(_FORMATS[to]).astype(np.float32)
+        back = values.astype(_FORMATS[to].dtype).astype(np.float32)
     return bool(np.array_equal(back.view(np.uint32), values.view(np.uint32)))
 
 
@@ -129,7 +129,7 @@ def _preserves(node: onnx.NodeProto, to: int) -> tuple[int, ...] | None | bool:
 
 def _largest(to: int) -> np.float32:
     """The largest finite value of element type ``to``, as float32."""
-    return np.float32(np.finfo(_FORMATS[to]).max) if to == TensorProto.FLOAT16 else np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return np.float32(_FORMATS[to].max)
 
 
 def _to(node: onnx.NodeProto, default: int = -1) -> int:
