@@ -61,6 +61,7 @@ from ...formats.base import DOMAIN
 from ...formats.floating import FLOAT_TYPES, FloatType
 from ..external import ExternalDataError, tensor_values
 from ..opsets import is_onnx_domain
+from ..walk import all_graphs
 
 log = logging.getLogger(__name__)
 
@@ -286,16 +287,8 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
     for out in rename:  # a saturating Clip and the pair after it both go: read the Clip's input
         while rename[out] in rename:
             rename[out] = rename[rename[out]]
+    _rename_in(graph, rename)  # the readers, in bodies too: they read outer tensors by name
     kept = [n for n in graph.node if id(n) not in drop]
-    for n in kept:
-        for k, i in enumerate(n.input):
-            if i in rename:
-                n.input[k] = rename[i]
-    # Bodies read outer tensors by name too.
-    for n in kept:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                _rename_in(g, rename)
     del graph.node[:]
     graph.node.extend(kept)
     infos = [v for v in graph.value_info if v.name not in rename]
@@ -339,12 +332,11 @@ def _to_default(function: onnx.FunctionProto) -> int:
 def _drop_unread(model: onnx.ModelProto) -> None:
     """Remove the Q/DQ function and the initializers (scale, zero point, bound) no node reads any more."""
     graph = model.graph
-    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    read: set[str] = set()
+    for g in all_graphs(graph):
+        read.update(i for n in g.node for i in n.input)
+        read.update(o.name for o in g.output)
     used_ops = {(n.domain, n.op_type) for n in graph.node}
-    for n in graph.node:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                read |= _names_read(g)
     functions = [f for f in model.functions if f.name != _FUNCTION or f.domain != DOMAIN or (DOMAIN, f.name) in used_ops]
     if len(functions) != len(model.functions):
         del model.functions[:]
@@ -356,26 +348,16 @@ def _drop_unread(model: onnx.ModelProto) -> None:
         graph.initializer.extend(kept)
 
 
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    names = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    for n in graph.node:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                names |= _names_read(g)
-    return names
-
-
 def _rename_in(graph: onnx.GraphProto, rename: dict[str, str]) -> None:
-    for n in graph.node:
-        for k, i in enumerate(n.input):
-            if i in rename:
-                n.input[k] = rename[i]
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                _rename_in(g, rename)
-    for o in graph.output:
-        if o.name in rename:  # a body output that is an outer tensor, by name
-            o.name = rename[o.name]
+    """Point every reader of a renamed tensor, in ``graph`` and its bodies, at its new name."""
+    for g in all_graphs(graph):
+        for n in g.node:
+            for k, i in enumerate(n.input):
+                if i in rename:
+                    n.input[k] = rename[i]
+        for o in g.output:
+            if o.name in rename:  # a body output that is an outer tensor, by name (never the main graph's)
+                o.name = rename[o.name]
 
 
 __all__ = ["drop_exact_casts"]
