@@ -333,10 +333,11 @@ def _drop_unread(model: onnx.ModelProto) -> None:
     """Remove the Q/DQ function and the initializers (scale, zero point, bound) no node reads any more."""
     graph = model.graph
     read: set[str] = set()
+    used_ops: set[tuple[str, str]] = set()  # a body's call keeps the function too
     for g in all_graphs(graph):
         read.update(i for n in g.node for i in n.input)
         read.update(o.name for o in g.output)
-    used_ops = {(n.domain, n.op_type) for n in graph.node}
+        used_ops.update((n.domain, n.op_type) for n in g.node)
     functions = [f for f in model.functions if f.name != _FUNCTION or f.domain != DOMAIN or (DOMAIN, f.name) in used_ops]
     if len(functions) != len(model.functions):
         del model.functions[:]
