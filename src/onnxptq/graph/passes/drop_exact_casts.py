@@ -147,11 +147,11 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
         return 0
     producer = {o: n for n in graph.node for o in n.output if o}
     readers: dict[str, int] = {}
-    sole_reader: dict[str, onnx.NodeProto] = {}
+    last_reader: dict[str, onnx.NodeProto] = {}
     for n in graph.node:
         for i in n.input:
             readers[i] = readers.get(i, 0) + 1
-            sole_reader[i] = n
+            last_reader[i] = n
     outputs = {o.name for o in graph.output}
     inputs_by_name = {i.name for i in graph.input}  # an initializer listed as an input can be fed: not a constant
     initializers = {t.name: t for t in graph.initializer if t.name not in inputs_by_name}
@@ -201,8 +201,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
         return bound is not None and float(bound[0]) == float(_largest(to))
 
     def is_rounding_cast(name: str) -> int:
-        """The T of a ``Cast(to=T)`` that is ``name``'s only reader and starts a pair, else -1."""
-        reader = sole_reader.get(name)
+        """The T of ``name``'s last reader when it is a ``Cast(to=T)``, else -1 (a Clip(±M) that
+        goes is the identity on its input, so its other readers need not be Casts)."""
+        reader = last_reader.get(name)
         if reader is None or reader.op_type != "Cast" or not is_onnx_domain(reader.domain):
             return -1
         return _to(reader) if _to(reader) in _FORMATS else -1
@@ -225,11 +226,11 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             lo, hi = constant(node.input[1]), constant(node.input[2])
             if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
                 finite.add(node.output[0])
-                for t in _FORMATS:
-                    if -lo[0] == hi[0] and saturates(hi, t):
-                        within[t].add(node.output[0])
-                to = is_rounding_cast(node.output[0]) if -lo[0] == hi[0] else -1
-                if to in _FORMATS and saturates(hi, to):
+                within_of = [t for t in _FORMATS if -lo[0] == hi[0] and saturates(hi, t)]
+                for t in within_of:
+                    within[t].add(node.output[0])
+                to = is_rounding_cast(node.output[0])
+                if to in within_of:
                     roundings[node.output[0]] = (to, node.input[0], [node], True)
         if node.op_type == "Cast" and is_onnx_domain(node.domain) and _to(node) == TensorProto.FLOAT:
             source = initializers.get(node.input[0])
