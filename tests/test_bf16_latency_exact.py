@@ -281,3 +281,13 @@ def test_a_body_call_keeps_the_function():
     for c in (True, False):
         feed = {"x": x, "c": np.array(c)}
         assert np.array_equal(_run(model, [feed])[0][0].view(np.uint32), _run(before, [feed])[0][0].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, np.dtype("float32")])
+def test_a_float32_dtype_in_any_spelling_is_unbounded(dtype):
+    """The unsaturated call's bound is +Inf (the Clip folds away) however float32 is spelt."""
+    from onnxptq.onnx_ops.floating import build
+
+    frag = build("bf16", "x", "y", name="q", opset=17, saturate=False, dtype=dtype, cast_form=False)
+    bound = next(t for t in frag.initializers if t.name.endswith("bound"))
+    assert onnx.numpy_helper.to_array(bound) == np.inf
