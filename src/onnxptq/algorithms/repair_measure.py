@@ -40,16 +40,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.class_scores import CHORD
+from ..analysis.class_scores import BACKGROUND_SHARE, CHORD, TIE_TOLERANCE
 from ..analysis.evidence import CONFIDENT, share_bound
 from ..analysis.floor import Floor, Verdict
 
 __all__ = ["Measure", "undecided", "measure_outputs", "worse"]
 
-#: Float margins at or below this share of the scores' scale are near-ties, left out (``class_scores.TIE_TOLERANCE``).
-TIE = 2.0 ** -10
-#: A class float reads at more than this share of an output's positions is its background (``class_scores.BACKGROUND_SHARE``).
-BACKGROUND = 0.5
 Z = NormalDist().inv_cdf(CONFIDENT)
 #: A candidate whose measured loss, taken this many times (the margins' estimate runs low by up to twice) and its
 #: noise added, is within the floor's allowed loss is not held to the best one's (module docstring).
@@ -161,7 +157,7 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
         top = np.argmax(r3, -1)
         two = _top_two(r3)
         margin = two[..., 1] - two[..., 0]
-        tie = margin <= TIE * np.max(np.abs(two), -1)
+        tie = margin <= TIE_TOLERANCE * np.max(np.abs(two), -1)
         kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0].astype(np.float64)
         g_two = _top_two(g3)
         # the best other class: the candidate's second where float's class is still its first, else its first
@@ -172,7 +168,7 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
         return None
     counts = np.bincount(tops)
     sequences = pairs[0][0].ndim >= 3
-    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND * tops.size else None
+    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND_SHARE * tops.size else None
     kinds = [np.zeros_like(d) if background is None else t == background for t, _, d, _ in feeds]
     margins = {kind: np.sort(np.concatenate([m[d & (k == kind)] for (_, m, d, _), k in zip(feeds, kinds)])) for kind in (False, True)}
     if not margins[False].size and not margins[True].size:
