@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.class_scores import BACKGROUND_SHARE, CHORD, TIE_TOLERANCE
+from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, margin_chances
 from ..analysis.evidence import CONFIDENT, share_bound
 from ..analysis.floor import Floor, Verdict
 
@@ -127,21 +127,12 @@ def _top_two(x: np.ndarray) -> np.ndarray:
 
 
 def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
-    """Each loss's chance of flipping a position like it: the share of float's ``margins`` (sorted) below it,
-    at plotting positions, below the :data:`~onnxptq.analysis.class_scores.CHORD`-th smallest margin no steeper
-    than the chord from the origin to it, as the floor's estimate is (``class_scores._margin_cdf``, which says
-    why: the first margin alone sets a slope whose spread more data does not steady); 0 where nothing was lost.
+    """Each loss's chance of flipping a position like it: float's ``margins`` (sorted) CDF at it, as the
+    floor's estimate reads it (``class_scores.margin_chances``, with its chord: the first margin alone sets a
+    slope whose spread more data does not steady); 0 where nothing was lost or no margin was seen.
     PP-OCR cls's 12 rows without the chord put a candidate the cosine floor 0.9999 held at 0.04 reads lost,
     and the search kept every node float."""
-    n = margins.size
-    if not n:
-        return np.zeros_like(lost)
-    loss = np.maximum(lost, 0.0)
-    chance = np.interp(loss, np.concatenate([[0.0], margins]), np.arange(n + 1) / (n + 1))
-    if n >= CHORD and margins[CHORD - 1] > 0:
-        chord = loss * CHORD / ((n + 1) * margins[CHORD - 1])
-        chance = np.where(loss < margins[CHORD - 1], np.minimum(chance, chord), chance)
-    return np.where(lost > 0, chance, 0.0)
+    return margin_chances(np.maximum(lost, 0.0), margins) if margins.size else np.zeros_like(lost)
 
 
 def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
