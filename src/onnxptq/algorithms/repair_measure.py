@@ -40,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, margin_chances
+from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, _top_two, margin_chances
 from ..analysis.evidence import CONFIDENT, share_bound
 from ..analysis.floor import Floor, Verdict
 
@@ -120,12 +120,6 @@ def _reads(x: np.ndarray) -> np.ndarray:
     return np.moveaxis(x, axis, -2).reshape(-1, x.shape[axis], x.shape[-1])
 
 
-def _top_two(x: np.ndarray) -> np.ndarray:
-    """Each position's two largest values, ascending, in float64 (``class_scores._top_two`` over positions)."""
-    two = np.partition(x, -2, axis=-1)[..., -2:] if x.shape[-1] > 2 else x
-    return np.sort(two.astype(np.float64), -1)
-
-
 def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
     """Each loss's chance of flipping a position like it: float's ``margins`` (sorted) CDF at it, as the
     floor's estimate reads it (``class_scores.margin_chances``, with its chord: the first margin alone sets a
@@ -146,11 +140,11 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
         # scores (PP-OCRv4 rec: [64, 40, 6625] a feed)
         r3, g3 = _reads(r), _reads(g)
         top = np.argmax(r3, -1)
-        two = _top_two(r3)
+        two = _top_two(r3).astype(np.float64)
         margin = two[..., 1] - two[..., 0]
         tie = margin <= TIE_TOLERANCE * np.max(np.abs(two), -1)
         kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0].astype(np.float64)
-        g_two = _top_two(g3)
+        g_two = _top_two(g3).astype(np.float64)
         # the best other class: the candidate's second where float's class is still its first, else its first
         kept = kept_top - np.where(np.argmax(g3, -1) == top, g_two[..., 0], g_two[..., 1])
         feeds.append((top, margin, ~tie, margin - kept))

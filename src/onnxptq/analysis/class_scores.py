@@ -662,11 +662,11 @@ class Positions:
 
 
 def _top_two(x: np.ndarray) -> np.ndarray:
-    """Each row's two largest values, ascending (``np.sort(x, -1)[:, -2:]`` without sorting the rows:
-    a PP-OCR rec line is 40 rows of 18385 scores)."""
+    """Each row's two largest values, ascending (``np.sort(x, -1)[..., -2:]`` without sorting the rows:
+    a PP-OCR rec line is 40 rows of 18385 scores); rows along every axis before the last."""
     if x.shape[-1] <= 2:
         return np.sort(x, -1)
-    return np.sort(np.partition(x, -2, axis=-1)[:, -2:], -1)
+    return np.sort(np.partition(x, -2, axis=-1)[..., -2:], -1)
 
 
 def decides(scores: list[np.ndarray]) -> bool:
