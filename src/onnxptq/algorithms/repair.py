@@ -109,7 +109,6 @@ import onnx
 
 from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unjudged_text
-from ..analysis.evidence import share_bound
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -398,7 +397,7 @@ def selected_unconfirmed(verdict: Verdict) -> list[str]:
         bound = check.unconfirmed
         if not check.ok or bound is None:
             continue
-        if share_bound(float(bound.count), float(bound.count))[0] >= bound.floor:
+        if bound.confirmable:
             moved.append(name)
     return moved
 

@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, _top_two, margin_chances
-from ..analysis.evidence import CONFIDENT, share_bound
+from ..analysis.evidence import CONFIDENT
 from ..analysis.floor import Floor, Verdict
 
 __all__ = ["Measure", "undecided", "measure_outputs", "worse"]
@@ -88,7 +88,7 @@ def undecided(verdict: Verdict) -> list[str]:
         if not check.ok or check.within_chance is not None:
             continue
         bound = check.unconfirmed
-        few = bound is not None and share_bound(float(bound.count), float(bound.count))[0] < bound.floor
+        few = bound is not None and not bound.confirmable
         if check.top1_unjudged or few:
             names.append(name)
     return names
