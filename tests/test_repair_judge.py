@@ -28,38 +28,14 @@ from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.sessions import open_session
 
-from test_floor_sequences import C, F, HID, T, _G, _prototypes, glyph_feeds
+from test_floor_sequences import C, T, ctc_reader, glyph_feeds
 
 EIGHT_BIT = Floor("8-bit", 0.98, 0.95)
 
 
-def blurred_reader(outlier: float = 400.0, blur: float = 0.5):
-    """test_floor_sequences.ctc_reader with its glyph columns ``blur`` of the way to their mean (and the
-    blank's bias scaled alike): the same reads, margins ``1 − blur`` as wide."""
-    rng = np.random.default_rng(7)
-    w1 = rng.standard_normal((F, HID)) / np.sqrt(F)
-    w2 = rng.standard_normal((HID, HID)) / np.sqrt(HID)
-    response = np.maximum(np.maximum(3.0 * _prototypes() @ w1, 0) @ w2, 0)
-    w3 = (response / np.linalg.norm(response, axis=1, keepdims=True)).T
-    w3[:, 0] = 0.0
-    w3[:, 1:] = (1 - blur) * w3[:, 1:] + blur * w3[:, 1:].mean(1, keepdims=True)
-    b3 = np.zeros(C)
-    b3[0] = 2.0 * (1 - blur)
-    w1[:, 0] /= outlier
-    w2[0] *= outlier
-    g = _G()
-    h = g.node("Relu", [g.node("MatMul", ["x", g.const(w1, "w1")], "h1", "MatMul_1")], "r1", "Relu_1")
-    h = g.node("Relu", [g.node("MatMul", [h, g.const(w2, "w2")], "h2", "MatMul_2")], "r2", "Relu_2")
-    h = g.node("Transpose", [h], "tnh", "Transpose_tnh", perm=[1, 0, 2])
-    h = g.node("Reshape", [h, g.const([-1, HID], "flat", np.int64)], "flat_in", "Reshape_flat")
-    h = g.node("Gemm", [h, g.const(w3, "w3"), g.const(b3, "b3")], "logits2d", "Gemm_head")
-    g.node("Reshape", [h, g.const([T, -1, C], "tnc", np.int64)], "logits", "Reshape_tnc")
-    return g.model("ctc_reader", [1, T, F], "logits", [T, 1, C])
-
-
 @pytest.fixture(scope="module")
 def planted():
-    model = blurred_reader()
+    model = ctc_reader(blur=0.5)  # margins half as wide
     return model, quantize(model, resolve_config("A8W8"), glyph_feeds(18))
 
 
@@ -158,8 +134,6 @@ def test_calibration_rows_pooled_into_a_judgement_never_confirm_its_share():
 def test_calibration_reads_pooled_into_a_judgement_never_confirm_its_share():
     """A CTC reader's reads on 48 captchas: 8 held out, 32 calibration captchas pooled (40 reads, all kept, as
     test_floor_few_feeds has it). The bound counts the 8 held-out reads: "could NOT confirm"."""
-    from test_floor_sequences import ctc_reader
-
     many = quantize(ctc_reader(outlier=1.0), resolve_config("A8W8").replace(repair=False), glyph_feeds(48))
     check = many.floor.outputs["logits"]
     assert many.floor.ok and check.positions.reads == 40 and check.seen_feeds == 32 and not many.floor.unjudged

@@ -109,7 +109,6 @@ import onnx
 
 from ..analysis.decisions import with_decision_outputs
 from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unjudged_text
-from ..analysis.evidence import share_bound
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -270,7 +269,7 @@ class _Judge:
         unsure = [] if probe or verdict is None or not verdict.ok else selected_unconfirmed(verdict)
         moved = moved_unjudged_reads(verdict) + unsure if verdict is not None and verdict.ok else []
         if verdict is not None and verdict.ok and not moved:
-            moved = self.compare(verdict)
+            moved = self.compare()
         if unsure and len(moved) == len(unsure):  # held but for its bound: the fallback of a search that finds no other
             self.unsure.append((rung if kept or self.floats else None, kept, self.floats))
         if moved:  # a candidate that changed a read the floor could not judge, or holds only by the luck of
@@ -280,11 +279,11 @@ class _Judge:
         self.cache[key] = verdict
         return verdict
 
-    def compare(self, verdict: Verdict) -> list[str]:
+    def compare(self) -> list[str]:
         """The outputs the floor could not decide on which this held candidate is worse than the best-measured
         accepted one by more than its noise (:func:`.repair_measure.worse`): it is then not accepted. Accepted,
-        its measures become the best where better."""
-        names = [n for n in undecided(verdict) if n in self.measured]
+        its measures become the best where better. Its measures: ``measured``, which :meth:`run` took."""
+        names = list(self.measured)  # run() measured this verdict's undecided outputs, in their order
         loose = [n for n in names if n in self.best and worse(self.measured[n], self.best[n])]
         if loose:
             self.ruled_by_measure.append(loose)
@@ -327,9 +326,9 @@ class _Judge:
             return [dict(zip(keys, out)) for out in run_feeds(again, names, self.seen)]
 
         verdict = measure_seen(judge, seen, whole) if seen else judge(seen)
-        if verdict.ok and undecided(verdict):  # outputs the reads could not decide: measured by their margins
+        if verdict.ok and (open_names := undecided(verdict)):  # outputs the reads could not decide: measured by their margins
             floats = self.calibrated.holdout_outputs + (self.calibrated.judged_float_outputs(self.seen[:len(seen)]) if seen else [])
-            self.measured = measure_outputs(undecided(verdict), floats, got + seen, self.floor)
+            self.measured = measure_outputs(open_names, floats, got + seen, self.floor)
         judged = time.process_time() - judged
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
@@ -398,7 +397,7 @@ def selected_unconfirmed(verdict: Verdict) -> list[str]:
         bound = check.unconfirmed
         if not check.ok or bound is None:
             continue
-        if share_bound(float(bound.count), float(bound.count))[0] >= bound.floor:
+        if bound.confirmable:
             moved.append(name)
     return moved
 

@@ -40,16 +40,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..analysis.class_scores import CHORD
-from ..analysis.evidence import CONFIDENT, share_bound
+from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, _top_two, margin_chances
+from ..analysis.evidence import CONFIDENT
 from ..analysis.floor import Floor, Verdict
 
 __all__ = ["Measure", "undecided", "measure_outputs", "worse"]
 
-#: Float margins at or below this share of the scores' scale are near-ties, left out (``class_scores.TIE_TOLERANCE``).
-TIE = 2.0 ** -10
-#: A class float reads at more than this share of an output's positions is its background (``class_scores.BACKGROUND_SHARE``).
-BACKGROUND = 0.5
 Z = NormalDist().inv_cdf(CONFIDENT)
 #: A candidate whose measured loss, taken this many times (the margins' estimate runs low by up to twice) and its
 #: noise added, is within the floor's allowed loss is not held to the best one's (module docstring).
@@ -92,7 +88,7 @@ def undecided(verdict: Verdict) -> list[str]:
         if not check.ok or check.within_chance is not None:
             continue
         bound = check.unconfirmed
-        few = bound is not None and share_bound(float(bound.count), float(bound.count))[0] < bound.floor
+        few = bound is not None and not bound.confirmable
         if check.top1_unjudged or few:
             names.append(name)
     return names
@@ -124,28 +120,13 @@ def _reads(x: np.ndarray) -> np.ndarray:
     return np.moveaxis(x, axis, -2).reshape(-1, x.shape[axis], x.shape[-1])
 
 
-def _top_two(x: np.ndarray) -> np.ndarray:
-    """Each position's two largest values, ascending, in float64 (``class_scores._top_two`` over positions)."""
-    two = np.partition(x, -2, axis=-1)[..., -2:] if x.shape[-1] > 2 else x
-    return np.sort(two.astype(np.float64), -1)
-
-
 def _chances(lost: np.ndarray, margins: np.ndarray) -> np.ndarray:
-    """Each loss's chance of flipping a position like it: the share of float's ``margins`` (sorted) below it,
-    at plotting positions, below the :data:`~onnxptq.analysis.class_scores.CHORD`-th smallest margin no steeper
-    than the chord from the origin to it, as the floor's estimate is (``class_scores._margin_cdf``, which says
-    why: the first margin alone sets a slope whose spread more data does not steady); 0 where nothing was lost.
+    """Each loss's chance of flipping a position like it: float's ``margins`` (sorted) CDF at it, as the
+    floor's estimate reads it (``class_scores.margin_chances``, with its chord: the first margin alone sets a
+    slope whose spread more data does not steady); 0 where nothing was lost or no margin was seen.
     PP-OCR cls's 12 rows without the chord put a candidate the cosine floor 0.9999 held at 0.04 reads lost,
     and the search kept every node float."""
-    n = margins.size
-    if not n:
-        return np.zeros_like(lost)
-    loss = np.maximum(lost, 0.0)
-    chance = np.interp(loss, np.concatenate([[0.0], margins]), np.arange(n + 1) / (n + 1))
-    if n >= CHORD and margins[CHORD - 1] > 0:
-        chord = loss * CHORD / ((n + 1) * margins[CHORD - 1])
-        chance = np.where(loss < margins[CHORD - 1], np.minimum(chance, chord), chance)
-    return np.where(lost > 0, chance, 0.0)
+    return margin_chances(np.maximum(lost, 0.0), margins) if margins.size else np.zeros_like(lost)
 
 
 def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
@@ -159,11 +140,11 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
         # scores (PP-OCRv4 rec: [64, 40, 6625] a feed)
         r3, g3 = _reads(r), _reads(g)
         top = np.argmax(r3, -1)
-        two = _top_two(r3)
+        two = _top_two(r3).astype(np.float64)
         margin = two[..., 1] - two[..., 0]
-        tie = margin <= TIE * np.max(np.abs(two), -1)
+        tie = margin <= TIE_TOLERANCE * np.max(np.abs(two), -1)
         kept_top = np.take_along_axis(g3, top[..., None], -1)[..., 0].astype(np.float64)
-        g_two = _top_two(g3)
+        g_two = _top_two(g3).astype(np.float64)
         # the best other class: the candidate's second where float's class is still its first, else its first
         kept = kept_top - np.where(np.argmax(g3, -1) == top, g_two[..., 0], g_two[..., 1])
         feeds.append((top, margin, ~tie, margin - kept))
@@ -172,7 +153,7 @@ def _margin_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
         return None
     counts = np.bincount(tops)
     sequences = pairs[0][0].ndim >= 3
-    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND * tops.size else None
+    background = int(np.argmax(counts)) if sequences and counts.max() > BACKGROUND_SHARE * tops.size else None
     kinds = [np.zeros_like(d) if background is None else t == background for t, _, d, _ in feeds]
     margins = {kind: np.sort(np.concatenate([m[d & (k == kind)] for (_, m, d, _), k in zip(feeds, kinds)])) for kind in (False, True)}
     if not margins[False].size and not margins[True].size:

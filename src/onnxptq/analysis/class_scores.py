@@ -173,7 +173,7 @@ from .held_scores import HeldFloat, HeldOutputError, HeldScores
 from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "background_class", "class_like_outputs", "collapse", "ctc_blank", "decides",
-           "edit_distance", "judge_positions", "score_float_tensors", "sibling_heads"]
+           "edit_distance", "judge_positions", "margin_chances", "score_float_tensors", "sibling_heads"]
 
 #: A float margin at most this fraction of the larger score is a tie (module docstring).
 TIE_TOLERANCE = 2.0 ** -10
@@ -662,11 +662,11 @@ class Positions:
 
 
 def _top_two(x: np.ndarray) -> np.ndarray:
-    """Each row's two largest values, ascending (``np.sort(x, -1)[:, -2:]`` without sorting the rows:
-    a PP-OCR rec line is 40 rows of 18385 scores)."""
+    """Each row's two largest values, ascending (``np.sort(x, -1)[..., -2:]`` without sorting the rows:
+    a PP-OCR rec line is 40 rows of 18385 scores); rows along every axis before the last."""
     if x.shape[-1] <= 2:
         return np.sort(x, -1)
-    return np.sort(np.partition(x, -2, axis=-1)[:, -2:], -1)
+    return np.sort(np.partition(x, -2, axis=-1)[..., -2:], -1)
 
 
 def decides(scores: list[np.ndarray]) -> bool:
@@ -895,14 +895,20 @@ def _margin_cdf(margins: list[np.ndarray], losses: list[np.ndarray]) -> float | 
     where they do not (median 0.89, above twice the density on 7.5 %, below half of it on 15 % against
     the first chord's 14 %): the estimate is never above the first chord's, so nothing breaks that did not."""
     sorted_margins = np.sort(np.concatenate(margins)) if margins else np.zeros(0)
-    n = sorted_margins.size
-    if not n:
+    if not sorted_margins.size:
         return None
-    loss = np.maximum(np.concatenate(losses), 0.0)
+    return 1.0 - float(np.mean(margin_chances(np.maximum(np.concatenate(losses), 0.0), sorted_margins)))
+
+
+def margin_chances(loss: np.ndarray, sorted_margins: np.ndarray) -> np.ndarray:
+    """Each of ``loss`` (margin losses, at least 0) as its chance to flip a position: float's margin CDF
+    (``sorted_margins``, not empty) at it, with :func:`_margin_cdf`'s chord; 0 where nothing was lost.
+    Also repair's measure of outputs the floor could not decide (algorithms/repair_measure.py)."""
+    n = sorted_margins.size
     cdf = np.interp(loss, np.concatenate([[0.0], sorted_margins]), np.arange(n + 1) / (n + 1))
     if n >= CHORD and sorted_margins[CHORD - 1] > 0:
         cdf = np.where(loss < sorted_margins[CHORD - 1], np.minimum(cdf, loss * CHORD / ((n + 1) * sorted_margins[CHORD - 1])), cdf)
-    return 1.0 - float(np.mean(np.where(loss > 0, cdf, 0.0)))
+    return np.where(loss > 0, cdf, 0.0)
 
 
 def _probabilities(x: np.ndarray) -> np.ndarray:

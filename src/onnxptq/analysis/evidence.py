@@ -170,6 +170,11 @@ class ShareBound(NamedTuple):
     def confirmed(self) -> bool:
         return self.low >= self.floor
 
+    @property
+    def confirmable(self) -> bool:
+        """Whether its count could confirm any share: every one kept would leave the bound at the floor or above."""
+        return share_bound(float(self.count), float(self.count))[0] >= self.floor
+
     def describe(self) -> str:
         """"0.9688 on 64 rows, bound 0.9271-0.9869 (90% each side) reaches below the floor 0.95: could NOT
         confirm; about 222 rows like these would confirm it" in words."""
