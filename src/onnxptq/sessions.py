@@ -231,7 +231,7 @@ def session_options(
     return options
 
 
-def options_signature(options: Any, providers: Sequence[Any]) -> tuple:
+def options_signature(options: Any, providers: Sequence[str]) -> tuple:
     """What of a session's ``options`` and ``providers`` decides its outputs: providers, thread
     counts, graph level, execution mode and the function-inlining entry (log levels and spinning
     decide none). ``session.get_session_options()`` and ``session.get_providers()`` of an open
@@ -240,8 +240,7 @@ def options_signature(options: Any, providers: Sequence[Any]) -> tuple:
         inlining = options.get_session_config_entry("session.disable_aot_function_inlining")
     except RuntimeError:  # onnxruntime raises for an entry never set: its default
         inlining = ""
-    names = tuple(p[0] if isinstance(p, tuple) else p for p in providers)
-    return (names, options.intra_op_num_threads, options.inter_op_num_threads, str(options.graph_optimization_level),
+    return (tuple(providers), options.intra_op_num_threads, options.inter_op_num_threads, str(options.graph_optimization_level),
             str(options.execution_mode), inlining)
 
 

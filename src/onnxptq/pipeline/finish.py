@@ -5,8 +5,8 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 
 from __future__ import annotations
 
-import tempfile
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
