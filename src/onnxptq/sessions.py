@@ -126,64 +126,23 @@ def optimization_level(name: Optimization) -> Any:
         raise ValueError(f"graph optimization must be one of {', '.join(levels)}, not {name!r}") from None
 
 
-def open_session(
-    model: onnx.ModelProto | bytes | str | os.PathLike,
-    *,
-    providers: Sequence[Any] | None = None,
-    threads: int | None = None,
-    inter_op_threads: int | None = None,
-    optimization: Optimization = "all",
-    spinning: bool = True,
-    memory_arena: bool = True,
-    memory_pattern: bool = True,
-    priority_order: bool = False,
-    log_severity: int = 3,
-    custom_op_libraries: Sequence[str | os.PathLike] = (),
-    optimized_model_path: str | os.PathLike | None = None,
-    config: Mapping[str, str] | None = None,
-    inline_functions_first: bool = True,
-) -> Any:
+def open_session(model: onnx.ModelProto | bytes | str | os.PathLike, *, providers: Sequence[Any] | None = None,
+                 **options: Any) -> Any:
     """An ``InferenceSession`` on ``model`` (a ``ModelProto``, its serialized bytes, or a path).
 
     Args:
         providers: execution providers, as onnxruntime takes them; the CPU provider by default.
-        threads: intra-op threads (onnxruntime's default, one per core, when None).
-        inter_op_threads: inter-op threads (default: onnxruntime's).
-        optimization: graph optimization level; ``"all"`` is what a user's session does by default.
-        spinning: let idle pool threads spin; off where onnxruntime alternates with other work
-            (calibration reductions, torch steps) and spinning threads would take its cores.
-        memory_arena: the CPU memory arena; off where many sessions live at once.
-        memory_pattern: onnxruntime's memory pattern (one planned block for a run's intermediate
-            tensors per input shape); off where that block outweighs its saving (calibration).
-        priority_order: priority-based execution order (frees intermediate tensors sooner).
-        log_severity: onnxruntime's log level (3 = errors only: our own log says what matters).
-        custom_op_libraries: onnxruntime custom-op libraries to register besides those in force
-            (:func:`custom_op_libraries`): models with nodes of a custom domain can then be run;
-            what we emit never needs one.
-        optimized_model_path: where onnxruntime writes the graph it actually runs (the runtime view).
-        config: session configuration entries (``add_session_config_entry``), e.g.
-            ``{"session.qdq_matmulnbits_accuracy_level": "1"}``.
-        inline_functions_first: onnxruntime's default, inlining every model-local function before
-            the basic (level-1) optimisers run, which then rewrite every inlined body. False
-            (``session.disable_aot_function_inlining``): the functions are inlined when the graph
-            is partitioned, after level 1, so only the outer graph is constant-folded (packed
-            weights included) and the extended/all levels still see the bodies. For internal
-            sessions on block-format models (function calls of ~40 nodes each): creating the
-            session on PP-OCRv4 rec MX9 took 2.4 s of CPU instead of 3.6 at "all", layout MX9 2.2
-            instead of 4.0, with bit-identical outputs on rec, cls and layout MX9 (bench/RESULTS.md).
+        options: how the session runs, :func:`session_options`'s arguments (which it documents).
     """
     import onnxruntime as ort
 
-    options = session_options(threads=threads, inter_op_threads=inter_op_threads, optimization=optimization, spinning=spinning,
-                              memory_arena=memory_arena, memory_pattern=memory_pattern, priority_order=priority_order,
-                              log_severity=log_severity, custom_op_libraries=custom_op_libraries,
-                              optimized_model_path=optimized_model_path, config=config,
-                              inline_functions_first=inline_functions_first)
+    options = session_options(**options)
     folder = external.active_dir()
     if folder is not None and isinstance(model, onnx.ModelProto) and external.has_external(model):
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
     chosen = list(providers) if providers else list(CPU)
-    disabled = _disabled_for(model) if optimization in ("all", "extended") else []
+    levels = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    disabled = _disabled_for(model) if options.graph_optimization_level in levels else []
     if isinstance(model, bytes):  # a serialized model (finish: the bytes the checker read)
         return _without_model_bytes(ort.InferenceSession(model, options, providers=chosen, disabled_optimizers=disabled), chosen)
     if not isinstance(model, onnx.ModelProto):
@@ -215,9 +174,36 @@ def session_options(
     config: Mapping[str, str] | None = None,
     inline_functions_first: bool = True,
 ) -> Any:
-    """The ``SessionOptions`` :func:`open_session` opens a session with (its arguments, which it
-    documents): apart so that what a session would be can be told without opening it
-    (:func:`options_signature`; finish's, pipeline/finish.py)."""
+    """The ``SessionOptions`` :func:`open_session` opens a session with: apart so that what a
+    session would be can be told without opening it (:func:`options_signature`; finish's,
+    pipeline/finish.py).
+
+    Args:
+        threads: intra-op threads (onnxruntime's default, one per core, when None).
+        inter_op_threads: inter-op threads (default: onnxruntime's).
+        optimization: graph optimization level; ``"all"`` is what a user's session does by default.
+        spinning: let idle pool threads spin; off where onnxruntime alternates with other work
+            (calibration reductions, torch steps) and spinning threads would take its cores.
+        memory_arena: the CPU memory arena; off where many sessions live at once.
+        memory_pattern: onnxruntime's memory pattern (one planned block for a run's intermediate
+            tensors per input shape); off where that block outweighs its saving (calibration).
+        priority_order: priority-based execution order (frees intermediate tensors sooner).
+        log_severity: onnxruntime's log level (3 = errors only: our own log says what matters).
+        custom_op_libraries: onnxruntime custom-op libraries to register besides those in force
+            (:func:`custom_op_libraries`): models with nodes of a custom domain can then be run;
+            what we emit never needs one.
+        optimized_model_path: where onnxruntime writes the graph it actually runs (the runtime view).
+        config: session configuration entries (``add_session_config_entry``), e.g.
+            ``{"session.qdq_matmulnbits_accuracy_level": "1"}``.
+        inline_functions_first: onnxruntime's default, inlining every model-local function before
+            the basic (level-1) optimisers run, which then rewrite every inlined body. False
+            (``session.disable_aot_function_inlining``): the functions are inlined when the graph
+            is partitioned, after level 1, so only the outer graph is constant-folded (packed
+            weights included) and the extended/all levels still see the bodies. For internal
+            sessions on block-format models (function calls of ~40 nodes each): creating the
+            session on PP-OCRv4 rec MX9 took 2.4 s of CPU instead of 3.6 at "all", layout MX9 2.2
+            instead of 4.0, with bit-identical outputs on rec, cls and layout MX9 (bench/RESULTS.md).
+    """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -245,7 +231,7 @@ def session_options(
     return options
 
 
-def options_signature(options: Any, providers: Sequence[Any]) -> tuple:
+def options_signature(options: Any, providers: Sequence[str]) -> tuple:
     """What of a session's ``options`` and ``providers`` decides its outputs: providers, thread
     counts, graph level, execution mode and the function-inlining entry (log levels and spinning
     decide none). ``session.get_session_options()`` and ``session.get_providers()`` of an open
@@ -254,8 +240,7 @@ def options_signature(options: Any, providers: Sequence[Any]) -> tuple:
         inlining = options.get_session_config_entry("session.disable_aot_function_inlining")
     except RuntimeError:  # onnxruntime raises for an entry never set: its default
         inlining = ""
-    names = tuple(p[0] if isinstance(p, tuple) else p for p in providers)
-    return (names, options.intra_op_num_threads, options.inter_op_num_threads, str(options.graph_optimization_level),
+    return (tuple(providers), options.intra_op_num_threads, options.inter_op_num_threads, str(options.graph_optimization_level),
             str(options.execution_mode), inlining)
 
 

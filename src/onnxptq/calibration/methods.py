@@ -667,16 +667,9 @@ def _layerwise_percentile(h: HistogramCollector, opts: dict[str, Any], name: str
     if not candidates:
         raise ValueError(f"layerwise_percentile calibration of {name!r}: percentile_candidates is empty")
     ranges = [_percentile_range(h, p, bool(opts.get("symmetric", True)), clamp=True) for p in candidates]
-    pairs = [scale_zero_point(lo, hi, qmin, qmax, symmetric=False) for lo, hi in ranges]
-    errors = _weighted_errors(
-        h.hist.centres,
-        h.hist.counts,
-        np.array([p[0] for p in pairs]),
-        np.array([p[1] for p in pairs], dtype=np.float64),
-        qmin,
-        qmax,
-        1 if metric == "mae" else 2,
-    )
+    lows, highs = np.array(ranges, dtype=np.float64).T
+    scales, zps = grid_scales_zero_points(lows, highs, qmin, qmax, False)
+    errors = _weighted_errors(h.hist.centres, h.hist.counts, scales, zps, qmin, qmax, 1 if metric == "mae" else 2)
     return ranges[int(np.argmin(errors))]
 
 

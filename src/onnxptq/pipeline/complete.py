@@ -99,20 +99,21 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     release_freed()  # the build's float and guard sessions, emit's copies (onnxptq.memory: peak RSS)
     if cfg.pack_weights:  # weights kept float go back to the source's float16 bytes (bit-identical values)
         restore_half_storage(quantized, calibrated.half_stored)
-    # Where repair judged candidates, the digest of the bytes finish serialized (Verified.recall):
-    # not a second serialization of the delivered model for it
-    digests: list[str] = []
-    hook = (lambda data: digests.append(bytes_digest(data))) if verified is not None and verified.entries else None
     # Where a candidate judged these very bytes on a session of finish's signature, the verification
-    # takes its judgement: finish then opens no session (pipeline/finish.py; found once, here).
-    known: list[Any] = []
+    # takes its judgement: finish then opens no session (pipeline/finish.py; found once, here). The
+    # bytes' digest is that of the bytes finish serialized (Verified.recall): not a second
+    # serialization of the delivered model for it.
+    known: list[Judgement] = []
 
-    def judged() -> bool:
+    def judged(data: bytes) -> bool:
         assert verified is not None
-        known.append(verified.recall(quantized, finish_signature(), digests[0]) if digests else None)
-        return known[-1] is not None
+        found = verified.recall(quantized, finish_signature(), bytes_digest(data))
+        if found is None:
+            return False
+        known.append(found)
+        return True
 
-    quantized, session = finish(quantized, source, hook, judged if hook is not None and calibrated.holdout else None)
+    quantized, session = finish(quantized, source, judged if verified is not None and verified.entries and calibrated.holdout else None)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:

@@ -5,8 +5,8 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 
 from __future__ import annotations
 
-import tempfile
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,8 +47,7 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     return model, session
 
 
-def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None,
-           judged: Callable[[], bool] | None = None):
+def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None):
     """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
 
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
@@ -56,9 +55,9 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
     ``with_bytes``: called with the serialized model the checker and the session read, after the
     checker and before the session (not past protobuf's limit): the delivered build's digest
     (:meth:`onnxptq.pipeline.verify.Verified.recall`) is taken from them rather than from a second
-    serialization of the whole model. ``judged``: asked after ``with_bytes``; True where these bytes
-    were already opened and judged on a session of this one's signature (:func:`finish_signature`:
-    a repair candidate's, pipeline/verify.py): no session is opened and ``(model, None)`` returned.
+    serialization of the whole model. A true return says these bytes were already opened and judged
+    on a session of this one's signature (:func:`finish_signature`: a repair candidate's,
+    pipeline/verify.py): no session is opened and ``(model, None)`` returned.
 
     Why skip it: the verification would take that judgement and never run the session, so it was
     opened only to show that the bytes load, which the candidate's session, of the same options on
@@ -79,9 +78,7 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             onnx.checker.check_model(path) if large else onnx.checker.check_model(data)
         except onnx.checker.ValidationError as exc:
             raise RuntimeError(f"{source}: the quantized model fails the ONNX checker (a bug in onnxptq): {exc}") from exc
-        if with_bytes is not None and data is not None:
-            with_bytes(data)
-        if judged is not None and judged():
+        if with_bytes is not None and data is not None and with_bytes(data):
             log.debug("%s: these bytes were opened and judged on a session like finish's: no session opened", source)
             return model, None
         try:
