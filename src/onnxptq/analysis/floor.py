@@ -108,6 +108,7 @@ from .fields import declared_field_axes
 from .user_agreement import output_agreement
 from ..config.floor_readings import PEAK_SCORES
 from .declared_readings import DeclaredReading, picture_bounds
+from .coordinates import coordinate_outputs, coordinate_readings
 from .peak_reads import channels as peak_channels, is_probabilities, peaks_agree
 from .point_reads import points_agree
 from .fields import MAX_FIELDS, MIN_VALUES, FieldCosines
@@ -298,6 +299,8 @@ class OutputCheck:
     #: samples judged by their points' mean move, within this share of float's point set's RMS radius (a declared
     #: landmark reading: analysis/point_reads.py)
     points: float | None = None
+    #: ``points`` is a mean move in the output's units (coordinates found by structure: analysis/coordinates.py)
+    points_in_units: bool = False
     #: maps judged by their 3x3 peaks matched within one cell (a declared centre-point heat map:
     #: analysis/peak_reads.py): the scores as said ("score >= 0.15", "scores 0.1-0.5")
     peaks: str | None = None
@@ -390,7 +393,8 @@ class OutputCheck:
             seen = f" (the held-out and {self.seen_feeds} calibration samples)" if self.seen_feeds and not self.held_out_only else ""
             top = f"top-{self.top_k} set (and top-1)" if self.top_k > 1 else "top-1"
             if self.points is not None:
-                top = f"samples with their points' mean move within {self.points:g} of float's RMS radius:"
+                top = (f"samples with their points' mean move within {self.points:.3g} (a pixel):" if self.points_in_units
+                       else f"samples with their points' mean move within {self.points:g} of float's RMS radius:")
             if self.peaks is not None:
                 top = f"peaks' F1 (3x3 peaks at {self.peaks}, matched within one cell)"
             word = _decisions_word(self)
@@ -667,7 +671,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "confidences": decision_confidences(model, [d.tensor for d in decisions]), "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
-            "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model)}
+            "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
+            "coordinates": coordinate_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -684,7 +689,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             spatial_gates: Mapping[str, str] | None = None, declared: Mapping[str, DeclaredReading] | None = None,
             tokens: Mapping[str, Collection[int]] | None = None,
             det_levels: Sequence[tuple[Level, ...]] = (),
-            anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = ()) -> Verdict:
+            anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
+            coordinates: Mapping[str, Any] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -738,7 +744,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     anchors (``anchor_scores.anchor_score_outputs``); where the data says one is, it is judged by the objects
     its thresholds keep in place of its cosine (:func:`_judge_anchor_scores`).
     ``waveforms``: outputs that are a signal per batch row by structure (``waveform_reads.waveform_outputs``); where
-    float's values are one, judged by their log-power spectrum too (:func:`_judge_waveform`)."""
+    float's values are one, judged by their log-power spectrum too (:func:`_judge_waveform`).
+    ``coordinates``: outputs read as coordinates by structure or, where float's values are a sampling grid, by
+    them (``coordinates.coordinate_outputs``), judged by their points' mean move within a pixel as a declared
+    points reading is (``coordinates.coordinate_readings``); a user's declaration wins."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -753,6 +762,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     spatial_gates = spatial_gates or {}
     thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
     names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
+    if coordinates:  # coordinates read by the points they are (analysis/coordinates.py); a declared reading wins
+        declared = {**coordinate_readings(coordinates, reference, names), **(declared or {})}
     # a detector's score levels judged by their objects (analysis/det_levels.py): their outputs' masks and
     # fields give way, as a DocLayNet head's fields give way to its detections (_judge_detections)
     judged_levels = [(levels, _judge_levels(levels, reference, candidate, seen, floor))
@@ -1201,10 +1212,10 @@ def _judge_declared_points(check: OutputCheck, name: str, reading: DeclaredReadi
     keep near 1 whatever a point does (mp_face_mesh MXFP8_E4M3: 0.99995, half its crops off by 2 px)."""
 
     def count(r: np.ndarray, g: np.ndarray) -> tuple[int, int]:
-        return points_agree(name, r, g, reading.tolerance, reading.dims)
+        return points_agree(name, r, g, reading.tolerance, reading.dims, reading.axis)
 
     check.ok = True  # the points' reading replaces the cosine's (a shape that moved still breaks: _judge_declared)
-    check.points = reading.tolerance
+    check.points, check.points_in_units = reading.tolerance, reading.axis is not None
     _judge_declared_shares(check, name, count, pairs, seen, floor)
 
 

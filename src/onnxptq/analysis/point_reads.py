@@ -45,11 +45,14 @@ __all__ = ["point_sets", "points_agree"]
 DIMS = (2, 3)
 
 
-def point_sets(name: str, values: np.ndarray, dims: int | None = None) -> np.ndarray:
+def point_sets(name: str, values: np.ndarray, dims: int | None = None, axis: int | None = None) -> np.ndarray:
     """``values`` of output ``name`` as ``[samples, K, D]`` float64 (module docstring: how the shape is
-    read); raises :class:`UsageError` naming the output and its shape where it cannot be."""
+    read); raises :class:`UsageError` naming the output and its shape where it cannot be. ``axis``: the
+    coordinates' axis of a grid found by structure (analysis/coordinates.py), every sample's points one set."""
     arr = np.asarray(values)
     shape = tuple(arr.shape)
+    if axis is not None and arr.ndim >= 2 and dims is not None and shape[axis] == dims:
+        return np.moveaxis(arr, axis, -1).reshape(shape[0], -1, dims).astype(np.float64)
     last = shape[-1] if shape else 0
     if dims is None:
         if last not in DIMS or arr.ndim < 2:
@@ -75,12 +78,13 @@ def point_sets(name: str, values: np.ndarray, dims: int | None = None) -> np.nda
 
 
 def points_agree(name: str, reference: np.ndarray, candidate: np.ndarray, tolerance: float,
-                 dims: int | None = None) -> tuple[int, int]:
+                 dims: int | None = None, axis: int | None = None) -> tuple[int, int]:
     """``(samples whose points' mean move is <= tolerance × float's RMS radius, samples)`` of one feed's
     output ``name`` (module docstring). A candidate value that is not finite disagrees; a float set of
-    zero radius (every point the same) agrees only where nothing moved."""
-    r, g = point_sets(name, reference, dims), point_sets(name, candidate, dims)
-    radius = np.sqrt(((r - r.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1))
+    zero radius (every point the same) agrees only where nothing moved. With ``axis`` (coordinates found by
+    structure: analysis/coordinates.py) ``tolerance`` is the mean move itself, in the output's units (a pixel)."""
+    r, g = point_sets(name, reference, dims, axis), point_sets(name, candidate, dims, axis)
+    radius = np.ones(r.shape[0]) if axis is not None else np.sqrt(((r - r.mean(1, keepdims=True)) ** 2).sum(-1).mean(-1))
     with np.errstate(invalid="ignore"):
         moved = np.linalg.norm(g - r, axis=-1).mean(-1)
     agree = np.isfinite(moved) & (moved <= tolerance * radius)

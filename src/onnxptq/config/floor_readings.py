@@ -43,6 +43,11 @@ class DeclaredReading:
     dims: int | None = None
     #: "peaks": the score a peak must reach, as declared (None: each of :data:`PEAK_SCORES`)
     score: float | None = None
+    #: "points" found by structure (analysis/coordinates.py): the axis holding each point's coordinates; every
+    #: sample's points are one set and ``tolerance`` is a mean move in the output's own units (a pixel), not a share
+    axis: int | None = None
+    #: why the structure reads the output so, said in place of "as its user declared" (empty: declared)
+    found: str = ""
 
     def describe(self) -> str:
         if self.kind == "values":
@@ -50,6 +55,9 @@ class DeclaredReading:
         if self.kind == "topk":
             return (f"each row's top {self.k} (float's top-1 and its top-{self.k} set kept), as its user declared a beam "
                     f"search of width {self.k} (floor_output_reading)")
+        if self.kind == "points" and self.axis is not None:
+            return (f"each sample's points (axis {self.axis}), their mean move within {self.tolerance:.3g}, one pixel: "
+                    f"{self.found or 'coordinates'}")
         if self.kind == "points":
             return (f"each sample's points, their mean move within {self.tolerance:g} of float's point set's RMS radius, "
                     f"as its user declared landmarks (floor_output_reading)")

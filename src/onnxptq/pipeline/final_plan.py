@@ -26,6 +26,7 @@ from .quiet_batches import keep_quiet_scalars_float
 from .guard import GuardValues, apply_range_guard
 from .norm_groups import step_up_normalizer_inputs
 from .plan import Plan, make_plan
+from .plan.coordinates import keep_coordinates_wide
 from .plan.corners import settle
 from .plan.sliced import split_sliced
 from .solve import activation_range, shared_activation_params
@@ -72,6 +73,17 @@ def _calibrated_scales(plan: Plan, stats: Mapping[str, Any], cfg: QuantConfig) -
     return step_of, range_of
 
 
+def _magnitudes(outputs: Sequence[Mapping[str, Any]]) -> Any:
+    """``magnitude_of(name)`` for plan/coordinates.py: float's largest magnitude of graph output ``name`` on
+    ``outputs`` (arrays only: a held form is no value), None where none was recorded."""
+
+    def magnitude_of(name: str) -> float | None:
+        arrays = [v for o in outputs if isinstance(v := o.get(name), np.ndarray) and v.size]
+        return max(float(np.max(np.abs(a))) for a in arrays) if arrays else None
+
+    return magnitude_of
+
+
 def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     """The plan of ``cfg`` on calibrated statistics as the delivered model gets it: uncalibrated
     bodies dropped, then the range guard's decisions. A search sets ``calibrated.guard_values`` so
@@ -100,6 +112,9 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
         if shared is None:
             del values
             release_freed()  # this build's guard values and checks: solve and emit come next
+    # Coordinates (a sampling grid, indices) whose 8-bit step is coarser than a pixel keep 16 bits (plan/coordinates.py).
+    outputs = getattr(calibrated, "holdout_outputs", None) or getattr(calibrated, "float_outputs", None) or []
+    keep_coordinates_wide(prepared, plan, _calibrated_scales(plan, calibrated.stats, cfg)[0], _magnitudes(outputs), outputs)
     # An unscaled fp16 activation beyond fp16's range on calibration data stays float (fp16_range.py).
     keep_overflowing_float(plan, calibrated.stats)
     # A few values per sample, a magnitude read as a factor, that an integer grid flushes on quiet batches stay float (quiet_batches.py).
