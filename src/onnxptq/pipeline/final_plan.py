@@ -3,7 +3,7 @@
 :func:`final_plan` is the one way to plan on a calibration: the plan calibration made for its own
 config (no second :func:`~onnxptq.pipeline.plan.make_plan`; another config gets its own), then the
 bodies no calibration sample ran dropped (:mod:`.coverage`), then the range guard's decisions
-(:mod:`.guard`: shares cut, block axes moved, tensors left float). The automatic mixed-precision
+(:mod:`.guard`: shares cut, block axes moved, tensors left float), then coordinates whose 8-bit step is coarser than a pixel kept at 16 bits (:mod:`.plan.coordinates`). The automatic mixed-precision
 search plans each candidate through it too, so it scores what it would deliver.
 
 Above :mod:`.plan` (a pure function of model and config, which knows nothing of statistics) and
