@@ -180,6 +180,7 @@ def coordinate_tensors(model: onnx.ModelProto) -> dict[str, Coordinate]:
     constants, dims, types = _Constants(model), _dims(model), _elem_types(model)
     types.update(constants.elem_types())
     found: dict[str, Coordinate] = {}
+    walked: dict[str, float] = {}
     for node in model.graph.node:
         for position, what in COORDINATE_INPUTS.get(node.op_type, {}).items():
             if position >= len(node.input) or not node.input[position] or node.input[position] in constants:
@@ -190,12 +191,10 @@ def coordinate_tensors(model: onnx.ModelProto) -> dict[str, Coordinate]:
             stack = [(node.input[position], _tolerance(node, what, dims))]
             while stack:
                 name, tol = stack.pop()
-                if name in constants or not (math.isfinite(tol) and tol > 0):
+                if name in constants or not (math.isfinite(tol) and tol > 0) or walked.get(name, math.inf) <= tol:
                     continue
+                walked[name] = tol  # each tensor walked on again only for a finer tolerance (a DAG's diamonds)
                 if types.get(name) in _FLOATS:
-                    seen = found.get(name)
-                    if seen is not None and seen.tolerance <= tol:
-                        continue
                     axis = _point_axis(dims.get(name, ()), d)
                     found[name] = Coordinate(read_as, tol, axis, d if axis is not None else None)
                 up = producer.get(name)
