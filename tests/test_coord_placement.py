@@ -124,3 +124,22 @@ def test_block_and_integer_coordinates_step_up_where_their_step_is_coarser_than_
     assert keep_coordinates_wide(head, plan, lambda t: 2.2 / 255) and plan.tensors["grid"].quant.format == "uint16"
     plan = plan_of("uint8")  # a step finer than a pixel (a picture of 128 px would allow 2 / 128): kept 8-bit
     assert not keep_coordinates_wide(head, plan, lambda t: PIXEL / 2) and plan.tensors["grid"].quant.format == "uint8"
+
+
+def test_indices_computed_from_floats_are_coordinates_of_half_a_unit_scaled_by_the_walk():
+    """``x → Sigmoid → Mul(40) → Floor → Cast(int64) → Gather(table, ·)``: the float tensors before the Cast are
+    coordinates; half an index is 0.5 at the Floor, 0.5 / 40 before the Mul, 4 × that before the Sigmoid (slope ≤ 1/4)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "forty"], ["m"]),
+             helper.make_node("Floor", ["m"], ["f"]), helper.make_node("Cast", ["f"], ["i"], to=TensorProto.INT64),
+             helper.make_node("Gather", ["table", "i"], ["y"])]
+    graph = helper.make_graph(nodes, "idx", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+                              [numpy_helper.from_array(np.float32(40).reshape(()), "forty"),
+                               numpy_helper.from_array(np.zeros((41, 3), np.float32), "table")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    found = coordinate_tensors(model)
+    assert {n: round(c.tolerance, 6) for n, c in found.items()} == {"f": 0.5, "m": 0.5, "s": 0.0125, "x": 0.05}
+    assert found["m"].read_as == "Gather indices" and found["m"].axis is None
+    assert coordinate_outputs(model) == {}  # y is what the indices gather, not a place
