@@ -327,6 +327,8 @@ def merge(folder: str) -> None:
             if line.startswith("| preset") or line.startswith("| wall: preset"):
                 header = [c.strip() for c in line.strip().strip("|").split("|")]
                 into = walls if line.startswith("| wall:") else rows
+            elif line.startswith("| where:"):  # the --where table: read by extra()
+                header = None
             elif line.startswith("| ") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 if len(cells) == len(header):
@@ -418,7 +420,7 @@ def extra(folder: str, tree: str = "new") -> None:
         for line in open(f):
             if line.startswith("| preset"):
                 header = [c.strip() for c in line.strip().strip("|").split("|")]
-            elif line.startswith("| wall:"):
+            elif line.startswith("| wall:") or line.startswith("| where:"):
                 header = None
             elif line.startswith("| ") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -441,6 +443,41 @@ def extra(folder: str, tree: str = "new") -> None:
             share = (float(d["finish"]) - float(b["finish"])) / more if more > 0 else float("nan")
             print(f"| {model} | {preset} | {float(d['cpu s']):.2f} | {float(d['cpu s']) / float(b['cpu s']):.2f} | {more:.2f} | "
                   f"{cells} | {share:.2f} |")
+    _where_extra(folder, tree)
+
+
+def _where_extra(folder: str, tree: str) -> None:
+    """Per model and block preset, the ``--where`` parts' excess over BF16 (the best CPU round of each
+    preset, as its ``--where`` table printed them): the largest first."""
+    rows: dict[tuple[str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    for f in sorted(glob.glob(os.path.join(folder, f"*.{tree}.r*.txt"))):
+        model = os.path.basename(f)[:-4].rsplit(".", 2)[0]
+        header = None
+        for line in open(f):
+            if line.startswith("| where: preset"):
+                header = [c.strip() for c in line.strip().strip("|").split("|")]
+            elif line.startswith("| ") and header:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == len(header):
+                    rows[(model, cells[0])].append(dict(zip(header, cells)))
+            else:
+                header = None
+    if not rows:
+        return
+    print()
+    print("| model | preset | cpu s | extra s | where the extra goes (CPU s over BF16's, largest first) |")
+    print("|---|---|---:|---:|---|")
+    for (model, preset), xs in rows.items():
+        if preset == "BF16":
+            continue
+        d = min(xs, key=lambda d: float(d["cpu s"]))
+        parts = []
+        for k, v in d.items():
+            if k in ("where: preset", "cpu s", "extra s") or "(" not in v:
+                continue
+            parts.append((float(v.split("(")[1].rstrip(")")), k))
+        text = ", ".join(f"{k} {x:+.3f}" for x, k in sorted(parts, reverse=True) if abs(x) >= 0.005)
+        print(f"| {model} | {preset} | {float(d['cpu s']):.2f} | {d['extra s']} | {text} |")
 
 
 def main() -> None:
