@@ -16,7 +16,11 @@ BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the bes
 * the first 16 hex digits of the saved file's sha256 and the accuracy floor's broken outputs, so
   that two source trees can be checked for byte-identical files and identical verdicts.
 
-``--prof PRESET`` adds a cProfile of one more quantize. ``--merge DIR`` reads outputs saved as
+``--where`` adds a table of the parts a block format adds or makes dearer (:data:`WHERE`: the quantizer
+bodies' construction, emit's weight rounding, the packer, bias correction, the function passes, the range
+guard, the floor's measure, the checks; session creations by who opened them), each
+with its excess over BF16's: where a block format's extra CPU goes. ``--prof PRESET`` adds a cProfile of one
+more quantize. ``--merge DIR`` reads outputs saved as
 ``DIR/<model>.<tree>.r<round>.txt`` (trees ``base`` and ``new``: this script run with
 ``PYTHONPATH`` on two source trees, alternating per model) and prints the side-by-side tables: the
 best round per tree, ÷BF16 per tree, whether the files and the verdicts are the same. ``--extra DIR``
@@ -66,6 +70,22 @@ STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization", "prepare"),
           ("onnxptq.pipeline.complete", "build_model", "build"),
           ("onnxptq.algorithms.repair", "enforce_floor", "repair"),
           ("onnxptq.pipeline.complete", "deliver", "deliver")]
+#: (module, attribute, label): with ``--where``, the parts of a quantize a block format adds to or makes dearer,
+#: each wrapped with a CPU clock where its callers look it up (cut across the stages; nested in them)
+WHERE = [("onnxptq.pipeline.emit", "build_qdq", "bodies"),  # the activation quantizers' functions (onnx_ops)
+         ("onnxptq.pipeline.emit", "fake_quantize_in_slices", "w_round"),  # emit's weight rounding (NumPy reference)
+         ("onnxptq.onnx_ops.packed", "WeightPacker.add", "packer"),  # packing the rounded weights
+         ("onnxptq.pipeline.refine.bias_correction", "correct_biases", "bias_corr"),  # probe build, session, runs
+         ("onnxptq.graph.passes.share_functions", "share_functions", "passes"),
+         ("onnxptq.graph.passes.share_functions", "compact_bodies", "passes"),
+         ("onnxptq.pipeline.final_plan", "apply_range_guard", "guard"),
+         ("onnxptq.analysis.floor", "measure", "floor"),  # the floor's verdicts (the plain build's and repair's)
+         ("onnx.checker", "check_model", "checker"),
+         ("onnxptq.pipeline.complete", "crash_warning", "crash_check")]
+WHERE_KEYS = list(dict.fromkeys(label for _, _, label in WHERE))
+#: who opened a session (the onnxptq function two frames above open_session), by the part it belongs to
+OPENERS = {"finish": "finish", "_session": "calibration", "judge_session": "repair", "_thinned_runs": "repair",
+           "correct_biases": "bias_corr", "_float_values": "guard"}
 KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
         "repair", "deliver", "sess_create", "sess_run"]
 PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]
@@ -124,8 +144,43 @@ def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, li
     return z.path(), data[:samples] if samples else data
 
 
+def _wrap_where(add: Any, cpu: Any) -> None:
+    """Wrap every :data:`WHERE` function with a CPU clock adding to ``add(label, seconds)``."""
+    for mod, attr, label in WHERE:
+        try:
+            owner = importlib.import_module(mod)
+        except ImportError:
+            continue
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        f = getattr(owner, name, None)
+        if f is None:
+            continue
+
+        def wrap(f: Any = f, label: str = label) -> Any:
+            @functools.wraps(f)
+            def w(*a: Any, **k: Any) -> Any:
+                t = cpu()
+                try:
+                    return f(*a, **k)
+                finally:
+                    add("where_" + label, cpu() - t)
+            return w
+        setattr(owner, name, wrap())
+
+
+def _openers(each: list[tuple[float, str]] | None) -> dict[str, float]:
+    """Session creation CPU seconds by the part that opened them (:data:`OPENERS`; others by name)."""
+    out: dict[str, float] = {}
+    for seconds, who in each or []:
+        part = OPENERS.get(who.split("/")[0], who.split("/")[0] or "?")
+        out[part] = out.get(part, 0.0) + seconds
+    return out
+
+
 def profile(model: str, presets: list[str], rounds: int, samples: int, repair: bool, prof: str | None,
-            workdir: str | None = None) -> None:
+            workdir: str | None = None, where: bool = False) -> None:
     import onnxruntime as ort
 
     import onnxptq
@@ -156,6 +211,8 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
                     add(label + "_w", time.perf_counter() - t_wall)
             return w
         setattr(m, fn, wrap())
+    if where:
+        _wrap_where(add, cpu)
     orig_init, orig_run = ort.InferenceSession.__init__, ort.InferenceSession.run
 
     def init(self: Any, *a: Any, **k: Any) -> None:
@@ -215,6 +272,8 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
         tot, wall, a, *_ = min(xs, key=lambda x: x[1])
         ratio = f"{wall / wbase:.2f}" if wbase else ""
         print(f"| {p} | {wall:.2f} | {ratio} | " + " | ".join(f"{a.get(k + '_w', 0):.2f}" for k in KEYS) + " |", flush=True)
+    if where:
+        _print_where(res)
     for p, xs in res.items():
         print(p, "creations:", min(xs, key=lambda x: x[0])[2].get("each"))
         print(p, "shas:", [x[3] for x in xs])
@@ -227,6 +286,31 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
             s = io.StringIO()
             pstats.Stats(pr, stream=s).sort_stats(order).print_stats(n)
             print(s.getvalue()[:16000])
+
+
+def _print_where(res: dict[str, list[tuple]]) -> None:
+    """The ``--where`` table: per preset (its best CPU round) the CPU seconds of each :data:`WHERE` part and
+    of the session creations by opener, and each one's excess over BF16's (where the extra goes)."""
+    best = {p: min(xs, key=lambda x: x[0]) for p, xs in res.items()}
+    openers = {p: _openers(x[2].get("each")) for p, x in best.items()}
+    parts = list(dict.fromkeys(k for o in openers.values() for k in o))
+    cols = WHERE_KEYS + ["sess_run"] + [f"create:{k}" for k in parts]
+
+    def value(p: str, col: str) -> float:
+        acc = best[p][2]
+        if col.startswith("create:"):
+            return openers[p].get(col[7:], 0.0)
+        return acc.get(col if col == "sess_run" else "where_" + col, 0.0)
+
+    print("| where: preset | cpu s | extra s | " + " | ".join(cols) + " |")
+    base = "BF16" if "BF16" in best else None
+    for p in best:
+        extra = f"{best[p][0] - best[base][0]:+.2f}" if base and p != base else ""
+        cells = []
+        for col in cols:
+            v = value(p, col)
+            cells.append(f"{v:.3f}" if not base or p == base else f"{v:.3f} ({v - value(base, col):+.3f})")
+        print(f"| {p} | {best[p][0]:.2f} | {extra} | " + " | ".join(cells) + " |", flush=True)
 
 
 def merge(folder: str) -> None:
@@ -243,6 +327,8 @@ def merge(folder: str) -> None:
             if line.startswith("| preset") or line.startswith("| wall: preset"):
                 header = [c.strip() for c in line.strip().strip("|").split("|")]
                 into = walls if line.startswith("| wall:") else rows
+            elif line.startswith("| where:"):  # the --where table: read by extra()
+                header = None
             elif line.startswith("| ") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
                 if len(cells) == len(header):
@@ -334,7 +420,7 @@ def extra(folder: str, tree: str = "new") -> None:
         for line in open(f):
             if line.startswith("| preset"):
                 header = [c.strip() for c in line.strip().strip("|").split("|")]
-            elif line.startswith("| wall:"):
+            elif line.startswith("| wall:") or line.startswith("| where:"):
                 header = None
             elif line.startswith("| ") and header:
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -357,6 +443,41 @@ def extra(folder: str, tree: str = "new") -> None:
             share = (float(d["finish"]) - float(b["finish"])) / more if more > 0 else float("nan")
             print(f"| {model} | {preset} | {float(d['cpu s']):.2f} | {float(d['cpu s']) / float(b['cpu s']):.2f} | {more:.2f} | "
                   f"{cells} | {share:.2f} |")
+    _where_extra(folder, tree)
+
+
+def _where_extra(folder: str, tree: str) -> None:
+    """Per model and block preset, the ``--where`` parts' excess over BF16 (the best CPU round of each
+    preset, as its ``--where`` table printed them): the largest first."""
+    rows: dict[tuple[str, str], list[dict[str, str]]] = collections.defaultdict(list)
+    for f in sorted(glob.glob(os.path.join(folder, f"*.{tree}.r*.txt"))):
+        model = os.path.basename(f)[:-4].rsplit(".", 2)[0]
+        header = None
+        for line in open(f):
+            if line.startswith("| where: preset"):
+                header = [c.strip() for c in line.strip().strip("|").split("|")]
+            elif line.startswith("| ") and header:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == len(header):
+                    rows[(model, cells[0])].append(dict(zip(header, cells)))
+            else:
+                header = None
+    if not rows:
+        return
+    print()
+    print("| model | preset | cpu s | extra s | where the extra goes (CPU s over BF16's, largest first) |")
+    print("|---|---|---:|---:|---|")
+    for (model, preset), xs in rows.items():
+        if preset == "BF16":
+            continue
+        d = min(xs, key=lambda d: float(d["cpu s"]))
+        parts = []
+        for k, v in d.items():
+            if k in ("where: preset", "cpu s", "extra s") or "(" not in v:
+                continue
+            parts.append((float(v.split("(")[1].rstrip(")")), k))
+        text = ", ".join(f"{k} {x:+.3f}" for x, k in sorted(parts, reverse=True) if abs(x) >= 0.005)
+        print(f"| {model} | {preset} | {float(d['cpu s']):.2f} | {d['extra s']} | {text} |")
 
 
 def main() -> None:
@@ -371,6 +492,9 @@ def main() -> None:
     ap.add_argument("--workdir", help="where quantize_time.py keeps the layout/vit/resnet files (its --workdir)")
     ap.add_argument("--extra", metavar="DIR", help="print each block preset's CPU over BF16 per stage, from DIR's files of --tree")
     ap.add_argument("--tree", default="new", help="with --extra: the tree whose files are read (base or new)")
+    ap.add_argument("--where", action="store_true",
+                    help="also time the parts a block format adds (bodies, weight rounding, packer, bias correction, "
+                         "passes, guard, floor, checks; session creations by opener) and print their excess over BF16")
     args = ap.parse_args()
     if args.extra:
         extra(args.extra, args.tree)
@@ -380,7 +504,8 @@ def main() -> None:
         return
     if not args.model:
         ap.error("MODEL is required (or --merge DIR)")
-    profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof, args.workdir)
+    profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof, args.workdir,
+            args.where)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from ..graph.io import with_initializers
 from ..graph.passes.exact_int_weights import exact_int_weights
 from ..graph.passes.lookup_tables import dequantize_after_lookup
 from .calibrate import Calibrated
-from .emit import ConstantReuse, emit
+from .emit import ConstantReuse, Rounded, emit
 from .final_plan import final_plan
 from .plan import Plan
 from .solve import QParams, solve
@@ -56,14 +56,18 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         if reuse is not None and reuse.keep_weights and _plan_reusable(calibrated, cfg):
             reuse.plans.append((_plan_key(cfg), plan, params))
     weights = prepared
+    # The float-format weights bias correction rounds, handed to emit, which folds them (not rounded
+    # twice); not where finetuning then changes the weights themselves.
+    rounded = Rounded() if cfg.finetune is None and cfg.fold_weights else None
     if cfg.bias_correction_active(calibrated.holdout_reused):
         from .refine.bias_correction import correct_biases
 
         t = time.perf_counter()
         if reuse is None:
-            corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers)
+            corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers,
+                                       rounded=rounded)
         else:
-            corrected = _reused_corrections(calibrated, cfg, plan, params, reuse)
+            corrected = _reused_corrections(calibrated, cfg, plan, params, reuse, rounded)
         if corrected:
             # Weight scales do not depend on biases; a bias quantized on its own range does: solve again.
             weights = prepared = with_initializers(prepared, corrected)
@@ -78,7 +82,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
-                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse)
+                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded)
     if cfg.runtime == "cpu":
         dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
     if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
@@ -116,7 +120,7 @@ def _planned(reuse: ConstantReuse | None, cfg: QuantConfig) -> tuple[Plan, dict[
 
 
 def _reused_corrections(calibrated: Calibrated, cfg: QuantConfig, plan: Plan, params: dict[str, QParams],
-                        reuse: ConstantReuse) -> dict[str, Any]:
+                        reuse: ConstantReuse, rounded: Rounded | None = None) -> dict[str, Any]:
     """Bias correction's new biases, each layer's probed once per search: a layer's correction is
     the mean of its own op with ``ΔW`` as the weight on its *float* input, so it depends on its
     weight's rounding (format, attributes) and the calibration samples, not on which other layers
@@ -132,6 +136,6 @@ def _reused_corrections(calibrated: Calibrated, cfg: QuantConfig, plan: Plan, pa
     missing = {w_name for _, w_name, b_name in layers if keys[b_name] not in reuse.corrections}
     if missing:
         found = correct_biases(calibrated.prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers,
-                               only=missing)
+                               only=missing, rounded=rounded)
         reuse.corrections.update({keys[b_name]: value for b_name, value in found.items()})
     return {b_name: reuse.corrections[key] for b_name, key in keys.items() if key in reuse.corrections}

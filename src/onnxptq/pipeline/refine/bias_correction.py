@@ -50,7 +50,7 @@ from ...graph.opsets import is_onnx_domain, model_opset
 from ...graph.walk import ScopeIndex, all_graphs
 from ...calibration.bodies import expose
 from ...formats import fake_quantize
-from ..emit import quantizer_attrs
+from ..emit import Rounded, quantizer_attrs
 from ..plan import Plan
 from ..solve import QParams
 from ...sessions import open_session
@@ -153,11 +153,15 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
 
 def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams],
                    samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",),
-                   only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+                   only: Collection[str] | None = None, rounded: Rounded | None = None) -> dict[str, np.ndarray]:
     """New values of the biases of ``model``'s quantized-weight Conv/Gemm layers: each minus the
     mean output shift ``E[ΔW x]`` its rounded weights cause on ``samples`` (see the module doc).
     ``only``: the layers whose weight is named there (the others' corrections are already known:
     a layer's own, on its float input, does not depend on which other layers are quantized).
+
+    ``rounded``: filled with each float32 layer weight's rounded values as emit rounds them
+    (:class:`~onnxptq.pipeline.emit.Rounded`), so that emit takes them instead of rounding the same
+    weights again (:func:`onnxptq.pipeline.build.build_model`).
 
     Returns {bias tensor name: corrected bias}; empty when nothing applies or no sample is given.
     """
@@ -170,8 +174,11 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     deltas = []
     for node, w, _ in layers:
         tplan = plan.tensors[node.input[1]]
-        wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **quantizer_attrs(tplan, params.get(node.input[1])))
+        attrs = quantizer_attrs(tplan, params.get(node.input[1]))
+        wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **attrs)
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
+        if rounded is not None and w.dtype == np.float32 and not tplan.quant.is_integer:  # emit folds these
+            rounded.put(node.input[1], tplan.quant.format, attrs, wq)
     probe, names = _probe(model, layers, deltas)
     # Without spinning: between runs the sums are taken in NumPy, while spinning pool threads held
     # the cores (the same kernels and thread pool, so the same means bit for bit).
