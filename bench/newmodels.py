@@ -5983,6 +5983,220 @@ MODELS["uvdoc_declared"] = MODELS["uvdoc"]
 DECLARED["uvdoc_declared"] = {"output": "points:0.005,2"}
 
 
+# ----------------------------------------------------------------------------- The twenty-first round
+# Three wheels no earlier round (nor the zoo) used, for families the zoo lacked: recurrent graphs written as ONNX `Loop`s
+# and a streaming enhancer (NEWMODELS21_SRC; bench/fetch_newmodels.py round 21, whose TARGET_DEPS put OpenCV in
+# NEWMODELS21_DEPS for mk8dx-table-reader's own preprocessing, never in the library's interpreter):
+# mk8dx-table-reader 0.6.5 (Mario Kart 8 Deluxe results-table reader; its score-digit CRNN, Keras -> tf2onnx 1.16: three
+# Conv/MaxPool, a bidirectional LSTM written as two `Loop`s with ReverseSequence, CTC over 10 digits; licence: copyright
+# notice only), nakdimon 0.2.1 (MIT; Hebrew diacritization, Keras -> tf2onnx 1.17: character embedding with a zero mask,
+# two bidirectional LSTM layers = four `Loop`s, three softmax heads niqqud/dagesh/sin) and decibri 0.13.0 (Apache-2.0;
+# its bundled FastEnhancer-T speech enhancer, PyTorch 2.7 opset 18: one 512-sample STFT frame in through `DFT`, a GRU
+# written out over 16 bands, band attention, ConvTranspose, the inverse DFT and overlap-add, three caches out).
+# Measured locally, nothing of the wheels committed. Each row:
+#     NEWMODELS21_SRC=/work/cache/newmodels21/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models MODEL --json /work/cache/newmodels21/rows_MODEL.json --md /work/cache/newmodels21/rows_MODEL.md \
+#         --out-dir /work/cache/newmodels21/out --timeout 900
+
+SRC21 = Path(os.environ.get("NEWMODELS21_SRC", "/work/cache/newmodels21/src"))
+DEPS21 = Path(os.environ.get("NEWMODELS21_DEPS", str(SRC21.parent / "pydeps")))
+MK8DX, NAKDIMON = SRC21 / "mk8dx_table_reader", SRC21 / "nakdimon/data/Nakdimon.onnx"
+FASTENHANCER = SRC21 / "decibri/models/fastenhancer_t.onnx"
+
+
+def _src21_path() -> None:
+    """The round's packages (nakdimon by name; mk8dx's modules by their bare names, as its own files import each other)
+    and OpenCV, importable."""
+    import sys
+
+    for p in (str(DEPS21), str(SRC21), str(MK8DX)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def _mk8dx_score(rng: random.Random):
+    """One player's score as fullreader.getScores receives it: the grayscale crop of a results-table row's score cell.
+    Other players' rows are dark translucent bars with white digits, the player's own row a yellow bar with dark digits
+    (grey ~200: the package inverts it); 1-3 digits (DejaVu Sans Mono, 22-26 px, spaced 4-5 px) in a cell 1.7-1.9 times
+    their height, a little blur, sensor noise and JPEG; scores 1-999 as a Grand Prix or team total reads. The reader
+    was trained on the game's own face: on these cells float reads ~71 % of the digits right (DejaVu Sans ~50 %, bold
+    faces or cells tight around the digits mostly blank), so its own reads are mostly confident ones."""
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    text = str(rng.choice((rng.randint(1, 99), rng.randint(10, 180), rng.randint(100, 999))))
+    font = ImageFont.truetype("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf", rng.randint(22, 26))
+    own = rng.random() < 0.2
+    bg, fg = (rng.randint(185, 215), rng.randint(0, 40)) if own else (rng.randint(35, 110), rng.randint(225, 255))
+    boxes = [font.getbbox(c) for c in text]
+    gaps = [rng.randint(4, 5) for _ in text[1:]]
+    dh = max(b[3] for b in boxes) - min(b[1] for b in boxes)
+    w = sum(b[2] - b[0] for b in boxes) + sum(gaps) + 2 * rng.randint(4, 10)
+    h = int(dh * rng.uniform(1.7, 1.9))
+    img = Image.new("L", (w, h), bg)
+    d, x, top = ImageDraw.Draw(img), (w - sum(b[2] - b[0] for b in boxes) - sum(gaps)) // 2, (h - dh) // 2
+    for i, (c, b) in enumerate(zip(text, boxes)):
+        d.text((x - b[0], top - min(bb[1] for bb in boxes)), c, font=font, fill=fg)
+        x += b[2] - b[0] + (gaps[i] if i < len(gaps) else 0)
+    img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.2, 0.5)))
+    arr = np.asarray(img, np.float32) + np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 3, (h, w))
+    buf = io.BytesIO()
+    Image.fromarray(arr.clip(0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=rng.randint(70, 95))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("L"), text
+
+
+def mk8dx_digit_feeds(n: int, seed: int) -> list[Feed]:
+    """kerasUseModelScores.process_img on each score crop: the package's ScoreProcessor (HSV range mask, x-profile
+    valleys) cuts the digits, and recognize_number_from_image's preprocess_image makes each one [1, 40, 30, 1]
+    (height 40 keeping the aspect, / 255, padded with white to width 30); one digit per call, as the package calls it."""
+    _src21_path()
+    import kerasUseModelScores as ks  # noqa: E402  (the package's own module, by its own bare name)
+    from process_scores import ScoreProcessor
+
+    rng, out = random.Random(seed), []
+    proc = ScoreProcessor()
+    while len(out) < n:
+        _, digits = proc.process_image(_mk8dx_score(rng)[0])
+        out.extend({"image": ks.preprocess_image(d)} for d in digits if d.size)
+    return out[:n]
+
+
+def _ctc_digits(outs: list[np.ndarray]) -> str:
+    """kerasUseModelScores.decode_predictions_numpy: arg-max per step, blank 10 dropped, repeats merged."""
+    seq, prev, text = np.asarray(outs[0])[0].argmax(-1), None, []
+    for t in seq:
+        if t == 10:
+            prev = None
+        elif t != prev:
+            text.append(str(int(t)))
+            prev = t
+    return "".join(text)
+
+
+def mk8dx_digits(ref, test, feeds, root) -> float:
+    """The digit string each crop reads (CTC, as the package decodes it), exact vs float's."""
+    return float(np.mean([_ctc_digits(ref(f)) == _ctc_digits(test(f)) for f in feeds]))
+
+
+_HE_SENTENCES = (
+    "הילדים הלכו לבית הספר בבוקר", "אמא שלי מבשלת ארוחת ערב טעימה", "מחר נלך לים אם מזג האוויר יהיה טוב",
+    "הספר החדש מונח על השולחן בחדר", "אני אוהב לקרוא עיתון עם כוס קפה", "הרכבת לירושלים יוצאת בשעה שמונה",
+    "המורה הסבירה את השיעור בסבלנות רבה", "בחורף יורד גשם חזק בצפון הארץ", "החנות נסגרת מוקדם ביום שישי",
+    "שלום, מה שלומך היום?", "הם גרים בדירה קטנה ליד הפארק", "הרופא אמר לו לנוח כמה ימים",
+    "קניתי לחם, חלב וביצים בשוק", "הכלב רץ אחרי הכדור בגינה", "אנחנו מתכננים טיול משפחתי בקיץ",
+    "השמש שוקעת מאחורי ההרים", "הסטודנטים כתבו עבודה ארוכה על ההיסטוריה של העיר",
+    "הממשלה החליטה להשקיע בחינוך ובבריאות", "תודה רבה על העזרה שלך!", "האוטובוס איחר בגלל הפקקים בכביש",
+    "סבתא סיפרה לנו סיפור מעניין על ילדותה", "השחקנים ניצחו במשחק האחרון של העונה", "בערב ישבנו במרפסת ושתינו תה",
+    "העיר תל אביב שוכנת על חוף הים התיכון", "המחשב החדש עובד מהר מאוד", "היא שרה שיר יפה בחתונה של אחותה",
+    "כל בוקר אני הולך ברגל לעבודה", "הפרחים בגן פורחים באביב", "ראש העיר נפגש עם התושבים באולם",
+    "למה לא התקשרת אליי אתמול?", "השכנים שלנו עברו לגור בחיפה", "הוא שכח את המפתחות במכונית",
+    "בספרייה יש אלפי ספרים בשפות שונות", "התלמידים שאלו שאלות קשות במבחן", "אבא תיקן את האופניים של אחי",
+)
+_NAKDIMON_TEXT: dict[int, np.ndarray] = {}  # id(feed["input"]) -> the lines' original characters (final forms kept)
+
+
+def nakdimon_feeds(n: int, seed: int) -> list[Feed]:
+    """predict.predict's input at train.py's MAXLEN 80 (the length it was trained and validated at; predict's default
+    10000 pads every line to 10000 steps of four Loops): an undotted paragraph of 2-5 everyday sentences through
+    hebrew.iterate_dotted_text and dataset.Data.from_text (letters table ids, final letters as regular, lines cut at a
+    space below 80, zero-padded) -> [lines, 80] int32."""
+    _src21_path()
+    from nakdimon import dataset, hebrew
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        text = " ".join(s if s[-1] in "?!" else s + "." for s in rng.sample(_HE_SENTENCES, rng.randint(2, 5)))
+        data = dataset.Data.from_text(hebrew.iterate_dotted_text(text), 80)
+        feed = {"input": np.ascontiguousarray(data.normalized, np.int32)}
+        _NAKDIMON_TEXT[id(feed["input"])] = data.text
+        out.append(feed)
+    return out
+
+
+def nakdimon_letters(ref, test, feeds, root) -> float:
+    """predict.merge_unconditional's reading: for each letter, the niqqud, dagesh and sin marks it writes (arg-max of
+    each head, only the heads hebrew.can_niqqud/can_dagesh/can_sin allow for that letter). The share of letters that
+    take a mark whose written marks all equal float's."""
+    from nakdimon import hebrew
+
+    hits = total = 0
+    for f in feeds:
+        text, ids = _NAKDIMON_TEXT[id(f["input"])], f["input"]
+        a = [np.asarray(o).argmax(-1) for o in ref(f)]
+        b = [np.asarray(o).argmax(-1) for o in test(f)]
+        for i, j in zip(*np.nonzero(ids)):
+            t = str(text[i, j])
+            heads = [k for k, can in enumerate((hebrew.can_niqqud, hebrew.can_dagesh, hebrew.can_sin)) if can(t)]
+            if heads:
+                total += 1
+                hits += all(a[k][i, j] == b[k][i, j] for k in heads)
+    return hits / max(total, 1)
+
+
+_FE_CLIPS: dict[int, np.ndarray] = {}  # id(feed["wav_in"]) -> the clip that frame was cut from
+
+
+def _fe_stream(run: Callable, clip: np.ndarray) -> np.ndarray:
+    """The enhancer streamed over a clip as decibri's denoise stage runs it: hop 256, each call the last 512 samples
+    (the previous hop's and the new one), three caches carried from call to call from zeros; the 256 samples out
+    concatenated."""
+    caches = [np.zeros((1, 256), np.float32), np.zeros((1, 16, 20), np.float32), np.zeros((1, 16, 20), np.float32)]
+    x, out = np.concatenate([np.zeros(256, np.float32), clip.astype(np.float32)]), []
+    for s in range(0, len(x) - 511, 256):
+        res = run({"wav_in": x[None, s:s + 512], "cache_in_0": caches[0], "cache_in_1": caches[1],
+                   "cache_in_2": caches[2]})
+        out.append(np.asarray(res[0])[0])
+        caches = [np.asarray(c) for c in res[1:4]]
+    return np.concatenate(out)
+
+
+def fastenhancer_feeds(n: int, seed: int) -> list[Feed]:
+    """Single streaming calls of the bundled FastEnhancer-T (decibri's denoise="fastenhancer-t", 16 kHz mono float in
+    [-1, 1]): noisy espeak-ng speech (white, pink or mains-hum noise at 0-20 dB SNR), each call's 512-sample window with
+    the caches the FLOAT model carried into it; 8 calls a clip at random positions (the reading streams the whole clips
+    they came from)."""
+    _src21_path()
+    sess = zoo.session_runner(FASTENHANCER)
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < n:
+        clip = _noisy_speech(rng, 16000).astype(np.float32)
+        x = np.concatenate([np.zeros(256, np.float32), clip])
+        steps = list(range(0, len(x) - 511, 256))
+        pick = set(rng.choice(len(steps), min(8, len(steps), n - len(out)), replace=False).tolist())
+        caches = [np.zeros((1, 256), np.float32), np.zeros((1, 16, 20), np.float32), np.zeros((1, 16, 20), np.float32)]
+        for i, s in enumerate(steps):
+            feed = {"wav_in": np.ascontiguousarray(x[None, s:s + 512]), "cache_in_0": caches[0],
+                    "cache_in_1": caches[1], "cache_in_2": caches[2]}
+            if i in pick:
+                _FE_CLIPS[id(feed["wav_in"])] = clip
+                out.append(feed)
+            caches = [np.asarray(c) for c in sess(feed)[1:4]]
+    return out
+
+
+def fastenhancer_blocks(ref, test, feeds, root) -> float:
+    """The clips the held-out calls came from, streamed whole through each model with its OWN caches: the share of
+    speech-active 256-sample blocks (float's enhanced block within 40 dB of the clip's loudest) whose enhanced samples
+    are within 20 dB SNR of float's."""
+    hits = total = 0
+    clips = {id(c): c for c in (_FE_CLIPS[id(f["wav_in"])] for f in feeds)}
+    for clip in clips.values():
+        a, b = _fe_stream(ref, clip).reshape(-1, 256), _fe_stream(test, clip).reshape(-1, 256)
+        energy, err = (a.astype(np.float64) ** 2).sum(1), ((a.astype(np.float64) - b) ** 2).sum(1)
+        active = energy >= 1e-4 * energy.max()
+        hits += int((err[active] <= 0.01 * energy[active]).sum())
+        total += int(active.sum())
+    return hits / max(total, 1)
+
+
+MODELS.update({
+    "mk8dx_digits": (str(MK8DX / "models/number_recognition_model.onnx"), mk8dx_digit_feeds,
+                     "digit read exact (CTC)", mk8dx_digits),
+    "nakdimon": (str(NAKDIMON), nakdimon_feeds, "letters' diacritics exact", nakdimon_letters),
+    "fastenhancer": (str(FASTENHANCER), fastenhancer_feeds, "enhanced blocks within 20 dB SNR (streamed)",
+                     fastenhancer_blocks),
+})
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""

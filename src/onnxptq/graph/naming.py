@@ -2,15 +2,59 @@
 
 :func:`node_names` gives them (prepare's last step, run once per model); :func:`check_node_names`
 refuses a model that skipped it rather than renaming nodes behind the caller's back.
+:func:`value_names` does the same for the values two sibling bodies both define (ONNX forbids only
+shadowing an enclosing scope's name), since emit keys quantizers by value name across all scopes.
 """
 
 from __future__ import annotations
 
 import onnx
 
-from .walk import ScopeIndex
+from .walk import ScopeIndex, walk_scopes
 
-__all__ = ["check_node_names", "node_names"]
+__all__ = ["check_node_names", "node_names", "value_names"]
+
+
+def _defined(graph: onnx.GraphProto) -> list[str]:
+    return [v.name for v in graph.input] + [t.name for t in graph.initializer] + [o for n in graph.node for o in n.output if o]
+
+
+def _rename(graph: onnx.GraphProto, new: dict[str, str]) -> None:
+    """Rename ``new``'s keys everywhere in ``graph`` and the bodies nested in it (they read it through the outer scope)."""
+    for v in [*graph.input, *graph.output, *graph.value_info, *graph.initializer]:
+        v.name = new.get(v.name, v.name)
+    for node in graph.node:
+        node.input[:] = [new.get(x, x) for x in node.input]
+        node.output[:] = [new.get(x, x) for x in node.output]
+        for attr in node.attribute:
+            for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                _rename(body, new)
+
+
+def value_names(model: onnx.ModelProto) -> int:
+    """Rename, in place, each value a body defines that an earlier sibling scope already defines; returns how many.
+
+    Why: emit and calibration key a tensor's quantizer by name over every scope (graph/walk.py ScopeIndex). nakdimon's
+    four tf2onnx LSTM Loop bodies each define 'while/TensorArrayV2Read/TensorListGetItem:0': one quantizer was put in
+    the last body and all four MatMuls rewired to it, so every preset failed the ONNX checker (bench/RESULTS.md,
+    newmodels21)."""
+    seen: set[str] = set()
+    taken = {name for scope in walk_scopes(model.graph) for name in _defined(scope.graph)}
+    count = 0
+    for scope in walk_scopes(model.graph):  # main first, then the bodies depth first: the first definer keeps its name
+        new: dict[str, str] = {}
+        for name in _defined(scope.graph):
+            if name in seen:
+                k = 1
+                while f"{name}__{k}" in taken:
+                    k += 1
+                new[name] = f"{name}__{k}"
+                taken.add(new[name])
+            seen.add(new.get(name, name))
+        if new:
+            _rename(scope.graph, new)
+            count += len(new)
+    return count
 
 
 def node_names(model: onnx.ModelProto) -> list[str]:

@@ -15,8 +15,11 @@ body output ``1 + j``, node output ``j``) or a ``Scan`` (state ``j`` at position
 four), when the body output is the very value of the body input of the same state, every reader
 of that body input (in the body and its nested bodies) reads the node's initial value instead, and
 every reader of the node's final value for that state reads the initial value too (it equals it:
-the state never changes, also after zero iterations). The state slot itself stays (the node's
-interface is unchanged; it is simply no longer read). The model computes the same function.
+the state never changes, also after zero iterations). A ``Loop`` state then read nowhere (its final
+value no graph output) is dropped: node input, body input, body output and node output. Kept, it held
+the float weight in the file beside the quantized copies the body's folded slices became (mk8dx-table-
+reader's digit CRNN: every preset's file 1.2-1.48x the float one; bench/RESULTS.md, newmodels21). A
+``Scan``'s slot stays (its scan-input attributes count positions). The model computes the same function.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _rewire(node: ir.Node) -> int:
     if attr is None:
         return 0
     body = attr.as_graph()
-    count = 0
+    count, dead = 0, []
     for n_in, b_in, b_out, n_out in _state_slots(node, body):
         if n_in >= len(node.inputs) or b_in >= len(body.inputs) or b_out >= len(body.outputs):
             continue
@@ -55,6 +58,9 @@ def _rewire(node: ir.Node) -> int:
         final = node.outputs[n_out] if n_out < len(node.outputs) else None
         final_readers = list(final.uses()) if final is not None else []
         if not readers and not final_readers:
+            if node.op_type == "Loop" and (final is None or not final.is_graph_output()):
+                dead.append((n_in, b_in, b_out, n_out))  # already read nowhere (an earlier prepare): drop it too
+                count += 1
             continue
         for user, index in readers:  # node inputs only: the body output keeps the pass-through
             user.replace_input_with(index, initial)
@@ -62,7 +68,28 @@ def _rewire(node: ir.Node) -> int:
             for user, index in final_readers:
                 user.replace_input_with(index, initial)
         count += 1
+        if node.op_type == "Loop" and not inner.uses() and (final is None or not (final.uses() or final.is_graph_output())):
+            dead.append((n_in, b_in, b_out, n_out))
+    if dead:
+        _drop(node, body, dead)
     return count
+
+
+def _drop(node: ir.Node, body: ir.Graph, dead: list[tuple[int, int, int, int]]) -> None:
+    """Replace the Loop ``node`` by one without the ``dead`` state slots (read nowhere, returned unchanged)."""
+    for _, b_in, b_out, _ in sorted(dead, reverse=True):
+        body.outputs.pop(b_out)
+        body.inputs.pop(b_in)
+    gone_in, gone_out = {d[0] for d in dead}, {d[3] for d in dead}
+    kept = [i for i in range(len(node.outputs)) if i not in gone_out]
+    new = ir.Node(node.domain, node.op_type, [v for i, v in enumerate(node.inputs) if i not in gone_in],
+                  list(node.attributes.values()), num_outputs=len(kept), name=node.name, version=node.version)
+    node.graph.insert_before(node, new)
+    for value, i in zip(new.outputs, kept):
+        old = node.outputs[i]
+        value.name, value.type, value.shape, old.name = old.name, old.type, old.shape, None
+        ir.convenience.replace_all_uses_with(old, value, replace_graph_outputs=True)
+    node.graph.remove(node, safe=True)
 
 
 class LoopInvariantsPass(ir.passes.InPlacePass):

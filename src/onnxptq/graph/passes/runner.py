@@ -16,7 +16,7 @@ import onnx
 import onnx_ir as ir
 
 from ..check import onnx_checker
-from ..naming import node_names
+from ..naming import node_names, value_names
 from ._common import to_ir, to_proto
 
 __all__ = ["PrepareError", "run_steps"]
@@ -43,6 +43,7 @@ def run_steps(model: onnx.ModelProto, steps: Sequence[tuple[str, ir.passes.PassB
         except Exception as exc:
             raise PrepareError(f"prepare step '{name}' failed: {exc}") from exc
     result = to_proto(ir_model)
+    value_names(result)  # sibling bodies may define the same value name; emit keys quantizers by name
     node_names(result)  # plans refer to nodes by name: the prepared model has a unique one each
     if check:
         try:
