@@ -40,7 +40,7 @@ from onnxptq.graph.passes.widen_fp16 import widen_inside
 from testkit import zoo
 from testkit.log_capture import capture_warnings
 
-MODES = {"fp16 (widen_fp16=False)": False, "default (widened inside)": None}
+MODES = {"fp16 (widen_fp16=False)": False, "default": None, "widened (widen_fp16=True)": True}
 
 
 def _latency_ratio(source: Path, output: Path, feeds: list, min_cpu_s: float) -> float:
@@ -84,6 +84,8 @@ def main() -> None:
     ap.add_argument("--latency-cpu", type=float, default=3.0, help="CPU s the source runs for each latency ratio")
     ap.add_argument("--out-dir", type=Path, default=Path("/work/cache/fp16widen/out"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--modes", default="fp16 (widen_fp16=False),default",
+                    help=f"comma-separated, of {list(MODES)} (FP16's default is not widened: measure it with the third)")
     a = ap.parse_args()
     a.out_dir.mkdir(parents=True, exist_ok=True)
     warnings = capture_warnings(300)
@@ -106,8 +108,9 @@ def main() -> None:
             zoo.session_runner(wide_path), held), held)), 4), "latency_x": _latency_ratio(source, wide_path, held[:a.latency_feeds], a.latency_cpu),
             "size_x": round(wide_path.stat().st_size / nm._model_bytes(source), 3)})
         for preset in a.presets.split(","):
-            for mode, widen in MODES.items():
-                out = a.out_dir / f"{name.replace(':', '_')}.{preset}.{'fp16' if widen is False else 'default'}.onnx"
+            for mode in a.modes.split(","):
+                widen = MODES[mode]
+                out = a.out_dir / f"{name.replace(':', '_')}.{preset}.{ {False: 'fp16', None: 'default', True: 'widened'}[widen]}.onnx"
                 cfg = dataclasses.replace(get_preset(preset), widen_fp16=widen)
                 warnings.clear()
                 c = time.process_time()
