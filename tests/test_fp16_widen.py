@@ -180,3 +180,17 @@ def test_compat_key_widen_fp16():
     assert to_quant_config(QuantizationConfig(extra_options={"WidenFP16": False})).widen_fp16 is False
     with pytest.raises(ConfigError, match="WidenFP16"):
         to_quant_config(QuantizationConfig(extra_options={"WidenFP16": "no"}))
+
+
+@pytest.mark.parametrize("flags, reader", [([], "DequantizeLinear"), (["--no-widen-fp16"], "Cast")])
+def test_cli_flags(tmp_path, flags, reader):
+    """``onnxptq quantize --no-widen-fp16`` keeps the fp16 form; without it the int8 weights reach the ops."""
+    from onnxptq.cli import main as cli_main
+
+    src, out, data = tmp_path / "m.onnx", tmp_path / "q.onnx", tmp_path / "d.npz"
+    onnx.save(HALF, src)
+    np.savez(data, x=np.concatenate([f["x"] for f in _feeds(6, 1)]))
+    assert cli_main(["quantize", str(src), "-o", str(out), "--data", str(data), "--no-progress", "--preset", "A8W8", *flags]) == 0
+    model = onnx.load(out)
+    assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    assert _weight_readers(model)["conv2"] == reader
