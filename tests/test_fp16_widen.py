@@ -2,8 +2,8 @@
 (``QuantConfig.widen_fp16``, pipeline/prepare.fp16_entry), and judged against the source as it is.
 
 Why: quantized in fp16, int8 weights reached Conv/MatMul through ``DequantizeLinear -> Cast(FLOAT16)``
-and every activation quantizer had a Cast each side; onnxruntime fused no integer kernel and the
-quantized models of round 20's fp16 exports ran 0.9-4.6x their source's CPU time (bench/RESULTS.md,
+and every activation quantizer had a Cast each side; onnxruntime fused no integer kernel and A8W8
+of round 20's fp16 exports ran 0.8-4.9x their source's CPU time, widened 0.3-0.7x (bench/RESULTS.md,
 "fp16widen"). Built small here: Conv/BatchNorm/Relu/Conv/Relu/pool/MatMul in float16 (the project's
 own fp32 -> fp16 conversion: fp16 input, weights, arithmetic and output).
 """

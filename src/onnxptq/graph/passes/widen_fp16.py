@@ -10,7 +10,7 @@ inputs/outputs given back with a ``Cast`` each, so the delivered file takes the 
 and returns float16 as the source did. Why widen at all: quantized in fp16, every activation
 quantizer needs a Cast each side and an int8 weight reaches its Conv/MatMul through
 ``DequantizeLinear -> Cast(FLOAT16)``, which onnxruntime cannot fuse into an integer kernel: A8W8 of
-round 20's fp16 exports ran 0.9-4.6x the source's CPU time, widened inside 0.3-0.6x
+round 20's fp16 exports ran 0.8-4.9x the source's CPU time, widened inside 0.3-0.7x
 (bench/RESULTS.md, "fp16widen").
 """
 
