@@ -73,6 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sq.add_argument("--no-smooth-quant", dest="smooth_quant", action="store_const", const=False, help="never SmoothQuant")
     p.add_argument("--smooth-alpha", type=float, default=None, metavar="A",
                    help="SmoothQuant migration strength in [0, 1] (default 0.5)")
+    wf = p.add_mutually_exclusive_group()
+    wf.add_argument("--widen-fp16", dest="widen_fp16", action="store_const", const=True, default=None,
+                    help="a float16 model computes in float32 inside, its float16 inputs/outputs kept, under FP16 formats "
+                         "too (default: automatic, every preset but FP16 alone; docs/subgraphs.md)")
+    wf.add_argument("--no-widen-fp16", dest="widen_fp16", action="store_const", const=False,
+                    help="quantize a float16 model in float16 as it is (the behaviour before widening)")
     p.set_defaults(func=run)
 
 
@@ -109,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(smooth_quant=args.smooth_quant)
     if args.smooth_alpha is not None:
         config = config.replace(smooth_alpha=args.smooth_alpha)
+    if args.widen_fp16 is not None:
+        config = config.replace(widen_fp16=args.widen_fp16)
     if args.exclude:
         config = config.replace(nodes_to_exclude=tuple(config.nodes_to_exclude) + tuple(args.exclude))
     # Every output against every input and each other, before any work: a --plan equal to -o,

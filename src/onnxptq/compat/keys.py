@@ -85,6 +85,8 @@ EXTRA_OPTIONS: dict[str, OptionKey] = {
         _x("ReplaceClip6Relu", "Clip(0,6) -> Relu", False),
         _x("FixShapes", "fix input/output shapes", None, ""),
         _h("ConvertFP16ToFP32", "convert an FP16 model to FP32 first (QuantConfig.convert_fp16_to_fp32)"),
+        _h("WidenFP16", "onnxptq's own: False quantizes an FP16 model in FP16 as it is; absent: computed in FP32 inside with "
+           "its FP16 inputs/outputs kept, except under FP16 formats alone (QuantConfig.widen_fp16)"),
         _x("ConvertNCHWToNHWC", "transpose 4-D inputs to NHWC", False),
         _h("FoldRelu", "absorb Relu/Clip into the following quantizer's range (QuantConfig.fold_relu)"),
         # §2.2 target selection

@@ -556,6 +556,7 @@ def parse(cfg: QuantizationConfig) -> tuple[QuantConfig, RunOptions]:
         fold_relu=_bool(extra, "FoldRelu", False),
         quantize_subgraphs=_bool(extra, "EnableSubgraph", True),
         convert_fp16_to_fp32=bool(_setting(cfg, "convert_fp16_to_fp32", extra)),
+        widen_fp16=_bool(extra, "WidenFP16", False) if "WidenFP16" in extra else None,
         dedicated_qdq_pair=_bool(extra, "DedicatedQDQPair", False),
         runtime=_runtime(extra),
         refine_block_axis=_bool(extra, "RefineBlockAxis", True),

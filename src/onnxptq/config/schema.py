@@ -481,9 +481,15 @@ class QuantConfig:
     #: are calibrated through extra outputs; a body the calibration data never runs keeps float
     #: wherever a format needs statistics (see docs/subgraphs.md).
     quantize_subgraphs: bool = True
-    #: widen an fp16 model to fp32 before anything else (exact), so the result computes in fp32
-    #: (the compatible API's ConvertFP16ToFP32); by default fp16 models are quantized as fp16
+    #: widen an fp16 model to fp32 before anything else (exact), interface included: the result
+    #: computes in fp32 and takes/returns float32 (the compatible API's ConvertFP16ToFP32)
     convert_fp16_to_fp32: bool = False
+    #: a float16 source computes in fp32 inside the quantized model while its float16 graph
+    #: inputs/outputs stay float16 (a Cast each; extra_options ``WidenFP16``). None: automatic, by
+    #: the formats (:meth:`widen_fp16_active`); False: quantized in fp16 as it is (the behaviour
+    #: before 2026-11-28: a Cast each side of every quantizer, integer weights read through
+    #: ``DequantizeLinear -> Cast``, which no integer kernel fuses). See docs/subgraphs.md.
+    widen_fp16: bool | None = None
     #: where the quantized model will run, which decides the placement of integer quantizers:
     #: ``"cpu"`` (onnxruntime's CPU execution provider: uint8 activations, scalar activation
     #: scales, Q/DQ only around ops onnxruntime fuses into integer kernels, so the model runs
@@ -662,6 +668,21 @@ class QuantConfig:
         if self.split_outliers is not None:
             return bool(self.split_outliers)
         return self._per_tensor_integer_weights()
+
+    def widen_fp16_active(self) -> bool:
+        """Whether a float16 source is computed in fp32 inside (its fp16 interface kept):
+        ``widen_fp16`` when set, else every config but one whose formats are all FP16 (global, per
+        op type, per node) — measured per preset on the fp16 models of bench/fp16_widen.py
+        (bench/RESULTS.md, "fp16widen"). ``convert_fp16_to_fp32`` widens the interface too and
+        takes precedence."""
+        if self.convert_fp16_to_fp32:
+            return False
+        if self.widen_fp16 is not None:
+            return bool(self.widen_fp16)
+        specs = [self.activation, self.weight] + [q for pair in (*self.op_type_overrides.values(),
+                                                                   *self.node_overrides.values()) for q in pair]
+        formats = {q.format for q in specs if q is not None}
+        return formats != {"fp16"}
 
     def per_tensor_integer_weights(self) -> bool:
         """Whether any integer weight format of this config (global, per op type, per node) is per

@@ -1,79 +1,11 @@
 """A converted model's interface: the element types of its graph inputs and outputs.
 
-Shared by the BF16 and FP16 conversions: an fp16 model is widened, converted, then given back its
-declared fp16 inputs/outputs by :func:`set_io_types`.
+The functions live in :mod:`onnxptq.graph.interface` (the quantizer's fp16 entry uses them too, and
+``pipeline`` may not import ``conversion``); this module keeps the conversion's import path.
 """
 
 from __future__ import annotations
 
-import onnx
-from onnx import helper
+from ..graph.interface import has_type, io_types, set_io_types
 
-from ..graph.walk import FreshNames, all_graphs, rename_uses
-
-
-def set_io_types(model: onnx.ModelProto, wanted: dict[str, int]) -> onnx.ModelProto:
-    """Give graph inputs/outputs the element types in ``wanted`` (name -> TensorProto type), in place.
-
-    Inserts a Cast after a retyped input (or retargets the Casts that already read it) and before a
-    retyped output (or retargets the Cast that produces it). Used to give an fp16 model back its
-    declared fp16 interface after conversion.
-    """
-    graph = model.graph
-    names = FreshNames(model)
-    new_head: list[onnx.NodeProto] = []
-    for inp in graph.input:
-        want = wanted.get(inp.name)
-        have = inp.type.tensor_type.elem_type
-        if want is None or want == have:
-            continue
-        inp.type.tensor_type.elem_type = want
-        consumers = [n for n in graph.node if inp.name in n.input]
-        if consumers and all(n.op_type == "Cast" and not n.domain for n in consumers) and all(
-            len([i for i in n.input if i]) == 1 for n in consumers
-        ):
-            continue  # a Cast reads any numeric type: nothing to insert
-        wide = names(f"{inp.name}_cast")
-        rename_uses(graph, inp.name, wide)
-        new_head.append(helper.make_node("Cast", [inp.name], [wide], name=wide, to=have))
-    tail: list[onnx.NodeProto] = []
-    for out in graph.output:
-        want = wanted.get(out.name)
-        have = out.type.tensor_type.elem_type
-        if want is None or want == have:
-            continue
-        out.type.tensor_type.elem_type = want
-        producer = next((n for n in graph.node if out.name in n.output), None)
-        other_uses = any(out.name in n.input for g in all_graphs(graph) for n in g.node)
-        if producer is not None and producer.op_type == "Cast" and not producer.domain and not other_uses:
-            next(a for a in producer.attribute if a.name == "to").i = want
-            continue
-        inner = names(f"{out.name}_{onnx.helper.tensor_dtype_to_np_dtype(have).name}")
-        if producer is not None:
-            producer.output[list(producer.output).index(out.name)] = inner
-        rename_uses(graph, out.name, inner)
-        tail.append(helper.make_node("Cast", [inner], [out.name], name=names(f"{out.name}_cast"), to=want))
-    nodes = new_head + list(graph.node) + tail
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return model
-
-
-def io_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Declared element types of the graph's inputs and outputs."""
-    return {vi.name: vi.type.tensor_type.elem_type for vi in list(model.graph.input) + list(model.graph.output)}
-
-
-def has_type(model: onnx.ModelProto, elem_type: int) -> bool:
-    """Whether any tensor, declared type or tensor attribute of any graph has ``elem_type``."""
-    for graph in all_graphs(model.graph):
-        if any(i.data_type == elem_type for i in graph.initializer):
-            return True
-        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            if vi.type.tensor_type.elem_type == elem_type:
-                return True
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == elem_type:
-                    return True
-    return False
+__all__ = ["has_type", "io_types", "set_io_types"]

@@ -54,11 +54,12 @@ from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.runner import PrepareError, run_steps
 from ..graph.passes.upgrade_opset import upgrade_opset
+from ..graph.passes.widen_fp16 import computes_in_half, convert_float16_to_float, unloaded_half_weights, widen_inside
 from ..sessions import highest_qdq_opset
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PrepareError", "fusion_passes", "prepare", "prepare_for_quantization", "quantization_opset"]
+__all__ = ["PrepareError", "fp16_entry", "fusion_passes", "prepare", "prepare_for_quantization", "quantization_opset"]
 
 
 def fusion_passes(pool_spatial_means: bool = True) -> list[ir.passes.PassBase]:
@@ -179,3 +180,33 @@ def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None 
                    fold_constants=config.optimize, pool_spatial_means=config.pool_spatial_means,
                    equalize=config.equalization if config.equalization_active() else None,
                    split_outliers=config.outlier_split if config.outlier_split_active() else None)
+
+
+def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tuple[onnx.ModelProto, bool]:
+    """``(model the quantizer prepares, widened inside)`` for a loaded source, before prepare.
+
+    - ``convert_fp16_to_fp32``: the whole model widened, interface included (the reference tool's
+      ConvertFP16ToFP32: the result takes and returns float32);
+    - :meth:`QuantConfig.widen_fp16_active` on a model that computes in float16: widened inside,
+      its float16 inputs/outputs kept (:func:`~onnxptq.graph.passes.widen_fp16.widen_inside`), so
+      the user's float16 feeds fit the delivered file; ``True`` is returned, and the accuracy floor
+      then judges against the source as it is (fp16 arithmetic), not the widened copy;
+    - otherwise the model as it is (quantized in fp16, as before the option existed).
+
+    A streamed model (float16 weights still in their external file) is not widened inside: that
+    would read every weight into memory and double it, which the streaming path exists to avoid.
+    """
+    if config.convert_fp16_to_fp32:
+        return convert_float16_to_float(model), False
+    if not config.widen_fp16_active() or not computes_in_half(model):
+        return model, False
+    unloaded = unloaded_half_weights(model)
+    if unloaded:
+        log.info("%s: float16 weights streamed from their external file (%s, ...): quantized in float16, not widened",
+                 source, unloaded[0])
+        return model, False
+    wide = widen_inside(model)
+    if wide is None:
+        return model, False
+    log.info("%s: float16 source computed in float32 inside, its float16 inputs/outputs kept (widen_fp16)", source)
+    return wide, True

