@@ -55,7 +55,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, Body, SplitAxis, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -501,22 +501,22 @@ def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int)
     only the sub-block maxima (1/k of the elements) are zero-padded to whole blocks — zeros never
     raise a maximum — reduced to block maxima and spread back to their sub-blocks by a
     ``Gather`` of block indices, so every full-tensor pass runs on the n elements themselves.
-    The shapes are the input's own dims around constants (no ``-1``; allowzero keeps an empty
-    tensor's zero dims).
+    The shapes are the input's own dims around constants (no ``-1``; an empty tensor keeps its
+    zero dims), copied by the Reshapes themselves where they do not fold at build time
+    (:class:`onnxptq.onnx_ops.body.SplitAxis`).
     """
     m, nb = bs // k, -(-n // bs)
     padk = nb * m - n // k
-    lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
-    trail = g.shared("Shape", "x", start=axis + 1)
-    x5 = g.op("Reshape", xf, g.shared("Concat", lead, g.i64(n // k, k), trail, axis=0), allowzero=1)
+    split = SplitAxis(g, rank, axis)  # the views' targets (see onnx_ops.body.SplitAxis)
+    x5 = split.view(xf, n // k, k)
     pads = [0] * (2 * (rank + 1))
     pads[rank + 1 + axis] = padk
     pads_c = g.i64(*pads)
-    blocks_shape = g.shared("Concat", lead, g.i64(nb, m), trail, axis=0)
+    blocks_shape = split.target(nb, m)
     owner = g.i64(*[j // m for j in range(n // k)])  # the block of each sub-block
 
     def finish(b: Body, sub: str, op: str = "ReduceMax") -> str:  # (lead, n/k, 1, trail) -> per sub-block
-        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, allowzero=1)
+        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, **split.attrs)
         return b.op("Gather", b.op(op, blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
 
     return x5, _Blocks(axis + 1, finish)
