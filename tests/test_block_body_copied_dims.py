@@ -24,6 +24,9 @@ CASES = [
     ("bfp", dict(PRESETS["MX6"], axis=1), ("b", 32, "t"), "_n32r3s"),  # two whole blocks
     ("mx", dict(_MX, element_dtype="int8", axis=1), (None, 40, None, None), "t8n40r4"),  # tiled: k = 8
     ("mx", dict(_MX, element_dtype="fp8_e4m3", axis=1), ("b", 72, "t"), "t8n72r3"),
+    ("mx", dict(_MX, element_dtype="int8", axis=1), (None, 64, None, None), "d64r4"),  # whole blocks
+    ("mx", dict(_MX, element_dtype="fp4_e2m1", axis=-2), ("b", 96, "t"), "d96r3"),
+    ("mx", dict(_MX, element_dtype="int8", axis=1, scale_search=1), ("b", 64, "t"), "d64r3"),  # searched
 ]
 FREE = ((1, 1, 1), (2, 5, 3), (0, 4, 4), (2, 0, 3), (2, 3, 0))
 
