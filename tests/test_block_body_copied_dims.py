@@ -75,3 +75,24 @@ def test_split_body_zero_without_reshape(dims):
     assert [n.op_type for n in plain.node if n.op_type == "Reshape"] == [], [n.op_type for n in plain.node]
     sums = [n for n in body.node if n.op_type == "ReduceSum"]
     assert len(sums) == 1 and next(a.i for a in sums[0].attribute if a.name == "keepdims") == 1
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MX9"])
+@pytest.mark.parametrize("dims,axis,transposed", [((2, 3, 70), 2, False), ((2, 3, 1400), 2, True),
+                                                  (("n", 96, 1, 1), 1, False), ((300, 40, 1, 1), 1, True)], ids=str)
+def test_last_axis_transposed_only_when_large(preset, dims, axis, transposed):
+    """A last block axis (or one followed by 1s) is transposed to ``(1, bs, blocks)`` only on
+    tensors of bfp.LAST_AXIS_MIN_SIZE elements or more: below it the two Transposes and their
+    Reshapes cost more per call than the short spans. Both views bit-exact."""
+    attrs = dict(PRESETS[preset], axis=axis)
+    frag = build_qdq("bfp", "x", "y", name="q", opset=18, shape=dims, dtype="float32", **attrs)
+    body = frag.functions[0]
+    ops = [n.op_type for n in body.node] + [n.op_type for m in body.node for a in m.attribute if a.g.node for n in a.g.node]
+    assert ("Transpose" in ops) == transposed, body.name
+    sess = _format_testing.fragment_session(frag, [d if isinstance(d, int) else f"d{i}" for i, d in enumerate(dims)])
+    rng = np.random.default_rng(axis)
+    for batch in (1, 2):
+        shape = tuple(d if isinstance(d, int) else batch for d in dims)
+        for what, x in _data(shape, rng):
+            _format_testing.assert_same_bits(sess.run(None, {"x": x})[0], fake_quantize(x, "bfp", **attrs),
+                                             f"{what} {shape} {body.name}")

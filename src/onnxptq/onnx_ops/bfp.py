@@ -331,8 +331,10 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l),
-    # and so does an axis whose later dims are all 1 (see :func:`onnxptq.onnx_ops.body.ones_after`).
-    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and ones_after(shape, a["axis"])) else ""
+    # and so does an axis whose later dims are all 1 (see :func:`onnxptq.onnx_ops.body.ones_after`),
+    # unless the tensor is known to be small (see :data:`LAST_AXIS_MIN_SIZE`).
+    last = "l" if ((a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and ones_after(shape, a["axis"])))
+                   and not _small_for_transpose(shape)) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
@@ -353,6 +355,24 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+#: Smallest size (elements) of a tensor with a known non-negative last block axis, or a block
+#: axis followed by known 1s, that takes the transposed view (suffix ``l``, :func:`_view_last`).
+#: Below it the view's two Transposes and four Reshapes cost more per call than the short spans
+#: they avoid (an SE block's ``[?, C, 1, 1]``: C elements, 19 of PP-OCR cls's 54 activations;
+#: bench/RESULTS.md, blocklat12). The MX bodies' line (``onnx_ops.mx.LAST_AXIS_MIN_SIZE``).
+LAST_AXIS_MIN_SIZE = 8192
+
+
+def _small_for_transpose(shape: Any) -> bool:
+    """Whether ``shape`` is known to hold fewer than :data:`LAST_AXIS_MIN_SIZE` elements (per
+    image, for an image batch): every dim known, or every dim but the first of a rank-4+ tensor
+    (an NCHW batch: an SE block's ``[?, C, 1, 1]``). A rank-3 ``[?, C, 1]``'s first dim is often
+    time (``[21000, 32, 1]``, the case the transposed view was made for): it keeps the view."""
+    dims = [known_dim(d) for d in shape]
+    batch = len(dims) >= 4 and dims[0] is None
+    return all(d is not None for d in dims[1 if batch else 0:]) and known_size(shape) < LAST_AXIS_MIN_SIZE
 
 
 def _bfp_copied(a: dict[str, Any], shape: Any, n: int, last: bool, big: bool, sized: str) -> bool:
