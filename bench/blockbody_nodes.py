@@ -87,10 +87,10 @@ def _same_bits(a: list, b: list) -> bool:
     return True
 
 
-def profile(data: bytes, feed: dict, runs: int) -> tuple[float, collections.Counter]:
+def profile(data: bytes, feed: dict, runs: int) -> tuple[float, collections.Counter, float]:
     """onnxruntime's kernel time per inference (µs), in all and per op type, of one-thread runs of
     ``data`` (the finish session's options, profiling on; ``If`` rows include their branches'
-    nodes, which are listed again under their own op types)."""
+    nodes, which are listed again under their own op types), and the nodes executed per inference."""
     import json
 
     from onnxptq.sessions import session_options
@@ -107,9 +107,10 @@ def profile(data: bytes, feed: dict, runs: int) -> tuple[float, collections.Coun
     by: collections.Counter = collections.Counter()
     events = [e for e in json.load(open(path)) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
     os.remove(path)
-    for e in events[len(events) // (runs + 1):]:  # the first run (allocations) left out
+    kept = events[len(events) // (runs + 1):]  # the first run (allocations) left out
+    for e in kept:
         by[e["args"].get("op_name")] += e["dur"] / runs
-    return sum(v for k, v in by.items() if k != "If"), by
+    return sum(v for k, v in by.items() if k != "If"), by, len(kept) / runs
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -151,9 +152,10 @@ def compare(args: argparse.Namespace) -> None:
                   f"{float(np.median(ratios[k])):.3f} | {len(blobs[k])} | {'yes' if same[k] else 'NO'} |", flush=True)
         if args.profile:
             for k, d in enumerate(["float"] + dirs):
-                total, by = profile(float_bytes if k == 0 else blobs[k - 1], feed, args.profile)
+                total, by, executed = profile(float_bytes if k == 0 else blobs[k - 1], feed, args.profile)
                 top = ", ".join(f"{op} {us:.0f} ({100 * us / total:.0f} %)" for op, us in by.most_common(14) if op != "If")
-                print(f"<!-- profile {preset} {d}: kernels {total:.0f} µs per run (If rows left out); {top} -->", flush=True)
+                print(f"<!-- profile {preset} {d}: {executed:.0f} nodes executed per run, kernels {total:.0f} µs per run "
+                      f"(If rows left out); {top} -->", flush=True)
 
 
 def main() -> None:

@@ -43,7 +43,8 @@ def _data(shape: tuple, rng: np.random.Generator) -> list[tuple[str, np.ndarray]
     return [("log-uniform", x), ("subnormal blocks", tiny), ("specials", special.reshape(shape))]
 
 
-@pytest.mark.parametrize("fmt,attrs,dims,suffix", CASES, ids=[f"{c[0]}-{c[3]}-{c[1]['axis']}" for c in CASES])
+@pytest.mark.parametrize("fmt,attrs,dims,suffix", CASES,
+                         ids=[f"{c[1].get('element_dtype') or c[1]['bfp_method']}-{c[3]}-ss{c[1].get('scale_search', 0)}" for c in CASES])
 def test_views_copy_the_input_dims(fmt, attrs, dims, suffix):
     """No shape arithmetic left in the body but the last Reshape's ``Shape(x)``, and the same bits
     as the reference on every concrete shape: batch of one, zero batch, zero spatial dims."""
