@@ -15,7 +15,8 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   transpose to put the channel axis last doubled the cost in earlier measurements. But when the
   block axis *is* the last one (``post`` = 1), every broadcast and reduction runs over spans of
   ``bs`` elements, which onnxruntime loops over one at a time (~10x the cost per element): there
-  the blocks are transposed to ``(1, bs, blocks)`` and back (6x faster on 40×6625 logits).
+  the blocks are transposed to ``(1, bs, blocks)`` and back (6x faster on 40×6625 logits), unless
+  the tensor is known to be small (:data:`LAST_AXIS_MIN_SIZE`: an SE block's ``[?, C, 1, 1]``).
 * **Exponent math on block maxima only.** ``2^floor(log2 amax)`` is found exactly on the
   ``1/block_size``-sized tensor of maxima by a Veltkamp split in float64 (round
   ``amax·(3/4 + 2^-40)`` to one significant bit) — no Log/Pow, no compare/Where, no bit casts
@@ -47,7 +48,8 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   A known rank with an unknown axis length takes ``_r<rank>`` (no rank arithmetic, see
   :func:`onnxptq.onnx_ops.body.view_ranked`). ``to_bfp_prime`` on an axis of length n (a
   multiple of the sub-block size, not the last axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
-  maxima padded (see :func:`_prime_static`). Without a shape, the generic body always pads by a
+  maxima padded (see :func:`_prime_static`); so does ``to_bfp`` on an axis that blocks tile where
+  the shape values do not fold (:func:`_bfp_static`: the view's Reshape copies the other dims). Without a shape, the generic body always pads by a
   computed amount (0 when it divides) and slices back: two copies, no branch.
 * **Node count.** In a model of many activations onnxruntime spends about 0.8 µs per executed
   node (PP-OCR cls MX9: 110 calls, 4 400 nodes per inference after this rework, 5 050 before),
