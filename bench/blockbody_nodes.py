@@ -7,7 +7,8 @@ call, and the op histogram over all calls (what a call runs: views, reductions, 
 clamps, NaN/Inf handling, branches). ``--files DIR[,DIR...]`` reads ``DIR/<preset>.onnx`` instead of
 quantizing; with ``--create N`` each file's session creation (CPU s of the process, one thread, level all, as
 finish opens it) and one-thread run latency (``--runs``, per feed, ÷ the float model's in the same rounds) are
-timed with the directories interleaved round by round (before/after trees side by side), and the file size.
+timed with the directories interleaved round by round (before/after trees side by side), and the file size;
+``--profile N`` adds onnxruntime's kernel time per op type over N one-thread runs of the float model and each file.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/blockbody_nodes.py cls BFP16,MX9,MX6,MXINT8,MXFP8_E4M3,MXFP8_E5M2,MXFP4 --samples 4
 """
@@ -86,6 +87,32 @@ def _same_bits(a: list, b: list) -> bool:
     return True
 
 
+def profile(data: bytes, feed: dict, runs: int) -> tuple[float, collections.Counter, float]:
+    """onnxruntime's kernel time per inference (µs), in all and per op type, of one-thread runs of
+    ``data`` (the finish session's options, profiling on; ``If`` rows include their branches'
+    nodes, which are listed again under their own op types), and the nodes executed per inference."""
+    import json
+
+    from onnxptq.sessions import session_options
+    import onnxruntime as ort
+
+    options = session_options(log_severity=3, inline_functions_first=False, spinning=False, threads=1)
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="blockbody_prof_"), "p")
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    session.run(None, feed)
+    for _ in range(runs):
+        session.run(None, feed)
+    path = session.end_profiling()
+    by: collections.Counter = collections.Counter()
+    events = [e for e in json.load(open(path)) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    os.remove(path)
+    kept = events[len(events) // (runs + 1):]  # the first run (allocations) left out
+    for e in kept:
+        by[e["args"].get("op_name")] += e["dur"] / runs
+    return sum(v for k, v in by.items() if k != "If"), by, len(kept) / runs
+
+
 def compare(args: argparse.Namespace) -> None:
     """Nodes per call, creation CPU, latency ÷ float and bytes of each preset's file in each directory."""
     import quantize_stages
@@ -123,6 +150,12 @@ def compare(args: argparse.Namespace) -> None:
             c = count(onnx.load_from_string(blobs[k]))
             print(f"| {preset} | {d} | {c['calls']} | {c['per_call']:.1f} | {min(created[k]):.3f} | "
                   f"{float(np.median(ratios[k])):.3f} | {len(blobs[k])} | {'yes' if same[k] else 'NO'} |", flush=True)
+        if args.profile:
+            for k, d in enumerate(["float"] + dirs):
+                total, by, executed = profile(float_bytes if k == 0 else blobs[k - 1], feed, args.profile)
+                top = ", ".join(f"{op} {us:.0f} ({100 * us / total:.0f} %)" for op, us in by.most_common(14) if op != "If")
+                print(f"<!-- profile {preset} {d}: {executed:.0f} nodes executed per run, kernels {total:.0f} µs per run "
+                      f"(If rows left out); {top} -->", flush=True)
 
 
 def main() -> None:
@@ -134,6 +167,7 @@ def main() -> None:
     ap.add_argument("--files", help="read DIR/<preset>.onnx (comma-separated DIRs: compared) instead of quantizing")
     ap.add_argument("--create", type=int, default=0, help="time N session creations per file (best of)")
     ap.add_argument("--runs", type=int, default=20, help="runs per timing round of the latency")
+    ap.add_argument("--profile", type=int, default=0, help="with --create: onnxruntime's kernel time per op type over N runs")
     args = ap.parse_args()
     if args.files and args.create:
         compare(args)

@@ -139,12 +139,15 @@ def test_trailing_one_views_bit_exact(preset, extra, shape, axis, finite) -> Non
 
 
 @pytest.mark.parametrize("preset", ["BFP16", "MX9"])
-@pytest.mark.parametrize("shape,axis,transposed", [((96, 32, 1), 1, True), ((3, 40, 1, 1), -3, True),
+@pytest.mark.parametrize("shape,axis,transposed", [((300, 32, 1), 1, True), ((300, 40, 1, 1), -3, True),
                                                    (("N", 48, 1), 1, True), ((2, 16, 3, 3), 1, False),
-                                                   ((4, 32, 0), 1, False)], ids=str)
+                                                   ((4, 32, 0), 1, False), ((96, 32, 1), 1, False),
+                                                   ((3, 40, 1, 1), -3, False), (("N", 96, 1, 1), 1, False)], ids=str)
 def test_ones_after_the_axis_take_the_transposed_view(preset, shape, axis, transposed) -> None:
     """Decided by the dims after the axis (all known 1s), not by rank or axis number: an empty or
-    longer trailing dim keeps the ``(rows, bs, post)`` view."""
+    longer trailing dim keeps the ``(rows, bs, post)`` view; so does a tensor known to be small
+    (bfp.LAST_AXIS_MIN_SIZE: static, or an NCHW batch's SE vector), but not a ``[?, C, 1]``
+    whose first dim may be a long time axis."""
     body = _body(preset, {}, shape, axis)
     nodes = list(body.node) + [n for m in body.node for a in m.attribute if a.type == onnx.AttributeProto.GRAPH
                                for n in a.g.node]

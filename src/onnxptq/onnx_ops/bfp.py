@@ -15,7 +15,8 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   transpose to put the channel axis last doubled the cost in earlier measurements. But when the
   block axis *is* the last one (``post`` = 1), every broadcast and reduction runs over spans of
   ``bs`` elements, which onnxruntime loops over one at a time (~10x the cost per element): there
-  the blocks are transposed to ``(1, bs, blocks)`` and back (6x faster on 40×6625 logits).
+  the blocks are transposed to ``(1, bs, blocks)`` and back (6x faster on 40×6625 logits), unless
+  the tensor is known to be small (:data:`LAST_AXIS_MIN_SIZE`: an SE block's ``[?, C, 1, 1]``).
 * **Exponent math on block maxima only.** ``2^floor(log2 amax)`` is found exactly on the
   ``1/block_size``-sized tensor of maxima by a Veltkamp split in float64 (round
   ``amax·(3/4 + 2^-40)`` to one significant bit) — no Log/Pow, no compare/Where, no bit casts
@@ -47,7 +48,8 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
   A known rank with an unknown axis length takes ``_r<rank>`` (no rank arithmetic, see
   :func:`onnxptq.onnx_ops.body.view_ranked`). ``to_bfp_prime`` on an axis of length n (a
   multiple of the sub-block size, not the last axis) takes ``_n<n>r<rank>``: views shaped from the input's own dims, and only the sub-block
-  maxima padded (see :func:`_prime_static`). Without a shape, the generic body always pads by a
+  maxima padded (see :func:`_prime_static`); so does ``to_bfp`` on an axis that blocks tile where
+  the shape values do not fold (:func:`_bfp_static`: the view's Reshape copies the other dims). Without a shape, the generic body always pads by a
   computed amount (0 when it divides) and slices back: two copies, no branch.
 * **Node count.** In a model of many activations onnxruntime spends about 0.8 µs per executed
   node (PP-OCR cls MX9: 110 calls, 4 400 nodes per inference after this rework, 5 050 before),
@@ -88,7 +90,7 @@ from ..formats.bfp import normalize_attrs
 from .body import (
     HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
-    ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
+    SplitAxis, ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
@@ -315,7 +317,8 @@ def _prime_view(g: Body, xr: str, post: str | None, a: dict[str, Any]) -> tuple[
 def variant(a: dict[str, Any], shape: Any) -> str | None:
     """The body variant for an input of ``shape``: ``"n<n>r<rank>"`` (to_bfp_prime, a block axis
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
-    known rank: see :func:`_prime_static`), ``"p<k>"`` (block axis of known length, padded
+    known rank: see :func:`_prime_static`; to_bfp's split body where the shape values do not
+    fold, a block axis that blocks tile: see :func:`_bfp_static`), ``"p<k>"`` (block axis of known length, padded
     by k), ``"c<n>"`` (the whole axis, n < block_size elements, is one block: no padding), either
     with an ``l`` when a non-negative axis is the last one (see :func:`_view_last`), ``"r<rank>"``
     (``q<post>``) when only the rank is known (see :func:`_ranked_variant`), or None (the
@@ -330,8 +333,10 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     bs = a["block_size"]
     k = min(a["sub_block_size"], bs)
     # A non-negative axis that is the last one takes the transposed view of axis -1 (suffix l),
-    # and so does an axis whose later dims are all 1 (see :func:`onnxptq.onnx_ops.body.ones_after`).
-    last = "l" if a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and ones_after(shape, a["axis"])) else ""
+    # and so does an axis whose later dims are all 1 (see :func:`onnxptq.onnx_ops.body.ones_after`),
+    # unless the tensor is known to be small (see :data:`LAST_AXIS_MIN_SIZE`).
+    last = "l" if ((a["axis"] == len(list(shape)) - 1 or (a["axis"] != -1 and ones_after(shape, a["axis"])))
+                   and not _small_for_transpose(shape)) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
     if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
@@ -345,11 +350,43 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # halves where the axis is one block (see :func:`_prime_static`)
         h = "h" if big and n <= bs and (n // k) % 2 == 0 else ""
         return f"n{n}r{rank}{h}{sized}"  # see :func:`_prime_static`
+    if _bfp_copied(a, shape, n, bool(last), big, sized):
+        return f"n{n}r{rank}{sized}"  # see :func:`_bfp_static`
     if 0 < n < bs:
         # The whole axis is one block; to_bfp_prime pads its last sub-block (zeros never win a
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
+
+
+#: Smallest size (elements) of a tensor with a known non-negative last block axis, or a block
+#: axis followed by known 1s, that takes the transposed view (suffix ``l``, :func:`_view_last`).
+#: Below it the view's two Transposes and four Reshapes cost more per call than the short spans
+#: they avoid (an SE block's ``[?, C, 1, 1]``: C elements, 19 of PP-OCR cls's 54 activations;
+#: bench/RESULTS.md, blocklat12). The MX bodies' line (``onnx_ops.mx.LAST_AXIS_MIN_SIZE``).
+LAST_AXIS_MIN_SIZE = 8192
+
+
+def _small_for_transpose(shape: Any) -> bool:
+    """Whether ``shape`` is known to hold fewer than :data:`LAST_AXIS_MIN_SIZE` elements (per
+    image, for an image batch): every dim known, or every dim but the first of a rank-4+ tensor
+    (an NCHW batch: an SE block's ``[?, C, 1, 1]``). A rank-3 ``[?, C, 1]``'s first dim is often
+    time (``[21000, 32, 1]``, the case the transposed view was made for): it keeps the view."""
+    dims = [known_dim(d) for d in shape]
+    batch = len(dims) >= 4 and dims[0] is None
+    return all(d is not None for d in dims[1 if batch else 0:]) and known_size(shape) < LAST_AXIS_MIN_SIZE
+
+
+def _bfp_copied(a: dict[str, Any], shape: Any, n: int, last: bool, big: bool, sized: str) -> bool:
+    """Whether a to_bfp body takes the view of :func:`_bfp_static`: the split body (no compiler
+    kernel, not known small), a block axis of known length ``n`` that blocks tile (or one block
+    shorter than ``block_size``) and is not viewed transposed, no halves (``big``), a sized body
+    (its input keeps ``x``'s shape), and shape values that do not fold at build time (two or more
+    unknown dims: where they fold, the ``(rows, bs, post)`` view runs no shape node either)."""
+    bs = a["block_size"]
+    return (a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"] and not last
+            and a["axis"] != -1 and not big and sized == "s" and foldable_shape(shape) is None
+            and n > 0 and (n % bs == 0 or n < bs))
 
 
 def _to_bfp_flat(shape: Any) -> bool:
@@ -416,10 +453,11 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     """The quantized ``xf`` (a tensor of >= 2 elements, or an empty one), built into ``g``.
 
     The blocked view, the block maxima, then for to_bfp an ``If``: the plain formulas when the
-    tensor's sum ``total`` is finite, otherwise the formulas that mask Inf/NaN — never taken on
-    real activations, written for few nodes (session creation), not speed. to_bfp_prime needs no
-    sum (``total`` is ""): its formulas are exact on every input (:func:`_prime_scale`,
-    :func:`_prime_apply`). ``n<n>r<rank>`` views go to :func:`_prime_static`."""
+    tensor's sum is finite, otherwise the formulas that mask Inf/NaN — never taken on
+    real activations, written for few nodes (session creation), not speed. ``total``: that sum
+    for the compiler kernel's body ("" otherwise: the split body takes it over its view,
+    :func:`_bfp_split`). to_bfp_prime needs no sum: its formulas are exact on every input
+    (:func:`_prime_scale`, :func:`_prime_apply`). ``n<n>r<rank>`` views go to :func:`_prime_static`."""
     spec = (view or "").rstrip("s")
     flat = spec.endswith("f")  # to_bfp_prime with no If at all (see :data:`FLAT_MAX_SIZE`)
     spec = spec.rstrip("f")
@@ -432,7 +470,9 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     if spec.startswith("n"):
         n, rank = (int(v) for v in spec[1:].split("r"))
         g.root.rank = rank + 1  # (lead..., n/k, k, trail...)
-        return _prime_static(g, xf, a, n, rank, halve, flat)
+        if a["bfp_method"] == "to_bfp":
+            return _bfp_static(g, xf, a, n, rank)
+        return _prime_static(g, xf, a, n, rank, halve, flat, (view or "").endswith("s"))
     g.root.rank = 3 if a["bfp_method"] == "to_bfp" else 4  # (rows, bs, post) or (rows, nsb, k, post)
     xr, post, restore, a = _view(g, xf, a, spec or None)
     quant, exact = g.branch(), g.branch()
@@ -440,7 +480,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         halves = halves_shapes(g, a["block_size"], post) if halve else None
         if flat:
             return restore(_bfp_flat(g, xr, a, halves))
-        return restore(_bfp_split(g, xr, a, total, halves))
+        return restore(_bfp_split(g, xr, a, halves))
     if a["bfp_method"] == "to_bfp":
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
         zero = _wide_zero(g, total)
@@ -507,10 +547,10 @@ def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | Non
     return put_back_nonfinite(g, g.op("Mul", q, s), xr)
 
 
-def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[str, str] | None = None) -> str:
+def _bfp_split(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | None = None, axis: int = 1) -> str:
     """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), the plain/masked choice
-    made by two small ``If`` nodes on the finiteness of ``total`` around one set of scale and
-    rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
+    made by two small ``If`` nodes on the finiteness of the tensor's sum around one set of scale
+    and rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
 
     Creating a session costs onnxruntime ~0.1 ms per inlined node for every call of every
     quantizer, and the masked formulas (Inf/NaN: never taken on real activations) were more than
@@ -523,22 +563,29 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], total: str, halves: tuple[st
 
     ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` (blocks of an
     even length): the plain maxima are taken in two stages (:func:`onnxptq.onnx_ops.body.max_by_halves`,
-    several times faster in onnxruntime where the view has one row), the same values."""
+    several times faster in onnxruntime where the view has one row), the same values.
+
+    The sum is taken over the view with its dims kept, ``[1, 1, 1]``: the plain branch's runtime
+    +0 (the ``py3_round`` zero sign, see :func:`_round`) is then ``total - total`` in that shape
+    directly, one node where :func:`_wide_zero` reshapes a rank-0 sum first (the ``If`` reads its
+    one-element condition in any shape). The zero padding of a ragged view adds nothing to it.
+    ``axis``: the view's block axis (2 and more: :func:`_bfp_static`'s view, no halves)."""
+    total = g.op("ReduceSum", xr, keepdims=1)
     finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
     plain, masked = g.branch(), g.branch()
 
     def int_max(b: Body, t: str, floor: bool = False) -> str:
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
-        hi, lo = b.reduce("ReduceMax", t, [1]), b.op("Neg", b.reduce("ReduceMin", t, [1]))
+        hi, lo = b.reduce("ReduceMax", t, [axis]), b.op("Neg", b.reduce("ReduceMin", t, [axis]))
         return b.op("Max", hi, lo, *([b.wide(2.0**-127)] if floor else []))
 
     if halves is None:  # one Max with the floor (the body as it was before the halves)
         amax_plain = int_max(plain, xr, floor=True)
     else:
         amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.wide(2.0**-127))
-    zero_plain = _wide_zero(plain, total)
+    zero_plain = plain.op("Sub", total, total)  # finite sum: +0, shaped [1, 1, 1]
     special = _nonfinite(masked, xr)
-    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.wide(0.0), xr)), [1]),
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.wide(0.0), xr)), [axis]),
                             masked.wide(2.0**-127))
     zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
     amax, zero = g.fresh("amax"), g.fresh("zero")
@@ -590,7 +637,8 @@ def _prime_chain(a: dict[str, Any]) -> bool:
     return dmax <= 3 and -127 - dmax + 1 - m >= -148
 
 
-def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve: bool = False, flat: bool = False) -> str:
+def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve: bool = False, flat: bool = False,
+                  shaped: bool = True) -> str:
     """to_bfp_prime on a block axis (not the last) of known length ``n``, a multiple of the
     sub-block size k, in a tensor of known ``rank``: the quantized tensor, shaped
     ``(lead..., n/k, k, trail...)``.
@@ -609,54 +657,70 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve:
 
     A whole axis shorter than a block is one block of n (the reference's zero padding of it
     changes no maximum). ``flat``: the flush without an ``If`` (see :func:`_prime_apply`).
+    ``shaped``: ``xf`` has ``x``'s shape (a sized body), so that where the shape values do not
+    fold its views copy the input's dims (:class:`onnxptq.onnx_ops.body.SplitAxis`).
     """
     bs, k = a["block_size"], min(a["sub_block_size"], a["block_size"])
     axis = a["axis"] % rank
     blk = min(n, bs)  # block length: the whole axis when it is shorter than a block
     nsb, nb = blk // k, -(-n // blk)
     padk = nb * nsb - n // k  # sub-blocks of zeros that complete the last block
-    lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
-    trail = g.shared("Shape", "x", start=axis + 1)
-
-    def dims(*middle: int, body: Body = g) -> str:
-        return (g.shared if body is g else body.op)("Concat", lead, g.i64(*middle), trail, axis=0)
+    split = SplitAxis(g, rank, axis, shaped)  # the views' targets (see onnx_ops.body.SplitAxis)
 
     def on_axis(*before_after: int) -> str:  # Pad's pads for the sub-block axis of a rank+1 view
         pads = [0] * (2 * (rank + 1))
         pads[axis], pads[rank + 1 + axis] = before_after
         return g.i64(*pads)
 
-    # allowzero: a zero dim copied from x stays zero (an empty tensor keeps its shape).
-    x4 = g.op("Reshape", xf, dims(n // k, k), allowzero=1)
+    # A zero dim of x stays zero (an empty tensor keeps its shape).
+    x4 = split.view(xf, n // k, k)
     az = g.op("Abs", x4)
     sb = g.reduce("ReduceMax", az, [axis + 1])
     # The blocks' sums of |x| (NaN detection, see :func:`_prime_scale`), shaped like the maxima.
     if padk:  # from the sub-blocks' sums, padded as the maxima are
         ss = g.op("Pad", g.reduce("ReduceSum", az, [axis + 1]), on_axis(0, padk))
-        bsum = g.reduce("ReduceSum", g.op("Reshape", ss, dims(nb, nsb), allowzero=1), [axis + 1])
+        bsum = g.reduce("ReduceSum", split.reshape(ss, nb, nsb), [axis + 1])
     elif nb > 1:
-        bsum = g.reduce("ReduceSum", g.op("Reshape", az, dims(nb, blk), allowzero=1), [axis + 1])
+        bsum = g.reduce("ReduceSum", split.reshape(az, nb, blk), [axis + 1])
     elif halve and n % 2 == 0:  # by halves, as the maxima: onnxruntime reduces slowly over the axis when lead is 1
-        bsum = max_by_halves(g, az, dims(2, n // 2), None, lambda b, t: b.reduce("ReduceSum", t, [axis + 1]),
-                             axis=axis, allowzero=True, merge="Add")
+        bsum = max_by_halves(g, az, split.target(2, n // 2), None, lambda b, t: b.reduce("ReduceSum", t, [axis + 1]),
+                             axis=axis, allowzero=not split.copy, merge="Add")
     else:
         bsum = g.reduce("ReduceSum", az, [axis, axis + 1])
     if padk:
         sb = g.op("Pad", sb, on_axis(0, padk))
-    sbb = g.op("Reshape", sb, dims(nb, nsb), allowzero=1) if nb > 1 else sb
+    sbb = split.reshape(sb, nb, nsb) if nb > 1 else sb
     if halve:  # nb == 1 and nsb even (see :func:`variant`)
         # One block along the axis: its maximum by halves (see onnx_ops.body.max_by_halves), from
         # (lead..., 2, nsb/2, trail...): onnxruntime reduces slowly over the axis when lead is 1.
-        bmax = max_by_halves(g, sbb, dims(2, nsb // 2), None, lambda b, t: b.reduce("ReduceMax", t, [axis + 1]),
-                             axis=axis, allowzero=True)
+        bmax = max_by_halves(g, sbb, split.target(2, nsb // 2), None, lambda b, t: b.reduce("ReduceMax", t, [axis + 1]),
+                             axis=axis, allowzero=not split.copy)
     else:
         bmax = g.reduce("ReduceMax", sbb, [axis + 1 if nb > 1 else axis])
     s = _prime_scale(g, sbb, bmax, bsum, a)
     if nb > 1:
-        s = g.op("Reshape", s, dims(nb * nsb, 1), allowzero=1)
+        s = split.reshape(s, nb * nsb, 1)
     if padk:
         s = g.op("Slice", s, g.i64(0), g.i64(n // k), g.i64(axis))
     return _prime_apply(g, x4, az, s, bmax, a, flat)
+
+
+def _bfp_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int) -> str:
+    """to_bfp (the split body, :func:`_bfp_split`) on a block axis of known length ``n`` that
+    blocks tile (or one block shorter than ``block_size``) in a tensor of known ``rank`` whose
+    shape values do not fold at build time (PP-OCR cls: ``[?, C, ?, ?]``), viewed as
+    ``(lead..., n/bs, bs, trail...)``, the blocks along axis ``axis + 1``.
+
+    The ``(rows, bs, post)`` view (:func:`onnxptq.onnx_ops.body.view_static`) computes ``post``
+    from the input's shape in every call: ``Shape``, ``ReduceProd``, ``Max`` and ``Concat``, four
+    nodes to run and to create per call. This one is an ``Unsqueeze`` and a ``Reshape`` to a
+    constant target that copies the other dims (:class:`onnxptq.onnx_ops.body.SplitAxis`); the
+    body's last ``Reshape`` to ``x``'s shape undoes it. The same elements in the same blocks and
+    the same formulas, hence the same bits; empty tensors keep their zero dims."""
+    axis = a["axis"] % rank
+    bs = min(n, a["block_size"])  # the whole axis is one block when it is shorter
+    xr = SplitAxis(g, rank, axis).view(xf, n // bs, bs)
+    return _bfp_split(g, xr, a, None, axis + 1)
 
 
 def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None, float32: bool = False) -> onnx.FunctionProto:
@@ -690,9 +754,10 @@ def _function(a: dict[str, Any], opset: int, name: str, view: str | None = None,
         # Rounded before the finiteness test: a finite float32 may round to a bfloat16 Inf.
         xf = top.op("Cast", top.op("Cast", xf, to=TensorProto.BFLOAT16), to=_F)
         a = dict(a, convert_to_bfloat_before_bfp=0)
-    # The branch-free to_bfp_prime body needs no sum over the tensor (see :func:`_prime_flat`).
-    flat_bfp = a["bfp_method"] == "to_bfp" and (view or "").rstrip("s").endswith("f")
-    total = "" if a["bfp_method"] == "to_bfp_prime" or flat_bfp else top.op("ReduceSum", xf, keepdims=0)
+    # Only the compiler kernel's to_bfp body takes the sum here: to_bfp_prime and the branch-free
+    # to_bfp body need none, the split to_bfp body takes it over its view (:func:`_bfp_split`).
+    compiler = a["bfp_method"] == "to_bfp" and a["use_compiler_version_cpu_kernel"]
+    total = top.op("ReduceSum", xf, keepdims=0) if compiler else ""
     if sized:
         y = _quantized(top, xf, a, view, total)
     else:

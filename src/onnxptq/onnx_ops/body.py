@@ -417,6 +417,52 @@ def halves_shapes(g: Body, bs: int, post: str | None) -> tuple[str, str]:
     return g.shared("Concat", g.i64(-1, bs // 2), post, axis=0), g.shared("Concat", g.i64(-1, 2), post, axis=0)
 
 
+class SplitAxis:
+    """Reshape targets for the views that cut one axis of ``x`` (rank ``rank``) into two
+    (``(lead..., m1, m2, trail...)``, rank + 1), with the other dims taken from the input itself.
+
+    Where the shape values fold at build time (:class:`Body`'s ``known``), a target is the
+    ``Concat`` of ``Shape(x)`` slices around constants, folded to a constant, and ``allowzero``
+    keeps an empty tensor's zero dims. Where they do not (two or more unknown dims: PP-OCR cls's
+    ``[?, 3, ?, ?]``), that ``Concat`` and its two ``Shape`` nodes would run in every call, and
+    be created in every session, for every view: here the target is a constant instead, ``0``
+    copying the input's dim at the same index (``allowzero=0``, no ``-1``: a zero dim is copied
+    as zero, so empty tensors keep working) and the first view's input is ``x`` unsqueezed
+    after the axis, so that its trailing dims sit at the indices they take in the view. One
+    ``Unsqueeze`` where three or four shape nodes ran (bench/RESULTS.md, blocklat12)."""
+
+    def __init__(self, g: Body, rank: int, axis: int, shaped: bool = True) -> None:
+        """``shaped``: the tensor :meth:`view` reads has ``x``'s shape (not a flattened copy)."""
+        self.g, self.rank, self.axis = g, rank, axis
+        self.copy = shaped and g.root.known is None
+        if not self.copy:
+            self.lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
+            self.trail = g.shared("Shape", "x", start=axis + 1)
+
+    @property
+    def attrs(self) -> dict[str, int]:
+        """The Reshape attributes its targets need."""
+        return {} if self.copy else {"allowzero": 1}
+
+    def target(self, *middle: int) -> str:
+        """The target ``(lead..., *middle, trail...)`` (two middle dims)."""
+        g = self.g
+        if self.copy:
+            return g.i64(*([0] * self.axis + list(middle) + [0] * (self.rank - self.axis - 1)))
+        return g.shared("Concat", self.lead, g.i64(*middle), self.trail, axis=0)
+
+    def view(self, x: str, *middle: int) -> str:
+        """``x`` (the body's input, rank ``rank``) reshaped to ``(lead..., *middle, trail...)``."""
+        g = self.g
+        if self.copy:
+            x = g.op("Unsqueeze", x, g.i64(self.axis + 1))
+        return g.op("Reshape", x, self.target(*middle), **self.attrs)
+
+    def reshape(self, t: str, *middle: int) -> str:
+        """``t`` (rank + 1, the view's lead and trail dims) reshaped to ``(lead..., *middle, trail...)``."""
+        return self.g.op("Reshape", t, self.target(*middle), **self.attrs)
+
+
 def view_static(g: Body, xf: str, axis: int, bs: int, pad: int) -> tuple[str, str, Any]:
     """The (rows, bs, post) block view of ``xf`` (the function input ``x`` flattened, rank >= 2)
     for a block axis whose zero padding ``pad`` is known when the function is built; returns the

@@ -55,7 +55,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, Body, SplitAxis, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -501,22 +501,22 @@ def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int)
     only the sub-block maxima (1/k of the elements) are zero-padded to whole blocks — zeros never
     raise a maximum — reduced to block maxima and spread back to their sub-blocks by a
     ``Gather`` of block indices, so every full-tensor pass runs on the n elements themselves.
-    The shapes are the input's own dims around constants (no ``-1``; allowzero keeps an empty
-    tensor's zero dims).
+    The shapes are the input's own dims around constants (no ``-1``; an empty tensor keeps its
+    zero dims), copied by the Reshapes themselves where they do not fold at build time
+    (:class:`onnxptq.onnx_ops.body.SplitAxis`).
     """
     m, nb = bs // k, -(-n // bs)
     padk = nb * m - n // k
-    lead = g.shared("Shape", "x", end=axis) if axis else g.i64()
-    trail = g.shared("Shape", "x", start=axis + 1)
-    x5 = g.op("Reshape", xf, g.shared("Concat", lead, g.i64(n // k, k), trail, axis=0), allowzero=1)
+    split = SplitAxis(g, rank, axis)  # the views' targets (see onnx_ops.body.SplitAxis)
+    x5 = split.view(xf, n // k, k)
     pads = [0] * (2 * (rank + 1))
     pads[rank + 1 + axis] = padk
     pads_c = g.i64(*pads)
-    blocks_shape = g.shared("Concat", lead, g.i64(nb, m), trail, axis=0)
+    blocks_shape = split.target(nb, m)
     owner = g.i64(*[j // m for j in range(n // k)])  # the block of each sub-block
 
     def finish(b: Body, sub: str, op: str = "ReduceMax") -> str:  # (lead, n/k, 1, trail) -> per sub-block
-        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, allowzero=1)
+        blk = b.op("Reshape", b.op("Pad", sub, pads_c), blocks_shape, **split.attrs)
         return b.op("Gather", b.op(op, blk, g.i64(axis + 1), keepdims=1), owner, axis=axis)
 
     return x5, _Blocks(axis + 1, finish)
@@ -545,6 +545,7 @@ def make_function(
     static: tuple[int, int, int] | None = None, float32: bool = False, last: bool = False,
     tile: tuple[int, int, int] | None = None, ranked: tuple[int, int, int, int | None] | None = None,
     whole: int | None = None, halve: bool = False, branched: bool = False, known: tuple[int | None, ...] | None = None,
+    copied: tuple[int, int] | None = None,
 ) -> onnx.FunctionProto:
     """The FunctionProto for one variant; the body imports the default domain at ``opset``.
 
@@ -571,6 +572,11 @@ def make_function(
     (INT8 elements, no scale search): the plain/masked choice by two ``If`` nodes
     (:func:`_fake_quantize_split`, suffix ``i``), for tensors not known to hold fewer than
     :data:`BRANCHED_INT_MIN_SIZE` elements (:func:`known_small`); otherwise the branch-free body.
+    ``copied``: ``(n, rank)`` with ``static`` (no padding, no ``last``/``tile``/``whole``, an axis
+    of n > block_size elements): the view ``(lead..., n/bs, bs, trail...)`` whose Reshape copies
+    the input's other dims, for a tensor whose shape values do not fold at build time
+    (:class:`onnxptq.onnx_ops.body.SplitAxis`; suffix ``d<n>r<rank>``), the blocks along axis
+    ``axis + 1``; no halves.
 
     Without scale search the body has no run-time branch (:func:`_fake_quantize_flat`: exact on
     ±Inf/NaN by its formulas, no ``If`` to create per call), but with ``branched`` (above). With
@@ -615,11 +621,16 @@ def make_function(
         elif last:
             # the axis's own length: the last dim, or the axis itself when the dims after it are 1s
             x4, post, restore = view_last(g, xf, bs, pad, axis)
+        elif copied is not None:  # (lead..., n/bs, bs, trail...), the other dims copied (see build)
+            n, rank = copied
+            x4, blocks, post = SplitAxis(g, rank, axis % rank).view(xf, n // bs, bs), _Blocks(axis % rank + 1), None
+            view_bs, restore = None, (lambda y: y)  # noqa: E731  (the final Reshape to x's shape undoes it)
         else:
             x4, post, restore = view_static(g, xf, axis, bs, pad)
     # Every view tensor and block-maxima tensor has this rank: the constants of the elementwise ops
     # take it (Body.wide: onnxruntime broadcasts a trailing-1 tensor by a scalar element by element).
-    top.rank = whole if whole is not None else (tile[2] + 1 if tile is not None else 3)
+    top.rank = whole if whole is not None else (tile[2] + 1 if tile is not None else
+                                                copied[1] + 1 if copied is not None else 3)
     branched = branched and fmt.is_int and not searched
     if searched or branched:
         total = g.op("ReduceSum", xf, keepdims=0)
@@ -669,6 +680,8 @@ def make_function(
         name += "h"  # block maxima by halves
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
+    if copied is not None:
+        name += f"d{copied[0]}r{copied[1]}"  # the view copies the input's dims (see build)
     if ranked is not None:
         name += f"_b{ranked[1]}_a{ranked[0]}_r{ranked[2]}" + ("" if ranked[3] is None else f"q{ranked[3]}")
     if branched:
@@ -693,12 +706,13 @@ def _cached_function(element_dtype: str, rounding_mode: int, scale_search: int, 
                      static: tuple[int, int, int] | None, float32: bool, last: bool = False,
                      tile: tuple[int, int, int] | None = None,
                      ranked: tuple[int, int, int, int | None] | None = None, whole: int | None = None,
-                     halve: bool = False, branched: bool = False, known: tuple[int | None, ...] | None = None) -> onnx.FunctionProto:
+                     halve: bool = False, branched: bool = False, known: tuple[int | None, ...] | None = None,
+                     copied: tuple[int, int] | None = None) -> onnx.FunctionProto:
     """:func:`make_function`, built once per distinct body in the process (:func:`build` copies
     it): every quantizer node asks for its body, a model's hundreds of calls share a few dozen,
     and the floor's repair rebuilds the model for every candidate (as ``bfp._function_once``)."""
     return make_function(element_dtype, rounding_mode, scale_search, opset, static, float32, last, tile, ranked, whole,
-                         halve, branched, known)
+                         halve, branched, known, copied)
 
 
 def build(
@@ -763,11 +777,19 @@ def build(
     ranked = None
     if static is None and rank is not None and rank >= 2 and -rank <= int(axis) < rank:
         ranked = (int(axis) % rank, int(block_size), rank, trailing_size(shape, int(axis)))
+    big = shape is not None and known_size(shape) >= HALVES_MIN_SIZE
+    # Whole blocks along a non-last axis of a tensor whose shape values do not fold at build time
+    # (two or more unknown dims): the view copies the input's dims instead of computing the
+    # elements after the axis in every call (Shape, ReduceProd, Max, Concat; see
+    # onnx_ops.body.SplitAxis). Not where the block maxima are taken by halves.
+    copied = ((n, rank) if static is not None and not last and tile is None and whole is None and static[2] == 0
+              and n is not None and n > int(block_size) and foldable_shape(shape) is None
+              and not (big and not searched and halves_allowed(int(block_size), False)) else None)
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
-                                       shape is not None and known_size(shape) >= HALVES_MIN_SIZE,
-                                       not known_small(shape), None if static is None else foldable_shape(shape)))
+                                       big, not known_small(shape), None if static is None else foldable_shape(shape),
+                                       copied))
     node = helper.make_node(
         function.name,
         [x],
