@@ -88,7 +88,7 @@ def _constant_fed(g: onnx.GraphProto) -> set[int]:
 def _initializer_kind(t: onnx.TensorProto) -> str:
     name = t.name
     if name.startswith("packed_"):
-        if "_exponents_at" in name:  # an exponent plane above the lowest (branch blockfile8)
+        if "_exponents_at" in name or name.endswith("_exponents_esc"):  # planes (blockfile8), escapes (blockfile11)
             return "exponents"
         if "_singles" in name:  # one-element blocks as small floats: code and exponent (blockfile8)
             return "one-element small floats"

@@ -218,3 +218,41 @@ def test_packed_model_computes_the_unpacked_models_outputs(monkeypatch, preset):
     outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             for m in (new, old)]
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MX6", "MXFP4"])
+def test_exponents_by_frequency_with_an_escape(monkeypatch, key):
+    """A weight whose blocks crowd into 3 binades beside a tail of 40 rows spread over 70 more
+    (surfaces_dtc's decayed rows): the ranks of the 3 frequent exponents are 2-bit fields, the
+    rest escaped to a byte stream in block order (``where(f == 3, stream[cumsum(f == 3)], f)``);
+    fewer exponent bytes than the planes of the ranks by value, and bit for bit the reference's
+    blocks in onnxruntime (optimised and not), ±0 blocks included (they take the rank-0 scale)."""
+    rng = np.random.default_rng(17)
+    w = (rng.uniform(0, 1.5, (640, 64)) * rng.choice([-1.0, 1.0], (640, 64))).astype(np.float32)
+    w[:, ::8] = 1.25  # every block's largest in [1, 2): one exponent a row
+    w *= np.ldexp(np.float32(1), rng.integers(-1, 2, 640))[:, None].astype(np.float32)
+    w[:40] *= np.ldexp(np.float32(1), -rng.permutation(70)[:40] - 8)[:, None].astype(np.float32)
+    w[41] = 0.0
+    w[43] = -0.0
+    sizes = {}
+    for on in (False, True):
+        monkeypatch.setattr(packed, "ESCAPE_EXPONENTS", on)
+        model, inits = _pack_and_run(key, {"w": (w, 1)})
+        exps = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_exponents" in n}
+        assert any(n.endswith("_exponents_esc") for n in exps) == on, sorted(exps)
+        sizes[on] = (sum(a.size for a in exps.values()), model.ByteSize())
+    rows = w.shape[0] * -(-w.shape[1] // int(FORMATS[key][1]["block_size"]))
+    assert sizes[True][0] <= -(-rows // 4) + 40 * (rows // 640) + 2, (key, rows, sizes)  # 2-bit fields + one byte an escape
+    assert sizes[True][1] < sizes[False][1], sizes
+
+
+def test_escape_exponents_refuses_what_a_plain_field_holds():
+    """Two used exponents fit a 1-bit field: no escape; a ±0 block takes rank 0 whatever its byte."""
+    table = packed.exponent_table()[100:110]
+    assert packed.escape_exponents(np.array([0, 1, 1, 0]), np.zeros(4, bool), table) is None
+    index = np.array([3, 3, 3, 5, 3, 9, 7, 3, 3, 5], np.int64)
+    free = np.zeros(10, bool)
+    free[5] = True
+    bits, order, fields, stream = packed.escape_exponents(index, free, table)
+    assert bits == 1 and list(order[:2]) == [3, 5] and fields[5] == 0
+    assert list(stream) == [0, 1, 2, 1] and list(fields) == [0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
