@@ -256,3 +256,32 @@ def test_escape_exponents_refuses_what_a_plain_field_holds():
     bits, order, fields, stream = packed.escape_exponents(index, free, table)
     assert bits == 1 and list(order[:2]) == [3, 5] and fields[5] == 0
     assert list(stream) == [0, 1, 2, 1] and list(fields) == [0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXFP4"])
+def test_small_weights_join_a_group_others_made(key):
+    """A weight below ``MIN_ELEMENTS`` (a conv's 32-element bias quantized with it) joins the group
+    a larger weight of its layout made: no stream or chain of its own, fewer bytes than its float
+    values, bit for bit in onnxruntime; alone (no such group) it stays float."""
+    fmt, base = FORMATS[key]
+    rng = np.random.default_rng(23)
+    w = rng.normal(0, 0.1, (40, 64)).astype(np.float32)
+    bias = rng.normal(0, 1, 32).astype(np.float32)  # whole blocks of 8, 16 and 32
+    assert bias.size < packed.MIN_ELEMENTS
+    alone, _ = _pack_and_run(key, {"w": (w, 1)})
+    joined, inits = _pack_and_run(key, {"w": (w, 1), "b": (bias, 0)})  # asserts b packed, both bit for bit
+    streams = sorted(n for n in inits if n.startswith("packed_"))
+    assert len(streams) == len([t for t in alone.graph.initializer if t.name.startswith("packed_")]), streams
+    # against the same model holding the bias as float32 (node names dropped: the file's decode chains have none)
+    as_float = onnx.ModelProto()
+    as_float.CopyFrom(alone)
+    as_float.graph.initializer.append(onnx.numpy_helper.from_array(fake_quantize(bias, fmt, **dict(base, axis=0)), "b_out"))
+    as_float.graph.output.append(helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [32]))
+    for m in (joined, as_float):
+        for n in m.graph.node:
+            n.name = ""
+    assert joined.ByteSize() < as_float.ByteSize(), (joined.ByteSize(), as_float.ByteSize())
+    packer = WeightPacker(13, FreshNames())
+    attrs = dict(base, axis=0)
+    assert packer.add("b", bias, fake_quantize(bias, fmt, **attrs), fmt, attrs, "b_out") is None
+    assert not any(g.rows for g in packer.groups.values())

@@ -20,7 +20,8 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   exponent byte ``E`` (value ``2^(E-127)``, the E8M0 encoding, decoded by ``Gather`` from a
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
-  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits), per sub-block the micro-exponent shift ``s``
+  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
+  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
   bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
   wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
@@ -68,7 +69,8 @@ FP8_CAST_OPSET = 19
 FP8_CAST = True
 #: The ONNX type whose bits each FP8 element code is (ml_dtypes' float8_e4m3fn / float8_e5m2).
 _FP8_ONNX = {"fp8_e4m3": TensorProto.FLOAT8E4M3FN, "fp8_e5m2": TensorProto.FLOAT8E5M2}
-#: Weights smaller than this stay unpacked: the decode nodes would outweigh the bytes saved.
+#: Weights smaller than this stay unpacked (the decode nodes would outweigh the bytes saved), but for
+#: block-format ones that join a group other weights made (:func:`_joins_for_less`).
 MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
@@ -425,8 +427,10 @@ class WeightPacker:
         when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
         #: a short stem for this weight's intermediate tensors (their names cost file bytes)
         self._short = self.fresh("pk")
-        if self.opset < MIN_OPSET or values.size < MIN_ELEMENTS or values.dtype not in (np.float32, np.float16):
+        small = values.size < MIN_ELEMENTS
+        if self.opset < MIN_OPSET or (small and fmt not in ("bfp", "mx")) or values.dtype not in (np.float32, np.float16):
             return None
+        self._small = small
         if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
             frag = self._element(name, fq, fmt, attrs, target)
         elif fmt in ("bfp", "mx"):
@@ -632,6 +636,9 @@ class WeightPacker:
             group.rows += count
             parts.append((group, start, count, width))
 
+        if self._small and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
+            self._drop_parts(parts)
+            return None
         frag = QDQNodes(min_opset=MIN_OPSET)
         stem = _stem(name)
         pre = moved_x.shape[:-1]
@@ -697,6 +704,14 @@ class WeightPacker:
             cur = nxt
         frag.nodes[-1].output[0] = target
         return frag
+
+    def _drop_parts(self, parts: list[tuple[_Group, int, int, int]]) -> None:
+        """Undo the group entries ``_blocks`` just made (a small weight it keeps unpacked)."""
+        for group, _, count, _ in parts:
+            group.exps.pop()
+            group.codes.pop()
+            group.shifts.pop()
+            group.rows -= count
 
     def _drop_last_group_entry(self, frag: QDQNodes) -> None:
         """Undo a block weight's ``add`` into its groups (it is stored unpacked instead)."""
@@ -910,10 +925,13 @@ class WeightPacker:
         # narrow field holds the most frequent and an escape stream the rest, where that saves more.
         escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
         if escaped is not None:
-            e_bits = escaped[0]
-            esc_gain = g.rows - (-(-g.rows // (8 // e_bits)) + escaped[3].size) - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES
-            if esc_gain <= max(0, gain[best] if best is not None else 0):
-                escaped = None
+            stored = -(-g.rows // (8 // escaped[0])) + escaped[3].size
+            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
+                keep = g.rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
+            else:  # against the chosen planes, each at what its nodes really weigh
+                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+                        < sum(-(-g.rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
+            escaped = escaped if keep else None
         if escaped is not None:
             e_bits, order, field_, stream = escaped
             per = 8 // e_bits
@@ -979,11 +997,33 @@ class WeightPacker:
             node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
 
 
+#: File bytes a weight's piece of a group costs beyond its codes and exponents: its Reshape node (a
+#: short input, a shared shape, its output name written once as the initializer's was) and its size
+#: in the group's Split; a Transpose ~20 more.
+PIECE_BYTES = 32
+
+
+def _joins_for_less(parts: list[tuple[_Group, int, int, int]], values: np.ndarray, itemsize: int, ax: int) -> bool:
+    """Whether a weight below ``MIN_ELEMENTS`` (a conv's bias quantized with its weight, a squeeze-
+    excite's 8-26 weights) is stored packed: only into groups other weights already made (a chain of
+    its own would outweigh it), and only where its codes, exponents and piece nodes are fewer bytes
+    than its float values (``itemsize`` each). Why: the shipped cls under BFP16 held 39 such
+    weights as float32 (4.9 KB, 0.008 of its fp32 file), madmom_beats_tcn 15 (0.010)."""
+    if any(start == 0 for _, start, _, _ in parts):
+        return False
+    stored = sum(count * g.width * g.code.container / 8 + count + PIECE_BYTES for g, _, count, _ in parts)
+    stored += 20 if values.ndim > 1 and ax != values.ndim - 1 else 0
+    return stored < values.size * itemsize
+
+
 #: Exponents by frequency with an escape (:func:`escape_exponents`); False: planes only (the form before blockfile11).
 ESCAPE_EXPONENTS = True
 #: File bytes the escape decode costs more than one plane's (Equal, Cast, CumSum, a Cast of the escape
 #: stream, Gather, Where: 6 nodes with lean names, ~180 B, and two scalars).
 ESCAPE_NODE_BYTES = 200
+#: File bytes one exponent plane's unpacking weighs (Cast, Div, Mod, Reshape, Mul, Add with lean names:
+#: ~150 B, akiki_vad BFP16), to weigh the escape against planes (``EXPONENT_PACK_FROM`` is the gate's margin).
+PLANE_NODE_BYTES = 150
 
 
 def escape_exponents(index: np.ndarray, free: np.ndarray, table: np.ndarray
