@@ -281,7 +281,35 @@ def test_small_weights_join_a_group_others_made(key):
         for n in m.graph.node:
             n.name = ""
     assert joined.ByteSize() < as_float.ByteSize(), (joined.ByteSize(), as_float.ByteSize())
+    # alone it starts no group; as a float16 piece it saves less than the stream's nodes: float32 as before
     packer = WeightPacker(13, FreshNames())
     attrs = dict(base, axis=0)
-    assert packer.add("b", bias, fake_quantize(bias, fmt, **attrs), fmt, attrs, "b_out") is None
-    assert not any(g.rows for g in packer.groups.values())
+    fq = fake_quantize(bias, fmt, **attrs)
+    assert packer.add("b", bias, fq, fmt, attrs, "b_out") is not None
+    head = packer.finish()
+    assert not any(g.rows for g in packer.groups.values()) and not head.nodes
+    assert [t.name for t in head.initializers] == ["b_out"] and onnx.numpy_helper.to_array(head.initializers[0]).dtype == np.float32
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MXINT8", "MXFP4"])
+def test_small_weights_without_a_group_share_one_float16_stream(key):
+    """Small block weights that join no group (a model's first, squeeze-excite ones) and that
+    float16 holds exactly go into one FLOAT16 stream, cast and split once (1-D pieces are Split
+    outputs, others reshaped): bit for bit in onnxruntime, 2 bytes an element where float32 took 4."""
+    fmt, base = FORMATS[key]
+    rng = np.random.default_rng(29)
+    small = {"b1": (rng.normal(0, 1, 48).astype(np.float32), 0), "b2": (rng.normal(0, 1, 40).astype(np.float32), 0),
+             "se": (rng.normal(0, 1, (8, 6, 1, 1)).astype(np.float32), 1)}
+    model, inits = _pack_and_run(key, small)
+    half = [t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16]
+    assert [t.name for t in half] == [n for n in inits if n.startswith("packed_") and n.endswith("_half")] and list(half[0].dims) == [48 + 40 + 48]
+    assert not any(n.endswith("_codes") for n in inits), sorted(inits)
+    # 2 bytes an element, read by one Cast and one Split (+ a Reshape for the 4-D one): the file's
+    # gain is measured in bench/file_sizes.py (lean names); here the form
+    assert len(half[0].raw_data) == 2 * 136
+    assert sorted(n.op_type for n in model.graph.node) == ["Cast", "Reshape", "Split"], [n.op_type for n in model.graph.node]
+    # a value float16 cannot hold (below its subnormals) keeps that weight out of the stream
+    tiny = dict(small, b2=(small["b2"][0] * np.float32(2.0 ** -40), 0))
+    packer = WeightPacker(13, FreshNames())
+    attrs = dict(base, axis=0)
+    assert packer.add("b2", tiny["b2"][0], fake_quantize(tiny["b2"][0], fmt, **attrs), fmt, attrs, "b2_out") is None

@@ -395,6 +395,8 @@ class WeightPacker:
         self.tables: dict[str, str] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
+        #: small block weights float16 holds exactly: (output name, values), one FLOAT16 stream at finish
+        self.halves: list[tuple[str, np.ndarray]] = []
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
@@ -638,7 +640,7 @@ class WeightPacker:
 
         if self._small and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
             self._drop_parts(parts)
-            return None
+            return self._half_piece(name, fq, target)
         frag = QDQNodes(min_opset=MIN_OPSET)
         stem = _stem(name)
         pre = moved_x.shape[:-1]
@@ -705,6 +707,52 @@ class WeightPacker:
         frag.nodes[-1].output[0] = target
         return frag
 
+    def _half_piece(self, name: str, fq: np.ndarray, target: str) -> QDQNodes | None:
+        """A small block weight (below ``MIN_ELEMENTS``) that joins no block group as a piece of one
+        FLOAT16 stream (cast and split once in :meth:`finish`), where float16 holds each of its
+        values bit for bit (a block format's few significant bits, within float16's range) and the
+        piece costs fewer bytes than its float values. A 1-D piece is a Split output itself;
+        others are reshaped. None: not so stored (the caller keeps it float)."""
+        if fq.dtype != np.float32:
+            return None
+        with np.errstate(over="ignore"):
+            h = fq.astype(np.float16)
+        if not np.array_equal(h.astype(np.float32).view(np.uint32), fq.view(np.uint32)):
+            return None
+        cost = 2 * fq.size + 2 + (PIECE_BYTES if fq.ndim != 1 else 0)
+        if cost >= 4 * fq.size:
+            return None
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        if fq.ndim == 1:
+            self.halves.append((target, h))
+        else:
+            piece = self.fresh(f"{self._short}h")
+            self.halves.append((piece, h.reshape(-1)))
+            frag.nodes.append(helper.make_node("Reshape", [piece, self._ints(list(fq.shape))], [target],
+                                               name=f"{_stem(name)}_shape"))
+        return frag
+
+    def _halves(self, frag: QDQNodes) -> None:
+        """The small weights of :meth:`_half_piece`: one FLOAT16 stream, ``Cast`` and ``Split`` into
+        their pieces where that saves more than the two nodes cost (``HALF_STREAM_BYTES``); else each
+        piece a float32 initializer of its own (the same values, as unpacked)."""
+        if not self.halves:
+            return
+        saved = sum(2 * h.size - 2 for _, h in self.halves)
+        if saved <= HALF_STREAM_BYTES:
+            frag.initializers += [store(h.astype(np.float32), out) for out, h in self.halves]
+            return
+        stream = self.fresh("packed_f16_w16_half")  # a stream name lean_file shortens to packed_<n>_half
+        frag.initializers.append(store(np.concatenate([h.reshape(-1) for _, h in self.halves]), stream))
+        wide = self.fresh(f"{stream}_f")
+        frag.nodes.append(helper.make_node("Cast", [stream], [wide], to=TensorProto.FLOAT))
+        sizes = [int(h.size) for _, h in self.halves]
+        outs = [out for out, _ in self.halves]
+        if self.opset >= 13:
+            frag.nodes.append(helper.make_node("Split", [wide, self._ints(sizes)], outs, axis=0))
+        else:
+            frag.nodes.append(helper.make_node("Split", [wide], outs, axis=0, split=sizes))
+
     def _drop_parts(self, parts: list[tuple[_Group, int, int, int]]) -> None:
         """Undo the group entries ``_blocks`` just made (a small weight it keeps unpacked)."""
         for group, _, count, _ in parts:
@@ -730,6 +778,7 @@ class WeightPacker:
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag, group.code.key in arithmetic)
+        self._halves(frag)
         frag.initializers[:0] = self.table_inits
         _name_nodes(frag)
         if self.stats.packed or self.stats.unpacked:
@@ -1003,6 +1052,18 @@ class WeightPacker:
 PIECE_BYTES = 32
 
 
+#: File bytes the small weights' FLOAT16 stream costs beyond its values: its Cast and Split nodes,
+#: the split sizes' table, the stream's initializer record (~60 B with lean names).
+HALF_STREAM_BYTES = 64
+
+
+def _joined_bytes(parts: list[tuple[_Group, int, int, int]], values: np.ndarray, ax: int) -> float:
+    """Estimated bytes a small weight's pieces cost in the block groups it joins (codes, one
+    exponent byte a block, each piece's nodes; a Transpose where its block axis is not last)."""
+    stored = sum(count * g.width * g.code.container / 8 + count + PIECE_BYTES for g, _, count, _ in parts)
+    return stored + (20 if values.ndim > 1 and ax != values.ndim - 1 else 0)
+
+
 def _joins_for_less(parts: list[tuple[_Group, int, int, int]], values: np.ndarray, itemsize: int, ax: int) -> bool:
     """Whether a weight below ``MIN_ELEMENTS`` (a conv's bias quantized with its weight, a squeeze-
     excite's 8-26 weights) is stored packed: only into groups other weights already made (a chain of
@@ -1011,9 +1072,7 @@ def _joins_for_less(parts: list[tuple[_Group, int, int, int]], values: np.ndarra
     weights as float32 (4.9 KB, 0.008 of its fp32 file), madmom_beats_tcn 15 (0.010)."""
     if any(start == 0 for _, start, _, _ in parts):
         return False
-    stored = sum(count * g.width * g.code.container / 8 + count + PIECE_BYTES for g, _, count, _ in parts)
-    stored += 20 if values.ndim > 1 and ax != values.ndim - 1 else 0
-    return stored < values.size * itemsize
+    return _joined_bytes(parts, values, ax) < values.size * itemsize
 
 
 #: Exponents by frequency with an escape (:func:`escape_exponents`); False: planes only (the form before blockfile11).
