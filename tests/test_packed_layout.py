@@ -313,3 +313,41 @@ def test_small_weights_without_a_group_share_one_float16_stream(key):
     packer = WeightPacker(13, FreshNames())
     attrs = dict(base, axis=0)
     assert packer.add("b2", tiny["b2"][0], fake_quantize(tiny["b2"][0], fmt, **attrs), fmt, attrs, "b2_out") is None
+
+
+def _decayed_net() -> onnx.ModelProto:
+    """Two convs with biases: the first's 40 output channels crowd into 3 binades beside 8 rows
+    decayed 20-60 binades down (exponents by frequency with an escape), the second's 24-element
+    bias below ``MIN_ELEMENTS`` (a piece of a group or of the float16 stream)."""
+    rng = np.random.default_rng(31)
+    w1 = rng.normal(0, 0.1, (40, 128, 3, 3)).astype(np.float32)
+    w1[:8] *= np.ldexp(np.float32(1), -rng.integers(20, 60, 8))[:, None, None, None].astype(np.float32)
+    w2 = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
+    b1 = rng.normal(0, 0.5, 40).astype(np.float32)
+    b2 = rng.normal(0, 0.5, 24).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [onnx.numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("w2", w2), ("b1", b1), ("b2", b2))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 6, 6])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MXINT8"])
+def test_escaped_exponents_and_small_biases_in_a_quantized_model(preset):
+    """In a quantized model: the decayed conv's exponents stored by frequency with an escape, no
+    quantized bias left as float32, and the same output bytes as the fp32-weight form."""
+    import onnxptq
+
+    model = _decayed_net()
+    cfg = onnxptq.get_preset(preset).replace(activation=None, repair=False)
+    new = onnxptq.quantize(model, cfg, None).model
+    old = onnxptq.quantize(model, cfg.replace(pack_weights=False), None).model
+    names = [t.name for t in new.graph.initializer]
+    assert any(n.endswith("_exponents_esc") for n in names), names
+    assert not [t.name for t in new.graph.initializer if t.data_type == TensorProto.FLOAT and t.name.startswith("b")], names
+    x = np.random.default_rng(0).normal(0, 1, (1, 128, 6, 6)).astype(np.float32)
+    outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for m in (new, old)]
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
