@@ -987,11 +987,14 @@ class WeightPacker:
             f = op("Reshape", [fields(_pack_fields(field_, e_bits), e_bits, "exponents"), self._ints([-1])], "ef")
             if g.rows % per:
                 f = op("Slice", [f, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+            # integer arithmetic only (no Equal/Where: their int32 kernels added ~0.3 MB to a
+            # session's peak RSS): f // k is 1 on an escape, 0 elsewhere (f <= k)
             k = self._table(f"x{(1 << e_bits) - 1}", np.array((1 << e_bits) - 1, np.int32))
-            esc = op("Equal", [f, k], "eq")
-            pos = op("CumSum", [op("Cast", [esc], "ei", to=TensorProto.INT32), self._table("ax0", np.array(0, np.int32))], "ep")
+            esc = op("Div", [f, k], "eq")
+            pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "ep")
             rest = op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32)
-            index = op("Reshape", [op("Where", [esc, op("Gather", [rest, pos], "ev"), f], "e"), self._ints([g.rows, 1, 1])], "e3")
+            more = op("Mul", [esc, op("Gather", [rest, pos], "ev")], "em")
+            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1])], "e3")
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
@@ -1077,8 +1080,8 @@ def _joins_for_less(parts: list[tuple[_Group, int, int, int]], values: np.ndarra
 
 #: Exponents by frequency with an escape (:func:`escape_exponents`); False: planes only (the form before blockfile11).
 ESCAPE_EXPONENTS = True
-#: File bytes the escape decode costs more than one plane's (Equal, Cast, CumSum, a Cast of the escape
-#: stream, Gather, Where: 6 nodes with lean names, ~180 B, and two scalars).
+#: File bytes the escape decode costs more than one plane's (Div, CumSum, a Cast of the escape stream,
+#: Gather, Mul, Add: 6 nodes with lean names, ~180 B, and two scalars).
 ESCAPE_NODE_BYTES = 200
 #: File bytes one exponent plane's unpacking weighs (Cast, Div, Mod, Reshape, Mul, Add with lean names:
 #: ~150 B, akiki_vad BFP16), to weigh the escape against planes (``EXPONENT_PACK_FROM`` is the gate's margin).
@@ -1090,9 +1093,9 @@ def escape_exponents(index: np.ndarray, free: np.ndarray, table: np.ndarray
     """Exponent indices ``index`` (one a block, into ``table``) by frequency with an escape: the
     used entries ranked most frequent first (``order``: the decode table is ``table[order]``), each
     block's rank in a ``bits``-wide field (1, 2 or 4 bits) where it is below ``k = 2^bits - 1``,
-    else ``k`` and its rank in ``stream`` (one byte an escaped block, in block order, after a
-    leading 0). Decoded by ``where(f == k, stream[cumsum(f == k)], f)``; blocks ``free`` (±0 codes:
-    any finite scale) take rank 0. Returns ``(bits, order, fields, stream)`` of the fewest bytes,
+    else ``k`` and its rank less ``k`` in ``stream`` (one byte an escaped block, in block order,
+    after a leading 0). Decoded by ``f + (f // k) * stream[cumsum(f // k)]``; blocks ``free`` (±0
+    codes: any finite scale) take rank 0. Returns ``(bits, order, fields, stream)`` of the fewest bytes,
     or None where a plain field holds every rank (the planes' case) or more than 256 are used.
 
     Why: the ranks by value (planes) pay the span's bits on every block, while a weight's blocks
@@ -1118,9 +1121,10 @@ def escape_exponents(index: np.ndarray, free: np.ndarray, table: np.ndarray
     bits = best[1]
     k = (1 << bits) - 1
     fields = np.minimum(ranks, k).astype(np.uint8)
-    stream = np.concatenate([[0], ranks[ranks >= k]]).astype(np.uint8)
+    stream = np.concatenate([[0], ranks[ranks >= k] - k]).astype(np.uint8)
     # the decode, in NumPy, gives every block's rank back (a free block's is any rank)
-    back = np.where(fields == k, stream[np.cumsum(fields == k)], fields)
+    esc = fields.astype(np.int64) // k
+    back = fields + esc * stream[np.cumsum(esc)]
     assert np.array_equal(table[order][back][~free], table[index][~free])
     return bits, order, fields, stream
 
