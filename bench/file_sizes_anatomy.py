@@ -9,6 +9,7 @@ were the same body under another name; this one says what sharing would leave.
     python bench/file_sizes_anatomy.py --file some.onnx [--one]      # --one: bytes by kind
     python bench/file_sizes_anatomy.py --rows run.json --dir files/   # median kinds of a file_sizes.py --keep run
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --per-model BFP16,MXFP4   # per model, sorted
+    python bench/file_sizes_anatomy.py --rows run.json --dir files/ --rows-kinds nm:surfaces_dtc@BFP16,...  # rows by kind
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _constant_fed(g: onnx.GraphProto) -> set[int]:
 def _initializer_kind(t: onnx.TensorProto) -> str:
     name = t.name
     if name.startswith("packed_"):
-        if "_exponents_at" in name:  # an exponent plane above the lowest (branch blockfile8)
+        if "_exponents_at" in name or name.endswith("_exponents_esc"):  # planes (blockfile8), escapes (blockfile11)
             return "exponents"
         if "_singles" in name:  # one-element blocks as small floats: code and exponent (blockfile8)
             return "one-element small floats"
@@ -189,6 +190,25 @@ def per_model_table(rows: list[dict], files: Path, preset: str) -> str:
     return "\n".join(lines + [line for _, line in sorted(out)])
 
 
+def rows_kinds_table(rows: list[dict], files: Path, picks: list[tuple[str, str]]) -> str:
+    """The chosen (model, preset) rows' bytes by kind, as shares of their fp32 files: what each
+    holds above its weights' payload (branch blockfile11: the rows at the medians, item 1 of the
+    task "say what is above 0.28x on each")."""
+    by = {(r["model"], r["preset"]): r for r in rows if "ratio" in r}
+    cols = [("payload", ("payload",)), ("exponents", ("exponents",)), ("shifts", ("microexponents",)),
+            ("one-element", ("one-element small floats",)), ("float kept", ("float tensors kept",)),
+            ("16-bit", ("16-bit tensors",)), ("own nodes", ("own nodes",)),
+            ("decode (tables, chains, lifted, ints)", ("tables", "decode chains", "lifted constants", "int/other tensors")),
+            ("calls", ("our calls",)), ("functions", ("functions",)), ("rest", ("rest (framing, opsets, metadata)",))]
+    lines = ["| row | file | " + " | ".join(c for c, _ in cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for model, preset in picks:
+        r = by[(model, preset)]
+        k, fp = kinds(str(files / f"{model.replace(':', '_')}.{preset}.onnx")), r["fp32_bytes"]
+        lines.append(f"| {model} {preset} | {k['file'] / fp:.3f} | "
+                     + " | ".join(f"{sum(k.get(x, 0) for x in ks) / fp:.3f}" for _, ks in cols) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="zoo:NAME / nm:NAME / shipped:cls|rec (quantized here)")
@@ -198,12 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="the --out-dir of that run")
     ap.add_argument("--one", action="store_true", help="with --file: bytes by kind")
     ap.add_argument("--per-model", default="", help="with --rows: per-model tables of these presets (comma-separated)")
+    ap.add_argument("--rows-kinds", default="", help="with --rows: MODEL@PRESET,... rows by kind (share of fp32)")
     args = ap.parse_args(argv)
     if args.rows:
         import json
 
         rows = json.loads(Path(args.rows).read_text())
-        if args.per_model:
+        if args.rows_kinds:
+            picks = [tuple(x.rsplit("@", 1)) for x in args.rows_kinds.split(",")]
+            print(rows_kinds_table(rows, Path(args.dir), picks))  # type: ignore[arg-type]
+        elif args.per_model:
             print("\n\n".join(per_model_table(rows, Path(args.dir), p) for p in args.per_model.split(",")))
         else:
             print(anatomy_table(rows, Path(args.dir)))

@@ -218,3 +218,136 @@ def test_packed_model_computes_the_unpacked_models_outputs(monkeypatch, preset):
     outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             for m in (new, old)]
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MX6", "MXFP4"])
+def test_exponents_by_frequency_with_an_escape(monkeypatch, key):
+    """A weight whose blocks crowd into 3 binades beside a tail of 40 rows spread over 70 more
+    (surfaces_dtc's decayed rows): the ranks of the 3 frequent exponents are 2-bit fields, the
+    rest escaped to a byte stream in block order (``f + (f // 3) * stream[cumsum(f // 3)]``);
+    fewer exponent bytes than the planes of the ranks by value, and bit for bit the reference's
+    blocks in onnxruntime (optimised and not), ±0 blocks included (they take the rank-0 scale)."""
+    rng = np.random.default_rng(17)
+    w = (rng.uniform(0, 1.5, (640, 64)) * rng.choice([-1.0, 1.0], (640, 64))).astype(np.float32)
+    w[:, ::8] = 1.25  # every block's largest in [1, 2): one exponent a row
+    w *= np.ldexp(np.float32(1), rng.integers(-1, 2, 640))[:, None].astype(np.float32)
+    w[:40] *= np.ldexp(np.float32(1), -rng.permutation(70)[:40] - 8)[:, None].astype(np.float32)
+    w[41] = 0.0
+    w[43] = -0.0
+    sizes = {}
+    for on in (False, True):
+        monkeypatch.setattr(packed, "ESCAPE_EXPONENTS", on)
+        model, inits = _pack_and_run(key, {"w": (w, 1)})
+        exps = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_exponents" in n}
+        assert any(n.endswith("_exponents_esc") for n in exps) == on, sorted(exps)
+        sizes[on] = (sum(a.size for a in exps.values()), model.ByteSize())
+    rows = w.shape[0] * -(-w.shape[1] // int(FORMATS[key][1]["block_size"]))
+    assert sizes[True][0] <= -(-rows // 4) + 40 * (rows // 640) + 2, (key, rows, sizes)  # 2-bit fields + one byte an escape
+    assert sizes[True][1] < sizes[False][1], sizes
+
+
+def test_escape_exponents_refuses_what_a_plain_field_holds():
+    """Two used exponents fit a 1-bit field: no escape; a ±0 block takes rank 0 whatever its byte."""
+    table = packed.exponent_table()[100:110]
+    assert packed.escape_exponents(np.array([0, 1, 1, 0]), np.zeros(4, bool), table) is None
+    index = np.array([3, 3, 3, 5, 3, 9, 7, 3, 3, 5], np.int64)
+    free = np.zeros(10, bool)
+    free[5] = True
+    bits, order, fields, stream = packed.escape_exponents(index, free, table)
+    assert bits == 1 and list(order[:2]) == [3, 5] and fields[5] == 0
+    assert list(stream) == [0, 0, 1, 0] and list(fields) == [0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXFP4"])
+def test_small_weights_join_a_group_others_made(key):
+    """A weight below ``MIN_ELEMENTS`` (a conv's 32-element bias quantized with it) joins the group
+    a larger weight of its layout made: no stream or chain of its own, fewer bytes than its float
+    values, bit for bit in onnxruntime; alone (no such group) it stays float."""
+    fmt, base = FORMATS[key]
+    rng = np.random.default_rng(23)
+    w = rng.normal(0, 0.1, (40, 64)).astype(np.float32)
+    bias = rng.normal(0, 1, 32).astype(np.float32)  # whole blocks of 8, 16 and 32
+    assert bias.size < packed.MIN_ELEMENTS
+    alone, _ = _pack_and_run(key, {"w": (w, 1)})
+    joined, inits = _pack_and_run(key, {"w": (w, 1), "b": (bias, 0)})  # asserts b packed, both bit for bit
+    streams = sorted(n for n in inits if n.startswith("packed_"))
+    assert len(streams) == len([t for t in alone.graph.initializer if t.name.startswith("packed_")]), streams
+    # against the same model holding the bias as float32 (node names dropped: the file's decode chains have none)
+    as_float = onnx.ModelProto()
+    as_float.CopyFrom(alone)
+    as_float.graph.initializer.append(onnx.numpy_helper.from_array(fake_quantize(bias, fmt, **dict(base, axis=0)), "b_out"))
+    as_float.graph.output.append(helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [32]))
+    for m in (joined, as_float):
+        for n in m.graph.node:
+            n.name = ""
+    assert joined.ByteSize() < as_float.ByteSize(), (joined.ByteSize(), as_float.ByteSize())
+    # alone it starts no group; as a float16 piece it saves less than the stream's nodes: float32 as before
+    packer = WeightPacker(13, FreshNames())
+    attrs = dict(base, axis=0)
+    fq = fake_quantize(bias, fmt, **attrs)
+    assert packer.add("b", bias, fq, fmt, attrs, "b_out") is not None
+    head = packer.finish()
+    assert not any(g.rows for g in packer.groups.values()) and not head.nodes
+    assert [t.name for t in head.initializers] == ["b_out"] and onnx.numpy_helper.to_array(head.initializers[0]).dtype == np.float32
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MXINT8", "MXFP4"])
+def test_small_weights_without_a_group_share_one_float16_stream(key):
+    """Small block weights that join no group (a model's first, squeeze-excite ones) and that
+    float16 holds exactly go into one FLOAT16 stream, cast and split once (1-D pieces are Split
+    outputs, others reshaped): bit for bit in onnxruntime, 2 bytes an element where float32 took 4."""
+    fmt, base = FORMATS[key]
+    rng = np.random.default_rng(29)
+    small = {"b1": (rng.normal(0, 1, 48).astype(np.float32), 0), "b2": (rng.normal(0, 1, 40).astype(np.float32), 0),
+             "se": (rng.normal(0, 1, (8, 6, 1, 1)).astype(np.float32), 1)}
+    model, inits = _pack_and_run(key, small)
+    half = [t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16]
+    assert [t.name for t in half] == [n for n in inits if n.startswith("packed_") and n.endswith("_half")] and list(half[0].dims) == [48 + 40 + 48]
+    assert not any(n.endswith("_codes") for n in inits), sorted(inits)
+    # 2 bytes an element, read by one Cast and one Split (+ a Reshape for the 4-D one): the file's
+    # gain is measured in bench/file_sizes.py (lean names); here the form
+    assert len(half[0].raw_data) == 2 * 136
+    assert sorted(n.op_type for n in model.graph.node) == ["Cast", "Reshape", "Split"], [n.op_type for n in model.graph.node]
+    # a value float16 cannot hold (below its subnormals) keeps that weight out of the stream
+    tiny = dict(small, b2=(small["b2"][0] * np.float32(2.0 ** -40), 0))
+    packer = WeightPacker(13, FreshNames())
+    attrs = dict(base, axis=0)
+    assert packer.add("b2", tiny["b2"][0], fake_quantize(tiny["b2"][0], fmt, **attrs), fmt, attrs, "b2_out") is None
+
+
+def _decayed_net() -> onnx.ModelProto:
+    """Two convs with biases: the first's 40 output channels crowd into 3 binades beside 8 rows
+    decayed 20-60 binades down (exponents by frequency with an escape), the second's 24-element
+    bias below ``MIN_ELEMENTS`` (a piece of a group or of the float16 stream)."""
+    rng = np.random.default_rng(31)
+    w1 = rng.normal(0, 0.1, (40, 128, 3, 3)).astype(np.float32)
+    w1[:8] *= np.ldexp(np.float32(1), -rng.integers(20, 60, 8))[:, None, None, None].astype(np.float32)
+    w2 = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
+    b1 = rng.normal(0, 0.5, 40).astype(np.float32)
+    b2 = rng.normal(0, 0.5, 24).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [onnx.numpy_helper.from_array(v, k) for k, v in (("w1", w1), ("w2", w2), ("b1", b1), ("b2", b2))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 6, 6])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("preset", ["BFP16", "MXINT8"])
+def test_escaped_exponents_and_small_biases_in_a_quantized_model(preset):
+    """In a quantized model: the decayed conv's exponents stored by frequency with an escape, no
+    quantized bias left as float32, and the same output bytes as the fp32-weight form."""
+    import onnxptq
+
+    model = _decayed_net()
+    cfg = onnxptq.get_preset(preset).replace(activation=None, repair=False)
+    new = onnxptq.quantize(model, cfg, None).model
+    old = onnxptq.quantize(model, cfg.replace(pack_weights=False), None).model
+    names = [t.name for t in new.graph.initializer]
+    assert any(n.endswith("_exponents_esc") for n in names), names
+    assert not [t.name for t in new.graph.initializer if t.data_type == TensorProto.FLOAT and t.name.startswith("b")], names
+    x = np.random.default_rng(0).normal(0, 1, (1, 128, 6, 6)).astype(np.float32)
+    outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for m in (new, old)]
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset

@@ -20,7 +20,8 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   exponent byte ``E`` (value ``2^(E-127)``, the E8M0 encoding, decoded by ``Gather`` from a
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
-  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits), per sub-block the micro-exponent shift ``s``
+  of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
+  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
   bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
   wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
   bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
@@ -68,7 +69,8 @@ FP8_CAST_OPSET = 19
 FP8_CAST = True
 #: The ONNX type whose bits each FP8 element code is (ml_dtypes' float8_e4m3fn / float8_e5m2).
 _FP8_ONNX = {"fp8_e4m3": TensorProto.FLOAT8E4M3FN, "fp8_e5m2": TensorProto.FLOAT8E5M2}
-#: Weights smaller than this stay unpacked: the decode nodes would outweigh the bytes saved.
+#: Weights smaller than this stay unpacked (the decode nodes would outweigh the bytes saved), but for
+#: block-format ones that join a group other weights made (:func:`_joins_for_less`).
 MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
@@ -393,6 +395,8 @@ class WeightPacker:
         self.tables: dict[str, str] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
+        #: small block weights float16 holds exactly: (output name, values), one FLOAT16 stream at finish
+        self.halves: list[tuple[str, np.ndarray]] = []
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
@@ -425,8 +429,10 @@ class WeightPacker:
         when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
         #: a short stem for this weight's intermediate tensors (their names cost file bytes)
         self._short = self.fresh("pk")
-        if self.opset < MIN_OPSET or values.size < MIN_ELEMENTS or values.dtype not in (np.float32, np.float16):
+        small = values.size < MIN_ELEMENTS
+        if self.opset < MIN_OPSET or (small and fmt not in ("bfp", "mx")) or values.dtype not in (np.float32, np.float16):
             return None
+        self._small = small
         if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
             frag = self._element(name, fq, fmt, attrs, target)
         elif fmt in ("bfp", "mx"):
@@ -632,6 +638,9 @@ class WeightPacker:
             group.rows += count
             parts.append((group, start, count, width))
 
+        if self._small and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
+            self._drop_parts(parts)
+            return self._half_piece(name, fq, target)
         frag = QDQNodes(min_opset=MIN_OPSET)
         stem = _stem(name)
         pre = moved_x.shape[:-1]
@@ -698,6 +707,60 @@ class WeightPacker:
         frag.nodes[-1].output[0] = target
         return frag
 
+    def _half_piece(self, name: str, fq: np.ndarray, target: str) -> QDQNodes | None:
+        """A small block weight (below ``MIN_ELEMENTS``) that joins no block group as a piece of one
+        FLOAT16 stream (cast and split once in :meth:`finish`), where float16 holds each of its
+        values bit for bit (a block format's few significant bits, within float16's range) and the
+        piece costs fewer bytes than its float values. A 1-D piece is a Split output itself;
+        others are reshaped. None: not so stored (the caller keeps it float)."""
+        if fq.dtype != np.float32:
+            return None
+        with np.errstate(over="ignore"):
+            h = fq.astype(np.float16)
+        if not np.array_equal(h.astype(np.float32).view(np.uint32), fq.view(np.uint32)):
+            return None
+        cost = 2 * fq.size + 2 + (PIECE_BYTES if fq.ndim != 1 else 0)
+        if cost >= 4 * fq.size:
+            return None
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        if fq.ndim == 1:
+            self.halves.append((target, h))
+        else:
+            piece = self.fresh(f"{self._short}h")
+            self.halves.append((piece, h.reshape(-1)))
+            frag.nodes.append(helper.make_node("Reshape", [piece, self._ints(list(fq.shape))], [target],
+                                               name=f"{_stem(name)}_shape"))
+        return frag
+
+    def _halves(self, frag: QDQNodes) -> None:
+        """The small weights of :meth:`_half_piece`: one FLOAT16 stream, ``Cast`` and ``Split`` into
+        their pieces where that saves more than the two nodes cost (``HALF_STREAM_BYTES``); else each
+        piece a float32 initializer of its own (the same values, as unpacked)."""
+        if not self.halves:
+            return
+        saved = sum(2 * h.size - 2 for _, h in self.halves)
+        if saved <= HALF_STREAM_BYTES:
+            frag.initializers += [store(h.astype(np.float32), out) for out, h in self.halves]
+            return
+        stream = self.fresh("packed_f16_w16_half")  # a stream name lean_file shortens to packed_<n>_half
+        frag.initializers.append(store(np.concatenate([h.reshape(-1) for _, h in self.halves]), stream))
+        wide = self.fresh(f"{stream}_f")
+        frag.nodes.append(helper.make_node("Cast", [stream], [wide], to=TensorProto.FLOAT))
+        sizes = [int(h.size) for _, h in self.halves]
+        outs = [out for out, _ in self.halves]
+        if self.opset >= 13:
+            frag.nodes.append(helper.make_node("Split", [wide, self._ints(sizes)], outs, axis=0))
+        else:
+            frag.nodes.append(helper.make_node("Split", [wide], outs, axis=0, split=sizes))
+
+    def _drop_parts(self, parts: list[tuple[_Group, int, int, int]]) -> None:
+        """Undo the group entries ``_blocks`` just made (a small weight it keeps unpacked)."""
+        for group, _, count, _ in parts:
+            group.exps.pop()
+            group.codes.pop()
+            group.shifts.pop()
+            group.rows -= count
+
     def _drop_last_group_entry(self, frag: QDQNodes) -> None:
         """Undo a block weight's ``add`` into its groups (it is stored unpacked instead)."""
         for group, _, count in getattr(frag, "packed_groups", []):
@@ -715,6 +778,7 @@ class WeightPacker:
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag, group.code.key in arithmetic)
+        self._halves(frag)
         frag.initializers[:0] = self.table_inits
         _name_nodes(frag)
         if self.stats.packed or self.stats.unpacked:
@@ -905,7 +969,36 @@ class WeightPacker:
                 for i, p in enumerate(options) if p != [(8, 0)]}
         best = max(gain, key=lambda i: (gain[i], -i), default=None)
         planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
-        if planes != [(8, 0)]:
+        # Or by frequency with an escape (:func:`escape_exponents`): a weight's blocks crowd into a
+        # few binades (surfaces_dtc BFP16: 80 % of 2064 blocks in 3 of 78 exponents used), so a
+        # narrow field holds the most frequent and an escape stream the rest, where that saves more.
+        escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
+        if escaped is not None:
+            stored = -(-g.rows // (8 // escaped[0])) + escaped[3].size
+            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
+                keep = g.rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
+            else:  # against the chosen planes, each at what its nodes really weigh
+                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+                        < sum(-(-g.rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
+            escaped = escaped if keep else None
+        if escaped is not None:
+            e_bits, order, field_, stream = escaped
+            per = 8 // e_bits
+            f = op("Reshape", [fields(_pack_fields(field_, e_bits), e_bits, "exponents"), self._ints([-1])], "ef")
+            if g.rows % per:
+                f = op("Slice", [f, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+            # integer arithmetic only (no Equal/Where: their int32 kernels added ~0.3 MB to a
+            # session's peak RSS): f // k is 1 on an escape, 0 elsewhere (f <= k)
+            k = self._table(f"x{(1 << e_bits) - 1}", np.array((1 << e_bits) - 1, np.int32))
+            esc = op("Div", [f, k], "eq")
+            pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "ep")
+            rest = op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32)
+            more = op("Mul", [esc, op("Gather", [rest, pos], "ev")], "em")
+            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1])], "e3")
+            table_f = e_table[order]
+            scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
+                       "scale")
+        elif planes != [(8, 0)]:
             if len(planes) == 1:
                 e_bits = planes[0][0]
                 per = 8 // e_bits
@@ -954,6 +1047,86 @@ class WeightPacker:
             node(helper.make_node("Split", [g.output, self._ints(sizes)], outputs, axis=0))
         else:
             node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
+
+
+#: File bytes a weight's piece of a group costs beyond its codes and exponents: its Reshape node (a
+#: short input, a shared shape, its output name written once as the initializer's was) and its size
+#: in the group's Split; a Transpose ~20 more.
+PIECE_BYTES = 32
+
+
+#: File bytes the small weights' FLOAT16 stream costs beyond its values: its Cast and Split nodes,
+#: the split sizes' table, the stream's initializer record (~60 B with lean names).
+HALF_STREAM_BYTES = 64
+
+
+def _joined_bytes(parts: list[tuple[_Group, int, int, int]], values: np.ndarray, ax: int) -> float:
+    """Estimated bytes a small weight's pieces cost in the block groups it joins (codes, one
+    exponent byte a block, each piece's nodes; a Transpose where its block axis is not last)."""
+    stored = sum(count * g.width * g.code.container / 8 + count + PIECE_BYTES for g, _, count, _ in parts)
+    return stored + (20 if values.ndim > 1 and ax != values.ndim - 1 else 0)
+
+
+def _joins_for_less(parts: list[tuple[_Group, int, int, int]], values: np.ndarray, itemsize: int, ax: int) -> bool:
+    """Whether a weight below ``MIN_ELEMENTS`` (a conv's bias quantized with its weight, a squeeze-
+    excite's 8-26 weights) is stored packed: only into groups other weights already made (a chain of
+    its own would outweigh it), and only where its codes, exponents and piece nodes are fewer bytes
+    than its float values (``itemsize`` each). Why: the shipped cls under BFP16 held 39 such
+    weights as float32 (4.9 KB, 0.008 of its fp32 file), madmom_beats_tcn 15 (0.010)."""
+    if any(start == 0 for _, start, _, _ in parts):
+        return False
+    return _joined_bytes(parts, values, ax) < values.size * itemsize
+
+
+#: Exponents by frequency with an escape (:func:`escape_exponents`); False: planes only (the form before blockfile11).
+ESCAPE_EXPONENTS = True
+#: File bytes the escape decode costs more than one plane's (Div, CumSum, a Cast of the escape stream,
+#: Gather, Mul, Add: 6 nodes with lean names, ~180 B, and two scalars).
+ESCAPE_NODE_BYTES = 200
+#: File bytes one exponent plane's unpacking weighs (Cast, Div, Mod, Reshape, Mul, Add with lean names:
+#: ~150 B, akiki_vad BFP16), to weigh the escape against planes (``EXPONENT_PACK_FROM`` is the gate's margin).
+PLANE_NODE_BYTES = 150
+
+
+def escape_exponents(index: np.ndarray, free: np.ndarray, table: np.ndarray
+                     ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Exponent indices ``index`` (one a block, into ``table``) by frequency with an escape: the
+    used entries ranked most frequent first (``order``: the decode table is ``table[order]``), each
+    block's rank in a ``bits``-wide field (1, 2 or 4 bits) where it is below ``k = 2^bits - 1``,
+    else ``k`` and its rank less ``k`` in ``stream`` (one byte an escaped block, in block order,
+    after a leading 0). Decoded by ``f + (f // k) * stream[cumsum(f // k)]``; blocks ``free`` (±0
+    codes: any finite scale) take rank 0. Returns ``(bits, order, fields, stream)`` of the fewest bytes,
+    or None where a plain field holds every rank (the planes' case) or more than 256 are used.
+
+    Why: the ranks by value (planes) pay the span's bits on every block, while a weight's blocks
+    sit in a few binades with a tail of tiny ones (decayed rows, near-zero filters)."""
+    free = np.asarray(free, bool)
+    counts = np.bincount(index[~free], minlength=table.size) if (~free).any() else np.bincount(index, minlength=table.size)
+    order = np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]
+    if order.size <= 2 or order.size > 256 or not np.isfinite(table[order[0]]):
+        return None
+    rank = np.zeros(table.size, np.int64)
+    rank[order] = np.arange(order.size)
+    ranks = np.where(free, 0, rank[index])
+    best = None
+    for bits in (1, 2, 4):
+        k = (1 << bits) - 1
+        if order.size <= k:
+            break
+        cost = -(-ranks.size // (8 // bits)) + int(np.count_nonzero(ranks >= k)) + 1
+        if best is None or cost < best[0]:
+            best = (cost, bits)
+    if best is None:
+        return None
+    bits = best[1]
+    k = (1 << bits) - 1
+    fields = np.minimum(ranks, k).astype(np.uint8)
+    stream = np.concatenate([[0], ranks[ranks >= k] - k]).astype(np.uint8)
+    # the decode, in NumPy, gives every block's rank back (a free block's is any rank)
+    esc = fields.astype(np.int64) // k
+    back = fields + esc * stream[np.cumsum(esc)]
+    assert np.array_equal(table[order][back][~free], table[index][~free])
+    return bits, order, fields, stream
 
 
 #: A group's exponents index a table of only the values they use (by rank) where that table is at
