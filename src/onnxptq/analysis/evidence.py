@@ -52,7 +52,7 @@ import math
 from statistics import NormalDist
 from typing import Callable, NamedTuple
 
-__all__ = ["CONFIDENT", "FIRST_LOOK", "SECOND_LOOK", "ShareBound", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
+__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "ShareBound", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
            "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
@@ -66,6 +66,9 @@ CONFIDENT = 0.9
 #: and of the second look's (module docstring, "Two looks")
 FIRST_LOOK = 0.95
 SECOND_LOOK = 0.92
+#: the most samples the floor holds out of the data, the first ones and the reserve together (pipeline/calibrate.py,
+#: ``DEFAULT_HOLDOUT`` + ``HOLDOUT_RESERVE``): every third of the data's first 192 samples
+MOST_HELD_OUT = 64
 #: the most decisions :func:`decisions_to_decide` looks for
 MOST = 100_000
 

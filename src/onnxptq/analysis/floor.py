@@ -101,7 +101,7 @@ from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
+from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -2169,16 +2169,20 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
         judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
         parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
-        # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it
+        # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it,
+        # at the second look's confidence where there are two (evidence.py, "Two looks": a reserve is judged at it)
         per = b.count / verdict.samples if verdict.samples else 0.0
-        if b.to_confirm and per > 0:
-            wanted = max(wanted, math.ceil(b.to_confirm / per - 1e-9))
+        to_confirm = (reads_to_confirm(b.share, b.floor, b.count, SECOND_LOOK)
+                      if b.confidence == FIRST_LOOK and c.mask_bound is None else b.to_confirm)
+        if to_confirm and per > 0:
+            wanted = max(wanted, math.ceil(to_confirm / per - 1e-9))
     if not parts:
         return ""
     # how many are held out is the data's length, not an option: every third of the first 24 samples, and where
-    # those cannot confirm, every third after them up to a reserve (pipeline/calibrate.py split_holdout)
-    advice = (f"give at least {wanted} held-out samples to confirm it (data of {3 * wanted} samples or more: the floor holds "
-              "out every third sample, and calibration samples never confirm a share)"
+    # those cannot confirm, every third after them up to MOST_HELD_OUT in all (pipeline/calibrate.py split_holdout)
+    reach = (f"data of {3 * wanted} samples or more: the floor holds out every third sample, up to {MOST_HELD_OUT}"
+             if wanted <= MOST_HELD_OUT else f"more than the {MOST_HELD_OUT} the floor holds out of any data: judge it on your own data")
+    advice = (f"give at least {wanted} held-out samples to confirm it ({reach}; calibration samples never confirm a share)"
               if 0 < wanted <= 10_000 else "give more held-out data to confirm it")
     level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from ..analysis.decisions import capture, find_decisions
+from ..analysis.evidence import MOST_HELD_OUT
 from ..analysis.held_scores import is_held
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
@@ -401,7 +402,7 @@ def split_holdout(feeds: Iterable[dict[str, np.ndarray]], n: int
 
 #: Samples held out beyond :data:`DEFAULT_HOLDOUT` at most (:func:`reserve_stream`): 64 held-out samples in all
 #: confirm a one-read-per-sample share of 0.99 against the 0.97 floor, and most shares of several reads a sample
-HOLDOUT_RESERVE = 56
+HOLDOUT_RESERVE = MOST_HELD_OUT - DEFAULT_HOLDOUT
 #: A reserve smaller than this goes back to calibration (a second look on a few more samples rarely confirms)
 MIN_RESERVE = 8
 #: The reserve's inputs stop growing at this many bytes (memory stays bounded: it is kept to the end)
