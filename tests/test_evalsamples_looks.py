@@ -171,6 +171,20 @@ def _rows(count: int, tie: float = 0.05) -> tuple[list[dict], list[dict]]:
     return [{"logits": ref}], [{"logits": got}]
 
 
+def test_a_share_no_second_look_could_confirm_has_one_look_at_ninety_percent():
+    """At a first look (``FIRST_LOOK``): 40 held-out rows of a 16-bit top-1 with a reserve half as large again (60
+    rows in all; 64 kept would confirm 0.97 at 92 %) are held against one bound at 90 %, as without a reserve; with
+    a reserve 3 times as large (160 rows), against the first look's 95 %. The count decides, not the share."""
+    rows = _rows(40, tie=3.0)
+    assert share_bound(60, 60, SECOND_LOOK)[0] < 0.97 <= share_bound(64, 64, SECOND_LOOK)[0]
+    short = measure(*rows, Floor("16-bit", 0.99, 0.97, confidence=FIRST_LOOK, reach=1.5), {"logits": None})
+    bound = short.outputs["logits"].unconfirmed
+    assert bound is not None and bound.confidence == CONFIDENT and bound.count == 40
+    assert "(90% each side)" in bound.describe()
+    long = measure(*rows, Floor("16-bit", 0.99, 0.97, confidence=FIRST_LOOK, reach=4.0), {"logits": None})
+    assert long.outputs["logits"].unconfirmed.confidence == FIRST_LOOK
+
+
 def test_the_near_tie_bound_counts_the_held_out_rows():
     """8 held-out rows (too few for the 8-bit floor's 20) pooled with 40 calibration rows, near-ties among both, under
     ``repair_uncertain``: the bound that withholds the confirmation counts the 8 held-out rows, as ``share_of`` does;

@@ -43,7 +43,9 @@ at 90 % each would confirm it on 15-21 % of draws (the reserve 3× the first sam
 the first confirms at 95 % and the second at 92 % (about half the error spent on each), which keeps the
 two looks' chance to confirm a model at the floor within 0.08-0.12 on those counts, as one bound at 90 %
 on all the reads (Wilson's coverage steps with the counts; tests/test_evalsamples_looks.py sums it
-exactly). Without a reserve there is one look, at :data:`CONFIDENT`, as before.
+exactly). Without a reserve there is one look, at :data:`CONFIDENT`, as before; and so is a share a second look
+could not confirm even with every read kept (its count with the reserve's too few at :data:`SECOND_LOOK`: a
+batch-1 classifier's 8 + 24 rows against 0.97), decided by the count and not by the share (``floor.Floor.level``).
 """
 
 from __future__ import annotations

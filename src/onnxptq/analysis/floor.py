@@ -152,6 +152,20 @@ class Floor:
     #: the confidence, each side, of the bound that confirms a share (``evidence.CONFIDENT``; where a second look on
     #: a reserve of held-out samples is possible, ``FIRST_LOOK`` then ``SECOND_LOOK``: evidence.py, "Two looks")
     confidence: float = CONFIDENT
+    #: the held-out samples a second look would judge on ÷ those judged now (pipeline/second_look.py); 0: none
+    reach: float = 0.0
+
+    def level(self, count: float, against: float) -> float:
+        """The confidence a share of ``count`` held-out units, held against ``against``, is confirmed at: the
+        look's (:attr:`confidence`), except at a first look for a share a second look could not confirm even with
+        every unit kept (``count × reach`` units at ``SECOND_LOOK``): that share has one look, at ``CONFIDENT``
+        (a batch-1 classifier's 8 held-out rows and 24 reserved against 0.97: 64 would be needed). Decided by the
+        count, not by the share, so the two looks' chance to confirm a share at the floor stays within its bound
+        (analysis/evidence.py, "Two looks")."""
+        if self.confidence != FIRST_LOOK:
+            return self.confidence
+        more = count * self.reach
+        return FIRST_LOOK if more > 0 and share_bound(more, more, SECOND_LOOK)[0] >= against else CONFIDENT
 
     @property
     def needed(self) -> int:
@@ -201,16 +215,17 @@ def family_of(cfg: Any) -> str:
     return _FAMILIES[rank]
 
 
-def floor_for(cfg: Any, confidence: float = CONFIDENT) -> Floor:
+def floor_for(cfg: Any, confidence: float = CONFIDENT, reach: float = 0.0) -> Floor:
     """The floor of ``cfg``: its family's defaults, ``floor_cosine``/``floor_top1`` where set; its shares confirmed
-    at ``confidence`` (the look's: ``pipeline.calibrate.Calibrated.confidence``)."""
+    at ``confidence`` (the look's), ``reach`` the second look's samples ÷ the first's (``Calibrated.looks``)."""
     family = family_of(cfg)
     cos, top1 = FAMILY_FLOORS[family]
     if getattr(cfg, "floor_cosine", None) is not None:
         cos = float(cfg.floor_cosine)
     if getattr(cfg, "floor_top1", None) is not None:
         top1 = float(cfg.floor_top1)
-    return Floor(family, cos, top1, confirm=bool(getattr(cfg, "repair_uncertain", False)), confidence=confidence)
+    return Floor(family, cos, top1, confirm=bool(getattr(cfg, "repair_uncertain", False)), confidence=confidence,
+                 reach=reach)
 
 
 @dataclass
@@ -986,7 +1001,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 check.ok = False
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
-            elif seen is not None and check.top1 >= floor.top1 and share_bound(agree, rows, floor.confidence)[0] < floor.top1:
+            elif seen is not None and check.top1 >= floor.top1 and share_bound(agree, rows, floor.level(rows, floor.top1))[0] < floor.top1:
                 _break_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
             _judge_row_ties(check, row_margins, floor)
@@ -1059,7 +1074,8 @@ def share_of(check: OutputCheck, floor: Floor, held: int = 0) -> ShareBound | No
     if found is None:
         return None
     share, count, unit, against = found
-    return ShareBound.of(share, _held_count(check, count, held), unit, against, floor.confidence)
+    count = _held_count(check, count, held)
+    return ShareBound.of(share, count, unit, against, floor.level(count, against))
 
 
 def _share_and_count(check: OutputCheck, floor: Floor) -> tuple[float, int, str, float] | None:
@@ -1914,14 +1930,14 @@ def _judge_row_ties(check: OutputCheck, margins: RowMargins, floor: Floor) -> No
     to weigh. ``margins`` are computed here, not as the feeds are read (``RowMargins`` keeps the pairs): most
     outputs return before they are needed."""
     if (not check.ok or check.top1_unjudged or check.top1 is None or check.top1 < floor.top1 or check.positions is not None
-            or check.seen_feeds or not share_bound(check.top1 * check.rows, check.rows, floor.confidence)[0] >= floor.top1):
+            or check.seen_feeds or not share_bound(check.top1 * check.rows, check.rows, floor.level(check.rows, floor.top1))[0] >= floor.top1):
         return  # not confirmed by its rows alone: _confirm says so
     ties = margins.judge()
     if ties is None or not ties.near or ties.rows != check.rows:
         return
     bound = ShareBound.of(ties.share, ties.rows,
                           f"rows (their {ties.near} near-ties weighed by their chance to flip: analysis/row_ties.py)", floor.top1,
-                          floor.confidence)
+                          floor.level(ties.rows, floor.top1))
     if bound.confirmed:
         return
     check.unconfirmed = bound

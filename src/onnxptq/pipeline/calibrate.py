@@ -116,18 +116,23 @@ class Calibrated:
     _whole_float: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
 
     @property
-    def confidence(self) -> float:
-        """The confidence at which the floor confirms a share on :attr:`holdout` (analysis/evidence.py, "Two
-        looks"): where a second look on :attr:`reserve` is possible, the first look's (stricter) and then the
+    def looks(self) -> tuple[float, float]:
+        """``(confidence, reach)`` of the floor's judgements on :attr:`holdout` (``analysis.floor.floor_for``;
+        analysis/evidence.py, "Two looks"): where a second look on :attr:`reserve` is possible, the first look's
+        (stricter) confidence and the held-out samples that look would judge ÷ those judged now; after it, the
         second's; with one look only, ``evidence.CONFIDENT``."""
         from ..analysis.evidence import CONFIDENT, FIRST_LOOK, SECOND_LOOK
 
-        return SECOND_LOOK if self.looked_again else FIRST_LOOK if self.reserve else CONFIDENT
+        if self.looked_again:
+            return SECOND_LOOK, 0.0
+        if self.reserve and self.holdout:
+            return FIRST_LOOK, (len(self.holdout) + len(self.reserve)) / len(self.holdout)
+        return CONFIDENT, 0.0
 
     def look_again(self) -> None:
         """The reserve joins the held-out samples, with float's outputs on it (the graph's inner decisions
         beside them, as the first held-out ones): every judgement after this one is made on all of them, at
-        the second look's confidence (:attr:`confidence`). Float runs on the reserve here, only where a
+        the second look's confidence (:attr:`looks`). Float runs on the reserve here, only where a
         second look is taken (pipeline/second_look.py), not in every calibration."""
         if not self.reserve:
             return

@@ -13,7 +13,7 @@ Where it is taken (``api.quantize``): on the plain build's verdict, before repai
 an unconfirmed share with ``repair_uncertain``, or on a break the larger sample shows) judges every candidate on
 all the held-out samples; and on the delivered verdict where repair's build could not confirm and no look was
 taken yet. Once taken, every later judgement is on all of them, at the second look's confidence
-(``Calibrated.confidence``).
+(``Calibrated.looks``).
 """
 
 from __future__ import annotations
