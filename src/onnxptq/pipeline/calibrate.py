@@ -417,11 +417,11 @@ RESERVE_BYTES = 96 * 2**20
 def reserve_stream(feeds: Iterable[dict[str, np.ndarray]], reserve: list[dict[str, np.ndarray]], after: int = 0,
                    most: int = HOLDOUT_RESERVE) -> Iterator[dict[str, np.ndarray]]:
     """The calibration feeds :func:`split_holdout` gives, the first ``after`` (those of its first ``3n``) passed
-    through, then every third (the first, the fourth, ...) put in ``reserve`` instead, up to ``most`` feeds or :data:`RESERVE_BYTES` of inputs: the held-out
-    samples of a second look (``Calibrated.look_again``), so the held-out samples in all are every third of
-    the data's first feeds, as :func:`split_holdout`'s are. Where the data ends with fewer than
-    :data:`MIN_RESERVE` reserved they are calibrated on after all (given last), so data of up to 44 feeds
-    calibrates on the same feeds as without a reserve (the order of the last few aside).
+    through, then every third (the first, the fourth, ...) put in ``reserve`` instead, up to ``most`` feeds or
+    :data:`RESERVE_BYTES` of inputs: the held-out samples of a second look (``Calibrated.look_again``), so the
+    held-out samples in all are every third of the data's first feeds, as :func:`split_holdout`'s are. Where
+    the data ends with fewer than :data:`MIN_RESERVE` reserved they are calibrated on after all (given last),
+    so data of up to 45 feeds calibrates on the same feeds as without a reserve (the last few in another order).
 
     Why held out from the start, not drawn later: the floor's samples must be ones calibration did not fit
     (``split_holdout``); and why only judged where the first look cannot confirm: a 0.99 share of ~70
