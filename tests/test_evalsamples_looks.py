@@ -142,6 +142,16 @@ def test_a_good_classifier_is_confirmed_by_the_second_look(clean_runs):
     assert "32 held-out samples" in two.metrics_samples
 
 
+def test_repair_uncertain_looks_again_before_it_repairs():
+    """With ``repair_uncertain`` an unconfirmed share breaks the floor; the second look comes before repair, so the
+    clean classifier's 128 held-out rows confirm it and nothing is kept float (one look: every node repaired)."""
+    rng = np.random.default_rng(0)
+    feeds = [{"x": _clear_rows(rng, 4, 0.3)} for _ in range(96)]
+    result = quantize(_classifier(), resolve_config("BF16").replace(repair_uncertain=True), feeds)
+    assert result.floor.ok and not result.floor.unconfirmed and result.floor.samples == 32
+    assert not (result.repair or {}).get("kept_float") and not (result.repair or {}).get("stepped_up")
+
+
 def test_a_break_the_first_look_missed_is_caught_by_the_second():
     """The first 8 held-out samples' rows are clear (could not confirm at the first look's 95 %), the reserve's are
     near-tied and flip under 8-bit rounding: the second look breaks the floor (repair off, so it is said)."""
