@@ -73,6 +73,7 @@ def _child(tree: str, model: str, preset: str, samples: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", default="", help="the base tree's src/")
+    ap.add_argument("--here", default=str(ROOT / "src"), help="this tree's src/ (a snapshot, so edits during the run do not count)")
     ap.add_argument("--models", default="cls,rec")
     ap.add_argument("--presets", default="A8W8,BF16")
     ap.add_argument("--samples", type=int, default=96)
@@ -84,7 +85,7 @@ def main() -> None:
         model, preset = a.one.split(":")
         print(json.dumps(run_one(model, preset, a.samples)))
         return
-    here = str(ROOT / "src")
+    here = a.here
     rows = []
     print("| model | preset | base: CPU s, verdict (held-out) | branch: CPU s, verdict (held-out), second look s | branch ÷ base |")
     print("|---|---|---|---|---|")

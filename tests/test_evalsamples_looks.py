@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.analysis import row_ties
-from onnxptq.analysis.evidence import CONFIDENT, FIRST_LOOK, SECOND_LOOK, share_bound
+from onnxptq.analysis.evidence import CONFIDENT, FIRST_LOOK, SECOND_LOOK, ShareBound, share_bound
 from onnxptq.analysis.floor import Floor, measure
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 from onnxptq.pipeline.calibrate import HOLDOUT_RESERVE, MIN_RESERVE, reserve_stream, split_holdout
+from onnxptq.pipeline.second_look import _beta_binomial_tail, could_confirm
 
 
 def _binomial(n: int, p: float) -> np.ndarray:
@@ -53,6 +55,32 @@ def test_two_looks_confirm_a_model_at_the_floor_about_as_often_as_one(n1, n2, fl
     assert looks <= 0.126 and looks <= single + 0.045, (looks, single)
     assert naive >= looks - 1e-12
     assert not inflated or (naive > 0.14 and naive - looks > 0.05), (naive, looks)
+
+
+def _exact_tail(at_least: int, draws: int, a: int, b: int) -> float:
+    """``P(X ≥ at_least)``, X beta-binomial with integer ``a``, ``b``: exact rationals, Beta by factorials."""
+    from fractions import Fraction
+
+    def beta(x: int, y: int) -> Fraction:
+        return Fraction(math.factorial(x - 1) * math.factorial(y - 1), math.factorial(x + y - 1))
+
+    return float(sum(math.comb(draws, x) * beta(x + a, draws - x + b) for x in range(at_least, draws + 1)) / beta(a, b))
+
+
+@pytest.mark.parametrize("at_least, draws, a, b", [(56, 56, 9, 1), (95, 96, 33, 1), (10, 50, 4, 2), (0, 20, 2, 3)])
+def test_the_second_looks_chance_is_the_beta_binomial_tail(at_least, draws, a, b):
+    assert _beta_binomial_tail(at_least, draws, a, b) == pytest.approx(_exact_tail(at_least, draws, a, b), rel=1e-9, abs=1e-12)
+
+
+def test_a_look_is_taken_where_it_has_a_chance_to_confirm():
+    """8 of 8 rows kept, 64 with the reserve (every one must be kept for 0.97): one chance in 7, not taken; 32 of 32
+    rows, 128 with it: taken; a tagger's 149 of 150 tokens, 600 with it: taken."""
+    def look(kept: int, count: int, floor: float, samples: int, held: int) -> bool:
+        check = SimpleNamespace(unconfirmed=ShareBound.of(kept / count, count, "rows", floor), mask_bound=None)
+        return could_confirm(check, samples, held)
+
+    assert not look(8, 8, 0.97, 8, 64) and look(32, 32, 0.97, 8, 32) and look(149, 150, 0.97, 8, 32)
+    assert not look(30, 32, 0.97, 8, 32)  # 2 lost of 32: 0.97 is out of reach of 128 rows
 
 
 def _feeds(n: int) -> list[dict[str, np.ndarray]]:
