@@ -17,6 +17,9 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
     # (model, preset), against the task metric; --base: the same under a second tree (its CPU too):
     PYTHONPATH=src:. python bench/floor_verdicts.py confirm --out-dir /work/cache/facethresh/rec,/work/cache/seqreads/rec \
         --base /work/cache/floormargin/base/src --json /tmp/confirm.json
+    # the same rows recorded by two trees (more data: this branch's second look), each judged under its own tree:
+    PYTHONPATH=src:. python bench/floor_verdicts.py looks --out-dir /work/cache/evalsamples/rec96_branch \
+        --base-records /work/cache/evalsamples/rec96_base --base /work/cache/evalsamples/base/src
     # which outputs of every zoo and outside model the curve, heat-map and class-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
 """
@@ -143,7 +146,8 @@ def confirm_here(out_dirs: list[Path]) -> dict[str, dict]:
             state = ("broken" if not verdict.ok else "could not confirm" if unconfirmed
                      else "holds (not judged)" if verdict.unjudged else "holds (warned)" if verdict.advisories else "holds")
             rows[pkl.stem] = {"record": str(pkl), "state": state, "cpu_s": round(cpu, 3), "agreement": row["agreement"],
-                              "task_floor": row["task_floor"], "metric": row.get("metric", ""),
+                              "task_floor": row["task_floor"], "metric": row.get("metric", ""), "samples": verdict.samples,
+                              "quantize_cpu_s": row.get("quantize_cpu_s"),
                               "bound": "; ".join(f"{n}: {verdict.outputs[n].unconfirmed.describe()}" for n in unconfirmed)
                               or "; ".join(verdict.advisories)}
     return rows
@@ -175,6 +179,43 @@ def confirm(out_dirs: list[Path], base: str, json_out: str) -> None:
     cpu_here = sum(v["cpu_s"] for v in here.values())
     cpu_base = sum(v["cpu_s"] for v in before.values())
     print(f"records {len(here)}; CPU of the judgements: this tree {cpu_here:.2f} s" + (f", base {cpu_base:.2f} s" if before else ""))
+    if json_out:
+        Path(json_out).write_text(json.dumps({"here": here, "base": before, "tally": tally}, indent=1))
+
+
+def looks(out_dir: Path, base_records: Path, base: str, json_out: str) -> None:
+    """Records of the same (model, preset) made by two trees on the same data (``record`` under each: with data of
+    46 samples or more this branch holds a reserve out and judges a share the first held-out samples could not
+    confirm again with it, pipeline/second_look.py), each judged under its own tree (``confirm-here``): the
+    states side by side against the task metric, the held-out samples each verdict was judged on, and each
+    record's quantize CPU (the second look's runs are in it). SILENT: below the task floor, said to hold.
+
+        PYTHONPATH=<branch>/src:. python bench/floor_verdicts.py looks --out-dir <branch records> \
+            --base-records <base records> --base <base>/src --json out.json
+    """
+    here = confirm_here([out_dir])
+    env = dict(os.environ, PYTHONPATH=f"{base}:{Path(__file__).resolve().parent.parent}")
+    done = subprocess.run([sys.executable, __file__, "confirm-here", "--out-dir", str(base_records)], env=env,
+                          capture_output=True, text=True, check=True)
+    before = json.loads(done.stdout.strip().splitlines()[-1])
+    tally: dict[str, int] = {}
+    cpu = [0.0, 0.0]
+    print("| record | task metric (floor) | base: verdict (held-out samples) | branch | quantize CPU s, base → branch |")
+    print("|---|---|---|---|---|")
+    for key, v in sorted(here.items()):
+        b = before.get(key)
+        if b is None:
+            continue
+        met = v["agreement"] >= v["task_floor"]
+        kind = f"{'meets' if met else 'below'}: {b['state']} -> {v['state']}" + (" (SILENT)" if not met and v["state"] == "holds" else "")
+        tally[kind] = tally.get(kind, 0) + 1
+        cpu[0] += b.get("quantize_cpu_s") or 0.0
+        cpu[1] += v.get("quantize_cpu_s") or 0.0
+        print(f"| {key} | {v['agreement']:.4f} ({v['task_floor']:g}) | {b['state']} ({b['samples']}) | {v['state']} ({v['samples']}) "
+              f"| {b.get('quantize_cpu_s')} → {v.get('quantize_cpu_s')} |")
+    for kind, count in sorted(tally.items()):
+        print(f"{kind}: {count}")
+    print(f"quantize CPU, all records: base {cpu[0]:.1f} s, branch {cpu[1]:.1f} s")
     if json_out:
         Path(json_out).write_text(json.dumps({"here": here, "base": before, "tally": tally}, indent=1))
 
@@ -235,7 +276,7 @@ def scan(feeds_per_model: int, only: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan", "confirm", "confirm-here"))
+    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan", "confirm", "confirm-here", "looks"))
     ap.add_argument("--models", default="")
     ap.add_argument("--presets", default="")
     ap.add_argument("--calib", type=int, default=12)
@@ -243,6 +284,7 @@ def main() -> None:
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--base", default="", help="a second source tree (its src/) judged in a child process")
     ap.add_argument("--json", default="", help="confirm: where to write every row")
+    ap.add_argument("--base-records", default="", help="looks: the base tree's records of the same rows")
     a = ap.parse_args()
     out_dir = Path(a.out_dir)
     if a.mode == "record":
@@ -260,6 +302,9 @@ def main() -> None:
         return
     if a.mode == "judge-here":
         print(json.dumps(judge_here(out_dir)))
+        return
+    if a.mode == "looks":
+        looks(out_dir, Path(a.base_records), a.base, a.json)
         return
     here = judge_here(out_dir)
     base: dict[str, dict] = {}

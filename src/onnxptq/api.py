@@ -46,7 +46,9 @@ def quantize(
     The accuracy floor (docs/accuracy.md; with data, on every path but the streaming one): of the
     first 24 samples every third is held out of calibration (8; from smaller data a third of it;
     with fewer than 12 samples none, and the first 8 are judged *and* calibrated on, which the
-    summary says), the result is judged on them against its format family's floor, and where the
+    summary says), the result is judged on them against its format family's floor (and where a share
+    holds but the first 8 cannot confirm it, again with every third of the next samples, up to 56
+    more, held out beside them: pipeline/second_look.py; data of 46 samples or more), and where the
     floor breaks the responsible nodes are kept float (a WARNING, the summary and the plan name
     them; ``config.repair=False`` only warns). ``config.strict`` raises
     :class:`~onnxptq.errors.AccuracyError` instead.
@@ -80,6 +82,7 @@ def quantize(
         # The accuracy floor (algorithms/repair.py): judge on held-out samples, repair or raise, then write.
         from .algorithms.repair import enforce_floor
         from .pipeline.emit import ConstantReuse
+        from .pipeline.second_look import second_look
 
         # The plain build's bias corrections (one probe of every layer) serve repair's candidates.
         # Its rounded weights are not kept: every quantize whose floor holds would hold a copy of
@@ -96,7 +99,11 @@ def quantize(
             calibrated.guard_values = GuardValues.of(calibrated)  # seeded by the calibration pass
         try:
             result = complete(calibrated, cfg, eval_samples=eval_samples, deliver_now=False, reuse=reuse)
+            # a share the first held-out samples could not confirm: judged again with the reserve (pipeline/second_look.py),
+            # before repair, which then judges on all of them; and after it, where its build could not confirm
+            result = second_look(calibrated, cfg, result, eval_samples)
             result = enforce_floor(calibrated, cfg, result, eval_samples=eval_samples, reuse=reuse)
+            result = second_look(calibrated, cfg, result, eval_samples)
         finally:
             if shared_guard:
                 calibrated.guard_values = None

@@ -227,7 +227,7 @@ class _Judge:
         self.best: dict[str, Measure] = {}
         self.measured: dict[str, Measure] = {}
         self.ruled_by_measure: list[list[str]] = []
-        self.floor = floor_for(cfg)
+        self.floor = floor_for(cfg, *calibrated.looks)  # the look's (analysis/evidence.py, "Two looks")
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0

@@ -33,6 +33,19 @@ count of kept reads, which the score interval takes as it is; its coverage is cl
 the exact interval's is above it (Brown, Cai & DasGupta 2001), and it has a closed form. With every
 read kept its low end is ``n / (n + z²)``: a floor of 0.97 is confirmed from 54 reads, 0.95 from 32,
 0.90 from 15 (z = 1.2816 at 0.9 one-sided).
+
+**Two looks** (:data:`FIRST_LOOK`, :data:`SECOND_LOOK`; ``pipeline/second_look.py``). Where the data leaves a
+reserve of held-out samples beyond the first ones (``calibrate.split_holdout``), a share the first held-out
+samples cannot confirm is judged again on all of them together: more held-out samples only where the first
+verdict is "could not confirm", not on every quantization. Two chances to confirm a model exactly at the floor
+at 90 % each would confirm it on 15-21 % of draws (the reserve 3× the first samples: 80 → 320 reads at 0.97,
+64 → 256 at 0.95, by simulation), twice the 10 % a single bound allows; so where a second look is possible
+the first confirms at 95 % and the second at 92 % (about half the error spent on each), which keeps the
+two looks' chance to confirm a model at the floor within 0.08-0.12 on those counts, as one bound at 90 %
+on all the reads (Wilson's coverage steps with the counts; tests/test_evalsamples_looks.py sums it
+exactly). Without a reserve there is one look, at :data:`CONFIDENT`, as before; and so is a share a second look
+could not confirm even with every read kept (its count with the reserve's too few at :data:`SECOND_LOOK`: a
+batch-1 classifier's 8 + 24 rows against 0.97), decided by the count and not by the share (``floor.Floor.level``).
 """
 
 from __future__ import annotations
@@ -41,7 +54,7 @@ import math
 from statistics import NormalDist
 from typing import Callable, NamedTuple
 
-__all__ = ["CONFIDENT", "ShareBound", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
+__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "ShareBound", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
            "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
@@ -51,6 +64,13 @@ __all__ = ["CONFIDENT", "ShareBound", "decisions_to_decide", "f1_share", "least_
 #: is 0.945 sure; at 0.9 every verdict checked agrees with the task metric on 160-400 samples but
 #: sudachi's A8W8 and MXINT8 on 4 held-out sentences (0.93, 0.988: broken, as before)
 CONFIDENT = 0.9
+#: the confidence of the first look's bound where a second look on a reserve of held-out samples is possible,
+#: and of the second look's (module docstring, "Two looks")
+FIRST_LOOK = 0.95
+SECOND_LOOK = 0.92
+#: the most samples the floor holds out of the data, the first ones and the reserve together (pipeline/calibrate.py,
+#: ``DEFAULT_HOLDOUT`` + ``HOLDOUT_RESERVE``): every third of the data's first 192 samples
+MOST_HELD_OUT = 64
 #: the most decisions :func:`decisions_to_decide` looks for
 MOST = 100_000
 
@@ -137,13 +157,13 @@ def share_bound(kept: float, count: float, confidence: float = CONFIDENT) -> tup
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def reads_to_confirm(share: float, floor: float, seen: int = 1) -> int | None:
+def reads_to_confirm(share: float, floor: float, seen: int = 1, confidence: float = CONFIDENT) -> int | None:
     """About how many independent reads at the agreement ``share`` put its bound's low end
-    (:func:`share_bound`) at or above ``floor`` (at least ``seen``, those judged): what a "could not
+    (:func:`share_bound`, ``confidence``) at or above ``floor`` (at least ``seen``, those judged): what a "could not
     confirm" asks for; None where ``share`` is not above ``floor`` or more than :data:`MOST` would be needed."""
     if not share > floor:
         return None
-    return least_count(lambda count: share_bound(share * count, count)[0] >= floor, max(1, seen), MOST)
+    return least_count(lambda count: share_bound(share * count, count, confidence)[0] >= floor, max(1, seen), MOST)
 
 
 class ShareBound(NamedTuple):
@@ -160,11 +180,13 @@ class ShareBound(NamedTuple):
     floor: float
     #: reads like these that would confirm it (:func:`reads_to_confirm`); None: more than :data:`MOST`
     to_confirm: int | None
+    #: the bound's confidence each side (:data:`CONFIDENT`; :data:`FIRST_LOOK` / :data:`SECOND_LOOK` where two looks are possible)
+    confidence: float = CONFIDENT
 
     @classmethod
-    def of(cls, share: float, count: int, unit: str, floor: float) -> "ShareBound":
-        low, high = share_bound(share * count, count)
-        return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, count))
+    def of(cls, share: float, count: int, unit: str, floor: float, confidence: float = CONFIDENT) -> "ShareBound":
+        low, high = share_bound(share * count, count, confidence)
+        return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, count, confidence), confidence)
 
     @property
     def confirmed(self) -> bool:
@@ -173,11 +195,11 @@ class ShareBound(NamedTuple):
     @property
     def confirmable(self) -> bool:
         """Whether its count could confirm any share: every one kept would leave the bound at the floor or above."""
-        return share_bound(float(self.count), float(self.count))[0] >= self.floor
+        return share_bound(float(self.count), float(self.count), self.confidence)[0] >= self.floor
 
     def describe(self) -> str:
         """"0.9688 on 64 rows, bound 0.9271-0.9869 (90% each side) reaches below the floor 0.95: could NOT
         confirm; about 222 rows like these would confirm it" in words."""
         more = f"; about {self.to_confirm} {self.unit} like these would confirm it" if self.to_confirm else ""
-        return (f"{self.share:.4f} on {self.count} {self.unit}, bound {self.low:.4f}-{self.high:.4f} ({CONFIDENT:.0%} each side) "
+        return (f"{self.share:.4f} on {self.count} {self.unit}, bound {self.low:.4f}-{self.high:.4f} ({self.confidence:.0%} each side) "
                 f"reaches below the floor {self.floor:.4g}: could NOT confirm{more}")

@@ -101,7 +101,7 @@ from .gains import GainFrames, gain_advisory, gain_outputs
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
+from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -150,6 +150,23 @@ class Floor:
     #: a share that holds on its figure but whose bound reaches below the floor ("could not confirm":
     #: analysis/evidence.py) breaks it, so repair acts on it (``QuantConfig.repair_uncertain``); off: said only
     confirm: bool = False
+    #: the confidence, each side, of the bound that confirms a share (``evidence.CONFIDENT``; where a second look on
+    #: a reserve of held-out samples is possible, ``FIRST_LOOK`` then ``SECOND_LOOK``: evidence.py, "Two looks")
+    confidence: float = CONFIDENT
+    #: the held-out samples a second look would judge on ÷ those judged now (pipeline/second_look.py); 0: none
+    reach: float = 0.0
+
+    def level(self, count: float, against: float) -> float:
+        """The confidence a share of ``count`` held-out units, held against ``against``, is confirmed at: the
+        look's (:attr:`confidence`), except at a first look for a share a second look could not confirm even with
+        every unit kept (``count × reach`` units at ``SECOND_LOOK``): that share has one look, at ``CONFIDENT``
+        (a batch-1 classifier's 8 held-out rows and 24 reserved against 0.97: 64 would be needed). Decided by the
+        count, not by the share, so the two looks' chance to confirm a share at the floor stays within its bound
+        (analysis/evidence.py, "Two looks")."""
+        if self.confidence != FIRST_LOOK:
+            return self.confidence
+        more = count * self.reach
+        return FIRST_LOOK if more > 0 and share_bound(more, more, SECOND_LOOK)[0] >= against else CONFIDENT
 
     @property
     def needed(self) -> int:
@@ -199,15 +216,17 @@ def family_of(cfg: Any) -> str:
     return _FAMILIES[rank]
 
 
-def floor_for(cfg: Any) -> Floor:
-    """The floor of ``cfg``: its family's defaults, ``floor_cosine``/``floor_top1`` where set."""
+def floor_for(cfg: Any, confidence: float = CONFIDENT, reach: float = 0.0) -> Floor:
+    """The floor of ``cfg``: its family's defaults, ``floor_cosine``/``floor_top1`` where set; its shares confirmed
+    at ``confidence`` (the look's), ``reach`` the second look's samples ÷ the first's (``Calibrated.looks``)."""
     family = family_of(cfg)
     cos, top1 = FAMILY_FLOORS[family]
     if getattr(cfg, "floor_cosine", None) is not None:
         cos = float(cfg.floor_cosine)
     if getattr(cfg, "floor_top1", None) is not None:
         top1 = float(cfg.floor_top1)
-    return Floor(family, cos, top1, confirm=bool(getattr(cfg, "repair_uncertain", False)))
+    return Floor(family, cos, top1, confirm=bool(getattr(cfg, "repair_uncertain", False)), confidence=confidence,
+                 reach=reach)
 
 
 @dataclass
@@ -993,10 +1012,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 check.ok = False
             if check.top1_unjudged and seen is not None:
                 _judge_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
-            elif seen is not None and check.top1 >= floor.top1 and share_bound(agree, rows)[0] < floor.top1:
+            elif seen is not None and check.top1 >= floor.top1 and share_bound(agree, rows, floor.level(rows, floor.top1))[0] < floor.top1:
                 _break_rows_with_seen(check, agree, rows, _seen_rows(seen, name, width, as_reads), floor)
             check.needed = floor.needed if check.top1_unjudged else 0
-            _judge_row_ties(check, row_margins, seen, name, width, as_reads, floor)
+            _judge_row_ties(check, row_margins, floor)
         if soft_ref and not as_read:
             alphabet = soft_ref[0].shape[-1] > MAX_FIELDS  # characters, not a few per-step labels
             check.advisory = _softmax_advisory(soft_ref, soft_got, _seen_sequences(seen if alphabet else None, name, width), floor)
@@ -1066,7 +1085,8 @@ def share_of(check: OutputCheck, floor: Floor, held: int = 0) -> ShareBound | No
     if found is None:
         return None
     share, count, unit, against = found
-    return ShareBound.of(share, _held_count(check, count, held), unit, against)
+    count = _held_count(check, count, held)
+    return ShareBound.of(share, count, unit, against, floor.level(count, against))
 
 
 def _share_and_count(check: OutputCheck, floor: Floor) -> tuple[float, int, str, float] | None:
@@ -1475,6 +1495,7 @@ def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _See
     straddles the floor, the output holds on its figure but *could not confirm* (``unconfirmed``, the
     held-out pages' bound; with ``floor.confirm`` it breaks), or, the held-out mean below the floor,
     *could not judge* on those pages alone."""
+    masks.confidence = floor.confidence  # the look's, for the low end that confirms (maps.MaskBound)
     held = masks.judge(floor.top1)
     if held is None:
         return
@@ -1903,28 +1924,33 @@ def _break_rows_with_seen(check: OutputCheck, agree: int, rows: int, seen: tuple
         check.top1, check.rows, check.seen_feeds, check.ok = hits / total, total, feeds, False
 
 
-def _judge_row_ties(check: OutputCheck, margins: RowMargins, seen: _Seen | None, name: str, width: int | None,
-                    as_reads: bool, floor: Floor) -> None:
+def _judge_row_ties(check: OutputCheck, margins: RowMargins, floor: Floor) -> None:
     """A top-1 of rows that holds the floor, confirmed by its rows kept, with near-ties among them: rows
     whose float top two are within the margin losses the format makes on the other rows
     (analysis/row_ties.py). Each counts as kept with its chance not to flip; where that estimated count's
     bound reaches below the floor the verdict is *could NOT confirm* (with ``floor.confirm``, broken, as
-    :func:`_confirm` does), never "holds". Judged on the rows the top-1 was judged on: the held-out ones,
-    and the calibration feeds' where they were pooled in (``seen_feeds``). Why: pooled heads under
-    MXFP8_E4M3 kept 32 of 32 rows (bound 0.951 against 0.95) and 0.94-0.95 of 256 fresh rows."""
-    if not check.ok or check.top1_unjudged or check.top1 is None or check.top1 < floor.top1 or check.positions is not None:
-        return
-    if check.seen_feeds:
-        for r, g in _seen_pairs(seen, name, width):
-            if r.shape[-1] >= 2 and (r.ndim <= 2 or not as_reads):
-                margins.add(r, g)
+    :func:`_confirm` does), never "holds". Why: pooled heads under MXFP8_E4M3 kept 32 of 32 rows (bound
+    0.951 against 0.95) and 0.94-0.95 of 256 fresh rows.
+
+    **One basis with** :func:`share_of`: the estimate and its bound are the held-out rows' (``margins``: those the
+    held-out feeds added). A range calibration fitted keeps its own feeds' rows, so calibration rows may break a
+    top-1 (``_judge_rows_with_seen``, ``_break_rows_with_seen``), never confirm it; before, this bound counted the
+    pooled rows while ``share_of`` counted the held-out ones, and a ``repair_uncertain`` verdict said "0.98 on 40
+    rows" of a share whose 8 held-out rows could confirm nothing. Where rows were pooled the held-out rows are
+    fewer than the floor's count, so they confirm nothing by themselves and :func:`_confirm` says so: nothing
+    to weigh. ``margins`` are computed here, not as the feeds are read (``RowMargins`` keeps the pairs): most
+    outputs return before they are needed."""
+    if (not check.ok or check.top1_unjudged or check.top1 is None or check.top1 < floor.top1 or check.positions is not None
+            or check.seen_feeds or not share_bound(check.top1 * check.rows, check.rows, floor.level(check.rows, floor.top1))[0] >= floor.top1):
+        return  # not confirmed by its rows alone: _confirm says so
     ties = margins.judge()
     if ties is None or not ties.near or ties.rows != check.rows:
         return
     bound = ShareBound.of(ties.share, ties.rows,
-                          f"rows (their {ties.near} near-ties weighed by their chance to flip: analysis/row_ties.py)", floor.top1)
-    if bound.confirmed or not share_bound(check.top1 * check.rows, check.rows)[0] >= floor.top1:
-        return  # confirmed with its ties, or not confirmed by its rows alone (_confirm says so)
+                          f"rows (their {ties.near} near-ties weighed by their chance to flip: analysis/row_ties.py)", floor.top1,
+                          floor.level(ties.rows, floor.top1))
+    if bound.confirmed:
+        return
     check.unconfirmed = bound
     if floor.confirm:
         check.ok = False
@@ -2073,7 +2099,7 @@ def unjudged_text(verdict: Verdict) -> str:
         if c.mask_bound is not None:
             b = c.mask_bound
             pages = b.pages_to_decide(verdict.floor.top1)
-            spread = (f"bound {b.low:.4f}-{b.high:.4f} ({CONFIDENT:.0%} each side) across the top-1 floor {verdict.floor.top1:g}"
+            spread = (f"bound {b.low:.4f}-{b.high:.4f} ({b.sides()}) across the top-1 floor {verdict.floor.top1:g}"
                       if b.pages >= 2 else "one page, no spread to bound it")
             parts.append(f"the masks of {name} {b.level}: mean IoU per page {b.iou:.4f} on {b.pages} pages ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), {spread}"
@@ -2170,13 +2196,21 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
         judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
         parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
-        # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it
+        # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it,
+        # at the second look's confidence where there are two (evidence.py, "Two looks": a reserve is judged at it)
         per = b.count / verdict.samples if verdict.samples else 0.0
-        if b.to_confirm and per > 0:
-            wanted = max(wanted, math.ceil(b.to_confirm / per - 1e-9))
+        to_confirm = (reads_to_confirm(b.share, b.floor, b.count, SECOND_LOOK)
+                      if b.confidence == FIRST_LOOK and c.mask_bound is None else b.to_confirm)
+        if to_confirm and per > 0:
+            wanted = max(wanted, math.ceil(to_confirm / per - 1e-9))
     if not parts:
         return ""
-    advice = (f"give at least {wanted} held-out samples to confirm it (eval_samples={wanted}: calibration samples never confirm a share)"
+    # how many are held out is the data's length, not an option: every third of the first 24 samples, and where
+    # those cannot confirm, every third after them up to MOST_HELD_OUT in all (pipeline/calibrate.py split_holdout)
+    reach = (f"data of {3 * wanted} samples or more: the floor holds out every third sample, up to {MOST_HELD_OUT}"
+             if wanted <= MOST_HELD_OUT else f"more than the {MOST_HELD_OUT} the floor holds out of any data: judge it on your own data")
+    advice = (f"give at least {wanted} held-out samples to confirm it ({reach}; calibration samples never confirm a share)"
               if 0 < wanted <= 10_000 else "give more held-out data to confirm it")
+    level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
-            f"{CONFIDENT:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")
+            f"{level:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")

@@ -257,6 +257,9 @@ class MaskBound:
     spread: float
     #: intersection over union pooled over the pages (shown beside the mean)
     pooled: float
+    #: the confidence of the low end (the one that confirms): :data:`CONFIDENT`, or the look's where two looks are
+    #: possible (evidence.py, "Two looks"); the high end (the one that breaks) is always at :data:`CONFIDENT`
+    confidence: float = CONFIDENT
 
     def breaks(self, floor: float) -> bool:
         """Below ``floor`` beyond the bound: the pages say the user's masks agree less."""
@@ -274,21 +277,28 @@ class MaskBound:
             return None
         if self.spread == 0.0:
             return self.pages
-        return least_count(lambda n: t_quantile(CONFIDENT, n - 1) * self.spread / math.sqrt(n) <= margin, self.pages, MOST_PAGES)
+        level = self.confidence if self.iou > floor else CONFIDENT  # the end that would decide it
+        return least_count(lambda n: t_quantile(level, n - 1) * self.spread / math.sqrt(n) <= margin, self.pages, MOST_PAGES)
+
+    def sides(self) -> str:
+        """The bound's confidence in words: "90% each side", or each end's where they differ."""
+        if self.confidence == CONFIDENT:
+            return f"{CONFIDENT:.0%} each side"
+        return f"low end {self.confidence:.0%}, high end {CONFIDENT:.0%}"
 
     def as_share(self, floor: float) -> ShareBound:
         """This bound as the floor's "could not confirm" share (analysis/evidence.py): the held-out pages'
         mean IoU, its t-bound and the pages like these that would confirm it (module docstring, "Which
         pages confirm")."""
         return ShareBound(self.iou, self.pages, f"held-out pages (mean IoU per page, masks {self.level})", self.low,
-                          self.high, floor, self.pages_to_decide(floor))
+                          self.high, floor, self.pages_to_decide(floor), self.confidence)
 
     def describe(self, floor: float) -> str:
         state = ("below the floor" if self.breaks(floor) else "holds" if self.holds(floor)
                  else "straddles the floor: could NOT judge")
         if self.pages < 2:
             return f"IoU {self.iou:.4f} on {self.pages} page, no spread to bound it: {state}"
-        return (f"mean of {self.pages} pages' IoUs {self.iou:.4f}, bound {self.low:.4f}-{self.high:.4f} ({CONFIDENT:.0%} each side; "
+        return (f"mean of {self.pages} pages' IoUs {self.iou:.4f}, bound {self.low:.4f}-{self.high:.4f} ({self.sides()}; "
                 f"pooled {self.pooled:.4f}): {state}")
 
 
@@ -310,6 +320,8 @@ class MaskAgreement:
     valid: bool = True
     #: a map no sigmoid bounds, judged only where its data reads as a heat map (:func:`heat_map_feed`)
     heat: bool = False
+    #: the confidence of the bounds' low end (:attr:`MaskBound.confidence`)
+    confidence: float = CONFIDENT
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         if not self.valid:
@@ -362,14 +374,15 @@ class MaskAgreement:
         n = rows.shape[0]
         pooled = self.inter[key] / self.union[key]
         if n == 0:
-            return MaskBound(_words(key), pooled, -math.inf, math.inf, 0, 0, math.nan, pooled)
+            return MaskBound(_words(key), pooled, -math.inf, math.inf, 0, 0, math.nan, pooled, self.confidence)
         ious = rows[:, 0] / rows[:, 1]
         iou, union = float(ious.mean()), int(rows[:, 1].sum())
         if n < 2:
-            return MaskBound(_words(key), iou, -math.inf, math.inf, n, union, math.nan, pooled)
+            return MaskBound(_words(key), iou, -math.inf, math.inf, n, union, math.nan, pooled, self.confidence)
         spread = float(ious.std(ddof=1))
-        half = t_quantile(CONFIDENT, n - 1) * spread / math.sqrt(n)
-        return MaskBound(_words(key), iou, iou - half, iou + half, n, union, spread, pooled)
+        low = t_quantile(self.confidence, n - 1) * spread / math.sqrt(n)
+        high = t_quantile(CONFIDENT, n - 1) * spread / math.sqrt(n)
+        return MaskBound(_words(key), iou, iou - low, iou + high, n, union, spread, pooled, self.confidence)
 
     def judge(self, floor: float) -> MaskBound | None:
         """The level that decides the verdict against ``floor``: the lowest IoU among those whose bound

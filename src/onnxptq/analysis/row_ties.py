@@ -76,46 +76,60 @@ def _top_two(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class RowMargins:
-    """Running margins of the rows a top-1 judgement counts, feed by feed (three numbers a row, not the
-    rows' scores: a softmax sequence's rows are a line's 40 x 6625 scores); :meth:`judge` counts their
-    near-ties (module docstring)."""
+    """The rows a top-1 judgement counts, feed by feed; :meth:`judge` takes their margins and counts their
+    near-ties (module docstring).
+
+    :meth:`add` keeps the feed's arrays (the floor's own, alive for its judgement) and :meth:`judge` takes the
+    margins (three numbers a row): the floor adds every feed of a row-judged output as it reads it, but asks
+    for the ties only where the rows hold and confirm the floor (``floor._judge_row_ties``), so a broken, unjudged
+    or unconfirmed output takes no margins (before, every feed's two partial sorts ran for every such output:
+    a line's 40 x 6625 scores each)."""
 
     def __init__(self) -> None:
-        self._margins: list[np.ndarray] = []
-        self._kept_margins: list[np.ndarray] = []
-        self._agree: list[np.ndarray] = []
+        self._pairs: list[tuple[np.ndarray, np.ndarray]] = []
 
     def add(self, ref: np.ndarray, got: np.ndarray) -> None:
         """One feed's float and quantized scores ``[..., C]`` (the rows: every index of the axes before the last)."""
-        r, g = np.asarray(ref), np.asarray(got)
-        if r.shape != g.shape or r.ndim < 1 or r.shape[-1] < 2:
-            return
-        r2, g2 = r.reshape(-1, r.shape[-1]), g.reshape(-1, g.shape[-1])
-        finite = np.isfinite(r2).all(1) & np.isfinite(g2).all(1)
-        if not finite.all():
-            r2, g2 = r2[finite], g2[finite]
-        if not r2.shape[0]:
-            return
-        top, r_first, r_second = _top_two(r2)
-        g_top, g_first, g_second = _top_two(g2)
-        at = np.take_along_axis(g2, top[:, None], 1)[:, 0].astype(np.float64)
-        kept = g_top == top  # as the floor's top-1 counts a row kept
-        self._margins.append(r_first - r_second)
-        # the quantized score of float's class over its best other class
-        self._kept_margins.append(np.where(kept, g_first - g_second, at - g_first))
-        self._agree.append(kept)
+        self._pairs.append((ref, got))
 
     def judge(self) -> RowTies | None:
         """The rows added with their near-ties counted; None where none was added."""
-        if not self._margins:
+        margins, kept_margins, agree = [], [], []
+        for ref, got in self._pairs:
+            found = _margins(ref, got)
+            if found is not None:
+                margins.append(found[0])
+                kept_margins.append(found[1])
+                agree.append(found[2])
+        if not margins:
             return None
-        m, q, kept = np.concatenate(self._margins), np.concatenate(self._kept_margins), np.concatenate(self._agree)
+        m, q, kept = np.concatenate(margins), np.concatenate(kept_margins), np.concatenate(agree)
         loss = np.sort(m - q)
         rows = int(m.size)
         # each row's chance to flip: the share of the losses at least its margin (a row lost has its own)
         chance = (rows - np.searchsorted(loss, m, side="left")) / rows
         return RowTies(rows, int(np.count_nonzero(kept)), float(rows - chance.sum()),
                        int(np.count_nonzero(chance[kept] > 0)), float(loss[-1]))
+
+
+def _margins(ref: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(float's margins, what the quantized rows keep of them, kept)`` of one feed's rows (module docstring);
+    None where no row is finite on both sides or the shapes do not pair."""
+    r, g = np.asarray(ref), np.asarray(got)
+    if r.shape != g.shape or r.ndim < 1 or r.shape[-1] < 2:
+        return None
+    r2, g2 = r.reshape(-1, r.shape[-1]), g.reshape(-1, g.shape[-1])
+    finite = np.isfinite(r2).all(1) & np.isfinite(g2).all(1)
+    if not finite.all():
+        r2, g2 = r2[finite], g2[finite]
+    if not r2.shape[0]:
+        return None
+    top, r_first, r_second = _top_two(r2)
+    g_top, g_first, g_second = _top_two(g2)
+    at = np.take_along_axis(g2, top[:, None], 1)[:, 0].astype(np.float64)
+    kept = g_top == top  # as the floor's top-1 counts a row kept
+    # the quantized score of float's class over its best other class
+    return r_first - r_second, np.where(kept, g_first - g_second, at - g_first), kept
 
 
 def row_ties(pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> RowTies | None:

@@ -62,7 +62,7 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
     readings = calibrated.readings
     verdict = measured.get(False)
     if verdict is None:
-        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings)
+        verdict = measure(calibrated.holdout_outputs, got, floor_for(cfg, *calibrated.looks), reused=calibrated.holdout_reused, **readings)
     if not calibrated.holdout_reused and verdict.wants_calibration_feeds:
         # An output judged as reads, rows too few on the held-out feeds, a Softmax sequence's reads
         # (advised on): judged on the first calibration feeds too (floor._judge_reads: a format's
@@ -74,7 +74,7 @@ def judgement(calibrated: Calibrated, cfg: QuantConfig, got: Outputs,
         verdict = measured.get(True)
         if verdict is None:
             verdict = measure_seen(lambda seen, whole: measure(
-                calibrated.holdout_outputs, got, floor_for(cfg), reused=calibrated.holdout_reused, **readings,
+                calibrated.holdout_outputs, got, floor_for(cfg, *calibrated.looks), reused=calibrated.holdout_reused, **readings,
                 seen=(calibrated.judged_float_outputs(feeds[:len(seen)], whole), seen)), seen, lambda: seen_of(feeds, True))
             if verdict is None:
                 return None
@@ -155,7 +155,7 @@ class Verified:
         digest = model_digest(model)
         if digest is None:
             return False
-        measured = {bool(seen): verdict} if verdict is not None and floor == floor_for(cfg) else None
+        measured = {bool(seen): verdict} if verdict is not None and floor == floor_for(cfg, *self.calibrated.looks) else None
 
         def seen_of(feeds: list[dict[str, np.ndarray]], whole: bool = False) -> Outputs | None:
             same = len(feeds) == len(seen_feeds) == len(seen) and all(a is b for a, b in zip(feeds, seen_feeds))
