@@ -253,3 +253,43 @@ def test_the_guard_simulates_the_scale_solve_writes():
             if tplan.role == "activation" and name in solved:
                 simulated = shared_activation_params(plan, tplan, stats, moving_average=moving_average)
                 assert simulated.scale == solved[name].scale and simulated.zero_point == solved[name].zero_point, name
+
+
+def test_the_guards_params_key_moves_with_every_input_of_the_solve():
+    # The range guard memoizes shared_activation_params by shared_activation_params_key across
+    # repair's builds: a key that missed one input would hand a stale scale to the guard silently.
+    import dataclasses
+
+    from onnxptq.pipeline.solve import share_root, shared_activation_params_key
+
+    model = conv_relu_concat()
+    plan = make_plan(model, int8_config(False))
+    stats = {}
+    for i, name in enumerate(("x", "ra", "cb", "y")):
+        collector = MinMaxCollector()
+        collector.update(np.array([-1.0 - i, 2.0 + i], np.float32))
+        stats[name] = collector
+    t = next(t for t in plan.tensors.values() if t.role == "activation" and t.name in stats)
+    root = share_root(plan, t)
+    source = root if root.name in stats else t
+    base = shared_activation_params_key(plan, t, stats)
+    assert shared_activation_params_key(plan, t, stats) == base
+    changes = {
+        "moving average": lambda: shared_activation_params_key(plan, t, stats, moving_average=True),
+    }
+    keys = {name: make() for name, make in changes.items()}
+    root.limits = (None, 0.5)  # the root's live interval cuts the range
+    keys["limits"] = shared_activation_params_key(plan, t, stats)
+    root.limits = None
+    t.covers = (-9.0, 9.0)  # a range the tensor must cover
+    keys["covers"] = shared_activation_params_key(plan, t, stats)
+    t.covers = None
+    source.quant = dataclasses.replace(source.quant, symmetric=not source.quant.symmetric)  # a range option
+    keys["range option"] = shared_activation_params_key(plan, t, stats)
+    source.quant = dataclasses.replace(source.quant, symmetric=not source.quant.symmetric)
+    assert shared_activation_params_key(plan, t, stats) == base
+    other = MinMaxCollector()
+    other.update(np.array([-5.0, 5.0], np.float32))
+    keys["collector"] = shared_activation_params_key(plan, t, dict(stats, **{source.name: other}))
+    for name, key in keys.items():
+        assert key != base, name

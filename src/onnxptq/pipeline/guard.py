@@ -45,7 +45,7 @@ from ..sessions import open_session
 from ..calibration.runner import SideFetch
 from ..graph.ops import PASS_THROUGH
 from .plan import Plan, TensorPlan
-from .solve import share_root, shared_activation_params
+from .solve import share_root, shared_activation_params, shared_activation_params_key
 from .subsample import MAX_ELEMENTS, RUN, subsample, thin_in_graph
 
 log = logging.getLogger(__name__)
@@ -406,21 +406,17 @@ class _Checker:
 
     def params(self, t: TensorPlan) -> Any:
         """The scale solve will give ``t`` (moving average and range limits included), remembered
-        by everything :func:`~.solve.shared_activation_params` computes it from: the tensor's name,
-        quantizer and thresholds, its share root's name, limits and thresholds, the range options
-        of the tensor whose statistics it reads, and that collector (by identity, held by the
-        entry). Why: every build of a repair checks every candidate tensor again, with new plan
-        objects but mostly the same scales (PP-OCRv4 rec A8W8: 345 solves of 69 tensors over five
+        by everything :func:`~.solve.shared_activation_params` computes it from
+        (:func:`~.solve.shared_activation_params_key`, kept beside it; the collector, held by
+        identity in the key, is kept alive by the entry). Why: every build of a repair checks every
+        candidate tensor again, with new plan objects but mostly the same scales (PP-OCRv4 rec A8W8: 345 solves of 69 tensors over five
         builds, 0.13 CPU s of the guard's 0.22)."""
         if not t.quant.is_integer:
             return None
         root = self.root(t)
-        source = root if root.name in self.stats else t
-        collector = self.stats[source.name]
+        collector = self.stats[root.name if root.name in self.stats else t.name]
         try:
-            key = (t.name, t.quant, t.covers, root.name, root.limits, root.covers, source.name,
-                   tuple(sorted(source.range_options().items())), self.moving_average, id(collector))
-            hash(key)
+            key = shared_activation_params_key(self.plan, t, self.stats, moving_average=self.moving_average)
         except TypeError:  # an unhashable option: solved every time
             return shared_activation_params(self.plan, t, self.stats, moving_average=self.moving_average)
         found = self.params_memo.get(key)

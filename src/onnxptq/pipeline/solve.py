@@ -78,6 +78,21 @@ def shared_activation_params(plan: Plan, tplan: TensorPlan, stats: Mapping[str, 
     return _integer_params(quant, rmin, rmax) if quant.is_integer else _float_params(quant, rmin, rmax)
 
 
+def shared_activation_params_key(plan: Plan, tplan: TensorPlan, stats: Mapping[str, Any], *,
+                                 moving_average: bool = False) -> tuple:
+    """Everything :func:`shared_activation_params` reads, as a key: equal keys give equal
+    parameters. Kept beside it so that a new input of that function is added here in the same
+    change (a cache keyed elsewhere would go stale silently: the range guard's memo, which saves
+    most of its solves across repair's builds). The collector is held by identity: callers keep
+    it alive with the cached entry. May raise ``TypeError`` when an option is unhashable."""
+    root = share_root(plan, tplan)
+    source = root if root.name in stats else tplan
+    key = (tplan.name, tplan.quant, tplan.covers, root.name, root.limits, root.covers, source.name,
+           tuple(sorted(source.range_options().items())), moving_average, id(stats[source.name]))
+    hash(key)
+    return key
+
+
 def _weight_range_minmse(values: np.ndarray, axis: int | None, quant: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Weight ranges by the MinMSE search over each channel's (or the whole tensor's) histogram."""
     qmin, qmax = integer.qrange(quant.format, symmetric=quant.symmetric, reduce_range=quant.reduce_range)
