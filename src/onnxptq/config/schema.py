@@ -634,6 +634,10 @@ class QuantConfig:
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")
 
+    def _layer_pairs(self) -> list[tuple[TensorQuant | None, TensorQuant | None]]:
+        """Every (activation, weight) rule of this config: global, per op type, per node."""
+        return [(self.activation, self.weight), *self.op_type_overrides.values(), *self.node_overrides.values()]
+
     def equalization_active(self) -> bool:
         """Whether prepare equalizes: ``equalize`` when set, else whether any integer weight format
         of this config (global, per op type, per node) is per tensor."""
@@ -657,7 +661,7 @@ class QuantConfig:
         return self._per_tensor_integer_weights() or (self._fp_element_mx_weights() and not floor_reuses_samples)
 
     def _fp_element_mx_weights(self) -> bool:
-        weights = [self.weight] + [pair[1] for pair in (*self.op_type_overrides.values(), *self.node_overrides.values())]
+        weights = [weight for _, weight in self._layer_pairs()]
         return any(w is not None and w.format == "mx" and str(w.attr_dict.get("element_dtype", "int8")).startswith("fp")
                    for w in weights)
 
@@ -679,9 +683,7 @@ class QuantConfig:
             return False
         if self.widen_fp16 is not None:
             return bool(self.widen_fp16)
-        specs = [self.activation, self.weight] + [q for pair in (*self.op_type_overrides.values(),
-                                                                   *self.node_overrides.values()) for q in pair]
-        formats = {q.format for q in specs if q is not None}
+        formats = {q.format for pair in self._layer_pairs() for q in pair if q is not None}
         return formats != {"fp16"}
 
     def per_tensor_integer_weights(self) -> bool:
@@ -690,7 +692,7 @@ class QuantConfig:
         return self._per_tensor_integer_weights()
 
     def _per_tensor_integer_weights(self) -> bool:
-        weights = [self.weight] + [pair[1] for pair in (*self.op_type_overrides.values(), *self.node_overrides.values())]
+        weights = [weight for _, weight in self._layer_pairs()]
         return any(w is not None and w.is_integer and not w.per_channel for w in weights)
 
     def describe(self) -> str:

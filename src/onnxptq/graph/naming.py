@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx
 
-from .walk import ScopeIndex, walk_scopes
+from .walk import ScopeIndex, subgraphs, walk_scopes
 
 __all__ = ["check_node_names", "node_names", "value_names"]
 
@@ -26,9 +26,8 @@ def _rename(graph: onnx.GraphProto, new: dict[str, str]) -> None:
     for node in graph.node:
         node.input[:] = [new.get(x, x) for x in node.input]
         node.output[:] = [new.get(x, x) for x in node.output]
-        for attr in node.attribute:
-            for body in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                _rename(body, new)
+        for body in subgraphs(node):
+            _rename(body, new)
 
 
 def value_names(model: onnx.ModelProto) -> int:
@@ -38,10 +37,11 @@ def value_names(model: onnx.ModelProto) -> int:
     four tf2onnx LSTM Loop bodies each define 'while/TensorArrayV2Read/TensorListGetItem:0': one quantizer was put in
     the last body and all four MatMuls rewired to it, so every preset failed the ONNX checker (bench/RESULTS.md,
     newmodels21)."""
+    scopes = walk_scopes(model.graph)
     seen: set[str] = set()
-    taken = {name for scope in walk_scopes(model.graph) for name in _defined(scope.graph)}
+    taken = {name for scope in scopes for name in _defined(scope.graph)}
     count = 0
-    for scope in walk_scopes(model.graph):  # main first, then the bodies depth first: the first definer keeps its name
+    for scope in scopes:  # main first, then the bodies depth first: the first definer keeps its name
         new: dict[str, str] = {}
         for name in _defined(scope.graph):
             if name in seen:

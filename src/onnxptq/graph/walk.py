@@ -10,8 +10,9 @@ in a body cannot be calibrated from the main graph).
 Quantizing inside bodies needs, for every tensor, its *home*: the graph where it is defined (a
 node output, an initializer or a graph input of that graph). :class:`ScopeIndex` gives it: a
 quantizer is inserted in the tensor's home, so every reader (in the home graph or in a body nested
-in it, which reads it through the outer scope) sees the quantized value. ONNX keeps names unique
-across a model's scopes (SSA including the bodies), which is what lets one map cover them all.
+in it, which reads it through the outer scope) sees the quantized value. One map covers all scopes
+because names are unique across them in a prepared model: ONNX forbids only shadowing an enclosing
+scope's name, and prepare renames what sibling bodies both define (:func:`onnxptq.graph.naming.value_names`).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.runner import PrepareError, run_steps
 from ..graph.passes.upgrade_opset import upgrade_opset
-from ..graph.passes.widen_fp16 import computes_in_half, convert_float16_to_float, unloaded_half_weights, widen_inside
+from ..graph.passes.widen_fp16 import convert_float16_to_float, unloaded_half_weights, widen_inside
 from ..sessions import highest_qdq_opset
 
 log = logging.getLogger(__name__)
@@ -198,15 +198,15 @@ def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tupl
     """
     if config.convert_fp16_to_fp32:
         return convert_float16_to_float(model), False
-    if not config.widen_fp16_active() or not computes_in_half(model):
+    if not config.widen_fp16_active():
         return model, False
-    unloaded = unloaded_half_weights(model)
+    unloaded = unloaded_half_weights(model)  # float16 weights imply a model that computes in float16
     if unloaded:
         log.info("%s: float16 weights streamed from their external file (%s, ...): quantized in float16, not widened",
                  source, unloaded[0])
         return model, False
     wide = widen_inside(model)
-    if wide is None:
+    if wide is None:  # no float16 anywhere: nothing to widen
         return model, False
     log.info("%s: float16 source computed in float32 inside, its float16 inputs/outputs kept (widen_fp16)", source)
     return wide, True

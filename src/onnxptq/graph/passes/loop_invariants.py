@@ -57,10 +57,10 @@ def _rewire(node: ir.Node) -> int:
         readers = list(inner.uses())
         final = node.outputs[n_out] if n_out < len(node.outputs) else None
         final_readers = list(final.uses()) if final is not None else []
-        if not readers and not final_readers:
-            if node.op_type == "Loop" and (final is None or not final.is_graph_output()):
-                dead.append((n_in, b_in, b_out, n_out))  # already read nowhere (an earlier prepare): drop it too
-                count += 1
+        # a Loop state whose final value is no graph output is read nowhere once rewired (or already, after an
+        # earlier prepare): dropped
+        droppable = node.op_type == "Loop" and (final is None or not final.is_graph_output())
+        if not readers and not final_readers and not droppable:
             continue
         for user, index in readers:  # node inputs only: the body output keeps the pass-through
             user.replace_input_with(index, initial)
@@ -68,7 +68,7 @@ def _rewire(node: ir.Node) -> int:
             for user, index in final_readers:
                 user.replace_input_with(index, initial)
         count += 1
-        if node.op_type == "Loop" and not inner.uses() and (final is None or not (final.uses() or final.is_graph_output())):
+        if droppable:
             dead.append((n_in, b_in, b_out, n_out))
     if dead:
         _drop(node, body, dead)

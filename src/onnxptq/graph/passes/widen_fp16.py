@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from ..interface import has_type, set_io_types
+from ..interface import has_type, io_types, set_io_types
 from ..walk import all_graphs
 
 __all__ = ["computes_in_half", "convert_float16_to_float", "half_interface", "unloaded_half_weights", "widen_inside"]
@@ -83,8 +83,7 @@ def computes_in_half(model: onnx.ModelProto) -> bool:
 
 def half_interface(model: onnx.ModelProto) -> dict[str, int]:
     """The main graph's inputs/outputs declared float16 (name -> ``TensorProto.FLOAT16``)."""
-    return {vi.name: TensorProto.FLOAT16 for vi in list(model.graph.input) + list(model.graph.output)
-            if vi.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    return {name: kind for name, kind in io_types(model).items() if kind == TensorProto.FLOAT16}
 
 
 def unloaded_half_weights(model: onnx.ModelProto) -> list[str]:
