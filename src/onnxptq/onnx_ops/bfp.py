@@ -88,7 +88,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
+    HALVES_MIN_SIZE, LAST_AXIS_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
     SplitAxis, ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
 )
@@ -357,14 +357,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
         # maximum), which is what the reference's zero-padded block of bs amounts to.
         return f"c{n}{last}{_halves(a, n, True, big)}{sized}"
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
-
-
-#: Smallest size (elements) of a tensor with a known non-negative last block axis, or a block
-#: axis followed by known 1s, that takes the transposed view (suffix ``l``, :func:`_view_last`).
-#: Below it the view's two Transposes and four Reshapes cost more per call than the short spans
-#: they avoid (an SE block's ``[?, C, 1, 1]``: C elements, 19 of PP-OCR cls's 54 activations;
-#: bench/RESULTS.md, blocklat12). The MX bodies' line (``onnx_ops.mx.LAST_AXIS_MIN_SIZE``).
-LAST_AXIS_MIN_SIZE = 8192
 
 
 def _small_for_transpose(shape: Any) -> bool:
