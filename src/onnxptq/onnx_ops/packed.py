@@ -429,10 +429,9 @@ class WeightPacker:
         when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
         #: a short stem for this weight's intermediate tensors (their names cost file bytes)
         self._short = self.fresh("pk")
-        small = values.size < MIN_ELEMENTS
-        if self.opset < MIN_OPSET or (small and fmt not in ("bfp", "mx")) or values.dtype not in (np.float32, np.float16):
+        if (self.opset < MIN_OPSET or (values.size < MIN_ELEMENTS and fmt not in ("bfp", "mx"))
+                or values.dtype not in (np.float32, np.float16)):
             return None
-        self._small = small
         if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
             frag = self._element(name, fq, fmt, attrs, target)
         elif fmt in ("bfp", "mx"):
@@ -638,7 +637,7 @@ class WeightPacker:
             group.rows += count
             parts.append((group, start, count, width))
 
-        if self._small and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
+        if values.size < MIN_ELEMENTS and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
             self._drop_parts(parts)
             return self._half_piece(name, fq, target)
         frag = QDQNodes(min_opset=MIN_OPSET)
