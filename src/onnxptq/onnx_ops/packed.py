@@ -752,22 +752,21 @@ class WeightPacker:
         else:
             frag.nodes.append(helper.make_node("Split", [wide], outs, axis=0, split=sizes))
 
-    def _drop_parts(self, parts: list[tuple[_Group, int, int, int]]) -> None:
-        """Undo the group entries ``_blocks`` just made (a small weight it keeps unpacked)."""
-        for group, _, count, _ in parts:
+    def _drop_parts(self, parts: list[tuple[Any, ...]]) -> None:
+        """Undo the group entries ``_blocks`` just made, ``(group, start, count, ...)`` each (a small
+        weight it keeps unpacked, before any piece of it was added)."""
+        for group, _, count, *_ in parts:
             group.exps.pop()
             group.codes.pop()
             group.shifts.pop()
             group.rows -= count
 
     def _drop_last_group_entry(self, frag: QDQNodes) -> None:
-        """Undo a block weight's ``add`` into its groups (it is stored unpacked instead)."""
-        for group, _, count in getattr(frag, "packed_groups", []):
-            group.exps.pop()
-            group.codes.pop()
-            group.shifts.pop()
+        """Undo a block weight's ``add`` into its groups, pieces too (it is stored unpacked instead)."""
+        parts = getattr(frag, "packed_groups", [])
+        self._drop_parts(parts)
+        for group, _, _ in parts:
             group.pieces.pop()
-            group.rows -= count
 
     # ---------------------------------------------------------------- group decoders
     def finish(self) -> QDQNodes:
