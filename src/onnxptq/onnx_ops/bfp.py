@@ -88,7 +88,7 @@ from onnx import TensorProto, helper
 from ..formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from ..formats.bfp import normalize_attrs
 from .body import (
-    HALVES_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
+    HALVES_MIN_SIZE, LAST_AXIS_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
     SplitAxis, ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
 )
@@ -182,35 +182,31 @@ def _nonfinite(g: Body, x: str) -> str:
 # ------------------------------------------------------------------------------------ to_bfp
 
 
-def _bfp_quant(g: Body, xr: str, amax: str, smax: str | None, a: dict[str, Any], zero: str | None = None) -> str:
-    """to_bfp on ``xr`` (rows, bs, post) given the block maxima of |x| clamped below at 2^-127
-    (and the maxima of x, for the compiler kernel) over its finite elements; finite elements come
-    out right. ``zero``: a runtime +0 shaped ``[1] * rank`` (:func:`_wide_zero`), if the caller has one."""
+def _bfp_quant(g: Body, xr: str, amax: str, smax: str, a: dict[str, Any], zero: str | None = None) -> str:
+    """to_bfp with the compiler kernel on ``xr`` (rows, bs, post) given the block maxima of |x|
+    clamped below at 2^-127 and the maxima of x over its finite elements; finite elements come
+    out right. ``zero``: a runtime +0 shaped ``[1] * rank`` (:func:`_wide_zero`), if the caller has one.
+    (to_bfp without the compiler kernel: :func:`_bfp_split`, :func:`_bfp_flat`.)"""
     m = a["bit_width"] - 9
     s = _pow2_floor(g, amax, 2.0 ** (1 - m))
     if zero is None:
         zero = g.op("Sub", s, s)
     rm = a["rounding_mode"]
-    if smax is not None:
-        # The largest rounded code of a block is R(max(x)/s) (R is monotone); if it reaches 2^m
-        # the block's exponent goes up once. The clamp of that kernel can never bind afterwards.
-        top = _round(g, g.op("Div", smax, s), rm, True, zero)
-        s = g.op("Where", g.op("GreaterOrEqual", top, g.wide(2.0**m)), g.op("Mul", s, g.wide(2.0)), s)
-        q = _round(g, g.op("Div", xr, s), rm, True, zero)
-    else:
-        qmax = float(2**m - 1)
-        v = g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax))
-        q = _round(g, v, rm, True, zero)
+    # The largest rounded code of a block is R(max(x)/s) (R is monotone); if it reaches 2^m
+    # the block's exponent goes up once. The clamp of that kernel can never bind afterwards.
+    top = _round(g, g.op("Div", smax, s), rm, True, zero)
+    s = g.op("Where", g.op("GreaterOrEqual", top, g.wide(2.0**m)), g.op("Mul", s, g.wide(2.0)), s)
+    q = _round(g, g.op("Div", xr, s), rm, True, zero)
     return g.op("Mul", q, s)
 
 
 def _bfp_exact(g: Body, xr: str, a: dict[str, Any]) -> str:
-    """to_bfp on any ``xr`` (rows, bs, post): block maxima without Inf/NaN, which pass through."""
+    """to_bfp with the compiler kernel on any ``xr`` (rows, bs, post): block maxima without Inf/NaN,
+    which pass through."""
     special = _nonfinite(g, xr)
     xz = g.op("Where", special, g.wide(0.0), xr)
     amax = g.op("Max", g.reduce("ReduceMax", g.op("Abs", xz), [1]), g.wide(2.0**-127))
-    smax = g.reduce("ReduceMax", xz, [1]) if a["use_compiler_version_cpu_kernel"] else None
-    y = _bfp_quant(g, xr, amax, smax, a)
+    y = _bfp_quant(g, xr, amax, g.reduce("ReduceMax", xz, [1]), a)
     # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
     # from its then slot into +0.
     return g.op("Where", special, xr, y)
@@ -359,14 +355,6 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     return f"p{(-n) % bs}{last}{_halves(a, bs, transposed, big)}{sized}"
 
 
-#: Smallest size (elements) of a tensor with a known non-negative last block axis, or a block
-#: axis followed by known 1s, that takes the transposed view (suffix ``l``, :func:`_view_last`).
-#: Below it the view's two Transposes and four Reshapes cost more per call than the short spans
-#: they avoid (an SE block's ``[?, C, 1, 1]``: C elements, 19 of PP-OCR cls's 54 activations;
-#: bench/RESULTS.md, blocklat12). The MX bodies' line (``onnx_ops.mx.LAST_AXIS_MIN_SIZE``).
-LAST_AXIS_MIN_SIZE = 8192
-
-
 def _small_for_transpose(shape: Any) -> bool:
     """Whether ``shape`` is known to hold fewer than :data:`LAST_AXIS_MIN_SIZE` elements (per
     image, for an image batch): every dim known, or every dim but the first of a rank-4+ tensor
@@ -481,13 +469,13 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         if flat:
             return restore(_bfp_flat(g, xr, a, halves))
         return restore(_bfp_split(g, xr, a, halves))
-    if a["bfp_method"] == "to_bfp":
+    if a["bfp_method"] == "to_bfp":  # the compiler kernel's body (the others returned above)
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))
         zero = _wide_zero(g, total)
         # |x| maxima from the maxima and minima of x: two reads, where Abs would write a tensor.
         smax = g.reduce("ReduceMax", xr, [1])
         amax = g.op("Max", smax, g.op("Neg", g.reduce("ReduceMin", xr, [1])), g.wide(2.0**-127))
-        quant_y = _bfp_quant(quant, xr, amax, smax if a["use_compiler_version_cpu_kernel"] else None, a, zero)
+        quant_y = _bfp_quant(quant, xr, amax, smax, a, zero)
         exact_y = _bfp_exact(exact, xr, a)
         yr = g.op("If", finite, then_branch=quant.graph(quant_y, g.fresh("quant")),
                   else_branch=exact.graph(exact_y, g.fresh("masked")))
@@ -559,7 +547,9 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | No
     of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
     put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
     its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
-    on the same values as :func:`_bfp_quant` and :func:`_bfp_exact`, hence the same bits.
+    on the same values as the one-``If`` body it replaced (:func:`_bfp_quant` with a ``Clip`` of
+    the codes in place of the compiler kernel's exponent bump, :func:`_bfp_exact`), hence the
+    same bits.
 
     ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` (blocks of an
     even length): the plain maxima are taken in two stages (:func:`onnxptq.onnx_ops.body.max_by_halves`,

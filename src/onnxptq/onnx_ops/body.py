@@ -255,6 +255,15 @@ def known_dims(shape: Any) -> str:
     return "x".join("u" if known_dim(d) is None else str(known_dim(d)) for d in shape)
 
 
+#: Smallest size (elements) of a tensor with a last block axis, or a block axis followed by known 1s
+#: (:func:`ones_after`), that takes the transposed view (:func:`view_last`): below it the view's two
+#: Transposes and four Reshapes cost more per call than the short spans they avoid. One line for the
+#: MX bodies (``onnx_ops.mx``: the tensor's known size) and the BFP bodies
+#: (``onnx_ops.bfp._small_for_transpose``: an SE block's ``[?, C, 1, 1]``, C elements, 19 of PP-OCR
+#: cls's 54 activations; bench/RESULTS.md, blocklat12).
+LAST_AXIS_MIN_SIZE = 8192
+
+
 def ones_after(shape: Any, axis: int) -> bool:
     """Whether ``axis`` has later dims and every one is known to be 1 (``[T, C, 1]``, an SE
     block's ``[N, C, 1, 1]``): the blocks then lie along the axis in memory as for a last axis,

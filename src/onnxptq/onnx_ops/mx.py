@@ -55,7 +55,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
-    HALVES_MIN_SIZE, Body, SplitAxis, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
+    HALVES_MIN_SIZE, LAST_AXIS_MIN_SIZE, Body, SplitAxis, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
     ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
@@ -67,9 +67,6 @@ MIN_OPSET = 18
 ATTRIBUTES = ("element_dtype", "axis", "block_size", "rounding_mode", "scale_search")
 
 _FLT_MAX = float(np.finfo(np.float32).max)
-#: Smallest known size (elements) of a tensor blocked along its last axis that takes the
-#: transposed view: below it, two Transposes and Reshapes cost more nodes than the short spans.
-LAST_AXIS_MIN_SIZE = 8192
 #: Shortest sub-block of the tiled view of a ragged axis (see :func:`tile_length`).
 MIN_TILE = 4
 #: Smallest known size (elements) of a tensor whose INT8-element body keeps the run-time choice

@@ -429,10 +429,9 @@ class WeightPacker:
         when ``fmt``/``values`` are not worth or not able to be packed (the caller keeps ``fq``)."""
         #: a short stem for this weight's intermediate tensors (their names cost file bytes)
         self._short = self.fresh("pk")
-        small = values.size < MIN_ELEMENTS
-        if self.opset < MIN_OPSET or (small and fmt not in ("bfp", "mx")) or values.dtype not in (np.float32, np.float16):
+        if (self.opset < MIN_OPSET or (values.size < MIN_ELEMENTS and fmt not in ("bfp", "mx"))
+                or values.dtype not in (np.float32, np.float16)):
             return None
-        self._small = small
         if fmt in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2"):
             frag = self._element(name, fq, fmt, attrs, target)
         elif fmt in ("bfp", "mx"):
@@ -638,7 +637,7 @@ class WeightPacker:
             group.rows += count
             parts.append((group, start, count, width))
 
-        if self._small and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
+        if values.size < MIN_ELEMENTS and not _joins_for_less(parts, values, fq.dtype.itemsize, ax):
             self._drop_parts(parts)
             return self._half_piece(name, fq, target)
         frag = QDQNodes(min_opset=MIN_OPSET)
@@ -753,22 +752,21 @@ class WeightPacker:
         else:
             frag.nodes.append(helper.make_node("Split", [wide], outs, axis=0, split=sizes))
 
-    def _drop_parts(self, parts: list[tuple[_Group, int, int, int]]) -> None:
-        """Undo the group entries ``_blocks`` just made (a small weight it keeps unpacked)."""
-        for group, _, count, _ in parts:
+    def _drop_parts(self, parts: list[tuple[Any, ...]]) -> None:
+        """Undo the group entries ``_blocks`` just made, ``(group, start, count, ...)`` each (a small
+        weight it keeps unpacked, before any piece of it was added)."""
+        for group, _, count, *_ in parts:
             group.exps.pop()
             group.codes.pop()
             group.shifts.pop()
             group.rows -= count
 
     def _drop_last_group_entry(self, frag: QDQNodes) -> None:
-        """Undo a block weight's ``add`` into its groups (it is stored unpacked instead)."""
-        for group, _, count in getattr(frag, "packed_groups", []):
-            group.exps.pop()
-            group.codes.pop()
-            group.shifts.pop()
+        """Undo a block weight's ``add`` into its groups, pieces too (it is stored unpacked instead)."""
+        parts = getattr(frag, "packed_groups", [])
+        self._drop_parts(parts)
+        for group, _, _ in parts:
             group.pieces.pop()
-            group.rows -= count
 
     # ---------------------------------------------------------------- group decoders
     def finish(self) -> QDQNodes:
