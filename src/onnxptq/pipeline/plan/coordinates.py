@@ -69,18 +69,11 @@ def coordinate_tolerances(model: onnx.ModelProto,
 
 def _members(plan: Plan, root: str) -> list[TensorPlan]:
     """The planned activations sharing ``root``'s scale (their ``share_with`` chain ends there)."""
-    out = []
-    for t in plan.activations():
-        cur, seen = t, {t.name}
-        while cur.share_with and cur.share_with in plan.tensors and cur.share_with not in seen:
-            cur = plan.tensors[cur.share_with]
-            seen.add(cur.name)
-        if cur.name == root:
-            out.append(t)
-    return out
+    return [t for t in plan.activations() if _root(plan, t) == root]
 
 
 def _root(plan: Plan, t: TensorPlan) -> str:
+    """The end of ``t``'s ``share_with`` chain (as ``solve.share_root``, which this layer below solve does not import)."""
     cur, seen = t, {t.name}
     while cur.share_with and cur.share_with in plan.tensors and cur.share_with not in seen:
         cur = plan.tensors[cur.share_with]
