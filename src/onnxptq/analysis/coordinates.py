@@ -217,10 +217,11 @@ def _point_axis(shape: tuple[int | None, ...], d: int | None) -> int | None:
     return 1 if len(shape) == 4 and shape[1] == d else None
 
 
-def coordinate_outputs(model: onnx.ModelProto) -> dict[str, Coordinate | None]:
+def coordinate_outputs(model: onnx.ModelProto, found: Mapping[str, Coordinate] | None = None) -> dict[str, Coordinate | None]:
     """The graph outputs that are coordinates by structure (``{name: Coordinate}``), and the float rank-4
-    outputs whose shape lets them be a sampling grid (``{name: None}``: their values decide, :func:`grid_axis`)."""
-    found = coordinate_tensors(model)
+    outputs whose shape lets them be a sampling grid (``{name: None}``: their values decide, :func:`grid_axis`).
+    ``found``: :func:`coordinate_tensors` of ``model`` where the caller has it (not walked again)."""
+    found = coordinate_tensors(model) if found is None else found
     types, dims = _elem_types(model), _dims(model)
     out: dict[str, Coordinate | None] = {}
     for o in model.graph.output:
