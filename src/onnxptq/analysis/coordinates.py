@@ -49,7 +49,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..config.floor_readings import DeclaredReading
-from ..graph.walk import dataflow
+from ..graph.walk import dataflow, declared_elem_types
 
 __all__ = ["CARRIERS", "COORDINATE_INPUTS", "DEFAULT_PIXELS", "GRID_CORRELATION", "INTERVALS", "Coordinate",
            "coordinate_outputs", "coordinate_readings", "coordinate_tensors", "grid_axis"]
@@ -131,11 +131,6 @@ def _dims(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]]:
             for vi in infos if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    infos = list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)
-    return {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.type.HasField("tensor_type")}
-
-
 def _pixels(node: onnx.NodeProto, dims: Mapping[str, tuple[int | None, ...]]) -> int:
     """The larger spatial size of what ``node`` samples, where shape inference knows it."""
     shape = dims.get(node.input[0], ()) if node.input else ()
@@ -177,7 +172,7 @@ def coordinate_tensors(model: onnx.ModelProto) -> dict[str, Coordinate]:
     """``{tensor: Coordinate}`` of the main graph's float tensors consumed as coordinates (module
     docstring: the consumers, the walk back through carriers, the tolerance scaled by the walk's gain)."""
     producer, _ = dataflow(model.graph.node)
-    constants, dims, types = _Constants(model), _dims(model), _elem_types(model)
+    constants, dims, types = _Constants(model), _dims(model), declared_elem_types(model.graph)
     types.update(constants.elem_types())
     found: dict[str, Coordinate] = {}
     walked: dict[str, float] = {}
@@ -217,11 +212,12 @@ def _point_axis(shape: tuple[int | None, ...], d: int | None) -> int | None:
     return 1 if len(shape) == 4 and shape[1] == d else None
 
 
-def coordinate_outputs(model: onnx.ModelProto) -> dict[str, Coordinate | None]:
+def coordinate_outputs(model: onnx.ModelProto, found: Mapping[str, Coordinate] | None = None) -> dict[str, Coordinate | None]:
     """The graph outputs that are coordinates by structure (``{name: Coordinate}``), and the float rank-4
-    outputs whose shape lets them be a sampling grid (``{name: None}``: their values decide, :func:`grid_axis`)."""
-    found = coordinate_tensors(model)
-    types, dims = _elem_types(model), _dims(model)
+    outputs whose shape lets them be a sampling grid (``{name: None}``: their values decide, :func:`grid_axis`).
+    ``found``: :func:`coordinate_tensors` of ``model`` where the caller has it (not walked again)."""
+    found = coordinate_tensors(model) if found is None else found
+    types, dims = declared_elem_types(model.graph), _dims(model)
     out: dict[str, Coordinate | None] = {}
     for o in model.graph.output:
         if o.name in found:

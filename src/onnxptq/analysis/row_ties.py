@@ -94,16 +94,10 @@ class RowMargins:
 
     def judge(self) -> RowTies | None:
         """The rows added with their near-ties counted; None where none was added."""
-        margins, kept_margins, agree = [], [], []
-        for ref, got in self._pairs:
-            found = _margins(ref, got)
-            if found is not None:
-                margins.append(found[0])
-                kept_margins.append(found[1])
-                agree.append(found[2])
-        if not margins:
+        found = [f for f in (_margins(ref, got) for ref, got in self._pairs) if f is not None]
+        if not found:
             return None
-        m, q, kept = np.concatenate(margins), np.concatenate(kept_margins), np.concatenate(agree)
+        m, q, kept = (np.concatenate(part) for part in zip(*found))
         loss = np.sort(m - q)
         rows = int(m.size)
         # each row's chance to flip: the share of the losses at least its margin (a row lost has its own)

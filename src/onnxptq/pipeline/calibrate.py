@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from ..analysis.decisions import capture, find_decisions
-from ..analysis.evidence import MOST_HELD_OUT
+from ..analysis.evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK
 from ..analysis.held_scores import is_held
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
@@ -123,8 +123,6 @@ class Calibrated:
         analysis/evidence.py, "Two looks"): where a second look on :attr:`reserve` is possible, the first look's
         (stricter) confidence and the held-out samples that look would judge ÷ those judged now; after it, the
         second's; with one look only, ``evidence.CONFIDENT``."""
-        from ..analysis.evidence import CONFIDENT, FIRST_LOOK, SECOND_LOOK
-
         if self.looked_again:
             return SECOND_LOOK, 0.0
         if self.reserve and self.holdout:

@@ -59,9 +59,10 @@ def coordinate_tolerances(model: onnx.ModelProto,
                           float_outputs: Sequence[Mapping[str, np.ndarray]] = ()) -> dict[str, tuple[float, str]]:
     """``{tensor: (tolerance, what reads it)}``: the model's coordinate tensors by structure, and its graph
     outputs whose float values ``float_outputs`` (one dict a feed) are a sampling grid (analysis/coordinates.py)."""
-    found = {name: (c.tolerance, c.read_as) for name, c in coordinate_tensors(model).items()}
+    tensors = coordinate_tensors(model)
+    found = {name: (c.tolerance, c.read_as) for name, c in tensors.items()}
     if float_outputs:
-        candidates = {n: c for n, c in coordinate_outputs(model).items() if c is None}
+        candidates = {n: c for n, c in coordinate_outputs(model, tensors).items() if c is None}
         for name, reading in coordinate_readings(candidates, float_outputs).items():
             found.setdefault(name, (reading.tolerance, "a sampling grid by its float values"))
     return found
@@ -69,18 +70,11 @@ def coordinate_tolerances(model: onnx.ModelProto,
 
 def _members(plan: Plan, root: str) -> list[TensorPlan]:
     """The planned activations sharing ``root``'s scale (their ``share_with`` chain ends there)."""
-    out = []
-    for t in plan.activations():
-        cur, seen = t, {t.name}
-        while cur.share_with and cur.share_with in plan.tensors and cur.share_with not in seen:
-            cur = plan.tensors[cur.share_with]
-            seen.add(cur.name)
-        if cur.name == root:
-            out.append(t)
-    return out
+    return [t for t in plan.activations() if _root(plan, t) == root]
 
 
 def _root(plan: Plan, t: TensorPlan) -> str:
+    """The end of ``t``'s ``share_with`` chain (as ``solve.share_root``, which this layer below solve does not import)."""
     cur, seen = t, {t.name}
     while cur.share_with and cur.share_with in plan.tensors and cur.share_with not in seen:
         cur = plan.tensors[cur.share_with]
