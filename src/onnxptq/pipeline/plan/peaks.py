@@ -51,7 +51,12 @@ def _at_weighted_layer(name: str, g: _Graph) -> bool:
 
 
 def recurring_peaks(tensors: dict[str, TensorPlan], g: _Graph) -> None:
-    """Set ``TensorPlan.keep_peaks`` on every percentile-calibrated activation at a weighted layer."""
+    """Set ``TensorPlan.keep_peaks`` on every percentile-calibrated activation at a weighted layer;
+    then :func:`.heavy_tails.heavy_tail_candidates` marks those of them, read by weighted layers alone,
+    whose heavy tail (the statistics decide) takes the range of least error instead."""
     for name, plan in tensors.items():
         if plan.role == "activation" and plan.quant.calibration == "percentile" and _at_weighted_layer(name, g):
             plan.keep_peaks = True
+    from .heavy_tails import heavy_tail_candidates  # imports this module's WEIGHTED_OPS
+
+    heavy_tail_candidates(tensors, g)
