@@ -170,3 +170,21 @@ def test_counting_tail_collector_keeps_the_tail_collectors_percentile():
     other.update(parts[0])
     counting.merge(other)
     assert counting.grid.counts.sum() == counting.count == 350_000
+
+
+def test_products_of_two_activations_are_not_marked():
+    """A MatMul of two activations (attention's probabilities times values) is no weighted layer here:
+    the peaks of what it weighs are the evidence; a MatMul against a constant weight is one."""
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 1, (8, 4)).astype(np.float32), "w")
+    nodes = [helper.make_node("Sigmoid", ["scores"], ["gates"], name="gate"),
+             helper.make_node("MatMul", ["gates", "values"], ["mixed"], name="mix"),
+             helper.make_node("MatMul", ["mixed", "w"], ["y"], name="project")]
+    graph = helper.make_graph(nodes, "mix", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 8, 8]),
+                                             helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    plan = make_plan(onnx.shape_inference.infer_shapes(model), get_preset("A8W8"))
+    assert {"gates", "values", "mixed"} <= set(plan.tensors)
+    assert not plan.tensors["gates"].tail_search and not plan.tensors["values"].tail_search
+    assert plan.tensors["mixed"].tail_search
