@@ -26,16 +26,19 @@ CHANNELS = 16
 
 
 def two_convs(residual: bool = False) -> onnx.ModelProto:
-    """x [1,1,48,48] → 1×1 Conv to 16 channels (``feat``, the last one 10x the others) → 1×1 Conv to 4 (``y``); with ``residual``,
-    ``feat`` is also read by an ``Add`` (``res`` = feat + its mean over channels), a second output."""
+    """x [1,1,48,48] → 1×1 Conv to 16 channels (``pre``) → depthwise 1×1 Conv (``feat``: each channel
+    its own, the last one 10x the others) → 1×1 pointwise Conv to 4 (``y``); with ``residual``,
+    ``feat`` is also read by an ``Add`` (``res`` = feat + feat/2), a second output."""
     rng = np.random.default_rng(0)
     w1 = np.ones((CHANNELS, 1, 1, 1), np.float32)
-    w1[-1] = 10.0  # one channel 10x the others: the tensor's peaks live there (as PP-OCRv4 det's do in 2 of 16)
+    dw = np.ones((CHANNELS, 1, 1, 1), np.float32)
+    dw[-1] = 10.0  # one channel 10x the others: the tensor's peaks live there (as PP-OCRv4 det's do in 2 of 16)
     w2 = rng.uniform(-1.0, 1.0, (4, CHANNELS, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["feat"], name="conv1"),
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["pre"], name="conv1"),
+             helper.make_node("Conv", ["pre", "dw"], ["feat"], name="depthwise", group=CHANNELS),
              helper.make_node("Conv", ["feat", "w2"], ["y"], name="conv2")]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, SIZE, SIZE])]
-    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(dw, "dw"), numpy_helper.from_array(w2, "w2")]
     if residual:
         inits.append(numpy_helper.from_array(np.full((1, CHANNELS, 1, 1), 0.5, np.float32), "half"))
         nodes.append(helper.make_node("Mul", ["feat", "half"], ["scaled"], name="scale"))
@@ -94,7 +97,10 @@ def _exposing(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
 
 def test_the_plan_marks_inputs_only_weighted_layers_read():
     plan = make_plan(two_convs(), get_preset("A8W8"))
-    assert plan.tensors["feat"].tail_search and plan.tensors["x"].tail_search
+    assert plan.tensors["feat"].tail_search
+    # a regular convolution's output (pre, read by the depthwise Conv) and the graph input: their
+    # channels are mixed (or raw), their tails a filter's response: not marked
+    assert not plan.tensors["pre"].tail_search and not plan.tensors["x"].tail_search
     assert plan.tensors["feat"].range_options()["tail_search"] is True
     assert plan.tensors["feat"].collector_spec()["histogram"] is True
     assert plan.tensors["feat"].to_json()["tail_search"] is True
@@ -175,16 +181,20 @@ def test_counting_tail_collector_keeps_the_tail_collectors_percentile():
 def test_products_of_two_activations_are_not_marked():
     """A MatMul of two activations (attention's probabilities times values) is no weighted layer here:
     the peaks of what it weighs are the evidence; a MatMul against a constant weight is one."""
-    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 1, (8, 4)).astype(np.float32), "w")
-    nodes = [helper.make_node("Sigmoid", ["scores"], ["gates"], name="gate"),
-             helper.make_node("MatMul", ["gates", "values"], ["mixed"], name="mix"),
-             helper.make_node("MatMul", ["mixed", "w"], ["y"], name="project")]
-    graph = helper.make_graph(nodes, "mix", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 8, 8]),
-                                             helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])], [w])
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 1, (8, 8)).astype(np.float32), "w")
+    dw = numpy_helper.from_array(np.ones((4, 1, 1, 1), np.float32), "dw")
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], name="depthwise", group=4),
+             helper.make_node("Relu", ["d"], ["a1"], name="relu1"),
+             helper.make_node("HardSwish", ["d"], ["a2"], name="hswish"),
+             helper.make_node("MatMul", ["a1", "values"], ["mixed"], name="mix"),
+             helper.make_node("MatMul", ["a2", "w"], ["projected"], name="project"),
+             helper.make_node("Add", ["mixed", "projected"], ["y"], name="sum")]
+    graph = helper.make_graph(nodes, "mix", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+                                             helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, dw])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     plan = make_plan(onnx.shape_inference.infer_shapes(model), get_preset("A8W8"))
-    assert {"gates", "values", "mixed"} <= set(plan.tensors)
-    assert not plan.tensors["gates"].tail_search and not plan.tensors["values"].tail_search
-    assert plan.tensors["mixed"].tail_search
+    assert {"a1", "a2", "values"} <= set(plan.tensors)
+    assert not plan.tensors["a1"].tail_search and not plan.tensors["values"].tail_search
+    assert plan.tensors["a2"].tail_search
