@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import onnx
 
-from .peaks import WEIGHTED_OPS
+from ..tails import WEIGHTED_OPS
 from .select import _Graph
 from .types import TensorPlan
 

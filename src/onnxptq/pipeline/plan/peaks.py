@@ -32,6 +32,7 @@ rests on the averaging argument and the channel statistics above.
 
 from __future__ import annotations
 
+from .heavy_tails import heavy_tail_candidates
 from .select import _Graph
 from .types import TensorPlan
 
@@ -57,6 +58,4 @@ def recurring_peaks(tensors: dict[str, TensorPlan], g: _Graph) -> None:
     for name, plan in tensors.items():
         if plan.role == "activation" and plan.quant.calibration == "percentile" and _at_weighted_layer(name, g):
             plan.keep_peaks = True
-    from .heavy_tails import heavy_tail_candidates  # imports this module's WEIGHTED_OPS
-
     heavy_tail_candidates(tensors, g)
