@@ -4,6 +4,8 @@ the rule changed (``fired``; ``gains``: every candidate's error gain, kurtosis a
 
     NEWMODELS*_SRC defaults; PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/det_range.py \\
         --models ppocrv4_det,ppocrv3_det,zoo:ddddocr_det,shared:cls --json /work/cache/detrange/rows.json [--repair]
+    # the files it left, judged page by page on 64 fresh pages (paired difference, standard error)
+    ... python bench/det_range.py --models ppocrv4_det --pages 64 --seed 2000 --out-dir DIR --json unused
 
 Models: a bench/newmodels.py key (its feeds and metric, ``--calib`` feeds of seed 1, ``--held`` of seed 1000), ``zoo:NAME``
 (testkit/zoo.py: its own calibration/held-out counts and metric) or ``shared:cls`` / ``shared:rec`` (PP-OCR's angle
@@ -103,6 +105,22 @@ def run_model(key: str, calib_n: int, held_n: int, repair: bool, preset: str, ou
     return rows
 
 
+def pages(keys: list[str], n: int, seed: int, preset: str, out_dir: Path) -> None:
+    """The before/after files ``run_model`` left in ``out_dir``, judged page by page on ``n`` fresh feeds of ``seed``
+    (bench/newmodels.py keys): the means and the paired difference with its standard error."""
+    for key in keys:
+        rel, make, _, metric = nm.MODELS[key]
+        held = make(n, seed)
+        ref = zoo.session_runner(str(nm.SRC / rel))
+        values = {label: np.array([float(metric(ref, run, [f], None)) for f in held])
+                  for label, run in (("before", zoo.session_runner(str(out_dir / f"{key}.{preset}.before.onnx"))),
+                                     ("after", zoo.session_runner(str(out_dir / f"{key}.{preset}.after.onnx"))))}
+        d = values["after"] - values["before"]
+        print(json.dumps({"model": key, "pages": n, "seed": seed, "before": round(float(values["before"].mean()), 4),
+                          "after": round(float(values["after"].mean()), 4), "mean_diff": round(float(d.mean()), 4),
+                          "se": round(float(d.std(ddof=1) / np.sqrt(n)), 4)}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", required=True)
@@ -113,8 +131,13 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--ratios", default="", help="further 'after' rows with these TAIL_PEAK_RATIO values (a sweep)")
     ap.add_argument("--out-dir", default="/tmp/det_range")
+    ap.add_argument("--pages", type=int, default=0, help="judge the files in --out-dir on this many fresh feeds instead")
+    ap.add_argument("--seed", type=int, default=2000)
     a = ap.parse_args()
     out_dir = Path(a.out_dir)
+    if a.pages:
+        pages(a.models.split(","), a.pages, a.seed, a.preset, out_dir)
+        return
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = json.loads(Path(a.json).read_text()) if Path(a.json).exists() else []
     for key in a.models.split(","):
