@@ -683,9 +683,10 @@ def tail_peak_ratio(c: MinMaxCollector) -> float | None:
 
 def tail_window(c: MinMaxCollector, lo: float, hi: float, opts: Mapping[str, Any], name: str = "tensor"
                 ) -> tuple[float, tuple[float, float]] | None:
-    """``(gain, window)``: the window ``f * [min, max]`` (``f`` in (0, 1], MinMSE's candidates) of least
-    squared rounding + clipping error on the values ``c`` counted, and how many times that error
-    the range ``(lo, hi)`` costs; None where ``c`` counted nothing or ``opts`` give no integer grid."""
+    """``(gain, window)``: the window ``f * [min, max]`` (``f`` in (0, 1], MinMSE's candidates) inside
+    ``(lo, hi)`` of least squared rounding + clipping error on the values ``c`` counted, and how many
+    times that error the range ``(lo, hi)`` costs; None where ``c`` counted nothing, no window lies
+    inside, or ``opts`` give no integer grid."""
     grid_opts = {k: opts[k] for k in ("qmin", "qmax", "qtype", "reduce_range", "symmetric") if k in opts}
     if not (("qmin" in grid_opts and "qmax" in grid_opts) or "qtype" in grid_opts):
         return None
@@ -697,6 +698,13 @@ def tail_window(c: MinMaxCollector, lo: float, hi: float, opts: Mapping[str, Any
     k = 100
     fractions = np.arange(k, 0, -1, dtype=np.float64) / k  # 1 first: ties keep the widest window
     windows = np.stack([fractions * dlo, fractions * dhi], axis=1)
+    # only windows inside (lo, hi): the search narrows a range whose tail costs every value step size;
+    # it never widens a percentile range back over what the percentile clipped (PP-OCRv4 rec's
+    # hardswish_42, widened 3.484 -> 3.548 by it, cost per-tensor A8W8 on the NPU placement 0.005 CER)
+    glo, ghi = min(lo, 0.0), max(hi, 0.0)  # the grid holds zero: (lo, hi) as the grid spans it
+    windows = windows[(windows[:, 0] >= glo - 1e-12 * abs(glo)) & (windows[:, 1] <= ghi + 1e-12 * abs(ghi))]
+    if not windows.size:
+        return None
     errors = tail_errors(c, np.vstack([[lo, hi], windows]), qmin, qmax, symmetric)
     if errors is None:
         return None
