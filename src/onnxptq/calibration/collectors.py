@@ -52,6 +52,7 @@ __all__ = [
     "MinMaxCollector",
     "SignedHistogram",
     "TailCollector",
+    "TailHistogramCollector",
     "as_float_array",
 ]
 
@@ -723,3 +724,43 @@ class TailCollector(MinMaxCollector):
             f"TailCollector({self.name!r}, min={self.min}, max={self.max}, count={self.count}, "
             f"top={self.top.size}, bottom={self.bottom.size}, width={self.grid.width:.6g})"
         )
+
+
+class TailHistogramCollector(TailCollector):
+    """A :class:`TailCollector` whose grid also counts every value: the percentile comes from the
+    exact tails as before, and the counts let a range be judged by the rounding and clipping error
+    it causes (``methods.compute_range``'s ``tail_search``, pipeline/plan/heavy_tails.py).
+
+    Why one collector and not a tail collector beside a histogram: both follow the same grid (the
+    running ``max|x|``), so the histogram costs one ``bincount`` per batch and
+    ``grid.counts`` (the bins the tail collector already sizes) and nothing else. The tensor is
+    fetched whole (no in-graph reduction has a histogram), so only the tensors a plan rule names
+    get one. Memory: the tail collector's plus ``max_bins`` float64 counts, whatever the number of
+    batches.
+    """
+
+    def update(self, batch: np.ndarray) -> None:
+        """Fold ``batch`` in: its tails (:meth:`TailCollector.update`'s values) and its counts."""
+        x, lo, hi = self._finite(batch)
+        if x.size == 0 or lo is None or hi is None:
+            return
+        n = int(x.size)
+        k = self.batch_k(n)
+        largest = np.partition(x, n - k)[n - k :] if k < n else x
+        smallest = np.partition(x, k - 1)[:k] if k < n else x
+        self.update_tails(largest, smallest, n, lo, hi)
+        self.grid.add(x, max(-lo, hi, 0.0))
+
+    def merge(self, other: MinMaxCollector) -> None:
+        if not isinstance(other, TailHistogramCollector):
+            raise TypeError(f"cannot merge {type(other).__name__} into TailHistogramCollector ({self.name!r}): "
+                            "its grid holds no counts")
+        super().merge(other)
+
+    @property
+    def counted(self) -> bool:
+        """Whether the grid holds counts of the values seen (not only zeros)."""
+        return self.grid.counts.size > 0 and float(self.grid.counts.sum()) > 0.0
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace("TailCollector(", "TailHistogramCollector(", 1)

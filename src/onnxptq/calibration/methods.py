@@ -36,7 +36,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from onnxptq.calibration.collectors import (RECURRING_BATCHES, Collector, HistogramCollector, MinMaxCollector, TailCollector,
-                                           grid_positions)
+                                           TailHistogramCollector, grid_positions)
 from onnxptq.formats import integer
 from onnxptq.formats.integer import grid_fake_quantize as fake_quantize
 from onnxptq.formats.integer import grid_pow2_scale as pow2_scale
@@ -58,6 +58,10 @@ __all__ = [
     "qrange",
     "resolve_method",
     "scale_zero_point",
+    "tail_errors",
+    "tail_kurtosis",
+    "tail_peak_ratio",
+    "tail_window",
 ]
 
 #: Percentiles whose tail (per side) is at most this fraction of the values are collected as a
@@ -157,6 +161,7 @@ def make_collector(
     symmetric: bool | None = None,
     max_bins: int | None = None,
     percentile: float | None = None,
+    histogram: bool = False,
     name: str = "tensor",
     **_ignored: Any,
 ) -> MinMaxCollector:
@@ -170,7 +175,9 @@ def make_collector(
 
     Percentile given a ``percentile`` whose tail is at most :data:`TAIL_MAX_FRACTION` of the
     values gets a :class:`TailCollector` instead: the same range from the retained tail, at a
-    fraction of the cost (see its docstring); lower percentiles keep the histogram.
+    fraction of the cost (see its docstring); lower percentiles keep the histogram. ``histogram=True``
+    (percentile with ``tail_search``, pipeline/plan/heavy_tails.py) makes that a
+    :class:`TailHistogramCollector`: the same tails, and the counts the search reads.
     """
     m, implied = resolve_method(method)
     if m in (Method.MINMAX, Method.NONOVERFLOW):
@@ -187,7 +194,8 @@ def make_collector(
     if m is Method.PERCENTILE and percentile is not None:
         fraction = (100.0 - float(percentile)) / 100.0 / (1.0 if sym else 2.0)
         if 0.0 <= fraction <= TAIL_MAX_FRACTION * (1 + 1e-9):  # 99.999 is not exact in binary
-            return TailCollector(
+            kind = TailHistogramCollector if histogram else TailCollector
+            return kind(
                 num_bins=bins, max_bins=max_bins if max_bins is None else max(max_bins, bins),
                 tail_fraction=fraction, name=name,
             )
@@ -476,7 +484,10 @@ def compute_range(collector: Collector, method: str | Method, **options: Any) ->
     - minmax: ``symmetric=False``, ``moving_average=False``
     - percentile: ``percentile=99.999``, ``symmetric=True``, ``clamp=True``, ``recurring=False``
       (True: never clip a value that :data:`~onnxptq.calibration.collectors.RECURRING_BATCHES`
-      calibration batches reach, :func:`_cover_recurring`; the presets' pipeline sets it)
+      calibration batches reach, :func:`_cover_recurring`; the presets' pipeline sets it),
+      ``tail_search=False`` (True: a heavy-tailed tensor's range by its rounding and clipping error
+      on the counted histogram, :func:`_tail_search`; needs ``qmin``/``qmax`` and a collector with
+      counts, else the percentile range stands)
     - entropy: ``num_quantized_bins=128``, ``symmetric=False``, ``ort_compatible=True``
     - minmse: ``qmin``/``qmax`` or ``qtype`` (+``reduce_range``), ``symmetric=True``,
       ``power_of_two=False`` (True for ``PowerOfTwoMethod.MinMSE``), ``num_candidates=100``
@@ -542,7 +553,7 @@ def _compute_range(collector: Collector, method: str | Method, **options: Any) -
     grid = {"qmin", "qmax", "qtype", "reduce_range", "symmetric"}
     allowed = grid | {
         Method.MINMAX: {"moving_average", "moving_average_constant"},
-        Method.PERCENTILE: {"percentile", "clamp", "recurring"},
+        Method.PERCENTILE: {"percentile", "clamp", "recurring", "tail_search"},
         Method.ENTROPY: {"num_quantized_bins", "ort_compatible"},
         Method.MINMSE: {"power_of_two", "num_candidates", "percentile"},
         Method.NONOVERFLOW: set(),
@@ -588,7 +599,9 @@ def _compute_range(collector: Collector, method: str | Method, **options: Any) -
             lo, hi = _tail_percentile_range(collector, pct, sym, bool(opts.get("clamp", True)))
         else:
             lo, hi = _percentile_range(_need_hist(collector, m), pct, sym, bool(opts.get("clamp", True)))
-        return _cover_recurring(collector, lo, hi, sym) if opts.get("recurring", False) else (lo, hi)
+        if opts.get("recurring", False):
+            lo, hi = _cover_recurring(collector, lo, hi, sym)
+        return _tail_search(collector, lo, hi, opts, name) if opts.get("tail_search", False) else (lo, hi)
     h = _need_hist(collector, m)
 
     if m is Method.ENTROPY:
@@ -602,6 +615,130 @@ def _compute_range(collector: Collector, method: str | Method, **options: Any) -
         return _remembered(h, m, opts, lambda: _minmse(h, opts, name))
 
     return _remembered(h, m, opts, lambda: _layerwise_percentile(h, opts, name))
+
+
+#: :func:`_tail_search` takes the error-minimising window only where the percentile range's squared
+#: error on the histogram is at least this many times the window's (a heavy tail: one a light-tailed
+#: tensor never reaches, whose best window is its full range). Chosen on the zoo's detectors and
+#: readers (bench/det_range.py, bench/RESULTS.md "(detrange, 2026-11-28)").
+TAIL_SEARCH_GAIN = 1.0
+#: the kurtosis (E[(x-mean)^4] / var^2; 3 for a normal, 1.8 for a uniform) from which a tensor's
+#: tail counts as heavy: below it :func:`_tail_search` keeps the percentile range
+TAIL_KURTOSIS = 30.0
+#: a heavy tail whose largest |x| is more than this many times its 99.9th percentile of |x| is a few
+#: isolated peaks, not a continuous tail: a detector's object responses (plan/peaks.py), which the
+#: error of a pooled histogram undervalues; :func:`_tail_search` keeps their percentile range
+TAIL_PEAK_RATIO = 3.0
+
+
+def _counted_grid(c: MinMaxCollector) -> Any:
+    """The histogram ``c`` counted its values on (a histogram or counting tail collector), or None."""
+    if isinstance(c, HistogramCollector):
+        return c.hist
+    if isinstance(c, TailHistogramCollector) and c.counted:
+        return c.grid
+    return None
+
+
+def tail_errors(c: MinMaxCollector, ranges: np.ndarray, qmin: int, qmax: int, symmetric: bool) -> np.ndarray | None:
+    """Mean squared rounding + clipping error of each ``(lo, hi)`` row of ``ranges`` on the values
+    ``c`` counted (bin centres), or None where ``c`` counted none."""
+    grid = _counted_grid(c)
+    if grid is None or grid.width == 0.0:
+        return None
+    total = float(grid.counts.sum())
+    ranges = np.asarray(ranges, dtype=np.float64).reshape(-1, 2)
+    scales, zps = grid_scales_zero_points(ranges[:, 0], ranges[:, 1], qmin, qmax, symmetric)
+    return _weighted_errors(grid.centres, grid.counts, scales, zps, qmin, qmax, 2) / max(total, 1.0)
+
+
+def tail_kurtosis(c: MinMaxCollector) -> float | None:
+    """Kurtosis ``E[(x - mean)^4] / var^2`` of the values ``c`` counted (bin centres), or None."""
+    grid = _counted_grid(c)
+    if grid is None or grid.width == 0.0:
+        return None
+    counts, centres = grid.counts, grid.centres
+    total = float(counts.sum())
+    if total <= 0.0:
+        return None
+    mean = float((counts * centres).sum() / total)
+    d2 = (centres - mean) ** 2
+    var = float((counts * d2).sum() / total)
+    return float((counts * d2 * d2).sum() / total / (var * var)) if var > 0.0 else None
+
+
+def tail_peak_ratio(c: MinMaxCollector) -> float | None:
+    """``max|x|`` over the 99.9th percentile of ``|x|`` of the values ``c`` counted (the folded
+    histogram's bin edge where the count reaches 99.9 %), or None."""
+    grid = _counted_grid(c)
+    if grid is None or grid.width == 0.0:
+        return None
+    counts, edges = grid.folded()
+    total = float(counts.sum())
+    if total <= 0.0:
+        return None
+    at = float(edges[min(int(np.searchsorted(np.cumsum(counts), 0.999 * total)) + 1, edges.size - 1)])
+    return max(abs(float(c.min)), abs(float(c.max))) / at if at > 0.0 else math.inf
+
+
+def tail_window(c: MinMaxCollector, lo: float, hi: float, opts: Mapping[str, Any], name: str = "tensor"
+                ) -> tuple[float, tuple[float, float]] | None:
+    """``(gain, window)``: the window ``f * [min, max]`` (``f`` in (0, 1], MinMSE's candidates) inside
+    ``(lo, hi)`` of least squared rounding + clipping error on the values ``c`` counted, and how many
+    times that error the range ``(lo, hi)`` costs; None where ``c`` counted nothing, no window lies
+    inside, or ``opts`` give no integer grid."""
+    grid_opts = {k: opts[k] for k in ("qmin", "qmax", "qtype", "reduce_range", "symmetric") if k in opts}
+    if not (("qmin" in grid_opts and "qmax" in grid_opts) or "qtype" in grid_opts):
+        return None
+    qmin, qmax, symmetric = _grid(grid_opts, Method.PERCENTILE, name)
+    dlo, dhi = min(float(c.min), 0.0), max(float(c.max), 0.0)
+    if symmetric:
+        a = max(-dlo, dhi)
+        dlo, dhi = -a, a
+    k = 100
+    fractions = np.arange(k, 0, -1, dtype=np.float64) / k  # 1 first: ties keep the widest window
+    windows = np.stack([fractions * dlo, fractions * dhi], axis=1)
+    # only windows inside (lo, hi): the search narrows a range whose tail costs every value step size;
+    # it never widens a percentile range back over what the percentile clipped (PP-OCRv4 rec's
+    # hardswish_42, widened 3.484 -> 3.548 by it, cost per-tensor A8W8 on the NPU placement 0.005 CER)
+    glo, ghi = min(lo, 0.0), max(hi, 0.0)  # the grid holds zero: (lo, hi) as the grid spans it
+    windows = windows[(windows[:, 0] >= glo - 1e-12 * abs(glo)) & (windows[:, 1] <= ghi + 1e-12 * abs(ghi))]
+    if not windows.size:
+        return None
+    errors = tail_errors(c, np.vstack([[lo, hi], windows]), qmin, qmax, symmetric)
+    if errors is None:
+        return None
+    best = int(np.argmin(errors[1:]))
+    gain = float(errors[0] / errors[1 + best]) if errors[1 + best] > 0 else (1.0 if errors[0] == 0 else math.inf)
+    return gain, (float(windows[best, 0]), float(windows[best, 1]))
+
+
+def _tail_search(c: MinMaxCollector, lo: float, hi: float, opts: dict[str, Any], name: str) -> tuple[float, float]:
+    """``(lo, hi)``, or where the values are heavy-tailed, the window that minimises the squared
+    rounding and clipping error on the counted histogram (:func:`tail_window`).
+
+    Why: a percentile range (and more so one that keeps recurring peaks, :func:`_cover_recurring`)
+    spans a heavy-tailed activation's rare large values, and every other value pays for them in
+    step size. PP-OCRv4 det's first pointwise Conv reads a HardSwish output of median |x| 1.38 whose
+    peaks reach 91-96 on every page: the step 0.364 left a rounding error that the page's uniform
+    background repeats over the whole page (the same value, the same error), and the DB mask IoU
+    fell to 0.9447 (0.9765 with this window, 0.9803 with the tensor float). The percentile range is
+    kept unless it costs more than :data:`TAIL_SEARCH_GAIN` times the best window's error, so a
+    tensor whose tail is light, or that a collector without counts saw, keeps its range exactly.
+    """
+    kurtosis = tail_kurtosis(c)
+    if kurtosis is None or kurtosis < TAIL_KURTOSIS:
+        return lo, hi
+    ratio = tail_peak_ratio(c)
+    if ratio is None or ratio > TAIL_PEAK_RATIO:
+        return lo, hi
+    found = tail_window(c, lo, hi, opts, name)
+    if found is None or not found[0] > TAIL_SEARCH_GAIN:
+        return lo, hi
+    gain, (new_lo, new_hi) = found
+    log.debug("range of %r by its error on the histogram (heavy tail): [%.6g, %.6g] -> [%.6g, %.6g], squared error / %.2f",
+              name, lo, hi, new_lo, new_hi, gain)
+    return new_lo, new_hi
 
 
 def widen_by_margin(lo: float, hi: float, margin: float) -> tuple[float, float]:

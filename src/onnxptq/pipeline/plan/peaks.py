@@ -32,6 +32,7 @@ rests on the averaging argument and the channel statistics above.
 
 from __future__ import annotations
 
+from .heavy_tails import heavy_tail_candidates
 from .select import _Graph
 from .types import TensorPlan
 
@@ -51,7 +52,10 @@ def _at_weighted_layer(name: str, g: _Graph) -> bool:
 
 
 def recurring_peaks(tensors: dict[str, TensorPlan], g: _Graph) -> None:
-    """Set ``TensorPlan.keep_peaks`` on every percentile-calibrated activation at a weighted layer."""
+    """Set ``TensorPlan.keep_peaks`` on every percentile-calibrated activation at a weighted layer;
+    then :func:`.heavy_tails.heavy_tail_candidates` marks those of them, read by weighted layers alone,
+    whose heavy tail (the statistics decide) takes the range of least error instead."""
     for name, plan in tensors.items():
         if plan.role == "activation" and plan.quant.calibration == "percentile" and _at_weighted_layer(name, g):
             plan.keep_peaks = True
+    heavy_tail_candidates(tensors, g)

@@ -52,6 +52,9 @@ class TensorPlan:
     #: a percentile range that keeps what several calibration batches reach (plan/peaks.py: the
     #: operands and results of weighted layers); False: the plain pooled percentile
     keep_peaks: bool = False
+    #: a percentile range that a heavy tail replaces by the window of least rounding and clipping
+    #: error on a counted histogram (plan/heavy_tails.py: 8-bit inputs read only by weighted layers)
+    tail_search: bool = False
     #: the factor its calibrated range is widened by (plan/scarce.py: a 16-bit activation of a few
     #: values per sample, whose range is the extreme of a few draws); 1.0: none
     margin: float = 1.0
@@ -76,6 +79,8 @@ class TensorPlan:
         spec: dict[str, Any] = {"method": quant.calibration, "symmetric": quant.symmetric}
         if quant.calibration == "percentile":
             spec["percentile"] = quant.percentile
+            if self.tail_search and quant is self.quant:  # its range may be searched on the counts
+                spec["histogram"] = True
         if num_bins is not None:
             spec["num_bins"] = num_bins
         return spec
@@ -89,6 +94,8 @@ class TensorPlan:
             options["percentile"] = quant.percentile
             if self.keep_peaks:  # clip only what one or two calibration batches reach (plan/peaks.py)
                 options["recurring"] = True
+            if self.tail_search:  # a heavy tail's range by its error on the histogram (plan/heavy_tails.py)
+                options["tail_search"] = True
         if quant.calibration == "minmse":
             # PowerOfTwoMethod.MinMSE: search among power-of-two scales, not a float window that is
             # rounded to a power of two afterwards (which can land on a worse scale than the search's).
@@ -124,6 +131,7 @@ class TensorPlan:
             **({"limits": list(self.limits)} if self.limits is not None else {}),
             **({"covers": list(self.covers)} if self.covers is not None else {}),
             **({"keep_peaks": True} if self.keep_peaks else {}),
+            **({"tail_search": True} if self.tail_search else {}),
             **({"margin": self.margin} if self.margin != 1.0 else {}),
             **({"clip_guard": False} if not self.clip_guard else {}),
         }
