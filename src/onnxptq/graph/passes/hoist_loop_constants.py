@@ -52,11 +52,13 @@ _DECODES = frozenset({
 })
 #: Ops whose onnxruntime kernel depends on how their weight is made: a ``DequantizeLinear`` read by a
 #: MatMul/Gemm is fused into ``MatMulNBits`` (an int8 weight kernel), an initializer is prepacked, a
-#: 16-bit float MatMul gives other bits on a weight from the outer scope. Their weight input stays
+#: 16-bit float MatMul gives other bits on a weight from the outer scope, a ``DequantizeLinear`` read
+#: by a Gather is turned into a gather of integer rows decoded after (graph/passes/lookup_tables.py:
+#: the table stays 8-bit in memory). Their weight input stays
 #: produced in their own graph, so neither the speed nor the bits change.
 _KERNEL_PICKERS = frozenset({
     "MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
-    "Einsum", "LSTM", "GRU", "RNN", "Attention",
+    "Einsum", "LSTM", "GRU", "RNN", "Attention", "Gather",
 })
 #: The control-flow ops whose bodies run once per iteration: what is hoisted out of them saves work.
 _LOOPS = ("Loop", "Scan")
