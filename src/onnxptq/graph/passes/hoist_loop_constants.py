@@ -6,8 +6,8 @@ DequantizeLinear: its QDQ fusions want to see it). tf2onnx writes a Keras LSTM a
 mk8dx-table-reader's digit CRNN ran 2.9-3.1x float under A8W8/A16W8 because each of its two Loops
 dequantized 8 weight slices (1.5 MB) per time step (bench/RESULTS.md, newmodels21). The decode's
 inputs are constants, so its value is the same on every iteration: computed once in the enclosing
-graph (a body sees the outer scope's values), the body reads the decoded float weight. It is the
-same computation on the same inputs: the outputs are bit-identical.
+graph (a body sees the outer scope's values), the body reads the decoded float weight: the same
+computation on the same inputs (what changes is which kernels onnxruntime picks; see below).
 
 Rule, by dataflow only. A body node is moved into the graph holding its Loop/Scan when
 
@@ -21,8 +21,21 @@ Rule, by dataflow only. A body node is moved into the graph holding its Loop/Sca
   in one graph: onnxruntime's DQ -> MatMul weight fusions look a weight up in the node's own graph,
   graph/passes/sink_initializers.py);
 * no output is a graph output of the body (a body output must be produced in the body);
+* no output is read by a body node that stays and whose kernel onnxruntime picks by how its weight
+  is made (``_KERNEL_PICKERS``: MatMul, Gemm, Conv, Gather, ...): ``DequantizeLinear -> MatMul`` in
+  the body is fused to ``MatMulNBits`` (or rewritten exact by graph/passes/exact_int_weights.py),
+  ``DequantizeLinear -> Gather`` becomes a gather of integer rows (lookup_tables.py), and a float16
+  MatMul rounds its sums otherwise on a weight from the outer scope: hoisting there would change
+  the bits or lose the fused kernel (mk8dx A8W8 as fused: 0.13x float; hoisted: 0.24x);
 * a ``DequantizeLinear`` whose reader also reads an activation's ``DequantizeLinear`` stays: that
   is a Q/DQ pair onnxruntime fuses into an integer kernel in place, which the hoist would undo.
+
+What moves in practice is the head of a chain: ``DequantizeLinear -> Cast(float16) -> MatMul`` (a
+float16 source kept float16 inside, ``widen_fp16=False``) leaves the Cast beside its MatMul and
+decodes the integers once outside, where exact_int_weights then makes them a constant onnxruntime
+folds. Op by op the model computes the same values (bit-identical with onnxruntime's graph
+optimizations off); with them on, the folded float16 weight is pre-packed and the float16 MatMul's
+sums may round differently (mk8dx: 2e-3 off, bench/RESULTS.md loopdq).
 
 Bodies nested in a body are done first, so a decode moves graph by graph to the outermost graph
 where its inputs are all defined. ``If`` branches are left alone: a branch may not run, and a
