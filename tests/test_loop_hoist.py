@@ -125,3 +125,61 @@ def test_pass_alone_leaves_a_model_without_loops_and_an_if_branch_alone():
     before = model.SerializeToString()
     assert hoist_loop_constants(model) == 0
     assert model.SerializeToString() == before
+
+
+def _adder_body(name: str, inner: onnx.NodeProto | None, inits: list[onnx.TensorProto]) -> onnx.GraphProto:
+    """A Loop body ``h + decoded weight`` (or ``inner`` Loop doing it) over one carried [4] state."""
+    f32 = TensorProto.FLOAT
+    step = [inner] if inner is not None else [
+        helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], name="dq_w"),
+        helper.make_node("Add", [f"{name}_h", "wd"], [f"{name}_h2"], name=f"{name}_add")]
+    return helper.make_graph(
+        step + [helper.make_node("Identity", [f"{name}_c"], [f"{name}_c2"], name=f"{name}_go")], name,
+        [helper.make_tensor_value_info(f"{name}_i", TensorProto.INT64, []), helper.make_tensor_value_info(f"{name}_c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info(f"{name}_h", f32, [4])],
+        [helper.make_tensor_value_info(f"{name}_c2", TensorProto.BOOL, []), helper.make_tensor_value_info(f"{name}_h2", f32, [4])], inits)
+
+
+def test_a_decode_in_a_nested_loop_comes_up_to_the_main_graph():
+    """Its inputs are the inner body's own initializers: it moves out of both bodies, graph by graph."""
+    weights = [numpy_helper.from_array(np.arange(-2, 2).astype(np.int8), "wq"), numpy_helper.from_array(np.float32(0.5), "ws")]
+    inner = helper.make_node("Loop", ["n", "", "outer_h"], ["outer_h2"], body=_adder_body("inner", None, weights), name="inner")
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=_adder_body("outer", inner, []), name="outer")], "nested",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = [{"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}]
+    before = _run(model, feed, True)[0]
+    assert hoist_loop_constants(model) == 2  # one node, two hops
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Loop"]
+    assert {t.name for t in model.graph.initializer} == {"n", "wq", "ws"}
+    assert _run(model, feed, True)[0].tobytes() == before.tobytes()
+
+
+def test_a_decode_leaves_a_scan_body():
+    """A Scan's body runs once per slice too; its state and scan inputs are fed, its own initializers are not."""
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["sq", "ss"], ["sd"], name="dq_s"),
+         helper.make_node("Add", ["acc", "sd"], ["acc_w"], name="add_w"),
+         helper.make_node("Add", ["acc_w", "row"], ["acc2"], name="add_row"),
+         helper.make_node("Identity", ["acc2"], ["out_row"], name="emit_row")],
+        "scan_step", [helper.make_tensor_value_info("acc", f32, [4]), helper.make_tensor_value_info("row", f32, [4])],
+        [helper.make_tensor_value_info("acc2", f32, [4]), helper.make_tensor_value_info("out_row", f32, [4])],
+        [numpy_helper.from_array(np.array([1, -3, 5, 127], np.int8), "sq"), numpy_helper.from_array(np.float32(0.125), "ss")])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["acc0", "rows"], ["acc_end", "trace"], body=body, num_scan_inputs=1, name="scan")],
+        "scan_model", [helper.make_tensor_value_info("rows", f32, [5, 4])],
+        [helper.make_tensor_value_info("trace", f32, [5, 4])], [numpy_helper.from_array(np.zeros(4, np.float32), "acc0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = [{"rows": np.random.default_rng(3).normal(0, 1, (5, 4)).astype(np.float32)}]
+    before = _run(model, feed, True)[0]
+    assert hoist_loop_constants(model) == 1
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Scan"]
+    assert [t.name for t in next(a.g for a in model.graph.node[1].attribute if a.name == "body").initializer] == []
+    assert _run(model, feed, True)[0].tobytes() == before.tobytes()

@@ -220,8 +220,9 @@ def _hoist_graph(graph: onnx.GraphProto, outer: set[str]) -> int:
 
 def hoist_loop_constants(model: onnx.ModelProto) -> int:
     """Move, in place, every constant decode out of ``model``'s Loop/Scan bodies into the outermost
-    graph where its inputs are defined (module docstring); returns how many nodes moved."""
+    graph where its inputs are defined (module docstring); returns how many moves were made (a node
+    brought out of two nested bodies counts twice)."""
     count = _hoist_graph(model.graph, set())
     if count:
-        log.info("hoist_loop_constants: %d constant decode node(s) moved out of Loop/Scan bodies", count)
+        log.info("hoist_loop_constants: %d move(s) of constant decode nodes out of Loop/Scan bodies", count)
     return count
