@@ -109,3 +109,38 @@ def test_the_decoded_weight_is_dequantize_linears_bit_for_bit(scale_type, zero):
         want = reference.run(["wd"], feed)[0]
         assert np.array_equal(got.run(["wd"], feed)[0].view(np.uint16 if np_type == np.float16 else np.uint32),
                               want.view(np.uint16 if np_type == np.float16 else np.uint32))
+
+
+def test_a_body_weight_is_rewritten_beside_a_main_graph_one():
+    """A main-graph target and a Loop body's: the main graph's rewrite re-adds its nodes as copies, and a body rewritten
+    after it was a detached copy (mk8dx's LSTM MatMuls stayed DequantizeLinear -> MatMulNBits, on 8-bit activations)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str) -> list[onnx.TensorProto]:
+        return [numpy_helper.from_array(rng.integers(-127, 128, (4, 4)).astype(np.int8), f"{name}_q"),
+                numpy_helper.from_array(np.float32(0.01), f"{name}_s")]
+
+    body = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["u_q", "u_s"], ["u"], name="dq_u"),
+         helper.make_node("MatMul", ["h_in", "u"], ["h_out"], name="mm_u"),
+         helper.make_node("Identity", ["c"], ["c_out"], name="go")],
+        "step", [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, 4])],
+        weight("u"))
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], name="dq_w"),
+         helper.make_node("MatMul", ["x", "w"], ["h0"], name="mm_w"),
+         helper.make_node("Loop", ["n", "", "h0"], ["y"], body=body, name="steps")],
+        "main", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        weight("w") + [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = {"x": rng.normal(0, 1, (1, 4)).astype(np.float32)}
+    plain = _session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0]
+    assert exact_int_weights(model) == 2
+    loop_body = next(a.g for a in model.graph.node[-1].attribute if a.name == "body")
+    assert [n.op_type for n in loop_body.node if n.op_type == "DequantizeLinear"] == []
+    assert [n.op_type for n in model.graph.node if n.op_type == "DequantizeLinear"] == []
+    assert _session(model, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0].tobytes() == plain.tobytes()

@@ -423,6 +423,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             f"a quantizer needs opset {b.min_opset} but the prepared model has opset {b.opset}; "
             "prepare the model at that opset (QuantConfig.opset)"
         )
+    # --- issue 26 item 3: constant weight decodes in Loop/Scan bodies run once, outside (bit-exact)
+    from ..graph.passes.hoist_loop_constants import hoist_loop_constants
+
+    hoist_loop_constants(out)
+    # --- end
     # --- issue 26: BF16/FP16 roundings (Cast pairs, unsaturated Q/DQ functions) on tensors exact
     # in their format by construction (bit-exact)
     from ..graph.passes.drop_exact_casts import drop_exact_casts

@@ -59,7 +59,10 @@ def exact_int_weights(model: onnx.ModelProto) -> int:
     """Rewrite, in place, the weight ``DequantizeLinear`` of every MatMul whose activation is not 8-bit
     Q/DQ (module docstring); returns how many were rewritten."""
     rewritten = 0
-    for scope in walk_scopes(model.graph):
+    # the bodies before the graphs holding them: rewriting a graph re-adds its nodes as copies, which would
+    # leave a later rewrite of a body under it on a detached copy (a hoisted weight decode in the main graph
+    # and a body's own MatMul weight: graph/passes/hoist_loop_constants.py)
+    for scope in reversed(walk_scopes(model.graph)):
         graph = scope.graph
         inits = {t.name: t for t in graph.initializer}
         types = {name: t.data_type for name, t in inits.items()}

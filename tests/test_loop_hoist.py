@@ -1,0 +1,185 @@
+"""Constant weight decodes leave Loop bodies (graph/passes/hoist_loop_constants.py).
+
+The pattern (mk8dx-table-reader's digit CRNN, bench/RESULTS.md newmodels21): tf2onnx writes a float16 Keras LSTM
+as a ``Loop`` whose body holds its weight slices; quantized with the float16 kept inside (``widen_fp16=False``),
+each slice is ``DequantizeLinear(int8 body initializer) -> Cast(float16) -> MatMul``, and onnxruntime ran the
+dequantization on every time step (A8W8 3.5x float). Built here small: two such weights in a Loop over 6 steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from unittest import mock
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxptq
+from onnxptq.config.presets import get_preset
+from onnxptq.graph.passes import hoist_loop_constants as hoist_module
+from onnxptq.graph.passes.hoist_loop_constants import hoist_loop_constants
+
+S, D = 6, 16
+
+
+def _fp16_loop() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    f16 = TensorProto.FLOAT16
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["xt"], axis=0, name="take"),
+         helper.make_node("MatMul", ["xt", "wb"], ["xw"], name="mm_x"),
+         helper.make_node("MatMul", ["h_in", "ub"], ["hw"], name="mm_h"),
+         helper.make_node("Add", ["xw", "hw"], ["a"], name="add"),
+         helper.make_node("Tanh", ["a"], ["h_out"], name="tanh"),
+         helper.make_node("Identity", ["h_out"], ["y_t"], name="emit"),
+         helper.make_node("Identity", ["c"], ["c_out"], name="go")],
+        "step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", f16, [1, D])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", f16, [1, D]),
+         helper.make_tensor_value_info("y_t", f16, [1, D])],
+        [numpy_helper.from_array(rng.normal(0, 0.4, (D, D)).astype(np.float16), "wb"),
+         numpy_helper.from_array(rng.normal(0, 0.4, (D, D)).astype(np.float16), "ub")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "h0"], ["h", "ys"], body=body, name="steps")], "fp16_loop",
+        [helper.make_tensor_value_info("x", f16, [S, 1, D])], [helper.make_tensor_value_info("ys", f16, [S, 1, D])],
+        [numpy_helper.from_array(np.array(S, np.int64), "n"), numpy_helper.from_array(np.zeros((1, D), np.float16), "h0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0, 1, (S, 1, D)).astype(np.float16)} for _ in range(n)]
+
+
+def _body(model: onnx.ModelProto) -> onnx.GraphProto:
+    return next(a.g for a in model.graph.node[-1].attribute if a.name == "body")
+
+
+def _body_decodes(model: onnx.ModelProto) -> list[str]:
+    """The body's DequantizeLinear nodes that read an initializer of the body or of the main graph."""
+    inits = {t.name for t in _body(model).initializer} | {t.name for t in model.graph.initializer}
+    return [n.name for n in _body(model).node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+
+
+def _run(model: onnx.ModelProto, feeds, optimize: bool) -> list[bytes]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    if not optimize:  # every op as written: no constant folding, no kernel picked for a constant weight
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return [sess.run(None, f)[0] for f in feeds]
+
+
+@pytest.fixture(scope="module")
+def quantized() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """(without the hoist, as shipped): A8W8 with the float16 kept inside."""
+    model, config = _fp16_loop(), dataclasses.replace(get_preset("A8W8"), widen_fp16=False)
+    with mock.patch.object(hoist_module, "hoist_loop_constants", lambda m: 0):
+        before = onnxptq.quantize(model, config, data=_feeds(8, 1)).model
+    return before, onnxptq.quantize(model, config, data=_feeds(8, 1)).model
+
+
+def test_no_weight_dequantization_left_in_the_loop_body(quantized):
+    before, after = quantized
+    assert len(_body_decodes(before)) == 2  # the pattern is there without the pass
+    assert _body_decodes(after) == []
+    casts = [n for n in _body(after).node if n.op_type == "Cast"]  # the float16 Cast a MatMul reads stays beside it
+    assert len(casts) == 2 and all(n.output[0] in {m.input[1] for m in _body(after).node if m.op_type == "MatMul"} for n in casts)
+    onnx.checker.check_model(after)
+
+
+def test_the_same_computation(quantized):
+    """Op by op the same values: bit-identical with onnxruntime's graph optimizations off. With them on, the decoded
+    weight is a constant onnxruntime folds and pre-packs for its float16 MatMul, whose sums round otherwise."""
+    before, after = quantized
+    held = _feeds(3, 1000)
+    for a, b in zip(_run(before, held, False), _run(after, held, False)):
+        assert a.tobytes() == b.tobytes()
+    for a, b in zip(_run(before, held, True), _run(after, held, True)):
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=0, atol=4e-3)
+
+
+def test_pass_alone_leaves_a_model_without_loops_and_an_if_branch_alone():
+    """A main-graph decode and a decode in an If branch (which may not run) do not move."""
+    rng = np.random.default_rng(0)
+    then = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], name="dq_then"),
+         helper.make_node("Add", ["x", "wd"], ["y_then"], name="add_then")],
+        "then", [], [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(rng.integers(-9, 9, 4).astype(np.int8), "wq"), numpy_helper.from_array(np.float32(0.1), "ws")])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["y_else"], name="id_else")], "else", [],
+                              [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [4])])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="branch")],
+                              "if_model", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    before = model.SerializeToString()
+    assert hoist_loop_constants(model) == 0
+    assert model.SerializeToString() == before
+
+
+def _adder_body(name: str, inner: onnx.NodeProto | None, inits: list[onnx.TensorProto]) -> onnx.GraphProto:
+    """A Loop body ``h + decoded weight`` (or ``inner`` Loop doing it) over one carried [4] state."""
+    f32 = TensorProto.FLOAT
+    step = [inner] if inner is not None else [
+        helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], name="dq_w"),
+        helper.make_node("Add", [f"{name}_h", "wd"], [f"{name}_h2"], name=f"{name}_add")]
+    return helper.make_graph(
+        step + [helper.make_node("Identity", [f"{name}_c"], [f"{name}_c2"], name=f"{name}_go")], name,
+        [helper.make_tensor_value_info(f"{name}_i", TensorProto.INT64, []), helper.make_tensor_value_info(f"{name}_c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info(f"{name}_h", f32, [4])],
+        [helper.make_tensor_value_info(f"{name}_c2", TensorProto.BOOL, []), helper.make_tensor_value_info(f"{name}_h2", f32, [4])], inits)
+
+
+def test_a_decode_in_a_nested_loop_comes_up_to_the_main_graph():
+    """Its inputs are the inner body's own initializers: it moves out of both bodies, graph by graph."""
+    weights = [numpy_helper.from_array(np.arange(-2, 2).astype(np.int8), "wq"), numpy_helper.from_array(np.float32(0.5), "ws")]
+    inner = helper.make_node("Loop", ["n", "", "outer_h"], ["outer_h2"], body=_adder_body("inner", None, weights), name="inner")
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=_adder_body("outer", inner, []), name="outer")], "nested",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = [{"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}]
+    before = _run(model, feed, True)[0]
+    assert hoist_loop_constants(model) == 2  # one node, two hops
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Loop"]
+    assert {t.name for t in model.graph.initializer} == {"n", "wq", "ws"}
+    assert _run(model, feed, True)[0].tobytes() == before.tobytes()
+
+
+def test_a_decode_leaves_a_scan_body():
+    """A Scan's body runs once per slice too; its state and scan inputs are fed, its own initializers are not."""
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["sq", "ss"], ["sd"], name="dq_s"),
+         helper.make_node("Add", ["acc", "sd"], ["acc_w"], name="add_w"),
+         helper.make_node("Add", ["acc_w", "row"], ["acc2"], name="add_row"),
+         helper.make_node("Identity", ["acc2"], ["out_row"], name="emit_row")],
+        "scan_step", [helper.make_tensor_value_info("acc", f32, [4]), helper.make_tensor_value_info("row", f32, [4])],
+        [helper.make_tensor_value_info("acc2", f32, [4]), helper.make_tensor_value_info("out_row", f32, [4])],
+        [numpy_helper.from_array(np.array([1, -3, 5, 127], np.int8), "sq"), numpy_helper.from_array(np.float32(0.125), "ss")])
+    graph = helper.make_graph(
+        [helper.make_node("Scan", ["acc0", "rows"], ["acc_end", "trace"], body=body, num_scan_inputs=1, name="scan")],
+        "scan_model", [helper.make_tensor_value_info("rows", f32, [5, 4])],
+        [helper.make_tensor_value_info("trace", f32, [5, 4])], [numpy_helper.from_array(np.zeros(4, np.float32), "acc0")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feed = [{"rows": np.random.default_rng(3).normal(0, 1, (5, 4)).astype(np.float32)}]
+    before = _run(model, feed, True)[0]
+    assert hoist_loop_constants(model) == 1
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Scan"]
+    assert [t.name for t in next(a.g for a in model.graph.node[1].attribute if a.name == "body").initializer] == []
+    assert _run(model, feed, True)[0].tobytes() == before.tobytes()
