@@ -433,6 +433,11 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     from ..graph.passes.drop_exact_casts import drop_exact_casts
 
     drop_exact_casts(out)
+    # Cast chains exact on their input (a float16 model's FP16 quantizers: f16 -> f32 -> f16 -> f32
+    # -> f16), every graph; the pass that works on 16-bit graphs, where drop_exact_casts does not
+    from ..graph.passes.exact_cast_chains import collapse_exact_cast_chains
+
+    collapse_exact_cast_chains(out)
     # --- end
     return out
 
