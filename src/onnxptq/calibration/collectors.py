@@ -648,6 +648,10 @@ class TailCollector(MinMaxCollector):
         x, lo, hi = self._finite(batch)
         if x.size == 0:
             return
+        self._fold(x, lo, hi)
+
+    def _fold(self, x: np.ndarray, lo: float, hi: float) -> None:
+        """The batch's ``batch_k`` largest and smallest finite values folded into the tails."""
         n = int(x.size)
         k = self.batch_k(n)
         largest = np.partition(x, n - k)[n - k :] if k < n else x
@@ -744,11 +748,7 @@ class TailHistogramCollector(TailCollector):
         x, lo, hi = self._finite(batch)
         if x.size == 0 or lo is None or hi is None:
             return
-        n = int(x.size)
-        k = self.batch_k(n)
-        largest = np.partition(x, n - k)[n - k :] if k < n else x
-        smallest = np.partition(x, k - 1)[:k] if k < n else x
-        self.update_tails(largest, smallest, n, lo, hi)
+        self._fold(x, lo, hi)
         self.grid.add(x, max(-lo, hi, 0.0))
 
     def merge(self, other: MinMaxCollector) -> None:
