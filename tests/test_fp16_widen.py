@@ -169,6 +169,10 @@ def test_entry_rules():
     """FP16 formats alone keep the model in fp16; ConvertFP16ToFP32 widens the interface too; a float model is untouched."""
     assert fp16_entry(HALF, get_preset("FP16"), "m")[1] is False
     assert fp16_entry(HALF, get_preset("BF16"), "m")[1] is True
+    fp16 = get_preset("FP16")
+    int8_tensor = dataclasses.replace(get_preset("A8W8").activation)  # an int8 tensor in an FP16 config widens
+    assert fp16.replace(tensor_overrides={"t": int8_tensor}).widen_fp16_active()
+    assert not fp16.replace(tensor_overrides={"t": fp16.activation}).widen_fp16_active()
     wide, inside = fp16_entry(HALF, get_preset("A8W8").replace(convert_fp16_to_fp32=True), "m")
     assert not inside and wide.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     plain = _float_model()

@@ -676,14 +676,16 @@ class QuantConfig:
     def widen_fp16_active(self) -> bool:
         """Whether a float16 source is computed in fp32 inside (its fp16 interface kept):
         ``widen_fp16`` when set, else every config but one whose formats are all FP16 (global, per
-        op type, per node) — measured per preset on the fp16 models of bench/fp16_widen.py
-        (bench/RESULTS.md, "fp16widen"). ``convert_fp16_to_fp32`` widens the interface too and
-        takes precedence."""
+        op type, per node, per tensor) — measured per preset on the fp16 models of bench/fp16_widen.py
+        (bench/RESULTS.md, "fp16widen"). A tensor override counts: an int8 tensor in an FP16 config
+        would otherwise reach its reader through DequantizeLinear -> Cast(FLOAT16), the form widening
+        exists to avoid. ``convert_fp16_to_fp32`` widens the interface too and takes precedence."""
         if self.convert_fp16_to_fp32:
             return False
         if self.widen_fp16 is not None:
             return bool(self.widen_fp16)
         formats = {q.format for pair in self._layer_pairs() for q in pair if q is not None}
+        formats |= {q.format for q in self.tensor_overrides.values() if q is not None}
         return formats != {"fp16"}
 
     def per_tensor_integer_weights(self) -> bool:
