@@ -183,3 +183,30 @@ def test_a_decode_leaves_a_scan_body():
     assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Scan"]
     assert [t.name for t in next(a.g for a in model.graph.node[1].attribute if a.name == "body").initializer] == []
     assert _run(model, feed, True)[0].tobytes() == before.tobytes()
+
+
+def _check_same_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> int:
+    """Hoist ``model`` in place; assert it stays valid and computes the same bits. Returns the moves."""
+    before = _run(model, [feed], True)[0]
+    moved = hoist_loop_constants(model)
+    onnx.checker.check_model(model, full_check=True)
+    assert _run(model, [feed], True)[0].tobytes() == before.tobytes()
+    return moved
+
+
+def test_a_body_initializer_the_body_returns_stays_in_the_body():
+    """A body output must be produced in the body: onnxruntime refuses one that names an outer-scope value, so
+    a decode reading such an initializer stays beside it."""
+    body = _adder_body("step", None, [numpy_helper.from_array(np.arange(-2, 2).astype(np.int8), "wq"),
+                                      numpy_helper.from_array(np.float32(0.5), "ws")])
+    body.output.append(helper.make_tensor_value_info("ws", TensorProto.FLOAT, []))  # a scan output: the scale
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y", "scales"], body=body, name="steps")], "returns_init",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]), helper.make_tensor_value_info("scales", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 0
+    assert {t.name for t in _body(model).initializer} == {"wq", "ws"}
+

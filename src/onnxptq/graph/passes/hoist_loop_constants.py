@@ -17,9 +17,9 @@ Rule, by dataflow only. A body node is moved into the graph holding its Loop/Sca
   in the default domain;
 * every input is constant there: an initializer of an enclosing graph (not a graph input, which a
   caller may feed), the output of a node moved or movable the same way, or an initializer of the
-  body itself that only such nodes read (it moves with them, so the decode and its integers stay
-  in one graph: onnxruntime's DQ -> MatMul weight fusions look a weight up in the node's own graph,
-  graph/passes/sink_initializers.py);
+  body itself that only such nodes read and the body does not return (it moves with them, so the
+  decode and its integers stay in one graph: onnxruntime's DQ -> MatMul weight fusions look a
+  weight up in the node's own graph, graph/passes/sink_initializers.py);
 * no output is a graph output of the body (a body output must be produced in the body);
 * no output is read by a body node that stays and whose kernel onnxruntime picks by how its weight
   is made (``_KERNEL_PICKERS``: MatMul, Gemm, Conv, Gather, ...): ``DequantizeLinear -> MatMul`` in
@@ -123,8 +123,10 @@ def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.Nod
     constants ``visible``; return them (body order), the body initializers that go with them and
     their value_info."""
     fed = {i.name for i in body.input}
-    own = {t.name for t in body.initializer if t.name not in fed}
     outputs = {o.name for o in body.output}
+    # a body output names a value of the body (onnxruntime refuses an outer-scope one): an initializer
+    # the body returns stays, and so do the decodes that read it
+    own = {t.name for t in body.initializer if t.name not in fed and t.name not in outputs}
     producer = {o: n for n in body.node for o in n.output if o}
     readers = _readers(body)
     nodes = list(body.node)
