@@ -210,3 +210,42 @@ def test_a_body_initializer_the_body_returns_stays_in_the_body():
     assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 0
     assert {t.name for t in _body(model).initializer} == {"wq", "ws"}
 
+
+def test_a_body_name_that_shadows_an_outer_constant_is_not_taken_for_it():
+    """ONNX forbids it, yet the checker and onnxruntime take a body value named like an outer one (the body's
+    wins): a decode reading the body's carried scale ``s`` must not move out to read the main graph's ``s``."""
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["wq", "s"], ["wd"], name="dq_w"),
+         helper.make_node("Add", ["h", "wd"], ["h2"], name="add"),
+         helper.make_node("Add", ["s", "s"], ["s2"], name="double"),
+         helper.make_node("Identity", ["c"], ["c2"], name="go")], "step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", f32, [4]), helper.make_tensor_value_info("s", f32, [])],
+        [helper.make_tensor_value_info("c2", TensorProto.BOOL, []), helper.make_tensor_value_info("h2", f32, [4]),
+         helper.make_tensor_value_info("s2", f32, [])],
+        [numpy_helper.from_array(np.arange(-2, 2).astype(np.int8), "wq")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x", "s"], ["y", "s_end"], body=body, name="steps")], "shadow",
+        [helper.make_tensor_value_info("x", f32, [4])], [helper.make_tensor_value_info("y", f32, [4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "n"), numpy_helper.from_array(np.float32(0.5), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 0
+
+
+def test_sibling_bodies_of_the_same_names_come_up_under_distinct_names():
+    """ONNX lets two sibling bodies define the same names (tf2onnx's LSTM Loops do): both decodes come up to the
+    main graph, which must then hold each name once."""
+    def loop(source: str, out: str, codes: list[int]) -> onnx.NodeProto:
+        weights = [numpy_helper.from_array(np.array(codes, np.int8), "wq"), numpy_helper.from_array(np.float32(0.5), "ws")]
+        return helper.make_node("Loop", ["n", "", source], [out], body=_adder_body("step", None, weights), name=f"loop_{out}")
+
+    graph = helper.make_graph(
+        [loop("x", "y1", [1, 2, 3, 4]), loop("y1", "y", [-4, 0, 4, 8])], "siblings",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 2
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Loop", "DequantizeLinear", "Loop"]

@@ -39,9 +39,13 @@ sums may round differently (mk8dx: 2e-3 off, bench/RESULTS.md loopdq).
 
 Bodies nested in a body are done first, so a decode moves graph by graph to the outermost graph
 where its inputs are all defined. ``If`` branches are left alone: a branch may not run, and a
-decode moved out of it would run every time. Names stay as they are: ONNX names are unique across
-all scopes (SSA), so a moved value or node collides with nothing; the moved nodes go right before
-their Loop/Scan, in body order, so the outer graph stays topologically sorted.
+decode moved out of it would run every time. Names stay as they are once every value name is unique
+across scopes, and every node name too (graph/naming.value_names and node_names run first: no-ops
+on a prepared model, whose names prepare made unique; ONNX lets sibling bodies define the same names,
+the checker and onnxruntime take a body value named like an outer one, and onnxruntime refuses two
+nodes of one graph of the same name), so a moved value collides with nothing and reads what it
+read; the moved nodes go right before their Loop/Scan, in body order, so the outer graph stays
+topologically sorted.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ import logging
 
 import onnx
 
+from ..naming import node_names, value_names
 from ..opsets import is_onnx_domain
+from ..walk import all_graphs
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +230,10 @@ def hoist_loop_constants(model: onnx.ModelProto) -> int:
     """Move, in place, every constant decode out of ``model``'s Loop/Scan bodies into the outermost
     graph where its inputs are defined (module docstring); returns how many moves were made (a node
     brought out of two nested bodies counts twice)."""
+    if not any(n.op_type in _LOOPS for g in all_graphs(model.graph) for n in g.node):
+        return 0
+    value_names(model)
+    node_names(model)
     count = _hoist_graph(model.graph, set())
     if count:
         log.info("hoist_loop_constants: %d move(s) of constant decode nodes out of Loop/Scan bodies", count)
