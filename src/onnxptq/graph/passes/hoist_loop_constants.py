@@ -56,7 +56,7 @@ import onnx
 
 from ..naming import node_names, value_names
 from ..opsets import is_onnx_domain
-from ..walk import all_graphs
+from ..walk import all_graphs, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -83,27 +83,22 @@ _KERNEL_PICKERS = frozenset({
 _LOOPS = ("Loop", "Scan")
 
 
-def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH] + [
-        g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-
-
-def _readers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.GraphProto, int]]]:
-    """Name -> (graph, node index) of each node reading it, in ``graph`` and the bodies nested in it;
-    a nested body's read is attributed to the top-level node of ``graph`` holding it."""
-    out: dict[str, list[tuple[onnx.GraphProto, int]]] = {}
+def _readers(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Name -> index in ``graph`` of each node reading it; a read inside a body nested in ``graph``
+    (a node input, or a body output naming an outer value) is the read of the node holding it."""
+    out: dict[str, list[int]] = {}
 
     def visit(g: onnx.GraphProto, top: int | None) -> None:
         for i, node in enumerate(g.node):
             at = i if top is None else top
             for name in node.input:
                 if name:
-                    out.setdefault(name, []).append((graph, at))
-            for body in _bodies(node):
+                    out.setdefault(name, []).append(at)
+            for body in subgraphs(node):
                 visit(body, at)
-                for o in body.output:  # a body output read from the outer scope
+                for o in body.output:
                     if o.name:
-                        out.setdefault(o.name, []).append((graph, at))
+                        out.setdefault(o.name, []).append(at)
 
     visit(graph, None)
     return out
@@ -121,7 +116,7 @@ def _constants(graph: onnx.GraphProto, outer: set[str]) -> set[str]:
 
 
 def _movable_op(node: onnx.NodeProto) -> bool:
-    return node.op_type in _DECODES and is_onnx_domain(node.domain) and not _bodies(node)
+    return node.op_type in _DECODES and is_onnx_domain(node.domain) and not any(True for _ in subgraphs(node))
 
 
 def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[onnx.ValueInfoProto]]:
@@ -133,9 +128,9 @@ def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.Nod
     # a body output names a value of the body (onnxruntime refuses an outer-scope one): an initializer
     # the body returns stays, and so do the decodes that read it
     own = {t.name for t in body.initializer if t.name not in fed and t.name not in outputs}
-    producer = {o: n for n in body.node for o in n.output if o}
-    readers = _readers(body)
     nodes = list(body.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    readers = _readers(body)
 
     blocked: set[int] = set()
     while True:  # the largest set closed under the rule: nodes that break it are blocked, then start over
@@ -148,12 +143,12 @@ def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.Nod
                 const.update(o for o in node.output if o)
         breaking: set[int] = set()
         for t in own:  # a body initializer moves only when every reader of it moves
-            ats = {at for g, at in readers.get(t, [])}
+            ats = set(readers.get(t, []))
             if ats - chosen:
                 breaking |= ats & chosen
         for i in chosen:  # the weight a compute op reads is made beside it; a weight DQ beside an activation DQ too
             for out in nodes[i].output:
-                for _, at in readers.get(out, []):
+                for at in readers.get(out, []):
                     if at in chosen:
                         continue
                     if nodes[at].op_type in _KERNEL_PICKERS:
@@ -161,22 +156,20 @@ def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.Nod
                     if nodes[i].op_type != "DequantizeLinear":
                         continue
                     others = [producer.get(x) for x in nodes[at].input if x and x != out]
-                    if any(p is not None and p.op_type == "DequantizeLinear" and nodes.index(p) not in chosen
-                           for p in others):
+                    if any(p is not None and nodes[p].op_type == "DequantizeLinear" and p not in chosen for p in others):
                         breaking.add(i)
         if not breaking:
             break
         blocked |= breaking
-    moved = [body.node[i] for i in sorted(chosen)]
+    moved = [nodes[i] for i in sorted(chosen)]
     moved_names = {o for n in moved for o in n.output}
-    needed = {x for n in moved for x in n.input}
-    inits = [t for t in body.initializer if t.name in own and t.name in needed]
-    infos = [v for v in body.value_info if v.name in moved_names]
-    kept_nodes = [n for i, n in enumerate(body.node) if i not in chosen]
-    taken = {t.name for t in inits}
+    taken = own & {x for n in moved for x in n.input}
+    # rebuilt, not edited in place: protobuf keeps removed elements readable (detached) and extend copies them
+    inits = [t for t in body.initializer if t.name in taken]
     kept_inits = [t for t in body.initializer if t.name not in taken]
+    infos = [v for v in body.value_info if v.name in moved_names]
     kept_infos = [v for v in body.value_info if v.name not in moved_names]
-    moved, inits, infos = [_copy(n) for n in moved], [_copy(t) for t in inits], [_copy(v) for v in infos]
+    kept_nodes = [n for i, n in enumerate(nodes) if i not in chosen]
     del body.node[:]
     body.node.extend(kept_nodes)
     del body.initializer[:]
@@ -186,25 +179,19 @@ def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.Nod
     return moved, inits, infos
 
 
-def _copy(proto):
-    """A detached copy of ``proto`` (a repeated field's element dies with the field's clear)."""
-    out = type(proto)()
-    out.CopyFrom(proto)
-    return out
-
-
 def _hoist_graph(graph: onnx.GraphProto, outer: set[str]) -> int:
     """Hoist, in ``graph`` and every body nested in it, the constant decodes out of Loop/Scan bodies
     into ``graph`` (``outer``: the constants of the graphs enclosing ``graph``); how many nodes moved."""
+    # once for the graph: what a Loop's hoist adds to it are values of that body, which no other body reads
+    visible = _constants(graph, outer)
     count = 0
     index = 0
     while index < len(graph.node):
         node = graph.node[index]
-        bodies = _bodies(node)
+        bodies = list(subgraphs(node))
         if not bodies:
             index += 1
             continue
-        visible = _constants(graph, outer)
         for body in bodies:  # the nested bodies first: their decodes come up into this body
             count += _hoist_graph(body, visible)
         if node.op_type not in _LOOPS or not is_onnx_domain(node.domain):
@@ -217,7 +204,7 @@ def _hoist_graph(graph: onnx.GraphProto, outer: set[str]) -> int:
             graph.initializer.extend(inits)
             graph.value_info.extend(infos)
         if moved:
-            rest = [_copy(n) for n in graph.node[index:]]
+            rest = list(graph.node[index:])
             del graph.node[index:]
             graph.node.extend(moved)
             graph.node.extend(rest)
