@@ -144,3 +144,24 @@ def test_graph_output_keeps_its_node_and_if_bodies_are_collapsed():
     after = ReferenceEvaluator(model).run(None, {"x": x})
     for a, b in zip(before, after):
         np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+def test_sibling_branches_of_the_same_names_keep_their_own_chains():
+    """ONNX lets both branches of an If define the same names: the else branch's rounding ``Cast(FLOAT16)`` of a
+    float ``y`` is not the then branch's exact ``Cast(FLOAT)`` of a float16 ``x`` of the same output name."""
+    then = helper.make_graph([_cast("x", "b0", F32), _cast("b0", "b1", F16), _cast("b1", "b2", F32),
+                              helper.make_node("Neg", ["b2"], ["t_out"], name="neg_then")],
+                             "then", [], [helper.make_tensor_value_info("t_out", F32, [4])])
+    other = helper.make_graph([_cast("y", "b0", F16), _cast("b0", "b1", F32), helper.make_node("Neg", ["b1"], ["e_out"], name="neg_else")],
+                              "else", [], [helper.make_tensor_value_info("e_out", F32, [4])])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other, name="if")], "siblings",
+                              [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", F16, [4]),
+                               helper.make_tensor_value_info("y", F32, [4])], [helper.make_tensor_value_info("z", F32, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    feeds = [{"c": np.array(c), "x": np.array([1, 2, 3, 65504], np.float16), "y": np.array([1 / 3, 0.1, 7.77, 1e-8], np.float32)}
+             for c in (True, False)]
+    before = [ReferenceEvaluator(model).run(None, f)[0] for f in feeds]
+    assert collapse_exact_cast_chains(model) == 2  # the then branch's b0 and b1; the else branch's rounding pair stays
+    onnx.checker.check_model(model, full_check=True)
+    for feed, ref in zip(feeds, before):
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed)[0].view(np.uint32), ref.view(np.uint32))

@@ -44,6 +44,7 @@ import logging
 import onnx
 from onnx import TensorProto, helper
 
+from ..naming import value_names
 from ..opsets import is_onnx_domain
 from ..walk import all_graphs, declared_elem_types
 
@@ -97,14 +98,22 @@ def _holds_half(graphs: list[onnx.GraphProto]) -> bool:
     return any(i in half and n.op_type != "Cast" for g in graphs for n in g.node for i in n.input)
 
 
+def _chain_casts(graphs: list[onnx.GraphProto]) -> dict[str, onnx.NodeProto]:
+    """Output name -> every chain-format Cast of ``graphs``."""
+    return {n.output[0]: n for g in graphs for n in g.node if _cast_to(n) is not None and n.output and n.output[0]}
+
+
 def collapse_exact_cast_chains(model: onnx.ModelProto) -> int:
     """Point every Cast that reads an exact inner Cast at that Cast's input, drop the Casts that
     became the identity or that nothing reads, in every graph of ``model`` (bodies too, via
-    graph.walk). Returns the number of Casts removed."""
+    graph.walk). Returns the number of Casts removed. Value names are made unique across scopes
+    first (graph/naming.value_names: a no-op on a prepared model)."""
     graphs = list(all_graphs(model.graph))
-    casts = {n.output[0]: n for g in graphs for n in g.node if _cast_to(n) is not None and n.output and n.output[0]}
+    casts = _chain_casts(graphs)
     if not any(n.input[0] in casts for n in casts.values()):
         return 0  # no Cast reads a chain Cast: nothing to collapse (every fp32 model without 3-Cast chains)
+    if len(graphs) > 1 and value_names(model):  # Casts are keyed by output name: sibling bodies may share names
+        casts = _chain_casts(graphs)
     types = declared_elem_types(model.graph)
     types.update((o, _cast_to(n)) for o, n in casts.items())
     inferred: dict[str, int] | None = None
