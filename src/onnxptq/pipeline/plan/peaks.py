@@ -32,14 +32,12 @@ rests on the averaging argument and the channel statistics above.
 
 from __future__ import annotations
 
+from ..tails import WEIGHTED_OPS  # the layers whose operands and results keep their recurring peaks
 from .heavy_tails import heavy_tail_candidates
 from .select import _Graph
 from .types import TensorPlan
 
-__all__ = ["WEIGHTED_OPS", "recurring_peaks"]
-
-#: the layers whose operands and results keep their recurring peaks (module docstring)
-WEIGHTED_OPS = frozenset("Conv ConvTranspose Gemm MatMul".split())
+__all__ = ["recurring_peaks"]
 
 
 def _at_weighted_layer(name: str, g: _Graph) -> bool:
@@ -54,7 +52,8 @@ def _at_weighted_layer(name: str, g: _Graph) -> bool:
 def recurring_peaks(tensors: dict[str, TensorPlan], g: _Graph) -> None:
     """Set ``TensorPlan.keep_peaks`` on every percentile-calibrated activation at a weighted layer;
     then :func:`.heavy_tails.heavy_tail_candidates` marks those of them, read by weighted layers alone,
-    whose heavy tail (the statistics decide) takes the range of least error instead."""
+    whose heavy tail (the statistics decide) takes the range of least error instead (called here, not
+    from assign.py, which is at the plan package's 350-line limit, tests/test_house.py)."""
     for name, plan in tensors.items():
         if plan.role == "activation" and plan.quant.calibration == "percentile" and _at_weighted_layer(name, g):
             plan.keep_peaks = True
