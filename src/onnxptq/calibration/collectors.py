@@ -9,7 +9,7 @@ collector here therefore has
 - ``merge(other)``: fold another collector of the same kind in, so calibration can be split over
   workers and the partial results combined.
 
-Two kinds exist:
+The kinds:
 
 :class:`MinMaxCollector`
     running min/max plus the sums of per-batch minima/maxima (the reference tool's "moving
@@ -33,6 +33,10 @@ Two kinds exist:
     bottom-k, reduced inside onnxruntime). The percentile bin lies in that tail, so the histogram
     percentile is reproduced from it (:func:`onnxptq.calibration.methods.compute_range`), and
     whether the retained tail was deep enough is known, not guessed.
+
+:class:`TailHistogramCollector`
+    a :class:`TailCollector` whose grid also counts every value (the tensor fetched whole), for the
+    few tensors whose percentile range may be replaced by the window of least error on the counts.
 """
 
 from __future__ import annotations
@@ -746,7 +750,7 @@ class TailHistogramCollector(TailCollector):
     def update(self, batch: np.ndarray) -> None:
         """Fold ``batch`` in: its tails (:meth:`TailCollector.update`'s values) and its counts."""
         x, lo, hi = self._finite(batch)
-        if x.size == 0 or lo is None or hi is None:
+        if lo is None or hi is None:  # no finite value
             return
         self._fold(x, lo, hi)
         self.grid.add(x, max(-lo, hi, 0.0))
