@@ -249,3 +249,36 @@ def test_sibling_bodies_of_the_same_names_come_up_under_distinct_names():
     model.ir_version = 8
     assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 2
     assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "Loop", "DequantizeLinear", "Loop"]
+
+
+def test_a_decode_in_an_if_branch_inside_a_loop_stays_in_the_branch():
+    """The branch may not run: its decode stays. The body's decode that the branch reads moves out (the If reads it
+    through the outer scope, no kernel picks by it), and so does its scale, which the branch's decode does not share."""
+    f32 = TensorProto.FLOAT
+    then = helper.make_graph([helper.make_node("DequantizeLinear", ["tq", "ts"], ["td"], name="dq_then"),
+                              helper.make_node("Add", ["h", "wd"], ["t1"], name="add_w"),
+                              helper.make_node("Add", ["t1", "td"], ["yt"], name="add_t")],
+                             "then", [], [helper.make_tensor_value_info("yt", f32, [4])])
+    other = helper.make_graph([helper.make_node("Identity", ["h"], ["ye"], name="id_else")], "else", [],
+                              [helper.make_tensor_value_info("ye", f32, [4])])
+    body = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], name="dq_w"),
+         helper.make_node("Less", ["i", "two"], ["early"], name="early"),
+         helper.make_node("If", ["early"], ["h2"], then_branch=then, else_branch=other, name="branch"),
+         helper.make_node("Identity", ["c"], ["c2"], name="go")], "step",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h", f32, [4])],
+        [helper.make_tensor_value_info("c2", TensorProto.BOOL, []), helper.make_tensor_value_info("h2", f32, [4])],
+        [numpy_helper.from_array(np.arange(-2, 2).astype(np.int8), "wq"), numpy_helper.from_array(np.float32(0.5), "ws"),
+         numpy_helper.from_array(np.array([1, 1, 1, 9], np.int8), "tq"), numpy_helper.from_array(np.float32(0.25), "ts"),
+         numpy_helper.from_array(np.array(2, np.int64), "two")])
+    graph = helper.make_graph([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="steps")], "if_in_loop",
+                              [helper.make_tensor_value_info("x", f32, [4])], [helper.make_tensor_value_info("y", f32, [4])],
+                              [numpy_helper.from_array(np.array(3, np.int64), "n")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert _check_same_run(model, {"x": np.array([0.25, -1.0, 3.0, 7.5], np.float32)}) == 1
+    assert [n.name for n in model.graph.node] == ["dq_w", "steps"]
+    branch = next(a.g for a in _body(model).node[1].attribute if a.name == "then_branch")
+    assert [n.name for n in branch.node][0] == "dq_then"
+    assert {t.name for t in _body(model).initializer} == {"tq", "ts", "two"}
