@@ -73,8 +73,8 @@ _DECODES = frozenset({
 #: MatMul/Gemm is fused into ``MatMulNBits`` (an int8 weight kernel), an initializer is prepacked, a
 #: 16-bit float MatMul gives other bits on a weight from the outer scope, a ``DequantizeLinear`` read
 #: by a Gather is turned into a gather of integer rows decoded after (graph/passes/lookup_tables.py:
-#: the table stays 8-bit in memory). Their weight input stays
-#: produced in their own graph, so neither the speed nor the bits change.
+#: the table stays 8-bit in memory). Their weight input stays produced in their own graph, so
+#: neither the speed nor the bits change.
 _KERNEL_PICKERS = frozenset({
     "MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
     "Einsum", "LSTM", "GRU", "RNN", "Attention", "Gather",
@@ -116,7 +116,7 @@ def _constants(graph: onnx.GraphProto, outer: set[str]) -> set[str]:
 
 
 def _movable_op(node: onnx.NodeProto) -> bool:
-    return node.op_type in _DECODES and is_onnx_domain(node.domain) and not any(True for _ in subgraphs(node))
+    return node.op_type in _DECODES and is_onnx_domain(node.domain)  # none of them holds a body
 
 
 def _hoist_from(body: onnx.GraphProto, visible: set[str]) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], list[onnx.ValueInfoProto]]:
