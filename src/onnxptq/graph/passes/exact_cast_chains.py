@@ -33,8 +33,9 @@ the file computes as the source does. On ONNX's reference evaluator (float16 com
 bit-identical (tests/test_fp16_cast_chain.py).
 
 Element types come from the graphs' declarations, from Casts' ``to``, and, for the tensors a chain
-starts from that neither names, from ONNX type inference on the model's skeleton (initializers as
-typed inputs, so no weight bytes are copied); where inference fails those chains keep their Casts.
+starts from that neither names, from ONNX type inference on the model's skeleton (the main graph's
+initializers as typed inputs, so their bytes are not copied; a body's are); where inference fails
+those chains keep their Casts.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _cast_to(node: onnx.NodeProto) -> int | None:
 
 def _skeleton_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element types ONNX type inference finds for every tensor of ``model`` (all graphs), run on a
-    copy without weight bytes (initializers become typed graph inputs); empty when it fails."""
+    copy without the main graph's weight bytes (its initializers become typed graph inputs; the
+    bodies, in its nodes, are copied whole); empty when it fails."""
     graph = model.graph
     skeleton = helper.make_graph(
         list(graph.node), graph.name, list(graph.input) + [
