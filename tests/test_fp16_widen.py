@@ -146,13 +146,19 @@ def _norm_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("which", ["norm", "conv"])
 def test_floor_reference_is_the_source_as_the_user_runs_it(which):
     """The judged float outputs are the fp16 source's own: where its fp16 LayerNormalization makes them
-    differ from the widened copy's (run again), and where they are the same bits (the copy's kept)."""
+    differ from the widened copy's (run again), and where they are the same bits (the copy's kept).
+    Decided once: where the source gave the copy's bits, later float runs (the second look's reserve)
+    run the prepared copy, not the source loaded again, and still give the source's outputs."""
     model = _norm_model() if which == "norm" else HALF
     rng = np.random.default_rng(5)
     shape = (1, 6, 16) if which == "norm" else (1, 3, 16, 16)
-    data = [{"x": rng.normal(0, 1, shape).astype(np.float16)} for _ in range(24)]
+    data = [{"x": rng.normal(0, 1, shape).astype(np.float16)} for _ in range(48)]  # 24 + a reserve of 8
     calibrated = calibrate_once(model, get_preset("A8W8"), data, holdout=8)
     assert calibrated.reference is not None and calibrated.float_outputs and calibrated.holdout_outputs
+    assert calibrated.reference_same_bits is (which == "conv")
+    assert (calibrated.reference_model() is calibrated.prepared) is (which == "conv")
+    assert len(calibrated.reserve) == 8
+    calibrated.look_again()  # the reserve's float outputs by reference_model()
     feeds = calibrated.judged_calibration_feeds(len(calibrated.float_outputs))  # float_outputs[i] is feed i's
     source = _run(model, feeds + calibrated.holdout)
     judged = [o["y"] for o in calibrated.float_outputs[:len(feeds)]] + [o["y"] for o in calibrated.holdout_outputs]
