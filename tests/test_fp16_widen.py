@@ -208,3 +208,40 @@ def test_cli_flags(tmp_path, flags, reader):
     model = onnx.load(out)
     assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
     assert _weight_readers(model)["conv2"] == reader
+
+
+@pytest.mark.parametrize("preset", ["A8W8", "FP16"])
+def test_prepare_for_quantization_plans_what_quantize_plans(preset):
+    """``prepare_for_quantization`` (the public entry ``onnxptq inspect`` and users plan from) enters a
+    float16 source as quantize does: widened inside under A8W8, the fp16 form under FP16 alone; the
+    plan made from it is the one calibration made (same tensors, same formats)."""
+    from onnxptq.pipeline.plan import make_plan
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+
+    config = get_preset(preset)
+    prepared = prepare_for_quantization(HALF, config)
+    calibrated = calibrate_once(HALF, config, _feeds(4, 3))
+    assert [(n.op_type, list(n.input)) for n in prepared.graph.node] == \
+        [(n.op_type, list(n.input)) for n in calibrated.prepared.graph.node]
+    plan = make_plan(prepared, config)
+    assert {k: t.quant.describe() for k, t in plan.tensors.items()} == \
+        {k: t.quant.describe() for k, t in calibrated.plan.tensors.items()}
+    weights = [i for i in prepared.graph.initializer if i.name in ("w1", "w2", "w3")]
+    assert len(weights) == 3
+    assert all(i.data_type == (TensorProto.FLOAT if preset == "A8W8" else TensorProto.FLOAT16) for i in weights)
+
+
+@pytest.mark.parametrize("flags, widened", [([], True), (["--no-widen-fp16"], False)])
+def test_inspect_shows_the_widened_plan(tmp_path, capsys, flags, widened):
+    """``onnxptq inspect`` on a float16 model says it is computed in fp32 inside and plans the widened
+    graph (its first activation is the input's Cast to float32), as ``quantize`` would; with
+    ``--no-widen-fp16`` the fp16 form's plan (the input itself), as ``quantize --no-widen-fp16``."""
+    from onnxptq.cli import main as cli_main
+
+    src = tmp_path / "half.onnx"
+    onnx.save(HALF, src)
+    assert cli_main(["inspect", str(src), "--preset", "A8W8", "--tensors", *flags]) == 0
+    out = capsys.readouterr().out
+    assert ("computed in float32 inside" in out) is widened
+    first = next(line.split()[-1] for line in out.splitlines() if line.strip().startswith("activation"))
+    assert (first != "x") is widened, first

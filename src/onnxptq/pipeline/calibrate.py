@@ -275,7 +275,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     reference: io.ModelLike | None = model if widened_inside else None
     inputs = readers.ModelInputs.from_model(proto)
 
-    prepared = prepare_for_quantization(proto, cfg)
+    prepared = prepare_for_quantization(proto, cfg, entered=True)
     timings["prepare"] = time.perf_counter() - t0
     check.check_config_names(cfg, proto, prepared)
 

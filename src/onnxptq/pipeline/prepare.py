@@ -170,12 +170,22 @@ def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> 
     return opset
 
 
-def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:
+def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None, *,
+                             entered: bool = False) -> onnx.ModelProto:
     """``prepare`` as the quantizer runs it: the opset of :func:`quantization_opset`, BatchNorm and
     constant folding and cross-layer equalization as ``config`` says (defaults without one, as
-    ``onnxptq inspect`` shows: no equalization, which only a weight format decides)."""
+    ``onnxptq inspect`` shows: no equalization, which only a weight format decides).
+
+    With a ``config``, a float16 source is first entered as ``quantize()`` enters it
+    (:func:`fp16_entry`: computed in fp32 inside where the config widens), so the plan made from the
+    result (``onnxptq inspect``, a user's own ``make_plan``) is the plan quantize makes, not the
+    fp16 form's. ``entered``: ``model`` is already :func:`fp16_entry`'s result (the quantizer's own
+    call, which keeps the entry's verdict for the floor's reference; entering twice would Cast the
+    kept float16 interface again)."""
     if config is None:
         return prepare(model, opset=quantization_opset(model))
+    if not entered:
+        model = fp16_entry(model, config, model.graph.name or "model")[0]
     return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
                    fold_constants=config.optimize, pool_spatial_means=config.pool_spatial_means,
                    equalize=config.equalization if config.equalization_active() else None,
