@@ -245,3 +245,27 @@ def test_inspect_shows_the_widened_plan(tmp_path, capsys, flags, widened):
     assert ("computed in float32 inside" in out) is widened
     first = next(line.split()[-1] for line in out.splitlines() if line.strip().startswith("activation"))
     assert (first != "x") is widened, first
+
+
+def test_bf16_kept_in_fp16_is_told_that_onnxruntime_drops_its_roundings(tmp_path, caplog):
+    """BF16 with ``widen_fp16=False`` on a float16 model: onnxruntime (ORT_ENABLE_ALL) removes bfloat16 Cast pairs
+    between float16 values, so the file does not round where it runs; the quantizer says so. The second half checks
+    the fact the warning states on this very file (a runtime that kept them would make the warning stale)."""
+    import logging
+
+    out = tmp_path / "bf16_fp16.onnx"
+    config = get_preset("BF16").replace(widen_fp16=False, repair=False)
+    with caplog.at_level(logging.WARNING, logger="onnxptq.pipeline.prepare"):
+        onnxptq.quantize(HALF, config, data=_feeds(4, 2), output=str(out))
+    assert any("does not round to bfloat16" in r.getMessage() for r in caplog.records)
+    in_file = sum(n.op_type == "Cast" and n.attribute[0].i == TensorProto.BFLOAT16 for n in onnx.load(out).graph.node)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])
+    kept = sum(n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.BFLOAT16 for a in n.attribute)
+               for n in onnx.load(tmp_path / "opt.onnx").graph.node)
+    assert in_file >= 3 and kept < in_file, (in_file, kept)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="onnxptq.pipeline.prepare"):  # widened (the default): no such word
+        onnxptq.quantize(HALF, get_preset("BF16").replace(repair=False), data=_feeds(4, 2), output=str(tmp_path / "w.onnx"))
+    assert not any("does not round to bfloat16" in r.getMessage() for r in caplog.records)
