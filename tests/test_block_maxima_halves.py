@@ -12,6 +12,8 @@ maximum) included, on the presets' own attributes. The per-shape grids of
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -27,15 +29,24 @@ MX9 = ("bfp", dict(MX_PRIME_ATTRS, bit_width=16))
 BFP16 = ("bfp", dict(BFP16_ATTRS, bit_width=16))
 
 
-def _splits(fmt: str, attrs: dict, shape) -> int:
-    """Split nodes anywhere in the body built for ``shape`` (its If branches included)."""
-    frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
-
+def _count_splits(function: onnx.FunctionProto) -> int:
+    """Split nodes anywhere in a body (its If branches included)."""
     def count(nodes) -> int:
         return sum((n.op_type == "Split") + sum(count(a.g.node) for a in n.attribute
                                                 if a.type == onnx.AttributeProto.GRAPH) for n in nodes)
 
-    return count(frag.functions[0].node)
+    return count(function.node)
+
+
+def _splits(fmt: str, attrs: dict, shape) -> int:
+    """Split nodes anywhere in the body built for ``shape``; for MX bodies, checked against the
+    name's ``h`` (one name, one body: ``mx.takes_halves`` decides both)."""
+    frag = build_qdq(fmt, "x", "y", name="q", opset=21, shape=shape, dtype="float32", **attrs)
+    splits = _count_splits(frag.functions[0])
+    if fmt == "mx":
+        named = re.search(r"_p\d+l?w?h", frag.functions[0].name) is not None
+        assert named == (splits > 0), frag.functions[0].name
+    return splits
 
 
 @pytest.mark.parametrize("preset,shape,axis,halves", [
@@ -56,6 +67,25 @@ def _splits(fmt: str, attrs: dict, shape) -> int:
 def test_which_bodies_halve(preset, shape, axis, halves) -> None:
     fmt, attrs = preset
     assert (_splits(fmt, dict(attrs, axis=axis), shape) > 0) == halves
+
+
+@pytest.mark.parametrize("shape,scale_search,halves", [
+    (("b", 64, "t"), 0, False),      # shape values that do not fold: the copying view, which takes no halves
+    (("b", 64, "t"), 1, False),
+    ((1, 64, 48, 48), 1, False),     # a search by error: the blocks whole
+    ((1, 64, 48, 48), 0, True),
+    (("N", 64, "h", "w"), 0, False),
+])
+def test_mx_halves_rule_names_the_body(shape, scale_search, halves) -> None:
+    """``build`` and ``make_function`` read one rule (``mx.takes_halves``): the ``h`` in a body's
+    name where and only where its maxima are taken by halves; the copying view (``d<n>r<rank>``) only
+    for a body that takes none, and asked for halves directly it names none either."""
+    from onnxptq.onnx_ops import mx
+
+    attrs = dict(MXINT8[1], scale_search=scale_search)
+    assert (_splits("mx", attrs, shape) > 0) == halves
+    direct = mx.make_function("int8", 2, 0, 21, static=(1, 32, 0), float32=True, halve=True, copied=(64, 3))
+    assert _count_splits(direct) == 0 and re.search(r"_p\d+l?w?h", direct.name) is None, direct.name
 
 
 @pytest.mark.parametrize("preset", [MXINT8, MXFP8, MX9, BFP16], ids=["MXINT8", "MXFP8", "MX9", "BFP16"])

@@ -146,13 +146,19 @@ def _norm_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("which", ["norm", "conv"])
 def test_floor_reference_is_the_source_as_the_user_runs_it(which):
     """The judged float outputs are the fp16 source's own: where its fp16 LayerNormalization makes them
-    differ from the widened copy's (run again), and where they are the same bits (the copy's kept)."""
+    differ from the widened copy's (run again), and where they are the same bits (the copy's kept).
+    Decided once: where the source gave the copy's bits, later float runs (the second look's reserve)
+    run the prepared copy, not the source loaded again, and still give the source's outputs."""
     model = _norm_model() if which == "norm" else HALF
     rng = np.random.default_rng(5)
     shape = (1, 6, 16) if which == "norm" else (1, 3, 16, 16)
-    data = [{"x": rng.normal(0, 1, shape).astype(np.float16)} for _ in range(24)]
+    data = [{"x": rng.normal(0, 1, shape).astype(np.float16)} for _ in range(48)]  # 24 + a reserve of 8
     calibrated = calibrate_once(model, get_preset("A8W8"), data, holdout=8)
     assert calibrated.reference is not None and calibrated.float_outputs and calibrated.holdout_outputs
+    assert calibrated.reference_same_bits is (which == "conv")
+    assert (calibrated.reference_model() is calibrated.prepared) is (which == "conv")
+    assert len(calibrated.reserve) == 8
+    calibrated.look_again()  # the reserve's float outputs by reference_model()
     feeds = calibrated.judged_calibration_feeds(len(calibrated.float_outputs))  # float_outputs[i] is feed i's
     source = _run(model, feeds + calibrated.holdout)
     judged = [o["y"] for o in calibrated.float_outputs[:len(feeds)]] + [o["y"] for o in calibrated.holdout_outputs]
@@ -202,3 +208,64 @@ def test_cli_flags(tmp_path, flags, reader):
     model = onnx.load(out)
     assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
     assert _weight_readers(model)["conv2"] == reader
+
+
+@pytest.mark.parametrize("preset", ["A8W8", "FP16"])
+def test_prepare_for_quantization_plans_what_quantize_plans(preset):
+    """``prepare_for_quantization`` (the public entry ``onnxptq inspect`` and users plan from) enters a
+    float16 source as quantize does: widened inside under A8W8, the fp16 form under FP16 alone; the
+    plan made from it is the one calibration made (same tensors, same formats)."""
+    from onnxptq.pipeline.plan import make_plan
+    from onnxptq.pipeline.prepare import prepare_for_quantization
+
+    config = get_preset(preset)
+    prepared = prepare_for_quantization(HALF, config)
+    calibrated = calibrate_once(HALF, config, _feeds(4, 3))
+    assert [(n.op_type, list(n.input)) for n in prepared.graph.node] == \
+        [(n.op_type, list(n.input)) for n in calibrated.prepared.graph.node]
+    plan = make_plan(prepared, config)
+    assert {k: t.quant.describe() for k, t in plan.tensors.items()} == \
+        {k: t.quant.describe() for k, t in calibrated.plan.tensors.items()}
+    weights = [i for i in prepared.graph.initializer if i.name in ("w1", "w2", "w3")]
+    assert len(weights) == 3
+    assert all(i.data_type == (TensorProto.FLOAT if preset == "A8W8" else TensorProto.FLOAT16) for i in weights)
+
+
+@pytest.mark.parametrize("flags, widened", [([], True), (["--no-widen-fp16"], False)])
+def test_inspect_shows_the_widened_plan(tmp_path, capsys, flags, widened):
+    """``onnxptq inspect`` on a float16 model says it is computed in fp32 inside and plans the widened
+    graph (its first activation is the input's Cast to float32), as ``quantize`` would; with
+    ``--no-widen-fp16`` the fp16 form's plan (the input itself), as ``quantize --no-widen-fp16``."""
+    from onnxptq.cli import main as cli_main
+
+    src = tmp_path / "half.onnx"
+    onnx.save(HALF, src)
+    assert cli_main(["inspect", str(src), "--preset", "A8W8", "--tensors", *flags]) == 0
+    out = capsys.readouterr().out
+    assert ("computed in float32 inside" in out) is widened
+    first = next(line.split()[-1] for line in out.splitlines() if line.strip().startswith("activation"))
+    assert (first != "x") is widened, first
+
+
+def test_bf16_kept_in_fp16_is_told_that_onnxruntime_drops_its_roundings(tmp_path, caplog):
+    """BF16 with ``widen_fp16=False`` on a float16 model: onnxruntime (ORT_ENABLE_ALL) removes bfloat16 Cast pairs
+    between float16 values, so the file does not round where it runs; the quantizer says so. The second half checks
+    the fact the warning states on this very file (a runtime that kept them would make the warning stale)."""
+    import logging
+
+    out = tmp_path / "bf16_fp16.onnx"
+    config = get_preset("BF16").replace(widen_fp16=False, repair=False)
+    with caplog.at_level(logging.WARNING, logger="onnxptq.pipeline.prepare"):
+        onnxptq.quantize(HALF, config, data=_feeds(4, 2), output=str(out))
+    assert any("does not round to bfloat16" in r.getMessage() for r in caplog.records)
+    in_file = sum(n.op_type == "Cast" and n.attribute[0].i == TensorProto.BFLOAT16 for n in onnx.load(out).graph.node)
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])
+    kept = sum(n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.BFLOAT16 for a in n.attribute)
+               for n in onnx.load(tmp_path / "opt.onnx").graph.node)
+    assert in_file >= 3 and kept < in_file, (in_file, kept)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="onnxptq.pipeline.prepare"):  # widened (the default): no such word
+        onnxptq.quantize(HALF, get_preset("BF16").replace(repair=False), data=_feeds(4, 2), output=str(tmp_path / "w.onnx"))
+    assert not any("does not round to bfloat16" in r.getMessage() for r in caplog.records)

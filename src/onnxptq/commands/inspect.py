@@ -1,4 +1,8 @@
-"""``onnxptq inspect MODEL [--preset NAME] [--runtime]``: ops, inputs, and what a preset would quantize.
+"""``onnxptq inspect MODEL [--preset NAME] [--runtime] [--(no-)widen-fp16]``: ops, inputs, and what a preset would quantize.
+
+The plan shown is the one ``onnxptq quantize`` makes: a float16 model is entered as quantize enters it
+(computed in float32 inside under every preset but FP16 alone, its float16 interface kept;
+``pipeline.prepare.fp16_entry``), with quantize's ``--widen-fp16`` / ``--no-widen-fp16``.
 
 With ``--runtime`` MODEL is a quantized model, and the listing says per node whether onnxruntime's
 CPU execution provider runs it as an integer kernel, in float, or folded it away (read from the
@@ -19,6 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tensors", action="store_true", help="list every planned tensor, not just the counts")
     p.add_argument("--runtime", action="store_true",
                    help="MODEL is quantized: list per node whether onnxruntime's CPU provider runs it as an integer kernel or in float")
+    wf = p.add_mutually_exclusive_group()  # quantize's flags: the plan shown is the one quantize makes under them
+    wf.add_argument("--widen-fp16", dest="widen_fp16", action="store_const", const=True, default=None,
+                    help="the plan of a float16 model widened inside under FP16 formats too (as quantize --widen-fp16)")
+    wf.add_argument("--no-widen-fp16", dest="widen_fp16", action="store_const", const=False,
+                    help="the plan of a float16 model quantized in float16 as it is (as quantize --no-widen-fp16)")
     p.set_defaults(func=run)
 
 
@@ -62,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_listing(runtime_kernels(args.model)))
         return 0
     from ..graph import check, io
-    from ..pipeline.prepare import prepare_for_quantization
+    from ..pipeline.prepare import fp16_entry, prepare_for_quantization
     from ..pipeline.plan import make_plan
 
     model = io.load_model(args.model)
@@ -76,9 +85,16 @@ def run(args: argparse.Namespace) -> int:
     ops = Counter(n.op_type for n in model.graph.node)
     print("  ops: " + ", ".join(f"{op} ×{n}" for op, n in ops.most_common()))
     config = get_preset(args.preset)
-    prepared = prepare_for_quantization(model, config)
+    if getattr(args, "widen_fp16", None) is not None:
+        config = config.replace(widen_fp16=args.widen_fp16)
+    # the model quantize() plans: a float16 source entered as it enters it (widened inside or not)
+    entered, widened = fp16_entry(model, config, str(args.model))
+    prepared = prepare_for_quantization(entered, config, entered=True)
     plan = make_plan(prepared, config)
     print(f"preset {args.preset}: {config.describe()}")
+    if widened:
+        print("  float16 source: computed in float32 inside, its float16 inputs/outputs kept (widen_fp16; "
+              "--no-widen-fp16 keeps the fp16 form)")
     print(f"  {len(plan.nodes)} nodes quantized, {len(plan.skipped_nodes)} left in float")
     for reason, count in Counter(plan.float_tensors.values()).most_common():
         print(f"  {count:5d}  tensors kept float: {reason}")

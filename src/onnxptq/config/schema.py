@@ -684,9 +684,12 @@ class QuantConfig:
             return False
         if self.widen_fp16 is not None:
             return bool(self.widen_fp16)
+        return self.formats_used() != {"fp16"}
+
+    def formats_used(self) -> frozenset[str]:
+        """Every format this config names: global, per op type, per node, per tensor."""
         formats = {q.format for pair in self._layer_pairs() for q in pair if q is not None}
-        formats |= {q.format for q in self.tensor_overrides.values() if q is not None}
-        return formats != {"fp16"}
+        return frozenset(formats | {q.format for q in self.tensor_overrides.values() if q is not None})
 
     def per_tensor_integer_weights(self) -> bool:
         """Whether any integer weight format of this config (global, per op type, per node) is per

@@ -475,6 +475,16 @@ def halves_allowed(block: int | None, last: bool) -> bool:
     return block is not None and block % 2 == 0 and (last or block >= 16)
 
 
+def takes_halves(halve: bool, scale_search: int, block: int | None, last: bool) -> bool:
+    """Whether a body takes its block maxima by halves (name suffix ``h``): asked for (``halve``: a
+    tensor of at least :data:`onnxptq.onnx_ops.body.HALVES_MIN_SIZE` elements), no search by error
+    (its sums need the blocks whole), and a view that allows it (:func:`halves_allowed`; ``block``:
+    the view's block length, None where it is not a plain view). The one home of the rule:
+    :func:`make_function` builds the body and its name by it, and :func:`build` gives the copying
+    view to a body only where it does not hold (that view takes no halves)."""
+    return halve and int(scale_search) not in ERROR_SEARCHES and halves_allowed(block, last)
+
+
 def tile_length(axis: int, block_size: int, shape: Any, scale_search: int) -> int | None:
     """The sub-block length k of the tiled view (see :func:`_tiled_view`) for a ragged block axis
     longer than a block, or None: k = gcd(n, block_size) must be at least :data:`MIN_TILE` (a
@@ -629,6 +639,7 @@ def make_function(
     top.rank = whole if whole is not None else (tile[2] + 1 if tile is not None else
                                                 copied[1] + 1 if copied is not None else 3)
     branched = branched and fmt.is_int and not searched
+    halved = takes_halves(halve, scale_search, view_bs, last)
     if searched or branched:
         total = g.op("ReduceSum", xf, keepdims=0)
         finite = g.op("Less", g.op("Abs", total), g.const(np.inf))  # false for ±Inf and NaN
@@ -640,9 +651,9 @@ def make_function(
                   else_branch=masked.graph(y_masked, top.fresh("masked")))
     else:
         # Block maxima by halves (see onnx_ops.body.max_by_halves) on large tensors where they
-        # gain (:func:`halves_allowed`); the name says so (h): one name, one body.
+        # gain (:func:`takes_halves`); the name says so (h): one name, one body.
         halves = None
-        if halve and halves_allowed(view_bs, last):
+        if halved:
             if whole is not None:  # x as (lead..., 2, bs/2, trail...): reduced, the halves at the axis
                 lead = g.shared("Shape", "x", end=static[0]) if static[0] else g.i64()
                 first = g.shared("Concat", lead, g.i64(2, view_bs // 2), g.shared("Shape", "x", start=static[0] + 1), axis=0)
@@ -673,7 +684,7 @@ def make_function(
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if whole is not None:
         name += "w"  # the whole axis is one block: formulas in x's own shape
-    if halve and not searched and halves_allowed(None if tile is not None else (static or ranked or (0, None))[1], last):
+    if halved:
         name += "h"  # block maxima by halves
     if tile is not None:
         name += f"t{tile[1]}n{tile[0]}r{tile[2]}"  # the body depends on n, not only on the padding
@@ -778,10 +789,10 @@ def build(
     # Whole blocks along a non-last axis of a tensor whose shape values do not fold at build time
     # (two or more unknown dims): the view copies the input's dims instead of computing the
     # elements after the axis in every call (Shape, ReduceProd, Max, Concat; see
-    # onnx_ops.body.SplitAxis). Not where the block maxima are taken by halves.
+    # onnx_ops.body.SplitAxis). Not where the plain view's block maxima are taken by halves.
     copied = ((n, rank) if static is not None and not last and tile is None and whole is None and static[2] == 0
               and n is not None and n > int(block_size) and foldable_shape(shape) is None
-              and not (big and not searched and halves_allowed(int(block_size), False)) else None)
+              and not takes_halves(big, scale_search, int(block_size), False) else None)
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,

