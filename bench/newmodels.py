@@ -1801,6 +1801,9 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
 #: outputs whose reading a model's user declares to the floor (``QuantConfig.floor_output_reading``), by model key: what
 #: the package does with the output and no graph says (a threshold applied outside the model); filled by the rounds' blocks
 DECLARED: dict[str, dict[str, str]] = {}
+#: outputs a model's user reads through a mapping of their own (``QuantConfig.floor_output_agreement``), by model key:
+#: {output: f(float_output, quantized_output) -> agreement}; filled by the rounds' blocks
+AGREEMENT: dict[str, dict[str, Callable]] = {}
 
 
 def _memo(run, feeds):
@@ -1824,6 +1827,14 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
 
         config = dataclasses.replace(get_preset(preset), floor_output_reading=dict(DECLARED[name]))
         row["declared"] = dict(DECLARED[name])
+    if name in AGREEMENT:  # the user's own reading of an output, told the floor (QuantConfig.floor_output_agreement)
+        import dataclasses
+
+        from onnxptq.config.presets import get_preset
+
+        base = config if not isinstance(config, str) else get_preset(preset)
+        config = dataclasses.replace(base, floor_output_agreement=dict(AGREEMENT[name]))
+        row["declared_agreement"] = sorted(AGREEMENT[name])
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         result = onnxptq.quantize(str(path), config, data=list(calib), output=str(output))
@@ -6406,6 +6417,14 @@ def dfn_frames(part: str) -> Callable:
     return metric
 
 
+def _emb_frames_30db(a: np.ndarray, b: np.ndarray) -> float:
+    """A DeepFilterNet3 user's reading of the encoder's ``emb`` [1, T, 512] (what the two GRU decoders read): the share
+    of frames whose embedding is within 30 dB SNR of float's."""
+    a, b = np.asarray(a, np.float64).reshape(-1, a.shape[-1]), np.asarray(b, np.float64).reshape(-1, a.shape[-1])
+    energy, err = (a ** 2).sum(1), ((a - b) ** 2).sum(1)
+    return float(np.mean(err <= 1e-3 * np.maximum(energy, 1e-12)))
+
+
 MODELS.update({
     "sscd_distilled": (str(SSCD / "sscd_distilled.onnx"), sscd_feeds, "copy decisions (cos >= 0.75) as float's",
                        sscd_pairs),
@@ -6416,6 +6435,12 @@ MODELS.update({
     "dfn3_df_dec": (str(DFN3 / "df_dec.onnx"), dfn_feeds("df_dec"), "enhanced frames within 20 dB SNR",
                     dfn_frames("df_dec")),
 })
+# The same graphs with what their user reads told the floor: the ERB decoder's `m` is a gain per band and frame, not a
+# mask a user thresholds (its values, as "values"); the encoder's `emb` by its frames within 30 dB (_emb_frames_30db).
+MODELS["dfn3_erb_dec_declared"] = MODELS["dfn3_erb_dec"]
+DECLARED["dfn3_erb_dec_declared"] = {"m": "values"}
+MODELS["dfn3_enc_declared"] = MODELS["dfn3_enc"]
+AGREEMENT["dfn3_enc_declared"] = {"emb": _emb_frames_30db}
 
 
 def _model_bytes(path: Path) -> int:
