@@ -26,7 +26,7 @@ from typing import Any
 from ..analysis.evidence import SECOND_LOOK, share_bound
 from ..config.schema import QuantConfig
 from .calibrate import Calibrated
-from .complete import QuantizationResult, _verify
+from .complete import QuantizationResult, _verify, decision_tensors
 from .finish import finish
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,9 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
     first = result.floor
     reserved = len(calibrated.reserve)
     calibrated.look_again()
-    model, session = finish(result.model, calibrated.source)
-    verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples)
+    decided = decision_tensors(result.model, calibrated.readings.get("decisions") or ())
+    model, session = finish(result.model, calibrated.source, also=tuple(decided))
+    verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
     log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
              calibrated.source, ", ".join(n for n, c in first.outputs.items() if c.unconfirmed is not None),
              first.samples, verdict.samples, reserved, "confirmed" if verdict.ok and not verdict.unconfirmed else
