@@ -97,3 +97,37 @@ def test_finish_returns_the_extra_tensors_and_leaves_the_model_as_it_was(reader)
     feed = reader[1][0]
     logits, ids = session.run(["logits", "ids"], feed)
     assert np.array_equal(ids, logits.argmax(axis=2))
+
+
+def test_the_second_look_runs_the_reserve_on_finish_session(monkeypatch):
+    """A look the first held-out samples ask for (test_evalsamples_looks' clean classifier, 96 feeds: a reserve of
+    24) is taken on the session finish opened for the verification, not on a second one of the same bytes; its
+    verdict is the one a fresh session gives."""
+    from test_evalsamples_looks import _classifier, _clear_rows
+
+    import onnxptq.pipeline.second_look as look_mod
+
+    rng = np.random.default_rng(0)
+    feeds = [{"x": _clear_rows(rng, 4, 0.3)} for _ in range(96)]
+    cfg = dataclasses.replace(get_preset("MX9"), repair=False)
+    results, opened = {}, {}
+    for reuse in (True, False):
+        count = [0]
+
+        def counted(*args, _real=finish_mod.open_session, **kwargs):
+            count[0] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(finish_mod, "open_session", counted)
+        if not reuse:  # the form before: the look opened its own session
+            def fresh(calibrated, cfg_, result, eval_samples, _real=look_mod.second_look):
+                result._session = None
+                return _real(calibrated, cfg_, result, eval_samples)
+            monkeypatch.setattr(look_mod, "second_look", fresh)
+        results[reuse] = quantize(_classifier(), cfg, feeds)
+        opened[reuse] = count[0]
+        monkeypatch.undo()
+    assert "second look" in results[True].timings and results[True].floor.samples == 32
+    assert opened == {True: 1, False: 2}, opened
+    assert results[True].floor.to_json() == results[False].floor.to_json()
+    assert results[True].metrics == results[False].metrics
+    assert results[True]._session is None  # not held past the look

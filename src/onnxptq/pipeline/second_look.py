@@ -48,9 +48,15 @@ def wants_second_look(calibrated: Calibrated, verdict: Any) -> bool:
 
 def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, eval_samples: int) -> QuantizationResult:
     """``result`` judged again on the held-out samples and the reserve (module docstring) where its verdict
-    asks for it (:func:`wants_second_look`); else ``result`` as it is. The model is opened as finish opens the
-    delivered one and run on every held-out sample (the first ones too: their outputs were not kept), the
-    figures and the verdict replaced, the time under ``timings["second look"]``."""
+    asks for it (:func:`wants_second_look`); else ``result`` as it is. The model is run on every held-out sample
+    (the first ones too: their outputs were not kept) on the session finish opened for ``result``'s verification
+    (``result._session``, taken: the result holds it no longer, looked or not), else on one opened as finish opens
+    the delivered one; the figures and the verdict replaced, the time under ``timings["second look"]``.
+
+    Why that session: it was opened on these very bytes with finish's options, so its outputs are those of a new
+    one bit for bit, and on a block-format model opening one is a large part of the quantization (khmersm MX9:
+    0.13 of 1.45 CPU s; bench/RESULTS.md, blockquant12)."""
+    session, result._session = result._session, None  # not held into repair's search nor the save
     if not wants_second_look(calibrated, result.floor):
         return result
     t0 = time.perf_counter()
@@ -58,7 +64,9 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
     reserved = len(calibrated.reserve)
     calibrated.look_again()
     decided = decision_tensors(result.model, calibrated.readings.get("decisions") or ())
-    model, session = finish(result.model, calibrated.source, also=tuple(decided))
+    model = result.model
+    if session is None:
+        model, session = finish(result.model, calibrated.source, also=tuple(decided))
     verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
     log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
              calibrated.source, ", ".join(n for n, c in first.outputs.items() if c.unconfirmed is not None),
