@@ -85,7 +85,8 @@ WHERE = [("onnxptq.pipeline.emit", "build_qdq", "bodies"),  # the activation qua
 WHERE_KEYS = list(dict.fromkeys(label for _, _, label in WHERE))
 #: who opened a session (the onnxptq function two frames above open_session), by the part it belongs to
 OPENERS = {"finish": "finish", "_session": "calibration", "judge_session": "repair", "_thinned_runs": "repair",
-           "correct_biases": "bias_corr", "_float_values": "guard"}
+           "correct_biases": "bias_corr", "_float_values": "guard",
+           "__call__": "decisions"}  # analysis.decisions.DecisionReader: a graph's inner decisions, float's or (before blockquant12) the quantized model's
 KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve", "emit", "finish", "evaluate", "verify",
         "repair", "deliver", "sess_create", "sess_run"]
 PRESETS = ["BF16", "A8W8", "BFP16", "MX9", "MXINT8"]

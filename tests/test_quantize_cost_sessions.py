@@ -74,8 +74,8 @@ def _count_finish_runs(monkeypatch) -> list[_Counting]:
     """Wrap ``finish``'s session so each quantize's runs are counted; the list fills per call."""
     seen: list[_Counting] = []
 
-    def counting_finish(model, source, *hooks):
-        model, session = finish(model, source, *hooks)
+    def counting_finish(model, source, *hooks, **options):
+        model, session = finish(model, source, *hooks, **options)
         seen.append(_Counting(session))
         return model, seen[-1]
 

@@ -38,7 +38,8 @@ encoder has such an output.
 
 **Captured on the evaluation copies only** (:func:`with_decision_outputs`, :func:`capture`): the
 floor's float and quantized held-out runs add the decision tensors as extra graph outputs of a
-copy; the delivered model is not changed. In the quantized model the tensor is found as the same
+copy (the quantized model's: of the bytes finish's session reads, which returns them beside the
+graph's outputs, pipeline/finish.py); the delivered model is not changed. In the quantized model the tensor is found as the same
 input of the node of the same name (quantizers inserted before it are then included: the decision
 sees what the node sees).
 

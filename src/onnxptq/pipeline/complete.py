@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 from pathlib import Path
 
 import onnx
@@ -57,6 +57,10 @@ class QuantizationResult:
     repair: dict[str, Any] | None = None
     #: which samples :attr:`metrics` are taken on, in words ("4 held-out samples", "8 calibration samples")
     metrics_samples: str = ""
+    #: finish's onnxruntime session on :attr:`model` (the verification's), held from
+    #: ``complete(deliver_now=False)`` to the floor's second look, which runs the reserve on it
+    #: (:func:`~onnxptq.pipeline.second_look.second_look` takes it, looking or not); None otherwise
+    _session: Any = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         from ..analysis.floor import floor_lines  # the floor's wording lives with the floor
@@ -116,16 +120,23 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
         known.append(found)
         return True
 
-    quantized, session = finish(quantized, source, judged if verified is not None and verified.entries and calibrated.holdout else None)
+    # The graph's inner decisions the verification reads come out of finish's session too (pipeline/finish.py).
+    decided = decision_tensors(quantized, calibrated.readings.get("decisions") or ()) if calibrated.holdout else {}
+    quantized, session = finish(quantized, source, judged if verified is not None and verified.entries and calibrated.holdout else None,
+                                also=tuple(decided))
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
         verdict, metrics, on = _verify(calibrated, cfg, quantized, session, timings, eval_samples,
-                                       known[0] if known else None)
+                                       known[0] if known else None, decided)
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
                                 metrics_samples=on)
+    if not deliver_now and verdict is not None:
+        # a second look (pipeline/second_look.py) runs the reserve on this session rather than open another on
+        # the same bytes (khmersm MX9, 96 feeds: one finish session of 0.13 CPU s less; bench/RESULTS.md, blockquant12)
+        result._session = session
     if deliver_now:
         deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
     return result
@@ -158,9 +169,24 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     return result
 
 
+def decision_tensors(model: onnx.ModelProto, decisions: Sequence[Any]) -> dict[str, str]:
+    """``{tensor: key}`` of the graph's inner ``decisions`` (:class:`~onnxptq.analysis.decisions.Decision`)
+    as :func:`~onnxptq.analysis.decisions.with_decision_outputs` finds them in ``model``; the model is
+    left as it was. {} without decisions."""
+    if not decisions:
+        return {}
+    from ..analysis.decisions import with_decision_outputs
+
+    count = len(model.graph.output)
+    try:
+        return with_decision_outputs(model, decisions, copy=False)[1]
+    finally:
+        del model.graph.output[count:]
+
+
 def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,
             timings: dict[str, float], eval_samples: int = DEFAULT_EVAL_SAMPLES,
-            known: Judgement | None = None) -> tuple[Any, dict[str, Any], str]:
+            known: Judgement | None = None, decided: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any], str]:
     """``(verdict, figures, which samples)``: the accuracy floor's verdict (:mod:`onnxptq.analysis.floor`)
     on the held-out samples, run through the session finish() opened, and the per-output figures
     of the same runs (:func:`onnxptq.analysis.compare.compare_outputs`); both by
@@ -177,7 +203,12 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     calibration samples too before: on a block-format model each run is a large part of the
     quantize time). With too little data to hold any feed out (1-11 feeds:
     ``calibrate.split_holdout``) the held-out feeds are the first calibration feeds, and the
-    summary says so."""
+    summary says so.
+
+    ``decided``: ``{tensor: key}`` of the graph's inner decisions that ``session`` returns beside the
+    graph outputs (finish's ``also``): read from the same runs. Those it does not return are read on
+    an evaluation copy of ``quantized`` (:class:`~onnxptq.analysis.decisions.DecisionReader`), as
+    all of them were before (a second session on the model and its feeds run again)."""
     from ..analysis.decisions import DecisionReader
 
     t0 = time.perf_counter()
@@ -187,17 +218,27 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
         timings["verify"] = time.perf_counter() - t0
         return verdict, metrics, verdict.where()
     names = compared_outputs(calibrated.prepared.graph)
+    decided = dict(decided or {})
+    if not decided.keys() <= {o.name for o in session.get_outputs()}:
+        decided = {}  # past protobuf's limit finish's session returns the graph's outputs only
+    fetch = names + [t for t in decided if t not in names]
+    at = {n: j for j, n in enumerate(fetch)}
+
+    def outputs(out: list[Any]) -> dict[str, Any]:
+        """A run's graph outputs by name, and its decisions' tensors by their keys."""
+        return dict(zip(names, out), **{k: out[at[t]] for t, k in decided.items()})
+
+    # Decisions inside the graph the session does not return: read on one evaluation copy of the model
+    # (analysis.decisions), the held-out feeds now, the calibration feeds below where the floor asks for them.
+    decisions = DecisionReader(quantized, [] if decided else calibrated.readings["decisions"],
+                               providers=tuple(cfg.calibration.providers))
     # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
-    got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
-    # Decisions inside the graph, read on one evaluation copy of the model (analysis.decisions): the
-    # held-out feeds now, the calibration feeds below where the floor asks for them.
-    decisions = DecisionReader(quantized, calibrated.readings["decisions"], providers=tuple(cfg.calibration.providers))
-    got = [dict(g, **e) for g, e in zip(got, decisions(calibrated.holdout))]
+    got = [dict(outputs(out), **e) for out, e in zip(run_feeds(session, fetch, calibrated.holdout), decisions(calibrated.holdout))]
 
     def seen_of(feeds: list[dict[str, Any]], whole: bool = False) -> list[dict[str, Any]]:
         # the floor's held outputs held as they come out (analysis/held_outputs.py), unless asked whole
-        hold = None if whole else calibrated.seen_holder(names)
-        return [dict(zip(names, out), **e) for out, e in zip(run_feeds(session, names, feeds, hold), decisions(feeds))]
+        hold = None if whole else calibrated.seen_holder(fetch)
+        return [dict(outputs(out), **e) for out, e in zip(run_feeds(session, fetch, feeds, hold), decisions(feeds))]
 
     found = judgement(calibrated, cfg, got, seen_of, eval_samples)
     assert found is not None  # seen_of always runs the feeds

@@ -5,10 +5,11 @@ What we ship must load in stock onnxruntime; a model that does not is our bug, r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import onnx
 
@@ -47,7 +48,8 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
     return model, session
 
 
-def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None):
+def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None,
+           also: Sequence[str] = ()):
     """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
 
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
@@ -64,6 +66,15 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
     the same bytes, already showed (mp_face_long A8W8: 7 sessions -> 6, 0.07 CPU s; bench/RESULTS.md,
     blockquant10). Only integer plans meet it: a block format's delivered build has packed weights
     and its candidates not, so their bytes differ and the delivered build is opened and judged again.
+
+    ``also``: tensors of the main graph the session returns besides the graph outputs (the graph's
+    inner decisions the verification reads, analysis/decisions.py): the checker reads the model as
+    it is, the session the model with them appended as outputs, the model itself keeps its own
+    outputs (:func:`_with_outputs`). Not past protobuf's limit: that session returns the graph's
+    outputs only (the caller asks it which it has). Why: the decisions were read on a second
+    session of an evaluation copy that had them as outputs, the quantized model's functions
+    inlined and its feeds run once more for them; one session returns both (trueocr_rec MX9: 5 ->
+    4 sessions; bench/RESULTS.md, blockquant12).
     """
     io.pin_versions(model)
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
@@ -81,6 +92,12 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
         if with_bytes is not None and data is not None and with_bytes(data):
             log.debug("%s: these bytes were opened and judged on a session like finish's: no session opened", source)
             return model, None
+        if also and data is not None:
+            del data  # the checker's bytes: the session's are serialized with the extra outputs
+            with _with_outputs(model, also):
+                data = serialized(model)
+            large = data is None
+            path = str(io.write_externalized(model, folder)) if large and path is None else path
         try:
             # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
             # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
@@ -106,3 +123,17 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
         del data
     return model, session
+
+
+@contextlib.contextmanager
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> Iterator[onnx.ModelProto]:
+    """``model`` with ``names`` appended to its graph's outputs for the duration of the block (those
+    not outputs already), untyped (onnxruntime infers their types; the checker would refuse them,
+    which is why it reads the model without them); removed after it."""
+    present = {o.name for o in model.graph.output}
+    count = len(model.graph.output)
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in dict.fromkeys(names) if n not in present)
+    try:
+        yield model
+    finally:
+        del model.graph.output[count:]

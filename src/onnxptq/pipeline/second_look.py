@@ -26,7 +26,7 @@ from typing import Any
 from ..analysis.evidence import SECOND_LOOK, share_bound
 from ..config.schema import QuantConfig
 from .calibrate import Calibrated
-from .complete import QuantizationResult, _verify
+from .complete import QuantizationResult, _verify, decision_tensors
 from .finish import finish
 
 log = logging.getLogger(__name__)
@@ -48,17 +48,26 @@ def wants_second_look(calibrated: Calibrated, verdict: Any) -> bool:
 
 def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationResult, eval_samples: int) -> QuantizationResult:
     """``result`` judged again on the held-out samples and the reserve (module docstring) where its verdict
-    asks for it (:func:`wants_second_look`); else ``result`` as it is. The model is opened as finish opens the
-    delivered one and run on every held-out sample (the first ones too: their outputs were not kept), the
-    figures and the verdict replaced, the time under ``timings["second look"]``."""
+    asks for it (:func:`wants_second_look`); else ``result`` as it is. The model is run on every held-out sample
+    (the first ones too: their outputs were not kept) on the session finish opened for ``result``'s verification
+    (``result._session``, taken: the result holds it no longer, looked or not), else on one opened as finish opens
+    the delivered one; the figures and the verdict replaced, the time under ``timings["second look"]``.
+
+    Why that session: it was opened on these very bytes with finish's options, so its outputs are those of a new
+    one bit for bit, and on a block-format model opening one is a large part of the quantization (khmersm MX9:
+    0.13 of 1.45 CPU s; bench/RESULTS.md, blockquant12)."""
+    session, result._session = result._session, None  # not held into repair's search nor the save
     if not wants_second_look(calibrated, result.floor):
         return result
     t0 = time.perf_counter()
     first = result.floor
     reserved = len(calibrated.reserve)
     calibrated.look_again()
-    model, session = finish(result.model, calibrated.source)
-    verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples)
+    decided = decision_tensors(result.model, calibrated.readings.get("decisions") or ())
+    model = result.model
+    if session is None:
+        model, session = finish(result.model, calibrated.source, also=tuple(decided))
+    verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
     log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
              calibrated.source, ", ".join(n for n, c in first.outputs.items() if c.unconfirmed is not None),
              first.samples, verdict.samples, reserved, "confirmed" if verdict.ok and not verdict.unconfirmed else
