@@ -84,15 +84,17 @@ def heavy():
     model = two_convs()
     calib = feeds(10, 1, heavy=True)  # < 12 feeds: all calibrate (the floor holds none out)
     config = get_preset("A8W8").replace(repair=False)
-    values = np.concatenate([open_session(_exposing(model, "feat")).run(["feat"], f)[0].ravel() for f in calib])
+    values = np.concatenate([v.ravel() for v in _feat_values(model, calib)])
     return model, config, calib, values, quantize(model, config, data=calib).model
 
 
-def _exposing(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    out.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
-    return out
+def _feat_values(model: onnx.ModelProto, calib: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """Float's ``feat`` on each feed: the model with ``feat`` as an output, one session for them all."""
+    exposing = onnx.ModelProto()
+    exposing.CopyFrom(model)
+    exposing.graph.output.append(helper.make_tensor_value_info("feat", TensorProto.FLOAT, None))
+    session = open_session(exposing)
+    return [session.run(["feat"], f)[0] for f in calib]
 
 
 def test_the_plan_marks_inputs_only_weighted_layers_read():
@@ -143,7 +145,7 @@ def test_light_tail_keeps_the_percentile_range():
     calib = feeds(10, 1, heavy=False)
     config = get_preset("A8W8").replace(repair=False)
     qmodel = quantize(model, config, data=calib).model
-    values = [open_session(_exposing(model, "feat")).run(["feat"], f)[0] for f in calib]
+    values = _feat_values(model, calib)
     scale, zp = _quantizer(qmodel, "feat")
     # recurring peaks kept (plan/peaks.py): the top covers the 3rd-largest feed maximum, as before
     assert (255 - zp) * scale >= sorted(float(v.max()) for v in values)[-3] * (1 - 1e-6)

@@ -43,6 +43,18 @@ weights too; for a sub-byte block format its family's next width, then the one a
 place of "float" (``K`` is then the set stepped up, and the whole plan stepped up is where it
 starts), and nothing is kept float. Where no rung holds, the float probe is built, then the mixed rung.
 
+**The head rung** (issue 27, uvdoc): before the ladder, where the outputs the plain build broke have a
+head of their own (:func:`output_branch`: the nodes whose results reach those outputs and no other, with their
+writers, :func:`output_writers`) of at most :data:`MIXED_FLOAT` nodes and under half the candidates, that head
+alone is stepped to the ladder's top rung, everything else as planned: one build; where it holds it is
+delivered (the fewest nodes stepped of any candidate, so the cheapest in bytes and run time), else the ladder
+is climbed as before with one build fewer. A model whose one output breaks has no such head and builds
+nothing more. Why: the ladder's rungs are ordered by their cost on the whole plan (bytes, then run time:
+tests/test_repair_head_rung.py), but a higher rung on a few nodes costs less than a lower one on all of them:
+uvdoc A8W8 was delivered with all 102 nodes at 16-bit activations (its first rung that held; 0.868 of the
+grid points within a pixel), where its grid head's two Convs at 16 bits, weights too, keep 0.93-0.96 at
+0.514× the file in one build (bench/RESULTS.md, repair12).
+
 **The mixed rung** (issue 27 item 2): where the whole plan stepped to the ladder's top rung breaks
 and the float probe holds, "the rest stepped up, a few nodes float" is tried before the float
 search: first the writers of the outputs the top rung broke (:func:`output_writers`: an output's own
@@ -577,6 +589,36 @@ def output_writers(graph: onnx.GraphProto, outputs: list[str], candidates: list[
     return sorted(found, key=order.__getitem__)
 
 
+def output_branch(graph: onnx.GraphProto, outputs: list[str], candidates: list[str]) -> list[str]:
+    """The candidates of ``graph``'s main body whose results reach ``outputs`` of the graph and no other
+    output (the branch those outputs alone read: a head); graph order.
+
+    Why (the head rung, :func:`enforce_floor`): a model of several outputs over one backbone (uvdoc: a page
+    grid and a 3-D grid, each two Convs and a PReLU over ~100 shared nodes) whose broken output is told by
+    its own head's weights: uvdoc A8W8's grid head at 16 bits, weights too, kept 0.962 of the points within
+    a pixel where the whole plan at 16-bit activations (what the ladder's first rung delivered) kept 0.868
+    (bench/RESULTS.md, repair12). Its writer alone held nothing: the head's first Conv, read at 8 bits,
+    rounds the grid's features before it."""
+    if not outputs:
+        return []
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            if name:
+                consumers.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in graph.output}
+    wanted = set(outputs)
+    reach: dict[str, frozenset[str]] = {}  # node name: the graph outputs its results reach
+    for node in reversed(graph.node):  # topological: a node's consumers come after it
+        found = {o for o in node.output if o in graph_outputs}
+        for o in node.output:
+            for c in consumers.get(o, []):
+                found |= reach.get(c.name, frozenset())
+        reach[node.name] = frozenset(found)
+    chosen = {n for n, r in reach.items() if r and r <= wanted}
+    return [c for c in candidates if c in chosen]
+
+
 def mixed_floats(writers: list[str], order: list[str], most: int) -> list[frozenset[str]]:
     """The float sets the mixed rung tries, at most two, each of at most ``most`` nodes: the broken
     outputs' ``writers`` alone, then with them the ``order``'s (most added error first) first nodes
@@ -729,12 +771,35 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         judge.floats = frozenset()
         return None
 
+    def head_first(top: Rung) -> frozenset[str] | None:
+        """The head rung: the branch only the outputs the plain build broke read (:func:`output_branch`) and
+        their writers (:func:`output_writers`), alone stepped up ``top`` (the ladder's highest), everything else
+        as planned; the set where that holds, else None (the ladder is climbed as before). One build, tried
+        first where the set is small (at most :data:`MIXED_FLOAT` nodes, under half the candidates: a model
+        whose one output breaks has no such head, and pays nothing): of the candidates a search could deliver,
+        few nodes stepped, so cheap in bytes and run time where it holds."""
+        broken = [name for name in verdict.broken if name in judge.names]
+        graph = calibrated.prepared.graph
+        found = frozenset(output_writers(graph, broken, candidates)) | frozenset(output_branch(graph, broken, candidates))
+        if not found or len(found) > MIXED_FLOAT or 2 * len(found) > len(candidates):
+            return None
+        if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf):
+            return None
+        trial = judge(found, top)
+        if trial is not None and trial.ok:
+            log.debug("repair: the broken outputs' writers alone %s hold the floor", top.describe())
+            return found
+        return None
+
     # Every candidate is judged against the same float outputs: float's mask labels are remembered for the search.
     labels = remembered_float_labels()
     labels.__enter__()
     try:
         rung, kept, finished, floats = None, frozenset(candidates), False, frozenset()
-        if allowance > 0:
+        head = head_first(rungs[-1]) if allowance > 0 and rungs else None
+        if head is not None:
+            rung, kept, finished = rungs[-1], head, True
+        elif allowance > 0:
             rung = _climb(judge, rungs, candidates, cap)
         if rung is None:
             # The last probe, before any bisection: every node float. Where even that breaks, no
@@ -746,7 +811,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                 floats = mixed(rungs[-1]) or frozenset()
                 if floats:
                     rung = rungs[-1]
-        if allowance > 0:
+        if allowance > 0 and head is None:
             among = [c for c in candidates if c not in floats]
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,

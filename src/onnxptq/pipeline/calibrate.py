@@ -94,6 +94,8 @@ class Calibrated:
     reserve: list[dict[str, np.ndarray]] = field(default_factory=list)
     #: whether :meth:`look_again` added the reserve to :attr:`holdout`
     looked_again: bool = False
+    #: the held-out samples the first look judged, counted where :meth:`look_again` adds the reserve (:attr:`first_outputs`)
+    first_held: int = 0
     #: set by the accuracy floor's repair while it rebuilds: the tensors of the plan it started
     #: from. Keeping a node float must not add quantizers (a Relu kept float un-fuses its
     #: producer's output, which then has no statistics), so plans keep only these (final_plan.final_plan)
@@ -148,9 +150,17 @@ class Calibrated:
         if decisions:
             extra = capture(self.prepared, more, decisions, providers=tuple(cfg.calibration.providers) if cfg is not None else None)
             outputs = [dict(o, **e) for o, e in zip(outputs, extra)]
+        self.first_held = len(self.holdout)
         self.holdout = self.holdout + more
         self.holdout_outputs = self.holdout_outputs + outputs
         self.reserve, self.looked_again = [], True
+
+    @property
+    def first_outputs(self) -> list[dict[str, np.ndarray]]:
+        """Float's outputs on the held-out samples the first look judged: :attr:`holdout_outputs` without the
+        reserve's that :meth:`look_again` adds. Fixed for the whole quantization, so a plan read from them (the
+        coordinates of pipeline/final_plan.py) is the same for every build, before the second look and after it."""
+        return self.holdout_outputs[:self.first_held] if self.looked_again else self.holdout_outputs
 
     @functools.cached_property
     def readings(self) -> dict[str, Any]:

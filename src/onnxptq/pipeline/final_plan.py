@@ -113,7 +113,9 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
             del values
             release_freed()  # this build's guard values and checks: solve and emit come next
     # Coordinates (a sampling grid, indices) whose 8-bit step is coarser than a pixel keep 16 bits (plan/coordinates.py).
-    outputs = getattr(calibrated, "holdout_outputs", None) or getattr(calibrated, "float_outputs", None) or []
+    # Read on float's outputs of the first held-out samples (fixed per calibration: the second look's reserve,
+    # added later, would let a build after the look find grids the builds before it did not), else the calibration's.
+    outputs = getattr(calibrated, "first_outputs", None) or getattr(calibrated, "float_outputs", None) or []
     keep_coordinates_wide(prepared, plan, _calibrated_scales(plan, calibrated.stats, cfg)[0], _magnitudes(outputs), outputs)
     # An unscaled fp16 activation beyond fp16's range on calibration data stays float (fp16_range.py).
     keep_overflowing_float(plan, calibrated.stats)

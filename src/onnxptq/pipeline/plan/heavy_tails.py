@@ -29,16 +29,16 @@ tail is a filter's response, not a channel left unbalanced.
 
 from __future__ import annotations
 
-import onnx
-
+from ...formats.integer import SIXTEEN_BIT
 from ..tails import WEIGHTED_OPS
-from .select import _Graph
+from .select import _Graph, depthwise_conv
 from .types import TensorPlan
 
 __all__ = ["CHANNELWISE", "EIGHT_BIT", "depthwise_source", "heavy_tail_candidates"]
 
-#: the integer formats whose range choice the rule judges (16-bit grids have steps fine enough)
-EIGHT_BIT = frozenset({"int8", "uint8"})
+#: the integer formats whose range choice the rule judges (16-bit grids have steps fine enough): those with a
+#: 16-bit counterpart (formats/integer.py, their one home)
+EIGHT_BIT = frozenset(SIXTEEN_BIT)
 #: ops that keep every value in its channel (their first input's): activations, normalization, and
 #: elementwise products/sums with a constant or a gate (SiLU written as x·Sigmoid(x), a squeeze-and-
 #: excitation Mul)
@@ -61,15 +61,6 @@ def _read_by_weighted_layers(name: str, g: _Graph) -> bool:
     )
 
 
-def _is_depthwise(node: onnx.NodeProto, g: _Graph) -> bool:
-    """A Conv whose every output channel reads one input channel (``group`` = input channels)."""
-    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.initializers:
-        return False
-    group = next((a.i for a in node.attribute if a.name == "group"), 1)
-    dims = g.initializers[node.input[1]].dims
-    return group > 1 and len(dims) >= 2 and dims[1] == 1
-
-
 def depthwise_source(name: str, g: _Graph) -> bool:
     """Whether ``name``'s channels are a depthwise convolution's, unmixed since: walking back
     through :data:`CHANNELWISE` ops (along the input that is not a constant, and for ``x·f(x)``
@@ -79,14 +70,14 @@ def depthwise_source(name: str, g: _Graph) -> bool:
         node = g.producer.get(tensor)
         if node is None:
             return False
-        if _is_depthwise(node, g):
+        if depthwise_conv(node, g):
             return True
         if node.op_type not in CHANNELWISE or not node.input:
             return False
         live = [i for i in node.input[:2] if i and i not in g.initializers]
         if node.op_type in ("Mul", "Add", "Sub", "Div") and len(live) == 2:
             # x·Sigmoid(x) / x·HardSigmoid(x) (a written-out SiLU or HardSwish), or a gate x·g: x is the
-            # feature map, the operand not produced by a gate from x (or, for a gate, the larger one)
+            # feature map, the operand no gate (Sigmoid, HardSigmoid) produced; neither a gate's: the first
             a, b = live
             pa, pb = g.producer.get(a), g.producer.get(b)
             gate_ops = ("Sigmoid", "HardSigmoid")
@@ -103,7 +94,7 @@ def heavy_tail_candidates(tensors: dict[str, TensorPlan], g: _Graph) -> None:
     shared = {t.share_with for t in tensors.values() if t.share_with}
     for name, plan in tensors.items():
         quant = plan.quant
-        if (plan.role != "activation" or not quant.is_integer or quant.format not in EIGHT_BIT or quant.per_channel
+        if (plan.role != "activation" or quant.format not in EIGHT_BIT or quant.per_channel
                 or quant.calibration != "percentile" or plan.producer_quant is not None or plan.share_with
                 or name in shared or name in g.outputs):
             continue

@@ -23,7 +23,7 @@ from ...graph.shape_values import shape_value_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, attention_value_products, short_integer_grid, transformer_float_tensors
-from .select import _Graph
+from .select import _Graph, depthwise_conv
 from .types import Role, TensorPlan
 
 log = logging.getLogger(__name__)
@@ -209,11 +209,7 @@ def _saturation_limits(tensors: dict[str, TensorPlan], g: _Graph, config: QuantC
 def _is_depthwise(node: onnx.NodeProto, g: _Graph) -> bool:
     """One input and one output channel per group (multiplier 1), unlike runtime.float_conv_reason,
     which also counts channel multipliers above 1 (see the note there)."""
-    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.initializers:
-        return False
-    group = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
-    dims = g.initializers[node.input[1]].dims
-    return group > 1 and len(dims) >= 2 and dims[1] == 1 and dims[0] == group
+    return depthwise_conv(node, g, multiplier_one=True)
 
 
 def _channelwise_constant(name: str, g: _Graph) -> bool:

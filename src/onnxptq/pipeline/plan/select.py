@@ -167,6 +167,16 @@ def _node_formats(node: onnx.NodeProto, config: QuantConfig) -> tuple[TensorQuan
     return act, weight
 
 
+def depthwise_conv(node: onnx.NodeProto, g: _Graph, multiplier_one: bool = False) -> bool:
+    """A Conv of a constant weight whose every output channel reads one input channel (``group`` > 1, the
+    weight ``[C_out, 1, kh, kw]``); ``multiplier_one``: one output channel per group as well (``C_out = group``)."""
+    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.initializers:
+        return False
+    group = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "group"), 1)
+    dims = g.initializers[node.input[1]].dims
+    return group > 1 and len(dims) >= 2 and dims[1] == 1 and (not multiplier_one or dims[0] == group)
+
+
 def is_lookup_table(node: onnx.NodeProto, g: _Graph) -> bool:
     """Whether ``node`` is a ``Gather`` whose data is a float constant of rank ≥ 2: a lookup table
     (word/position embeddings), read row by row with indices computed at run time.
