@@ -2,9 +2,11 @@
 
 Where calibration collects statistics (the integer presets), the accuracy floor's held-out feeds
 were run through a second float session on the same model (``calibrate.float_outputs_of``: its
-creation and a serialization of the model). They now run last in the calibration's session:
-held here that they add nothing to the statistics, that their outputs are the second session's
-bit for bit on a real model, and that no second session is opened.
+creation and a serialization of the model). They now run first in the calibration's session
+(their outputs decide how the judged calibration feeds' outputs are held as they are recorded:
+tests/test_calibration_held_recording.py): held here that they add nothing to the statistics,
+that their outputs are the second session's bit for bit on a real model, and that no second
+session is opened.
 """
 
 from __future__ import annotations
@@ -91,8 +93,9 @@ def test_held_out_runs_fetch_the_model_outputs_only(monkeypatch):
     runner.collect(_model(), {"c": spec, "y": spec}, feeds, model_outputs=[], model_output_batches=2, also_run=held,
                    also_outputs=outs)
     asked = sessions[-1]  # the calibration session (an earlier one finds the sample axes)
-    assert len(asked) == len(feeds) + len(held) and all(len(names) > 1 for names in asked[:len(feeds)]), asked
-    assert asked[len(feeds):] == [["y"], ["y"]], asked  # the held-out runs: the model output alone
+    assert len(asked) == len(feeds) + len(held) and all(len(names) > 1 for names in asked[len(held):]), asked
+    # the held-out runs, first (their outputs decide how the recorded ones are held): the model output alone
+    assert asked[:len(held)] == [["y"], ["y"]], asked
     import onnxruntime as ort
 
     plain = ort.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])

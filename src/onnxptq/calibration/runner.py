@@ -60,8 +60,11 @@ class SideFetch:
     ``nodes``: per main-graph tensor, nodes placed right after its producer (``initializers``
     hold their constants); ``outputs``: the tensors fetched; ``feeds``: on how many first feeds
     (those run one at a time, so each feed's values are its own); ``take`` receives each of those
-    feeds' ``{output: array}`` (copies) right after its run, so nothing but what it keeps
-    outlives the run. The subclass defines what it keeps."""
+    feeds' ``{output: array}`` right after its run, so nothing but what it keeps outlives the run.
+    The subclass defines what it keeps, and keeps it in memory of its own: the arrays are
+    onnxruntime's, which hold the session's output buffers (copied whole for it, the range guard's
+    69 thinned tensors of PP-OCRv4 rec, 21.5 MiB a feed, were copied to keep 3.2 MiB: calibration's
+    peak RSS; bench/RESULTS.md, quantcpu3)."""
 
     nodes: Mapping[str, Sequence[onnx.NodeProto]] = {}
     initializers: Sequence[onnx.TensorProto] = ()
@@ -359,9 +362,12 @@ class _Runs:
         self._fold(self._run(joined, len(group)), len(group))
         self._recover(joined, len(group))
 
-    def run_single(self, feed: dict[str, np.ndarray], final: Sequence[str] = ()) -> dict[str, np.ndarray]:
-        """Run one feed alone, fold it, keep it for the probe; return the model outputs ``final``."""
-        extra = [o for o in final if o not in self.names]
+    def run_single(self, feed: dict[str, np.ndarray], final: Sequence[str] = (),
+                   lent: Sequence[str] = ()) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Run one feed alone, fold it, keep it for the probe; return ``(copies of the model outputs
+        final, onnxruntime's own arrays of the outputs lent)``: a caller keeps only copies of what it
+        keeps of the lent ones (:class:`SideFetch`)."""
+        extra = list(dict.fromkeys(o for o in [*final, *lent] if o not in self.names))
         outputs = self._run(feed, 1, extra)
         mine = outputs[: len(self.names)]
         got = dict(zip(self.names + extra, outputs))
@@ -378,7 +384,7 @@ class _Runs:
         # output buffer, and with it the session's whole memory arena, alive after the session is
         # gone (PP-OCRv4 rec: 8 recorded outputs of 1 MiB kept the calibration's ~55 MiB arena
         # through every later stage; bench/RESULTS.md, issue 26 item 4).
-        return {o: np.array(got[o], copy=True) for o in final}
+        return {o: np.array(got[o], copy=True) for o in final}, {o: got[o] for o in lent}
 
     def _probe_grouping(self) -> tuple[bool, str]:
         """Whether two feeds run together give each feed's statistics as their own runs did."""
@@ -592,6 +598,8 @@ def collect(
     side: SideFetch | None = None,
     also_run: Sequence[dict[str, np.ndarray]] = (),
     also_outputs: list[dict[str, np.ndarray]] | None = None,
+    hold_outputs: Callable[[list[dict[str, np.ndarray]]], Callable[[dict[str, np.ndarray]], dict[str, Any]] | None]
+    | None = None,
 ) -> dict[str, Collector]:
     """Run ``model`` on every feed once and return one filled collector per requested tensor.
 
@@ -628,9 +636,15 @@ def collect(
     ``side`` (:class:`SideFetch`): tensors another stage reads on the first ``side.feeds`` feeds,
     fetched by those feeds' runs (run one at a time) and handed to ``side.take``.
 
-    ``also_run``: feeds run after all the others, one at a time, whose model outputs go to
+    ``also_run``: feeds run before all the others, one at a time, whose model outputs go to
     ``also_outputs`` and which add nothing to the statistics (the accuracy floor's held-out feeds:
     their float outputs from this session instead of a second one on the same model).
+    ``hold_outputs(also_outputs)``, called once those ran: what each output dict recorded into
+    ``model_outputs`` becomes as it is recorded (None: kept as it is). Why first, and why then: the
+    floor holds the recorded outputs in the form it reads them in (``Calibrated.hold_float_outputs``),
+    a choice it makes from the held-out feeds' outputs; recorded whole until the pass ended, 32
+    softmax outputs of PP-OCRv4 rec A8W8 (1 MiB each) were the top of the quantization's peak RSS.
+    The held-out runs compute the same outputs in either order (the same session, one feed a run).
 
     Raises ``KeyError`` naming tensors that are nowhere in the model, ``ValueError`` when no feed was given or a feed's names do not match the model's inputs.
     """
@@ -682,6 +696,7 @@ def collect(
     batches = 0
     pending: list[dict[str, np.ndarray]] = []
     t_start = time.perf_counter()
+    keep: Callable[[dict[str, np.ndarray]], dict[str, Any]] | None = None
 
     def flush() -> None:
         if pending:
@@ -691,6 +706,14 @@ def collect(
             pending.clear()
 
     try:
+        if also_run and also_outputs is not None and runs.session is not None and record:
+            for feed in also_run:
+                # The model's outputs alone: onnxruntime runs the same graph (the same values), but
+                # the statistics' fetched tensors and reductions, which these feeds do not add to, are
+                # not handed over (PP-OCRv4 rec A8W8: the calibration's peak, +16 MiB over 8 feeds).
+                got = runs.outputs({k: v for k, v in feed.items() if k in needed}, final)
+                also_outputs.append({o: np.array(g, copy=True) for o, g in zip(final, got)})
+            keep = hold_outputs(also_outputs) if hold_outputs is not None else None
         for feed in itertools.chain(first, stream):
             if max_batches is not None and batches >= max_batches:
                 break
@@ -705,11 +728,12 @@ def collect(
                 if (record and batches < model_output_batches) or runs.grouping is None or sided:
                     flush()
                     recorded = final if record and batches < model_output_batches else []
-                    got = runs.run_single(run_feed, list(dict.fromkeys(list(recorded) + (side_outputs if sided else []))))
+                    got, lent = runs.run_single(run_feed, recorded, side_outputs if sided else [])
                     if sided:
-                        side.take({o: got[o] for o in side_outputs})  # type: ignore[union-attr]
+                        side.take(lent)  # type: ignore[union-attr]
+                    del lent
                     if recorded:
-                        model_outputs.append({o: got[o] for o in recorded})  # type: ignore[union-attr]
+                        model_outputs.append(keep(got) if keep is not None else got)  # type: ignore[union-attr]
                     if bar is not None:
                         bar.update(1)
                 elif runs.grouping:
@@ -728,13 +752,6 @@ def collect(
             if bar is None and log_every and batches % log_every == 0:
                 log.info("calibration: %d batches in %.1fs", batches, time.perf_counter() - t_start)
         flush()
-        if also_run and also_outputs is not None and runs.session is not None and record:
-            for feed in also_run:
-                # The model's outputs alone: onnxruntime runs the same graph (the same values), but
-                # the statistics' fetched tensors and reductions, which these feeds do not add to, are
-                # not handed over (PP-OCRv4 rec A8W8: the calibration's peak, +16 MiB over 8 feeds).
-                got = runs.outputs({k: v for k, v in feed.items() if k in needed}, final)
-                also_outputs.append({o: np.array(g, copy=True) for o, g in zip(final, got)})
     finally:
         if bar is not None:
             bar.close()

@@ -164,22 +164,9 @@ class Calibrated:
 
     @functools.cached_property
     def readings(self) -> dict[str, Any]:
-        """How the accuracy floor reads the prepared model's outputs (:func:`onnxptq.analysis.floor.readings_of`:
-        class scores, log domains, fields, selections, the graph's inner decisions), walked once:
+        """How the accuracy floor reads the prepared model's outputs (:func:`floor_readings`), walked once:
         the held-out capture, every ``complete()`` and every repair candidate judge by the same."""
-        from ..analysis.declared_readings import declared_readings
-        from ..analysis.floor import readings_of
-
-        readings = readings_of(self.prepared)
-        # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
-        readings["agreements"] = dict(self.config.floor_output_agreement) if self.config is not None else {}
-        # Outputs whose reading the user declared in place of the structural one (analysis/declared_readings.py).
-        outputs = self.prepared.graph.output
-        shapes = {o.name: [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
-                  for o in outputs if o.type.tensor_type.HasField("shape")}
-        readings["declared"] = declared_readings(self.config.floor_output_reading if self.config is not None else {},
-                                                 [o.name for o in outputs], shapes)
-        return readings
+        return floor_readings(self.prepared, self.config)
 
     @functools.cached_property
     def held_forms(self) -> frozenset[str]:
@@ -197,8 +184,9 @@ class Calibrated:
         from ..analysis.held_outputs import hold_float
 
         held = self.held_forms if not self.holdout_reused else frozenset()
-        if held:
-            self.float_outputs = [{n: hold_float(n, v) if n in held else v for n, v in o.items()} for o in self.float_outputs]
+        if held:  # (those calibration already held as it recorded them, _FloatHolding, stay as they are)
+            self.float_outputs = [{n: hold_float(n, v) if n in held and not is_held(v) else v for n, v in o.items()}
+                                  for o in self.float_outputs]
 
     def seen_holder(self, names: Sequence[str]) -> Callable[[int, list[Any]], list[Any]] | None:
         """``sessions.run_feeds``' ``reduce`` for a run of :meth:`judged_calibration_feeds` whose outputs
@@ -244,6 +232,55 @@ class Calibrated:
             self._decisions_seen.extend(capture(self.prepared, more, decisions, providers=tuple(self.config.calibration.providers)
                                                 if self.config is not None else None))
         return [dict(o, **e) for o, e in zip(outputs, self._decisions_seen)]
+
+
+def floor_readings(prepared: onnx.ModelProto, config: QuantConfig | None) -> dict[str, Any]:
+    """How the accuracy floor reads ``prepared``'s outputs (:func:`onnxptq.analysis.floor.readings_of`: class
+    scores, log domains, fields, selections, the graph's inner decisions), with the readings ``config``
+    declares (agreements, output readings): :attr:`Calibrated.readings`."""
+    from ..analysis.declared_readings import declared_readings
+    from ..analysis.floor import readings_of
+
+    readings = readings_of(prepared)
+    # Outputs the user reads through a mapping the graph does not hold (analysis/user_agreement.py).
+    readings["agreements"] = dict(config.floor_output_agreement) if config is not None else {}
+    # Outputs whose reading the user declared in place of the structural one (analysis/declared_readings.py).
+    outputs = prepared.graph.output
+    shapes = {o.name: [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
+              for o in outputs if o.type.tensor_type.HasField("shape")}
+    readings["declared"] = declared_readings(config.floor_output_reading if config is not None else {},
+                                             [o.name for o in outputs], shapes)
+    return readings
+
+
+class _FloatHolding:
+    """``runner.collect``'s ``hold_outputs`` for the floor's judged calibration feeds: once the held-out feeds'
+    float outputs are known, the outputs the floor reads only as CTC strings (``Calibrated.held_forms``) are
+    held so (``analysis.held_outputs.hold_float``) as each feed's are recorded, not whole until the pass ends
+    (PP-OCRv4 rec A8W8: 32 outputs of 1 MiB, the top of the quantization's peak RSS; bench/RESULTS.md,
+    quantcpu3). The same forms ``Calibrated.hold_float_outputs`` gives them after the pass, from the same
+    held-out outputs and readings, which :meth:`seed` hands to the :class:`Calibrated` so neither is made twice."""
+
+    def __init__(self, prepared: onnx.ModelProto, config: QuantConfig) -> None:
+        self.prepared, self.config = prepared, config
+        self.readings: dict[str, Any] | None = None
+        self.forms: frozenset[str] | None = None
+
+    def __call__(self, held_outputs: list[dict[str, np.ndarray]]) -> Callable[[dict[str, np.ndarray]], dict[str, Any]] | None:
+        from ..analysis.held_outputs import held_form_outputs, hold_float
+
+        self.readings = floor_readings(self.prepared, self.config)
+        forms = self.forms = held_form_outputs(held_outputs, **self.readings)
+        if not forms:
+            return None
+        return lambda outputs: {n: hold_float(n, v) if n in forms else v for n, v in outputs.items()}
+
+    def seed(self, calibrated: Calibrated) -> None:
+        """The readings and held forms decided here, as ``calibrated``'s (its cached properties)."""
+        if self.readings is not None:
+            calibrated.__dict__["readings"] = self.readings
+        if self.forms is not None:
+            calibrated.__dict__["held_forms"] = self.forms
 
 
 def source_name(model: Any) -> str:
@@ -327,6 +364,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     reads = keep = 0
     same_bits: bool | None = None
     side: CalibrationCapture | None = None
+    holding: _FloatHolding | None = None
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
             raise ValueError(
@@ -355,8 +393,11 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         # at level "basic" (lore_detect A16W8: ~10 of 48 CPU s; bench/RESULTS.md, branch
         # repairbudget, which measured the pass with them).
         side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 else None
+        # The judged calibration feeds' float outputs held in the floor's form as they are recorded; not
+        # where the fp16 source's outputs replace them after the pass (compared whole: _source_outputs).
+        holding = _FloatHolding(prepared, cfg) if pending and reference is None else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
-                                   also_run=pending, also_outputs=held_outputs, side=side)
+                                   also_run=pending, also_outputs=held_outputs, side=side, hold_outputs=holding)
         if reference is not None:
             t_ref = time.perf_counter()
             same_bits = _source_outputs(reference, cfg, kept, float_outputs, pending, held_outputs)
@@ -375,6 +416,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
                             reserve=reserve if measure_holdout else [])
     if side is not None:
         calibrated.guard_seed = side.seed(len(calibrated.kept))
+    if holding is not None:
+        holding.seed(calibrated)
     if holdout > 0 and data is not None and held and measure_holdout:
         calibrated.holdout, calibrated.holdout_reused = held, reused
         if reused and len(float_outputs) >= len(held):
@@ -757,12 +800,16 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
                        cfg: QuantConfig, *, float_outputs: list[dict[str, np.ndarray]] | None = None,
                        eval_samples: int = 0, also_run: Sequence[dict[str, np.ndarray]] = (),
                        also_outputs: list[dict[str, np.ndarray]] | None = None,
-                       side: runner.SideFetch | None = None) -> dict[str, Any]:
+                       side: runner.SideFetch | None = None,
+                       hold_outputs: Callable[[list[dict[str, np.ndarray]]], Any] | None = None) -> dict[str, Any]:
     """One streaming pass: a collector per planned activation that needs statistics (first plan wins
     where several plans need the same tensor). ``float_outputs`` receives the model's outputs on
     the first ``eval_samples`` feeds. ``also_outputs`` receives the outputs on ``also_run`` (the
-    held-out feeds) from the same session, after those, with nothing added to the statistics; it
+    held-out feeds) from the same session, run before those, with nothing added to the statistics; it
     stays empty where the session records no outputs (``eval_samples`` 0), and the caller runs them itself.
+    ``hold_outputs``: what the recorded ``float_outputs`` become as they are recorded, decided from the
+    ``also_run`` outputs (``runner.collect``; :class:`_FloatHolding`); where nothing needs statistics they are
+    recorded whole and held after the pass (``Calibrated.hold_float_outputs``).
     ``side`` (:class:`~onnxptq.calibration.runner.SideFetch`): values another stage reads on the
     first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
     among the recorded ones (never the held-out feeds run after them)."""
@@ -809,4 +856,5 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").
     return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
                           model_outputs=float_outputs, model_output_batches=eval_samples, side=side,  # None: see calibrate_once
-                          also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs)
+                          also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs,
+                          hold_outputs=hold_outputs)

@@ -310,9 +310,13 @@ class CalibrationCapture(SideFetch):
         self.taken = 0
 
     def take(self, values: Mapping[str, np.ndarray]) -> None:
-        """One feed's fetched values: each name's subsample kept, the rest let go."""
+        """One feed's fetched values (onnxruntime's arrays): each name's subsample kept in memory of its
+        own (a subsample that is the whole value would otherwise hold the session's output buffer), the
+        rest let go."""
         for name in self.parts:
-            self.parts[name].append(subsample(np.asarray(values[self.fetched[name]]), self.protect[name], self.budget))
+            value = np.asarray(values[self.fetched[name]])
+            part = subsample(value, self.protect[name], self.budget)
+            self.parts[name].append(part.copy() if np.may_share_memory(part, value) else part)
         self.taken += 1
 
     def seed(self, kept: int) -> dict[str, tuple[np.ndarray, frozenset[int]]] | None:
