@@ -220,12 +220,23 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     for name, node in kept.items():  # the accessor reads the same attributes from either form
         want = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert call_attributes(file, calls[name]) == want == call_attributes(memory, node), name
-    assert all(n.output[0] == f"{n.input[0]}_q" for n in calls.values() if n.output[0] != "y")
+    # the calls' outputs short (lean_file.short_value_names: the model's own tensors are too), the graph's output kept
+    assert all(len(n.output[0]) <= 3 for n in calls.values() if n.output[0] != "y")
+    assert all(len(n.output[0]) > 3 for n in kept.values() if n.output[0] != "y")
     chain = [n for n in file.graph.node if n.op_type in ("Split", "Gather", "Transpose")]
     assert chain and not any(n.name for n in chain)
-    # the packer's tables and streams under short names of the same prefix and kind
-    packed = [t.name for t in file.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
+    # the packer's tables and streams: short names of the same prefix and kind (short_table_names),
+    # then in the file names of a few letters like every other tensor (short_value_names)
+    from onnxptq.pipeline import lean_file
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(memory)
+    undo = lean_file.short_table_names(copy)
+    packed = [t.name for t in copy.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
     assert packed and all(re.fullmatch(r"pkt_\w{1,4}|packed_\d+_[a-z][a-z0-9_]*", n) for n in packed), packed
+    undo()
+    assert copy == memory
+    assert all(len(t.name) <= 3 for t in file.graph.initializer), [t.name for t in file.graph.initializer if len(t.name) > 3]
     assert any(t.name.startswith("pkt_i") for t in memory.graph.initializer)  # the in-memory names stay
     # small integer tensors as varints in the file (shape tensors, Split sizes), raw bytes in memory
     ints = [t for t in file.graph.initializer if t.data_type == TensorProto.INT64]

@@ -45,10 +45,13 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "varint_integers", "LEAN_CALLS", "LEAN_INTEGERS", "SHORT_STEM", "CHAIN_STEM"]
+           "short_function_names", "short_table_names", "short_value_names", "varint_integers", "LEAN_CALLS",
+           "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
+#: Off: the model's own tensors and nodes keep their names in the file (the form before blockfile12).
+LEAN_NAMES = True
 #: Off: integer tensors keep the encoding they were made with (``raw_data``) in the file.
 LEAN_INTEGERS = True
 #: Integer tensors of at most this many elements are re-encoded (shape tensors, tables, Constants;
@@ -95,6 +98,8 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_decode_names(model))
             undo.callback(short_function_names(model, domains))
             undo.callback(short_table_names(model))
+            if LEAN_NAMES:
+                undo.callback(short_value_names(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
@@ -323,6 +328,79 @@ def short_table_names(model: onnx.ModelProto):
         for t in g.initializer:
             t.name = back.get(t.name, t.name)
         _apply(graphs, back)
+
+    return undo
+
+
+#: The short names' letters: a name is written as its bytes, so the 62 one-byte names go to the
+#: tensors written most often.
+_NAME_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _short_name(k: int) -> str:
+    """The ``k``-th name of ``a … 9, aa, ab, …`` (every string of the letters, shortest first)."""
+    base = len(_NAME_LETTERS)
+    chars = []
+    while True:
+        chars.append(_NAME_LETTERS[k % base])
+        k = k // base - 1
+        if k < 0:
+            return "".join(reversed(chars))
+
+
+def short_value_names(model: onnx.ModelProto):
+    """The main graph's tensors (node outputs and initializers), except the graphs' inputs and
+    outputs, written under names of one to three letters (the most written get the shortest), and
+    every node written without its name. Why: a tensor's name is written once where it is made and
+    once per reader, and exporters' names are long (``mos_estimator_small_1/dense_3/BiasAdd:0``,
+    ``StatefulPartitionedCall/masked_bert_model/encoder_0/...``): after the weights' own bytes the
+    names were the largest part of a block file, 0.021-0.024 of the fp32 file on the median model
+    and 0.03-0.09 on models of many small tensors (bench/RESULTS.md, blockfile12). A runtime reads
+    no name but the graph's inputs and outputs, which stay; a body of an If/Loop keeps its own names
+    (it reads the outer tensors under their new names). ``onnxptq report FLOAT QUANT`` pairs such a
+    file's nodes with the float model's by structure (analysis/report.py ``_pair_by_structure``).
+    Sparse initializers keep their names. In place; returns the undo."""
+    g = model.graph
+    graphs = list(all_graphs(g))
+    kept = {v.name for gr in graphs for v in list(gr.input) + list(gr.output)}
+    kept.update(t.values.name for t in g.sparse_initializer)
+    written: Counter[str] = Counter()
+    for gr in graphs:
+        for n in gr.node:
+            written.update(i for i in n.input if i)
+            written.update(o for o in n.output if o)
+    for t in g.initializer:
+        written[t.name] += 1
+    own = {o for n in g.node for o in n.output if o} | {t.name for t in g.initializer}
+    # most written first; ties in the graph's order, so that one model gives one file
+    order = {name: k for k, name in enumerate(dict.fromkeys([t.name for t in g.initializer]
+                                                             + [o for n in g.node for o in n.output if o]))}
+    wanted = sorted((name for name in own if name not in kept), key=lambda name: (-written[name], order[name]))
+    taken = tensor_names(model)  # a name already short keeps it, and no new name meets an old one
+    rename: dict[str, str] = {}
+    k = 0
+    for name in wanted:
+        while _short_name(k) in taken:
+            k += 1
+        new = _short_name(k)
+        k += 1
+        if len(new) < len(name):
+            rename[name] = new
+            taken.add(new)
+    node_names = [(n, n.name) for gr in graphs for n in gr.node if n.name]
+    for n, _ in node_names:
+        n.name = ""
+    for t in g.initializer:
+        t.name = rename.get(t.name, t.name)
+    _apply(graphs, rename)
+    back = {new: old for old, new in rename.items()}
+
+    def undo() -> None:
+        for t in g.initializer:
+            t.name = back.get(t.name, t.name)
+        _apply(graphs, back)
+        for node, name in node_names:
+            node.name = name
 
     return undo
 
