@@ -1242,7 +1242,9 @@ def _arithmetic_codes(groups: list[_Group], table_bytes: int = 256 * 4) -> set[s
             by_key.setdefault(g.code.key, []).append(g)
     out = set()
     for key, gs in by_key.items():
-        large = any(_by_table(g.rows * (-(-g.width // g.sub)) * g.sub, table_bytes) for g in gs)
+        # large: as the decode of other fields decides (_by_table against the float32 table's
+        # bytes, what load memory was measured against); the file's cost: the table as stored
+        large = any(_by_table(g.rows * (-(-g.width // g.sub)) * g.sub, 256 * 4) for g in gs)
         if not large and len(gs) * ARITHMETIC_GROUP_BYTES < table_bytes:
             out.add(key)
     return out
