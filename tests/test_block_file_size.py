@@ -351,3 +351,74 @@ def test_unpacked_form_keeps_every_call_its_attributes(net, tmp_path):
     onnxptq.quantize(model, cfg, feeds[:2], output=str(path))
     calls = [n for n in onnx.load(str(path)).graph.node if n.domain == "onnxptq"]
     assert len(calls) >= 4 and all(any(a.name == "bfp_method" for a in n.attribute) for n in calls)
+
+
+def test_short_value_names_reach_bodies_keep_io_and_undo_exactly():
+    """Long tensor names (an initializer, a node output read inside an If branch) get 1-3 letter
+    names wherever read, the most written first; graph inputs/outputs, a sparse initializer, the
+    branch's own tensors, names of ≤ 2 characters and node names stay; same outputs in
+    onnxruntime; writing it again changes nothing; the undo gives back the same bytes."""
+    from onnx import helper as h
+
+    from onnxptq.pipeline import lean_file
+
+    long_w, long_r = "model/dense_3/kernel/Read:0", "model/dense_3/Relu:0"
+    then = h.make_graph([h.make_node("Mul", [long_r, long_r], ["branch_own_product"]),
+                         h.make_node("Identity", ["branch_own_product"], ["then_out"])], "then", [],
+                        [h.make_tensor_value_info("then_out", TensorProto.FLOAT, [2, 3])])
+    other = h.make_graph([h.make_node("Identity", [long_r], ["else_out"])], "else", [],
+                         [h.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])])
+    sparse = onnx.helper.make_sparse_tensor(numpy_helper.from_array(np.array([2.0], np.float32), "sparse/scale"),
+                                            numpy_helper.from_array(np.array([1], np.int64), "sparse/idx"), [3])
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", long_w], ["ab"], name="add_node"),
+         h.make_node("Relu", ["ab"], [long_r], name="relu_node"),
+         h.make_node("Mul", [long_r, "sparse/scale"], ["model/scaled:0"]),
+         h.make_node("ReduceSum", ["model/scaled:0"], ["model/sum:0"], keepdims=0),
+         h.make_node("Greater", ["model/sum:0", "zero"], ["model/cond:0"]),
+         h.make_node("If", ["model/cond:0"], ["y"], then_branch=then, else_branch=other, name="if_node")],
+        "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), long_w),
+                     numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    graph.sparse_initializer.append(sparse)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    before = model.SerializeToString()
+    x = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
+    want = _run(model, [x])
+    undo = lean_file.short_value_names(model)
+    names = {o for n in model.graph.node for o in n.output} | {t.name for t in model.graph.initializer}
+    assert {"y", "ab"} <= names and "sparse/scale" in {i for n in model.graph.node for i in n.input}
+    assert long_w not in names and long_r not in names and all(len(n) <= 2 for n in names)
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    assert relu.name == "relu_node" and len(relu.output[0]) == 1  # the most written: 1 letter
+    bodies = [a.g for a in next(n for n in model.graph.node if n.op_type == "If").attribute]
+    assert all(relu.output[0] in {i for n in b.node for i in n.input} for b in bodies)
+    assert "branch_own_product" in {o for b in bodies for n in b.node for o in n.output}
+    onnx.checker.check_model(model)
+    for a, b in zip(want, _run(model, [x])):
+        assert np.array_equal(a, b)
+    once = model.SerializeToString()
+    lean_file.short_value_names(model)
+    assert model.SerializeToString() == once  # written again: the same bytes
+    undo()
+    assert model.SerializeToString() != once
+
+
+def test_function_docs_lose_the_attribute_list_and_undo():
+    """Our definitions' doc strings are written without the clause listing every attribute (the
+    definition's defaults and the calls state them); other domains' and other clauses stay."""
+    from onnxptq.pipeline import lean_file
+
+    doc = "BFP quantize-dequantize (to_bfp), attributes {'bfp_method': 'to_bfp', 'axis': 1}; see onnxptq.formats.bfp."
+    ours = _function("BFP_a", 2.0, [1])
+    ours.doc_string = doc
+    theirs = _function("Other", 2.0, [1])
+    theirs.domain, theirs.doc_string = "else", doc
+    model = helper.make_model(helper.make_graph([], "g", [], []), functions=[ours, theirs],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1),
+                                             helper.make_opsetid("else", 1)])
+    undo = lean_file.short_function_docs(model)
+    assert model.functions[0].doc_string == "BFP quantize-dequantize (to_bfp); see onnxptq.formats.bfp."
+    assert model.functions[1].doc_string == doc
+    undo()
+    assert model.functions[0].doc_string == doc

@@ -45,7 +45,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "varint_integers", "LEAN_CALLS",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "varint_integers", "LEAN_CALLS",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
@@ -98,6 +98,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_decode_names(model))
             undo.callback(short_function_names(model, domains))
             undo.callback(short_table_names(model))
+            undo.callback(short_function_docs(model, domains))
             if LEAN_NAMES:
                 undo.callback(short_value_names(model))
         if LEAN_INTEGERS:
@@ -332,6 +333,8 @@ def short_table_names(model: onnx.ModelProto):
     return undo
 
 
+#: Tensor names of at most this many characters are kept as they are (short_value_names).
+SHORT_NAMES_KEPT = 2
 #: The short names' letters: a name is written as its bytes, so the 62 one-byte names go to the
 #: tensors written most often.
 _NAME_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -348,18 +351,44 @@ def _short_name(k: int) -> str:
             return "".join(reversed(chars))
 
 
+#: The clause of a function's doc string that lists its attributes (onnx_ops/bfp.py writes them all).
+_ATTRIBUTE_CLAUSE = re.compile(r", attributes \{[^{}]*\}")
+
+
+def short_function_docs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
+    """Our functions' doc strings written without the clause that lists the attributes (``BFP
+    quantize-dequantize (to_bfp); see onnxptq.formats.bfp.``, not the 280 B with every attribute's
+    value): the file states them once as the definition's defaults and the calls' own values
+    (:func:`share_call_attributes`, graph/call_attributes.py reads them). 0.1-0.4 % of a small block
+    file's fp32 size (dnsmos_p808: three definitions, 845 B; bench/RESULTS.md, blockfile12). In
+    place; returns the undo."""
+    wanted = set(domains)
+    saved = [(fn, fn.doc_string) for fn in model.functions if fn.domain in wanted and _ATTRIBUTE_CLAUSE.search(fn.doc_string)]
+    for fn, doc in saved:
+        fn.doc_string = _ATTRIBUTE_CLAUSE.sub("", doc)
+
+    def undo() -> None:
+        for fn, doc in saved:
+            fn.doc_string = doc
+
+    return undo
+
+
 def short_value_names(model: onnx.ModelProto):
     """The main graph's tensors (node outputs and initializers), except the graphs' inputs and
-    outputs, written under names of one to three letters (the most written get the shortest), and
-    every node written without its name. Why: a tensor's name is written once where it is made and
-    once per reader, and exporters' names are long (``mos_estimator_small_1/dense_3/BiasAdd:0``,
-    ``StatefulPartitionedCall/masked_bert_model/encoder_0/...``): after the weights' own bytes the
-    names were the largest part of a block file, 0.021-0.024 of the fp32 file on the median model
-    and 0.03-0.09 on models of many small tensors (bench/RESULTS.md, blockfile12). A runtime reads
-    no name but the graph's inputs and outputs, which stay; a body of an If/Loop keeps its own names
-    (it reads the outer tensors under their new names). ``onnxptq report FLOAT QUANT`` pairs such a
-    file's nodes with the float model's by structure (analysis/report.py ``_pair_by_structure``).
-    Sparse initializers keep their names. In place; returns the undo."""
+    outputs, written under names of one to three letters, the most written getting the shortest.
+    Why: a tensor's name is written once where it is made and once per reader, and exporters'
+    names are long (``mos_estimator_small_1/dense_3/BiasAdd:0``, ``StatefulPartitionedCall/
+    masked_bert_model/encoder_0/...``): after the weights' own bytes the names were the largest
+    part of a block file, 0.02 of the fp32 file on the median model and 0.03-0.09 on models of many
+    small tensors (bench/RESULTS.md, blockfile12). A runtime reads no name but the graph's inputs
+    and outputs, which stay; the model's nodes keep their names (the config's ``nodes_to_exclude``
+    and users' tools name nodes; ``onnxptq report`` pairs the file's nodes with the float model's
+    by them, or by structure: analysis/report.py); a body of an If/Loop keeps its own tensors'
+    names (it reads the outer tensors under their new names); sparse initializers keep theirs.
+
+    The names follow from the graph alone (how often each tensor is written, the graph's order),
+    not from the names it had: a file written again gives the same bytes. In place; returns the undo."""
     g = model.graph
     graphs = list(all_graphs(g))
     kept = {v.name for gr in graphs for v in list(gr.input) + list(gr.output)}
@@ -371,25 +400,18 @@ def short_value_names(model: onnx.ModelProto):
             written.update(o for o in n.output if o)
     for t in g.initializer:
         written[t.name] += 1
-    own = {o for n in g.node for o in n.output if o} | {t.name for t in g.initializer}
-    # most written first; ties in the graph's order, so that one model gives one file
     order = {name: k for k, name in enumerate(dict.fromkeys([t.name for t in g.initializer]
                                                              + [o for n in g.node for o in n.output if o]))}
-    wanted = sorted((name for name in own if name not in kept), key=lambda name: (-written[name], order[name]))
-    taken = tensor_names(model)  # a name already short keeps it, and no new name meets an old one
+    wanted = sorted((name for name in order if name not in kept and len(name) > SHORT_NAMES_KEPT),
+                    key=lambda name: (-written[name], order[name]))
+    taken = tensor_names(model) - set(wanted)  # what stays: the graphs' inputs and outputs, the bodies' own
     rename: dict[str, str] = {}
     k = 0
     for name in wanted:
         while _short_name(k) in taken:
             k += 1
-        new = _short_name(k)
+        rename[name] = _short_name(k)
         k += 1
-        if len(new) < len(name):
-            rename[name] = new
-            taken.add(new)
-    node_names = [(n, n.name) for gr in graphs for n in gr.node if n.name]
-    for n, _ in node_names:
-        n.name = ""
     for t in g.initializer:
         t.name = rename.get(t.name, t.name)
     _apply(graphs, rename)
@@ -399,8 +421,6 @@ def short_value_names(model: onnx.ModelProto):
         for t in g.initializer:
             t.name = back.get(t.name, t.name)
         _apply(graphs, back)
-        for node, name in node_names:
-            node.name = name
 
     return undo
 
