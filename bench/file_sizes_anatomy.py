@@ -245,25 +245,27 @@ def overhead(path: str) -> dict[str, int]:
     bodies, names (every string of the main graph: node names, node inputs and outputs, initializer
     and graph input/output names), float tensors kept (fp32 and 16-bit), decode tables and other
     constants, and the rest (node records without their names, framing, opsets); plus the count of
-    quantized weight elements (a code byte each; a one-element small float's low byte)."""
+    quantized weight elements (a code byte each) and of blocks of one element (a small float's low byte)."""
     m = onnx.load(path)
     g = m.graph
     out: dict[str, int] = collections.Counter()
-    elements = 0
+    elements = ones = 0
     for t, name in zip(g.initializer, in_memory_names(path, g)):
         kind = _initializer_kind(t, name)
         part = {"payload": "weights data", "one-element small floats": "weights data", "exponents": "exponents",
                 "microexponents": "exponents", "float tensors kept": "float kept", "16-bit tensors": "float kept"}
         out[part.get(kind, "tables and constants")] += t.ByteSize() - len(t.name)
         out["names"] += len(t.name)
-        if kind == "payload" or (kind == "one-element small floats" and name.endswith("_singles")):
+        if kind == "payload":
             elements += int(np.prod(t.dims)) if t.dims else 1
+        elif kind == "one-element small floats" and name.endswith("_singles"):  # a block of one: its low byte
+            ones += int(np.prod(t.dims)) if t.dims else 1
     out["names"] += sum(len(n.name) + sum(map(len, n.input)) + sum(map(len, n.output)) for n in g.node)
     out["names"] += sum(len(v.name) for v in list(g.input) + list(g.output))
     out["function bodies"] = sum(f.ByteSize() for f in m.functions)
     out["rest"] = m.ByteSize() - sum(out.values())
     out["file"] = m.ByteSize()
-    out["elements"] = elements
+    out["elements"], out["one-element blocks"] = elements, ones
     return dict(out)
 
 
@@ -284,7 +286,7 @@ def overhead_table(rows: list[dict], files: Path, preset: str) -> str:
         if r["preset"] != preset or "ratio" not in r or not f.is_file():
             continue
         o, fp = overhead(str(f)), r["fp32_bytes"]
-        ideal = o["elements"] * per_el
+        ideal = o["elements"] * per_el + o.get("one-element blocks", 0) * 2  # a block of one: code + exponent byte
         over = {"exponents over an exponent byte a block": o["weights data"] + o["exponents"] - ideal,
                 **{k: o[k] for k in OVERHEAD_PARTS[2:]}}
         top = max(over, key=over.get)
