@@ -422,3 +422,30 @@ def test_function_docs_lose_the_attribute_list_and_undo():
     assert model.functions[1].doc_string == doc
     undo()
     assert model.functions[0].doc_string == doc
+
+
+def test_attributes_at_their_schema_default_left_out_and_undone():
+    """A standard op's attribute whose value is its schema's default at the model's opset is left
+    out of the file (Conv ``group=1``, ``auto_pad``, HardSigmoid's ``beta``); one that differs
+    (``alpha=0.3``) or that the schema gives no default value (``dilations``) stays; same outputs
+    in onnxruntime; the undo gives back the same bytes."""
+    from onnxptq.pipeline import lean_file
+
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], group=1, auto_pad="NOTSET", dilations=[1, 1], pads=[1, 1, 1, 1]),
+         helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.3, beta=0.5)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    before = model.SerializeToString()
+    x = {"x": rng.normal(0, 1, (1, 3, 5, 5)).astype(np.float32)}
+    want = _run(model, [x])
+    undo = lean_file.default_attributes(model)
+    conv, hs = model.graph.node
+    assert {a.name for a in conv.attribute} == {"dilations", "pads"} and {a.name for a in hs.attribute} == {"alpha"}
+    onnx.checker.check_model(model)
+    assert np.array_equal(_run(model, [x])[0], want[0])
+    undo()
+    assert model.SerializeToString() == before

@@ -45,7 +45,7 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "varint_integers", "LEAN_CALLS",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "varint_integers", "LEAN_CALLS",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
@@ -101,6 +101,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_function_docs(model, domains))
             if LEAN_NAMES:
                 undo.callback(short_value_names(model))
+            undo.callback(default_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
@@ -372,6 +373,59 @@ def short_function_docs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN
             fn.doc_string = doc
 
     return undo
+
+
+def default_attributes(model: onnx.ModelProto):
+    """Attributes of the graphs' standard-op nodes (bodies included) whose value is the default the
+    op's schema gives at the model's opset, left out of the file: the ONNX meaning of an absent
+    attribute is its default, so the node is the same node. Why: exporters write them all
+    (``group=1``, ``auto_pad="NOTSET"`` on every Conv, ``epsilon``, ``alpha`` of HardSigmoid, the
+    packer's ``Split(axis=0)``): 0.0001-0.005 of the fp32 file (cls 0.0018, flashvad 0.0035;
+    bench/RESULTS.md, blockfile12). In place; returns the undo."""
+    from onnx import defs
+
+    version = next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), None)
+    if version is None:
+        return lambda: None
+    defaults: dict[str, dict[str, bytes]] = {}
+
+    def schema_defaults(op_type: str) -> dict[str, bytes]:
+        if op_type not in defaults:
+            try:
+                schema = defs.get_schema(op_type, version, "")
+            except Exception:  # not a standard op at this opset (the checker says so elsewhere)
+                schema = None
+            defaults[op_type] = {} if schema is None else {
+                name: a.default_value.SerializeToString(deterministic=True)
+                for name, a in schema.attributes.items() if a.default_value.name}
+        return defaults[op_type]
+
+    saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
+    for g in all_graphs(model.graph):
+        for n in g.node:
+            if not n.attribute or not is_onnx_domain(n.domain):
+                continue
+            known = schema_defaults(n.op_type)
+            drop = [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+            if drop:
+                saved.append((n, [_copy(a) for a in n.attribute]))
+                kept = [_copy(a) for a in n.attribute if a not in drop]
+                del n.attribute[:]
+                n.attribute.extend(kept)
+
+    def undo() -> None:
+        for node, attrs in saved:
+            del node.attribute[:]
+            node.attribute.extend(attrs)
+
+    return undo
+
+
+def _plain_attribute(attr: onnx.AttributeProto) -> bytes:
+    """``attr``'s name, type and value as a schema default is serialised (no doc string)."""
+    plain = _copy(attr)
+    plain.ClearField("doc_string")
+    return plain.SerializeToString(deterministic=True)
 
 
 def short_value_names(model: onnx.ModelProto):
