@@ -469,12 +469,18 @@ def short_value_names(model: onnx.ModelProto):
     for t in g.initializer:
         t.name = rename.get(t.name, t.name)
     _apply(graphs, rename)
+    for gr in graphs:  # a source's tensor annotations name tensors too
+        for a in gr.quantization_annotation:
+            a.tensor_name = rename.get(a.tensor_name, a.tensor_name)
     back = {new: old for old, new in rename.items()}
 
     def undo() -> None:
         for t in g.initializer:
             t.name = back.get(t.name, t.name)
         _apply(graphs, back)
+        for gr in graphs:
+            for a in gr.quantization_annotation:
+                a.tensor_name = back.get(a.tensor_name, a.tensor_name)
 
     return undo
 
