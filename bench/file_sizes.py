@@ -102,16 +102,25 @@ def run_row(spec: str, preset: str, path: str, calib: list[dict], out_dir: Path)
     cfg = dataclasses.replace(resolve_config(preset), repair=False)
     c0 = time.process_time()
     try:
-        quantize(path, cfg, data=list(calib), output=str(out))
+        result = quantize(path, cfg, data=list(calib), output=str(out))
     except Exception as exc:  # a row, never fatal
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         return row
     row["cpu_s"] = round(time.process_time() - c0, 1)
     row["ratio"] = round(total_bytes(out) / total_bytes(path), 4)
     row["breakdown"] = breakdown(out)
-    if not KEEP:
+    if KEEP:  # the file's initializers under their in-memory names (the file's are short): file_sizes_anatomy.py
+        names_of(out).write_text(json.dumps([[t.name, t.data_type, list(t.dims)] for t in result.model.graph.initializer]))
+    else:
         out.unlink()
     return row
+
+
+def names_of(path: str | Path) -> Path:
+    """The sidecar of a kept file: its initializers' in-memory names, types and shapes in the
+    model's order (the delivered file writes them under 1-3 letter names, lean_file.short_value_names;
+    the anatomy tells a packed stream's kind by its in-memory name)."""
+    return Path(path).with_suffix(".names.json")
 
 
 def table(rows: list[dict[str, Any]], presets: list[str]) -> str:

@@ -10,6 +10,10 @@ were the same body under another name; this one says what sharing would leave.
     python bench/file_sizes_anatomy.py --rows run.json --dir files/   # median kinds of a file_sizes.py --keep run
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --per-model BFP16,MXFP4   # per model, sorted
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --rows-kinds nm:surfaces_dtc@BFP16,...  # rows by kind
+    python bench/file_sizes_anatomy.py --rows run.json --dir files/ --overhead BFP16,MX9   # against the ideal, by part
+
+A file kept by ``file_sizes.py --keep`` has a sidecar (``*.names.json``) with its initializers'
+in-memory names: the delivered file writes them short, and a packed stream's kind is read there.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import _common  # noqa: F401 - the repository root on sys.path
+import numpy as np
 import onnx
 
 import file_sizes as fs
@@ -86,8 +91,28 @@ def _constant_fed(g: onnx.GraphProto) -> set[int]:
     return out
 
 
-def _initializer_kind(t: onnx.TensorProto) -> str:
-    name = t.name
+def in_memory_names(path: str | Path, g: onnx.GraphProto) -> list[str]:
+    """The names the file's main-graph initializers had in memory, in order: from the sidecar
+    ``file_sizes.py --keep`` writes (the delivered file writes 1-3 letter names since blockfile12),
+    matched in order by type and shape (an initializer the file stores sparse is skipped); the
+    file's own names where there is no sidecar or an entry does not match."""
+    import json
+
+    side = fs.names_of(path)
+    if not side.is_file():
+        return [t.name for t in g.initializer]
+    entries = json.loads(side.read_text())
+    out, k = [], 0
+    for t in g.initializer:
+        while k < len(entries) and (entries[k][1] != t.data_type or entries[k][2] != list(t.dims)):
+            k += 1
+        out.append(entries[k][0] if k < len(entries) else t.name)
+        k += 1
+    return out
+
+
+def _initializer_kind(t: onnx.TensorProto, name: str | None = None) -> str:
+    name = t.name if name is None else name
     if name.startswith("packed_"):
         if "_exponents_at" in name or name.endswith("_exponents_esc"):  # planes (blockfile8), escapes (blockfile11)
             return "exponents"
@@ -120,8 +145,8 @@ def kinds(path: str) -> dict[str, int]:
     m = onnx.load(path)
     g = m.graph
     out: dict[str, int] = collections.Counter()
-    for t in g.initializer:
-        out[_initializer_kind(t)] += t.ByteSize()
+    for t, name in zip(g.initializer, in_memory_names(path, g)):
+        out[_initializer_kind(t, name)] += t.ByteSize()
     chain = _constant_fed(g)
     for i, n in enumerate(g.node):
         if n.domain not in ("", "ai.onnx"):
@@ -209,6 +234,72 @@ def rows_kinds_table(rows: list[dict], files: Path, picks: list[tuple[str, str]]
     return "\n".join(lines)
 
 
+#: the ideal an 8-bit block format stores a weight element in (issue 26 item 2, blockfile12's brief):
+#: the 8-bit code, one exponent byte a block (and MX9's one shift bit per two elements)
+IDEAL_BYTES_PER_ELEMENT = {"BFP16": 1 + 1 / 8, "MX9": 1 + 1 / 16 + 1 / 16, "MXINT8": 1 + 1 / 32, "MXFP8_E4M3": 1 + 1 / 32}
+
+
+def overhead(path: str) -> dict[str, int]:
+    """Bytes of a delivered file in the parts issue 26 item 2 asks about (branch blockfile12): the
+    weights' codes (and one-element small floats), exponent bytes (and MX9's shifts), function
+    bodies, names (every string of the main graph: node names, node inputs and outputs, initializer
+    and graph input/output names), float tensors kept (fp32 and 16-bit), decode tables and other
+    constants, and the rest (node records without their names, framing, opsets); plus the count of
+    quantized weight elements (a code byte each) and of blocks of one element (a small float's low byte)."""
+    m = onnx.load(path)
+    g = m.graph
+    out: dict[str, int] = collections.Counter()
+    elements = ones = 0
+    for t, name in zip(g.initializer, in_memory_names(path, g)):
+        kind = _initializer_kind(t, name)
+        part = {"payload": "weights data", "one-element small floats": "weights data", "exponents": "exponents",
+                "microexponents": "exponents", "float tensors kept": "float kept", "16-bit tensors": "float kept"}
+        out[part.get(kind, "tables and constants")] += t.ByteSize() - len(t.name)
+        out["names"] += len(t.name)
+        if kind == "payload":
+            elements += int(np.prod(t.dims)) if t.dims else 1
+        elif kind == "one-element small floats" and name.endswith("_singles"):  # a block of one: its low byte
+            ones += int(np.prod(t.dims)) if t.dims else 1
+    out["names"] += sum(len(n.name) + sum(map(len, n.input)) + sum(map(len, n.output)) for n in g.node)
+    out["names"] += sum(len(v.name) for v in list(g.input) + list(g.output))
+    out["function bodies"] = sum(f.ByteSize() for f in m.functions)
+    out["rest"] = m.ByteSize() - sum(out.values())
+    out["file"] = m.ByteSize()
+    out["elements"], out["one-element blocks"] = elements, ones
+    return dict(out)
+
+
+OVERHEAD_PARTS = ("weights data", "exponents", "function bodies", "names", "float kept", "tables and constants", "rest")
+
+
+def overhead_table(rows: list[dict], files: Path, preset: str) -> str:
+    """Per model (one preset), shares of the fp32 file: the file, the ideal (8 bits + an exponent
+    byte a block, :data:`IDEAL_BYTES_PER_ELEMENT`, over the quantized elements), each part of
+    :func:`overhead`, and the largest part over the ideal; the median of each column last."""
+    per_el = IDEAL_BYTES_PER_ELEMENT[preset]
+    head = ("| model (" + preset + ") | file | ideal | " + " | ".join(OVERHEAD_PARTS) + " | largest over the ideal |")
+    lines = [head, "|---|" + "---|" * (len(OVERHEAD_PARTS) + 3)]
+    cols: dict[str, list[float]] = collections.defaultdict(list)
+    out = []
+    for r in rows:
+        f = files / f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if r["preset"] != preset or "ratio" not in r or not f.is_file():
+            continue
+        o, fp = overhead(str(f)), r["fp32_bytes"]
+        ideal = o["elements"] * per_el + o.get("one-element blocks", 0) * 2  # a block of one: code + exponent byte
+        over = {"exponents over an exponent byte a block": o["weights data"] + o["exponents"] - ideal,
+                **{k: o[k] for k in OVERHEAD_PARTS[2:]}}
+        top = max(over, key=over.get)
+        vals = {"file": o["file"] / fp, "ideal": ideal / fp, **{k: o[k] / fp for k in OVERHEAD_PARTS}}
+        for k, v in vals.items():
+            cols[k].append(v)
+        out.append((vals["file"], f"| {r['model']} | " + " | ".join(f"{v:.4f}" for v in vals.values())
+                    + f" | {top} ({over[top] / fp:.4f}) |"))
+    lines += [line for _, line in sorted(out)]
+    lines.append("| **median** | " + " | ".join(f"{np.median(v):.4f}" for v in cols.values()) + " | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="zoo:NAME / nm:NAME / shipped:cls|rec (quantized here)")
@@ -219,12 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", action="store_true", help="with --file: bytes by kind")
     ap.add_argument("--per-model", default="", help="with --rows: per-model tables of these presets (comma-separated)")
     ap.add_argument("--rows-kinds", default="", help="with --rows: MODEL@PRESET,... rows by kind (share of fp32)")
+    ap.add_argument("--overhead", default="", help="with --rows: per model, the file against the ideal and its parts (presets, comma-separated)")
     args = ap.parse_args(argv)
     if args.rows:
         import json
 
         rows = json.loads(Path(args.rows).read_text())
-        if args.rows_kinds:
+        if args.overhead:
+            print("\n\n".join(overhead_table(rows, Path(args.dir), p) for p in args.overhead.split(",")))
+        elif args.rows_kinds:
             picks = [tuple(x.rsplit("@", 1)) for x in args.rows_kinds.split(",")]
             print(rows_kinds_table(rows, Path(args.dir), picks))  # type: ignore[arg-type]
         elif args.per_model:

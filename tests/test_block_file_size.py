@@ -220,12 +220,23 @@ def test_delivered_file_computes_the_in_memory_model_bit_for_bit(delivered, pres
     for name, node in kept.items():  # the accessor reads the same attributes from either form
         want = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert call_attributes(file, calls[name]) == want == call_attributes(memory, node), name
-    assert all(n.output[0] == f"{n.input[0]}_q" for n in calls.values() if n.output[0] != "y")
+    # the calls' outputs short (lean_file.short_value_names: the model's own tensors are too), the graph's output kept
+    assert all(len(n.output[0]) <= 3 for n in calls.values() if n.output[0] != "y")
+    assert all(len(n.output[0]) > 3 for n in kept.values() if n.output[0] != "y")
     chain = [n for n in file.graph.node if n.op_type in ("Split", "Gather", "Transpose")]
     assert chain and not any(n.name for n in chain)
-    # the packer's tables and streams under short names of the same prefix and kind
-    packed = [t.name for t in file.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
+    # the packer's tables and streams: short names of the same prefix and kind (short_table_names),
+    # then in the file names of a few letters like every other tensor (short_value_names)
+    from onnxptq.pipeline import lean_file
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(memory)
+    undo = lean_file.short_table_names(copy)
+    packed = [t.name for t in copy.graph.initializer if t.name.startswith(("pkt_", "packed_"))]
     assert packed and all(re.fullmatch(r"pkt_\w{1,4}|packed_\d+_[a-z][a-z0-9_]*", n) for n in packed), packed
+    undo()
+    assert copy == memory
+    assert all(len(t.name) <= 3 for t in file.graph.initializer), [t.name for t in file.graph.initializer if len(t.name) > 3]
     assert any(t.name.startswith("pkt_i") for t in memory.graph.initializer)  # the in-memory names stay
     # small integer tensors as varints in the file (shape tensors, Split sizes), raw bytes in memory
     ints = [t for t in file.graph.initializer if t.data_type == TensorProto.INT64]
@@ -340,3 +351,103 @@ def test_unpacked_form_keeps_every_call_its_attributes(net, tmp_path):
     onnxptq.quantize(model, cfg, feeds[:2], output=str(path))
     calls = [n for n in onnx.load(str(path)).graph.node if n.domain == "onnxptq"]
     assert len(calls) >= 4 and all(any(a.name == "bfp_method" for a in n.attribute) for n in calls)
+
+
+def test_short_value_names_reach_bodies_keep_io_and_undo_exactly():
+    """Long tensor names (an initializer, a node output read inside an If branch) get 1-3 letter
+    names wherever read, the most written first; graph inputs/outputs, a sparse initializer, the
+    branch's own tensors, names of ≤ 2 characters and node names stay; same outputs in
+    onnxruntime; writing it again changes nothing; the undo gives back the same bytes."""
+    from onnx import helper as h
+
+    from onnxptq.pipeline import lean_file
+
+    long_w, long_r = "model/dense_3/kernel/Read:0", "model/dense_3/Relu:0"
+    then = h.make_graph([h.make_node("Mul", [long_r, long_r], ["branch_own_product"]),
+                         h.make_node("Identity", ["branch_own_product"], ["then_out"])], "then", [],
+                        [h.make_tensor_value_info("then_out", TensorProto.FLOAT, [2, 3])])
+    other = h.make_graph([h.make_node("Identity", [long_r], ["else_out"])], "else", [],
+                         [h.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])])
+    sparse = onnx.helper.make_sparse_tensor(numpy_helper.from_array(np.array([2.0], np.float32), "sparse/scale"),
+                                            numpy_helper.from_array(np.array([1], np.int64), "sparse/idx"), [3])
+    graph = h.make_graph(
+        [h.make_node("Add", ["x", long_w], ["ab"], name="add_node"),
+         h.make_node("Relu", ["ab"], [long_r], name="relu_node"),
+         h.make_node("Mul", [long_r, "sparse/scale"], ["model/scaled:0"]),
+         h.make_node("ReduceSum", ["model/scaled:0"], ["model/sum:0"], keepdims=0),
+         h.make_node("Greater", ["model/sum:0", "zero"], ["model/cond:0"]),
+         h.make_node("If", ["model/cond:0"], ["y"], then_branch=then, else_branch=other, name="if_node")],
+        "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), long_w),
+                     numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    graph.sparse_initializer.append(sparse)
+    graph.quantization_annotation.add(tensor_name=long_r)  # a source's annotation names a tensor too
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    before = model.SerializeToString()
+    x = {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2}
+    want = _run(model, [x])
+    undo = lean_file.short_value_names(model)
+    names = {o for n in model.graph.node for o in n.output} | {t.name for t in model.graph.initializer}
+    assert {"y", "ab"} <= names and "sparse/scale" in {i for n in model.graph.node for i in n.input}
+    assert long_w not in names and long_r not in names and all(len(n) <= 2 for n in names)
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    assert relu.name == "relu_node" and len(relu.output[0]) == 1  # the most written: 1 letter
+    assert model.graph.quantization_annotation[0].tensor_name == relu.output[0]
+    bodies = [a.g for a in next(n for n in model.graph.node if n.op_type == "If").attribute]
+    assert all(relu.output[0] in {i for n in b.node for i in n.input} for b in bodies)
+    assert "branch_own_product" in {o for b in bodies for n in b.node for o in n.output}
+    onnx.checker.check_model(model)
+    for a, b in zip(want, _run(model, [x])):
+        assert np.array_equal(a, b)
+    once = model.SerializeToString()
+    lean_file.short_value_names(model)
+    assert model.SerializeToString() == once  # written again: the same bytes
+    undo()
+    assert model.SerializeToString() == before
+
+
+def test_function_docs_lose_the_attribute_list_and_undo():
+    """Our definitions' doc strings are written without the clause listing every attribute (the
+    definition's defaults and the calls state them); other domains' and other clauses stay."""
+    from onnxptq.pipeline import lean_file
+
+    doc = "BFP quantize-dequantize (to_bfp), attributes {'bfp_method': 'to_bfp', 'axis': 1}; see onnxptq.formats.bfp."
+    ours = _function("BFP_a", 2.0, [1])
+    ours.doc_string = doc
+    theirs = _function("Other", 2.0, [1])
+    theirs.domain, theirs.doc_string = "else", doc
+    model = helper.make_model(helper.make_graph([], "g", [], []), functions=[ours, theirs],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1),
+                                             helper.make_opsetid("else", 1)])
+    undo = lean_file.short_function_docs(model)
+    assert model.functions[0].doc_string == "BFP quantize-dequantize (to_bfp); see onnxptq.formats.bfp."
+    assert model.functions[1].doc_string == doc
+    undo()
+    assert model.functions[0].doc_string == doc
+
+
+def test_attributes_at_their_schema_default_left_out_and_undone():
+    """A standard op's attribute whose value is its schema's default at the model's opset is left
+    out of the file (Conv ``group=1``, ``auto_pad``, HardSigmoid's ``beta``); one that differs
+    (``alpha=0.3``) or that the schema gives no default value (``dilations``) stays; same outputs
+    in onnxruntime; the undo gives back the same bytes."""
+    from onnxptq.pipeline import lean_file
+
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], group=1, auto_pad="NOTSET", dilations=[1, 1], pads=[1, 1, 1, 1]),
+         helper.make_node("HardSigmoid", ["c"], ["y"], alpha=0.3, beta=0.5)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    before = model.SerializeToString()
+    x = {"x": rng.normal(0, 1, (1, 3, 5, 5)).astype(np.float32)}
+    want = _run(model, [x])
+    undo = lean_file.default_attributes(model)
+    conv, hs = model.graph.node
+    assert {a.name for a in conv.attribute} == {"dilations", "pads"} and {a.name for a in hs.attribute} == {"alpha"}
+    onnx.checker.check_model(model)
+    assert np.array_equal(_run(model, [x])[0], want[0])
+    undo()
+    assert model.SerializeToString() == before

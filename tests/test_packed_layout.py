@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 from onnxptq.formats import fake_quantize
 from onnxptq.graph.walk import FreshNames
 from onnxptq.onnx_ops import packed
+from onnxptq.pipeline import lean_file
 from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes, one_element_layout
 from test_packed_weights import FORMATS as ALL_FORMATS
 
@@ -144,7 +145,8 @@ def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
         model, inits = _pack_and_run(key, weights, optional=("special",))
         tables = [n for n in inits if n.startswith("pkt_el")]
         assert bool(tables) == (form == "table"), (form, tables)
-        sizes[form] = model.ByteSize()
+        with lean_file.lean(model):  # as a delivered file holds it: short names (blockfile12)
+            sizes[form] = model.ByteSize()
     assert sizes["arithmetic"] < sizes["table"], sizes
 
 
@@ -351,3 +353,33 @@ def test_escaped_exponents_and_small_biases_in_a_quantized_model(preset):
     outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
             for m in (new, old)]
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), preset
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
+def test_tables_bfloat16_holds_are_stored_half_and_cast(monkeypatch, key):
+    """Decode tables of float32 values whose low 16 bits are zero (exponent tables of powers of
+    two, shift tables, 8-bit code tables) are stored as bfloat16 and widened by one Cast, each
+    read by that Cast alone: bit for bit the same decoded weights (``_pack_and_run`` checks both
+    optimisation levels), fewer bytes than the float32 tables; a table of other values stays float32."""
+    rng = np.random.default_rng(3)
+    w = rng.normal(0, 1, (256, 64)).astype(np.float32)
+    w *= np.ldexp(np.float32(1), rng.integers(-40, 40, (256, 1))).astype(np.float32)  # ~80 exponents used
+    half, inits = _pack_and_run(key, {"w": (w, 1)})
+    halves = [t for t in half.graph.initializer if t.data_type == TensorProto.BFLOAT16]
+    assert halves, key
+    for t in halves:
+        readers = [n for n in half.graph.node if t.name in n.input]
+        assert len(readers) == 1 and readers[0].op_type == "Cast", (key, t.name)
+        assert readers[0].attribute[0].i == TensorProto.FLOAT
+    monkeypatch.setattr(packed, "HALF_TABLES", False)
+    full, _ = _pack_and_run(key, {"w": (w, 1)})
+    assert not any(t.data_type == TensorProto.BFLOAT16 for t in full.graph.initializer)
+    assert all(len(t.raw_data) == 2 * int(np.prod(t.dims)) > packed.TABLE_CAST_BYTES for t in halves), key
+    assert full.ByteSize() - half.ByteSize() > 0, key
+    monkeypatch.setattr(packed, "HALF_TABLES", True)
+    packer = WeightPacker(13, FreshNames())
+    assert packer._half_table(np.ldexp(np.float32(1), np.arange(-133, 128)).astype(np.float32))
+    assert packer._half_table(np.array([np.inf, -0.0, 1.5, -2.0 ** 100] * 8, np.float32))
+    assert not packer._half_table(np.full(64, 0.1, np.float32))        # 0.1's low bits are not zero
+    assert not packer._half_table(np.ones(8, np.float32))              # too small to pay for its Cast
+    assert not WeightPacker(11, FreshNames())._half_table(np.ones(64, np.float32))  # Cast from bfloat16: opset 13

@@ -167,18 +167,132 @@ def _node_key(node: onnx.NodeProto, index: int) -> str:
 
 
 def _pair_nodes(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, onnx.NodeProto]]:
-    """Nodes present in both models: by name where names agree, else by an output they share."""
+    """Nodes present in both models: by name where names agree, else by an output they share,
+    else by structure (:func:`_pair_by_structure`: a delivered onnxptq file writes short tensor
+    names and no node names, pipeline/lean_file.py)."""
     qnodes = list(quant_model.graph.node)
     by_name = {n.name: n for n in qnodes if n.name}
     by_output = {o: n for n in qnodes for o in n.output if o}
     pairs: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
+    taken: set[int] = set()
     for fnode in float_model.graph.node:
         qnode = by_name.get(fnode.name) if fnode.name else None
         if qnode is None or qnode.op_type != fnode.op_type:
             qnode = next((by_output[o] for o in fnode.output if o in by_output), None)
             if qnode is None or qnode.op_type != fnode.op_type or qnode.domain != fnode.domain:
                 continue
+        if id(qnode) in taken:
+            continue
+        taken.add(id(qnode))
         pairs.append((fnode, qnode))
+    if len(pairs) < len(float_model.graph.node):
+        pairs = _pair_by_structure(float_model, quant_model, pairs)
+    return pairs
+
+
+#: How far a reader may sit behind the tensor it reads in quantized form: the quantizer's own nodes
+#: (a call; QuantizeLinear + DequantizeLinear; a Cast pair; a range guard), each taking the tensor
+#: as its first input.
+_QUANTIZER_DEPTH = 6
+
+
+def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
+                       pairs: list[tuple[onnx.NodeProto, onnx.NodeProto]]) -> list[tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """``pairs`` completed by the graphs' structure: walking the float graph in order, a float node
+    is paired with the first quantized node of its op type (same attributes preferred) that reads,
+    at each input the float node reads from a paired node or a graph input, that node's output or
+    a chain of inserted nodes (none of them paired, each reading it as its first input) from it;
+    and at each input the float node reads from a constant, a constant (an initializer, or a node
+    reading only constants: a weight's decode chain). The quantized model's tensor names need not
+    be the float model's (pipeline/lean_file.short_value_names renames them in a delivered file).
+
+    Why by structure: onnxptq quantizes the prepared float model by inserting nodes only; every
+    node of the float model is in the quantized model, reading the same tensors or quantized forms
+    of them. A node onnxptq removed (an exact Cast pair, a folded weight chain) stays unpaired."""
+    fnodes = list(float_model.graph.node)
+    qnodes = list(quant_model.graph.node)
+    paired_f = {id(f) for f, _ in pairs}
+    paired_q = {id(q) for _, q in pairs}
+    # float tensor -> the quantized model's tensor of the same value
+    same: dict[str, str] = {}
+    q_inputs = {i.name for i in quant_model.graph.input}
+    for i in float_model.graph.input:
+        if i.name in q_inputs:
+            same[i.name] = i.name
+    for f, q in pairs:
+        same.update((fo, qo) for fo, qo in zip(f.output, q.output) if fo and qo)
+    f_const = {t.name for t in float_model.graph.initializer} | {""}
+    for n in fnodes:
+        if n.op_type == "Constant" or (n.input and all(i in f_const for i in n.input)):
+            f_const.update(n.output)
+    q_const = {t.name for t in quant_model.graph.initializer} | {""}
+    for n in qnodes:
+        if n.op_type == "Constant" or (n.input and all(i in q_const for i in n.input)):
+            q_const.update(n.output)
+    q_producer = {o: n for n in qnodes for o in n.output if o}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in qnodes:
+        for i in dict.fromkeys(n.input):
+            if i:
+                readers.setdefault(i, []).append(n)
+    by_type: dict[tuple[str, str], list[onnx.NodeProto]] = {}
+    for n in qnodes:
+        by_type.setdefault((n.domain, n.op_type), []).append(n)
+    attrs = {id(n): sorted(a.SerializeToString(deterministic=True) for a in n.attribute) for n in fnodes + qnodes}
+
+    def source(name: str, stop: set[str]) -> str:
+        """The tensor ``name`` is made from through inserted (unpaired) nodes' first inputs."""
+        for _ in range(_QUANTIZER_DEPTH + 1):
+            node = q_producer.get(name)
+            if name in stop or node is None or id(node) in paired_q or not node.input:
+                return name
+            name = node.input[0]
+        return name
+
+    def fits(fnode: onnx.NodeProto, qnode: onnx.NodeProto, stop: set[str]) -> bool:
+        if len(fnode.input) != len(qnode.input) or len(fnode.output) != len(qnode.output):
+            return False
+        for f_in, q_in in zip(fnode.input, qnode.input):
+            if not f_in or not q_in:
+                if bool(f_in) != bool(q_in):
+                    return False
+            elif f_in in same:
+                if source(q_in, stop) != same[f_in]:
+                    return False
+            elif f_in in f_const and q_in not in q_const:
+                return False
+        return True
+
+    for fnode in fnodes:
+        if id(fnode) in paired_f:
+            continue
+        key = (fnode.domain, fnode.op_type)
+        known = [same[i] for i in fnode.input if i in same]
+        stop = set(same.values())
+        if known:  # the readers of its input, and of the inserted nodes after it
+            candidates, frontier, seen = [], [known[0]], set()
+            for _ in range(_QUANTIZER_DEPTH + 1):
+                nxt = []
+                for t in frontier:
+                    for r in readers.get(t, ()):
+                        if id(r) in seen or id(r) in paired_q:
+                            continue
+                        seen.add(id(r))
+                        if (r.domain, r.op_type) == key:
+                            candidates.append(r)
+                        if r.input and r.input[0] == t:
+                            nxt.extend(o for o in r.output if o and o not in stop)
+                frontier = nxt
+        else:
+            candidates = [q for q in by_type.get(key, ()) if id(q) not in paired_q]
+        fitting = [q for q in candidates if fits(fnode, q, stop)]
+        if not fitting:
+            continue
+        qnode = next((q for q in fitting if attrs[id(q)] == attrs[id(fnode)]), fitting[0])
+        pairs.append((fnode, qnode))
+        paired_f.add(id(fnode))
+        paired_q.add(id(qnode))
+        same.update((fo, qo) for fo, qo in zip(fnode.output, qnode.output) if fo and qo)
     return pairs
 
 
@@ -189,6 +303,8 @@ def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) ->
     q_producer = {o: n for n in quant_model.graph.node for o in n.output if o}
     float_names = _defined_names(float_model)
     q_inits = {t.name for t in quant_model.graph.initializer}
+    q_init_protos = {t.name: t for t in quant_model.graph.initializer}
+    f_init_protos = {t.name: t for t in float_model.graph.initializer}
     matches: dict[str, TensorMatch] = {}
 
     def chain_from(name: str) -> list[onnx.NodeProto]:
@@ -234,6 +350,8 @@ def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) ->
                 continue  # rewired to another float tensor: not a quantizer
             if q_in in q_producer and id(q_producer[q_in]) in paired_q:
                 continue  # read from a different original node: a graph rewrite, not a quantizer
+            if q_in in q_init_protos and f_in in f_init_protos and _same_values(f_init_protos[f_in], q_init_protos[q_in]):
+                continue  # the same constant under another name (a delivered file's short names)
             pre = renamed.get(f_in) or (f_in if same_tensor(f_in) else None)
             matches[f_in] = TensorMatch(f_in, q_in, pre, _node_key(fnode, 0), fnode.op_type, chain_from(q_in))
     # Quantized in place: the quantized model computes a float tensor's own name with inserted nodes.
@@ -250,6 +368,14 @@ def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) ->
         consumer, op = f_consumer.get(name, (None, None))
         matches[name] = TensorMatch(name, name, renamed.get(name), consumer, op, chain_from(name))
     return matches
+
+
+def _same_values(a: onnx.TensorProto, b: onnx.TensorProto) -> bool:
+    """Whether two initializers hold the same type, shape and values (bit for bit)."""
+    if a.data_type != b.data_type or list(a.dims) != list(b.dims):
+        return False
+    x, y = numpy_helper.to_array(a), numpy_helper.to_array(b)
+    return x.tobytes() == y.tobytes()
 
 
 def _initializer_names(model: onnx.ModelProto) -> set[str]:

@@ -62,6 +62,11 @@ log = logging.getLogger(__name__)
 
 #: Lowest default-domain opset the decode chains use (Slice with inputs: 10; ScatterND: 11).
 MIN_OPSET = 11
+#: Off: every decode table is stored as float32 (the form before blockfile12).
+HALF_TABLES = True
+#: File bytes a bfloat16 table's widening Cast costs (its node, a second name): a table is stored
+#: half only where it saves more (an exponent table of more than 16 entries, every 256-entry table).
+TABLE_CAST_BYTES = 32
 #: Lowest opset whose ``Cast`` reads float8 (ONNX 19): FP8 codes are then stored in their own type
 #: and cast, not looked up in a 256-entry float table (1 KB and a Gather: 0.015 of a 69 KB MLP's
 #: fp32 file). False (tests): the table at every opset.
@@ -397,14 +402,40 @@ class WeightPacker:
         self.stats = PackedStats()
         #: small block weights float16 holds exactly: (output name, values), one FLOAT16 stream at finish
         self.halves: list[tuple[str, np.ndarray]] = []
+        #: the Casts that widen the tables stored as bfloat16 (:meth:`_half_table`), placed first at finish
+        self.table_casts: list[onnx.NodeProto] = []
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
         if key not in self.tables:
             name = self.fresh(f"pkt_{key}")  # short: every reader names it once more
             self.tables[key] = name
-            self.table_inits.append(store(values, name))
+            if self._half_table(values):
+                # float32 values bfloat16 holds bit for bit (powers of two: exponent and shift
+                # tables; 8-bit codes times a power of two: element tables) stored in half the
+                # bytes and widened by one Cast, folded at load like the rest of the chain
+                half = self.fresh(f"{name}_h")
+                self.table_inits.append(store(values.astype(ml_dtypes.bfloat16), half))
+                self.table_casts.append(helper.make_node("Cast", [half], [name], to=TensorProto.FLOAT))
+            else:
+                self.table_inits.append(store(values, name))
         return self.tables[key]
+
+    def _table_bytes(self, entries: int) -> int:
+        """File bytes of a float32 table of ``entries`` values bfloat16 holds (an element table of
+        8-bit codes): half and its Cast where :meth:`_half_table` would store it so."""
+        if HALF_TABLES and self.opset >= 13 and entries * 2 > TABLE_CAST_BYTES:
+            return entries * 2 + TABLE_CAST_BYTES
+        return entries * 4
+
+    def _half_table(self, values: np.ndarray) -> bool:
+        """Whether a table is stored as bfloat16 and cast: float32 values whose low 16 bits are all
+        zero (bfloat16 is float32's top half: the widening Cast gives the same bits, NaN and -0
+        included), where the halved bytes outweigh the Cast's node (:data:`TABLE_CAST_BYTES`);
+        Cast from bfloat16 needs opset 13."""
+        return (HALF_TABLES and self.opset >= 13 and values.dtype == np.float32
+                and values.size * 2 > TABLE_CAST_BYTES
+                and not (values.reshape(-1).view(np.uint32) & np.uint32(0xFFFF)).any())
 
     def _fp8_cast(self, key: str) -> bool:
         """Whether FP8 element codes ``key`` are stored as their float8 type and cast (opset ≥ 19)."""
@@ -772,12 +803,13 @@ class WeightPacker:
     def finish(self) -> QDQNodes:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
-        arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows])
+        arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows], self._table_bytes(256))
         for group in self.groups.values():
             if group.rows:
                 self._decode_group(group, frag, group.code.key in arithmetic)
         self._halves(frag)
         frag.initializers[:0] = self.table_inits
+        frag.nodes[:0] = self.table_casts
         _name_nodes(frag)
         if self.stats.packed or self.stats.unpacked:
             log.info("packed %d weights (%d kept unpacked, %d elements patched)", self.stats.packed,
@@ -1198,19 +1230,21 @@ def _by_table(stored: int, table_bytes: int) -> bool:
 ARITHMETIC_GROUP_BYTES = 130
 
 
-def _arithmetic_codes(groups: list[_Group]) -> set[str]:
+def _arithmetic_codes(groups: list[_Group], table_bytes: int = 256 * 4) -> set[str]:
     """Keys of the 8-bit integer element codes (BFP16, MX9, MXINT8) decoded by arithmetic rather
-    than their 256-entry float table: the table is shared by every group of the code, so it goes
-    only where no group is large enough to want it anyway (``TABLE_FROM``: then it costs nothing
-    more) and the groups' extra nodes weigh less than the table's bytes."""
+    than their 256-entry float table (``table_bytes`` in the file): the table is shared by every
+    group of the code, so it goes only where no group is large enough to want it anyway
+    (``TABLE_FROM``: then it costs nothing more) and the groups' extra nodes weigh less than the
+    table's bytes."""
     by_key: dict[str, list[_Group]] = {}
     for g in groups:
         if g.code.container == 8 and g.code.step is not None:
             by_key.setdefault(g.code.key, []).append(g)
     out = set()
-    table_bytes = 256 * 4
     for key, gs in by_key.items():
-        large = any(_by_table(g.rows * (-(-g.width // g.sub)) * g.sub, table_bytes) for g in gs)
+        # large: as the decode of other fields decides (_by_table against the float32 table's
+        # bytes, what load memory was measured against); the file's cost: the table as stored
+        large = any(_by_table(g.rows * (-(-g.width // g.sub)) * g.sub, 256 * 4) for g in gs)
         if not large and len(gs) * ARITHMETIC_GROUP_BYTES < table_bytes:
             out.add(key)
     return out

@@ -45,10 +45,13 @@ from ..graph.opsets import is_onnx_domain
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "varint_integers", "LEAN_CALLS", "LEAN_INTEGERS", "SHORT_STEM", "CHAIN_STEM"]
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "varint_integers", "LEAN_CALLS",
+           "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
+#: Off: the model's own tensors and nodes keep their names in the file (the form before blockfile12).
+LEAN_NAMES = True
 #: Off: integer tensors keep the encoding they were made with (``raw_data``) in the file.
 LEAN_INTEGERS = True
 #: Integer tensors of at most this many elements are re-encoded (shape tensors, tables, Constants;
@@ -95,6 +98,10 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_decode_names(model))
             undo.callback(short_function_names(model, domains))
             undo.callback(short_table_names(model))
+            undo.callback(short_function_docs(model, domains))
+            if LEAN_NAMES:
+                undo.callback(short_value_names(model))
+            undo.callback(default_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
@@ -323,6 +330,157 @@ def short_table_names(model: onnx.ModelProto):
         for t in g.initializer:
             t.name = back.get(t.name, t.name)
         _apply(graphs, back)
+
+    return undo
+
+
+#: Tensor names of at most this many characters are kept as they are (short_value_names).
+SHORT_NAMES_KEPT = 2
+#: The short names' letters: a name is written as its bytes, so the 62 one-byte names go to the
+#: tensors written most often.
+_NAME_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _short_name(k: int) -> str:
+    """The ``k``-th name of ``a … 9, aa, ab, …`` (every string of the letters, shortest first)."""
+    base = len(_NAME_LETTERS)
+    chars = []
+    while True:
+        chars.append(_NAME_LETTERS[k % base])
+        k = k // base - 1
+        if k < 0:
+            return "".join(reversed(chars))
+
+
+#: The clause of a function's doc string that lists its attributes (onnx_ops/bfp.py writes them all).
+_ATTRIBUTE_CLAUSE = re.compile(r", attributes \{[^{}]*\}")
+
+
+def short_function_docs(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,)):
+    """Our functions' doc strings written without the clause that lists the attributes (``BFP
+    quantize-dequantize (to_bfp); see onnxptq.formats.bfp.``, not the 280 B with every attribute's
+    value): the file states them once as the definition's defaults and the calls' own values
+    (:func:`share_call_attributes`, graph/call_attributes.py reads them). 0.1-0.4 % of a small block
+    file's fp32 size (dnsmos_p808: three definitions, 845 B; bench/RESULTS.md, blockfile12). In
+    place; returns the undo."""
+    wanted = set(domains)
+    saved = [(fn, fn.doc_string) for fn in model.functions if fn.domain in wanted and _ATTRIBUTE_CLAUSE.search(fn.doc_string)]
+    for fn, doc in saved:
+        fn.doc_string = _ATTRIBUTE_CLAUSE.sub("", doc)
+
+    def undo() -> None:
+        for fn, doc in saved:
+            fn.doc_string = doc
+
+    return undo
+
+
+def default_attributes(model: onnx.ModelProto):
+    """Attributes of the graphs' standard-op nodes (bodies included) whose value is the default the
+    op's schema gives at the model's opset, left out of the file: the ONNX meaning of an absent
+    attribute is its default, so the node is the same node. Why: exporters write them all
+    (``group=1``, ``auto_pad="NOTSET"`` on every Conv, ``epsilon``, ``alpha`` of HardSigmoid, the
+    packer's ``Split(axis=0)``): 0.0001-0.005 of the fp32 file (cls 0.0018, flashvad 0.0035;
+    bench/RESULTS.md, blockfile12). In place; returns the undo."""
+    from onnx import defs
+
+    version = next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), None)
+    if version is None:
+        return lambda: None
+    defaults: dict[str, dict[str, bytes]] = {}
+
+    def schema_defaults(op_type: str) -> dict[str, bytes]:
+        if op_type not in defaults:
+            try:
+                schema = defs.get_schema(op_type, version, "")
+            except Exception:  # not a standard op at this opset (the checker says so elsewhere)
+                schema = None
+            defaults[op_type] = {} if schema is None else {
+                name: a.default_value.SerializeToString(deterministic=True)
+                for name, a in schema.attributes.items() if a.default_value.name}
+        return defaults[op_type]
+
+    saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
+    for g in all_graphs(model.graph):
+        for n in g.node:
+            if not n.attribute or not is_onnx_domain(n.domain):
+                continue
+            known = schema_defaults(n.op_type)
+            drop = [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+            if drop:
+                saved.append((n, [_copy(a) for a in n.attribute]))
+                kept = [_copy(a) for a in n.attribute if a not in drop]
+                del n.attribute[:]
+                n.attribute.extend(kept)
+
+    def undo() -> None:
+        for node, attrs in saved:
+            del node.attribute[:]
+            node.attribute.extend(attrs)
+
+    return undo
+
+
+def _plain_attribute(attr: onnx.AttributeProto) -> bytes:
+    """``attr``'s name, type and value as a schema default is serialised (no doc string)."""
+    plain = _copy(attr)
+    plain.ClearField("doc_string")
+    return plain.SerializeToString(deterministic=True)
+
+
+def short_value_names(model: onnx.ModelProto):
+    """The main graph's tensors (node outputs and initializers), except the graphs' inputs and
+    outputs, written under names of one to three letters, the most written getting the shortest.
+    Why: a tensor's name is written once where it is made and once per reader, and exporters'
+    names are long (``mos_estimator_small_1/dense_3/BiasAdd:0``, ``StatefulPartitionedCall/
+    masked_bert_model/encoder_0/...``): after the weights' own bytes the names were the largest
+    part of a block file, 0.02 of the fp32 file on the median model and 0.03-0.09 on models of many
+    small tensors (bench/RESULTS.md, blockfile12). A runtime reads no name but the graph's inputs
+    and outputs, which stay; the model's nodes keep their names (the config's ``nodes_to_exclude``
+    and users' tools name nodes; ``onnxptq report`` pairs the file's nodes with the float model's
+    by them, or by structure: analysis/report.py); a body of an If/Loop keeps its own tensors'
+    names (it reads the outer tensors under their new names); sparse initializers keep theirs.
+
+    The names follow from the graph alone (how often each tensor is written, the graph's order),
+    not from the names it had: a file written again gives the same bytes. In place; returns the undo."""
+    g = model.graph
+    graphs = list(all_graphs(g))
+    kept = {v.name for gr in graphs for v in list(gr.input) + list(gr.output)}
+    kept.update(t.values.name for t in g.sparse_initializer)
+    written: Counter[str] = Counter()
+    for gr in graphs:
+        for n in gr.node:
+            written.update(i for i in n.input if i)
+            written.update(o for o in n.output if o)
+    for t in g.initializer:
+        written[t.name] += 1
+    order = {name: k for k, name in enumerate(dict.fromkeys([t.name for t in g.initializer]
+                                                             + [o for n in g.node for o in n.output if o]))}
+    wanted = sorted((name for name in order if name not in kept and len(name) > SHORT_NAMES_KEPT),
+                    key=lambda name: (-written[name], order[name]))
+    taken = tensor_names(model) - set(wanted)  # what stays: the graphs' inputs and outputs, the bodies' own
+    rename: dict[str, str] = {}
+    k = 0
+    for name in wanted:
+        while _short_name(k) in taken:
+            k += 1
+        rename[name] = _short_name(k)
+        k += 1
+    for t in g.initializer:
+        t.name = rename.get(t.name, t.name)
+    _apply(graphs, rename)
+    for gr in graphs:  # a source's tensor annotations name tensors too
+        for a in gr.quantization_annotation:
+            a.tensor_name = rename.get(a.tensor_name, a.tensor_name)
+    back = {new: old for old, new in rename.items()}
+
+    def undo() -> None:
+        for t in g.initializer:
+            t.name = back.get(t.name, t.name)
+        _apply(graphs, back)
+        for gr in graphs:
+            for a in gr.quantization_annotation:
+                a.tensor_name = back.get(a.tensor_name, a.tensor_name)
 
     return undo
 
