@@ -31,6 +31,7 @@ from .finish import finish, finish_saved, finish_signature
 from .lean_file import lean
 from .plan import Plan
 from .solve import QParams
+from .streamed import held_out_outputs
 from .verify import Judgement, Verified, bytes_digest, judgement
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
         return verdict, metrics, verdict.where()
     names = compared_outputs(calibrated.prepared.graph)
     # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
-    got = [dict(zip(names, out)) for out in run_feeds(session, names, calibrated.holdout)]
+    got, streamed = held_out_outputs(session, names, calibrated)  # a stream's calls fed their own state (pipeline/streamed.py)
     # Decisions inside the graph, read on one evaluation copy of the model (analysis.decisions): the
     # held-out feeds now, the calibration feeds below where the floor asks for them.
     decisions = DecisionReader(quantized, calibrated.readings["decisions"], providers=tuple(cfg.calibration.providers))
@@ -202,6 +203,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     found = judgement(calibrated, cfg, got, seen_of, eval_samples)
     assert found is not None  # seen_of always runs the feeds
     verdict, metrics = found
+    verdict.streamed = streamed
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
 
