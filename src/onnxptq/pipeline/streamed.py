@@ -23,9 +23,11 @@ import numpy as np
 
 from ..analysis.streams import Stream, carried_outputs, find_stream, state_pairs, streamed_outputs
 from ..sessions import run_feeds
-from .calibrate import Calibrated
 
 log = logging.getLogger(__name__)
+
+#: a :class:`onnxptq.pipeline.calibrate.Calibrated` (not imported: calibration settles its stream here)
+Calibrated = Any
 
 __all__ = ["held_out_outputs", "judged_stream", "settle_stream"]
 
