@@ -39,8 +39,10 @@ import onnx
 __all__ = ["MIN_LINKS", "RTOL", "Stream", "carried_outputs", "find_stream", "state_pairs", "streamed_outputs"]
 
 #: a state input equals a previous output within this relative tolerance (of the output's largest magnitude):
-#: float's own loop feeds its outputs back bit for bit; a stream recorded on another runtime differs in last bits
-RTOL = 1e-4
+#: float's own loop feeds its outputs back bit for bit, but the floor's float is the prepared model, whose fused
+#: kernels differ: hama's G2P decoder under the FP16 preset's preparation returned its GRU state 1e-4 of its
+#: range off the one its loop fed (bench/RESULTS.md, fastenh); no two unrelated states agree to 0.1 % everywhere
+RTOL = 1e-3
 #: links (feeds whose state input is a previous feed's output) a pair needs to be called a carried state
 MIN_LINKS = 2
 
