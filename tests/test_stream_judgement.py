@@ -114,7 +114,7 @@ def test_quantize_judges_a_stream_streamed(stream):
     verdict = result.floor
     assert verdict.streamed is not None and "h_in ← h_out" in verdict.streamed
     assert "h_out" not in verdict.outputs and verdict.outputs["y"].chunks is not None
-    assert "judged streamed" in result.summary()
+    assert "judged streamed" in result.summary() and "h_in ← h_out" in verdict.to_json()["streamed"]
     assert not verdict.ok and verdict.outputs["y"].chunks[0] < verdict.floor.top1
     # the same held-out calls (every third: calibrate.split_holdout, then the reserve) judged call by call hold
     held = list(range(0, CALLS, 3))[:verdict.samples]
@@ -122,3 +122,19 @@ def test_quantize_judges_a_stream_streamed(stream):
     alone = measure([ref[k] for k in held], [step(feeds[k]) for k in held], verdict.floor,
                     waveforms={"y"}, carried={"h_out"})
     assert alone.ok
+
+
+def test_calls_kept_for_a_stream_are_let_go_where_the_data_holds_none(stream):
+    """State inputs that are no previous call's output (each call its own state): calibration keeps no more
+    calls with float outputs than it would for a stateless model, and nothing is judged streamed."""
+    from onnxptq.pipeline.calibrate import DEFAULT_EVAL_SAMPLES, DEFAULT_HOLDOUT, calibrate_once
+    from onnxptq.pipeline.streamed import judged_stream
+
+    model, feeds, _ = stream
+    rng = np.random.default_rng(3)
+    alone = [dict(f, h_in=rng.normal(size=(1, STATE)).astype(np.float32)) for f in feeds]
+    calibrated = calibrate_once(model, get_preset("A8W8"), alone, holdout=DEFAULT_HOLDOUT)
+    assert judged_stream(calibrated) is None and "carried" not in calibrated.readings
+    assert calibrated.reads_kept == [] and len(calibrated.float_outputs) <= max(DEFAULT_EVAL_SAMPLES, len(calibrated.kept))
+    streamed = calibrate_once(model, get_preset("A8W8"), feeds, holdout=DEFAULT_HOLDOUT)
+    assert judged_stream(streamed) is not None and len(streamed.float_outputs) > len(calibrated.float_outputs)

@@ -538,7 +538,7 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"floor": self.floor.to_json(), "ok": self.ok, "samples": self.samples, "reused_calibration_samples": self.reused,
-                "unjudged": self.unjudged, "unconfirmed": self.unconfirmed,
+                "unjudged": self.unjudged, "unconfirmed": self.unconfirmed, "streamed": self.streamed,
                 "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
 
 
