@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from onnxptq.analysis.floor import floor_for, floor_lines, measure
 from onnxptq.analysis.streams import carried_outputs, find_stream, state_pairs, streamed_outputs
-from onnxptq.analysis.waveform_reads import CHUNK_SNR_DB, chunk_snr, waveform_outputs
+from onnxptq.analysis.waveform_reads import CHUNK_SNR_DB, chunk_snr, is_chunk, waveform_outputs
 from onnxptq.config.presets import get_preset
 from testkit.stream import STATE, run, stream_feeds, stream_model
 
@@ -99,6 +99,9 @@ def test_a_short_waveform_chunk_is_read_by_its_snr():
     assert "within 20 dB SNR" in check.describe()
     quiet = chunk_snr([(r["y"], r["y"] * 1.001) for r in ref])  # 60 dB: every chunk holds
     assert quiet.share == 1.0 and quiet.worst_db > CHUNK_SNR_DB
+    # a track of symbolic length, its feeds' rows of several lengths: read alike (swift_f0's pitch: not a signal)
+    sines = [np.sin(np.arange(n) / 5.0)[None] for n in (111, 127)]
+    assert is_chunk(sines) and not is_chunk([np.abs(v) + 1.0 for v in sines])
     silent = chunk_snr([(np.zeros((1, 256)), np.ones((1, 256)) * 1e-3)])
     assert silent is None  # nothing audible: no reading
 

@@ -9,7 +9,8 @@ decibri's FastEnhancer-T under A16W8 kept every held-out chunk within 20 dB SNR 
 **What carries state** (:func:`state_pairs`, then :func:`find_stream`; no name is read):
 
 - by structure, the candidates: a float graph input and a float graph output of the same element type
-  and the same shape (every axis fixed and equal, or the same symbolic name), in a model with an input
+  and the same shape (every axis fixed and equal, or the same symbolic name; an output's axis that shape
+  inference left unresolved, a symbol no input declares, agrees with any), in a model with an input
   besides them (the new data of each call: a model whose every input is such is an image restorer);
 - by the data, the pairs: the feeds hold a stream where a feed's input of a candidate pair equals, within
   :data:`RTOL`, the output of the pair that float returned on another feed (the calibration data recorded as
@@ -50,20 +51,25 @@ _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DO
 
 
 def _signature(value_info: onnx.ValueInfoProto) -> tuple | None:
-    """(element type, dims) of a float tensor with a known shape, each dim its value or its symbolic name;
-    None where some dim is unknown (neither: nothing says two of them are alike)."""
+    """(element type, dims) of a float tensor with a shape, each dim its value, its symbolic name or None (not
+    known); None where it is not such a tensor."""
     t = value_info.type.tensor_type
-    if t.elem_type not in _FLOATS or not t.HasField("shape"):
+    if t.elem_type not in _FLOATS or not t.HasField("shape") or not t.shape.dim:
         return None
-    dims: list[Any] = []
-    for d in t.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        elif d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            return None
-    return (t.elem_type, tuple(dims)) if dims else None
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return t.elem_type, dims
+
+
+def _alike(state: tuple | None, out: tuple | None, declared: set[str]) -> bool:
+    """An input's and an output's signatures say the same shape: every axis equal, the output's axis a symbol no
+    input declares (shape inference's leftover: silero's ``stateN`` is ``[ConcatstateN_dim_0, batch,
+    ConcatstateN_dim_2]`` beside ``state`` ``[2, batch, 128]``) or not known; at least one axis equal; the input's
+    every axis known."""
+    if state is None or out is None or state[0] != out[0] or len(state[1]) != len(out[1]) or None in state[1]:
+        return False
+    pairs = list(zip(state[1], out[1]))
+    return (all(a == b or b is None or (isinstance(b, str) and b not in declared) for a, b in pairs)
+            and any(a == b for a, b in pairs))
 
 
 def state_pairs(model: onnx.ModelProto) -> list[tuple[str, str]]:
@@ -71,12 +77,12 @@ def state_pairs(model: onnx.ModelProto) -> list[tuple[str, str]]:
     and output of the same element type and shape. The data decides which carry (:func:`find_stream`)."""
     initializers = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in initializers]
+    declared = {d.dim_param for i in inputs for d in i.type.tensor_type.shape.dim if d.dim_param}
     outputs = [(o.name, _signature(o)) for o in model.graph.output]
     pairs = []
     for i in inputs:
         sig = _signature(i)
-        if sig is not None:
-            pairs.extend((i.name, name) for name, s in outputs if s == sig)
+        pairs.extend((i.name, name) for name, s in outputs if _alike(sig, s, declared))
     if {i.name for i in inputs} <= {i for i, _ in pairs}:
         return []  # every input could be a state: no new data comes in per call (an image in, the same shape out)
     return pairs

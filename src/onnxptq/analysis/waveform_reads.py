@@ -121,12 +121,10 @@ def is_chunk(refs: Sequence[np.ndarray]) -> bool:
     about zero over the feeds (a probability track, an envelope, a magnitude does not)."""
     if not refs:
         return False
-    rows = []
     for r in refs:
         if r.ndim not in (2, 3) or r.shape[-1] < MIN_CHUNK or not np.isfinite(r).all():
             return False
-        rows.append(_rows(r))
-    both = np.concatenate(rows, axis=0)
+    both = np.concatenate([np.asarray(r, np.float64).ravel() for r in refs])  # rows of any length (a symbolic axis)
     rms = float(np.sqrt(np.mean(both ** 2)))
     return bool(np.any(both < 0) and np.any(both > 0) and abs(float(both.mean())) <= 0.5 * rms)
 
