@@ -6161,25 +6161,25 @@ def _fe_stream(run: Callable, clip: np.ndarray) -> np.ndarray:
 
 
 def fastenhancer_feeds(n: int, seed: int) -> list[Feed]:
-    """Single streaming calls of the bundled FastEnhancer-T (decibri's denoise="fastenhancer-t", 16 kHz mono float in
+    """Streaming calls of the bundled FastEnhancer-T (decibri's denoise="fastenhancer-t", 16 kHz mono float in
     [-1, 1]): noisy espeak-ng speech (white, pink or mains-hum noise at 0-20 dB SNR), each call's 512-sample window with
-    the caches the FLOAT model carried into it; 8 calls a clip at random positions (the reading streams the whole clips
-    they came from)."""
+    the caches the FLOAT model carried into it; every call of a clip in order from its start (zero caches), as the
+    package's loop makes them and a user records them (before fastenh, 2026-11-28: 8 calls a clip at random
+    positions, which the floor could not stream: analysis/streams.py). The reading streams the whole clips."""
     _src21_path()
     sess = zoo.session_runner(FASTENHANCER)
     rng, out = np.random.default_rng(seed), []
     while len(out) < n:
         clip = _noisy_speech(rng, 16000).astype(np.float32)
         x = np.concatenate([np.zeros(256, np.float32), clip])
-        steps = list(range(0, len(x) - 511, 256))
-        pick = set(rng.choice(len(steps), min(8, len(steps), n - len(out)), replace=False).tolist())
         caches = [np.zeros((1, 256), np.float32), np.zeros((1, 16, 20), np.float32), np.zeros((1, 16, 20), np.float32)]
-        for i, s in enumerate(steps):
+        for s in range(0, len(x) - 511, 256):
+            if len(out) == n:
+                break
             feed = {"wav_in": np.ascontiguousarray(x[None, s:s + 512]), "cache_in_0": caches[0],
                     "cache_in_1": caches[1], "cache_in_2": caches[2]}
-            if i in pick:
-                _FE_CLIPS[id(feed["wav_in"])] = clip
-                out.append(feed)
+            _FE_CLIPS[id(feed["wav_in"])] = clip
+            out.append(feed)
             caches = [np.asarray(c) for c in sess(feed)[1:4]]
     return out
 

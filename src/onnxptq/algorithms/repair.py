@@ -130,6 +130,7 @@ from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
 from ..pipeline.emit import ConstantReuse
 from ..pipeline.guard import GuardValues
+from ..pipeline.streamed import held_out_outputs
 from ..pipeline.verify import Verified, measure_seen, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
@@ -318,7 +319,7 @@ class _Judge:
             names, keys = names + list(extra), keys + list(extra.values())
         session = judge_session(model)
         runs = time.process_time()
-        got = [dict(zip(keys, out)) for out in run_feeds(session, names, self.calibrated.holdout)]
+        got, streamed = held_out_outputs(session, names, self.calibrated, keys)  # streamed where a stream (pipeline/streamed.py)
         # the floor's held outputs held as they come out (analysis/held_outputs.py)
         hold = self.calibrated.seen_holder(keys)
         seen = [dict(zip(keys, out)) for out in run_feeds(session, names, self.seen, hold)] if self.seen else []
@@ -338,6 +339,7 @@ class _Judge:
             return [dict(zip(keys, out)) for out in run_feeds(again, names, self.seen)]
 
         verdict = measure_seen(judge, seen, whole) if seen else judge(seen)
+        verdict.streamed = streamed
         if verdict.ok and (open_names := undecided(verdict)):  # outputs the reads could not decide: measured by their margins
             floats = self.calibrated.holdout_outputs + (self.calibrated.judged_float_outputs(self.seen[:len(seen)]) if seen else [])
             self.measured = measure_outputs(open_names, floats, got + seen, self.floor)

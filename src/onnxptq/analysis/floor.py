@@ -116,7 +116,7 @@ from .head_kind import REGRESSION_VALUES, regression_like
 from .multilabel import ColumnRuns, column_thresholds, multilabel_like
 from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
-from .waveform_reads import is_waveform, spectrum_share, waveform_outputs
+from .waveform_reads import N_FFT, chunk_snr, is_chunk, is_waveform, spectrum_share, waveform_outputs
 from .row_ties import RowMargins
 from .maps import Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
 from .row_gates import gated_outputs, object_rows
@@ -339,6 +339,9 @@ class OutputCheck:
     #: a waveform judged by its log-power spectrum (analysis/waveform_reads.py): (share of bins within 1 dB,
     #: bins, worst dB), held against the top-1 floor in place of the cosine alone
     spectrum: tuple[float, int, float] | None = None
+    #: a waveform chunk shorter than a frame judged by its SNR (waveform_reads.py, "Chunks"): (share of audible
+    #: chunks within 20 dB SNR of float's, audible chunks, worst SNR dB), held against the top-1 floor
+    chunks: tuple[float, int, float] | None = None
     #: of the units a judgement pooled over the held-out and calibration feeds (reads, rows, samples), those of the
     #: held-out feeds: the count its bound is taken on (:func:`share_of`); None: counted by the feeds' shares
     held_count: int | None = None
@@ -423,6 +426,9 @@ class OutputCheck:
             share, bins, worst = self.spectrum
             text += (f", as a waveform read by its log-power spectrum (analysis/waveform_reads.py): {share:.4f} of {bins} "
                      f"bins within 1 dB of float's, worst {worst:.1f} dB")
+        if self.chunks is not None:
+            text += (f", as waveform chunks read by their SNR (analysis/waveform_reads.py): {self.chunks[0]:.4f} of {self.chunks[1]} "
+                     f"audible chunks within 20 dB SNR of float's, worst {self.chunks[2]:.1f} dB")
         if self.unconfirmed is not None:
             text += f" [{self.unconfirmed.describe()}]"
         return text
@@ -465,6 +471,8 @@ class Verdict:
     samples: int = 0
     #: the samples were calibrated on too (too little data to hold any out)
     reused: bool = False
+    #: where the candidate ran streamed, feeding back its own state (analysis/streams.py): how, in words
+    streamed: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -530,7 +538,7 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"floor": self.floor.to_json(), "ok": self.ok, "samples": self.samples, "reused_calibration_samples": self.reused,
-                "unjudged": self.unjudged, "unconfirmed": self.unconfirmed,
+                "unjudged": self.unjudged, "unconfirmed": self.unconfirmed, "streamed": self.streamed,
                 "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
 
 
@@ -709,7 +717,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             tokens: Mapping[str, Collection[int]] | None = None,
             det_levels: Sequence[tuple[Level, ...]] = (),
             anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
-            coordinates: Mapping[str, Any] | None = None) -> Verdict:
+            coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -766,7 +774,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     float's values are one, judged by their log-power spectrum too (:func:`_judge_waveform`).
     ``coordinates``: outputs read as coordinates by structure or, where float's values are a sampling grid, by
     them (``coordinates.coordinate_outputs``), judged by their points' mean move within a pixel as a declared
-    points reading is (``coordinates.coordinate_readings``); a user's declaration wins."""
+    points reading is (``coordinates.coordinate_readings``); a user's declaration wins.
+    ``carried``: state outputs a streamed candidate fed back to itself, judged through what they feed, not
+    themselves (analysis/streams.py, ``carried_outputs``)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -780,7 +790,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     gains = gains or {}
     spatial_gates = spatial_gates or {}
     thresholded = thresholded_maps(spatial_gates)  # heat maps read by thresholding (analysis/threshold_cells.py)
-    names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and all(n in c for c in candidate)]
+    names = [n for n in reference[0] if not n.startswith(DECISION_KEY) and n not in carried and all(n in c for c in candidate)]
     if coordinates:  # coordinates read by the points they are (analysis/coordinates.py); a declared reading wins
         declared = {**coordinate_readings(coordinates, reference, names), **(declared or {})}
     # a detector's score levels judged by their objects (analysis/det_levels.py): their outputs' masks and
@@ -1027,7 +1037,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             # a pick across rows the floor cannot know is read (analysis/row_picks.py): said, never repaired
             check.advisory = check.advisory or pick_advisory(name, [np.asarray(f[name]) for f in reference],
                                                              [np.asarray(f[name]) for f in candidate], floor.top1, floor.needed)
-        if not classy and finite and name not in (agreements or {}) and _cosine_only(check):
+        if not classy and finite and name not in (agreements or {}) and name not in waveforms and _cosine_only(check):
             # rows a caller may rank against each other by cosine (analysis/neighbours.py): said, never repaired
             check.advisory = check.advisory or neighbour_advisory(name, [np.asarray(f[name]) for f in reference],
                                                                   [np.asarray(f[name]) for f in candidate], floor.top1)
@@ -1095,6 +1105,8 @@ def _share_and_count(check: OutputCheck, floor: Floor) -> tuple[float, int, str,
     if check.positions is not None and check.positions.reads:
         unit = "decision tokens" if check.positions.per_token else "reads"
         return check.positions.agreement, check.positions.reads, unit, top1
+    if check.chunks is not None and check.chunks[1]:  # waveform chunks read by their SNR (waveform_reads.py)
+        return check.chunks[0], check.chunks[1], "audible chunks", top1
     for f1s in (check.thresholded, check.columns):
         if f1s is not None and f1s[1] is not None and f1s[0]:
             return f1_share(f1s[1]), f1s[0], "decisions (the share its F1 keeps)", f1_share(top1)
@@ -1195,11 +1207,17 @@ def _judge_waveform(check: OutputCheck, name: str, reference: Sequence[dict[str,
     float's against the top-1 floor. Its cosine weighs a rounding's noise floor by the loud bins alone (onnx-asr's
     resampler: cosine 1.0000, 0.955 of the next model's log-mel bins within 1 dB under BF16)."""
     refs = [np.asarray(f[name]) for f in reference if name in f]
-    if not refs or not (declared or is_waveform(refs)):
+    short = bool(refs) and all(r.shape[-1] < N_FFT for r in refs) and is_chunk(refs)
+    if not refs or not (declared or is_waveform(refs) or short):
         return
     pairs = [(np.asarray(r[name]), np.asarray(g[name])) for r, g in zip(reference, candidate) if name in r and name in g
              and np.isfinite(np.asarray(r[name])).all()]
     found = spectrum_share(pairs)
+    snr = chunk_snr(pairs) if found is None and (short or declared and is_chunk(refs)) else None
+    if snr is not None:  # no frame fits: a chunk, read by its SNR (analysis/waveform_reads.py, "Chunks")
+        check.chunks = (snr.share, snr.chunks, snr.worst_db)
+        check.ok = check.ok and snr.share >= floor.top1
+        return
     if found is None:
         if declared:  # the user's reading could not be taken: said, not passed over
             check.note = f"{check.note or ''} (declared a waveform, but no row holds one 512-sample frame: judged by its cosine)".strip()
@@ -2078,6 +2096,8 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
             f": {', '.join(verdict.unconfirmed)}"
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
+    if verdict.streamed:
+        lines.append(f"  judged streamed (analysis/streams.py): {verdict.streamed}")
     if verdict.ok and verdict.unjudged:
         lines.append(f"  the floor could NOT judge {unjudged_text(verdict)}")
     if verdict.ok and verdict.unconfirmed:

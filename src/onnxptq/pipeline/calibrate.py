@@ -22,6 +22,7 @@ import onnx
 from ..analysis.decisions import capture, find_decisions
 from ..analysis.evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK
 from ..analysis.held_scores import is_held
+from ..analysis.streams import state_pairs
 from ..calibration import collectors, readers, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
@@ -123,6 +124,8 @@ class Calibrated:
     #: float's whole outputs of the judged calibration feeds, run again once where a reading needed a held one
     #: whole (:meth:`judged_float_outputs`): repair's candidates then reuse them instead of each running float again
     _whole_float: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
+    #: the stream the held-out feeds sit in, per set of them (pipeline/streamed.py ``judged_stream``)
+    streams: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def looks(self) -> tuple[float, float]:
@@ -361,7 +364,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     held_outputs: list[dict[str, np.ndarray]] = []
     stats: dict[str, Any] = {}
     samples = 0
-    reads = keep = 0
+    reads = keep = asked = 0
     same_bits: bool | None = None
     side: CalibrationCapture | None = None
     holding: _FloatHolding | None = None
@@ -379,7 +382,10 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             feeds, held, reused = split_holdout(feeds, holdout)
             if len(held) == holdout and not reused:  # data past the first 3 × holdout feeds: a reserve from it
                 feeds = reserve_stream(feeds, reserve, after=(HOLDOUT_RATIO - 1) * holdout)
-        reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
+        asked = reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
+        if holdout > 0 and measure_holdout and not reused and state_pairs(prepared):  # a stream's calls between the held-out
+            # ones, kept with float's outputs: the candidate runs streamed over them (pipeline/streamed.py)
+            reads = max(reads, stream_feeds(held))
         keep = samples_to_keep(cfg, eval_samples, reused)
         feeds, counter = _keep_first(feeds, kept, max(keep, reads))
         # Held-out feeds to run on the float model: in the calibration's own session
@@ -434,6 +440,10 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
             extra = capture(prepared, held, decisions, providers=tuple(cfg.calibration.providers))
             calibrated.holdout_outputs = [dict(o, **e) for o, e in zip(calibrated.holdout_outputs, extra)]
             timings["holdout decisions"] = time.perf_counter() - t3
+        if reads > asked:  # calls kept for a stream's judgement: let go where the data holds no stream
+            from .streamed import settle_stream
+
+            settle_stream(calibrated, asked, eval_samples)
         calibrated.hold_float_outputs()
     release_freed()  # the calibration sessions' buffers (onnxptq.memory: peak RSS)
     return calibrated
@@ -619,6 +629,15 @@ def _smooth(prepared: onnx.ModelProto, cfg: QuantConfig, data: Any,
                 "a folder or a reader with rewind() to use all of them)", len(head))
     smoothed, _ = smooth_quant(prepared, iter(head), cfg.smooth_alpha, exclude=exclude, providers=cfg.calibration.providers)
     return smoothed, itertools.chain(head, feeds)
+
+
+def stream_feeds(held: Sequence[dict[str, np.ndarray]]) -> int:
+    """Calibration feeds kept with float's outputs where the model may carry state (pipeline/streamed.py): the calls
+    between the held-out ones and the reserve's (two of every three of the first ``3 × MOST_HELD_OUT``), at most
+    ``RESERVE_BYTES / 2`` of inputs (a streaming model's calls are small: fastenhancer's 7 KiB, madmom's 2 s chunks
+    ~0.3 MiB; a model the structure takes for one whose data holds no stream keeps them only until calibration ends)."""
+    size = sum(int(getattr(v, "nbytes", 0)) for v in held[0].values()) if held else 0
+    return min((HOLDOUT_RATIO - 1) * MOST_HELD_OUT, RESERVE_BYTES // 2 // max(size, 1))
 
 
 def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:

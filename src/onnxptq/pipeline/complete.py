@@ -31,6 +31,7 @@ from .finish import finish, finish_saved, finish_signature
 from .lean_file import lean
 from .plan import Plan
 from .solve import QParams
+from .streamed import held_out_outputs
 from .verify import Judgement, Verified, bytes_digest, judgement
 
 log = logging.getLogger(__name__)
@@ -232,8 +233,10 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     # (analysis.decisions), the held-out feeds now, the calibration feeds below where the floor asks for them.
     decisions = DecisionReader(quantized, [] if decided else calibrated.readings["decisions"],
                                providers=tuple(cfg.calibration.providers))
-    # Two runs in flight (sessions.run_feeds): the same outputs, the second core used.
-    got = [dict(outputs(out), **e) for out, e in zip(run_feeds(session, fetch, calibrated.holdout), decisions(calibrated.holdout))]
+    # Two runs in flight (sessions.run_feeds): the same outputs, the second core used; a stream's calls fed
+    # their own state (pipeline/streamed.py).
+    held, streamed = held_out_outputs(session, fetch, calibrated)
+    got = [dict(outputs([g[n] for n in fetch]), **e) for g, e in zip(held, decisions(calibrated.holdout))]
 
     def seen_of(feeds: list[dict[str, Any]], whole: bool = False) -> list[dict[str, Any]]:
         # the floor's held outputs held as they come out (analysis/held_outputs.py), unless asked whole
@@ -243,6 +246,7 @@ def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto
     found = judgement(calibrated, cfg, got, seen_of, eval_samples)
     assert found is not None  # seen_of always runs the feeds
     verdict, metrics = found
+    verdict.streamed = streamed
     timings["verify"] = time.perf_counter() - t0
     return verdict, metrics, verdict.where()
 
