@@ -148,6 +148,19 @@ class _Reader:
 
 
 def _doc_quantize(tmp_path, **fields):
+    """The document's example through the Quark-style API, the file read back. The checks read tensors
+    by their float names and folded weights by their names' format suffix, so the file keeps its long
+    names here (the delivered default shortens them: pipeline/lean_file.short_value_names, covered by
+    tests/test_block_file_size_names.py); placement and packing are the default's."""
+    from unittest import mock
+
+    from onnxptq.pipeline import lean_file
+
+    with mock.patch.object(lean_file, "LEAN_NAMES", False):
+        return _doc_quantize_named(tmp_path, **fields)
+
+
+def _doc_quantize_named(tmp_path, **fields):
     out = tmp_path / "q.onnx"
     cfg = QuantizationConfig(calibrate_method=CalibrationMethod.MinMax, quant_format=ExtendedQuantFormat.QDQ, **fields)
     ModelQuantizer(Config(global_quant_config=cfg)).quantize_model(str(CLS), str(out), _Reader(_cls_feeds()))
