@@ -786,7 +786,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             return None
         trial = judge(found, top)
         if trial is not None and trial.ok:
-            log.debug("repair: the broken outputs' writers alone %s hold the floor", top.describe())
+            log.debug("repair: the broken outputs' head (%d node(s)) %s holds the floor", len(found), top.describe())
             return found
         return None
 
