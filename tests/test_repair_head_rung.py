@@ -11,8 +11,6 @@ weights keep it. Head ``b`` is plain.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx
 import pytest
@@ -106,11 +104,19 @@ def test_a_broken_head_is_stepped_up_alone_in_one_build(repaired):
     assert plan.tensors["wa"].quant.format == "int16"
 
 
-def test_one_output_has_no_head_and_the_ladder_climbs_as_before():
-    cfg = dataclasses.replace(resolve_config("A8W8"))
-    record = quantize(two_heads(second_head=False), cfg, data=feeds()).repair
+def test_one_output_has_no_head_and_the_ladder_climbs_as_before(monkeypatch):
+    import onnxptq.algorithms.repair as repair_mod
+
+    builds_before_climb = []
+
+    def climb(judge, *args, _real=repair_mod._climb, **kwargs):
+        builds_before_climb.append(judge.evaluations)
+        return _real(judge, *args, **kwargs)
+    monkeypatch.setattr(repair_mod, "_climb", climb)
+    record = quantize(two_heads(second_head=False), resolve_config("A8W8"), data=feeds()).repair
     assert record["before"]["ok"] is False
     # no head build: the first build is the ladder's first rung (16-bit activations), whose weights still break
+    assert builds_before_climb == [0]
     assert record["evaluations"] >= 2 and record["stepped_up"]
 
 
