@@ -42,6 +42,23 @@ def test_write_externalized_leaves_the_model_intact_and_loads_by_path(tmp_path):
     np.testing.assert_array_equal(by_path, in_memory)
 
 
+def test_write_externalized_keeps_an_input_typed_that_is_also_an_untyped_output(tmp_path):
+    """Calibration fetches a graph input as an extra, untyped output (calibration/runner.py): past protobuf's limit
+    that model is written by path, and onnx-ir (one value per name) took the input's type from the untyped output,
+    so onnxruntime refused the file ("Model input (x) does not have type information")."""
+    model = make_small_cnn()
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info("x"))
+    before = model.SerializeToString()
+    path = io.write_externalized(model, tmp_path, threshold=64)
+    assert model.SerializeToString() == before
+    assert onnx.load(str(path), load_external_data=False).graph.input[0].type == model.graph.input[0].type
+    x = np.random.default_rng(0).normal(size=(1, 3, 16, 16)).astype(np.float32)
+    by_path = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    in_memory = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(by_path[-1], x)
+    np.testing.assert_array_equal(by_path[0], in_memory[0])
+
+
 def test_save_model_with_external_data_leaves_the_model_intact(tmp_path):
     """The saved copy points at ``<name>.data`` (the final name, not the temporary one) and the
     caller's model keeps its bytes (onnx's save_as_external_data would have stripped them)."""

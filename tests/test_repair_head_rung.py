@@ -11,8 +11,6 @@ weights keep it. Head ``b`` is plain.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx
 import pytest
@@ -67,6 +65,28 @@ def test_the_branch_of_an_output_is_what_only_it_reads():
     assert output_branch(model.graph, [], names) == []
 
 
+def test_a_node_an_if_body_reads_is_no_head_of_another_output():
+    """A body of an If reads ``h0`` from the outer scope (no input of the If names it): ``matmul0`` feeds output ``b``
+    through the If as well as ``a``, so it is no node of ``a``'s head (it was, the If not counted as its reader)."""
+    branch = {}
+    for key, op in (("then_branch", "Relu"), ("else_branch", "Neg")):
+        branch[key] = helper.make_graph([helper.make_node(op, ["h0"], [f"{key}_out"], name=f"{key}_op")], key, [],
+                                        [helper.make_tensor_value_info(f"{key}_out", TensorProto.FLOAT, [1, WIDTH])])
+    eye = np.eye(WIDTH, dtype=np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h0"], name="matmul0"),
+             helper.make_node("MatMul", ["h0", "wa"], ["a"], name="head_a"),
+             helper.make_node("If", ["c"], ["b"], name="branch_b", **branch)]
+    graph = helper.make_graph(nodes, "if_reads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH]),
+                                                  helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, WIDTH]) for o in "ab"],
+                              [numpy_helper.from_array(eye, "w0"), numpy_helper.from_array(eye, "wa")])
+    onnx.checker.check_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    names = [n.name for n in nodes]
+    assert output_branch(graph, ["a"], names) == ["head_a"]
+    assert output_branch(graph, ["b"], names) == ["branch_b"]
+    assert output_branch(graph, ["a", "b"], names) == names
+
+
 @pytest.fixture(scope="module")
 def repaired():
     return quantize(two_heads(), resolve_config("A8W8"), data=feeds())
@@ -84,11 +104,19 @@ def test_a_broken_head_is_stepped_up_alone_in_one_build(repaired):
     assert plan.tensors["wa"].quant.format == "int16"
 
 
-def test_one_output_has_no_head_and_the_ladder_climbs_as_before():
-    cfg = dataclasses.replace(resolve_config("A8W8"))
-    record = quantize(two_heads(second_head=False), cfg, data=feeds()).repair
+def test_one_output_has_no_head_and_the_ladder_climbs_as_before(monkeypatch):
+    import onnxptq.algorithms.repair as repair_mod
+
+    builds_before_climb = []
+
+    def climb(judge, *args, _real=repair_mod._climb, **kwargs):
+        builds_before_climb.append(judge.evaluations)
+        return _real(judge, *args, **kwargs)
+    monkeypatch.setattr(repair_mod, "_climb", climb)
+    record = quantize(two_heads(second_head=False), resolve_config("A8W8"), data=feeds()).repair
     assert record["before"]["ok"] is False
     # no head build: the first build is the ladder's first rung (16-bit activations), whose weights still break
+    assert builds_before_climb == [0]
     assert record["evaluations"] >= 2 and record["stepped_up"]
 
 

@@ -87,6 +87,19 @@ def test_decisions_come_from_finish_session_with_the_same_judgement(monkeypatch,
     assert one.model.SerializeToString() == two.model.SerializeToString()
 
 
+def test_past_the_protobuf_limit_the_decisions_are_read_on_the_evaluation_copy(monkeypatch, reader):
+    """Past protobuf's limit finish's session reads a file without the extra outputs (pipeline/finish.py): the
+    verification asks the session which outputs it has and reads the decisions on the evaluation copy, as before,
+    with the same judgement (finish's model past the limit here: its serialization gives None, as there)."""
+    small, _ = _quantize(monkeypatch, reader, "A8W8", one_session=True)
+    monkeypatch.setattr(finish_mod, "serialized", lambda model, limit=None: None)  # undone by _quantize, after it
+    large, opened = _quantize(monkeypatch, reader, "A8W8", one_session=True)
+    assert opened == {"finish": 1, "decisions": 1}, opened
+    assert KEY + "argmax" in large.floor.outputs, large.summary()
+    assert large.floor.to_json() == small.floor.to_json()
+    assert large.metrics == small.metrics
+
+
 def test_finish_returns_the_extra_tensors_and_leaves_the_model_as_it_was(reader):
     model = onnx.ModelProto()
     model.CopyFrom(reader[0])

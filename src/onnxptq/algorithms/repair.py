@@ -124,7 +124,7 @@ from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unju
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
-from ..graph.walk import compared_outputs
+from ..graph.walk import all_graphs, compared_outputs, dataflow, subgraphs
 from ..pipeline.build import build_model
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from ..pipeline.complete import QuantizationResult, complete
@@ -603,11 +603,10 @@ def output_branch(graph: onnx.GraphProto, outputs: list[str], candidates: list[s
     rounds the grid's features before it."""
     if not outputs:
         return []
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            if name:
-                consumers.setdefault(name, []).append(node)
+    consumers = dataflow(graph.node)[1]
+    for node in graph.node:  # an If/Loop/Scan reads what its bodies read from the outer scope, named by no input
+        for name in {i for body in subgraphs(node) for g in all_graphs(body) for n in g.node for i in n.input if i}:
+            consumers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in graph.output}
     wanted = set(outputs)
     reach: dict[str, frozenset[str]] = {}  # node name: the graph outputs its results reach
@@ -789,7 +788,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             return None
         trial = judge(found, top)
         if trial is not None and trial.ok:
-            log.debug("repair: the broken outputs' writers alone %s hold the floor", top.describe())
+            log.debug("repair: the broken outputs' head (%d node(s)) %s holds the floor", len(found), top.describe())
             return found
         return None
 

@@ -77,7 +77,7 @@ from ..sessions import open_session
 from .metrics import cosine_similarity
 
 __all__ = ["KEY", "RELEVANT", "TIE", "Decision", "capture", "find_decisions", "judge_decisions", "judge_selected",
-           "relevance", "selection_rows", "strings_advisory", "with_decision_outputs"]
+           "decision_tensors", "relevance", "selection_rows", "strings_advisory", "with_decision_outputs"]
 
 #: extra outputs carrying a decision tensor are keyed ``KEY + node name`` in the floor's feeds' dicts
 KEY = "decision:"
@@ -241,22 +241,32 @@ def residual_decisions(model: onnx.ModelProto, consts: Mapping[str, Any], inputs
     return found
 
 
-def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision], *, copy: bool = True
-                          ) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """``(a copy of model with the decisions' tensors as extra outputs, {tensor name: key})``
-    (``copy=False``: ``model`` itself gets them, for a throwaway evaluation build). In
-    ``model`` each tensor is the same input of the node of the same name (a quantized model's
-    dequantized value); decisions whose node is not there keep their own tensor name, and those
-    whose tensor is not produced there are left out."""
+def decision_tensors(model: onnx.ModelProto, decisions: Sequence[Decision]) -> dict[str, str]:
+    """``{tensor name: key}`` of ``decisions`` in ``model`` (not changed): each tensor is the same input
+    of the node of the same name (a quantized model's dequantized value); decisions whose node is not
+    there keep their own tensor name, and those whose tensor is not produced there are left out.
+    Apart from :func:`with_decision_outputs` for finish's session, which takes the tensors as extra
+    outputs of the bytes it reads, not of the model (pipeline/finish.py ``also``)."""
+    if not decisions:
+        return {}
     nodes = {n.name: n for n in model.graph.node if n.name}
     produced = {o for n in model.graph.node for o in n.output if o}
-    present = {o.name for o in model.graph.output}
     names: dict[str, str] = {}
     for d in decisions:
         node = nodes.get(d.node)
         tensor = node.input[d.index] if node is not None and len(node.input) > d.index else d.tensor
         if tensor in produced and tensor not in names:
             names[tensor] = d.key
+    return names
+
+
+def with_decision_outputs(model: onnx.ModelProto, decisions: Sequence[Decision], *, copy: bool = True
+                          ) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``(a copy of model with the decisions' tensors as extra outputs, {tensor name: key})``
+    (``copy=False``: ``model`` itself gets them, for a throwaway evaluation build); the tensors are
+    :func:`decision_tensors`'."""
+    names = decision_tensors(model, decisions)
+    present = {o.name for o in model.graph.output}
     target = model
     if copy:
         target = onnx.ModelProto()

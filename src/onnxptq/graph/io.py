@@ -148,7 +148,13 @@ def _save_external(model: onnx.ModelProto, path: Path, data_name: str, threshold
 
     # onnx-ir moves tensors of *more than* size_threshold_bytes; onnx (and this docstring) count
     # tensors of threshold bytes or more, so a 1 KiB weight still goes to the data file
-    ir.save(ir.from_proto(model), path, external_data=data_name, size_threshold_bytes=max(threshold - 1, 0),
+    converted = ir.from_proto(model)
+    # onnx-ir holds one value per name and takes each graph output's (empty) type onto it: a graph input that is
+    # also an untyped output (calibration fetches one so) lost its type, and onnxruntime refuses an untyped input
+    for info, value in zip(model.graph.input, converted.graph.inputs):
+        if value.type is None and info.type.HasField("tensor_type"):
+            ir.serde.deserialize_value_info_proto(info, value)
+    ir.save(converted, path, external_data=data_name, size_threshold_bytes=max(threshold - 1, 0),
             max_workers=1, max_in_flight_bytes=1)
 
 

@@ -10,12 +10,13 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 from pathlib import Path
 
 import onnx
 
 from .. import outputs
+from ..analysis.decisions import decision_tensors
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io, sparse_storage
@@ -168,21 +169,6 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     timings["total"] = time.perf_counter() - calibrated.started
     log.debug("%s", result.summary())
     return result
-
-
-def decision_tensors(model: onnx.ModelProto, decisions: Sequence[Any]) -> dict[str, str]:
-    """``{tensor: key}`` of the graph's inner ``decisions`` (:class:`~onnxptq.analysis.decisions.Decision`)
-    as :func:`~onnxptq.analysis.decisions.with_decision_outputs` finds them in ``model``; the model is
-    left as it was. {} without decisions."""
-    if not decisions:
-        return {}
-    from ..analysis.decisions import with_decision_outputs
-
-    count = len(model.graph.output)
-    try:
-        return with_decision_outputs(model, decisions, copy=False)[1]
-    finally:
-        del model.graph.output[count:]
 
 
 def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,

@@ -97,7 +97,7 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             with _with_outputs(model, also):
                 data = serialized(model)
             large = data is None
-            path = str(io.write_externalized(model, folder)) if large and path is None else path
+            path = str(io.write_externalized(model, folder)) if large else None  # the checker read bytes: no path yet
         try:
             # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
             # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are

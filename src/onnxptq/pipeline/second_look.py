@@ -23,10 +23,11 @@ import math
 import time
 from typing import Any
 
+from ..analysis.decisions import decision_tensors
 from ..analysis.evidence import SECOND_LOOK, share_bound
 from ..config.schema import QuantConfig
 from .calibrate import Calibrated
-from .complete import QuantizationResult, _verify, decision_tensors
+from .complete import QuantizationResult, _verify
 from .finish import finish
 
 log = logging.getLogger(__name__)
