@@ -221,6 +221,9 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
             same[i.name] = i.name
     for f, q in pairs:
         same.update((fo, qo) for fo, qo in zip(f.output, q.output) if fo and qo)
+    # the quantized tensors ``same`` names (a float tensor is made once and paired once: no key is
+    # written twice, so the set only grows with ``same``)
+    stop = set(same.values())
     f_const = {t.name for t in float_model.graph.initializer} | {""}
     for n in fnodes:
         if n.op_type == "Constant" or (n.input and all(i in f_const for i in n.input)):
@@ -238,7 +241,14 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
     by_type: dict[tuple[str, str], list[onnx.NodeProto]] = {}
     for n in qnodes:
         by_type.setdefault((n.domain, n.op_type), []).append(n)
-    attrs = {id(n): sorted(a.SerializeToString(deterministic=True) for a in n.attribute) for n in fnodes + qnodes}
+    attrs: dict[int, list[bytes]] = {}
+
+    def attributes(node: onnx.NodeProto) -> list[bytes]:
+        """``node``'s attributes as bytes, serialised once and only for the nodes compared (a Loop's
+        body or a Constant's tensor is large, and most nodes are paired by name before this)."""
+        if id(node) not in attrs:
+            attrs[id(node)] = sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
+        return attrs[id(node)]
 
     def source(name: str, stop: set[str]) -> str:
         """The tensor ``name`` is made from through inserted (unpaired) nodes' first inputs."""
@@ -268,7 +278,6 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
             continue
         key = (fnode.domain, fnode.op_type)
         known = [same[i] for i in fnode.input if i in same]
-        stop = set(same.values())
         if known:  # the readers of its input, and of the inserted nodes after it
             candidates, frontier, seen = [], [known[0]], set()
             for _ in range(_QUANTIZER_DEPTH + 1):
@@ -288,11 +297,15 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
         fitting = [q for q in candidates if fits(fnode, q, stop)]
         if not fitting:
             continue
-        qnode = next((q for q in fitting if attrs[id(q)] == attrs[id(fnode)]), fitting[0])
+        qnode = fitting[0] if len(fitting) == 1 else next(
+            (q for q in fitting if attributes(q) == attributes(fnode)), fitting[0])
         pairs.append((fnode, qnode))
         paired_f.add(id(fnode))
         paired_q.add(id(qnode))
-        same.update((fo, qo) for fo, qo in zip(fnode.output, qnode.output) if fo and qo)
+        for fo, qo in zip(fnode.output, qnode.output):
+            if fo and qo:
+                same[fo] = qo
+                stop.add(qo)
     return pairs
 
 
