@@ -41,7 +41,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..formats.base import DOMAIN
-from ..graph.opsets import is_onnx_domain
+from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
@@ -384,8 +384,8 @@ def default_attributes(model: onnx.ModelProto):
     bench/RESULTS.md, blockfile12). In place; returns the undo."""
     from onnx import defs
 
-    version = next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), None)
-    if version is None:
+    version = model_opset(model, default=0)
+    if not version:  # no default-domain import: no schema to read defaults from
         return lambda: None
     defaults: dict[str, dict[str, bytes]] = {}
 
