@@ -1232,7 +1232,7 @@ def _by_table(stored: int, table_bytes: int) -> bool:
 ARITHMETIC_GROUP_BYTES = 130
 
 
-def _arithmetic_codes(groups: list[_Group], table_bytes: int = 256 * 4) -> set[str]:
+def _arithmetic_codes(groups: list[_Group], table_bytes: int) -> set[str]:
     """Keys of the 8-bit integer element codes (BFP16, MX9, MXINT8) decoded by arithmetic rather
     than their 256-entry float table (``table_bytes`` in the file): the table is shared by every
     group of the code, so it goes only where no group is large enough to want it anyway
