@@ -725,7 +725,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``seen``: ``(float, candidate)`` outputs on calibration feeds, judged beside the held-out ones
     for outputs read as reads only (:func:`_judge_reads`).
     ``prob_maps``: outputs read from a sigmoid (``maps.probability_maps``: name → in-graph
-    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`).
+    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`), save a
+    gain whose values spread over its range: by its cosine alone (``maps.spread_share``).
     ``softmax_maps``: outputs read from a softmax (``maps.softmax_maps``); where the data shows a
     two-class spatial map, its rarer class is judged by its kept cells too (:class:`maps.RareMapAgreement`).
     ``score_rows``: detector outputs of box and sigmoid class-score rows (``score_rows.detector_score_rows``),
