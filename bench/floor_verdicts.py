@@ -22,6 +22,9 @@ outputs sit side by side (``--base`` runs the second tree in a child process).
         --base-records /work/cache/evalsamples/rec96_base --base /work/cache/evalsamples/base/src
     # which outputs of every zoo and outside model the curve, heat-map and class-map judgements fire on (float only, 3 feeds each):
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/floor_verdicts.py scan --calib 3 --out-dir /tmp
+    # every sigmoid output the floor reads as a map (zoo and outside models, float only): the share of its values
+    # between 0.2 and 0.8 of its range (analysis/maps.py, "Gains") and how the graph uses it:
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice python bench/floor_verdicts.py maps --calib 8 --out-dir /tmp --json /tmp/maps.json
 """
 
 from __future__ import annotations
@@ -274,9 +277,96 @@ def scan(feeds_per_model: int, only: str) -> None:
                           "class_maps": class_maps}), flush=True)
 
 
+def _sigmoid_uses(model, output: str) -> list[str]:
+    """The ops inside the graph that read the sigmoid an output is read from (or a tensor on that walk), other than
+    the walk itself: a ``Mul`` there is a gate the graph applies itself; nothing, a map or gain returned to the caller."""
+    from onnxptq.analysis import maps as maps_mod
+
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    tensor, walk = output, []
+    for _ in range(8):
+        walk.append(tensor)
+        node = producer.get(tensor)
+        if node is None or not node.input:
+            break
+        if node.op_type in maps_mod._PROBABILITIES or node.op_type not in maps_mod._MOVES:
+            break
+        tensor = node.input[0]
+    on_walk = set(walk)
+    return sorted({c.op_type for t in walk for c in consumers.get(t, ()) if not set(c.output) & on_walk})
+
+
+def maps(feeds_per_model: int, only: str, json_out: str) -> None:
+    """Every output the floor reads from a sigmoid (``maps.probability_maps``) of every zoo and outside model, on
+    float's values: its shape, whether the one-channel masks or the multi-channel regions would judge it, the share
+    of its values between 0.2 and 0.8 of each feed's range on the feeds that span at least ``maps.MIN_SPAN`` (the
+    feeds that set the levels: a thresholded map sits mostly near its ends, a gain spread over its range), and the
+    structure: the in-graph ops reading the sigmoid's result, in-graph thresholds, laid out like an input (gains.py)."""
+    import newmodels as nm
+    import numpy as np
+    import onnx
+    from onnxptq.analysis import maps as maps_mod
+    from onnxptq.analysis.gains import gain_outputs
+    from testkit import zoo
+
+    entries = [(m.name, m.path, lambda n, m=m: m.make(m.root(), n, 1)) for m in zoo.ZOO]
+    entries += [(name, lambda rel=rel: nm.SRC / rel, lambda n, make=make: make(n, 1)) for name, (rel, make, _, _) in nm.MODELS.items()]
+    rows = []
+    for name, path, make in entries:
+        if only and name not in only.split(","):
+            continue
+        try:
+            model = onnx.load(str(path()), load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - a model whose source is absent here: said, not fatal
+            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
+            continue
+        found = maps_mod.probability_maps(model)
+        if not found:
+            continue
+        model = onnx.load(str(path()))
+        gains = gain_outputs(model)
+        try:
+            run, feeds = zoo.session_runner(path()), make(feeds_per_model)
+            outs = [run(f) for f in feeds]
+        except Exception as exc:  # noqa: BLE001
+            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {str(exc)[:120]}"}), flush=True)
+            continue
+        names = [o.name for o in model.graph.output]
+        for out_name, thresholds in found.items():
+            k = names.index(out_name)
+            values = [np.asarray(o[k], np.float64) for o in outs]
+            masks, regions = maps_mod.MaskAgreement(), maps_mod.RegionAgreement()
+            middle = total = spanning = 0
+            each: list[float] = []  # feed by feed, for the spread of the pooled share
+            for v in values:
+                masks.add(v, v)
+                regions.add(v, v)
+                lo, hi = float(v.min()), float(v.max())
+                if hi - lo < maps_mod.MIN_SPAN:
+                    continue
+                spanning += 1
+                inside = int(np.count_nonzero((v > lo + 0.2 * (hi - lo)) & (v < lo + 0.8 * (hi - lo))))
+                middle, total = middle + inside, total + v.size
+                each.append(inside / v.size)
+            judged = ("masks" if masks.worst() is not None else
+                      "regions" if regions.valid and regions.feeds and regions.judge(1) is not None else "-")
+            row = {"model": name, "output": out_name, "shape": list(values[0].shape), "judged": judged,
+                   "middle": round(middle / total, 3) if total else None, "spanning": f"{spanning}/{len(values)}",
+                   "feed_range": [round(min(each), 3), round(max(each), 3)] if each else None,
+                   "uses": _sigmoid_uses(model, out_name), "thresholds": list(thresholds), "like_input": gains.get(out_name)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if json_out:
+        Path(json_out).write_text(json.dumps(rows, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan", "confirm", "confirm-here", "looks"))
+    ap.add_argument("mode", choices=("record", "judge", "judge-here", "scan", "maps", "confirm", "confirm-here", "looks"))
     ap.add_argument("--models", default="")
     ap.add_argument("--presets", default="")
     ap.add_argument("--calib", type=int, default=12)
@@ -292,6 +382,9 @@ def main() -> None:
         return
     if a.mode == "scan":
         scan(a.calib, a.models)
+        return
+    if a.mode == "maps":
+        maps(a.calib, a.models, a.json)
         return
     if a.mode in ("confirm", "confirm-here"):
         dirs = [Path(d) for d in a.out_dir.split(",")]

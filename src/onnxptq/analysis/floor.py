@@ -118,7 +118,8 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .waveform_reads import N_FFT, chunk_snr, is_chunk, is_waveform, spectrum_share, waveform_outputs
 from .row_ties import RowMargins
-from .maps import Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps
+from .maps import (Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps,
+                   spread_share)
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, ThresholdRead, confident_only, thresholded_maps
@@ -732,7 +733,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``seen``: ``(float, candidate)`` outputs on calibration feeds, judged beside the held-out ones
     for outputs read as reads only (:func:`_judge_reads`).
     ``prob_maps``: outputs read from a sigmoid (``maps.probability_maps``: name → in-graph
-    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`).
+    thresholds), judged by their thresholded masks too (:class:`onnxptq.analysis.maps.MaskAgreement`), save a
+    gain whose values spread over its range: by its cosine alone (``maps.spread_share``).
     ``softmax_maps``: outputs read from a softmax (``maps.softmax_maps``); where the data shows a
     two-class spatial map, its rarer class is judged by its kept cells too (:class:`maps.RareMapAgreement`).
     ``score_rows``: detector outputs of box and sigmoid class-score rows (``score_rows.detector_score_rows``),
@@ -860,6 +862,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             span = picture_range(refs) if name not in spatial_gates and name not in confidence_gates else None
             picture = PictureAgreement(*span) if span is not None else None
             masks = MaskAgreement(heat=True) if has_ground(refs) else None
+        # a sigmoid's gain spread over its range, not a map a user thresholds: read as values (maps.py, "Gains")
+        spread = (spread_share([f[name] for f in reference if name in f], masks.thresholds)
+                  if masks is not None and not masks.heat else None)
+        masks = None if spread is not None else masks
         regions = RegionAgreement(masks.thresholds, heat=masks.heat) if masks is not None else None
         may_score = (name not in selected and name not in score_rows and name not in log_scales and name not in softmax_maps
                      and not (prob_maps and name in prob_maps) and getattr(kind, "rule", "linear") != "softmax")
@@ -966,6 +972,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.note = (f"(judged where float's {confidence_gates[name]!r} ≥ 0.5, the positions its reader reads: "
                           "analysis/confidence_gates.py)")
         check.ok = math.isfinite(pooled) and pooled >= floor.cosine
+        if spread is not None:
+            check.note = (f"(a sigmoid's gain, not a thresholded map: {spread:.0%} of float's values between 0.2 and 0.8 "
+                          "of its range; judged as values, by its cosine: analysis/maps.py, 'Gains')")
         if heat is not None and heat.valid and heat.feeds:
             verdict.outputs[name] = _judge_threshold_cells(name, heat, seen, floor, reshaped, len(reference))
             continue

