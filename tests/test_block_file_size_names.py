@@ -195,3 +195,21 @@ def test_report_leaves_a_removed_cast_pair_unpaired_in_memory_and_in_the_file(tm
     assert memory["m"].quantized == "f_DequantizeLinear_Output" and memory["m"].pre is None, memory["m"]
     assert file.keys() == memory.keys(), sorted(set(file) ^ set(memory))
     assert all((file[k].pre is None) == (memory[k].pre is None) for k in memory)
+
+
+def test_short_names_never_take_a_float_tensors_name(tmp_path):
+    """The short names avoid every tensor name of the float model: on a model of one-letter names
+    whose Cast pair (``k``) quantization removes, no name the file made up is one of the float
+    model's, so a tool pairing the file with the float model by name meets a float name only on
+    that tensor. Without ``avoid`` the made-up names start at ``a``, the float model's own."""
+    model = _cast_pair_cnn()
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(3)]
+    path = tmp_path / "q.onnx"
+    result = onnxptq.quantize(model, onnxptq.get_preset("MXINT8").replace(repair=False), feeds, output=str(path))
+    from onnxptq.graph.walk import tensor_names
+
+    float_names = tensor_names(model)
+    made_up = tensor_names(onnx.load(str(path))) - tensor_names(result.model)
+    assert made_up, "the file has short names"
+    assert not made_up & float_names, sorted(made_up & float_names)

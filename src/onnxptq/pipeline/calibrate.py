@@ -29,7 +29,7 @@ from ..errors import OnnxptqError
 from ..graph import check, io
 from ..graph.passes.half_storage import half_stored_names
 from ..graph.ops import FLOATING
-from ..graph.walk import ScopeIndex
+from ..graph.walk import ScopeIndex, tensor_names
 from ..memory import release_freed
 from ..sessions import active_libraries
 from .fp16_range import saturating_activations
@@ -73,6 +73,9 @@ class Calibrated:
     started: float
     #: the prepared model's outputs on the first kept samples, recorded by the calibration runs
     float_outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    #: every tensor name of the model as the user gave it (before preparing): the delivered file's
+    #: short names avoid them (pipeline/lean_file.short_value_names)
+    source_names: frozenset[str] = frozenset()
     #: the range guard's float activations on ``kept`` (a :class:`.guard.GuardValues`), set by a
     #: search over configs (mixed precision) so that every config it plans shares them; None: each
     #: build fetches its own (:func:`.final_plan.final_plan`)
@@ -316,6 +319,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     cfg = require_config(config, "calibrate_once")
     source = source_name(model)
     proto = io.load_model(model)
+    source_names = frozenset(tensor_names(proto))
     check.check_model(proto, source, custom_op_libraries=active_libraries() or cfg.calibration.custom_op_libraries)
     _refuse_without_quantizable_ops(proto, cfg, source)
     half_stored = half_stored_names(proto)
@@ -419,7 +423,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     calibrated = Calibrated(source, prepared, stats, kept[:keep] if more else kept, samples, timings, t0, float_outputs,
                             plan=plan, config=cfg, started_cpu=cpu0, reads_kept=kept[:reads] if reads > eval_samples else [],
                             half_stored=half_stored, reference=reference, reference_same_bits=same_bits,
-                            reserve=reserve if measure_holdout else [])
+                            reserve=reserve if measure_holdout else [], source_names=source_names)
     if side is not None:
         calibrated.guard_seed = side.seed(len(calibrated.kept))
     if holding is not None:

@@ -152,7 +152,7 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     if output is not None:  # save, then report (the order every doc gives)
         # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
-        with lean(stored, calls=result.config.pack_weights):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
+        with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
     warning = crash_warning(result.model, str(output) if output is not None else "the quantized model")
     if warning:  # our own sessions disable the fusion (sessions.py); a user's default session would die
@@ -303,7 +303,7 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         on = _kept_words(calibrated, eval_samples)
         del session
         external.relocate(quantized, tmp_data.name, data_name)
-        with lean(quantized, calls=cfg.pack_weights):  # the file deliver() writes (pipeline/lean_file.py)
+        with lean(quantized, calls=cfg.pack_weights, avoid=calibrated.source_names):  # the file deliver() writes (pipeline/lean_file.py)
             onnx.save_model(quantized, str(tmp_model))
     log.info("saved %s", out)
     warning = crash_warning(quantized, str(out))

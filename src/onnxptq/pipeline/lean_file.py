@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 import onnx
 from onnx import numpy_helper
@@ -92,12 +92,14 @@ def without_inferred_shapes(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]
 
 
 @contextlib.contextmanager
-def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: bool = True) -> Iterator[onnx.ModelProto]:
+def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: bool = True,
+         avoid: Collection[str] = ()) -> Iterator[onnx.ModelProto]:
     """``model`` as the file holds it for the duration of the block: no inferred shapes, the
     calls' shared attributes on their definitions (:func:`share_call_attributes`), short call
     output names (:func:`short_call_outputs`); all restored after the block. ``calls=False``
     (the config's ``pack_weights=False``: tools that want one plain node per tensor) leaves
-    every call its attributes and names."""
+    every call its attributes and names. ``avoid``: names no short name may take (the float
+    model's tensors: :func:`short_value_names`)."""
     with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
         if LEAN_CALLS and calls:
             undo.callback(share_call_attributes(model, domains))
@@ -107,7 +109,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(short_table_names(model))
             undo.callback(short_function_docs(model, domains))
             if LEAN_NAMES:
-                undo.callback(short_value_names(model))
+                undo.callback(short_value_names(model, avoid))
             undo.callback(default_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
@@ -435,7 +437,7 @@ def _plain_attribute(attr: onnx.AttributeProto) -> bytes:
     return plain.SerializeToString(deterministic=True)
 
 
-def short_value_names(model: onnx.ModelProto):
+def short_value_names(model: onnx.ModelProto, avoid: Collection[str] = ()):
     """The main graph's tensors (node outputs and initializers), except the graphs' inputs and
     outputs, written under names of one to three letters, the most written getting the shortest.
     Why: a tensor's name is written once where it is made and once per reader, and exporters'
@@ -449,7 +451,9 @@ def short_value_names(model: onnx.ModelProto):
     names (it reads the outer tensors under their new names); sparse initializers keep theirs.
 
     The names follow from the graph alone (how often each tensor is written, the graph's order),
-    not from the names it had: a file written again gives the same bytes. In place; returns the undo."""
+    not from the names it had: a file written again gives the same bytes. No short name is one of
+    ``avoid`` (the float model's tensor names, where the caller has them): a float tensor's name in the
+    file is that tensor or nothing. In place; returns the undo."""
     g = model.graph
     graphs = list(all_graphs(g))
     kept = {v.name for gr in graphs for v in list(gr.input) + list(gr.output)}
@@ -465,7 +469,9 @@ def short_value_names(model: onnx.ModelProto):
                                                              + [o for n in g.node for o in n.output if o]))}
     wanted = sorted((name for name in order if name not in kept and len(name) > SHORT_NAMES_KEPT),
                     key=lambda name: (-written[name], order[name]))
-    taken = tensor_names(model) - set(wanted)  # what stays: the graphs' inputs and outputs, the bodies' own
+    # what stays (the graphs' inputs and outputs, the bodies' own), and the float model's names: a tool
+    # that pairs the file's tensors with the float model's by name never meets a float name on another tensor
+    taken = (tensor_names(model) - set(wanted)) | set(avoid)
     rename: dict[str, str] = {}
     k = 0
     for name in wanted:
