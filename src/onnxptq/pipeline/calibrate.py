@@ -382,15 +382,12 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         held: list[dict[str, np.ndarray]] = []
         reused = False
         reserve: list[dict[str, np.ndarray]] = []
-        # A model that may carry state (analysis/streams.py): its held-out calls reach the end of the data (below)
-        stateful = holdout > 0 and measure_holdout and bool(state_pairs(prepared))
         if holdout > 0:
             feeds, held, reused = split_holdout(feeds, holdout)
             if len(held) == holdout and not reused:  # data past the first 3 × holdout feeds: a reserve from it
-                feeds = reserve_stream(feeds, reserve, after=(HOLDOUT_RATIO - 1) * holdout,
-                                       least=1 if stateful else MIN_RESERVE)
+                feeds = reserve_stream(feeds, reserve, after=(HOLDOUT_RATIO - 1) * holdout)
         asked = reads = reads_feeds(prepared, cfg) if holdout > 0 and measure_holdout and not reused else 0
-        if stateful and not reused:  # a stream's calls between the held-out
+        if holdout > 0 and measure_holdout and not reused and state_pairs(prepared):  # a stream's calls between the held-out
             # ones, kept with float's outputs: the candidate runs streamed over them (pipeline/streamed.py)
             reads = max(reads, stream_feeds(held))
         keep = samples_to_keep(cfg, eval_samples, reused)
@@ -507,7 +504,7 @@ RESERVE_BYTES = 96 * 2**20
 
 
 def reserve_stream(feeds: Iterable[dict[str, np.ndarray]], reserve: list[dict[str, np.ndarray]], after: int = 0,
-                   most: int = HOLDOUT_RESERVE, least: int = MIN_RESERVE) -> Iterator[dict[str, np.ndarray]]:
+                   most: int = HOLDOUT_RESERVE) -> Iterator[dict[str, np.ndarray]]:
     """The calibration feeds :func:`split_holdout` gives, the first ``after`` (those of its first ``3n``) passed
     through, then every third (the first, the fourth, ...) put in ``reserve`` instead, up to ``most`` feeds or
     :data:`RESERVE_BYTES` of inputs: the held-out samples of a second look (``Calibrated.look_again``), so the
@@ -519,15 +516,7 @@ def reserve_stream(feeds: Iterable[dict[str, np.ndarray]], reserve: list[dict[st
     (``split_holdout``); and why only judged where the first look cannot confirm: a 0.99 share of ~70
     reads on 4-8 held-out samples cannot confirm 0.97 (khmersm BF16/BFP16/MX9/MXINT8, mp_face_short BF16:
     bench/RESULTS.md, lead 09:36-12:05), while most quantizations confirm or break on the first 8 and should not
-    pay for more runs. Streamed, not read ahead: memory is the reserve itself.
-
-    ``least`` (default :data:`MIN_RESERVE`): the fewest reserved feeds kept as a reserve. A model that may carry
-    state keeps any (``least=1``): where its data is a stream the reserve is judged at once with the first
-    held-out calls (pipeline/streamed.py), and without it those are the stream's first ``3n`` calls only. On
-    decibri's FastEnhancer-T with 40 calls (0.64 s of a clip) they were its first 0.4 s, the noise before the
-    speech, and the 6 reserved calls after them, where the speech starts, went back to calibration: every
-    warned row was then told by "could NOT confirm" on 8 chunks, none by the drift (bench/RESULTS.md,
-    streamspread)."""
+    pay for more runs. Streamed, not read ahead: memory is the reserve itself."""
     size = 0
     for i, feed in enumerate(feeds, -after):
         if i >= 0 and i % HOLDOUT_RATIO == 0 and len(reserve) < most and size < RESERVE_BYTES:
@@ -535,7 +524,7 @@ def reserve_stream(feeds: Iterable[dict[str, np.ndarray]], reserve: list[dict[st
             size += sum(int(getattr(v, "nbytes", 0)) for v in feed.values())
             continue
         yield feed
-    if len(reserve) < least:
+    if len(reserve) < MIN_RESERVE:
         given, reserve[:] = list(reserve), []
         yield from given
 
