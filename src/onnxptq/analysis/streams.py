@@ -37,6 +37,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
+
 __all__ = ["MIN_LINKS", "RTOL", "Stream", "carried_outputs", "find_stream", "state_pairs", "streamed_outputs"]
 
 #: a state input equals a previous output within this relative tolerance (of the output's largest magnitude):
@@ -47,14 +49,12 @@ RTOL = 1e-3
 #: links (feeds whose state input is a previous feed's output) a pair needs to be called a carried state
 MIN_LINKS = 2
 
-_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
-
 
 def _signature(value_info: onnx.ValueInfoProto) -> tuple | None:
     """(element type, dims) of a float tensor with a shape, each dim its value, its symbolic name or None (not
     known); None where it is not such a tensor."""
     t = value_info.type.tensor_type
-    if t.elem_type not in _FLOATS or not t.HasField("shape") or not t.shape.dim:
+    if t.elem_type not in FLOATING or not t.HasField("shape") or not t.shape.dim:
         return None
     dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
     return t.elem_type, dims

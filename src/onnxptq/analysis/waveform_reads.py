@@ -40,6 +40,8 @@ from typing import Sequence
 import numpy as np
 import onnx
 
+from ..graph.ops import FLOATING
+
 __all__ = ["ACTIVE_DB", "CHUNK_SNR_DB", "ChunkSnr", "MAX_HOPS", "MIN_CHUNK", "N_FFT", "HOP", "RANGE_DB", "TOLERANCE_DB",
            "SpectrumShare", "chunk_snr", "is_chunk", "spectrum_share", "is_waveform", "waveform_outputs"]
 
@@ -59,28 +61,28 @@ CHUNK_SNR_DB = 20.0
 ACTIVE_DB = 40.0
 
 
-def _signal_like(value_info: onnx.ValueInfoProto) -> bool:
-    """A float tensor ``[batch, time]`` or ``[batch, 1, time]`` whose time axis is symbolic (not a fixed width)."""
+def _signal_axis(value_info: onnx.ValueInfoProto) -> onnx.TensorShapeProto.Dimension | None:
+    """The last axis of a float ``[batch, L]`` or ``[batch, 1, L]`` tensor; None where it is not such a tensor.
+    One test of the form, so that a waveform (symbolic ``L``) and a chunk (fixed ``L``) never disagree on it."""
     t = value_info.type.tensor_type
-    if t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                           onnx.TensorProto.BFLOAT16) or not t.HasField("shape"):
-        return False
+    if t.elem_type not in FLOATING or not t.HasField("shape"):
+        return None
     dims = list(t.shape.dim)
     if len(dims) not in (2, 3) or (len(dims) == 3 and dims[1].dim_value != 1):
-        return False
-    return not dims[-1].HasField("dim_value")
+        return None
+    return dims[-1]
+
+
+def _signal_like(value_info: onnx.ValueInfoProto) -> bool:
+    """A float tensor ``[batch, time]`` or ``[batch, 1, time]`` whose time axis is symbolic (not a fixed width)."""
+    axis = _signal_axis(value_info)
+    return axis is not None and not axis.HasField("dim_value")
 
 
 def _chunk_length(value_info: onnx.ValueInfoProto) -> int | None:
     """The fixed last axis of a float ``[batch, L]`` or ``[batch, 1, L]`` tensor; None where it is not such a tensor."""
-    t = value_info.type.tensor_type
-    if t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                           onnx.TensorProto.BFLOAT16) or not t.HasField("shape"):
-        return None
-    dims = list(t.shape.dim)
-    if len(dims) not in (2, 3) or (len(dims) == 3 and dims[1].dim_value != 1) or not dims[-1].HasField("dim_value"):
-        return None
-    return int(dims[-1].dim_value)
+    axis = _signal_axis(value_info)
+    return int(axis.dim_value) if axis is not None and axis.HasField("dim_value") else None
 
 
 def waveform_outputs(model: onnx.ModelProto) -> set[str]:
