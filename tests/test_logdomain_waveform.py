@@ -235,6 +235,10 @@ def test_a_declared_waveform_is_judged_by_its_spectrum():
     assert short.outputs["out"].chunks is not None and "within 20 dB SNR" in short.outputs["out"].describe()
     tiny = measure([{"out": r["out"][:, :40]} for r in ref], [{"out": g["out"][:, :40]} for g in got], floor, **declared)
     assert "no row holds one 512-sample frame" in tiny.outputs["out"].describe()
+    # a scalar declared a waveform (a user's slip): said, not a crash (IndexError on shape[-1] before)
+    scalar = measure([{"out": np.float32(r["out"].sum())} for r in ref], [{"out": np.float32(g["out"].sum())} for g in got],
+                     floor, **declared)
+    assert "no row holds one 512-sample frame" in scalar.outputs["out"].describe()
 
 
 def test_bf16_low_pass_is_named_below_its_floor_and_fp16_holds():

@@ -1216,7 +1216,7 @@ def _judge_waveform(check: OutputCheck, name: str, reference: Sequence[dict[str,
     float's against the top-1 floor. Its cosine weighs a rounding's noise floor by the loud bins alone (onnx-asr's
     resampler: cosine 1.0000, 0.955 of the next model's log-mel bins within 1 dB under BF16)."""
     refs = [np.asarray(f[name]) for f in reference if name in f]
-    short = bool(refs) and all(r.shape[-1] < N_FFT for r in refs) and is_chunk(refs)
+    short = is_chunk(refs) and all(r.shape[-1] < N_FFT for r in refs)  # is_chunk first: it refuses a rank-0 value
     if not refs or not (declared or is_waveform(refs) or short):
         return
     pairs = [(np.asarray(r[name]), np.asarray(g[name])) for r, g in zip(reference, candidate) if name in r and name in g

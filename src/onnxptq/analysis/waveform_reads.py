@@ -197,7 +197,7 @@ def spectrum_share(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> SpectrumSh
     within = total = 0
     worst = 0.0
     for r, g in pairs:
-        if r.shape != g.shape or r.shape[-1] < N_FFT:
+        if r.shape != g.shape or r.ndim == 0 or r.shape[-1] < N_FFT:  # a scalar holds no frame
             continue
         ref, got = _power_db(_rows(r)), _power_db(_rows(np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)))
         floor = ref.max(axis=(1, 2), keepdims=True) - RANGE_DB
