@@ -18,7 +18,7 @@ from .float_dot_readers import float_dot_readers
 from .gain_vectors import coarse_gain_vectors
 from .peak_nms import peak_nms_float
 from .recurrent_inputs import recurrent_inputs_float
-from .recurrent_weights import recurrent_weights_float
+from .recurrent_weights import recurrent_weights
 from .select import _Graph
 from .types import TensorPlan
 from .zero_guards import zero_guard_float
@@ -31,7 +31,7 @@ def late_float_rules(tensors: dict[str, TensorPlan], g: _Graph, config: QuantCon
     why = {**peak_nms_float(tensors, g), **zero_guard_float(tensors, g), **coarse_gain_vectors(tensors, g)}
     why.update(fed_back_outputs_float(tensors, g))
     why.update(recurrent_inputs_float(tensors, g))
-    why.update(recurrent_weights_float(tensors, g))
+    why.update(recurrent_weights(tensors, g, config))
     if runtime.is_cpu(config):  # integer-only NPU hardware cannot hand a float product to its bias Add
         why.update(bias_epilogue_float(tensors, g))
     why.update(float_dot_readers(tensors, g))  # last: it reads what the rules above left planned

@@ -1,57 +1,82 @@
-"""A recurrent layer's recurrent weights ``R`` stay float when its sequence is long.
+"""A long recurrent layer's weights get finer than the preset's when its activations are finer than its weights.
 
-Why: a GRU/LSTM/RNN multiplies its state by ``R`` at every step, and the state carries each step's
-product into all later ones, so ``R``'s rounding is not seen once, as a feed-forward weight's is,
-but compounded over as many steps as the layer remembers: the state drifts further from float's the
-longer the sequence runs. The input weights ``W`` act on the input alone (no feedback), and ``B`` is
-a constant add. Found on DeepFilterNet3's encoder (bench/RESULTS.md, newmodels22): every 8-bit row
-lost its ``emb`` output, out of one GRU over ~300 frames, and keeping that GRU float brought A16W8
-from 0.918 to 0.974 of speech frames within 20 dB of float's.
+Why: a GRU/LSTM/RNN multiplies its state by ``R`` and its input by ``W`` at every step, and the state carries each
+step's products into all later ones, so the weights' rounding is not seen once, as a feed-forward weight's is, but
+compounded over as many steps as the layer remembers. Where the activations are finer than the weights (A16W8: 16-bit
+sequence and state, 8-bit ``W``/``R``) the weights are the coarsest rounding in the loop. Measured on DeepFilterNet3's
+encoder, its ``/emb_gru/GRU`` over ~300 frames (bench/recurrent_weights.py, repair off, 48 held-out clips, speech
+frames within 20 dB of float's): A16W8 0.862 with ``R`` and ``W`` int8; ``R`` float 0.933 (``R`` int16 0.934);
+``R`` float and ``W`` int16 0.983, the whole GRU float 0.983. Under A8W8 the 8-bit sequence dominates: 0.778 / 0.769 /
+0.774 (no gain: not applied there).
 
-The rule, by dataflow and shape only: a ``GRU``/``LSTM``/``RNN`` whose sequence axis (input 0's
-axis 0, or 1 under ``layout=1``) is symbolic, unknown or at least :data:`LONG_SEQUENCE` steps keeps
-its ``R`` (input 2) float when no other node reads it quantized. ``R`` is ``gates × hidden²``, so the
-file grows by ``R``'s float bytes only (a few percent of a layer whose ``W`` is wider than its state).
-A layer run one step per call (sequence length 1, state carried by the caller) is left alone: there
-``R``'s rounding enters once per call, as a feed-forward weight's does.
+The rule, by dataflow, shape and formats only: a ``GRU``/``LSTM``/``RNN`` whose sequence axis (input 0's axis 0, or 1
+under ``layout=1``) is symbolic, unknown or at least :data:`LONG_SEQUENCE` steps, under integer weights narrower than
+its integer activations, keeps ``R`` (input 2, ``gates × hidden²``) float and quantizes ``W`` (input 1) per channel at
+16 bits, when no other node reads them. A layer run one step per call (sequence length 1, the state carried by the
+caller) is left alone: there the weights' rounding enters once per call, as a feed-forward weight's does.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
+from ...config.schema import QuantConfig
 from .corners import drop_float
 from .recurrent_inputs import RECURRENT_OPS
 from .select import _Graph
 from .types import TensorPlan
 
-__all__ = ["LONG_SEQUENCE", "recurrent_weights_float"]
+__all__ = ["LONG_SEQUENCE", "recurrent_weights"]
 
-#: steps from which a known sequence length counts as long: the state has had time to compound
-#: ``R``'s rounding well past one feed-forward rounding (a design bound, not fitted to a model)
+log = logging.getLogger(__name__)
+
+#: steps from which a known sequence length counts as long: the state has had time to compound the weights' rounding
+#: well past one feed-forward rounding (a design bound, not fitted to a model)
 LONG_SEQUENCE = 16
+_BITS = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
 
 
 def _steps(node, g: _Graph) -> int | None:
     """The layer's known sequence length, or None where it is symbolic or unknown."""
     dims = g.dims.get(node.input[0]) if node.input else None
-    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-    axis = 1 if layout == 1 else 0
+    axis = 1 if next((a.i for a in node.attribute if a.name == "layout"), 0) == 1 else 0
     return dims[axis] if dims is not None and len(dims) > axis else None
 
 
-def recurrent_weights_float(tensors: dict[str, TensorPlan], g: _Graph) -> dict[str, str]:
-    """Keep long recurrent layers' ``R`` float (module docstring); return ``{name: reason}``."""
+def _long_loops(name: str, index: int, g: _Graph) -> list[int | None] | None:
+    """The sequence lengths of the recurrent layers that alone read ``name`` as input ``index``, where one is long."""
+    readers = g.consumers.get(name, [])
+    loops = [n for n in readers if n.op_type in RECURRENT_OPS and len(n.input) > index and n.input[index] == name]
+    if not loops or len(loops) != len(readers):
+        return None
+    steps = [_steps(n, g) for n in loops]
+    return None if all(s is not None and s < LONG_SEQUENCE for s in steps) else steps
+
+
+def recurrent_weights(tensors: dict[str, TensorPlan], g: _Graph, config: QuantConfig) -> dict[str, str]:
+    """Long recurrent layers' ``R`` float and ``W`` at 16 bits where the activations are finer than the weights (module
+    docstring); ``W`` is changed in ``tensors`` in place; return ``{R: reason}`` for ``Plan.float_tensors``."""
+    act, wt = config.activation, config.weight
+    if act is None or wt is None or _BITS.get(wt.format, 99) >= _BITS.get(act.format, 0):
+        return {}
     why: dict[str, str] = {}
-    for name, t in tensors.items():
-        if t.role != "weight":
+    for name, t in list(tensors.items()):
+        if t.role != "weight" or not t.quant.is_integer or _BITS.get(t.quant.format, 99) >= 16:
             continue
-        readers = g.consumers.get(name, [])
-        loops = [n for n in readers if n.op_type in RECURRENT_OPS and len(n.input) > 2 and n.input[2] == name]
-        if not loops or len(loops) != len(readers):
-            continue
-        steps = [_steps(n, g) for n in loops]
-        if all(s is not None and s < LONG_SEQUENCE for s in steps):
-            continue
-        seen = ", ".join("symbolic" if s is None else str(s) for s in steps)
-        why[name] = (f"recurrent weights R of a recurrent layer over a long sequence ({seen} steps): the state compounds "
-                     "R's rounding at every step, so R stays float (plan/recurrent_weights.py)")
+        for index in (1, 2):
+            steps = _long_loops(name, index, g)
+            if steps is None:
+                continue
+            seen = ", ".join("symbolic" if s is None else str(s) for s in steps)
+            if index == 2:
+                why[name] = (f"recurrent weights R of a recurrent layer over a long sequence ({seen} steps) under weights "
+                             "coarser than its activations: the state compounds R's rounding at every step, so R stays "
+                             "float (plan/recurrent_weights.py)")
+            else:
+                wide = dataclasses.replace(t.quant, format="int16" if t.quant.symmetric else "uint16")
+                tensors[name] = dataclasses.replace(t, quant=wide)
+                log.info("plan: %s, input weights W of a recurrent layer over a long sequence (%s steps) under weights "
+                         "coarser than its activations, at 16 bits (plan/recurrent_weights.py)", name, seen)
     return drop_float(tensors, why, "recurrent layers' R weights stay float over long sequences")
+
