@@ -63,7 +63,7 @@ def _plan(model: onnx.ModelProto, preset: str):
 def test_the_input_sequence_stays_float_under_mxfp8():
     plan = _plan(_model(), "MXFP8_E4M3")
     assert "f" not in plan.tensors and "recurrent_inputs.py" in plan.float_tensors["f"], plan.float_tensors.get("f")
-    assert "W" in plan.tensors  # the input weights stay in the format (R: plan/recurrent_weights.py)
+    assert "W" in plan.tensors and "R" in plan.tensors  # the layer's weights stay in the format
     side = _plan(_model(side_reader=True), "MXFP8_E4M3")
     assert side.tensors["f"].consumers == ["side_mm"] and side.tensors["f"].exclusive
     assert "f" in _plan(_model(), "MXINT8").tensors
