@@ -87,3 +87,32 @@ def test_it_tracks_float_closer_than_int8_weights():
     new, old = err(cfg), err(cfg.replace(tensor_overrides={"R": cfg.weight, "W": cfg.weight}))
     assert new.mean() < 0.5 * old.mean(), (new.mean(), old.mean())
     assert old[-20:].mean() > 1.4 * old[:20].mean() and new[-20:].mean() < old[-20:].mean() / 2, (old[:20].mean(), old[-20:].mean())
+
+
+def test_the_floor_reads_a_recurrent_output_step_by_step():
+    """analysis/recurrent_reads.py: the GRU's sequence (``s``, and ``y`` through MatMul) is read frame by frame, its last
+    state ``Y_h`` is not. A candidate whose last 25 of 200 steps drifted by 30% keeps a pooled cosine above the 16-bit
+    floor's and fails on its frames; one whose steps all drifted by 10% keeps about the same cosine and holds."""
+    from onnxptq.analysis.floor import Floor, measure, readings_of
+    from onnxptq.analysis.recurrent_reads import recurrent_outputs
+
+    model = _long_gru()
+    model.graph.node[0].output.append("Y_h")
+    model.graph.output.extend([helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, LH]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, ["t", 1, LH])])
+    assert recurrent_outputs(model) == {"y", "s"}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = [{"s": sess.run(["s"], f)[0]} for f in _long_feeds(4, 3)]
+    rng = np.random.default_rng(0)
+    late, even = [], []
+    for r in ref:
+        s = r["s"]
+        drift = np.ones_like(s)
+        drift[-25:] += 0.3 * rng.standard_normal(s[-25:].shape)
+        late.append({"s": s * drift})
+        even.append({"s": s * (1 + 0.1 * rng.standard_normal(s.shape))})
+    floor, readings = Floor("16-bit", 0.99, 0.97), readings_of(model)
+    bad = measure(ref, late, floor, **readings).outputs["s"]
+    assert bad.cosine >= 0.99 and not bad.ok and "recurrent_reads.py" in bad.note, (bad.cosine, bad.note)
+    good = measure(ref, even, floor, **readings).outputs["s"]
+    assert good.ok and abs(good.cosine - bad.cosine) < 0.005, (good.cosine, bad.cosine, good.note)

@@ -31,8 +31,8 @@ __all__ = ["FRAMEWISE", "StepFrames", "recurrent_outputs", "step_note"]
 #: ops that keep a frame's values within that frame: what a recurrent layer's sequence passes through to an output
 FRAMEWISE = RELAYOUTS | frozenset("Relu LeakyRelu Sigmoid Tanh HardSigmoid Clip Elu Selu Softplus Mul Add Sub Div "
                                   "MatMul Gemm Einsum Cast".split())
-#: a frame quieter than this share of its feed's loudest is silence (nothing of float's to keep)
-SILENT = 1e-6
+#: a frame's error is weighed against at least this share of its feed's mean frame energy (20 dB under it)
+QUIET = 1e-2
 
 
 def recurrent_outputs(model: onnx.ModelProto) -> set[str]:
@@ -78,10 +78,13 @@ class StepFrames:
         r = r.reshape(-1, r.shape[-1])
         g = np.asarray(got, np.float64).reshape(r.shape)
         energy = (r * r).sum(axis=1)
-        live = energy > SILENT * energy.max() if energy.size and energy.max() > 0 else np.zeros(energy.shape, bool)
-        error = ((r - g) ** 2).sum(axis=1)[live] / energy[live]
+        if not energy.size or energy.mean() <= 0.0:
+            return
+        # a frame far quieter than the feed's average is judged against a level QUIET under that average: its own
+        # energy would call a rounding that is tiny beside the sequence a total loss
+        error = ((r - g) ** 2).sum(axis=1) / np.maximum(energy, QUIET * energy.mean())
         self.kept += int((error <= 2.0 * (1.0 - self.cosine)).sum())
-        self.frames += int(live.sum())
+        self.frames += int(error.size)
         if error.size:
             self.worst = max(self.worst, float(error.max()))
 
