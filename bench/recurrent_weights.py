@@ -41,10 +41,11 @@ def main() -> None:
     for preset in a.presets.split(","):
         base = dataclasses.replace(get_preset(preset), repair=False)
         w16 = dataclasses.replace(base.weight, format="int16")
-        variants = {"plan (R float by plan/recurrent_weights.py)": base,
-                    "R in the weight format (main's plan)": dataclasses.replace(base, tensor_overrides={r: base.weight}),
-                    "R int16 per channel": dataclasses.replace(base, tensor_overrides={r: w16}),
-                    "R float, W int16 per channel": dataclasses.replace(base, tensor_overrides={w: w16}),
+        int8 = base.weight
+        variants = {"R and W int8 (main's plan)": dataclasses.replace(base, tensor_overrides={r: int8, w: int8}),
+                    "R float, W int8": dataclasses.replace(base, tensor_overrides={w: int8}),
+                    "R int16 per channel, W int8": dataclasses.replace(base, tensor_overrides={r: w16, w: int8}),
+                    "R float, W int16 per channel (plan/recurrent_weights.py under A16W8)": base,
                     "whole GRU float": dataclasses.replace(base, nodes_to_exclude=(GRU,))}
         for name, cfg in variants.items():
             with tempfile.TemporaryDirectory() as d:
