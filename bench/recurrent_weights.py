@@ -1,6 +1,5 @@
 """Which tensor of a recurrent layer carries its quantization loss: the task reading with one of the layer's
-weights (the input weights W, the recurrent weights R) kept float, at 16 bits, or forced back into the
-preset's format, next to the whole layer float (``nodes_to_exclude``).
+weights (the input weights W, the recurrent weights R) at 16 bits or in the preset's 8 bits, next to the whole layer float (``nodes_to_exclude``).
 
     NEWMODELS22_SRC=/work/cache/newmodels22/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice python bench/recurrent_weights.py \
         --presets A16W8,A8W8 --calib 40 --held 48
@@ -43,9 +42,10 @@ def main() -> None:
         w16 = dataclasses.replace(base.weight, format="int16")
         int8 = base.weight
         variants = {"R and W int8 (main's plan)": dataclasses.replace(base, tensor_overrides={r: int8, w: int8}),
-                    "R float, W int8": dataclasses.replace(base, tensor_overrides={w: int8}),
-                    "R int16 per channel, W int8": dataclasses.replace(base, tensor_overrides={r: w16, w: int8}),
-                    "R float, W int16 per channel (plan/recurrent_weights.py under A16W8)": base,
+                    "R int16, W int8": dataclasses.replace(base, tensor_overrides={r: w16, w: int8}),
+                    "R int8, W int16": dataclasses.replace(base, tensor_overrides={r: int8, w: w16}),
+                    "R, W int16 per channel (plan/recurrent_weights.py under A16W8)": dataclasses.replace(
+                        base, tensor_overrides={r: w16, w: w16}),
                     "whole GRU float": dataclasses.replace(base, nodes_to_exclude=(GRU,))}
         for name, cfg in variants.items():
             with tempfile.TemporaryDirectory() as d:
