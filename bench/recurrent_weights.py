@@ -1,5 +1,6 @@
 """Which tensor of a recurrent layer carries its quantization loss: the task reading with one of the layer's
-weights (the input weights W, the recurrent weights R) at 16 bits or in the preset's 8 bits, next to the whole layer float (``nodes_to_exclude``).
+weights (the input weights W, the recurrent weights R) at 16 bits or in the preset's 8 bits, next to the whole
+layer float (``nodes_to_exclude``).
 
     NEWMODELS22_SRC=/work/cache/newmodels22/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice python bench/recurrent_weights.py \
         --presets A16W8,A8W8 --calib 40 --held 48
