@@ -98,6 +98,7 @@ from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_deci
 from .decisions import softmax_reads_advisory, strings_advisory
 from .confidence_gates import confidence_gated_outputs, confident_positions
 from .gains import GainFrames, gain_advisory, gain_outputs
+from .recurrent_reads import StepFrames, recurrent_outputs, step_note
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
@@ -700,7 +701,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
             "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
-            "coordinates": coordinate_outputs(model)}
+            "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -718,7 +719,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             tokens: Mapping[str, Collection[int]] | None = None,
             det_levels: Sequence[tuple[Level, ...]] = (),
             anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
-            coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = ()) -> Verdict:
+            coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = (),
+            recurrent: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -872,6 +874,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         scores = ScoreAgreement() if may_score else None
         curve = CurveAgreement() if may_score and not classy and name not in confidences else None
         gain = GainFrames(floor.cosine) if name in gains and not classy and name not in (agreements or {}) else None
+        steps = StepFrames(floor.cosine) if name in recurrent and not classy and gain is None and name not in (agreements or {}) else None
         seen_cells = 0  # calibration feeds whose cells were pooled in
         heat = ThresholdCells() if name in thresholded and not classy else None
         cells = -1  # the heat map's cells judged (analysis/spatial_gates.py); -1: not gated on any feed
@@ -921,6 +924,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 picture.add(r, g)
             if gain is not None and np.isfinite(g).all():
                 gain.add(r, g)
+            if steps is not None and np.isfinite(g).all():
+                steps.add(r, g)  # a recurrent layer's output, frame by frame (analysis/recurrent_reads.py)
             if not classy and np.isfinite(g).all():
                 axis = r.ndim - 1 if regression else None if name in by_levels else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
@@ -1062,6 +1067,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if gain is not None and finite:
             # a gain multiplied into an input's signal outside the graph (analysis/gains.py): said, never repaired
             check.advisory = check.advisory or gain_advisory(name, gains[name], gain, floor.top1)
+        if steps is not None and finite and (note := step_note(steps, floor.top1)) is not None:
+            check.ok, check.note = False, f"{check.note} {note}" if check.note else note
         if reshaped:
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
