@@ -141,3 +141,14 @@ def test_calls_kept_for_a_stream_are_let_go_where_the_data_holds_none(stream):
     assert calibrated.reads_kept == [] and len(calibrated.float_outputs) <= max(DEFAULT_EVAL_SAMPLES, len(calibrated.kept))
     streamed = calibrate_once(model, get_preset("A8W8"), feeds, holdout=DEFAULT_HOLDOUT)
     assert judged_stream(streamed) is not None and len(streamed.float_outputs) > len(calibrated.float_outputs)
+
+
+def test_states_the_model_returns_alone_are_judged_beside_its_inner_decisions():
+    """A model whose only outputs are its states keeps them judged, even where the floor also reads a decision inside
+    the graph (its ``decision:`` key is no output: rv13's note, streamed.py:68)."""
+    from onnxptq.analysis.decisions import KEY
+    from onnxptq.analysis.streams import Stream
+
+    stream = Stream(pairs=(("h_in", "h_out"),), chains=((0, 1),))
+    assert carried_outputs(stream, ["h_out", KEY + "argmax"]) == frozenset()
+    assert carried_outputs(stream, ["h_out", "y", KEY + "argmax"]) == {"h_out"}

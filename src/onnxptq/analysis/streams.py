@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 
 from ..graph.ops import FLOATING
+from .decisions import KEY as DECISION_KEY
 
 __all__ = ["MIN_LINKS", "RTOL", "Stream", "carried_outputs", "find_stream", "state_pairs", "streamed_outputs"]
 
@@ -195,6 +196,7 @@ def streamed_outputs(run: Callable[[dict[str, Any]], dict[str, Any]], feeds: Seq
 
 def carried_outputs(stream: Stream, names: Collection[str]) -> frozenset[str]:
     """The state outputs of ``stream`` not judged themselves (module docstring): all of them where ``names``
-    (the outputs compared) hold another; none where the states are all the model returns."""
+    (the outputs compared) hold another; none where the states are all the model returns. The graph's inner
+    decisions (``decision:`` keys, analysis/decisions.py) are no output the model returns."""
     states = frozenset(o for _, o in stream.pairs)
-    return states if any(n not in states for n in names) else frozenset()
+    return states if any(n not in states and not n.startswith(DECISION_KEY) for n in names) else frozenset()
