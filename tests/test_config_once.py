@@ -87,3 +87,9 @@ def test_a_known_tensor_name_passes(small_cnn) -> None:
     result = onnxptq.quantize(small_cnn, onnxptq.get_preset("A8W8").replace(tensor_overrides={"r1": TensorQuant("int16")}),
                               small_cnn_feeds(2), eval_samples=1)
     assert result.plan.tensors["r1"].quant.format == "int16"
+
+
+def test_a_tensor_override_that_is_no_format_is_refused_by_name() -> None:
+    """``tensor_overrides={name: None}`` raised AttributeError deep in the plan (rnnweights' note); now the config names it."""
+    with pytest.raises(UsageError, match=r"tensor_overrides\['r1'\] must be a TensorQuant .* not None"):
+        onnxptq.get_preset("A8W8").replace(tensor_overrides={"r1": None})

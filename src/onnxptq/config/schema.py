@@ -633,6 +633,10 @@ class QuantConfig:
         for node, pair in self.node_overrides.items():
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ConfigError(f"node_overrides[{node!r}] must be an (activation, weight) pair")
+        for tensor, quant in self.tensor_overrides.items():
+            if not isinstance(quant, TensorQuant):
+                raise ConfigError(f"tensor_overrides[{tensor!r}] must be a TensorQuant (the tensor's format), not {quant!r}; "
+                                  f"to keep a tensor float, exclude the node that reads it (nodes_to_exclude)")
 
     def _layer_pairs(self) -> list[tuple[TensorQuant | None, TensorQuant | None]]:
         """Every (activation, weight) rule of this config: global, per op type, per node."""
@@ -689,7 +693,7 @@ class QuantConfig:
     def formats_used(self) -> frozenset[str]:
         """Every format this config names: global, per op type, per node, per tensor."""
         formats = {q.format for pair in self._layer_pairs() for q in pair if q is not None}
-        return frozenset(formats | {q.format for q in self.tensor_overrides.values() if q is not None})
+        return frozenset(formats | {q.format for q in self.tensor_overrides.values()})
 
     def per_tensor_integer_weights(self) -> bool:
         """Whether any integer weight format of this config (global, per op type, per node) is per
