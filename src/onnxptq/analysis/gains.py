@@ -114,13 +114,18 @@ class GainFrames:
             return
         r = r.reshape(-1, r.shape[-1])
         g = np.asarray(got, np.float64).reshape(r.shape)
-        energy = (r * r).sum(axis=1)
-        live = energy > 0.0  # a frame float gates to silence entirely: nothing of the signal is kept to differ
-        error = ((r - g) ** 2).sum(axis=1)[live] / energy[live]
+        error = self.relative_errors(r, g, (r * r).sum(axis=1))
+        if error is None:
+            return
         self.kept += int((error <= 2.0 * (1.0 - self.cosine)).sum())
-        self.frames += int(live.sum())
+        self.frames += int(error.size)
         if error.size:
             self.worst = max(self.worst, float(error.max()))
+
+    def relative_errors(self, r: np.ndarray, g: np.ndarray, energy: np.ndarray) -> np.ndarray | None:
+        """Each judged frame's squared error over its energy (None: no frame judged)."""
+        live = energy > 0.0  # a frame float gates to silence entirely: nothing of the signal is kept to differ
+        return ((r - g) ** 2).sum(axis=1)[live] / energy[live]
 
     @property
     def share(self) -> float | None:

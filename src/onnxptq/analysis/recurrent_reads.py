@@ -19,12 +19,12 @@ fails the output, beside its pooled cosine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
 from ..graph.ops import FLOATING, RECURRENT, RELAYOUTS
+from .gains import GainFrames
 
 __all__ = ["FRAMEWISE", "StepFrames", "recurrent_outputs", "step_note"]
 
@@ -62,35 +62,16 @@ def recurrent_outputs(model: onnx.ModelProto) -> set[str]:
     return found
 
 
-@dataclass
-class StepFrames:
-    """Frames (vectors along the last axis) that keep float's within the family's cosine distance (module docstring)."""
+class StepFrames(GainFrames):
+    """Frames (vectors along the last axis) that keep float's within the family's cosine distance (module docstring):
+    :class:`~onnxptq.analysis.gains.GainFrames`' count, with a quiet frame judged against the feed's level."""
 
-    cosine: float
-    kept: int = 0
-    frames: int = 0
-    worst: float = 0.0
-
-    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
-        r = np.asarray(ref, np.float64)
-        if r.ndim < 2 or r.shape != np.asarray(got).shape or r.shape[-1] < 2:
-            return
-        r = r.reshape(-1, r.shape[-1])
-        g = np.asarray(got, np.float64).reshape(r.shape)
-        energy = (r * r).sum(axis=1)
+    def relative_errors(self, r: np.ndarray, g: np.ndarray, energy: np.ndarray) -> np.ndarray | None:
         if not energy.size or energy.mean() <= 0.0:
-            return
+            return None
         # a frame far quieter than the feed's average is judged against a level QUIET under that average: its own
         # energy would call a rounding that is tiny beside the sequence a total loss
-        error = ((r - g) ** 2).sum(axis=1) / np.maximum(energy, QUIET * energy.mean())
-        self.kept += int((error <= 2.0 * (1.0 - self.cosine)).sum())
-        self.frames += int(error.size)
-        if error.size:
-            self.worst = max(self.worst, float(error.max()))
-
-    @property
-    def share(self) -> float | None:
-        return self.kept / self.frames if self.frames else None
+        return ((r - g) ** 2).sum(axis=1) / np.maximum(energy, QUIET * energy.mean())
 
 
 def step_note(frames: StepFrames, top1: float) -> str | None:
