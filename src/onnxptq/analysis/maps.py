@@ -495,6 +495,15 @@ def heat_map_feed(ref: np.ndarray) -> bool:
     return heat_map_values(ref) and has_ground([ref])
 
 
+def _ranged(feeds: Sequence[np.ndarray]) -> Iterator[tuple[np.ndarray, float, float]]:
+    """``(values, lowest, highest)`` of each feed that holds finite float values (the levels are
+    fractions of each feed's own range: :func:`has_ground`, :func:`spread_share`)."""
+    for f in feeds:
+        r = np.asarray(f)
+        if r.size and np.issubdtype(r.dtype, np.floating) and np.isfinite(r).all():
+            yield r, float(r.min()), float(r.max())
+
+
 def has_ground(feeds: Sequence[np.ndarray]) -> bool:
     """Whether float's outputs ``feeds`` are figures on a ground: at most half of their values,
     pooled over the feeds, above the lowest level (0.2 of each feed's range). A picture has none
@@ -502,11 +511,7 @@ def has_ground(feeds: Sequence[np.ndarray]) -> bool:
     than half of it (a mask's close-up) does not turn an output's mask into a picture, and one dark
     picture does not turn a picture output into a mask."""
     above = total = 0
-    for f in feeds:
-        r = np.asarray(f)
-        if r.size == 0 or not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
-            continue
-        lo, hi = float(r.min()), float(r.max())
+    for r, lo, hi in _ranged(feeds):
         above += int(np.count_nonzero(r > lo + LEVELS[0] * (hi - lo)))
         total += r.size
     return above * 2 <= total
@@ -521,11 +526,7 @@ def spread_share(feeds: Sequence[np.ndarray], thresholds: Sequence[float] = ()) 
     if thresholds:
         return None
     middle = total = 0
-    for f in feeds:
-        r = np.asarray(f)
-        if r.size == 0 or not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
-            continue
-        lo, hi = float(r.min()), float(r.max())
+    for r, lo, hi in _ranged(feeds):
         if hi - lo < MIN_SPAN:
             continue
         low, high = lo + LEVELS[0] * (hi - lo), lo + LEVELS[-1] * (hi - lo)
