@@ -174,3 +174,27 @@ def local_models(max_mb: float) -> Iterator[tuple[str, Any]]:
         except Exception:  # noqa: BLE001 - see the docstring
             continue
         yield path, model
+
+
+def print_profile(stats: dict, top: int, builtins: bool = False) -> None:
+    """A cProfile's ``pstats.Stats(...).stats`` printed as the quantize benches read it: onnxruntime's session
+    runs and creations (cumulative), our functions by self time (``top`` of them), and with ``builtins`` the
+    built-ins (NumPy's, onnxruntime's, protobuf's) by self time."""
+    import collections
+
+    ort: collections.Counter[str] = collections.Counter()
+    for (path, _, name), (_, _, _, cum, _) in stats.items():
+        if "onnxruntime" in path and name in ("run", "run_with_iobinding", "_create_inference_session"):
+            ort[name] += cum
+    for name, cum in ort.most_common():
+        print(f"  {cum:7.3f} s cumulative  onnxruntime {name}")
+    ours = sorted(((tt, ct, nc, path.split("src/onnxptq/")[-1], line, name)
+                   for (path, line, name), (_, nc, tt, ct, _) in stats.items() if "src/onnxptq/" in path), reverse=True)
+    print(f"  {'self s':>7} {'cum s':>7} {'calls':>7}  function (ours, by self time)")
+    for tt, ct, nc, path, line, name in ours[:top]:
+        print(f"  {tt:7.3f} {ct:7.3f} {nc:7d}  {path}:{line}({name})")
+    if builtins:
+        rest = sorted(((tt, nc, name) for (path, _, name), (_, nc, tt, _, _) in stats.items() if path == "~"), reverse=True)
+        print(f"  {'self s':>7} {'calls':>7}  built-in (by self time)")
+        for tt, nc, name in rest[:top // 2]:
+            print(f"  {tt:7.3f} {nc:7d}  {name}")

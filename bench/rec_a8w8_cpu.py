@@ -27,7 +27,7 @@ renders into its ``--workdir`` (``rec_lines_64.npz``).
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (the repository root on sys.path: testkit)
+import _common  # the repository root on sys.path (testkit); print_profile
 import argparse
 import collections
 import cProfile
@@ -158,17 +158,7 @@ def profile(npz: str, lines: int, top: int) -> None:
     prof.disable()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     print(f"\ncProfile: {seconds:.2f} CPU s under the profiler, sha {sha}")
-    ort = collections.Counter()
-    for (path, _, name), (_, _, _, cum, _) in stats.items():
-        if "onnxruntime" in path and name in ("run", "run_with_iobinding", "_create_inference_session"):
-            ort[name] += cum
-    for name, cum in ort.most_common():
-        print(f"  {cum:7.3f} s cumulative  onnxruntime {name}")
-    ours = sorted(((tt, ct, nc, path.split("src/onnxptq/")[-1], line, name)
-                   for (path, line, name), (_, nc, tt, ct, _) in stats.items() if "src/onnxptq/" in path), reverse=True)
-    print(f"  {'self s':>7} {'cum s':>7} {'calls':>7}  function (ours, by self time)")
-    for tt, ct, nc, path, line, name in ours[:top]:
-        print(f"  {tt:7.3f} {ct:7.3f} {nc:7d}  {path}:{line}({name})")
+    _common.print_profile(stats, top)
 
 
 def micro() -> None:
