@@ -193,6 +193,40 @@ def through_consumers(out_dirs: list[Path], consumers: list[str]) -> list[dict]:
     return found
 
 
+def dfn3_paths(presets: list[str], out_dir: Path, held: int) -> dict[str, dict[str, float]]:
+    """Which of DeepFilterNet3's two paths carries the quantized encoder's loss into the enhanced spectrum: the bench's
+    task (newmodels.dfn_frames: speech frames within 20 dB of float's enhanced spectrum) with both decoders fed the
+    quantized encoder's outputs, with only the ERB gain ``m`` from them (the deep filter's ``coefs`` from float's), and
+    with only ``coefs``. ``out_dir`` holds ``dfn3_enc.<preset>.onnx`` (newmodels.py --out-dir)."""
+    import newmodels as nm
+    from testkit import zoo
+
+    feeds = nm.MODELS["dfn3_enc"][1](held, 1000)
+    run, names = nm._dfn_runners(), ("e0", "e1", "e2", "e3", "emb", "c0", "lsnr")
+    ref = zoo.session_runner(str(nm.DFN3 / "enc.onnx"))
+    found = {}
+    for preset in presets:
+        test = zoo.session_runner(str(out_dir / f"dfn3_enc.{preset}.onnx"))
+        counts = {"both": [0, 0], "m only": [0, 0], "coefs only": [0, 0]}
+        for f in feeds:
+            clip = nm._DFN_CLIPS[nm._DFN_CLIP[id(next(iter(f.values())))]]
+            ms, cs = [], []
+            for own in (ref, test):
+                enc = dict(zip(names, own(f)))
+                ms.append(np.asarray(run["erb_dec"]({k: enc[k] for k in ("emb", "e3", "e2", "e1", "e0")})[0]))
+                cs.append(np.asarray(run["df_dec"]({"emb": enc["emb"], "c0": enc["c0"]})[0]))
+            a = nm._dfn_enhance(clip["spec"], ms[0], cs[0])
+            for key, (m, c) in {"both": (ms[1], cs[1]), "m only": (ms[1], cs[0]), "coefs only": (ms[0], cs[1])}.items():
+                b = nm._dfn_enhance(clip["spec"], m, c)
+                energy, err = (np.abs(a) ** 2).sum(1), (np.abs(a - b) ** 2).sum(1)
+                active = energy >= 1e-4 * energy.max()
+                counts[key][0] += int((err[active] <= 0.01 * energy[active]).sum())
+                counts[key][1] += int(active.sum())
+        found[preset] = {k: round(h / max(t, 1), 4) for k, (h, t) in counts.items()}
+        print(f"| dfn3_enc.{preset} | " + " | ".join(f"{v:.4f}" for v in found[preset].values()) + " |", flush=True)
+    return found
+
+
 def _named(figures: dict[str, float], keys: list[str]) -> str:
     return ", ".join(f"{k} {figures[k]:.2f}" for k in keys) or "-"
 
@@ -202,8 +236,28 @@ def main() -> None:
     ap.add_argument("--out-dir", required=True, help="record folders (floor_verdicts.py record), comma-separated")
     ap.add_argument("--kinds", default="recurrent,value", help="output kinds the separation reads")
     ap.add_argument("--consumers", default="", help="float models reading the records' outputs (module docstring)")
+    ap.add_argument("--frames", default="", help="an output name: its frames, each against its own energy, per record")
+    ap.add_argument("--dfn3-paths", default="", help="presets: dfn3_enc's loss by decoder path (dfn3_paths); --out-dir: "
+                                                      "the folder of dfn3_enc.<preset>.onnx")
+    ap.add_argument("--held", type=int, default=48)
     ap.add_argument("--json", default="")
     a = ap.parse_args()
+    if a.dfn3_paths:
+        print("| record | both decoders | m only | coefs only |\n|---|---|---|---|")
+        found = dfn3_paths(a.dfn3_paths.split(","), Path(a.out_dir), a.held)
+        if a.json:
+            Path(a.json).write_text(json.dumps(found, indent=1))
+        return
+    if a.frames:
+        for out_dir in a.out_dir.split(","):
+            for pkl in sorted(Path(out_dir).glob("*.pkl")):
+                rec = pickle.loads(pkl.read_bytes())
+                reference, candidate = rec["args"][:2]
+                if a.frames in reference[0]:
+                    task = json.loads(pkl.with_suffix(".json").read_text())["agreement"]
+                    figures = frame_figures([f[a.frames] for f in reference], [f[a.frames] for f in candidate])
+                    print(f"{pkl.stem} task {task:.4f} {a.frames}: {figures}")
+        return
     if a.consumers:
         found = through_consumers([Path(d) for d in a.out_dir.split(",")], a.consumers.split(","))
         print("| record | task (floor) | consumer | floor on its outputs | frames each against its own energy |")
