@@ -143,3 +143,23 @@ def test_mixed_floats_are_few_and_fixed():
     assert mixed_floats([], ["a", "b"], 8) == [frozenset("ab")]
     assert mixed_floats(list("abcdefghij"), ["k"], 8) == []  # more writers than "a few": no mixed trial
     assert mixed_floats(["a"], ["a"], 8) == [frozenset("a")]
+
+
+def test_writers_walk_into_what_an_if_reads_from_the_outer_scope():
+    """An output an If writes: its only input is the condition, so the writers are the main-graph
+    candidates its branches read (by name, from the outer scope), not nothing."""
+    then = helper.make_graph([helper.make_node("Identity", ["d"], ["t_out"], name="T_id")], "then", [],
+                             [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Sigmoid", ["c"], ["e_out"], name="E_sig")], "else", [],
+                              [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    passthrough = helper.make_graph([], "pass", [], [helper.make_tensor_value_info("k", TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="Conv_a"),
+         helper.make_node("Conv", ["c", "w"], ["d"], name="Conv_b"),
+         helper.make_node("Conv", ["x", "w"], ["k"], name="Conv_k"),
+         helper.make_node("ReduceMax", ["x"], ["flag"], name="Flag"),
+         helper.make_node("If", ["flag"], ["y"], name="Choose", then_branch=then, else_branch=other),
+         helper.make_node("If", ["flag"], ["z"], name="Pass", then_branch=passthrough, else_branch=passthrough)],
+        "g", [], [])
+    assert output_writers(g, ["y"], ["Conv_a", "Conv_b", "Conv_k"]) == ["Conv_a", "Conv_b"]
+    assert output_writers(g, ["z"], ["Conv_a", "Conv_b", "Conv_k"]) == ["Conv_k"]

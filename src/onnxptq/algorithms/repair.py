@@ -587,8 +587,21 @@ def output_writers(graph: onnx.GraphProto, outputs: list[str], candidates: list[
             found.add(node.name)
         else:
             todo.extend(i for i in node.input if i)
+            todo.extend(_outer_reads(node))
     order = {name: i for i, name in enumerate(candidates)}
     return sorted(found, key=order.__getitem__)
+
+
+def _outer_reads(node: onnx.NodeProto) -> set[str]:
+    """The names ``node``'s bodies (If branches, Loop/Scan bodies, nested) read or return without an
+    input naming them: what the node computes from the outer scope. An If's only input is its
+    condition; the values it returns come from here (a branch may return an outer name as is)."""
+    names: set[str] = set()
+    for body in subgraphs(node):
+        for g in all_graphs(body):
+            names.update(i for n in g.node for i in n.input if i)
+            names.update(o.name for o in g.output if o.name)
+    return names
 
 
 def output_branch(graph: onnx.GraphProto, outputs: list[str], candidates: list[str]) -> list[str]:
@@ -605,7 +618,7 @@ def output_branch(graph: onnx.GraphProto, outputs: list[str], candidates: list[s
         return []
     consumers = dataflow(graph.node)[1]
     for node in graph.node:  # an If/Loop/Scan reads what its bodies read from the outer scope, named by no input
-        for name in {i for body in subgraphs(node) for g in all_graphs(body) for n in g.node for i in n.input if i}:
+        for name in _outer_reads(node):
             consumers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in graph.output}
     wanted = set(outputs)
