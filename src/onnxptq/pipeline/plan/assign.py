@@ -19,6 +19,7 @@ from .. import runtime
 from ...analysis.class_scores import score_float_tensors
 from ..tails import TAIL_REASON, postprocessing_tail
 from ..transformer import is_transformer
+from .channel_axis import weight_channel_axis as _weight_axis
 from .rules import (
     _apply_alignment,
     _apply_tensor_overrides,
@@ -42,24 +43,6 @@ from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
 
 log = logging.getLogger(__name__)
-
-def _weight_axis(node: onnx.NodeProto, index: int, rank: int) -> int | None:
-    """Output-channel axis of a weight for per-channel integer quantization."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    if node.op_type == "Conv" and index == 1:
-        return 0
-    if node.op_type == "ConvTranspose" and index == 1:
-        return 1
-    if node.op_type == "Gemm" and index == 1:
-        return 0 if attrs.get("transB", 0) else 1
-    if node.op_type == "MatMul" and index == 1 and rank == 2:
-        return 1
-    # A batched (rank > 2) MatMul weight (dynamo's broadcast matmul, an einsum's stacked heads) stays
-    # per-tensor: onnxruntime fuses its Q/DQ into MatMulIntegerToFloat, which refuses a 1-D zero point
-    # for a 3-D B ("b zero point is not valid") at run time.
-    if node.op_type in RECURRENT and index in (1, 2):
-        return 1  # [directions, gates x hidden, input or hidden]: one scale per gate row
-    return None
 
 
 def _size(tensor: onnx.TensorProto) -> int:

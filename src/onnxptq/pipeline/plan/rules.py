@@ -23,6 +23,7 @@ from ...graph.shape_values import shape_value_float_tensors
 from ...graph.structure import structure_float_tensors
 from .. import runtime
 from ..transformer import LINEAR_OPS, attention_value_products, short_integer_grid, transformer_float_tensors
+from .channel_axis import override_channel_axis
 from .select import _Graph, depthwise_conv
 from .types import Role, TensorPlan
 
@@ -304,20 +305,25 @@ def _dual_quant_nodes(tensors: dict[str, TensorPlan], producer_side: dict[str, t
 
 
 def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:
+    """The user's ``tensor_overrides`` (and repair's steps) over the plan. Why the axis rule: a per-channel
+    integer weight keeps the plan's channel axis; one the plan had per tensor, or kept float (so it had
+    none), takes the axis its readers imply, as the plan would have given it: the override of a float
+    kept Conv weight to int8 per channel made one scale for the whole tensor (rnnweights' note)."""
     for name, quant in config.tensor_overrides.items():  # names checked by graph.check.check_config_names
         if name in tensors:
             plan = tensors[name]
             axis = plan.axis if (quant.format == plan.quant.format or quant.format in ("bfp", "mx")) else None
             if quant.is_integer and plan.role == "weight" and quant.per_channel:
-                axis = plan.axis if plan.quant.per_channel else None
+                axis = plan.axis if plan.quant.per_channel else override_channel_axis(name, quant, g)
             # Only the quantizer changes: what earlier rules decided about the tensor (its readers,
             # ``exclusive`` under the transformer placement) stays (repair's 16-bit step overrides
             # planned tensors: algorithms/step_up.py).
             tensors[name] = dataclasses.replace(plan, quant=quant, axis=axis)
         else:
             role: Role = "weight" if name in g.initializers else "activation"
+            axis = override_channel_axis(name, quant, g) if (role == "weight" and quant.is_integer and quant.per_channel) else None
             tensors[name] = TensorPlan(name, role, quant, consumers=[n.name for n in g.consumers.get(name, [])],
-                                       producer=g.producer[name].name if name in g.producer else None)
+                                       producer=g.producer[name].name if name in g.producer else None, axis=axis)
 
 
 def _apply_alignment(tensors: dict[str, TensorPlan], nodes: list[onnx.NodeProto], config: QuantConfig) -> None:
