@@ -56,7 +56,7 @@ def _candidate_dirs() -> list[Path]:
     dirs = []
     if os.environ.get("ONNXPTQ_MODELS"):
         dirs.append(Path(os.environ["ONNXPTQ_MODELS"]))
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(__file__).resolve().parents[1]  # testkit/ sits at the repository's root
     dirs += [repo.parent / "shared" / "models", Path.cwd().parent / "shared" / "models"]
     return dirs
 

