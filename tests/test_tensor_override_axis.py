@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset
-from onnxptq.config.schema import TensorQuant
+from onnxptq.config.schema import ConfigError, TensorQuant
 from onnxptq.pipeline.plan.assign import make_plan
 
 
@@ -47,3 +48,10 @@ def test_the_users_axis_wins_and_per_tensor_stays_per_tensor():
     plan = make_plan(_model(), cfg)
     assert plan.tensors["cw"].axis == 1  # -3 of rank 4
     assert plan.tensors["mw"].axis is None
+
+
+def test_an_axis_out_of_range_is_refused_naming_the_tensor():
+    cfg = get_preset("A8W8").replace(nodes_to_exclude=("matmul",), tensor_overrides={
+        "mw": TensorQuant("int8", symmetric=True, per_channel=True, axis=2)})
+    with pytest.raises(ConfigError, match=r"tensor_overrides\['mw'\]: axis 2 is out of range for a weight of rank 2"):
+        make_plan(_model(), cfg)

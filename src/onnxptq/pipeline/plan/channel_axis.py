@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from ...config.schema import TensorQuant
+from ...config.schema import ConfigError, TensorQuant
 from ...graph.ops import RECURRENT
 
 if TYPE_CHECKING:
@@ -51,5 +51,7 @@ def override_channel_axis(name: str, quant: TensorQuant, g: "_Graph") -> int | N
     if rank is None and name in g.initializers:
         rank = len(g.initializers[name].dims)
     if quant.axis is not None and rank:
+        if not -rank <= quant.axis < rank:
+            raise ConfigError(f"tensor_overrides[{name!r}]: axis {quant.axis} is out of range for a weight of rank {rank}")
         return quant.axis % rank
     return consumers_channel_axis(name, g.consumers.get(name, []), rank)
