@@ -19,7 +19,7 @@ from .. import runtime
 from ...analysis.class_scores import score_float_tensors
 from ..tails import TAIL_REASON, postprocessing_tail
 from ..transformer import is_transformer
-from .channel_axis import weight_channel_axis as _weight_axis
+from .channel_axis import weight_channel_axis
 from .rules import (
     _apply_alignment,
     _apply_tensor_overrides,
@@ -235,7 +235,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     continue
                 rank = len(g.initializers[name].dims)
                 if quant.is_integer:
-                    axis = _weight_axis(node, index, rank) if quant.per_channel else None
+                    axis = weight_channel_axis(node, index, rank) if quant.per_channel else None
                     if table_only and index == 0:  # one scale per row: per slice along the Gather's axis
                         gather_axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
                         quant, axis = quant.with_(per_channel=True, symmetric=True), gather_axis % rank
