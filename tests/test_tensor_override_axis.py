@@ -55,3 +55,16 @@ def test_an_axis_out_of_range_is_refused_naming_the_tensor():
         "mw": TensorQuant("int8", symmetric=True, per_channel=True, axis=2)})
     with pytest.raises(ConfigError, match=r"tensor_overrides\['mw'\]: axis 2 is out of range for a weight of rank 2"):
         make_plan(_model(), cfg)
+
+
+
+def test_another_axis_for_a_weight_the_plan_has_per_channel_is_refused_naming_it():
+    """The plan quantizes the Conv's weight per output channel (axis 0) for an integer Conv; a user's axis 1
+    (Quark's TensorQuantOverrides ``axis``) was dropped silently, and honoured it makes onnxruntime's
+    QLinearConv fail at run time ("filter scale shape invalid"): refused, naming the tensor and reader."""
+    cfg = get_preset("A8W8").replace(tensor_overrides={"cw": TensorQuant("int8", symmetric=True, per_channel=True, axis=1)})
+    with pytest.raises(ConfigError, match=r"tensor_overrides\['cw'\]: axis 1 is not the weight's output-channel axis 0.*Conv 'conv'"):
+        make_plan(_model(), cfg)
+    for axis in (None, 0, -4):  # the plan's own axis, named or not, stays
+        same = get_preset("A8W8").replace(tensor_overrides={"cw": TensorQuant("int8", symmetric=True, per_channel=True, axis=axis)})
+        assert make_plan(_model(), same).tensors["cw"].axis == 0
