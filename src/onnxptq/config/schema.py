@@ -497,6 +497,17 @@ class QuantConfig:
     #: every op in integers: signedness as the preset says, per-channel depthwise inputs, Q/DQ
     #: on every quantizable op). Float formats (BF16, BFP, MX) are placed alike on both.
     runtime: Runtime = "cpu"
+    #: onnxruntime's x86 CPU integer GEMM for uint8 activations and int8 weights (U8S8) on machines
+    #: without VNNI (AVX2, AVX-512 without VNNI) adds each pair of adjacent uint8×int8 products in
+    #: int16, which saturates past 32767 (255·127·2 = 64770): a dense or grouped QLinearConv, QGemm or
+    #: MatMulIntegerToFloat then computes a wrong sum (a small attention block: 0.02 → 0.17 relative
+    #: error). ``"auto"``: where this machine's onnxruntime saturates (a probe,
+    #: :func:`onnxptq.pipeline.runtime.integer_gemm_saturates`), the int8 weights those kernels read keep
+    #: to 7 bits (``reduce_range``: |q| ≤ 64, so a pair stays ≤ 255·128), as onnxruntime's own quantizer
+    #: advises for such CPUs; ``"on"``: always (a model made on a VNNI machine for CPUs without);
+    #: ``"off"``: never (full 8-bit weights, exact only where VNNI or another provider runs them).
+    #: Only ``runtime="cpu"`` with 8-bit activations; depthwise convolutions accumulate in int32 and keep 8 bits.
+    saturation_guard: Literal["auto", "on", "off"] = "auto"
     #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks
     #: along another axis, or stays float; a channel is flushed below ``range_guard_sqnr_db``, and
@@ -593,6 +604,8 @@ class QuantConfig:
             raise ConfigError("QuantConfig needs an activation or a weight format (both are None)")
         if self.runtime not in RUNTIMES:
             raise ConfigError(f"runtime must be one of {', '.join(RUNTIMES)}, not {self.runtime!r}{suggest(self.runtime, RUNTIMES)}")
+        if self.saturation_guard not in ("auto", "on", "off"):
+            raise ConfigError(f"saturation_guard must be 'auto', 'on' or 'off', not {self.saturation_guard!r}")
         if not 0.0 <= self.smooth_alpha <= 1.0:
             raise ConfigError(f"smooth_alpha (SmoothAlpha) must be in [0, 1], not {self.smooth_alpha}")
         if self.mx_activation_scale_search is not None and (isinstance(self.mx_activation_scale_search, bool)

@@ -19,12 +19,16 @@ runs on the integer values when the Q/DQ around them carry equal parameters.
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Sequence
 
 import onnx
 
 from ..analysis.runtime_view import DATA_MOVEMENT as RUNS_ON_INTEGERS_WHEN_INPUT_IS
 from ..config.schema import QuantConfig, TensorQuant
+
+log = logging.getLogger(__name__)
 
 #: Ops onnxruntime's CPU provider fuses into an integer kernel: QLinearConv, QLinearMatMul /
 #: MatMulIntegerToFloat, QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearAveragePool,
@@ -146,3 +150,43 @@ def cpu_constant(activation: TensorQuant) -> TensorQuant:
     the constant is quantized per tensor like an activation (asymmetric, its own min/max).
     """
     return activation.with_(per_channel=False, block_size=None, calibration="minmax")
+
+
+@functools.lru_cache(maxsize=1)
+def integer_gemm_saturates() -> bool:
+    """Whether this machine's onnxruntime CPU provider adds uint8×int8 products in int16 pairs that
+    saturate (x86 without VNNI: MLAS's AVX2/AVX-512BW U8S8 kernels use ``vpmaddubsw``).
+
+    A probe, not a CPU-flag table: one MatMulInteger of 255 × 127 over 8 terms, whose exact sum
+    (259080) the saturating kernel cannot reach (4 × 32767). Why a probe: which kernel onnxruntime
+    dispatches to depends on its build and the CPU (AVX-VNNI, AVX512-VNNI, AMX, ARM's SDOT all add
+    in int32), and only running it says. Cached: one tiny session per process.
+    """
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = 8
+    weights = numpy_helper.from_array(np.full((k, 1), 127, np.int8), "b")
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "saturation_probe",
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = int(session.run(None, {"a": np.full((1, k), 255, np.uint8)})[0][0, 0])
+    except Exception as err:  # noqa: BLE001 - a probe that cannot run says nothing about saturation
+        log.debug("integer GEMM saturation probe did not run: %s", err)
+        return False
+    saturates = got != 255 * 127 * k
+    if saturates:
+        log.info("onnxruntime's CPU integer GEMM on this machine saturates int16 pair sums (x86 without VNNI): "
+                 "int8 weights of dense Conv/MatMul/Gemm keep to 7 bits (saturation_guard='auto')")
+    return saturates
+
+
+def guard_saturation(config: QuantConfig) -> bool:
+    """Whether int8 weights read by onnxruntime's U8S8 GEMM keep to 7 bits (:attr:`QuantConfig.saturation_guard`)."""
+    if config.runtime != "cpu" or config.saturation_guard == "off":
+        return False
+    return config.saturation_guard == "on" or integer_gemm_saturates()

@@ -34,7 +34,7 @@ from .rules import (
 from .peaks import recurring_peaks
 from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
-from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
+from .select import depthwise_conv, is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .late_rules import late_float_rules
@@ -143,6 +143,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     tensors: dict[str, TensorPlan] = {}
     selected_names = {n.name for n in selected}
 
+    narrow_gemm_weights = runtime.guard_saturation(config)
+
     def spec_for(node: onnx.NodeProto, role: Role) -> TensorQuant | None:
         act, weight = _node_formats(node, config)
         if runtime.integer_placement(config, act):
@@ -150,6 +152,10 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             act = runtime.cpu_activation(act)
             if role == "weight" and node.op_type in ("Add", "Mul"):
                 return runtime.cpu_constant(act)
+            if (role == "weight" and narrow_gemm_weights and weight is not None and weight.format == "int8"
+                    and node.op_type in runtime.CPU_MATRIX_OPS and runtime.has_integer_kernels(act)
+                    and not depthwise_conv(node, g, multiplier_one=True)):
+                return weight.with_(reduce_range=True)  # onnxruntime's U8S8 GEMM without VNNI: runtime.integer_gemm_saturates
         if role == "activation":
             return act
         if role == "weight":
@@ -219,7 +225,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 act_quant = spec_for(node, "activation")
                 wt_quant = spec_for(node, "weight")
                 if config.bias == "int32" and wt_quant is not None and wt_quant.is_integer and act_quant is not None and act_quant.is_integer:
-                    add(name, "bias", wt_quant.with_(format="int32", per_channel=wt_quant.per_channel, symmetric=True),
+                    add(name, "bias", wt_quant.with_(format="int32", per_channel=wt_quant.per_channel, symmetric=True, reduce_range=False),
                         node, consumer=True, axis=0 if wt_quant.per_channel else None, bias_of=(node.input[0], weight_name))
                 elif quant is not None:
                     add(name, "bias", quant, node, consumer=True, axis=_block_axis(node, index, 1, True, 0) if not quant.is_integer else None)

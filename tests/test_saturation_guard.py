@@ -1,0 +1,106 @@
+"""int8 weights keep to 7 bits where onnxruntime's U8S8 integer GEMM saturates (QuantConfig.saturation_guard).
+
+Why: on x86 without VNNI (AVX2; AVX-512 without VNNI) onnxruntime's QLinearConv / QGemm /
+MatMulIntegerToFloat add each pair of uint8×int8 products in int16 and saturate past 32767, so a
+full-range int8 weight gives wrong sums; a small attention block went from 0.02 to 0.17 relative
+error (tests/test_sentinels.py). The probe's verdict is checked against what the fused kernels do
+on a real model here, so the test means the same on either kind of machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxptq import get_preset, quantize
+from onnxptq.config.schema import ConfigError
+from onnxptq.pipeline import runtime
+from onnxptq.pipeline.plan.assign import make_plan
+
+
+def _model() -> onnx.ModelProto:
+    """A dense Conv, a depthwise Conv, a MatMul and a Gemm, with weights that put same-sign full-range
+    values next to each other (the pairs the saturating kernel adds in int16)."""
+    rng = np.random.default_rng(0)
+    dense = np.abs(rng.standard_normal((8, 4, 3, 3))).astype(np.float32) + 0.5
+    depth = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    mat = np.abs(rng.standard_normal((8, 16))).astype(np.float32) + 0.5
+    gemm = np.abs(rng.standard_normal((16, 6))).astype(np.float32) + 0.5
+    inits = [numpy_helper.from_array(a, n) for a, n in ((dense, "dense_w"), (depth, "depth_w"), (mat, "mat_w"), (gemm, "gemm_w"))]
+    inits.append(numpy_helper.from_array(np.array([1, 8], np.int64), "flat_shape"))
+    nodes = [helper.make_node("Conv", ["x", "dense_w"], ["c1"], name="dense", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "depth_w"], ["c2"], name="depthwise", pads=[1, 1, 1, 1], group=8),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+             helper.make_node("Reshape", ["p", "flat_shape"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "mat_w"], ["m"], name="matmul"),
+             helper.make_node("Relu", ["m"], ["r3"], name="relu3"),
+             helper.make_node("Gemm", ["r3", "gemm_w"], ["y"], name="gemm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])], inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _feeds(n: int = 16) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return [{"x": np.abs(rng.standard_normal((1, 4, 8, 8))).astype(np.float32) * 3} for _ in range(n)]
+
+
+def _run(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], level: ort.GraphOptimizationLevel) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, f)[0] for f in feeds])
+
+
+def _quantize(guard: str) -> onnx.ModelProto:
+    cfg = dataclasses.replace(get_preset("A8W8"), saturation_guard=guard, repair=False)
+    return quantize(_model(), cfg, _feeds()).model
+
+
+def _fused_vs_reference(model: onnx.ModelProto) -> float:
+    """How far onnxruntime's fused integer kernels land from the same Q/DQ model run in float."""
+    feeds = _feeds(4)
+    fused = _run(model, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    reference = _run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return float(np.abs(fused - reference).max() / np.abs(reference).max())
+
+
+def test_guarded_weights_keep_to_seven_bits_except_depthwise():
+    plan = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="on"))
+    assert {n: plan.tensors[n].quant.reduce_range for n in ("dense_w", "mat_w", "gemm_w", "depth_w")} == {
+        "dense_w": True, "mat_w": True, "gemm_w": True, "depth_w": False}
+    off = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="off"))
+    assert not any(t.quant.reduce_range for t in off.tensors.values())
+    model = _quantize("on")
+    codes = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.data_type == TensorProto.INT8}
+    dense = [codes[f"{n}_quantized"] for n in ("dense_w", "mat_w", "gemm_w")]  # the codes, not the zero points
+    assert all(np.abs(a).max() == 64 for a in dense) and np.abs(codes["depth_w_quantized"]).max() == 127, {n: int(np.abs(a).max()) for n, a in codes.items()}
+
+
+def test_guarded_model_runs_its_fused_kernels_exactly_and_the_probe_predicts_the_unguarded_one():
+    """With the guard the fused kernels match the float Q/DQ reference on any CPU; without it they miss
+    it exactly where the probe says this machine saturates (a real model, not the probe's own graph)."""
+    assert _fused_vs_reference(_quantize("on")) < 1e-3
+    unguarded = _fused_vs_reference(_quantize("off"))
+    assert (unguarded > 1e-2) == runtime.integer_gemm_saturates(), unguarded
+
+
+def test_auto_follows_the_probe(monkeypatch):
+    for saturates in (True, False):
+        monkeypatch.setattr(runtime, "integer_gemm_saturates", lambda s=saturates: s)
+        plan = make_plan(_model(), get_preset("A8W8"))
+        assert plan.tensors["dense_w"].quant.reduce_range is saturates
+    npu = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), runtime="npu"))
+    assert not npu.tensors["dense_w"].quant.reduce_range  # an NPU target is no onnxruntime CPU kernel
+
+
+def test_a_bad_value_is_refused_naming_the_option():
+    with pytest.raises(ConfigError, match="saturation_guard must be 'auto', 'on' or 'off', not 'yes'"):
+        dataclasses.replace(get_preset("A8W8"), saturation_guard="yes")
