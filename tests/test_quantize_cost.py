@@ -126,7 +126,9 @@ def _guard_work(monkeypatch, model, fmt: str, hw: int) -> tuple[int, int, int]:
             monkeypatch.setattr(module, "open_session", counting_session)
     rng = np.random.default_rng(1)
     data = [{"x": rng.uniform(0, 1, (1, 4, hw, hw)).astype(np.float32)} for _ in range(4)]
-    cfg = get_preset(fmt)
+    # repair off: its builds plan (and guard) again, and whether the floor breaks on these random
+    # chains depends on the CPU's kernels (AVX2's 7-bit weights, runtime.integer_gemm_saturates)
+    cfg = get_preset(fmt).replace(repair=False)
     cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
     quantize(model, cfg, data, eval_samples=4)
     return elements[0], calls[0], sessions[0]

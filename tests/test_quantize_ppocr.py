@@ -67,14 +67,22 @@ def _rec_cer(rec, preset: str, **changes) -> tuple[float, object]:
 
 
 def test_a8w8_rec_within_002_cer_of_float(rec):
-    cer, result = _rec_cer(rec, "A8W8")
+    # Without repair, as A16W8 below: the bound is on the A8W8 model itself. The floor's CTC reads
+    # on 64 lines sit at its edge here (4 of 64 read differently: "could NOT confirm" or broken by the
+    # CPU's kernels), and a repair would step half the nodes to 16-bit, while the CER holds either way.
+    cer, result = _rec_cer(rec, "A8W8", **NO_REPAIR)
     print(f"rec A8W8 CER {cer:.4f} (float {rec['float']:.4f})")
     assert rec["float"] < 0.08
     assert cer <= rec["float"] + 0.02
     ops = {n.op_type for n in result.model.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
-    weights = [t for t in result.model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
-    assert len(weights) >= 40, "Conv/MatMul weights are stored as int8"
+    # every planned 8-bit weight is stored in its type: int8, or uint8 where this CPU's integer GEMM
+    # saturates (QuantConfig.saturation_guard)
+    planned = {n: t.quant.format for n, t in result.plan.tensors.items() if t.role == "weight" and t.quant.format in ("int8", "uint8")}
+    stored = {t.name: t.data_type for t in result.model.graph.initializer}
+    types = {"int8": onnx.TensorProto.INT8, "uint8": onnx.TensorProto.UINT8}
+    assert len(planned) >= 30 and all(stored.get(f"{n}_quantized") == types[f] for n, f in planned.items()), \
+        "Conv/MatMul weights are stored as 8-bit integers"
 
 
 def test_a16w8_rec_within_001_cer_of_float(rec):

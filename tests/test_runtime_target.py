@@ -33,7 +33,9 @@ def _quantized(name: str, lines: int, runtime: str = "cpu") -> onnx.ModelProto:
 
 
 def _quantize(name: str, lines: int, runtime: str = "cpu"):
-    config = get_preset("A8W8").replace(runtime=runtime)
+    # repair off: these tests read the CPU plan's placement; a floor broken on 16 lines (which it is
+    # or is not by a read or two, with the CPU's kernels) would step nodes up to 16-bit float kernels
+    config = get_preset("A8W8").replace(runtime=runtime, repair=False)
     config = config.replace(calibration=dataclasses.replace(config.calibration, progress=False))
     if name == "rec":
         images = ocr.render_lines(lines, seed=1, characters=ocr.load_characters(onnx.load(model_path("rec"))))[0]

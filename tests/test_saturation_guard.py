@@ -1,4 +1,4 @@
-"""int8 weights keep to 7 bits where onnxruntime's U8S8 integer GEMM saturates (QuantConfig.saturation_guard).
+"""int8 weights become uint8 where onnxruntime's U8S8 integer GEMM saturates (QuantConfig.saturation_guard).
 
 Why: on x86 without VNNI (AVX2; AVX-512 without VNNI) onnxruntime's QLinearConv / QGemm /
 MatMulIntegerToFloat add each pair of uint8×int8 products in int16 and saturate past 32767, so a
@@ -72,16 +72,18 @@ def _fused_vs_reference(model: onnx.ModelProto) -> float:
     return float(np.abs(fused - reference).max() / np.abs(reference).max())
 
 
-def test_guarded_weights_keep_to_seven_bits_except_depthwise():
+def test_guarded_weights_are_uint8_except_depthwise():
     plan = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="on"))
-    assert {n: plan.tensors[n].quant.reduce_range for n in ("dense_w", "mat_w", "gemm_w", "depth_w")} == {
-        "dense_w": True, "mat_w": True, "gemm_w": True, "depth_w": False}
+    assert {n: plan.tensors[n].quant.format for n in ("dense_w", "mat_w", "gemm_w", "depth_w")} == {
+        "dense_w": "uint8", "mat_w": "uint8", "gemm_w": "uint8", "depth_w": "int8"}
+    assert all(plan.tensors[n].quant.symmetric for n in ("dense_w", "mat_w", "gemm_w"))
     off = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="off"))
-    assert not any(t.quant.reduce_range for t in off.tensors.values())
+    assert {t.quant.format for t in off.tensors.values() if t.role == "weight"} == {"int8"}
     model = _quantize("on")
-    codes = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer if i.data_type == TensorProto.INT8}
-    dense = [codes[f"{n}_quantized"] for n in ("dense_w", "mat_w", "gemm_w")]  # the codes, not the zero points
-    assert all(np.abs(a).max() == 64 for a in dense) and np.abs(codes["depth_w_quantized"]).max() == 127, {n: int(np.abs(a).max()) for n, a in codes.items()}
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    assert [types[f"{n}_quantized"] for n in ("dense_w", "mat_w", "gemm_w", "depth_w")] == [TensorProto.UINT8] * 3 + [TensorProto.INT8]
+    zero_points = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "dense_w_zero_point"))
+    assert np.all(zero_points == 128)  # the symmetric grid around zero: the full 255 steps stay
 
 
 def test_guarded_model_runs_its_fused_kernels_exactly_and_the_probe_predicts_the_unguarded_one():
@@ -96,9 +98,9 @@ def test_auto_follows_the_probe(monkeypatch):
     for saturates in (True, False):
         monkeypatch.setattr(runtime, "integer_gemm_saturates", lambda s=saturates: s)
         plan = make_plan(_model(), get_preset("A8W8"))
-        assert plan.tensors["dense_w"].quant.reduce_range is saturates
+        assert plan.tensors["dense_w"].quant.format == ("uint8" if saturates else "int8")
     npu = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), runtime="npu"))
-    assert not npu.tensors["dense_w"].quant.reduce_range  # an NPU target is no onnxruntime CPU kernel
+    assert npu.tensors["dense_w"].quant.format == "int8"  # an NPU target is no onnxruntime CPU kernel
 
 
 def test_a_bad_value_is_refused_naming_the_option():

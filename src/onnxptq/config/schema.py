@@ -501,12 +501,13 @@ class QuantConfig:
     #: without VNNI (AVX2, AVX-512 without VNNI) adds each pair of adjacent uint8×int8 products in
     #: int16, which saturates past 32767 (255·127·2 = 64770): a dense or grouped QLinearConv, QGemm or
     #: MatMulIntegerToFloat then computes a wrong sum (a small attention block: 0.02 → 0.17 relative
-    #: error). ``"auto"``: where this machine's onnxruntime saturates (a probe,
-    #: :func:`onnxptq.pipeline.runtime.integer_gemm_saturates`), the int8 weights those kernels read keep
-    #: to 7 bits (``reduce_range``: |q| ≤ 64, so a pair stays ≤ 255·128), as onnxruntime's own quantizer
-    #: advises for such CPUs; ``"on"``: always (a model made on a VNNI machine for CPUs without);
-    #: ``"off"``: never (full 8-bit weights, exact only where VNNI or another provider runs them).
-    #: Only ``runtime="cpu"`` with 8-bit activations; depthwise convolutions accumulate in int32 and keep 8 bits.
+    #: error; PP-OCR cls top-1 0.945 → 0.905). ``"auto"``: where this machine's onnxruntime saturates
+    #: (a probe, :func:`onnxptq.pipeline.runtime.integer_gemm_saturates`), the int8 weights those kernels
+    #: read are stored as uint8 (onnxruntime's U8U8 kernels widen to 16 bits and do not saturate; the
+    #: same 255-step grid; :func:`onnxptq.pipeline.runtime.unsaturated_weight` says why not 7 bits);
+    #: ``"on"``: always (a model made on a VNNI machine for CPUs without); ``"off"``: never (int8
+    #: weights, exact only where VNNI, ARM or another provider runs them). Only ``runtime="cpu"`` with
+    #: 8-bit activations; depthwise convolutions accumulate in int32 and keep int8.
     saturation_guard: Literal["auto", "on", "off"] = "auto"
     #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks

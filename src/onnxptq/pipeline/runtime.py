@@ -181,12 +181,25 @@ def integer_gemm_saturates() -> bool:
     saturates = got != 255 * 127 * k
     if saturates:
         log.info("onnxruntime's CPU integer GEMM on this machine saturates int16 pair sums (x86 without VNNI): "
-                 "int8 weights of dense Conv/MatMul/Gemm keep to 7 bits (saturation_guard='auto')")
+                 "int8 weights of dense Conv/MatMul/Gemm are stored as uint8 (U8U8 kernels; saturation_guard='auto')")
     return saturates
 
 
 def guard_saturation(config: QuantConfig) -> bool:
-    """Whether int8 weights read by onnxruntime's U8S8 GEMM keep to 7 bits (:attr:`QuantConfig.saturation_guard`)."""
+    """Whether int8 weights read by onnxruntime's U8S8 GEMM move to uint8 (:attr:`QuantConfig.saturation_guard`)."""
     if config.runtime != "cpu" or config.saturation_guard == "off":
         return False
     return config.saturation_guard == "on" or integer_gemm_saturates()
+
+
+def unsaturated_weight(weight: TensorQuant) -> TensorQuant:
+    """The weight format that onnxruntime's x86 integer GEMM sums exactly without VNNI: uint8 (U8U8).
+
+    Why uint8 and not onnxruntime's advice of 7-bit int8 (``reduce_range``): its U8U8 kernels widen
+    both operands to 16 bits before ``vpmaddwd``, so no pair saturates, and the weight keeps all
+    255 steps; 7 bits halve every weight's resolution (PP-OCRv4 rec A8W8 before repair: output
+    cosine 0.985 → 0.959, CTC reads agreeing 0.94 → 0.77). U8U8 costs time: rec 0.64 → 0.78×
+    float's CPU time on one thread (bench/RESULTS.md, "The U8S8 saturation guard"). A symmetric
+    weight keeps its symmetric grid around zero point 128.
+    """
+    return weight.with_(format="uint8")

@@ -155,7 +155,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             if (role == "weight" and narrow_gemm_weights and weight is not None and weight.format == "int8"
                     and node.op_type in runtime.CPU_MATRIX_OPS and runtime.has_integer_kernels(act)
                     and not depthwise_conv(node, g, multiplier_one=True)):
-                return weight.with_(reduce_range=True)  # onnxruntime's U8S8 GEMM without VNNI: runtime.integer_gemm_saturates
+                return runtime.unsaturated_weight(weight)  # onnxruntime's U8S8 GEMM without VNNI: runtime.integer_gemm_saturates
         if role == "activation":
             return act
         if role == "weight":
