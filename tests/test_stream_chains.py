@@ -51,6 +51,7 @@ def test_held_out_chains_count_the_held_out_calls_of_each_chain():
     # held-out feeds first (0..5), then calibration feeds: chain A holds held-out 0, 1, 2; chain B holds 3; 4, 5 none
     stream = Stream(pairs=(("h_in", "h_out"),), chains=((0, 6, 1, 7, 2), (8, 3, 9), (10, 11)))
     assert held_out_chains(stream, 6) == Chains((3, 1), 6)
+    assert held_out_chains(stream, 6).clips == 4  # A, B, and the held-out calls 4 and 5 in no chain, each its own
 
 
 def _rows(rng: np.random.Generator, lost: int, rows: int = 8, classes: int = 100) -> tuple[dict, dict]:

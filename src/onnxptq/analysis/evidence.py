@@ -202,6 +202,11 @@ class Chains(NamedTuple):
     sizes: tuple[int, ...]
     calls: int
 
+    @property
+    def clips(self) -> int:
+        """The clips the held-out calls come from: the chains that hold any, and each call in no chain its own."""
+        return sum(1 for h in self.sizes if h) + max(0, self.calls - sum(self.sizes))
+
     def draws(self, count: float) -> float:
         """The effective draws of ``count`` units judged on the held-out calls: ``count² / Σ m²`` over the chains'
         units (``m_c = count · h_c / calls``) and the units of calls in no chain (each its own); ``count`` where no
@@ -231,7 +236,8 @@ class ShareBound(NamedTuple):
     #: the bound's confidence each side (:data:`CONFIDENT`; :data:`FIRST_LOOK` / :data:`SECOND_LOOK` where two looks are possible)
     confidence: float = CONFIDENT
     #: the effective draws the bound counts where the units came from chains of calls (module docstring, "Chains of
-    #: calls": then ``to_confirm`` counts chains, :func:`clips`), and the chains; None, 0: independent units
+    #: calls": then ``to_confirm`` counts chains, :func:`clips`), and the clips they came from (:attr:`Chains.clips`); None,
+    #: 0: independent units
     draws: float | None = None
     chains: int = 0
 
@@ -244,7 +250,7 @@ class ShareBound(NamedTuple):
             return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, count, confidence), confidence)
         assert chains is not None
         return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, max(1, int(draws)), confidence),
-                   confidence, draws, sum(1 for h in chains.sizes if h))
+                   confidence, draws, chains.clips)
 
     @property
     def effective(self) -> float:

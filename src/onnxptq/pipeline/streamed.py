@@ -75,7 +75,7 @@ def judged_stream(calibrated: Calibrated) -> tuple[Stream, list[dict[str, np.nda
         calibrated.readings["carried"] = carried
         chains = held_out_chains(stream, n)
         words = (f"{len(judged)} of the {n} held-out calls run after the calls before them in the calibration stream, "
-                 f"the held-out calls in {clips(len(chains.sizes))} (chains of calls; the floor's bounds count them, "
+                 f"the held-out calls in {clips(chains.clips)} (chains of calls; the floor's bounds count them, "
                  f"not the calls: analysis/evidence.py), "
                  f"each call fed the quantized model's own previous state ({', '.join(f'{i} ← {o}' for i, o in stream.pairs)})"
                  + (f"; the states {', '.join(sorted(carried))} judged through the outputs they feed" if carried else ""))
