@@ -65,10 +65,13 @@ Why ``ρ = 1`` and not estimated: (1) the floor holds each reading's share and c
 call; (2) with the 1-4 clips a user's first 192 calls hold, ``ρ̂`` is not estimable where every unit is kept (the
 case "could not confirm" is about) and is all noise elsewhere: one lost chunk of 3 × 16 puts the one-way ANOVA
 estimate at 0 (``n_eff`` 48, bound 0.933 for 47 kept) where none lost gives no estimate, so a single loss would
-confirm what a clean run could not; (3) the held-out calls of one clip are every third of its first seconds, as
-alike as units come. ``ρ = 1`` is the case no data of few chains refutes, and it is monotone: more chains, more draws.
-A break is unchanged: the losses seen on a chained output stay judged on its units (``surely_below``): a drift
-the floor sees is repaired, and repair's candidates are held to the same bound.
+confirm what a clean run could not; (3) ``ρ = 1`` is the one value the floor's own 1-4 clips cannot refute, and it
+is monotone: more chains, more draws. It is the conservative end: over the whole of 10 of the bench's FastEnhancer-T
+clips (about 136 audible chunks each) the kept/lost indicator's intra-clip correlation measured 0.03-0.05 under MX9
+and A16W8 (bench/RESULTS.md, chains), a design effect of 5-8 there, where ``ρ = 1`` takes the clip's count; the held-out
+calls (every third of a clip's first seconds) are closer together than that. A break is unchanged: the losses seen on
+a chained output stay judged on its units (``surely_below``), so a drift the floor sees is repaired; a repair
+candidate whose clips could not confirm any share is not ruled out by its bound (``repair.selected_unconfirmed``).
 """
 
 from __future__ import annotations
