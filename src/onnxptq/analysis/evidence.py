@@ -46,6 +46,32 @@ on all the reads (Wilson's coverage steps with the counts; tests/test_evalsample
 exactly). Without a reserve there is one look, at :data:`CONFIDENT`, as before; and so is a share a second look
 could not confirm even with every read kept (its count with the reserve's too few at :data:`SECOND_LOOK`: a
 batch-1 classifier's 8 + 24 rows against 0.97), decided by the count and not by the share (``floor.Floor.level``).
+
+**Chains of calls** (:class:`Chains`, :meth:`Chains.draws`). A streamed model's held-out calls are not independent
+draws: the calls of one clip (a chain of calls, each fed the state of the one before: analysis/streams.py) share its
+noise, its speaker and the state the quantized model carried into them, and whether they drift is decided by the clip
+(decibri's FastEnhancer-T MX9: every streamed chunk of the calibration clips within 20 dB of float's, 0.917 of the
+chunks of other clips; bench/RESULTS.md, streamspread). 48 chunks of one clip confirm nothing about the next clip. So a
+share judged on chained calls is bounded on its *effective* draws (Kish 1965, the design effect of a cluster sample):
+``n_eff = n / deff``, ``deff = 1 + (m̃ − 1) ρ``, ``m̃ = Σ m_c² / n`` the size-weighted mean of the ``m_c`` units of
+each chain, ``ρ`` the intra-chain correlation of the kept/lost indicator. The bound takes ``ρ = 1``:
+``n_eff = n² / Σ m_c²``, the number of chains where they hold alike counts (3 clips of 16 chunks: 3 draws), fewer where
+one chain holds most of them. A call in no chain is a chain of its units, each its own (``deff`` 1): independent
+units give exactly the count, so every unchained verdict is the one it was. A reading gives the floor its share and
+its count, not the units of each call, so the units are taken as spread evenly over the held-out calls
+(``m_c = n · h_c / H``, ``h_c`` of the ``H`` held-out calls in chain ``c``); ``n_eff`` is never above ``n``.
+
+Why ``ρ = 1`` and not estimated: (1) the floor holds each reading's share and count, not its kept/lost units call by
+call; (2) with the 1-4 clips a user's first 192 calls hold, ``ρ̂`` is not estimable where every unit is kept (the
+case "could not confirm" is about) and is all noise elsewhere: one lost chunk of 3 × 16 puts the one-way ANOVA
+estimate at 0 (``n_eff`` 48, bound 0.933 for 47 kept) where none lost gives no estimate, so a single loss would
+confirm what a clean run could not; (3) ``ρ = 1`` is the one value the floor's own 1-4 clips cannot refute, and it
+is monotone: more chains, more draws. It is the conservative end: over the whole of 10 of the bench's FastEnhancer-T
+clips (about 136 audible chunks each) the kept/lost indicator's intra-clip correlation measured 0.03-0.05 under MX9
+and A16W8 (bench/RESULTS.md, chains), a design effect of 5-8 there, where ``ρ = 1`` takes the clip's count; the held-out
+calls (every third of a clip's first seconds) are closer together than that. A break is unchanged: the losses seen on
+a chained output stay judged on its units (``surely_below``), so a drift the floor sees is repaired; a repair
+candidate whose clips could not confirm any share is not ruled out by its bound (``repair.selected_unconfirmed``).
 """
 
 from __future__ import annotations
@@ -54,7 +80,7 @@ import math
 from statistics import NormalDist
 from typing import Callable, NamedTuple
 
-__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "ShareBound", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
+__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "Chains", "ShareBound", "clips", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
            "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
@@ -73,6 +99,11 @@ SECOND_LOOK = 0.92
 MOST_HELD_OUT = 64
 #: the most decisions :func:`decisions_to_decide` looks for
 MOST = 100_000
+
+
+def clips(n: int) -> str:
+    """``n`` chains of calls in the verdict's words (module docstring, "Chains of calls"): "1 clip", "3 clips"."""
+    return f"{n} clip" if n == 1 else f"{n} clips"
 
 
 def tail(lost: int, count: int, floor: float) -> float:
@@ -166,6 +197,31 @@ def reads_to_confirm(share: float, floor: float, seen: int = 1, confidence: floa
     return least_count(lambda count: share_bound(share * count, count, confidence)[0] >= floor, max(1, seen), MOST)
 
 
+class Chains(NamedTuple):
+    """How a streamed model's held-out calls hang together (module docstring, "Chains of calls"): the held-out calls
+    of each chain of calls that holds any (analysis/streams.py ``held_out_chains``), and the held-out calls in all
+    (those in no chain are independent)."""
+
+    sizes: tuple[int, ...]
+    calls: int
+
+    @property
+    def clips(self) -> int:
+        """The clips the held-out calls come from: the chains that hold any, and each call in no chain its own."""
+        return sum(1 for h in self.sizes if h) + max(0, self.calls - sum(self.sizes))
+
+    def draws(self, count: float) -> float:
+        """The effective draws of ``count`` units judged on the held-out calls: ``count² / Σ m²`` over the chains'
+        units (``m_c = count · h_c / calls``) and the units of calls in no chain (each its own); ``count`` where no
+        held-out call is in a chain, never above it."""
+        chained = sum(self.sizes)
+        if count <= 0 or self.calls <= 0 or not chained:
+            return count
+        per = count / self.calls
+        squares = sum((per * h) ** 2 for h in self.sizes) + per * max(0, self.calls - chained)
+        return min(count, count * count / squares)
+
+
 class ShareBound(NamedTuple):
     """A share that holds its floor on its figure, and the bound that says how sure that is
     (:func:`share_bound`); the floor's "could not confirm" where ``low`` is below ``floor``."""
@@ -182,11 +238,27 @@ class ShareBound(NamedTuple):
     to_confirm: int | None
     #: the bound's confidence each side (:data:`CONFIDENT`; :data:`FIRST_LOOK` / :data:`SECOND_LOOK` where two looks are possible)
     confidence: float = CONFIDENT
+    #: the effective draws the bound counts where the units came from chains of calls (module docstring, "Chains of
+    #: calls": then ``to_confirm`` counts chains, :func:`clips`), and the clips they came from (:attr:`Chains.clips`); None,
+    #: 0: independent units
+    draws: float | None = None
+    chains: int = 0
 
     @classmethod
-    def of(cls, share: float, count: int, unit: str, floor: float, confidence: float = CONFIDENT) -> "ShareBound":
-        low, high = share_bound(share * count, count, confidence)
-        return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, count, confidence), confidence)
+    def of(cls, share: float, count: int, unit: str, floor: float, confidence: float = CONFIDENT,
+           chains: Chains | None = None) -> "ShareBound":
+        draws = chains.draws(count) if chains is not None else float(count)
+        low, high = share_bound(share * draws, draws, confidence)
+        if draws >= count:  # independent units: the bound of every unchained share, as before
+            return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, count, confidence), confidence)
+        assert chains is not None
+        return cls(share, count, unit, low, high, floor, reads_to_confirm(share, floor, max(1, int(draws)), confidence),
+                   confidence, draws, chains.clips)
+
+    @property
+    def effective(self) -> float:
+        """The draws the bound counts: :attr:`draws`, else :attr:`count`."""
+        return self.count if self.draws is None else self.draws
 
     @property
     def confirmed(self) -> bool:
@@ -194,12 +266,16 @@ class ShareBound(NamedTuple):
 
     @property
     def confirmable(self) -> bool:
-        """Whether its count could confirm any share: every one kept would leave the bound at the floor or above."""
-        return share_bound(float(self.count), float(self.count), self.confidence)[0] >= self.floor
+        """Whether its draws could confirm any share: every one kept would leave the bound at the floor or above."""
+        return share_bound(float(self.effective), float(self.effective), self.confidence)[0] >= self.floor
 
     def describe(self) -> str:
         """"0.9688 on 64 rows, bound 0.9271-0.9869 (90% each side) reaches below the floor 0.95: could NOT
-        confirm; about 222 rows like these would confirm it" in words."""
-        more = f"; about {self.to_confirm} {self.unit} like these would confirm it" if self.to_confirm else ""
-        return (f"{self.share:.4f} on {self.count} {self.unit}, bound {self.low:.4f}-{self.high:.4f} ({self.confidence:.0%} each side) "
-                f"reaches below the floor {self.floor:.4g}: could NOT confirm{more}")
+        confirm; about 222 rows like these would confirm it" in words; a chained share says its chains ("1.0000
+        on 48 audible chunks of 3 clips (3.0 effective draws: ...)", "about 54 clips like these")."""
+        count = (f"{self.to_confirm} {self.unit}" if self.draws is None else clips(self.to_confirm)) if self.to_confirm else ""
+        more = f"; about {count} like these would confirm it" if count else ""
+        of = ("" if self.draws is None else f" of {clips(self.chains)} ({self.draws:.1f} effective draws: the {self.unit} "
+              f"of one clip, each call fed the state of the one before, are no independent draws; analysis/evidence.py)")
+        return (f"{self.share:.4f} on {self.count} {self.unit}{of}, bound {self.low:.4f}-{self.high:.4f} ({self.confidence:.0%} "
+                f"each side) reaches below the floor {self.floor:.4g}: could NOT confirm{more}")

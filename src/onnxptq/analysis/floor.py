@@ -102,7 +102,7 @@ from .recurrent_reads import StepFrames, recurrent_outputs, step_note
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, ShareBound, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
+from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, Chains, ShareBound, clips, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -720,7 +720,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             det_levels: Sequence[tuple[Level, ...]] = (),
             anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
             coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = (),
-            recurrent: Collection[str] = ()) -> Verdict:
+            recurrent: Collection[str] = (), chains: Chains | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -780,7 +780,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     them (``coordinates.coordinate_outputs``), judged by their points' mean move within a pixel as a declared
     points reading is (``coordinates.coordinate_readings``); a user's declaration wins.
     ``carried``: state outputs a streamed candidate fed back to itself, judged through what they feed, not
-    themselves (analysis/streams.py, ``carried_outputs``)."""
+    themselves (analysis/streams.py, ``carried_outputs``). ``chains``: how a streamed candidate's held-out calls hang
+    together in chains of calls (analysis/streams.py ``held_out_chains``): a share's bound counts its effective draws,
+    the chains, not the calls (:func:`share_of`; analysis/evidence.py, "Chains of calls")."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -1089,11 +1091,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
     for check in verdict.outputs.values():
-        _confirm(check, floor, len(reference))
+        _confirm(check, floor, len(reference), chains)
     return verdict
 
 
-def share_of(check: OutputCheck, floor: Floor, held: int = 0) -> ShareBound | None:
+def share_of(check: OutputCheck, floor: Floor, held: int = 0, chains: Chains | None = None) -> ShareBound | None:
     """The share of independent reads by which ``check`` holds the floor, with its bound
     (analysis/evidence.py); None where its judgement counts no such reads (cosines, a mask's pages, which
     carry their own bound, a curve's elements, a picture's values). Reads: a sequence's reads (a tagger's
@@ -1106,13 +1108,18 @@ def share_of(check: OutputCheck, floor: Floor, held: int = 0) -> ShareBound | No
     the held-out feeds' alone (:func:`_held_count`), as rows and masks already were (``maps.MaskBound``). A
     range calibration fitted keeps its own feeds' reads (anr_fa_decoder MXFP8_E4M3: 189 of 192 rows with 8
     calibration feeds pooled, bound 0.970, "confirmed"; 0.871 on 512 other rows), so calibration reads may
-    break a share or be shown beside it, never confirm it. ``held``: the held-out feeds judged."""
+    break a share or be shown beside it, never confirm it. ``held``: the held-out feeds judged.
+
+    **Chained calls** (``chains``: a streamed model's held-out calls in chains of calls, analysis/streams.py): the bound
+    counts the held-out units' effective draws, the chains where they hold alike counts (analysis/evidence.py,
+    "Chains of calls"): 48 chunks of 3 clips are 3 draws. Without chains, or with every call its own, the count."""
     found = _share_and_count(check, floor)
     if found is None:
         return None
     share, count, unit, against = found
     count = _held_count(check, count, held)
-    return ShareBound.of(share, count, unit, against, floor.level(count, against))
+    draws = chains.draws(count) if chains is not None else count
+    return ShareBound.of(share, count, unit, against, floor.level(draws, against), chains)
 
 
 def _share_and_count(check: OutputCheck, floor: Floor) -> tuple[float, int, str, float] | None:
@@ -1150,15 +1157,16 @@ def _held_count(check: OutputCheck, count: int, held: int) -> int:
     return int(math.floor(count * held / (held + pooled) + 1e-9))
 
 
-def _confirm(check: OutputCheck, floor: Floor, held: int = 0) -> None:
+def _confirm(check: OutputCheck, floor: Floor, held: int = 0, chains: Chains | None = None) -> None:
     """Name a check that holds on its figure by a share of few reads as *could not confirm* where the
     share's bound reaches below the floor (analysis/evidence.py); with ``floor.confirm``
     (``QuantConfig.repair_uncertain``) it breaks the floor, so repair acts on it and accepts a candidate only
     where the bound clears. Checks already broken or not judged keep their state and words. ``held``: the
-    held-out feeds judged (the bound counts theirs alone: :func:`share_of`)."""
+    held-out feeds judged (the bound counts theirs alone: :func:`share_of`); ``chains``: how they hang together
+    (the bound counts the chains: :func:`share_of`)."""
     if not check.ok or check.top1_unjudged or check.within_chance is not None or check.mask_bound is not None:
         return
-    bound = share_of(check, floor, held)
+    bound = share_of(check, floor, held, chains)
     if bound is None or bound.share < bound.floor or bound.confirmed:
         return
     check.unconfirmed = bound
@@ -2224,6 +2232,7 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
     :meth:`OutputCheck.describe` (which carries them): the bound is said once, not three times."""
     parts = []
     wanted = 0  # samples of data, at the reads per sample seen here, whose bounds would all clear the floor
+    chains = 0  # chains of calls (a streamed output: analysis/evidence.py, "Chains of calls") that would confirm it
     for name in verdict.unconfirmed:
         c = verdict.outputs[name]
         b = c.unconfirmed
@@ -2232,6 +2241,9 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
         judged = verdict.samples + (0 if c.mask_bound is not None else max(c.seen_feeds, c.kept_seen))
         samples = f"{verdict.samples} held-out and {judged - verdict.samples} calibration samples"
         parts.append(f"{name}: {b.describe()} ({samples})" if bounds else f"{name} ({samples})")
+        if b.draws is not None:  # chained calls: more clips confirm it, not more calls of these (its draws are clips)
+            chains = max(chains, b.to_confirm or 10_001)
+            continue
         # the bound counts the held-out samples' reads alone (share_of): the held-out samples that would confirm it,
         # at the second look's confidence where there are two (evidence.py, "Two looks": a reserve is judged at it)
         per = b.count / verdict.samples if verdict.samples else 0.0
@@ -2246,7 +2258,15 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
     reach = (f"data of {3 * wanted} samples or more: the floor holds out every third sample, up to {MOST_HELD_OUT}"
              if wanted <= MOST_HELD_OUT else f"more than the {MOST_HELD_OUT} the floor holds out of any data: judge it on your own data")
     advice = (f"give at least {wanted} held-out samples to confirm it ({reach}; calibration samples never confirm a share)"
-              if 0 < wanted <= 10_000 else "give more held-out data to confirm it")
+              if 0 < wanted <= 10_000 else "give more held-out data to confirm it" if wanted or not chains else "")
+    if chains:  # the calls of one clip are one draw: more calls of these clips confirm nothing
+        first = 3 * MOST_HELD_OUT
+        reach = (f"each clip's calls in order: {clips(chains)} of {first // chains} calls or fewer in the data's first {first} "
+                 f"calls, of which the floor holds out every third; or judge it on your own clips" if chains <= MOST_HELD_OUT
+                 else f"more than the {MOST_HELD_OUT} calls the floor holds out of any data: judge it on your own clips")
+        more = (f"give data of at least {clips(chains)} to confirm it ({reach}; more calls of the same clips confirm nothing)"
+                if chains <= 10_000 else "give more clips to confirm it")
+        advice = f"{advice}; {more}" if advice else more
     level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
             f"{level:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")

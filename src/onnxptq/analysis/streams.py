@@ -27,6 +27,9 @@ pairs. Float streamed needs no run: the feeds ARE float's stream (each link was 
 outputs), so float's per-call outputs on them are its streamed outputs. The state outputs themselves are
 not judged where the model has other float outputs (:func:`carried_outputs`): their error is judged
 through what they feed, the outputs the user reads, as the user meets it.
+
+**What the judgement counts** (:func:`held_out_chains`): the held-out calls of one chain are one clip's, not
+independent draws; the floor's bounds count the chains (analysis/evidence.py, "Chains of calls").
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ import onnx
 
 from ..graph.ops import FLOATING
 from .decisions import KEY as DECISION_KEY
+from .evidence import Chains
 
-__all__ = ["MIN_LINKS", "RTOL", "Stream", "carried_outputs", "find_stream", "state_pairs", "streamed_outputs"]
+__all__ = ["MIN_LINKS", "RTOL", "Stream", "carried_outputs", "find_stream", "held_out_chains", "state_pairs", "streamed_outputs"]
 
 #: a state input equals a previous output within this relative tolerance (of the output's largest magnitude):
 #: float's own loop feeds its outputs back bit for bit, but the floor's float is the prepared model, whose fused
@@ -200,3 +204,10 @@ def carried_outputs(stream: Stream, names: Collection[str]) -> frozenset[str]:
     decisions (``decision:`` keys, analysis/decisions.py) are no output the model returns."""
     states = frozenset(o for _, o in stream.pairs)
     return states if any(n not in states and not n.startswith(DECISION_KEY) for n in names) else frozenset()
+
+
+def held_out_chains(stream: Stream, held: int) -> Chains:
+    """How the held-out feeds (the first ``held`` of the feeds ``stream`` was found on) hang together: the held-out
+    calls of each of its chains that holds any, in all ``held`` (module docstring, "What the judgement counts"). A
+    chain's first call, run as fed, is of its clip too; a held-out feed in no chain is independent."""
+    return Chains(tuple(n for n in (sum(1 for k in chain if k < held) for chain in stream.chains) if n), held)

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..analysis.streams import Stream, carried_outputs, find_stream, state_pairs, streamed_outputs
+from ..analysis.streams import Stream, carried_outputs, find_stream, held_out_chains, state_pairs, streamed_outputs
+from ..analysis.evidence import clips
 from ..sessions import run_feeds
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ def judged_stream(calibrated: Calibrated) -> tuple[Stream, list[dict[str, np.nda
     then the calibration feeds with float outputs (``feeds``: the held-out ones first, by their index), and how it is
     judged in the summary's words; None where no held-out feed is in a chain of two calls or more. Found once per
     set of held-out feeds; the state outputs are then judged through what they feed (``readings["carried"]``:
-    analysis/streams.py, ``carried_outputs``).
+    analysis/streams.py, ``carried_outputs``), and the floor's bounds count the held-out calls' chains, not the calls
+    (``readings["chains"]``: analysis/streams.py ``held_out_chains``, analysis/evidence.py "Chains of calls"), for the
+    set judged last.
 
     Where the held-out feeds are a stream and calibration held a reserve (``calibrate.reserve_stream``: every third
     feed after the first ``3n``), the reserve joins them at once (``Calibrated.look_again``): the first held-out
@@ -54,7 +57,9 @@ def judged_stream(calibrated: Calibrated) -> tuple[Stream, list[dict[str, np.nda
     the speech), too early for a drift through the states to show."""
     key = (len(calibrated.holdout), len(calibrated.float_outputs))
     if key in calibrated.streams:
-        return calibrated.streams[key]
+        found = calibrated.streams[key]
+        _set_chains(calibrated, found)
+        return found
     found = None
     candidates = state_pairs(calibrated.prepared) if not calibrated.holdout_reused and calibrated.holdout else []
     stream, feeds = _find(calibrated, candidates) if candidates else (None, [])
@@ -68,13 +73,26 @@ def judged_stream(calibrated: Calibrated) -> tuple[Stream, list[dict[str, np.nda
         names = list(calibrated.holdout_outputs[0]) if calibrated.holdout_outputs else []
         carried = carried_outputs(stream, names)
         calibrated.readings["carried"] = carried
+        chains = held_out_chains(stream, n)
         words = (f"{len(judged)} of the {n} held-out calls run after the calls before them in the calibration stream, "
+                 f"the held-out calls in {clips(chains.clips)} (chains of calls; the floor's bounds count them, "
+                 f"not the calls: analysis/evidence.py), "
                  f"each call fed the quantized model's own previous state ({', '.join(f'{i} ← {o}' for i, o in stream.pairs)})"
                  + (f"; the states {', '.join(sorted(carried))} judged through the outputs they feed" if carried else ""))
         found = (stream, feeds, words)
         log.debug("accuracy floor: %s", words)
     calibrated.streams[key] = calibrated.streams[(len(calibrated.holdout), len(calibrated.float_outputs))] = found
+    _set_chains(calibrated, found)
     return found
+
+
+def _set_chains(calibrated: Calibrated, found: tuple[Stream, list[dict[str, np.ndarray]], str] | None) -> None:
+    """The floor's ``chains`` reading (floor.measure) for the held-out feeds judged now: their chains where they are a
+    stream, else none at all (a model that holds no stream is judged with the readings it always was)."""
+    if found is None:
+        calibrated.readings.pop("chains", None)
+    else:
+        calibrated.readings["chains"] = held_out_chains(found[0], len(calibrated.holdout))
 
 
 def settle_stream(calibrated: Calibrated, reads: int, eval_samples: int) -> None:
