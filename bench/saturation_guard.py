@@ -4,8 +4,8 @@
 
 Prints whether this machine's onnxruntime saturates (the probe), then for PP-OCRv4 rec (CER) and PP-OCR
 cls (accuracy), repair off (the preset's model itself): float, and three weight forms of dense
-Conv/MatMul/Gemm — ``int8`` (guard "off": onnxruntime's U8S8 kernels), ``uint8`` (guard "on": U8U8
-kernels) and ``int8 7-bit`` (onnxruntime's own advice, ``reduce_range``) — each scored as onnxruntime
+Conv/MatMul/Gemm — ``int8`` (guard "off": onnxruntime's U8S8 kernels), ``uint8`` (guard "on": the same
+values stored as uint8, U8U8 kernels) and ``int8 7-bit`` (onnxruntime's own advice, ``reduce_range``) — each scored as onnxruntime
 runs it (fused integer kernels) and with no graph optimisation (the Q/DQ model computed in float: what a
 kernel that adds in int32 gives), with the output cosine against float the floor reads, and the CPU time
 of one-thread inference over the evaluation images relative to float (best of 3, alternating).

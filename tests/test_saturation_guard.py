@@ -1,4 +1,4 @@
-"""int8 weights become uint8 where onnxruntime's U8S8 integer GEMM saturates (QuantConfig.saturation_guard).
+"""int8 weights are stored as uint8 where onnxruntime's U8S8 integer GEMM saturates (QuantConfig.saturation_guard).
 
 Why: on x86 without VNNI (AVX2; AVX-512 without VNNI) onnxruntime's QLinearConv / QGemm /
 MatMulIntegerToFloat add each pair of uint8×int8 products in int16 and saturate past 32767, so a
@@ -29,8 +29,8 @@ def _model() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     dense = np.abs(rng.standard_normal((8, 4, 3, 3))).astype(np.float32) + 0.5
     depth = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
-    mat = np.abs(rng.standard_normal((8, 16))).astype(np.float32) + 0.5
-    gemm = np.abs(rng.standard_normal((16, 6))).astype(np.float32) + 0.5
+    gemm = np.abs(rng.standard_normal((8, 16))).astype(np.float32) + 0.5
+    mat = np.abs(rng.standard_normal((16, 6))).astype(np.float32) + 0.5
     inits = [numpy_helper.from_array(a, n) for a, n in ((dense, "dense_w"), (depth, "depth_w"), (mat, "mat_w"), (gemm, "gemm_w"))]
     inits.append(numpy_helper.from_array(np.array([1, 8], np.int64), "flat_shape"))
     nodes = [helper.make_node("Conv", ["x", "dense_w"], ["c1"], name="dense", pads=[1, 1, 1, 1]),
@@ -39,9 +39,9 @@ def _model() -> onnx.ModelProto:
              helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
              helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
              helper.make_node("Reshape", ["p", "flat_shape"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "mat_w"], ["m"], name="matmul"),
+             helper.make_node("Gemm", ["f", "gemm_w"], ["m"], name="gemm"),
              helper.make_node("Relu", ["m"], ["r3"], name="relu3"),
-             helper.make_node("Gemm", ["r3", "gemm_w"], ["y"], name="gemm")]
+             helper.make_node("MatMul", ["r3", "mat_w"], ["y"], name="matmul")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])], inits)
     return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
@@ -72,18 +72,38 @@ def _fused_vs_reference(model: onnx.ModelProto) -> float:
     return float(np.abs(fused - reference).max() / np.abs(reference).max())
 
 
-def test_guarded_weights_are_uint8_except_depthwise():
-    plan = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="on"))
-    assert {n: plan.tensors[n].quant.format for n in ("dense_w", "mat_w", "gemm_w", "depth_w")} == {
-        "dense_w": "uint8", "mat_w": "uint8", "gemm_w": "uint8", "depth_w": "int8"}
-    assert all(plan.tensors[n].quant.symmetric for n in ("dense_w", "mat_w", "gemm_w"))
-    off = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), saturation_guard="off"))
-    assert {t.quant.format for t in off.tensors.values() if t.role == "weight"} == {"int8"}
-    model = _quantize("on")
-    types = {i.name: i.data_type for i in model.graph.initializer}
-    assert [types[f"{n}_quantized"] for n in ("dense_w", "mat_w", "gemm_w", "depth_w")] == [TensorProto.UINT8] * 3 + [TensorProto.INT8]
-    zero_points = numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "dense_w_zero_point"))
-    assert np.all(zero_points == 128)  # the symmetric grid around zero: the full 255 steps stay
+def test_guarded_weights_are_stored_uint8_value_for_value_except_depthwise():
+    """The plan keeps int8; the file stores each fused weight's codes + 128 with zero point + 128, which
+    DequantizeLinear reads as the same values; the depthwise Conv (int32 sums) keeps int8."""
+    off, on = _quantize("off"), _quantize("on")
+    assert on.graph.node and {t.quant.format for t in make_plan(_model(), dataclasses.replace(
+        get_preset("A8W8"), saturation_guard="on")).tensors.values() if t.role == "weight"} == {"int8"}
+
+    def weights(model: onnx.ModelProto) -> dict[str, tuple[int, np.ndarray]]:
+        inits = {i.name: i for i in model.graph.initializer}
+        found = {}
+        for node in model.graph.node:
+            if node.op_type == "DequantizeLinear" and node.input[0] in inits and inits[node.input[0]].dims:
+                data = inits[node.input[0]]
+                codes = numpy_helper.to_array(data).astype(np.int32)
+                zero = numpy_helper.to_array(inits[node.input[2]]).astype(np.int32) if len(node.input) > 2 else 0
+                scale = numpy_helper.to_array(inits[node.input[1]])
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+                shape = [1] * codes.ndim
+                if scale.ndim:
+                    shape[axis] = -1
+                found[node.output[0]] = (data.data_type, (codes - np.reshape(zero, shape)) * np.reshape(scale, shape))
+        return found
+
+    a, b = weights(off), weights(on)
+    assert a.keys() == b.keys()
+    unsigned = {name.split("_DequantizeLinear")[0] for name, (kind, _) in b.items() if kind == TensorProto.UINT8}
+    # the dense Conv and the MatMul read 8-bit Q/DQ activations: fused; the depthwise Conv sums in int32, and the
+    # Gemm reads the pooled vector in float in the delivered model (no Q/DQ on it): not fused
+    assert unsigned == {"dense_w", "mat_w"}, unsigned
+    assert all(a[n][0] == TensorProto.INT8 for n in a) and len(a) == 4
+    for name in a:
+        np.testing.assert_array_equal(a[name][1], b[name][1], err_msg=name)
 
 
 def test_guarded_model_runs_its_fused_kernels_exactly_and_the_probe_predicts_the_unguarded_one():
@@ -97,10 +117,10 @@ def test_guarded_model_runs_its_fused_kernels_exactly_and_the_probe_predicts_the
 def test_auto_follows_the_probe(monkeypatch):
     for saturates in (True, False):
         monkeypatch.setattr(runtime, "integer_gemm_saturates", lambda s=saturates: s)
-        plan = make_plan(_model(), get_preset("A8W8"))
-        assert plan.tensors["dense_w"].quant.format == ("uint8" if saturates else "int8")
-    npu = make_plan(_model(), dataclasses.replace(get_preset("A8W8"), runtime="npu"))
-    assert npu.tensors["dense_w"].quant.format == "int8"  # an NPU target is no onnxruntime CPU kernel
+        assert runtime.guard_saturation(get_preset("A8W8")) is saturates
+    assert runtime.guard_saturation(dataclasses.replace(get_preset("A8W8"), saturation_guard="on"))
+    assert not runtime.guard_saturation(dataclasses.replace(get_preset("A8W8"), saturation_guard="off"))
+    assert not runtime.guard_saturation(dataclasses.replace(get_preset("A8W8"), runtime="npu", saturation_guard="on"))
 
 
 def test_a_bad_value_is_refused_naming_the_option():

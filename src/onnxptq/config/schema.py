@@ -503,11 +503,11 @@ class QuantConfig:
     #: MatMulIntegerToFloat then computes a wrong sum (a small attention block: 0.02 → 0.17 relative
     #: error; PP-OCR cls top-1 0.945 → 0.905). ``"auto"``: where this machine's onnxruntime saturates
     #: (a probe, :func:`onnxptq.pipeline.runtime.integer_gemm_saturates`), the int8 weights those kernels
-    #: read are stored as uint8 (onnxruntime's U8U8 kernels widen to 16 bits and do not saturate; the
-    #: same 255-step grid; :func:`onnxptq.pipeline.runtime.unsaturated_weight` says why not 7 bits);
-    #: ``"on"``: always (a model made on a VNNI machine for CPUs without); ``"off"``: never (int8
-    #: weights, exact only where VNNI, ARM or another provider runs them). Only ``runtime="cpu"`` with
-    #: 8-bit activations; depthwise convolutions accumulate in int32 and keep int8.
+    #: read are stored as uint8, value for value (codes and zero point + 128: the same grid, the same
+    #: dequantized weights; onnxruntime's U8U8 kernels widen to 16 bits and do not saturate;
+    #: graph/passes/unsigned_gemm_weights.py, which says why not onnxruntime's advice of 7-bit weights);
+    #: ``"on"``: always (a model made on a VNNI machine for CPUs without); ``"off"``: never (exact only
+    #: where VNNI, ARM or another provider runs them). Only ``runtime="cpu"``; the plan keeps int8.
     saturation_guard: Literal["auto", "on", "off"] = "auto"
     #: range-mismatch guard (pipeline/guard.py): after calibration, a tensor whose shared scale or
     #: shared block exponent would flush whole channels is split at its Concat, gets its blocks

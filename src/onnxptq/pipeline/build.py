@@ -14,7 +14,9 @@ import onnx
 from ..config.schema import QuantConfig
 from ..graph.io import with_initializers
 from ..graph.passes.exact_int_weights import exact_int_weights
+from ..graph.passes.unsigned_gemm_weights import unsigned_gemm_weights
 from ..graph.passes.lookup_tables import dequantize_after_lookup
+from . import runtime
 from .calibrate import Calibrated
 from .emit import ConstantReuse, Rounded, emit
 from .final_plan import final_plan
@@ -87,6 +89,8 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
     if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
         exact_int_weights(quantized)  # no MatMulNBits on 16-bit or float activations (graph/passes/exact_int_weights.py)
+    if runtime.guard_saturation(cfg):
+        unsigned_gemm_weights(quantized)  # no saturating U8S8 sums without VNNI (graph/passes/unsigned_gemm_weights.py)
     return Built(plan, params, quantized, timings)
 
 

@@ -163,8 +163,9 @@ def integer_gemm_saturates() -> bool:
     in int32), and only running it says. Cached: one tiny session per process.
     """
     import numpy as np
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from ..sessions import open_session
 
     k = 8
     weights = numpy_helper.from_array(np.full((k, 1), 127, np.int8), "b")
@@ -173,7 +174,7 @@ def integer_gemm_saturates() -> bool:
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])], [weights])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     try:
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = open_session(model)
         got = int(session.run(None, {"a": np.full((1, k), 255, np.uint8)})[0][0, 0])
     except Exception as err:  # noqa: BLE001 - a probe that cannot run says nothing about saturation
         log.debug("integer GEMM saturation probe did not run: %s", err)
@@ -181,25 +182,14 @@ def integer_gemm_saturates() -> bool:
     saturates = got != 255 * 127 * k
     if saturates:
         log.info("onnxruntime's CPU integer GEMM on this machine saturates int16 pair sums (x86 without VNNI): "
-                 "int8 weights of dense Conv/MatMul/Gemm are stored as uint8 (U8U8 kernels; saturation_guard='auto')")
+                 "the int8 weights of fused Conv/MatMul/Gemm are stored as uint8 (U8U8 kernels; saturation_guard='auto')")
     return saturates
 
 
 def guard_saturation(config: QuantConfig) -> bool:
-    """Whether int8 weights read by onnxruntime's U8S8 GEMM move to uint8 (:attr:`QuantConfig.saturation_guard`)."""
+    """Whether int8 weights read by onnxruntime's U8S8 GEMM are stored as uint8 (:attr:`QuantConfig.saturation_guard`,
+    graph/passes/unsigned_gemm_weights.py)."""
     if config.runtime != "cpu" or config.saturation_guard == "off":
         return False
     return config.saturation_guard == "on" or integer_gemm_saturates()
 
-
-def unsaturated_weight(weight: TensorQuant) -> TensorQuant:
-    """The weight format that onnxruntime's x86 integer GEMM sums exactly without VNNI: uint8 (U8U8).
-
-    Why uint8 and not onnxruntime's advice of 7-bit int8 (``reduce_range``): its U8U8 kernels widen
-    both operands to 16 bits before ``vpmaddwd``, so no pair saturates, and the weight keeps all
-    255 steps; 7 bits halve every weight's resolution (PP-OCRv4 rec A8W8 before repair: output
-    cosine 0.985 → 0.959, CTC reads agreeing 0.94 → 0.77). U8U8 costs time: rec 0.64 → 0.78×
-    float's CPU time on one thread (bench/RESULTS.md, "The U8S8 saturation guard"). A symmetric
-    weight keeps its symmetric grid around zero point 128.
-    """
-    return weight.with_(format="uint8")

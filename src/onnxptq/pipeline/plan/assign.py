@@ -34,7 +34,7 @@ from .rules import (
 from .peaks import recurring_peaks
 from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
-from .select import depthwise_conv, is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
+from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .late_rules import late_float_rules
@@ -143,8 +143,6 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     tensors: dict[str, TensorPlan] = {}
     selected_names = {n.name for n in selected}
 
-    narrow_gemm_weights = runtime.guard_saturation(config)
-
     def spec_for(node: onnx.NodeProto, role: Role) -> TensorQuant | None:
         act, weight = _node_formats(node, config)
         if runtime.integer_placement(config, act):
@@ -152,10 +150,6 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
             act = runtime.cpu_activation(act)
             if role == "weight" and node.op_type in ("Add", "Mul"):
                 return runtime.cpu_constant(act)
-            if (role == "weight" and narrow_gemm_weights and weight is not None and weight.format == "int8"
-                    and node.op_type in runtime.CPU_MATRIX_OPS and runtime.has_integer_kernels(act)
-                    and not depthwise_conv(node, g, multiplier_one=True)):
-                return runtime.unsaturated_weight(weight)  # onnxruntime's U8S8 GEMM without VNNI: runtime.integer_gemm_saturates
         if role == "activation":
             return act
         if role == "weight":
