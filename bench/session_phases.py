@@ -31,10 +31,8 @@ decoding chains fold in level 1; the bodies' node count in levels 2-3 and finali
 from __future__ import annotations
 
 import _common  # noqa: F401  (the repository root on sys.path: testkit)
-import argparse
 import dataclasses
 import datetime
-import logging
 import os
 import re
 import tempfile
@@ -149,43 +147,28 @@ def verbose_phases(data: bytes) -> Phases:
 
 
 def measure(model: str, presets: list[str], samples: int, rounds: int, unpacked: bool) -> None:
-    import onnx
+    from block_session_cost import quantized_files
 
-    from onnxptq import quantize
-    from onnxptq.config.presets import get_preset
-
-    import quantize_stages
-
-    path, data = quantize_stages._data(model, samples)
-    logging.disable(logging.WARNING)
-    tmp = tempfile.mkdtemp(prefix="session_phases_")
     print(f"## {model}: finish's session creation by phase (create: CPU s, best of {rounds}; phases: shares of one "
           "verbose creation, in s of the best)")
     print("| preset | weights | create s | nodes | subgraphs | load | level 1 (folding) | inline | levels 2-3 | finalize "
           "| resolves L1/L2/L3 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for preset in presets:
-        cfg = get_preset(preset)
-        cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False), repair=False)
-        for packed in (True, False) if unpacked else (True,):
-            out = os.path.join(tmp, f"{preset}.{packed}.onnx")
-            quantize(path, cfg.replace(pack_weights=packed), data, out)
-            blob = onnx.load(out).SerializeToString()
-            best = create_seconds(blob, rounds)
-            ph = verbose_phases(blob)
-            k = best / ph.total if ph.total else 0.0
-            res = "/".join(str(ph.resolves.get(level, 0)) for level in ("1", "2", "3"))
-            print(f"| {preset} | {'packed' if packed else 'unpacked'} | {best:.3f} | {ph.nodes} | {ph.subgraphs} | "
-                  f"{ph.load * k:.3f} | {ph.level1 * k:.3f} ({ph.folding * k:.3f}) | {ph.inline * k:.3f} | "
-                  f"{ph.levels23 * k:.3f} | {ph.finalize * k:.3f} | {res} |", flush=True)
+    for preset, packed, quantized, _ in quantized_files(model, presets, samples, (True, False) if unpacked else (True,)):
+        blob = quantized.SerializeToString()
+        best = create_seconds(blob, rounds)
+        ph = verbose_phases(blob)
+        k = best / ph.total if ph.total else 0.0
+        res = "/".join(str(ph.resolves.get(level, 0)) for level in ("1", "2", "3"))
+        print(f"| {preset} | {'packed' if packed else 'unpacked'} | {best:.3f} | {ph.nodes} | {ph.subgraphs} | "
+              f"{ph.load * k:.3f} | {ph.level1 * k:.3f} ({ph.folding * k:.3f}) | {ph.inline * k:.3f} | "
+              f"{ph.levels23 * k:.3f} | {ph.finalize * k:.3f} | {res} |", flush=True)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("presets", help="comma-separated, e.g. BF16,MX9,MXINT8")
-    ap.add_argument("--samples", type=int, default=0)
-    ap.add_argument("--rounds", type=int, default=3)
+    from block_session_cost import parser
+
+    ap = parser(__doc__)
     ap.add_argument("--unpacked", action="store_true", help="also the pack_weights=False file of each preset")
     args = ap.parse_args()
     measure(args.model, args.presets.split(","), args.samples, args.rounds, args.unpacked)
