@@ -154,6 +154,9 @@ def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, li
 
 def _wrap_where(add: Any, cpu: Any) -> None:
     """Wrap every :data:`WHERE` function with a CPU clock adding to ``add(label, seconds)``."""
+    # Bias correction rounds its weights with emit's fake_quantize_in_slices, imported by name: bound
+    # here before the wrapping, so that w_round is emit's own rounding and bias_corr holds its own.
+    importlib.import_module("onnxptq.pipeline.refine.bias_correction")
     for mod, attr, label in WHERE:
         try:
             owner = importlib.import_module(mod)
