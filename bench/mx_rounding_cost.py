@@ -59,16 +59,21 @@ def measure(model: str, elements: list[str], rounds: int) -> None:
               f"| {best['float32'] / best['reference']:.2f} | {'yes' if same else 'NO'} |", flush=True)
 
 
+#: the table :func:`measure` prints rows of
+HEADER = ("| model | weights (elements) | element | reference CPU s | float32 CPU s | ratio | same bits |\n"
+          "|---|---|---|---:|---:|---:|---|")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--elements", default="fp8_e4m3,fp4_e2m1,int8")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="best of this many passes per path")
+    ap.add_argument("--elements", default="fp8_e4m3,fp4_e2m1,int8", help="MX element types, comma-separated")
+    ap.add_argument("models", nargs="+", help="as bench/quantize_stages.py reads them")
     args = ap.parse_args()
-    print("| model | weights (elements) | element | reference CPU s | float32 CPU s | ratio | same bits |")
-    print("|---|---|---|---:|---:|---:|---|")
+    print(HEADER)
+    elements = args.elements.split(",")
     for model in args.models:
-        measure(model, args.elements.split(","), args.rounds)
+        measure(model, elements, args.rounds)
 
 
 if __name__ == "__main__":
