@@ -34,7 +34,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import onnx
@@ -106,7 +106,11 @@ def _inlined_nodes(model: onnx.ModelProto) -> int:
     return len(onnx.inliner.inline_local_functions(model).graph.node)
 
 
-def measure(model: str, presets: list[str], samples: int, rounds: int) -> None:
+def quantized_files(model: str, presets: list[str], samples: int,
+                    packings: tuple[bool, ...] = (True, False)) -> Iterator[tuple[str, bool, onnx.ModelProto, Any]]:
+    """``(preset, packed, the delivered file's model, the model's feeds)`` of ``model`` (as
+    bench/quantize_stages.py reads it) quantized with each preset, repair off, weights packed and/or
+    not (``pack_weights``), in that order (also bench/session_phases.py)."""
     from onnxptq import quantize
     from onnxptq.config.presets import get_preset
 
@@ -115,18 +119,25 @@ def measure(model: str, presets: list[str], samples: int, rounds: int) -> None:
     path, data = quantize_stages._data(model, samples)
     logging.disable(logging.WARNING)
     tmp = tempfile.mkdtemp(prefix="block_session_cost_")
+    for preset in presets:
+        cfg = get_preset(preset)
+        cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False), repair=False)
+        for packed in packings:
+            out = os.path.join(tmp, f"{preset}.{packed}.onnx")
+            quantize(path, cfg.replace(pack_weights=packed), data, out)
+            yield preset, packed, onnx.load(out), data
+
+
+def measure(model: str, presets: list[str], samples: int, rounds: int) -> None:
     print(f"## {model}: session creation CPU s (best of {rounds}), one thread, level all, functions inlined after level 1")
     print("| preset | outer nodes | calls | body nodes | inlined nodes | as is | unpacked | no If | hoisted | no If + hoisted "
           "| none (same) | basic (same) | extended (same) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
-    for preset in presets:
-        cfg = get_preset(preset)
-        cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False), repair=False)
-        files = {}
-        for packed in (True, False):
-            out = os.path.join(tmp, f"{preset}.{packed}.onnx")
-            quantize(path, cfg.replace(pack_weights=packed), data, out)
-            files[packed] = onnx.load(out)
+    files: dict[bool, onnx.ModelProto] = {}
+    for preset, packed, quantized, data in quantized_files(model, presets, samples):
+        files[packed] = quantized
+        if packed:
+            continue  # its unpacked twin comes next
         m = files[True]
         variants = {"as is": m, "unpacked": files[False], "no If": _no_if(m), "hoisted": _hoisted(m),
                     "no If + hoisted": _hoisted(_no_if(m))}
@@ -155,13 +166,18 @@ def measure(model: str, presets: list[str], samples: int, rounds: int) -> None:
               + " | ".join(best[k] for k in variants) + " | " + " | ".join(levels) + " |", flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a script on :func:`quantized_files` (``doc``: its module doc; also bench/session_phases.py)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("presets", help="comma-separated, e.g. BF16,MX9,MXINT8")
     ap.add_argument("--samples", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser(__doc__).parse_args()
     measure(args.model, args.presets.split(","), args.samples, args.rounds)
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import _common  # noqa: F401  (the repository root on sys.path: testkit)
 import argparse
 import collections
+import contextlib
 import cProfile
 import dataclasses
 import functools
@@ -69,7 +70,10 @@ STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization", "prepare"),
           ("onnxptq.pipeline.complete", "_verify", "verify"),
           ("onnxptq.pipeline.complete", "build_model", "build"),
           ("onnxptq.algorithms.repair", "enforce_floor", "repair"),
-          ("onnxptq.pipeline.complete", "deliver", "deliver")]
+          ("onnxptq.pipeline.complete", "deliver", "deliver"),
+          # quantize() calls deliver through the name api.py imported (the one above is complete()'s own
+          # call, deliver_now=True): wrapped there too, or a quantize with the floor on showed deliver 0.00
+          ("onnxptq.api", "deliver", "deliver")]
 #: (module, attribute, label): with ``--where``, the parts of a quantize a block format adds to or makes dearer,
 #: each wrapped with a CPU clock where its callers look it up (cut across the stages; nested in them)
 WHERE = [("onnxptq.pipeline.emit", "build_qdq", "bodies"),  # the activation quantizers' functions (onnx_ops)
@@ -81,7 +85,10 @@ WHERE = [("onnxptq.pipeline.emit", "build_qdq", "bodies"),  # the activation qua
          ("onnxptq.pipeline.final_plan", "apply_range_guard", "guard"),
          ("onnxptq.analysis.floor", "measure", "floor"),  # the floor's verdicts (the plain build's and repair's)
          ("onnx.checker", "check_model", "checker"),
-         ("onnxptq.pipeline.complete", "crash_warning", "crash_check")]
+         ("onnxptq.pipeline.complete", "crash_warning", "crash_check"),
+         ("onnxptq.pipeline.complete", "lean", "lean")]  # the delivered file's lean form, in and out (deliver: pipeline/lean_file.py)
+#: the :data:`WHERE` functions that are context managers: their entry and exit are timed, not the block
+CONTEXTS = {"lean"}
 WHERE_KEYS = list(dict.fromkeys(label for _, _, label in WHERE))
 #: who opened a session (the onnxptq function two frames above open_session), by the part it belongs to
 OPENERS = {"finish": "finish", "_session": "calibration", "judge_session": "repair", "_thinned_runs": "repair",
@@ -147,6 +154,9 @@ def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, li
 
 def _wrap_where(add: Any, cpu: Any) -> None:
     """Wrap every :data:`WHERE` function with a CPU clock adding to ``add(label, seconds)``."""
+    # Bias correction rounds its weights with emit's fake_quantize_in_slices, imported by name: bound
+    # here before the wrapping, so that w_round is emit's own rounding and bias_corr holds its own.
+    importlib.import_module("onnxptq.pipeline.refine.bias_correction")
     for mod, attr, label in WHERE:
         try:
             owner = importlib.import_module(mod)
@@ -168,7 +178,21 @@ def _wrap_where(add: Any, cpu: Any) -> None:
                 finally:
                     add("where_" + label, cpu() - t)
             return w
-        setattr(owner, name, wrap())
+
+        def wrap_context(f: Any = f, label: str = label) -> Any:
+            @functools.wraps(f)
+            @contextlib.contextmanager
+            def w(*a: Any, **k: Any) -> Any:
+                t = cpu()
+                with f(*a, **k) as value:
+                    add("where_" + label, cpu() - t)
+                    try:
+                        yield value
+                    finally:
+                        t = cpu()
+                add("where_" + label, cpu() - t)
+            return w
+        setattr(owner, name, wrap_context() if label in CONTEXTS else wrap())
 
 
 def _openers(each: list[tuple[float, str]] | None) -> dict[str, float]:

@@ -1,7 +1,7 @@
-"""MXINT8 fake-quantize in float32 (formats/mx_float32.py) against the float64 reference, bit for bit.
+"""MXINT8 and MXFP fake-quantize in float32 (formats/mx_float32.py) against the float64 reference, bit for bit.
 
-The float32 path replaces the reference where emit quantizes MXINT8 weights and where the range
-guard simulates MXINT8 activations, so it must give the reference's bits on every input: zeros of
+The float32 path replaces the reference where emit quantizes MXINT8 and MXFP weights and where the
+range guard simulates their activations, so it must give the reference's bits on every input: zeros of
 both signs, subnormals (alone and as a block's maximum), values whose quotient falls below the
 normal range, exact halves of the grid in every rounding mode, the largest finite floats, ±Inf,
 NaN, and blocks that do not divide the axis.
@@ -103,10 +103,70 @@ def test_covers_only_what_it_computes():
     assert mx_float32.covers("mx", {"element_dtype": "int8"}, np.float32)
     assert mx_float32.covers("mx", {}, np.float32)
     assert not mx_float32.covers("mx", {"element_dtype": "int8", "scale_search": 2}, np.float32)
-    assert not mx_float32.covers("mx", {"element_dtype": "fp8_e4m3"}, np.float32)
+    assert not mx_float32.covers("mx", {"element_dtype": "fp8_e4m3"}, np.float32)  # rounding_mode 0: the arithmetic
+    assert mx_float32.covers("mx", {"element_dtype": "fp8_e4m3", "rounding_mode": 2}, np.float32)
+    assert not mx_float32.covers("mx", {"element_dtype": "fp8_e4m3", "rounding_mode": 2, "scale_search": 3}, np.float32)
+    assert not mx_float32.covers("mx", {"element_dtype": "fp4_e2m1", "rounding_mode": 2}, np.float16)
     assert not mx_float32.covers("mx", {"element_dtype": "int8"}, np.float16)
     assert not mx_float32.covers("bfp", {}, np.float32)
     with pytest.raises(ValueError, match="scale_search"):
         mx_float32.fake_quantize(np.ones((2, 32), np.float32), scale_search=1)
     with pytest.raises(ValueError, match="float16"):
         mx_float32.fake_quantize(np.ones((2, 32), np.float16))
+
+
+FP_ELEMENTS = ["fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1"]
+
+
+@pytest.mark.parametrize("element", FP_ELEMENTS)
+@pytest.mark.parametrize("shape,axis,block", [((7, 45), 1, 32), ((45, 7), 0, 32), ((3, 5, 40), -1, 16),
+                                               ((100,), 0, 32), ((4, 9, 3, 3), 1, 32)])
+def test_fp_elements_edge_cases_bit_for_bit(element, shape, axis, block):
+    """FP elements (MXFP8/6/4, rounded half to even by the reference's cast): every hard case."""
+    rng = np.random.default_rng(hash((element, shape, axis, block)) % 2**32)
+    for _ in range(6):
+        x = _edge_values(rng, int(np.prod(shape))).reshape(shape)
+        attrs = dict(element_dtype=element, axis=axis, block_size=block, rounding_mode=2)
+        _same(mx_float32.fake_quantize(x, **attrs), fake_quantize(x, "mx", **attrs))
+
+
+@pytest.mark.parametrize("element", FP_ELEMENTS)
+def test_fp_grid_points_and_their_halves(element):
+    """Every element value of the grid, the halves between neighbours and one float32 step either
+    side of each, in blocks whose top puts them in every binade, the subnormal ones included, and at
+    the shared exponent's clamp (a block maximum below 2^(emax-127))."""
+    import ml_dtypes
+    from onnxptq.formats.mx import ELEMENT_ML_DTYPES
+
+    dtype = ELEMENT_ML_DTYPES[element]
+    bits = 8 if element.startswith("fp8") else 6 if element.startswith("fp6") else 4
+    grid = np.unique(np.abs(np.arange(2**bits, dtype=np.uint8).view(dtype).astype(np.float32) if bits == 8 else
+                                np.array([ml_dtypes.finfo(dtype).max], np.float32)))
+    if bits != 8:  # fp6/fp4: every value by casting a dense range onto the grid
+        grid = np.unique(np.abs(np.linspace(-8e4, 8e4, 200001).astype(np.float32).astype(dtype).astype(np.float32)))
+    grid = grid[np.isfinite(grid)]
+    halves = (grid[:-1] + grid[1:]) / 2
+    vals = np.concatenate([grid, halves, np.nextafter(halves, np.float32(0)), np.nextafter(halves, np.float32(np.inf))])
+    top = np.float32(grid.max())
+    for shift in (-160, -140, -127, -126, -60, 0, 30, 127 - int(np.log2(top))):
+        v = (vals.astype(np.float64) * 2.0**shift).astype(np.float32)
+        n = -(-v.size // 31) * 31
+        x = np.zeros(n, np.float32)
+        x[: v.size] = v
+        x = x.reshape(-1, 31)
+        x = np.concatenate([np.full((x.shape[0], 1), np.float32(float(top) * 2.0**shift)), x], axis=1)
+        x = x * np.where(np.arange(x.size).reshape(x.shape) % 3 == 0, -1, 1).astype(np.float32)
+        attrs = dict(element_dtype=element, axis=1, block_size=32, rounding_mode=2)
+        _same(mx_float32.fake_quantize(x, **attrs), fake_quantize(x, "mx", **attrs))
+
+
+def test_real_conv_weights_bit_for_bit_fp8():
+    model = onnx.load(str(model_path("cls")))
+    tensors = list(model.graph.initializer) + [a.t for n in model.graph.node if n.op_type == "Constant"
+                                               for a in n.attribute if a.name == "value"]
+    weights = [numpy_helper.to_array(t).astype(np.float32) for t in tensors if len(t.dims) == 4]
+    assert len(weights) > 20
+    for w in weights:
+        for element in ("fp8_e4m3", "fp4_e2m1"):
+            attrs = dict(element_dtype=element, axis=1, block_size=32, rounding_mode=2)
+            _same(mx_float32.fake_quantize(w, **attrs), fake_quantize(w, "mx", **attrs))

@@ -49,8 +49,7 @@ from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain, model_opset
 from ...graph.walk import ScopeIndex, all_graphs
 from ...calibration.bodies import expose
-from ...formats import fake_quantize
-from ..emit import Rounded, quantizer_attrs
+from ..emit import Rounded, fake_quantize_in_slices, quantizer_attrs
 from ..plan import Plan
 from ..solve import QParams
 from ...sessions import open_session
@@ -175,7 +174,9 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     for node, w, _ in layers:
         tplan = plan.tensors[node.input[1]]
         attrs = quantizer_attrs(tplan, params.get(node.input[1]))
-        wq = fake_quantize(w.astype(np.float32), tplan.quant.format, **attrs)
+        # emit's rounding (the reference's bits; MXINT8/MXFP in float32, formats/mx_float32.py), so
+        # that what it hands emit below is what emit would compute
+        wq = fake_quantize_in_slices(w.astype(np.float32), tplan.quant.format, attrs)
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
         if rounded is not None and w.dtype == np.float32 and not tplan.quant.is_integer:  # emit folds these
             rounded.put(node.input[1], tplan.quant.format, attrs, wq)
