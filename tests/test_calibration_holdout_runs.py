@@ -5,7 +5,7 @@ were run through a second float session on the same model (``calibrate.float_out
 creation and a serialization of the model). They now run first in the calibration's session
 (their outputs decide how the judged calibration feeds' outputs are held as they are recorded:
 tests/test_calibration_held_recording.py): held here that they add nothing to the statistics,
-that their outputs are the second session's bit for bit on a real model, and that no second
+that their outputs are the second session's to a few ulps on a real model (bit for bit on some CPUs), and that no second
 session is opened.
 """
 
@@ -64,10 +64,17 @@ def test_held_out_outputs_from_the_calibration_session(monkeypatch):
     assert calls == [], "a second float session ran the held-out feeds"
     want = real(calibrated.prepared, calibrated.holdout, cfg)
     assert len(calibrated.holdout_outputs) == len(want)
+    # Not bit for bit: the calibration session runs the augmented graph (intermediates fetched and
+    # reduced), whose optimised float kernels can differ from the bare model's in the last bits on
+    # some CPUs (AVX2 without AVX-512: up to 4 ulps of the output's scale on this model). A few ulps
+    # of the largest output still tell the held-out feeds' own float outputs from any other feed's
+    # or a quantized model's (differences of 1e-2 and more here).
     for got, ref in zip(calibrated.holdout_outputs, want):
         assert set(got) == set(ref)
         for k in ref:
-            assert got[k].dtype == ref[k].dtype and np.array_equal(got[k].view(np.uint8), ref[k].view(np.uint8)), k
+            assert got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape, k
+            ulp = float(np.spacing(np.abs(ref[k]).max().astype(ref[k].dtype)))
+            assert float(np.abs(got[k] - ref[k]).max()) <= 8 * ulp, k
 
 
 def test_held_out_runs_fetch_the_model_outputs_only(monkeypatch):
