@@ -206,6 +206,88 @@ def _blocks() -> dict[str, dict[str, Any]]:
         def forward(self, h, pad=None):
             return torch.index_select(h, -1, self.idx) + h[..., torch.arange(D - 1, -1, -1)]
 
+
+    class Fn(nn.Module):  # an activation written out as a function of tensors (no single torch op)
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, h, pad=None):
+            return self.f(h)
+
+    class LNMoments(nn.Module):  # LayerNorm as E[x²] − E[x]²: ReduceMean/Pow/Mul/Sub/Sqrt/Div, or Reciprocal
+        def __init__(self, recip: bool):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(D) + 0.5), nn.Parameter(torch.randn(D) * 0.1)
+            self.recip = recip
+
+        def forward(self, h, pad=None):
+            mu = h.mean(-1, keepdim=True)
+            if self.recip:  # sum of squares over the width, times 1/D, then a Reciprocal of the root
+                var = (h * h).sum(-1, keepdim=True) / D - mu * mu
+                return (h - mu) * torch.reciprocal(torch.sqrt(var + 1e-5)) * self.w + self.b
+            var = h.pow(2).mean(-1, keepdim=True) - mu.pow(2)
+            return (h - mu) / torch.sqrt(var + 1e-5) * self.w + self.b
+
+    class RMSL2(nn.Module):  # RMSNorm by the L2 norm (ReduceL2), T5/Gemma style scale (1 + w)
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(D) * 0.1)
+
+        def forward(self, h, pad=None):
+            r = torch.linalg.vector_norm(h, 2, -1, keepdim=True) / D ** 0.5
+            return h / (r + 1e-6) * (1 + self.w)
+
+    class STFTMel(nn.Module):  # the sequence as a waveform: STFT as Conv1d, magnitude, mel MatMul, Log, DCT MatMul
+        def __init__(self, l2: bool):
+            super().__init__()
+            n, bins = D, D // 2 + 1
+            t = torch.arange(n, dtype=torch.float32)
+            f = torch.arange(bins, dtype=torch.float32)[:, None]
+            win = torch.hann_window(n, periodic=True)
+            ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
+            self.register_buffer("ker", ker[:, None, :])
+            mel = torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0)  # triangles
+            self.register_buffer("mel", mel)
+            k = torch.arange(8, dtype=torch.float32)
+            self.register_buffer("dct", torch.cos(torch.pi / 8 * (k[:, None] + 0.5) * torch.arange(D)[None]))
+            self.l2, self.bins = l2, bins
+
+        def forward(self, h, pad=None):
+            b = h.shape[0]
+            spec = F.conv1d(h.reshape(b, 1, -1), self.ker, stride=D)  # (b, 2·bins, T)
+            re, im = spec[:, : self.bins], spec[:, self.bins:]
+            if self.l2:
+                mag = torch.linalg.vector_norm(torch.stack([re, im], -1), 2, -1)
+            else:
+                mag = torch.sqrt(re.pow(2) + im.pow(2))
+            logmel = torch.log(mag.transpose(1, 2) @ self.mel + 1e-6)  # (b, T, 8)
+            return h + 0.1 * (logmel @ self.dct)
+
+    class MaxKeep0(nn.Module):  # ReduceMax keepdims=0 into Sub and Cast, a rank-0 scale
+        def forward(self, h, pad=None):
+            m = torch.amax(h, -1)  # (b, t): keepdims=0
+            level = (m * 4).to(torch.int32).to(h.dtype)  # a Cast to int and back
+            s = h.abs().max()  # rank 0
+            return (h - m.unsqueeze(-1)) / (s + torch.tensor(1.0)) + 0.1 * level.unsqueeze(-1) + h
+
+    class DFLSeq(nn.Module):  # distribution focal loss head: Softmax over 16 bins, MatMul with arange
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(D, 4 * 16), nn.Linear(4, D)
+            self.register_buffer("proj", torch.arange(16, dtype=torch.float32))
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            d = torch.softmax(self.a(h).reshape(b, t, 4, 16), -1) @ self.proj.to(h.dtype)
+            return h + self.b(d / 8)
+
+    def gelu_tanh_out(x):
+        return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * torch.pow(x, 3))))
+
+    def gelu_erf_out(x):
+        return x * 0.5 * (1.0 + torch.erf(x / 2 ** 0.5))
+
     seq = {
         "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
         "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
@@ -218,6 +300,13 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "conv1d_reflect": lambda: Conv1dSeq("reflect"), "conv1d_const": lambda: Conv1dSeq("constant"),
         "einsum": Einsum, "matmul_bcast": MatmulBroadcast, "cumsum_where": CumsumWhere, "split_cat_clamp": SplitCat,
         "reshape_-1": ReshapeFlat, "step_slice": StepSlice, "sort": SortMix, "topk_pad": TopkPad, "index_select": GatherIdx,
+        "layernorm_moments": lambda: LNMoments(False), "layernorm_sumsq_recip": lambda: LNMoments(True),
+        "rmsnorm_l2": RMSL2, "gelu_tanh_out": lambda: Lin(Fn(gelu_tanh_out)), "gelu_erf_out": lambda: Lin(Fn(gelu_erf_out)),
+        "silu_out": lambda: Lin(Fn(lambda x: x * torch.sigmoid(x))),
+        "mish_out": lambda: Lin(Fn(lambda x: x * torch.tanh(F.softplus(x)))),
+        "hardswish_out": lambda: Lin(Fn(lambda x: x * torch.clamp(x + 3, 0, 6) / 6)),
+        "stft_mel_pow": lambda: STFTMel(False), "stft_mel_l2": lambda: STFTMel(True), "reducemax_keep0": MaxKeep0,
+        "dfl_seq": DFLSeq,
     }
 
     class ConvBN(nn.Module):
@@ -317,6 +406,49 @@ def _blocks() -> dict[str, dict[str, Any]]:
             p = F.avg_pool2d(h, 4).flatten(2)
             return h + F.interpolate(self.l(p).reshape(b, c, y // 4, x // 4), scale_factor=4.0, mode="nearest")
 
+
+    class INOut(nn.Module):  # InstanceNorm written out with Reshape (b, c, -1)
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(1, C, 1, 1) + 0.5), nn.Parameter(torch.randn(1, C, 1, 1) * 0.1)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            g = h.reshape(b, c, -1)
+            mu = g.mean(-1, keepdim=True)
+            var = (g * g).mean(-1, keepdim=True) - mu * mu
+            return ((g - mu) / torch.sqrt(var + 1e-5)).reshape(b, c, y, x) * self.w + self.b
+
+    class ViTPatch(nn.Module):  # patch Conv → Reshape → Transpose, class token Concat, position Add, back to an image
+        def __init__(self):
+            super().__init__()
+            self.p = nn.Conv2d(C, 2 * C, 4, 4)
+            self.cls = nn.Parameter(torch.randn(1, 1, 2 * C) * 0.1)
+            self.pos = nn.Parameter(torch.randn(1, 1 + (HW // 4) ** 2, 2 * C) * 0.1)
+            self.ln, self.fc = nn.LayerNorm(2 * C), nn.Linear(2 * C, 2 * C)
+            self.up = nn.ConvTranspose2d(2 * C, C, 4, 4)
+
+        def forward(self, h, pad=None):
+            b = h.shape[0]
+            t = self.p(h.to(torch.float32)).to(h.dtype)  # the Cast at a ViT's input
+            g = t.shape[-1]
+            tok = torch.cat([self.cls.expand(b, -1, -1).to(h.dtype), t.reshape(b, 2 * C, -1).transpose(1, 2)], 1) + self.pos
+            tok = tok + self.fc(F.gelu(self.ln(tok)))
+            grid = tok[:, 1:].transpose(1, 2).reshape(b, 2 * C, g, g) + tok[:, :1].transpose(1, 2)[..., None]
+            return h + self.up(grid)
+
+    class DFLImg(nn.Module):  # YOLOv8's DFL: view (b, 4, 16, a), transpose, Softmax over bins, 1×1 Conv with arange
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(C, 4 * 16, 1), nn.Conv2d(4, C, 1)
+            self.dfl = nn.Conv2d(16, 1, 1, bias=False).requires_grad_(False)
+            self.dfl.weight.data[:] = torch.arange(16, dtype=torch.float32).view(1, 16, 1, 1)
+
+        def forward(self, h, pad=None):
+            b, _, y, x = h.shape
+            d = self.a(h).view(b, 4, 16, y * x).transpose(2, 1).softmax(1)
+            return h + self.b(self.dfl(d).view(b, 4, y, x) / 8)
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -327,6 +459,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "upsample_bilinear_ac": lambda: Upsample("bilinear"), "pixel_shuffle": Shuffle, "se_global": SE,
         "reflect_conv": ReflectConv, "conv3d": Conv3d, "channel_gather_clamp": ChannelGather, "flatten_linear": FlattenMix,
         "mish_img": lambda: Wrap(nn.Mish()),
+        "instancenorm_out": INOut, "vit_patch_cls": ViTPatch, "dfl_yolo": DFLImg,
     }
     return {"seq": seq, "img": img}
 
@@ -383,6 +516,8 @@ def _composite(spec: "ModuleSpec"):
                     outs.append(F.softmax(red, -1))
                 elif extra == "count":
                     outs.append((y > 0).sum(-1).to(torch.int32))
+                elif extra == "scalar":  # a rank-0 output (a loss-like summary)
+                    outs.append(y.abs().mean())
             return tuple(outs)
 
     return Net().eval()
@@ -429,29 +564,36 @@ class ModuleSpec:
         return out
 
 
-def draw(index: int, seed: int) -> ModuleSpec:
-    """Module ``index`` of the campaign with ``seed``: 1-3 blocks of one domain, extras at random."""
+def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpec:
+    """Module ``index`` of the campaign with ``seed``: 1-3 blocks of one domain, extras at random.
+    ``only`` restricts the blocks drawn (a campaign on a few spellings); a domain with fewer than
+    three of them draws fewer."""
     rng = np.random.default_rng([seed, index])
+    table = _blocks()
+    domains = {d: sorted(b for b in table[d] if only is None or b in only) for d in table}
     domain = "seq" if rng.random() < 0.6 else "img"
-    names = sorted(_blocks()[domain])
-    blocks = [str(b) for b in rng.choice(names, int(rng.integers(1, 4)), replace=False)]
+    if not domains[domain]:
+        domain = "img" if domain == "seq" else "seq"
+    names = domains[domain]
+    blocks = [str(b) for b in rng.choice(names, min(len(names), int(rng.integers(1, 4))), replace=False)]
     inputs = ["x"]
     if domain == "seq":
         if rng.random() < 0.4:
             inputs.append("ids")
         if rng.random() < 0.5 or any("mask" in b or b == "mha" for b in blocks):
             inputs.append("mask")
-    outputs = ["y"] + [str(o) for o in rng.choice(["argmax", "topk", "bool", "pooled", "count"], int(rng.integers(0, 3)),
+    outputs = ["y"] + [str(o) for o in rng.choice(["argmax", "topk", "bool", "pooled", "count", "scalar"], int(rng.integers(0, 3)),
                                                    replace=False)]
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=bool(rng.random() < 0.15), dynamic_seq=domain == "seq" and bool(rng.random() < 0.5))
 
 
-def sweep(index: int) -> tuple[ModuleSpec, str]:
+def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, str]:
     """Module ``index`` of the sweep: every block alone, once per exporter (TorchScript 17, dynamo 18),
     with every input and output kind of its domain; the preset goes round the list."""
-    cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) for e in (("torchscript", 17), ("dynamo", 18))]
+    cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) if only is None or b in only
+             for e in (("torchscript", 17), ("dynamo", 18))]
     dom, block, (exporter, opset) = cases[index % len(cases)]
     inputs = ["x", "ids", "mask"] if dom == "seq" else ["x"]
     spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, ["y", "argmax", "topk", "count"], exporter, opset,
@@ -690,6 +832,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sweep", action="store_true", help="each block alone per exporter, one preset each (sweep())")
     ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--blocks", help="comma-separated block names: draw (or sweep) only these")
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=180)
@@ -709,7 +852,8 @@ def main() -> int:
     done = {(r["module"], r["preset"]) for r in rows}
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
-        spec, presets = (sweep(index) if a.sweep else (draw(index, a.seed), a.presets))
+        only = frozenset(a.blocks.split(",")) if a.blocks else None
+        spec, presets = (sweep(index, only) if a.sweep else (draw(index, a.seed, only), a.presets))
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16,
                 "blocks": spec.blocks, "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         src = mdir / f"m{index:03d}.onnx"

@@ -89,6 +89,12 @@ class _Builder:
         self.inits.append(numpy_helper.from_array(np.asarray(values, np.float32), name))
         return name
 
+    def scalar(self, value: float) -> str:
+        """A rank-0 constant of the graph's float type (an exporter's literal)."""
+        name = self.name("s")
+        self.inits.append(numpy_helper.from_array(np.asarray(value, self.np_dtype), name))
+        return name
+
     def node(self, op: str, inputs: list[str], shape: tuple[int, ...], n_out: int = 1, **attrs: Any) -> list[str]:
         outs = [self.name(op.lower()) for _ in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=self.name(f"n_{op}_"), **attrs))
@@ -141,13 +147,50 @@ class _Builder:
         if op == "Resize" and len(s) == 4 and s[2] * 2 <= 16:
             scales = self.const_f32([1.0, 1.0, 2.0, 2.0])
             return self.node("Resize", [x, "", scales], (s[0], s[1], 2 * s[2], 2 * s[3]), mode="nearest")[0]
+        if op == "NormSumSquare" and s[-1] >= 2:
+            return self._norm_sum_square(x, s)
+        if op == "ReduceMaxSub":
+            return self._reduce_max_sub(x, s)
         if op == "LayerNormalization" and self.opset >= 17:
             return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
         return None
 
 
+    def _reduce(self, op: str, x: str, axes: list[int] | None, shape: tuple[int, ...], keepdims: int) -> str:
+        """A Reduce* node in the spelling of this opset: axes as an attribute before 18, an input from
+        18 (ReduceSum took the input form at 13); ``axes=None`` reduces every axis."""
+        as_input = self.opset >= 18 or op == "ReduceSum"
+        if axes is None:
+            return self.node(op, [x], shape, keepdims=keepdims)[0]
+        if as_input:
+            return self.node(op, [x, self.const_i64(axes)], shape, keepdims=keepdims)[0]
+        return self.node(op, [x], shape, axes=axes, keepdims=keepdims)[0]
+
+    def _norm_sum_square(self, x: str, s: tuple[int, ...]) -> str:
+        """LayerNorm as exporters of Keras-style graphs write it: variance as ReduceSumSquare/n − mean²,
+        then Reciprocal of the root (no Div), a scale and a shift."""
+        keep = (*s[:-1], 1)
+        mu = self._reduce("ReduceMean", x, [-1], keep, 1)
+        ss = self._reduce("ReduceSumSquare", x, [-1], keep, 1)
+        ex2 = self.node("Mul", [ss, self.scalar(1.0 / s[-1])], keep)[0]
+        var = self.node("Sub", [ex2, self.node("Mul", [mu, mu], keep)[0]], keep)[0]
+        var = self.node("Relu", [var], keep)[0]  # rounding can make E[x²] − E[x]² a hair negative
+        root = self.node("Sqrt", [self.node("Add", [var, self.scalar(1e-5)], keep)[0]], keep)[0]
+        y = self.node("Mul", [self.node("Sub", [x, mu], s)[0], self.node("Reciprocal", [root], keep)[0]], s)[0]
+        return self.node("Add", [self.node("Mul", [y, self.weight((s[-1],), 1.0)], s)[0], self.weight((s[-1],), 0.1)], s)[0]
+
+    def _reduce_max_sub(self, x: str, s: tuple[int, ...]) -> str:
+        """ReduceMax with keepdims=0 (the last axis), Unsqueeze back and Sub, and a rank-0 tensor (the
+        whole tensor's ReduceMax with keepdims=0) dividing the result: scalars between nodes."""
+        m = self._reduce("ReduceMax", x, [-1], s[:-1], 0)
+        back = self.node("Unsqueeze", [m, self.const_i64([len(s) - 1])], (*s[:-1], 1))[0]
+        d = self.node("Sub", [x, back], s)[0]
+        peak = self._reduce("ReduceMax", self.node("Abs", [x], s)[0], None, (), 0)
+        return self.node("Div", [d, self.node("Add", [peak, self.scalar(1.0)], ())[0]], s)[0]
+
+
 FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
-            "Resize", "Softmax", "LayerNormalization")
+            "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub")
 
 
 @st.composite

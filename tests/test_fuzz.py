@@ -77,3 +77,37 @@ def test_corrupted_model_bytes_and_calibration_files_give_a_documented_error(tmp
         (folder / "calib").mkdir()
         (folder / "calib" / "0.npy").write_bytes(damaged)
         check_corrupt_model(good_model, folder / "calib")
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_the_drawn_exporter_spellings_compute_what_they_name(opset):
+    """The generator's LayerNorm by ReduceSumSquare/Reciprocal and its ReduceMax keepdims=0 → Sub ÷ rank-0
+    step, run by onnxruntime, against NumPy written from their definitions (a wrong spelling would fuzz
+    graphs that are not the pattern they claim to be)."""
+    import random
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from testkit.fuzz import _Builder
+
+    x = np.random.default_rng(3).normal(1.0, 2.0, (2, 3, 6)).astype(np.float32)
+    for op in ("NormSumSquare", "ReduceMaxSub"):
+        b = _Builder(random.Random(5), TensorProto.FLOAT, opset)
+        b.shapes["x"] = x.shape
+        out = b.step(op, "x", None)
+        graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(b.shapes[out]))], initializer=b.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        if op == "NormSumSquare":
+            weights = [numpy_helper.to_array(t) for t in b.inits if t.name.startswith("w")]
+            scale, shift = weights[-2], weights[-1]
+            want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * scale + shift
+        else:
+            want = (x - x.max(-1, keepdims=True)) / (np.abs(x).max() + 1.0)
+        assert got.shape == x.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
