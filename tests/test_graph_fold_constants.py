@@ -128,3 +128,63 @@ def test_negative_dim_value_is_dynamic_not_folded() -> None:
     assert "Shape" in _ops(folded)
     x = np.ones((2, 3, 5, 4), np.float32)
     assert _run(folded, {"x": x})[0].shape == (2, 3, 20)
+
+
+_NUMPY_FOLD_SCRIPT = r"""
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from onnxptq.graph.passes import fold_constants
+
+w = numpy_helper.from_array(np.arange(24, dtype=np.float32).reshape(2, 3, 4), "w")
+shape = numpy_helper.from_array(np.array([0, -1], np.int64), "shape")
+k = numpy_helper.from_array(np.arange(-6, 6, dtype=np.int64), "k")
+nodes = [helper.make_node("Reshape", ["w", "shape"], ["w2"]),  # 0 keeps dim 0: (2, 12)
+         helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+         helper.make_node("Reshape", ["kf", "one"], ["kf1"]),
+         helper.make_node("MatMul", ["x", "w2"], ["xw"]),
+         helper.make_node("Add", ["xw", "kf1"], ["y"])]
+one = numpy_helper.from_array(np.array([1, 12], np.int64), "one")
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12])], [w, shape, k, one])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+folded = fold_constants(model)
+print(sorted(n.op_type for n in folded.graph.node), "onnx.reference" in sys.modules)
+"""
+
+
+def test_reshape_and_cast_fold_without_the_reference_evaluator() -> None:
+    """Reshape/Cast of constants fold in NumPy, so the reference's ~17 MiB op list is never imported
+    (PP-OCR cls/rec's preparation folds only these: A8W8's peak, issue 26 item 4); results as ORT's."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _NUMPY_FOLD_SCRIPT], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "['Add', 'MatMul'] False", out.stdout + out.stderr
+
+
+def test_numpy_fold_matches_the_reference() -> None:
+    """The NumPy folds give the reference's arrays: Reshape's 0 rule, -1, allowzero, plain Casts."""
+    from onnx.reference import ReferenceEvaluator
+
+    from onnxptq.graph.passes._common import to_ir
+    from onnxptq.graph.passes.fold_constants import _numpy_fold
+
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((2, 3, 4)).astype(np.float32) * 300
+    cases = [("Reshape", [data, np.array([0, -1], np.int64)], {}),
+             ("Reshape", [data, np.array([0, 4, -1], np.int64)], {}),
+             ("Reshape", [data.reshape(24), np.array([6, 4], np.int64)], {"allowzero": 1}),
+             ("Cast", [data], {"to": TensorProto.INT8}), ("Cast", [data], {"to": TensorProto.FLOAT16}),
+             ("Cast", [data], {"to": TensorProto.UINT16}), ("Cast", [data > 0], {"to": TensorProto.INT64})]
+    for op, inputs, attrs in cases:
+        names = [f"i{j}" for j in range(len(inputs))]
+        node = helper.make_node(op, names, ["o"], **attrs)
+        graph = helper.make_graph([node], "g", [], [_vi("o", None)],
+                                  [numpy_helper.from_array(a, n) for a, n in zip(inputs, names)])
+        ir_node = next(iter(to_ir(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])).graph))
+        got = _numpy_fold(ir_node, inputs)
+        want = ReferenceEvaluator(node, opsets={"": 19}).run(None, dict(zip(names, inputs)))
+        assert got is not None, (op, attrs)
+        assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape, (op, attrs)
+        assert got[0].tobytes() == np.asarray(want[0]).tobytes(), (op, attrs)
