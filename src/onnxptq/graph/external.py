@@ -179,11 +179,18 @@ def tensor_values(tensor: onnx.TensorProto) -> np.ndarray:
     :func:`active_dir`), so reading a weight costs its pages, not a copy held by a message."""
     if not is_external(tensor):
         return numpy_helper.to_array(tensor)
-    folder = _DIR.get()
-    if folder is None:
-        raise ExternalDataError(f"tensor {tensor.name!r} is stored in external data, and no folder to read it from is set")
     entries = _entries(tensor)
-    file = folder / entries.get("location", "")
+    target = _SINK.get()
+    if target is not None and entries.get("location") == target.location:
+        # written by the active sink (emit's data file, still open): flushed and read back from it
+        # (a pass after emit: graph/passes/unsigned_gemm_weights.py)
+        target.flush()
+        file = target.path
+    else:
+        folder = _DIR.get()
+        if folder is None:
+            raise ExternalDataError(f"tensor {tensor.name!r} is stored in external data, and no folder to read it from is set")
+        file = folder / entries.get("location", "")
     try:
         offset = int(entries.get("offset", 0))
         dtype = _np_dtype(tensor)
@@ -273,6 +280,10 @@ class TensorSink:
                 self._file.write(chunk)
                 left -= len(chunk)
         self._point(tensor, start, length)
+
+    def flush(self) -> None:
+        """Write what is buffered, so the tensors written so far can be read back from :attr:`path`."""
+        self._file.flush()
 
     def close(self) -> None:
         self._file.close()

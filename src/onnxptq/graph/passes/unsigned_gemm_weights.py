@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from ..external import store, tensor_values
 from ..walk import all_graphs, walk_scopes
 from .exact_int_weights import _eight_bit_dq_output
 
@@ -78,11 +79,12 @@ def unsigned_gemm_weights(model: onnx.ModelProto) -> int:
         taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
         replaced: set[str] = set()
         for dq in dqs:
-            codes = numpy_helper.to_array(inits[dq.input[0]]).astype(np.int16)
-            scale = numpy_helper.to_array(inits[dq.input[1]])
-            zero = (numpy_helper.to_array(inits[dq.input[2]]).astype(np.int16) if len(dq.input) > 2 and dq.input[2]
+            # external data (a streamed large model) is read from and written to its data file
+            codes = tensor_values(inits[dq.input[0]]).astype(np.int16)
+            scale = tensor_values(inits[dq.input[1]])
+            zero = (tensor_values(inits[dq.input[2]]).astype(np.int16) if len(dq.input) > 2 and dq.input[2]
                     else np.zeros(scale.shape, np.int16))
-            data = numpy_helper.from_array((codes + 128).astype(np.uint8), _unused_name(dq.input[0], taken))
+            data = store((codes + 128).astype(np.uint8), _unused_name(dq.input[0], taken))
             point = numpy_helper.from_array((zero + 128).astype(np.uint8), _unused_name(dq.input[2] if len(dq.input) > 2 and dq.input[2]
                                                                                      else dq.input[1].replace("scale", "zero_point"), taken))
             replaced.update(i for i in (dq.input[0], dq.input[2] if len(dq.input) > 2 else "") if i)
