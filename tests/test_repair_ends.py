@@ -20,7 +20,8 @@ from onnxptq.algorithms.repair import graph_ends
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
-WIDTH = 16
+from test_repair_head_rung import WIDTH, feeds  # the same 16-wide normal feeds
+
 BACKBONE = 6
 
 
@@ -47,13 +48,8 @@ def stem_and_head() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "stem_and_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
                               [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, WIDTH]) for o in "ab"], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model.ir_version = 8  # onnxruntime 1.32 reads IR 8 models of opset 17
     return model
-
-
-def feeds(n: int = 24) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(1)
-    return [{"x": rng.normal(0, 1, (1, WIDTH)).astype(np.float32)} for _ in range(n)]
 
 
 def test_the_ends_are_the_first_and_last_quarter_with_the_head():
@@ -77,4 +73,5 @@ def test_the_stem_and_the_head_are_found_together(repaired):
     # bisection's halves each held one end)
     assert len(stepped) <= 6, stepped
     assert repaired.floor.ok
+    assert record["ends"] == {"nodes": 6, "held": True}
     assert all(repaired.plan.tensors[f"w{i}"].quant.format == "int8" for i in (2, 3, 4))

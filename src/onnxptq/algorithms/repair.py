@@ -55,6 +55,15 @@ uvdoc A8W8 was delivered with all 102 nodes at 16-bit activations (its first run
 grid points within a pixel), where its grid head's two Convs at 16 bits, weights too, keep 0.93-0.96 at
 0.514× the file in one build (bench/RESULTS.md, repair12).
 
+**The ends trial** (issue 27 item 2, uvdoc BFP16): where the head rung was built and broke and a rung of the
+ladder then held, the search's first build hands back the graph's middle, keeping stepped up only its ends
+(:func:`graph_ends`: the first and last quarter of the candidates in graph order, with the broken head); where
+that holds, each end is bisected on its own, the half nearer the middle tried back first; where it breaks, the
+search goes on as before, one build lost. Why: a head that breaks alone says the error starts elsewhere too, and
+the input side's rounding is read by every later layer; bisection in halves of graph order gives back one end
+with each half, so every trial broke and uvdoc BFP16 was delivered with 108 of 108 nodes in BF16, where its
+heads with the stem's first quarter hold (bench/RESULTS.md, repair12 and repairmin).
+
 **The mixed rung** (issue 27 item 2): where the whole plan stepped to the ladder's top rung breaks
 and the float probe holds, "the rest stepped up, a few nodes float" is tried before the float
 search: first the writers of the outputs the top rung broke (:func:`output_writers`: an output's own
@@ -883,14 +892,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                 floats = mixed(rungs[-1]) or frozenset()
                 if floats:
                     rung = rungs[-1]
+        ends: frozenset[str] = frozenset()
         if allowance > 0 and head is None:
             among = [c for c in candidates if c not in floats]
+            if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
+                ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,
-                                     unquantized=builds_allowed(cfg.repair_budget, unquantized=True),
-                                     # the head alone broke: its error starts at the input side too (graph_ends)
-                                     ends=graph_ends(among, frozenset(tried_head)) if tried_head and rung is not None
-                                     and not floats else frozenset())
+                                     unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
         search_s = time.perf_counter() - t0
@@ -954,6 +963,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "stepped_up": {name: f"{STEPPED}: {rung.describe(result.plan)}" for name in stepped_sorted} if rung is not None else {},
         # the mixed rung: the rest stepped up, these few float (empty where the search was float or stepped alone)
         "mixed": bool(floats),
+        # the ends trial (graph_ends): the nodes it kept stepped up, and whether the graph's middle went back
+        "ends": {"nodes": len(ends), "held": kept <= ends} if ends else None,
         "ladder": [r.describe() for r in rungs],
         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
