@@ -55,6 +55,15 @@ uvdoc A8W8 was delivered with all 102 nodes at 16-bit activations (its first run
 grid points within a pixel), where its grid head's two Convs at 16 bits, weights too, keep 0.93-0.96 at
 0.514× the file in one build (bench/RESULTS.md, repair12).
 
+**The ends trial** (issue 27 item 2, uvdoc BFP16): where the head rung was built and broke and a rung of the
+ladder then held, the search's first build hands back the graph's middle, keeping stepped up only its ends
+(:func:`graph_ends`: the first and last quarter of the candidates in graph order, with the broken head); where
+that holds, each end is bisected on its own, the half nearer the middle tried back first; where it breaks, the
+search goes on as before, one build lost. Why: a head that breaks alone says the error starts elsewhere too, and
+the input side's rounding is read by every later layer; bisection in halves of graph order gives back one end
+with each half, so every trial broke and uvdoc BFP16 was delivered with 108 of 108 nodes in BF16, where its
+heads with the stem's first quarter hold (bench/RESULTS.md, repair12 and repairmin).
+
 **The mixed rung** (issue 27 item 2): where the whole plan stepped to the ladder's top rung breaks
 and the float probe holds, "the rest stepped up, a few nodes float" is tried before the float
 search: first the writers of the outputs the top rung broke (:func:`output_writers`: an output's own
@@ -458,7 +467,7 @@ class _FloatBreaks(Exception):
 def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung | None = None,
             cap: float = float("inf"), last_cost: float = 0.0, reserve: bool = False,
             rank: Callable[[list[str]], tuple[list[str], list[str]] | None] | None = None,
-            unquantized: int = 0) -> tuple[frozenset[str], bool]:
+            unquantized: int = 0, ends: frozenset[str] = frozenset()) -> tuple[frozenset[str], bool]:
     """The bisection (module docstring): ``(kept, finished)``; ``kept`` holds the floor, its nodes
     float (``rung`` None) or stepped up ``rung`` (the whole plan, float or stepped up, judged to
     hold first: :func:`enforce_floor`; the judge's ``floats`` stay float throughout).
@@ -474,7 +483,12 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     (graph order); ranked, ``rest`` is tried back first and each broken chunk's less sensitive half
     before the other. ``unquantized``: a float search (``rung`` None) that has handed no node back
     may go on to this many builds instead (:data:`UNQUANTIZED_BUILDS`: stopped there, every node
-    would be delivered float); the first node handed back brings it back to ``allowance``."""
+    would be delivered float); the first node handed back brings it back to ``allowance``.
+
+    ``ends`` (the ends trial, :func:`graph_ends`): where given, the first build hands back every other
+    candidate (the graph's middle); where that holds, each end is bisected on its own, the half nearer
+    the middle tried back first, so the search shrinks toward the graph's input and its broken head;
+    where it breaks, the search goes on as without it (one build lost)."""
     kept = frozenset(candidates)
     everything = kept
 
@@ -485,9 +499,22 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
+    middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None:
         if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1)):
             return kept, False
+        if middle:
+            trial = kept - frozenset(middle)
+            started = _clock(judge)
+            verdict = judge(trial, rung)
+            last_cost = _clock(judge) - started
+            if verdict is not None and verdict.ok:
+                log.debug("repair: the graph's middle (%d node(s)) back holds the floor (%d at its ends)",
+                          len(middle), len(trial))
+                kept, ordered = trial, False
+                queue.extend(_end_halves([c for c in candidates if c in trial], ends))
+            middle = []
+            continue
         if ordered is None:
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds remain, else its CPU would be the search's last build (terrain_unet A8W8: an
@@ -531,6 +558,43 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 top, rest = halves(chunk)
                 queue.extend([rest, top] if ordered else [top, rest])
     return kept, True
+
+
+#: The share of the candidates each end of the graph takes in the ends trial (:func:`graph_ends`): uvdoc BFP16
+#: held with its heads and the backbone's first quarter (34 of 108 nodes, 0.978 of the grid points within a
+#: pixel), not with the heads and the last half (0.837), nor the first half alone (0.651): bench/RESULTS.md, repair12.
+END_SHARE = 4
+
+
+def graph_ends(candidates: list[str], head: frozenset[str]) -> frozenset[str]:
+    """The ends trial's kept set: the first and last ``1/END_SHARE`` of ``candidates`` (graph order, which is
+    topological: the input side and the output side) with the broken outputs' ``head``.
+
+    Why (issue 27 item 2): where a broken output's head alone stepped up still breaks, its error starts
+    elsewhere too, and the other place a rounding is read by every later layer is the input side (uvdoc BFP16:
+    the photo's first Convs, whose rounding the page grid carries through the whole backbone). Bisection from
+    the whole plan gives back halves in graph order, each of which holds one of the two ends, so it breaks
+    and ends its builds with every node stepped (108 of 108); handing back the middle in one build finds
+    the pair of ends at once."""
+    n = len(candidates)
+    share = max(1, math.ceil(n / END_SHARE))
+    if 2 * share >= n:
+        return frozenset()
+    return frozenset(candidates[:share]) | frozenset(candidates[-share:]) | (head & frozenset(candidates))
+
+
+def _end_halves(kept: list[str], ends: frozenset[str]) -> list[list[str]]:
+    """The chunks tried back after the ends trial held (``kept`` in graph order, split by position into
+    its input-side and output-side halves): each half's part nearer the graph's middle, the input side's
+    first, so each end is bisected on its own toward the graph's input and its outputs."""
+    half = len(kept) // 2
+    front, back = kept[:half], kept[half:]
+    out = []
+    if len(front) > 1:
+        out.append(front[len(front) // 2:])
+    if len(back) > 1:
+        out.append(back[:len(back) // 2])
+    return out
 
 
 def _may_build(judge: _Judge, allowance: float, cap: float, cost: float) -> bool:
@@ -799,11 +863,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             return None
         if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf):
             return None
+        tried_head.update(found)
         trial = judge(found, top)
         if trial is not None and trial.ok:
             log.debug("repair: the broken outputs' head (%d node(s)) %s holds the floor", len(found), top.describe())
             return found
         return None
+
+    tried_head: set[str] = set()  # the head the head rung built (and saw break, where the search follows)
 
     # Every candidate is judged against the same float outputs: float's mask labels are remembered for the search.
     labels = remembered_float_labels()
@@ -825,11 +892,14 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                 floats = mixed(rungs[-1]) or frozenset()
                 if floats:
                     rung = rungs[-1]
+        ends: frozenset[str] = frozenset()
         if allowance > 0 and head is None:
             among = [c for c in candidates if c not in floats]
+            if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
+                ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
                                      last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,
-                                     unquantized=builds_allowed(cfg.repair_budget, unquantized=True))
+                                     unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
         search_s = time.perf_counter() - t0
@@ -893,6 +963,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "stepped_up": {name: f"{STEPPED}: {rung.describe(result.plan)}" for name in stepped_sorted} if rung is not None else {},
         # the mixed rung: the rest stepped up, these few float (empty where the search was float or stepped alone)
         "mixed": bool(floats),
+        # the ends trial (graph_ends): the nodes it kept stepped up, and whether the graph's middle went back
+        "ends": {"nodes": len(ends), "held": kept <= ends} if ends else None,
         "ladder": [r.describe() for r in rungs],
         "build_cpu_seconds": [round(c, 3) for c in judge.costs],
         "op_types": {name: ops.get(name, "?") for name in kept_sorted + stepped_sorted},
