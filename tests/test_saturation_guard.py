@@ -126,3 +126,19 @@ def test_auto_follows_the_probe(monkeypatch):
 def test_a_bad_value_is_refused_naming_the_option():
     with pytest.raises(ConfigError, match="saturation_guard must be 'auto', 'on' or 'off', not 'yes'"):
         dataclasses.replace(get_preset("A8W8"), saturation_guard="yes")
+
+
+def test_the_cli_takes_the_guard(tmp_path):
+    """``--saturation-guard on`` stores the fused weights as uint8 on any machine; ``off`` keeps int8."""
+    from onnxptq.cli import main
+
+    source = tmp_path / "m.onnx"
+    onnx.save(_model(), source)
+    np.savez(tmp_path / "data.npz", x=np.concatenate([f["x"] for f in _feeds()]))
+    kinds = {}
+    for guard in ("on", "off"):
+        out = tmp_path / f"q_{guard}.onnx"
+        assert main(["quantize", str(source), "-o", str(out), "--preset", "A8W8", "--data", str(tmp_path / "data.npz"),
+                     "--no-repair", "--no-progress", "--saturation-guard", guard]) == 0
+        kinds[guard] = {i.data_type for i in onnx.load(out).graph.initializer if len(i.dims) == 4}
+    assert TensorProto.UINT8 in kinds["on"] and TensorProto.UINT8 not in kinds["off"], kinds

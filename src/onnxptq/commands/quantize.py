@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weight-runtime", choices=("exact", "matmulnbits"), default=None,
                    help="matmulnbits: MXINT8 MatMul weights as blocked int8 DequantizeLinear, fused by onnxruntime into "
                         "MatMulNBits (int8 activation arithmetic; session.qdq_matmulnbits_accuracy_level=1 for float)")
+    p.add_argument("--saturation-guard", choices=("auto", "on", "off"), default=None,
+                   help="int8 weights of fused Conv/MatMul/Gemm stored as uint8 (same values) where onnxruntime's "
+                        "integer GEMM saturates (x86 without VNNI): auto (a probe of this machine; default), on "
+                        "(a model for such CPUs made elsewhere), off")
     p.add_argument("--range-guard", action=argparse.BooleanOptionalAction, default=None,
                    help="stop sharing one scale (or one block exponent) where it would flush whole channels: split at "
                         "the Concat, move the block axis, or keep the tensor float (the plan and report say which); "
@@ -97,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         config = config.replace(pack_weights=args.pack_weights)
     if args.weight_runtime is not None:
         config = config.replace(weight_runtime=args.weight_runtime)
+    if args.saturation_guard is not None:
+        config = config.replace(saturation_guard=args.saturation_guard)
     if args.range_guard is not None:
         config = config.replace(range_guard=args.range_guard)
     if args.repair is not None:
