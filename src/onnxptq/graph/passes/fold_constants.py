@@ -244,7 +244,7 @@ def _numpy_fold(node: ir.Node, inputs: list[np.ndarray | None]) -> list[np.ndarr
     for the reference to evaluate. Why: constructing ``onnx.reference.ReferenceEvaluator`` imports
     its whole op list, ~17 MiB resident for the rest of the process — on PP-OCR cls a tenth of
     A8W8 quantize's peak — for results that are one ``reshape``/``astype``."""
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return None
     if node.op_type == "Reshape" and len(inputs) == 2 and all(x is not None for x in inputs):
         data, shape = inputs
