@@ -306,22 +306,25 @@ def _dual_quant_nodes(tensors: dict[str, TensorPlan], producer_side: dict[str, t
 
 def _apply_tensor_overrides(tensors: dict[str, TensorPlan], config: QuantConfig, g: _Graph) -> None:
     """The user's ``tensor_overrides`` (and repair's steps) over the plan. Why the axis rule: a per-channel
-    integer weight keeps the plan's channel axis (a user's other ``axis`` is refused: onnxruntime's
+    integer weight keeps the plan's channel axis, and a user's other ``axis`` is refused (onnxruntime's
     QLinearConv / MatMulIntegerToFloat take one scale per output channel and fail at run time on any
-    other, where it used to be dropped silently); one the plan had per tensor, or kept float (so it had none), takes the axis its
-    readers imply, as the plan would have given it: the override of a float
-    kept Conv weight to int8 per channel made one scale for the whole tensor (rnnweights' note)."""
+    other; it used to be dropped silently); one the plan had per tensor, or kept float (so it had none),
+    takes the axis its readers imply, as the plan would have given it (the override of a float-kept Conv
+    weight to int8 per channel made one scale for the whole tensor: rnnweights' note)."""
     for name, quant in config.tensor_overrides.items():  # names checked by graph.check.check_config_names
         if name in tensors:
             plan = tensors[name]
             axis = plan.axis if (quant.format == plan.quant.format or quant.format in ("bfp", "mx")) else None
             if quant.is_integer and plan.role == "weight" and quant.per_channel:
-                axis = override_channel_axis(name, quant, g) if quant.axis is not None or not plan.quant.per_channel else plan.axis
-                if plan.quant.per_channel and axis != plan.axis:
+                if not plan.quant.per_channel:
+                    axis = override_channel_axis(name, quant, g)
+                elif quant.axis is not None and override_channel_axis(name, quant, g) != plan.axis:
                     readers = ", ".join(f"{n.op_type} {n.name!r}" for n in g.consumers.get(name, []))
                     raise ConfigError(f"tensor_overrides[{name!r}]: axis {quant.axis} is not the weight's output-channel axis "
                                       f"{plan.axis}, along which its integer reader ({readers}) takes one scale per channel in "
                                       f"onnxruntime; leave 'axis' out, or give {plan.axis}")
+                else:
+                    axis = plan.axis
             # Only the quantizer changes: what earlier rules decided about the tensor (its readers,
             # ``exclusive`` under the transformer placement) stays (repair's 16-bit step overrides
             # planned tensors: algorithms/step_up.py).
