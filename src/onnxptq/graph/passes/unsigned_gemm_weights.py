@@ -79,19 +79,19 @@ def unsigned_gemm_weights(model: onnx.ModelProto) -> int:
         taken = set(inits) | {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
         replaced: set[str] = set()
         for dq in dqs:
+            weight, scale_name = dq.input[0], dq.input[1]
+            zero_name = dq.input[2] if len(dq.input) > 2 else ""
             # external data (a streamed large model) is read from and written to its data file
-            codes = tensor_values(inits[dq.input[0]]).astype(np.int16)
-            scale = tensor_values(inits[dq.input[1]])
-            zero = (tensor_values(inits[dq.input[2]]).astype(np.int16) if len(dq.input) > 2 and dq.input[2]
-                    else np.zeros(scale.shape, np.int16))
-            data = store((codes + 128).astype(np.uint8), _unused_name(dq.input[0], taken))
-            point = numpy_helper.from_array((zero + 128).astype(np.uint8), _unused_name(dq.input[2] if len(dq.input) > 2 and dq.input[2]
-                                                                                     else dq.input[1].replace("scale", "zero_point"), taken))
-            replaced.update(i for i in (dq.input[0], dq.input[2] if len(dq.input) > 2 else "") if i)
+            codes = tensor_values(inits[weight]).astype(np.int16)
+            scale = tensor_values(inits[scale_name])
+            zero = tensor_values(inits[zero_name]).astype(np.int16) if zero_name else np.zeros(scale.shape, np.int16)
+            data = store((codes + 128).astype(np.uint8), _unused_name(weight, taken))
+            point = numpy_helper.from_array((zero + 128).astype(np.uint8),
+                                            _unused_name(zero_name or scale_name.replace("scale", "zero_point"), taken))
+            replaced.update(n for n in (weight, zero_name) if n)
             graph.initializer.extend([data, point])
-            inputs = [data.name, dq.input[1], point.name]
             del dq.input[:]
-            dq.input.extend(inputs)
+            dq.input.extend([data.name, scale_name, point.name])
             rewritten += 1
         read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
         read |= {i for g in all_graphs(graph) if g is not graph for n in g.node for i in n.input}  # outer-scope reads
