@@ -219,7 +219,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 act_quant = spec_for(node, "activation")
                 wt_quant = spec_for(node, "weight")
                 if config.bias == "int32" and wt_quant is not None and wt_quant.is_integer and act_quant is not None and act_quant.is_integer:
-                    add(name, "bias", wt_quant.with_(format="int32", per_channel=wt_quant.per_channel, symmetric=True, reduce_range=False),
+                    add(name, "bias", wt_quant.with_(format="int32", per_channel=wt_quant.per_channel, symmetric=True),
                         node, consumer=True, axis=0 if wt_quant.per_channel else None, bias_of=(node.input[0], weight_name))
                 elif quant is not None:
                     add(name, "bias", quant, node, consumer=True, axis=_block_axis(node, index, 1, True, 0) if not quant.is_integer else None)
