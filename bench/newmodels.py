@@ -6443,6 +6443,225 @@ MODELS["dfn3_enc_declared"] = MODELS["dfn3_enc"]
 AGREEMENT["dfn3_enc_declared"] = {"emb": _emb_frames_30db}
 
 
+
+# ----------------------------------------------------------------------------- The twenty-fourth round
+# Three packages no earlier round (nor the zoo) used, found by a new search (RESULTS.md, newmodels24): exact strings of
+# ``setup.py`` files that put ``*.onnx`` in ``package_data``, in the search tool's stored copies of public repositories
+# and PyPI sdists, rather than the package list's summaries. NEWMODELS24_SRC; bench/fetch_newmodels.py round 24:
+# vk-captcha 2.0 (MIT: a Keras CRNN, two conv blocks, a dense layer and two bidirectional LSTMs, tf2onnx 1.11 opset 13,
+# NHWC input transposed to width-first, CTC over 21 letters/digits), pysjtu 0.4.2 (GPL-3.0: SJTU jAccount captchas, a
+# PyTorch 1.13 ResNet with one head per letter on the binarised 40x110 image, and the deprecated skl2onnx SVMClassifier
+# on 20x20 segmented letters), ImageQualityChecker 0.0.9 (VinAI, sdist only: an EfficientNet-B3 classifying camera
+# images as normal / soiled lens / defocused, PyTorch 1.6 opset 10 with BatchNormalization and Swish unfused).
+# Measured locally, nothing of the packages committed. Each row:
+#     NEWMODELS24_SRC=/work/cache/newmodels24/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models MODEL --calib 40 --held 48 --json /work/cache/newmodels24/rows_MODEL.json \
+#         --md /work/cache/newmodels24/rows_MODEL.md --out-dir /work/cache/newmodels24/out --timeout 900
+
+SRC24 = Path(os.environ.get("NEWMODELS24_SRC", "/work/cache/newmodels24/src"))
+_VK_CHARS = "zshqdv278xy5eau4knmcp"  # vk_captcha/solver.py `characters`, in the model's class order (class 0 = blank)
+
+
+def _jpeg(img, rng: random.Random, lo: int = 60, hi: int = 92):
+    """``img`` through a JPEG round trip at a random quality, as the captcha servers send them."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, format="JPEG", quality=rng.randint(lo, hi))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
+def _vk_captcha(rng: random.Random):
+    """A VK-style captcha, 130x50: 5-7 characters of the model's alphabet in dark strokes of varied font and size on a
+    light textured background, each glyph turned a little, the row bent by a sine wave (VK's captchas are warped
+    lettering, not noise-heavy), a thin curve through it; JPEG."""
+    from PIL import Image, ImageDraw
+
+    from testkit.zoo_data import _font
+
+    w, h = 130, 50
+    bg = np.full((h, w, 3), rng.randint(215, 250), np.float32)
+    bg += np.random.default_rng(rng.randint(0, 1 << 30)).normal(0, 6, (h, w, 3))
+    canvas = Image.fromarray(bg.clip(0, 255).astype(np.uint8))
+    text = "".join(rng.choice(_VK_CHARS) for _ in range(rng.randint(5, 7)))
+    x = rng.randint(2, 10)
+    step = (w - 2 * x) / len(text)
+    ink = tuple(rng.randint(20, 90) for _ in range(3))
+    for ch in text:
+        font = _font(rng.randint(22, 30), rng.choice(("sans", "serif", "bold", "mono")))
+        glyph = Image.new("L", (36, 44), 0)
+        ImageDraw.Draw(glyph).text((6, 4), ch, font=font, fill=255)
+        glyph = glyph.rotate(rng.uniform(-18, 18), resample=Image.BILINEAR)
+        canvas.paste(Image.new("RGB", glyph.size, ink), (int(x) - 6, rng.randint(0, 10)), glyph)
+        x += step * rng.uniform(0.85, 1.1)
+    arr = np.asarray(canvas, np.float32)
+    amp, period, phase = rng.uniform(1.5, 4.0), rng.uniform(40, 90), rng.uniform(0, 2 * np.pi)
+    for col in range(w):
+        arr[:, col] = np.roll(arr[:, col], int(round(amp * np.sin(2 * np.pi * col / period + phase))), axis=0)
+    canvas = Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+    d = ImageDraw.Draw(canvas)
+    pts = [(c, h / 2 + rng.uniform(-12, 12) * np.sin(c / rng.uniform(15, 30))) for c in range(0, w, 6)]
+    d.line(pts, fill=ink, width=1)
+    return _jpeg(canvas, rng)
+
+
+def vk_captcha_feeds(n: int, seed: int) -> list[Feed]:
+    """vk_captcha's _solve_task: the decoded image (OpenCV's BGR order) /255, transposed to [width, height, 3], a batch
+    of one."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        bgr = np.asarray(_vk_captcha(rng), np.float32)[..., ::-1] / 255.0
+        out.append({"image": np.ascontiguousarray(bgr.transpose(1, 0, 2)[None])})
+    return out
+
+
+def _vk_read(pred: np.ndarray) -> str:
+    """VkCaptchaSolver.get_result: arg-max per step, repeats and the two special classes (0 and 22) dropped, at most 7
+    characters."""
+    ans, last = [], None
+    for item in pred[0]:
+        k = int(item.argmax())
+        if k != last and k != 0 and k != len(_VK_CHARS) + 1:
+            ans.append(_VK_CHARS[k - 1])
+        last = k
+    return "".join(ans)[:7]
+
+
+def vk_reads(ref, test, feeds, root) -> float:
+    """The answer vk_captcha would send, equal to float's."""
+    return float(np.mean([_vk_read(ref(f)[0]) == _vk_read(test(f)[0]) for f in feeds]))
+
+
+def _jaccount_font(size: int, style: str):
+    """DejaVu Sans in one of its four styles (the jAccount captchas' letters: regular, bold, oblique, bold oblique); the
+    plain face where fonts-dejavu-extra's obliques are missing."""
+    from PIL import ImageFont
+
+    from testkit.zoo_data import DEJAVU, _font
+
+    path = DEJAVU / f"DejaVuSans{style}.ttf"
+    return ImageFont.truetype(str(path), size) if path.is_file() else _font(size, "bold" if "Bold" in style else "sans")
+
+
+def _jaccount_captcha(rng: random.Random):
+    """A jAccount captcha as the five samples in pysjtu's sdist (tests/resources/captcha) look: 110x40, white, 4 or 5
+    lower-case letters in one saturated colour per captcha (red, green, blue), each letter DejaVu Sans in a style of
+    its own (regular, bold, oblique, bold oblique) at 17-20 px, on one baseline, spaced 12-22 px; JPEG."""
+    from PIL import Image, ImageDraw
+
+    w, h = 110, 40
+    canvas = Image.new("RGB", (w, h), (255, 255, 255))
+    d = ImageDraw.Draw(canvas)
+    letters = "".join(chr(ord("a") + rng.randrange(26)) for _ in range(rng.choice((4, 5, 5))))
+    ink = rng.choice(((214, 40, 30), (40, 160, 40), (30, 60, 190), (200, 50, 50), (50, 140, 60), (40, 40, 170)))
+    x, y = rng.uniform(0, 6), rng.randint(6, 14)
+    gap = min(rng.uniform(12, 14) if rng.random() < 0.3 else rng.uniform(17, 22), (w - 14 - x) / (len(letters) - 1))
+    for ch in letters:
+        font = _jaccount_font(rng.randint(17, 20), rng.choice(("", "-Bold", "-Oblique", "-BoldOblique")))
+        d.text((x, y + rng.randint(-1, 1)), ch, font=font, fill=ink)
+        x += gap
+    return _jpeg(canvas, rng, 75, 95)
+
+
+def _jaccount_binary(img):
+    """pysjtu's preprocessing: grey, then the table [0]*156 + [1]*100 into a 1-bit image (ink 0, paper 1)."""
+    return img.convert("L").point([0] * 156 + [1] * 100, "1")
+
+
+def pysjtu_nn_feeds(n: int, seed: int) -> list[Feed]:
+    """NNRecognizer.recognize: the 1-bit image as float32 0/1, [1, 1, 40, 110]."""
+    rng = random.Random(seed)
+    return [{"input.1": np.array(_jaccount_binary(_jaccount_captcha(rng)), dtype=np.float32)[None, None]}
+            for _ in range(n)]
+
+
+def pysjtu_nn_reads(ref, test, feeds, root) -> float:
+    """NNRecognizer._tensor_to_captcha: one letter per head (arg-max; class 26 of the last head = no fifth letter);
+    the whole answer equal to float's."""
+    def read(outs):
+        return "".join(chr(ord("a") + int(o.argmax(1)[0])) for o in outs if int(o.argmax(1)[0]) < 26)
+
+    return float(np.mean([read(ref(f)) == read(test(f)) for f in feeds]))
+
+
+def pysjtu_svm_feeds(n: int, seed: int) -> list[Feed]:
+    """LegacyRecognizer.recognize: the 1-bit image split at empty columns, each piece cropped to its rows and pasted
+    centred on 20x20, back to grey (0/255) and flattened: one feed of 400 floats per letter piece."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        img = _jaccount_binary(_jaccount_captcha(rng))
+        a = np.asarray(img.convert("L")) < 128  # ink
+        cols = np.flatnonzero(a.any(0))
+        runs = np.split(cols, np.flatnonzero(np.diff(cols) > 1) + 1) if cols.size else []
+        for run in runs:
+            piece = img.crop((int(run[0]), 0, int(run[-1]), img.height))  # pysjtu's crop drops the run's last column
+            rows = np.flatnonzero((np.asarray(piece.convert("L")) < 128).any(1))
+            if piece.width == 0 or rows.size == 0:
+                continue
+            piece = piece.crop((0, int(rows[0]), piece.width, int(rows[-1]) + 1))
+            if piece.width > 20 or piece.height > 20:
+                piece = piece.crop((0, 0, min(piece.width, 20), min(piece.height, 20)))
+            canvas = Image.new("1", (20, 20), color=1)
+            canvas.paste(piece, (int((20 - piece.width) / 2), int((20 - piece.height) / 2)))
+            out.append({"float_input": np.asarray(canvas.convert("L"), np.float32).ravel()})  # getdata()'s row order
+    return out[:n]
+
+
+def svm_labels(ref, test, feeds, root) -> float:
+    """The letter the SVM names (its `label` output), equal to float's."""
+    return float(np.mean([np.array_equal(ref(f)[0], test(f)[0]) for f in feeds]))
+
+
+def _camera_photo(rng: random.Random):
+    """What ImageQualityChecker sorts (a camera's frames): a testkit scene at 320-480 px as it comes (normal), seen
+    through a soiled lens (3-9 soft semi-transparent brown/grey blotches) or defocused (a Gaussian blur of radius 2.5-8)."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    img = render_scene(rng, rng.choice((320, 400, 480)), rng.choice((240, 300, 360))).convert("RGB")
+    kind = rng.randrange(3)
+    if kind == 1:
+        w, h = img.size
+        dirt = Image.new("L", img.size, 0)
+        d = ImageDraw.Draw(dirt)
+        for _ in range(rng.randint(3, 9)):
+            r = rng.randint(min(w, h) // 12, min(w, h) // 4)
+            cx, cy = rng.randrange(w), rng.randrange(h)
+            d.ellipse([cx - r, cy - r, cx + r, cy + int(r * rng.uniform(0.6, 1.4))], fill=rng.randint(120, 230))
+        dirt = dirt.filter(ImageFilter.GaussianBlur(rng.uniform(6, 14)))
+        colour = Image.new("RGB", img.size, (rng.randint(70, 130), rng.randint(60, 100), rng.randint(40, 80)))
+        img = Image.composite(colour, img, dirt)
+    elif kind == 2:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(2.5, 8.0)))
+    return _jpeg(img, rng, 70, 95)
+
+
+def iqc_feeds(n: int, seed: int) -> list[Feed]:
+    """QualityChecker_ONNX.preprocess_one_image: RGB, albumentations Resize(224, 224) (bilinear), Normalize (ImageNet
+    mean/std on /255), CHW, a batch of one."""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    out = []
+    for _ in range(n):
+        img = _camera_photo(rng).resize((224, 224), Image.BILINEAR)
+        x = (np.asarray(img, np.float32) / 255.0 - mean) / std
+        out.append({"input": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+MODELS.update({
+    "vk_captcha": (str(SRC24 / "vk_captcha/model.onnx"), vk_captcha_feeds, "answer exact (package CTC decode)", vk_reads),
+    "pysjtu_nn": (str(SRC24 / "pysjtu/ocr/nn_model.onnx"), pysjtu_nn_feeds, "answer exact (5 letter heads)",
+                  pysjtu_nn_reads),
+    "pysjtu_svm": (str(SRC24 / "pysjtu/ocr/svm_model.onnx"), pysjtu_svm_feeds, "letter label exact", svm_labels),
+    "iqc_effnet_b3": (str(SRC24 / "ImageQualityChecker-0.0.9/checker/efficientnet_b3_qualitycheck.onnx"), iqc_feeds,
+                      "top-1 (normal/soil/defocus)", zoo.top1()),
+})
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
