@@ -35,11 +35,9 @@ def _groups(model: onnx.ModelProto) -> dict[str, list[str]]:
     first Conv, ``head`` the Gemm and the last Conv."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    for n, name in ((n, name) for n in g.node for name in n.input):
+        consumers.setdefault(name, []).append(n)
     out: dict[str, list[str]] = {"se": [], "depthwise": [], "swish": [], "stem": [], "head": []}
     convs = [n for n in g.node if n.op_type == "Conv"]
     out["stem"] = [convs[0].name]
@@ -140,14 +138,19 @@ def stem(path: Path, calib: list, held: list, out_dir: Path) -> None:
               f"{span.min():.3f} / {np.median(span):.2f} / {span.max():.1f} | {int((span < 4 * step).sum())} of {span.size} |")
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
+    """The command line: which presets the groups are judged at, how many feeds, where the files go, which parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", default="A8W8,MXFP8_E4M3")
-    ap.add_argument("--held", type=int, default=48)
-    ap.add_argument("--calib", type=int, default=32)
+    for flag, default in (("--presets", "A8W8,MXFP8_E4M3"), ("--parts", "groups,stem")):
+        ap.add_argument(flag, default=default)
+    for flag, default in (("--held", 48), ("--calib", 32)):
+        ap.add_argument(flag, type=int, default=default)
     ap.add_argument("--out-dir", type=Path, default=Path("/work/cache/newmodels24/causes"))
-    ap.add_argument("--parts", default="groups,stem", help="groups (one structural group float at a time), stem")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = _options()
     import onnxptq
     from onnxptq.config.presets import get_preset
 
