@@ -6472,9 +6472,14 @@ def _jpeg(img, rng: random.Random, lo: int = 60, hi: int = 92):
 
 
 def _vk_captcha(rng: random.Random):
-    """A VK-style captcha, 130x50: 5-7 characters of the model's alphabet in dark strokes of varied font and size on a
-    light textured background, each glyph turned a little, the row bent by a sine wave (VK's captchas are warped
-    lettering, not noise-heavy), a thin curve through it; JPEG."""
+    """A VK-style captcha (_vk_captcha_text's image)."""
+    return _vk_captcha_text(rng)[0]
+
+
+def _vk_captcha_text(rng: random.Random):
+    """A VK-style captcha and the text drawn on it, 130x50: 5-7 characters of the model's alphabet in dark strokes of
+    varied font and size on a light textured background, each glyph turned a little, the row bent by a sine wave (VK's
+    captchas are warped lettering, not noise-heavy), a thin curve through it; JPEG."""
     from PIL import Image, ImageDraw
 
     from testkit.zoo_data import _font
@@ -6502,7 +6507,7 @@ def _vk_captcha(rng: random.Random):
     d = ImageDraw.Draw(canvas)
     pts = [(c, h / 2 + rng.uniform(-12, 12) * np.sin(c / rng.uniform(15, 30))) for c in range(0, w, 6)]
     d.line(pts, fill=ink, width=1)
-    return _jpeg(canvas, rng)
+    return _jpeg(canvas, rng), text
 
 
 def vk_captcha_feeds(n: int, seed: int) -> list[Feed]:
@@ -6545,9 +6550,14 @@ def _jaccount_font(size: int, style: str):
 
 
 def _jaccount_captcha(rng: random.Random):
-    """A jAccount captcha as the five samples in pysjtu's sdist (tests/resources/captcha) look: 110x40, white, 4 or 5
-    lower-case letters in one saturated colour per captcha (red, green, blue), each letter DejaVu Sans in a style of
-    its own (regular, bold, oblique, bold oblique) at 17-20 px, on one baseline, spaced 12-22 px; JPEG."""
+    """A jAccount captcha (_jaccount_captcha_text's image)."""
+    return _jaccount_captcha_text(rng)[0]
+
+
+def _jaccount_captcha_text(rng: random.Random):
+    """A jAccount captcha and its letters, as the five samples in pysjtu's sdist (tests/resources/captcha) look: 110x40,
+    white, 4 or 5 lower-case letters in one saturated colour per captcha (red, green, blue), each letter DejaVu Sans in
+    a style of its own (regular, bold, oblique, bold oblique) at 17-20 px, on one baseline, spaced 12-22 px; JPEG."""
     from PIL import Image, ImageDraw
 
     w, h = 110, 40
@@ -6561,7 +6571,7 @@ def _jaccount_captcha(rng: random.Random):
         font = _jaccount_font(rng.randint(17, 20), rng.choice(("", "-Bold", "-Oblique", "-BoldOblique")))
         d.text((x, y + rng.randint(-1, 1)), ch, font=font, fill=ink)
         x += gap
-    return _jpeg(canvas, rng, 75, 95)
+    return _jpeg(canvas, rng, 75, 95), letters
 
 
 def _jaccount_binary(img):

@@ -7,7 +7,10 @@ convolutions, the Swish pairs Sigmoid→Mul, the stem, the classifier), each jud
 cosine and top-1 agreement with float (``--parts groups``). ``--parts stem`` looks at the stem alone: the float model
 with only its input rounded (to the A8W8 input grid, to MX E4M3 with a pixel's three channels as the block, to
 BF16), the stem Conv as the only quantized node (A8W8, A16W8), and the per-channel spans of the stem's output (after
-the folded BatchNormalization) against the tensor's one 8-bit step.
+the folded BatchNormalization) against the tensor's one 8-bit step. ``--parts sjtu``: pysjtu's letter heads with
+repair off, the answers equal to float's and the flips per head on the calibration feeds and on fresh ones, with
+float's logit gap at each flip. ``--parts realism``: how often float reads the captchas as drawn (vk_captcha,
+pysjtu_nn) and its CTC steps under a 0.5 probability margin.
 
     NEWMODELS24_SRC=/work/cache/newmodels24/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 \\
         python bench/round24_causes.py --presets A8W8,MXFP8_E4M3 --held 48 --out-dir /work/cache/newmodels24/causes
@@ -138,6 +141,61 @@ def stem(path: Path, calib: list, held: list, out_dir: Path) -> None:
               f"{span.min():.3f} / {np.median(span):.2f} / {span.max():.1f} | {int((span < 4 * step).sum())} of {span.size} |")
 
 
+def sjtu(presets: list[str], calib_n: int, fresh_n: int, out_dir: Path) -> None:
+    """pysjtu_nn with repair off: answers equal to float's on its calibration feeds and on ``fresh_n`` fresh ones,
+    flips per head, and float's top-two logit gap where they flip (near-ties or not)."""
+    import onnxptq
+    from onnxptq.config.presets import get_preset
+
+    path = nm.MODELS["pysjtu_nn"][0]
+    calib, fresh = nm.pysjtu_nn_feeds(calib_n, 1), nm.pysjtu_nn_feeds(fresh_n, 2000)
+    ref = zoo.session_runner(path)
+    print("| preset, repair off | feeds | answers equal | flips per head | float's logit gap at the flips |")
+    print("| --- | --- | --- | --- | --- |")
+    for preset in presets:
+        out = out_dir / f"pysjtu_nn.{preset}.norepair.onnx"
+        onnxptq.quantize(path, dataclasses.replace(get_preset(preset), repair=False), data=calib, output=str(out))
+        test = zoo.session_runner(out)
+        for tag, feeds in (("calibration", calib), ("fresh", fresh)):
+            flips, gaps, same = np.zeros(5, int), [], 0
+            for f in feeds:
+                a, b = ref(f), test(f)
+                moved = [k for k in range(5) if a[k].argmax() != b[k].argmax()]
+                same += not moved
+                for k in moved:
+                    flips[k] += 1
+                    top = np.sort(a[k][0])
+                    gaps.append(float(top[-1] - top[-2]))
+            gap = f"{min(gaps):.2f}-{max(gaps):.2f}" if gaps else "-"
+            print(f"| {preset} | {len(feeds)} {tag} | {same / len(feeds):.3f} | {' '.join(map(str, flips))} | {gap} |",
+                  flush=True)
+
+
+def realism(n: int) -> None:
+    """Float's reads of the captchas against the text drawn on them, and the share of its steps it is unsure of."""
+    import random
+
+    vk = zoo.session_runner(nm.MODELS["vk_captcha"][0])
+    sj = zoo.session_runner(nm.MODELS["pysjtu_nn"][0])
+    vk_exact = sj_exact = 0
+    unsure, gaps = [], []
+    for seed in range(n):
+        img, text = nm._vk_captcha_text(random.Random(seed))
+        out = vk({"image": np.ascontiguousarray((np.asarray(img, np.float32)[..., ::-1] / 255.0).transpose(1, 0, 2)[None])})[0]
+        top = np.sort(out[0], -1)
+        unsure.append(float(np.mean(top[:, -1] - top[:, -2] < 0.5)))
+        vk_exact += nm._vk_read(out) == text
+        img, letters = nm._jaccount_captcha_text(random.Random(seed))
+        outs = sj({"input.1": np.array(nm._jaccount_binary(img), dtype=np.float32)[None, None]})
+        sj_exact += "".join(chr(97 + int(o.argmax(1)[0])) for o in outs if int(o.argmax(1)[0]) < 26) == letters
+        gaps += [float(np.diff(np.sort(o[0])[-2:])[0]) for o in outs]
+    print("| model | captchas | float reads the drawn text | float's uncertain decisions |")
+    print("| --- | --- | --- | --- |")
+    print(f"| vk_captcha | {n} | {vk_exact / n:.3f} | {np.mean(unsure):.3f} of CTC steps under a 0.5 probability margin |")
+    print(f"| pysjtu_nn | {n} | {sj_exact / n:.3f} | {np.mean(np.array(gaps) < 1):.3f} of head decisions under a logit gap "
+          f"of 1 (median gap {np.median(gaps):.2f}) |")
+
+
 def _options() -> argparse.Namespace:
     """The command line: which presets the groups are judged at, how many feeds, where the files go, which parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -159,6 +217,10 @@ def main() -> None:
     groups = _groups(model)
     calib, held = nm.iqc_feeds(a.calib, 1), nm.iqc_feeds(a.held, 1000)
     a.out_dir.mkdir(parents=True, exist_ok=True)
+    if "realism" in a.parts.split(","):
+        realism(40)
+    if "sjtu" in a.parts.split(","):
+        sjtu(["BF16", "A8W8", "BFP16"], 40, 200, a.out_dir)
     if "stem" in a.parts.split(","):
         stem(path, calib, held, a.out_dir)
     if "groups" not in a.parts.split(","):
