@@ -37,8 +37,9 @@ the tensor is ~0.12 ms on a quiet core and every extra full-tensor op costs abou
 * **Masked formulas in few nodes.** They are never taken on real activations, but every node of
   them costs onnxruntime session-creation time (~0.1 ms, an ``If`` ~0.2 ms) in every call, and
   that creation was most of a block format's quantize time. ``to_bfp`` branches only what
-  differs, with two small ``If`` nodes around one set of scale and rounding nodes (the block
-  maxima; the last node, where Inf/NaN are put back: :func:`_bfp_split`). A branch-free
+  differs, with one small ``If`` before one set of scale and rounding nodes: the block maxima,
+  and a carrier the rounding multiplies, +0 on finite data and -Inf/NaN where the masked branch
+  must put Inf/NaN back (:func:`_bfp_split`; it took a second ``If`` at the end). A branch-free
   ``to_bfp`` (masked maxima, Inf/NaN put back, no ``If``) cost +14 % a call (bench/RESULTS.md,
   branch blockif): its mask and put-back are three full passes each.
 * **Ragged axis by shape.** ``build(shape=...)`` (the emitter passes the static shape from shape
@@ -111,6 +112,7 @@ _ATTR_ORDER = (
 )
 _F = TensorProto.FLOAT
 _I64_MAX = np.iinfo(np.int64).max
+_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) -> str:
@@ -136,7 +138,7 @@ def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) ->
 # ------------------------------------------------------------------------------- building blocks
 
 
-def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
+def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str, carrier: str | None = None) -> str:
     """Round ``v`` (float32 codes) the way the reference does, signs of zero included.
 
     Full-tensor ``Where`` is ~20x slower than arithmetic in onnxruntime, so corrections are
@@ -150,20 +152,26 @@ def _round(g: Body, v: str, mode: int, py3_zero: bool, zero: str) -> str:
     ``c = 0 - [t == 0.5]``.
     mode 0: half away from zero: ties Round sent towards zero have ``t·sign(v) = 0.5``:
     ``c = 0 - [t·sign(v) == 0.5]·sign(v)``. ``t`` is exact in float32, so the tests are exact.
+
+    ``carrier``: a runtime tensor read where the formulas above read the constant 0 of ``c``
+    (mode 2 with ``py3_zero``: the factor of ``(v + 0)·0``; modes 0 and 1: the first term of
+    ``0 - …``), so that ``c`` can carry ±Inf/NaN into the codes (:func:`_bfp_split`): +0 in
+    every finite position gives the formulas above, bit for bit. None: the constant.
     """
     q = g.op("Round", v)
+    nought = carrier if carrier is not None else g.wide(0.0)
     if mode == 2:
         if not py3_zero:
             return q
-        c = g.op("Mul", g.op("Add", v, zero), g.wide(0.0))
+        c = g.op("Mul", g.op("Add", v, zero), nought)
         return g.op("Sub", q, c)
     t = g.op("Sub", v, q)
     if mode == 1:
         hit = g.op("Cast", g.op("Equal", t, g.wide(0.5)), to=_F)
-        return g.op("Sub", q, g.op("Sub", g.wide(0.0), hit))
+        return g.op("Sub", q, g.op("Sub", nought, hit))
     sign = g.op("Sign", v)
     hit = g.op("Cast", g.op("Equal", g.op("Mul", t, sign), g.wide(0.5)), to=_F)
-    return g.op("Sub", q, g.op("Sub", g.wide(0.0), g.op("Mul", hit, sign)))
+    return g.op("Sub", q, g.op("Sub", nought, g.op("Mul", hit, sign)))
 
 
 def _wide_zero(g: Body, total: str) -> str:
@@ -537,19 +545,27 @@ def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | Non
 
 def _bfp_split(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | None = None, axis: int = 1) -> str:
     """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), the plain/masked choice
-    made by two small ``If`` nodes on the finiteness of the tensor's sum around one set of scale
-    and rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
+    made by one small ``If`` on the finiteness of the tensor's sum, before one set of scale and
+    rounding nodes, instead of one ``If`` holding :func:`_bfp_quant` twice.
 
     Creating a session costs onnxruntime ~0.1 ms per inlined node for every call of every
-    quantizer, and the masked formulas (Inf/NaN: never taken on real activations) were more than
-    half of each body's nodes. They differ from the plain ones in two places only, so only those
-    are branched: the block maxima (plain: of x and -x, with a runtime +0 from the sum; masked:
-    of |x| with Inf/NaN replaced by 0, +0 from those maxima) and the last node (masked: Inf/NaN
-    put back with ``Where``, the result that may be -0 in its else slot). Each branch computes
-    its outputs (onnxruntime copies a branch output that is an outer-scope value). The same ops
-    on the same values as the one-``If`` body it replaced (:func:`_bfp_quant` with a ``Clip`` of
-    the codes in place of the compiler kernel's exponent bump, :func:`_bfp_exact`), hence the
-    same bits.
+    quantizer, each ``If`` about as much as a dozen nodes more (a session state, kernels and an
+    allocation plan per branch), and the masked formulas (Inf/NaN: never taken on real
+    activations) were more than half of each body's nodes. They differ from the plain ones in
+    two places: the block maxima (plain: of x and -x, with a runtime +0 from the sum; masked: of
+    |x| with Inf/NaN replaced by 0, +0 from those maxima) and where Inf/NaN are put back. Both
+    are decided by the one ``If``: besides the maxima and the +0, its branches return the
+    *carrier* ``w`` that the rounding's zero-sign correction multiplies (see :func:`_round`):
+    plain, a runtime +0 shaped ``[1, 1, 1]`` (what the constant 0 was: the plain path runs the
+    same nodes as before, one ``If`` fewer); masked, the masked |x| (Inf/NaN made 0, as
+    for the maxima) less |x|: +0 where x is finite, -Inf where it is ±Inf, NaN where it is NaN.
+    A non-finite x has the saturated code ``±qmax``, so ``c = (±qmax + 0)·(-Inf) = ∓Inf`` and
+    ``q - c = ±Inf``, which the scale (finite, > 0) keeps; NaN stays NaN. Rounding modes 0 and 1
+    subtract the carrier from their tie correction instead (``c = w - hit``), so there it is the
+    masked x less x, ∓Inf at ±Inf. Finite elements see ``w = +0``: the same nodes on the same values as the two-
+    ``If`` body this replaced (the second ``If`` put Inf/NaN back with ``Where``), hence the same
+    bits (payloads of NaN aside). Each branch computes its outputs (onnxruntime copies a branch
+    output that is an outer-scope value).
 
     ``halves``: the Reshape targets of :func:`onnxptq.onnx_ops.body.halves_shapes` (blocks of an
     even length): the plain maxima are taken in two stages (:func:`onnxptq.onnx_ops.body.max_by_halves`,
@@ -574,29 +590,36 @@ def _bfp_split(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | No
     else:
         amax_plain = plain.op("Max", max_by_halves(plain, xr, *halves, int_max), plain.wide(2.0**-127))
     zero_plain = plain.op("Sub", total, total)  # finite sum: +0, shaped [1, 1, 1]
-    special = _nonfinite(masked, xr)
-    amax_masked = masked.op("Max", masked.reduce("ReduceMax", masked.op("Abs", masked.op("Where", special, masked.wide(0.0), xr)), [axis]),
-                            masked.wide(2.0**-127))
+    carrier_plain = plain.op("Sub", total, total)  # the same +0 (a branch's outputs are distinct values)
+    # Inf and NaN masked to 0 (Less is false for both; 0 never raises a maximum), and the carrier
+    # as that masked tensor less the unmasked one: +0 where finite, -Inf (mode 2, of |x|) or ∓Inf
+    # (modes 0 and 1, of x) at ±Inf, NaN at NaN.
+    ax = masked.op("Abs", xr)
+    ok = masked.op("Less", ax, g.const(np.inf))
+    if a["rounding_mode"] == 2:
+        am = masked.op("Where", ok, ax, masked.wide(0.0))
+        carrier_masked = masked.op("Sub", am, ax)
+    else:
+        xm = masked.op("Where", ok, xr, masked.wide(0.0))
+        am = masked.op("Abs", xm)
+        carrier_masked = masked.op("Sub", xm, xr)
+    amax_masked = masked.op("Max", masked.reduce("ReduceMax", am, [axis]), masked.wide(2.0**-127))
     zero_masked = masked.op("Sub", amax_masked, amax_masked)  # finite maxima: +0
-    amax, zero = g.fresh("amax"), g.fresh("zero")
+    amax, zero, carrier = g.fresh("amax"), g.fresh("zero"), g.fresh("carrier")
     f = TensorProto.FLOAT
+    outs = (amax_plain, zero_plain, carrier_plain), (amax_masked, zero_masked, carrier_masked)
     g.nodes.append(helper.make_node(
-        "If", [finite], [amax, zero],
+        "If", [finite], [amax, zero, carrier],
         then_branch=helper.make_graph(plain.nodes, g.fresh("plain_max"), [],
-                                      [helper.make_tensor_value_info(amax_plain, f, None), helper.make_tensor_value_info(zero_plain, f, None)]),
+                                      [helper.make_tensor_value_info(o, f, None) for o in outs[0]]),
         else_branch=helper.make_graph(masked.nodes, g.fresh("masked_max"), [],
-                                      [helper.make_tensor_value_info(amax_masked, f, None), helper.make_tensor_value_info(zero_masked, f, None)])))
+                                      [helper.make_tensor_value_info(o, f, None) for o in outs[1]])))
     m = a["bit_width"] - 9
     s = _pow2_floor(g, amax, 2.0 ** (1 - m))
     qmax = float(2**m - 1)
-    q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero)
-    plain, masked = g.branch(), g.branch()
-    y_plain = plain.op("Mul", q, s)
-    # A result that may be -0 sits in Where's else slot: onnxruntime's Where turns a -0 taken
-    # from its then slot into +0.
-    y_masked = masked.op("Where", _nonfinite(masked, xr), xr, masked.op("Mul", q, s))
-    return g.op("If", finite, then_branch=plain.graph(y_plain, g.fresh("plain")),
-                else_branch=masked.graph(y_masked, g.fresh("masked")))
+    q = _round(g, g.op("Clip", g.op("Div", xr, s), g.const(-qmax), g.const(qmax)), a["rounding_mode"], True, zero,
+               carrier)
+    return g.op("Mul", q, s)
 
 
 #: Largest known size (elements, every dim known) below which a to_bfp_prime body flushes
