@@ -1,0 +1,242 @@
+"""A8W8 on a CPU without VNNI, across the zoo and the outside models: the saturation guard on and off.
+
+Why: every zoo and outside-model verdict before the U8S8 saturation guard (bench/RESULTS.md, "The U8S8
+saturation guard") came from a VNNI machine, where onnxruntime's integer GEMMs sum in int32. Here
+(x86 AVX2, no VNNI) its U8S8 kernels add uint8 × int8 pairs in int16 and saturate. Two modes, each
+(model) in a forked child with a wall-clock limit:
+
+* ``screen``: one A8W8 build with the guard off and repair off (``saturation_guard="off", repair=False``);
+  the same bytes with ``graph/passes/unsigned_gemm_weights`` applied are what the guard delivers (the
+  pass is the build's last step, so they are the guarded build's bytes, repair off). The task metric
+  vs float on held-out feeds three ways: guard off as onnxruntime runs it (fused kernels), guard on as
+  run, and guard off with no graph optimisation (the Q/DQ model computed in float: what int32 sums
+  give, up to requantization rounding). A row whose "on, as run" misses "no opt" by more than a
+  few reads is a saturation (or other kernel) gap the guard does not cover.
+* ``full``: the user's call with defaults (repair on): A8W8 guard "auto", A8W8 guard "off", and A16W8
+  (the control: 16-bit activations have no integer kernels): agreement, output cosine, the floor's
+  verdict as delivered (``result.floor``), what repair kept, quantize wall seconds and the 1-thread
+  latency of the delivered model over float's (interleaved, best of 2 passes, as bench/zoo.py).
+
+    PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/avx2_zoo.py full --models magika,lac --json OUT.json
+    PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/avx2_zoo.py screen --models nsfw,isbnx_yolo --json OUT.json
+
+Model names: a zoo name (testkit.zoo) or an outside model (bench/newmodels.py MODELS, its feed makers
+with --calib / --held feeds, seeds 1 and 1000 as bench/floor_verdicts.py record uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402,F401 - the repository root on sys.path
+
+FLOORS = {"A8W8": 0.95, "A16W8": 0.97}
+
+
+@dataclasses.dataclass
+class Case:
+    """One model with its feeds, its task metric and where it lives."""
+
+    name: str
+    path: Path
+    calib: list
+    held: list
+    metric_name: str
+    metric: object  # (ref, test, feeds, root) -> float
+    root: object = None
+
+
+def load_case(name: str, calib: int, held: int) -> Case:
+    from testkit import zoo
+
+    if name in {m.name for m in zoo.ZOO}:
+        m = zoo.get(name)
+        return Case(name, m.path(), list(m.samples("calibration")), list(m.samples("heldout")), m.metric_name,
+                    m.metric, m.root())
+    import newmodels as nm
+
+    rel, make, metric_name, metric = nm.MODELS[name]
+    return Case(name, nm.SRC / rel, make(calib, 1), make(held, 1000), metric_name, metric)
+
+
+def _runner(model, optimization: str = "all"):
+    """A 1-thread CPU runner of a path or ModelProto; ``optimization="none"``: no graph optimisation."""
+    import onnx
+
+    src = model if isinstance(model, onnx.ModelProto) else str(model)
+    sess = _common.session(src, threads=1, inter_op_threads=1, optimization=optimization)
+    names = {i.name for i in sess.get_inputs()}
+    return lambda feed: sess.run(None, {k: v for k, v in feed.items() if k in names})
+
+
+def _memo(run, feeds):
+    cache: dict[int, list] = {}
+
+    def memo(feed):
+        key = id(feed)
+        if key not in cache:
+            cache[key] = run(feed)
+        return cache[key]
+
+    return memo
+
+
+def _agreement(case: Case, ref, model, optimization: str = "all") -> tuple[float, float, object]:
+    from testkit import zoo
+
+    test = _memo(_runner(model, optimization), case.held)
+    agr = float(case.metric(ref, test, case.held, case.root))
+    return round(agr, 4), round(float(zoo.output_cosine(ref, test, case.held)), 6), test
+
+
+def _verdict_state(verdict) -> str:
+    if verdict is None:
+        return "no verdict"
+    if not verdict.ok:
+        return "broken: " + verdict.describe(only_broken=True)[:160].replace("\n", " ")
+    if getattr(verdict, "unconfirmed", None):
+        return "could not confirm"
+    if verdict.unjudged:
+        return "holds (not judged)"
+    return "holds (warned)" if verdict.advisories else "holds"
+
+
+def _rewritten_weights(model) -> int:
+    from onnxptq.graph.passes.unsigned_gemm_weights import unsigned_gemm_weights
+
+    return unsigned_gemm_weights(model)
+
+
+def screen(case: Case) -> dict:
+    import onnxptq
+    from onnxptq.config.presets import get_preset
+
+    ref = _memo(_runner(case.path), case.held)
+    cfg = dataclasses.replace(get_preset("A8W8"), saturation_guard="off", repair=False)
+    t0 = time.perf_counter()
+    result = onnxptq.quantize(str(case.path), cfg, data=list(case.calib))
+    row: dict = {"model": case.name, "metric": case.metric_name, "quantize_s": round(time.perf_counter() - t0, 1),
+                 "floor_off_norepair": _verdict_state(result.floor)}
+    off = result.model
+    on = copy.deepcopy(off)
+    row["weights_rewritten"] = _rewritten_weights(on)
+    row["off_run"], row["off_run_cos"], _ = _agreement(case, ref, off)
+    if row["weights_rewritten"]:
+        row["on_run"], row["on_run_cos"], _ = _agreement(case, ref, on)
+    else:
+        row["on_run"], row["on_run_cos"] = row["off_run"], row["off_run_cos"]
+    row["off_noopt"], row["off_noopt_cos"], _ = _agreement(case, ref, off, "none")
+    return row
+
+
+def full(case: Case, out_dir: Path) -> list[dict]:
+    import onnxptq
+    from onnxptq.config.presets import get_preset
+
+    from zoo import _repair_kept
+
+    ref_run = _runner(case.path)
+    ref = _memo(ref_run, case.held)
+    rows = []
+    for label, preset, guard in (("A8W8 guard auto", "A8W8", "auto"), ("A8W8 guard off", "A8W8", "off"),
+                                 ("A16W8", "A16W8", "auto")):
+        row: dict = {"model": case.name, "metric": case.metric_name, "config": label, "floor": FLOORS[preset]}
+        cfg = dataclasses.replace(get_preset(preset), saturation_guard=guard)
+        output = out_dir / f"{case.name}.{preset}.{guard}.onnx"
+        t0 = time.perf_counter()
+        try:
+            result = onnxptq.quantize(str(case.path), cfg, data=list(case.calib), output=str(output))
+        except Exception as exc:  # noqa: BLE001 - recorded, never fatal
+            row.update(status="exception", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            rows.append(row)
+            continue
+        row["quantize_s"] = round(time.perf_counter() - t0, 1)
+        row["verdict"] = _verdict_state(result.floor)
+        row["repair"] = _repair_kept(result)
+        row["agreement"], row["cosine"], test = _agreement(case, ref, output)
+        row["latency_ratio"] = round(_common.interleaved_ratio(ref_run, _runner(output), case.held[:4], 2), 3)
+        row["status"] = "ok" if row["agreement"] >= FLOORS[preset] else "below floor"
+        if row["status"] != "ok" and row["verdict"].startswith("holds"):
+            row["status"] = "SILENT"
+        rows.append(row)
+        for f in out_dir.glob(f"{output.name}*"):
+            f.unlink()
+    return rows
+
+
+def _child(mode: str, name: str, calib: int, held: int, out_dir: str, queue) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+    try:
+        case = load_case(name, calib, held)
+        queue.put(screen(case) if mode == "screen" else full(case, Path(out_dir)))
+    except BaseException as exc:  # noqa: BLE001 - the parent always gets a row
+        queue.put({"model": name, "status": "exception", "error": f"{type(exc).__name__}: {str(exc)[:200]}",
+                   "trace": traceback.format_exc()[-1500:]})
+
+
+def isolated(mode: str, name: str, calib: int, held: int, out_dir: Path, timeout: float):
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(mode, name, calib, held, str(out_dir), queue))
+    t0 = time.perf_counter()
+    proc.start()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            got = queue.get(timeout=1.0)
+            proc.join(timeout=30)
+            return got
+        except Exception:  # noqa: BLE001 - queue.Empty: still running
+            if not proc.is_alive():
+                try:
+                    return queue.get(timeout=2.0)
+                except Exception:  # noqa: BLE001
+                    return {"model": name, "status": "crashed", "error": f"child exit {proc.exitcode}"}
+    proc.kill()
+    proc.join()
+    return {"model": name, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("screen", "full"))
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--calib", type=int, default=12)
+    ap.add_argument("--held", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--out-dir", default="/tmp")
+    args = ap.parse_args()
+    path = Path(args.json)
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    done = {r["model"] for r in rows}
+    load = os.getloadavg()[0]
+    for name in [n for n in args.models.split(",") if n and n not in done]:
+        got = isolated(args.mode, name, args.calib, args.held, Path(args.out_dir), args.timeout)
+        for row in got if isinstance(got, list) else [got]:
+            row["load"] = round(load, 1)
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "trace"}), flush=True)
+        load = os.getloadavg()[0]
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
+        os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()
