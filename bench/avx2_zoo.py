@@ -212,10 +212,47 @@ def isolated(mode: str, name: str, calib: int, held: int, out_dir: Path, timeout
     return {"model": name, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
 
 
+def _cell(v, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) else str(v)
+
+
+def table(rows: list[dict], mode: str) -> str:
+    """The rows of a ``full`` or ``screen`` JSON as one Markdown table (bench/RESULTS.md)."""
+    if mode == "screen":
+        out = ["| model | metric | fused weights stored u8 | guard off, as run | guard on, as run | guard off, no graph opt. "
+               "(int32 sums) | off − on | floor (off, repair off) | quantize s | load |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            if "off_run" not in r:
+                out.append(f"| {r['model']} | - | - | - | - | - | - | - | - | {r.get('load', '-')} | {r.get('error', r.get('status'))} |")
+                continue
+            diff = r["off_run"] - r["on_run"]
+            out.append(f"| {r['model']} | {r['metric']} | {r['weights_rewritten']} | {r['off_run']:.3f} (cos {r['off_run_cos']:.4f}) | "
+                       f"{r['on_run']:.3f} (cos {r['on_run_cos']:.4f}) | {r['off_noopt']:.3f} (cos {r['off_noopt_cos']:.4f}) | "
+                       f"{'**' if abs(diff) > 0.02 else ''}{diff:+.3f}{'**' if abs(diff) > 0.02 else ''} | {r['floor_off_norepair'][:60]} | "
+                       f"{r['quantize_s']} | {r.get('load', '-')} |")
+        return "\n".join(out) + "\n"
+    out = ["| model | metric | config | agreement | cosine | floor's verdict (as delivered) | repair kept | quantize s | "
+           "latency × float (1 thread, loaded) | status | load |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        agr = _cell(r.get("agreement"))
+        if r.get("agreement") is not None and r["agreement"] < r["floor"]:
+            agr = f"**{agr}**"
+        status = r.get("status", "-")
+        if status == "SILENT" and "not judged" in r.get("verdict", ""):
+            status = "below floor, not judged (said)"
+        repair = (r.get("repair") or "-").replace("|", "/")[:70]
+        out.append(f"| {r['model']} | {r.get('metric', '')} | {r.get('config', '')} | {agr} | {_cell(r.get('cosine'), '.4f')} | "
+                   f"{r.get('verdict', r.get('error', '-'))[:70]} | {repair} | {_cell(r.get('quantize_s'), '.1f')} | "
+                   f"{_cell(r.get('latency_ratio'), '.2f')} | {status} | {r.get('load', '-')} |")
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("screen", "full"))
-    ap.add_argument("--models", required=True)
+    ap.add_argument("mode", choices=("screen", "full", "table-screen", "table-full"))
+    ap.add_argument("--models", default="")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=300)
@@ -224,6 +261,9 @@ def main() -> None:
     args = ap.parse_args()
     path = Path(args.json)
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    if args.mode.startswith("table-"):
+        print(table(rows, args.mode[len("table-"):]), end="")
+        return
     done = {r["model"] for r in rows}
     load = os.getloadavg()[0]
     for name in [n for n in args.models.split(",") if n and n not in done]:
