@@ -142,7 +142,10 @@ def screen(case: Case) -> dict:
     return row
 
 
-def full(case: Case, out_dir: Path) -> list[dict]:
+CONFIGS = {"A8W8 guard auto": ("A8W8", "auto"), "A8W8 guard off": ("A8W8", "off"), "A16W8": ("A16W8", "auto")}
+
+
+def full(case: Case, out_dir: Path, labels: list[str]) -> list[dict]:
     import onnxptq
     from onnxptq.config.presets import get_preset
 
@@ -151,8 +154,8 @@ def full(case: Case, out_dir: Path) -> list[dict]:
     ref_run = _runner(case.path)
     ref = _memo(ref_run, case.held)
     rows = []
-    for label, preset, guard in (("A8W8 guard auto", "A8W8", "auto"), ("A8W8 guard off", "A8W8", "off"),
-                                 ("A16W8", "A16W8", "auto")):
+    for label in labels:
+        preset, guard = CONFIGS[label]
         row: dict = {"model": case.name, "metric": case.metric_name, "config": label, "floor": FLOORS[preset]}
         cfg = dataclasses.replace(get_preset(preset), saturation_guard=guard)
         output = out_dir / f"{case.name}.{preset}.{guard}.onnx"
@@ -166,6 +169,11 @@ def full(case: Case, out_dir: Path) -> list[dict]:
         row["quantize_s"] = round(time.perf_counter() - t0, 1)
         row["verdict"] = _verdict_state(result.floor)
         row["repair"] = _repair_kept(result)
+        rep = getattr(result, "repair", None)
+        if isinstance(rep, dict) and rep.get("stepped_up"):  # zoo._repair_kept names float nodes only
+            row["repair"] = f"{len(rep['stepped_up'])} stepped up ({next(iter(rep['stepped_up'].values()))[:60]}); " + row["repair"]
+        if isinstance(rep, dict) and rep.get("before_text"):
+            row["before"] = str(rep["before_text"])[:200]
         row["agreement"], row["cosine"], test = _agreement(case, ref, output)
         row["latency_ratio"] = round(_common.interleaved_ratio(ref_run, _runner(output), case.held[:4], 2), 3)
         row["status"] = "ok" if row["agreement"] >= FLOORS[preset] else "below floor"
@@ -177,23 +185,23 @@ def full(case: Case, out_dir: Path) -> list[dict]:
     return rows
 
 
-def _child(mode: str, name: str, calib: int, held: int, out_dir: str, queue) -> None:
+def _child(mode: str, name: str, calib: int, held: int, out_dir: str, queue, label: str = "") -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import logging
 
     logging.basicConfig(level=logging.ERROR)
     try:
         case = load_case(name, calib, held)
-        queue.put(screen(case) if mode == "screen" else full(case, Path(out_dir)))
+        queue.put(screen(case) if mode == "screen" else full(case, Path(out_dir), [label]))
     except BaseException as exc:  # noqa: BLE001 - the parent always gets a row
-        queue.put({"model": name, "status": "exception", "error": f"{type(exc).__name__}: {str(exc)[:200]}",
+        queue.put({"model": name, "config": label, "status": "exception", "error": f"{type(exc).__name__}: {str(exc)[:200]}",
                    "trace": traceback.format_exc()[-1500:]})
 
 
-def isolated(mode: str, name: str, calib: int, held: int, out_dir: Path, timeout: float):
+def isolated(mode: str, name: str, calib: int, held: int, out_dir: Path, timeout: float, label: str = ""):
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(mode, name, calib, held, str(out_dir), queue))
+    proc = ctx.Process(target=_child, args=(mode, name, calib, held, str(out_dir), queue, label))
     t0 = time.perf_counter()
     proc.start()
     while time.perf_counter() - t0 < timeout:
@@ -206,10 +214,10 @@ def isolated(mode: str, name: str, calib: int, held: int, out_dir: Path, timeout
                 try:
                     return queue.get(timeout=2.0)
                 except Exception:  # noqa: BLE001
-                    return {"model": name, "status": "crashed", "error": f"child exit {proc.exitcode}"}
+                    return {"model": name, "config": label, "status": "crashed", "error": f"child exit {proc.exitcode}"}
     proc.kill()
     proc.join()
-    return {"model": name, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
+    return {"model": name, "config": label, "status": "timeout", "error": f"no result within {timeout:.0f} s"}
 
 
 def _cell(v, spec: str = ".3f") -> str:
@@ -264,10 +272,12 @@ def main() -> None:
     if args.mode.startswith("table-"):
         print(table(rows, args.mode[len("table-"):]), end="")
         return
-    done = {r["model"] for r in rows}
+    done = {(r["model"], r.get("config", "")) for r in rows}
+    labels = list(CONFIGS) if args.mode == "full" else [""]
     load = os.getloadavg()[0]
-    for name in [n for n in args.models.split(",") if n and n not in done]:
-        got = isolated(args.mode, name, args.calib, args.held, Path(args.out_dir), args.timeout)
+    # configs outermost: a time-limited run has both guard settings of every model before any control
+    for name, label in [(n, c) for c in labels for n in args.models.split(",") if n if (n, c) not in done]:
+        got = isolated(args.mode, name, args.calib, args.held, Path(args.out_dir), args.timeout, label)
         for row in got if isinstance(got, list) else [got]:
             row["load"] = round(load, 1)
             rows.append(row)
