@@ -259,13 +259,15 @@ def table(rows: list[dict], mode: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("screen", "full", "table-screen", "table-full"))
-    ap.add_argument("--models", default="")
-    ap.add_argument("--calib", type=int, default=12)
-    ap.add_argument("--held", type=int, default=32)
-    ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--out-dir", default="/tmp")
+    ap.add_argument("mode", choices=("screen", "full", "table-screen", "table-full"),
+                    help="run a mode, or print a JSON's rows as a table")
+    ap.add_argument("--models", default="", help="zoo or outside-model names, comma-separated")
+    ap.add_argument("--json", required=True, help="rows (read first: models already in it are skipped)")
+    for flag, kind, default, text in (("--calib", int, 12, "calibration feeds (outside models)"),
+                                      ("--held", int, 32, "held-out feeds (outside models)"),
+                                      ("--timeout", float, 300, "seconds per child"),
+                                      ("--out-dir", str, "/tmp", "where delivered models are written, then removed")):
+        ap.add_argument(flag, type=kind, default=default, help=text)
     args = ap.parse_args()
     path = Path(args.json)
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
