@@ -6,8 +6,9 @@ and saturates past 32767 (bench/RESULTS.md, "The U8S8 saturation guard"). The gu
 one MatMulInteger and QLinearConv; this script lists every integer kernel the CPU provider may pick for
 our integer outputs (the QDQ patterns onnxruntime fuses, and the integer ops a model may already hold)
 and runs each on the values that make a pair sum overflow int16: activations at the top of their range
-(uint8 255 / int8 -128) times weights at the top of theirs (int8 127 or -128 / uint8 255), so a pair of
-products is 64770 (U8S8), 65025 (U8U8) or 32768 (S8S8). The reference is exact: integer sums in int64
+(uint8 255 / int8 127) times weights at the top of theirs (int8 127 / uint8 255), so a pair of products is
+64770 (U8S8), 65025 (U8U8) or 32258 (S8S8; but onnxruntime's QDQ path shifts int8 activations to uint8 first,
+making it U8S8). The reference is exact: integer sums in int64
 (NumPy), requantized in float64 with round-half-even as the ONNX spec says. A row's "rel. error" is
 max |got - exact| / max |exact| on the dequantized outputs (QLinear ops: codes compared, one code of
 rounding allowed); "kernel" is what onnxruntime's optimised graph ran (its op types, Q/DQ left out).
@@ -38,7 +39,9 @@ from onnxptq.pipeline.runtime import integer_gemm_saturates  # noqa: E402
 
 MS = "com.microsoft"
 NP_OF = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
-HIGH = {TensorProto.UINT8: 255, TensorProto.INT8: -128}  # activation code farthest from zero point 0
+# activation codes at the top of their type: int8 at +127, because onnxruntime's x86 QDQ path turns int8
+# activations into uint8 (code + 128, QDQS8ToU8Transformer) before a U8S8 kernel: +127 becomes 255 there
+HIGH = {TensorProto.UINT8: 255, TensorProto.INT8: 127}
 WHIGH = {TensorProto.UINT8: 255, TensorProto.INT8: 127}
 
 
@@ -91,7 +94,7 @@ def _requant(acc: np.ndarray, scale: float, y_type: int) -> np.ndarray:
 
 def matmul_integer(a_type: int, b_type: int, k: int = 64) -> Probe:
     a = np.full((2, k), HIGH[a_type], NP_OF[a_type])
-    b = np.full((k, 4), WHIGH[b_type] if not (a_type == b_type == TensorProto.INT8) else -128, NP_OF[b_type])
+    b = np.full((k, 4), WHIGH[b_type], NP_OF[b_type])
     node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
     m = _model([node], [helper.make_tensor_value_info("a", a_type, [2, k])],
                [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 4])], [numpy_helper.from_array(b, "b")], opset=13)
@@ -111,8 +114,7 @@ def conv_integer(w_type: int, group: int = 1, c: int = 16) -> Probe:
 
 def qlinear_matmul(a_type: int, b_type: int, k: int = 64) -> Probe:
     a = np.full((2, k), HIGH[a_type], NP_OF[a_type])
-    bval = -128 if a_type == b_type == TensorProto.INT8 else WHIGH[b_type]
-    b = np.full((k, 4), bval, NP_OF[b_type])
+    b = np.full((k, 4), WHIGH[b_type], NP_OF[b_type])
     exact = a.astype(np.int64) @ b.astype(np.int64)
     ys = float(np.abs(exact).max()) / 100.0  # the exact sum lands on code ±100
     inits = [numpy_helper.from_array(b, "b"), _scalar("as", 1.0, np.float32), _scalar("az", 0, NP_OF[a_type]),
@@ -127,7 +129,7 @@ def qlinear_matmul(a_type: int, b_type: int, k: int = 64) -> Probe:
 def qlinear_conv(x_type: int, w_type: int, group: int = 1, c: int = 16, k: int = 3, mult: int = 1,
                  per_channel: bool = False, rank: int = 2, stride: int = 1, dilation: int = 1) -> Probe:
     x = np.full((1, c) + (8,) * rank, HIGH[x_type], NP_OF[x_type])
-    wval = -128 if x_type == w_type == TensorProto.INT8 else WHIGH[w_type]
+    wval = WHIGH[w_type]
     w = np.full((c * mult if group > 1 else c, c // group) + (k,) * rank, wval, NP_OF[w_type])
     # constant input: every interior output sums the whole kernel; the padded border is not compared
     full = int(x.astype(np.int64).ravel()[0]) * int(w.astype(np.int64).ravel()[0]) * (c // group) * k ** rank
@@ -253,11 +255,8 @@ def qdq(op: str, a_type: int = TensorProto.UINT8, w_type: int = TensorProto.INT8
     puts every activation on its top code; weights at the top of their type with scale 1."""
     amax = HIGH[a_type]
     xval = 1.0
-    a_scale = 1.0 / amax if a_type == TensorProto.UINT8 else -1.0 / 128  # int8: x = 1.0 -> code -128
-    a_scale = abs(a_scale) if a_type == TensorProto.UINT8 else 1.0 / 128
-    if a_type == TensorProto.INT8:
-        xval = -1.0
-    wval = WHIGH[w_type] if not (a_type == w_type == TensorProto.INT8) else -128
+    a_scale = 1.0 / amax  # x = 1.0 lands on the top code (255 / 127)
+    wval = WHIGH[w_type]
     if op in ("MatMul", "Gemm"):
         x_shape, w = [2, 64], np.full((64, 8), wval, NP_OF[w_type])
         axis = 1
@@ -419,6 +418,7 @@ def probes() -> list[Callable[[], Probe]]:
         out.append(lambda op=op: qdq(op, w_per_channel=False, guard=True))
         out.append(lambda op=op: qdq(op, a_type=S))
         out.append(lambda op=op: qdq(op, a_type=S, q_out=False))
+        out.append(lambda op=op: qdq(op, a_type=S, guard=True))
         out.append(lambda op=op: qdq(op, w_type=U))
     out += [lambda: qdq("Conv", group=4), lambda: qdq("Conv", group=4, guard=True), lambda: qdq("Conv", group=16),
             lambda: qdq("Conv", group=16, k=5), lambda: qdq("Conv", k=1), lambda: qdq("Conv", c=8),
