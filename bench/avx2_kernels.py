@@ -40,7 +40,7 @@ from onnxptq.pipeline.runtime import integer_gemm_saturates  # noqa: E402
 MS = "com.microsoft"
 NP_OF = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
 # activation codes at the top of their type: int8 at +127, because onnxruntime's x86 QDQ path turns int8
-# activations into uint8 (code + 128, QDQS8ToU8Transformer) before a U8S8 kernel: +127 becomes 255 there
+# activations into uint8 (code + 128; inferred from the results) before a U8S8 kernel: +127 becomes 255 there
 HIGH = {TensorProto.UINT8: 255, TensorProto.INT8: 127}
 WHIGH = {TensorProto.UINT8: 255, TensorProto.INT8: 127}
 
