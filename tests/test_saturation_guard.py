@@ -142,3 +142,45 @@ def test_the_cli_takes_the_guard(tmp_path):
                      "--no-repair", "--no-progress", "--saturation-guard", guard]) == 0
         kinds[guard] = {i.data_type for i in onnx.load(out).graph.initializer if len(i.dims) == 4}
     assert TensorProto.UINT8 in kinds["on"] and TensorProto.UINT8 not in kinds["off"], kinds
+
+
+def _npu_build() -> onnx.ModelProto:
+    cfg = dataclasses.replace(get_preset("A8W8"), runtime="npu", repair=False)
+    return quantize(_model(), cfg, _feeds()).model
+
+
+def test_an_npu_build_is_judged_on_exact_sums_and_delivered_int8():
+    """A build for another runtime keeps int8 weights (its target adds in int32); finish's session, which the
+    floor and repair judge on, runs a copy with them stored as uint8, so it gives the Q/DQ model's exact sums
+    on any CPU, while the model it returns, the one delivered, keeps int8. Without it the session's outputs
+    miss the exact ones exactly where this machine's kernels saturate (bench/RESULTS.md, a8avx2)."""
+    from onnxptq.pipeline.finish import finish
+
+    model = _npu_build()
+    assert TensorProto.INT8 in {i.data_type for i in model.graph.initializer if len(i.dims) == 4}
+    feeds = _feeds(4)
+    exact = _run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+
+    def judged(exact_sums: bool) -> float:
+        delivered, session = finish(model, "npu build", exact_sums=exact_sums)
+        assert delivered is model and {i.data_type for i in model.graph.initializer if len(i.dims) == 4} == {TensorProto.INT8}
+        got = np.concatenate([session.run(["y"], f)[0] for f in feeds])
+        return float(np.abs(got - exact).max() / np.abs(exact).max())
+
+    assert judged(True) < 1e-3
+    assert (judged(False) > 1e-2) == runtime.integer_gemm_saturates()
+
+
+def test_exact_sums_are_asked_for_builds_for_other_runtimes_where_this_machine_saturates(monkeypatch):
+    for saturates in (False, True):
+        monkeypatch.setattr(runtime, "integer_gemm_saturates", lambda s=saturates: s)
+        assert runtime.judge_exact_sums(dataclasses.replace(get_preset("A8W8"), runtime="npu")) is saturates
+        assert not runtime.judge_exact_sums(get_preset("A8W8"))  # cpu: the delivered file itself is guarded
+        assert not runtime.judge_exact_sums(dataclasses.replace(get_preset("A8W8"), runtime="npu", saturation_guard="off"))
+    import onnxptq.pipeline.complete as complete
+
+    asked = []
+    real = complete.finish
+    monkeypatch.setattr(complete, "finish", lambda *a, **k: asked.append(k.get("exact_sums")) or real(*a, **k))
+    quantize(_model(), dataclasses.replace(get_preset("A8W8"), runtime="npu", repair=False), _feeds())
+    assert asked == [True], asked  # the probe says True (patched above, last): quantize asks finish for exact sums

@@ -25,6 +25,7 @@ from ..graph.passes.half_storage import restore_half_storage
 from ..graph.walk import compared_outputs
 from ..memory import release_freed
 from ..sessions import run_feeds
+from . import runtime
 from .build import build_model
 from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
@@ -125,7 +126,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     # The graph's inner decisions the verification reads come out of finish's session too (pipeline/finish.py).
     decided = decision_tensors(quantized, calibrated.readings.get("decisions") or ()) if calibrated.holdout else {}
     quantized, session = finish(quantized, source, judged if verified is not None and verified.entries and calibrated.holdout else None,
-                                also=tuple(decided))
+                                also=tuple(decided), exact_sums=runtime.judge_exact_sums(cfg))
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
@@ -297,7 +298,7 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
             files.pending = [(t, f) for t, f in files.pending if t != tmp_data]
             tmp_data.unlink()
         onnx.save_model(quantized, str(tmp_model))
-        quantized, session = finish_saved(quantized, tmp_model, source)
+        quantized, session = finish_saved(quantized, tmp_model, source, runtime.judge_exact_sums(cfg))
         timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
         metrics = _evaluate(calibrated, quantized, session, eval_samples, timings)
         on = _kept_words(calibrated, eval_samples)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 import onnx
 
 from ..graph import io
+from ..graph.passes.unsigned_gemm_weights import unsigned_gemm_weights
 from ..sessions import CPU, open_session, options_signature, run_threads, serialized, session_options
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,17 @@ def finish_signature() -> tuple:
     return options_signature(session_options(**_options()), CPU)
 
 
-def finish_saved(model: onnx.ModelProto, path: Path, source: str):
+def finish_saved(model: onnx.ModelProto, path: Path, source: str, exact_sums: bool = False):
     """:func:`finish` for a model already written to ``path`` with its data file beside it (the
     streaming path, :mod:`onnxptq.graph.external`): the checker and onnxruntime read that file, so
-    what is checked is what ships and the weights are read once, by onnxruntime."""
+    what is checked is what ships and the weights are read once, by onnxruntime.
+
+    ``exact_sums`` (:func:`onnxptq.pipeline.runtime.judge_exact_sums`) is not honoured here: a
+    judging copy would hold a second set of the weights this path keeps out of memory. Said instead."""
+    if exact_sums and _fused_int8_weights(model):
+        log.warning("%s: the figures are this machine's onnxruntime's, whose uint8 x int8 sums saturate (x86 without "
+                    "VNNI); the int8 weights kept for the target runtime are not judged on exact sums on the "
+                    "streaming path", source)
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as exc:
@@ -49,7 +57,7 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str):
 
 
 def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], Any] | None = None,
-           also: Sequence[str] = ()):
+           also: Sequence[str] = (), exact_sums: bool = False):
     """Pin versions, run the checker, and open a real onnxruntime session: what we ship must load.
 
     Returns ``(model, session)``; the session is reused for the report, because creating one for a
@@ -75,6 +83,10 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
     session of an evaluation copy that had them as outputs, the quantized model's functions
     inlined and its feeds run once more for them; one session returns both (trueocr_rec MX9: 5 ->
     4 sessions; bench/RESULTS.md, blockquant12).
+
+    ``exact_sums`` (:func:`onnxptq.pipeline.runtime.judge_exact_sums`): the checker reads the model
+    as delivered, the session a copy whose int8 GEMM weights are stored as uint8, so a build for a
+    target that adds in int32 is judged on exact sums where this machine's kernels saturate.
     """
     io.pin_versions(model)
     with tempfile.TemporaryDirectory(prefix="onnxptq-finish-") as folder:
@@ -92,12 +104,16 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
         if with_bytes is not None and data is not None and with_bytes(data):
             log.debug("%s: these bytes were opened and judged on a session like finish's: no session opened", source)
             return model, None
-        if also and data is not None:
-            del data  # the checker's bytes: the session's are serialized with the extra outputs
-            with _with_outputs(model, also):
-                data = serialized(model)
+        judged = _exact_copy(model) if exact_sums else model
+        if (also or judged is not model) and data is not None:
+            del data  # the checker's bytes: the session's are serialized with the extra outputs / exact weights
+            with _with_outputs(judged, also):
+                data = serialized(judged)
             large = data is None
-            path = str(io.write_externalized(model, folder)) if large else None  # the checker read bytes: no path yet
+            path = str(io.write_externalized(judged, folder)) if large else None  # the checker read bytes: no path yet
+        elif judged is not model:  # past protobuf's limit: the session reads the judging copy's files
+            (Path(folder) / "exact").mkdir()
+            path = str(io.write_externalized(judged, Path(folder) / "exact"))
         try:
             # Users' level ("all"): onnxruntime's QDQ fusions run at session creation and reject
             # some valid Q/DQ layouts (e.g. per-channel scales into a QLinearMul). Functions are
@@ -123,6 +139,23 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
             raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
         del data
     return model, session
+
+
+def _fused_int8_weights(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` holds int8 weight tensors in its main graph (those a U8S8 kernel may read)."""
+    return any(t.data_type == onnx.TensorProto.INT8 and t.dims for t in model.graph.initializer)
+
+
+def _exact_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose int8 GEMM weights are stored as uint8 (the same values: exact sums on
+    U8U8 kernels), or ``model`` itself where it has none."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    rewritten = unsigned_gemm_weights(copy)
+    if not rewritten:
+        return model
+    log.debug("judged on a copy with %d int8 weights stored as uint8 (exact sums on this machine)", rewritten)
+    return copy
 
 
 @contextlib.contextmanager

@@ -186,6 +186,19 @@ def integer_gemm_saturates() -> bool:
     return saturates
 
 
+def judge_exact_sums(config: QuantConfig) -> bool:
+    """Whether the floor and repair judge a build on a copy whose int8 GEMM weights are stored as uint8
+    (graph/passes/unsigned_gemm_weights.py) while the delivered file keeps them int8.
+
+    Why: a ``runtime="npu"`` (or other non-CPU) build keeps int8 weights for its target, which adds in
+    int32; judged as this machine's onnxruntime runs it, where U8S8 sums saturate (x86 without VNNI),
+    a model that is exact on its target reads broken and repair keeps float nodes the target runs
+    well (vcb_captcha A8W8 npu: 0.000 as run here, 0.875 with exact sums; bench/RESULTS.md, a8avx2).
+    The copy's sums are the Q/DQ model's exact ones, bit for bit those of the stored int8 weights
+    where the kernels do not saturate. ``saturation_guard="off"`` keeps the figures as run here."""
+    return config.runtime != "cpu" and config.saturation_guard != "off" and integer_gemm_saturates()
+
+
 def guard_saturation(config: QuantConfig) -> bool:
     """Whether int8 weights read by onnxruntime's U8S8 GEMM are stored as uint8 (:attr:`QuantConfig.saturation_guard`,
     graph/passes/unsigned_gemm_weights.py)."""

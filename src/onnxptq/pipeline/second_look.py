@@ -26,6 +26,7 @@ from typing import Any
 from ..analysis.decisions import decision_tensors
 from ..analysis.evidence import SECOND_LOOK, share_bound
 from ..config.schema import QuantConfig
+from . import runtime
 from .calibrate import Calibrated
 from .complete import QuantizationResult, _verify
 from .finish import finish
@@ -67,7 +68,8 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
     decided = decision_tensors(result.model, calibrated.readings.get("decisions") or ())
     model = result.model
     if session is None:
-        model, session = finish(result.model, calibrated.source, also=tuple(decided))
+        model, session = finish(result.model, calibrated.source, also=tuple(decided),
+                                exact_sums=runtime.judge_exact_sums(cfg))
     verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
     log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
              calibrated.source, ", ".join(n for n, c in first.outputs.items() if c.unconfirmed is not None),
