@@ -127,9 +127,11 @@ def test_exponents_with_gaps_index_a_table_of_the_ones_used(key):
 
 @pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
 def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
-    """8-bit integer element codes of small groups are decoded by arithmetic (no 256-entry table in
-    the file), of large ones by the table; both decode bit for bit, -0 codes and patched NaN/Inf
-    included, and the arithmetic form stores fewer bytes here."""
+    """8-bit integer element codes (with ``CAST_INT_CODES`` off, the forms before packed14): small
+    groups decoded by arithmetic (no 256-entry table in the file), large ones by the table; both
+    decode bit for bit, -0 codes and patched NaN/Inf included, and the arithmetic form stores fewer
+    bytes here."""
+    monkeypatch.setattr(packed, "CAST_INT_CODES", False)
     rng = np.random.default_rng(5)
     conv = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
     conv[0, :, 0, 0] = -0.0

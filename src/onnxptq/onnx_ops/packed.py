@@ -93,6 +93,14 @@ PROVE_BY_CODES = True
 #: FP element codes by a cast to their ml_dtypes type (:meth:`ElementCode.cast_codes`); False takes
 #: the table's binary search, the same codes by a longer road (the tests compare the two).
 CAST_FP_CODES = True
+#: 8-bit integer element codes (BFP16, MX9, MXINT8) stored as int8 two's complement and decoded by
+#: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
+#: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
+CAST_INT_CODES = True
+#: Shift fields of 1 bit (MX9/MX6/MX4) decoded as ``1 - s/2`` by arithmetic and sub-blocks this
+#: narrow or narrower get their scale widened by ``Concat`` before the one full-size ``Mul``:
+#: onnxruntime's broadcast over a last axis of 2 costs ~9 ns an element, the Concat and a plain Mul ~0.8.
+WIDEN_SUB_UPTO = 4
 
 #: Each FP element type's ml_dtypes type (the reference's, formats/mx.py) and its width in bits.
 _FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[name].mbits)
@@ -221,6 +229,38 @@ class ElementCode:
             cast = a.astype(dtype)
             ok = (cast.astype(np.float64) == a) & np.isfinite(a)
         return np.where(ok, cast.view(np.uint8), np.uint8(0)).astype(np.uint8)
+
+
+def cast_int_codes(code: ElementCode) -> bool:
+    """Whether ``code``'s elements are stored as int8 and decoded by a ``Cast`` (:data:`CAST_INT_CODES`):
+    integer sign-magnitude codes of 7-8 bits, whose magnitudes ``0..127`` int8 holds."""
+    return CAST_INT_CODES and code.container == 8 and code.step is not None
+
+
+def element_values(code: ElementCode) -> tuple[np.ndarray, np.float32]:
+    """``(values, factor)``: what the decode chain multiplies a block's scale into. A code ``c``
+    decodes to ``values[c] * (2^(E-127) * factor) [* 2^-s]``, the bracket being the group's scale
+    table entry. Cast codes (:func:`cast_int_codes`): the signed integer magnitudes (-0 kept) and
+    the code's step, so the full-size work is one Cast and one Mul; else the code table and 1.
+
+    Why this factoring is exact: the step is a power of two, so ``|value| * step * 2^(E-127)`` is the
+    same real number either way and each way rounds it once where the scale ``2^(E-127) * step``
+    is a float32 (the packer's proof and its decode check use this same factoring)."""
+    if cast_int_codes(code):
+        step = np.float32(code.step)
+        return (code.table / step).astype(np.float32), step
+    return code.table, np.float32(1)
+
+
+def twos_complement(codes: np.ndarray, bits: int) -> tuple[np.ndarray, bool]:
+    """Sign-magnitude ``bits``-bit codes as int8 (two's complement; -0 as -128, which the decode
+    maps back to -0), and whether any -0 code is present."""
+    c = np.asarray(codes, np.uint8)
+    half = np.uint8(1 << (bits - 1))
+    mag = (c & (half - np.uint8(1))).astype(np.int16)
+    neg = (c & half) != 0
+    out = np.where(neg, np.where(mag == 0, -128, -mag), mag).astype(np.int8)
+    return out, bool((neg & (mag == 0)).any())
 
 
 def _sign_magnitude(mags: np.ndarray, bits: int, key: str) -> ElementCode:
@@ -555,7 +595,11 @@ class WeightPacker:
         es = np.concatenate([f[0] for f in found])
         shift = np.concatenate([f[1] for f in found])
         del found
-        exp_t = exponent_table()
+        el_values, el_factor = element_values(code)
+        with np.errstate(over="ignore", under="ignore"):
+            exp_t = exponent_table() * el_factor  # the group's scale table entries, float32 as stored
+        #: binades the scale table's entries sit below 2^(E-127) (the code's step when folded in)
+        lstep = int(np.frexp(el_factor)[1]) - 1
 
         def decode(codes_: np.ndarray, e: np.ndarray, sel: Any) -> np.ndarray:
             """The blocks the ONNX chain decodes from ``codes_`` of the rows ``sel`` with exponent bytes ``e``."""
@@ -564,7 +608,7 @@ class WeightPacker:
             shift_f = np.ldexp(np.float32(1), -shift[sel]).astype(np.float32)
             comb = exp_t[e][:, None] * shift_f  # float32, as the ONNX Mul
             with np.errstate(over="ignore", invalid="ignore"):
-                return (code.table[codes_] * comb[:, :, None]).reshape(codes_.shape[0], layout.padded)
+                return (el_values[codes_] * comb[:, :, None]).reshape(codes_.shape[0], layout.padded)
 
         def attempt(e: np.ndarray, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """Codes, decoded blocks and exactness of the rows ``sel`` with exponent bytes ``e``."""
@@ -597,7 +641,7 @@ class WeightPacker:
             if found is None or not PROVE_BY_CODES:
                 dec_ = decode(codes_, e, sel)
                 return codes_, (dec_.view(np.uint32) == y.view(np.uint32)).all(axis=1)
-            plain = (e < 255) & ((sh <= 149) & (k >= -149)).all(axis=1)
+            plain = (e < 255) & ((sh <= 149) & (k + lstep >= -149)).all(axis=1)
             exact = found.reshape(n, -1).all(axis=1) & plain
             other = np.flatnonzero(~plain)
             if other.size:
@@ -852,14 +896,18 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
-        def fields(stored: np.ndarray, bits: int, stem_: str) -> str:
-            """int32 ``[*stored.shape, 8 // bits]``: the ``bits``-bit fields of the bytes ``stored``,
-            low field first (what :func:`_pack_fields` packed), by integer Div and Mod."""
+        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32) -> str:
+            """``[*stored.shape, 8 // bits]`` of type ``to``: the ``bits``-bit fields of the bytes
+            ``stored``, low field first (what :func:`_pack_fields` packed), by two uint8 ``BitShift``
+            (up past the fields above, down to the field's width): ~1 ns an element where int32 Div
+            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields)."""
             per = 8 // bits
-            v = op("Cast", [init(stem_, stored[..., None])], "idx", to=TensorProto.INT32)
+            v = init(stem_, stored[..., None])
             if per > 1:
-                v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
-            return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
+                up = self._table(f"shl{bits}", (8 - bits * (np.arange(per) + 1)).astype(np.uint8))
+                v = op("BitShift", [v, up], "up", direction="LEFT")
+                v = op("BitShift", [v, self._table(f"shr{bits}", np.array(8 - bits, np.uint8))], "field", direction="RIGHT")
+            return op("Cast", [v], "idx", to=to)
 
         def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
             """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
@@ -919,7 +967,20 @@ class WeightPacker:
 
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
-        if arithmetic:
+        el_values, el_factor = element_values(code)
+        if cast_int_codes(code):
+            # int8 codes, one Cast: the step is in the scale table (element_values). A -0 code
+            # (stored -128) becomes -0 by x * min(x + 128, 1), exact, where the group has one (MX
+            # rounding gives -0 to ~1.5 % of elements, BFP16's none). Each folded full-size step
+            # costs ~3 ns an element at load; ``Where(Equal(codes, -128), -0.0, x)`` would be one
+            # step fewer, but onnxruntime 1.32's Where writes a scalar -0.0 as +0.
+            signed, neg_zero = twos_complement(codes, code.bits)
+            elems = op("Cast", [init("codes", signed.reshape(shape3))], "cf", to=TensorProto.FLOAT)
+            if neg_zero:
+                lift = op("Add", [elems, self._table("f128", np.array(128, np.float32))], "cz")
+                keep = op("Min", [lift, self._table("f1", np.array(1, np.float32))], "cg")
+                elems = op("Mul", [elems, keep], "cn")
+        elif arithmetic:
             # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
             # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
             cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
@@ -977,16 +1038,19 @@ class WeightPacker:
             exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
-        e_table = exponent_table()[lo_e: hi_e + 1]
-        e_key = f"e8m0_{lo_e}_{hi_e}"
+        with np.errstate(over="ignore", under="ignore"):
+            scaled = exponent_table() * el_factor  # the step folded in (element_values)
+        x_key = "" if el_factor == 1 else f"x{int(np.frexp(el_factor)[1]) - 1}".replace("-", "m")
+        e_table = scaled[lo_e: hi_e + 1]
+        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
         # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
         # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
         # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
         used = np.unique(exps)
         if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
-            e_table = exponent_table()[lo_e + used.astype(np.int64)]
+            e_table = scaled[lo_e + used.astype(np.int64)]
             exps = np.searchsorted(used, exps).astype(np.uint8)
-            e_key = f"e8m0r_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
+            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
         # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
         # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
         # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
@@ -1052,6 +1116,10 @@ class WeightPacker:
             stored = _pack_fields(shifts, c)
             if _by_table(stored.size, shift_table(c).nbytes):
                 sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
+            elif c == 1:  # 2^-s of a bit is 1 - s/2: no 2-entry table Gather (~9 ns an element)
+                s1 = fields(stored, 1, "shifts", to=TensorProto.FLOAT)
+                sh = op("Sub", [self._table("f1", np.array(1, np.float32)),
+                                op("Mul", [s1, self._table("fh", np.array(0.5, np.float32))], "sm")], "shift")
             else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
@@ -1060,6 +1128,10 @@ class WeightPacker:
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
+            if 1 < g.sub <= WIDEN_SUB_UPTO:
+                # [rows, n_sub, 1] widened to the codes' [rows, n_sub, sub]: the same values, so the
+                # full-size Mul below broadcasts nothing
+                scale = op("Concat", [scale] * g.sub, "wide", axis=2)
         if padded == g.width:
             op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
         else:
@@ -1206,7 +1278,8 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     f_bits = (code.bits - 1) + int(hi - lo + 1).bit_length()
     table = np.concatenate([exponent_table()[lo: hi + 1], np.zeros(1, np.float32)]).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        before = code.table[c] * exponent_table()[np.clip(e, 0, 255)]
+        el_values, el_factor = element_values(code)
+        before = el_values[c] * (exponent_table() * el_factor)[np.clip(e, 0, 255)]  # as the block layout decodes
         sign = (frac >> (code.bits - 2)).astype(np.float32)
         m = ((frac & (top - 1)) + top).astype(np.float32)
         step = np.float32(code.step)
