@@ -385,3 +385,39 @@ def test_tables_bfloat16_holds_are_stored_half_and_cast(monkeypatch, key):
     assert not packer._half_table(np.full(64, 0.1, np.float32))        # 0.1's low bits are not zero
     assert not packer._half_table(np.ones(8, np.float32))              # too small to pay for its Cast
     assert not WeightPacker(11, FreshNames())._half_table(np.ones(64, np.float32))  # Cast from bfloat16: opset 13
+
+
+def _full_size_steps(model: onnx.ModelProto, elements: int) -> list[str]:
+    """Op types of the decode nodes whose output holds at least half of ``elements`` values: the
+    steps onnxruntime's constant folding computes (and keeps) at full size at every load."""
+    outs = [o for n in model.graph.node for o in n.output]
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in outs)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    vals = dict(zip(outs, ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {})))
+    return [n.op_type for n in model.graph.node if sum(vals[o].size for o in n.output) * 2 >= elements]
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
+def test_integer_codes_decode_in_few_full_size_steps(key):
+    """8-bit integer element codes (BFP16, MX9, MXINT8) are stored as int8 and decoded by a Cast:
+    no Gather of a 256-entry table, no Div/Mod on full- or half-size tensors (each ~10 ns an
+    element when onnxruntime folds the chain at load, rec MX9: 0.13-0.18 s); MX9's shifts by
+    arithmetic and its scale widened to the codes' shape (no broadcast over a last axis of 2).
+    The decoded weights stay bit-identical, -0 codes included (MX rounding's, a -0 input's)."""
+    rng = np.random.default_rng(11)
+    conv = rng.normal(0, 0.1, (64, 48, 3, 3)).astype(np.float32)
+    conv[0, :, 0, 0] = -0.0
+    conv[1, :16] = -1e-30                        # rounds to -0 beside larger values
+    conv[1, 16:32] = 3.0
+    matmul = (rng.standard_t(3, (96, 80)) * 0.05).astype(np.float32)
+    model, inits = _pack_and_run(key, {"conv": (conv, 1), "matmul": (matmul, 0)})
+    steps = _full_size_steps(model, conv.size + matmul.size)
+    assert not {"Gather", "Div", "Mod"} & set(steps), steps
+    # Cast, the -0 fix (Add, Min, Mul), the scale's Mul, the group's Split, each weight's Reshape
+    # and Transpose (the ragged conv's Concat); MX9: its shifts' 6 half-size steps and Concat
+    assert len(steps) <= {"BFP16": 8, "MXINT8": 9, "MX9": 16}[key], steps
+    assert any(t.data_type == TensorProto.INT8 for t in inits.values()), "codes stored as int8"

@@ -1123,8 +1123,8 @@ class WeightPacker:
             else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
-            sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-            if shifts.size % per:
+            if shifts.size % per:  # the last byte's unused fields cut off
+                sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
