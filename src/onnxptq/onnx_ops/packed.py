@@ -22,13 +22,18 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
   or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
-  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
-  wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
-  bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
-  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table); 8-bit integer codes of small
-  groups are decoded by exact arithmetic instead of their 256-entry table, and blocks of one
+  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large
+  groups, else fields cut by two uint8 ``BitShift`` and, for 1-bit shifts, ``1 - s/2``; a block no
+  wider than one sub-block has shift 0 and stores none; a scale of sub-blocks of 2-4 elements is
+  widened to the codes' shape by ``Concat``), and per element a code: 8-bit integer codes (BFP16,
+  MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
+  exponent table; a -0 code, stored -128, restored by ``x * min(x + 128, 1)``), other codes in 6
+  bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
+  bits (two per byte, ``Gather`` from a [256, 2] table); blocks of one
   element (integer codes) are stored as small floats, the code's top magnitude bit implied
-  (:func:`one_element_layout`). All weights of one layout
+  (:func:`one_element_layout`). Why so few full-size steps: onnxruntime folds the chain at every
+  session creation and keeps each step's output until its optimisation ends, ~3 ns an element a
+  step and ~10 for a table ``Gather`` or an integer ``Div``/``Mod`` (bench/RESULTS.md, packed14). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
   own shape.
@@ -627,8 +632,9 @@ class WeightPacker:
             Why: decoding every block and comparing it (a table lookup, a product and a compare
             per element) was a fifth to a third of the packer's time (lac's 58224x128 embedding,
             packer CPU: BFP16 0.41 -> 0.32 s, MXINT8 0.29 -> 0.21, MX9 0.50 -> 0.46), and the
-            answer is known: where the scale ``2^(e-127) * 2^-sh`` of every sub-block is a float32
-            the chain computes exactly (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
+            answer is known: where the scale ``2^(e-127) * 2^-sh`` of every sub-block (times the
+            code's step where :func:`element_values` folds it in) is a float32 the chain computes
+            exactly (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
             (``|y| == magnitude * scale``, a float32) decodes to ``y`` bit for bit (both factors
             exact, their exact product a float32; the sign from the code, ±0 included), and one
             whose code was not decodes to +0, which is not ``y`` (a +0 is always found). Other
