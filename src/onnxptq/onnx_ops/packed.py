@@ -85,7 +85,7 @@ MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
 #: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
-#: this many times the table's; smaller groups unpack their fields by integer Div and Mod instead.
+#: this many times the table's; smaller groups unpack their fields by uint8 BitShift instead.
 TABLE_FROM = 64
 #: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
 #: unpacking's 5-7 nodes cost ~300).
@@ -1004,7 +1004,7 @@ class WeightPacker:
             if _by_table(packed4.size, pairs.nbytes):
                 def pairs_of(stored: np.ndarray) -> str:
                     return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
-            else:  # the nibbles by Div/Mod, then the 16-entry table
+            else:  # the nibbles by BitShift, then the 16-entry table
                 def pairs_of(stored: np.ndarray) -> str:
                     return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
@@ -1061,7 +1061,7 @@ class WeightPacker:
         # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
         # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
         # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
-        # each unpacked by Div/Mod and added back at its bit offset (depthwise and one-input-
+        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
         # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
         # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
         # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
@@ -1126,7 +1126,7 @@ class WeightPacker:
                 s1 = fields(stored, 1, "shifts", to=TensorProto.FLOAT)
                 sh = op("Sub", [self._table("f1", np.array(1, np.float32)),
                                 op("Mul", [s1, self._table("fh", np.array(0.5, np.float32))], "sm")], "shift")
-            else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
+            else:  # the fields by BitShift, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
             if shifts.size % per:  # the last byte's unused fields cut off
@@ -1300,8 +1300,8 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
 
 def _by_table(stored: int, table_bytes: int) -> bool:
     """Whether ``stored`` bytes of fields are read through a byte-indexed table of ``table_bytes``:
-    where the table is a negligible part of what it decodes; by Div and Mod (no table) elsewhere:
-    a 256-entry table is 1-8 KB of a small model's file, while Div and Mod cost load memory on a
+    where the table is a negligible part of what it decodes; by BitShift (no table) elsewhere:
+    a 256-entry table is 1-8 KB of a small model's file, while the shifted fields cost load memory on a
     large one (each folded step is a copy of the fields until the optimisation ends)."""
     return stored >= TABLE_FROM * table_bytes
 
