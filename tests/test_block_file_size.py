@@ -480,13 +480,16 @@ def test_attributes_at_their_schema_default_left_out_and_undone():
 
 
 def test_share_functions_groups_bodies_that_differ_in_where_a_constant_sits():
-    """Two bodies equal but for the place of a Constant among their nodes (and its value) are one
-    definition once constants go first (akiki_vad MX9's third body, blockfile13), computing what
-    each computed, bit for bit."""
+    """Two bodies equal but for the place of a Constant among their nodes, the order two
+    constants were made in (and a value) are one definition once constants go first in the order
+    of their first use (akiki_vad MX9's third body, blockfile13), computing what each computed,
+    bit for bit."""
     def placed(name: str, c: float, early: bool) -> onnx.FunctionProto:
         const = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.full([1], c, np.float32)))
-        body = [helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("Mul", ["ax", "k"], ["y"])]
-        nodes = [const] + body if early else body[:1] + [const] + body[1:]
+        bias = helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(np.full([1], 0.5, np.float32)))
+        body = [helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("Mul", ["ax", "k"], ["m"]),
+                helper.make_node("Add", ["m", "b"], ["y"])]
+        nodes = [const, bias] + body if early else [bias] + body[:1] + [const] + body[1:]
         return helper.make_function("onnxptq", name, ["x"], ["y"], nodes, [helper.make_opsetid("", 17)])
 
     fns = [placed("A_early", 0.75, True), placed("A_late", -1.5, False)]
@@ -502,4 +505,4 @@ def test_share_functions_groups_bodies_that_differ_in_where_a_constant_sits():
     onnx.checker.check_model(model)
     assert len(model.functions) == 1
     assert np.array_equal(_run(model, [{"x": x}])[0].view(np.uint32), before.view(np.uint32))
-    np.testing.assert_array_equal(before, np.abs(np.abs(x) * np.float32(0.75)) * np.float32(-1.5))
+    np.testing.assert_array_equal(before, np.abs(np.abs(x) * np.float32(0.75) + np.float32(0.5)) * np.float32(-1.5) + np.float32(0.5))

@@ -76,15 +76,25 @@ def _skeleton(fn: onnx.FunctionProto) -> bytes:
 
 
 def constants_first(fn: onnx.FunctionProto) -> onnx.FunctionProto:
-    """``fn``'s top-level ``Constant`` nodes moved before its other nodes, in their own order; in place.
+    """``fn``'s top-level ``Constant`` nodes moved before its other nodes, ordered by their first
+    reader among those (node, then input slot; the unread last, as they were); in place.
 
     Why: emit's specialisations place a body's constants where each was made, so bodies that
-    compute the same (akiki_vad MX9: two of five definitions) differed only in where one
-    Constant sat and were not shared (blockfile13). Exact: a Constant reads nothing, so the body
-    stays in topological order and computes the same values; nested graphs are left as they are."""
+    compute the same (akiki_vad MX9: three of five definitions) differed only in where a
+    Constant sat or in which order two were made, and were not shared (blockfile13). The order of
+    first use is the body's own, whatever the order of making. Exact: a Constant reads nothing,
+    so the body stays in topological order and computes the same values; nested graphs are left
+    as they are."""
     consts = [n for n in fn.node if _is_constant(n)]
-    if consts and any(not _is_constant(n) for n in fn.node[: len(consts)]):
-        rest = [n for n in fn.node if not _is_constant(n)]
+    rest = [n for n in fn.node if not _is_constant(n)]
+    first: dict[str, tuple[int, int]] = {}
+    for i, node in enumerate(rest):
+        for j, name in enumerate(node.input):
+            first.setdefault(name, (i, j))
+    unread = (len(rest), 0)
+    order = sorted(range(len(consts)), key=lambda k: (first.get(consts[k].output[0], unread), k))
+    consts = [consts[k] for k in order]
+    if list(fn.node) != consts + rest:
         ordered = [onnx.NodeProto() for _ in range(len(consts) + len(rest))]
         for dst, src in zip(ordered, consts + rest):
             dst.CopyFrom(src)
