@@ -24,8 +24,7 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
   bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large
   groups, else fields cut by two uint8 ``BitShift`` and, for 1-bit shifts, ``1 - s/2``; a block no
-  wider than one sub-block has shift 0 and stores none; a scale of sub-blocks of 2-4 elements is
-  widened to the codes' shape by ``Concat``), and per element a code: 8-bit integer codes (BFP16,
+  wider than one sub-block has shift 0 and stores none), and per element a code: 8-bit integer codes (BFP16,
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
   exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
   bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
@@ -102,10 +101,6 @@ CAST_FP_CODES = True
 #: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
 #: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
 CAST_INT_CODES = True
-#: Shift fields of 1 bit (MX9/MX6/MX4) decoded as ``1 - s/2`` by arithmetic and sub-blocks this
-#: narrow or narrower get their scale widened by ``Concat`` before the one full-size ``Mul``:
-#: onnxruntime's broadcast over a last axis of 2 costs ~9 ns an element, the Concat and a plain Mul ~0.8.
-WIDEN_SUB_UPTO = 4
 
 #: Each FP element type's ml_dtypes type (the reference's, formats/mx.py) and its width in bits.
 _FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[name].mbits)
@@ -1133,10 +1128,10 @@ class WeightPacker:
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
-            if 1 < g.sub <= WIDEN_SUB_UPTO:
-                # [rows, n_sub, 1] widened to the codes' [rows, n_sub, sub]: the same values, so the
-                # full-size Mul below broadcasts nothing
-                scale = op("Concat", [scale] * g.sub, "wide", axis=2)
+            # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
+            # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
+            # the widened scale is one more full-size folded output held in load RAM (rec MX9:
+            # +10 MB, above main's peak) for a folding time within noise (bench/RESULTS.md, packed14).
         if padded == g.width:
             op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
         else:
