@@ -80,19 +80,25 @@ def measure(path: str, rounds: int) -> dict:
             "fold_s": folded - plain}
 
 
+HEADER = ("| file | decode nodes | weight values | produced ÷ weights | full-size steps (largest weight's half) | folding s |\n"
+          "|---|---:|---:|---:|---|---:|")
+
+
+def row(r: dict) -> str:
+    """One table row of :func:`measure`'s result."""
+    kinds = ", ".join(f"{k} {v}" for k, v in r["full"].most_common())
+    return (f"| {r['file']} | {r['nodes']} | {r['weights']} | {r['produced'] / max(r['weights'], 1):.1f} | "
+            f"{sum(r['full'].values())}: {kinds} | {r['fold_s']:.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="creations per file and level (best of)")
     args = ap.parse_args()
-    print("| file | decode nodes | weight values | produced ÷ weights | full-size steps (largest weight's half) | folding s |")
-    print("|---|---:|---:|---:|---|---:|")
+    print(HEADER)
     for f in args.files:
-        r = measure(f, args.rounds)
-        steps = sum(r["full"].values())
-        kinds = ", ".join(f"{k} {v}" for k, v in r["full"].most_common())
-        print(f"| {r['file']} | {r['nodes']} | {r['weights']} | {r['produced'] / max(r['weights'], 1):.1f} | {steps}: {kinds} | "
-              f"{r['fold_s']:.3f} |", flush=True)
+        print(row(measure(f, args.rounds)), flush=True)
 
 
 if __name__ == "__main__":
