@@ -162,20 +162,26 @@ def test_share_functions_groups_bodies_that_differ_in_their_private_names():
                  helper.make_node("Abs", [f"{stem}_prod"], ["y"])]
         return helper.make_function("onnxptq", name, ["x"], ["y"], nodes, [helper.make_opsetid("", 17)])
 
-    fns = [named("A_conv1", 0.75, "conv1"), named("A_conv22", -1.5, "conv22")]
-    calls = [helper.make_node("A_conv1", ["x"], ["h"], domain="onnxptq"),
-             helper.make_node("A_conv22", ["h"], ["y"], domain="onnxptq")]
+    x, before = _shared_pair(named("A_conv1", 0.75, "conv1"), named("A_conv22", -1.5, "conv22"))
+    np.testing.assert_array_equal(before, np.abs(np.abs(x * np.float32(0.75)) * np.float32(-1.5)))
+
+
+def _shared_pair(first: onnx.FunctionProto, second: onnx.FunctionProto) -> tuple[np.ndarray, np.ndarray]:
+    """A model calling ``first`` then ``second``, shared and compacted: asserts one definition is
+    left and the outputs are the unshared model's bit for bit; returns the input and those outputs."""
+    calls = [helper.make_node(first.name, ["x"], ["h"], domain="onnxptq"),
+             helper.make_node(second.name, ["h"], ["y"], domain="onnxptq")]
     graph = helper.make_graph(calls, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("onnxptq", 1)],
-                              functions=fns, ir_version=8)
+                              functions=[first, second], ir_version=8)
     x = np.arange(8, dtype=np.float32).reshape(2, 4) * 0.37 - 1.1
     before = _run(model, [{"x": x}])[0]
     sf.compact_bodies(sf.share_functions(model, domains={"onnxptq"}), domains={"onnxptq"})
     onnx.checker.check_model(model)
     assert len(model.functions) == 1
     assert np.array_equal(_run(model, [{"x": x}])[0].view(np.uint32), before.view(np.uint32))
-    np.testing.assert_array_equal(before, np.abs(np.abs(x * np.float32(0.75)) * np.float32(-1.5)))
+    return x, before
 
 
 def test_a_call_inside_an_if_branch_reads_lifted_values_from_the_main_graph():
@@ -477,3 +483,20 @@ def test_attributes_at_their_schema_default_left_out_and_undone():
     assert np.array_equal(_run(model, [x])[0], want[0])
     undo()
     assert model.SerializeToString() == before
+
+
+def test_share_functions_groups_bodies_that_differ_in_where_a_constant_sits():
+    """Two bodies equal but for the place of a Constant among their nodes, the order two
+    constants were made in (and a value) are one definition once constants go first in the order
+    of their first use (akiki_vad MX9's third body, blockfile13), computing what each computed,
+    bit for bit."""
+    def placed(name: str, c: float, early: bool) -> onnx.FunctionProto:
+        const = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.full([1], c, np.float32)))
+        bias = helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(np.full([1], 0.5, np.float32)))
+        body = [helper.make_node("Abs", ["x"], ["ax"]), helper.make_node("Mul", ["ax", "k"], ["m"]),
+                helper.make_node("Add", ["m", "b"], ["y"])]
+        nodes = [const, bias] + body if early else [bias] + body[:1] + [const] + body[1:]
+        return helper.make_function("onnxptq", name, ["x"], ["y"], nodes, [helper.make_opsetid("", 17)])
+
+    x, before = _shared_pair(placed("A_early", 0.75, True), placed("A_late", -1.5, False))
+    np.testing.assert_array_equal(before, np.abs(np.abs(x) * np.float32(0.75) + np.float32(0.5)) * np.float32(-1.5) + np.float32(0.5))

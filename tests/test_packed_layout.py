@@ -127,9 +127,11 @@ def test_exponents_with_gaps_index_a_table_of_the_ones_used(key):
 
 @pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
 def test_integer_codes_by_arithmetic_or_table_decode_alike(monkeypatch, key):
-    """8-bit integer element codes of small groups are decoded by arithmetic (no 256-entry table in
-    the file), of large ones by the table; both decode bit for bit, -0 codes and patched NaN/Inf
-    included, and the arithmetic form stores fewer bytes here."""
+    """8-bit integer element codes (with ``CAST_INT_CODES`` off, the forms before packed14): small
+    groups decoded by arithmetic (no 256-entry table in the file), large ones by the table; both
+    decode bit for bit, -0 codes and patched NaN/Inf included, and the arithmetic form stores fewer
+    bytes here."""
+    monkeypatch.setattr(packed, "CAST_INT_CODES", False)
     rng = np.random.default_rng(5)
     conv = rng.normal(0, 0.1, (24, 40, 3, 3)).astype(np.float32)
     conv[0, :, 0, 0] = -0.0
@@ -383,3 +385,40 @@ def test_tables_bfloat16_holds_are_stored_half_and_cast(monkeypatch, key):
     assert not packer._half_table(np.full(64, 0.1, np.float32))        # 0.1's low bits are not zero
     assert not packer._half_table(np.ones(8, np.float32))              # too small to pay for its Cast
     assert not WeightPacker(11, FreshNames())._half_table(np.ones(64, np.float32))  # Cast from bfloat16: opset 13
+
+
+def _full_size_steps(model: onnx.ModelProto, elements: int) -> list[str]:
+    """Op types of the decode nodes whose output holds at least half of ``elements`` values: the
+    steps onnxruntime's constant folding computes (and keeps) at full size at every load."""
+    outs = [o for n in model.graph.node for o in n.output]
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in outs)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    vals = dict(zip(outs, ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {})))
+    return [n.op_type for n in model.graph.node if sum(vals[o].size for o in n.output) * 2 >= elements]
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
+def test_integer_codes_decode_in_few_full_size_steps(key):
+    """8-bit integer element codes (BFP16, MX9, MXINT8) are stored as int8 and decoded by a Cast:
+    no Gather of a 256-entry table, no integer Div/Mod unpacking fields of full or half size (each
+    ~10 ns an element when onnxruntime folds the chain at load, rec MX9: 0.13-0.18 s); a -0 code
+    costs one float fmod where a group has one (one step: each step's output stays in load RAM);
+    MX9's shifts by BitShift and arithmetic.
+    The decoded weights stay bit-identical, -0 codes included (MX rounding's, a -0 input's)."""
+    rng = np.random.default_rng(11)
+    conv = rng.normal(0, 0.1, (64, 48, 3, 3)).astype(np.float32)
+    conv[0, :, 0, 0] = -0.0
+    conv[1, :16] = -1e-30                        # rounds to -0 beside larger values
+    conv[1, 16:32] = 3.0
+    matmul = (rng.standard_t(3, (96, 80)) * 0.05).astype(np.float32)
+    model, inits = _pack_and_run(key, {"conv": (conv, 1), "matmul": (matmul, 0)})
+    steps = _full_size_steps(model, conv.size + matmul.size)
+    assert "Gather" not in steps and "Div" not in steps and steps.count("Mod") <= 1, steps  # the one: -0's fmod
+    # Cast, the -0 fix (Mod), the scale's Mul, the group's Split, each weight's Reshape and
+    # Transpose (the ragged conv's Concat); MX9: its shifts' 6 half-size steps
+    assert len(steps) <= {"BFP16": 6, "MXINT8": 7, "MX9": 13}[key], steps
+    assert any(t.data_type == TensorProto.INT8 for t in inits.values()), "codes stored as int8"

@@ -22,13 +22,17 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
   or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
-  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s``; a block no
-  wider than one sub-block has shift 0 and stores none), and per element a sign-magnitude code in 8
-  bits, 6 bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry
-  table) or 4 bits (two per byte, ``Gather`` from a [256, 2] table); 8-bit integer codes of small
-  groups are decoded by exact arithmetic instead of their 256-entry table, and blocks of one
+  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large
+  groups, else fields cut by two uint8 ``BitShift`` and, for 1-bit shifts, ``1 - s/2``; a block no
+  wider than one sub-block has shift 0 and stores none), and per element a code: 8-bit integer codes (BFP16,
+  MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
+  exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
+  bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
+  bits (two per byte, ``Gather`` from a [256, 2] table); blocks of one
   element (integer codes) are stored as small floats, the code's top magnitude bit implied
-  (:func:`one_element_layout`). All weights of one layout
+  (:func:`one_element_layout`). Why so few full-size steps: onnxruntime folds the chain at every
+  session creation and keeps each step's output until its optimisation ends, ~3 ns an element a
+  step and ~10 for a table ``Gather`` or an integer ``Div``/``Mod`` (bench/RESULTS.md, packed14). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
   own shape.
@@ -80,7 +84,7 @@ MIN_ELEMENTS = 64
 #: A weight with more elements than this fraction needing an exact patch stays unpacked.
 MAX_PATCH_FRACTION = 1 / 64
 #: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
-#: this many times the table's; smaller groups unpack their fields by integer Div and Mod instead.
+#: this many times the table's; smaller groups unpack their fields by uint8 BitShift instead.
 TABLE_FROM = 64
 #: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
 #: unpacking's 5-7 nodes cost ~300).
@@ -93,6 +97,10 @@ PROVE_BY_CODES = True
 #: FP element codes by a cast to their ml_dtypes type (:meth:`ElementCode.cast_codes`); False takes
 #: the table's binary search, the same codes by a longer road (the tests compare the two).
 CAST_FP_CODES = True
+#: 8-bit integer element codes (BFP16, MX9, MXINT8) stored as int8 two's complement and decoded by
+#: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
+#: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
+CAST_INT_CODES = True
 
 #: Each FP element type's ml_dtypes type (the reference's, formats/mx.py) and its width in bits.
 _FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[name].mbits)
@@ -221,6 +229,38 @@ class ElementCode:
             cast = a.astype(dtype)
             ok = (cast.astype(np.float64) == a) & np.isfinite(a)
         return np.where(ok, cast.view(np.uint8), np.uint8(0)).astype(np.uint8)
+
+
+def cast_int_codes(code: ElementCode) -> bool:
+    """Whether ``code``'s elements are stored as int8 and decoded by a ``Cast`` (:data:`CAST_INT_CODES`):
+    integer sign-magnitude codes of 7-8 bits, whose magnitudes ``0..127`` int8 holds."""
+    return CAST_INT_CODES and code.container == 8 and code.step is not None
+
+
+def element_values(code: ElementCode) -> tuple[np.ndarray, np.float32]:
+    """``(values, factor)``: what the decode chain multiplies a block's scale into. A code ``c``
+    decodes to ``values[c] * (2^(E-127) * factor) [* 2^-s]``, the bracket being the group's scale
+    table entry. Cast codes (:func:`cast_int_codes`): the signed integer magnitudes (-0 kept) and
+    the code's step, so the full-size work is one Cast and one Mul; else the code table and 1.
+
+    Why this factoring is exact: the step is a power of two, so ``|value| * step * 2^(E-127)`` is the
+    same real number either way and each way rounds it once where the scale ``2^(E-127) * step``
+    is a float32 (the packer's proof and its decode check use this same factoring)."""
+    if cast_int_codes(code):
+        step = np.float32(code.step)
+        return (code.table / step).astype(np.float32), step
+    return code.table, np.float32(1)
+
+
+def twos_complement(codes: np.ndarray, bits: int) -> tuple[np.ndarray, bool]:
+    """Sign-magnitude ``bits``-bit codes as int8 (two's complement; -0 as -128, which the decode
+    maps back to -0), and whether any -0 code is present."""
+    c = np.asarray(codes, np.uint8)
+    half = np.uint8(1 << (bits - 1))
+    mag = (c & (half - np.uint8(1))).astype(np.int16)
+    neg = (c & half) != 0
+    out = np.where(neg, np.where(mag == 0, -128, -mag), mag).astype(np.int8)
+    return out, bool((neg & (mag == 0)).any())
 
 
 def _sign_magnitude(mags: np.ndarray, bits: int, key: str) -> ElementCode:
@@ -555,7 +595,11 @@ class WeightPacker:
         es = np.concatenate([f[0] for f in found])
         shift = np.concatenate([f[1] for f in found])
         del found
-        exp_t = exponent_table()
+        el_values, el_factor = element_values(code)
+        with np.errstate(over="ignore", under="ignore"):
+            exp_t = exponent_table() * el_factor  # the group's scale table entries, float32 as stored
+        #: binades the scale table's entries sit below 2^(E-127) (the code's step when folded in)
+        lstep = int(np.frexp(el_factor)[1]) - 1
 
         def decode(codes_: np.ndarray, e: np.ndarray, sel: Any) -> np.ndarray:
             """The blocks the ONNX chain decodes from ``codes_`` of the rows ``sel`` with exponent bytes ``e``."""
@@ -564,7 +608,7 @@ class WeightPacker:
             shift_f = np.ldexp(np.float32(1), -shift[sel]).astype(np.float32)
             comb = exp_t[e][:, None] * shift_f  # float32, as the ONNX Mul
             with np.errstate(over="ignore", invalid="ignore"):
-                return (code.table[codes_] * comb[:, :, None]).reshape(codes_.shape[0], layout.padded)
+                return (el_values[codes_] * comb[:, :, None]).reshape(codes_.shape[0], layout.padded)
 
         def attempt(e: np.ndarray, sel: Any = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             """Codes, decoded blocks and exactness of the rows ``sel`` with exponent bytes ``e``."""
@@ -583,8 +627,9 @@ class WeightPacker:
             Why: decoding every block and comparing it (a table lookup, a product and a compare
             per element) was a fifth to a third of the packer's time (lac's 58224x128 embedding,
             packer CPU: BFP16 0.41 -> 0.32 s, MXINT8 0.29 -> 0.21, MX9 0.50 -> 0.46), and the
-            answer is known: where the scale ``2^(e-127) * 2^-sh`` of every sub-block is a float32
-            the chain computes exactly (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
+            answer is known: where the scale ``2^(e-127) * 2^-sh`` of every sub-block (times the
+            code's step where :func:`element_values` folds it in) is a float32 the chain computes
+            exactly (e < 255, sh <= 149, the scale >= 2^-149), an element whose code was found
             (``|y| == magnitude * scale``, a float32) decodes to ``y`` bit for bit (both factors
             exact, their exact product a float32; the sign from the code, ±0 included), and one
             whose code was not decodes to +0, which is not ``y`` (a +0 is always found). Other
@@ -597,7 +642,7 @@ class WeightPacker:
             if found is None or not PROVE_BY_CODES:
                 dec_ = decode(codes_, e, sel)
                 return codes_, (dec_.view(np.uint32) == y.view(np.uint32)).all(axis=1)
-            plain = (e < 255) & ((sh <= 149) & (k >= -149)).all(axis=1)
+            plain = (e < 255) & ((sh <= 149) & (k + lstep >= -149)).all(axis=1)
             exact = found.reshape(n, -1).all(axis=1) & plain
             other = np.flatnonzero(~plain)
             if other.size:
@@ -852,14 +897,18 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
-        def fields(stored: np.ndarray, bits: int, stem_: str) -> str:
-            """int32 ``[*stored.shape, 8 // bits]``: the ``bits``-bit fields of the bytes ``stored``,
-            low field first (what :func:`_pack_fields` packed), by integer Div and Mod."""
+        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32) -> str:
+            """``[*stored.shape, 8 // bits]`` of type ``to``: the ``bits``-bit fields of the bytes
+            ``stored``, low field first (what :func:`_pack_fields` packed), by two uint8 ``BitShift``
+            (up past the fields above, down to the field's width): ~1 ns an element where int32 Div
+            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields)."""
             per = 8 // bits
-            v = op("Cast", [init(stem_, stored[..., None])], "idx", to=TensorProto.INT32)
+            v = init(stem_, stored[..., None])
             if per > 1:
-                v = op("Div", [v, self._table(f"div{bits}", (1 << (bits * np.arange(per))).astype(np.int32))], "div")
-            return op("Mod", [v, self._table(f"mod{bits}", np.array(1 << bits, np.int32))], "field")
+                up = self._table(f"shl{bits}", (8 - bits * (np.arange(per) + 1)).astype(np.uint8))
+                v = op("BitShift", [v, up], "up", direction="LEFT")
+                v = op("BitShift", [v, self._table(f"shr{bits}", np.array(8 - bits, np.uint8))], "field", direction="RIGHT")
+            return op("Cast", [v], "idx", to=to)
 
         def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
             """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
@@ -919,7 +968,19 @@ class WeightPacker:
 
         table = np.zeros(1 << code.container, np.float32)
         table[: code.table.size] = code.table
-        if arithmetic:
+        el_values, el_factor = element_values(code)
+        if cast_int_codes(code):
+            # int8 codes, one Cast: the step is in the scale table (element_values). A -0 code
+            # (stored -128) becomes -0 by fmod(x, 128), exact (|x| < 128 stays x), where the group
+            # has one (MX rounding gives -0 to ~1.5 % of elements, BFP16's none). One step: each
+            # folded step's output stays in memory until onnxruntime's optimisation ends, so
+            # x * min(x + 128, 1) (three cheaper steps) raised rec MX9's load peak by 36 MB, and
+            # Where(Equal(codes, -128), -0.0, x) is no help: onnxruntime 1.32's Where writes -0.0 as +0.
+            signed, neg_zero = twos_complement(codes, code.bits)
+            elems = op("Cast", [init("codes", signed.reshape(shape3))], "cf", to=TensorProto.FLOAT)
+            if neg_zero:
+                elems = op("Mod", [elems, self._table("f128", np.array(128, np.float32))], "cn", fmod=1)
+        elif arithmetic:
             # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
             # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
             cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
@@ -937,7 +998,7 @@ class WeightPacker:
             if _by_table(packed4.size, pairs.nbytes):
                 def pairs_of(stored: np.ndarray) -> str:
                     return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
-            else:  # the nibbles by Div/Mod, then the 16-entry table
+            else:  # the nibbles by BitShift, then the 16-entry table
                 def pairs_of(stored: np.ndarray) -> str:
                     return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
@@ -977,21 +1038,24 @@ class WeightPacker:
             exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
-        e_table = exponent_table()[lo_e: hi_e + 1]
-        e_key = f"e8m0_{lo_e}_{hi_e}"
+        with np.errstate(over="ignore", under="ignore"):
+            scaled = exponent_table() * el_factor  # the step folded in (element_values)
+        x_key = "" if el_factor == 1 else f"x{int(np.frexp(el_factor)[1]) - 1}".replace("-", "m")
+        e_table = scaled[lo_e: hi_e + 1]
+        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
         # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
         # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
         # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
         used = np.unique(exps)
         if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
-            e_table = exponent_table()[lo_e + used.astype(np.int64)]
+            e_table = scaled[lo_e + used.astype(np.int64)]
             exps = np.searchsorted(used, exps).astype(np.uint8)
-            e_key = f"e8m0r_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
+            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
         # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
         # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
         # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
         # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
-        # each unpacked by Div/Mod and added back at its bit offset (depthwise and one-input-
+        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
         # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
         # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
         # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
@@ -1052,14 +1116,22 @@ class WeightPacker:
             stored = _pack_fields(shifts, c)
             if _by_table(stored.size, shift_table(c).nbytes):
                 sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
-            else:  # the fields by Div/Mod, then 2^-s from a 2^c-entry table
+            elif c == 1:  # 2^-s of a bit is 1 - s/2: no 2-entry table Gather (~9 ns an element)
+                s1 = fields(stored, 1, "shifts", to=TensorProto.FLOAT)
+                sh = op("Sub", [self._table("f1", np.array(1, np.float32)),
+                                op("Mul", [s1, self._table("fh", np.array(0.5, np.float32))], "sm")], "shift")
+            else:  # the fields by BitShift, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
-            sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-            if shifts.size % per:
+            if shifts.size % per:  # the last byte's unused fields cut off
+                sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
             sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
+            # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
+            # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
+            # the widened scale is one more full-size folded output held in load RAM (rec MX9:
+            # +10 MB, above main's peak) for a folding time within noise (bench/RESULTS.md, packed14).
         if padded == g.width:
             op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
         else:
@@ -1206,7 +1278,8 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     f_bits = (code.bits - 1) + int(hi - lo + 1).bit_length()
     table = np.concatenate([exponent_table()[lo: hi + 1], np.zeros(1, np.float32)]).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        before = code.table[c] * exponent_table()[np.clip(e, 0, 255)]
+        el_values, el_factor = element_values(code)
+        before = el_values[c] * (exponent_table() * el_factor)[np.clip(e, 0, 255)]  # as the block layout decodes
         sign = (frac >> (code.bits - 2)).astype(np.float32)
         m = ((frac & (top - 1)) + top).astype(np.float32)
         step = np.float32(code.step)
@@ -1221,8 +1294,8 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
 
 def _by_table(stored: int, table_bytes: int) -> bool:
     """Whether ``stored`` bytes of fields are read through a byte-indexed table of ``table_bytes``:
-    where the table is a negligible part of what it decodes; by Div and Mod (no table) elsewhere:
-    a 256-entry table is 1-8 KB of a small model's file, while Div and Mod cost load memory on a
+    where the table is a negligible part of what it decodes; by BitShift (no table) elsewhere:
+    a 256-entry table is 1-8 KB of a small model's file, while the shifted fields cost load memory on a
     large one (each folded step is a copy of the fields until the optimisation ends)."""
     return stored >= TABLE_FROM * table_bytes
 

@@ -75,6 +75,34 @@ def _skeleton(fn: onnx.FunctionProto) -> bytes:
     return g.SerializeToString(deterministic=True)
 
 
+def constants_first(fn: onnx.FunctionProto) -> onnx.FunctionProto:
+    """``fn``'s top-level ``Constant`` nodes moved before its other nodes, ordered by their first
+    reader among those (node, then input slot; the unread last, as they were); in place.
+
+    Why: emit's specialisations place a body's constants where each was made, so bodies that
+    compute the same (akiki_vad MX9: three of five definitions) differed only in where a
+    Constant sat or in which order two were made, and were not shared (blockfile13). The order of
+    first use is the body's own, whatever the order of making. Exact: a Constant reads nothing,
+    so the body stays in topological order and computes the same values; nested graphs are left
+    as they are."""
+    consts = [n for n in fn.node if _is_constant(n)]
+    rest = [n for n in fn.node if not _is_constant(n)]
+    first: dict[str, tuple[int, int]] = {}
+    for i, node in enumerate(rest):
+        for j, name in enumerate(node.input):
+            first.setdefault(name, (i, j))
+    unread = (len(rest), 0)
+    order = sorted(range(len(consts)), key=lambda k: (first.get(consts[k].output[0], unread), k))
+    consts = [consts[k] for k in order]
+    if list(fn.node) != consts + rest:
+        ordered = [onnx.NodeProto() for _ in range(len(consts) + len(rest))]
+        for dst, src in zip(ordered, consts + rest):
+            dst.CopyFrom(src)
+        del fn.node[:]
+        fn.node.extend(ordered)
+    return fn
+
+
 def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None) -> onnx.ModelProto:
     """Merge ``model``'s local functions (of ``domains``; None: every domain) that differ only in
     top-level constant values, in place; returns ``model``. Calls are renamed to the kept
@@ -85,7 +113,11 @@ def share_functions(model: onnx.ModelProto, domains: Iterable[str] | None = None
     # Bodies compared under their compacted names: emit names each specialisation's values after
     # its tensor, so bodies equal but for those private names and constants did not group
     # (akiki_vad MX9: two of five definitions, 1.7 KB; blockfile13). Renaming a body's private
-    # values is exact (:func:`compact_bodies`).
+    # values is exact (:func:`compact_bodies`). Top-level constants first (:func:`constants_first`),
+    # so that where a body's Constant sits does not keep two bodies apart either.
+    for fn in model.functions:
+        if wanted is None or fn.domain in wanted:
+            constants_first(fn)
     compact_bodies(model, domains)
     groups: dict[tuple[str, bytes], list[onnx.FunctionProto]] = defaultdict(list)
     for fn in model.functions:
@@ -254,4 +286,4 @@ def _value_key(value: np.ndarray) -> tuple:
     return value.dtype.str, value.shape, value.tobytes()
 
 
-__all__ = ["share_functions", "compact_bodies", "short_name", "SHARE"]
+__all__ = ["share_functions", "compact_bodies", "constants_first", "short_name", "SHARE"]
