@@ -717,7 +717,7 @@ class ModuleSpec:
         out = []
         for _ in range(n):
             f: dict[str, np.ndarray] = {}
-            t = int(rng.integers(6, 17)) if self.dynamic_seq else T
+            t = int(rng.integers(6, 17)) if self.dynamic_seq else int(self.extra.get("t", T))
             if self.domain == "seq":
                 f["x"] = (rng.normal(0, 1, (1, t, D)) * np.linspace(0.5, 2, D)).astype(xdt)
                 if "ids" in self.inputs:
@@ -1039,7 +1039,8 @@ def main() -> int:
 
         x_dims = onnx.load(str(src), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
         if spec.dynamic_seq and len(x_dims) > 1 and x_dims[1].HasField("dim_value"):
-            spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs)
+            spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs, a loop it unrolled)
+            spec.extra["t"] = x_dims[1].dim_value  # to the sample's length, not T: feed that length
             base["dynamic_seq"] = False
         calib, held = spec.feeds(a.calib, 1), spec.feeds(a.held, 1000)
         broken = _float_runs_forked(src, calib[:2], a.timeout)
