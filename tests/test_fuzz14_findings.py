@@ -32,13 +32,12 @@ def _loop_list_model() -> onnx.ModelProto:
     ConcatFromSequence stacks them → Linear. Intermediate values untyped, as TorchScript leaves them."""
     rng = np.random.default_rng(0)
     f = TensorProto.FLOAT
+    steps = "Gather xin,i row take; MatMul row,w_rec rw mm; Add rw,h s add; Tanh s h_new tanh; " \
+            "SequenceInsert seq,h_new seq_new append; Identity c c_out go"
+    nodes = [helper.make_node(op, ins.split(","), [out], name=name, **({"axis": 0} if op == "Gather" else {}))
+             for op, ins, out, name in (step.split() for step in steps.split("; "))]
     body = helper.make_graph(
-        [helper.make_node("Gather", ["xin", "i"], ["row"], axis=0, name="take"),
-         helper.make_node("MatMul", ["row", "w_rec"], ["rw"], name="mm"),
-         helper.make_node("Add", ["rw", "h"], ["s"], name="add"),
-         helper.make_node("Tanh", ["s"], ["h_new"], name="tanh"),
-         helper.make_node("SequenceInsert", ["seq", "h_new"], ["seq_new"], name="append"),
-         helper.make_node("Identity", ["c"], ["c_out"], name="go")],
+        nodes,
         "step",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
          helper.make_tensor_value_info("h", f, [D]), _seq_info("seq")],
