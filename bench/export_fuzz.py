@@ -41,6 +41,10 @@ PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M
 EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20))
 D, C, T, HW = 16, 8, 12, 16  # token width, image channels, sequence length, image side
 VOCAB = 50
+#: Blocks that read HF's int64 ``attention_mask`` (input ``amask``) rather than the bool padding.
+INT_MASK_BLOCKS = frozenset({"attn_int_mask"})
+#: Blocks drawn only in float16 models whose input stays float32 (input → Cast → patch Conv: an fp16 ViT export).
+FP16_BLOCKS = frozenset({"vit_fp16"})
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -51,6 +55,16 @@ def _blocks() -> dict[str, dict[str, Any]]:
     import torch
     import torch.nn.functional as F
     from torch import nn
+
+    def _recur_py(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        s = torch.zeros_like(h[:, 0])
+        outs = []
+        for i in range(h.shape[1]):
+            s = torch.tanh(h[:, i] + torch.matmul(s, w))
+            outs.append(s)
+        return torch.stack(outs, 1)
+
+    _recur = torch.jit.script(_recur_py)  # TorchScript export: a Loop over the sequence (dynamo unrolls it)
 
     class LNOut(nn.Module):  # LayerNorm written out
         def __init__(self):
@@ -207,6 +221,95 @@ def _blocks() -> dict[str, dict[str, Any]]:
             return torch.index_select(h, -1, self.idx) + h[..., torch.arange(D - 1, -1, -1)]
 
 
+    class IntMaskAttn(nn.Module):  # BERT's extended mask: int64 mask → Cast → (1 − m)·−10000 → Add before Softmax
+        int_mask = True  # gets the raw int64 ``amask`` input instead of the bool padding
+
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+
+        def forward(self, h, amask=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            s = q @ k.transpose(-1, -2) / (D // 2) ** 0.5
+            if amask is not None:
+                s = s + (1.0 - amask[:, None, None, :].to(h.dtype)) * -10000.0
+            a = torch.softmax(s, -1) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class Rotary(nn.Module):  # rotary embeddings on Q, K: cos/sin tables sliced to the length, rotate_half by Slice/Neg/Concat
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+            hd = D // 2
+            inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+            f = torch.outer(torch.arange(256, dtype=torch.float32), inv)
+            emb = torch.cat([f, f], -1)
+            self.register_buffer("cos", emb.cos())
+            self.register_buffer("sin", emb.sin())
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+
+            def heads(x):
+                return x.reshape(b, t, 2, D // 2).transpose(1, 2)
+
+            def rotate_half(x):
+                x1, x2 = x[..., : D // 4], x[..., D // 4:]
+                return torch.cat([-x2, x1], -1)
+
+            cos, sin = self.cos[:t].to(h.dtype), self.sin[:t].to(h.dtype)
+            q, k, v = heads(self.q(h)), heads(self.k(h)), heads(self.v(h))
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            a = torch.softmax(q @ k.transpose(-1, -2) / (D // 2) ** 0.5, -1) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class EinsumAttn(nn.Module):  # attention written with Einsum: scores, softmax, weighted values
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).unbind(2)
+            s = torch.einsum("bqhd,bkhd->bhqk", q, k) * (D // 2) ** -0.5
+            a = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v)
+            return h + self.o(a.reshape(b, t, D))
+
+    class WhereSoftmax(nn.Module):  # causal (and padding) mask by Where with a −inf fill before Softmax
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            t = h.shape[1]
+            s = self.q(h) @ self.k(h).transpose(-1, -2) / D ** 0.5
+            pos = torch.arange(t)
+            keep = pos[None, :] <= pos[:, None]
+            if pad is not None:
+                keep = keep & ~pad[:, None, :]
+            s = torch.where(keep, s, torch.tensor(float("-inf"), dtype=h.dtype))
+            return h + torch.softmax(s, -1) @ self.v(h)
+
+    class EmbedPositions(nn.Module):  # BERT embeddings: position ids (arange) and token types (zeros) gathered, summed, LayerNorm
+        def __init__(self):
+            super().__init__()
+            self.pos, self.typ, self.ln = nn.Embedding(256, D), nn.Embedding(2, D), nn.LayerNorm(D)
+
+        def forward(self, h, pad=None):
+            ids = torch.arange(h.shape[1], dtype=torch.int64)[None].expand(h.shape[0], -1)
+            return self.ln(h + self.pos(ids) + self.typ(torch.zeros_like(ids)))
+
+    class LoopRecur(nn.Module):  # a scripted recurrence: TorchScript writes a Loop whose body has a MatMul
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(D, D) / D)
+            self.l = nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            return h + self.l(_recur(h, self.w.to(h.dtype)))
+
+
     class Fn(nn.Module):  # an activation written out as a function of tensors (no single torch op)
         def __init__(self, f):
             super().__init__()
@@ -307,6 +410,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "hardswish_out": lambda: Lin(Fn(lambda x: x * torch.clamp(x + 3, 0, 6) / 6)),
         "stft_mel_pow": lambda: STFTMel(False), "stft_mel_l2": lambda: STFTMel(True), "reducemax_keep0": MaxKeep0,
         "dfl_seq": DFLSeq,
+        "attn_int_mask": IntMaskAttn, "rotary": Rotary, "einsum_attn": EinsumAttn, "where_softmax": WhereSoftmax,
+        "embed_positions": EmbedPositions, "loop_recur": LoopRecur,
     }
 
     class ConvBN(nn.Module):
@@ -449,6 +554,61 @@ def _blocks() -> dict[str, dict[str, Any]]:
             d = self.a(h).view(b, 4, 16, y * x).transpose(2, 1).softmax(1)
             return h + self.b(self.dfl(d).view(b, 4, y, x) / 8)
 
+    class LNChannelsFirst(nn.Module):  # ConvNeXt's LayerNorm2d: moments over axis 1 of NCHW, no Transpose
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(C) + 0.5), nn.Parameter(torch.randn(C) * 0.1)
+            self.c = nn.Conv2d(C, C, 3, 1, 1, groups=C)
+
+        def forward(self, h, pad=None):
+            x = self.c(h)
+            u = x.mean(1, keepdim=True)
+            s = (x - u).pow(2).mean(1, keepdim=True)
+            x = (x - u) / torch.sqrt(s + 1e-6)
+            return h + self.w[:, None, None] * x + self.b[:, None, None]
+
+    class LNTransposed(nn.Module):  # LayerNorm over channels: Transpose to NHWC, LayerNorm, Linear, Transpose back
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = nn.LayerNorm(C), nn.Linear(C, C)
+
+        def forward(self, h, pad=None):
+            return h + self.fc(self.ln(h.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+
+    class ResizeDecoder(nn.Module):  # image-to-image: stride-2 encoder, Resize ×2 (bilinear), skip Concat, 1×1 fuse, Sigmoid gate
+        def __init__(self):
+            super().__init__()
+            self.down, self.mid = nn.Conv2d(C, 2 * C, 3, 2, 1), nn.Conv2d(2 * C, 2 * C, 3, 1, 1)
+            self.fuse = nn.Conv2d(3 * C, C, 1)
+
+        def forward(self, h, pad=None):
+            z = self.mid(F.relu(self.down(h)))
+            up = F.interpolate(F.relu(z), scale_factor=2.0, mode="bilinear", align_corners=False)
+            return h * torch.sigmoid(self.fuse(torch.cat([h, up], 1)))
+
+    class ViTBlock(nn.Module):  # a ViT: Cast → patch Conv → tokens, LayerNorm, attention, GELU MLP, back to the image
+        def __init__(self):
+            super().__init__()
+            w = 2 * C
+            self.p = nn.Conv2d(C, w, 4, 4)
+            self.pos = nn.Parameter(torch.randn(1, (HW // 4) ** 2, w) * 0.1)
+            self.ln1, self.ln2 = nn.LayerNorm(w), nn.LayerNorm(w)
+            self.qkv, self.o = nn.Linear(w, 3 * w), nn.Linear(w, w)
+            self.fc1, self.fc2 = nn.Linear(w, 2 * w), nn.Linear(2 * w, w)
+            self.up = nn.ConvTranspose2d(w, C, 4, 4)
+
+        def forward(self, h, pad=None):
+            b, w = h.shape[0], 2 * C
+            t = self.p(h.to(self.p.weight.dtype))  # HF's pixel_values.to(projection dtype)
+            g = t.shape[-1]
+            tok = t.flatten(2).transpose(1, 2) + self.pos
+            q, k, v = self.qkv(self.ln1(tok)).reshape(b, -1, 3, 2, w // 2).permute(2, 0, 3, 1, 4)
+            a = torch.softmax(q @ k.transpose(-1, -2) * (w // 2) ** -0.5, -1) @ v
+            tok = tok + self.o(a.transpose(1, 2).reshape(b, -1, w))
+            tok = tok + self.fc2(F.gelu(self.fc1(self.ln2(tok))))
+            return h + self.up(tok.transpose(1, 2).reshape(b, w, g, g))
+
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -460,6 +620,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "reflect_conv": ReflectConv, "conv3d": Conv3d, "channel_gather_clamp": ChannelGather, "flatten_linear": FlattenMix,
         "mish_img": lambda: Wrap(nn.Mish()),
         "instancenorm_out": INOut, "vit_patch_cls": ViTPatch, "dfl_yolo": DFLImg,
+        "layernorm_axis1": LNChannelsFirst, "layernorm_transposed": LNTransposed, "resize_decoder": ResizeDecoder,
+        "vit_fp16": ViTBlock,
     }
     return {"seq": seq, "img": img}
 
@@ -488,17 +650,20 @@ def _composite(spec: "ModuleSpec"):
         def forward(self, *args):
             feed = dict(zip(spec.inputs, args))
             pad = None
+            x = feed["x"]
+            if spec.extra.get("x32"):  # an fp16 model fed float32: a Cast at the input
+                x = x.to(self.inp.weight.dtype)
             if spec.domain == "seq":
-                h = self.inp(feed["x"])
+                h = self.inp(x)
                 if self.emb is not None:
                     h = h + self.emb(feed["ids"])
                 if "mask" in feed:
                     pad = feed["mask"] < 0.5
                     pad = pad & (torch.arange(pad.shape[1]) > 0)  # never a fully padded row
             else:
-                h = self.inp(feed["x"])
+                h = self.inp(x)
             for blk in self.blocks:
-                h = blk(h, pad)
+                h = blk(h, feed.get("amask") if getattr(blk, "int_mask", False) else pad)
             y = self.head(h)
             if pad is not None:
                 y = y.masked_fill(pad[..., None], 0.0)
@@ -548,18 +713,21 @@ class ModuleSpec:
         """Plausible data: unit-normal features with a per-feature scale, tokens, padding masks."""
         rng = np.random.default_rng(seed)
         dt = np.float16 if self.fp16 else np.float32
+        xdt = np.float32 if self.extra.get("x32") else dt  # an fp16 model whose input stays float32 (Cast inside)
         out = []
         for _ in range(n):
             f: dict[str, np.ndarray] = {}
-            t = int(rng.integers(6, 17)) if self.dynamic_seq else T
+            t = int(rng.integers(6, 17)) if self.dynamic_seq else int(self.extra.get("t", T))
             if self.domain == "seq":
-                f["x"] = (rng.normal(0, 1, (1, t, D)) * np.linspace(0.5, 2, D)).astype(dt)
+                f["x"] = (rng.normal(0, 1, (1, t, D)) * np.linspace(0.5, 2, D)).astype(xdt)
                 if "ids" in self.inputs:
                     f["ids"] = rng.integers(0, VOCAB, (1, t)).astype(np.int64)
                 if "mask" in self.inputs:
                     f["mask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(dt)
+                if "amask" in self.inputs:  # HF's attention_mask: int64, 1 = token, 0 = padding
+                    f["amask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(np.int64)
             else:
-                f["x"] = rng.normal(0, 1, (1, 3, HW, HW)).astype(dt)
+                f["x"] = rng.normal(0, 1, (1, 3, HW, HW)).astype(xdt)
             out.append({k: f[k] for k in self.inputs})
         return out
 
@@ -580,13 +748,17 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpe
     if domain == "seq":
         if rng.random() < 0.4:
             inputs.append("ids")
-        if rng.random() < 0.5 or any("mask" in b or b == "mha" for b in blocks):
+        if rng.random() < 0.5 or any("mask" in b and b not in INT_MASK_BLOCKS or b == "mha" for b in blocks):
             inputs.append("mask")
+        if any(b in INT_MASK_BLOCKS for b in blocks):
+            inputs.append("amask")
     outputs = ["y"] + [str(o) for o in rng.choice(["argmax", "topk", "bool", "pooled", "count", "scalar"], int(rng.integers(0, 3)),
                                                    replace=False)]
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
+    fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
-                      fp16=bool(rng.random() < 0.15), dynamic_seq=domain == "seq" and bool(rng.random() < 0.5))
+                      fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5),
+                      extra={"x32": True} if any(b in FP16_BLOCKS for b in blocks) else {})
 
 
 def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, str]:
@@ -595,9 +767,10 @@ def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, s
     cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) if only is None or b in only
              for e in (("torchscript", 17), ("dynamo", 18))]
     dom, block, (exporter, opset) = cases[index % len(cases)]
-    inputs = ["x", "ids", "mask"] if dom == "seq" else ["x"]
+    inputs = ["x", "ids", "mask"] + (["amask"] if block in INT_MASK_BLOCKS else []) if dom == "seq" else ["x"]
     spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, ["y", "argmax", "topk", "count"], exporter, opset,
-                      fp16=False, dynamic_seq=dom == "seq")
+                      fp16=block in FP16_BLOCKS, dynamic_seq=dom == "seq",
+                      extra={"x32": True} if block in FP16_BLOCKS else {})
     return spec, PRESETS[index % len(PRESETS)]
 
 
@@ -625,7 +798,7 @@ def export(spec: ModuleSpec, path: Path, net: Any = None) -> Path:
     if spec.exporter == "dynamo":
         b = torch.export.Dim("batch", min=1, max=64)
         s = torch.export.Dim("seq", min=2, max=256)
-        shapes = tuple({0: b, 1: s} if spec.dynamic_seq and k in ("x", "ids", "mask") else {0: b} for k in spec.inputs)
+        shapes = tuple({0: b, 1: s} if spec.dynamic_seq and k in ("x", "ids", "mask", "amask") else {0: b} for k in spec.inputs)
         torch.onnx.export(net, args, str(path), dynamo=True, opset_version=spec.opset, input_names=list(spec.inputs),
                           output_names=outs, dynamic_shapes=(shapes,), verbose=False,
                           external_data=False)
@@ -866,7 +1039,8 @@ def main() -> int:
 
         x_dims = onnx.load(str(src), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
         if spec.dynamic_seq and len(x_dims) > 1 and x_dims[1].HasField("dim_value"):
-            spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs)
+            spec.dynamic_seq = False  # the exporter specialised the sequence axis (dynamo around RNNs, a loop it unrolled)
+            spec.extra["t"] = x_dims[1].dim_value  # to the sample's length, not T: feed that length
             base["dynamic_seq"] = False
         calib, held = spec.feeds(a.calib, 1), spec.feeds(a.held, 1000)
         broken = _float_runs_forked(src, calib[:2], a.timeout)

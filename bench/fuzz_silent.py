@@ -356,6 +356,7 @@ def main() -> int:
         x_dims = onnx.load(str(src), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
         if spec.dynamic_seq and len(x_dims) > 1 and x_dims[1].HasField("dim_value"):
             spec.dynamic_seq = base["dynamic_seq"] = False  # the exporter specialised the sequence axis
+            spec.extra["t"] = x_dims[1].dim_value  # to the export sample's length (export_fuzz.export), not T
         calib, fresh = spec.feeds(a.calib, 1), spec.feeds(a.fresh, 50_000)
         broken = ef._float_runs_forked(src, calib[:2], a.timeout)
         if broken:

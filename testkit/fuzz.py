@@ -151,6 +151,10 @@ class _Builder:
             return self._norm_sum_square(x, s)
         if op == "ReduceMaxSub":
             return self._reduce_max_sub(x, s)
+        if op == "ScanMatMul" and s[0] >= 1:
+            return self._scan_matmul(x, s)
+        if op == "LoopMatMul" and s[0] >= 1:
+            return self._loop_matmul(x, s)
         if op == "LayerNormalization" and self.opset >= 17:
             return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
         return None
@@ -188,9 +192,50 @@ class _Builder:
         peak = self._reduce("ReduceMax", self.node("Abs", [x], s)[0], None, (), 0)
         return self.node("Div", [d, self.node("Add", [peak, self.scalar(1.0)], ())[0]], s)[0]
 
+    def _scan_matmul(self, x: str, s: tuple[int, ...]) -> str:
+        """A recurrence as a Scan over axis 0: ``h_t = Tanh(x_t·Wx + h_{t-1}·Wh)``, the weights outer-scope
+        initializers read by the body (as exporters of RNN cells write it), the states stacked as output."""
+        el, d, row = self.elem, s[-1], list(s[1:])
+        wx, wh = self.weight((d, d), 0.5 / np.sqrt(d)), self.weight((d, d), 0.5 / np.sqrt(d))
+        h0 = self.name("h0")
+        self.inits.append(numpy_helper.from_array(np.zeros(s[1:], self.np_dtype), h0))
+        n = {k: self.name(f"scan_{k}_") for k in ("h", "x", "xw", "hw", "sum", "new", "out")}
+        inner = [helper.make_node("MatMul", [n["x"], wx], [n["xw"]]), helper.make_node("MatMul", [n["h"], wh], [n["hw"]]),
+                 helper.make_node("Add", [n["xw"], n["hw"]], [n["sum"]]), helper.make_node("Tanh", [n["sum"]], [n["new"]]),
+                 helper.make_node("Identity", [n["new"]], [n["out"]])]
+        body = helper.make_graph(inner, self.name("scan_body"),
+                                 [helper.make_tensor_value_info(n["h"], el, row), helper.make_tensor_value_info(n["x"], el, row)],
+                                 [helper.make_tensor_value_info(n["new"], el, row), helper.make_tensor_value_info(n["out"], el, row)])
+        last, ys = self.node("Scan", [h0, x], s, n_out=2, body=body, num_scan_inputs=1)
+        self.shapes[last] = s[1:]
+        return ys
+
+    def _loop_matmul(self, x: str, s: tuple[int, ...]) -> str:
+        """TorchScript's spelling of a scripted ``for`` over a tensor's first axis: a Loop whose body
+        Gathers row ``i`` of the outer-scope input, MatMuls it with an outer-scope weight, adds the carried
+        state, Tanh; the rows stacked as the Loop's scan output."""
+        el, d, row = self.elem, s[-1], list(s[1:])
+        w = self.weight((d, d), 0.5 / np.sqrt(d))
+        h0, cond, trip = self.name("h0"), self.name("cond"), self.name("trip")
+        self.inits += [numpy_helper.from_array(np.zeros(s[1:], self.np_dtype), h0),
+                       numpy_helper.from_array(np.asarray(True), cond), numpy_helper.from_array(np.asarray(s[0], np.int64), trip)]
+        n = {k: self.name(f"loop_{k}_") for k in ("i", "c", "h", "row", "rw", "sum", "new", "c_out", "out")}
+        inner = [helper.make_node("Gather", [x, n["i"]], [n["row"]], axis=0), helper.make_node("MatMul", [n["row"], w], [n["rw"]]),
+                 helper.make_node("Add", [n["rw"], n["h"]], [n["sum"]]), helper.make_node("Tanh", [n["sum"]], [n["new"]]),
+                 helper.make_node("Identity", [n["c"]], [n["c_out"]]), helper.make_node("Identity", [n["new"]], [n["out"]])]
+        body = helper.make_graph(inner, self.name("loop_body"),
+                                 [helper.make_tensor_value_info(n["i"], TensorProto.INT64, []),
+                                  helper.make_tensor_value_info(n["c"], TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info(n["h"], el, row)],
+                                 [helper.make_tensor_value_info(n["c_out"], TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info(n["new"], el, row),
+                                  helper.make_tensor_value_info(n["out"], el, row)])
+        last, ys = self.node("Loop", [trip, cond, h0], s, n_out=2, body=body)
+        self.shapes[last] = s[1:]
+        return ys
 
 FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
-            "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub")
+            "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul")
 
 
 @st.composite

@@ -111,3 +111,35 @@ def test_the_drawn_exporter_spellings_compute_what_they_name(opset):
             want = (x - x.max(-1, keepdims=True)) / (np.abs(x).max() + 1.0)
         assert got.shape == x.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 6)])
+def test_the_drawn_recurrences_compute_what_they_name(shape):
+    """The generator's Scan and Loop steps (a body MatMul with outer-scope weights, a carried state, the
+    states stacked) run by onnxruntime against a NumPy recurrence written from the definition."""
+    import random
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from testkit.fuzz import _Builder
+
+    x = np.random.default_rng(3).normal(1.0, 2.0, shape).astype(np.float32)
+    for op in ("ScanMatMul", "LoopMatMul"):
+        b = _Builder(random.Random(5), TensorProto.FLOAT, 13)
+        b.shapes["x"] = x.shape
+        out = b.step(op, "x", None)
+        graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                                  [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(b.shapes[out]))], initializer=b.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        onnx.checker.check_model(model, full_check=True)
+        got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        weights = [numpy_helper.to_array(t).astype(np.float64) for t in b.inits if t.name.startswith("w")]
+        h, rows = np.zeros(shape[1:]), []
+        for t in range(shape[0]):  # Scan: tanh(x_t·Wx + h·Wh); Loop: tanh(x_t·W + h)
+            h = np.tanh(x[t] @ weights[0] + (h @ weights[1] if op == "ScanMatMul" else h))
+            rows.append(h)
+        assert got.shape == x.shape
+        np.testing.assert_allclose(got, np.stack(rows), rtol=1e-4, atol=1e-5)

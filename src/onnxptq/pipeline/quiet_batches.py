@@ -114,7 +114,7 @@ def keep_quiet_scalars_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[
                        f"than {codes:g}): quiet inputs would lose it, so it stays float (pipeline/quiet_batches.py)")
     # A tensor that takes its scale from another (share_with) carries that tensor's grid: it goes
     # float with its source, never alone. Alone it would break the requantization onnxruntime needs
-    # after an int8 tensor's data move (plan/rules.py _requantize_after_float_transposes: under the
+    # after an int8 tensor's data move (plan/qdq_propagation.py _requantize_after_float_transposes: under the
     # NPU placement a Slice output kept float alone gave a model onnxruntime refuses).
     why = {n: r for n, r in why.items() if plan.tensors[n].share_with is None or plan.tensors[n].share_with in why
            or plan.tensors[n].share_with not in plan.tensors}

@@ -84,7 +84,12 @@ def _merge(model: ir.Model, inferred_proto: onnx.ModelProto) -> bool:
             shape = _trusted(value.shape, other.shape)
             if shape != value.shape:
                 value.shape, modified = shape, True
-            if other.dtype is not None and value.dtype != other.dtype:
+            if other.type is not None and (value.type is None or type(value.type) is not type(other.type)):
+                # a sequence (TorchScript's Loop over a list: SequenceEmpty → Loop → ConcatFromSequence) or
+                # optional keeps its kind: setting ``dtype`` alone on an untyped value makes it a tensor, and
+                # onnxruntime then refuses the model (SequenceEmpty's output typed tensor(float))
+                value.type, modified = other.type, True
+            elif other.dtype is not None and value.dtype != other.dtype:
                 value.dtype, modified = other.dtype, True
     return modified
 

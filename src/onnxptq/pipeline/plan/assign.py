@@ -27,11 +27,11 @@ from .rules import (
     _keep_float,
     _linear_inputs_only,
     _per_channel_depthwise_inputs,
-    _requantize_after_float_transposes,
     _saturation_limits,
     _share_through_data_movement,
 )
 from .peaks import recurring_peaks
+from .qdq_propagation import _requantize_after_float_transposes
 from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
 from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason

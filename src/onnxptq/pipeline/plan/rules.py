@@ -119,37 +119,6 @@ def _share_through_data_movement(tensors: dict[str, TensorPlan], nodes: list[onn
                 t.share_with = source.name
 
 
-#: Ops onnxruntime's optimizer moves a DequantizeLinear past (QDQ propagation): each moves or picks values.
-_ORT_QDQ_PROPAGATION = frozenset("Transpose Reshape Squeeze Unsqueeze Flatten MaxPool Slice".split())
-
-
-def _requantize_after_float_transposes(tensors: dict[str, TensorPlan], g: _Graph) -> None:
-    """A signed 8-bit activation read through its DequantizeLinear by a float ``Transpose`` (or another
-    op of :data:`_ORT_QDQ_PROPAGATION`, and on along a chain of them) gets the same quantizer on
-    that op's output (``share_with``: exact, these ops move or pick values).
-
-    Why: onnxruntime 1.32's graph optimizer (opset 21) pushes such a DequantizeLinear past the
-    Transpose and writes a QuantizeLinear with ``output_dtype`` INT8 but a UINT8 zero point, then
-    refuses the model it built ("output_dtype INT8 does not match y_zero_point type UINT8"). Seen
-    on MiniLM with the NPU placement, ``op_types=MatMul`` and the attention-output MatMuls excluded:
-    the attention context is quantized as the P·V MatMul's output and read by a float Transpose.
-    With a QuantizeLinear/DequantizeLinear already after the Transpose it fuses them instead (the
-    Reshape after it is the next place the optimizer would go, so the chain is followed).
-    uint8 and int16 activations do not trigger it (tests/test_transformer_placement.py).
-    """
-    work = [t for t in tensors.values()
-            if t.role == "activation" and t.quant.format == "int8" and t.axis is None and not t.exclusive]
-    while work:
-        t = work.pop()
-        for reader in g.consumers.get(t.name, []):
-            out = reader.output[0] if reader.output else ""
-            if (reader.op_type not in _ORT_QDQ_PROPAGATION or reader.input[0] != t.name or not out or out in tensors
-                    or not g.is_float(out)):
-                continue
-            tensors[out] = TensorPlan(out, "activation", t.quant, share_with=t.name, producer=reader.name)
-            work.append(tensors[out])  # the optimizer goes on through a chain (Transpose -> Reshape)
-
-
 def _saturation_bounds(node: onnx.NodeProto, g: _Graph) -> tuple[float | None, float | None] | None:
     """The input interval outside which ``node``'s output no longer changes, or None if unknown."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}

@@ -46,6 +46,12 @@ class _Graph:
             for name in node.input:
                 if name:
                     self.consumers[name].append(node)
+        #: tensors a Loop/If/Scan body reads from an enclosing scope (no node input of the scope that
+        #: owns them: onnxruntime's node sees them as implicit inputs only)
+        self.outer_read: set[str] = set()
+        for s in scopes[1:]:
+            own = {o for n in s.nodes for o in n.output} | {i.name for i in s.graph.input} | {t.name for t in s.graph.initializer}
+            self.outer_read.update(i for n in s.nodes for i in n.input if i and i not in own)
         infos = [vi for g in graphs for vi in list(g.value_info) + list(g.input) + list(g.output)]
         self._at_load: set[str] | None = None  # runs_at_load's tensors, made on first use
         self.elem_type: dict[str, int] = {}
