@@ -26,8 +26,11 @@ breaks it is split in two and each half tried again; a single node that breaks i
 adds in the plain build (one float and one plain run on a held-out feed, thinned in the graph), the
 first trial keeps only the ranking's dominant prefix float, and where it holds each broken chunk's
 less sensitive half goes back first; so culprits far apart in graph order fall into one chunk (the
-planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks
-(the estimate missed) or the estimate cannot be made, the search runs in graph order as before.
+planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks, the
+error may be spread over more nodes than the ranking's few (sscd_distilled, one output: no head rung, no ends
+trial): prefixes of the ranking interleaved with graph order are bisected by length (:func:`interleaved`,
+:class:`_Prefixes`; tests/test_repair_prefixes.py); where the first of them breaks too (the estimate missed) or
+the estimate cannot be made, the search runs in graph order as before.
 Each build is the pipeline's own build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
