@@ -1,16 +1,17 @@
-"""Repair on a single-output model whose error is spread: ranked prefixes after a broken first trial
-(algorithms/repair.py, ``_Prefixes`` and ``interleaved``; issue 27 item 2, sscd_distilled).
+"""Repair on a single-output model whose error is spread: the graph's prefixes bisected after a broken ranked
+first trial (algorithms/repair.py, ``_Prefixes``; issue 27 item 2, sscd_distilled).
 
 sscd_distilled (round 22) has one output, so no head rung and no ends trial; its error is spread over its
-MobileNet, so the ranking's first few nodes do not hold, and bisection in graph order hands back one end of
-the graph with each half: every build broke and the block formats were delivered with 91 of 91 nodes in BF16.
+MobileNet, so the ranking's first few nodes do not hold, and bisection in graph order's halves hands back one
+end of the graph with each half: every build broke and BFP16 was delivered with 91 of 91 nodes in BF16.
 
-The planted model: one output read by its cosine, a chain of MatMuls in which four layers' int8 weight grids
+The planted model: one output read by its cosine, a chain of MatMuls in which three layers' int8 weight grids
 are set by an outlier reading a unit that never fires (tests/_structure_graphs.planted_model's story, at
-outliers 8, 3, 6 and 4: a coarse grid, not a dead one). Under A16W8 the whole plan with 16-bit weights holds;
-the ranking's first trial keeps only the worst layer (``MatMul_hot0``) and breaks; each half of the graph
-holds two of the layers, so both halves handed back break too: main stepped up all 13 nodes in its 4 builds.
-The ranked prefixes keep ``MatMul_hot0``, ``MatMul_hot2`` and ``MatMul_hot3`` with one other node (4 of 13).
+outliers 10, 3 and 7: a coarse grid, not a dead one), the third in the middle of the chain, five ordinary layers
+after it. Under A16W8 the whole plan with 16-bit weights holds; the ranking's first trial keeps only the worst
+layer (``MatMul_hot0``) and breaks; each half of the graph holds a coarse layer, so both halves handed back break
+too: main stepped up all 13 nodes in its 4 builds. The graph's first 7 nodes (the three coarse layers and what
+reads them) hold, its first 4 do not: 7 of 13 stepped, the last five layers and the output keep 8-bit weights.
 """
 
 from __future__ import annotations
@@ -21,33 +22,30 @@ import pytest
 from onnx import TensorProto, helper
 
 from _structure_graphs import H, S, _B, pattern_data
-from onnxptq.algorithms import repair
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
-#: the outliers of the four coarse layers, in graph order
-OUTLIERS = (8.0, 3.0, 6.0, 4.0)
-
-
-def _coarse(b: _B, src: str, rng: np.random.Generator, outlier: float, name: str) -> str:
-    """A layer whose int8 weight grid (one per output column) is set by ``outlier`` in the row that reads a unit
-    the layer before never fires: float never sees the row, 8-bit weights round every other weight coarsely."""
-    dead = rng.standard_normal((H, H)) / np.sqrt(H)
-    dead[:, 0] = 0.0
-    h = b.op("MatMul", src, b.const(dead))
-    hot = rng.standard_normal((H, H)) / np.sqrt(H)
-    hot[0] = outlier
-    b.nodes.append(helper.make_node("MatMul", [h, b.const(hot)], [name + "_out"], name=name))
-    return name + "_out"
+#: each coarse layer's outlier and the ordinary layers after it, in graph order
+LAYERS = ((10.0, 0), (3.0, 1), (7.0, 5))
 
 
 def spread_chain() -> onnx.ModelProto:
+    """A chain of MatMuls, each coarse layer a MatMul whose weights' column 0 is zero (a unit that never fires)
+    and one whose weight row 0, reading that unit, holds the outlier: float never sees the row, while its int8
+    grid (one per output column) rounds every other weight coarsely."""
     rng = np.random.default_rng(5)
     b = _B()
     src = "x"
-    for i, outlier in enumerate(OUTLIERS):
-        src = _coarse(b, src, rng, outlier, f"MatMul_hot{i}")
-        src = b.op("MatMul", src, b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H))))
+    for i, (outlier, ordinary) in enumerate(LAYERS):
+        dead = rng.standard_normal((H, H)) / np.sqrt(H)
+        dead[:, 0] = 0.0
+        h = b.op("MatMul", src, b.const(dead))
+        hot = rng.standard_normal((H, H)) / np.sqrt(H)
+        hot[0] = outlier
+        b.nodes.append(helper.make_node("MatMul", [h, b.const(hot)], [f"MatMul_hot{i}_out"], name=f"MatMul_hot{i}"))
+        src = f"MatMul_hot{i}_out"
+        for _ in range(ordinary):
+            src = b.op("MatMul", src, b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H))))
     b.nodes.append(helper.make_node("MatMul", [src, b.const(rng.standard_normal((H, 1)) / np.sqrt(H))], ["out"],
                                     name="MatMul_out"))
     graph = helper.make_graph(b.nodes, "spread_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", S, H])],
@@ -63,29 +61,27 @@ def repaired():
     return quantize(spread_chain(), resolve_config("A16W8"), data=pattern_data(24))
 
 
-def test_a_spread_error_on_one_output_is_held_by_a_ranked_prefix(repaired):
+def test_a_spread_error_on_one_output_is_held_by_a_prefix_of_the_graph(repaired):
     record = repaired.repair
-    assert record["before"]["ok"] is False
+    assert record["before"]["ok"] is False and record["candidates"] == 13
     assert record["order"]["first"] == ["MatMul_hot0"]  # the first trial: the worst layer alone, which breaks
     stepped = set(record["stepped_up"])
-    assert {"MatMul_hot0", "MatMul_hot2", "MatMul_hot3"} <= stepped, stepped
-    # main: 13 of 13 (the first trial and both graph halves broke in its 4 builds)
-    assert len(stepped) <= 5, stepped
+    assert {"MatMul_hot0", "MatMul_hot1", "MatMul_hot2"} <= stepped, stepped
+    # main: 13 of 13 (the first trial and both of graph order's halves broke in its 4 builds)
+    assert len(stepped) == 7, stepped
     assert record["evaluations"] <= record["allowance"] == 4
-    assert record["order"]["prefixes"][0] == [7, True]
+    assert record["order"]["prefixes"] == [[7, True], [4, False]]
     assert repaired.floor.ok
-    # the mildest coarse layer is handed back with its 8-bit weights
-    weight = next(n.input[1] for n in spread_chain().graph.node if n.name == "MatMul_hot1")
-    assert "MatMul_hot1" not in stepped and repaired.plan.tensors[weight].quant.format == "int8"
-
-
-def test_interleaved_takes_the_ranking_and_the_input_side_in_turn():
-    assert repair.interleaved(["d", "b", "a", "c"], ["a", "b", "c", "d"]) == ["d", "a", "b", "c"]
-    assert repair.interleaved(["c", "a", "b"], ["a", "b", "c"]) == ["c", "a", "b"]
+    # the chain's last layers keep their 8-bit weights
+    model = spread_chain()
+    last = [n for n in model.graph.node][-3:]
+    assert all(n.name not in stepped and repaired.plan.tensors[n.input[1]].quant.format == "int8" for n in last)
 
 
 def test_prefixes_bisect_between_the_longest_broken_and_the_shortest_held():
-    p = repair._Prefixes(1, 13)
+    from onnxptq.algorithms.repair import _Prefixes
+
+    p = _Prefixes(1, 13)
     assert p.first() and p.next() == 7
     p.tried(7, True)
     assert not p.first() and p.next() == 4

@@ -28,9 +28,9 @@ first trial keeps only the ranking's dominant prefix float, and where it holds e
 less sensitive half goes back first; so culprits far apart in graph order fall into one chunk (the
 planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks, the
 error may be spread over more nodes than the ranking's few (sscd_distilled, one output: no head rung, no ends
-trial): prefixes of the ranking interleaved with graph order are bisected by length (:func:`interleaved`,
-:class:`_Prefixes`; tests/test_repair_prefixes.py); where the first of them breaks too (the estimate missed) or
-the estimate cannot be made, the search runs in graph order as before.
+trial): the graph's input-side prefixes are bisected by length (:class:`_Prefixes`; tests/test_repair_prefixes.py);
+where the first of them breaks too (the estimate missed: the culprits sit elsewhere) or the estimate cannot be
+made, the search runs in graph order's halves as before.
 Each build is the pipeline's own build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
@@ -496,9 +496,9 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     where it breaks, the search goes on as without it (one build lost).
 
     **Ranked prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, the kept sets
-    tried next are prefixes of the ranking interleaved with graph order (:func:`interleaved`, :class:`_Prefixes`):
-    the bisection of the prefix's length between the first trial's and the shortest that held. Where the first
-    of them breaks too, the estimate missed, and the search goes on in graph order as before (one build lost)."""
+    tried next are the graph's input-side prefixes (:class:`_Prefixes`): the bisection of the prefix's length
+    between the first trial's and the shortest that held. Where the first of them breaks too, the search goes
+    on in graph order's halves as before (one build lost)."""
     kept = frozenset(candidates)
     everything = kept
 
@@ -509,14 +509,13 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     prefixes: _Prefixes | None = None  # ranked prefixes tried after the first trial broke
-    order: list[str] = []  # the ranking interleaved with graph order (:func:`interleaved`)
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
         if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1)):
             return kept, False
         if prefixes is not None and (k := prefixes.next()) is not None:
-            trial = frozenset(order[:k])
+            trial = frozenset(candidates[:k])
             started = _clock(judge)
             verdict = judge(trial, rung)
             last_cost = _clock(judge) - started
@@ -524,10 +523,10 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             judge.prefixes.append((k, held))
             if held:
                 kept = trial
-                log.debug("repair: the ranking's first %d node(s) hold the floor", k)
+                log.debug("repair: the graph's first %d node(s) hold the floor", k)
             elif prefixes.first():
                 # the estimate missed again: the graph order, as without a ranking (one build lost)
-                log.debug("repair: the ranking's first %d node(s) break the floor: graph order", k)
+                log.debug("repair: the graph's first %d node(s) break the floor: graph order's halves", k)
                 prefixes, ordered = None, False
                 mid = len(candidates) // 2
                 queue.extend([candidates[:mid], candidates[mid:]])
@@ -561,7 +560,6 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             ordered = split is not None
             if split is not None:
                 top, rest = split
-                order = interleaved(top + rest, candidates)
                 first = rest
                 queue.extend([rest, top])
                 continue  # the ranking's own CPU is spent: the cap is checked again before the build
@@ -592,8 +590,8 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 # back to graph order where it breaks: one build lost, no more.
                 first = None
                 queue.clear()
-                if len(order) == len(candidates) and len(chunk) < len(candidates):
-                    prefixes = _Prefixes(len(order) - len(chunk), len(order))
+                if len(chunk) < len(candidates):
+                    prefixes = _Prefixes(len(candidates) - len(chunk), len(candidates))
                     continue
                 ordered = False
                 queue.clear()
@@ -606,37 +604,20 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     return kept, True
 
 
-def interleaved(ranking: list[str], candidates: list[str]) -> list[str]:
-    """``ranking`` (most added error first) and ``candidates`` (graph order: the input side first) taken in
-    turn, each node once: the order of :func:`_search`'s ranked prefixes.
-
-    Why both: the ranking (:mod:`.repair_order`) sees the error a node adds where it is, not what the layers
-    after it make of it, and a rounding at the input side is read by every later layer (the ends trial's
-    reason, :func:`graph_ends`). On sscd_distilled (one output, the error spread over its MobileNet) 30 nodes
-    so taken hold the floor on BFP16, MX9 and A16W8, where the ranking's first 30 break on all three and
-    graph order's first 30 on BFP16 (bench/RESULTS.md, repair14)."""
-    out: list[str] = []
-    seen: set[str] = set()
-    for pair in zip(ranking, candidates):
-        for name in pair:
-            if name not in seen:
-                seen.add(name)
-                out.append(name)
-    out.extend(n for n in ranking + candidates if n not in seen and not seen.add(n))
-    return out
-
-
 class _Prefixes:
-    """The lengths of the ranked prefixes (:func:`interleaved`) :func:`_search` keeps after its ranked first trial
-    broke: bisection between ``lo`` (the longest prefix seen to break; at first the first trial's length, as many
-    nodes of the ranking alone having broken) and ``hi`` (the shortest seen to hold; all of them at first),
-    ``log2(n)`` builds at most.
+    """The lengths of the graph's prefixes (candidates in graph order: the input side first) :func:`_search` keeps
+    after its ranked first trial broke: bisection between ``lo`` (the longest seen to break; at first the first
+    trial's size, as many nodes of the ranking having broken) and ``hi`` (the shortest seen to hold; all of them
+    at first), ``log2(n)`` builds at most.
 
-    Why prefixes, not the ranked halving of the first trial's chunk nor graph order: where the error is spread
-    (sscd_distilled, one output: every stage of its MobileNet moves the embedding's cosine a little; no stage
-    float alone holds: bench/RESULTS.md newmodels22) the nodes that must stay stepped are many, and each halving
-    of a chunk in graph order gives back one end of the graph with each half, so every trial broke and all 91
-    nodes were delivered in BF16; a prefix keeps every node ranked above it, and only its length is searched."""
+    Why: where the error is spread (sscd_distilled, one output: every stage of its MobileNet moves the
+    embedding's cosine a little; no stage float alone holds: bench/RESULTS.md newmodels22) the ranking's few do
+    not hold, and graph order's halves give back one end of the graph with each, so every trial broke and BFP16
+    was delivered with 91 of 91 nodes in BF16. The input side is where a rounding is read by every later layer
+    (the ends trial's reason, :func:`graph_ends`), and in a network whose channels widen with depth it is also
+    the cheap side in bytes: sscd BFP16's first 48 nodes hold at 0.18 of its weights, where the ranking's
+    first 48 interleaved with them held at 0.77 and its first 34 alone broke on MXINT8 (bench/RESULTS.md,
+    repair14). A prefix keeps every node before it, and only its length is searched."""
 
     def __init__(self, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
