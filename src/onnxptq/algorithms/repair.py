@@ -252,7 +252,7 @@ class _Judge:
         self.best: dict[str, Measure] = {}
         self.measured: dict[str, Measure] = {}
         self.ruled_by_measure: list[list[str]] = []
-        #: the ranked prefixes :func:`_search` tried after its ranked first trial broke, as (length, held)
+        #: the graph's prefixes :func:`_search` tried after its ranked first trial broke, as (length, held)
         self.prefixes: list[tuple[int, bool]] = []
         self.floor = floor_for(cfg, *calibrated.looks)  # the look's (analysis/evidence.py, "Two looks")
         self.readings = calibrated.readings
@@ -508,7 +508,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     queue: deque[list[str]] = deque()
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
-    prefixes: _Prefixes | None = None  # ranked prefixes tried after the first trial broke
+    prefixes: _Prefixes | None = None  # the graph's prefixes tried after the first trial broke
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
