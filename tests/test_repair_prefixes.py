@@ -48,10 +48,9 @@ def spread_chain() -> onnx.ModelProto:
             src = b.op("MatMul", src, b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H))))
     b.nodes.append(helper.make_node("MatMul", [src, b.const(rng.standard_normal((H, 1)) / np.sqrt(H))], ["out"],
                                     name="MatMul_out"))
-    graph = helper.make_graph(b.nodes, "spread_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", S, H])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", S, 1])], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    x, out = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", S, w]) for n, w in (("x", H), ("out", 1)))
+    model = helper.make_model(helper.make_graph(b.nodes, "spread_chain", [x], [out], b.inits),  # IR 8: onnxruntime 1.32
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     return model
 
