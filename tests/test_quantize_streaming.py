@@ -142,7 +142,7 @@ def test_streaming_holds_no_copy_of_the_weights(chain, tmp_path, monkeypatch):
 def test_a_failed_streaming_quantization_leaves_nothing(chain, tmp_path, monkeypatch):
     monkeypatch.setattr(external, "STREAM_THRESHOLD", 0)
 
-    def broken(model, path, source):
+    def broken(model, path, source, *_):
         assert Path(path).exists() and any(p.name.startswith(".q.onnx.data.") for p in tmp_path.iterdir())
         raise RuntimeError(f"{source}: simulated failure after the data file was written")
 
