@@ -355,6 +355,19 @@ def exponent_table() -> np.ndarray:
         return np.ldexp(np.float32(1), np.arange(256) - 127).astype(np.float32)
 
 
+def scale_table(factor: np.float32) -> np.ndarray:
+    """:func:`exponent_table` with an element code's factor folded in (:func:`element_values`: the step of
+    cast int8 codes, else 1): a group's scale-table entries as the decode chain stores them, float32. One
+    place for the packer's proof, the emitted table and the one-element layout, which must agree bit for bit."""
+    with np.errstate(over="ignore", under="ignore"):
+        return exponent_table() * factor
+
+
+def binades_below(factor: np.float32) -> int:
+    """How many binades :func:`scale_table`'s entries sit below ``2^(E-127)`` (``factor`` a power of two)."""
+    return int(np.frexp(factor)[1]) - 1
+
+
 def shift_table(container: int) -> np.ndarray:
     """``table[byte, j] = 2^-s`` with ``s`` the ``j``-th ``container``-bit field of ``byte``."""
     per = 8 // container
@@ -596,10 +609,8 @@ class WeightPacker:
         shift = np.concatenate([f[1] for f in found])
         del found
         el_values, el_factor = element_values(code)
-        with np.errstate(over="ignore", under="ignore"):
-            exp_t = exponent_table() * el_factor  # the group's scale table entries, float32 as stored
-        #: binades the scale table's entries sit below 2^(E-127) (the code's step when folded in)
-        lstep = int(np.frexp(el_factor)[1]) - 1
+        exp_t = scale_table(el_factor)  # the group's scale table entries, float32 as stored
+        lstep = binades_below(el_factor)  # the code's step when folded in
 
         def decode(codes_: np.ndarray, e: np.ndarray, sel: Any) -> np.ndarray:
             """The blocks the ONNX chain decodes from ``codes_`` of the rows ``sel`` with exponent bytes ``e``."""
@@ -1038,9 +1049,8 @@ class WeightPacker:
             exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
         lo_e, hi_e = int(exps.min()), int(exps.max())
         exps = (exps - np.uint8(lo_e)).astype(np.uint8)
-        with np.errstate(over="ignore", under="ignore"):
-            scaled = exponent_table() * el_factor  # the step folded in (element_values)
-        x_key = "" if el_factor == 1 else f"x{int(np.frexp(el_factor)[1]) - 1}".replace("-", "m")
+        scaled = scale_table(el_factor)  # the step folded in (element_values)
+        x_key = "" if el_factor == 1 else f"x{binades_below(el_factor)}".replace("-", "m")
         e_table = scaled[lo_e: hi_e + 1]
         e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
         # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
@@ -1279,7 +1289,7 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     table = np.concatenate([exponent_table()[lo: hi + 1], np.zeros(1, np.float32)]).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         el_values, el_factor = element_values(code)
-        before = el_values[c] * (exponent_table() * el_factor)[np.clip(e, 0, 255)]  # as the block layout decodes
+        before = el_values[c] * scale_table(el_factor)[np.clip(e, 0, 255)]  # as the block layout decodes
         sign = (frac >> (code.bits - 2)).astype(np.float32)
         m = ((frac & (top - 1)) + top).astype(np.float32)
         step = np.float32(code.step)
