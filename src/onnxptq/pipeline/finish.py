@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 import onnx
 
 from ..graph import io
-from ..graph.passes.unsigned_gemm_weights import unsigned_gemm_weights
+from ..graph.passes.unsigned_gemm_weights import has_fused_int8_weights, unsigned_gemm_weights
 from ..sessions import CPU, open_session, options_signature, run_threads, serialized, session_options
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def finish_saved(model: onnx.ModelProto, path: Path, source: str, exact_sums: bo
 
     ``exact_sums`` (:func:`onnxptq.pipeline.runtime.judge_exact_sums`) is not honoured here: a
     judging copy would hold a second set of the weights this path keeps out of memory. Said instead."""
-    if exact_sums and _fused_int8_weights(model):
+    if exact_sums and has_fused_int8_weights(model):
         log.warning("%s: the figures are this machine's onnxruntime's, whose uint8 x int8 sums saturate (x86 without "
                     "VNNI); the int8 weights kept for the target runtime are not judged on exact sums on the "
                     "streaming path", source)
@@ -141,19 +141,15 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
     return model, session
 
 
-def _fused_int8_weights(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` holds int8 weight tensors in its main graph (those a U8S8 kernel may read)."""
-    return any(t.data_type == onnx.TensorProto.INT8 and t.dims for t in model.graph.initializer)
-
-
 def _exact_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose int8 GEMM weights are stored as uint8 (the same values: exact sums on
-    U8U8 kernels), or ``model`` itself where it has none."""
+    U8U8 kernels), or ``model`` itself where it has none (no copy: an npu build in a block or float
+    format reads no such weight)."""
+    if not has_fused_int8_weights(model):
+        return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     rewritten = unsigned_gemm_weights(copy)
-    if not rewritten:
-        return model
     log.debug("judged on a copy with %d int8 weights stored as uint8 (exact sums on this machine)", rewritten)
     return copy
 

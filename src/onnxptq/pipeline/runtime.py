@@ -205,4 +205,3 @@ def guard_saturation(config: QuantConfig) -> bool:
     if config.runtime != "cpu" or config.saturation_guard == "off":
         return False
     return config.saturation_guard == "on" or integer_gemm_saturates()
-

@@ -28,7 +28,7 @@ from ..external import store, tensor_values
 from ..walk import all_graphs, walk_scopes
 from .exact_int_weights import _eight_bit_dq_output
 
-__all__ = ["unsigned_gemm_weights"]
+__all__ = ["unsigned_gemm_weights", "has_fused_int8_weights"]
 
 _GEMM_OPS = ("Conv", "MatMul", "Gemm")
 
@@ -64,6 +64,12 @@ def _unused_name(base: str, taken: set[str]) -> str:
         name, k = f"{base}_u8_{k}", k + 1
     taken.add(name)
     return name
+
+
+def has_fused_int8_weights(model: onnx.ModelProto) -> bool:
+    """Whether :func:`unsigned_gemm_weights` would rewrite anything in ``model``; reads only the graph's
+    structure and tensor types (no weight bytes: a streamed model's external data is not read)."""
+    return any(_fused_weight_dqs(s.graph, {t.name: t for t in s.graph.initializer}) for s in walk_scopes(model.graph))
 
 
 def unsigned_gemm_weights(model: onnx.ModelProto) -> int:
