@@ -112,7 +112,6 @@ _ATTR_ORDER = (
 )
 _F = TensorProto.FLOAT
 _I64_MAX = np.iinfo(np.int64).max
-_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def function_name(attrs: dict[str, Any], opset: int, view: str | None = None) -> str:
