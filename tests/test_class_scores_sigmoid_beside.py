@@ -47,19 +47,10 @@ def _hand_tail(sigmoid: bool = True) -> onnx.ModelProto:
     if sigmoid:
         nodes += [helper.make_node("Sigmoid", ["presence_logit"], ["presence"], name="Sigmoid_presence"),
                   helper.make_node("Sigmoid", ["handed_logit"], ["handedness"], name="Sigmoid_handedness")]
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, w])
-               for n, w in (("landmarks", 63), ("presence", 1), ("handedness", 1), ("world", 63))]
     graph = helper.make_graph(nodes, "hand_tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-                              outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-def _feeds(n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    return [{"x": rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)} for _ in range(n)]
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, w])
+                               for n, w in (("landmarks", 63), ("presence", 1), ("handedness", 1), ("world", 63))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def test_landmark_heads_beside_sigmoid_probabilities_are_not_class_scores():
@@ -70,7 +61,10 @@ def test_landmark_heads_beside_sigmoid_probabilities_are_not_class_scores():
 
 
 def test_bf16_judges_landmarks_by_their_error_and_repairs_nothing():
-    result = quantize(_hand_tail(), resolve_config("BF16"), _feeds(24))
+    model = _hand_tail()
+    onnx.checker.check_model(model)
+    data = np.random.default_rng(0).uniform(0, 1, (24, 1, 3, 32, 32)).astype(np.float32)
+    result = quantize(model, resolve_config("BF16"), [{"x": x} for x in data])
     check = result.floor.outputs["landmarks"]
     assert check.top1 is None and check.positions is None  # no arg-max judged over coordinates
     assert result.floor.ok, result.floor.describe()
