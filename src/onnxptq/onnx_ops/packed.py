@@ -939,16 +939,19 @@ class WeightPacker:
                         f"{stem_}u")
             return op("Mul", [mag, signed], f"{stem_}v")
 
-        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0) -> str:
-            """int32 ``[rows]``: ``values`` (one per row, < 2^(base + bits)) less their low ``base``
-            bits, stored in ``planes`` (bits, offset) and added back at their offsets (times 2^base)."""
+        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0,
+                        length: int | None = None) -> str:
+            """int32 ``[length]`` (default: the group's rows): ``values`` (< 2^(base + bits)) less
+            their low ``base`` bits, stored in ``planes`` (bits, offset) and added back at their
+            offsets (times 2^base)."""
             index = None
+            size = g.rows if length is None else length
             for b, at in planes:
                 part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
                               stem_ if at == 0 else f"{stem_}_at{at}")
                 part = op("Reshape", [part, self._ints([-1])], "ef")
-                if g.rows % (8 // b):
-                    part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+                if size % (8 // b):
+                    part = op("Slice", [part, self._ints([0]), self._ints([size]), self._ints([0])], "ec")
                 if base + at:
                     part = op("Mul", [part, self._table(f"x{1 << (base + at)}", np.array(1 << (base + at), np.int32))], "eh")
                 index = part if index is None else op("Add", [index, part], "e")
@@ -961,17 +964,33 @@ class WeightPacker:
             # planes of 4/2/1 bits (one_element_layout: 12 bits a BFP16/MX9/MXINT8 element, 13 before).
             # Any element code width: the field holds the sign and fraction, not the container.
             field_, f_bits, e_table1 = singles
+            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
+            escaped = escape_singles(field_, f_bits, e_table1, frac_bits) if ESCAPE_SINGLES else None
+            if escaped is not None:
+                field_, f_bits, e_table1 = escaped.fields, escaped.f_bits, escaped.table
             low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
             whole = low
             if f_bits > 8:
                 high = plane_index(field_, exponent_planes((1 << (f_bits - 8)) - 1), "singles_hi", base=8)
                 whole = op("Add", [low, high], "sv")
-            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
             ints = self._table(f"x{1 << frac_bits}", np.array(1 << frac_bits, np.int32))
             e_idx = op("Div", [whole, ints], "se")
             sf = op("Cast", [op("Mod", [whole, ints], "sm")], "sc", to=TensorProto.FLOAT)
             top = 1 << (code.bits - 2)
-            scale = op("Gather", [self._table(f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}", e_table1), e_idx], "sg")
+            if escaped is not None:
+                # the rank field's top value k marks an escape: the rank less k is the stream's next
+                # entry (f // k is 1 there, 0 elsewhere; its running sum is the entry's position)
+                k = (1 << escaped.bits) - 1
+                esc = op("Div", [e_idx, self._table(f"x{k}", np.array(k, np.int32))], "sq")
+                pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "sp")
+                stream = escaped.stream
+                rest = plane_index(stream, exponent_planes(int(stream.max())), "singles_esc", length=stream.size)
+                more = op("Mul", [esc, op("Gather", [rest, pos], "sg0")], "sa")
+                e_idx = op("Add", [e_idx, more], "si")
+                t_key = f"e8m0s_{hashlib.sha1(e_table1.tobytes()).hexdigest()[:10]}"
+            else:
+                t_key = f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}"
+            scale = op("Gather", [self._table(t_key, e_table1), e_idx], "sg")
             flat = op("Mul", [sign_magnitude(sf, code.bits - 2, top, "s"), scale], "sv2")
             op("Reshape", [flat, self._ints([g.rows, 1, 1])], "", output=g.output)
             self._split_rows(g, node)
@@ -1300,6 +1319,84 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
         return None
     return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
+
+
+#: One-element blocks' exponent indices by frequency with an escape (:func:`escape_singles`); False:
+#: every index in the span's bits (the form before packed15).
+ESCAPE_SINGLES = True
+#: File bytes the singles' escape decode costs (Div, CumSum, Cast or the nibbles' BitShifts, Gather,
+#: Mul, Add and two scalars, lean names: ~150-250 B measured on akiki_vad), to weigh it against its saving.
+SINGLES_ESCAPE_NODE_BYTES = 250
+
+
+@dataclass(frozen=True)
+class SinglesEscape:
+    """One-element blocks' fields (sign, fraction and a narrow rank field above ``frac_bits``)
+    whose rank field ``k = 2^bits - 1`` marks an escape: the rank less ``k`` is the next entry of
+    ``stream`` (after a leading 0; stored in the planes :func:`exponent_planes` gives for its
+    largest value). The decode table is ``table`` (the plain layout's entries, most frequent first)."""
+
+    fields: np.ndarray
+    f_bits: int
+    table: np.ndarray
+    bits: int
+    stream: np.ndarray
+
+
+def _field_bytes(n: int, f_bits: int, base: int = 8) -> int:
+    """Stored bytes (and plane nodes) of ``n`` fields ``f_bits`` wide: a byte plane for the low
+    ``base`` bits (none with ``base`` 0), and above it the planes :func:`exponent_planes` gives,
+    each but a whole-byte one weighed with its unpacking nodes."""
+    if f_bits <= base:
+        return n
+    planes = exponent_planes((1 << (f_bits - base)) - 1)
+    return (n if base else 0) + sum(-(-n // (8 // b)) + (PLANE_NODE_BYTES if b < 8 else 0) for b, _ in planes)
+
+
+def escape_singles(fields_: np.ndarray, f_bits: int, table: np.ndarray, frac_bits: int) -> SinglesEscape | None:
+    """The plain one-element layout (:func:`one_element_layout`: ``fields_`` hold a sign and
+    fraction in ``frac_bits`` bits and an index into ``table`` above them) with its indices ranked
+    by frequency, a rank field of 1-4 bits and the rarer ranks in an escape stream, where that
+    stores fewer bytes (escape nodes included). None where it does not.
+
+    Why: a one-input-channel conv's elements (an STFT written as a Conv: akiki_vad's and
+    fw_silero_v6's 66 432 basis values, 0.09 of their fp32 files) span 20-25 binades, so the plain
+    index takes 5 bits, but their exponents crowd into a few (entropy ~3.1 bits: half the values
+    in the top two binades): 7 + 3 bits and a 4-5 bit escape for one element in nine, not 7 + 5."""
+    index = fields_ >> frac_bits
+    frac = fields_ & ((1 << frac_bits) - 1)
+    counts = np.bincount(index, minlength=table.size)
+    order = np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]
+    if order.size <= 2 or order.size > 256:
+        return None
+    rank = np.zeros(table.size, np.int64)
+    rank[order] = np.arange(order.size)
+    ranks = rank[index]
+    n = ranks.size
+    best: tuple[int, int] | None = None  # (bytes, bits)
+    for bits in (1, 2, 3, 4):
+        k = (1 << bits) - 1
+        if order.size <= k:
+            break
+        n_esc = int(np.count_nonzero(ranks >= k))
+        top = order.size - 1 - k
+        cost = (_field_bytes(n, frac_bits + bits) + _field_bytes(n_esc + 1, max(1, top.bit_length()), base=0)
+                + SINGLES_ESCAPE_NODE_BYTES)
+        if best is None or cost < best[0]:
+            best = (cost, bits)
+    if best is None or best[0] >= _field_bytes(n, f_bits):
+        return None
+    bits = best[1]
+    k = (1 << bits) - 1
+    rank_f = np.minimum(ranks, k)
+    stream = np.concatenate([[0], ranks[ranks >= k] - k]).astype(np.int64)
+    out = frac | (rank_f << frac_bits)
+    # the decode, in NumPy: every element's table entry back, bit for bit
+    esc = rank_f // k
+    back = rank_f + esc * stream[np.cumsum(esc)]
+    ranked = table[order]
+    assert np.array_equal(ranked[back].view(np.uint32), table[index].view(np.uint32))
+    return SinglesEscape(out.astype(np.int64), frac_bits + bits, ranked.astype(np.float32), bits, stream)
 
 
 def _by_table(stored: int, table_bytes: int) -> bool:
