@@ -172,6 +172,40 @@ def test_blocks_of_one_element_as_small_floats(monkeypatch, key):
     assert sum(a.size for a in w1.values()) * 8 <= one.size * stored_bits + 64, {n: a.shape for n, a in w1.items()}
 
 
+def _stft_basis(n_fft: int = 128, bins: int = 65) -> np.ndarray:
+    """An STFT written as a Conv (one input channel): windowed cosines and sines, [2 bins, 1, n_fft].
+    Its values span ~20 binades but crowd into the top few (|cos| > 1/2 for two thirds of them)."""
+    t = np.arange(n_fft)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * t / n_fft)
+    k = np.arange(bins)[:, None]
+    basis = np.concatenate([np.cos(2 * np.pi * k * t / n_fft), -np.sin(2 * np.pi * k * t / n_fft)]) * window
+    return basis[:, None, :].astype(np.float32)
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MX6"])
+def test_blocks_of_one_element_index_exponents_by_frequency(key):
+    """An STFT's basis as a one-input-channel conv (akiki_vad's and fw_silero_v6's front ends: 0.09
+    of their fp32 files): its one-element blocks' exponent indices take a rank field of at most 3
+    bits with the rarer ranks in an escape stream, not the span's 5 bits: fewer stored bytes than
+    the plain small-float layout, and the same decoded bits (``_pack_and_run`` checks them at both
+    optimisation levels, -0 included)."""
+    basis = _stft_basis()
+    basis[0, 0, 5] = -0.0
+    sizes = {}
+    for escape in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(packed, "ESCAPE_SINGLES", escape)
+            _, inits = _pack_and_run(key, {"stft": (basis, 1)})
+        w1 = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_w1_" in n}
+        assert any(n.endswith("_singles") for n in w1), sorted(w1)
+        assert any(n.endswith("_singles_esc") for n in w1) == escape, sorted(w1)
+        sizes[escape] = sum(a.nbytes for a in w1.values())
+    bits = {"MX6": 5}.get(key, 8) - 1  # the stored sign and fraction
+    # the fields: sign, fraction and at most 3 rank bits; the escapes: one element in six or fewer, < 1 byte each
+    assert sizes[True] * 8 <= basis.size * (bits + 3 + 8 / 6) + 64, (sizes, basis.size)
+    assert sizes[True] < 0.9 * sizes[False], sizes
+
+
 def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):
     """The layout only takes integer codes it can decode bit for bit: FP element codes, and an
     element whose exponent would have to go below 0 to normalise it, keep the block layout."""

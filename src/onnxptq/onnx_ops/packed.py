@@ -86,9 +86,11 @@ MAX_PATCH_FRACTION = 1 / 64
 #: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
 #: this many times the table's; smaller groups unpack their fields by uint8 BitShift instead.
 TABLE_FROM = 64
-#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
-#: unpacking's 5-7 nodes cost ~300).
-EXPONENT_PACK_FROM = 512
+#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes: a
+#: plane's unpacking nodes as the delivered file writes them (BitShift 2, Cast, Reshape, a Slice
+#: where the last byte is cut; lean names: ~150 B, ``PLANE_NODE_BYTES``). 512 before packed15 (the
+#: nodes' weight before lean names), which left e.g. surfaces_dtc MX9's 1 032 exponent bytes whole.
+EXPONENT_PACK_FROM = 150
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
