@@ -88,9 +88,10 @@ MAX_PATCH_FRACTION = 1 / 64
 TABLE_FROM = 64
 #: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes: a
 #: plane's unpacking nodes as the delivered file writes them (BitShift 2, Cast, Reshape, a Slice
-#: where the last byte is cut; lean names: ~150 B, ``PLANE_NODE_BYTES``). 512 before packed15 (the
-#: nodes' weight before lean names), which left e.g. surfaces_dtc MX9's 1 032 exponent bytes whole.
-EXPONENT_PACK_FROM = 150
+#: where the last byte is cut; lean names: ~140 B) and, on a model's first plane, the shift
+#: tables (~40 B): mtcnn_pnet MX9's first plane cost 187 B. 512 before packed15 (the nodes'
+#: weight before lean names), which left e.g. shipped PP-OCR cls's exponent bytes whole (4 KB).
+EXPONENT_PACK_FROM = 200
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
