@@ -19,7 +19,7 @@ from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes,
 from test_packed_weights import FORMATS as ALL_FORMATS
 
 #: the block formats whose layouts these tests touch (attributes as the presets set them: test_packed_weights' table)
-FORMATS = {k: ALL_FORMATS[k] for k in ("BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXINT8_search2", "MXFP4")}
+FORMATS = {k: ALL_FORMATS[k] for k in ("BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXINT8_search2", "MXFP4", "MXFP6_E3M2")}
 
 
 def _pack_and_run(key: str, weights: dict[str, tuple[np.ndarray, int]], optional: tuple[str, ...] = ()
@@ -229,6 +229,34 @@ def test_blocks_of_one_element_index_exponents_by_frequency(key):
     # the fields: sign, fraction and at most 3 rank bits; the escapes: one element in six or fewer, < 1 byte each
     assert sizes[True] * 8 <= basis.size * (bits + 3 + 8 / 6) + 64, (sizes, basis.size)
     assert sizes[True] < 0.9 * sizes[False], sizes
+
+
+@pytest.mark.parametrize("key", ["MX6", "MXFP6_E3M2"])
+@pytest.mark.parametrize("rows, by_table", [(24, False), (640, True)])
+def test_six_bit_codes_add_their_planes_without_reshapes(monkeypatch, key, rows, by_table):
+    """6-bit element codes (MX6's, MXFP6's) are a 4-bit and a 2-bit plane; both unpack (by table
+    Gather on large groups, by BitShift on small ones) straight to four codes a row, so their sum
+    indexes the element table with no Reshape between: each folded step is a copy of the group in
+    load RAM (rec MX6: 214 -> 168 MB at session creation, bench/RESULTS.md packed15). Decoded bit
+    for bit (``_pack_and_run``), one Reshape to the group's blocks after the element Gather."""
+    if by_table:  # the planes through their 256-entry tables (a large group's form)
+        monkeypatch.setattr(packed, "TABLE_FROM", 0)
+    rng = np.random.default_rng(rows)
+    w = rng.normal(0, 0.2, (rows, 64)).astype(np.float32)
+    w[1, :5] = -0.0
+    model, _ = _pack_and_run(key, {"w": (w, 1)})
+    made = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    element = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0].startswith("pkt_el6")]
+    assert len(element) == 1, [n.op_type for n in model.graph.node]
+    code = made[element[0].input[1]]
+    assert code.op_type == "Add" and all(made[i].op_type != "Reshape" for i in code.input), \
+        [made[i].op_type for i in code.input]
+    assert [n.op_type for n in readers[element[0].output[0]]] == ["Reshape"]
+    assert any(n.input[0].startswith("pkt_nib") for n in model.graph.node if n.op_type == "Gather") == by_table
 
 
 def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):

@@ -911,15 +911,20 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
-        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32) -> str:
+        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32,
+                   shape: tuple[int, ...] | None = None) -> str:
             """``[*stored.shape, 8 // bits]`` of type ``to``: the ``bits``-bit fields of the bytes
             ``stored``, low field first (what :func:`_pack_fields` packed), by two uint8 ``BitShift``
             (up past the fields above, down to the field's width): ~1 ns an element where int32 Div
-            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields)."""
+            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields). ``shape``: the
+            fields of a byte laid out so (``[*stored.shape[:-1], *shape]`` where ``stored``'s last axis
+            is 1), in the same order."""
             per = 8 // bits
             v = init(stem_, stored[..., None])
             if per > 1:
-                up = self._table(f"shl{bits}", (8 - bits * (np.arange(per) + 1)).astype(np.uint8))
+                up_ = (8 - bits * (np.arange(per) + 1)).astype(np.uint8)
+                key = f"shl{bits}" if shape is None else f"shl{bits}_{'x'.join(map(str, shape))}"
+                up = self._table(key, up_ if shape is None else up_.reshape(shape))
                 v = op("BitShift", [v, up], "up", direction="LEFT")
                 v = op("BitShift", [v, self._table(f"shr{bits}", np.array(8 - bits, np.uint8))], "field", direction="RIGHT")
             return op("Cast", [v], "idx", to=to)
@@ -1047,21 +1052,23 @@ class WeightPacker:
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
             m4 = codes.size // 4
             lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
-            hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+            # Both planes unpack straight to [m4, 2, 2] (four codes a row, in order), so they add and
+            # index the table with no Reshape between: each folded step holds a copy of the group in
+            # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
             if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
                 lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
-                hi = gather("nib_hi", hi_t, init("codes_hi", hi_b), "hi")  # [m4, 1, 4], already x16
+                hi_b = _pack_fields(codes >> 4, 2).reshape(m4)
+                hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [m4, 2, 2], x16
             else:
-                lo = fields(lo_b, 4, "codes_lo")
-                hi = op("Mul", [fields(hi_b, 2, "codes_hi"), self._table("x16", np.array(16, np.int32))], "hi16")
-            lo = op("Reshape", [lo, self._ints([m4, 4])], "lo4")
-            hi = op("Reshape", [hi, self._ints([m4, 4])], "hi4")
+                lo = fields(lo_b, 4, "codes_lo")  # [m4, 2, 2]
+                hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+                hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
             idx = op("Add", [lo, hi], "code")
-            flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
-            flat = op("Reshape", [flat, self._ints([-1])], "flat")
+            got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [m4, 2, 2]
             if codes.size != n:
-                flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
-            elems = op("Reshape", [flat, self._ints(shape3)], "elements")
+                flat = op("Reshape", [got, self._ints([-1])], "flat")
+                got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+            elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
