@@ -259,6 +259,29 @@ def test_six_bit_codes_add_their_planes_without_reshapes(monkeypatch, key, rows,
     assert any(n.input[0].startswith("pkt_nib") for n in model.graph.node if n.op_type == "Gather") == by_table
 
 
+@pytest.mark.parametrize("key", ["MX4", "MXFP4"])
+@pytest.mark.parametrize("rows, by_table", [(24, False), (640, True)])
+def test_four_bit_code_pairs_meet_their_scales_without_a_reshape(monkeypatch, key, rows, by_table):
+    """4-bit element codes (MX4's, MXFP4's) unpack as pairs, ``[rows, n_sub, sub/2, 2]``; that is
+    what the scales multiply (given a trailing 1), with no Reshape to ``[rows, n_sub, sub]`` before:
+    each folded step is a copy of the group in load RAM (rec MXFP4: 102 -> 90 MB at session
+    creation, bench/RESULTS.md packed15). Decoded bit for bit (``_pack_and_run``), both unpackings."""
+    if by_table:
+        monkeypatch.setattr(packed, "TABLE_FROM", 0)
+    rng = np.random.default_rng(rows)
+    w = rng.normal(0, 0.2, (rows, 64)).astype(np.float32)
+    w[1, :5] = -0.0
+    model, _ = _pack_and_run(key, {"w": (w, 1)})
+    readers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    element = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0].startswith(("pkt_el4", "pkt_el_"))]
+    assert len(element) == 1, [n.op_type for n in model.graph.node]
+    assert element[0].input[0].startswith("pkt_el4") == by_table
+    assert [n.op_type for n in readers[element[0].output[0]]] == ["Mul"], [n.op_type for n in readers[element[0].output[0]]]
+
+
 def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):
     """The layout only takes integer codes it can decode bit for bit: FP element codes, and an
     element whose exponent would have to go below 0 to normalise it, keep the block layout."""

@@ -891,6 +891,7 @@ class WeightPacker:
         zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
+        extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
 
         def init(stem_: str, array: np.ndarray) -> str:
             nm = self.fresh(f"{g.output}_{stem_}")
@@ -1040,7 +1041,10 @@ class WeightPacker:
                 def pairs_of(stored: np.ndarray) -> str:
                     return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
-                elems = op("Reshape", [pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2)), self._ints(shape3)], "elements")
+                # kept 4-D (the scales get a trailing 1): a Reshape to [rows, n_sub, sub] would be one
+                # more folded copy of the group in load RAM, and the weights' Split and Reshapes take any shape
+                elems = pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2))
+                extra = [1]
             else:
                 flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
                 cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
@@ -1129,7 +1133,7 @@ class WeightPacker:
             pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "ep")
             rest = op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32)
             more = op("Mul", [esc, op("Gather", [rest, pos], "ev")], "em")
-            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1])], "e3")
+            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1, *extra])], "e3")
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
@@ -1142,12 +1146,12 @@ class WeightPacker:
                 scale = op("Reshape", [scale, self._ints([-1])], "scalef")
                 if g.rows % per:
                     scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
-                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1, *extra])], "scale3")
             else:
-                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1])], "e3")
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1, *extra])], "e3")
                 scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
-            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
+            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1, *extra)), "scale")
         if g.shifted:
             c = g.layout.shift_container
             per = 8 // c
@@ -1165,7 +1169,7 @@ class WeightPacker:
             if shifts.size % per:  # the last byte's unused fields cut off
                 sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
-            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
+            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1, *extra])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
             # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
