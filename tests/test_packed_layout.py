@@ -236,26 +236,30 @@ def test_blocks_of_one_element_index_exponents_by_frequency(key):
 def test_six_bit_codes_add_their_planes_without_reshapes(monkeypatch, key, rows, by_table):
     """6-bit element codes (MX6's, MXFP6's) are a 4-bit and a 2-bit plane; both unpack (by table
     Gather on large groups, by BitShift on small ones) straight to four codes a row, so their sum
-    indexes the element table with no Reshape between: each folded step is a copy of the group in
-    load RAM (rec MX6: 214 -> 168 MB at session creation, bench/RESULTS.md packed15). Decoded bit
-    for bit (``_pack_and_run``), one Reshape to the group's blocks after the element Gather."""
+    indexes the element table with no Reshape between, and (a row's codes whole fours) the scales
+    multiply the table's output as it comes: each folded step is a copy of the group in load RAM
+    (rec MX6: 214 -> 157 MB at session creation, bench/RESULTS.md packed15). Decoded bit for bit
+    (``_pack_and_run``); a weight whose rows are not whole fours takes one Reshape after the Gather."""
     if by_table:  # the planes through their 256-entry tables (a large group's form)
         monkeypatch.setattr(packed, "TABLE_FROM", 0)
     rng = np.random.default_rng(rows)
     w = rng.normal(0, 0.2, (rows, 64)).astype(np.float32)
     w[1, :5] = -0.0
-    model, _ = _pack_and_run(key, {"w": (w, 1)})
+    ragged = rng.normal(0, 0.2, (rows, 6)).astype(np.float32)  # rows of 6 codes: a Reshape after the Gather
+    model, _ = _pack_and_run(key, {"w": (w, 1), "ragged": (ragged, 1)})
     made = {o: n for n in model.graph.node for o in n.output}
     readers: dict[str, list] = {}
     for n in model.graph.node:
         for i in n.input:
             readers.setdefault(i, []).append(n)
     element = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0].startswith("pkt_el6")]
-    assert len(element) == 1, [n.op_type for n in model.graph.node]
-    code = made[element[0].input[1]]
-    assert code.op_type == "Add" and all(made[i].op_type != "Reshape" for i in code.input), \
-        [made[i].op_type for i in code.input]
-    assert [n.op_type for n in readers[element[0].output[0]]] == ["Reshape"]
+    assert len(element) == 2, [n.op_type for n in model.graph.node]
+    for gather in element:
+        code = made[gather.input[1]]
+        assert code.op_type == "Add" and all(made[i].op_type != "Reshape" for i in code.input), \
+            [made[i].op_type for i in code.input]
+    after = sorted(readers[gather.output[0]][0].op_type for gather in element)
+    assert after == ["Mul", "Reshape"], after
     assert any(n.input[0].startswith("pkt_nib") for n in model.graph.node if n.op_type == "Gather") == by_table
 
 

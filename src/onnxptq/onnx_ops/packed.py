@@ -892,6 +892,7 @@ class WeightPacker:
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
         extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
+        shift_shape: list[int] | None = None  # the shifts' shape where it is not [rows, n_sub, 1, *extra]
 
         def init(stem_: str, array: np.ndarray) -> str:
             nm = self.fresh(f"{g.output}_{stem_}")
@@ -1055,24 +1056,34 @@ class WeightPacker:
             lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
             m4 = codes.size // 4
-            lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
-            # Both planes unpack straight to [m4, 2, 2] (four codes a row, in order), so they add and
+            # Where a row's codes are whole fours (no padding; a shift per pair of codes, if any), the
+            # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, 2, 2], what the
+            # scales multiply (given a trailing 1): no Reshape of the group at all
+            rowwise = (n_sub * g.sub) % 4 == 0 and (not g.shifted or g.sub == 2)
+            lead = [g.rows, n_sub * g.sub // 4] if rowwise else [m4]
+            lo_b = _pack_fields(codes & 15, 4).reshape(*lead, 2)
+            # Both planes unpack straight to [..., 2, 2] (four codes, in order), so they add and
             # index the table with no Reshape between: each folded step holds a copy of the group in
             # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
             if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
-                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
-                hi_b = _pack_fields(codes >> 4, 2).reshape(m4)
-                hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [m4, 2, 2], x16
+                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [..., 2, 2]
+                hi_b = _pack_fields(codes >> 4, 2).reshape(lead)
+                hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [..., 2, 2], x16
             else:
-                lo = fields(lo_b, 4, "codes_lo")  # [m4, 2, 2]
-                hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+                lo = fields(lo_b, 4, "codes_lo")  # [..., 2, 2]
+                hi_b = _pack_fields(codes >> 4, 2).reshape(*lead, 1)
                 hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
             idx = op("Add", [lo, hi], "code")
-            got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [m4, 2, 2]
-            if codes.size != n:
-                flat = op("Reshape", [got, self._ints([-1])], "flat")
-                got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
-            elems = op("Reshape", [got, self._ints(shape3)], "elements")
+            got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., 2, 2]
+            if rowwise:
+                elems, extra = got, [1]
+                if g.shifted:  # a shift per pair of codes: [rows, q, 2, 1]
+                    shift_shape = [g.rows, n_sub // 2, 2, 1]
+            else:
+                if codes.size != n:
+                    flat = op("Reshape", [got, self._ints([-1])], "flat")
+                    got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
@@ -1169,7 +1180,7 @@ class WeightPacker:
             if shifts.size % per:  # the last byte's unused fields cut off
                 sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
-            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1, *extra])], "shift3")
+            sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
             # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
