@@ -39,7 +39,7 @@ weights alone shifts its output by a per-channel constant (93 % of the error's p
 from __future__ import annotations
 
 import logging
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 import onnx
@@ -50,6 +50,7 @@ from ...graph.opsets import is_onnx_domain, model_opset
 from ...graph.walk import ScopeIndex, all_graphs
 from ...calibration.bodies import expose
 from ..emit import Rounded, fake_quantize_in_slices, quantizer_attrs
+from ...onnx_ops.qdq import build_qdq
 from ..plan import Plan
 from ..solve import QParams
 from ...sessions import open_session
@@ -108,8 +109,23 @@ def _layers(model: onnx.ModelProto, plan: Plan, only: Collection[str] | None = N
             if only is None or w_name in only]
 
 
+def input_quantizer(node: onnx.NodeProto, plan: Plan, params: dict[str, QParams]) -> tuple[str, dict[str, Any]] | None:
+    """(format, quantizer attributes) of the integer quantizer ``node`` reads its data input
+    through, or None where that input stays float or is on no integer grid (a float or block
+    format's quantizer is a function the probe does not build, and the float-weight corrections
+    this module also makes are for float activations), or where a producer-side quantizer comes
+    first (what the layer reads is then two roundings, not one). Part of a layer's correction
+    (:func:`correct_biases`), so also of the key a search keeps the correction under."""
+    name = node.input[0]
+    xplan = plan.tensors.get(name)
+    if (xplan is None or xplan.role != "activation" or not xplan.quant.is_integer or params.get(name) is None
+            or xplan.producer_quant is not None or (xplan.consumers and node.name not in xplan.consumers)):
+        return None
+    return xplan.quant.format, quantizer_attrs(xplan, params[name])
+
+
 def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.ndarray, str]],
-           deltas: Sequence[np.ndarray]) -> tuple[onnx.ModelProto, list[str]]:
+           deltas: Sequence[np.ndarray], inputs: Sequence[tuple[str, dict] | None] | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """``model`` plus, per layer, its op on its float input with weight ΔW, reduced to channel
     means: beside the layer in its own graph, a body's mean passed out to the main graph."""
     probe = onnx.ModelProto()
@@ -132,6 +148,18 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
             x_name = f"__bc_x_{i}"
             graph.node.append(helper.make_node("Cast", [node.input[0]], [x_name], to=onnx.TensorProto.FLOAT))
         graph.node.append(helper.make_node(node.op_type, [x_name, w_name], [y_name], **attrs))
+        act = inputs[i] if inputs is not None else None
+        if act is not None and w.dtype == np.float32:
+            fmt, qattrs = act
+            frag = build_qdq(fmt, node.input[0], f"__bc_xq_{i}", name=f"__bc_q_{i}", opset=opset, **qattrs)
+            if frag.min_opset <= opset and not frag.functions:
+                graph.node.extend(frag.nodes)
+                graph.initializer.extend(frag.initializers)
+                graph.initializer.append(numpy_helper.from_array((w.astype(np.float64) + delta).astype(np.float32), f"__bc_wq_{i}"))
+                graph.node.append(helper.make_node("Sub", [f"__bc_xq_{i}", node.input[0]], [f"__bc_dx_{i}"]))
+                graph.node.append(helper.make_node(node.op_type, [f"__bc_dx_{i}", f"__bc_wq_{i}"], [f"__bc_yx_{i}"], **attrs))
+                graph.node.append(helper.make_node("Add", [y_name, f"__bc_yx_{i}"], [f"__bc_yt_{i}"]))
+                y_name = f"__bc_yt_{i}"
         # Mean over every axis but the channel one (1 for both Conv and 2-D Gemm output).
         rank = 2 if node.op_type == "Gemm" else delta.ndim
         axes = [0] + list(range(2, rank))
@@ -180,7 +208,8 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
         if rounded is not None and w.dtype == np.float32 and not tplan.quant.is_integer:  # emit folds these
             rounded.put(node.input[1], tplan.quant.format, attrs, wq)
-    probe, names = _probe(model, layers, deltas)
+    inputs = [input_quantizer(node, plan, params) for node, _, _ in layers]
+    probe, names = _probe(model, layers, deltas, inputs)
     # Without spinning: between runs the sums are taken in NumPy, while spinning pool threads held
     # the cores (the same kernels and thread pool, so the same means bit for bit).
     session = open_session(probe, providers=providers, spinning=False)
