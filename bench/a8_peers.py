@@ -208,8 +208,12 @@ def run_model(name: str, runs: list[str], a, rows: list[dict], rows_path: Path, 
                 except Exception as exc:  # noqa: BLE001 - a row, never fatal
                     row[f"error{'_exact' if exact else ''}"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         row["total_s"] = round(time.perf_counter() - t0, 1)
+        # read again before writing: another run of this script may have added rows meanwhile
+        rows[:] = json.loads(rows_path.read_text()) if rows_path.exists() else []
         rows[:] = [r for r in rows if (r["model"], r["run"], r.get("tag", "")) != (name, run, a.tag)] + [row]
-        rows_path.write_text(json.dumps(rows, indent=1))
+        tmp = rows_path.with_name(f"{rows_path.name}.{os.getpid()}.part")
+        tmp.write_text(json.dumps(rows, indent=1))
+        os.replace(tmp, rows_path)
         print(json.dumps(row), flush=True)
 
 
