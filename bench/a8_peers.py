@@ -167,13 +167,14 @@ kw = dict(quant_format=QuantFormat.QDQ)
 if run == 'ort_u8pc':
     kw.update(activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
 t0, c0 = time.perf_counter(), time.process_time()
+import os
+os.chdir(os.path.dirname(output))  # quant_pre_process writes its temporary files to the working folder
 pre = output + '.pre.onnx'
 try:
     quant_pre_process(model, pre)
 except Exception:
     pre = model
 quantize_static(pre, output + '.part', Reader(), **kw)
-import os
 os.replace(output + '.part', output)
 w, cp = time.perf_counter() - t0, time.process_time() - c0
 print('@@' + json.dumps({{'quantize_s': round(w, 2), 'quantize_cpu_s': round(cp, 2)}}))
