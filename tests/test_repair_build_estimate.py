@@ -29,6 +29,7 @@ class _BurningJudge:
 
     def __init__(self, cost: float, culprit: bool = True) -> None:
         self.evaluations, self.cost, self.culprit, self.capped, self.costs = 0, cost, culprit, False, []
+        self.prefixes: list = []  # _Judge's record of the prefixes tried
 
     def __call__(self, kept, rung=None):  # _Judge's signature
         self.evaluations += 1
@@ -90,16 +91,16 @@ def test_the_default_allowance_is_the_documented_count():
 
 
 class _TwoCulprits:
-    """Holds where ``n7`` and ``n40`` (one in each half of graph order) are both held: the float search's
-    first halves both break, and its third build hands nothing back either (n0..n15 holds n7)."""
+    """Holds where ``n7`` and ``n60`` (the graph's two ends) are both held: the search's two prefixes (32, 48)
+    break, then graph order's first trial (the first half back) and the next (n0..n15 back: n7 again)."""
 
     def __init__(self) -> None:
-        self.evaluations, self.capped, self.costs = 0, False, []
+        self.evaluations, self.capped, self.costs, self.prefixes = 0, False, [], []
 
     def __call__(self, kept, rung=None):
         self.evaluations += 1
         self.costs.append(0.0)
-        return SimpleNamespace(ok={"n7", "n40"} <= kept)
+        return SimpleNamespace(ok={"n7", "n60"} <= kept)
 
 
 def test_a_float_search_that_handed_nothing_back_goes_on_to_its_unquantized_allowance():
@@ -110,7 +111,9 @@ def test_a_float_search_that_handed_nothing_back_goes_on_to_its_unquantized_allo
     nodes = [f"n{i}" for i in range(64)]
     judge = _TwoCulprits()
     kept, finished = repair._search(judge, nodes, 3, unquantized=6)
-    assert judge.evaluations == 4 and not finished  # the 4th build handed n16..n31 back, past the allowance of 3: stop
+    # four builds broke (the graph's first half kept was not built: inside the first 48, which broke); the 5th
+    # handed n16..n31 back, past the allowance of 3: stop
+    assert judge.evaluations == 5 and not finished
     assert kept == frozenset(nodes) - {f"n{i}" for i in range(16, 32)}
     stepped = _TwoCulprits()
     kept, finished = repair._search(stepped, nodes, 3, rung="a rung", unquantized=6)
