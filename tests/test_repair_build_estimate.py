@@ -91,8 +91,8 @@ def test_the_default_allowance_is_the_documented_count():
 
 
 class _TwoCulprits:
-    """Holds where ``n7`` and ``n60`` (the graph's two ends) are both held: the search's two prefixes (32, 48)
-    break, then graph order's first trial (the first half back) and the next (n0..n15 back: n7 again)."""
+    """Holds where ``n7`` and ``n40`` (one in each half of graph order) are both held: the float search's
+    first halves both break, and its third build hands nothing back either (n0..n15 holds n7)."""
 
     def __init__(self) -> None:
         self.evaluations, self.capped, self.costs, self.prefixes = 0, False, [], []
@@ -100,7 +100,7 @@ class _TwoCulprits:
     def __call__(self, kept, rung=None):
         self.evaluations += 1
         self.costs.append(0.0)
-        return SimpleNamespace(ok={"n7", "n60"} <= kept)
+        return SimpleNamespace(ok={"n7", "n40"} <= kept)
 
 
 def test_a_float_search_that_handed_nothing_back_goes_on_to_its_unquantized_allowance():
@@ -111,13 +111,12 @@ def test_a_float_search_that_handed_nothing_back_goes_on_to_its_unquantized_allo
     nodes = [f"n{i}" for i in range(64)]
     judge = _TwoCulprits()
     kept, finished = repair._search(judge, nodes, 3, unquantized=6)
-    # four builds broke (the graph's first half kept was not built: inside the first 48, which broke); the 5th
-    # handed n16..n31 back, past the allowance of 3: stop
-    assert judge.evaluations == 5 and not finished
+    assert judge.evaluations == 4 and not finished  # the 4th build handed n16..n31 back, past the allowance of 3: stop
     assert kept == frozenset(nodes) - {f"n{i}" for i in range(16, 32)}
     stepped = _TwoCulprits()
     kept, finished = repair._search(stepped, nodes, 3, rung="a rung", unquantized=6)
-    assert stepped.evaluations == 3 and kept == frozenset(nodes) and not finished
+    # a stepped search in graph order tries the input side's prefixes first (repair15): 32 break, 48 hold, 40 break
+    assert stepped.evaluations == 3 and kept == frozenset(nodes[:48]) and not finished
     alone = _TwoCulprits()  # without the unquantized allowance: as before, nothing handed back
     kept, _ = repair._search(alone, nodes, 3)
     assert alone.evaluations == 3 and kept == frozenset(nodes)

@@ -29,7 +29,7 @@ less sensitive half goes back first; so culprits far apart in graph order fall i
 planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks, the
 error may be spread over more nodes than the ranking's few (sscd_distilled, one output: no head rung, no ends
 trial): the graph's input-side prefixes are bisected by length (:class:`_Prefixes`; tests/test_repair_prefixes.py),
-and so where the estimate cannot be made or is not afforded (graph order); where two of them break with none
+and so where a stepped search runs in graph order (no estimate, or none afforded); where two of them break with none
 holding (the culprits sit on the output side too), the search runs in graph order's halves as before.
 Each build is the pipeline's own build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
@@ -495,8 +495,9 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     the middle tried back first, so the search shrinks toward the graph's input and its broken head;
     where it breaks, the search goes on as without it (one build lost).
 
-    **Prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, or where the search runs
-    in graph order (no ranking), the kept sets tried next are the graph's input-side prefixes (:class:`_Prefixes`):
+    **Prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, or where a stepped search
+    (``rung`` given) runs in graph order (no ranking), the kept sets tried next are the graph's input-side prefixes
+    (:class:`_Prefixes`):
     the bisection of the prefix's length between the longest that broke (the ranked trial's size, or none) and the
     shortest that held. Where :data:`PREFIX_MISSES` of them break with none holding, the search goes on in graph
     order's halves (those builds lost).
@@ -573,7 +574,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 first = rest
                 queue.extend([rest, top])
                 continue  # the ranking's own CPU is spent: the cap is checked again before the build
-            if len(candidates) > 2:  # graph order: the input side's prefixes first (:class:`_Prefixes`)
+            if len(candidates) > 2 and rung is not None:  # a stepped search in graph order: prefixes first (_Prefixes)
                 prefixes = _Prefixes(0, len(candidates))
                 continue
             mid = len(candidates) // 2
@@ -648,11 +649,14 @@ class _Prefixes:
     (the ends trial's reason, :func:`graph_ends`), and in a network whose channels widen with depth it is also
     the cheap side in bytes: sscd BFP16's first 48 nodes hold at 0.18 of its weights, where the ranking's
     first 48 interleaved with them held at 0.77 and its first 34 alone broke on MXINT8 (bench/RESULTS.md,
-    repair14). A prefix keeps every node before it, and only its length is searched. In graph order (no ranking:
-    fewer than three builds left after the ladder's rungs, or no estimate) the prefixes come first too, where
-    graph order's halves used to hand back the input side first: sscd_distilled A8W8, two builds left, was
-    delivered with the graph's first half (43 nodes) stepped up, where its first 12 hold (bench/RESULTS.md,
-    repair15)."""
+    repair14). A prefix keeps every node before it, and only its length is searched. A stepped search in graph
+    order (no ranking: fewer than three builds left after the ladder's rungs, or no estimate) tries the prefixes
+    first too, where graph order's halves used to hand back the input side first: sscd_distilled A8W8, two builds
+    left, was delivered with the graph's first half (43 nodes) stepped up, where its first 12 hold
+    (bench/RESULTS.md, repair15). Not a float search: there a prefix that holds keeps the input side float and
+    ends the search's "nothing handed back" (:func:`_fallback`): PP-OCRv4 rec MXFP8_E4M3 held with its first 135
+    of 181 nodes float (0.691× the file, CER 0.0427 on 200 lines) where the fallback, the whole plan in BF16 held
+    but for its bound, is 0.503× at CER 0.0370 (float 0.0387)."""
 
     def __init__(self, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
