@@ -29,6 +29,7 @@ class _BurningJudge:
 
     def __init__(self, cost: float, culprit: bool = True) -> None:
         self.evaluations, self.cost, self.culprit, self.capped, self.costs = 0, cost, culprit, False, []
+        self.prefixes: list = []  # _Judge's record of the prefixes tried
 
     def __call__(self, kept, rung=None):  # _Judge's signature
         self.evaluations += 1
@@ -94,7 +95,7 @@ class _TwoCulprits:
     first halves both break, and its third build hands nothing back either (n0..n15 holds n7)."""
 
     def __init__(self) -> None:
-        self.evaluations, self.capped, self.costs = 0, False, []
+        self.evaluations, self.capped, self.costs, self.prefixes = 0, False, [], []
 
     def __call__(self, kept, rung=None):
         self.evaluations += 1
@@ -114,7 +115,8 @@ def test_a_float_search_that_handed_nothing_back_goes_on_to_its_unquantized_allo
     assert kept == frozenset(nodes) - {f"n{i}" for i in range(16, 32)}
     stepped = _TwoCulprits()
     kept, finished = repair._search(stepped, nodes, 3, rung="a rung", unquantized=6)
-    assert stepped.evaluations == 3 and kept == frozenset(nodes) and not finished
+    # a stepped search in graph order tries the input side's prefixes first (repair15): 32 break, 48 hold, 40 break
+    assert stepped.evaluations == 3 and kept == frozenset(nodes[:48]) and not finished
     alone = _TwoCulprits()  # without the unquantized allowance: as before, nothing handed back
     kept, _ = repair._search(alone, nodes, 3)
     assert alone.evaluations == 3 and kept == frozenset(nodes)

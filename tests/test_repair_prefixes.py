@@ -29,14 +29,14 @@ from onnxptq.config.presets import resolve_config
 LAYERS = ((10.0, 0), (3.0, 1), (7.0, 5))
 
 
-def spread_chain() -> onnx.ModelProto:
+def spread_chain(layers: tuple[tuple[float, int], ...] = LAYERS) -> onnx.ModelProto:
     """A chain of MatMuls, each coarse layer a MatMul whose weights' column 0 is zero (a unit that never fires)
     and one whose weight row 0, reading that unit, holds the outlier: float never sees the row, while its int8
     grid (one per output column) rounds every other weight coarsely."""
     rng = np.random.default_rng(5)
     b = _B()
     src = "x"
-    for i, (outlier, ordinary) in enumerate(LAYERS):
+    for i, (outlier, ordinary) in enumerate(layers):
         dead = rng.standard_normal((H, H)) / np.sqrt(H)
         dead[:, 0] = 0.0
         h = b.op("MatMul", src, b.const(dead))
@@ -81,10 +81,53 @@ def test_prefixes_bisect_between_the_longest_broken_and_the_shortest_held():
     from onnxptq.algorithms.repair import _Prefixes
 
     p = _Prefixes(1, 13)
-    assert p.first() and p.next() == 7
+    assert p.next() == 7
     p.tried(7, True)
-    assert not p.first() and p.next() == 4
+    assert p.next() == 4
     p.tried(4, False)
-    assert p.next() == 5
+    assert not p.missed() and p.next() == 5
     p.tried(5, True)
     assert p.next() is None  # 4 broke, 5 held: found
+
+
+def test_prefixes_go_on_past_one_broken_length_and_stop_at_two_with_none_held():
+    from onnxptq.algorithms.repair import PREFIX_MISSES, _Prefixes
+
+    assert PREFIX_MISSES == 2
+    p = _Prefixes(6, 91)  # sscd_distilled MXINT8: the ranked trial kept 6
+    assert p.next() == 48
+    p.tried(48, False)
+    assert not p.missed() and p.next() == 69  # main: graph order's halves here
+    p.tried(69, False)
+    assert p.missed()
+
+
+def test_a_prefix_past_the_first_broken_one_holds_where_graph_orders_halves_broke():
+    """sscd_distilled MXINT8's shape: the input side needs more than the first prefix tried (its 62 of 91 nodes; the
+    first length, 48, broke). Here four coarse layers, the last at the graph's 10th node of 14: the ranked trial
+    (``MatMul_hot0`` alone) and the first prefix (7) break; main then went to graph order's halves, each of which
+    hands back one end with a coarse layer, and delivered 14 of 14 stepped; the next length, 10, holds."""
+    model = spread_chain(((10.0, 0), (3.0, 1), (7.0, 1), (5.0, 3)))
+    result = quantize(model, resolve_config("A16W8"), data=pattern_data(24))
+    record = result.repair
+    assert record["candidates"] == 14 and record["order"]["first"] == ["MatMul_hot0"]
+    assert record["order"]["prefixes"] == [[7, False], [10, True]]  # main: [[7, False]], then halves
+    stepped = set(record["stepped_up"])
+    assert len(stepped) == 10, stepped  # main: 14
+    assert {f"MatMul_hot{i}" for i in range(4)} <= stepped
+    assert record["evaluations"] <= record["allowance"] == 4 and result.floor.ok
+
+
+def test_graph_order_tries_the_input_side_first_where_no_ranking_is_afforded():
+    """sscd_distilled A8W8's shape: the ladder's first rung (16-bit activations) breaks, the second (weights too)
+    holds, so two builds are left and no ranking is made. Graph order's halves handed back the input side first
+    (broke) and then kept the graph's first half: 8 of 17. The prefixes keep the input side from the first build:
+    the first 8 hold, the first 4 (both coarse layers) too."""
+    model = spread_chain(((10.0, 0), (7.0, 12)))
+    result = quantize(model, resolve_config("A8W8"), data=pattern_data(24))
+    record = result.repair
+    assert record["candidates"] == 17 and record["order"]["by"] == "graph"
+    assert record["order"]["prefixes"] == [[8, True], [4, True]]  # main: no prefixes, graph order's halves
+    stepped = set(record["stepped_up"])
+    assert stepped == {"MatMul_2", "MatMul_hot0", "MatMul_5", "MatMul_hot1"}, stepped  # main: 8 of 17
+    assert record["evaluations"] <= record["allowance"] == 4 and result.floor.ok

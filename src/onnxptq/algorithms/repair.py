@@ -28,9 +28,9 @@ first trial keeps only the ranking's dominant prefix float, and where it holds e
 less sensitive half goes back first; so culprits far apart in graph order fall into one chunk (the
 planted graph of tests/test_repair_order.py: 4 builds instead of 17). Where that first trial breaks, the
 error may be spread over more nodes than the ranking's few (sscd_distilled, one output: no head rung, no ends
-trial): the graph's input-side prefixes are bisected by length (:class:`_Prefixes`; tests/test_repair_prefixes.py);
-where the first of them breaks too (the estimate missed: the culprits sit elsewhere) or the estimate cannot be
-made, the search runs in graph order's halves as before.
+trial): the graph's input-side prefixes are bisected by length (:class:`_Prefixes`; tests/test_repair_prefixes.py),
+and so where a stepped search runs in graph order (no estimate, or none afforded); where two of them break with none
+holding (the culprits sit on the output side too), the search runs in graph order's halves as before.
 Each build is the pipeline's own build (:func:`~onnxptq.pipeline.build.build_model`: plan, range guard, solve, emit — the same
 code as the delivered model, so what is measured is what ships) run on the held-out feeds.
 Candidates are planned with the node names added to ``nodes_to_exclude``: the node computes in
@@ -495,10 +495,17 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     the middle tried back first, so the search shrinks toward the graph's input and its broken head;
     where it breaks, the search goes on as without it (one build lost).
 
-    **Ranked prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, the kept sets
-    tried next are the graph's input-side prefixes (:class:`_Prefixes`): the bisection of the prefix's length
-    between the first trial's and the shortest that held. Where the first of them breaks too, the search goes
-    on in graph order's halves as before (one build lost)."""
+    **Prefixes** (issue 27 item 2, sscd_distilled): where the ranked first trial breaks, or where a stepped search
+    (``rung`` given) runs in graph order (no ranking), the kept sets tried next are the graph's input-side prefixes
+    (:class:`_Prefixes`):
+    the bisection of the prefix's length between the longest that broke (the ranked trial's size, or none) and the
+    shortest that held. Where :data:`PREFIX_MISSES` of them break with none holding, the search goes on in graph
+    order's halves (those builds lost).
+
+    **Subsets of a broken set** are not built: a trial that would keep a subset of a kept set judged broken (graph
+    order's second half, after the prefixes broke, is the graph's first half, inside the longest prefix that broke)
+    is taken as broken and split as a broken chunk is. An assumption (fewer nodes held break where more did), never
+    a verdict on what is delivered: every kept set delivered was built and judged."""
     kept = frozenset(candidates)
     everything = kept
 
@@ -508,7 +515,8 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     queue: deque[list[str]] = deque()
     ordered: bool | None = None  # not chosen yet: the ranking is only made where a build will follow
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
-    prefixes: _Prefixes | None = None  # the graph's prefixes tried after the first trial broke
+    prefixes: _Prefixes | None = None  # the graph's prefixes: after the ranked first trial broke, or graph order's first
+    broken: list[frozenset[str]] = []  # kept sets judged broken: a trial inside one is not built
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
@@ -521,23 +529,24 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             last_cost = _clock(judge) - started
             held = verdict is not None and verdict.ok
             judge.prefixes.append((k, held))
+            prefixes.tried(k, held)
             if held:
                 kept = trial
                 log.debug("repair: the graph's first %d node(s) hold the floor", k)
-            elif prefixes.first():
-                # the estimate missed again: the graph order, as without a ranking (one build lost)
-                log.debug("repair: the graph's first %d node(s) break the floor: graph order's halves", k)
+            else:
+                broken.append(trial)
+                if prefixes.missed():
+                    # no input-side prefix holds: the error is (also) on the output side; graph order's halves
+                    log.debug("repair: the graph's first %d node(s) break the floor: graph order's halves", k)
+                    prefixes, ordered = None, False
+                    mid = len(candidates) // 2
+                    queue.extend([candidates[:mid], candidates[mid:]])
+                    continue
+            if prefixes.next() is None:  # found: the rest of the kept set is bisected in graph order
                 prefixes, ordered = None, False
-                mid = len(candidates) // 2
-                queue.extend([candidates[:mid], candidates[mid:]])
-                continue
-            if prefixes is not None:
-                prefixes.tried(k, held)
-                if prefixes.next() is None:  # found: the rest of the kept set is bisected in graph order
-                    ordered = False
-                    rest = [c for c in candidates if c in kept]
-                    half = len(rest) // 2
-                    queue.extend([rest[:half], rest[half:]] if len(rest) > 1 else [])
+                rest = [c for c in candidates if c in kept]
+                half = len(rest) // 2
+                queue.extend([rest[:half], rest[half:]] if len(rest) > 1 else [])
             continue
         if middle:
             trial = kept - frozenset(middle)
@@ -549,6 +558,8 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                           len(middle), len(trial))
                 kept, ordered = trial, False
                 queue.extend(_end_halves([c for c in candidates if c in trial], ends))
+            else:
+                broken.append(trial)
             middle = []
             continue
         if ordered is None:
@@ -563,12 +574,23 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 first = rest
                 queue.extend([rest, top])
                 continue  # the ranking's own CPU is spent: the cap is checked again before the build
+            if len(candidates) > 2 and rung is not None:  # a stepped search in graph order: prefixes first (_Prefixes)
+                prefixes = _Prefixes(0, len(candidates))
+                continue
             mid = len(candidates) // 2
             queue.extend([candidates[:mid], candidates[mid:]] if len(candidates) > 1 else [candidates])
         chunk = [c for c in queue.popleft() if c in kept]
         if not chunk:
             continue
         trial = kept - frozenset(chunk)
+        if any(trial <= b for b in broken):
+            # fewer nodes held than a kept set that broke (graph order's second half after the prefixes broke:
+            # the graph's first half, inside the longest prefix that broke): taken as broken, no build spent
+            log.debug("repair: %d node(s) back would keep a subset of one that broke: not built", len(chunk))
+            if len(chunk) > 1:
+                top, rest = halves(chunk)
+                queue.extend([rest, top] if ordered else [top, rest])
+            continue
         started = _clock(judge)
         verdict = judge(trial, rung)
         last_cost = _clock(judge) - started
@@ -577,6 +599,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             first = None
             log.debug("repair: %d node(s) quantized again (%d kept float)", len(chunk), len(kept))
         else:
+            broken.append(trial)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("repair: %d node(s) back break the floor (%s)", len(chunk),
                           verdict.describe(only_broken=True) if verdict is not None else "not built")
@@ -604,11 +627,20 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     return kept, True
 
 
+#: Prefix lengths that may break, none holding, before :func:`_search` leaves the prefixes for graph order's halves.
+#: Two, not one: sscd_distilled MXINT8's input side needs 62 of its 91 nodes in BF16, so the first length tried
+#: (48, midway from the ranked trial's 6) broke, and graph order's halves, each of which hands back one end of
+#: the graph, all broke: 91 of 91 in BF16; the next length, 69, holds (bench/RESULTS.md, repair15). A model
+#: whose error sits on the output side loses one build more before the halves find it.
+PREFIX_MISSES = 2
+
+
 class _Prefixes:
     """The lengths of the graph's prefixes (candidates in graph order: the input side first) :func:`_search` keeps
-    after its ranked first trial broke: bisection between ``lo`` (the longest seen to break; at first the first
-    trial's size, as many nodes of the ranking having broken) and ``hi`` (the shortest seen to hold; all of them
-    at first), ``log2(n)`` builds at most.
+    after its ranked first trial broke, or first where it searches in graph order (no ranking): bisection between
+    ``lo`` (the longest seen to break; at first the ranked trial's size, as many nodes of the ranking having
+    broken, or 0) and ``hi`` (the shortest seen to hold; all of them at first), ``log2(n)`` builds at most; where
+    :data:`PREFIX_MISSES` lengths break and none holds, the search leaves them (:meth:`missed`).
 
     Why: where the error is spread (sscd_distilled, one output: every stage of its MobileNet moves the
     embedding's cosine a little; no stage float alone holds: bench/RESULTS.md newmodels22) the ranking's few do
@@ -617,11 +649,19 @@ class _Prefixes:
     (the ends trial's reason, :func:`graph_ends`), and in a network whose channels widen with depth it is also
     the cheap side in bytes: sscd BFP16's first 48 nodes hold at 0.18 of its weights, where the ranking's
     first 48 interleaved with them held at 0.77 and its first 34 alone broke on MXINT8 (bench/RESULTS.md,
-    repair14). A prefix keeps every node before it, and only its length is searched."""
+    repair14). A prefix keeps every node before it, and only its length is searched. A stepped search in graph
+    order (no ranking: fewer than three builds left after the ladder's rungs, or no estimate) tries the prefixes
+    first too, where graph order's halves used to hand back the input side first: sscd_distilled A8W8, two builds
+    left, was delivered with the graph's first half (43 nodes) stepped up, where its first 12 hold
+    (bench/RESULTS.md, repair15). Not a float search: there a prefix that holds keeps the input side float and
+    ends the search's "nothing handed back" (:func:`_fallback`): PP-OCRv4 rec MXFP8_E4M3 held with its first 135
+    of 181 nodes float (0.691× the file, CER 0.0427 on 200 lines) where the fallback, the whole plan in BF16 held
+    but for its bound, is 0.503× at CER 0.0370 (float 0.0387)."""
 
     def __init__(self, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
-        self.count = 0
+        self.n = hi
+        self.misses = 0  # lengths judged broken while none held
 
     def next(self) -> int | None:
         """The next length to try; None where none is left between the two."""
@@ -629,16 +669,17 @@ class _Prefixes:
             return None
         return (self.lo + self.hi) // 2
 
-    def first(self) -> bool:
-        """Whether no length has been judged yet (the one being judged is the first)."""
-        return self.count == 0
-
     def tried(self, k: int, held: bool) -> None:
-        self.count += 1
         if held:
             self.hi = min(self.hi, k)
         else:
             self.lo = max(self.lo, k)
+            self.misses += self.hi == self.n
+
+    def missed(self) -> bool:
+        """Whether :data:`PREFIX_MISSES` lengths broke and none held: the input side alone does not hold the
+        floor short of most of the graph, and the search goes on in graph order's halves."""
+        return self.hi == self.n and self.misses >= PREFIX_MISSES
 
 
 #: The share of the candidates each end of the graph takes in the ends trial (:func:`graph_ends`): uvdoc BFP16

