@@ -20,6 +20,7 @@ from . import runtime
 from .calibrate import Calibrated
 from .emit import ConstantReuse, Rounded, emit
 from .final_plan import final_plan
+from .observed_sizes import of_calibration
 from .plan import Plan
 from .solve import QParams, solve
 
@@ -84,7 +85,8 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
-                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded)
+                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded,
+                     sizes=of_calibration(calibrated))
     if cfg.runtime == "cpu":
         dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
     if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
