@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from blockbody_nodes import _same_bits  # every output equal bit for bit, NaN where NaN
+
 
 def _session(path: str):
     import onnxruntime as ort
@@ -58,21 +60,6 @@ def feeds_for(model: str, n: int, names: list[str]) -> list[dict[str, np.ndarray
     return out
 
 
-def same_bits(a: list, b: list) -> bool:
-    for u, v in zip(a, b):
-        u, v = np.asarray(u), np.asarray(v)
-        if u.shape != v.shape or u.dtype != v.dtype:
-            return False
-        if u.dtype.kind == "f":
-            if not np.array_equal(np.isnan(u), np.isnan(v)):
-                return False
-            u, v = np.where(np.isnan(u), 0, u), np.where(np.isnan(v), 0, v)
-            u, v = u.view(f"u{u.itemsize}"), v.view(f"u{v.itemsize}")
-        if not np.array_equal(u, v):
-            return False
-    return True
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -92,7 +79,7 @@ def main() -> None:
                 refused += 1
                 continue
             ran += 1
-            same += same_bits(ya, sb.run(None, f))
+            same += _same_bits(ya, sb.run(None, f))
         print(f"{args.model} {preset}: {same} of {ran} feeds equal bit for bit" + (f" ({refused} refused)" if refused else ""),
               flush=True)
 
