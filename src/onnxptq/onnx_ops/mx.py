@@ -757,7 +757,7 @@ def build(
     ``dtype``: ``"float32"`` when ``x`` is known to be float32: the body has no Cast pair (suffix
     ``_f32``); otherwise the type-generic body. ``observed``: the most elements ``x`` held on the
     calibration feeds, where known (``pipeline/observed_sizes.py``): an INT8 body below
-    :data:`BRANCHED_INT_MIN_SIZE` is branch-free even where ``shape`` leaves dims unknown
+    :data:`BRANCHED_INT_SEEN_MIN_SIZE` is branch-free even where ``shape`` leaves dims unknown
     (:func:`known_small`); exact at any size.
     """
     if fmt != "mx":
