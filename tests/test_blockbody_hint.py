@@ -20,7 +20,6 @@ import pytest
 from _format_testing import assert_same_bits, fragment_session
 from onnxptq.formats import fake_quantize
 from onnxptq.onnx_ops import build_qdq
-from onnxptq.pipeline.observed_sizes import observed_sizes
 from test_blockbody_one_if import _cases, _fmt, _ifs
 
 #: (dims the emitter knows, a concrete shape far above the hint, axis): a ragged channel axis (padded
@@ -74,6 +73,7 @@ def test_a_large_hint_keeps_the_branched_body(preset) -> None:
 def test_observed_sizes_of_cls_on_its_feeds() -> None:
     """PP-OCR cls declares its maps ``[?, C, ?, ?]``; on 48x192 lines every one has a size (the
     one each shape inference gives), the largest seen over feeds of two widths."""
+    from onnxptq.pipeline.observed_sizes import observed_sizes
     from testkit.models import model_path
 
     model = onnx.load(str(model_path("cls")))
