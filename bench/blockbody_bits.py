@@ -51,7 +51,8 @@ def feeds_for(model: str, n: int, names: list[str]) -> list[dict[str, np.ndarray
         base = [{k: v for k, v in d.items() if k in names} for d in data[:n]]
     out = list(base)
     first = base[0]
-    if all(isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == 1 for v in first.values()) and len(base) >= 8:
+    if (len(base) >= 8 and all(isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == 1 for v in first.values())
+            and all(b[k].shape == first[k].shape for b in base[:8] for k in first)):
         out.append({k: np.concatenate([b[k] for b in base[:8]]) for k in first})  # a batch (may be refused: skipped)
     out += [{k: (_odd(v) if v.dtype.kind == "f" else v) for k, v in f.items()} for f in base[:4]]
     if len(first) == 1 and next(iter(first.values())).ndim == 4:  # an image: three times as wide
