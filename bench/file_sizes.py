@@ -39,6 +39,7 @@ TARGETS = {"BF16": 0.52, "FP16": 0.52, "BFP16": 0.30, "MX9": 0.30, "MX6": 0.30, 
            "MXFP8_E4M3": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20}
 SHIPPED = Path(os.environ.get("SHIPPED_MODELS", "/work/shared/models"))
 KEEP = False  # --keep: leave each delivered file in --out-dir (file_sizes_anatomy.py --dir reads them)
+PACK = True  # --unpacked: the config's pack_weights=False (one plain node per weight: what folding costs, by difference)
 
 
 def total_bytes(path: str | Path) -> int:
@@ -99,7 +100,7 @@ def run_row(spec: str, preset: str, path: str, calib: list[dict], out_dir: Path)
 
     row: dict[str, Any] = {"model": spec, "preset": preset}
     out = out_dir / f"{spec.replace(':', '_')}.{preset}.onnx"
-    cfg = dataclasses.replace(resolve_config(preset), repair=False)
+    cfg = dataclasses.replace(resolve_config(preset), repair=False, pack_weights=PACK)
     c0 = time.process_time()
     try:
         result = quantize(path, cfg, data=list(calib), output=str(out))
@@ -189,11 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--breakdown", action="store_true", help="print each row's byte breakdown")
     ap.add_argument("--keep", action="store_true", help="keep the delivered files in --out-dir")
+    ap.add_argument("--unpacked", action="store_true", help="pack_weights=False (the fp32-weight form, for load comparisons)")
     ap.add_argument("--compare", help="a JSON of an earlier run (another source tree): print before → after, run nothing")
     args = ap.parse_args(argv)
     presets = args.presets.split(",")
-    global KEEP
+    global KEEP, PACK
     KEEP = args.keep
+    PACK = not args.unpacked
     if args.compare:
         table_md = compare(json.loads(Path(args.compare).read_text()), json.loads(Path(args.json).read_text()), presets)
         print(table_md)

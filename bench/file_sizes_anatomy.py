@@ -236,7 +236,10 @@ def rows_kinds_table(rows: list[dict], files: Path, picks: list[tuple[str, str]]
 
 #: the ideal an 8-bit block format stores a weight element in (issue 26 item 2, blockfile12's brief):
 #: the 8-bit code, one exponent byte a block (and MX9's one shift bit per two elements)
-IDEAL_BYTES_PER_ELEMENT = {"BFP16": 1 + 1 / 8, "MX9": 1 + 1 / 16 + 1 / 16, "MXINT8": 1 + 1 / 32, "MXFP8_E4M3": 1 + 1 / 32}
+IDEAL_BYTES_PER_ELEMENT = {"BFP16": 1 + 1 / 8, "MX9": 1 + 1 / 16 + 1 / 16, "MXINT8": 1 + 1 / 32, "MXFP8_E4M3": 1 + 1 / 32,
+                           "MX6": (5 + 8 / 16 + 1 / 2) / 8, "MX4": (3 + 8 / 16 + 1 / 2) / 8,
+                           "MXFP6_E3M2": (6 + 8 / 32) / 8, "MXFP6_E2M3": (6 + 8 / 32) / 8, "MXFP4": (4 + 8 / 32) / 8,
+                           "BF16": 2.0, "FP16": 2.0}
 
 
 def overhead(path: str) -> dict[str, int]:

@@ -19,7 +19,7 @@ from onnxptq.onnx_ops.packed import WeightPacker, element_code, exponent_planes,
 from test_packed_weights import FORMATS as ALL_FORMATS
 
 #: the block formats whose layouts these tests touch (attributes as the presets set them: test_packed_weights' table)
-FORMATS = {k: ALL_FORMATS[k] for k in ("BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXINT8_search2", "MXFP4")}
+FORMATS = {k: ALL_FORMATS[k] for k in ("BFP16", "MX9", "MX6", "MX4", "MXINT8", "MXINT8_search2", "MXFP4", "MXFP6_E3M2")}
 
 
 def _pack_and_run(key: str, weights: dict[str, tuple[np.ndarray, int]], optional: tuple[str, ...] = ()
@@ -107,6 +107,31 @@ def test_exponents_spanning_more_than_16_values_are_stored_in_planes(monkeypatch
     assert sum(e.size for e in exps) <= -(-rows * need // 8) + len(exps), (key, span, [e.shape for e in exps])
 
 
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8"])
+def test_a_few_hundred_exponents_go_in_a_plane_where_it_saves_its_nodes(key):
+    """~600 blocks whose exponents span 10 values (PP-OCR cls's small groups, surfaces_dtc's MX9
+    weight): a 4-bit plane stores ~300 B fewer than a byte a block, more than its unpacking nodes
+    weigh in the delivered file (~190 B), so it is taken, and the lean model is smaller than with the
+    gate before packed15 (512 B, which kept them whole). The same decoded bits either way."""
+    rng = np.random.default_rng(9)
+    block = int(FORMATS[key][1]["block_size"])
+    w = rng.normal(0, 1, (600 * block // 32, 32)).astype(np.float32)
+    w *= np.ldexp(np.float32(1), rng.integers(-5, 5, (w.shape[0], 1))).astype(np.float32)
+    sizes = {}
+    for gate in (512, packed.EXPONENT_PACK_FROM):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(packed, "EXPONENT_PACK_FROM", gate)
+            mp.setattr(packed, "ESCAPE_EXPONENTS", False)
+            model, inits = _pack_and_run(key, {"w": (w, 1)})
+        exps = [onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_exponents" in n]
+        rows = sum(e.size for e in exps)
+        with lean_file.lean(model):
+            sizes[gate] = (model.ByteSize(), rows)
+    blocks = w.size // min(block, 32)
+    assert sizes[512][1] == blocks and sizes[packed.EXPONENT_PACK_FROM][1] <= blocks // 2 + 1, sizes
+    assert sizes[packed.EXPONENT_PACK_FROM][0] < sizes[512][0] - 50, sizes
+
+
 @pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MXFP4"])
 def test_exponents_with_gaps_index_a_table_of_the_ones_used(key):
     """A weight of ordinary rows and a few tiny ones (exponents spanning ~90 values, 12 used): the
@@ -170,6 +195,95 @@ def test_blocks_of_one_element_as_small_floats(monkeypatch, key):
     code_bits = {"MX6": 5, "MX4": 3}.get(key, 8)  # sign + magnitude; stored: one bit less, + 5 exponent bits
     stored_bits = max(8, code_bits - 1 + 5)  # a byte plane, then planes of 4/2/1 bits
     assert sum(a.size for a in w1.values()) * 8 <= one.size * stored_bits + 64, {n: a.shape for n, a in w1.items()}
+
+
+def _stft_basis(n_fft: int = 128, bins: int = 65) -> np.ndarray:
+    """An STFT written as a Conv (one input channel): windowed cosines and sines, [2 bins, 1, n_fft].
+    Its values span ~20 binades but crowd into the top few (|cos| > 1/2 for two thirds of them)."""
+    t = np.arange(n_fft)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * t / n_fft)
+    k = np.arange(bins)[:, None]
+    basis = np.concatenate([np.cos(2 * np.pi * k * t / n_fft), -np.sin(2 * np.pi * k * t / n_fft)]) * window
+    return basis[:, None, :].astype(np.float32)
+
+
+@pytest.mark.parametrize("key", ["BFP16", "MX9", "MXINT8", "MX6"])
+def test_blocks_of_one_element_index_exponents_by_frequency(key):
+    """An STFT's basis as a one-input-channel conv (akiki_vad's and fw_silero_v6's front ends: 0.09
+    of their fp32 files): its one-element blocks' exponent indices take a rank field of at most 3
+    bits with the rarer ranks in an escape stream, not the span's 5 bits: fewer stored bytes than
+    the plain small-float layout, and the same decoded bits (``_pack_and_run`` checks them at both
+    optimisation levels, -0 included)."""
+    basis = _stft_basis()
+    basis[0, 0, 5] = -0.0
+    sizes = {}
+    for escape in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(packed, "ESCAPE_SINGLES", escape)
+            _, inits = _pack_and_run(key, {"stft": (basis, 1)})
+        w1 = {n: onnx.numpy_helper.to_array(t) for n, t in inits.items() if "_w1_" in n}
+        assert any(n.endswith("_singles") for n in w1), sorted(w1)
+        assert any(n.endswith("_singles_esc") for n in w1) == escape, sorted(w1)
+        sizes[escape] = sum(a.nbytes for a in w1.values())
+    bits = {"MX6": 5}.get(key, 8) - 1  # the stored sign and fraction
+    # the fields: sign, fraction and at most 3 rank bits; the escapes: one element in six or fewer, < 1 byte each
+    assert sizes[True] * 8 <= basis.size * (bits + 3 + 8 / 6) + 64, (sizes, basis.size)
+    assert sizes[True] < 0.9 * sizes[False], sizes
+
+
+@pytest.mark.parametrize("key", ["MX6", "MXFP6_E3M2"])
+@pytest.mark.parametrize("rows, by_table", [(24, False), (640, True)])
+def test_six_bit_codes_add_their_planes_without_reshapes(monkeypatch, key, rows, by_table):
+    """6-bit element codes (MX6's, MXFP6's) are a 4-bit and a 2-bit plane; both unpack (by table
+    Gather on large groups, by BitShift on small ones) straight to four codes a row, so their sum
+    indexes the element table with no Reshape between, and (a row's codes whole fours) the scales
+    multiply the table's output as it comes: each folded step is a copy of the group in load RAM
+    (rec MX6: 214 -> 157 MB at session creation, bench/RESULTS.md packed15). Decoded bit for bit
+    (``_pack_and_run``); a weight whose rows are not whole fours takes one Reshape after the Gather."""
+    if by_table:  # the planes through their 256-entry tables (a large group's form)
+        monkeypatch.setattr(packed, "TABLE_FROM", 0)
+    rng = np.random.default_rng(rows)
+    w = rng.normal(0, 0.2, (rows, 64)).astype(np.float32)
+    w[1, :5] = -0.0
+    ragged = rng.normal(0, 0.2, (rows, 6)).astype(np.float32)  # rows of 6 codes: a Reshape after the Gather
+    model, _ = _pack_and_run(key, {"w": (w, 1), "ragged": (ragged, 1)})
+    made = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    element = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0].startswith("pkt_el6")]
+    assert len(element) == 2, [n.op_type for n in model.graph.node]
+    for gather in element:
+        code = made[gather.input[1]]
+        assert code.op_type == "Add" and all(made[i].op_type != "Reshape" for i in code.input), \
+            [made[i].op_type for i in code.input]
+    after = sorted(readers[gather.output[0]][0].op_type for gather in element)
+    assert after == ["Mul", "Reshape"], after
+    assert any(n.input[0].startswith("pkt_nib") for n in model.graph.node if n.op_type == "Gather") == by_table
+
+
+@pytest.mark.parametrize("key", ["MX4", "MXFP4"])
+@pytest.mark.parametrize("rows, by_table", [(24, False), (640, True)])
+def test_four_bit_code_pairs_meet_their_scales_without_a_reshape(monkeypatch, key, rows, by_table):
+    """4-bit element codes (MX4's, MXFP4's) unpack as pairs, ``[rows, n_sub, sub/2, 2]``; that is
+    what the scales multiply (given a trailing 1), with no Reshape to ``[rows, n_sub, sub]`` before:
+    each folded step is a copy of the group in load RAM (rec MXFP4: 102 -> 90 MB at session
+    creation, bench/RESULTS.md packed15). Decoded bit for bit (``_pack_and_run``), both unpackings."""
+    if by_table:
+        monkeypatch.setattr(packed, "TABLE_FROM", 0)
+    rng = np.random.default_rng(rows)
+    w = rng.normal(0, 0.2, (rows, 64)).astype(np.float32)
+    w[1, :5] = -0.0
+    model, _ = _pack_and_run(key, {"w": (w, 1)})
+    readers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    element = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0].startswith(("pkt_el4", "pkt_el_"))]
+    assert len(element) == 1, [n.op_type for n in model.graph.node]
+    assert element[0].input[0].startswith("pkt_el4") == by_table
+    assert [n.op_type for n in readers[element[0].output[0]]] == ["Mul"], [n.op_type for n in readers[element[0].output[0]]]
 
 
 def test_one_element_layout_refuses_what_it_cannot_hold(monkeypatch):

@@ -46,7 +46,14 @@ takes its scores) is a regression beside it: MTCNN's O-Net (keras2onnx, mtcnn-on
 next to ``softmax_2`` face/non-face; the arg-max of ten landmark coordinates flipped between two
 near-equal ones under BF16 (output cosine 1.0000) and "broke" the floor of every preset. The
 logits of a softmax head exported beside its probabilities (brainmaze's seizure model: ``logits``
-and ``probs``) stay class scores.
+and ``probs``) stay class scores. **Beside a sigmoid probability** likewise: where a graph output is a
+``Sigmoid`` of a linear layer (through data movement and a bias ``Add``), the exporter spelled that
+head's decision as a probability in the graph, and a linear head beside it that no softmax or sigmoid
+takes is a regression. MediaPipe's hand landmark model (tflite2onnx of ``hand_landmark_full.tflite``)
+outputs ``Gemm → Sigmoid`` hand presence and handedness beside ``Gemm [63]`` image and world landmarks
+(21 points × x, y, z); judged by arg-max, the largest of 63 coordinates flipped between two fingertips
+under BF16 (output cosine 0.998, top-1 0.925) and repair kept 93-94 of 94 nodes float under BF16 and
+BFP16 (bench/RESULTS.md, "The twenty-fifth round of outside models").
 
 Not class scores, by the same walk: ``Conv`` heads (the 1×1 Conv maps of a detector are
 objectness, class and box maps side by side, as ddddocr_det's before its ``Concat``), anything
@@ -356,6 +363,7 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
     last = _declared_last(model)
     found: dict[str, Scores] = {}
     softmaxed: set[str] = set()  # linear heads whose scores also reach a softmax
+    sigmoid_heads = False  # a graph output is a Sigmoid of a linear layer (module docstring, "Beside a sigmoid")
     for out in model.graph.output:
         tensor, seen, path = out.name, 0, []
         while tensor and seen < 8:
@@ -369,6 +377,9 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                 break
             if node.op_type in _SOFTMAXES:
                 found[out.name] = Scores(None, "softmax")
+                break
+            if node.op_type == "Sigmoid":
+                sigmoid_heads = sigmoid_heads or _reads_linear(node, producer, shapes)
                 break
             if node.op_type in ("MatMul", "Gemm"):
                 width = _head_width(node, shapes)
@@ -392,10 +403,28 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
                 tensor = _data_input(node, shapes)
                 continue
             break
-    if any(s.rule == "softmax" for s in found.values()):
-        # Rule 3 gives way to rule 1 (module docstring, "Beside a softmax").
+    if sigmoid_heads or any(s.rule == "softmax" for s in found.values()):
+        # Rule 3 gives way to rule 1 and to a sigmoid probability head (module docstring, "Beside a softmax").
         found = {name: s for name, s in found.items() if s.rule != "linear" or name in softmaxed}
     return found
+
+
+def _reads_linear(node: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
+                  shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Whether ``node`` (a ``Sigmoid``) reads a linear layer with a constant weight through data movement and a bias
+    ``Add``: a head whose probability the graph computes (module docstring, "Beside a sigmoid")."""
+    tensor = _data_input(node, shapes)
+    for _ in range(8):
+        src = producer.get(tensor)
+        if src is None:
+            return False
+        if src.op_type in ("MatMul", "Gemm"):
+            return _head_width(src, shapes) is not None
+        if src.op_type in _MOVES or (src.op_type == "Add" and any(i in shapes for i in src.input)):
+            tensor = _data_input(src, shapes)
+            continue
+        return False
+    return False
 
 
 def sibling_heads(model: onnx.ModelProto) -> list[tuple[str, ...]]:

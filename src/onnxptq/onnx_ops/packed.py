@@ -86,9 +86,12 @@ MAX_PATCH_FRACTION = 1 / 64
 #: A byte-indexed decode table (256 entries: 1-8 KB) is used where the group's stored bytes are at least
 #: this many times the table's; smaller groups unpack their fields by uint8 BitShift instead.
 TABLE_FROM = 64
-#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes (the
-#: unpacking's 5-7 nodes cost ~300).
-EXPONENT_PACK_FROM = 512
+#: Exponent bytes are packed 2 or 4 to the byte where that saves more than this many bytes: a
+#: plane's unpacking nodes as the delivered file writes them (BitShift 2, Cast, Reshape, a Slice
+#: where the last byte is cut; lean names: ~140 B) and, on a model's first plane, the shift
+#: tables (~40 B): mtcnn_pnet MX9's first plane cost 187 B. 512 before packed15 (the nodes'
+#: weight before lean names), which left e.g. shipped PP-OCR cls's exponent bytes whole (4 KB).
+EXPONENT_PACK_FROM = 200
 #: Bytes of float64 temporaries the block packer works on at once (rows of blocks at a time).
 CHUNK_BYTES = 2 * 2**20
 #: The block packer takes a block as exact when its codes prove it (``_blocks``' ``first``); False
@@ -888,6 +891,8 @@ class WeightPacker:
         zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
+        extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
+        shift_shape: list[int] | None = None  # the shifts' shape where it is not [rows, n_sub, 1, *extra]
 
         def init(stem_: str, array: np.ndarray) -> str:
             nm = self.fresh(f"{g.output}_{stem_}")
@@ -908,15 +913,20 @@ class WeightPacker:
             idx = op("Cast", [raw], "idx", to=TensorProto.INT32)
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
-        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32) -> str:
+        def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32,
+                   shape: tuple[int, ...] | None = None) -> str:
             """``[*stored.shape, 8 // bits]`` of type ``to``: the ``bits``-bit fields of the bytes
             ``stored``, low field first (what :func:`_pack_fields` packed), by two uint8 ``BitShift``
             (up past the fields above, down to the field's width): ~1 ns an element where int32 Div
-            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields)."""
+            and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields). ``shape``: the
+            fields of a byte laid out so (``[*stored.shape[:-1], *shape]`` where ``stored``'s last axis
+            is 1), in the same order."""
             per = 8 // bits
             v = init(stem_, stored[..., None])
             if per > 1:
-                up = self._table(f"shl{bits}", (8 - bits * (np.arange(per) + 1)).astype(np.uint8))
+                up_ = (8 - bits * (np.arange(per) + 1)).astype(np.uint8)
+                key = f"shl{bits}" if shape is None else f"shl{bits}_{'x'.join(map(str, shape))}"
+                up = self._table(key, up_ if shape is None else up_.reshape(shape))
                 v = op("BitShift", [v, up], "up", direction="LEFT")
                 v = op("BitShift", [v, self._table(f"shr{bits}", np.array(8 - bits, np.uint8))], "field", direction="RIGHT")
             return op("Cast", [v], "idx", to=to)
@@ -939,16 +949,19 @@ class WeightPacker:
                         f"{stem_}u")
             return op("Mul", [mag, signed], f"{stem_}v")
 
-        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0) -> str:
-            """int32 ``[rows]``: ``values`` (one per row, < 2^(base + bits)) less their low ``base``
-            bits, stored in ``planes`` (bits, offset) and added back at their offsets (times 2^base)."""
+        def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0,
+                        length: int | None = None) -> str:
+            """int32 ``[length]`` (default: the group's rows): ``values`` (< 2^(base + bits)) less
+            their low ``base`` bits, stored in ``planes`` (bits, offset) and added back at their
+            offsets (times 2^base)."""
             index = None
+            size = g.rows if length is None else length
             for b, at in planes:
                 part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
                               stem_ if at == 0 else f"{stem_}_at{at}")
                 part = op("Reshape", [part, self._ints([-1])], "ef")
-                if g.rows % (8 // b):
-                    part = op("Slice", [part, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
+                if size % (8 // b):
+                    part = op("Slice", [part, self._ints([0]), self._ints([size]), self._ints([0])], "ec")
                 if base + at:
                     part = op("Mul", [part, self._table(f"x{1 << (base + at)}", np.array(1 << (base + at), np.int32))], "eh")
                 index = part if index is None else op("Add", [index, part], "e")
@@ -961,17 +974,33 @@ class WeightPacker:
             # planes of 4/2/1 bits (one_element_layout: 12 bits a BFP16/MX9/MXINT8 element, 13 before).
             # Any element code width: the field holds the sign and fraction, not the container.
             field_, f_bits, e_table1 = singles
+            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
+            escaped = escape_singles(field_, f_bits, e_table1, frac_bits) if ESCAPE_SINGLES else None
+            if escaped is not None:
+                field_, f_bits, e_table1 = escaped.fields, escaped.f_bits, escaped.table
             low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
             whole = low
             if f_bits > 8:
                 high = plane_index(field_, exponent_planes((1 << (f_bits - 8)) - 1), "singles_hi", base=8)
                 whole = op("Add", [low, high], "sv")
-            frac_bits = code.bits - 1  # the stored sign and fraction: the top magnitude bit is implied
             ints = self._table(f"x{1 << frac_bits}", np.array(1 << frac_bits, np.int32))
             e_idx = op("Div", [whole, ints], "se")
             sf = op("Cast", [op("Mod", [whole, ints], "sm")], "sc", to=TensorProto.FLOAT)
             top = 1 << (code.bits - 2)
-            scale = op("Gather", [self._table(f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}", e_table1), e_idx], "sg")
+            if escaped is not None:
+                # the rank field's top value k marks an escape: the rank less k is the stream's next
+                # entry (f // k is 1 there, 0 elsewhere; its running sum is the entry's position)
+                k = (1 << escaped.bits) - 1
+                esc = op("Div", [e_idx, self._table(f"x{k}", np.array(k, np.int32))], "sq")
+                pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "sp")
+                stream = escaped.stream
+                rest = plane_index(stream, exponent_planes(int(stream.max())), "singles_esc", length=stream.size)
+                more = op("Mul", [esc, op("Gather", [rest, pos], "sg0")], "sa")
+                e_idx = op("Add", [e_idx, more], "si")
+                t_key = f"e8m0s_{hashlib.sha1(e_table1.tobytes()).hexdigest()[:10]}"
+            else:
+                t_key = f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}"
+            scale = op("Gather", [self._table(t_key, e_table1), e_idx], "sg")
             flat = op("Mul", [sign_magnitude(sf, code.bits - 2, top, "s"), scale], "sv2")
             op("Reshape", [flat, self._ints([g.rows, 1, 1])], "", output=g.output)
             self._split_rows(g, node)
@@ -1013,7 +1042,10 @@ class WeightPacker:
                 def pairs_of(stored: np.ndarray) -> str:
                     return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
             if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
-                elems = op("Reshape", [pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2)), self._ints(shape3)], "elements")
+                # kept 4-D (the scales get a trailing 1): a Reshape to [rows, n_sub, sub] would be one
+                # more folded copy of the group in load RAM, and the weights' Split and Reshapes take any shape
+                elems = pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2))
+                extra = [1]
             else:
                 flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
                 cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
@@ -1024,22 +1056,34 @@ class WeightPacker:
             lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
             hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
             m4 = codes.size // 4
-            lo_b = _pack_fields(codes & 15, 4).reshape(m4, 2)
-            hi_b = _pack_fields(codes >> 4, 2).reshape(m4, 1)
+            # Where a row's codes are whole fours (no padding; a shift per pair of codes, if any), the
+            # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, 2, 2], what the
+            # scales multiply (given a trailing 1): no Reshape of the group at all
+            rowwise = (n_sub * g.sub) % 4 == 0 and (not g.shifted or g.sub == 2)
+            lead = [g.rows, n_sub * g.sub // 4] if rowwise else [m4]
+            lo_b = _pack_fields(codes & 15, 4).reshape(*lead, 2)
+            # Both planes unpack straight to [..., 2, 2] (four codes, in order), so they add and
+            # index the table with no Reshape between: each folded step holds a copy of the group in
+            # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
             if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
-                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [m4, 2, 2]
-                hi = gather("nib_hi", hi_t, init("codes_hi", hi_b), "hi")  # [m4, 1, 4], already x16
+                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [..., 2, 2]
+                hi_b = _pack_fields(codes >> 4, 2).reshape(lead)
+                hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [..., 2, 2], x16
             else:
-                lo = fields(lo_b, 4, "codes_lo")
-                hi = op("Mul", [fields(hi_b, 2, "codes_hi"), self._table("x16", np.array(16, np.int32))], "hi16")
-            lo = op("Reshape", [lo, self._ints([m4, 4])], "lo4")
-            hi = op("Reshape", [hi, self._ints([m4, 4])], "hi4")
+                lo = fields(lo_b, 4, "codes_lo")  # [..., 2, 2]
+                hi_b = _pack_fields(codes >> 4, 2).reshape(*lead, 1)
+                hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
             idx = op("Add", [lo, hi], "code")
-            flat = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")
-            flat = op("Reshape", [flat, self._ints([-1])], "flat")
-            if codes.size != n:
-                flat = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
-            elems = op("Reshape", [flat, self._ints(shape3)], "elements")
+            got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., 2, 2]
+            if rowwise:
+                elems, extra = got, [1]
+                if g.shifted:  # a shift per pair of codes: [rows, q, 2, 1]
+                    shift_shape = [g.rows, n_sub // 2, 2, 1]
+            else:
+                if codes.size != n:
+                    flat = op("Reshape", [got, self._ints([-1])], "flat")
+                    got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
@@ -1100,7 +1144,7 @@ class WeightPacker:
             pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "ep")
             rest = op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32)
             more = op("Mul", [esc, op("Gather", [rest, pos], "ev")], "em")
-            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1])], "e3")
+            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1, *extra])], "e3")
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
@@ -1113,12 +1157,12 @@ class WeightPacker:
                 scale = op("Reshape", [scale, self._ints([-1])], "scalef")
                 if g.rows % per:
                     scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
-                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1])], "scale3")
+                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1, *extra])], "scale3")
             else:
-                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1])], "e3")
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1, *extra])], "e3")
                 scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
-            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1)), "scale")
+            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1, *extra)), "scale")
         if g.shifted:
             c = g.layout.shift_container
             per = 8 // c
@@ -1136,7 +1180,7 @@ class WeightPacker:
             if shifts.size % per:  # the last byte's unused fields cut off
                 sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
                 sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
-            sh = op("Reshape", [sh, self._ints([g.rows, n_sub, 1])], "shift3")
+            sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
             scale = op("Mul", [scale, sh], "comb")
             # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
@@ -1300,6 +1344,84 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
         return None
     return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
+
+
+#: One-element blocks' exponent indices by frequency with an escape (:func:`escape_singles`); False:
+#: every index in the span's bits (the form before packed15).
+ESCAPE_SINGLES = True
+#: File bytes the singles' escape decode costs (Div, CumSum, Cast or the nibbles' BitShifts, Gather,
+#: Mul, Add and two scalars, lean names: ~150-250 B measured on akiki_vad), to weigh it against its saving.
+SINGLES_ESCAPE_NODE_BYTES = 250
+
+
+@dataclass(frozen=True)
+class SinglesEscape:
+    """One-element blocks' fields (sign, fraction and a narrow rank field above ``frac_bits``)
+    whose rank field ``k = 2^bits - 1`` marks an escape: the rank less ``k`` is the next entry of
+    ``stream`` (after a leading 0; stored in the planes :func:`exponent_planes` gives for its
+    largest value). The decode table is ``table`` (the plain layout's entries, most frequent first)."""
+
+    fields: np.ndarray
+    f_bits: int
+    table: np.ndarray
+    bits: int
+    stream: np.ndarray
+
+
+def _field_bytes(n: int, f_bits: int, base: int = 8) -> int:
+    """Stored bytes (and plane nodes) of ``n`` fields ``f_bits`` wide: a byte plane for the low
+    ``base`` bits (none with ``base`` 0), and above it the planes :func:`exponent_planes` gives,
+    each but a whole-byte one weighed with its unpacking nodes."""
+    if f_bits <= base:
+        return n
+    planes = exponent_planes((1 << (f_bits - base)) - 1)
+    return (n if base else 0) + sum(-(-n // (8 // b)) + (PLANE_NODE_BYTES if b < 8 else 0) for b, _ in planes)
+
+
+def escape_singles(fields_: np.ndarray, f_bits: int, table: np.ndarray, frac_bits: int) -> SinglesEscape | None:
+    """The plain one-element layout (:func:`one_element_layout`: ``fields_`` hold a sign and
+    fraction in ``frac_bits`` bits and an index into ``table`` above them) with its indices ranked
+    by frequency, a rank field of 1-4 bits and the rarer ranks in an escape stream, where that
+    stores fewer bytes (escape nodes included). None where it does not.
+
+    Why: a one-input-channel conv's elements (an STFT written as a Conv: akiki_vad's and
+    fw_silero_v6's 66 432 basis values, 0.09 of their fp32 files) span 20-25 binades, so the plain
+    index takes 5 bits, but their exponents crowd into a few (entropy ~3.1 bits: half the values
+    in the top two binades): 7 + 3 bits and a 4-5 bit escape for one element in nine, not 7 + 5."""
+    index = fields_ >> frac_bits
+    frac = fields_ & ((1 << frac_bits) - 1)
+    counts = np.bincount(index, minlength=table.size)
+    order = np.argsort(-counts, kind="stable")[: int(np.count_nonzero(counts))]
+    if order.size <= 2 or order.size > 256:
+        return None
+    rank = np.zeros(table.size, np.int64)
+    rank[order] = np.arange(order.size)
+    ranks = rank[index]
+    n = ranks.size
+    best: tuple[int, int] | None = None  # (bytes, bits)
+    for bits in (1, 2, 3, 4):
+        k = (1 << bits) - 1
+        if order.size <= k:
+            break
+        n_esc = int(np.count_nonzero(ranks >= k))
+        top = order.size - 1 - k
+        cost = (_field_bytes(n, frac_bits + bits) + _field_bytes(n_esc + 1, max(1, top.bit_length()), base=0)
+                + SINGLES_ESCAPE_NODE_BYTES)
+        if best is None or cost < best[0]:
+            best = (cost, bits)
+    if best is None or best[0] >= _field_bytes(n, f_bits):
+        return None
+    bits = best[1]
+    k = (1 << bits) - 1
+    rank_f = np.minimum(ranks, k)
+    stream = np.concatenate([[0], ranks[ranks >= k] - k]).astype(np.int64)
+    out = frac | (rank_f << frac_bits)
+    # the decode, in NumPy: every element's table entry back, bit for bit
+    esc = rank_f // k
+    back = rank_f + esc * stream[np.cumsum(esc)]
+    ranked = table[order]
+    assert np.array_equal(ranked[back].view(np.uint32), table[index].view(np.uint32))
+    return SinglesEscape(out.astype(np.int64), frac_bits + bits, ranked.astype(np.float32), bits, stream)
 
 
 def _by_table(stored: int, table_bytes: int) -> bool:

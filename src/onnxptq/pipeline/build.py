@@ -135,17 +135,19 @@ def _planned(reuse: ConstantReuse | None, cfg: QuantConfig) -> tuple[Plan, dict[
 def _reused_corrections(calibrated: Calibrated, cfg: QuantConfig, plan: Plan, params: dict[str, QParams],
                         reuse: ConstantReuse, rounded: Rounded | None = None) -> dict[str, Any]:
     """Bias correction's new biases, each layer's probed once per search: a layer's correction is
-    the mean of its own op with ``ΔW`` as the weight on its *float* input, so it depends on its
-    weight's rounding (format, attributes) and the calibration samples, not on which other layers
+    the mean error of its own op on its *float* input (``ΔW``, and the rounding of that input by
+    the layer's own input quantizer), so it depends on its weight's rounding (format, attributes),
+    its input's quantizer (part of the key) and the calibration samples, not on which other layers
     a candidate quantizes. Layers not probed yet by an earlier build of the search are probed
     together (on ddddocr_ocr MXFP8_E4M3 the probe was ~1.1 CPU s of a ~1.9 s candidate)."""
     from .emit import quantizer_attrs
-    from .refine.bias_correction import correct_biases, corrected_layers
+    from .refine.bias_correction import correct_biases, corrected_layers, input_quantizer
 
     layers = corrected_layers(calibrated.prepared, plan)
     keys = {b_name: reuse.key_of(w_name, "bias correction", plan.tensors[w_name].quant.format,
-                                 {"bias": b_name, **quantizer_attrs(plan.tensors[w_name], params.get(w_name))})
-            for _, w_name, b_name in layers}
+                                 {"bias": b_name, "input": input_quantizer(node, plan, params),
+                                  **quantizer_attrs(plan.tensors[w_name], params.get(w_name))})
+            for node, w_name, b_name in layers}
     missing = {w_name for _, w_name, b_name in layers if keys[b_name] not in reuse.corrections}
     if missing:
         found = correct_biases(calibrated.prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers,
