@@ -10,7 +10,9 @@ functions, one with each body (the rule's module constant set to force it, then 
 timed round-robin in one process: session creation (CPU s of the process, one thread, all
 optimisations, as ``onnxptq.sessions.open_session`` opens the finish session) and one-thread run CPU
 per call. Both bodies' outputs are compared bit for bit on the feed (standard normal data with a
-few ±0, subnormals, ±Inf and NaN in one copy: both must agree there too).
+few ±0, subnormals, ±Inf and NaN in one copy: both must agree there too). ``--unknown``: every dim
+but the block axis's declared unknown (PP-OCR cls's ``[N, C, ?, ?]``) and the size handed to the builders
+as the calibration's hint (``observed``, pipeline/observed_sizes.py), the bodies a hinted emit makes.
 
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/block_size_rule.py --presets MXINT8,BFP16,MX9 \
         --shape 1,16,24,96 --shape 1,32,48,48 --shape 1,64,56,56 --calls 20 --rounds 15
@@ -31,49 +33,54 @@ from onnx import TensorProto, helper
 
 from onnxptq.onnx_ops import bfp, mx
 
-#: preset -> (module, the rule's constant, its value forcing the branched body, forcing the flat one)
-RULES: dict[str, tuple[Any, str, int, int]] = {
-    "MXINT8": (mx, "BRANCHED_INT_MIN_SIZE", 0, 1 << 40),
-    "BFP16": (bfp, "TO_BFP_FLAT_MAX_SIZE", 0, 1 << 40),
-    "MX9": (bfp, "FLAT_MAX_SIZE", 0, 1 << 40),
-    "MX6": (bfp, "FLAT_MAX_SIZE", 0, 1 << 40),
+#: preset -> (module, the rule's constants (known size, seen size), their value forcing the branched body, forcing the flat one)
+RULES: dict[str, tuple[Any, tuple[str, str], int, int]] = {
+    "MXINT8": (mx, ("BRANCHED_INT_MIN_SIZE", "BRANCHED_INT_SEEN_MIN_SIZE"), 0, 1 << 40),
+    "BFP16": (bfp, ("TO_BFP_FLAT_MAX_SIZE", "TO_BFP_FLAT_SEEN_MAX_SIZE"), 0, 1 << 40),
+    "MX9": (bfp, ("FLAT_MAX_SIZE", "FLAT_SEEN_MAX_SIZE"), 0, 1 << 40),
+    "MX6": (bfp, ("FLAT_MAX_SIZE", "FLAT_SEEN_MAX_SIZE"), 0, 1 << 40),
 }
 
 
 @contextlib.contextmanager
-def _rule(module: Any, name: str, value: int) -> Iterator[None]:
-    old = getattr(module, name)
-    setattr(module, name, value)
+def _rule(module: Any, names: tuple[str, ...], value: int) -> Iterator[None]:
+    old = {name: getattr(module, name) for name in names}
+    for name in names:
+        setattr(module, name, value)
     try:
         yield
     finally:
-        setattr(module, name, old)
+        for name, v in old.items():
+            setattr(module, name, v)
 
 
-def _fragment(preset: str, x: str, y: str, shape: list[int], k: int) -> Any:
-    """One call of ``preset``'s activation quantizer on a float32 ``x`` of ``shape``."""
+def _fragment(preset: str, x: str, y: str, shape: list[Any], k: int, observed: int | None = None) -> Any:
+    """One call of ``preset``'s activation quantizer on a float32 ``x`` of ``shape`` (``observed``: the size hint)."""
     if preset == "MXINT8":
         return mx.build("mx", x, y, name=f"q{k}", opset=18, element_dtype="int8", axis=1, block_size=32,
-                        rounding_mode=2, shape=shape, dtype="float32")
+                        rounding_mode=2, shape=shape, dtype="float32", observed=observed)
     attrs = {"BFP16": dict(bfp_method="to_bfp", bit_width=16, block_size=8),
              "MX9": dict(bfp_method="to_bfp_prime", bit_width=16, block_size=16, sub_block_size=2, sub_block_shift_bits=1),
              "MX6": dict(bfp_method="to_bfp_prime", bit_width=13, block_size=16, sub_block_size=2, sub_block_shift_bits=1)}
     return bfp.build("bfp", x, y, name=f"q{k}", opset=18, shape=shape, dtype="float32", axis=1, rounding_mode=2,
-                     **attrs[preset])
+                     observed=observed, **attrs[preset])
 
 
-def chain(preset: str, shape: list[int], calls: int, body: str) -> tuple[bytes, str]:
-    """The model of ``calls`` chained quantizers (``body``: "branched" or "flat") and its body's name."""
+def chain(preset: str, shape: list[int], calls: int, body: str, unknown: bool = False) -> tuple[bytes, str]:
+    """The model of ``calls`` chained quantizers (``body``: "branched" or "flat") and its body's name;
+    ``unknown``: the dims but axis 1 declared unknown, the size given as the hint."""
     module, name, branched, flat = RULES[preset]
+    declared = [d if i == 1 else None for i, d in enumerate(shape)] if unknown else shape
+    observed = int(np.prod(shape)) if unknown else None
     with _rule(module, name, branched if body == "branched" else flat):
         nodes, functions = [], {}
         for k in range(calls):
-            frag = _fragment(preset, f"t{k}", "y" if k == calls - 1 else f"t{k + 1}", shape, k)
+            frag = _fragment(preset, f"t{k}", "y" if k == calls - 1 else f"t{k + 1}", declared, k, observed)
             nodes += frag.nodes
             for f in frag.functions:
                 functions[f.name] = f
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, declared)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("onnxptq", 1)],
                               functions=list(functions.values()))
     model.ir_version = 10
@@ -100,6 +107,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--runs", type=int, default=10, help="runs per round")
+    ap.add_argument("--unknown", action="store_true", help="dims but axis 1 declared unknown, the size given as the hint")
     args = ap.parse_args()
     from onnxptq.sessions import open_session
 
@@ -109,13 +117,13 @@ def main() -> None:
         return s, time.process_time() - t
 
     print(f"<!-- {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load {open('/proc/loadavg').read().split()[0]}; "
-          f"{args.calls} calls a model, {args.rounds} rounds of {args.runs} runs -->")
+          f"{args.calls} calls a model, {args.rounds} rounds of {args.runs} runs{'; dims unknown, size hinted' if args.unknown else ''} -->")
     print("| preset | shape | elements | µs per call branched | flat | flat ÷ branched | creation ms per call branched | flat | same bits |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for preset in args.presets.split(","):
         for spec in args.shape:
             shape = [int(d) for d in spec.split(",")]
-            models = {b: chain(preset, shape, args.calls, b) for b in ("branched", "flat")}
+            models = {b: chain(preset, shape, args.calls, b, args.unknown) for b in ("branched", "flat")}
             feed = {"t0": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
             outs = {b: [create(m)[0].run(None, f)[0] for f in (feed, {"t0": _special(shape, 1)})]
                     for b, (m, _) in models.items()}

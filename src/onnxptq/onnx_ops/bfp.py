@@ -91,7 +91,7 @@ from ..formats.bfp import normalize_attrs
 from .body import (
     HALVES_MIN_SIZE, LAST_AXIS_MIN_SIZE, Body, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves,
     pow2_floor as _pow2_floor, put_back_nonfinite, trailing_size,
-    SplitAxis, ones_after, view_generic, view_last as _view_last, view_ranked, view_static,
+    SplitAxis, ones_after, small, view_generic, view_last as _view_last, view_ranked, view_static,
 )
 
 #: Base op/function name; the emitted name carries a variant suffix (see :func:`function_name`).
@@ -317,7 +317,7 @@ def _prime_view(g: Body, xr: str, post: str | None, a: dict[str, Any]) -> tuple[
     return x5, restore
 
 
-def variant(a: dict[str, Any], shape: Any) -> str | None:
+def variant(a: dict[str, Any], shape: Any, observed: int | None = None) -> str | None:
     """The body variant for an input of ``shape``: ``"n<n>r<rank>"`` (to_bfp_prime, a block axis
     of known length n, a multiple of the sub-block size, that is not the last one, in a tensor of
     known rank: see :func:`_prime_static`; to_bfp's split body where the shape values do not
@@ -329,7 +329,10 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
     ``s`` marks a shape whose known dims hold at least 2 elements: such a tensor is empty or
     quantized, never returned unchanged, so the body needs no ``If`` on its size; an ``f``
     before it, a to_bfp_prime body for a tensor of known dims below :data:`FLAT_MAX_SIZE`
-    elements, which flushes subnormals with no ``If``."""
+    elements, which flushes subnormals with no ``If``, or a to_bfp one (:func:`_bfp_flat`);
+    ``observed``: the most elements the tensor held on the calibration feeds (a hint, see
+    :func:`onnxptq.onnx_ops.body.small`), which makes those bodies branch-free where the declared
+    dims do not tell the size."""
     n = axis_length(shape, a["axis"])
     if n is None:
         return _ranked_variant(a, shape)
@@ -342,9 +345,9 @@ def variant(a: dict[str, Any], shape: Any) -> str | None:
                    and not _small_for_transpose(shape)) else ""
     # Never empty-or-single: the body needs no guard for tensors of < 2 elements (suffix s).
     sized = "s" if known_size(shape) >= 2 else ""
-    if a["bfp_method"] == "to_bfp_prime" and all(known_dim(d) is not None for d in shape) and known_size(shape) < FLAT_MAX_SIZE:
+    if a["bfp_method"] == "to_bfp_prime" and small(shape, observed, FLAT_MAX_SIZE, FLAT_SEEN_MAX_SIZE):
         sized = "f" + sized  # the subnormal flush without a branch (see :data:`FLAT_MAX_SIZE`)
-    elif a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"] and _to_bfp_flat(shape):
+    elif a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"] and _to_bfp_flat(shape, observed):
         sized = "f" + sized  # no If (see :func:`_bfp_flat`)
     rank = len(list(shape))
     big = known_size(shape) >= HALVES_MIN_SIZE
@@ -380,13 +383,13 @@ def _bfp_copied(a: dict[str, Any], shape: Any, n: int, last: bool, big: bool, si
     unknown dims: where they fold, the ``(rows, bs, post)`` view runs no shape node either)."""
     bs = a["block_size"]
     return (a["bfp_method"] == "to_bfp" and not a["use_compiler_version_cpu_kernel"] and not last
-            and a["axis"] != -1 and not big and sized == "s" and foldable_shape(shape) is None
+            and a["axis"] != -1 and not big and sized in ("s", "fs") and foldable_shape(shape) is None
             and n > 0 and (n % bs == 0 or n < bs))
 
 
-def _to_bfp_flat(shape: Any) -> bool:
-    """Whether a to_bfp body for ``shape`` is branch-free (:func:`_bfp_flat`)."""
-    return all(known_dim(d) is not None for d in shape) and known_size(shape) < TO_BFP_FLAT_MAX_SIZE
+def _to_bfp_flat(shape: Any, observed: int | None = None) -> bool:
+    """Whether a to_bfp body for ``shape`` (``observed``: the calibration's hint) is branch-free (:func:`_bfp_flat`)."""
+    return small(shape, observed, TO_BFP_FLAT_MAX_SIZE, TO_BFP_FLAT_SEEN_MAX_SIZE)
 
 
 def _halves(a: dict[str, Any], bs: int, one: bool, big: bool) -> str:
@@ -466,7 +469,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
         n, rank = (int(v) for v in spec[1:].split("r"))
         g.root.rank = rank + 1  # (lead..., n/k, k, trail...)
         if a["bfp_method"] == "to_bfp":
-            return _bfp_static(g, xf, a, n, rank)
+            return _bfp_static(g, xf, a, n, rank, flat)
         return _prime_static(g, xf, a, n, rank, halve, flat, (view or "").endswith("s"))
     g.root.rank = 3 if a["bfp_method"] == "to_bfp" else 4  # (rows, bs, post) or (rows, nsb, k, post)
     xr, post, restore, a = _view(g, xf, a, spec or None)
@@ -510,7 +513,7 @@ def _quantized(g: Body, xf: str, a: dict[str, Any], view: str | None, total: str
     return restore(yr)
 
 
-def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | None = None) -> str:
+def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | None = None, axis: int = 1) -> str:
     """to_bfp (without the compiler kernel) on ``xr`` (rows, bs, post), exact on every input with
     no ``If`` and no sum over the tensor: the body of a tensor known to be small (view suffix
     ``f``, :data:`TO_BFP_FLAT_MAX_SIZE`).
@@ -525,10 +528,11 @@ def _bfp_flat(g: Body, xr: str, a: dict[str, Any], halves: tuple[str, str] | Non
     Those are six full passes more than the plain formulas' three reads, so larger tensors keep
     the split body. Finite elements see the masked formulas' maxima and the same rounding nodes,
     hence the same bits. The runtime +0 of the ``py3_round`` zero sign (see :func:`_round`) comes
-    from the block minima (finite: ``r - r = +0``), a scalar."""
+    from the block minima (finite: ``r - r = +0``), a scalar. ``axis``: the view's block axis (2
+    and more: :func:`_bfp_static`'s view, no halves)."""
     m = masked_neg_abs(g, xr)
     if halves is None:
-        low = g.reduce("ReduceMin", m, [1])
+        low = g.reduce("ReduceMin", m, [axis])
     else:
         low = max_by_halves(g, m, *halves, lambda b, t: b.reduce("ReduceMin", t, [1]), merge="Min")
     amax = g.op("Max", g.op("Neg", low), g.wide(2.0**-127))
@@ -631,6 +635,14 @@ FLAT_MAX_SIZE = HALVES_MIN_SIZE
 #: Largest known size (elements, every dim known) below which a to_bfp body is branch-free
 #: (:func:`_bfp_flat`, view suffix ``f``).
 TO_BFP_FLAT_MAX_SIZE = HALVES_MIN_SIZE
+#: The same lines for a tensor whose declared dims do not tell its size but that calibration saw
+#: hold fewer elements (:func:`onnxptq.onnx_ops.body.small`). Measured with every dim but the
+#: channels unknown (bench/block_size_rule.py --unknown; bench/RESULTS.md, blockhint15): MX9's
+#: flush without its ``If`` ran 0.93-1.09x the branched body's time per call up to 37 k elements and
+#: 1.16x at 74 k, and saved 0.3-0.8 ms of creation a call; to_bfp's branch-free body (six passes
+#: more against one ``If``) ran 1.08x at 18 k and 1.16-1.26x at 37 k: its line stays.
+FLAT_SEEN_MAX_SIZE = 2 * HALVES_MIN_SIZE
+TO_BFP_FLAT_SEEN_MAX_SIZE = HALVES_MIN_SIZE
 
 
 def _prime_threshold(a: dict[str, Any]) -> float:
@@ -717,7 +729,7 @@ def _prime_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, halve:
     return _prime_apply(g, x4, az, s, bmax, a, flat)
 
 
-def _bfp_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int) -> str:
+def _bfp_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int, flat: bool = False) -> str:
     """to_bfp (the split body, :func:`_bfp_split`) on a block axis of known length ``n`` that
     blocks tile (or one block shorter than ``block_size``) in a tensor of known ``rank`` whose
     shape values do not fold at build time (PP-OCR cls: ``[?, C, ?, ?]``), viewed as
@@ -728,10 +740,13 @@ def _bfp_static(g: Body, xf: str, a: dict[str, Any], n: int, rank: int) -> str:
     nodes to run and to create per call. This one is an ``Unsqueeze`` and a ``Reshape`` to a
     constant target that copies the other dims (:class:`onnxptq.onnx_ops.body.SplitAxis`); the
     body's last ``Reshape`` to ``x``'s shape undoes it. The same elements in the same blocks and
-    the same formulas, hence the same bits; empty tensors keep their zero dims."""
+    the same formulas, hence the same bits; empty tensors keep their zero dims. ``flat``: the
+    branch-free formulas (:func:`_bfp_flat`) on that view, for a tensor seen small."""
     axis = a["axis"] % rank
     bs = min(n, a["block_size"])  # the whole axis is one block when it is shorter
     xr = SplitAxis(g, rank, axis).view(xf, n // bs, bs)
+    if flat:
+        return _bfp_flat(g, xr, a, None, axis + 1)
     return _bfp_split(g, xr, a, None, axis + 1)
 
 
@@ -817,17 +832,18 @@ def _function_once(a: dict[str, Any], opset: int, name: str, view: str | None, f
     return fn
 
 
-def body_view(a: dict[str, Any], shape: Any) -> str | None:
-    """The body :func:`build` makes for ``shape``: its :func:`variant`, and ``_k<dims>`` where the
-    shape values fold at build time (see :class:`onnx_ops.body.Body`)."""
-    view = variant(a, shape)
+def body_view(a: dict[str, Any], shape: Any, observed: int | None = None) -> str | None:
+    """The body :func:`build` makes for ``shape`` (``observed``: see :func:`variant`): its
+    :func:`variant`, and ``_k<dims>`` where the shape values fold at build time (see
+    :class:`onnx_ops.body.Body`)."""
+    view = variant(a, shape, observed)
     if view is not None and not view.startswith("r") and foldable_shape(shape) is not None:
         view += "_k" + known_dims(shape)
     return view
 
 
 def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None, dtype: str | None = None,
-          **attrs: Any) -> QDQNodes:
+          observed: int | None = None, **attrs: Any) -> QDQNodes:
     """One ``BFPQuantizeDequantize`` node (domain ``onnxptq``) mapping ``x`` to its BFP value ``y``.
 
     ``attrs`` are the BFPAttributes (validated by :func:`onnxptq.formats.bfp.normalize_attrs`).
@@ -837,13 +853,15 @@ def build(fmt: str, x: str, y: str, *, name: str, opset: int, shape: Any = None,
     suffix. ``dtype``: ``"float32"`` when ``x`` is known to be float32: the body has no Cast
     pair (suffix ``_f32``); any other value, or None, gives the type-generic body. The function
     body is built for ``max(opset, 15)``; ``min_opset`` tells the caller to raise the model to
-    that opset first.
+    that opset first. ``observed``: the most elements ``x`` held on the calibration feeds, where
+    known (``pipeline/observed_sizes.py``): below the size rules' lines the body is branch-free
+    even where ``shape`` leaves dims unknown (:func:`variant`); the body is exact at any size.
     """
     if fmt != "bfp":
         raise ValueError(f"onnx_ops.bfp builds the 'bfp' format, not {fmt!r}")
     a = normalize_attrs(**attrs)
     body_opset = max(int(opset), MIN_OPSET)
-    view = body_view(a, shape)
+    view = body_view(a, shape, observed)
     float32 = dtype == "float32"
     fname = function_name(a, body_opset, view) + ("_f32" if float32 else "")
     node_attrs = {k: a[k] for k in _ATTR_ORDER}

@@ -282,6 +282,20 @@ def known_size(shape: Any) -> int:
     return int(np.prod([d for d in map(known_dim, shape) if d is not None], dtype=np.int64))
 
 
+def small(shape: Any, observed: int | None, limit: int, seen_limit: int) -> bool:
+    """Whether a body for a tensor of ``shape`` takes its branch-free form rather than its form
+    with ``If`` nodes: every dim known and fewer than ``limit`` elements, or (``observed``) fewer
+    than ``seen_limit`` on every calibration feed (``pipeline/observed_sizes.py``: a model that
+    declares its maps ``[N, C, ?, ?]`` never tells the size). The two lines differ because the
+    bodies do: where dims are unknown the branched body also computes its views' shapes in every
+    call, so its branch-free twin stays cheaper up to larger tensors (bench/RESULTS.md,
+    blockhint15). Both forms are exact on any input; only speed reads this, so a later feed larger
+    than the hint runs correctly."""
+    if shape is not None and all(known_dim(d) is not None for d in shape) and known_size(shape) < limit:
+        return True
+    return observed is not None and 0 <= observed < seen_limit
+
+
 def view_generic(g: Body, xf: str, axis: int | str, bs: int | str) -> tuple[str, str, Callable[[str], str]]:
     """The (rows, bs, post) block view of ``xf`` (``x`` flattened) for any shape: the block axis is
     always padded (by 0 when it divides) and sliced back — two copies, no branch.

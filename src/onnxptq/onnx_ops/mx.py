@@ -56,7 +56,7 @@ from onnxptq.formats.base import DOMAIN, DOMAIN_VERSION, QDQNodes
 from onnxptq.formats.mx import E8M0_MAX, E8M0_MIN, ERROR_SEARCHES, NO_SATURATION, ElementFormat, check_attributes
 from onnxptq.onnx_ops.body import (
     HALVES_MIN_SIZE, LAST_AXIS_MIN_SIZE, Body, SplitAxis, foldable_shape, axis_length, known_dims, halves_shapes, known_dim, known_size, masked_neg_abs, max_by_halves, pow2_floor, put_back_nonfinite,
-    ones_after, trailing_size, view_generic, view_last, view_ranked, view_static,
+    ones_after, small, trailing_size, view_generic, view_last, view_ranked, view_static,
 )
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,12 @@ MIN_TILE = 4
 #: (silero_half 1.63 -> 1.25x, oww_timer 2.09 -> 1.79x; bench/RESULTS.md, branch blockif).
 #: FP elements are branch-free at any size (their put-back is free).
 BRANCHED_INT_MIN_SIZE = HALVES_MIN_SIZE
+#: The same line for a tensor whose declared dims do not tell its size but that calibration saw hold
+#: fewer elements (:func:`onnxptq.onnx_ops.body.small`): measured with every dim but the channels
+#: unknown (bench/block_size_rule.py --unknown; bench/RESULTS.md, blockhint15), the branch-free INT8
+#: body ran 0.84-1.06x the two-``If`` body's time per call up to 74 k elements, 1.31x at 147 k, and
+#: saved 0.6-1.4 ms of creation a call (the branched body also computes its views' shapes there).
+BRANCHED_INT_SEEN_MIN_SIZE = 4 * HALVES_MIN_SIZE
 
 
 def function_name(
@@ -529,15 +535,17 @@ def _tiled_view(g: Body, xf: str, axis: int, rank: int, n: int, bs: int, k: int)
     return x5, _Blocks(axis + 1, finish)
 
 
-def known_small(shape: Any) -> bool:
+def known_small(shape: Any, observed: int | None = None) -> bool:
     """Whether every dim of ``shape`` is known and the tensor holds fewer than
-    :data:`BRANCHED_INT_MIN_SIZE` elements: an INT8 body for it is branch-free. A shape with an
-    unknown dim (a detector's image size, a sequence length) may hold any number: its INT8 body
-    keeps the ``If`` pair, whose run-time cost does not grow with the tensor (tinyocr_det MXINT8,
-    dynamic image size: 2.80 -> 3.21x float with the branch-free body on every tensor its known
-    dims called small)."""
-    return (shape is not None and all(known_dim(d) is not None for d in shape)
-            and known_size(shape) < BRANCHED_INT_MIN_SIZE)
+    :data:`BRANCHED_INT_MIN_SIZE` elements, or (``observed``) it held fewer than
+    :data:`BRANCHED_INT_SEEN_MIN_SIZE` on every calibration feed: an INT8 body for it is
+    branch-free. A shape with an unknown dim (a detector's image size, a sequence length) may
+    hold any number: without the hint its INT8 body keeps the ``If``
+    pair, whose run-time cost does not grow with the tensor (tinyocr_det MXINT8, dynamic image
+    size: 2.80 -> 3.21x float with the branch-free body on every tensor its known dims called
+    small). The hint is the size the data showed (:func:`onnxptq.onnx_ops.body.small`), not a
+    guess from the known dims; either body is exact at any size."""
+    return small(shape, observed, BRANCHED_INT_MIN_SIZE, BRANCHED_INT_SEEN_MIN_SIZE)
 
 
 def static_pad(axis: int, block_size: int, shape: Any) -> int | None:
@@ -737,6 +745,7 @@ def build(
     scale_search: int = 0,
     shape: Any = None,
     dtype: str | None = None,
+    observed: int | None = None,
 ) -> QDQNodes:
     """One ``MXQuantizeDequantize_*`` node computing ``y = formats.mx.fake_quantize(x, ...)``.
 
@@ -746,7 +755,10 @@ def build(
     ``shape``: the static shape of ``x`` when known (ints; None or a name for an unknown dim);
     when it tells the block axis's length the body is specialised to it (see :func:`make_function`).
     ``dtype``: ``"float32"`` when ``x`` is known to be float32: the body has no Cast pair (suffix
-    ``_f32``); otherwise the type-generic body.
+    ``_f32``); otherwise the type-generic body. ``observed``: the most elements ``x`` held on the
+    calibration feeds, where known (``pipeline/observed_sizes.py``): an INT8 body below
+    :data:`BRANCHED_INT_SEEN_MIN_SIZE` is branch-free even where ``shape`` leaves dims unknown
+    (:func:`known_small`); exact at any size.
     """
     if fmt != "mx":
         raise ValueError(f"onnx_ops.mx builds the 'mx' format, not {fmt!r}")
@@ -796,7 +808,7 @@ def build(
     function = onnx.FunctionProto()
     function.CopyFrom(_cached_function(elem.name, int(rounding_mode), int(scale_search), body_opset, static,
                                        dtype == "float32", last and tile is None, tile, ranked, whole,
-                                       big, not known_small(shape), None if static is None else foldable_shape(shape),
+                                       big, not known_small(shape, observed), None if static is None else foldable_shape(shape),
                                        copied))
     node = helper.make_node(
         function.name,

@@ -20,6 +20,7 @@ from . import runtime
 from .calibrate import Calibrated
 from .emit import ConstantReuse, Rounded, emit
 from .final_plan import final_plan
+from .observed_sizes import of_calibration
 from .plan import Plan
 from .solve import QParams, solve
 
@@ -84,7 +85,8 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         timings["refine"] = time.perf_counter() - t
     quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                      bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
-                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded)
+                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded,
+                     sizes=of_calibration(calibrated) if _block_activations(plan) else None)
     if cfg.runtime == "cpu":
         dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
     if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
@@ -92,6 +94,13 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
     if runtime.guard_saturation(cfg):
         unsigned_gemm_weights(quantized)  # no saturating U8S8 sums without VNNI (graph/passes/unsigned_gemm_weights.py)
     return Built(plan, params, quantized, timings)
+
+
+def _block_activations(plan: Plan) -> bool:
+    """Whether ``plan`` quantizes an activation in a block format (bfp, mx): only their bodies read
+    the calibration's sizes (:mod:`.observed_sizes`), so no other build pays for the shape inference."""
+    return any(t.role == "activation" and q is not None and q.format in ("bfp", "mx")
+               for t in plan.tensors.values() for q in (t.quant, t.producer_quant))
 
 
 def _plan_key(cfg: QuantConfig) -> QuantConfig:

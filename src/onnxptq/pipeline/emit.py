@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import onnx
@@ -254,12 +254,18 @@ def _named(proto: onnx.TensorProto, name: str) -> onnx.TensorProto:
 def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold_weights: bool = True,
          store_int_weights: bool = True, bf16_qdq_to_cast: bool = True, fold_relu: bool = False,
          pack_weights: bool = True, weight_runtime: str = "exact", skip_on_grid: bool = True,
-         reuse: ConstantReuse | None = None, rounded: Rounded | None = None) -> onnx.ModelProto:
+         reuse: ConstantReuse | None = None, rounded: Rounded | None = None,
+         sizes: Mapping[str, int] | None = None) -> onnx.ModelProto:
     """Return a copy of ``model`` with every planned tensor quantized as the plan says.
 
     ``reuse``: quantized weights kept across the builds of one search (:class:`ConstantReuse`);
     ``rounded``: weights this build already rounded (:class:`Rounded`, bias correction's); the
     model is the same with or without either.
+
+    ``sizes``: the most elements each activation held on the calibration feeds
+    (:func:`.observed_sizes.observed_sizes`), a hint by which block bodies of tensors whose declared
+    shape leaves dims unknown take their branch-free forms where they were seen small; the model
+    computes the same values with or without it.
 
     ``skip_on_grid``: leave out the block-format quantizers that are exact no-ops because their
     tensor is a Relu, reshape, transpose, slice, ... of a tensor read quantized in the same
@@ -342,13 +348,14 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
             target = name
         else:
             target = b.fresh(target)
-        attrs = _activation_attrs(tplan, tparams, elem_types.get(name), static_shapes.get(name), bf16_qdq_to_cast)
+        seen = None if sizes is None else sizes.get(name)
+        attrs = _activation_attrs(tplan, tparams, elem_types.get(name), static_shapes.get(name), bf16_qdq_to_cast, seen)
         first = tplan.producer_view() if name not in graph_outputs and not tplan.exclusive else None
         if first is not None:
             # Both quantizers in sequence: the producer's format, then the consumers' (spec §4.5).
             mid = b.fresh(f"{name}_{first.quant.format}_DequantizeLinear_Output")
             first_attrs = _activation_attrs(first, params.get(producer_params_key(name)), elem_types.get(name),
-                                            static_shapes.get(name), bf16_qdq_to_cast)
+                                            static_shapes.get(name), bf16_qdq_to_cast, seen)
             frag = build_qdq(first.quant.format, source, mid, name=_safe(name) + "_producer", opset=b.opset, **first_attrs)
             inserts.setdefault(where, []).extend(b.absorb(frag))
             node_replacement.update({(consumer, name): mid for consumer in tplan.producer_consumers})
@@ -453,12 +460,15 @@ def _static_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
 
 
 def _activation_attrs(view: TensorPlan, params: QParams | None, elem_type: int | None, shape: Any,
-                      bf16_qdq_to_cast: bool) -> dict[str, Any]:
+                      bf16_qdq_to_cast: bool, observed: int | None = None) -> dict[str, Any]:
     """``build_qdq`` attributes of one activation quantizer (a tensor's plan or its producer view);
-    ``elem_type``: the tensor's element type from shape inference, if known."""
+    ``elem_type``: the tensor's element type from shape inference, if known; ``observed``: the
+    most elements it held on the calibration feeds (block formats' body choice), if known."""
     attrs = quantizer_attrs(view, params)
     if view.quant.format in ("bfp", "mx"):
         attrs["shape"] = shape
+        if observed is not None:
+            attrs["observed"] = observed
         if elem_type == onnx.TensorProto.FLOAT:
             # A body without the Cast pair; any other (or unknown) type gets the generic one.
             attrs["dtype"] = "float32"
