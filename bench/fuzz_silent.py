@@ -386,8 +386,9 @@ def markdown(paths: list[str]) -> str:
     the sampling check (plain builds that break on the fresh set: how many the floor said held, against
     the sum of their ``p_hold``, the count luck alone would give); then every miss."""
     lines = ["| campaign | modules | quantizations | " + " | ".join(CLASSES) + " | misses: p_hold ≥ 0.1 / < 0.1 "
-             "| plain builds below on the fresh set: said held / expected by sampling (Σ p_hold) | errors "
-             "| export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 8)]
+             "| plain builds below on the fresh set: said held / expected by sampling (Σ p_hold) "
+             "| repaired where the plain build holds on the fresh set | errors "
+             "| export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 9)]
     misses: list[dict] = []
     for path in paths:
         rows = json.loads(Path(path).read_text())["rows"]
@@ -398,13 +399,15 @@ def markdown(paths: list[str]) -> str:
         size = sum((r.get("p_hold") or 0) >= 0.1 for r in miss)
         plain = [r["plain"] for r in ok if "plain" in r and not r["plain"]["ok"]]
         said = sum(p["small_ok"] for p in plain)
+        # over-repair: repair acted (the plain build's small verdict broke) where the plain build holds on the fresh set
+        over = sum(1 for r in ok if r.get("repaired") and "plain" in r and r["plain"].get("ok"))
         expected = sum(p.get("p_hold", 0) for p in plain)
         errors = sum(r["status"] not in ("ok", "export failed", "float does not run") for r in rows)
         exp = sum(r["status"] == "export failed" for r in rows), sum(r["status"] == "float does not run" for r in rows)
         accs = [r["train"]["acc_after"] for r in rows if r.get("train")]
         lines.append(f"| {Path(path).name} | {len({r['module'] for r in rows})} | {sum(r['preset'] != '*' for r in rows)} | "
                      + " | ".join(str(n[c]) for c in CLASSES)
-                     + f" | {size} / {len(miss) - size} | {len(plain)}: {said} / {expected:.1f} | {errors} | {exp[0]} / {exp[1]} "
+                     + f" | {size} / {len(miss) - size} | {len(plain)}: {said} / {expected:.1f} | {over} | {errors} | {exp[0]} / {exp[1]} "
                      f"| {np.median(accs) if accs else float('nan'):.2f} |")
     lines += ["", "| campaign | module | preset | class | p_hold (subset) | broken on the fresh set |", "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(misses, key=lambda r: (r.get("p_hold") or 0, r["module"])):
