@@ -325,35 +325,27 @@ def _blocks() -> dict[str, dict[str, Any]]:
     def _heads(x, b, t):
         return x.reshape(b, t, 2, D // 2).transpose(1, 2)
 
-    class AttnMaskWhere(nn.Module):  # HF's _prepare_4d_attention_mask: Expand to (b, 1, t, t), 1 − m, Where(bool, finfo.min)
+    class AttnHFMask(nn.Module):  # HF's extended int64 mask before Softmax, one QKV MatMul cut in three
+        """``where``: _prepare_4d_attention_mask — Expand to (b, 1, t, t), 1 − m, Where(bool, finfo.min), QKV by Split;
+        ``mul``: (1 − m)·finfo.min (Cast/Unsqueeze/Sub/Mul) Added to the scores, QKV by Slice."""
         wants = ("amask",)
 
-        def __init__(self):
+        def __init__(self, how: str):
             super().__init__()
-            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
-
-        def forward(self, h, amask):
-            b, t, _ = h.shape
-            q, k, v = (_heads(z, b, t) for z in self.qkv(h).split(D, -1))  # one QKV MatMul, Split
-            m = amask[:, None, None, :].expand(b, 1, t, t).to(h.dtype)
-            inv = 1.0 - m
-            inv = inv.masked_fill(inv.to(torch.bool), torch.finfo(h.dtype).min)
-            a = torch.softmax(q @ k.transpose(-1, -2) * (D // 2) ** -0.5 + inv, -1) @ v
-            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
-
-    class AttnMaskFinfo(nn.Module):  # (1 − m)·finfo.min (Cast/Unsqueeze/Sub/Mul) Added before Softmax; QKV by Slice
-        wants = ("amask",)
-
-        def __init__(self):
-            super().__init__()
-            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+            self.qkv, self.o, self.how = nn.Linear(D, 3 * D), nn.Linear(D, D), how
 
         def forward(self, h, amask):
             b, t, _ = h.shape
             qkv = self.qkv(h)
-            q, k, v = _heads(qkv[..., :D], b, t), _heads(qkv[..., D:2 * D], b, t), _heads(qkv[..., 2 * D:], b, t)
-            ext = (1.0 - amask.unsqueeze(1).unsqueeze(2).to(h.dtype)) * torch.finfo(h.dtype).min
-            a = torch.softmax(q @ k.transpose(-1, -2) / (D // 2) ** 0.5 + ext, -1) @ v
+            low = torch.finfo(h.dtype).min
+            if self.how == "where":
+                q, k, v = (_heads(z, b, t) for z in qkv.split(D, -1))
+                inv = 1.0 - amask[:, None, None, :].expand(b, 1, t, t).to(h.dtype)
+                ext = inv.masked_fill(inv.to(torch.bool), low)
+            else:
+                q, k, v = _heads(qkv[..., :D], b, t), _heads(qkv[..., D:2 * D], b, t), _heads(qkv[..., 2 * D:], b, t)
+                ext = (1.0 - amask.unsqueeze(1).unsqueeze(2).to(h.dtype)) * low
+            a = torch.softmax(q @ k.transpose(-1, -2) * (D // 2) ** -0.5 + ext, -1) @ v
             return h + self.o(a.transpose(1, 2).reshape(b, t, D))
 
     class CausalTrilu(nn.Module):  # GPT-2: Conv1D as addmm (Gemm), Split, causal tril (Trilu) → Where(finfo.min), padding Add
@@ -544,7 +536,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "dfl_seq": DFLSeq,
         "attn_int_mask": IntMaskAttn, "rotary": Rotary, "einsum_attn": EinsumAttn, "where_softmax": WhereSoftmax,
         "embed_positions": EmbedPositions, "loop_recur": LoopRecur,
-        "attn_mask_where": AttnMaskWhere, "attn_mask_finfo": AttnMaskFinfo, "causal_trilu": CausalTrilu,
+        "attn_mask_where": lambda: AttnHFMask("where"), "attn_mask_finfo": lambda: AttnHFMask("mul"), "causal_trilu": CausalTrilu,
         "roberta_embed": RobertaEmbed, "masked_mean_pool": MaskedMeanPool, "last_token_pool": LastTokenPool,
         "moe_topk": MoETopK, "ln_fp16_forms": LNFp16Forms,
     }
