@@ -878,7 +878,7 @@ class ModuleSpec:
         return out
 
 
-def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpec:
+def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozenset[str] | None = None) -> ModuleSpec:
     """Module ``index`` of the campaign with ``seed``: 1-3 blocks of one domain, extras at random.
     ``only`` restricts the blocks drawn (a campaign on a few spellings); a domain with fewer than
     three of them draws fewer."""
@@ -900,7 +900,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpe
             inputs.append("amask")
         if any(b in TTYPE_BLOCKS for b in blocks):
             inputs.append("ttype")
-    outputs = ["y"] + [str(o) for o in rng.choice(list(OUTPUT_KINDS[domain]), int(rng.integers(0, 3)), replace=False)]
+    kinds = [k for k in OUTPUT_KINDS[domain] if outs is None or k in outs]
+    outputs = ["y"] + [str(o) for o in rng.choice(kinds, min(len(kinds), int(rng.integers(0 if outs is None else 1, 3))), replace=False)]
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
     if exporter == "torchscript" and opset < 14 and any(b in TRILU_BLOCKS for b in blocks):
         opset = 15
@@ -1158,6 +1159,7 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help="each block alone per exporter, one preset each (sweep())")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--blocks", help="comma-separated block names: draw (or sweep) only these")
+    ap.add_argument("--outputs", help="comma-separated extra output kinds: draw 1-2 of these only (OUTPUT_KINDS)")
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=180)
@@ -1178,7 +1180,8 @@ def main() -> int:
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
         only = frozenset(a.blocks.split(",")) if a.blocks else None
-        spec, presets = (sweep(index, only) if a.sweep else (draw(index, a.seed, only), a.presets))
+        outs = frozenset(a.outputs.split(",")) if a.outputs else None
+        spec, presets = (sweep(index, only) if a.sweep else (draw(index, a.seed, only, outs), a.presets))
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16,
                 "blocks": spec.blocks, "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         src = mdir / f"m{index:03d}.onnx"

@@ -312,6 +312,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--presets", default=",".join(ef.PRESETS))
     ap.add_argument("--blocks", help="comma-separated block names: draw only these (export_fuzz.draw)")
+    ap.add_argument("--outputs", help="comma-separated extra output kinds: draw 1-2 of these only (export_fuzz.OUTPUT_KINDS)")
     ap.add_argument("--calib", type=int, default=32, help="calibration feeds, as a user gives (the floor holds 8 out)")
     ap.add_argument("--fresh", type=int, default=256, help="fresh feeds of the same distribution the result is judged on again")
     ap.add_argument("--steps", type=int, default=150, help="Adam steps on the synthetic task (0: random weights)")
@@ -338,7 +339,8 @@ def main() -> int:
     done = {(r["module"], r["preset"]) for r in rows}
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
-        spec = ef.draw(index, a.seed, frozenset(a.blocks.split(",")) if a.blocks else None)
+        spec = ef.draw(index, a.seed, frozenset(a.blocks.split(",")) if a.blocks else None,
+                       frozenset(a.outputs.split(",")) if a.outputs else None)
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16, "blocks": spec.blocks,
                 "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         if all((spec.name, p) in done for p in a.presets.split(",")):
