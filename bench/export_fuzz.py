@@ -45,6 +45,18 @@ VOCAB = 50
 INT_MASK_BLOCKS = frozenset({"attn_int_mask"})
 #: Blocks drawn only in float16 models whose input stays float32 (input → Cast → patch Conv: an fp16 ViT export).
 FP16_BLOCKS = frozenset({"vit_fp16"})
+#: Blocks that read HF's int64 ``attention_mask`` (``amask``) through a ``wants`` list (the mask spellings of fuzz15).
+INT_MASK_BLOCKS = INT_MASK_BLOCKS | {"attn_mask_where", "attn_mask_finfo", "causal_trilu", "roberta_embed",
+                                     "masked_mean_pool", "last_token_pool"}
+#: Blocks that read BERT's int64 ``token_type_ids`` (input ``ttype``: 0 for the first segment, 1 for the second).
+TTYPE_BLOCKS = frozenset({"roberta_embed"})
+#: Blocks drawn only in float16 models fed float16 (the normalizations as fp16 exporters write them, upcast or not).
+FP16_NATIVE_BLOCKS = frozenset({"ln_fp16_forms"})
+#: Blocks whose TorchScript export needs opset ≥ 14 (``torch.tril`` → Trilu): drawn at 15 where 13 came up.
+TRILU_BLOCKS = frozenset({"causal_trilu"})
+#: Extra output kinds by domain: heads read from the per-position (seq) or per-pixel (img) output ``y``.
+OUTPUT_KINDS = {"seq": ("argmax", "topk", "bool", "pooled", "count", "scalar"),
+                "img": ("argmax", "topk", "bool", "pooled", "count", "scalar", "kp_argmax", "kp_soft", "image")}
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -310,6 +322,118 @@ def _blocks() -> dict[str, dict[str, Any]]:
             return h + self.l(_recur(h, self.w.to(h.dtype)))
 
 
+    def _heads(x, b, t):
+        return x.reshape(b, t, 2, D // 2).transpose(1, 2)
+
+    class AttnHFMask(nn.Module):  # HF's extended int64 mask before Softmax, one QKV MatMul cut in three
+        """``where``: _prepare_4d_attention_mask — Expand to (b, 1, t, t), 1 − m, Where(bool, finfo.min), QKV by Split;
+        ``mul``: (1 − m)·finfo.min (Cast/Unsqueeze/Sub/Mul) Added to the scores, QKV by Slice."""
+        wants = ("amask",)
+
+        def __init__(self, how: str):
+            super().__init__()
+            self.qkv, self.o, self.how = nn.Linear(D, 3 * D), nn.Linear(D, D), how
+
+        def forward(self, h, amask):
+            b, t, _ = h.shape
+            qkv = self.qkv(h)
+            low = torch.finfo(h.dtype).min
+            if self.how == "where":
+                q, k, v = (_heads(z, b, t) for z in qkv.split(D, -1))
+                inv = 1.0 - amask[:, None, None, :].expand(b, 1, t, t).to(h.dtype)
+                ext = inv.masked_fill(inv.to(torch.bool), low)
+            else:
+                q, k, v = _heads(qkv[..., :D], b, t), _heads(qkv[..., D:2 * D], b, t), _heads(qkv[..., 2 * D:], b, t)
+                ext = (1.0 - amask.unsqueeze(1).unsqueeze(2).to(h.dtype)) * low
+            a = torch.softmax(q @ k.transpose(-1, -2) * (D // 2) ** -0.5 + ext, -1) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class CausalTrilu(nn.Module):  # GPT-2: Conv1D as addmm (Gemm), Split, causal tril (Trilu) → Where(finfo.min), padding Add
+        wants = ("amask",)
+
+        def __init__(self):
+            super().__init__()
+            self.wa, self.ba = nn.Parameter(torch.randn(D, 3 * D) * 0.2), nn.Parameter(torch.zeros(3 * D))
+            self.wp, self.bp = nn.Parameter(torch.randn(D, D) * 0.2), nn.Parameter(torch.zeros(D))
+
+        def forward(self, h, amask):
+            b, t, _ = h.shape
+            qkv = torch.addmm(self.ba, h.reshape(-1, D), self.wa).reshape(b, t, 3 * D)
+            q, k, v = (_heads(z, b, t) for z in qkv.split(D, 2))
+            s = q @ k.transpose(-1, -2) / (D // 2) ** 0.5
+            causal = torch.tril(torch.ones(t, t, dtype=torch.bool))[None, None]
+            s = torch.where(causal, s, torch.tensor(torch.finfo(h.dtype).min, dtype=h.dtype))
+            s = s + (1.0 - amask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+            a = torch.softmax(s, -1) @ v
+            return h + torch.addmm(self.bp, a.transpose(1, 2).reshape(-1, D), self.wp).reshape(b, t, D)
+
+    class RobertaEmbed(nn.Module):  # position ids by CumSum of the mask, token types Gathered from an int64 input, LayerNorm
+        wants = ("amask", "ttype")
+
+        def __init__(self):
+            super().__init__()
+            self.pos, self.typ, self.ln = nn.Embedding(258, D, padding_idx=1), nn.Embedding(2, D), nn.LayerNorm(D, eps=1e-5)
+
+        def forward(self, h, amask, ttype):
+            m = amask.ne(0).int()
+            ids = (torch.cumsum(m, 1).type_as(m) * m).long() + 1  # RoBERTa's create_position_ids_from_input_ids
+            return self.ln(h + self.pos(ids) + self.typ(ttype))
+
+    class MaskedMeanPool(nn.Module):  # sentence-transformers' mean pooling over the mask, L2-normalized, added back
+        wants = ("amask",)
+
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(D, D)
+
+        def forward(self, h, amask):
+            m = amask.unsqueeze(-1).expand(h.size()).to(h.dtype)
+            pooled = (h * m).sum(1) / torch.clamp(m.sum(1), min=1e-9)
+            return h + self.l(F.normalize(pooled, p=2, dim=1))[:, None]
+
+    class LastTokenPool(nn.Module):  # decoder embeddings: the last real token Gathered by mask.sum − 1, ArgMax of ids-like scores
+        wants = ("amask",)
+
+        def __init__(self):
+            super().__init__()
+            self.l, self.s = nn.Linear(D, D), nn.Linear(D, 1)
+
+        def forward(self, h, amask):
+            b = h.shape[0]
+            last = amask.sum(-1) - 1
+            top = self.s(h)[..., 0].max(-1).indices  # CLIP's pooling by the arg-max position (dynamo names an argmax "argmax")
+            picked = h[torch.arange(b), last] + h[torch.arange(b), top]
+            return h + self.l(picked)[:, None]
+
+    class MoETopK(nn.Module):  # a router: Softmax, TopK(2), experts' weights Gathered by the chosen indices, weighted sum
+        def __init__(self):
+            super().__init__()
+            self.router = nn.Linear(D, 4)
+            self.w = nn.Parameter(torch.randn(4, D, D) / D ** 0.5)
+
+        def forward(self, h, pad=None):
+            p, idx = torch.topk(torch.softmax(self.router(h), -1), 2, -1)  # (b, t, 2)
+            p = p / p.sum(-1, keepdim=True)
+            out = h
+            for j in range(2):
+                we = self.w[idx[..., j]]  # (b, t, D, D): a Gather of the weights
+                out = out + p[..., j:j + 1] * (h.unsqueeze(-2) @ we).squeeze(-2)
+            return out
+
+    class LNFp16Forms(nn.Module):  # fp16: T5's upcast RMSNorm (Cast float32 → Pow/ReduceMean/Rsqrt → Cast back),
+        def __init__(self):        # a LayerNormalization op, and LayerNorm by Pow/ReduceMean in fp16 itself
+            super().__init__()
+            self.w, self.ln = nn.Parameter(torch.rand(D) + 0.5), nn.LayerNorm(D)
+            self.fc = nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            v = h.to(torch.float32).pow(2).mean(-1, keepdim=True)
+            x = self.w * (h.to(torch.float32) * torch.rsqrt(v + 1e-6)).to(h.dtype)
+            x = self.fc(self.ln(x))
+            mu = x.mean(-1, keepdim=True)
+            var = (x - mu).pow(2).mean(-1, keepdim=True)
+            return h + (x - mu) / torch.sqrt(var + 1e-5)
+
     class Fn(nn.Module):  # an activation written out as a function of tensors (no single torch op)
         def __init__(self, f):
             super().__init__()
@@ -412,6 +536,9 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "dfl_seq": DFLSeq,
         "attn_int_mask": IntMaskAttn, "rotary": Rotary, "einsum_attn": EinsumAttn, "where_softmax": WhereSoftmax,
         "embed_positions": EmbedPositions, "loop_recur": LoopRecur,
+        "attn_mask_where": lambda: AttnHFMask("where"), "attn_mask_finfo": lambda: AttnHFMask("mul"), "causal_trilu": CausalTrilu,
+        "roberta_embed": RobertaEmbed, "masked_mean_pool": MaskedMeanPool, "last_token_pool": LastTokenPool,
+        "moe_topk": MoETopK, "ln_fp16_forms": LNFp16Forms,
     }
 
     class ConvBN(nn.Module):
@@ -646,6 +773,8 @@ def _composite(spec: "ModuleSpec"):
             else:
                 self.inp = nn.Conv2d(3, C, 3, 1, 1)
                 self.head = nn.Conv2d(C, 4, 1)
+                # image-to-image: a super-resolution head (Conv → DepthToSpace ×2 + the input upsampled, Clip to [0, 1])
+                self.sr = nn.Conv2d(C, 12, 3, 1, 1) if "image" in spec.outputs else None
 
         def forward(self, *args):
             feed = dict(zip(spec.inputs, args))
@@ -663,7 +792,10 @@ def _composite(spec: "ModuleSpec"):
             else:
                 h = self.inp(x)
             for blk in self.blocks:
-                h = blk(h, feed.get("amask") if getattr(blk, "int_mask", False) else pad)
+                if hasattr(blk, "wants"):  # the int64 inputs it reads (HF's attention_mask, token_type_ids)
+                    h = blk(h, *(feed[k] for k in blk.wants))
+                else:
+                    h = blk(h, feed.get("amask") if getattr(blk, "int_mask", False) else pad)
             y = self.head(h)
             if pad is not None:
                 y = y.masked_fill(pad[..., None], 0.0)
@@ -683,6 +815,18 @@ def _composite(spec: "ModuleSpec"):
                     outs.append((y > 0).sum(-1).to(torch.int32))
                 elif extra == "scalar":  # a rank-0 output (a loss-like summary)
                     outs.append(y.abs().mean())
+                elif extra == "kp_argmax":  # landmarks: ArgMax over each flattened heatmap, (x, y) by Mod/Div
+                    idx = y.flatten(2).argmax(-1)
+                    outs.append(torch.stack([idx % y.shape[-1], torch.div(idx, y.shape[-1], rounding_mode="floor")], -1))
+                elif extra == "kp_soft":  # soft-argmax: Softmax over the flattened heatmap, coordinate grids' weighted sums
+                    hh, ww = y.shape[-2:]
+                    p = F.softmax(y.flatten(2) * 4, -1)
+                    gx = (torch.arange(ww, dtype=torch.float32) / ww).repeat(hh).to(y.dtype)  # Range has no float16
+                    gy = (torch.arange(hh, dtype=torch.float32) / hh).repeat_interleave(ww).to(y.dtype)
+                    outs.append(torch.stack([(p * gx).sum(-1), (p * gy).sum(-1)], -1))
+                elif extra == "image":  # super-resolution: DepthToSpace, residual add of the input, Clip to [0, 1]
+                    up = F.interpolate(feed["x"].to(h.dtype) * 0.5 + 0.5, scale_factor=2.0, mode="nearest")
+                    outs.append(torch.clamp(F.pixel_shuffle(self.sr(h), 2) + up, 0.0, 1.0))
             return tuple(outs)
 
     return Net().eval()
@@ -726,13 +870,15 @@ class ModuleSpec:
                     f["mask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(dt)
                 if "amask" in self.inputs:  # HF's attention_mask: int64, 1 = token, 0 = padding
                     f["amask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(np.int64)
+                if "ttype" in self.inputs:  # token_type_ids: a first segment of 0s, a second of 1s
+                    f["ttype"] = (np.arange(t)[None] >= rng.integers(1, t)).astype(np.int64)
             else:
                 f["x"] = rng.normal(0, 1, (1, 3, HW, HW)).astype(xdt)
             out.append({k: f[k] for k in self.inputs})
         return out
 
 
-def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpec:
+def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozenset[str] | None = None) -> ModuleSpec:
     """Module ``index`` of the campaign with ``seed``: 1-3 blocks of one domain, extras at random.
     ``only`` restricts the blocks drawn (a campaign on a few spellings); a domain with fewer than
     three of them draws fewer."""
@@ -752,10 +898,14 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None) -> ModuleSpe
             inputs.append("mask")
         if any(b in INT_MASK_BLOCKS for b in blocks):
             inputs.append("amask")
-    outputs = ["y"] + [str(o) for o in rng.choice(["argmax", "topk", "bool", "pooled", "count", "scalar"], int(rng.integers(0, 3)),
-                                                   replace=False)]
+        if any(b in TTYPE_BLOCKS for b in blocks):
+            inputs.append("ttype")
+    kinds = [k for k in OUTPUT_KINDS[domain] if outs is None or k in outs]
+    outputs = ["y"] + [str(o) for o in rng.choice(kinds, min(len(kinds), int(rng.integers(0 if outs is None else 1, 3))), replace=False)]
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
-    fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS for b in blocks)
+    if exporter == "torchscript" and opset < 14 and any(b in TRILU_BLOCKS for b in blocks):
+        opset = 15
+    fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5),
                       extra={"x32": True} if any(b in FP16_BLOCKS for b in blocks) else {})
@@ -767,9 +917,11 @@ def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, s
     cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) if only is None or b in only
              for e in (("torchscript", 17), ("dynamo", 18))]
     dom, block, (exporter, opset) = cases[index % len(cases)]
-    inputs = ["x", "ids", "mask"] + (["amask"] if block in INT_MASK_BLOCKS else []) if dom == "seq" else ["x"]
-    spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, ["y", "argmax", "topk", "count"], exporter, opset,
-                      fp16=block in FP16_BLOCKS, dynamic_seq=dom == "seq",
+    inputs = (["x", "ids", "mask"] + (["amask"] if block in INT_MASK_BLOCKS else []) + (["ttype"] if block in TTYPE_BLOCKS else [])
+              if dom == "seq" else ["x"])
+    outputs = ["y", "argmax", "topk", "count"] + (["kp_argmax", "kp_soft", "image"] if dom == "img" else [])
+    spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, outputs, exporter, opset,
+                      fp16=block in FP16_BLOCKS or block in FP16_NATIVE_BLOCKS, dynamic_seq=dom == "seq",
                       extra={"x32": True} if block in FP16_BLOCKS else {})
     return spec, PRESETS[index % len(PRESETS)]
 
@@ -798,7 +950,8 @@ def export(spec: ModuleSpec, path: Path, net: Any = None) -> Path:
     if spec.exporter == "dynamo":
         b = torch.export.Dim("batch", min=1, max=64)
         s = torch.export.Dim("seq", min=2, max=256)
-        shapes = tuple({0: b, 1: s} if spec.dynamic_seq and k in ("x", "ids", "mask", "amask") else {0: b} for k in spec.inputs)
+        shapes = tuple({0: b, 1: s} if spec.dynamic_seq and k in ("x", "ids", "mask", "amask", "ttype") else {0: b}
+                       for k in spec.inputs)
         torch.onnx.export(net, args, str(path), dynamo=True, opset_version=spec.opset, input_names=list(spec.inputs),
                           output_names=outs, dynamic_shapes=(shapes,), verbose=False,
                           external_data=False)
@@ -1006,6 +1159,7 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help="each block alone per exporter, one preset each (sweep())")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--blocks", help="comma-separated block names: draw (or sweep) only these")
+    ap.add_argument("--outputs", help="comma-separated extra output kinds: draw 1-2 of these only (OUTPUT_KINDS)")
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=180)
@@ -1026,7 +1180,8 @@ def main() -> int:
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
         only = frozenset(a.blocks.split(",")) if a.blocks else None
-        spec, presets = (sweep(index, only) if a.sweep else (draw(index, a.seed, only), a.presets))
+        outs = frozenset(a.outputs.split(",")) if a.outputs else None
+        spec, presets = (sweep(index, only) if a.sweep else (draw(index, a.seed, only, outs), a.presets))
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16,
                 "blocks": spec.blocks, "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         src = mdir / f"m{index:03d}.onnx"

@@ -312,6 +312,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--presets", default=",".join(ef.PRESETS))
     ap.add_argument("--blocks", help="comma-separated block names: draw only these (export_fuzz.draw)")
+    ap.add_argument("--outputs", help="comma-separated extra output kinds: draw 1-2 of these only (export_fuzz.OUTPUT_KINDS)")
     ap.add_argument("--calib", type=int, default=32, help="calibration feeds, as a user gives (the floor holds 8 out)")
     ap.add_argument("--fresh", type=int, default=256, help="fresh feeds of the same distribution the result is judged on again")
     ap.add_argument("--steps", type=int, default=150, help="Adam steps on the synthetic task (0: random weights)")
@@ -338,7 +339,8 @@ def main() -> int:
     done = {(r["module"], r["preset"]) for r in rows}
     t0 = time.time()
     for index in range(a.start, a.start + a.modules):
-        spec = ef.draw(index, a.seed, frozenset(a.blocks.split(",")) if a.blocks else None)
+        spec = ef.draw(index, a.seed, frozenset(a.blocks.split(",")) if a.blocks else None,
+                       frozenset(a.outputs.split(",")) if a.outputs else None)
         base = {"module": spec.name, "exporter": spec.exporter, "opset": spec.opset, "fp16": spec.fp16, "blocks": spec.blocks,
                 "inputs": spec.inputs, "outputs": spec.outputs, "dynamic_seq": spec.dynamic_seq}
         if all((spec.name, p) in done for p in a.presets.split(",")):
@@ -386,8 +388,9 @@ def markdown(paths: list[str]) -> str:
     the sampling check (plain builds that break on the fresh set: how many the floor said held, against
     the sum of their ``p_hold``, the count luck alone would give); then every miss."""
     lines = ["| campaign | modules | quantizations | " + " | ".join(CLASSES) + " | misses: p_hold ≥ 0.1 / < 0.1 "
-             "| plain builds below on the fresh set: said held / expected by sampling (Σ p_hold) | errors "
-             "| export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 8)]
+             "| plain builds below on the fresh set: said held / expected by sampling (Σ p_hold) "
+             "| repaired where the plain build holds on the fresh set | errors "
+             "| export failed / float does not run | train acc (median) |", "|" + " --- |" * (len(CLASSES) + 9)]
     misses: list[dict] = []
     for path in paths:
         rows = json.loads(Path(path).read_text())["rows"]
@@ -398,13 +401,15 @@ def markdown(paths: list[str]) -> str:
         size = sum((r.get("p_hold") or 0) >= 0.1 for r in miss)
         plain = [r["plain"] for r in ok if "plain" in r and not r["plain"]["ok"]]
         said = sum(p["small_ok"] for p in plain)
+        # over-repair: repair acted (the plain build's small verdict broke) where the plain build holds on the fresh set
+        over = sum(1 for r in ok if r.get("repaired") and "plain" in r and r["plain"].get("ok"))
         expected = sum(p.get("p_hold", 0) for p in plain)
         errors = sum(r["status"] not in ("ok", "export failed", "float does not run") for r in rows)
         exp = sum(r["status"] == "export failed" for r in rows), sum(r["status"] == "float does not run" for r in rows)
         accs = [r["train"]["acc_after"] for r in rows if r.get("train")]
         lines.append(f"| {Path(path).name} | {len({r['module'] for r in rows})} | {sum(r['preset'] != '*' for r in rows)} | "
                      + " | ".join(str(n[c]) for c in CLASSES)
-                     + f" | {size} / {len(miss) - size} | {len(plain)}: {said} / {expected:.1f} | {errors} | {exp[0]} / {exp[1]} "
+                     + f" | {size} / {len(miss) - size} | {len(plain)}: {said} / {expected:.1f} | {over} | {errors} | {exp[0]} / {exp[1]} "
                      f"| {np.median(accs) if accs else float('nan'):.2f} |")
     lines += ["", "| campaign | module | preset | class | p_hold (subset) | broken on the fresh set |", "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(misses, key=lambda r: (r.get("p_hold") or 0, r["module"])):

@@ -155,6 +155,17 @@ class _Builder:
             return self._scan_matmul(x, s)
         if op == "LoopMatMul" and s[0] >= 1:
             return self._loop_matmul(x, s)
+        if op == "CausalSoftmax" and len(s) >= 2 and s[-1] == s[-2] and self.opset >= 14:
+            return self._causal_softmax(x, s)
+        if op == "MaskedMeanPool" and len(s) >= 2:
+            return self._masked_mean_pool(x, s)
+        if op == "EinsumMatMul" and len(s) >= 2:
+            dout = r.randint(1, 8)
+            letters = "abcd"[: len(s) - 1]
+            return self.node("Einsum", [x, self.weight((s[-1], dout))], (*s[:-1], dout), equation=f"{letters}i,ij->{letters}j")[0]
+        if op == "DepthToSpaceClip" and len(s) == 4 and s[1] % 4 == 0 and s[2] * 2 <= 16:
+            up = self.node("DepthToSpace", [x], (s[0], s[1] // 4, 2 * s[2], 2 * s[3]), blocksize=2, mode="CRD")[0]
+            return self.node("Clip", [up, self.scalar(0.0), self.scalar(1.0)], self.shapes[up])[0]
         if op == "LayerNormalization" and self.opset >= 17:
             return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
         return None
@@ -191,6 +202,30 @@ class _Builder:
         d = self.node("Sub", [x, back], s)[0]
         peak = self._reduce("ReduceMax", self.node("Abs", [x], s)[0], None, (), 0)
         return self.node("Div", [d, self.node("Add", [peak, self.scalar(1.0)], ())[0]], s)[0]
+
+    def _causal_softmax(self, x: str, s: tuple[int, ...]) -> str:
+        """GPT-2's causal mask as exporters write it: Trilu of a constant ones square, a bool Cast, Where
+        with float32's lowest value (fp16's where the graph is fp16) where the mask is off, Softmax."""
+        n = s[-1]
+        ones = self.name("ones")
+        self.inits.append(numpy_helper.from_array(np.ones((n, n), np.int64), ones))
+        tril = self.node("Trilu", [ones], (n, n), upper=0)[0]
+        keep = self.node("Cast", [tril], (n, n), to=TensorProto.BOOL)[0]
+        low = self.scalar(float(np.finfo(self.np_dtype).min))
+        return self.node("Softmax", [self.node("Where", [keep, x, low], s)[0]], s, axis=-1)[0]
+
+    def _masked_mean_pool(self, x: str, s: tuple[int, ...]) -> str:
+        """sentence-transformers' mean pooling: an int64 mask (a constant here: its later half zero) Cast to
+        the float type, Unsqueezed; Σ(x·m) over the sequence axis (−2) ÷ max(Σm, 1e-9), Added back to x."""
+        t = s[-2]
+        mask = self.name("mask")
+        self.inits.append(numpy_helper.from_array((np.arange(t) < max(1, (t + 1) // 2)).astype(np.int64), mask))
+        m = self.node("Unsqueeze", [self.node("Cast", [mask], (t,), to=self.elem)[0], self.const_i64([1])], (t, 1))[0]
+        keep = (*s[:-2], 1, s[-1])
+        total = self._reduce("ReduceSum", self.node("Mul", [x, m], s)[0], [-2], keep, 1)
+        count = self._reduce("ReduceSum", m, [-2], (1, 1), 1)
+        count = self.node("Max", [count, self.scalar(1e-9)], (1, 1))[0]
+        return self.node("Add", [x, self.node("Div", [total, count], keep)[0]], s)[0]
 
     def _scan_matmul(self, x: str, s: tuple[int, ...]) -> str:
         """A recurrence as a Scan over axis 0: ``h_t = Tanh(x_t·Wx + h_{t-1}·Wh)``, the weights outer-scope
@@ -235,7 +270,8 @@ class _Builder:
         return ys
 
 FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
-            "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul")
+            "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul",
+            "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip")
 
 
 @st.composite

@@ -43,9 +43,11 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
             if x.shape is not None and len(x.shape) and isinstance(x.shape[-1], int):
                 width = x.shape[-1]
             if gamma is None:
-                if width is None:
+                if width is None or x.dtype is None:
                     continue
-                gamma = make_initializer(graph, unique_name(names, f"{mean.name}_ln_scale"), np.ones(width, np.float32))
+                # the scale in the normalized tensor's own type: LayerNormalization binds X and Scale to one
+                # type, and a float16 graph kept in float16 (FP16 on an fp16 model) refused a float32 one
+                gamma = make_initializer(graph, unique_name(names, f"{mean.name}_ln_scale"), np.ones(width, x.dtype.numpy()))
             inputs = [x, gamma] + ([beta] if beta is not None else [])
             ln = ir.node("LayerNormalization", inputs, attributes={"axis": -1, "epsilon": float(eps)},
                          name=f"{final.name or 'LayerNorm'}_fused")
