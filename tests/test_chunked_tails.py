@@ -129,7 +129,7 @@ def test_shape_probe_holds_no_large_weight_and_infers_the_same_sizes():
     """The first feed's sizes come from a probe without the large initializers (each becomes a typed
     graph input): the same sizes as with the weights, a fraction of the memory."""
     from onnx import helper
-    from onnxptq.calibration.runner import _first_feed_sizes, _shape_probe
+    from onnxptq.calibration.runner import _first_feed_sizes, shape_probe
 
     w = np.random.default_rng(0).standard_normal((130, 96)).astype(np.float32)
     model = helper.make_model(helper.make_graph(
@@ -138,7 +138,7 @@ def test_shape_probe_holds_no_large_weight_and_infers_the_same_sizes():
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([0, -1, 8], np.int64), "shape")]),
         opset_imports=[helper.make_opsetid("", 21)])
-    probe = _shape_probe(model)
+    probe = shape_probe(model)
     assert [i.name for i in probe.graph.initializer] == ["shape"]
     assert "w" in {i.name for i in probe.graph.input}
     assert probe.ByteSize() < w.nbytes // 10

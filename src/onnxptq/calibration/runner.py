@@ -477,7 +477,7 @@ def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], na
     height and width: chunking them made its calibration runs 1.5x dearer; bench/RESULTS.md). A
     hint only: the reduction stays exact for any size of later feeds."""
     try:
-        probe = _shape_probe(model)
+        probe = shape_probe(model)
         for vi in probe.graph.input:
             if vi.name in feed and vi.type.HasField("tensor_type"):
                 dims = vi.type.tensor_type.shape.dim
@@ -498,7 +498,7 @@ def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], na
     return out
 
 
-def _shape_probe(model: onnx.ModelProto) -> onnx.ModelProto:
+def shape_probe(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` for shape inference that holds no large weight: each initializer of more
     than :data:`_PROBE_MAX_VALUES` values becomes a graph input of its type and shape, which is all
     inference reads of it, so the probe costs the graph's size, not the weights' (a copy of an LLM's

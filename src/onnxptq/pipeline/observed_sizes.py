@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import onnx
 
-from ..calibration.runner import _shape_probe
+from ..calibration.runner import shape_probe
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def observed_sizes(model: onnx.ModelProto, feeds: Iterable[Mapping[str, Any]]) -
     if not signatures:
         return {}
     try:
-        base = _shape_probe(model)
+        base = shape_probe(model)
     except Exception as exc:  # noqa: BLE001 - a hint only
         log.debug("observed sizes: no shape probe (%s)", exc)
         return {}
