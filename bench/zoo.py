@@ -110,6 +110,8 @@ def _repair_kept(result) -> str:
     """What the accuracy-floor repair kept, if this version of the library reports it."""
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and rep.get("unjudged") and "kept_float" not in rep:
+        if rep.get("note"):  # the floor's own words (a mask's IoU bound, a share's interval), not a row count
+            return f"not judged: {rep['note']}"[:300]
         outs = rep.get("before", {}).get("outputs", {})
         def _count(o: dict) -> str:
             pos = o.get("positions")
