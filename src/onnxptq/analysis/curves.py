@@ -49,7 +49,7 @@ from typing import Iterable
 import numpy as np
 import onnx
 
-from ..graph.walk import dataflow
+from ..graph.walk import constant_names, dataflow
 from .scores import MAX_SCORES
 
 __all__ = ["LIVE", "TOLERANCE", "CurveAgreement", "decision_confidences", "regression_heads"]
@@ -94,8 +94,7 @@ def regression_heads(model: onnx.ModelProto) -> set[str]:
     """The graph outputs read from a linear layer through data movement and a bias ``Add`` of a constant: a
     regression head's values, not a curve (module docstring)."""
     producer, _ = dataflow(model.graph.node)
-    constants = {t.name for t in model.graph.initializer} | {
-        o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    constants = constant_names(model.graph)
     found: set[str] = set()
     for out in model.graph.output:
         node, hops = producer.get(out.name), 0
