@@ -477,25 +477,36 @@ def _first_feed_sizes(model: onnx.ModelProto, feed: Mapping[str, np.ndarray], na
     height and width: chunking them made its calibration runs 1.5x dearer; bench/RESULTS.md). A
     hint only: the reduction stays exact for any size of later feeds."""
     try:
-        probe = shape_probe(model)
-        for vi in probe.graph.input:
-            if vi.name in feed and vi.type.HasField("tensor_type"):
-                dims = vi.type.tensor_type.shape.dim
-                del dims[:]
-                for d in np.shape(feed[vi.name]):
-                    dims.add().dim_value = int(d)
-        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        inferred = infer_at_shapes(shape_probe(model), {k: np.shape(v) for k, v in feed.items()})
     except Exception as exc:  # noqa: BLE001 - a hint only
         log.debug("calibration: no concrete shapes for the tail reductions (%s)", _one_line(exc))
         return {}
     wanted = set(names)
     out: dict[str, int] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+    for vi in inferred:
         if vi.name in wanted and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             dims = _declared_dims(vi.type.tensor_type.shape)
             if dims and all(d is not None for d in dims[1:]):
                 out[vi.name] = int(np.prod(dims[1:], dtype=np.int64))
     return out
+
+
+def infer_at_shapes(probe: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> list[onnx.ValueInfoProto]:
+    """The value infos and outputs ONNX shape inference gives a copy of ``probe`` (a
+    :func:`shape_probe`) whose inputs named in ``shapes`` are set to those concrete shapes; raises
+    where inference fails. The one way the size hints read a feed's sizes without running the
+    model: calibration's tail reductions (:func:`_first_feed_sizes`) and the block bodies
+    (``pipeline/observed_sizes.py``)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(probe)
+    for vi in model.graph.input:
+        if vi.name in shapes and vi.type.HasField("tensor_type"):
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[vi.name]:
+                dims.add().dim_value = int(d)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    return list(inferred.graph.value_info) + list(inferred.graph.output)
 
 
 def shape_probe(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import onnx
 
-from ..calibration.runner import shape_probe
+from ..calibration.runner import infer_at_shapes, shape_probe
 
 log = logging.getLogger(__name__)
 
@@ -58,22 +58,12 @@ def observed_sizes(model: onnx.ModelProto, feeds: Iterable[Mapping[str, Any]]) -
     sizes: dict[str, int] = {}
     unsized: set[str] = set()
     for sig in signatures:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(base)
-        shapes = dict(sig)
-        for vi in probe.graph.input:
-            if vi.name in shapes and vi.type.HasField("tensor_type"):
-                dims = vi.type.tensor_type.shape.dim
-                del dims[:]
-                for d in shapes[vi.name]:
-                    dims.add().dim_value = d
-        del probe.graph.value_info[:]  # inferred anew from the concrete inputs
         try:
-            inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+            inferred = infer_at_shapes(base, dict(sig))
         except Exception as exc:  # noqa: BLE001 - a hint only
             log.debug("observed sizes: shape inference failed on %s (%s)", sig, exc)
             return {}
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        for vi in inferred:
             t = vi.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
             if dims is None or any(d is None for d in dims):
