@@ -949,6 +949,17 @@ class WeightPacker:
                         f"{stem_}u")
             return op("Mul", [mag, signed], f"{stem_}v")
 
+        def escaped_back(f: str, k: int, rest: Callable[[], str], stems: tuple[str, str, str, str, str]) -> str:
+            """int32 ``f + (f // k) * rest[cumsum(f // k)]``: a field of ``k`` marks an escape, whose
+            value less ``k`` is the escape stream's next entry (``rest()``, made after the positions;
+            the stream leads with a 0). Integer arithmetic only (no Equal/Where: their int32 kernels
+            added ~0.3 MB to a session's peak RSS): ``f // k`` is 1 on an escape, 0 elsewhere
+            (``f <= k``). ``stems``: the five nodes' names (the exponents' and the singles' own)."""
+            esc = op("Div", [f, self._table(f"x{k}", np.array(k, np.int32))], stems[0])
+            pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], stems[1])
+            more = op("Mul", [esc, op("Gather", [rest(), pos], stems[2])], stems[3])
+            return op("Add", [f, more], stems[4])
+
         def plane_index(values: np.ndarray, planes: list[tuple[int, int]], stem_: str, base: int = 0,
                         length: int | None = None) -> str:
             """int32 ``[length]`` (default: the group's rows): ``values`` (< 2^(base + bits)) less
@@ -990,13 +1001,10 @@ class WeightPacker:
             if escaped is not None:
                 # the rank field's top value k marks an escape: the rank less k is the stream's next
                 # entry (f // k is 1 there, 0 elsewhere; its running sum is the entry's position)
-                k = (1 << escaped.bits) - 1
-                esc = op("Div", [e_idx, self._table(f"x{k}", np.array(k, np.int32))], "sq")
-                pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "sp")
                 stream = escaped.stream
-                rest = plane_index(stream, exponent_planes(int(stream.max())), "singles_esc", length=stream.size)
-                more = op("Mul", [esc, op("Gather", [rest, pos], "sg0")], "sa")
-                e_idx = op("Add", [e_idx, more], "si")
+                e_idx = escaped_back(e_idx, (1 << escaped.bits) - 1,
+                                     lambda: plane_index(stream, exponent_planes(int(stream.max())), "singles_esc", length=stream.size),
+                                     ("sq", "sp", "sg0", "sa", "si"))
                 t_key = f"e8m0s_{hashlib.sha1(e_table1.tobytes()).hexdigest()[:10]}"
             else:
                 t_key = f"e8m0z_{e_table1.view(np.uint32)[0]}_{e_table1.size}"
@@ -1137,14 +1145,10 @@ class WeightPacker:
             f = op("Reshape", [fields(_pack_fields(field_, e_bits), e_bits, "exponents"), self._ints([-1])], "ef")
             if g.rows % per:
                 f = op("Slice", [f, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
-            # integer arithmetic only (no Equal/Where: their int32 kernels added ~0.3 MB to a
-            # session's peak RSS): f // k is 1 on an escape, 0 elsewhere (f <= k)
-            k = self._table(f"x{(1 << e_bits) - 1}", np.array((1 << e_bits) - 1, np.int32))
-            esc = op("Div", [f, k], "eq")
-            pos = op("CumSum", [esc, self._table("ax0", np.array(0, np.int32))], "ep")
-            rest = op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32)
-            more = op("Mul", [esc, op("Gather", [rest, pos], "ev")], "em")
-            index = op("Reshape", [op("Add", [f, more], "e"), self._ints([g.rows, 1, 1, *extra])], "e3")
+            back = escaped_back(f, (1 << e_bits) - 1,
+                                lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
+                                ("eq", "ep", "ev", "em", "e"))
+            index = op("Reshape", [back, self._ints([g.rows, 1, 1, *extra])], "e3")
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
