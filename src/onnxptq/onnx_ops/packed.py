@@ -524,8 +524,10 @@ class WeightPacker:
         key = (code.key, layout, width, shifted, own)
         if key not in self.groups:
             sub = layout.sub if shifted else width
-            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"),
-                                      shifted=shifted, own=own)
+            # (own groups: a stem of their own, so their streams are not the other group's with a
+            # number after the width, which lean_file.short_table_names would not read as a stream)
+            stem = f"packed_{code.key}_b{layout.block}_{'own_' if own else ''}w{width}"
+            self.groups[key] = _Group(code, layout, width, sub, self.fresh(stem), shifted=shifted, own=own)
         return self.groups[key]
 
     # ---------------------------------------------------------------- entry point
