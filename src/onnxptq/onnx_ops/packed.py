@@ -35,7 +35,11 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   step and ~10 for a table ``Gather`` or an integer ``Div``/``Mod`` (bench/RESULTS.md, packed14). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
-  own shape.
+  own shape. Large weights whose 8-bit codes one ``Cast`` decodes (``OWN_FROM``) keep their own
+  codes, stored in their own axis order: the group's chain ends at the block scales, and each
+  weight is ``Cast``, ``Mul`` by its scales and one ``Reshape`` (MX9's sub-block shifts pick a half
+  or whole block scale by ``Where``), since the folding holds every step's output to its end
+  (:meth:`WeightPacker._own_codes`; rec BFP16's load +58 → +46 MB over the fp32 file's, packed16).
 
 Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
 same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
