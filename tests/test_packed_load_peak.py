@@ -37,7 +37,10 @@ def _weights() -> dict[str, tuple[np.ndarray, int]]:
     return {"conv": (conv, 1), "matmul": (matmul, 0), "pointwise": (pointwise, 1)}
 
 
-def _decode_model(key: str, weights: dict[str, tuple[np.ndarray, int]]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def _decode_model(key: str, weights: dict[str, tuple[np.ndarray, int]], unpacked: tuple[str, ...] = ()
+                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The packed weights' decode model and the reference's values; ``unpacked``: weights the
+    packer must refuse (too many elements to patch), left out of the model."""
     fmt, base = FORMATS[key]
     packer = WeightPacker(OPSET, FreshNames())
     frags, expected = [], {}
@@ -45,6 +48,9 @@ def _decode_model(key: str, weights: dict[str, tuple[np.ndarray, int]]) -> tuple
         attrs = dict(base, axis=axis)
         fq = fake_quantize(values, fmt, **attrs)
         frag = packer.add(name, values, fq, fmt, attrs, f"{name}_out")
+        if name in unpacked:
+            assert frag is None, f"{key}: {name} was packed"
+            continue
         assert frag is not None, f"{key}: {name} was not packed"
         frags.append(frag)
         expected[f"{name}_out"] = fq
@@ -110,4 +116,18 @@ def test_own_codes_off_gives_the_group_form_with_the_same_values(monkeypatch):
     so = ort.SessionOptions()
     got = ort.InferenceSession(grouped.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {})
     for out, value in zip([o.name for o in grouped.graph.output], got):
+        assert np.array_equal(value.view(np.uint32), expected[out].view(np.uint32)), out
+
+
+@pytest.mark.parametrize("key", ["MX9", "MXINT8"])
+def test_a_refused_large_weight_leaves_no_trace_in_the_groups(key):
+    """A large weight with too many elements the format cannot hold (Inf every 7th: more than the
+    patch allows) is refused after its codes, exponents, shifts and pieces went to its groups;
+    they are taken back, and the weights packed after it decode bit for bit."""
+    weights = _weights()
+    bad = np.random.default_rng(3).normal(0, 0.1, (128, 64, 3, 3)).astype(np.float32)
+    bad.reshape(-1)[::7] = np.inf
+    model, expected = _decode_model(key, {"bad": (bad, 1), **weights}, unpacked=("bad",))
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    for out, value in zip([o.name for o in model.graph.output], got):
         assert np.array_equal(value.view(np.uint32), expected[out].view(np.uint32)), out
