@@ -75,3 +75,16 @@ def test_the_last_layers_mean_shift_after_the_quantized_upstream_is_removed(tmp_
     # by level through the quantized upstream, 0.4 % and 0.04 on these held-out samples.
     assert np.abs(err).max() < 0.015 * spread.max(), (err, spread)
     assert np.linalg.norm(err) < 0.15 * np.linalg.norm(noise), (err, noise)
+
+
+def test_a_shift_the_samples_disagree_on_is_shrunk_and_an_agreed_one_kept():
+    from onnxptq.pipeline.refine.sequential_bias import _agreed_shift
+
+    rng = np.random.default_rng(0)
+    agreed = 0.5 + 0.01 * rng.standard_normal(8)        # every sample says +0.5
+    noisy = 0.05 + np.tile([1.0, -1.0], 4)               # samples split ±1: a mean of 0.05 is noise
+    shift = _agreed_shift(np.stack([agreed, noisy], axis=1))
+    # James-Stein's factor 1 - se²/mean²: ~1 for the first channel, 0 for the second (se 0.38 > 0.05)
+    assert abs(shift[0] - agreed.mean()) < 1e-3 * abs(agreed.mean())
+    assert shift[1] == 0.0
+    assert np.all(_agreed_shift(np.ones((1, 3))) == 0.0)  # one sample: no evidence of agreement
