@@ -26,9 +26,8 @@ a layer's level is the number of corrected layers on the longest path into it, a
 measured only after every level before it is corrected.
 
 How, in about one forward pass: the quantized model's main graph is cut into segments by level;
-segment ``k`` holds level ``k``'s layers (part a) and the nodes after them up to the next level
-(part b). Each part runs once per sample on the cached tensors it reads; between a and b the
-level's new shifts are added to its layers' outputs in NumPy (a bias adds a per-channel constant
+step ``k`` runs the nodes after level ``k - 1``'s layers and then level ``k``'s layers, once per
+sample on the cached tensors they read (one session a level); after it the level's new shifts are added to its layers' outputs in NumPy (a bias adds a per-channel constant
 to a Conv/Gemm output, so this is exactly the corrected layer's output), and only tensors read
 later are kept. The float model runs beside it the same way (the slope weights need its values
 element by element). Both caches hold, per sample, the tensors that cross a level: at most
@@ -168,14 +167,15 @@ class _Stepper:
         self.inputs = {i.name for i in graph.input}
         self.cache = [dict(feed) for feed in samples]
 
-    def run(self, k: int, part_a: bool) -> None:
-        """Runs part a (level ``k``'s layers) or part b (what follows them) on every cached sample."""
-        nodes = self.segments[k][0 if part_a else 1]
+    def run(self, k: int) -> None:
+        """Runs, on every cached sample, what follows level ``k - 1``'s layers and then level ``k``'s
+        layers (one session: nothing between them is corrected)."""
+        nodes = self.segments[k - 1][1] + self.segments[k][0]
         if not nodes:
             return
         made = [o for n in nodes for o in n.output if o]
-        keep = [o for o in made if self.last_read.get(o, -1) > k or (self.last_read.get(o, -1) == k and part_a)]
-        outs = list(dict.fromkeys(keep + ([n.output[0] for n in nodes] if part_a else [])))
+        outs = list(dict.fromkeys([o for o in made if self.last_read.get(o, -1) >= k]
+                                  + [n.output[0] for n in self.segments[k][0]]))
         if not outs:
             return
         part = _part(self.model, _with_constants(nodes, self.constants), self.cache[0], outs, self.inits)
@@ -254,9 +254,9 @@ def sequential_shifts(float_model: onnx.ModelProto, quantized: onnx.ModelProto, 
     slope = _slope(float_model)
     shifts: dict[str, np.ndarray] = {}
     top = min(fl.top, qu.top)
-    for k in range(0, top + 1):
-        fl.run(k, True)
-        qu.run(k, True)
+    for k in range(1, top + 1):
+        fl.run(k)
+        qu.run(k)
         for node in qu.segments[k][0]:
             y = node.output[0]
             if y not in fl.cache[0]:
@@ -270,11 +270,8 @@ def sequential_shifts(float_model: onnx.ModelProto, quantized: onnx.ModelProto, 
             view = shift.reshape((1, -1) + (1,) * (qu.cache[0][y].ndim - 2))
             for c in qu.cache:
                 c[y] = (c[y] + view).astype(c[y].dtype)
-        if k < top:
-            fl.run(k, False)
-            qu.run(k, False)
-        fl.drop(k)
-        qu.drop(k)
+        fl.drop(k - 1)
+        qu.drop(k - 1)
     log.info("sequential bias correction: %d layer(s) over %d level(s) on %d sample(s)", len(shifts), top, len(samples))
     return shifts
 
