@@ -36,8 +36,8 @@ element by element). Both caches hold, per sample, the tensors that cross a leve
 Scope: the layers :mod:`.bias_correction` corrects that sit in the main graph and read their
 data input through a symmetric integer grid of at most 8 bits (:func:`.bias_correction.input_quantizer`:
 where the first-order input term was measured to help); a graph whose main graph holds a node with a
-subgraph (If/Loop/Scan: bodies read outer tensors the cut would have to follow) is left to the
-first-order correction. The shifts are measured on the kept calibration samples.
+subgraph (If/Loop/Scan: bodies read outer tensors the cut would have to follow), or whose
+weights are streamed to external data, is left to the first-order correction. The shifts are measured on the kept calibration samples.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ...graph.external import tensor_values
+from ...graph.external import has_external, tensor_values
 from ...sessions import open_session
 from ..plan import Plan
 from ..solve import QParams
@@ -243,8 +243,9 @@ def sequential_shifts(float_model: onnx.ModelProto, quantized: onnx.ModelProto, 
     its output in ``quantized`` on ``samples`` matches its output in ``float_model`` on average,
     each element weighted by the squared slope of the activation after the layer. Empty where
     either main graph holds a subgraph node or nothing applies (see the module doc)."""
-    if not samples or not layers or any(_has_subgraph(n) for m in (float_model, quantized) for n in m.graph.node):
-        return {}
+    if (not samples or not layers or any(_has_subgraph(n) for m in (float_model, quantized) for n in m.graph.node)
+            or has_external(float_model) or has_external(quantized)):
+        return {}  # a streamed model's weights sit in a file the cut-out segments would not find
     made_q = {n.output[0] for n in quantized.graph.node if n.output}
     made_f = {n.output[0] for n in float_model.graph.node if n.output}
     wanted = {name for name in layers if name in made_q and name in made_f}
