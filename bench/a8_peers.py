@@ -147,7 +147,7 @@ else:
     kept = list(rep.get('kept_float', [])) if isinstance(rep, dict) else []
 w, cp = time.perf_counter() - t0, time.process_time() - c0
 print('@@' + json.dumps({{'quantize_s': round(w, 2), 'quantize_cpu_s': round(cp, 2), 'repair_kept': len(kept),
-                         'warnings': [x[:300] for x in warnings][:6]}}))
+                         'warnings': [x[:2000] for x in warnings][:6]}}))
 """
 
 _ORT = """

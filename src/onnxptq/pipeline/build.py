@@ -83,16 +83,30 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         t = time.perf_counter()
         weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
         timings["refine"] = time.perf_counter() - t
-    quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
-                     bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
-                     pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded,
-                     sizes=of_calibration(calibrated) if _block_activations(plan) else None)
-    if cfg.runtime == "cpu":
-        dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
-    if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
-        exact_int_weights(quantized)  # no MatMulNBits on 16-bit or float activations (graph/passes/exact_int_weights.py)
-    if runtime.guard_saturation(cfg):
-        unsigned_gemm_weights(quantized)  # no saturating U8S8 sums without VNNI (graph/passes/unsigned_gemm_weights.py)
+    def emitted(weights: onnx.ModelProto, params: dict[str, QParams]) -> onnx.ModelProto:
+        quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
+                         bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
+                         pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded,
+                         sizes=of_calibration(calibrated) if _block_activations(plan) else None)
+        if cfg.runtime == "cpu":
+            dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
+        if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":
+            exact_int_weights(quantized)  # no MatMulNBits on 16-bit or float activations (graph/passes/exact_int_weights.py)
+        if runtime.guard_saturation(cfg):
+            unsigned_gemm_weights(quantized)  # no saturating U8S8 sums without VNNI (graph/passes/unsigned_gemm_weights.py)
+        return quantized
+
+    quantized = emitted(weights, params)
+    if cfg.bias_correction_active(calibrated.holdout_reused) and cfg.finetune is None:
+        from .refine.sequential_bias import sequential_corrections
+
+        t = time.perf_counter()
+        further = sequential_corrections(calibrated, plan, params, prepared, quantized, reuse, cfg.calibration.providers)
+        if further:
+            weights = prepared = with_initializers(prepared, further)
+            params = solved(prepared)
+            quantized = emitted(weights, params)
+        timings["bias correction"] = timings.get("bias correction", 0.0) + time.perf_counter() - t
     return Built(plan, params, quantized, timings)
 
 
