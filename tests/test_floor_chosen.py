@@ -95,3 +95,54 @@ def test_repair_s_delivered_verdict_says_it_was_chosen_on_its_samples():
     assert result.floor.floor.among == rep["evaluations"] > 1
     assert rep["after"]["floor"]["chosen_among"] == rep["evaluations"]
     assert f"repair chose this model among {rep['evaluations']} builds on them" in result.summary()
+
+
+def _embeddings(noise: float, feeds: int = 4, seed: int = 3) -> tuple[list[dict], list[dict]]:
+    """An embedding output ``[1, 64]`` per feed and a candidate whose error differs from feed to feed."""
+    rng = np.random.default_rng(seed)
+    refs, gots = [], []
+    for i in range(feeds):
+        r = rng.normal(0, 1, (1, 64)).astype(np.float32)
+        g = r + rng.normal(0, noise * (0.3 + i), r.shape).astype(np.float32)
+        refs.append({"embedding": r})
+        gots.append({"embedding": g})
+    return refs, gots
+
+
+def _jackknife_low(refs: list[dict], gots: list[dict], level: float) -> tuple[float, float]:
+    """The pooled cosine and its jackknife low end, by concatenation (not the floor's per-feed sums)."""
+    from onnxptq.analysis.maps import t_quantile
+
+    x = [np.asarray(f["embedding"], np.float64).ravel() for f in refs]
+    y = [np.asarray(f["embedding"], np.float64).ravel() for f in gots]
+
+    def cos(idx: list[int]) -> float:
+        a, b = np.concatenate([x[i] for i in idx]), np.concatenate([y[i] for i in idx])
+        return float(a @ b / np.sqrt((a @ a) * (b @ b)))
+
+    n = len(x)
+    whole = cos(list(range(n)))
+    left = np.array([cos([j for j in range(n) if j != i]) for i in range(n)])
+    se = math.sqrt((n - 1) / n * float(((left - left.mean()) ** 2).sum()))
+    return whole, whole - t_quantile(level, n - 1) * se
+
+
+def test_a_cosine_a_search_chose_by_is_bounded_by_its_spread_over_the_feeds():
+    # sscd_distilled MXINT8's after-figure in shape: an embedding's pooled cosine just above the 16-bit floor's 0.99 on
+    # 4 held-out feeds, chosen among 4 builds (on 48 fresh images it read 0.9876: bench/RESULTS.md, floor16)
+    refs, gots = _embeddings(0.06)
+    floor = resolve_config("MXINT8")
+    from onnxptq.analysis.floor import floor_for
+
+    judged = measure(refs, gots, floor_for(floor))
+    check = judged.outputs["embedding"]
+    assert judged.ok and 0.99 <= check.cosine < 0.999 and not judged.unconfirmed  # judged on its figure: holds
+    after = chosen(judged, 4)
+    whole, low = _jackknife_low(refs, gots, chosen_level(CONFIDENT, 4))
+    bound = after.outputs["embedding"].unconfirmed
+    assert after.ok and after.unconfirmed == ["embedding"] and bound is not None
+    assert bound.share == pytest.approx(whole, abs=1e-6) and bound.low == pytest.approx(low, abs=1e-6) and low < 0.99
+    assert bound.to_confirm and bound.to_confirm > 4 and "could NOT confirm" in after.describe()
+    assert "embedding" not in judged.to_json()["outputs"]["embedding"].get("cosine_sums", {})  # not in the JSON
+    tight = measure(*_embeddings(0.002), floor_for(floor))
+    assert not chosen(tight, 4).unconfirmed  # far above the floor: its spread does not reach it

@@ -102,7 +102,7 @@ from .recurrent_reads import StepFrames, recurrent_outputs, step_note
 from .decoder_reads import DecoderReads, decoder_outputs, judge_decoder
 from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
-from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, Chains, ShareBound, chosen_level, clips, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
+from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, Chains, ShareBound, chosen_level, clips, least_count, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks
 from .fields import declared_field_axes
@@ -119,8 +119,8 @@ from .selection import match_rows, selected_outputs
 from .log_outputs import log_domain_outputs, to_linear
 from .waveform_reads import N_FFT, chunk_snr, is_chunk, is_waveform, spectrum_share, waveform_outputs
 from .row_ties import RowMargins
-from .maps import (Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps, softmax_maps,
-                   spread_share)
+from .maps import (MOST_PAGES, Kept, MaskAgreement, MaskBound, RareMapAgreement, RegionAgreement, has_ground, probability_maps,
+                   softmax_maps, spread_share, t_quantile)
 from .row_gates import gated_outputs, object_rows
 from .spatial_gates import gated_count, heat_cells, spatially_gated_outputs
 from .threshold_cells import THRESHOLDS, ThresholdCells, ThresholdRead, confident_only, thresholded_maps
@@ -353,6 +353,9 @@ class OutputCheck:
     #: of the units a judgement pooled over the held-out and calibration feeds (reads, rows, samples), those of the
     #: held-out feeds: the count its bound is taken on (:func:`share_of`); None: counted by the feeds' shares
     held_count: int | None = None
+    #: each held-out feed's ``(Σx², Σy², Σxy)`` of the pooled cosine: its spread over the feeds bounds it where a search
+    #: chose the model on these feeds (:func:`chosen`); not in the JSON
+    cosine_sums: tuple[tuple[float, float, float], ...] = field(default=(), repr=False)
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -454,7 +457,7 @@ class OutputCheck:
         return f", {what}: F1 {f1:.4f} of {decisions} decisions{few}{seen}"
 
     def to_json(self) -> dict[str, Any]:
-        return {k: _json_value(v) for k, v in self.__dict__.items()}
+        return {k: _json_value(v) for k, v in self.__dict__.items() if k != "cosine_sums"}
 
 
 def _json_value(v: Any) -> Any:
@@ -986,7 +989,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         # probability, a score) is only its sign, 1.0 however far the value moved.
         # (_pooled_cosine's figure: its sums, feed by feed, in the same order)
         pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
-        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales)
+        check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), log_domain=name in log_scales,
+                            cosine_sums=tuple(sums) if finite and len(sums) == len(cosines) else ())
         if regression:
             check.note = "(a linear head's regression fields, not class scores: analysis/head_kind.py)"
         if name in confidence_gates:
@@ -1215,9 +1219,37 @@ def chosen(verdict: Verdict, among: int) -> Verdict:
                     check.unconfirmed = wide.as_share(check.mask_floor)
             continue
         bound = share_of(check, floor, verdict.samples, verdict.chains)
+        if bound is None and _cosine_only(check) and verdict.chains is None:
+            bound = _cosine_bound(check, floor.cosine, chosen_level(CONFIDENT, among))
         if bound is not None and bound.share >= bound.floor and not bound.confirmed:
             check.unconfirmed = bound
     return out
+
+
+def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBound | None:
+    """The pooled cosine of ``check`` with a bound from its spread over the held-out feeds (the jackknife: the
+    pooled cosine left one feed out at a time, Student's t at ``level`` on ``n − 1`` degrees of freedom), as the
+    share :func:`chosen` holds against the cosine floor; None on fewer than 2 feeds. Why only there: a cosine
+    judged on its figure says nothing of the feeds' noise, and that is the floor's rule for one model judged
+    once; a model a search chose because its figure cleared the floor on these feeds is the one whose noise fell
+    high (sscd_distilled MXINT8: after 0.9913 on 4 held-out images, 0.9876 on 48 fresh ones, floor 0.99:
+    bench/RESULTS.md, floor16)."""
+    sums = np.asarray(check.cosine_sums, np.float64).reshape(-1, 3)
+    n = sums.shape[0]
+    if n < 2:
+        return None
+    total = sums.sum(axis=0)
+    left = np.array([_cosine_of_sums(*(total - s)) for s in sums])
+    spread = math.sqrt(max(0.0, float(((left - left.mean()) ** 2).sum()) * (n - 1)))  # the jackknife's SE × sqrt(n)
+    if not math.isfinite(spread):
+        return None
+    low = check.cosine - t_quantile(level, n - 1) * spread / math.sqrt(n)
+    high = check.cosine + t_quantile(CONFIDENT, n - 1) * spread / math.sqrt(n)
+    margin = check.cosine - against
+    need = (None if margin <= 0 else n if spread == 0 else
+            least_count(lambda m: t_quantile(level, m - 1) * spread / math.sqrt(m) <= margin, n, MOST_PAGES))
+    return ShareBound(check.cosine, n, "held-out samples (pooled cosine)", low, high,
+                      against, need, level)
 
 
 def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
