@@ -204,7 +204,9 @@ def chosen_level(confidence: float, among: int) -> float:
     """The confidence each side of a bound on a share chosen among ``among`` candidates judged on the same samples,
     for its coverage to stay at ``confidence`` (module docstring, "Chosen among candidates"): Bonferroni's
     ``1 − (1 − confidence) / among``; ``confidence`` itself for one candidate (nothing chosen)."""
-    return 1.0 - (1.0 - confidence) / max(1, int(among))
+    if among <= 1:
+        return confidence  # exactly: the looks' levels are compared by value (``FIRST_LOOK``, ``CONFIDENT``)
+    return 1.0 - (1.0 - confidence) / int(among)
 
 
 def reads_to_confirm(share: float, floor: float, seen: int = 1, confidence: float = CONFIDENT) -> int | None:
