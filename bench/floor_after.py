@@ -146,14 +146,28 @@ def one(name: str, preset: str, calib_n: int, fresh_n: int, run: str, out_dir: P
             "task_fresh": round(float(metric(ref, test, fresh, None)), 4), "outputs": outputs}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def pair_options(doc: str) -> argparse.ArgumentParser:
+    """The options this script and bench/floor_centered.py share: the pairs, the feeds' counts, the JSON lines."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", required=True, help="model:preset, comma separated")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--fresh", type=int, default=48)
+    ap.add_argument("--json", default=None, help="append one JSON line per row")
+    return ap
+
+
+def emit_row(row: dict[str, Any], path: str | None) -> None:
+    """One row printed as a JSON line, and appended to ``path`` where given."""
+    print(json.dumps(row), flush=True)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    ap = pair_options(__doc__)
     ap.add_argument("--runs", default="plain,repair")
     ap.add_argument("--seeds", default="1", help="calibration feeds' seeds, comma separated (the fresh ones: 1000)")
-    ap.add_argument("--json", default=None, help="append one JSON line per row")
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -162,11 +176,7 @@ def main() -> None:
     for pair in args.pairs.split(","):
         name, preset = pair.split(":")
         for seed, run in ((int(s), r) for s in args.seeds.split(",") for r in args.runs.split(",")):
-            row = one(name, preset, args.calib, args.fresh, run, out_dir, seed)
-            print(json.dumps(row), flush=True)
-            if args.json:
-                with open(args.json, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+            emit_row(one(name, preset, args.calib, args.fresh, run, out_dir, seed), args.json)
 
 
 if __name__ == "__main__":

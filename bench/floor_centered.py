@@ -17,8 +17,6 @@ rounds' regression-head rows, which this does not yet show.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import sys
 import tempfile
@@ -30,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import newmodels  # noqa: E402
-from floor_after import _named_outputs  # noqa: E402
+from floor_after import _named_outputs, emit_row, pair_options  # noqa: E402
 from testkit import zoo  # noqa: E402
 
 
@@ -80,21 +78,12 @@ def one(name: str, preset: str, calib_n: int, fresh_n: int, out_dir: Path) -> di
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", required=True, help="model:preset, comma separated")
-    ap.add_argument("--calib", type=int, default=12)
-    ap.add_argument("--fresh", type=int, default=48)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = pair_options(__doc__).parse_args()
     logging.basicConfig(level=logging.ERROR)
     out_dir = Path(tempfile.mkdtemp(prefix="floor_centered_"))
     for pair in args.pairs.split(","):
         name, preset = pair.split(":")
-        row = one(name, preset, args.calib, args.fresh, out_dir)
-        print(json.dumps(row), flush=True)
-        if args.json:
-            with open(args.json, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+        emit_row(one(name, preset, args.calib, args.fresh, out_dir), args.json)
 
 
 if __name__ == "__main__":
