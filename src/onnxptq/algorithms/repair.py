@@ -132,7 +132,7 @@ from typing import Any, Callable
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, floor_for, measure, unconfirmed_text, unjudged_text
+from ..analysis.floor import Verdict, chosen, floor_for, measure, unconfirmed_text, unjudged_text
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -1049,6 +1049,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         if shared_guard:
             calibrated.guard_values = None
     after: Verdict | None = repaired.floor
+    if after is not None and judge.evaluations > 1:
+        # judged on the samples the search chose the kept set on: its bounds widened for the choice (floor.chosen)
+        after = repaired.floor = chosen(after, judge.evaluations)
     ops = {n.name: n.op_type for n in calibrated.prepared.graph.node}
     order = {name: i for i, name in enumerate(candidates)}
     held_sorted = sorted(kept, key=lambda n: order.get(n, 0))

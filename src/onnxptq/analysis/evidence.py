@@ -72,6 +72,18 @@ and A16W8 (bench/RESULTS.md, chains), a design effect of 5-8 there, where ``ρ =
 calls (every third of a clip's first seconds) are closer together than that. A break is unchanged: the losses seen on
 a chained output stay judged on its units (``surely_below``), so a drift the floor sees is repaired; a repair
 candidate whose clips could not confirm any share is not ruled out by its bound (``repair.selected_unconfirmed``).
+
+**Chosen among candidates** (:func:`chosen_level`; ``floor.chosen``). Repair's search builds candidates and
+delivers the first one whose verdict holds on the floor's samples; the delivered model's verdict on those
+same samples is the figure it was *selected* by (the winner's curse: of several candidates near the floor, the
+one whose draw fell high is the one kept). A bound at ``c`` each side covers one share with probability ``c``;
+the share of a model chosen among ``k`` judged on the same samples is covered by every one of the ``k``
+bounds at once with probability at least ``1 − k (1 − c)`` (Bonferroni: the selected one is one of them, which
+the search's rule of choosing does not enter). So the delivered verdict's confirming end is taken at
+``1 − (1 − c) / k``: a share that confirmed one candidate may be "could not confirm" once it is known to have been
+chosen among four (``tests/test_floor_chosen.py`` simulates the search at the floor: the plain bound confirms the
+chosen share on more draws than its ``1 − c`` allows, the widened one within it). The figure itself is said as
+what it is, "the figure the search chose by", with the samples it was judged on (``Verdict.where``).
 """
 
 from __future__ import annotations
@@ -80,7 +92,7 @@ import math
 from statistics import NormalDist
 from typing import Callable, NamedTuple
 
-__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "Chains", "ShareBound", "clips", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
+__all__ = ["CONFIDENT", "FIRST_LOOK", "MOST_HELD_OUT", "SECOND_LOOK", "Chains", "ShareBound", "chosen_level", "clips", "decisions_to_decide", "f1_share", "least_count", "reads_to_confirm", "share_bound",
            "surely_below", "tail"]
 
 #: A break the margins' estimate alone shows on fewer reads than the floor needs is judged where the
@@ -186,6 +198,15 @@ def share_bound(kept: float, count: float, confidence: float = CONFIDENT) -> tup
     centre = (p + z2n / 2.0) / (1.0 + z2n)
     half = z / (1.0 + z2n) * math.sqrt(p * (1.0 - p) / count + z2n / (4.0 * count))
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def chosen_level(confidence: float, among: int) -> float:
+    """The confidence each side of a bound on a share chosen among ``among`` candidates judged on the same samples,
+    for its coverage to stay at ``confidence`` (module docstring, "Chosen among candidates"): Bonferroni's
+    ``1 − (1 − confidence) / among``; ``confidence`` itself for one candidate (nothing chosen)."""
+    if among <= 1:
+        return confidence  # exactly: the looks' levels are compared by value (``FIRST_LOOK``, ``CONFIDENT``)
+    return 1.0 - (1.0 - confidence) / int(among)
 
 
 def reads_to_confirm(share: float, floor: float, seen: int = 1, confidence: float = CONFIDENT) -> int | None:

@@ -163,6 +163,7 @@ calibration feeds are pooled with the held-out ones for it (analysis/floor.py ``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import math
@@ -310,6 +311,14 @@ class MaskBound:
         if self.confidence == CONFIDENT:
             return f"{CONFIDENT:.0%} each side"
         return f"low end {self.confidence:.0%}, high end {CONFIDENT:.0%}"
+
+    def at(self, confidence: float) -> "MaskBound":
+        """This bound with its low end (the one that confirms) at ``confidence``: a verdict chosen among several
+        candidates on these pages (``floor.chosen``; analysis/evidence.py, "Chosen among candidates")."""
+        if self.pages < 2 or not math.isfinite(self.spread):
+            return dataclasses.replace(self, confidence=confidence)
+        low = t_quantile(confidence, self.pages - 1) * self.spread / math.sqrt(self.pages)
+        return dataclasses.replace(self, low=self.iou - low, confidence=confidence)
 
     def as_share(self, floor: float) -> ShareBound:
         """This bound as the floor's "could not confirm" share (analysis/evidence.py): the held-out pages'
