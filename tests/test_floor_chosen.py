@@ -146,3 +146,18 @@ def test_a_cosine_a_search_chose_by_is_bounded_by_its_spread_over_the_feeds():
     assert "embedding" not in judged.to_json()["outputs"]["embedding"].get("cosine_sums", {})  # not in the JSON
     tight = measure(*_embeddings(0.002), floor_for(floor))
     assert not chosen(tight, 4).unconfirmed  # far above the floor: its spread does not reach it
+
+
+def test_a_chosen_cosine_that_more_feeds_would_decide_asks_for_the_second_look():
+    # the cosine case of pipeline/second_look.could_confirm: its bound counts feeds, and the feeds that would
+    # decide it (to_confirm) are what the reserve must reach; read as a Wilson share of 4 "rows" it never did
+    from onnxptq.analysis.floor import floor_for
+    from onnxptq.pipeline.second_look import could_confirm
+
+    refs, gots = _embeddings(0.06)
+    after = chosen(measure(refs, gots, floor_for(resolve_config("MXINT8"))), 4)
+    check = after.outputs["embedding"]
+    need = check.unconfirmed.to_confirm
+    assert need is not None and need > after.samples
+    assert could_confirm(check, after.samples, need)          # the reserve reaches the feeds that decide it
+    assert not could_confirm(check, after.samples, need - 1)  # one short: the look would not decide it

@@ -134,7 +134,7 @@ from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "Verdict", "chosen", "floor_for", "measure", "readings_of", "unconfirmed_text",
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "chosen", "floor_for", "measure", "readings_of", "unconfirmed_text",
            "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
@@ -1226,6 +1226,11 @@ def chosen(verdict: Verdict, among: int) -> Verdict:
     return out
 
 
+#: the unit of a pooled cosine's jackknife bound (:func:`_cosine_bound`): its ``count`` is feeds and its
+#: ``to_confirm`` the feeds that would decide it, not rows of a share (pipeline/second_look.could_confirm reads it so)
+POOLED_COSINE = "held-out samples (pooled cosine)"
+
+
 def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBound | None:
     """The pooled cosine of ``check`` with a bound from its spread over the held-out feeds (the jackknife: the
     pooled cosine left one feed out at a time, Student's t at ``level`` on ``n − 1`` degrees of freedom), as the
@@ -1248,8 +1253,7 @@ def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBoun
     margin = check.cosine - against
     need = (None if margin <= 0 else n if spread == 0 else
             least_count(lambda m: t_quantile(level, m - 1) * spread / math.sqrt(m) <= margin, n, MOST_PAGES))
-    return ShareBound(check.cosine, n, "held-out samples (pooled cosine)", low, high,
-                      against, need, level)
+    return ShareBound(check.cosine, n, POOLED_COSINE, low, high, against, need, level)
 
 
 def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],

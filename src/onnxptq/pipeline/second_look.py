@@ -25,6 +25,7 @@ from typing import Any
 
 from ..analysis.decisions import decision_tensors
 from ..analysis.evidence import SECOND_LOOK, share_bound
+from ..analysis.floor import POOLED_COSINE
 from ..config.schema import QuantConfig
 from . import runtime
 from .calibrate import Calibrated
@@ -90,7 +91,9 @@ def could_confirm(check: Any, samples: int, held: int) -> bool:
     would count; the units kept on the reserve are drawn from the rate the first look's units make likely (a
     beta-binomial: the rate Beta(kept + 1, lost + 1), uniform before them), and the look confirms where all the
     kept reach the least count the second look's bound confirms (``evidence.share_bound`` at ``SECOND_LOOK``).
-    A mask's pages: where the pages that would decide it (``MaskBound.pages_to_decide``) are within reach.
+    A mask's pages: where the pages that would decide it (``MaskBound.pages_to_decide``) are within reach. A pooled
+    cosine repair chose (``analysis.floor.chosen``): where the feeds its jackknife bound says would decide it
+    (``to_confirm``) are within reach; read as a share of rows, its 4–8 feeds never reached the look (floor16).
 
     Why a chance and not the share seen: 8 of 8 rows kept is little evidence of a rate of 1. PP-OCR cls BF16 on
     200 samples (8 held-out rows kept, 64 in all: every one must be kept) took the look for nothing, 1.08 of
@@ -101,6 +104,8 @@ def could_confirm(check: Any, samples: int, held: int) -> bool:
     if check.mask_bound is not None:
         needed = check.mask_bound.pages_to_decide(bound.floor)
         return needed is not None and needed <= held
+    if bound.unit == POOLED_COSINE:
+        return bound.to_confirm is not None and bound.to_confirm <= held
     count = bound.count
     total = int(round(count * held / samples))
     if total <= count or total > 100_000:
