@@ -159,3 +159,35 @@ def test_gelu_final_half_is_not_folded_into_the_next_conv():
     assert ops == Counter({"Div": 1, "Erf": 1, "Add": 1, "Mul": 2, "Conv": 2}), ops
     x = {"x": rng.normal(0, 1, (1, 3, 4, 4)).astype(np.float32)}
     np.testing.assert_allclose(_run(fused, x), _run(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_layernorm_spelt_inside_an_if_branch_fuses_there():
+    """openWakeWord's classifiers hold their network in an If's then-branch with two mean/variance LayerNorms; left
+    spelt out there (and kept float inside by graph/structure.py), onnxruntime's own LayerNormFusion took a BF16
+    quantizer's Cast input as the fused op's X beside a float scale and refused the model (zoo oww_hey_jarvis)."""
+    rng = np.random.default_rng(4)
+    ln = [helper.make_node("ReduceMean", ["x", "axes"], ["mu"], keepdims=1),
+          helper.make_node("Sub", ["x", "mu"], ["d"]),
+          helper.make_node("Pow", ["d", "two"], ["d2"]),
+          helper.make_node("ReduceMean", ["d2", "axes"], ["var"], keepdims=1),
+          helper.make_node("Add", ["var", "eps"], ["ve"]),
+          helper.make_node("Sqrt", ["ve"], ["sd"]),
+          helper.make_node("Div", ["d", "sd"], ["n"]),
+          helper.make_node("Mul", ["n", "gamma"], ["ng"]),
+          helper.make_node("Add", ["ng", "beta"], ["ln_out"])]
+    then = helper.make_graph(ln, "then", [], [helper.make_tensor_value_info("ln_out", TensorProto.FLOAT, [2, 16])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["passed"])], "else", [],
+                              [helper.make_tensor_value_info("passed", TensorProto.FLOAT, [2, 16])])
+    nodes = [helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
+             helper.make_node("Greater", ["peak", "low"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    inits = {"axes": np.array([-1], np.int64), "two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32),
+             "gamma": rng.standard_normal(16).astype(np.float32), "beta": rng.standard_normal(16).astype(np.float32),
+             "low": np.array(-1e30, np.float32)}
+    model = _model(nodes, inits, [2, 16], [2, 16])
+    fused = fuse_patterns(model)
+    branch = next(n for n in fused.graph.node if n.op_type == "If").attribute
+    then_ops = Counter(x.op_type for a in branch if a.name == "then_branch" for x in a.g.node)
+    assert then_ops == Counter({"LayerNormalization": 1}), then_ops
+    feed = {"x": (3.0 + rng.standard_normal((2, 16))).astype(np.float32)}
+    np.testing.assert_allclose(_run(fused, feed), _run(model, feed), rtol=1e-5, atol=1e-5)

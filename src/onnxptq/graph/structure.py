@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import onnx
@@ -84,7 +85,9 @@ class Region:
 
 
 class _Index:
-    def __init__(self, graph: onnx.GraphProto) -> None:
+    def __init__(self, graph: onnx.GraphProto, outer_constants: frozenset[str] = frozenset()) -> None:
+        """``outer_constants``: of the names a subgraph reads from its enclosing graphs, those no data value
+        reaches there; every other outer name carries data (an If branch's only way in)."""
         self.nodes = list(graph.node)
         self.pos = {id(n): i for i, n in enumerate(self.nodes)}
         self.producer, self.consumers = dataflow(self.nodes)
@@ -97,11 +100,15 @@ class _Index:
         # computed from them is constant here too: jax2tf writes γ and β as
         # Reshape(γ, Concat(Shape(input), ...)), a float tensor that no data value reaches.
         data = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+        made_here = {o for n in self.nodes for o in n.output if o} | {t.name for t in graph.initializer}
+        data.update(i for n in self.nodes for i in n.input if i and i not in made_here and i not in outer_constants)
         for n in self.nodes:
             if n.op_type not in ("Shape", "Size") and any(i in data for i in n.input if i):
                 data.update(o for o in n.output if o)
         self.constants = {t.name for t in graph.initializer}
         self.constants.update(o for n in self.nodes for o in n.output if o and o not in data)
+        # the enclosing graphs' constants this graph reads (a region's γ may be one)
+        self.constants.update(i for n in self.nodes for i in n.input if i and i not in made_here and i in outer_constants)
 
     def is_float(self, name: str) -> bool:
         """Known float, or unknown (shape inference may not have typed it); ints are shapes/axes."""
@@ -233,10 +240,46 @@ def _affine_tail(ix: _Index, y: str, taken: set[int]) -> list[onnx.NodeProto]:
 
 
 def find_regions(model: onnx.ModelProto) -> list[Region]:
-    """Every region (module docstring) of the main graph, in graph order, none nested in another."""
-    graph = model.graph
-    ix = _Index(graph)
+    """Every region (module docstring) of the main graph and of every subgraph (If branches, Loop and Scan
+    bodies), graph by graph in graph order, none nested in another.
+
+    Why the subgraphs: an exporter that wraps the network in an ``If`` (openWakeWord's models: the whole
+    classifier in a then-branch, two mean/variance LayerNorms in it) writes the same spellings there, and the
+    plan quantizes a branch's tensors as it does the main graph's (bench/RESULTS.md, quantcpu16: 16 of
+    oww_hey_jarvis's 28 BF16 Cast pairs sat inside its branch's LayerNorms)."""
     regions: list[Region] = []
+    reads = Counter(i for n in _all_nodes(model.graph) for i in n.input if i)
+    _graph_regions(model.graph, frozenset(), reads, regions)
+    if regions:
+        log.debug("structure: %d region(s): %s", len(regions), ", ".join(f"{r.kind} {r.x}→{r.y}" for r in regions[:8]))
+    return regions
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of ``graph`` and of every subgraph in it, at any depth."""
+    return [m for n in graph.node for m in (n, *(x for g in _subgraphs(n) for x in _all_nodes(g)))]
+
+
+def _graph_regions(graph: onnx.GraphProto, outer_constants: frozenset[str], reads: Counter, regions: list[Region]) -> None:
+    """The regions of ``graph`` appended to ``regions``, then those of its subgraphs (which see this graph's
+    constants as theirs: :class:`_Index`). ``reads``: how often each name is read in the whole model, so that a
+    constant counts as a region's own (kept float with it) only where no other node, in any graph, reads it: a
+    branch's γ is a main-graph weight, and one quantized elsewhere must keep its quantizer (a cast γ beside a
+    float LayerNorm spelling is also what onnxruntime's LayerNormFusion mis-types: bfloat16 scale, float X)."""
+    ix = _Index(graph, outer_constants)
+    _regions_in(graph, ix, reads, regions)
+    inner_constants = outer_constants | ix.constants
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            _graph_regions(sub, inner_constants, reads, regions)
+
+
+def _regions_in(graph: onnx.GraphProto, ix: _Index, reads: Counter, regions: list[Region]) -> None:
+    """The regions of ``graph`` itself (module docstring), appended to ``regions`` in graph order."""
     taken: set[int] = set()  # nodes already inside a region
     interior_names: set[str] = set()
     starts = [i.name for i in graph.input] + [o for n in graph.node for o in n.output if o]
@@ -262,16 +305,12 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
                 y = tail[-1].output[0]
             member_ids = {id(n) for n in nodes}
             interior = tuple(o for n in nodes for o in ix.float_outputs(n) if o != y)
-            constants = tuple(dict.fromkeys(
-                i for n in nodes for i in n.input
-                if i in ix.constants and all(id(c) in member_ids for c in ix.consumers.get(i, []))))
+            inside = Counter(i for n in nodes for i in n.input if i)
+            constants = tuple(i for i in inside if i in ix.constants and reads[i] == inside[i])  # read nowhere else
             regions.append(Region(kind, x, y, tuple(n.name for n in nodes), interior, constants))
             taken |= member_ids
             interior_names.update(interior)
             break
-    if regions:
-        log.debug("structure: %d region(s): %s", len(regions), ", ".join(f"{r.kind} {r.x}→{r.y}" for r in regions[:8]))
-    return regions
 
 
 def structure_float_tensors(model: onnx.ModelProto) -> dict[str, str]:

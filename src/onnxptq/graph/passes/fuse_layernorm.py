@@ -31,8 +31,19 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if model_opset(model) < 17:
             return ir.passes.PassResult(model, modified=False)
-        graph = model.graph
         names = collect_names(model)
+        count = 0
+        # every graph: an exporter that wraps the network in an If writes the same spelling in its branch
+        # (openWakeWord's classifiers), and onnxruntime's own LayerNormFusion, finding it there after a float16
+        # or bfloat16 quantizer's Cast, bound the Cast's 16-bit input to the fused op beside a float scale
+        # (its session then refused the model): fused here, the branch holds the one op as the main graph does
+        for graph in (model.graph, *model.graph.subgraphs()):
+            count += self._fuse(model, graph, names)
+        return rewrite_result(model, count, "fused %d LayerNormalization pattern(s)")
+
+    def _fuse(self, model: ir.Model, graph: ir.Graph, names: set[str]) -> int:
+        """The spellings of ``graph`` itself fused; how many. A scale made for a spelling without one is a main-graph
+        initializer (a subgraph reads it from the outer scope)."""
         count = 0
         for mean in onnx_nodes(graph, "ReduceMean"):
             match = self._match(mean)
@@ -47,7 +58,7 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
                     continue
                 # the scale in the normalized tensor's own type: LayerNormalization binds X and Scale to one
                 # type, and a float16 graph kept in float16 (FP16 on an fp16 model) refused a float32 one
-                gamma = make_initializer(graph, unique_name(names, f"{mean.name}_ln_scale"), np.ones(width, x.dtype.numpy()))
+                gamma = make_initializer(model.graph, unique_name(names, f"{mean.name}_ln_scale"), np.ones(width, x.dtype.numpy()))
             inputs = [x, gamma] + ([beta] if beta is not None else [])
             ln = ir.node("LayerNormalization", inputs, attributes={"axis": -1, "epsilon": float(eps)},
                          name=f"{final.name or 'LayerNorm'}_fused")
@@ -57,7 +68,7 @@ class FuseLayerNormPass(ir.passes.InPlacePass):
             for n in reversed(nodes):
                 graph.remove(n, safe=True)
             count += 1
-        return rewrite_result(model, count, "fused %d LayerNormalization pattern(s)")
+        return count
 
     @staticmethod
     def _last_axis(node: ir.Node) -> bool:
