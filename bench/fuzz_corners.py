@@ -425,6 +425,12 @@ def _corner(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
         anchors = g.init(np.linspace(0, 1, 6, dtype=np.float32).reshape(3, 2), "anchors")
         g.output(anchors, shape=[3, 2])
         return g.make(), _normal({"x": (1, t, d)})
+    if kind == "weight_is_output":  # a MatMul weight that is also a graph output (a codebook, a projection handed out)
+        x = g.input("x", ["batch", t, d])
+        w = g.w((d, d))
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, w])]), g.w((d, 4))]))
+        g.output(w, shape=[d, d])
+        return g.make(), _normal({"x": (1, t, d)})
     raise KeyError(kind)
 
 
@@ -447,7 +453,7 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     **{k: (lambda s, k=k: _corner(k, s)) for k in ("fp16_fp32_island", "uint8_image_input", "int8_input", "bool_and_rank0_outputs",
                                                     "rank5", "empty_dim", "batch3_dynamic", "shape_gather_reshape_weight",
                                                     "shared_weight_add", "weight_through_ops", "const_folded_left",
-                                                    "outputs_shared_and_fed", "output_is_input_or_init")},
+                                                    "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output")},
 }
 
 
