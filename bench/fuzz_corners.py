@@ -431,6 +431,21 @@ def _corner(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
         g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, w])]), g.w((d, 4))]))
         g.output(w, shape=[d, d])
         return g.make(), _normal({"x": (1, t, d)})
+    if kind == "scalar_and_bool_inputs":  # a rank-0 float input (a temperature) and a bool mask input, Where before Softmax
+        x = g.input("x", ["batch", t, d])
+        temp = g.input("temp", [])
+        keep = g.input("keep", ["batch", t], TensorProto.BOOL)
+        z = g.op("Div", [g.op("MatMul", [x, g.w((d, d))]), temp])
+        s = g.op("Softmax", [g.op("Where", [g.op("Unsqueeze", [keep, g.i64([-1])]), z, g.f(-1e4)])], axis=-1)
+        g.output(g.op("MatMul", [s, g.w((d, 4))]))
+        return g.make(), lambda n, sd: [{"x": np.random.default_rng([sd, i]).normal(0, 1, (1, t, d)).astype(np.float32),
+                                        "temp": np.asarray(np.random.default_rng([sd, i]).uniform(0.5, 2.0), np.float32),
+                                        "keep": np.arange(t)[None] < np.random.default_rng([sd, i]).integers(1, t + 1)} for i in range(n)]
+    if kind == "constant_node_output":  # a Constant node's output handed out as a graph output beside the result
+        x = g.input("x", ["batch", t, d])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((d, d))])]), g.w((d, 4))]))
+        g.output(g.op("Constant", [], value=numpy_helper.from_array(np.arange(4, dtype=np.float32))), shape=[4])
+        return g.make(), _normal({"x": (1, t, d)})
     raise KeyError(kind)
 
 
@@ -453,7 +468,8 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     **{k: (lambda s, k=k: _corner(k, s)) for k in ("fp16_fp32_island", "uint8_image_input", "int8_input", "bool_and_rank0_outputs",
                                                     "rank5", "empty_dim", "batch3_dynamic", "shape_gather_reshape_weight",
                                                     "shared_weight_add", "weight_through_ops", "const_folded_left",
-                                                    "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output")},
+                                                    "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output",
+                                                    "scalar_and_bool_inputs", "constant_node_output")},
 }
 
 
@@ -472,16 +488,47 @@ def _quantize_forked(src: Path, preset: str, calib: list[dict], held: list[dict]
     return row
 
 
+def _floor_cosine(preset: str) -> float:
+    from onnxptq.analysis.floor import floor_for
+    from onnxptq.config.presets import resolve_config
+
+    return floor_for(resolve_config(preset)).cosine
+
+
+def markdown(paths: list[str]) -> str:
+    """One table row per campaign file: statuses, floor verdicts, and the rows whose floor held with a float
+    output's cosine on the fresh feeds (pooled) below the preset family's floor cosine (a SILENT candidate)."""
+    lines = ["| campaign | cases | quantizations | ok | floor held / broken (ok rows) | documented error | raw exception "
+             "| does not load/run | NaN | timeout/crash | held, fresh cosine below the family's floor |", "| --- |" + " --- |" * 10]
+    for path in paths:
+        rows = [r for r in json.loads(Path(path).read_text()) if r.get("preset") != "-"]
+        st = collections.Counter(r["status"] for r in rows)
+        ok = [r for r in rows if r["status"] == "ok"]
+        held = sum(r.get("floor") == "held" for r in ok)
+        quiet = [f"{r['case']} {r['preset']} {r['cosine']}" for r in ok
+                 if r.get("floor") == "held" and r.get("cosine", 1) < _floor_cosine(r["preset"])]
+        lines.append(f"| {Path(path).stem} | {len({r['case'] for r in rows})} | {len(rows)} | {st['ok']} | {held} / {len(ok) - held} "
+                     f"| {st['documented error']} | {st['raw exception']} | {st['does not load'] + st['does not run'] + st['wrong output']} "
+                     f"| {st['NaN where float has none']} | {st['timeout/crash']} | {len(quiet)}{': ' + '; '.join(quiet) if quiet else ''} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", nargs="+", help="print the table of these campaign files and exit")
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     ap.add_argument("--presets", default=",".join(export_fuzz.PRESETS))
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--samples", type=int, default=24, help="calibration samples handed to quantize (the floor holds out a third)")
     ap.add_argument("--timeout", type=float, default=240.0)
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--out-dir")
+    ap.add_argument("--json")
     a = ap.parse_args()
+    if a.markdown:
+        print(markdown(a.markdown))
+        return
+    if not a.out_dir or not a.json:
+        ap.error("--out-dir and --json are needed for a campaign")
     names = list(CASES) if a.cases is None else a.cases.split(",")
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
