@@ -342,6 +342,27 @@ FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat",
             "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd")
 
 
+def run_step(op: str, x: np.ndarray, opset: int, seed: int = 5) -> tuple[np.ndarray, _Builder]:
+    """One drawn step alone on an input like ``x`` (its dtype picks the graph's float type), checked and run
+    by onnxruntime: ``(its output on x, the builder)`` — the builder's nodes and initializers are what a
+    test compares with a reference written from the operators' definitions."""
+    import onnxruntime as ort
+
+    elem = TensorProto.FLOAT16 if x.dtype == np.float16 else TensorProto.FLOAT
+    b = _Builder(random.Random(seed), elem, opset)
+    b.shapes["x"] = x.shape
+    out = b.step(op, "x", None)
+    assert out is not None, f"{op} does not fit {x.shape}"
+    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info(out, elem, list(b.shapes[out]))], initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == b.shapes[out], f"{op}: onnxruntime gives {got.shape}, the builder tracked {b.shapes[out]}"
+    return got, b
+
+
 @st.composite
 def random_graphs(draw: Callable[..., Any]) -> RandomGraph:
     """A small valid model: 1-8 random layers in a chain with branches that join again."""

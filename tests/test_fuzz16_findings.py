@@ -4,31 +4,18 @@ and shapes (fuzz16, 2026-11-29)")."""
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
 
 
 def _run_step(op: str, x: np.ndarray, opset: int, seed: int = 7):
+    """testkit's step alone, run: (output, initializers by name, builder)."""
     import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
 
-    from testkit.fuzz import _Builder
+    from testkit.fuzz import run_step
 
-    elem = TensorProto.FLOAT16 if x.dtype == np.float16 else TensorProto.FLOAT
-    b = _Builder(random.Random(seed), elem, opset)
-    b.shapes["x"] = x.shape
-    out = b.step(op, "x", None)
-    assert out is not None, f"{op} does not fit {x.shape}"
-    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                              [helper.make_tensor_value_info(out, elem, list(b.shapes[out]))], initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert got.shape == b.shapes[out]
+    got, b = run_step(op, x, opset, seed)
     return got, {t.name: onnx.numpy_helper.to_array(t) for t in b.inits}, b
 
 
