@@ -54,6 +54,9 @@ TTYPE_BLOCKS = frozenset({"roberta_embed"})
 FP16_NATIVE_BLOCKS = frozenset({"ln_fp16_forms"})
 #: Blocks whose TorchScript export needs opset ≥ 14 (``torch.tril`` → Trilu): drawn at 15 where 13 came up.
 TRILU_BLOCKS = frozenset({"causal_trilu"})
+#: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
+#: length under either exporter, so the sequence axis is drawn static.
+UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
 #: Extra output kinds by domain: heads read from the per-position (seq) or per-pixel (img) output ``y``.
 OUTPUT_KINDS = {"seq": ("argmax", "topk", "bool", "pooled", "count", "scalar"),
                 "img": ("argmax", "topk", "bool", "pooled", "count", "scalar", "kp_argmax", "kp_soft", "image")}
@@ -509,6 +512,59 @@ def _blocks() -> dict[str, dict[str, Any]]:
             d = torch.softmax(self.a(h).reshape(b, t, 4, 16), -1) @ self.proj.to(h.dtype)
             return h + self.b(d / 8)
 
+    def _gru_cell_py(h: torch.Tensor, wx: torch.Tensor, wh: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        s = torch.zeros_like(h[:, 0, : wh.shape[0]])
+        outs = []
+        for i in range(h.shape[1]):
+            xz, xr, xn = (h[:, i] @ wx + b).chunk(3, -1)
+            hz, hr, hn = (s @ wh).chunk(3, -1)
+            z, r = torch.sigmoid(xz + hz), torch.sigmoid(xr + hr)
+            s = (1 - z) * torch.tanh(xn + r * hn) + z * s
+            outs.append(s)
+        return torch.stack(outs, 1)
+
+    _gru_cell = torch.jit.script(_gru_cell_py)  # TorchScript: a Loop whose body is a GRU cell; dynamo unrolls it
+
+    class GRUCellWritten(nn.Module):  # a GRU cell written out (MatMul, chunk, Sigmoid, Tanh, blend) in a scripted loop
+        def __init__(self):
+            super().__init__()
+            self.wx, self.wh = nn.Parameter(torch.randn(D, 3 * D) / D ** 0.5), nn.Parameter(torch.randn(D, 3 * D) / D ** 0.5)
+            self.b = nn.Parameter(torch.zeros(3 * D))
+
+        def forward(self, h, pad=None):
+            return h + _gru_cell(h, self.wx.to(h.dtype), self.wh.to(h.dtype), self.b.to(h.dtype))
+
+    class LSTMCellUnrolled(nn.Module):  # nn.LSTMCell stepped in Python: unrolled MatMul/Sigmoid/Tanh per step (both exporters)
+        def __init__(self):
+            super().__init__()
+            self.c = nn.LSTMCell(D, D)
+
+        def forward(self, h, pad=None):
+            hx = cx = torch.zeros_like(h[:, 0])
+            outs = []
+            for i in range(h.shape[1]):
+                hx, cx = self.c(h[:, i], (hx, cx))
+                outs.append(hx)
+            return h + torch.stack(outs, 1)
+
+    class RMSMulSelf(nn.Module):  # RMSNorm by h*h (Mul self), 1/sqrt as Reciprocal(Sqrt), scale
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.rand(D) + 0.5)
+
+        def forward(self, h, pad=None):
+            return h * torch.reciprocal(torch.sqrt((h * h).mean(-1, keepdim=True) + 1e-6)) * self.w
+
+    class ActMix(nn.Module):  # ELU, SELU, HardSigmoid gate, Clip with a min only, LeakyReLU between Linears
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+
+        def forward(self, h, pad=None):
+            z = self.a(h)
+            z = F.elu(z) + F.selu(z) * F.hardsigmoid(z) + torch.clamp(z, min=-0.25) + F.leaky_relu(z, 0.2)
+            return h + self.b(z)
+
     def gelu_tanh_out(x):
         return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * torch.pow(x, 3))))
 
@@ -539,6 +595,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "attn_mask_where": lambda: AttnHFMask("where"), "attn_mask_finfo": lambda: AttnHFMask("mul"), "causal_trilu": CausalTrilu,
         "roberta_embed": RobertaEmbed, "masked_mean_pool": MaskedMeanPool, "last_token_pool": LastTokenPool,
         "moe_topk": MoETopK, "ln_fp16_forms": LNFp16Forms,
+        "gru_cell_written": GRUCellWritten, "lstm_cell_unrolled": LSTMCellUnrolled, "rmsnorm_mulself": RMSMulSelf,
+        "act_mix": ActMix,
     }
 
     class ConvBN(nn.Module):
@@ -736,6 +794,39 @@ def _blocks() -> dict[str, dict[str, Any]]:
             return h + self.up(tok.transpose(1, 2).reshape(b, w, g, g))
 
 
+    class ConvVariants(nn.Module):  # ConvTranspose with output_padding and groups, a dilated Conv, TF-style asymmetric pad
+        def __init__(self):
+            super().__init__()
+            self.t = nn.ConvTranspose2d(C, C, 3, 2, 1, output_padding=1, groups=2)
+            self.d = nn.Conv2d(C, C, 3, padding=2, dilation=2)
+            self.s = nn.Conv2d(C, C, 3, 2)
+            self.a = nn.PReLU(C)  # per-channel slopes
+
+        def forward(self, h, pad=None):
+            up = F.avg_pool2d(self.t(h), 2)  # (b, C, 2H, 2W) → back
+            down = self.s(F.pad(h, (0, 1, 0, 1)))  # "SAME" with stride 2 as TF writes it: pad right/bottom only
+            return h + self.a(self.d(up)) + F.interpolate(down, size=h.shape[-2:], mode="nearest")
+
+    class GNChannels(nn.Module):  # GroupNorm (TorchScript < 18: Reshape → InstanceNormalization → Reshape → Mul/Add), ELU/SELU
+        def __init__(self):
+            super().__init__()
+            self.g, self.c = nn.GroupNorm(4, C), nn.Conv2d(C, C, 1)
+
+        def forward(self, h, pad=None):
+            z = self.g(h)
+            return h + self.c(F.elu(z) + F.selu(z))
+
+    class Conv1dDilated(nn.Module):  # a dilated, strided Conv1d over a flattened row, back by ConvTranspose1d
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv1d(C, C, 3, stride=2, padding=2, dilation=2)
+            self.t = nn.ConvTranspose1d(C, C, 2, 2)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            r = self.t(F.relu(self.c(h.reshape(b, c, y * x))))
+            return h + r.reshape(b, c, y, x)
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -749,6 +840,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "instancenorm_out": INOut, "vit_patch_cls": ViTPatch, "dfl_yolo": DFLImg,
         "layernorm_axis1": LNChannelsFirst, "layernorm_transposed": LNTransposed, "resize_decoder": ResizeDecoder,
         "vit_fp16": ViTBlock,
+        "conv_variants": ConvVariants, "groupnorm_elu": GNChannels, "conv1d_dilated": Conv1dDilated,
     }
     return {"seq": seq, "img": img}
 
@@ -907,7 +999,7 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
         opset = 15
     fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
-                      fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5),
+                      fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5) and not UNROLLED_BLOCKS & set(blocks),
                       extra={"x32": True} if any(b in FP16_BLOCKS for b in blocks) else {})
 
 
@@ -921,7 +1013,7 @@ def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, s
               if dom == "seq" else ["x"])
     outputs = ["y", "argmax", "topk", "count"] + (["kp_argmax", "kp_soft", "image"] if dom == "img" else [])
     spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, outputs, exporter, opset,
-                      fp16=block in FP16_BLOCKS or block in FP16_NATIVE_BLOCKS, dynamic_seq=dom == "seq",
+                      fp16=block in FP16_BLOCKS or block in FP16_NATIVE_BLOCKS, dynamic_seq=dom == "seq" and block not in UNROLLED_BLOCKS,
                       extra={"x32": True} if block in FP16_BLOCKS else {})
     return spec, PRESETS[index % len(PRESETS)]
 

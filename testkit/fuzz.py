@@ -166,6 +166,31 @@ class _Builder:
         if op == "DepthToSpaceClip" and len(s) == 4 and s[1] % 4 == 0 and s[2] * 2 <= 16:
             up = self.node("DepthToSpace", [x], (s[0], s[1] // 4, 2 * s[2], 2 * s[3]), blocksize=2, mode="CRD")[0]
             return self.node("Clip", [up, self.scalar(0.0), self.scalar(1.0)], self.shapes[up])[0]
+        if op == "GRUSeqLens" and len(s) == 2 and self.opset >= 14:
+            return self._gru_seq_lens(x, s)
+        if op == "ConvTransposeGroups" and len(s) == 4 and s[1] % 2 == 0 and s[2] * 2 <= 16:
+            cout = 2 * r.randint(1, 3)  # group 2: (C, cout/2, 3, 3); stride 2, pads 1, output_padding 1: 2H × 2W
+            return self.node("ConvTranspose", [x, self.weight((s[1], cout // 2, 3, 3)), self.weight((cout,), 0.1)],
+                             (s[0], cout, 2 * s[2], 2 * s[3]), group=2, strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])[0]
+        if op == "DilatedConv" and len(s) == 4:
+            cout = r.randint(1, 6)
+            return self.node("Conv", [x, self.weight((cout, s[1], 3, 3))], (s[0], cout, s[2], s[3]), dilations=[2, 2], pads=[2, 2, 2, 2])[0]
+        if op == "GroupNormInstNorm" and len(s) == 4 and s[1] % 2 == 0:
+            return self._group_norm_inst_norm(x, s)
+        if op == "HardSigmoidMul":
+            return self.node("Mul", [x, self.node("HardSigmoid", [x], s, alpha=0.2, beta=0.5)[0]], s)[0]
+        if op == "PReluChannel":
+            slope_shape = (s[1], 1, 1) if len(s) == 4 else (s[-1],)
+            slope = self.name("slope")
+            self.inits.append(numpy_helper.from_array(np.asarray(np.random.default_rng(self.rng.randrange(2**31)).uniform(0.05, 0.3, slope_shape), self.np_dtype), slope))
+            return self.node("PRelu", [x, slope], s)[0]
+        if op == "ClipMin":
+            return self.node("Clip", [x, self.scalar(-0.5)], s)[0]
+        if op == "WeightViaCast":
+            return self._weight_via_cast(x, s)
+        if op == "SharedWeightAdd" and len(s) >= 2 and s[-1] == s[-2]:
+            w = self.weight((s[-1], s[-1]))
+            return self.node("Add", [self.node("MatMul", [x, w], s)[0], w], s)[0]
         if op == "LayerNormalization" and self.opset >= 17:
             return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
         return None
@@ -269,9 +294,73 @@ class _Builder:
         self.shapes[last] = s[1:]
         return ys
 
+    def _gru_seq_lens(self, x: str, s: tuple[int, ...]) -> str:
+        """The GRU op as Keras/tf2onnx write it: the rows of ``x`` (n, d) as a sequence of n steps of batch 1,
+        a constant ``sequence_lens`` (int32), an ``initial_h`` initializer, forward or bidirectional,
+        ``linear_before_reset`` 1; the states (n, dirs, 1, h) Reshaped to (n, dirs·h)."""
+        n, d = s
+        h, dirs = self.rng.randint(1, 6), self.rng.choice([1, 2])
+        seq = self.node("Unsqueeze", [x, self.const_i64([1])], (n, 1, d))[0]
+        lens = self.name("seqlens")
+        self.inits.append(numpy_helper.from_array(np.asarray([n], np.int32), lens))
+        h0 = self.weight((dirs, 1, h), 0.3)
+        inputs = [seq, self.weight((dirs, 3 * h, d), 0.5 / np.sqrt(d)), self.weight((dirs, 3 * h, h), 0.5 / np.sqrt(h)),
+                  self.weight((dirs, 6 * h), 0.1), lens, h0]
+        y, last = self.node("GRU", inputs, (n, dirs, 1, h), n_out=2, hidden_size=h, linear_before_reset=1,
+                            direction="bidirectional" if dirs == 2 else "forward")
+        self.shapes[last] = (dirs, 1, h)
+        return self.node("Reshape", [y, self.const_i64([n, dirs * h])], (n, dirs * h))[0]
+
+    def _group_norm_inst_norm(self, x: str, s: tuple[int, ...]) -> str:
+        """torch's GroupNorm as its TorchScript exporter writes it below opset 18: Reshape to (b, 2 groups, −1),
+        InstanceNormalization with a ones scale and zeros shift, Reshape back by the input's Shape, the
+        per-channel affine as Mul/Add."""
+        b, c = s[0], s[1]
+        flat = self.node("Reshape", [x, self.const_i64([b, 2, -1])], (b, 2, int(np.prod(s[1:])) // 2))[0]
+        ones, zeros = self.name("gn_scale"), self.name("gn_shift")
+        self.inits += [numpy_helper.from_array(np.ones(2, self.np_dtype), ones), numpy_helper.from_array(np.zeros(2, self.np_dtype), zeros)]
+        normed = self.node("InstanceNormalization", [flat, ones, zeros], self.shapes[flat], epsilon=1e-5)[0]
+        back = self.node("Reshape", [normed, self.node("Shape", [x], (len(s),))[0]], s)[0]
+        return self.node("Add", [self.node("Mul", [back, self.weight((c, 1, 1), 1.0)], s)[0], self.weight((c, 1, 1), 0.1)], s)[0]
+
+    def _weight_via_cast(self, x: str, s: tuple[int, ...]) -> str:
+        """A MatMul whose weight reaches it through Identity → Transpose → Cast (stored in the other float
+        type, transposed, as converters from frameworks that keep (out, in) weights write it)."""
+        dout = self.rng.randint(1, 8)
+        other = np.float32 if self.np_dtype == np.float16 else np.float16
+        stored = self.name("wt")
+        values = np.random.default_rng(self.rng.randrange(2**31)).normal(0, 0.5, (dout, s[-1])).astype(other)
+        self.inits.append(numpy_helper.from_array(values, stored))
+        w = self.node("Identity", [stored], (dout, s[-1]))[0]
+        w = self.node("Transpose", [w], (s[-1], dout), perm=[1, 0])[0]
+        w = self.node("Cast", [w], (s[-1], dout), to=self.elem)[0]
+        return self.node("MatMul", [x, w], (*s[:-1], dout))[0]
+
 FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
             "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul",
-            "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip")
+            "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip", "GRUSeqLens", "ConvTransposeGroups",
+            "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd")
+
+
+def run_step(op: str, x: np.ndarray, opset: int, seed: int = 5) -> tuple[np.ndarray, _Builder]:
+    """One drawn step alone on an input like ``x`` (its dtype picks the graph's float type), checked and run
+    by onnxruntime: ``(its output on x, the builder)`` — the builder's nodes and initializers are what a
+    test compares with a reference written from the operators' definitions."""
+    import onnxruntime as ort
+
+    elem = TensorProto.FLOAT16 if x.dtype == np.float16 else TensorProto.FLOAT
+    b = _Builder(random.Random(seed), elem, opset)
+    b.shapes["x"] = x.shape
+    out = b.step(op, "x", None)
+    assert out is not None, f"{op} does not fit {x.shape}"
+    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
+                              [helper.make_tensor_value_info(out, elem, list(b.shapes[out]))], initializer=b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == b.shapes[out], f"{op}: onnxruntime gives {got.shape}, the builder tracked {b.shapes[out]}"
+    return got, b
 
 
 @st.composite

@@ -3,31 +3,15 @@ faults their campaigns found (bench/RESULTS.md, "… attention masks, pooling, h
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
 
 
 def _run_step(op: str, x: np.ndarray, opset: int):
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from testkit.fuzz import run_step
 
-    from testkit.fuzz import _Builder
-
-    elem = TensorProto.FLOAT16 if x.dtype == np.float16 else TensorProto.FLOAT
-    b = _Builder(random.Random(5), elem, opset)
-    b.shapes["x"] = x.shape
-    out = b.step(op, "x", None)
-    assert out is not None, f"{op} does not fit {x.shape}"
-    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", elem, list(x.shape))],
-                              [helper.make_tensor_value_info(out, elem, list(b.shapes[out]))], initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    return got, b
+    return run_step(op, x, opset, seed=5)
 
 
 @pytest.mark.parametrize("opset", [14, 18])

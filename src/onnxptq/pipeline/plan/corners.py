@@ -17,6 +17,12 @@ exists depends on what those rules left:
   float Conv/Gemm over the dequantized weight, where a float bias is exactly what it adds (an
   int32 bias would only be dequantized again). Called by ``make_plan`` and again by
   ``final_plan`` after the calibration-time rules.
+* :func:`passthrough_outputs` — a graph input that is also a graph output (a model that hands its
+  input back beside its results) has no producer: emit keeps a quantized graph output's name by
+  renaming its producer's output, and with none the quantizer read a name nothing wrote (every
+  integer and 16-bit preset failed the ONNX checker, a raw ``RuntimeError``; bench/RESULTS.md,
+  fuzz16). The output must be the input bit for bit anyway, so the quantized value goes to the
+  tensor's quantized readers only (``exclusive``); with none, the tensor stays float.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from .types import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BLOCK_FORMATS", "orphan_int32_biases", "scalar_block_tensors"]
+__all__ = ["BLOCK_FORMATS", "orphan_int32_biases", "passthrough_outputs", "scalar_block_tensors"]
 
 #: Formats whose quantizer works on blocks along an axis.
 BLOCK_FORMATS = frozenset({"bfp", "mx"})
@@ -52,6 +58,21 @@ def scalar_block_tensors(tensors: dict[str, TensorPlan], rank: dict[str, int]) -
             why[name] = (f"rank unknown to shape inference: the block axis of {t.quant.describe()} may not exist "
                          "on it, so it stays float")
     return drop_float(tensors, why, "scalar/unknown-rank tensors stay float under a block format")
+
+
+def passthrough_outputs(tensors: dict[str, TensorPlan], inputs: list[str], outputs: set[str]) -> dict[str, str]:
+    """Make the planned graph inputs that are graph outputs too exclusive to their quantized readers;
+    drop those no reader takes quantized; return ``{name: reason}`` for the dropped ones."""
+    why: dict[str, str] = {}
+    for name in set(inputs) & outputs:
+        t = tensors.get(name)
+        if t is None or t.role != "activation":
+            continue
+        if t.consumers:
+            t.exclusive = True
+        else:
+            why[name] = "a graph input that is also a graph output, read quantized by no node: it passes through float"
+    return drop_float(tensors, why, "graph inputs passed through as outputs stay float")
 
 
 def orphan_int32_biases(tensors: dict[str, TensorPlan]) -> dict[str, str]:

@@ -1,0 +1,559 @@
+"""Issue 27 items 1 and 3 (fuzz16): the corners exporters write that the drawn generators do not reach.
+
+``bench/export_fuzz.py`` composes torch modules, and torch's exporters never write some things real
+files hold: the GRU/LSTM/RNN ops with ``sequence_lens`` and ``initial_h`` (``layout=1`` is left out: onnxruntime's CPU
+kernels refuse it), ``auto_pad``,
+``InstanceNormalization`` used as a GroupNorm, ``HardSigmoid`` with odd alpha, weights that reach their
+consumer through Identity/Transpose/Reshape/Cast or a Shape→Gather→Reshape chain, an initializer that is
+both a weight and an Add operand, uint8/int8 graph inputs, rank-0 and rank-5 tensors, zero-length dims,
+graph outputs that are initializers, graph inputs or each other. Each case here is one small hand-built
+graph (``onnx.helper``, checked) that spells one corner the way some exporter does; every preset of
+``export_fuzz.PRESETS`` quantizes it with defaults in a forked child (an onnxruntime abort is a row, not
+the end of the run), judged by ``export_fuzz.run_one`` (raw exception, does not load/run, NaN, the floor's
+verdict, the worst float output's cosine on fresh feeds).
+
+    PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/fuzz_corners.py --out-dir /work/cache/fuzz16/corners \\
+        --json /work/cache/fuzz16/corners.json [--cases gru_op_bi_seqlens,...] [--presets A8W8,...]
+"""
+
+from __future__ import annotations
+
+import _common  # noqa: F401  (puts the repository root on sys.path)
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import export_fuzz
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+class G:
+    """A graph under construction: nodes, initializers, inputs and outputs by name; ``make`` checks it."""
+
+    def __init__(self, seed: int, opset: int = 17, elem: int = F32) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.opset, self.elem = opset, elem
+        self.np = np.float16 if elem == F16 else np.float32
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.n = 0
+
+    def name(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}_{self.n}"
+
+    def init(self, value: np.ndarray, stem: str = "w") -> str:
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def w(self, shape: tuple[int, ...], scale: float = 0.4, dtype: Any = None) -> str:
+        return self.init(self.rng.normal(0, scale, shape).astype(dtype or self.np))
+
+    def i64(self, values: list[int]) -> str:
+        return self.init(np.asarray(values, np.int64), "k")
+
+    def f(self, value: float) -> str:
+        return self.init(np.asarray(value, self.np), "s")
+
+    def op(self, op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> Any:
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op, inputs, outs, name=self.name(f"n_{op}"), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def input(self, name: str, shape: list[Any], elem: int | None = None) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, self.elem if elem is None else elem, shape))
+        return name
+
+    def output(self, name: str, elem: int | None = None, shape: list[Any] | None = None) -> None:
+        self.outputs.append(helper.make_tensor_value_info(name, self.elem if elem is None else elem, shape))
+
+    def make(self) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "corner", self.inputs, self.outputs, initializer=self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        model.ir_version = 8
+        model = onnx.shape_inference.infer_shapes(model)
+        onnx.checker.check_model(model)
+        return model
+
+
+Feeds = Callable[[int, int], list[dict[str, np.ndarray]]]
+
+
+def _normal(shapes: dict[str, tuple[int, ...]], dtype: Any = np.float32, extra: Callable[[np.random.Generator], dict] | None = None) -> Feeds:
+    def feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(n):
+            f = {k: (rng.normal(0, 1, s) * np.linspace(0.5, 2, s[-1])).astype(dtype) for k, s in shapes.items()}
+            if extra is not None:
+                f.update(extra(rng))
+            out.append(f)
+        return out
+    return feeds
+
+
+# ----------------------------------------------------------------------------- recurrent
+
+
+def _rnn_op(kind: str, direction: str, seqlens: str, init_state: bool, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """The GRU/LSTM/RNN op as Keras/tf2onnx and hand-written exporters use it: ``sequence_lens`` (a graph
+    input or a constant), ``initial_h`` (and ``initial_c``), any direction; a Linear
+    in front and a MatMul head behind."""
+    b, t, d, h = 2, 6, 8, 6
+    gates = {"GRU": 3, "LSTM": 4, "RNN": 1}[kind]
+    nd = 2 if direction == "bidirectional" else 1
+    g = G(seed, opset=14)
+    x = g.input("x", [t, b, d])
+    z = g.op("MatMul", [x, g.w((d, d))])
+    ins = [z, g.w((nd, gates * h, d)), g.w((nd, gates * h, h)), g.w((nd, 2 * gates * h), 0.1)]
+    feeds_extra = None
+    if seqlens == "input":
+        ins.append(g.input("seqlens", [b], TensorProto.INT32))
+        feeds_extra = lambda rng: {"seqlens": rng.integers(2, t + 1, b).astype(np.int32)}  # noqa: E731
+    elif seqlens == "const":
+        ins.append(g.init(np.asarray([t, t - 2], np.int32), "seqlens"))
+    else:
+        ins.append("")
+    if init_state:
+        state_shape = (nd, b, h)
+        ins.append(g.init(g.rng.normal(0, 0.3, state_shape).astype(np.float32), "h0"))
+        if kind == "LSTM":
+            ins.append(g.init(g.rng.normal(0, 0.3, state_shape).astype(np.float32), "c0"))
+    while ins and ins[-1] == "":
+        ins.pop()
+    attrs: dict[str, Any] = dict(hidden_size=h, direction=direction)
+    if kind == "GRU":
+        attrs["linear_before_reset"] = 1
+    n_out = 3 if kind == "LSTM" else 2
+    outs = g.op(kind, ins, n_out=n_out, **attrs)
+    y, yh = outs[0], outs[1]
+    # Y: (t, nd, b, h) → (b, t, nd·h)
+    flat = g.op("Reshape", [g.op("Transpose", [y], perm=[2, 0, 1, 3]), g.i64([b, t, nd * h])])
+    g.output(g.op("MatMul", [flat, g.w((nd * h, 4))]))
+    g.output(yh)  # the last state as a second output (an encoder's context)
+    return g.make(), _normal({"x": (t, b, d)}, extra=feeds_extra)
+
+
+def _gru_cell_scan(seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """A GRU cell written out inside a Scan (tf.keras / hand-exported RNN loops): x_t·W and h·U MatMuls
+    on outer-scope weights, Split into three gates, Sigmoid for z and r, Tanh for the candidate, the blend
+    (1 − z)·n + z·h; the states stacked."""
+    t, b, d, h = 6, 2, 8, 6
+    g = G(seed, opset=18)
+    x = g.input("x", [t, b, d])
+    wx, wh, bias = g.w((d, 3 * h)), g.w((h, 3 * h)), g.w((3 * h,), 0.1)
+    one = g.f(1.0)
+    h0 = g.init(np.zeros((b, h), np.float32), "h0")
+    n = {k: f"scan_{k}" for k in ("h", "x", "xw", "xb", "hw", "xz", "xr", "xn", "hz", "hr", "hn", "z", "r", "rn",
+                                    "nn", "cand", "omz", "a", "c", "new", "out", "zs", "rs")}
+    body_nodes = [
+        helper.make_node("MatMul", [n["x"], wx], [n["xw"]]), helper.make_node("Add", [n["xw"], bias], [n["xb"]]),
+        helper.make_node("MatMul", [n["h"], wh], [n["hw"]]),
+        helper.make_node("Split", [n["xb"]], [n["xz"], n["xr"], n["xn"]], axis=-1, num_outputs=3),
+        helper.make_node("Split", [n["hw"]], [n["hz"], n["hr"], n["hn"]], axis=-1, num_outputs=3),
+        helper.make_node("Add", [n["xz"], n["hz"]], [n["zs"]]), helper.make_node("Sigmoid", [n["zs"]], [n["z"]]),
+        helper.make_node("Add", [n["xr"], n["hr"]], [n["rs"]]), helper.make_node("Sigmoid", [n["rs"]], [n["r"]]),
+        helper.make_node("Mul", [n["r"], n["hn"]], [n["rn"]]), helper.make_node("Add", [n["xn"], n["rn"]], [n["nn"]]),
+        helper.make_node("Tanh", [n["nn"]], [n["cand"]]),
+        helper.make_node("Sub", [one, n["z"]], [n["omz"]]), helper.make_node("Mul", [n["omz"], n["cand"]], [n["a"]]),
+        helper.make_node("Mul", [n["z"], n["h"]], [n["c"]]), helper.make_node("Add", [n["a"], n["c"]], [n["new"]]),
+        helper.make_node("Identity", [n["new"]], [n["out"]]),
+    ]
+    row = [b, h]
+    body = helper.make_graph(body_nodes, "gru_body",
+                             [helper.make_tensor_value_info(n["h"], F32, row), helper.make_tensor_value_info(n["x"], F32, [b, d])],
+                             [helper.make_tensor_value_info(n["new"], F32, row), helper.make_tensor_value_info(n["out"], F32, row)])
+    last, ys = g.op("Scan", [h0, x], n_out=2, body=body, num_scan_inputs=1)
+    g.output(g.op("MatMul", [ys, g.w((h, 4))]))
+    g.output(last)
+    return g.make(), _normal({"x": (t, b, d)})
+
+
+def _lstm_cell_loop(seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """An LSTM cell written out in a Loop (TorchScript's scripted ``for``): Gather row i, one MatMul for
+    the four gates on [x_t, h], Split, Sigmoid ×3, Tanh ×2, carried h and c, the h's as scan output."""
+    t, d, h = 6, 8, 6
+    g = G(seed, opset=18)
+    x = g.input("x", [t, d])
+    w, bias = g.w((d + h, 4 * h), 0.3), g.w((4 * h,), 0.1)
+    trip, cond = g.init(np.asarray(t, np.int64), "trip"), g.init(np.asarray(True), "cond")
+    h0, c0 = g.init(np.zeros((h,), np.float32), "h0"), g.init(np.zeros((h,), np.float32), "c0")
+    n = {k: f"loop_{k}" for k in ("i", "c_in", "h", "c", "row", "cat", "mm", "mb", "gi", "gf", "gg", "go", "si", "sf", "tg", "so",
+                                    "fc", "ig", "cn", "tc", "hn", "c_out", "out")}
+    body_nodes = [
+        helper.make_node("Gather", [x, n["i"]], [n["row"]], axis=0),
+        helper.make_node("Concat", [n["row"], n["h"]], [n["cat"]], axis=0),
+        helper.make_node("MatMul", [n["cat"], w], [n["mm"]]), helper.make_node("Add", [n["mm"], bias], [n["mb"]]),
+        helper.make_node("Split", [n["mb"]], [n["gi"], n["gf"], n["gg"], n["go"]], axis=0, num_outputs=4),
+        helper.make_node("Sigmoid", [n["gi"]], [n["si"]]), helper.make_node("Sigmoid", [n["gf"]], [n["sf"]]),
+        helper.make_node("Tanh", [n["gg"]], [n["tg"]]), helper.make_node("Sigmoid", [n["go"]], [n["so"]]),
+        helper.make_node("Mul", [n["sf"], n["c"]], [n["fc"]]), helper.make_node("Mul", [n["si"], n["tg"]], [n["ig"]]),
+        helper.make_node("Add", [n["fc"], n["ig"]], [n["cn"]]), helper.make_node("Tanh", [n["cn"]], [n["tc"]]),
+        helper.make_node("Mul", [n["so"], n["tc"]], [n["hn"]]),
+        helper.make_node("Identity", [n["c_in"]], [n["c_out"]]), helper.make_node("Identity", [n["hn"]], [n["out"]]),
+    ]
+    body = helper.make_graph(body_nodes, "lstm_body",
+                             [helper.make_tensor_value_info(n["i"], TensorProto.INT64, []),
+                              helper.make_tensor_value_info(n["c_in"], TensorProto.BOOL, []),
+                              helper.make_tensor_value_info(n["h"], F32, [h]), helper.make_tensor_value_info(n["c"], F32, [h])],
+                             [helper.make_tensor_value_info(n["c_out"], TensorProto.BOOL, []),
+                              helper.make_tensor_value_info(n["hn"], F32, [h]), helper.make_tensor_value_info(n["cn"], F32, [h]),
+                              helper.make_tensor_value_info(n["out"], F32, [h])])
+    hl, cl, hs = g.op("Loop", [trip, cond, h0, c0], n_out=3, body=body)
+    g.output(g.op("MatMul", [hs, g.w((h, 4))]), shape=[t, 4])
+    g.output(cl, shape=[h])
+    return g.make(), _normal({"x": (t, d)})
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+
+def _conv_case(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """One convolution variant between a stem Conv and a 1×1 head, image (1, 4, 9, 9) unless 1-d/3-d."""
+    c = 4
+    g = G(seed, opset=17)
+    if kind == "conv1d":
+        x = g.input("x", ["batch", c, 16])
+        y = g.op("Conv", [x, g.w((6, c, 5)), g.w((6,), 0.1)], pads=[2, 2], dilations=[1], strides=[2])
+        y = g.op("Conv", [g.op("Relu", [y]), g.w((3, 6, 1))])
+        g.output(y)
+        return g.make(), _normal({"x": (1, c, 16)})
+    if kind == "conv3d":
+        x = g.input("x", ["batch", 2, 4, 6, 6])
+        y = g.op("Conv", [x, g.w((3, 2, 3, 3, 3)), g.w((3,), 0.1)], pads=[1] * 6)
+        y = g.op("Conv", [g.op("Relu", [y]), g.w((2, 3, 1, 1, 1))])
+        g.output(y)
+        return g.make(), _normal({"x": (1, 2, 4, 6, 6)})
+    x = g.input("x", ["batch", 3, 9, 9])
+    s = g.op("Relu", [g.op("Conv", [x, g.w((c, 3, 3, 3)), g.w((c,), 0.1)], pads=[1, 1, 1, 1])])
+    if kind == "convtranspose_outpad_groups":
+        y = g.op("ConvTranspose", [s, g.w((c, 2, 3, 3)), g.w((2 * 2,), 0.1)], group=2, strides=[2, 2],
+                 pads=[1, 1, 1, 1], output_padding=[1, 1])
+    elif kind == "conv_dilated":
+        y = g.op("Conv", [s, g.w((c, c, 3, 3)), g.w((c,), 0.1)], dilations=[2, 2], pads=[2, 2, 2, 2])
+    elif kind == "conv_depthwise":
+        y = g.op("Conv", [s, g.w((c, 1, 3, 3)), g.w((c,), 0.1)], group=c, pads=[1, 1, 1, 1])
+    elif kind == "conv_asym_pads":
+        y = g.op("Conv", [s, g.w((c, c, 3, 3)), g.w((c,), 0.1)], pads=[0, 1, 2, 1], strides=[2, 1])
+    elif kind == "conv_autopad":
+        y = g.op("Conv", [s, g.w((c, c, 3, 3)), g.w((c,), 0.1)], auto_pad="SAME_UPPER", strides=[2, 2])
+    else:
+        raise KeyError(kind)
+    g.output(g.op("Conv", [g.op("Relu", [y]), g.w((2, g_channels(kind, c), 1, 1))]))
+    return g.make(), _normal({"x": (1, 3, 9, 9)})
+
+
+def g_channels(kind: str, c: int) -> int:
+    return 4 if kind == "convtranspose_outpad_groups" else c
+
+
+# ----------------------------------------------------------------------------- normalizations and activations
+
+
+def _seq_with(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """(b, t, 8) → Linear → the piece → Linear: norms and activations in the spellings named by ``kind``."""
+    b, t, d = 2, 5, 8
+    g = G(seed, opset=17)
+    x = g.input("x", ["batch", t, d])
+    z = g.op("Add", [g.op("MatMul", [x, g.w((d, d))]), g.w((d,), 0.1)])
+    if kind == "rmsnorm_mulself":  # LLaMA-ish, the square as Mul(x, x), Reciprocal(Sqrt) instead of Div
+        ms = g.op("ReduceMean", [g.op("Mul", [z, z])], axes=[-1], keepdims=1)
+        y = g.op("Mul", [g.op("Mul", [z, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, g.f(1e-6)])])])]),
+                         g.init((g.rng.random(d) + 0.5).astype(np.float32))])
+    elif kind == "rmsnorm_sumsquare":  # ReduceSumSquare/d, Sqrt, Div
+        ss = g.op("ReduceSumSquare", [z], axes=[-1], keepdims=1)
+        y = g.op("Div", [z, g.op("Sqrt", [g.op("Add", [g.op("Div", [ss, g.f(float(d))]), g.f(1e-6)])])])
+    elif kind == "l2norm":  # ReduceL2 then Div (F.normalize), Max with eps
+        y = g.op("Div", [z, g.op("Max", [g.op("ReduceL2", [z], axes=[-1], keepdims=1), g.f(1e-12)])])
+    elif kind == "layernorm_pow_recip":  # (x − μ)·Reciprocal(Sqrt(mean(Pow(x − μ, 2)) + ε))
+        mu = g.op("ReduceMean", [z], axes=[-1], keepdims=1)
+        dz = g.op("Sub", [z, mu])
+        var = g.op("ReduceMean", [g.op("Pow", [dz, g.f(2.0)])], axes=[-1], keepdims=1)
+        y = g.op("Mul", [dz, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [var, g.f(1e-5)])])])])
+    elif kind == "hardsigmoid_op":  # Keras' hard_sigmoid: alpha 0.2
+        y = g.op("Mul", [z, g.op("HardSigmoid", [z], alpha=0.2, beta=0.5)])
+    elif kind == "hardswish_op":
+        y = g.op("HardSwish", [z])
+    elif kind == "hardsigmoid_out":  # relu6(x + 3) / 6 as Add/Clip/Div
+        y = g.op("Mul", [z, g.op("Div", [g.op("Clip", [g.op("Add", [z, g.f(3.0)]), g.f(0.0), g.f(6.0)]), g.f(6.0)])])
+    elif kind == "mish_softplus":
+        y = g.op("Mul", [z, g.op("Tanh", [g.op("Softplus", [z])])])
+    elif kind == "gelu_tanh_pow":  # 0.5x(1 + tanh(√(2/π)(x + 0.044715 x³))), x³ as Pow 3
+        inner = g.op("Mul", [g.op("Add", [z, g.op("Mul", [g.op("Pow", [z, g.f(3.0)]), g.f(0.044715)])]), g.f(0.7978845608)])
+        y = g.op("Mul", [g.op("Mul", [z, g.f(0.5)]), g.op("Add", [g.op("Tanh", [inner]), g.f(1.0)])])
+    elif kind == "gelu_erf_div":  # x·0.5·(1 + erf(x / √2)), the √2 as a Div
+        y = g.op("Mul", [g.op("Mul", [z, g.op("Add", [g.op("Erf", [g.op("Div", [z, g.f(1.4142135)])]), g.f(1.0)])]), g.f(0.5)])
+    elif kind == "elu_selu":
+        y = g.op("Add", [g.op("Elu", [z], alpha=1.0), g.op("Selu", [z])])
+    elif kind == "clip_min_only":  # Clip with only a min (ReLU with a floor), the max input left empty
+        y = g.op("Clip", [z, g.f(-0.5)])
+    elif kind == "leaky_thresholded":
+        y = g.op("Add", [g.op("LeakyRelu", [z], alpha=0.1), g.op("ThresholdedRelu", [z], alpha=0.5)])
+    else:
+        raise KeyError(kind)
+    g.output(g.op("MatMul", [y, g.w((d, 4))]))
+    return g.make(), _normal({"x": (1, t, d)})
+
+
+def _img_with(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """(b, 3, 8, 8) → Conv → the piece → Conv."""
+    c = 4
+    g = G(seed, opset=17)
+    x = g.input("x", ["batch", 3, 8, 8])
+    z = g.op("Conv", [x, g.w((c, 3, 3, 3)), g.w((c,), 0.1)], pads=[1] * 4)
+    if kind == "groupnorm_instnorm":  # torch's GroupNorm at opset < 18: Reshape (b, g, −1) → InstanceNorm → Reshape → Mul/Add
+        r = g.op("Reshape", [z, g.i64([0, 2, -1])])
+        n = g.op("InstanceNormalization", [r, g.init(np.ones(2, np.float32)), g.init(np.zeros(2, np.float32))], epsilon=1e-5)
+        back = g.op("Reshape", [n, g.op("Shape", [z])])
+        y = g.op("Add", [g.op("Mul", [back, g.init((g.rng.random((c, 1, 1)) + 0.5).astype(np.float32))]), g.w((c, 1, 1), 0.1)])
+    elif kind == "prelu_channel":
+        y = g.op("PRelu", [z, g.init(g.rng.uniform(0.05, 0.3, (c, 1, 1)).astype(np.float32))])
+    elif kind == "hardswish_img_op":
+        y = g.op("HardSwish", [z])
+    elif kind == "instnorm_affine":
+        y = g.op("InstanceNormalization", [z, g.init((g.rng.random(c) + 0.5).astype(np.float32)), g.w((c,), 0.1)], epsilon=1e-5)
+    else:
+        raise KeyError(kind)
+    g.output(g.op("Conv", [y, g.w((2, c, 1, 1))]))
+    return g.make(), _normal({"x": (1, 3, 8, 8)})
+
+
+# ----------------------------------------------------------------------------- dtypes, shapes, weights, outputs
+
+
+def _corner(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    d, t = 8, 5
+    g = G(seed, opset=17)
+    if kind == "fp16_fp32_island":  # an fp16 model whose softmax and norm run in float32 (Cast up, Cast back)
+        g = G(seed, opset=17, elem=F16)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        up = g.op("Cast", [z], to=F32)
+        sm = g.op("Softmax", [up], axis=-1)
+        mu = g.op("ReduceMean", [up], axes=[-1], keepdims=1)
+        island = g.op("Add", [sm, g.op("Sub", [up, mu])])
+        down = g.op("Cast", [island], to=F16)
+        g.output(g.op("MatMul", [down, g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)}, np.float16)
+    if kind in ("uint8_image_input", "int8_input"):
+        elem, lo, hi = (TensorProto.UINT8, 0, 256) if kind == "uint8_image_input" else (TensorProto.INT8, -128, 128)
+        x = g.input("x", ["batch", 3, 8, 8], elem)
+        f = g.op("Div", [g.op("Sub", [g.op("Cast", [x], to=F32), g.f(127.5 if lo == 0 else 0.0)]), g.f(127.5)])
+        y = g.op("Relu", [g.op("Conv", [f, g.w((4, 3, 3, 3)), g.w((4,), 0.1)], pads=[1] * 4)])
+        g.output(g.op("Conv", [y, g.w((2, 4, 1, 1))]))
+        np_dt = np.uint8 if lo == 0 else np.int8
+        return g.make(), lambda n, s: [{"x": np.random.default_rng([s, i]).integers(lo, hi, (1, 3, 8, 8)).astype(np_dt)} for i in range(n)]
+    if kind == "bool_and_rank0_outputs":
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        g.output(g.op("MatMul", [g.op("Relu", [z]), g.w((d, 4))]))
+        g.output(g.op("Greater", [z, g.f(0.0)]), TensorProto.BOOL)
+        g.output(g.op("ReduceMean", [g.op("Abs", [z])], keepdims=0))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "rank5":  # a 5-d tensor between MatMuls (heads split twice), Softmax over the last axis
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        r5 = g.op("Reshape", [z, g.i64([0, t, 2, 2, 2])])
+        sm = g.op("Softmax", [g.op("Mul", [r5, g.w((2, 2, 2), 1.0)])], axis=-1)
+        g.output(g.op("MatMul", [g.op("Reshape", [sm, g.i64([0, t, d])]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "empty_dim":  # a zero-length slice concatenated back (a cache of length 0), then MatMul
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        empty = g.op("Slice", [z, g.i64([0]), g.i64([0]), g.i64([1])])  # (b, 0, d)
+        cat = g.op("Concat", [empty, z], axis=1)
+        g.output(g.op("MatMul", [cat, g.w((d, 4))]))
+        g.output(g.op("MatMul", [empty, g.w((d, 4))]))  # an empty output
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "batch3_dynamic":  # symbolic batch, calibration samples of batch 3, a batch-mixing Reshape
+        x = g.input("x", ["batch", t, d])
+        z = g.op("Relu", [g.op("MatMul", [x, g.w((d, d))])])
+        g.output(g.op("MatMul", [g.op("Reshape", [z, g.i64([-1, d])]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (3, t, d)})
+    if kind == "shape_gather_reshape_weight":  # the weight's shape from the activation's width: Shape→Gather→Concat→Reshape
+        x = g.input("x", ["batch", t, d])
+        flat = g.w((d * d,))
+        width = g.op("Gather", [g.op("Shape", [x]), g.i64([2])], axis=0)
+        wr = g.op("Reshape", [flat, g.op("Concat", [width, g.i64([-1])], axis=0)])
+        z = g.op("MatMul", [x, wr])
+        g.output(g.op("MatMul", [g.op("Relu", [z]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "shared_weight_add":  # one initializer both a MatMul weight and an Add operand
+        x = g.input("x", ["batch", d, d])
+        w = g.w((d, d))
+        z = g.op("Add", [g.op("MatMul", [x, w]), w])
+        g.output(g.op("MatMul", [g.op("Relu", [z]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, d, d)})
+    if kind == "weight_through_ops":  # weights via Identity, Transpose, Reshape, Cast(fp16 → float)
+        x = g.input("x", ["batch", t, d])
+        w1 = g.op("Identity", [g.w((d, d))])
+        w2 = g.op("Transpose", [g.w((d, d))], perm=[1, 0])
+        w3 = g.op("Cast", [g.w((d, d), dtype=np.float16)], to=F32)
+        w4 = g.op("Reshape", [g.w((d * 4,)), g.i64([d, 4])])
+        z = g.op("Relu", [g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, w1])]), w2])])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [z, w3])]), w4]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "const_folded_left":  # a Constant node's weight scaled by Mul/Add (unfolded arithmetic on constants)
+        x = g.input("x", ["batch", t, d])
+        c = g.op("Constant", [], value=numpy_helper.from_array(g.rng.normal(0, 0.4, (d, d)).astype(np.float32)))
+        w = g.op("Add", [g.op("Mul", [c, g.f(0.5)]), g.f(0.01)])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, w])]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "outputs_shared_and_fed":  # y an output and fed on; Identity(y) another output; a second head on y
+        x = g.input("x", ["batch", t, d])
+        y = g.op("MatMul", [x, g.w((d, d))])
+        g.output(y)
+        g.output(g.op("Identity", [y]))
+        g.output(g.op("MatMul", [g.op("Relu", [y]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "output_is_input_or_init":  # a graph input and an initializer passed straight out
+        x = g.input("x", ["batch", t, d])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((d, d))])]), g.w((d, 4))]))
+        g.output("x", shape=["batch", t, d])
+        anchors = g.init(np.linspace(0, 1, 6, dtype=np.float32).reshape(3, 2), "anchors")
+        g.output(anchors, shape=[3, 2])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "weight_is_output":  # a MatMul weight that is also a graph output (a codebook, a projection handed out)
+        x = g.input("x", ["batch", t, d])
+        w = g.w((d, d))
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, w])]), g.w((d, 4))]))
+        g.output(w, shape=[d, d])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "scalar_and_bool_inputs":  # a rank-0 float input (a temperature) and a bool mask input, Where before Softmax
+        x = g.input("x", ["batch", t, d])
+        temp = g.input("temp", [])
+        keep = g.input("keep", ["batch", t], TensorProto.BOOL)
+        z = g.op("Div", [g.op("MatMul", [x, g.w((d, d))]), temp])
+        s = g.op("Softmax", [g.op("Where", [g.op("Unsqueeze", [keep, g.i64([-1])]), z, g.f(-1e4)])], axis=-1)
+        g.output(g.op("MatMul", [s, g.w((d, 4))]))
+        return g.make(), lambda n, sd: [{"x": np.random.default_rng([sd, i]).normal(0, 1, (1, t, d)).astype(np.float32),
+                                        "temp": np.asarray(np.random.default_rng([sd, i]).uniform(0.5, 2.0), np.float32),
+                                        "keep": np.arange(t)[None] < np.random.default_rng([sd, i]).integers(1, t + 1)} for i in range(n)]
+    if kind == "constant_node_output":  # a Constant node's output handed out as a graph output beside the result
+        x = g.input("x", ["batch", t, d])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((d, d))])]), g.w((d, 4))]))
+        g.output(g.op("Constant", [], value=numpy_helper.from_array(np.arange(4, dtype=np.float32))), shape=[4])
+        return g.make(), _normal({"x": (1, t, d)})
+    raise KeyError(kind)
+
+
+CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
+    "gru_op_bi_seqlens": lambda s: _rnn_op("GRU", "bidirectional", "input", True, s),
+    "gru_op_seqlens_const": lambda s: _rnn_op("GRU", "forward", "const", True, s),
+    "gru_op_reverse": lambda s: _rnn_op("GRU", "reverse", "none", False, s),
+    "lstm_op_bi_seqlens": lambda s: _rnn_op("LSTM", "bidirectional", "input", True, s),
+    "lstm_op_seqlens_const": lambda s: _rnn_op("LSTM", "forward", "const", True, s),
+    "rnn_op_bi_seqlens": lambda s: _rnn_op("RNN", "bidirectional", "input", True, s),
+    "gru_cell_scan": _gru_cell_scan,
+    "lstm_cell_loop": _lstm_cell_loop,
+    **{k: (lambda s, k=k: _conv_case(k, s)) for k in ("conv1d", "conv3d", "convtranspose_outpad_groups", "conv_dilated",
+                                                       "conv_depthwise", "conv_asym_pads", "conv_autopad")},
+    **{k: (lambda s, k=k: _seq_with(k, s)) for k in ("rmsnorm_mulself", "rmsnorm_sumsquare", "l2norm", "layernorm_pow_recip",
+                                                      "hardsigmoid_op", "hardswish_op", "hardsigmoid_out", "mish_softplus",
+                                                      "gelu_tanh_pow", "gelu_erf_div", "elu_selu", "clip_min_only",
+                                                      "leaky_thresholded")},
+    **{k: (lambda s, k=k: _img_with(k, s)) for k in ("groupnorm_instnorm", "prelu_channel", "hardswish_img_op", "instnorm_affine")},
+    **{k: (lambda s, k=k: _corner(k, s)) for k in ("fp16_fp32_island", "uint8_image_input", "int8_input", "bool_and_rank0_outputs",
+                                                    "rank5", "empty_dim", "batch3_dynamic", "shape_gather_reshape_weight",
+                                                    "shared_weight_add", "weight_through_ops", "const_folded_left",
+                                                    "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output",
+                                                    "scalar_and_bool_inputs", "constant_node_output")},
+}
+
+
+def _quantize_forked(src: Path, preset: str, calib: list[dict], held: list[dict], out: Path, timeout: float) -> dict:
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=export_fuzz._child, args=((src, preset, calib, held, out), q))
+    p.start()
+    try:
+        row = q.get(timeout=timeout)
+    except Exception:  # noqa: BLE001 - no answer: the child died or ran out of time
+        row = {"preset": preset, "status": "timeout/crash", "error": f"exit code {p.exitcode}" if p.exitcode is not None else f"over {timeout:g} s"}
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return row
+
+
+def _floor_cosine(preset: str) -> float:
+    from onnxptq.analysis.floor import floor_for
+    from onnxptq.config.presets import resolve_config
+
+    return floor_for(resolve_config(preset)).cosine
+
+
+def markdown(paths: list[str]) -> str:
+    """One table row per campaign file: statuses, floor verdicts, and the rows whose floor held with a float
+    output's cosine on the fresh feeds (pooled) below the preset family's floor cosine (a SILENT candidate)."""
+    lines = ["| campaign | cases | quantizations | ok | floor held / broken (ok rows) | documented error | raw exception "
+             "| does not load/run | NaN | timeout/crash | held, fresh cosine below the family's floor |", "| --- |" + " --- |" * 10]
+    for path in paths:
+        rows = [r for r in json.loads(Path(path).read_text()) if r.get("preset") != "-"]
+        st = collections.Counter(r["status"] for r in rows)
+        ok = [r for r in rows if r["status"] == "ok"]
+        held = sum(r.get("floor") == "held" for r in ok)
+        quiet = [f"{r['case']} {r['preset']} {r['cosine']}" for r in ok
+                 if r.get("floor") == "held" and r.get("cosine", 1) < _floor_cosine(r["preset"])]
+        lines.append(f"| {Path(path).stem} | {len({r['case'] for r in rows})} | {len(rows)} | {st['ok']} | {held} / {len(ok) - held} "
+                     f"| {st['documented error']} | {st['raw exception']} | {st['does not load'] + st['does not run'] + st['wrong output']} "
+                     f"| {st['NaN where float has none']} | {st['timeout/crash']} | {len(quiet)}{': ' + '; '.join(quiet) if quiet else ''} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", nargs="+", help="print the table of these campaign files and exit")
+    ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    ap.add_argument("--presets", default=",".join(export_fuzz.PRESETS))
+    ap.add_argument("--seed", type=int, default=20)
+    ap.add_argument("--samples", type=int, default=24, help="calibration samples handed to quantize (the floor holds out a third)")
+    ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--out-dir")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.markdown:
+        print(markdown(a.markdown))
+        return
+    if not a.out_dir or not a.json:
+        ap.error("--out-dir and --json are needed for a campaign")
+    names = list(CASES) if a.cases is None else a.cases.split(",")
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    t0 = time.time()
+    for i, name in enumerate(names):
+        model, feeds = CASES[name](a.seed * 1000 + i)
+        src = out_dir / f"{name}.onnx"
+        onnx.save(model, src)
+        calib, held = feeds(a.samples, a.seed), feeds(16, a.seed + 7919)
+        try:
+            export_fuzz._session(src).run(None, calib[0])
+        except Exception as exc:  # noqa: BLE001 - the generator's own fault, recorded
+            rows.append({"case": name, "preset": "-", "status": "float does not run", "error": str(exc).splitlines()[0][:300]})
+            continue
+        for preset in a.presets.split(","):
+            row = _quantize_forked(src, preset, calib, held, out_dir / f"{name}.{preset}.onnx", a.timeout)
+            row["case"] = name
+            rows.append(row)
+            print(f"{time.time() - t0:7.1f}s {name:32s} {preset:11s} {row['status']:18s} {row.get('floor', '')[:40]:40s} "
+                  f"cos {row.get('cosine', '-')} {row.get('error', '')[:150]}", flush=True)
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    counts = collections.Counter(r["status"] for r in rows)
+    print(dict(counts))
+
+
+if __name__ == "__main__":
+    main()
