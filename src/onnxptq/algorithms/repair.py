@@ -82,7 +82,8 @@ mixed set holds, the float search runs as before.
 **Outputs the reads could not decide** (issue 27, :mod:`.repair_measure`): where a candidate holds but an
 output's reads were too few to judge ("NOT JUDGED") or to confirm any share, its verdict holds for nearly any
 candidate; the judge then measures that output by its margins on every judged sample (the chance each read
-flips, from what the candidate takes of float's margins) and does not accept a candidate worse there than the
+flips, from what the candidate takes of float's margins; logits read in each read's spread, as a rounding error
+grows with the scores' size: iqc_effnet_b3, repair16) and does not accept a candidate worse there than the
 best-measured one accepted before by more than the paired noise, unless surely within the floor. One rule
 for every search (rungs, mixed rung, float search); the record counts the candidates it ruled out
 (``ruled_by_measure``). bench/fuzz_silent.py seed 1's m006 MX9 and m007 BFP16 handed nodes back to their block
