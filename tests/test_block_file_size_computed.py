@@ -84,6 +84,7 @@ def test_prepare_keeps_the_grown_chain_and_the_float_outputs(sinc):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fc, "GROWTH", None)
+        m.setattr(fc, "SHARED_GROWTH", None)
         folded = prepare(model)
     assert max(int(np.prod(t.dims)) for t in folded.graph.initializer) == ROWS * TAPS
 
@@ -120,6 +121,7 @@ def test_quantized_file_holds_the_ramps_not_the_kernel(sinc, preset, tmp_path):
     onnxptq.quantize(model, cfg, feeds[:2], output=str(path))
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fc, "GROWTH", None)
+        m.setattr(fc, "SHARED_GROWTH", None)
         onnxptq.quantize(model, cfg, feeds[:2], output=str(old))
     assert old.stat().st_size > ROWS * TAPS  # the folded kernel, at 8+ bits an element
     assert path.stat().st_size < ROWS * TAPS / 2, f"{preset}: {path.stat().st_size} B"

@@ -25,6 +25,11 @@ folds the chain when it loads the model (with its own Sin/Cos, as it does for th
 and the weight's consumer reads a computed tensor the plan quantizes on its path. A table the
 chain scatters from stored values (swift_f0's filter banks: a zero fill of 65 664 elements and
 8 KB of indices and values) is data the file holds anyway: folded as before.
+Folds that read the same constants are also judged together (:func:`shared_growth`, before the
+sweep): the results every such fold would store, summed, against those constants' bytes, each
+charged once (``SHARED_GROWTH``). DAT-light's 18 position-bias lookups gather small tables through
+two shared 512 KB indices: one at a time each read more than it made, together they stored 14 MB
+of fp32 biases where the float file held 1 MB. Kept, onnxruntime folds the Gathers at load.
 ``Shape``/``Size`` of a tensor
 whose shape inference gave fully static dims are folded too; that needs shapes, so run shape
 inference first (``fold_constants`` does).
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -76,6 +83,17 @@ GROWN_FROM = 1 << 14
 #: weight's Transpose, Reshape, a scale's Mul) never grow at all and stay folded. None: fold grown
 #: results too (the form before blockfile9; the tests build both).
 GROWTH: int | None = 16
+#: The same judgement over a whole graph (:func:`shared_growth`): how many bytes of file the results
+#: of every fold that reads the same source constants may take per byte of those sources (each
+#: charged once) before the folds that grow them stay computed. Decided by measurement (bench/
+#: fold_growth_survey.py over every model at hand, RESULTS.md "foldgrow16"): DAT-light's 18
+#: position-bias lookups share two 512 KB indices and come to ~14x; no other fold group of the
+#: survey is between 3x and 14x. None: judge node by node only.
+SHARED_GROWTH: int | None = 10
+#: Consumer slots that read a tensor as a weight: every quantized format stores those at 8 bits or
+#: fewer, so a result read only there is counted at one byte an element; any other (an addend
+#: beside an activation) stays in its own type in every format.
+_WEIGHT_SLOTS = {"MatMul": (0, 1), "Gemm": (1,), "Conv": (1,), "ConvTranspose": (1,)}
 #: Nodes the look-ahead follows from a grown node before it stops counting (a chain longer than
 #: this counts what it saw: a lower bound on the bytes it reads, so the rule errs toward folding).
 LOOK_AHEAD = 256
@@ -128,7 +146,13 @@ class FoldConstantsPass(ir.passes.InPlacePass):
         # node's result is an initializer by the time its consumers are visited.
         for graph in list(model.graphs()):
             graph.sort()
+            kept = {id(n) for group in shared_growth(graph, self._foldable, self.size_limit) if group.grown
+                    for n in group.growers}
             for node in list(graph):
+                if id(node) in kept:
+                    log.info("not folding %s (%s): its fold group grows the file; the file keeps the computation",
+                             node.name, node.op_type)
+                    continue
                 results = self._evaluate(node, opset)
                 if results is None:
                     continue
@@ -301,6 +325,141 @@ def _chain_constant_bytes(start: ir.Node) -> int:
             made.add(id(out))
             frontier.extend(use.node for use in out.uses())
     return total
+
+
+@dataclass
+class FoldGroup:
+    """The folds of one graph that read the same source constants (linked through any shared one).
+
+    ``stored`` is what the file would hold folded: every chain end's elements at the width it is
+    stored (one byte where only weight slots read it, its own type's bytes elsewhere); ``sources``
+    the bytes of the constants the chains read, each once: what the file holds unfolded.
+    ``growers`` are the group's nodes whose result is large and larger than their inputs (a
+    Gather through an index, an Expand, a broadcasting Add): where the group stops folding.
+    """
+
+    sources: int = 0
+    stored: int = 0
+    elements: int = 0
+    ends: list[ir.Value] = field(default_factory=list)
+    growers: list[ir.Node] = field(default_factory=list)
+    known: bool = True  # every chain end's size is known statically
+
+    @property
+    def growth(self) -> float:
+        return self.stored / max(self.sources, 1)
+
+    @property
+    def grown(self) -> bool:
+        return (SHARED_GROWTH is not None and self.known and bool(self.growers)
+                and self.elements >= GROWN_FROM and self.stored >= SHARED_GROWTH * max(self.sources, 1))
+
+
+def _is_constant(value: ir.Value) -> bool:
+    return value.is_initializer() and not value.is_graph_input() and value.const_value is not None
+
+
+def _elements(value: ir.Value) -> int | None:
+    shape = _static_shape(value)
+    return None if shape is None else math.prod(shape)
+
+
+def _stored_bytes(value: ir.Value, elements: int) -> int:
+    weight = all(use.node.op_type in _WEIGHT_SLOTS and use.idx in _WEIGHT_SLOTS[use.node.op_type]
+                 for use in value.uses())
+    width = 1 if weight or value.dtype is None else int(math.ceil(value.dtype.itemsize))
+    return elements * width
+
+
+def shared_growth(graph: ir.Graph, foldable: Callable[[ir.Node], bool],
+                  size_limit: int = DEFAULT_SIZE_LIMIT) -> list[FoldGroup]:
+    """The fold groups of ``graph`` (sorted), found from structure and static shapes before anything folds.
+
+    Why: judging each fold by the constants it reads charges a constant that many folds share to
+    every one of them. DAT-light's 18 relative-position-bias lookups each Gather a small table
+    (11 KB) through one of two shared 512 KB indices: each looked 0.4x its inputs, yet folded the
+    file held 14.2 MB of [1, 3, 256, 256] biases where it held 1 MB of tables and indices (and
+    onnxruntime folds the Gathers at load anyway). Summed over the group, sources charged once,
+    the growth is visible. ``foldable`` is the pass's own test of a node.
+    """
+    sources: dict[int, frozenset[int]] = {}  # constant-computable value -> ids of its source constants
+    source_bytes: dict[int, int] = {}
+    members: list[ir.Node] = []
+    for node in graph:
+        reads = _reads(node, foldable, sources, source_bytes)
+        if reads is None or any((n := _elements(out)) is not None and n > size_limit for out in node.outputs):
+            continue
+        members.append(node)
+        for out in node.outputs:
+            sources[id(out)] = reads
+    member_ids = {id(n) for n in members}
+    parent: dict[int, int] = {}  # union-find over source constants: folds sharing one are one group
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for node in members:
+        ids = sorted(sources[id(node.outputs[0])])
+        for other in ids[1:]:
+            parent[find(other)] = find(ids[0])
+    groups: dict[object, FoldGroup] = {}
+    for node in members:
+        ids = sources[id(node.outputs[0])]
+        group = groups.setdefault(find(min(ids)) if ids else ("alone", id(node)), FoldGroup())
+        if _is_grower(node, sources):
+            group.growers.append(node)
+        for out in node.outputs:
+            if all(id(use.node) in member_ids for use in out.uses()):
+                continue  # read only by nodes that fold too (or by none): not stored
+            group.ends.append(out)
+            n = _elements(out)
+            if n is None:
+                group.known = False
+            else:
+                group.elements += n
+                group.stored += _stored_bytes(out, n)
+    for s in {s for node in members for s in sources[id(node.outputs[0])]}:
+        groups[find(s)].sources += source_bytes[s]
+    return list(groups.values())
+
+
+def _is_grower(node: ir.Node, sources: dict[int, frozenset[int]]) -> bool:
+    """Whether ``node`` makes a large result (``GROWN_FROM``) with more elements than all its inputs:
+    the step where a chain of constants turns into more data than it reads (a Gather through an
+    index, Expand, a broadcasting Add). Unknown sizes are no growth (the rule errs toward folding)."""
+    if node.op_type in ("Shape", "Size"):
+        return False
+    in_sizes = [_elements(v) if id(v) in sources else v.const_value.size for v in node.inputs if v is not None]
+    if None in in_sizes:
+        return False
+    total = sum(in_sizes)
+    return any((n := _elements(out)) is not None and n >= GROWN_FROM and n > total for out in node.outputs)
+
+
+def _reads(node: ir.Node, foldable: Callable[[ir.Node], bool], sources: dict[int, frozenset[int]],
+           source_bytes: dict[int, int]) -> frozenset[int] | None:
+    """The source constants ``node`` computes from when it would fold (every input a constant or
+    the result of a node that would), recording each constant's bytes; None when it would not."""
+    if not foldable(node):
+        return None
+    if node.op_type in ("Shape", "Size"):
+        return frozenset() if _static_shape(node.inputs[0] if node.inputs else None) is not None else None
+    reads: set[int] = set()
+    constants: dict[int, int] = {}
+    for value in node.inputs:
+        if value is None:
+            continue
+        if id(value) in sources:
+            reads |= sources[id(value)]
+        elif _is_constant(value):
+            constants[id(value)] = int(value.const_value.nbytes)
+        else:
+            return None
+    source_bytes.update(constants)
+    return frozenset(reads | constants.keys())
 
 
 def fold_constants_passes(size_limit: int = DEFAULT_SIZE_LIMIT) -> list[ir.passes.PassBase]:
