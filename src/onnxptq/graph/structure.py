@@ -56,6 +56,9 @@ REDUCTIONS = frozenset("ReduceMean ReduceSum ReduceSumSquare ReduceL2 ReduceL1 R
 #: Reshapes (GroupNorm written out reshapes to (N, G, -1) and back); their shape inputs are ints.
 RESHAPES = frozenset("Reshape Unsqueeze Squeeze Flatten Transpose Expand".split())
 STRUCTURE_OPS = ELEMENTWISE | REDUCTIONS | RESHAPES
+#: Reshapes that keep the elements' order (a grouping (N, C, H, W) → (N, G, −1) and back); a Transpose
+#: permutes, so it is data movement around a region, not a grouping inside one.
+_GROUPING = frozenset("Reshape Flatten Squeeze Unsqueeze".split())
 #: Ops whose presence (with a reduction) marks a normalization: the 1/σ step.
 _ROOTS = frozenset("Sqrt Reciprocal Div Pow".split())
 #: Nonlinearities of gated activations: x · f(x).
@@ -244,7 +247,7 @@ def _affine_tail(ix: _Index, y: str, taken: set[int]) -> list[onnx.NodeProto]:
 
 
 def _grouping_head(ix: _Index, x: str, members: set[int], taken: set[int]) -> list[onnx.NodeProto]:
-    """The reshapes by constant shapes that made ``x`` from a float tensor, each output read only by the
+    """The order-keeping reshapes by constant shapes that made ``x`` from a float tensor, each output read only by the
     region (``members``: its nodes' ids) or by the next reshape (GroupNorm's ``Reshape(N, G, −1)``),
     first one first; the caller asks only where the region reshapes back.
 
@@ -255,7 +258,7 @@ def _grouping_head(ix: _Index, x: str, members: set[int], taken: set[int]) -> li
     current, readers_ok = x, set(members)
     while current not in ix.outputs and all(id(c) in readers_ok for c in ix.real_consumers(current)):
         p = ix.producer.get(current)
-        if p is None or p.op_type not in RESHAPES or id(p) in members | taken or len(p.output) != 1 or not is_onnx_domain(p.domain):
+        if p is None or p.op_type not in _GROUPING or id(p) in members | taken or len(p.output) != 1 or not is_onnx_domain(p.domain):
             break
         source = p.input[0] if p.input else ""
         if (not source or source in ix.constants or not ix.is_float(source)
@@ -320,7 +323,7 @@ def _regions_in(graph: onnx.GraphProto, ix: _Index, reads: Counter, regions: lis
         if tail:
             nodes += tail
             y = tail[-1].output[0]
-        if any(n.op_type in RESHAPES for n in tail):  # grouped, normalized, ungrouped: GroupNorm
+        if any(n.op_type in _GROUPING for n in tail):  # grouped, normalized, ungrouped: GroupNorm
             head = _grouping_head(ix, x, {id(n) for n in nodes}, taken)
             if head:
                 nodes = head + nodes
@@ -359,7 +362,7 @@ def _regions_in(graph: onnx.GraphProto, ix: _Index, reads: Counter, regions: lis
             continue
         if not _affine_tail(ix, node.output[0], taken | {id(node)}):
             continue  # the op alone: nothing inside to keep float
-        grouped = any(n.op_type in RESHAPES for n in _affine_tail(ix, node.output[0], taken | {id(node)}))
+        grouped = any(n.op_type in _GROUPING for n in _affine_tail(ix, node.output[0], taken | {id(node)}))
         add(f"GroupNorm ({node.op_type} over groups)" if grouped else f"{node.op_type} (affine written out)",
             node.input[0], [node])
     regions.extend(region for _, region in sorted(found, key=lambda f: f[0]))
