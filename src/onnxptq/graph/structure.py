@@ -22,7 +22,10 @@ The rule (one for every format: integer, BF16/FP16, block formats; docs/structur
   Sigmoid, Softplus, Exp/Log, Clip or HardSigmoid),
 
 extended through trailing elementwise ops by constants (``· gamma + beta``, ``· 0.5``) and
-reshapes by constant shapes (GroupNorm's reshape back). The plan
+reshapes by constant shapes (GroupNorm's reshape back). A single ``InstanceNormalization`` /
+``MeanVarianceNormalization`` with such a tail is a region too (torch's GroupNorm below opset 18:
+``Reshape(N, G, −1) → InstanceNormalization(ones, zeros) → Reshape back → · γ + β``), and a region
+whose tail reshapes back starts where the grouping reshape starts (the ungrouped tensor). The plan
 keeps every tensor inside a region float (:func:`structure_float_tensors`): only ``x`` and ``y``
 get quantizers, exactly as the fused single op (``LayerNormalization``, ``Gelu``) would. Where the
 opset has that op and prepare knows the spelling it fuses it first (``graph/passes/fuse_*``);
