@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+from _structure_graphs import _B
 from onnxptq.analysis.metrics import cosine_similarity
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
@@ -26,50 +27,36 @@ from onnxptq.graph.structure import find_regions
 C, G, HW = 8, 2, 6
 
 
-class _G:
+class _G(_B):
     def __init__(self) -> None:
+        super().__init__()
         self.rng = np.random.default_rng(5)
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.n = 0
-
-    def init(self, value, dtype=np.float32) -> str:
-        self.n += 1
-        name = f"k{self.n}"
-        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype), name))
-        return name
-
-    def op(self, op: str, *inputs: str, **attrs) -> str:
-        self.n += 1
-        out = f"{op.lower()}_{self.n}"
-        self.nodes.append(helper.make_node(op, list(inputs), [out], name=f"{op}_{self.n}", **attrs))
-        return out
 
     def affine(self, t: str) -> str:
-        gamma = self.init(self.rng.uniform(0.5, 1.5, (C, 1, 1)))
-        return self.op("Add", self.op("Mul", t, gamma), self.init(self.rng.normal(0, 0.1, (C, 1, 1))))
+        gamma = self.const(self.rng.uniform(0.5, 1.5, (C, 1, 1)))
+        return self.op("Add", self.op("Mul", t, gamma), self.const(self.rng.normal(0, 0.1, (C, 1, 1))))
 
 
 def _instnorm(b: _G, z: str, groups: int) -> str:
-    r = b.op("Reshape", z, b.init([0, groups, -1], np.int64))
-    n = b.op("InstanceNormalization", r, b.init(np.ones(groups)), b.init(np.zeros(groups)), epsilon=1e-5)
+    r = b.op("Reshape", z, b.ints([0, groups, -1]))
+    n = b.op("InstanceNormalization", r, b.const(np.ones(groups)), b.const(np.zeros(groups)), epsilon=1e-5)
     return b.affine(b.op("Reshape", n, b.op("Shape", z)))
 
 
 def _reducemean(b: _G, z: str) -> str:
-    r = b.op("Reshape", z, b.init([0, G, C // G, HW, HW], np.int64))
+    r = b.op("Reshape", z, b.ints([0, G, C // G, HW, HW]))
     d = b.op("Sub", r, b.op("ReduceMean", r, axes=[2, 3, 4], keepdims=1))
     var = b.op("ReduceMean", b.op("Mul", d, d), axes=[2, 3, 4], keepdims=1)
-    n = b.op("Div", d, b.op("Sqrt", b.op("Add", var, b.init(1e-5))))
-    return b.affine(b.op("Reshape", n, b.init([0, C, HW, HW], np.int64)))
+    n = b.op("Div", d, b.op("Sqrt", b.op("Add", var, b.const(1e-5))))
+    return b.affine(b.op("Reshape", n, b.ints([0, C, HW, HW])))
 
 
 SPELLINGS = {
     "groupnorm_instnorm": (lambda b, z: _instnorm(b, z, G), "GroupNorm (InstanceNormalization over groups)", 5),
     "instnorm_one_group": (lambda b, z: _instnorm(b, z, 1), "GroupNorm (InstanceNormalization over groups)", 5),
     "groupnorm_reducemean": (_reducemean, "LayerNorm/GroupNorm (mean/variance)", 11),
-    "hardswish_clip": (lambda b, z: b.op("Div", b.op("Mul", z, b.op("Clip", b.op("Add", z, b.init(3.0)), b.init(0.0), b.init(6.0))),
-                                         b.init(6.0)), "HardSwish", 4),
+    "hardswish_clip": (lambda b, z: b.op("Div", b.op("Mul", z, b.op("Clip", b.op("Add", z, b.const(3.0)), b.const(0.0), b.const(6.0))),
+                                         b.const(6.0)), "HardSwish", 4),
     "mish_softplus": (lambda b, z: b.op("Mul", z, b.op("Tanh", b.op("Softplus", z))), "Mish", 3),
 }
 
@@ -77,9 +64,9 @@ SPELLINGS = {
 def _model(spelling: str) -> onnx.ModelProto:
     """x → Conv 3×3 (a common mode per channel, as a real feature map has) → the spelling → Conv 1×1."""
     b = _G()
-    z = b.op("Conv", "x", b.init(b.rng.normal(0, 0.3, (C, 3, 3, 3))), b.init(b.rng.normal(0, 2.0, C)), pads=[1] * 4)
+    z = b.op("Conv", "x", b.const(b.rng.normal(0, 0.3, (C, 3, 3, 3))), b.const(b.rng.normal(0, 2.0, C)), pads=[1] * 4)
     y = SPELLINGS[spelling][0](b, z)
-    out = b.op("Conv", y, b.init(b.rng.normal(0, 0.3, (4, C, 1, 1))))
+    out = b.op("Conv", y, b.const(b.rng.normal(0, 0.3, (4, C, 1, 1))))
     graph = helper.make_graph(b.nodes, spelling, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, HW, HW])],
                               [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -124,8 +111,8 @@ def test_inside_stays_float_and_the_output_holds(spelling, preset):
 def test_an_instance_norm_read_twice_after_it_is_no_region():
     """A normalization op whose output escapes (read by the affine and by a second branch) has no inside."""
     b = _G()
-    z = b.op("Conv", "x", b.init(b.rng.normal(0, 0.3, (C, 3, 3, 3))), pads=[1] * 4)
-    n = b.op("InstanceNormalization", z, b.init(np.ones(C)), b.init(np.zeros(C)))
+    z = b.op("Conv", "x", b.const(b.rng.normal(0, 0.3, (C, 3, 3, 3))), pads=[1] * 4)
+    n = b.op("InstanceNormalization", z, b.const(np.ones(C)), b.const(np.zeros(C)))
     y = b.op("Add", b.affine(n), n)
     graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, HW, HW])],
                               [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], b.inits)
