@@ -22,7 +22,10 @@ The rule (one for every format: integer, BF16/FP16, block formats; docs/structur
   Sigmoid, Softplus, Exp/Log, Clip or HardSigmoid),
 
 extended through trailing elementwise ops by constants (``· gamma + beta``, ``· 0.5``) and
-reshapes by constant shapes (GroupNorm's reshape back). The plan
+reshapes by constant shapes (GroupNorm's reshape back). A single ``InstanceNormalization`` /
+``MeanVarianceNormalization`` with such a tail is a region too (torch's GroupNorm below opset 18:
+``Reshape(N, G, −1) → InstanceNormalization(ones, zeros) → Reshape back → · γ + β``), and a region
+whose tail reshapes back starts where the grouping reshape starts (the ungrouped tensor). The plan
 keeps every tensor inside a region float (:func:`structure_float_tensors`): only ``x`` and ``y``
 get quantizers, exactly as the fused single op (``LayerNormalization``, ``Gelu``) would. Where the
 opset has that op and prepare knows the spelling it fuses it first (``graph/passes/fuse_*``);
@@ -56,12 +59,19 @@ REDUCTIONS = frozenset("ReduceMean ReduceSum ReduceSumSquare ReduceL2 ReduceL1 R
 #: Reshapes (GroupNorm written out reshapes to (N, G, -1) and back); their shape inputs are ints.
 RESHAPES = frozenset("Reshape Unsqueeze Squeeze Flatten Transpose Expand".split())
 STRUCTURE_OPS = ELEMENTWISE | REDUCTIONS | RESHAPES
+#: Reshapes that keep the elements' order (a grouping (N, C, H, W) → (N, G, −1) and back); a Transpose
+#: permutes, so it is data movement around a region, not a grouping inside one.
+_GROUPING = frozenset("Reshape Flatten Squeeze Unsqueeze".split())
 #: Ops whose presence (with a reduction) marks a normalization: the 1/σ step.
 _ROOTS = frozenset("Sqrt Reciprocal Div Pow".split())
 #: Nonlinearities of gated activations: x · f(x).
 _GATES = frozenset("Erf Tanh Sigmoid Softplus Softsign Exp Log Clip HardSigmoid".split())
 #: Ops a region's affine tail may extend through, when their other operand is a constant.
 _AFFINE = frozenset("Add Sub Mul Div".split())
+#: Single normalization ops whose exporters write the affine and the grouping around them: torch's
+#: nn.GroupNorm below opset 18 is ``Reshape(N, G, −1) → InstanceNormalization(ones, zeros) → Reshape
+#: back → · γ + β`` (InstanceNormalization's own affine is per group there, so γ/β are written out).
+_NORM_OPS = frozenset("InstanceNormalization MeanVarianceNormalization".split())
 #: Upper bound on a region's size (nodes): the spellings above have at most ~20; the bound keeps
 #: the search linear in the graph.
 MAX_REGION = 48
@@ -239,6 +249,29 @@ def _affine_tail(ix: _Index, y: str, taken: set[int]) -> list[onnx.NodeProto]:
     return tail
 
 
+def _grouping_head(ix: _Index, x: str, members: set[int], taken: set[int]) -> list[onnx.NodeProto]:
+    """The order-keeping reshapes by constant shapes that made ``x`` from a float tensor, each output read only by the
+    region (``members``: its nodes' ids) or by the next reshape (GroupNorm's ``Reshape(N, G, −1)``),
+    first one first; the caller asks only where the region reshapes back.
+
+    Why: the grouped tensor is the ungrouped one laid out differently, so a quantizer on it is the
+    region input's quantizer twice over; the region starts where the grouping starts, as the fused
+    ``GroupNormalization`` reads the ungrouped tensor."""
+    head: list[onnx.NodeProto] = []
+    current, readers_ok = x, set(members)
+    while current not in ix.outputs and all(id(c) in readers_ok for c in ix.real_consumers(current)):
+        p = ix.producer.get(current)
+        if p is None or p.op_type not in _GROUPING or id(p) in members | taken or len(p.output) != 1 or not is_onnx_domain(p.domain):
+            break
+        source = p.input[0] if p.input else ""
+        if (not source or source in ix.constants or not ix.is_float(source)
+                or any(i not in ix.constants for i in p.input[1:] if i)):
+            break
+        head.append(p)
+        current, readers_ok = source, {id(p)}
+    return head[::-1]
+
+
 def find_regions(model: onnx.ModelProto) -> list[Region]:
     """Every region (module docstring) of the main graph and of every subgraph (If branches, Loop and Scan
     bodies), graph by graph in graph order, none nested in another.
@@ -282,6 +315,30 @@ def _regions_in(graph: onnx.GraphProto, ix: _Index, reads: Counter, regions: lis
     """The regions of ``graph`` itself (module docstring), appended to ``regions`` in graph order."""
     taken: set[int] = set()  # nodes already inside a region
     interior_names: set[str] = set()
+    found: list[tuple[int, Region]] = []
+
+    def add(kind: str, x: str, core: list[onnx.NodeProto]) -> None:
+        """``core`` (x → its last output) with its affine tail and, where the tail reshapes back, the
+        grouping reshapes before it, recorded as one region."""
+        nodes = list(core)
+        y = nodes[-1].output[0]
+        tail = _affine_tail(ix, y, taken | {id(n) for n in nodes})
+        if tail:
+            nodes += tail
+            y = tail[-1].output[0]
+        if any(n.op_type in _GROUPING for n in tail):  # grouped, normalized, ungrouped: GroupNorm
+            head = _grouping_head(ix, x, {id(n) for n in nodes}, taken)
+            if head:
+                nodes = head + nodes
+                x = head[0].input[0]
+        member_ids = {id(n) for n in nodes}
+        interior = tuple(o for n in nodes for o in ix.float_outputs(n) if o != y)
+        inside = Counter(i for n in nodes for i in n.input if i)
+        constants = tuple(i for i in inside if i in ix.constants and reads[i] == inside[i])  # read nowhere else
+        found.append((min(ix.pos[k] for k in map(id, nodes)), Region(kind, x, y, tuple(n.name for n in nodes), interior, constants)))
+        taken.update(member_ids)
+        interior_names.update(interior)
+
     starts = [i.name for i in graph.input] + [o for n in graph.node for o in n.output if o]
     for x in starts:
         if x in interior_names or x in ix.constants or not ix.is_float(x):
@@ -292,25 +349,26 @@ def _regions_in(graph: onnx.GraphProto, ix: _Index, reads: Counter, regions: lis
         cone = [n for n in _cone(ix, x) if id(n) not in taken]
         cone_ids = {id(n) for n in cone}
         for node in cone:
-            y = node.output[0]
-            nodes = _closed(ix, y, cone_ids, x)
+            nodes = _closed(ix, node.output[0], cone_ids, x)
             if nodes is None:
                 continue
             kind = _kind(nodes, x, ix)
             if kind is None:
                 continue
-            tail = _affine_tail(ix, y, taken | {id(n) for n in nodes})
-            if tail:
-                nodes = nodes + tail
-                y = tail[-1].output[0]
-            member_ids = {id(n) for n in nodes}
-            interior = tuple(o for n in nodes for o in ix.float_outputs(n) if o != y)
-            inside = Counter(i for n in nodes for i in n.input if i)
-            constants = tuple(i for i in inside if i in ix.constants and reads[i] == inside[i])  # read nowhere else
-            regions.append(Region(kind, x, y, tuple(n.name for n in nodes), interior, constants))
-            taken |= member_ids
-            interior_names.update(interior)
+            add(kind, x, nodes)
             break
+    # A single normalization op with its affine (and grouping) written around it: the op's output is
+    # exact float in the fused form, so rounding it before ``· γ + β`` is a step the fused op lacks.
+    for node in graph.node:
+        if (node.op_type not in _NORM_OPS or not is_onnx_domain(node.domain) or id(node) in taken
+                or len(node.output) != 1 or ix.data_inputs(node) != [node.input[0]]):
+            continue
+        if not _affine_tail(ix, node.output[0], taken | {id(node)}):
+            continue  # the op alone: nothing inside to keep float
+        grouped = any(n.op_type in _GROUPING for n in _affine_tail(ix, node.output[0], taken | {id(node)}))
+        add(f"GroupNorm ({node.op_type} over groups)" if grouped else f"{node.op_type} (affine written out)",
+            node.input[0], [node])
+    regions.extend(region for _, region in sorted(found, key=lambda f: f[0]))
 
 
 def structure_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
