@@ -43,7 +43,7 @@ import onnx
 
 from .ops import FLOATING
 from .opsets import is_onnx_domain
-from .walk import dataflow
+from .walk import all_graphs, dataflow, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -281,20 +281,11 @@ def find_regions(model: onnx.ModelProto) -> list[Region]:
     plan quantizes a branch's tensors as it does the main graph's (bench/RESULTS.md, quantcpu16: 16 of
     oww_hey_jarvis's 28 BF16 Cast pairs sat inside its branch's LayerNorms)."""
     regions: list[Region] = []
-    reads = Counter(i for n in _all_nodes(model.graph) for i in n.input if i)
+    reads = Counter(i for g in all_graphs(model.graph) for n in g.node for i in n.input if i)
     _graph_regions(model.graph, frozenset(), reads, regions)
     if regions:
         log.debug("structure: %d region(s): %s", len(regions), ", ".join(f"{r.kind} {r.x}→{r.y}" for r in regions[:8]))
     return regions
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
-
-
-def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes of ``graph`` and of every subgraph in it, at any depth."""
-    return [m for n in graph.node for m in (n, *(x for g in _subgraphs(n) for x in _all_nodes(g)))]
 
 
 def _graph_regions(graph: onnx.GraphProto, outer_constants: frozenset[str], reads: Counter, regions: list[Region]) -> None:
@@ -307,7 +298,7 @@ def _graph_regions(graph: onnx.GraphProto, outer_constants: frozenset[str], read
     _regions_in(graph, ix, reads, regions)
     inner_constants = outer_constants | ix.constants
     for node in graph.node:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             _graph_regions(sub, inner_constants, reads, regions)
 
 

@@ -83,11 +83,13 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         t = time.perf_counter()
         weights = with_initializers(prepared, refine(prepared, plan, params, calibrated.kept, cfg.finetune))
         timings["refine"] = time.perf_counter() - t
+    sizes = of_calibration(calibrated) if _block_activations(plan) else None  # the same for every emit below
+
     def emitted(weights: onnx.ModelProto, params: dict[str, QParams]) -> onnx.ModelProto:
         quantized = emit(weights, plan, params, fold_weights=cfg.fold_weights, store_int_weights=cfg.store_int_weights,
                          bf16_qdq_to_cast=cfg.bf16_qdq_to_cast, fold_relu=cfg.fold_relu,
                          pack_weights=cfg.pack_weights, weight_runtime=cfg.weight_runtime, reuse=reuse, rounded=rounded,
-                         sizes=of_calibration(calibrated) if _block_activations(plan) else None)
+                         sizes=sizes)
         if cfg.runtime == "cpu":
             dequantize_after_lookup(quantized)  # a table's rows dequantized after its Gather (graph/passes/lookup_tables.py)
         if cfg.runtime == "cpu" and cfg.weight_runtime == "exact":

@@ -50,7 +50,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ...formats.integer import int_type
 from ...graph.external import has_external, tensor_values
+from ...graph.walk import subgraphs
 from ...sessions import open_session
 from ..plan import Plan
 from ..solve import QParams
@@ -60,10 +62,6 @@ log = logging.getLogger(__name__)
 
 #: the most calibration samples the pass runs (the first of those kept)
 SAMPLES = 16
-
-
-def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
 def _levels(graph: onnx.GraphProto, layers: set[str]) -> list[int]:
@@ -243,7 +241,7 @@ def sequential_shifts(float_model: onnx.ModelProto, quantized: onnx.ModelProto, 
     its output in ``quantized`` on ``samples`` matches its output in ``float_model`` on average,
     each element weighted by the squared slope of the activation after the layer. Empty where
     either main graph holds a subgraph node or nothing applies (see the module doc)."""
-    if (not samples or not layers or any(_has_subgraph(n) for m in (float_model, quantized) for n in m.graph.node)
+    if (not samples or not layers or any(next(subgraphs(n), None) is not None for m in (float_model, quantized) for n in m.graph.node)
             or has_external(float_model) or has_external(quantized)):
         return {}  # a streamed model's weights sit in a file the cut-out segments would not find
     made_q = {n.output[0] for n in quantized.graph.node if n.output}
@@ -287,10 +285,7 @@ def _coarse(quantizer: tuple[str, dict] | None) -> bool:
     integer grid of at most 8 bits: where the upstream noise, and so the shift it passes on, was
     measured (16-bit grids' noise is 256 times smaller, their shift below what a few samples can
     tell from zero, and the pass would cost its forward run for nothing)."""
-    if quantizer is None:
-        return False
-    digits = "".join(ch for ch in quantizer[0] if ch.isdigit())
-    return bool(digits) and int(digits) <= 8
+    return quantizer is not None and int_type(quantizer[0]).bits <= 8
 
 
 def sequential_corrections(calibrated, plan: Plan, params: dict[str, QParams], prepared: onnx.ModelProto,
