@@ -143,6 +143,7 @@ def main() -> int:
     ap.add_argument("--calib", type=int, default=32)
     ap.add_argument("--fresh", type=int, default=256)
     ap.add_argument("--output", default="y")
+    ap.add_argument("--presets", default="BF16,A8W8,MX9", help="presets the library builds are judged for")
     a = ap.parse_args()
     logging.disable(logging.WARNING)
     import onnxptq
@@ -178,6 +179,18 @@ def main() -> int:
     for name, members in sorted(by_reader.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if len(members) > 1 or not name.startswith("fed back"):
             print(f"| only the dot-product inputs read by {name} | {len(members)} {score(_outputs(rounded(model, members), fresh, a.output))}")
+    # The library itself, per preset (repair off): the plain build; the cells' non-product nodes on a cycle kept
+    # float (gates, the state updates; the products quantized: the candidate structure rule); every node on a cycle
+    # float, products too.
+    cycle_nodes = {n.name for n in model.graph.node if any(cells.on_cycle(o) for o in n.output)}
+    products = {n for n in cycle_nodes if n in cells.step_of}
+    print("\n| preset | build | nodes kept float | positions agreeing | reads agreeing | cosine |\n| --- | --- | --- | --- | --- | --- |")
+    for preset in a.presets.split(","):
+        base = onnxptq.get_preset(preset).replace(repair=False)
+        for label, kept in (("plain", set()), ("state path float, products quantized", cycle_nodes - products),
+                            ("every node on a cycle float", cycle_nodes)):
+            q = onnxptq.quantize(model, base.replace(nodes_to_exclude=tuple(sorted(kept))), calib).model
+            print(f"| {preset} | {label} | {len(kept)} {score(_outputs(q, fresh, a.output))}", flush=True)
     top2 = np.sort(ref, -1)[..., -2:]
     margin = top2[..., 1] - top2[..., 0]
     print(f"\nfloat arg-max margins: {margin.size} positions, {int((margin < 1e-3).sum())} below 1e-3, "
