@@ -86,3 +86,25 @@ def test_recurrent_weights_inside_if_branches_are_stored_packed(preset, most):
     for feed in _feeds(4, 2):
         a, b = (r.run(None, feed)[0] for r in runs)
         assert np.array_equal(a, b), np.abs(a - b).max()
+
+
+@pytest.mark.parametrize("opset", [14, 18])
+def test_the_drawn_written_out_spellings_compute_what_they_name(opset):
+    """testkit's SiLU as x / (1 + exp(−x)), softmax as Exp / ReduceSum of x − ReduceMax, and GroupNorm by
+    ReduceMean over a 5-D view, run by onnxruntime, against NumPy written from their definitions."""
+    from testkit.fuzz import run_step
+
+    x = np.random.default_rng(1).normal(0, 2, (3, 6)).astype(np.float32)
+    got, _ = run_step("SiLUDivExp", x, opset)
+    np.testing.assert_allclose(got, x / (1 + np.exp(-x.astype(np.float64))), rtol=1e-5, atol=1e-6)
+    got, _ = run_step("SoftmaxWritten", x, opset)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+    x = np.random.default_rng(2).normal(0.5, 2.0, (1, 4, 3, 3)).astype(np.float32)
+    got, b = run_step("GroupNorm5D", x, opset)
+    inits = {t.name: numpy_helper.to_array(t) for t in b.inits}
+    scale, shift = inits[b.nodes[-2].input[1]], inits[b.nodes[-1].input[1]]
+    g = x.astype(np.float64).reshape(1, 2, -1)
+    normed = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    np.testing.assert_allclose(got, normed * scale + shift, rtol=1e-4, atol=1e-4)
