@@ -114,6 +114,13 @@ OWN_CODES = True
 #: held 2-4 more copies of it at load (>= 0.5-1 MB). Lower (32768) grew the small models' files
 #: (zoo:attacut_c MX9 0.276 -> 0.278, zoo:oww_hey_mycroft 0.286 -> 0.289, packed16) for little load.
 OWN_FROM = 65536
+#: A ragged own weight's sub-block scales spread over its axis by one Gather (WeightPacker._spread_scales);
+#: False: two parts joined by a Concat (the form before packed17).
+RAGGED_GATHER = True
+#: Lowest opset whose Add/Mul/Div take uint8 (ONNX 14): the exponents' escape is decoded on uint8 there.
+UINT8_ARITHMETIC_OPSET = 14
+#: An own-codes group and the stream group of its layout share one exponent chain (WeightPacker._own_partners).
+SHARED_CHAINS = True
 #: 8-bit integer element codes (BFP16, MX9, MXINT8) stored as int8 two's complement and decoded by
 #: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
 #: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
@@ -838,6 +845,12 @@ class WeightPacker:
         frag.packed_groups = []  # type: ignore[attr-defined]
         stem = _stem(name)
         outs = []
+        # A ragged axis (RAGGED_GATHER): every sub-block's scale along the axis, in order, then one
+        # Gather spreads them over the axis's elements: (axis position, sub-blocks, their width) a part
+        # (not where sub-blocks carry shifts: MX9's Where gives a scale a pair, whose Reshape and Concat
+        # would hold as much as the Concat of the weight saved)
+        ragged = RAGGED_GATHER and bool(tail) and bool(nf) and not shifted
+        spread: list[tuple[str, int, int]] = []
         for nb, width in ((nf, layout.block), (1 if tail else 0, tail)):
             if not nb:
                 continue
@@ -889,6 +902,9 @@ class WeightPacker:
             else:
                 scale = self.fresh(f"{self._short}s")
                 frag.nodes.append(helper.make_node("Reshape", [piece, self._ints(s_shape)], [scale], name=f"{stem}_sr"))
+            if ragged:
+                spread.append((scale, nb * ns, sb))
+                continue
             stored = np.ascontiguousarray(c5).reshape(c_shape)
             init = self.fresh(f"{self._short}c")
             if cast_int_codes(code):
@@ -912,11 +928,63 @@ class WeightPacker:
                 frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(part))], [nxt], name=f"{stem}_shape"))
                 cur = nxt
             outs.append(cur)
+        if ragged:
+            cur = self._spread_scales(frag, stem, shape, ax, c4[:, :, :, :].reshape(p, q, -1)[:, :, : shape[ax]], code, spread)
+            return self._finish_weight(frag, name, fq, decoded, cur, target)
         cur = outs[0]
         if len(outs) > 1:
             cur = self.fresh(f"{self._short}j")
             frag.nodes.append(helper.make_node("Concat", outs, [cur], axis=ax, name=f"{stem}_join"))
         return self._finish_weight(frag, name, fq, decoded, cur, target)
+
+    def _spread_scales(self, frag: QDQNodes, stem: str, shape: tuple[int, ...], ax: int, own: np.ndarray,
+                       code: ElementCode, spread: list[tuple[str, int, int]]) -> str:
+        """A ragged own weight (:meth:`_own_codes`) in its own shape: its codes ``own`` (``[P, Q,
+        axis]``) stored in the weight's shape and cast (-0 by fmod), times its sub-blocks' scales
+        spread over the axis by one ``Gather`` (``spread``: each part's scales, ``[P, nb, ns, 1, Q]``
+        or with a 1 on the axis, how many sub-blocks it holds along the axis and their width).
+
+        Why: two parts (whole blocks reshaped, the last block's) joined by a Concat held four
+        full-size steps at load (Cast, Mul, Reshape, Concat); here three (Cast, Gather, Mul), the
+        Concat and Reshapes on the scales alone (PP-OCRv4 rec's 120 x 6625 head: 30 % of its weights)."""
+        pre, post = list(shape[:ax]), list(shape[ax + 1:])
+        parts, idx, at = [], [], 0
+        for scale, n_sub, width in spread:
+            flat = self.fresh(f"{self._short}q")
+            frag.nodes.append(helper.make_node("Reshape", [scale, self._ints(pre + [n_sub] + post)], [flat], name=f"{stem}_sq"))
+            parts.append(flat)
+            idx.append(at + np.arange(n_sub * width) // width)
+            at += n_sub
+        joined = self.fresh(f"{self._short}k")
+        frag.nodes.append(helper.make_node("Concat", parts, [joined], axis=ax, name=f"{stem}_scales"))
+        index = np.concatenate(idx)[: shape[ax]]
+        narrow = np.uint8 if at <= 256 else np.uint16 if at <= 65536 else np.int32
+        raw = self.fresh(f"{self._short}i")
+        frag.initializers.append(store(index.astype(narrow), raw))
+        wide = raw
+        if narrow != np.int32:
+            wide = self.fresh(f"{self._short}w")
+            frag.nodes.append(helper.make_node("Cast", [raw], [wide], to=TensorProto.INT32, name=f"{stem}_si"))
+        scales = self.fresh(f"{self._short}g")
+        frag.nodes.append(helper.make_node("Gather", [joined, wide], [scales], axis=ax, name=f"{stem}_spread"))
+        stored = np.ascontiguousarray(own.transpose(0, 2, 1)).reshape(shape)
+        init = self.fresh(f"{self._short}c")
+        if cast_int_codes(code):
+            signed, neg_zero = twos_complement(stored, code.bits)
+            frag.initializers.append(store(signed, init))
+        else:
+            neg_zero = False
+            frag.initializers.append(_as_fp8(store(stored, init), code.key))
+        cur = self.fresh(f"{self._short}f")
+        frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
+        if neg_zero:
+            nxt = self.fresh(f"{self._short}n")
+            frag.nodes.append(helper.make_node("Mod", [cur, self._table("f128", np.array(128, np.float32))], [nxt],
+                                               fmod=1, name=f"{stem}_negzero"))
+            cur = nxt
+        nxt = self.fresh(f"{self._short}m")
+        frag.nodes.append(helper.make_node("Mul", [cur, scales], [nxt], name=f"{stem}_scale"))
+        return nxt
 
     # ---------------------------------------------------------------- common tail
     def _finish_weight(self, frag: QDQNodes, name: str, fq: np.ndarray, decoded: np.ndarray | None, cur: str,
@@ -1021,9 +1089,11 @@ class WeightPacker:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
         arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows], self._table_bytes(256))
+        partners = self._own_partners()
+        merged = {id(o) for o in partners.values()}
         for group in self.groups.values():
-            if group.rows:
-                self._decode_group(group, frag, group.code.key in arithmetic)
+            if group.rows and id(group) not in merged:
+                self._decode_group(group, frag, group.code.key in arithmetic, partners.get(id(group)))
         self._halves(frag)
         frag.initializers[:0] = self.table_inits
         frag.nodes[:0] = self.table_casts
@@ -1033,18 +1103,41 @@ class WeightPacker:
                      self.stats.unpacked, self.stats.patched_elements)
         return frag
 
-    def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool) -> None:
+    def _own_partners(self) -> dict[int, _Group]:
+        """Each stream group (by ``id``) and the own-codes group of its layout (the same codes,
+        block layout, width and shifts) that shares its exponent chain (:meth:`_decode_group`).
+
+        Why: an own group alone repeats the layout's exponent chain (~0.3-1 KB of nodes and
+        tables, packed16), which kept weights under 64 K elements in the stream form (a Split,
+        a Reshape and a Transpose of each held at load); one chain for both makes an own weight
+        cost its own few nodes only. ``SHARED_CHAINS = False``: each group its own chain."""
+        if not SHARED_CHAINS:
+            return {}
+        out: dict[int, _Group] = {}
+        for (key, layout, width, shifted, own), g in self.groups.items():
+            partner = self.groups.get((key, layout, width, shifted, True)) if not own else None
+            if g.rows and partner is not None and partner.rows and g.width > 1:
+                out[id(g)] = partner
+        return out
+
+    def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool, own: _Group | None = None) -> None:
         """One group's chain. Initializers are stored in the shape their Gather should produce,
         so few Reshapes run: onnxruntime keeps every folded intermediate until the end of the
         optimisation, so each step of the chain costs a copy of the decoded weights in load RAM.
-        ``arithmetic``: its 8-bit integer codes decoded by arithmetic (:func:`_arithmetic_codes`)."""
+        ``arithmetic``: its 8-bit integer codes decoded by arithmetic (:func:`_arithmetic_codes`).
+        ``own``: the own-codes group of the same layout (:func:`_own_partners`), whose rows follow
+        ``g``'s in one exponent chain: the block scales are split into ``g``'s rows (decoded on as
+        a stream) and each own weight's, so the layout pays for one exponent chain, not two."""
         code = g.code
         n_sub = -(-g.width // g.sub)
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
-        exps = np.concatenate(g.exps)
-        zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
+        members = [g] if own is None else [g, own]
+        e_rows = sum(m.rows for m in members)  # the exponent chain's rows: the stream's, then the own weights'
+        exps = np.concatenate([e for m in members for e in m.exps])
+        zero = np.concatenate([((np.concatenate(m.codes).reshape(m.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0)
+                               .all(axis=1) for m in members])
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
         extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
@@ -1094,7 +1187,7 @@ class WeightPacker:
                     v = op("Slice", [v, self._ints([0]), self._ints([length]), self._ints([0])], "ec")
                 if out_shape is not None:
                     v = op("Reshape", [v, self._ints(out_shape)], "e3")
-            return op("Cast", [v], "idx", to=to)
+            return v if to == TensorProto.UINT8 else op("Cast", [v], "idx", to=to)
 
         def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
             """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
@@ -1131,7 +1224,7 @@ class WeightPacker:
             their low ``base`` bits, stored in ``planes`` (bits, offset) and added back at their
             offsets (times 2^base)."""
             index = None
-            size = g.rows if length is None else length
+            size = e_rows if length is None else length
             for b, at in planes:
                 part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
                               stem_ if at == 0 else f"{stem_}_at{at}", length=size)
@@ -1290,7 +1383,7 @@ class WeightPacker:
         # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
         top = int(exps.max())
         options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
-        gain = {i: g.rows - sum(-(-g.rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
+        gain = {i: e_rows - sum(-(-e_rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
                 for i, p in enumerate(options) if p != [(8, 0)]}
         best = max(gain, key=lambda i: (gain[i], -i), default=None)
         planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
@@ -1299,21 +1392,34 @@ class WeightPacker:
         # narrow field holds the most frequent and an escape stream the rest, where that saves more.
         escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
         if escaped is not None:
-            stored = -(-g.rows // (8 // escaped[0])) + escaped[3].size
+            stored = -(-e_rows // (8 // escaped[0])) + escaped[3].size
             if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
-                keep = g.rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
+                keep = e_rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
             else:  # against the chosen planes, each at what its nodes really weigh
                 keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
-                        < sum(-(-g.rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
+                        < sum(-(-e_rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
             escaped = escaped if keep else None
         if escaped is not None:
             e_bits, order, field_, stream = escaped
             per = 8 // e_bits
             # the fields come [rows, 1, 1, ...] (shaped as uint8): every step after is the scales' shape
-            f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=g.rows, out_shape=[g.rows, 1, 1, *extra])
-            index = escaped_back(f, (1 << e_bits) - 1,
-                                 lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
-                                 ("eq", "ep", "ev", "em", "e"))
+            if self.opset >= UINT8_ARITHMETIC_OPSET:
+                # the same f + (f // k) * stream[cumsum(f // k)] on uint8 (ranks < 256: exact), int32
+                # only where ONNX asks it (CumSum's input, Gather's indices): each folded step stays in
+                # load RAM until the folding ends, a uint8 one a quarter of an int32 one (BFP16's blocks
+                # of 8: an int32 step a block is an eighth of the weights' bytes; six were)
+                k = (1 << e_bits) - 1
+                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", to=TensorProto.UINT8, length=e_rows,
+                           out_shape=[e_rows, 1, 1, *extra])
+                esc = op("Div", [f, self._table(f"u{k}", np.array(k, np.uint8))], "eq")
+                pos = op("CumSum", [op("Cast", [esc], "eq4", to=TensorProto.INT32), self._table("ax0", np.array(0, np.int32))], "ep")
+                more = op("Mul", [esc, op("Gather", [init("exponents_esc", stream), pos], "ev")], "em")
+                index = op("Cast", [op("Add", [f, more], "eu")], "e", to=TensorProto.INT32)
+            else:
+                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=e_rows, out_shape=[e_rows, 1, 1, *extra])
+                index = escaped_back(f, (1 << e_bits) - 1,
+                                     lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
+                                     ("eq", "ep", "ev", "em", "e"))
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
@@ -1321,13 +1427,22 @@ class WeightPacker:
             if len(planes) == 1:
                 e_bits = planes[0][0]
                 scale = op("Gather", [self._table(e_key, e_table),
-                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=g.rows,
-                                             out_shape=[g.rows, 1, 1, *extra])], "scale")
+                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=e_rows,
+                                             out_shape=[e_rows, 1, 1, *extra])], "scale")
             else:
-                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1, *extra])], "e3")
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([e_rows, 1, 1, *extra])], "e3")
                 scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
-            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1, *extra)), "scale")
+            scale = gather(e_key, e_table, init("exponents", exps.reshape(e_rows, 1, 1, *extra)), "scale")
+        if own is not None:
+            # the stream's rows first, then each own weight's piece (and its shift flags)
+            stream_scale = out("ss")
+            self._split_pieces(scale, [(g.rows, stream_scale)] + own.pieces, node)
+            scale = stream_scale
+            if own.shifted:
+                o_shifts = np.concatenate(own.shifts)
+                cond = fields(_pack_fields(o_shifts, 1), 1, "own_shifts", to=TensorProto.BOOL, length=o_shifts.size)
+                self._split_pieces(cond, own.shift_pieces, node, frag.nodes)
         if g.shifted and g.own:
             # 1-bit shifts as booleans, split per weight (in each weight's own order: rows (P, nb),
             # then its sub-blocks, then Q); each weight picks its half or whole block scale by
