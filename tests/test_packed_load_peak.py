@@ -81,9 +81,10 @@ def folded_bytes(model: onnx.ModelProto) -> int:
 
 #: the bound per format, over the weights' float32 bytes (main before packed16: BFP16 6.89, MXINT8 6.33,
 #: MXFP8_E4M3 5.33, MX9 9.39 on these weights; packed16 4.60, 4.58, 3.58, 6.29; packed17 4.34, 4.27,
-#: 3.27, 6.17: the exponents' escape on uint8, the ragged weight's scales spread by a Gather): the
+#: 3.27, 6.04: the exponents' escape on uint8, the ragged weight's scales spread by a Gather, MX9's
+#: shift flags by one BitwiseAnd): the
 #: block-level steps (exponents, escapes: 1/8 of the elements each under BFP16's blocks of 8) are the rest
-@pytest.mark.parametrize("key, bound", [("BFP16", 4.45), ("MXINT8", 4.4), ("MXFP8_E4M3", 3.4), ("MX9", 6.22)])
+@pytest.mark.parametrize("key, bound", [("BFP16", 4.45), ("MXINT8", 4.4), ("MXFP8_E4M3", 3.4), ("MX9", 6.1)])
 def test_large_weights_decode_from_their_own_codes_with_few_full_size_steps(key, bound):
     """The values the decode chain's folded steps hold at the end of onnxruntime's folding, over the
     weights' float32 bytes: Cast + Mul + Reshape (a weight one block along its axis: no Reshape),

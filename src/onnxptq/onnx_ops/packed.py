@@ -117,6 +117,8 @@ OWN_FROM = 65536
 #: A ragged own weight's sub-block scales spread over its axis by one Gather (WeightPacker._spread_scales);
 #: False: two parts joined by a Concat (the form before packed17).
 RAGGED_GATHER = True
+#: Lowest opset with BitwiseAnd (ONNX 18): a 1-bit flag read as a bool is its bit masked, one step.
+BITWISE_AND_OPSET = 18
 #: Lowest opset whose Add/Mul/Div take uint8 (ONNX 14): the exponents' escape is decoded on uint8 there.
 UINT8_ARITHMETIC_OPSET = 14
 #: An own-codes group and the stream group of its layout share one exponent chain (WeightPacker._own_partners).
@@ -1175,7 +1177,10 @@ class WeightPacker:
             stays in load RAM until onnxruntime's folding ends, a uint8 one a quarter of an int32 one."""
             per = 8 // bits
             v = init(stem_, stored[..., None])
-            if per > 1:
+            if bits == 1 and to == TensorProto.BOOL and self.opset >= BITWISE_AND_OPSET and shape is None:
+                # a flag: its bit alone (nonzero is true), one uint8 step where two shifts took two
+                v = op("BitwiseAnd", [v, self._table("bit1", (1 << np.arange(8)).astype(np.uint8))], "bit")
+            elif per > 1:
                 up_ = (8 - bits * (np.arange(per) + 1)).astype(np.uint8)
                 key = f"shl{bits}" if shape is None else f"shl{bits}_{'x'.join(map(str, shape))}"
                 up = self._table(key, up_ if shape is None else up_.reshape(shape))
