@@ -137,13 +137,14 @@ def test_a_refused_large_weight_leaves_no_trace_in_the_groups(key):
 
 def _mixed_weights() -> dict[str, tuple[np.ndarray, int]]:
     """One conv of at least OWN_FROM elements (its own codes) and two smaller of the same layout
-    (blocks along 64 input channels: the stream group of the same width), -0 and MX's -0 among them."""
+    (blocks along 64 input channels: the stream group of the same width) and magnitudes (their
+    exponents store as well together as apart), -0 and MX's -0 among them."""
     rng = np.random.default_rng(11)
     big = rng.normal(0, 0.1, (128, 64, 3, 3)).astype(np.float32)
     big[0, :, 0, 0] = -0.0
-    mid = (rng.standard_t(4, (64, 64, 3, 3)) * 0.05).astype(np.float32)
-    mid[2, :8] = -1e-30
-    small = rng.normal(0, 0.3, (24, 64, 3, 3)).astype(np.float32)
+    mid = rng.normal(0, 0.1, (64, 64, 3, 3)).astype(np.float32)
+    mid[2, :8] = -0.0
+    small = rng.normal(0, 0.1, (24, 64, 3, 3)).astype(np.float32)
     return {"big": (big, 1), "mid": (mid, 1), "small": (small, 1)}
 
 
@@ -216,3 +217,21 @@ def test_the_exponents_escape_decodes_on_uint8_from_opset_14(key):
     divs = [n for n in narrow.graph.node if n.op_type == "Div"]
     assert divs and all(types[n.output[0]] == TensorProto.UINT8 for n in divs), [types[n.output[0]] for n in divs]
     assert folded_bytes(narrow) < folded_bytes(wide) - 0.1 * expected["conv_out"].nbytes
+
+
+def test_a_shared_chain_only_where_it_stores_fewer_bytes(monkeypatch):
+    """An own weight whose blocks span a dozen binades (its exponents need 4 bits) beside stream
+    weights whose blocks crowd into a few (2 bits) store their exponents in fewer bytes apart than
+    in one chain of 4-bit fields: two chains are kept, in fewer bytes than one forced (a chain's
+    nodes priced at 10 KB), the same bits either way."""
+    weights = _mixed_weights()
+    rng = np.random.default_rng(11)
+    big = np.exp2(rng.uniform(-12, 0, (128, 64, 3, 3))) * rng.choice([-1.0, 1.0], (128, 64, 3, 3))
+    weights["big"] = (big.astype(np.float32), 1)
+    apart, expected = _decode_model("BFP16", weights)
+    monkeypatch.setattr(packed, "CHAIN_NODE_BYTES", 10_000, raising=False)
+    forced, _ = _decode_model("BFP16", weights)
+    assert _exponent_chains(apart) == 2 and _exponent_chains(forced) == 1
+    assert apart.ByteSize() < forced.ByteSize(), (apart.ByteSize(), forced.ByteSize())
+    _same_bits(apart, expected)
+    _same_bits(forced, expected)

@@ -117,6 +117,9 @@ OWN_FROM = 65536
 #: A ragged own weight's sub-block scales spread over its axis by one Gather (WeightPacker._spread_scales);
 #: False: two parts joined by a Concat (the form before packed17).
 RAGGED_GATHER = True
+#: File bytes of the nodes a second exponent chain of a layout repeats (the exponents' Gather and
+#: table, the scales' Split; the layout's own unpacking nodes are in _exponent_layout's cost).
+CHAIN_NODE_BYTES = 96
 #: Lowest opset with BitwiseAnd (ONNX 18): a 1-bit flag read as a bool is its bit masked, one step.
 BITWISE_AND_OPSET = 18
 #: Lowest opset whose Add/Mul/Div take uint8 (ONNX 14): the exponents' escape is decoded on uint8 there.
@@ -1105,6 +1108,66 @@ class WeightPacker:
                      self.stats.unpacked, self.stats.patched_elements)
         return frag
 
+    @staticmethod
+    def _exponent_layout(exps: np.ndarray, zero: np.ndarray, el_factor: np.float32
+                         ) -> tuple[np.ndarray, np.ndarray, str, list[tuple[int, int]], Any, int]:
+        """How a chain stores its exponent bytes ``exps`` (one a row; ``zero``: rows of ±0 codes,
+        whose byte is free): the indices, their table and its key, the planes or the escape, and
+        the bytes that costs (fields, stream, table, the nodes' estimate) to weigh layouts against
+        each other (:meth:`_own_partners`)."""
+        e_rows = exps.size
+        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
+        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
+        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
+        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
+        if zero.any() and not zero.all():
+            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
+        lo_e, hi_e = int(exps.min()), int(exps.max())
+        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
+        scaled = scale_table(el_factor)  # the step folded in (element_values)
+        x_key = "" if el_factor == 1 else f"x{binades_below(el_factor)}".replace("-", "m")
+        e_table = scaled[lo_e: hi_e + 1]
+        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
+        # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
+        # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
+        # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
+        used = np.unique(exps)
+        if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
+            e_table = scaled[lo_e + used.astype(np.int64)]
+            exps = np.searchsorted(used, exps).astype(np.uint8)
+            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
+        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
+        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
+        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
+        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
+        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
+        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
+        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
+        top = int(exps.max())
+        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
+        gain = {i: e_rows - sum(-(-e_rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
+                for i, p in enumerate(options) if p != [(8, 0)]}
+        best = max(gain, key=lambda i: (gain[i], -i), default=None)
+        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
+        # Or by frequency with an escape (:func:`escape_exponents`): a weight's blocks crowd into a
+        # few binades (surfaces_dtc BFP16: 80 % of 2064 blocks in 3 of 78 exponents used), so a
+        # narrow field holds the most frequent and an escape stream the rest, where that saves more.
+        escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
+        if escaped is not None:
+            stored = -(-e_rows // (8 // escaped[0])) + escaped[3].size
+            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
+                keep = e_rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
+            else:  # against the chosen planes, each at what its nodes really weigh
+                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+                        < sum(-(-e_rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
+            escaped = escaped if keep else None
+        if escaped is not None:
+            cost = -(-e_rows // (8 // escaped[0])) + escaped[3].size + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+        else:
+            cost = sum(-(-e_rows // (8 // b)) for b, _ in planes) + (0 if planes == [(8, 0)] else PLANE_NODE_BYTES * len(planes))
+        return exps, e_table, e_key, planes, escaped, cost + 4 * e_table.size
+
     def _own_partners(self) -> dict[int, _Group]:
         """Each stream group (by ``id``) and the own-codes group of its layout (the same codes,
         block layout, width and shifts) that shares its exponent chain (:meth:`_decode_group`).
@@ -1119,8 +1182,23 @@ class WeightPacker:
         for (key, layout, width, shifted, own), g in self.groups.items():
             partner = self.groups.get((key, layout, width, shifted, True)) if not own else None
             if g.rows and partner is not None and partner.rows and g.width > 1:
-                out[id(g)] = partner
+                # where the exponents of both store in fewer bytes together than apart, the chain's
+                # nodes counted once (two weights' blocks in other binades can widen a shared
+                # escape's stream by more than a chain's nodes: fw_silero_v6 BFP16 +2.5 KB)
+                parts = [self._exponent_layout(*self._exponents_of([m]), element_values(g.code)[1])[-1] for m in (g, partner)]
+                both = self._exponent_layout(*self._exponents_of([g, partner]), element_values(g.code)[1])[-1]
+                if both < sum(parts) + CHAIN_NODE_BYTES:
+                    out[id(g)] = partner
         return out
+
+    @staticmethod
+    def _exponents_of(members: list[_Group]) -> tuple[np.ndarray, np.ndarray]:
+        """The exponent bytes of ``members``' rows, in order, and which rows hold ±0 codes only."""
+        bits = members[0].code.bits
+        exps = np.concatenate([e for m in members for e in m.exps])
+        zero = np.concatenate([((np.concatenate(m.codes).reshape(m.rows, -1) & np.uint8(~(1 << (bits - 1)) & 0xFF)) == 0)
+                               .all(axis=1) for m in members])
+        return exps, zero
 
     def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool, own: _Group | None = None) -> None:
         """One group's chain. Initializers are stored in the shape their Gather should produce,
@@ -1135,11 +1213,9 @@ class WeightPacker:
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
-        members = [g] if own is None else [g, own]
-        e_rows = sum(m.rows for m in members)  # the exponent chain's rows: the stream's, then the own weights'
-        exps = np.concatenate([e for m in members for e in m.exps])
-        zero = np.concatenate([((np.concatenate(m.codes).reshape(m.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0)
-                               .all(axis=1) for m in members])
+        # the exponent chain's rows: the stream's, then the own weights'
+        exps, zero = self._exponents_of([g] if own is None else [g, own])
+        e_rows = exps.size
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
         extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
@@ -1358,52 +1434,7 @@ class WeightPacker:
                         got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                     elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
-        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
-        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
-        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
-        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
-        if zero.any() and not zero.all():
-            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
-        lo_e, hi_e = int(exps.min()), int(exps.max())
-        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
-        scaled = scale_table(el_factor)  # the step folded in (element_values)
-        x_key = "" if el_factor == 1 else f"x{binades_below(el_factor)}".replace("-", "m")
-        e_table = scaled[lo_e: hi_e + 1]
-        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
-        # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
-        # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
-        # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
-        used = np.unique(exps)
-        if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
-            e_table = scaled[lo_e + used.astype(np.int64)]
-            exps = np.searchsorted(used, exps).astype(np.uint8)
-            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
-        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
-        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
-        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
-        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
-        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
-        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
-        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
-        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
-        top = int(exps.max())
-        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
-        gain = {i: e_rows - sum(-(-e_rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
-                for i, p in enumerate(options) if p != [(8, 0)]}
-        best = max(gain, key=lambda i: (gain[i], -i), default=None)
-        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
-        # Or by frequency with an escape (:func:`escape_exponents`): a weight's blocks crowd into a
-        # few binades (surfaces_dtc BFP16: 80 % of 2064 blocks in 3 of 78 exponents used), so a
-        # narrow field holds the most frequent and an escape stream the rest, where that saves more.
-        escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
-        if escaped is not None:
-            stored = -(-e_rows // (8 // escaped[0])) + escaped[3].size
-            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
-                keep = e_rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
-            else:  # against the chosen planes, each at what its nodes really weigh
-                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
-                        < sum(-(-e_rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
-            escaped = escaped if keep else None
+        exps, e_table, e_key, planes, escaped, _ = self._exponent_layout(exps, zero, el_factor)
         if escaped is not None:
             e_bits, order, field_, stream = escaped
             per = 8 // e_bits
