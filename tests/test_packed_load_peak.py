@@ -235,3 +235,26 @@ def test_a_shared_chain_only_where_it_stores_fewer_bytes(monkeypatch):
     assert apart.ByteSize() < forced.ByteSize(), (apart.ByteSize(), forced.ByteSize())
     _same_bits(apart, expected)
     _same_bits(forced, expected)
+
+
+@pytest.mark.parametrize("key", ["MX9", "MX6", "MX4"])
+def test_a_stream_groups_shifts_pick_a_half_or_whole_scale_by_where(key, monkeypatch):
+    """Weights under OWN_FROM (one code stream a layout) whose sub-blocks carry 1-bit shifts: the
+    shifts, unpacked as booleans in the scales' shape, pick the block scale or its half by one
+    Where (packed17), where 2^-s as a float a sub-block, its Reshape and its product with the
+    scales were three steps held at load: the same bits at opsets 13 and 19, at least one copy of
+    the weights fewer folded, fewer stored bytes (WHERE_SHIFTS off: the form before)."""
+    rng = np.random.default_rng(2)
+    weights = {"a": (rng.normal(0, 0.1, (64, 64, 3, 3)).astype(np.float32), 1),
+               "b": (rng.normal(0, 0.1, (32, 48, 3, 3)).astype(np.float32), 1),
+               "c": (rng.normal(0, 0.1, (30, 50)).astype(np.float32), 0)}
+    for opset in (13, 19):
+        monkeypatch.setattr(packed, "WHERE_SHIFTS", True, raising=False)
+        where, expected = _decode_model(key, weights, opset=opset)
+        monkeypatch.setattr(packed, "WHERE_SHIFTS", False, raising=False)
+        before, _ = _decode_model(key, weights, opset=opset)
+        _same_bits(where, expected)
+        assert "Where" in {n.op_type for n in where.graph.node}
+        size = sum(v.nbytes for v in expected.values())
+        assert folded_bytes(where) < folded_bytes(before) - size, (folded_bytes(where) / size, folded_bytes(before) / size)
+        assert where.ByteSize() < before.ByteSize()

@@ -120,6 +120,9 @@ RAGGED_GATHER = True
 #: File bytes of the nodes a second exponent chain of a layout repeats (the exponents' Gather and
 #: table, the scales' Split; the layout's own unpacking nodes are in _exponent_layout's cost).
 CHAIN_NODE_BYTES = 96
+#: A stream group's 1-bit sub-block shifts pick a half or whole block scale by Where (as own weights'
+#: do); False: 2^-s by a table Gather or 1 - s/2, times the scales (the form before packed17).
+WHERE_SHIFTS = True
 #: Lowest opset with BitwiseAnd (ONNX 18): a 1-bit flag read as a bool is its bit masked, one step.
 BITWISE_AND_OPSET = 18
 #: Lowest opset whose Add/Mul/Div take uint8 (ONNX 14): the exponents' escape is decoded on uint8 there.
@@ -1492,7 +1495,17 @@ class WeightPacker:
             per = 8 // c
             shifts = np.concatenate(g.shifts)
             stored = _pack_fields(shifts, c)
-            if _by_table(stored.size, shift_table(c).nbytes):
+            if c == 1 and WHERE_SHIFTS:
+                # 1-bit shifts as booleans shaped as the scales' sub-blocks (cut while uint8), and the
+                # half or whole block scale picked by Where (the own form's, _own_codes): the 2^-s
+                # table's Gather (or 1 - s/2) gave a float a sub-block, then its Reshape and the Mul by
+                # the scales two more, each held in load RAM until the folding ends (and the table
+                # 1-4 KB of file); scale * 0.5 is the same float32 product as scale * 2^-1 was
+                cond = fields(stored, 1, "shifts", to=TensorProto.BOOL, length=shifts.size,
+                              out_shape=shift_shape or [g.rows, n_sub, 1, *extra])
+                half = op("Mul", [scale, self._table("fh", np.array(0.5, np.float32))], "half")
+                scale = op("Where", [cond, half, scale], "comb")
+            elif _by_table(stored.size, shift_table(c).nbytes):
                 sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
             elif c == 1:  # 2^-s of a bit is 1 - s/2: no 2-entry table Gather (~9 ns an element)
                 s1 = fields(stored, 1, "shifts", to=TensorProto.FLOAT)
@@ -1501,11 +1514,12 @@ class WeightPacker:
             else:  # the fields by BitShift, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
-            if shifts.size % per:  # the last byte's unused fields cut off
-                sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-                sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
-            sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
-            scale = op("Mul", [scale, sh], "comb")
+            if not (c == 1 and WHERE_SHIFTS):
+                if shifts.size % per:  # the last byte's unused fields cut off
+                    sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
+                    sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
+                sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
+                scale = op("Mul", [scale, sh], "comb")
             # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
             # the widened scale is one more full-size folded output held in load RAM (rec MX9:
