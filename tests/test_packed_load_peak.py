@@ -258,3 +258,19 @@ def test_a_stream_groups_shifts_pick_a_half_or_whole_scale_by_where(key, monkeyp
         size = sum(v.nbytes for v in expected.values())
         assert folded_bytes(where) < folded_bytes(before) - size, (folded_bytes(where) / size, folded_bytes(before) / size)
         assert where.ByteSize() < before.ByteSize()
+
+
+def test_a_shared_table_key_names_one_tensor():
+    """The ragged weight's Range scalars and the int64 shapes share the packer's table keys space: a
+    shape [32, 1] and an int32 scalar 1 of a 32-wide block were once both "i32_1" (an invalid graph
+    on attacut_c MXINT8, packed17); a key reused for other values is now refused."""
+    packer = WeightPacker(OPSET, FreshNames())
+    name = packer._ints([32, 1])
+    assert packer._ints([32, 1]) == name
+    with pytest.raises(AssertionError, match="reused"):
+        packer._table("i32_1", np.array(1, np.int32))
+    rng = np.random.default_rng(4)
+    weights = {"ragged": (rng.normal(0, 0.1, (120, 640)).astype(np.float32), 0),
+               "column": (rng.normal(0, 0.1, (32, 1)).astype(np.float32), 0)}
+    model, expected = _decode_model("MXINT8", weights)
+    _same_bits(model, expected)

@@ -488,6 +488,8 @@ class WeightPacker:
         self.fresh = fresh
         self.groups: dict[tuple, _Group] = {}
         self.tables: dict[str, str] = {}
+        #: each table key's values (:meth:`_table` refuses a key reused for others)
+        self._table_values: dict[str, np.ndarray] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
         #: small block weights float16 holds exactly: (output name, values), one FLOAT16 stream at finish
@@ -497,6 +499,14 @@ class WeightPacker:
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
+        """The shared initializer ``key`` holding ``values`` (made once). Two uses of one key must
+        mean one tensor: a key that two kinds of constant spell alike (an int64 shape [32, 1] and an
+        int32 scalar) made an invalid graph, so a reuse with other values or dtype is refused here."""
+        seen = self._table_values.get(key)
+        if seen is not None:
+            assert seen.dtype == values.dtype and np.array_equal(seen, values), f"table key {key!r} reused for other values"
+        else:
+            self._table_values[key] = np.asarray(values).copy()
         if key not in self.tables:
             name = self.fresh(f"pkt_{key}")  # short: every reader names it once more
             self.tables[key] = name
@@ -973,11 +983,11 @@ class WeightPacker:
         ramp = np.arange(shape[ax], dtype=np.int64) // width
         if np.array_equal(index, ramp):
             raw = self.fresh(f"{self._short}i")
-            frag.nodes.append(helper.make_node("Range", [self._table("i32_0", np.array(0, np.int32)),
-                                                         self._table(f"i32_{shape[ax]}", np.array(shape[ax], np.int32)),
-                                                         self._table("i32_1", np.array(1, np.int32))], [raw], name=f"{stem}_at"))
+            frag.nodes.append(helper.make_node("Range", [self._table("r32_0", np.array(0, np.int32)),
+                                                         self._table(f"r32_{shape[ax]}", np.array(shape[ax], np.int32)),
+                                                         self._table("r32_1", np.array(1, np.int32))], [raw], name=f"{stem}_at"))
             wide = self.fresh(f"{self._short}w")
-            frag.nodes.append(helper.make_node("Div", [raw, self._table(f"i32_{width}", np.array(width, np.int32))], [wide],
+            frag.nodes.append(helper.make_node("Div", [raw, self._table(f"r32_{width}", np.array(width, np.int32))], [wide],
                                                name=f"{stem}_si"))
         else:
             wide = self.fresh(f"{self._short}i")
