@@ -504,7 +504,9 @@ class WeightPacker:
         int32 scalar) made an invalid graph, so a reuse with other values or dtype is refused here."""
         seen = self._table_values.get(key)
         if seen is not None:
-            assert seen.dtype == values.dtype and np.array_equal(seen, values), f"table key {key!r} reused for other values"
+            values = np.asarray(values)  # bit for bit (a NaN entry is its own bits)
+            assert (seen.dtype == values.dtype and seen.shape == values.shape
+                    and seen.tobytes() == values.tobytes()), f"table key {key!r} reused for other values"
         else:
             self._table_values[key] = np.asarray(values).copy()
         if key not in self.tables:
