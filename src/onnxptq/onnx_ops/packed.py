@@ -22,9 +22,10 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
   or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
-  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large
-  groups, else fields cut by two uint8 ``BitShift`` and, for 1-bit shifts, ``1 - s/2``; a block no
-  wider than one sub-block has shift 0 and stores none), and per element a code: 8-bit integer codes (BFP16,
+  bit-packed (MX4/6/9: 1-bit shifts unpacked as booleans that pick the half or whole block scale
+  by ``Where``; wider ones by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large groups,
+  else fields cut by two uint8 ``BitShift``; a block no wider than one sub-block has shift 0 and
+  stores none), and per element a code: 8-bit integer codes (BFP16,
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
   exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
   bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
@@ -38,8 +39,11 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   own shape. Large weights whose 8-bit codes one ``Cast`` decodes (``OWN_FROM``) keep their own
   codes, stored in their own axis order: the group's chain ends at the block scales, and each
   weight is ``Cast``, ``Mul`` by its scales and one ``Reshape`` (MX9's sub-block shifts pick a half
-  or whole block scale by ``Where``), since the folding holds every step's output to its end
-  (:meth:`WeightPacker._own_codes`; rec BFP16's load +58 → +46 MB over the fp32 file's, packed16).
+  or whole block scale by ``Where``; a ragged axis's scales spread by one ``Gather``), since the
+  folding holds every step's output to its end (:meth:`WeightPacker._own_codes`; rec BFP16's load
+  +58 → +46 MB over the fp32 file's, packed16); they share the exponent chain of their layout's
+  stream weights where that stores fewer bytes (:meth:`WeightPacker._own_partners`). Block-level
+  integer steps run on uint8 where the opset allows (the exponents' escape from opset 14).
 
 Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
 same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
