@@ -22,9 +22,10 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
   or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
-  bit-packed (MX4/6/9; decoded by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large
-  groups, else fields cut by two uint8 ``BitShift`` and, for 1-bit shifts, ``1 - s/2``; a block no
-  wider than one sub-block has shift 0 and stores none), and per element a code: 8-bit integer codes (BFP16,
+  bit-packed (MX4/6/9: 1-bit shifts unpacked as booleans that pick the half or whole block scale
+  by ``Where``; wider ones by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large groups,
+  else fields cut by two uint8 ``BitShift``; a block no wider than one sub-block has shift 0 and
+  stores none), and per element a code: 8-bit integer codes (BFP16,
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
   exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
   bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
@@ -38,8 +39,11 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   own shape. Large weights whose 8-bit codes one ``Cast`` decodes (``OWN_FROM``) keep their own
   codes, stored in their own axis order: the group's chain ends at the block scales, and each
   weight is ``Cast``, ``Mul`` by its scales and one ``Reshape`` (MX9's sub-block shifts pick a half
-  or whole block scale by ``Where``), since the folding holds every step's output to its end
-  (:meth:`WeightPacker._own_codes`; rec BFP16's load +58 → +46 MB over the fp32 file's, packed16).
+  or whole block scale by ``Where``; a ragged axis's scales spread by one ``Gather``), since the
+  folding holds every step's output to its end (:meth:`WeightPacker._own_codes`; rec BFP16's load
+  +58 → +46 MB over the fp32 file's, packed16); they share the exponent chain of their layout's
+  stream weights where that stores fewer bytes (:meth:`WeightPacker._own_partners`). Block-level
+  integer steps run on uint8 where the opset allows (the exponents' escape from opset 14).
 
 Bit-identity is by construction, not by hope: every packing is decoded here in NumPy with the
 same float32 operations in the same order as the ONNX chain (exact per IEEE), compared bit for
@@ -114,6 +118,21 @@ OWN_CODES = True
 #: held 2-4 more copies of it at load (>= 0.5-1 MB). Lower (32768) grew the small models' files
 #: (zoo:attacut_c MX9 0.276 -> 0.278, zoo:oww_hey_mycroft 0.286 -> 0.289, packed16) for little load.
 OWN_FROM = 65536
+#: A ragged own weight's sub-block scales spread over its axis by one Gather (WeightPacker._spread_scales);
+#: False: two parts joined by a Concat (the form before packed17).
+RAGGED_GATHER = True
+#: File bytes of the nodes a second exponent chain of a layout repeats (the exponents' Gather and
+#: table, the scales' Split; the layout's own unpacking nodes are in _exponent_layout's cost).
+CHAIN_NODE_BYTES = 96
+#: A stream group's 1-bit sub-block shifts pick a half or whole block scale by Where (as own weights'
+#: do); False: 2^-s by a table Gather or 1 - s/2, times the scales (the form before packed17).
+WHERE_SHIFTS = True
+#: Lowest opset with BitwiseAnd (ONNX 18): a 1-bit flag read as a bool is its bit masked, one step.
+BITWISE_AND_OPSET = 18
+#: Lowest opset whose Add/Mul/Div take uint8 (ONNX 14): the exponents' escape is decoded on uint8 there.
+UINT8_ARITHMETIC_OPSET = 14
+#: An own-codes group and the stream group of its layout share one exponent chain (WeightPacker._own_partners).
+SHARED_CHAINS = True
 #: 8-bit integer element codes (BFP16, MX9, MXINT8) stored as int8 two's complement and decoded by
 #: one ``Cast`` (their step folded into the exponent table); False: the 256-entry float table or,
 #: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
@@ -473,6 +492,8 @@ class WeightPacker:
         self.fresh = fresh
         self.groups: dict[tuple, _Group] = {}
         self.tables: dict[str, str] = {}
+        #: each table key's values (:meth:`_table` refuses a key reused for others)
+        self._table_values: dict[str, np.ndarray] = {}
         self.table_inits: list[onnx.TensorProto] = []
         self.stats = PackedStats()
         #: small block weights float16 holds exactly: (output name, values), one FLOAT16 stream at finish
@@ -482,6 +503,16 @@ class WeightPacker:
 
     # ---------------------------------------------------------------- shared constants
     def _table(self, key: str, values: np.ndarray) -> str:
+        """The shared initializer ``key`` holding ``values`` (made once). Two uses of one key must
+        mean one tensor: a key that two kinds of constant spell alike (an int64 shape [32, 1] and an
+        int32 scalar) made an invalid graph, so a reuse with other values or dtype is refused here."""
+        seen = self._table_values.get(key)
+        if seen is not None:
+            values = np.asarray(values)  # bit for bit (a NaN entry is its own bits)
+            assert (seen.dtype == values.dtype and seen.shape == values.shape
+                    and seen.tobytes() == values.tobytes()), f"table key {key!r} reused for other values"
+        else:
+            self._table_values[key] = np.asarray(values).copy()
         if key not in self.tables:
             name = self.fresh(f"pkt_{key}")  # short: every reader names it once more
             self.tables[key] = name
@@ -838,6 +869,12 @@ class WeightPacker:
         frag.packed_groups = []  # type: ignore[attr-defined]
         stem = _stem(name)
         outs = []
+        # A ragged axis (RAGGED_GATHER): every sub-block's scale along the axis, in order, then one
+        # Gather spreads them over the axis's elements: (axis position, sub-blocks, their width) a part
+        # (not where sub-blocks carry shifts: MX9's Where gives a scale a pair, whose Reshape and Concat
+        # would hold as much as the Concat of the weight saved)
+        ragged = RAGGED_GATHER and bool(tail) and bool(nf) and not shifted
+        spread: list[tuple[str, int, int]] = []
         for nb, width in ((nf, layout.block), (1 if tail else 0, tail)):
             if not nb:
                 continue
@@ -889,6 +926,9 @@ class WeightPacker:
             else:
                 scale = self.fresh(f"{self._short}s")
                 frag.nodes.append(helper.make_node("Reshape", [piece, self._ints(s_shape)], [scale], name=f"{stem}_sr"))
+            if ragged:
+                spread.append((scale, nb * ns, sb))
+                continue
             stored = np.ascontiguousarray(c5).reshape(c_shape)
             init = self.fresh(f"{self._short}c")
             if cast_int_codes(code):
@@ -912,11 +952,72 @@ class WeightPacker:
                 frag.nodes.append(helper.make_node("Reshape", [cur, self._ints(list(part))], [nxt], name=f"{stem}_shape"))
                 cur = nxt
             outs.append(cur)
+        if ragged:
+            cur = self._spread_scales(frag, stem, shape, ax, c4[:, :, :, :].reshape(p, q, -1)[:, :, : shape[ax]], code, spread)
+            return self._finish_weight(frag, name, fq, decoded, cur, target)
         cur = outs[0]
         if len(outs) > 1:
             cur = self.fresh(f"{self._short}j")
             frag.nodes.append(helper.make_node("Concat", outs, [cur], axis=ax, name=f"{stem}_join"))
         return self._finish_weight(frag, name, fq, decoded, cur, target)
+
+    def _spread_scales(self, frag: QDQNodes, stem: str, shape: tuple[int, ...], ax: int, own: np.ndarray,
+                       code: ElementCode, spread: list[tuple[str, int, int]]) -> str:
+        """A ragged own weight (:meth:`_own_codes`) in its own shape: its codes ``own`` (``[P, Q,
+        axis]``) stored in the weight's shape and cast (-0 by fmod), times its sub-blocks' scales
+        spread over the axis by one ``Gather`` (``spread``: each part's scales, ``[P, nb, ns, 1, Q]``
+        or with a 1 on the axis, how many sub-blocks it holds along the axis and their width).
+
+        Why: two parts (whole blocks reshaped, the last block's) joined by a Concat held four
+        full-size steps at load (Cast, Mul, Reshape, Concat); here three (Cast, Gather, Mul), the
+        Concat and Reshapes on the scales alone (PP-OCRv4 rec's 120 x 6625 head: 30 % of its weights)."""
+        pre, post = list(shape[:ax]), list(shape[ax + 1:])
+        parts, idx, at = [], [], 0
+        for scale, n_sub, width in spread:
+            flat = self.fresh(f"{self._short}q")
+            frag.nodes.append(helper.make_node("Reshape", [scale, self._ints(pre + [n_sub] + post)], [flat], name=f"{stem}_sq"))
+            parts.append(flat)
+            idx.append(at + np.arange(n_sub * width) // width)
+            at += n_sub
+        joined = self.fresh(f"{self._short}k")
+        frag.nodes.append(helper.make_node("Concat", parts, [joined], axis=ax, name=f"{stem}_scales"))
+        index = np.concatenate(idx)[: shape[ax]]
+        # each element's sub-block: i // width where every part's sub-blocks are the block's (no
+        # shifts: the last block's one sub-block starts at a block's start), by Range and Div (two
+        # nodes; a stored index was a byte an element of the axis: +1 KB on a 1029-row weight)
+        width = spread[0][2]
+        ramp = np.arange(shape[ax], dtype=np.int64) // width
+        if np.array_equal(index, ramp):
+            raw = self.fresh(f"{self._short}i")
+            frag.nodes.append(helper.make_node("Range", [self._table("r32_0", np.array(0, np.int32)),
+                                                         self._table(f"r32_{shape[ax]}", np.array(shape[ax], np.int32)),
+                                                         self._table("r32_1", np.array(1, np.int32))], [raw], name=f"{stem}_at"))
+            wide = self.fresh(f"{self._short}w")
+            frag.nodes.append(helper.make_node("Div", [raw, self._table(f"r32_{width}", np.array(width, np.int32))], [wide],
+                                               name=f"{stem}_si"))
+        else:
+            wide = self.fresh(f"{self._short}i")
+            frag.initializers.append(store(index.astype(np.int32), wide))
+        scales = self.fresh(f"{self._short}g")
+        frag.nodes.append(helper.make_node("Gather", [joined, wide], [scales], axis=ax, name=f"{stem}_spread"))
+        stored = np.ascontiguousarray(own.transpose(0, 2, 1)).reshape(shape)
+        init = self.fresh(f"{self._short}c")
+        if cast_int_codes(code):
+            signed, neg_zero = twos_complement(stored, code.bits)
+            frag.initializers.append(store(signed, init))
+        else:
+            neg_zero = False
+            frag.initializers.append(_as_fp8(store(stored, init), code.key))
+        cur = self.fresh(f"{self._short}f")
+        frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
+        if neg_zero:
+            nxt = self.fresh(f"{self._short}n")
+            frag.nodes.append(helper.make_node("Mod", [cur, self._table("f128", np.array(128, np.float32))], [nxt],
+                                               fmod=1, name=f"{stem}_negzero"))
+            cur = nxt
+        nxt = self.fresh(f"{self._short}m")
+        frag.nodes.append(helper.make_node("Mul", [cur, scales], [nxt], name=f"{stem}_scale"))
+        return nxt
 
     # ---------------------------------------------------------------- common tail
     def _finish_weight(self, frag: QDQNodes, name: str, fq: np.ndarray, decoded: np.ndarray | None, cur: str,
@@ -1021,9 +1122,11 @@ class WeightPacker:
         """The shared tables and each group's decode chain (to place before every weight's nodes)."""
         frag = QDQNodes(min_opset=MIN_OPSET)
         arithmetic = _arithmetic_codes([g for g in self.groups.values() if g.rows], self._table_bytes(256))
+        partners = self._own_partners()
+        merged = {id(o) for o in partners.values()}
         for group in self.groups.values():
-            if group.rows:
-                self._decode_group(group, frag, group.code.key in arithmetic)
+            if group.rows and id(group) not in merged:
+                self._decode_group(group, frag, group.code.key in arithmetic, partners.get(id(group)))
         self._halves(frag)
         frag.initializers[:0] = self.table_inits
         frag.nodes[:0] = self.table_casts
@@ -1033,18 +1136,114 @@ class WeightPacker:
                      self.stats.unpacked, self.stats.patched_elements)
         return frag
 
-    def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool) -> None:
+    @staticmethod
+    def _exponent_layout(exps: np.ndarray, zero: np.ndarray, el_factor: np.float32
+                         ) -> tuple[np.ndarray, np.ndarray, str, list[tuple[int, int]], Any, int]:
+        """How a chain stores its exponent bytes ``exps`` (one a row; ``zero``: rows of ±0 codes,
+        whose byte is free): the indices, their table and its key, the planes or the escape, and
+        the bytes that costs (fields, stream, table, the nodes' estimate) to weigh layouts against
+        each other (:meth:`_own_partners`)."""
+        e_rows = exps.size
+        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
+        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
+        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
+        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
+        if zero.any() and not zero.all():
+            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
+        lo_e, hi_e = int(exps.min()), int(exps.max())
+        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
+        scaled = scale_table(el_factor)  # the step folded in (element_values)
+        x_key = "" if el_factor == 1 else f"x{binades_below(el_factor)}".replace("-", "m")
+        e_table = scaled[lo_e: hi_e + 1]
+        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
+        # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
+        # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
+        # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
+        used = np.unique(exps)
+        if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
+            e_table = scaled[lo_e + used.astype(np.int64)]
+            exps = np.searchsorted(used, exps).astype(np.uint8)
+            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
+        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
+        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
+        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
+        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
+        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
+        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
+        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
+        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
+        top = int(exps.max())
+        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
+        gain = {i: e_rows - sum(-(-e_rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
+                for i, p in enumerate(options) if p != [(8, 0)]}
+        best = max(gain, key=lambda i: (gain[i], -i), default=None)
+        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
+        # Or by frequency with an escape (:func:`escape_exponents`): a weight's blocks crowd into a
+        # few binades (surfaces_dtc BFP16: 80 % of 2064 blocks in 3 of 78 exponents used), so a
+        # narrow field holds the most frequent and an escape stream the rest, where that saves more.
+        escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
+        if escaped is not None:
+            stored = -(-e_rows // (8 // escaped[0])) + escaped[3].size
+            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
+                keep = e_rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
+            else:  # against the chosen planes, each at what its nodes really weigh
+                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+                        < sum(-(-e_rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
+            escaped = escaped if keep else None
+        if escaped is not None:
+            cost = -(-e_rows // (8 // escaped[0])) + escaped[3].size + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+        else:
+            cost = sum(-(-e_rows // (8 // b)) for b, _ in planes) + (0 if planes == [(8, 0)] else PLANE_NODE_BYTES * len(planes))
+        return exps, e_table, e_key, planes, escaped, cost + 4 * e_table.size
+
+    def _own_partners(self) -> dict[int, _Group]:
+        """Each stream group (by ``id``) and the own-codes group of its layout (the same codes,
+        block layout, width and shifts) that shares its exponent chain (:meth:`_decode_group`).
+
+        Why: an own group alone repeats the layout's exponent chain (~0.3-1 KB of nodes and
+        tables, packed16), which kept weights under 64 K elements in the stream form (a Split,
+        a Reshape and a Transpose of each held at load); one chain for both makes an own weight
+        cost its own few nodes only. ``SHARED_CHAINS = False``: each group its own chain."""
+        if not SHARED_CHAINS:
+            return {}
+        out: dict[int, _Group] = {}
+        for (key, layout, width, shifted, own), g in self.groups.items():
+            partner = self.groups.get((key, layout, width, shifted, True)) if not own else None
+            if g.rows and partner is not None and partner.rows and g.width > 1:
+                # where the exponents of both store in fewer bytes together than apart, the chain's
+                # nodes counted once (two weights' blocks in other binades can widen a shared
+                # escape's stream by more than a chain's nodes: fw_silero_v6 BFP16 +2.5 KB)
+                parts = [self._exponent_layout(*self._exponents_of([m]), element_values(g.code)[1])[-1] for m in (g, partner)]
+                both = self._exponent_layout(*self._exponents_of([g, partner]), element_values(g.code)[1])[-1]
+                if both < sum(parts) + CHAIN_NODE_BYTES:
+                    out[id(g)] = partner
+        return out
+
+    @staticmethod
+    def _exponents_of(members: list[_Group]) -> tuple[np.ndarray, np.ndarray]:
+        """The exponent bytes of ``members``' rows, in order, and which rows hold ±0 codes only."""
+        bits = members[0].code.bits
+        exps = np.concatenate([e for m in members for e in m.exps])
+        zero = np.concatenate([((np.concatenate(m.codes).reshape(m.rows, -1) & np.uint8(~(1 << (bits - 1)) & 0xFF)) == 0)
+                               .all(axis=1) for m in members])
+        return exps, zero
+
+    def _decode_group(self, g: _Group, frag: QDQNodes, arithmetic: bool, own: _Group | None = None) -> None:
         """One group's chain. Initializers are stored in the shape their Gather should produce,
         so few Reshapes run: onnxruntime keeps every folded intermediate until the end of the
         optimisation, so each step of the chain costs a copy of the decoded weights in load RAM.
-        ``arithmetic``: its 8-bit integer codes decoded by arithmetic (:func:`_arithmetic_codes`)."""
+        ``arithmetic``: its 8-bit integer codes decoded by arithmetic (:func:`_arithmetic_codes`).
+        ``own``: the own-codes group of the same layout (:func:`_own_partners`), whose rows follow
+        ``g``'s in one exponent chain: the block scales are split into ``g``'s rows (decoded on as
+        a stream) and each own weight's, so the layout pays for one exponent chain, not two."""
         code = g.code
         n_sub = -(-g.width // g.sub)
         padded = n_sub * g.sub
         n = g.rows * padded
         codes = np.concatenate(g.codes)
-        exps = np.concatenate(g.exps)
-        zero = ((codes.reshape(g.rows, -1) & np.uint8(~(1 << (code.bits - 1)) & 0xFF)) == 0).all(axis=1)
+        # the exponent chain's rows: the stream's, then the own weights'
+        exps, zero = self._exponents_of([g] if own is None else [g, own])
+        e_rows = exps.size
         node = frag.nodes.append
         shape3 = [g.rows, n_sub, g.sub]
         extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
@@ -1082,7 +1281,10 @@ class WeightPacker:
             stays in load RAM until onnxruntime's folding ends, a uint8 one a quarter of an int32 one."""
             per = 8 // bits
             v = init(stem_, stored[..., None])
-            if per > 1:
+            if bits == 1 and to == TensorProto.BOOL and self.opset >= BITWISE_AND_OPSET and shape is None:
+                # a flag: its bit alone (nonzero is true), one uint8 step where two shifts took two
+                v = op("BitwiseAnd", [v, self._table("bit1", (1 << np.arange(8)).astype(np.uint8))], "bit")
+            elif per > 1:
                 up_ = (8 - bits * (np.arange(per) + 1)).astype(np.uint8)
                 key = f"shl{bits}" if shape is None else f"shl{bits}_{'x'.join(map(str, shape))}"
                 up = self._table(key, up_ if shape is None else up_.reshape(shape))
@@ -1094,7 +1296,7 @@ class WeightPacker:
                     v = op("Slice", [v, self._ints([0]), self._ints([length]), self._ints([0])], "ec")
                 if out_shape is not None:
                     v = op("Reshape", [v, self._ints(out_shape)], "e3")
-            return op("Cast", [v], "idx", to=to)
+            return v if to == TensorProto.UINT8 else op("Cast", [v], "idx", to=to)
 
         def sign_magnitude(cf: str, sign_at: int, lead: int, stem_: str) -> str:
             """float32 values of the float codes ``cf`` (integers: sign bit ``2^sign_at``, the
@@ -1131,7 +1333,7 @@ class WeightPacker:
             their low ``base`` bits, stored in ``planes`` (bits, offset) and added back at their
             offsets (times 2^base)."""
             index = None
-            size = g.rows if length is None else length
+            size = e_rows if length is None else length
             for b, at in planes:
                 part = fields(_pack_fields((values >> (base + at)) & ((1 << b) - 1), b), b,
                               stem_ if at == 0 else f"{stem_}_at{at}", length=size)
@@ -1260,60 +1462,28 @@ class WeightPacker:
                         got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                     elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
-        # The exponent table holds only the exponent bytes the group uses (the bytes stored less
-        # the lowest): ~10 entries, not 256 (1 KB a model; the same entries, the same values).
-        # A block of ±0 codes decodes to its ±0 under any finite scale: its exponent byte is free,
-        # and takes the lowest of the others (a zero block's own byte, 0, widened the range).
-        if zero.any() and not zero.all():
-            exps = np.where(zero, exps[~zero].min(), exps).astype(np.uint8)
-        lo_e, hi_e = int(exps.min()), int(exps.max())
-        exps = (exps - np.uint8(lo_e)).astype(np.uint8)
-        scaled = scale_table(el_factor)  # the step folded in (element_values)
-        x_key = "" if el_factor == 1 else f"x{binades_below(el_factor)}".replace("-", "m")
-        e_table = scaled[lo_e: hi_e + 1]
-        e_key = f"e8m0{x_key}_{lo_e}_{hi_e}"
-        # Exponents with gaps (a weight of a few tiny blocks beside its ordinary ones: surfaces_dtc's
-        # 516 MXINT8 blocks span 128 exponents and use 38) index a table of the ones used, by rank:
-        # the same Gather of the same values, a smaller table and fields as narrow as the count needs.
-        used = np.unique(exps)
-        if (e_table.size - used.size) * 4 >= RANKED_EXPONENTS_FROM:
-            e_table = scaled[lo_e + used.astype(np.int64)]
-            exps = np.searchsorted(used, exps).astype(np.uint8)
-            e_key = f"e8m0r{x_key}_{lo_e}_{hashlib.sha1(used.tobytes()).hexdigest()[:8]}"
-        # Exponent bytes less the lowest span a few values (a weight's magnitudes): as few bits as
-        # the span needs hold them where that saves more bytes than the unpacking nodes cost (a
-        # BFP16 block of 8 carries one exponent byte: an eighth of its payload). A width that is
-        # no 1, 2 or 4 is stored as planes of those widths (5 bits: a 4-bit and a 1-bit plane),
-        # each unpacked by BitShift and added back at its bit offset (depthwise and one-input-
-        # channel convs: blocks of 1 whose exponents span 17-32 values, a byte each before).
-        # Each plane's unpacking costs ~EXPONENT_PACK_FROM bytes of nodes: the fewest bits (in
-        # planes) or one wider plane, whichever saves more; whole bytes where neither saves.
-        top = int(exps.max())
-        options = [exponent_planes(top)] + [[(b, 0)] for b in (1, 2, 4) if top < 1 << b]
-        gain = {i: g.rows - sum(-(-g.rows // (8 // b)) for b, _ in p) - EXPONENT_PACK_FROM * len(p)
-                for i, p in enumerate(options) if p != [(8, 0)]}
-        best = max(gain, key=lambda i: (gain[i], -i), default=None)
-        planes = options[best] if best is not None and gain[best] > 0 else [(8, 0)]
-        # Or by frequency with an escape (:func:`escape_exponents`): a weight's blocks crowd into a
-        # few binades (surfaces_dtc BFP16: 80 % of 2064 blocks in 3 of 78 exponents used), so a
-        # narrow field holds the most frequent and an escape stream the rest, where that saves more.
-        escaped = escape_exponents(exps, zero, e_table) if ESCAPE_EXPONENTS else None
-        if escaped is not None:
-            stored = -(-g.rows // (8 // escaped[0])) + escaped[3].size
-            if planes == [(8, 0)]:  # the planes' gate: saves more than a plane's nodes, and the escape's
-                keep = g.rows - stored - EXPONENT_PACK_FROM - ESCAPE_NODE_BYTES > 0
-            else:  # against the chosen planes, each at what its nodes really weigh
-                keep = (stored + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
-                        < sum(-(-g.rows // (8 // b)) for b, _ in planes) + PLANE_NODE_BYTES * len(planes))
-            escaped = escaped if keep else None
+        exps, e_table, e_key, planes, escaped, _ = self._exponent_layout(exps, zero, el_factor)
         if escaped is not None:
             e_bits, order, field_, stream = escaped
             per = 8 // e_bits
             # the fields come [rows, 1, 1, ...] (shaped as uint8): every step after is the scales' shape
-            f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=g.rows, out_shape=[g.rows, 1, 1, *extra])
-            index = escaped_back(f, (1 << e_bits) - 1,
-                                 lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
-                                 ("eq", "ep", "ev", "em", "e"))
+            if self.opset >= UINT8_ARITHMETIC_OPSET:
+                # the same f + (f // k) * stream[cumsum(f // k)] on uint8 (ranks < 256: exact), int32
+                # only where ONNX asks it (CumSum's input, Gather's indices): each folded step stays in
+                # load RAM until the folding ends, a uint8 one a quarter of an int32 one (BFP16's blocks
+                # of 8: an int32 step a block is an eighth of the weights' bytes; six were)
+                k = (1 << e_bits) - 1
+                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", to=TensorProto.UINT8, length=e_rows,
+                           out_shape=[e_rows, 1, 1, *extra])
+                esc = op("Div", [f, self._table(f"u{k}", np.array(k, np.uint8))], "eq")
+                pos = op("CumSum", [op("Cast", [esc], "eq4", to=TensorProto.INT32), self._table("ax0", np.array(0, np.int32))], "ep")
+                more = op("Mul", [esc, op("Gather", [init("exponents_esc", stream), pos], "ev")], "em")
+                index = op("Cast", [op("Add", [f, more], "eu")], "e", to=TensorProto.INT32)
+            else:
+                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=e_rows, out_shape=[e_rows, 1, 1, *extra])
+                index = escaped_back(f, (1 << e_bits) - 1,
+                                     lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
+                                     ("eq", "ep", "ev", "em", "e"))
             table_f = e_table[order]
             scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
                        "scale")
@@ -1321,13 +1491,22 @@ class WeightPacker:
             if len(planes) == 1:
                 e_bits = planes[0][0]
                 scale = op("Gather", [self._table(e_key, e_table),
-                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=g.rows,
-                                             out_shape=[g.rows, 1, 1, *extra])], "scale")
+                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=e_rows,
+                                             out_shape=[e_rows, 1, 1, *extra])], "scale")
             else:
-                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([g.rows, 1, 1, *extra])], "e3")
+                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([e_rows, 1, 1, *extra])], "e3")
                 scale = op("Gather", [self._table(e_key, e_table), index], "scale")
         else:
-            scale = gather(e_key, e_table, init("exponents", exps.reshape(g.rows, 1, 1, *extra)), "scale")
+            scale = gather(e_key, e_table, init("exponents", exps.reshape(e_rows, 1, 1, *extra)), "scale")
+        if own is not None:
+            # the stream's rows first, then each own weight's piece (and its shift flags)
+            stream_scale = out("ss")
+            self._split_pieces(scale, [(g.rows, stream_scale)] + own.pieces, node)
+            scale = stream_scale
+            if own.shifted:
+                o_shifts = np.concatenate(own.shifts)
+                cond = fields(_pack_fields(o_shifts, 1), 1, "own_shifts", to=TensorProto.BOOL, length=o_shifts.size)
+                self._split_pieces(cond, own.shift_pieces, node, frag.nodes)
         if g.shifted and g.own:
             # 1-bit shifts as booleans, split per weight (in each weight's own order: rows (P, nb),
             # then its sub-blocks, then Q); each weight picks its half or whole block scale by
@@ -1341,7 +1520,17 @@ class WeightPacker:
             per = 8 // c
             shifts = np.concatenate(g.shifts)
             stored = _pack_fields(shifts, c)
-            if _by_table(stored.size, shift_table(c).nbytes):
+            if c == 1 and WHERE_SHIFTS:
+                # 1-bit shifts as booleans shaped as the scales' sub-blocks (cut while uint8), and the
+                # half or whole block scale picked by Where (the own form's, _own_codes): the 2^-s
+                # table's Gather (or 1 - s/2) gave a float a sub-block, then its Reshape and the Mul by
+                # the scales two more, each held in load RAM until the folding ends (and the table
+                # 1-4 KB of file); scale * 0.5 is the same float32 product as scale * 2^-1 was
+                cond = fields(stored, 1, "shifts", to=TensorProto.BOOL, length=shifts.size,
+                              out_shape=shift_shape or [g.rows, n_sub, 1, *extra])
+                half = op("Mul", [scale, self._table("fh", np.array(0.5, np.float32))], "half")
+                scale = op("Where", [cond, half, scale], "comb")
+            elif _by_table(stored.size, shift_table(c).nbytes):
                 sh = gather(f"shift{c}", shift_table(c), init("shifts", stored), "shift")
             elif c == 1:  # 2^-s of a bit is 1 - s/2: no 2-entry table Gather (~9 ns an element)
                 s1 = fields(stored, 1, "shifts", to=TensorProto.FLOAT)
@@ -1350,11 +1539,12 @@ class WeightPacker:
             else:  # the fields by BitShift, then 2^-s from a 2^c-entry table
                 sh = op("Gather", [self._table(f"pow{c}", shift_table(c)[: 1 << c, 0].copy()), fields(stored, c, "shifts")],
                         "shift")
-            if shifts.size % per:  # the last byte's unused fields cut off
-                sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
-                sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
-            sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
-            scale = op("Mul", [scale, sh], "comb")
+            if not (c == 1 and WHERE_SHIFTS):
+                if shifts.size % per:  # the last byte's unused fields cut off
+                    sh = op("Reshape", [sh, self._ints([-1])], "shiftf")
+                    sh = op("Slice", [sh, self._ints([0]), self._ints([shifts.size]), self._ints([0])], "shiftc")
+                sh = op("Reshape", [sh, self._ints(shift_shape or [g.rows, n_sub, 1, *extra])], "shift3")
+                scale = op("Mul", [scale, sh], "comb")
             # Not widened to the codes' [rows, n_sub, sub] by a Concat, though onnxruntime's Mul
             # broadcasting over a last axis of 2 runs ~9 ns an element against ~1 for a plain one:
             # the widened scale is one more full-size folded output held in load RAM (rec MX9:
