@@ -209,3 +209,51 @@ def test_fewer_reads_named_dims_as_at_least_one():
     assert sink_roundings.fewer(("b", 64), (16, 2, "b", 32))
     assert not sink_roundings.fewer((4, "b", 8), (4, "b", 8))
     assert not sink_roundings.fewer((None, 8), (4, 8))
+
+
+def _three_convs() -> onnx.ModelProto:
+    """attacut's tokenizer head: three Conv1d widths on one embedding, each transposed and
+    unsqueezed, stacked by a Concat, max-reduced over the stack, into a MatMul."""
+    rng = np.random.default_rng(4)
+    inits = [_c(f"w{k}", rng.normal(0, 0.3, (12, 8, k)).astype(np.float32)) for k in (1, 3, 5)]
+    inits += [_c("head", rng.normal(0, 0.3, (12, 4)).astype(np.float32)),
+              onnx.numpy_helper.from_array(np.array([3], np.int64), "ax")]
+    nodes = []
+    for k in (1, 3, 5):
+        nodes += [helper.make_node("Conv", ["x", f"w{k}"], [f"c{k}"], pads=[k // 2, k // 2]),
+                  helper.make_node("Transpose", [f"c{k}"], [f"t{k}"], perm=[0, 2, 1]),
+                  helper.make_node("Unsqueeze", [f"t{k}", "ax"], [f"u{k}"])]
+    nodes += [helper.make_node("Concat", ["u1", "u3", "u5"], ["stack"], axis=3),
+              helper.make_node("ReduceMax", ["stack"], ["best"], axes=[3], keepdims=0),
+              helper.make_node("MatMul", ["best", "head"], ["y"])]
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", F32, [1, 8, "seq"])],
+                              [helper.make_tensor_value_info("y", F32, [1, "seq", 4])], inits)
+    # the exporter's value infos (PyTorch names the sequence dim; ONNX inference loses it at a Conv)
+    graph.value_info.extend([helper.make_tensor_value_info(f"c{k}", F32, [1, 12, "seq"]) for k in (1, 3, 5)]
+                            + [helper.make_tensor_value_info(f"t{k}", F32, [1, "seq", 12]) for k in (1, 3, 5)]
+                            + [helper.make_tensor_value_info(f"u{k}", F32, [1, "seq", 12, 1]) for k in (1, 3, 5)]
+                            + [helper.make_tensor_value_info("stack", F32, [1, "seq", 12, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_roundings_that_meet_in_a_concat_become_one(monkeypatch):
+    """BF16 rounds the three Conv outputs; their values meet, moved only, in the Concat: one
+    rounding of the Concat's output (as many values, four Cast nodes fewer) computes the same bits
+    as the three (feeds with ±Inf, NaN, subnormals, −0). On main each Conv kept its pair."""
+    model = _three_convs()
+    cfg = onnxptq.get_preset("BF16")
+    feeds = [{"x": np.random.default_rng(k).normal(0, 1, (1, 8, 10)).astype(np.float32)} for k in range(4)]
+    moved = onnxptq.quantize(model, cfg, feeds).model
+    monkeypatch.setattr(sink_roundings, "sink_roundings", lambda m, sizes=None: 0)
+    kept = onnxptq.quantize(model, cfg, feeds).model
+
+    def rounded(m: onnx.ModelProto) -> list[str]:
+        producers = {o: n for n in m.graph.node for o in n.output}
+        return sorted(producers[n.input[0]].op_type for n in m.graph.node
+                      if n.op_type == "Cast" and n.attribute[0].i == BF16 and n.input[0] in producers)
+
+    assert rounded(kept).count("Conv") == 3 and "Concat" not in rounded(kept)
+    assert rounded(moved).count("Conv") == 0 and rounded(moved).count("Concat") == 1
+    assert _casts(kept) - _casts(moved) == 4
+    for k, feed in enumerate(feeds[:2] + [{"x": _edge_feed((1, 8, 10), 9)}]):
+        assert _same_bits(_run(moved, feed), _run(kept, feed)), k

@@ -31,6 +31,7 @@ import logging
 from collections import Counter
 from typing import Mapping
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
@@ -73,21 +74,20 @@ def _declared(graph: onnx.GraphProto) -> dict[str, Dims]:
     return out
 
 
+def _split(dims: Dims | None) -> tuple[int, Counter] | None:
+    """The product of the known dims and the count of each named one; None if a dim is unknown."""
+    if dims is None or any(d is None for d in dims):
+        return None
+    return int(np.prod([d for d in dims if not isinstance(d, str)], dtype=np.int64)), Counter(
+        d for d in dims if isinstance(d, str))
+
+
 def fewer(a: Dims | None, b: Dims | None) -> bool:
     """Whether a tensor of dims ``a`` certainly holds fewer elements than one of dims ``b``: every
     dim known or named, ``a``'s named dims among ``b``'s (each at least 1), and the product of
     ``a``'s known dims below ``b``'s."""
-    if a is None or b is None or any(d is None for d in a + b):
-        return False
-    known = [1, 1]
-    names: list[Counter] = [Counter(), Counter()]
-    for k, dims in enumerate((a, b)):
-        for d in dims:
-            if isinstance(d, str):
-                names[k][d] += 1
-            else:
-                known[k] *= int(d)
-    return not (names[0] - names[1]) and known[0] < known[1]
+    sa, sb = _split(a), _split(b)
+    return sa is not None and sb is not None and not (sa[1] - sb[1]) and sa[0] < sb[0]
 
 
 def sink_roundings(model: onnx.ModelProto, observed: Mapping[str, int] | None = None) -> int:
@@ -103,99 +103,154 @@ def sink_roundings(model: onnx.ModelProto, observed: Mapping[str, int] | None = 
     if _computes_in_16_bits(graph):
         return 0
     declared = _declared(graph)
-
-    def smaller(leaving: str, x: str) -> bool:
-        if observed is not None and leaving in observed and x in observed:
-            return observed[leaving] < observed[x]
-        return fewer(declared.get(leaving), declared.get(x))
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for i in node.input:
-            if i:
-                readers.setdefault(i, []).append(node)
-    producer = {o: n for n in graph.node for o in n.output if o}
     pinned = {o.name for o in graph.output} | {i for n in subgraph_nodes(graph) for i in n.input}
 
-    def region_of(t: str) -> tuple[list[onnx.NodeProto], list[str]] | None:
-        """The move nodes reached from ``t`` and the tensors that leave them, or None when the
-        region cannot take the rounding's place (see the module docstring)."""
-        nodes: list[onnx.NodeProto] = []
-        members, leaving, todo = {t}, [], [t]
-        while todo:
-            name = todo.pop()
-            if name in pinned:
-                return None
-            outside = False
-            for node in readers.get(name, []):
-                data = _MOVES.get(node.op_type) if is_onnx_domain(node.domain) else None
-                positions = [k for k, i in enumerate(node.input) if i == name]
-                if node.op_type not in _MOVES or not is_onnx_domain(node.domain) or (
-                        data is not None and any(k not in data for k in positions)):
-                    outside = True
-                    continue
-                if any(node is n for n in nodes):
-                    continue
-                nodes.append(node)
-                for o in node.output:
-                    if o and o not in members:
-                        members.add(o)
-                        todo.append(o)
-            if outside:
-                leaving.append(name)
-        for node in nodes:
-            if node.op_type == "Concat" and any(i and i not in members for i in node.input):
-                return None
-        return nodes, leaving
+    def cheaper(leaving: str, xs: list[str]) -> bool:
+        """Whether one rounding of ``leaving`` costs less than the roundings of ``xs``: fewer
+        values than one, at most as many as several (two nodes less a rounding each)."""
+        if observed is not None and all(n in observed for n in [leaving, *xs]):
+            total = sum(observed[x] for x in xs)
+            return observed[leaving] < total if len(xs) == 1 else observed[leaving] <= total
+        if len(xs) == 1:
+            return fewer(declared.get(leaving), declared.get(xs[0]))
+        # several of the same named dims: their known parts add up (one more: "at most as many")
+        parts = [_split(declared.get(x)) for x in xs]
+        if any(p is None for p in parts) or any(p[1] != parts[0][1] for p in parts):
+            return False
+        named = tuple(parts[0][1].elements())
+        return fewer(declared.get(leaving), named + (sum(p[0] for p in parts) + 1,))
 
     moved = 0
-    for first in list(graph.node):
-        if not _is_cast(first, _ROUNDING_TYPES):
-            continue
-        mid = first.output[0]
-        second = readers.get(mid, [])
-        if len(second) != 1 or not _is_cast(second[0], TensorProto.FLOAT) or mid in pinned:
-            continue
-        second = second[0]
-        x, t = first.input[0], second.output[0]
-        found = region_of(t)
-        if found is None or not found[0] or len(found[1]) != 1 or found[1][0] == t:
-            continue
-        nodes, (leaving,) = found
-        if not smaller(leaving, x):
-            continue
-        # the region reads x; the pair goes after the leaving tensor's producer and its readers
-        # outside the region read the rounded copy
-        region = {id(n) for n in nodes}
-        outside_readers = [n for n in readers.get(leaving, []) if id(n) not in region]
-        for node in nodes:
-            for k, i in enumerate(node.input):
-                if i == t:
-                    node.input[k] = x
-        first.input[0], second.output[0] = leaving, t
-        for node in outside_readers:
-            for k, i in enumerate(node.input):
-                if i == leaving:
-                    node.input[k] = t
-        kept = [n for n in graph.node if n is not first and n is not second]
-        at = next(k for k, n in enumerate(kept) if n is producer[leaving]) + 1
-        kept[at:at] = [first, second]
-        del graph.node[:]
-        graph.node.extend(kept)
-        # t now holds the leaving tensor's values: its old shape no longer describes it
-        infos = [v for v in graph.value_info if v.name not in (t, mid)]
-        del graph.value_info[:]
-        graph.value_info.extend(infos)
-        # the maps follow the rewrite
-        readers = {}
-        for node in graph.node:
-            for i in node.input:
-                if i:
-                    readers.setdefault(i, []).append(node)
-        producer = {o: n for n in graph.node for o in n.output if o}
-        moved += 1
+    while True:
+        group = _one_group(graph, pinned, cheaper)
+        if group is None:
+            break
+        _apply(graph, *group)
+        moved += len(group[0])
     if moved:
         log.info("moved %d BF16/FP16 roundings past data movement to fewer values", moved)
     return moved
+
+
+Pair = tuple[onnx.NodeProto, onnx.NodeProto]
+
+
+def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for i in node.input:
+            if i:
+                out.setdefault(i, []).append(node)
+    return out
+
+
+def _region(seeds: set[str], readers: dict[str, list[onnx.NodeProto]], pinned: set[str],
+            strict: bool) -> tuple[list[onnx.NodeProto], list[str]] | None:
+    """The move nodes reached from the tensors ``seeds`` and the tensors that leave them (read by
+    anything else), or None where a seed's values reach a graph output or a body. ``strict``: also
+    None where a Concat of the region reads a tensor from outside it."""
+    nodes: list[onnx.NodeProto] = []
+    seen: set[str] = set()
+    members, leaving, todo = set(seeds), [], list(seeds)
+    while todo:
+        name = todo.pop()
+        if name in pinned:
+            return None
+        outside = False
+        for node in readers.get(name, []):
+            data = _MOVES.get(node.op_type, ()) if is_onnx_domain(node.domain) else ()
+            positions = [k for k, i in enumerate(node.input) if i == name]
+            if node.op_type not in _MOVES or not is_onnx_domain(node.domain) or (
+                    data is not None and any(k not in data for k in positions)):
+                outside = True
+                continue
+            key = node.output[0]
+            if key in seen:
+                continue
+            seen.add(key)
+            nodes.append(node)
+            for o in node.output:
+                if o and o not in members:
+                    members.add(o)
+                    todo.append(o)
+        if outside:
+            leaving.append(name)
+    if strict and any(n.op_type == "Concat" and any(i and i not in members for i in n.input) for n in nodes):
+        return None
+    return nodes, leaving
+
+
+def _one_group(graph: onnx.GraphProto, pinned: set[str], cheaper) -> tuple[list[Pair], list[onnx.NodeProto], str] | None:
+    """The first roundings (one, or several whose moves meet in a Concat) that can go to the one
+    tensor leaving their moves, cheaper: (their pairs, the move nodes, the leaving tensor)."""
+    readers = _readers(graph)
+    pairs: dict[str, Pair] = {}  # by the rounded tensor
+    for first in graph.node:
+        if not _is_cast(first, _ROUNDING_TYPES) or first.output[0] in pinned:
+            continue
+        second = readers.get(first.output[0], [])
+        if len(second) == 1 and _is_cast(second[0], TensorProto.FLOAT) and second[0].output[0] not in pinned:
+            pairs[second[0].output[0]] = (first, second[0])
+    # roundings whose moves share a node go together (a Concat of several rounded tensors)
+    parent = {t: t for t in pairs}
+
+    def root(t: str) -> str:
+        while parent[t] != t:
+            t = parent[t]
+        return t
+
+    first_reach: dict[str, str] = {}  # a move node (by its output) -> the first rounding reaching it
+    for t in pairs:
+        found = _region({t}, readers, pinned, strict=False)
+        if found is None:
+            parent[t] = t
+            continue
+        for n in found[0]:
+            other = first_reach.setdefault(n.output[0], t)
+            parent[root(other)] = root(t)
+    groups: dict[str, set[str]] = {}
+    for t in pairs:
+        groups.setdefault(root(t), set()).add(t)
+    for seeds in groups.values():
+        found = _region(seeds, readers, pinned, strict=True)
+        if found is None or not found[0] or len(found[1]) != 1 or found[1][0] in seeds:
+            continue
+        tos = {_to(pairs[t][0]) for t in seeds}
+        chosen = [pairs[t] for t in sorted(seeds)]
+        if len(tos) == 1 and cheaper(found[1][0], [first.input[0] for first, _ in chosen]):
+            return chosen, found[0], found[1][0]
+    return None
+
+
+def _apply(graph: onnx.GraphProto, chosen: list[Pair], nodes: list[onnx.NodeProto], leaving: str) -> None:
+    """Take the pairs ``chosen`` off their tensors (the moves read their inputs) and round
+    ``leaving`` with the first of them, whose output name its readers outside the moves read."""
+    readers = _readers(graph)
+    region = {n.output[0] for n in nodes}
+    back = {second.output[0]: first.input[0] for first, second in chosen}
+    for node in nodes:
+        for k, i in enumerate(node.input):
+            if i in back:
+                node.input[k] = back[i]
+    first, second = chosen[0]
+    t = second.output[0]
+    for node in readers.get(leaving, []):
+        if node.output[0] not in region:
+            for k, i in enumerate(node.input):
+                if i == leaving:
+                    node.input[k] = t
+    first.input[0] = leaving
+    gone = {n.output[0] for pair in chosen[1:] for n in pair} | {first.output[0], t}
+    kept = [n for n in graph.node if n.output[0] not in gone]
+    at = next(k for k, n in enumerate(kept) if leaving in n.output) + 1
+    kept[at:at] = [first, second]
+    del graph.node[:]
+    graph.node.extend(kept)
+    # the rounded names now hold the leaving tensor's values (or none): their old shapes go
+    stale = gone | {n.output[0] for pair in chosen for n in pair}
+    infos = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
 
 
 __all__ = ["sink_roundings"]
