@@ -9,20 +9,27 @@ copy of a value of ``x``, and ``q`` of a copy is the copy of ``q``. So ``q(x)`` 
 region is the region applied to ``x`` with ``q`` applied to ``f``: the rounding can be taken off
 ``x`` and put on ``f``, bit for bit (a NaN too: the same function on the same value).
 
-Why: onnxruntime's CPU Cast to bfloat16 is a scalar loop (~0.8 ns an element for the pair on an
-AMD EPYC, against ~0.3 ns for float16's MLAS kernel, bench/RESULTS.md "bf16lat17"), and a
+Why: a pair costs two kernel calls (~0.5-1 µs each on onnxruntime's CPU provider whatever the
+size) plus its values, and onnxruntime's Cast to bfloat16 is a scalar loop, ~2.4x float16's MLAS
+kernel per value (bench/RESULTS.md "bf16lat17"); and a
 recurrent layer's output is often rounded whole (every step, both directions) where the graph then
 keeps only the last step: openWakeWord's hey_mycroft rounds its second LSTM's ``[T, 2, B, H]``
 output and reads ``[B, 2H]`` of it. Moving the rounding there costs the same two nodes on fewer
 values.
 
+Several roundings whose moves meet in a ``Concat`` (attacut_c: three Conv widths, each
+transposed and unsqueezed, stacked) go together: the Concat's inputs are all copies of rounded
+values, so one rounding of what leaves replaces them all (as many values, two Cast nodes less for
+each rounding but one).
+
 It is moved only where that is cheaper for certain: exactly one tensor leaves the region (two
-would need two pairs), its element count and ``x``'s are known and the leaving tensor holds
-fewer, no tensor of the region is a graph output or read by a body (Loop/Scan/If) through the
-outer scope, and every ``Concat`` in the region concatenates only region tensors (a Concat that
-also reads another tensor would round that one too). Graphs computing in 16 bits are left alone
-(:func:`onnxptq.graph.passes.drop_exact_casts._computes_in_16_bits`: onnxruntime removes their
-Cast chains itself).
+would need two pairs), its element count and the rounded tensors' are known, and it holds fewer
+values than the one rounded tensor, or at most as many as the several; no tensor of the region is
+a graph output or read by a body (Loop/Scan/If) through the outer scope, and every ``Concat`` in
+the region concatenates only region tensors (a Concat that also reads another tensor would round
+that one too). All the roundings of a group are to the same type. Graphs computing in 16 bits
+are left alone (:func:`onnxptq.graph.passes.drop_exact_casts._computes_in_16_bits`: onnxruntime
+removes their Cast chains itself).
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ def fewer(a: Dims | None, b: Dims | None) -> bool:
 
 def sink_roundings(model: onnx.ModelProto, observed: Mapping[str, int] | None = None) -> int:
     """Move Cast-pair roundings of ``model``'s main graph past pure data movement to the one
-    tensor that leaves it, where that tensor holds fewer elements (see the module docstring).
+    tensor that leaves it, where that is cheaper (see the module docstring).
 
     ``observed``: the elements each tensor held on the calibration feeds
     (:mod:`onnxptq.pipeline.observed_sizes`), read where both tensors have one; else the dims
