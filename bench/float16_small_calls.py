@@ -66,15 +66,9 @@ def cast_profile(sess: Any, feeds: list[dict[str, np.ndarray]], runs: int) -> di
     (onnxruntime's profile of ``sess``, opened with ``profile=True``), and the nodes executed.
     Each node counts with the median of its durations per feed: the profile's clock is wall time,
     and on a shared machine a preempted kernel reads 10-100x its cost."""
-    import json
+    import _common as common
 
-    for _ in range(runs):
-        for f in feeds:
-            sess.run(None, f)
-    path = sess.end_profiling()
-    with open(path) as fh:
-        events = json.load(fh)
-    os.remove(path)
+    events = common.profile_events(sess, feeds, runs)
     kinds: dict[str, str] = {}
     durations: dict[str, list[float]] = {}
     sixteen = ("float16", "bfloat16")
