@@ -142,6 +142,11 @@ def sink_roundings(model: onnx.ModelProto, observed: Mapping[str, int] | None = 
 Pair = tuple[onnx.NodeProto, onnx.NodeProto]
 
 
+def _key(node: onnx.NodeProto) -> str:
+    """A node by its outputs (protobuf wrappers are no stable identity; output names are unique)."""
+    return "\0".join(node.output)
+
+
 def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
     out: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
@@ -171,7 +176,7 @@ def _region(seeds: set[str], readers: dict[str, list[onnx.NodeProto]], pinned: s
                     data is not None and any(k not in data for k in positions)):
                 outside = True
                 continue
-            key = node.output[0]
+            key = _key(node)
             if key in seen:
                 continue
             seen.add(key)
@@ -213,7 +218,7 @@ def _one_group(graph: onnx.GraphProto, pinned: set[str], cheaper) -> tuple[list[
             parent[t] = t
             continue
         for n in found[0]:
-            other = first_reach.setdefault(n.output[0], t)
+            other = first_reach.setdefault(_key(n), t)
             parent[root(other)] = root(t)
     groups: dict[str, set[str]] = {}
     for t in pairs:
@@ -233,7 +238,7 @@ def _apply(graph: onnx.GraphProto, chosen: list[Pair], nodes: list[onnx.NodeProt
     """Take the pairs ``chosen`` off their tensors (the moves read their inputs) and round
     ``leaving`` with the first of them, whose output name its readers outside the moves read."""
     readers = _readers(graph)
-    region = {n.output[0] for n in nodes}
+    region = {_key(n) for n in nodes}
     back = {second.output[0]: first.input[0] for first, second in chosen}
     for node in nodes:
         for k, i in enumerate(node.input):
@@ -242,19 +247,19 @@ def _apply(graph: onnx.GraphProto, chosen: list[Pair], nodes: list[onnx.NodeProt
     first, second = chosen[0]
     t = second.output[0]
     for node in readers.get(leaving, []):
-        if node.output[0] not in region:
+        if _key(node) not in region:
             for k, i in enumerate(node.input):
                 if i == leaving:
                     node.input[k] = t
     first.input[0] = leaving
-    gone = {n.output[0] for pair in chosen[1:] for n in pair} | {first.output[0], t}
-    kept = [n for n in graph.node if n.output[0] not in gone]
+    gone = {_key(n) for pair in chosen[1:] for n in pair} | {_key(first), t}
+    kept = [n for n in graph.node if _key(n) not in gone]
     at = next(k for k, n in enumerate(kept) if leaving in n.output) + 1
     kept[at:at] = [first, second]
     del graph.node[:]
     graph.node.extend(kept)
     # the rounded names now hold the leaving tensor's values (or none): their old shapes go
-    stale = gone | {n.output[0] for pair in chosen for n in pair}
+    stale = {o for pair in chosen for n in pair for o in n.output}
     infos = [v for v in graph.value_info if v.name not in stale]
     del graph.value_info[:]
     graph.value_info.extend(infos)
