@@ -54,6 +54,9 @@ TTYPE_BLOCKS = frozenset({"roberta_embed"})
 FP16_NATIVE_BLOCKS = frozenset({"ln_fp16_forms"})
 #: Blocks whose TorchScript export needs opset ≥ 14 (``torch.tril`` → Trilu): drawn at 15 where 13 came up.
 TRILU_BLOCKS = frozenset({"causal_trilu"})
+#: Blocks TorchScript writes as ``scaled_dot_product_attention``, which its exporter refuses below opset 14 (seed 25's
+#: m002 at 13: "export failed"): drawn at 15 too; the draw's random calls are unchanged.
+TRILU_BLOCKS = TRILU_BLOCKS | {"sdpa", "sdpa_causal", "sdpa_boolmask", "sdpa_addmask"}
 #: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
 #: length under either exporter, so the sequence axis is drawn static.
 UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
@@ -571,6 +574,28 @@ def _blocks() -> dict[str, dict[str, Any]]:
     def gelu_erf_out(x):
         return x * 0.5 * (1.0 + torch.erf(x / 2 ** 0.5))
 
+    def gelu_erf_folded(x):  # the 1/√2 folded into a Mul, the ½ applied to the sum (HF's "gelu_new"-like order)
+        return x * (0.5 + 0.5 * torch.erf(x * 0.7071067811865476))
+
+    class SoftmaxWritten(nn.Module):  # attention whose softmax is spelt: ReduceMax, Sub, Exp, ReduceSum, Div
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            s = self.q(h) @ self.k(h).transpose(-1, -2) * D ** -0.5
+            e = torch.exp(s - s.amax(-1, keepdim=True))
+            return h + (e / e.sum(-1, keepdim=True)) @ self.v(h)
+
+    class RMSPowSum(nn.Module):  # RMSNorm as Pow(x, 2), ReduceSum, · 1/D, Sqrt, Reciprocal, then a Linear
+        def __init__(self):
+            super().__init__()
+            self.w, self.fc = nn.Parameter(torch.rand(D) + 0.5), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            ms = torch.pow(h, 2).sum(-1, keepdim=True) * (1.0 / D)
+            return h + self.fc(h * torch.reciprocal(torch.sqrt(ms + 1e-6)) * self.w)
+
     seq = {
         "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
         "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
@@ -597,6 +622,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "moe_topk": MoETopK, "ln_fp16_forms": LNFp16Forms,
         "gru_cell_written": GRUCellWritten, "lstm_cell_unrolled": LSTMCellUnrolled, "rmsnorm_mulself": RMSMulSelf,
         "act_mix": ActMix,
+        "silu_div_exp": lambda: Lin(Fn(lambda x: x / (1 + torch.exp(-x)))), "gelu_erf_folded": lambda: Lin(Fn(gelu_erf_folded)),
+        "softmax_written": SoftmaxWritten, "rmsnorm_pow_sum": RMSPowSum,
     }
 
     class ConvBN(nn.Module):
@@ -827,6 +854,20 @@ def _blocks() -> dict[str, dict[str, Any]]:
             r = self.t(F.relu(self.c(h.reshape(b, c, y * x))))
             return h + r.reshape(b, c, y, x)
 
+    class GN5D(nn.Module):  # GroupNorm by moments over (C/G, H, W) of a 5-D view, as Keras/TF exporters write it, then SiLU
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(1, C, 1, 1) + 0.5), nn.Parameter(torch.randn(1, C, 1, 1) * 0.1)
+            self.c = nn.Conv2d(C, C, 3, 1, 1)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            g = self.c(h).reshape(b, 4, c // 4, y, x)
+            mu = g.mean((2, 3, 4), keepdim=True)
+            var = ((g - mu) ** 2).mean((2, 3, 4), keepdim=True)
+            z = ((g - mu) / torch.sqrt(var + 1e-5)).reshape(b, c, y, x) * self.w + self.b
+            return h + z * torch.sigmoid(z)
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -841,6 +882,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "layernorm_axis1": LNChannelsFirst, "layernorm_transposed": LNTransposed, "resize_decoder": ResizeDecoder,
         "vit_fp16": ViTBlock,
         "conv_variants": ConvVariants, "groupnorm_elu": GNChannels, "conv1d_dilated": Conv1dDilated,
+        "groupnorm_5d": GN5D,
     }
     return {"seq": seq, "img": img}
 

@@ -217,6 +217,48 @@ def _lstm_cell_loop(seed: int) -> tuple[onnx.ModelProto, Feeds]:
     return g.make(), _normal({"x": (t, d)})
 
 
+def _recurrent_in_body(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """A GRU/LSTM op inside a body, its W/R/B the body's own initializers (silero VAD: each sample rate's
+    decoder LSTM in an ``If`` branch; a Loop stepping a GRU over chunks). ``if``: an LSTM per branch, the
+    branch picked by a graph input both ways in the data; ``loop``: a GRU over each of 3 chunks, its last
+    state carried, a MatMul head after the Loop."""
+    t, d, h = 6, 8, 16
+    g = G(seed, opset=17)
+    x = g.input("x", [t, 1, d])
+
+    def weights(gates: int, stem: str) -> list[onnx.TensorProto]:
+        return [numpy_helper.from_array(g.rng.normal(0, 0.3, shape).astype(np.float32), f"{stem}_{k}")
+                for k, shape in (("W", (1, gates * h, d)), ("R", (1, gates * h, h)), ("B", (1, 2 * gates * h)))]
+
+    if kind == "if":
+        def branch(stem: str) -> onnx.GraphProto:
+            inits = weights(4, stem)
+            nodes = [helper.make_node("LSTM", [x, *(i.name for i in inits)], ["", f"{stem}_h"], hidden_size=h),
+                     helper.make_node("Reshape", [f"{stem}_h", f"{stem}_shape"], [f"{stem}_y"])]
+            inits.append(numpy_helper.from_array(np.asarray([1, h], np.int64), f"{stem}_shape"))
+            return helper.make_graph(nodes, stem, [], [helper.make_tensor_value_info(f"{stem}_y", F32, [1, h])], inits)
+
+        rate = g.input("sr", [], TensorProto.INT64)
+        wide = g.op("Greater", [rate, g.init(np.asarray(12000, np.int64), "limit")])
+        y = g.op("If", [wide], then_branch=branch("hi"), else_branch=branch("lo"))
+        g.output(g.op("MatMul", [y, g.w((h, 4))]))
+        return g.make(), _normal({"x": (t, 1, d)}, extra=lambda rng: {"sr": np.asarray(16000 if rng.random() < 0.5 else 8000, np.int64)})
+    inits = weights(3, "gru")
+    trip, cond = g.init(np.asarray(3, np.int64), "trip"), g.init(np.asarray(True), "cond")
+    h0 = g.init(np.zeros((1, 1, h), np.float32), "h0")
+    body_nodes = [helper.make_node("GRU", [x, *(i.name for i in inits), "", "b_h"], ["", "b_hn"], hidden_size=h, linear_before_reset=1),
+                  helper.make_node("Identity", ["b_cond"], ["b_cond_out"])]
+    body = helper.make_graph(body_nodes, "gru_body",
+                             [helper.make_tensor_value_info("b_i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("b_cond", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("b_h", F32, [1, 1, h])],
+                             [helper.make_tensor_value_info("b_cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("b_hn", F32, [1, 1, h])], inits)
+    hl = g.op("Loop", [trip, cond, h0], body=body)
+    g.output(g.op("MatMul", [g.op("Reshape", [hl, g.i64([1, h])]), g.w((h, 4))]))
+    return g.make(), _normal({"x": (t, 1, d)})
+
+
 # ----------------------------------------------------------------------------- convolutions
 
 
@@ -458,6 +500,8 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     "rnn_op_bi_seqlens": lambda s: _rnn_op("RNN", "bidirectional", "input", True, s),
     "gru_cell_scan": _gru_cell_scan,
     "lstm_cell_loop": _lstm_cell_loop,
+    "lstm_in_if_branches": lambda s: _recurrent_in_body("if", s),
+    "gru_in_loop_body": lambda s: _recurrent_in_body("loop", s),
     **{k: (lambda s, k=k: _conv_case(k, s)) for k in ("conv1d", "conv3d", "convtranspose_outpad_groups", "conv_dilated",
                                                        "conv_depthwise", "conv_asym_pads", "conv_autopad")},
     **{k: (lambda s, k=k: _seq_with(k, s)) for k in ("rmsnorm_mulself", "rmsnorm_sumsquare", "l2norm", "layernorm_pow_recip",

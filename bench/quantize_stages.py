@@ -19,7 +19,9 @@ BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the bes
 ``--where`` adds a table of the parts a block format adds or makes dearer (:data:`WHERE`: the quantizer
 bodies' construction, emit's weight rounding, the packer, bias correction, the function passes, the range
 guard, the floor's measure, the checks; session creations by who opened them), each
-with its excess over BF16's: where a block format's extra CPU goes. ``--prof PRESET`` adds a cProfile of one
+with its excess over BF16's: where a block format's extra CPU goes; and the nodes onnxruntime builds
+for finish's session (the delivered file's main graph, the nodes its function calls inline), on which
+that session's creation, the largest part, depends (``bench/session_create_cost.py``). ``--prof PRESET`` adds a cProfile of one
 more quantize. ``--merge DIR`` reads outputs saved as
 ``DIR/<model>.<tree>.r<round>.txt`` (trees ``base`` and ``new``: this script run with
 ``PYTHONPATH`` on two source trees, alternating per model) and prints the side-by-side tables: the
@@ -278,7 +280,13 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
             r = quantize(path, cfg(p), data, out)
             tot, wall = cpu() - t, time.perf_counter() - w
             with open(out, "rb") as fh:
-                sha = hashlib.sha256(fh.read()).hexdigest()[:16]
+                blob = fh.read()
+            sha = hashlib.sha256(blob).hexdigest()[:16]
+            if where:  # what finish's session was opened on: its main graph and the nodes its calls inline
+                import onnx
+                from session_create_cost import counts
+
+                acc["nodes"] = counts(onnx.load_from_string(blob))
             verdict = None if r.floor is None else tuple(sorted(getattr(r.floor, "broken", ())))
             kept = None if not r.repair else len(r.repair.get("kept", r.repair.get("nodes", [])) or [])
             res.setdefault(p, []).append((tot, wall, dict(acc), sha, verdict, kept))
@@ -327,7 +335,7 @@ def _print_where(res: dict[str, list[tuple]]) -> None:
             return openers[p].get(col[7:], 0.0)
         return acc.get(col if col == "sess_run" else "where_" + col, 0.0)
 
-    print("| where: preset | cpu s | extra s | " + " | ".join(cols) + " |")
+    print("| where: preset | cpu s | extra s | " + " | ".join(cols) + " | main nodes | inlined nodes | create:finish µs/node |")
     base = "BF16" if "BF16" in best else None
     for p in best:
         extra = f"{best[p][0] - best[base][0]:+.2f}" if base and p != base else ""
@@ -335,7 +343,12 @@ def _print_where(res: dict[str, list[tuple]]) -> None:
         for col in cols:
             v = value(p, col)
             cells.append(f"{v:.3f}" if not base or p == base else f"{v:.3f} ({v - value(base, col):+.3f})")
-        print(f"| {p} | {best[p][0]:.2f} | {extra} | " + " | ".join(cells) + " |", flush=True)
+        # finish's creation per node onnxruntime builds (main graph + inlined bodies): it scales with them
+        n = best[p][2].get("nodes") or {}
+        total = n.get("main", 0) + n.get("inlined", 0)
+        per = f"{1e6 * openers[p].get('finish', 0.0) / total:.0f}" if total else ""
+        print(f"| {p} | {best[p][0]:.2f} | {extra} | " + " | ".join(cells) + f" | {n.get('main', '')} | {n.get('inlined', '')} | {per} |",
+              flush=True)
 
 
 def merge(folder: str) -> None:

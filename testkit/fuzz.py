@@ -193,6 +193,15 @@ class _Builder:
             return self.node("Add", [self.node("MatMul", [x, w], s)[0], w], s)[0]
         if op == "LayerNormalization" and self.opset >= 17:
             return self.node("LayerNormalization", [x, self.weight((s[-1],), 1.0), self.weight((s[-1],), 0.1)], s, axis=-1)[0]
+        if op == "SiLUDivExp":  # x / (1 + exp(-x))
+            e = self.node("Exp", [self.node("Neg", [x], s)[0]], s)[0]
+            return self.node("Div", [x, self.node("Add", [e, self.scalar(1.0)], s)[0]], s)[0]
+        if op == "SoftmaxWritten":  # exp(x - max) / sum(exp(x - max)) over the last axis
+            keep = (*s[:-1], 1)
+            e = self.node("Exp", [self.node("Sub", [x, self._reduce("ReduceMax", x, [-1], keep, 1)], s)[0]], s)[0]
+            return self.node("Div", [e, self._reduce("ReduceSum", e, [-1], keep, 1)], s)[0]
+        if op == "GroupNorm5D" and len(s) == 4 and s[1] % 2 == 0:
+            return self._group_norm_5d(x, s)
         return None
 
 
@@ -323,6 +332,19 @@ class _Builder:
         back = self.node("Reshape", [normed, self.node("Shape", [x], (len(s),))[0]], s)[0]
         return self.node("Add", [self.node("Mul", [back, self.weight((c, 1, 1), 1.0)], s)[0], self.weight((c, 1, 1), 0.1)], s)[0]
 
+    def _group_norm_5d(self, x: str, s: tuple[int, ...]) -> str:
+        """GroupNorm as Keras/TF exporters write it: a 5-D view (b, 2 groups, c/2, h, w), mean and variance by
+        ReduceMean over its last three axes, Div by the root, the view back, the per-channel affine as Mul/Add."""
+        b, c, h, w = s
+        grouped = (b, 2, c // 2, h, w)
+        keep = (b, 2, 1, 1, 1)
+        g = self.node("Reshape", [x, self.const_i64(list(grouped))], grouped)[0]
+        d = self.node("Sub", [g, self._reduce("ReduceMean", g, [2, 3, 4], keep, 1)], grouped)[0]
+        var = self._reduce("ReduceMean", self.node("Mul", [d, d], grouped)[0], [2, 3, 4], keep, 1)
+        root = self.node("Sqrt", [self.node("Add", [var, self.scalar(1e-5)], keep)[0]], keep)[0]
+        back = self.node("Reshape", [self.node("Div", [d, root], grouped)[0], self.const_i64(list(s))], s)[0]
+        return self.node("Add", [self.node("Mul", [back, self.weight((c, 1, 1), 1.0)], s)[0], self.weight((c, 1, 1), 0.1)], s)[0]
+
     def _weight_via_cast(self, x: str, s: tuple[int, ...]) -> str:
         """A MatMul whose weight reaches it through Identity → Transpose → Cast (stored in the other float
         type, transposed, as converters from frameworks that keep (out, in) weights write it)."""
@@ -339,7 +361,8 @@ class _Builder:
 FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat", "Reshape", "Transpose", "Split",
             "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul",
             "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip", "GRUSeqLens", "ConvTransposeGroups",
-            "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd")
+            "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd",
+            "SiLUDivExp", "SoftmaxWritten", "GroupNorm5D")
 
 
 def run_step(op: str, x: np.ndarray, opset: int, seed: int = 5) -> tuple[np.ndarray, _Builder]:

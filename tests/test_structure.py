@@ -136,6 +136,33 @@ def test_more_spellings_are_regions():
         assert regions == [(kind, "x", y)], (build.__name__, regions)
 
 
+def test_the_spellings_fuzz17_drew_are_regions():
+    """bench/export_fuzz.py's blocks of fuzz17, as torch writes them: each one region from its input."""
+    def silu_div_exp(b, x):  # x / (1 + exp(-x))
+        return b.op("Div", x, b.op("Add", b.op("Exp", b.op("Neg", x)), b.const(1.0)))
+
+    def gelu_erf_folded(b, x):  # x · (½ + ½·erf(x · 0.7071…)): 1/√2 folded into a Mul, ½ onto each term
+        return b.op("Mul", x, b.op("Add", b.op("Mul", b.op("Erf", b.op("Mul", x, b.const(0.7071067811865476))), b.const(0.5)),
+                                   b.const(0.5)))
+
+    def rmsnorm_pow_sum(b, x):  # x · 1/√(Σ x² · 1/D + ε) · γ
+        ms = b.op("Mul", b.op("ReduceSum", b.op("Pow", x, b.const(2.0)), b.ints([-1]), keepdims=1), b.const(0.25))
+        return b.op("Mul", b.op("Mul", x, b.op("Reciprocal", b.op("Sqrt", b.op("Add", ms, b.const(1e-6))))), b.const(np.ones(4)))
+
+    def groupnorm_5d(b, x):  # moments over (C/G, H, W) of a 5-D view, back, · γ + β
+        g = b.op("Reshape", x, b.ints([2, 2, 4, 4, 4]))
+        m = b.op("ReduceMean", g, b.ints([2, 3, 4]), keepdims=1)
+        d = b.op("Sub", g, m)
+        v = b.op("ReduceMean", b.op("Pow", d, b.const(2.0)), b.ints([2, 3, 4]), keepdims=1)
+        back = b.op("Reshape", b.op("Div", d, b.op("Sqrt", b.op("Add", v, b.const(1e-5)))), b.ints([2, 8, 4, 4]))
+        return b.op("Add", b.op("Mul", back, b.const(np.ones((8, 1, 1)))), b.const(np.zeros((8, 1, 1))))
+
+    for build, kind in ((silu_div_exp, "gated activation"), (gelu_erf_folded, "GELU (erf)"), (rmsnorm_pow_sum, "RMSNorm"),
+                        (groupnorm_5d, "LayerNorm/GroupNorm (mean/variance)")):
+        regions, y = _region_kinds(build)
+        assert regions == [(kind, "x", y)], (build.__name__, regions)
+
+
 def _in_a_branch(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model``'s network inside an ``If``'s then-branch (its weights read from the main graph, as openWakeWord's
     exported classifiers are), the else-branch passing ``x`` through; the condition is computed from ``x``."""

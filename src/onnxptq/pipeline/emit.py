@@ -326,8 +326,7 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
         name = tplan.name
         tparams = params.get(name)
         if tplan.role in ("weight", "bias") and name in b.initializers:
-            nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement,
-                                   main=index.home.get(name, index.main) is index.main)
+            nodes = _emit_constant(b, tplan, tparams, fold_weights, store_int_weights, replacement)
             inserts.setdefault(at(name), []).extend(nodes)
             continue
         if name in on_grid:  # already on its grid: Q(t) = t (pipeline/on_grid.py)
@@ -513,8 +512,14 @@ def fake_quantize_in_slices(values: np.ndarray, fmt: str, attrs: dict[str, Any])
 
 
 def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold: bool, store_int: bool,
-                   replacement: dict[str, str], main: bool = True) -> list[onnx.NodeProto]:
-    """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph."""
+                   replacement: dict[str, str]) -> list[onnx.NodeProto]:
+    """Quantize a weight or bias initializer; returns the nodes to place at the top of the graph.
+
+    A body's weight (an ``If`` branch's LSTM, as silero VAD's) is packed as the main graph's are:
+    its decode nodes sit at the top of its body, reading the group streams decoded in the main
+    graph through the outer scope, and onnxruntime folds both at load (the optimized graph is the
+    unpacked form's). Stored as rounded fp32 instead, silero_half's BF16 file was 1.12x its fp32
+    file (fuzz17)."""
     name = tplan.name
     tensor = b.initializers[name]
     quant = tplan.quant
@@ -559,7 +564,7 @@ def _emit_constant(b: _Builder, tplan: TensorPlan, params: QParams | None, fold:
         return b.absorb(frag)
     if fold:
         stored, key = kept("fold")
-        packs = b.packer is not None and main
+        packs = b.packer is not None
         values = tensor_values(tensor) if stored is None or packs or name in b.matmul_b else None
         if stored is not None:
             folded = numpy_helper.to_array(stored) if values is not None else None
