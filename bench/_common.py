@@ -81,11 +81,9 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def profile_ops(sess: Any, feeds: list[dict], runs: int) -> tuple[list[tuple[str, float, int]], int]:
-    """``(op type, µs per feed, nodes)`` from onnxruntime's profile of ``sess`` (a session opened
-    with ``profile=``) over ``runs`` passes of ``feeds``, most costly first; and the number of
-    nodes executed (functions inlined)."""
-    import collections
+def profile_events(sess: Any, feeds: list[dict], runs: int) -> list[dict]:
+    """onnxruntime's profile events of ``sess`` (opened with profiling on) over ``runs`` passes
+    of ``feeds``; the profile file is removed."""
     import json
 
     for _ in range(runs):
@@ -95,6 +93,16 @@ def profile_ops(sess: Any, feeds: list[dict], runs: int) -> tuple[list[tuple[str
     with open(file) as f:
         events = json.load(f)
     os.remove(file)
+    return events
+
+
+def profile_ops(sess: Any, feeds: list[dict], runs: int) -> tuple[list[tuple[str, float, int]], int]:
+    """``(op type, µs per feed, nodes)`` from onnxruntime's profile of ``sess`` (a session opened
+    with ``profile=``) over ``runs`` passes of ``feeds``, most costly first; and the number of
+    nodes executed (functions inlined)."""
+    import collections
+
+    events = profile_events(sess, feeds, runs)
     total: dict[str, float] = collections.defaultdict(float)
     nodes: dict[str, set] = collections.defaultdict(set)
     for e in events:

@@ -9,9 +9,16 @@ per quantized tensor is a large share of the call. This script
 3. times float and each preset's file in turn, feed by feed, ``--rounds`` rounds of ``--runs`` passes,
    CPU seconds (``time.process_time``), and prints per model and preset the best round's µs per
    call and its ratio to float's best, the median of the per-round ratios, and the Cast nodes'
-   share of the kernel time (onnxruntime's profile, ``--profile``).
+   share of the kernel time (onnxruntime's profile, ``--profile``: Casts to 16 bits, Casts from
+   16 bits and the rest, µs per call).
+
+``--trees base=DIR,new=DIR`` times files quantized beforehand (``DIR/<model>_<preset>.onnx``, e.g. by
+two trees of the library) instead, all of them and float in turn within each round, so a before/after
+pair is read in one run (bf16lat17). ``--round-ms`` bounds a round's passes on slow models.
 
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/float16_small_calls.py --workdir /tmp/f16 --profile
+    PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/float16_small_calls.py --workdir /tmp/f16 \
+        --models romanizer_decoder --trees base=/tmp/base_files,new=/tmp/new_files --profile
 """
 
 from __future__ import annotations
@@ -54,6 +61,36 @@ def _call_us(session: Any, feeds: list[dict[str, np.ndarray]], runs: int) -> flo
     return (time.process_time() - t) / runs / len(feeds) * 1e6
 
 
+def cast_profile(sess: Any, feeds: list[dict[str, np.ndarray]], runs: int) -> dict[str, float]:
+    """µs per call of the Casts to float16/bfloat16, the Casts from them and every other kernel
+    (onnxruntime's profile of ``sess``, opened with ``profile=True``), and the nodes executed.
+    Each node counts with the median of its durations per feed: the profile's clock is wall time,
+    and on a shared machine a preempted kernel reads 10-100x its cost."""
+    import _common as common
+
+    events = common.profile_events(sess, feeds, runs)
+    kinds: dict[str, str] = {}
+    durations: dict[str, list[float]] = {}
+    sixteen = ("float16", "bfloat16")
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        args = e.get("args", {})
+        kind = "rest"
+        if args.get("op_name") == "Cast":
+            ins = [t for d in args.get("input_type_shape", []) for t in d]
+            outs = [t for d in args.get("output_type_shape", []) for t in d]
+            kind = "to16" if any(t in sixteen for t in outs) else "from16" if any(t in sixteen for t in ins) else "rest"
+        kinds[e["name"]] = kind
+        durations.setdefault(e["name"], []).append(e["dur"])
+    out = {"to16": 0.0, "from16": 0.0, "rest": 0.0, "to16_nodes": 0.0, "from16_nodes": 0.0, "rest_nodes": 0.0}
+    for node, kind in kinds.items():
+        # a node runs once per feed: the median over runs × feeds is its typical µs per call
+        out[kind] += float(np.median(durations[node]))
+        out[f"{kind}_nodes"] += 1
+    return out
+
+
 def smallest(count: int) -> list[tuple[str, float]]:
     """The ``count`` zoo models with the smallest float call (µs, best of 3 passes of 10)."""
     out = []
@@ -78,10 +115,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="the Cast nodes' share of kernel time per file")
+    ap.add_argument("--trees", help="label=DIR,...: time DIR/<model>_<preset>.onnx of each (quantized beforehand)")
+    ap.add_argument("--round-ms", type=float, default=400.0, help="fewer passes per round where float's would take longer")
     args = ap.parse_args()
     import logging
 
-    import _common as common
     from onnxptq import quantize
     from onnxptq.config.presets import get_preset
 
@@ -91,34 +129,49 @@ def main() -> None:
     presets = args.presets.split(",")
     chosen = [(n, float("nan")) for n in args.models.split(",")] if args.models else smallest(args.count)
     print("load", " ".join(open("/proc/loadavg").read().split()[:3]))
+    trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else None
     for name, us in chosen:
         m = zoo.get(name)
         files = {"float": str(m.path())}
         for p in presets:
+            if trees:
+                for label, folder in trees.items():
+                    path = Path(folder) / f"{name}_{p}.onnx"
+                    if path.exists():
+                        files[f"{p} {label}"] = str(path)
+                continue
             out = work / f"{name}_{p}.onnx"
             if not out.exists():
-                quantize(m.path(), get_preset(p), m.samples("calibration"), str(out))
+                try:
+                    quantize(m.path(), get_preset(p), m.samples("calibration"), str(out))
+                except Exception as exc:  # noqa: BLE001 - said, and the other presets go on
+                    print(f"{name} {p}: not quantized ({type(exc).__name__}: {exc})")
+                    continue
             files[p] = str(out)
         sessions = {k: _session(v) for k, v in files.items()}
         feeds = _feeds(m, sessions["float"])
         for s in sessions.values():
             for f in feeds:
                 s.run(None, f)
+        runs = max(1, min(args.runs, int(args.round_ms * 1e3 / max(_call_us(sessions["float"], feeds, 1) * len(feeds), 1.0))))
         rounds: dict[str, list[float]] = {k: [] for k in sessions}
         for _ in range(args.rounds):
             for k, s in sessions.items():
-                rounds[k].append(_call_us(s, feeds, args.runs))
+                rounds[k].append(_call_us(s, feeds, runs))
         ref = np.array(rounds["float"])
-        print(f"{name}: float {min(ref):.1f} µs per call (first pass {us:.1f}), load {open('/proc/loadavg').read().split()[0]}")
-        for p in presets:
+        print(f"{name}: float {min(ref):.1f} µs per call (first pass {us:.1f}), {runs} passes a round, "
+              f"load {open('/proc/loadavg').read().split()[0]}")
+        if args.profile:
+            base = cast_profile(_session(files["float"], profile=True), feeds, runs)
+            print(f"  float  profile: kernels {base['rest'] + base['to16'] + base['from16']:.1f} µs", flush=True)
+        for p in [k for k in files if k != "float"]:
             v = np.array(rounds[p])
-            line = f"  {p:5s} {min(v):8.1f} µs  best ÷ float {min(v) / min(ref):.3f}  median of round ratios {np.median(v / ref):.3f}"
+            line = f"  {p:9s} {min(v):8.1f} µs  best ÷ float {min(v) / min(ref):.3f}  median of round ratios {np.median(v / ref):.3f}"
             if args.profile:
-                rows, executed = common.profile_ops(_session(files[p], profile=True), feeds, 20)
-                total = sum(t for _, t, _ in rows)
-                cast = sum(t for op, t, _ in rows if op == "Cast")
-                casts = sum(n for op, _, n in rows if op == "Cast")
-                line += f"  Cast {100 * cast / total:.0f}% of kernel time ({casts} of {executed} nodes)"
+                c = cast_profile(_session(files[p], profile=True), feeds, runs)
+                total = c["to16"] + c["from16"] + c["rest"]
+                line += (f"  kernels {total:.1f} µs: Cast→16 {c['to16']:.1f} ({c['to16_nodes']:.0f} nodes), "
+                         f"Cast←16 {c['from16']:.1f} ({c['from16_nodes']:.0f}), rest {c['rest']:.1f} ({c['rest_nodes']:.0f})")
             print(line, flush=True)
 
 

@@ -439,6 +439,10 @@ def emit(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams], *, fold
     from ..graph.passes.drop_exact_casts import drop_exact_casts
 
     drop_exact_casts(out)
+    # a rounding read only through data movement goes where fewer values remain (bit-exact)
+    from ..graph.passes.sink_roundings import sink_roundings
+
+    sink_roundings(out, sizes)
     # Cast chains exact on their input (a float16 model's FP16 quantizers: f16 -> f32 -> f16 -> f32
     # -> f16), every graph; the pass that works on 16-bit graphs, where drop_exact_casts does not
     from ..graph.passes.exact_cast_chains import collapse_exact_cast_chains

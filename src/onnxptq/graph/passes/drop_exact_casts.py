@@ -22,6 +22,18 @@ a float initializer whose every element survives the round trip through T (a con
 rounded at quantize time, e.g. a Max's bound); an absent optional input that defaults to 0 (Pad's
 value, Clip's bounds).
 
+Bodies (bf16lat17): the walk runs through If branches and Loop/Scan bodies too, in the order the
+nodes run, seeing the outer scope's exact tensors (names are unique across scopes). An ``If``'s
+output is exact in T when the same output of every branch is (it hands back one branch's value);
+a Loop's or Scan's outputs are not tracked (state carried across iterations), their bodies' own
+roundings are. openWakeWord's classifiers return an ``If`` whose then branch rounds its score and
+whose else branch hands back the rounded main score (oww_hey_jarvis), and silero's decoder
+Unsqueezes a rounded tensor inside its branches (silero_half: 8 BF16 pairs).
+
+A rounding whose output is a graph's output (the main graph's or a branch's) goes when its input
+is computed by a node of that same graph: the node then writes the output's name (the graph keeps
+its interface); not when its input is an input, an initializer or another output.
+
 What is dropped: a Cast pair whose input is exact in its T; a ``FloatQuantizeDequantize`` of
 scale 1 and zero point 0 whose input is exact in its T and, when it saturates (bound T's largest
 finite value M rather than +Inf), holds no ±Inf (it maps ±Inf to ±M; every other value of T lies
@@ -61,7 +73,7 @@ from ...formats.base import DOMAIN
 from ...formats.floating import FLOAT_TYPES, FloatType
 from ..external import ExternalDataError, tensor_values
 from ..opsets import is_onnx_domain
-from ..walk import all_graphs
+from ..walk import all_graphs, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -138,23 +150,30 @@ def _to(node: onnx.NodeProto, default: int = -1) -> int:
 
 
 def drop_exact_casts(model: onnx.ModelProto) -> int:
-    """Remove, in ``model``'s main graph, every BF16/FP16 rounding (Cast pair, or unsaturated
-    ``FloatQuantizeDequantize`` of scale 1 and zero point 0) whose input is exact in its format by
-    construction (see the module docstring). Returns the number of roundings removed."""
+    """Remove, in ``model``'s main graph and its bodies, every BF16/FP16 rounding (Cast pair, or
+    unsaturated ``FloatQuantizeDequantize`` of scale 1 and zero point 0) whose input is exact in its
+    format by construction (see the module docstring). Returns the number of roundings removed."""
     graph = model.graph
     if _computes_in_16_bits(graph):
         log.debug("drop_exact_casts: 16-bit float activations: onnxruntime's own fp16 handling decides the roundings")
         return 0
-    producer = {o: n for n in graph.node for o in n.output if o}
+    # Names are unique across a prepared model's scopes (graph/walk.py), so one map of each kind
+    # covers the main graph and every body; a body's read of an outer tensor is a reader of it.
+    graphs = list(all_graphs(graph))
+    producer = {o: n for g in graphs for n in g.node for o in n.output if o}
+    # the graph (its index in ``graphs``) holding each node, by the node's outputs: protobuf
+    # wrappers of nested messages are not the same Python objects from one walk to the next
+    home = {o: k for k, g in enumerate(graphs) for n in g.node for o in n.output if o}
     readers: dict[str, int] = {}
     last_reader: dict[str, onnx.NodeProto] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-            last_reader[i] = n
-    outputs = {o.name for o in graph.output}
-    inputs_by_name = {i.name for i in graph.input}  # an initializer listed as an input can be fed: not a constant
-    initializers = {t.name: t for t in graph.initializer if t.name not in inputs_by_name}
+    for g in graphs:
+        for n in g.node:
+            for i in n.input:
+                readers[i] = readers.get(i, 0) + 1
+                last_reader[i] = n
+    outputs = {o.name for g in graphs for o in g.output}
+    inputs_by_name = {i.name for g in graphs for i in g.input}  # a fed initializer is not a constant
+    initializers = {t.name: t for g in graphs for t in g.initializer if t.name not in inputs_by_name}
     function_to = {f.name: _to_default(f) for f in model.functions if f.domain == DOMAIN and f.name == _FUNCTION}
 
     exact: dict[int, set[str]] = {t: set() for t in _FORMATS}
@@ -221,80 +240,123 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             return False
         return node.op_type in _BOOLEAN_OPS or (node.op_type == "Cast" and _to(node) in _SMALL_INTS)
 
-    for node in graph.node:  # topological order
-        if node.op_type == "Clip" and is_onnx_domain(node.domain) and len(node.input) == 3:
-            lo, hi = constant(node.input[1]), constant(node.input[2])
-            if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
-                finite.add(node.output[0])
-                within_of = [t for t in _FORMATS if -lo[0] == hi[0] and saturates(hi, t)]
-                for t in within_of:
-                    within[t].add(node.output[0])
-                to = is_rounding_cast(node.output[0])
-                if to in within_of:
-                    roundings[node.output[0]] = (to, node.input[0], [node], True)
-        if node.op_type == "Cast" and is_onnx_domain(node.domain) and _to(node) == TensorProto.FLOAT:
-            source = initializers.get(node.input[0])
-            if source is not None and source.data_type in _FORMATS:
-                exact[source.data_type].add(node.output[0])  # a packed weight, decoded
+    def walk(g: onnx.GraphProto) -> None:
+        """Track exactness through ``g``'s nodes in order; an ``If``'s outputs are exact where the
+        same output of every branch is (its branches are walked first, seeing the outer scope)."""
+        for node in g.node:  # topological order
+            if node.op_type == "If" and is_onnx_domain(node.domain):
+                branches = list(subgraphs(node))
+                for branch in branches:
+                    walk(branch)
+                for k, o in enumerate(node.output):
+                    if not o:
+                        continue
+                    for to in _FORMATS:
+                        if all(k < len(b.output) and exact_input(b.output[k].name, to) for b in branches):
+                            exact[to].add(o)
+                    if all(k < len(b.output) and finite_input(b.output[k].name) for b in branches):
+                        finite.add(o)
                 continue
-            if small_ints(node.input[0]):
-                for to in _FORMATS:
-                    exact[to].add(node.output[0])
-                finite.add(node.output[0])
-                continue
-            first = producer.get(node.input[0])
-            to = _to(first) if first is not None and first.op_type == "Cast" and is_onnx_domain(first.domain) else -1
-            if to in _FORMATS:
-                exact[to].add(node.output[0])
-                source = first.input[0]
-                if source in within[to] or (exact_input(source, to) and finite_input(source)):
-                    finite.add(node.output[0])  # rounds within ±M, or rounds nothing
-                if readers.get(first.output[0], 0) == 1:
-                    roundings[node.output[0]] = (to, first.input[0], [first, node], False)
-            continue
-        if node.domain == DOMAIN and node.op_type in function_to and len(node.input) == 4:
-            to = _to(node, function_to[node.op_type])
-            scale, zero, bound = (constant(i) for i in node.input[1:])
-            if to in _FORMATS and scale is not None and zero is not None and scale[0] == 1 and zero[0] == 0:
-                exact[to].add(node.output[0])
-                if bound is not None and bound[0] == np.inf:
-                    roundings[node.output[0]] = (to, node.input[0], [node], False)
-                elif saturates(bound, to):
+            for sub in subgraphs(node):  # Loop/Scan bodies: their roundings, not their outputs
+                walk(sub)
+            if node.op_type == "Clip" and is_onnx_domain(node.domain) and len(node.input) == 3:
+                lo, hi = constant(node.input[1]), constant(node.input[2])
+                if lo is not None and hi is not None and np.isfinite(lo[0]) and np.isfinite(hi[0]):
                     finite.add(node.output[0])
-                    roundings[node.output[0]] = (to, node.input[0], [node], True)
-            continue
-        for to in _FORMATS:
-            data = _preserves(node, to)
-            if data is False:
+                    within_of = [t for t in _FORMATS if -lo[0] == hi[0] and saturates(hi, t)]
+                    for t in within_of:
+                        within[t].add(node.output[0])
+                    to = is_rounding_cast(node.output[0])
+                    if to in within_of:
+                        roundings[node.output[0]] = (to, node.input[0], [node], True)
+            if node.op_type == "Cast" and is_onnx_domain(node.domain) and _to(node) == TensorProto.FLOAT:
+                source = initializers.get(node.input[0])
+                if source is not None and source.data_type in _FORMATS:
+                    exact[source.data_type].add(node.output[0])  # a packed weight, decoded
+                    continue
+                if small_ints(node.input[0]):
+                    for to in _FORMATS:
+                        exact[to].add(node.output[0])
+                    finite.add(node.output[0])
+                    continue
+                first = producer.get(node.input[0])
+                to = _to(first) if first is not None and first.op_type == "Cast" and is_onnx_domain(first.domain) else -1
+                if to in _FORMATS:
+                    exact[to].add(node.output[0])
+                    source = first.input[0]
+                    if source in within[to] or (exact_input(source, to) and finite_input(source)):
+                        finite.add(node.output[0])  # rounds within ±M, or rounds nothing
+                    if readers.get(first.output[0], 0) == 1:
+                        roundings[node.output[0]] = (to, first.input[0], [first, node], False)
                 continue
-            inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
-            if inputs and all(exact_input(i, to) for i in inputs):
-                exact[to].update(o for o in node.output if o)
-        data = _preserves(node, TensorProto.FLOAT)
-        if data is not False:
-            inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
-            if inputs and all(finite_input(i) for i in inputs):
-                finite.update(o for o in node.output if o)
+            if node.domain == DOMAIN and node.op_type in function_to and len(node.input) == 4:
+                to = _to(node, function_to[node.op_type])
+                scale, zero, bound = (constant(i) for i in node.input[1:])
+                if to in _FORMATS and scale is not None and zero is not None and scale[0] == 1 and zero[0] == 0:
+                    exact[to].add(node.output[0])
+                    if bound is not None and bound[0] == np.inf:
+                        roundings[node.output[0]] = (to, node.input[0], [node], False)
+                    elif saturates(bound, to):
+                        finite.add(node.output[0])
+                        roundings[node.output[0]] = (to, node.input[0], [node], True)
+                continue
+            for to in _FORMATS:
+                data = _preserves(node, to)
+                if data is False:
+                    continue
+                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                if inputs and all(exact_input(i, to) for i in inputs):
+                    exact[to].update(o for o in node.output if o)
+            data = _preserves(node, TensorProto.FLOAT)
+            if data is not False:
+                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                if inputs and all(finite_input(i) for i in inputs):
+                    finite.update(o for o in node.output if o)
+
+    walk(graph)
 
     rename: dict[str, str] = {}
-    drop: set[int] = set()
+    # a rounding whose output is a graph's output: its exact input takes the output's name instead
+    # (the producer writes it), so the graph keeps its interface; {input: output}
+    takes_name: dict[str, str] = {}
+    graph_inputs = {i.name for g in graphs for i in g.input}
+    drop: set[str] = set()  # the dropped nodes, by their output
     for out, (to, source, nodes, saturating) in roundings.items():
-        if not exact_input(source, to) or out in outputs or (saturating and not finite_input(source)):
+        if not exact_input(source, to) or (saturating and not finite_input(source)):
             continue
-        rename[out] = source
-        drop.update(id(n) for n in nodes)
-    if not rename:
+        if out in outputs:
+            where = home[out]
+            if (len(nodes) != 2 or home.get(source) != where or source in outputs or source in graph_inputs
+                    or source in takes_name or source in roundings or out not in {o.name for o in graphs[where].output}):
+                continue
+            takes_name[source] = out
+        else:
+            rename[out] = source
+        drop.update(n.output[0] for n in nodes)
+    if not rename and not takes_name:
         return 0
     for out in rename:  # a saturating Clip and the pair after it both go: read the Clip's input
         while rename[out] in rename:
             rename[out] = rename[rename[out]]
+        rename[out] = takes_name.get(rename[out], rename[out])
+    rename.update(takes_name)
+    # first, while the dropped Casts' outputs still name only them; innermost bodies first: a
+    # graph's nodes are copied when replaced, so a body must be final before its owner is copied
+    for g in reversed(graphs):
+        kept = [n for n in g.node if not (n.output and n.output[0] in drop)]
+        if len(kept) != len(g.node):
+            del g.node[:]
+            g.node.extend(kept)
     _rename_in(graph, rename)  # the readers, in bodies too: they read outer tensors by name
-    kept = [n for n in graph.node if id(n) not in drop]
-    del graph.node[:]
-    graph.node.extend(kept)
-    infos = [v for v in graph.value_info if v.name not in rename]
-    del graph.value_info[:]
-    graph.value_info.extend(infos)
+    for g in all_graphs(graph):  # the graphs as they now are
+        for n in g.node:
+            for k, o in enumerate(n.output):
+                if o in takes_name:
+                    n.output[k] = takes_name[o]
+        infos = [v for v in g.value_info if v.name not in rename]
+        if len(infos) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(infos)
     _drop_unread(model)
     log.info("dropped %d BF16/FP16 roundings on tensors already exact in their format", len(rename))
     return len(rename)
