@@ -61,15 +61,11 @@ def _chain(graph: ir.Graph, parents: dict[int, ir.Graph]) -> list[ir.Graph]:
 
 
 def _common_ancestor(graphs: list[ir.Graph], parents: dict[int, ir.Graph]) -> ir.Graph:
-    """The innermost graph that is, or encloses, every graph of ``graphs``."""
-    chains = [_chain(g, parents) for g in graphs]
-    common = chains[0][0]
-    for level in zip(*chains):
-        if all(g is level[0] for g in level):
-            common = level[0]
-        else:
-            break
-    return common
+    """The innermost graph that is, or encloses, every graph of ``graphs``: the deepest graph of the
+    first one's chain that every other chain holds too (the main graph is in all)."""
+    first = _chain(graphs[0], parents)
+    shared = set.intersection(*({id(g) for g in _chain(g, parents)} for g in graphs))
+    return [g for g in first if id(g) in shared][-1]
 
 
 def _key(value: ir.Value) -> tuple[str, tuple[int, ...], str] | None:
