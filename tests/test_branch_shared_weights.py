@@ -138,3 +138,39 @@ def test_the_delivered_file_holds_the_shared_weight_once(preset):
     feeds = _feeds(6, 2)
     for a, b in zip(_run(got, feeds), _run(ref, feeds)):
         assert np.array_equal(a, b), np.abs(a - b).max()
+
+
+def _nested_model() -> onnx.ModelProto:
+    """The two-branch ``If`` of :func:`_model` inside the then-branch of an outer ``If`` (the else
+    branch a plain MatMul by its own weight): the folded copies' common enclosing graph is that
+    then-branch, not the main graph."""
+    inner = _model()
+    w = inner.graph.initializer[0]
+    own = numpy_helper.from_array(np.random.default_rng(5).normal(0, 0.1, (IN, OUT)).astype(np.float32), "V")
+    outer_then = helper.make_graph(list(inner.graph.node), "outer_then", [],
+                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, OUT])])
+    outer_then.node[0].output[0] = "y_then"
+    outer_then.output[0].name = "y_then"
+    outer_else = helper.make_graph([helper.make_node("MatMul", ["x", "V"], ["y_else"], name="else/mm")], "outer_else", [],
+                                   [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [4, OUT])], [own])
+    graph = helper.make_graph([helper.make_node("If", ["d"], ["y"], name="outer", then_branch=outer_then,
+                                                else_branch=outer_else)], "nested",
+                              list(inner.graph.input) + [helper.make_tensor_value_info("d", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, OUT])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_copies_in_nested_branches_go_to_the_branch_enclosing_them():
+    """Copies folded into the two branches of an inner ``If`` are stored once in the outer
+    then-branch that holds that ``If`` (the innermost graph enclosing both), and the model computes
+    what the float one does, bit for bit."""
+    model = _nested_model()
+    prepared = prepare(model)
+    outer = prepared.graph.node[-1]
+    assert outer.op_type == "If"
+    then_graph = next(a.g for a in outer.attribute if a.name == "then_branch")
+    assert [list(t.dims) for t in then_graph.initializer if len(t.dims) == 2] == [[IN, OUT]]
+    assert _weight_copies(prepared) == 2.0  # the shared one, and the else branch's own V
+    feeds = [dict(f, d=np.array(i % 3 != 0)) for i, f in enumerate(_feeds(6, 4))]
+    for a, b in zip(_run(model, feeds), _run(prepared, feeds)):
+        assert np.array_equal(a, b)
