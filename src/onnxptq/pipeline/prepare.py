@@ -41,6 +41,7 @@ from ..graph.passes.equalize import EqualizePass
 from ..graph.passes.eliminate_identity import eliminate_identity_passes, no_op_cast_passes
 from ..graph.passes.fold_batchnorm import FoldBatchNormPass
 from ..graph.passes.fold_constants import DEFAULT_SIZE_LIMIT, FoldConstantsPass
+from ..graph.passes.share_body_constants import ShareBodyConstantsPass
 from ..graph.passes.fold_affine import FoldAffinePass
 from ..graph.passes.fold_scalar_affine import FoldScalarAffineIntoConvPass
 from ..graph.passes.fuse_hardswish import FuseHardSwishPass
@@ -127,6 +128,7 @@ def prepare(
         if eliminate_identity:
             steps += [("eliminate same-type Cast", p) for p in no_op_cast_passes()]
         steps.append(("constant folding", FoldConstantsPass(fold_size_limit)))
+        steps.append(("body constants stored once", ShareBodyConstantsPass()))
     if fold_batchnorm:
         steps.append(("BatchNorm folding", FoldBatchNormPass()))
     if merge_matmuls:
