@@ -17,6 +17,7 @@ import onnx
 
 from .. import outputs
 from ..analysis.decisions import decision_tensors
+from ..analysis.float_weights import WARN_SHARE, ConstantBytes, constant_table, float_share, float_weight_line
 from ..config.schema import QuantConfig, require_config
 from ..errors import UsageError
 from ..graph import external, io, sparse_storage
@@ -64,6 +65,15 @@ class QuantizationResult:
     #: ``complete(deliver_now=False)`` to the floor's second look, which runs the reserve on it
     #: (:func:`~onnxptq.pipeline.second_look.second_look` takes it, looking or not); None otherwise
     _session: Any = field(default=None, repr=False, compare=False)
+    #: the float model's constants by name (:func:`onnxptq.analysis.float_weights.constant_table`):
+    #: what :meth:`float_weights` weighs the plan against
+    constants: Mapping[str, ConstantBytes] = field(default_factory=dict, repr=False, compare=False)
+
+    def float_weights(self) -> Any:
+        """The weight bytes this plan left float, by op type and reason
+        (:class:`~onnxptq.analysis.float_weights.FloatShare`), read from the plan as it is now (repair's
+        kept nodes included)."""
+        return float_share(self.constants, self.plan.tensors, self.plan.skipped_nodes)
 
     def summary(self) -> str:
         from ..analysis.floor import floor_lines  # the floor's wording lives with the floor
@@ -80,6 +90,9 @@ class QuantizationResult:
                 continue
             lines.append(f"  output {out}: cosine {m['cosine']:.6f}  L2 {m['l2']:.3e}  PSNR {m['psnr']:.2f} dB{flag}")
         lines.extend(floor_lines(self.floor, self.repair))
+        left = float_weight_line(self.float_weights()) if self.constants else None
+        if left:
+            lines.append("  " + left)
         lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
@@ -135,7 +148,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
-                                metrics_samples=on)
+                                metrics_samples=on, constants=constant_table(calibrated.prepared))
     if not deliver_now and verdict is not None:
         # a second look (pipeline/second_look.py) runs the reserve on this session rather than open another on
         # the same bytes (khmersm MX9, 96 feeds: one finish session of 0.13 CPU s less; bench/RESULTS.md, blockquant12)
@@ -155,6 +168,10 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
         with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
+    left = result.float_weights() if result.constants else None
+    if left is not None and left.share >= WARN_SHARE:  # the file barely shrinks: say where the bytes are
+        log.warning("%s stays mostly float: %s", str(output) if output is not None else "the quantized model",
+                    float_weight_line(left))
     warning = crash_warning(result.model, str(output) if output is not None else "the quantized model")
     if warning:  # our own sessions disable the fusion (sessions.py); a user's default session would die
         log.warning("%s", warning)
