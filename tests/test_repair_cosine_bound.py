@@ -41,7 +41,8 @@ def _pooled(model, reference, feeds) -> float:
 def test_a_candidate_near_the_floor_on_its_few_feeds_is_not_accepted_by_its_figure():
     """12 feeds (4 held out; seed 8 draws held-out rows on which the worst layer alone reads high: 0.9944 there,
     0.9919 on 300 fresh rows). main accepted that candidate on its figure (1 of 14 stepped, "could NOT confirm"
-    after) and delivered a model below the floor on fresh rows; its jackknife bound at a choice among 4 builds
+    after) and delivered a model below the floor on fresh rows; its jackknife bound at a choice among the builds so far
+    (the rung and it)
     reaches below the floor while the whole plan's clears it, so the search goes on: the graph's first 7 nodes (the
     first three coarse layers) hold by their bound, and the last coarse layer keeps its 8-bit weights."""
     model = spread_chain(LAYERS)
@@ -79,14 +80,15 @@ def test_the_bound_decides_only_where_the_probe_clears_it():
     assert chosen_cosine(tight.outputs["embedding"], floor, 4).low >= 0.99
 
     judge = _Judge.__new__(_Judge)  # the rule alone: the probe's verdict in the cache, as the search leaves it
-    judge.among, judge.floor, judge.floats, judge.everything = 4, floor, frozenset(), frozenset({"a", "b"})
+    judge.choosing, judge.evaluations = True, 4  # the fourth build of a search
+    judge.floor, judge.floats, judge.everything = floor, frozenset(), frozenset({"a", "b"})
     judge.cache = {("rung", frozenset({"a", "b"}), frozenset()): tight}
     assert judge.cosines_unsure(near, frozenset({"a"}), "rung") == ["embedding"]
     assert judge.cosines_unsure(tight, frozenset({"a"}), "rung") == []
     assert judge.cosines_unsure(near, frozenset({"a", "b"}), "rung") == []  # the probe itself
     judge.cache = {("rung", frozenset({"a", "b"}), frozenset()): near}  # a probe that holds but cannot confirm
     assert judge.cosines_unsure(near, frozenset({"a"}), "rung") == []
-    judge.among = 1  # no search to choose among: the floor's own rule
+    judge.evaluations = 1  # nothing chosen yet: the floor's own rule
     judge.cache = {("rung", frozenset({"a", "b"}), frozenset()): tight}
     assert judge.cosines_unsure(near, frozenset({"a"}), "rung") == []
 

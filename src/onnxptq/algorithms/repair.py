@@ -91,7 +91,7 @@ formats on such reads and read 0.965 / 0.939 on fresh feeds against the 0.97 flo
 
 **Cosines accepted by their bound** (issue 27 item 2, :meth:`_Judge.cosines_unsure`): an output judged by its
 cosine alone holds a candidate only where the jackknife bound of its pooled cosine at the level of a choice among
-the search's builds clears the floor (:func:`~onnxptq.analysis.floor.chosen_cosine`, the bound floor16's
+the builds judged so far clears the floor (:func:`~onnxptq.analysis.floor.chosen_cosine`, the bound floor16's
 :func:`~onnxptq.analysis.floor.chosen` gives the delivered verdict), wherever the whole plan at the same rung clears
 it so (else the figure decides, as before): a share was already held to its bound (:func:`selected_unconfirmed`).
 sscd_distilled MXINT8 had been delivered with 69 of 91 nodes in BF16 at 0.9913 on its 4 held-out images and read
@@ -263,9 +263,9 @@ class _Judge:
         self.ruled_by_measure: list[list[str]] = []
         #: the graph's prefixes :func:`_search` tried after its ranked first trial broke, as (length, held)
         self.prefixes: list[tuple[int, bool]] = []
-        #: the candidates the search chooses among (its count of builds): an output judged by its cosine alone is
-        #: accepted by its bound at that choice's level (:meth:`cosines_unsure`); 1: by its figure, as the floor
-        self.among = 1
+        #: whether a search chooses among its builds (:func:`enforce_floor`): an output judged by its cosine alone is
+        #: then accepted by its bound at the level of a choice among the builds judged so far (:meth:`cosines_unsure`)
+        self.choosing = False
         #: candidates that held on an output's cosine but not by its bound (:meth:`cosines_unsure`), as output names
         self.ruled_by_bound: list[list[str]] = []
         self.floor = floor_for(cfg, *calibrated.looks)  # the look's (analysis/evidence.py, "Two looks")
@@ -325,9 +325,11 @@ class _Judge:
 
     def cosines_unsure(self, verdict: Verdict, kept: frozenset[str], rung: Rung | None) -> list[str]:
         """The outputs judged by their cosine alone on which ``verdict`` (of the candidate ``kept``, ``rung``) holds on
-        its figure but not by its jackknife bound at the level of a choice among :attr:`among` candidates
-        (:func:`~onnxptq.analysis.floor.chosen_cosine`), where the whole plan at the same rung (the search's probe,
-        judged before it) clears the floor by that bound: such a candidate is not accepted.
+        its figure but not by its jackknife bound at the level of a choice among the builds judged so far, this one
+        included (:func:`~onnxptq.analysis.floor.chosen_cosine`), where the whole plan at the same rung (the search's
+        probe, judged before it) clears the floor by that bound: such a candidate is not accepted. The builds so far,
+        not the search's allowance: the delivered verdict is bounded for the builds made (:func:`chosen`), and an
+        allowance of 200 (``repair_budget=50``) would hold the third build to a 99.95 % bound.
 
         Why (issue 27 item 2, the winner's curse on a cosine): a share that holds only by the luck of its reads is
         ruled out by its bound (:func:`selected_unconfirmed`), but a cosine had no bound in the search, so of the
@@ -337,7 +339,8 @@ class _Judge:
         (bench/RESULTS.md, floor16 and repair17). The probe is exempt, as the float probe is from the share rule: it
         is what stepping every node up can give, and where even its bound reaches below the floor (too few or too
         spread feeds) no candidate could be told from it, and the figure decides as before."""
-        if self.among <= 1 or self.everything is None or verdict.chains is not None:
+        among = self.evaluations
+        if not self.choosing or among <= 1 or self.everything is None or verdict.chains is not None:
             return []
         whole = self.everything - self.floats
         if kept | self.floats >= self.everything:
@@ -347,15 +350,15 @@ class _Judge:
         for name, check in verdict.outputs.items():
             if not check.ok or check.unconfirmed is not None or probe is None or name not in probe.outputs:
                 continue
-            bound = chosen_cosine(check, self.floor, self.among)
+            bound = chosen_cosine(check, self.floor, among)
             if bound is None or bound.low >= self.floor.cosine:
                 continue
-            sure = chosen_cosine(probe.outputs[name], self.floor, self.among)
+            sure = chosen_cosine(probe.outputs[name], self.floor, among)
             if sure is not None and sure.low >= self.floor.cosine:
                 out.append(name)
         if out:
             log.debug("repair: a candidate holds on %s's cosine but not by its bound at a choice among %d",
-                      ", ".join(out), self.among)
+                      ", ".join(out), among)
         return out
 
     def compare(self) -> list[str]:
@@ -953,7 +956,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
 
     judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     judge.everything = frozenset(candidates)
-    judge.among = allowance
+    judge.choosing = True
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:
