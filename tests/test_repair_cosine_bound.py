@@ -93,15 +93,14 @@ def test_the_bound_decides_only_where_the_probe_clears_it():
     assert judge.cosines_unsure(near, frozenset({"a"}), "rung") == []
 
 
-@pytest.mark.parametrize("noise", [0.06])
-def test_chosen_cosine_is_the_bound_the_delivered_verdict_is_given(noise):
+def test_chosen_cosine_is_the_bound_the_delivered_verdict_is_given():
     """The bound the search accepts by is the one ``floor.chosen`` gives the delivered verdict at the same count."""
     from onnxptq.analysis.floor import chosen, chosen_cosine, floor_for, measure
 
     floor = floor_for(resolve_config("MXINT8"))
     rng = np.random.default_rng(3)
     refs = [{"e": rng.normal(0, 1, (1, 64)).astype(np.float32)} for _ in range(4)]
-    gots = [{"e": f["e"] + rng.normal(0, noise * (0.3 + i), (1, 64)).astype(np.float32)} for i, f in enumerate(refs)]
+    gots = [{"e": f["e"] + rng.normal(0, 0.06 * (0.3 + i), (1, 64)).astype(np.float32)} for i, f in enumerate(refs)]
     judged = measure(refs, gots, floor)
     assert chosen(judged, 4).outputs["e"].unconfirmed.low == pytest.approx(chosen_cosine(judged.outputs["e"], floor, 4).low)
     assert chosen_cosine(judged.outputs["e"], floor, 1).low > chosen_cosine(judged.outputs["e"], floor, 4).low
