@@ -134,7 +134,7 @@ from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "chosen", "floor_for", "measure", "readings_of", "unconfirmed_text",
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "unconfirmed_text",
            "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
@@ -1224,6 +1224,16 @@ def chosen(verdict: Verdict, among: int) -> Verdict:
         if bound is not None and bound.share >= bound.floor and not bound.confirmed:
             check.unconfirmed = bound
     return out
+
+
+def chosen_cosine(check: OutputCheck, floor: Floor, among: int) -> ShareBound | None:
+    """The jackknife bound of ``check``'s pooled cosine (:func:`_cosine_bound`) at the level of a model chosen among
+    ``among`` candidates (``evidence.chosen_level``), held against ``floor``'s cosine: the bound :func:`chosen` gives
+    the delivered verdict, for a search to accept its candidates by (repair, ``_Judge``); None where the output was not
+    judged by its cosine alone (:func:`_cosine_only`) or on fewer than 2 feeds."""
+    if not _cosine_only(check):
+        return None
+    return _cosine_bound(check, floor.cosine, chosen_level(CONFIDENT, among))
 
 
 #: the unit of a pooled cosine's jackknife bound (:func:`_cosine_bound`): its ``count`` is feeds and its
