@@ -105,20 +105,48 @@ def test_two_values_take_a_bool_mask_and_where():
     assert np.array_equal(got.view(np.uint32), mask.view(np.uint32))
 
 
-def test_small_many_valued_or_qdq_read_constants_stay_as_they_are():
+def test_small_or_many_valued_constants_stay_as_they_are():
     rng = np.random.default_rng(4)
     small = np.where(rng.random((1, 4, 32, 32)) < 0.5, -100.0, 0.0).astype(np.float32)  # 16 KiB: saves < MIN_SAVED
     many = rng.normal(size=SHAPE).astype(np.float32)  # fp32 values no narrower type holds
-    inits = [numpy_helper.from_array(small, "small"), numpy_helper.from_array(many, "many"),
-             numpy_helper.from_array(np.full(SHAPE, 3, np.int32), "q_w"), numpy_helper.from_array(np.float32(0.5), "s")]
-    nodes = [helper.make_node("Add", ["small", "small"], ["a"]), helper.make_node("Add", ["many", "many"], ["b"]),
-             helper.make_node("DequantizeLinear", ["q_w", "s"], ["c"])]
-    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in "abc"],
+    inits = [numpy_helper.from_array(small, "small"), numpy_helper.from_array(many, "many")]
+    nodes = [helper.make_node("Add", ["small", "small"], ["a"]), helper.make_node("Add", ["many", "many"], ["b"])]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in "ab"],
                               initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     before = model.SerializeToString()
     compact_constants(model)
     assert model.SerializeToString() == before
+
+
+def test_a_dequantized_int16_mask_is_compacted_and_the_optimised_graph_is_the_same(tmp_path):
+    """A16W8 quantizes a mask addend to int16 codes read by DequantizeLinear: onnxruntime folds the decode
+    before its QDQ passes, so the optimised graph and the outputs are those of the plain initializer."""
+    codes = np.where(np.random.default_rng(7).random(SHAPE) < 0.3, np.int16(-3277), np.int16(0)).astype(np.int16)
+    inits = [numpy_helper.from_array(codes, "mask_q"), numpy_helper.from_array(np.float32(100 / 3277), "s"),
+             numpy_helper.from_array(np.int16(0), "z"), numpy_helper.from_array(np.float32(0.01), "xs"),
+             numpy_helper.from_array(np.int16(0), "xz")]
+    nodes = [helper.make_node("DequantizeLinear", ["mask_q", "s", "z"], ["mask"]),
+             helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("Add", ["xd", "mask"], ["y"])]
+    graph = helper.make_graph(nodes, "dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    plain = model.SerializeToString()
+    compact_constants(model)
+    assert [n.op_type for n in model.graph.node][:2] == ["Cast", "Gather"]  # int16 has no folded Where
+    assert len(model.SerializeToString()) < 0.6 * len(plain)
+    x = {"x": np.random.default_rng(8).normal(size=SHAPE).astype(np.float32)}
+    kinds = []
+    for i, proto in enumerate((onnx.load_from_string(plain), model)):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(tmp_path / f"opt{i}.onnx")
+        out = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, x)[0]
+        kinds.append((sorted(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node), out.view(np.uint32)))
+    assert kinds[0][0] == kinds[1][0]
+    assert np.array_equal(kinds[0][1], kinds[1][1])
 
 
 def _attention_like() -> onnx.ModelProto:

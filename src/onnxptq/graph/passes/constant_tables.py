@@ -23,9 +23,12 @@ the same initializer at session creation, bit for bit (``Where`` and ``Gather`` 
 used (bench/RESULTS.md, dat17). With graph optimisations disabled the chain runs on every call.
 Distinct values are told apart by their bits (``-0.0`` is not ``0.0``; a NaN keeps its payload).
 
-Left alone: initializers that are also graph inputs (a caller may feed them), held as external data
-(large models' payload, read lazily), or read by ``QuantizeLinear``/``DequantizeLinear`` (the
-QDQ fusions match those on initializers); subgraphs' own initializers.
+A constant a ``DequantizeLinear`` reads is rewritten too (A16W8 quantizes the masks to int16 codes: 2.1 MB each):
+onnxruntime folds the decode in its first optimisation level, before the QDQ selectors of the second look for
+initializers, so the optimised graph is the same (DAT-light x2 A16W8: the same 4205 nodes by type at
+ORT_ENABLE_EXTENDED, outputs bit-identical; bench/RESULTS.md, dat17). Left alone: initializers that are also
+graph inputs (a caller may feed them), held as external data (large models' payload, read lazily); subgraphs'
+own initializers.
 """
 
 from __future__ import annotations
@@ -52,8 +55,6 @@ MIN_SAVED = 64 * 1024
 MAX_CODES = 256
 #: Element types whose ``Where`` onnxruntime's CPU provider folds (float16/bfloat16 have no CPU kernel).
 _WHERE_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64})
-#: Consumers whose constant inputs stay initializers (onnxruntime's QDQ selectors match on them).
-_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Narrower integer types tried, smallest first.
 _NARROW_INTS = ((np.int8, TensorProto.INT8), (np.uint8, TensorProto.UINT8), (np.int16, TensorProto.INT16),
                 (np.uint16, TensorProto.UINT16), (np.int32, TensorProto.INT32), (np.uint32, TensorProto.UINT32))
@@ -155,13 +156,12 @@ def compact_constants(model: onnx.ModelProto) -> Callable[[], None]:
     if not ENABLED:
         return lambda: None
     inputs = {i.name for i in graph.input}
-    qdq_read = {i for node in graph.node if node.op_type in _QDQ for i in node.input}
     replaced: list[tuple[int, TensorProto]] = []
     appended: list[TensorProto] = []
     decoders: list[onnx.NodeProto] = []
     saved = 0
     for index, tensor in enumerate(graph.initializer):
-        if tensor.name in inputs or tensor.name in qdq_read or is_external(tensor):
+        if tensor.name in inputs or is_external(tensor):
             continue
         width = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize if tensor.data_type not in (
             TensorProto.STRING, TensorProto.UNDEFINED) else 0
