@@ -9,6 +9,9 @@ alternating, medians of ``--rounds``).
 
     PYTHONPATH=$PWD/src:$PWD:$PWD/bench OMP_NUM_THREADS=1 nice -n 5 python bench/dat_constant_tables.py \
         /work/cache/newmodels26/src/round26_onnx/dat_light_x2.onnx --presets BF16 MXINT8 --out /work/cache/dat17/ct
+    # a file delivered before (e.g. by bench/newmodels.py) rewritten by the pass alone: size, the optimised graph's
+    # node types at ORT_ENABLE_EXTENDED (equal: the decodes fold before the QDQ passes), outputs, load peak RSS
+    ... python bench/dat_constant_tables.py FLOAT.onnx --rewrite DELIVERED.onnx --out /work/cache/dat17/ct
 """
 
 from __future__ import annotations
@@ -45,6 +48,38 @@ def _write(result, path: Path, enabled: bool) -> None:
         constant_tables.ENABLED = saved
 
 
+def rewrite(float_path: Path, delivered: Path, out: Path, held: list[dict], rounds: int) -> None:
+    """``delivered`` as the pass writes it (applied to the file's model): sizes, optimised graphs, outputs, load RSS."""
+    from collections import Counter
+
+    from file_sizes_load import _load
+
+    model = onnx.load(str(delivered))
+    constant_tables.compact_constants(model)
+    path = out / (delivered.stem + ".tables_on.onnx")
+    onnx.save(model, str(path))
+    kinds, outs = {}, {}
+    for p in (delivered, path):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.log_severity_level = 1, 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(out / (p.stem + ".opt.onnx"))
+        sess = ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+        outs[p] = [sess.run(None, f)[0] for f in held]
+        kinds[p] = Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+    peaks: dict[Path, list[float]] = {delivered: [], path: []}
+    for r in range(rounds):
+        for p in ((delivered, path) if r % 2 == 0 else (path, delivered)):
+            peaks[p].append(_load(p, fold=False)["load_peak_rss_MB"])
+    fsize = float_path.stat().st_size
+    for p in (delivered, path):
+        print(f"{p.name}: {p.stat().st_size} B = {p.stat().st_size / fsize:.3f}x float; optimised graph "
+              f"{sum(kinds[p].values())} nodes; load peak RSS {statistics.median(peaks[p]):.0f} MB")
+    same = all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(outs[delivered], outs[path]))
+    print(f"optimised graphs' node types equal: {kinds[delivered] == kinds[path]}; outputs bit-identical on "
+          f"{len(held)} tiles: {same}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
@@ -53,12 +88,16 @@ def main() -> None:
     ap.add_argument("--held", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rewrite", type=Path, default=None, help="a delivered file to rewrite with the pass alone")
     args = ap.parse_args()
     from file_sizes_load import _load
     from newmodels import dat_tile_feeds
 
     args.out.mkdir(parents=True, exist_ok=True)
     calib, held = dat_tile_feeds(args.calib, 26), dat_tile_feeds(args.held, 27)
+    if args.rewrite is not None:
+        rewrite(args.model, args.rewrite, args.out, held, args.rounds)
+        return
     float_size = args.model.stat().st_size
     model = onnx.load(str(args.model))
     print(f"float file {float_size} B; float load peak RSS "
