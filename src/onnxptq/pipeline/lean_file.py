@@ -49,6 +49,7 @@ from onnx import numpy_helper
 
 from ..formats.base import DOMAIN
 from ..graph.opsets import is_onnx_domain, model_opset
+from ..graph.passes.constant_tables import compact_constants
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
@@ -102,6 +103,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
     model's tensors: :func:`short_value_names`)."""
     with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
         if LEAN_CALLS and calls:
+            undo.callback(compact_constants(model))  # large few-valued constants as mask/codes + a folded decode
             undo.callback(share_call_attributes(model, domains))
             undo.callback(short_call_outputs(model, domains))
             undo.callback(short_decode_names(model))
