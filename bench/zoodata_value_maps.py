@@ -150,8 +150,10 @@ def one(name: str, preset: str, calib_n: int, held_n: int) -> dict:
     for i in maps:
         check = result.floor.outputs.get(names[i]) if result.floor is not None else None
         r = {k: round(v, 6) if isinstance(v, float) else v for k, v in readings([o[i] for o in refs], [o[i] for o in gots]).items()}
-        r["verdict"] = ("holds" if check.ok else "BROKEN") if check is not None else "not judged"
-        r["floor_says"] = check.describe()[:300] if check is not None else ""
+        said = check.describe() if check is not None else ""
+        r["verdict"] = ("not judged" if check is None or "could NOT judge" in said else "BROKEN" if not check.ok
+                        else "holds, not confirmed" if "could NOT confirm" in said else "holds")
+        r["floor_says"] = said[:300]
         row["outputs"][names[i]] = r
     row["floor_ok"] = None if result.floor is None else bool(result.floor.ok)
     return row
