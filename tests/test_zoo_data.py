@@ -55,3 +55,33 @@ def test_ctc_strings_case_aside_counts_case_alone_as_the_same_read():
     assert zoo.ctc_strings(ref, got, feeds, root) == pytest.approx(1 / 3)
     assert model.metric is zoo.ctc_strings_case_aside
     assert dict(model.also)["strict strings"] is zoo.ctc_strings
+
+
+def _bench_zoo():
+    """bench/zoo.py, loaded from its path (the suite's ``zoo`` is testkit.zoo)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location("bench_zoo_table", bench / "zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_zoo_table_names_the_nodes_repair_stepped_up():
+    """Repair answers a break by keeping nodes float or stepping them to the next format up; the zoo's "repair
+    kept" column read ``kept_float`` alone and printed "nothing kept" where repair had stepped all 58 nodes of
+    ddddocr_ocr MXFP8_E4M3 to MXINT8 (the shape of ``result.repair``: algorithms/repair.py's record)."""
+    from types import SimpleNamespace
+
+    stepped = {f"Conv_{i}": "stepped up by repair (accuracy floor): mx(fp8_e4m3,bs32) → mx(int8,bs32)" for i in range(7)}
+    rep = {"kept_float": {}, "stepped_up": stepped, "op_types": {n: "Conv" for n in stepped}}
+    text = _bench_zoo()._repair_kept(SimpleNamespace(repair=rep))
+    assert text.startswith("7 stepped up (mx(fp8_e4m3,bs32) → mx(int8,bs32)): Conv_0 (Conv)") and text.endswith("…")
+    both = dict(rep, kept_float={"Sigmoid_1": "kept"}, op_types=dict(rep["op_types"], Sigmoid_1="Sigmoid"))
+    assert _bench_zoo()._repair_kept(SimpleNamespace(repair=both)).startswith("1 float: Sigmoid_1 (Sigmoid); 7 stepped up")
+    assert _bench_zoo()._repair_kept(SimpleNamespace(repair={"kept_float": {}, "stepped_up": {}})) == "nothing kept"
