@@ -119,11 +119,19 @@ def _repair_kept(result) -> str:
         return "; ".join(f"not judged: {o}: {_count(outs.get(o, {}))}, needs {outs.get(o, {}).get('needed', '?')}"
                          for o in rep["unjudged"])
     if isinstance(rep, dict) and "kept_float" in rep:
-        names, ops = list(rep["kept_float"]), rep.get("op_types", {})
-        if not names:
-            return "nothing kept"
-        shown = ", ".join(f"{n} ({ops.get(n, '?')})" for n in names[:5])
-        return f"{len(names)} float: {shown}{' …' if len(names) > 5 else ''}"
+        # Repair keeps nodes float or steps them up to the next format of the family (algorithms/step_up.py);
+        # both are what repair kept. Reading ``kept_float`` alone printed "nothing kept" where it had stepped
+        # every node of ddddocr_ocr MXFP8_E4M3 to MXINT8 (bench/RESULTS.md, zoodata17).
+        ops = rep.get("op_types", {})
+        parts = []
+        for names, what in ((list(rep["kept_float"]), "float"), (list(rep.get("stepped_up") or {}), "stepped up")):
+            if names:
+                shown = ", ".join(f"{n} ({ops.get(n, '?')})" for n in names[:5])
+                how = ""
+                if what == "stepped up":  # "<reason>: <from> → <to>" is the same for every stepped node
+                    how = f" ({str(rep['stepped_up'][names[0]]).split(': ', 1)[-1]})"
+                parts.append(f"{len(names)} {what}{how}: {shown}{' …' if len(names) > 5 else ''}")
+        return "; ".join(parts) or "nothing kept"
     for owner in (result, getattr(result, "plan", None)):
         for attr in ("repair", "repaired", "repair_kept", "kept_nodes"):
             value = getattr(owner, attr, None) if owner is not None else None
