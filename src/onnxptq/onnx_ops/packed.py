@@ -929,21 +929,7 @@ class WeightPacker:
             if ragged:
                 spread.append((scale, nb * ns, sb))
                 continue
-            stored = np.ascontiguousarray(c5).reshape(c_shape)
-            init = self.fresh(f"{self._short}c")
-            if cast_int_codes(code):
-                signed, neg_zero = twos_complement(stored, code.bits)
-                frag.initializers.append(store(signed, init))
-            else:
-                neg_zero = False
-                frag.initializers.append(_as_fp8(store(stored, init), code.key))
-            cur = self.fresh(f"{self._short}f")
-            frag.nodes.append(helper.make_node("Cast", [init], [cur], to=TensorProto.FLOAT, name=f"{stem}_unpack"))
-            if neg_zero:  # -0, stored -128: fmod(x, 128) is x elsewhere (|x| < 128), -0 there
-                nxt = self.fresh(f"{self._short}n")
-                frag.nodes.append(helper.make_node("Mod", [cur, self._table("f128", np.array(128, np.float32))], [nxt],
-                                                   fmod=1, name=f"{stem}_negzero"))
-                cur = nxt
+            cur = self._unpacked_codes(frag, stem, np.ascontiguousarray(c5).reshape(c_shape), code)
             nxt = self.fresh(f"{self._short}m")
             frag.nodes.append(helper.make_node("Mul", [cur, scale], [nxt], name=f"{stem}_scale"))
             cur = nxt
@@ -1000,7 +986,15 @@ class WeightPacker:
             frag.initializers.append(store(index.astype(np.int32), wide))
         scales = self.fresh(f"{self._short}g")
         frag.nodes.append(helper.make_node("Gather", [joined, wide], [scales], axis=ax, name=f"{stem}_spread"))
-        stored = np.ascontiguousarray(own.transpose(0, 2, 1)).reshape(shape)
+        cur = self._unpacked_codes(frag, stem, np.ascontiguousarray(own.transpose(0, 2, 1)).reshape(shape), code)
+        nxt = self.fresh(f"{self._short}m")
+        frag.nodes.append(helper.make_node("Mul", [cur, scales], [nxt], name=f"{stem}_scale"))
+        return nxt
+
+    def _unpacked_codes(self, frag: QDQNodes, stem: str, stored: np.ndarray, code: ElementCode) -> str:
+        """A weight's own element codes stored in their narrow type and cast to float: the tensor its
+        scales multiply. Integer codes store as two's complement, where -0 (stored -128) needs one
+        ``fmod(x, 128)`` (x elsewhere, |x| < 128; -0 there); float codes store as their fp8 type."""
         init = self.fresh(f"{self._short}c")
         if cast_int_codes(code):
             signed, neg_zero = twos_complement(stored, code.bits)
@@ -1015,9 +1009,7 @@ class WeightPacker:
             frag.nodes.append(helper.make_node("Mod", [cur, self._table("f128", np.array(128, np.float32))], [nxt],
                                                fmod=1, name=f"{stem}_negzero"))
             cur = nxt
-        nxt = self.fresh(f"{self._short}m")
-        frag.nodes.append(helper.make_node("Mul", [cur, scales], [nxt], name=f"{stem}_scale"))
-        return nxt
+        return cur
 
     # ---------------------------------------------------------------- common tail
     def _finish_weight(self, frag: QDQNodes, name: str, fq: np.ndarray, decoded: np.ndarray | None, cur: str,
