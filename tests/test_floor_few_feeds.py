@@ -27,9 +27,10 @@ from testkit import zoo
 
 @pytest.fixture(scope="module")
 def captchas():
-    """ddddocr_ocr and the zoo's 12 calibration captchas: a user's small data."""
+    """ddddocr_ocr and the first 12 of the zoo's calibration captchas: a user's small data (the zoo
+    itself calibrates on 48 since zoodata17, so its floor judges every preset)."""
     model = zoo.get("ddddocr_ocr")
-    return model, list(model.samples("calibration"))
+    return model, list(model.samples("calibration"))[:12]
 
 
 def test_a16w8_reads_are_judged_on_calibration_captchas_by_their_strings(captchas):
