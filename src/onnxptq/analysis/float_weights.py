@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ..graph.walk import all_graphs
+from ..graph.walk import all_graphs, dataflow
 
 __all__ = ["ConstantBytes", "FloatShare", "constant_table", "float_share", "float_weight_line",
            "REPORT_SHARE", "WARN_SHARE"]
@@ -88,7 +88,6 @@ def constant_table(model: onnx.ModelProto) -> dict[str, ConstantBytes]:
     Initializers and ``Constant`` outputs go by their tensor name (the plan's); attribute data by
     ``node/attribute`` (never a tensor name, so never planned)."""
     sizes: dict[str, int] = {}
-    readers: dict[str, list[onnx.NodeProto]] = {}
     table: dict[str, ConstantBytes] = {}
     graphs = list(all_graphs(model.graph))
     for g in graphs:
@@ -102,11 +101,7 @@ def constant_table(model: onnx.ModelProto) -> dict[str, ConstantBytes]:
             if held >= MIN_BYTES:
                 table[f"{node.name or node.op_type}/attributes"] = ConstantBytes(
                     held, (node.op_type,), (node.name,), attribute=True)
-    for g in graphs:
-        for node in g.node:
-            for name in node.input:
-                if name in sizes:
-                    readers.setdefault(name, []).append(node)
+    readers = dataflow(n for g in graphs for n in g.node)[1]
     for name, nbytes in sizes.items():
         if nbytes < MIN_BYTES or name not in readers:
             continue

@@ -1219,8 +1219,8 @@ def chosen(verdict: Verdict, among: int) -> Verdict:
                     check.unconfirmed = wide.as_share(check.mask_floor)
             continue
         bound = share_of(check, floor, verdict.samples, verdict.chains)
-        if bound is None and _cosine_only(check) and verdict.chains is None:
-            bound = _cosine_bound(check, floor.cosine, chosen_level(CONFIDENT, among))
+        if bound is None and verdict.chains is None:
+            bound = chosen_cosine(check, floor, among)
         if bound is not None and bound.share >= bound.floor and not bound.confirmed:
             check.unconfirmed = bound
     return out

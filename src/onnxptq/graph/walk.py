@@ -18,9 +18,11 @@ scope's name, and prepare renames what sibling bodies both define (:func:`onnxpt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import onnx
+
+_T = TypeVar("_T")
 
 
 def subgraph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
@@ -225,6 +227,19 @@ def outer_reads(node: onnx.NodeProto) -> set[str]:
             reads.update(i for i in inner.input if i and i not in defined)
             reads.update(outer_reads(inner) - defined)
     return reads
+
+
+def innermost_common(chains: Sequence[Sequence[_T]]) -> _T:
+    """The deepest element every chain holds at the same depth: with each chain a graph's enclosing
+    graphs root first (the main graph, then each body down to the graph itself), the innermost graph
+    that is, or encloses, every one of them (their lowest common ancestor in the tree of graphs).
+    Compared by identity, so it serves protobuf :class:`Scope` chains and onnx_ir graphs alike."""
+    common = chains[0][0]
+    for level in zip(*chains):
+        if any(x is not level[0] for x in level):
+            break
+        common = level[0]
+    return common
 
 
 def walk_scopes(graph: onnx.GraphProto) -> list[Scope]:

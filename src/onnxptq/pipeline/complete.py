@@ -66,7 +66,7 @@ class QuantizationResult:
     #: (:func:`~onnxptq.pipeline.second_look.second_look` takes it, looking or not); None otherwise
     _session: Any = field(default=None, repr=False, compare=False)
     #: the float model's constants by name (:func:`onnxptq.analysis.float_weights.constant_table`):
-    #: what :meth:`float_weights` weighs the plan against
+    #: what :meth:`float_weights` weighs the plan against; set by :func:`deliver`
     constants: Mapping[str, ConstantBytes] = field(default_factory=dict, repr=False, compare=False)
 
     def float_weights(self) -> Any:
@@ -148,7 +148,7 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     else:
         verdict, metrics, on = None, _evaluate(calibrated, quantized, session, eval_samples, timings), _kept_words(calibrated, eval_samples)
     result = QuantizationResult(quantized, plan, params, cfg, None, metrics, timings, calibrated.samples, floor=verdict,
-                                metrics_samples=on, constants=constant_table(calibrated.prepared))
+                                metrics_samples=on)
     if not deliver_now and verdict is not None:
         # a second look (pipeline/second_look.py) runs the reserve on this session rather than open another on
         # the same bytes (khmersm MX9, 96 feeds: one finish session of 0.13 CPU s less; bench/RESULTS.md, blockquant12)
@@ -168,6 +168,8 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
         with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
+    # the float model's constants, weighed against the plan as delivered: once, here (a repair's candidates need none)
+    result.constants = constant_table(calibrated.prepared)
     left = result.float_weights() if result.constants else None
     if left is not None and left.share >= WARN_SHARE:  # the file barely shrinks: say where the bytes are
         log.warning("%s stays mostly float: %s", str(output) if output is not None else "the quantized model",

@@ -29,6 +29,7 @@ import logging
 import onnx_ir as ir
 
 from onnxptq.graph.passes._common import collect_names, unique_name
+from onnxptq.graph.walk import innermost_common
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,8 @@ def _chain(graph: ir.Graph, parents: dict[int, ir.Graph]) -> list[ir.Graph]:
 
 
 def _common_ancestor(graphs: list[ir.Graph], parents: dict[int, ir.Graph]) -> ir.Graph:
-    """The innermost graph that is, or encloses, every graph of ``graphs``: the deepest graph of the
-    first one's chain that every other chain holds too (the main graph is in all)."""
-    first = _chain(graphs[0], parents)
-    shared = set.intersection(*({id(g) for g in _chain(g, parents)} for g in graphs))
-    return [g for g in first if id(g) in shared][-1]
+    """The innermost graph that is, or encloses, every graph of ``graphs`` (the main graph is in all)."""
+    return innermost_common([_chain(g, parents) for g in graphs])
 
 
 def _key(value: ir.Value) -> tuple[str, tuple[int, ...], str] | None:

@@ -21,21 +21,14 @@ from __future__ import annotations
 
 import onnx
 
-from ..walk import Scope, walk_scopes
+from ..walk import Scope, innermost_common, walk_scopes
 
 __all__ = ["sink_initializers"]
 
 
 def _common_ancestor(scopes: set[Scope]) -> Scope:
     """The innermost scope that is, or encloses, every scope of ``scopes``."""
-    chains = [[s, *s.ancestors()][::-1] for s in scopes]  # root first
-    common = chains[0][0]
-    for level in zip(*chains):
-        if all(s is level[0] for s in level):
-            common = level[0]
-        else:
-            break
-    return common
+    return innermost_common([[s, *s.ancestors()][::-1] for s in scopes])  # root first
 
 
 def sink_initializers(model: onnx.ModelProto, names: set[str]) -> int:

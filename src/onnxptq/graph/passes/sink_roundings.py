@@ -42,24 +42,20 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..ops import RELAYOUTS, REPEATS, SELECTIONS
 from ..opsets import is_onnx_domain
-from ..walk import subgraph_nodes
+from ..walk import dataflow, subgraph_nodes
+from .drop_exact_casts import _computes_in_16_bits, _to
 
 log = logging.getLogger(__name__)
 
 #: Ops whose output values are copies of values of their data input(s); op type -> the input
 #: positions that carry data (None: every input).
 _MOVES: dict[str, tuple[int, ...] | None] = {
-    "Identity": (0,), "Reshape": (0,), "Flatten": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
-    "Transpose": (0,), "Slice": (0,), "Split": (0,), "Gather": (0,), "Concat": None,
-    "DepthToSpace": (0,), "SpaceToDepth": (0,), "Expand": (0,), "Tile": (0,),
+    **{op: (0,) for op in RELAYOUTS | SELECTIONS | REPEATS | {"DepthToSpace", "SpaceToDepth"}}, "Concat": None,
 }
 #: The rounding element types (the Cast form of BF16 and FP16 quantizers).
 _ROUNDING_TYPES = frozenset({TensorProto.BFLOAT16, TensorProto.FLOAT16})
-
-
-def _to(node: onnx.NodeProto) -> int:
-    return next((a.i for a in node.attribute if a.name == "to"), -1)
 
 
 def _is_cast(node: onnx.NodeProto, to: int | frozenset[int]) -> bool:
@@ -104,8 +100,6 @@ def sink_roundings(model: onnx.ModelProto, observed: Mapping[str, int] | None = 
     ``observed``: the elements each tensor held on the calibration feeds
     (:mod:`onnxptq.pipeline.observed_sizes`), read where both tensors have one; else the dims
     the graph's value infos declare decide (:func:`fewer`). Returns the number of roundings moved."""
-    from .drop_exact_casts import _computes_in_16_bits
-
     graph = model.graph
     if _computes_in_16_bits(graph):
         return 0
@@ -147,15 +141,6 @@ def _key(node: onnx.NodeProto) -> str:
     return "\0".join(node.output)
 
 
-def _readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
-    out: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for i in node.input:
-            if i:
-                out.setdefault(i, []).append(node)
-    return out
-
-
 def _region(seeds: set[str], readers: dict[str, list[onnx.NodeProto]], pinned: set[str],
             strict: bool) -> tuple[list[onnx.NodeProto], list[str]] | None:
     """The move nodes reached from the tensors ``seeds`` and the tensors that leave them (read by
@@ -195,7 +180,7 @@ def _region(seeds: set[str], readers: dict[str, list[onnx.NodeProto]], pinned: s
 def _one_group(graph: onnx.GraphProto, pinned: set[str], cheaper) -> tuple[list[Pair], list[onnx.NodeProto], str] | None:
     """The first roundings (one, or several whose moves meet in a Concat) that can go to the one
     tensor leaving their moves, cheaper: (their pairs, the move nodes, the leaving tensor)."""
-    readers = _readers(graph)
+    readers = dataflow(graph.node)[1]
     pairs: dict[str, Pair] = {}  # by the rounded tensor
     for first in graph.node:
         if not _is_cast(first, _ROUNDING_TYPES) or first.output[0] in pinned:
@@ -215,7 +200,6 @@ def _one_group(graph: onnx.GraphProto, pinned: set[str], cheaper) -> tuple[list[
     for t in pairs:
         found = _region({t}, readers, pinned, strict=False)
         if found is None:
-            parent[t] = t
             continue
         for n in found[0]:
             other = first_reach.setdefault(_key(n), t)
@@ -237,7 +221,7 @@ def _one_group(graph: onnx.GraphProto, pinned: set[str], cheaper) -> tuple[list[
 def _apply(graph: onnx.GraphProto, chosen: list[Pair], nodes: list[onnx.NodeProto], leaving: str) -> None:
     """Take the pairs ``chosen`` off their tensors (the moves read their inputs) and round
     ``leaving`` with the first of them, whose output name its readers outside the moves read."""
-    readers = _readers(graph)
+    readers = dataflow(graph.node)[1]
     region = {_key(n) for n in nodes}
     back = {second.output[0]: first.input[0] for first, second in chosen}
     for node in nodes:
