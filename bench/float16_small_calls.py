@@ -15,6 +15,8 @@ per quantized tensor is a large share of the call. This script
 ``--trees base=DIR,new=DIR`` times files quantized beforehand (``DIR/<model>_<preset>.onnx``, e.g. by
 two trees of the library) instead, all of them and float in turn within each round, so a before/after
 pair is read in one run (bf16lat17). ``--round-ms`` bounds a round's passes on slow models.
+``--newmodels``: the models are ``bench/newmodels.py`` keys (the source file and the first 4 of its own
+feeds) rather than zoo names (bf16lat18: the float16 sources platedet, uvdoc, platerec).
 
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/float16_small_calls.py --workdir /tmp/f16 --profile
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/float16_small_calls.py --workdir /tmp/f16 \
@@ -51,6 +53,22 @@ def _session(path: str, profile: bool = False) -> Any:
 def _feeds(model: Any, session: Any) -> list[dict[str, np.ndarray]]:
     names = {i.name for i in session.get_inputs()}
     return [{k: v for k, v in f.items() if k in names} for f in model.samples("heldout")[:4]]
+
+
+class _NewModel:
+    """A ``bench/newmodels.py`` key seen as a zoo model: its source file and its own feeds."""
+
+    def __init__(self, key: str) -> None:
+        import newmodels
+
+        self.name = key
+        self._path, self._make = newmodels.MODELS[key][0], newmodels.MODELS[key][1]
+
+    def path(self) -> str:
+        return self._path
+
+    def samples(self, split: str) -> list[dict[str, np.ndarray]]:
+        return [dict(f) for f in self._make(4, 1 if split == "heldout" else 0)]
 
 
 def _call_us(session: Any, feeds: list[dict[str, np.ndarray]], runs: int) -> float:
@@ -117,6 +135,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="the Cast nodes' share of kernel time per file")
     ap.add_argument("--trees", help="label=DIR,...: time DIR/<model>_<preset>.onnx of each (quantized beforehand)")
     ap.add_argument("--round-ms", type=float, default=400.0, help="fewer passes per round where float's would take longer")
+    ap.add_argument("--newmodels", action="store_true", help="--models are bench/newmodels.py keys")
     args = ap.parse_args()
     import logging
 
@@ -131,7 +150,7 @@ def main() -> None:
     print("load", " ".join(open("/proc/loadavg").read().split()[:3]))
     trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else None
     for name, us in chosen:
-        m = zoo.get(name)
+        m = _NewModel(name) if args.newmodels else zoo.get(name)
         files = {"float": str(m.path())}
         for p in presets:
             if trees:
