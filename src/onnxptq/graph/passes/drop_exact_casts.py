@@ -17,7 +17,10 @@ Exact by construction (the seeds), for a format T in {bfloat16, float16}: the ou
 pair or of a T ``FloatQuantizeDequantize`` of scale 1 and zero point 0 (saturating or not); a
 ``Cast(to=FLOAT)`` of a T initializer (a packed weight, onnx_ops/packed.py, or a float16 weight);
 a ``Cast(to=FLOAT)`` of a boolean or 8-bit integer tensor (a one-hot ``Equal``, a mask, bytes:
-every integer of magnitude ≤ 256 has at most 8 significant bits, so it is a value of both formats);
+every integer of magnitude ≤ 256 has at most 8 significant bits, so it is a value of both formats),
+also where the integers were only moved first (romanizer_encoder's ``Unsqueeze(Not(mask))``, bf16lat18);
+a ``Mul`` of a tensor exact in T by such a boolean cast to float, moved or not (``x·1 = x``,
+``x·0 = ±0``, NaN and ``Inf·0`` give NaN: all values of T);
 a float initializer whose every element survives the round trip through T (a constant the plan
 rounded at quantize time, e.g. a Max's bound); an absent optional input that defaults to 0 (Pad's
 value, Clip's bounds).
@@ -95,6 +98,10 @@ _PRESERVING: dict[str, tuple[int, ...] | None] = {
     "Relu": (0,), "Resize": (0,), "DepthToSpace": (0,), "SpaceToDepth": (0,),
     "Max": None, "Min": None, "Clip": (0, 1, 2), "Pad": (0, 2), "Where": (1, 2), "Neg": (0,), "Abs": (0,),
 }
+#: The ops of ``_PRESERVING`` whose every output element is a copy of a data input's element (so the
+#: element type and the set of values are the input's).
+_COPIES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split", "Gather",
+                     "Expand", "Tile", "Concat", "DepthToSpace", "SpaceToDepth"})
 #: The element types whose roundings are dropped, and the format of each (NumPy dtype, largest value).
 _FORMATS: dict[int, FloatType] = {FLOAT_TYPES[f].onnx_type: FLOAT_TYPES[f] for f in ("bf16", "fp16")}
 #: Element types whose every value converts exactly to bfloat16 and float16 (|v| ≤ 256).
@@ -238,16 +245,34 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
 
     input_types = {i.name: i.type.tensor_type.elem_type for i in graph.input}
 
-    def small_ints(name: str) -> bool:
-        """Whether ``name`` is a boolean or 8-bit integer tensor (by its declaration or producer)."""
-        if name in initializers:
-            return initializers[name].data_type in _SMALL_INTS
-        if name in input_types:
-            return input_types[name] in _SMALL_INTS
-        node = producer.get(name)
-        if node is None or not is_onnx_domain(node.domain):
-            return False
-        return node.op_type in _BOOLEAN_OPS or (node.op_type == "Cast" and _to(node) in _SMALL_INTS)
+    int_kinds: dict[tuple[str, bool], bool] = {}
+
+    def small_ints(name: str, boolean: bool = False) -> bool:
+        """Whether ``name`` is a boolean or 8-bit integer tensor (``boolean``: a boolean one), by its
+        declaration or producer, through ops that copy elements (an ``Unsqueeze`` of a mask)."""
+        kinds = frozenset({TensorProto.BOOL}) if boolean else _SMALL_INTS
+        key = (name, boolean)
+        if key not in int_kinds:
+            int_kinds[key] = False  # a cycle (none in a valid graph) reads False
+            node = producer.get(name)
+            if name in initializers:
+                found = initializers[name].data_type in kinds
+            elif name in input_types:
+                found = input_types[name] in kinds
+            elif node is None or not is_onnx_domain(node.domain):
+                found = False
+            elif node.op_type in _BOOLEAN_OPS or node.op_type == "Cast":
+                found = node.op_type in _BOOLEAN_OPS or _to(node) in kinds
+            elif node.op_type in _COPIES:
+                data = _PRESERVING[node.op_type]
+                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                found = bool(inputs) and all(small_ints(i, boolean) for i in inputs)
+            else:
+                found = False
+            int_kinds[key] = found
+        return int_kinds[key]
+
+    masks: set[str] = set()  # float tensors holding only 0 and 1 (a boolean cast to float, moved)
 
     def walk(g: onnx.GraphProto) -> None:
         """Track exactness through ``g``'s nodes in order; an ``If``'s outputs are exact where the
@@ -287,12 +312,16 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                     for to in _FORMATS:
                         exact[to].add(node.output[0])
                     finite.add(node.output[0])
+                    if small_ints(node.input[0], boolean=True):
+                        masks.add(node.output[0])
                     continue
                 first = producer.get(node.input[0])
                 to = _to(first) if first is not None and first.op_type == "Cast" and is_onnx_domain(first.domain) else -1
                 if to in _FORMATS:
                     exact[to].add(node.output[0])
                     source = first.input[0]
+                    if source in masks:  # 0 and 1 round to themselves
+                        masks.add(node.output[0])
                     if to == TensorProto.FLOAT16 and exact_input(source, TensorProto.BFLOAT16):
                         # float16's rounding of a bfloat16 value is one: see the module docstring
                         exact[TensorProto.BFLOAT16].add(node.output[0])
@@ -312,6 +341,17 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                         finite.add(node.output[0])
                         roundings[node.output[0]] = (to, node.input[0], [node], True)
                 continue
+            if is_onnx_domain(node.domain) and node.op_type in _COPIES:
+                data = _PRESERVING[node.op_type]
+                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                if inputs and all(i in masks for i in inputs):
+                    masks.update(o for o in node.output if o)
+            if is_onnx_domain(node.domain) and node.op_type == "Mul" and len(node.input) == 2:
+                for a, b in (node.input, reversed(node.input)):
+                    if b in masks:  # x·1 = x, x·0 = ±0, NaN and Inf·0 give NaN: values of every format
+                        for to in _FORMATS:
+                            if exact_input(a, to):
+                                exact[to].add(node.output[0])
             for to in _FORMATS:
                 data = _preserves(node, to)
                 if data is False:
