@@ -347,7 +347,8 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                 if inputs and all(i in masks for i in inputs):
                     masks.update(o for o in node.output if o)
             if is_onnx_domain(node.domain) and node.op_type == "Mul" and len(node.input) == 2:
-                for a, b in (node.input, reversed(node.input)):
+                x, y = node.input
+                for a, b in ((x, y), (y, x)):
                     if b in masks:  # x·1 = x, x·0 = ±0, NaN and Inf·0 give NaN: values of every format
                         for to in _FORMATS:
                             if exact_input(a, to):
