@@ -98,12 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
-    ap.add_argument("--preset", default="MXFP8_E4M3")
-    ap.add_argument("--variants", default="plain,act3,w2,top5,top20")
-    ap.add_argument("--fresh", type=int, default=32)
-    ap.add_argument("--rank-feeds", type=int, default=2)
-    ap.add_argument("--top", type=int, default=20)
-    ap.add_argument("--json", default=None)
+    for flag, default in (("--preset", "MXFP8_E4M3"), ("--variants", "plain,act3,w2,top5,top20"), ("--json", None)):
+        ap.add_argument(flag, default=default)
+    for flag, number in (("--fresh", 32), ("--rank-feeds", 2), ("--top", 20)):
+        ap.add_argument(flag, type=int, default=number)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     model = zoo.get(args.model)
