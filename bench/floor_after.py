@@ -67,6 +67,8 @@ def headline(check: Any, floor: Any) -> dict[str, Any]:
 
 
 def state(check: Any) -> str:
+    if getattr(check, "below", False):
+        return "below (figure below the floor, bound across it: acted on)"  # analysis/floor.below_on_figure
     if not check.ok:
         return "broken"
     if check.top1_unjudged or check.within_chance is not None:
@@ -143,6 +145,7 @@ def one(name: str, preset: str, calib_n: int, fresh_n: int, run: str, out_dir: P
     return {"model": name, "preset": preset, "run": run, "seed": seed, "cpu_s": round(cpu, 1), "judged_on": est.samples,
             "reused": est.reused, "stepped": len(rep.get("stepped_up") or {}), "kept": len(rep.get("kept_float") or {}),
             "evaluations": rep.get("evaluations"), "fresh_feeds": len(fresh), "metric": metric_name,
+            "size_ratio": round(out.stat().st_size / path.stat().st_size, 3),
             "task_fresh": round(float(metric(ref, test, fresh, None)), 4), "outputs": outputs}
 
 

@@ -9,7 +9,9 @@ feeds (seed 1): the pooled cosine the floor takes; the cosine with float's per-f
 error over float's standard deviation over every value (``rms/spread``); the task metric; and ``centered/elements``
 on 200 random subsets of 4 and of 8 of the fresh feeds (the floor's held-out counts), their 10th percentile and median. A measurement for the
 rule, not the rule: a centered measure would have to keep every floor that holds on the zoo's and the newmodels
-rounds' regression-head rows, which this does not yet show.
+rounds' regression-head rows, which this does not yet show. With each subset (repair18): its jackknife bound
+(:func:`centered_bound`, as the floor bounds a pooled cosine) against the family's cosine floor, counted as the
+verdict a bounded reading would give (broken: the high end below; holds: the low end above; else straddles).
 
     NEWMODELS25_SRC=/work/cache/newmodels25/src PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 \\
         python bench/floor_centered.py --pairs mp_iris_landmark:MXFP8_E4M3,mp_iris_landmark:A8W8
@@ -51,6 +53,36 @@ def measures(refs: list[np.ndarray], gots: list[np.ndarray]) -> dict[str, float]
             "mean|offset|/spread": round(float(np.abs(r).mean()) / spread if spread > 0 else float("nan"), 3)}
 
 
+def centered(r: np.ndarray, g: np.ndarray) -> float:
+    """The cosine with float's per-element mean over the feeds (the rows of ``r``) taken off both."""
+    mean = r.mean(axis=0, keepdims=True)
+    return _cos((r - mean).ravel(), (g - mean).ravel())
+
+
+def centered_bound(refs: list[np.ndarray], gots: list[np.ndarray], level: float = 0.9) -> tuple[float, float, float]:
+    """``centered/elements`` with a jackknife bound over the feeds, as analysis/floor.py's ``_cosine_bound`` bounds a
+    pooled cosine: the measure left one feed out at a time (float's per-element mean taken again over the rest), the
+    jackknife's standard error, Student's t at ``level`` on ``n - 1`` degrees of freedom each side: (figure, low, high)."""
+    from onnxptq.analysis.maps import t_quantile
+
+    r = np.stack([np.asarray(x, np.float64).ravel() for x in refs])
+    g = np.stack([np.asarray(x, np.float64).ravel() for x in gots])
+    n = r.shape[0]
+    est = centered(r, g)
+    if n < 3:
+        return est, -np.inf, np.inf
+    keep = np.ones(n, bool)
+    left = []
+    for i in range(n):
+        keep[i] = False
+        left.append(centered(r[keep], g[keep]))
+        keep[i] = True
+    left = np.asarray(left)
+    se = float(np.sqrt((n - 1) / n * ((left - left.mean()) ** 2).sum()))
+    t = t_quantile(level, n - 1)
+    return est, est - t * se, est + t * se
+
+
 def one(name: str, preset: str, calib_n: int, fresh_n: int, out_dir: Path) -> dict[str, Any]:
     import onnx
 
@@ -62,7 +94,8 @@ def one(name: str, preset: str, calib_n: int, fresh_n: int, out_dir: Path) -> di
     path = Path(rel) if Path(rel).is_absolute() else newmodels.SRC / rel
     calib, fresh = make(calib_n, 1), make(fresh_n, 1000)
     out = out_dir / f"{name}.{preset}.norepair.onnx"
-    onnxptq.quantize(str(path), resolve_config(preset).replace(repair=False), data=list(calib), output=str(out))
+    result = onnxptq.quantize(str(path), resolve_config(preset).replace(repair=False), data=list(calib), output=str(out))
+    cos_floor = result.floor.floor.cosine if result.floor is not None else 0.98
     heads = sorted(regression_heads(onnx.load(str(path), load_external_data=False)))
     floats, gots = _named_outputs(path, fresh), _named_outputs(out, fresh)
     rows = {h: measures([f[h] for f in floats], [g[h] for g in gots]) for h in heads if h in floats[0]}
@@ -72,6 +105,14 @@ def one(name: str, preset: str, calib_n: int, fresh_n: int, out_dir: Path) -> di
             picks = [rng.choice(len(floats), k, replace=False) for _ in range(200)]
             got = sorted(measures([floats[i][h] for i in p], [gots[i][h] for i in p])["centered/elements"] for p in picks)
             row[f"centered/elements on {k}: p10, median"] = (round(got[20], 5), round(got[100], 5))
+            # the jackknife bound on each subset against the family's cosine floor: the verdict a bounded reading gives
+            verdicts = {"broken": 0, "holds": 0, "straddles": 0}
+            for p in picks:
+                _, low, high = centered_bound([floats[i][h] for i in p], [gots[i][h] for i in p])
+                verdicts["broken" if high < cos_floor else "holds" if low >= cos_floor else "straddles"] += 1
+            row[f"bounded on {k} (of 200 subsets)"] = verdicts
+        est, low, high = centered_bound([f[h] for f in floats], [g[h] for g in gots])
+        row[f"bounded on {len(floats)}"] = (round(est, 5), round(low, 5), round(high, 5))
     ref, test = zoo.session_runner(path), zoo.session_runner(out)
     return {"model": name, "preset": preset, "fresh": fresh_n, "metric": metric_name,
             "task": round(float(metric(ref, test, fresh, None)), 4), "heads": rows}

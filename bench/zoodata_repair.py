@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model")
     ap.add_argument("preset")
     ap.add_argument("--held", type=int, default=64)
+    ap.add_argument("--runs", default="defaults,uncertain",
+                    help="which runs: defaults (the preset as given), uncertain (repair_uncertain=True), comma-separated")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     model = zoo.get(args.model)
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     held = model.make(model.root(), args.held, zoo.HELDOUT_SEED)
     ref = zoo.session_runner(model.path())
     refs = {id(f): ref(f) for f in held}
-    for label, uncertain in (("defaults", False), ("repair_uncertain=True", True)):
+    runs = {"defaults": ("defaults", False), "uncertain": ("repair_uncertain=True", True)}
+    for label, uncertain in (runs[r] for r in args.runs.split(",")):
         cfg = dataclasses.replace(resolve_config(args.preset), repair_uncertain=uncertain)
         c0 = time.process_time()
         result = onnxptq.quantize(str(model.path()), cfg, data=list(calib))
