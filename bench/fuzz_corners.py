@@ -84,6 +84,11 @@ class G:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = 8
         model = onnx.shape_inference.infer_shapes(model)
+        # a Reshape by a shape computed from Shape leaves its rank unknown: inference writes a value_info without a
+        # shape there, which the checker rejects (no exporter writes one); drop those entries
+        keep = [v for v in model.graph.value_info if not v.type.HasField("tensor_type") or v.type.tensor_type.HasField("shape")]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(keep)
         onnx.checker.check_model(model)
         return model
 
@@ -505,7 +510,8 @@ def _spelling18(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
     attribute, Resize with roi/scales, Softmax-11's flattening axis); DepthToSpace/SpaceToDepth heads; Resize by
     scales and by sizes computed from Shape; LayerNorm with Max(var, ε) then Sqrt → Reciprocal; an fp16
     RMSNorm upcast around its reduction; a padding mask by Equal/Not/Where; LogSoftmax heads written and as
-    one op; position ids by Range over a Shape; weights in external data."""
+    one op; position ids by Range over a Shape; weights in external data; attention heads split and merged by
+    Shape → Gather → Concat → Reshape with symbolic batch and length; TopK (k an input)/ArgMax/ArgMin heads."""
     d, t = 8, 6
     if kind == "tf_nhwc_conv1d":  # tf2onnx Conv1D: (b, t, c) → Unsqueeze → Transpose NCHW → Conv (1×k) → Transpose → Squeeze
         g = G(seed, opset=13)
@@ -659,12 +665,45 @@ def _spelling18(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
         z = g.op("Relu", [g.op("Add", [g.op("MatMul", [x, g.w((d, 32))]), g.w((32,), 0.1)])])
         g.output(g.op("MatMul", [z, g.w((32, 4))]))
         return g.make(), _normal({"x": (1, t, d)})
+    if kind == "heads_by_shape":  # TorchScript-11/13 attention: heads split and merged by Shape → Gather → Unsqueeze → Concat → Reshape
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", "seq", d])
+        shp = g.op("Shape", [x])
+        b = g.op("Unsqueeze", [g.op("Gather", [shp, g.init(np.asarray(0, np.int64), "i0")], axis=0), g.i64([0])])
+        n = g.op("Unsqueeze", [g.op("Gather", [shp, g.init(np.asarray(1, np.int64), "i1")], axis=0), g.i64([0])])
+        split = g.op("Concat", [b, n, g.i64([2]), g.i64([d // 2])], axis=0)
+
+        def heads(w: str) -> str:
+            return g.op("Transpose", [g.op("Reshape", [g.op("MatMul", [x, w]), split])], perm=[0, 2, 1, 3])
+
+        q, k, v = heads(g.w((d, d))), heads(g.w((d, d))), heads(g.w((d, d)))
+        sc = g.op("Div", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]), g.f(float(np.sqrt(d // 2)))])
+        a = g.op("Transpose", [g.op("MatMul", [g.op("Softmax", [sc], axis=-1), v])], perm=[0, 2, 1, 3])
+        merged = g.op("Reshape", [a, g.op("Concat", [b, n, g.i64([d])], axis=0)])
+        g.output(g.op("MatMul", [g.op("Add", [merged, x]), g.w((d, 4))]), shape=["batch", "seq", 4])
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (int(np.random.default_rng([sd, i, 1]).integers(1, 3)),
+                                                                                            int(np.random.default_rng([sd, i, 2]).integers(3, 10)), d))
+                                               * np.linspace(0.5, 2, d)).astype(np.float32)} for i in range(n_)]
+    if kind == "topk_argmax_heads":  # classifier heads: TopK (k an input), ArgMax keepdims=0 select_last_index, ArgMin,
+        g = G(seed, opset=13)  # the chosen scores picked back by GatherElements, a Softmax over the top k
+        x = g.input("x", ["batch", d])
+        kk = g.input("k", [1], TensorProto.INT64)
+        lo = g.op("Add", [g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, 10), 1.0)]), g.w((10,), 0.2)])
+        vals, idx = g.op("TopK", [lo, kk], n_out=2, axis=-1)
+        g.output(g.op("Softmax", [vals], axis=-1), shape=["batch", None])
+        g.output(idx, TensorProto.INT64, ["batch", None])
+        am = g.op("ArgMax", [lo], axis=-1, keepdims=0, select_last_index=1)
+        g.output(am, TensorProto.INT64, ["batch"])
+        g.output(g.op("ArgMin", [lo], axis=-1, keepdims=1), TensorProto.INT64, ["batch", 1])
+        g.output(g.op("GatherElements", [lo, g.op("Unsqueeze", [am, g.i64([1])])], axis=1), shape=["batch", 1])
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (2, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                                          "k": np.asarray([3], np.int64)} for i in range(n_)]
     raise KeyError(kind)
 
 
 SPELLINGS18 = ("tf_nhwc_conv1d", "tf_nhwc_conv2d", "dropout_identity", "opset11_mix", "opset13_mix", "depth_space",
                "resize_scales_sizes", "layernorm_max_eps", "layernorm_moments_max", "rmsnorm_fp16_upcast",
-               "mask_equal_not_where", "logsoftmax_heads", "range_position_ids", "external_data_weights")
+               "mask_equal_not_where", "logsoftmax_heads", "range_position_ids", "external_data_weights", "heads_by_shape", "topk_argmax_heads")
 
 
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
