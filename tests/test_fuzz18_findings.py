@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
@@ -71,3 +72,30 @@ def test_bf16_keeps_a_written_out_log_softmax_float_inside():
         planned = {t.name for t in res.plan.tensors.values() if t.role == "activation"}
         assert not planned & INTERIOR, (read_on, sorted(planned & INTERIOR))
         assert "r" in planned  # the rest of the graph is still quantized
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_the_drawn_spellings_of_fuzz18_compute_what_they_name(opset):
+    """testkit's four new op-set steps, run by onnxruntime, against NumPy written from the operators' definitions:
+    a written-out log-softmax, a LayerNorm floored by Max(var, ε) then Reciprocal(Sqrt), SpaceToDepth (DCR order)
+    and a Dropout/Identity leftover (the identity at inference)."""
+    from testkit.fuzz import run_step
+
+    x = np.random.default_rng(1).normal(0, 2, (3, 6)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    got, _ = run_step("LogSoftmaxWritten", x, opset)
+    shifted = x64 - x64.max(-1, keepdims=True)
+    np.testing.assert_allclose(got, shifted - np.log(np.exp(shifted).sum(-1, keepdims=True)), rtol=1e-5, atol=1e-6)
+    got, b = run_step("LayerNormMaxEps", x, opset)
+    inits = {t.name: numpy_helper.to_array(t) for t in b.inits}
+    scale, shift = inits[b.nodes[-2].input[1]], inits[b.nodes[-1].input[1]]
+    d = x64 - x64.mean(-1, keepdims=True)
+    ref = d / np.sqrt(np.maximum((d * d).mean(-1, keepdims=True), 1e-5)) * scale + shift
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    got, _ = run_step("DropoutIdentity", x, opset)
+    np.testing.assert_array_equal(got, x)
+
+    img = np.arange(2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+    got, _ = run_step("SpaceToDepth", img, opset)
+    ref = img.reshape(2, 3, 2, 2, 3, 2).transpose(0, 3, 5, 1, 2, 4).reshape(2, 12, 2, 3)  # the operator's definition
+    np.testing.assert_array_equal(got, ref)
