@@ -38,7 +38,9 @@ from typing import Any
 import numpy as np
 
 PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP4")
-EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20))
+#: fuzz18 added TorchScript at opset 11 (older exports: attribute axes, Split by attribute, Resize with roi/scales,
+#: Softmax over the flattened trailing axes); it changes what ``draw`` gives for earlier seeds.
+EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20), ("torchscript", 11))
 D, C, T, HW = 16, 8, 12, 16  # token width, image channels, sequence length, image side
 VOCAB = 50
 #: Blocks that read HF's int64 ``attention_mask`` (input ``amask``) rather than the bool padding.
@@ -47,7 +49,7 @@ INT_MASK_BLOCKS = frozenset({"attn_int_mask"})
 FP16_BLOCKS = frozenset({"vit_fp16"})
 #: Blocks that read HF's int64 ``attention_mask`` (``amask``) through a ``wants`` list (the mask spellings of fuzz15).
 INT_MASK_BLOCKS = INT_MASK_BLOCKS | {"attn_mask_where", "attn_mask_finfo", "causal_trilu", "roberta_embed",
-                                     "masked_mean_pool", "last_token_pool"}
+                                     "masked_mean_pool", "last_token_pool", "mask_equal_not"}
 #: Blocks that read BERT's int64 ``token_type_ids`` (input ``ttype``: 0 for the first segment, 1 for the second).
 TTYPE_BLOCKS = frozenset({"roberta_embed"})
 #: Blocks drawn only in float16 models fed float16 (the normalizations as fp16 exporters write them, upcast or not).
@@ -57,6 +59,9 @@ TRILU_BLOCKS = frozenset({"causal_trilu"})
 #: Blocks TorchScript writes as ``scaled_dot_product_attention``, which its exporter refuses below opset 14 (seed 25's
 #: m002 at 13: "export failed"): drawn at 15 too; the draw's random calls are unchanged.
 TRILU_BLOCKS = TRILU_BLOCKS | {"sdpa", "sdpa_causal", "sdpa_boolmask", "sdpa_addmask"}
+#: Blocks TorchScript cannot write at opset 11 (``einsum`` needs 12; at 11 it writes T5's bucketing as an
+#: int64 Add onnxruntime rejects): drawn at 13 where 11 came up (/work/cache/fuzz18/op11.py, every block alone).
+OPSET13_BLOCKS = frozenset({"einsum", "einsum_attn", "relpos_bucket"})
 #: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
 #: length under either exporter, so the sequence axis is drawn static.
 UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
@@ -596,6 +601,121 @@ def _blocks() -> dict[str, dict[str, Any]]:
             ms = torch.pow(h, 2).sum(-1, keepdim=True) * (1.0 / D)
             return h + self.fc(h * torch.reciprocal(torch.sqrt(ms + 1e-6)) * self.w)
 
+
+    class ALiBiAttn(nn.Module):  # BLOOM/MPT: per-head slopes × −|i − j| from arange (Range, Sub, Abs) added to the scores
+        def __init__(self, causal: bool):
+            super().__init__()
+            self.qkv, self.o, self.causal = nn.Linear(D, 3 * D), nn.Linear(D, D), causal
+            self.register_buffer("slopes", torch.tensor([0.5, 0.125]).view(1, 2, 1, 1))
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            pos = torch.arange(t, device=h.device)
+            rel = (pos[None, :] - pos[:, None]).abs().to(h.dtype)
+            s = q @ k.transpose(-1, -2) * (D // 2) ** -0.5 - self.slopes.to(h.dtype) * rel
+            if self.causal:
+                s = s.masked_fill(pos[None, :] > pos[:, None], torch.finfo(h.dtype).min)
+            if pad is not None:
+                s = s.masked_fill(pad[:, None, None, :], torch.finfo(h.dtype).min)
+            a = torch.softmax(s, -1) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class RelPosBucket(nn.Module):  # T5: relative positions bucketed (Abs, Log, Min, Where, Cast), a Gathered bias per head
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.o = nn.Linear(D, 3 * D, bias=False), nn.Linear(D, D, bias=False)
+            self.rel = nn.Embedding(8, 2)
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            pos = torch.arange(t, dtype=torch.long)
+            rp = pos[None, :] - pos[:, None]
+            n = rp.abs()
+            half = 4
+            exact = half // 2
+            large = exact + (torch.log(n.float().clamp(min=1) / exact) / np.log(16 / exact) * (half - exact)).to(torch.long)
+            large = torch.min(large, torch.full_like(large, half - 1))
+            bucket = (rp > 0).to(torch.long) * half + torch.where(n < exact, n, large)
+            bias = self.rel(bucket).permute(2, 0, 1)[None].to(h.dtype)  # (1, heads, t, t)
+            s = q @ k.transpose(-1, -2) + bias  # T5: no 1/√d
+            if pad is not None:
+                s = s.masked_fill(pad[:, None, None, :], torch.finfo(h.dtype).min)
+            return h + self.o((torch.softmax(s.float(), -1).to(h.dtype) @ v).transpose(1, 2).reshape(b, t, D))
+
+    class MaskEqualNot(nn.Module):  # HF's attention_mask read as keep = ~(mask == 0): Equal, Not, Where(finfo.min), Softmax
+        int_mask = True
+
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, h, amask=None):
+            s = self.q(h) @ self.k(h).transpose(-1, -2) * D ** -0.5
+            keep = ~(amask == 0)
+            s = torch.where(keep[:, None, :], s, torch.tensor(torch.finfo(h.dtype).min, dtype=h.dtype))
+            return h + torch.softmax(s, -1) @ self.v(h)
+
+    class LogSoftmaxMix(nn.Module):  # a CTC-style head's log-probabilities (LogSoftmax) read on by a Linear
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+
+        def forward(self, h, pad=None):
+            return h + self.b(F.log_softmax(self.a(h), -1) * 0.1)
+
+    class RotaryInterleaved(nn.Module):  # GPT-J: rotate every pair (x[..., ::2], x[..., 1::2]), stack, flatten
+        def __init__(self):
+            super().__init__()
+            self.qk, self.v, self.o = nn.Linear(D, 2 * D), nn.Linear(D, D), nn.Linear(D, D)
+            inv = 1.0 / (10000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+            f = torch.outer(torch.arange(256, dtype=torch.float32), inv)
+            self.register_buffer("cos", f.cos().repeat_interleave(2, -1))
+            self.register_buffer("sin", f.sin().repeat_interleave(2, -1))
+
+        def forward(self, h, pad=None):
+            t = h.shape[1]
+
+            def rot(x):
+                x1, x2 = x[..., ::2], x[..., 1::2]
+                return torch.stack((-x2, x1), -1).flatten(-2)
+
+            cos, sin = self.cos[:t].to(h.dtype), self.sin[:t].to(h.dtype)
+            q, k = self.qk(h).chunk(2, -1)
+            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+            return h + self.o(torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, -1) @ self.v(h))
+
+    class SwiGLU(nn.Module):  # LLaMA's MLP: down(silu(gate(h)) · up(h)), no biases
+        def __init__(self):
+            super().__init__()
+            self.g, self.u, self.d = nn.Linear(D, 2 * D, bias=False), nn.Linear(D, 2 * D, bias=False), nn.Linear(2 * D, D, bias=False)
+
+        def forward(self, h, pad=None):
+            return h + self.d(F.silu(self.g(h)) * self.u(h))
+
+    class LNMaxEps(nn.Module):  # Keras/TF LayerNorm: variance floored by clamp(min=ε) (Max or Clip), Reciprocal(Sqrt)
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(D) + 0.5), nn.Parameter(torch.randn(D) * 0.1)
+
+        def forward(self, h, pad=None):
+            mu = h.mean(-1, keepdim=True)
+            d = h - mu
+            var = (d * d).mean(-1, keepdim=True)
+            return d * torch.reciprocal(torch.sqrt(torch.clamp(var, min=1e-5))) * self.w + self.b
+
+    class Conv1dTF(nn.Module):  # tf2onnx's Conv1D: Unsqueeze → NHWC→NCHW Transpose → Conv 1×k → Transpose back → Squeeze, BiasAdd
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(D, D, 1, 3) / (3 * D) ** 0.5)
+            self.bias = nn.Parameter(torch.randn(D) * 0.1)
+
+        def forward(self, h, pad=None):
+            x = h.unsqueeze(1).permute(0, 3, 1, 2)  # (b, D, 1, t)
+            y = F.conv2d(x, self.w.to(h.dtype), padding=(0, 1)).permute(0, 2, 3, 1).squeeze(1)
+            return h + F.relu(y + self.bias)
+
     seq = {
         "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
         "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
@@ -624,6 +744,9 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "act_mix": ActMix,
         "silu_div_exp": lambda: Lin(Fn(lambda x: x / (1 + torch.exp(-x)))), "gelu_erf_folded": lambda: Lin(Fn(gelu_erf_folded)),
         "softmax_written": SoftmaxWritten, "rmsnorm_pow_sum": RMSPowSum,
+        "alibi_attn": lambda: ALiBiAttn(False), "alibi_causal": lambda: ALiBiAttn(True), "relpos_bucket": RelPosBucket,
+        "mask_equal_not": MaskEqualNot, "logsoftmax_mix": LogSoftmaxMix, "rotary_interleaved": RotaryInterleaved,
+        "swiglu": SwiGLU, "layernorm_max_eps": LNMaxEps, "conv1d_tf": Conv1dTF,
     }
 
     class ConvBN(nn.Module):
@@ -868,6 +991,38 @@ def _blocks() -> dict[str, dict[str, Any]]:
             z = ((g - mu) / torch.sqrt(var + 1e-5)).reshape(b, c, y, x) * self.w + self.b
             return h + z * torch.sigmoid(z)
 
+
+    class NHWCConvs(nn.Module):  # Keras through tf2onnx: NHWC activations, Transpose around every Conv, BiasAdd, Relu6 (Clip)
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv2d(C, C, 3, 1, 1, bias=False), nn.Conv2d(C, C, 3, 1, 1, bias=False)
+            self.b1, self.b2 = nn.Parameter(torch.randn(C) * 0.1), nn.Parameter(torch.randn(C) * 0.1)
+
+        def forward(self, h, pad=None):
+            x = h.permute(0, 2, 3, 1)  # NHWC
+            x = torch.clamp(self.c1(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1) + self.b1, 0.0, 6.0)
+            x = torch.clamp(self.c2(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1) + self.b2, 0.0, 6.0)
+            return h + x.permute(0, 3, 1, 2)
+
+    class UnshuffleHead(nn.Module):  # PixelUnshuffle (space to depth) → Conv → PixelShuffle (depth to space)
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(4 * C, 4 * C, 3, 1, 1)
+
+        def forward(self, h, pad=None):
+            return h + F.pixel_shuffle(F.relu(self.c(F.pixel_unshuffle(h, 2))), 2)
+
+    class ResizeScalesSizes(nn.Module):  # a stride-2 Conv, ConvTranspose back, Resize by sizes (bilinear) and by scales (0.5, nearest)
+        def __init__(self):
+            super().__init__()
+            self.d, self.t = nn.Conv2d(C, 2 * C, 3, 2, 1), nn.ConvTranspose2d(2 * C, C, 2, 2)
+
+        def forward(self, h, pad=None):
+            z = F.relu(self.d(h))
+            a = F.interpolate(z, size=h.shape[-2:], mode="bilinear", align_corners=False)[:, :C]
+            small = F.interpolate(h, scale_factor=0.5, mode="nearest")
+            return h + self.t(z + F.pad(small, (0, 0, 0, 0, 0, C))) + a
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -883,6 +1038,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "vit_fp16": ViTBlock,
         "conv_variants": ConvVariants, "groupnorm_elu": GNChannels, "conv1d_dilated": Conv1dDilated,
         "groupnorm_5d": GN5D,
+        "nhwc_convs": NHWCConvs, "unshuffle_head": UnshuffleHead, "resize_scales_sizes": ResizeScalesSizes,
     }
     return {"seq": seq, "img": img}
 
@@ -1039,6 +1195,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
     if exporter == "torchscript" and opset < 14 and any(b in TRILU_BLOCKS for b in blocks):
         opset = 15
+    if exporter == "torchscript" and opset < 13 and any(b in OPSET13_BLOCKS for b in blocks):
+        opset = 13
     fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5) and not UNROLLED_BLOCKS & set(blocks),

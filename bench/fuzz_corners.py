@@ -84,6 +84,11 @@ class G:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         model.ir_version = 8
         model = onnx.shape_inference.infer_shapes(model)
+        # a Reshape by a shape computed from Shape leaves its rank unknown: inference writes a value_info without a
+        # shape there, which the checker rejects (no exporter writes one); drop those entries
+        keep = [v for v in model.graph.value_info if not v.type.HasField("tensor_type") or v.type.tensor_type.HasField("shape")]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(keep)
         onnx.checker.check_model(model)
         return model
 
@@ -491,6 +496,216 @@ def _corner(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
     raise KeyError(kind)
 
 
+# ----------------------------------------------------------------------------- fuzz18: more exporters' spellings
+
+
+#: Cases whose weights are written as external data (``<case>.onnx.data`` beside the model; the path is what
+#: quantize is handed, as a user whose exporter wrote a > 2 GB-style file would).
+EXTERNAL_CASES = frozenset({"external_data_weights"})
+
+
+def _spelling18(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """fuzz18's hand-built spellings: tf2onnx's NHWC Transposes around every Conv and Conv1d by Unsqueeze →
+    Conv → Squeeze; Dropout/Identity leftovers; opset-11 and opset-13 op forms (attribute axes, Split by
+    attribute, Resize with roi/scales, Softmax-11's flattening axis); DepthToSpace/SpaceToDepth heads; Resize by
+    scales and by sizes computed from Shape; LayerNorm with Max(var, ε) then Sqrt → Reciprocal; an fp16
+    RMSNorm upcast around its reduction; a padding mask by Equal/Not/Where; LogSoftmax heads written and as
+    one op; position ids by Range over a Shape; weights in external data; attention heads split and merged by
+    Shape → Gather → Concat → Reshape with symbolic batch and length; TopK (k an input)/ArgMax/ArgMin heads."""
+    d, t = 8, 6
+    if kind == "tf_nhwc_conv1d":  # tf2onnx Conv1D: (b, t, c) → Unsqueeze → Transpose NCHW → Conv (1×k) → Transpose → Squeeze
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", t, d])
+        h = x
+        for cin, cout in ((d, 12), (12, d)):
+            u = g.op("Unsqueeze", [h, g.i64([1])])  # (b, 1, t, c)
+            n = g.op("Transpose", [u], perm=[0, 3, 1, 2])  # (b, c, 1, t)
+            cv = g.op("Conv", [n, g.w((cout, cin, 1, 3))], pads=[0, 1, 0, 1])
+            back = g.op("Transpose", [cv], perm=[0, 2, 3, 1])  # (b, 1, t, cout)
+            h = g.op("Relu", [g.op("Add", [g.op("Squeeze", [back, g.i64([1])]), g.w((cout,), 0.1)])])  # BiasAdd on the last axis
+        g.output(g.op("MatMul", [h, g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "tf_nhwc_conv2d":  # a Keras CNN: NHWC input, Transpose around every Conv, BiasAdd, Relu6 as Clip, mean over H, W, Dense
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", 8, 8, 3])
+        h, cin = x, 3
+        for cout, stride in ((6, 1), (8, 2)):
+            n = g.op("Transpose", [h], perm=[0, 3, 1, 2])
+            cv = g.op("Conv", [n, g.w((cout, cin, 3, 3))], pads=[1, 1, 1, 1], strides=[stride, stride])
+            h = g.op("Clip", [g.op("Add", [g.op("Transpose", [cv], perm=[0, 2, 3, 1]), g.w((cout,), 0.1)]), g.f(0.0), g.f(6.0)])
+            cin = cout
+        pooled = g.op("ReduceMean", [h], axes=[1, 2], keepdims=0)
+        g.output(g.op("Add", [g.op("MatMul", [pooled, g.w((cin, 5))]), g.w((5,), 0.1)]))
+        return g.make(), _normal({"x": (1, 8, 8, 3)})
+    if kind == "dropout_identity":  # inference leftovers: Dropout (ratio input, training_mode false, mask output read), Identity chains
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        dr, mask = g.op("Dropout", [z, g.f(0.1), g.init(np.asarray(False), "train")], n_out=2)
+        a = g.op("Identity", [g.op("Identity", [g.op("Relu", [dr])])])
+        b = g.op("Mul", [g.op("Identity", [a]), g.op("Cast", [mask], to=F32)])  # the all-true mask read, as some exports keep it
+        g.output(g.op("MatMul", [g.op("Dropout", [b]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "opset11_mix":  # opset 11's forms: Split/Unsqueeze/Squeeze/ReduceMean by attribute, Clip by inputs,
+        g = G(seed, opset=11)  # Resize with roi and scales, Softmax-11 over a flattened (t, d), a written-out LayerNorm, Dropout-10
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, 2 * d))])
+        p, q = g.op("Split", [z], n_out=2, axis=-1, split=[d, d])
+        mu = g.op("ReduceMean", [p], axes=[-1], keepdims=1)
+        dz = g.op("Sub", [p, mu])
+        var = g.op("ReduceMean", [g.op("Mul", [dz, dz])], axes=[-1], keepdims=1)
+        ln = g.op("Add", [g.op("Mul", [g.op("Div", [dz, g.op("Sqrt", [g.op("Add", [var, g.f(1e-5)])])]), g.w((d,), 0.2)]), g.w((d,), 0.1)])
+        sm = g.op("Softmax", [q], axis=1)  # opset < 13: over the flattened (t, d) of each batch row
+        c = g.op("Clip", [g.op("Add", [ln, sm]), g.f(-3.0), g.f(3.0)])
+        u = g.op("Unsqueeze", [c], axes=[1])  # (b, 1, t, d)
+        up = g.op("Resize", [u, g.init(np.zeros(0, np.float32), "roi"), g.init(np.asarray([1, 1, 2, 1], np.float32), "scales")],
+                  mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        s = g.op("Squeeze", [g.op("Dropout", [up], ratio=0.2)], axes=[1])  # (b, 2t, d)
+        g.output(g.op("MatMul", [g.op("Relu", [s]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "opset13_mix":  # opset 13's forms: Split by an input, ReduceSum/Squeeze/Unsqueeze axes as inputs, Resize by sizes
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, 2 * d))])
+        p, q = g.op("Split", [z, g.i64([d, d])], n_out=2, axis=-1)
+        ss = g.op("ReduceSum", [g.op("Mul", [p, p]), g.i64([-1])], keepdims=1)
+        rms = g.op("Mul", [p, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [g.op("Div", [ss, g.f(float(d))]), g.f(1e-6)])])])])
+        gate = g.op("Mul", [q, g.op("Sigmoid", [q])])
+        u = g.op("Unsqueeze", [g.op("Mul", [rms, gate]), g.i64([1])])
+        shp = g.op("Shape", [u])
+        sizes = g.op("Concat", [g.op("Slice", [shp, g.i64([0]), g.i64([2])]), g.i64([2 * t, d])], axis=0)
+        up = g.op("Resize", [u, "", "", sizes], mode="linear", coordinate_transformation_mode="half_pixel")
+        s = g.op("Squeeze", [up, g.i64([1])])
+        g.output(g.op("MatMul", [s, g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "depth_space":  # SpaceToDepth → Conv → DepthToSpace (DCR), a second head DepthToSpace (CRD) → Conv
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", 3, 8, 8])
+        s2d = g.op("SpaceToDepth", [x], blocksize=2)  # (b, 12, 4, 4)
+        z = g.op("Relu", [g.op("Conv", [s2d, g.w((16, 12, 3, 3)), g.w((16,), 0.1)], pads=[1] * 4)])
+        dcr = g.op("DepthToSpace", [z], blocksize=2, mode="DCR")  # (b, 4, 8, 8)
+        crd = g.op("DepthToSpace", [g.op("Conv", [z, g.w((16, 16, 1, 1))])], blocksize=2, mode="CRD")
+        g.output(g.op("Conv", [g.op("Add", [dcr, crd]), g.w((2, 4, 3, 3))], pads=[1] * 4))
+        g.output(g.op("Sigmoid", [g.op("DepthToSpace", [g.op("Conv", [z, g.w((12, 16, 1, 1))])], blocksize=2, mode="CRD")]))
+        return g.make(), _normal({"x": (1, 3, 8, 8)})
+    if kind == "resize_scales_sizes":  # ConvTranspose ×2, Resize by scales (opset 13, roi ""), Resize by sizes from Shape·2
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", 3, 8, 8])
+        z = g.op("Relu", [g.op("Conv", [x, g.w((4, 3, 3, 3)), g.w((4,), 0.1)], pads=[1] * 4, strides=[2, 2])])  # 4×4
+        ct = g.op("ConvTranspose", [z, g.w((4, 4, 2, 2)), g.w((4,), 0.1)], strides=[2, 2])  # 8×8
+        r1 = g.op("Resize", [z, "", g.init(np.asarray([1, 1, 2, 2], np.float32), "scales")], mode="linear",
+                  coordinate_transformation_mode="pytorch_half_pixel")
+        hw = g.op("Mul", [g.op("Slice", [g.op("Shape", [z]), g.i64([2]), g.i64([4])]), g.i64([2])])
+        sizes = g.op("Concat", [g.op("Slice", [g.op("Shape", [z]), g.i64([0]), g.i64([2])]), hw], axis=0)
+        r2 = g.op("Resize", [z, "", "", sizes], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        s = g.op("Add", [g.op("Add", [ct, r1]), r2])
+        g.output(g.op("Conv", [s, g.w((2, 4, 1, 1))]))
+        return g.make(), _normal({"x": (1, 3, 8, 8)})
+    if kind in ("layernorm_max_eps", "layernorm_moments_max"):  # Keras/TF: variance floored by Max(var, ε), Sqrt, Reciprocal
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("Add", [g.op("MatMul", [x, g.w((d, d))]), g.w((d,), 0.3)])
+        mu = g.op("ReduceMean", [z], axes=[-1], keepdims=1)
+        if kind == "layernorm_max_eps":
+            dz = g.op("Sub", [z, mu])
+            var = g.op("ReduceMean", [g.op("Mul", [dz, dz])], axes=[-1], keepdims=1)
+        else:  # E[x²] − E[x]²
+            var = g.op("Sub", [g.op("ReduceMean", [g.op("Mul", [z, z])], axes=[-1], keepdims=1), g.op("Mul", [mu, mu])])
+            dz = g.op("Sub", [z, mu])
+        inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Max", [var, g.f(1e-5)])])])
+        y = g.op("Add", [g.op("Mul", [g.op("Mul", [dz, inv]), g.init((g.rng.random(d) + 0.5).astype(np.float32))]), g.w((d,), 0.1)])
+        g.output(g.op("MatMul", [g.op("Relu", [y]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "rmsnorm_fp16_upcast":  # fp16 model: Cast to float32 around the reduction, Reciprocal(Sqrt), Cast back, · γ (fp16)
+        g = G(seed, opset=17, elem=F16)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        up = g.op("Cast", [z], to=F32)
+        ms = g.op("ReduceMean", [g.op("Mul", [up, up])], axes=[-1], keepdims=1)
+        inv = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, g.init(np.asarray(1e-6, np.float32), "eps")])])])
+        y = g.op("Mul", [g.op("Cast", [g.op("Mul", [up, inv])], to=F16), g.init((g.rng.random(d) + 0.5).astype(np.float16))])
+        g.output(g.op("MatMul", [y, g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)}, np.float16)
+    if kind == "mask_equal_not_where":  # padding from ids: Not(Equal(ids, pad)), Where(mask, scores, finfo.min), Softmax, · V
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+        ids = g.input("ids", ["batch", t], TensorProto.INT64)
+        keep = g.op("Not", [g.op("Equal", [ids, g.init(np.asarray(0, np.int64), "pad_id")])])
+        q, k, v = (g.op("MatMul", [x, g.w((d, d))]) for _ in range(3))
+        sc = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 2, 1])]), g.f(d ** -0.5)])
+        m = g.op("Unsqueeze", [keep, g.i64([1])])  # (b, 1, t): keys
+        p = g.op("Softmax", [g.op("Where", [m, sc, g.f(float(np.finfo(np.float32).min))])], axis=-1)
+        g.output(g.op("MatMul", [g.op("MatMul", [p, v]), g.w((d, 4))]))
+        return g.make(), lambda n, sd: [
+            {"x": np.random.default_rng([sd, i]).normal(0, 1, (1, t, d)).astype(np.float32),
+             "ids": np.where(np.arange(t)[None] < np.random.default_rng([sd, i, 1]).integers(2, t + 1),
+                             np.random.default_rng([sd, i, 2]).integers(1, 50, (1, t)), 0).astype(np.int64)} for i in range(n)]
+    if kind == "logsoftmax_heads":  # CTC log-probs: LogSoftmax as one op, and written (x − max − log Σ exp(x − max))
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("Relu", [g.op("MatMul", [x, g.w((d, d))])])
+        lo = g.op("Add", [g.op("MatMul", [z, g.w((d, 6), 1.0)]), g.w((6,), 0.3)])
+        g.output(g.op("LogSoftmax", [lo], axis=-1))
+        sh = g.op("Sub", [lo, g.op("ReduceMax", [lo], axes=[-1], keepdims=1)])
+        g.output(g.op("Sub", [sh, g.op("Log", [g.op("ReduceSum", [g.op("Exp", [sh]), g.i64([-1])], keepdims=1)])]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "range_position_ids":  # position ids by Range(0, Shape[1], 1) → Unsqueeze → Gather of a table, + x·W, then a LayerNorm op
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", "seq", d])
+        n = g.op("Squeeze", [g.op("Slice", [g.op("Shape", [x]), g.i64([1]), g.i64([2])]), g.i64([0])])
+        pos = g.op("Unsqueeze", [g.op("Range", [g.init(np.asarray(0, np.int64), "zero"), n, g.init(np.asarray(1, np.int64), "one")]), g.i64([0])])
+        e = g.op("Add", [g.op("MatMul", [x, g.w((d, d))]), g.op("Gather", [g.w((32, d), 0.5), pos], axis=0)])
+        ln = g.op("LayerNormalization", [e, g.init((g.rng.random(d) + 0.5).astype(np.float32)), g.w((d,), 0.1)], axis=-1, epsilon=1e-5)
+        g.output(g.op("MatMul", [ln, g.w((d, 4))]))
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (1, int(np.random.default_rng([sd, i, 1]).integers(3, 12)), d))
+                                               * np.linspace(0.5, 2, d)).astype(np.float32)} for i in range(n_)]
+    if kind == "external_data_weights":  # every initializer in a side file (main() saves it so)
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("Relu", [g.op("Add", [g.op("MatMul", [x, g.w((d, 32))]), g.w((32,), 0.1)])])
+        g.output(g.op("MatMul", [z, g.w((32, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "heads_by_shape":  # TorchScript-11/13 attention: heads split and merged by Shape → Gather → Unsqueeze → Concat → Reshape
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", "seq", d])
+        shp = g.op("Shape", [x])
+        b = g.op("Unsqueeze", [g.op("Gather", [shp, g.init(np.asarray(0, np.int64), "i0")], axis=0), g.i64([0])])
+        n = g.op("Unsqueeze", [g.op("Gather", [shp, g.init(np.asarray(1, np.int64), "i1")], axis=0), g.i64([0])])
+        split = g.op("Concat", [b, n, g.i64([2]), g.i64([d // 2])], axis=0)
+
+        def heads(w: str) -> str:
+            return g.op("Transpose", [g.op("Reshape", [g.op("MatMul", [x, w]), split])], perm=[0, 2, 1, 3])
+
+        q, k, v = heads(g.w((d, d))), heads(g.w((d, d))), heads(g.w((d, d)))
+        sc = g.op("Div", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]), g.f(float(np.sqrt(d // 2)))])
+        a = g.op("Transpose", [g.op("MatMul", [g.op("Softmax", [sc], axis=-1), v])], perm=[0, 2, 1, 3])
+        merged = g.op("Reshape", [a, g.op("Concat", [b, n, g.i64([d])], axis=0)])
+        g.output(g.op("MatMul", [g.op("Add", [merged, x]), g.w((d, 4))]), shape=["batch", "seq", 4])
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (int(np.random.default_rng([sd, i, 1]).integers(1, 3)),
+                                                                                            int(np.random.default_rng([sd, i, 2]).integers(3, 10)), d))
+                                               * np.linspace(0.5, 2, d)).astype(np.float32)} for i in range(n_)]
+    if kind == "topk_argmax_heads":  # classifier heads: TopK (k an input), ArgMax keepdims=0 select_last_index, ArgMin,
+        g = G(seed, opset=13)  # the chosen scores picked back by GatherElements, a Softmax over the top k
+        x = g.input("x", ["batch", d])
+        kk = g.input("k", [1], TensorProto.INT64)
+        lo = g.op("Add", [g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w((d, 16))])]), g.w((16, 10), 1.0)]), g.w((10,), 0.2)])
+        vals, idx = g.op("TopK", [lo, kk], n_out=2, axis=-1)
+        g.output(g.op("Softmax", [vals], axis=-1), shape=["batch", None])
+        g.output(idx, TensorProto.INT64, ["batch", None])
+        am = g.op("ArgMax", [lo], axis=-1, keepdims=0, select_last_index=1)
+        g.output(am, TensorProto.INT64, ["batch"])
+        g.output(g.op("ArgMin", [lo], axis=-1, keepdims=1), TensorProto.INT64, ["batch", 1])
+        g.output(g.op("GatherElements", [lo, g.op("Unsqueeze", [am, g.i64([1])])], axis=1), shape=["batch", 1])
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (2, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                                          "k": np.asarray([3], np.int64)} for i in range(n_)]
+    raise KeyError(kind)
+
+
+SPELLINGS18 = ("tf_nhwc_conv1d", "tf_nhwc_conv2d", "dropout_identity", "opset11_mix", "opset13_mix", "depth_space",
+               "resize_scales_sizes", "layernorm_max_eps", "layernorm_moments_max", "rmsnorm_fp16_upcast",
+               "mask_equal_not_where", "logsoftmax_heads", "range_position_ids", "external_data_weights", "heads_by_shape", "topk_argmax_heads")
+
+
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     "gru_op_bi_seqlens": lambda s: _rnn_op("GRU", "bidirectional", "input", True, s),
     "gru_op_seqlens_const": lambda s: _rnn_op("GRU", "forward", "const", True, s),
@@ -514,6 +729,7 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
                                                     "shared_weight_add", "weight_through_ops", "const_folded_left",
                                                     "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output",
                                                     "scalar_and_bool_inputs", "constant_node_output")},
+    **{k: (lambda s, k=k: _spelling18(k, s)) for k in SPELLINGS18},
 }
 
 
@@ -581,7 +797,11 @@ def main() -> None:
     for i, name in enumerate(names):
         model, feeds = CASES[name](a.seed * 1000 + i)
         src = out_dir / f"{name}.onnx"
-        onnx.save(model, src)
+        if name in EXTERNAL_CASES:
+            onnx.save(model, src, save_as_external_data=True, all_tensors_to_one_file=True, location=f"{name}.onnx.data",
+                      size_threshold=0)
+        else:
+            onnx.save(model, src)
         calib, held = feeds(a.samples, a.seed), feeds(16, a.seed + 7919)
         try:
             export_fuzz._session(src).run(None, calib[0])

@@ -202,7 +202,31 @@ class _Builder:
             return self.node("Div", [e, self._reduce("ReduceSum", e, [-1], keep, 1)], s)[0]
         if op == "GroupNorm5D" and len(s) == 4 and s[1] % 2 == 0:
             return self._group_norm_5d(x, s)
+        if op == "LogSoftmaxWritten":  # (x − max) − log(sum(exp(x − max))) over the last axis (jax.nn.log_softmax)
+            keep = (*s[:-1], 1)
+            d = self.node("Sub", [x, self._reduce("ReduceMax", x, [-1], keep, 1)], s)[0]
+            lse = self.node("Log", [self._reduce("ReduceSum", self.node("Exp", [d], s)[0], [-1], keep, 1)], keep)[0]
+            return self.node("Sub", [d, lse], s)[0]
+        if op == "LayerNormMaxEps" and s[-1] >= 2:
+            return self._layer_norm_max_eps(x, s)
+        if op == "SpaceToDepth" and len(s) == 4 and s[2] % 2 == 0 and s[3] % 2 == 0:
+            return self.node("SpaceToDepth", [x], (s[0], 4 * s[1], s[2] // 2, s[3] // 2), blocksize=2)[0]
+        if op == "DropoutIdentity":  # an inference leftover: Dropout (ratio input, training_mode false), then Identity
+            train = self.name("train")
+            self.inits.append(numpy_helper.from_array(np.asarray(False), train))
+            dropped = self.node("Dropout", [x, self.scalar(0.25), train], s)[0]
+            return self.node("Identity", [dropped], s)[0]
         return None
+
+    def _layer_norm_max_eps(self, x: str, s: tuple[int, ...]) -> str:
+        """LayerNorm as Keras/TF exporters write it: the variance floored by Max(var, ε) (no Add), Sqrt, Reciprocal,
+        a Mul by the centred input, a scale and a shift."""
+        keep = (*s[:-1], 1)
+        d = self.node("Sub", [x, self._reduce("ReduceMean", x, [-1], keep, 1)], s)[0]
+        var = self._reduce("ReduceMean", self.node("Mul", [d, d], s)[0], [-1], keep, 1)
+        inv = self.node("Reciprocal", [self.node("Sqrt", [self.node("Max", [var, self.scalar(1e-5)], keep)[0]], keep)[0]], keep)[0]
+        y = self.node("Mul", [d, inv], s)[0]
+        return self.node("Add", [self.node("Mul", [y, self.weight((s[-1],), 1.0)], s)[0], self.weight((s[-1],), 0.1)], s)[0]
 
 
     def _reduce(self, op: str, x: str, axes: list[int] | None, shape: tuple[int, ...], keepdims: int) -> str:
@@ -362,7 +386,7 @@ FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat",
             "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul",
             "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip", "GRUSeqLens", "ConvTransposeGroups",
             "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd",
-            "SiLUDivExp", "SoftmaxWritten", "GroupNorm5D")
+            "SiLUDivExp", "SoftmaxWritten", "GroupNorm5D", "LogSoftmaxWritten", "LayerNormMaxEps", "SpaceToDepth", "DropoutIdentity")
 
 
 def run_step(op: str, x: np.ndarray, opset: int, seed: int = 5) -> tuple[np.ndarray, _Builder]:

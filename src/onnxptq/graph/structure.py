@@ -18,7 +18,7 @@ The rule (one for every format: integer, BF16/FP16, block formats; docs/structur
 - every tensor made inside it is read only inside it (nothing escapes but ``y``),
 - its last step joins two paths from ``x`` (``x · f(x)``, ``(x − μ) / σ``), not one,
 - it has the signature of a normalization (a reduction and a square root, reciprocal, division
-  or power) or of a gated activation (``x`` times a function of ``x`` through Erf, Tanh,
+  or power; or a reduction, Exp and Log: a log-softmax) or of a gated activation (``x`` times a function of ``x`` through Erf, Tanh,
   Sigmoid, Softplus, Exp/Log, Clip or HardSigmoid),
 
 extended through trailing elementwise ops by constants (``· gamma + beta``, ``· 0.5``) and
@@ -166,6 +166,11 @@ def _cone(ix: _Index, x: str) -> list[onnx.NodeProto]:
 
 def _kind(nodes: list[onnx.NodeProto], x: str, ix: _Index) -> str | None:
     ops = {n.op_type for n in nodes}
+    if ops & REDUCTIONS and {"Exp", "Log"} <= ops and not ops & _ROOTS:
+        # x − m − Log(ReduceSum(Exp(x − m))): a log-softmax written out (jax.nn.log_softmax through jax2tf,
+        # a CTC head's log-probabilities). Its normalizing step is a Log, not a root, and it is shift-invariant
+        # as a softmax is, so rounding the max or the shifted logits is a step the single op lacks.
+        return "log-softmax"
     if ops & REDUCTIONS and ops & _ROOTS:
         if "Exp" in ops:
             return "softmax"
