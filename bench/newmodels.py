@@ -1847,6 +1847,10 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     rep = getattr(result, "repair", None) or {}
     row["repair_kept"] = list(rep.get("kept_float", []))[:8] if isinstance(rep, dict) else str(rep)[:200]
     row["n_kept"] = len(rep.get("kept_float", [])) if isinstance(rep, dict) else None
+    # nodes repair made wider rather than float (16-bit weights, BF16 in place of a block format): resemblyzer's LSTM
+    # was stepped up under A16W8 and MXINT8 while kept_float stayed empty, so the table said nothing of it
+    row["repair_stepped"] = list(rep.get("stepped_up", {}))[:8] if isinstance(rep, dict) else []
+    row["n_stepped"] = len(rep.get("stepped_up", {})) if isinstance(rep, dict) else None
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
         row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
     row["warnings"] = warnings[:4]
@@ -1958,7 +1962,8 @@ def table(rows: list[dict]) -> str:
         cos = r.get("cosine")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} "
                      f"| {r.get('quantize_s', '-')} | {r.get('latency_x', '-')} | {r.get('size_x', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''}"
-                     f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''} |")
+                     f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''}"
+                     f"{'; repair stepped up ' + str(r['n_stepped']) + ' node(s)' if r.get('n_stepped') else ''} |")
     return "\n".join(lines) + "\n"
 
 
