@@ -7572,6 +7572,29 @@ def wordllama_top1(ref, test, feeds, root) -> float:
 
 MODELS["resemblyzer_ge2e"] = (str(SRC28 / "round28_onnx/resemblyzer_ge2e.onnx"), resemblyzer_feeds,
                               "speaker identified (6 enrolled, cosine)", resemblyzer_speaker_ids)
+_RSZ_GALLERY = None
+
+
+def _rsz_gallery() -> np.ndarray:
+    """The six speakers' voiceprints enrolled earlier with the float model (a deployment that stores its enrolments)."""
+    global _RSZ_GALLERY
+    if _RSZ_GALLERY is None:
+        _RSZ_GALLERY = _rsz_enrolled(zoo.session_runner(Path(MODELS["resemblyzer_ge2e"][0])))
+    return _RSZ_GALLERY
+
+
+def _rsz_same_speaker(a: np.ndarray, b: np.ndarray) -> float:
+    """A resemblyzer user's reading of one utterance's `embeds` [partials, 256], told the floor through
+    floor_output_agreement (as the floor's own warning asks): the utterance embedding's nearest stored voiceprint,
+    the same for float's and the quantized output."""
+    ea, eb = (np.asarray(x, np.float64).mean(axis=0) for x in (a, b))
+    g = _rsz_gallery()
+    return float(np.argmax(g @ ea) == np.argmax(g @ eb))
+
+
+# The same graph with the user's reading told the floor (the A8W8 floor's warning says to: section 4 of RESULTS.md's round 28).
+MODELS["resemblyzer_ge2e_declared"] = MODELS["resemblyzer_ge2e"]
+AGREEMENT["resemblyzer_ge2e_declared"] = {"embeds": _rsz_same_speaker}
 MODELS["crepe_tiny"] = (str(SRC28 / "round28_onnx/crepe_tiny.onnx"), crepe_feeds(51),
                         "frame voicing (>= 0.21) and pitch within 50 cents", crepe_pitch_frames)
 MODELS["crepe_full"] = (str(SRC28 / "round28_onnx/crepe_full.onnx"), crepe_feeds(8),
