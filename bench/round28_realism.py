@@ -3,6 +3,7 @@
 * resemblyzer_ge2e: the enrolled speaker picked against the speaker that spoke (seed 1000's utterances cycle the six).
 * crepe_tiny / crepe_full: the share of frames called voiced, the median voiced pitch per espeak pitch setting is not
   known to the drawing, so the voiced pitch's range (5th-95th percentile) is printed against speech's 70-400 Hz.
+* face_parsing: the classes float finds on the portraits (skin, hair, hat, cloth ...) and the share of pixels called hair.
 * wordllama_l2: each query's own passage (the rest of its docstring) ranked first among all passages (the package's
   intended retrieval), against 1/number of passages by chance.
 
@@ -36,6 +37,13 @@ def main() -> None:
         print(f"{key}: {len(per)} frames, voiced {voiced.mean():.3f}, voiced pitch 5-95 % "
               f"{np.percentile(f0[voiced], 5):.0f}-{np.percentile(f0[voiced], 95):.0f} Hz; periodicity within 0.05 of "
               f"the 0.21 threshold on {near:.3f} of frames")
+    run = zoo.session_runner(Path(nm.MODELS["face_parsing"][0]))
+    maps = [run(f)[0][0].argmax(0) for f in nm.face_parsing_feeds(16, 1000)]
+    hair = np.array([np.mean(m == 17) for m in maps])
+    found = sorted({int(c) for m in maps for c, k in zip(*np.unique(m, return_counts=True)) if k / m.size > 0.01})
+    print(f"face_parsing: classes over 1 % of a portrait: {found}; hair on {np.mean(hair > 0.01):.3f} of 16 portraits "
+          f"(astronaut {np.mean(hair[0::2] > 0.01):.2f}, cameraman {np.mean(hair[1::2] > 0.01):.2f}), "
+          f"median hair share {np.median(hair):.3f}")
     run = zoo.session_runner(Path(nm.MODELS["wordllama_l2"][0]))
     queries, passages = nm._wl_corpus()
     q = np.concatenate([run(nm._wl_batch(queries[i:i + 32]))[0] for i in range(0, len(queries), 32)])

@@ -20,7 +20,7 @@ def verdict(r: dict) -> tuple[str, str]:
     kept = r.get("repair_kept") or []
     m = re.search(r"repair stepped up (\d+ of \d+) node\(s\) to ([^:]+): (.*?)(?:; after|$)", text)
     # rows run before the bench recorded repair_stepped: the names as the warning gives them (cut at 300 characters)
-    names = ", ".join(stepped) if stepped else (m.group(3) if m else "")
+    names = (", ".join(stepped[:3]) + (", …" if len(stepped) > 3 else "")) if stepped else (m.group(3) if m else "")
     did = (f"stepped up {m.group(1)} to {m.group(2)}: {names}" if m else
            f"kept {len(kept)} float: {', '.join(kept)}" if kept else "none")
     if "broken" in text:
