@@ -40,13 +40,13 @@ def _model() -> onnx.ModelProto:
     def w(*shape: int) -> np.ndarray:
         return (RNG.standard_normal(shape) * 0.7).astype(np.float32)
 
-    inits = {"Wa": w(6, 4, 3, 3), "Ba": w(6), "Wb": w(6, 2, 3, 3), "Bb": w(6), "Wc": w(4, 6, 1, 1), "Bc": w(4),
+    inits = {"Wa": w(16, 4, 3, 3), "Ba": w(16), "Wb": w(24, 8, 3, 3), "Bb": w(24), "Wc": w(4, 24, 1, 1), "Bc": w(4),
              "Wd": w(8, 4, 1, 1), "Bd": w(8), "We": w(8, 1, 3, 3), "Be": w(8),
              "Wf": w(5, 8), "Bf": w(5), "Wg": w(5, 3), "Bg": w(3)}
     nodes = [
         helper.make_node("Conv", ["x", "Wa", "Ba"], ["a"], name="conv_pad_stride", pads=[1, 0, 2, 1], strides=[2, 1]),
         helper.make_node("Relu", ["a"], ["ar"]),
-        helper.make_node("Conv", ["ar", "Wb", "Bb"], ["b"], name="conv_group_dilated", group=3, dilations=[2, 2],
+        helper.make_node("Conv", ["ar", "Wb", "Bb"], ["b"], name="conv_group_dilated", group=2, dilations=[2, 2],
                          pads=[2, 1, 1, 2]),
         helper.make_node("Conv", ["b", "Wc", "Bc"], ["c"], name="conv_1x1_stride", strides=[2, 2]),
         helper.make_node("Conv", ["c", "Wd", "Bd"], ["d"], name="conv_1x1"),
@@ -128,9 +128,12 @@ def test_the_calibration_pass_takes_every_layers_input_taps(fitted):
     assert means is not None, "the calibration pass took no input means"
     layers = {n.name: n.output[0] for n in calibrated.prepared.graph.node if n.op_type in ("Conv", "Gemm")}
     assert set(means) == set(layers.values())
-    shapes = {name: means[out].shape for name, out in layers.items()}
-    assert shapes["conv_pad_stride"] == (4, 3, 3) and shapes["conv_group_dilated"] == (6, 3, 3)
+    shapes = {name: means[out][0].shape for name, out in layers.items()}
+    assert shapes["conv_pad_stride"] == (4, 3, 3) and shapes["conv_group_dilated"] == (16, 3, 3)
     assert shapes["conv_1x1"] == (4, 1, 1) and shapes["gemm_trans"] == (8,) and shapes["gemm"] == (5,)
+    # a depthwise Conv's taps would cost more than its ΔW Conv: its shift itself, with the weight it rounded
+    assert shapes["conv_depthwise"] == (8,) and means[layers["conv_depthwise"]][1] is not None
+    assert all(means[out][1] is None for name, out in layers.items() if name != "conv_depthwise")
 
 
 def test_shifts_are_the_float64_reference_and_the_probes(fitted):
@@ -160,6 +163,22 @@ def test_shifts_are_the_float64_reference_and_the_probes(fitted):
         np.testing.assert_allclose(got, probe, rtol=0, atol=tol, err_msg=node.name)
         checked += 1
     assert checked == 7
+
+
+def test_a_shift_measured_with_another_rounding_is_probed(fitted, monkeypatch):
+    """A depthwise layer's captured shift holds for its weight rounded as calibration's plan rounded it;
+    a build that rounds it otherwise (another plan: repair's ladder) probes that layer."""
+    calibrated, plan, params = fitted
+    model = calibrated.prepared
+    depthwise = next(n for n in model.graph.node if n.name == "conv_depthwise")
+    value, rounded = calibrated.bias_means[depthwise.output[0]]
+    other = dict(calibrated.bias_means)
+    other[depthwise.output[0]] = (value, rounded * np.float32(2.0))
+    seen = []
+    real = bc._probe
+    monkeypatch.setattr(bc, "_probe", lambda m, layers, *a: seen.append([n.name for n, _, _ in layers]) or real(m, layers, *a))
+    bc.correct_biases(model, plan, params, calibrated.kept, means=other)
+    assert seen == [["conv_depthwise"]]
 
 
 def test_a_layer_without_means_is_probed(fitted, monkeypatch):

@@ -87,7 +87,7 @@ class Calibrated:
     guard_seed: dict[str, tuple[np.ndarray, frozenset[int]]] | None = None
     #: bias correction's mean input taps per layer on :attr:`kept`, taken by the calibration pass
     #: itself (:class:`.refine.bias_correction.InputMeans`); None where it took none (then every layer is probed)
-    bias_means: dict[str, np.ndarray] | None = None
+    bias_means: dict[str, tuple[np.ndarray, np.ndarray | None]] | None = None
     #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
     #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
     plan: Plan | None = None

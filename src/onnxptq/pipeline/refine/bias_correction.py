@@ -134,9 +134,13 @@ class InputMeans(SideFetch):
     dilations). ``M`` is one small array per layer (input channels × kernel taps), reduced in the graph
     by a Conv with one-hot weights (one output per channel and tap, ``group`` = input channels: it
     copies each tap's input exactly) and a ``ReduceMean``; a 1×1 Conv without stride or padding and a
-    Gemm read the channel means of ``x`` itself. So memory is one vector per layer, whatever the
-    sample count, and the pass adds ~2 nodes a layer instead of the probe's second float run of
-    every kept sample (PP-OCRv4 rec MXFP8_E4M3: ~0.8 of ~3.9 CPU s; bench/RESULTS.md, blockq18).
+    Gemm read the channel means of ``x`` itself. Where those taps would cost more than ``op(x, ΔW)``
+    (a depthwise Conv: :func:`_taps_cheaper`), the mean of ``op(x, ΔW)`` itself is taken, as the probe
+    takes it, with the weight rounded as the plan calibration made rounds it (block formats need no
+    solved parameter), and it serves a build that rounds the weight the same (:func:`_captured_shift`).
+    So memory is one vector per layer, whatever the sample count, and the pass adds ~2 nodes a layer
+    instead of the probe's second float run of every kept sample (PP-OCRv4 rec MXFP8_E4M3: ~0.8 of
+    ~3.9 CPU s; bench/RESULTS.md, blockq18).
 
     What changes: the sums. The probe reduced ``op(x, ΔW)`` in float32; here ``M`` is reduced in
     float32 and contracted with ``ΔW`` in float64, so the corrected biases agree with the probe's to
@@ -158,12 +162,24 @@ class InputMeans(SideFetch):
         self.initializers: list[onnx.TensorProto] = []
         #: per layer (its node's first output): the output holding its input's mean, and the mean's shape
         self.layers: dict[str, tuple[str, tuple[int, ...]]] = {}
+        #: the rounded weight of each layer whose shift itself is taken (:func:`_taps_cheaper`)
+        self.rounded: dict[str, np.ndarray] = {}
         for i, (node, w_name, _) in enumerate(corrected_layers(model, plan)):
             w = inits[w_name]
             if (node.output[0] not in produced or node.input[0] not in main  # an If branch's layer: probed
                     or w.data_type != onnx.TensorProto.FLOAT or plan.tensors[w_name].quant.is_integer):
                 continue
-            made = _mean_nodes(node, list(w.dims), f"__bc_in_{i}", opset)
+            tplan = plan.tensors[w_name]
+            if _taps_cheaper(node, list(w.dims)):
+                made = _mean_nodes(node, list(w.dims), f"__bc_in_{i}", opset)
+            elif tplan.quant.format in ("bfp", "mx"):  # rounded without solved parameters: known now
+                values = tensor_values(w)
+                wq = fake_quantize_in_slices(values, tplan.quant.format, quantizer_attrs(tplan, None))
+                delta = (wq.astype(np.float64) - values.astype(np.float64)).astype(np.float32)
+                made = _shift_nodes(node, delta, f"__bc_in_{i}", opset)
+                self.rounded[node.output[0]] = wq
+            else:
+                made = None
             if made is None:
                 continue
             steps, consts, out, shape = made
@@ -193,12 +209,43 @@ class InputMeans(SideFetch):
                 self.counts[key] += batch
         self.taken += 1
 
-    def means(self, kept: int) -> dict[str, np.ndarray] | None:
-        """Each captured layer's mean input taps (by its node's first output), or None unless exactly
-        the ``kept`` samples the correction is fitted on were run."""
+    def means(self, kept: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]] | None:
+        """Per captured layer (by its node's first output): its mean input taps and None, or its mean
+        shift and the rounded weight it was measured with; None unless exactly the ``kept`` samples
+        the correction is fitted on were run."""
         if not self.layers or self.taken != kept or kept == 0:
             return None
-        return {k: self.sums[k] / self.counts[k] for k in self.layers if self.counts[k]}
+        return {k: (self.sums[k] / self.counts[k], self.rounded.get(k)) for k in self.layers if self.counts[k]}
+
+
+def _taps_cheaper(node: onnx.NodeProto, w_dims: list[int]) -> bool:
+    """Whether a layer's mean input taps cost its calibration runs less than its ``op(x, ΔW)``: a
+    Gemm's and a 1×1 Conv's always (a mean of ``x``); otherwise the taps' one-hot Conv makes ``K``
+    outputs per input channel (``C·K²`` products a position against ``C_out·C/group·K``), so a
+    depthwise or few-output Conv (``K·group ≥ C_out``) has its ``ΔW`` Conv's mean taken instead
+    (PP-OCRv4 det's depthwise 3×3 layers at 160×160: the taps cost more than the probe saved)."""
+    if node.op_type == "Gemm" or len(w_dims) < 3:
+        return True
+    taps = int(np.prod(w_dims[2:]))
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    return taps == 1 or taps * max(group, 1) < w_dims[0]
+
+
+def _shift_nodes(node: onnx.NodeProto, delta: np.ndarray, prefix: str, opset: int
+                 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str, tuple[int, ...]]:
+    """The nodes that reduce ``op(x, ΔW)`` (the layer's own attributes, no bias) to its channel means,
+    as the probe does (:func:`_probe`)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    out = prefix + "_shift"
+    consts = [numpy_helper.from_array(delta, prefix + "_dw")]
+    steps = [helper.make_node(node.op_type, [node.input[0], prefix + "_dw"], [prefix + "_y"], **attrs)]
+    axes = [0] + list(range(2, delta.ndim))
+    if opset >= 18:
+        consts.append(numpy_helper.from_array(np.array(axes, np.int64), prefix + "_axes"))
+        steps.append(helper.make_node("ReduceMean", [prefix + "_y", prefix + "_axes"], [out], keepdims=0))
+    else:
+        steps.append(helper.make_node("ReduceMean", [prefix + "_y"], [out], keepdims=0, axes=axes))
+    return steps, consts, out, (delta.shape[0],)
 
 
 def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
@@ -237,6 +284,18 @@ def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
     else:
         steps.append(helper.make_node("ReduceMean", [x], [out], keepdims=0, axes=axes))
     return steps, consts, out, shape
+
+
+def _captured_shift(node: onnx.NodeProto, delta: np.ndarray, rounded: np.ndarray,
+                    entry: tuple[np.ndarray, np.ndarray | None] | None) -> np.ndarray | None:
+    """A layer's mean shift from what :class:`InputMeans` took: from its input taps, or the shift itself
+    where it was measured with the weight rounded as now; None otherwise (the layer is probed)."""
+    if entry is None:
+        return None
+    value, seen = entry
+    if seen is None:
+        return _shift_from_means(node, delta, value)
+    return value if seen.dtype == rounded.dtype and np.array_equal(seen, rounded, equal_nan=True) else None
 
 
 def _shift_from_means(node: onnx.NodeProto, delta: np.ndarray, mean: np.ndarray) -> np.ndarray | None:
@@ -351,7 +410,7 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
 def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams],
                    samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",),
                    only: Collection[str] | None = None, rounded: Rounded | None = None,
-                   means: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                   means: Mapping[str, tuple[np.ndarray, np.ndarray | None]] | None = None) -> dict[str, np.ndarray]:
     """New values of the biases of ``model``'s quantized-weight Conv/Gemm layers: each minus the
     mean output shift its rounded weights and its own integer input quantizer cause on ``samples``
     (see the module doc). ``only``: the layers whose weight is named there (the others' corrections
@@ -362,9 +421,10 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     (:class:`~onnxptq.pipeline.emit.Rounded`), so that emit takes them instead of rounding the same
     weights again (:func:`onnxptq.pipeline.build.build_model`).
 
-    ``means``: the layers' mean input taps the calibration pass took on ``samples``
-    (:class:`InputMeans`, by each layer's first output): a layer found there whose input has no
-    integer quantizer is corrected from them, and only the others are probed.
+    ``means``: what the calibration pass took on ``samples`` (:meth:`InputMeans.means`, by each layer's
+    first output): a layer found there whose input has no integer quantizer is corrected from its
+    mean input taps, or from its mean shift where that was measured with the weight rounded as now,
+    and only the others are probed.
 
     Returns {bias tensor name: corrected bias}; empty when nothing applies or no sample is given.
     """
@@ -374,7 +434,7 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     layers = _layers(model, plan, only)
     if not layers:
         return {}
-    deltas = []
+    deltas, weights = [], []
     for node, w, _ in layers:
         tplan = plan.tensors[node.input[1]]
         attrs = quantizer_attrs(tplan, params.get(node.input[1]))
@@ -382,13 +442,13 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         # that what it hands emit below is what emit would compute
         wq = fake_quantize_in_slices(w.astype(np.float32), tplan.quant.format, attrs)
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
+        weights.append(wq)
         if rounded is not None and w.dtype == np.float32 and not tplan.quant.is_integer:  # emit folds these
             rounded.put(node.input[1], tplan.quant.format, attrs, wq)
     inputs = [input_quantizer(node, plan, params) for node, _, _ in layers]
     shifts: list[np.ndarray | None] = [
-        _shift_from_means(node, delta, means[node.output[0]])
-        if means is not None and node.output[0] in means and act is None else None
-        for (node, _, _), delta, act in zip(layers, deltas, inputs)]
+        _captured_shift(node, delta, wq, means.get(node.output[0])) if means is not None and act is None else None
+        for (node, _, _), delta, wq, act in zip(layers, deltas, weights, inputs)]
     probed = [k for k, shift in enumerate(shifts) if shift is None]
     if probed:
         shifts = _probed_shifts(model, [layers[k] for k in probed], [deltas[k] for k in probed],
