@@ -240,11 +240,7 @@ def _shift_nodes(node: onnx.NodeProto, delta: np.ndarray, prefix: str, opset: in
     consts = [numpy_helper.from_array(delta, prefix + "_dw")]
     steps = [helper.make_node(node.op_type, [node.input[0], prefix + "_dw"], [prefix + "_y"], **attrs)]
     axes = [0] + list(range(2, delta.ndim))
-    if opset >= 18:
-        consts.append(numpy_helper.from_array(np.array(axes, np.int64), prefix + "_axes"))
-        steps.append(helper.make_node("ReduceMean", [prefix + "_y", prefix + "_axes"], [out], keepdims=0))
-    else:
-        steps.append(helper.make_node("ReduceMean", [prefix + "_y"], [out], keepdims=0, axes=axes))
+    _channel_mean(prefix + "_y", out, axes, prefix + "_axes", opset, steps, consts)
     return steps, consts, out, (delta.shape[0],)
 
 
@@ -278,12 +274,18 @@ def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
             steps.append(helper.make_node("Conv", [x, prefix + "_taps"], [prefix + "_patches"], group=channels,
                                           kernel_shape=kernel, **keep))
             x = prefix + "_patches"
-    if opset >= 18:
-        consts.append(numpy_helper.from_array(np.array(axes, np.int64), prefix + "_axes"))
-        steps.append(helper.make_node("ReduceMean", [x, prefix + "_axes"], [out], keepdims=0))
-    else:
-        steps.append(helper.make_node("ReduceMean", [x], [out], keepdims=0, axes=axes))
+    _channel_mean(x, out, axes, prefix + "_axes", opset, steps, consts)
     return steps, consts, out, shape
+
+
+def _channel_mean(y: str, out: str, axes: list[int], axes_name: str, opset: int,
+                  nodes: list[onnx.NodeProto], consts: list[onnx.TensorProto]) -> None:
+    """Append ``out = ReduceMean(y, axes, keepdims=0)`` in the opset's spelling (axes an input from 18)."""
+    if opset >= 18:
+        consts.append(numpy_helper.from_array(np.array(axes, np.int64), axes_name))
+        nodes.append(helper.make_node("ReduceMean", [y, axes_name], [out], keepdims=0))
+    else:
+        nodes.append(helper.make_node("ReduceMean", [y], [out], keepdims=0, axes=axes))
 
 
 def _captured_shift(node: onnx.NodeProto, delta: np.ndarray, rounded: np.ndarray,
@@ -392,11 +394,11 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
         # Mean over every axis but the channel one (1 for both Conv and 2-D Gemm output).
         rank = 2 if node.op_type == "Gemm" else delta.ndim
         axes = [0] + list(range(2, rank))
-        if opset >= 18:
-            graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), f"__bc_axes_{i}"))
-            graph.node.append(helper.make_node("ReduceMean", [y_name, f"__bc_axes_{i}"], [m_name], keepdims=0))
-        else:
-            graph.node.append(helper.make_node("ReduceMean", [y_name], [m_name], keepdims=0, axes=axes))
+        nodes: list[onnx.NodeProto] = []
+        consts: list[onnx.TensorProto] = []
+        _channel_mean(y_name, m_name, axes, f"__bc_axes_{i}", opset, nodes, consts)
+        graph.node.extend(nodes)
+        graph.initializer.extend(consts)
         if scope.is_main:
             graph.output.append(helper.make_tensor_value_info(m_name, onnx.TensorProto.FLOAT, None))
         else:
