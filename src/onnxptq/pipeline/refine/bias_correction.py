@@ -220,15 +220,20 @@ class InputMeans(SideFetch):
 
 def _taps_cheaper(node: onnx.NodeProto, w_dims: list[int]) -> bool:
     """Whether a layer's mean input taps cost its calibration runs less than its ``op(x, ΔW)``: a
-    Gemm's and a 1×1 Conv's always (a mean of ``x``); otherwise the taps' one-hot Conv makes ``K``
-    outputs per input channel (``C·K²`` products a position against ``C_out·C/group·K``), so a
-    depthwise or few-output Conv (``K·group ≥ C_out``) has its ``ΔW`` Conv's mean taken instead
-    (PP-OCRv4 det's depthwise 3×3 layers at 160×160: the taps cost more than the probe saved)."""
+    Gemm's and a plain 1×1 Conv's always (a mean of ``x``); otherwise the taps' one-hot Conv makes
+    ``K`` outputs per input channel (``C·K²`` products a position against ``C_out·C/group·K``), and
+    onnxruntime's grouped Conv spends ~3.5× a dense Conv's time per product (3×3 at batch 1, one
+    thread: taps ÷ ΔW Conv 0.30 at 128 outputs, 0.52 at 64, 1.05 at 32, 1.62 at 16, where products
+    alone say 0.07-0.56; bench/RESULTS.md, blockq18), so only where ``4·K·group < C_out``; a
+    depthwise or few-output Conv has its ``ΔW`` Conv's mean taken instead (with the taps everywhere,
+    PP-OCRv4 det's MXFP8_E4M3 quantize cost more than the probe it saved)."""
     if node.op_type == "Gemm" or len(w_dims) < 3:
         return True
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     taps = int(np.prod(w_dims[2:]))
-    group = next((a.i for a in node.attribute if a.name == "group"), 1)
-    return taps == 1 or taps * max(group, 1) < w_dims[0]
+    if taps == 1 and all(v == 1 for v in attrs.get("strides", [1])) and not any(attrs.get("pads", [0])):
+        return True  # the mean of x itself (auto_pad changes nothing on a 1×1 kernel at stride 1)
+    return 4 * taps * max(int(attrs.get("group", 1)), 1) < w_dims[0]
 
 
 def _shift_nodes(node: onnx.NodeProto, delta: np.ndarray, prefix: str, opset: int
