@@ -241,15 +241,18 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -
     Inf and NaN need no branch: a block maximum of +Inf makes ``Ps`` NaN (``Inf - (Inf - Inf)``
     in the split), and every scale of the block after it. ``ReduceMax`` in onnxruntime drops a
     NaN unless it comes first, so NaN is found by the block's sum of |x| (a sum of non-negative
-    values is NaN exactly when one of them is; an overflow gives +Inf, never NaN):
-    ``0 / (sum + 1)`` is NaN there and +0 elsewhere, added to ``Ps``. This replaced an ``If``
-    on the tensor's sum whose masked branch (~25 nodes) onnxruntime built, optimised and planned
-    in every call of every session (bench/RESULTS.md, branch bodyif).
+    values is NaN exactly when one of them is; an overflow gives +Inf, never NaN): ``-sum`` is
+    NaN there and at most 0 elsewhere (-Inf on an overflow), so as a third operand of the clamp
+    ``Max(max, 2^-127, -sum)`` it changes nothing but a NaN block, whose maximum it makes NaN:
+    onnxruntime's elementwise ``Max`` propagates NaN from any operand (since 1.14; the minimum
+    supported is 1.20), unlike ``ReduceMax``. One ``Neg`` for the ``0 / (sum + 1)`` added to ``Ps``
+    before (``Add``, ``Div``, ``Add``: two nodes less a call, the same bits; blockq18). This replaced an
+    ``If`` on the tensor's sum whose masked branch (~25 nodes) onnxruntime built, optimised and
+    planned in every call of every session (bench/RESULTS.md, branch bodyif).
     """
     m = a["bit_width"] - 9
     dmax = (1 << a["sub_block_shift_bits"]) - 1
-    poison = g.op("Div", g.wide(0.0), g.op("Add", bsum, g.wide(1.0)))
-    ps = g.op("Add", _pow2_floor(g, g.op("Max", bmax, g.wide(2.0**-127))), poison)
+    ps = _pow2_floor(g, g.op("Max", bmax, g.wide(2.0**-127), g.op("Neg", bsum)))
     if _prime_chain(a):
         # shift = D - #{i < D : sbmax >= Ps·2^-i}; each hit doubles the scale (no Where).
         s = g.op("Mul", ps, g.wide(2.0 ** (-dmax + 1 - m)))
@@ -260,8 +263,8 @@ def _prime_scale(g: Body, sbmax: str, bmax: str, bsum: str, a: dict[str, Any]) -
         return s
     pj = _pow2_floor(g, g.op("Max", sbmax, g.wide(2.0**-127)))
     base = g.op("Max", pj, g.op("Mul", ps, g.wide(2.0**-dmax)))
-    # Max need not propagate NaN: a poisoned block's scales are made NaN after it.
-    return g.op("Add", g.op("Mul", base, g.wide(2.0 ** (1 - m))), g.op("Sub", ps, ps))
+    # Max propagates a poisoned block's NaN Ps (see above) into its every sub-block's scale.
+    return g.op("Mul", base, g.wide(2.0 ** (1 - m)))
 
 
 def _prime_apply(g: Body, x: str, az: str, s: str, bmax: str, a: dict[str, Any], flat: bool = False) -> str:

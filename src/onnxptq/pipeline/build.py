@@ -68,7 +68,7 @@ def build_model(calibrated: Calibrated, cfg: QuantConfig, *, reuse: ConstantReus
         t = time.perf_counter()
         if reuse is None:
             corrected = correct_biases(prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers,
-                                       rounded=rounded)
+                                       rounded=rounded, means=calibrated.bias_means)
         else:
             corrected = _reused_corrections(calibrated, cfg, plan, params, reuse, rounded)
         if corrected:
@@ -167,6 +167,6 @@ def _reused_corrections(calibrated: Calibrated, cfg: QuantConfig, plan: Plan, pa
     missing = {w_name for _, w_name, b_name in layers if keys[b_name] not in reuse.corrections}
     if missing:
         found = correct_biases(calibrated.prepared, plan, params, calibrated.kept, providers=cfg.calibration.providers,
-                               only=missing, rounded=rounded)
+                               only=missing, rounded=rounded, means=calibrated.bias_means)
         reuse.corrections.update({keys[b_name]: value for b_name, value in found.items()})
     return {b_name: reuse.corrections[key] for b_name, key in keys.items() if key in reuse.corrections}

@@ -34,6 +34,7 @@ from ..memory import release_freed
 from ..sessions import active_libraries
 from .fp16_range import saturating_activations
 from .guard import CalibrationCapture
+from .refine.bias_correction import InputMeans
 from .plan import Plan, make_plan
 from .plan.select import _excluded, configured_op_types
 from .transformer import is_transformer
@@ -84,6 +85,9 @@ class Calibrated:
     #: itself (:class:`.guard.CalibrationCapture`): ``{tensor: (thinned values, axes kept whole)}``
     #: for the guard's candidates in :attr:`plan`; None where the pass could not fetch them
     guard_seed: dict[str, tuple[np.ndarray, frozenset[int]]] | None = None
+    #: bias correction's mean input taps per layer on :attr:`kept`, taken by the calibration pass
+    #: itself (:class:`.refine.bias_correction.InputMeans`); None where it took none (then every layer is probed)
+    bias_means: dict[str, tuple[np.ndarray, np.ndarray | None]] | None = None
     #: the plan calibration made for ``config`` (the config it calibrated for): the build of that
     #: config starts from a copy of it rather than planning again (:func:`.final_plan.first_plan`)
     plan: Plan | None = None
@@ -371,6 +375,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
     reads = keep = asked = 0
     same_bits: bool | None = None
     side: CalibrationCapture | None = None
+    means: InputMeans | None = None
     holding: _FloatHolding | None = None
     if data is not None or any(p.needs_calibration() for p in plans):
         if data is None:
@@ -403,11 +408,17 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         # at level "basic" (lore_detect A16W8: ~10 of 48 CPU s; bench/RESULTS.md, branch
         # repairbudget, which measured the pass with them).
         side = CalibrationCapture(prepared, plan, keep) if cfg.range_guard and keep > 0 else None
+        # Bias correction's input means on the kept samples, taken by these runs too: its probe then
+        # runs no float model of its own over them (refine/bias_correction.InputMeans).
+        means = InputMeans(prepared, plan, keep) if keep > 0 and cfg.bias_correction_active(reused) else None
+        sides = [s for s in (side, means) if s is not None and s.feeds > 0]
         # The judged calibration feeds' float outputs held in the floor's form as they are recorded; not
         # where the fp16 source's outputs replace them after the pass (compared whole: _source_outputs).
         holding = _FloatHolding(prepared, cfg) if pending and reference is None else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
-                                   also_run=pending, also_outputs=held_outputs, side=side, hold_outputs=holding)
+                                   also_run=pending, also_outputs=held_outputs,
+                                   side=(sides[0] if len(sides) == 1 else _Sides(sides)) if sides else None,
+                                   hold_outputs=holding)
         if reference is not None:
             t_ref = time.perf_counter()
             same_bits = _source_outputs(reference, cfg, kept, float_outputs, pending, held_outputs)
@@ -426,6 +437,8 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
                             reserve=reserve if measure_holdout else [], source_names=source_names)
     if side is not None:
         calibrated.guard_seed = side.seed(len(calibrated.kept))
+    if means is not None:
+        calibrated.bias_means = means.means(len(calibrated.kept))
     if holding is not None:
         holding.seed(calibrated)
     if holdout > 0 and data is not None and held and measure_holdout:
@@ -804,6 +817,31 @@ def samples_to_keep(cfg: QuantConfig, eval_samples: int, floor_reuses_samples: b
     return n
 
 
+class _Sides(runner.SideFetch):
+    """Several stages' :class:`~onnxptq.calibration.runner.SideFetch` on one calibration pass (the range
+    guard's values, bias correction's input means): their nodes, constants and outputs together, each
+    handed the values of its own first feeds. ``feeds``: on at most that many first feeds (where fewer
+    than a part asks for are run one at a time: a part that took fewer than its own count gives nothing)."""
+
+    def __init__(self, parts: Sequence[runner.SideFetch], feeds: int | None = None) -> None:
+        self.parts = list(parts)
+        nodes: dict[str, list[onnx.NodeProto]] = {}
+        for part in self.parts:
+            for name, steps in part.nodes.items():
+                nodes.setdefault(name, []).extend(steps)
+        self.nodes = nodes
+        self.initializers = [t for part in self.parts for t in part.initializers]
+        self.outputs = list(dict.fromkeys(o for part in self.parts for o in part.outputs))
+        self.feeds = max(part.feeds for part in self.parts) if feeds is None else feeds
+        self.taken = 0
+
+    def take(self, values: Mapping[str, np.ndarray]) -> None:
+        for part in self.parts:
+            if self.taken < part.feeds:
+                part.take(values)
+        self.taken += 1
+
+
 def _keep_first(feeds: Iterable[dict[str, np.ndarray]], kept: list, n: int):
     """Pass feeds through, keeping the first ``n`` for evaluation and counting them all."""
     count = 0
@@ -834,8 +872,8 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     ``also_run`` outputs (``runner.collect``; :class:`_FloatHolding`); where nothing needs statistics they are
     recorded whole and held after the pass (``Calibrated.hold_float_outputs``).
     ``side`` (:class:`~onnxptq.calibration.runner.SideFetch`): values another stage reads on the
-    first feeds, fetched by these runs; where nothing needs statistics, only when those feeds are
-    among the recorded ones (never the held-out feeds run after them)."""
+    first feeds, fetched by these runs; where nothing needs statistics, on the recorded ones only (never the
+    held-out feeds run after them: a side that asks for more takes those, :class:`_Sides`)."""
     wanted: dict[str, Any] = {}
     # Unscaled fp16 activations need no scale, but their range decides whether they fit (fp16_range.py).
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans)
@@ -863,13 +901,24 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
             # (a batch of the first two feeds, run to decide how statistics are gathered) would
             # decide nothing; it ran once per session. The outputs are the same, bit for bit.
             outputs: list[dict[str, np.ndarray]] = []
-            runner.collect(model, {}, head + extra, providers=tuple(cfg.calibration.providers), progress=False,
-                           model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1,
-                           side=side if side is not None and side.feeds <= len(head) else None)
-            if float_outputs is not None:
-                float_outputs.extend(outputs[:len(head)])
-            if also_outputs is not None:
-                also_outputs.extend(outputs[len(head):])
+            # A side that reads more first feeds than are recorded (bias correction's input means on its
+            # kept samples) gets them run too, unrecorded; the held-out feeds then run first, as in a
+            # statistics pass (the same session, one feed a run: the same outputs in either order).
+            more = list(itertools.islice(feeds, max(0, side.feeds - len(head)))) if side is not None and head else []
+            if more:
+                runner.collect(model, {}, head + more, providers=tuple(cfg.calibration.providers), progress=False,
+                               model_outputs=outputs, model_output_batches=len(head), max_group=1, side=side,
+                               also_run=extra, also_outputs=also_outputs if also_outputs is not None else [])
+                if float_outputs is not None:
+                    float_outputs.extend(outputs)
+            else:
+                runner.collect(model, {}, head + extra, providers=tuple(cfg.calibration.providers), progress=False,
+                               model_outputs=outputs, model_output_batches=len(head) + len(extra), max_group=1,
+                               side=None if side is None else side if side.feeds <= len(head) else _Sides([side], len(head)))
+                if float_outputs is not None:
+                    float_outputs.extend(outputs[:len(head)])
+                if also_outputs is not None:
+                    also_outputs.extend(outputs[len(head):])
         for _ in feeds:
             pass
         return {}

@@ -27,7 +27,11 @@ of them, bounded): one probe
 model computes, for every corrected layer, the layer's own op applied to its float input with
 ``ΔW`` as the weight and no bias, reduced to a per-channel mean in the graph (padding, strides and
 groups are then exactly those of the layer). Only the means leave onnxruntime, so memory is one
-vector per layer, whatever the sample count.
+vector per layer, whatever the sample count. Where a layer's input has no integer quantizer (the
+block and float formats: the weights' term alone, linear in ``x``), the calibration pass's own runs
+of the kept samples take the statistic instead (:class:`InputMeans`: each input's mean kernel taps,
+contracted with ``ΔW`` here), and the probe is built only for the layers left (If branches, integer
+inputs): no second float run of the kept samples (PP-OCRv4 rec MXFP8_E4M3: ~0.8 CPU s).
 
 Scope: Conv and Gemm (1-D bias, ``transA`` 0) with quantized weights of any format, a constant
 bias that only this node reads (a shared bias would move under another layer), in the main graph
@@ -53,12 +57,13 @@ weights alone shifts its output by a per-channel constant (93 % of the error's p
 from __future__ import annotations
 
 import logging
-from typing import Any, Collection, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ...calibration.runner import SideFetch
 from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain, model_opset
 from ...graph.walk import ScopeIndex, all_graphs
@@ -113,6 +118,211 @@ def corrected_layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.Node
                 continue  # beta 0: the bias does not reach the output, there is nothing to correct
             out.append((node, w_name, b_name))
     return out
+
+
+class InputMeans(SideFetch):
+    """The statistic the correction needs of a layer's float input, taken by the calibration pass's own
+    runs of the kept samples (:func:`onnxptq.calibration.runner.collect`'s ``side``) instead of a probe
+    session that runs the float model over them a second time.
+
+    Why it can: where a layer's input has no integer quantizer of its own (:func:`input_quantizer`;
+    every layer of the block and float formats, whose weights' rounding is known before calibration),
+    the correction is ``E[op(x, ΔW)]`` alone, and Conv and Gemm are linear in ``x`` (zero padding is a
+    constant 0): the channel mean of ``op(x, ΔW)`` over samples and output positions is
+    ``Σ ΔW[c, j, k] · M[j, k]``, with ``M[j, k]`` the mean over the same samples and positions of the
+    input value the kernel's tap ``k`` reads on input channel ``j`` (the layer's padding, strides and
+    dilations). ``M`` is one small array per layer (input channels × kernel taps), reduced in the graph
+    by a Conv with one-hot weights (one output per channel and tap, ``group`` = input channels: it
+    copies each tap's input exactly) and a ``ReduceMean``; a 1×1 Conv without stride or padding and a
+    Gemm read the channel means of ``x`` itself. Where those taps would cost more than ``op(x, ΔW)``
+    (a depthwise Conv: :func:`_taps_cheaper`), the mean of ``op(x, ΔW)`` itself is taken, as the probe
+    takes it, with the weight rounded as the plan calibration made rounds it (block formats need no
+    solved parameter), and it serves a build that rounds the weight the same (:func:`_captured_shift`).
+    So memory is one vector per layer, whatever the sample count, and the pass adds ~2 nodes a layer
+    instead of the probe's second float run of every kept sample (PP-OCRv4 rec MXFP8_E4M3: ~0.8 of
+    ~3.9 CPU s; bench/RESULTS.md, blockq18).
+
+    What changes: the sums. The probe reduced ``op(x, ΔW)`` in float32; here ``M`` is reduced in
+    float32 and contracted with ``ΔW`` in float64, so the corrected biases agree with the probe's to
+    float32 rounding, not bit for bit (bench/RESULTS.md, blockq18, measures the outputs). Each feed's
+    means are weighted by its batch (the model's first input's first axis), as the probe weighted them.
+
+    Scope: the main graph's layers of :func:`corrected_layers` with float32 weights in a non-integer
+    format (an integer weight's grid depends on the solved activation scale: ``bias_fit``). A layer
+    whose input has an integer quantizer after solve, one in an If branch, or any layer where fewer than
+    the kept samples were run (:meth:`means`) is probed as before."""
+
+    def __init__(self, model: onnx.ModelProto, plan: Plan, samples: int) -> None:
+        opset = model_opset(model)
+        inits, _ = _initializers(model)
+        produced = {o for n in model.graph.node for o in n.output}
+        main = {i.name for i in model.graph.input} | produced
+        first = next((i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}), None)
+        nodes: dict[str, list[onnx.NodeProto]] = {}
+        self.initializers: list[onnx.TensorProto] = []
+        #: per layer (its node's first output): the output holding its input's mean, and the mean's shape
+        self.layers: dict[str, tuple[str, tuple[int, ...]]] = {}
+        #: the rounded weight of each layer whose shift itself is taken (:func:`_taps_cheaper`)
+        self.rounded: dict[str, np.ndarray] = {}
+        for i, (node, w_name, _) in enumerate(corrected_layers(model, plan)):
+            w = inits[w_name]
+            if (node.output[0] not in produced or node.input[0] not in main  # an If branch's layer: probed
+                    or w.data_type != onnx.TensorProto.FLOAT or plan.tensors[w_name].quant.is_integer):
+                continue
+            tplan = plan.tensors[w_name]
+            if _taps_cheaper(node, list(w.dims)):
+                made = _mean_nodes(node, list(w.dims), f"__bc_in_{i}", opset)
+            elif tplan.quant.format in ("bfp", "mx"):  # rounded without solved parameters: known now
+                values = tensor_values(w)
+                wq = fake_quantize_in_slices(values, tplan.quant.format, quantizer_attrs(tplan, None))
+                delta = (wq.astype(np.float64) - values.astype(np.float64)).astype(np.float32)
+                made = _shift_nodes(node, delta, f"__bc_in_{i}", opset)
+                self.rounded[node.output[0]] = wq
+            else:
+                made = None
+            if made is None:
+                continue
+            steps, consts, out, shape = made
+            nodes.setdefault(node.input[0], []).extend(steps)
+            self.initializers.extend(consts)
+            self.layers[node.output[0]] = (out, shape)
+        self.batch_name = "__bc_in_batch"
+        if self.layers and first is not None:
+            nodes.setdefault(first.name, []).append(helper.make_node("Shape", [first.name], [self.batch_name]))
+        self.nodes = nodes
+        self.outputs = [out for out, _ in self.layers.values()] + ([self.batch_name] if self.layers and first else [])
+        self.feeds = samples if self.layers else 0
+        self.sums = {k: np.zeros(shape, np.float64) for k, (_, shape) in self.layers.items()}
+        self.counts = dict.fromkeys(self.layers, 0)
+        self.taken = 0
+
+    def take(self, values: Mapping[str, np.ndarray]) -> None:
+        """One feed's input means, weighted by its batch, added to the layers' sums (nothing else kept)."""
+        if self.taken >= self.feeds:
+            return
+        shape = np.asarray(values[self.batch_name]) if self.batch_name in values else np.zeros(0, np.int64)
+        batch = int(shape[0]) if shape.size else 1
+        for key, (out, dims) in self.layers.items():
+            value = np.asarray(values[out], np.float64)
+            if value.size:
+                self.sums[key] += value.reshape(dims) * batch
+                self.counts[key] += batch
+        self.taken += 1
+
+    def means(self, kept: int) -> dict[str, tuple[np.ndarray, np.ndarray | None]] | None:
+        """Per captured layer (by its node's first output): its mean input taps and None, or its mean
+        shift and the rounded weight it was measured with; None unless exactly the ``kept`` samples
+        the correction is fitted on were run."""
+        if not self.layers or self.taken != kept or kept == 0:
+            return None
+        return {k: (self.sums[k] / self.counts[k], self.rounded.get(k)) for k in self.layers if self.counts[k]}
+
+
+def _taps_cheaper(node: onnx.NodeProto, w_dims: list[int]) -> bool:
+    """Whether a layer's mean input taps cost its calibration runs less than its ``op(x, ΔW)``: a
+    Gemm's and a plain 1×1 Conv's always (a mean of ``x``); otherwise the taps' one-hot Conv makes
+    ``K`` outputs per input channel (``C·K²`` products a position against ``C_out·C/group·K``), and
+    onnxruntime's grouped Conv spends ~3.5× a dense Conv's time per product (3×3 at batch 1, one
+    thread: taps ÷ ΔW Conv 0.30 at 128 outputs, 0.52 at 64, 1.05 at 32, 1.62 at 16, where products
+    alone say 0.07-0.56; bench/RESULTS.md, blockq18), so only where ``4·K·group < C_out``; a
+    depthwise or few-output Conv has its ``ΔW`` Conv's mean taken instead (with the taps everywhere,
+    PP-OCRv4 det's MXFP8_E4M3 quantize cost more than the probe it saved)."""
+    if node.op_type == "Gemm" or len(w_dims) < 3:
+        return True
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    taps = int(np.prod(w_dims[2:]))
+    if taps == 1 and all(v == 1 for v in attrs.get("strides", [1])) and not any(attrs.get("pads", [0])):
+        return True  # the mean of x itself (auto_pad changes nothing on a 1×1 kernel at stride 1)
+    return 4 * taps * max(int(attrs.get("group", 1)), 1) < w_dims[0]
+
+
+def _shift_nodes(node: onnx.NodeProto, delta: np.ndarray, prefix: str, opset: int
+                 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str, tuple[int, ...]]:
+    """The nodes that reduce ``op(x, ΔW)`` (the layer's own attributes, no bias) to its channel means,
+    as the probe does (:func:`_probe`)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    out = prefix + "_shift"
+    consts = [numpy_helper.from_array(delta, prefix + "_dw")]
+    steps = [helper.make_node(node.op_type, [node.input[0], prefix + "_dw"], [prefix + "_y"], **attrs)]
+    axes = [0] + list(range(2, delta.ndim))
+    _channel_mean(prefix + "_y", out, axes, prefix + "_axes", opset, steps, consts)
+    return steps, consts, out, (delta.shape[0],)
+
+
+def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
+                ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str, tuple[int, ...]] | None:
+    """The nodes that reduce ``node``'s input to the means :class:`InputMeans` keeps: (nodes, their
+    constants, the mean's name, its shape: ``[K]`` for a Gemm, ``[C_in, *kernel]`` for a Conv)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    x, out = node.input[0], prefix + "_mean"
+    steps: list[onnx.NodeProto] = []
+    consts: list[onnx.TensorProto] = []
+    if node.op_type == "Gemm":
+        if len(w_dims) != 2:
+            return None
+        axes, shape = [0], (w_dims[1] if attrs.get("transB", 0) else w_dims[0],)
+    else:
+        kernel = list(attrs.get("kernel_shape", w_dims[2:]))
+        if len(w_dims) < 3 or kernel != list(w_dims[2:]):
+            return None
+        channels = w_dims[1] * int(attrs.get("group", 1))
+        axes, shape = [0] + list(range(2, 2 + len(kernel))), (channels, *kernel)
+        plain = (all(k == 1 for k in kernel) and all(s == 1 for s in attrs.get("strides", [1]))
+                 and not any(attrs.get("pads", [0])) and attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", b"VALID"))
+        if not plain:
+            # one output per (channel, tap): channel j's tap k lands on output j·K + k, exactly its value
+            taps = int(np.prod(kernel))
+            onehot = np.zeros((channels * taps, 1, *kernel), np.float32)
+            onehot.reshape(channels, taps, taps)[:, np.arange(taps), np.arange(taps)] = 1.0
+            consts.append(numpy_helper.from_array(onehot, prefix + "_taps"))
+            keep = {k: v for k, v in attrs.items() if k in ("strides", "pads", "dilations", "auto_pad")}
+            steps.append(helper.make_node("Conv", [x, prefix + "_taps"], [prefix + "_patches"], group=channels,
+                                          kernel_shape=kernel, **keep))
+            x = prefix + "_patches"
+    _channel_mean(x, out, axes, prefix + "_axes", opset, steps, consts)
+    return steps, consts, out, shape
+
+
+def _channel_mean(y: str, out: str, axes: list[int], axes_name: str, opset: int,
+                  nodes: list[onnx.NodeProto], consts: list[onnx.TensorProto]) -> None:
+    """Append ``out = ReduceMean(y, axes, keepdims=0)`` in the opset's spelling (axes an input from 18)."""
+    if opset >= 18:
+        consts.append(numpy_helper.from_array(np.array(axes, np.int64), axes_name))
+        nodes.append(helper.make_node("ReduceMean", [y, axes_name], [out], keepdims=0))
+    else:
+        nodes.append(helper.make_node("ReduceMean", [y], [out], keepdims=0, axes=axes))
+
+
+def _captured_shift(node: onnx.NodeProto, delta: np.ndarray, rounded: np.ndarray,
+                    entry: tuple[np.ndarray, np.ndarray | None] | None) -> np.ndarray | None:
+    """A layer's mean shift from what :class:`InputMeans` took: from its input taps, or the shift itself
+    where it was measured with the weight rounded as now; None otherwise (the layer is probed)."""
+    if entry is None:
+        return None
+    value, seen = entry
+    if seen is None:
+        return _shift_from_means(node, delta, value)
+    return value if seen.dtype == rounded.dtype and np.array_equal(seen, rounded, equal_nan=True) else None
+
+
+def _shift_from_means(node: onnx.NodeProto, delta: np.ndarray, mean: np.ndarray) -> np.ndarray | None:
+    """``E[op(x, ΔW)]`` per output channel from the layer's mean input taps (:class:`InputMeans`), in
+    float64; None where the means do not fit the weight (then the layer is probed)."""
+    d = delta.astype(np.float64)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Gemm":
+        b = d.T if attrs.get("transB", 0) else d  # [K, N]
+        if mean.shape != (b.shape[0],):
+            return None
+        return float(attrs.get("alpha", 1.0)) * (mean @ b)
+    group = int(attrs.get("group", 1))
+    cout, cin_g = d.shape[0], d.shape[1]
+    if mean.shape != (cin_g * group, *d.shape[2:]) or cout % group:
+        return None
+    per = cout // group
+    taps = mean.reshape(group, cin_g, -1)  # [group, C_in/group, K]
+    flat = d.reshape(group, per, cin_g, -1)  # [group, C_out/group, C_in/group, K]
+    return np.einsum("gojk,gjk->go", flat, taps).reshape(cout)
 
 
 def _layers(model: onnx.ModelProto, plan: Plan, only: Collection[str] | None = None) -> list[tuple[onnx.NodeProto, np.ndarray, str]]:
@@ -189,11 +399,11 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
         # Mean over every axis but the channel one (1 for both Conv and 2-D Gemm output).
         rank = 2 if node.op_type == "Gemm" else delta.ndim
         axes = [0] + list(range(2, rank))
-        if opset >= 18:
-            graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), f"__bc_axes_{i}"))
-            graph.node.append(helper.make_node("ReduceMean", [y_name, f"__bc_axes_{i}"], [m_name], keepdims=0))
-        else:
-            graph.node.append(helper.make_node("ReduceMean", [y_name], [m_name], keepdims=0, axes=axes))
+        nodes: list[onnx.NodeProto] = []
+        consts: list[onnx.TensorProto] = []
+        _channel_mean(y_name, m_name, axes, f"__bc_axes_{i}", opset, nodes, consts)
+        graph.node.extend(nodes)
+        graph.initializer.extend(consts)
         if scope.is_main:
             graph.output.append(helper.make_tensor_value_info(m_name, onnx.TensorProto.FLOAT, None))
         else:
@@ -206,7 +416,8 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
 
 def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams],
                    samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str] = ("CPUExecutionProvider",),
-                   only: Collection[str] | None = None, rounded: Rounded | None = None) -> dict[str, np.ndarray]:
+                   only: Collection[str] | None = None, rounded: Rounded | None = None,
+                   means: Mapping[str, tuple[np.ndarray, np.ndarray | None]] | None = None) -> dict[str, np.ndarray]:
     """New values of the biases of ``model``'s quantized-weight Conv/Gemm layers: each minus the
     mean output shift its rounded weights and its own integer input quantizer cause on ``samples``
     (see the module doc). ``only``: the layers whose weight is named there (the others' corrections
@@ -217,6 +428,11 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     (:class:`~onnxptq.pipeline.emit.Rounded`), so that emit takes them instead of rounding the same
     weights again (:func:`onnxptq.pipeline.build.build_model`).
 
+    ``means``: what the calibration pass took on ``samples`` (:meth:`InputMeans.means`, by each layer's
+    first output): a layer found there whose input has no integer quantizer is corrected from its
+    mean input taps, or from its mean shift where that was measured with the weight rounded as now,
+    and only the others are probed.
+
     Returns {bias tensor name: corrected bias}; empty when nothing applies or no sample is given.
     """
     if not samples:
@@ -225,7 +441,7 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
     layers = _layers(model, plan, only)
     if not layers:
         return {}
-    deltas = []
+    deltas, weights = [], []
     for node, w, _ in layers:
         tplan = plan.tensors[node.input[1]]
         attrs = quantizer_attrs(tplan, params.get(node.input[1]))
@@ -233,9 +449,40 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         # that what it hands emit below is what emit would compute
         wq = fake_quantize_in_slices(w.astype(np.float32), tplan.quant.format, attrs)
         deltas.append((wq.astype(np.float64) - w.astype(np.float64)).astype(np.float32))
+        weights.append(wq)
         if rounded is not None and w.dtype == np.float32 and not tplan.quant.is_integer:  # emit folds these
             rounded.put(node.input[1], tplan.quant.format, attrs, wq)
     inputs = [input_quantizer(node, plan, params) for node, _, _ in layers]
+    shifts: list[np.ndarray | None] = [
+        _captured_shift(node, delta, wq, means.get(node.output[0])) if means is not None and act is None else None
+        for (node, _, _), delta, wq, act in zip(layers, deltas, weights, inputs)]
+    probed = [k for k, shift in enumerate(shifts) if shift is None]
+    if probed:
+        shifts = _probed_shifts(model, [layers[k] for k in probed], [deltas[k] for k in probed],
+                                [inputs[k] for k in probed], samples, providers, shifts, probed)
+    inits, _ = _initializers(model)
+    out: dict[str, np.ndarray] = {}
+    for (node, _, b_name), shift in zip(layers, shifts):
+        if shift is None:
+            continue  # no sample ran this layer's branch: no evidence, the bias stays
+        if not np.all(np.isfinite(shift)):
+            log.warning("bias correction: %r left as it was (its input's mean is not finite on the kept samples)", b_name)
+            continue
+        bias = tensor_values(inits[b_name])
+        if node.op_type == "Gemm":
+            shift = shift / next((a.f for a in node.attribute if a.name == "beta"), 1.0)
+        out[b_name] = (bias.astype(np.float64) - shift).astype(bias.dtype)
+    log.info("bias correction: %d layer(s) on %d sample(s), %d from calibration's input means, %d probed",
+             len(out), len(samples), len(layers) - len(probed), len(probed))
+    return out
+
+
+def _probed_shifts(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.ndarray, str]],
+                   deltas: Sequence[np.ndarray], inputs: Sequence[tuple[str, dict] | None],
+                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str],
+                   shifts: list[np.ndarray | None], at: Sequence[int]) -> list[np.ndarray | None]:
+    """``shifts`` with the mean shift of each of ``layers`` (at positions ``at``) measured by the probe
+    model on ``samples`` (None where no sample ran the layer's branch)."""
     probe, names = _probe(model, layers, deltas, inputs)
     # Without spinning: between runs the sums are taken in NumPy, while spinning pool threads held
     # the cores (the same kernels and thread pool, so the same means bit for bit).
@@ -251,18 +498,10 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
                 continue  # the sample took the other branch of an If holding this layer
             sums[k] += value * batch
             counts[k] += batch
-    inits, _ = _initializers(model)
-    out: dict[str, np.ndarray] = {}
-    for (node, _, b_name), total, count in zip(layers, sums, counts):
-        if count == 0:
-            continue  # no sample ran this layer's branch: no evidence, the bias stays
-        bias = tensor_values(inits[b_name])
-        shift = total / count
-        if node.op_type == "Gemm":
-            shift = shift / next((a.f for a in node.attribute if a.name == "beta"), 1.0)
-        out[b_name] = (bias.astype(np.float64) - shift).astype(bias.dtype)
-    log.info("bias correction: %d layer(s) on %d sample(s)", len(out), max(counts, default=0))
-    return out
+    shifts = list(shifts)
+    for k, total, count in zip(at, sums, counts):
+        shifts[k] = total / count if count else None
+    return shifts
 
 
 def _trans_b(node: onnx.NodeProto) -> bool:
