@@ -42,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402,F401 - the repository root on sys.path
+from zoo import verdict_state as _verdict_state  # noqa: E402 - the zoo table's words for the floor as delivered
 
 FLOORS = {"A8W8": 0.95, "A16W8": 0.97}
 
@@ -100,18 +101,6 @@ def _agreement(case: Case, ref, model, optimization: str = "all") -> tuple[float
     test = _memo(_runner(model, optimization), case.held)
     agr = float(case.metric(ref, test, case.held, case.root))
     return round(agr, 4), round(float(zoo.output_cosine(ref, test, case.held)), 6), test
-
-
-def _verdict_state(verdict) -> str:
-    if verdict is None:
-        return "no verdict"
-    if not verdict.ok:
-        return "broken: " + verdict.describe(only_broken=True)[:160].replace("\n", " ")
-    if getattr(verdict, "unconfirmed", None):
-        return "could not confirm"
-    if verdict.unjudged:
-        return "holds (not judged)"
-    return "holds (warned)" if verdict.advisories else "holds"
 
 
 def _rewritten_weights(model) -> int:

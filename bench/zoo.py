@@ -144,6 +144,29 @@ def _repair_kept(result) -> str:
     return "-"
 
 
+def verdict_state(verdict) -> str:
+    """The library's floor as delivered (``result.floor``), in the words its summary uses: "holds",
+    "holds (warned)", "holds (not judged)", "could not confirm", "broken: …" or "no verdict". A row below
+    the bench's floor whose state is a bare "holds" is SILENT: the summary said nothing of the break."""
+    if verdict is None:
+        return "no verdict"
+    if not verdict.ok:
+        return "broken: " + verdict.describe(only_broken=True)[:160].replace("\n", " ")
+    if getattr(verdict, "unconfirmed", None):
+        return "could not confirm"
+    if verdict.unjudged:
+        return "holds (not judged)"
+    return "holds (warned)" if verdict.advisories else "holds"
+
+
+def row_status(agreement: float, preset: str, verdict: str | None) -> str:
+    """"ok" at or above the preset's floor; below it, "below floor, SILENT" where the library's floor said a
+    bare "holds" (:func:`verdict_state`; rows measured before it was recorded carry no verdict: "below floor")."""
+    if agreement >= floor(preset):
+        return "ok"
+    return "below floor, SILENT" if verdict == "holds" else "below floor"
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
@@ -176,6 +199,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
         return row
     row["quantize_s"], row["quantize_cpu_s"] = round(time.perf_counter() - t0, 2), round(time.process_time() - c0, 2)
     row["repair"] = _repair_kept(result)
+    row["verdict"] = verdict_state(getattr(result, "floor", None))
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
         row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
@@ -191,7 +215,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
         row["latency_ratio"] = round(_latency_ratio(ref_run, test_run, heldout[: min(len(heldout), 4)]), 3)
         row["size_ratio"] = round(_file_size(output) / _file_size(model.path()), 3)
         row["interface_kept"] = _interface(output) == _interface(model.path())
-        row["status"] = "ok" if row["agreement"] >= floor(preset) else "below floor"
+        row["status"] = row_status(row["agreement"], preset, row["verdict"])
     except Exception as exc:
         row.update(status="exception", error="evaluating: " + _first_line(exc), trace=traceback.format_exc()[-2000:])
     return row
@@ -239,6 +263,12 @@ def _fmt(v, spec=".3f") -> str:
     return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) else str(v)
 
 
+def _said(row: dict) -> str:
+    """The "floor said" cell: the verdict, SILENT in bold where the row is below the floor and it said "holds"."""
+    said = row.get("verdict") or "-"
+    return f"**SILENT** ({said})" if row.get("status") == "below floor, SILENT" else said
+
+
 def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
     lines = [SECTION, "",
              f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
@@ -253,8 +283,10 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
              "fixes and structure rules merged, before the log-domain and carried-state rules, which find nothing on that "
              "row's graph unless it is oww_melspectrogram or silero_half; \"zoo <commit>\" after them: set ZOO_LIBRARY). "
              "Raw rows: `bench/RESULTS_zoo.json`; what stays below the floor and why: the findings after the table.", "",
-             "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | library | error |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "floor said: the library's floor as delivered (`verdict_state`; SILENT: below the floor here while it said a "
+             "bare \"holds\"; \"-\": a row measured before the verdict was recorded).", "",
+             "| model | metric | preset | agreement | cosine | quantize s | latency × | size × | repair kept | floor said | library | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     order = {m.name: i for i, m in enumerate(models)}
     for r in sorted(rows, key=lambda r: (order.get(r["model"], 99), PRESETS.index(r["preset"]) if r["preset"] in PRESETS else 99)):
         agr = r.get("agreement")
@@ -266,16 +298,17 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
         err = (r.get("error") or "").replace("|", "\\|")
         lines.append(f"| {r['model']} | {r.get('metric', '')} | {r['preset']} | {agr_s} | {_fmt(r.get('cosine'), '.4f')} | "
                      f"{_fmt(r.get('quantize_s'), '.1f')} | {_fmt(r.get('latency_ratio'), '.2f')} | {_fmt(r.get('size_ratio'), '.2f')} | "
-                     f"{r.get('repair', '-') or '-'} | {r.get('library') or 'before repair'} | {err} |")
+                     f"{r.get('repair', '-') or '-'} | {_said(r)} | {r.get('library') or 'before repair'} | {err} |")
     have = {(r["model"], r["preset"]) for r in rows}
     for m in models:  # pairs a time-limited run did not reach are listed, never silently absent
         for p in PRESETS:
             if (m.name, p) not in have:
-                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | - | not reached in this run (time) |")
+                lines.append(f"| {m.name} | {m.metric_name} | {p} | not measured | - | - | - | - | - | - | - | not reached in this run (time) |")
     failing = [r for r in rows if r.get("agreement") is None or r["agreement"] < r.get("floor", 0.95)]
     lines += ["", f"{len(rows)} pairs measured, {len(rows) - len(failing)} at or above the floor, {len(failing)} below it or failing "
               f"({sum(r.get('status') == 'exception' for r in rows)} raw exceptions, {sum(r.get('status') == 'refused' for r in rows)} "
-              f"documented refusals, {sum(r.get('status') == 'timeout' for r in rows)} timeouts).", ""]
+              f"documented refusals, {sum(r.get('status') == 'timeout' for r in rows)} timeouts, "
+              f"{sum(r.get('status') == 'below floor, SILENT' for r in rows)} SILENT).", ""]
     lines += ["Zoo models (wheel, licence, data):", "",
               "| model | wheel | file | licence | what | data | calibration / held-out feeds |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for m in models:

@@ -85,3 +85,34 @@ def test_the_zoo_table_names_the_nodes_repair_stepped_up():
     both = dict(rep, kept_float={"Sigmoid_1": "kept"}, op_types=dict(rep["op_types"], Sigmoid_1="Sigmoid"))
     assert _bench_zoo()._repair_kept(SimpleNamespace(repair=both)).startswith("1 float: Sigmoid_1 (Sigmoid); 7 stepped up")
     assert _bench_zoo()._repair_kept(SimpleNamespace(repair={"kept_float": {}, "stepped_up": {}})) == "nothing kept"
+
+
+def test_the_zoo_table_says_silent_where_the_floor_said_holds():
+    """Issue 27's must-show counts rows below the floor "without the summary saying so" (SILENT); the zoo's rows
+    did not record what the library's floor said, so a below row whose floor held looked like one it had warned
+    of. The row now carries ``verdict`` (the floor as delivered, in the summary's words) and a below row whose
+    verdict is a bare "holds" is "below floor, SILENT", counted in the table; "could not confirm", "holds (not
+    judged)" and a broken verdict are said by the summary, so not SILENT. The verdicts are the library's own."""
+    from onnxptq.analysis.evidence import ShareBound
+    from onnxptq.analysis.floor import OutputCheck, Verdict
+
+    bench = _bench_zoo()
+
+    def verdict(**check):
+        return Verdict(floor=None, outputs={"y": OutputCheck("y", check.pop("cosine", 0.9999), 0.999, **check)})
+
+    bound = ShareBound(1.0, 32, "rows", 0.9512, 1.0, 0.97, 54, 0.9)
+    assert bench.verdict_state(None) == "no verdict"
+    assert bench.verdict_state(verdict()) == "holds"
+    assert bench.verdict_state(verdict(cosine=0.91, ok=False)).startswith("broken: y: cosine 0.9100")
+    assert bench.verdict_state(verdict(top1=1.0, rows=32, unconfirmed=bound)) == "could not confirm"
+    assert bench.verdict_state(verdict(top1=1.0, rows=8, top1_unjudged=True)) == "holds (not judged)"
+    assert bench.verdict_state(verdict(advisory="strings changed where float is sure")) == "holds (warned)"
+    assert bench.row_status(0.98, "BF16", "holds") == "ok"
+    assert bench.row_status(0.96, "BF16", "holds") == "below floor, SILENT"
+    assert bench.row_status(0.96, "BF16", "could not confirm") == "below floor"
+    assert bench.row_status(0.96, "A8W8", "holds") == "ok"  # A8W8's floor is 0.95
+    rows = [{"model": "magika", "preset": "BF16", "agreement": 0.96, "floor": 0.97, "status": "below floor, SILENT", "verdict": "holds"},
+            {"model": "magika", "preset": "MX9", "agreement": 0.96, "floor": 0.97, "status": "below floor", "verdict": "could not confirm"}]
+    text = bench.table(rows, [], "zoo.py")
+    assert "| **SILENT** (holds) |" in text and "| could not confirm |" in text and "1 SILENT)" in text
