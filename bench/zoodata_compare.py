@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 import _common  # noqa: F401 - the repository root on sys.path
@@ -84,6 +85,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{moved if moved is not None else '-'} | {said(a)} | **{k}** | {str(a.get('repair') or a.get('error') or '-')[:160]} |")
     print()
     print(f"{len(after)} pairs rerun: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    print()
+    print("| preset | pairs measured | quantize CPU s median / max | latency × median / max | size × median |")
+    print("| --- | --- | --- | --- | --- |")
+    for preset in PRESETS:
+        got = [r for (m, p), r in after.items() if p == preset and r.get("agreement") is not None]
+        cpu = [r["quantize_cpu_s"] for r in got if r.get("quantize_cpu_s") is not None]
+        lat = [r["latency_ratio"] for r in got if r.get("latency_ratio") is not None]
+        size = [r["size_ratio"] for r in got if r.get("size_ratio") is not None]
+        med = lambda v, f: f"{statistics.median(v):{f}}" if v else "-"  # noqa: E731
+        print(f"| {preset} | {len(got)} | {med(cpu, '.2f')} / {max(cpu, default=float('nan')):.2f} | "
+              f"{med(lat, '.2f')} / {max(lat, default=float('nan')):.2f} | {med(size, '.3f')} |")
     return 0
 
 
