@@ -1,10 +1,10 @@
-"""Library findings of the zoo's rerun (bench/RESULTS.md, zoo18), kept as tests that fail until the library
-answers them; ``xfail(strict=True)`` so the suite stays green and flips the day they are mended.
+"""Library findings of the zoo's rerun (bench/RESULTS.md, zoo18), each a test that failed until the library answered
+it (this one: analysis/floor.beyond_confirmation, used by algorithms/repair.enforce_floor).
 
 ddddocr_ocr BFP16 (48 calibration captchas) is one string below the 0.97 floor on the zoo's 192 held-out
 captchas; the library's floor says "holds on its figures, NOT CONFIRMED … repair_uncertain=True repairs it as
-broken". With ``repair_uncertain=True`` repair does not repair it: it reports "the floor breaks even with every
-quantized node float … the loss is not the quantizers'" and delivers the plain model marked BROKEN, although the
+broken". With ``repair_uncertain=True`` repair did not repair it: it reported "the floor breaks even with every
+quantized node float … the loss is not the quantizers'" and delivered the plain model marked BROKEN, although the
 all-float candidate reads every string as float does (strings 1.0000). The share cannot be confirmed on as few
 held-out reads by ANY candidate, float included; the words blame the float graph for the data's size. The same
 on a one-MatMul graph with 24 samples (below), in 0.5 s.
@@ -30,9 +30,6 @@ def _matmul_classes():
     return model, [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(24)]
 
 
-@pytest.mark.xfail(strict=True, reason="repair_uncertain=True on a share no candidate can confirm on the data given "
-                   "says the floor 'breaks even with every quantized node float' and blames the float graph "
-                   "(algorithms/repair.py; repair18's lane): found on ddddocr_ocr BFP16, bench/RESULTS.md zoo18")
 def test_repair_uncertain_does_not_blame_float_for_too_few_reads():
     import onnxptq
     from onnxptq.config.presets import resolve_config
@@ -48,3 +45,7 @@ def test_repair_uncertain_does_not_blame_float_for_too_few_reads():
     # confirm no candidate's share, and the summary must say that, not that float itself breaks the floor
     assert "top-1 1.0000" in text
     assert "breaks even with every quantized node float" not in text, text
+    # said as what it is: could not confirm, and why repair did not act on it
+    assert result.floor.ok and result.floor.unconfirmed == ["y"]
+    assert "repair_uncertain=True cannot repair it" in text, text
+    assert "repair_uncertain=True repairs it as broken" not in text, text

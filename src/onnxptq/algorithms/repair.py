@@ -153,7 +153,7 @@ from typing import Any, Callable
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, acted_on_below, chosen, chosen_cosine, floor_for, measure, unconfirmed_text, unjudged_text
+from ..analysis.floor import Verdict, acted_on_below, as_unconfirmed, beyond_confirmation, chosen, chosen_cosine, floor_for, measure, unconfirmed_text, unjudged_text
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -986,6 +986,11 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         # Not judged, but below the floor on its figure with its bound across it (floor.below_on_figure): the model's
         # best estimate is below the floor, acted on as a break (said as "below", not "broken", everywhere)
         verdict = result.floor = acted_on_below(verdict)
+    hopeless = beyond_confirmation(verdict) if verdict is not None else []
+    if hopeless:
+        # repair_uncertain broke these shares for their bound alone, and no candidate could confirm them on this data
+        # (floor.beyond_confirmation): said as "could not confirm", with why repair did not search
+        verdict = result.floor = as_unconfirmed(verdict, hopeless)
     if verdict is not None and verdict.ok and (verdict.unjudged or verdict.unconfirmed):
         # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text), or to confirm a share
         # that holds on its figure (floor.unconfirmed_text; repair_uncertain=True breaks it instead). Said in the

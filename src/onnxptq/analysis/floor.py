@@ -134,7 +134,7 @@ from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "unconfirmed_text",
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "unconfirmed_text",
            "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
@@ -1233,6 +1233,37 @@ def acted_on_below(verdict: Verdict) -> Verdict:
     outputs = dict(verdict.outputs)
     for name in names:
         outputs[name] = dataclasses.replace(verdict.outputs[name], ok=False, below=True)
+    return dataclasses.replace(verdict, outputs=outputs)
+
+
+def beyond_confirmation(verdict: Verdict) -> list[str]:
+    """The outputs ``verdict`` breaks only because ``repair_uncertain`` breaks an unconfirmed share, where even a
+    share of 1 on as many held-out reads would leave the bound below the floor: no candidate repair could build,
+    every node float included, can confirm them on this data, so searching one only ends in "the floor breaks
+    even with every quantized node float", which blames the float graph for the data's size (ddddocr_ocr BFP16 on 8
+    held-out captchas: bench/RESULTS.md, zoo18). Plain shares only (a mask's pages and a pooled cosine have bounds of
+    their own); ``[]`` unless every broken output is one of these."""
+    if verdict.ok or not verdict.floor.confirm:
+        return []
+    names = []
+    for name in verdict.broken:
+        c = verdict.outputs[name]
+        b = c.unconfirmed
+        if b is None or c.below or c.mask_bound is not None or b.unit == POOLED_COSINE or b.share < b.floor:
+            return []
+        draws = b.draws if b.draws is not None else float(b.count)
+        if share_bound(draws, draws, b.confidence)[0] >= b.floor:
+            return []
+        names.append(name)
+    return names
+
+
+def as_unconfirmed(verdict: Verdict, names: list[str]) -> Verdict:
+    """``verdict`` with ``names`` (:func:`beyond_confirmation`) holding on their figures again, "could not confirm"
+    as without ``repair_uncertain``; a copy."""
+    outputs = dict(verdict.outputs)
+    for name in names:
+        outputs[name] = dataclasses.replace(verdict.outputs[name], ok=True)
     return dataclasses.replace(verdict, outputs=outputs)
 
 
@@ -2408,5 +2439,7 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
                 if chains <= 10_000 else "give more clips to confirm it")
         advice = f"{advice}; {more}" if advice else more
     level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
+    repair = ("repair_uncertain=True cannot repair it: on as few reads no candidate, every node float included, "
+              "could confirm it" if verdict.floor.confirm else "repair_uncertain=True repairs it as broken")
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
-            f"{level:.0%} bound below the floor ({advice}; repair_uncertain=True repairs it as broken)")
+            f"{level:.0%} bound below the floor ({advice}; {repair})")
