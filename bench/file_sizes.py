@@ -36,7 +36,13 @@ import onnx
 
 PRESETS = ("BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MX6", "MXFP4", "A8W8")
 TARGETS = {"BF16": 0.52, "FP16": 0.52, "BFP16": 0.30, "MX9": 0.30, "MX6": 0.30, "MXINT8": 0.30,
-           "MXFP8_E4M3": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20}
+           "MXFP8_E4M3": 0.30, "MXFP8_E5M2": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20,
+           "MXFP6_E3M2": 0.20, "MXFP6_E2M3": 0.20}
+
+
+def goal(preset: str) -> float | None:
+    """Issue 26 item 2's file goal of a preset (÷ the fp32 file), None where it sets none (A8W8, A16W8)."""
+    return TARGETS.get(preset)
 SHIPPED = Path(os.environ.get("SHIPPED_MODELS", "/work/shared/models"))
 KEEP = False  # --keep: leave each delivered file in --out-dir (file_sizes_anatomy.py --dir reads them)
 PACK = True  # --unpacked: the config's pack_weights=False (one plain node per weight: what folding costs, by difference)

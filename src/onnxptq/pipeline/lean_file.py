@@ -53,7 +53,7 @@ from ..graph.passes.constant_tables import compact_constants
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "varint_integers", "LEAN_CALLS",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "LEAN_CALLS",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
@@ -113,6 +113,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             if LEAN_NAMES:
                 undo.callback(short_value_names(model, avoid))
             undo.callback(default_attributes(model))
+            undo.callback(implied_conv_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
@@ -418,6 +419,44 @@ def default_attributes(model: onnx.ModelProto):
                 continue
             known = schema_defaults(n.op_type)
             drop = [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+            if drop:
+                saved.append((n, [_copy(a) for a in n.attribute]))
+                kept = [_copy(a) for a in n.attribute if a not in drop]
+                del n.attribute[:]
+                n.attribute.extend(kept)
+
+    def undo() -> None:
+        for node, attrs in saved:
+            del node.attribute[:]
+            node.attribute.extend(attrs)
+
+    return undo
+
+
+#: Convolutions whose geometry attributes the ONNX spec defines when absent: ``kernel_shape`` is
+#: "inferred from input W", ``strides`` and ``dilations`` "default to 1", ``pads`` and
+#: ``output_padding`` "to 0" along each spatial axis (their schemas give no ``default_value``, so
+#: :func:`default_attributes` cannot drop them).
+_IMPLIED_CONV = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose"}
+_IMPLIED_VALUE = {"strides": 1, "dilations": 1, "pads": 0, "output_padding": 0}
+
+
+def implied_conv_attributes(model: onnx.ModelProto):
+    """The convolutions' (:data:`_IMPLIED_CONV`, bodies included) ``kernel_shape`` and their
+    ``strides``/``dilations`` of all 1s and ``pads``/``output_padding`` of all 0s, left out of the
+    file: the spec gives an absent one exactly that value (``kernel_shape`` the weight's spatial
+    dims, which onnxruntime checks it equals when it is present, so a model it runs holds no other
+    value), so the node is the same node. Why: exporters write all four on every Conv (Paddle's
+    PP-OCR cls: 53 Convs, 3.5 KB of them = 0.007 of its fp32 file, the part of its MX9 file over
+    issue 26's 0.30 beside the bodies; bench/RESULTS.md, packed18). In place; returns the undo."""
+    saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
+    for g in all_graphs(model.graph):
+        for n in g.node:
+            if n.op_type not in _IMPLIED_CONV or not is_onnx_domain(n.domain) or not n.attribute:
+                continue
+            drop = [a for a in n.attribute if a.name == "kernel_shape" or (
+                a.name in _IMPLIED_VALUE and a.type == onnx.AttributeProto.INTS
+                and all(v == _IMPLIED_VALUE[a.name] for v in a.ints))]
             if drop:
                 saved.append((n, [_copy(a) for a in n.attribute]))
                 kept = [_copy(a) for a in n.attribute if a not in drop]
