@@ -53,13 +53,15 @@ from ..graph.passes.constant_tables import compact_constants
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "LEAN_CALLS",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "LEAN_CALLS", "LEAN_CONV_ATTRIBUTES",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
 #: Off: the model's own tensors and nodes keep their names in the file (the form before blockfile12).
 LEAN_NAMES = True
+#: Off: convolutions keep the geometry attributes the spec implies (the form before packed18).
+LEAN_CONV_ATTRIBUTES = True
 #: Off: integer tensors keep the encoding they were made with (``raw_data``) in the file.
 LEAN_INTEGERS = True
 #: Integer tensors of at most this many elements are re-encoded (shape tensors, tables, Constants;
@@ -113,7 +115,8 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             if LEAN_NAMES:
                 undo.callback(short_value_names(model, avoid))
             undo.callback(default_attributes(model))
-            undo.callback(implied_conv_attributes(model))
+            if LEAN_CONV_ATTRIBUTES:
+                undo.callback(implied_conv_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
