@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from typing import Collection, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 import onnx
 from onnx import numpy_helper
@@ -415,13 +415,22 @@ def default_attributes(model: onnx.ModelProto):
                 for name, a in schema.attributes.items() if a.default_value.name}
         return defaults[op_type]
 
+    def dropped(n: onnx.NodeProto) -> list[onnx.AttributeProto]:
+        known = schema_defaults(n.op_type)
+        return [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+
+    return _drop_attributes(model, dropped)
+
+
+def _drop_attributes(model: onnx.ModelProto, dropped: Callable[[onnx.NodeProto], list[onnx.AttributeProto]]):
+    """Every standard-op node's (bodies included) attributes ``dropped`` names, left out; returns
+    the undo, which puts each node's attributes back as they were."""
     saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
     for g in all_graphs(model.graph):
         for n in g.node:
             if not n.attribute or not is_onnx_domain(n.domain):
                 continue
-            known = schema_defaults(n.op_type)
-            drop = [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+            drop = dropped(n)
             if drop:
                 saved.append((n, [_copy(a) for a in n.attribute]))
                 kept = [_copy(a) for a in n.attribute if a not in drop]
@@ -452,26 +461,14 @@ def implied_conv_attributes(model: onnx.ModelProto):
     value), so the node is the same node. Why: exporters write all four on every Conv (Paddle's
     PP-OCR cls: 53 Convs, 3.5 KB of them = 0.007 of its fp32 file, the part of its MX9 file over
     issue 26's 0.30 beside the bodies; bench/RESULTS.md, packed18). In place; returns the undo."""
-    saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
-    for g in all_graphs(model.graph):
-        for n in g.node:
-            if n.op_type not in _IMPLIED_CONV or not is_onnx_domain(n.domain) or not n.attribute:
-                continue
-            drop = [a for a in n.attribute if a.name == "kernel_shape" or (
-                a.name in _IMPLIED_VALUE and a.type == onnx.AttributeProto.INTS
-                and all(v == _IMPLIED_VALUE[a.name] for v in a.ints))]
-            if drop:
-                saved.append((n, [_copy(a) for a in n.attribute]))
-                kept = [_copy(a) for a in n.attribute if a not in drop]
-                del n.attribute[:]
-                n.attribute.extend(kept)
+    def dropped(n: onnx.NodeProto) -> list[onnx.AttributeProto]:
+        if n.op_type not in _IMPLIED_CONV:
+            return []
+        return [a for a in n.attribute if a.name == "kernel_shape" or (
+            a.name in _IMPLIED_VALUE and a.type == onnx.AttributeProto.INTS
+            and all(v == _IMPLIED_VALUE[a.name] for v in a.ints))]
 
-    def undo() -> None:
-        for node, attrs in saved:
-            del node.attribute[:]
-            node.attribute.extend(attrs)
-
-    return undo
+    return _drop_attributes(model, dropped)
 
 
 def _plain_attribute(attr: onnx.AttributeProto) -> bytes:
