@@ -103,9 +103,14 @@ def in_memory_names(path: str | Path, g: onnx.GraphProto) -> list[str]:
     if not side.is_file():
         return [t.name for t in g.initializer]
     entries = json.loads(side.read_text())
+    half = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+    def same(entry: list, t: onnx.TensorProto) -> bool:  # a small float the file stores 16-bit (packed18) is the same entry
+        return entry[2] == list(t.dims) and (entry[1] == t.data_type or (entry[1] == onnx.TensorProto.FLOAT and t.data_type in half))
+
     out, k = [], 0
     for t in g.initializer:
-        while k < len(entries) and (entries[k][1] != t.data_type or entries[k][2] != list(t.dims)):
+        while k < len(entries) and not same(entries[k], t):
             k += 1
         out.append(entries[k][0] if k < len(entries) else t.name)
         k += 1
