@@ -388,6 +388,23 @@ def parts(path: str) -> dict[str, int]:
     return dict(out)
 
 
+def parts_medians(rows: list[dict], files: Path, presets: list[str] | None = None) -> str:
+    """Per preset, the median share of the fp32 file of each of :data:`PARTS` over the rows."""
+    per: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        f = files / f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if "ratio" not in r or not f.is_file() or (presets and r["preset"] not in presets):
+            continue
+        k = parts(str(f))
+        for x in PARTS + ("file",):
+            per[r["preset"]][x].append(k.get(x, 0) / r["fp32_bytes"])
+    lines = ["| preset (median of rows) | rows | file | " + " | ".join(PARTS) + " |", "|---|---|---|" + "---|" * len(PARTS)]
+    for p, cols in per.items():
+        lines.append(f"| {p} | {len(cols['file'])} | {np.median(cols['file']):.4f} | "
+                     + " | ".join(f"{np.median(cols[x]):.4f}" for x in PARTS) + " |")
+    return "\n".join(lines)
+
+
 def parts_table(rows: list[dict], files: Path, presets: list[str] | None = None) -> str:
     """Per (model, preset), shares of the fp32 file in :data:`PARTS`, the goal and how far above it,
     sorted by that excess (the outliers first)."""
@@ -423,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = json.loads(Path(args.rows).read_text())
         if args.parts is not None:
-            print(parts_table(rows, Path(args.dir), [p for p in args.parts.split(",") if p]))
+            picked = [p for p in args.parts.split(",") if p]
+            print(parts_medians(rows, Path(args.dir), picked) + "\n\n" + parts_table(rows, Path(args.dir), picked))
         elif args.overhead:
             print("\n\n".join(overhead_table(rows, Path(args.dir), p) for p in args.overhead.split(",")))
         elif args.rows_kinds:
