@@ -35,8 +35,7 @@ call's op type), not by a name. Node names stay, and so do the bodies' own tenso
 
 Standard-op attributes at their schema default, and the convolutions' geometry attributes the
 spec implies (``kernel_shape``, strides and dilations of 1, pads of 0: every exporter writes them),
-are left out too (:func:`default_attributes`, :func:`implied_conv_attributes`); small float tensors
-a 16-bit float holds exactly are stored 16-bit + ``Cast`` (graph/passes/constant_tables.py).
+are left out too (:func:`default_attributes`, :func:`implied_conv_attributes`).
 
 The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
 nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.

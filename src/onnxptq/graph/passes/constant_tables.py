@@ -16,12 +16,7 @@ runtime sees is the same; only the file's encoding of it changes:
   every value float16 or bfloat16 holds exactly: the narrow tensor and a ``Cast`` back (exact).
 
 The cheapest form is taken when it saves at least :data:`MIN_SAVED` bytes: the decision is by the
-tensor's values and size, never its name. Below that, a float tensor every value of which a 16-bit
-float holds takes the 16-bit + ``Cast`` form where it saves more than :data:`SMALL_CAST_BYTES` (what
-the ``Cast`` node and the second tensor record cost in the file): biases and small vectors the plan
-already rounded to bfloat16 (a BF16 file's convolution biases: PP-OCR cls 3.0 KB of fp32 all
-bfloat16-exact, bench/RESULTS.md packed18). The other forms add a table or a mask and stay for
-large tensors; integer tensors below :data:`MIN_SAVED` are varint-encoded by the lean file instead. Each decode chain reads initializers only, so
+tensor's values and size, never its name. Each decode chain reads initializers only, so
 onnxruntime's constant folding (on by default, every level above "disable all") turns it back into
 the same initializer at session creation, bit for bit (``Where`` and ``Gather`` copy values;
 ``Cast`` to a wider type of the same kind is exact); measured to fold for each of the element types
@@ -47,7 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..external import is_external
 
-__all__ = ["compact_constants", "compact_form", "ENABLED", "MIN_SAVED", "MAX_CODES", "SMALL_CAST_BYTES"]
+__all__ = ["compact_constants", "compact_form", "ENABLED", "MIN_SAVED", "MAX_CODES"]
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +51,6 @@ ENABLED = True
 #: Bytes a rewrite must save (64 KiB: a rewrite adds 2-3 nodes and a table; below this the file's
 #: other costs dominate and small shape or bias tensors stay as they are).
 MIN_SAVED = 64 * 1024
-#: Bytes a small float tensor's 16-bit + ``Cast`` form must save: the ``Cast`` node (~25 B with
-#: short names) and the stored tensor's own record (~10 B).
-SMALL_CAST_BYTES = 48
-#: Readers a small tensor's form is not given to: the Q/DQ selectors of onnxruntime look for their
-#: scales and zero points as initializers (they fold a Cast first, but a scale gains nothing here).
-_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Most distinct values a ``uint8`` code addresses.
 MAX_CODES = 256
 #: Element types whose ``Where`` onnxruntime's CPU provider folds (float16/bfloat16 have no CPU kernel).
@@ -104,16 +93,6 @@ def _narrow_int(values: np.ndarray) -> tuple[np.dtype, int] | None:
         if np.dtype(dtype).itemsize < values.dtype.itemsize and info.min <= lo and hi <= info.max:
             return np.dtype(dtype), code
     return None
-
-
-def small_cast_form(tensor: TensorProto, values: np.ndarray) -> tuple[list[TensorProto], list[onnx.NodeProto]] | None:
-    """A small float tensor held exactly by float16 or bfloat16, as that tensor and a ``Cast`` back,
-    where it saves more than :data:`SMALL_CAST_BYTES`; else None."""
-    narrow = _half_exact(values) if values.dtype.kind == "f" and values.size else None
-    if narrow is None or values.nbytes - values.size * narrow[0].itemsize <= SMALL_CAST_BYTES:
-        return None
-    stored = helper.make_tensor(f"{tensor.name}__narrow", narrow[1], values.shape, values.astype(narrow[0]).tobytes(), raw=True)
-    return [stored], [helper.make_node("Cast", [stored.name], [tensor.name], to=tensor.data_type)]
 
 
 def compact_form(tensor: TensorProto, values: np.ndarray) -> tuple[list[TensorProto], list[onnx.NodeProto]] | None:
@@ -177,7 +156,6 @@ def compact_constants(model: onnx.ModelProto) -> Callable[[], None]:
     if not ENABLED:
         return lambda: None
     inputs = {i.name for i in graph.input}
-    qdq_read = {x for n in graph.node if n.op_type in _QDQ for x in n.input}
     replaced: list[tuple[int, TensorProto]] = []
     appended: list[TensorProto] = []
     decoders: list[onnx.NodeProto] = []
@@ -187,13 +165,10 @@ def compact_constants(model: onnx.ModelProto) -> Callable[[], None]:
             continue
         width = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize if tensor.data_type not in (
             TensorProto.STRING, TensorProto.UNDEFINED) else 0
-        if width < 2:
-            continue
-        small = int(np.prod(tensor.dims, dtype=np.int64)) * width < MIN_SAVED
-        if small and (tensor.data_type not in (TensorProto.FLOAT, TensorProto.DOUBLE) or tensor.name in qdq_read):
+        if width < 2 or int(np.prod(tensor.dims, dtype=np.int64)) * width < MIN_SAVED:
             continue
         values = numpy_helper.to_array(tensor)
-        form = small_cast_form(tensor, values) if small else compact_form(tensor, values)
+        form = compact_form(tensor, values)
         if form is None:
             continue
         stored, nodes = form
