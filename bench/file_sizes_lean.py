@@ -35,6 +35,24 @@ def _session(data: bytes) -> tuple[ort.InferenceSession, float]:
     return s, time.process_time() - c0
 
 
+def optimized_ops(data: bytes) -> list[str]:
+    """The op types of the graph onnxruntime runs after its optimisations (extended level, one
+    thread), sorted: two files that fold to the same graph give the same list (packed18: attributes
+    the spec implies, 16-bit + Cast biases)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(Path(tmp) / "opt.onnx")
+        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        return sorted(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+
+
+OPTIMIZED = False  # --optimized: also compare the optimised graphs' op types
+
+
 def compare(old: Path, new: Path, feeds: list[dict], runs: int, float_model: bytes | None = None) -> dict:
     """Outputs as bytes, checker, sizes, and alternated CPU (median per run, per session; the
     order of the forms flips every round).
@@ -48,6 +66,8 @@ def compare(old: Path, new: Path, feeds: list[dict], runs: int, float_model: byt
     feeds = [{k: v for k, v in f.items() if k in names} for f in feeds]
     row["identical"] = all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
                            for f in feeds for x, y in zip(sa.run(None, f), sb.run(None, f)))
+    if OPTIMIZED:
+        row["same_optimized_ops"] = optimized_ops(a) == optimized_ops(b)
     timed = [("old", sa), ("new", sb)] + ([("float", _session(float_model)[0])] if float_model else [])
     t: dict[str, list[float]] = {k: [] for k, _ in timed}
     load = {"old": [], "new": []}
@@ -85,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--presets", default="")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--feeds", type=int, default=4, help="held-out feeds (seed 1000)")
+    ap.add_argument("--optimized", action="store_true", help="also compare onnxruntime's optimised graphs' op types")
     ap.add_argument("--float", action="store_true", help="also time the fp32 source: latency ÷ float, old and new")
     args = ap.parse_args(argv)
+    global OPTIMIZED
+    OPTIMIZED = args.optimized
     rows = json.loads(Path(args.rows).read_text())
     models = set(filter(None, args.models.split(",")))
     presets = set(filter(None, args.presets.split(",")))

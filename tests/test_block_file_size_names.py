@@ -56,12 +56,14 @@ def _run(data: bytes, feeds: list[dict]) -> list[np.ndarray]:
 @pytest.mark.parametrize("preset", PRESETS)
 def test_cls_block_file_within_the_issue_target(cls_files, preset, monkeypatch):
     """≤ 0.30x with short names (0.293 BFP16, 0.295 MXINT8 when written); over it with the model's
-    own names (0.316, 0.319: what blockfile11 delivered)."""
+    own names (0.316, 0.319: what blockfile11 delivered) and the convolutions' implied attributes
+    written as before (packed18's step takes 0.0067 more off)."""
     source, _, out = cls_files
     memory, path = out[preset]
     fp32 = len(open(source, "rb").read())
     assert path.stat().st_size / fp32 <= 0.30, (preset, path.stat().st_size / fp32)
     monkeypatch.setattr(lean_file, "LEAN_NAMES", False)
+    monkeypatch.setattr(lean_file, "LEAN_CONV_ATTRIBUTES", False)
     assert _written(memory) / fp32 > 0.30, preset
 
 

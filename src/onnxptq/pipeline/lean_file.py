@@ -33,6 +33,10 @@ letters (:func:`short_value_names`), the names above included (``<weight>_bfp``,
 weight's format and the packer's streams are known by the graph only (the decode chain, the
 call's op type), not by a name. Node names stay, and so do the bodies' own tensor names.
 
+Standard-op attributes at their schema default, and the convolutions' geometry attributes the
+spec implies (``kernel_shape``, strides and dilations of 1, pads of 0: every exporter writes them),
+are left out too (:func:`default_attributes`, :func:`implied_conv_attributes`).
+
 The in-memory model keeps all of it: only the write leaves them out, and puts them back, so
 nothing after the save sees a different model. ``LEAN_CALLS = False`` writes the calls as before.
 """
@@ -42,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from typing import Collection, Iterable, Iterator
+from typing import Callable, Collection, Iterable, Iterator
 
 import onnx
 from onnx import numpy_helper
@@ -53,13 +57,15 @@ from ..graph.passes.constant_tables import compact_constants
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "varint_integers", "LEAN_CALLS",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "LEAN_CALLS", "LEAN_CONV_ATTRIBUTES",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
 LEAN_CALLS = True
 #: Off: the model's own tensors and nodes keep their names in the file (the form before blockfile12).
 LEAN_NAMES = True
+#: Off: convolutions keep the geometry attributes the spec implies (the form before packed18).
+LEAN_CONV_ATTRIBUTES = True
 #: Off: integer tensors keep the encoding they were made with (``raw_data``) in the file.
 LEAN_INTEGERS = True
 #: Integer tensors of at most this many elements are re-encoded (shape tensors, tables, Constants;
@@ -113,6 +119,8 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             if LEAN_NAMES:
                 undo.callback(short_value_names(model, avoid))
             undo.callback(default_attributes(model))
+            if LEAN_CONV_ATTRIBUTES:
+                undo.callback(implied_conv_attributes(model))
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
@@ -411,13 +419,22 @@ def default_attributes(model: onnx.ModelProto):
                 for name, a in schema.attributes.items() if a.default_value.name}
         return defaults[op_type]
 
+    def dropped(n: onnx.NodeProto) -> list[onnx.AttributeProto]:
+        known = schema_defaults(n.op_type)
+        return [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+
+    return _drop_attributes(model, dropped)
+
+
+def _drop_attributes(model: onnx.ModelProto, dropped: Callable[[onnx.NodeProto], list[onnx.AttributeProto]]):
+    """Every standard-op node's (bodies included) attributes ``dropped`` names, left out; returns
+    the undo, which puts each node's attributes back as they were."""
     saved: list[tuple[onnx.NodeProto, list[onnx.AttributeProto]]] = []
     for g in all_graphs(model.graph):
         for n in g.node:
             if not n.attribute or not is_onnx_domain(n.domain):
                 continue
-            known = schema_defaults(n.op_type)
-            drop = [a for a in n.attribute if a.name in known and _plain_attribute(a) == known[a.name]]
+            drop = dropped(n)
             if drop:
                 saved.append((n, [_copy(a) for a in n.attribute]))
                 kept = [_copy(a) for a in n.attribute if a not in drop]
@@ -430,6 +447,32 @@ def default_attributes(model: onnx.ModelProto):
             node.attribute.extend(attrs)
 
     return undo
+
+
+#: Convolutions whose geometry attributes the ONNX spec defines when absent: ``kernel_shape`` is
+#: "inferred from input W", ``strides`` and ``dilations`` "default to 1", ``pads`` and
+#: ``output_padding`` "to 0" along each spatial axis (their schemas give no ``default_value``, so
+#: :func:`default_attributes` cannot drop them).
+_IMPLIED_CONV = {"Conv", "ConvInteger", "QLinearConv", "ConvTranspose"}
+_IMPLIED_VALUE = {"strides": 1, "dilations": 1, "pads": 0, "output_padding": 0}
+
+
+def implied_conv_attributes(model: onnx.ModelProto):
+    """The convolutions' (:data:`_IMPLIED_CONV`, bodies included) ``kernel_shape`` and their
+    ``strides``/``dilations`` of all 1s and ``pads``/``output_padding`` of all 0s, left out of the
+    file: the spec gives an absent one exactly that value (``kernel_shape`` the weight's spatial
+    dims, which onnxruntime checks it equals when it is present, so a model it runs holds no other
+    value), so the node is the same node. Why: exporters write all four on every Conv (Paddle's
+    PP-OCR cls: 53 Convs, 3.5 KB of them = 0.007 of its fp32 file, the part of its MX9 file over
+    issue 26's 0.30 beside the bodies; bench/RESULTS.md, packed18). In place; returns the undo."""
+    def dropped(n: onnx.NodeProto) -> list[onnx.AttributeProto]:
+        if n.op_type not in _IMPLIED_CONV:
+            return []
+        return [a for a in n.attribute if a.name == "kernel_shape" or (
+            a.name in _IMPLIED_VALUE and a.type == onnx.AttributeProto.INTS
+            and all(v == _IMPLIED_VALUE[a.name] for v in a.ints))]
+
+    return _drop_attributes(model, dropped)
 
 
 def _plain_attribute(attr: onnx.AttributeProto) -> bytes:
