@@ -62,8 +62,9 @@ class SharedConstants:
         renamed: dict[str, str] = {}
         kept: list[onnx.NodeProto] = []
         for node in nodes:
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if node.op_type == "Constant" and not node.domain and len(node.attribute) == 1 and value is not None:
+            if node.op_type == "Constant" and not node.domain and len(node.attribute) == 1 \
+                    and node.attribute[0].name == "value":
+                value = node.attribute[0].t
                 array = numpy_helper.to_array(value)
                 key = (value.data_type, tuple(value.dims), array.tobytes())
                 if key not in self._names:
