@@ -124,3 +124,33 @@ def test_shared_constants_give_the_same_reductions_with_fewer_nodes():
     want = ort.InferenceSession(own.SerializeToString(), providers=["CPUExecutionProvider"]).run(names, feed)
     for a, b in zip(got, want):
         assert np.array_equal(a, b)
+
+
+def _relu_model(declared: list, actual_batch_symbolic: bool = False) -> onnx.ModelProto:
+    """x -> Relu -> y with ``y``'s shape declared as ``declared`` (value_info, possibly wrong)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["y"], ["z"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64, 40, 40])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              value_info=[helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("declared, batch", [(["N", 64, 40, 40], 1), (["N", 64, 40, 40], 2), ([1, 64, 40, 40], 1),
+                                             (["N", 64, 20, 20], 1)])  # the last one lies: recovered
+def test_tails_of_declared_sizes_equal_the_numpy_path(declared, batch, caplog):
+    """A tail tensor whose declared shape fixes its size gets constant k and chunk counts (fewer nodes);
+    its statistics equal NumPy's over the whole tensor (``minmax_in_graph=False``), with feeds of one
+    sample or two, and where the declared shape is wrong (the feed is read again whole)."""
+    model = _relu_model(declared)
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((batch, 64, 40, 40)).astype(np.float32) * (1 + i)} for i in range(3)]
+    spec = {"y": lambda: TailCollector(name="y")}
+    got = runner.collect(model, spec, feeds, max_group=1)["y"]
+    want = runner.collect(model, spec, feeds, minmax_in_graph=False)["y"]
+    assert _state(got) == _state(want)
+    static = plan_reduction("y", TailCollector(name="y"), 18, TensorProto.FLOAT, dims=declared, feed_batch=batch)
+    dynamic = plan_reduction("y", TailCollector(name="y"), 18, TensorProto.FLOAT, dims=["N", 64, None, None])
+    assert len(static.nodes) < len(dynamic.nodes) - 6
+    assert ("read whole from now on" in caplog.text) == (declared[-1] == 20)
