@@ -31,7 +31,6 @@ from __future__ import annotations
 import _common  # noqa: F401  (the repository root on sys.path: testkit)
 import argparse
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -83,57 +82,36 @@ def measure(model: str, presets: list[str], rounds: int, samples: int, repair: b
     from onnxptq.calibration import runner
     from onnxptq.config.presets import get_preset
     from quantize_stages import _data
+    from rec_a8w8_cpu import Clocks, _timed
 
     path, data = _data(model, samples)
     data = list(data)
-    cpu = time.process_time
-    acc: dict[str, float] = {}
-
-    def add(k: str, d: float) -> None:
-        acc[k] = acc.get(k, 0.0) + d
-
+    clocks = Clocks()
+    acc = clocks.seconds
     for mod, fn, label in STAGES:
         m = importlib.import_module(mod)
-
-        def wrap(f: Any = getattr(m, fn), label: str = label) -> Any:
-            @functools.wraps(f)
-            def w(*a: Any, **k: Any) -> Any:
-                t = cpu()
-                try:
-                    return f(*a, **k)
-                finally:
-                    add(label, cpu() - t)
-            return w
-        setattr(m, fn, wrap())
+        setattr(m, fn, _timed(clocks, label, getattr(m, fn)))
     opened = runner._session
 
-    def session(aug: Any, *a: Any, **k: Any) -> Any:
-        t = cpu()
-        try:
-            return opened(aug, *a, **k)
-        finally:
-            add("cal_create", cpu() - t)
-            acc["aug_nodes"] = max(acc.get("aug_nodes", 0), len(aug.graph.node))
-    runner._session = session
-    for meth in ("run", "run_single", "outputs"):
+    def session(aug: Any, *a: Any, **k: Any) -> Any:  # the calibration session, and its graph's size
+        acc["aug_nodes"] = max(acc.get("aug_nodes", 0), len(aug.graph.node))
+        return opened(aug, *a, **k)
+    runner._session = _timed(clocks, "cal_create", session)
+    for meth in ("run", "run_single", "outputs"):  # the calibration runs (with their folding), outermost only
         f = getattr(runner._Runs, meth, None)
         if f is None:
             continue
+        timed = _timed(clocks, "cal_runs", f)
 
-        def wrap_run(f: Any = f) -> Any:
-            @functools.wraps(f)
-            def w(*a: Any, **k: Any) -> Any:
-                if acc.get("_in_run"):
-                    return f(*a, **k)
-                acc["_in_run"] = 1
-                t = cpu()
-                try:
-                    return f(*a, **k)
-                finally:
-                    acc["_in_run"] = 0
-                    add("cal_runs", cpu() - t)
-            return w
-        setattr(runner._Runs, meth, wrap_run())
+        def outermost(*a: Any, f: Any = f, timed: Any = timed, **k: Any) -> Any:
+            if acc.get("_in_run"):
+                return f(*a, **k)
+            acc["_in_run"] = 1
+            try:
+                return timed(*a, **k)
+            finally:
+                acc["_in_run"] = 0
+        setattr(runner._Runs, meth, outermost)
 
     def cfg(p: str) -> Any:
         c = get_preset(p)
@@ -148,11 +126,11 @@ def measure(model: str, presets: list[str], rounds: int, samples: int, repair: b
     for r in range(rounds):
         f_create, f_runs = float_over_data(path, data)
         for p in presets:
-            acc.clear()
+            clocks.clear()
             out = os.path.join(tmp, f"{p}.onnx")
-            t = cpu()
+            t = time.process_time()
             quantize(path, cfg(p), data, out)
-            total = cpu() - t
+            total = time.process_time() - t
             with open(out, "rb") as fh:
                 sha = hashlib.sha256(fh.read()).hexdigest()[:16]
             row = {"model": model, "preset": p, "tree": tree, "round": r, "feeds": len(data), "cpu": total,
