@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import _common  # noqa: F401  (the repository root on sys.path: testkit)
 import argparse
-import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -80,8 +80,7 @@ def measure(model: str, presets: list[str], rounds: int, samples: int, repair: b
 
     from onnxptq import quantize
     from onnxptq.calibration import runner
-    from onnxptq.config.presets import get_preset
-    from quantize_stages import _data
+    from quantize_stages import _data, quiet_config
     from rec_a8w8_cpu import Clocks, _timed
 
     path, data = _data(model, samples)
@@ -113,11 +112,7 @@ def measure(model: str, presets: list[str], rounds: int, samples: int, repair: b
                 acc["_in_run"] = 0
         setattr(runner._Runs, meth, outermost)
 
-    def cfg(p: str) -> Any:
-        c = get_preset(p)
-        c = c.replace(calibration=dataclasses.replace(c.calibration, progress=False))
-        return c if repair else c.replace(repair=False)
-
+    cfg = functools.partial(quiet_config, repair=repair)
     logging.disable(logging.WARNING)
     tmp = tempfile.mkdtemp(prefix="calibration_ratio_")
     quantize(path, cfg("BF16"), data, os.path.join(tmp, "warm.onnx"))
