@@ -378,20 +378,21 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
                     else [dims[batch_axis]] + [d for i, d in enumerate(dims) if i != batch_axis])
         chunk, size = _tail_chunk(src_dims)
         # Declared sizes fix n and k (collector.batch_k, the formula the nodes below compute): constants, not
-        # nodes (DAT-light x2: ~9 nodes less a chunked tensor). The row's length still comes back
-        # (``_shape``: [rows, n]) and a feed whose length differs from the declared one is not folded but
+        # nodes (DAT-light x2: ~8 nodes less a chunked tensor). The row's length still comes back
+        # (``_n``) and a feed whose length differs from the declared one is not folded but
         # handed to the runner's recovery (read whole from then on: the same statistics).
         batch = src_dims[0] if src_dims is not None else None
         static = size * (batch if isinstance(batch, int) else feed_batch) if size else None
         static = static if static is not None and static > 0 else None
+        nodes += [
+            helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
+            _scalar(p + "_one", 1),
+            helper.make_node("Gather", [p + "_shape", p + "_one"], [p + "_n"], axis=0, name=p + "_n"),
+        ]
         if static is not None:
-            nodes += [helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
-                      _const(p + "_k", [collector.batch_k(static)])]
+            nodes.append(_const(p + "_k", [collector.batch_k(static)]))
         else:
             nodes += [
-                helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
-                _scalar(p + "_one", 1),
-                helper.make_node("Gather", [p + "_shape", p + "_one"], [p + "_n"], axis=0, name=p + "_n"),
                 _const(p + "_div", [collector.batch_divisor]),
                 _scalar(p + "_kmin", collector.min_batch_k),
                 helper.make_node("Div", [p + "_n", p + "_div"], [p + "_share"], name=p + "_share"),
@@ -414,7 +415,7 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
 
         def fold_tails(out: Sequence[np.ndarray], groups: int) -> None:
             top, bottom = out[0], out[1]
-            n = int(out[2]) if static is None else int(out[2][1])
+            n = int(out[2])
             if static is not None and n != static:
                 # the model ran with another size than it declares: this feed is not folded, and the
                 # runner reads the tensor whole from now on (runner._Runs._recover), this feed too
@@ -430,6 +431,5 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
             for g in range(top.shape[0]):
                 nan = sums is not None and bool(np.isnan(sums[g]))
                 collector.update_tails(top[g], bottom[g], n, lo=math.nan if nan else None, ordered=True)
-        return Reduction(nodes, [p + "_top", p + "_bot", p + "_n" if static is None else p + "_shape"]
-                         + ([p + "_sum"] if chunked else []), fold_tails)
+        return Reduction(nodes, [p + "_top", p + "_bot", p + "_n"] + ([p + "_sum"] if chunked else []), fold_tails)
     return None
