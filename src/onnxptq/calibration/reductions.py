@@ -315,7 +315,7 @@ def reducible(collector: Collector) -> bool:
 
 def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int | None, batch_axis: int = 0,
                    rank: int | None = None, dims: Sequence[int | None] | None = None,
-                   size_hint: int | None = None, feed_batch: int = 1) -> Reduction | None:
+                   size_hint: int | None = None) -> Reduction | None:
     """The in-graph reduction feeding ``collector``, or None when it needs the whole tensor.
 
     Each reduction first views the tensor as ``[G, -1]`` (:data:`ROWS_INPUT`) and reduces each
@@ -327,8 +327,6 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
     a tail collector's reduction (:func:`_chunked_tails` from :data:`CHUNKED_TAILS_MIN` values a
     feed, or where the size is unknown; chunks from :func:`_tail_chunk`). ``size_hint``: the values
     of the first feed where ``dims`` leave it unknown: it decides whether to chunk, not how.
-    ``feed_batch``: the first feed's leading axis, taken for a tail tensor's sample axis where ``dims``
-    leave it symbolic (its values a feed are then fixed, checked on every run).
     """
     if type(collector) is MinMaxCollector:
         view, rows = _rows_view(name, batch_axis, rank)
@@ -381,9 +379,10 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         # nodes (DAT-light x2: ~8 nodes less a chunked tensor). The row's length still comes back
         # (``_n``) and a feed whose length differs from the declared one is not folded but
         # handed to the runner's recovery (read whole from then on: the same statistics).
+        # Only where the sample axis is declared too: a symbolic one may hold more than the feed's samples (DAT-light
+        # x2's attention windows, [B * windows, ...]), and a wrong guess cost a rebuild of the session.
         batch = src_dims[0] if src_dims is not None else None
-        static = size * (batch if isinstance(batch, int) else feed_batch) if size else None
-        static = static if static is not None and static > 0 else None
+        static = size * batch if size and isinstance(batch, int) and batch > 0 else None
         nodes += [
             helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
             _scalar(p + "_one", 1),

@@ -250,7 +250,7 @@ class _Runs:
         for n in reduced:
             axis, rank = self.batch_axes.get(n, (0, None))
             red = plan_reduction(n, collectors[n], opset, elem_types.get(n), axis, rank, _declared_dims(shapes.get(n)),
-                                 size_hint=hints.get(n), feed_batch=_leading_axis(first[0]) if first else 1)
+                                 size_hint=hints.get(n))
             assert red is not None  # the caller chose ``reduced`` by reducible()
             self.reductions[n] = red
         if self.grouping is None and not all(r.groupable for r in self.reductions.values()):
@@ -462,12 +462,6 @@ def iterate_feeds(feeds: Any) -> Iterator[dict[str, np.ndarray]]:
     if isinstance(feeds, Mapping):
         raise TypeError("feeds must be an iterable of dicts (got a single dict; wrap it in a list)")
     yield from feeds
-
-
-def _leading_axis(feed: Mapping[str, np.ndarray]) -> int:
-    """The first feed's leading axis (its first input's), 1 where it has none."""
-    shapes = [np.shape(v) for v in feed.values() if np.ndim(v)]
-    return int(shapes[0][0]) if shapes else 1
 
 
 def _declared_dims(shape: Any) -> list[int | None] | None:
