@@ -154,6 +154,15 @@ def _data(model: str, samples: int, workdir: str | None = None) -> tuple[Any, li
     return z.path(), data[:samples] if samples else data
 
 
+def quiet_config(preset: str, repair: bool = True) -> Any:
+    """``preset``'s config without the progress bar, and with the floor's repair off unless ``repair``."""
+    from onnxptq.config.presets import get_preset
+
+    c = get_preset(preset)
+    c = c.replace(calibration=dataclasses.replace(c.calibration, progress=False))
+    return c if repair else c.replace(repair=False)
+
+
 def _wrap_where(add: Any, cpu: Any) -> None:
     """Wrap every :data:`WHERE` function with a CPU clock adding to ``add(label, seconds)``."""
     # Bias correction rounds its weights with emit's fake_quantize_in_slices, imported by name: bound
@@ -212,7 +221,6 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
 
     import onnxptq
     from onnxptq import quantize
-    from onnxptq.config.presets import get_preset
 
     path, data = _data(model, samples, workdir)
     cpu = time.process_time
@@ -262,11 +270,7 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
 
     ort.InferenceSession.__init__, ort.InferenceSession.run = init, run
 
-    def cfg(p: str) -> Any:
-        c = get_preset(p)
-        c = c.replace(calibration=dataclasses.replace(c.calibration, progress=False))
-        return c if repair else c.replace(repair=False)
-
+    cfg = functools.partial(quiet_config, repair=repair)
     logging.disable(logging.WARNING)
     tmp = tempfile.mkdtemp(prefix="quantize_stages_")
     quantize(path, cfg("BF16"), data, os.path.join(tmp, "warm.onnx"))  # imports, caches

@@ -8,17 +8,20 @@ over several feeds concatenated on axis 0 still reports each feed's own statisti
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from onnxptq.calibration.collectors import Collector, MinMaxCollector, PerChannelMinMaxCollector, TailCollector
 
-__all__ = ["ROWS_INPUT", "Reduction", "minmax_nodes", "plan_reduction", "reducible"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ROWS_INPUT", "Reduction", "SharedConstants", "minmax_nodes", "plan_reduction", "reducible"]
 
 #: Graph input of the augmented model: ``[G, -1]``, the shape that views a tensor as one row per
 #: feed when a run carries ``G`` feeds concatenated on axis 0 (``[1, -1]`` for a single feed).
@@ -39,6 +42,50 @@ class Reduction:
     fold: Callable[[Sequence[np.ndarray], int], None]
     #: False when the statistics cannot be told apart per feed in a run over several feeds
     groupable: bool = True
+
+
+class SharedConstants:
+    """The reductions' ``Constant`` nodes as one initializer per distinct value, shared by every reduction.
+
+    Why: each reduction spells its own axes, shapes and scalars (a tail reduction ~10 of them), so the
+    calibration graph of a large model is mostly ``Constant`` nodes (DAT-light x2, A16W8: 16 499 of 56 725
+    nodes), each a node for every onnxruntime graph pass at session creation; its distinct values are a
+    few dozen. The same values reach the same ops, so the statistics are the same bits (creation of that
+    session, 1 thread: 10.9 -> 8.4 CPU s; bench/RESULTS.md, calib18)."""
+
+    PREFIX = "__onnxptq_calib_const"
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[int, tuple[int, ...], bytes], str] = {}
+        #: the shared initializers, one per distinct (type, shape, value)
+        self.initializers: list[onnx.TensorProto] = []
+
+    def lift(self, nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
+        """``nodes`` without their ``Constant(value=...)`` nodes, each reader reading the shared initializer."""
+        renamed: dict[str, str] = {}
+        kept: list[onnx.NodeProto] = []
+        for node in nodes:
+            if node.op_type == "Constant" and not node.domain and len(node.attribute) == 1 \
+                    and node.attribute[0].name == "value":
+                value = node.attribute[0].t
+                array = numpy_helper.to_array(value)
+                key = (value.data_type, tuple(value.dims), array.tobytes())
+                if key not in self._names:
+                    self._names[key] = f"{self.PREFIX}{len(self._names)}"
+                    self.initializers.append(numpy_helper.from_array(array, self._names[key]))
+                renamed[node.output[0]] = self._names[key]
+                continue
+            if any(i in renamed for i in node.input):
+                node = _copy_node(node)
+                node.input[:] = [renamed.get(i, i) for i in node.input]
+            kept.append(node)
+        return kept
+
+
+def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
 
 
 def _reduce_node(op: str, x: str, out: str, axes: Sequence[int] | None, opset: int, extra: list[onnx.NodeProto]) -> onnx.NodeProto:
@@ -167,7 +214,8 @@ def _tail_chunk(dims: Sequence[int | None] | None) -> tuple[Chunk, int | None]:
     return ("last" if rest else None), None
 
 
-def _chunked_tails(p: str, src: str, rows: str, opset: int, chunk: Chunk = None) -> list[onnx.NodeProto]:
+def _chunked_tails(p: str, src: str, rows: str, opset: int, chunk: Chunk = None, size: int | None = None,
+                   k_static: int | None = None) -> list[onnx.NodeProto]:
     """Nodes giving ``p_top``/``p_bot`` (each row's ``p_k`` largest/smallest values, sorted, exactly
     the values of a ``TopK`` over the whole row) and ``p_sum`` (each row's sum: NaN where it held a
     NaN), from a ``TopK`` over a small part of each row (``rows``, the view of ``src``).
@@ -187,13 +235,25 @@ def _chunked_tails(p: str, src: str, rows: str, opset: int, chunk: Chunk = None)
     equal to ``t`` differ at most by the sign of a zero, where ``t`` is a zero of both signs).
     Chosen chunks are gathered in their order in the row, so ``TopK``'s tie order (lower index
     first) is the whole row's. The smallest side mirrors it. NaN: ``ReduceMax`` drops it where
-    ``TopK`` placed it somewhere, so the row's sum says it (tests/test_chunked_tails.py)."""
+    ``TopK`` placed it somewhere, so the row's sum says it (tests/test_chunked_tails.py).
+
+    ``size`` and ``k_static``: a row's values and ``k`` where the declared shape fixes them (:func:`plan_reduction`):
+    the row's chunk count, the chosen chunks' count and the views' shapes are then constants, the same
+    numbers the graph would compute, not nodes."""
     k, n = p + "_k", p + "_n"
     nodes = [
-        _const(p + "_axis1", [1]), _const(p + "_vec", [1]), _const(p + "_axis2", [2]), _const(p + "_flat", [0, -1]),
-        helper.make_node("Reshape", [n, p + "_vec"], [p + "_n1"], name=p + "_n1"),
+        _const(p + "_axis1", [1]), _const(p + "_axis2", [2]), _const(p + "_flat", [0, -1]),
         helper.make_node("ReduceSum", [rows, p + "_axis1"], [p + "_sum"], keepdims=0, name=p + "_sum"),
     ]
+    whole = chunk is not None  # the chunks cover the row: no rest
+    if size is not None and k_static is not None and chunk != "last":
+        c = chunk if isinstance(chunk, int) else TAIL_CHUNK
+        m = size // c
+        nodes += [_const(p + "_shape3", [0, -1, c]), _const(p + "_span", [1, 1, c]), _const(p + "_kc", [min(k_static, m)])]
+        if not whole:
+            nodes += [_const(p + "_n1", [size]), _const(p + "_zero", [0]), _const(p + "_mc", [m * c])]
+        return nodes + _chunk_gathers(p, rows, opset, k, whole)
+    nodes += [_const(p + "_vec", [1]), helper.make_node("Reshape", [n, p + "_vec"], [p + "_n1"], name=p + "_n1")]
     if chunk == "last":  # the last axis's length (at least 1: an empty tensor divides by nothing)
         nodes += [_const(p + "_last", [-1]), _const(p + "_one1", [1]),
                   helper.make_node("Shape", [src], [p + "_src_shape"], name=p + "_src_shape"),
@@ -208,12 +268,20 @@ def _chunked_tails(p: str, src: str, rows: str, opset: int, chunk: Chunk = None)
         helper.make_node("Div", [p + "_n1", p + "_c"], [p + "_m"], name=p + "_m"),
         helper.make_node("Min", [k, p + "_m"], [p + "_kc"], name=p + "_kc"),
     ]
-    whole = chunk is not None  # the chunks cover the row: no rest
+    if not whole:
+        nodes.append(helper.make_node("Mul", [p + "_m", p + "_c"], [p + "_mc"], name=p + "_mc"))
+    return nodes + _chunk_gathers(p, rows, opset, k, whole)
+
+
+def _chunk_gathers(p: str, rows: str, opset: int, k: str, whole: bool) -> list[onnx.NodeProto]:
+    """:func:`_chunked_tails`' chunk view of ``rows`` and its two sides (chunk maxima or minima, the chosen
+    chunks gathered in row order, their ``TopK``), from the tensors ``<p>_shape3``, ``_span``, ``_kc``,
+    ``_zero``, ``_mc``, ``_n1``, ``_axis1``, ``_axis2``, ``_flat`` and ``k`` defined before them."""
+    nodes: list[onnx.NodeProto] = []
     if whole:
         nodes.append(helper.make_node("Reshape", [rows, p + "_shape3"], [p + "_x3"], name=p + "_x3"))
     else:
         nodes += [
-            helper.make_node("Mul", [p + "_m", p + "_c"], [p + "_mc"], name=p + "_mc"),
             helper.make_node("Slice", [rows, p + "_zero", p + "_mc", p + "_axis1"], [p + "_main"], name=p + "_main"),
             helper.make_node("Slice", [rows, p + "_mc", p + "_n1", p + "_axis1"], [p + "_rest"], name=p + "_rest"),
             helper.make_node("Reshape", [p + "_main", p + "_shape3"], [p + "_x3"], name=p + "_x3"),
@@ -304,24 +372,38 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
         if elem_type != onnx.TensorProto.FLOAT:  # TopK has no float16/bfloat16 CPU kernel
             nodes.append(helper.make_node("Cast", [rows_f], [p + "_f32"], to=onnx.TensorProto.FLOAT, name=p + "_f32"))
             rows_f = p + "_f32"
+        src_dims = (None if dims is None or not 0 <= batch_axis < len(dims)
+                    else [dims[batch_axis]] + [d for i, d in enumerate(dims) if i != batch_axis])
+        chunk, size = _tail_chunk(src_dims)
+        # Declared sizes fix n and k (collector.batch_k, the formula the nodes below compute): constants, not
+        # nodes (DAT-light x2: ~8 nodes less a chunked tensor). The row's length still comes back
+        # (``_n``) and a feed whose length differs from the declared one is not folded but
+        # handed to the runner's recovery (read whole from then on: the same statistics).
+        # Only where the sample axis is declared too: a symbolic one may hold more than the feed's samples (DAT-light
+        # x2's attention windows, [B * windows, ...]), and a wrong guess cost a rebuild of the session.
+        batch = src_dims[0] if src_dims is not None else None
+        static = size * batch if size and isinstance(batch, int) and batch > 0 else None
         nodes += [
             helper.make_node("Shape", [rows_f], [p + "_shape"], name=p + "_shape"),
             _scalar(p + "_one", 1),
             helper.make_node("Gather", [p + "_shape", p + "_one"], [p + "_n"], axis=0, name=p + "_n"),
-            _const(p + "_div", [collector.batch_divisor]),
-            _scalar(p + "_kmin", collector.min_batch_k),
-            helper.make_node("Div", [p + "_n", p + "_div"], [p + "_share"], name=p + "_share"),
-            # k = min(n, max(kmin, n // div)) per feed: Clip sets everything to its max when min > max.
-            helper.make_node("Clip", [p + "_share", p + "_kmin", p + "_n"], [p + "_k"], name=p + "_k"),
         ]
-        src_dims = (None if dims is None or not 0 <= batch_axis < len(dims)
-                    else [dims[batch_axis]] + [d for i, d in enumerate(dims) if i != batch_axis])
-        chunk, size = _tail_chunk(src_dims)
+        if static is not None:
+            nodes.append(_const(p + "_k", [collector.batch_k(static)]))
+        else:
+            nodes += [
+                _const(p + "_div", [collector.batch_divisor]),
+                _scalar(p + "_kmin", collector.min_batch_k),
+                helper.make_node("Div", [p + "_n", p + "_div"], [p + "_share"], name=p + "_share"),
+                # k = min(n, max(kmin, n // div)) per feed: Clip sets everything to its max when min > max.
+                helper.make_node("Clip", [p + "_share", p + "_kmin", p + "_n"], [p + "_k"], name=p + "_k"),
+            ]
         known = size if size is not None else size_hint  # a hint (the first feed's size) picks, never the chunk
         chunked = opset >= _CHUNKED_OPSET and (known is None or known >= CHUNKED_TAILS_MIN)
         if chunked:
             src = name + "__onnxptq_batch_first" if batch_axis else name
-            nodes += _chunked_tails(p, src, rows_f, opset, chunk)
+            nodes += _chunked_tails(p, src, rows_f, opset, chunk, static,
+                                    None if static is None else collector.batch_k(static))
         else:
             # Sorted, so that each feed's extremes and tail levels are the rows' ends: no ReduceMin /
             # ReduceMax pass over the tensor and no reduction in Python.
@@ -331,7 +413,14 @@ def plan_reduction(name: str, collector: Collector, opset: int, elem_type: int |
             ]
 
         def fold_tails(out: Sequence[np.ndarray], groups: int) -> None:
-            top, bottom, n = out[0], out[1], int(out[2])
+            top, bottom = out[0], out[1]
+            n = int(out[2])
+            if static is not None and n != static:
+                # the model ran with another size than it declares: this feed is not folded, and the
+                # runner reads the tensor whole from now on (runner._Runs._recover), this feed too
+                log.warning("tensor %r: declared %d values a feed, ran with %d: read whole from now on", name, static, n)
+                collector.skipped_batches += 1
+                return
             if n == 0:
                 return
             # Chunked: a row whose sum is NaN held a NaN (or both infinities): skipped whole, as the

@@ -34,7 +34,7 @@ from . import bodies
 from onnxptq.calibration.collectors import Collector, MinMaxCollector, TailCollector
 from onnxptq.calibration.methods import Method, make_collector
 from onnxptq.sessions import open_session
-from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, minmax_nodes, plan_reduction, reducible
+from onnxptq.calibration.reductions import ROWS_INPUT, Reduction, SharedConstants, minmax_nodes, plan_reduction, reducible
 from onnxptq.graph.io import TARGET_OPSET
 from onnxptq.graph.opsets import model_opset
 
@@ -151,8 +151,10 @@ def augment_model(
     todo: list[tuple[str, list[onnx.NodeProto], list[str]]] = []
     for name in reduce:
         todo.append((name, *minmax_nodes(name, name, opset)))
+    shared = SharedConstants()  # one initializer per distinct constant of the reductions
     for name, red in (reductions or {}).items():
-        todo.append((name, red.nodes, red.outputs))
+        todo.append((name, shared.lift(red.nodes), red.outputs))
+    graph.initializer.extend(shared.initializers)
     for name in shapes:
         out = name + SHAPE_SUFFIX
         todo.append((name, [helper.make_node("Shape", [name], [out], name=out)], []))

