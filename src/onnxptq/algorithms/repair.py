@@ -355,14 +355,12 @@ class _Judge:
         is what stepping every node up can give, and where even its bound reaches below the floor (too few or too
         spread feeds) no candidate could be told from it, and the figure decides as before."""
         among = self.evaluations
-        if not self.choosing or among <= 1 or self.everything is None or verdict.chains is not None:
+        probe = self.compared_probe(kept, rung) if verdict.chains is None else None
+        if probe is None:
             return []
-        if kept | self.floats >= self.everything:
-            return []  # the probe itself
-        probe = self.probe_of(rung)
         out = []
         for name, check in verdict.outputs.items():
-            if not check.ok or check.unconfirmed is not None or probe is None or name not in probe.outputs:
+            if not check.ok or check.unconfirmed is not None or name not in probe.outputs:
                 continue
             bound = chosen_cosine(check, self.floor, among)
             if bound is None or bound.low >= self.floor.cosine:
@@ -374,6 +372,16 @@ class _Judge:
             log.debug("repair: a candidate holds on %s's cosine but not by its bound at a choice among %d",
                       ", ".join(out), among)
         return out
+
+    def compared_probe(self, kept: frozenset[str], rung: Rung | None) -> Verdict | None:
+        """The probe's verdict a candidate (``kept``, ``rung``) is held against by :meth:`cosines_unsure` and
+        :meth:`masks_unsure`; None before the search chooses, on its first build, for the probe itself, or where
+        the probe at ``rung`` was not judged."""
+        if not self.choosing or self.evaluations <= 1 or self.everything is None:
+            return None
+        if kept | self.floats >= self.everything:
+            return None  # the probe itself
+        return self.probe_of(rung)
 
     def probe_of(self, rung: Rung | None) -> Verdict | None:
         """The verdict of the whole plan at ``rung`` (the search's probe, judged before its other candidates), if judged."""
@@ -395,11 +403,7 @@ class _Judge:
         those 7 read below the floor on 200 fresh pages; the stepped probe held by its bound (0.9995-1.0) in every run.
         floor16's PP-OCRv4 det under the reference A8W8 was so delivered at 0.9522 "could NOT judge" and read 0.9333
         on 48 fresh pages."""
-        if not self.choosing or self.evaluations <= 1 or self.everything is None:
-            return []
-        if kept | self.floats >= self.everything:
-            return []  # the probe itself
-        probe = self.probe_of(rung)
+        probe = self.compared_probe(kept, rung)
         if probe is None:
             return []
         out = []

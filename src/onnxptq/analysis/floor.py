@@ -1228,11 +1228,14 @@ def acted_on_below(verdict: Verdict) -> Verdict:
     (:attr:`Verdict.below`) broken (``ok`` False, ``below`` True: their words say which it was); a copy, the
     verdict as judged is left as it is. The same verdict where there are none."""
     names = verdict.below
-    if not names:
-        return verdict
+    return _with_checks(verdict, names, ok=False, below=True) if names else verdict
+
+
+def _with_checks(verdict: Verdict, names: list[str], **changes: Any) -> Verdict:
+    """A copy of ``verdict`` whose checks of ``names`` carry ``changes``; the others shared."""
     outputs = dict(verdict.outputs)
     for name in names:
-        outputs[name] = dataclasses.replace(verdict.outputs[name], ok=False, below=True)
+        outputs[name] = dataclasses.replace(verdict.outputs[name], **changes)
     return dataclasses.replace(verdict, outputs=outputs)
 
 
@@ -1251,20 +1254,22 @@ def beyond_confirmation(verdict: Verdict) -> list[str]:
         b = c.unconfirmed
         if b is None or c.below or c.mask_bound is not None or b.unit == POOLED_COSINE or b.share < b.floor:
             return []
-        draws = b.draws if b.draws is not None else float(b.count)
-        if share_bound(draws, draws, b.confidence)[0] >= b.floor:
+        if _confirmable(b):
             return []
         names.append(name)
     return names
 
 
+def _confirmable(bound: ShareBound) -> bool:
+    """Whether a share of 1 on as many reads (or chained draws) as ``bound`` counts would clear its floor."""
+    draws = bound.draws if bound.draws is not None else float(bound.count)
+    return share_bound(draws, draws, bound.confidence)[0] >= bound.floor
+
+
 def as_unconfirmed(verdict: Verdict, names: list[str]) -> Verdict:
     """``verdict`` with ``names`` (:func:`beyond_confirmation`) holding on their figures again, "could not confirm"
     as without ``repair_uncertain``; a copy."""
-    outputs = dict(verdict.outputs)
-    for name in names:
-        outputs[name] = dataclasses.replace(verdict.outputs[name], ok=True)
-    return dataclasses.replace(verdict, outputs=outputs)
+    return _with_checks(verdict, names, ok=True)
 
 
 def chosen(verdict: Verdict, among: int) -> Verdict:
@@ -2439,7 +2444,10 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
                 if chains <= 10_000 else "give more clips to confirm it")
         advice = f"{advice}; {more}" if advice else more
     level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
+    # with repair_uncertain on, an output still unconfirmed here is one no candidate could confirm (beyond_confirmation)
+    # or a delivered candidate's bound widened by the search's choice (chosen): only the first is said so
+    hopeless = verdict.floor.confirm and not any(_confirmable(verdict.outputs[n].unconfirmed) for n in verdict.unconfirmed)
     repair = ("repair_uncertain=True cannot repair it: on as few reads no candidate, every node float included, "
-              "could confirm it" if verdict.floor.confirm else "repair_uncertain=True repairs it as broken")
+              "could confirm it" if hopeless else "repair_uncertain=True repairs it as broken")
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
             f"{level:.0%} bound below the floor ({advice}; {repair})")
