@@ -417,7 +417,7 @@ def calibrate_once(model: io.ModelLike, config: QuantConfig, data: Any, *, eval_
         holding = _FloatHolding(prepared, cfg) if pending and reference is None else None
         stats = collect_statistics(prepared, plans, feeds, cfg, float_outputs=float_outputs, eval_samples=max(eval_samples, reads),
                                    also_run=pending, also_outputs=held_outputs,
-                                   side=(sides[0] if len(sides) == 1 else _Sides(sides)) if sides else None,
+                                   side=_Sides(sides) if sides else None,
                                    hold_outputs=holding)
         if reference is not None:
             t_ref = time.perf_counter()

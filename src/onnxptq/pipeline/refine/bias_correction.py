@@ -64,6 +64,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...calibration.runner import SideFetch
+from ...graph.call_attributes import call_attributes
 from ...graph.external import tensor_values
 from ...graph.opsets import is_onnx_domain, model_opset
 from ...graph.walk import ScopeIndex, all_graphs
@@ -112,7 +113,7 @@ def corrected_layers(model: onnx.ModelProto, plan: Plan) -> list[tuple[onnx.Node
                 continue
             if w_name not in inits or b_name not in inits or readers.get(b_name, 0) != 1 or {w_name, b_name} & repeated:
                 continue
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            attrs = call_attributes((), node)
             if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("beta", 1.0) == 0.0
                                            or tensor_values(inits[b_name]).ndim != 1):
                 continue  # beta 0: the bias does not reach the output, there is nothing to correct
@@ -229,18 +230,24 @@ def _taps_cheaper(node: onnx.NodeProto, w_dims: list[int]) -> bool:
     PP-OCRv4 det's MXFP8_E4M3 quantize cost more than the probe it saved)."""
     if node.op_type == "Gemm" or len(w_dims) < 3:
         return True
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    taps = int(np.prod(w_dims[2:]))
-    if taps == 1 and all(v == 1 for v in attrs.get("strides", [1])) and not any(attrs.get("pads", [0])):
-        return True  # the mean of x itself (auto_pad changes nothing on a 1×1 kernel at stride 1)
-    return 4 * taps * max(int(attrs.get("group", 1)), 1) < w_dims[0]
+    attrs = call_attributes((), node)
+    if _plain_1x1(attrs, w_dims[2:]):
+        return True  # the mean of x itself
+    return 4 * int(np.prod(w_dims[2:])) * max(int(attrs.get("group", 1)), 1) < w_dims[0]
+
+
+def _plain_1x1(attrs: Mapping[str, Any], kernel: Sequence[int]) -> bool:
+    """Whether a Conv reads each input position once, as itself: a 1×1 kernel at stride 1 without pads
+    (``auto_pad`` changes nothing there: SAME pads a 1×1 kernel at stride 1 by 0)."""
+    return (all(k == 1 for k in kernel) and all(v == 1 for v in attrs.get("strides", [1]))
+            and not any(attrs.get("pads", [0])))
 
 
 def _shift_nodes(node: onnx.NodeProto, delta: np.ndarray, prefix: str, opset: int
                  ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str, tuple[int, ...]]:
     """The nodes that reduce ``op(x, ΔW)`` (the layer's own attributes, no bias) to its channel means,
     as the probe does (:func:`_probe`)."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = call_attributes((), node)
     out = prefix + "_shift"
     consts = [numpy_helper.from_array(delta, prefix + "_dw")]
     steps = [helper.make_node(node.op_type, [node.input[0], prefix + "_dw"], [prefix + "_y"], **attrs)]
@@ -253,7 +260,7 @@ def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
                 ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str, tuple[int, ...]] | None:
     """The nodes that reduce ``node``'s input to the means :class:`InputMeans` keeps: (nodes, their
     constants, the mean's name, its shape: ``[K]`` for a Gemm, ``[C_in, *kernel]`` for a Conv)."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = call_attributes((), node)
     x, out = node.input[0], prefix + "_mean"
     steps: list[onnx.NodeProto] = []
     consts: list[onnx.TensorProto] = []
@@ -267,9 +274,7 @@ def _mean_nodes(node: onnx.NodeProto, w_dims: list[int], prefix: str, opset: int
             return None
         channels = w_dims[1] * int(attrs.get("group", 1))
         axes, shape = [0] + list(range(2, 2 + len(kernel))), (channels, *kernel)
-        plain = (all(k == 1 for k in kernel) and all(s == 1 for s in attrs.get("strides", [1]))
-                 and not any(attrs.get("pads", [0])) and attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", b"VALID"))
-        if not plain:
+        if not _plain_1x1(attrs, kernel):
             # one output per (channel, tap): channel j's tap k lands on output j·K + k, exactly its value
             taps = int(np.prod(kernel))
             onehot = np.zeros((channels * taps, 1, *kernel), np.float32)
@@ -309,7 +314,7 @@ def _shift_from_means(node: onnx.NodeProto, delta: np.ndarray, mean: np.ndarray)
     """``E[op(x, ΔW)]`` per output channel from the layer's mean input taps (:class:`InputMeans`), in
     float64; None where the means do not fit the weight (then the layer is probed)."""
     d = delta.astype(np.float64)
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = call_attributes((), node)
     if node.op_type == "Gemm":
         b = d.T if attrs.get("transB", 0) else d  # [K, N]
         if mean.shape != (b.shape[0],):
@@ -374,7 +379,7 @@ def _probe(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.nda
         graph = scope.graph
         w_name, y_name, m_name = f"__bc_dw_{i}", f"__bc_y_{i}", f"__bc_mean_{i}"
         graph.initializer.append(numpy_helper.from_array(delta, w_name))
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = call_attributes((), node)
         if node.op_type == "Gemm":
             attrs["beta"] = 0.0
         x_name = node.input[0]
@@ -458,8 +463,10 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
         for (node, _, _), delta, wq, act in zip(layers, deltas, weights, inputs)]
     probed = [k for k, shift in enumerate(shifts) if shift is None]
     if probed:
-        shifts = _probed_shifts(model, [layers[k] for k in probed], [deltas[k] for k in probed],
-                                [inputs[k] for k in probed], samples, providers, shifts, probed)
+        measured = _probed_shifts(model, [layers[k] for k in probed], [deltas[k] for k in probed],
+                                  [inputs[k] for k in probed], samples, providers)
+        for k, shift in zip(probed, measured):
+            shifts[k] = shift
     inits, _ = _initializers(model)
     out: dict[str, np.ndarray] = {}
     for (node, _, b_name), shift in zip(layers, shifts):
@@ -479,10 +486,9 @@ def correct_biases(model: onnx.ModelProto, plan: Plan, params: dict[str, QParams
 
 def _probed_shifts(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto, np.ndarray, str]],
                    deltas: Sequence[np.ndarray], inputs: Sequence[tuple[str, dict] | None],
-                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str],
-                   shifts: list[np.ndarray | None], at: Sequence[int]) -> list[np.ndarray | None]:
-    """``shifts`` with the mean shift of each of ``layers`` (at positions ``at``) measured by the probe
-    model on ``samples`` (None where no sample ran the layer's branch)."""
+                   samples: Sequence[dict[str, np.ndarray]], providers: Sequence[str]) -> list[np.ndarray | None]:
+    """The mean shift of each of ``layers`` measured by the probe model on ``samples`` (None where no
+    sample ran the layer's branch)."""
     probe, names = _probe(model, layers, deltas, inputs)
     # Without spinning: between runs the sums are taken in NumPy, while spinning pool threads held
     # the cores (the same kernels and thread pool, so the same means bit for bit).
@@ -498,10 +504,7 @@ def _probed_shifts(model: onnx.ModelProto, layers: Sequence[tuple[onnx.NodeProto
                 continue  # the sample took the other branch of an If holding this layer
             sums[k] += value * batch
             counts[k] += batch
-    shifts = list(shifts)
-    for k, total, count in zip(at, sums, counts):
-        shifts[k] = total / count if count else None
-    return shifts
+    return [total / count if count else None for total, count in zip(sums, counts)]
 
 
 def _trans_b(node: onnx.NodeProto) -> bool:
