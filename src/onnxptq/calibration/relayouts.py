@@ -24,6 +24,7 @@ from typing import Any
 import onnx
 
 from ..graph.ops import RELAYOUTS
+from ..graph.walk import dataflow
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def relayout_sources(graph: onnx.GraphProto, specs: Mapping[str, Any]) -> dict[s
     that chain, where both specs are equal; the source is itself never a relayout so shared (the chain's
     root). Tensors up the chain that ``specs`` does not hold are walked through (their values are the
     same); a spec that differs stops the walk (its statistics are another kind)."""
-    producer = {o: n for n in graph.node for o in n.output if o}
+    producer, _ = dataflow(graph.node)
     found: dict[str, str] = {}
     for name, spec in specs.items():
         current, seen = name, {name}

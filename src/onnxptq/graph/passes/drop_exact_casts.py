@@ -156,6 +156,12 @@ def _preserves(node: onnx.NodeProto, to: int) -> tuple[int, ...] | None | bool:
     return _PRESERVING[node.op_type]
 
 
+def _data_inputs(node: onnx.NodeProto, data: tuple[int, ...] | None) -> list[str]:
+    """``node``'s inputs whose values its outputs carry: those at the positions ``data`` names
+    (:data:`_PRESERVING`, :func:`_preserves`), every one where it is None; empty names left out."""
+    return [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+
+
 def _largest(to: int) -> np.float32:
     """The largest finite value of element type ``to``, as float32."""
     return np.float32(_FORMATS[to].max)
@@ -264,8 +270,7 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
             elif node.op_type in _BOOLEAN_OPS or node.op_type == "Cast":
                 found = node.op_type in _BOOLEAN_OPS or _to(node) in kinds
             elif node.op_type in _COPIES:
-                data = _PRESERVING[node.op_type]
-                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                inputs = _data_inputs(node, _PRESERVING[node.op_type])
                 found = bool(inputs) and all(small_ints(i, boolean) for i in inputs)
             else:
                 found = False
@@ -342,8 +347,7 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                         roundings[node.output[0]] = (to, node.input[0], [node], True)
                 continue
             if is_onnx_domain(node.domain) and node.op_type in _COPIES:
-                data = _PRESERVING[node.op_type]
-                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                inputs = _data_inputs(node, _PRESERVING[node.op_type])
                 if inputs and all(i in masks for i in inputs):
                     masks.update(o for o in node.output if o)
             if is_onnx_domain(node.domain) and node.op_type == "Mul" and len(node.input) == 2:
@@ -357,12 +361,12 @@ def drop_exact_casts(model: onnx.ModelProto) -> int:
                 data = _preserves(node, to)
                 if data is False:
                     continue
-                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                inputs = _data_inputs(node, data)
                 if inputs and all(exact_input(i, to) for i in inputs):
                     exact[to].update(o for o in node.output if o)
             data = _preserves(node, TensorProto.FLOAT)
             if data is not False:
-                inputs = [i for k, i in enumerate(node.input) if i and (data is None or k in data)]
+                inputs = _data_inputs(node, data)
                 if inputs and all(finite_input(i) for i in inputs):
                     finite.update(o for o in node.output if o)
 
