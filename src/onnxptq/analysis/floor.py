@@ -104,7 +104,7 @@ from .token_heads import NEXT, TAGS, kind_for, token_heads
 from .beam_reads import beam_advisory, beam_undecided, top_k_rows
 from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, Chains, ShareBound, chosen_level, clips, least_count, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
-from .class_maps import ArgMaxMasks
+from .class_maps import ArgMaxMasks, logit_axis, logit_maps
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
 from ..config.floor_readings import PEAK_SCORES
@@ -729,7 +729,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
             "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
-            "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model)}
+            "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model), "logit_maps": logit_maps(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -748,7 +748,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             det_levels: Sequence[tuple[Level, ...]] = (),
             anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
             coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = (),
-            recurrent: Collection[str] = (), chains: Chains | None = None) -> Verdict:
+            recurrent: Collection[str] = (), chains: Chains | None = None,
+            logit_maps: Mapping[str, tuple[int, int]] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -884,6 +885,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         row_margins = RowMargins()  # the rows' margins, for their near-ties (analysis/row_ties.py)
         fields: FieldCosines | None = None
         class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
+        if (logit_maps and name in logit_maps and not classy and kind is None
+                and logit_axis([f[name] for f in reference if name in f], *logit_maps[name])):
+            class_map = ArgMaxMasks(*logit_maps[name], logits=True)  # class logits (class_maps.py, "Class logits")
         masks = (MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy and name not in by_levels
                  else None)
         picture: PictureAgreement | None = None
@@ -960,7 +964,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                 axis = r.ndim - 1 if regression else None if name in by_levels else field_axes.get(name)
                 if fields is None and axis is not None and r.ndim > axis:
                     fields = FieldCosines(axis, r.shape[axis], minimum=REGRESSION_VALUES if regression else MIN_VALUES)
-                    class_map = None if regression else ArgMaxMasks(axis, r.shape[axis])
+                    class_map = None if regression else class_map or ArgMaxMasks(axis, r.shape[axis])
                 if fields is not None:
                     # a detector's score rows: their fields' cosines on the candidates that matter (threshold_cells.py)
                     fields.add(*(confident_only(r, g, score_rows[name]) if name in score_rows else (r, g)))
