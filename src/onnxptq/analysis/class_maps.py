@@ -34,7 +34,7 @@ twenty-eighth round", both SILENT). So an output is read as a **class-logit map*
 * **by structure** it is a ``Conv`` with a constant ``[C, K, 1, …]`` weight (a 1×1 kernel: one class decision per
   position from that position's features; ``C ≥ 2``) read through data movement, resampling and a per-channel
   affine (``Identity``, ``Cast``, ``Resize``/``Upsample``, ``Transpose``, a constant ``Add``,
-  ``BatchNormalization``): the class axis is the convolution's channel axis wherever the ``Transpose``\ s put
+  ``BatchNormalization``): the class axis is the convolution's channel axis wherever the ``Transpose`` nodes put
   it. A nonlinearity ends the walk (a ``Sigmoid`` map is :mod:`.maps`'s, a ``Softmax`` is :mod:`.class_scores`'),
   and so do ``Concat`` and ``Reshape`` (a detector's side-by-side heads, an axis no longer known);
 * **on float's data** its values carry the mark of a loss that reads the channels as alternatives: the spread of

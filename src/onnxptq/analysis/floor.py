@@ -105,6 +105,7 @@ from .beam_reads import beam_advisory, beam_undecided, top_k_rows
 from .evidence import CONFIDENT, FIRST_LOOK, MOST_HELD_OUT, SECOND_LOOK, Chains, ShareBound, chosen_level, clips, least_count, decisions_to_decide, f1_share, reads_to_confirm, share_bound, surely_below, tail
 from .row_picks import one_column_rows, pick_advisory
 from .class_maps import ArgMaxMasks, logit_axis, logit_maps
+from .index_outputs import IndexOutput, index_outputs, judge_indices
 from .fields import declared_field_axes
 from .user_agreement import output_agreement
 from ..config.floor_readings import PEAK_SCORES
@@ -729,7 +730,8 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
             "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
-            "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model), "logit_maps": logit_maps(model)}
+            "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model), "logit_maps": logit_maps(model),
+            "index_outputs": index_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -749,7 +751,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             anchor_scores: Mapping[str, AnchorScores] | None = None, waveforms: Collection[str] = (),
             coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = (),
             recurrent: Collection[str] = (), chains: Chains | None = None,
-            logit_maps: Mapping[str, tuple[int, int]] | None = None) -> Verdict:
+            logit_maps: Mapping[str, tuple[int, int]] | None = None,
+            index_outputs: Mapping[str, IndexOutput] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -811,7 +814,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``carried``: state outputs a streamed candidate fed back to itself, judged through what they feed, not
     themselves (analysis/streams.py, ``carried_outputs``). ``chains``: how a streamed candidate's held-out calls hang
     together in chains of calls (analysis/streams.py ``held_out_chains``): a share's bound counts its effective draws,
-    the chains, not the calls (:func:`share_of`; analysis/evidence.py, "Chains of calls")."""
+    the chains, not the calls (:func:`share_of`; analysis/evidence.py, "Chains of calls").
+    ``logit_maps``: outputs read from a 1×1 class ``Conv`` (``class_maps.logit_maps``: name → class axis and count);
+    where float's data shows class logits (``class_maps.logit_axis``), judged by their labelled arg-max masks' IoU.
+    ``index_outputs``: outputs of chosen indices (``index_outputs.index_outputs``), judged by the sets chosen per
+    row, one more check ``decision:<node> indices <output>`` (:func:`onnxptq.analysis.index_outputs.judge_indices`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -850,7 +857,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
             continue
-        if name in selection:
+        if name in selection and name not in (index_outputs or {}):  # chosen indices: judged as sets (index_outputs.py)
             axis, tops = selection[name]
             lead = judge_selected(name, axis, tops, reference, candidate)
             if lead is not None:
@@ -1123,6 +1130,10 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
+    for c in judge_indices(index_outputs or {}, reference, candidate):  # chosen indices (analysis/index_outputs.py)
+        unjudged = not _enough(c.rows, floor) and c.rows - c.kept < 2  # the decisions' rule
+        verdict.outputs[c.item.key] = OutputCheck(c.item.key, 1.0, 1.0, top1=c.share, rows=c.rows, top1_unjudged=unjudged,
+                                                  ok=unjudged or c.share >= floor.top1, note=c.describe())
     for check in verdict.outputs.values():
         _confirm(check, floor, len(reference), chains)
     return verdict

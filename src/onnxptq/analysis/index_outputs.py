@@ -1,0 +1,165 @@
+"""Index outputs (a ``TopK``'s indices, an ``ArgMax``/``ArgMin``'s) are judged by the indices they choose.
+
+Why: the floor compares float outputs; an integer output was skipped (nothing to take a cosine of), and a
+``TopK`` is judged where it is taken by its scores' cosine on the candidates that matter
+(:mod:`.decisions`). A model that returns the chosen indices is read by them: fuzz18's ``topk_argmax_heads``
+(``TopK`` k = 3 of 10 logits, its indices a graph output) kept the top-3 index sets of float on 0.873 of 200 fresh
+feeds under MXFP4 and 0.948 under A8W8 while the floor said "decision:… cosine 0.9994" and held (bench/RESULTS.md,
+fuzz18, "Looked at, left for their owners"). The user was told of other outputs, never of the index output.
+
+**Found by structure** (:func:`index_outputs`): a graph output that is, through ``Identity``/``Cast``, the
+``Indices`` output of a ``TopK`` or the output of an ``ArgMax``/``ArgMin``, with the node's axis, whether it
+keeps that axis, and the tensor it chooses on. An ``ArgMax``/``ArgMin`` the floor already judges as a decision
+(:func:`onnxptq.analysis.decisions.find_decisions`: its scores judged as reads, with their margins) is not judged
+twice, nor one whose scores are a graph output read as class scores (``class_scores.class_like_outputs``, rule 2:
+tashkeel's ``predictions``, the only index output of the 178 zoo and outside models read here besides none of a
+``TopK``); any other is judged here, as a ``TopK`` is. A ``TopK``'s indices are judged so even where the rows a
+constant-k ``TopK`` chose are a selection (:mod:`.selection`): a cosine of index values is no reading of them.
+
+**Judged** (:func:`judge_indices`): per row (every index of the other axes), whether the quantized model chose
+the same **set** of indices as float (the order within the set is a ranking of the chosen, which a selection
+does not promise: a sorted ``TopK``'s order among near-equal scores is rounding). A row whose sets differ only
+by indices whose float scores lie within :data:`~onnxptq.analysis.decisions.TIE` of float's k-th chosen score
+counts as kept: float itself could have chosen either (the floor's tie rule for comparisons, decisions.py).
+Float's scores are the captured decision tensor (``decisions.KEY + node``) or the graph output they are; where
+neither is there, no tie is forgiven. The share of rows kept is held against the family's top-1 floor, judged
+on at least as many rows as the floor needs or where two rows or more changed (the decisions' rule), and
+named ``decision:<node> indices <output>`` in the verdict. An index outside the scores' axis counts as changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .class_scores import class_like_outputs
+from .decisions import KEY, TIE, find_decisions
+
+__all__ = ["IndexCheck", "IndexOutput", "index_outputs", "judge_indices"]
+
+_CHOOSERS = frozenset(("TopK", "ArgMax", "ArgMin"))
+_STEPS = frozenset(("Identity", "Cast"))
+
+
+@dataclass(frozen=True)
+class IndexOutput:
+    """A graph output of chosen indices (module docstring)."""
+
+    output: str
+    node: str
+    op: str
+    axis: int
+    #: the output keeps the chosen axis (TopK; ArgMax/ArgMin with ``keepdims=1``)
+    keepdims: bool
+    #: the tensor the node chooses on (float's copy: captured as ``KEY + node``, or a graph output)
+    scores: str
+    #: the choice is of the smallest values (ArgMin, ``TopK(largest=0)``)
+    negate: bool
+
+    @property
+    def key(self) -> str:
+        return f"{KEY}{self.node} indices {self.output}"
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def index_outputs(model: onnx.ModelProto) -> dict[str, IndexOutput]:
+    """Graph outputs that are a ``TopK``'s indices or an ``ArgMax``/``ArgMin``'s output (module docstring)."""
+    producer = {o: (n, i) for n in model.graph.node for i, o in enumerate(n.output) if o}
+    decided = {d.node for d in find_decisions(model) if d.kind == "argmax"}
+    scored = set(class_like_outputs(model))  # scores judged as class scores already
+    found: dict[str, IndexOutput] = {}
+    for out in model.graph.output:
+        tensor = out.name
+        for _ in range(4):
+            node, slot = producer.get(tensor, (None, 0))
+            if node is None or node.op_type not in _STEPS:
+                break
+            tensor = node.input[0]
+        if node is None or node.op_type not in _CHOOSERS or not node.input:
+            continue
+        name = node.name or node.output[0]
+        if node.op_type == "TopK" and slot == 1:
+            found[out.name] = IndexOutput(out.name, name, "TopK", _attr(node, "axis", -1), True, node.input[0],
+                                          _attr(node, "largest", 1) == 0)
+        elif node.op_type in ("ArgMax", "ArgMin") and name not in decided and node.input[0] not in scored:
+            found[out.name] = IndexOutput(out.name, name, node.op_type, _attr(node, "axis", 0), bool(_attr(node, "keepdims", 1)),
+                                          node.input[0], node.op_type == "ArgMin")
+    return found
+
+
+@dataclass
+class IndexCheck:
+    """One index output's figures (the floor's ``OutputCheck`` is built from it)."""
+
+    item: IndexOutput
+    #: rows whose chosen set is float's (ties forgiven), rows judged, rows kept only by a forgiven tie
+    kept: int = 0
+    rows: int = 0
+    ties: int = 0
+    #: float's scores were there to forgive ties with
+    scored: bool = False
+
+    @property
+    def share(self) -> float:
+        return self.kept / self.rows if self.rows else 1.0
+
+    def describe(self) -> str:
+        ties = (f", {self.ties} of them by a tie within {TIE:g} of float's k-th score" if self.ties else "")
+        told = "" if self.scored else " (float's scores not captured: no tie forgiven)"
+        return (f"{self.item.op} {self.item.node!r}'s chosen indices {self.item.output!r}: the set float chose kept on "
+                f"{self.kept} of {self.rows} rows ({self.share:.4f}){ties}{told}")
+
+
+def _rows(indices: np.ndarray, item: IndexOutput, ndim: int) -> np.ndarray:
+    """``indices`` as ``[rows, k]`` with the chosen axis last (``ndim``: the scores' rank)."""
+    x = np.asarray(indices, np.int64)
+    axis = item.axis % ndim
+    if not item.keepdims:
+        x = np.expand_dims(x, axis)
+    return np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis])
+
+
+def _feed(item: IndexOutput, ref: Mapping[str, Any], got: Mapping[str, Any], check: IndexCheck) -> None:
+    a, b = np.asarray(ref[item.output]), np.asarray(got[item.output])
+    if a.shape != b.shape:
+        return
+    scores = ref.get(f"{KEY}{item.node}", ref.get(item.scores))
+    s = np.asarray(scores, np.float64) if scores is not None else None
+    ndim = s.ndim if s is not None and s.ndim else a.ndim + (0 if item.keepdims else 1)
+    if s is not None and (s.ndim != ndim or not np.isfinite(s).all()):
+        s = None
+    ra, rb = _rows(a, item, ndim), _rows(b, item, ndim)
+    flat = np.moveaxis(-s if item.negate else s, item.axis % ndim, -1).reshape(ra.shape[0], -1) if s is not None else None
+    check.scored = check.scored or flat is not None
+    for i in range(ra.shape[0]):
+        fa, fb = set(ra[i].tolist()), set(rb[i].tolist())
+        check.rows += 1
+        if fa == fb:
+            check.kept += 1
+            continue
+        if flat is None or any(j < 0 or j >= flat.shape[1] for j in fa | fb):
+            continue
+        kth = min(flat[i, j] for j in fa)  # float's k-th chosen score
+        if all(abs(flat[i, j] - kth) <= TIE for j in fa ^ fb):
+            check.kept += 1
+            check.ties += 1
+
+
+def judge_indices(items: Mapping[str, IndexOutput], reference: Sequence[Mapping[str, Any]],
+                  candidate: Sequence[Mapping[str, Any]]) -> list[IndexCheck]:
+    """Each index output's rows kept over the feeds (module docstring); outputs absent from a feed are skipped."""
+    checks = []
+    for name, item in items.items():
+        check = IndexCheck(item)
+        for ref, got in zip(reference, candidate):
+            if name in ref and name in got:
+                _feed(item, ref, got, check)
+        if check.rows:
+            checks.append(check)
+    return checks
