@@ -37,6 +37,12 @@ twenty-eighth round", both SILENT). So an output is read as a **class-logit map*
   ``BatchNormalization``): the class axis is the convolution's channel axis wherever the ``Transpose`` nodes put
   it. A nonlinearity ends the walk (a ``Sigmoid`` map is :mod:`.maps`'s, a ``Softmax`` is :mod:`.class_scores`'),
   and so do ``Concat`` and ``Reshape`` (a detector's side-by-side heads, an axis no longer known);
+* **not a detector's heads**: where the graph outputs two such heads of different ``C``, or one beside a sigmoid
+  map (:func:`onnxptq.analysis.maps.probability_maps`), none is taken. CenterNet-style detectors (LORE's and
+  Cycle-CenterNet's table detectors, CenterFace) output their centre heat maps, sizes, offsets and corner vectors
+  each from a 1×1 ``Conv``, read by peaks and at the peaks, never by an arg-max across channels; their corner
+  vectors (LORE ``wh``, Cycle-CenterNet ``c2v``: four (dx, dy) pairs from a centre, which sum to about 0) carry the
+  data's mark below by geometry (shift shares 5·10⁻⁵ and 0.006), so the data alone would take them;
 * **on float's data** its values carry the mark of a loss that reads the channels as alternatives: the spread of
   the per-position mean over the channels is under :data:`~onnxptq.analysis.head_kind.REGRESSION_SHARE` of what
   independent columns give (:func:`onnxptq.analysis.head_kind.shift_share`: softmax cross-entropy never trains
@@ -68,7 +74,7 @@ import onnx
 
 from .class_scores import TIE_TOLERANCE, _const_shapes
 from .head_kind import REGRESSION_SHARE, shift_share
-from .maps import MIN_MASK, TIE
+from .maps import MIN_MASK, TIE, probability_maps
 
 __all__ = ["ArgMaxMasks", "LOGIT_STEPS", "SIMPLEX_TOLERANCE", "logit_axis", "logit_maps", "simplex_axis"]
 
@@ -101,8 +107,9 @@ def _class_conv(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int
 
 
 def logit_maps(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
-    """Graph outputs read from a 1×1 class convolution through :data:`LOGIT_STEPS` (module docstring, "Class
-    logits"): output → ``(class axis, C)``. Structure only: :func:`logit_axis` decides on float's data."""
+    """Graph outputs read from a 1×1 class convolution through :data:`LOGIT_STEPS`, not a detector's heads (module
+    docstring, "Class logits"): output → ``(class axis, C)``. Structure only: :func:`logit_axis` decides on float's
+    data."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     shapes = _const_shapes(model)
     found: dict[str, tuple[int, int]] = {}
@@ -130,6 +137,8 @@ def logit_maps(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
                     break
                 perms.append(perm)
             tensor = next((i for i in node.input if i and i not in shapes), "")
+    if len({c for _, c in found.values()}) > 1 or (found and probability_maps(model)):
+        return {}  # a detector's heads side by side (module docstring)
     return found
 
 
