@@ -185,3 +185,20 @@ def test_topk_indices_reordered_or_swapped_within_a_tie_are_kept():
     assert check.ok and check.top1 == 1.0 and verdict.ok, check.describe()
     assert "indices" not in verdict.outputs
     assert "1 of them by a tie" in check.describe()
+
+
+def test_the_class_axis_follows_a_transpose_and_a_detectors_heads_are_not_taken():
+    """``Conv 1×1 [19] → Transpose(0, 2, 3, 1)`` puts the classes last (a TF-style NHWC output); a second 1×1 head of
+    another width beside it (a CenterNet's sizes beside its heat map) makes both a detector's heads."""
+    w = numpy_helper.from_array(np.zeros((C, 4, 1, 1), np.float32), "w")
+    w2 = numpy_helper.from_array(np.zeros((2, 4, 1, 1), np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["z"], name="head"),
+             helper.make_node("Transpose", ["z"], ["nhwc"], name="t", perm=[0, 2, 3, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["sizes"], name="sizes_head")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, S, S])
+    nhwc = helper.make_tensor_value_info("nhwc", TensorProto.FLOAT, [1, S, S, C])
+    sizes = helper.make_tensor_value_info("sizes", TensorProto.FLOAT, [1, 2, S, S])
+    alone = helper.make_model(helper.make_graph(nodes[:2], "nhwc", [x], [nhwc], initializer=[w]))
+    assert readings_of(alone)["logit_maps"] == {"nhwc": (3, C)}
+    beside = helper.make_model(helper.make_graph(nodes, "det", [x], [nhwc, sizes], initializer=[w, w2]))
+    assert readings_of(beside)["logit_maps"] == {}
