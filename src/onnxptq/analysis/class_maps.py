@@ -59,8 +59,9 @@ same class (with one class besides the background exactly that class's mask IoU)
 top-1 floor, on at least :data:`~onnxptq.analysis.maps.MIN_MASK` such positions. The worst single class is named
 beside it and not judged: on BiSeNet's 16 fresh portraits it broke every preset but FP16, BF16 included
 (0.876-0.961: cloth, eyeglasses and hats float itself reads with thin margins), where the labelled IoU reads
-BF16 0.981, MXINT8 0.959, MXFP8_E4M3 0.764. Float's near-ties (a margin within
-:data:`~onnxptq.analysis.class_scores.TIE_TOLERANCE`) are left out.
+BF16 0.981, MXINT8 0.959, MXFP8_E4M3 0.764. A position whose class changed where float's top two logits lie
+within :data:`~onnxptq.analysis.class_scores.TIE_TOLERANCE` counts as kept: float could have read either (the TopK
+rule of :mod:`.index_outputs`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ def _class_conv(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...]]) -> int
     if len(w) < 3 or any(d != 1 for d in w[2:]) or w[0] < 2:
         return None
     return int(w[0])
+
+
+def _columns(values: np.ndarray, axis: int) -> np.ndarray:
+    """``values`` as ``[C, positions]`` along ``axis`` (positions in C order of the other axes, as ``argmax`` ravels
+    them): no copy where the axes before ``axis`` are of length 1 (a map of one image)."""
+    return np.moveaxis(np.asarray(values), axis, 0).reshape(values.shape[axis], -1)
 
 
 def logit_maps(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
@@ -153,8 +160,8 @@ def logit_axis(values: Sequence[np.ndarray], axis: int, classes: int) -> bool:
         if (not np.issubdtype(v.dtype, np.floating) or v.ndim <= axis or v.shape[axis] != classes
                 or not np.isfinite(v).all()):
             return False
-        z = np.moveaxis(v, axis, -1).reshape(-1, classes)
-        rows.append(z[:: max(1, z.shape[0] // _SHARE_POSITIONS)])
+        z = _columns(v, axis)  # [C, positions], a view where the layout allows (NCHW with N = 1)
+        rows.append(z[:, :: max(1, z.shape[1] // _SHARE_POSITIONS)].T)
     if not rows or sum(np.asarray(v).size // classes for v in values) < MIN_MASK:
         return False
     share, positions = shift_share(rows)
@@ -191,10 +198,12 @@ class ArgMaxMasks:
             return
         a = np.argmax(ref, axis=self.axis).ravel()
         b = np.argmax(got, axis=self.axis).ravel()
-        if self.logits:  # float's near-ties left out (module docstring, "Class logits")
-            top2 = np.moveaxis(np.partition(ref, -2, axis=self.axis), self.axis, -1).reshape(-1, self.classes)[:, -2:]
-            clear = (top2[:, 1] - top2[:, 0]) > TIE_TOLERANCE
-            a, b = a[clear], b[clear]
+        if self.logits:  # a class changed only where float's top two tie is kept (module docstring, "Class logits")
+            moved = np.flatnonzero(a != b)
+            if moved.size:
+                top2 = np.sort(_columns(ref, self.axis)[:, moved], axis=0)[-2:]
+                b = b.copy()
+                b[moved[(top2[1] - top2[0]) <= TIE_TOLERANCE]] = a[moved[(top2[1] - top2[0]) <= TIE_TOLERANCE]]
         same = a == b
         self.counts += np.bincount(a, minlength=self.classes)
         self.inter += np.bincount(a[same], minlength=self.classes)
