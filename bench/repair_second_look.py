@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 def _state(check) -> str:
     return ("below" if getattr(check, "below", False) else "broken" if not check.ok
             else "below on figure" if check.top1_unjudged and check.mask_bound is not None and check.mask_bound.iou < check.mask_floor
-            else "not judged" if check.top1_unjudged else "holds")
+            else "not judged" if check.top1_unjudged else "could not confirm" if check.unconfirmed is not None else "holds")
 
 
 def _figure(check) -> dict:
