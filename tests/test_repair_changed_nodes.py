@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
-from _structure_graphs import H, S, _B, pattern_data
+from _structure_graphs import pattern_data
+from test_repair_prefixes import spread_chain
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
@@ -27,26 +27,7 @@ LAYERS = ((10.0, 0), (3.0, 1), (7.0, 1), (5.0, 3))
 def relu_chain(layers: tuple[tuple[float, int], ...] = LAYERS) -> onnx.ModelProto:
     """test_repair_prefixes.spread_chain's coarse layers (a dead unit's weight row holding the outlier) with a Relu after
     every MatMul but the coarse ones and the output."""
-    rng = np.random.default_rng(5)
-    b = _B()
-    src = "x"
-    for i, (outlier, ordinary) in enumerate(layers):
-        dead = rng.standard_normal((H, H)) / np.sqrt(H)
-        dead[:, 0] = 0.0
-        h = b.op("Relu", b.op("MatMul", src, b.const(dead)))
-        hot = rng.standard_normal((H, H)) / np.sqrt(H)
-        hot[0] = outlier
-        b.nodes.append(helper.make_node("MatMul", [h, b.const(hot)], [f"MatMul_hot{i}_out"], name=f"MatMul_hot{i}"))
-        src = f"MatMul_hot{i}_out"
-        for _ in range(ordinary):
-            src = b.op("Relu", b.op("MatMul", src, b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H)))))
-    b.nodes.append(helper.make_node("MatMul", [src, b.const(rng.standard_normal((H, 1)) / np.sqrt(H))], ["out"],
-                                    name="MatMul_out"))
-    x, out = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", S, w]) for n, w in (("x", H), ("out", 1)))
-    model = helper.make_model(helper.make_graph(b.nodes, "relu_chain", [x], [out], b.inits),  # IR 8: onnxruntime 1.32
-                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(model)
-    return model
+    return spread_chain(layers, act="Relu")
 
 
 def _pooled_cosine(a: onnx.ModelProto, b: onnx.ModelProto, feeds) -> float:
