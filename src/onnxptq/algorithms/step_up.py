@@ -61,7 +61,7 @@ from typing import Iterable
 from ..config.schema import QuantConfig, TensorQuant
 from ..formats import BLOCK_FORMATS
 from ..formats.integer import SIXTEEN_BIT
-from ..pipeline.plan.types import Plan
+from ..pipeline.plan.types import Plan, TensorPlan
 
 __all__ = ["Rung", "changed_nodes", "ladder", "step_overrides", "stepped_config", "WIDER", "BFP_WIDTHS", "MX_WIDER"]
 
@@ -186,7 +186,7 @@ def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Itera
     return out
 
 
-def _wider(t, rung: Rung) -> TensorQuant | None:
+def _wider(t: TensorPlan, rung: Rung) -> TensorQuant | None:
     """The quantizer ``rung`` gives the planned tensor ``t``, or None where the rung leaves it as planned."""
     if t.quant is None:
         return None
@@ -204,7 +204,7 @@ def changed_nodes(plan: Plan, rung: Rung) -> frozenset[str]:
     planned tensor the rung widens. Why: under A16W8 (its one rung, 16-bit weights) a Softmax, a Reshape or an Add
     of two activations reads no weight, so stepping it builds the plain model again; repair's search spent builds on
     such candidates (its ranked first trial, a Softmax alone, was the plain build) and named them "stepped up" (a
-    fuzzed attention module: 58 of 58 nodes "stepped" where 12 had a weight; bench/RESULTS.md, repair19)."""
+    fuzzed attention module: 58 of 58 nodes "stepped" where 9 had a weight; bench/RESULTS.md, repair19)."""
     out: set[str] = set()
     for t in plan.tensors.values():
         if _wider(t, rung) is not None:

@@ -571,7 +571,7 @@ class Verdict:
         finds across the floor, their figure at or above it now ("could not judge", "could not confirm"). Acted on: on
         the planted detector of tests/test_floor_maps.py (96 pages, 24 held in reserve) 8 of 14 such rows read below
         the floor on 200 fresh pages (0.9449-0.9497), which a hold would have delivered "could NOT judge"; what the
-        second look spares is the rows it shows to hold (4 of 4 held fresh; bench/RESULTS.md, repair19)."""
+        second look spares is the rows it shows to hold (3 of 3 held fresh; bench/RESULTS.md, repair19)."""
         return [n for n in self.first_below if n in self.outputs and self.outputs[n].ok and not _confirmed(self.outputs[n])
                 and not below_on_figure(self.outputs[n])]
 
