@@ -29,10 +29,11 @@ from onnxptq.config.presets import resolve_config
 LAYERS = ((10.0, 0), (3.0, 1), (7.0, 5))
 
 
-def spread_chain(layers: tuple[tuple[float, int], ...] = LAYERS) -> onnx.ModelProto:
+def spread_chain(layers: tuple[tuple[float, int], ...] = LAYERS, act: str | None = None) -> onnx.ModelProto:
     """A chain of MatMuls, each coarse layer a MatMul whose weights' column 0 is zero (a unit that never fires)
     and one whose weight row 0, reading that unit, holds the outlier: float never sees the row, while its int8
-    grid (one per output column) rounds every other weight coarsely."""
+    grid (one per output column) rounds every other weight coarsely. ``act``: an activation op after every MatMul but
+    the coarse ones and the output (tests/test_repair_changed_nodes.py: nodes with no weight)."""
     rng = np.random.default_rng(5)
     b = _B()
     src = "x"
@@ -40,12 +41,14 @@ def spread_chain(layers: tuple[tuple[float, int], ...] = LAYERS) -> onnx.ModelPr
         dead = rng.standard_normal((H, H)) / np.sqrt(H)
         dead[:, 0] = 0.0
         h = b.op("MatMul", src, b.const(dead))
+        h = b.op(act, h) if act else h
         hot = rng.standard_normal((H, H)) / np.sqrt(H)
         hot[0] = outlier
         b.nodes.append(helper.make_node("MatMul", [h, b.const(hot)], [f"MatMul_hot{i}_out"], name=f"MatMul_hot{i}"))
         src = f"MatMul_hot{i}_out"
         for _ in range(ordinary):
             src = b.op("MatMul", src, b.const(np.eye(H) + 0.05 * rng.standard_normal((H, H))))
+            src = b.op(act, src) if act else src
     b.nodes.append(helper.make_node("MatMul", [src, b.const(rng.standard_normal((H, 1)) / np.sqrt(H))], ["out"],
                                     name="MatMul_out"))
     x, out = (helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", S, w]) for n, w in (("x", H), ("out", 1)))

@@ -153,7 +153,7 @@ from typing import Any, Callable
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, acted_on_below, as_unconfirmed, beyond_confirmation, chosen, chosen_cosine, floor_for, measure, unconfirmed_text, unjudged_text
+from ..analysis.floor import Verdict, acted_on_below, as_unconfirmed, beyond_confirmation, chosen, chosen_cosine, floor_for, measure, second_look_text, unconfirmed_text, unjudged_text
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -169,7 +169,7 @@ from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_measure import Measure, class_reads, measure_outputs, undecided, worse
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
-from .step_up import Rung, ladder, stepped_config
+from .step_up import Rung, changed_nodes, ladder, stepped_config
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +280,9 @@ class _Judge:
         self.choosing = False
         #: candidates that held on an output's cosine but not by its bound (:meth:`cosines_unsure`), as output names
         self.ruled_by_bound: list[list[str]] = []
+        #: per rung, the nodes it changes (:func:`.step_up.changed_nodes`): a candidate stepped up is judged as its
+        #: nodes among them, so one that steps only nodes the rung leaves as planned is the plain build, never built
+        self.changes: dict[Rung, frozenset[str]] = {}
         self.floor = floor_for(cfg, *calibrated.looks)  # the look's (analysis/evidence.py, "Two looks")
         self.readings = calibrated.readings
         self.names = compared_outputs(calibrated.prepared.graph)
@@ -301,6 +304,8 @@ class _Judge:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
         than deliver a model it could not measure)."""
+        if rung is not None and rung in self.changes:
+            kept = kept & self.changes[rung]  # the nodes the rung leaves as planned change nothing (step_up.changed_nodes)
         key = (rung if kept or self.floats else None, kept, self.floats)  # nothing held: the plain build, whatever the rung
         if key in self.cache:
             return self.cache[key]
@@ -995,7 +1000,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         # repair_uncertain broke these shares for their bound alone, and no candidate could confirm them on this data
         # (floor.beyond_confirmation): said as "could not confirm", with why repair did not search
         verdict = result.floor = as_unconfirmed(verdict, hopeless)
-    if verdict is not None and verdict.ok and (verdict.unjudged or verdict.unconfirmed):
+    held = verdict.held_on_second_look if verdict is not None and verdict.ok else []
+    if held:
+        # below the floor on its figure on the first held-out samples, not on them and the reserve: the second look
+        # (pipeline/second_look.py) took the reserve for it, and nothing is acted on (floor.second_look_text)
+        log.info("accuracy floor (%s): %s", verdict.floor.describe(), second_look_text(verdict))
+    if verdict is not None and verdict.ok and (verdict.unjudged or verdict.unconfirmed or held):
         # Not "holds": the data was too little to judge the arg-max (floor.unjudged_text), or to confirm a share
         # that holds on its figure (floor.unconfirmed_text; repair_uncertain=True breaks it instead). Said in the
         # warning, the summary and the plan; nothing to repair against.
@@ -1003,9 +1013,10 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             ([("confirm", unconfirmed_text(verdict))] if verdict.unconfirmed else [])
         for what, text in notes:
             log.warning("accuracy floor (%s) on %s: could NOT %s %s", verdict.floor.describe(), verdict.where(), what, text)
-        result.repair = {"note": "; ".join(f"could not {what} {text}" for what, text in notes),
+        result.repair = {"note": "; ".join([f"could not {what} {text}" for what, text in notes]
+                                           + ([second_look_text(verdict)] if held else [])),
                          "unjudged": verdict.unjudged, "unconfirmed": verdict.unconfirmed,
-                         "before": verdict.to_json()}
+                         **({"held_on_second_look": held} if held else {}), "before": verdict.to_json()}
         result.plan.repair = result.repair
         return result
     if verdict is None or verdict.ok:
@@ -1048,6 +1059,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     judge.everything = frozenset(candidates)
     judge.choosing = True
+    judge.changes = {r: changed_nodes(result.plan, r) for r in rungs}
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
     if shared_guard:
@@ -1128,6 +1140,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         broken = [name for name in verdict.broken if name in judge.names]
         graph = calibrated.prepared.graph
         found = frozenset(output_writers(graph, broken, candidates)) | frozenset(output_branch(graph, broken, candidates))
+        found &= judge.changes.get(top, found)  # what the rung changes of them (step_up.changed_nodes)
         if not found or len(found) > MIXED_FLOAT or 2 * len(found) > len(candidates):
             return None
         if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf):
@@ -1164,7 +1177,9 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                     rung = rungs[-1]
         ends: frozenset[str] = frozenset()
         if allowance > 0 and head is None:
-            among = [c for c in candidates if c not in floats]
+            # a stepped search bisects the nodes its rung changes (step_up.changed_nodes): the others are the plan's anyway
+            changes = judge.changes.get(rung) if rung is not None else None
+            among = [c for c in candidates if c not in floats and (changes is None or c in changes)]
             if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
                 ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
@@ -1172,6 +1187,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                                      unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
+        if rung is not None and rung in judge.changes:
+            kept = kept & judge.changes[rung]  # named stepped up: the nodes the rung changed
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung, floats), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse, verified=judge.verified)

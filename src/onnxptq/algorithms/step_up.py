@@ -61,9 +61,9 @@ from typing import Iterable
 from ..config.schema import QuantConfig, TensorQuant
 from ..formats import BLOCK_FORMATS
 from ..formats.integer import SIXTEEN_BIT
-from ..pipeline.plan.types import Plan
+from ..pipeline.plan.types import Plan, TensorPlan
 
-__all__ = ["Rung", "ladder", "step_overrides", "stepped_config", "WIDER", "BFP_WIDTHS", "MX_WIDER"]
+__all__ = ["Rung", "changed_nodes", "ladder", "step_overrides", "stepped_config", "WIDER", "BFP_WIDTHS", "MX_WIDER"]
 
 #: 8-bit integer formats and their 16-bit counterparts (same signedness; one home: formats/integer.py).
 WIDER = SIXTEEN_BIT
@@ -180,15 +180,38 @@ def step_overrides(plan: Plan, rung: Rung, stepped: Iterable[str], floats: Itera
             continue
         if kept_float and t.consumers and all(c in kept_float for c in t.consumers):
             continue
-        if t.role in rung.roles and _eight_bit(t.quant):
-            out[name] = t.quant.with_(format=WIDER[t.quant.format])
-        elif rung.to_bf16 and t.role in BLOCK_ROLES and _block(t.quant):
-            out[name] = BF16
-        elif rung.block_steps and t.role in BLOCK_ROLES:
-            wider = _stepped(t.quant, rung.block_steps)
-            if wider is not None:
-                out[name] = wider
+        wider = _wider(t, rung)
+        if wider is not None:
+            out[name] = wider
     return out
+
+
+def _wider(t: TensorPlan, rung: Rung) -> TensorQuant | None:
+    """The quantizer ``rung`` gives the planned tensor ``t``, or None where the rung leaves it as planned."""
+    if t.quant is None:
+        return None
+    if t.role in rung.roles and _eight_bit(t.quant):
+        return t.quant.with_(format=WIDER[t.quant.format])
+    if rung.to_bf16 and t.role in BLOCK_ROLES and _block(t.quant):
+        return BF16
+    if rung.block_steps and t.role in BLOCK_ROLES:
+        return _stepped(t.quant, rung.block_steps)
+    return None
+
+
+def changed_nodes(plan: Plan, rung: Rung) -> frozenset[str]:
+    """The nodes ``rung`` changes (:func:`step_overrides` of the node alone is not empty): those reading or writing a
+    planned tensor the rung widens. Why: under A16W8 (its one rung, 16-bit weights) a Softmax, a Reshape or an Add
+    of two activations reads no weight, so stepping it builds the plain model again; repair's search spent builds on
+    such candidates (its ranked first trial, a Softmax alone, was the plain build) and named them "stepped up" (a
+    fuzzed attention module: 58 of 58 nodes "stepped" where 9 had a weight; bench/RESULTS.md, repair19)."""
+    out: set[str] = set()
+    for t in plan.tensors.values():
+        if _wider(t, rung) is not None:
+            if t.producer:
+                out.add(t.producer)
+            out.update(t.consumers)
+    return frozenset(out.intersection(plan.nodes))
 
 
 def stepped_config(cfg: QuantConfig, plan: Plan, rung: Rung, stepped: Iterable[str], floats: Iterable[str] = ()) -> QuantConfig:

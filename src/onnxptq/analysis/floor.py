@@ -135,7 +135,7 @@ from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "unconfirmed_text",
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "second_look_text", "unconfirmed_text",
            "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
@@ -360,6 +360,9 @@ class OutputCheck:
     #: not judged (``top1_unjudged``) with its figure below the floor and a bound that straddles it (:func:`below_on_figure`),
     #: and so acted on as broken (:func:`acted_on_below`): said so wherever its figures are
     below: bool = False
+    #: of ``below``: below on its figure at the first look, and on the second look (pipeline/second_look.py) its bound
+    #: still across the floor with its figure at or above it: not shown to hold (:attr:`Verdict.below`)
+    still_open: bool = False
 
     def describe(self) -> str:
         if self.note is not None and self.name.startswith(DECISION_KEY):
@@ -446,7 +449,10 @@ class OutputCheck:
                      f"audible chunks within 20 dB SNR of float's, worst {self.chunks[2]:.1f} dB")
         if self.unconfirmed is not None:
             text += f" [{self.unconfirmed.describe()}]"
-        if self.below:
+        if self.below and self.still_open:
+            text += (" [BELOW the floor on its figure on the first look; on the second its bound still straddles the floor, "
+                     "so not shown to hold: acted on as broken]")
+        elif self.below:
             text += " [BELOW the floor on its figure; its bound straddles the floor, so not proven broken: acted on as broken]"
         return text
 
@@ -493,6 +499,11 @@ class Verdict:
     #: how the held-out calls hang together where they were streamed (``measure(chains=)``): :func:`chosen` bounds
     #: the shares again on them
     chains: Chains | None = dataclasses.field(default=None, repr=False)
+    #: a second look's verdict (pipeline/second_look.py): the first look's checks of the outputs it found below the
+    #: floor on their figure (:func:`below_on_figure`), which the look was taken for; empty where none was
+    first_below: dict[str, OutputCheck] = dataclasses.field(default_factory=dict, repr=False)
+    #: the held-out samples the first look judged, where :attr:`first_below` is set
+    first_samples: int = 0
 
     @property
     def ok(self) -> bool:
@@ -550,9 +561,27 @@ class Verdict:
 
     @property
     def below(self) -> list[str]:
-        """Of the outputs not judged, those whose figure is below the floor (:func:`below_on_figure`): the
+        """Of the outputs not judged, those whose figure is below the floor (:func:`below_on_figure`), and those a
+        second look took for being so (:attr:`first_below`) that it still could not judge (:attr:`still_open`): the
         outputs repair acts on as broken (:func:`acted_on_below`)."""
-        return [n for n, c in self.outputs.items() if below_on_figure(c)]
+        return [n for n, c in self.outputs.items() if below_on_figure(c) or n in self.still_open]
+
+    @property
+    def still_open(self) -> list[str]:
+        """The outputs a second look took for being below on their figure (:attr:`first_below`) whose bound it still
+        finds across the floor, their figure at or above it now ("could not judge", "could not confirm"). Acted on: on
+        the planted detector of tests/test_floor_maps.py (96 pages, 24 held in reserve) 8 of 14 such rows read below
+        the floor on 200 fresh pages (0.9449-0.9497), which a hold would have delivered "could NOT judge"; what the
+        second look spares is the rows it shows to hold (3 of 3 held fresh; bench/RESULTS.md, repair19)."""
+        return [n for n in self.first_below if n in self.outputs and self.outputs[n].ok and not _confirmed(self.outputs[n])
+                and not below_on_figure(self.outputs[n])]
+
+    @property
+    def held_on_second_look(self) -> list[str]:
+        """Of the outputs the first look found below the floor on their figure (:attr:`first_below`), those the second
+        look, on the reserve too, finds holding, its bound clear of the floor (not "could not judge", not "could not
+        confirm"): nothing is acted on for them (:func:`second_look_text`)."""
+        return [n for n in self.first_below if n in self.outputs and _confirmed(self.outputs[n])]
 
     def describe(self, only_broken: bool = False) -> str:
         """Every output's figures (``only_broken``: those of the outputs below the floor)."""
@@ -568,7 +597,9 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return {"floor": self.floor.to_json(), "ok": self.ok, "samples": self.samples, "reused_calibration_samples": self.reused,
                 "unjudged": self.unjudged, "unconfirmed": self.unconfirmed, "streamed": self.streamed,
-                "outputs": {n: c.to_json() for n, c in self.outputs.items()}}
+                "outputs": {n: c.to_json() for n, c in self.outputs.items()},
+                **({"below_on_first_look": {n: c.describe() for n, c in self.first_below.items()},
+                    "first_look_samples": self.first_samples} if self.first_below else {})}
 
 
 def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[int, int]:
@@ -1243,7 +1274,10 @@ def acted_on_below(verdict: Verdict) -> Verdict:
     (:attr:`Verdict.below`) broken (``ok`` False, ``below`` True: their words say which it was); a copy, the
     verdict as judged is left as it is. The same verdict where there are none."""
     names = verdict.below
-    return _with_checks(verdict, names, ok=False, below=True) if names else verdict
+    if not names:
+        return verdict
+    out = _with_checks(verdict, names, ok=False, below=True)
+    return _with_checks(out, [n for n in names if n in verdict.still_open], still_open=True)
 
 
 def _with_checks(verdict: Verdict, names: list[str], **changes: Any) -> Verdict:
@@ -1252,6 +1286,24 @@ def _with_checks(verdict: Verdict, names: list[str], **changes: Any) -> Verdict:
     for name in names:
         outputs[name] = dataclasses.replace(verdict.outputs[name], **changes)
     return dataclasses.replace(verdict, outputs=outputs)
+
+
+def _confirmed(check: OutputCheck) -> bool:
+    """Whether ``check`` holds the floor by its bound: judged (not "could not judge") and confirmed."""
+    return check.ok and not check.top1_unjudged and check.unconfirmed is None
+
+
+def second_look_text(verdict: Verdict) -> str:
+    """The outputs a second look held (:attr:`Verdict.held_on_second_look`) in words: what the first look said,
+    what all the held-out samples say, and that nothing was repaired for them; ``''`` where there are none."""
+    names = verdict.held_on_second_look
+    if not names:
+        return ""
+    first = "; ".join(verdict.first_below[n].describe() for n in names)
+    now = "; ".join(verdict.outputs[n].describe() for n in names)
+    return (f"{', '.join(names)} below the floor on its figure on the first {verdict.first_samples} held-out samples "
+            f"({first}), not on all {verdict.samples} with the reserve's ({now}): held on a second look, nothing "
+            "repaired for it")
 
 
 def beyond_confirmation(verdict: Verdict) -> list[str]:
@@ -2313,6 +2365,8 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     lines.append(f"  accuracy floor ({verdict.floor.describe()}) on {verdict.where()}: {state} — {text}")
     if verdict.streamed:
         lines.append(f"  judged streamed (analysis/streams.py): {verdict.streamed}")
+    if verdict.held_on_second_look:
+        lines.append(f"  {second_look_text(verdict)}")
     if verdict.ok and verdict.unjudged:
         lines.append(f"  the floor could NOT judge {unjudged_text(verdict)}")
     if verdict.ok and verdict.unconfirmed:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..analysis.decisions import decision_tensors
 from ..analysis.evidence import SECOND_LOOK, share_bound
-from ..analysis.floor import POOLED_COSINE
+from ..analysis.floor import POOLED_COSINE, below_on_figure
 from ..config.schema import QuantConfig
 from . import runtime
 from .calibrate import Calibrated
@@ -40,12 +40,20 @@ __all__ = ["could_confirm", "second_look", "wants_second_look"]
 def wants_second_look(calibrated: Calibrated, verdict: Any) -> bool:
     """Whether ``verdict`` (judged on :attr:`Calibrated.holdout`) asks for the reserve: a reserve is left and an
     output holds on its figure but could not confirm its share (with ``repair_uncertain`` such an output is
-    broken by that alone: the same), where all the held-out samples could confirm it (:func:`could_confirm`).
-    An output broken on its figure is repair's, not this look's."""
+    broken by that alone: the same), where all the held-out samples could confirm it (:func:`could_confirm`); or
+    an output is below the floor on its figure with its bound across it (``floor.below_on_figure``), which repair
+    would otherwise act on as broken. An output broken beyond its bound is repair's, not this look's.
+
+    Why a below figure always takes the look (no chance to clear, as a share has): the alternative is a repair
+    search, four builds and more, each a build, a session and the held-out runs, where the look is one run of the
+    reserve; and a first look below the floor is the very draw whose noise fell low: on the planted detector of
+    tests/test_floor_maps.py 5 of 23 such rows held the floor on 200 fresh pages and were repaired all the same
+    (bench/RESULTS.md, repair18 and repair19)."""
     if not calibrated.reserve or verdict is None or not verdict.samples:
         return False
     held = verdict.samples + len(calibrated.reserve)
-    return any(c.unconfirmed is not None and (c.ok or verdict.floor.confirm) and could_confirm(c, verdict.samples, held)
+    return any(below_on_figure(c) or (c.unconfirmed is not None and (c.ok or verdict.floor.confirm)
+                                      and could_confirm(c, verdict.samples, held))
                for c in verdict.outputs.values())
 
 
@@ -72,10 +80,17 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
         model, session = finish(result.model, calibrated.source, also=tuple(decided),
                                 exact_sums=runtime.judge_exact_sums(cfg))
     verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
-    log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
-             calibrated.source, ", ".join(n for n, c in first.outputs.items() if c.unconfirmed is not None),
-             first.samples, verdict.samples, reserved, "confirmed" if verdict.ok and not verdict.unconfirmed else
-             "still could not confirm" if verdict.ok else "broken")
+    below = first.below
+    if below:  # what the first look said of them: repair acts only where this look is below too (algorithms/repair.py)
+        verdict.first_below, verdict.first_samples = {n: first.outputs[n] for n in below}, first.samples
+        log.info("%s: %s below the floor on its figure on %d held-out samples, its bound across it; judged again on %d "
+                 "(%d more held out): %s", calibrated.source, ", ".join(below), first.samples, verdict.samples, reserved,
+                 "held on a second look" if verdict.held_on_second_look == below else "still below")
+    unsure = [n for n, c in first.outputs.items() if c.unconfirmed is not None]
+    if unsure:
+        log.info("%s: the floor could not confirm %s on %d held-out samples; judged again on %d (%d more held out): %s",
+                 calibrated.source, ", ".join(unsure), first.samples, verdict.samples, reserved,
+                 "confirmed" if verdict.ok and not verdict.unconfirmed else "still could not confirm" if verdict.ok else "broken")
     result.floor, result.metrics, result.metrics_samples = verdict, metrics, on
     result.timings["second look"] = time.perf_counter() - t0
     return result
