@@ -18,7 +18,7 @@
   the checkpoint's own ``.meta`` (the graph the authors saved), ``is_training`` bound to False, the variables frozen to
   constants and the sigmoid's output converted by tf2onnx (opset 17).
 
-    python bench/round29_export.py --src /work/cache/newmodels29/src          # PYTHONPATH=<round pydeps> for tf2onnx
+    python bench/round29_export.py --src /work/cache/newmodels29/src [--only fer ...]   # PYTHONPATH=<round pydeps>
 
 Each file is checked against the framework that ran it (PyTorch, Keras, a TF1 session) on random input; the max
 absolute difference is printed.
@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from round28_export import _check   # onnxruntime against the framework's own output, the max difference printed
+
 #: (the file written under src, what it is)
 OUTPUTS = {
     "fpkws": "round29_onnx/fpkws_wrn12.onnx",
@@ -40,15 +42,6 @@ OUTPUTS = {
     "musicnn_mtt": "round29_onnx/musicnn_mtt.onnx",
     "musicnn_msd_vgg": "round29_onnx/musicnn_msd_vgg.onnx",
 }
-
-
-def _check(path: Path, feed: dict[str, np.ndarray], expected: np.ndarray) -> float:
-    import onnxruntime as ort
-
-    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
-    diff = float(np.abs(got - expected).max())
-    print(f"{path.name}: max |onnx - reference| = {diff:.3g} (of {float(np.abs(expected).max()):.3g})")
-    return diff
 
 
 def _stub_fpkws_imports() -> None:
@@ -154,21 +147,16 @@ def export_musicnn(src: Path, which: str, key: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, required=True, help="the round's unpacked archives (NEWMODELS29_SRC)")
-    ap.add_argument("--only", default="", help="comma-separated keys of OUTPUTS (default: every one not yet written)")
+    ap.add_argument("--only", nargs="*", choices=sorted(OUTPUTS), default=[],
+                    help="export these again (default: every file of OUTPUTS not yet written)")
     args = ap.parse_args()
     sys.path.insert(0, str(args.src))
-    keys = [k for k in args.only.split(",") if k] or list(OUTPUTS)
-    for key in keys:
-        if (args.src / OUTPUTS[key]).exists() and not args.only:
-            continue
-        if key == "fpkws":
-            export_fpkws(args.src)
-        elif key == "fer":
-            export_fer(args.src)
-        elif key == "musicnn_mtt":
-            export_musicnn(args.src, "MTT_musicnn", key)
-        elif key == "musicnn_msd_vgg":
-            export_musicnn(args.src, "MSD_vgg", key)
+    exporters = {"fpkws": export_fpkws, "fer": export_fer,
+                 "musicnn_mtt": lambda src: export_musicnn(src, "MTT_musicnn", "musicnn_mtt"),
+                 "musicnn_msd_vgg": lambda src: export_musicnn(src, "MSD_vgg", "musicnn_msd_vgg")}
+    todo = args.only or [k for k in OUTPUTS if not (args.src / OUTPUTS[k]).exists()]
+    for key in todo:
+        exporters[key](args.src)
 
 
 if __name__ == "__main__":
