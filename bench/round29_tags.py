@@ -3,15 +3,15 @@
 A patch whose top-3 set changed is counted with float's gap there (score 3 minus score 4): a gap within the quantized
 model's own error on that patch (its largest |difference| over the 50 tags) is a near-tie any rounding can flip; also
 the song-level reading the package prints (tagger.top_tags: the taggram averaged over a clip's patches, top 3), over
-clips of 4 consecutive 3 s patches.
+clips of ``--patches`` consecutive 3 s patches (default 4; ``--songs`` of them, default 12).
 
     NEWMODELS29_SRC=/work/cache/newmodels29/src PYTHONPATH=src:.:bench python bench/round29_tags.py musicnn_mtt \
-        /work/cache/newmodels29/out
+        /work/cache/newmodels29/out [--songs 24 --patches 5]
 """
 from __future__ import annotations
 
+import argparse
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +32,23 @@ def song_feeds(n: int, seed: int, patches: int = 4) -> list[list[dict]]:
 
 
 def main() -> None:
-    key, out_dir = sys.argv[1], Path(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("key")
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--songs", type=int, default=12)
+    ap.add_argument("--patches", type=int, default=4)
+    args = ap.parse_args()
+    key, out_dir = args.key, args.out_dir
     ref = zoo.session_runner(Path(nm.MODELS[key][0]))
     feeds = nm.musicnn_feeds(48, 1000)
-    songs = song_feeds(12, 2000)
+    songs = song_feeds(args.songs, 2000, args.patches)
     f_out = np.array([ref(f)[0][0] for f in feeds])
     f_song = [np.mean([ref(p)[0][0] for p in s], axis=0) for s in songs]
     srt = np.sort(f_out, axis=1)
     print(f"{key}: float's gap between tag 3 and tag 4: median {np.median(srt[:, -3] - srt[:, -4]):.4f}, "
           f"under 0.01 on {np.mean(srt[:, -3] - srt[:, -4] < 0.01):.3f} of 48 patches")
     print("| preset | top-3 set kept (48 patches) | changed where float's gap 3-4 ≤ the patch's max error | gaps at the changes | "
-          "songs' top-3 kept (12 clips of 4 patches) | max |error| median |")
+          f"songs' top-3 kept ({args.songs} clips of {args.patches} patches) | max |error| median |")
     print("| --- | --- | --- | --- | --- | --- |")
     for path in sorted(out_dir.glob(f"{key}.*.onnx")):
         test = zoo.session_runner(path)
