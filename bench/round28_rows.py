@@ -22,12 +22,16 @@ def verdict(r: dict) -> tuple[str, str]:
     # rows run before the bench recorded repair_stepped: the names as the warning gives them (cut at 300 characters)
     names = (", ".join(stepped[:3]) + (", …" if len(stepped) > 3 else "")) if stepped else (m.group(3) if m else "")
     did = (f"stepped up {m.group(1)} to {m.group(2)}: {names}" if m else
+           # the warning cut before the step's names (300 characters): the row's own record of them
+           f"stepped up {r.get('n_stepped') or len(stepped)}: {names}" if stepped else
            f"kept {len(kept)} float: {', '.join(kept)}" if kept else "none")
     if "broken" in text:
         # the warning is captured to 300 characters: its "after" may be cut off (the agreement column then tells)
-        v = "broken, " + ("holds after repair" if "(holds" in text else "repair acted" if m or kept else "not repaired")
+        v = "broken, " + ("holds after repair" if "(holds" in text else "repair acted" if m or kept or stepped else "not repaired")
     elif "could NOT judge" in text:
         v = "could NOT judge (holds where judged)"
+    elif "could NOT confirm" in text:
+        v = "could NOT confirm (too few held-out samples)"
     else:
         v = "holds"
     if "if a caller ranks" in text:

@@ -92,7 +92,7 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
-from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences, regression_heads
+from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences, pooled_features, regression_heads
 from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
 from .decisions import softmax_reads_advisory, strings_advisory
@@ -755,8 +755,9 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "field_axes": declared_field_axes(model), "prob_maps": probability_maps(model), "selected": selected, "decisions": decisions,
             "selection": selection_rows(model, decisions, sorted(selected)), "softmax_maps": softmax_maps(model),
             "score_rows": detector_score_rows(model), "read_groups": sibling_heads(model),
-            # never judged as curves: a decision's extreme score, a regression head's values (curves.py)
-            "confidences": decision_confidences(model, [d.tensor for d in decisions]) | regression_heads(model),
+            # never judged as curves: a decision's extreme score, a regression head's values, pooled features (curves.py)
+            "confidences": decision_confidences(model, [d.tensor for d in decisions]) | regression_heads(model)
+            | pooled_features(model),
             "row_gates": gated_outputs(model),
             "decoders": decoder_outputs(model), "confidence_gates": confidence_gated_outputs(model),
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
