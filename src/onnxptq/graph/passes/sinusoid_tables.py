@@ -38,10 +38,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["sinusoid_form", "recipe", "runtime_agrees", "MARGIN", "MAX_CORRECTED"]
+__all__ = ["sinusoid_form", "recipe", "runtime_agrees", "ENABLED", "MARGIN", "MAX_CORRECTED"]
 
 log = logging.getLogger(__name__)
 
+#: Off: a sinusoid table keeps its float32 bytes (its load costs no folding; constant_tables' other forms stay).
+ENABLED = True
 #: An entry whose double-precision value lies within this relative distance of a float32 rounding
 #: boundary is stored as a correction: a runtime's ``Sin``/``Cos`` off by up to ~100 double ulps still
 #: rounds every other entry to the same float32.
@@ -52,6 +54,9 @@ MAX_CORRECTED = 0.25
 _NEIGHBOURS = 8
 #: Most neighbours tried each side: a column whose estimate is looser than this is no sinusoid.
 _MAX_NEIGHBOURS = 4096
+#: Rows a column's candidate frequencies are scored on (all of them up to this many): the candidate that
+#: rebuilds the most entries is taken, and each entry it misses costs 8 bytes of correction.
+_ROWS_SCORED = 4096
 #: The opset ScatterElements needs.
 _MIN_OPSET = 11
 _SIN, _COS = 0, 1
@@ -137,7 +142,7 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         freq, bound = _estimate(plane, kinds)
     if not np.all(np.isfinite(freq)) or np.any(bound >= 1.0):
         return None
-    rows = np.unique(np.linspace(1, plane.shape[0] - 1, min(plane.shape[0] - 1, 64)).astype(np.int64))
+    rows = np.unique(np.linspace(1, plane.shape[0] - 1, min(plane.shape[0] - 1, _ROWS_SCORED)).astype(np.int64))
     args = np.arange(plane.shape[0], dtype=np.float32)[rows]
     chosen = np.empty(plane.shape[1], np.float32)
     for c in range(plane.shape[1]):
@@ -239,7 +244,7 @@ def sinusoid_form(tensor: TensorProto, values: np.ndarray, opset: int
     """(stored bytes, the maker of the stored tensors and decode nodes) of ``tensor``'s sinusoid form,
     or None when ``values`` is not such a table, the opset lacks ``ScatterElements`` or onnxruntime does
     not rebuild it bit for bit."""
-    if opset < _MIN_OPSET or tensor.data_type != TensorProto.FLOAT:
+    if not ENABLED or opset < _MIN_OPSET or tensor.data_type != TensorProto.FLOAT:
         return None
     found = recipe(values)
     if found is None:
