@@ -3,7 +3,8 @@ bit for bit (graph/passes/sinusoid_tables, issue 26 item 2: khmersm's 1.57 MB ta
 
 The tables here are made the way exporters make them. PyTorch's tutorial ``PositionalEncoding`` is
 float32 ``exp`` for the frequencies and float32 ``sin``/``cos`` (not always correctly rounded: those
-entries are the corrections), interleaved. A NumPy table has the sines first and the cosines after. A
+entries are the corrections), interleaved. A NumPy table has the sines first and the cosines after.
+fairseq's has them in halves too, with its padding row zeroed. A
 transformer-like graph reads the table through ``Slice`` by the input's length and adds it to token
 embeddings; the sum feeds a block-quantized MatMul and a float residual, so any change to the table would
 show in the output.
@@ -46,6 +47,18 @@ def _halves_table(length: int = LENGTH, width: int = WIDTH) -> np.ndarray:
     return np.concatenate([np.sin(args), np.cos(args)], axis=1).astype(np.float32)
 
 
+def _fairseq_table(length: int = LENGTH, width: int = WIDTH) -> np.ndarray:
+    """fairseq's SinusoidalPositionalEmbedding.get_embedding: sines then cosines, frequencies over
+    ``half - 1``, the ``padding_idx`` row (1) zeroed, [length, width]."""
+    torch = pytest.importorskip("torch")
+    half = width // 2
+    freqs = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    emb = torch.arange(length, dtype=torch.float).unsqueeze(1) * freqs.unsqueeze(0)
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(length, -1)
+    emb[1, :] = 0
+    return emb.numpy()
+
+
 def _decode(stored: list[onnx.TensorProto], nodes: list[onnx.NodeProto], name: str, level) -> np.ndarray:
     so = ort.SessionOptions()
     so.graph_optimization_level = level
@@ -55,7 +68,8 @@ def _decode(stored: list[onnx.TensorProto], nodes: list[onnx.NodeProto], name: s
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {})[0]
 
 
-@pytest.mark.parametrize("make", [_torch_table, _halves_table], ids=["torch_interleaved", "numpy_halves"])
+@pytest.mark.parametrize("make", [_torch_table, _halves_table, _fairseq_table],
+                         ids=["torch_interleaved", "numpy_halves", "fairseq_padding_row"])
 def test_a_sinusoid_table_is_rebuilt_bit_for_bit_from_its_recipe(make):
     table = make()
     tensor = numpy_helper.from_array(table, "pe")

@@ -57,6 +57,9 @@ _MAX_NEIGHBOURS = 4096
 #: Rows a column's candidate frequencies are scored on (all of them up to this many): the candidate that
 #: rebuilds the most entries is taken, and each entry it misses costs 8 bytes of correction.
 _ROWS_SCORED = 4096
+#: Rows each column's frequency is first read from (one estimate each, unwrapped from there): a zeroed
+#: padding row (fairseq's ``padding_idx``) misleads the estimate that starts on it, not the others.
+_STARTS = (1, 2, 3)
 #: The opset ScatterElements needs.
 _MIN_OPSET = 11
 _SIN, _COS = 0, 1
@@ -95,9 +98,9 @@ def _arguments(length: int, freqs: np.ndarray) -> np.ndarray:
     return np.arange(length, dtype=np.float32)[:, None] * freqs.astype(np.float32)[None, :]
 
 
-def _estimate(plane: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each column's frequency in double and a bound on its error, unwrapped row by row: at rows 1, 2,
-    4, ... the non-negative solution of ``f(a) = v`` nearest the angle the previous estimate predicts
+def _estimate(plane: np.ndarray, kinds: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's frequency in double and a bound on its error, unwrapped row by row: at rows
+    ``start``, 2 ``start``, 4 ``start``, ... the non-negative solution of ``f(a) = v`` nearest the angle the previous estimate predicts
     gives ``a / p``, when the previous bound tells it from the other solutions. One row fixes the angle
     to ``ulp(v) / slope`` (``sqrt(2 ulp(v))`` where ``f`` is flat) plus half the float32 ulp of the angle
     (the exporter rounded ``p * w`` to float32), so the frequency to that over ``p``:
@@ -106,7 +109,7 @@ def _estimate(plane: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndar
     sine = kinds == _SIN
     freq = np.zeros(width)
     bound = np.full(width, np.inf)
-    rows = sorted({*(2 ** k for k in range(int(np.log2(length - 1)) + 1)), length - 1})
+    rows = sorted({*(start * 2 ** k for k in range(int(np.log2((length - 1) / start)) + 1)), length - 1})
     for p in rows:
         v = plane[p].astype(np.float64)
         base = np.where(sine, np.arcsin(v), np.arccos(v))
@@ -123,7 +126,7 @@ def _estimate(plane: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndar
         err = (np.minimum(ulp / np.maximum(slope, 1e-300), np.sqrt(2 * ulp)) + rounding) / p
         gap = np.abs(options - angle[None, :])
         gap = np.where(np.isfinite(gap) & (gap > 0), gap, np.inf)  # the pick itself (or its repeat) is no rival
-        clear = (bound == np.inf) if p == 1 else (p * bound + err * p < 0.5 * gap.min(axis=0))
+        clear = (bound == np.inf) if p == start else (p * bound + err * p < 0.5 * gap.min(axis=0))
         better = clear & np.isfinite(angle) & (err < bound)
         freq = np.where(better, angle / p, freq)
         bound = np.where(better, err, bound)
@@ -139,17 +142,22 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     kinds = np.where(first == 0.0, _SIN, _COS)
     with np.errstate(invalid="ignore", divide="ignore"):
-        freq, bound = _estimate(plane, kinds)
-    if not np.all(np.isfinite(freq)) or np.any(bound >= 1.0):
-        return None
+        seeds = [_estimate(plane, kinds, start) for start in _STARTS if start < plane.shape[0] - 1]
     rows = np.unique(np.linspace(1, plane.shape[0] - 1, min(plane.shape[0] - 1, _ROWS_SCORED)).astype(np.int64))
     args = np.arange(plane.shape[0], dtype=np.float32)[rows]
     chosen = np.empty(plane.shape[1], np.float32)
     for c in range(plane.shape[1]):
-        centre = np.float32(freq[c])
-        ulps = int(min(np.ceil(bound[c] / max(float(np.spacing(centre)), 1e-45)) + _NEIGHBOURS, _MAX_NEIGHBOURS))
-        steps = np.arange(-ulps, ulps + 1, dtype=np.int64)
-        cand = (np.int64(centre.view(np.int32)) + steps).astype(np.int32).view(np.float32)
+        found = []
+        for freq, bound in seeds:
+            if not (np.isfinite(freq[c]) and bound[c] < 1.0):
+                continue
+            centre = np.float32(freq[c])
+            ulps = int(min(np.ceil(bound[c] / max(float(np.spacing(centre)), 1e-45)) + _NEIGHBOURS, _MAX_NEIGHBOURS))
+            steps = np.arange(-ulps, ulps + 1, dtype=np.int64)
+            found.append((np.int64(centre.view(np.int32)) + steps).astype(np.int32).view(np.float32))
+        if not found:
+            return None
+        cand = np.unique(np.concatenate(found))
         got, _ = _rounded(args[:, None] * cand[None, :], np.full((1, len(cand)), kinds[c]))
         hits = (got.view(np.uint32) == plane[rows, c].view(np.uint32)[:, None]).sum(axis=0)
         if hits.max() < 0.5 * len(rows):
