@@ -25,8 +25,9 @@ initializers only, and onnxruntime folds it at session creation (``Range``, ``Re
 ``Cast``, ``Add``, ``Sin``, ``ScatterElements`` all have CPU kernels). :func:`runtime_agrees` runs the
 chain in onnxruntime once, and the form is dropped if a single bit differs. With graph optimisations
 disabled the chain runs on every call (about 400 K double ``Sin`` for khmersm's table). Folding keeps
-each step's output until it ends: khmersm's load peak rises by about 16 MB, ten times the table's
-bytes, for 1.4 MB less file (bench/RESULTS.md, packed19).
+each step's output until it ends: khmersm's session-creation peak rises by 15-18 MB (ten times the
+table's bytes) for 1.4 MB less file, MX9 51.6 -> 67.3 MB, A8W8 15.5 -> 32.5 MB (bench/RESULTS.md,
+packed19). :data:`ENABLED` off keeps the table's float32 bytes where load memory matters more than the file.
 """
 
 from __future__ import annotations
