@@ -54,7 +54,11 @@ MAX_CORRECTED = 0.25
 #: Float32 neighbours tried each side of a column's estimated frequency, beyond its error bound.
 _NEIGHBOURS = 8
 #: Most neighbours tried each side: a column whose estimate is looser than this is no sinusoid.
-_MAX_NEIGHBOURS = 4096
+_MAX_NEIGHBOURS = 1024
+#: Rows the candidates are first scored on, and how many of the best go on to every scored row
+#: (a table that is no sinusoid costs a first look at its first column, not a full search).
+_ROWS_FIRST = 64
+_KEPT = 4
 #: Rows a column's candidate frequencies are scored on (all of them up to this many): the candidate that
 #: rebuilds the most entries is taken, and each entry it misses costs 8 bytes of correction.
 _ROWS_SCORED = 4096
@@ -134,6 +138,12 @@ def _estimate(plane: np.ndarray, kinds: np.ndarray, start: int) -> tuple[np.ndar
     return freq, bound
 
 
+def _hits(plane: np.ndarray, column: int, kind: int, cand: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """How many of ``rows`` of ``column`` each candidate frequency rebuilds bit for bit."""
+    got, _ = _rounded(rows.astype(np.float32)[:, None] * cand[None, :], np.full((1, len(cand)), kind))
+    return (got.view(np.uint32) == plane[rows, column].view(np.uint32)[:, None]).sum(axis=0)
+
+
 def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Each column's kind (sine, cosine) and float32 frequency, or None when the table is no such table."""
     first = plane[0]
@@ -145,7 +155,6 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     with np.errstate(invalid="ignore", divide="ignore"):
         seeds = [_estimate(plane, kinds, start) for start in _STARTS if start < plane.shape[0] - 1]
     rows = np.unique(np.linspace(1, plane.shape[0] - 1, min(plane.shape[0] - 1, _ROWS_SCORED)).astype(np.int64))
-    args = np.arange(plane.shape[0], dtype=np.float32)[rows]
     chosen = np.empty(plane.shape[1], np.float32)
     for c in range(plane.shape[1]):
         found = []
@@ -159,8 +168,13 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         if not found:
             return None
         cand = np.unique(np.concatenate(found))
-        got, _ = _rounded(args[:, None] * cand[None, :], np.full((1, len(cand)), kinds[c]))
-        hits = (got.view(np.uint32) == plane[rows, c].view(np.uint32)[:, None]).sum(axis=0)
+        # a first look on a few rows (a column that is no sinusoid stops the search here), then the
+        # few best candidates on every scored row
+        hits = _hits(plane, c, kinds[c], cand, rows[:: max(1, len(rows) // _ROWS_FIRST)])
+        if hits.max() < 0.5 * len(rows[:: max(1, len(rows) // _ROWS_FIRST)]):
+            return None
+        cand = cand[np.argsort(-hits, kind="stable")[:_KEPT]]
+        hits = _hits(plane, c, kinds[c], cand, rows)
         if hits.max() < 0.5 * len(rows):
             return None
         chosen[c] = cand[hits.argmax()]
