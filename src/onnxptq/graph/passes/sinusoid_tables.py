@@ -15,15 +15,15 @@ changes, so no output moves.
 
 The decision is by values alone, never the tensor's name. A float32 constant whose last two axes are
 (positions, channels) and whose other axes are 1, whose row 0 holds only 0 (a sine column) or 1 (a cosine
-column) and whose row 1 gives each column's frequency (``asin``/``acos``, then the float32 neighbour that
-reproduces the most entries). The form is taken when its corrections are few enough to save
+column), and whose columns each follow one frequency: read by ``asin``/``acos`` from rows 1, 2, 3 and
+unwrapped down the rows (:func:`_estimate`), then the float32 neighbour that rebuilds the most entries. The form is taken when its corrections are few enough to save
 :data:`constant_tables.MIN_SAVED` bytes. Each recomputed entry is checked against the stored bits, and
 an entry whose double-precision value lies within :data:`MARGIN` (relative) of a float32 rounding
-boundary is stored as a correction too. So any runtime whose double ``Sin``/``Cos`` is that accurate (far
+boundary is stored as a correction too. So any runtime whose double ``Sin`` is that accurate (far
 looser than libm's or Eigen's, which onnxruntime uses) rebuilds the same float32 values. The decode reads
 initializers only, and onnxruntime folds it at session creation (``Range``, ``Reshape``, ``Mul``,
 ``Cast``, ``Add``, ``Sin``, ``ScatterElements`` all have CPU kernels). :func:`runtime_agrees` runs the
-chain in onnxruntime once, and the form is dropped if a single bit differs. With graph optimisations
+chain in onnxruntime, folded and unfolded, and the form is dropped if a single bit differs. With graph optimisations
 disabled the chain runs on every call (about 400 K double ``Sin`` for khmersm's table). Folding keeps
 each step's output until it ends: khmersm's session-creation peak rises by 15-18 MB (ten times the
 table's bytes) for 1.4 MB less file, MX9 51.6 -> 67.3 MB, A8W8 15.5 -> 32.5 MB (bench/RESULTS.md,
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 #: Off: a sinusoid table keeps its float32 bytes (its load costs no folding; constant_tables' other forms stay).
 ENABLED = True
 #: An entry whose double-precision value lies within this relative distance of a float32 rounding
-#: boundary is stored as a correction: a runtime's ``Sin``/``Cos`` off by up to ~100 double ulps still
+#: boundary is stored as a correction: a runtime's ``Sin`` off by up to ~100 double ulps still
 #: rounds every other entry to the same float32.
 MARGIN = 2.0 ** -45
 #: Most corrected entries, as a share of the table: past it the corrections eat the saving.
@@ -75,7 +75,7 @@ def _plane(values: np.ndarray) -> np.ndarray | None:
     if values.dtype != np.float32 or values.ndim < 2 or any(d != 1 for d in values.shape[:-2]):
         return None
     plane = values.reshape(values.shape[-2:])
-    if plane.shape[0] < 3 or plane.shape[1] < 1:
+    if not 4 < plane.shape[0] < 2 ** 24 or plane.shape[1] < 1:  # float32 Range counts exactly below 2^24
         return None
     return plane
 
