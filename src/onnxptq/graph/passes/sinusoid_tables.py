@@ -22,8 +22,9 @@ an entry whose double-precision value lies within :data:`MARGIN` (relative) of a
 boundary is stored as a correction too. So any runtime whose double ``Sin`` is that accurate (far
 looser than libm's or Eigen's, which onnxruntime uses) rebuilds the same float32 values. The decode reads
 initializers only, and onnxruntime folds it at session creation (``Range``, ``Reshape``, ``Mul``,
-``Cast``, ``Add``, ``Sin``, ``ScatterElements`` all have CPU kernels). :func:`runtime_agrees` runs the
-chain in onnxruntime, folded and unfolded, and the form is dropped if a single bit differs. With graph optimisations
+``Cast``, ``Add``, ``Sin``, ``ScatterElements`` all have CPU kernels). The file step
+(pipeline/lean_file.py) runs the chain in onnxruntime, folded and unfolded, and the form is dropped if a single bit
+differs. With graph optimisations
 disabled the chain runs on every call (about 400 K double ``Sin`` for khmersm's table). Folding keeps
 each step's output until it ends: khmersm's session-creation peak rises by 15-18 MB (ten times the
 table's bytes) for 1.4 MB less file, MX9 51.6 -> 67.3 MB, A8W8 15.5 -> 32.5 MB (bench/RESULTS.md,
@@ -39,7 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["sinusoid_form", "recipe", "runtime_agrees", "ENABLED", "MARGIN", "MAX_CORRECTED"]
+__all__ = ["sinusoid_form", "recipe", "decode_model", "RuntimeCheck", "ENABLED", "MARGIN", "MAX_CORRECTED"]
 
 log = logging.getLogger(__name__)
 
@@ -233,40 +234,24 @@ def _form(name: str, shape: tuple[int, ...], kinds: np.ndarray, freqs: np.ndarra
     return stored, nodes
 
 
-def _decoded(stored: list[TensorProto], nodes: list[onnx.NodeProto], name: str,
-             level: "object | None" = None) -> np.ndarray:
-    """The tensor onnxruntime builds from the stored form (at optimisation ``level``, default: all)."""
-    import onnxruntime as ort
+#: (values, stored tensors, decode nodes, name) -> whether a runtime rebuilds ``values`` bit for bit
+#: from the stored form: the caller's check (graph passes open no sessions; pipeline/lean_file.py's runs
+#: onnxruntime folded and unfolded).
+RuntimeCheck = Callable[[np.ndarray, list[TensorProto], list[onnx.NodeProto], str], bool]
 
+
+def decode_model(stored: list[TensorProto], nodes: list[onnx.NodeProto], name: str) -> onnx.ModelProto:
+    """A model of the decode alone (no inputs, ``name`` its output), for a runtime to check the form on."""
     graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)],
                               initializer=stored)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    if level is not None:
-        options.graph_optimization_level = level
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {})[0]
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def runtime_agrees(values: np.ndarray, stored: list[TensorProto], nodes: list[onnx.NodeProto], name: str) -> bool:
-    """Whether onnxruntime rebuilds ``values`` bit for bit from the stored form, folded at load and run
-    unfolded (graph optimisations disabled)."""
-    import onnxruntime as ort
-
-    want = values.reshape(-1).view(np.uint32)
-    for level in (None, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
-        got = _decoded(stored, nodes, name, level)
-        if got.shape != values.shape or not np.array_equal(got.reshape(-1).view(np.uint32), want):
-            return False
-    return True
-
-
-def sinusoid_form(tensor: TensorProto, values: np.ndarray, opset: int
+def sinusoid_form(tensor: TensorProto, values: np.ndarray, opset: int, check: RuntimeCheck | None = None
                   ) -> tuple[int, Callable[[], tuple[list[TensorProto], list[onnx.NodeProto]]]] | None:
     """(stored bytes, the maker of the stored tensors and decode nodes) of ``tensor``'s sinusoid form,
-    or None when ``values`` is not such a table, the opset lacks ``ScatterElements`` or onnxruntime does
-    not rebuild it bit for bit."""
+    or None when ``values`` is not such a table, the opset lacks ``ScatterElements`` or ``check`` (a
+    runtime's verdict, :data:`RuntimeCheck`) says the runtime does not rebuild it bit for bit."""
     if not ENABLED or opset < _MIN_OPSET or tensor.data_type != TensorProto.FLOAT:
         return None
     found = recipe(values)
@@ -274,8 +259,8 @@ def sinusoid_form(tensor: TensorProto, values: np.ndarray, opset: int
         return None
     kinds, freqs, where, fixes = found
     stored, nodes = _form(tensor.name, tuple(values.shape), kinds, freqs, where, fixes)
-    if not runtime_agrees(values, stored, nodes, tensor.name):
-        log.info("%s: a sinusoid table, but onnxruntime does not rebuild it bit for bit; kept as it is", tensor.name)
+    if check is not None and not check(values, stored, nodes, tensor.name):
+        log.info("%s: a sinusoid table, but the runtime does not rebuild it bit for bit; kept as it is", tensor.name)
         return None
     cost = sum(numpy_helper.to_array(t).nbytes for t in stored)
     log.debug("%s %s: sinusoid recipe, %d of %d entries corrected", tensor.name, list(values.shape), len(where),
