@@ -35,6 +35,7 @@ MIN_BYTES = 64 * 1024
 def constants(path: str) -> list[dict]:
     """The main graph's float initializers (and Constant nodes) of at least MIN_BYTES read at no weight slot."""
     from onnxptq.graph.passes import constant_tables, sinusoid_tables
+    from onnxptq.pipeline.lean_file import decodes_exactly
 
     model = onnx.load(path)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -56,7 +57,7 @@ def constants(path: str) -> list[dict]:
         read = readers.get(name, [])
         if read and all(k in WEIGHT_SLOTS.get(op, ()) for op, k in read):
             continue
-        form = constant_tables.compact_form(t, values, opset)
+        form = constant_tables.compact_form(t, values, opset, decodes_exactly)
         kind = "none" if form is None else "+".join(n.op_type for n in form[1])
         sinusoid = sinusoid_tables.recipe(values) if values.dtype == np.float32 else None
         out.append({"tensor": name, "shape": list(values.shape), "bytes": int(values.nbytes),
