@@ -96,7 +96,7 @@ def in_memory_names(path: str | Path, g: onnx.GraphProto) -> list[str]:
     """The names the file's main-graph initializers had in memory, in order: from the sidecar
     ``file_sizes.py --keep`` writes (the delivered file writes 1-3 letter names since blockfile12),
     matched in order by type and shape (an initializer the file stores sparse is skipped); the
-    file's own names where there is no sidecar or an entry does not match."""
+    file's own names where there is no sidecar or no entry matches (the entries are not consumed then)."""
     import json
 
     side = fs.names_of(path)
@@ -110,10 +110,14 @@ def in_memory_names(path: str | Path, g: onnx.GraphProto) -> list[str]:
 
     out, k = [], 0
     for t in g.initializer:
-        while k < len(entries) and not same(entries[k], t):
-            k += 1
-        out.append(entries[k][0] if k < len(entries) else t.name)
-        k += 1
+        j = k
+        while j < len(entries) and not same(entries[j], t):
+            j += 1
+        if j < len(entries):
+            out.append(entries[j][0])
+            k = j + 1
+        else:  # a tensor only the file has (a compact form's pieces, packed19): the entries after it still match
+            out.append(t.name)
     return out
 
 

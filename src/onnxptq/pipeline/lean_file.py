@@ -48,16 +48,19 @@ import re
 from collections import Counter, defaultdict
 from typing import Callable, Collection, Iterable, Iterator
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from ..formats.base import DOMAIN
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.passes.constant_tables import compact_constants
+from ..graph.passes.sinusoid_tables import decode_model
+from ..sessions import open_session
 from ..graph.walk import all_graphs, model_nodes, subgraphs, tensor_names
 
 __all__ = ["without_inferred_shapes", "lean", "share_call_attributes", "short_call_outputs", "short_decode_names",
-           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "LEAN_CALLS", "LEAN_CONV_ATTRIBUTES",
+           "short_function_names", "short_table_names", "short_value_names", "short_function_docs", "default_attributes", "implied_conv_attributes", "varint_integers", "decodes_exactly", "LEAN_CALLS", "LEAN_CONV_ATTRIBUTES",
            "LEAN_INTEGERS", "LEAN_NAMES", "SHORT_STEM", "CHAIN_STEM"]
 
 #: Off: the calls keep their attributes and output names in the file (the form before blockfile7).
@@ -109,7 +112,7 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
     model's tensors: :func:`short_value_names`)."""
     with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
         if LEAN_CALLS and calls:
-            undo.callback(compact_constants(model))  # large few-valued constants as mask/codes + a folded decode
+            undo.callback(compact_constants(model, decodes_exactly))  # large few-valued constants, sin/cos tables: a folded decode
             undo.callback(share_call_attributes(model, domains))
             undo.callback(short_call_outputs(model, domains))
             undo.callback(short_decode_names(model))
@@ -124,6 +127,20 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
         if LEAN_INTEGERS:
             undo.callback(varint_integers(model))
         yield model
+
+
+def decodes_exactly(values: np.ndarray, stored: list[onnx.TensorProto], nodes: list[onnx.NodeProto], name: str) -> bool:
+    """Whether onnxruntime rebuilds ``values`` bit for bit from a compact form's stored tensors and decode
+    nodes, folded at session creation (the default) and run unfolded (optimisations off): a form
+    computed by a runtime's own kernels (graph/passes/sinusoid_tables.py's ``Sin``) is delivered only
+    where the runtime computes what the NumPy recipe did."""
+    model = decode_model(stored, nodes, name)
+    want = values.reshape(-1).view(f"u{values.dtype.itemsize}")
+    for level in ("all", "none"):
+        got = open_session(model, threads=1, optimization=level).run(None, {})[0]
+        if got.shape != values.shape or got.dtype != values.dtype or not np.array_equal(got.reshape(-1).view(want.dtype), want):
+            return False
+    return True
 
 
 def _copy(attr: onnx.AttributeProto) -> onnx.AttributeProto:

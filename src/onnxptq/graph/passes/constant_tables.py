@@ -13,7 +13,9 @@ runtime sees is the same; only the file's encoding of it changes:
 * at most :data:`MAX_CODES` distinct values, of any type: ``uint8`` codes, ``Cast`` to int32 and
   ``Gather`` of a small table (1 byte an element; ``Gather`` takes no uint8 index);
 * an integer tensor whose values fit a narrower integer type, or a float32/float64 tensor whose
-  every value float16 or bfloat16 holds exactly: the narrow tensor and a ``Cast`` back (exact).
+  every value float16 or bfloat16 holds exactly: the narrow tensor and a ``Cast`` back (exact);
+* a float32 sin/cos position table: its frequencies, ``Sin``/``Cos`` in double and the few entries that
+  recipe does not give bit for bit (:mod:`.sinusoid_tables`; khmersm's 1.57 MB table: 152 KiB).
 
 The cheapest form is taken when it saves at least :data:`MIN_SAVED` bytes: the decision is by the
 tensor's values and size, never its name. Each decode chain reads initializers only, so
@@ -41,6 +43,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..external import is_external
+from ..opsets import model_opset
+from .sinusoid_tables import RuntimeCheck, sinusoid_form
 
 __all__ = ["compact_constants", "compact_form", "ENABLED", "MIN_SAVED", "MAX_CODES"]
 
@@ -95,9 +99,12 @@ def _narrow_int(values: np.ndarray) -> tuple[np.dtype, int] | None:
     return None
 
 
-def compact_form(tensor: TensorProto, values: np.ndarray) -> tuple[list[TensorProto], list[onnx.NodeProto]] | None:
+def compact_form(tensor: TensorProto, values: np.ndarray, opset: int | None = None,
+                 check: RuntimeCheck | None = None) -> tuple[list[TensorProto], list[onnx.NodeProto]] | None:
     """The compact encoding of ``tensor`` (whose values are ``values``): the initializers it stores and
-    the nodes that decode them into ``tensor.name``; None when no form saves :data:`MIN_SAVED` bytes."""
+    the nodes that decode them into ``tensor.name``; None when no form saves :data:`MIN_SAVED` bytes.
+    ``opset``: the model's default-domain opset, which the sinusoid form needs (None: not tried);
+    ``check``: a runtime's verdict on that form (:data:`sinusoid_tables.RuntimeCheck`)."""
     if values.size == 0 or values.dtype.itemsize < 2:
         return None
     name, n, dtype = tensor.name, values.size, tensor.data_type
@@ -139,6 +146,10 @@ def compact_form(tensor: TensorProto, values: np.ndarray) -> tuple[list[TensorPr
                                            helper.make_node("Gather", [tab.name, index], [name], axis=0)]
 
                 options.append((n + len(table) * values.dtype.itemsize, 2, gather_form))
+    if opset is not None and len(options) == 0 and values.nbytes >= MIN_SAVED:  # many values, none narrow
+        sinusoid = sinusoid_form(tensor, values, opset, check)
+        if sinusoid is not None:
+            options.append((sinusoid[0], 3, sinusoid[1]))
     if not options:
         return None
     cost, _, make = min(options, key=lambda o: (o[0], o[1]))
@@ -147,15 +158,17 @@ def compact_form(tensor: TensorProto, values: np.ndarray) -> tuple[list[TensorPr
     return make()
 
 
-def compact_constants(model: onnx.ModelProto) -> Callable[[], None]:
+def compact_constants(model: onnx.ModelProto, check: RuntimeCheck | None = None) -> Callable[[], None]:
     """Rewrite the main graph's qualifying initializers (module docstring) into their compact form, in
     place: the stored tensors take the original's place in the initializer list (and extra ones are
-    appended), the decode nodes go first in the graph. Returns the undo, which puts back exactly
-    what was there (the in-memory model after the undo is the model before)."""
+    appended), the decode nodes go first in the graph. ``check``: a runtime's verdict on a sinusoid
+    form (the file step's runs onnxruntime). Returns the undo, which puts back exactly what was there
+    (the in-memory model after the undo is the model before)."""
     graph = model.graph
     if not ENABLED:
         return lambda: None
     inputs = {i.name for i in graph.input}
+    opset = model_opset(model, default=0)
     replaced: list[tuple[int, TensorProto]] = []
     appended: list[TensorProto] = []
     decoders: list[onnx.NodeProto] = []
@@ -168,7 +181,7 @@ def compact_constants(model: onnx.ModelProto) -> Callable[[], None]:
         if width < 2 or int(np.prod(tensor.dims, dtype=np.int64)) * width < MIN_SAVED:
             continue
         values = numpy_helper.to_array(tensor)
-        form = compact_form(tensor, values)
+        form = compact_form(tensor, values, opset, check)
         if form is None:
             continue
         stored, nodes = form
