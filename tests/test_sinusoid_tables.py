@@ -172,6 +172,23 @@ def test_a_block_file_stores_the_position_table_as_its_recipe_with_the_same_outp
         assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
 
 
+
+def test_an_integer_file_keeps_the_position_table_float32(tmp_path):
+    """Integer weights have no file goal, and the recipe's folding raises the load peak about ten times
+    the table's bytes (khmersm A8W8 15.5 -> 32.5 MB, past issue 26's load goal): an A8W8 file keeps the
+    table as it is (pipeline/lean_file.sinusoid_tables_wanted), with no ``Sin`` to fold."""
+    source = tmp_path / "pos.onnx"
+    table = _torch_table()
+    onnx.save(_transformer(table), str(source))
+    config = dataclasses.replace(resolve_config("A8W8"), repair=False)
+    packed = tmp_path / "a8w8.onnx"
+    onnxptq.quantize(str(source), config, data=_feeds(4, 0), output=str(packed))
+    model = onnx.load(str(packed))
+    kept = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == TensorProto.FLOAT
+            and int(np.prod(t.dims)) == table.size]
+    assert len(kept) == 1 and np.array_equal(kept[0].reshape(table.shape).view(np.uint32), table.view(np.uint32))
+    assert not any(n.op_type == "Sin" for n in model.graph.node)
+
 def test_compact_constants_takes_the_recipe_and_its_undo_restores_the_model():
     model = _transformer(_torch_table())
     before = model.SerializeToString()

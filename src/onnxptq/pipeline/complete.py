@@ -31,7 +31,7 @@ from .build import build_model
 from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
 from .finish import finish, finish_saved, finish_signature
-from .lean_file import lean
+from .lean_file import lean, sinusoid_tables_wanted
 from .plan import Plan
 from .solve import QParams
 from .streamed import held_out_outputs
@@ -166,7 +166,8 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     if output is not None:  # save, then report (the order every doc gives)
         # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
         stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
-        with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
+        with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names,
+                  sinusoids=sinusoid_tables_wanted(result.config)):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
             result.output_path = io.save_model(stored, output)
     # the float model's constants, weighed against the plan as delivered: once, here (a repair's candidates need none)
     result.constants = constant_table(calibrated.prepared)
@@ -323,7 +324,8 @@ def _complete_streaming(calibrated: Calibrated, cfg: QuantConfig, output: str | 
         on = _kept_words(calibrated, eval_samples)
         del session
         external.relocate(quantized, tmp_data.name, data_name)
-        with lean(quantized, calls=cfg.pack_weights, avoid=calibrated.source_names):  # the file deliver() writes (pipeline/lean_file.py)
+        with lean(quantized, calls=cfg.pack_weights, avoid=calibrated.source_names,
+                  sinusoids=sinusoid_tables_wanted(cfg)):  # the file deliver() writes (pipeline/lean_file.py)
             onnx.save_model(quantized, str(tmp_model))
     log.info("saved %s", out)
     warning = crash_warning(quantized, str(out))

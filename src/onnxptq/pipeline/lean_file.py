@@ -52,6 +52,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..config.schema import QuantConfig
 from ..formats.base import DOMAIN
 from ..graph.opsets import is_onnx_domain, model_opset
 from ..graph.passes.constant_tables import compact_constants
@@ -103,16 +104,19 @@ def without_inferred_shapes(model: onnx.ModelProto) -> Iterator[onnx.ModelProto]
 
 @contextlib.contextmanager
 def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: bool = True,
-         avoid: Collection[str] = ()) -> Iterator[onnx.ModelProto]:
+         avoid: Collection[str] = (), sinusoids: bool = True) -> Iterator[onnx.ModelProto]:
     """``model`` as the file holds it for the duration of the block: no inferred shapes, the
     calls' shared attributes on their definitions (:func:`share_call_attributes`), short call
     output names (:func:`short_call_outputs`); all restored after the block. ``calls=False``
     (the config's ``pack_weights=False``: tools that want one plain node per tensor) leaves
     every call its attributes and names. ``avoid``: names no short name may take (the float
-    model's tensors: :func:`short_value_names`)."""
+    model's tensors: :func:`short_value_names`). ``sinusoids=False``: a sin/cos position table keeps
+    its float32 bytes (integer weights: issue 26 sets them no file goal, and the table's folded decode
+    raises the load peak about ten times its bytes, past the load-memory goal: khmersm A8W8 15.5 → 32.5
+    MB, bench/RESULTS.md packed19)."""
     with without_inferred_shapes(model), contextlib.ExitStack() as undo:  # undone last first
         if LEAN_CALLS and calls:
-            undo.callback(compact_constants(model, decodes_exactly))  # large few-valued constants, sin/cos tables: a folded decode
+            undo.callback(compact_constants(model, decodes_exactly, sinusoids=sinusoids))  # large few-valued constants, sin/cos tables: a folded decode
             undo.callback(share_call_attributes(model, domains))
             undo.callback(short_call_outputs(model, domains))
             undo.callback(short_decode_names(model))
@@ -128,6 +132,15 @@ def lean(model: onnx.ModelProto, domains: Iterable[str] = (DOMAIN,), *, calls: b
             undo.callback(varint_integers(model))
         yield model
 
+
+def sinusoid_tables_wanted(config: QuantConfig) -> bool:
+    """Whether a sin/cos position table is stored as its recipe (graph/passes/sinusoid_tables.py) for a
+    model quantized with ``config``. Why not always: the recipe is folded at session creation, and the
+    folding holds about ten times the table's bytes (khmersm: +15-18 MB at load, bench/RESULTS.md
+    packed19). Formats with a file goal (float and block weights: issue 26 item 2) take it, since the
+    table alone keeps them over the goal. Integer weights have no file goal, and their load stayed within
+    the load-memory goal only without it, so they keep the table's float32 bytes."""
+    return config.weight is not None and not config.weight.is_integer
 
 def decodes_exactly(values: np.ndarray, stored: list[onnx.TensorProto], nodes: list[onnx.NodeProto], name: str) -> bool:
     """Whether onnxruntime rebuilds ``values`` bit for bit from a compact form's stored tensors and decode

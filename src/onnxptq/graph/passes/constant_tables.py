@@ -158,11 +158,13 @@ def compact_form(tensor: TensorProto, values: np.ndarray, opset: int | None = No
     return make()
 
 
-def compact_constants(model: onnx.ModelProto, check: RuntimeCheck | None = None) -> Callable[[], None]:
+def compact_constants(model: onnx.ModelProto, check: RuntimeCheck | None = None, *,
+                      sinusoids: bool = True) -> Callable[[], None]:
     """Rewrite the main graph's qualifying initializers (module docstring) into their compact form, in
     place: the stored tensors take the original's place in the initializer list (and extra ones are
     appended), the decode nodes go first in the graph. ``check``: a runtime's verdict on a sinusoid
-    form (the file step's runs onnxruntime). Returns the undo, which puts back exactly what was there
+    form (the file step's runs onnxruntime). ``sinusoids=False``: no sinusoid form (its folding costs
+    about ten times the table's bytes at session creation: bench/RESULTS.md, packed19). Returns the undo, which puts back exactly what was there
     (the in-memory model after the undo is the model before)."""
     graph = model.graph
     if not ENABLED:
@@ -181,7 +183,7 @@ def compact_constants(model: onnx.ModelProto, check: RuntimeCheck | None = None)
         if width < 2 or int(np.prod(tensor.dims, dtype=np.int64)) * width < MIN_SAVED:
             continue
         values = numpy_helper.to_array(tensor)
-        form = compact_form(tensor, values, opset, check)
+        form = compact_form(tensor, values, opset if sinusoids else None, check)
         if form is None:
             continue
         stored, nodes = form
