@@ -113,11 +113,12 @@ def test_fp16_file_of_an_unrolled_graph_within_the_target_and_outputs_identical(
     # issue 26's target for 16-bit weights (the fp16 weights alone are 0.48x here); main's Clip
     # guard on every activation, a Cast pair on every copy and the inferred shapes: 0.535x
     assert ratio <= 0.52, f"FP16 file {ratio:.3f}x fp32"
-    assert _ops(got, "Clip") == 0 and _ops(guarded, "Clip") > 3 * STEPS
-    # the copies (Slice, Squeeze, Unsqueeze, Concat) lost their quantizers; the sums kept theirs
+    assert _ops(got, "Clip") == 0 and _ops(guarded, "Clip") >= STEPS
+    # the copies (Slice, Squeeze, Unsqueeze, Concat) lost their quantizers; each step's MatMuls, sum,
+    # bias and Relu are one fused group (plan/float_fusion.py), rounded once at the Relu
     readers = {i for n in got.graph.node if n.op_type == "Cast" for i in n.input}
     assert not any(name.endswith(("/strided_slice:0", "/Squeeze:0", "/ExpandDims:0")) for name in readers)
-    assert any(name.endswith("/MatMul:0") for name in readers) and any(name.endswith("/Relu:0") for name in readers)
+    assert not any(name.endswith(("/MatMul:0", "/add:0")) for name in readers) and any(name.endswith("/Relu:0") for name in readers)
     # held-out feeds, 4x louder than calibration (still far below 65504), and Inf/NaN/-0 (the
     # skipped copies pass them as their quantizers did): the same bits
     feeds = _feeds(6, 7, gain=4.0)

