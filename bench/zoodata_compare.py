@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -56,9 +57,9 @@ def kind(row: dict) -> str:
 
 
 def repaired(row: dict) -> bool:
-    """Repair built candidates for this row (it kept nodes float or stepped them up)."""
-    return said(row).startswith("repaired") or bool(row.get("repair_search")) or \
-        any(w in str(row.get("repair") or "") for w in (" float", "stepped up"))
+    """Repair built candidates for this row: its record says so, or the "repair kept" column opens with what it kept
+    ("N float: …", "N stepped up …", bench/zoo.py's ``_repair_kept``; a floor's note merely mentions float)."""
+    return bool(row.get("repair_search")) or re.match(r"(\d+ (float|stepped up)\b|nothing kept$)", str(row.get("repair") or "")) is not None
 
 
 def _pair(before, after, spec: str) -> str:

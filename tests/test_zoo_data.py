@@ -146,3 +146,5 @@ def test_the_zoo_comparison_shows_what_repair_cost(tmp_path, capsys):
     assert len(lines) == 1 and "| MXFP8_E4M3 |" in lines[0], lines
     assert "| 16.3 → 13.8 | 0.256 → 0.256 | 20.0 |" in lines[0] and "67 stepped up" in lines[0]
     assert compare.repaired(after[0]) and not compare.repaired(after[1])
+    note = "note: could not confirm y: 0.99 on 8 rows …: its agreement with float holds the floor on these samples"
+    assert not compare.repaired(dict(before[1], repair=note)) and compare.repaired(dict(before[1], repair="1 float: Sigmoid_1 (Sigmoid)"))
