@@ -180,7 +180,10 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
 
     logging.basicConfig(level=logging.WARNING)
     row: dict = {"model": model.name, "preset": preset, "metric": model.metric_name, "floor": floor(preset),
-                 "library": os.environ.get("ZOO_LIBRARY", "")}
+                 "library": os.environ.get("ZOO_LIBRARY", ""),
+                 # the 1-minute load average as the pair starts: on the shared machine wall seconds and latency
+                 # ratios are read beside it (the CPU s and the agreements do not depend on it)
+                 "load": round(os.getloadavg()[0], 1)}
     root = model.root()
     ref_run = zoo.session_runner(model.path())
     ref = _memo(ref_run, heldout)
@@ -202,7 +205,8 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
     row["verdict"] = verdict_state(getattr(result, "floor", None))
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
-        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search",
+                                                         "cpu_seconds", "plain_cpu_seconds", "below")}
     try:
         row["summary_cosine"] = min((m.get("cosine", float("nan")) for m in result.metrics.values()), default=None)
         test_run = zoo.session_runner(output)

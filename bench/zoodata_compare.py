@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -55,6 +56,19 @@ def kind(row: dict) -> str:
     return "SILENT" if said(row).split(" (read")[0] == "holds" else "below"
 
 
+def repaired(row: dict) -> bool:
+    """Repair built candidates for this row: its record says so, or the "repair kept" column opens with what it kept
+    ("N float: …", "N stepped up …", bench/zoo.py's ``_repair_kept``; a floor's note merely mentions float)."""
+    return bool(row.get("repair_search")) or re.match(r"(\d+ (float|stepped up)\b|nothing kept$)", str(row.get("repair") or "")) is not None
+
+
+def _pair(before, after, spec: str) -> str:
+    """"before → after" of one figure ("-" for one not measured)."""
+    def fmt(v):
+        return "-" if v is None else format(v, spec)
+    return f"{fmt(before)} → {fmt(after)}"
+
+
 def load(paths: list[Path]) -> dict[tuple[str, str], dict]:
     rows: dict[tuple[str, str], dict] = {}
     for path in paths:  # later files win per pair, as zoo.py --merge
@@ -71,18 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     before, after = load([args.before]), load(args.after)
     order = {p: i for i, p in enumerate(PRESETS)}
     counts: dict[str, int] = {}
-    print("| model | preset | floor | before (library) | after | moved | floor said (after) | what | repair kept (after) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | preset | floor | before (library) | after | moved | floor said (after) | what | quantize CPU s | size × | load (after) | repair kept (after) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for key in sorted(after, key=lambda k: (k[0], order.get(k[1], 99))):
         a, b = after[key], before.get(key, {})
         k = kind(a)
         counts[k] = counts.get(k, 0) + 1
         ag, bg = a.get("agreement"), b.get("agreement")
         moved = None if ag is None or bg is None else round(ag - bg, 4)
-        if not args.all and k == "ok" and (moved is None or abs(moved) < 0.005) and kind(b) in ("ok", ""):
+        # a row repair acted on in either run is shown with what it cost (CPU s, file) beside the run it replaces
+        if not args.all and k == "ok" and (moved is None or abs(moved) < 0.005) and kind(b) in ("ok", "") \
+                and not (repaired(a) or repaired(b)):
             continue
         print(f"| {key[0]} | {key[1]} | {a.get('floor', floor(key[1]))} | {bg} ({b.get('library', '-')}) | {ag if ag is not None else a.get('status')} | "
-              f"{moved if moved is not None else '-'} | {said(a)} | **{k}** | {str(a.get('repair') or a.get('error') or '-')[:160]} |")
+              f"{moved if moved is not None else '-'} | {said(a)} | **{k}** | "
+              f"{_pair(b.get('quantize_cpu_s'), a.get('quantize_cpu_s'), '.1f')} | {_pair(b.get('size_ratio'), a.get('size_ratio'), '.3f')} | "
+              f"{a.get('load', '-')} | {str(a.get('repair') or a.get('error') or '-')[:160]} |")
     print()
     print(f"{len(after)} pairs rerun: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     print()

@@ -116,3 +116,35 @@ def test_the_zoo_table_says_silent_where_the_floor_said_holds():
             {"model": "magika", "preset": "MX9", "agreement": 0.96, "floor": 0.97, "status": "below floor", "verdict": "could not confirm"}]
     text = bench.table(rows, [], "zoo.py")
     assert "| **SILENT** (holds) |" in text and "| could not confirm |" in text and "1 SILENT)" in text
+
+
+def test_the_zoo_comparison_shows_what_repair_cost(tmp_path, capsys):
+    """issue 27's must-show names repair's kept nodes where it acted, and repair19 weighs what acting costs: a rerun's
+    comparison (bench/zoodata_compare.py) printed only rows that moved or were below, so a row repair acted on with
+    the same figure as before (ddddocr_det MXFP8_E4M3: 67 nodes stepped up both times) was left out, and no row said
+    its CPU s or file before and after. A row repair acted on, in either run, is now shown with both and its load;
+    an unmoved row repair left alone is still left out."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    _bench_zoo()  # bench/ on sys.path: zoodata_compare imports the floors from bench/zoo.py
+    path = Path(__file__).resolve().parents[1] / "bench" / "zoodata_compare.py"
+    spec = importlib.util.spec_from_file_location("bench_zoodata_compare", path)
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    stepped = "67 stepped up (the next block format up (mx(fp8_e4m3,bs32) → mx(int8,bs32))): Slice_4 (Slice) …"
+    base = {"model": "ddddocr_det", "floor": 0.95, "status": "ok", "verdict": "holds"}
+    before = [dict(base, preset="MXFP8_E4M3", agreement=0.9746, quantize_cpu_s=16.27, size_ratio=0.256, repair=stepped),
+              dict(base, preset="BF16", agreement=0.995, quantize_cpu_s=3.8, size_ratio=0.501, repair="-")]
+    after = [dict(before[0], quantize_cpu_s=13.8, load=20.0, repair_search={"evaluations": 4, "below": []}),
+             dict(before[1], quantize_cpu_s=3.45, load=0.7)]
+    for name, rows in (("before.json", before), ("after.json", after)):
+        (tmp_path / name).write_text(json.dumps({"rows": rows}))
+    assert compare.main([str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ddddocr_det")]
+    assert len(lines) == 1 and "| MXFP8_E4M3 |" in lines[0], lines
+    assert "| 16.3 → 13.8 | 0.256 → 0.256 | 20.0 |" in lines[0] and "67 stepped up" in lines[0]
+    assert compare.repaired(after[0]) and not compare.repaired(after[1])
+    note = "note: could not confirm y: 0.99 on 8 rows …: its agreement with float holds the floor on these samples"
+    assert not compare.repaired(dict(before[1], repair=note)) and compare.repaired(dict(before[1], repair="1 float: Sigmoid_1 (Sigmoid)"))
