@@ -37,9 +37,9 @@ def test_repair_uncertain_does_not_blame_float_for_too_few_reads():
 
     model, data = _matmul_classes()
     plain = onnxptq.quantize(model, "BF16", data=data)
-    # the default says it could not confirm, and advises repair_uncertain=True (the premise of this test)
+    # the default says it could not confirm, and that repair_uncertain=True could not act on these reads either
     assert plain.floor.ok and plain.floor.unconfirmed == ["y"]
-    assert "repair_uncertain=True repairs it as broken" in plain.summary()
+    assert "repair_uncertain=True cannot repair it" in plain.summary()
     result = onnxptq.quantize(model, dataclasses.replace(resolve_config("BF16"), repair_uncertain=True), data=data)
     text = result.summary()
     # every row's top-1 is float's (1.0000 on 96 rows): the float graph loses nothing; too few held-out rows
@@ -52,8 +52,6 @@ def test_repair_uncertain_does_not_blame_float_for_too_few_reads():
     assert "repair_uncertain=True repairs it as broken" not in text, text
 
 
-@pytest.mark.xfail(strict=True, reason="zoo19: analysis/floor.unconfirmed_text asks _confirmable only where repair_uncertain "
-                   "is on (verdict.floor.confirm), so the default advises the option that, run, says it cannot repair it")
 def test_the_default_does_not_advise_repair_uncertain_where_it_cannot_repair():
     """ddddocr_ocr BFP16 on main 73fb8c34 (bench/RESULTS.md, zoo19): with defaults the summary ends "repair_uncertain=True
     repairs it as broken"; with that option on the same 48 captchas the summary ends "repair_uncertain=True cannot

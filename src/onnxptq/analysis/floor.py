@@ -2514,9 +2514,12 @@ def unconfirmed_text(verdict: Verdict, *, bounds: bool = True) -> str:
                 if chains <= 10_000 else "give more clips to confirm it")
         advice = f"{advice}; {more}" if advice else more
     level = verdict.outputs[verdict.unconfirmed[0]].unconfirmed.confidence  # type: ignore[union-attr]
-    # with repair_uncertain on, an output still unconfirmed here is one no candidate could confirm (beyond_confirmation)
-    # or a delivered candidate's bound widened by the search's choice (chosen): only the first is said so
-    hopeless = verdict.floor.confirm and not any(_confirmable(verdict.outputs[n].unconfirmed) for n in verdict.unconfirmed)
+    # whether repair_uncertain could act is known before it runs: where a share of 1 on as many reads would not clear the
+    # floor, it says "could not confirm" and searches nothing (beyond_confirmation), so the default must not advise it
+    # (zoo19: ddddocr_ocr BFP16's summary advised the option that, run, repaired nothing). A bound widened by a search's
+    # choice (chosen) is not the plain build's: with the option off there, the plain build's bound decides, unknown here
+    unwidened = verdict.floor.confirm or verdict.floor.among <= 1
+    hopeless = unwidened and not any(_confirmable(verdict.outputs[n].unconfirmed) for n in verdict.unconfirmed)
     repair = ("repair_uncertain=True cannot repair it: on as few reads no candidate, every node float included, "
               "could confirm it" if hopeless else "repair_uncertain=True repairs it as broken")
     return ("; ".join(parts) + f": its agreement with float holds the floor on these samples, but as few reads leave the "
