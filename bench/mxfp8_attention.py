@@ -194,11 +194,16 @@ def main(argv: list[str] | None = None) -> int:
                    "cpu_s": round(cpu, 1), "load": round(os.getloadavg()[0], 1),
                    "size_x": round(len(result.model.SerializeToString()) / float_bytes, 3),
                    "overrides": len(cfg.tensor_overrides), "fresh": len(row.fresh)}
-            print(json.dumps(rec), flush=True)
-            if args.json:
-                with open(args.json, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
+            emit(rec, args.json)
     return 0
+
+
+def emit(rec: dict[str, Any], path: str | None) -> None:
+    """Print one JSON row and append it to ``path`` where given."""
+    print(json.dumps(rec), flush=True)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """1-thread latency of MXFP8 builds from two trees against float, alternating (issue 27 item 5, mxfp8qk19).
 
 ``--files`` lists the float model, then the builds; each is timed on the same feed (the first fresh feed of a
-``--source`` row of bench/mxfp8_attention.py) in turns, ``--rounds`` times, and the best of each is kept:
+``--source`` row of bench/mxfp8_attention.py) in turns, ``--rounds`` times, and the best CPU time (``time.process_time``; one onnxruntime thread) of each is kept:
 on a shared machine the best of interleaved runs is the least disturbed reading of each.
 
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/mxfp8_latency.py --source new:minilm_l3 \\
@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     best = [float("inf")] * len(files)
     for _ in range(args.rounds):
         for i, run in enumerate(runs):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             run(feed)
-            best[i] = min(best[i], time.perf_counter() - t0)
+            best[i] = min(best[i], time.process_time() - t0)
     print(f"## {row.name} (load {os.getloadavg()[0]:.1f}): best of {args.rounds}, 1 thread")
     for f, b in zip(files, best):
         print(f"{f}: {b * 1e3:.2f} ms, {b / best[0]:.2f}x float")

@@ -17,14 +17,13 @@ reduction length where the path has one, the usual spelling).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import numpy as np
 
 import _common  # noqa: F401  (the repository root on sys.path)
 
-from mxfp8_attention import load_row
+from mxfp8_attention import emit, load_row
 
 FORMS = {"fp8_ocp": ("fp8_e4m3", 0), "fp8_s3": ("fp8_e4m3", 3), "int8": ("int8", 0)}
 
@@ -88,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         errors = _errors(pairs)
         rec = {"row": row.name, "products": len(pairs), "load": round(os.getloadavg()[0], 1),
                **{f"{f}.{k}": float(f"{v:.3g}") for f, e in errors.items() for k, v in e.items()}}
-        print(json.dumps(rec), flush=True)
-        if args.json:
-            with open(args.json, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
+        emit(rec, args.json)
     return 0
 
 
