@@ -216,7 +216,7 @@ def attention_score_operands(tensors: dict[str, TensorPlan], g: _Graph, keep: Co
     squared error 15–560× and their rms error near each row's maximum 4–28× against E4M3, with the same
     8-bit elements and E8M0 block exponents (the same bytes; still an OCP MX dot product). A planted
     sharp attention block breaks the 8-bit floor under plain MXFP8_E4M3 (output cosine 0.979) and holds
-    it with the rule (0.984), repair off (tests/test_mxfp8_attention_scores.py). On 22 real rows one
+    it with the rule (0.984), repair off (tests/test_mxfp8_attention_scores.py). On 23 real rows one
     crosses its floor upwards (ppocrv3_rec_op10), the others' task figures move within a read or two of
     their feeds both ways (bench/RESULTS.md mxfp8qk19): their loss is mostly not in the scores.
     The other dot products keep FP8 elements; FP6/FP4 plans are left alone (a 4/6-bit budget).
