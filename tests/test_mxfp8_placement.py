@@ -19,7 +19,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
+from onnxptq.pipeline.plan.attention_scores import score_products
 from onnxptq.pipeline.plan.fp_blocks import DOT_PRODUCT_OPS
+from onnxptq.pipeline.plan.select import _Graph
 
 IMG, PATCH, D, HEADS, MLP, LAYERS, CLASSES = 32, 8, 64, 4, 256, 2, 10
 TOKENS = (IMG // PATCH) ** 2 + 1
@@ -154,14 +156,19 @@ def test_dot_operands_and_weight_exponent_search_keep_the_vit_close(vit):
     """Every op encoded with the OCP exponent (before issue 27 item 5) vs the dot products' operands
     only vs also choosing the weights' exponent by squared error: each step lowers the output's
     cosine error (measured: 3.5e-3 → 7.5e-4 → 6.9e-4 on these inputs)."""
-    _, _, held, ref = vit
+    model, _, held, ref = vit
     # Bias correction (automatic for FP-element MX weights since) is held off: these are the two
     # plan rules alone. With it on in all three: 2.4e-3, 6.6e-4, 7.0e-4 (the search no longer helps
-    # this model; bench/RESULTS.md "MXFP8 and MXINT8 on readers and the ViT, second round").
+    # this model; bench/RESULTS.md "MXFP8 and MXINT8 on readers and the ViT, second round"). So are
+    # the attention's queries and keys in MXINT8 (fp_blocks.attention_score_operands): with them in
+    # all three, 2.45e-3, 7.45e-4, 7.46e-4 (their scores' error falls 21x, the output's moves within
+    # what the weight search changes: bench/RESULTS.md mxfp8qk19).
+    fp8 = resolve_config("MXFP8_E4M3").activation
+    same = {"bias_correction": False, "tensor_overrides": {t: fp8 for pair in score_products(_Graph(model)).values() for t in pair}}
     every = _cosine_error(ref, _outputs(_quantize(vit, fp_block_dot_operands_only=False, mx_weight_scale_search=0,
-                                                  mx_activation_scale_search=0, bias_correction=False).model, held))
-    dots = _cosine_error(ref, _outputs(_quantize(vit, mx_weight_scale_search=0, bias_correction=False).model, held))
-    both = _cosine_error(ref, _outputs(_quantize(vit, bias_correction=False).model, held))
+                                                  mx_activation_scale_search=0, **same).model, held))
+    dots = _cosine_error(ref, _outputs(_quantize(vit, mx_weight_scale_search=0, **same).model, held))
+    both = _cosine_error(ref, _outputs(_quantize(vit, **same).model, held))
     print(f"cosine error: every op {every:.2e}, dot operands {dots:.2e}, + weight exponent search {both:.2e}")
     assert dots < every / 3
     assert both < dots

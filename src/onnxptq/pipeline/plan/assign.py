@@ -328,7 +328,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
     decision_thresholds(tensors, g)  # thresholds.py: a compared tensor's range reaches the constant
     recurring_peaks(tensors, g)  # peaks.py: weighted layers' operands/results keep recurring peaks
     scarce_ranges(tensors, g)  # scarce.py: 16-bit activations of a few values per sample get a margin
-    float_tensors.update(fp_element_blocks(tensors, g, config.mx_weight_scale_search, config.mx_activation_scale_search))  # fp_blocks.py: MX weights' exponents, MXFP weights' axis, biases float
+    float_tensors.update(fp_element_blocks(tensors, g, config.mx_weight_scale_search, config.mx_activation_scale_search,
+                                            keep=config.tensor_overrides))  # fp_blocks.py: MX weights' exponents, MXFP weights' axis, biases float
     float_tensors.update(fp_log_domain_dots(tensors, g))  # log_readers.py: a Log's first dot products float under MXFP
     float_tensors.update(orphan_int32_biases(tensors))  # corners.py: an int32 bias needs both scales
     plan = Plan(tensors=tensors, nodes=[n.name for n in selected], skipped_nodes=skipped,

@@ -32,6 +32,12 @@ its mantissa is above 1.75 (spec §6.3, "the block max can clip").
   only elementwise ops read (a layer scale or an affine's offset, a systematic per-channel error);
   a lookup table (Gather) is stored like a weight.
 
+* The queries and keys of an attention score product (the MatMul of two computed operands whose
+  output a Softmax reads, plan/attention_scores.py) take MXINT8 elements under an FP8-element plan:
+  the Softmax turns the scores' absolute error into its probabilities' relative error, and MXINT8
+  rounds those Gaussian-spread blocks 10–150× more finely (squared error) than E4M3 at the same bytes
+  (:func:`attention_score_operands`).
+
 * Weights choose their shared exponent by squared error among the OCP one and its neighbours
   (MX ``scale_search``, ``QuantConfig.mx_weight_scale_search``: :func:`mx_weight_exponents`). The
   OCP exponent ``floor(log2(amax)) - emax_elem`` puts the block maximum in ``[2^emax, 2^(emax+1))``,
@@ -69,7 +75,10 @@ from __future__ import annotations
 
 import logging
 
+from collections.abc import Collection
+
 from ...config.schema import TensorQuant
+from .attention_scores import score_products
 from .bounded_blocks import bounded_exponents
 from .short_blocks import short_block_exponents
 from .select import _Graph
@@ -77,7 +86,7 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DOT_PRODUCT_OPS", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
+__all__ = ["DOT_PRODUCT_OPS", "SCORE_OPERAND_ELEMENT", "attention_score_operands", "dot_operands_only", "fp_element_blocks", "fp_element_operands", "is_fp_block", "is_int_block",
            "mx_activation_exponents", "mx_weight_exponents"]
 
 
@@ -185,14 +194,61 @@ def mx_activation_exponents(tensors: dict[str, TensorPlan], rule: int) -> int:
     return changed
 
 
+#: the element an FP8-element MX plan gives the operands of an attention score product (see
+#: :func:`attention_score_operands`)
+SCORE_OPERAND_ELEMENT = "int8"
+_FP8_ELEMENTS = ("fp8_e4m3", "fp8_e5m2")
+
+
+def attention_score_operands(tensors: dict[str, TensorPlan], g: _Graph, keep: Collection[str] = ()) -> list[str]:
+    """Give the queries and keys of every attention score product (plan/attention_scores.py: the MatMul
+    of two computed operands whose output a Softmax reads) MXINT8 elements where the plan has them in an
+    FP8-element MX format; returns the tensors changed. ``keep``: tensors the user's ``tensor_overrides``
+    (or repair's steps) name, which keep what they were given.
+
+    Why: a Softmax turns an absolute error of its scores into a relative error of its probabilities
+    (``d log p = d s − E[d s]``), and a score's absolute error is its operands' relative rounding times
+    the score's own magnitude: E4M3 rounds every query and key element by up to 2^-4 of itself, so on a
+    sharp attention row (scores of ten and more) the probabilities move by tens of percent. An MXINT8
+    element keeps 6 fraction bits of its block's largest value, and queries and keys are spread like a
+    Gaussian within their blocks along the head dimension (no rare block outlier): measured on the 25
+    models with attention we have (bench/mxfp8_qk_error.py), MXINT8 operands cut the scores' relative
+    squared error 15–560× and their rms error near each row's maximum 4–28× against E4M3, with the same
+    8-bit elements and E8M0 block exponents (the same bytes; still an OCP MX dot product). A planted
+    sharp attention block breaks the 8-bit floor under plain MXFP8_E4M3 (output cosine 0.979) and holds
+    it with the rule (0.984), repair off (tests/test_mxfp8_attention_scores.py). On 23 real rows one
+    crosses its floor upwards (ppocrv3_rec_op10), the others' task figures move within a read or two of
+    their feeds both ways (bench/RESULTS.md mxfp8qk19): their loss is mostly not in the scores.
+    The other dot products keep FP8 elements; FP6/FP4 plans are left alone (a 4/6-bit budget).
+    A user's ``tensor_overrides`` entry for an operand (an MXFP8 quantizer) keeps it as given."""
+    changed: list[str] = []
+    for operands in score_products(g).values():
+        for name in operands:
+            t = tensors.get(name)
+            if t is None or name in keep or t.role != "activation" or t.quant.format != "mx":
+                continue
+            if str(t.quant.attr_dict.get("element_dtype", "")) not in _FP8_ELEMENTS:
+                continue
+            t.quant = t.quant.with_(attrs={**dict(t.quant.attrs), "element_dtype": SCORE_OPERAND_ELEMENT, "scale_search": 0})
+            changed.append(name)
+    if changed:
+        log.info("plan: %d operands of attention score products take MXINT8 elements under an FP8-element MX format "
+                 "(plan/fp_blocks.py attention_score_operands): %s", len(changed),
+                 ", ".join(changed[:4]) + (" ..." if len(changed) > 4 else ""))
+    return changed
+
+
 def fp_element_blocks(tensors: dict[str, TensorPlan], g: _Graph, weight_scale_search: int | None = None,
-                      activation_scale_search: int | None = None) -> dict[str, str]:
+                      activation_scale_search: int | None = None, keep: Collection[str] = ()) -> dict[str, str]:
     """Let MX weights search their shared exponent (``weight_scale_search``, :func:`mx_weight_exponents`)
     and MX activations take theirs (``activation_scale_search``, :func:`mx_activation_exponents`; None:
     FP8-element ones holding the model's input in blocks shorter than the format's take the unsaturated exponent, plan/short_blocks.py),
     move degenerate FP-element weight block axes and drop biases for FP-element MX tensors (see
-    module docstring); returns ``{bias name: reason}`` for ``Plan.float_tensors``."""
+    module docstring), and give an FP8 plan's attention score operands MXINT8 elements
+    (:func:`attention_score_operands`; ``keep``: the names ``tensor_overrides`` set); returns
+    ``{bias name: reason}`` for ``Plan.float_tensors``."""
     why: dict[str, str] = {}
+    attention_score_operands(tensors, g, keep)
     mx_weight_exponents(tensors, weight_scale_search)
     if activation_scale_search is None:
         short_block_exponents(tensors, g)
