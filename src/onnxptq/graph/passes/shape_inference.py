@@ -49,7 +49,7 @@ class _ShapeInference(ShapeInferencePass):
         return ir.passes.PassResult(model, modified=_merge(model, inferred))
 
 
-def _trusted(declared: ir.Shape | None, inferred: ir.Shape | None) -> ir.Shape | None:
+def _trusted(declared: ir.Shape | None, inferred: ir.Shape | None, *, traced: bool = False) -> ir.Shape | None:
     """The shape to keep: inference's dims where it knows them, the declared ones where it does not.
 
     Why: torch's dynamo exporter writes value_info (and output shapes) from the trace, so with a
@@ -58,12 +58,21 @@ def _trusted(declared: ir.Shape | None, inferred: ir.Shape | None) -> ir.Shape |
     Inference from the model's own symbolic inputs (the declared shapes taken off first) is the
     truth where it derives a dim; a declared dim stays where inference knows nothing (after a
     custom op, say, or where it only made up an ``unk__`` name).
+
+    ``traced``: a graph output of a model with a symbolic input dim. Its declared concrete dims that
+    inference cannot derive are the trace's too, and are dropped: lore_process declares ``[batch, 54,
+    4]`` for outputs whose second axis follows its ``height`` input (54 at export), and the block bodies
+    built for 54 failed on every other count (a raw onnxruntime Reshape error in quantize's own floor
+    run, MXINT8 and MXFP8_E4M3; bench/RESULTS.md, mxfp8qk19). A declared name still stays.
     """
     if inferred is None:
+        if traced and declared is not None:  # nothing derived: the declared names stay, the trace's sizes go
+            return ir.Shape([None if isinstance(d, int) else d for d in declared])
         return declared
     if declared is None or len(declared) != len(inferred):
         return inferred
-    return ir.Shape([d if _unknown(i) and not _unknown(d) else i for d, i in zip(declared, inferred)])
+    return ir.Shape([d if _unknown(i) and not _unknown(d) and not (traced and isinstance(d, int)) else i
+                     for d, i in zip(declared, inferred)])
 
 
 def _unknown(dim: object) -> bool:
@@ -78,10 +87,12 @@ def _merge(model: ir.Model, inferred_proto: onnx.ModelProto) -> bool:
     modified = False
     for graph, inferred_graph in zip(model.graphs(), inferred_model.graphs()):
         found = ir.convenience.create_value_mapping(inferred_graph)
+        symbolic = any(v.shape is not None and any(not isinstance(d, int) for d in v.shape) for v in graph.inputs)
+        outputs = {id(v) for v in graph.outputs}
         for name, value in ir.convenience.create_value_mapping(graph).items():
             if (other := found.get(name)) is None:
                 continue
-            shape = _trusted(value.shape, other.shape)
+            shape = _trusted(value.shape, other.shape, traced=symbolic and id(value) in outputs)
             if shape != value.shape:
                 value.shape, modified = shape, True
             if other.type is not None and (value.type is None or type(value.type) is not type(other.type)):

@@ -107,6 +107,15 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
                 f"onnx.version_converter could not convert the model from opset {current} to {target}: {exc} "
                 f"(ops whose definition changed in between: {hint})"
             ) from exc
+        # The converter infers shapes as it converts and writes them into value_info, from the declared
+        # output shapes too: lore_process declares [batch, 54, 4] (its export's count) for an output that is
+        # also read inside, and the readers came out [batch, 54, 256], a size the block bodies were then built
+        # for (every other count failed at run time). Only what the source itself declared is kept: the
+        # preparation infers again from the inputs (graph/passes/shape_inference.py).
+        own = {vi.name for vi in model.graph.value_info}
+        kept = [vi for vi in converted.graph.value_info if vi.name in own]
+        del converted.graph.value_info[:]
+        converted.graph.value_info.extend(kept)
     if model_opset(converted) != target:
         raise OpsetUpgradeError(f"version converter returned opset {model_opset(converted)}, expected {target}")
     if len(converted.functions) != len(model.functions):
