@@ -51,3 +51,16 @@ def test_a_traced_output_size_is_not_built_into_the_bodies(preset, tmp_path):
     for rows in (3, 17, TRACED + 9):
         h, y = session.run(None, {"x": rng.normal(0, 1, (1, rows, 256)).astype(np.float32)})
         assert h.shape == (1, rows, 256) and y.shape == (1, rows, 512)
+
+
+def test_the_opset_upgrade_keeps_no_size_it_inferred_from_a_declared_output():
+    """onnx's version converter infers shapes as it converts, the declared outputs' sizes included: the reader of the
+    output ``h`` came out ``[batch, 54, 512]`` (lore_process: ``[batch, 54, 256]``), a size the preparation's own
+    inference, which cannot derive it, then kept. Only value_info the source declared survives the upgrade."""
+    from onnxptq.graph.passes.upgrade_opset import upgrade_opset
+
+    source = _model()
+    upgraded = upgrade_opset(source, 21)
+    assert {vi.name for vi in upgraded.graph.value_info} <= {vi.name for vi in source.graph.value_info}
+    sized = [vi.name for vi in upgraded.graph.value_info if any(d.dim_value == TRACED for d in vi.type.tensor_type.shape.dim)]
+    assert sized == []
