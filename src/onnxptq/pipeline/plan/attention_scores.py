@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import onnx
 
+from ...graph.ops import RELAYOUTS
 from .select import _Graph
 
 __all__ = ["SCORE_PATH_OPS", "score_products"]
 
 #: ops between a score MatMul and its Softmax that keep each score its own value (up to a scale, an
 #: added bias or mask, a dtype round trip or a relayout)
-SCORE_PATH_OPS = frozenset({"Mul", "Div", "Add", "Sub", "Where", "Cast", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
-                            "Identity", "Dropout"})
+SCORE_PATH_OPS = RELAYOUTS | {"Mul", "Div", "Add", "Sub", "Where", "Cast", "Dropout"}
 #: how many such ops a path may hold (a scale, a mask, a bias, a reshape around each: seen up to 4)
 _MAX_PATH = 6
 
