@@ -300,12 +300,16 @@ class _Judge:
         #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
+    def changed_of(self, rung: Rung | None, nodes: frozenset[str]) -> frozenset[str]:
+        """Of ``nodes``, those ``rung`` changes (:attr:`changes`); all of them with no rung or none recorded for it."""
+        changes = self.changes.get(rung) if rung is not None else None
+        return nodes if changes is None else nodes & changes
+
     def __call__(self, kept: frozenset[str], rung: Rung | None = None) -> Verdict | None:
         """The candidate's verdict (``kept`` float, or stepped up ``rung``); None when it cannot be
         built or run (it then counts as broken: the search keeps its nodes float or stepped rather
         than deliver a model it could not measure)."""
-        if rung is not None and rung in self.changes:
-            kept = kept & self.changes[rung]  # the nodes the rung leaves as planned change nothing (step_up.changed_nodes)
+        kept = self.changed_of(rung, kept)  # the nodes the rung leaves as planned change nothing (step_up.changed_nodes)
         key = (rung if kept or self.floats else None, kept, self.floats)  # nothing held: the plain build, whatever the rung
         if key in self.cache:
             return self.cache[key]
@@ -1140,7 +1144,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         broken = [name for name in verdict.broken if name in judge.names]
         graph = calibrated.prepared.graph
         found = frozenset(output_writers(graph, broken, candidates)) | frozenset(output_branch(graph, broken, candidates))
-        found &= judge.changes.get(top, found)  # what the rung changes of them (step_up.changed_nodes)
+        found = judge.changed_of(top, found)  # what the rung changes of them (step_up.changed_nodes)
         if not found or len(found) > MIXED_FLOAT or 2 * len(found) > len(candidates):
             return None
         if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf):
@@ -1178,8 +1182,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         ends: frozenset[str] = frozenset()
         if allowance > 0 and head is None:
             # a stepped search bisects the nodes its rung changes (step_up.changed_nodes): the others are the plan's anyway
-            changes = judge.changes.get(rung) if rung is not None else None
-            among = [c for c in candidates if c not in floats and (changes is None or c in changes)]
+            changed = judge.changed_of(rung, frozenset(candidates))
+            among = [c for c in candidates if c not in floats and c in changed]
             if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
                 ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
@@ -1187,8 +1191,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
                                      unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
-        if rung is not None and rung in judge.changes:
-            kept = kept & judge.changes[rung]  # named stepped up: the nodes the rung changed
+        kept = judge.changed_of(rung, kept)  # named stepped up: the nodes the rung changed
         search_s = time.perf_counter() - t0
         repaired = complete(calibrated, configure(kept, rung, floats), eval_samples=eval_samples, deliver_now=False,
                             reuse=judge.reuse, verified=judge.verified)
