@@ -35,7 +35,7 @@ machine at load 20 that reads a preset 0.02× or 47× float. Here:
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (the repository root on sys.path: testkit)
+import _common  # the repository root on sys.path (testkit), the profile reader
 import argparse
 import collections
 import json
@@ -217,14 +217,7 @@ _INLINED = re.compile(r"^([A-Za-z]+)_(\d+)$")
 def profile(path: Path, fed: list[dict], runs: int, workdir: Path) -> dict:
     """Kernel µs per pass over the feeds by op type, split into the model's nodes and the bodies'
     (each node's fastest of the ``runs``)."""
-    sess = open_session(path, str(workdir / "prof"))
-    for _ in range(runs):
-        for feed in fed:
-            sess.run(None, feed)
-    file = sess.end_profiling()
-    with open(file) as f:
-        events = json.load(f)
-    os.remove(file)
+    events = _common.profile_events(open_session(path, str(workdir / "prof")), fed, runs)
     own = model_node_names(path)
     # every node's smallest duration over the runs (a node runs once a feed: the feeds kept apart), summed:
     # the profiler times wall clock, and on a loaded machine a preempted node reads 10-100x its work
