@@ -19,6 +19,8 @@ machine at load 20 that reads a preset 0.02× or 47× float. Here:
   ms, the file's ms, **best ÷ best** (best of the rounds on each side) and the **median of the
   rounds' ratios** (each round's file ÷ float of that round), the load average beside every model.
   With two tags: whether the two trees' files give bit-identical outputs on ``--same-feeds`` feeds.
+* **ablate**: per body function of one file, what its calls cost inside the model (made ``Identity``
+  alone, or all others made ``Identity``), timed in turn like ``time``.
 * **profile** (``--profile N``): onnxruntime's profiler on each file (``N`` runs of the feeds), the
   kernel time summed by op type and split into what the model's own nodes cost and what the
   format's function bodies cost (onnxruntime inlines an unnamed call's nodes as ``<OpType>_<n>``, so a
@@ -31,6 +33,7 @@ machine at load 20 that reads a preset 0.02× or 47× float. Here:
     PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/block_latency_zoo.py time --tags base,new \
         [--models ...] [--presets ...] [--rounds 7] [--feeds 2] [--profile 0] [--json FILE]
     python bench/block_latency_zoo.py table RUN1.json RUN2.json ... [--tags base]
+    PYTHONPATH=src:. OMP_NUM_THREADS=1 nice -n 5 python bench/block_latency_zoo.py ablate MODEL PRESET [--tag base]
 """
 
 from __future__ import annotations
@@ -146,6 +149,11 @@ def quantize(args: argparse.Namespace) -> None:
 
 def open_session(path: str | Path, profile: str | None = None) -> Any:
     """Stock onnxruntime, one thread, sequential: what a user's 1-thread session is."""
+    return open_session_bytes(str(path), profile)
+
+
+def open_session_bytes(model: str | bytes, profile: str | None = None) -> Any:
+    """:func:`open_session` on a path or a serialized model."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -155,7 +163,7 @@ def open_session(path: str | Path, profile: str | None = None) -> Any:
     if profile:
         so.enable_profiling = True
         so.profile_file_prefix = profile
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
 def fit(sess: Any, feed: dict) -> dict:
@@ -352,6 +360,60 @@ def table(args: argparse.Namespace) -> None:
     summary(rows, tags, presets)
 
 
+def ablate(args: argparse.Namespace) -> None:
+    """What each body costs inside the model: per function of the file, the model with that function's
+    calls made ``Identity`` (``-f``: what removing it saves) and with every other function's calls made
+    ``Identity`` (``+f``: what it costs alone), all sessions timed in turn as in ``time``."""
+    import onnx
+
+    path = Path(args.out) / args.tag / f"{args.model}_{args.preset}.onnx"
+    model = onnx.load(str(path))
+    functions = [f.name for f in model.functions]
+
+    def without(keep) -> bytes:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+
+        def walk(graph: onnx.GraphProto) -> None:
+            for n in graph.node:
+                if n.domain == "onnxptq" and not keep(n.op_type):
+                    n.op_type, n.domain = "Identity", ""
+                    del n.attribute[:]
+                    del n.input[1:]  # a shared body's per-call constants
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        walk(a.g)
+
+        walk(copy.graph)
+        return copy.SerializeToString()
+
+    sessions = {"float": open_session(model_file(args.model)), "file": open_session(path)}
+    for f in functions:
+        sessions[f"-{f}"] = open_session_bytes(without(lambda op, f=f: op != f))
+        sessions[f"+{f}"] = open_session_bytes(without(lambda op, f=f: op == f))
+    sessions["no calls"] = open_session_bytes(without(lambda op: False))
+    held = feeds(args.model, "heldout", args.feeds)
+    fed = {k: [fit(s, f) for f in held] for k, s in sessions.items()}
+    calls: collections.Counter = collections.Counter()
+
+    def count(graph: onnx.GraphProto) -> None:
+        for n in graph.node:
+            calls[n.op_type] += n.domain == "onnxptq"
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    count(a.g)
+
+    count(model.graph)
+    cpu = {k: min(v) for k, v in rounds(sessions, fed, args.rounds, args.repeats).items()}
+    print(f"<!-- {args.model} {args.preset}: ms per pass of {args.feeds} feeds, best of {args.rounds} rounds; "
+          f"load {os.getloadavg()[0]:.1f} -->")
+    print(f"| function | calls | removing it saves ms | it alone costs ms |\n|---|---:|---:|---:|")
+    for f in functions:
+        print(f"| {f} | {calls[f]} | {cpu['file'] - cpu['-' + f]:.3f} | {cpu['+' + f] - cpu['no calls']:.3f} |")
+    print(f"| all | {sum(calls[f] for f in functions)} | {cpu['file'] - cpu['no calls']:.3f} | |")
+    print(f"\nfloat {cpu['float']:.3f} ms, the file {cpu['file']:.3f} ms, the file without calls {cpu['no calls']:.3f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -372,12 +434,20 @@ def main() -> None:
     m = sub.add_parser("table")
     m.add_argument("files", nargs="+", help="time --json files")
     m.add_argument("--tags", default="base")
+    a = sub.add_parser("ablate")
+    a.add_argument("model")
+    a.add_argument("preset")
+    a.add_argument("--tag", default="base")
+    a.add_argument("--out", default=str(DEFAULT_OUT))
+    a.add_argument("--rounds", type=int, default=9)
+    a.add_argument("--repeats", type=int, default=10)
+    a.add_argument("--feeds", type=int, default=2)
     for s in (q, t):
         s.add_argument("--models", default="all")
         s.add_argument("--presets", default=",".join(PRESETS))
         s.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args()
-    {"quantize": quantize, "time": time_models, "table": table}[args.cmd](args)
+    {"quantize": quantize, "time": time_models, "table": table, "ablate": ablate}[args.cmd](args)
 
 
 if __name__ == "__main__":
