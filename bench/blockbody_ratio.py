@@ -3,6 +3,7 @@ same answer twice on a loaded 2-core machine.
 
     python bench/blockbody_ratio.py run DIR --trees base=/path/a,new=/path/b [--reps 2 --rounds 3 --one-thread]
     python bench/blockbody_ratio.py table DIR
+    python bench/blockbody_ratio.py spread DIR --old OLD_DIR   # how far each protocol's answer moves
 
 ``run``: per repetition, per model, per tree (the trees' order flipped each time), one process of
 bench/quantize_stages.py (this tree's script, ``PYTHONPATH`` on that tree's ``src``) quantizing the model
@@ -60,6 +61,7 @@ def run(folder: Path, trees: dict[str, str], models: list[str], presets: list[st
     log = open(folder / "log.txt", "a")
     for rep in range(1, reps + 1):
         for i, spec in enumerate(models):
+            spec, _, own_rounds = spec.partition("@")
             model, _, samples = spec.partition(":")
             order = names if (rep + i) % 2 else names[::-1]
             for tree in order:
@@ -67,7 +69,7 @@ def run(folder: Path, trees: dict[str, str], models: list[str], presets: list[st
                 env = dict(os.environ, OMP_NUM_THREADS="1",
                            PYTHONPATH=os.pathsep.join([str(root / "src"), str(HERE.parent), str(HERE)]))
                 cmd = [sys.executable, str(HERE / "quantize_stages.py"), model, ",".join(presets), "--no-repair",
-                       "--rounds", str(rounds)] + (["--samples", samples] if samples else []) + (
+                       "--rounds", own_rounds or str(rounds)] + (["--samples", samples] if samples else []) + (
                        ["--one-thread"] if one_thread else [])
                 print(f"{time.strftime('%H:%M:%S', time.gmtime())} {_load()} r{rep} {model} {tree}", file=log, flush=True)
                 with open(folder / f"{model}.{tree}.r{rep}.txt", "w") as out:
@@ -176,20 +178,100 @@ def table(folder: Path) -> None:
         print(f"| {p} | " + " | ".join(cells) + f" | {met} |")
 
 
+def _old_runs(folder: Path) -> dict[str, list[dict[str, float]]]:
+    """The earlier protocol's runs (one round per process, bench/quantize_stages.py ``--rounds 1``, files
+    ``<model>.<tree>.r<run>.txt`` of one tree): per model, each run's CPU s per preset."""
+    out: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
+    for f in sorted(glob.glob(str(folder / "*.r*.txt"))):
+        model = os.path.basename(f)[:-4].rsplit(".", 2)[0]
+        header, row = None, {}
+        for line in open(f):
+            if line.startswith("| preset"):
+                header = [c.strip() for c in line.strip().strip("|").split("|")]
+            elif line.startswith("| wall:"):
+                break
+            elif header and line.startswith("| "):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == len(header):
+                    row[cells[0]] = float(cells[1])
+        if "BF16" in row:
+            out[model].append(row)
+    return out
+
+
+def spread(folder: Path, old: list[Path]) -> None:
+    """How far each protocol's answer moves when it is run again, on (model, preset) pairs whose files are
+    the same bytes in every tree of ``folder`` (the trees then run the same work): this protocol's
+    estimate from each (tree, repetition) alone, and the earlier protocol's (the best of two one-round
+    processes, min ÷ min) from each pair of ``old`` runs (every ``old`` folder: one tree's runs)."""
+    runs: dict[tuple[str, str], dict[int, dict[str, list[float]]]] = collections.defaultdict(dict)
+    shas: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+    for f in sorted(glob.glob(str(folder / "*.r*.txt"))):
+        model, tree, rep = os.path.basename(f)[:-4].rsplit(".", 2)
+        cpu, sha, _ = _read(f)
+        if "BF16" in cpu:
+            runs[(model, tree)][int(rep[1:])] = cpu
+            for p, x in sha.items():
+                shas[(model, p)].add(x)
+    olds = [_old_runs(d) for d in old]
+    print("| model | preset | this protocol: paired median per (tree, rep) | range | min ÷ min per (tree, rep) | range | "
+          "earlier protocol: best of 2 runs, per pair of runs | range |")
+    print("|---|---|---|---:|---|---:|---|---:|")
+    ranges: dict[str, list[float]] = collections.defaultdict(list)
+    for (model, p), digests in shas.items():
+        if p == "BF16" or len(digests) != 1:
+            continue
+        pm, mm = [], []
+        for (m, _), reps in runs.items():
+            if m != model:
+                continue
+            for c in reps.values():
+                if p in c:
+                    pm.append(statistics.median(a / b for a, b in zip(c[p], c["BF16"])))
+                    mm.append(min(c[p]) / min(c["BF16"]))
+        earlier = []
+        for o in olds:
+            rs = [r for r in o.get(model, []) if p in r]
+            for i in range(len(rs)):
+                for j in range(i + 1, len(rs)):
+                    earlier.append(min(rs[i][p], rs[j][p]) / min(rs[i]["BF16"], rs[j]["BF16"]))
+        if not pm:
+            continue
+        rng = lambda xs: max(xs) - min(xs) if xs else float("nan")  # noqa: E731
+        ranges["paired"].append(rng(pm))
+        ranges["minmin"].append(rng(mm))
+        if earlier:
+            ranges["earlier"].append(rng(earlier))
+        print(f"| {model} | {p} | {' '.join(f'{x:.2f}' for x in pm)} | {rng(pm):.2f} | {' '.join(f'{x:.2f}' for x in mm)} | "
+              f"{rng(mm):.2f} | {' '.join(f'{x:.2f}' for x in earlier)} | {rng(earlier):.2f} |")
+    print()
+    for k, xs in ranges.items():
+        print(f"{k}: median range {statistics.median(xs):.3f}, largest {max(xs):.3f} over {len(xs)} pairs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run")
     r.add_argument("folder", type=Path)
     r.add_argument("--trees", required=True, help="name=path,name=path: the source trees (their src/ is imported)")
-    r.add_argument("--models", default=",".join(MODELS), help="model[:samples],...")
+    r.add_argument("--models", default=",".join(MODELS),
+                   help="model[:samples][@rounds],...: a model's own round count (more for a quick model: its "
+                        "rounds cost little and its ratio moves most)")
     r.add_argument("--presets", default=",".join(PRESETS))
     r.add_argument("--reps", type=int, default=2)
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--one-thread", action="store_true", help="quantize_stages --one-thread")
     t = sub.add_parser("table")
     t.add_argument("folder", type=Path)
+    sp = sub.add_parser("spread", help="how far each protocol's answer moves between runs of the same work")
+    sp.add_argument("folder", type=Path)
+    sp.add_argument("--old", type=Path, action="append", default=[],
+                    help="a folder of the earlier protocol's one-round runs of one tree (repeatable)")
     args = ap.parse_args()
+    if args.what == "spread":
+        spread(args.folder, args.old)
+        return
     if args.what == "run":
         trees = dict(x.split("=", 1) for x in args.trees.split(","))
         run(args.folder, trees, args.models.split(","), args.presets.split(","), args.reps, args.rounds, args.one_thread)
