@@ -24,10 +24,15 @@ when the whole protocol is run again. The medians over the models are compared w
 
 Why this protocol (bench/RESULTS.md, blockq20): process CPU seconds (``time.process_time``) count
 every thread of the process, onnxruntime's included, so a machine's load changes them only through
-cache and core sharing, while wall seconds at load 20 were 7-15 × the CPU seconds. The earlier runs
-took one round per process and the best of two processes: ratios moved by ±10-20 % between runs of
-byte-identical files, from a generation-2 collection falling in one preset's quantize or another's and
-from load changes between one preset's process and the next.
+cache and core sharing, while wall seconds at load 20-35 were 7-15 × the CPU seconds. The earlier runs
+took one round per process and the best of two processes: a (model, preset) ratio moved by 0.11 (median)
+and up to 0.44 between such figures of byte-identical files, from a generation-2 collection falling in one
+preset's quantize or another's and from the load changing between one preset's process and the next.
+What is left at load ~30 is mostly the process's own: the rounds of one process agree (PP-OCRv4 rec A8W8
+1.29 / 1.33) while another process of the same work reads 1.43 / 1.48, onnxruntime-heavy presets moving
+more than Python-heavy ones. So a figure wants several processes per tree (``--reps``, or ``table`` on a
+folder holding the outputs of several runs as ``r1``, ``r2``, …), and a quick model more rounds
+(``model@rounds``) for its larger within-process spread.
 """
 
 from __future__ import annotations
