@@ -38,6 +38,7 @@ folder holding the outputs of several runs as ``r1``, ``r2``, …), and a quick 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import glob
 import os
@@ -83,8 +84,9 @@ def run(folder: Path, trees: dict[str, str], models: list[str], presets: list[st
 
 
 def _read(path: str) -> tuple[dict[str, list[float]], dict[str, str], str]:
-    """A quantize_stages output: per preset its CPU s of every round (the ``| paired:`` table), its sha256s
-    (the main table's best round), and the onnxptq it ran."""
+    """A quantize_stages output: per preset its CPU s of every round (the ``| paired:`` table), the distinct
+    sha256s (16 hex) of its files over every round, space-separated (the main table's best round where the
+    output lists none), and the onnxptq it ran."""
     cpu: dict[str, list[float]] = {}
     sha: dict[str, str] = {}
     where = ""
@@ -107,11 +109,12 @@ def _read(path: str) -> tuple[dict[str, list[float]], dict[str, str], str]:
             cpu[cells[0]] = [float(x) for x in row["cpu s (every round)"].split()]
         elif "sha256" in row:
             sha[cells[0]] = row["sha256"]
+    digests: dict[str, set[str]] = {}
     for line in open(path):
-        if " shas: " in line:  # every round's file digest, as quantize_stages prints them
+        if " shas: " in line:  # every round's file digest, as quantize_stages prints them (a list)
             preset, _, rest = line.partition(" shas: ")
-            sha[preset.strip()] = rest.strip()
-    return cpu, sha, where
+            digests[preset.strip()] = set(ast.literal_eval(rest.strip()))
+    return cpu, {p: " ".join(sorted(d)) for p, d in digests.items()} or sha, where
 
 
 def table(folder: Path) -> None:
