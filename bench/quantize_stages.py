@@ -16,6 +16,14 @@ BF16 warm-up quantize, ``--rounds`` times in turn, and prints per preset the bes
 * the first 16 hex digits of the saved file's sha256 and the accuracy floor's broken outputs, so
   that two source trees can be checked for byte-identical files and identical verdicts.
 
+Each round runs every preset once, starting one preset later than the round before, each quantize after a
+full ``gc.collect()`` (outside its clock). Why: a generation-2 collection (0.06-0.08 CPU s over ~100 000
+objects, 15 % of PP-OCR cls's BF16 quantize) fell in every other quantize, in whichever preset the count
+reached (blockq19), and a fixed order put a preset always after the same one. The ``| paired:`` table gives
+per preset the ratio of the best rounds and the median of each round's own ratio to that round's BF16
+(:func:`paired_ratios`): bench/blockbody_ratio.py runs the protocol on two trees and reads those tables.
+``--one-thread`` opens every session the library leaves to onnxruntime's thread count with one thread.
+
 ``--where`` adds a table of the parts a block format adds or makes dearer (:data:`WHERE`: the quantizer
 bodies' construction, emit's weight rounding, the packer, bias correction, the function passes, the range
 guard, the floor's measure, the checks; session creations by who opened them), each
@@ -43,6 +51,7 @@ import contextlib
 import cProfile
 import dataclasses
 import functools
+import gc
 import glob
 import hashlib
 import importlib
@@ -216,7 +225,7 @@ def _openers(each: list[tuple[float, str]] | None) -> dict[str, float]:
 
 
 def profile(model: str, presets: list[str], rounds: int, samples: int, repair: bool, prof: str | None,
-            workdir: str | None = None, where: bool = False) -> None:
+            workdir: str | None = None, where: bool = False, one_thread: bool = False) -> None:
     import onnxruntime as ort
 
     import onnxptq
@@ -270,15 +279,18 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
 
     ort.InferenceSession.__init__, ort.InferenceSession.run = init, run
 
+    if one_thread:
+        _one_thread()
     cfg = functools.partial(quiet_config, repair=repair)
     logging.disable(logging.WARNING)
     tmp = tempfile.mkdtemp(prefix="quantize_stages_")
     quantize(path, cfg("BF16"), data, os.path.join(tmp, "warm.onnx"))  # imports, caches
     res: dict[str, list[tuple]] = {}
-    for _ in range(rounds):
-        for p in presets:
+    for rnd in range(rounds):
+        for p in presets[rnd % len(presets):] + presets[:rnd % len(presets)]:  # each round starts one preset later
             acc.clear()
             out = os.path.join(tmp, f"{model}.{p}.onnx")
+            gc.collect()  # every quantize starts from the same collector state (module docstring)
             t = cpu()
             w = time.perf_counter()
             r = quantize(path, cfg(p), data, out)
@@ -293,12 +305,12 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
                 acc["nodes"] = counts(onnx.load_from_string(blob))
             verdict = None if r.floor is None else tuple(sorted(getattr(r.floor, "broken", ())))
             kept = None if not r.repair else len(r.repair.get("kept", r.repair.get("nodes", [])) or [])
-            res.setdefault(p, []).append((tot, wall, dict(acc), sha, verdict, kept))
+            res.setdefault(p, []).append((tot, wall, dict(acc), sha, verdict, kept, rnd))
     base = min(x[0] for x in res["BF16"]) if "BF16" in res else None
     print(f"## {model} samples={len(data)} repair={'on' if repair else 'off'} onnxptq={onnxptq.__file__}")
     print("| preset | cpu s | ÷BF16 | wall s | " + " | ".join(KEYS) + " | sessions (n) | sha256 | broken | kept |")
     for p, xs in res.items():
-        tot, wall, a, sha, verdict, kept = min(xs, key=lambda x: x[0])
+        tot, wall, a, sha, verdict, kept, _ = min(xs, key=lambda x: x[0])
         ratio = f"{tot / base:.2f}" if base else ""
         cells = " | ".join(f"{a.get(k, 0):.2f}" for k in KEYS)
         print(f"| {p} | {tot:.2f} | {ratio} | {wall:.2f} | {cells} | {int(a.get('n_create', 0))}/{int(a.get('n_run', 0))} "
@@ -309,6 +321,7 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
         tot, wall, a, *_ = min(xs, key=lambda x: x[1])
         ratio = f"{wall / wbase:.2f}" if wbase else ""
         print(f"| {p} | {wall:.2f} | {ratio} | " + " | ".join(f"{a.get(k + '_w', 0):.2f}" for k in KEYS) + " |", flush=True)
+    _print_paired(res)
     if where:
         _print_where(res)
     for p, xs in res.items():
@@ -323,6 +336,47 @@ def profile(model: str, presets: list[str], rounds: int, samples: int, repair: b
             s = io.StringIO()
             pstats.Stats(pr, stream=s).sort_stats(order).print_stats(n)
             print(s.getvalue()[:16000])
+
+
+def _one_thread() -> None:
+    """Every onnxruntime session of the quantize with one intra-op and one inter-op thread, where its
+    opener left the count to onnxruntime (``--one-thread``): the process's CPU seconds are then the
+    work alone, without a pool's hand-offs between two threads, whose cost depends on what else the
+    machine's cores run (a bench protocol: the library's sessions are unchanged)."""
+    import onnxptq.sessions as sessions
+
+    original = sessions.session_options
+
+    @functools.wraps(original)
+    def options(**k: Any) -> Any:
+        k["threads"] = k.get("threads") or 1
+        k["inter_op_threads"] = k.get("inter_op_threads") or 1
+        return original(**k)
+
+    sessions.session_options = options
+
+
+def paired_ratios(res: dict[str, list[tuple]]) -> dict[str, list[float]]:
+    """Per preset, its CPU seconds ÷ BF16's of the same round, every round: a round's presets run
+    back to back, so a change of the machine's load between rounds moves both terms of a ratio."""
+    bf16 = {x[6]: x[0] for x in res.get("BF16", [])}
+    return {p: [x[0] / bf16[x[6]] for x in xs if x[6] in bf16] for p, xs in res.items() if p != "BF16"}
+
+
+def _print_paired(res: dict[str, list[tuple]]) -> None:
+    """The ``| paired:`` table: per preset the ratio of the best rounds (min ÷ min) and the median, lowest
+    and highest of the same-round ratios (:func:`paired_ratios`)."""
+    best = min(x[0] for x in res["BF16"]) if "BF16" in res else None
+    print("| paired: preset | rounds | min ÷ min | paired median | paired low | paired high | cpu s (every round) |")
+    for p, ratios in paired_ratios(res).items():
+        if not ratios or best is None:
+            continue
+        low = min(x[0] for x in res[p]) / best
+        every = " ".join(f"{x[0]:.3f}" for x in res[p])
+        print(f"| {p} | {len(ratios)} | {low:.3f} | {statistics.median(ratios):.3f} | {min(ratios):.3f} | "
+              f"{max(ratios):.3f} | {every} |", flush=True)
+    if "BF16" in res:
+        print(f"| BF16 | {len(res['BF16'])} | 1.000 | 1.000 | | | " + " ".join(f"{x[0]:.3f}" for x in res["BF16"]) + " |")
 
 
 def _print_where(res: dict[str, list[tuple]]) -> None:
@@ -534,6 +588,9 @@ def main() -> None:
     ap.add_argument("--workdir", help="where quantize_time.py keeps the layout/vit/resnet files (its --workdir)")
     ap.add_argument("--extra", metavar="DIR", help="print each block preset's CPU over BF16 per stage, from DIR's files of --tree")
     ap.add_argument("--tree", default="new", help="with --extra: the tree whose files are read (base or new)")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="every onnxruntime session with one intra-op and one inter-op thread where the library leaves "
+                         "the count to onnxruntime (the work alone: no pool hand-offs, whose cost follows the machine's load)")
     ap.add_argument("--where", action="store_true",
                     help="also time the parts a block format adds (bodies, weight rounding, packer, bias correction, "
                          "passes, guard, floor, checks; session creations by opener) and print their excess over BF16")
@@ -547,7 +604,7 @@ def main() -> None:
     if not args.model:
         ap.error("MODEL is required (or --merge DIR)")
     profile(args.model, args.presets.split(","), args.rounds, args.samples, not args.no_repair, args.prof, args.workdir,
-            args.where)
+            args.where, args.one_thread)
 
 
 if __name__ == "__main__":

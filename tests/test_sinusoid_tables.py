@@ -199,3 +199,24 @@ def test_compact_constants_takes_the_recipe_and_its_undo_restores_the_model():
     assert len(model.SerializeToString()) < 0.5 * len(before)
     undo()
     assert model.SerializeToString() == before
+
+
+def test_the_kept_candidates_scored_together_count_what_each_column_scored_alone_counts(monkeypatch):
+    """The search scores its kept candidates for every column in one ``Sin`` (``_best``, in chunks): the
+    counts are those of scoring each column by itself (``_hits``), chunk borders inside a column's
+    neighbours or not, and the recipe is the same whatever the chunk."""
+    table = _halves_table(64, 24)[None]
+    plane = table[0]
+    kinds = np.where(plane[0] == 0.0, 0, 1)
+    rows = np.arange(1, 64)
+    found = sinusoid_tables.recipe(table)
+    base = found[1].view(np.int32)
+    # each column's frequency and three float32 neighbours, one of them a column's own repeated
+    cands = np.stack([base, base + 1, base - 3, base], axis=1).view(np.float32)
+    alone = np.stack([sinusoid_tables._hits(plane, c, kinds[c], cands[c], rows) for c in range(plane.shape[1])])
+    assert alone[:, 0].min() > 0.5 * len(rows) and (alone != alone[:, :1]).any()  # the counts tell candidates apart
+    for chunk in (1, 5 * len(rows) * 4, 2 ** 20):  # a column a chunk, five columns, every column at once
+        monkeypatch.setattr(sinusoid_tables, "_CHUNK", chunk)
+        assert np.array_equal(sinusoid_tables._best(plane, kinds, cands, rows), alone)
+        again = sinusoid_tables.recipe(table)
+        assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(found, again))

@@ -60,6 +60,8 @@ _MAX_NEIGHBOURS = 1024
 #: (a table that is no sinusoid costs a first look at its first column, not a full search).
 _ROWS_FIRST = 64
 _KEPT = 4
+#: Values the kept candidates are scored on at once (:func:`_best`: 8 MiB of double sines)
+_CHUNK = 2 ** 20
 #: Rows a column's candidate frequencies are scored on (all of them up to this many): the candidate that
 #: rebuilds the most entries is taken, and each entry it misses costs 8 bytes of correction.
 _ROWS_SCORED = 4096
@@ -139,10 +141,33 @@ def _estimate(plane: np.ndarray, kinds: np.ndarray, start: int) -> tuple[np.ndar
     return freq, bound
 
 
+def _decoded(args: np.ndarray, phase: np.ndarray | float) -> np.ndarray:
+    """float32 of ``sin(a + phase)`` of float32 arguments ``a`` computed in double, in place on one double
+    copy: :func:`_rounded`'s values without its boundary test, which the candidates' scoring does not read."""
+    wide = args.astype(np.float64)
+    wide += phase
+    return np.sin(wide, out=wide).astype(np.float32)
+
+
 def _hits(plane: np.ndarray, column: int, kind: int, cand: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """How many of ``rows`` of ``column`` each candidate frequency rebuilds bit for bit."""
-    got, _ = _rounded(rows.astype(np.float32)[:, None] * cand[None, :], np.full((1, len(cand)), kind))
+    got = _decoded(rows.astype(np.float32)[:, None] * cand[None, :], _phases(np.array(kind)))
     return (got.view(np.uint32) == plane[rows, column].view(np.uint32)[:, None]).sum(axis=0)
+
+
+def _best(plane: np.ndarray, kinds: np.ndarray, cands: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per column, how many of ``rows`` each of its candidates ``cands[c]`` ([C, K], float32) rebuilds bit
+    for bit, [C, K]: :func:`_hits` for many columns at once (one ``Sin`` over [rows, columns, K] instead of
+    a Python call per column: the search was most of khmersm's lean file step, bench/RESULTS.md blockq20),
+    :data:`_CHUNK` values at a time."""
+    out = np.empty(cands.shape, np.int64)
+    step = max(1, _CHUNK // (len(rows) * cands.shape[1]))
+    for lo in range(0, cands.shape[0], step):
+        hi = min(lo + step, cands.shape[0])
+        args = rows.astype(np.float32)[:, None, None] * cands[None, lo:hi, :]  # float32 p * w, as _hits
+        got = _decoded(args, _phases(kinds[lo:hi])[None, :, None])
+        out[lo:hi] = (got.view(np.uint32) == plane[rows, lo:hi].view(np.uint32)[:, :, None]).sum(axis=0)
+    return out
 
 
 def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -156,8 +181,9 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     with np.errstate(invalid="ignore", divide="ignore"):
         seeds = [_estimate(plane, kinds, start) for start in _STARTS if start < plane.shape[0] - 1]
     rows = np.unique(np.linspace(1, plane.shape[0] - 1, min(plane.shape[0] - 1, _ROWS_SCORED)).astype(np.int64))
-    chosen = np.empty(plane.shape[1], np.float32)
-    for c in range(plane.shape[1]):
+    width = plane.shape[1]
+    kept = np.empty((width, _KEPT), np.float32)
+    for c in range(width):
         found = []
         for freq, bound in seeds:
             if not (np.isfinite(freq[c]) and bound[c] < 1.0):
@@ -174,12 +200,12 @@ def _fit(plane: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         hits = _hits(plane, c, kinds[c], cand, rows[:: max(1, len(rows) // _ROWS_FIRST)])
         if hits.max() < 0.5 * len(rows[:: max(1, len(rows) // _ROWS_FIRST)]):
             return None
-        cand = cand[np.argsort(-hits, kind="stable")[:_KEPT]]
-        hits = _hits(plane, c, kinds[c], cand, rows)
-        if hits.max() < 0.5 * len(rows):
-            return None
-        chosen[c] = cand[hits.argmax()]
-    return kinds, chosen
+        best = cand[np.argsort(-hits, kind="stable")[:_KEPT]]
+        kept[c] = np.resize(best, _KEPT)  # fewer than _KEPT: repeated in turn; argmax takes the first of equals
+    hits = _best(plane, kinds, kept, rows)
+    if (hits.max(axis=1) < 0.5 * len(rows)).any():
+        return None
+    return kinds, kept[np.arange(width), hits.argmax(axis=1)]
 
 
 def recipe(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
