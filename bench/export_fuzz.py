@@ -771,7 +771,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
 
         def forward(self, h, pad=None):
             x = torch.fake_quantize_per_tensor_affine(h.float(), 0.05, 0, -128, 127).to(h.dtype)
-            w = torch.fake_quantize_per_channel_affine(self.w.float(), self.sc, self.zp, 0, -128, 127).to(h.dtype)
+            w = torch.fake_quantize_per_channel_affine(self.w.float(), self.sc.float(), self.zp, 0, -128, 127).to(h.dtype)
             return h + F.relu(F.linear(x, w, self.b))
 
     class CausalFullTriu(nn.Module):  # older HF causal masks: torch.full((t, t), finfo.min).triu(1) (ConstantOfShape, Trilu) and
