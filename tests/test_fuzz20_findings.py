@@ -5,6 +5,11 @@
   (1, N) row met N scales on an axis of length 1 and emit raised a raw ``ValueError`` ("per-channel scale must be
   1-D of length 1") under A8W8 and A16W8. A row now takes its channels on its last axis; a C that is not one
   value per output channel (a scalar) stays float with the reason in the plan.
+* An InstanceNorm written as moments over (H, W) of a Conv output (``x.mean((2, 3))``, the variance of the
+  centred, ``Sqrt``, ``Div``, ``· γ + β``: StyleGAN/pix2pix-style exports) lost its structure region: prepare writes
+  a channels-first ``ReduceMean(axes=[2, 3])`` as ``GlobalAveragePool`` (graph/passes/spatial_means.py), which the
+  region rule did not count as a reduction, so BF16 rounded the mean, the squares, the variance and the root, and
+  A8W8 quantized the mean the centring subtracts. ``GlobalAveragePool`` is a reduction there now.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxptq import get_preset, quantize
+from onnxptq.graph.structure import find_regions
 
 D, N = 8, 16
 
@@ -60,3 +66,60 @@ def test_a_gemm_row_bias_is_int32_on_its_last_axis_and_a_scalar_c_stays_float(pr
     ref = np.concatenate([f.run(None, fd)[0].ravel() for fd in _feeds(8, 1)])
     got = np.concatenate([q.run(None, fd)[0].ravel() for fd in _feeds(8, 1)])
     assert ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got)) > 0.99
+
+
+def _instnorm_hw() -> onnx.ModelProto:
+    """x → Conv → InstanceNorm written as ReduceMean over (2, 3), centred variance, Sqrt, Div, · γ + β → Relu → Conv."""
+    rng = np.random.default_rng(4)
+    c = 6
+    inits = [numpy_helper.from_array(rng.normal(0, 0.4, (c, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (c,)).astype(np.float32), "b1"),
+             numpy_helper.from_array(np.asarray(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.asarray(1e-5, np.float32), "eps"),
+             numpy_helper.from_array((rng.random((1, c, 1, 1)) + 0.5).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.normal(0, 0.1, (1, c, 1, 1)).astype(np.float32), "beta"),
+             numpy_helper.from_array(rng.normal(0, 0.4, (2, c, 3, 3)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["z"], pads=[1] * 4, name="conv1"),
+             helper.make_node("ReduceMean", ["z"], ["mu"], axes=[2, 3], keepdims=1, name="mean"),
+             helper.make_node("Sub", ["z", "mu"], ["dz"], name="centre"),
+             helper.make_node("Pow", ["dz", "two"], ["sq"], name="square"),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[2, 3], keepdims=1, name="variance"),
+             helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["sd"], name="root"),
+             helper.make_node("Div", ["dz", "sd"], ["nz"], name="normalize"),
+             helper.make_node("Mul", ["nz", "gamma"], ["sc"], name="scale"),
+             helper.make_node("Add", ["sc", "beta"], ["y0"], name="shift"),
+             helper.make_node("Relu", ["y0"], ["r"], name="act"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1] * 4, name="conv2")]
+    graph = helper.make_graph(nodes, "instnorm_hw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _images(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.normal(0.5, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(n)]
+
+
+INSTNORM_INTERIOR = {"mu", "dz", "sq", "var", "ve", "sd", "nz", "sc"}
+
+
+def test_an_instance_norm_over_spatial_axes_is_one_region_after_the_pools() -> None:
+    """The spatial means become GlobalAveragePool in prepare; the region is found on either spelling."""
+    from onnxptq.pipeline.prepare import prepare
+
+    model = _instnorm_hw()
+    prepared = prepare(model)
+    pools = [n for n in prepared.graph.node if n.op_type == "GlobalAveragePool"]
+    assert len(pools) == 2  # what prepare makes of the two spatial means
+    for m in (model, prepared):
+        assert [(r.kind, r.x, r.y) for r in find_regions(m)] == [("LayerNorm/GroupNorm (mean/variance)", "z", "y0")]
+
+
+@pytest.mark.parametrize("preset", ["BF16", "FP16", "A8W8"])
+def test_an_instance_norm_over_spatial_axes_is_kept_float_inside(preset: str) -> None:
+    res = quantize(_instnorm_hw(), get_preset(preset).replace(repair=False), data=_images(12, 0))
+    planned = {t.name for t in res.plan.tensors.values() if t.role == "activation"}
+    assert not planned & INSTNORM_INTERIOR, sorted(planned & INSTNORM_INTERIOR)
