@@ -123,3 +123,29 @@ def test_an_instance_norm_over_spatial_axes_is_kept_float_inside(preset: str) ->
     res = quantize(_instnorm_hw(), get_preset(preset).replace(repair=False), data=_images(12, 0))
     planned = {t.name for t in res.plan.tensors.values() if t.role == "activation"}
     assert not planned & INSTNORM_INTERIOR, sorted(planned & INSTNORM_INTERIOR)
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_the_drawn_spellings_of_fuzz20_compute_what_they_name(opset: int) -> None:
+    """testkit's three new op-set steps, run by onnxruntime, against NumPy written from the operators' definitions:
+    an InstanceNorm as moments over (H, W), a Gemm with a (1, N) C, transB and alpha/beta ≠ 1, and (opset 18) a Split
+    into three by ``num_outputs`` (the last piece shorter) concatenated back in reverse."""
+    from testkit.fuzz import run_step
+
+    img = np.random.default_rng(2).normal(1, 2, (2, 3, 4, 5)).astype(np.float32)
+    got, b = run_step("InstanceNormHW", img, opset)
+    inits = {t.name: numpy_helper.to_array(t) for t in b.inits}
+    scale, shift = inits[b.nodes[-2].input[1]], inits[b.nodes[-1].input[1]]
+    x = img.astype(np.float64)
+    d = x - x.mean((2, 3), keepdims=True)
+    np.testing.assert_allclose(got, d / np.sqrt((d * d).mean((2, 3), keepdims=True) + 1e-5) * scale + shift, rtol=1e-4, atol=1e-5)
+
+    rows = np.random.default_rng(3).normal(0, 1, (3, 7)).astype(np.float32)
+    got, b = run_step("GemmRowBias", rows, opset)
+    inits = {t.name: numpy_helper.to_array(t) for t in b.inits}
+    w, c = (inits[i].astype(np.float64) for i in b.nodes[-1].input[1:])
+    np.testing.assert_allclose(got, 0.5 * rows.astype(np.float64) @ w.T + 2.0 * c, rtol=1e-5, atol=1e-6)
+
+    if opset >= 18:
+        got, _ = run_step("SplitNumOutputs", rows, opset)
+        np.testing.assert_array_equal(got, np.concatenate([rows[:, 6:], rows[:, 3:6], rows[:, :3]], -1))
