@@ -10,6 +10,11 @@
   a channels-first ``ReduceMean(axes=[2, 3])`` as ``GlobalAveragePool`` (graph/passes/spatial_means.py), which the
   region rule did not count as a reduction, so BF16 rounded the mean, the squares, the variance and the root, and
   A8W8 quantized the mean the centring subtracts. ``GlobalAveragePool`` is a reduction there now.
+* MX bodies for a tensor whose whole block axis is one block run the formulas in the tensor's own shape with
+  constants shaped ``[1] * rank``, but their name held the axis and the length, not the rank: attention's
+  (b, heads, 8, t) keys and a later (b, t, 8) activation, both blocked along axis 2, named one body, the model kept
+  the first, and the rank-3 tensor came out rank 4. quantize's own check then raised ``ShapeMismatchError`` under
+  MXINT8 (a decoder's cached-K/V attention beside a Whisper-style front end, TorchScript 11). The rank is in the name.
 """
 
 from __future__ import annotations
@@ -149,3 +154,48 @@ def test_the_drawn_spellings_of_fuzz20_compute_what_they_name(opset: int) -> Non
     if opset >= 18:
         got, _ = run_step("SplitNumOutputs", rows, opset)
         np.testing.assert_array_equal(got, np.concatenate([rows[:, 6:], rows[:, 3:6], rows[:, :3]], -1))
+
+
+def _attention_then_rank3() -> onnx.ModelProto:
+    """x (b, t, 16) → q, k heads (b, 2, t, 8) and (b, 2, 8, t) → scores → Softmax → · v → merged (b, t, 16); then a
+    (b, t, 8) tensor read by a MatMul: blocked along axis 2 (its length 8 one block) as the keys are."""
+    rng = np.random.default_rng(5)
+    d = 16
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (d, d)).astype(np.float32), n) for n in ("wq", "wk", "wv")]
+    inits += [numpy_helper.from_array(np.asarray([0, 0, 2, 8], np.int64), "heads"),
+              numpy_helper.from_array(np.asarray([0, 0, d], np.int64), "merged"),
+              numpy_helper.from_array(rng.normal(0, 0.3, (d, 8)).astype(np.float32), "wdown"),
+              numpy_helper.from_array(rng.normal(0, 0.3, (8, 4)).astype(np.float32), "whead")]
+    mm, tr, rs = "MatMul", "Transpose", "Reshape"
+    nodes = [helper.make_node(mm, ["x", "wq"], ["q0"]), helper.make_node(rs, ["q0", "heads"], ["q1"]),
+             helper.make_node(tr, ["q1"], ["q"], perm=[0, 2, 1, 3]),
+             helper.make_node(mm, ["x", "wk"], ["k0"]), helper.make_node(rs, ["k0", "heads"], ["k1"]),
+             helper.make_node(tr, ["k1"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node(mm, ["x", "wv"], ["v0"]), helper.make_node(rs, ["v0", "heads"], ["v1"]),
+             helper.make_node(tr, ["v1"], ["v"], perm=[0, 2, 1, 3]),
+             helper.make_node(mm, ["q", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node(mm, ["p", "v"], ["a"]), helper.make_node(tr, ["a"], ["at"], perm=[0, 2, 1, 3]),
+             helper.make_node(rs, ["at", "merged"], ["m"]), helper.make_node("Add", ["m", "x"], ["r"]),
+             helper.make_node(mm, ["r", "wdown"], ["down"]), helper.make_node("Relu", ["down"], ["act"]),
+             helper.make_node(mm, ["act", "whead"], ["y"])]
+    graph = helper.make_graph(nodes, "attn_rank3", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model = onnx.shape_inference.infer_shapes(model)
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_mx_bodies_of_one_whole_block_differ_by_rank(tmp_path) -> None:
+    """MXINT8 (repair off): the delivered model's output has float's shape on sequences of several lengths."""
+    model = _attention_then_rank3()
+    rng = np.random.default_rng(6)
+    feeds = [{"x": rng.normal(0, 1, (1, int(rng.integers(3, 9)), 16)).astype(np.float32)} for _ in range(12)]
+    out = tmp_path / "q.onnx"
+    quantize(model, get_preset("MXINT8").replace(repair=False), data=feeds, output=str(out))
+    f = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for fd in feeds[:3]:
+        ref, got = f.run(None, fd)[0], q.run(None, fd)[0]
+        assert got.shape == ref.shape
+        assert float(ref.ravel() @ got.ravel() / (np.linalg.norm(ref) * np.linalg.norm(got))) > 0.99
