@@ -486,17 +486,22 @@ def _blocks() -> dict[str, dict[str, Any]]:
             r = torch.linalg.vector_norm(h, 2, -1, keepdim=True) / D ** 0.5
             return h / (r + 1e-6) * (1 + self.w)
 
+    def stft_mel(module: nn.Module) -> int:
+        """Register a Hann-windowed DFT of D samples as a Conv1d kernel (``ker``: cos rows, then −sin rows) and 8
+        triangular mel filters over its D/2 + 1 bins (``mel``) on ``module``; return the bin count."""
+        n, bins = D, D // 2 + 1
+        t = torch.arange(n, dtype=torch.float32)
+        f = torch.arange(bins, dtype=torch.float32)[:, None]
+        win = torch.hann_window(n, periodic=True)
+        ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
+        module.register_buffer("ker", ker[:, None, :])
+        module.register_buffer("mel", torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0))  # triangles
+        return bins
+
     class STFTMel(nn.Module):  # the sequence as a waveform: STFT as Conv1d, magnitude, mel MatMul, Log, DCT MatMul
         def __init__(self, l2: bool):
             super().__init__()
-            n, bins = D, D // 2 + 1
-            t = torch.arange(n, dtype=torch.float32)
-            f = torch.arange(bins, dtype=torch.float32)[:, None]
-            win = torch.hann_window(n, periodic=True)
-            ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
-            self.register_buffer("ker", ker[:, None, :])
-            mel = torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0)  # triangles
-            self.register_buffer("mel", mel)
+            bins = stft_mel(self)
             k = torch.arange(8, dtype=torch.float32)
             self.register_buffer("dct", torch.cos(torch.pi / 8 * (k[:, None] + 0.5) * torch.arange(D)[None]))
             self.l2, self.bins = l2, bins
@@ -839,14 +844,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
     class LogMelWhisper(nn.Module):  # Whisper's front end: |STFT|² by Conv1d, mel MatMul, clamp(min=1e-10).log10(),
         def __init__(self):         # max(x, x.max() − 8) (a rank-0 ReduceMax into Max), (x + 4)/4, a Linear
             super().__init__()
-            n, bins = D, D // 2 + 1
-            t = torch.arange(n, dtype=torch.float32)
-            f = torch.arange(bins, dtype=torch.float32)[:, None]
-            win = torch.hann_window(n, periodic=True)
-            ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
-            self.register_buffer("ker", ker[:, None, :])
-            self.register_buffer("mel", torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0))
-            self.fc, self.bins = nn.Linear(8, D), bins
+            self.bins = stft_mel(self)
+            self.fc = nn.Linear(8, D)
 
         def forward(self, h, pad=None):
             b = h.shape[0]

@@ -23,27 +23,34 @@ import onnxruntime as ort
 INSIDE = frozenset("ReduceMean ReduceSum ReduceSumSquare ReduceL2 ReduceMax GlobalAveragePool Sqrt Reciprocal Pow Exp Log Erf Tanh Softplus".split())
 
 
+def _value(info: onnx.ValueInfoProto, rng: np.random.Generator, offset: float) -> np.ndarray:
+    """One input: symbolic dims 1 (the first) or 12; floats unit-normal plus ``offset`` × a ramp over axis 1."""
+    tt = info.type.tensor_type
+    shape = [d.dim_value or (1 if j == 0 else 12) for j, d in enumerate(tt.shape.dim)]
+    dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    if dt.kind == "b":
+        return np.ones(shape, bool)
+    if dt.kind != "f":
+        return rng.integers(0, 2 if "mask" in info.name else 40, shape).astype(dt)
+    ramp = np.linspace(-1, 1, shape[1]).reshape([1, -1] + [1] * (len(shape) - 2)) if len(shape) > 1 else 0.0
+    return (rng.normal(0, 1, shape) + offset * ramp).astype(dt)
+
+
 def feeds(model: onnx.ModelProto, n: int, seed: int, offset: float) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    out = []
-    inits = {i.name for i in model.graph.initializer}
-    for _ in range(n):
-        f = {}
-        for i in model.graph.input:
-            if i.name in inits:
-                continue
-            tt = i.type.tensor_type
-            shape = [d.dim_value if d.dim_value else (1 if j == 0 else 12) for j, d in enumerate(tt.shape.dim)]
-            dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-            if dt.kind == "f":
-                bias = offset * np.linspace(-1, 1, shape[1]).reshape([1, -1] + [1] * (len(shape) - 2)) if len(shape) > 1 else 0.0
-                f[i.name] = (rng.normal(0, 1, shape) + bias).astype(dt)
-            elif dt.kind == "b":
-                f[i.name] = np.ones(shape, bool)
-            else:
-                f[i.name] = rng.integers(0, 2 if "mask" in i.name else 40, shape).astype(dt)
-        out.append(f)
-    return out
+    names = {i.name for i in model.graph.initializer}
+    return [{i.name: _value(i, rng, offset) for i in model.graph.input if i.name not in names} for _ in range(n)]
+
+
+def worst_cosine(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
+    """The lowest cosine over the float outputs, each pooled over the feeds."""
+    worst = 1.0
+    for k, first in enumerate(ref[0]):
+        x, y = (np.concatenate([r[k].astype(np.float64).ravel() for r in runs]) for runs in (ref, got))
+        den = np.linalg.norm(x) * np.linalg.norm(y)
+        if first.dtype.kind == "f" and den > 0:
+            worst = min(worst, float(x @ y / den))
+    return worst
 
 
 def main() -> None:
@@ -64,13 +71,7 @@ def main() -> None:
         for preset in a.presets.split(","):
             res = onnxptq.quantize(m, get_preset(preset).replace(repair=False), data=calib)
             q = ort.InferenceSession(res.model.SerializeToString(), providers=["CPUExecutionProvider"])
-            got = [q.run(None, fd) for fd in fresh]
-            worst = 1.0
-            for k in range(len(ref[0])):
-                x = np.concatenate([r[k].astype(np.float64).ravel() for r in ref])
-                y = np.concatenate([g[k].astype(np.float64).ravel() for g in got])
-                if ref[0][k].dtype.kind == "f" and np.linalg.norm(x) * np.linalg.norm(y) > 0:
-                    worst = min(worst, float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))))
+            worst = worst_cosine(ref, [q.run(None, fd) for fd in fresh])
             prod = {o: n.op_type for n in res.model.graph.node for o in n.output}
             src_prod = {o: n.op_type for n in m.graph.node for o in n.output}
             inside = sorted(t.name for t in res.plan.tensors.values()
