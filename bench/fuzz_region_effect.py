@@ -58,9 +58,9 @@ def main() -> None:
     from onnxptq import get_preset
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--presets", default="BF16,FP16,A8W8,MX9")
-    ap.add_argument("--offset", type=float, default=4.0)
+    for flag, how in (("models", {"nargs": "+"}), ("--presets", {"default": "BF16,FP16,A8W8,MX9"}),
+                      ("--offset", {"type": float, "default": 4.0, "help": "the common mode a normalization removes"})):
+        ap.add_argument(flag, **how)
     a = ap.parse_args()
     logging.disable(logging.WARNING)
     for path in a.models:
