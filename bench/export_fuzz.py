@@ -54,14 +54,24 @@ INT_MASK_BLOCKS = INT_MASK_BLOCKS | {"attn_mask_where", "attn_mask_finfo", "caus
 TTYPE_BLOCKS = frozenset({"roberta_embed"})
 #: Blocks drawn only in float16 models fed float16 (the normalizations as fp16 exporters write them, upcast or not).
 FP16_NATIVE_BLOCKS = frozenset({"ln_fp16_forms"})
+#: fuzz20: Mish/HardSwish/HardSigmoid/GELU written out, as fp16 exporters leave them.
+FP16_NATIVE_BLOCKS = FP16_NATIVE_BLOCKS | {"acts_fp16_out"}
+#: Blocks that read a decoder's cached keys and values (inputs ``pkey``, ``pval``: (b, heads, P, dh), P = KV_LEN).
+KV_BLOCKS = frozenset({"kv_cache_attn", "cross_attn_cached"})
+KV_LEN = 5
 #: Blocks whose TorchScript export needs opset ≥ 14 (``torch.tril`` → Trilu): drawn at 15 where 13 came up.
 TRILU_BLOCKS = frozenset({"causal_trilu"})
 #: Blocks TorchScript writes as ``scaled_dot_product_attention``, which its exporter refuses below opset 14 (seed 25's
 #: m002 at 13: "export failed"): drawn at 15 too; the draw's random calls are unchanged.
-TRILU_BLOCKS = TRILU_BLOCKS | {"sdpa", "sdpa_causal", "sdpa_boolmask", "sdpa_addmask"}
+TRILU_BLOCKS = TRILU_BLOCKS | {"sdpa", "sdpa_causal", "sdpa_boolmask", "sdpa_addmask", "causal_full_triu"}
 #: Blocks TorchScript cannot write at opset 11 (``einsum`` needs 12; at 11 it writes T5's bucketing as an
 #: int64 Add onnxruntime rejects): drawn at 13 where 11 came up (/work/cache/fuzz18/op11.py, every block alone).
 OPSET13_BLOCKS = frozenset({"einsum", "einsum_attn", "relpos_bucket"})
+#: A per-channel fake quantization needs QuantizeLinear's axis (opset 13).
+OPSET13_BLOCKS = OPSET13_BLOCKS | {"fake_quant_qat"}
+#: Blocks the dynamo exporter refuses (torch.export has no fake-quantize decomposition): drawn under TorchScript 17
+#: where dynamo came up; the draw's random calls are unchanged.
+TORCHSCRIPT_BLOCKS = frozenset({"fake_quant_qat"})
 #: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
 #: length under either exporter, so the sequence axis is drawn static.
 UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
@@ -476,17 +486,22 @@ def _blocks() -> dict[str, dict[str, Any]]:
             r = torch.linalg.vector_norm(h, 2, -1, keepdim=True) / D ** 0.5
             return h / (r + 1e-6) * (1 + self.w)
 
+    def stft_mel(module: nn.Module) -> int:
+        """Register a Hann-windowed DFT of D samples as a Conv1d kernel (``ker``: cos rows, then −sin rows) and 8
+        triangular mel filters over its D/2 + 1 bins (``mel``) on ``module``; return the bin count."""
+        n, bins = D, D // 2 + 1
+        t = torch.arange(n, dtype=torch.float32)
+        f = torch.arange(bins, dtype=torch.float32)[:, None]
+        win = torch.hann_window(n, periodic=True)
+        ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
+        module.register_buffer("ker", ker[:, None, :])
+        module.register_buffer("mel", torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0))  # triangles
+        return bins
+
     class STFTMel(nn.Module):  # the sequence as a waveform: STFT as Conv1d, magnitude, mel MatMul, Log, DCT MatMul
         def __init__(self, l2: bool):
             super().__init__()
-            n, bins = D, D // 2 + 1
-            t = torch.arange(n, dtype=torch.float32)
-            f = torch.arange(bins, dtype=torch.float32)[:, None]
-            win = torch.hann_window(n, periodic=True)
-            ker = torch.cat([torch.cos(2 * torch.pi * f * t / n) * win, -torch.sin(2 * torch.pi * f * t / n) * win])
-            self.register_buffer("ker", ker[:, None, :])
-            mel = torch.clamp(1 - (f - torch.linspace(0, bins - 1, 8)[None]).abs() / 2, min=0)  # triangles
-            self.register_buffer("mel", mel)
+            bins = stft_mel(self)
             k = torch.arange(8, dtype=torch.float32)
             self.register_buffer("dct", torch.cos(torch.pi / 8 * (k[:, None] + 0.5) * torch.arange(D)[None]))
             self.l2, self.bins = l2, bins
@@ -716,6 +731,130 @@ def _blocks() -> dict[str, dict[str, Any]]:
             y = F.conv2d(x, self.w.to(h.dtype), padding=(0, 1)).permute(0, 2, 3, 1).squeeze(1)
             return h + F.relu(y + self.bias)
 
+
+    # fuzz20: issue 27's further spellings (decoder caches, QAT leftovers, Gemm's scalars, ConstantOfShape masks,
+    # learned tokens by Expand/Tile, uneven Splits, written-out activations in fp16, audio front ends)
+
+    class KVCacheAttn(nn.Module):  # a decoder step: past_key/past_value inputs (b, heads, P, dh) Concat'ed before the new K/V,
+        wants = ("pkey", "pval")  # or (cross) an encoder's cached K/V read alone
+
+        def __init__(self, cross: bool):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+            self.cross = cross
+
+        def forward(self, h, pk, pv):
+            b, t = h.shape[0], h.shape[1]
+
+            def heads(z):
+                return z.reshape(b, t, 2, D // 2).transpose(1, 2)
+
+            q = heads(self.q(h))
+            if self.cross:
+                k, v = pk, pv
+            else:
+                k, v = torch.cat([pk, heads(self.k(h))], 2), torch.cat([pv, heads(self.v(h))], 2)
+            a = torch.softmax(q @ k.transpose(-1, -2) * (D // 2) ** -0.5, -1) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class GemmAlphaBeta(nn.Module):  # torch.addmm(bias, rows, W.t(), beta=0.5, alpha=2): Gemm with alpha/beta ≠ 1 (TorchScript)
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(D, D) / D ** 0.5), nn.Parameter(torch.randn(D) * 0.1)
+
+        def forward(self, h, pad=None):
+            rows = h.reshape(-1, D)
+            z = torch.addmm(self.b, rows, self.w.t(), beta=0.5, alpha=2.0)
+            return h + F.relu(z).reshape(h.shape)
+
+    class FakeQuantQAT(nn.Module):  # a QAT export: fake-quantized activation (QuantizeLinear → DequantizeLinear) and
+        def __init__(self):      # a per-channel fake-quantized weight (its QDQ on the initializer), then a float Linear
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(D, D) / D ** 0.5), nn.Parameter(torch.randn(D) * 0.1)
+            self.register_buffer("sc", (self.w.detach().abs().amax(1) / 127).float())
+            self.register_buffer("zp", torch.zeros(D, dtype=torch.int32))
+
+        def forward(self, h, pad=None):
+            x = torch.fake_quantize_per_tensor_affine(h.float(), 0.05, 0, -128, 127).to(h.dtype)
+            w = torch.fake_quantize_per_channel_affine(self.w.float(), self.sc.float(), self.zp, 0, -128, 127).to(h.dtype)
+            return h + F.relu(F.linear(x, w, self.b))
+
+    class CausalFullTriu(nn.Module):  # older HF causal masks: torch.full((t, t), finfo.min).triu(1) (ConstantOfShape, Trilu) and
+        def __init__(self):         # an all-ones padding mask made by torch.ones (ConstantOfShape of a Shape), (1 − m)·min
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            b, t = h.shape[0], h.shape[1]
+            lo = torch.finfo(h.dtype).min
+            causal = torch.full((t, t), lo, dtype=h.dtype).triu(1)
+            ones = torch.ones(b, t, dtype=h.dtype)
+            s = self.q(h) @ self.k(h).transpose(-1, -2) * D ** -0.5 + causal + ((1.0 - ones) * lo)[:, None, :]
+            return h + torch.softmax(s, -1) @ self.v(h)
+
+    class TokensTile(nn.Module):  # learned tokens prepended: cls by expand (Expand), registers by repeat (Tile), Concat,
+        def __init__(self):      # a LayerNorm + Linear over all, the cls row broadcast back, the extra rows Sliced off
+            super().__init__()
+            self.cls, self.reg = nn.Parameter(torch.randn(1, 1, D) * 0.3), nn.Parameter(torch.randn(1, 2, D) * 0.3)
+            self.ln, self.fc = nn.LayerNorm(D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            b = h.shape[0]
+            z = torch.cat([self.cls.expand(b, -1, -1).to(h.dtype), self.reg.repeat(b, 1, 1).to(h.dtype), h], 1)
+            z = z + self.fc(self.ln(z))
+            return z[:, 3:] + 0.5 * z[:, :1]
+
+    class SplitUneven(nn.Module):  # Split by uneven sizes (3, 5, 8: opset 13's sizes input) and chunk(3) of 16 (6, 6, 4:
+        def __init__(self):       # Split-18's num_outputs with a short last piece)
+            super().__init__()
+            self.l = nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            a, b, c = torch.split(h, [3, 5, 8], -1)
+            p, q, r = self.l(h).chunk(3, -1)
+            return h + torch.cat([a * torch.sigmoid(p[..., :3]), b + q[..., :5], torch.tanh(c) + torch.cat([r, r], -1)], -1)
+
+    class ActsWritten(nn.Module):  # Mish (log(1 + exp)), HardSwish, HardSigmoid and GELU (erf) written out, between Linears
+        def __init__(self):       # (drawn in fp16 models: the spellings fp16 exporters write)
+            super().__init__()
+            self.l = nn.ModuleList(nn.Linear(D, D) for _ in range(4))
+
+        def forward(self, h, pad=None):
+            x = self.l[0](h)
+            x = x * torch.tanh(torch.log(1 + torch.exp(x)))
+            x = self.l[1](x)
+            x = x * torch.clamp(x + 3, 0, 6) / 6
+            x = self.l[2](x)
+            x = x * torch.clamp(x / 6 + 0.5, 0, 1)
+            x = self.l[3](x)
+            return h + 0.5 * x * (1 + torch.erf(x / 2 ** 0.5))
+
+    class DWSepConv1d(nn.Module):  # audio: depthwise Conv1d (groups = channels) then pointwise, BatchNorm, ReLU, over time
+        def __init__(self):
+            super().__init__()
+            self.dw, self.pw = nn.Conv1d(D, D, 5, padding=2, groups=D), nn.Conv1d(D, D, 1)
+            self.bn = nn.BatchNorm1d(D)
+            with torch.no_grad():
+                self.bn.running_mean.normal_(0, 0.2)
+                self.bn.running_var.uniform_(0.5, 2.0)
+
+        def forward(self, h, pad=None):
+            return h + F.relu(self.bn(self.pw(self.dw(h.transpose(1, 2))))).transpose(1, 2)
+
+    class LogMelWhisper(nn.Module):  # Whisper's front end: |STFT|² by Conv1d, mel MatMul, clamp(min=1e-10).log10(),
+        def __init__(self):         # max(x, x.max() − 8) (a rank-0 ReduceMax into Max), (x + 4)/4, a Linear
+            super().__init__()
+            self.bins = stft_mel(self)
+            self.fc = nn.Linear(8, D)
+
+        def forward(self, h, pad=None):
+            b = h.shape[0]
+            spec = F.conv1d(h.reshape(b, 1, -1), self.ker.to(h.dtype), stride=D)
+            power = spec[:, : self.bins] ** 2 + spec[:, self.bins:] ** 2
+            lg = torch.clamp(power.transpose(1, 2) @ self.mel.to(h.dtype), min=1e-10).log10()
+            lg = torch.maximum(lg, lg.max() - 8.0)
+            return h + self.fc((lg + 4.0) / 4.0)
+
     seq = {
         "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
         "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
@@ -747,6 +886,10 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "alibi_attn": lambda: ALiBiAttn(False), "alibi_causal": lambda: ALiBiAttn(True), "relpos_bucket": RelPosBucket,
         "mask_equal_not": MaskEqualNot, "logsoftmax_mix": LogSoftmaxMix, "rotary_interleaved": RotaryInterleaved,
         "swiglu": SwiGLU, "layernorm_max_eps": LNMaxEps, "conv1d_tf": Conv1dTF,
+        "kv_cache_attn": lambda: KVCacheAttn(False), "cross_attn_cached": lambda: KVCacheAttn(True),
+        "gemm_alpha_beta": GemmAlphaBeta, "fake_quant_qat": FakeQuantQAT, "causal_full_triu": CausalFullTriu,
+        "tokens_tile": TokensTile, "split_uneven": SplitUneven, "acts_fp16_out": ActsWritten, "dwsep_conv1d": DWSepConv1d,
+        "logmel_whisper": LogMelWhisper,
     }
 
     class ConvBN(nn.Module):
@@ -1023,6 +1166,54 @@ def _blocks() -> dict[str, dict[str, Any]]:
             small = F.interpolate(h, scale_factor=0.5, mode="nearest")
             return h + self.t(z + F.pad(small, (0, 0, 0, 0, 0, C))) + a
 
+
+    class INReduceHW(nn.Module):  # InstanceNorm written as ReduceMean over (H, W) (no Reshape), centred variance, affine, LeakyReLU
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.rand(1, C, 1, 1) + 0.5), nn.Parameter(torch.randn(1, C, 1, 1) * 0.1)
+            self.c = nn.Conv2d(C, C, 3, 1, 1)
+
+        def forward(self, h, pad=None):
+            mu = h.mean((2, 3), keepdim=True)
+            var = (h - mu).pow(2).mean((2, 3), keepdim=True)
+            return h + self.c(F.leaky_relu((h - mu) / torch.sqrt(var + 1e-5) * self.w + self.b, 0.2))
+
+    class RowColLSTM(nn.Module):  # kraken/ocropy's 2-D LSTM: rows as sequences (permute, reshape (b·H, W, C)), a bidirectional
+        def __init__(self):      # LSTM, back; then the columns the same way
+            super().__init__()
+            self.r = nn.LSTM(C, C // 2, batch_first=True, bidirectional=True)
+            self.c = nn.LSTM(C, C // 2, batch_first=True, bidirectional=True)
+
+        def forward(self, h, pad=None):
+            b, c, y, x = h.shape
+            r = self.r(h.permute(0, 2, 3, 1).reshape(b * y, x, c))[0].reshape(b, y, x, c)
+            col = self.c(r.permute(0, 2, 1, 3).reshape(b * x, y, c))[0].reshape(b, x, y, c)
+            return h + col.permute(0, 3, 2, 1)
+
+    class SwinWindow(nn.Module):  # Swin: cyclic shift by roll (Slice + Concat), window partition (Reshape/Transpose), window
+        def __init__(self):      # attention with a relative position bias Gathered from a learned table, merged, shifted back
+            super().__init__()
+            ws = self.ws = 4
+            self.qkv, self.o = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.table = nn.Parameter(torch.randn((2 * ws - 1) ** 2, 2) * 0.5)
+            yy, xx = torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij")
+            co = torch.stack([yy.flatten(), xx.flatten()])
+            rel = (co[:, :, None] - co[:, None, :]).permute(1, 2, 0) + (ws - 1)
+            self.register_buffer("index", (rel[..., 0] * (2 * ws - 1) + rel[..., 1]).long())
+
+        def forward(self, h, pad=None):
+            b, c, hh, ww = h.shape
+            ws, n = self.ws, self.ws * self.ws
+            x = torch.roll(h.permute(0, 2, 3, 1), (-2, -2), (1, 2))
+            win = x.reshape(b, hh // ws, ws, ww // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+            m = win.shape[0]
+            q, k, v = self.qkv(win).reshape(m, n, 3, 2, c // 2).permute(2, 0, 3, 1, 4)
+            bias = self.table[self.index.reshape(-1)].reshape(n, n, 2).permute(2, 0, 1)[None].to(h.dtype)
+            a = torch.softmax(q @ k.transpose(-1, -2) * (c // 2) ** -0.5 + bias, -1) @ v
+            out = self.o(a.transpose(1, 2).reshape(m, n, c))
+            out = out.reshape(b, hh // ws, ww // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hh, ww, c)
+            return h + torch.roll(out, (2, 2), (1, 2)).permute(0, 3, 1, 2)
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -1039,6 +1230,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "conv_variants": ConvVariants, "groupnorm_elu": GNChannels, "conv1d_dilated": Conv1dDilated,
         "groupnorm_5d": GN5D,
         "nhwc_convs": NHWCConvs, "unshuffle_head": UnshuffleHead, "resize_scales_sizes": ResizeScalesSizes,
+        "instnorm_reduce_hw": INReduceHW, "lstm_2d_rowcol": RowColLSTM, "swin_window": SwinWindow,
     }
     return {"seq": seq, "img": img}
 
@@ -1162,6 +1354,9 @@ class ModuleSpec:
                     f["amask"] = (np.arange(t)[None] < rng.integers(t // 2, t + 1)).astype(np.int64)
                 if "ttype" in self.inputs:  # token_type_ids: a first segment of 0s, a second of 1s
                     f["ttype"] = (np.arange(t)[None] >= rng.integers(1, t)).astype(np.int64)
+                if "pkey" in self.inputs:  # a decoder's cache: past keys and values, unit-normal as projections give
+                    f["pkey"] = rng.normal(0, 1, (1, 2, KV_LEN, D // 2)).astype(dt)
+                    f["pval"] = rng.normal(0, 1, (1, 2, KV_LEN, D // 2)).astype(dt)
             else:
                 f["x"] = rng.normal(0, 1, (1, 3, HW, HW)).astype(xdt)
             out.append({k: f[k] for k in self.inputs})
@@ -1190,6 +1385,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
             inputs.append("amask")
         if any(b in TTYPE_BLOCKS for b in blocks):
             inputs.append("ttype")
+        if any(b in KV_BLOCKS for b in blocks):
+            inputs += ["pkey", "pval"]
     kinds = [k for k in OUTPUT_KINDS[domain] if outs is None or k in outs]
     outputs = ["y"] + [str(o) for o in rng.choice(kinds, min(len(kinds), int(rng.integers(0 if outs is None else 1, 3))), replace=False)]
     exporter, opset = EXPORTS[int(rng.integers(len(EXPORTS)))]
@@ -1197,6 +1394,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
         opset = 15
     if exporter == "torchscript" and opset < 13 and any(b in OPSET13_BLOCKS for b in blocks):
         opset = 13
+    if exporter == "dynamo" and any(b in TORCHSCRIPT_BLOCKS for b in blocks):
+        exporter, opset = "torchscript", 17
     fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5) and not UNROLLED_BLOCKS & set(blocks),
@@ -1209,8 +1408,10 @@ def sweep(index: int, only: frozenset[str] | None = None) -> tuple[ModuleSpec, s
     cases = [(dom, b, e) for dom, table in _blocks().items() for b in sorted(table) if only is None or b in only
              for e in (("torchscript", 17), ("dynamo", 18))]
     dom, block, (exporter, opset) = cases[index % len(cases)]
+    if block in TORCHSCRIPT_BLOCKS:
+        exporter, opset = "torchscript", 17
     inputs = (["x", "ids", "mask"] + (["amask"] if block in INT_MASK_BLOCKS else []) + (["ttype"] if block in TTYPE_BLOCKS else [])
-              if dom == "seq" else ["x"])
+              + (["pkey", "pval"] if block in KV_BLOCKS else []) if dom == "seq" else ["x"])
     outputs = ["y", "argmax", "topk", "count"] + (["kp_argmax", "kp_soft", "image"] if dom == "img" else [])
     spec = ModuleSpec(index, 9000 + index, dom, [block], inputs, outputs, exporter, opset,
                       fp16=block in FP16_BLOCKS or block in FP16_NATIVE_BLOCKS, dynamic_seq=dom == "seq" and block not in UNROLLED_BLOCKS,
@@ -1248,7 +1449,8 @@ def export(spec: ModuleSpec, path: Path, net: Any = None) -> Path:
                           output_names=outs, dynamic_shapes=(shapes,), verbose=False,
                           external_data=False)
     else:
-        axes = {k: ({0: "batch", 1: "seq"} if spec.dynamic_seq else {0: "batch"}) for k in spec.inputs}
+        axes = {k: ({0: "batch", 1: "seq"} if spec.dynamic_seq and k in ("x", "ids", "mask", "amask", "ttype") else {0: "batch"})
+                for k in spec.inputs}
         axes.update({k: {0: "batch"} for k in outs})
         torch.onnx.export(net, args, str(path), dynamo=False, opset_version=spec.opset, input_names=list(spec.inputs),
                           output_names=outs, dynamic_axes=axes)

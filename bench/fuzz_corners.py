@@ -706,6 +706,122 @@ SPELLINGS18 = ("tf_nhwc_conv1d", "tf_nhwc_conv2d", "dropout_identity", "opset11_
                "mask_equal_not_where", "logsoftmax_heads", "range_position_ids", "external_data_weights", "heads_by_shape", "topk_argmax_heads")
 
 
+# ----------------------------------------------------------------------------- fuzz20: still more exporters' spellings
+
+
+def _spelling20(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """fuzz20's hand-built spellings, the forms torch's exporters do not write or write only at one opset: a float
+    model already holding QuantizeLinear/DequantizeLinear (a partly-quantized QAT export: an activation pair and
+    int8 per-channel weights behind DequantizeLinear); Gemm with transA/transB and alpha/beta ≠ 1; Split-18 by
+    num_outputs with a short last piece beside Split by a sizes input; masks made by ConstantOfShape (ones of a Shape,
+    a causal triangle by Trilu); InstanceNorm written as ReduceMean over (H, W) with opset 18's axes input; MatMul with a
+    per-head 3-D weight and a broadcast (1, K, N) weight; a decoder's cached keys and values as graph inputs of
+    symbolic length, Concat'ed before the new ones."""
+    d, t = 8, 6
+    if kind == "qdq_partly_quantized":  # a QAT export: x → Q/DQ (int8) → MatMul(DQ(int8 W, per-channel)) → Relu → a float MatMul
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", t, d])
+        xq = g.op("DequantizeLinear", [g.op("QuantizeLinear", [x, g.f(0.03), g.init(np.asarray(0, np.int8), "zp")]), g.f(0.03),
+                                       g.init(np.asarray(0, np.int8), "zp")])
+        wf = g.rng.normal(0, 0.4, (d, d)).astype(np.float32)
+        sc = (np.abs(wf).max(0) / 127).astype(np.float32)
+        wq = g.op("DequantizeLinear", [g.init(np.clip(np.round(wf / sc), -127, 127).astype(np.int8), "wq"), g.init(sc, "wscale"),
+                                       g.init(np.zeros(d, np.int8), "wzp")], axis=1)
+        z = g.op("Relu", [g.op("Add", [g.op("MatMul", [xq, wq]), g.w((d,), 0.1)])])
+        zq = g.op("DequantizeLinear", [g.op("QuantizeLinear", [z, g.f(0.02), g.init(np.asarray(0, np.uint8), "uzp")]), g.f(0.02),
+                                       g.init(np.asarray(0, np.uint8), "uzp")])
+        g.output(g.op("MatMul", [g.op("Relu", [g.op("MatMul", [zq, g.w((d, d))])]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "gemm_trans_alpha_beta":  # Gemm transB=1 alpha 0.5 beta 2 (C a row); Gemm transA=1 over a Transpose, beta 0, C scalar
+        g = G(seed, opset=13)
+        x = g.input("x", ["batch", d])
+        z = g.op("Relu", [g.op("Gemm", [x, g.w((16, d)), g.w((1, 16), 0.1)], transB=1, alpha=0.5, beta=2.0)])
+        zt = g.op("Transpose", [z], perm=[1, 0])
+        y = g.op("Gemm", [zt, g.w((16, d)), g.f(0.3)], transA=1, alpha=1.5, beta=0.0)
+        g.output(g.op("Gemm", [g.op("Relu", [y]), g.w((4, d))], transB=1, alpha=2.0))
+        return g.make(), _normal({"x": (2, d)})
+    if kind == "split18_num_outputs":  # Split-18 num_outputs=3 on a width of 8 (3, 3, 2), Split by a sizes input (2, 6)
+        g = G(seed, opset=18)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        a, b, c = g.op("Split", [z], n_out=3, axis=-1, num_outputs=3)
+        p, q = g.op("Split", [g.op("MatMul", [x, g.w((d, d))]), g.i64([2, 6])], n_out=2, axis=2)
+        gate = g.op("Mul", [a, g.op("Sigmoid", [b])])  # (.., 3)
+        cat = g.op("Concat", [gate, g.op("Tanh", [c]), p, g.op("Relu", [q])], axis=-1)  # 3 + 2 + 2 + 6 = 13
+        g.output(g.op("MatMul", [cat, g.w((13, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "constant_of_shape_masks":  # ones (b, t) by ConstantOfShape of Shape[0:2], (1 − m)·−1e4; a causal triangle by
+        g = G(seed, opset=17)  # ConstantOfShape(t, t) of finfo.min → Trilu(upper, k = 1); both added to the scores
+        x = g.input("x", ["batch", "seq", d])
+        shp = g.op("Shape", [x])
+        ones = g.op("ConstantOfShape", [g.op("Slice", [shp, g.i64([0]), g.i64([2])])],
+                    value=numpy_helper.from_array(np.asarray([1.0], np.float32)))
+        pad = g.op("Unsqueeze", [g.op("Mul", [g.op("Sub", [g.f(1.0), ones]), g.f(-1e4)]), g.i64([1])])  # (b, 1, t)
+        n = g.op("Slice", [shp, g.i64([1]), g.i64([2])])
+        tri = g.op("Trilu", [g.op("ConstantOfShape", [g.op("Concat", [n, n], axis=0)],
+                                  value=numpy_helper.from_array(np.asarray([np.finfo(np.float32).min], np.float32))), g.init(np.asarray(1, np.int64), "k1")],
+                   upper=1)
+        q, k, v = (g.op("MatMul", [x, g.w((d, d))]) for _ in range(3))
+        sc = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 2, 1])]), g.f(d ** -0.5)])
+        p_ = g.op("Softmax", [g.op("Add", [g.op("Add", [sc, tri]), pad])], axis=-1)
+        g.output(g.op("MatMul", [g.op("MatMul", [p_, v]), g.w((d, 4))]), shape=["batch", "seq", 4])
+        return g.make(), lambda n_, sd: [{"x": (np.random.default_rng([sd, i]).normal(0, 1, (1, int(np.random.default_rng([sd, i, 1]).integers(3, 10)), d))
+                                               * np.linspace(0.5, 2, d)).astype(np.float32)} for i in range(n_)]
+    if kind == "instnorm_reducemean_hw18":  # opset 18: ReduceMean with an axes input (2, 3), Pow 2, Add ε, Sqrt, Div, · γ + β, Conv
+        g = G(seed, opset=18)
+        x = g.input("x", ["batch", 3, 8, 8])
+        z = g.op("Conv", [x, g.w((6, 3, 3, 3)), g.w((6,), 0.3)], pads=[1] * 4)
+        ax = g.i64([2, 3])
+        mu = g.op("ReduceMean", [z, ax], keepdims=1)
+        dz = g.op("Sub", [z, mu])
+        var = g.op("ReduceMean", [g.op("Pow", [dz, g.f(2.0)]), ax], keepdims=1)
+        nz = g.op("Div", [dz, g.op("Sqrt", [g.op("Add", [var, g.f(1e-5)])])])
+        y = g.op("Add", [g.op("Mul", [nz, g.init((g.rng.random((1, 6, 1, 1)) + 0.5).astype(np.float32))]), g.w((1, 6, 1, 1), 0.1)])
+        g.output(g.op("Conv", [g.op("Relu", [y]), g.w((2, 6, 3, 3))], pads=[1] * 4))
+        return g.make(), _normal({"x": (1, 3, 8, 8)})
+    if kind == "matmul_batch_weights":  # a per-head 3-D weight (h, dh, e) read by (b, h, t, dh), a broadcast (1, d, d) weight
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+        z = g.op("Relu", [g.op("MatMul", [x, g.w((1, d, d))])])  # (b, t, d) · (1, d, d)
+        heads = g.op("Transpose", [g.op("Reshape", [z, g.i64([0, t, 2, d // 2])])], perm=[0, 2, 1, 3])  # (b, 2, t, 4)
+        ph = g.op("MatMul", [heads, g.w((2, d // 2, d // 2))])  # (b, 2, t, 4) · (2, 4, 4)
+        merged = g.op("Reshape", [g.op("Transpose", [ph], perm=[0, 2, 1, 3]), g.i64([0, t, d])])
+        g.output(g.op("MatMul", [g.op("Relu", [merged]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "kv_cache_inputs":  # a decoder step: past_key/past_value inputs (b, 2, past, dh), past symbolic (1–6 in the feeds),
+        g = G(seed, opset=17)  # Concat'ed on the length before the new keys/values; present_key an output too
+        x = g.input("x", ["batch", 1, d])
+        pk = g.input("past_key", ["batch", 2, "past", d // 2])
+        pv = g.input("past_value", ["batch", 2, "past", d // 2])
+
+        def heads(w: str) -> str:
+            return g.op("Transpose", [g.op("Reshape", [g.op("MatMul", [x, w]), g.i64([0, 1, 2, d // 2])])], perm=[0, 2, 1, 3])
+
+        q = heads(g.w((d, d)))
+        k = g.op("Concat", [pk, heads(g.w((d, d)))], axis=2)
+        v = g.op("Concat", [pv, heads(g.w((d, d)))], axis=2)
+        sc = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]), g.f((d // 2) ** -0.5)])
+        a = g.op("Reshape", [g.op("Transpose", [g.op("MatMul", [g.op("Softmax", [sc], axis=-1), v])], perm=[0, 2, 1, 3]), g.i64([0, 1, d])])
+        g.output(g.op("MatMul", [g.op("Add", [a, x]), g.w((d, 6))]), shape=["batch", 1, 6])
+        g.output(k, shape=["batch", 2, None, d // 2])
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                past = int(r.integers(1, 7))
+                out.append({"x": (r.normal(0, 1, (1, 1, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                            "past_key": r.normal(0, 1, (1, 2, past, d // 2)).astype(np.float32),
+                            "past_value": r.normal(0, 1, (1, 2, past, d // 2)).astype(np.float32)})
+            return out
+        return g.make(), feeds
+    raise KeyError(kind)
+
+
+SPELLINGS20 = ("qdq_partly_quantized", "gemm_trans_alpha_beta", "split18_num_outputs", "constant_of_shape_masks",
+               "instnorm_reducemean_hw18", "matmul_batch_weights", "kv_cache_inputs")
+
+
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     "gru_op_bi_seqlens": lambda s: _rnn_op("GRU", "bidirectional", "input", True, s),
     "gru_op_seqlens_const": lambda s: _rnn_op("GRU", "forward", "const", True, s),
@@ -730,6 +846,7 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
                                                     "outputs_shared_and_fed", "output_is_input_or_init", "weight_is_output",
                                                     "scalar_and_bool_inputs", "constant_node_output")},
     **{k: (lambda s, k=k: _spelling18(k, s)) for k in SPELLINGS18},
+    **{k: (lambda s, k=k: _spelling20(k, s)) for k in SPELLINGS20},
 }
 
 

@@ -216,6 +216,25 @@ class _Builder:
             self.inits.append(numpy_helper.from_array(np.asarray(False), train))
             dropped = self.node("Dropout", [x, self.scalar(0.25), train], s)[0]
             return self.node("Identity", [dropped], s)[0]
+        if op == "InstanceNormHW" and len(s) == 4:  # InstanceNorm as moments over (H, W): prepare pools both means
+            keep = (s[0], s[1], 1, 1)
+            d = self.node("Sub", [x, self._reduce("ReduceMean", x, [2, 3], keep, 1)], s)[0]
+            var = self._reduce("ReduceMean", self.node("Mul", [d, d], s)[0], [2, 3], keep, 1)
+            y = self.node("Div", [d, self.node("Sqrt", [self.node("Add", [var, self.scalar(1e-5)], keep)[0]], keep)[0]], s)[0]
+            return self.node("Add", [self.node("Mul", [y, self.weight((s[1], 1, 1), 1.0)], s)[0], self.weight((s[1], 1, 1), 0.1)], s)[0]
+        if op == "GemmRowBias" and len(s) == 2:  # Keras through tf2onnx: C a (1, N) row, transB, alpha/beta ≠ 1
+            dout = r.randint(1, 8)
+            return self.node("Gemm", [x, self.weight((dout, s[1])), self.weight((1, dout), 0.1)], (s[0], dout),
+                             transB=1, alpha=0.5, beta=2.0)[0]
+        if op == "SplitNumOutputs" and self.opset >= 18 and s[-1] >= 3:  # Split-18 into 3 (a short last piece), back reversed
+            piece = -(-s[-1] // 3)
+            sizes = [piece, piece, s[-1] - 2 * piece] if s[-1] > 2 * piece else None
+            if sizes is None:
+                return None
+            parts = self.node("Split", [x], s, n_out=3, axis=len(s) - 1, num_outputs=3)
+            for part, size in zip(parts, sizes):
+                self.shapes[part] = (*s[:-1], size)
+            return self.node("Concat", parts[::-1], s, axis=-1)[0]
         return None
 
     def _layer_norm_max_eps(self, x: str, s: tuple[int, ...]) -> str:
@@ -386,7 +405,8 @@ FUZZ_OPS = ("Conv", "MatMul", "Gemm", "Add", "Mul", "Relu", "Sigmoid", "Concat",
             "Resize", "Softmax", "LayerNormalization", "NormSumSquare", "ReduceMaxSub", "ScanMatMul", "LoopMatMul",
             "CausalSoftmax", "MaskedMeanPool", "EinsumMatMul", "DepthToSpaceClip", "GRUSeqLens", "ConvTransposeGroups",
             "DilatedConv", "GroupNormInstNorm", "HardSigmoidMul", "PReluChannel", "ClipMin", "WeightViaCast", "SharedWeightAdd",
-            "SiLUDivExp", "SoftmaxWritten", "GroupNorm5D", "LogSoftmaxWritten", "LayerNormMaxEps", "SpaceToDepth", "DropoutIdentity")
+            "SiLUDivExp", "SoftmaxWritten", "GroupNorm5D", "LogSoftmaxWritten", "LayerNormMaxEps", "SpaceToDepth", "DropoutIdentity",
+            "InstanceNormHW", "GemmRowBias", "SplitNumOutputs")
 
 
 def run_step(op: str, x: np.ndarray, opset: int, seed: int = 5) -> tuple[np.ndarray, _Builder]:

@@ -294,9 +294,9 @@ def test_static_shape_bodies_bit_exact(element_dtype, rounding_mode, scale_searc
         got, name = _run_static(data, **attrs)
         # an axis shorter than a block is one block of its own length (no padding)
         bs, pad = (shape[axis], 0) if shape[axis] < block_size else (block_size, -shape[axis] % block_size)
-        # the whole axis one block (no scale search): formulas in x's own shape, axis made non-negative (suffix w)
+        # the whole axis one block (no scale search): formulas in x's own shape, axis made non-negative (suffix w<rank>)
         if shape[axis] <= block_size and not scale_search:
-            assert name.endswith(f"_b{bs}_a{axis % len(shape)}_p0w_f32"), name
+            assert name.endswith(f"_b{bs}_a{axis % len(shape)}_p0w{len(shape)}_f32"), name
         else:
             assert name.endswith(f"_b{bs}_a{axis if axis >= 0 else f'm{-axis}'}_p{pad}_f32"), name
         assert_same_bits(got, fake_quantize(data, "mx", **attrs), f"{what} {shape} axis {axis} {name}")

@@ -55,7 +55,11 @@ ELEMENTWISE = frozenset(
     Relu Max Min Cast Identity""".split()
 )
 #: Reductions over some axes (mean/variance, sums of squares, norms, softmax denominators).
-REDUCTIONS = frozenset("ReduceMean ReduceSum ReduceSumSquare ReduceL2 ReduceL1 ReduceMax".split())
+#: ``GlobalAveragePool`` is the mean over every spatial axis: prepare writes a channels-first
+#: ``ReduceMean(axes=[2, 3])`` as one (graph/passes/spatial_means.py), so an InstanceNorm written as
+#: moments over (H, W) reaches this rule with pools for its two means (fuzz20: without it the region was
+#: lost and BF16 rounded the mean, the squares, the variance and the root; A8W8 quantized the mean).
+REDUCTIONS = frozenset("ReduceMean ReduceSum ReduceSumSquare ReduceL2 ReduceL1 ReduceMax GlobalAveragePool".split())
 #: Reshapes (GroupNorm written out reshapes to (N, G, -1) and back); their shape inputs are ints.
 RESHAPES = frozenset("Reshape Unsqueeze Squeeze Flatten Transpose Expand".split())
 STRUCTURE_OPS = ELEMENTWISE | REDUCTIONS | RESHAPES

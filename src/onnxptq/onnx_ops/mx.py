@@ -691,7 +691,10 @@ def make_function(
         top.nodes.append(helper.make_node("CastLike", [top.op("Reshape", y, top.shared("Shape", "x"), allowzero=1), "x"], ["y"]))
     name = function_name(fmt.name, rounding_mode, scale_search, static) + ("l" if last else "")
     if whole is not None:
-        name += "w"  # the whole axis is one block: formulas in x's own shape
+        # the whole axis is one block: formulas in x's own shape, their constants shaped [1] * rank, so the rank is
+        # in the name: a rank-3 and a rank-4 tensor with the same axis and length named one body, the model kept the
+        # first, and a rank-3 input broadcast to rank 4 (fuzz20: a wrong output shape under MXINT8)
+        name += f"w{whole}"
     if halved:
         name += "h"  # block maxima by halves
     if tile is not None:

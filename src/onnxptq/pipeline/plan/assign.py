@@ -38,7 +38,7 @@ from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes,
 from .fp_blocks import dot_operands_only, fp_element_blocks
 from .log_readers import fp_log_domain_dots
 from .late_rules import late_float_rules
-from .corners import orphan_int32_biases, passthrough_outputs, scalar_block_tensors
+from .corners import orphan_int32_biases, passthrough_outputs, row_int32_biases, scalar_block_tensors
 from .float_fusion import epilogue_boundaries
 from .types import Plan, Role, TensorPlan
 
@@ -309,6 +309,8 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
         float_tensors[name] = reason
         producer_side.pop(name, None)
         consumer_side.pop(name, None)
+    for name, reason in row_int32_biases(tensors, {n: tuple(i.dims) for n, i in g.initializers.items()}).items():  # corners.py
+        float_tensors[name] = reason
     for name, reason in passthrough_outputs(tensors, g.inputs, g.outputs).items():  # corners.py: no producer to rename
         float_tensors[name] = reason
         producer_side.pop(name, None)

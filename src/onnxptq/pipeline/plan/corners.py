@@ -17,6 +17,12 @@ exists depends on what those rules left:
   float Conv/Gemm over the dequantized weight, where a float bias is exactly what it adds (an
   int32 bias would only be dequantized again). Called by ``make_plan`` and again by
   ``final_plan`` after the calibration-time rules.
+* :func:`row_int32_biases` — ``Gemm``'s C need only broadcast to (M, N): Keras/tf2onnx write it as a
+  row (1, N), some exporters as one value (1,) or a rank-0 scalar, others a full (M, N). A per-channel
+  int32 bias has one scale per output channel along one axis; the planner took axis 0 (a Conv's bias is
+  always 1-D), so a (1, N) row met N scales on an axis of length 1 and emit raised a raw ``ValueError``
+  (fuzz20, ``gemm_trans_alpha_beta``, every integer preset). A row takes its channels on its last axis;
+  any other shape stays float (onnxruntime adds a float C to the Gemm's float result as it would).
 * :func:`passthrough_outputs` — a graph input that is also a graph output (a model that hands its
   input back beside its results) has no producer: emit keeps a quantized graph output's name by
   renaming its producer's output, and with none the quantizer read a name nothing wrote (every
@@ -33,7 +39,7 @@ from .types import Plan, TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BLOCK_FORMATS", "orphan_int32_biases", "passthrough_outputs", "scalar_block_tensors"]
+__all__ = ["BLOCK_FORMATS", "orphan_int32_biases", "passthrough_outputs", "row_int32_biases", "scalar_block_tensors"]
 
 #: Formats whose quantizer works on blocks along an axis.
 BLOCK_FORMATS = frozenset({"bfp", "mx"})
@@ -73,6 +79,26 @@ def passthrough_outputs(tensors: dict[str, TensorPlan], inputs: list[str], outpu
         else:
             why[name] = "a graph input that is also a graph output, read quantized by no node: it passes through float"
     return drop_float(tensors, why, "graph inputs passed through as outputs stay float")
+
+
+def row_int32_biases(tensors: dict[str, TensorPlan], dims: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Put each per-channel int32 bias's axis where its channels are (the last axis of a (1, …, 1, N) row);
+    drop those that are not one value per output channel; return ``{name: reason}``. ``dims``: the
+    initializers' shapes by name (a weight or bias reached through other nodes is left as planned)."""
+    why: dict[str, str] = {}
+    for name, t in list(tensors.items()):
+        if t.role != "bias" or t.bias_of is None or t.axis is None or name not in dims:
+            continue
+        weight = tensors.get(t.bias_of[1])
+        if weight is None or weight.axis is None or weight.name not in dims:
+            continue
+        channels, shape = dims[weight.name][weight.axis], dims[name]
+        if len(shape) >= 1 and all(d == 1 for d in shape[:-1]) and shape[-1] == channels:
+            t.axis = len(shape) - 1
+        else:
+            why[name] = (f"bias of shape {list(shape)} broadcast over {channels} output channels: a per-channel int32 "
+                         "bias needs one value per channel, so it stays float and is added in float")
+    return drop_float(tensors, why, "int32 biases not one value per output channel stay float")
 
 
 def orphan_int32_biases(tensors: dict[str, TensorPlan]) -> dict[str, str]:
