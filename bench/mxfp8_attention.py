@@ -19,6 +19,19 @@ graph (plan/attention_scores.py: the score MatMul's two computed operands; the v
 * ``tree``: the library as it is on ``PYTHONPATH`` with defaults but ``repair=False`` (the plan rule, when comparing
   trees; equal to ``plain`` on a tree without one).
 
+The recipe ablations (mxfp820: what the OCP paper's direct cast does that the preset does not, or the other way):
+
+* ``ocp``: the paper's direct cast as microxcaling runs it, on our placement — every dot-product operand E4M3 with
+  OCP's exponent (no weight exponent search, no activation exponent rule, queries/keys back to FP8), no bias
+  correction; ``ocp_w0`` / ``ocp_bc0`` / ``ocp_qk``: one of those three of ours off at a time;
+* ``axis1``: activations blocked along axis 1 (the preset's attribute; ``refine_block_axis=False``) instead of the
+  reading dot product's reduction axis (microxcaling: ``axes=[-1]`` for linear/matmul inputs, ``[1]`` for conv);
+* ``acts_bf16``: every encoded activation BF16, the weights MXFP8 (a weight-only cast); ``acts_int8``: every encoded
+  activation MXINT8, the weights MXFP8;
+* ``mxint8``: the MXINT8 preset itself (repair off), for the same bytes with an integer element everywhere;
+* ``gate_int8`` / ``gate_bf16``: the operands of channel gates' dot products (plan/channel_gates.py: squeeze-and-
+  excitation) in MXINT8 / BF16.
+
 Each build is read on ``--fresh`` feeds none calibrated on, by the row's task metric against float and the worst
 output cosine; quantize CPU s (``time.process_time``, load beside it) and the serialized size ÷ float.
 
@@ -110,6 +123,9 @@ def classes(prepared: Any, plan: Any) -> dict[str, set[str]]:
            "w": {t for t, tp in encoded.items() if tp.role == "weight"}}
     out["act"] = {t for t, tp in encoded.items() if tp.role == "activation"} - out["qk"] - out["pv"] - ln
     out["score_nodes"] = set(scores)
+    from onnxptq.pipeline.plan.channel_gates import gate_operands
+
+    out["gate"] = {t for operands in gate_operands(g).values() for t in operands} & set(encoded)
     return out
 
 
@@ -119,6 +135,23 @@ def variant_config(base: Any, variant: str, plan: Any, groups: dict[str, set[str
 
     if variant in ("plain", "tree"):
         return base
+    if variant == "mxint8":
+        from onnxptq.config.presets import resolve_config
+
+        return resolve_config("MXINT8").replace(repair=False)
+    if variant == "axis1":
+        return base.replace(refine_block_axis=False)
+    if variant.startswith("ocp"):
+        part = variant[3:].lstrip("_")
+        ours_off = {"w0": dict(mx_weight_scale_search=0), "bc0": dict(bias_correction=False),
+                    "a0": dict(mx_activation_scale_search=0)}
+        if part in ours_off:
+            return base.replace(**ours_off[part])
+        cfg = base if part == "qk" else base.replace(mx_weight_scale_search=0, bias_correction=False, mx_activation_scale_search=0)
+        return variant_config(cfg, "qk_fp8", plan, groups)
+    if variant in ("acts_bf16", "acts_int8") and "acts" not in groups:
+        merged = {"acts": groups["qk"] | groups["pv"] | groups["ln"] | groups["act"]}
+        return variant_config(base, variant, plan, {**groups, **merged})
     if variant == "act3":
         return base.replace(mx_activation_scale_search=3)
     if variant == "qk_float":
@@ -138,21 +171,33 @@ def variant_config(base: Any, variant: str, plan: Any, groups: dict[str, set[str
     return base.replace(tensor_overrides=over)
 
 
+def row_arguments(description: str) -> argparse.ArgumentParser:
+    """The options every bench/mxfp8_*.py script over rows takes: ``--sources``, ``--calib``, ``--fresh``, ``--json``."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--sources", required=True)
+    ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--fresh", type=int, default=32)
+    ap.add_argument("--json", default=None, help="append one JSON line per figure")
+    return ap
+
+
+def plain_config() -> Any:
+    """MXFP8_E4M3 as the preset gives it, repair off (the plain build every row starts from); logging quiet."""
+    from onnxptq.config.presets import resolve_config
+
+    logging.basicConfig(level=logging.ERROR)
+    return resolve_config("MXFP8_E4M3").replace(repair=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     import onnxptq
     import onnxptq.api as api
-    from onnxptq.config.presets import resolve_config
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sources", required=True)
+    ap = row_arguments(__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default="plain,qk_bf16,pv_bf16,ln_bf16,act_bf16,w_bf16,qk_int8")
-    ap.add_argument("--calib", type=int, default=16)
-    ap.add_argument("--fresh", type=int, default=32)
-    ap.add_argument("--json", default=None, help="append one JSON line per (row, variant)")
     ap.add_argument("--save", default=None, help="a folder to write each build to, as ROW.VARIANT.onnx")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)
-    base = resolve_config("MXFP8_E4M3").replace(repair=False)
+    base = plain_config()
     for source in args.sources.split(","):
         row = load_row(source, args.calib, args.fresh)
         ref = zoo.session_runner(row.path)
@@ -196,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
                    "overrides": len(cfg.tensor_overrides), "fresh": len(row.fresh)}
             emit(rec, args.json)
     return 0
+
+
+def write_json(obj: Any, path: str | None) -> None:
+    """Write ``obj`` as indented JSON to ``path`` where given."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(obj, fh, indent=1)
 
 
 def emit(rec: dict[str, Any], path: str | None) -> None:
