@@ -105,7 +105,7 @@ def _memo(run, feeds):
 
 #: the latency column's rounds: at least LATENCY_MIN_ROUNDS, then more until the float side has spent
 #: LATENCY_CPU_S CPU seconds, never more than LATENCY_MAX_ROUNDS or LATENCY_WALL_S wall seconds
-LATENCY_MIN_ROUNDS, LATENCY_MAX_ROUNDS, LATENCY_CPU_S, LATENCY_WALL_S = 7, 1000, 1.5, 120.0
+LATENCY_MIN_ROUNDS, LATENCY_MAX_ROUNDS, LATENCY_CPU_S, LATENCY_WALL_S = 3, 1000, 1.0, 120.0
 
 
 def _latency_ratio(ref, test, feeds, *, min_rounds: int = LATENCY_MIN_ROUNDS, max_rounds: int = LATENCY_MAX_ROUNDS,
@@ -317,7 +317,7 @@ def table(rows: list[dict], models: list[zoo.ZooModel], command: str) -> str:
              "agreement with the float model on HELD-OUT feeds (other seed) by each model's task metric; "
              "floor 0.97 (BF16, FP16, A16W8, BFP16, MX9, MXINT8) or 0.95 (A8W8, MXFP8_E4M3); "
              "**bold** = below the floor. cosine: worst output, held-out feeds pooled. quantize: CPU s of the call (wall s). latency ×: 1-thread "
-             "CPU time per run, quantized/float, each of 4 held-out feeds' fastest of ≥ 7 alternating runs (rows measured before zoo20: "
+             "CPU time per run, quantized/float, each of 4 held-out feeds' fastest of ≥ 3 alternating runs, more until float spent 1 CPU s (rows measured before zoo20: "
              "wall time, best of 2 passes, not a figure at load). size ×: file size ratio. repair kept: what the repair reported (\"-\": none reported). "
              "library: which onnxptq measured the row (\"before repair\": this branch before main's accuracy-floor repair was "
              "merged; \"with repair (main f2d5cff)\": rerun after it; \"zoo 0922df7\": with the floor, repair, corner-case "

@@ -178,3 +178,24 @@ def test_the_zoo_latency_column_does_not_count_the_time_other_processes_took():
     assert 0.85 <= ratio <= 1.15, ratio
     twice = _bench_zoo()._latency_ratio(ref, lambda f: _busy(2 * f["n"]), feeds, min_rounds=15, cpu_s=0.2)
     assert 1.7 <= twice <= 2.3, twice  # and it still reads a model that does twice the work as twice as slow
+
+
+def test_a_top_k_set_forgives_float_s_own_ties_as_the_floor_does():
+    """musicnn's top-3 tags (newmodels29): 3 of MTT A16W8's 4 changed sets swap float's 3rd tag for one within
+    0.0006-0.001 of it. The zoo's set reading forgives a change made only of tags within the floor's tie
+    (decisions.TIE = 2⁻¹⁰ of float's 3rd score, analysis/index_outputs.py), and no other: the library's own
+    reading on the same rows agrees."""
+    from onnxptq.analysis.decisions import TIE
+
+    a = np.array([0.60, 0.40, 0.3000, 0.2995, 0.10])  # float's 3rd and 4th tags 0.0005 apart: a tie
+    assert zoo.same_top_k(a, a, 3) == (True, False)
+    assert zoo.same_top_k(a, np.array([0.60, 0.40, 0.2990, 0.2999, 0.10]), 3) == (True, True)
+    far = np.array([0.60, 0.40, 0.30, 0.29, 0.10])  # 0.01 apart: a change the user reads
+    assert zoo.same_top_k(far, np.array([0.60, 0.40, 0.28, 0.295, 0.10]), 3) == (False, False)
+    assert zoo.same_top_k(a, np.array([0.60, 0.40, 0.2990, 0.2999, 0.10]), 3, tie=0.0) == (False, False)
+    assert TIE == 2.0 ** -10
+    rows = [(a, np.array([0.60, 0.40, 0.2990, 0.2999, 0.10])), (far, np.array([0.60, 0.40, 0.28, 0.295, 0.10]))]
+    feeds = [{"i": 0}, {"i": 1}]
+    runs = {id(f): r for f, r in zip(feeds, rows)}
+    metric = zoo.top_k_sets(3, output=0)
+    assert metric(lambda f: [runs[id(f)][0]], lambda f: [runs[id(f)][1]], feeds, None) == 0.5
