@@ -127,10 +127,26 @@ def _zoo(name: str):
     return str(model.path()), make, task
 
 
+def _newmodel(name: str):
+    """One of bench/newmodels.py's models: its file, feeds and task metric."""
+    import newmodels as nm
+
+    rel, make, _, metric = nm.MODELS[name]
+
+    def task(refs, gots, feeds) -> float:
+        index = {id(f): i for i, f in enumerate(feeds)}
+        return float(metric(lambda f: refs[index[id(f)]], lambda f: gots[index[id(f)]], feeds, None))
+
+    return str(nm.SRC / rel), make, task
+
+
 def one(name: str, preset: str, calib_n: int, held_n: int, save: str = "") -> dict:
     import onnxptq
 
-    if name == "terrain_unet":
+    if name not in {m.name for m in zoo.ZOO} and name != "terrain_unet":
+        path, make, task = _newmodel(name)
+        calib, held = make(calib_n, 1), make(held_n, 1000)  # bench/newmodels.py's seeds
+    elif name == "terrain_unet":
         path, make, task3 = _terrain()
         task: Callable = lambda refs, gots, feeds: task3([r[0] for r in refs], [g[0] for g in gots])  # noqa: E731
         calib, held = make(calib_n, 1), make(held_n, 1000)  # bench/newmodels.py's seeds
@@ -166,7 +182,7 @@ def one(name: str, preset: str, calib_n: int, held_n: int, save: str = "") -> di
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", required=True, help="model:preset,... (terrain_unet or a zoo model)")
+    ap.add_argument("--pairs", required=True, help="model:preset,... (a zoo model or one of bench/newmodels.py's)")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--json", required=True, help="rows are appended here (JSON lines)")
