@@ -26,35 +26,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import numpy as np
 import onnx
 
 import _common  # noqa: F401  (the repository root on sys.path)
 
+from classmap_survey import _entries  # the same models, in the same order, as classmap19's survey
 from onnxptq.graph.ops import RELAYOUTS
 
-SHIPPED = Path("/work/shared/models")
 #: ops a walk back from an output passes through (they move or retype values, not make them)
 MOVES = RELAYOUTS | {"Cast", "Identity"}
 #: ops that bound an output to a fixed range (a probability, a gate)
 BOUNDING = frozenset(("Sigmoid", "Softmax", "LogSoftmax", "Tanh", "HardSigmoid"))
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-
-
-def _entries() -> Iterator[tuple[str, Callable[[], Path], Callable[[int], list] | None]]:
-    """``(name, path, make feeds)`` of every model: the zoo's, the shipped ones (no feeds: structure only), newmodels'."""
-    import newmodels as nm
-    from testkit import zoo
-
-    for m in zoo.ZOO:
-        yield m.name, m.path, (lambda n, m=m: m.make(m.root(), n, 1))
-    for p in sorted(SHIPPED.glob("*.onnx")):
-        yield p.stem, (lambda p=p: p), None
-    for name, (rel, make, _, _) in nm.MODELS.items():
-        yield name, (lambda rel=rel: nm.SRC / rel), (lambda n, make=make: make(n, 1))
 
 
 def _walk(model: onnx.ModelProto, name: str) -> tuple[list[str], bool, bool]:
