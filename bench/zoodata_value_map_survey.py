@@ -34,6 +34,7 @@ import _common  # noqa: F401  (the repository root on sys.path)
 
 from classmap_survey import _entries  # the same models, in the same order, as classmap19's survey
 from onnxptq.graph.ops import RELAYOUTS
+from onnxptq.graph.walk import constant_names, dataflow
 
 #: ops a walk back from an output passes through (they move or retype values, not make them)
 MOVES = RELAYOUTS | {"Cast", "Identity"}
@@ -42,25 +43,26 @@ BOUNDING = frozenset(("Sigmoid", "Softmax", "LogSoftmax", "Tanh", "HardSigmoid")
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
 
 
+def _step(node: onnx.NodeProto, consts: set[str]) -> str | None:
+    """The input a walk back follows through ``node``: data movement and ``Clip`` pass their first input on, an
+    affine op by one constant its other input (it keeps a bound); None where ``node`` makes the values."""
+    if node.op_type in MOVES or node.op_type == "Clip":
+        return node.input[0] if node.input else None
+    if node.op_type in ("Mul", "Add", "Sub", "Div") and sum(i in consts for i in node.input) == 1:
+        return next(i for i in node.input if i not in consts)
+    return None
+
+
 def _walk(model: onnx.ModelProto, name: str) -> tuple[list[str], bool, bool]:
-    """The ops from output ``name`` back through data movement to the op that makes it (that op last), whether a
-    bounding activation is among them or right behind a ``Clip``/``Mul``/``Add`` by a constant, and whether a
-    ``Clip`` is."""
-    producer = {o: n for n in model.graph.node for o in n.output if o}
-    consts = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-    tensor, ops = name, []
-    for _ in range(12):
-        node = producer.get(tensor)
-        if node is None:
-            break
-        ops.append(node.op_type)
-        if node.op_type in MOVES or node.op_type == "Clip":
-            tensor = node.input[0] if node.input else ""
-            continue
-        if node.op_type in ("Mul", "Add", "Sub", "Div") and sum(i in consts for i in node.input) == 1:
-            tensor = next(i for i in node.input if i not in consts)  # an affine step by a constant keeps the bound
-            continue
-        break
+    """The ops from output ``name`` back to the op that makes it (:func:`_step`; that op last), whether a bounding
+    activation is among them, and whether a ``Clip`` is."""
+    producer, _ = dataflow(model.graph.node)
+    consts = constant_names(model.graph)
+    ops: list[str] = []
+    tensor: str | None = name
+    while tensor is not None and tensor in producer and len(ops) < 12:
+        ops.append(producer[tensor].op_type)
+        tensor = _step(producer[tensor], consts)
     return ops, any(op in BOUNDING for op in ops), "Clip" in ops
 
 
