@@ -7946,9 +7946,9 @@ def musicnn_top3(ref, test, feeds, root) -> float:
 
 
 MODELS["musicnn_mtt"] = (str(SRC29 / "round29_onnx/musicnn_mtt.onnx"), musicnn_feeds,
-                         "top-3 tags of 50 (set)", musicnn_top3)
+                         "top-3 tags of 50 (set; float's ties within 2^-10 forgiven)", musicnn_top3)
 MODELS["musicnn_msd_vgg"] = (str(SRC29 / "round29_onnx/musicnn_msd_vgg.onnx"), musicnn_feeds,
-                             "top-3 tags of 50 (set)", musicnn_top3)
+                             "top-3 tags of 50 (set; float's ties within 2^-10 forgiven)", musicnn_top3)
 
 
 
