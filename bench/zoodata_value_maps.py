@@ -34,6 +34,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -126,10 +127,26 @@ def _zoo(name: str):
     return str(model.path()), make, task
 
 
-def one(name: str, preset: str, calib_n: int, held_n: int) -> dict:
+def _newmodel(name: str):
+    """One of bench/newmodels.py's models: its file, feeds and task metric."""
+    import newmodels as nm
+
+    rel, make, _, metric = nm.MODELS[name]
+
+    def task(refs, gots, feeds) -> float:
+        index = {id(f): i for i, f in enumerate(feeds)}
+        return float(metric(lambda f: refs[index[id(f)]], lambda f: gots[index[id(f)]], feeds, None))
+
+    return str(nm.SRC / rel), make, task
+
+
+def one(name: str, preset: str, calib_n: int, held_n: int, save: str = "") -> dict:
     import onnxptq
 
-    if name == "terrain_unet":
+    if name not in {m.name for m in zoo.ZOO} and name != "terrain_unet":
+        path, make, task = _newmodel(name)
+        calib, held = make(calib_n, 1), make(held_n, 1000)  # bench/newmodels.py's seeds
+    elif name == "terrain_unet":
         path, make, task3 = _terrain()
         task: Callable = lambda refs, gots, feeds: task3([r[0] for r in refs], [g[0] for g in gots])  # noqa: E731
         calib, held = make(calib_n, 1), make(held_n, 1000)  # bench/newmodels.py's seeds
@@ -142,6 +159,10 @@ def one(name: str, preset: str, calib_n: int, held_n: int) -> dict:
     ref, test = zoo.session_runner(path), zoo.session_runner(result.model)
     refs, gots = [ref(f) for f in held], [test(f) for f in held]
     maps = _value_maps(refs[0])
+    if save:  # float's and the delivered model's value maps, for readings taken afterwards (zoodata_value_map_survey.py)
+        Path(save).mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(Path(save) / f"{name}.{preset}.npz", **{f"ref{i}_{k}": refs[k][i] for i in maps for k in range(len(refs))},
+                            **{f"got{i}_{k}": gots[k][i] for i in maps for k in range(len(gots))})
     names = [o.name for o in result.model.graph.output]
     row = {"model": name, "preset": preset, "calibration": calib_n, "held": held_n, "quantize_cpu_s": round(cpu, 1),
            "task": round(task(refs, gots, held), 4), "outputs": {}}
@@ -161,15 +182,16 @@ def one(name: str, preset: str, calib_n: int, held_n: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", required=True, help="model:preset,... (terrain_unet or a zoo model)")
+    ap.add_argument("--pairs", required=True, help="model:preset,... (a zoo model or one of bench/newmodels.py's)")
     ap.add_argument("--calib", type=int, default=12)
     ap.add_argument("--held", type=int, default=8)
     ap.add_argument("--json", required=True, help="rows are appended here (JSON lines)")
+    ap.add_argument("--save", default="", help="a folder: each pair's float and delivered value maps as NAME.PRESET.npz")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     for pair in args.pairs.split(","):
         name, preset = pair.split(":")
-        row = one(name, preset, args.calib, args.held)
+        row = one(name, preset, args.calib, args.held, args.save)
         with open(args.json, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
         for out, r in row["outputs"].items():

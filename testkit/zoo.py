@@ -203,6 +203,35 @@ def top1(output: int = 0, axis: int = -1) -> Metric:
     return metric
 
 
+def same_top_k(a: np.ndarray, b: np.ndarray, k: int, tie: float | None = None) -> tuple[bool, bool]:
+    """``(kept, by_tie)`` for one row of scores: whether the quantized row ``b`` chose float's (``a``) set of the
+    ``k`` highest (order within the set not read), and whether it counts as kept only through float's own ties.
+
+    A changed set is forgiven where every index that differs has a float score within ``tie`` of float's k-th chosen
+    score, as the library's floor forgives a TopK's index sets (``analysis/index_outputs.py``, ``decisions.TIE`` =
+    2⁻¹⁰, the default here): such a set is float's own near-tie, which no format resolves. ``tie=0`` reads the
+    sets strictly."""
+    if tie is None:
+        from onnxptq.analysis.decisions import TIE as tie  # the floor's tolerance, not one of the zoo's own
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    fa, fb = set(np.argsort(a, kind="stable")[-k:].tolist()), set(np.argsort(b, kind="stable")[-k:].tolist())
+    if fa == fb:
+        return True, False
+    kth = min(a[j] for j in fa)
+    forgiven = all(abs(a[j] - kth) <= tie for j in fa ^ fb)
+    return forgiven, forgiven
+
+
+def top_k_sets(k: int, output: int = 0, tie: float | None = None) -> Metric:
+    """Fraction of feeds whose ``k`` highest scores (one row a feed, e.g. a tagger's top 3 of 50 tags) are float's
+    set, float's ties forgiven as the floor forgives them (:func:`same_top_k`)."""
+
+    def metric(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
+        return float(np.mean([same_top_k(ref(f)[output], test(f)[output], k, tie)[0] for f in feeds]))
+
+    return metric
+
+
 def orinet_c4(ref: Runner, test: Runner, feeds: Sequence[Feed], root: Path) -> float:
     """occular-deskew's decision: softmax of the 4 rotations, shifted and averaged (C4 orbit)."""
     idx = (np.arange(4).reshape(4, 1) + np.arange(4).reshape(1, 4)) % 4
