@@ -153,7 +153,8 @@ from typing import Any, Callable
 import onnx
 
 from ..analysis.decisions import with_decision_outputs
-from ..analysis.floor import Verdict, acted_on_below, as_unconfirmed, beyond_confirmation, chosen, chosen_cosine, floor_for, measure, second_look_text, unconfirmed_text, unjudged_text
+from ..analysis.floor import (Verdict, acted_on_below, as_unconfirmed, beyond_confirmation, chosen, chosen_cosine, floor_for, measure,
+                              remembered_float_kinds, second_look_text, unconfirmed_text, unjudged_text)
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
@@ -1159,9 +1160,11 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
 
     tried_head: set[str] = set()  # the head the head rung built (and saw break, where the search follows)
 
-    # Every candidate is judged against the same float outputs: float's mask labels are remembered for the search.
-    labels = remembered_float_labels()
+    # Every candidate is judged against the same float outputs: float's mask labels, and what float's values say each
+    # output is (floor.remembered_float_kinds), are remembered for the search.
+    labels, kinds = remembered_float_labels(), remembered_float_kinds()
     labels.__enter__()
+    kinds.__enter__()
     try:
         rung, kept, finished, floats = None, frozenset(candidates), False, frozenset()
         head = head_first(rungs[-1]) if allowance > 0 and rungs else None
@@ -1210,6 +1213,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         result.plan.repair = result.repair
         return result
     finally:
+        kinds.__exit__(None, None, None)
         labels.__exit__(None, None, None)
         for logger, level in levels.items():
             logger.setLevel(level)
