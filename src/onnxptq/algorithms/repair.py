@@ -168,7 +168,7 @@ from ..pipeline.streamed import held_out_outputs
 from ..pipeline.verify import Verified, measure_seen, session_signature, worth_remembering
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
-from .repair_measure import Measure, class_reads, measure_outputs, undecided, worse
+from .repair_measure import Measure, class_reads, measure_outputs, score_reads, undecided, worse
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, changed_nodes, ladder, stepped_config
 
@@ -479,7 +479,8 @@ class _Judge:
         verdict.streamed = streamed
         if verdict.ok and (open_names := undecided(verdict)):  # outputs the reads could not decide: measured by their margins
             floats = self.calibrated.holdout_outputs + (self.calibrated.judged_float_outputs(self.seen[:len(seen)]) if seen else [])
-            self.measured = measure_outputs(open_names, floats, got + seen, self.floor, class_reads(verdict, open_names))
+            self.measured = measure_outputs(open_names, floats, got + seen, self.floor, class_reads(verdict, open_names),
+                                            scores=score_reads(verdict, open_names))
         judged = time.process_time() - judged
         # Deliverable (held), its bytes as judged, and worth it (pipeline/verify.worth_remembering)
         if verdict.ok and delivered is not None and not self.readings["decisions"] and worth_remembering(runs, judged):
