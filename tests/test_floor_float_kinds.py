@@ -16,14 +16,9 @@ from onnxptq.analysis.floor import remembered_float_kinds
 
 
 def test_float_kinds_are_asked_once_within_the_context_and_forgotten_after(monkeypatch):
-    calls = []
-    multilabel_like = floor.multilabel_like
-
-    def counted(values):
-        calls.append(len(values))
-        return multilabel_like(values)
-
-    monkeypatch.setattr(floor, "multilabel_like", counted)
+    calls: list[int] = []  # the arrays each test on float's values was asked with
+    asked = floor.multilabel_like
+    monkeypatch.setattr(floor, "multilabel_like", lambda values: calls.append(len(values)) or asked(values))
     rng = np.random.default_rng(0)
     reference = [{"y": rng.normal(size=(64, 40)).astype(np.float32)} for _ in range(4)]
     seen = ([{"y": rng.normal(size=(64, 40)).astype(np.float32)} for _ in range(2)], [])
