@@ -713,7 +713,10 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             # The ranking pays back over a first trial and a halving or two: made only where three
             # builds remain, else its CPU would be the search's last build (terrain_unet A8W8: an
             # 18 CPU s estimate over 1101 nodes where one 9 s build was left).
-            afford = limit() - judge.evaluations >= 3
+            # The same in time (CAP_PLAINS): the ranking (about a build's CPU) and two builds after it, the delivered
+            # build reserved, within the budget; else its CPU goes to a build (face parsing MXINT8 ranked in 2.0 CPU s
+            # and then could not afford the build it ranked for: bench/RESULTS.md, repair20).
+            afford = limit() - judge.evaluations >= 3 and _clock(judge) + last_cost * (4 if reserve else 3) <= cap
             split = rank(candidates) if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
