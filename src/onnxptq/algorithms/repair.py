@@ -879,7 +879,7 @@ def _may_build(judge: _Judge, allowance: float, cap: float, cost: float, what: s
     if judge.evaluations >= allowance:
         return False
     if _clock(judge) + cost > cap:
-        if not judge.capped and what:
+        if what and not getattr(judge, "capped", False):  # the first build refused: what it would have begun
             judge.not_tried = what
         judge.capped = True
         return False
