@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from types import SimpleNamespace
 
 from _structure_graphs import pattern_data, planted_model
 from onnxptq.algorithms import repair
@@ -67,12 +68,33 @@ def test_a_search_that_would_run_past_twice_the_plain_quantize_stops_and_says_wh
     assert result.floor.ok  # what it holds still holds the floor (at least the float probe)
 
 
-def test_no_ranking_where_the_budget_leaves_no_room_for_the_builds_it_ranks_for(monkeypatch):
-    """Builds of a fifth of the plain quantization: the budget (one plain quantization) affords the probe and a build
-    or two more with the delivered build, not the ranking and two builds after it; the search goes in graph order
-    and makes its builds."""
-    cfg = resolve_config("A8W8").replace(repair_step_up=False)
-    _dear_builds(monkeypatch, 0.2 * _plain(cfg))
-    record = quantize(planted_model(depth=10), cfg, pattern_data(32)).repair
-    assert record["order"]["by"] == "graph" and "cpu_seconds" not in record["order"], record["order"]
-    assert record["evaluations"] >= 2 and record["capped"], record
+class _Judge:
+    """A stand-in for repair's judge: each candidate burns ``cost`` CPU s and holds where it keeps ``n3`` float."""
+
+    def __init__(self, cost: float) -> None:
+        self.evaluations, self.cost, self.capped, self.costs, self.prefixes = 0, cost, False, [], []
+
+    def __call__(self, kept, rung=None):
+        self.evaluations += 1
+        end = time.process_time() + self.cost
+        while time.process_time() < end:
+            pass
+        self.costs.append(self.cost)
+        return SimpleNamespace(ok="n3" in kept)
+
+
+def test_no_ranking_where_the_budget_leaves_no_room_for_the_builds_it_ranks_for():
+    """After the probe, room for the next build and the delivered one (3 builds' CPU) but not for the ranking (about a
+    build's) and two builds after it: the search goes in graph order and makes its build; with room for them all, it
+    ranks first."""
+    cost = 0.05
+    for room, ranks in ((3.5, False), (8.0, True)):
+        judge, ranked = _Judge(cost), []
+
+        def rank(candidates):
+            ranked.append(len(candidates))
+            return candidates[:2], candidates[2:]
+
+        cap = time.process_time() + room * cost
+        repair._search(judge, [f"n{i}" for i in range(16)], 4, cap=cap, last_cost=cost, reserve=True, rank=rank)
+        assert bool(ranked) == ranks and judge.evaluations >= 1, (room, ranked, judge.evaluations)
