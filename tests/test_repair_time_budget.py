@@ -58,7 +58,8 @@ def test_a_search_that_would_run_past_twice_the_plain_quantize_stops_and_says_wh
     assert record["capped"] and record["evaluations"] < record["allowance"] == 4, record
     # the search and its delivered build within one plain quantization (that of this very call), a build's
     # estimate of slack: the budget is checked before each build, against what the latest one cost
-    assert record["cpu_seconds"] <= record["plain_cpu_seconds"] * (1.0 + COST_PLAINS), record
+    # (the probe is always built: at most one stand-in build past the budget, and the delivered build's real cost)
+    assert record["cpu_seconds"] <= record["budget_seconds"] + COST_PLAINS * plain + 0.25 * record["plain_cpu_seconds"], record
     assert record["budget_seconds"] <= max(record["plain_cpu_seconds"], 0.0) + 1e-3
     # said: what was not tried, and that the file then depends on the machine's speed (record, note and warning)
     assert record["not_tried"].startswith("handing back to their formats any of the "), record["not_tried"]
