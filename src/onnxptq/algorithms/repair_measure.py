@@ -24,7 +24,13 @@ if they were independent, and on iqc_effnet_b3 (3 quality classes, one read a fe
 (bench/RESULTS.md, repair16; tests/test_repair_measure_scale.py). A read's expected loss is one less the chance
 all its positions keep; a feed's, the mean over its reads. Outputs without a class axis, or that the floor
 read otherwise than as classes on their last axis (points, peaks, maps...: :func:`class_reads`), are measured by
-``1 − cosine`` per feed.
+``1 − cosine`` per feed, but for **per-sample scores** (:func:`score_reads`: a MOS, a rating, one value or a few per
+sample, judged within ``analysis.scores.TOLERANCE`` of float's spread): there each sample's error, as a share of that
+tolerance, is the loss (:func:`_score_losses`). Why: the cosine of a score is the reason the floor reads scores per
+sample (a shared offset makes it blind; one value per feed has a cosine of 1 whatever its error), and so it was here:
+fuzz18's s26 m004 MXFP4 (one scalar score) measured every candidate at a loss of 0, and the search handed back the
+nodes whose candidate kept all 23 samples within the tolerance at up to 0.8 of it; it read 0.8945 of 256 fresh
+samples within it against the 0.90 floor (bench/RESULTS.md, repair19 and repair20).
 
 **The rule** (:func:`worse`): a candidate is not accepted on such an output where its mean per-feed loss
 is above the best-measured accepted candidate's by more than its noise (the paired difference's standard
@@ -51,8 +57,9 @@ import numpy as np
 from ..analysis.class_scores import BACKGROUND_SHARE, TIE_TOLERANCE, _top_two, margin_chances
 from ..analysis.evidence import CONFIDENT
 from ..analysis.floor import Floor, Verdict
+from ..analysis.scores import TOLERANCE as SCORE_TOLERANCE, score_values, spread_of
 
-__all__ = ["Measure", "undecided", "class_reads", "measure_outputs", "worse"]
+__all__ = ["Measure", "undecided", "class_reads", "score_reads", "measure_outputs", "worse"]
 
 Z = NormalDist().inv_cdf(CONFIDENT)
 #: A candidate whose measured loss, taken this many times (the margins' estimate runs low by up to twice) and its
@@ -69,6 +76,8 @@ class Measure:
     #: the loss the floor allows (``1 − top1`` of reads, ``1 − cosine`` of the cosine floor)
     allowed: float
     cosine: bool = False
+    #: per-sample scores: each sample's error as a share of the scores' tolerance (:func:`_score_losses`)
+    scores: bool = False
 
     @property
     def mean(self) -> float:
@@ -82,7 +91,7 @@ class Measure:
         return SAFETY * self.mean + Z * se <= self.allowed
 
     def describe(self) -> str:
-        what = "1 − cosine" if self.cosine else "reads lost (margins)"
+        what = "1 − cosine" if self.cosine else "score errors in tolerances" if self.scores else "reads lost (margins)"
         return f"{what} {self.mean:.4f} on {self.losses.size} feeds"
 
 
@@ -125,6 +134,36 @@ def class_reads(verdict: Verdict, names: Sequence[str]) -> frozenset[str]:
         if check is not None and all(getattr(check, field, None) is None for field in NOT_CLASSES):
             out.add(name)
     return frozenset(out)
+
+
+def score_reads(verdict: Verdict, names: Sequence[str]) -> frozenset[str]:
+    """Those of ``names`` the floor read as per-sample scores (``analysis/scores.py``): measured by their errors
+    against the scores' tolerance (:func:`_score_losses`), not by a cosine."""
+    return frozenset(n for n in names if getattr(verdict.outputs.get(n), "scores", None) is not None)
+
+
+def _score_rows(x: np.ndarray) -> np.ndarray:
+    """One feed's score output as ``[samples, values]`` (``analysis.scores.score_values``; rows of entities: every
+    row a sample)."""
+    rows = score_values(x)
+    return rows if rows is not None else x.reshape(-1, x.shape[-1] if x.ndim else 1)
+
+
+def _score_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> Measure | None:
+    """Per feed, its samples' mean error as a share of the scores' tolerance (``TOLERANCE`` × float's spread of each
+    value over every judged sample, as the floor's :class:`~onnxptq.analysis.scores.ScoreAgreement`; a sample's error
+    its worst value's); None where float's values do not spread. The loss the floor allows, in these units: the mean
+    share at which half-normal errors put ``1 − top1`` of the samples past the tolerance (``√(2/π) / z``, z the
+    two-sided normal quantile of ``1 − top1``: 0.49 at a 0.90 floor, 0.41 at 0.95, 0.37 at 0.97), so that
+    :meth:`Measure.clears` asks twice the measured share, its noise added, to stay within it (module docstring)."""
+    rows = [(_score_rows(r).astype(np.float64), _score_rows(g).astype(np.float64)) for r, g in pairs]
+    spread = spread_of(np.concatenate([r for r, _ in rows]))
+    live = spread > 0
+    if not live.any():
+        return None
+    losses = [float(np.mean(np.max(np.abs(g - r)[:, live] / (SCORE_TOLERANCE * spread[live]), axis=1))) for r, g in rows]
+    z = NormalDist().inv_cdf(1.0 - (1.0 - floor.top1) / 2.0)
+    return Measure(np.asarray(losses), math.sqrt(2.0 / math.pi) / z, scores=True)
 
 
 def _arrays(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -237,16 +276,22 @@ def _cosine_losses(pairs: list[tuple[np.ndarray, np.ndarray]], floor: Floor) -> 
 
 def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]],
                     candidate: Sequence[Mapping[str, Any]], floor: Floor,
-                    classes: Collection[str] | None = None) -> dict[str, Measure]:
+                    classes: Collection[str] | None = None, scores: Collection[str] = ()) -> dict[str, Measure]:
     """Each of ``names`` measured on the feeds (float ``reference``, ``candidate``, one dict per feed: the
     held-out feeds, then the calibration feeds the candidate was judged on): by its margins where its last
     axis holds classes, else by its cosine (module docstring). ``classes``: the outputs the floor read as
     classes (:func:`class_reads`); an output outside it is measured by its cosine whatever its shape (None:
-    every output may be). Outputs with nothing to measure are left out."""
+    every output may be). ``scores``: the outputs the floor read as per-sample scores (:func:`score_reads`), measured by
+    their errors against the scores' tolerance (:func:`_score_losses`). Outputs with nothing to measure are left out."""
     found: dict[str, Measure] = {}
     for name in names:
         pairs = _arrays([(r.get(name), g.get(name)) for r, g in zip(reference, candidate)])
         if not pairs:
+            continue
+        if name in scores:
+            got = _score_losses(pairs, floor)
+            if got is not None:
+                found[name] = got
             continue
         read = classes is None or name in classes
         axis = read and pairs[0][0].ndim >= 1 and pairs[0][0].shape[-1] >= 2 and all(r.shape[-1] == pairs[0][0].shape[-1] for r, _ in pairs)
@@ -260,7 +305,7 @@ def measure_outputs(names: Sequence[str], reference: Sequence[Mapping[str, Any]]
 def worse(candidate: Measure, best: Measure) -> bool:
     """Whether ``candidate`` is worse than ``best`` (measured on the same feeds) by more than its noise and
     not surely within the floor (:meth:`Measure.clears`; module docstring): then it may not replace it."""
-    if candidate.losses.shape != best.losses.shape or candidate.cosine != best.cosine:
+    if candidate.losses.shape != best.losses.shape or (candidate.cosine, candidate.scores) != (best.cosine, best.scores):
         return False  # not measured alike: nothing to compare (the feeds judged differ)
     if candidate.clears():
         return False

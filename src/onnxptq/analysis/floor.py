@@ -83,6 +83,7 @@ the picks' estimate, float's thinnest picks and how to tell the floor (:mod:`onn
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -135,7 +136,7 @@ from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
 
-__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "second_look_text", "unconfirmed_text",
+__all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "remembered_float_kinds", "second_look_text", "unconfirmed_text",
            "unjudged_text"]
 
 #: (cosine, top-1) per family; the table in the module docstring and docs/accuracy.md.
@@ -925,7 +926,8 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
         fields: FieldCosines | None = None
         class_map: ArgMaxMasks | None = None  # a field axis of class probabilities (analysis/class_maps.py)
         if (logit_maps and name in logit_maps and not classy and kind is None
-                and logit_axis([f[name] for f in reference if name in f], *logit_maps[name])):
+                and _float_kind(f"logits{logit_maps[name]}", name, [f[name] for f in reference if name in f],
+                                lambda values: logit_axis(values, *logit_maps[name]))):
             class_map = ArgMaxMasks(*logit_maps[name], logits=True)  # class logits (class_maps.py, "Class logits")
         masks = (MaskAgreement(tuple(prob_maps[name])) if prob_maps and name in prob_maps and not classy and name not in by_levels
                  else None)
@@ -2052,11 +2054,54 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
     return check
 
 
+class _FloatKinds:
+    """What float's values say an output is, per output and float arrays, while :func:`remembered_float_kinds` is
+    active: ``(kind, name, ids of the arrays) -> (answer, the arrays)`` (the arrays held, so no id is reused)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, tuple[bool, list[np.ndarray]]] = {}
+        self.depth = 0  # active contexts
+
+
+_KINDS = _FloatKinds()
+
+
+@contextlib.contextmanager
+def remembered_float_kinds() -> Iterator[None]:
+    """Within it, :func:`measure` remembers what float's values say each output is (a multi-label head, a regression
+    head, class logits: :func:`_float_kind`); on leaving the last such context they are let go.
+
+    Why: those answers read float's outputs alone, and every candidate of a repair search is judged against the same
+    float outputs (the held-out feeds' and the calibration feeds', computed once), so they are the same for every
+    candidate; asking again was most of a verdict: ddddocr_ocr MXFP8_E4M3's shift share over its CTC scores cost
+    0.35 CPU s of each ~0.45 s judgement, 3.1 of a 23 s search (bench/RESULTS.md, repair20). Scoped to the search
+    (algorithms/repair.py), as :func:`onnxptq.analysis.maps.remembered_float_labels` is."""
+    _KINDS.depth += 1
+    try:
+        yield
+    finally:
+        _KINDS.depth -= 1
+        if not _KINDS.depth:
+            _KINDS.entries.clear()
+
+
+def _float_kind(kind: str, name: str, values: list[np.ndarray], decide: Callable[[list[np.ndarray]], bool]) -> bool:
+    """``decide(values)`` (float's arrays of ``name``), remembered within :func:`remembered_float_kinds` by the
+    arrays' identity: the same arrays give the same answer (a pure function of them)."""
+    if not _KINDS.depth:
+        return decide(values)
+    key = (kind, name, tuple(id(v) for v in values))
+    found = _KINDS.entries.get(key)
+    if found is None:
+        found = _KINDS.entries[key] = (bool(decide(values)), values)
+    return found[0]
+
+
 def _regression_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None) -> bool:
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are regression fields, not class scores (:func:`onnxptq.analysis.head_kind.regression_like`)."""
     values = _float_values(name, reference, seen, 1)
-    return bool(values) and regression_like(values)
+    return bool(values) and _float_kind("regression", name, values, regression_like)
 
 
 def _float_values(name: str, reference: Sequence[dict[str, np.ndarray]], seen: _Seen | None, ndim: int) -> list[np.ndarray]:
@@ -2070,7 +2115,7 @@ def _multilabel_head(name: str, reference: Sequence[dict[str, np.ndarray]], seen
     """Whether float's values of the linear head ``name`` on the held-out (and calibration: ``seen``)
     feeds are independent per-column activations (:func:`onnxptq.analysis.multilabel.multilabel_like`)."""
     values = _float_values(name, reference, seen, 2)
-    return bool(values) and multilabel_like(values)
+    return bool(values) and _float_kind("multilabel", name, values, multilabel_like)
 
 
 def _judge_multilabel(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]],
