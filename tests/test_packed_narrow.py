@@ -6,27 +6,17 @@ the run starts).
 Why: the issue asks every MX4/MXFP4/MXFP6 file ≤ 0.20× fp32 and every MX6 one ≤ 0.30× on every model;
 PP-OCR cls MX4 was 0.2144 (a quarter of its element bytes padding), PP-OCR rec MXFP6_E3M2 0.2009 (its
 blocks' exponents a 4-bit field each, where 56 % repeat the block before; bench/RESULTS.md packed20).
+PP-OCR cls under MX4 and MX6 (the real model's files): tests/test_lean_file_sizes.py's CLS_LIMITS.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
-import onnxptq
 from onnxptq.onnx_ops import packed
 from test_packed_layout import _pack_and_run
-
-
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def test_runs_decode_every_block_and_free_blocks_start_no_run():
@@ -100,37 +90,3 @@ def test_one_element_blocks_narrower_than_a_byte_take_planes(key, bits):
     assert singles, sorted(inits)
     stored = sum(a.size for a in singles.values())
     assert stored < 0.9 * dw.size, (key, {n: a.shape for n, a in singles.items()})
-
-
-#: PP-OCR cls (586 KB fp32): main's files (3f112c8b) 0.2144 (MX4) and 0.2598 (MX6) of the fp32 file;
-#: this form's 0.1839 and 0.2346 (bench/RESULTS.md packed20)
-CLS_LIMITS = {"MX4": 0.186, "MX6": 0.237}
-
-
-@pytest.fixture(scope="module")
-def cls_feeds():
-    from testkit.models import model_path
-    from testkit.ocr import render_cls
-
-    path = model_path("cls")
-    name = onnx.load(str(path)).graph.input[0].name
-    images = render_cls(4, seed=3)[0]
-    return path, [{name: images[i:i + 1]} for i in range(len(images))]
-
-
-@pytest.mark.parametrize("preset", sorted(CLS_LIMITS))
-def test_cls_mx4_and_mx6_files_within_their_goals_and_the_same_as_unpacked(cls_feeds, preset, tmp_path):
-    """PP-OCR cls under MX4 (goal ≤ 0.20× fp32) and MX6 (≤ 0.30×): within this form's measured size
-    (main's over MX4's goal), with codes of 3 and 5 bits stored as such, and outputs bit for bit those of
-    the in-memory model and of the same quantization with unpacked weights (``pack_weights=False``)."""
-    path, feeds = cls_feeds
-    out, plain = tmp_path / "q.onnx", tmp_path / "plain.onnx"
-    cfg = dataclasses.replace(onnxptq.get_preset(preset), repair=False)
-    result = onnxptq.quantize(str(path), cfg, feeds[:2], output=str(out))
-    onnxptq.quantize(str(path), dataclasses.replace(cfg, pack_weights=False), feeds[:2], output=str(plain))
-    ratio = out.stat().st_size / Path(path).stat().st_size
-    assert ratio <= CLS_LIMITS[preset], f"{preset}: {ratio:.4f}x the fp32 file"
-    sessions = [_session(onnx.load(str(out))), _session(result.model), _session(onnx.load(str(plain)))]
-    for f in feeds[2:]:
-        got = [s.run(None, f)[0] for s in sessions]
-        assert all(np.array_equal(got[0].view(np.uint32), g.view(np.uint32)) for g in got[1:]), preset

@@ -1482,12 +1482,15 @@ class WeightPacker:
                     hi = gather(f"nib_hi22{suffix}", hi_t, init("codes_hi", hi_b), "hi")  # [..., *tail], x2^lo_bits
                     small_sum = small
                 else:
+                    # the fields by BitShift; for 3 and 5 bits kept uint8 until their sum (as the tables' are)
                     shape_lo = None if lo_k == 1 else tuple(tail[len(tail) - lo_k:])
-                    lo = fields(lo_b if shape_lo is None else lo_b[..., None], lo_bits, "codes_lo", shape=shape_lo)
+                    to = TensorProto.UINT8 if small else TensorProto.INT32
+                    lo = fields(lo_b if shape_lo is None else lo_b[..., None], lo_bits, "codes_lo", shape=shape_lo, to=to)
                     hi_b = _pack_fields(codes >> lo_bits, hi_bits).reshape(*lead, *[1] * (len(tail) - 1))
-                    hi = op("Mul", [fields(hi_b, hi_bits, "codes_hi", shape=tuple(tail)),
-                                    self._table(f"x{1 << lo_bits}", np.array(1 << lo_bits, np.int32))], f"hi{1 << lo_bits}")
-                    small_sum = False
+                    up = (self._table(f"u{1 << lo_bits}", np.array(1 << lo_bits, np.uint8)) if small
+                          else self._table(f"x{1 << lo_bits}", np.array(1 << lo_bits, np.int32)))
+                    hi = op("Mul", [fields(hi_b, hi_bits, "codes_hi", shape=tuple(tail), to=to), up], f"hi{1 << lo_bits}")
+                    small_sum = small
                 idx = op("Add", [lo, hi], "code")
                 if small_sum:
                     idx = op("Cast", [idx], "codei", to=TensorProto.INT32)
