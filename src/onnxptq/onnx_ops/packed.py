@@ -1820,12 +1820,14 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
         return None
     old_bits = code.container + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
     fields_ = (frac | (index << (code.bits - 1))).astype(np.int64)
-    # the layout's bytes as stored: its fields in planes, or ranked with an escape where that is fewer
-    # (MX4's 3-bit codes: 7 bits either way plain, 5 and an escape ranked; packed20)
-    stored = _field_bytes(c.size, f_bits)
+    # the layout's bits, or its bits ranked with an escape where escape_singles takes that (MX4's
+    # 3-bit codes: 7 bits plain, as the block layout's 3 + 4; 5 and an escape ranked; packed20).
+    # Nodes are SINGLES_FROM's margin, as they were.
+    stored = c.size * f_bits / 8
     escaped = escape_singles(fields_, f_bits, table, code.bits - 1) if ESCAPE_SINGLES else None
     if escaped is not None:
-        stored = min(stored, _escape_singles_bytes(escaped, code.bits - 1))
+        top = int(escaped.stream.max()) if escaped.stream.size else 0
+        stored = min(stored, (escaped.fields.size * escaped.f_bits + escaped.stream.size * max(1, top.bit_length())) / 8)
     if c.size * old_bits / 8 - stored < SINGLES_FROM:
         return None
     return fields_, f_bits, table
@@ -1866,13 +1868,6 @@ def _field_bytes(n: int, f_bits: int, base: int = 8) -> int:
         return min(n, _planes_bytes(n, (1 << f_bits) - 1)) if NARROW_SINGLES and f_bits < 8 else n
     planes = exponent_planes((1 << (f_bits - base)) - 1)
     return (n if base else 0) + sum(-(-n // (8 // b)) + (PLANE_NODE_BYTES if b < 8 else 0) for b, _ in planes)
-
-
-def _escape_singles_bytes(escaped: SinglesEscape, frac_bits: int) -> int:
-    """Stored bytes of :func:`escape_singles`' layout, its escape nodes included (what it weighed)."""
-    top = int(escaped.stream.max()) if escaped.stream.size else 0
-    return (_field_bytes(escaped.fields.size, escaped.f_bits) + _field_bytes(escaped.stream.size, max(1, top.bit_length()), base=0)
-            + SINGLES_ESCAPE_NODE_BYTES)
 
 
 def escape_singles(fields_: np.ndarray, f_bits: int, table: np.ndarray, frac_bits: int) -> SinglesEscape | None:
