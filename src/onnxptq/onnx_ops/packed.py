@@ -21,15 +21,18 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
-  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
+  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`; or as runs: a flag a block
+  where its exponent differs from the block before, and the run starts in planes or by escape,
+  :func:`exponent_runs`), per sub-block the micro-exponent shift ``s``
   bit-packed (MX4/6/9: 1-bit shifts unpacked as booleans that pick the half or whole block scale
   by ``Where``; wider ones by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large groups,
   else fields cut by two uint8 ``BitShift``; a block no wider than one sub-block has shift 0 and
   stores none), and per element a code: 8-bit integer codes (BFP16,
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
-  exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
-  bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
-  bits (two per byte, ``Gather`` from a [256, 2] table); blocks of one
+  exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in their own
+  width: 6 bits (MXFP6: a 4-bit and a 2-bit plane), 5 (MX6: 4 + 1) or 3 (MX4: 2 + 1), combined by
+  ``Gather`` + ``Add`` then a table of the codes' values; or 4 bits (MXFP4: two per byte, ``Gather``
+  from a [256, 2] table); blocks of one
   element (integer codes) are stored as small floats, the code's top magnitude bit implied
   (:func:`one_element_layout`). Why so few full-size steps: onnxruntime folds the chain at every
   session creation and keeps each step's output until its optimisation ends, ~3 ns an element a
