@@ -21,15 +21,18 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   256-entry table: ``Cast(float8e8m0 → float)`` would need opset 24, which models are not always
   allowed to take; stored less the group's lowest, in as few bits as their span needs: one plane
   of 1, 2 or 4 bits, or planes of 4 + 2 + 1 bits, or by frequency: the most frequent in a 1, 2
-  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`), per sub-block the micro-exponent shift ``s``
+  or 4-bit field and the rest escaped to a byte stream, :func:`escape_exponents`; or as runs: a flag a block
+  where its exponent differs from the block before, and the run starts in planes or by escape,
+  :func:`exponent_runs`), per sub-block the micro-exponent shift ``s``
   bit-packed (MX4/6/9: 1-bit shifts unpacked as booleans that pick the half or whole block scale
   by ``Where``; wider ones by ``Gather`` from a [256, 8/bits] table of ``2^-s`` on large groups,
   else fields cut by two uint8 ``BitShift``; a block no wider than one sub-block has shift 0 and
   stores none), and per element a code: 8-bit integer codes (BFP16,
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
-  exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in 6
-  bits (a 4-bit and a 2-bit plane, combined by ``Gather`` + ``Add`` then a 64-entry table) or 4
-  bits (two per byte, ``Gather`` from a [256, 2] table); blocks of one
+  exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in their own
+  width: 6 bits (MXFP6: a 4-bit and a 2-bit plane), 5 (MX6: 4 + 1) or 3 (MX4: 2 + 1), combined by
+  ``Gather`` + ``Add`` then a table of the codes' values; or 4 bits (MXFP4: two per byte, ``Gather``
+  from a [256, 2] table); blocks of one
   element (integer codes) are stored as small floats, the code's top magnitude bit implied
   (:func:`one_element_layout`). Why so few full-size steps: onnxruntime folds the chain at every
   session creation and keeps each step's output until its optimisation ends, ~3 ns an element a
@@ -138,6 +141,13 @@ SHARED_CHAINS = True
 #: on small groups, sign-magnitude arithmetic (the forms before packed14; the tests compare them).
 CAST_INT_CODES = True
 
+#: Codes of 3 and 5 bits (MX4, MX6) stored in planes of their own width (3: a 2-bit and a 1-bit plane,
+#: 5: a 4-bit and a 1-bit plane); False: in a 4-bit and a 6-bit container (the forms before packed20:
+#: a quarter of MX4's element bytes and a sixth of MX6's were padding).
+NARROW_CODES = True
+#: (low plane bits, high plane bits) of the codes stored in two planes, by container.
+CODE_PLANES = {3: (2, 1), 5: (4, 1), 6: (4, 2)}
+
 #: Each FP element type's ml_dtypes type (the reference's, formats/mx.py) and its width in bits.
 _FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[name].mbits)
                 for name, dtype in ELEMENT_ML_DTYPES.items()}
@@ -148,7 +158,7 @@ _FP_ELEMENTS = {name: (dtype, 1 + ELEMENT_FORMATS[name].ebits + ELEMENT_FORMATS[
 
 @dataclass(frozen=True)
 class ElementCode:
-    """A sign-magnitude element code of ``bits`` bits stored in a ``container`` of 4, 6 or 8 bits.
+    """A sign-magnitude element code of ``bits`` bits stored in a ``container`` of 3, 4, 5, 6 or 8 bits.
 
     ``table[c]`` is the float32 value of code ``c`` (sign bit ``1 << (bits-1)``); ``key`` names
     the table so that every weight of the model shares one copy.
@@ -160,6 +170,10 @@ class ElementCode:
 
     @property
     def container(self) -> int:
+        """Bits a stored code takes: its own width where planes hold it (3: MX4's sign and 2-bit
+        magnitude, 5: MX6's; :data:`CODE_PLANES`), else 4, 6 or 8."""
+        if NARROW_CODES and self.bits in (3, 5):
+            return self.bits
         return 4 if self.bits <= 4 else 6 if self.bits <= 6 else 8
 
     @property
@@ -1130,9 +1144,9 @@ class WeightPacker:
 
     @staticmethod
     def _exponent_layout(exps: np.ndarray, zero: np.ndarray, el_factor: np.float32
-                         ) -> tuple[np.ndarray, np.ndarray, str, list[tuple[int, int]], Any, int]:
+                         ) -> tuple[np.ndarray, np.ndarray, str, list[tuple[int, int]], Any, Any, int]:
         """How a chain stores its exponent bytes ``exps`` (one a row; ``zero``: rows of ±0 codes,
-        whose byte is free): the indices, their table and its key, the planes or the escape, and
+        whose byte is free): the indices, their table and its key, the planes, the escape or the runs, and
         the bytes that costs (fields, stream, table, the nodes' estimate) to weigh layouts against
         each other (:meth:`_own_partners`)."""
         e_rows = exps.size
@@ -1186,7 +1200,23 @@ class WeightPacker:
             cost = -(-e_rows // (8 // escaped[0])) + escaped[3].size + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
         else:
             cost = sum(-(-e_rows // (8 // b)) for b, _ in planes) + (0 if planes == [(8, 0)] else PLANE_NODE_BYTES * len(planes))
-        return exps, e_table, e_key, planes, escaped, cost + 4 * e_table.size
+        # Or as runs (:func:`exponent_runs`): a flag a block and the exponents that start a run, the
+        # starts in planes or by frequency with an escape (as the blocks' own would be), where that
+        # stores fewer bytes than the layout chosen above, nodes counted (the table is the same)
+        runs = None
+        if RUN_EXPONENTS and e_rows > 1:
+            flags, starts = exponent_runs(exps, zero)
+            s_top = int(starts.max())
+            s_planes = exponent_planes(s_top)
+            s_cost = _planes_bytes(starts.size, s_top)
+            s_escaped = escape_exponents(starts, np.zeros(starts.size, bool), e_table) if ESCAPE_EXPONENTS else None
+            if s_escaped is not None:
+                e_cost = -(-starts.size // (8 // s_escaped[0])) + s_escaped[3].size + PLANE_NODE_BYTES + ESCAPE_NODE_BYTES
+                s_escaped, s_cost = (s_escaped, e_cost) if e_cost < s_cost else (None, s_cost)
+            run_cost = -(-e_rows // 8) + PLANE_NODE_BYTES + s_cost + RUNS_NODE_BYTES
+            if run_cost < cost:
+                planes, escaped, runs, cost = s_planes, s_escaped, (flags, starts), run_cost
+        return exps, e_table, e_key, planes, escaped, runs, cost + 4 * e_table.size
 
     def _own_partners(self) -> dict[int, _Group]:
         """Each stream group (by ``id``) and the own-codes group of its layout (the same codes,
@@ -1345,7 +1375,11 @@ class WeightPacker:
             escaped = escape_singles(field_, f_bits, e_table1, frac_bits) if ESCAPE_SINGLES else None
             if escaped is not None:
                 field_, f_bits, e_table1 = escaped.fields, escaped.f_bits, escaped.table
-            low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
+            if f_bits < 8 and _field_bytes(field_.size, f_bits) < field_.size:
+                # narrower than a byte: planes of 4/2/1 bits (MX4: 3 + 2 bits with the escape, 5 in a byte before)
+                low = plane_index(field_, exponent_planes((1 << f_bits) - 1), "singles", length=field_.size)
+            else:
+                low = op("Cast", [init("singles", (field_ & 0xFF).astype(np.uint8))], "sl", to=TensorProto.INT32)
             whole = low
             if f_bits > 8:
                 high = plane_index(field_, exponent_planes((1 << (f_bits - 8)) - 1), "singles_hi", base=8)
@@ -1419,77 +1453,109 @@ class WeightPacker:
                     flat = op("Reshape", [pairs_of(packed4), self._ints([-1])], "flat")
                     cut = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                     elems = op("Reshape", [cut, self._ints(shape3)], "elements")
-            else:  # 6 bits: a low-nibble plane and a high 2-bit plane, both of a multiple of 4 codes
-                codes = np.concatenate([codes, np.zeros(-codes.size % 4, np.uint8)])
+            else:  # 3, 5 or 6 bits: a low plane (2 or 4 bits) and a high one (1 or 2 bits), a multiple of `unit` codes
+                lo_bits, hi_bits = CODE_PLANES[code.container]
+                unit = 8 // hi_bits  # codes a high-plane byte holds: 4 or 8
+                tail = [2] * (unit.bit_length() - 1)  # a unit's codes as [2, 2] or [2, 2, 2]
+                lo_k = (8 // lo_bits).bit_length() - 1  # axes of 2 a low-plane byte fills
+                codes = np.concatenate([codes, np.zeros(-codes.size % unit, np.uint8)])
                 b = np.arange(256)
-                lo_t = np.stack([b & 15, b >> 4], axis=1).astype(np.int32)
-                hi_t = (np.stack([(b >> (2 * j)) & 3 for j in range(4)], axis=1) * 16).astype(np.int32)
-                m4 = codes.size // 4
-                # Where a row's codes are whole fours (no padding; a shift per pair of codes, if any), the
-                # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, 2, 2], what the
-                # scales multiply (given a trailing 1): no Reshape of the group at all
-                rowwise = (n_sub * g.sub) % 4 == 0 and (not g.shifted or g.sub == 2)
-                lead = [g.rows, n_sub * g.sub // 4] if rowwise else [m4]
-                lo_b = _pack_fields(codes & 15, 4).reshape(*lead, 2)
-                # Both planes unpack straight to [..., 2, 2] (four codes, in order), so they add and
+                lo_t = np.stack([(b >> (lo_bits * j)) & ((1 << lo_bits) - 1) for j in range(8 // lo_bits)],
+                                axis=1).reshape(256, *tail[len(tail) - lo_k:])
+                hi_t = (np.stack([(b >> (hi_bits * j)) & ((1 << hi_bits) - 1) for j in range(unit)], axis=1)
+                        << lo_bits).reshape(256, *tail)
+                # 6 bits: int32 tables (the form before packed20); 3 and 5 bits: uint8 ones where uint8 adds
+                # (opset 14), a quarter of the bytes held at load by the two planes' steps and their sum
+                small = code.container != 6 and self.opset >= UINT8_ARITHMETIC_OPSET
+                lo_t, hi_t = (t.astype(np.uint8 if small else np.int32) for t in (lo_t, hi_t))
+                m4 = codes.size // unit
+                # Where a row's codes are whole units (no padding; a shift per pair of codes, if any), the
+                # stored planes are shaped [rows, q, ...] so the codes come out [rows, q, *tail], what the
+                # scales multiply (given trailing 1s): no Reshape of the group at all
+                rowwise = (n_sub * g.sub) % unit == 0 and (not g.shifted or g.sub == 2)
+                lead = [g.rows, n_sub * g.sub // unit] if rowwise else [m4]
+                lo_b = _pack_fields(codes & ((1 << lo_bits) - 1), lo_bits).reshape(*lead, *tail[: len(tail) - lo_k])
+                # Both planes unpack straight to [..., *tail] (a unit's codes, in order), so they add and
                 # index the table with no Reshape between: each folded step holds a copy of the group in
                 # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
+                suffix = "" if code.container == 6 else f"{lo_bits}{hi_bits}"
                 if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
-                    lo = gather("nib_lo", lo_t, init("codes_lo", lo_b), "lo")  # [..., 2, 2]
-                    hi_b = _pack_fields(codes >> 4, 2).reshape(lead)
-                    hi = gather("nib_hi22", hi_t.reshape(256, 2, 2), init("codes_hi", hi_b), "hi")  # [..., 2, 2], x16
+                    lo = gather(f"nib_lo{suffix}", lo_t, init("codes_lo", lo_b), "lo")  # [..., *tail]
+                    hi_b = _pack_fields(codes >> lo_bits, hi_bits).reshape(lead)
+                    hi = gather(f"nib_hi22{suffix}", hi_t, init("codes_hi", hi_b), "hi")  # [..., *tail], x2^lo_bits
+                    small_sum = small
                 else:
-                    lo = fields(lo_b, 4, "codes_lo")  # [..., 2, 2]
-                    hi_b = _pack_fields(codes >> 4, 2).reshape(*lead, 1)
-                    hi = op("Mul", [fields(hi_b, 2, "codes_hi", shape=(2, 2)), self._table("x16", np.array(16, np.int32))], "hi16")
+                    # the fields by BitShift; for 3 and 5 bits kept uint8 until their sum (as the tables' are)
+                    shape_lo = None if lo_k == 1 else tuple(tail[len(tail) - lo_k:])
+                    to = TensorProto.UINT8 if small else TensorProto.INT32
+                    lo = fields(lo_b if shape_lo is None else lo_b[..., None], lo_bits, "codes_lo", shape=shape_lo, to=to)
+                    hi_b = _pack_fields(codes >> lo_bits, hi_bits).reshape(*lead, *[1] * (len(tail) - 1))
+                    up = (self._table(f"u{1 << lo_bits}", np.array(1 << lo_bits, np.uint8)) if small
+                          else self._table(f"x{1 << lo_bits}", np.array(1 << lo_bits, np.int32)))
+                    hi = op("Mul", [fields(hi_b, hi_bits, "codes_hi", shape=tuple(tail), to=to), up], f"hi{1 << lo_bits}")
+                    small_sum = small
                 idx = op("Add", [lo, hi], "code")
-                got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., 2, 2]
+                if small_sum:
+                    idx = op("Cast", [idx], "codei", to=TensorProto.INT32)
+                got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., *tail]
                 if rowwise:
-                    elems, extra = got, [1]
-                    if g.shifted:  # a shift per pair of codes: [rows, q, 2, 1]
-                        shift_shape = [g.rows, n_sub // 2, 2, 1]
+                    elems, extra = got, [1] * (len(tail) - 1)
+                    if g.shifted:  # a shift per pair of codes: [rows, q, *tail[:-1], 1]
+                        shift_shape = [g.rows, n_sub * 2 // unit, *tail[:-1], 1]
                 else:
                     if codes.size != n:
                         flat = op("Reshape", [got, self._ints([-1])], "flat")
                         got = op("Slice", [flat, self._ints([0]), self._ints([n]), self._ints([0])], "cut")
                     elems = op("Reshape", [got, self._ints(shape3)], "elements")
 
-        exps, e_table, e_key, planes, escaped, _ = self._exponent_layout(exps, zero, el_factor)
-        if escaped is not None:
-            e_bits, order, field_, stream = escaped
-            per = 8 // e_bits
-            # the fields come [rows, 1, 1, ...] (shaped as uint8): every step after is the scales' shape
-            if self.opset >= UINT8_ARITHMETIC_OPSET:
-                # the same f + (f // k) * stream[cumsum(f // k)] on uint8 (ranks < 256: exact), int32
-                # only where ONNX asks it (CumSum's input, Gather's indices): each folded step stays in
-                # load RAM until the folding ends, a uint8 one a quarter of an int32 one (BFP16's blocks
-                # of 8: an int32 step a block is an eighth of the weights' bytes; six were)
-                k = (1 << e_bits) - 1
-                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", to=TensorProto.UINT8, length=e_rows,
-                           out_shape=[e_rows, 1, 1, *extra])
-                esc = op("Div", [f, self._table(f"u{k}", np.array(k, np.uint8))], "eq")
-                pos = op("CumSum", [op("Cast", [esc], "eq4", to=TensorProto.INT32), self._table("ax0", np.array(0, np.int32))], "ep")
-                more = op("Mul", [esc, op("Gather", [init("exponents_esc", stream), pos], "ev")], "em")
-                index = op("Cast", [op("Add", [f, more], "eu")], "e", to=TensorProto.INT32)
-            else:
-                f = fields(_pack_fields(field_, e_bits), e_bits, "exponents", length=e_rows, out_shape=[e_rows, 1, 1, *extra])
-                index = escaped_back(f, (1 << e_bits) - 1,
-                                     lambda: op("Cast", [init("exponents_esc", stream)], "es", to=TensorProto.INT32),
-                                     ("eq", "ep", "ev", "em", "e"))
-            table_f = e_table[order]
-            scale = op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
-                       "scale")
-        elif planes != [(8, 0)]:
-            if len(planes) == 1:
-                e_bits = planes[0][0]
-                scale = op("Gather", [self._table(e_key, e_table),
-                                      fields(_pack_fields(exps, e_bits), e_bits, "exponents", length=e_rows,
-                                             out_shape=[e_rows, 1, 1, *extra])], "scale")
-            else:
-                index = op("Reshape", [plane_index(exps, planes, "exponents"), self._ints([e_rows, 1, 1, *extra])], "e3")
-                scale = op("Gather", [self._table(e_key, e_table), index], "scale")
+        exps, e_table, e_key, planes, escaped, runs, _ = self._exponent_layout(exps, zero, el_factor)
+
+        def scales_of(values: np.ndarray, rows: int, shape: list[int], stem_: str) -> str:
+            """float32 scales ``e_table[values]`` (``rows`` indices, shaped ``shape``) from the planes or
+            the escape ``_exponent_layout`` chose: the blocks' own, or the run starts' (``stem_``)."""
+            if escaped is not None:
+                e_bits, order, field_, stream = escaped
+                # the fields come [rows, 1, 1, ...] (shaped as uint8): every step after is the scales' shape
+                if self.opset >= UINT8_ARITHMETIC_OPSET:
+                    # the same f + (f // k) * stream[cumsum(f // k)] on uint8 (ranks < 256: exact), int32
+                    # only where ONNX asks it (CumSum's input, Gather's indices): each folded step stays in
+                    # load RAM until the folding ends, a uint8 one a quarter of an int32 one (BFP16's blocks
+                    # of 8: an int32 step a block is an eighth of the weights' bytes; six were)
+                    k = (1 << e_bits) - 1
+                    f = fields(_pack_fields(field_, e_bits), e_bits, stem_, to=TensorProto.UINT8, length=rows,
+                               out_shape=shape)
+                    esc = op("Div", [f, self._table(f"u{k}", np.array(k, np.uint8))], "eq")
+                    pos = op("CumSum", [op("Cast", [esc], "eq4", to=TensorProto.INT32), self._table("ax0", np.array(0, np.int32))], "ep")
+                    more = op("Mul", [esc, op("Gather", [init(f"{stem_}_esc", stream), pos], "ev")], "em")
+                    index = op("Cast", [op("Add", [f, more], "eu")], "e", to=TensorProto.INT32)
+                else:
+                    f = fields(_pack_fields(field_, e_bits), e_bits, stem_, length=rows, out_shape=shape)
+                    index = escaped_back(f, (1 << e_bits) - 1,
+                                         lambda: op("Cast", [init(f"{stem_}_esc", stream)], "es", to=TensorProto.INT32),
+                                         ("eq", "ep", "ev", "em", "e"))
+                table_f = e_table[order]
+                return op("Gather", [self._table(f"e8m0f_{hashlib.sha1(table_f.tobytes()).hexdigest()[:10]}", table_f), index],
+                          "scale")
+            if planes != [(8, 0)]:
+                if len(planes) == 1:
+                    e_bits = planes[0][0]
+                    return op("Gather", [self._table(e_key, e_table),
+                                         fields(_pack_fields(values, e_bits), e_bits, stem_, length=rows,
+                                                out_shape=shape)], "scale")
+                index = op("Reshape", [plane_index(values, planes, stem_, length=rows), self._ints(shape)], "e3")
+                return op("Gather", [self._table(e_key, e_table), index], "scale")
+            return gather(e_key, e_table, init(stem_, values.reshape(shape)), "scale")
+
+        if runs is not None:
+            # starts[cumsum(flags)]: the run starts' scales (a few entries, their leading one twice), then
+            # one Gather a block by the flags' running sum
+            flags, starts = runs
+            first = scales_of(starts, starts.size, [starts.size], "exponents_runs")
+            f = fields(_pack_fields(flags, 1), 1, "exponents_flags", length=e_rows, out_shape=[e_rows, 1, 1, *extra])
+            pos = op("CumSum", [f, self._table("ax0", np.array(0, np.int32))], "rp")
+            scale = op("Gather", [first, pos], "scale")
         else:
-            scale = gather(e_key, e_table, init("exponents", exps.reshape(e_rows, 1, 1, *extra)), "scale")
+            scale = scales_of(exps, e_rows, [e_rows, 1, 1, *extra], "exponents")
         if own is not None:
             # the stream's rows first, then each own weight's piece (and its shift flags)
             stream_scale = out("ss")
@@ -1658,6 +1724,50 @@ def escape_exponents(index: np.ndarray, free: np.ndarray, table: np.ndarray
     return bits, order, fields, stream
 
 
+#: Exponents as runs (:func:`exponent_runs`): a flag a block (its exponent differs from the block
+#: before it) and a stream of the exponents that start a run; False: planes or the escape only (the
+#: forms before packed20).
+RUN_EXPONENTS = True
+#: File bytes the runs' decode costs beyond its stored bytes (the flags' BitShifts, Reshape, Slice,
+#: Cast, CumSum, the stream's Cast and two Gathers with lean names, ~10 nodes; measured on PP-OCR rec).
+RUNS_NODE_BYTES = 280
+
+
+def exponent_runs(index: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exponent indices ``index`` (one a block) as runs: ``flags`` (1 where a block's index differs
+    from the block before it; the first block's is 1) and ``starts`` (the first block's index, then
+    the index of each block whose flag is 1: the first twice, so that ``starts[cumsum(flags)]`` decodes).
+    Blocks ``free`` (±0 codes: any finite scale) take the index of the block before them (the first
+    non-free one's where they lead), so they never start a run.
+
+    Why: a weight's blocks are stored along its reduction axis, and the blocks of one output channel
+    mostly share its binade (PP-OCR rec MXFP6_E3M2: 56 % of the 75 272 blocks of its large group repeat
+    the block before; their 4-bit plane was 37.6 KB, the runs 26 KB, 0.001 of the fp32 file)."""
+    idx = np.asarray(index, np.int64).reshape(-1)
+    free = np.asarray(free, bool).reshape(-1)
+    if free.all():
+        idx = np.zeros_like(idx)
+    elif free.any():
+        # each free block takes the last non-free index before it (the first non-free one's at the start)
+        at = np.where(~free, np.arange(idx.size), 0)
+        np.maximum.accumulate(at, out=at)
+        lead = int(np.argmax(~free))
+        at[:lead] = lead
+        idx = idx[at]
+    flags = np.ones(idx.size, np.uint8)
+    flags[1:] = idx[1:] != idx[:-1]
+    starts = np.concatenate([idx[:1], idx[flags.astype(bool)]]).astype(np.uint8)
+    back = starts[np.cumsum(flags)]
+    assert np.array_equal(back[~free], np.asarray(index).reshape(-1)[~free])
+    return flags, starts
+
+
+def _planes_bytes(n: int, top: int) -> int:
+    """Stored bytes of ``n`` fields ``0..top`` in the planes :func:`exponent_planes` gives, each
+    plane but a whole-byte one weighed with its unpacking nodes (``PLANE_NODE_BYTES``)."""
+    return sum(-(-n // (8 // b)) + (PLANE_NODE_BYTES if b < 8 else 0) for b, _ in exponent_planes(top))
+
+
 #: A group's exponents index a table of only the values they use (by rank) where that table is at
 #: least this many bytes smaller than the table of their whole span (it may no longer be shared
 #: with another group of the same span).
@@ -1712,14 +1822,27 @@ def one_element_layout(code: ElementCode, codes: np.ndarray, exps: np.ndarray) -
     if not np.array_equal(before.view(np.uint32), after.view(np.uint32)):
         return None
     old_bits = code.container + min(8, max(1, int(e[nz].max() - e[nz].min()).bit_length()))
-    if c.size * (old_bits - f_bits) / 8 < SINGLES_FROM:
+    fields_ = (frac | (index << (code.bits - 1))).astype(np.int64)
+    # the layout's bits, or its bits ranked with an escape where escape_singles takes that (MX4's
+    # 3-bit codes: 7 bits plain, as the block layout's 3 + 4; 5 and an escape ranked; packed20).
+    # Nodes are SINGLES_FROM's margin, as they were.
+    stored = c.size * f_bits / 8
+    escaped = escape_singles(fields_, f_bits, table, code.bits - 1) if ESCAPE_SINGLES else None
+    if escaped is not None:
+        top = int(escaped.stream.max()) if escaped.stream.size else 0
+        stored = min(stored, (escaped.fields.size * escaped.f_bits + escaped.stream.size * max(1, top.bit_length())) / 8)
+    if c.size * old_bits / 8 - stored < SINGLES_FROM:
         return None
-    return (frac | (index << (code.bits - 1))).astype(np.int64), f_bits, table
+    return fields_, f_bits, table
 
 
 #: One-element blocks' exponent indices by frequency with an escape (:func:`escape_singles`); False:
 #: every index in the span's bits (the form before packed15).
 ESCAPE_SINGLES = True
+#: One-element blocks' fields narrower than a byte (MX4's 3-bit sign and fraction and a rank of 2-4 bits,
+#: MX6's 4 and 2) stored in planes of 4/2/1 bits where that stores fewer bytes, nodes counted; False:
+#: a byte each (the form before packed20).
+NARROW_SINGLES = True
 #: File bytes the singles' escape decode costs (Div, CumSum, Cast or the nibbles' BitShifts, Gather,
 #: Mul, Add and two scalars, lean names: ~150-250 B measured on akiki_vad), to weigh it against its saving.
 SINGLES_ESCAPE_NODE_BYTES = 250
@@ -1742,9 +1865,10 @@ class SinglesEscape:
 def _field_bytes(n: int, f_bits: int, base: int = 8) -> int:
     """Stored bytes (and plane nodes) of ``n`` fields ``f_bits`` wide: a byte plane for the low
     ``base`` bits (none with ``base`` 0), and above it the planes :func:`exponent_planes` gives,
-    each but a whole-byte one weighed with its unpacking nodes."""
+    each but a whole-byte one weighed with its unpacking nodes. Fields narrower than a byte take
+    planes of 4/2/1 bits where those weigh less than a byte each (:data:`NARROW_SINGLES`)."""
     if f_bits <= base:
-        return n
+        return min(n, _planes_bytes(n, (1 << f_bits) - 1)) if NARROW_SINGLES and f_bits < 8 else n
     planes = exponent_planes((1 << (f_bits - base)) - 1)
     return (n if base else 0) + sum(-(-n // (8 // b)) + (PLANE_NODE_BYTES if b < 8 else 0) for b, _ in planes)
 
