@@ -8141,19 +8141,22 @@ _RF_THRESHOLD = 0.95
 
 
 def _rf_photo(rng: random.Random):
-    """A group-photo-like picture of 0-4 faces: a drawn scene (render_scene) 4:3 or 3:4 at 640-1280 px, faces pasted on
-    it: the heads of scikit-image's two portraits (the astronaut, the cameraman; a crop of 1.6-2.2 times the face's box
+    """(photo, the pasted faces' boxes in its pixels) for a group-photo-like picture of 0-4 faces: a drawn scene
+    (render_scene) 4:3 or 3:4 at 640-1280 px, faces pasted on it: the heads of scikit-image's two portraits (the astronaut, the cameraman; a crop of 1.6-2.2 times the face's box
     around it) and its LFW face crops (faces 0-99 of lfw_subset.npy, 25 x 25 grey, upscaled bicubic), each face 40-260
-    px wide, mirrored half the time; brightness ±20 %, JPEG 70-95."""
+    px wide, mirrored half the time; brightness ±20 %, JPEG 70-95. An LFW crop's box is the whole crop (the face
+    fills it)."""
     from PIL import Image, ImageEnhance
 
     src = SRC30 / "skimage/data"
+    crop_x0 = lambda c, size: int(max(0, c - size / 2))      # noqa: E731  the crop's left/top edge, as cropped below
     portraits = [(Image.open(src / name).convert("RGB"), box) for name, box in _RF_PORTRAITS]
     lfw = np.load(src / "lfw_subset.npy")[:100]
     long_side = rng.randint(640, 1280)
     w, h = (long_side, long_side * 3 // 4) if rng.random() < 0.6 else (long_side * 3 // 4, long_side)
     photo = render_scene(rng, w, h).convert("RGB")
     k = rng.choice((0, 1, 1, 2, 2, 3, 4))
+    boxes = []
     for _ in range(k):
         face_w = rng.randint(40, min(260, w // 3))
         if rng.random() < 0.5:
@@ -8163,17 +8166,23 @@ def _rf_photo(rng: random.Random):
             crop = img.crop((int(max(0, cx - fw / 2)), int(max(0, cy - fh / 2)), int(min(512, cx + fw / 2)),
                              int(min(512, cy + fh / 2))))
             scale = face_w / (x1 - x0)
+            face = ((x0 - crop_x0(cx, fw)) * scale, (y0 - crop_x0(cy, fh)) * scale, face_w, (y1 - y0) * scale)
         else:
             crop = Image.fromarray((lfw[rng.randrange(100)] * 255).astype(np.uint8)).convert("RGB")
             scale = face_w / 25
+            face = (0.0, 0.0, face_w, face_w)
         crop = crop.resize((max(8, int(crop.size[0] * scale)), max(8, int(crop.size[1] * scale))), Image.BICUBIC)
-        if rng.random() < 0.5:
+        flipped = rng.random() < 0.5
+        if flipped:
             crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-        photo.paste(crop, (rng.randint(0, max(0, w - crop.size[0])), rng.randint(0, max(0, h - crop.size[1]))))
+        at = (rng.randint(0, max(0, w - crop.size[0])), rng.randint(0, max(0, h - crop.size[1])))
+        photo.paste(crop, at)
+        fx = crop.size[0] - face[0] - face[2] if flipped else face[0]
+        boxes.append((at[0] + fx, at[1] + face[1], at[0] + fx + face[2], at[1] + face[1] + face[3]))
     photo = ImageEnhance.Brightness(photo).enhance(rng.uniform(0.8, 1.2))
     buf = io.BytesIO()
     photo.save(buf, format="JPEG", quality=rng.randint(70, 95))
-    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB"), boxes
 
 
 def _rf_input(photo) -> np.ndarray:
@@ -8191,7 +8200,7 @@ def _rf_input(photo) -> np.ndarray:
 def retinaface_feeds(n: int, seed: int) -> list[Feed]:
     """RetinaFace.predict's one call per photo (_rf_photo) as _rf_input makes it."""
     rng = random.Random(seed)
-    return [{"x:0": _rf_input(_rf_photo(rng))} for _ in range(n)]
+    return [{"x:0": _rf_input(_rf_photo(rng)[0])} for _ in range(n)]
 
 
 def _rf_faces(out: np.ndarray) -> np.ndarray:
