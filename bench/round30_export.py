@@ -155,25 +155,16 @@ def export_retinaface(src: Path) -> None:
     class/box/landmark heads, the prior-box decoding and NMS inside the graph), imported as ``RetinaFace.__init__``
     imports it and cut at the tensors it prunes to (``x:0`` in, ``Identity:0`` out), then converted by tf2onnx."""
     import tensorflow as tf
-    import tf2onnx
+    from PIL import Image
+
+    from round29_export import convert_graph_def
 
     graph = tf.compat.v1.GraphDef()
     graph.ParseFromString((src / "retinaface/src/frozen_graph.pb").read_bytes())
-    out = src / OUTPUTS["retinaface"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tf2onnx.convert.from_graph_def(graph, input_names=["x:0"], output_names=["Identity:0"], opset=17,
-                                   output_path=str(out))
-    from PIL import Image
-
     # a real face (random input leaves no detection after the graph's NMS, nothing to compare): scikit-image's
     # astronaut, 320 x 320 as RetinaFace('speed') resizes it, RGB float 0-255
     y = np.asarray(Image.open(src / "skimage/data/astronaut.png").convert("RGB").resize((320, 320)), np.float32)[None]
-    g = tf.Graph()
-    with g.as_default():
-        tf.compat.v1.import_graph_def(graph, name="")
-        with tf.compat.v1.Session(graph=g) as sess:
-            expected = sess.run("Identity:0", {"x:0": y})
-    _check(out, {"x:0": y}, expected)
+    convert_graph_def(graph, "x:0", "Identity:0", src / OUTPUTS["retinaface"], y)
 
 
 def main() -> None:
