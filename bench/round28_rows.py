@@ -24,7 +24,7 @@ def verdict(r: dict) -> tuple[str, str]:
     did = (f"stepped up {m.group(1)} to {m.group(2)}: {names}" if m else
            # the warning cut before the step's names (300 characters): the row's own record of them
            f"stepped up {r.get('n_stepped') or len(stepped)}: {names}" if stepped else
-           f"kept {len(kept)} float: {', '.join(kept)}" if kept else "none")
+           f"kept {r.get('n_kept') or len(kept)} float: {', '.join(kept[:3])}{', …' if len(kept) > 3 else ''}" if kept else "none")
     if "broken" in text:
         # the warning is captured to 300 characters: its "after" may be cut off (the agreement column then tells)
         v = "broken, " + ("holds after repair" if "(holds" in text else "repair acted" if m or kept or stepped else "not repaired")

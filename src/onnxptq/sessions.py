@@ -381,12 +381,28 @@ class _Bound:
                 binding.bind_cpu_input(name, value)
             for name, out in zip(self.names, outputs):
                 binding.bind_output(name, "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
-            self.session.run_with_iobinding(binding)
+            self.session.run_with_iobinding(binding, _quiet_run())
         except Exception:  # noqa: BLE001 - an output shaped by values, not shapes: run() says what else is wrong
             log.debug("outputs not bound from here on: run as given")
             self.template = None
             return _owned(self.session.run(self.names, feed))
         return outputs
+
+
+def _quiet_run() -> Any:
+    """Run options whose log says nothing below FATAL, for the bound try of :class:`_Bound`, which may fail by
+    design (an output shaped by the values, the bound buffer refused) and then runs as given.
+
+    Why: onnxruntime logs the refused buffer as an ERROR on stderr before it raises ("Non-zero status code
+    returned while running Gather node ... has shape {1,16} but the computed output shape for this run is
+    {3,16}"), once a judged batch, though nothing failed: retinaface 1.1.1's TF2 RetinaFace, whose NMS inside
+    the graph returns a face a row, printed 8 such lines per preset under every quantize (bench/RESULTS.md,
+    newmodels30). A real error still shows: the plain run after it raises it with its own message."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
 
 
 def _feed_key(feed: Mapping[str, Any]) -> tuple | None:
