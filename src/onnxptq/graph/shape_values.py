@@ -27,10 +27,12 @@ from .walk import constant_names, outer_reads
 __all__ = ["shape_value_float_tensors"]
 
 REASON = "shape arithmetic (computed from Shape/Size and constants only)"
+CONSTANT_REASON = "a constant read only by shape arithmetic"
 
 
 def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
-    """The main graph's shape values (module docstring), each with the reason it stays float."""
+    """The main graph's shape values (module docstring) and the constants only they read, each with the reason it
+    stays float."""
     constants = constant_names(model.graph)
     shaped: set[str] = set()
     for node in model.graph.node:  # topological order (ONNX requires it)
@@ -40,4 +42,17 @@ def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
             ins = [i for i in node.input if i] + sorted(outer_reads(node))  # a body's outer reads are inputs too
             if ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant
                 (shaped if any(i in shaped for i in ins) else constants).update(o for o in node.output if o)
-    return {name: REASON for name in sorted(shaped)}
+    why = {name: REASON for name in sorted(shaped)}
+    # A constant read only by shape arithmetic is part of it: RetinaFace's tf2onnx export (newmodels30) divides
+    # the input's height and width by the strides as Mul by [1/8, 1/16, 1/32], then Ceil; A16W8 gave that
+    # constant an 8-bit weight grid, 1/16 came back as 0.06299, ceil(608 x 0.06299) = 39 cells instead of 38,
+    # and the priors (20218 rows) no longer matched the box regression (19950) inside quantize's own run.
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in {i for i in node.input if i}:
+            readers.setdefault(name, []).append(node)
+    for name in sorted(constants - shaped):
+        nodes = readers.get(name)
+        if nodes and all(any(o in shaped for o in n.output) for n in nodes):
+            why[name] = CONSTANT_REASON
+    return why
