@@ -114,10 +114,13 @@ def test_shape_arithmetic_in_float_is_found_by_structure():
     float shape vector and its parts are shape values, the constants' Casts fold as constants, and nothing that
     mixes in an activation is one. (The plan of this small graph never selects its shape path; hama's encoder's did,
     and its A16W8 row in bench/RESULTS.md, newmodels18, failed in quantize's verification without the rule.)"""
-    from onnxptq.graph.shape_values import shape_value_float_tensors
+    from onnxptq.graph.shape_values import CONSTANT_REASON, REASON, shape_value_float_tensors
 
     model = _float_shape_model()
-    assert set(shape_value_float_tensors(model)) == {"shp", "shp_f", "scaled", "target_f", "target"}
+    why = shape_value_float_tensors(model)
+    assert {name for name, reason in why.items() if reason == REASON} == {"shp", "shp_f", "scaled", "target_f", "target"}
+    # and the constants only the shape arithmetic reads (tests/test_shape_values_constants.py)
+    assert {name for name, reason in why.items() if reason == CONSTANT_REASON} == {"ones", "tail"}
     model.graph.node.append(helper.make_node("Mul", ["y", "scaled"], ["mixed"], name="mixed"))  # a shape scaling data
     assert "mixed" not in shape_value_float_tensors(model)
 
