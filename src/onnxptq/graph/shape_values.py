@@ -35,22 +35,20 @@ def shape_value_float_tensors(model: onnx.ModelProto) -> dict[str, str]:
     stays float."""
     constants = constant_names(model.graph)
     shaped: set[str] = set()
+    readers: dict[str, list[onnx.NodeProto]] = {}  # each name's readers, a body's outer reads among them
     for node in model.graph.node:  # topological order (ONNX requires it)
+        ins = [i for i in node.input if i] + sorted(outer_reads(node))  # a body's outer reads are inputs too
+        for name in set(ins):
+            readers.setdefault(name, []).append(node)
         if node.op_type in ("Shape", "Size"):
             shaped.update(o for o in node.output if o)
-        else:
-            ins = [i for i in node.input if i] + sorted(outer_reads(node))  # a body's outer reads are inputs too
-            if ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant
-                (shaped if any(i in shaped for i in ins) else constants).update(o for o in node.output if o)
+        elif ins and all(i in shaped or i in constants for i in ins):  # folds: a shape value, or a constant
+            (shaped if any(i in shaped for i in ins) else constants).update(o for o in node.output if o)
     why = {name: REASON for name in sorted(shaped)}
     # A constant read only by shape arithmetic is part of it: RetinaFace's tf2onnx export (newmodels30) divides
     # the input's height and width by the strides as Mul by [1/8, 1/16, 1/32], then Ceil; A16W8 gave that
     # constant an 8-bit weight grid, 1/16 came back as 0.06299, ceil(608 x 0.06299) = 39 cells instead of 38,
     # and the priors (20218 rows) no longer matched the box regression (19950) inside quantize's own run.
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in {i for i in node.input if i}:
-            readers.setdefault(name, []).append(node)
     for name in sorted(constants - shaped):
         nodes = readers.get(name)
         if nodes and all(any(o in shaped for o in n.output) for n in nodes):
