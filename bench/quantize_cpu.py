@@ -54,11 +54,53 @@ TOOLS = ("onnxptq", "ort_pc")
 TARGET = 0.5  # ours / quantize_static's, CPU and peak (issue 26 item 4)
 
 
+def _zoo(model: str) -> Any:
+    """The zoo member ``zoo:NAME`` names (testkit/zoo.py), or None for the shipped models."""
+    if not model.startswith("zoo:"):
+        return None
+    from testkit import zoo
+
+    found = [z for z in zoo.ZOO if z.name == model[4:]]
+    if not found:
+        raise SystemExit(f"--models: {model!r} is not in testkit/zoo.py's ZOO")
+    return found[0]
+
+
+def _model_file(model: str) -> tuple[str, str]:
+    """``(path, input name)`` of ``model``: the shipped models read ``x``; a zoo member must have one input
+    (the feeds are streamed one array a row by ``bench/quantize.py``'s reader)."""
+    member = _zoo(model)
+    if member is None:
+        from testkit.models import model_path
+
+        return str(model_path(model)), "x"
+    import onnx
+
+    path = str(member.path())
+    graph = onnx.load(path, load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    inputs = [i.name for i in graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise SystemExit(f"{model}: {len(inputs)} inputs; quantize_cpu.py streams models of one input")
+    return path, inputs[0]
+
+
 def render(model: str, n: int, path: Path, seed: int = 1234) -> None:
-    """``n`` feeds of ``model`` into ``path`` (key ``x``: both models' input)."""
+    """``n`` feeds of ``model`` into ``path`` (keyed by its input: ``x`` for rec/cls; a zoo member's
+    own feeds as its package makes them, ``testkit/zoo.py``, calibration seed)."""
     from testkit import ocr
     from testkit.models import model_path
 
+    member = _zoo(model)
+    if member is not None:
+        import numpy as np
+
+        from testkit import zoo
+
+        _, name = _model_file(model)
+        feeds = member.make(member.root(), n, zoo.CALIBRATION_SEED)
+        ocr.save_npz(path, np.concatenate([f[name] for f in feeds], axis=0), name)
+        return
     if model == "rec":
         images, _ = ocr.render_lines(n, seed, characters=ocr.load_characters(model_path("rec")))
     else:
@@ -71,11 +113,10 @@ def _quantize(model: str, tool: str, npz: str, output: str) -> dict[str, Any]:
     import logging
 
     import quantize as bench_quantize
-    from testkit.models import model_path
 
     logging.disable(logging.WARNING)  # onnxruntime's quantizer logs a line per tensor at INFO
-    path = str(model_path(model))
-    reader = bench_quantize._reader_class()(npz)
+    path, input_name = _model_file(model)
+    reader = bench_quantize._reader_class()(npz, input_name=input_name)
     extra: dict[str, Any] = {}
     if tool == "onnxptq":
         from onnxptq.api import quantize
@@ -155,13 +196,13 @@ def main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
-        model, tool = args.job.split(":")
+        model, tool = args.job.rsplit(":", 1)
         print(json.dumps(_quantize(model, tool, args.npz, args.out)))
         return
     models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in MODELS]
+    unknown = [m for m in models if m not in MODELS and not m.startswith("zoo:")]
     if unknown:
-        ap.error(f"--models: {unknown} not among {sorted(MODELS)}")
+        ap.error(f"--models: {unknown} not among {sorted(MODELS)} nor zoo:NAME")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     srcs: list[str | None] = list(args.src) or [None]

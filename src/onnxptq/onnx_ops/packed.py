@@ -145,6 +145,10 @@ CAST_INT_CODES = True
 #: 5: a 4-bit and a 1-bit plane); False: in a 4-bit and a 6-bit container (the forms before packed20:
 #: a quarter of MX4's element bytes and a sixth of MX6's were padding).
 NARROW_CODES = True
+#: 3- and 5-bit codes of large groups decoded by one Gather from a table of every (low byte, its codes'
+#: high bits) built at load (WeightPacker._combined_table); False: each plane by its own table, the sum
+#: indexing the code table (packed20's form: three more code-sized steps held while onnxruntime folds).
+COMBINED_CODES = True
 #: (low plane bits, high plane bits) of the codes stored in two planes, by container.
 CODE_PLANES = {3: (2, 1), 5: (4, 1), 6: (4, 2)}
 
@@ -540,6 +544,73 @@ class WeightPacker:
             else:
                 self.table_inits.append(store(values, name))
         return self.tables[key]
+
+    def _shifted_high(self, hs: np.ndarray, head: list[int], h_bits: int, pairs: int) -> str:
+        """int32 ``[16 * 256, *head]``: entry ``s * 256 + b`` is a high byte ``b``'s fields (``hs[b]``, x256)
+        plus, for each low byte it spans, the 1-bit shifts of its ``pairs`` pairs of codes (from the
+        shift nibble ``s``, first pair lowest) placed above the high bits (x ``2^(8 + h_bits)``): the
+        combined table's index (:meth:`_combined_table`) less the low byte. Built at load by one Add
+        and a Reshape from ``hs`` and a 16-row table, made once a model."""
+        key = f"cb_sh{h_bits}_{pairs}"
+        if key in self.tables:
+            return self.tables[key]
+        s = np.arange(16)
+        st = (np.stack([((s >> (pairs * k)) & ((1 << pairs) - 1)) << (8 + h_bits) for k in range(4 // pairs)], axis=1)
+              .reshape(16, 1, *head).astype(np.int32))
+        both = self.fresh("pkcs")
+        name = self.fresh(f"pkt_{key}")
+        ins = [self._table(f"cb_st{h_bits}_{pairs}", st), self._table(f"cb_split{h_bits}_{'x'.join(map(str, head))}", hs),
+               self._ints([16 * 256, *head])]
+        self.table_casts += [helper.make_node("Add", ins[:2], [both]), helper.make_node("Reshape", [both, ins[2]], [name])]
+        self.tables[key] = name
+        return name
+
+    def _combined_table(self, code: ElementCode, table: np.ndarray, lo_t: np.ndarray, lo_bits: int, hi_bits: int,
+                        h_bits: int, lo_tail: list[int], pairs: int = 0) -> str:
+        """float32 ``[2^h_bits * 256, *lo_tail]``: entry ``h * 256 + l`` holds the values of the codes
+        whose low plane is the byte ``l`` and whose high bits are ``h`` (``hi_bits`` a code, first code
+        lowest), so a group's elements are one Gather of an int32 index a low byte. Built at load from
+        the code table, ``lo_t`` (each byte's low fields, uint8) and the high fields (``2^h_bits`` rows,
+        shifted up past the low bits) by Add, Cast, Gather and Reshape (made once a model and folded:
+        4096 x 4 floats for MX4, 1024 x 2 for MX6), so the file stores 4 + 16 B, not 64 KB. The same
+        floats as the planes' sum indexing the table (the same entry of the same table).
+
+        ``pairs`` (> 0): each low byte's ``pairs`` pairs of codes carry a 1-bit shift, indexed above
+        the high bits (:meth:`_shifted_high`): the table has ``2^pairs`` times the rows, a code of a
+        shifted pair halved (one Mul by 0.5 or 1). ``(v * 0.5) * scale`` is the float32 product
+        ``v * (scale * 0.5)`` was wherever both halvings are exact (the caller checks the code table
+        and the group's scales, :func:`_halves_exactly`): each is the exact product rounded once."""
+        key = f"cb_{code.key}_{lo_bits}{hi_bits}" + (f"_s{pairs}" if pairs else "")
+        if key in self.tables:
+            return self.tables[key]
+        if pairs:
+            plain = self._combined_table(code, table, lo_t, lo_bits, hi_bits, h_bits, lo_tail)
+            s = np.arange(1 << pairs)
+            j = np.arange(int(np.prod(lo_tail)))
+            f = np.where((s[:, None] >> (j[None, :] // 2)) & 1, np.float32(0.5), np.float32(1)).astype(np.float32)
+            both = self.fresh("pkcm")
+            name = self.fresh(f"pkt_{key}")
+            rows = (1 << pairs) * (1 << h_bits) * 256
+            self.table_casts += [helper.make_node("Mul", [plain, self._table(f"cb_half{pairs}_{'x'.join(map(str, lo_tail))}",
+                                                                             f.reshape(1 << pairs, 1, *lo_tail))], [both]),
+                                 helper.make_node("Reshape", [both, self._ints([rows, *lo_tail])], [name])]
+            self.tables[key] = name
+            return name
+        h = np.arange(1 << h_bits)
+        hn = (np.stack([((h >> (hi_bits * j)) & ((1 << hi_bits) - 1)) << lo_bits for j in range(8 // lo_bits)], axis=1)
+              .reshape(1 << h_bits, 1, *lo_tail).astype(np.uint8))
+        both = self.fresh("pkcb")
+        idx = self.fresh("pkci")
+        vals = self.fresh("pkcv")
+        name = self.fresh(f"pkt_{key}")
+        ins = [self._table(f"cb_hn{lo_bits}{hi_bits}", hn), self._table(f"nib_lo{lo_bits}{hi_bits}", lo_t),
+               self._table(f"el6_{code.key}", table), self._ints([(1 << h_bits) * 256, *lo_tail])]
+        self.table_casts += [helper.make_node("Add", ins[:2], [both]),  # [2^h_bits, 256, *lo_tail] uint8
+                             helper.make_node("Cast", [both], [idx], to=TensorProto.INT32),
+                             helper.make_node("Gather", [ins[2], idx], [vals]),
+                             helper.make_node("Reshape", [vals, ins[3]], [name])]
+        self.tables[key] = name
+        return name
 
     def _halving_pays(self, entries: int) -> bool:
         """Whether a table of ``entries`` values bfloat16 holds is stored half: the halved bytes
@@ -1270,6 +1341,7 @@ class WeightPacker:
         shape3 = [g.rows, n_sub, g.sub]
         extra: list[int] = []  # the trailing 1s the scales need where the elements stay 4-D
         shift_shape: list[int] | None = None  # the shifts' shape where it is not [rows, n_sub, 1, *extra]
+        shifts_done = False  # the sub-block shifts are in the elements' index (pair_shifts, below)
 
         def init(stem_: str, array: np.ndarray) -> str:
             nm = self.fresh(f"{g.output}_{stem_}")
@@ -1302,8 +1374,20 @@ class WeightPacker:
             ``out_shape``), cut and shaped while they are uint8, before the Cast: each folded step
             stays in load RAM until onnxruntime's folding ends, a uint8 one a quarter of an int32 one."""
             per = 8 // bits
+            flag = bits == 1 and to == TensorProto.BOOL and self.opset >= BITWISE_AND_OPSET and shape is None
+            cut = next((k for k in range(1, len(out_shape or [])) if int(np.prod(out_shape[k:])) == 8
+                        and int(np.prod(out_shape[:k])) == stored.size), None) if flag and length == stored.size * 8 else None
+            if cut is not None:
+                # a byte's 8 flags are the trailing axes of ``out_shape`` (MX4/MX6's [rows, q, 2, 2, 1]): the
+                # bytes shaped as its leading axes and the bits' table as its trailing ones give the flags
+                # in their shape at once, where a Reshape to flat and one back held two more copies at load
+                v = init(stem_, stored.reshape(*out_shape[:cut], *[1] * (len(out_shape) - cut)))
+                tail_ = [int(d) for d in out_shape[cut:]]
+                v = op("BitwiseAnd", [v, self._table(f"bit1_{'x'.join(map(str, tail_))}",
+                                                     (1 << np.arange(8)).astype(np.uint8).reshape(tail_))], "bit")
+                return op("Cast", [v], "idx", to=to)
             v = init(stem_, stored[..., None])
-            if bits == 1 and to == TensorProto.BOOL and self.opset >= BITWISE_AND_OPSET and shape is None:
+            if flag:
                 # a flag: its bit alone (nonzero is true), one uint8 step where two shifts took two
                 v = op("BitwiseAnd", [v, self._table("bit1", (1 << np.arange(8)).astype(np.uint8))], "bit")
             elif per > 1:
@@ -1479,7 +1563,41 @@ class WeightPacker:
                 # index the table with no Reshape between: each folded step holds a copy of the group in
                 # load RAM until onnxruntime's folding ends (two int32 Reshapes and a float one before packed15)
                 suffix = "" if code.container == 6 else f"{lo_bits}{hi_bits}"
-                if _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
+                combined = ""
+                pair_shifts = False
+                if small and COMBINED_CODES and _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
+                    # one Gather of the elements from a table indexed by a low byte and the high
+                    # bits of its codes (built at load, :meth:`_combined_table`): the index is int32
+                    # a low byte, where the two planes' tables gave uint8 codes, their sum and an
+                    # int32 copy of it a code (rec MX4's load peak 105.8 -> 124.8 MB, packed20)
+                    head = tail[: len(tail) - lo_k]  # the low bytes a high byte spans
+                    h_bits = (8 // lo_bits) * hi_bits  # high bits over one low byte's codes
+                    hs = _byte_fields(h_bits, head, 8)
+                    hi_b = _pack_fields(codes >> lo_bits, hi_bits).reshape(lead)
+                    lo_tail = tail[len(tail) - lo_k:]
+                    # a row of 16 codes (2 high bytes) with a 1-bit shift a pair (one byte a row): the shifts
+                    # index the table too (its entries halved), so no half-or-whole scale a pair by Where
+                    # (a bool and a float a pair held at load, rec MX4 -5 MB) where the group's scales halve exactly
+                    pair_shifts = (rowwise and g.shifted and g.sub == 2 and n_sub == 8 and unit == 8
+                                   and g.layout.shift_container == 1 and not g.own
+                                   and np.array_equal(table * np.float32(0.5) * np.float32(2), table)
+                                   and _halves_exactly(self._exponent_layout(exps, zero, el_factor)[1]))
+                    if pair_shifts:
+                        nib = _byte_fields(4, [2], 8)  # a shift byte's nibbles (a high byte's 4 pairs), x256
+                        sb = np.concatenate(g.shifts)
+                        s_idx = gather(f"cb_split4_2", nib, init("shifts", _pack_fields(sb, 1).reshape(g.rows)), "sn")
+                        h_idx = op("Add", [op("Cast", [init("codes_hi", hi_b)], "hc", to=TensorProto.INT32), s_idx], "hs")
+                        pairs = (8 // lo_bits) // 2  # pairs a low byte holds
+                        hi = op("Gather", [self._shifted_high(hs, head, h_bits, pairs), h_idx], "hi")  # [*lead, *head]
+                    else:
+                        pairs = 0
+                        hi = gather(f"cb_split{h_bits}_{'x'.join(map(str, head))}", hs, init("codes_hi", hi_b), "hi")
+                    lo = op("Cast", [init("codes_lo", lo_b)], "lo", to=TensorProto.INT32)  # [*lead, *head]
+                    idx = op("Add", [lo, hi], "code")
+                    combined = self._combined_table(code, table, lo_t.astype(np.uint8), lo_bits, hi_bits, h_bits,
+                                                    lo_tail, pairs)
+                    got = op("Gather", [combined, idx], "pairs")  # [*lead, *tail]
+                elif _by_table(lo_b.size, lo_t.nbytes + hi_t.nbytes):
                     lo = gather(f"nib_lo{suffix}", lo_t, init("codes_lo", lo_b), "lo")  # [..., *tail]
                     hi_b = _pack_fields(codes >> lo_bits, hi_bits).reshape(lead)
                     hi = gather(f"nib_hi22{suffix}", hi_t, init("codes_hi", hi_b), "hi")  # [..., *tail], x2^lo_bits
@@ -1494,13 +1612,16 @@ class WeightPacker:
                           else self._table(f"x{1 << lo_bits}", np.array(1 << lo_bits, np.int32)))
                     hi = op("Mul", [fields(hi_b, hi_bits, "codes_hi", shape=tuple(tail), to=to), up], f"hi{1 << lo_bits}")
                     small_sum = small
-                idx = op("Add", [lo, hi], "code")
-                if small_sum:
-                    idx = op("Cast", [idx], "codei", to=TensorProto.INT32)
-                got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., *tail]
+                if not combined:
+                    idx = op("Add", [lo, hi], "code")
+                    if small_sum:
+                        idx = op("Cast", [idx], "codei", to=TensorProto.INT32)
+                    got = op("Gather", [self._table(f"el6_{code.key}", table), idx], "pairs")  # [..., *tail]
                 if rowwise:
                     elems, extra = got, [1] * (len(tail) - 1)
-                    if g.shifted:  # a shift per pair of codes: [rows, q, *tail[:-1], 1]
+                    if g.shifted and pair_shifts:
+                        shifts_done = True
+                    elif g.shifted:  # a shift per pair of codes: [rows, q, *tail[:-1], 1]
                         shift_shape = [g.rows, n_sub * 2 // unit, *tail[:-1], 1]
                 else:
                     if codes.size != n:
@@ -1573,7 +1694,7 @@ class WeightPacker:
             shifts = np.concatenate(g.shifts)
             cond = fields(_pack_fields(shifts, 1), 1, "shifts", to=TensorProto.BOOL, length=shifts.size)
             self._split_pieces(cond, g.shift_pieces, node, frag.nodes)
-        elif g.shifted:
+        elif g.shifted and not shifts_done:
             c = g.layout.shift_container
             per = 8 // c
             shifts = np.concatenate(g.shifts)
@@ -1917,6 +2038,19 @@ def escape_singles(fields_: np.ndarray, f_bits: int, table: np.ndarray, frac_bit
     ranked = table[order]
     assert np.array_equal(ranked[back].view(np.uint32), table[index].view(np.uint32))
     return SinglesEscape(out.astype(np.int64), frac_bits + bits, ranked.astype(np.float32), bits, stream)
+
+
+def _byte_fields(bits: int, shape: list[int], up: int) -> np.ndarray:
+    """int32 ``[256, *shape]``: each byte's ``bits``-bit fields (low field first) times ``2^up``."""
+    b = np.arange(256)
+    return (np.stack([((b >> (bits * k)) & ((1 << bits) - 1)) << up for k in range(8 // bits)], axis=1)
+            .reshape(256, *shape).astype(np.int32))
+
+
+def _halves_exactly(scales: np.ndarray) -> bool:
+    """Whether ``scales * 0.5`` is exact for every scale (none the smallest subnormals'; NaN stays NaN)."""
+    s = np.asarray(scales, np.float32)
+    return bool(np.array_equal(s * np.float32(0.5) * np.float32(2), s, equal_nan=True))
 
 
 def _by_table(stored: int, table_bytes: int) -> bool:
