@@ -128,7 +128,13 @@ def model_and_data(model: str, samples: int, npz: str | None = None, lines: int 
         import quantize as bench_quantize
         from testkit.models import model_path
 
-        return model_path("rec"), bench_quantize._reader_class()(npz, limit=lines)
+        if model.startswith("zoo:"):  # a zoo member's feeds as quantize_cpu.py writes them
+            import quantize_cpu
+
+            path, name = quantize_cpu._model_file(model)
+            return path, bench_quantize._reader_class()(npz, limit=lines, input_name=name)
+        # the rendered lines of rec, or of cls where that model is named (both read ``x``)
+        return model_path("cls" if model == "cls" else "rec"), bench_quantize._reader_class()(npz, limit=lines)
     return _data(model, samples)
 
 
