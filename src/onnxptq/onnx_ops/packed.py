@@ -31,8 +31,10 @@ Forms, per format (all decode at the model's own opset, ≥ 11; no opset raise i
   MX9, MXINT8) as int8 two's complement decoded by one ``Cast`` (their step folded into the
   exponent table; a -0 code, stored -128, restored by ``fmod(x, 128)``), other codes in their own
   width: 6 bits (MXFP6: a 4-bit and a 2-bit plane), 5 (MX6: 4 + 1) or 3 (MX4: 2 + 1), combined by
-  ``Gather`` + ``Add`` then a table of the codes' values; or 4 bits (MXFP4: two per byte, ``Gather``
-  from a [256, 2] table); blocks of one
+  ``Gather`` + ``Add`` then a table of the codes' values (3 and 5 bits on large groups from opset 14:
+  one ``Gather`` a low byte from a table of every low byte and its codes' high bits, and where a row
+  is 16 codes its pairs' shifts, built at load, :meth:`WeightPacker._combined_table`); or 4 bits
+  (MXFP4: two per byte, ``Gather`` from a [256, 2] table); blocks of one
   element (integer codes) are stored as small floats, the code's top magnitude bit implied
   (:func:`one_element_layout`). Why so few full-size steps: onnxruntime folds the chain at every
   session creation and keeps each step's output until its optimisation ends, ~3 ns an element a
