@@ -86,17 +86,30 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
 
 
 def _off_unit_axis(axis: int, dims: tuple[int | None, ...] | None) -> int:
-    """``axis``, or the last axis of length > 1 when ``axis`` is known to have length 1.
+    """``axis``, or, when ``axis`` is known to have length 1, the last axis of length > 1, else the last axis
+    after the first whose length is unknown (a dynamic spatial or time axis).
 
     Blocks along a length-1 axis hold one element each: the format's shared exponent becomes a
     per-element one (no longer the format the user asked for), and every element pays a block's
     ops. A reader that does not reduce (Add, Mul, Concat, ...) has no axis of its own, so the
     blocks run where the tensor has extent; transformer activations ``[seq, 1, C]`` (batch 1 in the
-    middle, as torch's ``nn.MultiheadAttention`` layout exports) block along ``C``."""
+    middle, as torch's ``nn.MultiheadAttention`` layout exports) block along ``C``. A single-channel
+    Conv input (a grey image, a mel image, a waveform) blocks along its last spatial axis: a Conv
+    over one channel reduces over its kernel's spatial window, so that is where its dot product's
+    operands lie. Where the spatial lengths are dynamic (``[N, 1, h, w]``, ``[N, 1, T]``) the last
+    of them is taken all the same: a dynamic axis is an image's or a clip's extent, and leaving the
+    blocks on the channel axis made every element a block of its own, which under MXFP8_E4M3
+    saturates every element whose mantissa is above 1.75 (one in eight, by up to 12.5 %) instead of
+    one block maximum in 32 (bench/RESULTS.md "Single-channel convolutions", degen21). The first
+    axis is never taken for an unknown length: it is the batch, and blocks across samples would
+    make one sample's values depend on another's."""
     if not dims or not -len(dims) <= axis < len(dims) or dims[axis] != 1:
         return axis
     for i in range(len(dims) - 1, -1, -1):
         if dims[i] is not None and dims[i] > 1:
+            return i - len(dims)
+    for i in range(len(dims) - 1, 0, -1):
+        if dims[i] is None:
             return i - len(dims)
     return axis
 
