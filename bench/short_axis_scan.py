@@ -1,4 +1,4 @@
-"""Which models' block plans the dynamic-axis fallback of ``_off_unit_axis`` changes (degen21): for each model, the
+"""Which models' block plans the dynamic-axis fallback of ``plan/short_blocks.off_unit_axis`` changes (degen21): for each model, the
 activations of a block-format plan whose planned axis has length 1 and no other axis a known length > 1, i.e. where
 main's plan kept one element per block and the branch's blocks run along the last dynamic axis (not the batch):
 the plan made with both rules on this tree, every planned tensor whose axis differs listed.
@@ -67,12 +67,12 @@ def fallback_tensors(path: str, preset: str) -> list[str]:
     dims = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
             for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)}
     branch = make_plan(model, cfg)
-    real = assign._off_unit_axis
-    assign._off_unit_axis = _main_rule
+    real = assign.off_unit_axis
+    assign.off_unit_axis = _main_rule
     try:
         main_plan = make_plan(model, cfg)
     finally:
-        assign._off_unit_axis = real
+        assign.off_unit_axis = real
     hits = []
     for name in sorted(set(branch.tensors) | set(main_plan.tensors)):
         a, b = main_plan.tensors.get(name), branch.tensors.get(name)

@@ -1,6 +1,6 @@
 """A single-channel Conv input blocks along its last spatial axis whether or not the exporter declared the sizes.
 
-pipeline/plan/assign.py ``_off_unit_axis``: a block axis of known length 1 (a Conv's channel axis on a grey image, a
+pipeline/plan/short_blocks.py ``off_unit_axis``: a block axis of known length 1 (a Conv's channel axis on a grey image, a
 mel image, a waveform) moves to where the tensor has extent. It used to move only to an axis of *known* length > 1,
 so the same single-channel convolution exported with dynamic spatial sizes (``[N, 1, h, w]``) kept its blocks on the
 channel axis, one element each: under MXFP8_E4M3 every element then takes its own OCP exponent and every one whose
@@ -93,10 +93,10 @@ def test_mxfp8_error_against_float() -> None:
 def test_batch_axis_is_never_a_block_axis() -> None:
     """A ``[N, 1]`` activation whose only other axis is the batch keeps its blocks on its own axis: blocks across
     samples would make one sample's result depend on the others in its batch."""
-    from onnxptq.pipeline.plan.assign import _off_unit_axis
+    from onnxptq.pipeline.plan.short_blocks import off_unit_axis
 
-    assert _off_unit_axis(1, (None, 1)) == 1
-    assert _off_unit_axis(1, (None, 1, None, None)) == -1
-    assert _off_unit_axis(1, (None, 1, None)) == -1
-    assert _off_unit_axis(1, (None, 1, 40, None)) == -2
-    assert _off_unit_axis(1, (None, 8, None, None)) == 1
+    assert off_unit_axis(1, (None, 1)) == 1
+    assert off_unit_axis(1, (None, 1, None, None)) == -1
+    assert off_unit_axis(1, (None, 1, None)) == -1
+    assert off_unit_axis(1, (None, 1, 40, None)) == -2
+    assert off_unit_axis(1, (None, 8, None, None)) == 1
