@@ -98,11 +98,9 @@ def with_conv_input_axis(axis: int | None, build: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("key")
-    ap.add_argument("--presets", default="MXINT8,MXFP8_E4M3")
-    ap.add_argument("--calib", type=int, default=40)
-    ap.add_argument("--fresh", type=int, default=48)
-    ap.add_argument("--fresh-seed", type=int, default=1000)
-    ap.add_argument("--variants", default="plain,acts_float,w_bf16,acts_int8")
+    for option, kind, default in (("--presets", str, "MXINT8,MXFP8_E4M3"), ("--calib", int, 40), ("--fresh", int, 48),
+                                  ("--fresh-seed", int, 1000), ("--variants", str, "plain,acts_float,w_bf16,acts_int8")):
+        ap.add_argument(option, type=kind, default=default)
     ap.add_argument("--each", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)

@@ -18,6 +18,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _conv_front import conv_front_nodes
+
 from onnxptq.api import quantize
 from onnxptq.config.presets import resolve_config
 
@@ -33,13 +35,7 @@ def _model(dynamic: bool) -> onnx.ModelProto:
              "w3": (rng.standard_normal((16, 4)) / 4).astype(np.float32)}
     nodes = [helper.make_node("Mul", ["image", "g"], ["scaled"], name="bn_mul"),
              helper.make_node("Add", ["scaled", "b"], ["affine"], name="bn_add"),
-             helper.make_node("Conv", ["affine", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-             helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
-             helper.make_node("Flatten", ["gap"], ["feat"], name="flat"),
-             helper.make_node("MatMul", ["feat", "w3"], ["logits"], name="head")]
+             *conv_front_nodes("affine")]
     dims = ["n", 1, "h", "w"] if dynamic else [1, 1, H, W]
     graph = helper.make_graph(nodes, "one_channel", [helper.make_tensor_value_info("image", TensorProto.FLOAT, dims)],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n" if dynamic else 1, 4])],
