@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _conv_front import conv_front_nodes
 from _graph_precision import mx_scale_search
 
 from onnxptq.api import quantize
@@ -32,14 +33,7 @@ def _model() -> onnx.ModelProto:
     w1 -= w1.mean(axis=(1, 2, 3), keepdims=True)  # edge detectors: taps that cancel on a flat image
     w2 = (rng.standard_normal((32, 16, 3, 3)) / 12).astype(np.float32)
     w3 = (rng.standard_normal((32, 4)) / 6).astype(np.float32)
-    nodes = [helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"),
-             helper.make_node("Conv", ["nchw", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-             helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
-             helper.make_node("Flatten", ["gap"], ["feat"], name="flat"),
-             helper.make_node("MatMul", ["feat", "w3"], ["logits"], name="head")]
+    nodes = [helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"), *conv_front_nodes("nchw")]
     graph = helper.make_graph(nodes, "grey", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, H, H, 3])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4])],
                               [numpy_helper.from_array(w, n) for w, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))])

@@ -36,6 +36,7 @@ from .scarce import scarce_ranges
 from .thresholds import decision_thresholds
 from .select import is_lookup_table, _cpu_skip_reason, _drop_isolated_cpu_nodes, configured_op_types, _feeds_fused_activation, _fused_activations, _Graph, _node_formats, _skip_reason
 from .fp_blocks import dot_operands_only, fp_element_blocks
+from .short_blocks import off_unit_axis
 from .log_readers import fp_log_domain_dots
 from .late_rules import late_float_rules
 from .corners import orphan_int32_biases, passthrough_outputs, row_int32_biases, scalar_block_tensors
@@ -83,22 +84,6 @@ def _block_axis(node: onnx.NodeProto, index: int, rank: int | None, is_weight: b
     if rank == 1:
         return 0
     return default
-
-
-def _off_unit_axis(axis: int, dims: tuple[int | None, ...] | None) -> int:
-    """``axis``, or the last axis of length > 1 when ``axis`` is known to have length 1.
-
-    Blocks along a length-1 axis hold one element each: the format's shared exponent becomes a
-    per-element one (no longer the format the user asked for), and every element pays a block's
-    ops. A reader that does not reduce (Add, Mul, Concat, ...) has no axis of its own, so the
-    blocks run where the tensor has extent; transformer activations ``[seq, 1, C]`` (batch 1 in the
-    middle, as torch's ``nn.MultiheadAttention`` layout exports) block along ``C``."""
-    if not dims or not -len(dims) <= axis < len(dims) or dims[axis] != 1:
-        return axis
-    for i in range(len(dims) - 1, -1, -1):
-        if dims[i] is not None and dims[i] > 1:
-            return i - len(dims)
-    return axis
 
 
 #: Readers whose block axis is the axis they reduce over (contract, normalize, softmax): for their
@@ -262,7 +247,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                     if config.refine_block_axis:  # a weight computed at load (select.runs_at_load): the weight's blocks
                         axis = _block_axis(node, index, g.rank.get(name), at_load := g.made_at_load(name), default)
                         if not (_reduces(node, index) or at_load):
-                            axis = _off_unit_axis(axis, g.dims.get(name))
+                            axis = off_unit_axis(axis, g.dims.get(name))
                     else:
                         axis = default
                 add(name, "activation", quant, node, consumer=True, axis=axis, reducing=_reduces(node, index))
@@ -280,7 +265,7 @@ def make_plan(model: onnx.ModelProto, config: QuantConfig) -> Plan:
                 # A MatMul's output rows are along its last axis, whatever its first input was.
                 axis = -1 if (node.op_type == "MatMul" and config.refine_block_axis) else default
                 if config.refine_block_axis:
-                    axis = _off_unit_axis(axis, g.dims.get(out))
+                    axis = off_unit_axis(axis, g.dims.get(out))
                 if g.rank.get(out) == 1:
                     axis = 0
             add(out, "activation", quant, node, consumer=False, axis=axis)

@@ -1,6 +1,8 @@
-"""FP8-element MX activations holding the model input in blocks shorter than the format's take the unsaturated exponent.
+"""Block axes shorter than the block: where blocks along a length-1 axis run instead (:func:`off_unit_axis`, the
+plan's axis rule, its reasons in its docstring), and the exponent of FP8-element MX activations holding the model input
+in blocks shorter than the format's (:func:`short_block_exponents`: the unsaturated one).
 
-Why: OCP's shared exponent ``floor(log2(amax)) - emax_elem`` maps a block's maximum into
+Why the exponent: OCP's shared exponent ``floor(log2(amax)) - emax_elem`` maps a block's maximum into
 ``[2^emax, 2^(emax+1))`` and an FP8 element saturates at 1.75·2^emax (E4M3: 448), so a block whose
 maximum has a mantissa above 1.75 (about one in five) loses up to 12.5 % of its largest value
 (formats/mx.py). In a full block of 32 that is one element in 32, one rounding among many. A block
@@ -50,13 +52,42 @@ from .types import TensorPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FP8_ELEMENTS", "INPUT_PERMUTING_OPS", "fp8_ocp", "input_values", "short_block_exponents", "short_block", "unsaturated"]
+__all__ = ["FP8_ELEMENTS", "INPUT_PERMUTING_OPS", "fp8_ocp", "input_values", "off_unit_axis", "short_block_exponents", "short_block", "unsaturated"]
 
 #: FP8 element types: one binade up costs them nothing that matters (module docstring)
 FP8_ELEMENTS = ("fp8_e4m3", "fp8_e5m2")
 
 #: ops whose output holds each element of their data input exactly once and nothing else
 INPUT_PERMUTING_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def off_unit_axis(axis: int, dims: tuple[int | None, ...] | None) -> int:
+    """``axis``, or, when ``axis`` is known to have length 1, the last axis of length > 1, else the last axis
+    after the first whose length is unknown (a dynamic spatial or time axis).
+
+    Blocks along a length-1 axis hold one element each: the format's shared exponent becomes a
+    per-element one (no longer the format the user asked for), and every element pays a block's
+    ops. A reader that does not reduce (Add, Mul, Concat, ...) has no axis of its own, so the
+    blocks run where the tensor has extent; transformer activations ``[seq, 1, C]`` (batch 1 in the
+    middle, as torch's ``nn.MultiheadAttention`` layout exports) block along ``C``. A single-channel
+    Conv input (a grey image, a mel image, a waveform) blocks along its last spatial axis: a Conv
+    over one channel reduces over its kernel's spatial window, so that is where its dot product's
+    operands lie. Where the spatial lengths are dynamic (``[N, 1, h, w]``, ``[N, 1, T]``) the last
+    of them is taken all the same: a dynamic axis is an image's or a clip's extent, and leaving the
+    blocks on the channel axis made every element a block of its own, which under MXFP8_E4M3
+    saturates every element whose mantissa is above 1.75 (one in eight, by up to 12.5 %) instead of
+    one block maximum in 32 (bench/RESULTS.md "Single-channel convolutions", degen21). The first
+    axis is never taken for an unknown length: it is the batch, and blocks across samples would
+    make one sample's values depend on another's."""
+    if not dims or not -len(dims) <= axis < len(dims) or dims[axis] != 1:
+        return axis
+    for i in range(len(dims) - 1, -1, -1):
+        if dims[i] is not None and dims[i] > 1:
+            return i - len(dims)
+    for i in range(len(dims) - 1, 0, -1):
+        if dims[i] is None:
+            return i - len(dims)
+    return axis
 
 
 def fp8_ocp(quant: TensorQuant | None) -> bool:
