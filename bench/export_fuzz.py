@@ -40,7 +40,10 @@ import numpy as np
 PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP4")
 #: fuzz18 added TorchScript at opset 11 (older exports: attribute axes, Split by attribute, Resize with roi/scales,
 #: Softmax over the flattened trailing axes); it changes what ``draw`` gives for earlier seeds.
-EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20), ("torchscript", 11))
+#: fuzz21 added dynamo at opset 23, where torch writes SDPA as the ``Attention`` op, RMSNorm as ``RMSNormalization`` and
+#: GroupNorm as ``GroupNormalization``; it too changes what ``draw`` gives for earlier seeds.
+EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20), ("torchscript", 11),
+           ("dynamo", 23))
 D, C, T, HW = 16, 8, 12, 16  # token width, image channels, sequence length, image side
 VOCAB = 50
 #: Blocks that read HF's int64 ``attention_mask`` (input ``amask``) rather than the bool padding.
@@ -74,6 +77,10 @@ OPSET13_BLOCKS = OPSET13_BLOCKS | {"fake_quant_qat"}
 #: Blocks the dynamo exporter refuses (torch.export has no fake-quantize decomposition): drawn under TorchScript 17
 #: where dynamo came up; the draw's random calls are unchanged.
 TORCHSCRIPT_BLOCKS = frozenset({"fake_quant_qat"})
+#: Blocks whose dynamo export at opset 23 writes an ``Attention`` with a mask broadcast over the query axis, which
+#: onnxruntime 1.32's CPU kernel refuses ("inconsistent q_sequence_length"; the float model does not run): drawn at 20
+#: where 23 came up (/work/cache/fuzz21/op23.py).
+ATTN23_BLOCKS = frozenset({"sdpa_boolmask", "sdpa_addmask", "mha"})
 #: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
 #: length under either exporter, so the sequence axis is drawn static.
 UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
@@ -946,8 +953,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
             a = torch.softmax(sc, -1) @ vc
             return h + self.o(a.transpose(1, 2).reshape(b, t, D))
 
-    class NegInfMaskFp16(nn.Module):  # fp16 attention whose padded keys are filled with −inf by masked_fill (Where with an
-        def __init__(self):          # −inf constant in half), softmax in half; the padding read from the bool mask
+    class NegInfMaskFp16(nn.Module):  # attention whose padded keys are filled with −inf by masked_fill (Where with an −inf
+        def __init__(self):          # constant; ``neginf_mask_fp16`` always in half), softmax; the padding from the bool mask
             super().__init__()
             self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
 
@@ -1008,7 +1015,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "logmel_whisper": LogMelWhisper,
         "rmsnorm_offset": RMSOffset, "rmsnorm_offset_fp16": RMSOffsetFp16, "rotary_llama": RotaryLlama,
         "gqa_rotary": lambda: RotaryLlama(2), "conformer_conv": ConformerConv, "static_cache_attn": StaticCacheAttn,
-        "neginf_mask_fp16": NegInfMaskFp16, "topk_gather_decode": TopKGatherDecode,
+        "neginf_mask_fp16": NegInfMaskFp16, "neginf_mask": NegInfMaskFp16, "topk_gather_decode": TopKGatherDecode,
     }
 
     class ConvBN(nn.Module):
@@ -1346,6 +1353,20 @@ def _blocks() -> dict[str, dict[str, Any]]:
             x = self.gamma * self.p2(F.gelu(self.p1(self.ln(x))))
             return h + x.permute(0, 3, 1, 2)
 
+    class ConvNeXtV2GRN(nn.Module):  # ConvNeXt-V2: the V1 block with Global Response Normalization after the GELU:
+        def __init__(self):             # Gx = ‖x‖₂ over (H, W) (ReduceL2 or Pow/ReduceSum/Sqrt), Nx = Gx / (mean_C(Gx) + ε),
+            super().__init__()          # γ·(x·Nx) + β + x, channels-last
+            self.dw = nn.Conv2d(C, C, 7, padding=3, groups=C)
+            self.ln, self.p1, self.p2 = nn.LayerNorm(C, eps=1e-6), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.g, self.b = nn.Parameter(torch.rand(1, 1, 1, 4 * C) * 0.5), nn.Parameter(torch.randn(1, 1, 1, 4 * C) * 0.1)
+
+        def forward(self, h, pad=None):
+            x = F.gelu(self.p1(self.ln(self.dw(h).permute(0, 2, 3, 1))))
+            gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+            nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
+            x = self.g * (x * nx) + self.b + x
+            return h + self.p2(x).permute(0, 3, 1, 2)
+
     class MobileViTBlock(nn.Module):  # local 3×3 + 1×1 convs, unfold into 2×2 patches (Reshape/Transpose to (b·4, N, d)),
         def __init__(self):          # a pre-norm transformer layer (LayerNorm, attention, SiLU MLP), fold back, 1×1 conv,
             super().__init__()       # Concat with the input, a 3×3 fusion conv
@@ -1424,7 +1445,7 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "groupnorm_5d": GN5D,
         "nhwc_convs": NHWCConvs, "unshuffle_head": UnshuffleHead, "resize_scales_sizes": ResizeScalesSizes,
         "instnorm_reduce_hw": INReduceHW, "lstm_2d_rowcol": RowColLSTM, "swin_window": SwinWindow,
-        "convnext_block": ConvNeXtBlock, "mobilevit_block": MobileViTBlock, "poolformer_mixer": PoolMixer,
+        "convnext_block": ConvNeXtBlock, "convnextv2_grn": ConvNeXtV2GRN, "mobilevit_block": MobileViTBlock, "poolformer_mixer": PoolMixer,
         "unet_concat_skip": UNetSkip, "centernet_maxpool_nms": CenterNetNMS,
     }
     return {"seq": seq, "img": img}
@@ -1591,6 +1612,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
         opset = 13
     if exporter == "dynamo" and any(b in TORCHSCRIPT_BLOCKS for b in blocks):
         exporter, opset = "torchscript", 17
+    if exporter == "dynamo" and opset == 23 and any(b in ATTN23_BLOCKS for b in blocks):
+        opset = 20
     fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5) and not UNROLLED_BLOCKS & set(blocks),
