@@ -827,7 +827,8 @@ def _spelling21(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
     axis ≠ −1; CenterNet's peak picking (Equal(MaxPool(heat), heat)) decoded by TopK and GatherElements; a static
     cache written by ScatterND at positions a graph input gives; a float16 attention whose padding is filled with −inf
     by Where; Gemma's RMSNorm at opset 18 (ReduceMean's axes an input, the weight's offset 1 + γ an Add of the
-    initializer); Einsum attention with ArgMax outputs."""
+    initializer); Einsum attention with ArgMax outputs; opset 23's RMSNormalization, RotaryEmbedding and grouped-query
+    Attention."""
     d, t = 8, 6
     if kind == "layernorm_stash_axis":  # LayerNormalization axis = 1 over (t, d) of (b, t, d) with Mean/InvStdDev read on;
         g = G(seed, opset=17)           # a second over the last axis with axis = -1 written as 2 of a rank-3 input
@@ -930,11 +931,33 @@ def _spelling21(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
         g.output(g.op("ArgMax", [g.op("ReduceMean", [logits], axes=[1], keepdims=1)], axis=-1, keepdims=1), elem=TensorProto.INT64,
                  shape=["batch", 1, 1])
         return g.make(), _normal({"x": (1, t, d)})
+    if kind == "opset23_llm_ops":  # opset 23's LLM ops as model builders write them: RMSNormalization, RotaryEmbedding by
+        g = G(seed, opset=23)     # position ids over (b, t, heads·dh) with num_heads, grouped-query Attention (4 query heads,
+        d, nh, kvh, dh = 16, 4, 2, 4  # 2 KV heads, is_causal), symbolic batch and length
+        x = g.input("x", ["batch", "seq", d])
+        pos = g.input("position_ids", ["batch", "seq"], elem=TensorProto.INT64)
+        xn = g.op("RMSNormalization", [x, g.init((g.rng.random(d) + 0.5).astype(np.float32))], axis=-1, epsilon=1e-6)
+        q, k, v = (g.op("MatMul", [xn, g.w((d, n * dh))]) for n in (nh, kvh, kvh))
+        f = np.outer(np.arange(32), 1.0 / (10000 ** (np.arange(0, dh, 2) / dh)))
+        cos, sin = g.init(np.cos(f).astype(np.float32), "cos"), g.init(np.sin(f).astype(np.float32), "sin")
+        qr, kr = g.op("RotaryEmbedding", [q, cos, sin, pos], num_heads=nh), g.op("RotaryEmbedding", [k, cos, sin, pos], num_heads=kvh)
+        a = g.op("Attention", [qr, kr, v], q_num_heads=nh, kv_num_heads=kvh, is_causal=1)
+        g.output(g.op("MatMul", [g.op("Add", [x, g.op("MatMul", [a, g.w((nh * dh, d))])]), g.w((d, 6))]), shape=["batch", "seq", 6])
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                tt = int(r.integers(3, 10))
+                out.append({"x": (r.normal(0, 1, (1, tt, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                            "position_ids": np.arange(tt)[None].astype(np.int64)})
+            return out
+        return g.make(), feeds
     raise KeyError(kind)
 
 
 SPELLINGS21 = ("layernorm_stash_axis", "maxpool_nms_topk", "scatternd_cache", "where_neginf_fp16", "rmsnorm_offset18",
-               "einsum_attn_argmax")
+               "einsum_attn_argmax", "opset23_llm_ops")
 
 
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
