@@ -40,7 +40,10 @@ import numpy as np
 PRESETS = ("A8W8", "A16W8", "BF16", "FP16", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3", "MXFP4")
 #: fuzz18 added TorchScript at opset 11 (older exports: attribute axes, Split by attribute, Resize with roi/scales,
 #: Softmax over the flattened trailing axes); it changes what ``draw`` gives for earlier seeds.
-EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20), ("torchscript", 11))
+#: fuzz21 added dynamo at opset 23, where torch writes SDPA as the ``Attention`` op, RMSNorm as ``RMSNormalization`` and
+#: GroupNorm as ``GroupNormalization``; it too changes what ``draw`` gives for earlier seeds.
+EXPORTS = (("torchscript", 13), ("torchscript", 15), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20), ("torchscript", 11),
+           ("dynamo", 23))
 D, C, T, HW = 16, 8, 12, 16  # token width, image channels, sequence length, image side
 VOCAB = 50
 #: Blocks that read HF's int64 ``attention_mask`` (input ``amask``) rather than the bool padding.
@@ -56,6 +59,8 @@ TTYPE_BLOCKS = frozenset({"roberta_embed"})
 FP16_NATIVE_BLOCKS = frozenset({"ln_fp16_forms"})
 #: fuzz20: Mish/HardSwish/HardSigmoid/GELU written out, as fp16 exporters leave them.
 FP16_NATIVE_BLOCKS = FP16_NATIVE_BLOCKS | {"acts_fp16_out"}
+#: fuzz21: Gemma's RMSNorm computed in half (ε an fp16 subnormal), attention masked by −inf in half.
+FP16_NATIVE_BLOCKS = FP16_NATIVE_BLOCKS | {"rmsnorm_offset_fp16", "neginf_mask_fp16"}
 #: Blocks that read a decoder's cached keys and values (inputs ``pkey``, ``pval``: (b, heads, P, dh), P = KV_LEN).
 KV_BLOCKS = frozenset({"kv_cache_attn", "cross_attn_cached"})
 KV_LEN = 5
@@ -72,6 +77,10 @@ OPSET13_BLOCKS = OPSET13_BLOCKS | {"fake_quant_qat"}
 #: Blocks the dynamo exporter refuses (torch.export has no fake-quantize decomposition): drawn under TorchScript 17
 #: where dynamo came up; the draw's random calls are unchanged.
 TORCHSCRIPT_BLOCKS = frozenset({"fake_quant_qat"})
+#: Blocks whose dynamo export at opset 23 writes an ``Attention`` with a mask broadcast over the query axis, which
+#: onnxruntime 1.32's CPU kernel refuses ("inconsistent q_sequence_length"; the float model does not run): drawn at 20
+#: where 23 came up (/work/cache/fuzz21/op23.py).
+ATTN23_BLOCKS = frozenset({"sdpa_boolmask", "sdpa_addmask", "mha"})
 #: Blocks that step a Python loop over the sequence (an unrolled cell): the export is specialised to the traced
 #: length under either exporter, so the sequence axis is drawn static.
 UNROLLED_BLOCKS = frozenset({"lstm_cell_unrolled"})
@@ -85,6 +94,8 @@ OUTPUT_KINDS = {"seq": ("argmax", "topk", "bool", "pooled", "count", "scalar"),
 def _blocks() -> dict[str, dict[str, Any]]:
     """Shape-keeping blocks per domain: ``factory()`` -> nn.Module with ``forward(h, pad)``; ``pad`` is
     the (B, T) bool padding mask of the sequence domain (None elsewhere)."""
+    import math
+
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -855,6 +866,118 @@ def _blocks() -> dict[str, dict[str, Any]]:
             lg = torch.maximum(lg, lg.max() - 8.0)
             return h + self.fc((lg + 4.0) / 4.0)
 
+    # --- fuzz21: Llama/Gemma-family decoder spellings, Conformer's convolution module, static caches, fp16 −inf masks
+    class RMSOffset(nn.Module):  # Gemma's RMSNorm: float32 moments, x·rsqrt(mean(x²) + ε)·(1 + γ) (γ learned around 0), cast back
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(D) * 0.2)
+            self.fc = nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            x = h.float()
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return h + self.fc((x * (1.0 + self.w.float())).to(h.dtype))
+
+    class RMSOffsetFp16(nn.Module):  # the same computed in float16 itself (no upcast): ε = 1e-6 is an fp16 subnormal
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(D) * 0.2)
+            self.fc = nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            var = (h * h).mean(-1, keepdim=True)
+            return h + self.fc(h / torch.sqrt(var + 1e-6) * (1 + self.w))
+
+    def _rotate_half(x):
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), -1)
+
+    class RotaryLlama(nn.Module):  # Llama's rotary: cos/sin caches Gathered by position ids (arange expanded to the batch),
+        def __init__(self, kv_heads: int = 4):  # unsqueezed over heads; grouped-query attention when kv_heads < 4 (repeat_kv:
+            super().__init__()                    # Expand of a new axis, Reshape); causal mask by finfo.min; o_proj
+            self.nh, self.kvh, self.dh = 4, kv_heads, D // 4
+            self.q = nn.Linear(D, D, bias=False)
+            self.k, self.v = nn.Linear(D, kv_heads * self.dh, bias=False), nn.Linear(D, kv_heads * self.dh, bias=False)
+            self.o = nn.Linear(D, D, bias=False)
+            inv = 1.0 / (10000 ** (torch.arange(0, self.dh, 2, dtype=torch.float32) / self.dh))
+            f = torch.outer(torch.arange(64, dtype=torch.float32), inv)
+            emb = torch.cat((f, f), -1)
+            self.register_buffer("cos_cached", emb.cos())
+            self.register_buffer("sin_cached", emb.sin())
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            pos = torch.arange(t, device=h.device).unsqueeze(0).expand(b, t)
+            cos, sin = self.cos_cached[pos].to(h.dtype).unsqueeze(1), self.sin_cached[pos].to(h.dtype).unsqueeze(1)
+            q = self.q(h).view(b, t, self.nh, self.dh).transpose(1, 2)
+            k = self.k(h).view(b, t, self.kvh, self.dh).transpose(1, 2)
+            v = self.v(h).view(b, t, self.kvh, self.dh).transpose(1, 2)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            if self.kvh != self.nh:  # repeat_kv
+                r = self.nh // self.kvh
+                k = k[:, :, None].expand(b, self.kvh, r, t, self.dh).reshape(b, self.nh, t, self.dh)
+                v = v[:, :, None].expand(b, self.kvh, r, t, self.dh).reshape(b, self.nh, t, self.dh)
+            sc = q @ k.transpose(2, 3) / math.sqrt(self.dh)
+            causal = torch.full((t, t), torch.finfo(h.dtype).min, dtype=h.dtype).triu(1)
+            a = torch.softmax((sc + causal).float(), -1).to(h.dtype) @ v
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class ConformerConv(nn.Module):  # Conformer's convolution module: LayerNorm, pointwise Conv1d to 2D, GLU over channels
+        def __init__(self):          # (Split + Sigmoid + Mul), depthwise Conv1d k = 7, BatchNorm1d, Swish, pointwise Conv1d
+            super().__init__()
+            self.ln = nn.LayerNorm(D)
+            self.pw1, self.dw, self.pw2 = nn.Conv1d(D, 2 * D, 1), nn.Conv1d(D, D, 7, padding=3, groups=D), nn.Conv1d(D, D, 1)
+            self.bn = nn.BatchNorm1d(D)
+            with torch.no_grad():
+                self.bn.running_mean.normal_(0, 0.2)
+                self.bn.running_var.uniform_(0.5, 2.0)
+
+        def forward(self, h, pad=None):
+            x = F.glu(self.pw1(self.ln(h).transpose(1, 2)), dim=1)
+            return h + self.pw2(F.silu(self.bn(self.dw(x)))).transpose(1, 2)
+
+    class StaticCacheAttn(nn.Module):  # HF's StaticCache: keys/values written into a fixed (b, heads, 16, dh) buffer by
+        def __init__(self):           # index_copy at the cache positions (ScatterND / ScatterElements), attention over every
+            super().__init__()        # slot with the unwritten ones masked by Where(finfo.min)
+            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            pos = torch.arange(t, device=h.device)
+            kc = torch.zeros(b, 2, 16, D // 2, dtype=h.dtype).index_copy(2, pos, k)
+            vc = torch.zeros(b, 2, 16, D // 2, dtype=h.dtype).index_copy(2, pos, v)
+            sc = q @ kc.transpose(2, 3) * (D // 2) ** -0.5
+            unwritten = torch.arange(16, device=h.device)[None, :] > pos[:, None]  # causal over the written slots
+            sc = torch.where(unwritten, torch.tensor(torch.finfo(h.dtype).min, dtype=h.dtype), sc)
+            a = torch.softmax(sc, -1) @ vc
+            return h + self.o(a.transpose(1, 2).reshape(b, t, D))
+
+    class NegInfMaskFp16(nn.Module):  # attention whose padded keys are filled with −inf by masked_fill (Where with an −inf
+        def __init__(self):          # constant; ``neginf_mask_fp16`` always in half), softmax; the padding from the bool mask
+            super().__init__()
+            self.qkv, self.o = nn.Linear(D, 3 * D), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(h).reshape(b, t, 3, 2, D // 2).permute(2, 0, 3, 1, 4)
+            sc = q @ k.transpose(2, 3) * (D // 2) ** -0.5
+            if pad is not None:
+                sc = sc.masked_fill(pad[:, None, None, :], float("-inf"))
+            return h + self.o((torch.softmax(sc, -1) @ v).transpose(1, 2).reshape(b, t, D))
+
+    class TopKGatherDecode(nn.Module):  # a decoder's selection: scores by a Linear, TopK over the positions, the chosen rows
+        def __init__(self):            # Gathered (GatherElements of expanded indices), weighted by their softmaxed scores
+            super().__init__()
+            self.s, self.fc = nn.Linear(D, 1), nn.Linear(D, D)
+
+        def forward(self, h, pad=None):
+            sc = self.s(h).squeeze(-1)  # (b, t)
+            v, i = torch.topk(sc, 4, -1)
+            rows = torch.gather(h, 1, i[..., None].expand(-1, -1, D))  # (b, 4, D)
+            pooled = (torch.softmax(v, -1)[..., None] * rows).sum(1, keepdim=True)
+            return h + self.fc(pooled)
+
     seq = {
         "layernorm": lambda: Wrap(nn.LayerNorm(D)), "layernorm_out": LNOut,
         "rmsnorm": lambda: Wrap(nn.RMSNorm(D)), "rmsnorm_out": RMSOut,
@@ -890,6 +1013,9 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "gemm_alpha_beta": GemmAlphaBeta, "fake_quant_qat": FakeQuantQAT, "causal_full_triu": CausalFullTriu,
         "tokens_tile": TokensTile, "split_uneven": SplitUneven, "acts_fp16_out": ActsWritten, "dwsep_conv1d": DWSepConv1d,
         "logmel_whisper": LogMelWhisper,
+        "rmsnorm_offset": RMSOffset, "rmsnorm_offset_fp16": RMSOffsetFp16, "rotary_llama": RotaryLlama,
+        "gqa_rotary": lambda: RotaryLlama(2), "conformer_conv": ConformerConv, "static_cache_attn": StaticCacheAttn,
+        "neginf_mask_fp16": NegInfMaskFp16, "neginf_mask": NegInfMaskFp16, "topk_gather_decode": TopKGatherDecode,
     }
 
     class ConvBN(nn.Module):
@@ -1214,6 +1340,94 @@ def _blocks() -> dict[str, dict[str, Any]]:
             out = out.reshape(b, hh // ws, ww // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hh, ww, c)
             return h + torch.roll(out, (2, 2), (1, 2)).permute(0, 3, 1, 2)
 
+    # --- fuzz21: ConvNeXt, MobileViT, EfficientFormer (pooling mixer), a U-Net concat skip, CenterNet's MaxPool NMS
+    class ConvNeXtBlock(nn.Module):  # depthwise 7×7, permute to channels-last, LayerNorm over C, Linear ×4, GELU, Linear,
+        def __init__(self):         # layer scale γ (1e-1 here, 1e-6 at init in the paper), permute back, residual
+            super().__init__()
+            self.dw = nn.Conv2d(C, C, 7, padding=3, groups=C)
+            self.ln, self.p1, self.p2 = nn.LayerNorm(C, eps=1e-6), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.gamma = nn.Parameter(torch.rand(C) * 0.2 + 0.05)
+
+        def forward(self, h, pad=None):
+            x = self.dw(h).permute(0, 2, 3, 1)
+            x = self.gamma * self.p2(F.gelu(self.p1(self.ln(x))))
+            return h + x.permute(0, 3, 1, 2)
+
+    class ConvNeXtV2GRN(nn.Module):  # ConvNeXt-V2: the V1 block with Global Response Normalization after the GELU:
+        def __init__(self):             # Gx = ‖x‖₂ over (H, W) (ReduceL2 or Pow/ReduceSum/Sqrt), Nx = Gx / (mean_C(Gx) + ε),
+            super().__init__()          # γ·(x·Nx) + β + x, channels-last
+            self.dw = nn.Conv2d(C, C, 7, padding=3, groups=C)
+            self.ln, self.p1, self.p2 = nn.LayerNorm(C, eps=1e-6), nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.g, self.b = nn.Parameter(torch.rand(1, 1, 1, 4 * C) * 0.5), nn.Parameter(torch.randn(1, 1, 1, 4 * C) * 0.1)
+
+        def forward(self, h, pad=None):
+            x = F.gelu(self.p1(self.ln(self.dw(h).permute(0, 2, 3, 1))))
+            gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+            nx = gx / (gx.mean(dim=-1, keepdim=True) + 1e-6)
+            x = self.g * (x * nx) + self.b + x
+            return h + self.p2(x).permute(0, 3, 1, 2)
+
+    class MobileViTBlock(nn.Module):  # local 3×3 + 1×1 convs, unfold into 2×2 patches (Reshape/Transpose to (b·4, N, d)),
+        def __init__(self):          # a pre-norm transformer layer (LayerNorm, attention, SiLU MLP), fold back, 1×1 conv,
+            super().__init__()       # Concat with the input, a 3×3 fusion conv
+            d = 12
+            self.d = d
+            self.local = nn.Sequential(nn.Conv2d(C, C, 3, 1, 1), nn.BatchNorm2d(C), nn.SiLU(), nn.Conv2d(C, d, 1, bias=False))
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.f1, self.f2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+            self.proj = nn.Sequential(nn.Conv2d(d, C, 1, bias=False), nn.BatchNorm2d(C), nn.SiLU())
+            self.fuse = nn.Conv2d(2 * C, C, 3, 1, 1)
+
+        def forward(self, h, pad=None):
+            b, c, hh, ww = h.shape
+            d, p = self.d, 2
+            x = self.local(h)  # (b, d, H, W)
+            x = x.reshape(b * d * (hh // p), p, ww // p, p).transpose(1, 2).reshape(b, d, -1, p * p).permute(0, 3, 2, 1)
+            x = x.reshape(b * p * p, -1, d)  # (b·4, N, d)
+            n = x.shape[1]
+            q, k, v = self.qkv(self.ln1(x)).reshape(-1, n, 3, d).permute(2, 0, 1, 3)
+            x = x + self.o(torch.softmax(q @ k.transpose(1, 2) * d ** -0.5, -1) @ v)
+            x = x + self.f2(F.silu(self.f1(self.ln2(x))))
+            x = x.reshape(b, p * p, n, d).permute(0, 3, 2, 1).reshape(b * d * (hh // p), ww // p, p, p)
+            x = x.transpose(1, 2).reshape(b, d, hh, ww)
+            return h + self.fuse(torch.cat([h, self.proj(x)], 1))
+
+    class PoolMixer(nn.Module):  # EfficientFormer/PoolFormer's Meta4D: x + γ1·(AvgPool 3×3 (count_include_pad=False) − x),
+        def __init__(self):     # then x + γ2·Conv-MLP (1×1, BatchNorm, GELU, 1×1, BatchNorm)
+            super().__init__()
+            self.g1, self.g2 = nn.Parameter(torch.rand(C, 1, 1) * 0.5 + 0.1), nn.Parameter(torch.rand(C, 1, 1) * 0.5 + 0.1)
+            self.m = nn.Sequential(nn.Conv2d(C, 2 * C, 1), nn.BatchNorm2d(2 * C), nn.GELU(), nn.Conv2d(2 * C, C, 1), nn.BatchNorm2d(C))
+
+        def forward(self, h, pad=None):
+            x = h + self.g1 * (F.avg_pool2d(h, 3, 1, 1, count_include_pad=False) - h)
+            return x + self.g2 * self.m(x)
+
+    class UNetSkip(nn.Module):  # a U-Net level: down by MaxPool, two 3×3 convs, up by ConvTranspose ×2 and by Resize (bilinear),
+        def __init__(self):    # Concat with the encoder's features along channels, a 3×3 conv reducing them
+            super().__init__()
+            self.e = nn.Sequential(nn.Conv2d(C, C, 3, 1, 1), nn.ReLU())
+            self.m = nn.Sequential(nn.Conv2d(C, 2 * C, 3, 1, 1), nn.ReLU(), nn.Conv2d(2 * C, 2 * C, 3, 1, 1), nn.ReLU())
+            self.up = nn.ConvTranspose2d(2 * C, C, 2, 2)
+            self.red = nn.Conv2d(3 * C + C, C, 3, 1, 1)
+            self.side = nn.Conv2d(2 * C, C, 1)
+
+        def forward(self, h, pad=None):
+            e = self.e(h)
+            m = self.m(F.max_pool2d(e, 2))
+            r = F.interpolate(self.side(m), scale_factor=2.0, mode="bilinear", align_corners=False)
+            return h + self.red(torch.cat([e, self.up(m), r, h], 1))
+
+    class CenterNetNMS(nn.Module):  # CenterNet's heatmap head: sigmoid heatmap, a 3×3 MaxPool (stride 1), keep = Equal(pool, heat)
+        def __init__(self):        # cast to float, the peaks' scores; then read on by a conv
+            super().__init__()
+            self.hm, self.c = nn.Conv2d(C, C, 3, 1, 1), nn.Conv2d(C, C, 1)
+
+        def forward(self, h, pad=None):
+            heat = torch.sigmoid(self.hm(h))
+            keep = (F.max_pool2d(heat, 3, 1, 1) == heat).to(heat.dtype)
+            return h + self.c(heat * keep)
+
     img = {
         "conv_bn_relu": ConvBN, "depthwise_hswish": lambda: ConvBN(C, nn.Hardswish()), "conv_gelu": lambda: ConvBN(1, nn.GELU()),
         "groupnorm": lambda: Wrap(nn.GroupNorm(2, C)), "groupnorm_out": GNOut,
@@ -1231,6 +1445,8 @@ def _blocks() -> dict[str, dict[str, Any]]:
         "groupnorm_5d": GN5D,
         "nhwc_convs": NHWCConvs, "unshuffle_head": UnshuffleHead, "resize_scales_sizes": ResizeScalesSizes,
         "instnorm_reduce_hw": INReduceHW, "lstm_2d_rowcol": RowColLSTM, "swin_window": SwinWindow,
+        "convnext_block": ConvNeXtBlock, "convnextv2_grn": ConvNeXtV2GRN, "mobilevit_block": MobileViTBlock, "poolformer_mixer": PoolMixer,
+        "unet_concat_skip": UNetSkip, "centernet_maxpool_nms": CenterNetNMS,
     }
     return {"seq": seq, "img": img}
 
@@ -1396,6 +1612,8 @@ def draw(index: int, seed: int, only: frozenset[str] | None = None, outs: frozen
         opset = 13
     if exporter == "dynamo" and any(b in TORCHSCRIPT_BLOCKS for b in blocks):
         exporter, opset = "torchscript", 17
+    if exporter == "dynamo" and opset == 23 and any(b in ATTN23_BLOCKS for b in blocks):
+        opset = 20
     fp16 = bool(rng.random() < 0.15) or any(b in FP16_BLOCKS or b in FP16_NATIVE_BLOCKS for b in blocks)
     return ModuleSpec(index, int(seed * 1000 + index), domain, blocks, inputs, outputs, exporter, opset,
                       fp16=fp16, dynamic_seq=domain == "seq" and bool(rng.random() < 0.5) and not UNROLLED_BLOCKS & set(blocks),

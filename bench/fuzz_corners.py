@@ -822,6 +822,144 @@ SPELLINGS20 = ("qdq_partly_quantized", "gemm_trans_alpha_beta", "split18_num_out
                "instnorm_reducemean_hw18", "matmul_batch_weights", "kv_cache_inputs")
 
 
+def _spelling21(kind: str, seed: int) -> tuple[onnx.ModelProto, Feeds]:
+    """fuzz21's hand-built spellings: LayerNormalization with its stash outputs (Mean, InvStdDev) read on and with
+    axis ≠ −1; CenterNet's peak picking (Equal(MaxPool(heat), heat)) decoded by TopK and GatherElements; a static
+    cache written by ScatterND at positions a graph input gives; a float16 attention whose padding is filled with −inf
+    by Where; Gemma's RMSNorm at opset 18 (ReduceMean's axes an input, the weight's offset 1 + γ an Add of the
+    initializer); Einsum attention with ArgMax outputs; opset 23's RMSNormalization, RotaryEmbedding and grouped-query
+    Attention."""
+    d, t = 8, 6
+    if kind == "layernorm_stash_axis":  # LayerNormalization axis = 1 over (t, d) of (b, t, d) with Mean/InvStdDev read on;
+        g = G(seed, opset=17)           # a second over the last axis with axis = -1 written as 2 of a rank-3 input
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        y, mean, istd = g.op("LayerNormalization", [z, g.init((g.rng.random((t, d)) + 0.5).astype(np.float32)), g.w((t, d), 0.1)],
+                             n_out=3, axis=1, epsilon=1e-5)
+        y2 = g.op("LayerNormalization", [g.op("Relu", [g.op("MatMul", [y, g.w((d, d))])]),
+                                         g.init((g.rng.random(d) + 0.5).astype(np.float32)), g.w((d,), 0.1)], axis=2)
+        # the stash read on: a confidence from the inverse std, the mean as a graph output
+        conf = g.op("Mul", [istd, g.op("ReduceMean", [y2], axes=[1, 2], keepdims=1)])
+        g.output(g.op("MatMul", [g.op("Add", [y2, conf]), g.w((d, 4))]), shape=["batch", t, 4])
+        g.output(mean, shape=["batch", 1, 1])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "maxpool_nms_topk":  # heat = Sigmoid(Conv); keep = Equal(MaxPool3×3(heat), heat); peaks = heat·Cast(keep);
+        g = G(seed, opset=17)      # TopK(8) over the flattened peaks; the boxes' sizes GatherElements'd at the indices
+        x = g.input("x", ["batch", 3, 12, 12])
+        f = g.op("Relu", [g.op("Conv", [x, g.w((6, 3, 3, 3)), g.w((6,), 0.1)], pads=[1] * 4)])
+        heat = g.op("Sigmoid", [g.op("Conv", [f, g.w((2, 6, 3, 3)), g.init(np.full(2, -1.0, np.float32))], pads=[1] * 4)])
+        wh = g.op("Conv", [f, g.w((2, 6, 1, 1))])
+        pool = g.op("MaxPool", [heat], kernel_shape=[3, 3], pads=[1] * 4, strides=[1, 1])
+        peaks = g.op("Mul", [heat, g.op("Cast", [g.op("Equal", [pool, heat])], to=F32)])
+        flat = g.op("Reshape", [peaks, g.i64([0, -1])])
+        sc, idx = g.op("TopK", [flat, g.i64([8])], n_out=2, axis=-1)
+        whf = g.op("Reshape", [wh, g.i64([0, 2, -1])])
+        pix = g.op("Mod", [idx, g.i64([144])])
+        sizes = g.op("GatherElements", [whf, g.op("Expand", [g.op("Unsqueeze", [pix, g.i64([1])]), g.i64([1, 2, 1])])], axis=2)
+        g.output(sc, shape=["batch", 8])
+        g.output(idx, elem=TensorProto.INT64, shape=["batch", 8])
+        g.output(sizes, shape=["batch", 2, 8])
+        return g.make(), _normal({"x": (1, 3, 12, 12)})
+    if kind == "scatternd_cache":  # a (b, 8, d) cache initialised by ConstantOfShape, new keys written by ScatterND at
+        g = G(seed, opset=17)     # positions the input gives (b = 1), attention over the whole cache (unwritten slots zero)
+        x = g.input("x", [1, 2, d])
+        pos = g.input("pos", [1, 2], elem=TensorProto.INT64)
+        cache = g.input("cache", [1, 8, d])
+        k = g.op("MatMul", [x, g.w((d, d))])
+        batch_idx = g.op("Unsqueeze", [g.op("Sub", [pos, pos]), g.i64([2])])  # (1, 2, 1) zeros
+        kc = g.op("ScatterND", [cache, g.op("Concat", [batch_idx, g.op("Unsqueeze", [pos, g.i64([2])])], axis=2), k])
+        q = g.op("MatMul", [x, g.w((d, d))])
+        sc = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [kc], perm=[0, 2, 1])]), g.f(d ** -0.5)])
+        a = g.op("MatMul", [g.op("Softmax", [sc], axis=-1), kc])
+        g.output(g.op("MatMul", [g.op("Add", [a, x]), g.w((d, 4))]), shape=[1, 2, 4])
+        g.output(kc, shape=[1, 8, d])
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                p0 = int(r.integers(0, 7))
+                c = r.normal(0, 1, (1, 8, d)).astype(np.float32)
+                c[:, p0 + 2:] = 0.0  # the slots not yet written
+                out.append({"x": (r.normal(0, 1, (1, 2, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                            "pos": np.asarray([[p0, p0 + 1]], np.int64), "cache": c})
+            return out
+        return g.make(), feeds
+    if kind == "where_neginf_fp16":  # fp16: scores masked by Where(pad, −inf, s) from an int64 mask (Equal 0), Softmax in half
+        g = G(seed, opset=17, elem=F16)
+        x = g.input("x", ["batch", t, d])
+        m = g.input("amask", ["batch", t], elem=TensorProto.INT64)
+        pad = g.op("Unsqueeze", [g.op("Equal", [m, g.init(np.asarray(0, np.int64), "zero")]), g.i64([1])])  # (b, 1, t)
+        q, k, v = (g.op("MatMul", [x, g.w((d, d))]) for _ in range(3))
+        sc = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 2, 1])]), g.f(d ** -0.5)])
+        p_ = g.op("Softmax", [g.op("Where", [pad, g.init(np.asarray(-np.inf, np.float16), "ninf"), sc])], axis=-1)
+        g.output(g.op("MatMul", [g.op("Add", [g.op("MatMul", [p_, v]), x]), g.w((d, 4))]))
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                out.append({"x": (r.normal(0, 1, (1, t, d)) * np.linspace(0.5, 2, d)).astype(np.float16),
+                            "amask": (np.arange(t)[None] < r.integers(2, t + 1)).astype(np.int64)})
+            return out
+        return g.make(), feeds
+    if kind == "rmsnorm_offset18":  # opset 18: ReduceMean(Pow(x, 2), axes input [-1]), Add ε, Sqrt, Div; · Add(1, γ) (Gemma),
+        g = G(seed, opset=18)      # between two MatMuls, a SiLU-gated MLP after
+        x = g.input("x", ["batch", t, d])
+        z = g.op("MatMul", [x, g.w((d, d))])
+        var = g.op("ReduceMean", [g.op("Pow", [z, g.f(2.0)]), g.i64([-1])], keepdims=1)
+        nz = g.op("Div", [z, g.op("Sqrt", [g.op("Add", [var, g.f(1e-6)])])])
+        y = g.op("Mul", [nz, g.op("Add", [g.f(1.0), g.w((d,), 0.2)])])
+        gate = g.op("MatMul", [y, g.w((d, 2 * d))])
+        up = g.op("MatMul", [y, g.w((d, 2 * d))])
+        mlp = g.op("MatMul", [g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up]), g.w((2 * d, d))])
+        g.output(g.op("MatMul", [g.op("Add", [mlp, z]), g.w((d, 4))]))
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "einsum_attn_argmax":  # Einsum attention (bhqd,bhkd->bhqk; bhqk,bhkd->bhqd) and ArgMax outputs (keepdims 0 and 1)
+        g = G(seed, opset=17)
+        x = g.input("x", ["batch", t, d])
+
+        def heads(w: str) -> str:
+            return g.op("Transpose", [g.op("Reshape", [g.op("MatMul", [x, w]), g.i64([0, t, 2, d // 2])])], perm=[0, 2, 1, 3])
+
+        q, k, v = heads(g.w((d, d))), heads(g.w((d, d))), heads(g.w((d, d)))
+        p_ = g.op("Softmax", [g.op("Mul", [g.op("Einsum", [q, k], equation="bhqd,bhkd->bhqk"), g.f((d // 2) ** -0.5)])], axis=-1)
+        a = g.op("Reshape", [g.op("Transpose", [g.op("Einsum", [p_, v], equation="bhqk,bhkd->bhqd")], perm=[0, 2, 1, 3]), g.i64([0, t, d])])
+        logits = g.op("MatMul", [g.op("Add", [a, x]), g.w((d, 5))])
+        g.output(logits)
+        g.output(g.op("ArgMax", [logits], axis=-1, keepdims=0), elem=TensorProto.INT64, shape=["batch", t])
+        g.output(g.op("ArgMax", [g.op("ReduceMean", [logits], axes=[1], keepdims=1)], axis=-1, keepdims=1), elem=TensorProto.INT64,
+                 shape=["batch", 1, 1])
+        return g.make(), _normal({"x": (1, t, d)})
+    if kind == "opset23_llm_ops":  # opset 23's LLM ops as model builders write them: RMSNormalization, RotaryEmbedding by
+        g = G(seed, opset=23)     # position ids over (b, t, heads·dh) with num_heads, grouped-query Attention (4 query heads,
+        d, nh, kvh, dh = 16, 4, 2, 4  # 2 KV heads, is_causal), symbolic batch and length
+        x = g.input("x", ["batch", "seq", d])
+        pos = g.input("position_ids", ["batch", "seq"], elem=TensorProto.INT64)
+        xn = g.op("RMSNormalization", [x, g.init((g.rng.random(d) + 0.5).astype(np.float32))], axis=-1, epsilon=1e-6)
+        q, k, v = (g.op("MatMul", [xn, g.w((d, n * dh))]) for n in (nh, kvh, kvh))
+        f = np.outer(np.arange(32), 1.0 / (10000 ** (np.arange(0, dh, 2) / dh)))
+        cos, sin = g.init(np.cos(f).astype(np.float32), "cos"), g.init(np.sin(f).astype(np.float32), "sin")
+        qr, kr = g.op("RotaryEmbedding", [q, cos, sin, pos], num_heads=nh), g.op("RotaryEmbedding", [k, cos, sin, pos], num_heads=kvh)
+        a = g.op("Attention", [qr, kr, v], q_num_heads=nh, kv_num_heads=kvh, is_causal=1)
+        g.output(g.op("MatMul", [g.op("Add", [x, g.op("MatMul", [a, g.w((nh * dh, d))])]), g.w((d, 6))]), shape=["batch", "seq", 6])
+
+        def feeds(n_: int, sd: int) -> list[dict[str, np.ndarray]]:
+            out = []
+            for i in range(n_):
+                r = np.random.default_rng([sd, i])
+                tt = int(r.integers(3, 10))
+                out.append({"x": (r.normal(0, 1, (1, tt, d)) * np.linspace(0.5, 2, d)).astype(np.float32),
+                            "position_ids": np.arange(tt)[None].astype(np.int64)})
+            return out
+        return g.make(), feeds
+    raise KeyError(kind)
+
+
+SPELLINGS21 = ("layernorm_stash_axis", "maxpool_nms_topk", "scatternd_cache", "where_neginf_fp16", "rmsnorm_offset18",
+               "einsum_attn_argmax", "opset23_llm_ops")
+
+
 CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
     "gru_op_bi_seqlens": lambda s: _rnn_op("GRU", "bidirectional", "input", True, s),
     "gru_op_seqlens_const": lambda s: _rnn_op("GRU", "forward", "const", True, s),
@@ -847,6 +985,7 @@ CASES: dict[str, Callable[[int], tuple[onnx.ModelProto, Feeds]]] = {
                                                     "scalar_and_bool_inputs", "constant_node_output")},
     **{k: (lambda s, k=k: _spelling18(k, s)) for k in SPELLINGS18},
     **{k: (lambda s, k=k: _spelling20(k, s)) for k in SPELLINGS20},
+    **{k: (lambda s, k=k: _spelling21(k, s)) for k in SPELLINGS21},
 }
 
 
