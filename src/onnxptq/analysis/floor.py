@@ -50,6 +50,9 @@ values on a large common offset along one axis: phoneme bounds in seconds, a pit
 of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
+A one-channel value map no bounding activation ends whose float values are a field (a height, a depth, a
+spectrogram) is judged by its relief cosine beside its cosine: float's per-map mean taken off both
+(:mod:`onnxptq.analysis.relief`, :func:`_judge_relief`).
 A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
 threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
