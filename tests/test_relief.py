@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxptq.analysis.floor import chosen_cosine, floor_for, measure, readings_of
 from onnxptq.analysis.relief import relief_cosine, relief_outputs
 from onnxptq.config.presets import resolve_config
+from test_zoo_findings import _height_maps
 
 
 def _tail(last: str | None, shape: list, name: str = "out") -> onnx.ModelProto:
@@ -22,33 +23,23 @@ def _tail(last: str | None, shape: list, name: str = "out") -> onnx.ModelProto:
         nodes.append(helper.make_node(last, ["m"], ["l"]))
     nodes.append(helper.make_node("Reshape" if len(shape) == 3 else "Identity",
                                   ["l" if last else "m"] + (["s"] if len(shape) == 3 else []), [name]))
-    inits = [w, k] + ([numpy_helper.from_array(np.array([0, 32, 32], np.int64), "s")] if len(shape) == 3 else [])
-    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 32, 32])],
+    inits = [w, k] + ([numpy_helper.from_array(np.array([0, 64, 64], np.int64), "s")] if len(shape) == 3 else [])
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 64, 64])],
                               [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_outputs_by_structure():
-    assert relief_outputs(_tail(None, ["N", 1, 32, 32])) == {"out"}
-    assert relief_outputs(_tail("Relu", ["N", 32, 32])) == {"out"}  # [N, H, W]: one map a row
+    assert relief_outputs(_tail(None, ["N", 1, 64, 64])) == {"out"}
+    assert relief_outputs(_tail("Relu", ["N", 64, 64])) == {"out"}  # [N, H, W]: one map a row
     assert relief_outputs(_tail(None, ["N", 3, 32, 32])) == set()  # three declared channels: not one map
     for bound in ("Sigmoid", "Tanh", "Softmax"):  # probabilities and gates: read by their masks, not their relief
-        assert relief_outputs(_tail(bound, ["N", 1, 32, 32])) == set(), bound
+        assert relief_outputs(_tail(bound, ["N", 1, 64, 64])) == set(), bound
 
 
-def _fields(seed: int, feeds: int = 6, level: float = -0.6, relief: float = 0.1) -> list[np.ndarray]:
-    """Smooth maps ``[2, 1, 32, 32]`` a feed, each its own level about ``level`` and spatial std ``relief``."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:32, 0:32] / 32.0
-    out = []
-    for _ in range(feeds):
-        maps = []
-        for _ in range(2):
-            f = sum(rng.standard_normal() * np.sin(2 * np.pi * (k * xx + rng.uniform())) * np.cos(2 * np.pi * (k * yy + rng.uniform()))
-                    for k in (1, 2))
-            maps.append(level + rng.uniform(-0.05, 0.05) + relief * (f - f.mean()) / f.std())
-        out.append(np.stack(maps)[:, None].astype(np.float32))
-    return out
+def _fields(seed: int) -> list[np.ndarray]:
+    """Smooth height maps ``[2, 1, 64, 64]`` a feed, each its own level and relief (tests/test_zoo_findings.py's)."""
+    return [f["denoised"] for f in _height_maps(seed, feeds=6)]
 
 
 def test_the_relief_cosine_is_float_centred_and_pooled():
@@ -71,7 +62,7 @@ def test_a_map_that_holds_is_not_flagged():
     refs = _fields(2)
     gots = [r + rng.normal(0, 0.003, r.shape).astype(np.float32) for r in refs]
     verdict = measure([{"out": r} for r in refs], [{"out": g} for g in gots], floor_for(resolve_config("BF16")),
-                      **readings_of(_tail(None, ["N", 1, 32, 32])))
+                      **readings_of(_tail(None, ["N", 1, 64, 64])))
     check = verdict.outputs["out"]
     assert verdict.ok and check.relief is not None and check.relief.cosine >= 0.99, check.describe()
     assert "relief cosine" in check.describe()
@@ -83,7 +74,7 @@ def test_a_lifted_low_map_breaks_and_its_bound_is_the_reliefs():
     refs = _fields(3)
     gots = [r + np.float32(0.05) for r in refs]
     verdict = measure([{"out": r} for r in refs], [{"out": g} for g in gots], floor_for(resolve_config("BFP16")),
-                      **readings_of(_tail(None, ["N", 1, 32, 32])))
+                      **readings_of(_tail(None, ["N", 1, 64, 64])))
     check = verdict.outputs["out"]
     assert check.cosine > 0.99 and check.relief is not None and check.relief.cosine < 0.99
     assert not verdict.ok and verdict.broken == ["out"]
@@ -92,14 +83,14 @@ def test_a_lifted_low_map_breaks_and_its_bound_is_the_reliefs():
 
 
 def test_independent_scores_are_not_read_as_a_relief():
-    """A ``[N, 1, 32, 32]`` output of independent cells (neighbour correlation ~0) is no field: a lift that would break
+    """A ``[N, 1, 64, 64]`` output of independent cells (neighbour correlation ~0) is no field: a lift that would break
     a relief reading leaves it judged by its pooled cosine alone."""
     rng = np.random.default_rng(4)
-    refs = [(-0.6 + 0.1 * rng.standard_normal((2, 1, 32, 32))).astype(np.float32) for _ in range(6)]
+    refs = [(-0.6 + 0.1 * rng.standard_normal((2, 1, 64, 64))).astype(np.float32) for _ in range(6)]
     gots = [r + np.float32(0.05) for r in refs]
     assert relief_cosine(refs, gots) is None
     verdict = measure([{"out": r} for r in refs], [{"out": g} for g in gots], floor_for(resolve_config("BFP16")),
-                      **readings_of(_tail(None, ["N", 1, 32, 32])))
+                      **readings_of(_tail(None, ["N", 1, 64, 64])))
     assert verdict.ok and verdict.outputs["out"].relief is None
 
 
