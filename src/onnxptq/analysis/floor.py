@@ -50,6 +50,9 @@ values on a large common offset along one axis: phoneme bounds in seconds, a pit
 of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
+A one-channel value map no bounding activation ends whose float values are a field (a height, a depth, a
+spectrogram) is judged by its relief cosine beside its cosine: float's per-map mean taken off both
+(:mod:`onnxptq.analysis.relief`, :func:`_judge_relief`).
 A sigmoid heat map that gates a sibling value map (a centre-point detector's face centres) is read by a
 threshold outside the graph: it is judged by the objects its thresholds keep and the cosine of the cells
 that matter, not by a cosine over every cell (:mod:`onnxptq.analysis.threshold_cells`), and so are a
@@ -136,6 +139,7 @@ from .metrics import cosine_similarity, dot
 from .held_scores import is_held
 from .neighbours import neighbour_advisory
 from .pictures import Picture, PictureAgreement, picture_range
+from .relief import Relief, relief_cosine, relief_outputs
 
 __all__ = ["FAMILY_FLOORS", "Floor", "OutputCheck", "POOLED_COSINE", "Verdict", "acted_on_below", "as_unconfirmed", "beyond_confirmation", "below_on_figure", "chosen", "chosen_cosine", "floor_for", "measure", "readings_of", "remembered_float_kinds", "second_look_text", "unconfirmed_text",
            "unjudged_text"]
@@ -347,6 +351,8 @@ class OutputCheck:
     #: a share that holds the floor on its figure, counted in independent reads, whose bound reaches below it
     #: (analysis/evidence.py, "could not confirm": :func:`_confirm`); None: confirmed, or no such share
     unconfirmed: ShareBound | None = None
+    #: a value map (a height, a depth) judged by its relief cosine beside its cosine (analysis/relief.py)
+    relief: Relief | None = None
     #: a waveform judged by its log-power spectrum (analysis/waveform_reads.py): (share of bins within 1 dB,
     #: bins, worst dB), held against the top-1 floor in place of the cosine alone
     spectrum: tuple[float, int, float] | None = None
@@ -442,6 +448,8 @@ class OutputCheck:
             word = _decisions_word(self)
             text += f", {top} {self.top1:.4f} on {self.rows} {word}{seen}" + (self._chance() if self.within_chance is not None else
                                                                               f" (too few {word} to judge)" if self.top1_unjudged else "")
+        if self.relief is not None:
+            text += f", {self.relief.describe()}"
         if self.spectrum is not None:
             share, bins, worst = self.spectrum
             text += (f", as a waveform read by its log-power spectrum (analysis/waveform_reads.py): {share:.4f} of {bins} "
@@ -476,7 +484,7 @@ class OutputCheck:
 
 def _json_value(v: Any) -> Any:
     """One field of an :class:`OutputCheck` as JSON: a non-finite float (a bound's ±inf, a NaN cosine) as None."""
-    if isinstance(v, (Positions, Picture)):
+    if isinstance(v, (Positions, Picture, Relief)):
         return v.to_json()
     if isinstance(v, (Kept, DecoderReads)):
         return dataclasses.asdict(v)
@@ -765,7 +773,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "gains": gain_outputs(model), "spatial_gates": spatially_gated_outputs(model), "det_levels": detector_levels(model),
             "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
             "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model), "logit_maps": logit_maps(model),
-            "index_outputs": index_outputs(model)}
+            "index_outputs": index_outputs(model), "relief_maps": relief_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -786,7 +794,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             coordinates: Mapping[str, Any] | None = None, carried: Collection[str] = (),
             recurrent: Collection[str] = (), chains: Chains | None = None,
             logit_maps: Mapping[str, tuple[int, int]] | None = None,
-            index_outputs: Mapping[str, IndexOutput] | None = None) -> Verdict:
+            index_outputs: Mapping[str, IndexOutput] | None = None, relief_maps: Collection[str] = ()) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -852,7 +860,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``logit_maps``: outputs read from a 1×1 class ``Conv`` (``class_maps.logit_maps``: name → class axis and count);
     where float's data shows class logits (``class_maps.logit_axis``), judged by their labelled arg-max masks' IoU.
     ``index_outputs``: outputs of chosen indices (``index_outputs.index_outputs``), judged by the sets chosen per
-    row, one more check ``decision:<node> indices <output>`` (:func:`onnxptq.analysis.index_outputs.judge_indices`)."""
+    row, one more check ``decision:<node> indices <output>`` (:func:`onnxptq.analysis.index_outputs.judge_indices`).
+    ``relief_maps``: outputs that may be value maps by structure (``relief.relief_outputs``); where float's values are a
+    field, judged by their relief cosine too (:func:`_judge_relief`)."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -1153,6 +1163,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     for name in waveforms:
         if name in verdict.outputs and not (declared and name in declared):
             _judge_waveform(verdict.outputs[name], name, reference, candidate, floor)
+    for name in relief_maps:
+        if name in verdict.outputs and name not in kinds and not (declared and name in declared):
+            _judge_relief(verdict.outputs[name], name, reference, candidate, floor)
     for name, fn in (agreements or {}).items():
         _judge_user_agreement(verdict, name, fn, reference, candidate, floor)
     for group in read_groups:
@@ -1399,8 +1412,11 @@ def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBoun
     judged on its figure says nothing of the feeds' noise, and that is the floor's rule for one model judged
     once; a model a search chose because its figure cleared the floor on these feeds is the one whose noise fell
     high (sscd_distilled MXINT8: after 0.9913 on 4 held-out images, 0.9876 on 48 fresh ones, floor 0.99:
-    bench/RESULTS.md, floor16)."""
-    sums = np.asarray(check.cosine_sums, np.float64).reshape(-1, 3)
+    bench/RESULTS.md, floor16). A value map's relief cosine (analysis/relief.py) is a pooled cosine too: where it
+    is the lower figure, the bound is its own."""
+    figure, sums = ((check.relief.cosine, np.asarray(check.relief.sums, np.float64).reshape(-1, 3))
+                    if check.relief is not None and check.relief.cosine < check.cosine  # the lower of the two judged
+                    else (check.cosine, np.asarray(check.cosine_sums, np.float64).reshape(-1, 3)))
     n = sums.shape[0]
     if n < 2:
         return None
@@ -1409,12 +1425,12 @@ def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBoun
     spread = math.sqrt(max(0.0, float(((left - left.mean()) ** 2).sum()) * (n - 1)))  # the jackknife's SE × sqrt(n)
     if not math.isfinite(spread):
         return None
-    low = check.cosine - t_quantile(level, n - 1) * spread / math.sqrt(n)
-    high = check.cosine + t_quantile(CONFIDENT, n - 1) * spread / math.sqrt(n)
-    margin = check.cosine - against
+    low = figure - t_quantile(level, n - 1) * spread / math.sqrt(n)
+    high = figure + t_quantile(CONFIDENT, n - 1) * spread / math.sqrt(n)
+    margin = figure - against
     need = (None if margin <= 0 else n if spread == 0 else
             least_count(lambda m: t_quantile(level, m - 1) * spread / math.sqrt(m) <= margin, n, MOST_PAGES))
-    return ShareBound(check.cosine, n, POOLED_COSINE, low, high, against, need, level)
+    return ShareBound(figure, n, POOLED_COSINE, low, high, against, need, level)
 
 
 def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
@@ -1491,6 +1507,23 @@ def _judge_waveform(check: OutputCheck, name: str, reference: Sequence[dict[str,
         return
     check.spectrum = (found.share, found.bins, found.worst_db)
     if found.share < floor.top1:
+        check.ok = False
+
+
+def _judge_relief(check: OutputCheck, name: str, reference: Sequence[dict[str, np.ndarray]],
+                  candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> None:
+    """A value map (a height, a depth: analysis/relief.py) judged by its relief cosine into ``check`` beside its
+    pooled cosine, against the same cosine floor: a cosine around the origin is carried by the maps' levels and passed
+    terrain_unet's block formats, whose lifted low plains broke the heights its user reads. Not a map judged at the
+    cells a heat map passes (``heat_cells``): those cells are no field."""
+    if check.heat_cells is not None:
+        return
+    pairs = [(f[name], c[name]) for f, c in zip(reference, candidate) if name in f and name in c]
+    found = relief_cosine([r for r, _ in pairs], [g for _, g in pairs])
+    if found is None:
+        return
+    check.relief = found
+    if not found.cosine >= floor.cosine:
         check.ok = False
 
 
