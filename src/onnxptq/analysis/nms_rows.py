@@ -9,7 +9,7 @@ held-out photos and repair kept all 201 nodes float, where the plain A8W8 file k
 16 fresh photos (bench/RESULTS.md, newmodels30 section 5). Its user reads faces: rows above a score, each a box.
 
 **Found by structure** (:func:`nms_row_outputs`): a graph output that is (through ``Identity``/``Cast``) a
-``Gather`` along the rows (or a ``GatherND``) of a table whose indices come, through index plumbing (``Slice``,
+``Gather`` along the rows (axis 0) of a table whose indices come, through index plumbing (``Slice``,
 ``Gather``, ``Squeeze``, ``Unsqueeze``, ``Reshape``, ``Cast``, ``Identity``, ``Flatten``), from a
 ``NonMaxSuppression``'s selected indices; and whose NMS read its ``boxes`` and its ``scores`` from that same
 table, each through relayouts from a ``Slice`` of the table's last axis: four columns for the boxes, one for the
@@ -165,15 +165,10 @@ def nms_row_outputs(model: onnx.ModelProto) -> dict[str, NmsRows]:
         node = producer.get(out.name)
         while node is not None and node.op_type in _KEEPS_ROWS:
             node = producer.get(node.input[0])
-        if node is None or node.op_type not in ("Gather", "GatherND") or len(node.input) < 2:
+        if node is None or node.op_type != "Gather" or len(node.input) < 2 or _attr(node, "axis", 0) != 0:
             continue
         table = node.input[0]
-        rank = _rank(model, table)
-        out_rank = _rank(model, out.name)
-        if node.op_type == "Gather":
-            if _attr(node, "axis", 0) != 0:
-                continue
-            rank = rank or out_rank  # a 1-D index along the rows keeps the table's rank
+        rank = _rank(model, table) or _rank(model, out.name)  # a 1-D index along the rows keeps the table's rank
         if rank is None or rank < 2:
             continue
         nms = _from_nms(node.input[1], producer)
