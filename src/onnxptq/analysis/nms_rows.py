@@ -46,6 +46,7 @@ from onnx import numpy_helper
 
 from ..graph.external import constant_tensors
 from ..graph.ops import RELAYOUTS
+from ..graph.walk import first_input_chain
 from .det_nms import JITTER, MATCH_IOU, THRESHOLDS, f1_of, matched_pairs
 
 __all__ = ["NmsRows", "NmsRowAgreement", "nms_row_outputs", "judge_nms_rows", "thresholds_of"]
@@ -127,30 +128,13 @@ def _last_axis_slice(node: onnx.NodeProto, consts: Mapping[str, np.ndarray], ran
 def _column_source(tensor: str, table: str, producer: Mapping[str, onnx.NodeProto], consts: Mapping[str, np.ndarray],
                    rank: int) -> tuple[int, int] | None:
     """The last-axis ``Slice`` of ``table`` that ``tensor`` is, through relayouts (the NMS's boxes or scores)."""
-    for _ in range(8):
-        node = producer.get(tensor)
-        if node is None or not node.input:
-            return None
-        if node.op_type == "Slice" and node.input[0] == table:
-            return _last_axis_slice(node, consts, rank)
-        if node.op_type not in RELAYOUTS:
-            return None
-        tensor = node.input[0]
-    return None
+    node = first_input_chain(tensor, producer, RELAYOUTS, lambda n: n.op_type == "Slice" and n.input[0] == table, 8)
+    return None if node is None else _last_axis_slice(node, consts, rank)
 
 
 def _from_nms(tensor: str, producer: Mapping[str, onnx.NodeProto]) -> onnx.NodeProto | None:
     """The ``NonMaxSuppression`` whose selected indices ``tensor`` is drawn from through index plumbing."""
-    for _ in range(12):
-        node = producer.get(tensor)
-        if node is None or not node.input:
-            return None
-        if node.op_type == "NonMaxSuppression":
-            return node
-        if node.op_type not in _INDEX_PLUMBING:
-            return None
-        tensor = node.input[0]
-    return None
+    return first_input_chain(tensor, producer, _INDEX_PLUMBING, lambda n: n.op_type == "NonMaxSuppression")
 
 
 def nms_row_outputs(model: onnx.ModelProto) -> dict[str, NmsRows]:
