@@ -108,6 +108,11 @@ def test_rows_in_another_order_are_the_same_objects_and_a_lost_one_counts():
     assert abs(lost.f1 - 2 * 90 / (2 * 90 + 6)) < 1e-12
     few = judge_nms_rows(ref[:2], shuffled[:2], found, 20)  # 8 objects: the floor needs 20
     assert not few.judged and "NOT JUDGED" in few.describe()
+    from onnxptq.analysis.floor import unjudged_text
+    verdict = measure([{"faces": r} for r in ref[:2]], [{"faces": g} for g in shuffled[:2]], Floor("16-bit", 0.99, 0.97),
+                      nms_rows={"faces": found})
+    assert verdict.ok and verdict.unjudged == ["faces"]  # could not judge, said with the rows it had and needs
+    assert "NonMaxSuppression kept: 8 float rows at scores ≥ 0.5" in unjudged_text(verdict) and "needs 34" in unjudged_text(verdict)
 
 
 def test_a8w8_keeps_the_objects_and_the_floor_holds_without_repair():

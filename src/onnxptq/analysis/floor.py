@@ -2536,6 +2536,16 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the multi-label head {name}: {c.columns[0]} runs above {c.columns[3]:.3g} ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), a top-1 floor of {verdict.floor.top1:g} needs {needed}")
             per = c.columns[0] / judged if judged else 0.0
+        elif c.nms_rows is not None and c.nms_rows.objects < needed:
+            judged = verdict.samples + c.seen_feeds
+            parts.append(f"the rows {name}'s NonMaxSuppression kept: {c.nms_rows.objects} float rows at scores ≥ "
+                         f"{c.nms_rows.thresholds[0]:.3g} ({verdict.samples} held-out and {c.seen_feeds} calibration samples), "
+                         f"a top-1 floor of {verdict.floor.top1:g} needs {needed}")
+            per = c.nms_rows.objects / judged if judged else 0.0
+        elif c.nms_rows is not None:
+            parts.append(f"the rows {name}'s NonMaxSuppression kept: float's own kept rows move under a jitter of "
+                         f"{DET_JITTER:g} (F1 {c.nms_rows.stable:.4f}), so no format's rows can be judged by them")
+            continue
         elif c.thresholded is not None:
             judged = verdict.samples + c.seen_feeds
             parts.append(f"the heat map {name}: {c.thresholded[0]} objects above 0.2 ({verdict.samples} "
