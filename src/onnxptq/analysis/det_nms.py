@@ -54,7 +54,8 @@ import numpy as np
 
 from .score_rows import Rows
 
-__all__ = ["THRESHOLDS", "NMS_IOU", "MATCH_IOU", "JITTER", "Detections", "detections", "judge_detections"]
+__all__ = ["THRESHOLDS", "NMS_IOU", "MATCH_IOU", "JITTER", "Detections", "box_iou", "detections", "f1_of", "judge_detections",
+           "matched_count", "matched_pairs"]
 
 #: score thresholds a user of such a detector sets (ultralytics' default 0.25 and two stricter ones)
 THRESHOLDS = (0.25, 0.4, 0.5)
@@ -88,7 +89,7 @@ class Detections(NamedTuple):
         return self.stable >= 1.0 - 1.0 / (4.0 * max(self.needed, 1))
 
 
-def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
+def box_iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
     """IoU of one ``x1 y1 x2 y2`` box with each of ``others`` ``[K, 4]``."""
     x1 = np.maximum(box[0], others[:, 0])
     y1 = np.maximum(box[1], others[:, 1])
@@ -109,7 +110,7 @@ def _nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
         keep.append(i)
         if order:
             rest = np.asarray(order)
-            order = [j for j, o in zip(order, _iou(boxes[i], boxes[rest])) if o <= iou]
+            order = [j for j, o in zip(order, box_iou(boxes[i], boxes[rest])) if o <= iou]
     return keep
 
 
@@ -130,23 +131,27 @@ def detections(scores: np.ndarray, boxes: np.ndarray, threshold: float,
     return np.asarray(out_cls, np.int64), np.asarray(out_box, np.float64).reshape(-1, 4)
 
 
-def _matched(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
+def matched_pairs(ref: np.ndarray, got: np.ndarray) -> list[tuple[int, int]]:
+    """``(float box, quantized box)`` index pairs of boxes ``[K, 4]`` (``x1 y1 x2 y2``) matched one to one at IoU ≥
+    :data:`MATCH_IOU`, greedily, the best IoU first."""
+    if not len(ref) or not len(got):
+        return []
+    pairs = sorted(((o, i, j) for i in range(len(ref)) for j, o in enumerate(box_iou(ref[i], got)) if o >= MATCH_IOU),
+                   reverse=True)
+    used_a: set[int] = set()
+    used_b: set[int] = set()
+    out: list[tuple[int, int]] = []
+    for _, i, j in pairs:
+        if i not in used_a and j not in used_b:
+            used_a.add(i)
+            used_b.add(j)
+            out.append((i, j))
+    return out
+
+
+def matched_count(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) -> int:
     """Float detections with a quantized one of their class at IoU ≥ :data:`MATCH_IOU` (one each)."""
-    hits = 0
-    for c in np.unique(ref[0]):
-        a, b = ref[1][ref[0] == c], got[1][got[0] == c]
-        if not len(b):
-            continue
-        pairs = sorted(((o, i, j) for i in range(len(a)) for j, o in enumerate(_iou(a[i], b)) if o >= MATCH_IOU),
-                       reverse=True)
-        used_a: set[int] = set()
-        used_b: set[int] = set()
-        for _, i, j in pairs:
-            if i not in used_a and j not in used_b:
-                used_a.add(i)
-                used_b.add(j)
-        hits += len(used_a)
-    return hits
+    return sum(len(matched_pairs(ref[1][ref[0] == c], got[1][got[0] == c])) for c in np.unique(ref[0]))
 
 
 def box_ranges(rows: Rows) -> tuple[tuple[int, int], ...] | None:
@@ -185,7 +190,7 @@ def _objects(cls: np.ndarray, boxes: np.ndarray) -> int:
     found = 0
     for c in np.unique(cls):
         b = boxes[cls == c]
-        link = np.array([_iou(box, b) > 0 for box in b]) | np.eye(len(b), dtype=bool)
+        link = np.array([box_iou(box, b) > 0 for box in b]) | np.eye(len(b), dtype=bool)
         reach = link.copy()
         while True:  # transitive closure: boxes chained by overlaps are one object
             wider = (reach.astype(np.int64) @ link.astype(np.int64)) > 0
@@ -206,7 +211,7 @@ def _counts(pairs: Sequence[tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarra
             for t in thresholds:
                 d_ref = detections(s_ref[image], box_r, t)
                 d_got = detections(s_got[image], box_g, t)
-                hits = _matched(d_ref, d_got)
+                hits = matched_count(d_ref, d_got)
                 ref_n += len(d_ref[0])
                 lost += len(d_ref[0]) - hits
                 invented += len(d_got[0]) - hits
@@ -215,7 +220,8 @@ def _counts(pairs: Sequence[tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarra
     return ref_n, lost, invented, counted
 
 
-def _f1(ref_n: int, lost: int, invented: int) -> float:
+def f1_of(ref_n: int, lost: int, invented: int) -> float:
+    """F1 of ``ref_n`` float detections of which ``lost`` were lost, beside ``invented`` ones."""
     hits = ref_n - lost
     return 2 * hits / max(2 * hits + lost + invented, 1)
 
@@ -252,8 +258,8 @@ def judge_detections(reference: Sequence[np.ndarray], candidate: Sequence[np.nda
              for seed in range(2)]
     if draws[0][3] < max(needed, 1):
         return None
-    found = Detections(float("nan"), draws[0][0], 0, 0, needed, float(np.mean([_f1(*own[:3]) for own in draws])))
+    found = Detections(float("nan"), draws[0][0], 0, 0, needed, float(np.mean([f1_of(*own[:3]) for own in draws])))
     if not found.judged:
         return found
     ref_n, lost, invented, _ = _counts(pairs, corners)
-    return Detections(float(_f1(ref_n, lost, invented)), ref_n, lost, invented, needed, found.stable)
+    return Detections(float(f1_of(ref_n, lost, invented)), ref_n, lost, invented, needed, found.stable)

@@ -33,6 +33,19 @@ rates 64 rows cannot confirm 0.97, which the rows kept alone had said.
 Not a break: the estimate may read below the floor where the rows seen held it (few rows, wide
 noise); the rows seen and their count stay the judgement, the estimate only withholds the
 confirmation (a break on estimated rows alone is class_scores' reads' rule, with its own evidence).
+
+**A break by pooled rows judged by the estimate** (:meth:`RowMargins.judge` with ``clear_losses``; floor
+``_spare_near_ties``). Where the held-out and calibration rows pooled break a top-1 that the held-out rows did
+not, the flips may be float's own near-ties: tempocnn's CNN (a softmax over 256 tempo classes, 61 pooled rows)
+lost 2 rows under BF16 whose float top two were 0.0035 and 0.0059 apart, where BF16 moves this output by about
+0.003; 0.967 < 0.97 broke the floor and repair stepped up 29-47 of its nodes, while 48 fresh clips agreed 1.000
+either way (bench/RESULTS.md, newmodels30 section 5). Such a break stands only where the rows a sample like this
+keeps on average are below the floor too, with one change to the estimate: a flipped row whose float margin is
+above every loss the format made on the rows it kept is a **clear loss**, counted lost outright and kept out of
+the noise. Why: a flipped row's own loss reaches its margin by definition, so in the noise a few rows lost by far
+more than the format moves any other row vouch for each other (three rows of margin 1 lost by 2 among 37 moved
+by 0.001 read 0.994 kept on average: no break); as clear losses they are lost (37 of 40). A flip within the kept
+rows' noise stays a chance, as every kept near-tie does.
 """
 
 from __future__ import annotations
@@ -60,6 +73,8 @@ class RowTies:
     near: int
     #: the largest margin loss seen (the format's noise on this output, in the output's own units)
     noise: float
+    #: rows lost counted lost outright, their margin above every kept row's loss (``judge(clear_losses=True)``)
+    clear: int = 0
 
     @property
     def share(self) -> float:
@@ -92,18 +107,32 @@ class RowMargins:
         """One feed's float and quantized scores ``[..., C]`` (the rows: every index of the axes before the last)."""
         self._pairs.append((ref, got))
 
-    def judge(self) -> RowTies | None:
-        """The rows added with their near-ties counted; None where none was added."""
+    def with_pairs(self, pairs: Iterable[tuple[np.ndarray, np.ndarray]]) -> "RowMargins":
+        """A tally of these rows and ``pairs``' (the calibration feeds' rows pooled with the held-out ones); this
+        one unchanged."""
+        out = RowMargins()
+        out._pairs = [*self._pairs, *pairs]
+        return out
+
+    def judge(self, clear_losses: bool = False) -> RowTies | None:
+        """The rows added with their near-ties counted; None where none was added. ``clear_losses``: flipped rows
+        whose margin is above every kept row's loss counted lost outright and out of the noise (a pooled break
+        judged: module docstring, "A break by pooled rows")."""
         found = [f for f in (_margins(ref, got) for ref, got in self._pairs) if f is not None]
         if not found:
             return None
         m, q, kept = (np.concatenate(part) for part in zip(*found))
-        loss = np.sort(m - q)
         rows = int(m.size)
+        clear = np.zeros(rows, bool)
+        if clear_losses:
+            clear = ~kept & (m > (np.max((m - q)[kept]) if kept.any() else -np.inf))
+        loss = np.sort((m - q)[~clear])
+        if not loss.size:  # every row a clear loss
+            return RowTies(rows, 0, 0.0, 0, float(np.max(m - q)), rows)
         # each row's chance to flip: the share of the losses at least its margin (a row lost has its own)
-        chance = (rows - np.searchsorted(loss, m, side="left")) / rows
+        chance = np.where(clear, 1.0, (loss.size - np.searchsorted(loss, m, side="left")) / loss.size)
         return RowTies(rows, int(np.count_nonzero(kept)), float(rows - chance.sum()),
-                       int(np.count_nonzero(chance[kept] > 0)), float(loss[-1]))
+                       int(np.count_nonzero(chance[kept] > 0)), float(loss[-1]), int(np.count_nonzero(clear)))
 
 
 def _margins(ref: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

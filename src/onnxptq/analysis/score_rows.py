@@ -52,6 +52,7 @@ import numpy as np
 import onnx
 
 from ..graph.ops import RELAYOUTS
+from ..graph.walk import first_input_chain
 from .maps import BAND, Kept, kept_agreement, undecided
 from .metrics import cosine_similarity
 
@@ -70,16 +71,7 @@ class Rows(NamedTuple):
 
 
 def _from_sigmoid(tensor: str, producer: dict[str, onnx.NodeProto]) -> bool:
-    for _ in range(8):
-        node = producer.get(tensor)
-        if node is None or not node.input:
-            return False
-        if node.op_type == "Sigmoid":
-            return True
-        if node.op_type not in _MOVES:
-            return False
-        tensor = node.input[0]
-    return False
+    return first_input_chain(tensor, producer, _MOVES, lambda n: n.op_type == "Sigmoid", 8) is not None
 
 
 def detector_score_rows(model: onnx.ModelProto) -> dict[str, Rows]:

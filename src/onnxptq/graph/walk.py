@@ -18,7 +18,7 @@ scope's name, and prepare renames what sibling bodies both define (:func:`onnxpt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import onnx
 
@@ -362,6 +362,23 @@ def upstream_nodes(start: str, producer: dict[str, onnx.NodeProto],
         yield node
         if through(node):
             stack.extend(i for i in node.input if i)
+
+
+def first_input_chain(tensor: str, producer: "Mapping[str, onnx.NodeProto]", through: "Collection[str]",
+                      stop: "Callable[[onnx.NodeProto], bool]", steps: int = 12) -> onnx.NodeProto | None:
+    """The first node up ``tensor``'s chain of first inputs that ``stop`` accepts, passing only ops in ``through``
+    (at most ``steps`` nodes); None where the chain leaves them, ends or runs longer first. The analyses' "is this
+    tensor a relayout of a Sigmoid's output / of an NMS's indices / of a Slice of that table" walks."""
+    for _ in range(steps):
+        node = producer.get(tensor)
+        if node is None or not node.input:
+            return None
+        if stop(node):
+            return node
+        if node.op_type not in through:
+            return None
+        tensor = node.input[0]
+    return None
 
 
 def downstream_nodes(starts: Iterable[str], consumers: "dict[str, list[onnx.NodeProto]]",
