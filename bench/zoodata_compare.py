@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     before, after = load([args.before]), load(args.after)
     order = {p: i for i, p in enumerate(PRESETS)}
     counts: dict[str, int] = {}
-    print("| model | preset | floor | before (library) | after | moved | floor said (after) | what | quantize CPU s | size × | load (after) | repair kept (after) |")
+    print("| model | preset | floor | before (library) | after | moved | floor said (before → after where it changed) | what | quantize CPU s | size × | load (after) | repair kept (after) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for key in sorted(after, key=lambda k: (k[0], order.get(k[1], 99))):
         a, b = after[key], before.get(key, {})
@@ -97,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.all and k == "ok" and (moved is None or abs(moved) < 0.005) and kind(b) in ("ok", "") \
                 and not (repaired(a) or repaired(b)):
             continue
+        # a verdict that changed is shown as before → after: what the user was told moved with the figure
+        told = said(a) if not b or said(b) == said(a) else f"{said(b)} → {said(a)}"
         print(f"| {key[0]} | {key[1]} | {a.get('floor', floor(key[1]))} | {bg} ({b.get('library', '-')}) | {ag if ag is not None else a.get('status')} | "
-              f"{moved if moved is not None else '-'} | {said(a)} | **{k}** | "
+              f"{moved if moved is not None else '-'} | {told} | **{k}** | "
               f"{_pair(b.get('quantize_cpu_s'), a.get('quantize_cpu_s'), '.1f')} | {_pair(b.get('size_ratio'), a.get('size_ratio'), '.3f')} | "
               f"{a.get('load', '-')} | {str(a.get('repair') or a.get('error') or '-')[:160]} |")
     print()

@@ -108,7 +108,7 @@ def test_zoo_inputs_are_held_out():
     assert len(new) >= 15 and len({m.wheel.split("==")[0] for m in new}) >= 8
 
 
-@pytest.mark.parametrize("preset", ["A8W8", "MXINT8"])
+@pytest.mark.parametrize("preset", ["A8W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"])
 def test_zoo_front_end_says_why_a8w8_has_nothing_left(preset):
     """oww_melspectrogram is a pure front end: under A8W8 (CPU integer kernels for Conv/MatMul only)
     every quantizable tensor is in the Log's linear domain, where int8 keeps 0-18 % of the frames
@@ -121,6 +121,55 @@ def test_zoo_front_end_says_why_a8w8_has_nothing_left(preset):
     model, calib, _, _ = _prepared("oww_melspectrogram")
     with pytest.raises(NothingToQuantizeError, match="linear-domain input of Log"):
         onnxptq.quantize(str(model.path()), preset, data=list(calib))
+
+
+def test_zoo_refusals_name_the_file_and_the_node_before_any_calibration_run(monkeypatch):
+    """The zoo's five documented refusals (oww_melspectrogram under A8W8, BFP16, MX9, MXINT8,
+    MXFP8_E4M3) are a refusal a user can act on, not a crash in disguise: the error names the
+    model file and the node whose rule left nothing (Log 'Log_17'), and it comes from the plan,
+    before the float model is run on the data (a refusal after minutes of calibration, or one
+    raised from inside onnxruntime, would be the crash this guards against)."""
+    import onnxruntime
+
+    import onnxptq
+    from onnxptq.errors import OnnxptqError
+
+    model, calib, _, _ = _prepared("oww_melspectrogram")
+    sessions = []
+    real = onnxruntime.InferenceSession
+
+    def counted(*args, **kwargs):
+        sessions.append(args[:1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", counted)
+    for preset in ("A8W8", "BFP16", "MX9", "MXINT8", "MXFP8_E4M3"):
+        with pytest.raises(OnnxptqError) as caught:
+            onnxptq.quantize(str(model.path()), preset, data=list(calib))
+        message = str(caught.value)
+        assert isinstance(caught.value, ValueError), preset
+        assert message.startswith(str(model.path())), f"{preset}: the file is not named: {message[:200]}"
+        assert "Log 'Log_17'" in message and "quantizes nothing" in message, f"{preset}: {message[:300]}"
+    assert not sessions, f"the refusal ran {len(sessions)} onnxruntime session(s) before it was raised"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "library finding (zoo21): NothingToQuantizeError is defined in onnxptq.pipeline.calibrate, not in the "
+    "documented onnxptq.errors, and docs/errors.md does not list it; a user who wants to catch the zoo's five "
+    "refusals by class must import it from a pipeline module"))
+def test_the_refusal_s_class_is_among_the_documented_errors():
+    """docs/errors.md: 'Every bad input ends in one of the documented error classes of onnxptq.errors'.
+    The zoo's refusals (oww_melspectrogram, five presets) raise NothingToQuantizeError; the user's
+    documented way to catch it by name is onnxptq.errors, and the page that lists every error says what
+    it means."""
+    from pathlib import Path
+
+    from onnxptq import errors
+    from onnxptq.pipeline.calibrate import NothingToQuantizeError
+
+    assert getattr(errors, "NothingToQuantizeError", None) is NothingToQuantizeError
+    page = (Path(__file__).resolve().parent.parent / "docs" / "errors.md").read_text()
+    assert "NothingToQuantizeError" in page
 
 
 def test_zoo_has_a_true_fp16_model():

