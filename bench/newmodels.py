@@ -8313,12 +8313,17 @@ def _rx_chem():
 
 
 def _rx_reaction(rng: random.Random) -> str:
+    """One reaction as rxnfp is fed it (_rx_reaction_named without its template's name)."""
+    return _rx_reaction_named(rng)[1]
+
+
+def _rx_reaction_named(rng: random.Random) -> tuple[str, str]:
     """One reaction as rxnfp is fed it: a template run by RDKit on drawn building blocks (the first product), 0-2 of
     the class's usual reagents written among the precursors, then process_reaction: every molecule canonicalized, the
-    precursors and the products each sorted and joined by '.', 'precursors>>products'."""
+    precursors and the products each sorted and joined by '.', 'precursors>>products'; with the template's name."""
     Chem, AllChem = _rx_chem()
     while True:
-        _, smarts, pools, reagents = rng.choice(_RX_TEMPLATES)
+        name, smarts, pools, reagents = rng.choice(_RX_TEMPLATES)
         rxn = AllChem.ReactionFromSmarts(smarts)
         reactants = [rng.choice(pool) for pool in pools]
         products = rxn.RunReactants(tuple(Chem.MolFromSmiles(r) for r in reactants))
@@ -8331,7 +8336,7 @@ def _rx_reaction(rng: random.Random) -> str:
             continue
         precursors = [Chem.MolToSmiles(Chem.MolFromSmiles(r)) for r in reactants]
         precursors += [Chem.MolToSmiles(Chem.MolFromSmiles(r)) for r in rng.sample(reagents, rng.randint(0, min(2, len(reagents))))]
-        return f"{'.'.join(sorted(precursors))}>>{Chem.MolToSmiles(mol)}"
+        return name, f"{'.'.join(sorted(precursors))}>>{Chem.MolToSmiles(mol)}"
 
 
 _RX_VOCAB: dict[str, dict[str, int]] = {}
@@ -8433,10 +8438,15 @@ MODELS["textgenrnn"] = (str(SRC31 / "round31_onnx/textgenrnn.onnx"), textgenrnn_
 
 
 def _pesto_sung(rng: random.Random, seconds: float, sr: int = 16000) -> np.ndarray:
+    """A sung line (_pesto_sung_track's audio)."""
+    return _pesto_sung_track(rng, seconds, sr)[0]
+
+
+def _pesto_sung_track(rng: random.Random, seconds: float, sr: int = 16000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A sung line as MIR-1K holds (PESTO's training data): notes of a major or minor scale around a singer's range
     (MIDI 45-72), 0.15-0.6 s each with glides between them and 4.5-6.5 Hz vibrato of 20-60 cents, a voice of 12-25
     harmonics falling 9-14 dB an octave under three vowel formants, breath noise, short rests between phrases,
-    accompaniment-free (MIR-1K's vocal channel)."""
+    accompaniment-free (MIR-1K's vocal channel). With the drawn pitch (MIDI, per sample) and where it is sung."""
     nrng = np.random.default_rng(rng.randint(0, 2**31))
     n = int(seconds * sr)
     tonic = rng.randint(45, 64)
@@ -8474,7 +8484,7 @@ def _pesto_sung(rng: random.Random, seconds: float, sr: int = 16000) -> np.ndarr
     y = y * env
     y = y / (np.abs(y).max() + 1e-9) * rng.uniform(0.3, 0.9)
     breath = nrng.normal(0, 1, n) * env * rng.uniform(0.005, 0.03)
-    return (y + breath).astype(np.float32)
+    return (y + breath).astype(np.float32), track, voiced & (env >= 0.9 * amp)
 
 
 def pesto_feeds(n: int, seed: int) -> list[Feed]:
