@@ -28,13 +28,12 @@ absolute difference is printed.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
-from round28_export import _check, _export
+from round28_export import _check, _export, export_main
 
 #: (the file written under src)
 OUTPUTS = {
@@ -176,7 +175,7 @@ def export_textgenrnn(src: Path) -> None:
     _check(out, {"input": y}, model(y, training=False).numpy())
 
 
-def export_pesto(src: Path, key: str) -> None:
+def export_pesto(src: Path) -> None:
     import importlib.util
     import math
     import sys
@@ -184,7 +183,6 @@ def export_pesto(src: Path, key: str) -> None:
 
     import torch
 
-    sys.path.insert(0, str(src))
     if "torchaudio" not in sys.modules and importlib.util.find_spec("torchaudio") is None:
         # pesto.core imports torchaudio at module level only to read audio files (predict_from_files)
         sys.modules["torchaudio"] = types.ModuleType("torchaudio")
@@ -219,7 +217,7 @@ def export_pesto(src: Path, key: str) -> None:
             return reduce_activations(act, reduction=m.reduction), confidence.view(b, -1), vol.view(b, -1), act
 
     net = Whole(model).eval()
-    out = src / OUTPUTS[key]
+    out = src / OUTPUTS["pesto_g7"]
     t = np.arange(40000, dtype=np.float32) / 16000
     audio = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None]
     names_out = ["pitch", "confidence", "volume", "activations"]
@@ -235,20 +233,10 @@ def export_pesto(src: Path, key: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, required=True, help="the round's unpacked archives (NEWMODELS31_SRC)")
-    ap.add_argument("--only", nargs="*", choices=sorted(OUTPUTS), default=[],
-                    help="export only these (default: every file not written yet)")
-    args = ap.parse_args()
-    todo = args.only or [k for k, rel in OUTPUTS.items() if not (args.src / rel).exists()]
-    for key in todo:
-        if key.startswith("rxnfp"):
-            export_rxnfp(args.src, key)
-        elif key == "textgenrnn":
-            export_textgenrnn(args.src)
-        else:
-            export_pesto(args.src, key)
-        print(f"{key}: {args.src / OUTPUTS[key]}")
+    exporters = {"rxnfp_ft": lambda src: export_rxnfp(src, "rxnfp_ft"),
+                 "rxnfp_cls": lambda src: export_rxnfp(src, "rxnfp_cls"),
+                 "textgenrnn": export_textgenrnn, "pesto_g7": export_pesto}
+    export_main(__doc__, OUTPUTS, exporters, "NEWMODELS31_SRC")
 
 
 if __name__ == "__main__":
