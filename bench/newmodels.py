@@ -8371,19 +8371,32 @@ def rxnfp_feeds(folder: str) -> Callable[[int, int], list[Feed]]:
     return feeds
 
 
-_RX_GALLERY: list[str] = []
+_RX_GALLERY: list[tuple[str, str]] = []
+
+
+def _rx_gallery() -> list[tuple[str, str]]:
+    """The search's gallery: 96 *distinct* reactions (seed 777) with their templates' names. Distinct: drawn from a
+    few building blocks, 96 draws repeat some reactions, and a query whose nearest reaction has a copy is a tie that
+    any rounding breaks either way (7 of the 9 picks MXINT8 moved on 192 queries were such copies, float's top-two
+    cosine gap 0.0: RESULTS.md round 31)."""
+    if not _RX_GALLERY:
+        rng, seen = random.Random(777), set()
+        while len(_RX_GALLERY) < 96:
+            name, smiles = _rx_reaction_named(rng)
+            if smiles not in seen:
+                seen.add(smiles)
+                _RX_GALLERY.append((name, smiles))
+    return _RX_GALLERY
 
 
 def rxnfp_neighbours(ref, test, feeds, root) -> float:
     """The rxnfp paper's use of the fingerprints, a nearest-neighbour search: each query reaction's nearest reaction
-    (cosine) in a fixed gallery of 96 other reactions (seed 777), each model fingerprinting both sides, equal to
-    float's pick."""
-    if not _RX_GALLERY:
-        rng = random.Random(777)
-        _RX_GALLERY.extend(_rx_reaction(rng) for _ in range(96))
+    (cosine) in a fixed gallery of 96 distinct other reactions (_rx_gallery), each model fingerprinting both sides,
+    equal to float's pick."""
+    gallery = [smiles for _, smiles in _rx_gallery()]
     picks = []
     for run in (ref, test):
-        g = np.concatenate([run(_rx_batch(_RX_GALLERY[i:i + 16], "bert_ft"))[0] for i in range(0, 96, 16)])
+        g = np.concatenate([run(_rx_batch(gallery[i:i + 16], "bert_ft"))[0] for i in range(0, 96, 16)])
         g /= np.linalg.norm(g, axis=1, keepdims=True)
         q = np.concatenate([run(f)[0] for f in feeds])
         picks.append(np.argmax((q / np.linalg.norm(q, axis=1, keepdims=True)) @ g.T, axis=1))
@@ -8396,7 +8409,7 @@ def rxnfp_classes(ref, test, feeds, root) -> float:
 
 
 MODELS["rxnfp_ft"] = (str(SRC31 / "round31_onnx/rxnfp_bert_ft.onnx"), rxnfp_feeds("bert_ft"),
-                      "nearest of 96 gallery reactions (cosine of fingerprints) = float's", rxnfp_neighbours)
+                      "nearest of 96 distinct gallery reactions (cosine of fingerprints) = float's", rxnfp_neighbours)
 MODELS["rxnfp_cls"] = (str(SRC31 / "round31_onnx/rxnfp_bert_ft_10k_25s.onnx"), rxnfp_feeds("bert_ft_10k_25s"),
                        "reaction class (top-1 of 50) = float's", rxnfp_classes)
 

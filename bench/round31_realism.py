@@ -42,8 +42,7 @@ def rxnfp(n: int) -> None:
         print(f"rxnfp_cls  {name:28s} n={len(cs):2d} most common class {top:2d} share {count / len(cs):.2f}")
     distinct = len({collections.Counter(cs).most_common(1)[0][0] for cs in by.values()})
     print(f"rxnfp_cls  templates {len(by)}, distinct majority classes {distinct}")
-    grng = random.Random(777)
-    gallery = [nm._rx_reaction_named(grng) for _ in range(96)]
+    gallery = nm._rx_gallery()
     ft = _session("rxnfp_ft")
     g = np.concatenate([ft(nm._rx_batch([r for _, r in gallery[i:i + 16]], "bert_ft"))[0] for i in range(0, 96, 16)])
     q = np.concatenate([ft(nm._rx_batch([r for _, r in named[i:i + 8]], "bert_ft"))[0] for i in range(0, n, 8)])
