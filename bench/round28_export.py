@@ -87,6 +87,21 @@ def _check(path: Path, feed: dict[str, np.ndarray], expected: np.ndarray) -> flo
     return diff
 
 
+def export_main(doc: str, outputs: dict[str, str], exporters: dict, src_env: str) -> None:
+    """A round's export command line (rounds 29-31): ``--src`` the round's unpacked archives (put first on the path, as
+    the packages import their own modules), ``--only`` keys of ``outputs`` to export again (default: every file not
+    yet written); each key's exporter is called with the folder and the file it wrote is printed."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--src", type=Path, required=True, help=f"the round's unpacked archives ({src_env})")
+    ap.add_argument("--only", nargs="*", choices=sorted(outputs), default=[],
+                    help="export these again (default: every file of OUTPUTS not yet written)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.src))
+    for key in args.only or [k for k, rel in outputs.items() if not (args.src / rel).exists()]:
+        exporters[key](args.src)
+        print(f"{key}: {args.src / outputs[key]}")
+
+
 def export_resemblyzer(src: Path) -> None:
     import torch
 

@@ -26,14 +26,13 @@ absolute difference is printed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
 
-from round28_export import _check   # onnxruntime against the framework's own output, the max difference printed
+from round28_export import _check, export_main   # _check: onnxruntime against the framework's own output, the max difference printed
 
 #: (the file written under src, what it is)
 OUTPUTS = {
@@ -150,18 +149,10 @@ def convert_graph_def(graph, name_in: str, name_out: str, out: Path, y: np.ndarr
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, required=True, help="the round's unpacked archives (NEWMODELS29_SRC)")
-    ap.add_argument("--only", nargs="*", choices=sorted(OUTPUTS), default=[],
-                    help="export these again (default: every file of OUTPUTS not yet written)")
-    args = ap.parse_args()
-    sys.path.insert(0, str(args.src))
     exporters = {"fpkws": export_fpkws, "fer": export_fer,
                  "musicnn_mtt": lambda src: export_musicnn(src, "MTT_musicnn", "musicnn_mtt"),
                  "musicnn_msd_vgg": lambda src: export_musicnn(src, "MSD_vgg", "musicnn_msd_vgg")}
-    todo = args.only or [k for k in OUTPUTS if not (args.src / OUTPUTS[k]).exists()]
-    for key in todo:
-        exporters[key](args.src)
+    export_main(__doc__, OUTPUTS, exporters, "NEWMODELS29_SRC")
 
 
 if __name__ == "__main__":

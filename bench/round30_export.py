@@ -24,7 +24,6 @@ is printed.
 
 from __future__ import annotations
 
-import argparse
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from round28_export import _check   # onnxruntime against the framework's own output, the max difference printed
+from round28_export import _check, export_main   # _check: onnxruntime against the framework's own output, the max difference printed
 
 #: (the file written under src)
 OUTPUTS = {
@@ -168,20 +167,10 @@ def export_retinaface(src: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", type=Path, required=True, help="the round's unpacked archives (NEWMODELS30_SRC)")
-    ap.add_argument("--only", nargs="*", choices=sorted(OUTPUTS), default=[],
-                    help="export only these (default: every file not written yet)")
-    args = ap.parse_args()
-    todo = args.only or [k for k, rel in OUTPUTS.items() if not (args.src / rel).exists()]
-    for key in todo:
-        if key == "kraken_blla":
-            export_kraken(args.src)
-        elif key == "retinaface":
-            export_retinaface(args.src)
-        else:
-            export_tempocnn(args.src, key.split("_", 1)[1], key)
-        print(f"{key}: {args.src / OUTPUTS[key]}")
+    exporters = {"kraken_blla": export_kraken, "retinaface": export_retinaface,
+                 "tempocnn_fcn": lambda src: export_tempocnn(src, "fcn", "tempocnn_fcn"),
+                 "tempocnn_cnn": lambda src: export_tempocnn(src, "cnn", "tempocnn_cnn")}
+    export_main(__doc__, OUTPUTS, exporters, "NEWMODELS30_SRC")
 
 
 if __name__ == "__main__":
