@@ -153,10 +153,6 @@ def test_zoo_refusals_name_the_file_and_the_node_before_any_calibration_run(monk
     assert not sessions, f"the refusal ran {len(sessions)} onnxruntime session(s) before it was raised"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library finding (zoo21): NothingToQuantizeError is defined in onnxptq.pipeline.calibrate, not in the "
-    "documented onnxptq.errors, and docs/errors.md does not list it; a user who wants to catch the zoo's five "
-    "refusals by class must import it from a pipeline module"))
 def test_the_refusal_s_class_is_among_the_documented_errors():
     """docs/errors.md: 'Every bad input ends in one of the documented error classes of onnxptq.errors'.
     The zoo's refusals (oww_melspectrogram, five presets) raise NothingToQuantizeError; the user's

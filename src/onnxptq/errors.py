@@ -80,6 +80,14 @@ class CalibrationMissingError(OnnxptqError, RuntimeError):
     the tensor (a branch no sample took)."""
 
 
+class NothingToQuantizeError(OnnxptqError, ValueError):
+    """The configuration selects no tensor of the model: no node of an op type it quantizes, or the
+    plan's rules keep every candidate float (a log-domain front end whose only dot products read the
+    Log's linear input). Raised before any calibration run; the message names the file and the rules'
+    reasons. Here, beside the other documented errors, so a caller catches it by name from
+    ``onnxptq.errors`` (``onnxptq.pipeline.calibrate`` re-exports it)."""
+
+
 class AccuracyError(OnnxptqError, ValueError):
     """``strict=True``: the quantized model breaks its format family's accuracy floor on the held-out
     samples (algorithms/repair.py, docs/accuracy.md). The message names the outputs, their metric

@@ -25,7 +25,7 @@ from ..analysis.held_scores import is_held
 from ..analysis.streams import state_pairs
 from ..calibration import collectors, readers, relayouts, runner
 from ..config.schema import BIAS_CORRECTION_SAMPLES, QuantConfig, require_config
-from ..errors import OnnxptqError
+from ..errors import NothingToQuantizeError
 from ..graph import check, io
 from ..graph.passes.half_storage import half_stored_names
 from ..graph.ops import FLOATING
@@ -49,10 +49,6 @@ COLLECT_CYCLES_BYTES = 4 * 2**20
 #: Samples kept in memory during calibration to measure the quantized model against the float one.
 #: Bounded, so memory stays flat however long the calibration data is.
 DEFAULT_EVAL_SAMPLES = 8
-
-
-class NothingToQuantizeError(OnnxptqError, ValueError):
-    """The configuration selects no tensor of the model."""
 
 
 @dataclass
