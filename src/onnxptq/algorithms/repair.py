@@ -171,6 +171,7 @@ from ..pipeline.verify import Verified, measure_seen, session_signature, worth_r
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_measure import Measure, class_reads, measure_outputs, score_reads, undecided, worse
+from .repair_cost import Work, build_units, graph_work, plain_units, run_units
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, changed_nodes, ladder, stepped_config
 
@@ -302,8 +303,17 @@ class _Judge:
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
         self.cache: dict[tuple[Rung | None, frozenset[str], frozenset[str]], Verdict | None] = {}
-        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``)
+        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``: said, never deciding)
         self.costs: list[float] = []
+        #: the budget's bookkeeping in work seconds (:mod:`.repair_cost`: estimated from the graph and the feeds, no
+        #: clock): the graph's work (None: builds cost nothing), what the search has spent, each build's units, and
+        #: the precisions built so far (a precision's first build rounds its weights: dearer)
+        self.work: Work | None = None
+        self.spent = 0.0
+        self.units: list[float] = []
+        self.built: set[Rung | None] = set()
+        #: work seconds of one candidate's runs (the held-out feeds and the judged calibration feeds)
+        self.run_units = 0.0
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
         self.reuse = reuse if reuse is not None else ConstantReuse()
         self.reuse.keep_weights = True
@@ -313,6 +323,14 @@ class _Judge:
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
         #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
+
+    def estimate(self, rung: Rung | None) -> float:
+        """Work seconds a build at ``rung`` (None: float) costs with its session and runs (:mod:`.repair_cost`): dearer
+        where no build at that precision was made yet (its weights rounded, its bias corrections made). A pure
+        function of the graph, the feeds and the builds made so far: the stopping rule reads no clock."""
+        if self.work is None:
+            return 0.0
+        return build_units(self.work, fresh=rung not in self.built) + self.run_units
 
     def changed_of(self, rung: Rung | None, nodes: frozenset[str]) -> frozenset[str]:
         """Of ``nodes``, those ``rung`` changes (:attr:`changes`); all of them with no rung or none recorded for it."""
@@ -328,7 +346,10 @@ class _Judge:
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
-        started = _clock(self)
+        self.units.append(self.estimate(rung))
+        self.spent += self.units[-1]
+        self.built.add(rung)
+        started = _cpu(self)
         self.measured = {}
         try:
             delivered = self.configure(kept, rung, self.floats)  # the delivered config; the candidate is its unpacked twin
@@ -338,7 +359,7 @@ class _Judge:
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.costs.append(_clock(self) - started)
+        self.costs.append(_cpu(self) - started)
         # the float probe (every candidate float) is the search's floor of what keeping nodes float can give: its
         # "could not confirm" (a graph float does not reproduce bit for bit, an fp16 model's) is said, not ruled out
         probe = rung is None and self.everything is not None and self.everything <= kept | self.floats
@@ -503,11 +524,17 @@ class _Judge:
         return verdict
 
 
-def _clock(judge: Any) -> float:
-    """The search's CPU clock: this process's, less what ``judge`` spent beyond building, running and
-    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py),
-    so the budget decides as it did without them."""
+def _cpu(judge: Any) -> float:
+    """This process's CPU, less what ``judge`` spent beyond building, running and judging its candidates
+    (``untimed``: held candidates judged for the delivered build, pipeline/verify.py): each build's CPU in the
+    record (``build_cpu_seconds``), said and never deciding anything."""
     return time.process_time() - getattr(judge, "untimed", 0.0)
+
+
+def _clock(judge: Any) -> float:
+    """The search's budget clock: the work seconds ``judge`` has spent (:mod:`.repair_cost`), estimated from the
+    graph and the feeds, not measured, so that where the search stops does not depend on the machine's load."""
+    return float(judge.spent)
 
 
 def moved_unjudged_reads(verdict: Verdict) -> list[str]:
@@ -906,7 +933,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float, 
     lowest = None
     for i, rung in enumerate(rungs):
         what = "the whole plan at " + " and at ".join(r.describe() for r in rungs[i:]) + " (the ladder's rungs left)"
-        if not _may_build(judge, math.inf, cap, judge.costs[-1] if judge.costs else -math.inf, what=what):  # the probes: no count
+        if not _may_build(judge, math.inf, cap, judge.estimate(rung) if judge.evaluations else -math.inf, what=what):  # the probes: no count
             return lowest
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
@@ -1070,13 +1097,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         result.plan.repair = result.repair
         return result
 
-    # CPU seconds of this process, not wall time: on a machine shared with other jobs the wall clock
-    # runs ~3-7x faster than our work. Neither decides what is delivered (the search stops at a count
-    # of builds: :func:`_search`); the CPU only caps a search gone far past its usual cost.
+    # CPU seconds of this process are recorded (the plain quantization's and the search's), never decide: the search
+    # stops at a count of builds (:func:`_search`) and at a budget in work seconds (:mod:`.repair_cost`), both
+    # computed from the graph and the feeds, so the delivered file does not depend on the machine's load.
     t0, cpu0 = time.perf_counter(), time.process_time()
-    plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
+    plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included (said only)
     allowance = builds_allowed(cfg.repair_budget)
-    cap = cpu0 + CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain, MIN_BUDGET_S)
     candidates = list(result.plan.nodes)
     # Every candidate is judged on the feeds the verdict was: the calibration feeds too where any output's
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
@@ -1092,6 +1118,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     judge.everything = frozenset(candidates)
     judge.choosing = True
+    reference = (calibrated.holdout or calibrated.kept or [{}])[0]
+    judge.work = graph_work(calibrated.prepared, reference)
+    judged_feeds = list(calibrated.holdout) + list(judge.seen)
+    judge.run_units = run_units(judge.work, judged_feeds)
+    plain_work = plain_units(judge.work, [reference] * calibrated.samples, judged_feeds)
+    cap = CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain_work, MIN_BUDGET_S)
     judge.changes = {r: changed_nodes(result.plan, r) for r in rungs}
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
@@ -1123,6 +1155,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         if "cpu_seconds" in ranking:
             return scores
         started = time.process_time()
+        # its work: a float and a plain run of its feeds with every candidate's output fetched, and a build's graph work
+        judge.spent += build_units(judge.work, fresh=False) + 2 * run_units(judge.work, calibrated.holdout[:FEEDS])
         try:
             scores.update(added_error(calibrated.prepared, result.model, calibrated.holdout[:FEEDS]))
         except Exception as exc:  # noqa: BLE001 - an order only: the search runs in graph order
@@ -1153,7 +1187,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if not _may_build(judge, allowance, cap, 2 * judge.costs[-1] if judge.costs else -math.inf,
+            if not _may_build(judge, allowance, cap, judge.estimate(top) + judge.estimate(top),
                               what=f"the mixed rung ({top.describe()} with {len(floats)} node(s) float), then the float search"):
                 break
             judge.floats = floats
@@ -1177,7 +1211,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         found = judge.changed_of(top, found)  # what the rung changes of them (step_up.changed_nodes)
         if not found or len(found) > MIXED_FLOAT or 2 * len(found) > len(candidates):
             return None
-        if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf,
+        if not _may_build(judge, allowance, cap, -math.inf,
                           what=f"the broken outputs' head ({len(found)} node(s)) alone at {top.describe()}"):
             return None
         tried_head.update(found)
@@ -1220,7 +1254,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
                 ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
-                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,
+                                     last_cost=judge.estimate(rung), reserve=True, rank=rank,
                                      unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
@@ -1260,12 +1294,11 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     note = None
     if judge.capped:
         scale = max(float(cfg.repair_budget), 1.0)
-        times = f"{CAP_PLAINS * scale:g} × the plain quantization's {plain:.1f} s" if plain >= MIN_BUDGET_S else \
-            f"{CAP_PLAINS * scale:g} × {MIN_BUDGET_S:g} s, the least a plain quantization counts for"
+        times = f"{CAP_PLAINS * scale:g} × the plain quantization's {plain_work:.1f}" if plain_work >= MIN_BUDGET_S else \
+            f"{CAP_PLAINS * scale:g} × {MIN_BUDGET_S:g}, the least a plain quantization counts for"
         untried = f"; not tried: {judge.not_tried}" if judge.not_tried else ""
-        note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {times}, the search with the delivered "
-                f"build, after {judge.evaluations} build(s)){untried}: fewer nodes may suffice, and the delivered file "
-                "depends on this machine's speed")
+        note = (f"the search stopped at its time budget ({cap:.1f} work s = {times}, estimated from the graph and its feeds, "
+                f"the search with the delivered build, after {judge.evaluations} build(s)){untried}: fewer nodes may suffice")
     elif not finished:
         note = (f"the search stopped after its {judge.evaluations} builds (repair_budget={cfg.repair_budget:g}): "
                 "fewer nodes may suffice")
@@ -1309,11 +1342,17 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "unquantized_allowance": builds_allowed(cfg.repair_budget, unquantized=True),
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
-        # the time budget (CPU s) of the search with its delivered build (CAP_PLAINS), and whether it stopped the search
-        "budget_seconds": round(cap - cpu0, 3),
+        # the time budget of the search with its delivered build (CAP_PLAINS), in work seconds (repair_cost.py: estimated
+        # from the graph and the feeds, never measured, so the load cannot move it), what the plain quantization and each
+        # build were estimated at, what the search spent, and whether the budget stopped the search
+        "budget_units": round(cap, 3),
+        "budget_unit": "work seconds, estimated from the graph and its feeds (algorithms/repair_cost.py)",
+        "plain_units": round(plain_work, 3),
+        "build_units": [round(u, 3) for u in judge.units],
+        "spent_units": round(judge.spent, 3),
         "capped": judge.capped,
-        # CPU s (this process's) of the search with the delivered build, and the plain quantization's
-        # the cap is a multiple of ("seconds" above is the search's wall time)
+        # CPU s (this process's) of the search with the delivered build, and the plain quantization's: said, deciding
+        # nothing ("seconds" above is the search's wall time)
         "cpu_seconds": round(spent_cpu, 3),
         "plain_cpu_seconds": round(plain, 3),
         "finished": finished,
