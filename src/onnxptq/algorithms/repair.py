@@ -311,9 +311,12 @@ class _Judge:
         self.work: Work | None = None
         self.spent = 0.0
         self.units: list[float] = []
-        self.built: set[Rung | None] = set()
-        #: work seconds of one candidate's runs (the held-out feeds and the judged calibration feeds)
+        #: the weight formats built so far (:func:`_weights_key`: the plan's own, None, were built by the plain build)
+        self.built: set[Rung | None] = {None}
+        #: work seconds of one candidate's runs (the held-out feeds and the judged calibration feeds), and of the
+        #: delivered build (packed: its weights handled again), reserved before each build of a search
         self.run_units = 0.0
+        self.delivery = 0.0
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
         self.reuse = reuse if reuse is not None else ConstantReuse()
         self.reuse.keep_weights = True
@@ -330,7 +333,7 @@ class _Judge:
         function of the graph, the feeds and the builds made so far: the stopping rule reads no clock."""
         if self.work is None:
             return 0.0
-        return build_units(self.work, fresh=rung not in self.built) + self.run_units
+        return build_units(self.work, fresh=_weights_key(rung) not in self.built) + self.run_units
 
     def changed_of(self, rung: Rung | None, nodes: frozenset[str]) -> frozenset[str]:
         """Of ``nodes``, those ``rung`` changes (:attr:`changes`); all of them with no rung or none recorded for it."""
@@ -348,7 +351,7 @@ class _Judge:
         self.evaluations += 1
         self.units.append(self.estimate(rung))
         self.spent += self.units[-1]
-        self.built.add(rung)
+        self.built.add(_weights_key(rung))
         started = _cpu(self)
         self.measured = {}
         try:
@@ -524,6 +527,21 @@ class _Judge:
         return verdict
 
 
+def _weights_key(rung: Rung | None) -> Rung | None:
+    """The weight formats a build at ``rung`` rounds: the plan's own (None) for float and for a rung that steps
+    activations alone (their rounded weights and bias corrections are reused: ``emit.ConstantReuse``), else the
+    rung's (16-bit weights, a wider block format, BF16): its first build is the dearer one (:meth:`_Judge.estimate`)."""
+    if rung is None or not ("weight" in rung.roles or rung.block_steps or rung.to_bf16):
+        return None
+    return rung
+
+
+def _reserved(judge: Any, last_cost: float) -> float:
+    """What a search keeps back for its delivered build: the judge's estimate of it (packed, its weights handled
+    again: :attr:`_Judge.delivery`), else (a stand-in judge) the latest build's."""
+    return float(getattr(judge, "delivery", None) or last_cost)
+
+
 def _cpu(judge: Any) -> float:
     """This process's CPU, less what ``judge`` spent beyond building, running and judging its candidates
     (``untimed``: held candidates judged for the delivered build, pipeline/verify.py): each build's CPU in the
@@ -694,7 +712,8 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     # last_cost: CPU s of the latest build, what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
-        if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1), what=_untried(kept, rung, everything)):
+        if not _may_build(judge, limit(), cap, last_cost + (_reserved(judge, last_cost) if reserve else 0.0),
+                          what=_untried(kept, rung, everything)):
             return kept, False
         if prefixes is not None and (k := prefixes.next()) is not None:
             trial = frozenset(candidates[:k])
@@ -743,7 +762,8 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             # The same in time (CAP_PLAINS): the ranking (about a build's CPU) and two builds after it, the delivered
             # build reserved, within the budget; else its CPU goes to a build (face parsing MXINT8 ranked in 2.0 CPU s
             # and then could not afford the build it ranked for: bench/RESULTS.md, repair20).
-            afford = limit() - judge.evaluations >= 3 and _clock(judge) + last_cost * (4 if reserve else 3) <= cap
+            afford = limit() - judge.evaluations >= 3 and \
+                _clock(judge) + last_cost * 3 + (_reserved(judge, last_cost) if reserve else 0.0) <= cap
             split = rank(candidates) if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
@@ -1122,6 +1142,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     judge.work = graph_work(calibrated.prepared, reference)
     judged_feeds = list(calibrated.holdout) + list(judge.seen)
     judge.run_units = run_units(judge.work, judged_feeds)
+    judge.delivery = build_units(judge.work, fresh=True) + judge.run_units
     plain_work = plain_units(judge.work, [reference] * calibrated.samples, judged_feeds)
     cap = CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain_work, MIN_BUDGET_S)
     judge.changes = {r: changed_nodes(result.plan, r) for r in rungs}
@@ -1187,7 +1208,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if not _may_build(judge, allowance, cap, judge.estimate(top) + judge.estimate(top),
+            if not _may_build(judge, allowance, cap, judge.estimate(top) + judge.delivery,
                               what=f"the mixed rung ({top.describe()} with {len(floats)} node(s) float), then the float search"):
                 break
             judge.floats = floats

@@ -20,15 +20,16 @@ and PP-OCR cls MXFP8_E4M3/A8W8, bench/RESULTS.md determ21):
   and the activations' elements written (:data:`NS_PER_ELEMENT`: the element-wise ops, quantize/dequantize pairs and
   the floor's reading of the outputs), scaled by the feed's input size against the reference feed's (a dynamic width);
 * a calibration feed: :data:`CALIBRATION_RUNS` runs (the statistics collectors read every calibrated activation);
-* a candidate build with its session: :data:`BUILD_NS_PER_NODE` per node and, the first time a precision is built,
+* a candidate build with its session: :data:`BUILD_NS_PER_NODE` per node and, the first time its weight formats are built,
   :data:`NS_PER_WEIGHT` per weight element (rounding, bias correction; later builds reuse them:
   ``emit.ConstantReuse``);
 * the plain quantization's fixed work: :data:`PLAIN_NS_PER_NODE` per node (preparation's passes, planning, emit, its
   session) and :data:`NS_PER_WEIGHT` per weight element.
 
 The plain quantization = its calibration feeds + its fixed work + its verification's runs (the held-out and judged
-calibration feeds); a candidate = a build (fresh at a precision not built yet) + the same runs; the delivered build is
-reserved as the latest candidate (it takes a held candidate's judgement where it can: pipeline/verify.py).
+calibration feeds); a candidate = a build (fresh at weight formats not built yet: a rung stepping weights up, where a
+float or activations-only one reuses the plan's) + the same runs; the delivered build is reserved as a fresh one (it is
+built packed: its weights handled again).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ PLAIN_NS_PER_NODE = 8_000_000.0
 #: ns per node of a candidate build with its session (plan, range guard, solve, emit's edits, session creation):
 #: cls's candidates 0.45-0.7 CPU s with their runs (repair20), ddddocr_det A8W8's 1.2-1.75 (determ21).
 BUILD_NS_PER_NODE = 2_000_000.0
-#: ns per weight element of a build at a precision not built yet (rounding, bias correction, the packer).
-NS_PER_WEIGHT = 150.0
+#: ns per weight element of a build at weight formats not built yet (rounding, bias correction, the packer):
+#: ddddocr_ocr MXFP8_E4M3's probe (the MXINT8 rung, 13.5 M weights) 5.5 CPU s, its candidates after it ~2.
+NS_PER_WEIGHT = 350.0
 #: ops whose multiply-accumulates dominate a run: MACs = output elements × weight elements ÷ output channels.
 _MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul"}
 _RECURRENT = {"LSTM", "GRU", "RNN"}
@@ -196,7 +198,7 @@ def run_units(work: Work, feeds: Iterable[dict[str, Any]]) -> float:
 
 def build_units(work: Work, fresh: bool) -> float:
     """Work seconds of one candidate build with its session, its runs left out (:func:`run_units`): per node always,
-    per weight where its precision is built the first time (``fresh``; later builds reuse the rounded weights and
+    per weight where its weight formats are built the first time (``fresh``; later builds reuse the rounded weights and
     bias corrections: ``emit.ConstantReuse``)."""
     return (BUILD_NS_PER_NODE * work.nodes + (NS_PER_WEIGHT * work.weights if fresh else 0.0)) * 1e-9
 
