@@ -115,10 +115,12 @@ would so deliver a model not quantized at all, may go on to :data:`UNQUANTIZED_B
 a count, so that the delivered file does not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
 delivered lore_detect A8W8 with 52 or 104 stepped nodes as the load moved its CPU), and within the
 issue's time budget: the search with its delivered build gets :data:`CAP_PLAINS` (one) × the plain
-quantization's CPU, at least :data:`MIN_BUDGET_S`, so that quantize with repair stays within 2× the
-plain quantize. A build that would end past it (the delivered build reserved) is not started, and the
-record (``capped``) and its note say what was not tried and that the file then depends on the machine's
-speed. The probes (the first rung, or the float probe) are always
+quantization's work, at least :data:`MIN_BUDGET_S`, so that quantize with repair stays within about 2× the
+plain quantize. The budget is in *work seconds* (:mod:`.repair_cost`: estimated from the graph and its feeds,
+never measured), so it too is load-free: repair20's CPU budget made ddddocr_det A8W8 deliver ``8dbcc507…`` after 3
+builds or ``852fba34…`` after 4 as the load moved its CPU (bench/RESULTS.md, determ21). A build that would end past it
+(the delivered build reserved, as a packed one) is not started, and the record (``capped``, ``budget_units``,
+``build_units``) and its note say what was not tried. The probes (the first rung, or the float probe) are always
 built: they are what says whether anything can be repaired. ``K`` holds the floor at every step,
 so a search stopped early still delivers a model within the floor, only with more nodes held than
 needed (the summary says so).
@@ -181,12 +183,11 @@ __all__ = ["enforce_floor", "REASON"]
 
 REASON = "kept float by repair (accuracy floor)"
 STEPPED = "stepped up by repair (accuracy floor)"
-#: The least plain quantization the time budget is a multiple of (:data:`CAP_PLAINS`), CPU s: a search on a
-#: model quantized in less may take this long. Why five: below it the budget would stop searches of a few
-#: seconds whose every build costs a sizeable share of it, so that the delivered file would follow the load
-#: (PP-OCR cls MXFP4 and MXFP8_E4M3: a plain quantization of 1.4-1.6 CPU s, four builds and the delivered one
-#: 3.0-3.3 s at load 25; with 2 s, the search stopped after its probe at that load and not at load 1), for a
-#: saving no user would see (bench/RESULTS.md, repair20).
+#: The least plain quantization the time budget is a multiple of (:data:`CAP_PLAINS`), work seconds
+#: (:mod:`.repair_cost`): a search on a model quantized in less may take this long. Why five: below it the budget
+#: would stop searches of a few seconds whose every build costs a sizeable share of it (PP-OCR cls MXFP4 and
+#: MXFP8_E4M3: a plain quantization of 1.4-1.6 CPU s, four builds and the delivered one 3.0-3.3 s at load 25), for
+#: a saving no user would see (bench/RESULTS.md, repair20).
 MIN_BUDGET_S = 5.0
 #: Candidate builds a search makes at ``repair_budget`` 1.0, the probes included (the ladder's rungs,
 #: the float probe, the mixed rung's trials): ``repair_budget`` scales it (:func:`builds_allowed`).
@@ -211,15 +212,15 @@ MIN_BUILDS = 4
 #: broken, delivered 181 of 181 nodes float; six kept 90 (bench/RESULTS.md, repairfour). A stepped
 #: search (the ladder's rung holds) delivers a quantized model at any count: it stops at :data:`BUILDS`.
 UNQUANTIZED_BUILDS = 6
-#: The time budget of the search with its delivered build, in plain quantizations (CPU, at least
-#: :data:`MIN_BUDGET_S`), times ``repair_budget`` where it is above 1: one, so that quantize with repair costs
+#: The time budget of the search with its delivered build, in plain quantizations (work seconds estimated by
+#: :mod:`.repair_cost`, at least :data:`MIN_BUDGET_S`), times ``repair_budget`` where it is above 1: one, so that quantize with repair costs
 #: at most twice the plain quantization (issue 27 item 2: "within a time budget, default ≤ 2× the plain
 #: quantize"). The count (:data:`BUILDS`) stops a search first wherever its builds are cheap; where they are
 #: not (ddddocr_ocr and ddddocr_det MXFP8_E4M3: four builds and the delivered one came to 2.3 and 1.8 plain
 #: quantizations), the budget does: a build that would end past it (the delivered build's cost reserved) is
-#: not started, and the record (``capped``), its note (what was not tried) and the warning say that the file
-#: then depends on the machine's speed. It was 6, a safety net only (bench/RESULTS.md, repair19: 2.8-3.4× on
-#: the MXFP8 rows where repair acted).
+#: not started, and the record (``capped``), its note (what was not tried) and the warning say so. It was 6, a
+#: safety net only (bench/RESULTS.md, repair19: 2.8-3.4× on the MXFP8 rows where repair acted); counted in CPU
+#: seconds until determ21, whose work seconds stop the search at the same build at any load.
 CAP_PLAINS = 1.0
 #: The most nodes the mixed rung keeps float (the rest stepped up): "the few most sensitive".
 MIXED_FLOAT = 8
@@ -324,7 +325,7 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
-        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        #: their CPU is kept off the builds' CPU figures (``untimed``); the budget counts work seconds, not CPU
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
 
     def estimate(self, rung: Rung | None) -> float:
@@ -672,10 +673,10 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     **When it stops** (issue 27 item 2, "the delivered file should not depend on load"): after
     ``allowance`` builds in all (``judge.evaluations``, the probes included), a count the load
     cannot move, so the kept set it delivers is the same on an idle and a loaded machine. Time
-    is only a cap: a build is not started where it (and, ``reserve``, the delivered build after it,
-    each expected to cost ``last_cost``, what the latest build did) would end past ``cap``, CPU s
-    of this process; a search stopped so sets ``judge.capped`` and the record says that its file
-    depends on the machine's speed. ``rank``: called once with the candidates, where three builds
+    is only a cap, in work seconds (:mod:`.repair_cost`: estimated, never measured, so the load cannot move it
+    either): a build is not started where it (expected to cost ``last_cost``, what the latest build was estimated
+    at) and, ``reserve``, the delivered build after it (:func:`_reserved`) would end past ``cap``; a search stopped
+    so sets ``judge.capped`` and the record says what it did not try. ``rank``: called once with the candidates, where three builds
     remain, for ``(top, rest)`` ranked by the error each adds (:mod:`.repair_order`), or None
     (graph order); ranked, ``rest`` is tried back first and each broken chunk's less sensitive half
     before the other. ``unquantized``: a float search (``rung`` None) that has handed no node back
@@ -709,7 +710,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     prefixes: _Prefixes | None = None  # the graph's prefixes: after the ranked first trial broke, or graph order's first
     broken: list[frozenset[str]] = []  # kept sets judged broken: a trial inside one is not built
-    # last_cost: CPU s of the latest build, what the next one is expected to cost
+    # last_cost: work seconds of the latest build (repair_cost.py), what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
         if not _may_build(judge, limit(), cap, last_cost + (_reserved(judge, last_cost) if reserve else 0.0),
@@ -770,7 +771,7 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
                 top, rest = split
                 first = rest
                 queue.extend([rest, top])
-                continue  # the ranking's own CPU is spent: the cap is checked again before the build
+                continue  # the ranking's own work is spent: the cap is checked again before the build
             if len(candidates) > 2 and rung is not None:  # a stepped search in graph order: prefixes first (_Prefixes)
                 prefixes = _Prefixes(0, len(candidates))
                 continue
@@ -918,8 +919,8 @@ def _end_halves(kept: list[str], ends: frozenset[str]) -> list[list[str]]:
 
 def _may_build(judge: _Judge, allowance: float, cap: float, cost: float, what: str = "") -> bool:
     """Whether a further build may start (:func:`_search`, the mixed rung, :func:`_climb`): fewer
-    than ``allowance`` builds made, and ``cost`` CPU s more (the build, with the delivered build
-    after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
+    than ``allowance`` builds made, and ``cost`` work seconds more (:mod:`.repair_cost`; the build, with the
+    delivered build after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
     builds, a 17 s budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair); stopped
     by the cap (not by the count), ``judge.capped`` is set, and ``what`` (the build and what would follow it) is
     kept as what the search did not try (``judge.not_tried``, said in the record's note)."""
