@@ -62,7 +62,7 @@ held = sorted(rep.get("stepped_up") or {{}}) + sorted(rep.get("kept_float") or {
 print(json.dumps({{"model": model, "preset": {preset!r}, "clock": rate, "sha": hashlib.sha256(open(out, "rb").read()).hexdigest()[:16],
                   "evaluations": rep.get("evaluations"), "capped": rep.get("capped"), "held": len(held),
                   "held_hash": hashlib.sha256("\n".join(held).encode()).hexdigest()[:12],
-                  "budget": {{k: rep.get(k) for k in ("budget_seconds", "budget_units", "build_units", "plain_units",
+                  "budget": {{k: rep.get(k) for k in ("budget_units", "budget_units", "build_units", "plain_units",
                                                      "spent_units") if k in rep}},
                   "cpu": round(cpu / rate, 2), "plain_cpu": round(rep.get("plain_cpu_seconds", 0) / rate, 2),
                   "repair_cpu": round(rep.get("cpu_seconds", 0) / rate, 2), "note": rep.get("note"),
