@@ -162,6 +162,7 @@ from ..analysis.floor import (Verdict, acted_on_below, as_unconfirmed, beyond_co
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
+from ..formats import BLOCK_FORMATS
 from ..graph.walk import all_graphs, compared_outputs, dataflow, subgraphs
 from ..pipeline.build import build_model
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
@@ -173,7 +174,7 @@ from ..pipeline.verify import Verified, measure_seen, session_signature, worth_r
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_measure import Measure, class_reads, measure_outputs, score_reads, undecided, worse
-from .repair_cost import Work, build_units, graph_work, plain_units, run_units
+from .repair_cost import BLOCK_RUNS, Work, build_units, graph_work, plain_units, run_units
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, changed_nodes, ladder, stepped_config
 
@@ -1142,9 +1143,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     reference = (calibrated.holdout or calibrated.kept or [{}])[0]
     judge.work = graph_work(calibrated.prepared, reference)
     judged_feeds = list(calibrated.holdout) + list(judge.seen)
-    judge.run_units = run_units(judge.work, judged_feeds)
+    # a model whose activations are block-quantized runs a block function per activation: dearer runs (repair_cost)
+    blocked = BLOCK_RUNS if any(t.role == "activation" and t.quant is not None and t.quant.format in BLOCK_FORMATS
+                                for t in result.plan.tensors.values()) else 1.0
+    judge.run_units = run_units(judge.work, judged_feeds, blocked)
     judge.delivery = build_units(judge.work, fresh=True) + judge.run_units
-    plain_work = plain_units(judge.work, [reference] * calibrated.samples, judged_feeds)
+    plain_work = plain_units(judge.work, [reference] * calibrated.samples, judged_feeds, blocked)
     cap = CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain_work, MIN_BUDGET_S)
     judge.changes = {r: changed_nodes(result.plan, r) for r in rungs}
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends

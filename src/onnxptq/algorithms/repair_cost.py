@@ -63,6 +63,10 @@ BUILD_NS_PER_NODE = 2_000_000.0
 #: ns per weight element of a build at weight formats not built yet (rounding, bias correction, the packer):
 #: ddddocr_ocr MXFP8_E4M3's probe (the MXINT8 rung, 13.5 M weights) 5.5 CPU s, its candidates after it ~2.
 NS_PER_WEIGHT = 350.0
+#: runs of a model whose activations are in block formats cost this many of the float model's: each quantized
+#: activation passes through a block function of some ten ops (ddddocr_det MXFP8_E4M3: with 1, its search made 3
+#: builds at 2.25× the plain quantize; bench/RESULTS.md, determ21).
+BLOCK_RUNS = 2.0
 #: ops whose multiply-accumulates dominate a run: MACs = output elements × weight elements ÷ output channels.
 _MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul"}
 _RECURRENT = {"LSTM", "GRU", "RNN"}
@@ -191,9 +195,10 @@ def _inferred_shapes(model: onnx.ModelProto, feed: dict[str, Any]) -> dict[str, 
     return out
 
 
-def run_units(work: Work, feeds: Iterable[dict[str, Any]]) -> float:
-    """Work seconds of running ``feeds`` once each (a candidate's or the verification's judged runs)."""
-    return sum(work.run(f) for f in feeds)
+def run_units(work: Work, feeds: Iterable[dict[str, Any]], factor: float = 1.0) -> float:
+    """Work seconds of running ``feeds`` once each (a candidate's or the verification's judged runs), ``factor``
+    times a float run's (:data:`BLOCK_RUNS` for a model with block-format activations)."""
+    return factor * sum(work.run(f) for f in feeds)
 
 
 def build_units(work: Work, fresh: bool) -> float:
@@ -203,8 +208,9 @@ def build_units(work: Work, fresh: bool) -> float:
     return (BUILD_NS_PER_NODE * work.nodes + (NS_PER_WEIGHT * work.weights if fresh else 0.0)) * 1e-9
 
 
-def plain_units(work: Work, calibration_feeds: Iterable[dict[str, Any]], judged: Iterable[dict[str, Any]]) -> float:
-    """Work seconds of the plain quantization: its calibration feeds (:data:`CALIBRATION_RUNS` runs each), one fresh
-    build with its session, and its verification's runs of the ``judged`` feeds."""
+def plain_units(work: Work, calibration_feeds: Iterable[dict[str, Any]], judged: Iterable[dict[str, Any]],
+                factor: float = 1.0) -> float:
+    """Work seconds of the plain quantization: its calibration feeds (:data:`CALIBRATION_RUNS` float runs each), its
+    fixed work, and its verification's runs of the ``judged`` feeds (``factor``: as :func:`run_units`)."""
     return (CALIBRATION_RUNS * run_units(work, calibration_feeds) + (PLAIN_NS_PER_NODE * work.nodes + NS_PER_WEIGHT * work.weights) * 1e-9
-            + run_units(work, judged))
+            + run_units(work, judged, factor))
