@@ -64,9 +64,11 @@ BUILD_NS_PER_NODE = 2_000_000.0
 #: ddddocr_ocr MXFP8_E4M3's probe (the MXINT8 rung, 13.5 M weights) 5.5 CPU s, its candidates after it ~2.
 NS_PER_WEIGHT = 350.0
 #: runs of a model whose activations are in block formats cost this many of the float model's: each quantized
-#: activation passes through a block function of some ten ops (ddddocr_det MXFP8_E4M3: with 1, its search made 3
-#: builds at 2.25× the plain quantize; bench/RESULTS.md, determ21).
-BLOCK_RUNS = 2.0
+#: activation passes through a block function of some ten ops. Fitted on ddddocr_det MXFP8_E4M3 (bench/RESULTS.md,
+#: determ21): with 1 its search made 3 builds at 2.25× the plain quantize, with 2 it made 2 at 2.2× (its repair's CPU
+#: 11.1 s where the estimates came to 9.05: three runs-bearing builds short of 0.65 work s each, one float run's
+#: worth more).
+BLOCK_RUNS = 3.0
 #: ops whose multiply-accumulates dominate a run: MACs = output elements × weight elements ÷ output channels.
 _MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul"}
 _RECURRENT = {"LSTM", "GRU", "RNN"}
