@@ -9,12 +9,12 @@ and ``8dbcc507…`` or 4 builds and ``852fba34…``; bench/RESULTS.md packed21 a
 the prepared graph (its nodes, its weights, its activations' shapes by shape inference on the first held-out feed) and
 of how many feeds each stage runs, so two quantizations of the same model, data and options make the same builds.
 
-**The unit** is an estimated CPU second on the machine the weights were measured on (bench/repair_determinism.py
-``--fit``): a *work second*. Only ratios decide (a build against the plain quantization), so a faster or slower machine
+**The unit** is an estimated CPU second on the machine the weights were measured on (the shared 2-core machine at
+load 25-28, bench/RESULTS.md determ21): a *work second*. Only ratios decide (a build against the plain quantization), so a faster or slower machine
 scales every term alike; the figures are said in the record as ``budget_units`` and ``build_units``.
 
-**The terms** (each ``NS_*`` is nanoseconds per item on one core, measured on ddddocr_det A8W8, ddddocr_ocr MXFP8_E4M3
-and PP-OCR cls MXFP8_E4M3/A8W8, bench/RESULTS.md determ21):
+**The terms** (each ``NS_*`` is nanoseconds per item on one core, fitted by hand to the CPU of ddddocr_det A8W8 and
+MXFP8_E4M3, ddddocr_ocr MXFP8_E4M3 and PP-OCR cls, bench/RESULTS.md determ21 and repair20):
 
 * a run of one feed: multiply-accumulates of the convolutions, matrix products and recurrent layers (:data:`NS_PER_MAC`)
   and the activations' elements written (:data:`NS_PER_ELEMENT`: the element-wise ops, quantize/dequantize pairs and
