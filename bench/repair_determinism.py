@@ -93,9 +93,14 @@ def main() -> None:
         row.update(busy=args.busy, wall=round(time.time() - started, 1), tree=root)
         print(json.dumps(row), flush=True)
     finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+        _stop(busy)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """End the busy loops this script started (by their own handles, nothing else)."""
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":
