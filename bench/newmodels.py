@@ -1853,7 +1853,7 @@ def run_pair(name: str, preset: str, calib: list[Feed], held: list[Feed], out_di
     row["repair_stepped"] = list(rep.get("stepped_up", {}))[:8] if isinstance(rep, dict) else []
     row["n_stepped"] = len(rep.get("stepped_up", {})) if isinstance(rep, dict) else None
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
-        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search")}
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_units", "finished", "search")}
     row["warnings"] = warnings[:4]
     try:
         ref = _memo(zoo.session_runner(path), held)

@@ -60,7 +60,7 @@ row = {{"cpu": round(cpu, 3), "wall": round(wall, 3), "rss_mib": round(resource.
        "ok": r.floor.ok if r.floor is not None else None,
        "unjudged": getattr(r.floor, "unjudged", None) if r.floor is not None else None}}
 if r.repair and "evaluations" in r.repair:  # the search: builds, nodes, its CPU budget, stopped by it?
-    row.update({{k: r.repair.get(k) for k in ("evaluations", "candidates", "budget_seconds", "finished")}})
+    row.update({{k: r.repair.get(k) for k in ("evaluations", "candidates", "budget_units", "finished")}})
 if {metric!r} and {model!r} == "rec_lines":  # CER on the 200 evaluation lines (float's: "metric_float")
     import onnxruntime as ort
     from testkit import ocr

@@ -66,7 +66,7 @@ row = {{"cpu": round(cpu, 2), "plain": round(cpu - rcpu, 2), "repair": round(rcp
        "ratio": round(cpu / max(cpu - rcpu, 1e-9), 2),
        "evaluations": rep.get("evaluations"), "candidates": rep.get("candidates"),
        "kept": len(rep.get("kept_float") or {{}}), "stepped": len(rep.get("stepped_up") or {{}}),
-       "finished": rep.get("finished"), "budget": rep.get("budget_seconds"),
+       "finished": rep.get("finished"), "budget": rep.get("budget_units"),
        "builds": rep.get("build_cpu_seconds"), "float_broken": rep.get("float_broken"), "order": rep.get("order"),
        "mix": dict(collections.Counter(t.quant.describe() for t in r.plan.tensors.values() if t.quant is not None)),
        "sha": hashlib.sha256(open(out, "rb").read()).hexdigest()[:16],

@@ -76,7 +76,7 @@ def main() -> None:
         # each candidate opens one session; its runs are two calls (held-out feeds, calibration feeds) where judged on both
         b, s, r = acc["build"] / n, acc["session"] / n, acc["runs"] / n
         print(f"| {preset} | {total:.2f} | {rep.get('evaluations')} | {rep.get('candidates')} | {len(rep.get('kept_float') or {})} | "
-              f"{rep.get('budget_seconds')} | {'yes' if rep.get('finished') else 'no'} | "
+              f"{rep.get('budget_units')} | {'yes' if rep.get('finished') else 'no'} | "
               f"{b:.3f} | {s:.3f} | {r:.3f} | {b + s + r:.3f} |")
 
 

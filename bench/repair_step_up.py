@@ -40,7 +40,7 @@ def run(name: str, preset: str, step: bool, calib, held, out_dir: Path) -> dict:
     row.update(kept_float=len(rep.get("kept_float", {})), stepped_up=len(rep.get("stepped_up", {})),
                stepped_how=sorted(set(v.rpartition(": ")[2] for v in rep.get("stepped_up", {}).values())),
                candidates=rep.get("candidates"), builds=rep.get("evaluations"), build_cpu_s=rep.get("build_cpu_seconds"),
-               budget_s=rep.get("budget_seconds"), finished=rep.get("finished"), note=rep.get("note"),
+               budget_s=rep.get("budget_units"), finished=rep.get("finished"), note=rep.get("note"),
                before=rep.get("before_text"), after=(result.floor.describe() if result.floor is not None else None),
                floor_ok=bool(result.floor.ok) if result.floor is not None else None)
     ref, test = zoo.session_runner(path), zoo.session_runner(output)  # plain onnxruntime

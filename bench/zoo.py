@@ -234,7 +234,7 @@ def run_pair(model: zoo.ZooModel, preset: str, calib, heldout, out_dir: Path) ->
     row["verdict"] = verdict_state(getattr(result, "floor", None))
     rep = getattr(result, "repair", None)
     if isinstance(rep, dict) and "kept_float" in rep:  # the search's cost: builds, nodes, wall s, stopped by its budget?
-        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_seconds", "finished", "search",
+        row["repair_search"] = {k: rep.get(k) for k in ("evaluations", "candidates", "seconds", "budget_units", "finished", "search",
                                                          "cpu_seconds", "plain_cpu_seconds", "below")}
     try:
         row["summary_cosine"] = min((m.get("cosine", float("nan")) for m in result.metrics.values()), default=None)

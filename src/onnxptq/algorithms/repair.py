@@ -115,10 +115,12 @@ would so deliver a model not quantized at all, may go on to :data:`UNQUANTIZED_B
 a count, so that the delivered file does not depend on the load (a budget of 1× the plain quantization's CPU, checked before each build,
 delivered lore_detect A8W8 with 52 or 104 stepped nodes as the load moved its CPU), and within the
 issue's time budget: the search with its delivered build gets :data:`CAP_PLAINS` (one) × the plain
-quantization's CPU, at least :data:`MIN_BUDGET_S`, so that quantize with repair stays within 2× the
-plain quantize. A build that would end past it (the delivered build reserved) is not started, and the
-record (``capped``) and its note say what was not tried and that the file then depends on the machine's
-speed. The probes (the first rung, or the float probe) are always
+quantization's work, at least :data:`MIN_BUDGET_S`, so that quantize with repair stays within about 2× the
+plain quantize. The budget is in *work seconds* (:mod:`.repair_cost`: estimated from the graph and its feeds,
+never measured), so it too is load-free: repair20's CPU budget made ddddocr_det A8W8 deliver ``8dbcc507…`` after 3
+builds or ``852fba34…`` after 4 as the load moved its CPU (bench/RESULTS.md, determ21). A build that would end past it
+(the delivered build reserved, as a packed one) is not started, and the record (``capped``, ``budget_units``,
+``build_units``) and its note say what was not tried. The probes (the first rung, or the float probe) are always
 built: they are what says whether anything can be repaired. ``K`` holds the floor at every step,
 so a search stopped early still delivers a model within the floor, only with more nodes held than
 needed (the summary says so).
@@ -160,6 +162,7 @@ from ..analysis.floor import (Verdict, acted_on_below, as_unconfirmed, beyond_co
 from ..analysis.maps import remembered_float_labels
 from ..config.schema import QuantConfig
 from ..errors import AccuracyError
+from ..formats import BLOCK_FORMATS
 from ..graph.walk import all_graphs, compared_outputs, dataflow, subgraphs
 from ..pipeline.build import build_model
 from ..pipeline.calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
@@ -171,6 +174,7 @@ from ..pipeline.verify import Verified, measure_seen, session_signature, worth_r
 from ..memory import release_freed
 from ..sessions import open_session, run_feeds
 from .repair_measure import Measure, class_reads, measure_outputs, score_reads, undecided, worse
+from .repair_cost import BLOCK_RUNS, Work, build_units, graph_work, plain_units, run_units
 from .repair_order import FEEDS, added_error, first_split, halves, ranked
 from .step_up import Rung, changed_nodes, ladder, stepped_config
 
@@ -180,12 +184,11 @@ __all__ = ["enforce_floor", "REASON"]
 
 REASON = "kept float by repair (accuracy floor)"
 STEPPED = "stepped up by repair (accuracy floor)"
-#: The least plain quantization the time budget is a multiple of (:data:`CAP_PLAINS`), CPU s: a search on a
-#: model quantized in less may take this long. Why five: below it the budget would stop searches of a few
-#: seconds whose every build costs a sizeable share of it, so that the delivered file would follow the load
-#: (PP-OCR cls MXFP4 and MXFP8_E4M3: a plain quantization of 1.4-1.6 CPU s, four builds and the delivered one
-#: 3.0-3.3 s at load 25; with 2 s, the search stopped after its probe at that load and not at load 1), for a
-#: saving no user would see (bench/RESULTS.md, repair20).
+#: The least plain quantization the time budget is a multiple of (:data:`CAP_PLAINS`), work seconds
+#: (:mod:`.repair_cost`): a search on a model quantized in less may take this long. Why five: below it the budget
+#: would stop searches of a few seconds whose every build costs a sizeable share of it (PP-OCR cls MXFP4 and
+#: MXFP8_E4M3: a plain quantization of 1.4-1.6 CPU s, four builds and the delivered one 3.0-3.3 s at load 25), for
+#: a saving no user would see (bench/RESULTS.md, repair20).
 MIN_BUDGET_S = 5.0
 #: Candidate builds a search makes at ``repair_budget`` 1.0, the probes included (the ladder's rungs,
 #: the float probe, the mixed rung's trials): ``repair_budget`` scales it (:func:`builds_allowed`).
@@ -210,15 +213,15 @@ MIN_BUILDS = 4
 #: broken, delivered 181 of 181 nodes float; six kept 90 (bench/RESULTS.md, repairfour). A stepped
 #: search (the ladder's rung holds) delivers a quantized model at any count: it stops at :data:`BUILDS`.
 UNQUANTIZED_BUILDS = 6
-#: The time budget of the search with its delivered build, in plain quantizations (CPU, at least
-#: :data:`MIN_BUDGET_S`), times ``repair_budget`` where it is above 1: one, so that quantize with repair costs
+#: The time budget of the search with its delivered build, in plain quantizations (work seconds estimated by
+#: :mod:`.repair_cost`, at least :data:`MIN_BUDGET_S`), times ``repair_budget`` where it is above 1: one, so that quantize with repair costs
 #: at most twice the plain quantization (issue 27 item 2: "within a time budget, default ≤ 2× the plain
 #: quantize"). The count (:data:`BUILDS`) stops a search first wherever its builds are cheap; where they are
 #: not (ddddocr_ocr and ddddocr_det MXFP8_E4M3: four builds and the delivered one came to 2.3 and 1.8 plain
 #: quantizations), the budget does: a build that would end past it (the delivered build's cost reserved) is
-#: not started, and the record (``capped``), its note (what was not tried) and the warning say that the file
-#: then depends on the machine's speed. It was 6, a safety net only (bench/RESULTS.md, repair19: 2.8-3.4× on
-#: the MXFP8 rows where repair acted).
+#: not started, and the record (``capped``), its note (what was not tried) and the warning say so. It was 6, a
+#: safety net only (bench/RESULTS.md, repair19: 2.8-3.4× on the MXFP8 rows where repair acted); counted in CPU
+#: seconds until determ21, whose work seconds stop the search at the same build at any load.
 CAP_PLAINS = 1.0
 #: The most nodes the mixed rung keeps float (the rest stepped up): "the few most sensitive".
 MIXED_FLOAT = 8
@@ -302,8 +305,20 @@ class _Judge:
         self.names = compared_outputs(calibrated.prepared.graph)
         self.evaluations = 0
         self.cache: dict[tuple[Rung | None, frozenset[str], frozenset[str]], Verdict | None] = {}
-        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``)
+        #: CPU seconds of each build judged (the record's ``build_cpu_seconds``: said, never deciding)
         self.costs: list[float] = []
+        #: the budget's bookkeeping in work seconds (:mod:`.repair_cost`: estimated from the graph and the feeds, no
+        #: clock): the graph's work (None: builds cost nothing), what the search has spent, each build's units, and
+        #: the precisions built so far (a precision's first build rounds its weights: dearer)
+        self.work: Work | None = None
+        self.spent = 0.0
+        self.units: list[float] = []
+        #: the weight formats built so far (:func:`_weights_key`: the plan's own, None, were built by the plain build)
+        self.built: set[Rung | None] = {None}
+        #: work seconds of one candidate's runs (the held-out feeds and the judged calibration feeds), and of the
+        #: delivered build (packed: its weights handled again), reserved before each build of a search
+        self.run_units = 0.0
+        self.delivery = 0.0
         #: weights rounded by one candidate build, reused by the next ones and by the delivered build
         self.reuse = reuse if reuse is not None else ConstantReuse()
         self.reuse.keep_weights = True
@@ -311,8 +326,16 @@ class _Judge:
         # so each candidate is judged on the same first calibration feeds complete() judged.
         self.seen = calibrated.judged_calibration_feeds(eval_samples) if reads and not calibrated.holdout_reused else []
         #: held candidates judged as complete() would, for the delivered build of the same bytes (pipeline/verify.py);
-        #: their CPU is kept off the search's clock (``untimed``), so the budget decides as without them
+        #: their CPU is kept off the builds' CPU figures (``untimed``); the budget counts work seconds, not CPU
         self.verified, self.untimed = Verified(calibrated, eval_samples), 0.0
+
+    def estimate(self, rung: Rung | None) -> float:
+        """Work seconds a build at ``rung`` (None: float) costs with its session and runs (:mod:`.repair_cost`): dearer
+        where no build at that precision was made yet (its weights rounded, its bias corrections made). A pure
+        function of the graph, the feeds and the builds made so far: the stopping rule reads no clock."""
+        if self.work is None:
+            return 0.0
+        return build_units(self.work, fresh=_weights_key(rung) not in self.built) + self.run_units
 
     def changed_of(self, rung: Rung | None, nodes: frozenset[str]) -> frozenset[str]:
         """Of ``nodes``, those ``rung`` changes (:attr:`changes`); all of them with no rung or none recorded for it."""
@@ -328,7 +351,10 @@ class _Judge:
         if key in self.cache:
             return self.cache[key]
         self.evaluations += 1
-        started = _clock(self)
+        self.units.append(self.estimate(rung))
+        self.spent += self.units[-1]
+        self.built.add(_weights_key(rung))
+        started = _cpu(self)
         self.measured = {}
         try:
             delivered = self.configure(kept, rung, self.floats)  # the delivered config; the candidate is its unpacked twin
@@ -338,7 +364,7 @@ class _Judge:
             log.debug("repair: a candidate with %d node(s) %s failed: %s", len(kept),
                       "kept float" if rung is None else "stepped up", exc)
             verdict = None
-        self.costs.append(_clock(self) - started)
+        self.costs.append(_cpu(self) - started)
         # the float probe (every candidate float) is the search's floor of what keeping nodes float can give: its
         # "could not confirm" (a graph float does not reproduce bit for bit, an fp16 model's) is said, not ruled out
         probe = rung is None and self.everything is not None and self.everything <= kept | self.floats
@@ -503,11 +529,32 @@ class _Judge:
         return verdict
 
 
-def _clock(judge: Any) -> float:
-    """The search's CPU clock: this process's, less what ``judge`` spent beyond building, running and
-    judging its candidates (``untimed``: held candidates judged for the delivered build, pipeline/verify.py),
-    so the budget decides as it did without them."""
+def _weights_key(rung: Rung | None) -> Rung | None:
+    """The weight formats a build at ``rung`` rounds: the plan's own (None) for float and for a rung that steps
+    activations alone (their rounded weights and bias corrections are reused: ``emit.ConstantReuse``), else the
+    rung's (16-bit weights, a wider block format, BF16): its first build is the dearer one (:meth:`_Judge.estimate`)."""
+    if rung is None or not ("weight" in rung.roles or rung.block_steps or rung.to_bf16):
+        return None
+    return rung
+
+
+def _reserved(judge: Any, last_cost: float) -> float:
+    """What a search keeps back for its delivered build: the judge's estimate of it (packed, its weights handled
+    again: :attr:`_Judge.delivery`), else (a stand-in judge) the latest build's."""
+    return float(getattr(judge, "delivery", None) or last_cost)
+
+
+def _cpu(judge: Any) -> float:
+    """This process's CPU, less what ``judge`` spent beyond building, running and judging its candidates
+    (``untimed``: held candidates judged for the delivered build, pipeline/verify.py): each build's CPU in the
+    record (``build_cpu_seconds``), said and never deciding anything."""
     return time.process_time() - getattr(judge, "untimed", 0.0)
+
+
+def _clock(judge: Any) -> float:
+    """The search's budget clock: the work seconds ``judge`` has spent (:mod:`.repair_cost`), estimated from the
+    graph and the feeds, not measured, so that where the search stops does not depend on the machine's load."""
+    return float(judge.spent)
 
 
 def moved_unjudged_reads(verdict: Verdict) -> list[str]:
@@ -627,10 +674,10 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     **When it stops** (issue 27 item 2, "the delivered file should not depend on load"): after
     ``allowance`` builds in all (``judge.evaluations``, the probes included), a count the load
     cannot move, so the kept set it delivers is the same on an idle and a loaded machine. Time
-    is only a cap: a build is not started where it (and, ``reserve``, the delivered build after it,
-    each expected to cost ``last_cost``, what the latest build did) would end past ``cap``, CPU s
-    of this process; a search stopped so sets ``judge.capped`` and the record says that its file
-    depends on the machine's speed. ``rank``: called once with the candidates, where three builds
+    is only a cap, in work seconds (:mod:`.repair_cost`: estimated, never measured, so the load cannot move it
+    either): a build is not started where it (expected to cost ``last_cost``, what the latest build was estimated
+    at) and, ``reserve``, the delivered build after it (:func:`_reserved`) would end past ``cap``; a search stopped
+    so sets ``judge.capped`` and the record says what it did not try. ``rank``: called once with the candidates, where three builds
     remain, for ``(top, rest)`` ranked by the error each adds (:mod:`.repair_order`), or None
     (graph order); ranked, ``rest`` is tried back first and each broken chunk's less sensitive half
     before the other. ``unquantized``: a float search (``rung`` None) that has handed no node back
@@ -664,10 +711,11 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
     first: list[str] | None = None  # ranked: the first trial's chunk (all but the ranking's prefix)
     prefixes: _Prefixes | None = None  # the graph's prefixes: after the ranked first trial broke, or graph order's first
     broken: list[frozenset[str]] = []  # kept sets judged broken: a trial inside one is not built
-    # last_cost: CPU s of the latest build, what the next one is expected to cost
+    # last_cost: work seconds of the latest build (repair_cost.py), what the next one is expected to cost
     middle = [c for c in candidates if c not in ends] if ends and len(ends) < len(candidates) else []
     while queue or ordered is None or (prefixes is not None and prefixes.next() is not None):
-        if not _may_build(judge, limit(), cap, last_cost * (2 if reserve else 1), what=_untried(kept, rung, everything)):
+        if not _may_build(judge, limit(), cap, last_cost + (_reserved(judge, last_cost) if reserve else 0.0),
+                          what=_untried(kept, rung, everything)):
             return kept, False
         if prefixes is not None and (k := prefixes.next()) is not None:
             trial = frozenset(candidates[:k])
@@ -716,14 +764,15 @@ def _search(judge: _Judge, candidates: list[str], allowance: int, *, rung: Rung 
             # The same in time (CAP_PLAINS): the ranking (about a build's CPU) and two builds after it, the delivered
             # build reserved, within the budget; else its CPU goes to a build (face parsing MXINT8 ranked in 2.0 CPU s
             # and then could not afford the build it ranked for: bench/RESULTS.md, repair20).
-            afford = limit() - judge.evaluations >= 3 and _clock(judge) + last_cost * (4 if reserve else 3) <= cap
+            afford = limit() - judge.evaluations >= 3 and \
+                _clock(judge) + last_cost * 3 + (_reserved(judge, last_cost) if reserve else 0.0) <= cap
             split = rank(candidates) if rank is not None and len(candidates) > 1 and afford else None
             ordered = split is not None
             if split is not None:
                 top, rest = split
                 first = rest
                 queue.extend([rest, top])
-                continue  # the ranking's own CPU is spent: the cap is checked again before the build
+                continue  # the ranking's own work is spent: the cap is checked again before the build
             if len(candidates) > 2 and rung is not None:  # a stepped search in graph order: prefixes first (_Prefixes)
                 prefixes = _Prefixes(0, len(candidates))
                 continue
@@ -871,8 +920,8 @@ def _end_halves(kept: list[str], ends: frozenset[str]) -> list[list[str]]:
 
 def _may_build(judge: _Judge, allowance: float, cap: float, cost: float, what: str = "") -> bool:
     """Whether a further build may start (:func:`_search`, the mixed rung, :func:`_climb`): fewer
-    than ``allowance`` builds made, and ``cost`` CPU s more (the build, with the delivered build
-    after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
+    than ``allowance`` builds made, and ``cost`` work seconds more (:mod:`.repair_cost`; the build, with the
+    delivered build after it where that is reserved) end by ``cap``. Not "past the cap" but "would end past it": checked only between
     builds, a 17 s budget let a 17 s build start at 16 s (bench/RESULTS.md, czann's repair); stopped
     by the cap (not by the count), ``judge.capped`` is set, and ``what`` (the build and what would follow it) is
     kept as what the search did not try (``judge.not_tried``, said in the record's note)."""
@@ -906,7 +955,7 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float, 
     lowest = None
     for i, rung in enumerate(rungs):
         what = "the whole plan at " + " and at ".join(r.describe() for r in rungs[i:]) + " (the ladder's rungs left)"
-        if not _may_build(judge, math.inf, cap, judge.costs[-1] if judge.costs else -math.inf, what=what):  # the probes: no count
+        if not _may_build(judge, math.inf, cap, judge.estimate(rung) if judge.evaluations else -math.inf, what=what):  # the probes: no count
             return lowest
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
@@ -1070,13 +1119,12 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         result.plan.repair = result.repair
         return result
 
-    # CPU seconds of this process, not wall time: on a machine shared with other jobs the wall clock
-    # runs ~3-7x faster than our work. Neither decides what is delivered (the search stops at a count
-    # of builds: :func:`_search`); the CPU only caps a search gone far past its usual cost.
+    # CPU seconds of this process are recorded (the plain quantization's and the search's), never decide: the search
+    # stops at a count of builds (:func:`_search`) and at a budget in work seconds (:mod:`.repair_cost`), both
+    # computed from the graph and the feeds, so the delivered file does not depend on the machine's load.
     t0, cpu0 = time.perf_counter(), time.process_time()
-    plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included
+    plain = cpu0 - calibrated.started_cpu  # the plain quantization's CPU time, verification included (said only)
     allowance = builds_allowed(cfg.repair_budget)
-    cap = cpu0 + CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain, MIN_BUDGET_S)
     candidates = list(result.plan.nodes)
     # Every candidate is judged on the feeds the verdict was: the calibration feeds too where any output's
     # judgement pooled them (reads; a batch-1 classifier's rows, ``seen_feeds``). Judged on the held-out
@@ -1092,6 +1140,16 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     judge = _Judge(calibrated, cfg, eval_samples, reads=verdict.ok_needs_calibration_feeds, reuse=reuse, configure=configure)
     judge.everything = frozenset(candidates)
     judge.choosing = True
+    reference = (calibrated.holdout or calibrated.kept or [{}])[0]
+    judge.work = graph_work(calibrated.prepared, reference)
+    judged_feeds = list(calibrated.holdout) + list(judge.seen)
+    # a model whose activations are block-quantized runs a block function per activation: dearer runs (repair_cost)
+    blocked = BLOCK_RUNS if any(t.role == "activation" and t.quant is not None and t.quant.format in BLOCK_FORMATS
+                                for t in result.plan.tensors.values()) else 1.0
+    judge.run_units = run_units(judge.work, judged_feeds, blocked)
+    judge.delivery = build_units(judge.work, fresh=True) + judge.run_units
+    plain_work = plain_units(judge.work, [reference] * calibrated.samples, judged_feeds, blocked)
+    cap = CAP_PLAINS * max(float(cfg.repair_budget), 1.0) * max(plain_work, MIN_BUDGET_S)
     judge.changes = {r: changed_nodes(result.plan, r) for r in rungs}
     calibrated.within = frozenset(result.plan.tensors)  # reset below, however the search ends
     shared_guard = cfg.range_guard and calibrated.guard_values is None
@@ -1123,6 +1181,8 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         if "cpu_seconds" in ranking:
             return scores
         started = time.process_time()
+        # its work: a float and a plain run of its feeds with every candidate's output fetched, and a build's graph work
+        judge.spent += build_units(judge.work, fresh=False) + 2 * run_units(judge.work, calibrated.holdout[:FEEDS])
         try:
             scores.update(added_error(calibrated.prepared, result.model, calibrated.holdout[:FEEDS]))
         except Exception as exc:  # noqa: BLE001 - an order only: the search runs in graph order
@@ -1153,7 +1213,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         writers = output_writers(calibrated.prepared.graph, broken, candidates)
         most = min(MIXED_FLOAT, len(candidates) - 1)
         for floats in _lazy_mixed(writers, most, lambda: score() if allowance - judge.evaluations >= 3 else {}, candidates):
-            if not _may_build(judge, allowance, cap, 2 * judge.costs[-1] if judge.costs else -math.inf,
+            if not _may_build(judge, allowance, cap, judge.estimate(top) + judge.delivery,
                               what=f"the mixed rung ({top.describe()} with {len(floats)} node(s) float), then the float search"):
                 break
             judge.floats = floats
@@ -1177,7 +1237,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         found = judge.changed_of(top, found)  # what the rung changes of them (step_up.changed_nodes)
         if not found or len(found) > MIXED_FLOAT or 2 * len(found) > len(candidates):
             return None
-        if not _may_build(judge, allowance, cap, judge.costs[-1] if judge.costs else -math.inf,
+        if not _may_build(judge, allowance, cap, -math.inf,
                           what=f"the broken outputs' head ({len(found)} node(s)) alone at {top.describe()}"):
             return None
         tried_head.update(found)
@@ -1220,7 +1280,7 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
             if tried_head and rung is not None and not floats:  # the head alone broke: its error starts at the input side too
                 ends = graph_ends(among, frozenset(tried_head))
             kept, finished = _search(judge, among, allowance, rung=rung, cap=cap,
-                                     last_cost=judge.costs[-1] if judge.costs else 0.0, reserve=True, rank=rank,
+                                     last_cost=judge.estimate(rung), reserve=True, rank=rank,
                                      unquantized=builds_allowed(cfg.repair_budget, unquantized=True), ends=ends)
         if rung is None and kept >= frozenset(candidates) - floats and judge.unsure:
             rung, kept, floats = _fallback(judge.unsure)
@@ -1260,12 +1320,11 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
     note = None
     if judge.capped:
         scale = max(float(cfg.repair_budget), 1.0)
-        times = f"{CAP_PLAINS * scale:g} × the plain quantization's {plain:.1f} s" if plain >= MIN_BUDGET_S else \
-            f"{CAP_PLAINS * scale:g} × {MIN_BUDGET_S:g} s, the least a plain quantization counts for"
+        times = f"{CAP_PLAINS * scale:g} × the plain quantization's {plain_work:.1f}" if plain_work >= MIN_BUDGET_S else \
+            f"{CAP_PLAINS * scale:g} × {MIN_BUDGET_S:g}, the least a plain quantization counts for"
         untried = f"; not tried: {judge.not_tried}" if judge.not_tried else ""
-        note = (f"the search stopped at its time cap ({cap - cpu0:.1f} CPU s = {times}, the search with the delivered "
-                f"build, after {judge.evaluations} build(s)){untried}: fewer nodes may suffice, and the delivered file "
-                "depends on this machine's speed")
+        note = (f"the search stopped at its time budget ({cap:.1f} work s = {times}, estimated from the graph and its feeds, "
+                f"the search with the delivered build, after {judge.evaluations} build(s)){untried}: fewer nodes may suffice")
     elif not finished:
         note = (f"the search stopped after its {judge.evaluations} builds (repair_budget={cfg.repair_budget:g}): "
                 "fewer nodes may suffice")
@@ -1309,11 +1368,17 @@ def enforce_floor(calibrated: Calibrated, cfg: QuantConfig, result: Quantization
         "unquantized_allowance": builds_allowed(cfg.repair_budget, unquantized=True),
         "candidates": len(candidates),
         "seconds": round(search_s, 3),
-        # the time budget (CPU s) of the search with its delivered build (CAP_PLAINS), and whether it stopped the search
-        "budget_seconds": round(cap - cpu0, 3),
+        # the time budget of the search with its delivered build (CAP_PLAINS), in work seconds (repair_cost.py: estimated
+        # from the graph and the feeds, never measured, so the load cannot move it), what the plain quantization and each
+        # build were estimated at, what the search spent, and whether the budget stopped the search
+        "budget_units": round(cap, 3),
+        "budget_unit": "work seconds, estimated from the graph and its feeds (algorithms/repair_cost.py)",
+        "plain_units": round(plain_work, 3),
+        "build_units": [round(u, 3) for u in judge.units],
+        "spent_units": round(judge.spent, 3),
         "capped": judge.capped,
-        # CPU s (this process's) of the search with the delivered build, and the plain quantization's
-        # the cap is a multiple of ("seconds" above is the search's wall time)
+        # CPU s (this process's) of the search with the delivered build, and the plain quantization's: said, deciding
+        # nothing ("seconds" above is the search's wall time)
         "cpu_seconds": round(spent_cpu, 3),
         "plain_cpu_seconds": round(plain, 3),
         "finished": finished,

@@ -104,8 +104,8 @@ class Calibrated:
     #: from. Keeping a node float must not add quantizers (a Relu kept float un-fuses its
     #: producer's output, which then has no statistics), so plans keep only these (final_plan.final_plan)
     within: frozenset[str] | None = None
-    #: this process's CPU seconds (time.process_time) when the quantization started: the repair's
-    #: budget is counted in CPU time, so what it delivers does not depend on the machine's load
+    #: this process's CPU seconds (time.process_time) when the quantization started: the repair record's
+    #: ``plain_cpu_seconds`` (said only: repair's budget is in work seconds, algorithms/repair_cost.py)
     started_cpu: float = 0.0
     #: the first calibration feeds kept (with their float outputs) for the floor's judgement of
     #: reads beside the held-out ones (:func:`reads_feeds`), where it needs more than ``kept``;

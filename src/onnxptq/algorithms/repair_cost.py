@@ -1,0 +1,218 @@
+"""Repair's budget in work units: what a candidate build and the plain quantization cost, estimated from the graph and
+the feeds alone, so that where the search stops does not depend on the machine's load (issue 27 item 2).
+
+Why not CPU seconds: repair20 capped the search at one plain quantization's CPU (``time.process_time``), and on a
+shared 2-core machine with SMT the CPU seconds of the same work move 20-50 % with the load; where a search ended near
+the cap one build more or less was made and the delivered file differed (ddddocr_det A8W8, the zoo's feeds: 3 builds
+and ``8dbcc507…`` or 4 builds and ``852fba34…``; bench/RESULTS.md packed21 and determ21). The count of builds
+(``repair.BUILDS``) was already load-free; this makes the time budget so too. Every figure below is a pure function of
+the prepared graph (its nodes, its weights, its activations' shapes by shape inference on the first held-out feed) and
+of how many feeds each stage runs, so two quantizations of the same model, data and options make the same builds.
+
+**The unit** is an estimated CPU second on the machine the weights were measured on (the shared 2-core machine at
+load 25-28, bench/RESULTS.md determ21): a *work second*. Only ratios decide (a build against the plain quantization), so a faster or slower machine
+scales every term alike; the figures are said in the record as ``budget_units`` and ``build_units``.
+
+**The terms** (each ``NS_*`` is nanoseconds per item on one core, fitted by hand to the CPU of ddddocr_det A8W8 and
+MXFP8_E4M3, ddddocr_ocr MXFP8_E4M3 and PP-OCR cls, bench/RESULTS.md determ21 and repair20):
+
+* a run of one feed: multiply-accumulates of the convolutions, matrix products and recurrent layers (:data:`NS_PER_MAC`)
+  and the activations' elements written (:data:`NS_PER_ELEMENT`: the element-wise ops, quantize/dequantize pairs and
+  the floor's reading of the outputs), scaled by the feed's input size against the reference feed's (a dynamic width);
+* a calibration feed: :data:`CALIBRATION_RUNS` runs (the statistics collectors read every calibrated activation);
+* a candidate build with its session: :data:`BUILD_NS_PER_NODE` per node and, the first time its weight formats are built,
+  :data:`NS_PER_WEIGHT` per weight element (rounding, bias correction; later builds reuse them:
+  ``emit.ConstantReuse``);
+* the plain quantization's fixed work: :data:`PLAIN_NS_PER_NODE` per node (preparation's passes, planning, emit, its
+  session) and :data:`NS_PER_WEIGHT` per weight element.
+
+The plain quantization = its calibration feeds + its fixed work + its verification's runs (the held-out and judged
+calibration feeds); a candidate = a build (fresh at weight formats not built yet: a rung stepping weights up, where a
+float or activations-only one reuses the plan's) + the same runs; the delivered build is reserved as a fresh one (it is
+built packed: its weights handled again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Work", "graph_work", "run_units", "build_units", "plain_units"]
+
+#: ns per multiply-accumulate of a Conv/ConvTranspose/MatMul/Gemm/LSTM/GRU/RNN in a one-thread run (float runs of
+#: ddddocr_det, 3.2 G MACs: 83 ms a feed; PP-OCR cls 16 M: 1.2 ms, load 26).
+NS_PER_MAC = 0.02
+#: ns per activation element a run writes (element-wise ops, Q/DQ pairs, the floor reading the outputs).
+NS_PER_ELEMENT = 0.5
+#: runs a calibration feed costs (the float run with every calibrated activation read by its collector).
+CALIBRATION_RUNS = 2.0
+#: ns per node of the plain quantization's fixed work (preparation's passes, planning, emit, its verification session):
+#: PP-OCR cls (134 nodes, runs of a few ms) quantizes in 1.3 CPU s.
+PLAIN_NS_PER_NODE = 8_000_000.0
+#: ns per node of a candidate build with its session (plan, range guard, solve, emit's edits, session creation):
+#: cls's candidates 0.45-0.7 CPU s with their runs (repair20), ddddocr_det A8W8's 1.2-1.75 (determ21).
+BUILD_NS_PER_NODE = 2_000_000.0
+#: ns per weight element of a build at weight formats not built yet (rounding, bias correction, the packer):
+#: ddddocr_ocr MXFP8_E4M3's probe (the MXINT8 rung, 13.5 M weights) 5.5 CPU s, its candidates after it ~2.
+NS_PER_WEIGHT = 350.0
+#: runs of a model whose activations are in block formats cost this many of the float model's: each quantized
+#: activation passes through a block function of some ten ops. Fitted on ddddocr_det MXFP8_E4M3 (bench/RESULTS.md,
+#: determ21): with 1 its search made 3 builds at 2.25× the plain quantize, with 2 it made 2 at 2.2× (its repair's CPU
+#: 11.1 s where the estimates came to 9.05: three runs-bearing builds short of 0.65 work s each, one float run's
+#: worth more).
+BLOCK_RUNS = 3.0
+#: ops whose multiply-accumulates dominate a run: MACs = output elements × weight elements ÷ output channels.
+_MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul"}
+_RECURRENT = {"LSTM", "GRU", "RNN"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one run of the graph does, and what building it handles: all counted, none timed."""
+
+    #: multiply-accumulates and activation elements of one run of the reference feed
+    macs: float
+    elements: float
+    #: weight elements (initializers and Constant values of more than one element) and nodes (bodies included)
+    weights: int
+    nodes: int
+    #: the reference feed's input elements (a feed's run scales by its own against this)
+    reference_input: int
+
+    def run(self, feed: dict[str, Any] | None = None) -> float:
+        """Work seconds of one run of ``feed`` (the reference feed's where None)."""
+        scale = 1.0
+        if feed is not None and self.reference_input > 0:
+            scale = _input_elements(feed) / self.reference_input
+        return (NS_PER_MAC * self.macs + NS_PER_ELEMENT * self.elements) * scale * 1e-9
+
+    def to_json(self) -> dict[str, float]:
+        return {"macs": float(self.macs), "elements": float(self.elements), "weights": self.weights, "nodes": self.nodes}
+
+
+def _input_elements(feed: dict[str, Any]) -> int:
+    return int(sum(int(np.asarray(v).size) for v in feed.values()))
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def _numel(dims: Iterable[int]) -> int:
+    return int(math.prod(int(d) for d in dims))
+
+
+def graph_work(model: onnx.ModelProto, feed: dict[str, Any]) -> Work:
+    """The :class:`Work` of ``model`` run on ``feed`` (its shapes fixed on the graph's inputs, shapes inferred with
+    the weights' shapes only: no copy of their bytes). A tensor whose shape cannot be inferred counts no elements; a
+    weighted op whose output shape is unknown counts its weight elements once (as one output position)."""
+    graph = model.graph
+    shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in graph.initializer}
+    weights = sum(_numel(t.dims) for g in _graphs(graph) for t in g.initializer if _numel(t.dims) > 1)
+    weights += sum(_numel(a.t.dims) for g in _graphs(graph) for n in g.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value" and _numel(a.t.dims) > 1)
+    nodes = sum(len(g.node) for g in _graphs(graph))
+    inferred = _inferred_shapes(model, feed)
+    shapes.update(inferred)
+    macs = elements = 0.0
+    for node in graph.node:
+        outs = [shapes.get(o) for o in node.output if o]
+        elements += sum(_numel(s) for s in outs if s is not None)
+        if node.op_type in _MAC_OPS and len(node.input) > 1:
+            w = shapes.get(node.input[1])
+            out = outs[0] if outs else None
+            if w is None or not w:
+                continue
+            if node.op_type in {"MatMul", "MatMulInteger", "QLinearMatMul"}:
+                k = w[-2] if len(w) >= 2 else w[0]
+                macs += (_numel(out) if out is not None else _numel(w)) * k
+            elif node.op_type == "Gemm":
+                k = w[0] if not any(a.name == "transB" and a.i for a in node.attribute) else w[-1]
+                macs += (_numel(out) if out is not None else _numel(w)) * k
+            else:
+                per_out = _numel(w) // max(int(w[0]), 1) if node.op_type != "ConvTranspose" else _numel(w[1:])
+                macs += (_numel(out) if out is not None else int(w[0])) * per_out
+        elif node.op_type in _RECURRENT and len(node.input) > 2:
+            w, r = shapes.get(node.input[1]), shapes.get(node.input[2])
+            x = shapes.get(node.input[0])
+            steps = int(x[0]) * int(x[1]) if x is not None and len(x) >= 2 else 1
+            macs += steps * ((_numel(w) if w else 0) + (_numel(r) if r else 0))
+    return Work(macs=macs, elements=elements, weights=int(weights), nodes=int(nodes), reference_input=_input_elements(feed))
+
+
+def _inferred_shapes(model: onnx.ModelProto, feed: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Static shapes of the main graph's values with ``feed``'s shapes on its inputs: onnx's shape inference on a
+    copy holding the graph without its large weights (small ones kept: Reshape targets, Slice bounds)."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.output.extend(model.graph.output)
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        value = feed.get(vi.name)
+        if value is None:
+            g.input.append(vi)
+            continue
+        arr = np.asarray(value)
+        g.input.append(onnx.helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, list(arr.shape)))
+    for t in model.graph.initializer:
+        if _numel(t.dims) <= 64 and t.data_location != onnx.TensorProto.EXTERNAL:
+            g.initializer.append(t)
+        else:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    try:
+        done = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - an estimate: unknown shapes count nothing
+        log.debug("repair budget: shape inference failed (%s); activations uncounted", exc)
+        return {}
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in list(done.graph.value_info) + list(done.graph.output) + list(done.graph.input):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+        if all(d >= 0 for d in dims):
+            out[vi.name] = dims
+    return out
+
+
+def run_units(work: Work, feeds: Iterable[dict[str, Any]], factor: float = 1.0) -> float:
+    """Work seconds of running ``feeds`` once each (a candidate's or the verification's judged runs), ``factor``
+    times a float run's (:data:`BLOCK_RUNS` for a model with block-format activations)."""
+    return factor * sum(work.run(f) for f in feeds)
+
+
+def build_units(work: Work, fresh: bool) -> float:
+    """Work seconds of one candidate build with its session, its runs left out (:func:`run_units`): per node always,
+    per weight where its weight formats are built the first time (``fresh``; later builds reuse the rounded weights and
+    bias corrections: ``emit.ConstantReuse``)."""
+    return (BUILD_NS_PER_NODE * work.nodes + (NS_PER_WEIGHT * work.weights if fresh else 0.0)) * 1e-9
+
+
+def plain_units(work: Work, calibration_feeds: Iterable[dict[str, Any]], judged: Iterable[dict[str, Any]],
+                factor: float = 1.0) -> float:
+    """Work seconds of the plain quantization: its calibration feeds (:data:`CALIBRATION_RUNS` float runs each), its
+    fixed work, and its verification's runs of the ``judged`` feeds (``factor``: as :func:`run_units`)."""
+    return (CALIBRATION_RUNS * run_units(work, calibration_feeds) + (PLAIN_NS_PER_NODE * work.nodes + NS_PER_WEIGHT * work.weights) * 1e-9
+            + run_units(work, judged, factor))
