@@ -945,7 +945,8 @@ def _untried(kept: frozenset[str], rung: Rung | None, everything: frozenset[str]
 def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float, watch: list[str] = ()) -> Rung | None:
     """The lowest rung on which the whole plan stepped up holds the floor (one build per rung tried),
     or None: float is then the next step. A rung is not started where its build would end past
-    ``cap`` (``judge.capped`` is then set). A rung that holds but leaves a mask of ``watch`` (the outputs the plain
+    ``cap`` (``judge.capped`` is then set) once a lower rung held; before that, it is (the alternative is a model
+    delivered float). A rung that holds but leaves a mask of ``watch`` (the outputs the plain
     build broke) straddling the floor (:func:`straddling_masks`) is taken only where no rung above holds it clear:
     no candidate of it could hold that mask by its bound (:meth:`_Judge.masks_unsure`). The planted detector of
     tests/test_repair_below.py (its error in a weight) held at 16-bit activations on a figure of 0.956, bound
@@ -955,7 +956,12 @@ def _climb(judge: _Judge, rungs: list[Rung], candidates: list[str], cap: float, 
     lowest = None
     for i, rung in enumerate(rungs):
         what = "the whole plan at " + " and at ".join(r.describe() for r in rungs[i:]) + " (the ladder's rungs left)"
-        if not _may_build(judge, math.inf, cap, judge.estimate(rung) if judge.evaluations else -math.inf, what=what):  # the probes: no count
+        # Where no rung has held yet, stopping here delivers every quantized node float: the rungs (one or two builds)
+        # are then climbed past the cap, as a float search that has handed nothing back goes past its count
+        # (UNQUANTIZED_BUILDS). PP-OCRv4 rec MXFP8_E4M3: its two probes' estimate passed the budget, and the model went
+        # out float where the whole plan at BF16 holds (tests/test_quantize_ppocr.py).
+        bound = cap if lowest is not None else math.inf
+        if not _may_build(judge, math.inf, bound, judge.estimate(rung) if judge.evaluations else -math.inf, what=what):  # the probes: no count
             return lowest
         verdict = judge(everything, rung)
         if verdict is not None and verdict.ok:
