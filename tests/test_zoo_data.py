@@ -201,7 +201,9 @@ def test_the_zoo_latency_column_does_not_count_the_time_other_processes_took():
 
     feeds = [{"n": 10}, {"n": 20}, {"n": 15}, {"n": 10}]
     ratio = _bench_zoo()._latency_ratio(ref, test, feeds, min_rounds=25, cpu_s=0.3)
-    assert 0.85 <= ratio <= 1.15, ratio
+    # CPU time, not wall: about 1x; a run after a sleep starts on cold caches and reads up to ~1.2x here (1.163 on a
+    # clean checkout's CI at 23:56 UTC), so the bound is set between that noise and the sleeps' ~3x that wall time reads
+    assert 0.75 <= ratio <= 1.5, ratio
     twice = _bench_zoo()._latency_ratio(ref, lambda f: _busy(2 * f["n"]), feeds, min_rounds=15, cpu_s=0.2)
     assert 1.7 <= twice <= 2.3, twice  # and it still reads a model that does twice the work as twice as slow
 
