@@ -86,7 +86,13 @@ class Detections(NamedTuple):
     @property
     def judged(self) -> bool:
         """Whether float's kept set is stable enough to judge by (module docstring)."""
-        return self.stable >= 1.0 - 1.0 / (4.0 * max(self.needed, 1))
+        return stable_enough(self.stable, self.needed)
+
+
+def stable_enough(stable: float, needed: int) -> bool:
+    """Whether float's kept set, whose F1 against float's jittered is ``stable``, is stable enough to judge
+    ``needed`` objects by: at least ``1 − 1 / (4·needed)`` (module docstring)."""
+    return stable >= 1.0 - 1.0 / (4.0 * max(needed, 1))
 
 
 def box_iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:

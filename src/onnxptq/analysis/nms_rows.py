@@ -47,7 +47,7 @@ from onnx import numpy_helper
 from ..graph.external import constant_tensors
 from ..graph.ops import RELAYOUTS
 from ..graph.walk import first_input_chain
-from .det_nms import JITTER, MATCH_IOU, THRESHOLDS, f1_of, matched_pairs
+from .det_nms import JITTER, MATCH_IOU, THRESHOLDS, f1_of, matched_pairs, stable_enough
 
 __all__ = ["NmsRows", "NmsRowAgreement", "nms_row_outputs", "judge_nms_rows", "thresholds_of"]
 
@@ -203,7 +203,7 @@ class NmsRowAgreement:
     @property
     def judged(self) -> bool:
         """Enough float rows, and float's own kept rows stable (module docstring)."""
-        return self.objects >= max(self.needed, 1) and self.stable >= 1.0 - 1.0 / (4.0 * max(self.needed, 1))
+        return self.objects >= max(self.needed, 1) and stable_enough(self.stable, self.needed)
 
     def describe(self) -> str:
         t = "/".join(f"{x:.3g}" for x in self.thresholds)
@@ -212,7 +212,7 @@ class NmsRowAgreement:
                 f"{self.float_rows} float rows over the thresholds ({self.lost} lost, {self.invented} invented; "
                 f"{self.recounted} feed(s) with another row count){seen}; matched rows' cosine {self.cosine:.4f} "
                 f"(analysis/nms_rows.py)")
-        if self.stable < 1.0 - 1.0 / (4.0 * max(self.needed, 1)):
+        if not stable_enough(self.stable, self.needed):
             return (f"{text} — NOT JUDGED: float's own kept rows move under a jitter of {JITTER:g} "
                     f"(F1 {self.stable:.4f})")
         if self.objects < max(self.needed, 1):
