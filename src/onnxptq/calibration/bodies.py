@@ -15,6 +15,10 @@ an extra output, level by level, up to the main graph:
 A tensor of an If branch inside a Loop/Scan body cannot leave that way (an iteration taking the
 other branch would stack an empty tensor with full ones, which onnxruntime rejects): it is
 reported in :attr:`Exposed.unreachable` with the reason, and left to the caller (left float).
+So is a Loop body tensor whose shape changes from one iteration to the next: a loop-carried value
+that a Concat (Pad, Tile, Expand) grows each step, and everything computed from it (a greedy
+decoder's accumulated logits and tokens, as a scripted PyTorch loop exports them: g2p_en's
+``predict``), which onnxruntime refuses to stack ("Inconsistent shape in loop output").
 """
 
 from __future__ import annotations
@@ -77,6 +81,49 @@ def _append_output(graph: onnx.GraphProto, name: str, elem_type: int) -> None:
     graph.output.append(vi)
 
 
+#: ops whose output is larger than an input they read: a loop-carried value fed back through one grows each step
+_GROWING = frozenset({"Concat", "Pad", "Tile", "Expand"})
+
+
+def _iteration_shaped(body: onnx.GraphProto) -> dict[str, str]:
+    """Tensors of a Loop body whose shape can change from one iteration to the next, each with why: the loop-carried
+    values whose update passes through a growing op (:data:`_GROWING`) reading the value itself, and every tensor
+    computed from such a value (conservatively: a Gather of its last row has a fixed shape, but is left with it)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    producer: dict[str, onnx.NodeProto] = {}
+    for node in body.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+        for o in node.output:
+            producer[o] = node
+    states = [i.name for i in body.input[2:]]
+    updates = [o.name for o in body.output[1:1 + len(states)]]
+    shaped: dict[str, str] = {}
+    for state, update in zip(states, updates):
+        derived, stack = {state}, [state]
+        while stack:
+            for node in readers.get(stack.pop(), ()):
+                for o in node.output:
+                    if o and o not in derived:
+                        derived.add(o)
+                        stack.append(o)
+        grower, seen, stack = None, set(), [update]
+        while stack and grower is None:
+            node = producer.get(stack.pop())
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type in _GROWING and any(i in derived for i in node.input):
+                grower = node
+            stack.extend(i for i in node.input if i in derived)
+        if grower is not None:
+            why = (f"its shape changes from one iteration to the next (computed from the loop-carried {state!r}, which "
+                   f"{grower.op_type} {grower.name!r} grows each step): its values cannot be stacked over the iterations")
+            for name in derived:
+                shaped.setdefault(name, why)
+    return shaped
+
+
 def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
     """A copy of ``model`` whose main graph also outputs each body tensor in ``names``.
 
@@ -89,6 +136,7 @@ def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
     result = Exposed(aug)
     taken = set(index.home)
     counter = 0
+    shaped: dict[int, dict[str, str]] = {}
     for name in names:
         scope = index.home.get(name)
         if scope is None:
@@ -105,6 +153,11 @@ def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
         if unknown is not None:
             result.unreachable[name] = f"inside {unknown.label} (only If, Loop and Scan bodies can pass values out)"
             continue
+        if scope.owner.op_type == "Loop":
+            varying = shaped.setdefault(id(scope), _iteration_shaped(scope.graph))
+            if name in varying:
+                result.unreachable[name] = f"inside {scope.label}, {varying[name]}"
+                continue
         elem_type, rank = _type_of(scope, name)
         current, stacked = name, 0
         for body in chain:
