@@ -7598,6 +7598,20 @@ def _rsz_same_speaker(a: np.ndarray, b: np.ndarray) -> float:
 # The same graph with the user's reading told the floor (the A8W8 floor's warning says to: section 4 of RESULTS.md's round 28).
 MODELS["resemblyzer_ge2e_declared"] = MODELS["resemblyzer_ge2e"]
 AGREEMENT["resemblyzer_ge2e_declared"] = {"embeds": _rsz_same_speaker}
+def _jitter_photo(crop, rng: random.Random, degrees: float):
+    """A user's photo of the crop: turned ±degrees, mirrored half the time, brightness and contrast ±20 %, JPEG 70-95
+    (read back as RGB)."""
+    from PIL import Image, ImageEnhance
+
+    crop = crop.rotate(rng.uniform(-degrees, degrees), resample=Image.BILINEAR)
+    if rng.random() < 0.5:
+        crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+    crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
+    buf = io.BytesIO()
+    crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
 def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
     """HairSegmentator.get_parsing's input: a portrait photograph resized to 512 x 512 bilinear, ToTensor + ImageNet
     Normalize, NCHW. The photographs are the two portraits the scikit-image wheel ships (skimage/data: astronaut.png,
@@ -7619,13 +7633,7 @@ def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
         cx = min(max(hx * img.size[0] + rng.uniform(-0.1, 0.1) * side, side / 2), img.size[0] - side / 2)
         cy = min(max(hy * img.size[1] + rng.uniform(0.0, 0.2) * side, side / 2), img.size[1] - side / 2)
         crop = img.crop((int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2)))
-        crop = crop.rotate(rng.uniform(-8, 8), resample=Image.BILINEAR)
-        if rng.random() < 0.5:
-            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-        crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
-        buf = io.BytesIO()
-        crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
-        img512 = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").resize((512, 512), Image.BILINEAR)
+        img512 = _jitter_photo(crop, rng, 8).resize((512, 512), Image.BILINEAR)
         x = (np.asarray(img512, np.float32) / 255.0 - mean) / std
         out.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
     return out
@@ -8547,8 +8555,8 @@ _SELFIE_PEOPLE = (("astronaut.png", (225, 120)), ("camera.png", (228, 156)))
 def _selfie_photo(rng: random.Random):
     """A selfie or video-call frame of a real person: a crop of one of scikit-image's two portraits (the astronaut, the
     cameraman) around the person, 45-100 % of the picture's side, portrait 3:4, square or landscape 4:3, mirrored half
-    the time (front cameras mirror), turned ±6°, brightness and contrast ±20 %, JPEG 70-95."""
-    from PIL import Image, ImageEnhance
+    the time (front cameras mirror), turned ±6°, brightness and contrast ±20 %, JPEG 70-95 (_jitter_photo)."""
+    from PIL import Image
 
     name, (hx, hy) = rng.choice(_SELFIE_PEOPLE)
     img = Image.open(SRC32 / "skimage/data" / name).convert("RGB")
@@ -8556,14 +8564,7 @@ def _selfie_photo(rng: random.Random):
     w, h = rng.choice(((side * 0.75, side), (side, side), (side, side * 0.75)))
     cx = min(max(hx + rng.uniform(-0.15, 0.15) * w, w / 2), 512 - w / 2)
     cy = min(max(hy + rng.uniform(0.0, 0.3) * h, h / 2), 512 - h / 2)
-    crop = img.crop((int(cx - w / 2), int(cy - h / 2), int(cx + w / 2), int(cy + h / 2)))
-    crop = crop.rotate(rng.uniform(-6, 6), resample=Image.BILINEAR)
-    if rng.random() < 0.5:
-        crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-    crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
-    buf = io.BytesIO()
-    crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
-    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    return _jitter_photo(img.crop((int(cx - w / 2), int(cy - h / 2), int(cx + w / 2), int(cy + h / 2))), rng, 6)
 
 
 def _onnx_input_name(path: Path) -> str:

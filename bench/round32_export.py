@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from round28_export import _check, export_main
-from round31_export import _bert_ids
+from round31_export import _bert_ids, logits_module
 
 #: (the file written under src)
 OUTPUTS = {
@@ -110,16 +110,7 @@ def export_rxnfp_dynamo(src: Path) -> None:
     folder = "bert_ft_10k_25s"
     cls = BertForSequenceClassification.from_pretrained(str(src / f"rxnfp/models/transformers/{folder}"), num_labels=50,
                                                         attn_implementation="sdpa")
-
-    class Logits(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
-
-    net = Logits(cls).eval()
+    net = logits_module(cls).eval()
     names = ["input_ids", "attention_mask", "token_type_ids"]
     feed = _bert_ids(src, folder, "CC(C)N.O=C(O)c1ccccc1>>CC(C)NC(=O)c1ccccc1")
     feed = {k: np.repeat(v, 2, axis=0) for k, v in feed.items()}
