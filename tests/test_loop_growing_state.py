@@ -80,3 +80,20 @@ def test_fp16_quantizes_a_loop_with_a_grown_state(tmp_path, caplog):
         for a, b in zip(ref.run(None, feed), test.run(None, feed)):
             assert a.shape == b.shape == (a.shape[0], 8)
             assert np.abs(a - b).max() < 5e-3
+
+
+def test_a_sliding_window_state_keeps_its_shape_and_is_exposed():
+    """Concat of a *slice* of the carried value (drop the oldest row, append the new one): the shape stays, so the
+    state is stacked as before."""
+    model = _growing_loop()
+    body = model.graph.node[0].attribute[0].g
+    grow = next(n for n in body.node if n.name == "grow")
+    body.node.insert(0, helper.make_node("Slice", ["acc_in", "one", "big", "zero"], ["older"], name="window"))
+    body.initializer.extend([numpy_helper.from_array(np.array([v], np.int64), n)
+                             for n, v in (("one", 1), ("big", 1 << 30), ("zero", 0))])
+    grow.input[0] = "older"
+    model.graph.initializer[-1].CopyFrom(numpy_helper.from_array(np.zeros((3, 8), np.float32), "acc0"))
+    exposed = bodies.expose(model, ["acc_in", "acc_out"])
+    assert not exposed.unreachable and set(exposed.outer) == {"acc_in", "acc_out"}
+    sess = ort.InferenceSession(exposed.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run([exposed.outer["acc_out"]], _feeds(1, 3)[0])[0].shape == (4, 3, 8)

@@ -16,7 +16,7 @@ A tensor of an If branch inside a Loop/Scan body cannot leave that way (an itera
 other branch would stack an empty tensor with full ones, which onnxruntime rejects): it is
 reported in :attr:`Exposed.unreachable` with the reason, and left to the caller (left float).
 So is a Loop body tensor whose shape changes from one iteration to the next: a loop-carried value
-that a Concat (Pad, Tile, Expand) grows each step, and everything computed from it (a greedy
+that a Concat of itself and more grows each step, and everything computed from it (a greedy
 decoder's accumulated logits and tokens, as a scripted PyTorch loop exports them: g2p_en's
 ``predict``), which onnxruntime refuses to stack ("Inconsistent shape in loop output").
 """
@@ -81,14 +81,26 @@ def _append_output(graph: onnx.GraphProto, name: str, elem_type: int) -> None:
     graph.output.append(vi)
 
 
-#: ops whose output is larger than an input they read: a loop-carried value fed back through one grows each step
-_GROWING = frozenset({"Concat", "Pad", "Tile", "Expand"})
+#: ops that pass a value on with its shape (the accumulation's update and its carried value are met through them)
+_SAME_SHAPE = frozenset({"Identity", "Cast"})
+
+
+def _through(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
+    """``tensor`` walked up through :data:`_SAME_SHAPE` ops to the first tensor another op made (or a body input)."""
+    for _ in range(8):
+        node = producer.get(tensor)
+        if node is None or node.op_type not in _SAME_SHAPE or not node.input:
+            return tensor
+        tensor = node.input[0]
+    return tensor
 
 
 def _iteration_shaped(body: onnx.GraphProto) -> dict[str, str]:
-    """Tensors of a Loop body whose shape can change from one iteration to the next, each with why: the loop-carried
-    values whose update passes through a growing op (:data:`_GROWING`) reading the value itself, and every tensor
-    computed from such a value (conservatively: a Gather of its last row has a fixed shape, but is left with it)."""
+    """Tensors of a Loop body whose shape changes from one iteration to the next, each with why: a loop-carried value
+    whose update is a ``Concat`` of the value itself (through Identity/Cast) and more (an accumulation: a greedy
+    decoder's tokens or logits), and every tensor computed from such a value (conservatively: a Gather of its last row
+    has a fixed shape, but is left with it). A Concat of a *slice* of the value (a sliding window: its shape stays)
+    is no accumulation."""
     readers: dict[str, list[onnx.NodeProto]] = {}
     producer: dict[str, onnx.NodeProto] = {}
     for node in body.node:
@@ -100,6 +112,11 @@ def _iteration_shaped(body: onnx.GraphProto) -> dict[str, str]:
     updates = [o.name for o in body.output[1:1 + len(states)]]
     shaped: dict[str, str] = {}
     for state, update in zip(states, updates):
+        grower = producer.get(_through(update, producer))
+        if grower is None or grower.op_type != "Concat" or state not in {_through(i, producer) for i in grower.input}:
+            continue
+        why = (f"its shape changes from one iteration to the next (computed from the loop-carried {state!r}, which "
+               f"Concat {grower.name!r} grows each step): its values cannot be stacked over the iterations")
         derived, stack = {state}, [state]
         while stack:
             for node in readers.get(stack.pop(), ()):
@@ -107,20 +124,8 @@ def _iteration_shaped(body: onnx.GraphProto) -> dict[str, str]:
                     if o and o not in derived:
                         derived.add(o)
                         stack.append(o)
-        grower, seen, stack = None, set(), [update]
-        while stack and grower is None:
-            node = producer.get(stack.pop())
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node.op_type in _GROWING and any(i in derived for i in node.input):
-                grower = node
-            stack.extend(i for i in node.input if i in derived)
-        if grower is not None:
-            why = (f"its shape changes from one iteration to the next (computed from the loop-carried {state!r}, which "
-                   f"{grower.op_type} {grower.name!r} grows each step): its values cannot be stacked over the iterations")
-            for name in derived:
-                shaped.setdefault(name, why)
+        for name in derived:
+            shaped.setdefault(name, why)
     return shaped
 
 
