@@ -701,7 +701,7 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     # phonemes) is judged whole, one read a feed, on the held-out and calibration feeds together.
     from ..analysis.index_outputs import index_outputs
 
-    if any(item.loop for item in index_outputs(prepared).values()):
+    if any(n.op_type == "Loop" for n in prepared.graph.node) and any(item.loop for item in index_outputs(prepared).values()):
         return wanted
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
