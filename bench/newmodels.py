@@ -8552,16 +8552,19 @@ SRC32 = Path(os.environ.get("NEWMODELS32_SRC", "/work/cache/newmodels32/src"))
 _SELFIE_PEOPLE = (("astronaut.png", (225, 120)), ("camera.png", (228, 156)))
 
 
-def _selfie_photo(rng: random.Random):
+def _selfie_photo(rng: random.Random, landscape: bool = False):
     """A selfie or video-call frame of a real person: a crop of one of scikit-image's two portraits (the astronaut, the
-    cameraman) around the person, 45-100 % of the picture's side, portrait 3:4, square or landscape 4:3, mirrored half
+    cameraman) around the person, 45-100 % of the picture's side, portrait 3:4, square or landscape 4:3 (``landscape``:
+    a video call's 4:3, 16:10 or 16:9), mirrored half
     the time (front cameras mirror), turned ±6°, brightness and contrast ±20 %, JPEG 70-95 (_jitter_photo)."""
     from PIL import Image
 
     name, (hx, hy) = rng.choice(_SELFIE_PEOPLE)
     img = Image.open(SRC32 / "skimage/data" / name).convert("RGB")
     side = 512 * rng.uniform(0.45, 1.0)
-    w, h = rng.choice(((side * 0.75, side), (side, side), (side, side * 0.75)))
+    shapes = ((side, side * 0.75), (side, side * 0.625), (side, side * 0.5625)) if landscape else \
+        ((side * 0.75, side), (side, side), (side, side * 0.75))
+    w, h = rng.choice(shapes)
     cx = min(max(hx + rng.uniform(-0.15, 0.15) * w, w / 2), 512 - w / 2)
     cy = min(max(hy + rng.uniform(0.0, 0.3) * h, h / 2), 512 - h / 2)
     return _jitter_photo(img.crop((int(cx - w / 2), int(cy - h / 2), int(cx + w / 2), int(cy + h / 2))), rng, 6)
@@ -8573,19 +8576,28 @@ def _onnx_input_name(path: Path) -> str:
     return onnx.load(str(path), load_external_data=False).graph.input[0].name
 
 
-def mp_selfie_feeds(n: int, seed: int) -> list[Feed]:
-    """SelfieSegmentation(model_selection=0)'s ImageToTensorCalculator: the RGB frame stretched to 256 x 256
-    (keep_aspect_ratio false, bilinear), values in [0, 1], NHWC float32. Frames: a real person (_selfie_photo) on 3 of
-    4, a drawn face scene in a front-camera framing (_selfie) on the rest."""
+def mp_selfie_feeds_for(landscape: bool) -> Callable[[int, int], list[Feed]]:
+    """SelfieSegmentation's ImageToTensorCalculator: the RGB frame stretched to the model's 256 x 256
+    (model_selection=0) or 256 wide x 144 high (1, landscape) (keep_aspect_ratio false, bilinear), values in [0, 1],
+    NHWC float32. Frames: a real person (_selfie_photo, landscape framings for the landscape model) on 3 of 4, a drawn
+    face scene in a front-camera framing (_selfie) on the rest."""
     from PIL import Image
 
-    name = _onnx_input_name(SRC32 / "round32_onnx/mp_selfie_segmentation.onnx")
-    rng, out = random.Random(seed), []
-    for _ in range(n):
-        img = _selfie_photo(rng) if rng.random() < 0.75 else _selfie(rng).convert("RGB")
-        x = np.asarray(img.resize((256, 256), Image.BILINEAR), np.float32) / 255.0
-        out.append({name: x[None].copy()})
-    return out
+    stem, size = ("mp_selfie_segmentation_landscape", (256, 144)) if landscape else ("mp_selfie_segmentation", (256, 256))
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        name = _onnx_input_name(SRC32 / f"round32_onnx/{stem}.onnx")
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            img = _selfie_photo(rng, landscape) if rng.random() < 0.75 else _selfie(rng).convert("RGB")
+            x = np.asarray(img.resize(size, Image.BILINEAR), np.float32) / 255.0
+            out.append({name: x[None].copy()})
+        return out
+
+    return feeds
+
+
+mp_selfie_feeds = mp_selfie_feeds_for(False)
 
 
 #: the threshold MediaPipe's Python selfie-segmentation example applies to ``segmentation_mask`` (``> 0.1``)
@@ -8650,6 +8662,8 @@ def _selfie_iou(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # The floor reads the mask at 0.8 of its range, where MediaPipe's example cuts at 0.1 (RESULTS.md round 32): told.
+MODELS["mp_selfie_landscape"] = (str(SRC32 / "round32_onnx/mp_selfie_segmentation_landscape.onnx"),
+                                 mp_selfie_feeds_for(True), "person mask (> 0.1) IoU vs float's", mp_selfie_masks)
 MODELS["mp_selfie_seg_declared"] = MODELS["mp_selfie_seg"]
 AGREEMENT["mp_selfie_seg_declared"] = {"activation_10": _selfie_iou}
 MODELS["rxnfp_cls_dynamo"] = (str(SRC32 / "round32_onnx/rxnfp_bert_ft_10k_25s_dynamo.onnx"),

@@ -6,7 +6,8 @@ reaction classifier exported by torch's dynamo exporter, g2p_en's GRU seq2seq wi
   model_selection=0)``, RGB 256 x 256 in [0, 1] (NHWC), a person mask [1, 256, 256, 1] after its own sigmoid. Its
   weights are stored float16 and DEQUANTIZEd at load; round 25's tflite2onnx could not convert it (HARD_SWISH).
   tf2onnx's TFLite reader (``from_tflite``, opset 17) does: the input stays NHWC as the TFLite file has it, and the
-  float16 weights come out as float16 initializers, each read by a ``Cast`` to float (a float16-stored model).
+  float16 weights are folded to float32 (the file is float32). ``selfie_segmentation_landscape.tflite``
+  (``model_selection=1``, 256 wide x 144 high) likewise.
 * rxnfp 0.1.0's ``bert_ft_10k_25s`` (round 31's reaction classifier, 50 classes, TorchScript-exported then), exported
   again by ``torch.onnx.export(..., dynamo=True)`` (torch 2.13's default exporter, opset 18, dynamic batch and tokens),
   so the graph has a recent torch's spellings (``LayerNormalization``, the erf GELU, SDPA's mask arithmetic).
@@ -35,6 +36,7 @@ from round31_export import _bert_ids, logits_module
 #: (the file written under src)
 OUTPUTS = {
     "mp_selfie_seg": "round32_onnx/mp_selfie_segmentation.onnx",
+    "mp_selfie_landscape": "round32_onnx/mp_selfie_segmentation_landscape.onnx",
     "rxnfp_cls_dynamo": "round32_onnx/rxnfp_bert_ft_10k_25s_dynamo.onnx",
     "g2p_en": "round32_onnx/g2p_en_predict.onnx",
 }
@@ -42,6 +44,7 @@ OUTPUTS = {
 #: the TFLite file each MediaPipe model is converted from (under src, round 25's unpacked mediapipe wheel)
 TFLITE = {
     "mp_selfie_seg": "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
+    "mp_selfie_landscape": "mediapipe/modules/selfie_segmentation/selfie_segmentation_landscape.tflite",
 }
 
 
@@ -84,22 +87,25 @@ def _transpose_conv_bias(path: Path) -> int:
     return replaced
 
 
-def export_selfie(src: Path) -> None:
+def export_selfie(src: Path, key: str = "mp_selfie_seg") -> None:
     """tf2onnx's TFLite path with the custom transposed convolution written out, then the file against MediaPipe's own
-    ``SelfieSegmentation`` solution (the wheel's graph and TFLite runtime) on 256 x 256 frames, whose tensor is the
+    ``SelfieSegmentation`` solution (the wheel's graph and TFLite runtime; ``model_selection`` 0 the general model,
+    1 the landscape one) on frames of the model's own size (256 x 256, 256 wide x 144 high), whose tensor is the
     frame / 255 as fed here."""
     import tf2onnx
 
-    tfl, out = src / TFLITE["mp_selfie_seg"], src / OUTPUTS["mp_selfie_seg"]
+    tfl, out = src / TFLITE[key], src / OUTPUTS[key]
     out.parent.mkdir(parents=True, exist_ok=True)
     tf2onnx.convert.from_tflite(str(tfl), opset=17, output_path=str(out))
     print(f"{out.name}: {_transpose_conv_bias(out)} custom transposed convolution(s) written as ConvTranspose")
     import mediapipe as mp
     from PIL import Image
 
-    seg = mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=0)
+    landscape = key == "mp_selfie_landscape"
+    seg = mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=int(landscape))
     for name in ("astronaut.png", "camera.png"):
-        frame = np.asarray(Image.open(src / "skimage/data" / name).convert("RGB").resize((256, 256), Image.BILINEAR))
+        size = (256, 144) if landscape else (256, 256)
+        frame = np.asarray(Image.open(src / "skimage/data" / name).convert("RGB").resize(size, Image.BILINEAR))
         _check(out, {"input_1": (frame.astype(np.float32) / 255.0)[None]}, seg.process(frame).segmentation_mask[None, :, :, None])
 
 
@@ -223,7 +229,7 @@ def export_g2p(src: Path) -> None:
 
 
 def main() -> None:
-    exporters = {"mp_selfie_seg": export_selfie,
+    exporters = {"mp_selfie_seg": export_selfie, "mp_selfie_landscape": lambda src: export_selfie(src, "mp_selfie_landscape"),
                  "rxnfp_cls_dynamo": export_rxnfp_dynamo, "g2p_en": export_g2p}
     export_main(__doc__, OUTPUTS, exporters, "NEWMODELS32_SRC")
 
