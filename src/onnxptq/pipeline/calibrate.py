@@ -697,6 +697,12 @@ def reads_feeds(prepared: onnx.ModelProto, cfg: QuantConfig) -> int:
     # (sudachi's tagger: "not judged" on 8 + 8 with any amount of data).
     if any(d.kind == "argmax" for d in find_decisions(prepared)):
         return wanted
+    # A sequence a Loop decodes step by step (analysis/index_outputs.py: a greedy decoder's tokens, g2p_en's
+    # phonemes) is judged whole, one read a feed, on the held-out and calibration feeds together.
+    from ..analysis.index_outputs import index_outputs
+
+    if any(n.op_type == "Loop" for n in prepared.graph.node) and any(item.loop for item in index_outputs(prepared).values()):
+        return wanted
     # A low-dimensional score output (analysis/scores.py: a MOS per call) is judged one sample per
     # feed at batch 1, against the top-1 floor, so it holds only on as many feeds: with 8 + 8,
     # speechmos's AECMOS MXFP8_E4M3 (0.906 of 32 clips within 0.1 MOS) and DNSMOS MXINT8 (0.969)
