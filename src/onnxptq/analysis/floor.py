@@ -1468,12 +1468,10 @@ def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBoun
     return ShareBound(figure, n, POOLED_COSINE, low, high, against, need, level)
 
 
-def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
-                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, seen: _Seen | None = None) -> OutputCheck:
-    """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
-    pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
-    the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
-    feeds where float is not finite are skipped, a shape that moved breaks."""
+def _float_pairs(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]]
+                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """``(float, candidate)`` values of output ``name`` on the feeds where float's are finite floats, and how many
+    feeds' shapes moved (left out; they break the output)."""
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     reshaped = 0
     for ref, got in zip(reference, candidate):
@@ -1484,18 +1482,35 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
             reshaped += 1
             continue
         pairs.append((r, g))
-    if reading.kind == "logits" and pairs:
-        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
-        return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    return pairs, reshaped
+
+
+def _pairs_cosine(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, tuple[tuple[float, float, float], ...]]:
+    """The pooled and lowest per-feed cosine of ``pairs`` and the feeds' sums (NaN, NaN, () where one is not finite or
+    there is none)."""
     cosines: list[float] = []
     sums: list[tuple[float, float, float]] = []
     for r, g in pairs:
         _add_cosine(r, g, cosines, sums)
     arr = np.asarray(cosines)
-    finite = bool(arr.size) and bool(np.isfinite(arr).all())
-    pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
-    check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), note=f"(judged by {reading.describe()})")
-    check.ok = bool(arr.size) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
+    if not arr.size or not np.isfinite(arr).all():
+        return float("nan"), float("nan"), ()
+    return _cosine_of_sums(*_added(sums)), float(np.min(arr)), tuple(sums)
+
+
+def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
+                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, seen: _Seen | None = None) -> OutputCheck:
+    """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
+    pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
+    the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
+    feeds where float is not finite are skipped, a shape that moved breaks."""
+    pairs, reshaped = _float_pairs(name, reference, candidate)
+    if reading.kind == "logits" and pairs:
+        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
+        return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    pooled, low, sums = _pairs_cosine(pairs)
+    check = OutputCheck(name, pooled, low, note=f"(judged by {reading.describe()})")
+    check.ok = bool(pairs) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
     if reading.kind == "topk" and pairs:
         _judge_declared_top_k(check, name, reading.k, pairs, seen, floor)
     if reading.kind == "points" and pairs:
@@ -1525,25 +1540,10 @@ def _judge_bins(name: str, half: int, reference: Sequence[dict[str, np.ndarray]]
     of float's against the top-1 floor (on at least ``Floor.needed`` positions), never as class reads: PESTO's pitch
     posteriorgram, judged as reads, broke under every preset and repair kept it float while its decoded pitch held
     (bench/RESULTS.md, pesto22). Feeds where float is not finite are skipped; a shape that moved breaks."""
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
-    reshaped = 0
-    for ref, got in zip(reference, candidate):
-        r, g = np.asarray(ref[name]), np.asarray(got[name])
-        if not np.issubdtype(r.dtype, np.floating) or not np.isfinite(r).all():
-            continue
-        if r.shape != g.shape:
-            reshaped += 1
-            continue
-        pairs.append((r, g))
-    cosines: list[float] = []
-    sums: list[tuple[float, float, float]] = []
-    for r, g in pairs:
-        _add_cosine(r, g, cosines, sums)
-    arr = np.asarray(cosines)
-    finite = bool(arr.size) and bool(np.isfinite(arr).all())
-    pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
-    check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"),
-                        cosine_sums=tuple(sums) if finite else ())
+    pairs, reshaped = _float_pairs(name, reference, candidate)
+    pooled, low, sums = _pairs_cosine(pairs)
+    finite = math.isfinite(pooled)
+    check = OutputCheck(name, pooled, low, cosine_sums=sums)
     check.ok = finite and pooled >= floor.cosine and not reshaped
     if finite:
         check.bins = bin_agreement(pairs, half)

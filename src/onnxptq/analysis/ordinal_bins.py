@@ -42,6 +42,7 @@ from typing import Iterable
 import numpy as np
 import onnx
 
+from ..graph.external import constant_tensors, tensor_values
 from ..graph.ops import RELAYOUTS
 from ..graph.walk import dataflow
 
@@ -58,17 +59,6 @@ _POSITION_READERS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,), "
 _MOVES = RELAYOUTS | frozenset(("Cast", "Identity"))
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    found = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer
-             if t.data_location != onnx.TensorProto.EXTERNAL and np.prod(t.dims) <= 4096}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value" and a.HasField("t"):
-                    found[n.output[0]] = onnx.numpy_helper.to_array(a.t)
-    return found
-
-
 def _root(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
     """``tensor`` walked back through data movement: the scores a gather and an arg-max share."""
     for _ in range(16):
@@ -80,7 +70,7 @@ def _root(tensor: str, producer: dict[str, onnx.NodeProto]) -> str:
 
 
 def _window(argmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
-            consts: dict[str, np.ndarray], outputs: set[str]) -> int | None:
+            consts: dict[str, onnx.TensorProto], outputs: set[str]) -> int | None:
     """The half-width of the window ``argmax``'s indices place (module docstring), None where they are no window."""
     scores = _root(argmax.input[0], producer)
     lo_all, hi_all, same = 0, 0, False
@@ -101,7 +91,7 @@ def _window(argmax: onnx.NodeProto, producer: dict[str, onnx.NodeProto], readers
                 same = same or _root(node.input[0], producer) == scores
             elif node.op_type in ("Add", "Sub") and len(node.input) == 2:
                 other = node.input[1 - slots[0]]
-                c = consts.get(other)
+                c = tensor_values(consts[other]) if other in consts else None
                 if c is None or len(slots) != 1 or not np.issubdtype(c.dtype, np.integer) or (node.op_type == "Sub" and slots[0] != 0):
                     return None
                 step = (int(c.min()), int(c.max())) if node.op_type == "Add" else (-int(c.max()), -int(c.min()))
@@ -121,7 +111,7 @@ def soft_argmax_windows(model: onnx.ModelProto) -> dict[str, int]:
     if not any(n.op_type == "ArgMax" for n in nodes):
         return {}
     producer, readers = dataflow(nodes)
-    consts = _constants(model)
+    consts = constant_tensors(model.graph)
     outputs = {o.name for o in model.graph.output}
     found = {}
     for node in nodes:

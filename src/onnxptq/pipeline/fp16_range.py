@@ -46,6 +46,7 @@ import numpy as np
 import onnx
 
 from ..formats.floating import float_type
+from ..graph.external import constant_tensors, tensor_values
 from ..graph.ops import RELAYOUTS
 from ..graph.walk import dataflow
 from .plan import Plan, TensorPlan
@@ -110,7 +111,7 @@ def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, st
     return why
 
 
-def _pole_reader(node: onnx.NodeProto, slot: int, consts: Mapping[str, np.ndarray]) -> bool:
+def _pole_reader(node: onnx.NodeProto, slot: int, consts: Mapping[str, onnx.TensorProto]) -> bool:
     """Whether ``node`` reads its input ``slot`` where that input's 0 is a pole (module docstring, "Underflow")."""
     if node.op_type in ("Log", "Reciprocal"):
         return slot == 0
@@ -118,7 +119,7 @@ def _pole_reader(node: onnx.NodeProto, slot: int, consts: Mapping[str, np.ndarra
         return slot == 1
     if node.op_type == "Pow" and slot == 0 and len(node.input) > 1:
         exponent = consts.get(node.input[1])
-        return exponent is not None and bool(np.any(exponent < 0))
+        return exponent is not None and bool(np.any(tensor_values(exponent) < 0))
     return False
 
 
@@ -138,7 +139,7 @@ def _branches_pass_on(node: onnx.NodeProto, tensor: str) -> bool:
 
 
 def _pole_path(tensor: str, readers: Mapping[str, list[onnx.NodeProto]], outer: Mapping[str, list[onnx.NodeProto]],
-               consts: Mapping[str, np.ndarray]) -> str | None:
+               consts: Mapping[str, onnx.TensorProto]) -> str | None:
     """The first node reading ``tensor`` (through :data:`_PASS_ON` and ``If`` pass-throughs) at a pole, None if none."""
     stack, seen = [tensor], set()
     while stack:
@@ -170,15 +171,6 @@ def _outer_readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
     return found
 
 
-def _small_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    found = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer
-             if t.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(t.dims)) <= 16}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            found.update({n.output[0]: onnx.numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"})
-    return found
-
-
 def keep_underflowing_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[str, str]:
     """Drop from ``plan`` (in place) every unscaled fp16 activation whose calibrated values are all positive with the
     smallest below :data:`SMALLEST_NORMAL`, where a reader with a pole at 0 takes it (module docstring,
@@ -188,7 +180,7 @@ def keep_underflowing_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[s
     if not tiny:
         return {}
     _, readers = dataflow(model.graph.node)
-    outer, consts = _outer_readers(model.graph), _small_constants(model)
+    outer, consts = _outer_readers(model.graph), constant_tensors(model.graph)
     why: dict[str, str] = {}
     for name, low in tiny.items():
         pole = _pole_path(name, readers, outer, consts)
