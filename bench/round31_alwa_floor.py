@@ -11,6 +11,10 @@ over neighbouring bins, so its arg-max moves by one bin (33 cents; the decoded p
 rounding: the floor breaks and repair keeps the graph float, while the pitch the graph decodes stays within a few
 cents.
 
+Since pesto22 the floor finds that decode by structure (analysis/ordinal_bins.py: an ``ArgMax`` whose indices only
+place a window of its own scores) and judges ``activations`` by the share of frames whose arg-max stays within the
+window's half-width of float's, beside its cosine: BF16 holds with repair off, and repair keeps nothing.
+
 This script builds the pattern (features → MatMul → Softmax over 384 bins → roll → ``activations``; the alwa decode →
 ``pitch``), quantizes it BF16 with repair off and on, and prints the floor's verdict, what repair kept and the
 pitch change in cents (held-out frames).

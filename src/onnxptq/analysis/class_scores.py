@@ -22,7 +22,9 @@ through data movement (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity
    their class (bench/RESULTS.md, "Round 19's silent rows"). The declared width is what says the
    classes end last: the ``Reshape``s between do not.
 2. the graph itself takes an ``ArgMax``/``TopK`` of it or of a tensor on that walk (the model
-   decides by the arg-max and also exports the scores), or
+   decides by the arg-max and also exports the scores), save an ``ArgMax`` whose indices only place
+   a window of the same scores for a soft arg-max (a pitch posteriorgram's ordered bins:
+   :mod:`onnxptq.analysis.ordinal_bins`, judged by distance in bins there), or
 3. it is read from a linear layer with a constant weight of at least two output columns:
    ``MatMul`` (weight ``[..., K, C]``) or ``Gemm`` (``C`` from ``transB``). The spellings found:
    ddddocr's ``Gemm → Reshape [T, 1, C]`` (PyTorch CRNN, CTC), Baidu LAC's
@@ -177,6 +179,7 @@ from ..graph.ops import RELAYOUTS
 from .evidence import surely_below
 from .fields import MAX_FIELDS
 from .held_scores import HeldFloat, HeldOutputError, HeldScores
+from .ordinal_bins import soft_argmax_windows
 from .symbol_reads import by_symbols, rate_surely_above, symbol_estimate
 
 __all__ = ["BACKGROUND_SHARE", "DECISIVE", "MIN_CHARACTERS", "SCORE_REASON", "TIE_TOLERANCE", "Positions", "Scores", "background_class", "class_like_outputs", "collapse", "ctc_blank", "decides",
@@ -353,10 +356,11 @@ def class_like_outputs(model: onnx.ModelProto) -> dict[str, Scores]:
     producer = {o: n for n in model.graph.node for o in n.output if o}
     consumers: dict[str, list[str]] = {}
     deciders: dict[str, list[onnx.NodeProto]] = {}
+    windows = soft_argmax_windows(model)  # arg-maxes that place a soft arg-max's window: no class decision
     for n in model.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n.op_type)
-        if n.op_type in _DECIDERS and n.input:
+        if n.op_type in _DECIDERS and n.input and (n.name or n.output[0]) not in windows:
             deciders.setdefault(n.input[0], []).append(n)
     shapes = _const_shapes(model)
     ranks = _ranks(model)

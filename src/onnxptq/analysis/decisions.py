@@ -13,7 +13,10 @@ reaches a graph output:
 
 * ``ArgMax``/``ArgMin``: its data input, judged as per-position class scores along its ``axis``
   (:func:`onnxptq.analysis.class_scores.judge_positions`: the decision positions, float's near-ties
-  left out, reads estimated from margins) — an ``ArgMin`` on the negated values;
+  left out, reads estimated from margins) — an ``ArgMin`` on the negated values; an ``ArgMax`` whose
+  indices only place a window of the same scores for a soft arg-max (a pitch tracker's decode,
+  :mod:`onnxptq.analysis.ordinal_bins`) is kind ``"bins"``, judged by the share of positions whose
+  arg-max stays within the window's half-width of float's;
 * ``TopK``: its scores input; ``NonMaxSuppression``: its ``scores`` input with its own
   ``score_threshold`` input where that is a constant;
 * a comparison (``Greater``, ``GreaterOrEqual``, ``Less``, ``LessOrEqual``) of a tensor with a
@@ -73,6 +76,7 @@ import onnx
 
 from ..graph.walk import dataflow, upstream_nodes
 from .class_scores import UNSURE, judge_positions
+from .ordinal_bins import bin_agreement, soft_argmax_windows
 from ..sessions import open_session
 from .metrics import cosine_similarity
 
@@ -100,10 +104,11 @@ class Decision:
     #: which input of the node is the decided tensor, and its name in the model it was found in
     index: int
     tensor: str
-    #: "argmax", "select", "threshold" or "residual" (added to a graph input to make a graph output)
+    #: "argmax", "bins" (a soft arg-max's window: analysis/ordinal_bins.py), "select", "threshold" or "residual"
+    #: (added to a graph input to make a graph output)
     kind: str
     axis: int = -1
-    #: TopK's k where constant; a comparison's or NMS's threshold where constant
+    #: TopK's k where constant; a soft arg-max window's half-width in bins; a comparison's or NMS's threshold where constant
     k: int | None = None
     threshold: float | None = None
     #: ArgMin / TopK(largest=0): the decision is on the negated values
@@ -200,12 +205,15 @@ def find_decisions(model: onnx.ModelProto) -> list[Decision]:
     live = _live(model)
     outputs = {o.name for o in model.graph.output}
     inputs = {i.name for i in model.graph.input}
+    windows = soft_argmax_windows(model)
     found: list[Decision] = []
     for node in model.graph.node:
         if node.op_type not in _DECIDERS or not any(o in live for o in node.output if o):
             continue
         name = node.name or node.output[0]
-        if node.op_type in ("ArgMax", "ArgMin"):
+        if name in windows:
+            found.append(Decision(name, node.op_type, 0, node.input[0], "bins", _attr(node, "axis", 0), k=windows[name]))
+        elif node.op_type in ("ArgMax", "ArgMin"):
             found.append(Decision(name, node.op_type, 0, node.input[0], "argmax", _attr(node, "axis", 0),
                                   negate=node.op_type == "ArgMin"))
         elif node.op_type == "TopK":
@@ -399,6 +407,16 @@ def _judge_argmax(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check
     check.text = "arg-max " + positions.describe() + where
 
 
+def _judge_bins(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check: DecisionCheck) -> None:
+    """A soft arg-max's window judged by distance in bins (analysis/ordinal_bins.py): the share of positions whose
+    quantized arg-max is within the window's half-width of float's, against the top-1 floor (judge_decisions)."""
+    if not all(np.isfinite(g).all() for _, g in pairs):
+        check.ok, check.text = False, "not finite"
+        return
+    found = bin_agreement(pairs, int(d.k or 1), d.axis)
+    check.top1, check.count, check.text = found.share, found.judged, found.describe()
+
+
 def _judge_select(d: Decision, pairs: list[tuple[np.ndarray, np.ndarray]], check: DecisionCheck, cosine_floor: float) -> None:
     t = relevance(d, [r for r, _ in pairs])
     refs, gots = [], []
@@ -449,6 +467,8 @@ def judge_decisions(decisions: Sequence[Decision], reference: Sequence[Mapping[s
         check = DecisionCheck(d, _pooled_cosine(refs, gots) if all(np.isfinite(g).all() for g in gots) else float("nan"))
         if d.kind == "argmax":
             _judge_argmax(d, pairs, check, floor, _finite_pairs(d, *seen) if seen is not None else [])
+        elif d.kind == "bins":
+            _judge_bins(d, pairs, check)
         elif d.kind == "select":
             _judge_select(d, pairs, check, floor.cosine)
         elif d.kind == "residual":

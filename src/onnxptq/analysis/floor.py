@@ -47,7 +47,10 @@ roll) by its runs per column above thresholds, not by arg-max (:mod:`onnxptq.ana
 share of samples within a tolerance of float's spread, not by a cosine their common offset blinds
 (:mod:`onnxptq.analysis.scores`, :func:`_judge_scores`); a curve of a physical quantity (non-negative
 values on a large common offset along one axis: phoneme bounds in seconds, a pitch in Hz) by the share
-of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); a
+of its elements within 1 % of float's value (:mod:`onnxptq.analysis.curves`, :func:`_judge_curve`); scores over
+ordered bins its graph decodes by a soft arg-max in a window around the arg-max (a pitch posteriorgram) by the share
+of positions whose arg-max stays within the window's half-width of float's (:mod:`onnxptq.analysis.ordinal_bins`,
+:func:`_judge_bins`); a
 dense map no sigmoid bounds whose float values lie in [0, 1] (CRAFT's region maps) as a probability
 map (:mod:`onnxptq.analysis.maps`, "Heat maps no sigmoid ends").
 A one-channel value map no bounding activation ends whose float values are a field (a height, a depth, a
@@ -97,6 +100,7 @@ import numpy as np
 import onnx
 
 from .search_memo import SearchMemo, scope
+from .ordinal_bins import BinAgreement, bin_agreement, ordinal_outputs
 from .curves import TOLERANCE as CURVE_TOLERANCE, CurveAgreement, decision_confidences, pooled_features, regression_heads
 from .class_scores import UNSURE, Positions, class_like_outputs, judge_positions, sibling_heads
 from .decisions import KEY as DECISION_KEY, Decision, find_decisions, judge_decisions, judge_selected, selection_rows
@@ -311,6 +315,9 @@ class OutputCheck:
     #: a curve of a physical quantity judged per element (analysis/curves.py): (share of float's live
     #: elements within the tolerance of their value, live elements, worst relative error)
     curve: tuple[float, int, float] | None = None
+    #: scores over ordered bins a soft arg-max decodes (analysis/ordinal_bins.py): positions whose arg-max stays
+    #: within the window's half-width of float's, held against the top-1 floor
+    bins: BinAgreement | None = None
     #: a picture judged at the 8-bit step of its range (analysis/pictures.py)
     picture: Picture | None = None
     #: the user's reading of the output (``QuantConfig.floor_output_agreement``): (mean agreement, feeds)
@@ -426,6 +433,8 @@ class OutputCheck:
             share, count, worst = self.curve
             text += (f", per element: {share:.4f} of {count} values within {CURVE_TOLERANCE:.0%} of float's, "
                      f"worst {worst:.3g} of its value")
+        if self.bins is not None:
+            text += f", {self.bins.describe()}" + (" (too few positions to judge)" if self.top1_unjudged else "")
         if self.user_agreement is not None:
             text += f", agreement as its user reads it (floor_output_agreement): {self.user_agreement[0]:.4f} on {self.user_agreement[1]} samples"
         if self.scores is not None:
@@ -491,7 +500,7 @@ def _json_value(v: Any) -> Any:
     """One field of an :class:`OutputCheck` as JSON: a non-finite float (a bound's ±inf, a NaN cosine) as None."""
     if isinstance(v, (Positions, Picture, Relief)):
         return v.to_json()
-    if isinstance(v, (Kept, DecoderReads, NmsRowAgreement)):
+    if isinstance(v, (Kept, DecoderReads, NmsRowAgreement, BinAgreement)):
         return {f: _json_value(x) for f, x in dataclasses.asdict(v).items()}
     if isinstance(v, MaskBound):
         return {f: _json_value(x) for f, x in dataclasses.asdict(v).items()}
@@ -779,7 +788,7 @@ def readings_of(model: onnx.ModelProto) -> dict[str, Any]:
             "anchor_scores": anchor_score_outputs(model), "waveforms": waveform_outputs(model),
             "coordinates": coordinate_outputs(model), "recurrent": recurrent_outputs(model), "logit_maps": logit_maps(model),
             "index_outputs": index_outputs(model), "relief_maps": relief_outputs(model),
-            "nms_rows": nms_row_outputs(model)}
+            "nms_rows": nms_row_outputs(model), "ordinal_bins": ordinal_outputs(model)}
 
 
 def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]], floor: Floor,
@@ -801,7 +810,7 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             recurrent: Collection[str] = (), chains: Chains | None = None,
             logit_maps: Mapping[str, tuple[int, int]] | None = None,
             index_outputs: Mapping[str, IndexOutput] | None = None, relief_maps: Collection[str] = (),
-            nms_rows: Mapping[str, NmsRows] | None = None) -> Verdict:
+            nms_rows: Mapping[str, NmsRows] | None = None, ordinal_bins: Mapping[str, int] | None = None) -> Verdict:
     """Per-output figures of ``candidate`` against ``reference`` (one dict per feed) and the verdict.
     ``class_outputs``: the class-score outputs (``class_scores.class_like_outputs``: name → how it
     was recognized), judged by arg-max where the last axis matches: rows of rank 2 and softmax
@@ -871,7 +880,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
     ``relief_maps``: outputs that may be value maps by structure (``relief.relief_outputs``); where float's values are a
     field, judged by their relief cosine too (:func:`_judge_relief`).
     ``nms_rows``: outputs of rows the graph's own ``NonMaxSuppression`` kept (``nms_rows.nms_row_outputs``), judged by
-    their boxes matched at the score column's thresholds (:func:`_judge_nms_rows`); that NMS's decision check gives way."""
+    their boxes matched at the score column's thresholds (:func:`_judge_nms_rows`); that NMS's decision check gives way.
+    ``ordinal_bins``: outputs of ordered bins a soft arg-max decodes (``ordinal_bins.ordinal_outputs``: name → the window's
+    half-width), judged by their cosine and their arg-max's distance in bins (:func:`_judge_bins`), no other reading."""
     kinds: Mapping[str, Any] = class_outputs if isinstance(class_outputs, Mapping) else dict.fromkeys(class_outputs)
     log_scales = log_scales or {}
     field_axes = field_axes or {}
@@ -914,6 +925,9 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             continue
         if declared and name in declared:
             verdict.outputs[name] = _judge_declared(name, declared[name], reference, candidate, floor, seen)
+            continue
+        if ordinal_bins and name in ordinal_bins:
+            verdict.outputs[name] = _judge_bins(name, ordinal_bins[name], reference, candidate, floor)
             continue
         if name in selection and name not in (index_outputs or {}):  # chosen indices: judged as sets (index_outputs.py)
             axis, tops = selection[name]
@@ -1177,11 +1191,12 @@ def measure(reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict
             check.ok = False
             check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}" if check.note else _reshaped_note(reshaped, len(reference))
         verdict.outputs[name] = check
+    binned = set(ordinal_bins or ())  # judged by their bins alone (_judge_bins)
     for name in waveforms:
-        if name in verdict.outputs and not (declared and name in declared):
+        if name in verdict.outputs and not (declared and name in declared) and name not in binned:
             _judge_waveform(verdict.outputs[name], name, reference, candidate, floor)
     for name in relief_maps:
-        if name in verdict.outputs and name not in kinds and not (declared and name in declared):
+        if name in verdict.outputs and name not in kinds and not (declared and name in declared) and name not in binned:
             _judge_relief(verdict.outputs[name], name, reference, candidate, floor)
     for name, fn in (agreements or {}).items():
         _judge_user_agreement(verdict, name, fn, reference, candidate, floor)
@@ -1454,12 +1469,10 @@ def _cosine_bound(check: OutputCheck, against: float, level: float) -> ShareBoun
     return ShareBound(figure, n, POOLED_COSINE, low, high, against, need, level)
 
 
-def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
-                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, seen: _Seen | None = None) -> OutputCheck:
-    """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
-    pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
-    the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
-    feeds where float is not finite are skipped, a shape that moved breaks."""
+def _float_pairs(name: str, reference: Sequence[dict[str, np.ndarray]], candidate: Sequence[dict[str, np.ndarray]]
+                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """``(float, candidate)`` values of output ``name`` on the feeds where float's are finite floats, and how many
+    feeds' shapes moved (left out; they break the output)."""
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     reshaped = 0
     for ref, got in zip(reference, candidate):
@@ -1470,18 +1483,35 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
             reshaped += 1
             continue
         pairs.append((r, g))
-    if reading.kind == "logits" and pairs:
-        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
-        return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    return pairs, reshaped
+
+
+def _pairs_cosine(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, tuple[tuple[float, float, float], ...]]:
+    """The pooled and lowest per-feed cosine of ``pairs`` and the feeds' sums (NaN, NaN, () where one is not finite or
+    there is none)."""
     cosines: list[float] = []
     sums: list[tuple[float, float, float]] = []
     for r, g in pairs:
         _add_cosine(r, g, cosines, sums)
     arr = np.asarray(cosines)
-    finite = bool(arr.size) and bool(np.isfinite(arr).all())
-    pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
-    check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), note=f"(judged by {reading.describe()})")
-    check.ok = bool(arr.size) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
+    if not arr.size or not np.isfinite(arr).all():
+        return float("nan"), float("nan"), ()
+    return _cosine_of_sums(*_added(sums)), float(np.min(arr)), tuple(sums)
+
+
+def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dict[str, np.ndarray]],
+                    candidate: Sequence[dict[str, np.ndarray]], floor: Floor, seen: _Seen | None = None) -> OutputCheck:
+    """Output ``name`` judged by the reading its user declared (analysis/declared_readings.py): its
+    pooled and lowest cosine against the cosine floor, a declared picture's 8-bit values against
+    the top-1 floor, declared logits by their sigmoid's decisions (:func:`_judge_declared_logits`);
+    feeds where float is not finite are skipped, a shape that moved breaks."""
+    pairs, reshaped = _float_pairs(name, reference, candidate)
+    if reading.kind == "logits" and pairs:
+        # judged by its sigmoid's cosine and decisions: the raw logits' cosine is never read
+        return _judge_declared_logits(name, reading, pairs, seen, floor, reshaped, len(reference))
+    pooled, low, sums = _pairs_cosine(pairs)
+    check = OutputCheck(name, pooled, low, note=f"(judged by {reading.describe()})")
+    check.ok = bool(pairs) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
     if reading.kind == "topk" and pairs:
         _judge_declared_top_k(check, name, reading.k, pairs, seen, floor)
     if reading.kind == "points" and pairs:
@@ -1501,6 +1531,29 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
             check.ok = False
     if reshaped:
         check.note = f"{check.note} {_reshaped_note(reshaped, len(reference))}"
+    return check
+
+
+def _judge_bins(name: str, half: int, reference: Sequence[dict[str, np.ndarray]],
+               candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> OutputCheck:
+    """Scores over ordered bins a soft arg-max decodes (analysis/ordinal_bins.py) judged as their graph reads them: the
+    pooled and lowest cosine against the cosine floor, the share of positions whose arg-max stays within ``half`` bins
+    of float's against the top-1 floor (on at least ``Floor.needed`` positions), never as class reads: PESTO's pitch
+    posteriorgram, judged as reads, broke under every preset and repair kept it float while its decoded pitch held
+    (bench/RESULTS.md, pesto22). Feeds where float is not finite are skipped; a shape that moved breaks."""
+    pairs, reshaped = _float_pairs(name, reference, candidate)
+    pooled, low, sums = _pairs_cosine(pairs)
+    finite = math.isfinite(pooled)
+    check = OutputCheck(name, pooled, low, cosine_sums=sums)
+    check.ok = finite and pooled >= floor.cosine and not reshaped
+    if finite:
+        check.bins = bin_agreement(pairs, half)
+        if check.bins.judged < floor.needed:
+            check.top1_unjudged, check.needed = True, floor.needed
+        elif check.bins.share < floor.top1:
+            check.ok = False
+    if reshaped:
+        check.note = _reshaped_note(reshaped, len(reference))
     return check
 
 
@@ -1818,7 +1871,7 @@ def _cosine_only(check: OutputCheck) -> bool:
     fields, scores, curves, pictures, kept candidates): the outputs the neighbour warning looks at."""
     return (check.top1 is None and not check.rows and check.advisory is None and all(getattr(check, f) is None for f in (
         "positions", "worst_field", "mask", "mask_bound", "kept", "box_cosine", "detections", "regions", "scores", "curve",
-        "picture", "decoder", "heat_cells", "columns", "thresholded", "points", "peaks")))
+        "picture", "decoder", "heat_cells", "columns", "thresholded", "points", "peaks", "bins")))
 
 
 def _judge_masks(check: OutputCheck, name: str, masks: MaskAgreement, seen: _Seen | None, floor: Floor) -> None:

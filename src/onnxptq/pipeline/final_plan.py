@@ -21,7 +21,7 @@ import onnx
 from ..config.schema import QuantConfig
 from ..memory import release_freed
 from .coverage import drop_uncalibrated_bodies
-from .fp16_range import keep_overflowing_float
+from .fp16_range import keep_overflowing_float, keep_underflowing_float
 from .quiet_batches import keep_quiet_scalars_float
 from .guard import GuardValues, apply_range_guard
 from .norm_groups import step_up_normalizer_inputs
@@ -119,6 +119,8 @@ def final_plan(calibrated: CalibrationView, cfg: QuantConfig) -> Plan:
     keep_coordinates_wide(prepared, plan, _calibrated_scales(plan, calibrated.stats, cfg)[0], _magnitudes(outputs), outputs)
     # An unscaled fp16 activation beyond fp16's range on calibration data stays float (fp16_range.py).
     keep_overflowing_float(plan, calibrated.stats)
+    # ... and one float keeps positive but below fp16's normals, read by a Log or a divisor (fp16_range.py, "Underflow").
+    keep_underflowing_float(prepared, plan, calibrated.stats)
     # A few values per sample, a magnitude read as a factor, that an integer grid flushes on quiet batches stay float (quiet_batches.py).
     keep_quiet_scalars_float(prepared, plan, calibrated.stats, moving_average=cfg.calibration.moving_average)
     # What coverage and the guard left float may orphan an int32 bias (plan/corners.py).

@@ -20,6 +20,18 @@ louder input away from the clamp, while fp16 rounds what is below with the same 
 step, so leaving them float costs nothing in fidelity. The rule reads ranges only (no op types,
 no names): a model whose activations all fit keeps its plan unchanged.
 
+**Underflow into a pole** (:func:`keep_underflowing_float`), the twin rule: a tensor that float keeps
+positive but tiny (its calibrated smallest value below fp16's smallest normal, 2^-14 ≈ 6.1e-5; fp16
+keeps fewer digits below it and makes 0 of what is under 3e-8) where a ``Log``, the divisor of a
+``Div``, a ``Reciprocal`` or the base of a ``Pow`` with a negative exponent reads it (through data
+movement, a ``Sqrt``, or an ``If`` whose branches pass it on) stays float. Those readers have a pole
+at 0: fp16's flush turns a finite value into −inf/inf, and the arithmetic after it into NaN. PESTO's
+confidence head computes a spectral flatness ``exp(mean(log(energy))) / clip(mean(energy), 1e-8)`` of
+CQT energies that its dB clamp keeps ≥ 1.6e-14: plain FP16 flushed them and the divisor's 1e-8 to 0
+and its ``confidence`` came out NaN (bench/RESULTS.md, newmodels31 section 5; pesto22). A tensor with
+zeros or negatives in float already meets the pole in float: no rule. The rule reads ranges and the
+readers' op types only; the tensor's other readers then read it in float too.
+
 Kept float, not rescaled (a per-tensor ``ActivationScaled`` fp16): the user chose a plain fp16
 cast, which a scale would silently change into another format and another runtime cost (a
 function per tensor); a float island is what fp16 conversions do for ops that overflow.
@@ -31,17 +43,25 @@ import logging
 from typing import Any, Mapping
 
 import numpy as np
+import onnx
 
 from ..formats.floating import float_type
+from ..graph.external import constant_tensors, tensor_values
+from ..graph.ops import RELAYOUTS
+from ..graph.walk import dataflow
 from .plan import Plan, TensorPlan
 from .solve import activation_range
 
-__all__ = ["HEADROOM", "saturating_activations", "keep_overflowing_float"]
+__all__ = ["HEADROOM", "SMALLEST_NORMAL", "keep_overflowing_float", "keep_underflowing_float", "saturating_activations"]
 
 log = logging.getLogger(__name__)
 
 #: the factor by which a calibrated magnitude must stay below the format's largest value
 HEADROOM = 2.0
+#: fp16's smallest normal value: below it fp16 keeps fewer digits, and under half its smallest subnormal none
+SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
+#: ops that pass a value on unchanged in kind, or (Sqrt) keep it tiny and positive, towards a reader with a pole at 0
+_PASS_ON = RELAYOUTS | frozenset(("Cast", "Identity", "Sqrt", "Expand"))
 
 
 def _saturates(t: TensorPlan) -> bool:
@@ -88,4 +108,89 @@ def keep_overflowing_float(plan: Plan, stats: Mapping[str, Any]) -> dict[str, st
     if why:
         log.info("fp16 range: %d activation(s) beyond fp16's range stay float (largest magnitude %.3g): %s",
                  len(why), max(peaks.values()), ", ".join(sorted(why)[:6]))
+    return why
+
+
+def _pole_reader(node: onnx.NodeProto, slot: int, consts: Mapping[str, onnx.TensorProto]) -> bool:
+    """Whether ``node`` reads its input ``slot`` where that input's 0 is a pole (module docstring, "Underflow")."""
+    if node.op_type in ("Log", "Reciprocal"):
+        return slot == 0
+    if node.op_type == "Div":
+        return slot == 1
+    if node.op_type == "Pow" and slot == 0 and len(node.input) > 1:
+        exponent = consts.get(node.input[1])
+        return exponent is not None and bool(np.any(tensor_values(exponent) < 0))
+    return False
+
+
+def _branches_pass_on(node: onnx.NodeProto, tensor: str) -> bool:
+    """Whether every branch of an ``If`` outputs ``tensor`` through data movement (PyTorch's ``squeeze(dim)``
+    exports a Squeeze under a shape test): its output carries the tensor's values."""
+    branches = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    for g in branches:
+        producer = {o: n for n in g.node for o in n.output if o}
+        for out in g.output:
+            t = out.name
+            while t in producer and producer[t].op_type in RELAYOUTS | {"Identity", "Cast"}:
+                t = producer[t].input[0]
+            if t != tensor:
+                return False
+    return bool(branches)
+
+
+def _pole_path(tensor: str, readers: Mapping[str, list[onnx.NodeProto]], outer: Mapping[str, list[onnx.NodeProto]],
+               consts: Mapping[str, onnx.TensorProto]) -> str | None:
+    """The first node reading ``tensor`` (through :data:`_PASS_ON` and ``If`` pass-throughs) at a pole, None if none."""
+    stack, seen = [tensor], set()
+    while stack:
+        t = stack.pop()
+        if t in seen or len(seen) > 64:
+            continue
+        seen.add(t)
+        for node in readers.get(t, []):
+            slots = [i for i, x in enumerate(node.input) if x == t]
+            if any(_pole_reader(node, i, consts) for i in slots):
+                return node.name or node.output[0]
+            if node.op_type in _PASS_ON and slots == [0]:
+                stack.extend(o for o in node.output if o)
+        for node in outer.get(t, []):
+            if node.op_type == "If" and _branches_pass_on(node, t):
+                stack.extend(o for o in node.output if o)
+    return None
+
+
+def _outer_readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """Main-graph nodes whose subgraphs read a tensor of the main graph (by that tensor)."""
+    found: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                inner = {o for n in a.g.node for o in n.output}
+                for t in {i for n in a.g.node for i in n.input if i and i not in inner}:
+                    found.setdefault(t, []).append(node)
+    return found
+
+
+def keep_underflowing_float(model: onnx.ModelProto, plan: Plan, stats: Mapping[str, Any]) -> dict[str, str]:
+    """Drop from ``plan`` (in place) every unscaled fp16 activation whose calibrated values are all positive with the
+    smallest below :data:`SMALLEST_NORMAL`, where a reader with a pole at 0 takes it (module docstring,
+    "Underflow"), recording the reason in ``plan.float_tensors``; return those reasons."""
+    tiny = {t.name: float(stats[t.name].min) for t in plan.tensors.values()
+            if _saturates(t) and t.name in stats and 0.0 < float(getattr(stats[t.name], "min", 0.0)) < SMALLEST_NORMAL}
+    if not tiny:
+        return {}
+    _, readers = dataflow(model.graph.node)
+    outer, consts = _outer_readers(model.graph), constant_tensors(model.graph)
+    why: dict[str, str] = {}
+    for name, low in tiny.items():
+        pole = _pole_path(name, readers, outer, consts)
+        if pole is not None:
+            why[name] = (f"calibrated values all positive down to {low:.3g}, below fp16's smallest normal "
+                         f"{SMALLEST_NORMAL:.3g} (0 under {SMALLEST_NORMAL * 2.0 ** -11:.3g}), and {pole!r} reads it where 0 is "
+                         "a pole (Log, a divisor, Reciprocal, a negative Pow): fp16 would turn it into inf/NaN, so it stays "
+                         "float (pipeline/fp16_range.py)")
+    plan.keep_float(why)
+    if why:
+        log.info("fp16 range: %d positive activation(s) below fp16's smallest normal read at a pole stay float: %s",
+                 len(why), ", ".join(sorted(why)[:6]))
     return why
