@@ -66,6 +66,7 @@ def test_a_map_that_holds_is_not_flagged():
     check = verdict.outputs["out"]
     assert verdict.ok and check.relief is not None and check.relief.cosine >= 0.99, check.describe()
     assert "relief cosine" in check.describe()
+    assert not verdict.wants_calibration_feeds and not verdict.unconfirmed  # its bound clears the floor: nothing more run
 
 
 def test_a_lifted_low_map_breaks_and_its_bound_is_the_reliefs():
@@ -99,3 +100,36 @@ def test_small_maps_are_not_fields():
     rng = np.random.default_rng(5)
     refs = [np.cumsum(np.cumsum(rng.standard_normal((2, 1, 6, 6)), 2), 3).astype(np.float32) for _ in range(4)]
     assert relief_cosine(refs, refs) is None
+
+
+def _noisy(seed: int, noise: list[float]) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+    """Feeds of smooth maps (``_fields``), each quantized map float's plus white noise of ``noise[i]`` times each map's
+    own relief (its spatial std): a feed's relief cosine about ``1 / sqrt(1 + noise²)``."""
+    rng = np.random.default_rng(seed)
+    refs = _fields(seed)[:len(noise)]
+    gots = [(r + rng.normal(0, 1, r.shape) * r.std(axis=(2, 3), keepdims=True) * k).astype(np.float32)
+            for r, k in zip(refs, noise)]
+    return [{"out": r} for r in refs], [{"out": g} for g in gots]
+
+
+def test_a_relief_its_few_held_out_feeds_leave_open_is_judged_on_the_calibration_feeds_too():
+    """terrain_unet MXINT8's shape (tail22): 4 held-out feeds, one losing relief (0.985) and three keeping it, pool to 0.995,
+    above the 16-bit floor 0.99, their jackknife bound across it; the calibration feeds lose relief (0.97 each). They may
+    break it, never confirm it: broken on the pooled figure, said so. With calibration feeds that keep it, it holds on its
+    figure, "could NOT confirm" (the held-out feeds' bound). On main both held, with no word of the bound."""
+    floor = floor_for(resolve_config("MXINT8"))
+    readings = readings_of(_tail(None, ["N", 1, 64, 64]))
+    held = _noisy(10, [0.17, 0.01, 0.01, 0.01])
+    first = measure(*held, floor, **readings)
+    check = first.outputs["out"]
+    assert check.relief is not None and check.relief.cosine >= floor.cosine and first.ok
+    assert first.wants_calibration_feeds, "the held-out feeds leave the relief open: the calibration feeds are asked for"
+    losing = measure(*held, floor, **readings, seen=_noisy(20, [0.25] * 6))
+    check = losing.outputs["out"]
+    assert losing.broken == ["out"], check.describe()
+    assert check.relief.seen == 6 and check.relief.cosine < floor.cosine and "6 calibration samples" in check.describe()
+    assert losing.ok_needs_calibration_feeds  # repair judges its candidates on the same feeds
+    keeping = measure(*held, floor, **readings, seen=_noisy(20, [0.01] * 6))
+    check = keeping.outputs["out"]
+    assert keeping.ok and keeping.unconfirmed == ["out"] and check.relief.seen == 0
+    assert check.unconfirmed.low < floor.cosine <= check.unconfirmed.share
