@@ -557,9 +557,13 @@ class Verdict:
         detector held on too few images to judge, ``images``: its feeds decide nothing, and asking for
         them made repair judge slider_gap MXFP8_E4M3's 9 candidates on 12 feeds, 73 → 112 CPU s; nor a value
         map too few heat-map cells left unjudged with them, ``heat_cells``: it holds on any feeds, and asking
-        doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``)."""
+        doubled centerface MX9's repair, 8.0 → 14.6 CPU s; nor a thresholded heat map so left, ``thresholded``).
+        A value map's relief below the floor asks for them too, pooled or not: a candidate whose relief rises to
+        the floor on the few held-out feeds is left open by them (``floor._judge_relief``), and the delivered
+        verdict pools the calibration feeds; judged without them, repair would accept what that verdict breaks."""
         return any(c.positions is not None or c.columns is not None or c.top1_unjudged or c.seen_feeds or c.kept_seen
-                   or c.unconfirmed is not None or (c.regions is not None and c.regions[2]) or (c.relief is not None and c.relief.seen)
+                   or c.unconfirmed is not None or (c.regions is not None and c.regions[2])
+                   or (c.relief is not None and (c.relief.seen or not c.relief.cosine >= self.floor.cosine))
                    or (c.scores is not None and c.scores[4])
                    for c in self.outputs.values()
                    if not c.images and not ((c.heat_cells is not None or c.thresholded is not None) and c.top1_unjudged))
