@@ -1573,17 +1573,15 @@ def _judge_relief(check: OutputCheck, name: str, reference: Sequence[dict[str, n
     if bound is not None and bound.confirmed:
         return
     more = list(_seen_pairs(seen, name, None))
-    if not more:
-        # no calibration feed given (yet): asked for where they can be had; else it holds on its figure, unconfirmed
-        check.relief = dataclasses.replace(found, open=seen is None)
-        if seen is not None and bound is not None:
-            check.unconfirmed = bound
+    if seen is None:
+        check.relief = dataclasses.replace(found, open=True)  # asked for (none given yet); holds on its figure till then
         return
-    pooled = relief_cosine([r for r, _ in pairs] + [r for r, _ in more], [g for _, g in pairs] + [g for _, g in more])
+    pooled = (relief_cosine([r for r, _ in pairs] + [r for r, _ in more], [g for _, g in pairs] + [g for _, g in more])
+              if more else None)
     if pooled is not None and not pooled.cosine >= floor.cosine:
         check.relief, check.ok = dataclasses.replace(pooled, seen=len(more)), False
         return
-    if bound is not None:
+    if bound is not None:  # holds on its figure, the held-out feeds' bound across the floor: could not confirm
         check.unconfirmed = bound
         if floor.confirm:
             check.ok = False
