@@ -110,13 +110,21 @@ class Relief:
     #: each feed's ``(Σx², Σy², Σxy)`` of the centred maps: their spread bounds the pooled figure as the pooled
     #: cosine's does (``floor._cosine_bound``); not in the JSON
     sums: tuple[tuple[float, float, float], ...] = field(default=(), repr=False)
+    #: calibration feeds pooled with the held-out ones into ``cosine`` (``floor._judge_relief``: only where the held-out
+    #: feeds' bound left it open, and only to break it); 0: the held-out feeds alone
+    seen: int = 0
+    #: the held-out feeds' bound reaches below the floor and no calibration feed was pooled yet: the floor asks for them
+    #: (``floor.Verdict.wants_calibration_feeds``)
+    open: bool = False
 
     def describe(self) -> str:
-        return (f"relief cosine {self.cosine:.4f} over {self.maps} maps (float's per-map mean taken off both; worst map "
+        on = f" on the held-out and {self.seen} calibration samples" if self.seen else ""
+        return (f"relief cosine {self.cosine:.4f} over {self.maps} maps{on} (float's per-map mean taken off both; worst map "
                 f"{self.worst:.4f}: a value map, analysis/relief.py)")
 
     def to_json(self) -> dict[str, Any]:
-        return {"cosine": self.cosine, "maps": self.maps, "worst": self.worst, "correlation": list(self.correlation)}
+        return {"cosine": self.cosine, "maps": self.maps, "worst": self.worst, "correlation": list(self.correlation),
+                "calibration_samples": self.seen}
 
 
 def _maps(values: np.ndarray) -> np.ndarray | None:

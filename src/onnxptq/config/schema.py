@@ -531,7 +531,8 @@ class QuantConfig:
     repair_budget: float = 1.0
     #: a verdict that holds on its figures by a share of few reads whose bound reaches below the floor is
     #: "could not confirm" (analysis/evidence.py): said in the warning, the summary and the plan; True
-    #: repairs it as broken (a candidate is accepted only where the bound clears the floor)
+    #: repairs it as broken (a candidate is accepted only where the bound clears the floor), and so a mask
+    #: whose pages' bound straddles the floor with its figure above it ("could not judge": analysis/floor.py)
     repair_uncertain: bool = False
     #: outputs the model's user reads through a mapping the graph does not hold (a height field
     #: mapped through ``sinh`` to metres, a log value exponentiated, a threshold applied in the
