@@ -6,6 +6,7 @@ quantization never does. Each check runs in a fresh interpreter: the test proces
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(code: str) -> str:
     env_path = f"{Path(onnxptq.__file__).resolve().parents[1]}:{ROOT}"  # the onnxptq this test imported
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "PYTHONPATH": env_path, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
