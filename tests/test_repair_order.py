@@ -147,3 +147,43 @@ def test_the_score_is_what_a_node_adds_to_what_it_reads():
     # what Neg_2 reads measured (a dequantized input noisier than relu_1): scored against that
     scores = repair_order.node_scores(graph, {"x": 0.1, z: 0.5, repair_order._read_key("Neg_2", 0): 0.4})
     assert scores["Neg_2"] == pytest.approx(repair_order.divergence(0.5, 0.4))
+
+
+def test_each_tensor_is_thinned_right_after_its_producer():
+    """The estimate's thinning nodes sit right after the node writing their tensor (onnxruntime's
+    priority order runs ready nodes lowest index first: appended at the graph's end, every full tensor
+    lived to the run's end, zoo ddddocr_det A8W8's peak, 406 MiB against 340 for calibration), with
+    the values of the old layout (thinning appended at the end) to the bit."""
+    from onnxptq.sessions import open_session
+
+    rng = np.random.default_rng(5)
+    nodes, inits, src = [], [], "x"
+    for i in range(6):
+        w = f"w{i}"
+        inits.append(onnx.numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), w))
+        nodes += [helper.make_node("MatMul", [src, w], [f"m{i}"]), helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        src = f"r{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 16])],
+                              [helper.make_tensor_value_info(src, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    names = ["x"] + [f"m{i}" for i in range(6)] + ["r2"]
+    thinned, out = repair_order._thinned(model, names)
+    order = [n.output[0] for n in thinned.graph.node]
+    for name in names:
+        reader = next(i for i, n in enumerate(thinned.graph.node) if n.op_type == "Reshape" and n.input[0] == name)
+        written = order.index(name) if name in order else -1
+        between = [n.op_type for n in thinned.graph.node[written + 1 : reader]]
+        assert all(n.output[0].startswith("_repair_order_") for n in thinned.graph.node[written + 1 : reader]), (name, between)
+    # the old layout: the same nodes, the thinning ones at the end
+    old = onnx.ModelProto()
+    old.CopyFrom(thinned)
+    mine = [n for n in old.graph.node if n.output[0].startswith("_repair_order_")]
+    theirs = [n for n in old.graph.node if not n.output[0].startswith("_repair_order_")]
+    del old.graph.node[:]
+    old.graph.node.extend(theirs + mine)
+    feed = {"x": rng.standard_normal((64, 16)).astype(np.float32)}
+    fetch = [out[n] for n in names]
+    new_runs = open_session(thinned, optimization="none", priority_order=True).run(fetch, feed)
+    old_runs = open_session(old, optimization="none", priority_order=True).run(fetch, feed)
+    for a, b in zip(new_runs, old_runs):
+        np.testing.assert_array_equal(a, b)

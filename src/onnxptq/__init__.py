@@ -8,6 +8,12 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+# Before any onnx-ir import: sympy (~34 MiB, which onnx-ir imports and a quantization never uses)
+# is imported only if something reads it (onnxptq/deferred.py).
+from .deferred import defer_sympy as _defer_sympy  # noqa: E402
+
+_defer_sympy()
+
 # --- our own API -------------------------------------------------------------------------------
 # Imported lazily: ``import onnxptq.formats`` must not pull in the whole pipeline (and onnxruntime
 # sessions, tqdm, ...) for users who only want the format references.

@@ -22,6 +22,7 @@ import onnx.version_converter
 from onnxptq.graph import opsets
 from onnxptq.graph.io import ORT_MAX_IR_VERSION, TARGET_OPSET, load_model, pin_versions
 from onnxptq.graph.opsets import ONNX_DOMAINS, is_onnx_domain
+from onnxptq.graph.passes.lean_convert import convert_version_lean
 from onnxptq.graph.walk import all_graphs
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,17 @@ def _upgrade_functions(model: onnx.ModelProto, target: int) -> None:
         entry.version = target
 
 
+def _convert(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """The converter's result, its large float weights kept out of it (graph/passes/lean_convert.py: a
+    fraction of the memory, the same bytes); where that fails, the converter on the whole model, whose
+    error is then the one to report."""
+    try:
+        return convert_version_lean(model, target)
+    except Exception as exc:  # an adapter that read a weight's values: the plain converter decides
+        log.debug("version converter with weights as references failed (%s); converting the whole model", exc)
+    return onnx.version_converter.convert_version(model, target)
+
+
 def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.ModelProto:
     """Return a copy of ``model`` converted to default-domain opset ``target``.
 
@@ -100,7 +112,7 @@ def upgrade_opset(model: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
             converted.opset_import.append(onnx.helper.make_opsetid("", target))
     else:
         try:
-            converted = onnx.version_converter.convert_version(model, target)
+            converted = _convert(model, target)
         except Exception as exc:
             hint = ", ".join(_changed_ops(every_op, current, target)) or "none"
             raise OpsetUpgradeError(
