@@ -124,6 +124,18 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
     return out
 
 
+def save_serialized(data: bytes | memoryview, output: str | os.PathLike) -> Path:
+    """Write a model already serialized (``data``: the bytes :func:`save_model` would write for it) to
+    ``output``, atomically as :func:`save_model` does. Why: finish serializes the delivered file once
+    for its checker and its session (pipeline/finish.py ``finish_file``); the save writes those bytes
+    rather than serializing the model a second time."""
+    out = outputs.resolve_output(output, "output")
+    with outputs.atomic_files("model", output) as files:
+        files.temp(out).write_bytes(data)
+    log.info("saved %s", out)
+    return out
+
+
 def write_externalized(model: onnx.ModelProto, folder: str | os.PathLike, *, threshold: int = 1024) -> Path:
     """Write ``model`` to ``folder``/model.onnx with its large tensors in model.onnx.data, return the
     path, and leave ``model`` as it was.
