@@ -72,7 +72,8 @@ def run(model: str, presets: list[str], samples: int, reps: int, feeds: int) -> 
 
         def after() -> Any:
             session, names, file = finish_mod.finish_file(k["source"], k["stored"], k["written"], also=k["also"])
-            io.save_serialized(file.view(), after_path)
+            io.save_serialized(file.write, after_path)
+            file.close()
             return session, names
 
         cpu: dict[str, list[float]] = {"before": [], "after": []}

@@ -68,9 +68,9 @@ class QuantizationResult:
     #: the graph's inner decisions as :attr:`_session` returns them (``{tensor: key}``, the tensors under the
     #: file's names where that session read the file's bytes: :func:`~onnxptq.pipeline.finish.finish_file`)
     _decided: dict[str, str] | None = field(default=None, repr=False, compare=False)
-    #: the file :func:`deliver` writes, serialized by finish (:func:`~onnxptq.pipeline.finish.finish_file`),
-    #: held from :func:`complete` to :func:`deliver` where the floor held (a broken floor's build is
-    #: replaced by repair's: its bytes are not held through the search); None: deliver serializes the model
+    #: the file :func:`deliver` writes, serialized by finish (:func:`~onnxptq.pipeline.finish.finish_file`,
+    #: in a temporary file), held from :func:`complete` to :func:`deliver` where the floor held (a broken
+    #: floor's build is replaced by repair's); None: deliver serializes the model
     _file: FileBytes | None = field(default=None, repr=False, compare=False)
     #: the float model's constants by name (:func:`onnxptq.analysis.float_weights.constant_table`):
     #: what :meth:`float_weights` weighs the plan against; set by :func:`deliver`
@@ -174,6 +174,8 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
         result._session, result._decided = session, decided
     if deliver_now or verdict is None or (verdict.ok and not verdict.below):
         result._file = file
+    elif file is not None:  # repair replaces this build: its file is not written
+        file.close()
     if deliver_now:
         deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
     return result
@@ -186,12 +188,13 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     timings = result.timings
     file, result._file = result._file, None  # not held past the save
     if output is not None and file is not None:  # the bytes finish checked and judged (pipeline/finish.py finish_file)
-        result.output_path = io.save_serialized(file.view(), output)
+        result.output_path = io.save_serialized(file.write, output)
     elif output is not None:  # save, then report (the order every doc gives)
         stored = _stored(result.model, result.config)
         with _written(calibrated, result.config)(stored):
             result.output_path = io.save_model(stored, output)
-    del file
+    if file is not None:
+        file.close()
     # the float model's constants, weighed against the plan as delivered: once, here (a repair's candidates need none)
     result.constants = constant_table(calibrated.prepared)
     left = result.float_weights() if result.constants else None

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Sequence
 
 import onnx
 
@@ -142,30 +142,43 @@ def finish(model: onnx.ModelProto, source: str, with_bytes: Callable[[bytes], An
     return model, session
 
 
-@dataclass(frozen=True)
 class FileBytes:
-    """The delivered file, serialized once: ``data[:size]`` is what the save writes (:meth:`view`), and what
-    follows ``size`` the graph outputs finish's session returned besides the file's (``also``: a second
-    ``ModelProto`` holding only those outputs, which protobuf merges into the first when it parses the two)."""
+    """The delivered file's bytes, serialized once by :func:`finish_file`, kept from finish to the save in a
+    temporary file (not in memory): :meth:`write` copies them into the output.
 
-    data: bytes
-    size: int
+    Why on disk: held in memory through the verification, the bytes raised PP-OCRv4 rec BF16's quantize peak
+    by the file's size (241-242 -> 246-248 MiB; bench/RESULTS.md blockq22); serializing again at the save would
+    run the lean rewrites a second time (0.03-0.08 CPU s a block quantize)."""
 
-    def view(self) -> memoryview:
-        """The file's bytes, not copied."""
-        return memoryview(self.data)[:self.size]
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.size = len(data)
+        self._file = tempfile.TemporaryFile(prefix="onnxptq-file-")
+        try:
+            self._file.write(data)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def write(self, target: BinaryIO) -> None:
+        """Copy the bytes into ``target`` (an open binary file)."""
+        self._file.seek(0)
+        shutil.copyfileobj(self._file, target)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def finish_file(source: str, stored: onnx.ModelProto,
                 written: Callable[[onnx.ModelProto], ContextManager[Any]], also: Sequence[str] = ()
-                ) -> tuple[Any, dict[str, str], FileBytes] | None:
+                ) -> tuple[Any, dict[str, str], FileBytes | None] | None:
     """:func:`finish` on the bytes the user's file will hold: ``stored`` (the quantized model, or the copy the save
     writes: sparse float weights; its versions pinned here) as ``written`` leaves it for the write (pipeline/lean_file.py ``lean``: no
     inferred shapes, shared call attributes, short names) is serialized once; the checker reads those
     bytes, the session reads them with ``also`` appended as outputs, and the save writes them as they are.
 
     Returns ``(session, names, file)``: ``names`` gives each of ``also`` under the name the file gives it
-    (the session's output name); or None where this cannot be done (past protobuf's limit, external tensors,
+    (the session's output name), ``file`` the bytes for the save (None where no temporary file could hold
+    them: the save serializes the model again); or None where this cannot be done (past protobuf's limit, external tensors,
     a tensor of ``also`` not made by a node of the main graph): :func:`finish` then, as before.
 
     Why: finish opened its session on the in-memory model (inferred ``value_info``, long names, calls'
@@ -205,7 +218,12 @@ def finish_file(source: str, stored: onnx.ModelProto,
         session = open_session(data, **_options())  # as finish()
     except Exception as exc:
         raise RuntimeError(f"{source}: onnxruntime cannot load the quantized model (a bug in onnxptq): {exc}") from exc
-    return session, names, FileBytes(data, size)
+    try:
+        file = FileBytes(memoryview(data)[:size])
+    except OSError as exc:  # no room for a temporary file: the save serializes the model again, as before
+        log.debug("%s: the file's bytes not kept for the save (%s)", source, exc)
+        file = None
+    return session, names, file
 
 
 def _exact_copy(model: onnx.ModelProto) -> onnx.ModelProto:
