@@ -77,6 +77,7 @@ STAGES = [("onnxptq.pipeline.calibrate", "prepare_for_quantization", "prepare"),
           ("onnxptq.pipeline.build", "solve", "solve"),
           ("onnxptq.pipeline.build", "emit", "emit"),
           ("onnxptq.pipeline.complete", "finish", "finish"),
+          ("onnxptq.pipeline.complete", "finish_file", "finish"),  # finish on the file's bytes (blockq22)
           ("onnxptq.pipeline.complete", "_evaluate", "evaluate"),
           ("onnxptq.pipeline.complete", "_verify", "verify"),
           ("onnxptq.pipeline.complete", "build_model", "build"),
@@ -97,12 +98,12 @@ WHERE = [("onnxptq.pipeline.emit", "build_qdq", "bodies"),  # the activation qua
          ("onnxptq.analysis.floor", "measure", "floor"),  # the floor's verdicts (the plain build's and repair's)
          ("onnx.checker", "check_model", "checker"),
          ("onnxptq.pipeline.complete", "crash_warning", "crash_check"),
-         ("onnxptq.pipeline.complete", "lean", "lean")]  # the delivered file's lean form, in and out (deliver: pipeline/lean_file.py)
+         ("onnxptq.pipeline.complete", "lean", "lean")]  # the delivered file's lean form, in and out (finish_file or deliver: pipeline/lean_file.py)
 #: the :data:`WHERE` functions that are context managers: their entry and exit are timed, not the block
 CONTEXTS = {"lean"}
 WHERE_KEYS = list(dict.fromkeys(label for _, _, label in WHERE))
 #: who opened a session (the onnxptq function two frames above open_session), by the part it belongs to
-OPENERS = {"finish": "finish", "_session": "calibration", "judge_session": "repair", "_thinned_runs": "repair",
+OPENERS = {"finish": "finish", "finish_file": "finish", "_session": "calibration", "judge_session": "repair", "_thinned_runs": "repair",
            "correct_biases": "bias_corr", "_float_values": "guard",
            "__call__": "decisions"}  # analysis.decisions.DecisionReader: a graph's inner decisions, float's or (before blockquant12) the quantized model's
 KEYS = ["prepare", "plan", "calibrate", "holdout", "build", "final_plan", "solve", "emit", "finish", "evaluate", "verify",

@@ -23,7 +23,7 @@ import onnxptq.pipeline.guard as guard
 from onnxptq.api import quantize
 from onnxptq.config.presets import get_preset
 from onnxptq.memory import release_freed
-from onnxptq.pipeline.finish import finish
+from onnxptq.pipeline.finish import finish, finish_file
 from onnxptq.sessions import open_session
 
 from test_quantize_cost import conv_chain
@@ -79,7 +79,16 @@ def _count_finish_runs(monkeypatch) -> list[_Counting]:
         seen.append(_Counting(session))
         return model, seen[-1]
 
+    def counting_file(*args, **options):  # finish's session on the file's bytes (pipeline/finish.py finish_file)
+        found = finish_file(*args, **options)
+        if found is None:
+            return None
+        session, names, file = found
+        seen.append(_Counting(session))
+        return seen[-1], names, file
+
     monkeypatch.setattr(complete_mod, "finish", counting_finish)
+    monkeypatch.setattr(complete_mod, "finish_file", counting_file)
     return seen
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Callable, Union
 
 import numpy as np
 import onnx
@@ -120,6 +120,19 @@ def save_model(model: onnx.ModelProto, output: str | os.PathLike, *, external_da
                 raise SaveError(f"cannot write model {output}: it is past protobuf's 2 GB limit and external_data=False "
                                 "(a single file cannot hold it; save with external data)")
             onnx.save_model(model, str(tmp))
+    log.info("saved %s", out)
+    return out
+
+
+def save_serialized(write: Callable[[BinaryIO], None], output: str | os.PathLike) -> Path:
+    """Write a model already serialized to ``output``, atomically as :func:`save_model` does: ``write(fh)``
+    writes its bytes (those :func:`save_model` would write for it) into the open file. Why: finish serializes
+    the delivered file once for its checker and its session (pipeline/finish.py ``finish_file``); the save
+    writes those bytes rather than serializing the model a second time."""
+    out = outputs.resolve_output(output, "output")
+    with outputs.atomic_files("model", output) as files:
+        with open(files.temp(out), "wb") as fh:
+            write(fh)
     log.info("saved %s", out)
     return out
 

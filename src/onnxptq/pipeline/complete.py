@@ -30,7 +30,7 @@ from . import runtime
 from .build import build_model
 from .emit import ConstantReuse
 from .calibrate import DEFAULT_EVAL_SAMPLES, Calibrated
-from .finish import finish, finish_saved, finish_signature
+from .finish import FileBytes, finish, finish_file, finish_saved, finish_signature
 from .lean_file import lean, sinusoid_tables_wanted
 from .plan import Plan
 from .solve import QParams
@@ -65,6 +65,13 @@ class QuantizationResult:
     #: ``complete(deliver_now=False)`` to the floor's second look, which runs the reserve on it
     #: (:func:`~onnxptq.pipeline.second_look.second_look` takes it, looking or not); None otherwise
     _session: Any = field(default=None, repr=False, compare=False)
+    #: the graph's inner decisions as :attr:`_session` returns them (``{tensor: key}``, the tensors under the
+    #: file's names where that session read the file's bytes: :func:`~onnxptq.pipeline.finish.finish_file`)
+    _decided: dict[str, str] | None = field(default=None, repr=False, compare=False)
+    #: the file :func:`deliver` writes, serialized by finish (:func:`~onnxptq.pipeline.finish.finish_file`,
+    #: in a temporary file), held from :func:`complete` to :func:`deliver` where the floor held (a broken
+    #: floor's build is replaced by repair's); None: deliver serializes the model
+    _file: FileBytes | None = field(default=None, repr=False, compare=False)
     #: the float model's constants by name (:func:`onnxptq.analysis.float_weights.constant_table`):
     #: what :meth:`float_weights` weighs the plan against; set by :func:`deliver`
     constants: Mapping[str, ConstantBytes] = field(default_factory=dict, repr=False, compare=False)
@@ -138,8 +145,20 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
 
     # The graph's inner decisions the verification reads come out of finish's session too (pipeline/finish.py).
     decided = decision_tensors(quantized, calibrated.readings.get("decisions") or ()) if calibrated.holdout else {}
-    quantized, session = finish(quantized, source, judged if verified is not None and verified.entries and calibrated.holdout else None,
-                                also=tuple(decided), exact_sums=runtime.judge_exact_sums(cfg))
+    recall = verified is not None and verified.entries and calibrated.holdout
+    exact_sums = runtime.judge_exact_sums(cfg)
+    # finish's session on the file's own bytes, which the save then writes (finish_file), except where a
+    # judgement repair made may be taken (its digests are of the candidates' in-memory bytes) or the session
+    # judges another copy (exact sums)
+    finished = None if recall or exact_sums else finish_file(source, _stored(io.pin_versions(quantized), cfg),
+                                                             _written(calibrated, cfg), also=tuple(decided))
+    file = None
+    if finished is not None:
+        session, names, file = finished
+        decided = {names[t]: k for t, k in decided.items()}
+    else:
+        quantized, session = finish(quantized, source, judged if recall else None, also=tuple(decided),
+                                    exact_sums=exact_sums)
     timings["emit"] = time.perf_counter() - t2 - sum(refine_timings.values())
 
     if calibrated.holdout:
@@ -152,7 +171,11 @@ def complete(calibrated: Calibrated, config: QuantConfig, output: str | os.PathL
     if not deliver_now and verdict is not None:
         # a second look (pipeline/second_look.py) runs the reserve on this session rather than open another on
         # the same bytes (khmersm MX9, 96 feeds: one finish session of 0.13 CPU s less; bench/RESULTS.md, blockquant12)
-        result._session = session
+        result._session, result._decided = session, decided
+    if deliver_now or verdict is None or (verdict.ok and not verdict.below):
+        result._file = file
+    elif file is not None:  # repair replaces this build: its file is not written
+        file.close()
     if deliver_now:
         deliver(calibrated, result, output, eval_samples=eval_samples, report_path=report_path)
     return result
@@ -163,12 +186,15 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     """The end of :func:`complete`: the save, then the per-tensor report (the order every doc gives),
     the total time, the summary (logged at DEBUG: callers print it)."""
     timings = result.timings
-    if output is not None:  # save, then report (the order every doc gives)
-        # runtime "cpu": mostly-zero float weights (folded filter banks) written sparse; onnxruntime densifies them at load
-        stored = sparse_storage.sparsify_floats(result.model) if result.config.runtime == "cpu" else result.model
-        with lean(stored, calls=result.config.pack_weights, avoid=calibrated.source_names,
-                  sinusoids=sinusoid_tables_wanted(result.config)):  # no inferred shapes, shared call attributes once, short call outputs (pipeline/lean_file.py)
+    file, result._file = result._file, None  # not held past the save
+    if output is not None and file is not None:  # the bytes finish checked and judged (pipeline/finish.py finish_file)
+        result.output_path = io.save_serialized(file.write, output)
+    elif output is not None:  # save, then report (the order every doc gives)
+        stored = _stored(result.model, result.config)
+        with _written(calibrated, result.config)(stored):
             result.output_path = io.save_model(stored, output)
+    if file is not None:
+        file.close()
     # the float model's constants, weighed against the plan as delivered: once, here (a repair's candidates need none)
     result.constants = constant_table(calibrated.prepared)
     left = result.float_weights() if result.constants else None
@@ -190,6 +216,19 @@ def deliver(calibrated: Calibrated, result: QuantizationResult, output: str | os
     timings["total"] = time.perf_counter() - calibrated.started
     log.debug("%s", result.summary())
     return result
+
+
+def _stored(model: onnx.ModelProto, cfg: QuantConfig) -> onnx.ModelProto:
+    """The model the file holds: runtime "cpu" writes mostly-zero float weights (folded filter banks) sparse,
+    which onnxruntime densifies at load (a copy where any is; else ``model``)."""
+    return sparse_storage.sparsify_floats(model) if cfg.runtime == "cpu" else model
+
+
+def _written(calibrated: Calibrated, cfg: QuantConfig) -> Any:
+    """The context a model is written in (pipeline/lean_file.py ``lean``): no inferred shapes, shared call
+    attributes once, short names; the model restored after it."""
+    return lambda model: lean(model, calls=cfg.pack_weights, avoid=calibrated.source_names,
+                              sinusoids=sinusoid_tables_wanted(cfg))
 
 
 def _verify(calibrated: Calibrated, cfg: QuantConfig, quantized: onnx.ModelProto, session: Any,

@@ -68,6 +68,7 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
     one bit for bit, and on a block-format model opening one is a large part of the quantization (khmersm MX9:
     0.13 of 1.45 CPU s; bench/RESULTS.md, blockquant12)."""
     session, result._session = result._session, None  # not held into repair's search nor the save
+    named, result._decided = result._decided, None  # the decisions as that session names them (complete.py)
     if not wants_second_look(calibrated, result.floor):
         return result
     t0 = time.perf_counter()
@@ -79,6 +80,8 @@ def second_look(calibrated: Calibrated, cfg: QuantConfig, result: QuantizationRe
     if session is None:
         model, session = finish(result.model, calibrated.source, also=tuple(decided),
                                 exact_sums=runtime.judge_exact_sums(cfg))
+    elif named is not None:
+        decided = named
     verdict, metrics, on = _verify(calibrated, cfg, model, session, {}, eval_samples, decided=decided)
     below = first.below
     if below:  # what the first look said of them: repair acts only where this look is below too (algorithms/repair.py)
