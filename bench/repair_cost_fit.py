@@ -19,6 +19,9 @@ MODEL: a zoo name (testkit/zoo.py, its package's feeds at the zoo's calibration 
 (PP-OCR cls on same_bytes' 32 rendered lines), ``sbrec`` (PP-OCRv4 rec on tests/test_quantize_ppocr.py's 64 lines in
 feeds of 8) or ``new:<name>`` (bench/newmodels.py, ``NEWMODELS<N>_SRC`` set).
 
+``python bench/repair_cost_fit.py runs MODELS`` times one float run of each model (onnxruntime, one thread, CPU s) beside
+its MACs and activation elements as counted, and fits the two run terms on the runs alone.
+
 ``python bench/repair_cost_fit.py fit FILE`` refits the constants (relative least squares over every plain, build and
 delivered row) and prints the table of estimate ÷ CPU per row under the module's constants and under the fit.
 
@@ -178,7 +181,7 @@ def observations(row: dict, consts: dict[str, float], features: bool = True) -> 
     out = [("plain", plain, row["plain_cpu"])]
     for fresh, cpu in zip(row.get("fresh") or [], row.get("build_cpu") or []):
         out.append(("build*" if fresh else "build", node_b + (weights if fresh else 0.0) + runs, cpu))
-    if row.get("complete_cpu") and row["complete_cpu"][-1] > 0.3 * (node_b + weights + runs):
+    if row.get("complete_cpu") and row["complete_cpu"][-1] > 0.3 * (row.get("delivery_units") or 0.0):
         # (a delivered build that took a judged candidate's verdict, pipeline/verify.py, is no build: left out)
         out.append(("delivered", node_b + weights + runs, row["complete_cpu"][-1]))
     return out
@@ -194,6 +197,10 @@ def fit(args: argparse.Namespace) -> None:
     rows = [r for r in rows if r.get("work_features")]
     names = ["NS_PER_MAC", "NS_PER_ELEMENT", "PLAIN_NS_PER_NODE", "NS_PER_WEIGHT", "BUILD_NS_PER_NODE", "BLOCK_RUNS"]
     fixed = {"CALIBRATION_RUNS": rc.CALIBRATION_RUNS}
+    if args.runs:  # the run terms as ``runs`` fitted them on float runs alone: the rest fitted on the builds
+        mac, element = (float(x) for x in args.runs.split(","))
+        fixed.update(NS_PER_MAC=mac, NS_PER_ELEMENT=element)
+        names = [n for n in names if n not in fixed]
     now = {n: getattr(rc, n) for n in names} | fixed
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -203,7 +210,7 @@ def fit(args: argparse.Namespace) -> None:
     x0 = np.log([now[n] for n in names])
     res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.3)
     fitted = dict(zip(names, np.exp(res.x))) | fixed
-    print("constants: " + ", ".join(f"{n} {now[n]:g} -> {fitted[n]:.4g}" for n in names))
+    print("constants: " + ", ".join(f"{n} {now[n]:g} -> {fitted[n]:.4g}" for n in names) + f" (fixed: {fixed})")
     base = rows[0].get("base_constants") or now
     print("| row | what | CPU s | the row's tree (its count, its constants) | ÷ CPU | this tree's count, fitted | ÷ CPU |")
     print("|---|---|---:|---:|---:|---:|---:|")
@@ -214,6 +221,68 @@ def fit(args: argparse.Namespace) -> None:
         ratios = np.array([est / cpu for r in rows for _, est, cpu in observations(r, consts, feats) if cpu > 0])
         print(f"{label}: {len(ratios)} observations, estimate/CPU median {np.median(ratios):.2f}, "
               f"range {ratios.min():.2f}-{ratios.max():.2f}, |log| mean {np.mean(np.abs(np.log(ratios))):.3f}")
+
+
+def runs(args: argparse.Namespace) -> None:
+    """CPU s of one float run of each model (onnxruntime, one thread, as a candidate's session runs) beside the run's
+    MACs and activation elements as repair_cost.py counts them on the same feed: the run terms' fit, on runs alone."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from onnxptq.algorithms import repair_cost as rc
+
+    rows = []
+    for model in args.models.split(","):
+        path, data = _model_data(model, 8)
+        proto = onnx.load(path)
+        feed = data[0]
+        work = rc.graph_work(proto, feed)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        names = {i.name for i in sess.get_inputs()}
+        feed = {k: v for k, v in feed.items() if k in names}
+        sess.run(None, feed)
+        t = time.process_time()
+        n = 0
+        while time.process_time() - t < args.seconds or n < 3:
+            sess.run(None, feed)
+            n += 1
+        cpu = (time.process_time() - t) / n
+        rows.append((model, work.macs, work.elements, work.nodes, cpu))
+        print(json.dumps({"model": model, "macs": work.macs, "elements": work.elements, "nodes": work.nodes, "run_cpu": cpu, "runs": n,
+                          "load": round(os.getloadavg()[0], 1)}), flush=True)
+    a = np.array([[m, e, k] for _, m, e, k, _ in rows]) * 1e-9
+    y = np.array([c for *_, c in rows])
+    # relative least squares: each run weighed by its own size; two terms (MACs, elements) and three (with nodes)
+    for cols, names in (([0, 1], "NS_PER_MAC NS_PER_ELEMENT"), ([0, 1, 2], "NS_PER_MAC NS_PER_ELEMENT NS_PER_RUN_NODE")):
+        coef, *_ = np.linalg.lstsq(a[:, cols] / y[:, None], np.ones(len(y)), rcond=None)
+        print(", ".join(f"{n} {c:.4g}" for n, c in zip(names.split(), coef)))
+        for (model, m, e, k, c), row in zip(rows, a[:, cols]):
+            print(f"| {model} | {m / 1e9:.3f} G | {e / 1e6:.2f} M | {k} | {1e3 * c:.2f} ms | {float(row @ coef) / c:.2f} |")
+
+
+def _model_data(model: str, n: int) -> tuple[str, list[dict]]:
+    """A row's model file and feeds, as the child makes them (the first ``n``)."""
+    sys.path[:0] = [HERE, os.path.dirname(HERE)]
+    if model in ("sbcls", "sbrec"):
+        from testkit import ocr, ocr_reference
+        from testkit.models import model_path
+        if model == "sbcls":
+            calib, _ = ocr.render_cls(n, seed=1)
+            return str(model_path("cls")), [{"x": calib[i:i + 1]} for i in range(len(calib))]
+        path = str(model_path("rec"))
+        calib = ocr_reference.rec_reference(path, 64, 1, 200, 3)["calib"]
+        return path, [{"x": calib[i:i + 8]} for i in range(0, len(calib), 8)]
+    if model.startswith("new:"):
+        import _common  # noqa: F401
+        from quantize_stages import _data
+        path, data = _data(model, n)
+        return str(path), data
+    from testkit import zoo
+    member = zoo.get(model)
+    return str(member.path()), member.make(member.root(), n, zoo.CALIBRATION_SEED)
 
 
 def main() -> None:
@@ -228,8 +297,12 @@ def main() -> None:
     r.add_argument("--features", help="a tree whose repair_cost.py counts the same graph too (work_features: the fit's terms)")
     f = sub.add_parser("fit")
     f.add_argument("jsonl")
+    f.add_argument("--runs", help="NS_PER_MAC,NS_PER_ELEMENT as ``runs`` fitted them (the rest fitted on the builds)")
+    u = sub.add_parser("runs")
+    u.add_argument("models")
+    u.add_argument("--seconds", type=float, default=2.0)
     args = ap.parse_args()
-    (run if args.cmd == "run" else fit)(args)
+    {"run": run, "fit": fit, "runs": runs}[args.cmd](args)
 
 
 if __name__ == "__main__":
