@@ -137,6 +137,7 @@ print(json.dumps({{"model": model, "preset": {preset!r}, "feeds": len(data), "pa
                   "cpu": round(cpu, 3), "plain_cpu": rep.get("plain_cpu_seconds"), "plain_units": rep.get("plain_units"),
                   "budget_units": rep.get("budget_units"), "spent_units": rep.get("spent_units"),
                   "repair_cpu": rep.get("cpu_seconds"), "capped": rep.get("capped"), "finished": rep.get("finished"),
+                  "bounded": rep.get("bounded"), "bound_units": rep.get("bound_units"),
                   "evaluations": rep.get("evaluations"), "build_units": rep.get("build_units"),
                   "build_cpu": rep.get("build_cpu_seconds"), "fresh": fresh,
                   "delivery_units": (rc.build_units(w, fresh=True) + cap.get("run_units", 0.0)) if w is not None else None,
