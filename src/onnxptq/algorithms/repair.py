@@ -948,19 +948,19 @@ def _may_build(judge: _Judge, allowance: float, cap: float, cost: float, what: s
     the quantization's bound (``judge.bound``, :data:`TOTAL_S`), from which nothing is exempt (``judge.bounded``)."""
     if judge.evaluations >= allowance:
         return False
-    if _clock(judge) + (cost if needs is None else needs) > getattr(judge, "bound", math.inf):
+    clock, bound = _clock(judge), getattr(judge, "bound", math.inf)
+    over_cap = clock + cost > cap
+    over_bound = clock + (cost if needs is None else needs) > bound
+    if not (over_cap or over_bound):
+        return True
+    if over_bound and not (over_cap and cap < bound):  # the quantization's bound refused it, not the relative budget
         if not getattr(judge, "bounded", False):  # the first build the bound refused, and its estimate
             judge.bound_needs = cost if needs is None else needs
-        if what and not getattr(judge, "capped", False):
-            judge.not_tried = what
-        judge.capped = judge.bounded = True
-        return False
-    if _clock(judge) + cost > cap:
-        if what and not getattr(judge, "capped", False):  # the first build refused: what it would have begun
-            judge.not_tried = what
-        judge.capped = True
-        return False
-    return True
+        judge.bounded = True
+    if what and not getattr(judge, "capped", False):  # the first build refused: what it would have begun
+        judge.not_tried = what
+    judge.capped = True
+    return False
 
 
 def _untried(kept: frozenset[str], rung: Rung | None, everything: frozenset[str]) -> str:
