@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
 import subprocess
 import sys
 import time
@@ -91,36 +92,14 @@ def complete(*a, **k):
         cap["complete_cpu"].append(time.process_time() - t)
 repair.graph_work, repair.plain_units, repair.run_units, repair.complete = graph_work, plain_units, run_units, complete
 model, n = {model!r}, {feeds}
-if model == "sbcls":
-    from testkit import ocr
-    from testkit.models import model_path
-    calib, _ = ocr.render_cls(32, seed=1)
-    path, data = str(model_path("cls")), [{{"x": calib[i:i + 1]}} for i in range(len(calib))]
-elif model == "sbrec":
-    from testkit import ocr_reference
-    from testkit.models import model_path
-    path = str(model_path("rec"))
-    calib = ocr_reference.rec_reference(path, 64, 1, 200, 3)["calib"]
-    data = [{{"x": calib[i:i + 8]}} for i in range(0, len(calib), 8)]
-elif model.startswith("new:"):
-    import _common  # noqa: F401
-    from quantize_stages import _data
-    path, data = _data(model, n)
-    path = str(path)
-else:
-    from testkit import zoo
-    member = [z for z in zoo.ZOO if z.name == model][0]
-    path, data = str(member.path()), member.make(member.root(), n, zoo.CALIBRATION_SEED)
+from repair_cost_fit import _model_data
+path, data = _model_data(model, n)
 import onnx
 params = sum(int(__import__("numpy").prod(t.dims)) for t in onnx.load(path, load_external_data=False).graph.initializer)
-out = os.path.join(tempfile.mkdtemp(prefix="costfit_"), "q.onnx")
-cfg = get_preset({preset!r})
-cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
-t = time.process_time()
-result = quantize(path, cfg, data, out)
-cpu = time.process_time() - t
+from repair_cost_fit import quantize_once
+result, cpu, out = quantize_once(path, data, {preset!r})
 rep = result.repair or {{}}
-held = sorted(rep.get("stepped_up") or {{}}) + sorted(rep.get("kept_float") or {{}})
+held = len(rep.get("stepped_up") or {{}}) + len(rep.get("kept_float") or {{}})
 after = rep.get("after") or {{}}
 w = cap.pop("ref", None)
 cap.pop("other", None)
@@ -142,7 +121,7 @@ print(json.dumps({{"model": model, "preset": {preset!r}, "feeds": len(data), "pa
                   "build_cpu": rep.get("build_cpu_seconds"), "fresh": fresh,
                   "delivery_units": (rc.build_units(w, fresh=True) + cap.get("run_units", 0.0)) if w is not None else None,
                   "ranking_cpu": (rep.get("order") or {{}}).get("cpu_seconds"),
-                  "held": len(held), "verdict_after": None if not after else ("holds" if after.get("ok") else "BROKEN"),
+                  "held": held, "verdict_after": None if not after else ("holds" if after.get("ok") else "BROKEN"),
                   "note": rep.get("note"), "bound": rep.get("bound"),
                   "load": round(os.getloadavg()[0], 1), **{{k: v for k, v in cap.items()}}}}))
 '''
@@ -152,18 +131,21 @@ def run(args: argparse.Namespace) -> None:
     root = os.path.abspath(args.tree)
     code = CHILD.format(root=root, bench=HERE, repo=os.path.dirname(HERE), model=args.model, preset=args.preset,
                         feeds=args.feeds, features=os.path.abspath(args.features) if args.features else "")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    started = time.time()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if out.returncode:
-        sys.exit(out.stderr[-4000:])
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    row.update(wall=round(time.time() - started, 1), tree=root)
-    line = json.dumps(row)
+    line = json.dumps(dict(_child_row(code), tree=root))
     print(line, flush=True)
     if args.jsonl:
         with open(args.jsonl, "a") as f:
             f.write(line + "\n")
+
+
+def _child_row(code: str) -> dict:
+    """The last JSON line a fresh interpreter running ``code`` prints (one OpenMP thread), with its wall seconds."""
+    began = time.time()
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True)
+    if done.returncode:
+        sys.exit(done.stderr[-4000:])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]), wall=round(time.time() - began, 1))
 
 
 def observations(row: dict, consts: dict[str, float], features: bool = True) -> list[tuple[str, float, float]]:
@@ -262,6 +244,23 @@ def runs(args: argparse.Namespace) -> None:
         print(", ".join(f"{n} {c:.4g}" for n, c in zip(names.split(), coef)))
         for (model, m, e, k, c), row in zip(rows, a[:, cols]):
             print(f"| {model} | {m / 1e9:.3f} G | {e / 1e6:.2f} M | {k} | {1e3 * c:.2f} ms | {float(row @ coef) / c:.2f} |")
+
+
+def quantize_once(path: str, data: list[dict], preset: str) -> tuple[Any, float, str]:
+    """``preset`` at its defaults (progress off) on ``path`` and ``data``, saved to a fresh folder: the result, the
+    call's CPU s (``time.process_time``) and the file's path."""
+    import dataclasses
+    import tempfile
+
+    from onnxptq import quantize
+    from onnxptq.config.presets import get_preset
+
+    out = os.path.join(tempfile.mkdtemp(prefix="costfit_"), "q.onnx")
+    cfg = get_preset(preset)
+    cfg = cfg.replace(calibration=dataclasses.replace(cfg.calibration, progress=False))
+    started = time.process_time()
+    result = quantize(path, cfg, data, out)
+    return result, time.process_time() - started, out
 
 
 def _model_data(model: str, n: int) -> tuple[str, list[dict]]:
