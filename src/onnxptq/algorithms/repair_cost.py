@@ -58,8 +58,9 @@ candidate fetches the range guard's float values for every later one (ddddocr_de
 
 The plain quantization = its calibration feeds + its fixed work + its verification's runs (the held-out and judged
 calibration feeds); a candidate = a build (fresh at weight formats not built yet: a rung stepping weights up, where a
-float or activations-only one reuses the plan's) + the same runs; the delivered build is reserved as a fresh one (it is
-built packed: its weights handled again).
+float or activations-only one reuses the plan's) + the same runs; the delivered build is reserved as a fresh one where
+it packs weights (float and block formats: its weights handled again), else as a candidate (an integer plan's
+candidates are built as it is delivered: ddddocr_det A8W8's took 0.12 CPU s, once reserved at 2.1 work s).
 """
 
 from __future__ import annotations
