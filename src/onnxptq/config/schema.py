@@ -523,7 +523,8 @@ class QuantConfig:
     #: ``floor_cosine`` / ``floor_top1``: None takes the family default; ``repair_budget``: repair's
     #: search makes this many times its default count of builds (algorithms/repair.builds_allowed: a
     #: count, so the delivered file does not depend on the load), its work capped at a multiple of the
-    #: plain quantization's (estimated from the graph and feeds, not timed: algorithms/repair_cost.py).
+    #: plain quantization's and the whole quantization at 60 work seconds times it (estimated from the graph
+    #: and feeds, not timed: algorithms/repair_cost.py, repair.TOTAL_S).
     repair: bool = True
     strict: bool = False
     floor_cosine: float | None = None
