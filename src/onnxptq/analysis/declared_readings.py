@@ -45,6 +45,15 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
   top-1 floor, beside its cosine (analysis/waveform_reads.py, ``floor._judge_waveform``). Waveforms of
   symbolic length in a model that reads one are found by structure; this declares the others.
 
+- ``"agreement"``: the user's own agreement function for the output (``floor_output_agreement``, which must name
+  it) is the whole judgement, held against the top-1 floor on the held-out feeds; nothing the floor finds by
+  structure is judged, and the cosine is shown only. Why (issue 27, branch masks22): an agreement function alone
+  can only add a break, so a user who knows their reading could not lift a false one. MediaPipe's selfie mask,
+  cut at 0.1 by its example, was read by the floor at three levels of its range and repaired (MXINT8 with the
+  user's 0.1 IoU declared as an agreement: 143 nodes kept float, file 0.959x) while that IoU held at 0.986 with
+  no repair. The user's figure is a mean over the held-out feeds, without the bound the built-in readings carry:
+  declare it where the reading is known, and give enough held-out samples for a mean to mean something.
+
 A declared reading replaces the structural one for that output; an agreement function
 (``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.
 """

@@ -1482,6 +1482,8 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     pooled = _cosine_of_sums(*_added(sums)) if finite else float("nan")
     check = OutputCheck(name, pooled, float(np.min(arr)) if finite else float("nan"), note=f"(judged by {reading.describe()})")
     check.ok = bool(arr.size) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
+    if reading.kind == "agreement":  # the user's function alone judges it (_judge_user_agreement, after every output)
+        check.ok = bool(arr.size) and not reshaped
     if reading.kind == "topk" and pairs:
         _judge_declared_top_k(check, name, reading.k, pairs, seen, floor)
     if reading.kind == "points" and pairs:
@@ -1752,7 +1754,8 @@ def _judge_decoder(check: OutputCheck, name: str, reference: Sequence[dict[str, 
 def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],
                           candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> None:
     """The user's reading of output ``name`` (``QuantConfig.floor_output_agreement``) held against the
-    top-1 floor: it can only add a break to the output's check (analysis/user_agreement.py)."""
+    top-1 floor: it can only add a break to the output's check (analysis/user_agreement.py), which is the whole
+    judgement where the user declared the output's reading ``'agreement'`` (:func:`_judge_declared`)."""
     judged = output_agreement(name, fn, reference, candidate)
     check = verdict.outputs.get(name)
     if judged is None or check is None:
