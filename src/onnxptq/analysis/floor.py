@@ -2542,8 +2542,9 @@ def unjudged_text(verdict: Verdict) -> str:
             pages = b.pages_to_decide(verdict.floor.top1)
             spread = (f"bound {b.low:.4f}-{b.high:.4f} ({b.sides()}) across the top-1 floor {verdict.floor.top1:g}"
                       if b.pages >= 2 else "one page, no spread to bound it")
+            aside = f"; {b.hazy} page(s) where float's own mask is mostly haze left out" if b.hazy else ""
             parts.append(f"the masks of {name} {b.level}: mean IoU per page {b.iou:.4f} on {b.pages} pages ({verdict.samples} "
-                         f"held-out and {c.seen_feeds} calibration samples), {spread}"
+                         f"held-out and {c.seen_feeds} calibration samples{aside}), {spread}"
                          + (f" (about {pages} pages like these would decide)" if pages else ""))
             pages_wanted = max(pages_wanted, pages or 0)
             continue

@@ -346,7 +346,8 @@ class MaskBound:
         """This bound as the floor's "could not confirm" share (analysis/evidence.py): the held-out pages'
         mean IoU, its t-bound and the pages like these that would confirm it (module docstring, "Which
         pages confirm")."""
-        return ShareBound(self.iou, self.pages, f"held-out pages (mean IoU per page, masks {self.level})", self.low,
+        aside = f"; {self.hazy} hazy page(s) left out" if self.hazy else ""
+        return ShareBound(self.iou, self.pages, f"held-out pages (mean IoU per page, masks {self.level}{aside})", self.low,
                           self.high, floor, self.pages_to_decide(floor), self.confidence)
 
     def describe(self, floor: float) -> str:
