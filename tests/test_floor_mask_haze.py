@@ -15,11 +15,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from onnxptq.analysis.declared_readings import parse_reading
+from onnxptq.analysis.declared_readings import declared_readings, parse_reading
 from onnxptq.analysis.floor import FAMILY_FLOORS, Floor, measure
 from onnxptq.analysis.maps import MaskAgreement
 from onnxptq.config.presets import get_preset
-from onnxptq.errors import ConfigError
+from onnxptq.errors import UsageError
 
 SIXTEEN = Floor("16-bit", *FAMILY_FLOORS["16-bit"])
 
@@ -105,6 +105,9 @@ def test_a_declared_agreement_replaces_the_built_in_reading():
 
 
 def test_an_agreement_reading_needs_its_function():
-    with pytest.raises(ConfigError, match="floor_output_agreement has no function"):
-        dataclasses.replace(get_preset("MXINT8"), floor_output_reading={"m": "agreement"})
-    dataclasses.replace(get_preset("MXINT8"), floor_output_reading={"m": "agreement"}, floor_output_agreement={"m": iou_at_tenth})
+    # the options may be set one after the other: the configuration takes the reading alone
+    config = dataclasses.replace(get_preset("MXINT8"), floor_output_reading={"m": "agreement"})
+    with pytest.raises(UsageError, match="floor_output_agreement has no function"):
+        declared_readings(config.floor_output_reading, ["m"])
+    config = dataclasses.replace(config, floor_output_agreement={"m": iou_at_tenth})
+    assert declared_readings(config.floor_output_reading, ["m"], None, config.floor_output_agreement)["m"].kind == "agreement"

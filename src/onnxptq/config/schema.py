@@ -637,9 +637,7 @@ class QuantConfig:
             raise ConfigError(f"floor_output_reading must be a dict {{output name: 'values' | 'embedding' | 'logits' | "
                               f"'picture' | 'picture:LOW,HIGH' | 'topk:K' | 'points[:TOL[,D]]'}}, not {type(self.floor_output_reading).__name__}")
         for out, reading in self.floor_output_reading.items():
-            if parse_reading(out, reading).kind == "agreement" and out not in self.floor_output_agreement:
-                raise ConfigError(f"floor_output_reading[{out!r}] is 'agreement', but floor_output_agreement has no function "
-                                  f"for {out!r}: the reading it declares is that function's")
+            parse_reading(out, reading)
         if not (isinstance(self.repair_budget, (int, float)) and self.repair_budget >= 0):
             raise ConfigError(f"repair_budget must be a number >= 0 (times repair's default count of builds), not {self.repair_budget!r}")
         if not isinstance(self.repair_uncertain, bool):
