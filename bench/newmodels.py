@@ -8666,6 +8666,11 @@ MODELS["mp_selfie_landscape"] = (str(SRC32 / "round32_onnx/mp_selfie_segmentatio
                                  mp_selfie_feeds_for(True), "person mask (> 0.1) IoU vs float's", mp_selfie_masks)
 MODELS["mp_selfie_seg_declared"] = MODELS["mp_selfie_seg"]
 AGREEMENT["mp_selfie_seg_declared"] = {"activation_10": _selfie_iou}
+# The same reading declared as the whole judgement (floor_output_reading 'agreement', masks22): the user's 0.1 cut replaces
+# the floor's levels of the range instead of adding to them.
+MODELS["mp_selfie_seg_told"] = MODELS["mp_selfie_seg"]
+AGREEMENT["mp_selfie_seg_told"] = {"activation_10": _selfie_iou}
+DECLARED["mp_selfie_seg_told"] = {"activation_10": "agreement"}
 MODELS["rxnfp_cls_dynamo"] = (str(SRC32 / "round32_onnx/rxnfp_bert_ft_10k_25s_dynamo.onnx"),
                               rxnfp_feeds("bert_ft_10k_25s"), "reaction class (top-1 of 50) = float's", rxnfp_classes)
 MODELS["g2p_en"] = (str(SRC32 / "round32_onnx/g2p_en_predict.onnx"), g2p_feeds, "word's phonemes exactly float's",

@@ -45,6 +45,15 @@ So the user declares it: ``QuantConfig.floor_output_reading`` maps a graph outpu
   top-1 floor, beside its cosine (analysis/waveform_reads.py, ``floor._judge_waveform``). Waveforms of
   symbolic length in a model that reads one are found by structure; this declares the others.
 
+- ``"agreement"``: the user's own agreement function for the output (``floor_output_agreement``, which must name
+  it, a ``UsageError`` once calibration has run otherwise) is the whole judgement, held against the top-1 floor on the held-out feeds; nothing the floor finds by
+  structure is judged, and the cosine is shown only. Why (issue 27, branch masks22): an agreement function alone
+  can only add a break, so a user who knows their reading could not lift a false one. MediaPipe's selfie mask,
+  cut at 0.1 by its example, was read by the floor at three levels of its range and repaired (MXINT8 with the
+  user's 0.1 IoU declared as an agreement: 143 nodes kept float, file 0.959x) while that IoU held at 0.986 with
+  no repair. The user's figure is a mean over the held-out feeds, without the bound the built-in readings carry:
+  declare it where the reading is known, and give enough held-out samples for a mean to mean something.
+
 A declared reading replaces the structural one for that output; an agreement function
 (``floor_output_agreement``) still adds to it. The command line takes ``--floor-reading NAME=KIND``.
 """
@@ -63,17 +72,23 @@ from .point_reads import point_sets
 __all__ = ["DeclaredReading", "declared_readings", "parse_reading", "picture_bounds"]
 
 def declared_readings(declared: Mapping[str, object], outputs: Sequence[str],
-                      shapes: Mapping[str, Sequence[int | None]] | None = None) -> dict[str, DeclaredReading]:
+                      shapes: Mapping[str, Sequence[int | None]] | None = None,
+                      agreements: Mapping[str, object] | None = None) -> dict[str, DeclaredReading]:
     """The parsed readings of ``declared`` (``QuantConfig.floor_output_reading``) for a model whose
-    graph outputs are ``outputs``; raises :class:`UsageError` for a name the model does not have, and for
+    graph outputs are ``outputs``; raises :class:`UsageError` for a name the model does not have, for
     a points reading its output's static shape (``shapes``: name → dims, None where symbolic) cannot
-    hold: said once calibration has run, before anything is built, not when the floor first reads the output."""
+    hold, and for an ``'agreement'`` reading of an output ``agreements`` (``QuantConfig.floor_output_agreement``)
+    has no function for: said once calibration has run, before anything is built, not when the floor first reads
+    the output (nor when the configuration is made: the two options may be set one after the other)."""
     readings: dict[str, DeclaredReading] = {}
     for name, text in declared.items():
         if name not in outputs:
             raise UsageError(f"floor_output_reading names output {name!r}, which the model does not have "
                              f"(its outputs: {', '.join(outputs)})")
         readings[name] = reading = parse_reading(name, text)
+        if reading.kind == "agreement" and name not in (agreements or {}):
+            raise UsageError(f"floor_output_reading[{name!r}] is 'agreement', but floor_output_agreement has no function "
+                             f"for {name!r}: the reading it declares is that function's")
         if reading.kind == "points" and shapes and name in shapes:
             _check_point_shape(name, reading, shapes[name])
     return readings

@@ -1523,6 +1523,8 @@ def _judge_declared(name: str, reading: DeclaredReading, reference: Sequence[dic
     pooled, low, sums = _pairs_cosine(pairs)
     check = OutputCheck(name, pooled, low, note=f"(judged by {reading.describe()})")
     check.ok = bool(pairs) and math.isfinite(pooled) and pooled >= floor.cosine and not reshaped
+    if reading.kind == "agreement":  # the user's function alone judges it (_judge_user_agreement, after every output)
+        check.ok = bool(pairs) and not reshaped
     if reading.kind == "topk" and pairs:
         _judge_declared_top_k(check, name, reading.k, pairs, seen, floor)
     if reading.kind == "points" and pairs:
@@ -1845,7 +1847,8 @@ def _judge_decoder(check: OutputCheck, name: str, reference: Sequence[dict[str, 
 def _judge_user_agreement(verdict: Verdict, name: str, fn: Any, reference: Sequence[dict[str, np.ndarray]],
                           candidate: Sequence[dict[str, np.ndarray]], floor: Floor) -> None:
     """The user's reading of output ``name`` (``QuantConfig.floor_output_agreement``) held against the
-    top-1 floor: it can only add a break to the output's check (analysis/user_agreement.py)."""
+    top-1 floor: it can only add a break to the output's check (analysis/user_agreement.py), which is the whole
+    judgement where the user declared the output's reading ``'agreement'`` (:func:`_judge_declared`)."""
     judged = output_agreement(name, fn, reference, candidate)
     check = verdict.outputs.get(name)
     if judged is None or check is None:
@@ -2647,8 +2650,9 @@ def unjudged_text(verdict: Verdict) -> str:
             pages = b.pages_to_decide(verdict.floor.top1)
             spread = (f"bound {b.low:.4f}-{b.high:.4f} ({b.sides()}) across the top-1 floor {verdict.floor.top1:g}"
                       if b.pages >= 2 else "one page, no spread to bound it")
+            aside = f"; {b.hazy} page(s) where float's own mask is mostly haze left out" if b.hazy else ""
             parts.append(f"the masks of {name} {b.level}: mean IoU per page {b.iou:.4f} on {b.pages} pages ({verdict.samples} "
-                         f"held-out and {c.seen_feeds} calibration samples), {spread}"
+                         f"held-out and {c.seen_feeds} calibration samples{aside}), {spread}"
                          + (f" (about {pages} pages like these would decide)" if pages else ""))
             pages_wanted = max(pages_wanted, pages or 0)
             continue

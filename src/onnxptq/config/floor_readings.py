@@ -16,7 +16,7 @@ __all__ = ["KINDS", "PEAK_SCORES", "POINTS_TOLERANCE", "DeclaredReading", "parse
 
 #: the readings a user may declare, and what each spelling means
 KINDS: dict[str, str] = {"values": "values", "embedding": "values", "picture": "picture", "logits": "logits", "topk": "topk",
-                       "points": "points", "peaks": "peaks", "waveform": "waveform"}
+                       "points": "points", "peaks": "peaks", "waveform": "waveform", "agreement": "agreement"}
 
 #: a points reading's default tolerance: the points' mean move within 2 % of the float point set's RMS radius
 POINTS_TOLERANCE = 0.02
@@ -30,7 +30,7 @@ PEAK_SCORES = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 class DeclaredReading:
     """One output's declared reading (module docstring)."""
 
-    #: "values", "picture", "logits", "topk", "points", "peaks" or "waveform" (:data:`KINDS`)
+    #: "values", "picture", "logits", "topk", "points", "peaks", "waveform" or "agreement" (:data:`KINDS`)
     kind: str
     #: a picture's range as declared (None: the first of pictures.RANGES that holds float's values)
     low: float | None = None
@@ -52,6 +52,9 @@ class DeclaredReading:
     def describe(self) -> str:
         if self.kind == "values":
             return "its values' cosine, as its user declared (floor_output_reading)"
+        if self.kind == "agreement":
+            return ("its user's agreement function alone, as its user declared (floor_output_reading 'agreement'; "
+                    "its cosine shown, not judged)")
         if self.kind == "topk":
             return (f"each row's top {self.k} (float's top-1 and its top-{self.k} set kept), as its user declared a beam "
                     f"search of width {self.k} (floor_output_reading)")
@@ -77,8 +80,8 @@ def parse_reading(output: str, text: object) -> DeclaredReading:
     """``text`` (``"values"``, ``"embedding"``, ``"logits"``, ``"picture"``, ``"picture:LOW,HIGH"`` or
     ``"topk:K"``, ``"points"``, ``"points:TOL"``, ``"points:TOL,D"``, ``"peaks"`` or ``"peaks:SCORE"``) as a reading of ``output``; raises :class:`ConfigError` naming the output and the
     spellings it accepts."""
-    accepted = ("'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K', 'points[:TOL[,D]]', 'peaks[:SCORE]' "
-                "or 'waveform'")
+    accepted = ("'values', 'embedding', 'logits', 'picture', 'picture:LOW,HIGH', 'topk:K', 'points[:TOL[,D]]', 'peaks[:SCORE]', "
+                "'waveform' or 'agreement'")
     if not isinstance(output, str) or not output:
         raise ConfigError(f"floor_output_reading must map output names to readings ({accepted}), not key {output!r}")
     if not isinstance(text, str):

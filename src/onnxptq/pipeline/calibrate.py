@@ -255,7 +255,7 @@ def floor_readings(prepared: onnx.ModelProto, config: QuantConfig | None) -> dic
     shapes = {o.name: [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
               for o in outputs if o.type.tensor_type.HasField("shape")}
     readings["declared"] = declared_readings(config.floor_output_reading if config is not None else {},
-                                             [o.name for o in outputs], shapes)
+                                             [o.name for o in outputs], shapes, readings["agreements"])
     return readings
 
 
