@@ -22,17 +22,20 @@ from conftest import small_cnn_feeds
 
 def test_save_comes_before_the_report(tmp_path, small_cnn, monkeypatch) -> None:
     order: list[str] = []
-    save, write = io.save_model, report_html.write_report
+    write = io.save_model, io.save_serialized, report_html.write_report
 
-    def saving(*args, **kwargs):
-        order.append("save")
-        return save(*args, **kwargs)
+    def saving(save):  # either save: the model (io.save_model) or the bytes finish judged (io.save_serialized)
+        def wrapped(*args, **kwargs):
+            order.append("save")
+            return save(*args, **kwargs)
+        return wrapped
 
     def reporting(*args, **kwargs):
-        order.append("report")
-        return write(*args, **kwargs)
+        order.append("report" if (tmp_path / "q.onnx").exists() else "report before the file")
+        return write[2](*args, **kwargs)
 
-    monkeypatch.setattr(io, "save_model", saving)
+    monkeypatch.setattr(io, "save_model", saving(write[0]))
+    monkeypatch.setattr(io, "save_serialized", saving(write[1]))
     monkeypatch.setattr(report_html, "write_report", reporting)
     result = onnxptq.quantize(small_cnn, "A8W8", small_cnn_feeds(4), output=tmp_path / "q.onnx", eval_samples=2,
                               report_path=tmp_path / "r.html")

@@ -16,7 +16,7 @@ caller's model wherever the key came out. The result is the converter's own, byt
 converter keeps a tensor's dims, type, name, segment, storage field and data, drops its
 ``doc_string`` and ``metadata_props`` and writes ``data_location`` only where it is EXTERNAL, and the
 put-back tensor does the same (a test compares both paths on a model with each storage form; the 18
-members of testkit/zoo.py that the converter raises give the same bytes both ways). Tensors already
+members of the zoo (bench/zoo.py) that the converter raises give the same bytes both ways). Tensors already
 stored externally are left as they are.
 
 Its input is built field by field (:class:`_LeanCopy`), never copying a large tensor's bytes, so the
